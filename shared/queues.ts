@@ -1,0 +1,57 @@
+import type { Endpoint } from './catalog.js';
+
+/** One BullMQ queue per capability; a capability's workers scale alone. */
+export const queueNames = ['chat', 'embeddings', 'image', 'audio', 'video'] as const;
+export type QueueName = (typeof queueNames)[number];
+
+export const queueForEndpoint: Record<Endpoint, QueueName> = {
+  'chat.completions': 'chat',
+  completions: 'chat',
+  embeddings: 'embeddings',
+  'images.generations': 'image',
+  'images.edits': 'image',
+  'audio.transcriptions': 'audio',
+  videos: 'video',
+};
+
+/** Key prefix of every Redis key the gateway owns (BullMQ keys live under `bull:`). */
+export const keyPrefix = 'sy:';
+export const replyChannel = (apiInstanceId: string) => `${keyPrefix}reply:${apiInstanceId}`;
+export const cancelChannel = `${keyPrefix}cancel`;
+export const replayStreamKey = (requestId: string) => `${keyPrefix}replay:${requestId}`;
+export const payloadKey = (requestId: string) => `${keyPrefix}payload:${requestId}`;
+export const resultKey = (requestId: string) => `${keyPrefix}result:${requestId}`;
+/** Job lifecycle events (queued, progress, completed, failed) of async jobs, for WebSocket watchers. */
+export const jobEventsChannel = `${keyPrefix}job-events`;
+/** Where an async job lives and whose it is (see AsyncJobRecord in api/relay.ts). */
+export const asyncJobKey = (id: string) => `${keyPrefix}async:${id}`;
+/** A key's videos, newest last (sorted set scored by creation time). */
+export const videosOfKey = (keyId: string) => `${keyPrefix}videos:${keyId}`;
+
+/** What a job carries. Kept small: large request bodies are stored apart under `payloadKey`. */
+export interface GatewayJobData {
+  requestId: string;
+  /** Pub/sub channel of the api instance holding the client connection. */
+  replyTo: string;
+  keyId: string;
+  endpoint: Endpoint;
+  /** Catalog model id the client asked for. */
+  model: string;
+  /** Validated request body, or absent when stored under `payloadKey(requestId)`. */
+  payload?: Record<string, unknown>;
+  stream: boolean;
+  /** Epoch ms after which nobody is waiting for the answer. */
+  deadline: number;
+  /** How the client reached the gateway (for links to stored files). */
+  baseUrl?: string;
+  /** Answered through `GET /v1/jobs/{id}` (and job events) rather than a held connection. */
+  async?: boolean;
+  /** Vendor-side state a restarted worker resumes from (e.g. the vendor's task id). */
+  checkpoint?: Record<string, unknown>;
+}
+
+export interface GatewayJobResult {
+  /** The response body, or a pointer to it under `resultKey` when large. */
+  body?: string;
+  bodyRef?: string;
+}

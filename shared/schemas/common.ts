@@ -1,0 +1,16 @@
+import { z } from 'zod';
+
+export const temperatureSchema = z.number().min(0).max(2).nullish();
+export const topPSchema = z.number().min(0).max(1).nullish();
+export const penaltySchema = z.number().min(-2).max(2).nullish();
+export const choiceCountSchema = z.number().int().min(1).max(128).nullish();
+export const seedSchema = z.number().int().nullish();
+export const userSchema = z.string().nullish();
+export const logitBiasSchema = z.record(z.string(), z.number().min(-100).max(100)).nullish();
+export const stopSchema = z.union([z.string(), z.array(z.string()).min(1).max(4)]).nullish();
+export const streamOptionsSchema = z
+  .looseObject({ include_usage: z.boolean().nullish(), include_obfuscation: z.boolean().nullish() })
+  .nullish();
+
+/** Token arrays as the OpenAI spec allows them in `prompt` and `input`. */
+export const tokenArraySchema = z.array(z.number().int().min(0)).min(1);

@@ -1,0 +1,37 @@
+import { z } from 'zod';
+import {
+  choiceCountSchema,
+  logitBiasSchema,
+  penaltySchema,
+  seedSchema,
+  stopSchema,
+  streamOptionsSchema,
+  temperatureSchema,
+  tokenArraySchema,
+  topPSchema,
+  userSchema,
+} from './common.js';
+
+/** `POST /v1/completions` (legacy). */
+export const completionRequestSchema = z.looseObject({
+  model: z.string().min(1),
+  prompt: z.union([z.string(), z.array(z.string()).min(1), tokenArraySchema, z.array(tokenArraySchema).min(1)]),
+  suffix: z.string().nullish(),
+  max_tokens: z.number().int().min(0).nullish(),
+  temperature: temperatureSchema,
+  top_p: topPSchema,
+  n: choiceCountSchema,
+  stream: z.boolean().nullish(),
+  stream_options: streamOptionsSchema,
+  logprobs: z.number().int().min(0).max(5).nullish(),
+  echo: z.boolean().nullish(),
+  stop: stopSchema,
+  presence_penalty: penaltySchema,
+  frequency_penalty: penaltySchema,
+  best_of: z.number().int().min(0).max(20).nullish(),
+  logit_bias: logitBiasSchema,
+  seed: seedSchema,
+  user: userSchema,
+});
+
+export type CompletionRequest = z.infer<typeof completionRequestSchema>;

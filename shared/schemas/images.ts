@@ -1,0 +1,33 @@
+import { z } from 'zod';
+
+/** `POST /v1/images/generations`. Per-family rules (sizes, n, quality) are checked against the catalog entry. */
+export const imageGenerationRequestSchema = z.looseObject({
+  model: z.string().min(1).default('dall-e-2'),
+  prompt: z.string().min(1).max(32_000),
+  n: z.number().int().min(1).max(10).nullish(),
+  size: z.string().nullish(),
+  quality: z.enum(['standard', 'hd', 'low', 'medium', 'high', 'auto']).nullish(),
+  response_format: z.enum(['url', 'b64_json']).nullish(),
+  style: z.enum(['vivid', 'natural']).nullish(),
+  background: z.enum(['transparent', 'opaque', 'auto']).nullish(),
+  output_format: z.enum(['png', 'jpeg', 'webp']).nullish(),
+  output_compression: z.number().int().min(0).max(100).nullish(),
+  moderation: z.enum(['low', 'auto']).nullish(),
+  user: z.string().nullish(),
+});
+export type ImageGenerationRequest = z.infer<typeof imageGenerationRequestSchema>;
+
+/** The text fields of `POST /v1/images/edits` (multipart); files arrive apart. */
+export const imageEditFieldsSchema = z.looseObject({
+  model: z.string().min(1).default('dall-e-2'),
+  prompt: z.string().min(1).max(32_000),
+  n: z.coerce.number().int().min(1).max(10).nullish(),
+  size: z.string().nullish(),
+  quality: z.enum(['standard', 'hd', 'low', 'medium', 'high', 'auto']).nullish(),
+  response_format: z.enum(['url', 'b64_json']).nullish(),
+  background: z.enum(['transparent', 'opaque', 'auto']).nullish(),
+  output_format: z.enum(['png', 'jpeg', 'webp']).nullish(),
+  input_fidelity: z.enum(['high', 'low']).nullish(),
+  user: z.string().nullish(),
+});
+export type ImageEditFields = z.infer<typeof imageEditFieldsSchema>;
