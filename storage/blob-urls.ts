@@ -1,0 +1,34 @@
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { keyPrefix } from '../shared/queues.js';
+
+/**
+ * Signed, expiring download URLs for stored blobs: fetchable without an API
+ * key, as OpenAI's image URLs are. Signing and checking need the same secret
+ * in every process: `BLOB_URL_SECRET`, or one generated once and kept in Redis.
+ */
+export async function resolveUrlSecret(redis: Redis, configured: string | undefined): Promise<string> {
+  if (configured) return configured;
+  const key = `${keyPrefix}blob-url-secret`;
+  await redis.set(key, randomBytes(32).toString('base64url'), 'NX');
+  return (await redis.get(key))!;
+}
+
+function signature(secret: string, blobKey: string, expires: number): string {
+  return createHmac('sha256', secret).update(`${blobKey}\n${expires}`).digest('base64url');
+}
+
+export function signBlobUrl(baseUrl: string, secret: string, blobKey: string, ttlSeconds: number): string {
+  const expires = Math.floor(Date.now() / 1000) + ttlSeconds;
+  return `${baseUrl.replace(/\/+$/, '')}/v1/files/${blobKey}?expires=${expires}&signature=${signature(secret, blobKey, expires)}`;
+}
+
+/** 'ok', or why the link is refused. */
+export function checkBlobSignature(secret: string, blobKey: string, expires: string | undefined, given: string | undefined): 'ok' | 'expired' | 'invalid' {
+  const at = Number(expires);
+  if (!given || !Number.isInteger(at)) return 'invalid';
+  const expected = Buffer.from(signature(secret, blobKey, at));
+  const actual = Buffer.from(given);
+  if (expected.length !== actual.length || !timingSafeEqual(expected, actual)) return 'invalid';
+  return at < Date.now() / 1000 ? 'expired' : 'ok';
+}

@@ -1,0 +1,89 @@
+import type { Readable } from 'node:stream';
+import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, PutObjectCommand, S3Client, type S3ClientConfig } from '@aws-sdk/client-s3';
+import type { BlobRef } from '../shared/blobs.js';
+import { GatewayError } from '../shared/errors.js';
+import type { BlobStore } from '../workers/vendors/media-types.js';
+
+export interface S3Settings {
+  bucket: string;
+  endpoint?: string;
+  region: string;
+  accessKeyId?: string;
+  secretAccessKey?: string;
+  /** Path-style URLs (`endpoint/bucket/key`), which most S3-compatible servers need. */
+  forcePathStyle: boolean;
+  prefix: string;
+}
+
+const notFound = (key: string, cause?: unknown) => new GatewayError(404, `No such file: ${key}.`, { code: 'not_found', cause });
+
+/** Blobs in an S3 bucket (AWS or any S3-compatible server). Content type and filename ride as object metadata. */
+export class S3BlobStore implements BlobStore {
+  private readonly client: S3Client;
+
+  constructor(private readonly settings: S3Settings) {
+    const config: S3ClientConfig = { region: settings.region, forcePathStyle: settings.forcePathStyle };
+    if (settings.endpoint) config.endpoint = settings.endpoint;
+    if (settings.accessKeyId && settings.secretAccessKey) {
+      config.credentials = { accessKeyId: settings.accessKeyId, secretAccessKey: settings.secretAccessKey };
+    }
+    this.client = new S3Client(config);
+  }
+
+  private objectKey(key: string): string {
+    return `${this.settings.prefix}${key}`;
+  }
+
+  async put(key: string, data: Buffer, contentType: string, filename?: string): Promise<BlobRef> {
+    await this.client.send(
+      new PutObjectCommand({
+        Bucket: this.settings.bucket,
+        Key: this.objectKey(key),
+        Body: data,
+        ContentType: contentType,
+        ...(filename ? { Metadata: { filename: encodeURIComponent(filename) } } : {}),
+      }),
+    );
+    return { key, contentType, size: data.length, ...(filename ? { filename } : {}) };
+  }
+
+  async get(key: string): Promise<Buffer> {
+    const stream = await this.stream(key);
+    const chunks: Buffer[] = [];
+    for await (const chunk of stream) chunks.push(chunk as Buffer);
+    return Buffer.concat(chunks);
+  }
+
+  async stream(key: string): Promise<Readable> {
+    try {
+      const object = await this.client.send(new GetObjectCommand({ Bucket: this.settings.bucket, Key: this.objectKey(key) }));
+      return object.Body as Readable;
+    } catch (error) {
+      throw isMissing(error) ? notFound(key, error) : error;
+    }
+  }
+
+  async meta(key: string): Promise<BlobRef> {
+    try {
+      const head = await this.client.send(new HeadObjectCommand({ Bucket: this.settings.bucket, Key: this.objectKey(key) }));
+      const filename = head.Metadata?.filename ? decodeURIComponent(head.Metadata.filename) : undefined;
+      return { key, contentType: head.ContentType ?? 'application/octet-stream', size: head.ContentLength ?? 0, ...(filename ? { filename } : {}) };
+    } catch (error) {
+      throw isMissing(error) ? notFound(key, error) : error;
+    }
+  }
+
+  async delete(key: string): Promise<void> {
+    await this.client.send(new DeleteObjectCommand({ Bucket: this.settings.bucket, Key: this.objectKey(key) }));
+  }
+
+  close(): void {
+    this.client.destroy();
+  }
+}
+
+function isMissing(error: unknown): boolean {
+  const name = (error as { name?: string }).name;
+  const status = (error as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode;
+  return name === 'NoSuchKey' || name === 'NotFound' || status === 404;
+}
