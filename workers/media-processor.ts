@@ -1,0 +1,140 @@
+import type { Job } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { Config } from '../shared/config.js';
+import { GatewayError } from '../shared/errors.js';
+import { jobEventsChannel, type GatewayJobData, type GatewayJobResult } from '../shared/queues.js';
+import type { ImageGenerationRequest } from '../shared/schemas/images.js';
+import { signBlobUrl } from '../storage/blob-urls.js';
+import type { BlobStore, ImageEditInput, ImageResult, MediaContext, TranscriptionInput, VideoInput } from './vendors/media-types.js';
+import { mediaMethod } from './vendors/media-registry.js';
+import { discardBody, getVendor, mapTransportError } from './vendors/http.js';
+import type { CallContext } from './vendors/types.js';
+import type { Protocol } from './vendors/vendor-config.js';
+
+export interface MediaDeps {
+  config: Config;
+  redis: Redis;
+  blobs: BlobStore;
+  urlSecret: string;
+}
+
+export interface MediaOutput {
+  body: string;
+}
+
+/** Publishes a lifecycle event of an async job to every api process (for WebSocket watchers). */
+export function publishJobEvent(redis: Redis, jobId: string, event: Record<string, unknown>): Promise<unknown> {
+  return redis.publish(jobEventsChannel, `${jobId}\n${JSON.stringify({ id: jobId, ...event })}`);
+}
+
+/** Runs one media job: the vendor call, then the response body the synchronous call would return. */
+export async function runMedia(
+  job: Job<GatewayJobData, GatewayJobResult>,
+  protocol: Protocol,
+  payload: Record<string, unknown>,
+  base: CallContext,
+  deps: MediaDeps,
+  /** Frees the vendor slot once the vendor's part is done: rendering and storing need no slot. */
+  vendorDone: () => Promise<void> = async () => undefined,
+): Promise<MediaOutput> {
+  const data = job.data;
+  const ctx: MediaContext = {
+    ...base,
+    blobs: deps.blobs,
+    async progress(percent) {
+      const value = Math.max(0, Math.min(100, Math.round(percent)));
+      await job.updateProgress(value);
+      if (data.async) await publishJobEvent(deps.redis, data.requestId, { type: 'progress', status: 'in_progress', progress: value });
+    },
+    checkpoint: {
+      read: <T extends Record<string, unknown>>() => data.checkpoint as T | undefined,
+      async write(state) {
+        data.checkpoint = { ...state };
+        await job.updateData(data);
+      },
+    },
+  };
+  const baseUrl = data.baseUrl ?? deps.config.publicBaseUrl ?? 'http://localhost:8080';
+  switch (data.endpoint) {
+    case 'images.generations': {
+      const input = payload as ImageGenerationRequest;
+      const result = await mediaMethod(protocol, 'generateImages')(input, ctx);
+      await vendorDone();
+      return { body: await renderImages(result, input.response_format ?? base.model.default_response_format ?? 'b64_json', ctx, deps, baseUrl) };
+    }
+    case 'images.edits': {
+      const input = payload as unknown as ImageEditInput;
+      const result = await mediaMethod(protocol, 'editImages')(input, ctx);
+      await vendorDone();
+      return { body: await renderImages(result, input.response_format ?? base.model.default_response_format ?? 'b64_json', ctx, deps, baseUrl) };
+    }
+    case 'audio.transcriptions': {
+      const result = await mediaMethod(protocol, 'transcribe')(payload as unknown as TranscriptionInput, ctx);
+      await vendorDone();
+      return { body: result.body };
+    }
+    case 'videos': {
+      const result = await mediaMethod(protocol, 'generateVideo')(payload as unknown as VideoInput, ctx);
+      await vendorDone();
+      return { body: JSON.stringify({ video: result.video, thumbnail: result.thumbnail ?? null }) };
+    }
+    default:
+      throw new GatewayError(400, `${data.endpoint} is not a media endpoint.`);
+  }
+}
+
+/**
+ * The ImagesResponse the client asked for: base64 in the body, or the
+ * gateway's own signed URL to a stored copy (vendor URLs expire, and vendor
+ * bytes have nowhere else to live).
+ */
+async function renderImages(result: ImageResult, format: 'url' | 'b64_json', ctx: MediaContext, deps: MediaDeps, baseUrl: string): Promise<string> {
+  if (result.images.length === 0) {
+    throw new GatewayError(500, 'The image generation failed at the vendor. Retry the request, possibly with a changed prompt.', {
+      code: 'server_error',
+    });
+  }
+  const data = await Promise.all(
+    result.images.map(async (image, index) => {
+      const bytes = image.bytes ?? (await download(image.url!, ctx));
+      const item: Record<string, unknown> = {};
+      if (format === 'b64_json') item.b64_json = bytes.toString('base64');
+      else {
+        const extension = (image.contentType ?? 'image/png').split('/')[1]?.replace('jpeg', 'jpg') ?? 'png';
+        const ref = await deps.blobs.put(`images/${ctx.requestId}/${index}.${extension}`, bytes, image.contentType ?? 'image/png');
+        item.url = signBlobUrl(baseUrl, deps.urlSecret, ref.key, deps.config.blobUrlTtlSeconds);
+      }
+      if (image.revised_prompt) item.revised_prompt = image.revised_prompt;
+      return item;
+    }),
+  );
+  return JSON.stringify({ created: Math.floor(Date.now() / 1000), data, ...(result.extra ?? {}), ...(result.usage ? { usage: result.usage } : {}) });
+}
+
+const maxDownloadBytes = 64 * 1024 * 1024;
+
+async function download(url: string, ctx: MediaContext): Promise<Buffer> {
+  // The shared vendor transport: its timeouts, keep-alive pool and error mapping apply.
+  const response = await getVendor(url, {}, ctx);
+  if (response.status !== 200) {
+    discardBody(response);
+    throw new GatewayError(502, `Could not fetch the generated image from the vendor (HTTP ${response.status}).`, {
+      type: 'server_error',
+      code: 'vendor_error',
+      retryable: true,
+    });
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  try {
+    for await (const chunk of response.body) {
+      size += (chunk as Buffer).length;
+      if (size > maxDownloadBytes) throw new GatewayError(502, 'The generated image is larger than the gateway accepts.', { type: 'server_error' });
+      chunks.push(chunk as Buffer);
+    }
+  } catch (error) {
+    discardBody(response);
+    throw mapTransportError(error, ctx);
+  }
+  return Buffer.concat(chunks);
+}

@@ -1,0 +1,118 @@
+import { invalidRequest } from '../../../shared/errors.js';
+import type { ChatCompletionRequest } from '../../../shared/schemas/chat.js';
+import type { CallContext } from '../types.js';
+import type { AnthropicRequestBody, AnthropicTextBlock } from './anthropic-types.js';
+import { convertToAnthropicMessages } from './convert-to-anthropic-messages.js';
+import { convertToAnthropicTools } from './convert-to-anthropic-tools.js';
+
+export interface AnthropicCall {
+  body: AnthropicRequestBody;
+  /** The client used `functions`: answers carry `function_call`, not `tool_calls`. */
+  legacyFunctions: boolean;
+}
+
+/** Anthropic's sampling temperature range is 0–1; OpenAI's is 0–2. */
+const MAX_TEMPERATURE = 1;
+/** Used when neither the client nor the catalog gives a `max_tokens`, which Anthropic requires. */
+const FALLBACK_MAX_TOKENS = 4096;
+
+/**
+ * Anthropic has no JSON mode without a schema (its structured outputs need a
+ * closed schema), so `json_object` is asked for in the system prompt.
+ */
+export const JSON_OBJECT_INSTRUCTION =
+  'Respond with a single valid JSON object and nothing else: no prose before or after it, no code fences.';
+
+/**
+ * Request fields this module maps (or that only steer the gateway). Every
+ * other field the client set has no Anthropic counterpart and is reported
+ * in one warning when dropped.
+ */
+const MAPPED_FIELDS = new Set([
+  'model',
+  'messages',
+  'stream',
+  'stream_options',
+  'n',
+  'temperature',
+  'top_p',
+  'max_tokens',
+  'max_completion_tokens',
+  'stop',
+  'user',
+  'response_format',
+  'tools',
+  'tool_choice',
+  'parallel_tool_calls',
+  'functions',
+  'function_call',
+]);
+
+function maxTokens(request: ChatCompletionRequest, ctx: CallContext): number {
+  const requested = request.max_completion_tokens ?? request.max_tokens;
+  if (requested != null) return requested;
+  const model = ctx.model;
+  if (model.default_max_tokens !== undefined) return model.default_max_tokens;
+  // A catalog entry with max_output_tokens 0 does not know its limit.
+  return model.max_output_tokens > 0 ? Math.min(FALLBACK_MAX_TOKENS, model.max_output_tokens) : FALLBACK_MAX_TOKENS;
+}
+
+function droppedFields(request: ChatCompletionRequest): string[] {
+  const dropped: string[] = [];
+  for (const key of Object.keys(request)) {
+    if (!MAPPED_FIELDS.has(key) && request[key] != null) dropped.push(key);
+  }
+  return dropped;
+}
+
+/** One plain text stays a string (what the SDKs send); several keep their order as blocks. */
+function toSystem(blocks: AnthropicTextBlock[]): string | AnthropicTextBlock[] | undefined {
+  if (blocks.length === 0) return undefined;
+  return blocks.length === 1 ? blocks[0]!.text : blocks;
+}
+
+/**
+ * Builds the Messages API body for an OpenAI chat request. Values that would
+ * change the answer's meaning if ignored or clamped (`n` > 1, temperature
+ * above 1, unsupported content) are refused with a 400 naming the param;
+ * fields with no counterpart that only tune sampling or output extras are
+ * dropped with one warning.
+ */
+export function buildAnthropicRequest(request: ChatCompletionRequest, ctx: CallContext, stream: boolean): AnthropicCall {
+  if (request.n != null && request.n > 1) {
+    throw invalidRequest('This model returns one choice per request; `n` must be 1.', 'n');
+  }
+  if (request.temperature != null && request.temperature > MAX_TEMPERATURE) {
+    throw invalidRequest(
+      `temperature ${request.temperature} is out of range for this model: its vendor accepts 0 to 1.`,
+      'temperature',
+    );
+  }
+
+  const prompt = convertToAnthropicMessages(request.messages);
+  const tools = convertToAnthropicTools(request);
+  const body: AnthropicRequestBody = { model: ctx.upstreamModel, max_tokens: maxTokens(request, ctx), messages: prompt.messages };
+
+  const format = request.response_format;
+  if (format?.type === 'json_schema' && format.json_schema.schema !== undefined) {
+    body.output_config = { format: { type: 'json_schema', schema: format.json_schema.schema } };
+  } else if (format?.type === 'json_object' || format?.type === 'json_schema') {
+    prompt.system.push({ type: 'text', text: JSON_OBJECT_INSTRUCTION });
+  }
+  const system = toSystem(prompt.system);
+  if (system !== undefined) body.system = system;
+
+  if (request.temperature != null) body.temperature = request.temperature;
+  if (request.top_p != null) body.top_p = request.top_p;
+  if (request.stop != null) body.stop_sequences = typeof request.stop === 'string' ? [request.stop] : request.stop;
+  if (request.user != null) body.metadata = { user_id: request.user };
+  if (tools.tools !== undefined) body.tools = tools.tools;
+  if (tools.tool_choice !== undefined) body.tool_choice = tools.tool_choice;
+  if (stream) body.stream = true;
+
+  const dropped = [...droppedFields(request), ...prompt.dropped];
+  if (dropped.length > 0) {
+    ctx.log.warn({ reqId: ctx.requestId, dropped }, 'request fields with no Anthropic counterpart were dropped');
+  }
+  return { body, legacyFunctions: tools.legacyFunctions };
+}

@@ -1,0 +1,119 @@
+import { randomBytes } from 'node:crypto';
+import type { ChatCompletionRequest } from '../../../shared/schemas/chat.js';
+import { malformedResponse, parseJsonObject, readBodyText } from '../http.js';
+import type { CallContext, VendorResult } from '../types.js';
+import { postGemini } from './api.js';
+import { buildGeminiRequest } from './build-gemini-request.js';
+import { convertGeminiUsage } from './convert-gemini-usage.js';
+import { mapGeminiFinishReason } from './map-gemini-finish-reason.js';
+import { mapGeminiInlineError, readGeminiErrorResponse } from './map-gemini-error.js';
+import { createToolCallId } from './thought-signature.js';
+
+/** The fields of a `GenerateContentResponse` candidate this adapter reads; everything else is ignored. */
+export interface GeminiCandidate {
+  index: number;
+  parts: readonly unknown[];
+  finishReason: string | null;
+}
+
+export interface OpenAIToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: string };
+}
+
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
+
+export const createChatCompletionId = () => `chatcmpl-${randomBytes(12).toString('hex')}`;
+export const nowInSeconds = () => Math.floor(Date.now() / 1000);
+
+/** Candidates in index order, read leniently: Gemini adds fields often and omits empty ones. */
+export function readCandidates(payload: Record<string, unknown>): GeminiCandidate[] {
+  if (!Array.isArray(payload.candidates)) return [];
+  const candidates: GeminiCandidate[] = [];
+  payload.candidates.forEach((value: unknown, position) => {
+    if (!isObject(value)) return;
+    const content = isObject(value.content) ? value.content : undefined;
+    candidates.push({
+      index: typeof value.index === 'number' ? value.index : position,
+      parts: Array.isArray(content?.parts) ? content.parts : [],
+      finishReason: typeof value.finishReason === 'string' ? value.finishReason : null,
+    });
+  });
+  return candidates.sort((a, b) => a.index - b.index);
+}
+
+/** Set only when Gemini refused the prompt itself (then there are no candidates). */
+export function readBlockReason(payload: Record<string, unknown>): string | undefined {
+  const feedback = payload.promptFeedback;
+  return isObject(feedback) && typeof feedback.blockReason === 'string' ? feedback.blockReason : undefined;
+}
+
+/** Answer text, or undefined for a part that is not visible text (thoughts are the model's scratchpad). */
+export function readText(part: unknown): string | undefined {
+  if (!isObject(part) || typeof part.text !== 'string' || part.thought === true) return undefined;
+  return part.text;
+}
+
+/** A `functionCall` part as an OpenAI tool call, its signature carried in the id. */
+export function readToolCall(part: unknown): OpenAIToolCall | undefined {
+  if (!isObject(part) || !isObject(part.functionCall) || typeof part.functionCall.name !== 'string') return undefined;
+  const signature = typeof part.thoughtSignature === 'string' ? part.thoughtSignature : undefined;
+  return {
+    id: createToolCallId(signature),
+    type: 'function',
+    function: { name: part.functionCall.name, arguments: JSON.stringify(part.functionCall.args ?? {}) },
+  };
+}
+
+function convertCandidate(candidate: GeminiCandidate) {
+  let content: string | null = null;
+  const toolCalls: OpenAIToolCall[] = [];
+  for (const part of candidate.parts) {
+    const text = readText(part);
+    if (text !== undefined) content = (content ?? '') + text;
+    const call = readToolCall(part);
+    if (call !== undefined) toolCalls.push(call);
+  }
+  const message: Record<string, unknown> = { role: 'assistant', content, refusal: null };
+  if (toolCalls.length > 0) message.tool_calls = toolCalls;
+  return {
+    index: candidate.index,
+    message,
+    logprobs: null,
+    finish_reason: mapGeminiFinishReason(candidate.finishReason, toolCalls.length > 0),
+  };
+}
+
+/**
+ * `GenerateContentResponse` → `chat.completion` body. A prompt Gemini blocked
+ * (`promptFeedback.blockReason`, no candidates) is answered like OpenAI
+ * answers filtered output: a 200 with `finish_reason: "content_filter"` and
+ * null content, billed for the prompt Google counted. A 400 would tell the
+ * client its request was malformed, which it was not.
+ */
+export function convertGeminiResponse(payload: Record<string, unknown>, ctx: CallContext): VendorResult {
+  const candidates = readCandidates(payload);
+  let choices: unknown[];
+  if (candidates.length > 0) {
+    choices = candidates.map(convertCandidate);
+  } else {
+    const blockReason = readBlockReason(payload);
+    if (blockReason === undefined) throw malformedResponse();
+    ctx.log.info({ reqId: ctx.requestId, blockReason }, 'Gemini blocked the prompt');
+    const message = { role: 'assistant', content: null, refusal: null };
+    choices = [{ index: 0, message, logprobs: null, finish_reason: 'content_filter' }];
+  }
+  const usage = convertGeminiUsage(payload.usageMetadata);
+  const body = { id: createChatCompletionId(), object: 'chat.completion', created: nowInSeconds(), model: ctx.model.id, choices, usage };
+  return usage === undefined ? { body: JSON.stringify(body) } : { body: JSON.stringify(body), usage };
+}
+
+export async function createGeminiChatCompletion(request: ChatCompletionRequest, ctx: CallContext): Promise<VendorResult> {
+  const response = await postGemini('generateContent', JSON.stringify(buildGeminiRequest(request, ctx)), ctx);
+  if (response.status < 200 || response.status >= 300) throw await readGeminiErrorResponse(response, ctx);
+  const payload = parseJsonObject(await readBodyText(response, ctx));
+  if (payload.error != null && payload.candidates === undefined) throw mapGeminiInlineError(payload, [ctx.channel.apiKey]);
+  return convertGeminiResponse(payload, ctx);
+}

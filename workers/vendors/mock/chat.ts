@@ -1,0 +1,129 @@
+import type { ChatCompletionRequest } from '../../../shared/schemas/chat.js';
+import { countChatPromptTokens, countTextTokens } from '../../../shared/tokens.js';
+import type { CallContext, Usage } from '../types.js';
+import { chatCompletionId, MOCK_SYSTEM_FINGERPRINT, nowInSeconds, toolCallId } from './ids.js';
+import { readMockMarkers, throwIfErrorMarker, type MockMarkers } from './markers.js';
+import { buildChatReplyText, findLastUserText, limitReply } from './reply-text.js';
+import { planToolUse, type PlannedCall } from './tool-calls.js';
+
+export type ChatFinishReason = 'stop' | 'length' | 'tool_calls' | 'function_call';
+
+export interface PlannedToolCall extends PlannedCall {
+  id: string;
+}
+
+/** One choice of the answer, decided up front so the stream and the plain body say the same thing. */
+export interface ChoicePlan {
+  index: number;
+  content: string | null;
+  toolCalls?: PlannedToolCall[];
+  functionCall?: PlannedCall;
+  finishReason: ChatFinishReason;
+  completionTokens: number;
+}
+
+export interface ChatPlan {
+  id: string;
+  created: number;
+  model: string;
+  choices: ChoicePlan[];
+  usage: Usage;
+  markers: MockMarkers;
+}
+
+export function buildUsage(promptTokens: number, completionTokens: number): Usage {
+  return {
+    prompt_tokens: promptTokens,
+    completion_tokens: completionTokens,
+    total_tokens: promptTokens + completionTokens,
+    prompt_tokens_details: { cached_tokens: 0 },
+    completion_tokens_details: { reasoning_tokens: 0 },
+  };
+}
+
+const countCallTokens = (call: PlannedCall) => countTextTokens(call.name) + countTextTokens(call.arguments);
+
+/**
+ * Every choice gets the same answer (the mock is deterministic); only tool
+ * call ids differ per choice. Tool-call arguments are never cut by
+ * max_tokens: a broken call would test the client, not the gateway.
+ */
+function planChoices(request: ChatCompletionRequest, ctx: CallContext): ChoicePlan[] {
+  const choiceCount = request.n ?? 1;
+  const indices = Array.from({ length: choiceCount }, (_, index) => index);
+  const tools = planToolUse(request);
+  if (tools.kind === 'tool_calls') {
+    const completionTokens = tools.calls.reduce((sum, call) => sum + countCallTokens(call), 0);
+    return indices.map((index) => ({
+      index,
+      content: null,
+      toolCalls: tools.calls.map((call, callIndex) => ({ id: toolCallId(ctx.requestId, index, callIndex), ...call })),
+      finishReason: 'tool_calls',
+      completionTokens,
+    }));
+  }
+  if (tools.kind === 'function_call') {
+    const completionTokens = countCallTokens(tools.call);
+    return indices.map((index) => ({ index, content: null, functionCall: tools.call, finishReason: 'function_call', completionTokens }));
+  }
+  const reply = limitReply(buildChatReplyText(request.messages), {
+    stop: request.stop,
+    maxTokens: request.max_completion_tokens ?? request.max_tokens,
+  });
+  return indices.map((index) => ({
+    index,
+    content: reply.text,
+    finishReason: reply.finishReason,
+    completionTokens: reply.completionTokens,
+  }));
+}
+
+/** Decides the whole answer, or throws the failure a `[mock:error:…]` marker asks for. */
+export function planChatCompletion(request: ChatCompletionRequest, ctx: CallContext): ChatPlan {
+  ctx.signal.throwIfAborted();
+  const markers = readMockMarkers([findLastUserText(request.messages)]);
+  throwIfErrorMarker(markers);
+
+  const choices = planChoices(request, ctx);
+  const promptTokens = countChatPromptTokens(request.messages, request.tools ?? request.functions);
+  const completionTokens = choices.reduce((sum, choice) => sum + choice.completionTokens, 0);
+  return {
+    id: chatCompletionId(ctx.requestId),
+    created: nowInSeconds(),
+    model: ctx.upstreamModel,
+    choices,
+    usage: buildUsage(promptTokens, completionTokens),
+    markers,
+  };
+}
+
+function renderMessage(choice: ChoicePlan): Record<string, unknown> {
+  const message: Record<string, unknown> = { role: 'assistant', content: choice.content, refusal: null };
+  if (choice.toolCalls) {
+    message.tool_calls = choice.toolCalls.map((call) => ({
+      id: call.id,
+      type: 'function',
+      function: { name: call.name, arguments: call.arguments },
+    }));
+  }
+  if (choice.functionCall) message.function_call = { ...choice.functionCall };
+  return message;
+}
+
+/** The `chat.completion` body. `logprobs` is always null: the mock has no token probabilities to report. */
+export function renderChatCompletion(plan: ChatPlan): string {
+  return JSON.stringify({
+    id: plan.id,
+    object: 'chat.completion',
+    created: plan.created,
+    model: plan.model,
+    choices: plan.choices.map((choice) => ({
+      index: choice.index,
+      message: renderMessage(choice),
+      logprobs: null,
+      finish_reason: choice.finishReason,
+    })),
+    usage: plan.usage,
+    system_fingerprint: MOCK_SYSTEM_FINGERPRINT,
+  });
+}

@@ -1,0 +1,137 @@
+import { invalidRequest } from '../../../shared/errors.js';
+import type { CompletionRequest } from '../../../shared/schemas/completions.js';
+import { countTextTokens, decodeTokens } from '../../../shared/tokens.js';
+import type { CallContext, StreamEvent, Usage, VendorResult } from '../types.js';
+import { completionId, MOCK_SYSTEM_FINGERPRINT, nowInSeconds } from './ids.js';
+import { readMockMarkers, throwIfErrorMarker, type MockMarkers } from './markers.js';
+import { interleave, pace, resolveChunkDelayMs, sleep } from './pacing.js';
+import { buildCompletionText, limitReply, splitIntoPieces, type TextFinishReason } from './reply-text.js';
+
+/** The legacy endpoint's documented default when `max_tokens` is absent. */
+const DEFAULT_MAX_TOKENS = 16;
+
+interface Prompt {
+  text: string;
+  tokenCount: number;
+}
+
+interface CompletionChoicePlan {
+  index: number;
+  echo: string;
+  text: string;
+  finishReason: TextFinishReason;
+}
+
+interface CompletionPlan {
+  id: string;
+  created: number;
+  model: string;
+  choices: CompletionChoicePlan[];
+  usage: Usage;
+  markers: MockMarkers;
+}
+
+function decodePrompt(tokens: readonly number[]): Prompt {
+  try {
+    return { text: decodeTokens(tokens), tokenCount: tokens.length };
+  } catch {
+    throw invalidRequest('The prompt contains a token id outside the vocabulary.', 'prompt');
+  }
+}
+
+/** `prompt` may be one string, several, one token array or several; each is its own prompt. */
+function readPrompts(prompt: CompletionRequest['prompt']): Prompt[] {
+  if (typeof prompt === 'string') return [{ text: prompt, tokenCount: countTextTokens(prompt) }];
+  if (prompt.length === 0) return [];
+  if (typeof prompt[0] === 'number') return [decodePrompt(prompt as number[])];
+  return (prompt as Array<string | number[]>).map((item) =>
+    typeof item === 'string' ? { text: item, tokenCount: countTextTokens(item) } : decodePrompt(item),
+  );
+}
+
+function planCompletion(request: CompletionRequest, ctx: CallContext): CompletionPlan {
+  ctx.signal.throwIfAborted();
+  const prompts = readPrompts(request.prompt);
+  const markers = readMockMarkers(prompts.map((prompt) => prompt.text));
+  throwIfErrorMarker(markers);
+
+  const choiceCount = request.n ?? 1;
+  const choices: CompletionChoicePlan[] = [];
+  let completionTokens = 0;
+  // `suffix` is ignored: the mock's text does not depend on what follows the insertion point.
+  prompts.forEach((prompt, promptIndex) => {
+    const reply = limitReply(buildCompletionText(prompt.text), {
+      stop: request.stop,
+      maxTokens: request.max_tokens ?? DEFAULT_MAX_TOKENS,
+    });
+    for (let i = 0; i < choiceCount; i++) {
+      // OpenAI numbers choices prompt by prompt: prompt p, choice i is index p * n + i.
+      choices.push({ index: promptIndex * choiceCount + i, echo: request.echo ? prompt.text : '', text: reply.text, finishReason: reply.finishReason });
+      completionTokens += reply.completionTokens;
+    }
+  });
+  const promptTokens = prompts.reduce((sum, prompt) => sum + prompt.tokenCount, 0);
+  return {
+    id: completionId(ctx.requestId),
+    created: nowInSeconds(),
+    model: ctx.upstreamModel,
+    choices,
+    usage: { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens },
+    markers,
+  };
+}
+
+function envelope(plan: CompletionPlan) {
+  return { id: plan.id, object: 'text_completion', created: plan.created, model: plan.model, system_fingerprint: MOCK_SYSTEM_FINGERPRINT };
+}
+
+/** A `text_completion` body. `logprobs` is always null, even when asked for: the mock has no token probabilities. */
+export async function createCompletion(request: CompletionRequest, ctx: CallContext): Promise<VendorResult> {
+  const plan = planCompletion(request, ctx);
+  if (plan.markers.slowMs !== undefined) await sleep(plan.markers.slowMs, ctx.signal);
+  const body = JSON.stringify({
+    ...envelope(plan),
+    choices: plan.choices.map((choice) => ({
+      text: choice.echo + choice.text,
+      index: choice.index,
+      logprobs: null,
+      finish_reason: choice.finishReason,
+    })),
+    usage: plan.usage,
+  });
+  return { body, usage: plan.usage };
+}
+
+interface CompletionChunk {
+  index: number;
+  text: string;
+  finishReason: TextFinishReason | null;
+}
+
+/** The echoed prompt arrives whole, as the model does not generate it; the finish reason rides on a last empty piece. */
+function buildChoiceChunks(choice: CompletionChoicePlan): CompletionChunk[] {
+  const chunks: CompletionChunk[] = [];
+  if (choice.echo) chunks.push({ index: choice.index, text: choice.echo, finishReason: null });
+  for (const piece of splitIntoPieces(choice.text)) chunks.push({ index: choice.index, text: piece, finishReason: null });
+  chunks.push({ index: choice.index, text: '', finishReason: choice.finishReason });
+  return chunks;
+}
+
+function* renderChunks(plan: CompletionPlan): Generator<StreamEvent> {
+  const base = envelope(plan);
+  for (const chunk of interleave(plan.choices.map(buildChoiceChunks))) {
+    const choice = { text: chunk.text, index: chunk.index, logprobs: null, finish_reason: chunk.finishReason };
+    yield { data: JSON.stringify({ ...base, choices: [choice] }) };
+  }
+}
+
+/** Every chunk is a whole `text_completion` object holding only the new text; a `choices: []` usage chunk ends it. */
+export async function* streamCompletion(request: CompletionRequest, ctx: CallContext): AsyncGenerator<StreamEvent> {
+  const plan = planCompletion(request, ctx);
+  const usageChunk: StreamEvent = {
+    data: JSON.stringify({ ...envelope(plan), choices: [], usage: plan.usage }),
+    usage: plan.usage,
+    usageOnly: true,
+  };
+  yield* pace(renderChunks(plan), usageChunk, resolveChunkDelayMs(plan.markers.slowMs), ctx.signal);
+}

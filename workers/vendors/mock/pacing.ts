@@ -1,0 +1,55 @@
+const DEFAULT_CHUNK_DELAY_MS = 20;
+
+/** Read per call, so tests and operators can change the pace without a restart. */
+export function resolveChunkDelayMs(slowMs: number | undefined): number {
+  if (slowMs !== undefined) return slowMs;
+  const configured = Number.parseInt(process.env.MOCK_STREAM_DELAY_MS ?? '', 10);
+  return Number.isFinite(configured) && configured >= 0 ? configured : DEFAULT_CHUNK_DELAY_MS;
+}
+
+/**
+ * Waits, but gives up the moment the call is cancelled, rejecting with the
+ * signal's own reason so the worker sees exactly why it stopped.
+ */
+export function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  if (ms <= 0) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    };
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/**
+ * Yields events with a pause before each one but the first, as a model's
+ * tokens arrive over time. `tail` follows the last event without a pause: a
+ * vendor sends its usage chunk together with the finish chunk, and a cancel
+ * after the finish should still leave the usage for billing.
+ */
+export async function* pace<T>(events: Iterable<T>, tail: T, delayMs: number, signal: AbortSignal): AsyncGenerator<T> {
+  let first = true;
+  for (const event of events) {
+    if (!first) await sleep(delayMs, signal);
+    first = false;
+    yield event;
+  }
+  yield tail;
+}
+
+/** With n > 1 a vendor interleaves choices; round-robin keeps each choice's own order. */
+export function* interleave<T>(lists: readonly T[][]): Generator<T> {
+  const longest = lists.reduce((max, list) => Math.max(max, list.length), 0);
+  for (let position = 0; position < longest; position++) {
+    for (const list of lists) {
+      const item = list[position];
+      if (item !== undefined) yield item;
+    }
+  }
+}

@@ -1,0 +1,226 @@
+import { FormData } from 'undici';
+import { GatewayError, isGatewayError } from '../../../shared/errors.js';
+import type { BlobRef, MediaAdapter, MediaContext, VideoInput, VideoResult } from '../media-types.js';
+import {
+  getVendor,
+  joinUrl,
+  malformedResponse,
+  mapTransportError,
+  parseJsonObject,
+  readBodyText,
+  type VendorResponse,
+} from '../http.js';
+import { scrubSecrets } from '../vendor-errors.js';
+import { postOpenAI } from './api.js';
+import { readOpenAIError } from './create-openai-result.js';
+import { postOpenAIForm } from './post-openai-form.js';
+import { readUploadPart, uploadFilename } from './transcriptions.js';
+
+/** The fields of a `VideoResource` this adapter reads; the rest may change freely. */
+interface OpenAIVideo {
+  id: string;
+  status: string;
+  progress: number | null;
+  error: { code: string | null; message: string | null } | null;
+}
+
+/** What a worker that restarts mid-job finds in the job's checkpoint. */
+interface VideoCheckpoint extends Record<string, unknown> {
+  openaiVideoId?: unknown;
+}
+
+const DEFAULT_POLL_INTERVAL_MS = 2_000;
+/** Polls in a row that may fail transiently before the job gives up (and is retried, resuming the same video). */
+const MAX_POLL_FAILURES = 5;
+const FALLBACK_SIZE = '720x1280';
+const FALLBACK_SECONDS = '4';
+// Sora reports blocked output under codes like `moderation_blocked`; those are the prompt's fault, not ours.
+const POLICY_CODE = /moderation|policy|safety|blocked/i;
+
+// Read on every job, not at import: tests and operators set it after the module loads.
+function readPollIntervalMs(): number {
+  const raw = process.env.VIDEO_POLL_INTERVAL_MS?.trim();
+  const value = Number(raw);
+  return raw && Number.isFinite(value) && value >= 0 ? value : DEFAULT_POLL_INTERVAL_MS;
+}
+
+/** Waits between polls; a cancel ends the wait at once with the signal's own reason. */
+function wait(ms: number, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise((resolve, reject) => {
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    };
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+function getOpenAI(path: string, ctx: MediaContext, accept?: string): Promise<VendorResponse> {
+  const headers: Record<string, string> = accept === undefined ? {} : { accept };
+  if (ctx.channel.apiKey) headers.authorization = `Bearer ${ctx.channel.apiKey}`;
+  return getVendor(joinUrl(ctx.channel.baseUrl, path), headers, ctx);
+}
+
+function readVideo(text: string): OpenAIVideo {
+  const fields = parseJsonObject(text);
+  const { id, status, progress, error } = fields;
+  if (typeof id !== 'string' || id === '' || typeof status !== 'string') throw malformedResponse();
+  let failure: OpenAIVideo['error'] = null;
+  if (typeof error === 'object' && error !== null) {
+    const { code, message } = error as Record<string, unknown>;
+    failure = { code: typeof code === 'string' ? code : null, message: typeof message === 'string' ? message : null };
+  }
+  const percent = typeof progress === 'number' && Number.isFinite(progress) ? progress : null;
+  return { id, status, progress: percent, error: failure };
+}
+
+/** Catalog aliases (`sora-2-landscape`) route to `sora-2` with their own default size, so the alias's default wins. */
+function resolveSize(input: VideoInput, ctx: MediaContext): string {
+  if (input.size) return input.size;
+  return typeof ctx.model.default_size === 'string' ? ctx.model.default_size : FALLBACK_SIZE;
+}
+
+async function createVideo(input: VideoInput, ctx: MediaContext): Promise<OpenAIVideo> {
+  const fields = {
+    model: ctx.upstreamModel,
+    prompt: input.prompt,
+    seconds: input.seconds || FALLBACK_SECONDS,
+    size: resolveSize(input, ctx),
+  };
+  let response: VendorResponse;
+  if (input.input_reference === undefined) {
+    response = await postOpenAI('/videos', JSON.stringify(fields), ctx, 'application/json');
+  } else {
+    // A reference image travels as a file part; JSON could only carry it as a URL.
+    const form = new FormData();
+    for (const [name, value] of Object.entries(fields)) form.append(name, value);
+    const reference: BlobRef = input.input_reference;
+    form.append('input_reference', await readUploadPart(reference, ctx), uploadFilename(reference, 'reference'));
+    response = await postOpenAIForm('/videos', form, ctx);
+  }
+  if (response.status < 200 || response.status >= 300) throw await readOpenAIError(response, ctx);
+  return readVideo(await readBodyText(response, ctx));
+}
+
+async function retrieveVideo(id: string, ctx: MediaContext): Promise<OpenAIVideo> {
+  const response = await getOpenAI(`/videos/${encodeURIComponent(id)}`, ctx, 'application/json');
+  if (response.status === 404) {
+    // The generic mapping would call this a missing model. The video is gone (expired or deleted
+    // upstream); a retry would resume the same id from the checkpoint and find it gone again.
+    await readBodyText(response, ctx).catch(() => '');
+    throw new GatewayError(502, 'The upstream vendor no longer knows this video job.', {
+      type: 'server_error',
+      code: 'vendor_job_lost',
+      retryable: false,
+    });
+  }
+  if (response.status < 200 || response.status >= 300) throw await readOpenAIError(response, ctx);
+  return readVideo(await readBodyText(response, ctx));
+}
+
+/** One poll, riding out a few transient failures: a long render should not burn job attempts on network blips. */
+async function pollVideo(id: string, ctx: MediaContext): Promise<OpenAIVideo> {
+  for (let failures = 1; ; failures += 1) {
+    try {
+      return await retrieveVideo(id, ctx);
+    } catch (error) {
+      const transient = isGatewayError(error) && error.retryable && !ctx.signal.aborted;
+      if (!transient || failures >= MAX_POLL_FAILURES) throw error;
+      ctx.log.warn({ err: error, videoId: id, failures }, 'video poll failed; polling again');
+      await wait(Math.max(readPollIntervalMs(), error.retryAfterMs ?? 0), ctx.signal);
+    }
+  }
+}
+
+interface Download {
+  bytes: Buffer;
+  contentType: string | undefined;
+}
+
+async function downloadContent(id: string, variant: 'video' | 'thumbnail', ctx: MediaContext): Promise<Download> {
+  const query = variant === 'video' ? '' : `?variant=${variant}`;
+  const response = await getOpenAI(`/videos/${encodeURIComponent(id)}/content${query}`, ctx);
+  if (response.status < 200 || response.status >= 300) throw await readOpenAIError(response, ctx);
+  let bytes: Buffer;
+  try {
+    bytes = Buffer.from(await response.body.arrayBuffer());
+  } catch (error) {
+    throw mapTransportError(error, ctx);
+  }
+  const contentType = response.headers['content-type'];
+  return { bytes, contentType: Array.isArray(contentType) ? contentType[0] : contentType };
+}
+
+function videoFailed(video: OpenAIVideo, ctx: MediaContext): GatewayError {
+  const code = video.error?.code ?? null;
+  const detail = video.error?.message ? scrubSecrets(video.error.message, [ctx.channel.apiKey]) : 'no reason given';
+  if (code !== null && POLICY_CODE.test(code)) {
+    return new GatewayError(400, detail, {
+      type: 'invalid_request_error',
+      code: 'content_policy_violation',
+      param: 'prompt',
+    });
+  }
+  // Not retried by the gateway: the vendor already spent a render on it and a failed render
+  // usually fails again; the client decides whether another try is worth it.
+  return new GatewayError(500, `Video generation failed upstream (${detail}). You can retry the request.`, {
+    type: 'server_error',
+    code: 'video_generation_failed',
+    retryable: false,
+    cause: { videoId: video.id, code },
+  });
+}
+
+/**
+ * Sora: create once, then poll until the render ends. The vendor's video id
+ * is checkpointed before the first poll, so a worker that dies mid-render is
+ * followed by one that polls the same video instead of paying for a second.
+ */
+export async function generateVideoWithOpenAI(input: VideoInput, ctx: MediaContext): Promise<VideoResult> {
+  const saved = ctx.checkpoint.read<VideoCheckpoint>()?.openaiVideoId;
+  let video: OpenAIVideo;
+  if (typeof saved === 'string' && saved !== '') {
+    ctx.log.info({ videoId: saved }, 'resuming upstream video job');
+    video = await pollVideo(saved, ctx);
+  } else {
+    video = await createVideo(input, ctx);
+    await ctx.checkpoint.write({ openaiVideoId: video.id });
+  }
+
+  let reported: number | undefined;
+  while (video.status !== 'completed') {
+    if (video.status === 'failed') throw videoFailed(video, ctx);
+    const percent = video.progress === null ? undefined : Math.max(0, Math.min(100, Math.round(video.progress)));
+    if (percent !== undefined && percent !== reported) {
+      await ctx.progress(percent);
+      reported = percent;
+    }
+    await wait(readPollIntervalMs(), ctx.signal);
+    video = await pollVideo(video.id, ctx);
+  }
+  if (reported !== 100) await ctx.progress(100);
+
+  const content = await downloadContent(video.id, 'video', ctx);
+  const folder = `videos/${ctx.requestId}`;
+  const result: VideoResult = { video: await ctx.blobs.put(`${folder}/video.mp4`, content.bytes, 'video/mp4') };
+  try {
+    // The preview is a nicety: without it the client still has its video.
+    const thumbnail = await downloadContent(video.id, 'thumbnail', ctx);
+    const contentType = thumbnail.contentType ?? 'image/webp';
+    const extension = contentType.includes('png') ? 'png' : contentType.includes('jpeg') ? 'jpg' : 'webp';
+    result.thumbnail = await ctx.blobs.put(`${folder}/thumbnail.${extension}`, thumbnail.bytes, contentType);
+  } catch (error) {
+    if (ctx.signal.aborted) throw error;
+    ctx.log.warn({ err: error, videoId: video.id }, 'video thumbnail unavailable');
+  }
+  return result;
+}
+
+export const openaiVideos: MediaAdapter = {
+  generateVideo: generateVideoWithOpenAI,
+};

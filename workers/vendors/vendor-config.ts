@@ -1,0 +1,143 @@
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+import type { Channel, OpenAICompatQuirks } from './types.js';
+
+/**
+ * Which vendors exist, which wire protocol each speaks, and how each is
+ * configured from the environment. Data only: the api reads it to list
+ * available models, the workers to find a channel.
+ */
+export type Protocol = 'openai' | 'anthropic' | 'gemini' | 'bfl' | 'mock';
+
+export interface VendorDefinition {
+  name: string;
+  protocol: Protocol;
+  /** `<PREFIX>_API_KEY`, `<PREFIX>_BASE_URL`, `<PREFIX>_MAX_CONCURRENCY`, `<PREFIX>_RPM`. */
+  envPrefix: string;
+  /** OpenAI-style base URLs include the version path; Anthropic's and Gemini's do not (as their SDKs'). */
+  defaultBaseUrl: string;
+  /** How this OpenAI-compatible vendor differs from OpenAI, as data. */
+  quirks?: OpenAICompatQuirks;
+}
+
+export const vendorDefinitions: readonly VendorDefinition[] = [
+  { name: 'openai', protocol: 'openai', envPrefix: 'OPENAI', defaultBaseUrl: 'https://api.openai.com/v1' },
+  { name: 'anthropic', protocol: 'anthropic', envPrefix: 'ANTHROPIC', defaultBaseUrl: 'https://api.anthropic.com' },
+  { name: 'google', protocol: 'gemini', envPrefix: 'GEMINI', defaultBaseUrl: 'https://generativelanguage.googleapis.com' },
+  {
+    name: 'deepseek',
+    protocol: 'openai',
+    envPrefix: 'DEEPSEEK',
+    defaultBaseUrl: 'https://api.deepseek.com/v1',
+    quirks: { unsupportedParams: ['n', 'seed', 'parallel_tool_calls', 'service_tier', 'store', 'metadata'], renameParams: { max_completion_tokens: 'max_tokens' } },
+  },
+  {
+    name: 'xai',
+    protocol: 'openai',
+    envPrefix: 'XAI',
+    defaultBaseUrl: 'https://api.x.ai/v1',
+    quirks: { unsupportedParams: ['service_tier', 'store', 'metadata'] },
+  },
+  { name: 'bfl', protocol: 'bfl', envPrefix: 'BFL', defaultBaseUrl: 'https://api.bfl.ai' },
+  { name: 'mock', protocol: 'mock', envPrefix: 'MOCK', defaultBaseUrl: '' },
+];
+
+/** A channel as the router sees it: credentials plus a stable id (never the key) and a weight. */
+export interface ChannelConfig extends Channel {
+  id: string;
+  weight: number;
+}
+
+type Env = Record<string, string | undefined>;
+
+function keysOf(env: Env, prefix: string): string[] {
+  return (env[`${prefix}_API_KEY`] ?? '')
+    .split(',')
+    .map((k) => k.trim())
+    .filter(Boolean);
+}
+
+/** Identifies a channel in logs and in Redis without revealing its key. */
+export function channelId(vendor: string, baseUrl: string, apiKey: string): string {
+  return `${vendor}:${createHash('sha256').update(`${baseUrl}\n${apiKey}`).digest('hex').slice(0, 12)}`;
+}
+
+/** The mock vendor serves when asked (`MOCK_VENDOR=on`), or by default when no real vendor has a key. */
+export function isMockEnabled(env: Env): boolean {
+  const setting = (env.MOCK_VENDOR ?? 'auto').toLowerCase();
+  if (['on', 'true', '1', 'yes'].includes(setting)) return true;
+  if (['off', 'false', '0', 'no'].includes(setting)) return false;
+  return !env.CHANNELS_FILE && vendorDefinitions.every((v) => v.protocol === 'mock' || keysOf(env, v.envPrefix).length === 0);
+}
+
+const channelsFileSchema = z.object({
+  channels: z.array(
+    z.object({
+      vendor: z.string().min(1),
+      /** Needed only for a vendor not built in (any OpenAI-compatible host, say). */
+      protocol: z.enum(['openai', 'anthropic', 'gemini', 'bfl']).optional(),
+      baseUrl: z.string().url().optional(),
+      apiKey: z.string().default(''),
+      weight: z.number().positive().default(1),
+    }),
+  ),
+});
+
+/** Vendors declared only in the channels file (protocol given there). */
+export function extraVendors(env: Env): VendorDefinition[] {
+  if (!env.CHANNELS_FILE) return [];
+  const extra = new Map<string, VendorDefinition>();
+  for (const channel of readChannelsFile(env.CHANNELS_FILE)) {
+    if (vendorDefinitions.some((v) => v.name === channel.vendor) || extra.has(channel.vendor)) continue;
+    if (!channel.protocol || !channel.baseUrl) {
+      throw new Error(`CHANNELS_FILE: vendor "${channel.vendor}" is not built in, so it needs "protocol" and "baseUrl"`);
+    }
+    extra.set(channel.vendor, {
+      name: channel.vendor,
+      protocol: channel.protocol,
+      envPrefix: channel.vendor.toUpperCase().replace(/[^A-Z0-9]/g, '_'),
+      defaultBaseUrl: channel.baseUrl,
+    });
+  }
+  return [...extra.values()];
+}
+
+function readChannelsFile(path: string) {
+  return channelsFileSchema.parse(JSON.parse(readFileSync(path, 'utf8'))).channels;
+}
+
+/**
+ * Every usable channel per vendor name: from `<VENDOR>_API_KEY` (comma-separated
+ * keys, weight 1 each) and from `CHANNELS_FILE` (`{"channels":[{vendor, baseUrl?, apiKey, weight?, protocol?}]}`).
+ */
+export function resolveChannels(env: Env): Map<string, ChannelConfig[]> {
+  const channels = new Map<string, ChannelConfig[]>();
+  const add = (definition: VendorDefinition, baseUrl: string, apiKey: string, weight: number) => {
+    const list = channels.get(definition.name) ?? [];
+    const channel: ChannelConfig = { vendor: definition.name, baseUrl, apiKey, id: channelId(definition.name, baseUrl, apiKey), weight };
+    if (definition.quirks) channel.quirks = definition.quirks;
+    list.push(channel);
+    channels.set(definition.name, list);
+  };
+  const definitions = [...vendorDefinitions, ...extraVendors(env)];
+  for (const vendor of definitions) {
+    if (vendor.protocol === 'mock') {
+      if (isMockEnabled(env)) add(vendor, '', '', 1);
+      continue;
+    }
+    const baseUrl = (env[`${vendor.envPrefix}_BASE_URL`] || vendor.defaultBaseUrl).replace(/\/+$/, '');
+    for (const apiKey of keysOf(env, vendor.envPrefix)) add(vendor, baseUrl, apiKey, 1);
+  }
+  if (env.CHANNELS_FILE) {
+    for (const entry of readChannelsFile(env.CHANNELS_FILE)) {
+      const definition = definitions.find((v) => v.name === entry.vendor)!;
+      add(definition, (entry.baseUrl ?? definition.defaultBaseUrl).replace(/\/+$/, ''), entry.apiKey, entry.weight);
+    }
+  }
+  return channels;
+}
+
+export function vendorDefinition(name: string, env: Env = {}): VendorDefinition | undefined {
+  return vendorDefinitions.find((v) => v.name === name) ?? extraVendors(env).find((v) => v.name === name);
+}

@@ -1,0 +1,92 @@
+import { UnrecoverableError, Worker, type Job } from 'bullmq';
+import type { Config } from '../shared/config.js';
+import type { Logger } from '../shared/logger.js';
+import { createRedis } from '../shared/redis.js';
+import { loadCatalog } from '../shared/catalog.js';
+import { GatewayError } from '../shared/errors.js';
+import { cancelChannel, type GatewayJobData, type GatewayJobResult } from '../shared/queues.js';
+import { CancelRegistry } from './cancel-registry.js';
+import { createProcessor, retryDelay } from './processor.js';
+import { ReplyPublisher } from './reply-publisher.js';
+import { ChannelRouter } from './channel-router.js';
+import { slotFreedChannel, VendorLimiter } from './vendor-limiter.js';
+import { createBlobStore } from '../storage/create-blob-store.js';
+import { resolveUrlSecret } from '../storage/blob-urls.js';
+import { publishJobEvent } from './media-processor.js';
+import { closeVendorAgent } from './vendors/http.js';
+
+export interface WorkerPool {
+  /** Stop taking jobs, finish the running ones, close connections. */
+  close(): Promise<void>;
+}
+
+/** One BullMQ worker per queue this process serves, sharing one cancel subscription. */
+export async function startWorkers(config: Config, log: Logger, env = process.env): Promise<WorkerPool> {
+  const redis = createRedis(config.redisUrl, { connectionName: 'worker' });
+  const subscriber = createRedis(config.redisUrl, { connectionName: 'worker-cancel' });
+  const cancels = new CancelRegistry();
+  const limiter = new VendorLimiter(redis, env);
+  subscriber.on('message', (channel: string, message: string) => {
+    if (channel === slotFreedChannel) limiter.slotFreed(message);
+    else cancels.cancel(message);
+  });
+  await subscriber.subscribe(cancelChannel, slotFreedChannel);
+  limiter.listening();
+
+  const answered = new Set<string>();
+  const catalog = loadCatalog(config.catalogFile);
+  const router = new ChannelRouter(redis, catalog, log, env);
+  await router.start();
+  const processor = createProcessor({
+    config,
+    redis,
+    catalog,
+    router,
+    limiter,
+    cancels,
+    log,
+    answered,
+    media: { config, redis, blobs: createBlobStore(config, env), urlSecret: await resolveUrlSecret(redis, config.blobUrlSecret) },
+  });
+
+  const workers = config.workerQueues.map((name) => {
+    const worker = new Worker<GatewayJobData, GatewayJobResult>(name, processor, {
+      connection: redis,
+      concurrency: config.concurrency[name],
+      lockDuration: config.workerLockMs,
+      stalledInterval: Math.max(500, Math.floor(config.workerLockMs / 2)),
+      maxStalledCount: 1,
+      settings: {
+        backoffStrategy: (attemptsMade: number, _type?: string, error?: Error) =>
+          retryDelay(config, Math.max(0, attemptsMade - 1), error instanceof GatewayError ? error : new GatewayError(500, 'retry')),
+      },
+    });
+    worker.on('failed', (job, error) => void answerFinalFailure(job, error));
+    worker.on('error', (error) => log.error({ err: error, queue: name }, 'worker error'));
+    return worker;
+  });
+
+  // A job can fail without its processor answering (e.g. it stalled: its worker died twice).
+  // Whoever sees the final failure tells the waiting api, so no client waits for its deadline.
+  async function answerFinalFailure(job: Job<GatewayJobData> | undefined, error: Error): Promise<void> {
+    if (!job) return;
+    const requestId = job.data.requestId;
+    if (answered.delete(requestId)) return;
+    const final = error instanceof UnrecoverableError || job.attemptsMade >= (job.opts.attempts ?? 1) || /stalled/i.test(error.message);
+    if (!final || error.message.includes('client closed')) return;
+    const wire = new GatewayError(502, 'The request could not be completed: its worker was lost. Retry the request.', {
+      code: 'worker_lost',
+    }).toWire();
+    if (job.data.async) await publishJobEvent(redis, requestId, { type: 'failed', status: 'failed', error: wire.error }).catch(() => undefined);
+    else await new ReplyPublisher(redis, job.data.replyTo, requestId).error(wire).catch(() => undefined);
+  }
+
+  log.info({ queues: config.workerQueues, concurrency: config.concurrency }, 'workers started');
+  return {
+    async close() {
+      await Promise.allSettled(workers.map((w) => w.close()));
+      router.stop();
+      await Promise.allSettled([subscriber.quit(), redis.quit(), closeVendorAgent()] as Promise<unknown>[]);
+    },
+  };
+}
