@@ -1,0 +1,47 @@
+import type { Middleware } from 'koa';
+import { GatewayError, serverError } from '../../shared/errors.js';
+import type { Logger } from '../../shared/logger.js';
+
+/**
+ * Renders every failure as the OpenAI error body. Only what was unexpected is
+ * logged as an error; a client's mistake is logged at debug.
+ */
+export function errorHandler(log: Logger): Middleware {
+  return async (ctx, next) => {
+    try {
+      await next();
+      if (ctx.status === 404 && ctx.body === undefined && ctx.respond !== false) {
+        throw new GatewayError(404, `Unknown request URL: ${ctx.method} ${ctx.path}.`, { code: 'unknown_url' });
+      }
+    } catch (caught) {
+      const error = toGatewayError(caught);
+      const requestLog: Logger = ctx.state.log ?? log;
+      if (error.status >= 500) requestLog.error({ err: caught }, error.message);
+      else requestLog.debug({ status: error.status, code: error.code }, error.message);
+      if (ctx.headerSent || ctx.respond === false) return;
+      ctx.status = error.status;
+      ctx.set(error.headers);
+      ctx.body = error.toBody();
+    }
+  };
+}
+
+const redisUnavailable = /MaxRetriesPerRequest|Connection is closed|ECONNREFUSED|ECONNRESET|Stream isn't writeable/;
+
+function toGatewayError(caught: unknown): GatewayError {
+  if (caught instanceof GatewayError) return caught;
+  const text = `${(caught as Error)?.name} ${(caught as Error)?.message}`;
+  if (redisUnavailable.test(text)) {
+    return new GatewayError(503, 'The gateway cannot reach its queue right now; retry shortly.', {
+      code: 'queue_unavailable',
+      headers: { 'retry-after': '1' },
+      cause: caught,
+    });
+  }
+  // Koa and Node raise HttpErrors (e.g. a malformed URL); keep their status when it is a client error.
+  const status = (caught as { status?: number }).status;
+  if (typeof status === 'number' && status >= 400 && status < 500) {
+    return new GatewayError(status, (caught as Error).message || 'Bad request.');
+  }
+  return serverError(undefined, caught);
+}

@@ -1,0 +1,316 @@
+import type { ServerResponse } from 'node:http';
+import type { Context } from 'koa';
+import type { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { Logger } from '../shared/logger.js';
+import type { Config } from '../shared/config.js';
+import type { Endpoint } from '../shared/catalog.js';
+import { GatewayError, timeoutError, type WireError } from '../shared/errors.js';
+import {
+  cancelChannel,
+  asyncJobKey,
+  payloadKey,
+  queueForEndpoint,
+  type GatewayJobData,
+  type GatewayJobResult,
+  type QueueName,
+} from '../shared/queues.js';
+import type { ReplyMessage } from '../shared/reply.js';
+import type { Backpressure } from './backpressure.js';
+import type { ReplyHub } from './reply-hub.js';
+
+export interface RelayDeps {
+  config: Config;
+  redis: Redis;
+  queues: Map<QueueName, Queue>;
+  hub: ReplyHub;
+  backpressure: Backpressure;
+}
+
+export interface RelayRequest {
+  endpoint: Endpoint;
+  model: string;
+  keyId: string;
+  body: Record<string, unknown>;
+  stream: boolean;
+  /** Answer 202 at once; the result is read from `GET /v1/jobs/{id}`. */
+  async?: boolean;
+  /** Content type of the final body (JSON unless said). */
+  contentType?: string;
+  /** Job id when it is not the request id (videos). */
+  jobId?: string;
+}
+
+/** Where an async job can be found, and whose it is. */
+export interface AsyncJobRecord {
+  queue: QueueName;
+  keyId: string;
+  endpoint: Endpoint;
+  model: string;
+  created: number;
+  contentType?: string;
+  /** The request, for resources that echo it (videos). */
+  request?: Record<string, unknown>;
+}
+
+
+/** `Prefer: respond-async` (RFC 7240) asks for a 202 and a job to poll. */
+export function prefersAsync(prefer: string | undefined): boolean {
+  return !!prefer && prefer.split(/[,;]/).some((token) => token.trim().toLowerCase() === 'respond-async');
+}
+
+const sseHeaders = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache',
+  connection: 'keep-alive',
+  'x-accel-buffering': 'no',
+};
+
+/**
+ * Enqueues a validated request and answers the client from the reply channel:
+ * the final body for a plain request, the chunks as SSE for a stream.
+ */
+export async function relay(ctx: Context, deps: RelayDeps, request: RelayRequest): Promise<void> {
+  const { config, queues, hub, backpressure } = deps;
+  const requestId: string = ctx.state.requestId;
+  const log: Logger = ctx.state.log;
+  const queueName = queueForEndpoint[request.endpoint];
+  const queue = queues.get(queueName);
+  if (!queue) throw new GatewayError(503, `The ${queueName} capability is not served here.`, { code: 'overloaded' });
+  backpressure.admit(queueName);
+
+  const deadline = Date.now() + config.deadlineMs[queueName];
+  const jobId = request.jobId ?? requestId;
+  const data: GatewayJobData = {
+    requestId: jobId,
+    replyTo: hub.channel,
+    keyId: request.keyId,
+    endpoint: request.endpoint,
+    model: request.model,
+    stream: request.stream,
+    deadline,
+  };
+  if (request.endpoint.startsWith('images.')) {
+    // Koa honours X-Forwarded-Proto/Host (proxy mode), so links work behind a load balancer too.
+    data.baseUrl = config.publicBaseUrl ?? `${ctx.protocol}://${ctx.host}`;
+  }
+  const serialized = JSON.stringify(request.body);
+  if (serialized.length > config.inlinePayloadBytes) {
+    await deps.redis.set(payloadKey(jobId), serialized, 'PX', config.deadlineMs[queueName] + 60_000);
+  } else {
+    data.payload = request.body;
+  }
+
+  if (request.async) {
+    data.async = true;
+    const record: AsyncJobRecord = {
+      queue: queueName,
+      keyId: request.keyId,
+      endpoint: request.endpoint,
+      model: request.model,
+      created: Math.floor(Date.now() / 1000),
+      ...(request.contentType ? { contentType: request.contentType } : {}),
+      ...(request.endpoint === 'videos' ? { request: request.body } : {}),
+    };
+    const ttl = config.asyncResultTtlSeconds;
+    await deps.redis.set(asyncJobKey(jobId), JSON.stringify(record), 'EX', ttl);
+    await queue.add(request.endpoint, data, {
+      jobId,
+      attempts: config.jobAttempts,
+      backoff: { type: 'gateway' },
+      removeOnComplete: { age: ttl },
+      removeOnFail: { age: ttl },
+    });
+    ctx.status = 202;
+    ctx.set('location', `/v1/jobs/${jobId}`);
+    ctx.body = { id: jobId, object: 'job', status: 'queued', created: record.created };
+    return;
+  }
+
+  const exchange = request.stream
+    ? new StreamExchange(ctx, deps, jobId, queue, log)
+    : new PlainExchange(ctx, deps, jobId, queue, log, request.contentType);
+  hub.register(jobId, exchange);
+  try {
+    await queue.add(request.endpoint, data, {
+      jobId,
+      attempts: config.jobAttempts,
+      backoff: { type: 'gateway' },
+      removeOnComplete: { age: 60, count: 1000 },
+      removeOnFail: { age: 3600, count: 5000 },
+    });
+    await exchange.run(deadline);
+  } finally {
+    hub.unregister(jobId);
+  }
+}
+
+abstract class Exchange {
+  lastSeq = 0;
+  protected settled = false;
+  private finish!: () => void;
+  private fail!: (error: unknown) => void;
+  protected readonly finished = new Promise<void>((resolve, reject) => {
+    this.finish = resolve;
+    this.fail = reject;
+  });
+  protected readonly res: ServerResponse;
+
+  constructor(
+    protected readonly ctx: Context,
+    protected readonly deps: RelayDeps,
+    protected readonly requestId: string,
+    protected readonly queue: Queue,
+    protected readonly log: Logger,
+  ) {
+    this.res = ctx.res;
+  }
+
+  abstract readonly stream: boolean;
+  abstract deliver(message: ReplyMessage): void;
+
+  async run(deadline: number): Promise<void> {
+    const onClose = () => {
+      if (!this.settled && !this.res.writableFinished) void this.cancel();
+    };
+    this.res.once('close', onClose);
+    const timer = setTimeout(() => this.timeout(), Math.max(0, deadline - Date.now()) + 1000);
+    try {
+      await this.finished;
+    } finally {
+      clearTimeout(timer);
+      this.res.off('close', onClose);
+    }
+  }
+
+  protected settle(error?: unknown): void {
+    if (this.settled) return;
+    this.settled = true;
+    if (error === undefined) this.finish();
+    else this.fail(error);
+  }
+
+  protected timeout(): void {
+    this.log.warn('request deadline passed without an answer');
+    this.failWith(timeoutError());
+    void this.cancel();
+  }
+
+  protected abstract failWith(error: GatewayError): void;
+
+  /** Client gone: drop the job if nobody took it yet, else tell the worker holding it to stop. */
+  private async cancel(): Promise<void> {
+    this.settle();
+    try {
+      const removed = await this.queue.remove(this.requestId);
+      if (removed !== 1) await this.deps.redis.publish(cancelChannel, this.requestId);
+      this.log.info({ removed: removed === 1 }, 'client left; request cancelled');
+    } catch (error) {
+      this.log.warn({ err: error }, 'could not cancel request');
+    }
+  }
+
+  /** After a subscriber reconnect: a finished job whose `done` we missed is answered from its return value. */
+  reconcile(): void {
+    void (async () => {
+      const job = await this.queue.getJob(this.requestId);
+      if (!job || this.settled) return;
+      const state = await job.getState();
+      if (state === 'completed') {
+        const result = job.returnvalue as GatewayJobResult | undefined;
+        if (result?.body !== undefined) this.deliver({ kind: 'done', requestId: this.requestId, seq: 0, payload: result.body });
+        else if (result?.bodyRef) this.deliver({ kind: 'done-ref', requestId: this.requestId, seq: 0, payload: result.bodyRef });
+      } else if (state === 'failed' && this.stream) {
+        this.failWith(new GatewayError(502, 'The request failed while the gateway was reconnecting.', { code: 'server_error' }));
+      }
+    })().catch((error) => this.log.warn({ err: error }, 'reconcile failed'));
+  }
+}
+
+class PlainExchange extends Exchange {
+  readonly stream = false;
+
+  constructor(ctx: Context, deps: RelayDeps, requestId: string, queue: Queue, log: Logger, private readonly contentType = 'application/json') {
+    super(ctx, deps, requestId, queue, log);
+  }
+
+  deliver(message: ReplyMessage): void {
+    if (this.settled) return;
+    if (message.kind === 'done') this.respond(message.payload);
+    else if (message.kind === 'done-ref') {
+      this.deps.redis.getdel(message.payload).then(
+        (body) => (body === null ? this.failWith(new GatewayError(502, 'The result expired before it was read.')) : this.respond(body)),
+        (error) => this.settle(error),
+      );
+    } else if (message.kind === 'error') this.failWith(GatewayError.fromWire(JSON.parse(message.payload) as WireError));
+  }
+
+  private respond(body: string): void {
+    if (this.settled) return;
+    this.ctx.type = this.contentType;
+    this.ctx.body = body;
+    this.settle();
+  }
+
+  protected failWith(error: GatewayError): void {
+    this.settle(error);
+  }
+}
+
+class StreamExchange extends Exchange {
+  readonly stream = true;
+  private headersSent = false;
+  private keepAlive: NodeJS.Timeout | undefined;
+
+  override async run(deadline: number): Promise<void> {
+    // Headers wait for the first chunk so that an error before any output is a
+    // plain HTTP error; a long wait in the queue sends them early with keep-alives.
+    this.keepAlive = setInterval(() => {
+      this.sendHeaders();
+      this.res.write(': keep-alive\n\n');
+    }, this.deps.config.sseKeepAliveMs);
+    try {
+      await super.run(deadline);
+    } finally {
+      clearInterval(this.keepAlive);
+    }
+  }
+
+  private sendHeaders(): void {
+    if (this.headersSent) return;
+    this.headersSent = true;
+    this.ctx.respond = false;
+    this.res.writeHead(200, { ...sseHeaders, 'x-request-id': this.requestId });
+  }
+
+  deliver(message: ReplyMessage): void {
+    if (this.settled) return;
+    switch (message.kind) {
+      case 'chunk':
+        this.sendHeaders();
+        this.res.write(message.payload);
+        break;
+      case 'done':
+        this.sendHeaders();
+        this.res.end(message.payload);
+        this.settle();
+        break;
+      case 'error':
+        this.failWith(GatewayError.fromWire(JSON.parse(message.payload) as WireError));
+        break;
+      default:
+        break;
+    }
+  }
+
+  protected failWith(error: GatewayError): void {
+    if (this.settled) return;
+    if (!this.headersSent) {
+      this.settle(error);
+      return;
+    }
+    // Output already started: the stream ends with an error event, as OpenAI's do.
+    this.res.end(`data: ${JSON.stringify(error.toBody())}\n\n`);
+    this.settle();
+  }
+}

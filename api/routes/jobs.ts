@@ -1,0 +1,128 @@
+import { randomBytes } from 'node:crypto';
+import Router from '@koa/router';
+import { z } from 'zod';
+import { GatewayError, invalidRequest } from '../../shared/errors.js';
+import { asyncJobKey, cancelChannel, payloadKey, videosOfKey } from '../../shared/queues.js';
+import { checkBlobSignature } from '../../storage/blob-urls.js';
+import type { ServingBlobStore } from '../../storage/create-blob-store.js';
+import { readJsonObject } from '../json-body.js';
+import { readMultipart } from '../multipart.js';
+import { parseBody } from '../validate.js';
+import { relay } from '../relay.js';
+import { loadOwnedJob, renderJob, renderVideo, videoFiles } from '../job-views.js';
+import type { MediaRouteDeps } from './media.js';
+import type { AuthState } from '../middleware/auth.js';
+import type { RequestIdState } from '../middleware/request-id.js';
+
+type State = AuthState & RequestIdState;
+
+const videoRequestSchema = z.looseObject({
+  model: z.string().min(1).default('sora-2'),
+  prompt: z.string().min(1).max(32_000),
+  seconds: z.union([z.string(), z.number()]).transform(String).pipe(z.enum(['4', '8', '12'])).default('4'),
+  size: z.string().optional(),
+});
+
+/** Async jobs, videos (always async), and signed file downloads. */
+export function jobRoutes(deps: MediaRouteDeps & { blobs: ServingBlobStore; urlSecret: string }): { authed: Router<State>; public: Router } {
+  const router = new Router<State>({ prefix: '/v1' });
+  const { redis, queues, config } = deps;
+  const expiry = config.asyncResultTtlSeconds;
+
+  router.get('/jobs/:id', async (ctx) => {
+    const owned = await loadOwnedJob(redis, queues, ctx.params.id!, ctx.state.keyId);
+    ctx.body = await renderJob(owned, deps.blobs);
+  });
+
+  router.post('/videos', async (ctx) => {
+    const multipart = /^multipart\/form-data/i.test(ctx.get('content-type'));
+    let raw: Record<string, unknown>;
+    let reference: unknown;
+    if (multipart) {
+      const form = await readMultipart(ctx.req, deps.blobs, ctx.state.requestId, config.maxImageBytes);
+      raw = Object.fromEntries(Object.entries(form.fields).map(([k, v]) => [k, Array.isArray(v) ? v.at(-1) : v]));
+      reference = form.files.find((f) => f.field === 'input_reference')?.ref;
+    } else {
+      raw = await readJsonObject(ctx.req, config.maxBodyBytes);
+    }
+    const fields = parseBody(videoRequestSchema, raw);
+    const model = deps.models.resolve(fields.model, 'videos');
+    const size = fields.size ?? model.default_size ?? '720x1280';
+    if (model.image_sizes?.length && !model.image_sizes.includes(size)) {
+      throw invalidRequest(`Invalid size '${size}' for \`${model.id}\`. Supported sizes: ${model.image_sizes.join(', ')}.`, 'size', 'invalid_size');
+    }
+    const id = `video_${randomBytes(16).toString('hex')}`;
+    const body = { prompt: fields.prompt, seconds: fields.seconds, size, ...(reference ? { input_reference: reference } : {}) };
+    await relay(ctx, deps, { endpoint: 'videos', model: model.id, keyId: ctx.state.keyId, body, stream: false, async: true, jobId: id });
+    await redis.zadd(videosOfKey(ctx.state.keyId), Date.now(), id);
+    const owned = await loadOwnedJob(redis, queues, id, ctx.state.keyId, 'video');
+    ctx.status = 200;
+    ctx.remove('location');
+    // As created: a worker may already hold it, but the answer to "create" is the new, queued video.
+    ctx.body = renderVideo({ ...owned, status: 'queued', progress: 0 }, expiry);
+  });
+
+  router.get('/videos', async (ctx) => {
+    const limit = Math.min(100, Math.max(1, Number(ctx.query.limit ?? 20) || 20));
+    const order = ctx.query.order === 'asc' ? 'asc' : 'desc';
+    const ids = await redis.zrange(videosOfKey(ctx.state.keyId), 0, -1);
+    if (order === 'desc') ids.reverse();
+    const after = typeof ctx.query.after === 'string' ? ids.indexOf(ctx.query.after) : -1;
+    const page = ids.slice(after + 1, after + 1 + limit);
+    const data = [];
+    for (const id of page) {
+      const owned = await loadOwnedJob(redis, queues, id, ctx.state.keyId, 'video').catch(() => undefined);
+      if (owned) data.push(renderVideo(owned, expiry));
+    }
+    ctx.body = { object: 'list', data, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null, has_more: after + 1 + limit < ids.length };
+  });
+
+  router.get('/videos/:id', async (ctx) => {
+    ctx.body = renderVideo(await loadOwnedJob(redis, queues, ctx.params.id!, ctx.state.keyId, 'video'), expiry);
+  });
+
+  router.get('/videos/:id/content', async (ctx) => {
+    const owned = await loadOwnedJob(redis, queues, ctx.params.id!, ctx.state.keyId, 'video');
+    const files = await videoFiles(owned, deps.blobs);
+    const variant = ctx.query.variant ?? 'video';
+    const file = variant === 'video' ? files.video : variant === 'thumbnail' ? files.thumbnail : null;
+    if (!file) throw new GatewayError(404, `Video '${owned.id}' has no ${String(variant)} variant.`, { code: 'not_found', param: 'variant' });
+    ctx.type = file.contentType;
+    ctx.length = file.size;
+    ctx.body = await deps.blobs.stream(file.key);
+  });
+
+  router.delete('/videos/:id', async (ctx) => {
+    const owned = await loadOwnedJob(redis, queues, ctx.params.id!, ctx.state.keyId, 'video');
+    if (owned.job) {
+      const removed = await queues.get(owned.record.queue)!.remove(owned.id).catch(() => 0);
+      if (removed !== 1 && owned.status === 'in_progress') await redis.publish(cancelChannel, owned.id);
+    }
+    if (owned.status === 'completed') {
+      const files = await videoFiles(owned, deps.blobs).catch(() => undefined);
+      for (const file of [files?.video, files?.thumbnail]) if (file) await deps.blobs.delete(file.key);
+    }
+    await redis.multi().del(asyncJobKey(owned.id)).del(payloadKey(owned.id)).zrem(videosOfKey(ctx.state.keyId), owned.id).exec();
+    ctx.body = { id: owned.id, object: 'video.deleted', deleted: true };
+  });
+
+  // Signed links: fetchable without an API key, until they expire.
+  const files = new Router();
+  files.get('/v1/files/{*key}', async (ctx) => {
+    const raw = (ctx.params as Record<string, string | string[]>).key!;
+    const key = Array.isArray(raw) ? raw.join('/') : raw;
+    const verdict = checkBlobSignature(deps.urlSecret, key, ctx.query.expires as string | undefined, ctx.query.signature as string | undefined);
+    if (verdict !== 'ok') {
+      throw new GatewayError(verdict === 'expired' ? 410 : 403, verdict === 'expired' ? 'This link has expired.' : 'Invalid or missing link signature.', {
+        code: verdict === 'expired' ? 'link_expired' : 'invalid_signature',
+      });
+    }
+    const meta = await deps.blobs.meta(key);
+    ctx.type = meta.contentType;
+    ctx.length = meta.size;
+    ctx.set('cache-control', 'private, max-age=3600');
+    ctx.body = await deps.blobs.stream(key);
+  });
+
+  return { authed: router, public: files };
+}

@@ -1,0 +1,134 @@
+import { createServer, type Server } from 'node:http';
+import { randomBytes } from 'node:crypto';
+import Koa from 'koa';
+import Router from '@koa/router';
+import { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { Config } from '../shared/config.js';
+import type { Logger } from '../shared/logger.js';
+import { createRedis } from '../shared/redis.js';
+import { loadCatalog } from '../shared/catalog.js';
+import { GatewayError } from '../shared/errors.js';
+import { queueNames, replyChannel, type QueueName } from '../shared/queues.js';
+import { resolveChannels } from '../workers/vendors/vendor-config.js';
+import { errorHandler } from './middleware/error-handler.js';
+import { requestId } from './middleware/request-id.js';
+import { authenticate } from './middleware/auth.js';
+import { KeyCache, KeyStore, revokedChannel } from './key-store.js';
+import { ReplyHub } from './reply-hub.js';
+import { Backpressure } from './backpressure.js';
+import { ModelResolver } from './model-resolver.js';
+import { v1Routes } from './routes/v1.js';
+import { adminRoutes } from './routes/admin.js';
+import { mediaRoutes } from './routes/media.js';
+import { jobRoutes } from './routes/jobs.js';
+import { JobEvents } from './job-events.js';
+import { createBlobStore } from '../storage/create-blob-store.js';
+import { resolveUrlSecret } from '../storage/blob-urls.js';
+
+export interface ApiServer {
+  server: Server;
+  instanceId: string;
+  listen(port: number, host: string): Promise<number>;
+  /** Stop accepting, let in-flight requests finish (bounded by the grace period), then close connections. */
+  shutdown(): Promise<void>;
+}
+
+export async function createApiServer(config: Config, log: Logger, env = process.env): Promise<ApiServer> {
+  const instanceId = `api-${randomBytes(6).toString('hex')}`;
+  // Commands fail fast while Redis is away (the client gets a 503) instead of queueing until it returns.
+  const redis = createRedis(config.redisUrl, { connectionName: instanceId, maxRetriesPerRequest: 1 });
+  const subscriber = createRedis(config.redisUrl, { connectionName: `${instanceId}-sub` });
+  const queues = new Map<QueueName, Queue>(queueNames.map((name) => [name, new Queue(name, { connection: redis })]));
+
+  const keyStore = new KeyStore(redis);
+  const keyCache = new KeyCache(keyStore, config.keyCacheTtlMs);
+  const hub = new ReplyHub(subscriber, redis, replyChannel(instanceId), log);
+  hub.on(revokedChannel, (hash) => keyCache.revoke(hash));
+  hub.onReconnect = () => keyCache.clear();
+  const backpressure = new Backpressure(queues, config.maxWaiting, log);
+  const models = new ModelResolver(loadCatalog(config.catalogFile), new Set(resolveChannels(env).keys()));
+  const blobs = createBlobStore(config, env);
+  const urlSecret = await resolveUrlSecret(redis, config.blobUrlSecret);
+  const jobEvents = new JobEvents(hub, { redis, queues, blobs, keys: keyCache, log, videoExpirySeconds: config.asyncResultTtlSeconds });
+
+  let draining = false;
+  const app = new Koa({ proxy: true });
+  app.silent = true;
+  const probes = new Router();
+  probes.get('/healthz', (ctx) => {
+    ctx.body = { status: 'ok' };
+  });
+  probes.get('/readyz', async (ctx) => {
+    const redisOk = await redis.ping().then(
+      () => true,
+      () => false,
+    );
+    const ready = redisOk && hub.connected && !draining;
+    ctx.status = ready ? 200 : 503;
+    ctx.body = { status: ready ? 'ready' : 'not_ready', redis: redisOk, subscriber: hub.connected, draining };
+  });
+
+  app.use(errorHandler(log));
+  app.use(requestId(log));
+  app.use(probes.routes());
+  app.use(async (ctx, next) => {
+    if (draining) {
+      ctx.set('connection', 'close');
+      throw new GatewayError(503, 'The server is shutting down; retry the request.', {
+        code: 'overloaded',
+        headers: { 'retry-after': '1' },
+      });
+    }
+    await next();
+  });
+  app.use(adminRoutes(keyStore, config.adminToken).routes());
+  const relayDeps = { config, redis, queues, hub, backpressure, models };
+  const jobs = jobRoutes({ ...relayDeps, blobs, urlSecret });
+  app.use(jobs.public.routes());
+  const v1 = v1Routes(relayDeps);
+  const auth = authenticate(keyCache);
+  app.use(async (ctx, next) => ((ctx.path.startsWith('/v1/') || ctx.path === '/v1') && !ctx.path.startsWith('/v1/files/') ? auth(ctx, next) : next()));
+  app.use(mediaRoutes({ ...relayDeps, blobs }).routes());
+  app.use(jobs.authed.routes());
+  app.use(v1.routes());
+  app.use(v1.allowedMethods());
+
+  await hub.start();
+  await backpressure.start();
+
+  const server = createServer(app.callback());
+  jobEvents.attach(server);
+  // Image and long chat requests are held open; Node's default request timeout would cut them.
+  server.requestTimeout = 0;
+  server.headersTimeout = 60_000;
+  server.keepAliveTimeout = 65_000;
+
+  return {
+    server,
+    instanceId,
+    listen: (port, host) =>
+      new Promise((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(port, host, () => {
+          const address = server.address();
+          resolve(typeof address === 'object' && address ? address.port : port);
+        });
+      }),
+    async shutdown() {
+      draining = true;
+      server.close();
+      server.closeIdleConnections();
+      const until = Date.now() + config.shutdownGraceMs;
+      while (hub.size > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
+      if (hub.size > 0) log.warn({ pending: hub.size }, 'grace period over; closing with requests in flight');
+      server.closeAllConnections();
+      jobEvents.close();
+      backpressure.stop();
+      await Promise.allSettled([...queues.values()].map((q) => q.close()));
+      await Promise.allSettled([subscriber.quit(), redis.quit()] as Promise<unknown>[]);
+    },
+  };
+}
+
+export type { Redis };
