@@ -1,0 +1,192 @@
+import { after, before, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Redis } from 'ioredis';
+import OpenAI from 'openai';
+import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
+import { FAKE_REPLY_TEXT } from '../support/fake-openai-defaults.js';
+import { createKey, freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
+
+const writeJson = (name: string, value: unknown) => {
+  const path = join(mkdtempSync(join(tmpdir(), 'sy-routing-')), name);
+  writeFileSync(path, JSON.stringify(value));
+  return path;
+};
+const ask = (client: OpenAI, model = 'gpt-4o-mini') =>
+  client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }] });
+
+describe('channels, cooldowns and fallbacks', () => {
+  let heavy: FakeOpenAI;
+  let light: FakeOpenAI;
+  let backup: FakeOpenAI;
+  let gateway: GatewayProcess;
+  let redis: Redis;
+  let client: OpenAI;
+
+  before(async () => {
+    [heavy, light, backup] = await Promise.all([startFakeOpenAI(), startFakeOpenAI(), startFakeOpenAI()]);
+    const fresh = await freshRedis(11);
+    redis = fresh.redis;
+    const channels = writeJson('channels.json', {
+      channels: [
+        { vendor: 'openai', baseUrl: heavy.url, apiKey: 'sk-heavy-key-000000', weight: 3 },
+        { vendor: 'openai', baseUrl: light.url, apiKey: 'sk-light-key-000000', weight: 1 },
+        { vendor: 'spare', protocol: 'openai', baseUrl: backup.url, apiKey: 'sk-spare-key-000000' },
+      ],
+    });
+    // A model of its own whose fallback is served by another vendor.
+    const catalog = writeJson('catalog.json', {
+      models: [
+        {
+          id: 'house-model', owned_by: 'openai', capability: 'chat', created: 0, context_window: 128000, max_output_tokens: 4096,
+          input_modalities: ['text'], supports_tools: true, routes: [{ vendor: 'openai', model: 'gpt-4o-mini' }], fallbacks: ['spare-model'],
+        },
+        {
+          id: 'spare-model', owned_by: 'spare', capability: 'chat', created: 0, context_window: 128000, max_output_tokens: 4096,
+          input_modalities: ['text'], supports_tools: true, routes: [{ vendor: 'spare', model: 'spare-upstream' }],
+        },
+      ],
+    });
+    gateway = await startGateway({
+      env: { REDIS_URL: fresh.url, CHANNELS_FILE: channels, CATALOG_FILE: catalog, RETRY_BASE_MS: '10', CHANNEL_COOLDOWN_MS: '60000' },
+    });
+    client = gateway.client((await createKey(redis)).key);
+  });
+
+  beforeEach(async () => {
+    for (const fake of [heavy, light, backup]) fake.reset();
+    await redis.del('sy:cooldowns');
+    await new Promise((r) => setTimeout(r, 1100)); // every worker re-reads cooldowns once a second
+  });
+
+  after(async () => {
+    await gateway?.stop();
+    await Promise.all([heavy, light, backup].map((f) => f?.close()));
+    redis?.disconnect();
+  });
+
+  it('spreads traffic over channels by weight', async () => {
+    for (let i = 0; i < 80; i++) await ask(client);
+    assert.ok(light.requests.length > 0, 'the light channel gets some');
+    assert.ok(heavy.requests.length > light.requests.length * 1.5, `3:1 weights gave ${heavy.requests.length}:${light.requests.length}`);
+    assert.equal(backup.requests.length, 0);
+    assert.equal(heavy.requests[0]!.headers.authorization, 'Bearer sk-heavy-key-000000');
+  });
+
+  it('moves traffic off a channel whose credentials fail, and the failing request still succeeds', async () => {
+    heavy.setDefault(() => ({ status: 401, json: { error: { message: 'Incorrect API key', type: 'invalid_request_error', param: null, code: 'invalid_api_key' } } }));
+    for (let i = 0; i < 10; i++) assert.equal((await ask(client)).choices[0]!.message.content, FAKE_REPLY_TEXT);
+    assert.ok(heavy.requests.length <= 1, `the bad channel was tried ${heavy.requests.length} times`);
+    assert.ok(light.requests.length >= 10);
+    assert.ok(Object.keys(await redis.hgetall('sy:cooldowns')).some((id) => id.startsWith('openai:')), 'the cooldown is shared through Redis');
+  });
+
+  it('cools a channel down after repeated 5xx and serves from the other', async () => {
+    light.setDefault(() => ({ status: 500, json: { error: { message: 'boom', type: 'server_error', param: null, code: null } } }));
+    for (let i = 0; i < 30; i++) assert.equal((await ask(client)).choices[0]!.message.content, FAKE_REPLY_TEXT);
+    assert.ok(light.requests.length <= 3, `the failing channel saw ${light.requests.length} calls before resting`);
+  });
+
+  it('falls back to the catalog fallback when every channel of a model is down', async () => {
+    for (const fake of [heavy, light]) {
+      fake.setDefault(() => ({ status: 401, json: { error: { message: 'revoked', type: 'invalid_request_error', param: null, code: 'invalid_api_key' } } }));
+    }
+    for (let i = 0; i < 5; i++) assert.equal((await ask(client, 'house-model')).choices[0]!.message.content, FAKE_REPLY_TEXT);
+    assert.ok(backup.requests.length >= 4);
+    assert.equal((backup.requests.at(-1)!.body as { model: string }).model, 'spare-upstream');
+  });
+});
+
+describe('global vendor limits', () => {
+  let fake: FakeOpenAI;
+  let redis: Redis;
+  const gateways: GatewayProcess[] = [];
+
+  before(async () => {
+    fake = await startFakeOpenAI({ latencyMs: 150 });
+    const fresh = await freshRedis(12);
+    redis = fresh.redis;
+    const env = { REDIS_URL: fresh.url, OPENAI_API_KEY: 'sk-limited', OPENAI_BASE_URL: fake.url, OPENAI_MAX_CONCURRENCY: '4' };
+    // Two worker processes share the cap: it holds across processes, not per process.
+    gateways.push(await startGateway({ env }), await startGateway({ role: 'worker', env }));
+  });
+
+  after(async () => {
+    await Promise.all(gateways.map((g) => g.stop()));
+    await fake?.close();
+    redis?.disconnect();
+  });
+
+  it('never lets the vendor see more than the cap; a burst of 10x waits and completes', async () => {
+    const client = gateways[0]!.client((await createKey(redis)).key);
+    const results = await Promise.allSettled(Array.from({ length: 40 }, () => ask(client)));
+    const failed = results.filter((r) => r.status === 'rejected');
+    assert.equal(failed.length, 0, String((failed[0] as PromiseRejectedResult | undefined)?.reason));
+    assert.equal(fake.requests.length, 40);
+    assert.ok(fake.maxInFlight <= 4, `vendor saw ${fake.maxInFlight} at once`);
+    assert.equal(fake.maxInFlight, 4, 'the cap is used, not undershot');
+    assert.equal(await redis.zcard('sy:limit:openai:inflight'), 0, 'every slot was released');
+  });
+});
+
+describe('vendor timeouts', () => {
+  let fake: FakeOpenAI;
+  let gateway: GatewayProcess;
+  let redis: Redis;
+  let client: OpenAI;
+
+  before(async () => {
+    fake = await startFakeOpenAI();
+    const fresh = await freshRedis(13);
+    redis = fresh.redis;
+    gateway = await startGateway({
+      env: {
+        REDIS_URL: fresh.url,
+        OPENAI_API_KEY: 'sk-timeouts',
+        OPENAI_BASE_URL: fake.url,
+        VENDOR_FIRST_BYTE_TIMEOUT_MS: '300',
+        VENDOR_IDLE_TIMEOUT_MS: '300',
+        RETRY_BASE_MS: '10',
+        CHANNEL_FAILURE_THRESHOLD: '100',
+      },
+    });
+    client = gateway.client((await createKey(redis)).key);
+  });
+
+  beforeEach(() => fake.reset());
+
+  after(async () => {
+    await gateway?.stop();
+    await fake?.close();
+    redis?.disconnect();
+  });
+
+  it('retries a vendor that is slow to its first byte, then answers', async () => {
+    fake.enqueue({ delayMs: 1000 });
+    assert.equal((await ask(client)).choices[0]!.message.content, FAKE_REPLY_TEXT);
+    assert.equal(fake.requests.length, 2);
+  });
+
+  it('maps a vendor that never answers in time to 504 vendor_timeout', async () => {
+    fake.setDefault(() => ({ delayMs: 1000 }));
+    await assert.rejects(ask(client), (error: unknown) => error instanceof OpenAI.APIError && error.status === 504 && error.code === 'vendor_timeout');
+    assert.equal(fake.requests.length, 4, 'every attempt was tried');
+  });
+
+  it('ends a stream that goes idle with an error event', async () => {
+    const events = [
+      `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'gpt-4o-mini', choices: [{ index: 0, delta: { role: 'assistant', content: 'Hel' }, finish_reason: null }] })}\n\n`,
+    ];
+    fake.enqueue({ sse: events.join(''), hang: true });
+    const res = await fetch(`${gateway.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${client.apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }], stream: true }),
+    });
+    const frames = (await res.text()).trim().split('\n\n');
+    assert.match(frames[0]!, /"Hel"/);
+    assert.equal((JSON.parse(frames.at(-1)!.slice(6)) as { error: { code: string } }).error.code, 'vendor_timeout');
+  });
+});

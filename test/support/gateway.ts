@@ -1,0 +1,115 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import OpenAI from 'openai';
+import { KeyStore } from '../../api/key-store.js';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+export const sharedRedisHost = process.env.TEST_REDIS_HOST ?? '127.0.0.1';
+export const sharedRedisPort = Number(process.env.TEST_REDIS_PORT ?? 6379);
+
+/** Each test file works in its own Redis database, emptied first, so queues and keys never mix. */
+export async function freshRedis(db: number): Promise<{ url: string; redis: Redis }> {
+  const url = `redis://${sharedRedisHost}:${sharedRedisPort}/${db}`;
+  const redis = new Redis(url, { maxRetriesPerRequest: 3 });
+  await redis.flushdb();
+  return { url, redis };
+}
+
+export async function createKey(redis: Redis, name = 'test'): Promise<{ id: string; key: string }> {
+  const created = await new KeyStore(redis).create(name);
+  return { id: created.id, key: created.key };
+}
+
+export interface GatewayProcess {
+  proc: ChildProcess;
+  /** `http://127.0.0.1:PORT` (api roles only). */
+  url: string;
+  logs: string[];
+  client(apiKey: string, options?: Partial<ConstructorParameters<typeof OpenAI>[0]>): OpenAI;
+  /** Sends a signal and waits for the process to exit. */
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+const running = new Set<ChildProcess>();
+process.on('exit', () => {
+  for (const proc of running) proc.kill('SIGKILL');
+});
+
+/**
+ * Starts the gateway as its own process (`bin/start.ts`, through tsx), the
+ * way `npm start` does, and waits until it serves.
+ */
+export async function startGateway(options: {
+  role?: 'all' | 'api' | 'worker';
+  env: Record<string, string>;
+}): Promise<GatewayProcess> {
+  const role = options.role ?? 'all';
+  const proc = spawn(process.execPath, ['--import', 'tsx', 'bin/start.ts', `--role=${role}`], {
+    cwd: root,
+    env: {
+      PATH: process.env.PATH ?? '',
+      HOME: process.env.HOME ?? '/root',
+      PORT: '0',
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'info',
+      MOCK_STREAM_DELAY_MS: '5',
+      ...options.env,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  running.add(proc);
+  proc.once('exit', () => running.delete(proc));
+  const logs: string[] = [];
+  let port = 0;
+  const ready = new Promise<void>((resolve, reject) => {
+    const onLine = (line: string) => {
+      logs.push(line);
+      if (process.env.TEST_GATEWAY_LOGS) process.stderr.write(`[${role}] ${line}\n`);
+      const portMatch = /"port":(\d+)/.exec(line);
+      if (portMatch && line.includes('gateway listening')) {
+        port = Number(portMatch[1]);
+        if (role !== 'all') resolve();
+      }
+      if (line.includes('workers started') && (role === 'worker' || port > 0)) resolve();
+    };
+    let buffer = '';
+    const onData = (data: Buffer) => {
+      buffer += data.toString();
+      let newline: number;
+      while ((newline = buffer.indexOf('\n')) >= 0) {
+        onLine(buffer.slice(0, newline));
+        buffer = buffer.slice(newline + 1);
+      }
+    };
+    proc.stdout!.on('data', onData);
+    proc.stderr!.on('data', onData);
+    proc.once('exit', (code) => reject(new Error(`gateway (${role}) exited with ${code} before it was ready:\n${logs.join('\n')}`)));
+    setTimeout(() => reject(new Error(`gateway (${role}) not ready after 20 s:\n${logs.join('\n')}`)), 20_000).unref();
+  });
+  await ready;
+  const url = `http://127.0.0.1:${port}`;
+  return {
+    proc,
+    url,
+    logs,
+    client: (apiKey, clientOptions = {}) => new OpenAI({ apiKey, baseURL: `${url}/v1`, maxRetries: 0, timeout: 20_000, ...clientOptions }),
+    async stop(signal = 'SIGTERM') {
+      if (proc.exitCode !== null || proc.signalCode !== null) return proc.exitCode;
+      proc.kill(signal);
+      const [code] = (await once(proc, 'exit')) as [number | null];
+      return code;
+    },
+  };
+}
+
+/** Polls until `check` returns true or the time runs out. */
+export async function waitFor(check: () => boolean | Promise<boolean>, timeoutMs = 5000, what = 'condition'): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (Date.now() < until) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}

@@ -1,0 +1,49 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { freePort } from '../../bin/local-redis.js';
+
+export { freePort };
+
+/**
+ * A private redis-server for tests that stop or restart Redis (the shared one
+ * is never touched). AOF is on so data survives `restart()`.
+ */
+export async function startPrivateRedis() {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'switchyard-redis-'));
+  let proc: ChildProcess | undefined;
+  const url = `redis://127.0.0.1:${port}`;
+
+  async function start(): Promise<void> {
+    proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--appendonly', 'yes', '--save', ''], {
+      stdio: 'ignore',
+    });
+    const probe = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    probe.on('error', () => undefined);
+    for (let i = 0; i < 100; i++) {
+      try {
+        await probe.connect();
+        await probe.ping();
+        probe.disconnect();
+        return;
+      } catch {
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    }
+    throw new Error('private redis-server did not start');
+  }
+
+  async function stop(): Promise<void> {
+    if (!proc || proc.exitCode !== null || proc.signalCode !== null) return;
+    const exited = once(proc, 'exit');
+    proc.kill('SIGKILL');
+    await exited;
+  }
+
+  await start();
+  return { url, port, dir, stop, restart: start };
+}

@@ -1,0 +1,730 @@
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { after, before, beforeEach, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { pino } from 'pino';
+import { request as httpRequest } from 'undici';
+import type { CatalogModel } from '../../shared/catalog.js';
+import { GatewayError } from '../../shared/errors.js';
+import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
+import type { CompletionRequest } from '../../shared/schemas/completions.js';
+import type { EmbeddingRequest } from '../../shared/schemas/embeddings.js';
+import { closeVendorAgent } from '../../workers/vendors/http.js';
+import { anthropicAdapter, JSON_OBJECT_INSTRUCTION, mapAnthropicStopReason } from '../../workers/vendors/anthropic/index.js';
+import type { CallContext, StreamEvent } from '../../workers/vendors/types.js';
+import {
+  anthropicError,
+  FAKE_ANTHROPIC_MESSAGE_ID,
+  FAKE_ANTHROPIC_TEXT,
+  FAKE_ANTHROPIC_TOOL_USE_ID,
+  startFakeAnthropic,
+  type FakeAnthropic,
+} from '../support/fake-anthropic.js';
+import { wireFixture } from '../support/fixtures.js';
+import { collect, gatewayError } from '../support/assertions.js';
+
+const KEY = 'sk-ant-test-channel-key-0123456789';
+const UPSTREAM_MODEL = 'claude-sonnet-4-5';
+const silentLog = pino({ level: 'silent' });
+
+const MODEL: CatalogModel = {
+  id: 'claude-sonnet',
+  owned_by: 'anthropic',
+  capability: 'chat',
+  created: 0,
+  context_window: 200000,
+  max_output_tokens: 64000,
+  input_modalities: ['text', 'image'],
+  supports_tools: true,
+  routes: [{ vendor: 'anthropic' }],
+};
+
+let fake: FakeAnthropic;
+
+function context(overrides: Partial<CallContext> = {}): CallContext {
+  return {
+    requestId: 'req_test',
+    signal: new AbortController().signal,
+    channel: { vendor: 'anthropic', baseUrl: fake.url, apiKey: KEY },
+    upstreamModel: UPSTREAM_MODEL,
+    model: MODEL,
+    log: silentLog,
+    ...overrides,
+  };
+}
+
+const chat = (extra: Record<string, unknown> = {}): ChatCompletionRequest =>
+  ({ model: 'claude-sonnet', messages: [{ role: 'user', content: 'Hi' }], ...extra }) as ChatCompletionRequest;
+const userText = (text: string) => ({ type: 'text', text });
+
+
+
+/** Sends a chat request and returns the body the fake (strict, so valid) received. */
+async function sent(request: ChatCompletionRequest, ctx: CallContext = context()): Promise<unknown> {
+  await anthropicAdapter.createChatCompletion(request, ctx);
+  assert.equal(fake.requests.length, 1);
+  return fake.requests[0]!.body;
+}
+
+/** The outgoing body for a request that otherwise has only `Hi` from the user. */
+const bodyWith = (extra: Record<string, unknown>) => ({
+  model: UPSTREAM_MODEL,
+  max_tokens: 4096,
+  messages: [{ role: 'user', content: [userText('Hi')] }],
+  ...extra,
+});
+
+async function refused(request: ChatCompletionRequest, param: string): Promise<GatewayError> {
+  const error = await gatewayError(anthropicAdapter.createChatCompletion(request, context()));
+  assert.equal(error.status, 400);
+  assert.equal(error.type, 'invalid_request_error');
+  assert.equal(error.param, param);
+  assert.equal(error.retryable, false);
+  assert.equal(fake.requests.length, 0, 'a refused request never reaches the vendor');
+  return error;
+}
+
+const parse = (event: StreamEvent) => JSON.parse(event.data) as { choices: { delta: Record<string, unknown>; finish_reason: string | null }[] };
+
+/** Reassembles a stream the way an OpenAI client does. */
+function reassemble(events: StreamEvent[]) {
+  let text = '';
+  let finish: string | null = null;
+  const calls: { id?: string; name?: string; arguments: string }[] = [];
+  for (const event of events) {
+    const choice = parse(event).choices[0];
+    if (choice === undefined) continue;
+    if (typeof choice.delta.content === 'string') text += choice.delta.content;
+    for (const call of (choice.delta.tool_calls ?? []) as { index: number; id?: string; function: { name?: string; arguments?: string } }[]) {
+      const slot = (calls[call.index] ??= { arguments: '' });
+      if (call.id !== undefined) slot.id = call.id;
+      if (call.function.name !== undefined) slot.name = call.function.name;
+      slot.arguments += call.function.arguments ?? '';
+    }
+    finish = choice.finish_reason ?? finish;
+  }
+  return { text, finish, calls };
+}
+
+before(async () => {
+  fake = await startFakeAnthropic({ apiKey: KEY });
+});
+after(async () => {
+  await closeVendorAgent();
+  await fake.close();
+});
+beforeEach(() => fake.reset());
+
+describe('anthropic adapter: outgoing request', () => {
+  it('posts to <base>/v1/messages with x-api-key, anthropic-version and the upstream model', async () => {
+    assert.deepEqual(await sent(chat()), bodyWith({}));
+    const request = fake.requests[0]!;
+    assert.equal(request.path, '/v1/messages');
+    assert.equal(request.headers['x-api-key'], KEY);
+    assert.equal(request.headers['anthropic-version'], '2023-06-01');
+    assert.equal(request.headers['content-type'], 'application/json');
+    assert.equal(request.headers.authorization, undefined);
+  });
+
+  it('always sends max_tokens: the client value, else the catalog default, else min(4096, max output)', async () => {
+    const cases: [Record<string, unknown>, CatalogModel, number][] = [
+      [{ max_completion_tokens: 300, max_tokens: 200 }, MODEL, 300],
+      [{ max_tokens: 200 }, MODEL, 200],
+      [{}, { ...MODEL, default_max_tokens: 8192 }, 8192],
+      [{}, { ...MODEL, max_output_tokens: 1024 }, 1024],
+      [{}, MODEL, 4096],
+    ];
+    for (const [extra, model, expected] of cases) {
+      fake.reset();
+      assert.deepEqual(await sent(chat(extra), context({ model })), bodyWith({ max_tokens: expected }));
+    }
+  });
+
+  it('lifts system and developer messages from anywhere into `system`: a string for one text, blocks in order otherwise', async () => {
+    const one = [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hi' }];
+    assert.deepEqual(await sent(chat({ messages: one })), bodyWith({ system: 'Be brief.' }));
+
+    fake.reset();
+    const several = [
+      { role: 'system', content: 'Be brief.' },
+      { role: 'user', content: 'Hi' },
+      { role: 'assistant', content: 'Hello.' },
+      { role: 'developer', content: [userText('Use metric units.'), userText('Cite sources.')] },
+      { role: 'user', content: 'Weather?' },
+    ];
+    assert.deepEqual(await sent(chat({ messages: several })), {
+      ...bodyWith({}),
+      system: [userText('Be brief.'), userText('Use metric units.'), userText('Cite sources.')],
+      messages: [
+        { role: 'user', content: [userText('Hi')] },
+        { role: 'assistant', content: [userText('Hello.')] },
+        { role: 'user', content: [userText('Weather?')] },
+      ],
+    });
+  });
+
+  it('merges consecutive same-role turns (also across a lifted system message) into one turn', async () => {
+    const messages = [
+      { role: 'user', content: 'First.' },
+      { role: 'system', content: 'Be brief.' },
+      { role: 'user', content: [userText('Second.'), userText('Third.')] },
+      { role: 'assistant', content: 'A.' },
+      { role: 'assistant', content: [userText('B.')] },
+      { role: 'user', content: 'Go on.' },
+    ];
+    assert.deepEqual(await sent(chat({ messages })), {
+      ...bodyWith({ system: 'Be brief.' }),
+      messages: [
+        { role: 'user', content: [userText('First.'), userText('Second.'), userText('Third.')] },
+        { role: 'assistant', content: [userText('A.'), userText('B.')] },
+        { role: 'user', content: [userText('Go on.')] },
+      ],
+    });
+  });
+
+  it('maps image parts: data URLs to base64 sources (PDF to a document), http(s) URLs to url sources, dropping detail', async () => {
+    const content = [
+      userText('Compare.'),
+      { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=', detail: 'high' } },
+      { type: 'image_url', image_url: { url: 'data:image/jpg;base64,/9j/4AAQ' } },
+      { type: 'image_url', image_url: { url: 'https://example.com/cat.webp', detail: 'low' } },
+      { type: 'image_url', image_url: { url: 'data:application/pdf;base64,JVBERi0x' } },
+    ];
+    assert.deepEqual(await sent(chat({ messages: [{ role: 'user', content }] })), {
+      ...bodyWith({}),
+      messages: [
+        {
+          role: 'user',
+          content: [
+            userText('Compare.'),
+            { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBORw0KGgo=' } },
+            { type: 'image', source: { type: 'base64', media_type: 'image/jpeg', data: '/9j/4AAQ' } },
+            { type: 'image', source: { type: 'url', url: 'https://example.com/cat.webp' } },
+            { type: 'document', source: { type: 'base64', media_type: 'application/pdf', data: 'JVBERi0x' } },
+          ],
+        },
+      ],
+    });
+  });
+
+  it('refuses images Anthropic cannot take, naming the part', async () => {
+    const image = (url: string) => chat({ messages: [{ role: 'user', content: [userText('x'), { type: 'image_url', image_url: { url } }] }] });
+    await refused(image('data:image/bmp;base64,Qk0='), 'messages[0].content[1].image_url.url');
+    await refused(image('data:image/png,rawbytes'), 'messages[0].content[1].image_url.url');
+    await refused(image('ftp://example.com/a.png'), 'messages[0].content[1].image_url.url');
+  });
+
+  it('refuses input_audio and file parts with a 400 naming the part', async () => {
+    const audio = { type: 'input_audio', input_audio: { data: 'UklGRg==', format: 'wav' } };
+    const file = { type: 'file', file: { file_id: 'file-1' } };
+    await refused(chat({ messages: [{ role: 'user', content: [userText('x'), audio] }] }), 'messages[0].content[1]');
+    await refused(chat({ messages: [{ role: 'system', content: 's' }, { role: 'user', content: [file] }] }), 'messages[1].content[0]');
+  });
+
+  it('maps tool calls to tool_use after text, and tool results plus the next user message to one user turn, results first', async () => {
+    const messages = [
+      { role: 'user', content: 'Weather in Oslo and Bergen?' },
+      {
+        role: 'assistant',
+        content: 'Checking.',
+        tool_calls: [
+          { id: 'call_a', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } },
+          { id: 'call_b', type: 'function', function: { name: 'get_weather', arguments: '' } },
+        ],
+      },
+      { role: 'tool', tool_call_id: 'call_a', content: '12C' },
+      { role: 'tool', tool_call_id: 'call_b', content: [userText('9C'), userText(' rain')] },
+      { role: 'user', content: 'Thanks, summarise.' },
+    ];
+    const result = await anthropicAdapter.createChatCompletion(chat({ messages }), context());
+    assert.deepEqual(fake.requests[0]!.body, {
+      ...bodyWith({}),
+      messages: [
+        { role: 'user', content: [userText('Weather in Oslo and Bergen?')] },
+        {
+          role: 'assistant',
+          content: [
+            userText('Checking.'),
+            { type: 'tool_use', id: 'call_a', name: 'get_weather', input: { city: 'Oslo' } },
+            { type: 'tool_use', id: 'call_b', name: 'get_weather', input: {} },
+          ],
+        },
+        {
+          role: 'user',
+          content: [
+            { type: 'tool_result', tool_use_id: 'call_a', content: '12C' },
+            { type: 'tool_result', tool_use_id: 'call_b', content: [userText('9C'), userText(' rain')] },
+            userText('Thanks, summarise.'),
+          ],
+        },
+      ],
+    });
+    assert.equal(JSON.parse(result.body).choices[0].message.content, 'Tool said: 12C; 9C rain');
+  });
+
+  it('refuses tool call arguments that are not a JSON object, naming them', async () => {
+    const history = (args: string) =>
+      chat({
+        messages: [
+          { role: 'user', content: 'Hi' },
+          { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: args } }] },
+          { role: 'tool', tool_call_id: 'c1', content: 'ok' },
+        ],
+      });
+    await refused(history('{"city":'), 'messages[1].tool_calls[0].function.arguments');
+    await refused(history('[1,2]'), 'messages[1].tool_calls[0].function.arguments');
+  });
+
+  it('maps tool definitions, defaulting the input schema', async () => {
+    const parameters = { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] };
+    const tools = [
+      { type: 'function', function: { name: 'get_weather', description: 'Weather by city', parameters } },
+      { type: 'function', function: { name: 'get_time' } },
+    ];
+    assert.deepEqual(
+      await sent(chat({ tools })),
+      bodyWith({
+        tools: [
+          { name: 'get_weather', description: 'Weather by city', input_schema: parameters },
+          { name: 'get_time', input_schema: { type: 'object', properties: {} } },
+        ],
+      }),
+    );
+  });
+
+  it('maps tool_choice and parallel_tool_calls:false', async () => {
+    const tools = [{ type: 'function', function: { name: 'get_weather' } }];
+    const mapped = [{ name: 'get_weather', input_schema: { type: 'object', properties: {} } }];
+    const cases: [Record<string, unknown>, unknown][] = [
+      [{ tool_choice: 'auto' }, { type: 'auto' }],
+      [{ tool_choice: 'required' }, { type: 'any' }],
+      [{ tool_choice: 'none' }, { type: 'none' }],
+      [{ tool_choice: { type: 'function', function: { name: 'get_weather' } } }, { type: 'tool', name: 'get_weather' }],
+      [{ parallel_tool_calls: false }, { type: 'auto', disable_parallel_tool_use: true }],
+      [{ tool_choice: 'required', parallel_tool_calls: false }, { type: 'any', disable_parallel_tool_use: true }],
+      [{ tool_choice: 'none', parallel_tool_calls: false }, { type: 'none' }],
+    ];
+    for (const [extra, toolChoice] of cases) {
+      fake.reset();
+      assert.deepEqual(await sent(chat({ tools, ...extra })), bodyWith({ tools: mapped, tool_choice: toolChoice }), JSON.stringify(extra));
+    }
+    fake.reset();
+    assert.deepEqual(await sent(chat({ tool_choice: 'auto', parallel_tool_calls: false })), bodyWith({}), 'no tools: no tool choice');
+    fake.reset();
+    await refused(chat({ tools: [{ type: 'custom', custom: { name: 'grammar' } }] }), 'tools[0]');
+  });
+
+  it('maps legacy functions like tools, one call at a time, and answers in the legacy shape', async () => {
+    const functions = [{ name: 'get_weather', parameters: { type: 'object', properties: {} } }];
+    const messages = [
+      { role: 'user', content: 'Weather?' },
+      { role: 'assistant', content: null, function_call: { name: 'get_weather', arguments: '{"city":"Oslo"}' } },
+      { role: 'function', name: 'get_weather', content: '12C' },
+      { role: 'user', content: 'And Bergen?' },
+    ];
+    const result = await anthropicAdapter.createChatCompletion(chat({ messages, functions, function_call: { name: 'get_weather' } }), context());
+    assert.deepEqual(fake.requests[0]!.body, {
+      ...bodyWith({}),
+      messages: [
+        { role: 'user', content: [userText('Weather?')] },
+        { role: 'assistant', content: [{ type: 'tool_use', id: 'call_function_1', name: 'get_weather', input: { city: 'Oslo' } }] },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'call_function_1', content: '12C' }, userText('And Bergen?')] },
+      ],
+      tools: [{ name: 'get_weather', input_schema: { type: 'object', properties: {} } }],
+      tool_choice: { type: 'tool', name: 'get_weather', disable_parallel_tool_use: true },
+    });
+    assert.equal(JSON.parse(result.body).choices[0].message.content, 'Tool said: 12C');
+
+    fake.reset();
+    const call = JSON.parse((await anthropicAdapter.createChatCompletion(chat({ functions }), context())).body).choices[0];
+    assert.deepEqual(call.message.function_call, { name: 'get_weather', arguments: '{"city":"Oslo"}' });
+    assert.equal(call.message.tool_calls, undefined);
+    assert.equal(call.finish_reason, 'function_call');
+    assert.deepEqual((fake.requests[0]!.body as { tool_choice: unknown }).tool_choice, { type: 'auto', disable_parallel_tool_use: true });
+
+    fake.reset();
+    const stream = reassemble(await collect(anthropicAdapter.streamChatCompletion(chat({ functions, stream: true }), context())));
+    assert.equal(stream.finish, 'function_call');
+  });
+
+  it('maps stop, top_p and user', async () => {
+    assert.deepEqual(
+      await sent(chat({ stop: 'END', top_p: 0.9, user: 'user-42' })),
+      bodyWith({ stop_sequences: ['END'], top_p: 0.9, metadata: { user_id: 'user-42' } }),
+    );
+    fake.reset();
+    assert.deepEqual(await sent(chat({ stop: ['a', 'b'] })), bodyWith({ stop_sequences: ['a', 'b'] }));
+  });
+
+  it('passes temperature within 0–1 and refuses a higher one instead of clamping it', async () => {
+    assert.deepEqual(await sent(chat({ temperature: 0.7 })), bodyWith({ temperature: 0.7 }));
+    fake.reset();
+    assert.deepEqual(await sent(chat({ temperature: 1 })), bodyWith({ temperature: 1 }));
+    fake.reset();
+    const error = await refused(chat({ temperature: 1.5 }), 'temperature');
+    assert.match(error.message, /0 to 1/);
+  });
+
+  it('maps response_format: json_schema to output_config.format, json_object to a system instruction', async () => {
+    const schema = { type: 'object', properties: { a: { type: 'string' } }, required: ['a'], additionalProperties: false };
+    const jsonSchema = { type: 'json_schema', json_schema: { name: 'answer', schema, strict: true } };
+    assert.deepEqual(
+      await sent(chat({ response_format: jsonSchema })),
+      bodyWith({ output_config: { format: { type: 'json_schema', schema } } }),
+    );
+    fake.reset();
+    assert.deepEqual(await sent(chat({ response_format: { type: 'json_object' } })), bodyWith({ system: JSON_OBJECT_INSTRUCTION }));
+    fake.reset();
+    const messages = [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hi' }];
+    assert.deepEqual(
+      await sent(chat({ messages, response_format: { type: 'json_object' } })),
+      bodyWith({ system: [userText('Be brief.'), userText(JSON_OBJECT_INSTRUCTION)] }),
+    );
+    fake.reset();
+    assert.deepEqual(await sent(chat({ response_format: { type: 'text' } })), bodyWith({}));
+  });
+
+  it('refuses n > 1 (one answer would silently replace several) and accepts n = 1', async () => {
+    await refused(chat({ n: 2 }), 'n');
+    assert.deepEqual(await sent(chat({ n: 1 })), bodyWith({}));
+  });
+
+  it('drops fields with no counterpart with one warning naming them', async () => {
+    const lines: string[] = [];
+    const log = pino({ level: 'warn' }, { write: (line: string) => void lines.push(line) });
+    const extra = {
+      seed: 7,
+      logit_bias: { '50256': -100 },
+      presence_penalty: 0.5,
+      frequency_penalty: 0.5,
+      logprobs: true,
+      top_logprobs: 2,
+      reasoning_effort: 'low',
+      stream_options: { include_usage: true },
+    };
+    const messages = [{ role: 'user', content: 'Hi', name: 'alice' }];
+    assert.deepEqual(await sent(chat({ ...extra, messages }), context({ log })), bodyWith({}));
+    assert.equal(lines.length, 1);
+    const entry = JSON.parse(lines[0]!);
+    assert.equal(entry.level, 40);
+    assert.equal(entry.reqId, 'req_test');
+    assert.deepEqual(entry.dropped, [
+      'seed', 'logit_bias', 'presence_penalty', 'frequency_penalty', 'logprobs', 'top_logprobs', 'reasoning_effort', 'messages[].name',
+    ]);
+
+    lines.length = 0;
+    fake.reset();
+    await sent(chat({ temperature: 0.5, stream_options: null }), context({ log }));
+    assert.equal(lines.length, 0, 'nothing dropped, nothing logged');
+  });
+});
+
+describe('anthropic adapter: answers', () => {
+  it('maps a text message to a chat.completion with OpenAI usage (cached input included)', async () => {
+    const before = Math.floor(Date.now() / 1000);
+    const result = await anthropicAdapter.createChatCompletion(chat(), context());
+    const body = JSON.parse(result.body);
+    assert.ok(body.created >= before && body.created <= Math.floor(Date.now() / 1000) + 1);
+    const usage = { prompt_tokens: 28, completion_tokens: 4, total_tokens: 32, prompt_tokens_details: { cached_tokens: 5 } };
+    assert.deepEqual(body, {
+      id: `chatcmpl-${FAKE_ANTHROPIC_MESSAGE_ID}`,
+      object: 'chat.completion',
+      created: body.created,
+      model: 'claude-sonnet',
+      choices: [{ index: 0, message: { role: 'assistant', content: FAKE_ANTHROPIC_TEXT, refusal: null }, logprobs: null, finish_reason: 'stop' }],
+      usage,
+    });
+    assert.deepEqual(result.usage, usage);
+  });
+
+  it('maps tool_use blocks to tool_calls with null content', async () => {
+    const result = await anthropicAdapter.createChatCompletion(chat({ tools: [{ type: 'function', function: { name: 'get_weather' } }] }), context());
+    const choice = JSON.parse(result.body).choices[0];
+    assert.deepEqual(choice.message, {
+      role: 'assistant',
+      content: null,
+      refusal: null,
+      tool_calls: [{ id: FAKE_ANTHROPIC_TOOL_USE_ID, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } }],
+    });
+    assert.equal(choice.finish_reason, 'tool_calls');
+  });
+
+  it('concatenates text blocks and ignores thinking blocks', async () => {
+    fake.enqueue({
+      json: {
+        id: 'msg_2', type: 'message', role: 'assistant', model: UPSTREAM_MODEL, stop_reason: 'max_tokens', stop_sequence: null,
+        content: [{ type: 'thinking', thinking: 'hmm', signature: 's' }, userText('Part one, '), userText('part two.')],
+        usage: { input_tokens: 5, output_tokens: 7 },
+      },
+    });
+    const body = JSON.parse((await anthropicAdapter.createChatCompletion(chat(), context())).body);
+    assert.equal(body.choices[0].message.content, 'Part one, part two.');
+    assert.equal(body.choices[0].finish_reason, 'length');
+    assert.deepEqual(body.usage, { prompt_tokens: 5, completion_tokens: 7, total_tokens: 12, prompt_tokens_details: { cached_tokens: 0 } });
+  });
+
+  it('maps every stop reason', () => {
+    const table: [unknown, string][] = [
+      ['end_turn', 'stop'], ['stop_sequence', 'stop'], ['pause_turn', 'stop'], ['max_tokens', 'length'],
+      ['model_context_window_exceeded', 'length'], ['tool_use', 'tool_calls'], ['refusal', 'content_filter'], [null, 'stop'],
+    ];
+    for (const [reason, expected] of table) assert.equal(mapAnthropicStopReason(reason), expected, String(reason));
+  });
+
+  it('streams the default text answer as OpenAI chunks with one id, created and model, then a usage-only chunk', async () => {
+    const events = await collect(anthropicAdapter.streamChatCompletion(chat({ stream: true }), context()));
+    assert.equal((fake.requests[0]!.body as { stream: boolean }).stream, true);
+    const chunks = events.map((event) => JSON.parse(event.data));
+    const { id, created } = chunks[0];
+    assert.equal(id, `chatcmpl-${FAKE_ANTHROPIC_MESSAGE_ID}`);
+    for (const chunk of chunks) {
+      assert.equal(chunk.id, id);
+      assert.equal(chunk.created, created);
+      assert.equal(chunk.object, 'chat.completion.chunk');
+      assert.equal(chunk.model, 'claude-sonnet');
+    }
+    const choice = (delta: unknown, finish: string | null = null) => [{ index: 0, delta, logprobs: null, finish_reason: finish }];
+    assert.deepEqual(
+      chunks.map((chunk) => chunk.choices),
+      [
+        choice({ role: 'assistant', content: '' }),
+        ...['Hello', ' from', ' fake', ' upstream'].map((content) => choice({ content })),
+        choice({}, 'stop'),
+        [],
+      ],
+    );
+    const usage = { prompt_tokens: 28, completion_tokens: 4, total_tokens: 32, prompt_tokens_details: { cached_tokens: 5 } };
+    assert.deepEqual(chunks.at(-1).usage, usage);
+    assert.deepEqual(events.at(-1)!.usage, usage);
+    assert.equal(events.at(-1)!.usageOnly, true);
+    assert.ok(events.slice(0, -1).every((event) => event.usage === undefined && event.usageOnly === undefined));
+  });
+
+  it('streams a default tool call with OpenAI tool-call fragments', async () => {
+    const events = await collect(anthropicAdapter.streamChatCompletion(chat({ stream: true, tools: [{ type: 'function', function: { name: 'get_weather' } }] }), context()));
+    const result = reassemble(events);
+    assert.deepEqual(result.calls, [{ id: FAKE_ANTHROPIC_TOOL_USE_ID, name: 'get_weather', arguments: '{"city": "Oslo"}' }]);
+    assert.equal(result.finish, 'tool_calls');
+    assert.deepEqual(parse(events[1]!).choices[0]!.delta, {
+      tool_calls: [{ index: 0, id: FAKE_ANTHROPIC_TOOL_USE_ID, type: 'function', function: { name: 'get_weather', arguments: '' } }],
+    });
+  });
+
+  it('replays the recorded text-then-tool-use stream (tool index counts tool blocks; no-args call gets "{}")', async () => {
+    fake.enqueue({ chunksFile: wireFixture('anthropic-stream-text-then-tool-use.chunks.jsonl'), chunkSize: 7 });
+    const events = await collect(anthropicAdapter.streamChatCompletion(chat({ stream: true }), context()));
+    const result = reassemble(events);
+    assert.equal(result.text, "I'll update the issue list for you.");
+    assert.deepEqual(result.calls, [{ id: 'toolu_01QE1WLsSVp5hy5Q3GmGTmjP', name: 'updateIssueList', arguments: '{}' }]);
+    assert.equal(result.finish, 'tool_calls');
+    assert.equal(JSON.parse(events[0]!.data).id, 'chatcmpl-msg_01GE2RKp1VYsPzdFs3sS9z5S');
+    assert.deepEqual(events.at(-1)!.usage, { prompt_tokens: 565, completion_tokens: 48, total_tokens: 613, prompt_tokens_details: { cached_tokens: 0 } });
+    assert.equal(events.filter((event) => event.usageOnly).length, 1);
+  });
+
+  it('replays the recorded input_json_delta stream', async () => {
+    const file = wireFixture('anthropic-stream-tool-use-input-json-delta.chunks.jsonl');
+    fake.enqueue({ chunksFile: file, chunkDelayMs: 2 });
+    const events = await collect(anthropicAdapter.streamChatCompletion(chat({ stream: true }), context()));
+    const result = reassemble(events);
+    const expectedArguments = readFileSync(file, 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => JSON.parse(line) as { delta?: { partial_json?: string } })
+      .map((event) => event.delta?.partial_json ?? '')
+      .join('');
+    assert.deepEqual(result.calls, [{ id: 'toolu_01KFbKqPYSuAKujiL6mTfzYA', name: 'json', arguments: expectedArguments }]);
+    assert.deepEqual(JSON.parse(result.calls[0]!.arguments), { elements: [{ location: 'San Francisco', temperature: 58, condition: 'sunny' }] });
+    assert.equal(result.text, '');
+    assert.equal(result.finish, 'tool_calls');
+    assert.deepEqual(events.at(-1)!.usage, { prompt_tokens: 849, completion_tokens: 47, total_tokens: 896, prompt_tokens_details: { cached_tokens: 0 } });
+  });
+});
+
+describe('anthropic adapter: vendor errors', () => {
+  const cases: { name: string; status: number; body: unknown; headers?: Record<string, string>; expect: Partial<GatewayError> }[] = [
+    {
+      name: '400 keeps its status and the scrubbed vendor message',
+      status: 400,
+      body: anthropicError('invalid_request_error', `messages.0: bad input for key ${KEY}`),
+      expect: { status: 400, type: 'invalid_request_error', message: 'messages.0: bad input for key [redacted]', retryable: false },
+    },
+    {
+      name: '404 is model_not_found',
+      status: 404,
+      body: anthropicError('not_found_error', 'model: claude-9'),
+      expect: { status: 404, code: 'model_not_found', message: 'model: claude-9', retryable: false },
+    },
+    {
+      name: '403 is our credentials problem',
+      status: 403,
+      body: anthropicError('permission_error', 'Your API key does not have permission'),
+      expect: { status: 502, code: 'vendor_auth_failed', retryable: false },
+    },
+    {
+      name: '429 is retryable after retry-after',
+      status: 429,
+      headers: { 'retry-after': '3' },
+      body: anthropicError('rate_limit_error', 'Number of request tokens has exceeded your per-minute rate limit'),
+      expect: { status: 429, type: 'rate_limit_exceeded', code: 'rate_limit_exceeded', retryable: true, retryAfterMs: 3000 },
+    },
+    {
+      name: '429 spend limit is quota, not retried',
+      status: 429,
+      body: anthropicError('rate_limit_error', 'You have reached your specified workspace API usage limits.', {
+        details: { error_code: 'enforced_spend_limit_reached' },
+      }),
+      expect: { status: 503, code: 'vendor_quota_exhausted', retryable: false },
+    },
+    {
+      name: '400 low credit balance is quota',
+      status: 400,
+      body: anthropicError('invalid_request_error', 'Your credit balance is too low to access the Anthropic API.'),
+      expect: { status: 503, code: 'vendor_quota_exhausted', retryable: false },
+    },
+    {
+      name: '529 overloaded is a retryable 502',
+      status: 529,
+      body: anthropicError('overloaded_error', 'Overloaded'),
+      expect: { status: 502, code: 'vendor_error', message: 'Upstream vendor error: Overloaded', retryable: true },
+    },
+    {
+      name: '500 api_error is a retryable 502',
+      status: 500,
+      body: anthropicError('api_error', 'Internal server error'),
+      expect: { status: 502, retryable: true },
+    },
+  ];
+  for (const { name, status, body, headers, expect } of cases) {
+    it(name, async () => {
+      fake.enqueue({ status, json: body, ...(headers ? { headers } : {}) });
+      const error = await gatewayError(anthropicAdapter.createChatCompletion(chat(), context()));
+      for (const [field, value] of Object.entries(expect)) assert.deepEqual(error[field as keyof GatewayError], value, field);
+      assert.doesNotMatch(JSON.stringify(error.toBody()), /sk-ant/);
+    });
+  }
+
+  it('maps the fake refusing a wrong key (401) to vendor_auth_failed without vendor text', async () => {
+    const ctx = context({ channel: { vendor: 'anthropic', baseUrl: fake.url, apiKey: 'sk-ant-wrong-key-abcdefghij' } });
+    const error = await gatewayError(anthropicAdapter.createChatCompletion(chat(), ctx));
+    assert.equal(error.status, 502);
+    assert.equal(error.code, 'vendor_auth_failed');
+    assert.doesNotMatch(error.message, /x-api-key|sk-ant/);
+  });
+
+  it('throws a refused stream request from the first next(), before any chunk', async () => {
+    fake.enqueue({ status: 529, json: anthropicError('overloaded_error', 'Overloaded') });
+    const iterator = anthropicAdapter.streamChatCompletion(chat({ stream: true }), context())[Symbol.asyncIterator]();
+    const error = await gatewayError(iterator.next());
+    assert.equal(error.status, 502);
+    assert.equal(error.retryable, true);
+  });
+
+  it('throws an error event mid-stream as the mapped error, after the chunks before it', async () => {
+    fake.enqueue({
+      events: [
+        { type: 'message_start', message: { id: 'msg_e', usage: { input_tokens: 3, output_tokens: 1 } } },
+        { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } },
+        { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Partial' } },
+        { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } },
+      ],
+    });
+    const seen: StreamEvent[] = [];
+    const error = await gatewayError(
+      (async () => {
+        for await (const event of anthropicAdapter.streamChatCompletion(chat({ stream: true }), context())) seen.push(event);
+      })(),
+    );
+    assert.equal(reassemble(seen).text, 'Partial');
+    assert.equal(seen.length, 2);
+    assert.equal(error.status, 502);
+    assert.equal(error.retryable, true);
+    assert.equal(error.message, 'Upstream vendor error: Overloaded');
+  });
+
+  it('fails a stream that ends without message_stop', async () => {
+    fake.enqueue({
+      events: [
+        { type: 'message_start', message: { id: 'msg_x', usage: { input_tokens: 3, output_tokens: 1 } } },
+        { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } },
+        { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Cut' } },
+      ],
+    });
+    const seen: StreamEvent[] = [];
+    const error = await gatewayError(
+      (async () => {
+        for await (const event of anthropicAdapter.streamChatCompletion(chat({ stream: true }), context())) seen.push(event);
+      })(),
+    );
+    assert.equal(seen.length, 2);
+    assert.equal(error.status, 502);
+    assert.equal(error.retryable, true);
+    assert.match(error.message, /ended early/);
+  });
+
+  it('aborts the vendor request when the caller aborts mid-stream', async () => {
+    fake.enqueue({
+      events: [{ type: 'message_start', message: { id: 'msg_h', usage: { input_tokens: 3, output_tokens: 1 } } }, { type: 'ping' }],
+      hang: true,
+    });
+    const controller = new AbortController();
+    const iterator = anthropicAdapter.streamChatCompletion(chat({ stream: true }), context({ signal: controller.signal }))[Symbol.asyncIterator]();
+    assert.equal((await iterator.next()).done, false);
+    const pending = iterator.next();
+    controller.abort();
+    await assert.rejects(pending, (error: unknown) => !(error instanceof GatewayError) && (error as Error).name === 'AbortError');
+    for (let attempt = 0; attempt < 50 && fake.abortedRequests === 0; attempt += 1) await sleep(10);
+    assert.equal(fake.abortedRequests, 1);
+    assert.equal(fake.requests[0]!.aborted, true);
+  });
+
+  it('refuses the endpoints Anthropic does not have', async () => {
+    const ctx = context();
+    const completion = { model: 'claude-sonnet', prompt: 'Hi' } as CompletionRequest;
+    for (const attempt of [
+      anthropicAdapter.createCompletion(completion, ctx),
+      collect(anthropicAdapter.streamCompletion(completion, ctx)),
+      anthropicAdapter.createEmbeddings({ model: 'claude-sonnet', input: 'Hi' } as EmbeddingRequest, ctx),
+    ]) {
+      const error = await gatewayError(attempt);
+      assert.equal(error.status, 400);
+      assert.match(error.message, /Anthropic Messages API/);
+    }
+    assert.equal(fake.requests.length, 0);
+  });
+});
+
+describe('fake anthropic: refuses what the real API refuses', () => {
+  const valid = { model: UPSTREAM_MODEL, max_tokens: 10, messages: [{ role: 'user', content: 'Hi' }] };
+  const headers = { 'x-api-key': KEY, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' };
+  const toolTurns = [
+    { role: 'user', content: 'Hi' },
+    { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_1', name: 'f', input: {} }] },
+  ];
+  const cases: [string, Record<string, unknown>, Record<string, string>, number][] = [
+    ['no x-api-key', valid, { 'x-api-key': '' }, 401],
+    ['no anthropic-version', valid, { 'anthropic-version': '' }, 400],
+    ['no max_tokens', { ...valid, max_tokens: undefined }, {}, 400],
+    ['a system role', { ...valid, messages: [{ role: 'system', content: 'x' }, ...valid.messages] }, {}, 400],
+    ['an assistant first', { ...valid, messages: [{ role: 'assistant', content: 'x' }, ...valid.messages] }, {}, 400],
+    ['two user turns in a row', { ...valid, messages: [...valid.messages, ...valid.messages] }, {}, 400],
+    ['a tool_result for an unknown tool_use', { ...valid, messages: [...toolTurns, { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_2', content: 'x' }] }] }, {}, 400],
+    ['a tool_use left unanswered', { ...valid, messages: [...toolTurns, { role: 'user', content: 'next' }] }, {}, 400],
+    ['temperature above 1', { ...valid, temperature: 1.2 }, {}, 400],
+    ['a bmp image', { ...valid, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/bmp', data: 'Qk0=' } }] }] }, {}, 400],
+    ['a file image source', { ...valid, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'file', file_id: 'f' } }] }] }, {}, 400],
+    ['n', { ...valid, n: 1 }, {}, 400],
+    ['stream_options', { ...valid, stream_options: { include_usage: true } }, {}, 400],
+    ['response_format', { ...valid, response_format: { type: 'json_object' } }, {}, 400],
+    ['an OpenAI tool_choice', { ...valid, tool_choice: 'auto' }, {}, 400],
+  ];
+  for (const [name, body, headerOverrides, status] of cases) {
+    it(`refuses ${name} with ${status}`, async () => {
+      const response = await httpRequest(`${fake.url}/v1/messages`, { method: 'POST', headers: { ...headers, ...headerOverrides }, body: JSON.stringify(body) });
+      const answer = (await response.body.json()) as { type: string; error: { type: string; message: string } };
+      assert.equal(response.statusCode, status);
+      assert.equal(answer.type, 'error');
+      assert.equal(typeof answer.error.message, 'string');
+    });
+  }
+});

@@ -1,0 +1,424 @@
+import { wireFixturesDir } from '../support/fixtures.js';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { after, before, beforeEach, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { pino } from 'pino';
+import { GatewayError } from '../../shared/errors.js';
+import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
+import type { CompletionRequest } from '../../shared/schemas/completions.js';
+import type { EmbeddingRequest } from '../../shared/schemas/embeddings.js';
+import {
+  closeOpenAIAgent,
+  mapOpenAIError,
+  openaiAdapter,
+  scrubSecrets,
+  streamChatCompletionBatches,
+} from '../../workers/vendors/openai/index.js';
+import { loadCatalog } from '../../shared/catalog.js';
+import type { CallContext, StreamEvent } from '../../workers/vendors/types.js';
+import { startFakeOpenAI } from '../support/fake-openai.js';
+import type { FakeOpenAI } from '../support/fake-openai.js';
+import { FAKE_REPLY_PIECES, FAKE_USAGE } from '../support/fake-openai-defaults.js';
+import { collect, gatewayError } from '../support/assertions.js';
+
+const FIXTURES = wireFixturesDir;
+const FIXTURE_FILES = ['openai-chat-stream-tool-call.sse', 'openai-chat-stream-parallel-tool-calls.sse'];
+const KEY = 'sk-test-channel-key-0123456789';
+const UPSTREAM_MODEL = 'gpt-4o-2024-08-06';
+const log = pino({ level: 'silent' });
+
+let fake: FakeOpenAI;
+
+function context(signal: AbortSignal = new AbortController().signal): CallContext {
+  return {
+    requestId: 'req_test',
+    signal,
+    channel: { vendor: 'openai', baseUrl: fake.url, apiKey: KEY },
+    upstreamModel: UPSTREAM_MODEL,
+    model: loadCatalog().get('gpt-4o')!,
+    log,
+  };
+}
+
+const chatRequest = (extra: Record<string, unknown> = {}): ChatCompletionRequest =>
+  ({ model: 'gpt-4o', messages: [{ role: 'user', content: 'Hi' }], temperature: 0.2, ...extra }) as ChatCompletionRequest;
+
+
+/** Asserts a rejection with a GatewayError and returns it for closer checks. */
+
+function fixtureData(name: string): string[] {
+  return readFileSync(`${FIXTURES}/${name}`, 'utf8')
+    .split('\n\n')
+    .filter((block) => block.length > 0)
+    .map((block) => block.replace(/^data: /, ''));
+}
+
+const sseOf = (...payloads: unknown[]) =>
+  payloads.map((payload) => `data: ${typeof payload === 'string' ? payload : JSON.stringify(payload)}\n\n`).join('');
+const contentChunk = (content: string) => ({
+  id: 'c1',
+  object: 'chat.completion.chunk',
+  choices: [{ index: 0, delta: { content }, finish_reason: null }],
+});
+
+before(async () => {
+  fake = await startFakeOpenAI({ apiKey: KEY });
+});
+after(async () => {
+  await closeOpenAIAgent();
+  await fake.close();
+});
+beforeEach(() => fake.reset());
+
+describe('openai adapter: outgoing requests', () => {
+  it('sends the client request with the upstream model, minus stream_options, to /chat/completions', async () => {
+    const request = chatRequest({ reasoning_effort: 'low', stream_options: { include_usage: true } });
+    await openaiAdapter.createChatCompletion(request, context());
+    assert.equal(fake.requests.length, 1);
+    const sent = fake.requests[0]!;
+    assert.equal(sent.method, 'POST');
+    assert.equal(sent.path, '/v1/chat/completions');
+    assert.equal(sent.headers.authorization, `Bearer ${KEY}`);
+    assert.equal(sent.headers['content-type'], 'application/json');
+    assert.equal(sent.headers.accept, 'application/json');
+    assert.deepEqual(sent.body, {
+      model: UPSTREAM_MODEL,
+      messages: [{ role: 'user', content: 'Hi' }],
+      temperature: 0.2,
+      reasoning_effort: 'low',
+    });
+  });
+
+  it('forces stream and include_usage upstream, keeping the other stream options', async () => {
+    const request = chatRequest({ stream: true, stream_options: { include_obfuscation: false } });
+    await collect(openaiAdapter.streamChatCompletion(request, context()));
+    const sent = fake.requests[0]!;
+    assert.equal(sent.headers.accept, 'text/event-stream');
+    assert.deepEqual(sent.body, {
+      model: UPSTREAM_MODEL,
+      messages: [{ role: 'user', content: 'Hi' }],
+      temperature: 0.2,
+      stream: true,
+      stream_options: { include_obfuscation: false, include_usage: true },
+    });
+  });
+
+  it('passes embeddings through with encoding_format and dimensions as sent', async () => {
+    const request = { model: 'emb', input: ['a', 'b'], encoding_format: 'base64', dimensions: 4 } as EmbeddingRequest;
+    const result = await openaiAdapter.createEmbeddings(request, context());
+    assert.equal(fake.requests[0]!.path, '/v1/embeddings');
+    assert.deepEqual(fake.requests[0]!.body, { ...request, model: UPSTREAM_MODEL });
+    const body = JSON.parse(result.body) as { data: { embedding: string }[] };
+    assert.equal(body.data.length, 2);
+    assert.equal(Buffer.from(body.data[0]!.embedding, 'base64').length, 4 * 4);
+    assert.deepEqual(result.usage, { prompt_tokens: 2, completion_tokens: 0, total_tokens: 2 });
+  });
+});
+
+describe('openai adapter: answers', () => {
+  it('returns the non-stream body byte for byte, with usage', async () => {
+    const text = '{ "id":"x", "object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"caf\\u00e9 ☕"},"finish_reason":"stop"}],\n "usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5,"prompt_tokens_details":{"cached_tokens":1}} }';
+    fake.enqueue({ status: 200, headers: { 'content-type': 'application/json' }, text });
+    const result = await openaiAdapter.createChatCompletion(chatRequest(), context());
+    assert.equal(result.body, text);
+    assert.deepEqual(result.usage, {
+      prompt_tokens: 3,
+      completion_tokens: 2,
+      total_tokens: 5,
+      prompt_tokens_details: { cached_tokens: 1 },
+    });
+  });
+
+  it('streams the default answer and flags the trailing usage chunk', async () => {
+    const events = await collect(openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context()));
+    assert.equal(events.length, 1 + FAKE_REPLY_PIECES.length + 2);
+    const content = events.map((event) => JSON.parse(event.data).choices[0]?.delta?.content ?? '').join('');
+    assert.equal(content, FAKE_REPLY_PIECES.join(''));
+    assert.deepEqual(events.at(-1)!.usage, FAKE_USAGE);
+    assert.equal(events.at(-1)!.usageOnly, true);
+    assert.ok(events.slice(0, -1).every((event) => event.usage === undefined && event.usageOnly === undefined));
+  });
+
+  for (const file of FIXTURE_FILES) {
+    it(`replays ${file}: the events are the fixture's data lines`, async () => {
+      fake.enqueue({ sseFile: `${FIXTURES}/${file}`, chunkSize: 7 });
+      const events = await collect(openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context()));
+      const expected = fixtureData(file).filter((data) => data !== '[DONE]');
+      assert.deepEqual(
+        events.map((event) => event.data),
+        expected,
+      );
+      const last = events.at(-1)!;
+      assert.equal(last.usageOnly, true);
+      assert.deepEqual(last.usage, JSON.parse(expected.at(-1)!).usage);
+      assert.equal(events.filter((event) => event.usageOnly).length, 1);
+    });
+  }
+
+  it('batches the events of one network read together', async () => {
+    const file = FIXTURE_FILES[0]!;
+    fake.enqueue({ sseFile: `${FIXTURES}/${file}`, chunkDelayMs: 5 });
+    const batches = await collect(streamChatCompletionBatches(chatRequest({ stream: true }), context()));
+    assert.ok(batches.length > 1);
+    assert.ok(batches.every((batch) => batch.length > 0));
+    assert.deepEqual(
+      batches.flat().map((event) => event.data),
+      fixtureData(file).filter((data) => data !== '[DONE]'),
+    );
+
+    fake.enqueue({ sseFile: `${FIXTURES}/${file}` });
+    const single = await collect(streamChatCompletionBatches(chatRequest({ stream: true }), context()));
+    assert.equal(single.length, 1, 'one write upstream arrives as one batch');
+  });
+
+  it('reuses one keep-alive connection for successive streams', async () => {
+    await closeOpenAIAgent();
+    fake.reset();
+    for (let round = 0; round < 3; round += 1) {
+      await collect(openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context()));
+      // The tail of the body after [DONE] is drained in the background before the socket is free again.
+      await sleep(20);
+    }
+    assert.equal(fake.connections, 1);
+  });
+
+  it('serves legacy completions in both modes', async () => {
+    const request = { model: 'instruct', prompt: 'Say hi', max_tokens: 5 } as CompletionRequest;
+    const result = await openaiAdapter.createCompletion(request, context());
+    assert.equal(fake.requests[0]!.path, '/v1/completions');
+    assert.equal(JSON.parse(result.body).object, 'text_completion');
+    assert.deepEqual(result.usage, FAKE_USAGE);
+
+    const events = await collect(openaiAdapter.streamCompletion({ ...request, stream: true }, context()));
+    assert.equal(events.map((event) => JSON.parse(event.data).choices[0]?.text ?? '').join(''), FAKE_REPLY_PIECES.join(''));
+    assert.equal(events.at(-1)!.usageOnly, true);
+  });
+
+  it('attaches usage reported on an ordinary chunk without flagging it usage-only', async () => {
+    const finish = { id: 'c1', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } };
+    fake.enqueue({ sse: sseOf(contentChunk('a'), finish, '[DONE]') });
+    const events = await collect(openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context()));
+    assert.deepEqual(events[1], { data: JSON.stringify(finish), usage: finish.usage });
+  });
+});
+
+describe('openai adapter: vendor errors', () => {
+  const errorBody = (message: string, type: string, code: string | null = null, param: string | null = null) => ({
+    error: { message, type, param, code },
+  });
+
+  it('keeps a 400 as the client error it is, before any stream event', async () => {
+    fake.enqueue({ status: 400, json: errorBody("Unsupported parameter: 'max_tokens'.", 'invalid_request_error', 'unsupported_parameter', 'max_tokens') });
+    const error = await gatewayError(collect(openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context())));
+    assert.deepEqual(error.toBody(), errorBody("Unsupported parameter: 'max_tokens'.", 'invalid_request_error', 'unsupported_parameter', 'max_tokens'));
+    assert.equal(error.status, 400);
+    assert.equal(error.retryable, false);
+  });
+
+  it('maps the fake upstream refusing a bad key (401) to a generic 502 without vendor text', async () => {
+    const context401 = { ...context(), channel: { vendor: 'openai', baseUrl: fake.url, apiKey: 'sk-wrong-key-abcdefghijkl' } };
+    const error = await gatewayError(openaiAdapter.createChatCompletion(chatRequest(), context401));
+    assert.equal(error.status, 502);
+    assert.equal(error.code, 'vendor_auth_failed');
+    assert.equal(error.retryable, false);
+    assert.doesNotMatch(error.message, /sk-|Incorrect/);
+  });
+
+  it('maps 404 to model_not_found with the vendor message', async () => {
+    fake.enqueue({ status: 404, json: errorBody('The model `gpt-9` does not exist.', 'invalid_request_error', null) });
+    const error = await gatewayError(openaiAdapter.createChatCompletion(chatRequest(), context()));
+    assert.equal(error.status, 404);
+    assert.equal(error.code, 'model_not_found');
+    assert.equal(error.message, 'The model `gpt-9` does not exist.');
+  });
+
+  it('makes a 429 retryable and honours retry-after', async () => {
+    fake.enqueue({ status: 429, headers: { 'retry-after': '2' }, json: errorBody('Rate limit reached.', 'requests', 'rate_limit_exceeded') });
+    const error = await gatewayError(openaiAdapter.createChatCompletion(chatRequest(), context()));
+    assert.equal(error.status, 429);
+    assert.equal(error.retryable, true);
+    assert.equal(error.retryAfterMs, 2000);
+    assert.equal(error.message, 'Rate limit reached.');
+
+    fake.enqueue({ status: 429, headers: { 'retry-after-ms': '150', 'retry-after': '9' }, json: errorBody('Slow down.', 'tokens') });
+    const precise = await gatewayError(openaiAdapter.createChatCompletion(chatRequest(), context()));
+    assert.equal(precise.retryAfterMs, 150);
+  });
+
+  it('turns a 429 insufficient_quota into a non-retryable 503 with a generic message', async () => {
+    fake.enqueue({ status: 429, json: errorBody('You exceeded your current quota, check your plan.', 'insufficient_quota', 'insufficient_quota') });
+    const error = await gatewayError(openaiAdapter.createChatCompletion(chatRequest(), context()));
+    assert.equal(error.status, 503);
+    assert.equal(error.type, 'server_error');
+    assert.equal(error.retryable, false);
+    assert.equal(error.message, 'The upstream vendor refused the request: quota exhausted.');
+  });
+
+  for (const status of [500, 503]) {
+    it(`makes a ${status} a retryable 502`, async () => {
+      fake.enqueue({ status, json: errorBody('The engine is currently overloaded.', 'server_error') });
+      const error = await gatewayError(openaiAdapter.createChatCompletion(chatRequest(), context()));
+      assert.equal(error.status, 502);
+      assert.equal(error.type, 'server_error');
+      assert.equal(error.retryable, true);
+      assert.equal(error.message, 'Upstream vendor error: The engine is currently overloaded.');
+    });
+  }
+
+  it('makes a non-JSON 200 body a retryable 502', async () => {
+    fake.enqueue({ status: 200, text: '<html>gateway</html>' });
+    const error = await gatewayError(openaiAdapter.createChatCompletion(chatRequest(), context()));
+    assert.equal(error.status, 502);
+    assert.equal(error.retryable, true);
+  });
+
+  it('scrubs secrets from vendor messages', async () => {
+    const message = `Bad request for key ${KEY}, also sk-proj-AbCdEf123456 and Bearer abc.def and token 0123456789abcdef0123456789abcdef`;
+    fake.enqueue({ status: 400, json: errorBody(message, 'invalid_request_error') });
+    const error = await gatewayError(openaiAdapter.createChatCompletion(chatRequest(), context()));
+    assert.equal(
+      error.message,
+      'Bad request for key [redacted], also [redacted] and Bearer [redacted] and token [redacted]',
+    );
+  });
+});
+
+describe('openai adapter: broken transport and streams', () => {
+  it('makes a dropped connection a retryable vendor_unreachable', async () => {
+    fake.enqueue({ destroy: true });
+    const error = await gatewayError(openaiAdapter.createChatCompletion(chatRequest(), context()));
+    assert.equal(error.status, 502);
+    assert.equal(error.code, 'vendor_unreachable');
+    assert.equal(error.retryable, true);
+  });
+
+  it('makes a connection lost mid-stream a retryable 502 after the events it delivered', async () => {
+    fake.enqueue({ sse: sseOf(contentChunk('a')), destroyAtEnd: true });
+    const seen: StreamEvent[] = [];
+    const error = await gatewayError(
+      (async () => {
+        for await (const event of openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context())) seen.push(event);
+      })(),
+    );
+    assert.equal(seen.length, 1);
+    assert.equal(error.status, 502);
+    assert.equal(error.code, 'vendor_unreachable');
+    assert.equal(fake.abortedRequests, 0);
+  });
+
+  it('fails a stream that ends early after the events it delivered', async () => {
+    fake.enqueue({ sse: sseOf(contentChunk('a'), contentChunk('b')) });
+    const seen: StreamEvent[] = [];
+    const error = await gatewayError(
+      (async () => {
+        for await (const event of openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context())) seen.push(event);
+      })(),
+    );
+    assert.equal(seen.length, 2);
+    assert.equal(error.status, 502);
+    assert.equal(error.retryable, true);
+    assert.match(error.message, /ended early/);
+  });
+
+  it('accepts a stream that finished but lost its [DONE]', async () => {
+    const finish = { id: 'c1', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] };
+    fake.enqueue({ sse: sseOf(contentChunk('a'), finish) });
+    const events = await collect(openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context()));
+    assert.equal(events.length, 2);
+  });
+
+  it('throws on an error payload mid-stream, scrubbed', async () => {
+    fake.enqueue({ sse: sseOf(contentChunk('a'), { error: { message: `backend failed for ${KEY}`, type: 'server_error' } }) });
+    const seen: StreamEvent[] = [];
+    const error = await gatewayError(
+      (async () => {
+        for await (const event of openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context())) seen.push(event);
+      })(),
+    );
+    assert.equal(seen.length, 1);
+    assert.equal(error.status, 502);
+    assert.equal(error.retryable, true);
+    assert.equal(error.message, 'Upstream vendor error: backend failed for [redacted]');
+  });
+
+  it('rejects with the abort, not a GatewayError, when the caller aborts mid-stream', async () => {
+    fake.enqueue({ sse: sseOf(contentChunk('a')), hang: true });
+    const controller = new AbortController();
+    const iterator = openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context(controller.signal))[Symbol.asyncIterator]();
+    const first = await iterator.next();
+    assert.equal(first.done, false);
+    const pending = iterator.next();
+    controller.abort();
+    await assert.rejects(pending, (error: unknown) => {
+      assert.ok(!(error instanceof GatewayError));
+      assert.equal((error as Error).name, 'AbortError');
+      return true;
+    });
+    for (let attempt = 0; attempt < 50 && fake.abortedRequests === 0; attempt += 1) await sleep(10);
+    assert.equal(fake.abortedRequests, 1);
+    assert.equal(fake.requests[0]!.aborted, true);
+  });
+
+  it('rejects with the abort reason while waiting for headers', async () => {
+    fake.enqueue({ hang: true });
+    const controller = new AbortController();
+    const reason = new Error('client gone');
+    setTimeout(() => controller.abort(reason), 30);
+    await assert.rejects(openaiAdapter.createChatCompletion(chatRequest(), context(controller.signal)), (error) => error === reason);
+  });
+
+  it('times out a silent upstream (first byte, then idle) as retryable 504', async () => {
+    const saved = { ...process.env };
+    process.env.VENDOR_FIRST_BYTE_TIMEOUT_MS = '200';
+    process.env.VENDOR_IDLE_TIMEOUT_MS = '200';
+    await closeOpenAIAgent();
+    try {
+      fake.enqueue({ hang: true });
+      const silent = await gatewayError(openaiAdapter.createChatCompletion(chatRequest(), context()));
+      assert.equal(silent.status, 504);
+      assert.equal(silent.code, 'vendor_timeout');
+      assert.equal(silent.retryable, true);
+
+      fake.enqueue({ sse: sseOf(contentChunk('a')), hang: true });
+      const seen: StreamEvent[] = [];
+      const idle = await gatewayError(
+        (async () => {
+          for await (const event of openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context())) seen.push(event);
+        })(),
+      );
+      assert.equal(seen.length, 1);
+      assert.equal(idle.status, 504);
+    } finally {
+      process.env.VENDOR_FIRST_BYTE_TIMEOUT_MS = saved.VENDOR_FIRST_BYTE_TIMEOUT_MS;
+      process.env.VENDOR_IDLE_TIMEOUT_MS = saved.VENDOR_IDLE_TIMEOUT_MS;
+      if (saved.VENDOR_FIRST_BYTE_TIMEOUT_MS === undefined) delete process.env.VENDOR_FIRST_BYTE_TIMEOUT_MS;
+      if (saved.VENDOR_IDLE_TIMEOUT_MS === undefined) delete process.env.VENDOR_IDLE_TIMEOUT_MS;
+      await closeOpenAIAgent();
+    }
+  });
+});
+
+describe('mapOpenAIError and scrubSecrets', () => {
+  it('reads retry-after as an HTTP date', () => {
+    const now = Date.now();
+    const date = new Date(now + 5_000).toUTCString();
+    const error = mapOpenAIError({ status: 429, headers: { 'retry-after': date }, bodyText: '{}' });
+    assert.ok(error.retryAfterMs !== undefined && error.retryAfterMs > 3_000 && error.retryAfterMs <= 5_000);
+  });
+
+  it('keeps 409 and 422 as client errors and 529 as a retryable vendor error', () => {
+    assert.equal(mapOpenAIError({ status: 422, headers: {}, bodyText: 'nope' }).status, 422);
+    assert.equal(mapOpenAIError({ status: 409, headers: {}, bodyText: '' }).retryable, false);
+    const overloaded = mapOpenAIError({ status: 529, headers: {}, bodyText: '' });
+    assert.equal(overloaded.status, 502);
+    assert.equal(overloaded.retryable, true);
+  });
+
+  it('leaves ordinary text alone and redacts key-like tokens', () => {
+    assert.equal(scrubSecrets('The model `gpt-4o-2024-08-06` does not exist'), 'The model `gpt-4o-2024-08-06` does not exist');
+    assert.equal(scrubSecrets('key xai-AbCdEfGhIjKl12 here'), 'key [redacted] here');
+    assert.equal(scrubSecrets('Incorrect API key provided: sk-abc***********wxyz.'), 'Incorrect API key provided: [redacted].');
+    assert.equal(scrubSecrets('secret=mysecretvalue!', ['mysecretvalue!']), 'secret=[redacted]');
+  });
+});

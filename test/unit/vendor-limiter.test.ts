@@ -1,0 +1,106 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Redis } from 'ioredis';
+import { VendorLimiter } from '../../workers/vendor-limiter.js';
+import { freshRedis } from '../support/gateway.js';
+
+// Against a real Redis: the limiter is a Lua script, and its point is to hold across processes.
+describe('VendorLimiter', () => {
+  let redis: Redis;
+
+  before(async () => {
+    redis = (await freshRedis(14)).redis;
+  });
+
+  after(() => redis.disconnect());
+
+  const never = new AbortController().signal;
+
+  it('costs nothing for a vendor without limits', async () => {
+    const limiter = new VendorLimiter(redis, {});
+    const lease = await limiter.acquire('openai', Date.now() + 1000, never);
+    await lease.release();
+    assert.equal(await redis.exists('sy:limit:openai:inflight'), 0);
+  });
+
+  it('holds the concurrency cap across limiter instances (processes) and lets a waiter in on release', async () => {
+    const env = { OPENAI_MAX_CONCURRENCY: '2' };
+    const a = new VendorLimiter(redis, env);
+    const b = new VendorLimiter(redis, env);
+    const first = await a.acquire('openai', Date.now() + 5000, never);
+    const second = await b.acquire('openai', Date.now() + 5000, never);
+    let thirdIn = false;
+    const third = a.acquire('openai', Date.now() + 5000, never).then((lease) => {
+      thirdIn = true;
+      return lease;
+    });
+    await new Promise((r) => setTimeout(r, 150));
+    assert.equal(thirdIn, false, 'a third call waits while two are in flight');
+    await first.release();
+    const lease = await third;
+    assert.equal(thirdIn, true);
+    await Promise.all([second.release(), lease.release()]);
+    assert.equal(await redis.zcard('sy:limit:openai:inflight'), 0);
+  });
+
+  it('frees the slot of a dead holder once its lease runs out', async () => {
+    // A worker killed mid-call leaves its lease behind and never renews it.
+    await redis.zadd('sy:limit:xai:inflight', Date.now() + 300, 'lease-of-a-dead-worker');
+    const limiter = new VendorLimiter(redis, { XAI_MAX_CONCURRENCY: '1' }, 300);
+    const started = Date.now();
+    const lease = await limiter.acquire('xai', Date.now() + 5000, never);
+    assert.ok(Date.now() - started >= 200, 'waited for the stale lease to expire');
+    await lease.release();
+  });
+
+  it('renews a long call so its slot is not taken while it runs', async () => {
+    const limiter = new VendorLimiter(redis, { DEEPSEEK_MAX_CONCURRENCY: '1' }, 300);
+    const long = await limiter.acquire('deepseek', Date.now() + 5000, never);
+    await new Promise((r) => setTimeout(r, 700));
+    await assert.rejects(
+      limiter.acquire('deepseek', Date.now() + 200, never),
+      (error: Error & { status?: number }) => error.status === 504,
+      'still held after twice the lease time',
+    );
+    await long.release();
+  });
+
+  it('counts calls per rolling minute and waits (bounded by the deadline) past the RPM', async () => {
+    const limiter = new VendorLimiter(redis, { GEMINI_RPM: '3' });
+    for (let i = 0; i < 3; i++) await (await limiter.acquire('google', Date.now() + 1000, never)).release();
+    const started = Date.now();
+    await assert.rejects(
+      limiter.acquire('google', Date.now() + 300, never),
+      (error: Error & { status?: number }) => error.status === 504 && /google/.test(error.message),
+    );
+    assert.ok(Date.now() - started < 250, 'gives up at once when the wait would pass the deadline');
+  });
+
+  it('wakes a waiter when a release is announced, and still gets in when the announcement was missed', async () => {
+    const limiter = new VendorLimiter(redis, { MOCK_MAX_CONCURRENCY: '1' });
+    limiter.listening(); // as in a worker, whose subscriber forwards freed-slot messages
+    const held = await limiter.acquire('mock', Date.now() + 5000, never);
+    const woken = limiter.acquire('mock', Date.now() + 5000, never);
+    await new Promise((r) => setTimeout(r, 50));
+    await held.release();
+    limiter.slotFreed('mock');
+    const second = await woken;
+    // The release message never reaches this waiter: its fallback look finds the free slot.
+    const missed = limiter.acquire('mock', Date.now() + 5000, never);
+    await new Promise((r) => setTimeout(r, 50));
+    await second.release();
+    await (await missed).release();
+    await second.release(); // releasing twice is harmless
+    assert.equal(await redis.zcard('sy:limit:mock:inflight'), 0);
+  });
+
+  it('stops waiting when the client leaves', async () => {
+    const limiter = new VendorLimiter(redis, { ANTHROPIC_MAX_CONCURRENCY: '1' });
+    const held = await limiter.acquire('anthropic', Date.now() + 5000, never);
+    const controller = new AbortController();
+    const waiting = limiter.acquire('anthropic', Date.now() + 5000, controller.signal);
+    setTimeout(() => controller.abort(new Error('client gone')), 50);
+    await assert.rejects(waiting, /client gone/);
+    await held.release();
+  });
+});
