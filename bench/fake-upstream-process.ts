@@ -1,0 +1,205 @@
+/**
+ * The benchmark's fake upstreams in a process of their own, so their CPU is
+ * apart from the load generator's and their RSS can be measured. Without
+ * options: the zero-latency fake OpenAI, exactly as before.
+ *
+ *   --latency-ms=N     the fake OpenAI waits N ms before every default answer
+ *   --cap=N            a vendor concurrency limit: a request arriving while N are
+ *                      already in flight is answered 429 (as a real vendor would)
+ *                      and counted
+ *   --vendors=LIST     which fakes to start: openai (default), anthropic, gemini
+ *   --stream-chunks=N  stream requests are answered with one long stream of N
+ *                      text deltas in the vendor's framing (bench/long-streams.ts),
+ *                      after the fake's own request checks, in one write;
+ *                      the fake Anthropic only serves as many as were queued
+ *                      with POST /__enqueue?vendor=anthropic&count=K
+ *
+ * A control server on a port of its own (not counted by the fakes):
+ *   GET  /__stats                      per fake: requests, inFlight, maxInFlight, overCap (429s), aborted;
+ *                                      with a cap and a latency, how long slots sat idle between answers (slotUse)
+ *   POST /__reset                      zeroes those counters (and the queued Anthropic streams)
+ *   POST /__enqueue?vendor=anthropic&count=K
+ *
+ * Prints one line `{"url", "pid", "controlUrl", "anthropicUrl"?, "geminiUrl"?}` on
+ * stdout when it listens. Exits when told (SIGTERM/SIGINT) or when its parent
+ * goes away (stdin closes).
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { performance } from 'node:perf_hooks';
+import { startFakeAnthropic, type FakeAnthropic } from '../test/support/fake-anthropic.js';
+import { startFakeGemini, type FakeGemini } from '../test/support/fake-gemini.js';
+import { startFakeOpenAI, type FakeHandler } from '../test/support/fake-openai.js';
+import { buildDefaultResponse } from '../test/support/fake-openai-defaults.js';
+import { longStream } from './long-streams.js';
+
+function option(name: string): string | undefined {
+  return process.argv.find((arg) => arg.startsWith(`--${name}=`))?.slice(name.length + 3);
+}
+
+function intOption(name: string): number {
+  const raw = option(name);
+  if (raw === undefined) return 0;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < 0) throw new Error(`--${name} must be a non-negative integer, got "${raw}"`);
+  return value;
+}
+
+const latencyMs = intOption('latency-ms');
+const cap = intOption('cap');
+const streamChunks = intOption('stream-chunks');
+const vendors = new Set((option('vendors') ?? 'openai').split(',').map((v) => v.trim()).filter(Boolean));
+for (const vendor of vendors) if (!['openai', 'anthropic', 'gemini'].includes(vendor)) throw new Error(`--vendors: unknown vendor "${vendor}"`);
+const customised = latencyMs > 0 || cap > 0 || streamChunks > 0;
+
+const openai = await startFakeOpenAI({ record: false, ...(latencyMs > 0 ? { latencyMs } : {}) });
+const anthropic: FakeAnthropic | undefined = vendors.has('anthropic') ? await startFakeAnthropic() : undefined;
+const gemini: FakeGemini | undefined = vendors.has('gemini') ? await startFakeGemini({ record: false }) : undefined;
+
+const bodies = {
+  openai: streamChunks > 0 ? longStream('openai', streamChunks) : '',
+  anthropic: streamChunks > 0 ? longStream('anthropic', streamChunks) : '',
+  gemini: streamChunks > 0 ? longStream('gemini', streamChunks) : '',
+};
+
+// Counters the fakes do not keep themselves (the fake OpenAI records nothing, to keep memory flat).
+let openaiRequests = 0;
+let openaiOverCap = 0;
+let geminiRequests = 0;
+/** When each request the fake OpenAI served (not refused) reached it, ms; bounded. */
+const arrivals: number[] = [];
+const MAX_ARRIVALS = 100_000;
+
+const rateLimited = {
+  status: 429,
+  headers: { 'retry-after': '1' },
+  json: { error: { message: `Rate limit reached: more than ${cap} requests in flight.`, type: 'requests', param: null, code: 'rate_limit_exceeded' } },
+};
+
+const openaiHandler: FakeHandler = (request) => {
+  openaiRequests += 1;
+  // The fake counts a request in flight from its arrival, so this one is included.
+  if (cap > 0 && openai.inFlight > cap) {
+    openaiOverCap += 1;
+    return rateLimited;
+  }
+  if (latencyMs > 0 && arrivals.length < MAX_ARRIVALS) arrivals.push(performance.now());
+  if (streamChunks > 0 && request.method === 'POST' && request.path.split('?')[0] === '/v1/chat/completions') {
+    // The fake's own checks first: only a request it would stream gets the long stream.
+    if (buildDefaultResponse(request, {}).kind === 'sse') return { sse: bodies.openai };
+  }
+  return undefined;
+};
+
+function installHandlers(): void {
+  if (customised) openai.setDefault(openaiHandler);
+  gemini?.setDefault((request) => {
+    geminiRequests += 1;
+    return streamChunks > 0 && request.path.includes(':streamGenerateContent') ? { sse: bodies.gemini } : undefined;
+  });
+}
+installHandlers();
+
+/**
+ * With a cap and a fixed latency, the k-th request to arrive can only take the
+ * slot the (k − cap)-th answer freed, and answers leave in arrival order
+ * (latency + timer lateness, about 1 ms). So arrival[k] − arrival[k − cap] − latency is
+ * how long that slot sat idle between an answer and the next request: the cost
+ * of the hand-off through the gateway. Also: the share of cap × span the slots were busy.
+ */
+function slotUse() {
+  if (cap === 0 || latencyMs === 0 || arrivals.length <= cap) return null;
+  const gaps = arrivals.slice(cap).map((at, i) => Math.max(0, at - arrivals[i]! - latencyMs)).sort((a, b) => a - b);
+  const at = (q: number) => gaps[Math.min(gaps.length - 1, Math.max(0, Math.ceil(q * gaps.length) - 1))]!;
+  const span = arrivals[arrivals.length - 1]! + latencyMs - arrivals[0]!;
+  return {
+    handoffs: gaps.length,
+    gapMs: { p50: at(0.5), p90: at(0.9), p99: at(0.99), max: gaps[gaps.length - 1]!, mean: gaps.reduce((a, b) => a + b, 0) / gaps.length },
+    /** From the first arrival to the last answer. */
+    spanMs: span,
+    utilisation: (arrivals.length * latencyMs) / (cap * span),
+  };
+}
+
+function stats() {
+  const out: Record<string, unknown> = {
+    openai: {
+      requests: customised ? openaiRequests : null,
+      inFlight: openai.inFlight,
+      maxInFlight: openai.maxInFlight,
+      overCap: openaiOverCap,
+      aborted: openai.abortedRequests,
+      connections: openai.connections,
+      slotUse: slotUse(),
+    },
+  };
+  if (anthropic) {
+    out.anthropic = { requests: anthropic.requests.length, inFlight: anthropic.inFlight, maxInFlight: anthropic.maxInFlight, aborted: anthropic.abortedRequests };
+  }
+  if (gemini) out.gemini = { requests: geminiRequests, inFlight: gemini.inFlight, maxInFlight: gemini.maxInFlight, aborted: gemini.abortedRequests };
+  return out;
+}
+
+function control(req: IncomingMessage, res: ServerResponse): void {
+  const url = new URL(req.url ?? '/', 'http://control');
+  const reply = (status: number, value: unknown) => {
+    res.writeHead(status, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(value));
+  };
+  req.resume();
+  if (req.method === 'GET' && url.pathname === '/__stats') return reply(200, stats());
+  if (req.method === 'POST' && url.pathname === '/__reset') {
+    openai.reset();
+    anthropic?.reset();
+    gemini?.reset();
+    openaiRequests = 0;
+    openaiOverCap = 0;
+    geminiRequests = 0;
+    arrivals.length = 0;
+    installHandlers();
+    return reply(200, stats());
+  }
+  if (req.method === 'POST' && url.pathname === '/__enqueue') {
+    const count = Number(url.searchParams.get('count') ?? '1');
+    if (url.searchParams.get('vendor') !== 'anthropic' || !anthropic || streamChunks === 0 || !Number.isInteger(count) || count < 1 || count > 100_000) {
+      return reply(400, { error: 'POST /__enqueue?vendor=anthropic&count=K needs --vendors with anthropic and --stream-chunks' });
+    }
+    // The same string each time: the queue holds references, not copies.
+    for (let i = 0; i < count; i += 1) anthropic.enqueue({ sse: bodies.anthropic });
+    return reply(200, { queued: count });
+  }
+  reply(404, { error: 'not found' });
+}
+
+const controlServer = createServer(control);
+await new Promise<void>((resolve) => controlServer.listen(0, '127.0.0.1', resolve));
+const controlUrl = `http://127.0.0.1:${(controlServer.address() as AddressInfo).port}`;
+
+process.stdout.write(
+  `${JSON.stringify({
+    url: openai.url,
+    pid: process.pid,
+    controlUrl,
+    ...(anthropic ? { anthropicUrl: anthropic.url } : {}),
+    ...(gemini ? { geminiUrl: gemini.url } : {}),
+  })}\n`,
+);
+
+let closing = false;
+async function stop(): Promise<void> {
+  if (closing) return;
+  closing = true;
+  const force = setTimeout(() => process.exit(0), 2000);
+  force.unref();
+  controlServer.closeAllConnections();
+  controlServer.close();
+  await Promise.allSettled([openai.close(), anthropic?.close(), gemini?.close()]);
+  process.exit(0);
+}
+
+process.on('SIGTERM', () => void stop());
+process.on('SIGINT', () => void stop());
+// The parent holds our stdin open; EOF means it exited, even if it was killed.
+process.stdin.on('end', () => void stop());
+process.stdin.on('error', () => void stop());
+process.stdin.resume();

@@ -1,0 +1,78 @@
+/**
+ * CPU profile of the gateway (api and workers in one process) under the
+ * 64-connection non-stream load of `npm run bench`, summarised.
+ *
+ *   npm run build --silent && node --import tsx bench/profile.ts
+ *
+ * Env: BENCH_DURATION_S (default 10), BENCH_CONNECTIONS (default 64),
+ * BENCH_REDIS_URL (default redis://127.0.0.1:6379/15; FLUSHDB'd).
+ * Writes bench/results/profile/gateway-*.cpuprofile and summary.txt.
+ */
+import { readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { KeyStore } from '../api/key-store.js';
+import { measureLoad } from './measure.js';
+import { installCleanup, root, stopAll } from './procs.js';
+import { renderSummary, summariseProfile } from './profile-summary.js';
+import { log, plainBody, probe, startFake, startGateway } from './stack.js';
+
+const durationS = Number(process.env.BENCH_DURATION_S || 10);
+const connections = Number(process.env.BENCH_CONNECTIONS || 64);
+const redisUrl = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379/15';
+const outDir = join(root, 'bench', 'results', 'profile');
+
+async function main(): Promise<void> {
+  installCleanup();
+  rmSync(outDir, { recursive: true, force: true });
+  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 3 });
+  await redis.flushdb();
+  try {
+    const fake = await startFake();
+    const { key } = await new KeyStore(redis).create('bench-profile');
+    const gateway = await startGateway('all', fake.url, redisUrl, outDir);
+    const child = gateway.children.gateway!;
+    await probe(gateway.url, key, [child]);
+    log(`profiling the gateway (pid ${child.pid}) under ${connections} connections for ${durationS} s`);
+    const result = await measureLoad({
+      target: { url: `${gateway.url}/v1/chat/completions`, headers: { authorization: `Bearer ${key}` }, body: JSON.stringify(plainBody) },
+      connections,
+      durationS,
+      warmupS: 2,
+      redis,
+      pids: { gateway: child.pid, fake: fake.child.pid },
+      settleMs: 500,
+    });
+    log(`${Math.round(result.rps)} req/s, p50 ${result.latency.p50.toFixed(2)} ms, errors ${result.errors + result.non2xx + result.timeouts}`);
+    await child.stop();
+    const file = readdirSync(outDir).find((f) => f.endsWith('.cpuprofile'));
+    if (!file) throw new Error(`no .cpuprofile was written to ${outDir}`);
+    const summary = summariseProfile(join(outDir, file), 30);
+    const cpu = Object.entries(result.cpuMs)
+      .map(([n, ms]) => `${n} ${ms === null ? '-' : `${Math.round((ms * 1000) / Math.max(1, result.ok))} µs/request`}`)
+      .join(', ');
+    const text = [
+      `${connections} connections, ${result.durationS} s: ${Math.round(result.rps)} req/s (profiler on), p50 ${result.latency.p50.toFixed(2)} ms`,
+      `CPU per request: ${cpu}`,
+      `Redis commands per request: ${result.redisCommands
+        .slice(0, 12)
+        .map((c) => `${c.command} ${(c.calls / result.ok).toFixed(2)} (${(c.usec / result.ok).toFixed(1)} µs)`)
+        .join(', ')}`,
+      '',
+      renderSummary(summary),
+    ].join('\n');
+    writeFileSync(join(outDir, 'summary.txt'), `${text}\n`);
+    writeFileSync(join(outDir, 'summary.json'), `${JSON.stringify({ load: result, profile: summary }, null, 2)}\n`);
+    process.stdout.write(`${text}\n\nWritten to bench/results/profile/\n`);
+  } finally {
+    await stopAll();
+    await redis.flushdb().catch(() => undefined);
+    redis.disconnect();
+  }
+}
+
+main().catch(async (error: Error) => {
+  process.stderr.write(`profile failed: ${error.stack ?? error.message}\n`);
+  await stopAll().catch(() => undefined);
+  process.exit(1);
+});

@@ -1,0 +1,166 @@
+/**
+ * `npm run bench`: what the gateway costs on top of a vendor, in three sections.
+ *
+ *   overhead     the gateway against a zero-latency fake OpenAI upstream: non-stream
+ *                req/s and latency at 1 and 64 connections, time to first token,
+ *                RSS, Redis memory, a soak (bench/overhead.ts)
+ *   burst        bursts of 10× and 50× a vendor concurrency cap through the gateway
+ *                against a fake with a fixed latency (bench/burst.ts)
+ *   translation  cost per streamed chunk of the OpenAI, Anthropic and Gemini
+ *                adapters, in process and end to end (bench/translation.ts)
+ *
+ * Prints tables; a full run writes bench/results/latest.json, a BENCH_ONLY run
+ * bench/results/latest-<sections>.json (so a quick run does not replace the full figures).
+ *
+ * Environment:
+ *   BENCH_ONLY            comma-separated sections to run (default: all three)
+ *   BENCH_DURATION_S      overhead: measured seconds per load run (default 10)
+ *   BENCH_WARMUP_S        overhead: warm-up seconds before each load run (default 2)
+ *   BENCH_SOAK_S          overhead: soak seconds at 64 connections, 0 to skip (default 60)
+ *   BENCH_TTFT_REQUESTS   overhead: measured sequential stream requests (default 300)
+ *   BENCH_CONFIGS         gateway configurations of overhead and burst: all,split (default both)
+ *   BENCH_CPU_PROF        overhead: a directory; gateway processes run with --cpu-prof into it
+ *   BENCH_BURST_CAP       burst: OPENAI_MAX_CONCURRENCY and the fake's 429 threshold (default 4)
+ *   BENCH_BURST_LATENCY_MS burst: the fake's latency per answer (default 100)
+ *   BENCH_BURST_SIZES     burst: requests per burst (default 40,200)
+ *   BENCH_BURST_WORKERS   burst: worker processes in the split configuration (default 2)
+ *   BENCH_STREAM_CHUNKS   translation: text deltas per stream (default 2000)
+ *   BENCH_TRANSLATION_RUNS translation: measured in-process rounds (default 21, after 5 warm-up)
+ *   BENCH_TRANSLATION_REQUESTS translation: measured end-to-end streams per protocol and target (default 20, after 3 warm-up)
+ *   BENCH_QUIET_WAIT_S    burst, translation: before each measurement, wait up to this long for a second in
+ *                         which the machine uses < 25 % of a core (default 10; 0: do not check)
+ *   BENCH_REDIS_URL       Redis database to use; it is FLUSHDB'd (default redis://127.0.0.1:6379/15)
+ *   BENCH_STRICT          1: exit with status 1 when a target bar fails
+ */
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg, release, totalmem, type as osType } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { runBurst } from './burst.js';
+import { redisVersion } from './measure.js';
+import { runOverhead } from './overhead.js';
+import { installCleanup, root, stopAll } from './procs.js';
+import { render, type Results, type Section } from './report.js';
+import { log } from './stack.js';
+import { runTranslation } from './translation.js';
+
+function envInt(name: string, fallback: number, min = 0): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < min) throw new Error(`${name} must be an integer ≥ ${min}, got "${raw}"`);
+  return value;
+}
+
+function envList(name: string, fallback: string): string[] {
+  return (process.env[name] || fallback).split(',').map((s) => s.trim()).filter(Boolean);
+}
+
+const allSections: Section[] = ['overhead', 'burst', 'translation'];
+const onlyList = envList('BENCH_ONLY', allSections.join(','));
+for (const name of onlyList) {
+  if (!allSections.includes(name as Section)) throw new Error(`BENCH_ONLY: unknown section "${name}" (${allSections.join(', ')})`);
+}
+const sections = allSections.filter((s) => onlyList.includes(s));
+const fullRun = sections.length === allSections.length;
+
+// Database 15: the integration tests use 1–14 of the same shared Redis and FLUSHDB theirs.
+const redisUrl = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379/15';
+const configNames = envList('BENCH_CONFIGS', 'all,split');
+for (const name of configNames) {
+  if (name !== 'all' && name !== 'split') throw new Error(`BENCH_CONFIGS: unknown configuration "${name}" (all, split)`);
+}
+
+const overheadOptions = {
+  durationS: envInt('BENCH_DURATION_S', 10, 1),
+  warmupS: envInt('BENCH_WARMUP_S', 2, 0),
+  soakS: envInt('BENCH_SOAK_S', 60, 0),
+  ttftRequests: envInt('BENCH_TTFT_REQUESTS', 300, 1),
+  ttftWarmup: 30,
+  configNames,
+  ...(process.env.BENCH_CPU_PROF ? { cpuProfDir: process.env.BENCH_CPU_PROF } : {}),
+};
+const quietWaitMs = envInt('BENCH_QUIET_WAIT_S', 10, 0) * 1000;
+const burstSettings = {
+  cap: envInt('BENCH_BURST_CAP', 4, 1),
+  latencyMs: envInt('BENCH_BURST_LATENCY_MS', 100, 1),
+  sizes: envList('BENCH_BURST_SIZES', '40,200').map((s) => {
+    const n = Number(s);
+    if (!Number.isInteger(n) || n < 1 || n > 5000) throw new Error(`BENCH_BURST_SIZES: "${s}" is not an integer in 1..5000`);
+    return n;
+  }),
+  configs: configNames as Array<'all' | 'split'>,
+  splitWorkers: envInt('BENCH_BURST_WORKERS', 2, 1),
+  quietWaitMs,
+};
+const translationSettings = {
+  chunks: envInt('BENCH_STREAM_CHUNKS', 2000, 1),
+  microRuns: envInt('BENCH_TRANSLATION_RUNS', 21, 1),
+  microWarmupRuns: 5,
+  e2eRequests: envInt('BENCH_TRANSLATION_REQUESTS', 20, 1),
+  e2eWarmup: 3,
+  quietWaitMs,
+};
+
+function machineFacts(redisVersionText: string) {
+  const cpuList = cpus();
+  let autocannonVersion = 'unknown';
+  try {
+    autocannonVersion = (JSON.parse(readFileSync(join(root, 'node_modules/autocannon/package.json'), 'utf8')) as { version: string }).version;
+  } catch {
+    // reported as unknown
+  }
+  return {
+    cpu: cpuList[0]?.model.trim() ?? 'unknown',
+    cores: cpuList.length,
+    memoryGiB: totalmem() / 1024 ** 3,
+    os: `${osType()} ${release()}`,
+    node: process.version,
+    redis: redisVersionText,
+    autocannon: autocannonVersion,
+    loadAverageAtStart: loadavg(),
+  };
+}
+
+async function main(): Promise<void> {
+  installCleanup();
+  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 3 });
+  const startedAt = new Date().toISOString();
+  const machine = machineFacts(await redisVersion(redis));
+  log(`machine: ${machine.cpu}, ${machine.cores} cores, Node ${machine.node}, Redis ${machine.redis}; sections: ${sections.join(', ')}`);
+  await redis.flushdb();
+
+  try {
+    const overhead = sections.includes('overhead') ? await runOverhead({ ...overheadOptions, redis, redisUrl }) : undefined;
+    const burst = sections.includes('burst') ? await runBurst({ settings: burstSettings, redis, redisUrl }) : undefined;
+    const translation = sections.includes('translation') ? await runTranslation({ settings: translationSettings, redis, redisUrl }) : undefined;
+
+    const bars = [...(overhead?.configs ?? []), ...(burst?.configs ?? [])].flatMap((c) => c.bars);
+    const results: Results = {
+      startedAt,
+      finishedAt: new Date().toISOString(),
+      machine: { ...machine, loadAverageAtEnd: loadavg() },
+      sections,
+      ...overhead,
+      ...(burst ? { burst } : {}),
+      ...(translation ? { translation } : {}),
+      passed: bars.every((b) => b.pass),
+    };
+    const outDir = join(root, 'bench', 'results');
+    mkdirSync(outDir, { recursive: true });
+    const file = fullRun ? 'latest.json' : `latest-${sections.join('-')}.json`;
+    writeFileSync(join(outDir, file), `${JSON.stringify(results, null, 2)}\n`);
+    process.stdout.write(`\n${render(results)}\n\nResults written to bench/results/${file}\n`);
+    if (process.env.BENCH_STRICT === '1' && !results.passed) process.exitCode = 1;
+  } finally {
+    await stopAll();
+    await redis.flushdb().catch(() => undefined);
+    redis.disconnect();
+  }
+}
+
+main().catch(async (error: Error) => {
+  process.stderr.write(`bench failed: ${error.stack ?? error.message}\n`);
+  await stopAll().catch(() => undefined);
+  process.exit(1);
+});
