@@ -1,0 +1,23 @@
+# One image for every role; the command picks api, worker, or both.
+FROM node:20-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json ./
+COPY api ./api
+COPY workers ./workers
+COPY shared ./shared
+COPY storage ./storage
+COPY bin ./bin
+RUN npm run build && npm prune --omit=dev
+
+FROM node:20-bookworm-slim
+ENV NODE_ENV=production
+WORKDIR /app
+COPY --from=build /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+COPY package.json ./
+RUN mkdir -p /blobs && chown node:node /blobs
+USER node
+EXPOSE 8080
+CMD ["node", "dist/bin/start.js", "--role=all"]
