@@ -47,7 +47,7 @@ export function cooldownPolicy(env: Record<string, string | undefined>): Cooldow
  */
 export class ChannelRouter {
   private readonly channels: Map<string, ChannelConfig[]>;
-  private readonly coolingUntil = new Map<string, number>();
+  private readonly coolingUntil = new Map<string, Cooldown>();
   private readonly failures = new Map<string, number[]>();
   private readonly recentlySet = new Map<string, number>();
   private timer: NodeJS.Timeout | undefined;
@@ -72,10 +72,46 @@ export class ChannelRouter {
     clearInterval(this.timer);
   }
 
+  /**
+   * A healthy channel of the model (or of a fallback). When every one is resting:
+   * if some rest only for a rate limit, the job waits (a 503 `channels_cooling_down`
+   * the processor turns into a delay); if a resting channel is merely suspected
+   * (auth, quota, repeated 5xx) and nothing else can serve, it is tried anyway, so
+   * the client gets the vendor's real answer instead of waiting out a cooldown
+   * that moves traffic nowhere.
+   */
   route(model: CatalogModel): ResolvedRoute {
+    const found = this.find(model);
+    if (found.route) return found.route;
+    if (found.lastResort) {
+      this.log.debug({ model: model.id, channel: found.lastResort.channel.id }, 'every channel is cooling down; trying the suspect one, as nothing else can serve');
+      return found.lastResort;
+    }
+    if (found.soonest === Infinity) {
+      throw new GatewayError(503, `No configured vendor serves the model \`${model.id}\` on this worker.`, { type: 'server_error', code: 'no_route' });
+    }
+    // Every channel is rate limited: the job waits (without spending an attempt) and looks again within
+    // a second, since cooldowns can end early (cleared by an operator, or shared state changing).
+    const retryAfterMs = Math.min(1000, Math.max(100, found.soonest - Date.now()));
+    throw new GatewayError(503, `Every upstream channel of \`${model.id}\` is rate limited; retry shortly.`, {
+      type: 'server_error',
+      code: 'channels_cooling_down',
+      retryable: true,
+      retryAfterMs,
+      headers: { 'retry-after': String(Math.ceil(retryAfterMs / 1000)) },
+    });
+  }
+
+  /** Whether a healthy channel (or fallback) could serve the model right now: worth switching to after a channel fault. */
+  canRoute(model: CatalogModel): boolean {
+    return this.find(model).route !== undefined;
+  }
+
+  private find(model: CatalogModel): { route?: ResolvedRoute; lastResort?: ResolvedRoute; soonest: number } {
     const now = Date.now();
     const tried = new Set<string>();
     let soonest = Infinity;
+    let lastResort: ResolvedRoute | undefined;
     for (const candidate of [model.id, ...(model.fallbacks ?? [])]) {
       const served = candidate === model.id ? model : this.catalog.get(candidate);
       if (!served || tried.has(served.id) || served.capability !== model.capability) continue;
@@ -85,38 +121,22 @@ export class ChannelRouter {
         const all = this.channels.get(route.vendor);
         if (!protocol || !all?.length) continue;
         const upstreamModel = route.model ?? served.id;
-        const restingUntil = (c: ChannelConfig) =>
-          Math.max(this.coolingUntil.get(c.id) ?? 0, this.coolingUntil.get(modelCooldownKey(c.id, upstreamModel)) ?? 0);
-        const healthy = all.filter((c) => restingUntil(c) <= now);
-        for (const c of all) soonest = Math.min(soonest, restingUntil(c) || Infinity);
+        const healthy: ChannelConfig[] = [];
+        for (const channel of all) {
+          const rest = combine(this.coolingUntil.get(channel.id), this.coolingUntil.get(modelCooldownKey(channel.id, upstreamModel)), now);
+          if (!rest) {
+            healthy.push(channel);
+            continue;
+          }
+          soonest = Math.min(soonest, rest.until);
+          if (!rest.rateLimited && !lastResort) lastResort = { protocol, channel, upstreamModel, model: served };
+        }
         if (healthy.length === 0) continue;
         if (served !== model) this.log.warn({ model: model.id, fallback: served.id }, 'every channel of the model is cooling down; using its fallback');
-        return { protocol, channel: pickWeighted(healthy), upstreamModel, model: served };
+        return { route: { protocol, channel: pickWeighted(healthy), upstreamModel, model: served }, soonest };
       }
     }
-    if (soonest === Infinity) {
-      throw new GatewayError(503, `No configured vendor serves the model \`${model.id}\` on this worker.`, { type: 'server_error', code: 'no_route' });
-    }
-    // Every channel is resting: the job waits (without spending an attempt) and looks again within a
-    // second, since cooldowns can end early (cleared by an operator, or shared state changing).
-    const retryAfterMs = Math.min(1000, Math.max(100, soonest - now));
-    throw new GatewayError(503, `Every upstream channel of \`${model.id}\` is cooling down after failures; retry shortly.`, {
-      type: 'server_error',
-      code: 'channels_cooling_down',
-      retryable: true,
-      retryAfterMs,
-      headers: { 'retry-after': String(Math.ceil(retryAfterMs / 1000)) },
-    });
-  }
-
-  /** Whether some channel (or fallback) could serve the model right now. */
-  canRoute(model: CatalogModel): boolean {
-    try {
-      this.route(model);
-      return true;
-    } catch {
-      return false;
-    }
+    return { lastResort, soonest };
   }
 
   /**
@@ -130,8 +150,9 @@ export class ChannelRouter {
     const id = channelWide ? route.channel.id : modelCooldownKey(route.channel.id, route.upstreamModel);
     const now = Date.now();
     let coolMs = 0;
+    const rateLimited = !channelWide && error.status === 429;
     if (channelWide) coolMs = this.policy.authMs;
-    else if (error.status === 429) coolMs = error.retryAfterMs ?? this.policy.rateLimitMs;
+    else if (rateLimited) coolMs = error.retryAfterMs ?? this.policy.rateLimitMs;
     else if (error.retryable) {
       const recent = (this.failures.get(id) ?? []).filter((t) => t > now - this.policy.windowMs);
       recent.push(now);
@@ -143,11 +164,14 @@ export class ChannelRouter {
     }
     if (coolMs <= 0) return;
     const until = now + coolMs;
-    if ((this.coolingUntil.get(id) ?? 0) >= until) return;
-    this.coolingUntil.set(id, until);
+    const current = this.coolingUntil.get(id);
+    if (current && current.until >= until && current.rateLimited === rateLimited) return;
+    this.coolingUntil.set(id, { until, rateLimited });
     this.recentlySet.set(id, now);
     this.log.warn({ channel: id, coolMs, status: error.status, code: error.code }, 'channel cooling down');
-    this.redis.hset(cooldownsKey, id, String(until)).catch((e) => this.log.warn({ err: e }, 'could not share cooldown'));
+    this.redis
+      .hset(cooldownsKey, id, rateLimited ? `${until}:rate` : String(until))
+      .catch((e) => this.log.warn({ err: e }, 'could not share cooldown'));
   }
 
   /** Mirrors the shared cooldowns (Redis is the truth: clearing it there clears it everywhere). */
@@ -156,24 +180,39 @@ export class ChannelRouter {
       const shared = await this.redis.hgetall(cooldownsKey);
       const now = Date.now();
       const expired: string[] = [];
-      const next = new Map<string, number>();
-      for (const [id, until] of Object.entries(shared)) {
+      const next = new Map<string, Cooldown>();
+      for (const [id, raw] of Object.entries(shared)) {
+        const [until, kind] = raw.split(':');
         const value = Number(until);
-        if (value <= now) expired.push(id);
-        else next.set(id, value);
+        if (!(value > now)) expired.push(id);
+        else next.set(id, { until: value, rateLimited: kind === 'rate' });
       }
       // Keep what this process set a moment ago: its write may not have reached Redis yet.
       for (const [id, setAt] of this.recentlySet) {
+        const mine = this.coolingUntil.get(id);
         if (setAt < now - 2000) this.recentlySet.delete(id);
-        else if (!next.has(id) && (this.coolingUntil.get(id) ?? 0) > now) next.set(id, this.coolingUntil.get(id)!);
+        else if (!next.has(id) && mine && mine.until > now) next.set(id, mine);
       }
       this.coolingUntil.clear();
-      for (const [id, until] of next) this.coolingUntil.set(id, until);
+      for (const [id, cooldown] of next) this.coolingUntil.set(id, cooldown);
       if (expired.length > 0) await this.redis.hdel(cooldownsKey, ...expired);
     } catch (error) {
       this.log.warn({ err: error }, 'could not refresh channel cooldowns');
     }
   }
+}
+
+interface Cooldown {
+  until: number;
+  /** Resting for a 429 only: waiting is the cure, so the channel is not tried before its time. */
+  rateLimited: boolean;
+}
+
+/** The rest a channel is under for one model: the later of its channel-wide and per-model cooldowns. */
+function combine(a: Cooldown | undefined, b: Cooldown | undefined, now: number): Cooldown | undefined {
+  const active = [a, b].filter((c): c is Cooldown => c !== undefined && c.until > now);
+  if (active.length === 0) return undefined;
+  return { until: Math.max(...active.map((c) => c.until)), rateLimited: active.every((c) => c.rateLimited) };
 }
 
 function modelCooldownKey(channelId: string, upstreamModel: string): string {

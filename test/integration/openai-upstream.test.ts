@@ -35,7 +35,7 @@ describe('gateway in front of an OpenAI-compatible upstream', () => {
     redis = fresh.redis;
     apiKey = (await createKey(redis)).key;
     gateway = await startGateway({
-      env: { REDIS_URL: fresh.url, OPENAI_API_KEY: vendorKey, OPENAI_BASE_URL: fake.url, MOCK_VENDOR: 'off', RETRY_BASE_MS: '20', CHANNEL_FAILURE_THRESHOLD: '100', CHANNEL_AUTH_COOLDOWN_MS: '100' },
+      env: { REDIS_URL: fresh.url, OPENAI_API_KEY: vendorKey, OPENAI_BASE_URL: fake.url, MOCK_VENDOR: 'off', RETRY_BASE_MS: '20' },
     });
     client = gateway.client(apiKey);
   });
@@ -180,6 +180,14 @@ describe('gateway in front of an OpenAI-compatible upstream', () => {
     assert.ok(res.status >= 500);
     const text = await res.text();
     assert.ok(!text.includes(vendorKey) && !text.includes('sk-vendor'));
+
+    // The only channel is now cooling down, which moves traffic nowhere: the next call still
+    // reaches the vendor (fixed key, say) at once instead of waiting out the cooldown.
+    const started = Date.now();
+    const next = await client.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] });
+    assert.equal(next.choices[0]!.message.content, FAKE_REPLY_TEXT);
+    assert.equal(fake.requests.length, 2);
+    assert.ok(Date.now() - started < 5000, 'not held for the cooldown');
   });
 
   it('ends a stream that broke after output with an error event', async () => {

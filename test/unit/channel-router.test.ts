@@ -1,0 +1,97 @@
+import { after, before, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Redis } from 'ioredis';
+import { Catalog, loadCatalog } from '../../shared/catalog.js';
+import { GatewayError } from '../../shared/errors.js';
+import { createLogger } from '../../shared/logger.js';
+import { ChannelRouter } from '../../workers/channel-router.js';
+import { freshRedis } from '../support/gateway.js';
+
+// Against a real Redis: cooldowns are shared there between every worker.
+describe('ChannelRouter', () => {
+  let redis: Redis;
+  let catalog: Catalog;
+  const log = createLogger('silent', 'test');
+  const routers: ChannelRouter[] = [];
+
+  before(async () => {
+    redis = (await freshRedis(14)).redis;
+    catalog = loadCatalog();
+  });
+
+  beforeEach(async () => {
+    await redis.del('sy:cooldowns');
+  });
+
+  after(() => {
+    for (const router of routers) router.stop();
+    redis.disconnect();
+  });
+
+  const router = async (env: Record<string, string>) => {
+    const made = new ChannelRouter(redis, catalog, log, { MOCK_VENDOR: 'off', ...env });
+    await made.start();
+    routers.push(made);
+    return made;
+  };
+  const model = (id: string) => catalog.get(id)!;
+  const authFailure = () => new GatewayError(502, 'bad vendor key', { code: 'vendor_auth_failed' });
+  const rateLimit = (ms: number) => new GatewayError(429, 'slow down', { retryable: true, retryAfterMs: ms });
+
+  it('moves traffic off a channel whose credential failed, for every worker', async () => {
+    const env = { OPENAI_API_KEY: 'sk-one,sk-two' };
+    const a = await router(env);
+    const first = a.route(model('gpt-4o-mini'));
+    a.reportFailure(first, authFailure());
+    for (let i = 0; i < 20; i++) assert.notEqual(a.route(model('gpt-4o-mini')).channel.id, first.channel.id);
+    assert.equal(a.canRoute(model('gpt-4o-mini')), true);
+
+    // A second worker learns the cooldown from Redis.
+    await new Promise((r) => setTimeout(r, 50));
+    const b = await router(env);
+    for (let i = 0; i < 20; i++) assert.notEqual(b.route(model('gpt-4o-mini')).channel.id, first.channel.id);
+  });
+
+  it('still tries the only channel after an auth failure: resting it would move traffic nowhere', async () => {
+    const a = await router({ OPENAI_API_KEY: 'sk-only' });
+    const first = a.route(model('gpt-4o-mini'));
+    a.reportFailure(first, authFailure());
+    assert.equal(a.canRoute(model('gpt-4o-mini')), false, 'no healthy channel to switch to');
+    assert.equal(a.route(model('gpt-4o-mini')).channel.id, first.channel.id);
+  });
+
+  it('makes the job wait when every channel is rate limited, then serves again', async () => {
+    const a = await router({ OPENAI_API_KEY: 'sk-only' });
+    const first = a.route(model('gpt-4o-mini'));
+    a.reportFailure(first, rateLimit(300));
+    assert.throws(
+      () => a.route(model('gpt-4o-mini')),
+      (error: unknown) => error instanceof GatewayError && error.code === 'channels_cooling_down' && error.retryable && (error.retryAfterMs ?? 0) <= 1000,
+    );
+    // Per model: a sibling model on the same channel is not held back.
+    assert.equal(a.route(model('gpt-4o')).channel.id, first.channel.id);
+    await new Promise((r) => setTimeout(r, 350));
+    assert.equal(a.route(model('gpt-4o-mini')).channel.id, first.channel.id);
+  });
+
+  it('cools a channel after repeated server errors, not after one', async () => {
+    const a = await router({ OPENAI_API_KEY: 'sk-one,sk-two', CHANNEL_FAILURE_THRESHOLD: '3' });
+    const first = a.route(model('gpt-4o-mini'));
+    const boom = new GatewayError(502, 'upstream 500', { retryable: true });
+    a.reportFailure(first, boom);
+    a.reportFailure(first, boom);
+    assert.equal(await redis.hlen('sy:cooldowns'), 0, 'two failures are not yet a pattern');
+    a.reportFailure(first, boom);
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(await redis.hlen('sy:cooldowns'), 1);
+    for (let i = 0; i < 20; i++) assert.notEqual(a.route(model('gpt-4o-mini')).channel.id, first.channel.id);
+  });
+
+  it('says no route (not a wait) for a model no configured vendor serves', async () => {
+    const a = await router({ OPENAI_API_KEY: 'sk-only' });
+    assert.throws(
+      () => a.route(model('claude-sonnet-4-5')),
+      (error: unknown) => error instanceof GatewayError && error.code === 'no_route' && !error.retryable,
+    );
+  });
+});
