@@ -2,6 +2,7 @@ import { loadConfig } from '../shared/config.js';
 import { createLogger } from '../shared/logger.js';
 import { createApiServer } from '../api/server.js';
 import { startWorkers } from '../workers/worker.js';
+import { isMockStandingIn } from '../workers/vendors/vendor-config.js';
 import { locateRedis } from './local-redis.js';
 
 /**
@@ -19,6 +20,10 @@ async function main(): Promise<void> {
     log.warn({ redis: redis.url }, `no Redis was running: started a private redis-server under ./.data/ at ${redis.url}`);
   } else if (redis.source === 'private') {
     log.info({ redis: redis.url }, 'using the private Redis under ./.data/');
+  }
+
+  if (isMockStandingIn(env)) {
+    log.warn('no vendor key is set: running offline, the mock vendor answers for every model (set a vendor key to reach real vendors)');
   }
 
   const cleanups: Array<() => Promise<void>> = [];

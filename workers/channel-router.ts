@@ -129,11 +129,12 @@ export class ChannelRouter {
             continue;
           }
           soonest = Math.min(soonest, rest.until);
-          if (!rest.rateLimited && !lastResort) lastResort = { protocol, channel, upstreamModel, model: served };
+          if (!rest.rateLimited && !lastResort) lastResort = { protocol: channel.protocol ?? protocol, channel, upstreamModel, model: served };
         }
         if (healthy.length === 0) continue;
         if (served !== model) this.log.warn({ model: model.id, fallback: served.id }, 'every channel of the model is cooling down; using its fallback');
-        return { route: { protocol, channel: pickWeighted(healthy), upstreamModel, model: served }, soonest };
+        const channel = pickWeighted(healthy);
+        return { route: { protocol: channel.protocol ?? protocol, channel, upstreamModel, model: served }, soonest };
       }
     }
     return { lastResort, soonest };

@@ -28,7 +28,9 @@ describe('gateway with the built-in mock vendor', () => {
     const page = await client.models.list();
     const ids = page.data.map((m) => m.id);
     assert.ok(ids.includes('mock-chat') && ids.includes('mock-embedding') && ids.includes('mock-instruct'));
-    assert.ok(!ids.includes('gpt-4o-mini'), 'models without a configured vendor are not listed');
+    // Offline, the mock stands in for every vendor: the real ids are listed too, owned by their vendor.
+    assert.ok(ids.includes('gpt-4o-mini') && ids.includes('claude-sonnet-4-5') && ids.includes('text-embedding-3-small'));
+    assert.equal(page.data.find((m) => m.id === 'claude-sonnet-4-5')!.owned_by, 'anthropic');
     for (const model of page.data) {
       assert.equal(model.object, 'model');
       assert.equal(typeof model.created, 'number');
@@ -248,5 +250,14 @@ describe('gateway with the built-in mock vendor', () => {
     const body = (await raw.json()) as { data: Array<{ embedding: string }> };
     assert.equal(body.data.length, 2);
     assert.equal(Buffer.from(body.data[0]!.embedding, 'base64').length, 64 * 4);
+  });
+  it('answers real model ids offline, as a client would call them for real', async () => {
+    for (const model of ['gpt-4o-mini', 'claude-sonnet-4-5', 'deepseek-chat']) {
+      const completion = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hello offline' }] });
+      assert.equal(completion.model, model);
+      assert.match(completion.choices[0]!.message.content ?? '', /Hello offline/);
+    }
+    const embedded = await client.embeddings.create({ model: 'text-embedding-3-small', input: 'hello', encoding_format: 'float' });
+    assert.equal(embedded.data[0]!.embedding.length, 1536, 'the model\'s own dimensions');
   });
 });

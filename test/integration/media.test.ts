@@ -212,4 +212,20 @@ for (const storage of ['local', 's3'] as const) describe(`media through the queu
     assert.equal(deleted.deleted, true);
     await assert.rejects(client.videos.retrieve(created.id), (error: unknown) => error instanceof OpenAI.NotFoundError);
   });
+  it('answers the real model ids offline, the mock standing in for their vendors', async () => {
+    const image = await client.images.generate({ model: 'dall-e-3', prompt: 'a lighthouse', size: '1792x1024', response_format: 'b64_json' });
+    assert.deepEqual(pngSize(Buffer.from(image.data![0]!.b64_json!, 'base64')), { width: 1792, height: 1024 });
+    assert.ok(image.data![0]!.revised_prompt, 'dall-e-3 answers with a revised prompt, as the real one does');
+    // The family's size rules still hold.
+    await assert.rejects(
+      client.images.generate({ model: 'dall-e-3', prompt: 'x', size: '256x256' }),
+      (error: unknown) => error instanceof OpenAI.BadRequestError && (error.error as { param?: string }).param === 'size',
+    );
+    const text = await client.audio.transcriptions.create({ model: 'whisper-1', file: await toFile(Buffer.alloc(2000), 'a.wav'), response_format: 'text' });
+    assert.equal(typeof text, 'string');
+    assert.ok(String(text).length > 0);
+    const video = await client.videos.create({ model: 'sora-2', prompt: 'a paper boat' });
+    assert.equal(video.size, '720x1280', 'sora-2 default size');
+    await waitFor(async () => (await client.videos.retrieve(video.id)).status === 'completed', 15_000, 'the video');
+  });
 });

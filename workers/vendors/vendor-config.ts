@@ -47,6 +47,8 @@ export const vendorDefinitions: readonly VendorDefinition[] = [
 export interface ChannelConfig extends Channel {
   id: string;
   weight: number;
+  /** Set when the channel speaks another protocol than its vendor's: the mock standing in for a vendor. */
+  protocol?: Protocol;
 }
 
 type Env = Record<string, string | undefined>;
@@ -68,6 +70,20 @@ export function isMockEnabled(env: Env): boolean {
   const setting = (env.MOCK_VENDOR ?? 'auto').toLowerCase();
   if (['on', 'true', '1', 'yes'].includes(setting)) return true;
   if (['off', 'false', '0', 'no'].includes(setting)) return false;
+  return noVendorConfigured(env);
+}
+
+/**
+ * Offline mode (`MOCK_VENDOR=auto` with no vendor configured at all): the mock
+ * also stands in for every vendor, so `gpt-4o-mini`, `claude-…`, `dall-e-3` or
+ * `sora-2` answer offline exactly as a client would call them for real. Once any
+ * vendor has a key, only configured vendors serve and the mock keeps to its own models.
+ */
+export function isMockStandingIn(env: Env): boolean {
+  return (env.MOCK_VENDOR ?? 'auto').toLowerCase() === 'auto' && noVendorConfigured(env);
+}
+
+function noVendorConfigured(env: Env): boolean {
   return !env.CHANNELS_FILE && vendorDefinitions.every((v) => v.protocol === 'mock' || keysOf(env, v.envPrefix).length === 0);
 }
 
@@ -124,6 +140,10 @@ export function resolveChannels(env: Env): Map<string, ChannelConfig[]> {
   for (const vendor of definitions) {
     if (vendor.protocol === 'mock') {
       if (isMockEnabled(env)) add(vendor, '', '', 1);
+      continue;
+    }
+    if (isMockStandingIn(env)) {
+      channels.set(vendor.name, [{ vendor: vendor.name, baseUrl: '', apiKey: '', id: `${vendor.name}:mock`, weight: 1, protocol: 'mock' }]);
       continue;
     }
     const baseUrl = (env[`${vendor.envPrefix}_BASE_URL`] || vendor.defaultBaseUrl).replace(/\/+$/, '');

@@ -88,7 +88,7 @@ export async function createEmbeddings(request: EmbeddingRequest, ctx: CallConte
   }
   if (markers.slowMs !== undefined) await sleep(markers.slowMs, ctx.signal);
 
-  const dimensions = request.dimensions ?? MOCK_EMBEDDING_DIMENSIONS;
+  const dimensions = request.dimensions ?? ctx.model.dimensions ?? MOCK_EMBEDDING_DIMENSIONS;
   const asBase64 = request.encoding_format === 'base64';
   const data = inputs.map((input, index) => {
     const vector = buildMockEmbedding(input.tokens, dimensions);
