@@ -83,7 +83,7 @@ export function loadConfig(env: Env = process.env): Config {
     deadlineMs: perQueue(env, 'REQUEST_DEADLINE_MS', { chat: 600_000, embeddings: 120_000, image: 600_000, audio: 600_000, video: 3_600_000 }, 1),
     jobAttempts: int(env, 'JOB_ATTEMPTS', 4, 1),
     retryBaseMs: int(env, 'RETRY_BASE_MS', 250, 1),
-    workerLockMs: int(env, 'WORKER_LOCK_MS', 30_000, 1000),
+    workerLockMs: int(env, 'WORKER_LOCK_MS', 10_000, 1000),
     sseKeepAliveMs: int(env, 'SSE_KEEPALIVE_MS', 15_000, 100),
     maxBodyBytes: int(env, 'MAX_BODY_BYTES', 50 * 1024 * 1024, 1024),
     inlinePayloadBytes: int(env, 'INLINE_PAYLOAD_BYTES', 64 * 1024, 0),
