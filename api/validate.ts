@@ -34,7 +34,7 @@ function describe(issue: Issue, param: string): string {
     case 'invalid_type':
       return issue.input === undefined
         ? `Missing required parameter: '${param}'.`
-        : `Invalid type for '${param}': expected ${issue.expected}, but got ${describeValue(issue.input)}.`;
+        : `Invalid type for '${param}': expected ${article(issue.expected)}, but got ${describeValue(issue.input)} instead.`;
     case 'too_big':
       return issue.origin === 'array'
         ? `Invalid '${param}': array too long. Expected an array with maximum length ${issue.maximum}.`
@@ -58,11 +58,15 @@ function describe(issue: Issue, param: string): string {
   }
 }
 
+function article(type: string): string {
+  return /^[aeiou]/.test(type) ? `an ${type}` : `a ${type}`;
+}
+
 function describeValue(value: unknown): string {
   if (value === null) return 'null';
   if (Array.isArray(value)) return 'an array';
   if (typeof value === 'object') return 'an object';
-  return `a ${typeof value}`;
+  return article(typeof value);
 }
 
 /** The first problem of a failed parse, as the 400 OpenAI would give. */
@@ -71,12 +75,13 @@ export function toValidationError(error: z.ZodError): GatewayError {
   if (!first) return new GatewayError(400, 'Invalid request body.');
   const { issue, path } = mostSpecific(first, []);
   const param = formatParam(path);
-  const code = issue.code === 'invalid_type' && issue.input === undefined ? 'missing_required_parameter' : 'invalid_value';
+  const code = issue.code !== 'invalid_type' ? 'invalid_value' : issue.input === undefined ? 'missing_required_parameter' : 'invalid_type';
   return new GatewayError(400, describe(issue, param), { param: param || null, code });
 }
 
 export function parseBody<T extends z.ZodType>(schema: T, body: unknown): z.output<T> {
-  const result = schema.safeParse(body);
+  // reportInput: without it zod leaves `input` out, and a wrong type would read as a missing one.
+  const result = schema.safeParse(body, { reportInput: true });
   if (!result.success) throw toValidationError(result.error);
   return result.data;
 }

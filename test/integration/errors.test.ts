@@ -79,7 +79,9 @@ describe('bad input', () => {
     assertError(await post('/v1/chat/completions', chat({ messages: [] })), 400, { param: 'messages' });
     assertError(await post('/v1/chat/completions', chat({ messages: 'hi' })), 400, { param: 'messages' });
     assertError(await post('/v1/chat/completions', chat({ messages: [{ role: 'user', content: 5 }] })), 400, { param: 'messages[0].content' });
-    assertError(await post('/v1/chat/completions', chat({ stream: 'yes' })), 400, { param: 'stream' });
+    assertError(await post('/v1/chat/completions', chat({ stream: 'yes' })), 400, { param: 'stream', code: 'invalid_type' });
+    assertError(await post('/v1/chat/completions', JSON.stringify({ model: 7, messages: [{ role: 'user', content: 'hi' }] })), 400, { param: 'model', code: 'invalid_type' });
+    assertError(await post('/v1/chat/completions', JSON.stringify({ messages: [{ role: 'user', content: 'hi' }] })), 400, { param: 'model', code: 'missing_required_parameter' });
     assertError(await post('/v1/chat/completions', chat({ tools: [{ type: 'function', function: { name: 'bad name!' } }] })), 400, {
       param: 'tools[0].function.name',
     });
