@@ -43,3 +43,72 @@ export function checkImageRequest(model: CatalogModel, body: ImageOptions): void
 export function checkEditable(model: CatalogModel): void {
   if (!model.supports_edits) throw invalidRequest(`\`${model.id}\` cannot edit images; use dall-e-2 or a GPT image model.`, 'model', 'model_not_supported');
 }
+
+type ImageFormat = 'png' | 'jpeg' | 'webp';
+
+interface Upload {
+  head: Buffer;
+  bytes: number;
+}
+
+/** The format a file's first bytes say it is (its name and declared type can lie). */
+export function sniffImage(head: Buffer): ImageFormat | undefined {
+  if (head.length >= 8 && head.readUInt32BE(0) === 0x89504e47 && head.readUInt32BE(4) === 0x0d0a1a0a) return 'png';
+  if (head.length >= 3 && head[0] === 0xff && head[1] === 0xd8 && head[2] === 0xff) return 'jpeg';
+  if (head.length >= 12 && head.toString('latin1', 0, 4) === 'RIFF' && head.toString('latin1', 8, 12) === 'WEBP') return 'webp';
+  return undefined;
+}
+
+/** A PNG's width and height, from its IHDR chunk (always the first, at byte 8). */
+export function pngDimensions(head: Buffer): { width: number; height: number } | undefined {
+  if (sniffImage(head) !== 'png' || head.length < 24 || head.toString('latin1', 12, 16) !== 'IHDR') return undefined;
+  return { width: head.readUInt32BE(16), height: head.readUInt32BE(20) };
+}
+
+const mb = (bytes: number) => `${Math.round((bytes / 1024 / 1024) * 10) / 10} MB`;
+
+/**
+ * Checks edit uploads against the model's rules before they ride the queue:
+ * real image files of a format it takes, under its size cap, square where it
+ * must be, not too many; a mask a PNG of the first image's dimensions.
+ */
+export function checkEditUploads(model: CatalogModel, images: Upload[], mask: Upload | undefined): void {
+  const rules = model.edit_input;
+  if (!rules) return;
+  if (rules.max_images !== undefined && images.length > rules.max_images) {
+    throw invalidRequest(`\`${model.id}\` edits at most ${rules.max_images} image${rules.max_images === 1 ? '' : 's'} per request; ${images.length} were sent.`, 'image');
+  }
+  images.forEach((image, index) => {
+    const param = images.length > 1 ? `image[${index}]` : 'image';
+    const format = sniffImage(image.head);
+    if (!format || !rules.formats.includes(format)) {
+      const allowed = rules.formats.map((f) => f.toUpperCase()).join(', ');
+      throw invalidRequest(
+        `Invalid image file for '${param}': ${format ? `a ${format.toUpperCase()} image` : 'not an image this API can read'}; \`${model.id}\` takes ${allowed}.`,
+        param,
+        'invalid_image_format',
+      );
+    }
+    if (rules.max_bytes !== undefined && image.bytes > rules.max_bytes) {
+      throw invalidRequest(`Invalid image file for '${param}': ${mb(image.bytes)}; \`${model.id}\` takes images under ${mb(rules.max_bytes)}.`, param, 'image_too_large');
+    }
+    const size = pngDimensions(image.head);
+    if (rules.square && size && size.width !== size.height) {
+      throw invalidRequest(`Invalid image file for '${param}': ${size.width}x${size.height}; \`${model.id}\` edits square images only.`, param, 'invalid_image_dimensions');
+    }
+  });
+  if (!mask) return;
+  const maskSize = pngDimensions(mask.head);
+  if (!maskSize) throw invalidRequest("Invalid mask: it must be a PNG image (its transparent areas mark what to edit).", 'mask', 'invalid_image_format');
+  if (rules.max_bytes !== undefined && mask.bytes > rules.max_bytes) {
+    throw invalidRequest(`Invalid mask: ${mb(mask.bytes)}; \`${model.id}\` takes masks under ${mb(rules.max_bytes)}.`, 'mask', 'image_too_large');
+  }
+  const first = images[0] && pngDimensions(images[0].head);
+  if (first && (first.width !== maskSize.width || first.height !== maskSize.height)) {
+    throw invalidRequest(
+      `Invalid mask: ${maskSize.width}x${maskSize.height}, but the image is ${first.width}x${first.height}; they must match.`,
+      'mask',
+      'invalid_image_dimensions',
+    );
+  }
+}

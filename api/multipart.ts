@@ -9,7 +9,15 @@ export interface MultipartForm {
   /** Text fields; a field sent several times (or as `name[]`) is an array. */
   fields: Record<string, string | string[]>;
   /** Uploaded files by field name (`image[]` is filed under `image[]`), stored in the blob store. */
-  files: Array<{ field: string; ref: BlobRef }>;
+  files: UploadedFile[];
+}
+
+export interface UploadedFile {
+  field: string;
+  ref: BlobRef;
+  /** The file's first bytes (up to 32), enough to tell its format and a PNG's dimensions. */
+  head: Buffer;
+  bytes: number;
 }
 
 export const uploadTooLarge = (limit: number) =>
@@ -64,11 +72,12 @@ export function readMultipart(
       stream.on('end', () => {
         if (failed) return;
         const safeName = (info.filename || 'upload').replace(/[^A-Za-z0-9._-]/g, '_').slice(-100);
+        const bytes = Buffer.concat(chunks);
         stores.push(
           blobs
-            .put(`uploads/${requestId}/${slot}-${randomUUID().slice(0, 8)}-${safeName}`, Buffer.concat(chunks), info.mimeType || 'application/octet-stream', info.filename)
+            .put(`uploads/${requestId}/${slot}-${randomUUID().slice(0, 8)}-${safeName}`, bytes, info.mimeType || 'application/octet-stream', info.filename)
             .then((ref) => {
-              slots[slot] = { field, ref };
+              slots[slot] = { field, ref, head: Buffer.from(bytes.subarray(0, 32)), bytes: bytes.length };
             }),
         );
       });
@@ -81,4 +90,17 @@ export function readMultipart(
     req.on('error', fail);
     req.pipe(parser);
   });
+}
+
+/**
+ * Runs a multipart request's checks; when they refuse it, the files already
+ * stored for it are deleted at once (no job will ever read them).
+ */
+export async function refusingDeletesUploads<T>(form: MultipartForm, blobs: BlobStore, checks: () => T | Promise<T>): Promise<T> {
+  try {
+    return await checks();
+  } catch (error) {
+    await Promise.allSettled(form.files.map((file) => blobs.delete(file.ref.key)));
+    throw error;
+  }
 }

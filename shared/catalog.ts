@@ -45,6 +45,15 @@ export const catalogModelSchema = z.looseObject({
   max_images: z.number().int().positive().optional(),
   /** Whether `/v1/images/edits` serves this model. */
   supports_edits: z.boolean().optional(),
+  /** What an edit upload must be: formats (by content, not name), size cap, squareness, how many images. */
+  edit_input: z
+    .object({
+      formats: z.array(z.enum(['png', 'jpeg', 'webp'])).min(1),
+      max_bytes: z.number().int().positive().optional(),
+      square: z.boolean().optional(),
+      max_images: z.number().int().positive().optional(),
+    })
+    .optional(),
   /** Whether the model takes `style`, `background`/`output_format` (GPT image), or `response_format`. */
   image_options: z.array(z.string()).optional(),
   /** `url` or `b64_json` when the client names none (OpenAI's default differs per family). */

@@ -6,7 +6,7 @@ import { asyncJobKey, cancelChannel, payloadKey, videosOfKey } from '../../share
 import { checkBlobSignature } from '../../storage/blob-urls.js';
 import type { ServingBlobStore } from '../../storage/create-blob-store.js';
 import { readJsonObject } from '../json-body.js';
-import { readMultipart } from '../multipart.js';
+import { readMultipart, refusingDeletesUploads } from '../multipart.js';
 import { parseBody } from '../validate.js';
 import { relay } from '../relay.js';
 import { loadOwnedJob, renderJob, renderVideo, videoFiles } from '../job-views.js';
@@ -36,21 +36,21 @@ export function jobRoutes(deps: MediaRouteDeps & { blobs: ServingBlobStore; urlS
 
   router.post('/videos', async (ctx) => {
     const multipart = /^multipart\/form-data/i.test(ctx.get('content-type'));
-    let raw: Record<string, unknown>;
-    let reference: unknown;
-    if (multipart) {
-      const form = await readMultipart(ctx.req, deps.blobs, ctx.state.requestId, config.maxImageBytes);
-      raw = Object.fromEntries(Object.entries(form.fields).map(([k, v]) => [k, Array.isArray(v) ? v.at(-1) : v]));
-      reference = form.files.find((f) => f.field === 'input_reference')?.ref;
-    } else {
-      raw = await readJsonObject(ctx.req, config.maxBodyBytes);
-    }
-    const fields = parseBody(videoRequestSchema, raw);
-    const model = deps.models.resolve(fields.model, 'videos');
-    const size = fields.size ?? model.default_size ?? '720x1280';
-    if (model.image_sizes?.length && !model.image_sizes.includes(size)) {
-      throw invalidRequest(`Invalid size '${size}' for \`${model.id}\`. Supported sizes: ${model.image_sizes.join(', ')}.`, 'size', 'invalid_size');
-    }
+    const form = multipart ? await readMultipart(ctx.req, deps.blobs, ctx.state.requestId, config.maxImageBytes) : undefined;
+    const raw = form
+      ? Object.fromEntries(Object.entries(form.fields).map(([k, v]) => [k, Array.isArray(v) ? v.at(-1) : v]))
+      : await readJsonObject(ctx.req, config.maxBodyBytes);
+    const reference = form?.files.find((f) => f.field === 'input_reference')?.ref;
+    const checks = () => {
+      const fields = parseBody(videoRequestSchema, raw);
+      const model = deps.models.resolve(fields.model, 'videos');
+      const size = fields.size ?? model.default_size ?? '720x1280';
+      if (model.image_sizes?.length && !model.image_sizes.includes(size)) {
+        throw invalidRequest(`Invalid size '${size}' for \`${model.id}\`. Supported sizes: ${model.image_sizes.join(', ')}.`, 'size', 'invalid_size');
+      }
+      return { fields, model, size };
+    };
+    const { fields, model, size } = form ? await refusingDeletesUploads(form, deps.blobs, checks) : checks();
     const id = `video_${randomBytes(16).toString('hex')}`;
     const body = { prompt: fields.prompt, seconds: fields.seconds, size, ...(reference ? { input_reference: reference } : {}) };
     await relay(ctx, deps, { endpoint: 'videos', model: model.id, keyId: ctx.state.keyId, body, stream: false, async: true, jobId: id });

@@ -6,8 +6,8 @@ import { readJsonObject } from '../json-body.js';
 import { parseBody } from '../validate.js';
 import { relay, type RelayDeps } from '../relay.js';
 import type { ModelResolver } from '../model-resolver.js';
-import { readMultipart } from '../multipart.js';
-import { checkEditable, checkImageRequest } from '../image-rules.js';
+import { readMultipart, refusingDeletesUploads } from '../multipart.js';
+import { checkEditable, checkEditUploads, checkImageRequest } from '../image-rules.js';
 import type { BlobStore } from '../../workers/vendors/media-types.js';
 import type { AuthState } from '../middleware/auth.js';
 import type { RequestIdState } from '../middleware/request-id.js';
@@ -45,36 +45,43 @@ export function mediaRoutes(deps: MediaRouteDeps): Router<State> {
 
   router.post('/images/edits', async (ctx) => {
     const form = await readMultipart(ctx.req, deps.blobs, ctx.state.requestId, config.maxImageBytes);
-    const fields = parseBody(imageEditFieldsSchema, Object.fromEntries(Object.entries(form.fields).map(([k, v]) => [k, Array.isArray(v) ? v.at(-1) : v])));
-    const model = deps.models.resolve(fields.model, 'images.edits');
-    checkEditable(model);
-    checkImageRequest(model, fields);
-    const images = form.files.filter((f) => f.field === 'image' || f.field === 'image[]').map((f) => f.ref);
-    if (images.length === 0) throw invalidRequest("Missing required parameter: 'image' (send the image file as a multipart part).", 'image');
-    const mask = form.files.find((f) => f.field === 'mask')?.ref;
-    const body = { ...fields, images, ...(mask ? { mask } : {}) };
+    const { model, body } = await refusingDeletesUploads(form, deps.blobs, () => {
+      const fields = parseBody(imageEditFieldsSchema, Object.fromEntries(Object.entries(form.fields).map(([k, v]) => [k, Array.isArray(v) ? v.at(-1) : v])));
+      const model = deps.models.resolve(fields.model, 'images.edits');
+      checkEditable(model);
+      checkImageRequest(model, fields);
+      const uploads = form.files.filter((f) => f.field === 'image' || f.field === 'image[]');
+      if (uploads.length === 0) throw invalidRequest("Missing required parameter: 'image' (send the image file as a multipart part).", 'image');
+      const maskUpload = form.files.find((f) => f.field === 'mask');
+      checkEditUploads(model, uploads, maskUpload);
+      const mask = maskUpload?.ref;
+      return { model, body: { ...fields, images: uploads.map((f) => f.ref), ...(mask ? { mask } : {}) } };
+    });
     await relay(ctx, deps, { endpoint: 'images.edits', model: model.id, keyId: ctx.state.keyId, body, stream: false, async: asyncMode(ctx, false) });
   });
 
   router.post('/audio/transcriptions', async (ctx) => {
     const form = await readMultipart(ctx.req, deps.blobs, ctx.state.requestId, config.maxAudioBytes);
-    const raw: Record<string, unknown> = {};
-    for (const [name, value] of Object.entries(form.fields)) raw[name] = name.endsWith('[]') ? [value].flat() : Array.isArray(value) ? value.at(-1) : value;
-    const fields = parseBody(transcriptionFieldsSchema, raw);
-    const model = deps.models.resolve(fields.model, 'audio.transcriptions');
-    const file = form.files.find((f) => f.field === 'file')?.ref;
-    if (!file) throw invalidRequest("Missing required parameter: 'file' (send the audio file as a multipart part).", 'file');
-    if (fields['timestamp_granularities[]'] && fields.response_format !== 'verbose_json') {
-      throw invalidRequest('timestamp_granularities requires response_format verbose_json.', 'timestamp_granularities');
-    }
-    const body = {
-      file,
-      response_format: fields.response_format,
-      ...(fields.language ? { language: fields.language } : {}),
-      ...(fields.prompt ? { prompt: fields.prompt } : {}),
-      ...(fields.temperature !== undefined ? { temperature: fields.temperature } : {}),
-      ...(fields['timestamp_granularities[]'] ? { timestamp_granularities: fields['timestamp_granularities[]'] } : {}),
-    };
+    const { model, fields, body } = await refusingDeletesUploads(form, deps.blobs, () => {
+      const raw: Record<string, unknown> = {};
+      for (const [name, value] of Object.entries(form.fields)) raw[name] = name.endsWith('[]') ? [value].flat() : Array.isArray(value) ? value.at(-1) : value;
+      const fields = parseBody(transcriptionFieldsSchema, raw);
+      const model = deps.models.resolve(fields.model, 'audio.transcriptions');
+      const file = form.files.find((f) => f.field === 'file')?.ref;
+      if (!file) throw invalidRequest("Missing required parameter: 'file' (send the audio file as a multipart part).", 'file');
+      if (fields['timestamp_granularities[]'] && fields.response_format !== 'verbose_json') {
+        throw invalidRequest('timestamp_granularities requires response_format verbose_json.', 'timestamp_granularities');
+      }
+      const body = {
+        file,
+        response_format: fields.response_format,
+        ...(fields.language ? { language: fields.language } : {}),
+        ...(fields.prompt ? { prompt: fields.prompt } : {}),
+        ...(fields.temperature !== undefined ? { temperature: fields.temperature } : {}),
+        ...(fields['timestamp_granularities[]'] ? { timestamp_granularities: fields['timestamp_granularities[]'] } : {}),
+      };
+      return { model, fields, body };
+    });
     await relay(ctx, deps, {
       endpoint: 'audio.transcriptions',
       model: model.id,

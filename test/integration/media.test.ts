@@ -5,6 +5,7 @@ import OpenAI, { toFile } from 'openai';
 import WebSocket from 'ws';
 import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { startS3 } from '../support/s3-server.js';
+import { encodeGradientPng } from '../../workers/vendors/mock/png.js';
 
 /** Width and height from a PNG's IHDR. */
 function pngSize(bytes: Buffer): { width: number; height: number } {
@@ -88,6 +89,35 @@ for (const storage of ['local', 's3'] as const) describe(`media through the queu
     const res = await fetch(`${gateway.url}/v1/images/edits`, { method: 'POST', headers: { authorization: `Bearer ${apiKey}` }, body: form });
     assert.equal(res.status, 400);
     assert.equal(((await res.json()) as { error: { param: string } }).error.param, 'image');
+  });
+
+  it('checks edit uploads against the model before any vendor call', async () => {
+    const refused = async (fields: { model: string; image: Buffer; mask?: Buffer }, param: string, code: string) => {
+      const request = client.images.edit({
+        model: fields.model,
+        image: await toFile(fields.image, 'photo.png', { type: 'image/png' }),
+        ...(fields.mask ? { mask: await toFile(fields.mask, 'mask.png', { type: 'image/png' }) } : {}),
+        prompt: 'add a hat',
+      });
+      await assert.rejects(request, (error: unknown) => {
+        assert.ok(error instanceof OpenAI.BadRequestError, String(error));
+        const body = error.error as { param?: string; code?: string; message?: string };
+        assert.equal(body.param, param, body.message);
+        assert.equal(body.code, code, body.message);
+        return true;
+      });
+    };
+    const gray = [[0, 0, 0], [80, 80, 80], [160, 160, 160], [255, 255, 255]] as const;
+    const wide = encodeGradientPng(4, 2, gray);
+    // Named and typed as a PNG, but not one: the content decides.
+    await refused({ model: 'gpt-image-1', image: Buffer.from('definitely not an image') }, 'image', 'invalid_image_format');
+    // dall-e-2 edits square PNGs only, with a mask of the same size.
+    await refused({ model: 'dall-e-2', image: wide }, 'image', 'invalid_image_dimensions');
+    await refused({ model: 'dall-e-2', image: encodeGradientPng(4, 4, gray), mask: encodeGradientPng(2, 2, gray) }, 'mask', 'invalid_image_dimensions');
+    await refused({ model: 'dall-e-2', image: tinyPng, mask: Buffer.from([0xff, 0xd8, 0xff, 0xe0]) }, 'mask', 'invalid_image_format');
+    // A GPT image model takes any shape.
+    const edited = await client.images.edit({ model: 'gpt-image-1', image: await toFile(wide, 'wide.png', { type: 'image/png' }), prompt: 'x' });
+    assert.ok(edited.data![0]!.b64_json);
   });
 
   it('transcribes in every response format', async () => {
