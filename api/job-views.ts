@@ -24,8 +24,11 @@ export async function loadOwnedJob(redis: Redis, queues: Map<QueueName, Queue>, 
   if (!raw) throw notFound(id, what);
   const record = JSON.parse(raw) as AsyncJobRecord;
   if (record.keyId !== keyId) throw notFound(id, what);
-  const job = await queues.get(record.queue)?.getJob(id);
-  const state = job ? await job.getState() : 'unknown';
+  // State first, then the job: read the other way round, a job that fails in between reads as
+  // failed with the reason it did not have yet when fetched.
+  const queue = queues.get(record.queue);
+  const state = queue ? await queue.getJobState(id) : 'unknown';
+  const job = queue && state !== 'unknown' ? await queue.getJob(id) : undefined;
   const status: JobStatus =
     state === 'completed' ? 'completed' : state === 'failed' || state === 'unknown' ? 'failed' : state === 'active' ? 'in_progress' : 'queued';
   const progress = status === 'completed' ? 100 : typeof job?.progress === 'number' ? job.progress : 0;
