@@ -6,7 +6,7 @@ import { startFakeOpenAI, type FakeHandler, type FakeOpenAI } from '../support/f
 import { createFakeOpenAIImages } from '../support/fake-openai-images.js';
 import { createFakeOpenAIMedia, type FakeOpenAIMedia } from '../support/fake-openai-media.js';
 import { toFile } from 'openai';
-import { startFakeBfl, type FakeBfl } from '../support/fake-bfl.js';
+import { createFakePng, encodeTestPng, startFakeBfl, type FakeBfl } from '../support/fake-bfl.js';
 import { startFakeGemini } from '../support/fake-gemini.js';
 import { installGeminiImages } from '../support/fake-gemini-images.js';
 import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
@@ -123,6 +123,46 @@ describe('image families behind their vendors', () => {
       client.images.generate({ model: 'flux-pro-1.1', prompt: 'something bad', size: '1024x768' }),
       (error: unknown) => error instanceof OpenAI.BadRequestError && error.code === 'content_policy_violation',
     );
+  });
+
+  it('edits through FLUX Kontext and FLUX Fill: uploads as base64, a Fill edit without a mask refused', async () => {
+    bfl.reset();
+    const photo = createFakePng([180, 120, 60], 8);
+    const kontext = await client.images.edit({
+      model: 'flux-kontext-pro',
+      image: await toFile(photo, 'photo.png', { type: 'image/png' }),
+      prompt: 'make it night',
+      response_format: 'b64_json',
+    });
+    assert.equal(Buffer.from(kontext.data![0]!.b64_json!, 'base64').subarray(0, 8).toString('hex'), pngSignature);
+    const [kontextSubmit] = bfl.requests.filter((request) => request.method === 'POST');
+    assert.equal(kontextSubmit!.path, '/v1/flux-kontext-pro');
+    assert.deepEqual(kontextSubmit!.body, { prompt: 'make it night', input_image: photo.toString('base64'), output_format: 'png' });
+
+    bfl.reset();
+    // OpenAI's form: the transparent top half is the area to edit.
+    const mask = encodeTestPng({ width: 8, height: 8, colourType: 6, pixel: (_x, y) => [0, 0, 0, y < 4 ? 0 : 255] });
+    const fill = await client.images.edit({
+      model: 'flux-pro-1.0-fill',
+      image: await toFile(photo, 'photo.png', { type: 'image/png' }),
+      mask: await toFile(mask, 'mask.png', { type: 'image/png' }),
+      prompt: 'a clear blue sky',
+      response_format: 'b64_json',
+    });
+    assert.equal(Buffer.from(fill.data![0]!.b64_json!, 'base64').subarray(0, 8).toString('hex'), pngSignature);
+    const [fillSubmit] = bfl.requests.filter((request) => request.method === 'POST');
+    assert.equal(fillSubmit!.path, '/v1/flux-pro-1.0-fill');
+    const body = fillSubmit!.body as Record<string, string>;
+    assert.deepEqual(Object.keys(body).sort(), ['image', 'mask', 'output_format', 'prompt']);
+    assert.equal(body.image, photo.toString('base64'));
+    assert.equal(Buffer.from(body.mask!, 'base64').subarray(0, 8).toString('hex'), pngSignature);
+    assert.notEqual(body.mask, mask.toString('base64'), 'the OpenAI mask was turned into a black-and-white one');
+
+    await assert.rejects(
+      client.images.edit({ model: 'flux-pro-1.0-fill', image: await toFile(photo, 'photo.png', { type: 'image/png' }), prompt: 'no mask' }),
+      (error: unknown) => error instanceof OpenAI.BadRequestError && error.param === 'mask',
+    );
+    assert.equal(bfl.submissions, 1, 'the refused edit reached no vendor');
   });
 
   it('finishes a Flux job whose worker was killed while polling, without a second submission', async () => {

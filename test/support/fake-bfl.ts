@@ -11,6 +11,7 @@ import { createServer } from 'node:http';
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { crc32, deflateSync } from 'node:zlib';
+import { PNG } from 'pngjs';
 
 export interface RecordedBflRequest {
   method: string;
@@ -74,26 +75,48 @@ export interface FakeBfl {
   close(): Promise<void>;
 }
 
+const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+
+function pngChunk(type: string, data: Buffer): Buffer {
+  const head = Buffer.alloc(8);
+  head.writeUInt32BE(data.length, 0);
+  head.write(type, 4, 'ascii');
+  const crc = Buffer.alloc(4);
+  crc.writeUInt32BE(crc32(Buffer.concat([head.subarray(4), data])) >>> 0, 0);
+  return Buffer.concat([head, data, crc]);
+}
+
 /** A valid PNG of `size`×`size` pixels in one colour: small, and decodable by any image library. */
 export function createFakePng(rgb: readonly [number, number, number] = [32, 96, 160], size = 2): Buffer {
-  const chunk = (type: string, data: Buffer) => {
-    const head = Buffer.alloc(8);
-    head.writeUInt32BE(data.length, 0);
-    head.write(type, 4, 'ascii');
-    const crc = Buffer.alloc(4);
-    crc.writeUInt32BE(crc32(Buffer.concat([head.subarray(4), data])) >>> 0, 0);
-    return Buffer.concat([head, data, crc]);
-  };
   const header = Buffer.alloc(13);
   header.writeUInt32BE(size, 0);
   header.writeUInt32BE(size, 4);
   header.set([8, 2, 0, 0, 0], 8); // 8-bit RGB, no interlace
   const row = Buffer.from([0, ...Array.from({ length: size }, () => rgb).flat()]);
   const pixels = deflateSync(Buffer.concat(Array.from({ length: size }, () => row)));
-  return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), chunk('IHDR', header), chunk('IDAT', pixels), chunk('IEND', Buffer.alloc(0))]);
+  return Buffer.concat([PNG_SIGNATURE, pngChunk('IHDR', header), pngChunk('IDAT', pixels), pngChunk('IEND', Buffer.alloc(0))]);
 }
 
 export const FAKE_BFL_PNG = createFakePng();
+
+export interface TestPngOptions {
+  width: number;
+  height: number;
+  /** The colour type written: 0 grey, 2 RGB, 4 grey+alpha, 6 RGBA (8 bits per sample). */
+  colourType: 0 | 2 | 4 | 6;
+  /** One pixel as RGBA; channels the colour type lacks are dropped on writing. */
+  pixel: (x: number, y: number) => readonly [number, number, number, number];
+}
+
+/** A PNG of the given colour type, pixel by pixel: for tests of code that reads masks. */
+export function encodeTestPng(options: TestPngOptions): Buffer {
+  const png = new PNG({ width: options.width, height: options.height });
+  for (let y = 0; y < options.height; y++) {
+    for (let x = 0; x < options.width; x++) png.data.set(options.pixel(x, y), (y * options.width + x) * 4);
+  }
+  return PNG.sync.write(png, { colorType: options.colourType });
+}
+
 /** Start and end markers only: enough for content-type checks; the fake makes no real JPEG. */
 const FAKE_JPEG = Buffer.from([0xff, 0xd8, 0xff, 0xd9]);
 
@@ -101,18 +124,28 @@ type Json = Record<string, unknown>;
 type SizeKind = 'dimensions32' | 'dimensions16' | 'aspect' | 'edit';
 
 const COMMON = ['prompt', 'seed', 'safety_tolerance', 'output_format', 'prompt_upsampling', 'webhook_url', 'webhook_secret'];
-const ENDPOINTS: Record<string, { kind: SizeKind; fields: string[] }> = {
+/** Kontext: `input_image` (optional: without it Kontext generates from the prompt) plus three more references. */
+const KONTEXT = [...COMMON, 'aspect_ratio', 'input_image', 'input_image_2', 'input_image_3', 'input_image_4'];
+/**
+ * `required`: fields besides `prompt` the endpoint refuses to run without.
+ * Fill also runs on an image whose alpha channel marks the area; the fake
+ * takes the strict side and always wants `mask`.
+ */
+const ENDPOINTS: Record<string, { kind: SizeKind; fields: string[]; required?: string[] }> = {
   'flux-pro-1.1': { kind: 'dimensions32', fields: [...COMMON, 'width', 'height', 'image_prompt'] },
   'flux-pro': { kind: 'dimensions32', fields: [...COMMON, 'width', 'height', 'image_prompt', 'steps', 'guidance', 'interval'] },
   'flux-dev': { kind: 'dimensions32', fields: [...COMMON, 'width', 'height', 'image_prompt', 'steps', 'guidance'] },
   'flux-pro-1.1-ultra': { kind: 'aspect', fields: [...COMMON, 'aspect_ratio', 'raw', 'image_prompt', 'image_prompt_strength'] },
-  'flux-kontext-pro': { kind: 'aspect', fields: [...COMMON, 'aspect_ratio', 'input_image'] },
-  'flux-kontext-max': { kind: 'aspect', fields: [...COMMON, 'aspect_ratio', 'input_image'] },
+  'flux-kontext-pro': { kind: 'aspect', fields: KONTEXT },
+  'flux-kontext-max': { kind: 'aspect', fields: KONTEXT },
   'flux-2-pro': { kind: 'dimensions16', fields: [...COMMON, 'width', 'height', 'input_image'] },
   'flux-2-flex': { kind: 'dimensions16', fields: [...COMMON, 'width', 'height', 'input_image', 'steps', 'guidance'] },
-  'flux-pro-1.0-fill': { kind: 'edit', fields: [...COMMON, 'image', 'mask', 'steps', 'guidance'] },
-  'flux-pro-1.0-expand': { kind: 'edit', fields: [...COMMON, 'image', 'top', 'bottom', 'left', 'right', 'steps', 'guidance'] },
+  'flux-pro-1.0-fill': { kind: 'edit', fields: [...COMMON, 'image', 'mask', 'steps', 'guidance'], required: ['image', 'mask'] },
+  'flux-pro-1.0-expand': { kind: 'edit', fields: [...COMMON, 'image', 'top', 'bottom', 'left', 'right', 'steps', 'guidance'], required: ['image'] },
 };
+/** Fields holding an image: base64 (no `data:` prefix) or an http(s) URL. */
+const IMAGE_FIELDS = new Set(['image', 'mask', 'image_prompt', 'input_image', 'input_image_2', 'input_image_3', 'input_image_4']);
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 const LIMITS: Record<'dimensions32' | 'dimensions16', { multiple: number; min: number; max: number }> = {
   dimensions32: { multiple: 32, min: 256, max: 1440 },
   dimensions16: { multiple: 16, min: 64, max: 2048 },
@@ -132,7 +165,14 @@ function checkSubmit(endpoint: string, body: unknown): Json {
   if (typeof fields.prompt !== 'string' || fields.prompt.trim() === '') {
     if (rule.kind !== 'edit' || fields.prompt !== undefined) throw invalid('prompt', 'Field required', 'missing');
   }
-  if (rule.kind === 'edit' && typeof fields.image !== 'string') throw invalid('image', 'Field required', 'missing');
+  for (const field of rule.required ?? []) if (fields[field] === undefined || fields[field] === null) throw invalid(field, 'Field required', 'missing');
+  for (const field of Object.keys(fields).filter((key) => IMAGE_FIELDS.has(key))) {
+    const value = fields[field];
+    if (typeof value !== 'string') throw invalid(field, 'Input should be a valid string', 'string_type', value);
+    if (!/^https?:\/\//.test(value) && (value === '' || !BASE64.test(value))) {
+      throw invalid(field, 'Invalid image: expected base64 image data or an http(s) URL', 'value_error', value.slice(0, 32));
+    }
+  }
   if (rule.kind === 'dimensions32' || rule.kind === 'dimensions16') {
     const { multiple, min, max } = LIMITS[rule.kind];
     for (const side of ['width', 'height'] as const) {

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
+import { PNG } from 'pngjs';
 import { loadCatalog } from '../../shared/catalog.js';
 import { GatewayError } from '../../shared/errors.js';
 import { LocalBlobStore } from '../../storage/local-blob-store.js';
@@ -12,15 +13,17 @@ import {
   BFL_CHECKPOINT_KEY,
   bflImages,
   bflPollUrl,
+  buildBflEditRequest,
   buildBflRequest,
+  convertOpenAIMaskToBfl,
   convertSizeToAspectRatio,
   mapBflError,
   normaliseBflProgress,
   readBflPollAnswer,
 } from '../../workers/vendors/bfl/index.js';
 import { closeVendorAgent } from '../../workers/vendors/http.js';
-import type { ImageGenerationInput, ImageResult, MediaContext } from '../../workers/vendors/media-types.js';
-import { FAKE_BFL_PNG, startFakeBfl, type FakeBfl } from '../support/fake-bfl.js';
+import type { BlobRef, ImageEditInput, ImageGenerationInput, ImageResult, MediaContext } from '../../workers/vendors/media-types.js';
+import { createFakePng, encodeTestPng, FAKE_BFL_PNG, startFakeBfl, type FakeBfl, type TestPngOptions } from '../support/fake-bfl.js';
 import { gatewayError } from '../support/assertions.js';
 
 type Json = Record<string, any>;
@@ -28,6 +31,8 @@ const KEY = 'bfl-test-key-0123456789abcdef';
 const catalog = loadCatalog();
 const blobDir = mkdtempSync(join(tmpdir(), 'bfl-adapter-'));
 const generate = bflImages.generateImages!;
+const editImages = bflImages.editImages!;
+const blobs = new LocalBlobStore(blobDir);
 
 let fake: FakeBfl;
 
@@ -67,6 +72,14 @@ function harness(options: { model?: string; signal?: AbortSignal; store?: Harnes
 
 const image = (extra: Json = {}): ImageGenerationInput => ({ model: 'flux-pro-1.1', prompt: 'A lighthouse at dusk', ...extra }) as ImageGenerationInput;
 const posts = () => fake.requests.filter((request) => request.method === 'POST');
+const edit = (extra: Json, images: BlobRef[], mask?: BlobRef): ImageEditInput =>
+  ({ model: 'flux-kontext-pro', prompt: 'Make it night', ...extra, images, ...(mask ? { mask } : {}) }) as ImageEditInput;
+let uploads = 0;
+/** Stores an upload as the api does, under a fresh key. */
+const upload = (bytes: Buffer, contentType = 'image/png') => blobs.put(`uploads/bfl${++uploads}/image-0`, bytes, contentType);
+/** A reference to an upload that is not in the store: reading it would fail. */
+const absent = (): BlobRef => ({ key: `uploads/absent${++uploads}/image-0`, contentType: 'image/png', size: 1 });
+const b64 = (bytes: Buffer) => bytes.toString('base64');
 
 
 before(async () => {
@@ -372,5 +385,222 @@ describe('bfl adapter: failures', () => {
     assert.deepEqual(readBflPollAnswer({ status: 'Task not found' }), { kind: 'not_found' });
     assert.throws(() => readBflPollAnswer({ status: 'Ready', result: {} }), GatewayError);
     assert.throws(() => readBflPollAnswer({}), GatewayError);
+  });
+});
+
+describe('bfl adapter: edits', () => {
+  it('Kontext: the upload goes as input_image, base64 without a data: prefix', async () => {
+    const photo = createFakePng([200, 40, 40], 4);
+    const result = await editImages(edit({}, [await upload(photo)]), harness({ model: 'flux-kontext-pro' }).ctx);
+    const [submit] = posts();
+    assert.equal(submit!.path, '/v1/flux-kontext-pro');
+    assert.equal(submit!.headers['x-key'], KEY);
+    assert.deepEqual(submit!.body, { prompt: 'Make it night', input_image: b64(photo), output_format: 'png' });
+    assert.equal(result.images.length, 1);
+    assert.deepEqual(result.images[0]!.bytes, FAKE_BFL_PNG);
+  });
+
+  it('Kontext: further uploads go as input_image_2…, in order, and size as aspect_ratio', async () => {
+    const photos = [createFakePng([1, 2, 3]), createFakePng([4, 5, 6]), createFakePng([7, 8, 9]), createFakePng([10, 11, 12])];
+    const refs = await Promise.all(photos.map((photo) => upload(photo)));
+    const ctx = harness({ model: 'flux-kontext-max' }).ctx;
+    const result = await editImages(edit({ model: 'flux-kontext-max', size: '1392x752', output_format: 'jpeg' }, refs), ctx);
+    const [submit] = posts();
+    assert.equal(submit!.path, '/v1/flux-kontext-max');
+    assert.deepEqual(submit!.body, {
+      prompt: 'Make it night',
+      input_image: b64(photos[0]!),
+      input_image_2: b64(photos[1]!),
+      input_image_3: b64(photos[2]!),
+      input_image_4: b64(photos[3]!),
+      aspect_ratio: '16:9',
+      output_format: 'jpeg',
+    });
+    assert.equal(result.images[0]!.contentType, 'image/jpeg');
+  });
+
+  it('Fill: image and mask as base64, the OpenAI mask turned into BFL black and white', async () => {
+    const photo = createFakePng([90, 90, 90], 4);
+    // OpenAI's form: the left half transparent (to edit), the right half opaque (to keep).
+    const mask = encodeTestPng({ width: 4, height: 4, colourType: 6, pixel: (x) => [0, 0, 0, x < 2 ? 0 : 255] });
+    const result = await editImages(
+      edit({ model: 'flux-pro-1.0-fill', prompt: 'A red door' }, [await upload(photo)], await upload(mask)),
+      harness({ model: 'flux-pro-1.0-fill' }).ctx,
+    );
+    const [submit] = posts();
+    assert.equal(submit!.path, '/v1/flux-pro-1.0-fill');
+    const body = submit!.body as Json;
+    assert.deepEqual(Object.keys(body).sort(), ['image', 'mask', 'output_format', 'prompt']);
+    assert.deepEqual({ ...body, mask: '…' }, { prompt: 'A red door', image: b64(photo), mask: '…', output_format: 'png' });
+    assert.deepEqual(readGreyPng(Buffer.from(body.mask, 'base64')), { width: 4, height: 4, pixels: Array.from({ length: 16 }, (_, i) => (i % 4 < 2 ? 255 : 0)) });
+    assert.equal(result.images.length, 1);
+
+    // A mask that is black and white already (no transparency) goes as it came.
+    fake.reset();
+    const blackAndWhite = encodeTestPng({ width: 4, height: 4, colourType: 0, pixel: (x) => (x < 2 ? [255, 255, 255, 255] : [0, 0, 0, 255]) });
+    await editImages(edit({ model: 'flux-pro-1.0-fill' }, [await upload(photo)], await upload(blackAndWhite)), harness({ model: 'flux-pro-1.0-fill' }).ctx);
+    assert.equal((posts()[0]!.body as Json).mask, b64(blackAndWhite));
+  });
+
+  it('maps the short endpoint names BFL also lists', () => {
+    const fields = (endpoint: string, images: number, mask: boolean) =>
+      buildBflEditRequest(edit({}, Array.from({ length: images }, absent), mask ? absent() : undefined), endpoint).uploads.map((item) => item.field);
+    assert.deepEqual(fields('flux-fill', 1, true), ['image', 'mask']);
+    assert.deepEqual(fields('flux-kontext', 2, false), ['input_image', 'input_image_2']);
+  });
+
+  it('refuses what the endpoint cannot take with a 400, before reading an upload or submitting', async () => {
+    const cases: Array<[string, Json, number, boolean, string]> = [
+      ['flux-kontext-pro', {}, 1, true, 'mask'],
+      ['flux-kontext-pro', {}, 5, false, 'image'],
+      ['flux-kontext-pro', {}, 0, false, 'image'],
+      ['flux-kontext-pro', { size: '3072x1024' }, 1, false, 'size'],
+      ['flux-kontext-pro', { output_format: 'webp' }, 1, false, 'output_format'],
+      ['flux-pro-1.0-fill', {}, 1, false, 'mask'],
+      ['flux-pro-1.0-fill', {}, 2, true, 'image'],
+      ['flux-pro-1.0-fill', { size: '1024x1024' }, 1, true, 'size'],
+      ['flux-pro-1.1', {}, 1, false, 'model'],
+      ['flux-pro-1.0-expand', {}, 1, true, 'model'],
+    ];
+    for (const [model, extra, images, withMask, param] of cases) {
+      const label = `${model} ${JSON.stringify(extra)} images=${images} mask=${withMask}`;
+      const input = edit({ model, ...extra }, Array.from({ length: images }, absent), withMask ? absent() : undefined);
+      const error = await gatewayError(editImages(input, harness({ model }).ctx));
+      assert.equal(error.status, 400, label);
+      assert.equal(error.type, 'invalid_request_error', label);
+      assert.equal(error.param, param, label);
+    }
+    const fill = await gatewayError(editImages(edit({ model: 'flux-pro-1.0-fill' }, [absent()]), harness({ model: 'flux-pro-1.0-fill' }).ctx));
+    assert.match(fill.message, /mask/);
+    assert.equal(fill.code, 'missing_required_parameter');
+    const kontext = await gatewayError(editImages(edit({}, [absent()], absent()), harness({ model: 'flux-kontext-pro' }).ctx));
+    assert.match(kontext.message, /no mask/);
+    assert.equal(fake.requests.length, 0);
+  });
+
+  it('refuses a mask that claims to be a PNG but cannot be read, submitting nothing', async () => {
+    const broken = encodeTestPng({ width: 4, height: 4, colourType: 6, pixel: () => [0, 0, 0, 0] }).subarray(0, 40);
+    const error = await gatewayError(
+      editImages(edit({ model: 'flux-pro-1.0-fill' }, [await upload(createFakePng())], await upload(broken)), harness({ model: 'flux-pro-1.0-fill' }).ctx),
+    );
+    assert.equal(error.status, 400);
+    assert.equal(error.param, 'mask');
+    assert.equal(fake.requests.length, 0);
+  });
+
+  it('checkpoints the edit task before the first poll; a restarted attempt polls it without submitting or reading the uploads again', async () => {
+    fake.pollsUntilReady = 4;
+    const photo = createFakePng([5, 6, 7], 4);
+    const ref = await upload(photo);
+    const crashed = new AbortController();
+    const store: Harness['store'] = { state: undefined };
+    const first = harness({ model: 'flux-kontext-pro', store, signal: crashed.signal, onWrite: () => crashed.abort(new Error('worker died')) });
+    await assert.rejects(editImages(edit({}, [ref]), first.ctx), /worker died/);
+    assert.equal(fake.submissions, 1);
+    assert.equal(first.writes.length, 1);
+    assert.equal(first.writes[0]!.pollsAtWrite, 0);
+    const [id] = [...fake.tasks.keys()];
+    assert.deepEqual(first.writes[0]!.state, { [BFL_CHECKPOINT_KEY]: [{ id, polling_url: `${fake.url}/v1/get_result?id=${id}` }] });
+
+    // The upload is gone: the resumed attempt needs only its checkpoint.
+    await blobs.delete(ref.key);
+    const second = harness({ model: 'flux-kontext-pro', store });
+    const result = await editImages(edit({}, [ref]), second.ctx);
+    assert.equal(fake.submissions, 1);
+    assert.equal(posts().length, 1);
+    assert.equal(second.writes.length, 0);
+    assert.ok(fake.requests.some((request) => request.path === `/v1/get_result?id=${id}`));
+    assert.deepEqual(result.images[0]!.bytes, FAKE_BFL_PNG);
+  });
+
+  it('n=2 submits two tasks with the same body, checkpointing each', async () => {
+    const { ctx, writes } = harness({ model: 'flux-kontext-pro' });
+    const result = await editImages(edit({ n: 2 }, [await upload(createFakePng())]), ctx);
+    assert.equal(fake.submissions, 2);
+    assert.deepEqual(writes.map((write) => write.state[BFL_CHECKPOINT_KEY].length), [1, 2]);
+    const [a, b] = posts();
+    assert.deepEqual(a!.body, b!.body);
+    assert.equal(result.images.length, 2);
+  });
+
+  it('the fake answers an incomplete edit the way BFL does, and the 422 names the OpenAI parameter', async () => {
+    const submit = async (endpoint: string, body: Json) => {
+      const response = await fetch(`${fake.url}/v1/${endpoint}`, {
+        method: 'POST',
+        headers: { 'x-key': KEY, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      return { status: response.status, headers: {}, bodyText: await response.text() };
+    };
+    const image = b64(createFakePng());
+    const cases: Array<[string, Json, string[], string]> = [
+      ['flux-pro-1.0-fill', { prompt: 'x', image }, ['body', 'mask'], 'mask'],
+      ['flux-pro-1.0-fill', { prompt: 'x', mask: image }, ['body', 'image'], 'image'],
+      ['flux-pro-1.0-fill', { prompt: 'x', image, mask: 7 }, ['body', 'mask'], 'mask'],
+      ['flux-kontext-pro', { prompt: 'x', input_image: `data:image/png;base64,${image}` }, ['body', 'input_image'], 'image'],
+      ['flux-kontext-pro', { prompt: 'x', input_image: image, input_image_2: null }, ['body', 'input_image_2'], 'image'],
+      ['flux-kontext-pro', { input_image: image }, ['body', 'prompt'], 'prompt'],
+      ['flux-kontext-pro', { prompt: 'x', input_image: image, input_image_5: image }, ['body', 'input_image_5'], 'image'],
+    ];
+    for (const [endpoint, body, loc, param] of cases) {
+      const answer = await submit(endpoint, body);
+      const label = `${endpoint} ${Object.keys(body).join(',')}`;
+      assert.equal(answer.status, 422, label);
+      const detail = JSON.parse(answer.bodyText).detail as Json[];
+      assert.deepEqual(detail[0]!.loc, loc, label);
+      assert.equal(typeof detail[0]!.msg, 'string', label);
+      assert.equal(typeof detail[0]!.type, 'string', label);
+      if (loc[1] !== 'input_image_5') assert.equal(mapBflError(answer).param, param, label);
+    }
+    assert.equal(fake.submissions, 0);
+  });
+});
+
+/** Reads the gateway's mask: an 8-bit greyscale PNG, unfiltered rows. */
+function readGreyPng(png: Buffer): { width: number; height: number; pixels: number[] } {
+  assert.equal(png[25], 0, 'written as greyscale');
+  const decoded = PNG.sync.read(png);
+  const pixels = Array.from({ length: decoded.width * decoded.height }, (_, i) => decoded.data[i * 4]!);
+  return { width: decoded.width, height: decoded.height, pixels };
+}
+
+describe('OpenAI masks to BFL masks', () => {
+  const width = 13;
+  const height = 11;
+  const hole = (x: number, y: number) => (x * 3 + y * 5) % 7 < 3;
+  const expected = { width, height, pixels: Array.from({ length: width * height }, (_, i) => (hole(i % width, Math.floor(i / width)) ? 255 : 0)) };
+  const shape = { width, height };
+
+  const variants: Array<[string, TestPngOptions]> = [
+    // Alpha 1 is not fully transparent: only alpha 0 marks the area to edit.
+    ['RGBA', { ...shape, colourType: 6, pixel: (x, y) => [10, 20, 30, hole(x, y) ? 0 : x % 2 ? 1 : 255] }],
+    ['grey+alpha', { ...shape, colourType: 4, pixel: (x, y) => [x * 9, x * 9, x * 9, hole(x, y) ? 0 : 200] }],
+  ];
+  for (const [name, options] of variants) {
+    it(`reads transparency from ${name}`, () => {
+      assert.deepEqual(readGreyPng(convertOpenAIMaskToBfl(encodeTestPng(options))), expected);
+    });
+  }
+
+  it('sends masks with no transparent pixel, and non-PNG masks, as they came', async () => {
+    const unchanged = [
+      encodeTestPng({ ...shape, colourType: 2, pixel: (x, y) => (hole(x, y) ? [255, 255, 255, 255] : [0, 0, 0, 255]) }),
+      encodeTestPng({ ...shape, colourType: 6, pixel: (x, y) => (hole(x, y) ? [255, 255, 255, 255] : [0, 0, 0, 255]) }),
+      Buffer.from([0xff, 0xd8, 0xff, 0xe0, 0, 0x10, 0x4a, 0x46, 0x49, 0x46, 0, 0xff, 0xd9]),
+    ];
+    for (const mask of unchanged) assert.equal(convertOpenAIMaskToBfl(mask), mask);
+  });
+
+  it('refuses unreadable or oversized PNG masks as a 400 on mask', async () => {
+    const good = encodeTestPng({ ...shape, colourType: 6, pixel: () => [0, 0, 0, 0] });
+    const huge = Buffer.from(good);
+    huge.writeUInt32BE(100_000, 16); // IHDR width; the CRC is not checked, the size is
+    const corrupt = Buffer.from(good);
+    corrupt.fill(0x55, 45, 60); // inside the compressed data
+    for (const mask of [good.subarray(0, 30), huge, corrupt]) {
+      const error = await gatewayError(Promise.resolve().then(() => convertOpenAIMaskToBfl(mask)));
+      assert.equal(error.status, 400);
+      assert.equal(error.param, 'mask');
+    }
   });
 });

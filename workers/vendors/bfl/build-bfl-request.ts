@@ -1,5 +1,5 @@
 import { invalidRequest } from '../../../shared/errors.js';
-import type { ImageGenerationInput } from '../media-types.js';
+import type { BlobRef, ImageEditInput, ImageGenerationInput } from '../media-types.js';
 
 export type BflOutputFormat = 'png' | 'jpeg' | 'webp';
 
@@ -11,6 +11,28 @@ export interface BflTaskRequest {
   aspect_ratio?: string;
   output_format: BflOutputFormat;
   raw?: boolean;
+  /** Kontext: the image to edit (base64); `input_image_2`… carry further reference images. */
+  input_image?: string;
+  [reference: `input_image_${number}`]: string | undefined;
+  /** Fill: the image and the black-and-white mask of the area to repaint (base64). */
+  image?: string;
+  mask?: string;
+}
+
+/** The fields of a task body that carry an uploaded file. */
+export type BflUploadField = 'input_image' | `input_image_${number}` | 'image' | 'mask';
+
+/** An upload the body still needs, read from the blob store only when a task is submitted. */
+export interface BflUpload {
+  field: BflUploadField;
+  ref: BlobRef;
+  role: 'image' | 'mask';
+}
+
+/** An edit task: the body without its uploads, and the uploads that complete it. */
+export interface BflEditRequest {
+  body: BflTaskRequest;
+  uploads: BflUpload[];
 }
 
 type SizeRule =
@@ -18,6 +40,12 @@ type SizeRule =
   | { kind: 'dimensions'; multiple: number; min: number; max: number; maxPixels: number }
   /** A `W:H` string; the vendor picks the pixel size (about 1 MP for Kontext, 4 MP for ultra). */
   | { kind: 'aspect_ratio' };
+
+type EditRule =
+  /** Kontext: the uploads go as `input_image`, `input_image_2`…, at most `maxImages`; no mask. */
+  | { kind: 'reference'; maxImages: number }
+  /** Fill: one image and a mask; the output keeps the image's size. */
+  | { kind: 'inpaint' };
 
 /** What each family of endpoints takes, as data. Names not listed get the FLUX.1 pro/dev rules. */
 interface EndpointRule {
@@ -27,6 +55,8 @@ interface EndpointRule {
   formats: readonly BflOutputFormat[];
   /** OpenAI `quality: "hd"` asks for `raw: true` (a less processed, more natural look), as LiteLLM maps it. */
   rawForHd?: boolean;
+  /** How `/images/edits` maps to the endpoint; absent: the gateway does not edit with it. */
+  edit?: EditRule;
 }
 
 // The legacy client checked multiples of 32 between 256 and 1440 for pro/dev; FLUX.2 takes multiples of 16 up to 4 MP.
@@ -35,9 +65,11 @@ const FLUX_2_DIMENSIONS: SizeRule = { kind: 'dimensions', multiple: 16, min: 64,
 
 const ENDPOINT_RULES: readonly EndpointRule[] = [
   { pattern: /^flux-pro-1\.1-ultra$/, size: { kind: 'aspect_ratio' }, formats: ['png', 'jpeg'], rawForHd: true },
-  { pattern: /^flux-kontext(-|$)/, size: { kind: 'aspect_ratio' }, formats: ['png', 'jpeg'] },
+  // Kontext takes `input_image` plus up to three more references (`input_image_2` … `input_image_4`).
+  { pattern: /^flux-kontext(-|$)/, size: { kind: 'aspect_ratio' }, formats: ['png', 'jpeg'], edit: { kind: 'reference', maxImages: 4 } },
   { pattern: /^flux-2-/, size: FLUX_2_DIMENSIONS, formats: ['png', 'jpeg', 'webp'] },
-  { pattern: /^flux-(pro-1\.0-)?(fill|expand|canny|depth)$/, size: null, formats: ['png', 'jpeg'] },
+  { pattern: /^flux-(pro-1\.0-)?fill$/, size: null, formats: ['png', 'jpeg'], edit: { kind: 'inpaint' } },
+  { pattern: /^flux-(pro-1\.0-)?(expand|canny|depth)$/, size: null, formats: ['png', 'jpeg'] },
 ];
 const DEFAULT_RULE: EndpointRule = { pattern: /^/, size: FLUX_1_DIMENSIONS, formats: ['png', 'jpeg'] };
 
@@ -112,31 +144,90 @@ function checkAspectRatio(size: { width: number; height: number }, endpoint: str
   return convertSizeToAspectRatio(size.width, size.height);
 }
 
+/** The image fields generations and edits share. */
+type CommonImageFields = Pick<ImageGenerationInput, 'prompt' | 'size' | 'quality' | 'output_format'>;
+
 /**
- * Maps an OpenAI image request to the body of one BFL task for `endpoint`
- * (the route's upstream model, e.g. `flux-pro-1.1`). OpenAI's default format
- * is PNG, BFL's JPEG: the format is always sent so clients get what OpenAI
- * would give them. Fields with no BFL counterpart (`style`, `background`,
- * `user`) are not sent; `response_format` is the gateway's concern.
+ * The body fields every task takes: prompt, output format, size. OpenAI's
+ * default format is PNG, BFL's JPEG: the format is always sent so clients get
+ * what OpenAI would give them. `size: null` is an endpoint that keeps the
+ * input image's size, so only `auto` (or no size) is accepted.
  */
-export function buildBflRequest(input: ImageGenerationInput, endpoint: string): BflTaskRequest {
-  const rule = findEndpointRule(endpoint);
-  if (rule.size === null) {
-    throw invalidRequest(`The model '${input.model}' edits an input image; use /v1/images/edits.`, 'model');
-  }
+function buildCommonFields(input: CommonImageFields, endpoint: string, rule: EndpointRule, size: SizeRule | null): BflTaskRequest {
   const outputFormat = input.output_format ?? 'png';
   if (!rule.formats.includes(outputFormat)) {
     throw invalidRequest(`output_format '${outputFormat}' is not supported by ${endpoint}; use one of: ${rule.formats.join(', ')}.`, 'output_format');
   }
   const body: BflTaskRequest = { prompt: input.prompt, output_format: outputFormat };
-  const size = parseImageSize(input.size);
-  if (size !== undefined && rule.size.kind === 'dimensions') {
-    checkDimensions(size, rule.size, endpoint);
-    body.width = size.width;
-    body.height = size.height;
-  } else if (size !== undefined) {
-    body.aspect_ratio = checkAspectRatio(size, endpoint);
+  const requested = parseImageSize(input.size);
+  if (requested !== undefined && size === null) {
+    throw invalidRequest(`Invalid size '${input.size}' for ${endpoint}: the result keeps the size of the input image; send 'auto' or no size.`, 'size');
+  }
+  if (requested !== undefined && size?.kind === 'dimensions') {
+    checkDimensions(requested, size, endpoint);
+    body.width = requested.width;
+    body.height = requested.height;
+  } else if (requested !== undefined) {
+    body.aspect_ratio = checkAspectRatio(requested, endpoint);
   }
   if (rule.rawForHd === true && input.quality === 'hd') body.raw = true;
   return body;
+}
+
+/**
+ * Maps an OpenAI image request to the body of one BFL task for `endpoint`
+ * (the route's upstream model, e.g. `flux-pro-1.1`). Fields with no BFL
+ * counterpart (`style`, `background`, `user`) are not sent; `response_format`
+ * is the gateway's concern.
+ */
+export function buildBflRequest(input: ImageGenerationInput, endpoint: string): BflTaskRequest {
+  const rule = findEndpointRule(endpoint);
+  if (rule.size === null) {
+    const hint = rule.edit === undefined ? 'it is not served by /v1/images/generations' : 'use /v1/images/edits';
+    throw invalidRequest(`The model '${input.model}' edits an input image; ${hint}.`, 'model');
+  }
+  return buildCommonFields(input, endpoint, rule, rule.size);
+}
+
+/** Which body field carries each upload, checked against what the endpoint takes. */
+function planUploads(input: ImageEditInput, endpoint: string, edit: EditRule): BflUpload[] {
+  const { images, mask } = input;
+  if (images.length === 0) throw invalidRequest("Missing required parameter: 'image'.", 'image', 'missing_required_parameter');
+  if (edit.kind === 'reference') {
+    if (mask != null) {
+      throw invalidRequest(
+        `${endpoint} edits the whole image from the prompt and takes no mask. Remove 'mask', or use a FLUX Fill model to repaint a masked area.`,
+        'mask',
+      );
+    }
+    if (images.length > edit.maxImages) {
+      throw invalidRequest(`${endpoint} takes at most ${edit.maxImages} input images; ${images.length} were sent.`, 'image');
+    }
+    return images.map((ref, index) => ({ field: index === 0 ? 'input_image' : `input_image_${index + 1}`, ref, role: 'image' }));
+  }
+  if (mask == null) {
+    throw invalidRequest(`${endpoint} repaints the area a mask marks: send 'mask' with the image.`, 'mask', 'missing_required_parameter');
+  }
+  if (images.length > 1) throw invalidRequest(`${endpoint} edits one image; ${images.length} were sent.`, 'image');
+  return [
+    { field: 'image', ref: images[0]!, role: 'image' },
+    { field: 'mask', ref: mask, role: 'mask' },
+  ];
+}
+
+/**
+ * Maps an OpenAI `/images/edits` request to the body of one BFL task, and
+ * the uploads it still needs. Everything is checked here, before any upload
+ * is read: Kontext takes up to four images and no mask, Fill one image and a
+ * mask. Fields with no BFL counterpart (`background`, `input_fidelity`,
+ * `user`) are not sent.
+ */
+export function buildBflEditRequest(input: ImageEditInput, endpoint: string): BflEditRequest {
+  const rule = findEndpointRule(endpoint);
+  if (rule.edit === undefined) {
+    throw invalidRequest(`The model '${input.model}' does not edit images; FLUX Kontext and FLUX Fill models do.`, 'model');
+  }
+  const uploads = planUploads(input, endpoint, rule.edit);
+  const body = buildCommonFields(input, endpoint, rule, rule.edit.kind === 'inpaint' ? null : rule.size);
+  return { body, uploads };
 }

@@ -1,13 +1,15 @@
 import { malformedResponse, parseJsonObject, readBodyText } from '../http.js';
-import type { ImageGenerationInput, ImageResult, MediaAdapter, MediaContext } from '../media-types.js';
+import type { ImageEditInput, ImageGenerationInput, ImageResult, MediaAdapter, MediaContext } from '../media-types.js';
 import { postBflTask } from './api.js';
-import { buildBflRequest, type BflTaskRequest } from './build-bfl-request.js';
+import { buildBflEditRequest, buildBflRequest, type BflOutputFormat, type BflTaskRequest, type BflUpload } from './build-bfl-request.js';
+import { convertOpenAIMaskToBfl } from './convert-openai-mask.js';
 import { readBflErrorResponse } from './map-bfl-error.js';
 import { waitForBflTasks, type BflTask } from './poll-bfl-task.js';
 
 export { BFL_DEFAULT_BASE_URL, bflPollUrl } from './api.js';
-export { buildBflRequest, convertSizeToAspectRatio } from './build-bfl-request.js';
-export type { BflTaskRequest } from './build-bfl-request.js';
+export { buildBflEditRequest, buildBflRequest, convertSizeToAspectRatio } from './build-bfl-request.js';
+export type { BflEditRequest, BflTaskRequest, BflUpload } from './build-bfl-request.js';
+export { convertOpenAIMaskToBfl } from './convert-openai-mask.js';
 export { mapBflError, readBflError } from './map-bfl-error.js';
 export { normaliseBflProgress, readBflPollAnswer } from './poll-bfl-task.js';
 export type { BflTask } from './poll-bfl-task.js';
@@ -28,9 +30,13 @@ function readRecordedTasks(state: Record<string, unknown> | undefined): BflTask[
   return tasks;
 }
 
-/** Creates one task. Older hosts answer without `polling_url`; polling then uses `get_result` on the channel. */
-async function submitBflTask(endpoint: string, body: BflTaskRequest, ctx: MediaContext): Promise<BflTask> {
-  const response = await postBflTask(endpoint, JSON.stringify(body), ctx);
+/**
+ * Creates one task. The body comes serialised: an edit's carries the uploads
+ * as base64, and `n` tasks send the same one. Older hosts answer without
+ * `polling_url`; polling then uses `get_result` on the channel.
+ */
+async function submitBflTask(endpoint: string, body: string, ctx: MediaContext): Promise<BflTask> {
+  const response = await postBflTask(endpoint, body, ctx);
   if (response.status < 200 || response.status >= 300) throw await readBflErrorResponse(response, ctx);
   const payload = parseJsonObject(await readBodyText(response, ctx));
   if (typeof payload.id !== 'string' || payload.id === '') throw malformedResponse(payload);
@@ -38,30 +44,66 @@ async function submitBflTask(endpoint: string, body: BflTaskRequest, ctx: MediaC
 }
 
 /**
- * OpenAI `/images/generations` on BFL: one task per image, each recorded in
- * the job's checkpoint the moment BFL accepts it and before any poll, so a
- * worker that dies mid-job leaves the next one a task to poll, not one to pay
- * for twice. Tasks a previous attempt recorded are resumed; only the missing
- * ones (an attempt that died between submissions) are submitted. A death
+ * One task per image, each recorded in the job's checkpoint the moment BFL
+ * accepts it and before any poll, so a worker that dies mid-job leaves the
+ * next one a task to poll, not one to pay for twice. Tasks a previous attempt
+ * recorded are resumed; only the missing ones (an attempt that died between
+ * submissions) are submitted, and `prepareBody` runs only then. A death
  * between BFL's answer and the checkpoint write cannot be closed from here:
  * that one task would be submitted again.
  */
-export async function generateBflImages(input: ImageGenerationInput, ctx: MediaContext): Promise<ImageResult> {
-  // Built (and so validated) even when resuming: the same input gives the same body, and a bad one fails before any poll.
-  const body = buildBflRequest(input, ctx.upstreamModel);
-  const count = input.n ?? 1;
+async function runBflTasks(
+  count: number,
+  outputFormat: BflOutputFormat,
+  prepareBody: () => Promise<BflTaskRequest>,
+  ctx: MediaContext,
+): Promise<ImageResult> {
   const state = ctx.checkpoint.read<Record<string, unknown>>();
   const tasks = readRecordedTasks(state).slice(0, count);
   if (tasks.length > 0) ctx.log.info({ reqId: ctx.requestId, tasks: tasks.length }, 'resuming BFL tasks from the checkpoint');
-  while (tasks.length < count) {
-    tasks.push(await submitBflTask(ctx.upstreamModel, body, ctx));
-    await ctx.checkpoint.write({ ...state, [BFL_CHECKPOINT_KEY]: tasks.map((task) => ({ ...task })) });
+  if (tasks.length < count) {
+    const body = JSON.stringify(await prepareBody());
+    while (tasks.length < count) {
+      tasks.push(await submitBflTask(ctx.upstreamModel, body, ctx));
+      await ctx.checkpoint.write({ ...state, [BFL_CHECKPOINT_KEY]: tasks.map((task) => ({ ...task })) });
+    }
   }
-  const images = await waitForBflTasks(tasks, `image/${body.output_format}`, ctx);
+  const images = await waitForBflTasks(tasks, `image/${outputFormat}`, ctx);
   return { images };
+}
+
+/** OpenAI `/images/generations` on BFL. */
+export async function generateBflImages(input: ImageGenerationInput, ctx: MediaContext): Promise<ImageResult> {
+  // Built (and so validated) even when resuming: the same input gives the same body, and a bad one fails before any poll.
+  const body = buildBflRequest(input, ctx.upstreamModel);
+  return runBflTasks(input.n ?? 1, body.output_format, async () => body, ctx);
+}
+
+/** The body with its uploads as base64 (no `data:` prefix), an OpenAI mask turned into BFL's form. */
+async function attachBflUploads(body: BflTaskRequest, uploads: readonly BflUpload[], ctx: MediaContext): Promise<BflTaskRequest> {
+  const complete: BflTaskRequest = { ...body };
+  for (const upload of uploads) {
+    const bytes = await ctx.blobs.get(upload.ref.key);
+    ctx.signal.throwIfAborted();
+    complete[upload.field] = (upload.role === 'mask' ? convertOpenAIMaskToBfl(bytes) : bytes).toString('base64');
+  }
+  return complete;
+}
+
+/**
+ * OpenAI `/images/edits` on BFL: Kontext (reference images, no mask) and
+ * Fill (one image and a mask), with the same tasks, checkpoint and polling
+ * as generation. The request is checked before anything is read; the uploads
+ * are read only when a task is still to be submitted, so a resumed job
+ * needs nothing but its checkpoint.
+ */
+export async function editBflImages(input: ImageEditInput, ctx: MediaContext): Promise<ImageResult> {
+  const { body, uploads } = buildBflEditRequest(input, ctx.upstreamModel);
+  return runBflTasks(input.n ?? 1, body.output_format, () => attachBflUploads(body, uploads, ctx), ctx);
 }
 
 /** Black Forest Labs (FLUX): asynchronous image tasks, submitted then polled. */
 export const bflImages: MediaAdapter = {
   generateImages: generateBflImages,
+  editImages: editBflImages,
 };

@@ -11,6 +11,12 @@ const PARAM_BY_FIELD: Readonly<Record<string, string>> = {
   aspect_ratio: 'size',
   output_format: 'output_format',
   raw: 'quality',
+  input_image: 'image',
+  input_image_2: 'image',
+  input_image_3: 'image',
+  input_image_4: 'image',
+  image: 'image',
+  mask: 'mask',
 };
 
 const isObject = (value: unknown): value is Record<string, unknown> =>
