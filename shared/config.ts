@@ -42,6 +42,8 @@ export interface Config {
   maxImageBytes: number;
   /** How long async job results (and videos) stay retrievable. */
   asyncResultTtlSeconds: number;
+  /** Seconds between sweeps of expired blobs (one process sweeps per interval); 0: never. */
+  blobSweepIntervalSeconds: number;
 }
 
 type Env = Record<string, string | undefined>;
@@ -96,5 +98,6 @@ export function loadConfig(env: Env = process.env): Config {
     maxAudioBytes: int(env, 'MAX_AUDIO_BYTES', 25 * 1024 * 1024, 1),
     maxImageBytes: int(env, 'MAX_IMAGE_BYTES', 50 * 1024 * 1024, 1),
     asyncResultTtlSeconds: int(env, 'ASYNC_RESULT_TTL_S', 86_400, 60),
+    blobSweepIntervalSeconds: int(env, 'BLOB_SWEEP_INTERVAL_S', 600, 0),
   };
 }

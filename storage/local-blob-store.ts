@@ -1,12 +1,14 @@
 import { createReadStream } from 'node:fs';
-import { mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
-import { dirname, join, resolve, sep } from 'node:path';
+import { mkdir, readdir, readFile, rm, rmdir, stat, writeFile } from 'node:fs/promises';
+import { dirname, join, relative, resolve, sep } from 'node:path';
 import type { Readable } from 'node:stream';
 import type { BlobRef } from '../shared/blobs.js';
 import { GatewayError } from '../shared/errors.js';
-import type { BlobStore } from '../workers/vendors/media-types.js';
+import type { BlobListing, BlobStore } from '../workers/vendors/media-types.js';
 
 const keyPattern = /^[A-Za-z0-9][A-Za-z0-9._/-]{0,255}$/;
+const prefixPattern = /^[A-Za-z0-9._/-]{0,256}$/;
+const metaSuffix = '.meta.json';
 
 /** Blobs as files under one directory (`BLOB_DIR`); metadata beside each as JSON. */
 export class LocalBlobStore implements BlobStore {
@@ -25,11 +27,18 @@ export class LocalBlobStore implements BlobStore {
 
   async put(key: string, data: Buffer, contentType: string, filename?: string): Promise<BlobRef> {
     const path = this.path(key);
-    await mkdir(dirname(path), { recursive: true });
     const ref: BlobRef = { key, contentType, size: data.length, ...(filename ? { filename } : {}) };
-    await writeFile(path, data);
-    await writeFile(`${path}.meta.json`, JSON.stringify(ref));
-    return ref;
+    // A delete or sweep may remove the (then empty) directory between mkdir and the write: make it again.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await mkdir(dirname(path), { recursive: true });
+        await writeFile(path, data);
+        await writeFile(`${path}${metaSuffix}`, JSON.stringify(ref));
+        return ref;
+      } catch (error) {
+        if (attempt >= 3 || (error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+      }
+    }
   }
 
   async get(key: string): Promise<Buffer> {
@@ -50,7 +59,7 @@ export class LocalBlobStore implements BlobStore {
 
   async meta(key: string): Promise<BlobRef> {
     try {
-      return JSON.parse(await readFile(`${this.path(key)}.meta.json`, 'utf8')) as BlobRef;
+      return JSON.parse(await readFile(`${this.path(key)}${metaSuffix}`, 'utf8')) as BlobRef;
     } catch (error) {
       throw notFound(key, error);
     }
@@ -59,7 +68,88 @@ export class LocalBlobStore implements BlobStore {
   async delete(key: string): Promise<void> {
     const path = this.path(key);
     await rm(path, { force: true });
-    await rm(`${path}.meta.json`, { force: true });
+    await rm(`${path}${metaSuffix}`, { force: true });
+    await this.removeEmptyParents(dirname(path));
+  }
+
+  /** Directories left empty by a delete go too, up to (not including) the top-level folder. */
+  private async removeEmptyParents(dir: string): Promise<void> {
+    const top = join(this.root, relative(this.root, dir).split(sep)[0]!);
+    while (dir.startsWith(top + sep)) {
+      try {
+        await rmdir(dir);
+      } catch {
+        return; // not empty (or already gone)
+      }
+      dir = dirname(dir);
+    }
+  }
+
+  async *list(prefix: string): AsyncIterable<BlobListing> {
+    const base = prefix.slice(0, prefix.lastIndexOf('/') + 1);
+    yield* this.walk(this.directory(prefix, base), base, prefix);
+  }
+
+  /** Walks one directory, descending only into folders that can hold keys under `prefix`. */
+  private async *walk(dir: string, base: string, prefix: string): AsyncIterable<BlobListing> {
+    const entries = await readdir(dir, { withFileTypes: true }).catch((error: NodeJS.ErrnoException) => {
+      if (error.code === 'ENOENT' || error.code === 'ENOTDIR') return [];
+      throw error;
+    });
+    entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    const names = new Set(entries.map((entry) => entry.name));
+    for (const entry of entries) {
+      if (entry.isDirectory()) {
+        const folder = `${base}${entry.name}/`;
+        if (folder.startsWith(prefix) || prefix.startsWith(folder)) yield* this.walk(join(dir, entry.name), folder, prefix);
+        continue;
+      }
+      if (!entry.isFile()) continue;
+      // A metadata file stands for its blob only when the blob itself is missing (a delete cut short).
+      const name = entry.name.endsWith(metaSuffix) ? entry.name.slice(0, -metaSuffix.length) : entry.name;
+      if (name !== entry.name && names.has(name)) continue;
+      const key = `${base}${name}`;
+      if (!key.startsWith(prefix)) continue;
+      const info = await stat(join(dir, entry.name)).catch(() => undefined); // deleted meanwhile
+      if (info) yield { key, modified: info.mtime };
+    }
+  }
+
+  async removeEmptyDirectories(prefix: string, olderThan: Date): Promise<number> {
+    const base = prefix.slice(0, prefix.lastIndexOf('/') + 1);
+    return this.prune(this.directory(prefix, base), base, prefix, olderThan.getTime());
+  }
+
+  /** Removes the empty directories below `dir` (keys `base…`) under `prefix`, deepest first. */
+  private async prune(dir: string, base: string, prefix: string, olderThanMs: number): Promise<number> {
+    const entries = await readdir(dir, { withFileTypes: true }).catch(() => []);
+    let removed = 0;
+    for (const entry of entries) {
+      if (!entry.isDirectory()) continue;
+      const folder = `${base}${entry.name}/`;
+      if (!folder.startsWith(prefix) && !prefix.startsWith(folder)) continue;
+      const path = join(dir, entry.name);
+      removed += await this.prune(path, folder, prefix, olderThanMs);
+      // Top-level folders (uploads/, images/ …) stay: puts write into them all the time.
+      if (base === '' || !folder.startsWith(prefix)) continue;
+      try {
+        // A directory changed recently may be about to receive a put.
+        if ((await stat(path)).mtimeMs >= olderThanMs) continue;
+        await rmdir(path);
+        removed++;
+      } catch {
+        // not empty, or already gone
+      }
+    }
+    return removed;
+  }
+
+  /** The directory holding the keys under `prefix` (`base`: the prefix up to its last `/`). */
+  private directory(prefix: string, base: string): string {
+    if (!prefixPattern.test(prefix) || prefix.includes('..')) throw new GatewayError(400, 'Invalid blob prefix.', { code: 'invalid_blob_key' });
+    const dir = resolve(join(this.root, base));
+    if (dir !== this.root && !dir.startsWith(this.root + sep)) throw new GatewayError(400, 'Invalid blob prefix.', { code: 'invalid_blob_key' });
+    return dir;
   }
 }
 

@@ -1,8 +1,16 @@
 import type { Readable } from 'node:stream';
-import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, PutObjectCommand, S3Client, type S3ClientConfig } from '@aws-sdk/client-s3';
+import {
+  DeleteObjectCommand,
+  GetObjectCommand,
+  HeadObjectCommand,
+  ListObjectsV2Command,
+  PutObjectCommand,
+  S3Client,
+  type S3ClientConfig,
+} from '@aws-sdk/client-s3';
 import type { BlobRef } from '../shared/blobs.js';
 import { GatewayError } from '../shared/errors.js';
-import type { BlobStore } from '../workers/vendors/media-types.js';
+import type { BlobListing, BlobStore } from '../workers/vendors/media-types.js';
 
 export interface S3Settings {
   bucket: string;
@@ -13,6 +21,8 @@ export interface S3Settings {
   /** Path-style URLs (`endpoint/bucket/key`), which most S3-compatible servers need. */
   forcePathStyle: boolean;
   prefix: string;
+  /** Keys per ListObjectsV2 page (S3's maximum and default: 1000). */
+  listPageSize?: number;
 }
 
 const notFound = (key: string, cause?: unknown) => new GatewayError(404, `No such file: ${key}.`, { code: 'not_found', cause });
@@ -75,6 +85,27 @@ export class S3BlobStore implements BlobStore {
 
   async delete(key: string): Promise<void> {
     await this.client.send(new DeleteObjectCommand({ Bucket: this.settings.bucket, Key: this.objectKey(key) }));
+  }
+
+  async *list(prefix: string): AsyncIterable<BlobListing> {
+    const strip = this.settings.prefix.length;
+    let token: string | undefined;
+    do {
+      const page = await this.client.send(
+        new ListObjectsV2Command({
+          Bucket: this.settings.bucket,
+          Prefix: this.objectKey(prefix),
+          ...(this.settings.listPageSize ? { MaxKeys: this.settings.listPageSize } : {}),
+          ...(token ? { ContinuationToken: token } : {}),
+        }),
+      );
+      for (const object of page.Contents ?? []) {
+        if (!object.Key) continue;
+        // An object without a date counts as new: never swept by mistake.
+        yield { key: object.Key.slice(strip), modified: object.LastModified ?? new Date() };
+      }
+      token = page.IsTruncated ? page.NextContinuationToken : undefined;
+    } while (token);
   }
 
   close(): void {

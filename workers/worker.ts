@@ -14,6 +14,7 @@ import { createBlobStore } from '../storage/create-blob-store.js';
 import { resolveUrlSecret } from '../storage/blob-urls.js';
 import { publishJobEvent } from './media-processor.js';
 import { closeVendorAgent } from './vendors/http.js';
+import { BlobJanitor, deleteJobUploads, uploadEndpoints } from './blob-janitor.js';
 
 export interface WorkerPool {
   /** Stop taking jobs, finish the running ones, close connections. */
@@ -37,6 +38,7 @@ export async function startWorkers(config: Config, log: Logger, env = process.en
   const catalog = loadCatalog(config.catalogFile);
   const router = new ChannelRouter(redis, catalog, log, env);
   await router.start();
+  const blobs = createBlobStore(config, env);
   const processor = createProcessor({
     config,
     redis,
@@ -46,7 +48,7 @@ export async function startWorkers(config: Config, log: Logger, env = process.en
     cancels,
     log,
     answered,
-    media: { config, redis, blobs: createBlobStore(config, env), urlSecret: await resolveUrlSecret(redis, config.blobUrlSecret) },
+    media: { config, redis, blobs, urlSecret: await resolveUrlSecret(redis, config.blobUrlSecret) },
   });
 
   const workers = config.workerQueues.map((name) => {
@@ -61,7 +63,11 @@ export async function startWorkers(config: Config, log: Logger, env = process.en
           retryDelay(config, Math.max(0, attemptsMade - 1), error instanceof GatewayError ? error : new GatewayError(500, 'retry')),
       },
     });
-    worker.on('failed', (job, error) => void answerFinalFailure(job, error));
+    worker.on('completed', (job) => releaseUploads(job, async () => true));
+    worker.on('failed', (job, error) => {
+      void answerFinalFailure(job, error);
+      if (job) releaseUploads(job, () => isFinalFailure(job, error));
+    });
     worker.on('error', (error) => log.error({ err: error, queue: name }, 'worker error'));
     return worker;
   });
@@ -81,10 +87,38 @@ export async function startWorkers(config: Config, log: Logger, env = process.en
     else await new ReplyPublisher(redis, job.data.replyTo, requestId).error(wire).catch(() => undefined);
   }
 
+  // A job's uploads are deleted once it reaches its final state; never while it may still be retried.
+  const releasing = new Set<Promise<void>>();
+  function releaseUploads(job: Job<GatewayJobData>, final: () => Promise<boolean>): void {
+    if (!uploadEndpoints.has(job.data.endpoint)) return;
+    const release = (async () => {
+      if (!(await final())) return;
+      const deleted = await deleteJobUploads(job, redis, blobs, log);
+      if (deleted > 0) log.debug({ reqId: job.data.requestId, deleted }, 'uploads deleted');
+    })()
+      .catch((error: unknown) => log.warn({ err: error, reqId: job.data.requestId }, 'could not delete uploads'))
+      .finally(() => releasing.delete(release));
+    releasing.add(release);
+  }
+
+  // BullMQ emits `failed` for every failed attempt, after it has moved the job on: to
+  // delayed or waiting when it will retry, to failed when not. An UnrecoverableError is never retried.
+  async function isFinalFailure(job: Job<GatewayJobData>, error: Error): Promise<boolean> {
+    if (error instanceof UnrecoverableError || error.name === 'UnrecoverableError') return true;
+    const state = await job.getState();
+    // 'unknown': the job is gone (removed on failure, or by the api while it waited), so nobody runs it again.
+    return state === 'failed' || state === 'completed' || state === 'unknown';
+  }
+
+  const janitor = new BlobJanitor({ redis, blobs, log, config });
+  janitor.start();
+
   log.info({ queues: config.workerQueues, concurrency: config.concurrency }, 'workers started');
   return {
     async close() {
       await Promise.allSettled(workers.map((w) => w.close()));
+      await janitor.close();
+      await Promise.allSettled([...releasing]);
       router.stop();
       await Promise.allSettled([subscriber.quit(), redis.quit(), closeVendorAgent()] as Promise<unknown>[]);
     },
