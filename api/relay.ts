@@ -17,6 +17,8 @@ import {
 } from '../shared/queues.js';
 import type { ReplyMessage } from '../shared/reply.js';
 import type { Backpressure } from './backpressure.js';
+import type { BlobStore } from '../workers/vendors/media-types.js';
+import { uploadKeys } from '../workers/blob-janitor.js';
 import type { ReplyHub } from './reply-hub.js';
 
 export interface RelayDeps {
@@ -25,6 +27,8 @@ export interface RelayDeps {
   queues: Map<QueueName, Queue>;
   hub: ReplyHub;
   backpressure: Backpressure;
+  /** Where uploads live: a request's uploads are deleted here when its job never runs. */
+  blobs?: BlobStore;
 }
 
 export interface RelayRequest {
@@ -101,6 +105,25 @@ export async function relay(ctx: Context, deps: RelayDeps, request: RelayRequest
     data.payload = request.body;
   }
 
+  // Uploads a job never read (it was not enqueued, or removed while waiting) are deleted at once;
+  // once a worker holds the job, the worker deletes them when the job ends.
+  const dropUploads = () => {
+    const keys = deps.blobs ? uploadKeys(request.body) : [];
+    if (keys.length === 0) return;
+    void Promise.allSettled(keys.map((key) => deps.blobs!.delete(key))).then((results) => {
+      const failed = results.filter((r) => r.status === 'rejected').length;
+      if (failed > 0) log.warn({ failed }, 'could not delete the uploads of a job that never ran');
+    });
+  };
+  const enqueue = async (options: Parameters<Queue['add']>[2]) => {
+    try {
+      await queue.add(request.endpoint, data, options);
+    } catch (error) {
+      dropUploads();
+      throw error;
+    }
+  };
+
   if (request.async) {
     data.async = true;
     const record: AsyncJobRecord = {
@@ -114,7 +137,7 @@ export async function relay(ctx: Context, deps: RelayDeps, request: RelayRequest
     };
     const ttl = config.asyncResultTtlSeconds;
     await deps.redis.set(asyncJobKey(jobId), JSON.stringify(record), 'EX', ttl);
-    await queue.add(request.endpoint, data, {
+    await enqueue({
       jobId,
       attempts: config.jobAttempts,
       backoff: { type: 'gateway' },
@@ -132,7 +155,7 @@ export async function relay(ctx: Context, deps: RelayDeps, request: RelayRequest
     : new PlainExchange(ctx, deps, jobId, queue, log, request.contentType);
   hub.register(jobId, exchange);
   try {
-    await queue.add(request.endpoint, data, {
+    await enqueue({
       jobId,
       attempts: config.jobAttempts,
       backoff: { type: 'gateway' },
@@ -142,6 +165,7 @@ export async function relay(ctx: Context, deps: RelayDeps, request: RelayRequest
     await exchange.run(deadline);
   } finally {
     hub.unregister(jobId);
+    if (exchange.cancelled) void exchange.cancelled.then((removed) => removed && dropUploads());
   }
 }
 
@@ -198,16 +222,24 @@ abstract class Exchange {
 
   protected abstract failWith(error: GatewayError): void;
 
+  /** Set once the request is cancelled: true when the job was removed before any worker took it. */
+  cancelled: Promise<boolean> | undefined;
+
   /** Client gone: drop the job if nobody took it yet, else tell the worker holding it to stop. */
-  private async cancel(): Promise<void> {
+  private cancel(): Promise<boolean> {
     this.settle();
-    try {
-      const removed = await this.queue.remove(this.requestId);
-      if (removed !== 1) await this.deps.redis.publish(cancelChannel, this.requestId);
-      this.log.info({ removed: removed === 1 }, 'client left; request cancelled');
-    } catch (error) {
-      this.log.warn({ err: error }, 'could not cancel request');
-    }
+    this.cancelled ??= (async () => {
+      try {
+        const removed = await this.queue.remove(this.requestId);
+        if (removed !== 1) await this.deps.redis.publish(cancelChannel, this.requestId);
+        this.log.info({ removed: removed === 1 }, 'client left; request cancelled');
+        return removed === 1;
+      } catch (error) {
+        this.log.warn({ err: error }, 'could not cancel request');
+        return false;
+      }
+    })();
+    return this.cancelled;
   }
 
   /** After a subscriber reconnect: a finished job whose `done` we missed is answered from its return value. */

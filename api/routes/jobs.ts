@@ -7,6 +7,7 @@ import { checkBlobSignature } from '../../storage/blob-urls.js';
 import type { ServingBlobStore } from '../../storage/create-blob-store.js';
 import { readJsonObject } from '../json-body.js';
 import { readMultipart, refusingDeletesUploads } from '../multipart.js';
+import { uploadKeys } from '../../workers/blob-janitor.js';
 import { parseBody } from '../validate.js';
 import { relay } from '../relay.js';
 import { loadOwnedJob, renderJob, renderVideo, videoFiles } from '../job-views.js';
@@ -97,6 +98,8 @@ export function jobRoutes(deps: MediaRouteDeps & { blobs: ServingBlobStore; urlS
     if (owned.job) {
       const removed = await queues.get(owned.record.queue)!.remove(owned.id).catch(() => 0);
       if (removed !== 1 && owned.status === 'in_progress') await redis.publish(cancelChannel, owned.id);
+      // Removed before a worker took it: nobody will read its reference image now.
+      if (removed === 1) await Promise.allSettled(uploadKeys(owned.record.request ?? {}).map((key) => deps.blobs.delete(key)));
     }
     if (owned.status === 'completed') {
       const files = await videoFiles(owned, deps.blobs).catch(() => undefined);

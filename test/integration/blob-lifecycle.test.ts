@@ -20,6 +20,15 @@ describe('blob lifecycle (mock vendor, local blobs)', () => {
   let blobDir: string;
   let audioQueue: Queue;
   let queueConnection: Redis;
+  let key: string;
+
+  const transcribe = (prompt: string, signal?: AbortSignal) => {
+    const form = new FormData();
+    form.set('model', 'mock-transcribe');
+    form.set('prompt', prompt);
+    form.set('file', new Blob([Buffer.alloc(2000)], { type: 'audio/wav' }), 'talk.wav');
+    return fetch(`${gateway.url}/v1/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: form, signal });
+  };
 
   const uploadsOf = (requestId: string) => join(blobDir, 'uploads', requestId);
   const files = (dir: string) => (existsSync(dir) ? readdirSync(dir) : []);
@@ -43,9 +52,11 @@ describe('blob lifecycle (mock vendor, local blobs)', () => {
     }
     gateway = await startGateway({
       // Two attempts, retried after 0.75-1.5 s: long enough to look at a job waiting for its retry.
-      env: { REDIS_URL: redisUrl, BLOB_DIR: blobDir, JOB_ATTEMPTS: '2', RETRY_BASE_MS: '1500' },
+      // One audio job at a time, so a second one can be caught waiting.
+      env: { REDIS_URL: redisUrl, BLOB_DIR: blobDir, JOB_ATTEMPTS: '2', RETRY_BASE_MS: '1500', WORKER_CONCURRENCY_AUDIO: '1' },
     });
     client = gateway.client(apiKey, { timeout: 30_000 });
+    key = apiKey;
     queueConnection = redis.duplicate();
     audioQueue = new Queue('audio', { connection: queueConnection });
   });
@@ -61,7 +72,8 @@ describe('blob lifecycle (mock vendor, local blobs)', () => {
   it('sweeps expired blobs when a worker starts, and keeps fresh ones', async () => {
     await waitFor(() => !existsSync(join(blobDir, 'images/req_stale')), 10_000, 'the stale image swept');
     assert.ok(existsSync(join(blobDir, 'images/req_fresh/0.png')));
-    assert.ok(gateway.logs.some((line) => line.includes('"msg":"blob sweep"')), 'the sweep is logged');
+    // The report is logged when the whole sweep ends, a moment after this image went.
+    await waitFor(() => gateway.logs.some((line) => line.includes('"msg":"blob sweep"')), 5000, 'the sweep report logged');
   });
 
   it('deletes a transcription upload once the job completes, not before', async () => {
@@ -128,5 +140,37 @@ describe('blob lifecycle (mock vendor, local blobs)', () => {
     const error = await request;
     assert.ok(error instanceof OpenAI.APIError && error.status === 503, String(error));
     await waitFor(() => !existsSync(uploadsOf(waiting!)), 5000, `uploads/${waiting}/ deleted after the final failure`);
+  });
+  it('deletes the uploads of a refused request at once', async () => {
+    const form = new FormData();
+    form.set('model', 'gpt-image-1');
+    form.set('prompt', 'x');
+    form.set('image', new Blob([Buffer.from('not an image at all')], { type: 'image/png' }), 'fake.png');
+    const res = await fetch(`${gateway.url}/v1/images/edits`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: form });
+    assert.equal(res.status, 400);
+    const requestId = res.headers.get('x-request-id')!;
+    assert.equal(files(uploadsOf(requestId)).length, 0);
+  });
+
+  it('deletes the upload of a job removed while it waited (the client left)', async () => {
+    const busy = transcribe('hold the only slot [mock:slow:3000]');
+    await waitFor(async () => (await audioQueue.getJobs(['active'])).length === 1, 5000, 'the first job running');
+    const leaving = new AbortController();
+    const left = transcribe('never runs', leaving.signal).catch((error: unknown) => error);
+    let waiting: string | undefined;
+    await waitFor(
+      async () => {
+        waiting = (await audioQueue.getJobs(['waiting']))[0]?.id;
+        return waiting !== undefined;
+      },
+      5000,
+      'the second job waiting',
+    );
+    assert.equal(files(uploadsOf(waiting!)).filter((name) => !name.endsWith('.meta.json')).length, 1);
+    leaving.abort();
+    await left;
+    await waitFor(() => !existsSync(uploadsOf(waiting!)) || files(uploadsOf(waiting!)).length === 0, 5000, `uploads/${waiting}/ deleted`);
+    assert.equal(await audioQueue.getJob(waiting!), undefined, 'the job was removed, not run');
+    assert.equal((await busy).status, 200);
   });
 });
