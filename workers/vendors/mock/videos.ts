@@ -70,9 +70,9 @@ function renderFailed(): GatewayError {
 }
 
 /** Reports progress from the checkpointed start until the render time has passed; a cancel ends it at once. */
-async function render(startedAt: number, renderMs: number, fails: boolean, ctx: MediaContext): Promise<void> {
+async function render(startedAt: number, renderMs: number, fails: boolean, ctx: MediaContext, reportedAlready = -1): Promise<void> {
   const stepMs = Math.max(1, renderMs / PROGRESS_STEPS);
-  let reported = -1;
+  let reported = reportedAlready;
   for (;;) {
     const elapsed = Date.now() - startedAt;
     const percent = renderMs <= 0 ? 100 : Math.min(100, Math.floor((elapsed * 100) / renderMs));
@@ -94,15 +94,19 @@ export async function generateMockVideo(input: VideoInput, ctx: MediaContext): P
 
   const saved = ctx.checkpoint.read<MockVideoCheckpoint>()?.mockVideoStartedAt;
   let startedAt: number;
+  let reported = -1;
   if (typeof saved === 'number' && Number.isFinite(saved)) {
     startedAt = saved;
     ctx.log.info({ startedAt }, 'resuming mock video render');
   } else {
     startedAt = Date.now();
     await ctx.checkpoint.write({ mockVideoStartedAt: startedAt });
+    // A fresh render starts at 0 %, however long the checkpoint write took.
+    await ctx.progress(0);
+    reported = 0;
   }
 
-  await render(startedAt, readRenderMs(markers.slowMs), input.prompt.includes(failMarker), ctx);
+  await render(startedAt, readRenderMs(markers.slowMs), input.prompt.includes(failMarker), ctx, reported);
   await ctx.progress(100);
   const video = await ctx.blobs.put(`videos/${ctx.requestId}/video.mp4`, buildMp4(shape), 'video/mp4');
   return { video };
