@@ -223,7 +223,8 @@ describe('full queue', () => {
     );
     const { waitFor } = await import('../support/gateway.js');
     await waitFor(async () => (await redis.llen('bull:chat:wait')) === 2, 5000, 'two waiting jobs');
-    await new Promise((r) => setTimeout(r, 300));
+    // The api reads queue depth every 200 ms: give it several reads, even on a loaded machine.
+    await new Promise((r) => setTimeout(r, 1000));
     const res = await fetch(`${api.url}/v1/chat/completions`, {
       method: 'POST',
       headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },

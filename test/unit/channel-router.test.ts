@@ -5,7 +5,7 @@ import { Catalog, loadCatalog } from '../../shared/catalog.js';
 import { GatewayError } from '../../shared/errors.js';
 import { createLogger } from '../../shared/logger.js';
 import { ChannelRouter } from '../../workers/channel-router.js';
-import { freshRedis } from '../support/gateway.js';
+import { freshRedis, waitFor } from '../support/gateway.js';
 
 // Against a real Redis: cooldowns are shared there between every worker.
 describe('ChannelRouter', () => {
@@ -46,8 +46,8 @@ describe('ChannelRouter', () => {
     for (let i = 0; i < 20; i++) assert.notEqual(a.route(model('gpt-4o-mini')).channel.id, first.channel.id);
     assert.equal(a.canRoute(model('gpt-4o-mini')), true);
 
-    // A second worker learns the cooldown from Redis.
-    await new Promise((r) => setTimeout(r, 50));
+    // A second worker learns the cooldown from Redis (written in the background).
+    await waitFor(async () => (await redis.hlen('sy:cooldowns')) === 1, 5000, 'the cooldown shared');
     const b = await router(env);
     for (let i = 0; i < 20; i++) assert.notEqual(b.route(model('gpt-4o-mini')).channel.id, first.channel.id);
   });
@@ -82,8 +82,7 @@ describe('ChannelRouter', () => {
     a.reportFailure(first, boom);
     assert.equal(await redis.hlen('sy:cooldowns'), 0, 'two failures are not yet a pattern');
     a.reportFailure(first, boom);
-    await new Promise((r) => setTimeout(r, 50));
-    assert.equal(await redis.hlen('sy:cooldowns'), 1);
+    await waitFor(async () => (await redis.hlen('sy:cooldowns')) === 1, 5000, 'the third failure starts a shared cooldown');
     for (let i = 0; i < 20; i++) assert.notEqual(a.route(model('gpt-4o-mini')).channel.id, first.channel.id);
   });
 
