@@ -1,4 +1,5 @@
-import { discardBody, drainInBackground, mapTransportError, type VendorResponse } from './http.js';
+import { GatewayError } from '../../shared/errors.js';
+import { discardBody, drainInBackground, malformedResponse, mapTransportError, readCappedText, type VendorResponse } from './http.js';
 import { SseParser, type SseEvent } from './sse-parser.js';
 import type { CallContext } from './types.js';
 
@@ -52,4 +53,34 @@ export class SseBody {
     this.settled = true;
     discardBody(this.response);
   }
+}
+
+/** A stream that stopped before its protocol's end marker: retried when nothing was sent yet. */
+export const streamEndedEarly = () =>
+  new GatewayError(502, 'Upstream vendor error: upstream stream ended early.', {
+    type: 'server_error',
+    code: 'vendor_stream_incomplete',
+    retryable: true,
+  });
+
+/**
+ * Some vendors answer a stream request with a 2xx JSON body: an error report,
+ * or garbage. Throws it as the vendor's error (`toError` reads the protocol's
+ * envelope; null when it is not one) or as malformed; returns for an SSE answer.
+ */
+export async function rejectJsonStreamAnswer(
+  response: VendorResponse,
+  ctx: CallContext,
+  toError: (payload: unknown, secrets: readonly string[]) => GatewayError | null,
+): Promise<void> {
+  const contentType = response.headers['content-type'];
+  if (typeof contentType !== 'string' || !contentType.includes('application/json')) return;
+  const text = await readCappedText(response, ctx);
+  let payload: unknown = null;
+  try {
+    payload = JSON.parse(text);
+  } catch {
+    // Not even JSON: reported as malformed.
+  }
+  throw toError(payload, [ctx.channel.apiKey]) ?? malformedResponse();
 }

@@ -1,6 +1,5 @@
-import { GatewayError } from '../../../shared/errors.js';
-import { malformedResponse, readCappedText, type VendorResponse } from '../http.js';
-import { SseBody } from '../sse-body.js';
+import { malformedResponse } from '../http.js';
+import { rejectJsonStreamAnswer, SseBody, streamEndedEarly } from '../sse-body.js';
 import type { SseEvent } from '../sse-parser.js';
 import type { CallContext, StreamEvent } from '../types.js';
 import { inlineVendorError } from '../vendor-errors.js';
@@ -28,13 +27,6 @@ interface ToolBlock {
   index: number;
   sawArguments: boolean;
 }
-
-const endedEarly = () =>
-  new GatewayError(502, 'Upstream vendor error: upstream stream ended early.', {
-    type: 'server_error',
-    code: 'vendor_stream_incomplete',
-    retryable: true,
-  });
 
 /**
  * Translates Anthropic stream events into OpenAI chunks, one event at a time.
@@ -183,18 +175,6 @@ export class AnthropicStreamTranslator {
   }
 }
 
-/** A 2xx JSON answer to a stream request can only be an error report. */
-async function rejectJsonAnswer(response: VendorResponse, ctx: CallContext): Promise<never> {
-  const text = await readCappedText(response, ctx);
-  let payload: unknown = null;
-  try {
-    payload = JSON.parse(text);
-  } catch {
-    // Not even JSON: reported as malformed below.
-  }
-  if ((payload as { type?: unknown } | null)?.type === 'error') throw mapAnthropicStreamError(payload, [ctx.channel.apiKey]);
-  throw malformedResponse();
-}
 
 
 /**
@@ -207,8 +187,9 @@ export async function* streamAnthropicMessage(prepare: () => AnthropicCall, ctx:
   const { body, legacyFunctions } = prepare();
   const response = await postAnthropicMessages(JSON.stringify(body), ctx, 'text/event-stream');
   if (response.status < 200 || response.status >= 300) throw await readAnthropicErrorResponse(response, ctx);
-  const contentType = response.headers['content-type'];
-  if (typeof contentType === 'string' && contentType.includes('application/json')) await rejectJsonAnswer(response, ctx);
+  await rejectJsonStreamAnswer(response, ctx, (payload, secrets) =>
+    (payload as { type?: unknown } | null)?.type === 'error' ? mapAnthropicStreamError(payload, secrets) : null,
+  );
 
   const translator = new AnthropicStreamTranslator(ctx, legacyFunctions);
   const sse = new SseBody(response, ctx);
@@ -223,7 +204,7 @@ export async function* streamAnthropicMessage(prepare: () => AnthropicCall, ctx:
       }
       if (translator.done) break;
     }
-    if (!translator.done) throw endedEarly();
+    if (!translator.done) throw streamEndedEarly();
     sse.finish();
   } finally {
     sse.close();

@@ -1,7 +1,6 @@
-import { GatewayError } from '../../../shared/errors.js';
 import type { ChatCompletionRequest } from '../../../shared/schemas/chat.js';
-import { malformedResponse, readCappedText, type VendorResponse } from '../http.js';
-import { SseBody } from '../sse-body.js';
+import { malformedResponse } from '../http.js';
+import { rejectJsonStreamAnswer, SseBody, streamEndedEarly } from '../sse-body.js';
 import type { CallContext, StreamEvent } from '../types.js';
 import { postGemini } from './api.js';
 import { buildGeminiRequest } from './build-gemini-request.js';
@@ -16,13 +15,6 @@ interface CandidateState {
 }
 
 const ROLE_DELTA = '{"role":"assistant","content":""}';
-
-const endedEarly = () =>
-  new GatewayError(502, 'Upstream vendor error: upstream stream ended early.', {
-    type: 'server_error',
-    code: 'vendor_stream_incomplete',
-    retryable: true,
-  });
 
 /**
  * Turns Gemini stream payloads into `chat.completion.chunk` events. Every
@@ -90,7 +82,7 @@ export class GeminiStreamConverter {
    */
   finish(): StreamEvent[] {
     const states = [...this.candidates.values()];
-    if (states.length === 0 || states.some((state) => !state.finished)) throw endedEarly();
+    if (states.length === 0 || states.some((state) => !state.finished)) throw streamEndedEarly();
     const usage = convertGeminiUsage(this.usageMetadata);
     if (usage === undefined) return [];
     return [{ data: `${this.prefix}],"usage":${JSON.stringify(usage)}}`, usage, usageOnly: true }];
@@ -125,18 +117,6 @@ function parsePayload(data: string, secrets: readonly string[]): Record<string, 
   return payload as Record<string, unknown>;
 }
 
-/** A 2xx answer in JSON instead of SSE is an error envelope, or garbage. */
-async function rejectJsonAnswer(response: VendorResponse, ctx: CallContext): Promise<never> {
-  const text = await readCappedText(response, ctx);
-  let payload: unknown = null;
-  try {
-    payload = JSON.parse(text);
-  } catch {
-    // Reported as malformed below.
-  }
-  if (readGeminiError(payload) !== null) throw mapGeminiInlineError(payload, [ctx.channel.apiKey]);
-  throw malformedResponse();
-}
 
 /**
  * Streams a chat completion from `streamGenerateContent?alt=sse`. The request
@@ -149,8 +129,7 @@ export async function* streamGeminiChatCompletion(request: ChatCompletionRequest
   const body = JSON.stringify(buildGeminiRequest(request, ctx));
   const response = await postGemini('streamGenerateContent', body, ctx);
   if (response.status < 200 || response.status >= 300) throw await readGeminiErrorResponse(response, ctx);
-  const contentType = response.headers['content-type'];
-  if (typeof contentType === 'string' && contentType.includes('application/json')) await rejectJsonAnswer(response, ctx);
+  await rejectJsonStreamAnswer(response, ctx, (payload, secrets) => (readGeminiError(payload) !== null ? mapGeminiInlineError(payload, secrets) : null));
 
   const secrets = [ctx.channel.apiKey];
   const converter = new GeminiStreamConverter(ctx.model.id);

@@ -4,7 +4,8 @@ import { countTextTokens, decodeTokens } from '../../../shared/tokens.js';
 import type { CallContext, StreamEvent, Usage, VendorResult } from '../types.js';
 import { completionId, MOCK_SYSTEM_FINGERPRINT, nowInSeconds } from './ids.js';
 import { readMockMarkers, throwIfErrorMarker, type MockMarkers } from './markers.js';
-import { interleave, pace, resolveChunkDelayMs, sleep } from './pacing.js';
+import { sleep } from '../sleep.js';
+import { interleave, pace, resolveChunkDelayMs } from './pacing.js';
 import { buildCompletionText, limitReply, splitIntoPieces, type TextFinishReason } from './reply-text.js';
 
 /** The legacy endpoint's documented default when `max_tokens` is absent. */

@@ -3,7 +3,7 @@ import type { EmbeddingRequest } from '../../../shared/schemas/embeddings.js';
 import { decodeTokens, encodeText } from '../../../shared/tokens.js';
 import type { CallContext, VendorResult } from '../types.js';
 import { readMockMarkers, throwIfErrorMarker } from './markers.js';
-import { sleep } from './pacing.js';
+import { sleep } from '../sleep.js';
 
 /** Matches the `mock-embedding` catalog entry. */
 export const MOCK_EMBEDDING_DIMENSIONS = 256;

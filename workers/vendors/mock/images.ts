@@ -23,7 +23,7 @@ import type {
   MediaContext,
 } from '../media-types.js';
 import { readMockMarkers, throwIfErrorMarker } from './markers.js';
-import { sleep } from './pacing.js';
+import { sleep } from '../sleep.js';
 import { encodeGradientPng, type Rgb } from './png.js';
 
 const DEFAULT_SIDE = 1024;

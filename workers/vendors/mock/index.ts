@@ -22,7 +22,7 @@ import { planChatCompletion, renderChatCompletion } from './chat.js';
 import { streamChatCompletion } from './chat-stream.js';
 import { createCompletion, streamCompletion } from './completions.js';
 import { createEmbeddings } from './embeddings.js';
-import { sleep } from './pacing.js';
+import { sleep } from '../sleep.js';
 
 async function createChatCompletion(request: ChatCompletionRequest, ctx: CallContext): Promise<VendorResult> {
   const plan = planChatCompletion(request, ctx);

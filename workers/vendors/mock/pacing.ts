@@ -1,3 +1,5 @@
+import { sleep } from '../sleep.js';
+
 const DEFAULT_CHUNK_DELAY_MS = 20;
 
 /** Read per call, so tests and operators can change the pace without a restart. */
@@ -7,25 +9,6 @@ export function resolveChunkDelayMs(slowMs: number | undefined): number {
   return Number.isFinite(configured) && configured >= 0 ? configured : DEFAULT_CHUNK_DELAY_MS;
 }
 
-/**
- * Waits, but gives up the moment the call is cancelled, rejecting with the
- * signal's own reason so the worker sees exactly why it stopped.
- */
-export function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  if (signal.aborted) return Promise.reject(signal.reason);
-  if (ms <= 0) return Promise.resolve();
-  return new Promise((resolve, reject) => {
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal.reason);
-    };
-    const timer = setTimeout(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
-}
 
 /**
  * Yields events with a pause before each one but the first, as a model's

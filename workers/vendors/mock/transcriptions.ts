@@ -10,7 +10,7 @@
 import { encodeText } from '../../../shared/tokens.js';
 import type { MediaAdapter, MediaContext, TranscriptionInput, TranscriptionResult } from '../media-types.js';
 import { readMockMarkers, throwIfErrorMarker } from './markers.js';
-import { sleep } from './pacing.js';
+import { sleep } from '../sleep.js';
 
 /** 128 kbit/s, the bitrate of a typical voice mp3: the mock's stand-in for decoding the audio. */
 const BYTES_PER_SECOND = 16_000;

@@ -14,7 +14,7 @@ import { GatewayError, invalidRequest } from '../../../shared/errors.js';
 import type { MediaAdapter, MediaContext, VideoInput, VideoResult } from '../media-types.js';
 import { readMockMarkers, throwIfErrorMarker } from './markers.js';
 import { buildMp4 } from './mp4.js';
-import { sleep } from './pacing.js';
+import { sleep } from '../sleep.js';
 
 const DEFAULT_RENDER_MS = 1_500;
 const PROGRESS_STEPS = 10;

@@ -1,9 +1,8 @@
-import { GatewayError } from '../../../shared/errors.js';
 import type { SseEvent } from '../sse-parser.js';
-import { SseBody } from '../sse-body.js';
+import { rejectJsonStreamAnswer, SseBody, streamEndedEarly } from '../sse-body.js';
 import type { CallContext, StreamEvent } from '../types.js';
 import { postOpenAI } from './api.js';
-import { malformedResponse, readCappedText, type VendorResponse } from '../http.js';
+import { malformedResponse } from '../http.js';
 import { readOpenAIError } from './create-openai-result.js';
 import { mapOpenAIInlineError, readVendorError } from './map-openai-error.js';
 import { readOpenAIUsage } from './read-openai-usage.js';
@@ -14,13 +13,6 @@ interface StreamProgress {
   sawFinish: boolean;
   sawUsage: boolean;
 }
-
-const endedEarly = () =>
-  new GatewayError(502, 'Upstream vendor error: upstream stream ended early.', {
-    type: 'server_error',
-    code: 'vendor_stream_incomplete',
-    retryable: true,
-  });
 
 function hasFinishReason(choices: unknown[]): boolean {
   for (const choice of choices) {
@@ -59,18 +51,6 @@ function toStreamEvent(event: SseEvent, progress: StreamProgress, secrets: reado
   return usage === undefined ? { data } : { data, usage };
 }
 
-/** Some vendors answer a stream request with a JSON error body and a 2xx status. */
-async function rejectJsonAnswer(response: VendorResponse, ctx: CallContext): Promise<never> {
-  const text = await readCappedText(response, ctx);
-  let payload: unknown = null;
-  try {
-    payload = JSON.parse(text);
-  } catch {
-    // Not even JSON: reported as malformed below.
-  }
-  if (readVendorError(payload) !== null) throw mapOpenAIInlineError(payload, [ctx.channel.apiKey]);
-  throw malformedResponse();
-}
 
 
 /**
@@ -81,8 +61,7 @@ async function rejectJsonAnswer(response: VendorResponse, ctx: CallContext): Pro
 export async function* streamOpenAIBatches(path: string, body: string, ctx: CallContext): AsyncGenerator<StreamEvent[]> {
   const response = await postOpenAI(path, body, ctx, 'text/event-stream');
   if (response.status < 200 || response.status >= 300) throw await readOpenAIError(response, ctx);
-  const contentType = response.headers['content-type'];
-  if (typeof contentType === 'string' && contentType.includes('application/json')) await rejectJsonAnswer(response, ctx);
+  await rejectJsonStreamAnswer(response, ctx, (payload, secrets) => (readVendorError(payload) !== null ? mapOpenAIInlineError(payload, secrets) : null));
 
   const secrets = [ctx.channel.apiKey];
   const progress: StreamProgress = { done: false, sawFinish: false, sawUsage: false };
@@ -110,7 +89,7 @@ export async function* streamOpenAIBatches(path: string, body: string, ctx: Call
       sse.finish();
       return;
     }
-    if (!progress.sawFinish && !progress.sawUsage) throw endedEarly();
+    if (!progress.sawFinish && !progress.sawUsage) throw streamEndedEarly();
   } finally {
     sse.close();
   }

@@ -11,6 +11,7 @@ import {
   type VendorResponse,
 } from '../http.js';
 import { scrubSecrets } from '../vendor-errors.js';
+import { sleep } from '../sleep.js';
 import { postOpenAI } from './api.js';
 import { readOpenAIError } from './create-openai-result.js';
 import { postOpenAIForm } from './post-openai-form.js';
@@ -44,21 +45,6 @@ function readPollIntervalMs(): number {
   return raw && Number.isFinite(value) && value >= 0 ? value : DEFAULT_POLL_INTERVAL_MS;
 }
 
-/** Waits between polls; a cancel ends the wait at once with the signal's own reason. */
-function wait(ms: number, signal: AbortSignal): Promise<void> {
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise((resolve, reject) => {
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal.reason);
-    };
-    const timer = setTimeout(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
-}
 
 function getOpenAI(path: string, ctx: MediaContext, accept?: string): Promise<VendorResponse> {
   const headers: Record<string, string> = accept === undefined ? {} : { accept };
@@ -132,7 +118,7 @@ async function pollVideo(id: string, ctx: MediaContext): Promise<OpenAIVideo> {
       const transient = isGatewayError(error) && error.retryable && !ctx.signal.aborted;
       if (!transient || failures >= MAX_POLL_FAILURES) throw error;
       ctx.log.warn({ err: error, videoId: id, failures }, 'video poll failed; polling again');
-      await wait(Math.max(readPollIntervalMs(), error.retryAfterMs ?? 0), ctx.signal);
+      await sleep(Math.max(readPollIntervalMs(), error.retryAfterMs ?? 0), ctx.signal);
     }
   }
 }
@@ -200,7 +186,7 @@ export async function generateVideoWithOpenAI(input: VideoInput, ctx: MediaConte
       await ctx.progress(percent);
       reported = percent;
     }
-    await wait(readPollIntervalMs(), ctx.signal);
+    await sleep(readPollIntervalMs(), ctx.signal);
     video = await pollVideo(video.id, ctx);
   }
   if (reported !== 100) await ctx.progress(100);
