@@ -9,7 +9,7 @@
 import { readFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { closeServer, listenOnLoopback } from './fake-server.js';
 
 export interface RecordedRequest {
   method: string;
@@ -428,8 +428,7 @@ export async function startFakeAnthropic(options: FakeAnthropicOptions = {}): Pr
       else sendJson(res, 500, anthropicError('api_error', String(error)));
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
+  const port = await listenOnLoopback(server);
 
   return {
     url: `http://127.0.0.1:${port}`,
@@ -454,8 +453,7 @@ export async function startFakeAnthropic(options: FakeAnthropicOptions = {}): Pr
     },
     async close() {
       closed = true;
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await closeServer(server);
     },
   };
 }

@@ -9,9 +9,9 @@
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { crc32, deflateSync } from 'node:zlib';
 import { PNG } from 'pngjs';
+import { closeServer, listenOnLoopback } from './fake-server.js';
 
 export interface RecordedBflRequest {
   method: string;
@@ -318,8 +318,7 @@ export async function startFakeBfl(options: FakeBflOptions = {}): Promise<FakeBf
       send(res, 500, { detail: String(error) });
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  url = `http://127.0.0.1:${await listenOnLoopback(server)}`;
 
   const fake: FakeBfl = {
     url,
@@ -363,8 +362,7 @@ export async function startFakeBfl(options: FakeBflOptions = {}): Promise<FakeBf
     },
     async close() {
       closed = true;
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await closeServer(server);
     },
   };
   return fake;

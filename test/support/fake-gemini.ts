@@ -9,7 +9,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { closeServer, FakePauses, listenOnLoopback } from './fake-server.js';
 
 export interface RecordedRequest {
   method: string;
@@ -256,23 +256,12 @@ export async function startFakeGemini(options: { apiKey?: string; record?: boole
   const queue: FakeGeminiResponse[] = [];
   const requests: RecordedRequest[] = [];
   const issued = new Set<string>();
-  const timers = new Map<NodeJS.Timeout, () => void>();
+  const pauses = new FakePauses();
+  const wait = (ms: number) => pauses.wait(ms);
   let defaultHandler: FakeGeminiHandler | null = null;
   let inFlight = 0;
   let maxInFlight = 0;
   let abortedRequests = 0;
-  let closed = false;
-
-  const wait = (ms: number) =>
-    ms <= 0 || closed
-      ? Promise.resolve()
-      : new Promise<void>((resolve) => {
-          const timer = setTimeout(() => {
-            timers.delete(timer);
-            resolve();
-          }, ms);
-          timers.set(timer, resolve);
-        });
 
   /** The built-in answer: a function call while tools are offered and unanswered, else text. */
   function generate(model: string, turns: Json[], body: Json): { chunks: Json[]; whole: Json } {
@@ -360,7 +349,7 @@ export async function startFakeGemini(options: { apiKey?: string; record?: boole
 
   async function respond(res: ServerResponse, response: FakeGeminiResponse): Promise<void> {
     if (response.delayMs) await wait(response.delayMs);
-    if (res.destroyed || closed) return;
+    if (res.destroyed || pauses.closed) return;
     if ('destroy' in response) return void res.socket?.destroy();
     if ('json' in response) {
       res.writeHead(response.status ?? 200, { 'content-type': 'application/json; charset=UTF-8', ...response.headers });
@@ -386,7 +375,7 @@ export async function startFakeGemini(options: { apiKey?: string; record?: boole
     let droppedByFake = false;
     res.on('close', () => {
       inFlight -= 1;
-      if (!res.writableFinished && !closed && !droppedByFake) {
+      if (!res.writableFinished && !pauses.closed && !droppedByFake) {
         abortedRequests += 1;
         record.aborted = true;
       }
@@ -420,8 +409,7 @@ export async function startFakeGemini(options: { apiKey?: string; record?: boole
       res.end(JSON.stringify(geminiError(500, 'INTERNAL', String(error))));
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
+  const port = await listenOnLoopback(server);
 
   return {
     url: `http://127.0.0.1:${port}`,
@@ -450,15 +438,8 @@ export async function startFakeGemini(options: { apiKey?: string; record?: boole
       abortedRequests = 0;
     },
     async close() {
-      closed = true;
-      // Pending waits resolve at once; their handlers then find the response gone.
-      for (const [timer, resolve] of timers) {
-        clearTimeout(timer);
-        resolve();
-      }
-      timers.clear();
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      pauses.close();
+      await closeServer(server);
     },
   };
 }

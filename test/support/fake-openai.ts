@@ -6,9 +6,9 @@
 import { readFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { buildDefaultResponse } from './fake-openai-defaults.js';
 import type { DefaultOptions } from './fake-openai-defaults.js';
+import { closeServer, FakePauses, listenOnLoopback } from './fake-server.js';
 
 export interface RecordedRequest {
   method: string;
@@ -118,25 +118,13 @@ function mergeHeaders(headers: Record<string, string> | undefined, fallback: Rec
 export async function startFakeOpenAI(options: FakeOpenAIOptions = {}): Promise<FakeOpenAI> {
   const queue: FakeResponse[] = [];
   const requests: RecordedRequest[] = [];
-  const timers = new Map<NodeJS.Timeout, () => void>();
+  const pauses = new FakePauses();
+  const wait = (ms: number) => pauses.wait(ms);
   let defaultHandler: FakeHandler | null = null;
   let inFlight = 0;
   let maxInFlight = 0;
   let abortedRequests = 0;
   let connections = 0;
-  let closed = false;
-
-  /** Resolves after `ms`, or at once when the server closes (handlers then find the response gone). */
-  function wait(ms: number): Promise<void> {
-    if (ms <= 0 || closed) return Promise.resolve();
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        timers.delete(timer);
-        resolve();
-      }, ms);
-      timers.set(timer, resolve);
-    });
-  }
 
   async function writeSse(res: ServerResponse, response: SseOptions, body: Buffer): Promise<void> {
     res.writeHead(response.status ?? 200, mergeHeaders(response.headers, {
@@ -167,7 +155,7 @@ export async function startFakeOpenAI(options: FakeOpenAIOptions = {}): Promise<
   async function respond(res: ServerResponse, request: RecordedRequest, scripted: FakeResponse | undefined) {
     if (scripted?.delayMs) await wait(scripted.delayMs);
     else if (scripted === undefined && options.latencyMs) await wait(options.latencyMs);
-    if (res.destroyed || closed) return;
+    if (res.destroyed || pauses.closed) return;
 
     if (scripted !== undefined) {
       if ('hang' in scripted && !('sse' in scripted) && !('sseFile' in scripted)) return;
@@ -228,7 +216,7 @@ export async function startFakeOpenAI(options: FakeOpenAIOptions = {}): Promise<
       aborted: false,
     };
     res.on('close', () => {
-      if (!res.writableFinished && !closed && !destroyedByFake) {
+      if (!res.writableFinished && !pauses.closed && !destroyedByFake) {
         abortedRequests += 1;
         record.aborted = true;
       }
@@ -274,8 +262,7 @@ export async function startFakeOpenAI(options: FakeOpenAIOptions = {}): Promise<
   server.on('connection', () => {
     connections += 1;
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
+  const port = await listenOnLoopback(server);
 
   return {
     url: `http://127.0.0.1:${port}/v1`,
@@ -307,14 +294,8 @@ export async function startFakeOpenAI(options: FakeOpenAIOptions = {}): Promise<
       connections = 0;
     },
     async close() {
-      closed = true;
-      for (const [timer, resolve] of timers) {
-        clearTimeout(timer);
-        resolve();
-      }
-      timers.clear();
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      pauses.close();
+      await closeServer(server);
     },
   };
 }
