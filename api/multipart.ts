@@ -23,10 +23,15 @@ export interface UploadedFile {
 export const uploadTooLarge = (limit: number) =>
   new GatewayError(413, `Uploaded file too large: the limit is ${Math.round(limit / 1024 / 1024)} MB.`, { code: 'file_too_large' });
 
+/** Most files and text fields one multipart body may carry; more is a 400, never a silent drop. */
+export const multipartLimits = { files: 20, fields: 150, fieldBytes: 1024 * 1024 } as const;
+
 /**
  * Parses a multipart/form-data request. Each file is stored in the blob store
  * under `uploads/<request id>/…`; a file past `maxFileBytes` stops the upload
- * at once with 413 (the rest of the body is not read).
+ * at once with 413 (the rest of the body is not read). Any failure (a body cut
+ * short, too many parts, a field too long) is an OpenAI-shaped 4xx, and the
+ * files already stored for the request are deleted.
  */
 export function readMultipart(
   req: IncomingMessage,
@@ -41,9 +46,12 @@ export function readMultipart(
   return new Promise((resolve, reject) => {
     let parser: busboy.Busboy;
     try {
-      parser = busboy({ headers: req.headers, limits: { fileSize: maxFileBytes, files: 20, fields: 100, fieldSize: 1024 * 1024 } });
+      parser = busboy({
+        headers: req.headers,
+        limits: { fileSize: maxFileBytes, files: multipartLimits.files, fields: multipartLimits.fields, fieldSize: multipartLimits.fieldBytes },
+      });
     } catch (error) {
-      reject(invalidRequest(`Malformed multipart body: ${(error as Error).message}.`));
+      reject(invalidRequest(`Malformed multipart body: ${(error as Error).message}.`, null, 'invalid_multipart'));
       return;
     }
     const fields: MultipartForm['fields'] = {};
@@ -55,16 +63,33 @@ export function readMultipart(
       if (failed) return;
       failed = true;
       req.unpipe(parser);
+      // Keep reading (and dropping) what the client still sends, so it can read our answer.
       req.resume();
+      // Whatever was already stored will never be read by a job.
+      void Promise.allSettled(stores).then(() =>
+        Promise.allSettled(slots.flatMap((file) => (file ? [blobs.delete(file.ref.key)] : []))),
+      );
       reject(error);
     };
+    const malformed = (error: Error) => fail(invalidRequest(`Malformed multipart body: ${error.message}.`, null, 'invalid_multipart'));
 
-    parser.on('field', (name, value) => {
+    parser.on('field', (name, value, info) => {
+      if (failed) return;
+      if (info.nameTruncated) return fail(invalidRequest(`A multipart field name is longer than the parser accepts.`, null, 'invalid_multipart'));
+      if (info.valueTruncated) {
+        return fail(invalidRequest(`The field '${name}' is too long: at most ${multipartLimits.fieldBytes} bytes.`, name, 'field_too_long'));
+      }
       const existing = fields[name];
       if (existing === undefined) fields[name] = name.endsWith('[]') ? [value] : value;
       else fields[name] = Array.isArray(existing) ? [...existing, value] : [existing, value];
     });
     parser.on('file', (field, stream, info) => {
+      // A body that ends inside a file part makes the file stream fail as well as the parser: both are the same 400.
+      stream.on('error', malformed);
+      if (failed) {
+        stream.resume();
+        return;
+      }
       const slot = slots.push(undefined) - 1;
       const chunks: Buffer[] = [];
       stream.on('data', (chunk: Buffer) => chunks.push(chunk));
@@ -82,12 +107,19 @@ export function readMultipart(
         );
       });
     });
-    parser.on('error', (error: Error) => fail(invalidRequest(`Malformed multipart body: ${error.message}.`)));
+    parser.on('filesLimit', () =>
+      fail(invalidRequest(`Too many files in one request: at most ${multipartLimits.files}.`, null, 'too_many_files')),
+    );
+    parser.on('fieldsLimit', () =>
+      fail(invalidRequest(`Too many fields in one request: at most ${multipartLimits.fields}.`, null, 'too_many_fields')),
+    );
+    parser.on('error', malformed);
     parser.on('close', () => {
       if (failed) return;
       Promise.all(stores).then(() => resolve({ fields, files: slots.filter((f) => f !== undefined) }), fail);
     });
     req.on('error', fail);
+    req.on('aborted', () => fail(invalidRequest('The request body ended before it was complete.', null, 'invalid_multipart')));
     req.pipe(parser);
   });
 }

@@ -2,6 +2,7 @@ import Router from '@koa/router';
 import { z } from 'zod';
 import { imageEditFieldsSchema, imageGenerationRequestSchema } from '../../shared/schemas/images.js';
 import { invalidRequest } from '../../shared/errors.js';
+import { formNumber } from '../../shared/schemas/common.js';
 import { readJsonObject } from '../json-body.js';
 import { parseBody } from '../validate.js';
 import { relay, type RelayDeps } from '../relay.js';
@@ -25,7 +26,7 @@ const transcriptionFieldsSchema = z.looseObject({
   language: z.string().min(2).max(16).optional(),
   prompt: z.string().optional(),
   response_format: z.enum(['json', 'text', 'srt', 'verbose_json', 'vtt']).default('json'),
-  temperature: z.coerce.number().min(0).max(1).optional(),
+  temperature: formNumber().pipe(z.number().min(0).max(1)).optional(),
   'timestamp_granularities[]': z.array(z.enum(['word', 'segment'])).optional(),
 });
 

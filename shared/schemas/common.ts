@@ -14,3 +14,17 @@ export const streamOptionsSchema = z
 
 /** Token arrays as the OpenAI spec allows them in `prompt` and `input`. */
 export const tokenArraySchema = z.array(z.number().int().min(0)).min(1);
+
+/**
+ * A number that arrives as a multipart text field. The whole field must be a
+ * finite number: '', 'abc', 'NaN' and '1e999' are refused with what was sent,
+ * where a plain coercion would take '' as 0 and call NaN "a number".
+ */
+export const formNumber = () =>
+  z.union([z.number(), z.string()]).transform((value, ctx) => {
+    const number = typeof value === 'number' ? value : value.trim() === '' ? Number.NaN : Number(value);
+    if (Number.isFinite(number)) return number;
+    const shown = typeof value === 'string' ? (value === '' ? 'an empty string' : `'${value.slice(0, 40)}'`) : String(value);
+    ctx.addIssue({ code: 'custom', message: `expected a finite number, but got ${shown}` });
+    return z.NEVER;
+  });

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { formNumber } from './common.js';
 
 /** `POST /v1/images/generations`. Per-family rules (sizes, n, quality) are checked against the catalog entry. */
 export const imageGenerationRequestSchema = z.looseObject({
@@ -21,7 +22,7 @@ export type ImageGenerationRequest = z.infer<typeof imageGenerationRequestSchema
 export const imageEditFieldsSchema = z.looseObject({
   model: z.string().min(1).default('dall-e-2'),
   prompt: z.string().min(1).max(32_000),
-  n: z.coerce.number().int().min(1).max(10).nullish(),
+  n: formNumber().pipe(z.number().int().min(1).max(10)).nullish(),
   size: z.string().nullish(),
   quality: z.enum(['standard', 'hd', 'low', 'medium', 'high', 'auto']).nullish(),
   response_format: z.enum(['url', 'b64_json']).nullish(),
