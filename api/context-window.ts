@@ -3,13 +3,16 @@ import { GatewayError, invalidRequest } from '../shared/errors.js';
 import type { ChatCompletionRequest, ChatMessage } from '../shared/schemas/chat.js';
 import type { CompletionRequest } from '../shared/schemas/completions.js';
 import type { EmbeddingRequest } from '../shared/schemas/embeddings.js';
-import { countChatPromptTokens, countTextTokens, IMAGE_TOKENS_HIGH_DETAIL } from '../shared/tokens.js';
+import { countChatPromptTokensAsync, countTextTokensAsync, IMAGE_TOKENS_HIGH_DETAIL } from '../shared/tokens.js';
 
 /**
  * Refuses, before any vendor call, prompts that cannot fit the model's
  * context window. A byte-level BPE token is at least one UTF-8 byte, so the
  * byte length bounds the token count from above: requests that fit even by
  * that bound are never tokenized (the common case costs no tokenizer time).
+ * The others are counted without holding the event loop (the count yields
+ * every few milliseconds) and only as far as the limit: past it, the request
+ * is refused whatever the rest holds.
  */
 const perMessageOverhead = 8;
 const replyPriming = 3;
@@ -19,8 +22,8 @@ const completionDefaultMaxTokens = 16;
 function contextError(model: CatalogModel, prompt: number, completion: number, param: string): GatewayError {
   return new GatewayError(
     400,
-    `This model's maximum context length is ${model.context_window} tokens. However, you requested ` +
-      `${prompt + completion} tokens (${prompt} in the ${param === 'messages' ? 'messages' : param}, ${completion} in the completion). ` +
+    `This model's maximum context length is ${model.context_window} tokens. However, you requested more than that ` +
+      `(at least ${prompt} tokens in the ${param}, ${completion} in the completion). ` +
       'Please reduce the length of the input or the completion.',
     { param, code: 'context_length_exceeded' },
   );
@@ -69,16 +72,16 @@ export function checkModalities(model: CatalogModel, messages: readonly ChatMess
   });
 }
 
-export function checkChatContext(model: CatalogModel, body: ChatCompletionRequest): void {
+export async function checkChatContext(model: CatalogModel, body: ChatCompletionRequest): Promise<void> {
   if (!model.context_window) return;
   const completion = body.max_completion_tokens ?? body.max_tokens ?? 0;
   const tools = body.tools ?? body.functions ?? null;
   if (byteBound(body.messages, tools) + completion <= model.context_window) return;
-  const prompt = countChatPromptTokens(body.messages, tools);
+  const prompt = await countChatPromptTokensAsync(body.messages, tools, model.context_window - completion);
   if (prompt + completion > model.context_window) throw contextError(model, prompt, completion, 'messages');
 }
 
-export function checkCompletionContext(model: CatalogModel, body: CompletionRequest): void {
+export async function checkCompletionContext(model: CatalogModel, body: CompletionRequest): Promise<void> {
   if (!model.context_window) return;
   const completion = body.max_tokens ?? completionDefaultMaxTokens;
   const prompts: Array<string | number[]> = typeof body.prompt === 'string' ? [body.prompt] : (body.prompt as Array<string | number[]>);
@@ -87,25 +90,26 @@ export function checkCompletionContext(model: CatalogModel, body: CompletionRequ
   for (const prompt of list) {
     const bound = typeof prompt === 'string' ? Buffer.byteLength(prompt) : prompt.length;
     if (bound + completion <= model.context_window) continue;
-    const count = typeof prompt === 'string' ? countTextTokens(prompt) : prompt.length;
+    const count = typeof prompt === 'string' ? await countTextTokensAsync(prompt, model.context_window - completion) : prompt.length;
     if (count + completion > model.context_window) throw contextError(model, count, completion, 'prompt');
   }
 }
 
-export function checkEmbeddingContext(model: CatalogModel, body: EmbeddingRequest): void {
-  if (!model.context_window) return;
+export async function checkEmbeddingContext(model: CatalogModel, body: EmbeddingRequest): Promise<void> {
+  const window = model.context_window;
+  if (!window) return;
   const inputs: Array<string | number[]> = typeof body.input === 'string' ? [body.input] : (body.input as Array<string | number[]>);
   const list = typeof inputs[0] === 'number' ? [body.input as number[]] : inputs;
-  list.forEach((input, i) => {
+  for (const [i, input] of list.entries()) {
     const bound = typeof input === 'string' ? Buffer.byteLength(input) : input.length;
-    if (bound <= model.context_window) return;
-    const count = typeof input === 'string' ? countTextTokens(input) : input.length;
-    if (count > model.context_window) {
+    if (bound <= window) continue;
+    const count = typeof input === 'string' ? await countTextTokensAsync(input, window) : input.length;
+    if (count > window) {
       throw new GatewayError(
         400,
-        `This model's maximum context length is ${model.context_window} tokens, however you requested ${count} tokens in input ${i}. Please reduce your input.`,
+        `This model's maximum context length is ${window} tokens, however you requested more than that (at least ${count} tokens) in input ${i}. Please reduce your input.`,
         { param: 'input', code: 'context_length_exceeded' },
       );
     }
-  });
+  }
 }

@@ -40,7 +40,7 @@ export function v1Routes(deps: RelayDeps & { models: ModelResolver }): Router<St
     const body = parseBody(chatCompletionRequestSchema, await readJsonObject(ctx.req, limit));
     const model = deps.models.resolve(body.model, 'chat.completions');
     checkModalities(model, body.messages);
-    checkChatContext(model, body);
+    await checkChatContext(model, body);
     if (body.stream_options && !body.stream) {
       throw invalidRequest('stream_options is only allowed when stream is true.', 'stream_options');
     }
@@ -59,7 +59,7 @@ export function v1Routes(deps: RelayDeps & { models: ModelResolver }): Router<St
     if (body.stream_options && !body.stream) {
       throw invalidRequest('stream_options is only allowed when stream is true.', 'stream_options');
     }
-    checkCompletionContext(model, body);
+    await checkCompletionContext(model, body);
     await relay(ctx, deps, { endpoint: 'completions', model: body.model, keyId: ctx.state.keyId, body, stream: !!body.stream, async: asyncMode(ctx, !!body.stream) });
   });
 
@@ -74,7 +74,7 @@ export function v1Routes(deps: RelayDeps & { models: ModelResolver }): Router<St
         throw invalidRequest(`dimensions must be at most ${model.dimensions} for \`${model.id}\`.`, 'dimensions');
       }
     }
-    checkEmbeddingContext(model, body);
+    await checkEmbeddingContext(model, body);
     await relay(ctx, deps, { endpoint: 'embeddings', model: body.model, keyId: ctx.state.keyId, body, stream: false, async: asyncMode(ctx, false) });
   });
 

@@ -2,9 +2,13 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { countTokens, encode } from 'gpt-tokenizer/encoding/o200k_base';
 import type { ChatMessage } from '../../shared/schemas/chat.js';
+import fc from 'fast-check';
 import {
   countChatPromptTokens,
+  countChatPromptTokensAsync,
   countTextTokens,
+  countTextTokensAsync,
+  tokenizerPieces,
   decodeTokens,
   encodeText,
   IMAGE_TOKENS_HIGH_DETAIL,
@@ -129,5 +133,55 @@ describe('countChatPromptTokens', () => {
     for (let i = 0; i < 1000; i++) countChatPromptTokens(messages);
     const perCallMs = (performance.now() - started) / 1000;
     assert.ok(perCallMs < 1, `took ${perCallMs.toFixed(3)} ms per call`);
+  });
+});
+
+describe('long texts', () => {
+  const long = (sample: string, chars: number) => sample.repeat(Math.ceil(chars / sample.length)).slice(0, chars);
+
+  it('counts and encodes long ordinary text exactly as in one piece', () => {
+    for (const sample of samples) {
+      const text = long(sample + ' ', 5000);
+      assert.equal(countTextTokens(text), countTokens(text, { disallowedSpecial: new Set() }), sample);
+      assert.deepEqual(encodeText(text), encode(text, { disallowedSpecial: new Set() }), sample);
+    }
+  });
+
+  it('feeds the encoder pieces that rejoin to the text, with no run longer than 256 characters', () => {
+    fc.assert(
+      fc.property(fc.string({ unit: 'binary', maxLength: 4000 }), fc.integer({ min: 0, max: 3000 }), (text, runLength) => {
+        const input = text + 'x'.repeat(runLength) + text;
+        const pieces = [...tokenizerPieces(input)];
+        assert.equal(pieces.join(''), input);
+        for (const piece of pieces) {
+          assert.ok(piece.length <= 1024, `piece of ${piece.length}`);
+          // The longest stretch without a cut point bounds the byte-pair work: it must stay short.
+          const longestRun = Math.max(...piece.split(/(?<=\S)(?= )/).map((part) => part.length));
+          assert.ok(longestRun <= 256, `run of ${longestRun}`);
+        }
+      }),
+      { numRuns: 200, seed: 8 },
+    );
+  });
+
+  it('counts texts that are one giant pre-token, one character or CJK without spaces', async () => {
+    const runs = ['a'.repeat(300_000), '漢字'.repeat(60_000), ' '.repeat(100_000)];
+    for (const text of runs) {
+      const sync = countTextTokens(text);
+      assert.ok(sync > 0 && sync <= text.length, `${sync} tokens for ${text.length} characters`);
+      assert.equal(await countTextTokensAsync(text), sync);
+      assert.equal(decodeTokens(encodeText(text)), text);
+    }
+  });
+
+  it('stops counting once past the limit it was given', async () => {
+    const text = 'word '.repeat(200_000);
+    const full = countTextTokens(text);
+    const partial = await countTextTokensAsync(text, 1000);
+    assert.ok(partial > 1000 && partial < full, `${partial} of ${full}`);
+    const messages: ChatMessage[] = [{ role: 'user', content: text }];
+    const chatPartial = await countChatPromptTokensAsync(messages, null, 500);
+    assert.ok(chatPartial > 500 && chatPartial < countChatPromptTokens(messages), `${chatPartial}`);
+    assert.equal(await countChatPromptTokensAsync(messages), countChatPromptTokens(messages));
   });
 });

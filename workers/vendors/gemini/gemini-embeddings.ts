@@ -1,6 +1,6 @@
 import { invalidRequest } from '../../../shared/errors.js';
 import type { EmbeddingRequest } from '../../../shared/schemas/embeddings.js';
-import { countTextTokens } from '../../../shared/tokens.js';
+import { countTextTokensAsync } from '../../../shared/tokens.js';
 import { malformedResponse, parseJsonObject, readBodyText } from '../http.js';
 import type { CallContext, VendorResult } from '../types.js';
 import { geminiModelPath, postGemini } from './api.js';
@@ -64,7 +64,7 @@ export async function createGeminiEmbeddings(request: EmbeddingRequest, ctx: Cal
     embedding: base64 ? encodeFloat32Base64(values) : values,
   }));
   let promptTokens = 0;
-  for (const text of texts) promptTokens += countTextTokens(text);
+  for (const text of texts) promptTokens += await countTextTokensAsync(text);
   const body = { object: 'list', data, model: ctx.model.id, usage: { prompt_tokens: promptTokens, total_tokens: promptTokens } };
   return { body: JSON.stringify(body), usage: { prompt_tokens: promptTokens, completion_tokens: 0, total_tokens: promptTokens } };
 }

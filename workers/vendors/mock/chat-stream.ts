@@ -63,6 +63,6 @@ function renderUsageChunk(plan: ChatPlan): StreamEvent {
 
 /** A `chat.completion.chunk` stream. Planning runs on the first `next()`, so a marker error surfaces before any chunk. */
 export async function* streamChatCompletion(request: ChatCompletionRequest, ctx: CallContext): AsyncGenerator<StreamEvent> {
-  const plan = planChatCompletion(request, ctx);
+  const plan = await planChatCompletion(request, ctx);
   yield* pace(renderChunks(plan), renderUsageChunk(plan), resolveChunkDelayMs(plan.markers.slowMs), ctx.signal);
 }

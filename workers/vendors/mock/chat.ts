@@ -1,5 +1,5 @@
 import type { ChatCompletionRequest } from '../../../shared/schemas/chat.js';
-import { countChatPromptTokens, countTextTokens } from '../../../shared/tokens.js';
+import { countChatPromptTokensAsync, countTextTokens } from '../../../shared/tokens.js';
 import type { CallContext, Usage } from '../types.js';
 import { chatCompletionId, MOCK_SYSTEM_FINGERPRINT, nowInSeconds, toolCallId } from './ids.js';
 import { readMockMarkers, throwIfErrorMarker, type MockMarkers } from './markers.js';
@@ -79,13 +79,14 @@ function planChoices(request: ChatCompletionRequest, ctx: CallContext): ChoicePl
 }
 
 /** Decides the whole answer, or throws the failure a `[mock:error:…]` marker asks for. */
-export function planChatCompletion(request: ChatCompletionRequest, ctx: CallContext): ChatPlan {
+export async function planChatCompletion(request: ChatCompletionRequest, ctx: CallContext): Promise<ChatPlan> {
   ctx.signal.throwIfAborted();
   const markers = readMockMarkers([findLastUserText(request.messages)]);
   throwIfErrorMarker(markers);
 
   const choices = planChoices(request, ctx);
-  const promptTokens = countChatPromptTokens(request.messages, request.tools ?? request.functions);
+  // A long prompt is counted without holding the event loop (with `npm start` the api shares it).
+  const promptTokens = await countChatPromptTokensAsync(request.messages, request.tools ?? request.functions);
   const completionTokens = choices.reduce((sum, choice) => sum + choice.completionTokens, 0);
   return {
     id: chatCompletionId(ctx.requestId),

@@ -1,6 +1,6 @@
 import { invalidRequest } from '../../../shared/errors.js';
 import type { CompletionRequest } from '../../../shared/schemas/completions.js';
-import { countTextTokens, decodeTokens } from '../../../shared/tokens.js';
+import { countTextTokensAsync, decodeTokens } from '../../../shared/tokens.js';
 import type { CallContext, StreamEvent, Usage, VendorResult } from '../types.js';
 import { completionId, MOCK_SYSTEM_FINGERPRINT, nowInSeconds } from './ids.js';
 import { readMockMarkers, throwIfErrorMarker, type MockMarkers } from './markers.js';
@@ -41,18 +41,20 @@ function decodePrompt(tokens: readonly number[]): Prompt {
 }
 
 /** `prompt` may be one string, several, one token array or several; each is its own prompt. */
-function readPrompts(prompt: CompletionRequest['prompt']): Prompt[] {
-  if (typeof prompt === 'string') return [{ text: prompt, tokenCount: countTextTokens(prompt) }];
+async function readPrompts(prompt: CompletionRequest['prompt']): Promise<Prompt[]> {
+  if (typeof prompt === 'string') return [{ text: prompt, tokenCount: await countTextTokensAsync(prompt) }];
   if (prompt.length === 0) return [];
   if (typeof prompt[0] === 'number') return [decodePrompt(prompt as number[])];
-  return (prompt as Array<string | number[]>).map((item) =>
-    typeof item === 'string' ? { text: item, tokenCount: countTextTokens(item) } : decodePrompt(item),
-  );
+  const prompts: Prompt[] = [];
+  for (const item of prompt as Array<string | number[]>) {
+    prompts.push(typeof item === 'string' ? { text: item, tokenCount: await countTextTokensAsync(item) } : decodePrompt(item));
+  }
+  return prompts;
 }
 
-function planCompletion(request: CompletionRequest, ctx: CallContext): CompletionPlan {
+async function planCompletion(request: CompletionRequest, ctx: CallContext): Promise<CompletionPlan> {
   ctx.signal.throwIfAborted();
-  const prompts = readPrompts(request.prompt);
+  const prompts = await readPrompts(request.prompt);
   const markers = readMockMarkers(prompts.map((prompt) => prompt.text));
   throwIfErrorMarker(markers);
 
@@ -88,7 +90,7 @@ function envelope(plan: CompletionPlan) {
 
 /** A `text_completion` body. `logprobs` is always null, even when asked for: the mock has no token probabilities. */
 export async function createCompletion(request: CompletionRequest, ctx: CallContext): Promise<VendorResult> {
-  const plan = planCompletion(request, ctx);
+  const plan = await planCompletion(request, ctx);
   if (plan.markers.slowMs !== undefined) await sleep(plan.markers.slowMs, ctx.signal);
   const body = JSON.stringify({
     ...envelope(plan),
@@ -128,7 +130,7 @@ function* renderChunks(plan: CompletionPlan): Generator<StreamEvent> {
 
 /** Every chunk is a whole `text_completion` object holding only the new text; a `choices: []` usage chunk ends it. */
 export async function* streamCompletion(request: CompletionRequest, ctx: CallContext): AsyncGenerator<StreamEvent> {
-  const plan = planCompletion(request, ctx);
+  const plan = await planCompletion(request, ctx);
   const usageChunk: StreamEvent = {
     data: JSON.stringify({ ...envelope(plan), choices: [], usage: plan.usage }),
     usage: plan.usage,

@@ -1,6 +1,6 @@
 import { invalidRequest } from '../../../shared/errors.js';
 import type { EmbeddingRequest } from '../../../shared/schemas/embeddings.js';
-import { decodeTokens, encodeText } from '../../../shared/tokens.js';
+import { decodeTokens, encodeTextAsync } from '../../../shared/tokens.js';
 import type { CallContext, VendorResult } from '../types.js';
 import { readMockMarkers, throwIfErrorMarker } from './markers.js';
 import { sleep } from '../sleep.js';
@@ -62,18 +62,20 @@ function encodeBase64(vector: Float32Array): string {
 }
 
 /** Every input as token ids: strings are encoded, token arrays are taken as given. */
-function readInputs(input: EmbeddingRequest['input']): { tokens: number[]; text: string | undefined }[] {
-  if (typeof input === 'string') return [{ tokens: encodeText(input), text: input }];
+async function readInputs(input: EmbeddingRequest['input']): Promise<{ tokens: number[]; text: string | undefined }[]> {
+  if (typeof input === 'string') return [{ tokens: await encodeTextAsync(input), text: input }];
   if (input.length === 0) return [];
   if (typeof input[0] === 'number') return [{ tokens: input as number[], text: undefined }];
-  return (input as Array<string | number[]>).map((item) =>
-    typeof item === 'string' ? { tokens: encodeText(item), text: item } : { tokens: item, text: undefined },
-  );
+  const inputs: { tokens: number[]; text: string | undefined }[] = [];
+  for (const item of input as Array<string | number[]>) {
+    inputs.push(typeof item === 'string' ? { tokens: await encodeTextAsync(item), text: item } : { tokens: item, text: undefined });
+  }
+  return inputs;
 }
 
 export async function createEmbeddings(request: EmbeddingRequest, ctx: CallContext): Promise<VendorResult> {
   ctx.signal.throwIfAborted();
-  const inputs = readInputs(request.input);
+  const inputs = await readInputs(request.input);
   const markers = readMockMarkers(inputs.flatMap((input) => (input.text === undefined ? [] : [input.text])));
   throwIfErrorMarker(markers);
   for (const input of inputs) {

@@ -25,7 +25,7 @@ import { createEmbeddings } from './embeddings.js';
 import { sleep } from '../sleep.js';
 
 async function createChatCompletion(request: ChatCompletionRequest, ctx: CallContext): Promise<VendorResult> {
-  const plan = planChatCompletion(request, ctx);
+  const plan = await planChatCompletion(request, ctx);
   if (plan.markers.slowMs !== undefined) await sleep(plan.markers.slowMs, ctx.signal);
   return { body: renderChatCompletion(plan), usage: plan.usage };
 }
