@@ -25,6 +25,7 @@ export async function readJsonObject(req: IncomingMessage, limit: number): Promi
   }
   const text = chunks.length === 1 ? chunks[0]!.toString('utf8') : Buffer.concat(chunks, size).toString('utf8');
   if (text.trim() === '') throw invalidRequest('The request body is empty: send a JSON object.');
+  checkNesting(text, maxJsonDepth);
   let body: unknown;
   try {
     body = JSON.parse(text);
@@ -39,4 +40,55 @@ export async function readJsonObject(req: IncomingMessage, limit: number): Promi
     throw invalidRequest('The request body must be a JSON object.', null, 'invalid_json');
   }
   return body as Record<string, unknown>;
+}
+
+/** Deeper than any real request (a JSON schema ten levels deep is about 25), far below what recursion in the stack can take. */
+export const maxJsonDepth = 100;
+
+/**
+ * Refuses JSON nested deeper than `limit` before it is parsed: serializers,
+ * validators and vendor mappings recurse, and a body nested thousands deep
+ * would overflow the stack in any of them. A linear scan that skips strings
+ * with indexOf (so a large base64 image costs next to nothing) and stops at
+ * the first bracket too deep. The error names the top-level field it is in.
+ */
+export function checkNesting(text: string, limit: number): void {
+  const structural = /["{}[\]]/g;
+  let depth = 0;
+  let topKey: string | null = null;
+  for (let match = structural.exec(text); match !== null; match = structural.exec(text)) {
+    const i = match.index;
+    const c = text.charCodeAt(i);
+    if (c === 0x22 /* " */) {
+      let end = text.indexOf('"', i + 1);
+      while (end !== -1 && isEscaped(text, end)) end = text.indexOf('"', end + 1);
+      if (end === -1) return; // unterminated: JSON.parse reports it
+      if (depth === 1 && nextNonSpace(text, end + 1) === 0x3a /* : */) topKey = text.slice(i + 1, Math.min(end, i + 65));
+      structural.lastIndex = end + 1;
+    } else if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
+      if (++depth > limit) {
+        throw invalidRequest(
+          `The request body is nested too deeply: at most ${limit} levels of objects and arrays are accepted.`,
+          topKey,
+          'nesting_too_deep',
+        );
+      }
+    } else {
+      depth--;
+    }
+  }
+}
+
+function isEscaped(text: string, quote: number): boolean {
+  let backslashes = 0;
+  for (let j = quote - 1; j >= 0 && text.charCodeAt(j) === 0x5c; j--) backslashes++;
+  return backslashes % 2 === 1;
+}
+
+function nextNonSpace(text: string, from: number): number {
+  for (let i = from; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) return c;
+  }
+  return -1;
 }
