@@ -1,3 +1,4 @@
+import { isIP } from 'node:net';
 import type { QueueName } from './queues.js';
 import { queueNames } from './queues.js';
 
@@ -34,6 +35,8 @@ export interface Config {
   blobDir: string;
   /** How clients reach this gateway; signed file URLs start with it. Unset: the request's own scheme and host. */
   publicBaseUrl: string | undefined;
+  /** Believe X-Forwarded-Proto/Host/For: only behind a proxy that sets them (a client could forge them otherwise). */
+  trustProxy: boolean;
   blobUrlSecret: string | undefined;
   blobUrlTtlSeconds: number;
   /** Largest audio upload (OpenAI's limit is 25 MB). */
@@ -44,6 +47,14 @@ export interface Config {
   asyncResultTtlSeconds: number;
   /** Seconds between sweeps of expired blobs (one process sweeps per interval); 0: never. */
   blobSweepIntervalSeconds: number;
+  /**
+   * FETCH_ALLOW_HOSTS: hosts a worker may fetch vendor-supplied URLs from even
+   * when they are not public (comma-separated: `images.internal`, `*.corp.example`,
+   * `10.1.2.3`, `10.1.0.0/16`). Default: none. The channel's own base URL never needs listing.
+   */
+  fetchAllowHosts: string[];
+  /** FETCH_ALLOW_PRIVATE=on: vendor-supplied URLs may point at any address (development only). Default: off. */
+  fetchAllowPrivate: boolean;
 }
 
 type Env = Record<string, string | undefined>;
@@ -54,6 +65,45 @@ function int(env: Env, name: string, fallback: number, min = 0): number {
   const value = Number(raw);
   if (!Number.isInteger(value) || value < min) throw new Error(`${name} must be an integer ≥ ${min}, got "${raw}"`);
   return value;
+}
+
+function flag(env: Env, name: string, fallback: boolean): boolean {
+  const raw = env[name]?.trim().toLowerCase();
+  if (raw === undefined || raw === '') return fallback;
+  if (['on', 'true', '1', 'yes'].includes(raw)) return true;
+  if (['off', 'false', '0', 'no'].includes(raw)) return false;
+  throw new Error(`${name} must be on or off, got "${env[name]}"`);
+}
+
+function baseUrl(env: Env, name: string): string | undefined {
+  const raw = env[name];
+  if (!raw) return undefined;
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new Error(`${name} must be an absolute http(s) URL, got "${raw}"`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`${name} must be an http(s) URL, got "${raw}"`);
+  return raw.replace(/\/+$/, '');
+}
+
+/** Host names, `*.` wildcards, IP addresses and CIDR ranges; a range that cannot be a range fails at startup. */
+function hostList(env: Env, name: string): string[] {
+  const entries = (env[name] ?? '')
+    .split(',')
+    .map((entry) => entry.trim().toLowerCase())
+    .filter(Boolean);
+  for (const entry of entries) {
+    const [network = '', bits, extra] = entry.replace(/^\[(.*?)\]/, '$1').split('/');
+    const family = isIP(network);
+    const max = family === 6 ? 128 : 32;
+    const validName = family !== 0 || /^(\*\.)?[a-z0-9_-]+(\.[a-z0-9_-]+)*$/.test(network);
+    if (!validName || extra !== undefined || (bits !== undefined && (family === 0 || !/^\d+$/.test(bits) || Number(bits) > max))) {
+      throw new Error(`${name} holds "${entry}", which is neither a host name (no port), an IP address nor a CIDR range`);
+    }
+  }
+  return entries;
 }
 
 function perQueue(env: Env, prefix: string, defaults: Record<QueueName, number>, min = 0): Record<QueueName, number> {
@@ -92,12 +142,15 @@ export function loadConfig(env: Env = process.env): Config {
     shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 30_000, 0),
     keyCacheTtlMs: int(env, 'KEY_CACHE_TTL_MS', 60_000, 0),
     blobDir: env.BLOB_DIR ?? '.data/blobs',
-    publicBaseUrl: env.PUBLIC_BASE_URL ? env.PUBLIC_BASE_URL.replace(/\/+$/, '') : undefined,
+    publicBaseUrl: baseUrl(env, 'PUBLIC_BASE_URL'),
+    trustProxy: flag(env, 'TRUST_PROXY', false),
     blobUrlSecret: env.BLOB_URL_SECRET || undefined,
     blobUrlTtlSeconds: int(env, 'BLOB_URL_TTL_S', 3600, 1),
     maxAudioBytes: int(env, 'MAX_AUDIO_BYTES', 25 * 1024 * 1024, 1),
     maxImageBytes: int(env, 'MAX_IMAGE_BYTES', 50 * 1024 * 1024, 1),
     asyncResultTtlSeconds: int(env, 'ASYNC_RESULT_TTL_S', 86_400, 60),
     blobSweepIntervalSeconds: int(env, 'BLOB_SWEEP_INTERVAL_S', 600, 0),
+    fetchAllowHosts: hostList(env, 'FETCH_ALLOW_HOSTS'),
+    fetchAllowPrivate: flag(env, 'FETCH_ALLOW_PRIVATE', false),
   };
 }

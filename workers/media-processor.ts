@@ -7,7 +7,8 @@ import type { ImageGenerationRequest } from '../shared/schemas/images.js';
 import { signBlobUrl } from '../storage/blob-urls.js';
 import type { BlobStore, ImageEditInput, ImageResult, MediaContext, TranscriptionInput, VideoInput } from './vendors/media-types.js';
 import { mediaMethod } from './vendors/media-registry.js';
-import { discardBody, getVendor, mapTransportError } from './vendors/http.js';
+import { discardBody } from './vendors/http.js';
+import { guardedGet, readBoundedBytes } from './vendors/guarded-fetch.js';
 import type { CallContext } from './vendors/types.js';
 import type { Protocol } from './vendors/vendor-config.js';
 
@@ -112,10 +113,12 @@ async function renderImages(result: ImageResult, format: 'url' | 'b64_json', ctx
 }
 
 const maxDownloadBytes = 64 * 1024 * 1024;
+/** One image, redirects included; the job's own deadline may be far longer. */
+const downloadTimeoutMs = 120_000;
 
+/** The URL came from the vendor's answer: it is fetched only where `guardedGet` allows, and without the channel's key. */
 async function download(url: string, ctx: MediaContext): Promise<Buffer> {
-  // The shared vendor transport: its timeouts, keep-alive pool and error mapping apply.
-  const response = await getVendor(url, {}, ctx);
+  const response = await guardedGet(url, ctx, { timeoutMs: downloadTimeoutMs });
   if (response.status !== 200) {
     discardBody(response);
     throw new GatewayError(502, `Could not fetch the generated image from the vendor (HTTP ${response.status}).`, {
@@ -124,17 +127,7 @@ async function download(url: string, ctx: MediaContext): Promise<Buffer> {
       retryable: true,
     });
   }
-  const chunks: Buffer[] = [];
-  let size = 0;
-  try {
-    for await (const chunk of response.body) {
-      size += (chunk as Buffer).length;
-      if (size > maxDownloadBytes) throw new GatewayError(502, 'The generated image is larger than the gateway accepts.', { type: 'server_error' });
-      chunks.push(chunk as Buffer);
-    }
-  } catch (error) {
-    discardBody(response);
-    throw mapTransportError(error, ctx);
-  }
-  return Buffer.concat(chunks);
+  return readBoundedBytes(response, maxDownloadBytes, ctx, () =>
+    new GatewayError(502, 'The generated image is larger than the gateway accepts.', { type: 'server_error', code: 'vendor_bad_response' }),
+  );
 }

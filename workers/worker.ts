@@ -14,6 +14,7 @@ import { createBlobStore } from '../storage/create-blob-store.js';
 import { resolveUrlSecret } from '../storage/blob-urls.js';
 import { publishJobEvent } from './media-processor.js';
 import { closeVendorAgent } from './vendors/http.js';
+import { setFetchPolicy } from './vendors/guarded-fetch.js';
 import { BlobJanitor, deleteJobUploads, uploadEndpoints } from './blob-janitor.js';
 
 export interface WorkerPool {
@@ -23,6 +24,8 @@ export interface WorkerPool {
 
 /** One BullMQ worker per queue this process serves, sharing one cancel subscription. */
 export async function startWorkers(config: Config, log: Logger, env = process.env): Promise<WorkerPool> {
+  setFetchPolicy({ allowHosts: config.fetchAllowHosts, allowPrivate: config.fetchAllowPrivate });
+  if (config.fetchAllowPrivate) log.warn('FETCH_ALLOW_PRIVATE is on: URLs from vendors may reach private and loopback addresses');
   const redis = createRedis(config.redisUrl, { connectionName: 'worker' });
   const subscriber = createRedis(config.redisUrl, { connectionName: 'worker-cancel' });
   const cancels = new CancelRegistry();

@@ -16,23 +16,36 @@ const functionName = z
   .string()
   .regex(functionNamePattern, 'must contain only a-z, A-Z, 0-9, underscores and dashes, at most 64 characters');
 
+/**
+ * An image a vendor (or, for some, the gateway) will fetch: `file:`, `ftp:`
+ * or any other scheme would ask it to read where no client may point, so
+ * only web URLs, inline data, and Cloud Storage references (Gemini takes
+ * those; other vendors refuse them themselves) get past the api.
+ */
+const fetchableImageUrl = /^(?:(?:https?|gs):\/\/|data:)/i;
+/** A scheme prefix: base64 never holds a colon, so inline data that starts like this is a URL in disguise. */
+const urlScheme = /^[a-z][a-z0-9+.-]{0,31}:/i;
+const inlineData = z.string().refine((value) => !urlScheme.test(value) || /^data:/i.test(value), {
+  message: 'expected base64 data or a data: URL',
+});
+
 export const textPartSchema = z.looseObject({ type: z.literal('text'), text: z.string() });
 export const imageUrlPartSchema = z.looseObject({
   type: z.literal('image_url'),
   image_url: z.looseObject({
-    url: z.string().min(1),
+    url: z.string().min(1).refine((url) => fetchableImageUrl.test(url), { message: 'expected an http(s) URL, a data: URL or a gs:// URI' }),
     detail: z.enum(['auto', 'low', 'high']).optional(),
   }),
 });
 export const inputAudioPartSchema = z.looseObject({
   type: z.literal('input_audio'),
-  input_audio: z.looseObject({ data: z.string(), format: z.string() }),
+  input_audio: z.looseObject({ data: inlineData, format: z.string() }),
 });
 export const filePartSchema = z.looseObject({
   type: z.literal('file'),
   file: z.looseObject({
     file_id: z.string().optional(),
-    file_data: z.string().optional(),
+    file_data: inlineData.optional(),
     filename: z.string().optional(),
   }),
 });

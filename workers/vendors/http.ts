@@ -1,5 +1,5 @@
 import { Agent, request, type FormData } from 'undici';
-import type { Dispatcher } from 'undici';
+import type { buildConnector, Dispatcher } from 'undici';
 import { GatewayError, isGatewayError } from '../../shared/errors.js';
 import type { CallContext } from './types.js';
 
@@ -17,6 +17,8 @@ interface Timeouts {
 }
 
 let agent: Agent | undefined;
+/** Every agent built here, so that shutdown closes them all (the guarded one included). */
+const agents = new Set<Agent>();
 
 function readTimeout(name: string, fallback: number): number {
   const raw = process.env[name];
@@ -34,26 +36,40 @@ function readTimeouts(): Timeouts {
   };
 }
 
-/** One keep-alive agent for the process; undici keeps a connection pool per origin inside it. */
-function getAgent(): Agent {
-  if (agent === undefined) {
-    const timeouts = readTimeouts();
-    agent = new Agent({
-      connect: { timeout: timeouts.connectMs },
-      headersTimeout: timeouts.firstByteMs,
-      // undici's body timeout measures the gap between two body chunks: exactly an idle timeout.
-      bodyTimeout: timeouts.idleMs,
-      keepAliveTimeout: 30_000,
-    });
-  }
+/**
+ * A keep-alive agent with the vendor timeouts, closed by `closeVendorAgent`.
+ * `connector` replaces undici's own (given the connect timeout to build on):
+ * the guarded fetch checks every address it connects to there.
+ */
+export function createVendorAgent(connector?: (connectTimeoutMs: number) => buildConnector.connector): Agent {
+  const timeouts = readTimeouts();
+  const created = new Agent({
+    connect: connector === undefined ? { timeout: timeouts.connectMs } : connector(timeouts.connectMs),
+    headersTimeout: timeouts.firstByteMs,
+    // undici's body timeout measures the gap between two body chunks: exactly an idle timeout.
+    bodyTimeout: timeouts.idleMs,
+    keepAliveTimeout: 30_000,
+  });
+  agents.add(created);
+  return created;
+}
+
+/**
+ * One keep-alive agent for the process; undici keeps a connection pool per origin inside it.
+ * It connects anywhere: only URLs built from a channel's configured base URL may use it
+ * directly; URLs a vendor hands back go through `guardedGet` (guarded-fetch.ts).
+ */
+export function vendorAgent(): Agent {
+  agent ??= createVendorAgent();
   return agent;
 }
 
-/** Closes the pooled connections (worker shutdown); the next call builds a new agent from env again. */
+/** Closes the pooled connections (worker shutdown); the next call builds new agents from env again. */
 export async function closeVendorAgent(): Promise<void> {
-  const current = agent;
+  const current = [...agents];
+  agents.clear();
   agent = undefined;
-  if (current !== undefined) await current.close();
+  await Promise.all(current.map((each) => each.close()));
 }
 
 export function joinUrl(baseUrl: string, path: string): string {
@@ -72,18 +88,7 @@ export async function postVendor(
 ): Promise<VendorResponse> {
   ctx.signal.throwIfAborted();
   try {
-    const response = await request(url, { method: 'POST', dispatcher: getAgent(), signal: ctx.signal, headers, body });
-    return { status: response.statusCode, headers: response.headers, body: response.body };
-  } catch (error) {
-    throw mapTransportError(error, ctx);
-  }
-}
-
-/** A GET (polling, downloads) with the same agent, timeouts and error mapping. */
-export async function getVendor(url: string, headers: Record<string, string>, ctx: CallContext): Promise<VendorResponse> {
-  ctx.signal.throwIfAborted();
-  try {
-    const response = await request(url, { method: 'GET', dispatcher: getAgent(), signal: ctx.signal, headers });
+    const response = await request(url, { method: 'POST', dispatcher: vendorAgent(), signal: ctx.signal, headers, body });
     return { status: response.statusCode, headers: response.headers, body: response.body };
   } catch (error) {
     throw mapTransportError(error, ctx);
@@ -101,7 +106,8 @@ export function mapTransportError(error: unknown, ctx: CallContext): unknown {
   if (ctx.signal.aborted) return ctx.signal.reason ?? error;
   if (isGatewayError(error)) return error;
   const code = (error as { code?: unknown } | null)?.code;
-  if (typeof code === 'string' && TIMEOUT_CODES.has(code)) {
+  // `TimeoutError`: a fetch's own total deadline (AbortSignal.timeout) fired, not the caller's signal.
+  if ((typeof code === 'string' && TIMEOUT_CODES.has(code)) || (error as { name?: unknown } | null)?.name === 'TimeoutError') {
     return new GatewayError(504, 'The upstream vendor timed out.', {
       type: 'server_error',
       code: 'vendor_timeout',

@@ -1,4 +1,5 @@
-import { getVendor, joinUrl, postVendor, type VendorResponse } from '../http.js';
+import { guardedGet } from '../guarded-fetch.js';
+import { joinUrl, postVendor, type VendorResponse } from '../http.js';
 import type { CallContext } from '../types.js';
 
 /** The global host. The channel's base URL stops before `/v1`, as in BFL's own clients. */
@@ -19,11 +20,25 @@ export function bflResultUrl(baseUrl: string, taskId: string): string {
 }
 
 /**
+ * A regional BFL host the channel's key may go to: only when the channel
+ * itself is on BFL over https. A channel pointed at a proxy holds the proxy's
+ * key, which BFL must not see.
+ */
+function isBflRegionalUrl(baseUrl: string, url: URL): boolean {
+  try {
+    const base = new URL(baseUrl);
+    return base.protocol === 'https:' && isBflHost(base.hostname) && url.protocol === 'https:' && isBflHost(url.hostname);
+  } catch {
+    return false;
+  }
+}
+
+/**
  * The URL to poll for a task. The vendor's `polling_url` is followed only when
- * it points at the channel's own origin or at a BFL host over https: the key
- * travels with every poll, and a polling URL naming some other host must not
- * collect it (nor make the worker fetch arbitrary addresses). Anything else
- * falls back to `get_result` on the channel's base URL.
+ * it points at the channel's own origin or, for a channel on BFL, at a BFL
+ * host over https: the key travels with every poll, and a polling URL naming
+ * some other host must not collect it (nor make the worker fetch arbitrary
+ * addresses). Anything else falls back to `get_result` on the channel's base URL.
  */
 export function bflPollUrl(baseUrl: string, task: { id: string; polling_url?: string | undefined }): string {
   if (task.polling_url !== undefined) {
@@ -31,7 +46,7 @@ export function bflPollUrl(baseUrl: string, task: { id: string; polling_url?: st
       const polling = new URL(task.polling_url);
       const base = new URL(baseUrl);
       if (polling.origin === base.origin) return polling.href;
-      if (polling.protocol === 'https:' && isBflHost(polling.hostname)) return polling.href;
+      if (isBflRegionalUrl(baseUrl, polling)) return polling.href;
     } catch {
       // A malformed URL is treated like a missing one.
     }
@@ -40,6 +55,10 @@ export function bflPollUrl(baseUrl: string, task: { id: string; polling_url?: st
 }
 
 const keyHeaders = (apiKey: string) => ({ 'x-key': apiKey, accept: 'application/json' });
+
+/** A poll is a small JSON answer: far less than the image downloads get. */
+const POLL_TIMEOUT_MS = 60_000;
+const SAMPLE_TIMEOUT_MS = 120_000;
 
 /** Creates one task: `POST /v1/<endpoint>` with the JSON body. */
 export function postBflTask(endpoint: string, body: string, ctx: CallContext): Promise<VendorResponse> {
@@ -51,12 +70,24 @@ export function postBflTask(endpoint: string, body: string, ctx: CallContext): P
   );
 }
 
-/** One poll of a task's state. */
+/** One poll of a task's state; `pollUrl` comes from `bflPollUrl`. */
 export function getBflResult(pollUrl: string, ctx: CallContext): Promise<VendorResponse> {
-  return getVendor(pollUrl, keyHeaders(ctx.channel.apiKey), ctx);
+  let regional: string[] = [];
+  try {
+    const url = new URL(pollUrl);
+    if (isBflRegionalUrl(ctx.channel.baseUrl, url)) regional = [url.origin];
+  } catch {
+    // guardedGet refuses it.
+  }
+  return guardedGet(pollUrl, ctx, {
+    headers: { accept: 'application/json' },
+    credentials: { 'x-key': ctx.channel.apiKey },
+    credentialOrigins: regional,
+    timeoutMs: POLL_TIMEOUT_MS,
+  });
 }
 
 /** Downloads a finished image. The sample URL is pre-signed (and may be a CDN host), so it gets no key. */
 export function getBflSample(sampleUrl: string, ctx: CallContext): Promise<VendorResponse> {
-  return getVendor(sampleUrl, { accept: 'image/*' }, ctx);
+  return guardedGet(sampleUrl, ctx, { headers: { accept: 'image/*' }, timeoutMs: SAMPLE_TIMEOUT_MS });
 }

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { GatewayError } from '../../../shared/errors.js';
-import { malformedResponse, mapTransportError, parseJsonObject, readBodyText, readCappedText, type VendorResponse } from '../http.js';
+import { readBoundedBytes } from '../guarded-fetch.js';
+import { malformedResponse, parseJsonObject, readBodyText, readCappedText } from '../http.js';
 import type { GeneratedImage, MediaContext } from '../media-types.js';
 import type { CallContext } from '../types.js';
 import { bflPollUrl, getBflResult, getBflSample } from './api.js';
@@ -86,30 +87,7 @@ export async function pollBflTask(task: BflTask, ctx: CallContext): Promise<BflP
   throw mapBflError({ status: response.status, headers: response.headers, bodyText }, [ctx.channel.apiKey]);
 }
 
-async function readSampleBytes(response: VendorResponse, ctx: CallContext): Promise<Buffer> {
-  const declared = Number(response.headers['content-length']);
-  const tooLarge = () => new GatewayError(502, 'The generated image is larger than the gateway accepts.', { type: 'server_error', code: 'vendor_bad_response' });
-  if (Number.isFinite(declared) && declared > MAX_SAMPLE_BYTES) {
-    response.body.destroy();
-    throw tooLarge();
-  }
-  const chunks: Buffer[] = [];
-  let size = 0;
-  try {
-    for await (const chunk of response.body) {
-      const buffer = chunk as Buffer;
-      size += buffer.length;
-      if (size > MAX_SAMPLE_BYTES) {
-        response.body.destroy();
-        throw tooLarge();
-      }
-      chunks.push(buffer);
-    }
-  } catch (error) {
-    throw mapTransportError(error, ctx);
-  }
-  return Buffer.concat(chunks);
-}
+const sampleTooLarge = () => new GatewayError(502, 'The generated image is larger than the gateway accepts.', { type: 'server_error', code: 'vendor_bad_response' });
 
 /**
  * Downloads a finished image at once: the sample URL is signed and expires
@@ -128,7 +106,7 @@ export async function downloadBflSample(sampleUrl: string, fallbackType: string,
     });
   }
   if (response.status < 200 || response.status >= 300) throw await readBflErrorResponse(response, ctx);
-  const bytes = await readSampleBytes(response, ctx);
+  const bytes = await readBoundedBytes(response, MAX_SAMPLE_BYTES, ctx, sampleTooLarge);
   if (bytes.length === 0) throw malformedResponse();
   const header = response.headers['content-type'];
   const declaredType = (Array.isArray(header) ? header[0] : header)?.split(';')[0]?.trim().toLowerCase();

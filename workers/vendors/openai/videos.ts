@@ -1,15 +1,8 @@
 import { FormData } from 'undici';
 import { GatewayError, isGatewayError } from '../../../shared/errors.js';
 import type { BlobRef, MediaAdapter, MediaContext, VideoInput, VideoResult } from '../media-types.js';
-import {
-  getVendor,
-  joinUrl,
-  malformedResponse,
-  mapTransportError,
-  parseJsonObject,
-  readBodyText,
-  type VendorResponse,
-} from '../http.js';
+import { guardedGet, readBoundedBytes } from '../guarded-fetch.js';
+import { joinUrl, malformedResponse, parseJsonObject, readBodyText, type VendorResponse } from '../http.js';
 import { scrubSecrets } from '../vendor-errors.js';
 import { sleep } from '../sleep.js';
 import { postOpenAI } from './api.js';
@@ -45,11 +38,21 @@ function readPollIntervalMs(): number {
   return raw && Number.isFinite(value) && value >= 0 ? value : DEFAULT_POLL_INTERVAL_MS;
 }
 
+/** Sora renders run up to a few dozen MB; this leaves room without letting a vendor fill the worker's memory. */
+const MAX_CONTENT_BYTES = 256 * 1024 * 1024;
+const POLL_TIMEOUT_MS = 60_000;
+const CONTENT_TIMEOUT_MS = 600_000;
 
-function getOpenAI(path: string, ctx: MediaContext, accept?: string): Promise<VendorResponse> {
-  const headers: Record<string, string> = accept === undefined ? {} : { accept };
-  if (ctx.channel.apiKey) headers.authorization = `Bearer ${ctx.channel.apiKey}`;
-  return getVendor(joinUrl(ctx.channel.baseUrl, path), headers, ctx);
+/**
+ * A GET on the channel. The content route may redirect to a storage host:
+ * `guardedGet` follows it, checking the address and leaving the key behind.
+ */
+function getOpenAI(path: string, ctx: MediaContext, options: { accept?: string; timeoutMs: number }): Promise<VendorResponse> {
+  return guardedGet(joinUrl(ctx.channel.baseUrl, path), ctx, {
+    headers: options.accept === undefined ? {} : { accept: options.accept },
+    credentials: ctx.channel.apiKey ? { authorization: `Bearer ${ctx.channel.apiKey}` } : {},
+    timeoutMs: options.timeoutMs,
+  });
 }
 
 function readVideo(text: string): OpenAIVideo {
@@ -94,7 +97,7 @@ async function createVideo(input: VideoInput, ctx: MediaContext): Promise<OpenAI
 }
 
 async function retrieveVideo(id: string, ctx: MediaContext): Promise<OpenAIVideo> {
-  const response = await getOpenAI(`/videos/${encodeURIComponent(id)}`, ctx, 'application/json');
+  const response = await getOpenAI(`/videos/${encodeURIComponent(id)}`, ctx, { accept: 'application/json', timeoutMs: POLL_TIMEOUT_MS });
   if (response.status === 404) {
     // The generic mapping would call this a missing model. The video is gone (expired or deleted
     // upstream); a retry would resume the same id from the checkpoint and find it gone again.
@@ -130,14 +133,11 @@ interface Download {
 
 async function downloadContent(id: string, variant: 'video' | 'thumbnail', ctx: MediaContext): Promise<Download> {
   const query = variant === 'video' ? '' : `?variant=${variant}`;
-  const response = await getOpenAI(`/videos/${encodeURIComponent(id)}/content${query}`, ctx);
+  const response = await getOpenAI(`/videos/${encodeURIComponent(id)}/content${query}`, ctx, { timeoutMs: CONTENT_TIMEOUT_MS });
   if (response.status < 200 || response.status >= 300) throw await readOpenAIError(response, ctx);
-  let bytes: Buffer;
-  try {
-    bytes = Buffer.from(await response.body.arrayBuffer());
-  } catch (error) {
-    throw mapTransportError(error, ctx);
-  }
+  const bytes = await readBoundedBytes(response, MAX_CONTENT_BYTES, ctx, () =>
+    new GatewayError(502, `The generated ${variant} is larger than the gateway accepts.`, { type: 'server_error', code: 'vendor_bad_response' }),
+  );
   const contentType = response.headers['content-type'];
   return { bytes, contentType: Array.isArray(contentType) ? contentType[0] : contentType };
 }
