@@ -1,4 +1,5 @@
 import type { ServerResponse } from 'node:http';
+import { setTimeout as pause } from 'node:timers/promises';
 import type { Context } from 'koa';
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
@@ -11,6 +12,7 @@ import {
   asyncJobKey,
   payloadKey,
   queueForEndpoint,
+  resultKey,
   type GatewayJobData,
   type GatewayJobResult,
   type QueueName,
@@ -19,7 +21,7 @@ import type { ReplyMessage } from '../shared/reply.js';
 import type { Backpressure } from './backpressure.js';
 import type { BlobStore } from '../workers/vendors/media-types.js';
 import { uploadKeys } from '../workers/blob-janitor.js';
-import type { ReplyHub } from './reply-hub.js';
+import type { PendingReply, ReplyHub } from './reply-hub.js';
 
 export interface RelayDeps {
   config: Config;
@@ -63,10 +65,27 @@ export function prefersAsync(prefer: string | undefined): boolean {
   return !!prefer && prefer.split(/[,;]/).some((token) => token.trim().toLowerCase() === 'respond-async');
 }
 
+/**
+ * A job that finished is removed from Redis moments after its reply was
+ * published: a job found missing gets this long for that reply to arrive
+ * before it is declared lost.
+ */
+const lostGraceMs = 1000;
+/** How long a forced shutdown waits for each aborted request's answer to be written. */
+const abortFlushMs = 2000;
+const streamTrailer = 'data: [DONE]\n\n';
+
+/** The job is gone from Redis (e.g. Redis restarted without persistence): nothing will ever answer it. */
+export const jobLostError = () =>
+  new GatewayError(503, 'The request was lost by the gateway (its queue lost the job, e.g. a Redis restart); retry the request.', {
+    type: 'server_error',
+    code: 'job_lost',
+    headers: { 'retry-after': '1' },
+  });
+
 const sseHeaders = {
   'content-type': 'text/event-stream; charset=utf-8',
   'cache-control': 'no-cache',
-  connection: 'keep-alive',
   'x-accel-buffering': 'no',
 };
 
@@ -95,7 +114,7 @@ export async function relay(ctx: Context, deps: RelayDeps, request: RelayRequest
     deadline,
   };
   if (request.endpoint.startsWith('images.')) {
-    // Koa honours X-Forwarded-Proto/Host (proxy mode), so links work behind a load balancer too.
+    // X-Forwarded-Proto/Host count only with TRUST_PROXY; PUBLIC_BASE_URL overrides both.
     data.baseUrl = config.publicBaseUrl ?? `${ctx.protocol}://${ctx.host}`;
   }
   const serialized = JSON.stringify(request.body);
@@ -162,6 +181,7 @@ export async function relay(ctx: Context, deps: RelayDeps, request: RelayRequest
       removeOnComplete: { age: 60, count: 1000 },
       removeOnFail: { age: 3600, count: 5000 },
     });
+    exchange.jobKey = queue.toKey(jobId);
     await exchange.run(deadline);
   } finally {
     hub.unregister(jobId);
@@ -169,9 +189,11 @@ export async function relay(ctx: Context, deps: RelayDeps, request: RelayRequest
   }
 }
 
-abstract class Exchange {
+abstract class Exchange implements PendingReply {
   lastSeq = 0;
+  jobKey: string | undefined;
   protected settled = false;
+  private reconciling = false;
   private finish!: () => void;
   private fail!: (error: unknown) => void;
   protected readonly finished = new Promise<void>((resolve, reject) => {
@@ -225,14 +247,15 @@ abstract class Exchange {
   /** Set once the request is cancelled: true when the job was removed before any worker took it. */
   cancelled: Promise<boolean> | undefined;
 
-  /** Client gone: drop the job if nobody took it yet, else tell the worker holding it to stop. */
-  private cancel(): Promise<boolean> {
+  /** Nobody waits any more: drop the job if nobody took it yet, else tell the worker holding it to stop. */
+  private cancel(reason = 'client left', lost = false): Promise<boolean> {
     this.settle();
     this.cancelled ??= (async () => {
       try {
         const removed = await this.queue.remove(this.requestId);
-        if (removed !== 1) await this.deps.redis.publish(cancelChannel, this.requestId);
-        this.log.info({ removed: removed === 1 }, 'client left; request cancelled');
+        // Removing a job that no longer exists "succeeds", yet a worker may still be running it.
+        if (removed !== 1 || lost) await this.deps.redis.publish(cancelChannel, this.requestId);
+        this.log.info({ removed: removed === 1 }, `${reason}; request cancelled`);
         return removed === 1;
       } catch (error) {
         this.log.warn({ err: error }, 'could not cancel request');
@@ -242,20 +265,75 @@ abstract class Exchange {
     return this.cancelled;
   }
 
-  /** After a subscriber reconnect: a finished job whose `done` we missed is answered from its return value. */
+  /** Forced shutdown: the client gets `error` now, and the job is cancelled so no worker runs it for nobody. */
+  async abort(error: GatewayError): Promise<void> {
+    if (this.settled) return;
+    const answered =
+      this.res.writableFinished || this.res.destroyed
+        ? Promise.resolve()
+        : new Promise<void>((resolve) => {
+            this.res.once('finish', resolve);
+            this.res.once('close', resolve);
+          });
+    this.failWith(error);
+    const cancelled = this.cancel('server shutting down');
+    await Promise.race([Promise.all([answered, cancelled]), pause(abortFlushMs)]);
+  }
+
+  /**
+   * After a subscriber reconnect, or when the liveness sweep saw the job gone
+   * or finished: answers from the job what pub/sub may have lost. A failed
+   * read concludes nothing (the next sweep tries again); only a job Redis
+   * says does not exist is declared lost.
+   */
   reconcile(): void {
-    void (async () => {
-      const job = await this.queue.getJob(this.requestId);
-      if (!job || this.settled) return;
+    if (this.settled || this.jobKey === undefined || this.reconciling) return;
+    this.reconciling = true;
+    this.check()
+      .catch((error) => this.log.warn({ err: error }, 'reconcile failed; the liveness sweep retries'))
+      .finally(() => {
+        this.reconciling = false;
+      });
+  }
+
+  private async check(): Promise<void> {
+    const job = await this.queue.getJob(this.requestId);
+    if (this.settled) return;
+    if (job) {
       const state = await job.getState();
-      if (state === 'completed') {
-        const result = job.returnvalue as GatewayJobResult | undefined;
-        if (result?.body !== undefined) this.deliver({ kind: 'done', requestId: this.requestId, seq: 0, payload: result.body });
-        else if (result?.bodyRef) this.deliver({ kind: 'done-ref', requestId: this.requestId, seq: 0, payload: result.bodyRef });
-      } else if (state === 'failed' && this.stream) {
+      // Read after the state: every chunk of a finished stream is in its log by now.
+      if (this.stream) await this.deps.hub.replay(this.requestId, this);
+      if (state === 'completed') this.finishFrom(job.returnvalue as GatewayJobResult | undefined);
+      else if (state === 'failed') {
+        // The worker published its own error before failing the job; it says more, so it gets to arrive first.
+        await pause(lostGraceMs);
         this.failWith(new GatewayError(502, 'The request failed while the gateway was reconnecting.', { code: 'server_error' }));
       }
-    })().catch((error) => this.log.warn({ err: error }, 'reconcile failed'));
+      return;
+    }
+    await pause(lostGraceMs);
+    if (this.settled || (await this.deps.redis.exists(this.jobKey!)) === 1) return;
+    if (this.stream) {
+      // A log from the first chunk on without a gap outlives only a job that finished (and was removed):
+      // data lost with Redis takes the log too, and chunks written after that start past 1.
+      const replayed = await this.deps.hub.replay(this.requestId, this);
+      if (replayed && replayed.first === 1 && replayed.count === replayed.last) return this.finishFrom(undefined);
+    } else if ((await this.deps.redis.exists(resultKey(this.requestId))) === 1) {
+      return this.finishFrom({ bodyRef: resultKey(this.requestId) });
+    }
+    if (this.settled) return;
+    this.log.warn('the job is gone from Redis; answering 503 job_lost');
+    this.failWith(jobLostError());
+    void this.cancel('job lost', true);
+  }
+
+  /** Answers as the job's `done` would have. */
+  private finishFrom(result: GatewayJobResult | undefined): void {
+    const reply = { requestId: this.requestId, seq: 0 };
+    if (this.stream) this.deliver({ kind: 'done', ...reply, payload: streamTrailer });
+    else if (result?.body !== undefined) this.deliver({ kind: 'done', ...reply, payload: result.body });
+    else if (result?.bodyRef) this.deliver({ kind: 'done-ref', ...reply, payload: result.bodyRef });
+    else this.failWith(new GatewayError(502, 'The request finished without a result.', { code: 'server_error' }));
   }
 }
 

@@ -56,7 +56,8 @@ export class ReplyPublisher {
       .pipeline()
       .publish(this.channel, encodeReply('chunk', this.requestId, seq, frames))
       .xadd(key, 'MAXLEN', '~', replayMaxLength, '*', 'seq', seq, 'frames', frames);
-    if (seq === 1) pipeline.expire(key, replayTtlSeconds);
+    // Set with the first batch, and again now and then: a log recreated mid-stream (Redis restarted empty) must expire too.
+    if (seq === 1 || seq % 64 === 0) pipeline.expire(key, replayTtlSeconds);
     this.pending = pipeline.exec().catch((error: unknown) => {
       this.failure ??= error;
     });
