@@ -44,18 +44,32 @@ export async function readJsonObject(req: IncomingMessage, limit: number): Promi
 
 /** Deeper than any real request (a JSON schema ten levels deep is about 25), far below what recursion in the stack can take. */
 export const maxJsonDepth = 100;
+/**
+ * Most members in one object and elements in one array. Every member costs
+ * validation and copying on the request thread; no request needs more (the
+ * largest lists of the API, embedding and completion batches, are 2,048).
+ */
+export const maxObjectMembers = 10_000;
+export const maxArrayElements = 100_000;
 
 /**
- * Refuses JSON nested deeper than `limit` before it is parsed: serializers,
- * validators and vendor mappings recurse, and a body nested thousands deep
- * would overflow the stack in any of them. A linear scan that skips strings
- * with indexOf (so a large base64 image costs next to nothing) and stops at
- * the first bracket too deep. The error names the top-level field it is in.
+ * Refuses JSON nested deeper than `limit`, or with an object or array larger
+ * than the caps above, before it is parsed: serializers, validators and vendor
+ * mappings recurse, and a body nested thousands deep would overflow the stack
+ * in any of them. A linear scan that skips strings with indexOf (so a large
+ * base64 image costs next to nothing) and stops at the first violation. The
+ * error names the top-level field it is in.
  */
 export function checkNesting(text: string, limit: number): void {
-  const structural = /["{}[\]]/g;
+  const structural = /["{}[\],]/g;
+  // Per open container: whether it is an object, and how many separators it holds so far.
+  const isObject: boolean[] = [];
+  const separators: number[] = [];
   let depth = 0;
   let topKey: string | null = null;
+  const refuse = (message: string, code: string) => {
+    throw invalidRequest(message, topKey, code);
+  };
   for (let match = structural.exec(text); match !== null; match = structural.exec(text)) {
     const i = match.index;
     const c = text.charCodeAt(i);
@@ -65,15 +79,23 @@ export function checkNesting(text: string, limit: number): void {
       if (end === -1) return; // unterminated: JSON.parse reports it
       if (depth === 1 && nextNonSpace(text, end + 1) === 0x3a /* : */) topKey = text.slice(i + 1, Math.min(end, i + 65));
       structural.lastIndex = end + 1;
-    } else if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
-      if (++depth > limit) {
-        throw invalidRequest(
-          `The request body is nested too deeply: at most ${limit} levels of objects and arrays are accepted.`,
-          topKey,
-          'nesting_too_deep',
+    } else if (c === 0x2c /* , */) {
+      if (depth === 0) continue;
+      const count = ++separators[depth - 1]!;
+      if (isObject[depth - 1] ? count >= maxObjectMembers : count >= maxArrayElements) {
+        refuse(
+          isObject[depth - 1]
+            ? `An object in the request body has more than ${maxObjectMembers} members.`
+            : `An array in the request body has more than ${maxArrayElements} elements.`,
+          'too_many_elements',
         );
       }
-    } else {
+    } else if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
+      if (depth >= limit) refuse(`The request body is nested too deeply: at most ${limit} levels of objects and arrays are accepted.`, 'nesting_too_deep');
+      isObject[depth] = c === 0x7b;
+      separators[depth] = 0;
+      depth++;
+    } else if (depth > 0) {
       depth--;
     }
   }

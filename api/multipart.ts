@@ -54,7 +54,8 @@ export function readMultipart(
       reject(invalidRequest(`Malformed multipart body: ${(error as Error).message}.`, null, 'invalid_multipart'));
       return;
     }
-    const fields: MultipartForm['fields'] = {};
+    // No prototype: a field named `__proto__` or `constructor` is just a field.
+    const fields: MultipartForm['fields'] = Object.create(null) as MultipartForm['fields'];
     // Slots keep the parts' order (the first image is the one a mask applies to), whatever order the stores finish in.
     const slots: Array<MultipartForm['files'][number] | undefined> = [];
     const stores: Promise<void>[] = [];
@@ -73,8 +74,11 @@ export function readMultipart(
     };
     const malformed = (error: Error) => fail(invalidRequest(`Malformed multipart body: ${error.message}.`, null, 'invalid_multipart'));
 
+    const unnamed = () => fail(invalidRequest('A multipart part has no name: every part needs Content-Disposition: form-data; name="…".', null, 'invalid_multipart'));
+
     parser.on('field', (name, value, info) => {
       if (failed) return;
+      if (typeof name !== 'string' || name === '') return unnamed();
       if (info.nameTruncated) return fail(invalidRequest(`A multipart field name is longer than the parser accepts.`, null, 'invalid_multipart'));
       if (info.valueTruncated) {
         return fail(invalidRequest(`The field '${name}' is too long: at most ${multipartLimits.fieldBytes} bytes.`, name, 'field_too_long'));
@@ -86,8 +90,9 @@ export function readMultipart(
     parser.on('file', (field, stream, info) => {
       // A body that ends inside a file part makes the file stream fail as well as the parser: both are the same 400.
       stream.on('error', malformed);
-      if (failed) {
+      if (failed || typeof field !== 'string' || field === '') {
         stream.resume();
+        if (!failed) unnamed();
         return;
       }
       const slot = slots.push(undefined) - 1;

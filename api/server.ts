@@ -1,5 +1,7 @@
 import { createServer, type Server } from 'node:http';
+import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import Koa from 'koa';
 import Router from '@koa/router';
 import { Queue } from 'bullmq';
@@ -53,7 +55,10 @@ export async function createApiServer(config: Config, log: Logger, env = process
   const jobEvents = new JobEvents(hub, { redis, queues, blobs, keys: keyCache, log, videoExpirySeconds: config.asyncResultTtlSeconds });
 
   let draining = false;
-  const app = new Koa({ proxy: true });
+  // The worst event-loop stall since the previous readiness probe: one slow request holds every other one.
+  const loopDelay = monitorEventLoopDelay({ resolution: 10 });
+  loopDelay.enable();
+  const app = new Koa({ proxy: config.trustProxy });
   app.silent = true;
   const probes = new Router();
   probes.get('/healthz', (ctx) => {
@@ -66,11 +71,20 @@ export async function createApiServer(config: Config, log: Logger, env = process
     );
     const ready = redisOk && hub.connected && !draining;
     ctx.status = ready ? 200 : 503;
-    ctx.body = { status: ready ? 'ready' : 'not_ready', redis: redisOk, subscriber: hub.connected, draining };
+    const eventLoopMaxMs = Math.round((loopDelay.max / 1e6) * 10) / 10;
+    loopDelay.reset();
+    ctx.body = { status: ready ? 'ready' : 'not_ready', redis: redisOk, subscriber: hub.connected, draining, event_loop_max_ms: eventLoopMaxMs };
   });
 
-  app.use(errorHandler(log));
+  // The request id wraps the error handler, so its access-log line sees the status the client got.
   app.use(requestId(log));
+  app.use(errorHandler(log));
+  app.use(async (ctx, next) => {
+    if (ctx.req.httpVersion === '1.1' && !ctx.get('host')) {
+      throw new GatewayError(400, 'An HTTP/1.1 request must carry a Host header.', { code: 'invalid_http_request' });
+    }
+    await next();
+  });
   app.use(probes.routes());
   app.use(async (ctx, next) => {
     if (draining) {
@@ -97,7 +111,14 @@ export async function createApiServer(config: Config, log: Logger, env = process
   await hub.start();
   await backpressure.start();
 
-  const server = createServer(app.callback());
+  // Node would answer a request without Host with a bare 400; the middleware below answers it in the OpenAI shape.
+  const server = createServer({ requireHostHeader: false }, app.callback());
+  server.on('clientError', (error: NodeJS.ErrnoException, socket) => answerClientError(error, socket));
+  // CONNECT is for proxies; without this a CONNECT request would get its socket closed with no answer.
+  server.on('connect', (_req, socket: Duplex) => {
+    const body = JSON.stringify(new GatewayError(405, 'CONNECT is not supported: this is an API, not a proxy.', { code: 'method_not_allowed' }).toBody());
+    socket.end(`HTTP/1.1 405 Method Not Allowed\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+  });
   jobEvents.attach(server);
   // Image and long chat requests are held open; Node's default request timeout would cut them.
   server.requestTimeout = 0;
@@ -121,14 +142,51 @@ export async function createApiServer(config: Config, log: Logger, env = process
       server.closeIdleConnections();
       const until = Date.now() + config.shutdownGraceMs;
       while (hub.size > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
-      if (hub.size > 0) log.warn({ pending: hub.size }, 'grace period over; closing with requests in flight');
+      hub.stop();
+      if (hub.size > 0) {
+        log.warn({ pending: hub.size }, 'grace period over; ending the requests in flight with an error and cancelling their jobs');
+        // Cut silently, a stream looks finished (HTTP 200) and its job runs on for nobody.
+        await hub.abortAll(
+          new GatewayError(503, 'The server shut down before the request finished; retry the request.', {
+            type: 'server_error',
+            code: 'server_shutting_down',
+            headers: { 'retry-after': '1' },
+          }),
+        );
+      }
       server.closeAllConnections();
       jobEvents.close();
+      loopDelay.disable();
       backpressure.stop();
       await Promise.allSettled([...queues.values()].map((q) => q.close()));
       await Promise.allSettled([subscriber.quit(), redis.quit()] as Promise<unknown>[]);
     },
   };
+}
+
+/**
+ * Requests Node refuses before Koa sees them (headers or URL too large, a
+ * malformed request line) get the same OpenAI-shaped body as every other
+ * error, instead of Node's bare status line.
+ */
+function answerClientError(error: NodeJS.ErrnoException, socket: Duplex): void {
+  // A response already under way on this socket cannot take another status line (Node's own rule too).
+  const inFlight = (socket as { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+  if (error.code === 'ECONNRESET' || !socket.writable || inFlight?.headersSent) {
+    socket.destroy();
+    return;
+  }
+  const [status, head, message] =
+    error.code === 'HPE_HEADER_OVERFLOW'
+      ? [431, 'Request Header Fields Too Large', 'The request headers (the URL included) are too large.']
+      : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, 'Request Timeout', 'The request took too long to arrive.']
+        : [400, 'Bad Request', 'Malformed HTTP request.'];
+  const code = status === 431 ? 'request_header_too_large' : status === 408 ? 'request_timeout' : 'invalid_http_request';
+  const body = JSON.stringify(new GatewayError(status, message, { code }).toBody());
+  socket.end(
+    `HTTP/1.1 ${status} ${head}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+  );
 }
 
 export type { Redis };

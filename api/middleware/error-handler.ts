@@ -10,8 +10,12 @@ export function errorHandler(log: Logger): Middleware {
   return async (ctx, next) => {
     try {
       await next();
-      if (ctx.status === 404 && ctx.body === undefined && ctx.respond !== false) {
-        throw new GatewayError(404, `Unknown request URL: ${ctx.method} ${ctx.path}.`, { code: 'unknown_url' });
+      if (ctx.body == null && ctx.respond !== false && !ctx.headerSent) {
+        if (ctx.status === 404) throw new GatewayError(404, `Unknown request URL: ${ctx.method} ${ctx.path}.`, { code: 'unknown_url' });
+        // The router answers a method it knows nothing of (TRACE, PROPFIND…) with a bare 501: for a client that is a 405.
+        if (ctx.status === 405 || ctx.status === 501) {
+          throw new GatewayError(405, `Method ${ctx.method} is not allowed on ${ctx.path}.`, { code: 'method_not_allowed' });
+        }
       }
     } catch (caught) {
       const error = toGatewayError(caught);

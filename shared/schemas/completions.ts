@@ -15,7 +15,8 @@ import {
 /** `POST /v1/completions` (legacy). */
 export const completionRequestSchema = z.looseObject({
   model: z.string().min(1),
-  prompt: z.union([z.string(), z.array(z.string()).min(1), tokenArraySchema, z.array(tokenArraySchema).min(1)]),
+  // A batch is at most 2,048 prompts, as for embeddings: each becomes its own choice.
+  prompt: z.union([z.string(), z.array(z.string()).min(1).max(2048), tokenArraySchema, z.array(tokenArraySchema).min(1).max(2048)]),
   suffix: z.string().nullish(),
   max_tokens: z.number().int().min(0).nullish(),
   temperature: temperatureSchema,
