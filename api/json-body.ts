@@ -45,12 +45,15 @@ export async function readJsonObject(req: IncomingMessage, limit: number): Promi
 /** Deeper than any real request (a JSON schema ten levels deep is about 25), far below what recursion in the stack can take. */
 export const maxJsonDepth = 100;
 /**
- * Most members in one object and elements in one array. Every member costs
- * validation and copying on the request thread; no request needs more (the
- * largest lists of the API, embedding and completion batches, are 2,048).
+ * Most members in one object and elements in one array. Every one costs
+ * validation on the request thread, and an invalid one an error record too;
+ * no request needs more (the largest lists of the API, embedding and
+ * completion batches, are 2,048). Arrays of plain numbers (token ids) are
+ * cheap and may be longer.
  */
 export const maxObjectMembers = 10_000;
-export const maxArrayElements = 100_000;
+export const maxArrayElements = 10_000;
+export const maxNumberArrayElements = 1_000_000;
 
 /**
  * Refuses JSON nested deeper than `limit`, or with an object or array larger
@@ -62,13 +65,18 @@ export const maxArrayElements = 100_000;
  */
 export function checkNesting(text: string, limit: number): void {
   const structural = /["{}[\],]/g;
-  // Per open container: whether it is an object, and how many separators it holds so far.
+  // Per open container: object or array, separators seen, and (arrays) whether every element so far is a number.
   const isObject: boolean[] = [];
   const separators: number[] = [];
+  const numeric: boolean[] = [];
   let depth = 0;
   let topKey: string | null = null;
-  const refuse = (message: string, code: string) => {
+  const refuse = (message: string, code: string): never => {
     throw invalidRequest(message, topKey, code);
+  };
+  const startsNumber = (from: number) => {
+    const c = nextNonSpace(text, from);
+    return c === 0x2d /* - */ || (c >= 0x30 && c <= 0x39);
   };
   for (let match = structural.exec(text); match !== null; match = structural.exec(text)) {
     const i = match.index;
@@ -81,19 +89,21 @@ export function checkNesting(text: string, limit: number): void {
       structural.lastIndex = end + 1;
     } else if (c === 0x2c /* , */) {
       if (depth === 0) continue;
-      const count = ++separators[depth - 1]!;
-      if (isObject[depth - 1] ? count >= maxObjectMembers : count >= maxArrayElements) {
-        refuse(
-          isObject[depth - 1]
-            ? `An object in the request body has more than ${maxObjectMembers} members.`
-            : `An array in the request body has more than ${maxArrayElements} elements.`,
-          'too_many_elements',
-        );
+      const at = depth - 1;
+      const count = ++separators[at]!;
+      if (isObject[at]) {
+        if (count >= maxObjectMembers) refuse(`An object in the request body has more than ${maxObjectMembers} members.`, 'too_many_elements');
+        continue;
+      }
+      if (numeric[at] && !startsNumber(i + 1)) numeric[at] = false;
+      if (count >= (numeric[at] ? maxNumberArrayElements : maxArrayElements)) {
+        refuse(`An array in the request body has more than ${numeric[at] ? maxNumberArrayElements : maxArrayElements} elements.`, 'too_many_elements');
       }
     } else if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
       if (depth >= limit) refuse(`The request body is nested too deeply: at most ${limit} levels of objects and arrays are accepted.`, 'nesting_too_deep');
       isObject[depth] = c === 0x7b;
       separators[depth] = 0;
+      numeric[depth] = c === 0x5b && startsNumber(i + 1);
       depth++;
     } else if (depth > 0) {
       depth--;

@@ -13,7 +13,19 @@ export const streamOptionsSchema = z
   .nullish();
 
 /** Token arrays as the OpenAI spec allows them in `prompt` and `input`. */
-export const tokenArraySchema = z.array(z.number().int().min(0)).min(1);
+export const tokenArraySchema = z.custom<number[]>(
+  (value) => Array.isArray(value) && value.length > 0 && value.every((token) => Number.isInteger(token) && token >= 0),
+  // One check in one loop: a long array of bad ids is one error, not one per element.
+  { message: 'expected a non-empty array of token ids (integers ≥ 0)' },
+);
+
+/**
+ * An array of `min` to `max` elements, its length checked before any element
+ * is: a list far too long is refused at once instead of validated item by
+ * item (with an error record for each bad one) first.
+ */
+export const boundedArray = <T extends z.ZodType>(element: T, min: number, max: number) =>
+  z.array(z.unknown()).min(min).max(max).pipe(z.array(element));
 
 /**
  * A number that arrives as a multipart text field. The whole field must be a

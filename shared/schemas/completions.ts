@@ -8,6 +8,7 @@ import {
   streamOptionsSchema,
   temperatureSchema,
   tokenArraySchema,
+  boundedArray,
   topPSchema,
   userSchema,
 } from './common.js';
@@ -16,7 +17,7 @@ import {
 export const completionRequestSchema = z.looseObject({
   model: z.string().min(1),
   // A batch is at most 2,048 prompts, as for embeddings: each becomes its own choice.
-  prompt: z.union([z.string(), z.array(z.string()).min(1).max(2048), tokenArraySchema, z.array(tokenArraySchema).min(1).max(2048)]),
+  prompt: z.union([z.string(), boundedArray(z.string(), 1, 2048), tokenArraySchema, boundedArray(tokenArraySchema, 1, 2048)]),
   suffix: z.string().nullish(),
   max_tokens: z.number().int().min(0).nullish(),
   temperature: temperatureSchema,

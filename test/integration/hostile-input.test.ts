@@ -185,18 +185,24 @@ describe('hostile input', () => {
   });
 
   it('logs the status the client got, errors included', async () => {
-    const before = gateway.logs.length;
-    await rawRequest(gateway.url, { path: '/v1/chat/completions', headers: { 'content-type': 'application/json' }, body: '{}' });
-    await postJson('/v1/chat/completions', '{"model":');
-    await rawRequest(gateway.url, { method: 'GET', path: '/v1/no-such-thing', headers: auth() });
-    const statuses = () =>
+    const answers = [
+      await rawRequest(gateway.url, { path: '/v1/chat/completions', headers: { 'content-type': 'application/json' }, body: '{}' }),
+      await postJson('/v1/chat/completions', '{"model":'),
+      await rawRequest(gateway.url, { method: 'GET', path: '/v1/no-such-thing', headers: auth() }),
+    ];
+    const ids = answers.map((answer) => String(answer.headers['x-request-id']));
+    const logged = () =>
       gateway.logs
-        .slice(before)
         .filter((line) => line.includes('"msg":"request"'))
-        .map((line) => (JSON.parse(line) as { status: number }).status);
+        .map((line) => JSON.parse(line) as { reqId: string; status: number })
+        .filter((line) => ids.includes(line.reqId));
     // The log is written asynchronously: wait for the three lines, then read what they say.
-    await waitFor(() => statuses().length >= 3, 5000, 'three access-log lines');
-    assert.deepEqual(statuses(), [401, 400, 404]);
+    await waitFor(() => logged().length >= 3, 5000, 'three access-log lines');
+    assert.deepEqual(
+      ids.map((id) => logged().find((line) => line.reqId === id)?.status),
+      answers.map((answer) => answer.status),
+    );
+    assert.deepEqual(answers.map((answer) => answer.status), [401, 400, 404]);
   });
 
   it('builds file links from PUBLIC_BASE_URL or the Host, and believes X-Forwarded-Host only with TRUST_PROXY', async () => {
