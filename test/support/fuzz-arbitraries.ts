@@ -988,6 +988,8 @@ function multipartFieldMutation(endpoint: MultipartEndpoint, shapes = true): fc.
         note: `file name ${JSON.stringify(clip(filename, 30))}`,
         apply: (state: MultipartState) => {
           for (const part of state.parts) if (part.filename !== undefined) part.filename = filename;
+          // Written as is, a quote ends the filename parameter early and an empty one makes the part a field: no longer the files sent.
+          if (filename === '' || filename.includes('"')) state.intact = false;
         },
       })),
     },
@@ -1045,7 +1047,7 @@ function multipartFieldMutation(endpoint: MultipartEndpoint, shapes = true): fc.
         .map((type) => ({
           note: `content-type ${type}`,
           apply: (state: MultipartState) => {
-            state.contentType = type === '(none)' ? undefined : type.replaceAll('$B', state.boundary);
+            state.contentType = type === '(none)' ? undefined : type.replaceAll('"$B"', `"${state.boundary}"`).replaceAll('$B', headerParam(state.boundary));
             if (type.startsWith('multipart/form-data; boundary=bbbb')) state.boundary = 'b'.repeat(200);
             state.intact = type.includes('$B') && !type.includes('other');
           },
@@ -1170,6 +1172,9 @@ function multipartCutMutation(): fc.Arbitrary<PartsMutation> {
   );
 }
 
+/** A header parameter value: as is when it is an HTTP token, quoted otherwise (`:`, `/`, `=`, `?` and the like must be). */
+const headerParam = (value: string) => (/^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/.test(value) ? value : `"${value}"`);
+
 const boundaries = fc.oneof(
   { weight: 4, arbitrary: fc.constant('----switchyard-fuzz-7MA4YWxkTrZu0gW') },
   { weight: 1, arbitrary: fc.stringMatching(/^[0-9A-Za-z'()+_,\-./:=?]{1,69}[0-9A-Za-z'()+_,\-./:=?]$/) },
@@ -1198,7 +1203,7 @@ export function multipartCase(kind: MultipartKind): fc.Arbitrary<FuzzCase> {
           expect: {},
           intact: true,
         };
-        state.contentType = `multipart/form-data; boundary=${state.boundary}`;
+        state.contentType = `multipart/form-data; boundary=${headerParam(state.boundary)}`;
         for (const m of r.mutations) m.apply(state);
         const { body: encoded, fileRanges } = encodeMultipart(state.parts, state.boundary, state.options);
         const body = state.post ? state.post(encoded, fileRanges) : encoded;
