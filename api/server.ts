@@ -1,7 +1,6 @@
 import { createServer, type Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
-import { monitorEventLoopDelay } from 'node:perf_hooks';
 import Koa from 'koa';
 import Router from '@koa/router';
 import { Queue } from 'bullmq';
@@ -25,6 +24,7 @@ import { adminRoutes } from './routes/admin.js';
 import { mediaRoutes } from './routes/media.js';
 import { jobRoutes } from './routes/jobs.js';
 import { JobEvents } from './job-events.js';
+import { LoopStallMonitor } from './loop-stall.js';
 import { createBlobStore } from '../storage/create-blob-store.js';
 import { resolveUrlSecret } from '../storage/blob-urls.js';
 
@@ -56,8 +56,7 @@ export async function createApiServer(config: Config, log: Logger, env = process
 
   let draining = false;
   // The worst event-loop stall since the previous readiness probe: one slow request holds every other one.
-  const loopDelay = monitorEventLoopDelay({ resolution: 10 });
-  loopDelay.enable();
+  const loopStalls = new LoopStallMonitor();
   const app = new Koa({ proxy: config.trustProxy });
   app.silent = true;
   const probes = new Router();
@@ -71,8 +70,7 @@ export async function createApiServer(config: Config, log: Logger, env = process
     );
     const ready = redisOk && hub.connected && !draining;
     ctx.status = ready ? 200 : 503;
-    const eventLoopMaxMs = Math.round((loopDelay.max / 1e6) * 10) / 10;
-    loopDelay.reset();
+    const eventLoopMaxMs = loopStalls.takeWorst();
     ctx.body = { status: ready ? 'ready' : 'not_ready', redis: redisOk, subscriber: hub.connected, draining, event_loop_max_ms: eventLoopMaxMs };
   });
 
@@ -156,7 +154,7 @@ export async function createApiServer(config: Config, log: Logger, env = process
       }
       server.closeAllConnections();
       jobEvents.close();
-      loopDelay.disable();
+      loopStalls.stop();
       backpressure.stop();
       await Promise.allSettled([...queues.values()].map((q) => q.close()));
       await Promise.allSettled([subscriber.quit(), redis.quit()] as Promise<unknown>[]);
