@@ -3,7 +3,10 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadCatalog, type CatalogModel } from '../../shared/catalog.js';
+import { endpointCapabilities, loadCatalog, type CatalogModel } from '../../shared/catalog.js';
+import { loadConfig } from '../../shared/config.js';
+import { ModelResolver, toOpenAIModel } from '../../api/model-resolver.js';
+import { resolveChannels, vendorDefinitions } from '../../workers/vendors/vendor-config.js';
 
 const raw = JSON.parse(readFileSync(new URL('../../shared/catalog.json', import.meta.url), 'utf8')) as { models: { id: string }[] };
 const catalog = loadCatalog();
@@ -59,6 +62,12 @@ describe('catalog file', () => {
       'grok-2-1212', 'grok-2-image-1212',
       // Black Forest Labs
       'flux-pro-1.1', 'flux-pro-1.1-ultra', 'flux-pro', 'flux-dev', 'flux-kontext-pro', 'flux-kontext-max', 'flux-pro-1.0-fill',
+      // 2026 releases
+      'gpt-5.2', 'gpt-5.2-2025-12-11', 'gpt-5.2-chat-latest', 'gpt-5.3-chat-latest', 'gpt-5.4', 'gpt-5.4-2026-03-05', 'gpt-5.4-mini',
+      'gpt-5.4-mini-2026-03-17', 'gpt-5.4-nano', 'gpt-5.4-nano-2026-03-17', 'gpt-5.5', 'gpt-5.5-2026-04-23', 'claude-opus-4-6',
+      'claude-sonnet-4-6', 'claude-opus-4-7', 'claude-opus-4-8', 'claude-sonnet-5', 'claude-opus-5', 'gemini-3.1-pro-preview',
+      'gemini-3.5-flash', 'gemini-3.1-flash-lite', 'deepseek-v4-flash', 'deepseek-v4-pro', 'grok-4.20-0309-reasoning',
+      'grok-4.20-0309-non-reasoning', 'grok-4.20', 'grok-4.3',
     ];
     for (const id of expected) assert.ok(catalog.get(id), id);
   });
@@ -94,16 +103,20 @@ describe('catalog limits', () => {
       if (original8k.has(m.id)) assert.equal(m.context_window, 8192, m.id);
       else assert.ok(m.context_window >= 16000, `${m.id}: ${m.context_window}`);
       if (m.id.startsWith('gpt-4.1')) assert.equal(m.context_window, 1047576, m.id);
-      if (/^gpt-5(\.\d+)?(-mini|-nano)?(-\d{4}-\d\d-\d\d)?$/.test(m.id)) assert.equal(m.context_window, 400000, m.id);
+      // GPT-5.4 and GPT-5.5 took the window to 1.05M; the rest of the GPT-5 family, minis and nanos included, has 400K.
+      if (/^gpt-5\.[45](-\d{4}-\d\d-\d\d)?$/.test(m.id)) assert.equal(m.context_window, 1050000, m.id);
+      else if (/^gpt-5(\.\d+)?(-mini|-nano)?(-\d{4}-\d\d-\d\d)?$/.test(m.id)) assert.equal(m.context_window, 400000, m.id);
       if (/^o\d(-pro)?(-\d{4}-\d\d-\d\d)?$/.test(m.id) || /^o[34]-mini/.test(m.id)) assert.equal(m.context_window, 200000, m.id);
     }
   });
 
-  it('gives every Anthropic model 200K context and a default max_tokens within its output limit', () => {
+  it('gives Anthropic models 200K context (1M from the 4.6 generation on) and a default max_tokens within their output limit', () => {
     const anthropic = of('anthropic');
     assert.ok(anthropic.length >= 20);
     for (const m of anthropic) {
-      assert.equal(m.context_window, 200000, m.id);
+      // Opus/Sonnet 4.6 and later take 1M tokens without a beta header; earlier models 200K.
+      const oneMillion = /^claude-(opus|sonnet)-(4-[6-9]|5)/.test(m.id);
+      assert.equal(m.context_window, oneMillion ? 1000000 : 200000, m.id);
       assert.ok(m.default_max_tokens, `${m.id} needs default_max_tokens`);
       assert.ok(m.default_max_tokens! <= m.max_output_tokens, m.id);
       assert.deepEqual(m.input_modalities, ['text', 'image'], m.id);
@@ -124,8 +137,11 @@ describe('catalog limits', () => {
     }
   });
 
-  it('gives DeepSeek models 64K-128K context', () => {
-    for (const m of of('deepseek')) assert.ok(m.context_window >= 64000 && m.context_window <= 131072, `${m.id}: ${m.context_window}`);
+  it('gives DeepSeek V3-era models 64K-128K context and V4 models 1M', () => {
+    for (const m of of('deepseek')) {
+      if (m.id.startsWith('deepseek-v4-')) assert.equal(m.context_window, 1000000, m.id);
+      else assert.ok(m.context_window >= 64000 && m.context_window <= 131072, `${m.id}: ${m.context_window}`);
+    }
   });
 });
 
@@ -199,6 +215,75 @@ describe('catalog pricing and capability fields', () => {
         assert.equal(target!.capability, m.capability, `${m.id} -> ${id}`);
         for (const size of m.image_sizes ?? []) assert.ok(target!.image_sizes?.includes(size), `${m.id} -> ${id}: ${size}`);
       }
+    }
+  });
+});
+
+describe('models listed with the seed vendors configured', () => {
+  // Exactly the six seed vendors' keys, nothing else from the environment: what `/v1/models` serves then.
+  const env = {
+    OPENAI_API_KEY: 'sk-test',
+    ANTHROPIC_API_KEY: 'sk-ant-test',
+    GEMINI_API_KEY: 'gemini-test',
+    DEEPSEEK_API_KEY: 'sk-deepseek-test',
+    XAI_API_KEY: 'xai-test',
+    BFL_API_KEY: 'bfl-test',
+  };
+  // The same calls as `createApiServer` in api/server.ts and the `/v1/models` route.
+  const configured = new Set(resolveChannels(env).keys());
+  const resolver = new ModelResolver(loadCatalog(loadConfig(env).catalogFile), configured);
+  const served = resolver.list();
+  const listed = served.map(toOpenAIModel);
+  const withContext = new Set<string>(['chat', 'reasoning', 'completion', 'embedding']);
+
+  const priced = (m: CatalogModel): boolean => {
+    const p = m.pricing;
+    switch (m.capability) {
+      case 'chat':
+      case 'reasoning':
+      case 'completion':
+        return typeof p?.input_per_1m === 'number' && typeof p.output_per_1m === 'number';
+      case 'embedding':
+        return typeof p?.input_per_1m === 'number';
+      case 'image':
+        return Object.keys(p?.per_image ?? {}).length > 0;
+      case 'video':
+        return typeof p?.per_second === 'number';
+      case 'transcription':
+        return typeof p?.per_minute === 'number';
+    }
+  };
+
+  it('configures exactly the six seed vendors (the mock stays out)', () => {
+    const seeded = vendorDefinitions.filter((v) => v.protocol !== 'mock').map((v) => v.name);
+    assert.deepEqual([...configured].sort(), [...seeded].sort());
+    assert.equal(configured.size, 6);
+    assert.ok(!served.some((m) => m.owned_by === 'mock'), 'mock models are not listed');
+  });
+
+  it('lists more than 200 models, each id once', () => {
+    assert.ok(listed.length > 200, `${listed.length} models listed`);
+    const ids = listed.map((m) => m.id);
+    assert.equal(new Set(ids).size, ids.length, 'duplicate ids in /v1/models');
+    for (const m of listed) assert.equal(m.object, 'model', m.id);
+  });
+
+  it('gives every listed model a price, a context window where its capability has one, and a route to a configured vendor', () => {
+    const servedCapabilities = new Set<string>(Object.values(endpointCapabilities).flat());
+    for (const m of served) {
+      assert.ok(priced(m), `${m.id} (${m.capability}) has no price`);
+      if (withContext.has(m.capability)) assert.ok(m.context_window > 0, `${m.id} has no context window`);
+      if (withContext.has(m.capability) && m.capability !== 'embedding') assert.ok(m.max_output_tokens > 0, `${m.id} has no output limit`);
+      assert.ok(m.routes.some((r) => configured.has(r.vendor)), `${m.id} has no route to a configured vendor`);
+      assert.ok(servedCapabilities.has(m.capability), `${m.id}: no endpoint serves ${m.capability}`);
+      assert.equal(resolver.get(m.id), m, `${m.id} resolves`);
+    }
+  });
+
+  it('includes the 2026 releases of each seed vendor', () => {
+    const ids = new Set(listed.map((m) => m.id));
+    for (const id of ['gpt-5.5', 'gpt-5.4-mini', 'claude-opus-5', 'claude-sonnet-4-6', 'gemini-3.5-flash', 'deepseek-v4-pro', 'grok-4.3']) {
+      assert.ok(ids.has(id), id);
     }
   });
 });
