@@ -9,7 +9,8 @@ COPY workers ./workers
 COPY shared ./shared
 COPY storage ./storage
 COPY bin ./bin
-RUN npm run build && npm prune --omit=dev
+# The type check the old tsc build did, then the same esbuild transpile `npm start` runs.
+RUN npx tsc -p tsconfig.build.json --noEmit && npm run build && npm prune --omit=dev
 
 FROM node:20-bookworm-slim
 ENV NODE_ENV=production

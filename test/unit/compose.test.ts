@@ -1,0 +1,167 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { parse } from 'yaml';
+import { queueNames } from '../../shared/queues.js';
+
+// docker-compose.yml, read as Compose would (merge keys resolved); no Docker engine needed.
+const root = fileURLToPath(new URL('../../', import.meta.url));
+const read = (path: string) => readFileSync(`${root}${path}`, 'utf8');
+
+interface Service {
+  image?: string;
+  build?: unknown;
+  command?: string[];
+  ports?: unknown[];
+  container_name?: string;
+  env_file?: Array<string | { path: string; required?: boolean }>;
+  environment?: Record<string, string>;
+  volumes?: string[];
+  deploy?: { replicas?: number };
+}
+const compose = parse(read('docker-compose.yml'), { merge: true }) as { services: Record<string, Service> };
+const services = compose.services;
+const runsGateway = (service: Service) => service.build !== undefined || (service.command ?? []).some((arg) => arg.includes('dist/bin/start.js'));
+const gateways = Object.entries(services).filter(([, service]) => runsGateway(service));
+
+/** The balancer: the service whose image is a proxy and which mounts a config file from the repo. */
+const [balancerName, balancer] = Object.entries(services).find(([, s]) => /^(nginx|haproxy|traefik)\b/.test(s.image ?? '')) ?? [];
+
+/** Every variable name the gateway reads: the README's Configuration table and the literal names in shared/config.ts. */
+function knownVariables(): RegExp[] {
+  const readme = read('README.md');
+  const table = readme.slice(readme.indexOf('## Configuration'), readme.indexOf('\n## ', readme.indexOf('## Configuration') + 1));
+  const names = new Set<string>();
+  for (const line of table.split('\n').filter((l) => l.startsWith('| `'))) {
+    const firstCell = line.split('|')[1] ?? '';
+    for (const [, name] of firstCell.matchAll(/`([A-Z0-9_<>]+)`/g)) names.add(name!);
+  }
+  const config = read('shared/config.ts');
+  for (const [, name] of config.matchAll(/env\.([A-Z][A-Z0-9_]*)/g)) names.add(name!);
+  for (const [, name] of config.matchAll(/\(env, '([A-Z][A-Z0-9_]*)'/g)) names.add(name!);
+  for (const [, prefix] of config.matchAll(/perQueue\(env, '([A-Z][A-Z0-9_]*)'/g)) names.add(`${prefix}_<QUEUE>`);
+  const queues = queueNames.map((q) => q.toUpperCase()).join('|');
+  return [...names].map((name) => new RegExp(`^${name.replaceAll('<VENDOR>', '[A-Z][A-Z0-9_]*').replaceAll('<QUEUE>', `(${queues})`)}$`));
+}
+
+/** `NAME=` lines of .env.example, commented out or not. */
+function exampleVariables(): string[] {
+  return [...read('.env.example').matchAll(/^#?\s*([A-Z][A-Z0-9_]*)=/gm)].map(([, name]) => name!);
+}
+
+describe('docker-compose.yml', () => {
+  it('runs the api and one worker service per capability', () => {
+    assert.ok(services.api && runsGateway(services.api), 'an api service running the gateway');
+    assert.ok(services.api.command?.includes('--role=api'));
+    for (const queue of queueNames) {
+      const worker = services[`worker-${queue}`];
+      assert.ok(worker && runsGateway(worker), `a worker-${queue} service`);
+      assert.ok(worker.command?.includes('--role=worker'));
+      assert.equal(worker.environment?.WORKER_QUEUES, queue);
+    }
+  });
+
+  it('publishes a host port on the balancer only', () => {
+    assert.ok(balancer, 'a balancer service (nginx, haproxy or traefik)');
+    assert.deepEqual(balancer.ports, ['8080:8080']);
+    const publishing = Object.entries(services).filter(([, s]) => (s.ports ?? []).length > 0).map(([name]) => name);
+    assert.deepEqual(publishing, [balancerName]);
+  });
+
+  it('lets the api scale: no fixed container name, no host port, no fixed replica count', () => {
+    assert.equal(services.api!.container_name, undefined);
+    assert.equal(services.api!.ports, undefined);
+    assert.equal(services.api!.deploy?.replicas, undefined);
+    for (const [name, service] of gateways) assert.equal(service.container_name, undefined, name);
+  });
+
+  it('gives the api what it needs behind a proxy', () => {
+    const env = services.api!.environment ?? {};
+    assert.equal(env.TRUST_PROXY, 'on');
+    assert.ok(env.PUBLIC_BASE_URL, 'PUBLIC_BASE_URL');
+    assert.equal(env.PORT, '8080');
+  });
+
+  it('hands .env to every service that runs the gateway, optional so `docker compose up` works without one', () => {
+    assert.equal(gateways.length, 1 + queueNames.length);
+    for (const [name, service] of gateways) {
+      assert.deepEqual(service.env_file, [{ path: '.env', required: false }], name);
+      assert.equal(service.environment?.REDIS_URL, 'redis://redis:6379', name);
+    }
+  });
+
+  it('does not shadow a variable .env.example offers with a fixed value', () => {
+    const offered = new Set(exampleVariables());
+    for (const [name, service] of gateways) {
+      for (const [variable, value] of Object.entries(service.environment ?? {})) {
+        if (!offered.has(variable)) continue;
+        assert.match(String(value), new RegExp(`^\\$\\{${variable}(:?-[^}]*)?\\}$`), `${name} sets ${variable} over .env`);
+      }
+    }
+  });
+
+  it('runs Redis with AOF every second and no eviction', () => {
+    const command = (services.redis?.command ?? []).join(' ');
+    assert.match(command, /--appendonly yes\b/);
+    assert.match(command, /--appendfsync everysec\b/);
+    assert.match(command, /--maxmemory-policy noeviction\b/);
+  });
+});
+
+describe('the balancer config', () => {
+  const mount = (balancer?.volumes ?? []).find((volume) => volume.startsWith('./'));
+  const file = mount?.split(':')[0] ?? '';
+  const conf = existsSync(`${root}${file}`) ? read(file) : '';
+
+  it('is a checked-in file mounted into the balancer', () => {
+    assert.ok(mount, 'a ./… bind mount');
+    assert.ok(conf, `${file} exists`);
+    assert.match(mount, /:ro$/);
+  });
+
+  it('listens on the published port and forwards to the api service by name, resolved by Docker at request time', () => {
+    assert.match(conf, /^\s*listen 8080;/m);
+    assert.match(conf, /^\s*resolver 127\.0\.0\.11\b/m);
+    // A variable in proxy_pass: looked up per request through the resolver, so scaled replicas are all used.
+    const variable = /^\s*set \$(\w+) http:\/\/api:8080;/m.exec(conf)?.[1];
+    assert.ok(variable, 'set $… http://api:8080');
+    assert.match(conf, new RegExp(`^\\s*proxy_pass \\$${variable};`, 'm'));
+  });
+
+  it('is streaming-friendly: no buffering, long read timeouts, WebSocket upgrades', () => {
+    assert.match(conf, /^\s*proxy_buffering off;/m);
+    assert.match(conf, /^\s*proxy_http_version 1\.1;/m);
+    assert.match(conf, /^\s*proxy_set_header Upgrade \$http_upgrade;/m);
+    assert.match(conf, /^\s*proxy_set_header Connection \$connection_upgrade;/m);
+    const readTimeout = Number(/^\s*proxy_read_timeout (\d+)s;/m.exec(conf)?.[1]);
+    assert.ok(readTimeout >= 600, `proxy_read_timeout ${readTimeout}s covers the 600 s chat deadline`);
+  });
+
+  it('sets the forwarded headers the api trusts', () => {
+    for (const header of ['X-Forwarded-Proto', 'X-Forwarded-Host', 'X-Forwarded-For']) {
+      assert.match(conf, new RegExp(`^\\s*proxy_set_header ${header} \\$`, 'm'), header);
+    }
+  });
+});
+
+describe('.env.example', () => {
+  it('names only variables the gateway reads', () => {
+    const known = knownVariables();
+    const names = exampleVariables();
+    assert.ok(names.length > 10);
+    const unknown = names.filter((name) => !known.some((pattern) => pattern.test(name)));
+    assert.deepEqual(unknown, []);
+  });
+
+  it('documents what never reached the containers before: channels, S3, vendor limits', () => {
+    const names = exampleVariables();
+    for (const name of ['CHANNELS_FILE', 'S3_BUCKET', 'S3_ENDPOINT', 'OPENAI_MAX_CONCURRENCY', 'PUBLIC_BASE_URL']) assert.ok(names.includes(name), name);
+  });
+
+  it('is not ignored by git, while .env is', () => {
+    const ignore = read('.gitignore').split('\n').map((l) => l.trim());
+    assert.ok(ignore.includes('.env'));
+    assert.ok(!ignore.includes('.env*') && !ignore.includes('.env.example'));
+  });
+});
