@@ -6,7 +6,7 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { GatewayError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { jobEventsChannel, type QueueName } from '../shared/queues.js';
-import type { BlobStore } from '../workers/vendors/media-types.js';
+import type { BlobStore } from '../storage/blob-store.js';
 import type { KeyCache } from './key-store.js';
 import { loadOwnedJob, renderJob, renderVideo, type OwnedJob } from './job-views.js';
 import type { ReplyHub } from './reply-hub.js';

@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import busboy from 'busboy';
 import type { BlobRef } from '../shared/blobs.js';
 import { GatewayError, invalidRequest } from '../shared/errors.js';
-import type { BlobStore } from '../workers/vendors/media-types.js';
+import type { BlobStore } from '../storage/blob-store.js';
 
 export interface MultipartForm {
   /** Text fields; a field sent several times (or as `name[]`) is an array. */

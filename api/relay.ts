@@ -19,8 +19,8 @@ import {
 } from '../shared/queues.js';
 import type { ReplyMessage } from '../shared/reply.js';
 import type { Backpressure } from './backpressure.js';
-import type { BlobStore } from '../workers/vendors/media-types.js';
-import { uploadKeys } from '../workers/blob-janitor.js';
+import type { BlobStore } from '../storage/blob-store.js';
+import { uploadKeys } from '../storage/upload-keys.js';
 import type { PendingReply, ReplyHub } from './reply-hub.js';
 
 export interface RelayDeps {

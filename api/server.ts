@@ -11,7 +11,7 @@ import { createRedis } from '../shared/redis.js';
 import { loadCatalog } from '../shared/catalog.js';
 import { GatewayError } from '../shared/errors.js';
 import { queueNames, replyChannel, type QueueName } from '../shared/queues.js';
-import { resolveChannels } from '../workers/vendors/vendor-config.js';
+import { resolveChannels } from '../shared/vendors.js';
 import { errorHandler } from './middleware/error-handler.js';
 import { requestId } from './middleware/request-id.js';
 import { authenticate } from './middleware/auth.js';

@@ -2,7 +2,7 @@ import { loadConfig } from '../shared/config.js';
 import { createLogger } from '../shared/logger.js';
 import { createApiServer } from '../api/server.js';
 import { startWorkers } from '../workers/worker.js';
-import { isMockStandingIn } from '../workers/vendors/vendor-config.js';
+import { isMockStandingIn } from '../shared/vendors.js';
 import { locateRedis } from './local-redis.js';
 
 /**

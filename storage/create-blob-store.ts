@@ -1,6 +1,6 @@
 import type { Config } from '../shared/config.js';
 import type { BlobRef } from '../shared/blobs.js';
-import type { BlobStore } from '../workers/vendors/media-types.js';
+import type { BlobStore } from './blob-store.js';
 import { LocalBlobStore } from './local-blob-store.js';
 import { S3BlobStore } from './s3-blob-store.js';
 

@@ -4,7 +4,7 @@ import { dirname, join, relative, resolve, sep } from 'node:path';
 import type { Readable } from 'node:stream';
 import type { BlobRef } from '../shared/blobs.js';
 import { GatewayError } from '../shared/errors.js';
-import type { BlobListing, BlobStore } from '../workers/vendors/media-types.js';
+import type { BlobListing, BlobStore } from './blob-store.js';
 
 const keyPattern = /^[A-Za-z0-9][A-Za-z0-9._/-]{0,255}$/;
 const prefixPattern = /^[A-Za-z0-9._/-]{0,256}$/;

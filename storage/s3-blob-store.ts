@@ -10,7 +10,7 @@ import {
 } from '@aws-sdk/client-s3';
 import type { BlobRef } from '../shared/blobs.js';
 import { GatewayError } from '../shared/errors.js';
-import type { BlobListing, BlobStore } from '../workers/vendors/media-types.js';
+import type { BlobListing, BlobStore } from './blob-store.js';
 
 export interface S3Settings {
   bucket: string;

@@ -4,7 +4,8 @@ import type { Redis } from 'ioredis';
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import { keyPrefix, payloadKey, type GatewayJobData } from '../shared/queues.js';
-import type { BlobStore } from './vendors/media-types.js';
+import type { BlobStore } from '../storage/blob-store.js';
+import { uploadKeys } from '../storage/upload-keys.js';
 
 export type JanitorConfig = Pick<Config, 'blobSweepIntervalSeconds' | 'blobUrlTtlSeconds' | 'asyncResultTtlSeconds' | 'deadlineMs'>;
 
@@ -144,14 +145,6 @@ export class BlobJanitor {
 
 /** Endpoints whose payloads reference uploads. */
 export const uploadEndpoints = new Set<GatewayJobData['endpoint']>(['images.edits', 'audio.transcriptions', 'videos']);
-
-/** Keys of the uploads a job payload references: `images` (array), `mask`, `file`, `input_reference`. */
-export function uploadKeys(payload: Record<string, unknown>): string[] {
-  const refs: unknown[] = [...(Array.isArray(payload.images) ? payload.images : []), payload.mask, payload.file, payload.input_reference];
-  return refs
-    .map((ref) => (ref && typeof ref === 'object' ? (ref as { key?: unknown }).key : undefined))
-    .filter((key): key is string => typeof key === 'string' && key.startsWith('uploads/'));
-}
 
 /**
  * Deletes the uploads of a job in its final state (completed, or failed with

@@ -3,7 +3,7 @@ import type { Catalog, CatalogModel } from '../shared/catalog.js';
 import type { Logger } from '../shared/logger.js';
 import { GatewayError } from '../shared/errors.js';
 import { keyPrefix } from '../shared/queues.js';
-import { resolveChannels, vendorDefinition, type ChannelConfig, type Protocol } from './vendors/vendor-config.js';
+import { resolveChannels, vendorDefinition, type ChannelConfig, type Protocol } from '../shared/vendors.js';
 
 export interface ResolvedRoute {
   protocol: Protocol;

@@ -4,13 +4,14 @@ import type { Config } from '../shared/config.js';
 import { GatewayError } from '../shared/errors.js';
 import { jobEventsChannel, type GatewayJobData, type GatewayJobResult } from '../shared/queues.js';
 import type { ImageGenerationRequest } from '../shared/schemas/images.js';
+import type { Protocol } from '../shared/vendors.js';
 import { signBlobUrl } from '../storage/blob-urls.js';
-import type { BlobStore, ImageEditInput, ImageResult, MediaContext, TranscriptionInput, VideoInput } from './vendors/media-types.js';
+import type { BlobStore } from '../storage/blob-store.js';
+import type { ImageEditInput, ImageResult, MediaContext, TranscriptionInput, VideoInput } from './vendors/media-types.js';
 import { mediaMethod } from './vendors/media-registry.js';
 import { discardBody } from './vendors/http.js';
 import { guardedGet, readBoundedBytes } from './vendors/guarded-fetch.js';
 import type { CallContext } from './vendors/types.js';
-import type { Protocol } from './vendors/vendor-config.js';
 
 export interface MediaDeps {
   config: Config;

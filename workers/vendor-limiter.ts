@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { keyPrefix } from '../shared/queues.js';
 import { GatewayError, timeoutError } from '../shared/errors.js';
-import { vendorDefinition } from './vendors/vendor-config.js';
+import { vendorDefinition } from '../shared/vendors.js';
 
 /**
  * Vendor limits that hold across every worker process: at most

@@ -9,7 +9,7 @@ import { relay, type RelayDeps } from '../relay.js';
 import type { ModelResolver } from '../model-resolver.js';
 import { readMultipart, refusingDeletesUploads } from '../multipart.js';
 import { checkEditable, checkEditUploads, checkImageRequest } from '../image-rules.js';
-import type { BlobStore } from '../../workers/vendors/media-types.js';
+import type { BlobStore } from '../../storage/blob-store.js';
 import type { AuthState } from '../middleware/auth.js';
 import type { RequestIdState } from '../middleware/request-id.js';
 import { asyncMode } from './v1.js';

@@ -8,8 +8,9 @@ import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { loadConfig } from '../../shared/config.js';
 import { LocalBlobStore } from '../../storage/local-blob-store.js';
-import { BlobJanitor, janitorLockKey, retentionRules, uploadKeys, type JanitorDeps } from '../../workers/blob-janitor.js';
-import type { BlobStore } from '../../workers/vendors/media-types.js';
+import type { BlobStore } from '../../storage/blob-store.js';
+import { uploadKeys } from '../../storage/upload-keys.js';
+import { BlobJanitor, janitorLockKey, retentionRules, type JanitorDeps } from '../../workers/blob-janitor.js';
 import { freshRedis, waitFor } from '../support/gateway.js';
 
 const hour = 3600;

@@ -13,7 +13,7 @@ import { createBlobStore, type ServingBlobStore } from '../../storage/create-blo
 import { checkBlobSignature, signBlobUrl } from '../../storage/blob-urls.js';
 import { LocalBlobStore } from '../../storage/local-blob-store.js';
 import { S3BlobStore } from '../../storage/s3-blob-store.js';
-import type { BlobListing, BlobStore } from '../../workers/vendors/media-types.js';
+import type { BlobListing, BlobStore } from '../../storage/blob-store.js';
 import { startS3 } from '../support/s3-server.js';
 
 async function listed(store: BlobStore, prefix: string): Promise<BlobListing[]> {

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { endpointCapabilities, loadCatalog, type CatalogModel } from '../../shared/catalog.js';
 import { loadConfig } from '../../shared/config.js';
 import { ModelResolver, toOpenAIModel } from '../../api/model-resolver.js';
-import { resolveChannels, vendorDefinitions } from '../../workers/vendors/vendor-config.js';
+import { resolveChannels, vendorDefinitions } from '../../shared/vendors.js';
 
 const raw = JSON.parse(readFileSync(new URL('../../shared/catalog.json', import.meta.url), 'utf8')) as { models: { id: string }[] };
 const catalog = loadCatalog();

@@ -8,7 +8,7 @@ import { chatCompletionRequestSchema } from '../../shared/schemas/chat.js';
 import { formatParam, toValidationError } from '../../api/validate.js';
 import { CancelRegistry, ClientGoneError } from '../../workers/cancel-registry.js';
 import { retryDelay } from '../../workers/processor.js';
-import { isMockEnabled, resolveChannels } from '../../workers/vendors/vendor-config.js';
+import { isMockEnabled, resolveChannels } from '../../shared/vendors.js';
 
 describe('reply wire format', () => {
   it('round-trips kind, id, sequence and a payload with newlines and spaces', () => {

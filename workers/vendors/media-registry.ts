@@ -8,7 +8,7 @@ import { openaiImages } from './openai/images.js';
 import { openaiTranscriptions } from './openai/transcriptions.js';
 import { openaiVideos } from './openai/videos.js';
 import type { MediaAdapter } from './media-types.js';
-import type { Protocol } from './vendor-config.js';
+import type { Protocol } from '../../shared/vendors.js';
 
 /** Media capabilities of each protocol. */
 export const mediaAdapters: Partial<Record<Protocol, MediaAdapter>> = {

@@ -4,7 +4,7 @@ import { mockAdapter } from './mock/index.js';
 import { openaiAdapter } from './openai/index.js';
 import { GatewayError } from '../../shared/errors.js';
 import type { VendorAdapter } from './types.js';
-import type { Protocol } from './vendor-config.js';
+import type { Protocol } from '../../shared/vendors.js';
 
 /** The adapter of each wire protocol. */
 export const adapters: Partial<Record<Protocol, VendorAdapter>> = {

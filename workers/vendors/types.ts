@@ -3,23 +3,7 @@ import type { CatalogModel } from '../../shared/catalog.js';
 import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
 import type { CompletionRequest } from '../../shared/schemas/completions.js';
 import type { EmbeddingRequest } from '../../shared/schemas/embeddings.js';
-
-/** How an OpenAI-compatible vendor departs from OpenAI; applied by the openai adapter. */
-export interface OpenAICompatQuirks {
-  /** Request fields the vendor refuses: dropped, with a warning naming them. */
-  unsupportedParams?: string[];
-  /** Request fields the vendor knows by another name. */
-  renameParams?: Record<string, string>;
-}
-
-/** One upstream credential + base URL of a vendor. Never leaves the worker. */
-export interface Channel {
-  vendor: string;
-  /** e.g. `https://api.openai.com/v1` (OpenAI-style base URLs include the version path). */
-  baseUrl: string;
-  apiKey: string;
-  quirks?: OpenAICompatQuirks;
-}
+import type { Channel } from '../../shared/vendors.js';
 
 export interface CallContext {
   requestId: string;

@@ -6,7 +6,7 @@ import type { CallContext } from '../types.js';
 type StreamableRequest = ChatCompletionRequest | CompletionRequest;
 
 /**
- * Applies the channel's vendor quirks (declared as data in vendor-config):
+ * Applies the channel's vendor quirks (declared as data in shared/vendors.ts):
  * renamed fields move, refused fields are dropped with a warning naming them,
  * so nothing changes meaning silently.
  */

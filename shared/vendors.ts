@@ -1,7 +1,6 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import type { Channel, OpenAICompatQuirks } from './types.js';
 
 /**
  * Which vendors exist, which wire protocol each speaks, and how each is
@@ -9,6 +8,14 @@ import type { Channel, OpenAICompatQuirks } from './types.js';
  * available models, the workers to find a channel.
  */
 export type Protocol = 'openai' | 'anthropic' | 'gemini' | 'bfl' | 'mock';
+
+/** How an OpenAI-compatible vendor departs from OpenAI; applied by the openai adapter. */
+export interface OpenAICompatQuirks {
+  /** Request fields the vendor refuses: dropped, with a warning naming them. */
+  unsupportedParams?: string[];
+  /** Request fields the vendor knows by another name. */
+  renameParams?: Record<string, string>;
+}
 
 export interface VendorDefinition {
   name: string;
@@ -42,6 +49,15 @@ export const vendorDefinitions: readonly VendorDefinition[] = [
   { name: 'bfl', protocol: 'bfl', envPrefix: 'BFL', defaultBaseUrl: 'https://api.bfl.ai' },
   { name: 'mock', protocol: 'mock', envPrefix: 'MOCK', defaultBaseUrl: '' },
 ];
+
+/** One upstream credential + base URL of a vendor. Never leaves the worker. */
+export interface Channel {
+  vendor: string;
+  /** e.g. `https://api.openai.com/v1` (OpenAI-style base URLs include the version path). */
+  baseUrl: string;
+  apiKey: string;
+  quirks?: OpenAICompatQuirks;
+}
 
 /** A channel as the router sees it: credentials plus a stable id (never the key) and a weight. */
 export interface ChannelConfig extends Channel {

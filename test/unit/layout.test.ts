@@ -1,0 +1,135 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join, relative, resolve, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import ts from 'typescript';
+
+/**
+ * The house layout: `api/` and `workers/` are siblings that meet only in
+ * `shared/` (contracts, the vendor table) and `storage/` (blob contract, upload
+ * keys). Only `bin/` (the entry points) may import both halves.
+ */
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const forbidden: Record<string, readonly string[]> = {
+  api: ['workers'],
+  workers: ['api'],
+  storage: ['api', 'workers'],
+  shared: ['api', 'workers', 'storage'],
+  bin: [],
+};
+
+interface ImportSite {
+  line: number;
+  specifier: string;
+}
+
+/**
+ * Every module a file names, as TypeScript parses it: import and export-from
+ * declarations (type-only included), `import x = require()`, `import()` and
+ * `require()` calls, `import('…')` types and `/// <reference path>`.
+ */
+function importsOf(fileName: string, text: string): ImportSite[] {
+  const source = ts.createSourceFile(fileName, text, ts.ScriptTarget.Latest, true, ts.ScriptKind.TS);
+  const sites: ImportSite[] = [];
+  const add = (node: ts.Node, specifier: string) =>
+    sites.push({ line: source.getLineAndCharacterOfPosition(node.getStart(source)).line + 1, specifier });
+  const visit = (node: ts.Node): void => {
+    if ((ts.isImportDeclaration(node) || ts.isExportDeclaration(node)) && node.moduleSpecifier && ts.isStringLiteral(node.moduleSpecifier)) {
+      add(node.moduleSpecifier, node.moduleSpecifier.text);
+    } else if (ts.isImportEqualsDeclaration(node) && ts.isExternalModuleReference(node.moduleReference) && ts.isStringLiteral(node.moduleReference.expression)) {
+      add(node.moduleReference.expression, node.moduleReference.expression.text);
+    } else if (
+      ts.isCallExpression(node) &&
+      (node.expression.kind === ts.SyntaxKind.ImportKeyword || (ts.isIdentifier(node.expression) && node.expression.text === 'require')) &&
+      node.arguments[0] &&
+      ts.isStringLiteralLike(node.arguments[0])
+    ) {
+      add(node.arguments[0], node.arguments[0].text);
+    } else if (ts.isImportTypeNode(node) && ts.isLiteralTypeNode(node.argument) && ts.isStringLiteral(node.argument.literal)) {
+      add(node.argument.literal, node.argument.literal.text);
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(source);
+  for (const reference of source.referencedFiles) {
+    sites.push({ line: source.getLineAndCharacterOfPosition(reference.pos).line + 1, specifier: reference.fileName });
+  }
+  return sites;
+}
+
+function* sourcesUnder(dir: string): Generator<string> {
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) yield* sourcesUnder(path);
+    else if (/\.[cm]?tsx?$/.test(entry.name)) yield path;
+  }
+}
+
+const toPosix = (path: string) => path.split(sep).join('/');
+
+/** `file:line → target` for each import that crosses the layout's lines, with the number of files read per folder. */
+function layoutOffences(): { offences: string[]; filesPerFolder: Map<string, number> } {
+  const offences: string[] = [];
+  const filesPerFolder = new Map<string, number>();
+  for (const [folder, banned] of Object.entries(forbidden)) {
+    let files = 0;
+    for (const file of sourcesUnder(join(root, folder))) {
+      files += 1;
+      for (const { line, specifier } of importsOf(file, readFileSync(file, 'utf8'))) {
+        // Packages (`zod`, `node:fs`) cross no line; only paths into the tree can.
+        if (!specifier.startsWith('.') && !specifier.startsWith('/')) continue;
+        const target = toPosix(relative(root, resolve(dirname(file), specifier)));
+        if (banned.includes(target.split('/')[0]!)) offences.push(`${toPosix(relative(root, file))}:${line} → ${target}`);
+      }
+    }
+    filesPerFolder.set(folder, files);
+  }
+  return { offences, filesPerFolder };
+}
+
+describe('source layout', () => {
+  it('keeps api/ and workers/ apart, meeting only in shared/ and storage/', () => {
+    const { offences, filesPerFolder } = layoutOffences();
+    for (const [folder, files] of filesPerFolder) assert.ok(files > 0, `no TypeScript file read under ${folder}/`);
+    assert.deepEqual(
+      offences,
+      [],
+      `imports that cross the layout (api/ ↛ workers/, workers/ ↛ api/, storage/ ↛ api/ workers/, shared/ ↛ api/ workers/ storage/):\n  ${offences.join('\n  ')}`,
+    );
+  });
+
+  it('sees every form an import can take', () => {
+    const sample = [
+      "/// <reference path='../workers/a.ts' />",
+      "import type { A } from '../workers/a.js';",
+      "import {",
+      "  B,",
+      "} from '../workers/b.js';",
+      "import '../workers/c.js';",
+      "export { D } from '../workers/d.js';",
+      "export * from '../workers/e.js';",
+      "import F = require('../workers/f.js');",
+      "const g = await import('../workers/g.js');",
+      "const h = require('../workers/h.js');",
+      "type I = import('../workers/i.js').I;",
+      "// import { J } from '../workers/j.js';",
+      "const k = \"import { K } from '../workers/k.js'\";",
+    ].join('\n');
+    assert.deepEqual(
+      importsOf('api/sample.ts', sample).sort((a, b) => a.line - b.line),
+      [
+        { line: 1, specifier: '../workers/a.ts' },
+        { line: 2, specifier: '../workers/a.js' },
+        { line: 5, specifier: '../workers/b.js' },
+        { line: 6, specifier: '../workers/c.js' },
+        { line: 7, specifier: '../workers/d.js' },
+        { line: 8, specifier: '../workers/e.js' },
+        { line: 9, specifier: '../workers/f.js' },
+        { line: 10, specifier: '../workers/g.js' },
+        { line: 11, specifier: '../workers/h.js' },
+        { line: 12, specifier: '../workers/i.js' },
+      ],
+    );
+  });
+});
