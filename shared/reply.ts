@@ -28,3 +28,6 @@ export function decodeReply(message: string): ReplyMessage | undefined {
   if (!kind || !requestId || seq === undefined) return undefined;
   return { kind: kind as ReplyKind, requestId, seq: Number(seq), payload: message.slice(newline + 1) };
 }
+
+/** The frame that ends every chat and completions SSE stream. */
+export const streamTrailer = 'data: [DONE]\n\n';

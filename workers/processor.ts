@@ -10,6 +10,7 @@ import type { CompletionRequest } from '../shared/schemas/completions.js';
 import type { EmbeddingRequest } from '../shared/schemas/embeddings.js';
 import { ClientGoneError, type CancelRegistry } from './cancel-registry.js';
 import { ReplyPublisher } from './reply-publisher.js';
+import { streamTrailer } from '../shared/reply.js';
 import type { ChannelRouter, ResolvedRoute } from './channel-router.js';
 import { chatAdapter } from './vendors/registry.js';
 import { publishJobEvent, runMedia, type MediaDeps } from './media-processor.js';
@@ -33,7 +34,6 @@ const mediaEndpoints = new Set<GatewayJobData['endpoint']>(['images.generations'
 /** Async results past this size are kept in the blob store for their whole lifetime, not in Redis. */
 const inlineAsyncResultBytes = 256 * 1024;
 
-const streamTrailer = 'data: [DONE]\n\n';
 
 /** Runs one gateway job: calls the vendor and publishes the answer to the api that holds the client. */
 export function createProcessor(deps: ProcessorDeps) {

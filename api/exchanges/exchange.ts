@@ -7,7 +7,7 @@ import type { Logger } from '../../shared/logger.js';
 import type { Config } from '../../shared/config.js';
 import { GatewayError, timeoutError } from '../../shared/errors.js';
 import { cancelChannel, resultKey, type GatewayJobResult } from '../../shared/queues.js';
-import type { ReplyMessage } from '../../shared/reply.js';
+import { streamTrailer, type ReplyMessage } from '../../shared/reply.js';
 import type { PendingReply, ReplyHub } from '../reply-hub.js';
 
 /** What an exchange uses of the relay's dependencies. */
@@ -25,7 +25,6 @@ export interface ExchangeDeps {
 const lostGraceMs = 1000;
 /** How long a forced shutdown waits for each aborted request's answer to be written. */
 const abortFlushMs = 2000;
-const streamTrailer = 'data: [DONE]\n\n';
 
 /** The job is gone from Redis (e.g. Redis restarted without persistence): nothing will ever answer it. */
 export const jobLostError = () =>
@@ -72,6 +71,8 @@ export abstract class Exchange implements PendingReply {
       if (!this.settled && !this.res.writableFinished) void this.cancel();
     };
     this.res.once('close', onClose);
+    // The client may have left while the job was being enqueued: its 'close' has already fired.
+    if (this.res.destroyed || this.res.closed) onClose();
     const timer = setTimeout(() => this.timeout(), Math.max(0, deadline - Date.now()) + 1000);
     try {
       await this.finished;

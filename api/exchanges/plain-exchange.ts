@@ -18,7 +18,7 @@ export class PlainExchange extends Exchange {
     if (message.kind === 'done') this.respond(message.payload);
     else if (message.kind === 'done-ref') {
       this.deps.redis.getdel(message.payload).then(
-        (body) => (body === null ? this.failWith(new GatewayError(502, 'The result expired before it was read.')) : this.respond(body)),
+        (body) => (body === null ? this.failWith(new GatewayError(502, 'The result expired before it was read.', { code: 'server_error' })) : this.respond(body)),
         (error) => this.settle(error),
       );
     } else if (message.kind === 'error') this.failWith(GatewayError.fromWire(JSON.parse(message.payload) as WireError));
