@@ -71,17 +71,6 @@ export type CatalogModel = z.infer<typeof catalogModelSchema>;
 
 const catalogFileSchema = z.object({ models: z.array(catalogModelSchema) });
 
-/** The API surfaces and which model capabilities each one serves. */
-export const endpointCapabilities = {
-  'chat.completions': ['chat', 'reasoning'],
-  completions: ['completion'],
-  embeddings: ['embedding'],
-  'images.generations': ['image'],
-  'images.edits': ['image'],
-  'audio.transcriptions': ['transcription'],
-  videos: ['video'],
-} as const satisfies Record<string, readonly Capability[]>;
-export type Endpoint = keyof typeof endpointCapabilities;
 
 export class Catalog {
   private readonly byId = new Map<string, CatalogModel>();

@@ -1,18 +1,8 @@
-import type { Endpoint } from './catalog.js';
+import type { Endpoint } from './endpoints.js';
 
 /** One BullMQ queue per capability; a capability's workers scale alone. */
 export const queueNames = ['chat', 'embeddings', 'image', 'audio', 'video'] as const;
 export type QueueName = (typeof queueNames)[number];
-
-export const queueForEndpoint: Record<Endpoint, QueueName> = {
-  'chat.completions': 'chat',
-  completions: 'chat',
-  embeddings: 'embeddings',
-  'images.generations': 'image',
-  'images.edits': 'image',
-  'audio.transcriptions': 'audio',
-  videos: 'video',
-};
 
 /** Key prefix of every Redis key the gateway owns (BullMQ keys live under `bull:`). */
 export const keyPrefix = 'sy:';

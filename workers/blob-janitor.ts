@@ -4,6 +4,7 @@ import type { Redis } from 'ioredis';
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import { keyPrefix, payloadKey, type GatewayJobData } from '../shared/queues.js';
+import { endpoints } from '../shared/endpoints.js';
 import type { BlobStore } from '../storage/blob-store.js';
 import { uploadKeys } from '../storage/upload-keys.js';
 
@@ -144,7 +145,6 @@ export class BlobJanitor {
 }
 
 /** Endpoints whose payloads reference uploads. */
-export const uploadEndpoints = new Set<GatewayJobData['endpoint']>(['images.edits', 'audio.transcriptions', 'videos']);
 
 /**
  * Deletes the uploads of a job in its final state (completed, or failed with
@@ -152,7 +152,7 @@ export const uploadEndpoints = new Set<GatewayJobData['endpoint']>(['images.edit
  */
 export async function deleteJobUploads(job: Job<GatewayJobData>, redis: Redis, blobs: BlobStore, log: Logger): Promise<number> {
   const data = job.data;
-  if (!uploadEndpoints.has(data.endpoint)) return 0;
+  if (!endpoints[data.endpoint].uploads) return 0;
   const stored = data.payload ? undefined : await redis.get(payloadKey(data.requestId));
   const payload = data.payload ?? (stored ? (JSON.parse(stored) as Record<string, unknown>) : undefined);
   let keys: string[];

@@ -10,6 +10,7 @@ import type { CompletionRequest } from '../shared/schemas/completions.js';
 import type { EmbeddingRequest } from '../shared/schemas/embeddings.js';
 import { ClientGoneError, type CancelRegistry } from './cancel-registry.js';
 import { ReplyPublisher } from './reply-publisher.js';
+import { endpoints } from '../shared/endpoints.js';
 import { streamTrailer } from '../shared/reply.js';
 import type { ChannelRouter, ResolvedRoute } from './channel-router.js';
 import { chatAdapter } from './vendors/registry.js';
@@ -30,7 +31,6 @@ export interface ProcessorDeps {
   media: MediaDeps;
 }
 
-const mediaEndpoints = new Set<GatewayJobData['endpoint']>(['images.generations', 'images.edits', 'audio.transcriptions', 'videos']);
 /** Async results past this size are kept in the blob store for their whole lifetime, not in Redis. */
 const inlineAsyncResultBytes = 256 * 1024;
 
@@ -81,7 +81,7 @@ export function createProcessor(deps: ProcessorDeps) {
       // A slot that cannot be released now expires with its lease; the answer must not wait on it.
       const freeSlot = () => lease.release().catch((e) => log.warn({ err: e }, 'could not release vendor slot'));
       try {
-        if (mediaEndpoints.has(data.endpoint)) {
+        if (endpoints[data.endpoint].pipeline === 'media') {
           if (data.async) await publishJobEvent(deps.redis, data.requestId, { type: 'progress', status: 'in_progress', progress: 0 });
           const { body } = await runMedia(job, route.protocol, payload, ctx, deps.media, freeSlot);
           if (!data.async) return await publisher.done(body);

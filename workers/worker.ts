@@ -15,7 +15,8 @@ import { resolveUrlSecret } from '../storage/blob-urls.js';
 import { publishJobEvent } from './media-processor.js';
 import { closeVendorAgent } from './vendors/http.js';
 import { setFetchPolicy } from './vendors/guarded-fetch.js';
-import { BlobJanitor, deleteJobUploads, uploadEndpoints } from './blob-janitor.js';
+import { BlobJanitor, deleteJobUploads } from './blob-janitor.js';
+import { endpoints } from '../shared/endpoints.js';
 
 export interface WorkerPool {
   /** Stop taking jobs, finish the running ones, close connections. */
@@ -93,7 +94,7 @@ export async function startWorkers(config: Config, log: Logger, env = process.en
   // A job's uploads are deleted once it reaches its final state; never while it may still be retried.
   const releasing = new Set<Promise<void>>();
   function releaseUploads(job: Job<GatewayJobData>, final: () => Promise<boolean>): void {
-    if (!uploadEndpoints.has(job.data.endpoint)) return;
+    if (!endpoints[job.data.endpoint].uploads) return;
     const release = (async () => {
       if (!(await final())) return;
       const deleted = await deleteJobUploads(job, redis, blobs, log);

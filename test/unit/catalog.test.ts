@@ -3,7 +3,8 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { endpointCapabilities, loadCatalog, type CatalogModel } from '../../shared/catalog.js';
+import { loadCatalog, type CatalogModel } from '../../shared/catalog.js';
+import { servedCapabilities } from '../../shared/endpoints.js';
 import { loadConfig } from '../../shared/config.js';
 import { ModelResolver, toOpenAIModel } from '../../api/model-resolver.js';
 import { resolveChannels, vendorDefinitions } from '../../shared/vendors.js';
@@ -269,7 +270,6 @@ describe('models listed with the seed vendors configured', () => {
   });
 
   it('gives every listed model a price, a context window where its capability has one, and a route to a configured vendor', () => {
-    const servedCapabilities = new Set<string>(Object.values(endpointCapabilities).flat());
     for (const m of served) {
       assert.ok(priced(m), `${m.id} (${m.capability}) has no price`);
       if (withContext.has(m.capability)) assert.ok(m.context_window > 0, `${m.id} has no context window`);
