@@ -3,20 +3,18 @@ import type { Redis } from 'ioredis';
 import type { Catalog } from '../shared/catalog.js';
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
-import { GatewayError, serverError, timeoutError } from '../shared/errors.js';
+import { GatewayError, timeoutError } from '../shared/errors.js';
 import { payloadKey, replayStreamKey, type GatewayJobData, type GatewayJobResult } from '../shared/queues.js';
-import type { ChatCompletionRequest } from '../shared/schemas/chat.js';
-import type { CompletionRequest } from '../shared/schemas/completions.js';
-import type { EmbeddingRequest } from '../shared/schemas/embeddings.js';
 import { ClientGoneError, type CancelRegistry } from './cancel-registry.js';
 import { ReplyPublisher } from './reply-publisher.js';
 import { endpoints } from '../shared/endpoints.js';
-import { streamTrailer } from '../shared/reply.js';
 import type { ChannelRouter, ResolvedRoute } from './channel-router.js';
 import { chatAdapter } from './vendors/registry.js';
 import { publishJobEvent, runMedia, type MediaDeps } from './media-processor.js';
 import type { VendorLimiter } from './vendor-limiter.js';
-import type { CallContext, StreamEvent, VendorAdapter, VendorResult } from './vendors/types.js';
+import type { CallContext } from './vendors/types.js';
+import { decideFailure, toGatewayError } from './failure-policy.js';
+import { callText, runTextStream } from './text-pipeline.js';
 
 export interface ProcessorDeps {
   config: Config;
@@ -93,19 +91,10 @@ export function createProcessor(deps: ProcessorDeps) {
           return result;
         }
         if (data.stream) {
-          const events = streamFor(chatAdapter(route.protocol), data.endpoint, payload, ctx);
-          const includeUsage = (payload.stream_options as { include_usage?: boolean } | undefined)?.include_usage === true;
-          for await (const event of events) {
-            if (event.usageOnly && !includeUsage) continue;
-            publisher.chunk(`data: ${event.data}\n\n`);
-          }
-          // The vendor is done: free its slot before the client hears the end, so a
-          // client that sends its next request at once finds the slot free.
-          await freeSlot();
-          await publisher.endStream(streamTrailer);
+          await runTextStream(chatAdapter(route.protocol), data.endpoint, payload, ctx, publisher, freeSlot);
           return {};
         }
-        const result = await callFor(chatAdapter(route.protocol), data.endpoint, payload, ctx);
+        const result = await callText(chatAdapter(route.protocol), data.endpoint, payload, ctx);
         await freeSlot();
         return await publisher.done(result.body);
       } finally {
@@ -119,20 +108,22 @@ export function createProcessor(deps: ProcessorDeps) {
       if (caught instanceof DelayedError || caught instanceof UnrecoverableError) throw caught;
       const error = deadlineSignal.aborted ? timeoutError() : toGatewayError(caught, log);
       if (route && error.code !== 'channels_cooling_down') deps.router.reportFailure(route, error);
-      // A bad credential is final for its channel only: with another channel (or fallback) ready, try that.
-      const switchable = isChannelFault(error) && deps.router.canRoute(model);
-      if (publisher.started || !(error.retryable || switchable)) return fail(error);
-      const attemptsLeft = job.attemptsMade + 1 < (job.opts.attempts ?? 1);
-      const delay = retryDelay(deps.config, job.attemptsMade, error);
-      if (Date.now() + delay >= data.deadline) return fail(error);
-      if ((error.status === 429 || error.code === 'channels_cooling_down') && token) {
-        // A rate limit (or every channel resting) is a reason to wait, not a failed attempt.
-        log.info({ delay }, 'vendor rate limited; rescheduling');
-        await job.moveToDelayed(Date.now() + delay, token);
+      const decision = decideFailure(deps.config, {
+        error,
+        outputStarted: publisher.started,
+        canSwitchChannel: () => deps.router.canRoute(model),
+        attemptsMade: job.attemptsMade,
+        attempts: job.opts.attempts ?? 1,
+        deadline: data.deadline,
+        canWait: token !== undefined,
+      });
+      if (decision.action === 'fail') return fail(error);
+      if (decision.action === 'wait') {
+        log.info({ delay: decision.delay }, 'vendor rate limited; rescheduling');
+        await job.moveToDelayed(Date.now() + decision.delay, token!);
         throw new DelayedError();
       }
-      if (!attemptsLeft) return fail(error);
-      log.warn({ status: error.status, delay }, 'vendor call failed; will retry');
+      log.warn({ status: error.status, delay: decision.delay }, 'vendor call failed; will retry');
       throw error;
     } finally {
       deps.cancels.finish(data.requestId);
@@ -143,50 +134,4 @@ export function createProcessor(deps: ProcessorDeps) {
 async function loadPayload(redis: Redis, requestId: string): Promise<Record<string, unknown> | undefined> {
   const text = await redis.get(payloadKey(requestId));
   return text === null ? undefined : (JSON.parse(text) as Record<string, unknown>);
-}
-
-function streamFor(
-  adapter: VendorAdapter,
-  endpoint: GatewayJobData['endpoint'],
-  payload: Record<string, unknown>,
-  ctx: CallContext,
-): AsyncIterable<StreamEvent> {
-  if (endpoint === 'chat.completions') return adapter.streamChatCompletion(payload as ChatCompletionRequest, ctx);
-  if (endpoint === 'completions') return adapter.streamCompletion(payload as CompletionRequest, ctx);
-  throw new GatewayError(400, `Streaming is not available for ${endpoint}.`, { param: 'stream' });
-}
-
-function callFor(
-  adapter: VendorAdapter,
-  endpoint: GatewayJobData['endpoint'],
-  payload: Record<string, unknown>,
-  ctx: CallContext,
-): Promise<VendorResult> {
-  switch (endpoint) {
-    case 'chat.completions':
-      return adapter.createChatCompletion(payload as ChatCompletionRequest, ctx);
-    case 'completions':
-      return adapter.createCompletion(payload as CompletionRequest, ctx);
-    case 'embeddings':
-      return adapter.createEmbeddings(payload as EmbeddingRequest, ctx);
-    default:
-      throw new GatewayError(400, `${endpoint} is not a chat endpoint.`);
-  }
-}
-
-function isChannelFault(error: GatewayError): boolean {
-  return error.code === 'vendor_auth_failed' || error.code === 'vendor_quota_exhausted';
-}
-
-function toGatewayError(caught: unknown, log: Logger): GatewayError {
-  if (caught instanceof GatewayError) return caught;
-  log.error({ err: caught }, 'unexpected error in worker');
-  return serverError(undefined, caught);
-}
-
-/** Exponential backoff with full jitter, or the vendor's `retry-after` when it gave one. */
-export function retryDelay(config: Config, attemptsMade: number, error: GatewayError): number {
-  if (error.retryAfterMs !== undefined) return error.retryAfterMs;
-  const ceiling = config.retryBaseMs * 2 ** attemptsMade;
-  return Math.round(ceiling / 2 + Math.random() * (ceiling / 2));
 }

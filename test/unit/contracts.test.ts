@@ -7,7 +7,7 @@ import { loadCatalog } from '../../shared/catalog.js';
 import { chatCompletionRequestSchema } from '../../shared/schemas/chat.js';
 import { formatParam, toValidationError } from '../../api/validate.js';
 import { CancelRegistry, ClientGoneError } from '../../workers/cancel-registry.js';
-import { retryDelay } from '../../workers/processor.js';
+import { retryDelay } from '../../workers/failure-policy.js';
 import { isMockEnabled, resolveChannels } from '../../shared/vendors.js';
 
 describe('reply wire format', () => {

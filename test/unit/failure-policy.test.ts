@@ -1,0 +1,53 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { loadConfig } from '../../shared/config.js';
+import { GatewayError } from '../../shared/errors.js';
+import { decideFailure, type FailedAttempt } from '../../workers/failure-policy.js';
+
+const config = loadConfig({ RETRY_BASE_MS: '100' });
+const now = 1_000_000;
+const attempt = (error: GatewayError, overrides: Partial<FailedAttempt> = {}): FailedAttempt => ({
+  error,
+  outputStarted: false,
+  canSwitchChannel: () => false,
+  attemptsMade: 0,
+  attempts: 4,
+  deadline: now + 60_000,
+  canWait: true,
+  now,
+  ...overrides,
+});
+const retryable = new GatewayError(503, 'vendor down', { retryable: true });
+
+describe('failure policy', () => {
+  it('retries a retryable error while attempts and time remain, with backoff', () => {
+    const decision = decideFailure(config, attempt(retryable));
+    assert.equal(decision.action, 'retry');
+    assert.ok(decision.action === 'retry' && decision.delay >= 50 && decision.delay <= 100);
+    assert.deepEqual(decideFailure(config, attempt(retryable, { attemptsMade: 3 })), { action: 'fail' });
+  });
+
+  it('fails at once when output already reached the client, or the error is final', () => {
+    assert.deepEqual(decideFailure(config, attempt(retryable, { outputStarted: true })), { action: 'fail' });
+    assert.deepEqual(decideFailure(config, attempt(new GatewayError(400, 'bad request'))), { action: 'fail' });
+  });
+
+  it('fails when the backoff would pass the deadline', () => {
+    const late = new GatewayError(503, 'x', { retryable: true, retryAfterMs: 5000 });
+    assert.deepEqual(decideFailure(config, attempt(late, { deadline: now + 4000 })), { action: 'fail' });
+  });
+
+  it('waits out a rate limit without spending an attempt, for as long as the vendor asked', () => {
+    const limited = new GatewayError(429, 'slow down', { retryable: true, retryAfterMs: 1234 });
+    assert.deepEqual(decideFailure(config, attempt(limited, { attemptsMade: 3 })), { action: 'wait', delay: 1234 });
+    // Without the job's lock token it cannot be put back: an ordinary retry, or the end.
+    assert.deepEqual(decideFailure(config, attempt(limited, { canWait: false })), { action: 'retry', delay: 1234 });
+    assert.deepEqual(decideFailure(config, attempt(limited, { canWait: false, attemptsMade: 3 })), { action: 'fail' });
+  });
+
+  it('moves a bad credential to another channel only when one can serve', () => {
+    const auth = new GatewayError(502, 'vendor rejected our key', { code: 'vendor_auth_failed' });
+    assert.deepEqual(decideFailure(config, attempt(auth)), { action: 'fail' });
+    assert.equal(decideFailure(config, attempt(auth, { canSwitchChannel: () => true })).action, 'retry');
+  });
+});

@@ -1,0 +1,59 @@
+import type { Config } from '../shared/config.js';
+import { GatewayError, serverError } from '../shared/errors.js';
+import type { Logger } from '../shared/logger.js';
+
+/**
+ * What a failed vendor attempt leads to, in one place:
+ * - `fail`: the client gets the error now (it is final, output already went out, or time is up);
+ * - `wait`: the job goes back to the queue for `delay` ms without spending an attempt (a rate limit, or every channel resting);
+ * - `retry`: BullMQ runs the job again after its backoff (`retryDelay`), spending an attempt.
+ */
+export type FailureDecision = { action: 'fail' } | { action: 'wait'; delay: number } | { action: 'retry'; delay: number };
+
+export interface FailedAttempt {
+  error: GatewayError;
+  /** Some output already reached the client: a retry would duplicate it. */
+  outputStarted: boolean;
+  /** Whether another channel (or a fallback model) could serve the next attempt; asked only for channel faults. */
+  canSwitchChannel: () => boolean;
+  /** Attempts made before this one, and allowed in all. */
+  attemptsMade: number;
+  attempts: number;
+  /** Epoch ms after which nobody waits for the answer. */
+  deadline: number;
+  /** The job can be put back to wait (BullMQ gave this worker the job's lock token). */
+  canWait: boolean;
+  now?: number;
+}
+
+export function decideFailure(config: Config, attempt: FailedAttempt): FailureDecision {
+  const { error } = attempt;
+  // A bad credential is final for its channel only: with another channel (or fallback) ready, try that.
+  const switchable = isChannelFault(error) && attempt.canSwitchChannel();
+  if (attempt.outputStarted || !(error.retryable || switchable)) return { action: 'fail' };
+  const delay = retryDelay(config, attempt.attemptsMade, error);
+  if ((attempt.now ?? Date.now()) + delay >= attempt.deadline) return { action: 'fail' };
+  // A rate limit (or every channel resting) is a reason to wait, not a failed attempt.
+  if ((error.status === 429 || error.code === 'channels_cooling_down') && attempt.canWait) return { action: 'wait', delay };
+  if (attempt.attemptsMade + 1 >= attempt.attempts) return { action: 'fail' };
+  return { action: 'retry', delay };
+}
+
+/** Whether the error says the channel itself is unusable (its key), not the request. */
+export function isChannelFault(error: GatewayError): boolean {
+  return error.code === 'vendor_auth_failed' || error.code === 'vendor_quota_exhausted';
+}
+
+/** Anything thrown that is not already a GatewayError is a bug of ours: logged, and a 500 to the client. */
+export function toGatewayError(caught: unknown, log: Logger): GatewayError {
+  if (caught instanceof GatewayError) return caught;
+  log.error({ err: caught }, 'unexpected error in worker');
+  return serverError(undefined, caught);
+}
+
+/** Exponential backoff with full jitter, or the vendor's `retry-after` when it gave one. */
+export function retryDelay(config: Config, attemptsMade: number, error: GatewayError): number {
+  if (error.retryAfterMs !== undefined) return error.retryAfterMs;
+  const ceiling = config.retryBaseMs * 2 ** attemptsMade;
+  return Math.round(ceiling / 2 + Math.random() * (ceiling / 2));
+}
