@@ -23,8 +23,8 @@
  * Env (defaults): BENCH_IMAGE_REQUESTS (200), BENCH_IMAGE_CAP (8),
  * BENCH_IMAGE_LATENCY_MS (200), BENCH_IMAGE_BYTES (1572864),
  * BENCH_IMAGE_RSS_BOUND_MIB (600), BENCH_IMAGE_CONFIGS (all,split),
- * BENCH_IMAGE_REDIS_URL (redis://127.0.0.1:6379/13: FLUSHDB'd at start, between
- * configurations and at the end).
+ * BENCH_IMAGE_REDIS_URL (FLUSHDB'd at start, between configurations and at the
+ * end; default: database 13 of a private redis-server this run starts and stops).
  *
  * Writes bench/results/images.json, bench/results/images.md (a section for
  * BENCHMARKS.md) and bench/results/logs/images-*.log (every process's output).
@@ -35,6 +35,7 @@ import { cpus, release, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { KeyStore } from '../api/key-store.js';
+import { benchRedisUrl } from '../test/support/redis-server.js';
 import { createAgent, fetchAll, fireImages, summarise, type ImageFormat } from './images-load.js';
 import { checksOf, checksTable, detailsTable, resultsTable, type Machine, type RssFigures, type RunResult, type Settings } from './images-report.js';
 import { MiB, redisUsedMemory, Sampler, slotsKey } from './images-sampler.js';
@@ -57,12 +58,13 @@ const settings: Settings = {
   rssBoundMiB: intEnv('BENCH_IMAGE_RSS_BOUND_MIB', 600),
   pauseMs: 5000,
   sampleMs: 250,
-  redisUrl: process.env.BENCH_IMAGE_REDIS_URL || 'redis://127.0.0.1:6379/13',
+  // Set in main(): BENCH_IMAGE_REDIS_URL, else database 13 of a private redis-server.
+  redisUrl: process.env.BENCH_IMAGE_REDIS_URL || '',
 };
 const configs = (process.env.BENCH_IMAGE_CONFIGS || 'all,split').split(',').map((c) => c.trim()) as ConfigName[];
 for (const config of configs) if (config !== 'all' && config !== 'split') throw new Error(`BENCH_IMAGE_CONFIGS: unknown configuration "${config}"`);
 const formats: ImageFormat[] = ['b64_json', 'url'];
-const redisDb = Number(/\/(\d+)$/.exec(settings.redisUrl)?.[1] ?? 0);
+const redisDb = settings.redisUrl ? Number(/\/(\d+)$/.exec(settings.redisUrl)?.[1] ?? 0) : 13;
 const resultsDir = join(root, 'bench', 'results');
 const command = 'npm run build && node --import tsx bench/images.ts';
 /** The whole run is bounded: past this, everything is stopped. */
@@ -538,8 +540,10 @@ function markdown(machine: Machine, results: ConfigResult[]): string {
 
 async function main(): Promise<void> {
   const timeout = setTimeout(() => void abort(`still running after ${overallTimeoutMs / 1000} s`, 2), overallTimeoutMs);
+  settings.redisUrl = await benchRedisUrl('BENCH_IMAGE_REDIS_URL', redisDb);
   const redis = new Redis(settings.redisUrl, { maxRetriesPerRequest: 3 });
-  redisForCleanup = redis;
+  // A private redis-server dies with this process: nothing to flush on the way out.
+  if (process.env.BENCH_IMAGE_REDIS_URL) redisForCleanup = redis;
   mkdirSync(logDir, { recursive: true });
   blobRoot = mkdtempSync(join(tmpdir(), 'switchyard-bench-images-'));
   let failed = false;

@@ -5,13 +5,15 @@
  *   npm run build --silent && node --import tsx bench/profile.ts
  *
  * Env: BENCH_DURATION_S (default 10), BENCH_CONNECTIONS (default 64),
- * BENCH_REDIS_URL (default redis://127.0.0.1:6379/15; FLUSHDB'd).
+ * BENCH_REDIS_URL (FLUSHDB'd; default: database 15 of a private redis-server
+ * this run starts and stops).
  * Writes bench/results/profile/gateway-*.cpuprofile and summary.txt.
  */
 import { readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { KeyStore } from '../api/key-store.js';
+import { benchRedisUrl } from '../test/support/redis-server.js';
 import { measureLoad } from './measure.js';
 import { installCleanup, root, stopAll } from './procs.js';
 import { renderSummary, summariseProfile } from './profile-summary.js';
@@ -19,12 +21,12 @@ import { log, plainBody, probe, startFake, startGateway } from './stack.js';
 
 const durationS = Number(process.env.BENCH_DURATION_S || 10);
 const connections = Number(process.env.BENCH_CONNECTIONS || 64);
-const redisUrl = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379/15';
 const outDir = join(root, 'bench', 'results', 'profile');
 
 async function main(): Promise<void> {
   installCleanup();
   rmSync(outDir, { recursive: true, force: true });
+  const redisUrl = await benchRedisUrl('BENCH_REDIS_URL', 15);
   const redis = new Redis(redisUrl, { maxRetriesPerRequest: 3 });
   await redis.flushdb();
   try {

@@ -29,13 +29,15 @@
  *   BENCH_TRANSLATION_REQUESTS translation: measured end-to-end streams per protocol and target (default 20, after 3 warm-up)
  *   BENCH_QUIET_WAIT_S    burst, translation: before each measurement, wait up to this long for a second in
  *                         which the machine uses < 25 % of a core (default 10; 0: do not check)
- *   BENCH_REDIS_URL       Redis database to use; it is FLUSHDB'd (default redis://127.0.0.1:6379/15)
+ *   BENCH_REDIS_URL       Redis database to use; it is FLUSHDB'd (default: database 15 of a private
+ *                         redis-server this run starts and stops, like the tests')
  *   BENCH_STRICT          1: exit with status 1 when a target bar fails
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, release, totalmem, type as osType } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import { benchRedisUrl } from '../test/support/redis-server.js';
 import { runBurst } from './burst.js';
 import { redisVersion } from './measure.js';
 import { runOverhead } from './overhead.js';
@@ -64,8 +66,6 @@ for (const name of onlyList) {
 const sections = allSections.filter((s) => onlyList.includes(s));
 const fullRun = sections.length === allSections.length;
 
-// Database 15: the integration tests use 1–14 of the same shared Redis and FLUSHDB theirs.
-const redisUrl = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379/15';
 const configNames = envList('BENCH_CONFIGS', 'all,split');
 for (const name of configNames) {
   if (name !== 'all' && name !== 'split') throw new Error(`BENCH_CONFIGS: unknown configuration "${name}" (all, split)`);
@@ -124,6 +124,8 @@ function machineFacts(redisVersionText: string) {
 
 async function main(): Promise<void> {
   installCleanup();
+  // Database 15 (the tests, when told to use a shared Redis, use 1–15 of it and FLUSHDB theirs).
+  const redisUrl = await benchRedisUrl('BENCH_REDIS_URL', 15);
   const redis = new Redis(redisUrl, { maxRetriesPerRequest: 3 });
   const startedAt = new Date().toISOString();
   const machine = machineFacts(await redisVersion(redis));

@@ -1,6 +1,24 @@
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-/** The recorded vendor streams in `../shared/wire/fixtures` (the read-only reference beside the checkout). */
-export const wireFixturesDir = process.env.WIRE_FIXTURES_DIR ?? fileURLToPath(new URL('../../../shared/wire/fixtures/', import.meta.url));
+/** The recorded vendor streams, in the repository: `test/fixtures/<vendor>/` (see test/fixtures/README.md). */
+export const fixturesDir = fileURLToPath(new URL('../fixtures/', import.meta.url));
 
-export const wireFixture = (name: string) => `${wireFixturesDir.replace(/\/$/, '')}/${name}`;
+export type WireVendor = 'openai' | 'anthropic' | 'gemini';
+const vendors: readonly WireVendor[] = ['openai', 'anthropic', 'gemini'];
+
+/** The directory of one vendor's recorded streams. */
+export const vendorFixturesDir = (vendor: WireVendor) => join(fixturesDir, vendor);
+
+/**
+ * The path of a recorded stream, by file name: the name's first word is the
+ * vendor (`openai-chat-stream-tool-call.sse` → test/fixtures/openai/…).
+ */
+export function wireFixture(name: string): string {
+  const vendor = vendors.find((v) => name.startsWith(`${v}-`));
+  if (!vendor) throw new Error(`wireFixture("${name}"): the name must start with a vendor (${vendors.join(', ')})`);
+  const path = join(vendorFixturesDir(vendor), name);
+  if (!existsSync(path)) throw new Error(`wireFixture("${name}"): no such recorded stream at ${path}`);
+  return path;
+}

@@ -4,14 +4,65 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { KeyStore } from '../../api/key-store.js';
+import { onProcessEnd } from './process-end.js';
+import { processPrivateRedis, redisServerInstalled } from './redis-server.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
-export const sharedRedisHost = process.env.TEST_REDIS_HOST ?? '127.0.0.1';
-export const sharedRedisPort = Number(process.env.TEST_REDIS_PORT ?? 6379);
 
-/** Each test file works in its own Redis database, emptied first, so queues and keys never mix. */
+/**
+ * The Redis server the tests were told to use, as `redis://host:port` (no
+ * database): `TEST_REDIS_URL`, else `TEST_REDIS_HOST` / `TEST_REDIS_PORT`
+ * (defaults 127.0.0.1 and 6379). Undefined when none is set.
+ */
+export function toldTestRedis(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  const url = env.TEST_REDIS_URL;
+  if (url) {
+    let parsed: URL;
+    try {
+      parsed = new URL(url);
+    } catch {
+      throw new Error(`TEST_REDIS_URL is not a URL: "${url}" (expected redis://host:port)`);
+    }
+    if (parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') throw new Error(`TEST_REDIS_URL must be redis://host:port, got "${url}"`);
+    if (parsed.pathname.replace(/\/+$/, '') !== '' || parsed.search) {
+      throw new Error(`TEST_REDIS_URL must name a server, not a database ("${url}"): each test file picks its own databases (1–15) and flushes them`);
+    }
+    return url.replace(/\/+$/, '');
+  }
+  const host = env.TEST_REDIS_HOST;
+  const port = env.TEST_REDIS_PORT;
+  if (!host && !port) return undefined;
+  if (port && !/^\d{1,5}$/.test(port)) throw new Error(`TEST_REDIS_PORT must be a port number, got "${port}"`);
+  return `redis://${host || '127.0.0.1'}:${port || 6379}`;
+}
+
+let testRedis: Promise<string> | undefined;
+/** The server `freshRedis` uses: the one the tests were told to use, else this process's private redis-server. */
+function testRedisServer(): Promise<string> {
+  testRedis ??= (async () => {
+    const told = toldTestRedis();
+    if (told) return told;
+    if (!redisServerInstalled()) {
+      throw new Error(
+        'The tests need a Redis: install redis-server (e.g. `apt-get install redis-server`) and each test process starts its own private one, ' +
+          'or set TEST_REDIS_URL=redis://host:port to use a running Redis (its databases 1–15 are flushed).',
+      );
+    }
+    return (await processPrivateRedis()).url;
+  })();
+  return testRedis;
+}
+
+/**
+ * Each test file works in its own Redis database, emptied first, so queues and
+ * keys never mix. By default that database is on a private redis-server this
+ * test process starts on first use (one per process, shared by every call,
+ * gone when the process exits), so nothing else is touched. With
+ * `TEST_REDIS_URL` (or `TEST_REDIS_HOST` / `TEST_REDIS_PORT`) it is on that
+ * Redis, and database `db` there is flushed.
+ */
 export async function freshRedis(db: number): Promise<{ url: string; redis: Redis }> {
-  const url = `redis://${sharedRedisHost}:${sharedRedisPort}/${db}`;
+  const url = `${await testRedisServer()}/${db}`;
   const redis = new Redis(url, { maxRetriesPerRequest: 3 });
   await redis.flushdb();
   return { url, redis };
@@ -33,9 +84,9 @@ export interface GatewayProcess {
 }
 
 const running = new Set<ChildProcess>();
-process.on('exit', () => {
+function killGateways(): void {
   for (const proc of running) proc.kill('SIGKILL');
-});
+}
 
 /**
  * Starts the gateway as its own process (`bin/start.ts`, through tsx), the
@@ -60,6 +111,7 @@ export async function startGateway(options: {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   running.add(proc);
+  onProcessEnd(killGateways);
   proc.once('exit', () => running.delete(proc));
   const logs: string[] = [];
   let port = 0;

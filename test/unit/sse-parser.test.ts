@@ -1,4 +1,4 @@
-import { wireFixturesDir } from '../support/fixtures.js';
+import { vendorFixturesDir } from '../support/fixtures.js';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
@@ -8,8 +8,8 @@ import type { VendorResponse } from '../../workers/vendors/http.js';
 import type { CallContext } from '../../workers/vendors/types.js';
 import type { SseEvent } from '../../workers/vendors/sse-parser.js';
 
-// The recorded streams live with the wire reference, outside this repository.
-const FIXTURES = wireFixturesDir;
+// The recorded OpenAI streams, in test/fixtures/openai/.
+const FIXTURES = vendorFixturesDir('openai');
 const encoder = new TextEncoder();
 
 function parseAll(pieces: (string | Uint8Array)[]): SseEvent[] {
