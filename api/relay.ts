@@ -3,7 +3,8 @@ import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from '../shared/logger.js';
 import type { Config } from '../shared/config.js';
-import { endpoints, type Endpoint } from '../shared/endpoints.js';
+import { endpoints, type Endpoint, type EndpointPayloads } from '../shared/endpoints.js';
+import type { VideoInput } from '../shared/schemas/media-inputs.js';
 import { GatewayError } from '../shared/errors.js';
 import { asyncJobKey, payloadKey, type GatewayJobData, type QueueName } from '../shared/queues.js';
 import type { Backpressure } from './backpressure.js';
@@ -23,11 +24,12 @@ export interface RelayDeps {
   blobs?: BlobStore;
 }
 
-export interface RelayRequest {
-  endpoint: Endpoint;
+export interface RelayRequest<E extends Endpoint = Endpoint> {
+  endpoint: E;
   model: string;
   keyId: string;
-  body: Record<string, unknown>;
+  /** The validated request: what the job carries to the worker as its payload. */
+  body: EndpointPayloads[E];
   stream: boolean;
   /** Answer 202 at once; the result is read from `GET /v1/jobs/{id}`. */
   async?: boolean;
@@ -46,7 +48,7 @@ export interface AsyncJobRecord {
   created: number;
   contentType?: string;
   /** The request, for resources that echo it (videos). */
-  request?: Record<string, unknown>;
+  request?: Partial<VideoInput>;
 }
 
 /** `Prefer: respond-async` (RFC 7240) asks for a 202 and a job to poll. */
@@ -58,7 +60,7 @@ export function prefersAsync(prefer: string | undefined): boolean {
  * Enqueues a validated request and answers the client from the reply channel:
  * the final body for a plain request, the chunks as SSE for a stream.
  */
-export async function relay(ctx: Context, deps: RelayDeps, request: RelayRequest): Promise<void> {
+export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, request: RelayRequest<E>): Promise<void> {
   const { config, queues, hub, backpressure } = deps;
   const requestId: string = ctx.state.requestId;
   const log: Logger = ctx.state.log;
@@ -117,7 +119,7 @@ export async function relay(ctx: Context, deps: RelayDeps, request: RelayRequest
       model: request.model,
       created: Math.floor(Date.now() / 1000),
       ...(request.contentType ? { contentType: request.contentType } : {}),
-      ...(request.endpoint === 'videos' ? { request: request.body } : {}),
+      ...(request.endpoint === 'videos' ? { request: request.body as VideoInput } : {}),
     };
     const ttl = config.asyncResultTtlSeconds;
     await deps.redis.set(asyncJobKey(jobId), JSON.stringify(record), 'EX', ttl);

@@ -1,5 +1,10 @@
 import type { Capability } from './catalog.js';
 import type { QueueName } from './queues.js';
+import type { ChatCompletionRequest } from './schemas/chat.js';
+import type { CompletionRequest } from './schemas/completions.js';
+import type { EmbeddingRequest } from './schemas/embeddings.js';
+import type { ImageGenerationRequest } from './schemas/images.js';
+import type { ImageEditInput, TranscriptionInput, VideoInput } from './schemas/media-inputs.js';
 
 /** What the gateway needs to know about one API endpoint, in one place. */
 export interface EndpointRow {
@@ -62,3 +67,17 @@ export const endpointNames = Object.keys(endpoints) as Endpoint[];
 
 /** Every capability some endpoint serves: a model of another capability is not listed. */
 export const servedCapabilities: ReadonlySet<Capability> = new Set(endpointNames.flatMap((name) => endpoints[name].capabilities));
+
+/** What each endpoint's job carries: the validated request (with uploads as blob references). */
+export interface EndpointPayloads {
+  'chat.completions': ChatCompletionRequest;
+  completions: CompletionRequest;
+  embeddings: EmbeddingRequest;
+  'images.generations': ImageGenerationRequest;
+  'images.edits': ImageEditInput;
+  'audio.transcriptions': TranscriptionInput;
+  videos: VideoInput;
+}
+
+/** One request as the worker runs it: the endpoint says the payload's type, so a `switch` on it needs no cast. */
+export type EndpointRequest = { [E in Endpoint]: { endpoint: E; payload: EndpointPayloads[E] } }[Endpoint];

@@ -1,4 +1,4 @@
-import type { Endpoint } from './endpoints.js';
+import type { Endpoint, EndpointPayloads } from './endpoints.js';
 
 /** One BullMQ queue per capability; a capability's workers scale alone. */
 export const queueNames = ['chat', 'embeddings', 'image', 'audio', 'video'] as const;
@@ -28,7 +28,7 @@ export interface GatewayJobData {
   /** Catalog model id the client asked for. */
   model: string;
   /** Validated request body, or absent when stored under `payloadKey(requestId)`. */
-  payload?: Record<string, unknown>;
+  payload?: EndpointPayloads[Endpoint];
   stream: boolean;
   /** Epoch ms after which nobody is waiting for the answer. */
   deadline: number;

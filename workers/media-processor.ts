@@ -3,11 +3,11 @@ import type { Redis } from 'ioredis';
 import type { Config } from '../shared/config.js';
 import { GatewayError } from '../shared/errors.js';
 import { jobEventsChannel, type GatewayJobData, type GatewayJobResult } from '../shared/queues.js';
-import type { ImageGenerationRequest } from '../shared/schemas/images.js';
 import type { Protocol } from '../shared/vendors.js';
 import { signBlobUrl } from '../storage/blob-urls.js';
 import type { BlobStore } from '../storage/blob-store.js';
-import type { ImageEditInput, ImageResult, MediaContext, TranscriptionInput, VideoInput } from './vendors/media-types.js';
+import type { ImageResult, MediaContext } from './vendors/media-types.js';
+import type { EndpointRequest } from '../shared/endpoints.js';
 import { mediaMethod } from './vendors/media-registry.js';
 import { discardBody } from './vendors/http.js';
 import { guardedGet, readBoundedBytes } from './vendors/guarded-fetch.js';
@@ -33,7 +33,7 @@ export function publishJobEvent(redis: Redis, jobId: string, event: Record<strin
 export async function runMedia(
   job: Job<GatewayJobData, GatewayJobResult>,
   protocol: Protocol,
-  payload: Record<string, unknown>,
+  request: EndpointRequest,
   base: CallContext,
   deps: MediaDeps,
   /** Frees the vendor slot once the vendor's part is done: rendering and storing need no slot. */
@@ -57,31 +57,31 @@ export async function runMedia(
     },
   };
   const baseUrl = data.baseUrl ?? deps.config.publicBaseUrl ?? 'http://localhost:8080';
-  switch (data.endpoint) {
+  switch (request.endpoint) {
     case 'images.generations': {
-      const input = payload as ImageGenerationRequest;
+      const input = request.payload;
       const result = await mediaMethod(protocol, 'generateImages')(input, ctx);
       await vendorDone();
       return { body: await renderImages(result, input.response_format ?? base.model.default_response_format ?? 'b64_json', ctx, deps, baseUrl) };
     }
     case 'images.edits': {
-      const input = payload as unknown as ImageEditInput;
+      const input = request.payload;
       const result = await mediaMethod(protocol, 'editImages')(input, ctx);
       await vendorDone();
       return { body: await renderImages(result, input.response_format ?? base.model.default_response_format ?? 'b64_json', ctx, deps, baseUrl) };
     }
     case 'audio.transcriptions': {
-      const result = await mediaMethod(protocol, 'transcribe')(payload as unknown as TranscriptionInput, ctx);
+      const result = await mediaMethod(protocol, 'transcribe')(request.payload, ctx);
       await vendorDone();
       return { body: result.body };
     }
     case 'videos': {
-      const result = await mediaMethod(protocol, 'generateVideo')(payload as unknown as VideoInput, ctx);
+      const result = await mediaMethod(protocol, 'generateVideo')(request.payload, ctx);
       await vendorDone();
       return { body: JSON.stringify({ video: result.video, thumbnail: result.thumbnail ?? null }) };
     }
     default:
-      throw new GatewayError(400, `${data.endpoint} is not a media endpoint.`);
+      throw new GatewayError(400, `${request.endpoint} is not a media endpoint.`);
   }
 }
 

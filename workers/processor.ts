@@ -7,7 +7,7 @@ import { GatewayError, timeoutError } from '../shared/errors.js';
 import { payloadKey, replayStreamKey, type GatewayJobData, type GatewayJobResult } from '../shared/queues.js';
 import { ClientGoneError, type CancelRegistry } from './cancel-registry.js';
 import { ReplyPublisher } from './reply-publisher.js';
-import { endpoints } from '../shared/endpoints.js';
+import { endpoints, type EndpointRequest } from '../shared/endpoints.js';
 import type { ChannelRouter, ResolvedRoute } from './channel-router.js';
 import { chatAdapter } from './vendors/registry.js';
 import { publishJobEvent, runMedia, type MediaDeps } from './media-processor.js';
@@ -60,6 +60,8 @@ export function createProcessor(deps: ProcessorDeps) {
     if (!model) return fail(new GatewayError(404, `The model \`${data.model}\` is no longer in the catalog.`, { code: 'model_not_found' }));
     const payload = data.payload ?? (await loadPayload(deps.redis, data.requestId));
     if (!payload) return fail(new GatewayError(410, 'The request body expired before a worker picked it up.', { code: 'payload_expired' }));
+    // The one place the payload's type is taken on trust: the api validated it against this endpoint's schema.
+    const request = { endpoint: data.endpoint, payload } as EndpointRequest;
 
     const controller = deps.cancels.start(data.requestId);
     const deadlineSignal = AbortSignal.timeout(remaining);
@@ -81,7 +83,7 @@ export function createProcessor(deps: ProcessorDeps) {
       try {
         if (endpoints[data.endpoint].pipeline === 'media') {
           if (data.async) await publishJobEvent(deps.redis, data.requestId, { type: 'progress', status: 'in_progress', progress: 0 });
-          const { body } = await runMedia(job, route.protocol, payload, ctx, deps.media, freeSlot);
+          const { body } = await runMedia(job, route.protocol, request, ctx, deps.media, freeSlot);
           if (!data.async) return await publisher.done(body);
           const result: GatewayJobResult =
             body.length > inlineAsyncResultBytes
@@ -91,10 +93,10 @@ export function createProcessor(deps: ProcessorDeps) {
           return result;
         }
         if (data.stream) {
-          await runTextStream(chatAdapter(route.protocol), data.endpoint, payload, ctx, publisher, freeSlot);
+          await runTextStream(chatAdapter(route.protocol), request, ctx, publisher, freeSlot);
           return {};
         }
-        const result = await callText(chatAdapter(route.protocol), data.endpoint, payload, ctx);
+        const result = await callText(chatAdapter(route.protocol), request, ctx);
         await freeSlot();
         return await publisher.done(result.body);
       } finally {
@@ -131,7 +133,7 @@ export function createProcessor(deps: ProcessorDeps) {
   };
 }
 
-async function loadPayload(redis: Redis, requestId: string): Promise<Record<string, unknown> | undefined> {
+async function loadPayload(redis: Redis, requestId: string): Promise<unknown> {
   const text = await redis.get(payloadKey(requestId));
-  return text === null ? undefined : (JSON.parse(text) as Record<string, unknown>);
+  return text === null ? undefined : JSON.parse(text);
 }

@@ -1,8 +1,5 @@
-import type { ChatCompletionRequest } from '../shared/schemas/chat.js';
-import type { CompletionRequest } from '../shared/schemas/completions.js';
-import type { EmbeddingRequest } from '../shared/schemas/embeddings.js';
 import { GatewayError } from '../shared/errors.js';
-import type { GatewayJobData } from '../shared/queues.js';
+import type { EndpointRequest } from '../shared/endpoints.js';
 import { streamTrailer } from '../shared/reply.js';
 import type { ReplyPublisher } from './reply-publisher.js';
 import type { CallContext, StreamEvent, VendorAdapter, VendorResult } from './vendors/types.js';
@@ -13,14 +10,14 @@ import type { CallContext, StreamEvent, VendorAdapter, VendorResult } from './ve
  */
 export async function runTextStream(
   adapter: VendorAdapter,
-  endpoint: GatewayJobData['endpoint'],
-  payload: Record<string, unknown>,
+  request: EndpointRequest,
   ctx: CallContext,
   publisher: ReplyPublisher,
   vendorDone: () => Promise<unknown>,
 ): Promise<void> {
-  const includeUsage = (payload.stream_options as { include_usage?: boolean } | undefined)?.include_usage === true;
-  for await (const event of streamFor(adapter, endpoint, payload, ctx)) {
+  const includeUsage =
+    (request.endpoint === 'chat.completions' || request.endpoint === 'completions') && request.payload.stream_options?.include_usage === true;
+  for await (const event of streamFor(adapter, request, ctx)) {
     // Upstream streams always ask for usage (billing needs it); the client sees it only when it asked.
     if (event.usageOnly && !includeUsage) continue;
     publisher.chunk(`data: ${event.data}\n\n`);
@@ -31,21 +28,21 @@ export async function runTextStream(
   await publisher.endStream(streamTrailer);
 }
 
-function streamFor(adapter: VendorAdapter, endpoint: GatewayJobData['endpoint'], payload: Record<string, unknown>, ctx: CallContext): AsyncIterable<StreamEvent> {
-  if (endpoint === 'chat.completions') return adapter.streamChatCompletion(payload as ChatCompletionRequest, ctx);
-  if (endpoint === 'completions') return adapter.streamCompletion(payload as CompletionRequest, ctx);
-  throw new GatewayError(400, `Streaming is not available for ${endpoint}.`, { param: 'stream' });
+function streamFor(adapter: VendorAdapter, request: EndpointRequest, ctx: CallContext): AsyncIterable<StreamEvent> {
+  if (request.endpoint === 'chat.completions') return adapter.streamChatCompletion(request.payload, ctx);
+  if (request.endpoint === 'completions') return adapter.streamCompletion(request.payload, ctx);
+  throw new GatewayError(400, `Streaming is not available for ${request.endpoint}.`, { param: 'stream' });
 }
 
-export function callText(adapter: VendorAdapter, endpoint: GatewayJobData['endpoint'], payload: Record<string, unknown>, ctx: CallContext): Promise<VendorResult> {
-  switch (endpoint) {
+export function callText(adapter: VendorAdapter, request: EndpointRequest, ctx: CallContext): Promise<VendorResult> {
+  switch (request.endpoint) {
     case 'chat.completions':
-      return adapter.createChatCompletion(payload as ChatCompletionRequest, ctx);
+      return adapter.createChatCompletion(request.payload, ctx);
     case 'completions':
-      return adapter.createCompletion(payload as CompletionRequest, ctx);
+      return adapter.createCompletion(request.payload, ctx);
     case 'embeddings':
-      return adapter.createEmbeddings(payload as EmbeddingRequest, ctx);
+      return adapter.createEmbeddings(request.payload, ctx);
     default:
-      throw new GatewayError(400, `${endpoint} is not a chat endpoint.`);
+      throw new GatewayError(400, `${request.endpoint} is not a chat endpoint.`);
   }
 }

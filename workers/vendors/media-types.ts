@@ -1,5 +1,6 @@
 import type { BlobRef } from '../../shared/blobs.js';
-import type { ImageEditFields, ImageGenerationRequest } from '../../shared/schemas/images.js';
+import type { ImageGenerationRequest } from '../../shared/schemas/images.js';
+import type { ImageEditInput, TranscriptionInput, VideoInput } from '../../shared/schemas/media-inputs.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import type { CallContext } from './types.js';
 
@@ -38,32 +39,10 @@ export interface ImageResult {
 
 export type ImageGenerationInput = ImageGenerationRequest;
 
-export interface ImageEditInput extends ImageEditFields {
-  /** The uploaded images, in order (`image` or `image[]` parts). */
-  images: BlobRef[];
-  mask?: BlobRef;
-}
-
-export interface TranscriptionInput {
-  file: BlobRef;
-  language?: string;
-  prompt?: string;
-  response_format: 'json' | 'text' | 'srt' | 'verbose_json' | 'vtt';
-  temperature?: number;
-  timestamp_granularities?: Array<'word' | 'segment'>;
-}
-
 /** The exact body the client gets, in the format it asked for. */
 export interface TranscriptionResult {
   body: string;
   contentType: string;
-}
-
-export interface VideoInput {
-  prompt: string;
-  seconds: string;
-  size: string;
-  input_reference?: BlobRef;
 }
 
 export interface VideoResult {

@@ -1,5 +1,6 @@
 import { malformedResponse, parseJsonObject, readBodyText } from '../http.js';
-import type { ImageEditInput, ImageGenerationInput, ImageResult, MediaAdapter, MediaContext } from '../media-types.js';
+import type { ImageGenerationInput, ImageResult, MediaAdapter, MediaContext } from '../media-types.js';
+import type { ImageEditInput } from '../../../shared/schemas/media-inputs.js';
 import { postBflTask } from './api.js';
 import { buildBflEditRequest, buildBflRequest, type BflOutputFormat, type BflTaskRequest, type BflUpload } from './build-bfl-request.js';
 import { convertOpenAIMaskToBfl } from './convert-openai-mask.js';

@@ -8,7 +8,8 @@
  *   [mock:slow:<ms>]       take <ms> before answering; ends at once on abort.
  */
 import { encodeText } from '../../../shared/tokens.js';
-import type { MediaAdapter, MediaContext, TranscriptionInput, TranscriptionResult } from '../media-types.js';
+import type { MediaAdapter, MediaContext, TranscriptionResult } from '../media-types.js';
+import type { TranscriptionInput } from '../../../shared/schemas/media-inputs.js';
 import { readMockMarkers, throwIfErrorMarker } from './markers.js';
 import { sleep } from '../sleep.js';
 

@@ -1,5 +1,6 @@
 import { parseJsonObject, readBodyText, readCappedText, type VendorResponse } from '../http.js';
-import type { ImageEditInput, ImageGenerationInput, ImageResult, MediaAdapter, MediaContext } from '../media-types.js';
+import type { ImageGenerationInput, ImageResult, MediaAdapter, MediaContext } from '../media-types.js';
+import type { ImageEditInput } from '../../../shared/schemas/media-inputs.js';
 import { postOpenAI } from './api.js';
 import { buildOpenAIImageEditForm, buildOpenAIImageGenerationBody } from './build-openai-image-request.js';
 import { mapOpenAIImageError } from './map-openai-image-error.js';

@@ -1,7 +1,8 @@
 import { Blob } from 'node:buffer';
 import { FormData } from 'undici';
 import { invalidRequest } from '../../../shared/errors.js';
-import type { BlobRef, MediaAdapter, MediaContext, TranscriptionInput, TranscriptionResult } from '../media-types.js';
+import type { BlobRef, MediaAdapter, MediaContext, TranscriptionResult } from '../media-types.js';
+import type { TranscriptionInput } from '../../../shared/schemas/media-inputs.js';
 import { parseJsonObject, readBodyText, type VendorResponse } from '../http.js';
 import { readOpenAIError } from './create-openai-result.js';
 import { postOpenAIForm } from './post-openai-form.js';
