@@ -36,7 +36,7 @@ export interface ApiServer {
   shutdown(): Promise<void>;
 }
 
-export async function createApiServer(config: Config, log: Logger, env = process.env): Promise<ApiServer> {
+export async function createApiServer(config: Config, log: Logger): Promise<ApiServer> {
   const instanceId = `api-${randomBytes(6).toString('hex')}`;
   // Commands fail fast while Redis is away (the client gets a 503) instead of queueing until it returns.
   const redis = createRedis(config.redisUrl, { connectionName: instanceId, maxRetriesPerRequest: 1 });
@@ -49,8 +49,8 @@ export async function createApiServer(config: Config, log: Logger, env = process
   hub.on(revokedChannel, (hash) => keyCache.revoke(hash));
   hub.onReconnect = () => keyCache.clear();
   const backpressure = new Backpressure(queues, config.maxWaiting, log);
-  const models = new ModelResolver(loadCatalog(config.catalogFile), new Set(resolveChannels(env).keys()));
-  const blobs = createBlobStore(config, env);
+  const models = new ModelResolver(loadCatalog(config.catalogFile), new Set(resolveChannels(config).keys()));
+  const blobs = createBlobStore(config);
   const urlSecret = await resolveUrlSecret(redis, config.blobUrlSecret);
   const jobEvents = new JobEvents(hub, { redis, queues, blobs, keys: keyCache, log, videoExpirySeconds: config.asyncResultTtlSeconds });
 

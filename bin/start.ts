@@ -12,9 +12,11 @@ import { locateRedis } from './local-redis.js';
 async function main(): Promise<void> {
   const role = process.argv.find((a) => a.startsWith('--role='))?.slice('--role='.length) ?? 'all';
   if (!['all', 'api', 'worker'].includes(role)) throw new Error(`--role must be all, api or worker, not "${role}"`);
+  // The whole environment is read and checked first, so a bad value stops the start before anything runs.
+  const configured = loadConfig(process.env);
+  // Where Redis is stays local-redis.ts's decision: REDIS_URL when set, else the default or a private one.
   const redis = await locateRedis(process.env, true);
-  const env = { ...process.env, REDIS_URL: redis.url };
-  const config = loadConfig(env);
+  const config = { ...configured, redisUrl: redis.url };
   const log = createLogger(config.logLevel, `switchyard-${role}`);
   if (redis.source === 'started') {
     log.warn({ redis: redis.url }, `no Redis was running: started a private redis-server under ./.data/ at ${redis.url}`);
@@ -22,19 +24,19 @@ async function main(): Promise<void> {
     log.info({ redis: redis.url }, 'using the private Redis under ./.data/');
   }
 
-  if (isMockStandingIn(env)) {
+  if (isMockStandingIn(config)) {
     log.warn('no vendor key is set: running offline, the mock vendor answers for every model (set a vendor key to reach real vendors)');
   }
 
   const cleanups: Array<() => Promise<void>> = [];
   if (role !== 'worker') {
-    const api = await createApiServer(config, log, env);
+    const api = await createApiServer(config, log);
     const port = await api.listen(config.port, config.host);
     log.info({ port, instance: api.instanceId }, `gateway listening on http://localhost:${port}/v1`);
     cleanups.push(() => api.shutdown());
   }
   if (role !== 'api') {
-    const workers = await startWorkers(config, log, env);
+    const workers = await startWorkers(config, log);
     cleanups.push(() => workers.close());
   }
 

@@ -1,10 +1,14 @@
 import { isIP } from 'node:net';
+import { z } from 'zod';
 import type { QueueName } from './queues.js';
 import { queueNames } from './queues.js';
+import { vendorDefinitions } from './vendors.js';
 
 /**
- * Every setting of the gateway, read from the environment in one place.
- * Called by the entry points; nothing reads process.env at import time.
+ * Every setting of the gateway, read from the environment in one place
+ * (`loadConfig`, against the schema below: `environmentVariables`). Called by
+ * the entry points; no other module reads the environment: each takes what it
+ * needs from this.
  */
 export interface Config {
   port: number;
@@ -55,102 +59,472 @@ export interface Config {
   fetchAllowHosts: string[];
   /** FETCH_ALLOW_PRIVATE=on: vendor-supplied URLs may point at any address (development only). Default: off. */
   fetchAllowPrivate: boolean;
+  /**
+   * `<VENDOR>_API_KEY`, `<VENDOR>_BASE_URL`, `<VENDOR>_MAX_CONCURRENCY`, `<VENDOR>_RPM` by vendor
+   * prefix (`OPENAI`, `DEEPSEEK`, a channels-file vendor's): every prefix one of them names.
+   */
+  vendors: Record<string, VendorSettings>;
+  /** CHANNELS_FILE: more channels per vendor, with weights (read by shared/vendors.ts). */
+  channelsFile: string | undefined;
+  mock: {
+    /** MOCK_VENDOR: `auto` serves the mock (standing in for every vendor) only when no vendor is configured. */
+    mode: 'on' | 'off' | 'auto';
+    /** Pause between mock stream chunks. */
+    streamDelayMs: number;
+    /** How long a mock video takes to render. */
+    videoMs: number;
+  };
+  /** Lease of a vendor slot, renewed while the call runs. */
+  vendorLeaseMs: number;
+  /** How long a channel rests after failures (the router's cooldown policy). */
+  channelCooldowns: {
+    /** The vendor refused its credentials or quota. */
+    authMs: number;
+    /** Repeated retryable failures. */
+    failureMs: number;
+    /** Retryable failures within 30 s that start a rest. */
+    failureThreshold: number;
+  };
+  /** Timeouts of every vendor call (0: none). */
+  vendorTimeouts: { connectMs: number; firstByteMs: number; idleMs: number };
+  /** Pause between polls of a FLUX task. */
+  bflPollIntervalMs: number;
+  /** Pause between polls of a vendor video job. */
+  videoPollIntervalMs: number;
+  /** S3-compatible storage instead of `blobDir`; set when S3_BUCKET is. */
+  s3: S3Config | undefined;
+}
+
+/** A vendor's settings from its `<VENDOR>_*` variables; a prefix none of them names has no entry. */
+export interface VendorSettings {
+  /** `<VENDOR>_API_KEY`, split at commas: each key is a channel. */
+  apiKeys: string[];
+  /** `<VENDOR>_BASE_URL` without trailing slashes; unset: the vendor's own. */
+  baseUrl: string | undefined;
+  /** `<VENDOR>_MAX_CONCURRENCY`; unset or 0: no cap. */
+  maxConcurrency: number | undefined;
+  /** `<VENDOR>_RPM`; unset or 0: no cap. */
+  rpm: number | undefined;
+}
+
+export interface S3Config {
+  bucket: string;
+  region: string;
+  endpoint?: string;
+  accessKeyId?: string;
+  secretAccessKey?: string;
+  forcePathStyle: boolean;
+  prefix: string;
 }
 
 type Env = Record<string, string | undefined>;
 
-function int(env: Env, name: string, fallback: number, min = 0): number {
-  const raw = env[name];
-  if (raw === undefined || raw === '') return fallback;
-  const value = Number(raw);
-  if (!Number.isInteger(value) || value < min) throw new Error(`${name} must be an integer ≥ ${min}, got "${raw}"`);
-  return value;
+/**
+ * A variable's default as the README's Configuration table prints it (`formatDefault`):
+ * - `value`: a plain value, what the schema gives for an unset variable (`8080`, `info`, `off`; "empty");
+ * - `perQueue`: one number per queue;
+ * - `unset`: no value, which means what `note` says;
+ * - `derived`: follows from something else (`text`); `instances` gives it for the names the README lists.
+ */
+export type SettingDefault =
+  | { kind: 'value'; value: string | number | boolean | readonly string[] }
+  | { kind: 'perQueue'; value: Readonly<Record<QueueName, number>> }
+  | { kind: 'unset'; note?: string }
+  | { kind: 'derived'; text: string; instances?: Readonly<Record<string, string>> };
+
+/** One variable of the environment, or a patterned family of them. */
+export interface EnvironmentVariable {
+  /** As the README's table writes it: `PORT`, `<VENDOR>_RPM`, `WORKER_CONCURRENCY_<QUEUE>`. */
+  name: string;
+  /** A family's members (group 1: the vendor prefix or the queue). Absent: the variable is `name` itself. */
+  pattern?: RegExp;
+  /** What a value must be: a bad one fails the start with `<NAME> must be <type>, got "<value>"`. */
+  type: string;
+  default: SettingDefault;
+  /** One line, as the README's table has it. */
+  description: string;
+  /** Reads the raw value (undefined when unset; empty or blank counts as unset). */
+  schema: z.ZodType;
 }
 
-function flag(env: Env, name: string, fallback: boolean): boolean {
-  const raw = env[name]?.trim().toLowerCase();
-  if (raw === undefined || raw === '') return fallback;
-  if (['on', 'true', '1', 'yes'].includes(raw)) return true;
-  if (['off', 'false', '0', 'no'].includes(raw)) return false;
-  throw new Error(`${name} must be on or off, got "${env[name]}"`);
+interface Kind<T> {
+  type: string;
+  default: SettingDefault;
+  schema: z.ZodType<T>;
 }
 
-function baseUrl(env: Env, name: string): string | undefined {
-  const raw = env[name];
-  if (!raw) return undefined;
-  let url: URL;
+interface Setting<T> extends Kind<T> {
+  description: string;
+}
+
+interface Family<T> extends Setting<T> {
+  name: string;
+  pattern: RegExp;
+}
+
+/** Unset, empty or blank: the default applies. */
+const unsetIfBlank = (raw: unknown) => (typeof raw === 'string' && raw.trim() === '' ? undefined : raw);
+
+/** Params of an issue whose message quotes the offending part itself: no `got "…"` is added. */
+const quotesValue = { quotesValue: true };
+
+/** The schema's own answer for an unset variable, so that the documented default cannot drift from it. */
+const plainDefault = (schema: z.ZodType): SettingDefault => ({ kind: 'value', value: schema.parse(undefined) as string | number | boolean | string[] });
+
+const integerType = (min: number, max?: number) => (max === undefined ? `an integer ≥ ${min}` : `an integer from ${min} to ${max}`);
+
+function integerSchema(min: number, max?: number) {
+  const error = `must be ${integerType(min, max)}`;
+  const number = z.coerce.number({ error }).int({ error }).min(min, { error });
+  return max === undefined ? number : number.max(max, { error });
+}
+
+function integer(min: number, fallback: number, max?: number): Kind<number> {
+  const schema = z.preprocess(unsetIfBlank, integerSchema(min, max).default(fallback));
+  return { type: integerType(min, max), default: plainDefault(schema), schema };
+}
+
+function optionalInteger(min: number, fallback: SettingDefault): Kind<number | undefined> {
+  return { type: integerType(min), default: fallback, schema: z.preprocess(unsetIfBlank, integerSchema(min).optional()) };
+}
+
+function text(fallback: string): Kind<string> {
+  const schema = z.preprocess(unsetIfBlank, z.string().default(fallback));
+  return { type: 'a string', default: plainDefault(schema), schema };
+}
+
+function optionalText(fallback: SettingDefault = { kind: 'unset' }): Kind<string | undefined> {
+  return { type: 'a string', default: fallback, schema: z.preprocess(unsetIfBlank, z.string().optional()) };
+}
+
+/** One of `values` (or an alias of one), in any case. */
+function oneOf<T extends string>(values: readonly T[], aliases: Readonly<Record<string, T>> = {}) {
+  const type = `${values.slice(0, -1).join(', ')} or ${values.at(-1)}`;
+  const schema = z
+    .string()
+    .trim()
+    .toLowerCase()
+    .transform((value, ctx) => {
+      const found = values.find((v) => v === value) ?? aliases[value];
+      if (found !== undefined) return found;
+      ctx.addIssue({ code: 'custom', message: `must be ${type}` });
+      return z.NEVER;
+    });
+  return { type, schema };
+}
+
+function choice<const T extends string>(values: readonly T[], fallback: T, aliases?: Readonly<Record<string, T>>): Kind<T> {
+  const { type, schema: value } = oneOf(values, aliases);
+  const schema = z.preprocess(unsetIfBlank, value.optional().transform((chosen) => chosen ?? fallback)) as z.ZodType<T>;
+  return { type, default: plainDefault(schema), schema };
+}
+
+const switchAliases = { true: 'on', '1': 'on', yes: 'on', false: 'off', '0': 'off', no: 'off' } as const;
+const onOff = () => oneOf(['on', 'off'] as const, switchAliases);
+
+function flag(fallback: boolean): Kind<boolean> {
+  const schema = z.preprocess(unsetIfBlank, onOff().schema.transform((value) => value === 'on').default(fallback));
+  return { type: 'on or off', default: { kind: 'value', value: schema.parse(undefined) }, schema };
+}
+
+function optionalFlag(fallback: SettingDefault): Kind<boolean | undefined> {
+  return { type: 'on or off', default: fallback, schema: z.preprocess(unsetIfBlank, onOff().schema.transform((value) => value === 'on').optional()) };
+}
+
+function isHttpUrl(raw: string): boolean {
   try {
-    url = new URL(raw);
+    const { protocol } = new URL(raw);
+    return protocol === 'http:' || protocol === 'https:';
   } catch {
-    throw new Error(`${name} must be an absolute http(s) URL, got "${raw}"`);
+    return false;
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`${name} must be an http(s) URL, got "${raw}"`);
-  return raw.replace(/\/+$/, '');
+}
+
+/** An absolute http(s) URL; `trimSlashes` drops trailing slashes (base URLs get paths appended). */
+function httpUrl(fallback: SettingDefault, trimSlashes: boolean): Kind<string | undefined> {
+  const url = z
+    .string()
+    .trim()
+    .refine(isHttpUrl, { error: 'must be an absolute http(s) URL' })
+    .transform((value) => (trimSlashes ? value.replace(/\/+$/, '') : value));
+  return { type: 'an absolute http(s) URL', default: fallback, schema: z.preprocess(unsetIfBlank, url.optional()) };
+}
+
+const commaList = (raw: string) =>
+  raw
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter(Boolean);
+
+function keyList(): Kind<string[]> {
+  return { type: 'comma-separated keys', default: { kind: 'unset' }, schema: z.preprocess(unsetIfBlank, z.string().transform(commaList).default([])) };
+}
+
+function queueList(): Kind<QueueName[]> {
+  const list = z.string().transform((raw, ctx) => {
+    const queues = commaList(raw);
+    for (const queue of queues) {
+      if (!(queueNames as readonly string[]).includes(queue)) {
+        ctx.addIssue({ code: 'custom', message: `names an unknown queue "${queue}"; known: ${queueNames.join(', ')}`, params: quotesValue });
+        return z.NEVER;
+      }
+    }
+    return queues as QueueName[];
+  });
+  const schema = z.preprocess(unsetIfBlank, list.default([...queueNames]));
+  return { type: `a comma-separated list of ${queueNames.join(', ')}`, default: plainDefault(schema), schema };
 }
 
 /** Host names, `*.` wildcards, IP addresses and CIDR ranges; a range that cannot be a range fails at startup. */
-function hostList(env: Env, name: string): string[] {
-  const entries = (env[name] ?? '')
-    .split(',')
-    .map((entry) => entry.trim().toLowerCase())
-    .filter(Boolean);
-  for (const entry of entries) {
-    const [network = '', bits, extra] = entry.replace(/^\[(.*?)\]/, '$1').split('/');
-    const family = isIP(network);
-    const max = family === 6 ? 128 : 32;
-    const validName = family !== 0 || /^(\*\.)?[a-z0-9_-]+(\.[a-z0-9_-]+)*$/.test(network);
-    if (!validName || extra !== undefined || (bits !== undefined && (family === 0 || !/^\d+$/.test(bits) || Number(bits) > max))) {
-      throw new Error(`${name} holds "${entry}", which is neither a host name (no port), an IP address nor a CIDR range`);
+function hostList(): Kind<string[]> {
+  const list = z.string().transform((raw, ctx) => {
+    const entries = commaList(raw.toLowerCase());
+    for (const entry of entries) {
+      const [network = '', bits, extra] = entry.replace(/^\[(.*?)\]/, '$1').split('/');
+      const family = isIP(network);
+      const max = family === 6 ? 128 : 32;
+      const validName = family !== 0 || /^(\*\.)?[a-z0-9_-]+(\.[a-z0-9_-]+)*$/.test(network);
+      if (!validName || extra !== undefined || (bits !== undefined && (family === 0 || !/^\d+$/.test(bits) || Number(bits) > max))) {
+        ctx.addIssue({
+          code: 'custom',
+          message: `holds "${entry}", which is neither a host name (no port), an IP address nor a CIDR range`,
+          params: quotesValue,
+        });
+        return z.NEVER;
+      }
     }
-  }
-  return entries;
+    return entries;
+  });
+  const schema = z.preprocess(unsetIfBlank, list.default([]));
+  return { type: 'comma-separated host names, IP addresses or CIDR ranges', default: plainDefault(schema), schema };
 }
 
-function perQueue(env: Env, prefix: string, defaults: Record<QueueName, number>, min = 0): Record<QueueName, number> {
+const setting = <T>(kind: Kind<T>, description: string): Setting<T> => ({ ...kind, description });
+const family = <T>(name: string, pattern: RegExp, kind: Kind<T>, description: string): Family<T> => ({ name, pattern, ...kind, description });
+
+const vendorMember = (suffix: string) => new RegExp(`^([A-Z][A-Z0-9_]*)_${suffix}$`);
+const queueMember = (prefix: string) => new RegExp(`^${prefix}_(${queueNames.map((q) => q.toUpperCase()).join('|')})$`);
+
+const queueDefaults = {
+  concurrency: { chat: 256, embeddings: 32, image: 64, audio: 16, video: 64 },
+  maxWaiting: { chat: 10_000, embeddings: 10_000, image: 5_000, audio: 1_000, video: 5_000 },
+  deadlineMs: { chat: 600_000, embeddings: 120_000, image: 600_000, audio: 600_000, video: 3_600_000 },
+} as const satisfies Record<string, Record<QueueName, number>>;
+
+const builtInBaseUrls = Object.fromEntries(vendorDefinitions.filter((v) => v.defaultBaseUrl).map((v) => [`${v.envPrefix}_BASE_URL`, v.defaultBaseUrl]));
+
+/** Every variable with a fixed name: its type and range, default and meaning. */
+const fixed = {
+  PORT: setting(integer(0, 8080, 65535), 'api port (`0` picks a free one)'),
+  HOST: setting(text('0.0.0.0'), 'api bind address'),
+  REDIS_URL: setting(text('redis://127.0.0.1:6379'), 'Redis for queues, keys, replies; unset and unreachable → a private `redis-server` under `./.data/`'),
+  ADMIN_TOKEN: setting(optionalText(), 'enables the admin API (`/admin/keys`) for `Authorization: Bearer $ADMIN_TOKEN`'),
+  LOG_LEVEL: setting(choice(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info'), 'pino level'),
+  CATALOG_FILE: setting(optionalText(), 'JSON `{"models":[…]}` whose entries add to or replace built-in catalog entries by id'),
+  CHANNELS_FILE: setting(optionalText(), 'JSON `{"channels":[…]}`: more channels per vendor, with weights, and vendors not built in'),
+  VENDOR_LEASE_MS: setting(integer(1, 30_000), "lease of a vendor slot, renewed while the call runs; a dead worker's slot frees after this"),
+  CHANNEL_AUTH_COOLDOWN_MS: setting(integer(0, 300_000), 'rest for a channel whose credentials the vendor refused'),
+  CHANNEL_FAILURE_THRESHOLD: setting(integer(1, 3), 'retryable failures (5xx, network) within 30 s that rest a model on a channel'),
+  CHANNEL_COOLDOWN_MS: setting(integer(0, 30_000), 'that rest; a 429 rests it for its `retry-after` (else 5 s)'),
+  BFL_POLL_INTERVAL_MS: setting(integer(0, 500), 'pause between polls of a FLUX task'),
+  VIDEO_POLL_INTERVAL_MS: setting(integer(0, 2_000), 'pause between polls of a vendor video job'),
+  MOCK_VENDOR: setting(choice(['on', 'off', 'auto'], 'auto', switchAliases), '`on` (mock models beside real vendors), `off`, or `auto`: the mock serves when no vendor is configured'),
+  MOCK_VIDEO_MS: setting(integer(0, 1_500), 'how long a mock video takes to render'),
+  MOCK_STREAM_DELAY_MS: setting(integer(0, 20), 'pause between mock stream chunks'),
+  VENDOR_CONNECT_TIMEOUT_MS: setting(integer(0, 10_000), 'vendor connect timeout'),
+  VENDOR_FIRST_BYTE_TIMEOUT_MS: setting(integer(0, 120_000), 'vendor response-headers timeout'),
+  VENDOR_IDLE_TIMEOUT_MS: setting(integer(0, 120_000), 'longest silence between vendor body chunks'),
+  WORKER_QUEUES: setting(queueList(), 'queues a worker process serves'),
+  WORKER_CONCURRENCY: setting(optionalInteger(1, { kind: 'perQueue', value: queueDefaults.concurrency }), 'jobs in flight per worker process, every queue'),
+  QUEUE_MAX_WAITING: setting(optionalInteger(1, { kind: 'perQueue', value: queueDefaults.maxWaiting }), 'waiting jobs past which the api answers 503, every queue'),
+  REQUEST_DEADLINE_MS: setting(optionalInteger(1, { kind: 'perQueue', value: queueDefaults.deadlineMs }), 'how long a request may wait and run, every queue'),
+  JOB_ATTEMPTS: setting(integer(1, 4), 'vendor attempts per request (the first included)'),
+  RETRY_BASE_MS: setting(integer(1, 250), 'base of the exponential backoff (full jitter)'),
+  WORKER_LOCK_MS: setting(integer(1000, 10_000), 'a worker silent this long is presumed dead and its job handed on'),
+  SSE_KEEPALIVE_MS: setting(integer(100, 15_000), 'comment frames on a stream that is still waiting'),
+  MAX_BODY_BYTES: setting(integer(1024, 50 * 1024 * 1024), 'largest JSON body; over → 413'),
+  INLINE_PAYLOAD_BYTES: setting(integer(0, 64 * 1024), 'bodies larger than this are stored beside the job, not in it'),
+  SHUTDOWN_GRACE_MS: setting(integer(0, 30_000), 'on SIGTERM, how long in-flight requests may finish'),
+  KEY_CACHE_TTL_MS: setting(integer(0, 60_000), 'how long an api process trusts a cached API key'),
+  BLOB_DIR: setting(text('.data/blobs'), 'local blob store directory'),
+  S3_BUCKET: setting(optionalText(), 'use S3-compatible storage instead of `BLOB_DIR`'),
+  S3_ENDPOINT: setting(httpUrl({ kind: 'unset', note: 'AWS' }, false), 'S3-compatible endpoint (MinIO, R2, …)'),
+  S3_REGION: setting(text('us-east-1'), 'S3 region'),
+  S3_ACCESS_KEY_ID: setting(optionalText({ kind: 'unset', note: 'the AWS default chain' }), 'S3 access key id'),
+  S3_SECRET_ACCESS_KEY: setting(optionalText({ kind: 'unset', note: 'the AWS default chain' }), 'S3 secret access key'),
+  S3_FORCE_PATH_STYLE: setting(optionalFlag({ kind: 'derived', text: '`true` with `S3_ENDPOINT`, else `false`' }), 'path-style bucket URLs'),
+  S3_PREFIX: setting(text(''), 'key prefix inside the bucket'),
+  PUBLIC_BASE_URL: setting(httpUrl({ kind: 'unset', note: 'the scheme and `Host` of each request' }, true), 'how clients reach the gateway: signed file links start with it'),
+  FETCH_ALLOW_HOSTS: setting(hostList(), 'hosts, IP addresses and CIDR ranges that URLs handed over by vendors may reach although not public'),
+  FETCH_ALLOW_PRIVATE: setting(flag(false), '`on` lets URLs handed over by vendors reach any address (development only)'),
+  TRUST_PROXY: setting(flag(false), '`on` only behind a proxy that sets `X-Forwarded-Proto`/`-Host`/`-For`: then they are believed'),
+  BLOB_URL_SECRET: setting(optionalText({ kind: 'unset', note: 'generated once, kept in Redis' }), 'HMAC secret of signed file links'),
+  BLOB_URL_TTL_S: setting(integer(1, 3600), 'lifetime of a signed file link'),
+  MAX_AUDIO_BYTES: setting(integer(1, 25 * 1024 * 1024), 'largest audio upload; over → 413'),
+  MAX_IMAGE_BYTES: setting(integer(1, 50 * 1024 * 1024), 'largest image upload per file'),
+  ASYNC_RESULT_TTL_S: setting(integer(60, 86_400), 'how long async job results and videos stay retrievable'),
+  BLOB_SWEEP_INTERVAL_S: setting(integer(0, 600), 'seconds between sweeps of expired blobs; `0` disables them'),
+};
+
+/** Patterned families: every variable of the environment whose name matches (and is not a fixed one) is read. */
+const families = {
+  apiKey: family('<VENDOR>_API_KEY', vendorMember('API_KEY'), keyList(), 'key(s) of a vendor; comma-separated keys are separate channels'),
+  baseUrl: family(
+    '<VENDOR>_BASE_URL',
+    // Built-in vendors only (others take their URL from CHANNELS_FILE): an unrelated FOO_BASE_URL in the environment is none of ours.
+    new RegExp(`^(${vendorDefinitions.map((v) => v.envPrefix).join('|')})_BASE_URL$`),
+    httpUrl({ kind: 'derived', text: "the vendor's own", instances: builtInBaseUrls }, true),
+    "base URL of a vendor's API",
+  ),
+  maxConcurrency: family('<VENDOR>_MAX_CONCURRENCY', vendorMember('MAX_CONCURRENCY'), optionalInteger(0, { kind: 'unset', note: 'no cap' }), 'calls in flight to that vendor across all workers (`0`: no cap)'),
+  rpm: family('<VENDOR>_RPM', vendorMember('RPM'), optionalInteger(0, { kind: 'unset', note: 'no cap' }), 'calls started per rolling minute to that vendor across all workers (`0`: no cap)'),
+  concurrency: family('WORKER_CONCURRENCY_<QUEUE>', queueMember('WORKER_CONCURRENCY'), optionalInteger(1, { kind: 'derived', text: '`WORKER_CONCURRENCY`' }), 'jobs in flight per worker process, one queue'),
+  maxWaiting: family('QUEUE_MAX_WAITING_<QUEUE>', queueMember('QUEUE_MAX_WAITING'), optionalInteger(1, { kind: 'derived', text: '`QUEUE_MAX_WAITING`' }), 'waiting jobs past which the api answers 503, one queue'),
+  deadlineMs: family('REQUEST_DEADLINE_MS_<QUEUE>', queueMember('REQUEST_DEADLINE_MS'), optionalInteger(1, { kind: 'derived', text: '`REQUEST_DEADLINE_MS`' }), 'how long a request may wait and run, one queue'),
+};
+
+/** Every variable the gateway reads, fixed names first, then the families: the README's Configuration table lists each. */
+export const environmentVariables: readonly EnvironmentVariable[] = [
+  ...Object.entries(fixed).map(([name, variable]): EnvironmentVariable => ({ name, ...variable })),
+  ...Object.values(families),
+];
+
+/** How the README's table prints a default. */
+export function formatDefault(fallback: SettingDefault): string {
+  switch (fallback.kind) {
+    case 'value': {
+      const { value } = fallback;
+      if (value === '' || (Array.isArray(value) && value.length === 0)) return 'empty';
+      if (typeof value === 'boolean') return value ? '`on`' : '`off`';
+      return `\`${Array.isArray(value) ? value.join(',') : String(value)}\``;
+    }
+    case 'perQueue':
+      return queueNames.map((queue) => `${queue} \`${fallback.value[queue]}\``).join(', ');
+    case 'unset':
+      return fallback.note === undefined ? 'unset' : `unset (${fallback.note})`;
+    case 'derived':
+      return fallback.text;
+  }
+}
+
+const isFixed = (name: string): name is keyof typeof fixed => Object.hasOwn(fixed, name);
+
+/** The schema of one environment: every fixed variable, and each member of a family the environment holds. */
+export function environmentSchema(env: Env) {
+  const shape: Record<string, z.ZodType> = {};
+  for (const [name, variable] of Object.entries(fixed)) shape[name] = variable.schema;
+  for (const name of Object.keys(env)) {
+    if (isFixed(name)) continue;
+    const member = Object.values(families).find((f) => f.pattern.test(name));
+    if (member) shape[name] = member.schema;
+  }
+  return z.object(shape);
+}
+
+type FixedValues = { [K in keyof typeof fixed]: z.output<(typeof fixed)[K]['schema']> };
+
+/** The members of a family among the parsed values: [vendor prefix or queue, value]. */
+function members<T>(values: Record<string, unknown>, of: Family<T>): Array<[string, T]> {
+  const found: Array<[string, T]> = [];
+  for (const [name, value] of Object.entries(values)) {
+    const match = isFixed(name) ? null : of.pattern.exec(name);
+    if (match) found.push([match[1]!, value as T]);
+  }
+  return found;
+}
+
+function perQueue(values: Record<string, unknown>, shared: number | undefined, of: Family<number | undefined>, defaults: Record<QueueName, number>): Record<QueueName, number> {
   const out = { ...defaults };
-  for (const name of queueNames) out[name] = int(env, `${prefix}_${name.toUpperCase()}`, int(env, prefix, defaults[name], min), min);
+  if (shared !== undefined) for (const queue of queueNames) out[queue] = shared;
+  for (const [queue, value] of members(values, of)) if (value !== undefined) out[queue.toLowerCase() as QueueName] = value;
   return out;
 }
 
-export function loadConfig(env: Env = process.env): Config {
-  const workerQueues = (env.WORKER_QUEUES ?? queueNames.join(','))
-    .split(',')
-    .map((q) => q.trim())
-    .filter(Boolean);
-  for (const q of workerQueues) {
-    if (!(queueNames as readonly string[]).includes(q)) {
-      throw new Error(`WORKER_QUEUES names an unknown queue "${q}"; known: ${queueNames.join(', ')}`);
-    }
+/** One line naming each bad variable and what it must be. */
+function describeIssues(issues: readonly z.core.$ZodIssue[], env: Env): string {
+  const lines = new Map<string, string>();
+  for (const issue of issues) {
+    const name = String(issue.path[0] ?? '');
+    if (lines.has(name)) continue;
+    const quoted = issue.code === 'custom' && issue.params?.quotesValue === true;
+    lines.set(name, quoted ? `${name} ${issue.message}` : `${name} ${issue.message}, got "${env[name]}"`);
   }
+  return [...lines.values()].join('; ');
+}
+
+/** Reads and validates the whole environment; a bad value throws one line naming the variable. */
+export function loadConfig(env: Env = process.env): Config {
+  const parsed = environmentSchema(env).safeParse(env);
+  if (!parsed.success) throw new Error(`Invalid configuration: ${describeIssues(parsed.error.issues, env)}`);
+  const all = parsed.data as Record<string, unknown>;
+  const values = all as FixedValues;
+
+  const vendors: Record<string, VendorSettings> = {};
+  const vendor = (prefix: string) => (vendors[prefix] ??= { apiKeys: [], baseUrl: undefined, maxConcurrency: undefined, rpm: undefined });
+  for (const [prefix, keys] of members(all, families.apiKey)) vendor(prefix).apiKeys = keys;
+  for (const [prefix, url] of members(all, families.baseUrl)) vendor(prefix).baseUrl = url;
+  for (const [prefix, max] of members(all, families.maxConcurrency)) vendor(prefix).maxConcurrency = max;
+  for (const [prefix, rpm] of members(all, families.rpm)) vendor(prefix).rpm = rpm;
+
+  const s3: S3Config | undefined =
+    values.S3_BUCKET === undefined
+      ? undefined
+      : {
+          bucket: values.S3_BUCKET,
+          region: values.S3_REGION,
+          forcePathStyle: values.S3_FORCE_PATH_STYLE ?? values.S3_ENDPOINT !== undefined,
+          prefix: values.S3_PREFIX,
+          ...(values.S3_ENDPOINT === undefined ? {} : { endpoint: values.S3_ENDPOINT }),
+          ...(values.S3_ACCESS_KEY_ID === undefined ? {} : { accessKeyId: values.S3_ACCESS_KEY_ID }),
+          ...(values.S3_SECRET_ACCESS_KEY === undefined ? {} : { secretAccessKey: values.S3_SECRET_ACCESS_KEY }),
+        };
+
   return {
-    port: int(env, 'PORT', 8080),
-    host: env.HOST ?? '0.0.0.0',
-    redisUrl: env.REDIS_URL ?? 'redis://127.0.0.1:6379',
-    adminToken: env.ADMIN_TOKEN || undefined,
-    logLevel: env.LOG_LEVEL ?? 'info',
-    catalogFile: env.CATALOG_FILE || undefined,
-    workerQueues: workerQueues as QueueName[],
-    concurrency: perQueue(env, 'WORKER_CONCURRENCY', { chat: 256, embeddings: 32, image: 64, audio: 16, video: 64 }, 1),
-    maxWaiting: perQueue(env, 'QUEUE_MAX_WAITING', { chat: 10_000, embeddings: 10_000, image: 5_000, audio: 1_000, video: 5_000 }, 1),
-    deadlineMs: perQueue(env, 'REQUEST_DEADLINE_MS', { chat: 600_000, embeddings: 120_000, image: 600_000, audio: 600_000, video: 3_600_000 }, 1),
-    jobAttempts: int(env, 'JOB_ATTEMPTS', 4, 1),
-    retryBaseMs: int(env, 'RETRY_BASE_MS', 250, 1),
-    workerLockMs: int(env, 'WORKER_LOCK_MS', 10_000, 1000),
-    sseKeepAliveMs: int(env, 'SSE_KEEPALIVE_MS', 15_000, 100),
-    maxBodyBytes: int(env, 'MAX_BODY_BYTES', 50 * 1024 * 1024, 1024),
-    inlinePayloadBytes: int(env, 'INLINE_PAYLOAD_BYTES', 64 * 1024, 0),
-    shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 30_000, 0),
-    keyCacheTtlMs: int(env, 'KEY_CACHE_TTL_MS', 60_000, 0),
-    blobDir: env.BLOB_DIR ?? '.data/blobs',
-    publicBaseUrl: baseUrl(env, 'PUBLIC_BASE_URL'),
-    trustProxy: flag(env, 'TRUST_PROXY', false),
-    blobUrlSecret: env.BLOB_URL_SECRET || undefined,
-    blobUrlTtlSeconds: int(env, 'BLOB_URL_TTL_S', 3600, 1),
-    maxAudioBytes: int(env, 'MAX_AUDIO_BYTES', 25 * 1024 * 1024, 1),
-    maxImageBytes: int(env, 'MAX_IMAGE_BYTES', 50 * 1024 * 1024, 1),
-    asyncResultTtlSeconds: int(env, 'ASYNC_RESULT_TTL_S', 86_400, 60),
-    blobSweepIntervalSeconds: int(env, 'BLOB_SWEEP_INTERVAL_S', 600, 0),
-    fetchAllowHosts: hostList(env, 'FETCH_ALLOW_HOSTS'),
-    fetchAllowPrivate: flag(env, 'FETCH_ALLOW_PRIVATE', false),
+    port: values.PORT,
+    host: values.HOST,
+    redisUrl: values.REDIS_URL,
+    adminToken: values.ADMIN_TOKEN,
+    logLevel: values.LOG_LEVEL,
+    catalogFile: values.CATALOG_FILE,
+    workerQueues: values.WORKER_QUEUES,
+    concurrency: perQueue(all, values.WORKER_CONCURRENCY, families.concurrency, queueDefaults.concurrency),
+    maxWaiting: perQueue(all, values.QUEUE_MAX_WAITING, families.maxWaiting, queueDefaults.maxWaiting),
+    deadlineMs: perQueue(all, values.REQUEST_DEADLINE_MS, families.deadlineMs, queueDefaults.deadlineMs),
+    jobAttempts: values.JOB_ATTEMPTS,
+    retryBaseMs: values.RETRY_BASE_MS,
+    workerLockMs: values.WORKER_LOCK_MS,
+    sseKeepAliveMs: values.SSE_KEEPALIVE_MS,
+    maxBodyBytes: values.MAX_BODY_BYTES,
+    inlinePayloadBytes: values.INLINE_PAYLOAD_BYTES,
+    shutdownGraceMs: values.SHUTDOWN_GRACE_MS,
+    keyCacheTtlMs: values.KEY_CACHE_TTL_MS,
+    blobDir: values.BLOB_DIR,
+    publicBaseUrl: values.PUBLIC_BASE_URL,
+    trustProxy: values.TRUST_PROXY,
+    blobUrlSecret: values.BLOB_URL_SECRET,
+    blobUrlTtlSeconds: values.BLOB_URL_TTL_S,
+    maxAudioBytes: values.MAX_AUDIO_BYTES,
+    maxImageBytes: values.MAX_IMAGE_BYTES,
+    asyncResultTtlSeconds: values.ASYNC_RESULT_TTL_S,
+    blobSweepIntervalSeconds: values.BLOB_SWEEP_INTERVAL_S,
+    fetchAllowHosts: values.FETCH_ALLOW_HOSTS,
+    fetchAllowPrivate: values.FETCH_ALLOW_PRIVATE,
+    vendors,
+    channelsFile: values.CHANNELS_FILE,
+    mock: { mode: values.MOCK_VENDOR, streamDelayMs: values.MOCK_STREAM_DELAY_MS, videoMs: values.MOCK_VIDEO_MS },
+    vendorLeaseMs: values.VENDOR_LEASE_MS,
+    channelCooldowns: {
+      authMs: values.CHANNEL_AUTH_COOLDOWN_MS,
+      failureMs: values.CHANNEL_COOLDOWN_MS,
+      failureThreshold: values.CHANNEL_FAILURE_THRESHOLD,
+    },
+    vendorTimeouts: {
+      connectMs: values.VENDOR_CONNECT_TIMEOUT_MS,
+      firstByteMs: values.VENDOR_FIRST_BYTE_TIMEOUT_MS,
+      idleMs: values.VENDOR_IDLE_TIMEOUT_MS,
+    },
+    bflPollIntervalMs: values.BFL_POLL_INTERVAL_MS,
+    videoPollIntervalMs: values.VIDEO_POLL_INTERVAL_MS,
+    s3,
   };
 }

@@ -1,11 +1,12 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
+import type { Config } from './config.js';
 
 /**
  * Which vendors exist, which wire protocol each speaks, and how each is
- * configured from the environment. Data only: the api reads it to list
- * available models, the workers to find a channel.
+ * configured (from `Config`, which read the environment). Data only: the api
+ * reads it to list available models, the workers to find a channel.
  */
 export type Protocol = 'openai' | 'anthropic' | 'gemini' | 'bfl' | 'mock';
 
@@ -67,13 +68,11 @@ export interface ChannelConfig extends Channel {
   protocol?: Protocol;
 }
 
-type Env = Record<string, string | undefined>;
+/** What of the configuration decides the channels: `<VENDOR>_*` variables, CHANNELS_FILE, MOCK_VENDOR. */
+export type VendorConfig = Pick<Config, 'vendors' | 'channelsFile' | 'mock'>;
 
-function keysOf(env: Env, prefix: string): string[] {
-  return (env[`${prefix}_API_KEY`] ?? '')
-    .split(',')
-    .map((k) => k.trim())
-    .filter(Boolean);
+function keysOf(config: Pick<Config, 'vendors'>, prefix: string): string[] {
+  return config.vendors[prefix]?.apiKeys ?? [];
 }
 
 /** Identifies a channel in logs and in Redis without revealing its key. */
@@ -82,11 +81,9 @@ export function channelId(vendor: string, baseUrl: string, apiKey: string): stri
 }
 
 /** The mock vendor serves when asked (`MOCK_VENDOR=on`), or by default when no real vendor has a key. */
-export function isMockEnabled(env: Env): boolean {
-  const setting = (env.MOCK_VENDOR ?? 'auto').toLowerCase();
-  if (['on', 'true', '1', 'yes'].includes(setting)) return true;
-  if (['off', 'false', '0', 'no'].includes(setting)) return false;
-  return noVendorConfigured(env);
+export function isMockEnabled(config: VendorConfig): boolean {
+  if (config.mock.mode !== 'auto') return config.mock.mode === 'on';
+  return noVendorConfigured(config);
 }
 
 /**
@@ -95,12 +92,12 @@ export function isMockEnabled(env: Env): boolean {
  * `sora-2` answer offline exactly as a client would call them for real. Once any
  * vendor has a key, only configured vendors serve and the mock keeps to its own models.
  */
-export function isMockStandingIn(env: Env): boolean {
-  return (env.MOCK_VENDOR ?? 'auto').toLowerCase() === 'auto' && noVendorConfigured(env);
+export function isMockStandingIn(config: VendorConfig): boolean {
+  return config.mock.mode === 'auto' && noVendorConfigured(config);
 }
 
-function noVendorConfigured(env: Env): boolean {
-  return !env.CHANNELS_FILE && vendorDefinitions.every((v) => v.protocol === 'mock' || keysOf(env, v.envPrefix).length === 0);
+function noVendorConfigured(config: VendorConfig): boolean {
+  return !config.channelsFile && vendorDefinitions.every((v) => v.protocol === 'mock' || keysOf(config, v.envPrefix).length === 0);
 }
 
 const channelsFileSchema = z.object({
@@ -117,10 +114,10 @@ const channelsFileSchema = z.object({
 });
 
 /** Vendors declared only in the channels file (protocol given there). */
-export function extraVendors(env: Env): VendorDefinition[] {
-  if (!env.CHANNELS_FILE) return [];
+export function extraVendors(config: Pick<Config, 'channelsFile'>): VendorDefinition[] {
+  if (!config.channelsFile) return [];
   const extra = new Map<string, VendorDefinition>();
-  for (const channel of readChannelsFile(env.CHANNELS_FILE)) {
+  for (const channel of readChannelsFile(config.channelsFile)) {
     if (vendorDefinitions.some((v) => v.name === channel.vendor) || extra.has(channel.vendor)) continue;
     if (!channel.protocol || !channel.baseUrl) {
       throw new Error(`CHANNELS_FILE: vendor "${channel.vendor}" is not built in, so it needs "protocol" and "baseUrl"`);
@@ -143,7 +140,7 @@ function readChannelsFile(path: string) {
  * Every usable channel per vendor name: from `<VENDOR>_API_KEY` (comma-separated
  * keys, weight 1 each) and from `CHANNELS_FILE` (`{"channels":[{vendor, baseUrl?, apiKey, weight?, protocol?}]}`).
  */
-export function resolveChannels(env: Env): Map<string, ChannelConfig[]> {
+export function resolveChannels(config: VendorConfig): Map<string, ChannelConfig[]> {
   const channels = new Map<string, ChannelConfig[]>();
   const add = (definition: VendorDefinition, baseUrl: string, apiKey: string, weight: number) => {
     const list = channels.get(definition.name) ?? [];
@@ -152,21 +149,21 @@ export function resolveChannels(env: Env): Map<string, ChannelConfig[]> {
     list.push(channel);
     channels.set(definition.name, list);
   };
-  const definitions = [...vendorDefinitions, ...extraVendors(env)];
+  const definitions = [...vendorDefinitions, ...extraVendors(config)];
   for (const vendor of definitions) {
     if (vendor.protocol === 'mock') {
-      if (isMockEnabled(env)) add(vendor, '', '', 1);
+      if (isMockEnabled(config)) add(vendor, '', '', 1);
       continue;
     }
-    if (isMockStandingIn(env)) {
+    if (isMockStandingIn(config)) {
       channels.set(vendor.name, [{ vendor: vendor.name, baseUrl: '', apiKey: '', id: `${vendor.name}:mock`, weight: 1, protocol: 'mock' }]);
       continue;
     }
-    const baseUrl = (env[`${vendor.envPrefix}_BASE_URL`] || vendor.defaultBaseUrl).replace(/\/+$/, '');
-    for (const apiKey of keysOf(env, vendor.envPrefix)) add(vendor, baseUrl, apiKey, 1);
+    const baseUrl = (config.vendors[vendor.envPrefix]?.baseUrl || vendor.defaultBaseUrl).replace(/\/+$/, '');
+    for (const apiKey of keysOf(config, vendor.envPrefix)) add(vendor, baseUrl, apiKey, 1);
   }
-  if (env.CHANNELS_FILE) {
-    for (const entry of readChannelsFile(env.CHANNELS_FILE)) {
+  if (config.channelsFile) {
+    for (const entry of readChannelsFile(config.channelsFile)) {
       const definition = definitions.find((v) => v.name === entry.vendor)!;
       add(definition, (entry.baseUrl ?? definition.defaultBaseUrl).replace(/\/+$/, ''), entry.apiKey, entry.weight);
     }
@@ -174,6 +171,6 @@ export function resolveChannels(env: Env): Map<string, ChannelConfig[]> {
   return channels;
 }
 
-export function vendorDefinition(name: string, env: Env = {}): VendorDefinition | undefined {
-  return vendorDefinitions.find((v) => v.name === name) ?? extraVendors(env).find((v) => v.name === name);
+export function vendorDefinition(name: string, config: Pick<Config, 'channelsFile'> = { channelsFile: undefined }): VendorDefinition | undefined {
+  return vendorDefinitions.find((v) => v.name === name) ?? extraVendors(config).find((v) => v.name === name);
 }

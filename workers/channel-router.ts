@@ -1,9 +1,10 @@
 import type { Redis } from 'ioredis';
 import type { Catalog, CatalogModel } from '../shared/catalog.js';
+import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import { GatewayError } from '../shared/errors.js';
 import { keyPrefix } from '../shared/queues.js';
-import { resolveChannels, vendorDefinition, type ChannelConfig, type Protocol } from '../shared/vendors.js';
+import { resolveChannels, vendorDefinition, type ChannelConfig, type Protocol, type VendorConfig } from '../shared/vendors.js';
 
 export interface ResolvedRoute {
   protocol: Protocol;
@@ -28,15 +29,11 @@ export interface CooldownPolicy {
   rateLimitMs: number;
 }
 
-export function cooldownPolicy(env: Record<string, string | undefined>): CooldownPolicy {
-  const num = (name: string, fallback: number) => (env[name] ? Number(env[name]) : fallback);
-  return {
-    authMs: num('CHANNEL_AUTH_COOLDOWN_MS', 300_000),
-    failureMs: num('CHANNEL_COOLDOWN_MS', 30_000),
-    failureThreshold: num('CHANNEL_FAILURE_THRESHOLD', 3),
-    windowMs: 30_000,
-    rateLimitMs: 5_000,
-  };
+/** What the router reads of the configuration: the channels, and how long they rest. */
+export type RouterConfig = VendorConfig & Pick<Config, 'channelCooldowns'>;
+
+export function cooldownPolicy(config: Pick<Config, 'channelCooldowns'>): CooldownPolicy {
+  return { ...config.channelCooldowns, windowMs: 30_000, rateLimitMs: 5_000 };
 }
 
 /**
@@ -56,10 +53,10 @@ export class ChannelRouter {
     private readonly redis: Redis,
     private readonly catalog: Catalog,
     private readonly log: Logger,
-    private readonly env: Record<string, string | undefined> = process.env,
-    private readonly policy: CooldownPolicy = cooldownPolicy(env),
+    private readonly config: RouterConfig,
+    private readonly policy: CooldownPolicy = cooldownPolicy(config),
   ) {
-    this.channels = resolveChannels(env);
+    this.channels = resolveChannels(config);
   }
 
   async start(): Promise<void> {
@@ -117,7 +114,7 @@ export class ChannelRouter {
       if (!served || tried.has(served.id) || served.capability !== model.capability) continue;
       tried.add(served.id);
       for (const route of served.routes) {
-        const protocol = vendorDefinition(route.vendor, this.env)?.protocol;
+        const protocol = vendorDefinition(route.vendor, this.config)?.protocol;
         const all = this.channels.get(route.vendor);
         if (!protocol || !all?.length) continue;
         const upstreamModel = route.model ?? served.id;

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
+import type { Config } from '../shared/config.js';
 import { keyPrefix } from '../shared/queues.js';
 import { GatewayError, timeoutError } from '../shared/errors.js';
 import { vendorDefinition } from '../shared/vendors.js';
@@ -76,8 +77,8 @@ export class VendorLimiter {
 
   constructor(
     redis: Redis,
-    private readonly env: Record<string, string | undefined>,
-    private readonly leaseMs = Number(env.VENDOR_LEASE_MS ?? 30_000),
+    private readonly config: Pick<Config, 'vendors' | 'channelsFile' | 'vendorLeaseMs'>,
+    private readonly leaseMs = config.vendorLeaseMs,
   ) {
     this.redis = redis as LimiterRedis;
     if (typeof this.redis.vendorAcquire !== 'function') {
@@ -103,8 +104,9 @@ export class VendorLimiter {
   limitsOf(vendor: string): Limits {
     let limits = this.limits.get(vendor);
     if (!limits) {
-      const prefix = vendorDefinition(vendor, this.env)?.envPrefix ?? vendor.toUpperCase();
-      limits = { maxConcurrency: Number(this.env[`${prefix}_MAX_CONCURRENCY`] ?? 0) || 0, rpm: Number(this.env[`${prefix}_RPM`] ?? 0) || 0 };
+      const prefix = vendorDefinition(vendor, this.config)?.envPrefix ?? vendor.toUpperCase();
+      const settings = this.config.vendors[prefix];
+      limits = { maxConcurrency: settings?.maxConcurrency ?? 0, rpm: settings?.rpm ?? 0 };
       this.limits.set(vendor, limits);
     }
     return limits;

@@ -16,6 +16,7 @@ import { resolveUrlSecret } from '../storage/blob-urls.js';
 import { publishJobEvent } from './media-processor.js';
 import { closeVendorAgent } from './vendors/http.js';
 import { setFetchPolicy } from './vendors/guarded-fetch.js';
+import { setVendorCallSettings } from './vendors/call-settings.js';
 import { BlobJanitor, deleteJobUploads } from './blob-janitor.js';
 import { endpoints } from '../shared/endpoints.js';
 
@@ -25,13 +26,14 @@ export interface WorkerPool {
 }
 
 /** One BullMQ worker per queue this process serves, sharing one cancel subscription. */
-export async function startWorkers(config: Config, log: Logger, env = process.env): Promise<WorkerPool> {
+export async function startWorkers(config: Config, log: Logger): Promise<WorkerPool> {
   setFetchPolicy({ allowHosts: config.fetchAllowHosts, allowPrivate: config.fetchAllowPrivate });
+  setVendorCallSettings(config);
   if (config.fetchAllowPrivate) log.warn('FETCH_ALLOW_PRIVATE is on: URLs from vendors may reach private and loopback addresses');
   const redis = createRedis(config.redisUrl, { connectionName: 'worker' });
   const subscriber = createRedis(config.redisUrl, { connectionName: 'worker-cancel' });
   const cancels = new CancelRegistry();
-  const limiter = new VendorLimiter(redis, env);
+  const limiter = new VendorLimiter(redis, config);
   subscriber.on('message', (channel: string, message: string) => {
     if (channel === slotFreedChannel) limiter.slotFreed(message);
     else cancels.cancel(message);
@@ -41,9 +43,9 @@ export async function startWorkers(config: Config, log: Logger, env = process.en
 
   const answered = new Set<string>();
   const catalog = loadCatalog(config.catalogFile);
-  const router = new ChannelRouter(redis, catalog, log, env);
+  const router = new ChannelRouter(redis, catalog, log, config);
   await router.start();
-  const blobs = createBlobStore(config, env);
+  const blobs = createBlobStore(config);
   const processor = createProcessor({
     config,
     redis,

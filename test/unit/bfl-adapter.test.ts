@@ -7,6 +7,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
 import { PNG } from 'pngjs';
 import { loadCatalog } from '../../shared/catalog.js';
+import { loadConfig } from '../../shared/config.js';
+import { setVendorCallSettings } from '../../workers/vendors/call-settings.js';
 import { GatewayError } from '../../shared/errors.js';
 import { LocalBlobStore } from '../../storage/local-blob-store.js';
 import {
@@ -22,7 +24,8 @@ import {
   readBflPollAnswer,
 } from '../../workers/vendors/bfl/index.js';
 import { closeVendorAgent } from '../../workers/vendors/http.js';
-import type { BlobRef, ImageEditInput, ImageGenerationInput, ImageResult, MediaContext } from '../../workers/vendors/media-types.js';
+import type { BlobRef, ImageGenerationInput, ImageResult, MediaContext } from '../../workers/vendors/media-types.js';
+import type { ImageEditInput } from '../../shared/schemas/media-inputs.js';
 import { createFakePng, encodeTestPng, FAKE_BFL_PNG, startFakeBfl, type FakeBfl, type TestPngOptions } from '../support/fake-bfl.js';
 import { gatewayError } from '../support/assertions.js';
 
@@ -83,11 +86,11 @@ const b64 = (bytes: Buffer) => bytes.toString('base64');
 
 
 before(async () => {
-  process.env.BFL_POLL_INTERVAL_MS = '20';
+  setVendorCallSettings(loadConfig({ BFL_POLL_INTERVAL_MS: '20' }));
   fake = await startFakeBfl({ apiKey: KEY });
 });
 after(async () => {
-  delete process.env.BFL_POLL_INTERVAL_MS;
+  setVendorCallSettings(loadConfig({}));
   await closeVendorAgent();
   await fake.close();
   rmSync(blobDir, { recursive: true, force: true });

@@ -32,7 +32,7 @@ for (const kind of ['local', 's3'] as const) {
     before(async () => {
       const dir = mkdtempSync(join(tmpdir(), 'sy-blobs-'));
       s3 = kind === 's3' ? await startS3() : undefined;
-      store = createBlobStore(loadConfig({ BLOB_DIR: dir }), s3?.env ?? {});
+      store = createBlobStore(loadConfig({ BLOB_DIR: dir, ...(s3?.env ?? {}) }));
     });
 
     after(async () => {

@@ -231,8 +231,9 @@ describe('models listed with the seed vendors configured', () => {
     BFL_API_KEY: 'bfl-test',
   };
   // The same calls as `createApiServer` in api/server.ts and the `/v1/models` route.
-  const configured = new Set(resolveChannels(env).keys());
-  const resolver = new ModelResolver(loadCatalog(loadConfig(env).catalogFile), configured);
+  const config = loadConfig(env);
+  const configured = new Set(resolveChannels(config).keys());
+  const resolver = new ModelResolver(loadCatalog(config.catalogFile), configured);
   const served = resolver.list();
   const listed = served.map(toOpenAIModel);
   const withContext = new Set<string>(['chat', 'reasoning', 'completion', 'embedding']);

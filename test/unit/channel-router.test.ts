@@ -2,6 +2,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
 import { Catalog, loadCatalog } from '../../shared/catalog.js';
+import { loadConfig } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
 import { createLogger } from '../../shared/logger.js';
 import { ChannelRouter } from '../../workers/channel-router.js';
@@ -29,7 +30,7 @@ describe('ChannelRouter', () => {
   });
 
   const router = async (env: Record<string, string>) => {
-    const made = new ChannelRouter(redis, catalog, log, { MOCK_VENDOR: 'off', ...env });
+    const made = new ChannelRouter(redis, catalog, log, loadConfig({ MOCK_VENDOR: 'off', ...env }));
     await made.start();
     routers.push(made);
     return made;

@@ -64,14 +64,14 @@ describe('config', () => {
 
 describe('vendor configuration', () => {
   it('turns the mock on only when no real vendor has a key, unless told', () => {
-    assert.equal(isMockEnabled({}), true);
-    assert.equal(isMockEnabled({ OPENAI_API_KEY: 'sk-1' }), false);
-    assert.equal(isMockEnabled({ OPENAI_API_KEY: 'sk-1', MOCK_VENDOR: 'on' }), true);
-    assert.equal(isMockEnabled({ MOCK_VENDOR: 'off' }), false);
+    assert.equal(isMockEnabled(loadConfig({})), true);
+    assert.equal(isMockEnabled(loadConfig({ OPENAI_API_KEY: 'sk-1' })), false);
+    assert.equal(isMockEnabled(loadConfig({ OPENAI_API_KEY: 'sk-1', MOCK_VENDOR: 'on' })), true);
+    assert.equal(isMockEnabled(loadConfig({ MOCK_VENDOR: 'off' })), false);
   });
 
   it('splits comma-separated keys into channels and trims base URLs', () => {
-    const channels = resolveChannels({ DEEPSEEK_API_KEY: 'a, b', DEEPSEEK_BASE_URL: 'http://h/v1/' });
+    const channels = resolveChannels(loadConfig({ DEEPSEEK_API_KEY: 'a, b', DEEPSEEK_BASE_URL: 'http://h/v1/' }));
     const list = channels.get('deepseek')!;
     assert.deepEqual(
       list.map(({ vendor, baseUrl, apiKey, weight }) => ({ vendor, baseUrl, apiKey, weight })),

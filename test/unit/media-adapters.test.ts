@@ -5,10 +5,13 @@ import { join } from 'node:path';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { pino } from 'pino';
 import { loadCatalog } from '../../shared/catalog.js';
+import { loadConfig } from '../../shared/config.js';
+import { setVendorCallSettings } from '../../workers/vendors/call-settings.js';
 import { GatewayError } from '../../shared/errors.js';
 import { LocalBlobStore } from '../../storage/local-blob-store.js';
 import { closeVendorAgent } from '../../workers/vendors/http.js';
-import type { BlobRef, MediaContext, TranscriptionInput, VideoInput } from '../../workers/vendors/media-types.js';
+import type { BlobRef, MediaContext } from '../../workers/vendors/media-types.js';
+import type { TranscriptionInput, VideoInput } from '../../shared/schemas/media-inputs.js';
 import { buildMp4 } from '../../workers/vendors/mock/mp4.js';
 import { transcribeMock } from '../../workers/vendors/mock/transcriptions.js';
 import { generateMockVideo } from '../../workers/vendors/mock/videos.js';
@@ -72,8 +75,7 @@ async function upload(name: string | undefined, contentType: string, bytes: Buff
 const transcription = (file: BlobRef, extra: Partial<TranscriptionInput> = {}): TranscriptionInput => ({ file, response_format: 'json', ...extra });
 
 before(async () => {
-  process.env.VIDEO_POLL_INTERVAL_MS = '20';
-  process.env.MOCK_VIDEO_MS = '100';
+  setVendorCallSettings(loadConfig({ VIDEO_POLL_INTERVAL_MS: '20', MOCK_VIDEO_MS: '100' }));
   fake = await startFakeOpenAI({ apiKey: KEY });
   media = createFakeOpenAIMedia({ pollsToComplete: 3 });
   blobDir = await mkdtemp(join(tmpdir(), 'media-adapters-'));

@@ -6,6 +6,8 @@ import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
 import type { CompletionRequest } from '../../shared/schemas/completions.js';
 import { countChatPromptTokens, countTextTokens, encodeText } from '../../shared/tokens.js';
 import { loadCatalog } from '../../shared/catalog.js';
+import { loadConfig } from '../../shared/config.js';
+import { setVendorCallSettings } from '../../workers/vendors/call-settings.js';
 import type { CallContext, StreamEvent } from '../../workers/vendors/types.js';
 import { MOCK_EMBEDDING_DIMENSIONS, mockAdapter } from '../../workers/vendors/mock/index.js';
 
@@ -79,8 +81,11 @@ function reassemble(chunks: Json[]) {
   return choices;
 }
 
+/** Sets MOCK_STREAM_DELAY_MS as the worker does: through its configuration. */
+const streamDelay = (ms: string) => setVendorCallSettings(loadConfig({ MOCK_STREAM_DELAY_MS: ms }));
+
 before(() => {
-  process.env.MOCK_STREAM_DELAY_MS = '0';
+  streamDelay('0');
 });
 
 describe('mock chat, non-stream', () => {
@@ -324,7 +329,7 @@ describe('mock chat, stream', () => {
   });
 
   it('rejects promptly with the abort reason when cancelled mid-stream', async () => {
-    process.env.MOCK_STREAM_DELAY_MS = '5000';
+    streamDelay('5000');
     try {
       const controller = new AbortController();
       const iterator = mockAdapter.streamChatCompletion(chat('slow one'), makeContext(controller.signal))[Symbol.asyncIterator]();
@@ -336,19 +341,19 @@ describe('mock chat, stream', () => {
       await assert.rejects(iterator.next(), (error) => error === reason);
       assert.ok(Date.now() - started < 1000, 'abort should not wait for the chunk delay');
     } finally {
-      process.env.MOCK_STREAM_DELAY_MS = '0';
+      streamDelay('0');
     }
   });
 
   it('paces chunks by MOCK_STREAM_DELAY_MS and by the [mock:slow] marker', async () => {
-    process.env.MOCK_STREAM_DELAY_MS = '15';
+    streamDelay('15');
     try {
       const started = Date.now();
       const events = await collect(mockAdapter.streamChatCompletion(chat('hi'), makeContext()));
       // Every chunk after the first waits, except the usage chunk that rides with the finish chunk.
       assert.ok(Date.now() - started >= (events.length - 2) * 15 - 5);
     } finally {
-      process.env.MOCK_STREAM_DELAY_MS = '0';
+      streamDelay('0');
     }
     const started = Date.now();
     const events = await collect(mockAdapter.streamChatCompletion(chat('hi [mock:slow:30]'), makeContext()));

@@ -1,4 +1,4 @@
-import { wireFixturesDir } from '../support/fixtures.js';
+import { vendorFixturesDir } from '../support/fixtures.js';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { after, before, beforeEach, describe, it } from 'node:test';
@@ -16,13 +16,15 @@ import {
   streamChatCompletionBatches,
 } from '../../workers/vendors/openai/index.js';
 import { loadCatalog } from '../../shared/catalog.js';
+import { loadConfig } from '../../shared/config.js';
+import { setVendorCallSettings, vendorCallSettings } from '../../workers/vendors/call-settings.js';
 import type { CallContext, StreamEvent } from '../../workers/vendors/types.js';
 import { startFakeOpenAI } from '../support/fake-openai.js';
 import type { FakeOpenAI } from '../support/fake-openai.js';
 import { FAKE_REPLY_PIECES, FAKE_USAGE } from '../support/fake-openai-defaults.js';
 import { collect, gatewayError } from '../support/assertions.js';
 
-const FIXTURES = wireFixturesDir;
+const FIXTURES = vendorFixturesDir('openai');
 const FIXTURE_FILES = ['openai-chat-stream-tool-call.sse', 'openai-chat-stream-parallel-tool-calls.sse'];
 const KEY = 'sk-test-channel-key-0123456789';
 const UPSTREAM_MODEL = 'gpt-4o-2024-08-06';
@@ -369,9 +371,8 @@ describe('openai adapter: broken transport and streams', () => {
   });
 
   it('times out a silent upstream (first byte, then idle) as retryable 504', async () => {
-    const saved = { ...process.env };
-    process.env.VENDOR_FIRST_BYTE_TIMEOUT_MS = '200';
-    process.env.VENDOR_IDLE_TIMEOUT_MS = '200';
+    const saved = vendorCallSettings();
+    setVendorCallSettings(loadConfig({ VENDOR_FIRST_BYTE_TIMEOUT_MS: '200', VENDOR_IDLE_TIMEOUT_MS: '200' }));
     await closeOpenAIAgent();
     try {
       fake.enqueue({ hang: true });
@@ -390,10 +391,7 @@ describe('openai adapter: broken transport and streams', () => {
       assert.equal(seen.length, 1);
       assert.equal(idle.status, 504);
     } finally {
-      process.env.VENDOR_FIRST_BYTE_TIMEOUT_MS = saved.VENDOR_FIRST_BYTE_TIMEOUT_MS;
-      process.env.VENDOR_IDLE_TIMEOUT_MS = saved.VENDOR_IDLE_TIMEOUT_MS;
-      if (saved.VENDOR_FIRST_BYTE_TIMEOUT_MS === undefined) delete process.env.VENDOR_FIRST_BYTE_TIMEOUT_MS;
-      if (saved.VENDOR_IDLE_TIMEOUT_MS === undefined) delete process.env.VENDOR_IDLE_TIMEOUT_MS;
+      setVendorCallSettings(saved);
       await closeOpenAIAgent();
     }
   });

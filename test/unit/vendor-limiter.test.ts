@@ -1,6 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
+import { loadConfig } from '../../shared/config.js';
 import { VendorLimiter } from '../../workers/vendor-limiter.js';
 import { freshRedis } from '../support/gateway.js';
 
@@ -17,7 +18,7 @@ describe('VendorLimiter', () => {
   const never = new AbortController().signal;
 
   it('costs nothing for a vendor without limits', async () => {
-    const limiter = new VendorLimiter(redis, {});
+    const limiter = new VendorLimiter(redis, loadConfig({}));
     const lease = await limiter.acquire('openai', Date.now() + 1000, never);
     await lease.release();
     assert.equal(await redis.exists('sy:limit:openai:inflight'), 0);
@@ -25,8 +26,8 @@ describe('VendorLimiter', () => {
 
   it('holds the concurrency cap across limiter instances (processes) and lets a waiter in on release', async () => {
     const env = { OPENAI_MAX_CONCURRENCY: '2' };
-    const a = new VendorLimiter(redis, env);
-    const b = new VendorLimiter(redis, env);
+    const a = new VendorLimiter(redis, loadConfig(env));
+    const b = new VendorLimiter(redis, loadConfig(env));
     const first = await a.acquire('openai', Date.now() + 5000, never);
     const second = await b.acquire('openai', Date.now() + 5000, never);
     let thirdIn = false;
@@ -46,7 +47,7 @@ describe('VendorLimiter', () => {
   it('frees the slot of a dead holder once its lease runs out', async () => {
     // A worker killed mid-call leaves its lease behind and never renews it.
     await redis.zadd('sy:limit:xai:inflight', Date.now() + 300, 'lease-of-a-dead-worker');
-    const limiter = new VendorLimiter(redis, { XAI_MAX_CONCURRENCY: '1' }, 300);
+    const limiter = new VendorLimiter(redis, loadConfig({ XAI_MAX_CONCURRENCY: '1' }), 300);
     const started = Date.now();
     const lease = await limiter.acquire('xai', Date.now() + 5000, never);
     assert.ok(Date.now() - started >= 200, 'waited for the stale lease to expire');
@@ -54,7 +55,7 @@ describe('VendorLimiter', () => {
   });
 
   it('renews a long call so its slot is not taken while it runs', async () => {
-    const limiter = new VendorLimiter(redis, { DEEPSEEK_MAX_CONCURRENCY: '1' }, 300);
+    const limiter = new VendorLimiter(redis, loadConfig({ DEEPSEEK_MAX_CONCURRENCY: '1' }), 300);
     const long = await limiter.acquire('deepseek', Date.now() + 5000, never);
     await new Promise((r) => setTimeout(r, 700));
     await assert.rejects(
@@ -66,7 +67,7 @@ describe('VendorLimiter', () => {
   });
 
   it('counts calls per rolling minute and waits (bounded by the deadline) past the RPM', async () => {
-    const limiter = new VendorLimiter(redis, { GEMINI_RPM: '3' });
+    const limiter = new VendorLimiter(redis, loadConfig({ GEMINI_RPM: '3' }));
     for (let i = 0; i < 3; i++) await (await limiter.acquire('google', Date.now() + 1000, never)).release();
     const started = Date.now();
     await assert.rejects(
@@ -78,7 +79,7 @@ describe('VendorLimiter', () => {
   });
 
   it('wakes a waiter when a release is announced, and still gets in when the announcement was missed', async () => {
-    const limiter = new VendorLimiter(redis, { MOCK_MAX_CONCURRENCY: '1' });
+    const limiter = new VendorLimiter(redis, loadConfig({ MOCK_MAX_CONCURRENCY: '1' }));
     limiter.listening(); // as in a worker, whose subscriber forwards freed-slot messages
     const held = await limiter.acquire('mock', Date.now() + 5000, never);
     const woken = limiter.acquire('mock', Date.now() + 5000, never);
@@ -96,7 +97,7 @@ describe('VendorLimiter', () => {
   });
 
   it('stops waiting when the client leaves', async () => {
-    const limiter = new VendorLimiter(redis, { ANTHROPIC_MAX_CONCURRENCY: '1' });
+    const limiter = new VendorLimiter(redis, loadConfig({ ANTHROPIC_MAX_CONCURRENCY: '1' }));
     const held = await limiter.acquire('anthropic', Date.now() + 5000, never);
     const controller = new AbortController();
     const waiting = limiter.acquire('anthropic', Date.now() + 5000, controller.signal);

@@ -2,6 +2,7 @@ import { Agent, request, type FormData } from 'undici';
 import type { buildConnector, Dispatcher } from 'undici';
 import { GatewayError, isGatewayError } from '../../shared/errors.js';
 import type { CallContext } from './types.js';
+import { vendorCallSettings } from './call-settings.js';
 
 /** A started upstream call: status and headers are in, the body is still to be read. */
 export interface VendorResponse {
@@ -10,31 +11,9 @@ export interface VendorResponse {
   body: Dispatcher.ResponseData['body'];
 }
 
-interface Timeouts {
-  connectMs: number;
-  firstByteMs: number;
-  idleMs: number;
-}
-
 let agent: Agent | undefined;
 /** Every agent built here, so that shutdown closes them all (the guarded one included). */
 const agents = new Set<Agent>();
-
-function readTimeout(name: string, fallback: number): number {
-  const raw = process.env[name];
-  if (raw === undefined || raw.trim() === '') return fallback;
-  const value = Number(raw);
-  return Number.isFinite(value) && value >= 0 ? value : fallback;
-}
-
-// Read on first use, not at import: tests and the process entry point set env after imports.
-function readTimeouts(): Timeouts {
-  return {
-    connectMs: readTimeout('VENDOR_CONNECT_TIMEOUT_MS', 10_000),
-    firstByteMs: readTimeout('VENDOR_FIRST_BYTE_TIMEOUT_MS', 120_000),
-    idleMs: readTimeout('VENDOR_IDLE_TIMEOUT_MS', 120_000),
-  };
-}
 
 /**
  * A keep-alive agent with the vendor timeouts, closed by `closeVendorAgent`.
@@ -42,7 +21,8 @@ function readTimeouts(): Timeouts {
  * the guarded fetch checks every address it connects to there.
  */
 export function createVendorAgent(connector?: (connectTimeoutMs: number) => buildConnector.connector): Agent {
-  const timeouts = readTimeouts();
+  // Read when the agent is built, not at import: the worker hands its settings over after imports.
+  const timeouts = vendorCallSettings().vendorTimeouts;
   const created = new Agent({
     connect: connector === undefined ? { timeout: timeouts.connectMs } : connector(timeouts.connectMs),
     headersTimeout: timeouts.firstByteMs,
@@ -64,7 +44,7 @@ export function vendorAgent(): Agent {
   return agent;
 }
 
-/** Closes the pooled connections (worker shutdown); the next call builds new agents from env again. */
+/** Closes the pooled connections (worker shutdown); the next call builds new agents with the settings of then. */
 export async function closeVendorAgent(): Promise<void> {
   const current = [...agents];
   agents.clear();

@@ -4,6 +4,7 @@ import { readBoundedBytes } from '../guarded-fetch.js';
 import { malformedResponse, parseJsonObject, readBodyText, readCappedText } from '../http.js';
 import type { GeneratedImage, MediaContext } from '../media-types.js';
 import type { CallContext } from '../types.js';
+import { vendorCallSettings } from '../call-settings.js';
 import { bflPollUrl, getBflResult, getBflSample } from './api.js';
 import { bflModerationError, bflTaskFailedError, bflTaskLostError, mapBflError, readBflErrorResponse } from './map-bfl-error.js';
 
@@ -30,11 +31,9 @@ const MAX_SAMPLE_BYTES = 64 * 1024 * 1024;
  */
 const NOT_FOUND_LIMIT = 3;
 
-/** Read on first use, not at import, like the HTTP timeouts: tests set it after imports. */
+/** BFL_POLL_INTERVAL_MS, read per poll (the worker hands its settings over after imports). */
 export function readBflPollIntervalMs(): number {
-  const raw = process.env.BFL_POLL_INTERVAL_MS;
-  const value = raw === undefined || raw.trim() === '' ? NaN : Number(raw);
-  return Number.isFinite(value) && value >= 0 ? value : 500;
+  return vendorCallSettings().bflPollIntervalMs;
 }
 
 /** BFL documents 0–1; some answers have been seen on a 0–100 scale. Anything above 1 is read as a percentage. */

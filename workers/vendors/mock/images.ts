@@ -14,14 +14,8 @@ import { createHash } from 'node:crypto';
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import { GatewayError, invalidRequest } from '../../../shared/errors.js';
 import { countTextTokens } from '../../../shared/tokens.js';
-import type {
-  GeneratedImage,
-  ImageEditInput,
-  ImageGenerationInput,
-  ImageResult,
-  MediaAdapter,
-  MediaContext,
-} from '../media-types.js';
+import type { GeneratedImage, ImageGenerationInput, ImageResult, MediaAdapter, MediaContext } from '../media-types.js';
+import type { ImageEditInput } from '../../../shared/schemas/media-inputs.js';
 import { readMockMarkers, throwIfErrorMarker } from './markers.js';
 import { sleep } from '../sleep.js';
 import { encodeGradientPng, type Rgb } from './png.js';

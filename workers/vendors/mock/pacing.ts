@@ -1,12 +1,9 @@
 import { sleep } from '../sleep.js';
+import { vendorCallSettings } from '../call-settings.js';
 
-const DEFAULT_CHUNK_DELAY_MS = 20;
-
-/** Read per call, so tests and operators can change the pace without a restart. */
+/** The `[mock:slow:<ms>]` marker's pace, else MOCK_STREAM_DELAY_MS (read per call: tests change it between calls). */
 export function resolveChunkDelayMs(slowMs: number | undefined): number {
-  if (slowMs !== undefined) return slowMs;
-  const configured = Number.parseInt(process.env.MOCK_STREAM_DELAY_MS ?? '', 10);
-  return Number.isFinite(configured) && configured >= 0 ? configured : DEFAULT_CHUNK_DELAY_MS;
+  return slowMs ?? vendorCallSettings().mock.streamDelayMs;
 }
 
 

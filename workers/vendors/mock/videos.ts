@@ -11,12 +11,13 @@
  *   [mock:slow:<ms>]       the render takes <ms> instead of MOCK_VIDEO_MS.
  */
 import { GatewayError, invalidRequest } from '../../../shared/errors.js';
-import type { MediaAdapter, MediaContext, VideoInput, VideoResult } from '../media-types.js';
+import type { MediaAdapter, MediaContext, VideoResult } from '../media-types.js';
+import type { VideoInput } from '../../../shared/schemas/media-inputs.js';
 import { readMockMarkers, throwIfErrorMarker } from './markers.js';
 import { buildMp4 } from './mp4.js';
 import { sleep } from '../sleep.js';
+import { vendorCallSettings } from '../call-settings.js';
 
-const DEFAULT_RENDER_MS = 1_500;
 const PROGRESS_STEPS = 10;
 const FALLBACK_SIZE = '720x1280';
 const FALLBACK_SECONDS = '4';
@@ -31,9 +32,7 @@ interface MockVideoCheckpoint extends Record<string, unknown> {
 }
 
 function readRenderMs(slowMs: number | undefined): number {
-  if (slowMs !== undefined) return slowMs;
-  const configured = Number.parseInt(process.env.MOCK_VIDEO_MS ?? '', 10);
-  return Number.isFinite(configured) && configured >= 0 ? configured : DEFAULT_RENDER_MS;
+  return slowMs ?? vendorCallSettings().mock.videoMs;
 }
 
 export interface VideoShape {

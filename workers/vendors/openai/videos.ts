@@ -1,10 +1,12 @@
 import { FormData } from 'undici';
 import { GatewayError, isGatewayError } from '../../../shared/errors.js';
-import type { BlobRef, MediaAdapter, MediaContext, VideoInput, VideoResult } from '../media-types.js';
+import type { BlobRef, MediaAdapter, MediaContext, VideoResult } from '../media-types.js';
+import type { VideoInput } from '../../../shared/schemas/media-inputs.js';
 import { guardedGet, readBoundedBytes } from '../guarded-fetch.js';
 import { joinUrl, malformedResponse, parseJsonObject, readBodyText, type VendorResponse } from '../http.js';
 import { scrubSecrets } from '../vendor-errors.js';
 import { sleep } from '../sleep.js';
+import { vendorCallSettings } from '../call-settings.js';
 import { postOpenAI } from './api.js';
 import { readOpenAIError } from './create-openai-result.js';
 import { postOpenAIForm } from './post-openai-form.js';
@@ -23,7 +25,6 @@ interface VideoCheckpoint extends Record<string, unknown> {
   openaiVideoId?: unknown;
 }
 
-const DEFAULT_POLL_INTERVAL_MS = 2_000;
 /** Polls in a row that may fail transiently before the job gives up (and is retried, resuming the same video). */
 const MAX_POLL_FAILURES = 5;
 const FALLBACK_SIZE = '720x1280';
@@ -31,11 +32,9 @@ const FALLBACK_SECONDS = '4';
 // Sora reports blocked output under codes like `moderation_blocked`; those are the prompt's fault, not ours.
 const POLICY_CODE = /moderation|policy|safety|blocked/i;
 
-// Read on every job, not at import: tests and operators set it after the module loads.
+// VIDEO_POLL_INTERVAL_MS, read per poll: the worker hands its settings over after the module loads.
 function readPollIntervalMs(): number {
-  const raw = process.env.VIDEO_POLL_INTERVAL_MS?.trim();
-  const value = Number(raw);
-  return raw && Number.isFinite(value) && value >= 0 ? value : DEFAULT_POLL_INTERVAL_MS;
+  return vendorCallSettings().videoPollIntervalMs;
 }
 
 /** Sora renders run up to a few dozen MB; this leaves room without letting a vendor fill the worker's memory. */
