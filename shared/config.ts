@@ -1,8 +1,27 @@
-import { isIP } from 'node:net';
 import { z } from 'zod';
 import type { QueueName } from './queues.js';
 import { queueNames } from './queues.js';
 import { vendorDefinitions } from './vendors.js';
+import {
+  type EnvironmentVariable,
+  type Family,
+  type SettingDefault,
+  choice,
+  family,
+  flag,
+  hostList,
+  httpUrl,
+  integer,
+  keyList,
+  optionalFlag,
+  optionalInteger,
+  optionalText,
+  queueList,
+  quotesValue,
+  setting,
+  switchAliases,
+  text,
+} from './setting-kinds.js';
 
 /**
  * Every setting of the gateway, read from the environment in one place
@@ -118,189 +137,6 @@ export interface S3Config {
 }
 
 type Env = Record<string, string | undefined>;
-
-/**
- * A variable's default as the README's Configuration table prints it (`formatDefault`):
- * - `value`: a plain value, what the schema gives for an unset variable (`8080`, `info`, `off`; "empty");
- * - `perQueue`: one number per queue;
- * - `unset`: no value, which means what `note` says;
- * - `derived`: follows from something else (`text`); `instances` gives it for the names the README lists.
- */
-export type SettingDefault =
-  | { kind: 'value'; value: string | number | boolean | readonly string[] }
-  | { kind: 'perQueue'; value: Readonly<Record<QueueName, number>> }
-  | { kind: 'unset'; note?: string }
-  | { kind: 'derived'; text: string; instances?: Readonly<Record<string, string>> };
-
-/** One variable of the environment, or a patterned family of them. */
-export interface EnvironmentVariable {
-  /** As the README's table writes it: `PORT`, `<VENDOR>_RPM`, `WORKER_CONCURRENCY_<QUEUE>`. */
-  name: string;
-  /** A family's members (group 1: the vendor prefix or the queue). Absent: the variable is `name` itself. */
-  pattern?: RegExp;
-  /** What a value must be: a bad one fails the start with `<NAME> must be <type>, got "<value>"`. */
-  type: string;
-  default: SettingDefault;
-  /** One line, as the README's table has it. */
-  description: string;
-  /** Reads the raw value (undefined when unset; empty or blank counts as unset). */
-  schema: z.ZodType;
-}
-
-interface Kind<T> {
-  type: string;
-  default: SettingDefault;
-  schema: z.ZodType<T>;
-}
-
-interface Setting<T> extends Kind<T> {
-  description: string;
-}
-
-interface Family<T> extends Setting<T> {
-  name: string;
-  pattern: RegExp;
-}
-
-/** Unset, empty or blank: the default applies. */
-const unsetIfBlank = (raw: unknown) => (typeof raw === 'string' && raw.trim() === '' ? undefined : raw);
-
-/** Params of an issue whose message quotes the offending part itself: no `got "…"` is added. */
-const quotesValue = { quotesValue: true };
-
-/** The schema's own answer for an unset variable, so that the documented default cannot drift from it. */
-const plainDefault = (schema: z.ZodType): SettingDefault => ({ kind: 'value', value: schema.parse(undefined) as string | number | boolean | string[] });
-
-const integerType = (min: number, max?: number) => (max === undefined ? `an integer ≥ ${min}` : `an integer from ${min} to ${max}`);
-
-function integerSchema(min: number, max?: number) {
-  const error = `must be ${integerType(min, max)}`;
-  const number = z.coerce.number({ error }).int({ error }).min(min, { error });
-  return max === undefined ? number : number.max(max, { error });
-}
-
-function integer(min: number, fallback: number, max?: number): Kind<number> {
-  const schema = z.preprocess(unsetIfBlank, integerSchema(min, max).default(fallback));
-  return { type: integerType(min, max), default: plainDefault(schema), schema };
-}
-
-function optionalInteger(min: number, fallback: SettingDefault): Kind<number | undefined> {
-  return { type: integerType(min), default: fallback, schema: z.preprocess(unsetIfBlank, integerSchema(min).optional()) };
-}
-
-function text(fallback: string): Kind<string> {
-  const schema = z.preprocess(unsetIfBlank, z.string().default(fallback));
-  return { type: 'a string', default: plainDefault(schema), schema };
-}
-
-function optionalText(fallback: SettingDefault = { kind: 'unset' }): Kind<string | undefined> {
-  return { type: 'a string', default: fallback, schema: z.preprocess(unsetIfBlank, z.string().optional()) };
-}
-
-/** One of `values` (or an alias of one), in any case. */
-function oneOf<T extends string>(values: readonly T[], aliases: Readonly<Record<string, T>> = {}) {
-  const type = `${values.slice(0, -1).join(', ')} or ${values.at(-1)}`;
-  const schema = z
-    .string()
-    .trim()
-    .toLowerCase()
-    .transform((value, ctx) => {
-      const found = values.find((v) => v === value) ?? aliases[value];
-      if (found !== undefined) return found;
-      ctx.addIssue({ code: 'custom', message: `must be ${type}` });
-      return z.NEVER;
-    });
-  return { type, schema };
-}
-
-function choice<const T extends string>(values: readonly T[], fallback: T, aliases?: Readonly<Record<string, T>>): Kind<T> {
-  const { type, schema: value } = oneOf(values, aliases);
-  const schema = z.preprocess(unsetIfBlank, value.optional().transform((chosen) => chosen ?? fallback)) as z.ZodType<T>;
-  return { type, default: plainDefault(schema), schema };
-}
-
-const switchAliases = { true: 'on', '1': 'on', yes: 'on', false: 'off', '0': 'off', no: 'off' } as const;
-const onOff = () => oneOf(['on', 'off'] as const, switchAliases);
-
-function flag(fallback: boolean): Kind<boolean> {
-  const schema = z.preprocess(unsetIfBlank, onOff().schema.transform((value) => value === 'on').default(fallback));
-  return { type: 'on or off', default: { kind: 'value', value: schema.parse(undefined) }, schema };
-}
-
-function optionalFlag(fallback: SettingDefault): Kind<boolean | undefined> {
-  return { type: 'on or off', default: fallback, schema: z.preprocess(unsetIfBlank, onOff().schema.transform((value) => value === 'on').optional()) };
-}
-
-function isHttpUrl(raw: string): boolean {
-  try {
-    const { protocol } = new URL(raw);
-    return protocol === 'http:' || protocol === 'https:';
-  } catch {
-    return false;
-  }
-}
-
-/** An absolute http(s) URL; `trimSlashes` drops trailing slashes (base URLs get paths appended). */
-function httpUrl(fallback: SettingDefault, trimSlashes: boolean): Kind<string | undefined> {
-  const url = z
-    .string()
-    .trim()
-    .refine(isHttpUrl, { error: 'must be an absolute http(s) URL' })
-    .transform((value) => (trimSlashes ? value.replace(/\/+$/, '') : value));
-  return { type: 'an absolute http(s) URL', default: fallback, schema: z.preprocess(unsetIfBlank, url.optional()) };
-}
-
-const commaList = (raw: string) =>
-  raw
-    .split(',')
-    .map((entry) => entry.trim())
-    .filter(Boolean);
-
-function keyList(): Kind<string[]> {
-  return { type: 'comma-separated keys', default: { kind: 'unset' }, schema: z.preprocess(unsetIfBlank, z.string().transform(commaList).default([])) };
-}
-
-function queueList(): Kind<QueueName[]> {
-  const list = z.string().transform((raw, ctx) => {
-    const queues = commaList(raw);
-    for (const queue of queues) {
-      if (!(queueNames as readonly string[]).includes(queue)) {
-        ctx.addIssue({ code: 'custom', message: `names an unknown queue "${queue}"; known: ${queueNames.join(', ')}`, params: quotesValue });
-        return z.NEVER;
-      }
-    }
-    return queues as QueueName[];
-  });
-  const schema = z.preprocess(unsetIfBlank, list.default([...queueNames]));
-  return { type: `a comma-separated list of ${queueNames.join(', ')}`, default: plainDefault(schema), schema };
-}
-
-/** Host names, `*.` wildcards, IP addresses and CIDR ranges; a range that cannot be a range fails at startup. */
-function hostList(): Kind<string[]> {
-  const list = z.string().transform((raw, ctx) => {
-    const entries = commaList(raw.toLowerCase());
-    for (const entry of entries) {
-      const [network = '', bits, extra] = entry.replace(/^\[(.*?)\]/, '$1').split('/');
-      const family = isIP(network);
-      const max = family === 6 ? 128 : 32;
-      const validName = family !== 0 || /^(\*\.)?[a-z0-9_-]+(\.[a-z0-9_-]+)*$/.test(network);
-      if (!validName || extra !== undefined || (bits !== undefined && (family === 0 || !/^\d+$/.test(bits) || Number(bits) > max))) {
-        ctx.addIssue({
-          code: 'custom',
-          message: `holds "${entry}", which is neither a host name (no port), an IP address nor a CIDR range`,
-          params: quotesValue,
-        });
-        return z.NEVER;
-      }
-    }
-    return entries;
-  });
-  const schema = z.preprocess(unsetIfBlank, list.default([]));
-  return { type: 'comma-separated host names, IP addresses or CIDR ranges', default: plainDefault(schema), schema };
-}
-
-const setting = <T>(kind: Kind<T>, description: string): Setting<T> => ({ ...kind, description });
-const family = <T>(name: string, pattern: RegExp, kind: Kind<T>, description: string): Family<T> => ({ name, pattern, ...kind, description });
 
 const vendorMember = (suffix: string) => new RegExp(`^([A-Z][A-Z0-9_]*)_${suffix}$`);
 const queueMember = (prefix: string) => new RegExp(`^${prefix}_(${queueNames.map((q) => q.toUpperCase()).join('|')})$`);

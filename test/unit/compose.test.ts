@@ -1,6 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
+import { environmentVariables } from '../../shared/config.js';
 import { fileURLToPath } from 'node:url';
 import { parse } from 'yaml';
 import { queueNames } from '../../shared/queues.js';
@@ -28,21 +29,9 @@ const gateways = Object.entries(services).filter(([, service]) => runsGateway(se
 /** The balancer: the service whose image is a proxy and which mounts a config file from the repo. */
 const [balancerName, balancer] = Object.entries(services).find(([, s]) => /^(nginx|haproxy|traefik)\b/.test(s.image ?? '')) ?? [];
 
-/** Every variable name the gateway reads: the README's Configuration table and the literal names in shared/config.ts. */
+/** Every variable the gateway reads, from the schema `loadConfig` validates against (families as patterns). */
 function knownVariables(): RegExp[] {
-  const readme = read('README.md');
-  const table = readme.slice(readme.indexOf('## Configuration'), readme.indexOf('\n## ', readme.indexOf('## Configuration') + 1));
-  const names = new Set<string>();
-  for (const line of table.split('\n').filter((l) => l.startsWith('| `'))) {
-    const firstCell = line.split('|')[1] ?? '';
-    for (const [, name] of firstCell.matchAll(/`([A-Z0-9_<>]+)`/g)) names.add(name!);
-  }
-  const config = read('shared/config.ts');
-  for (const [, name] of config.matchAll(/env\.([A-Z][A-Z0-9_]*)/g)) names.add(name!);
-  for (const [, name] of config.matchAll(/\(env, '([A-Z][A-Z0-9_]*)'/g)) names.add(name!);
-  for (const [, prefix] of config.matchAll(/perQueue\(env, '([A-Z][A-Z0-9_]*)'/g)) names.add(`${prefix}_<QUEUE>`);
-  const queues = queueNames.map((q) => q.toUpperCase()).join('|');
-  return [...names].map((name) => new RegExp(`^${name.replaceAll('<VENDOR>', '[A-Z][A-Z0-9_]*').replaceAll('<QUEUE>', `(${queues})`)}$`));
+  return environmentVariables.map((variable) => variable.pattern ?? new RegExp(`^${variable.name}$`));
 }
 
 /** `NAME=` lines of .env.example, commented out or not. */

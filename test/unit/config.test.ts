@@ -3,7 +3,8 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { isDeepStrictEqual } from 'node:util';
-import { environmentSchema, environmentVariables, formatDefault, loadConfig, type EnvironmentVariable } from '../../shared/config.js';
+import { environmentSchema, environmentVariables, formatDefault, loadConfig } from '../../shared/config.js';
+import type { EnvironmentVariable } from '../../shared/setting-kinds.js';
 import { queueNames } from '../../shared/queues.js';
 
 /** The README's Configuration table: each row's variable names and its default cell, split like the names when it is `a / b`. */
