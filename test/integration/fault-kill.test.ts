@@ -12,14 +12,11 @@ import {
   streamedText,
   summarize,
   waitForQueue,
+  answerBoundMs,
+  clientGiveUpMs,
+  slowPrompt,
 } from '../support/fault-clients.js';
 
-// Bounds on a hang for a loaded 2-core machine, not speed targets.
-const answerBoundMs = 20_000;
-const clientGiveUpMs = 60_000;
-
-const slowPrompt = (tag: string, delayMs: number) =>
-  `[mock:slow:${delayMs}] ${tag}: the quick brown fox jumps over the lazy dog while the patient gateway keeps every connection open`;
 
 describe('a gateway process SIGKILLed under load', () => {
   let redisServer: Awaited<ReturnType<typeof startPrivateRedis>> | undefined;

@@ -13,15 +13,11 @@ import {
   chat,
   streamedText,
   summarize,
+  answerBoundMs,
+  clientGiveUpMs,
+  slowPrompt,
 } from '../support/fault-clients.js';
 
-// Generous for a loaded 2-core machine: these bound a hang (the deadline is 120 s), they are not speed targets.
-const answerBoundMs = 20_000;
-const clientGiveUpMs = 60_000;
-
-/** A prompt the mock answers with many chunks, `delayMs` apart (its reply quotes the prompt). */
-const slowPrompt = (tag: string, delayMs: number) =>
-  `[mock:slow:${delayMs}] ${tag}: the quick brown fox jumps over the lazy dog while the patient gateway keeps every connection open`;
 
 describe('Redis restarted under load', () => {
   let redisServer: Awaited<ReturnType<typeof startPrivateRedis>> | undefined;

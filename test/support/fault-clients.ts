@@ -155,3 +155,11 @@ export async function queueCounts(redis: Redis, queue = 'chat'): Promise<{ wait:
 export async function waitForQueue(redis: Redis, check: (counts: Awaited<ReturnType<typeof queueCounts>>) => boolean, timeoutMs: number, what: string): Promise<void> {
   await waitFor(async () => check(await queueCounts(redis)), timeoutMs, what);
 }
+
+/** Bounds on a hang for a loaded 2-core machine (the deadlines are longer), not speed targets. */
+export const answerBoundMs = 20_000;
+export const clientGiveUpMs = 60_000;
+
+/** A prompt the mock answers with many chunks, `delayMs` apart (its reply quotes the prompt). */
+export const slowPrompt = (tag: string, delayMs: number) =>
+  `[mock:slow:${delayMs}] ${tag}: the quick brown fox jumps over the lazy dog while the patient gateway keeps every connection open`;
