@@ -3,7 +3,7 @@ import type { Logger } from '../shared/logger.js';
 import { setTimeout as pause } from 'node:timers/promises';
 import { GatewayError } from '../shared/errors.js';
 import { decodeReply, type ReplyMessage } from '../shared/reply.js';
-import { replayStreamKey } from '../shared/queues.js';
+import { apiAliveKey, replayStreamKey } from '../shared/queues.js';
 
 export interface PendingReply {
   /** Highest chunk sequence number delivered, so a replay after a reconnect skips what was seen. */
@@ -50,6 +50,7 @@ export class ReplyHub {
   private readonly gaps = new Map<PendingReply, Gap>();
   private wasReady = false;
   private sweepTimer: NodeJS.Timeout | undefined;
+  private heartbeatTimer: NodeJS.Timeout | undefined;
   private sweeping = false;
 
   constructor(
@@ -80,6 +81,19 @@ export class ReplyHub {
 
   stop(): void {
     clearInterval(this.sweepTimer);
+    clearInterval(this.heartbeatTimer);
+  }
+
+  /**
+   * Tells the workers this api still waits for its replies: a key with a TTL,
+   * renewed at a third of it. A worker whose answers reach no subscriber checks
+   * it before deciding nobody will ever read them (the api died).
+   */
+  startHeartbeat(ttlMs: number): void {
+    const beat = () => void this.redis.set(apiAliveKey(this.channel), '1', 'PX', ttlMs).catch(() => undefined);
+    beat();
+    this.heartbeatTimer = setInterval(beat, Math.max(250, Math.floor(ttlMs / 3)));
+    this.heartbeatTimer.unref();
   }
 
   /** Ends every pending request with `error` and cancels its job (forced shutdown). */

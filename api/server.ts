@@ -107,6 +107,7 @@ export async function createApiServer(config: Config, log: Logger): Promise<ApiS
   app.use(v1.allowedMethods());
 
   await hub.start();
+  hub.startHeartbeat(config.orphanAfterMs);
   await backpressure.start();
 
   // Node would answer a request without Host with a bare 400; the middleware below answers it in the OpenAI shape.

@@ -53,6 +53,8 @@ export interface Config {
   /** Bodies larger than this travel beside the job (Redis key), not inside it. */
   inlinePayloadBytes: number;
   shutdownGraceMs: number;
+  /** An api silent this long (no reply subscriber, no heartbeat) has its jobs cancelled: nobody would read their answers. */
+  orphanAfterMs: number;
   keyCacheTtlMs: number;
   /** Where uploads and generated files are kept. */
   blobDir: string;
@@ -181,6 +183,7 @@ const fixed = {
   MAX_BODY_BYTES: setting(integer(1024, 50 * 1024 * 1024), 'largest JSON body; over → 413'),
   INLINE_PAYLOAD_BYTES: setting(integer(0, 64 * 1024), 'bodies larger than this are stored beside the job, not in it'),
   SHUTDOWN_GRACE_MS: setting(integer(0, 30_000), 'on SIGTERM, how long in-flight requests may finish'),
+  ORPHAN_AFTER_MS: setting(integer(1000, 15_000), 'an api gone this long (no reply subscriber, no heartbeat) has its jobs cancelled by the workers'),
   KEY_CACHE_TTL_MS: setting(integer(0, 60_000), 'how long an api process trusts a cached API key'),
   BLOB_DIR: setting(text('.data/blobs'), 'local blob store directory'),
   S3_BUCKET: setting(optionalText(), 'use S3-compatible storage instead of `BLOB_DIR`'),
@@ -333,6 +336,7 @@ export function loadConfig(env: Env = process.env): Config {
     maxBodyBytes: values.MAX_BODY_BYTES,
     inlinePayloadBytes: values.INLINE_PAYLOAD_BYTES,
     shutdownGraceMs: values.SHUTDOWN_GRACE_MS,
+    orphanAfterMs: values.ORPHAN_AFTER_MS,
     keyCacheTtlMs: values.KEY_CACHE_TTL_MS,
     blobDir: values.BLOB_DIR,
     publicBaseUrl: values.PUBLIC_BASE_URL,

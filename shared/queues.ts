@@ -7,6 +7,8 @@ export type QueueName = (typeof queueNames)[number];
 /** Key prefix of every Redis key the gateway owns (BullMQ keys live under `bull:`). */
 export const keyPrefix = 'sy:';
 export const replyChannel = (apiInstanceId: string) => `${keyPrefix}reply:${apiInstanceId}`;
+/** Set (with a TTL) by a live api for its reply channel: a worker whose answers reach nobody checks it before giving up. */
+export const apiAliveKey = (replyTo: string) => `${keyPrefix}alive:${replyTo}`;
 export const cancelChannel = `${keyPrefix}cancel`;
 export const replayStreamKey = (requestId: string) => `${keyPrefix}replay:${requestId}`;
 export const payloadKey = (requestId: string) => `${keyPrefix}payload:${requestId}`;

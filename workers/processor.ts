@@ -4,7 +4,7 @@ import type { Catalog } from '../shared/catalog.js';
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import { GatewayError, timeoutError } from '../shared/errors.js';
-import { payloadKey, replayStreamKey, type GatewayJobData, type GatewayJobResult } from '../shared/queues.js';
+import { apiAliveKey, payloadKey, replayStreamKey, type GatewayJobData, type GatewayJobResult } from '../shared/queues.js';
 import { ClientGoneError, type CancelRegistry } from './cancel-registry.js';
 import { ReplyPublisher } from './reply-publisher.js';
 import { endpoints, type EndpointRequest } from '../shared/endpoints.js';
@@ -38,7 +38,9 @@ export function createProcessor(deps: ProcessorDeps) {
   return async (job: Job<GatewayJobData, GatewayJobResult>, token?: string): Promise<GatewayJobResult> => {
     const data = job.data;
     const log = deps.log.child({ reqId: data.requestId, queue: job.queueName, attempt: job.attemptsMade + 1 });
-    const publisher = new ReplyPublisher(deps.redis, data.replyTo, data.requestId);
+    // An async job's answer is kept for later readers; any other job's answer is for its api alone.
+    const orphan = data.async ? undefined : { afterMs: deps.config.orphanAfterMs, onOrphaned: () => deps.cancels.cancel(data.requestId) };
+    const publisher = new ReplyPublisher(deps.redis, data.replyTo, data.requestId, orphan);
     const fail = async (error: GatewayError): Promise<never> => {
       deps.answered.add(data.requestId);
       if (data.async) {
@@ -52,6 +54,11 @@ export function createProcessor(deps: ProcessorDeps) {
 
     const remaining = data.deadline - Date.now();
     if (remaining <= 0) return fail(timeoutError('The request waited in the queue past its deadline.'));
+    if (orphan && Date.now() - job.timestamp > orphan.afterMs && (await deps.redis.exists(apiAliveKey(data.replyTo))) === 0) {
+      // It waited long, and the api that took it is gone: nobody would read the answer, so the vendor is not called.
+      log.info('the api holding this request is gone; job dropped');
+      throw new UnrecoverableError(new ClientGoneError().message);
+    }
     if (data.stream && (job.attemptsStarted ?? 0) > 1 && (await deps.redis.exists(replayStreamKey(data.requestId)))) {
       // A worker died after this stream's first bytes reached the client: replaying would duplicate output.
       return fail(new GatewayError(502, 'The worker serving this stream was lost mid-response.', { code: 'worker_lost' }));

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { encodeReply } from '../shared/reply.js';
-import { replayStreamKey, resultKey } from '../shared/queues.js';
+import { apiAliveKey, replayStreamKey, resultKey } from '../shared/queues.js';
 import type { WireError } from '../shared/errors.js';
 
 /** Results larger than this travel as a Redis key, not inside the pub/sub message. */
@@ -19,11 +19,16 @@ export class ReplyPublisher {
   private scheduled = false;
   private pending: Promise<unknown> = Promise.resolve();
   private failure: unknown;
+  /** Since when chunks have reached no subscriber (the api may be reconnecting, or dead). */
+  private unheardSince: number | undefined;
+  private checkingListener = false;
 
   constructor(
     private readonly redis: Redis,
     private readonly channel: string,
     private readonly requestId: string,
+    /** Called once the api has been gone `afterMs` (no subscriber, no heartbeat): nobody will read this reply. */
+    private readonly orphan?: { afterMs: number; onOrphaned: () => void },
   ) {}
 
   /** Whether any output has been sent to the client (after which retrying is no longer possible). */
@@ -58,10 +63,34 @@ export class ReplyPublisher {
       .xadd(key, 'MAXLEN', '~', replayMaxLength, '*', 'seq', seq, 'frames', frames);
     // Set with the first batch, and again now and then: a log recreated mid-stream (Redis restarted empty) must expire too.
     if (seq === 1 || seq % 64 === 0) pipeline.expire(key, replayTtlSeconds);
-    this.pending = pipeline.exec().catch((error: unknown) => {
-      this.failure ??= error;
-    });
+    this.pending = pipeline.exec().then(
+      (results) => this.noteReceivers(results?.[0]?.[1]),
+      (error: unknown) => {
+        this.failure ??= error;
+      },
+    );
   };
+
+  /** PUBLISH answers how many subscribers got the message: zero for long, and no heartbeat, means the api is gone. */
+  private noteReceivers(receivers: unknown): void {
+    if (!this.orphan || typeof receivers !== 'number') return;
+    if (receivers > 0) {
+      this.unheardSince = undefined;
+      return;
+    }
+    this.unheardSince ??= Date.now();
+    if (Date.now() - this.unheardSince < this.orphan.afterMs || this.checkingListener) return;
+    this.checkingListener = true;
+    void this.redis
+      .exists(apiAliveKey(this.channel))
+      .then((alive) => {
+        if (alive === 0) this.orphan?.onOrphaned();
+      })
+      .catch(() => undefined)
+      .finally(() => {
+        this.checkingListener = false;
+      });
+  }
 
   async flush(): Promise<void> {
     this.sendBuffered();
