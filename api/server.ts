@@ -25,6 +25,7 @@ import { mediaRoutes } from './routes/media.js';
 import { jobRoutes } from './routes/jobs.js';
 import { JobEvents } from './job-events.js';
 import { LoopStallMonitor } from './loop-stall.js';
+import { answerClientError, answerConnect } from './raw-http-errors.js';
 import { createBlobStore } from '../storage/create-blob-store.js';
 import { resolveUrlSecret } from '../storage/blob-urls.js';
 
@@ -110,14 +111,10 @@ export async function createApiServer(config: Config, log: Logger): Promise<ApiS
   hub.startHeartbeat(config.orphanAfterMs);
   await backpressure.start();
 
-  // Node would answer a request without Host with a bare 400; the middleware below answers it in the OpenAI shape.
+  // Node would answer a request without Host with a bare 400; the Host check among the middleware answers it in the OpenAI shape.
   const server = createServer({ requireHostHeader: false }, app.callback());
-  server.on('clientError', (error: NodeJS.ErrnoException, socket) => answerClientError(error, socket));
-  // CONNECT is for proxies; without this a CONNECT request would get its socket closed with no answer.
-  server.on('connect', (_req, socket: Duplex) => {
-    const body = JSON.stringify(new GatewayError(405, 'CONNECT is not supported: this is an API, not a proxy.', { code: 'method_not_allowed' }).toBody());
-    socket.end(`HTTP/1.1 405 Method Not Allowed\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
-  });
+  server.on('clientError', answerClientError);
+  server.on('connect', (_req, socket: Duplex) => answerConnect(socket));
   jobEvents.attach(server);
   // Image and long chat requests are held open; Node's default request timeout would cut them.
   server.requestTimeout = 0;
@@ -161,31 +158,6 @@ export async function createApiServer(config: Config, log: Logger): Promise<ApiS
       await Promise.allSettled([subscriber.quit(), redis.quit()] as Promise<unknown>[]);
     },
   };
-}
-
-/**
- * Requests Node refuses before Koa sees them (headers or URL too large, a
- * malformed request line) get the same OpenAI-shaped body as every other
- * error, instead of Node's bare status line.
- */
-function answerClientError(error: NodeJS.ErrnoException, socket: Duplex): void {
-  // A response already under way on this socket cannot take another status line (Node's own rule too).
-  const inFlight = (socket as { _httpMessage?: { headersSent?: boolean } })._httpMessage;
-  if (error.code === 'ECONNRESET' || !socket.writable || inFlight?.headersSent) {
-    socket.destroy();
-    return;
-  }
-  const [status, head, message] =
-    error.code === 'HPE_HEADER_OVERFLOW'
-      ? [431, 'Request Header Fields Too Large', 'The request headers (the URL included) are too large.']
-      : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-        ? [408, 'Request Timeout', 'The request took too long to arrive.']
-        : [400, 'Bad Request', 'Malformed HTTP request.'];
-  const code = status === 431 ? 'request_header_too_large' : status === 408 ? 'request_timeout' : 'invalid_http_request';
-  const body = JSON.stringify(new GatewayError(status, message, { code }).toBody());
-  socket.end(
-    `HTTP/1.1 ${status} ${head}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-  );
 }
 
 export type { Redis };
