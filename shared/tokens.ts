@@ -5,6 +5,7 @@
 import { countTokens, decode, encode } from 'gpt-tokenizer/encoding/o200k_base';
 import bpeRanks from 'gpt-tokenizer/bpeRanks/o200k_base';
 import type { ChatMessage } from './schemas/chat.js';
+import { loopSlices } from './loop-slices.js';
 
 /**
  * Client text may contain strings such as `<|endoftext|>`; the tokenizer
@@ -89,9 +90,6 @@ export function encodeText(text: string): number[] {
   return tokens;
 }
 
-/** Work done between two yields to the event loop: long texts never hold it for more than about this. */
-const SLICE_MS = 2;
-const yieldToLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 /**
  * `countTextTokens` for text that may be long, off the critical path of every
@@ -102,14 +100,11 @@ const yieldToLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
 export async function countTextTokensAsync(text: string, stopAbove = Number.POSITIVE_INFINITY): Promise<number> {
   if (text.length <= MAX_PIECE) return countTextTokens(text);
   let total = 0;
-  let sliceStart = performance.now();
+  const slice = loopSlices();
   for (const piece of tokenizerPieces(text)) {
     total += countTokens(piece, plainText);
     if (total > stopAbove) return total;
-    if (performance.now() - sliceStart > SLICE_MS) {
-      await yieldToLoop();
-      sliceStart = performance.now();
-    }
+    await slice();
   }
   return total;
 }
@@ -118,13 +113,10 @@ export async function countTextTokensAsync(text: string, stopAbove = Number.POSI
 export async function encodeTextAsync(text: string): Promise<number[]> {
   if (text.length <= MAX_PIECE) return encodeText(text);
   const tokens: number[] = [];
-  let sliceStart = performance.now();
+  const slice = loopSlices();
   for (const piece of tokenizerPieces(text)) {
     for (const token of encode(piece, plainText)) tokens.push(token);
-    if (performance.now() - sliceStart > SLICE_MS) {
-      await yieldToLoop();
-      sliceStart = performance.now();
-    }
+    await slice();
   }
   return tokens;
 }
@@ -275,15 +267,12 @@ export async function countChatPromptTokensAsync(
 ): Promise<number> {
   const tally = tallyChatPrompt(messages, tools);
   let total = tally.fixed;
-  let sliceStart = performance.now();
+  const slice = loopSlices();
   for (const text of tally.texts) {
     total += await countTextTokensAsync(text, stopAbove - total);
     if (total > stopAbove) return total;
     // Many small texts (thousands of messages) add up too.
-    if (performance.now() - sliceStart > SLICE_MS) {
-      await yieldToLoop();
-      sliceStart = performance.now();
-    }
+    await slice();
   }
   return total;
 }

@@ -1,6 +1,7 @@
 import { invalidRequest } from '../../../shared/errors.js';
 import type { EmbeddingRequest } from '../../../shared/schemas/embeddings.js';
 import { decodeTokens, encodeTextAsync } from '../../../shared/tokens.js';
+import { loopSlices } from '../../../shared/loop-slices.js';
 import type { CallContext, VendorResult } from '../types.js';
 import { readMockMarkers, throwIfErrorMarker } from './markers.js';
 import { sleep } from '../sleep.js';
@@ -78,7 +79,7 @@ export async function createEmbeddings(request: EmbeddingRequest, ctx: CallConte
   const inputs = await readInputs(request.input);
   const markers = readMockMarkers(inputs.flatMap((input) => (input.text === undefined ? [] : [input.text])));
   throwIfErrorMarker(markers);
-  let sliceStart = performance.now();
+  const slice = loopSlices();
   for (const input of inputs) {
     // A vendor rejects ids it does not know; so does the mock, or a bad client would pass every test here.
     if (input.text === undefined) {
@@ -88,10 +89,7 @@ export async function createEmbeddings(request: EmbeddingRequest, ctx: CallConte
         throw invalidRequest('The input contains a token id outside the vocabulary.', 'input');
       }
     }
-    if (performance.now() - sliceStart > 2) {
-      await new Promise<void>((resolve) => setImmediate(resolve));
-      sliceStart = performance.now();
-    }
+    await slice();
   }
   if (markers.slowMs !== undefined) await sleep(markers.slowMs, ctx.signal);
 
@@ -100,15 +98,11 @@ export async function createEmbeddings(request: EmbeddingRequest, ctx: CallConte
   // 2,048 vectors of 3,072 floats are megabytes of JSON: built item by item, yielding the event loop
   // every couple of milliseconds (with `npm start` the api shares it), to the text JSON.stringify gives.
   const items: string[] = [];
-  sliceStart = performance.now();
   for (const [index, input] of inputs.entries()) {
     const vector = buildMockEmbedding(input.tokens, dimensions);
     items.push(JSON.stringify({ object: 'embedding', index, embedding: asBase64 ? encodeBase64(vector) : Array.from(vector) }));
-    if (performance.now() - sliceStart > 2) {
-      await new Promise<void>((resolve) => setImmediate(resolve));
-      ctx.signal.throwIfAborted();
-      sliceStart = performance.now();
-    }
+    await slice();
+    ctx.signal.throwIfAborted();
   }
   const promptTokens = inputs.reduce((sum, input) => sum + input.tokens.length, 0);
   const usage = { prompt_tokens: promptTokens, total_tokens: promptTokens };
