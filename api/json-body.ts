@@ -25,7 +25,7 @@ export async function readJsonObject(req: IncomingMessage, limit: number): Promi
   }
   const text = chunks.length === 1 ? chunks[0]!.toString('utf8') : Buffer.concat(chunks, size).toString('utf8');
   if (text.trim() === '') throw invalidRequest('The request body is empty: send a JSON object.');
-  checkNesting(text, maxJsonDepth);
+  checkJsonShape(text, maxJsonDepth);
   let body: unknown;
   try {
     body = JSON.parse(text);
@@ -63,7 +63,7 @@ export const maxNumberArrayElements = 1_000_000;
  * base64 image costs next to nothing) and stops at the first violation. The
  * error names the top-level field it is in.
  */
-export function checkNesting(text: string, limit: number): void {
+export function checkJsonShape(text: string, limit: number): void {
   const structural = /["{}[\],]/g;
   // Per open container: object or array, separators seen, and (arrays) whether every element so far is a number.
   const isObject: boolean[] = [];
