@@ -2,9 +2,8 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { request as httpRequest } from 'node:http';
 import { connect } from 'node:net';
-import { Redis } from 'ioredis';
-import { createKey, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
-import { startPrivateRedis } from '../support/redis-server.js';
+import type { Redis } from 'ioredis';
+import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 
 interface ErrorBody {
   error: { message: string; type: string; param: string | null; code: string | null };
@@ -89,25 +88,24 @@ function wav(): Buffer {
 
 // Each case here once crashed, froze or misled: one request from a key holder must never do that.
 describe('hostile input', () => {
-  let redisServer: Awaited<ReturnType<typeof startPrivateRedis>>;
+  let redis: Redis;
+  let redisUrl: string;
   let gateway: GatewayProcess;
   let trusting: GatewayProcess;
   let apiKey: string;
 
   before(async () => {
-    redisServer = await startPrivateRedis();
-    const redis = new Redis(redisServer.url);
+    ({ redis, url: redisUrl } = await freshRedis(6));
     apiKey = (await createKey(redis)).key;
-    redis.disconnect();
     [gateway, trusting] = await Promise.all([
-      startGateway({ env: { REDIS_URL: redisServer.url } }),
-      startGateway({ env: { REDIS_URL: redisServer.url, TRUST_PROXY: 'on', WORKER_QUEUES: 'chat' } }),
+      startGateway({ env: { REDIS_URL: redisUrl } }),
+      startGateway({ env: { REDIS_URL: redisUrl, TRUST_PROXY: 'on', WORKER_QUEUES: 'chat' } }),
     ]);
   });
 
   after(async () => {
     await Promise.all([gateway?.stop(), trusting?.stop()]);
-    await redisServer?.stop();
+    redis?.disconnect();
   });
 
   const auth = () => ({ authorization: `Bearer ${apiKey}` });
@@ -217,13 +215,8 @@ describe('hostile input', () => {
     const trusted = await postJson('/v1/images/generations', body, { ...forged, prefer: 'respond-async' }, trusting);
     assert.equal(trusted.status, 202, trusted.text);
     const job = (JSON.parse(trusted.text) as { id: string }).id;
-    const redis = new Redis(redisServer.url);
-    try {
-      const data = JSON.parse((await redis.hget(`bull:image:${job}`, 'data')) ?? '{}') as { baseUrl?: string };
-      assert.equal(data.baseUrl, 'https://evil.example', 'behind a trusted proxy the forwarded host is the public one');
-    } finally {
-      redis.disconnect();
-    }
+    const data = JSON.parse((await redis.hget(`bull:image:${job}`, 'data')) ?? '{}') as { baseUrl?: string };
+    assert.equal(data.baseUrl, 'https://evil.example', 'behind a trusted proxy the forwarded host is the public one');
   });
 
   it('answers oversized headers and URLs with an OpenAI-shaped 431', async () => {
