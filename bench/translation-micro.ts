@@ -19,6 +19,7 @@ import { geminiAdapter } from '../workers/vendors/gemini/index.js';
 import { closeVendorAgent } from '../workers/vendors/http.js';
 import { openaiAdapter } from '../workers/vendors/openai/index.js';
 import type { CallContext, VendorAdapter } from '../workers/vendors/types.js';
+import { ChatStreamEncoder } from '../workers/answers/chat-encoder.js';
 import { log as benchLog } from './stack.js';
 import { systemBusyMs, waitForQuiet } from './procs.js';
 import { expectedText, longStream, protocolModels, protocols, protocolVendors, type Protocol } from './long-streams.js';
@@ -117,7 +118,11 @@ export async function runMicro(options: { chunks: number; runs: number; warmupRu
       });
       for await (const piece of response.body) events += (piece as Buffer).length > 0 ? 1 : 0;
     } else {
-      for await (const _event of setups[protocol].adapter.streamChatCompletion(request0(protocolModels[protocol]), context(protocol))) events += 1;
+      // What a worker does with a stream: the adapter's events, encoded as the client's chunks.
+      const encoder = new ChatStreamEncoder({ form: 'chat.completion', model: protocolModels[protocol], includeUsage: true, legacyFunctions: false });
+      for await (const batch of setups[protocol].adapter.streamChat!(request0(protocolModels[protocol]), context(protocol))) {
+        if (encoder.encode(batch) !== '') events += batch.length;
+      }
     }
     const wallMs = performance.now() - t0;
     const cpu = process.cpuUsage(cpu0);
@@ -130,14 +135,18 @@ export async function runMicro(options: { chunks: number; runs: number; warmupRu
     let text = '';
     let contentChunks = 0;
     let usage = false;
-    for await (const event of setups[protocol].adapter.streamChatCompletion(request0(protocolModels[protocol]), context(protocol))) {
-      const chunk = JSON.parse(event.data) as { choices: Array<{ delta?: { content?: string } }>; usage?: unknown };
-      const content = chunk.choices[0]?.delta?.content;
-      if (content) {
-        text += content;
-        contentChunks += 1;
+    const encoder = new ChatStreamEncoder({ form: 'chat.completion', model: protocolModels[protocol], includeUsage: true, legacyFunctions: false });
+    for await (const batch of setups[protocol].adapter.streamChat!(request0(protocolModels[protocol]), context(protocol))) {
+      for (const frame of encoder.encode(batch).split('\n\n')) {
+        if (frame === '') continue;
+        const chunk = JSON.parse(frame.slice('data: '.length)) as { choices: Array<{ delta?: { content?: string } }>; usage?: unknown };
+        const content = chunk.choices[0]?.delta?.content;
+        if (content) {
+          text += content;
+          contentChunks += 1;
+        }
+        if (chunk.usage) usage = true;
       }
-      if (event.usage) usage = true;
     }
     if (text !== expected || contentChunks !== chunks || !usage) {
       throw new Error(`translation bench: ${protocol} adapter output is not the expected stream (${contentChunks} content chunks, usage ${usage})`);

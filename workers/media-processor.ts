@@ -6,9 +6,9 @@ import { jobEventsChannel, type GatewayJobData, type GatewayJobResult } from '..
 import type { Protocol } from '../shared/vendors.js';
 import { signBlobUrl } from '../storage/blob-urls.js';
 import type { BlobStore } from '../storage/blob-store.js';
-import type { ImageResult, MediaContext } from './vendors/media-types.js';
+import type { ImageResult, MediaContext } from './vendors/types.js';
 import type { EndpointRequest } from '../shared/endpoints.js';
-import { mediaMethod } from './vendors/media-registry.js';
+import { adapterMethod } from './vendors/registry.js';
 import { discardBody } from './vendors/http.js';
 import { guardedGet, readBoundedBytes } from './vendors/guarded-fetch.js';
 import type { CallContext } from './vendors/types.js';
@@ -60,23 +60,23 @@ export async function runMedia(
   switch (request.endpoint) {
     case 'images.generations': {
       const input = request.payload;
-      const result = await mediaMethod(protocol, 'generateImages')(input, ctx);
+      const result = await adapterMethod(protocol, 'generateImages')(input, ctx);
       await vendorDone();
       return { body: await renderImages(result, input.response_format ?? base.model.default_response_format ?? 'b64_json', ctx, deps, baseUrl) };
     }
     case 'images.edits': {
       const input = request.payload;
-      const result = await mediaMethod(protocol, 'editImages')(input, ctx);
+      const result = await adapterMethod(protocol, 'editImages')(input, ctx);
       await vendorDone();
       return { body: await renderImages(result, input.response_format ?? base.model.default_response_format ?? 'b64_json', ctx, deps, baseUrl) };
     }
     case 'audio.transcriptions': {
-      const result = await mediaMethod(protocol, 'transcribe')(request.payload, ctx);
+      const result = await adapterMethod(protocol, 'transcribe')(request.payload, ctx);
       await vendorDone();
       return { body: result.body };
     }
     case 'videos': {
-      const result = await mediaMethod(protocol, 'generateVideo')(request.payload, ctx);
+      const result = await adapterMethod(protocol, 'generateVideo')(request.payload, ctx);
       await vendorDone();
       return { body: JSON.stringify({ video: result.video, thumbnail: result.thumbnail ?? null }) };
     }

@@ -9,7 +9,6 @@ import { ClientGoneError, type CancelRegistry } from './cancel-registry.js';
 import { ReplyPublisher } from './reply-publisher.js';
 import { endpoints, type EndpointRequest } from '../shared/endpoints.js';
 import type { ChannelRouter, ResolvedRoute } from './channel-router.js';
-import { chatAdapter } from './vendors/registry.js';
 import { publishJobEvent, runMedia, type MediaDeps } from './media-processor.js';
 import type { VendorLimiter } from './vendor-limiter.js';
 import type { CallContext } from './vendors/types.js';
@@ -100,10 +99,10 @@ export function createProcessor(deps: ProcessorDeps) {
           return result;
         }
         if (data.stream) {
-          await runTextStream(chatAdapter(route.protocol), request, ctx, publisher, freeSlot);
+          await runTextStream(route.protocol, request, ctx, publisher, freeSlot);
           return {};
         }
-        const result = await callText(chatAdapter(route.protocol), request, ctx);
+        const result = await callText(route.protocol, request, ctx);
         await freeSlot();
         return await publisher.done(result.body);
       } finally {

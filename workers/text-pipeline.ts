@@ -1,48 +1,74 @@
 import { GatewayError } from '../shared/errors.js';
 import type { EndpointRequest } from '../shared/endpoints.js';
 import { streamTrailer } from '../shared/reply.js';
+import { usesLegacyFunctions } from '../shared/schemas/chat.js';
+import { ChatStreamEncoder, encodeChatAnswer, type ChatEncoderOptions } from './answers/chat-encoder.js';
+import type { Protocol } from '../shared/vendors.js';
 import type { ReplyPublisher } from './reply-publisher.js';
-import type { CallContext, StreamEvent, VendorAdapter, VendorResult } from './vendors/types.js';
+import { adapterMethod } from './vendors/registry.js';
+import type { AnswerEvent, CallContext, Usage } from './vendors/types.js';
+
+/** A plain text answer as the client gets it, and its usage for billing. */
+export interface TextOutput {
+  body: string;
+  usage?: Usage;
+}
+
+function encoderOptions(request: EndpointRequest, ctx: CallContext): ChatEncoderOptions {
+  if (request.endpoint === 'chat.completions') {
+    const payload = request.payload;
+    return { form: 'chat.completion', model: ctx.model.id, includeUsage: payload.stream_options?.include_usage === true, legacyFunctions: usesLegacyFunctions(payload) };
+  }
+  if (request.endpoint === 'completions') {
+    return { form: 'text_completion', model: ctx.model.id, includeUsage: request.payload.stream_options?.include_usage === true, legacyFunctions: false };
+  }
+  throw new GatewayError(400, `Streaming is not available for ${request.endpoint}.`, { param: 'stream' });
+}
+
+function streamFor(protocol: Protocol, request: EndpointRequest, ctx: CallContext): AsyncIterable<AnswerEvent[]> {
+  if (request.endpoint === 'chat.completions') return adapterMethod(protocol, 'streamChat')(request.payload, ctx);
+  if (request.endpoint === 'completions') return adapterMethod(protocol, 'streamCompletion')(request.payload, ctx);
+  throw new GatewayError(400, `Streaming is not available for ${request.endpoint}.`, { param: 'stream' });
+}
 
 /**
- * Chat, completions and embeddings through a chat adapter: a plain call whose
- * body is the answer, or a stream whose events are relayed as SSE frames.
+ * A streamed chat or legacy completion: the adapter's events, encoded as the
+ * client's chunks, go to the publisher as they come (it sends what one turn
+ * of the event loop produced as one message). Returns the answer's usage.
  */
 export async function runTextStream(
-  adapter: VendorAdapter,
+  protocol: Protocol,
   request: EndpointRequest,
   ctx: CallContext,
   publisher: ReplyPublisher,
   vendorDone: () => Promise<unknown>,
-): Promise<void> {
-  const includeUsage =
-    (request.endpoint === 'chat.completions' || request.endpoint === 'completions') && request.payload.stream_options?.include_usage === true;
-  for await (const event of streamFor(adapter, request, ctx)) {
-    // Upstream streams always ask for usage (billing needs it); the client sees it only when it asked.
-    if (event.usageOnly && !includeUsage) continue;
-    publisher.chunk(`data: ${event.data}\n\n`);
+): Promise<Usage | undefined> {
+  const encoder = new ChatStreamEncoder(encoderOptions(request, ctx));
+  for await (const events of streamFor(protocol, request, ctx)) {
+    const frames = encoder.encode(events);
+    if (frames !== '') publisher.chunk(frames);
   }
   // The vendor is done: free its slot before the client hears the end, so a
   // client that sends its next request at once finds the slot free.
   await vendorDone();
   await publisher.endStream(streamTrailer);
+  return encoder.usage;
 }
 
-function streamFor(adapter: VendorAdapter, request: EndpointRequest, ctx: CallContext): AsyncIterable<StreamEvent> {
-  if (request.endpoint === 'chat.completions') return adapter.streamChatCompletion(request.payload, ctx);
-  if (request.endpoint === 'completions') return adapter.streamCompletion(request.payload, ctx);
-  throw new GatewayError(400, `Streaming is not available for ${request.endpoint}.`, { param: 'stream' });
-}
-
-export function callText(adapter: VendorAdapter, request: EndpointRequest, ctx: CallContext): Promise<VendorResult> {
+/** A plain chat completion, legacy completion or embeddings call, as the client's body. */
+export async function callText(protocol: Protocol, request: EndpointRequest, ctx: CallContext): Promise<TextOutput> {
   switch (request.endpoint) {
-    case 'chat.completions':
-      return adapter.createChatCompletion(request.payload, ctx);
-    case 'completions':
-      return adapter.createCompletion(request.payload, ctx);
+    case 'chat.completions': {
+      const answer = await adapterMethod(protocol, 'chat')(request.payload, ctx);
+      return { body: encodeChatAnswer(answer, encoderOptions(request, ctx)), ...(answer.usage ? { usage: answer.usage } : {}) };
+    }
+    case 'completions': {
+      const answer = await adapterMethod(protocol, 'complete')(request.payload, ctx);
+      return { body: encodeChatAnswer(answer, encoderOptions(request, ctx)), ...(answer.usage ? { usage: answer.usage } : {}) };
+    }
     case 'embeddings':
-      return adapter.createEmbeddings(request.payload, ctx);
+      return adapterMethod(protocol, 'embed')(request.payload, ctx);
     default:
-      throw new GatewayError(400, `${request.endpoint} is not a chat endpoint.`);
+      throw new GatewayError(400, `${request.endpoint} is not a text endpoint.`);
   }
 }

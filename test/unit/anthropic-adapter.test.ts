@@ -6,12 +6,13 @@ import { pino } from 'pino';
 import { request as httpRequest } from 'undici';
 import type { CatalogModel } from '../../shared/catalog.js';
 import { GatewayError } from '../../shared/errors.js';
-import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
-import type { CompletionRequest } from '../../shared/schemas/completions.js';
-import type { EmbeddingRequest } from '../../shared/schemas/embeddings.js';
+import { usesLegacyFunctions, type ChatCompletionRequest } from '../../shared/schemas/chat.js';
+import type { AnswerEvent, StartEvent } from '../../workers/answers/events.js';
 import { closeVendorAgent } from '../../workers/vendors/http.js';
 import { anthropicAdapter, JSON_OBJECT_INSTRUCTION, mapAnthropicStopReason } from '../../workers/vendors/anthropic/index.js';
-import type { CallContext, StreamEvent } from '../../workers/vendors/types.js';
+import { adapterMethod } from '../../workers/vendors/registry.js';
+import type { CallContext } from '../../workers/vendors/types.js';
+import { encodeAnswer, encodeStream, type EncodedStream } from '../support/answers.js';
 import {
   anthropicError,
   FAKE_ANTHROPIC_MESSAGE_ID,
@@ -21,7 +22,7 @@ import {
   type FakeAnthropic,
 } from '../support/fake-anthropic.js';
 import { wireFixture } from '../support/fixtures.js';
-import { collect, gatewayError } from '../support/assertions.js';
+import { gatewayError } from '../support/assertions.js';
 
 const KEY = 'sk-ant-test-channel-key-0123456789';
 const UPSTREAM_MODEL = 'claude-sonnet-4-5';
@@ -57,11 +58,37 @@ const chat = (extra: Record<string, unknown> = {}): ChatCompletionRequest =>
   ({ model: 'claude-sonnet', messages: [{ role: 'user', content: 'Hi' }], ...extra }) as ChatCompletionRequest;
 const userText = (text: string) => ({ type: 'text', text });
 
+/** The encoder options the worker uses for this request: the client's model id, and its legacy `functions` use. */
+const encoding = (request: ChatCompletionRequest) => ({ model: request.model, legacyFunctions: usesLegacyFunctions(request) });
 
+/** A plain call: the adapter's answer, and the body the client gets for it. */
+async function answer(request: ChatCompletionRequest, ctx: CallContext = context()) {
+  const result = await anthropicAdapter.chat!(request, ctx);
+  return { answer: result, ...encodeAnswer(result, encoding(request)) };
+}
+
+/** A stream as the client gets it (usage chunk included unless told otherwise), with the batches the adapter yielded. */
+const stream = (request: ChatCompletionRequest, ctx: CallContext = context(), includeUsage = true): Promise<EncodedStream> =>
+  encodeStream(anthropicAdapter.streamChat!(request, ctx), { ...encoding(request), includeUsage });
+
+async function* replay(batches: AnswerEvent[][]): AsyncGenerator<AnswerEvent[]> {
+  yield* batches;
+}
+
+/** A stream that must fail: what the client got before the failure, and the failure. */
+async function failedStream(request: ChatCompletionRequest): Promise<{ encoded: EncodedStream; error: GatewayError }> {
+  const batches: AnswerEvent[][] = [];
+  const error = await gatewayError(
+    (async () => {
+      for await (const batch of anthropicAdapter.streamChat!(request, context())) batches.push(batch);
+    })(),
+  );
+  return { encoded: await encodeStream(replay(batches), encoding(request)), error };
+}
 
 /** Sends a chat request and returns the body the fake (strict, so valid) received. */
 async function sent(request: ChatCompletionRequest, ctx: CallContext = context()): Promise<unknown> {
-  await anthropicAdapter.createChatCompletion(request, ctx);
+  await anthropicAdapter.chat!(request, ctx);
   assert.equal(fake.requests.length, 1);
   return fake.requests[0]!.body;
 }
@@ -75,7 +102,7 @@ const bodyWith = (extra: Record<string, unknown>) => ({
 });
 
 async function refused(request: ChatCompletionRequest, param: string): Promise<GatewayError> {
-  const error = await gatewayError(anthropicAdapter.createChatCompletion(request, context()));
+  const error = await gatewayError(anthropicAdapter.chat!(request, context()));
   assert.equal(error.status, 400);
   assert.equal(error.type, 'invalid_request_error');
   assert.equal(error.param, param);
@@ -84,15 +111,13 @@ async function refused(request: ChatCompletionRequest, param: string): Promise<G
   return error;
 }
 
-const parse = (event: StreamEvent) => JSON.parse(event.data) as { choices: { delta: Record<string, unknown>; finish_reason: string | null }[] };
-
-/** Reassembles a stream the way an OpenAI client does. */
-function reassemble(events: StreamEvent[]) {
+/** Reassembles a stream's chunks the way an OpenAI client does. */
+function reassemble({ parsed }: EncodedStream) {
   let text = '';
   let finish: string | null = null;
   const calls: { id?: string; name?: string; arguments: string }[] = [];
-  for (const event of events) {
-    const choice = parse(event).choices[0];
+  for (const chunk of parsed) {
+    const choice = chunk.choices[0];
     if (choice === undefined) continue;
     if (typeof choice.delta.content === 'string') text += choice.delta.content;
     for (const call of (choice.delta.tool_calls ?? []) as { index: number; id?: string; function: { name?: string; arguments?: string } }[]) {
@@ -236,7 +261,7 @@ describe('anthropic adapter: outgoing request', () => {
       { role: 'tool', tool_call_id: 'call_b', content: [userText('9C'), userText(' rain')] },
       { role: 'user', content: 'Thanks, summarise.' },
     ];
-    const result = await anthropicAdapter.createChatCompletion(chat({ messages }), context());
+    const result = await answer(chat({ messages }));
     assert.deepEqual(fake.requests[0]!.body, {
       ...bodyWith({}),
       messages: [
@@ -259,7 +284,7 @@ describe('anthropic adapter: outgoing request', () => {
         },
       ],
     });
-    assert.equal(JSON.parse(result.body).choices[0].message.content, 'Tool said: 12C; 9C rain');
+    assert.equal(result.parsed.choices[0].message.content, 'Tool said: 12C; 9C rain');
   });
 
   it('refuses tool call arguments that are not a JSON object, naming them', async () => {
@@ -322,7 +347,7 @@ describe('anthropic adapter: outgoing request', () => {
       { role: 'function', name: 'get_weather', content: '12C' },
       { role: 'user', content: 'And Bergen?' },
     ];
-    const result = await anthropicAdapter.createChatCompletion(chat({ messages, functions, function_call: { name: 'get_weather' } }), context());
+    const result = await answer(chat({ messages, functions, function_call: { name: 'get_weather' } }));
     assert.deepEqual(fake.requests[0]!.body, {
       ...bodyWith({}),
       messages: [
@@ -333,18 +358,18 @@ describe('anthropic adapter: outgoing request', () => {
       tools: [{ name: 'get_weather', input_schema: { type: 'object', properties: {} } }],
       tool_choice: { type: 'tool', name: 'get_weather', disable_parallel_tool_use: true },
     });
-    assert.equal(JSON.parse(result.body).choices[0].message.content, 'Tool said: 12C');
+    assert.equal(result.parsed.choices[0].message.content, 'Tool said: 12C');
 
     fake.reset();
-    const call = JSON.parse((await anthropicAdapter.createChatCompletion(chat({ functions }), context())).body).choices[0];
+    const call = (await answer(chat({ functions }))).parsed.choices[0];
     assert.deepEqual(call.message.function_call, { name: 'get_weather', arguments: '{"city":"Oslo"}' });
     assert.equal(call.message.tool_calls, undefined);
     assert.equal(call.finish_reason, 'function_call');
     assert.deepEqual((fake.requests[0]!.body as { tool_choice: unknown }).tool_choice, { type: 'auto', disable_parallel_tool_use: true });
 
     fake.reset();
-    const stream = reassemble(await collect(anthropicAdapter.streamChatCompletion(chat({ functions, stream: true }), context())));
-    assert.equal(stream.finish, 'function_call');
+    const streamed = reassemble(await stream(chat({ functions, stream: true })));
+    assert.equal(streamed.finish, 'function_call');
   });
 
   it('maps stop, top_p and user', async () => {
@@ -422,8 +447,8 @@ describe('anthropic adapter: outgoing request', () => {
 describe('anthropic adapter: answers', () => {
   it('maps a text message to a chat.completion with OpenAI usage (cached input included)', async () => {
     const before = Math.floor(Date.now() / 1000);
-    const result = await anthropicAdapter.createChatCompletion(chat(), context());
-    const body = JSON.parse(result.body);
+    const result = await answer(chat());
+    const body = result.parsed;
     assert.ok(body.created >= before && body.created <= Math.floor(Date.now() / 1000) + 1);
     const usage = { prompt_tokens: 28, completion_tokens: 4, total_tokens: 32, prompt_tokens_details: { cached_tokens: 5 } };
     assert.deepEqual(body, {
@@ -434,12 +459,13 @@ describe('anthropic adapter: answers', () => {
       choices: [{ index: 0, message: { role: 'assistant', content: FAKE_ANTHROPIC_TEXT, refusal: null }, logprobs: null, finish_reason: 'stop' }],
       usage,
     });
-    assert.deepEqual(result.usage, usage);
+    assert.deepEqual(result.answer.usage, usage);
+    assert.equal(result.answer.model, undefined, 'the client sees the model id it asked for');
   });
 
   it('maps tool_use blocks to tool_calls with null content', async () => {
-    const result = await anthropicAdapter.createChatCompletion(chat({ tools: [{ type: 'function', function: { name: 'get_weather' } }] }), context());
-    const choice = JSON.parse(result.body).choices[0];
+    const result = await answer(chat({ tools: [{ type: 'function', function: { name: 'get_weather' } }] }));
+    const choice = result.parsed.choices[0];
     assert.deepEqual(choice.message, {
       role: 'assistant',
       content: null,
@@ -457,7 +483,7 @@ describe('anthropic adapter: answers', () => {
         usage: { input_tokens: 5, output_tokens: 7 },
       },
     });
-    const body = JSON.parse((await anthropicAdapter.createChatCompletion(chat(), context())).body);
+    const body = (await answer(chat())).parsed;
     assert.equal(body.choices[0].message.content, 'Part one, part two.');
     assert.equal(body.choices[0].finish_reason, 'length');
     assert.deepEqual(body.usage, { prompt_tokens: 5, completion_tokens: 7, total_tokens: 12, prompt_tokens_details: { cached_tokens: 0 } });
@@ -472,10 +498,10 @@ describe('anthropic adapter: answers', () => {
   });
 
   it('streams the default text answer as OpenAI chunks with one id, created and model, then a usage-only chunk', async () => {
-    const events = await collect(anthropicAdapter.streamChatCompletion(chat({ stream: true }), context()));
+    const encoded = await stream(chat({ stream: true }));
     assert.equal((fake.requests[0]!.body as { stream: boolean }).stream, true);
-    const chunks = events.map((event) => JSON.parse(event.data));
-    const { id, created } = chunks[0];
+    const chunks = encoded.parsed;
+    const { id, created } = chunks[0]!;
     assert.equal(id, `chatcmpl-${FAKE_ANTHROPIC_MESSAGE_ID}`);
     for (const chunk of chunks) {
       assert.equal(chunk.id, id);
@@ -494,39 +520,53 @@ describe('anthropic adapter: answers', () => {
       ],
     );
     const usage = { prompt_tokens: 28, completion_tokens: 4, total_tokens: 32, prompt_tokens_details: { cached_tokens: 5 } };
-    assert.deepEqual(chunks.at(-1).usage, usage);
-    assert.deepEqual(events.at(-1)!.usage, usage);
-    assert.equal(events.at(-1)!.usageOnly, true);
-    assert.ok(events.slice(0, -1).every((event) => event.usage === undefined && event.usageOnly === undefined));
+    assert.deepEqual(chunks.at(-1)!.usage, usage);
+    assert.deepEqual(encoded.usage, usage);
+    const events = encoded.batches.flat();
+    assert.deepEqual(events.at(-1), { type: 'usage', usage });
+    assert.ok(events.slice(0, -1).every((event) => event.type !== 'usage'));
+    assert.ok(chunks.slice(0, -1).every((chunk) => chunk.usage === undefined));
+
+    // A client that did not ask for usage gets the same chunks without the usage-only one; billing still reads it.
+    fake.reset();
+    const quiet = await stream(chat({ stream: true }), context(), false);
+    assert.deepEqual(quiet.parsed.map((chunk) => chunk.choices), chunks.slice(0, -1).map((chunk) => chunk.choices));
+    assert.ok(quiet.parsed.every((chunk) => chunk.usage === undefined));
+    assert.deepEqual(quiet.usage, usage);
   });
 
   it('streams a default tool call with OpenAI tool-call fragments', async () => {
-    const events = await collect(anthropicAdapter.streamChatCompletion(chat({ stream: true, tools: [{ type: 'function', function: { name: 'get_weather' } }] }), context()));
-    const result = reassemble(events);
+    const encoded = await stream(chat({ stream: true, tools: [{ type: 'function', function: { name: 'get_weather' } }] }));
+    const result = reassemble(encoded);
     assert.deepEqual(result.calls, [{ id: FAKE_ANTHROPIC_TOOL_USE_ID, name: 'get_weather', arguments: '{"city": "Oslo"}' }]);
     assert.equal(result.finish, 'tool_calls');
-    assert.deepEqual(parse(events[1]!).choices[0]!.delta, {
+    assert.deepEqual(encoded.parsed[1]!.choices[0].delta, {
       tool_calls: [{ index: 0, id: FAKE_ANTHROPIC_TOOL_USE_ID, type: 'function', function: { name: 'get_weather', arguments: '' } }],
     });
   });
 
   it('replays the recorded text-then-tool-use stream (tool index counts tool blocks; no-args call gets "{}")', async () => {
     fake.enqueue({ chunksFile: wireFixture('anthropic-stream-text-then-tool-use.chunks.jsonl'), chunkSize: 7 });
-    const events = await collect(anthropicAdapter.streamChatCompletion(chat({ stream: true }), context()));
-    const result = reassemble(events);
+    const encoded = await stream(chat({ stream: true }));
+    const result = reassemble(encoded);
     assert.equal(result.text, "I'll update the issue list for you.");
     assert.deepEqual(result.calls, [{ id: 'toolu_01QE1WLsSVp5hy5Q3GmGTmjP', name: 'updateIssueList', arguments: '{}' }]);
     assert.equal(result.finish, 'tool_calls');
-    assert.equal(JSON.parse(events[0]!.data).id, 'chatcmpl-msg_01GE2RKp1VYsPzdFs3sS9z5S');
-    assert.deepEqual(events.at(-1)!.usage, { prompt_tokens: 565, completion_tokens: 48, total_tokens: 613, prompt_tokens_details: { cached_tokens: 0 } });
-    assert.equal(events.filter((event) => event.usageOnly).length, 1);
+    assert.equal(encoded.parsed[0]!.id, 'chatcmpl-msg_01GE2RKp1VYsPzdFs3sS9z5S');
+    const usage = { prompt_tokens: 565, completion_tokens: 48, total_tokens: 613, prompt_tokens_details: { cached_tokens: 0 } };
+    assert.deepEqual(encoded.usage, usage);
+    assert.deepEqual(encoded.parsed.at(-1)!.usage, usage);
+    assert.equal(encoded.batches.flat().filter((event) => event.type === 'usage').length, 1);
+    assert.equal(encoded.parsed.filter((chunk) => chunk.usage !== undefined).length, 1);
+    // Reads of 7 bytes mostly complete no SSE event: those yield nothing, never an empty array.
+    assert.ok(encoded.batches.every((batch) => batch.length > 0));
   });
 
   it('replays the recorded input_json_delta stream', async () => {
     const file = wireFixture('anthropic-stream-tool-use-input-json-delta.chunks.jsonl');
     fake.enqueue({ chunksFile: file, chunkDelayMs: 2 });
-    const events = await collect(anthropicAdapter.streamChatCompletion(chat({ stream: true }), context()));
-    const result = reassemble(events);
+    const encoded = await stream(chat({ stream: true }));
+    const result = reassemble(encoded);
     const expectedArguments = readFileSync(file, 'utf8')
       .split('\n')
       .filter(Boolean)
@@ -537,7 +577,124 @@ describe('anthropic adapter: answers', () => {
     assert.deepEqual(JSON.parse(result.calls[0]!.arguments), { elements: [{ location: 'San Francisco', temperature: 58, condition: 'sunny' }] });
     assert.equal(result.text, '');
     assert.equal(result.finish, 'tool_calls');
-    assert.deepEqual(events.at(-1)!.usage, { prompt_tokens: 849, completion_tokens: 47, total_tokens: 896, prompt_tokens_details: { cached_tokens: 0 } });
+    const usage = { prompt_tokens: 849, completion_tokens: 47, total_tokens: 896, prompt_tokens_details: { cached_tokens: 0 } };
+    assert.deepEqual(encoded.usage, usage);
+    assert.deepEqual(encoded.parsed.at(-1)!.usage, usage);
+  });
+});
+
+describe('anthropic adapter: answer events', () => {
+  const textEvents = [
+    { type: 'message_start', message: { id: 'msg_b', usage: { input_tokens: 3, output_tokens: 1 } } },
+    { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } },
+    { type: 'ping' },
+    { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'One' } },
+    { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: ' read' } },
+    { type: 'content_block_stop', index: 0 },
+    { type: 'message_delta', delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 2 } },
+    { type: 'message_stop' },
+  ];
+  const textUsage = { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5, prompt_tokens_details: { cached_tokens: 0 } };
+  const textAnswer = (created: number): AnswerEvent[] => [
+    { type: 'start', id: 'chatcmpl-msg_b', created },
+    { type: 'role', choice: 0 },
+    { type: 'text', choice: 0, text: 'One' },
+    { type: 'text', choice: 0, text: ' read' },
+    { type: 'finish', choice: 0, reason: 'stop' },
+    { type: 'usage', usage: textUsage },
+  ];
+  const createdOf = (encoded: EncodedStream) => (encoded.batches[0]![0] as StartEvent).created;
+
+  it('yields the events of one upstream read as one array', async () => {
+    fake.enqueue({ events: textEvents }); // one write: one read
+    const encoded = await stream(chat({ stream: true }));
+    assert.deepEqual(encoded.batches, [textAnswer(createdOf(encoded))]);
+    assert.equal(encoded.chunks.length, 5, 'role, two texts, finish, usage');
+  });
+
+  it('yields one array per upstream read, none for reads whose events say nothing', async () => {
+    fake.enqueue({ events: textEvents, chunkDelayMs: 20 }); // one write, so one read, per event
+    const encoded = await stream(chat({ stream: true }));
+    const [start, role, one, read, finish, usage] = textAnswer(createdOf(encoded));
+    // Block start, ping and block stop produce no events: they yield nothing, not an empty array.
+    assert.deepEqual(encoded.batches, [[start, role], [one], [read], [finish], [usage]]);
+  });
+
+  const twoCalls = [
+    { type: 'message_start', message: { id: 'msg_l', usage: { input_tokens: 3, output_tokens: 1 } } },
+    { type: 'content_block_start', index: 0, content_block: { type: 'tool_use', id: 'toolu_a', name: 'get_weather', input: {} } },
+    { type: 'content_block_delta', index: 0, delta: { type: 'input_json_delta', partial_json: '' } },
+    { type: 'content_block_delta', index: 0, delta: { type: 'input_json_delta', partial_json: '{"city":"Oslo"}' } },
+    { type: 'content_block_stop', index: 0 },
+    { type: 'content_block_start', index: 1, content_block: { type: 'tool_use', id: 'toolu_b', name: 'get_time', input: {} } },
+    { type: 'content_block_stop', index: 1 },
+    { type: 'message_delta', delta: { stop_reason: 'tool_use', stop_sequence: null }, usage: { output_tokens: 9 } },
+    { type: 'message_stop' },
+  ];
+  const twoCallsMessage = {
+    id: 'msg_l', type: 'message', role: 'assistant', model: UPSTREAM_MODEL, stop_reason: 'tool_use', stop_sequence: null,
+    content: [
+      { type: 'tool_use', id: 'toolu_a', name: 'get_weather', input: { city: 'Oslo' } },
+      { type: 'tool_use', id: 'toolu_b', name: 'get_time', input: {} },
+    ],
+    usage: { input_tokens: 3, output_tokens: 9 },
+  };
+  const functions = [{ name: 'get_weather' }, { name: 'get_time' }];
+  const tools = functions.map((definition) => ({ type: 'function', function: definition }));
+  const delta = (value: unknown, finish: string | null = null) => [{ index: 0, delta: value, logprobs: null, finish_reason: finish }];
+
+  it('streams every tool call as an event; the encoder gives a legacy functions client one function_call', async () => {
+    fake.enqueue({ events: twoCalls });
+    const legacy = await stream(chat({ stream: true, functions }));
+    assert.deepEqual(
+      legacy.parsed.map((chunk) => chunk.choices),
+      [
+        delta({ role: 'assistant', content: '' }),
+        delta({ function_call: { name: 'get_weather', arguments: '' } }),
+        delta({ function_call: { arguments: '{"city":"Oslo"}' } }),
+        delta({}, 'function_call'),
+        [],
+      ],
+    );
+
+    fake.reset();
+    fake.enqueue({ events: twoCalls });
+    const current = await stream(chat({ stream: true, tools }));
+    assert.deepEqual(reassemble(current).calls, [
+      { id: 'toolu_a', name: 'get_weather', arguments: '{"city":"Oslo"}' },
+      { id: 'toolu_b', name: 'get_time', arguments: '{}' },
+    ]);
+    assert.equal(reassemble(current).finish, 'tool_calls');
+    // The adapter does not know the client's form: both got the same events.
+    const created = createdOf(legacy);
+    const events = (encoded: EncodedStream) =>
+      encoded.batches.flat().map((event) => (event.type === 'start' ? { ...event, created } : event));
+    assert.deepEqual(events(current), events(legacy));
+  });
+
+  it('answers every tool call in a plain answer; the encoder gives a legacy functions client the first as function_call', async () => {
+    fake.enqueue({ json: twoCallsMessage });
+    const legacy = await answer(chat({ functions }));
+    assert.deepEqual(legacy.answer.choices, [
+      {
+        index: 0,
+        text: null,
+        toolCalls: [
+          { id: 'toolu_a', name: 'get_weather', arguments: '{"city":"Oslo"}' },
+          { id: 'toolu_b', name: 'get_time', arguments: '{}' },
+        ],
+        finishReason: 'tool_calls',
+      },
+    ]);
+    assert.deepEqual(legacy.parsed.choices, [
+      {
+        index: 0,
+        message: { role: 'assistant', content: null, refusal: null, function_call: { name: 'get_weather', arguments: '{"city":"Oslo"}' } },
+        logprobs: null,
+        finish_reason: 'function_call',
+      },
+    ]);
+    assert.deepEqual((fake.requests[0]!.body as { tool_choice: unknown }).tool_choice, { type: 'auto', disable_parallel_tool_use: true });
   });
 });
 
@@ -598,7 +755,7 @@ describe('anthropic adapter: vendor errors', () => {
   for (const { name, status, body, headers, expect } of cases) {
     it(name, async () => {
       fake.enqueue({ status, json: body, ...(headers ? { headers } : {}) });
-      const error = await gatewayError(anthropicAdapter.createChatCompletion(chat(), context()));
+      const error = await gatewayError(anthropicAdapter.chat!(chat(), context()));
       for (const [field, value] of Object.entries(expect)) assert.deepEqual(error[field as keyof GatewayError], value, field);
       assert.doesNotMatch(JSON.stringify(error.toBody()), /sk-ant/);
     });
@@ -606,7 +763,7 @@ describe('anthropic adapter: vendor errors', () => {
 
   it('maps the fake refusing a wrong key (401) to vendor_auth_failed without vendor text', async () => {
     const ctx = context({ channel: { vendor: 'anthropic', baseUrl: fake.url, apiKey: 'sk-ant-wrong-key-abcdefghij' } });
-    const error = await gatewayError(anthropicAdapter.createChatCompletion(chat(), ctx));
+    const error = await gatewayError(anthropicAdapter.chat!(chat(), ctx));
     assert.equal(error.status, 502);
     assert.equal(error.code, 'vendor_auth_failed');
     assert.doesNotMatch(error.message, /x-api-key|sk-ant/);
@@ -614,7 +771,7 @@ describe('anthropic adapter: vendor errors', () => {
 
   it('throws a refused stream request from the first next(), before any chunk', async () => {
     fake.enqueue({ status: 529, json: anthropicError('overloaded_error', 'Overloaded') });
-    const iterator = anthropicAdapter.streamChatCompletion(chat({ stream: true }), context())[Symbol.asyncIterator]();
+    const iterator = anthropicAdapter.streamChat!(chat({ stream: true }), context())[Symbol.asyncIterator]();
     const error = await gatewayError(iterator.next());
     assert.equal(error.status, 502);
     assert.equal(error.retryable, true);
@@ -629,14 +786,9 @@ describe('anthropic adapter: vendor errors', () => {
         { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } },
       ],
     });
-    const seen: StreamEvent[] = [];
-    const error = await gatewayError(
-      (async () => {
-        for await (const event of anthropicAdapter.streamChatCompletion(chat({ stream: true }), context())) seen.push(event);
-      })(),
-    );
-    assert.equal(reassemble(seen).text, 'Partial');
-    assert.equal(seen.length, 2);
+    const { encoded, error } = await failedStream(chat({ stream: true }));
+    assert.equal(reassemble(encoded).text, 'Partial');
+    assert.equal(encoded.chunks.length, 2);
     assert.equal(error.status, 502);
     assert.equal(error.retryable, true);
     assert.equal(error.message, 'Upstream vendor error: Overloaded');
@@ -650,13 +802,9 @@ describe('anthropic adapter: vendor errors', () => {
         { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Cut' } },
       ],
     });
-    const seen: StreamEvent[] = [];
-    const error = await gatewayError(
-      (async () => {
-        for await (const event of anthropicAdapter.streamChatCompletion(chat({ stream: true }), context())) seen.push(event);
-      })(),
-    );
-    assert.equal(seen.length, 2);
+    const { encoded, error } = await failedStream(chat({ stream: true }));
+    assert.equal(reassemble(encoded).text, 'Cut');
+    assert.equal(encoded.chunks.length, 2);
     assert.equal(error.status, 502);
     assert.equal(error.retryable, true);
     assert.match(error.message, /ended early/);
@@ -668,7 +816,7 @@ describe('anthropic adapter: vendor errors', () => {
       hang: true,
     });
     const controller = new AbortController();
-    const iterator = anthropicAdapter.streamChatCompletion(chat({ stream: true }), context({ signal: controller.signal }))[Symbol.asyncIterator]();
+    const iterator = anthropicAdapter.streamChat!(chat({ stream: true }), context({ signal: controller.signal }))[Symbol.asyncIterator]();
     assert.equal((await iterator.next()).done, false);
     const pending = iterator.next();
     controller.abort();
@@ -678,17 +826,14 @@ describe('anthropic adapter: vendor errors', () => {
     assert.equal(fake.requests[0]!.aborted, true);
   });
 
-  it('refuses the endpoints Anthropic does not have', async () => {
-    const ctx = context();
-    const completion = { model: 'claude-sonnet', prompt: 'Hi' } as CompletionRequest;
-    for (const attempt of [
-      anthropicAdapter.createCompletion(completion, ctx),
-      collect(anthropicAdapter.streamCompletion(completion, ctx)),
-      anthropicAdapter.createEmbeddings({ model: 'claude-sonnet', input: 'Hi' } as EmbeddingRequest, ctx),
-    ]) {
-      const error = await gatewayError(attempt);
-      assert.equal(error.status, 400);
-      assert.match(error.message, /Anthropic Messages API/);
+  it('has chat only: the registry refuses the endpoints Anthropic does not have', () => {
+    assert.deepEqual(Object.keys(anthropicAdapter).sort(), ['chat', 'streamChat']);
+    for (const method of ['complete', 'streamCompletion', 'embed'] as const) {
+      assert.throws(
+        () => adapterMethod('anthropic', method),
+        (error: unknown) => error instanceof GatewayError && error.status === 400 && error.code === 'unsupported_endpoint' && /anthropic/.test(error.message),
+        method,
+      );
     }
     assert.equal(fake.requests.length, 0);
   });

@@ -13,7 +13,7 @@ import { GatewayError } from '../../shared/errors.js';
 import { LocalBlobStore } from '../../storage/local-blob-store.js';
 import {
   BFL_CHECKPOINT_KEY,
-  bflImages,
+  bflAdapter,
   bflPollUrl,
   buildBflEditRequest,
   buildBflRequest,
@@ -24,7 +24,7 @@ import {
   readBflPollAnswer,
 } from '../../workers/vendors/bfl/index.js';
 import { closeVendorAgent } from '../../workers/vendors/http.js';
-import type { BlobRef, ImageGenerationInput, ImageResult, MediaContext } from '../../workers/vendors/media-types.js';
+import type { BlobRef, ImageGenerationInput, ImageResult, MediaContext } from '../../workers/vendors/types.js';
 import type { ImageEditInput } from '../../shared/schemas/media-inputs.js';
 import { createFakePng, encodeTestPng, FAKE_BFL_PNG, startFakeBfl, type FakeBfl, type TestPngOptions } from '../support/fake-bfl.js';
 import { gatewayError } from '../support/assertions.js';
@@ -33,8 +33,8 @@ type Json = Record<string, any>;
 const KEY = 'bfl-test-key-0123456789abcdef';
 const catalog = loadCatalog();
 const blobDir = mkdtempSync(join(tmpdir(), 'bfl-adapter-'));
-const generate = bflImages.generateImages!;
-const editImages = bflImages.editImages!;
+const generate = bflAdapter.generateImages!;
+const editImages = bflAdapter.editImages!;
 const blobs = new LocalBlobStore(blobDir);
 
 let fake: FakeBfl;

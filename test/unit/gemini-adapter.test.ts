@@ -6,7 +6,6 @@ import { pino } from 'pino';
 import type { CatalogModel } from '../../shared/catalog.js';
 import { GatewayError } from '../../shared/errors.js';
 import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
-import type { CompletionRequest } from '../../shared/schemas/completions.js';
 import type { EmbeddingRequest } from '../../shared/schemas/embeddings.js';
 import { countTextTokens } from '../../shared/tokens.js';
 import { closeVendorAgent } from '../../workers/vendors/http.js';
@@ -21,7 +20,8 @@ import {
   SKIP_THOUGHT_SIGNATURE,
 } from '../../workers/vendors/gemini/index.js';
 import { mapGeminiFinishReason } from '../../workers/vendors/gemini/map-gemini-finish-reason.js';
-import type { CallContext, StreamEvent } from '../../workers/vendors/types.js';
+import type { AnswerEvent, CallContext } from '../../workers/vendors/types.js';
+import { encodeAnswer, encodeStream } from '../support/answers.js';
 import { FAKE_GEMINI_PIECES, FAKE_GEMINI_TEXT, fakeEmbedding, geminiError, startFakeGemini, type FakeGemini } from '../support/fake-gemini.js';
 import { wireFixture } from '../support/fixtures.js';
 import { gatewayError } from '../support/assertions.js';
@@ -57,12 +57,26 @@ function context(options: { signal?: AbortSignal; upstreamModel?: string; apiKey
 
 const chat = (extra: Json = {}): ChatCompletionRequest => ({ model: MODEL.id, messages: [{ role: 'user', content: 'Hi' }], ...extra }) as ChatCompletionRequest;
 const sent = (index = 0) => fake.requests[index]!.body as Json;
-const chunks = (events: StreamEvent[]) => events.map((event) => JSON.parse(event.data) as Json);
-const textOf = (events: StreamEvent[]) => chunks(events).map((chunk) => chunk.choices[0]?.delta?.content ?? '').join('');
+const textOf = (parsed: Json[]) => parsed.map((chunk) => chunk.choices[0]?.delta?.content ?? '').join('');
 
-async function collect<T>(iterable: AsyncIterable<T>, seen: T[] = []): Promise<T[]> {
-  for await (const item of iterable) seen.push(item);
-  return seen;
+/** The adapter's plain answer and the body a chat client gets for it. */
+async function answer(request: ChatCompletionRequest, ctx: CallContext) {
+  const result = await geminiAdapter.chat!(request, ctx);
+  return { result, body: encodeAnswer(result).parsed };
+}
+const bodyOf = async (request: ChatCompletionRequest, ctx: CallContext) => (await answer(request, ctx)).body;
+const stream = (request: ChatCompletionRequest, ctx: CallContext) => geminiAdapter.streamChat!(request, ctx);
+const embed = (request: EmbeddingRequest, ctx: CallContext) => geminiAdapter.embed!(request, ctx);
+
+/** Passes a stream through while keeping its batches, so what came before a failure can still be encoded. */
+async function* recording(batches: AsyncIterable<AnswerEvent[]>, seen: AnswerEvent[][]): AsyncGenerator<AnswerEvent[]> {
+  for await (const batch of batches) {
+    seen.push(batch);
+    yield batch;
+  }
+}
+async function* replay(batches: AnswerEvent[][]): AsyncGenerator<AnswerEvent[]> {
+  yield* batches;
 }
 
 
@@ -120,7 +134,7 @@ describe('gemini adapter: outgoing requests', () => {
       frequency_penalty: -0.5,
       response_format: { type: 'json_object' },
     });
-    const result = await geminiAdapter.createChatCompletion(request, context());
+    const body = await bodyOf(request, context());
     assert.equal(fake.requests[0]!.path, '/v1beta/models/gemini-2.5-flash:generateContent');
     assert.equal(fake.requests[0]!.headers['x-goog-api-key'], KEY);
     assert.deepEqual(sent(), {
@@ -168,7 +182,6 @@ describe('gemini adapter: outgoing requests', () => {
         responseMimeType: 'application/json',
       },
     });
-    const body = JSON.parse(result.body) as Json;
     assert.deepEqual(body.choices.map((choice: Json) => choice.index), [0, 1], 'n → candidateCount → one choice per candidate');
     assert.equal(logs.filter((entry) => entry.level === 40).length, 0, 'nothing dropped, nothing to warn about');
   });
@@ -197,12 +210,12 @@ describe('gemini adapter: outgoing requests', () => {
       responseSchema: { type: 'object', properties: { answer: { type: 'string' } }, required: ['answer'] },
     });
     // The strict fake refuses `additionalProperties` in a declaration: the converted request passes.
-    const result = await geminiAdapter.createChatCompletion(chat({ tools, tool_choice: 'required' }), context());
-    assert.equal(JSON.parse(result.body).choices[0].message.tool_calls[0].function.name, 'get_weather');
+    const body = await bodyOf(chat({ tools, tool_choice: 'required' }), context());
+    assert.equal(body.choices[0].message.tool_calls[0].function.name, 'get_weather');
   });
 
   it('drops parameters with no Gemini counterpart and names them in one warning', async () => {
-    await geminiAdapter.createChatCompletion(
+    await geminiAdapter.chat!(
       chat({ logit_bias: { '50256': -100 }, logprobs: true, top_logprobs: 2, parallel_tool_calls: false, user: 'u1', metadata: null }),
       context(),
     );
@@ -223,7 +236,7 @@ describe('gemini adapter: outgoing requests', () => {
       [{ messages: [{ role: 'system', content: 'only a system prompt' }] }, 'messages'],
     ];
     for (const [extra, param] of refused) {
-      const error = await gatewayError(collect(geminiAdapter.streamChatCompletion(chat(extra), context())));
+      const error = await gatewayError(encodeStream(stream(chat(extra), context())));
       assert.equal(error.status, 400);
       assert.equal(error.param, param);
     }
@@ -277,8 +290,7 @@ describe('convertJsonSchema', () => {
 describe('gemini adapter: non-stream answers', () => {
   it('answers text as a chat.completion with the catalog model id and converted usage', async () => {
     const before = Math.floor(Date.now() / 1000);
-    const result = await geminiAdapter.createChatCompletion(chat(), context());
-    const body = JSON.parse(result.body) as Json;
+    const { result, body } = await answer(chat(), context());
     assert.match(body.id, /^chatcmpl-/);
     assert.equal(body.object, 'chat.completion');
     assert.ok(body.created >= before && body.created <= before + 2);
@@ -298,7 +310,7 @@ describe('gemini adapter: non-stream answers', () => {
         usageMetadata: { promptTokenCount: 10, cachedContentTokenCount: 6, candidatesTokenCount: 3, thoughtsTokenCount: 20, totalTokenCount: 33 },
       },
     });
-    const body = JSON.parse((await geminiAdapter.createChatCompletion(chat(), context())).body) as Json;
+    const body = await bodyOf(chat(), context());
     assert.equal(body.choices[0].message.content, 'Hello');
     assert.equal(body.choices[0].finish_reason, 'length');
     assert.deepEqual(body.usage, { prompt_tokens: 10, completion_tokens: 23, total_tokens: 33, prompt_tokens_details: { cached_tokens: 6 }, completion_tokens_details: { reasoning_tokens: 20 } });
@@ -314,13 +326,12 @@ describe('gemini adapter: non-stream answers', () => {
 
   it('answers a blocked prompt with content_filter and null content; no candidates otherwise is a 502', async () => {
     fake.enqueue({ json: { promptFeedback: { blockReason: 'PROHIBITED_CONTENT' }, usageMetadata: { promptTokenCount: 9, totalTokenCount: 9 } } });
-    const result = await geminiAdapter.createChatCompletion(chat(), context());
-    const body = JSON.parse(result.body) as Json;
+    const { result, body } = await answer(chat(), context());
     assert.deepEqual(body.choices, [{ index: 0, message: { role: 'assistant', content: null, refusal: null }, logprobs: null, finish_reason: 'content_filter' }]);
     assert.equal(result.usage?.prompt_tokens, 9);
 
     fake.enqueue({ json: { usageMetadata: { promptTokenCount: 9 } } });
-    const error = await gatewayError(geminiAdapter.createChatCompletion(chat(), context()));
+    const error = await gatewayError(geminiAdapter.chat!(chat(), context()));
     assert.equal(error.status, 502);
     assert.equal(error.retryable, true);
   });
@@ -328,57 +339,102 @@ describe('gemini adapter: non-stream answers', () => {
 
 describe('gemini adapter: streams', () => {
   const fixtureLines = (name: string) => readFileSync(wireFixture(name), 'utf8').split('\n').filter(Boolean).map((line) => JSON.parse(line) as Json);
+  const usageChunks = (parsed: Json[]) => parsed.filter((chunk) => chunk.choices.length === 0);
 
   it('replays the recorded text stream (CRLF framing, cut every 7 bytes)', async () => {
     fake.enqueue({ chunksFile: wireFixture('gemini-stream-text.chunks.jsonl'), chunkSize: 7 });
-    const events = await collect(geminiAdapter.streamChatCompletion(chat({ stream: true }), context()));
-    const parsed = chunks(events);
+    const { parsed, batches, usage } = await encodeStream(stream(chat({ stream: true }), context()));
     assert.equal(fake.requests[0]!.path, '/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse');
     assert.deepEqual(parsed[0]!.choices[0].delta, { role: 'assistant', content: '' });
-    assert.equal(textOf(events), 'There are **3** "r"s in strawberry.\n\nst**r**awbe**rr**y');
+    assert.equal(textOf(parsed), 'There are **3** "r"s in strawberry.\n\nst**r**awbe**rr**y');
     assert.equal(parsed.at(-2)!.choices[0].finish_reason, 'stop');
     assert.deepEqual(parsed.at(-1)!.choices, []);
-    assert.deepEqual(events.at(-1)!.usage, { prompt_tokens: 9, completion_tokens: 208, total_tokens: 217, prompt_tokens_details: { cached_tokens: 0 }, completion_tokens_details: { reasoning_tokens: 185 } });
-    assert.equal(events.at(-1)!.usageOnly, true);
-    assert.equal(events.filter((event) => event.usageOnly).length, 1);
+    const expected = { prompt_tokens: 9, completion_tokens: 208, total_tokens: 217, prompt_tokens_details: { cached_tokens: 0 }, completion_tokens_details: { reasoning_tokens: 185 } };
+    assert.deepEqual(parsed.at(-1)!.usage, expected);
+    assert.deepEqual(usage, expected);
+    assert.equal(usageChunks(parsed).length, 1);
+    // The usage comes alone, last, once: the client gets it only if it asked (include_usage).
+    assert.deepEqual(batches.at(-1), [{ type: 'usage', usage: expected }]);
+    assert.equal(batches.flat().filter((event) => event.type === 'usage').length, 1);
+    assert.equal(batches.flat().filter((event) => event.type === 'start').length, 1);
+    assert.equal(batches[0]![0]!.type, 'start');
+    assert.ok(batches.every((batch) => batch.length > 0), 'no empty batch, even for reads that cut an event');
     const [first] = parsed;
+    // The encoder's client model id is 'test-model': the catalog id in the chunks comes from the adapter, as before.
     assert.ok(parsed.every((chunk) => chunk.id === first!.id && chunk.created === first!.created && chunk.model === MODEL.id && chunk.object === 'chat.completion.chunk'));
   });
 
   it('replays the recorded function call: tool_calls although Gemini said STOP, signature in the id', async () => {
     const recorded = fixtureLines('gemini-stream-function-call.chunks.jsonl');
     fake.enqueue({ chunksFile: wireFixture('gemini-stream-function-call.chunks.jsonl') });
-    const events = await collect(geminiAdapter.streamChatCompletion(chat({ stream: true }), context()));
-    const parsed = chunks(events);
+    const { parsed, usage } = await encodeStream(stream(chat({ stream: true }), context()));
     assert.equal(parsed.length, 4);
     const call = parsed[1]!.choices[0].delta.tool_calls[0];
     assert.deepEqual({ ...call, id: undefined }, { index: 0, id: undefined, type: 'function', function: { name: 'weather', arguments: '{"location":"San Francisco"}' } });
     assert.match(call.id, /^call_[0-9a-f]{24}__ts_[A-Za-z0-9_-]+$/);
     assert.equal(readThoughtSignature(call.id), recorded[0]!.candidates[0].content.parts[0].thoughtSignature);
     assert.equal(parsed[2]!.choices[0].finish_reason, 'tool_calls');
-    assert.deepEqual(events[3]!.usage, { prompt_tokens: 29, completion_tokens: 60, total_tokens: 89, prompt_tokens_details: { cached_tokens: 0 }, completion_tokens_details: { reasoning_tokens: 45 } });
+    const expected = { prompt_tokens: 29, completion_tokens: 60, total_tokens: 89, prompt_tokens_details: { cached_tokens: 0 }, completion_tokens_details: { reasoning_tokens: 45 } };
+    assert.deepEqual(parsed[3]!.usage, expected);
+    assert.deepEqual(usage, expected);
   });
 
   it('streams the default answer piece by piece', async () => {
-    const events = await collect(geminiAdapter.streamChatCompletion(chat({ stream: true }), context()));
-    assert.equal(events.length, 1 + FAKE_GEMINI_PIECES.length + 2, 'role, pieces, finish, usage');
-    assert.equal(textOf(events), FAKE_GEMINI_TEXT);
-    assert.equal(chunks(events).at(-2)!.choices[0].finish_reason, 'stop');
-    assert.equal(events.at(-1)!.usage?.total_tokens, 16);
+    const { parsed, usage } = await encodeStream(stream(chat({ stream: true }), context()));
+    assert.equal(parsed.length, 1 + FAKE_GEMINI_PIECES.length + 2, 'role, pieces, finish, usage');
+    assert.deepEqual(
+      parsed.slice(1, -2).map((chunk) => chunk.choices[0].delta),
+      FAKE_GEMINI_PIECES.map((piece) => ({ content: piece })),
+    );
+    assert.equal(textOf(parsed), FAKE_GEMINI_TEXT);
+    assert.equal(parsed.at(-2)!.choices[0].finish_reason, 'stop');
+    assert.equal(usage?.total_tokens, 16);
+    assert.equal(parsed.at(-1)!.usage.total_tokens, 16);
+
+    // Without include_usage the usage chunk stays with the gateway (billing), as before.
+    const quiet = await encodeStream(stream(chat({ stream: true }), context()), { includeUsage: false });
+    assert.equal(quiet.parsed.length, 1 + FAKE_GEMINI_PIECES.length + 1);
+    assert.equal(usageChunks(quiet.parsed).length, 0);
+    assert.equal(quiet.usage?.total_tokens, 16);
+  });
+
+  it('yields the events of one upstream read as one array', async () => {
+    // The fake writes the whole default body at once: one read, then the close.
+    const whole = await encodeStream(stream(chat({ stream: true }), context()));
+    assert.deepEqual(
+      whole.batches.map((batch) => batch.map((event) => event.type)),
+      [['start', 'role', ...FAKE_GEMINI_PIECES.map(() => 'text'), 'finish'], ['usage']],
+    );
+
+    // Paced writes: one read per payload, so one array per payload.
+    const payloads = [
+      { candidates: [{ content: { role: 'model', parts: [{ text: 'a' }, { text: 'b' }] }, index: 0 }] },
+      { candidates: [{ content: { role: 'model', parts: [{ functionCall: { name: 'f', args: {} } }, { text: 'c' }] }, index: 0 }] },
+      { candidates: [{ content: { role: 'model', parts: [] }, finishReason: 'STOP', index: 0 }], usageMetadata: { promptTokenCount: 1, candidatesTokenCount: 2 } },
+    ];
+    fake.enqueue({ chunks: payloads, chunkDelayMs: 30 });
+    const paced = await encodeStream(stream(chat({ stream: true }), context()));
+    assert.deepEqual(
+      paced.batches.map((batch) => batch.map((event) => event.type)),
+      [['start', 'role', 'text'], ['tool-call', 'text'], ['finish'], ['usage']],
+    );
+    assert.deepEqual(paced.batches[0]![2], { type: 'text', choice: 0, text: 'ab' }, 'a run of text parts is one text event');
+    assert.equal(paced.parsed[3]!.choices[0].finish_reason, null);
+    assert.equal(paced.parsed.at(-2)!.choices[0].finish_reason, 'tool_calls');
   });
 
   it('ends a blocked prompt with content_filter', async () => {
     fake.enqueue({ chunks: [{ promptFeedback: { blockReason: 'SAFETY' }, usageMetadata: { promptTokenCount: 5, totalTokenCount: 5 } }] });
-    const parsed = chunks(await collect(geminiAdapter.streamChatCompletion(chat({ stream: true }), context())));
+    const { parsed } = await encodeStream(stream(chat({ stream: true }), context()));
     assert.deepEqual(parsed.map((chunk) => (chunk.choices.length === 0 ? 'usage' : chunk.choices[0].finish_reason)), [null, 'content_filter', 'usage']);
   });
 
   it('throws a mapped, scrubbed error for an error payload mid-stream, after the chunks it delivered', async () => {
     const text = { candidates: [{ content: { role: 'model', parts: [{ text: 'Hel' }] }, index: 0 }] };
     fake.enqueue({ chunks: [text, geminiError(503, 'UNAVAILABLE', `overloaded (https://x/y?key=${KEY})`)] });
-    const seen: StreamEvent[] = [];
-    const error = await gatewayError(collect(geminiAdapter.streamChatCompletion(chat({ stream: true }), context()), seen));
-    assert.equal(textOf(seen), 'Hel');
+    const seen: AnswerEvent[][] = [];
+    const error = await gatewayError(encodeStream(recording(stream(chat({ stream: true }), context()), seen)));
+    assert.equal(textOf((await encodeStream(replay(seen))).parsed), 'Hel');
     assert.equal(error.status, 502);
     assert.equal(error.retryable, true);
     assert.doesNotMatch(error.message, /AIza/);
@@ -386,9 +442,11 @@ describe('gemini adapter: streams', () => {
 
   it('fails a stream that closes without a finish reason as retryable "ended early"', async () => {
     fake.enqueue({ chunks: [{ candidates: [{ content: { role: 'model', parts: [{ text: 'Hel' }] }, index: 0 }] }] });
-    const seen: StreamEvent[] = [];
-    const error = await gatewayError(collect(geminiAdapter.streamChatCompletion(chat({ stream: true }), context()), seen));
-    assert.equal(seen.length, 2);
+    const seen: AnswerEvent[][] = [];
+    const error = await gatewayError(encodeStream(recording(stream(chat({ stream: true }), context()), seen)));
+    const delivered = await encodeStream(replay(seen));
+    assert.equal(delivered.parsed.length, 2);
+    assert.equal(textOf(delivered.parsed), 'Hel');
     assert.equal(error.status, 502);
     assert.equal(error.retryable, true);
     assert.match(error.message, /ended early/);
@@ -396,7 +454,7 @@ describe('gemini adapter: streams', () => {
 
   it('throws the mapped HTTP error from the first next(), before any chunk', async () => {
     fake.enqueue({ status: 429, json: geminiError(429, 'RESOURCE_EXHAUSTED', 'Quota exceeded.', [{ '@type': 'type.googleapis.com/google.rpc.RetryInfo', retryDelay: '12s' }]) });
-    const iterator = geminiAdapter.streamChatCompletion(chat({ stream: true }), context())[Symbol.asyncIterator]();
+    const iterator = stream(chat({ stream: true }), context())[Symbol.asyncIterator]();
     const error = await gatewayError(iterator.next());
     assert.equal(error.status, 429);
     assert.equal(error.retryAfterMs, 12_000);
@@ -405,9 +463,11 @@ describe('gemini adapter: streams', () => {
   it('aborts the upstream request when the caller aborts mid-stream', async () => {
     fake.enqueue({ chunks: [{ candidates: [{ content: { role: 'model', parts: [{ text: 'Hel' }] }, index: 0 }] }], hang: true });
     const controller = new AbortController();
-    const iterator = geminiAdapter.streamChatCompletion(chat({ stream: true }), context({ signal: controller.signal }))[Symbol.asyncIterator]();
-    assert.equal((await iterator.next()).done, false);
-    await iterator.next();
+    const iterator = stream(chat({ stream: true }), context({ signal: controller.signal }))[Symbol.asyncIterator]();
+    const first = await iterator.next();
+    assert.equal(first.done, false);
+    // The first read holds the role and the text: one batch, so the next read is the one left hanging.
+    assert.equal(textOf((await encodeStream(replay([first.value as AnswerEvent[]]))).parsed), 'Hel');
     const pending = iterator.next();
     controller.abort();
     await assert.rejects(pending, (error: unknown) => !(error instanceof GatewayError) && (error as Error).name === 'AbortError');
@@ -426,15 +486,15 @@ describe('gemini adapter: thoughtSignature round trip (gemini-3 against the stri
     });
 
   it('carries the signature from a streamed call to the replayed request, which the fake accepts', async () => {
-    const events = await collect(geminiAdapter.streamChatCompletion(chat({ stream: true, tools: [WEATHER] }), gemini3()));
-    const call = chunks(events).find((chunk) => chunk.choices[0]?.delta?.tool_calls)!.choices[0].delta.tool_calls[0];
+    const { parsed } = await encodeStream(stream(chat({ stream: true, tools: [WEATHER] }), gemini3()));
+    const call = parsed.find((chunk) => chunk.choices[0]?.delta?.tool_calls)!.choices[0].delta.tool_calls[0];
     const signature = readThoughtSignature(call.id);
     assert.ok(signature !== undefined && fake.issuedSignatures.has(signature));
 
     const { index: _index, ...toolCall } = call;
-    const result = await geminiAdapter.createChatCompletion(conversation(toolCall), gemini3());
+    const { body } = await answer(conversation(toolCall), gemini3());
     assert.deepEqual(sent(1).contents[1], { role: 'model', parts: [{ functionCall: { name: 'get_weather', args: { city: 'Oslo' } }, thoughtSignature: signature }] });
-    assert.equal(JSON.parse(result.body).choices[0].message.content, 'Tool said: {"content":"sunny"}');
+    assert.equal(body.choices[0].message.content, 'Tool said: {"content":"sunny"}');
 
     // The same replay without the signature is refused, as the real API refuses it.
     const stripped = structuredClone(sent(1));
@@ -449,18 +509,18 @@ describe('gemini adapter: thoughtSignature round trip (gemini-3 against the stri
   });
 
   it('round-trips a non-stream call; a corrupted signature is the client 400; a foreign id gets the bypass value', async () => {
-    const first = JSON.parse((await geminiAdapter.createChatCompletion(chat({ tools: [WEATHER] }), gemini3())).body) as Json;
+    const first = await bodyOf(chat({ tools: [WEATHER] }), gemini3());
     assert.equal(first.choices[0].finish_reason, 'tool_calls');
     assert.equal(first.choices[0].message.content, null);
     const call = first.choices[0].message.tool_calls[0];
-    await geminiAdapter.createChatCompletion(conversation(call), gemini3());
+    await geminiAdapter.chat!(conversation(call), gemini3());
     assert.equal(sent(1).contents[1].parts[0].thoughtSignature, readThoughtSignature(call.id));
 
-    const forged = await gatewayError(geminiAdapter.createChatCompletion(conversation({ ...call, id: createToolCallId('Zm9yZ2Vk') }), gemini3()));
+    const forged = await gatewayError(geminiAdapter.chat!(conversation({ ...call, id: createToolCallId('Zm9yZ2Vk') }), gemini3()));
     assert.equal(forged.status, 400);
     assert.equal(forged.message, 'Corrupted thought signature.');
 
-    await geminiAdapter.createChatCompletion(conversation({ ...call, id: 'call_from_another_model' }), gemini3());
+    await geminiAdapter.chat!(conversation({ ...call, id: 'call_from_another_model' }), gemini3());
     assert.equal(sent(3).contents[1].parts[0].thoughtSignature, SKIP_THOUGHT_SIGNATURE);
   });
 
@@ -475,7 +535,7 @@ describe('gemini adapter: embeddings', () => {
   const embeddingContext = () => ({ ...context({ upstreamModel: 'gemini-embedding-001' }), model: { ...MODEL, id: 'gemini-embedding-001', capability: 'embedding' as const } });
 
   it('sends batchEmbedContents and answers float arrays with estimated usage', async () => {
-    const result = await geminiAdapter.createEmbeddings({ model: 'gemini-embedding-001', input: ['hello world', 'bye'] } as EmbeddingRequest, embeddingContext());
+    const result = await embed({ model: 'gemini-embedding-001', input: ['hello world', 'bye'] } as EmbeddingRequest, embeddingContext());
     assert.equal(fake.requests[0]!.path, '/v1beta/models/gemini-embedding-001:batchEmbedContents');
     assert.deepEqual(sent(), {
       requests: [
@@ -498,7 +558,7 @@ describe('gemini adapter: embeddings', () => {
 
   it('encodes base64 as little-endian float32 and passes dimensions', async () => {
     const request = { model: 'e', input: 'hello', encoding_format: 'base64', dimensions: 4 } as EmbeddingRequest;
-    const body = JSON.parse((await geminiAdapter.createEmbeddings(request, embeddingContext())).body) as Json;
+    const body = JSON.parse((await embed(request, embeddingContext())).body) as Json;
     assert.equal(sent().requests[0].outputDimensionality, 4);
     const bytes = Buffer.from(body.data[0].embedding, 'base64');
     const decoded = Array.from({ length: bytes.length / 4 }, (_, index) => bytes.readFloatLE(index * 4));
@@ -508,11 +568,11 @@ describe('gemini adapter: embeddings', () => {
 
   it('splits inputs into batches of 100 and refuses token arrays', async () => {
     const input = Array.from({ length: 150 }, (_, index) => `text ${index}`);
-    const body = JSON.parse((await geminiAdapter.createEmbeddings({ model: 'e', input } as EmbeddingRequest, embeddingContext())).body) as Json;
+    const body = JSON.parse((await embed({ model: 'e', input } as EmbeddingRequest, embeddingContext())).body) as Json;
     assert.deepEqual(fake.requests.map((request) => (request.body as Json).requests.length), [100, 50]);
     assert.deepEqual(body.data[149].embedding, fakeEmbedding('text 149'));
 
-    const error = await gatewayError(geminiAdapter.createEmbeddings({ model: 'e', input: [1, 2, 3] } as EmbeddingRequest, embeddingContext()));
+    const error = await gatewayError(embed({ model: 'e', input: [1, 2, 3] } as EmbeddingRequest, embeddingContext()));
     assert.equal(error.status, 400);
     assert.equal(error.param, 'input');
     assert.equal(fake.requests.length, 2);
@@ -523,7 +583,7 @@ describe('gemini adapter: vendor errors', () => {
   it('makes 429 RESOURCE_EXHAUSTED retryable, waiting as long as RetryInfo says', async () => {
     const details = [{ '@type': 'type.googleapis.com/google.rpc.QuotaFailure', violations: [] }, { '@type': 'type.googleapis.com/google.rpc.RetryInfo', retryDelay: '34.4s' }];
     fake.enqueue({ status: 429, json: geminiError(429, 'RESOURCE_EXHAUSTED', 'You exceeded your current quota.', details) });
-    const error = await gatewayError(geminiAdapter.createChatCompletion(chat(), context()));
+    const error = await gatewayError(geminiAdapter.chat!(chat(), context()));
     assert.deepEqual([error.status, error.code, error.retryable, error.retryAfterMs, error.headers['retry-after']], [429, 'rate_limit_exceeded', true, 34_400, '35']);
     assert.equal(error.message, 'You exceeded your current quota.');
   });
@@ -531,7 +591,7 @@ describe('gemini adapter: vendor errors', () => {
   it('keeps 400 INVALID_ARGUMENT and FAILED_PRECONDITION as the client 400 with the message', async () => {
     for (const status of ['INVALID_ARGUMENT', 'FAILED_PRECONDITION']) {
       fake.enqueue({ status: 400, json: geminiError(400, status, `Bad: ${status}`) });
-      const error = await gatewayError(geminiAdapter.createChatCompletion(chat(), context()));
+      const error = await gatewayError(geminiAdapter.chat!(chat(), context()));
       assert.deepEqual([error.status, error.type, error.retryable, error.message], [400, 'invalid_request_error', false, `Bad: ${status}`]);
     }
     // The strict fake itself refuses OpenAI field names, in Google's words.
@@ -562,26 +622,26 @@ describe('gemini adapter: vendor errors', () => {
 
   it('treats a JSON error answered with 200 on the stream route as that error', async () => {
     fake.enqueue({ json: [geminiError(400, 'INVALID_ARGUMENT', 'Bad stream request.')] });
-    const error = await gatewayError(collect(geminiAdapter.streamChatCompletion(chat({ stream: true }), context())));
+    const error = await gatewayError(encodeStream(stream(chat({ stream: true }), context())));
     assert.deepEqual([error.status, error.message], [400, 'Bad stream request.']);
   });
 
   it('turns a missing, refused or wrong key into a generic 502 vendor_auth_failed', async () => {
     fake.enqueue({ status: 403, json: geminiError(403, 'PERMISSION_DENIED', 'Permission denied.') });
     for (const ctx of [context(), context({ apiKey: '' }), context({ apiKey: 'AIzaWrongKey0123456789abcdefghijklmnopq' })]) {
-      const error = await gatewayError(geminiAdapter.createChatCompletion(chat(), ctx));
+      const error = await gatewayError(geminiAdapter.chat!(chat(), ctx));
       assert.deepEqual([error.status, error.code, error.retryable], [502, 'vendor_auth_failed', false]);
       assert.doesNotMatch(error.message, /AIza|API key/);
     }
   });
 
   it('keeps 404 as model_not_found and makes 500/503 retryable', async () => {
-    const missing = await gatewayError(geminiAdapter.createChatCompletion(chat(), context({ upstreamModel: 'nonexistent-model' })));
+    const missing = await gatewayError(geminiAdapter.chat!(chat(), context({ upstreamModel: 'nonexistent-model' })));
     assert.deepEqual([missing.status, missing.code], [404, 'model_not_found']);
     assert.match(missing.message, /models\/nonexistent-model is not found/);
     for (const [code, status] of [[500, 'INTERNAL'], [503, 'UNAVAILABLE']] as const) {
       fake.enqueue({ status: code, json: geminiError(code, status, 'The model is overloaded.') });
-      const error = await gatewayError(geminiAdapter.createChatCompletion(chat(), context()));
+      const error = await gatewayError(geminiAdapter.chat!(chat(), context()));
       assert.deepEqual([error.status, error.retryable, error.message], [502, true, 'Upstream vendor error: The model is overloaded.']);
     }
   });
@@ -592,10 +652,9 @@ describe('gemini adapter: vendor errors', () => {
     assert.equal(error.message, 'Bad [redacted] at https://g/v1beta/x?alt=sse&key=[redacted]');
   });
 
-  it('refuses legacy completions with a 400', async () => {
-    const request = { model: MODEL.id, prompt: 'Hi' } as CompletionRequest;
-    assert.equal((await gatewayError(geminiAdapter.createCompletion(request, context()))).status, 400);
-    assert.equal((await gatewayError(collect(geminiAdapter.streamCompletion(request, context())))).status, 400);
-    assert.equal(fake.requests.length, 0);
+  it('offers no legacy completions, so the registry refuses them before any request', () => {
+    assert.equal(geminiAdapter.complete, undefined);
+    assert.equal(geminiAdapter.streamCompletion, undefined);
+    assert.deepEqual(Object.keys(geminiAdapter).sort(), ['chat', 'embed', 'generateImages', 'streamChat']);
   });
 });

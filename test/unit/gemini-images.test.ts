@@ -13,9 +13,9 @@ import {
   convertSizeToGeminiAspectRatio,
   convertSizeToGeminiImageSize,
 } from '../../workers/vendors/gemini/build-gemini-image-request.js';
-import { geminiImages } from '../../workers/vendors/gemini/images.js';
+import { geminiAdapter } from '../../workers/vendors/gemini/index.js';
 import { closeVendorAgent } from '../../workers/vendors/http.js';
-import type { ImageGenerationInput, MediaContext } from '../../workers/vendors/media-types.js';
+import type { ImageGenerationInput, MediaContext } from '../../workers/vendors/types.js';
 import { geminiError, startFakeGemini, type FakeGemini } from '../support/fake-gemini.js';
 import { FAKE_GEMINI_IMAGE, installGeminiImages, type FakeGeminiImages } from '../support/fake-gemini-images.js';
 import { gatewayError } from '../support/assertions.js';
@@ -24,7 +24,7 @@ type Json = Record<string, any>;
 const KEY = 'AIzaSyTestKey0123456789abcdefghijklmno';
 const catalog = loadCatalog();
 const blobDir = mkdtempSync(join(tmpdir(), 'gemini-images-'));
-const generate = geminiImages.generateImages!;
+const generate = geminiAdapter.generateImages!;
 
 let fake: FakeGemini;
 let images: FakeGeminiImages;

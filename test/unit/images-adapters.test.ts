@@ -7,10 +7,10 @@ import { pino } from 'pino';
 import { loadCatalog } from '../../shared/catalog.js';
 import { GatewayError } from '../../shared/errors.js';
 import { LocalBlobStore } from '../../storage/local-blob-store.js';
-import type { BlobRef, ImageGenerationInput, MediaContext } from '../../workers/vendors/media-types.js';
+import type { BlobRef, ImageGenerationInput, MediaContext } from '../../workers/vendors/types.js';
 import type { ImageEditInput } from '../../shared/schemas/media-inputs.js';
 import { encodeGradientPng } from '../../workers/vendors/mock/png.js';
-import { openaiImages } from '../../workers/vendors/openai/images.js';
+import { openaiAdapter } from '../../workers/vendors/openai/index.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import {
   createFakeOpenAIImages,
@@ -82,7 +82,7 @@ beforeEach(() => {
 describe('openai images: generations', () => {
   it('sends the client fields with the upstream model and asks dall-e for b64_json whatever the client asked', async () => {
     const ctx = context({ upstreamModel: 'dall-e-3' });
-    const result = await openaiImages.generateImages!(
+    const result = await openaiAdapter.generateImages!(
       generation({ model: 'my-dalle', n: 1, size: '1792x1024', quality: 'hd', style: 'natural', response_format: 'url', user: 'u1' }),
       ctx,
     );
@@ -108,7 +108,7 @@ describe('openai images: generations', () => {
 
   it('never sends response_format (nor stream fields) to GPT image models, and maps usage and the top-level fields', async () => {
     const ctx = context({ upstreamModel: 'gpt-image-1', modelId: 'gpt-image-1' });
-    const result = await openaiImages.generateImages!(
+    const result = await openaiAdapter.generateImages!(
       generation({
         model: 'gpt-image-1',
         n: 2,
@@ -129,7 +129,7 @@ describe('openai images: generations', () => {
 
   it('drops a null response_format too, and labels bytes with the output_format the model used', async () => {
     const ctx = context({ upstreamModel: 'gpt-image-1-mini', modelId: 'gpt-image-1-mini' });
-    const result = await openaiImages.generateImages!(generation({ response_format: null, output_format: 'webp' }), ctx);
+    const result = await openaiAdapter.generateImages!(generation({ response_format: null, output_format: 'webp' }), ctx);
     assert.equal('response_format' in (lastRequest().body as object), false);
     assert.equal(result.images[0]!.contentType, 'image/webp');
     assert.equal(result.extra!.output_format, 'webp');
@@ -138,7 +138,7 @@ describe('openai images: generations', () => {
   it('keeps url answers as URLs, with the revised prompt', async () => {
     const data = [{ url: 'https://images.example/1.png', revised_prompt: 'revised' }, { b64_json: FAKE_IMAGE_B64 }];
     fake.enqueue({ json: { created: 1, data } });
-    const result = await openaiImages.generateImages!(generation({}), context({ upstreamModel: 'dall-e-3' }));
+    const result = await openaiAdapter.generateImages!(generation({}), context({ upstreamModel: 'dall-e-3' }));
     assert.deepEqual(result.images, [
       { url: 'https://images.example/1.png', revised_prompt: 'revised' },
       { bytes: FAKE_IMAGE_PNG, contentType: 'image/png' },
@@ -146,12 +146,12 @@ describe('openai images: generations', () => {
   });
 
   it("passes the vendor's own request errors on (the fake checks n and size per family)", async () => {
-    const tooMany = await gatewayError(openaiImages.generateImages!(generation({ n: 2 }), context({ upstreamModel: 'dall-e-3' })));
+    const tooMany = await gatewayError(openaiAdapter.generateImages!(generation({ n: 2 }), context({ upstreamModel: 'dall-e-3' })));
     assert.equal(tooMany.status, 400);
     assert.equal(tooMany.param, 'n');
     assert.equal(tooMany.retryable, false);
     const badSize = await gatewayError(
-      openaiImages.generateImages!(generation({ size: '1792x1024' }), context({ upstreamModel: 'dall-e-2', modelId: 'dall-e-2' })),
+      openaiAdapter.generateImages!(generation({ size: '1792x1024' }), context({ upstreamModel: 'dall-e-2', modelId: 'dall-e-2' })),
     );
     assert.equal(badSize.status, 400);
     assert.equal(badSize.param, 'size');
@@ -159,7 +159,7 @@ describe('openai images: generations', () => {
 });
 
 describe('openai images: errors', () => {
-  const run = () => openaiImages.generateImages!(generation({}), context({ upstreamModel: 'dall-e-3' }));
+  const run = () => openaiAdapter.generateImages!(generation({}), context({ upstreamModel: 'dall-e-3' }));
 
   it('a dall-e safety refusal is a 400 content_policy_violation with the vendor reason', async () => {
     const reason =
@@ -229,7 +229,7 @@ describe('openai images: errors', () => {
   it('aborting the call ends the upstream request and rejects with the abort reason', async () => {
     fake.enqueue({ hang: true });
     const controller = new AbortController();
-    const pending = openaiImages.generateImages!(generation({}), context({ upstreamModel: 'dall-e-3', signal: controller.signal }));
+    const pending = openaiAdapter.generateImages!(generation({}), context({ upstreamModel: 'dall-e-3', signal: controller.signal }));
     setTimeout(() => controller.abort(new Error('client gone')), 50);
     await assert.rejects(pending, /client gone/);
     for (let i = 0; i < 50 && fake.abortedRequests === 0; i++) await new Promise((resolve) => setTimeout(resolve, 10));
@@ -251,7 +251,7 @@ describe('openai images: edits', () => {
     const image = await blobs.put('uploads/req1/image-0', pngA, 'image/png', 'cat.png');
     const mask = await blobs.put('uploads/req1/mask', maskPng, 'image/png');
     const ctx = context({ upstreamModel: 'gpt-image-1', modelId: 'gpt-image-1' });
-    const result = await openaiImages.editImages!(
+    const result = await openaiAdapter.editImages!(
       edit(
         { model: 'gpt-image-1', n: 2, size: '1024x1536', quality: 'high', response_format: 'b64_json', input_fidelity: 'high' },
         [image],
@@ -285,7 +285,7 @@ describe('openai images: edits', () => {
   it('several images: `image[]` parts in order, each with a filename carrying its type', async () => {
     const first = await blobs.put('uploads/req2/image-0', pngA, 'image/png', 'a.png');
     const second = await blobs.put('uploads/req2/image-1', pngB, 'image/webp');
-    await openaiImages.editImages!(edit({}, [first, second]), context({ upstreamModel: 'gpt-image-1', modelId: 'gpt-image-1' }));
+    await openaiAdapter.editImages!(edit({}, [first, second]), context({ upstreamModel: 'gpt-image-1', modelId: 'gpt-image-1' }));
     const form = await readFakeMultipart(lastRequest());
     assert.equal(form.get('image'), null);
     const parts = form.getAll('image[]') as File[];
@@ -296,7 +296,7 @@ describe('openai images: edits', () => {
 
   it('dall-e-2 edits ask for b64_json whatever the client asked', async () => {
     const image = await blobs.put('uploads/req3/image-0', pngA, 'image/png', 'in.png');
-    const result = await openaiImages.editImages!(
+    const result = await openaiAdapter.editImages!(
       edit({ model: 'dall-e-2', response_format: 'url', size: '512x512' }, [image]),
       context({ upstreamModel: 'dall-e-2', modelId: 'dall-e-2' }),
     );
@@ -311,9 +311,9 @@ describe('openai images: edits', () => {
     const message = 'Your input image may contain content that is not allowed by our safety system.';
     enqueueVendorError(400, { message, type: 'invalid_request_error', code: 'content_policy_violation' });
     const ctx = context({ upstreamModel: 'gpt-image-1', modelId: 'gpt-image-1' });
-    assert.equal((await gatewayError(openaiImages.editImages!(edit({}, [image]), ctx))).code, 'content_policy_violation');
+    assert.equal((await gatewayError(openaiAdapter.editImages!(edit({}, [image]), ctx))).code, 'content_policy_violation');
     fake.enqueue({ status: 502, text: 'bad gateway' });
-    assert.equal((await gatewayError(openaiImages.editImages!(edit({}, [image]), ctx))).status, 500);
+    assert.equal((await gatewayError(openaiAdapter.editImages!(edit({}, [image]), ctx))).status, 500);
   });
 });
 

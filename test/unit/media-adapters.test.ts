@@ -10,13 +10,12 @@ import { setVendorCallSettings } from '../../workers/vendors/call-settings.js';
 import { GatewayError } from '../../shared/errors.js';
 import { LocalBlobStore } from '../../storage/local-blob-store.js';
 import { closeVendorAgent } from '../../workers/vendors/http.js';
-import type { BlobRef, MediaContext } from '../../workers/vendors/media-types.js';
+import type { BlobRef, MediaContext } from '../../workers/vendors/types.js';
 import type { TranscriptionInput, VideoInput } from '../../shared/schemas/media-inputs.js';
 import { buildMp4 } from '../../workers/vendors/mock/mp4.js';
 import { transcribeMock } from '../../workers/vendors/mock/transcriptions.js';
 import { generateMockVideo } from '../../workers/vendors/mock/videos.js';
-import { openaiTranscriptions } from '../../workers/vendors/openai/transcriptions.js';
-import { openaiVideos } from '../../workers/vendors/openai/videos.js';
+import { openaiAdapter } from '../../workers/vendors/openai/index.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { createFakeOpenAIMedia, FAKE_SRT, FAKE_TRANSCRIPT_TEXT, FAKE_VTT, fakeVideoBytes, type FakeOpenAIMedia } from '../support/fake-openai-media.js';
 import { gatewayError } from '../support/assertions.js';
@@ -98,7 +97,7 @@ describe('openai transcriptions', () => {
     const file = await upload('speech.wav', 'audio/wav');
     const { ctx } = harness({ model: 'whisper-1' });
     const input = transcription(file, { language: 'en', prompt: 'Names: Ada.', response_format: 'verbose_json', temperature: 0.2, timestamp_granularities: ['word', 'segment'] });
-    await openaiTranscriptions.transcribe!(input, ctx);
+    await openaiAdapter.transcribe!(input, ctx);
 
     const sent = fake.requests[0]!;
     assert.equal(sent.method, 'POST');
@@ -120,7 +119,7 @@ describe('openai transcriptions', () => {
 
   it('names a nameless upload after its content type, and leaves out fields the client did not give', async () => {
     const { ctx } = harness({ model: 'whisper-1' });
-    await openaiTranscriptions.transcribe!(transcription(await upload(undefined, 'audio/mpeg')), ctx);
+    await openaiAdapter.transcribe!(transcription(await upload(undefined, 'audio/mpeg')), ctx);
     const parts = media.transcriptions[0]!;
     assert.deepEqual(parts.map((part) => part.name), ['file', 'model', 'response_format']);
     assert.equal((parts[0] as { filename: string }).filename, 'audio.mp3');
@@ -137,7 +136,7 @@ describe('openai transcriptions', () => {
     };
     for (const [format, want] of Object.entries(expected)) {
       const { ctx } = harness({ model: 'whisper-1' });
-      const result = await openaiTranscriptions.transcribe!(transcription(file, { response_format: format as TranscriptionInput['response_format'] }), ctx);
+      const result = await openaiAdapter.transcribe!(transcription(file, { response_format: format as TranscriptionInput['response_format'] }), ctx);
       if (typeof want.body === 'string') assert.equal(result.body, want.body, format);
       else assert.match(result.body, want.body, format);
       assert.match(result.contentType, want.type, format);
@@ -148,7 +147,7 @@ describe('openai transcriptions', () => {
     const file = await upload('speech.wav', 'audio/wav');
     for (const model of ['gpt-4o-transcribe', 'gpt-4o-mini-transcribe']) {
       for (const format of ['srt', 'vtt', 'verbose_json'] as const) {
-        const error = await gatewayError(openaiTranscriptions.transcribe!(transcription(file, { response_format: format }), harness({ model }).ctx));
+        const error = await gatewayError(openaiAdapter.transcribe!(transcription(file, { response_format: format }), harness({ model }).ctx));
         assert.equal(error.status, 400);
         assert.equal(error.param, 'response_format');
         assert.match(error.message, new RegExp(`'${format}' is not supported by ${model}; use json or text`));
@@ -156,7 +155,7 @@ describe('openai transcriptions', () => {
     }
     assert.equal(fake.requests.length, 0);
     for (const format of ['json', 'text'] as const) {
-      const result = await openaiTranscriptions.transcribe!(transcription(file, { response_format: format }), harness({ model: 'gpt-4o-transcribe' }).ctx);
+      const result = await openaiAdapter.transcribe!(transcription(file, { response_format: format }), harness({ model: 'gpt-4o-transcribe' }).ctx);
       assert.match(result.body, /Hello from the fake/);
     }
   });
@@ -164,10 +163,10 @@ describe('openai transcriptions', () => {
   it('maps vendor errors the OpenAI way', async () => {
     const file = await upload('speech.wav', 'audio/wav');
     fake.enqueue({ status: 400, json: { error: { message: 'Audio file is too short.', type: 'invalid_request_error', param: 'file', code: 'audio_too_short' } } });
-    const refused = await gatewayError(openaiTranscriptions.transcribe!(transcription(file), harness({ model: 'whisper-1' }).ctx));
+    const refused = await gatewayError(openaiAdapter.transcribe!(transcription(file), harness({ model: 'whisper-1' }).ctx));
     assert.deepEqual([refused.status, refused.param, refused.code, refused.retryable], [400, 'file', 'audio_too_short', false]);
     fake.enqueue({ status: 503, json: { error: { message: 'Overloaded', type: 'server_error', param: null, code: null } } });
-    const overloaded = await gatewayError(openaiTranscriptions.transcribe!(transcription(file), harness({ model: 'whisper-1' }).ctx));
+    const overloaded = await gatewayError(openaiAdapter.transcribe!(transcription(file), harness({ model: 'whisper-1' }).ctx));
     assert.equal(overloaded.retryable, true);
   });
 });
@@ -177,7 +176,7 @@ const videoInput = (extra: Partial<VideoInput> = {}): VideoInput => ({ prompt: '
 describe('openai videos', () => {
   it('creates, checkpoints the id before polling, reports progress, and stores video and thumbnail', async () => {
     const run = harness();
-    const result = await openaiVideos.generateVideo!(videoInput(), run.ctx);
+    const result = await openaiAdapter.generateVideo!(videoInput(), run.ctx);
 
     const create = fake.requests[0]!;
     assert.equal(create.path, '/v1/videos');
@@ -198,14 +197,14 @@ describe('openai videos', () => {
   });
 
   it("uses a catalog alias's default size when the client gave none", async () => {
-    await openaiVideos.generateVideo!(videoInput({ size: '' }), harness({ model: 'sora-2-landscape' }).ctx);
+    await openaiAdapter.generateVideo!(videoInput({ size: '' }), harness({ model: 'sora-2-landscape' }).ctx);
     assert.deepEqual(fake.requests[0]!.body, { model: 'sora-2', prompt: 'A lighthouse at dusk', seconds: '8', size: '1280x720' });
   });
 
   it('sends a reference image as a multipart file part', async () => {
     const png = Buffer.from('\u0089PNG\r\n\u001a\nfake image');
     const reference = await blobs.put('uploads/ref/image', png, 'image/png', 'first-frame.png');
-    await openaiVideos.generateVideo!(videoInput({ input_reference: reference }), harness().ctx);
+    await openaiAdapter.generateVideo!(videoInput({ input_reference: reference }), harness().ctx);
     assert.match(String(fake.requests[0]!.headers['content-type']), /^multipart\/form-data/);
     assert.deepEqual(media.videos.get('video_fake0001')!.parts, [
       { name: 'model', value: 'sora-2' },
@@ -220,7 +219,7 @@ describe('openai videos', () => {
     const controller = new AbortController();
     const reason = new Error('client gone');
     const run = harness({ signal: controller.signal, onProgress: () => controller.abort(reason) });
-    await assert.rejects(openaiVideos.generateVideo!(videoInput(), run.ctx), (error) => error === reason);
+    await assert.rejects(openaiAdapter.generateVideo!(videoInput(), run.ctx), (error) => error === reason);
     assert.deepEqual(run.checkpoint.state, { openaiVideoId: 'video_fake0001' });
     assert.deepEqual(fake.requests.map((request) => request.method), ['POST']);
   });
@@ -228,10 +227,10 @@ describe('openai videos', () => {
   it('a restarted worker resumes polling the checkpointed video instead of creating another', async () => {
     const controller = new AbortController();
     const first = harness({ signal: controller.signal, onProgress: () => controller.abort(new Error('worker died')) });
-    await assert.rejects(openaiVideos.generateVideo!(videoInput(), first.ctx));
+    await assert.rejects(openaiAdapter.generateVideo!(videoInput(), first.ctx));
 
     const second = harness({ state: first.checkpoint.state });
-    const result = await openaiVideos.generateVideo!(videoInput(), second.ctx);
+    const result = await openaiAdapter.generateVideo!(videoInput(), second.ctx);
     assert.equal(media.created, 1);
     assert.equal(fake.requests.filter((request) => request.method === 'POST').length, 1);
     assert.deepEqual(second.checkpoint.writes, []);
@@ -240,19 +239,19 @@ describe('openai videos', () => {
   });
 
   it('a resumed video the vendor no longer knows fails without creating a new one', async () => {
-    const error = await gatewayError(openaiVideos.generateVideo!(videoInput(), harness({ state: { openaiVideoId: 'video_gone' } }).ctx));
+    const error = await gatewayError(openaiAdapter.generateVideo!(videoInput(), harness({ state: { openaiVideoId: 'video_gone' } }).ctx));
     assert.deepEqual([error.status, error.code, error.retryable], [502, 'vendor_job_lost', false]);
     assert.equal(media.created, 0);
   });
 
   it('a failed render is a 500 with the vendor reason and retry advice; a moderation block is a 400', async () => {
     media.failNextVideo({ code: 'internal_error', message: 'Render node crashed' });
-    const failed = await gatewayError(openaiVideos.generateVideo!(videoInput(), harness().ctx));
+    const failed = await gatewayError(openaiAdapter.generateVideo!(videoInput(), harness().ctx));
     assert.deepEqual([failed.status, failed.type, failed.code], [500, 'server_error', 'video_generation_failed']);
     assert.match(failed.message, /Render node crashed.*You can retry the request\./);
 
     media.failNextVideo({ code: 'moderation_blocked', message: 'The output was blocked by moderation.' });
-    const blocked = await gatewayError(openaiVideos.generateVideo!(videoInput(), harness().ctx));
+    const blocked = await gatewayError(openaiAdapter.generateVideo!(videoInput(), harness().ctx));
     assert.deepEqual([blocked.status, blocked.code, blocked.param], [400, 'content_policy_violation', 'prompt']);
   });
 
@@ -264,7 +263,7 @@ describe('openai videos', () => {
       }
       return media.handler(request);
     });
-    const result = await openaiVideos.generateVideo!(videoInput(), run.ctx);
+    const result = await openaiAdapter.generateVideo!(videoInput(), run.ctx);
     assert.equal(result.video.contentType, 'video/mp4');
     assert.equal(media.created, 1);
   });

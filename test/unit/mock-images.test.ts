@@ -8,9 +8,10 @@ import { pino } from 'pino';
 import { loadCatalog } from '../../shared/catalog.js';
 import { GatewayError } from '../../shared/errors.js';
 import { LocalBlobStore } from '../../storage/local-blob-store.js';
-import type { BlobRef, ImageGenerationInput, MediaContext } from '../../workers/vendors/media-types.js';
+import type { BlobRef, ImageGenerationInput, MediaContext } from '../../workers/vendors/types.js';
 import type { ImageEditInput } from '../../shared/schemas/media-inputs.js';
-import { mockImages, parseImageSize } from '../../workers/vendors/mock/images.js';
+import { parseImageSize } from '../../workers/vendors/mock/images.js';
+import { mockAdapter } from '../../workers/vendors/mock/index.js';
 import { computeCrc32, crc32, encodeGradientPng } from '../../workers/vendors/mock/png.js';
 import { gatewayError } from '../support/assertions.js';
 
@@ -105,7 +106,7 @@ describe('mock images', () => {
     it(`${model}: valid PNGs of every size the family takes`, async () => {
       const ctx = context({ upstreamModel: model, modelId: model });
       for (const size of sizes) {
-        const result = await mockImages.generateImages!(generation({ model, size }), ctx);
+        const result = await mockAdapter.generateImages!(generation({ model, size }), ctx);
         const image = result.images[0]!;
         assert.equal(image.contentType, 'image/png');
         const png = decodePng(image.bytes!);
@@ -126,9 +127,9 @@ describe('mock images', () => {
 
   it('is deterministic: the same prompt gives the same bytes; prompts and image indices differ', async () => {
     const ctx = context({ upstreamModel: 'dall-e-2', modelId: 'dall-e-2' });
-    const first = await mockImages.generateImages!(generation({ prompt: 'a lighthouse', size: '256x256', n: 2 }), ctx);
-    const again = await mockImages.generateImages!(generation({ prompt: 'a lighthouse', size: '256x256', n: 2 }), ctx);
-    const other = await mockImages.generateImages!(generation({ prompt: 'a windmill', size: '256x256' }), ctx);
+    const first = await mockAdapter.generateImages!(generation({ prompt: 'a lighthouse', size: '256x256', n: 2 }), ctx);
+    const again = await mockAdapter.generateImages!(generation({ prompt: 'a lighthouse', size: '256x256', n: 2 }), ctx);
+    const other = await mockAdapter.generateImages!(generation({ prompt: 'a windmill', size: '256x256' }), ctx);
     assert.equal(first.images.length, 2);
     assert.deepEqual(first.images[0]!.bytes, again.images[0]!.bytes);
     assert.deepEqual(first.images[1]!.bytes, again.images[1]!.bytes);
@@ -137,13 +138,13 @@ describe('mock images', () => {
   });
 
   it('plays the family: revised_prompt for dall-e-3, usage and top-level fields for GPT image models', async () => {
-    const dalle3 = await mockImages.generateImages!(generation({ size: '1024x1024' }), context({ upstreamModel: 'dall-e-3' }));
+    const dalle3 = await mockAdapter.generateImages!(generation({ size: '1024x1024' }), context({ upstreamModel: 'dall-e-3' }));
     assert.match(dalle3.images[0]!.revised_prompt!, /a red fox/);
     assert.equal(dalle3.usage, undefined);
     const dalle2Context = context({ upstreamModel: 'dall-e-2', modelId: 'dall-e-2' });
-    const dalle2 = await mockImages.generateImages!(generation({ size: '256x256' }), dalle2Context);
+    const dalle2 = await mockAdapter.generateImages!(generation({ size: '256x256' }), dalle2Context);
     assert.equal(dalle2.images[0]!.revised_prompt, undefined);
-    const gpt = await mockImages.generateImages!(
+    const gpt = await mockAdapter.generateImages!(
       generation({ quality: 'low', size: '1536x1024', n: 2 }),
       context({ upstreamModel: 'gpt-image-1', modelId: 'gpt-image-1' }),
     );
@@ -155,17 +156,17 @@ describe('mock images', () => {
 
   it('markers: error status, refusal, slow with progress, abort while slow', async () => {
     const ctx = context({ upstreamModel: 'dall-e-3' });
-    const failed = await gatewayError(mockImages.generateImages!(generation({ prompt: 'x [mock:error:503]' }), ctx));
+    const failed = await gatewayError(mockAdapter.generateImages!(generation({ prompt: 'x [mock:error:503]' }), ctx));
     assert.equal(failed.status, 503);
     assert.equal(failed.retryable, true);
-    const refused = await gatewayError(mockImages.generateImages!(generation({ prompt: 'x [mock:refuse]' }), ctx));
+    const refused = await gatewayError(mockAdapter.generateImages!(generation({ prompt: 'x [mock:refuse]' }), ctx));
     assert.equal(refused.status, 400);
     assert.equal(refused.code, 'content_policy_violation');
     assert.ok(refused.message.length > 0);
 
     const progress: number[] = [];
     const started = Date.now();
-    const slow = await mockImages.generateImages!(
+    const slow = await mockAdapter.generateImages!(
       generation({ prompt: 'x [mock:slow:200]', size: '1024x1024' }),
       context({ upstreamModel: 'dall-e-3', progress: async (percent) => void progress.push(percent) }),
     );
@@ -175,7 +176,7 @@ describe('mock images', () => {
 
     const controller = new AbortController();
     const abortable = context({ upstreamModel: 'dall-e-3', signal: controller.signal });
-    const pending = mockImages.generateImages!(generation({ prompt: 'x [mock:slow:5000]' }), abortable);
+    const pending = mockAdapter.generateImages!(generation({ prompt: 'x [mock:slow:5000]' }), abortable);
     const abortedAt = Date.now();
     setTimeout(() => controller.abort(new Error('cancelled')), 30);
     await assert.rejects(pending, /cancelled/);
@@ -187,18 +188,18 @@ describe('mock images', () => {
     const first = await blobs.put('uploads/mock1/image-0', upload(1), 'image/png');
     const second = await blobs.put('uploads/mock2/image-0', upload(9), 'image/png');
     const ctx = context({ upstreamModel: 'gpt-image-1', modelId: 'gpt-image-1' });
-    const a = await mockImages.editImages!(edit({ size: '1536x1024' }, [first]), ctx);
+    const a = await mockAdapter.editImages!(edit({ size: '1536x1024' }, [first]), ctx);
     const png = decodePng(a.images[0]!.bytes!);
     assert.deepEqual([png.width, png.height], [1536, 1024]);
-    const b = await mockImages.editImages!(edit({ size: '1536x1024' }, [second]), ctx);
+    const b = await mockAdapter.editImages!(edit({ size: '1536x1024' }, [second]), ctx);
     assert.notDeepEqual(a.images[0]!.bytes, b.images[0]!.bytes);
-    assert.deepEqual((await mockImages.editImages!(edit({ size: '1536x1024' }, [first]), ctx)).images[0]!.bytes, a.images[0]!.bytes);
+    assert.deepEqual((await mockAdapter.editImages!(edit({ size: '1536x1024' }, [first]), ctx)).images[0]!.bytes, a.images[0]!.bytes);
 
-    const none = await gatewayError(mockImages.editImages!(edit({}, []), ctx));
+    const none = await gatewayError(mockAdapter.editImages!(edit({}, []), ctx));
     assert.equal(none.status, 400);
     assert.equal(none.param, 'image');
     const absent: BlobRef = { key: 'uploads/none/image-0', contentType: 'image/png', size: 1 };
-    const missing = await gatewayError(mockImages.editImages!(edit({}, [absent]), ctx));
+    const missing = await gatewayError(mockAdapter.editImages!(edit({}, [absent]), ctx));
     assert.equal(missing.status, 404);
   });
 

@@ -8,8 +8,10 @@ import { countChatPromptTokens, countTextTokens, encodeText } from '../../shared
 import { loadCatalog } from '../../shared/catalog.js';
 import { loadConfig } from '../../shared/config.js';
 import { setVendorCallSettings } from '../../workers/vendors/call-settings.js';
-import type { CallContext, StreamEvent } from '../../workers/vendors/types.js';
+import type { AnswerEvent, ToolCallEvent, UsageEvent } from '../../workers/answers/events.js';
+import type { Answer, CallContext, VendorAdapter } from '../../workers/vendors/types.js';
 import { MOCK_EMBEDDING_DIMENSIONS, mockAdapter } from '../../workers/vendors/mock/index.js';
+import { encodeAnswer, encodeStream } from '../support/answers.js';
 
 type Json = Record<string, any>;
 
@@ -18,10 +20,19 @@ function makeContext(signal = new AbortController().signal, upstreamModel = 'moc
   return { requestId: 'r1', signal, channel: { vendor: 'mock', baseUrl: '', apiKey: '' }, upstreamModel, model, log: pino({ level: 'silent' }) };
 }
 
-async function collect(stream: AsyncIterable<StreamEvent>): Promise<StreamEvent[]> {
-  const events: StreamEvent[] = [];
-  for await (const event of stream) events.push(event);
-  return events;
+/** The mock implements every capability; this spares a `!` on each call. */
+const mock = mockAdapter as Required<VendorAdapter>;
+
+async function collect(stream: AsyncIterable<AnswerEvent[]>): Promise<AnswerEvent[][]> {
+  const batches: AnswerEvent[][] = [];
+  for await (const batch of stream) batches.push(batch);
+  return batches;
+}
+
+/** The events alone, as a vendor that does not speak the chat wire form would yield them. */
+const withoutWire = (batches: AnswerEvent[][]) => batches.map((batch) => batch.map(({ wire: _wire, ...event }) => event as AnswerEvent));
+async function* replay(batches: AnswerEvent[][]): AsyncGenerator<AnswerEvent[]> {
+  yield* batches;
 }
 
 const chat = (content: string, extra: Partial<ChatCompletionRequest> = {}): ChatCompletionRequest => ({
@@ -50,8 +61,7 @@ const weatherTool = {
 const timeTool = { type: 'function' as const, function: { name: 'get_time', parameters: { type: 'object', properties: { zone: { type: 'string' } } } } };
 
 async function chatBody(request: ChatCompletionRequest): Promise<Json> {
-  const result = await mockAdapter.createChatCompletion(request, makeContext());
-  return JSON.parse(result.body) as Json;
+  return encodeAnswer(await mock.chat(request, makeContext())).parsed;
 }
 
 interface ChoiceState {
@@ -60,15 +70,18 @@ interface ChoiceState {
   finish?: string;
 }
 
-/** Rebuilds each choice's message from its deltas, the way a client does. */
+/** Rebuilds each choice's message (or text_completion text) from its chunks, the way a client does; a function_call is call 0. */
 function reassemble(chunks: Json[]) {
   const choices = new Map<number, ChoiceState>();
   for (const chunk of chunks) {
     for (const choice of chunk.choices) {
       const state: ChoiceState = choices.get(choice.index) ?? { content: '', calls: new Map() };
       choices.set(choice.index, state);
-      if (typeof choice.delta.content === 'string') state.content += choice.delta.content;
-      for (const fragment of choice.delta.tool_calls ?? []) {
+      if (typeof choice.text === 'string') state.content += choice.text;
+      if (typeof choice.delta?.content === 'string') state.content += choice.delta.content;
+      const legacy = choice.delta?.function_call;
+      const fragments = legacy ? [{ index: 0, function: legacy }] : (choice.delta?.tool_calls ?? []);
+      for (const fragment of fragments) {
         const call = state.calls.get(fragment.index) ?? { arguments: '' };
         state.calls.set(fragment.index, call);
         if (fragment.id) call.id = fragment.id;
@@ -111,8 +124,8 @@ describe('mock chat, non-stream', () => {
 
   it('reports counted usage', async () => {
     const request = chat('Count me');
-    const result = await mockAdapter.createChatCompletion(request, makeContext());
-    const body = JSON.parse(result.body) as Json;
+    const result = await mock.chat(request, makeContext());
+    const body = encodeAnswer(result).parsed;
     const promptTokens = countChatPromptTokens(request.messages);
     const completionTokens = countTextTokens(body.choices[0].message.content);
     assert.deepEqual(body.usage, {
@@ -133,8 +146,7 @@ describe('mock chat, non-stream', () => {
 
   it('truncates to max_tokens / max_completion_tokens with finish_reason "length"', async () => {
     for (const limit of [{ max_tokens: 3 }, { max_completion_tokens: 3 }]) {
-      const result = await mockAdapter.createChatCompletion(chat('A fairly long question about many things', limit), makeContext());
-      const body = JSON.parse(result.body) as Json;
+      const body = await chatBody(chat('A fairly long question about many things', limit));
       assert.equal(body.choices[0].finish_reason, 'length');
       assert.equal(body.usage.completion_tokens, 3);
       assert.equal(countTextTokens(body.choices[0].message.content), 3);
@@ -151,8 +163,7 @@ describe('mock chat, non-stream', () => {
   });
 
   it('returns n choices with indices 0..n-1', async () => {
-    const result = await mockAdapter.createChatCompletion(chat('twice', { n: 2 }), makeContext());
-    const body = JSON.parse(result.body) as Json;
+    const body = await chatBody(chat('twice', { n: 2 }));
     assert.deepEqual(body.choices.map((c: Json) => c.index), [0, 1]);
     assert.equal(body.choices[0].message.content, body.choices[1].message.content);
     assert.equal(body.usage.completion_tokens, 2 * countTextTokens(body.choices[0].message.content));
@@ -229,13 +240,13 @@ describe('mock chat, tool calls', () => {
 
 describe('mock chat, stream', () => {
   async function streamChunks(request: ChatCompletionRequest) {
-    const events = await collect(mockAdapter.streamChatCompletion(request, makeContext()));
-    return { events, chunks: events.map((event) => JSON.parse(event.data) as Json) };
+    const encoded = await encodeStream(mock.streamChat(request, makeContext()));
+    return { ...encoded, chunks: encoded.parsed };
   }
 
   it('streams in OpenAI order: role, content pieces, finish, usage', async () => {
     const request = chat('Tell me something nice about the sea');
-    const { events, chunks } = await streamChunks(request);
+    const { batches, chunks, usage } = await streamChunks(request);
     const usageChunk = chunks.at(-1)!;
     const finishChunk = chunks.at(-2)!;
     const ids = new Set(chunks.map((c) => c.id));
@@ -257,9 +268,11 @@ describe('mock chat, stream', () => {
     }
     assert.deepEqual(finishChunk.choices, [{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }]);
     assert.deepEqual(usageChunk.choices, []);
-    assert.equal(events.at(-1)!.usageOnly, true);
-    assert.deepEqual(events.at(-1)!.usage, usageChunk.usage);
-    assert.ok(events.slice(0, -1).every((event) => !event.usageOnly && event.usage === undefined));
+    // The usage chunk is its own batch, a lone usage event; no earlier batch reports usage.
+    assert.deepEqual(batches.at(-1)!.map((event) => event.type), ['usage']);
+    assert.deepEqual((batches.at(-1)![0] as UsageEvent).usage, usageChunk.usage);
+    assert.deepEqual(usage, usageChunk.usage);
+    assert.ok(batches.slice(0, -1).every((batch) => batch.every((event) => event.type !== 'usage')));
 
     const text = middle.map((c) => c.choices[0].delta.content).join('');
     const plain = await chatBody(request);
@@ -332,7 +345,7 @@ describe('mock chat, stream', () => {
     streamDelay('5000');
     try {
       const controller = new AbortController();
-      const iterator = mockAdapter.streamChatCompletion(chat('slow one'), makeContext(controller.signal))[Symbol.asyncIterator]();
+      const iterator = mock.streamChat(chat('slow one'), makeContext(controller.signal))[Symbol.asyncIterator]();
       const first = await iterator.next();
       assert.equal(first.done, false);
       const reason = new Error('client went away');
@@ -349,21 +362,126 @@ describe('mock chat, stream', () => {
     streamDelay('15');
     try {
       const started = Date.now();
-      const events = await collect(mockAdapter.streamChatCompletion(chat('hi'), makeContext()));
+      const batches = await collect(mock.streamChat(chat('hi'), makeContext()));
       // Every chunk after the first waits, except the usage chunk that rides with the finish chunk.
-      assert.ok(Date.now() - started >= (events.length - 2) * 15 - 5);
+      assert.ok(Date.now() - started >= (batches.length - 2) * 15 - 5);
     } finally {
       streamDelay('0');
     }
     const started = Date.now();
-    const events = await collect(mockAdapter.streamChatCompletion(chat('hi [mock:slow:30]'), makeContext()));
-    assert.ok(Date.now() - started >= (events.length - 2) * 30 - 5);
+    const batches = await collect(mock.streamChat(chat('hi [mock:slow:30]'), makeContext()));
+    assert.ok(Date.now() - started >= (batches.length - 2) * 30 - 5);
+  });
+});
+
+describe('mock answer events', () => {
+  const toolsRequest = chat('hi', { tools: [weatherTool, timeTool], tool_choice: 'required' });
+  const functionRequest = chat('call it', { functions: [weatherTool.function] });
+  const completion: CompletionRequest = { model: 'mock-instruct', prompt: ['Once upon a time', 'Far away'], n: 2, echo: true, max_tokens: 50 };
+
+  it('implements every capability in one adapter', () => {
+    const methods = ['chat', 'streamChat', 'complete', 'streamCompletion', 'embed', 'generateImages', 'editImages', 'transcribe', 'generateVideo'];
+    for (const method of methods) assert.equal(typeof mockAdapter[method as keyof VendorAdapter], 'function', method);
+  });
+
+  it('gives plain answers whose fields encode to the body it sends as wire', async () => {
+    const cases: Array<[ChatCompletionRequest, boolean]> = [
+      [chat('twice', { n: 2 }), false],
+      [chat('A fairly long question about many things', { max_tokens: 3 }), false],
+      [toolsRequest, false],
+      [functionRequest, true],
+    ];
+    for (const [request, legacyFunctions] of cases) {
+      const answer = await mock.chat(request, makeContext());
+      assert.equal(typeof answer.wire, 'string');
+      const { wire: _wire, ...fields } = answer;
+      assert.deepEqual(encodeAnswer(fields, { legacyFunctions }).parsed, JSON.parse(answer.wire!));
+    }
+    const functionAnswer = await mock.chat(functionRequest, makeContext());
+    assert.deepEqual(functionAnswer.choices[0]!.toolCalls.map((call) => [call.id, call.name]), [['', 'get_weather']]);
+
+    const text = await mock.complete(completion, makeContext());
+    const { wire: _wire, ...fields } = text;
+    assert.deepEqual(encodeAnswer(fields, { form: 'text_completion' }).parsed, JSON.parse(text.wire!));
+  });
+
+  it('yields one batch per chunk: the chunk on the first event, "" on the rest, start first and once', async () => {
+    for (const request of [chat('two of them', { n: 2 }), toolsRequest, functionRequest]) {
+      const { batches, chunks } = await encodeStream(mock.streamChat(request, makeContext()));
+      assert.equal(batches.length, chunks.length);
+      batches.forEach((batch, position) => {
+        assert.ok(batch.length > 0);
+        assert.equal(batch[0]!.wire, chunks[position]);
+        assert.ok(batch.slice(1).every((event) => event.wire === ''));
+      });
+      const events = batches.flat();
+      assert.equal(events[0]!.type, 'start');
+      assert.equal(events.filter((event) => event.type === 'start').length, 1);
+      const first = JSON.parse(chunks[0]!) as Json;
+      const { wire: _wire, ...start } = events[0]!;
+      assert.deepEqual(start, { type: 'start', id: first.id, created: first.created, model: 'mock-chat', systemFingerprint: 'fp_mock' });
+      const roles = events.filter((event) => event.type === 'role').map((event) => (event as { choice: number }).choice);
+      assert.deepEqual(roles, [...new Set(roles)].sort(), 'one role event per choice');
+      assert.equal(roles.length, request.n ?? 1);
+    }
+    const plain = withoutWire(await collect(mock.streamChat(chat('hi'), makeContext())))[0]!;
+    assert.deepEqual(plain.slice(1), [{ type: 'role', choice: 0 }]);
+    const opened = withoutWire(await collect(mock.streamChat(toolsRequest, makeContext())))[0]!;
+    assert.deepEqual(opened.map((event) => event.type), ['start', 'role', 'tool-call']);
+    const { id, ...call } = opened[2] as ToolCallEvent;
+    assert.match(id!, /^call_/);
+    assert.deepEqual(call, { type: 'tool-call', choice: 0, index: 0, name: 'get_weather', arguments: '' });
+    const legacy = withoutWire(await collect(mock.streamChat(functionRequest, makeContext())))[0]!;
+    assert.deepEqual(legacy.slice(1), [{ type: 'role', choice: 0 }, { type: 'tool-call', choice: 0, index: 0, name: 'get_weather', arguments: '' }]);
+
+    const text = await collect(mock.streamCompletion(completion, makeContext()));
+    assert.equal(text[0]![0]!.type, 'start');
+    assert.ok(text.flat().every((event) => ['start', 'text', 'finish', 'usage'].includes(event.type)));
+  });
+
+  it('sends the usage chunk only when the client asked for it, yet always reports usage', async () => {
+    const withUsage = await encodeStream(mock.streamChat(chat('hi'), makeContext()));
+    const without = await encodeStream(mock.streamChat(chat('hi'), makeContext()), { includeUsage: false });
+    assert.deepEqual(without.chunks, withUsage.chunks.slice(0, -1));
+    assert.ok(without.parsed.every((chunk) => !('usage' in chunk)));
+    assert.deepEqual(without.usage, withUsage.parsed.at(-1)!.usage);
+
+    // No prompts, no text chunks: start still comes first, and the lone usage chunk stays optional.
+    const empty = (includeUsage: boolean) =>
+      encodeStream(mock.streamCompletion({ model: 'mock-instruct', prompt: [] }, makeContext()), { form: 'text_completion', includeUsage });
+    const bare = await empty(false);
+    assert.deepEqual(bare.batches.flat().map((event) => event.type), ['start', 'usage']);
+    assert.deepEqual(bare.chunks, []);
+    assert.deepEqual(bare.usage, { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 });
+    assert.deepEqual((await empty(true)).parsed.map((chunk) => chunk.choices), [[]]);
+  });
+
+  it('says in events, encoded without wire, the same text and tool calls as its wire chunks', async () => {
+    const cases: Array<[AsyncIterable<AnswerEvent[]>, Parameters<typeof encodeStream>[1]]> = [
+      [mock.streamChat(chat('two of them', { n: 2 }), makeContext()), {}],
+      [mock.streamChat(chat('A fairly long question about many things', { max_tokens: 4 }), makeContext()), {}],
+      [mock.streamChat(toolsRequest, makeContext()), {}],
+      [mock.streamChat(functionRequest, makeContext()), { legacyFunctions: true }],
+      [mock.streamCompletion(completion, makeContext()), { form: 'text_completion' }],
+    ];
+    for (const [stream, options] of cases) {
+      const wire = await encodeStream(stream, options);
+      const semantic = await encodeStream(replay(withoutWire(wire.batches)), options);
+      assert.ok(semantic.batches.flat().every((event) => event.wire === undefined));
+      const expected = reassemble(wire.parsed);
+      const actual = reassemble(semantic.parsed);
+      assert.ok(expected.size > 0);
+      assert.deepEqual(actual, expected);
+      assert.deepEqual(semantic.usage, wire.usage);
+      assert.deepEqual(semantic.parsed.at(-1)!.usage, wire.parsed.at(-1)!.usage);
+      for (const chunk of semantic.parsed) assert.equal(chunk.id, wire.parsed[0]!.id);
+    }
   });
 });
 
 describe('mock error markers', () => {
   it('throws a retryable GatewayError for [mock:error:503]', async () => {
-    await assert.rejects(mockAdapter.createChatCompletion(chat('boom [mock:error:503]'), makeContext()), (error) => {
+    await assert.rejects(mock.chat(chat('boom [mock:error:503]'), makeContext()), (error) => {
       assert.ok(error instanceof GatewayError);
       assert.equal(error.status, 503);
       assert.equal(error.retryable, true);
@@ -372,17 +490,19 @@ describe('mock error markers', () => {
   });
 
   it('throws from the first next() of a stream, before any chunk', async () => {
-    const iterator = mockAdapter.streamChatCompletion(chat('[mock:error:429]'), makeContext())[Symbol.asyncIterator]();
+    const iterator = mock.streamChat(chat('[mock:error:429]'), makeContext())[Symbol.asyncIterator]();
     await assert.rejects(iterator.next(), (error) => error instanceof GatewayError && error.status === 429 && error.retryable);
+    const completions = mock.streamCompletion({ model: 'mock-instruct', prompt: '[mock:error:502]' }, makeContext())[Symbol.asyncIterator]();
+    await assert.rejects(completions.next(), (error) => error instanceof GatewayError && error.status === 502 && error.retryable);
   });
 
   it('makes 4xx errors non-retryable, and works for completions and embeddings', async () => {
     await assert.rejects(
-      mockAdapter.createCompletion({ model: 'mock-instruct', prompt: 'x [mock:error:400]' }, makeContext()),
+      mock.complete({ model: 'mock-instruct', prompt: 'x [mock:error:400]' }, makeContext()),
       (error) => error instanceof GatewayError && error.status === 400 && !error.retryable,
     );
     await assert.rejects(
-      mockAdapter.createEmbeddings({ model: 'mock-embedding', input: ['ok', 'bad [mock:error:500]'] }, makeContext()),
+      mock.embed({ model: 'mock-embedding', input: ['ok', 'bad [mock:error:500]'] }, makeContext()),
       (error) => error instanceof GatewayError && error.status === 500 && error.retryable,
     );
   });
@@ -393,16 +513,18 @@ describe('mock request checks', () => {
     const controller = new AbortController();
     const reason = new Error('cancelled');
     controller.abort(reason);
-    await assert.rejects(mockAdapter.createChatCompletion(chat('hi'), makeContext(controller.signal)), (error) => error === reason);
+    await assert.rejects(mock.chat(chat('hi'), makeContext(controller.signal)), (error) => error === reason);
+    const iterator = mock.streamChat(chat('hi'), makeContext(controller.signal))[Symbol.asyncIterator]();
+    await assert.rejects(iterator.next(), (error) => error === reason);
   });
 
   it('rejects token ids outside the vocabulary with a 400', async () => {
     await assert.rejects(
-      mockAdapter.createCompletion({ model: 'mock-instruct', prompt: [1, 99_999_999] }, makeContext()),
+      mock.complete({ model: 'mock-instruct', prompt: [1, 99_999_999] }, makeContext()),
       (error) => error instanceof GatewayError && error.status === 400 && error.param === 'prompt',
     );
     await assert.rejects(
-      mockAdapter.createEmbeddings({ model: 'mock-embedding', input: [[1], [99_999_999]] }, makeContext()),
+      mock.embed({ model: 'mock-embedding', input: [[1], [99_999_999]] }, makeContext()),
       (error) => error instanceof GatewayError && error.status === 400 && error.param === 'input',
     );
   });
@@ -410,10 +532,11 @@ describe('mock request checks', () => {
 
 describe('mock legacy completions', () => {
   const completion = (extra: Partial<CompletionRequest> = {}): CompletionRequest => ({ model: 'mock-instruct', prompt: 'Once upon a time', ...extra });
+  const completionBody = (answer: Answer) => encodeAnswer(answer, { form: 'text_completion' }).parsed;
 
   it('returns a text_completion with the default 16-token limit', async () => {
-    const result = await mockAdapter.createCompletion(completion({ prompt: 'A rather long prompt that will make the reply exceed sixteen tokens for sure' }), makeContext());
-    const body = JSON.parse(result.body) as Json;
+    const result = await mock.complete(completion({ prompt: 'A rather long prompt that will make the reply exceed sixteen tokens for sure' }), makeContext());
+    const body = completionBody(result);
     assert.match(body.id, /^cmpl-/);
     assert.equal(body.object, 'text_completion');
     assert.equal(body.choices[0].finish_reason, 'length');
@@ -424,22 +547,23 @@ describe('mock legacy completions', () => {
   });
 
   it('echoes the prompt, counts token-array prompts, and numbers choices per prompt', async () => {
-    const echoed = JSON.parse((await mockAdapter.createCompletion(completion({ echo: true, max_tokens: 50 }), makeContext())).body) as Json;
+    const echoed = completionBody(await mock.complete(completion({ echo: true, max_tokens: 50 }), makeContext()));
     assert.ok(echoed.choices[0].text.startsWith('Once upon a time Mock completion of'));
 
     const tokens = encodeText('Hello, world');
-    const fromTokens = JSON.parse((await mockAdapter.createCompletion(completion({ prompt: tokens, max_tokens: 50 }), makeContext())).body) as Json;
+    const fromTokens = completionBody(await mock.complete(completion({ prompt: tokens, max_tokens: 50 }), makeContext()));
     assert.equal(fromTokens.usage.prompt_tokens, tokens.length);
     assert.ok(fromTokens.choices[0].text.includes('"Hello, world"'));
 
-    const many = JSON.parse((await mockAdapter.createCompletion(completion({ prompt: ['a', 'b'], n: 2 }), makeContext())).body) as Json;
+    const many = completionBody(await mock.complete(completion({ prompt: ['a', 'b'], n: 2 }), makeContext()));
     assert.deepEqual(many.choices.map((c: Json) => c.index), [0, 1, 2, 3]);
     assert.ok(many.choices[2].text.includes('"b"'));
   });
 
   it('streams text_completion chunks, finish on the last, then a usage chunk', async () => {
-    const events = await collect(mockAdapter.streamCompletion(completion({ max_tokens: 50, stop: '"' }), makeContext()));
-    const chunks = events.map((event) => JSON.parse(event.data) as Json);
+    const { batches, parsed: chunks, usage } = await encodeStream(mock.streamCompletion(completion({ max_tokens: 50, stop: '"' }), makeContext()), {
+      form: 'text_completion',
+    });
     const usageChunk = chunks.at(-1)!;
     const textChunks = chunks.slice(0, -1);
     assert.ok(textChunks.every((c) => c.object === 'text_completion' && c.id === chunks[0]!.id && c.choices.length === 1));
@@ -447,15 +571,17 @@ describe('mock legacy completions', () => {
     assert.equal(textChunks.at(-1)!.choices[0].finish_reason, 'stop');
     assert.equal(textChunks.map((c) => c.choices[0].text).join(''), ' Mock completion of: ');
     assert.deepEqual(usageChunk.choices, []);
-    assert.equal(events.at(-1)!.usageOnly, true);
-    const plain = JSON.parse((await mockAdapter.createCompletion(completion({ max_tokens: 50, stop: '"' }), makeContext())).body) as Json;
+    assert.deepEqual(batches.at(-1)!.map((event) => event.type), ['usage']);
+    assert.ok(batches.slice(0, -1).every((batch) => batch.every((event) => event.type !== 'usage')));
+    const plain = completionBody(await mock.complete(completion({ max_tokens: 50, stop: '"' }), makeContext()));
     assert.deepEqual(usageChunk.usage, plain.usage);
+    assert.deepEqual(usage, plain.usage);
   });
 });
 
 describe('mock embeddings', () => {
   const embed = async (input: string | string[] | number[], extra: Json = {}) => {
-    const result = await mockAdapter.createEmbeddings({ model: 'mock-embedding', input, ...extra }, makeContext(undefined, 'mock-embedding'));
+    const result = await mock.embed({ model: 'mock-embedding', input, ...extra }, makeContext(undefined, 'mock-embedding'));
     return { body: JSON.parse(result.body) as Json, usage: result.usage };
   };
   const norm = (vector: number[]) => Math.sqrt(vector.reduce((sum, v) => sum + v * v, 0));

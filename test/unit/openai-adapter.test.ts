@@ -13,12 +13,12 @@ import {
   mapOpenAIError,
   openaiAdapter,
   scrubSecrets,
-  streamChatCompletionBatches,
 } from '../../workers/vendors/openai/index.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { loadConfig } from '../../shared/config.js';
 import { setVendorCallSettings, vendorCallSettings } from '../../workers/vendors/call-settings.js';
-import type { CallContext, StreamEvent } from '../../workers/vendors/types.js';
+import type { AnswerEvent, CallContext } from '../../workers/vendors/types.js';
+import { encodeAnswer, encodeStream } from '../support/answers.js';
 import { startFakeOpenAI } from '../support/fake-openai.js';
 import type { FakeOpenAI } from '../support/fake-openai.js';
 import { FAKE_REPLY_PIECES, FAKE_USAGE } from '../support/fake-openai-defaults.js';
@@ -58,6 +58,8 @@ function fixtureData(name: string): string[] {
 
 const sseOf = (...payloads: unknown[]) =>
   payloads.map((payload) => `data: ${typeof payload === 'string' ? payload : JSON.stringify(payload)}\n\n`).join('');
+/** The vendor chunks a batch of events carries, as the client gets them. */
+const wireChunks = (batch: AnswerEvent[]) => batch.flatMap((event) => (event.wire ? [event.wire] : []));
 const contentChunk = (content: string) => ({
   id: 'c1',
   object: 'chat.completion.chunk',
@@ -76,7 +78,7 @@ beforeEach(() => fake.reset());
 describe('openai adapter: outgoing requests', () => {
   it('sends the client request with the upstream model, minus stream_options, to /chat/completions', async () => {
     const request = chatRequest({ reasoning_effort: 'low', stream_options: { include_usage: true } });
-    await openaiAdapter.createChatCompletion(request, context());
+    await openaiAdapter.chat!(request, context());
     assert.equal(fake.requests.length, 1);
     const sent = fake.requests[0]!;
     assert.equal(sent.method, 'POST');
@@ -94,7 +96,7 @@ describe('openai adapter: outgoing requests', () => {
 
   it('forces stream and include_usage upstream, keeping the other stream options', async () => {
     const request = chatRequest({ stream: true, stream_options: { include_obfuscation: false } });
-    await collect(openaiAdapter.streamChatCompletion(request, context()));
+    await collect(openaiAdapter.streamChat!(request, context()));
     const sent = fake.requests[0]!;
     assert.equal(sent.headers.accept, 'text/event-stream');
     assert.deepEqual(sent.body, {
@@ -108,7 +110,7 @@ describe('openai adapter: outgoing requests', () => {
 
   it('passes embeddings through with encoding_format and dimensions as sent', async () => {
     const request = { model: 'emb', input: ['a', 'b'], encoding_format: 'base64', dimensions: 4 } as EmbeddingRequest;
-    const result = await openaiAdapter.createEmbeddings(request, context());
+    const result = await openaiAdapter.embed!(request, context());
     assert.equal(fake.requests[0]!.path, '/v1/embeddings');
     assert.deepEqual(fake.requests[0]!.body, { ...request, model: UPSTREAM_MODEL });
     const body = JSON.parse(result.body) as { data: { embedding: string }[] };
@@ -119,66 +121,110 @@ describe('openai adapter: outgoing requests', () => {
 });
 
 describe('openai adapter: answers', () => {
-  it('returns the non-stream body byte for byte, with usage', async () => {
+  it('returns the non-stream body byte for byte, with usage and what it says', async () => {
     const text = '{ "id":"x", "object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"caf\\u00e9 ☕"},"finish_reason":"stop"}],\n "usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5,"prompt_tokens_details":{"cached_tokens":1}} }';
     fake.enqueue({ status: 200, headers: { 'content-type': 'application/json' }, text });
-    const result = await openaiAdapter.createChatCompletion(chatRequest(), context());
-    assert.equal(result.body, text);
-    assert.deepEqual(result.usage, {
+    const answer = await openaiAdapter.chat!(chatRequest(), context());
+    assert.equal(answer.wire, text);
+    assert.equal(encodeAnswer(answer).body, text, 'the chat encoder sends the vendor body as it came');
+    assert.deepEqual(answer.usage, {
       prompt_tokens: 3,
       completion_tokens: 2,
       total_tokens: 5,
       prompt_tokens_details: { cached_tokens: 1 },
     });
+    assert.deepEqual(answer.choices, [{ index: 0, text: 'café ☕', toolCalls: [], finishReason: 'stop' }]);
+    assert.equal(answer.id, 'x');
   });
 
-  it('streams the default answer and flags the trailing usage chunk', async () => {
-    const events = await collect(openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context()));
-    assert.equal(events.length, 1 + FAKE_REPLY_PIECES.length + 2);
-    const content = events.map((event) => JSON.parse(event.data).choices[0]?.delta?.content ?? '').join('');
+  it('reads tool calls of a plain answer', async () => {
+    const message = { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'f', arguments: '{"a":1}' } }] };
+    fake.enqueue({ status: 200, json: { id: 'y', object: 'chat.completion', created: 5, model: 'm', choices: [{ index: 0, message, finish_reason: 'tool_calls' }] } });
+    const answer = await openaiAdapter.chat!(chatRequest(), context());
+    assert.deepEqual(answer.choices, [{ index: 0, text: null, toolCalls: [{ id: 'call_1', name: 'f', arguments: '{"a":1}' }], finishReason: 'tool_calls' }]);
+    assert.equal(answer.created, 5);
+    assert.equal(answer.model, 'm');
+  });
+
+  it('streams the default answer; the usage chunk reaches the client only when asked for', async () => {
+    const asked = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()));
+    assert.equal(asked.chunks.length, 1 + FAKE_REPLY_PIECES.length + 2);
+    const content = asked.parsed.map((chunk) => chunk.choices[0]?.delta?.content ?? '').join('');
     assert.equal(content, FAKE_REPLY_PIECES.join(''));
-    assert.deepEqual(events.at(-1)!.usage, FAKE_USAGE);
-    assert.equal(events.at(-1)!.usageOnly, true);
-    assert.ok(events.slice(0, -1).every((event) => event.usage === undefined && event.usageOnly === undefined));
+    assert.deepEqual(asked.usage, FAKE_USAGE);
+    assert.deepEqual(asked.parsed.at(-1)!.choices, []);
+    assert.deepEqual(asked.parsed.at(-1)!.usage, FAKE_USAGE);
+
+    const unasked = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()), { includeUsage: false });
+    assert.deepEqual(unasked.chunks, asked.chunks.slice(0, -1));
+    assert.deepEqual(unasked.usage, FAKE_USAGE, 'usage is read for billing either way');
+  });
+
+  it('says what the stream means: text pieces, the finish and usage as events', async () => {
+    const { batches } = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()));
+    const events = batches.flat();
+    assert.equal(events[0]!.type, 'start');
+    assert.equal(events[0]!.wire, undefined, 'start carries no chunk of its own');
+    const text = events.flatMap((event) => (event.type === 'text' ? [event.text] : [])).join('');
+    assert.equal(text, FAKE_REPLY_PIECES.join(''));
+    assert.deepEqual(
+      events.filter((event) => event.type === 'finish').map((event) => event.type === 'finish' && event.reason),
+      ['stop'],
+    );
+    assert.ok(events.some((event) => event.type === 'role' && event.choice === 0));
   });
 
   for (const file of FIXTURE_FILES) {
-    it(`replays ${file}: the events are the fixture's data lines`, async () => {
+    it(`replays ${file}: the client's chunks are the fixture's data lines`, async () => {
       fake.enqueue({ sseFile: `${FIXTURES}/${file}`, chunkSize: 7 });
-      const events = await collect(openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context()));
+      const encoded = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()));
       const expected = fixtureData(file).filter((data) => data !== '[DONE]');
-      assert.deepEqual(
-        events.map((event) => event.data),
-        expected,
-      );
-      const last = events.at(-1)!;
-      assert.equal(last.usageOnly, true);
-      assert.deepEqual(last.usage, JSON.parse(expected.at(-1)!).usage);
-      assert.equal(events.filter((event) => event.usageOnly).length, 1);
+      assert.deepEqual(encoded.chunks, expected);
+      assert.deepEqual(encoded.usage, JSON.parse(expected.at(-1)!).usage);
+
+      // The tool calls the events describe are the ones the chunks carry.
+      const calls = new Map<number, { id?: string; name?: string; arguments: string }>();
+      for (const event of encoded.batches.flat()) {
+        if (event.type !== 'tool-call') continue;
+        const call = calls.get(event.index) ?? { arguments: '' };
+        if (event.id !== undefined) call.id = event.id;
+        if (event.name !== undefined) call.name = event.name;
+        call.arguments += event.arguments;
+        calls.set(event.index, call);
+      }
+      const fromChunks = new Map<number, { id?: string; name?: string; arguments: string }>();
+      for (const chunk of encoded.parsed) {
+        for (const delta of chunk.choices[0]?.delta?.tool_calls ?? []) {
+          const call = fromChunks.get(delta.index) ?? { arguments: '' };
+          if (delta.id !== undefined) call.id = delta.id;
+          if (delta.function?.name !== undefined) call.name = delta.function.name;
+          call.arguments += delta.function?.arguments ?? '';
+          fromChunks.set(delta.index, call);
+        }
+      }
+      assert.ok(calls.size > 0);
+      assert.deepEqual([...calls.entries()], [...fromChunks.entries()]);
     });
   }
 
-  it('batches the events of one network read together', async () => {
+  it('yields the events of one network read as one array', async () => {
     const file = FIXTURE_FILES[0]!;
     fake.enqueue({ sseFile: `${FIXTURES}/${file}`, chunkDelayMs: 5 });
-    const batches = await collect(streamChatCompletionBatches(chatRequest({ stream: true }), context()));
-    assert.ok(batches.length > 1);
-    assert.ok(batches.every((batch) => batch.length > 0));
-    assert.deepEqual(
-      batches.flat().map((event) => event.data),
-      fixtureData(file).filter((data) => data !== '[DONE]'),
-    );
+    const spread = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()));
+    assert.ok(spread.batches.length > 1);
+    assert.ok(spread.batches.every((batch) => batch.length > 0));
+    assert.deepEqual(spread.chunks, fixtureData(file).filter((data) => data !== '[DONE]'));
 
     fake.enqueue({ sseFile: `${FIXTURES}/${file}` });
-    const single = await collect(streamChatCompletionBatches(chatRequest({ stream: true }), context()));
-    assert.equal(single.length, 1, 'one write upstream arrives as one batch');
+    const single = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()));
+    assert.equal(single.batches.length, 1, 'one write upstream arrives as one batch');
   });
 
   it('reuses one keep-alive connection for successive streams', async () => {
     await closeOpenAIAgent();
     fake.reset();
     for (let round = 0; round < 3; round += 1) {
-      await collect(openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context()));
+      await collect(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()));
       // The tail of the body after [DONE] is drained in the background before the socket is free again.
       await sleep(20);
     }
@@ -187,21 +233,33 @@ describe('openai adapter: answers', () => {
 
   it('serves legacy completions in both modes', async () => {
     const request = { model: 'instruct', prompt: 'Say hi', max_tokens: 5 } as CompletionRequest;
-    const result = await openaiAdapter.createCompletion(request, context());
+    const answer = await openaiAdapter.complete!(request, context());
     assert.equal(fake.requests[0]!.path, '/v1/completions');
-    assert.equal(JSON.parse(result.body).object, 'text_completion');
-    assert.deepEqual(result.usage, FAKE_USAGE);
+    assert.equal(JSON.parse(answer.wire!).object, 'text_completion');
+    assert.deepEqual(answer.usage, FAKE_USAGE);
+    assert.equal(answer.choices[0]!.text, JSON.parse(answer.wire!).choices[0].text);
 
-    const events = await collect(openaiAdapter.streamCompletion({ ...request, stream: true }, context()));
-    assert.equal(events.map((event) => JSON.parse(event.data).choices[0]?.text ?? '').join(''), FAKE_REPLY_PIECES.join(''));
-    assert.equal(events.at(-1)!.usageOnly, true);
+    const encoded = await encodeStream(openaiAdapter.streamCompletion!({ ...request, stream: true }, context()), { form: 'text_completion' });
+    assert.equal(encoded.parsed.map((chunk) => chunk.choices[0]?.text ?? '').join(''), FAKE_REPLY_PIECES.join(''));
+    assert.deepEqual(encoded.parsed.at(-1)!.choices, []);
+    const text = encoded.batches.flat().flatMap((event) => (event.type === 'text' ? [event.text] : [])).join('');
+    assert.equal(text, FAKE_REPLY_PIECES.join(''));
   });
 
-  it('attaches usage reported on an ordinary chunk without flagging it usage-only', async () => {
+  it('forwards usage reported on an ordinary chunk even when the client did not ask for usage', async () => {
     const finish = { id: 'c1', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } };
     fake.enqueue({ sse: sseOf(contentChunk('a'), finish, '[DONE]') });
-    const events = await collect(openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context()));
-    assert.deepEqual(events[1], { data: JSON.stringify(finish), usage: finish.usage });
+    const encoded = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()), { includeUsage: false });
+    assert.deepEqual(encoded.chunks, [JSON.stringify(contentChunk('a')), JSON.stringify(finish)]);
+    assert.deepEqual(encoded.usage, finish.usage);
+  });
+
+  it('passes on a chunk that carries nothing the event model names (logprobs alone)', async () => {
+    const logprobsOnly = { id: 'c1', choices: [{ index: 0, delta: {}, logprobs: { content: [] }, finish_reason: null }] };
+    const finish = { id: 'c1', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] };
+    fake.enqueue({ sse: sseOf(contentChunk('a'), logprobsOnly, finish, '[DONE]') });
+    const encoded = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()));
+    assert.deepEqual(encoded.chunks, [contentChunk('a'), logprobsOnly, finish].map((chunk) => JSON.stringify(chunk)));
   });
 });
 
@@ -212,7 +270,7 @@ describe('openai adapter: vendor errors', () => {
 
   it('keeps a 400 as the client error it is, before any stream event', async () => {
     fake.enqueue({ status: 400, json: errorBody("Unsupported parameter: 'max_tokens'.", 'invalid_request_error', 'unsupported_parameter', 'max_tokens') });
-    const error = await gatewayError(collect(openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context())));
+    const error = await gatewayError(collect(openaiAdapter.streamChat!(chatRequest({ stream: true }), context())));
     assert.deepEqual(error.toBody(), errorBody("Unsupported parameter: 'max_tokens'.", 'invalid_request_error', 'unsupported_parameter', 'max_tokens'));
     assert.equal(error.status, 400);
     assert.equal(error.retryable, false);
@@ -220,7 +278,7 @@ describe('openai adapter: vendor errors', () => {
 
   it('maps the fake upstream refusing a bad key (401) to a generic 502 without vendor text', async () => {
     const context401 = { ...context(), channel: { vendor: 'openai', baseUrl: fake.url, apiKey: 'sk-wrong-key-abcdefghijkl' } };
-    const error = await gatewayError(openaiAdapter.createChatCompletion(chatRequest(), context401));
+    const error = await gatewayError(openaiAdapter.chat!(chatRequest(), context401));
     assert.equal(error.status, 502);
     assert.equal(error.code, 'vendor_auth_failed');
     assert.equal(error.retryable, false);
@@ -229,7 +287,7 @@ describe('openai adapter: vendor errors', () => {
 
   it('maps 404 to model_not_found with the vendor message', async () => {
     fake.enqueue({ status: 404, json: errorBody('The model `gpt-9` does not exist.', 'invalid_request_error', null) });
-    const error = await gatewayError(openaiAdapter.createChatCompletion(chatRequest(), context()));
+    const error = await gatewayError(openaiAdapter.chat!(chatRequest(), context()));
     assert.equal(error.status, 404);
     assert.equal(error.code, 'model_not_found');
     assert.equal(error.message, 'The model `gpt-9` does not exist.');
@@ -237,20 +295,20 @@ describe('openai adapter: vendor errors', () => {
 
   it('makes a 429 retryable and honours retry-after', async () => {
     fake.enqueue({ status: 429, headers: { 'retry-after': '2' }, json: errorBody('Rate limit reached.', 'requests', 'rate_limit_exceeded') });
-    const error = await gatewayError(openaiAdapter.createChatCompletion(chatRequest(), context()));
+    const error = await gatewayError(openaiAdapter.chat!(chatRequest(), context()));
     assert.equal(error.status, 429);
     assert.equal(error.retryable, true);
     assert.equal(error.retryAfterMs, 2000);
     assert.equal(error.message, 'Rate limit reached.');
 
     fake.enqueue({ status: 429, headers: { 'retry-after-ms': '150', 'retry-after': '9' }, json: errorBody('Slow down.', 'tokens') });
-    const precise = await gatewayError(openaiAdapter.createChatCompletion(chatRequest(), context()));
+    const precise = await gatewayError(openaiAdapter.chat!(chatRequest(), context()));
     assert.equal(precise.retryAfterMs, 150);
   });
 
   it('turns a 429 insufficient_quota into a non-retryable 503 with a generic message', async () => {
     fake.enqueue({ status: 429, json: errorBody('You exceeded your current quota, check your plan.', 'insufficient_quota', 'insufficient_quota') });
-    const error = await gatewayError(openaiAdapter.createChatCompletion(chatRequest(), context()));
+    const error = await gatewayError(openaiAdapter.chat!(chatRequest(), context()));
     assert.equal(error.status, 503);
     assert.equal(error.type, 'server_error');
     assert.equal(error.retryable, false);
@@ -260,7 +318,7 @@ describe('openai adapter: vendor errors', () => {
   for (const status of [500, 503]) {
     it(`makes a ${status} a retryable 502`, async () => {
       fake.enqueue({ status, json: errorBody('The engine is currently overloaded.', 'server_error') });
-      const error = await gatewayError(openaiAdapter.createChatCompletion(chatRequest(), context()));
+      const error = await gatewayError(openaiAdapter.chat!(chatRequest(), context()));
       assert.equal(error.status, 502);
       assert.equal(error.type, 'server_error');
       assert.equal(error.retryable, true);
@@ -270,7 +328,7 @@ describe('openai adapter: vendor errors', () => {
 
   it('makes a non-JSON 200 body a retryable 502', async () => {
     fake.enqueue({ status: 200, text: '<html>gateway</html>' });
-    const error = await gatewayError(openaiAdapter.createChatCompletion(chatRequest(), context()));
+    const error = await gatewayError(openaiAdapter.chat!(chatRequest(), context()));
     assert.equal(error.status, 502);
     assert.equal(error.retryable, true);
   });
@@ -278,7 +336,7 @@ describe('openai adapter: vendor errors', () => {
   it('scrubs secrets from vendor messages', async () => {
     const message = `Bad request for key ${KEY}, also sk-proj-AbCdEf123456 and Bearer abc.def and token 0123456789abcdef0123456789abcdef`;
     fake.enqueue({ status: 400, json: errorBody(message, 'invalid_request_error') });
-    const error = await gatewayError(openaiAdapter.createChatCompletion(chatRequest(), context()));
+    const error = await gatewayError(openaiAdapter.chat!(chatRequest(), context()));
     assert.equal(
       error.message,
       'Bad request for key [redacted], also [redacted] and Bearer [redacted] and token [redacted]',
@@ -289,7 +347,7 @@ describe('openai adapter: vendor errors', () => {
 describe('openai adapter: broken transport and streams', () => {
   it('makes a dropped connection a retryable vendor_unreachable', async () => {
     fake.enqueue({ destroy: true });
-    const error = await gatewayError(openaiAdapter.createChatCompletion(chatRequest(), context()));
+    const error = await gatewayError(openaiAdapter.chat!(chatRequest(), context()));
     assert.equal(error.status, 502);
     assert.equal(error.code, 'vendor_unreachable');
     assert.equal(error.retryable, true);
@@ -297,10 +355,10 @@ describe('openai adapter: broken transport and streams', () => {
 
   it('makes a connection lost mid-stream a retryable 502 after the events it delivered', async () => {
     fake.enqueue({ sse: sseOf(contentChunk('a')), destroyAtEnd: true });
-    const seen: StreamEvent[] = [];
+    const seen: string[] = [];
     const error = await gatewayError(
       (async () => {
-        for await (const event of openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context())) seen.push(event);
+        for await (const batch of openaiAdapter.streamChat!(chatRequest({ stream: true }), context())) seen.push(...wireChunks(batch));
       })(),
     );
     assert.equal(seen.length, 1);
@@ -311,10 +369,10 @@ describe('openai adapter: broken transport and streams', () => {
 
   it('fails a stream that ends early after the events it delivered', async () => {
     fake.enqueue({ sse: sseOf(contentChunk('a'), contentChunk('b')) });
-    const seen: StreamEvent[] = [];
+    const seen: string[] = [];
     const error = await gatewayError(
       (async () => {
-        for await (const event of openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context())) seen.push(event);
+        for await (const batch of openaiAdapter.streamChat!(chatRequest({ stream: true }), context())) seen.push(...wireChunks(batch));
       })(),
     );
     assert.equal(seen.length, 2);
@@ -326,16 +384,16 @@ describe('openai adapter: broken transport and streams', () => {
   it('accepts a stream that finished but lost its [DONE]', async () => {
     const finish = { id: 'c1', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] };
     fake.enqueue({ sse: sseOf(contentChunk('a'), finish) });
-    const events = await collect(openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context()));
-    assert.equal(events.length, 2);
+    const { chunks } = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()));
+    assert.equal(chunks.length, 2);
   });
 
   it('throws on an error payload mid-stream, scrubbed', async () => {
     fake.enqueue({ sse: sseOf(contentChunk('a'), { error: { message: `backend failed for ${KEY}`, type: 'server_error' } }) });
-    const seen: StreamEvent[] = [];
+    const seen: string[] = [];
     const error = await gatewayError(
       (async () => {
-        for await (const event of openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context())) seen.push(event);
+        for await (const batch of openaiAdapter.streamChat!(chatRequest({ stream: true }), context())) seen.push(...wireChunks(batch));
       })(),
     );
     assert.equal(seen.length, 1);
@@ -347,7 +405,7 @@ describe('openai adapter: broken transport and streams', () => {
   it('rejects with the abort, not a GatewayError, when the caller aborts mid-stream', async () => {
     fake.enqueue({ sse: sseOf(contentChunk('a')), hang: true });
     const controller = new AbortController();
-    const iterator = openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context(controller.signal))[Symbol.asyncIterator]();
+    const iterator = openaiAdapter.streamChat!(chatRequest({ stream: true }), context(controller.signal))[Symbol.asyncIterator]();
     const first = await iterator.next();
     assert.equal(first.done, false);
     const pending = iterator.next();
@@ -367,7 +425,7 @@ describe('openai adapter: broken transport and streams', () => {
     const controller = new AbortController();
     const reason = new Error('client gone');
     setTimeout(() => controller.abort(reason), 30);
-    await assert.rejects(openaiAdapter.createChatCompletion(chatRequest(), context(controller.signal)), (error) => error === reason);
+    await assert.rejects(openaiAdapter.chat!(chatRequest(), context(controller.signal)), (error) => error === reason);
   });
 
   it('times out a silent upstream (first byte, then idle) as retryable 504', async () => {
@@ -376,16 +434,16 @@ describe('openai adapter: broken transport and streams', () => {
     await closeOpenAIAgent();
     try {
       fake.enqueue({ hang: true });
-      const silent = await gatewayError(openaiAdapter.createChatCompletion(chatRequest(), context()));
+      const silent = await gatewayError(openaiAdapter.chat!(chatRequest(), context()));
       assert.equal(silent.status, 504);
       assert.equal(silent.code, 'vendor_timeout');
       assert.equal(silent.retryable, true);
 
       fake.enqueue({ sse: sseOf(contentChunk('a')), hang: true });
-      const seen: StreamEvent[] = [];
+      const seen: string[] = [];
       const idle = await gatewayError(
         (async () => {
-          for await (const event of openaiAdapter.streamChatCompletion(chatRequest({ stream: true }), context())) seen.push(event);
+          for await (const batch of openaiAdapter.streamChat!(chatRequest({ stream: true }), context())) seen.push(...wireChunks(batch));
         })(),
       );
       assert.equal(seen.length, 1);

@@ -1,4 +1,5 @@
 import { anthropicAdapter } from './anthropic/index.js';
+import { bflAdapter } from './bfl/index.js';
 import { geminiAdapter } from './gemini/index.js';
 import { mockAdapter } from './mock/index.js';
 import { openaiAdapter } from './openai/index.js';
@@ -6,17 +7,41 @@ import { GatewayError } from '../../shared/errors.js';
 import type { VendorAdapter } from './types.js';
 import type { Protocol } from '../../shared/vendors.js';
 
-/** The adapter of each wire protocol. */
-export const adapters: Partial<Record<Protocol, VendorAdapter>> = {
+/** The adapter of each wire protocol: one per vendor folder. */
+export const adapters: Record<Protocol, VendorAdapter> = {
   openai: openaiAdapter,
   anthropic: anthropicAdapter,
   gemini: geminiAdapter,
+  bfl: bflAdapter,
   mock: mockAdapter,
 };
 
-/** The adapter of a protocol, or a 503 when this build has none for it. */
-export function chatAdapter(protocol: Protocol): VendorAdapter {
+/** What each adapter method is, in the words of a client's error. */
+const capabilityNames: Record<keyof VendorAdapter, string> = {
+  chat: 'chat completions',
+  streamChat: 'streamed chat completions',
+  complete: 'legacy completions',
+  streamCompletion: 'streamed legacy completions',
+  embed: 'embeddings',
+  generateImages: 'image generation',
+  editImages: 'image edits',
+  transcribe: 'audio transcription',
+  generateVideo: 'video generation',
+};
+
+/**
+ * The protocol's implementation of one capability, or a clear 400: the
+ * catalog never routes a model to a vendor that lacks the capability, but a
+ * channel file can point a model at the wrong protocol.
+ */
+export function adapterMethod<K extends keyof VendorAdapter>(protocol: Protocol, method: K): NonNullable<VendorAdapter[K]> {
   const adapter = adapters[protocol];
-  if (!adapter) throw new GatewayError(503, `The ${protocol} protocol does not serve this endpoint.`, { type: 'server_error', code: 'no_route' });
-  return adapter;
+  const implementation = adapter[method];
+  if (!implementation) {
+    throw new GatewayError(400, `This model's vendor (${protocol} protocol) does not serve ${capabilityNames[method]}.`, {
+      code: 'unsupported_endpoint',
+      param: 'model',
+    });
+  }
+  return implementation.bind(adapter) as NonNullable<VendorAdapter[K]>;
 }

@@ -1,9 +1,17 @@
 import type { Logger } from 'pino';
+import type { BlobRef } from '../../shared/blobs.js';
 import type { CatalogModel } from '../../shared/catalog.js';
 import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
 import type { CompletionRequest } from '../../shared/schemas/completions.js';
 import type { EmbeddingRequest } from '../../shared/schemas/embeddings.js';
+import type { ImageGenerationRequest } from '../../shared/schemas/images.js';
+import type { ImageEditInput, TranscriptionInput, VideoInput } from '../../shared/schemas/media-inputs.js';
 import type { Channel } from '../../shared/vendors.js';
+import type { BlobStore } from '../../storage/blob-store.js';
+import type { Answer, AnswerEvent, EmbeddingsAnswer } from '../answers/events.js';
+
+export type { Answer, AnswerChoice, AnswerEvent, EmbeddingsAnswer, FinishReason, Usage } from '../answers/events.js';
+export type { BlobRef };
 
 export interface CallContext {
   requestId: string;
@@ -16,41 +24,70 @@ export interface CallContext {
   log: Logger;
 }
 
-/** OpenAI-shaped usage, as vendors report it (or as counted for the mock). */
-export interface Usage {
-  prompt_tokens: number;
-  completion_tokens: number;
-  total_tokens: number;
-  [extra: string]: unknown;
-}
-
-/** A finished non-stream answer: the exact JSON body the client gets, and usage for billing. */
-export interface VendorResult {
-  body: string;
-  usage?: Usage;
-}
-
 /**
- * One streamed chunk, already serialized the way the client gets it (the JSON
- * after `data: `). `usageOnly` marks the trailing usage chunk (`choices: []`),
- * forwarded only when the client asked for `stream_options.include_usage`.
+ * What a media call gets beyond a text call: the blob store, a way to report
+ * progress, and a checkpoint that survives a worker restart, so a vendor task
+ * already submitted is resumed (polled) by the next worker, never submitted twice.
  */
-export interface StreamEvent {
-  data: string;
-  usage?: Usage;
-  usageOnly?: boolean;
+export interface MediaContext extends CallContext {
+  blobs: BlobStore;
+  /** 0–100; stored on the job and published to its watchers. */
+  progress(percent: number): Promise<void>;
+  checkpoint: {
+    read<T extends Record<string, unknown>>(): T | undefined;
+    write(state: Record<string, unknown>): Promise<void>;
+  };
+}
+
+/** One generated image: the bytes, or a vendor URL the gateway downloads (vendor URLs expire). */
+export interface GeneratedImage {
+  bytes?: Buffer;
+  url?: string;
+  contentType?: string;
+  revised_prompt?: string;
+}
+
+export interface ImageResult {
+  images: GeneratedImage[];
+  /** GPT-image style `usage`, passed to the client as the vendor gave it. */
+  usage?: Record<string, unknown>;
+  /** Top-level fields GPT image models return (`background`, `output_format`, `size`, `quality`). */
+  extra?: Record<string, unknown>;
+}
+
+export type ImageGenerationInput = ImageGenerationRequest;
+
+/** The exact body the client gets, in the format it asked for. */
+export interface TranscriptionResult {
+  body: string;
+  contentType: string;
+}
+
+export interface VideoResult {
+  video: BlobRef;
+  thumbnail?: BlobRef;
 }
 
 /**
- * A vendor protocol. Methods throw GatewayError for vendor failures; a
- * retryable one thrown before the first StreamEvent lets the job be retried.
- * Stream methods send the upstream request (and check its status) before
- * yielding, so an HTTP error surfaces as a throw from the first `next()`.
+ * A vendor protocol: what one `workers/vendors/<vendor>/` folder exports. It
+ * implements the capabilities its vendor has; the registry answers a clear
+ * 400 for the others.
+ *
+ * Text calls speak the answer model of `workers/answers/events.ts`: a plain
+ * call resolves to an `Answer`, a stream yields the events of each upstream
+ * read as one array. Methods throw GatewayError for vendor failures; a
+ * retryable one thrown before the first events lets the job be retried.
+ * Streams send the upstream request (and check its status) on the first
+ * `next()`, so a refused request throws before anything is yielded.
  */
 export interface VendorAdapter {
-  createChatCompletion(request: ChatCompletionRequest, ctx: CallContext): Promise<VendorResult>;
-  streamChatCompletion(request: ChatCompletionRequest, ctx: CallContext): AsyncIterable<StreamEvent>;
-  createCompletion(request: CompletionRequest, ctx: CallContext): Promise<VendorResult>;
-  streamCompletion(request: CompletionRequest, ctx: CallContext): AsyncIterable<StreamEvent>;
-  createEmbeddings(request: EmbeddingRequest, ctx: CallContext): Promise<VendorResult>;
+  chat?(request: ChatCompletionRequest, ctx: CallContext): Promise<Answer>;
+  streamChat?(request: ChatCompletionRequest, ctx: CallContext): AsyncIterable<AnswerEvent[]>;
+  complete?(request: CompletionRequest, ctx: CallContext): Promise<Answer>;
+  streamCompletion?(request: CompletionRequest, ctx: CallContext): AsyncIterable<AnswerEvent[]>;
+  embed?(request: EmbeddingRequest, ctx: CallContext): Promise<EmbeddingsAnswer>;
+  generateImages?(input: ImageGenerationInput, ctx: MediaContext): Promise<ImageResult>;
+  editImages?(input: ImageEditInput, ctx: MediaContext): Promise<ImageResult>;
+  transcribe?(input: TranscriptionInput, ctx: MediaContext): Promise<TranscriptionResult>;
+  generateVideo?(input: VideoInput, ctx: MediaContext): Promise<VideoResult>;
 }

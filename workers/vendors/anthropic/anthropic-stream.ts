@@ -1,16 +1,14 @@
+import type { AnswerEvent, FinishReason } from '../../answers/events.js';
 import { malformedResponse } from '../http.js';
 import { rejectJsonStreamAnswer, SseBody, streamEndedEarly } from '../sse-body.js';
 import type { SseEvent } from '../sse-parser.js';
-import type { CallContext, StreamEvent } from '../types.js';
+import type { CallContext } from '../types.js';
 import { inlineVendorError } from '../vendor-errors.js';
+import type { AnthropicRequestBody } from './anthropic-types.js';
 import { postAnthropicMessages } from './api.js';
-import type { AnthropicCall } from './build-anthropic-request.js';
 import { convertAnthropicUsage, emptyUsageCounts, readAnthropicUsage } from './convert-anthropic-usage.js';
 import { mapAnthropicStreamError, readAnthropicErrorResponse } from './map-anthropic-error.js';
 import { mapAnthropicStopReason } from './map-anthropic-stop-reason.js';
-
-
-const OPEN_CHOICE_END = ',"logprobs":null,"finish_reason":null}]}';
 
 /** The fields of Anthropic stream events that are read; everything else is ignored. */
 interface StreamPayload {
@@ -23,36 +21,35 @@ interface StreamPayload {
 }
 
 interface ToolBlock {
-  /** The OpenAI tool-call index: counts tool blocks only, unlike Anthropic's block index. */
+  /** The answer's tool-call index: counts tool blocks only, unlike Anthropic's block index. */
   index: number;
   sawArguments: boolean;
 }
 
+/** Anthropic answers with one message: everything is choice 0. */
+const CHOICE = 0;
+
 /**
- * Translates Anthropic stream events into OpenAI chunks, one event at a time.
- * Each chunk is written as JSON text around a prefix built once per stream,
- * so a text delta costs one `JSON.stringify` of its text.
+ * Translates Anthropic stream events into answer events, one SSE event at a
+ * time. The legacy `functions` shape (one call, `function_call`) is the
+ * encoder's job; this reports every tool block as Anthropic sent it.
  */
 export class AnthropicStreamTranslator {
   /** `message_stop` arrived: the answer is complete. */
   done = false;
-  private prefix = '';
-  private usagePrefix = '';
+  private started = false;
   private finished = false;
   private toolCount = 0;
   private readonly toolBlocks = new Map<number, ToolBlock>();
   private readonly counts = emptyUsageCounts();
   private readonly secrets: readonly string[];
 
-  constructor(
-    private readonly ctx: CallContext,
-    private readonly legacyFunctions: boolean,
-  ) {
+  constructor(private readonly ctx: CallContext) {
     this.secrets = [ctx.channel.apiKey];
   }
 
-  /** Appends the chunks one SSE event produces (usually one, often none) to `out`. */
-  translate(event: SseEvent, out: StreamEvent[]): void {
+  /** Appends the answer events one SSE event produces (often none) to `out`. */
+  translate(event: SseEvent, out: AnswerEvent[]): void {
     let payload: StreamPayload;
     try {
       payload = JSON.parse(event.data) as StreamPayload;
@@ -64,8 +61,7 @@ export class AnthropicStreamTranslator {
 
     switch (payload.type) {
       case 'message_start':
-        this.start(payload);
-        out.push({ data: this.chunk('{"role":"assistant","content":""}') });
+        this.start(payload, out);
         return;
       case 'content_block_start':
         this.startBlock(payload, out);
@@ -78,22 +74,20 @@ export class AnthropicStreamTranslator {
         if (tool === undefined) return;
         this.toolBlocks.delete(payload.index as number);
         // A tool called without arguments streams no JSON at all; OpenAI clients parse `arguments`.
-        if (!tool.sawArguments) this.pushArguments(tool, '{}', out);
+        if (!tool.sawArguments) out.push({ type: 'tool-call', choice: CHOICE, index: tool.index, arguments: '{}' });
         return;
       }
       case 'message_delta':
         this.requireStart();
         readAnthropicUsage(payload.usage, this.counts);
-        if (!this.finished) this.finish(mapAnthropicStopReason(payload.delta?.stop_reason, this.legacyFunctions), out);
+        if (!this.finished) this.finish(mapAnthropicStopReason(payload.delta?.stop_reason), out);
         return;
-      case 'message_stop': {
+      case 'message_stop':
         this.requireStart();
         if (!this.finished) this.finish('stop', out);
-        const usage = convertAnthropicUsage(this.counts);
-        out.push({ data: `${this.usagePrefix}${JSON.stringify(usage)}}`, usage, usageOnly: true });
+        out.push({ type: 'usage', usage: convertAnthropicUsage(this.counts) });
         this.done = true;
         return;
-      }
       case 'error':
         throw mapAnthropicStreamError(payload, this.secrets);
       default:
@@ -102,106 +96,88 @@ export class AnthropicStreamTranslator {
     }
   }
 
-  private start(payload: StreamPayload): void {
+  private start(payload: StreamPayload, out: AnswerEvent[]): void {
     const message = payload.message;
     if (typeof message !== 'object' || message === null) throw malformedResponse();
     readAnthropicUsage(message.usage, this.counts);
+    this.started = true;
     const id = `chatcmpl-${typeof message.id === 'string' ? message.id : this.ctx.requestId}`;
-    const head = `{"id":${JSON.stringify(id)},"object":"chat.completion.chunk","created":${Math.floor(Date.now() / 1000)},"model":${JSON.stringify(this.ctx.model.id)}`;
-    this.prefix = `${head},"choices":[{"index":0,"delta":`;
-    this.usagePrefix = `${head},"choices":[],"usage":`;
+    // No model: the client sees the model id it asked for, not the upstream one.
+    out.push({ type: 'start', id, created: Math.floor(Date.now() / 1000) }, { type: 'role', choice: CHOICE });
   }
 
   private requireStart(): void {
-    if (this.prefix === '') throw malformedResponse();
+    if (!this.started) throw malformedResponse();
   }
 
-  private chunk(delta: string): string {
-    return `${this.prefix}${delta}${OPEN_CHOICE_END}`;
-  }
-
-  private finish(reason: string, out: StreamEvent[]): void {
+  private finish(reason: FinishReason, out: AnswerEvent[]): void {
     this.finished = true;
-    out.push({ data: `${this.prefix}{},"logprobs":null,"finish_reason":"${reason}"}]}` });
+    out.push({ type: 'finish', choice: CHOICE, reason });
   }
 
-  private startBlock(payload: StreamPayload, out: StreamEvent[]): void {
+  private startBlock(payload: StreamPayload, out: AnswerEvent[]): void {
     this.requireStart();
     const block = payload.content_block;
     if (block?.type === 'text') {
-      if (typeof block.text === 'string' && block.text.length > 0) out.push({ data: this.chunk(`{"content":${JSON.stringify(block.text)}}`) });
+      if (typeof block.text === 'string' && block.text.length > 0) out.push({ type: 'text', choice: CHOICE, text: block.text });
       return;
     }
     if (block?.type !== 'tool_use' || typeof block.id !== 'string' || typeof block.name !== 'string') return;
     const tool: ToolBlock = { index: this.toolCount, sawArguments: false };
     this.toolCount += 1;
-    // A legacy `functions` client can take one call; parallel use was turned off in the request.
-    if (this.legacyFunctions && tool.index > 0) return;
     this.toolBlocks.set(payload.index as number, tool);
-    const name = JSON.stringify(block.name);
-    out.push({
-      data: this.chunk(
-        this.legacyFunctions
-          ? `{"function_call":{"name":${name},"arguments":""}}`
-          : `{"tool_calls":[{"index":${tool.index},"id":${JSON.stringify(block.id)},"type":"function","function":{"name":${name},"arguments":""}}]}`,
-      ),
-    });
+    out.push({ type: 'tool-call', choice: CHOICE, index: tool.index, id: block.id, name: block.name, arguments: '' });
   }
 
-  private delta(payload: StreamPayload, out: StreamEvent[]): void {
+  private delta(payload: StreamPayload, out: AnswerEvent[]): void {
     this.requireStart();
     const delta = payload.delta;
     if (delta?.type === 'text_delta') {
-      if (typeof delta.text === 'string' && delta.text.length > 0) out.push({ data: this.chunk(`{"content":${JSON.stringify(delta.text)}}`) });
+      if (typeof delta.text === 'string' && delta.text.length > 0) out.push({ type: 'text', choice: CHOICE, text: delta.text });
       return;
     }
     if (delta?.type !== 'input_json_delta') return; // thinking, signature and citation deltas have no OpenAI form
     const tool = this.toolBlocks.get(payload.index as number);
-    // The first piece is often empty: it would be a chunk that says nothing.
+    // The first piece is often empty: it would be an event that says nothing.
     if (tool === undefined || typeof delta.partial_json !== 'string' || delta.partial_json.length === 0) return;
     tool.sawArguments = true;
-    this.pushArguments(tool, delta.partial_json, out);
-  }
-
-  private pushArguments(tool: ToolBlock, text: string, out: StreamEvent[]): void {
-    const args = JSON.stringify(text);
-    out.push({
-      data: this.chunk(
-        this.legacyFunctions
-          ? `{"function_call":{"arguments":${args}}}`
-          : `{"tool_calls":[{"index":${tool.index},"function":{"arguments":${args}}}]}`,
-      ),
-    });
+    out.push({ type: 'tool-call', choice: CHOICE, index: tool.index, arguments: delta.partial_json });
   }
 }
 
-
-
 /**
- * Streams a Messages API answer as OpenAI chunks. The request is built
+ * Streams a Messages API answer as answer events, one array per network read
+ * (so the worker encodes and publishes once per read). The request is built
  * (`prepare`), sent, and its status checked on the first `next()`, so a
  * refused request throws before anything is yielded. A stream without
  * `message_stop` is incomplete.
  */
-export async function* streamAnthropicMessage(prepare: () => AnthropicCall, ctx: CallContext): AsyncGenerator<StreamEvent> {
-  const { body, legacyFunctions } = prepare();
+export async function* streamAnthropicMessage(prepare: () => AnthropicRequestBody, ctx: CallContext): AsyncGenerator<AnswerEvent[]> {
+  const body = prepare();
   const response = await postAnthropicMessages(JSON.stringify(body), ctx, 'text/event-stream');
   if (response.status < 200 || response.status >= 300) throw await readAnthropicErrorResponse(response, ctx);
   await rejectJsonStreamAnswer(response, ctx, (payload, secrets) =>
     (payload as { type?: unknown } | null)?.type === 'error' ? mapAnthropicStreamError(payload, secrets) : null,
   );
 
-  const translator = new AnthropicStreamTranslator(ctx, legacyFunctions);
+  const translator = new AnthropicStreamTranslator(ctx);
   const sse = new SseBody(response, ctx);
-  const out: StreamEvent[] = [];
   try {
     for await (const events of sse.batches()) {
-      for (const event of events) {
-        out.length = 0;
-        translator.translate(event, out);
-        for (const chunk of out) yield chunk;
-        if (translator.done) break;
+      const batch: AnswerEvent[] = [];
+      let failure: { error: unknown } | undefined;
+      try {
+        for (const event of events) {
+          translator.translate(event, batch);
+          if (translator.done) break;
+        }
+      } catch (error) {
+        // Events that came before the failure in the same read are real output: deliver them first.
+        if (batch.length === 0) throw error;
+        failure = { error };
       }
+      if (batch.length > 0) yield batch;
+      if (failure !== undefined) throw failure.error;
       if (translator.done) break;
     }
     if (!translator.done) throw streamEndedEarly();

@@ -5,12 +5,6 @@ import type { AnthropicRequestBody, AnthropicTextBlock } from './anthropic-types
 import { convertToAnthropicMessages } from './convert-to-anthropic-messages.js';
 import { convertToAnthropicTools } from './convert-to-anthropic-tools.js';
 
-export interface AnthropicCall {
-  body: AnthropicRequestBody;
-  /** The client used `functions`: answers carry `function_call`, not `tool_calls`. */
-  legacyFunctions: boolean;
-}
-
 /** Anthropic's sampling temperature range is 0–1; OpenAI's is 0–2. */
 const MAX_TEMPERATURE = 1;
 /** Used when neither the client nor the catalog gives a `max_tokens`, which Anthropic requires. */
@@ -78,7 +72,7 @@ function toSystem(blocks: AnthropicTextBlock[]): string | AnthropicTextBlock[] |
  * fields with no counterpart that only tune sampling or output extras are
  * dropped with one warning.
  */
-export function buildAnthropicRequest(request: ChatCompletionRequest, ctx: CallContext, stream: boolean): AnthropicCall {
+export function buildAnthropicRequest(request: ChatCompletionRequest, ctx: CallContext, stream: boolean): AnthropicRequestBody {
   if (request.n != null && request.n > 1) {
     throw invalidRequest('This model returns one choice per request; `n` must be 1.', 'n');
   }
@@ -114,5 +108,5 @@ export function buildAnthropicRequest(request: ChatCompletionRequest, ctx: CallC
   if (dropped.length > 0) {
     ctx.log.warn({ reqId: ctx.requestId, dropped }, 'request fields with no Anthropic counterpart were dropped');
   }
-  return { body, legacyFunctions: tools.legacyFunctions };
+  return body;
 }

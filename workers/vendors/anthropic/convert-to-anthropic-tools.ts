@@ -5,11 +5,6 @@ import type { AnthropicTool, AnthropicToolChoice } from './anthropic-types.js';
 export interface AnthropicToolSettings {
   tools?: AnthropicTool[];
   tool_choice?: AnthropicToolChoice;
-  /**
-   * The client used the deprecated `functions`/`function_call` fields: it
-   * expects `message.function_call` and `finish_reason:"function_call"` back.
-   */
-  legacyFunctions: boolean;
 }
 
 type FunctionDefinition = NonNullable<ChatCompletionRequest['functions']>[number];
@@ -43,8 +38,9 @@ function convertFunctionCall(choice: NonNullable<ChatCompletionRequest['function
 /**
  * Maps `tools`/`tool_choice`/`parallel_tool_calls`, and the legacy
  * `functions`/`function_call` the same way. Legacy calls are answered one at
- * a time in OpenAI, so parallel tool use is turned off for them. Without
- * tools, a tool choice means nothing and is not sent.
+ * a time in OpenAI, so parallel tool use is turned off for them (the answer's
+ * legacy shape is the encoder's, from `usesLegacyFunctions`). Without tools,
+ * a tool choice means nothing and is not sent.
  */
 export function convertToAnthropicTools(request: ChatCompletionRequest): AnthropicToolSettings {
   const hasTools = request.tools != null && request.tools.length > 0;
@@ -57,9 +53,9 @@ export function convertToAnthropicTools(request: ChatCompletionRequest): Anthrop
     const tools = request.functions!.map(convertFunction);
     const choice = request.function_call == null ? { type: 'auto' as const } : convertFunctionCall(request.function_call);
     const tool_choice = choice.type === 'none' ? choice : { ...choice, disable_parallel_tool_use: true };
-    return { tools, tool_choice, legacyFunctions: true };
+    return { tools, tool_choice };
   }
-  if (!hasTools) return { legacyFunctions: false };
+  if (!hasTools) return {};
 
   const tools = request.tools!.map((tool, index) => {
     if (tool.type !== 'function') {
@@ -71,5 +67,5 @@ export function convertToAnthropicTools(request: ChatCompletionRequest): Anthrop
   if (request.parallel_tool_calls === false && tool_choice?.type !== 'none') {
     tool_choice = { ...(tool_choice ?? { type: 'auto' }), disable_parallel_tool_use: true };
   }
-  return tool_choice === undefined ? { tools, legacyFunctions: false } : { tools, tool_choice, legacyFunctions: false };
+  return tool_choice === undefined ? { tools } : { tools, tool_choice };
 }

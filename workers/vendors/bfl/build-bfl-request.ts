@@ -1,5 +1,5 @@
 import { invalidRequest } from '../../../shared/errors.js';
-import type { BlobRef, ImageGenerationInput } from '../media-types.js';
+import type { BlobRef, ImageGenerationInput } from '../types.js';
 import type { ImageEditInput } from '../../../shared/schemas/media-inputs.js';
 
 export type BflOutputFormat = 'png' | 'jpeg' | 'webp';

@@ -1,5 +1,5 @@
 import { malformedResponse, parseJsonObject, readBodyText } from '../http.js';
-import type { ImageGenerationInput, ImageResult, MediaAdapter, MediaContext } from '../media-types.js';
+import type { ImageGenerationInput, ImageResult, VendorAdapter, MediaContext } from '../types.js';
 import type { ImageEditInput } from '../../../shared/schemas/media-inputs.js';
 import { postBflTask } from './api.js';
 import { buildBflEditRequest, buildBflRequest, type BflOutputFormat, type BflTaskRequest, type BflUpload } from './build-bfl-request.js';
@@ -104,7 +104,7 @@ export async function editBflImages(input: ImageEditInput, ctx: MediaContext): P
 }
 
 /** Black Forest Labs (FLUX): asynchronous image tasks, submitted then polled. */
-export const bflImages: MediaAdapter = {
+export const bflAdapter: VendorAdapter = {
   generateImages: generateBflImages,
   editImages: editBflImages,
 };

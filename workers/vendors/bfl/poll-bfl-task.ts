@@ -2,7 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { GatewayError } from '../../../shared/errors.js';
 import { readBoundedBytes } from '../guarded-fetch.js';
 import { malformedResponse, parseJsonObject, readBodyText, readCappedText } from '../http.js';
-import type { GeneratedImage, MediaContext } from '../media-types.js';
+import type { GeneratedImage, MediaContext } from '../types.js';
 import type { CallContext } from '../types.js';
 import { vendorCallSettings } from '../call-settings.js';
 import { bflPollUrl, getBflResult, getBflSample } from './api.js';

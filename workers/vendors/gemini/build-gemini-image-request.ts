@@ -1,5 +1,5 @@
 import { invalidRequest } from '../../../shared/errors.js';
-import type { ImageGenerationInput } from '../media-types.js';
+import type { ImageGenerationInput } from '../types.js';
 
 /** The aspect ratios Gemini image models accept in `imageConfig.aspectRatio`. */
 export const GEMINI_ASPECT_RATIOS = ['1:1', '2:3', '3:2', '3:4', '4:3', '4:5', '5:4', '9:16', '16:9', '21:9'] as const;

@@ -2,7 +2,7 @@ import { invalidRequest } from '../../../shared/errors.js';
 import type { EmbeddingRequest } from '../../../shared/schemas/embeddings.js';
 import { countTextTokensAsync } from '../../../shared/tokens.js';
 import { malformedResponse, parseJsonObject, readBodyText } from '../http.js';
-import type { CallContext, VendorResult } from '../types.js';
+import type { CallContext, EmbeddingsAnswer } from '../types.js';
 import { geminiModelPath, postGemini } from './api.js';
 import { readGeminiErrorResponse } from './map-gemini-error.js';
 
@@ -51,7 +51,7 @@ async function embedBatch(texts: readonly string[], dimensions: number | null | 
  * Gemini reports no token counts here, so usage is estimated with the
  * gateway's o200k tokenizer: close enough for quota, not Google's bill.
  */
-export async function createGeminiEmbeddings(request: EmbeddingRequest, ctx: CallContext): Promise<VendorResult> {
+export async function createGeminiEmbeddings(request: EmbeddingRequest, ctx: CallContext): Promise<EmbeddingsAnswer> {
   const texts = readTexts(request.input);
   const vectors: number[][] = [];
   for (let start = 0; start < texts.length; start += MAX_GEMINI_BATCH) {

@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import type { ChatCompletionRequest } from '../../../shared/schemas/chat.js';
 import { malformedResponse, parseJsonObject, readBodyText } from '../http.js';
-import type { CallContext, VendorResult } from '../types.js';
+import type { AnswerChoice, ToolCall } from '../../answers/events.js';
+import type { Answer, CallContext } from '../types.js';
 import { postGemini } from './api.js';
 import { buildGeminiRequest } from './build-gemini-request.js';
 import { convertGeminiUsage } from './convert-gemini-usage.js';
@@ -14,12 +15,6 @@ export interface GeminiCandidate {
   index: number;
   parts: readonly unknown[];
   finishReason: string | null;
-}
-
-export interface OpenAIToolCall {
-  id: string;
-  type: 'function';
-  function: { name: string; arguments: string };
 }
 
 const isObject = (value: unknown): value is Record<string, unknown> =>
@@ -56,61 +51,54 @@ export function readText(part: unknown): string | undefined {
   return part.text;
 }
 
-/** A `functionCall` part as an OpenAI tool call, its signature carried in the id. */
-export function readToolCall(part: unknown): OpenAIToolCall | undefined {
+/** A `functionCall` part as one complete tool call, its signature carried in the id. */
+export function readToolCall(part: unknown): ToolCall | undefined {
   if (!isObject(part) || !isObject(part.functionCall) || typeof part.functionCall.name !== 'string') return undefined;
   const signature = typeof part.thoughtSignature === 'string' ? part.thoughtSignature : undefined;
-  return {
-    id: createToolCallId(signature),
-    type: 'function',
-    function: { name: part.functionCall.name, arguments: JSON.stringify(part.functionCall.args ?? {}) },
-  };
+  return { id: createToolCallId(signature), name: part.functionCall.name, arguments: JSON.stringify(part.functionCall.args ?? {}) };
 }
 
-function convertCandidate(candidate: GeminiCandidate) {
-  let content: string | null = null;
-  const toolCalls: OpenAIToolCall[] = [];
+function convertCandidate(candidate: GeminiCandidate): AnswerChoice {
+  let text: string | null = null;
+  const toolCalls: ToolCall[] = [];
   for (const part of candidate.parts) {
-    const text = readText(part);
-    if (text !== undefined) content = (content ?? '') + text;
+    const piece = readText(part);
+    if (piece !== undefined) text = (text ?? '') + piece;
     const call = readToolCall(part);
     if (call !== undefined) toolCalls.push(call);
   }
-  const message: Record<string, unknown> = { role: 'assistant', content, refusal: null };
-  if (toolCalls.length > 0) message.tool_calls = toolCalls;
-  return {
-    index: candidate.index,
-    message,
-    logprobs: null,
-    finish_reason: mapGeminiFinishReason(candidate.finishReason, toolCalls.length > 0),
-  };
+  return { index: candidate.index, text, toolCalls, finishReason: mapGeminiFinishReason(candidate.finishReason, toolCalls.length > 0) };
 }
 
 /**
- * `GenerateContentResponse` → `chat.completion` body. A prompt Gemini blocked
+ * `GenerateContentResponse` → `Answer`. A prompt Gemini blocked
  * (`promptFeedback.blockReason`, no candidates) is answered like OpenAI
  * answers filtered output: a 200 with `finish_reason: "content_filter"` and
  * null content, billed for the prompt Google counted. A 400 would tell the
  * client its request was malformed, which it was not.
+ *
+ * `model` is the catalog entry that served the call: under a fallback that is
+ * not the id the client asked for, and clients have always been told which
+ * model answered.
  */
-export function convertGeminiResponse(payload: Record<string, unknown>, ctx: CallContext): VendorResult {
+export function convertGeminiResponse(payload: Record<string, unknown>, ctx: CallContext): Answer {
   const candidates = readCandidates(payload);
-  let choices: unknown[];
+  let choices: AnswerChoice[];
   if (candidates.length > 0) {
     choices = candidates.map(convertCandidate);
   } else {
     const blockReason = readBlockReason(payload);
     if (blockReason === undefined) throw malformedResponse();
     ctx.log.info({ reqId: ctx.requestId, blockReason }, 'Gemini blocked the prompt');
-    const message = { role: 'assistant', content: null, refusal: null };
-    choices = [{ index: 0, message, logprobs: null, finish_reason: 'content_filter' }];
+    choices = [{ index: 0, text: null, toolCalls: [], finishReason: 'content_filter' }];
   }
   const usage = convertGeminiUsage(payload.usageMetadata);
-  const body = { id: createChatCompletionId(), object: 'chat.completion', created: nowInSeconds(), model: ctx.model.id, choices, usage };
-  return usage === undefined ? { body: JSON.stringify(body) } : { body: JSON.stringify(body), usage };
+  const answer: Answer = { id: createChatCompletionId(), created: nowInSeconds(), model: ctx.model.id, choices };
+  if (usage !== undefined) answer.usage = usage;
+  return answer;
 }
 
-export async function createGeminiChatCompletion(request: ChatCompletionRequest, ctx: CallContext): Promise<VendorResult> {
+export async function createGeminiChatCompletion(request: ChatCompletionRequest, ctx: CallContext): Promise<Answer> {
   const response = await postGemini('generateContent', JSON.stringify(buildGeminiRequest(request, ctx)), ctx);
   if (response.status < 200 || response.status >= 300) throw await readGeminiErrorResponse(response, ctx);
   const payload = parseJsonObject(await readBodyText(response, ctx));

@@ -1,7 +1,8 @@
 import type { ChatCompletionRequest } from '../../../shared/schemas/chat.js';
 import { malformedResponse } from '../http.js';
 import { rejectJsonStreamAnswer, SseBody, streamEndedEarly } from '../sse-body.js';
-import type { CallContext, StreamEvent } from '../types.js';
+import type { StartEvent } from '../../answers/events.js';
+import type { AnswerEvent, CallContext } from '../types.js';
 import { postGemini } from './api.js';
 import { buildGeminiRequest } from './build-gemini-request.js';
 import { convertGeminiUsage } from './convert-gemini-usage.js';
@@ -14,45 +15,45 @@ interface CandidateState {
   finished: boolean;
 }
 
-const ROLE_DELTA = '{"role":"assistant","content":""}';
-
 /**
- * Turns Gemini stream payloads into `chat.completion.chunk` events. Every
- * Gemini chunk is a whole `GenerateContentResponse` holding only new parts,
- * so each maps on its own: a role chunk when a candidate first appears, one
- * content chunk per run of text parts, one complete tool-call chunk per
- * function call (Gemini never splits arguments unless asked to), a finish
- * chunk, and after the upstream closed the usage chunk from the last
- * `usageMetadata` (Gemini repeats running totals on every chunk).
- *
- * Chunks are written by string concatenation around one precomputed
- * envelope: each is serialized exactly once, and only the text or the call
- * goes through JSON.stringify.
+ * Turns Gemini stream payloads into answer events. Every Gemini chunk is a
+ * whole `GenerateContentResponse` holding only new parts, so each maps on its
+ * own: `start` before anything else, `role` when a candidate first appears,
+ * one `text` per run of text parts, one complete `tool-call` per function
+ * call (Gemini never splits arguments unless asked to), `finish`, and after
+ * the upstream closed the `usage` from the last `usageMetadata` (Gemini
+ * repeats running totals on every chunk).
  */
 export class GeminiStreamConverter {
-  private readonly prefix: string;
   private readonly candidates = new Map<number, CandidateState>();
   /** The raw running totals: converted once, at the end, not on every chunk. */
   private usageMetadata: unknown;
   private blocked = false;
 
-  constructor(model: string, id: string = createChatCompletionId(), created: number = nowInSeconds()) {
-    this.prefix = `{"id":${JSON.stringify(id)},"object":"chat.completion.chunk","created":${created},"model":${JSON.stringify(model)},"choices":[`;
-  }
+  /**
+   * `model`: the catalog entry that served the call. Under a fallback it is not
+   * the id the client asked for, and Gemini chunks have always named it.
+   */
+  constructor(
+    private readonly model?: string,
+    private readonly id: string = createChatCompletionId(),
+    private readonly created: number = nowInSeconds(),
+  ) {}
 
   /** Appends the events of one upstream payload to `out`. */
-  convert(payload: Record<string, unknown>, out: StreamEvent[]): void {
+  convert(payload: Record<string, unknown>, out: AnswerEvent[]): void {
     if (payload.usageMetadata != null) this.usageMetadata = payload.usageMetadata;
     const candidates = readCandidates(payload);
     if (candidates.length === 0 && readBlockReason(payload) !== undefined && !this.blocked) {
       // A blocked prompt is one chunk with promptFeedback and no candidates: the answer ends there, filtered.
       this.blocked = true;
       this.state(0, out).finished = true;
-      out.push(this.chunk(0, '{}', 'content_filter'));
+      out.push({ type: 'finish', choice: 0, reason: 'content_filter' });
       return;
     }
     for (const candidate of candidates) {
-      const state = this.state(candidate.index, out);
+      const choice = candidate.index;
+      const state = this.state(choice, out);
       let text = '';
       for (const part of candidate.parts) {
         const piece = readText(part);
@@ -62,16 +63,15 @@ export class GeminiStreamConverter {
         }
         const call = readToolCall(part);
         if (call === undefined) continue;
-        if (text.length > 0) out.push(this.chunk(candidate.index, `{"content":${JSON.stringify(text)}}`, null));
+        if (text.length > 0) out.push({ type: 'text', choice, text });
         text = '';
-        const delta = { index: state.toolCalls, ...call };
+        out.push({ type: 'tool-call', choice, index: state.toolCalls, id: call.id, name: call.name, arguments: call.arguments });
         state.toolCalls += 1;
-        out.push(this.chunk(candidate.index, `{"tool_calls":[${JSON.stringify(delta)}]}`, null));
       }
-      if (text.length > 0) out.push(this.chunk(candidate.index, `{"content":${JSON.stringify(text)}}`, null));
+      if (text.length > 0) out.push({ type: 'text', choice, text });
       if (candidate.finishReason !== null && !state.finished) {
         state.finished = true;
-        out.push(this.chunk(candidate.index, '{}', mapGeminiFinishReason(candidate.finishReason, state.toolCalls > 0)));
+        out.push({ type: 'finish', choice, reason: mapGeminiFinishReason(candidate.finishReason, state.toolCalls > 0) });
       }
     }
   }
@@ -80,27 +80,30 @@ export class GeminiStreamConverter {
    * Called once the upstream closed. Gemini sends no terminator, so a stream
    * is complete only if every candidate it started got a finish reason.
    */
-  finish(): StreamEvent[] {
+  finish(): AnswerEvent[] {
     const states = [...this.candidates.values()];
     if (states.length === 0 || states.some((state) => !state.finished)) throw streamEndedEarly();
     const usage = convertGeminiUsage(this.usageMetadata);
-    if (usage === undefined) return [];
-    return [{ data: `${this.prefix}],"usage":${JSON.stringify(usage)}}`, usage, usageOnly: true }];
+    return usage === undefined ? [] : [{ type: 'usage', usage }];
   }
 
-  private state(index: number, out: StreamEvent[]): CandidateState {
-    let state = this.candidates.get(index);
+  /** A candidate's state; its first sight starts the choice (and, for the first candidate, the answer). */
+  private state(choice: number, out: AnswerEvent[]): CandidateState {
+    let state = this.candidates.get(choice);
     if (state === undefined) {
+      // Every event follows some candidate's first sight, so `start` here comes before all of them, once.
+      if (this.candidates.size === 0) out.push(this.startEvent());
       state = { toolCalls: 0, finished: false };
-      this.candidates.set(index, state);
-      out.push(this.chunk(index, ROLE_DELTA, null));
+      this.candidates.set(choice, state);
+      out.push({ type: 'role', choice });
     }
     return state;
   }
 
-  private chunk(index: number, delta: string, finishReason: string | null): StreamEvent {
-    const reason = finishReason === null ? 'null' : `"${finishReason}"`;
-    return { data: `${this.prefix}{"index":${index},"delta":${delta},"logprobs":null,"finish_reason":${reason}}]}` };
+  private startEvent(): StartEvent {
+    const start: StartEvent = { type: 'start', id: this.id, created: this.created };
+    if (this.model !== undefined) start.model = this.model;
+    return start;
   }
 }
 
@@ -117,14 +120,14 @@ function parsePayload(data: string, secrets: readonly string[]): Record<string, 
   return payload as Record<string, unknown>;
 }
 
-
 /**
- * Streams a chat completion from `streamGenerateContent?alt=sse`. The request
- * is built, sent and its status checked on the first `next()`, so a refusal throws
- * before anything is yielded; an error payload or a cut connection later
- * throws after the chunks already delivered.
+ * Streams a chat completion from `streamGenerateContent?alt=sse`, one array
+ * of events per upstream read. The request is built, sent and its status
+ * checked on the first `next()`, so a refusal throws before anything is
+ * yielded; an error payload or a cut connection later throws after the
+ * events already delivered.
  */
-export async function* streamGeminiChatCompletion(request: ChatCompletionRequest, ctx: CallContext): AsyncGenerator<StreamEvent> {
+export async function* streamGeminiChatCompletion(request: ChatCompletionRequest, ctx: CallContext): AsyncGenerator<AnswerEvent[]> {
   // Built here, not by the caller: a request the mapping refuses throws from the first next(), like a vendor 400.
   const body = JSON.stringify(buildGeminiRequest(request, ctx));
   const response = await postGemini('streamGenerateContent', body, ctx);
@@ -134,19 +137,26 @@ export async function* streamGeminiChatCompletion(request: ChatCompletionRequest
   const secrets = [ctx.channel.apiKey];
   const converter = new GeminiStreamConverter(ctx.model.id);
   const sse = new SseBody(response, ctx);
-  const out: StreamEvent[] = [];
   try {
     // Gemini ends a stream by closing it: the whole body is read.
     for await (const events of sse.batches()) {
-      for (const event of events) {
-        const payload = parsePayload(event.data, secrets);
-        if (payload === undefined) continue;
-        converter.convert(payload, out);
-        for (const streamEvent of out) yield streamEvent;
-        out.length = 0;
+      const batch: AnswerEvent[] = [];
+      let failure: unknown;
+      try {
+        for (const event of events) {
+          const payload = parsePayload(event.data, secrets);
+          if (payload !== undefined) converter.convert(payload, batch);
+        }
+      } catch (error) {
+        // Events that came before the failure in the same read are real output: deliver them first.
+        if (batch.length === 0) throw error;
+        failure = error;
       }
+      if (batch.length > 0) yield batch;
+      if (failure !== undefined) throw failure;
     }
-    yield* converter.finish();
+    const usage = converter.finish();
+    if (usage.length > 0) yield usage;
   } finally {
     sse.close();
   }

@@ -1,6 +1,6 @@
 import { GatewayError } from '../../../shared/errors.js';
 import { parseJsonObject, readBodyText } from '../http.js';
-import type { GeneratedImage, ImageGenerationInput, ImageResult, MediaAdapter, MediaContext } from '../media-types.js';
+import type { GeneratedImage, ImageGenerationInput, ImageResult, MediaContext, VendorAdapter } from '../types.js';
 import { scrubSecrets } from '../vendor-errors.js';
 import { postGemini } from './api.js';
 import { buildGeminiImageRequest } from './build-gemini-image-request.js';
@@ -84,7 +84,7 @@ async function generateOneImage(body: string, ctx: MediaContext): Promise<OneIma
  * channel's concurrency cap counts this job once), with progress reported
  * after each. Usage is summed in GPT-image form (`input_tokens`, `output_tokens`).
  */
-export async function generateGeminiImages(input: ImageGenerationInput, ctx: MediaContext): Promise<ImageResult> {
+export const generateGeminiImages: NonNullable<VendorAdapter['generateImages']> = async (input: ImageGenerationInput, ctx: MediaContext): Promise<ImageResult> => {
   // Imagen answers on `:predict` with another body; sent to `generateContent` it would fail with a confusing vendor 404.
   if (/(^|\/)imagen-/.test(ctx.upstreamModel)) {
     throw new GatewayError(400, `The model '${input.model}' (Imagen) is not served by this gateway yet.`, { code: 'unsupported_endpoint', param: 'model' });
@@ -105,9 +105,4 @@ export async function generateGeminiImages(input: ImageGenerationInput, ctx: Med
     if (images.length < count) await ctx.progress(Math.floor((100 * images.length) / count));
   }
   return usage === undefined ? { images } : { images, usage };
-}
-
-/** Gemini's image models (`gemini-2.5-flash-image`, `gemini-3-pro-image-preview`, …). */
-export const geminiImages: MediaAdapter = {
-  generateImages: generateGeminiImages,
 };

@@ -1,10 +1,8 @@
-import { GatewayError } from '../../../shared/errors.js';
-import type { ChatCompletionRequest } from '../../../shared/schemas/chat.js';
-import type { EmbeddingRequest } from '../../../shared/schemas/embeddings.js';
-import type { CallContext, StreamEvent, VendorAdapter, VendorResult } from '../types.js';
+import type { VendorAdapter } from '../types.js';
 import { createGeminiEmbeddings } from './gemini-embeddings.js';
 import { createGeminiChatCompletion } from './gemini-response.js';
 import { streamGeminiChatCompletion } from './gemini-stream.js';
+import { generateGeminiImages } from './images.js';
 
 export { buildGeminiRequest } from './build-gemini-request.js';
 export { convertJsonSchema } from './convert-json-schema.js';
@@ -13,32 +11,16 @@ export { encodeFloat32Base64 } from './gemini-embeddings.js';
 export { mapGeminiError } from './map-gemini-error.js';
 export { createToolCallId, readThoughtSignature, SKIP_THOUGHT_SIGNATURE } from './thought-signature.js';
 
-const notServed = () =>
-  new GatewayError(400, 'Legacy completions are not served by Gemini models; use /v1/chat/completions.', {
-    code: 'unsupported_endpoint',
-    param: 'model',
-  });
-
 /**
  * Google Gemini (Generative Language API): OpenAI chat requests become
- * `generateContent` / `streamGenerateContent` calls and the answers come back
- * in OpenAI shapes; embeddings go through `batchEmbedContents`.
+ * `generateContent` / `streamGenerateContent` calls answered as answer events,
+ * embeddings go through `batchEmbedContents`, and images through the image
+ * models' `generateContent`. Legacy completions are not served: Gemini has no
+ * raw-prompt endpoint, so the registry refuses them.
  */
 export const geminiAdapter: VendorAdapter = {
-  createChatCompletion(request: ChatCompletionRequest, ctx: CallContext): Promise<VendorResult> {
-    return createGeminiChatCompletion(request, ctx);
-  },
-  streamChatCompletion(request: ChatCompletionRequest, ctx: CallContext): AsyncIterable<StreamEvent> {
-    return streamGeminiChatCompletion(request, ctx);
-  },
-  async createCompletion(): Promise<VendorResult> {
-    throw notServed();
-  },
-  // A generator, so the refusal comes from the first next() as the interface promises.
-  async *streamCompletion(): AsyncGenerator<StreamEvent> {
-    throw notServed();
-  },
-  createEmbeddings(request: EmbeddingRequest, ctx: CallContext): Promise<VendorResult> {
-    return createGeminiEmbeddings(request, ctx);
-  },
+  chat: createGeminiChatCompletion,
+  streamChat: streamGeminiChatCompletion,
+  embed: createGeminiEmbeddings,
+  generateImages: generateGeminiImages,
 };

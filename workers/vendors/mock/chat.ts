@@ -1,6 +1,6 @@
 import type { ChatCompletionRequest } from '../../../shared/schemas/chat.js';
 import { countChatPromptTokensAsync, countTextTokens } from '../../../shared/tokens.js';
-import type { CallContext, Usage } from '../types.js';
+import type { Answer, CallContext, Usage } from '../types.js';
 import { chatCompletionId, MOCK_SYSTEM_FINGERPRINT, nowInSeconds, toolCallId } from './ids.js';
 import { readMockMarkers, throwIfErrorMarker, type MockMarkers } from './markers.js';
 import { buildChatReplyText, findLastUserText, limitReply } from './reply-text.js';
@@ -127,4 +127,30 @@ export function renderChatCompletion(plan: ChatPlan): string {
     usage: plan.usage,
     system_fingerprint: MOCK_SYSTEM_FINGERPRINT,
   });
+}
+
+/**
+ * The plain answer: the body above as `wire` (clients of the chat wire form get
+ * it byte for byte), and the same facts as fields for other encoders. A legacy
+ * function_call is the choice's one tool call, with no id (functions have none).
+ */
+export function toChatAnswer(plan: ChatPlan): Answer {
+  return {
+    id: plan.id,
+    created: plan.created,
+    model: plan.model,
+    systemFingerprint: MOCK_SYSTEM_FINGERPRINT,
+    choices: plan.choices.map((choice) => ({
+      index: choice.index,
+      text: choice.content,
+      toolCalls: choice.toolCalls
+        ? choice.toolCalls.map((call) => ({ id: call.id, name: call.name, arguments: call.arguments }))
+        : choice.functionCall
+          ? [{ id: '', name: choice.functionCall.name, arguments: choice.functionCall.arguments }]
+          : [],
+      finishReason: choice.finishReason,
+    })),
+    usage: plan.usage,
+    wire: renderChatCompletion(plan),
+  };
 }

@@ -1,12 +1,13 @@
 import { invalidRequest } from '../../../shared/errors.js';
 import type { CompletionRequest } from '../../../shared/schemas/completions.js';
 import { countTextTokensAsync, decodeTokens } from '../../../shared/tokens.js';
-import type { CallContext, StreamEvent, Usage, VendorResult } from '../types.js';
+import type { Answer, AnswerEvent, CallContext, Usage } from '../types.js';
 import { completionId, MOCK_SYSTEM_FINGERPRINT, nowInSeconds } from './ids.js';
 import { readMockMarkers, throwIfErrorMarker, type MockMarkers } from './markers.js';
 import { sleep } from '../sleep.js';
 import { interleave, pace, resolveChunkDelayMs } from './pacing.js';
 import { buildCompletionText, limitReply, splitIntoPieces, type TextFinishReason } from './reply-text.js';
+import { startEvent, toBatches, type RenderedChunk } from './wire-events.js';
 
 /** The legacy endpoint's documented default when `max_tokens` is absent. */
 const DEFAULT_MAX_TOKENS = 16;
@@ -88,8 +89,12 @@ function envelope(plan: CompletionPlan) {
   return { id: plan.id, object: 'text_completion', created: plan.created, model: plan.model, system_fingerprint: MOCK_SYSTEM_FINGERPRINT };
 }
 
-/** A `text_completion` body. `logprobs` is always null, even when asked for: the mock has no token probabilities. */
-export async function createCompletion(request: CompletionRequest, ctx: CallContext): Promise<VendorResult> {
+/**
+ * A `text_completion` answer: the body as `wire`, byte for byte what clients of
+ * that form get, and the same facts as fields. `logprobs` is always null, even
+ * when asked for: the mock has no token probabilities.
+ */
+export async function createCompletion(request: CompletionRequest, ctx: CallContext): Promise<Answer> {
   const plan = await planCompletion(request, ctx);
   if (plan.markers.slowMs !== undefined) await sleep(plan.markers.slowMs, ctx.signal);
   const body = JSON.stringify({
@@ -102,7 +107,15 @@ export async function createCompletion(request: CompletionRequest, ctx: CallCont
     })),
     usage: plan.usage,
   });
-  return { body, usage: plan.usage };
+  return {
+    id: plan.id,
+    created: plan.created,
+    model: plan.model,
+    systemFingerprint: MOCK_SYSTEM_FINGERPRINT,
+    choices: plan.choices.map((choice) => ({ index: choice.index, text: choice.echo + choice.text, toolCalls: [], finishReason: choice.finishReason })),
+    usage: plan.usage,
+    wire: body,
+  };
 }
 
 interface CompletionChunk {
@@ -120,21 +133,30 @@ function buildChoiceChunks(choice: CompletionChoicePlan): CompletionChunk[] {
   return chunks;
 }
 
-function* renderChunks(plan: CompletionPlan): Generator<StreamEvent> {
-  const base = envelope(plan);
-  for (const chunk of interleave(plan.choices.map(buildChoiceChunks))) {
-    const choice = { text: chunk.text, index: chunk.index, logprobs: null, finish_reason: chunk.finishReason };
-    yield { data: JSON.stringify({ ...base, choices: [choice] }) };
-  }
+/** The echo is text like any other piece; the last, empty piece says only the finish. */
+function eventsOf(chunk: CompletionChunk): AnswerEvent[] {
+  if (chunk.finishReason !== null) return [{ type: 'finish', choice: chunk.index, reason: chunk.finishReason }];
+  return [{ type: 'text', choice: chunk.index, text: chunk.text }];
 }
 
-/** Every chunk is a whole `text_completion` object holding only the new text; a `choices: []` usage chunk ends it. */
-export async function* streamCompletion(request: CompletionRequest, ctx: CallContext): AsyncGenerator<StreamEvent> {
+function renderChunks(plan: CompletionPlan): RenderedChunk[] {
+  const base = envelope(plan);
+  return [...interleave(plan.choices.map(buildChoiceChunks))].map((chunk) => {
+    const choice = { text: chunk.text, index: chunk.index, logprobs: null, finish_reason: chunk.finishReason };
+    return { wire: JSON.stringify({ ...base, choices: [choice] }), events: eventsOf(chunk) };
+  });
+}
+
+/**
+ * Every chunk is a whole `text_completion` object holding only the new text;
+ * a `choices: []` usage chunk ends it. One batch of events per chunk.
+ */
+export async function* streamCompletion(request: CompletionRequest, ctx: CallContext): AsyncGenerator<AnswerEvent[]> {
   const plan = await planCompletion(request, ctx);
-  const usageChunk: StreamEvent = {
-    data: JSON.stringify({ ...envelope(plan), choices: [], usage: plan.usage }),
-    usage: plan.usage,
-    usageOnly: true,
+  const usageChunk: RenderedChunk = {
+    wire: JSON.stringify({ ...envelope(plan), choices: [], usage: plan.usage }),
+    events: [{ type: 'usage', usage: plan.usage }],
   };
-  yield* pace(renderChunks(plan), usageChunk, resolveChunkDelayMs(plan.markers.slowMs), ctx.signal);
+  const { batches, tail } = toBatches(startEvent(plan), renderChunks(plan), usageChunk);
+  yield* pace(batches, tail, resolveChunkDelayMs(plan.markers.slowMs), ctx.signal);
 }

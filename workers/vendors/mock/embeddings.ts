@@ -2,7 +2,7 @@ import { invalidRequest } from '../../../shared/errors.js';
 import type { EmbeddingRequest } from '../../../shared/schemas/embeddings.js';
 import { decodeTokens, encodeTextAsync } from '../../../shared/tokens.js';
 import { loopSlices } from '../../../shared/loop-slices.js';
-import type { CallContext, VendorResult } from '../types.js';
+import type { CallContext, EmbeddingsAnswer } from '../types.js';
 import { readMockMarkers, throwIfErrorMarker } from './markers.js';
 import { sleep } from '../sleep.js';
 
@@ -74,7 +74,7 @@ async function readInputs(input: EmbeddingRequest['input']): Promise<{ tokens: n
   return inputs;
 }
 
-export async function createEmbeddings(request: EmbeddingRequest, ctx: CallContext): Promise<VendorResult> {
+export async function createEmbeddings(request: EmbeddingRequest, ctx: CallContext): Promise<EmbeddingsAnswer> {
   ctx.signal.throwIfAborted();
   const inputs = await readInputs(request.input);
   const markers = readMockMarkers(inputs.flatMap((input) => (input.text === undefined ? [] : [input.text])));

@@ -14,7 +14,7 @@ import { createHash } from 'node:crypto';
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import { GatewayError, invalidRequest } from '../../../shared/errors.js';
 import { countTextTokens } from '../../../shared/tokens.js';
-import type { GeneratedImage, ImageGenerationInput, ImageResult, MediaAdapter, MediaContext } from '../media-types.js';
+import type { GeneratedImage, ImageGenerationInput, ImageResult, MediaContext } from '../types.js';
 import type { ImageEditInput } from '../../../shared/schemas/media-inputs.js';
 import { readMockMarkers, throwIfErrorMarker } from './markers.js';
 import { sleep } from '../sleep.js';
@@ -118,7 +118,7 @@ async function renderImages(plan: Plan, ctx: MediaContext): Promise<ImageResult>
   };
 }
 
-async function generateImages(input: ImageGenerationInput, ctx: MediaContext): Promise<ImageResult> {
+export async function generateMockImages(input: ImageGenerationInput, ctx: MediaContext): Promise<ImageResult> {
   const size = parseImageSize(input.size);
   await actOnMarkers(input.prompt, ctx);
   return renderImages(
@@ -127,7 +127,7 @@ async function generateImages(input: ImageGenerationInput, ctx: MediaContext): P
   );
 }
 
-async function editImages(input: ImageEditInput, ctx: MediaContext): Promise<ImageResult> {
+export async function editMockImages(input: ImageEditInput, ctx: MediaContext): Promise<ImageResult> {
   if (input.images.length === 0) {
     throw invalidRequest("Missing required parameter: 'image'.", 'image', 'missing_required_parameter');
   }
@@ -151,5 +151,3 @@ async function editImages(input: ImageEditInput, ctx: MediaContext): Promise<Ima
     ctx,
   );
 }
-
-export const mockImages: MediaAdapter = { generateImages, editImages };

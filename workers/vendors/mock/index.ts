@@ -1,10 +1,16 @@
 /**
  * The built-in offline vendor: deterministic answers for chat, legacy
- * completions and embeddings, so a fresh checkout runs (and is tested) with
- * no keys. Token counts are real (o200k_base), so billing paths see real numbers.
+ * completions, embeddings, images, transcriptions and videos, so a fresh
+ * checkout runs (and is tested) with no keys. Token counts are real
+ * (o200k_base), so billing paths see real numbers.
+ *
+ * It imitates an OpenAI-compatible vendor: every chunk and body it renders
+ * travels as `wire` (chat clients get exactly those bytes), next to the answer
+ * events it says, which other encoders read.
  *
  * Markers, written anywhere in the last user message (chat), a prompt
- * (completions) or an input string (embeddings), steer the mock for tests:
+ * (completions) or an input string (embeddings), steer the mock for tests
+ * (the media files list the markers they read, and their own):
  *
  *   [mock:error:<status>]  fail with a GatewayError of that status (400-599),
  *                          before any output. Retryable for 429 and 5xx, so
@@ -17,25 +23,32 @@
  * call. Every wait ends at once when `ctx.signal` aborts, rejecting with its reason.
  */
 import type { ChatCompletionRequest } from '../../../shared/schemas/chat.js';
-import type { CallContext, VendorAdapter, VendorResult } from '../types.js';
-import { planChatCompletion, renderChatCompletion } from './chat.js';
+import type { Answer, CallContext, VendorAdapter } from '../types.js';
+import { planChatCompletion, toChatAnswer } from './chat.js';
 import { streamChatCompletion } from './chat-stream.js';
 import { createCompletion, streamCompletion } from './completions.js';
 import { createEmbeddings } from './embeddings.js';
+import { editMockImages, generateMockImages } from './images.js';
+import { transcribeMock } from './transcriptions.js';
+import { generateMockVideo } from './videos.js';
 import { sleep } from '../sleep.js';
 
-async function createChatCompletion(request: ChatCompletionRequest, ctx: CallContext): Promise<VendorResult> {
+async function createChatCompletion(request: ChatCompletionRequest, ctx: CallContext): Promise<Answer> {
   const plan = await planChatCompletion(request, ctx);
   if (plan.markers.slowMs !== undefined) await sleep(plan.markers.slowMs, ctx.signal);
-  return { body: renderChatCompletion(plan), usage: plan.usage };
+  return toChatAnswer(plan);
 }
 
 export const mockAdapter: VendorAdapter = {
-  createChatCompletion,
-  streamChatCompletion,
-  createCompletion,
+  chat: createChatCompletion,
+  streamChat: streamChatCompletion,
+  complete: createCompletion,
   streamCompletion,
-  createEmbeddings,
+  embed: createEmbeddings,
+  generateImages: generateMockImages,
+  editImages: editMockImages,
+  transcribe: transcribeMock,
+  generateVideo: generateMockVideo,
 };
 
 export { MOCK_EMBEDDING_DIMENSIONS } from './embeddings.js';

@@ -6,10 +6,9 @@ export function resolveChunkDelayMs(slowMs: number | undefined): number {
   return slowMs ?? vendorCallSettings().mock.streamDelayMs;
 }
 
-
 /**
- * Yields events with a pause before each one but the first, as a model's
- * tokens arrive over time. `tail` follows the last event without a pause: a
+ * Yields batches with a pause before each one but the first, as a model's
+ * tokens arrive over time. `tail` follows the last batch without a pause: a
  * vendor sends its usage chunk together with the finish chunk, and a cancel
  * after the finish should still leave the usage for billing.
  */

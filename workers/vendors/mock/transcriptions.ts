@@ -8,7 +8,7 @@
  *   [mock:slow:<ms>]       take <ms> before answering; ends at once on abort.
  */
 import { encodeText } from '../../../shared/tokens.js';
-import type { MediaAdapter, MediaContext, TranscriptionResult } from '../media-types.js';
+import type { MediaContext, TranscriptionResult } from '../types.js';
 import type { TranscriptionInput } from '../../../shared/schemas/media-inputs.js';
 import { readMockMarkers, throwIfErrorMarker } from './markers.js';
 import { sleep } from '../sleep.js';
@@ -155,7 +155,3 @@ export async function transcribeMock(input: TranscriptionInput, ctx: MediaContex
   if (markers.slowMs !== undefined) await sleep(markers.slowMs, ctx.signal);
   return renderMockTranscript(planMockTranscript(filename, input.file.size), input);
 }
-
-export const mockTranscriptions: MediaAdapter = {
-  transcribe: transcribeMock,
-};

@@ -11,7 +11,7 @@
  *   [mock:slow:<ms>]       the render takes <ms> instead of MOCK_VIDEO_MS.
  */
 import { GatewayError, invalidRequest } from '../../../shared/errors.js';
-import type { MediaAdapter, MediaContext, VideoResult } from '../media-types.js';
+import type { MediaContext, VideoResult } from '../types.js';
 import type { VideoInput } from '../../../shared/schemas/media-inputs.js';
 import { readMockMarkers, throwIfErrorMarker } from './markers.js';
 import { buildMp4 } from './mp4.js';
@@ -110,7 +110,3 @@ export async function generateMockVideo(input: VideoInput, ctx: MediaContext): P
   const video = await ctx.blobs.put(`videos/${ctx.requestId}/video.mp4`, buildMp4(shape), 'video/mp4');
   return { video };
 }
-
-export const mockVideos: MediaAdapter = {
-  generateVideo: generateMockVideo,
-};

@@ -1,6 +1,6 @@
 import { Blob } from 'node:buffer';
 import { FormData } from 'undici';
-import type { BlobRef, ImageGenerationInput, MediaContext } from '../media-types.js';
+import type { BlobRef, ImageGenerationInput, MediaContext } from '../types.js';
 import type { ImageEditInput } from '../../../shared/schemas/media-inputs.js';
 import type { CallContext } from '../types.js';
 

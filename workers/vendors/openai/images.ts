@@ -1,5 +1,5 @@
 import { parseJsonObject, readBodyText, readCappedText, type VendorResponse } from '../http.js';
-import type { ImageGenerationInput, ImageResult, MediaAdapter, MediaContext } from '../media-types.js';
+import type { ImageGenerationInput, ImageResult, MediaContext } from '../types.js';
 import type { ImageEditInput } from '../../../shared/schemas/media-inputs.js';
 import { postOpenAI } from './api.js';
 import { buildOpenAIImageEditForm, buildOpenAIImageGenerationBody } from './build-openai-image-request.js';
@@ -19,15 +19,13 @@ async function readImagesResponse(response: VendorResponse, ctx: MediaContext): 
   return readOpenAIImages(parseJsonObject(await readBodyText(response, ctx)), secrets);
 }
 
-async function generateImages(input: ImageGenerationInput, ctx: MediaContext): Promise<ImageResult> {
+export async function generateOpenAIImages(input: ImageGenerationInput, ctx: MediaContext): Promise<ImageResult> {
   const response = await postOpenAI('/images/generations', buildOpenAIImageGenerationBody(input, ctx), ctx, 'application/json');
   return readImagesResponse(response, ctx);
 }
 
-async function editImages(input: ImageEditInput, ctx: MediaContext): Promise<ImageResult> {
+export async function editOpenAIImages(input: ImageEditInput, ctx: MediaContext): Promise<ImageResult> {
   const form = await buildOpenAIImageEditForm(input, ctx);
   return readImagesResponse(await postOpenAIForm('/images/edits', form, ctx), ctx);
 }
 
-/** OpenAI images (dall-e-2, dall-e-3, GPT image models) and OpenAI-compatible image APIs. */
-export const openaiImages: MediaAdapter = { generateImages, editImages };

@@ -1,42 +1,27 @@
-import type { ChatCompletionRequest } from '../../../shared/schemas/chat.js';
-import type { CompletionRequest } from '../../../shared/schemas/completions.js';
-import type { EmbeddingRequest } from '../../../shared/schemas/embeddings.js';
-import type { CallContext, StreamEvent, VendorAdapter, VendorResult } from '../types.js';
+import type { VendorAdapter } from '../types.js';
 import { buildOpenAIBody, buildOpenAIEmbeddingBody, buildOpenAIStreamBody } from './build-openai-body.js';
-import { createOpenAIResult } from './create-openai-result.js';
-import { flattenBatches, streamOpenAIBatches } from './stream-openai-events.js';
+import { createOpenAIAnswer, createOpenAIEmbeddings } from './create-openai-result.js';
+import { editOpenAIImages, generateOpenAIImages } from './images.js';
+import { streamOpenAIEvents } from './stream-openai-events.js';
+import { transcribeWithOpenAI } from './transcriptions.js';
+import { generateVideoWithOpenAI } from './videos.js';
 
 export { closeVendorAgent as closeOpenAIAgent } from '../http.js';
 export { mapOpenAIError, scrubSecrets } from './map-openai-error.js';
 
-/** Chat completion stream, one array of events per network read (one publish per read in the worker). */
-export function streamChatCompletionBatches(
-  request: ChatCompletionRequest,
-  ctx: CallContext,
-): AsyncGenerator<StreamEvent[]> {
-  return streamOpenAIBatches('/chat/completions', buildOpenAIStreamBody(request, ctx), ctx);
-}
-
-/** Legacy completion stream, batched like `streamChatCompletionBatches`. */
-export function streamCompletionBatches(request: CompletionRequest, ctx: CallContext): AsyncGenerator<StreamEvent[]> {
-  return streamOpenAIBatches('/completions', buildOpenAIStreamBody(request, ctx), ctx);
-}
-
-/** OpenAI and every OpenAI-compatible API (DeepSeek, xAI, vLLM, Ollama): requests and answers pass through. */
+/**
+ * OpenAI and every OpenAI-compatible API (DeepSeek, xAI, vLLM, Ollama):
+ * requests pass through with the upstream model id, answers come back in the
+ * client's own wire form (carried as `wire`) with the events they mean.
+ */
 export const openaiAdapter: VendorAdapter = {
-  createChatCompletion(request: ChatCompletionRequest, ctx: CallContext): Promise<VendorResult> {
-    return createOpenAIResult('/chat/completions', buildOpenAIBody(request, ctx), ctx);
-  },
-  streamChatCompletion(request: ChatCompletionRequest, ctx: CallContext): AsyncIterable<StreamEvent> {
-    return flattenBatches(streamChatCompletionBatches(request, ctx));
-  },
-  createCompletion(request: CompletionRequest, ctx: CallContext): Promise<VendorResult> {
-    return createOpenAIResult('/completions', buildOpenAIBody(request, ctx), ctx);
-  },
-  streamCompletion(request: CompletionRequest, ctx: CallContext): AsyncIterable<StreamEvent> {
-    return flattenBatches(streamCompletionBatches(request, ctx));
-  },
-  createEmbeddings(request: EmbeddingRequest, ctx: CallContext): Promise<VendorResult> {
-    return createOpenAIResult('/embeddings', buildOpenAIEmbeddingBody(request, ctx), ctx);
-  },
+  chat: (request, ctx) => createOpenAIAnswer('/chat/completions', buildOpenAIBody(request, ctx), ctx),
+  streamChat: (request, ctx) => streamOpenAIEvents('/chat/completions', buildOpenAIStreamBody(request, ctx), ctx),
+  complete: (request, ctx) => createOpenAIAnswer('/completions', buildOpenAIBody(request, ctx), ctx),
+  streamCompletion: (request, ctx) => streamOpenAIEvents('/completions', buildOpenAIStreamBody(request, ctx), ctx),
+  embed: (request, ctx) => createOpenAIEmbeddings(buildOpenAIEmbeddingBody(request, ctx), ctx),
+  generateImages: generateOpenAIImages,
+  editImages: editOpenAIImages,
+  transcribe: transcribeWithOpenAI,
+  generateVideo: generateVideoWithOpenAI,
 };

@@ -1,4 +1,4 @@
-import type { GeneratedImage, ImageResult } from '../media-types.js';
+import type { GeneratedImage, ImageResult } from '../types.js';
 import { imageGenerationFailed, mapOpenAIImageInlineError } from './map-openai-image-error.js';
 
 /** Top-level fields GPT image models add to `ImagesResponse`; the gateway hands them to the client. */

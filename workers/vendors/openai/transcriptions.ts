@@ -1,7 +1,7 @@
 import { Blob } from 'node:buffer';
 import { FormData } from 'undici';
 import { invalidRequest } from '../../../shared/errors.js';
-import type { BlobRef, MediaAdapter, MediaContext, TranscriptionResult } from '../media-types.js';
+import type { BlobRef, MediaContext, TranscriptionResult } from '../types.js';
 import type { TranscriptionInput } from '../../../shared/schemas/media-inputs.js';
 import { parseJsonObject, readBodyText, type VendorResponse } from '../http.js';
 import { readOpenAIError } from './create-openai-result.js';
@@ -105,6 +105,3 @@ export async function transcribeWithOpenAI(input: TranscriptionInput, ctx: Media
   return { body, contentType: header(response, 'content-type') ?? FALLBACK_CONTENT_TYPES[input.response_format] };
 }
 
-export const openaiTranscriptions: MediaAdapter = {
-  transcribe: transcribeWithOpenAI,
-};

@@ -1,6 +1,6 @@
 import { FormData } from 'undici';
 import { GatewayError, isGatewayError } from '../../../shared/errors.js';
-import type { BlobRef, MediaAdapter, MediaContext, VideoResult } from '../media-types.js';
+import type { BlobRef, MediaContext, VideoResult } from '../types.js';
 import type { VideoInput } from '../../../shared/schemas/media-inputs.js';
 import { guardedGet, readBoundedBytes } from '../guarded-fetch.js';
 import { joinUrl, malformedResponse, parseJsonObject, readBodyText, type VendorResponse } from '../http.js';
@@ -206,6 +206,3 @@ export async function generateVideoWithOpenAI(input: VideoInput, ctx: MediaConte
   return result;
 }
 
-export const openaiVideos: MediaAdapter = {
-  generateVideo: generateVideoWithOpenAI,
-};

@@ -1,0 +1,125 @@
+import type { Answer, AnswerEvent, FinishReason, ToolCallEvent, Usage } from './events.js';
+
+/** Which OpenAI wire form an encoder writes: chat completions, or legacy text completions. */
+export type ChatWireForm = 'chat.completion' | 'text_completion';
+
+export interface ChatEncoderOptions {
+  form: ChatWireForm;
+  /** The model id the client asked for: the answer's `model` unless the vendor named one. */
+  model: string;
+  /** `stream_options.include_usage`: the trailing usage chunk is sent only then (it is always read, for billing). */
+  includeUsage: boolean;
+  /** The client used the deprecated `functions`: one `function_call` instead of `tool_calls`. */
+  legacyFunctions: boolean;
+}
+
+const OPEN = ',"logprobs":null,"finish_reason":null}]}';
+
+function finishReasonFor(reason: FinishReason, legacyFunctions: boolean): FinishReason {
+  return legacyFunctions && reason === 'tool_calls' ? 'function_call' : reason;
+}
+
+/**
+ * Writes answer events as SSE frames in the chat-completion (or text-completion)
+ * chunk form. Each chunk is JSON text around an envelope built once, on the
+ * `start` event, so a text delta costs one `JSON.stringify` of its text. A
+ * vendor chunk that already is this form (`wire`) is sent untouched.
+ */
+export class ChatStreamEncoder {
+  /** The answer's usage, once the vendor reported it. */
+  usage: Usage | undefined;
+  private head = '';
+
+  constructor(private readonly options: ChatEncoderOptions) {}
+
+  /** The SSE frames of one batch of events ('' when they say nothing the client gets). */
+  encode(events: readonly AnswerEvent[]): string {
+    let frames = '';
+    for (const event of events) {
+      if (event.type === 'usage') this.usage = event.usage;
+      if (event.wire !== undefined) {
+        if (event.wire !== '' && (event.type !== 'usage' || this.options.includeUsage)) frames += `data: ${event.wire}\n\n`;
+        continue;
+      }
+      const chunk = this.chunkOf(event);
+      if (chunk !== undefined) frames += `data: ${chunk}\n\n`;
+    }
+    return frames;
+  }
+
+  private chunkOf(event: AnswerEvent): string | undefined {
+    const { form, legacyFunctions } = this.options;
+    switch (event.type) {
+      case 'start': {
+        const model = JSON.stringify(event.model ?? this.options.model);
+        const fingerprint = event.systemFingerprint === undefined ? '' : `,"system_fingerprint":${JSON.stringify(event.systemFingerprint)}`;
+        this.head = `{"id":${JSON.stringify(event.id)},"object":"${form === 'chat.completion' ? 'chat.completion.chunk' : 'text_completion'}","created":${event.created},"model":${model}${fingerprint}`;
+        return undefined;
+      }
+      case 'usage':
+        return this.options.includeUsage ? `${this.requireHead()},"choices":[],"usage":${JSON.stringify(event.usage)}}` : undefined;
+      case 'role':
+        return form === 'chat.completion' ? this.delta(event.choice, '{"role":"assistant","content":""}') : undefined;
+      case 'text':
+        if (form === 'text_completion') return `${this.requireHead()},"choices":[{"text":${JSON.stringify(event.text)},"index":${event.choice}${OPEN}`;
+        return this.delta(event.choice, `{"content":${JSON.stringify(event.text)}}`);
+      case 'tool-call':
+        if (form !== 'chat.completion' || (legacyFunctions && event.index > 0)) return undefined;
+        return this.delta(event.choice, legacyFunctions ? functionCallDelta(event) : toolCallDelta(event));
+      case 'finish': {
+        const reason = finishReasonFor(event.reason, legacyFunctions);
+        if (form === 'text_completion') return `${this.requireHead()},"choices":[{"text":"","index":${event.choice},"logprobs":null,"finish_reason":"${reason}"}]}`;
+        return `${this.requireHead()},"choices":[{"index":${event.choice},"delta":{},"logprobs":null,"finish_reason":"${reason}"}]}`;
+      }
+    }
+  }
+
+  private delta(choice: number, delta: string): string {
+    return `${this.requireHead()},"choices":[{"index":${choice},"delta":${delta}${OPEN}`;
+  }
+
+  private requireHead(): string {
+    // Adapters send `start` first; an answer without one is an adapter bug, not a vendor's.
+    if (this.head === '') throw new Error('answer event before the start event');
+    return this.head;
+  }
+}
+
+function toolCallDelta(event: ToolCallEvent): string {
+  const args = JSON.stringify(event.arguments);
+  if (event.name === undefined) return `{"tool_calls":[{"index":${event.index},"function":{"arguments":${args}}}]}`;
+  return `{"tool_calls":[{"index":${event.index},"id":${JSON.stringify(event.id ?? '')},"type":"function","function":{"name":${JSON.stringify(event.name)},"arguments":${args}}}]}`;
+}
+
+function functionCallDelta(event: ToolCallEvent): string {
+  const args = JSON.stringify(event.arguments);
+  if (event.name === undefined) return `{"function_call":{"arguments":${args}}}`;
+  return `{"function_call":{"name":${JSON.stringify(event.name)},"arguments":${args}}}`;
+}
+
+/** A plain answer as the body of `chat.completion` (or `text_completion`); the vendor's own body when it already is that. */
+export function encodeChatAnswer(answer: Answer, options: Omit<ChatEncoderOptions, 'includeUsage'>): string {
+  if (answer.wire !== undefined) return answer.wire;
+  const { form, legacyFunctions } = options;
+  const choices = answer.choices.map((choice) => {
+    const finish_reason = finishReasonFor(choice.finishReason, legacyFunctions);
+    if (form === 'text_completion') return { text: choice.text ?? '', index: choice.index, logprobs: null, finish_reason };
+    const message: Record<string, unknown> = { role: 'assistant', content: choice.text, refusal: null };
+    if (choice.toolCalls.length > 0) {
+      const calls = choice.toolCalls.map((call) => ({ id: call.id, type: 'function', function: { name: call.name, arguments: call.arguments } }));
+      if (legacyFunctions) message.function_call = calls[0]!.function;
+      else message.tool_calls = calls;
+    }
+    return { index: choice.index, message, logprobs: null, finish_reason };
+  });
+  const body: Record<string, unknown> = {
+    id: answer.id,
+    object: form,
+    created: answer.created,
+    model: answer.model ?? options.model,
+    choices,
+  };
+  if (answer.usage !== undefined) body.usage = answer.usage;
+  if (answer.systemFingerprint !== undefined) body.system_fingerprint = answer.systemFingerprint;
+  return JSON.stringify(body);
+}
