@@ -1,10 +1,9 @@
 import type { Job, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { GatewayError, type ErrorBody, type WireError } from '../shared/errors.js';
-import { asyncJobKey, type GatewayJobResult, type QueueName } from '../shared/queues.js';
+import { asyncJobKey, type AsyncJobRecord, type GatewayJobResult, type QueueName } from '../shared/queues.js';
 import type { BlobRef } from '../shared/blobs.js';
 import type { BlobStore } from '../storage/blob-store.js';
-import type { AsyncJobRecord } from './relay.js';
 
 export type JobStatus = 'queued' | 'in_progress' | 'completed' | 'failed';
 

@@ -6,7 +6,7 @@ import type { Config } from '../shared/config.js';
 import { endpoints, type Endpoint, type EndpointPayloads } from '../shared/endpoints.js';
 import type { VideoInput } from '../shared/schemas/media-inputs.js';
 import { GatewayError } from '../shared/errors.js';
-import { asyncJobKey, payloadKey, type GatewayJobData, type QueueName } from '../shared/queues.js';
+import { asyncJobKey, payloadKey, type AsyncJobRecord, type GatewayJobData, type QueueName } from '../shared/queues.js';
 import type { Backpressure } from './backpressure.js';
 import type { BlobStore } from '../storage/blob-store.js';
 import { uploadKeys } from '../storage/upload-keys.js';
@@ -39,18 +39,6 @@ export interface RelayRequest<E extends Endpoint = Endpoint> {
   jobId?: string;
 }
 
-/** Where an async job can be found, and whose it is. */
-export interface AsyncJobRecord {
-  queue: QueueName;
-  keyId: string;
-  endpoint: Endpoint;
-  model: string;
-  created: number;
-  contentType?: string;
-  /** The request, for resources that echo it (videos). */
-  request?: Partial<VideoInput>;
-}
-
 /** `Prefer: respond-async` (RFC 7240) asks for a 202 and a job to poll. */
 export function prefersAsync(prefer: string | undefined): boolean {
   return !!prefer && prefer.split(/[,;]/).some((token) => token.trim().toLowerCase() === 'respond-async');
@@ -64,12 +52,14 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
   const { config, queues, hub, backpressure } = deps;
   const requestId: string = ctx.state.requestId;
   const log: Logger = ctx.state.log;
-  const queueName = endpoints[request.endpoint].queue;
+  const row = endpoints[request.endpoint];
+  const queueName = row.queue;
   const queue = queues.get(queueName);
   if (!queue) throw new GatewayError(503, `The ${queueName} capability is not served here.`, { code: 'overloaded' });
   backpressure.admit(queueName);
 
-  const deadline = Date.now() + config.deadlineMs[queueName];
+  const deadlineMs = row.deadlineMs(config);
+  const deadline = Date.now() + deadlineMs;
   const jobId = request.jobId ?? requestId;
   const data: GatewayJobData = {
     requestId: jobId,
@@ -86,7 +76,7 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
   }
   const serialized = JSON.stringify(request.body);
   if (serialized.length > config.inlinePayloadBytes) {
-    await deps.redis.set(payloadKey(jobId), serialized, 'PX', config.deadlineMs[queueName] + 60_000);
+    await deps.redis.set(payloadKey(jobId), serialized, 'PX', deadlineMs + 60_000);
   } else {
     data.payload = request.body;
   }
@@ -145,8 +135,8 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
       jobId,
       attempts: config.jobAttempts,
       backoff: { type: 'gateway' },
-      removeOnComplete: { age: 60, count: 1000 },
-      removeOnFail: { age: 3600, count: 5000 },
+      removeOnComplete: { age: row.keep.completedSeconds, count: row.keep.completedCount },
+      removeOnFail: { age: row.keep.failedSeconds, count: row.keep.failedCount },
     });
     exchange.jobKey = queue.toKey(jobId);
     await exchange.run(deadline);

@@ -21,7 +21,7 @@ import { Backpressure } from './backpressure.js';
 import { ModelResolver } from './model-resolver.js';
 import { v1Routes } from './routes/v1.js';
 import { adminRoutes } from './routes/admin.js';
-import { mediaRoutes } from './routes/media.js';
+import { endpointRoutes } from './routes/endpoint-routes.js';
 import { jobRoutes } from './routes/jobs.js';
 import { JobEvents } from './job-events.js';
 import { LoopStallMonitor } from './loop-stall.js';
@@ -102,7 +102,7 @@ export async function createApiServer(config: Config, log: Logger): Promise<ApiS
   const v1 = v1Routes(relayDeps);
   const auth = authenticate(keyCache);
   app.use(async (ctx, next) => ((ctx.path.startsWith('/v1/') || ctx.path === '/v1') && !ctx.path.startsWith('/v1/files/') ? auth(ctx, next) : next()));
-  app.use(mediaRoutes({ ...relayDeps, blobs }).routes());
+  app.use(endpointRoutes({ ...relayDeps, blobs }).routes());
   app.use(jobs.authed.routes());
   app.use(v1.routes());
   app.use(v1.allowedMethods());

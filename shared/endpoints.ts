@@ -1,10 +1,31 @@
+import type { z } from 'zod';
 import type { Capability } from './catalog.js';
+import type { Config } from './config.js';
 import type { QueueName } from './queues.js';
-import type { ChatCompletionRequest } from './schemas/chat.js';
-import type { CompletionRequest } from './schemas/completions.js';
-import type { EmbeddingRequest } from './schemas/embeddings.js';
-import type { ImageGenerationRequest } from './schemas/images.js';
-import type { ImageEditInput, TranscriptionInput, VideoInput } from './schemas/media-inputs.js';
+import { chatCompletionRequestSchema, type ChatCompletionRequest } from './schemas/chat.js';
+import { completionRequestSchema, type CompletionRequest } from './schemas/completions.js';
+import { embeddingRequestSchema, type EmbeddingRequest } from './schemas/embeddings.js';
+import { imageEditFieldsSchema, imageGenerationRequestSchema, type ImageGenerationRequest } from './schemas/images.js';
+import { transcriptionFieldsSchema, videoRequestSchema, type ImageEditInput, type TranscriptionInput, type VideoInput } from './schemas/media-inputs.js';
+
+/**
+ * How long a finished job stays in its queue. A waiting client got its answer
+ * over pub/sub, so a completed job is kept only briefly (to inspect), a failed
+ * one longer (to investigate). An async job is read later: it is kept
+ * `ASYNC_RESULT_TTL_S` (results past 256 KiB in the blob store as long).
+ */
+export interface ResultKeeping {
+  completedSeconds: number;
+  failedSeconds: number;
+  /** The most finished jobs of each kind a queue keeps, whatever their age. */
+  completedCount: number;
+  failedCount: number;
+}
+
+const heldAnswer: ResultKeeping = { completedSeconds: 60, failedSeconds: 3600, completedCount: 1000, failedCount: 5000 };
+
+/** Every queue's deadline: how long a request may wait and run (`REQUEST_DEADLINE_MS_<QUEUE>`). */
+const queueDeadline = (queue: QueueName) => (config: Pick<Config, 'deadlineMs'>) => config.deadlineMs[queue];
 
 /** What the gateway needs to know about one API endpoint, in one place. */
 export interface EndpointRow {
@@ -14,18 +35,29 @@ export interface EndpointRow {
   queue: QueueName;
   /** Catalog capabilities a model needs to be served here. */
   capabilities: readonly Capability[];
+  /** What the client sends: a JSON body, multipart fields with files, or either. */
+  body: 'json' | 'multipart' | 'json-or-multipart';
+  /** Validates the JSON body, or the multipart text fields (files arrive apart). */
+  schema: z.ZodType;
   /** Answers with SSE when the client sets `stream`. */
   streams: boolean;
-  /** Takes multipart files: they go to the blob store, the job carries references, and the worker deletes them when the job ends. */
-  uploads: boolean;
+  /** Takes files: they go to the blob store, the job carries references, and the worker deletes them when the job ends. */
+  uploads: false | { maxBytes: 'maxImageBytes' | 'maxAudioBytes' };
+  /** Always answered as a resource to read later (a 200 with the queued resource), never held open. */
+  asyncOnly: boolean;
   /** Which worker pipeline runs it: text (chat adapters) or media (image, audio, video adapters). */
   pipeline: 'text' | 'media';
+  /** How long a request may wait and run, in ms. */
+  deadlineMs: (config: Pick<Config, 'deadlineMs'>) => number;
+  /** How long its finished job is kept when a client waited for it. */
+  keep: ResultKeeping;
 }
 
 /**
  * Every queued endpoint. Routes, the relay, the model resolver, worker
  * dispatch and the blob janitor read their facts from here; adding an
- * endpoint is one row, one thin route and one handler.
+ * endpoint is one row, one handler (`api/endpoint-handlers.ts`) and, in the
+ * worker, one case of its pipeline.
  */
 export const endpoints = {
   'chat.completions': {
@@ -33,32 +65,99 @@ export const endpoints = {
     path: '/v1/chat/completions',
     queue: 'chat',
     capabilities: ['chat', 'reasoning'],
+    body: 'json',
+    schema: chatCompletionRequestSchema,
     streams: true,
     uploads: false,
+    asyncOnly: false,
     pipeline: 'text',
+    deadlineMs: queueDeadline('chat'),
+    keep: heldAnswer,
   },
-  completions: { method: 'POST', path: '/v1/completions', queue: 'chat', capabilities: ['completion'], streams: true, uploads: false, pipeline: 'text' },
-  embeddings: { method: 'POST', path: '/v1/embeddings', queue: 'embeddings', capabilities: ['embedding'], streams: false, uploads: false, pipeline: 'text' },
+  completions: {
+    method: 'POST',
+    path: '/v1/completions',
+    queue: 'chat',
+    capabilities: ['completion'],
+    body: 'json',
+    schema: completionRequestSchema,
+    streams: true,
+    uploads: false,
+    asyncOnly: false,
+    pipeline: 'text',
+    deadlineMs: queueDeadline('chat'),
+    keep: heldAnswer,
+  },
+  embeddings: {
+    method: 'POST',
+    path: '/v1/embeddings',
+    queue: 'embeddings',
+    capabilities: ['embedding'],
+    body: 'json',
+    schema: embeddingRequestSchema,
+    streams: false,
+    uploads: false,
+    asyncOnly: false,
+    pipeline: 'text',
+    deadlineMs: queueDeadline('embeddings'),
+    keep: heldAnswer,
+  },
   'images.generations': {
     method: 'POST',
     path: '/v1/images/generations',
     queue: 'image',
     capabilities: ['image'],
+    body: 'json',
+    schema: imageGenerationRequestSchema,
     streams: false,
     uploads: false,
+    asyncOnly: false,
     pipeline: 'media',
+    deadlineMs: queueDeadline('image'),
+    keep: heldAnswer,
   },
-  'images.edits': { method: 'POST', path: '/v1/images/edits', queue: 'image', capabilities: ['image'], streams: false, uploads: true, pipeline: 'media' },
+  'images.edits': {
+    method: 'POST',
+    path: '/v1/images/edits',
+    queue: 'image',
+    capabilities: ['image'],
+    body: 'multipart',
+    schema: imageEditFieldsSchema,
+    streams: false,
+    uploads: { maxBytes: 'maxImageBytes' },
+    asyncOnly: false,
+    pipeline: 'media',
+    deadlineMs: queueDeadline('image'),
+    keep: heldAnswer,
+  },
   'audio.transcriptions': {
     method: 'POST',
     path: '/v1/audio/transcriptions',
     queue: 'audio',
     capabilities: ['transcription'],
+    body: 'multipart',
+    schema: transcriptionFieldsSchema,
     streams: false,
-    uploads: true,
+    uploads: { maxBytes: 'maxAudioBytes' },
+    asyncOnly: false,
     pipeline: 'media',
+    deadlineMs: queueDeadline('audio'),
+    keep: heldAnswer,
   },
-  videos: { method: 'POST', path: '/v1/videos', queue: 'video', capabilities: ['video'], streams: false, uploads: true, pipeline: 'media' },
+  videos: {
+    method: 'POST',
+    path: '/v1/videos',
+    queue: 'video',
+    capabilities: ['video'],
+    body: 'json-or-multipart',
+    schema: videoRequestSchema,
+    streams: false,
+    uploads: { maxBytes: 'maxImageBytes' },
+    asyncOnly: true,
+    pipeline: 'media',
+    deadlineMs: queueDeadline('video'),
+    keep: heldAnswer,
+  },
 } as const satisfies Record<string, EndpointRow>;
 
 export type Endpoint = keyof typeof endpoints;

@@ -1,4 +1,5 @@
 import type { Endpoint, EndpointPayloads } from './endpoints.js';
+import type { VideoInput } from './schemas/media-inputs.js';
 
 /** One BullMQ queue per capability; a capability's workers scale alone. */
 export const queueNames = ['chat', 'embeddings', 'image', 'audio', 'video'] as const;
@@ -15,7 +16,7 @@ export const payloadKey = (requestId: string) => `${keyPrefix}payload:${requestI
 export const resultKey = (requestId: string) => `${keyPrefix}result:${requestId}`;
 /** Job lifecycle events (queued, progress, completed, failed) of async jobs, for WebSocket watchers. */
 export const jobEventsChannel = `${keyPrefix}job-events`;
-/** Where an async job lives and whose it is (see AsyncJobRecord in api/relay.ts). */
+/** Where an async job lives and whose it is (an AsyncJobRecord). */
 export const asyncJobKey = (id: string) => `${keyPrefix}async:${id}`;
 /** A key's videos, newest last (sorted set scored by creation time). */
 export const videosOfKey = (keyId: string) => `${keyPrefix}videos:${keyId}`;
@@ -46,4 +47,16 @@ export interface GatewayJobResult {
   /** The response body, or a pointer to it under `resultKey` when large. */
   body?: string;
   bodyRef?: string;
+}
+
+/** Where an async job can be found, and whose it is: kept under `asyncJobKey(id)` for ASYNC_RESULT_TTL_S. */
+export interface AsyncJobRecord {
+  queue: QueueName;
+  keyId: string;
+  endpoint: Endpoint;
+  model: string;
+  created: number;
+  contentType?: string;
+  /** The request, for resources that echo it (videos). */
+  request?: Partial<VideoInput>;
 }

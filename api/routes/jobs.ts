@@ -1,31 +1,18 @@
-import { randomBytes } from 'node:crypto';
 import Router from '@koa/router';
-import { z } from 'zod';
-import { GatewayError, invalidRequest } from '../../shared/errors.js';
+import { GatewayError } from '../../shared/errors.js';
 import { asyncJobKey, cancelChannel, payloadKey, videosOfKey } from '../../shared/queues.js';
 import { checkBlobSignature } from '../../storage/blob-urls.js';
 import type { ServingBlobStore } from '../../storage/create-blob-store.js';
 import { uploadKeys } from '../../storage/upload-keys.js';
-import { readJsonObject } from '../json-body.js';
-import { readMultipart, refusingDeletesUploads } from '../multipart.js';
-import { parseBody } from '../validate.js';
-import { relay } from '../relay.js';
 import { loadOwnedJob, renderJob, renderVideo, videoFiles } from '../job-views.js';
-import type { MediaRouteDeps } from './media.js';
+import type { EndpointRouteDeps } from './endpoint-routes.js';
 import type { AuthState } from '../middleware/auth.js';
 import type { RequestIdState } from '../middleware/request-id.js';
 
 type State = AuthState & RequestIdState;
 
-const videoRequestSchema = z.looseObject({
-  model: z.string().min(1).default('sora-2'),
-  prompt: z.string().min(1).max(32_000),
-  seconds: z.union([z.string(), z.number()]).transform(String).pipe(z.enum(['4', '8', '12'])).default('4'),
-  size: z.string().optional(),
-});
-
 /** Async jobs, videos (always async), and signed file downloads. */
-export function jobRoutes(deps: MediaRouteDeps & { blobs: ServingBlobStore; urlSecret: string }): { authed: Router<State>; public: Router } {
+export function jobRoutes(deps: EndpointRouteDeps & { blobs: ServingBlobStore; urlSecret: string }): { authed: Router<State>; public: Router } {
   const router = new Router<State>({ prefix: '/v1' });
   const { redis, queues, config } = deps;
   const expiry = config.asyncResultTtlSeconds;
@@ -33,34 +20,6 @@ export function jobRoutes(deps: MediaRouteDeps & { blobs: ServingBlobStore; urlS
   router.get('/jobs/:id', async (ctx) => {
     const owned = await loadOwnedJob(redis, queues, ctx.params.id!, ctx.state.keyId);
     ctx.body = await renderJob(owned, deps.blobs);
-  });
-
-  router.post('/videos', async (ctx) => {
-    const multipart = /^multipart\/form-data/i.test(ctx.get('content-type'));
-    const form = multipart ? await readMultipart(ctx.req, deps.blobs, ctx.state.requestId, config.maxImageBytes) : undefined;
-    const raw = form
-      ? Object.fromEntries(Object.entries(form.fields).map(([k, v]) => [k, Array.isArray(v) ? v.at(-1) : v]))
-      : await readJsonObject(ctx.req, config.maxBodyBytes);
-    const reference = form?.files.find((f) => f.field === 'input_reference')?.ref;
-    const checks = () => {
-      const fields = parseBody(videoRequestSchema, raw);
-      const model = deps.models.resolve(fields.model, 'videos');
-      const size = fields.size ?? model.default_size ?? '720x1280';
-      if (model.image_sizes?.length && !model.image_sizes.includes(size)) {
-        throw invalidRequest(`Invalid size '${size}' for \`${model.id}\`. Supported sizes: ${model.image_sizes.join(', ')}.`, 'size', 'invalid_size');
-      }
-      return { fields, model, size };
-    };
-    const { fields, model, size } = form ? await refusingDeletesUploads(form, deps.blobs, checks) : checks();
-    const id = `video_${randomBytes(16).toString('hex')}`;
-    const body = { prompt: fields.prompt, seconds: fields.seconds, size, ...(reference ? { input_reference: reference } : {}) };
-    await relay(ctx, deps, { endpoint: 'videos', model: model.id, keyId: ctx.state.keyId, body, stream: false, async: true, jobId: id });
-    await redis.zadd(videosOfKey(ctx.state.keyId), Date.now(), id);
-    const owned = await loadOwnedJob(redis, queues, id, ctx.state.keyId, 'video');
-    ctx.status = 200;
-    ctx.remove('location');
-    // As created: a worker may already hold it, but the answer to "create" is the new, queued video.
-    ctx.body = renderVideo({ ...owned, status: 'queued', progress: 0 }, expiry);
   });
 
   router.get('/videos', async (ctx) => {

@@ -1,0 +1,76 @@
+import Router from '@koa/router';
+import type { Context } from 'koa';
+import { endpointNames, endpoints, type Endpoint } from '../../shared/endpoints.js';
+import { invalidRequest } from '../../shared/errors.js';
+import type { BlobStore } from '../../storage/blob-store.js';
+import { handlers, type Admitted, type EndpointHandler, type HandlerInput } from '../endpoint-handlers.js';
+import { readJsonObject } from '../json-body.js';
+import type { ModelResolver } from '../model-resolver.js';
+import { readMultipart, refusingDeletesUploads, type MultipartForm } from '../multipart.js';
+import { prefersAsync, relay, type RelayDeps } from '../relay.js';
+import { parseBody } from '../validate.js';
+import type { AuthState } from '../middleware/auth.js';
+import type { RequestIdState } from '../middleware/request-id.js';
+
+type State = AuthState & RequestIdState;
+
+export interface EndpointRouteDeps extends RelayDeps {
+  models: ModelResolver;
+  blobs: BlobStore;
+}
+
+/** `Prefer: respond-async` on any POST; a stream has nothing to hand over later, so the two do not mix. */
+export function asyncMode(ctx: { get(name: string): string }, stream: boolean): boolean {
+  const wanted = prefersAsync(ctx.get('prefer'));
+  if (wanted && stream) throw invalidRequest('A streamed request cannot also be answered asynchronously (Prefer: respond-async).', 'stream');
+  return wanted;
+}
+
+/** Multipart text fields as the schemas read them: `name[]` (or a repeated name ending so) is a list, any other name its last value. */
+function formFields(form: MultipartForm): Record<string, unknown> {
+  const fields: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(form.fields)) fields[name] = name.endsWith('[]') ? [value].flat() : Array.isArray(value) ? value.at(-1) : value;
+  return fields;
+}
+
+/**
+ * The one route every row of the endpoint table gets: read the body the row
+ * says (JSON, multipart, or either), validate it with the row's schema,
+ * resolve the model for the row's capabilities, let the endpoint's handler
+ * check and shape the payload, then queue it and answer (held open, streamed,
+ * or async). A refused multipart request's stored files are deleted at once.
+ */
+async function serve<E extends Endpoint>(name: E, ctx: Context, deps: EndpointRouteDeps): Promise<void> {
+  const row = endpoints[name];
+  const multipart = row.body === 'multipart' || (row.body === 'json-or-multipart' && /^multipart\/form-data/i.test(ctx.get('content-type')));
+  const form = multipart && row.uploads ? await readMultipart(ctx.req, deps.blobs, ctx.state.requestId, deps.config[row.uploads.maxBytes]) : undefined;
+  const raw = form ? formFields(form) : await readJsonObject(ctx.req, deps.config.maxBodyBytes);
+  const handler: EndpointHandler<E> = handlers[name];
+  const admit = async () => {
+    // TypeScript cannot follow a generic row to its schema's output: this is where the two are tied, once.
+    const fields = parseBody(row.schema, raw) as HandlerInput<E>['fields'];
+    const model = deps.models.resolve((fields as { model: string }).model, name);
+    const admitted: Admitted<E> = await handler.admit({ fields, model, files: form?.files ?? [] });
+    return { model, admitted };
+  };
+  const { model, admitted } = form ? await refusingDeletesUploads(form, deps.blobs, admit) : await admit();
+  const stream = admitted.stream ?? false;
+  await relay(ctx, deps, {
+    endpoint: name,
+    model: model.id,
+    keyId: ctx.state.keyId,
+    body: admitted.payload,
+    stream,
+    async: row.asyncOnly || asyncMode(ctx, stream),
+    ...(admitted.contentType ? { contentType: admitted.contentType } : {}),
+    ...(admitted.jobId ? { jobId: admitted.jobId } : {}),
+  });
+  await handler.answer?.(ctx, admitted, deps);
+}
+
+/** One POST route per row of the endpoint table. */
+export function endpointRoutes(deps: EndpointRouteDeps): Router<State> {
+  const router = new Router<State>();
+  for (const name of endpointNames) router.post(endpoints[name].path, (ctx) => serve(name, ctx, deps));
+  return router;
+}
