@@ -12,8 +12,7 @@ import { loadCatalog } from '../shared/catalog.js';
 import { GatewayError } from '../shared/errors.js';
 import { queueNames, replyChannel, type QueueName } from '../shared/queues.js';
 import { resolveChannels } from '../shared/vendors.js';
-import { errorHandler } from './middleware/error-handler.js';
-import { requestId } from './middleware/request-id.js';
+import { envelope } from './middleware/envelope.js';
 import { authenticate } from './middleware/auth.js';
 import { KeyCache, KeyStore, revokedChannel } from './key-store.js';
 import { ReplyHub } from './reply-hub.js';
@@ -75,9 +74,7 @@ export async function createApiServer(config: Config, log: Logger): Promise<ApiS
     ctx.body = { status: ready ? 'ready' : 'not_ready', redis: redisOk, subscriber: hub.connected, draining, event_loop_max_ms: eventLoopMaxMs };
   });
 
-  // The request id wraps the error handler, so its access-log line sees the status the client got.
-  app.use(requestId(log));
-  app.use(errorHandler(log));
+  app.use(envelope(log));
   app.use(async (ctx, next) => {
     if (ctx.req.httpVersion === '1.1' && !ctx.get('host')) {
       throw new GatewayError(400, 'An HTTP/1.1 request must carry a Host header.', { code: 'invalid_http_request' });

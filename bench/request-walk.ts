@@ -29,6 +29,8 @@ const { startPrivateRedis } = await import('../test/support/redis-server.js');
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const sourceDirs = ['api/', 'workers/', 'shared/', 'storage/'];
+/** `--functions`: name the functions that ran in each file. */
+const showFunctions = process.argv.includes('--functions');
 
 const redisServer = await startPrivateRedis({ aof: false });
 const fake = await startFakeOpenAI({ record: false });
@@ -55,32 +57,64 @@ interface FunctionCoverage {
   functionName: string;
   ranges: Array<{ startOffset: number; endOffset: number; count: number }>;
 }
-async function filesRun(): Promise<string[]> {
+interface Ran {
+  file: string;
+  /** `name@offset` of every function that ran. */
+  functions: Map<string, string>;
+}
+
+/** Every project source file in which a function ran since the last call (module top levels, which ran at load, not counted). */
+async function functionsRun(): Promise<Ran[]> {
   const { result } = (await session.post('Profiler.takePreciseCoverage')) as { result: Array<{ url: string; functions: FunctionCoverage[] }> };
-  const files: string[] = [];
+  const files: Ran[] = [];
   for (const script of result) {
     if (!script.url.startsWith('file://')) continue;
     const path = fileURLToPath(script.url);
     if (!path.startsWith(root)) continue;
     const relative = path.slice(root.length);
     if (!sourceDirs.some((dir) => relative.startsWith(dir))) continue;
-    // The function whose range starts at offset 0 is the module's top level, which ran when it loaded.
-    const ran = script.functions.some((fn) => fn.ranges[0]!.startOffset > 0 && fn.ranges[0]!.count > 0);
-    if (ran) files.push(relative);
+    const functions = new Map<string, string>();
+    for (const fn of script.functions) {
+      const range = fn.ranges[0]!;
+      if (range.startOffset > 0 && range.count > 0) functions.set(`${fn.functionName}@${range.startOffset}`, fn.functionName || '(anonymous)');
+    }
+    if (functions.size > 0) files.push({ file: relative, functions });
   }
-  return files.sort();
+  return files.sort((a, b) => a.file.localeCompare(b.file));
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * What runs with no request at all (timers: liveness sweeps, heartbeats, queue
+ * depth refreshes, the event-loop monitor, BullMQ's own polling) over a few
+ * seconds: those functions are background, not the request's walk.
+ */
+async function backgroundFunctions(): Promise<Set<string>> {
+  await functionsRun();
+  await sleep(6000);
+  const idle = await functionsRun();
+  return new Set(idle.flatMap((ran) => [...ran.functions.keys()].map((fn) => `${ran.file}:${fn}`)));
 }
 
 const report: Record<string, string[]> = {};
+let background = new Set<string>();
 for (const stream of [false, true]) {
   for (let i = 0; i < 20; i++) await chat(stream);
-  // Let timers of the warm-up (liveness sweeps, heartbeats) pass, then zero the counters.
-  await new Promise((resolve) => setTimeout(resolve, 50));
-  await filesRun();
+  if (!stream) background = await backgroundFunctions();
+  await sleep(50);
+  await functionsRun();
   await chat(stream);
-  report[stream ? 'streamed chat' : 'plain chat'] = await filesRun();
+  const files: string[] = [];
+  for (const ran of await functionsRun()) {
+    const own = [...ran.functions].filter(([key]) => !background.has(`${ran.file}:${key}`)).map(([, name]) => name);
+    if (own.length > 0) files.push(showFunctions ? `${ran.file}  ${own.join(', ')}` : ran.file);
+  }
+  report[stream ? 'streamed chat' : 'plain chat'] = files;
 }
 
+const backgroundFiles = [...new Set([...background].map((key) => key.slice(0, key.indexOf(':'))))].sort();
+console.log(`background (run with no request in 6 s, left out): ${backgroundFiles.join(', ')}`);
 for (const [name, files] of Object.entries(report)) {
   const byDir = (dir: string) => files.filter((f) => f.startsWith(dir)).length;
   console.log(`${name}: ${files.length} files (${sourceDirs.map((d) => `${byDir(d)} in ${d}`).join(', ')})`);

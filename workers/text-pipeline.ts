@@ -1,8 +1,7 @@
 import { GatewayError } from '../shared/errors.js';
 import type { EndpointRequest } from '../shared/endpoints.js';
 import { streamTrailer } from '../shared/reply.js';
-import { usesLegacyFunctions } from '../shared/schemas/chat.js';
-import { ChatStreamEncoder, encodeChatAnswer, type ChatEncoderOptions } from './answers/chat-encoder.js';
+import { ChatStreamEncoder, encodeChatAnswer, usesLegacyFunctions, type ChatEncoderOptions } from './answers/chat-encoder.js';
 import type { Protocol } from '../shared/vendors.js';
 import type { ReplyPublisher } from './reply-publisher.js';
 import { adapterMethod } from './vendors/registry.js';

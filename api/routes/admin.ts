@@ -2,8 +2,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import Router from '@koa/router';
 import { z } from 'zod';
 import { GatewayError } from '../../shared/errors.js';
-import { readJsonObject } from '../json-body.js';
-import { parseBody } from '../validate.js';
+import { parseBody, readJsonObject } from '../request-body.js';
 import type { KeyStore } from '../key-store.js';
 
 const createKeySchema = z.object({ name: z.string().trim().min(1).max(200) });

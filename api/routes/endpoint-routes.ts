@@ -4,13 +4,12 @@ import { endpointNames, endpoints, type Endpoint } from '../../shared/endpoints.
 import { invalidRequest } from '../../shared/errors.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import { handlers, type Admitted, type EndpointHandler, type HandlerInput } from '../endpoint-handlers.js';
-import { readJsonObject } from '../json-body.js';
+import { parseBody, readJsonObject } from '../request-body.js';
 import type { ModelResolver } from '../model-resolver.js';
 import { readMultipart, refusingDeletesUploads, type MultipartForm } from '../multipart.js';
 import { prefersAsync, relay, type RelayDeps } from '../relay.js';
-import { parseBody } from '../validate.js';
 import type { AuthState } from '../middleware/auth.js';
-import type { RequestIdState } from '../middleware/request-id.js';
+import type { RequestIdState } from '../middleware/envelope.js';
 
 type State = AuthState & RequestIdState;
 

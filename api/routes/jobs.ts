@@ -7,7 +7,7 @@ import { uploadKeys } from '../../storage/upload-keys.js';
 import { loadOwnedJob, renderJob, renderVideo, videoFiles } from '../job-views.js';
 import type { EndpointRouteDeps } from './endpoint-routes.js';
 import type { AuthState } from '../middleware/auth.js';
-import type { RequestIdState } from '../middleware/request-id.js';
+import type { RequestIdState } from '../middleware/envelope.js';
 
 type State = AuthState & RequestIdState;
 

@@ -2,7 +2,7 @@ import Router from '@koa/router';
 import { GatewayError, modelNotFound } from '../../shared/errors.js';
 import { toOpenAIModel, type ModelResolver } from '../model-resolver.js';
 import type { AuthState } from '../middleware/auth.js';
-import type { RequestIdState } from '../middleware/request-id.js';
+import type { RequestIdState } from '../middleware/envelope.js';
 
 type State = AuthState & RequestIdState;
 

@@ -155,11 +155,3 @@ export const chatCompletionRequestSchema = z.looseObject({
 export type ChatCompletionRequest = z.infer<typeof chatCompletionRequestSchema>;
 export type ChatMessage = z.infer<typeof chatMessageSchema>;
 export type ChatTool = z.infer<typeof chatToolSchema>;
-
-/**
- * The client used the deprecated `functions` (and no `tools`): it expects
- * one `function_call` and `finish_reason: "function_call"` back.
- */
-export function usesLegacyFunctions(request: ChatCompletionRequest): boolean {
-  return request.functions != null && request.functions.length > 0 && !(request.tools != null && request.tools.length > 0);
-}

@@ -1,3 +1,4 @@
+import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
 import type { Answer, AnswerEvent, FinishReason, ToolCallEvent, Usage } from './events.js';
 
 /** Which OpenAI wire form an encoder writes: chat completions, or legacy text completions. */
@@ -11,6 +12,14 @@ export interface ChatEncoderOptions {
   includeUsage: boolean;
   /** The client used the deprecated `functions`: one `function_call` instead of `tool_calls`. */
   legacyFunctions: boolean;
+}
+
+/**
+ * The client used the deprecated `functions` (and no `tools`): it expects
+ * one `function_call` and `finish_reason: "function_call"` back.
+ */
+export function usesLegacyFunctions(request: ChatCompletionRequest): boolean {
+  return request.functions != null && request.functions.length > 0 && !(request.tools != null && request.tools.length > 0);
 }
 
 const OPEN = ',"logprobs":null,"finish_reason":null}]}';

@@ -1,10 +1,9 @@
 import type { GatewayError } from '../../../shared/errors.js';
-import type { Answer, CallContext, EmbeddingsAnswer } from '../types.js';
+import type { Answer, AnswerChoice, CallContext, EmbeddingsAnswer } from '../types.js';
 import { postOpenAI } from './api.js';
 import { parseJsonObject, readBodyText, readCappedText, type VendorResponse } from '../http.js';
 import { mapOpenAIError, mapOpenAIInlineError } from './map-openai-error.js';
-import { readOpenAIUsage } from './read-openai-usage.js';
-import { readOpenAIAnswerChoice } from './read-openai-choice.js';
+import { readOpenAIAnswerChoice, readOpenAIUsage } from './read-openai-answer.js';
 
 /** Reads a non-2xx answer and turns it into the mapped GatewayError (to be thrown by the caller). */
 export async function readOpenAIError(response: VendorResponse, ctx: CallContext): Promise<GatewayError> {
@@ -37,10 +36,15 @@ async function callOpenAI(path: string, body: string, ctx: CallContext): Promise
 export async function createOpenAIAnswer(path: string, body: string, ctx: CallContext): Promise<Answer> {
   const { text, fields } = await callOpenAI(path, body, ctx);
   const usage = readOpenAIUsage(fields.usage);
+  let choices: AnswerChoice[] | undefined;
   const answer: Answer = {
     id: typeof fields.id === 'string' ? fields.id : '',
     created: typeof fields.created === 'number' ? fields.created : Math.floor(Date.now() / 1000),
-    choices: Array.isArray(fields.choices) ? fields.choices.map(readOpenAIAnswerChoice) : [],
+    // Read only when an encoder other than the chat one asks: the chat encoder sends `wire` as it is.
+    get choices() {
+      choices ??= Array.isArray(fields.choices) ? fields.choices.map(readOpenAIAnswerChoice) : [];
+      return choices;
+    },
     wire: text,
   };
   if (typeof fields.model === 'string') answer.model = fields.model;

@@ -5,8 +5,7 @@ import { postOpenAI } from './api.js';
 import { malformedResponse } from '../http.js';
 import { readOpenAIError } from './create-openai-result.js';
 import { mapOpenAIInlineError, readVendorError } from './map-openai-error.js';
-import { readOpenAIUsage } from './read-openai-usage.js';
-import { readOpenAIChoice } from './read-openai-choice.js';
+import { readOpenAIChoice, readOpenAIUsage } from './read-openai-answer.js';
 
 interface StreamProgress {
   started: boolean;

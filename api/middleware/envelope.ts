@@ -1,13 +1,28 @@
+import { randomUUID } from 'node:crypto';
 import type { Middleware } from 'koa';
 import { GatewayError, serverError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
 
+export interface RequestIdState {
+  requestId: string;
+  log: Logger;
+}
+
 /**
- * Renders every failure as the OpenAI error body. Only what was unexpected is
- * logged as an error; a client's mistake is logged at debug.
+ * What every request gets around it: a fresh id (also its job id, so a
+ * client cannot pick it) with a child logger; every failure rendered as the
+ * OpenAI error body (only what was unexpected is logged as an error, a
+ * client's mistake at debug); and one access-log line when it ends, with the
+ * status the client got.
  */
-export function errorHandler(log: Logger): Middleware {
+export function envelope(log: Logger): Middleware<RequestIdState> {
   return async (ctx, next) => {
+    const id = `req_${randomUUID().replaceAll('-', '')}`;
+    const started = performance.now();
+    const requestLog = log.child({ reqId: id });
+    ctx.state.requestId = id;
+    ctx.state.log = requestLog;
+    ctx.set('x-request-id', id);
     try {
       await next();
       if (ctx.body == null && ctx.respond !== false && !ctx.headerSent) {
@@ -19,13 +34,17 @@ export function errorHandler(log: Logger): Middleware {
       }
     } catch (caught) {
       const error = toGatewayError(caught);
-      const requestLog: Logger = ctx.state.log ?? log;
       if (error.status >= 500) requestLog.error({ err: caught }, error.message);
       else requestLog.debug({ status: error.status, code: error.code }, error.message);
-      if (ctx.headerSent || ctx.respond === false) return;
-      ctx.status = error.status;
-      ctx.set(error.headers);
-      ctx.body = error.toBody();
+      if (!ctx.headerSent && ctx.respond !== false) {
+        ctx.status = error.status;
+        ctx.set(error.headers);
+        ctx.body = error.toBody();
+      }
+    } finally {
+      const ms = Math.round((performance.now() - started) * 10) / 10;
+      const status = ctx.respond === false ? ctx.res.statusCode : ctx.status;
+      requestLog.info({ method: ctx.method, path: ctx.path, status, ms }, 'request');
     }
   };
 }
