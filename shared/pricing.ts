@@ -1,0 +1,397 @@
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+import type { Catalog, CatalogModel } from './catalog.js';
+import type { Config } from './config.js';
+import type { EndpointRequest } from './endpoints.js';
+
+/*
+ * Exact billing in integer micro-dollars (1 USD = 1,000,000 micros): a sum
+ * of many small float costs drifts, a sum of integers does not. Prices become
+ * integer micros once, when the list is built; each cost component after that
+ * is integer arithmetic rounded UP to a whole micro (a fraction is not given away).
+ */
+
+/**
+ * The audio a transcription reserves for at admission: the upload's length is
+ * unknown until decoded. An hour is about what a 25 MB upload holds at common
+ * speech bitrates; the charge after the job is for the real length.
+ */
+export const DEFAULT_MAX_AUDIO_SECONDS = 3_600;
+
+const usd = z.number().finite().min(0);
+const tokenPriceFields = {
+  /** USD per 1M tokens. */
+  input_per_1m: usd.optional(),
+  cached_input_per_1m: usd.optional(),
+  cache_write_per_1m: usd.optional(),
+  output_per_1m: usd.optional(),
+  audio_input_per_1m: usd.optional(),
+  audio_output_per_1m: usd.optional(),
+};
+
+/**
+ * One model's prices. Strict, so that a mistyped key in a pricing file
+ * (`input_per_1M`) is refused instead of silently leaving a price out.
+ */
+export const priceSchema = z.strictObject({
+  ...tokenPriceFields,
+  /** Token prices for a request whose prompt is longer than `above_tokens` (every token of it). */
+  long_context: z.strictObject({ above_tokens: z.number().int().min(0), ...tokenPriceFields }).optional(),
+  /** Discounted hours (DeepSeek): not applied, see `costMicros`. */
+  off_peak: z.strictObject(tokenPriceFields).optional(),
+  /** USD per image, keyed `<size>` or `<size>/<quality>`. */
+  per_image: z.record(z.string().min(1), usd).optional(),
+  /** USD per second of video, and by size where a size costs more. */
+  per_second: usd.optional(),
+  per_second_by_size: z.record(z.string().min(1), usd).optional(),
+  /** USD per minute of transcribed audio. */
+  per_minute: usd.optional(),
+});
+export type Pricing = z.infer<typeof priceSchema>;
+
+// The catalog's own entries may carry notes the gateway does not read.
+const catalogPriceSchema = priceSchema.loose();
+const pricingFileSchema = z.strictObject({ models: z.record(z.string().min(1), priceSchema) });
+
+/** What a finished request used, as the vendor bills it. */
+export interface Metered {
+  /** Every prompt token, cached ones included. */
+  inputTokens: number;
+  /** Prompt tokens read from the vendor's cache: part of `inputTokens`. */
+  cachedTokens: number;
+  outputTokens: number;
+  images: number;
+  imageSize?: string;
+  imageQuality?: string;
+  audioSeconds: number;
+  videoSeconds: number;
+  videoSize?: string;
+  /** Prompt tokens written to the cache (Anthropic): part of `inputTokens`, billed at `cache_write_per_1m`. */
+  cacheWriteTokens?: number;
+  /** Audio prompt tokens: part of `inputTokens`, billed at `audio_input_per_1m`. */
+  audioInputTokens?: number;
+  /** Audio output tokens: part of `outputTokens`, billed at `audio_output_per_1m`. */
+  audioOutputTokens?: number;
+}
+
+/** Micros per 1M tokens; an absent price already resolved to the one a vendor falls back on. */
+interface TokenRates {
+  input: number;
+  cached: number;
+  cacheWrite: number;
+  output: number;
+  audioInput: number;
+  audioOutput: number;
+}
+
+/** A model's prices in integer micros, converted once. */
+interface Compiled {
+  rates: TokenRates;
+  longContext: { aboveTokens: number; rates: TokenRates } | undefined;
+  perImage: Map<string, number>;
+  perSecond: number | undefined;
+  perSecondBySize: Map<string, number>;
+  perMinute: number | undefined;
+}
+
+/** A reservation in micros, and the tokens it counts against a tokens-per-minute limit. */
+export interface WorstCase { micros: number; tokens: number }
+
+type TokenPrices = { [K in keyof typeof tokenPriceFields]?: number | undefined };
+type Choice = 'cheapest' | 'priciest';
+
+const MICROS_PER_USD = 1_000_000;
+const TOKENS_PER_PRICE = 1_000_000;
+
+/**
+ * USD to integer micros, rounded to the nearest micro (a half away from
+ * zero). Rounded on the number's decimal digits, not on `usd * 1e6`: that
+ * product is inexact (0.0001245 * 1e6 = 124.49999…), and a price written
+ * with a half micro must round the way it reads.
+ */
+export function usdToMicros(usd: number): number {
+  if (!Number.isFinite(usd)) throw new RangeError(`not a finite amount of USD: ${usd}`);
+  const match = /^(\d+)(?:\.(\d+))?(?:e([+-]\d+))?$/.exec(String(Math.abs(usd)));
+  if (!match) throw new RangeError(`cannot read ${usd} as a decimal`);
+  const digits = match[1]! + (match[2] ?? '');
+  // Where the decimal point falls in `digits` once the amount is in micros.
+  const point = match[1]!.length + Number(match[3] ?? 0) + 6;
+  const units = point <= 0 ? 0n : BigInt(digits.slice(0, point).padEnd(point, '0'));
+  const next = point < 0 ? 0 : Number(digits[point] ?? '0');
+  const micros = Number(units + (next >= 5 ? 1n : 0n));
+  if (!Number.isSafeInteger(micros)) throw new RangeError(`${usd} USD is too large to count in micros`);
+  return usd < 0 && micros !== 0 ? -micros : micros;
+}
+
+/** Micros to USD: exact for any amount under a billion dollars (15 significant digits). */
+export function microsToUsd(micros: number): number {
+  if (!Number.isSafeInteger(micros)) throw new RangeError(`micros must be a safe integer, got ${micros}`);
+  return micros / MICROS_PER_USD;
+}
+
+/** ceil(a * b / d) for non-negative integers, exact even past 2^53 in the product. */
+function mulCeilDiv(a: number, b: number, d: number): number {
+  const product = a * b;
+  if (Number.isSafeInteger(product)) {
+    const rest = product % d;
+    return (product - rest) / d + (rest > 0 ? 1 : 0);
+  }
+  const big = BigInt(a) * BigInt(b);
+  const result = Number((big + BigInt(d) - 1n) / BigInt(d));
+  if (!Number.isSafeInteger(result)) throw new RangeError(`a cost of ${result} micros is beyond exact integers`);
+  return result;
+}
+
+/** Tokens at micros per 1M, rounded up. (Not a closure in `costMicros`: that would be made on every charge.) */
+function tokens(count: number, perMillion: number): number {
+  return mulCeilDiv(count, perMillion, TOKENS_PER_PRICE);
+}
+
+/** A metered quantity as a whole count: fractions round up (a started second is billed), below zero is nothing. */
+function whole(name: string, value: number | undefined): number {
+  if (value === undefined) return 0;
+  if (!Number.isFinite(value)) throw new RangeError(`${name} must be a finite number, got ${value}`);
+  return value <= 0 ? 0 : Math.ceil(value);
+}
+
+/** Token rates with the fallbacks vendors bill by: cached/cache-write/audio input at the input price, audio output at the output price. */
+function compileRates(prices: TokenPrices, parent?: TokenPrices): TokenRates {
+  const of = (key: keyof TokenPrices) => {
+    const value = prices[key] ?? parent?.[key];
+    return value === undefined ? undefined : usdToMicros(value);
+  };
+  const input = of('input_per_1m') ?? 0;
+  const output = of('output_per_1m') ?? 0;
+  return {
+    input,
+    cached: of('cached_input_per_1m') ?? input,
+    cacheWrite: of('cache_write_per_1m') ?? input,
+    output,
+    audioInput: of('audio_input_per_1m') ?? input,
+    audioOutput: of('audio_output_per_1m') ?? output,
+  };
+}
+
+function compile(pricing: Pricing): Compiled {
+  const table = (record: Record<string, number> | undefined) =>
+    new Map(Object.entries(record ?? {}).map(([key, value]) => [key, usdToMicros(value)] as const));
+  const single = (value: number | undefined) => (value === undefined ? undefined : usdToMicros(value));
+  const long = pricing.long_context;
+  return {
+    rates: compileRates(pricing),
+    // A long-context price the table leaves out is the normal one (xAI lists no long cached price).
+    longContext: long && { aboveTokens: long.above_tokens, rates: compileRates(long, pricing) },
+    perImage: table(pricing.per_image),
+    perSecond: single(pricing.per_second),
+    perSecondBySize: table(pricing.per_second_by_size),
+    perMinute: single(pricing.per_minute),
+  };
+}
+
+function pick(values: Iterable<number>, which: Choice): number | undefined {
+  let chosen: number | undefined;
+  for (const value of values) if (chosen === undefined || (which === 'cheapest' ? value < chosen : value > chosen)) chosen = value;
+  return chosen;
+}
+
+/**
+ * The price of one image: `<size>/<quality>`, else `<size>`, else (quality
+ * unknown, e.g. `auto`) one of that size's qualities, else (size unknown)
+ * one of all entries. A charge takes the cheapest candidate (a doubt is
+ * never billed to the client), a reservation the priciest (it must cover).
+ */
+function imageMicros(table: Map<string, number>, which: Choice, size?: string | null, quality?: string | null): number {
+  if (size) {
+    const exact = (quality ? table.get(`${size}/${quality}`) : undefined) ?? table.get(size);
+    if (exact !== undefined) return exact;
+    const chosen = pick([...table].filter(([key]) => key.startsWith(`${size}/`)).map(([, value]) => value), which);
+    if (chosen !== undefined) return chosen;
+  }
+  return pick(table.values(), which) ?? 0;
+}
+
+/** The per-second video price for a size: its own price, else the model's, else (charge) the cheapest / (reservation) the priciest sized one. */
+function videoMicros(price: Compiled, which: Choice, size?: string): number {
+  return (size ? price.perSecondBySize.get(size) : undefined) ?? price.perSecond ?? pick(price.perSecondBySize.values(), which) ?? 0;
+}
+
+/** How many completions a legacy completions request asks for: `n` (or `best_of`, all billed) per prompt of a batch. */
+function completionChoices(payload: Extract<EndpointRequest, { endpoint: 'completions' }>['payload']): number {
+  const prompt = payload.prompt;
+  const prompts = Array.isArray(prompt) && prompt.length > 0 && typeof prompt[0] !== 'number' ? prompt.length : 1;
+  return prompts * Math.max(payload.n ?? 1, payload.best_of ?? 1);
+}
+
+/**
+ * The prices in effect: the catalog's, each model's replaced whole by a
+ * pricing file's entry, and a markup on every total.
+ */
+export class PriceList {
+  readonly markupPercent: number;
+  private readonly models = new Map<string, CatalogModel>();
+  private readonly prices = new Map<string, { pricing: Pricing; compiled: Compiled }>();
+
+  /** `overrides` replace a model's whole pricing (a field left out is no price), as `PRICING_FILE` does. */
+  constructor(models: Iterable<CatalogModel>, options: { overrides?: Readonly<Record<string, Pricing>>; markupPercent?: number } = {}) {
+    const markup = options.markupPercent ?? 0;
+    if (!Number.isSafeInteger(markup) || markup < 0) throw new RangeError(`markup percent must be an integer ≥ 0, got ${markup}`);
+    this.markupPercent = markup;
+    const add = (id: string, raw: unknown, schema: z.ZodType<Pricing>) => {
+      const parsed = schema.safeParse(raw);
+      if (!parsed.success) throw new Error(`bad pricing for '${id}': ${z.prettifyError(parsed.error)}`);
+      this.prices.set(id, { pricing: parsed.data, compiled: compile(parsed.data) });
+    };
+    for (const model of models) {
+      this.models.set(model.id, model);
+      if (model.pricing !== undefined) add(model.id, model.pricing, catalogPriceSchema);
+    }
+    for (const [id, pricing] of Object.entries(options.overrides ?? {})) {
+      // A price for a model the catalog lacks is a typo: nothing would ever be billed by it.
+      if (!this.models.has(id)) throw new Error(`pricing given for '${id}', which is not in the catalog`);
+      add(id, pricing, priceSchema);
+    }
+  }
+
+  /** The catalog's prices, `pricingFile`'s over them, and `pricingMarkupPercent`. A bad file throws, naming it and the problem. */
+  static load(catalog: Catalog, config: Pick<Config, 'pricingFile' | 'pricingMarkupPercent'>): PriceList {
+    const markupPercent = config.pricingMarkupPercent;
+    if (!config.pricingFile) return new PriceList(catalog.all(), { markupPercent });
+    const file = config.pricingFile;
+    let raw: unknown;
+    try {
+      raw = JSON.parse(readFileSync(file, 'utf8'));
+    } catch (error) {
+      throw new Error(`pricing file ${file}: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+    }
+    const parsed = pricingFileSchema.safeParse(raw);
+    if (!parsed.success) throw new Error(`pricing file ${file}: ${z.prettifyError(parsed.error)}`);
+    const unknown = Object.keys(parsed.data.models).filter((id) => catalog.get(id) === undefined);
+    if (unknown.length > 0) throw new Error(`pricing file ${file}: not in the catalog: ${unknown.join(', ')}`);
+    return new PriceList(catalog.all(), { overrides: parsed.data.models, markupPercent });
+  }
+
+  has(modelId: string): boolean {
+    return this.prices.has(modelId);
+  }
+
+  /** The vendor prices in effect for a model (the pricing file's if it names it), before the markup. */
+  pricing(modelId: string): Pricing {
+    return this.entry(modelId).pricing;
+  }
+
+  /**
+   * The exact charge for what a request used, in integer micros, markup
+   * included. Each component is ceil(quantity × price) in micros: tokens
+   * at micros per 1M, audio at micros per minute pro-rated per whole second,
+   * video per whole second, images per image. Subsets (cached, cache-write
+   * and audio tokens) are clamped to what contains them. Above a model's
+   * `long_context` threshold (counted on `inputTokens`) every token is at
+   * the long-context prices. `off_peak` is not applied: a charge does not
+   * know the hour, and the standard price is the higher one. A quantity
+   * with no price (tokens of an image-only model) costs nothing.
+   */
+  costMicros(modelId: string, metered: Metered): number {
+    const price = this.entry(modelId).compiled;
+    const input = whole('inputTokens', metered.inputTokens);
+    const cached = Math.min(whole('cachedTokens', metered.cachedTokens), input);
+    const cacheWrite = Math.min(whole('cacheWriteTokens', metered.cacheWriteTokens), input - cached);
+    const audioIn = Math.min(whole('audioInputTokens', metered.audioInputTokens), input - cached - cacheWrite);
+    const output = whole('outputTokens', metered.outputTokens);
+    const audioOut = Math.min(whole('audioOutputTokens', metered.audioOutputTokens), output);
+    const rates = this.ratesFor(price, input);
+    const images = whole('images', metered.images);
+    const audioSeconds = whole('audioSeconds', metered.audioSeconds);
+    const videoSeconds = whole('videoSeconds', metered.videoSeconds);
+    const cost =
+      tokens(input - cached - cacheWrite - audioIn, rates.input) +
+      tokens(cached, rates.cached) +
+      tokens(cacheWrite, rates.cacheWrite) +
+      tokens(audioIn, rates.audioInput) +
+      tokens(output - audioOut, rates.output) +
+      tokens(audioOut, rates.audioOutput) +
+      (images === 0 ? 0 : images * imageMicros(price.perImage, 'cheapest', metered.imageSize, metered.imageQuality)) +
+      (audioSeconds === 0 ? 0 : mulCeilDiv(audioSeconds, price.perMinute ?? 0, 60)) +
+      (videoSeconds === 0 ? 0 : videoSeconds * videoMicros(price, 'cheapest', metered.videoSize));
+    return this.marked(cost);
+  }
+
+  /**
+   * The most a request can cost, reserved at admission, and the tokens it
+   * counts against a tokens-per-minute limit (the prompt and the most output
+   * it may produce; the prompt alone for other endpoints).
+   * - chat/completions: the prompt plus the most output (`max_completion_tokens`
+   *   ?? `max_tokens` ?? the model's `max_output_tokens`, capped at the latter:
+   *   a vendor writes no more) for each choice (`n`; completions: `best_of` if
+   *   larger, times the prompts of a batch), all priced as uncached (cache
+   *   writes and audio tokens, dearer, are not foreseen).
+   * - embeddings: the prompt.
+   * - images: `n` images at the asked size/quality (size default: the model's
+   *   `default_size`); an unknown or `auto` size or quality takes the priciest
+   *   candidate. A prompt is added at the input price when the model has one.
+   * - transcription: `maxAudioSeconds` at `per_minute` (the length is unknown
+   *   until decoded); a model without `per_minute` reserves its token prices
+   *   (prompt plus `max_output_tokens`), which cannot include audio tokens.
+   * - videos: `seconds` at the per-second price of the size.
+   */
+  worstCaseMicros(modelId: string, request: EndpointRequest, promptTokens: number, maxAudioSeconds = DEFAULT_MAX_AUDIO_SECONDS): WorstCase {
+    const price = this.entry(modelId).compiled;
+    const model = this.models.get(modelId);
+    const modelMax = model?.max_output_tokens ?? 0;
+    const prompt = whole('promptTokens', promptTokens);
+    const rates = this.ratesFor(price, prompt);
+    // Plus a micro: a charge rounds cached and uncached input apart, which can cost one more than rounding them together.
+    const promptCost = mulCeilDiv(prompt, rates.input, TOKENS_PER_PRICE) + (prompt > 0 && rates.input > 0 ? 1 : 0);
+    const upTo = (asked: number | null | undefined) => {
+      const most = whole('max output tokens', asked ?? modelMax);
+      return modelMax > 0 ? Math.min(most, modelMax) : most;
+    };
+    const generating = (maxOutput: number) => ({
+      micros: this.marked(promptCost + mulCeilDiv(maxOutput, rates.output, TOKENS_PER_PRICE)),
+      tokens: prompt + maxOutput,
+    });
+    const only = (cost: number) => ({ micros: this.marked(cost), tokens: prompt });
+    switch (request.endpoint) {
+      case 'chat.completions': {
+        const { payload } = request;
+        return generating(upTo(payload.max_completion_tokens ?? payload.max_tokens) * whole('n', payload.n ?? 1));
+      }
+      case 'completions':
+        return generating(upTo(request.payload.max_tokens) * completionChoices(request.payload));
+      case 'embeddings':
+        return only(promptCost);
+      case 'images.generations':
+      case 'images.edits': {
+        const { payload } = request;
+        const each = imageMicros(price.perImage, 'priciest', payload.size ?? model?.default_size, payload.quality);
+        return only(promptCost + whole('n', payload.n ?? 1) * each);
+      }
+      case 'audio.transcriptions': {
+        if (price.perMinute === undefined) return { ...generating(upTo(undefined)), tokens: prompt };
+        return only(mulCeilDiv(whole('maxAudioSeconds', maxAudioSeconds), price.perMinute, 60));
+      }
+      case 'videos': {
+        const { payload } = request;
+        const seconds = whole('seconds', Number(payload.seconds));
+        return only(seconds * videoMicros(price, 'priciest', payload.size || model?.default_size));
+      }
+    }
+  }
+
+  private entry(modelId: string): { pricing: Pricing; compiled: Compiled } {
+    const found = this.prices.get(modelId);
+    // No price is a catalog mistake, not a free model: refusing beats serving unbilled.
+    if (!found) throw new Error(`no price for model '${modelId}'`);
+    return found;
+  }
+
+  private ratesFor(price: Compiled, promptTokens: number): TokenRates {
+    const long = price.longContext;
+    return long && promptTokens > long.aboveTokens ? long.rates : price.rates;
+  }
+
+  /** The markup on a total (not on each price): one rounding, up. */
+  private marked(cost: number): number {
+    if (!Number.isSafeInteger(cost)) throw new RangeError(`a cost of ${cost} micros is beyond exact integers`);
+    return this.markupPercent === 0 ? cost : mulCeilDiv(cost, 100 + this.markupPercent, 100);
+  }
+}
