@@ -66,7 +66,7 @@ export class JobEvents {
     const kind = match[1] as 'jobs' | 'videos';
     const id = match[2]!;
     const bearer = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '')?.[1];
-    const keyId = bearer ? await this.deps.keys.resolve(bearer) : undefined;
+    const keyId = bearer ? (await this.deps.keys.resolve(bearer))?.keyId : undefined;
     if (!keyId) throw new GatewayError(401, 'Incorrect or missing API key.', { code: 'invalid_api_key' });
     await loadOwnedJob(this.deps.redis, this.deps.queues, id, keyId, kind === 'videos' ? 'video' : 'job');
 

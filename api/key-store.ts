@@ -1,83 +1,283 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { keyPrefix } from '../shared/queues.js';
+import {
+  accessChangedChannel,
+  accountKey,
+  accountKeysKey,
+  accountsIndexKey,
+  apiKeyHashesKey,
+  apiKeyIdsKey,
+  apiKeyRecordKey,
+  defaultAccountId,
+  type KeyAccess,
+} from '../shared/accounts.js';
+import { AccountStore, accountNotFound, ensureDefaultLua } from './account-store.js';
 
 /**
- * API keys: random, prefixed, shown once, stored only as a SHA-256 hash.
- *   sy:keyhash        hash  sha256(secret) → key id
- *   sy:key:<id>       hash  id, name, created, hash, hint
- *   sy:keyids         set   of ids
- * Revocation publishes the hash on `sy:keys:revoked` so every api instance drops it from its cache.
+ * API keys: random, prefixed, shown once, stored only as a SHA-256 hash (layout
+ * in shared/accounts.ts). Each key belongs to an account (`default` when none
+ * is named) and may carry a spending limit, rate limits, a model allow-list and
+ * an expiry. Every change publishes the key id on `accessChangedChannel`, so
+ * every api instance drops what it cached.
  */
-const byHashKey = `${keyPrefix}keyhash`;
-const idsKey = `${keyPrefix}keyids`;
-const recordKey = (id: string) => `${keyPrefix}key:${id}`;
-export const revokedChannel = `${keyPrefix}keys:revoked`;
 
-export interface ApiKeyRecord {
+export interface KeyLimits {
+  /** The most the key may ever spend, micros. */
+  limitMicros?: number;
+  rpm?: number;
+  tpm?: number;
+  models?: readonly string[];
+  /** Unix seconds. */
+  expiresAt?: number;
+}
+
+export interface KeyOptions extends KeyLimits {
+  accountId?: string;
+}
+
+/** A change to a key: null clears a limit. */
+export type KeyChanges = { name?: string } & { [K in keyof KeyLimits]?: KeyLimits[K] | null };
+
+export interface ApiKeyRecord extends KeyLimits {
   id: string;
   name: string;
   created: number;
   /** First characters of the secret, to tell keys apart without revealing them. */
   hint: string;
+  accountId: string;
+  spentMicros: number;
+  /** Unix seconds of the last admitted request. */
+  lastUsedAt?: number;
 }
 
 export function hashSecret(secret: string): string {
   return createHash('sha256').update(secret).digest('hex');
 }
 
-export class KeyStore {
-  constructor(private readonly redis: Redis) {}
+/* KEYS: account, key record, key hashes, key ids, account keys. ARGV: hash, key id, then field/value pairs. 0 = no such account. */
+const createScript = `
+local account = redis.call('HMGET', KEYS[1], 'id', 'deleted')
+if not account[1] or account[2] == '1' then return 0 end
+redis.call('HSET', KEYS[2], unpack(ARGV, 3))
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+redis.call('SADD', KEYS[4], ARGV[2])
+redis.call('SADD', KEYS[5], ARGV[2])
+return 1`;
 
-  async create(name: string): Promise<ApiKeyRecord & { key: string }> {
-    const secret = `sy-${randomBytes(32).toString('base64url')}`;
-    const id = `key_${randomBytes(8).toString('hex')}`;
-    const record: ApiKeyRecord = { id, name, created: Math.floor(Date.now() / 1000), hint: `${secret.slice(0, 7)}…` };
-    const hash = hashSecret(secret);
-    await this.redis
-      .multi()
-      .hset(recordKey(id), { ...record, created: String(record.created), hash })
-      .hset(byHashKey, hash, id)
-      .sadd(idsKey, id)
-      .exec();
-    return { ...record, key: secret };
+/* KEYS: key record. ARGV: channel, key id, then field/value pairs. Checked in the script so a revoked key is not brought back half-made. */
+const updateScript = `
+if redis.call('HEXISTS', KEYS[1], 'hash') == 0 then return 0 end
+if #ARGV > 2 then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+  redis.call('PUBLISH', ARGV[1], ARGV[2])
+end
+return 1`;
+
+/* KEYS: key record, key hashes, key ids. ARGV: key id, account keys prefix, channel, default account id. */
+const revokeScript = `
+local key = redis.call('HMGET', KEYS[1], 'hash', 'account')
+if not key[1] then return 0 end
+redis.call('HDEL', KEYS[2], key[1])
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[3], ARGV[1])
+local account = key[2]
+if not account or account == '' then account = ARGV[4] end
+redis.call('SREM', ARGV[2] .. account, ARGV[1])
+redis.call('PUBLISH', ARGV[3], ARGV[1])
+return 1`;
+
+/*
+ * KEYS: key hashes, default account, accounts index. ARGV: secret hash, key record prefix, account prefix, default account id, unix s.
+ * What admission needs of a presented key, in one round trip: nil for an unknown key or one of a deleted account.
+ * Keys made before accounts existed name none: they belong to the default account, made here if missing.
+ */
+const accessScript = `${ensureDefaultLua}
+local id = redis.call('HGET', KEYS[1], ARGV[1])
+if not id then return false end
+local key = redis.call('HMGET', ARGV[2] .. id, 'hash', 'account', 'limit', 'rpm', 'tpm', 'models', 'expires')
+if key[1] ~= ARGV[1] then return false end
+local account = key[2]
+if not account or account == '' then account = ARGV[4] end
+local state = redis.call('HMGET', ARGV[3] .. account, 'id', 'deleted')
+if state[2] == '1' then return false end
+if not state[1] then
+  if account ~= ARGV[4] then return false end
+  ensureDefault(KEYS[2], KEYS[3], ARGV[4], ARGV[5])
+end
+return {id, account, key[3] or '', key[4] or '', key[5] or '', key[6] or '', key[7] or ''}`;
+
+interface KeyRedis extends Redis {
+  keyCreate(...args: Array<string | number>): Promise<number>;
+  keyUpdate(...args: Array<string | number>): Promise<number>;
+  keyRevoke(...args: Array<string | number>): Promise<number>;
+  keyAccess(...args: Array<string | number>): Promise<string[] | null>;
+}
+
+function scripted(redis: Redis): KeyRedis {
+  const r = redis as KeyRedis;
+  if (typeof r.keyAccess !== 'function') {
+    redis.defineCommand('keyCreate', { numberOfKeys: 5, lua: createScript });
+    redis.defineCommand('keyUpdate', { numberOfKeys: 1, lua: updateScript });
+    redis.defineCommand('keyRevoke', { numberOfKeys: 3, lua: revokeScript });
+    redis.defineCommand('keyAccess', { numberOfKeys: 3, lua: accessScript });
+  }
+  return r;
+}
+
+// ---- record fields: '' means none, as the billing scripts read them ----
+
+const optionalNumber = (text: string | undefined): number | undefined => (text === undefined || text === '' ? undefined : Number(text));
+
+function parseModels(text: string | undefined): readonly string[] | undefined {
+  if (text === undefined || text === '') return undefined;
+  try {
+    const models: unknown = JSON.parse(text);
+    if (Array.isArray(models) && models.every((m) => typeof m === 'string')) return models;
+  } catch {
+    // fall through
+  }
+  // An allow-list that cannot be read allows nothing rather than everything.
+  return [];
+}
+
+function limitFields(changes: KeyChanges): string[] {
+  const fields: string[] = [];
+  const put = (field: string, value: number | null | undefined) => {
+    if (value !== undefined) fields.push(field, value === null ? '' : String(value));
+  };
+  put('limit', changes.limitMicros);
+  put('rpm', changes.rpm);
+  put('tpm', changes.tpm);
+  put('expires', changes.expiresAt);
+  if (changes.models !== undefined) fields.push('models', changes.models === null ? '' : JSON.stringify(changes.models));
+  if (changes.name !== undefined) fields.push('name', changes.name);
+  return fields;
+}
+
+function toRecord(row: Record<string, string>): ApiKeyRecord | undefined {
+  if (!row.id || !row.hash) return undefined;
+  return {
+    id: row.id,
+    name: row.name ?? '',
+    created: Number(row.created) || 0,
+    hint: row.hint ?? '',
+    accountId: row.account || defaultAccountId,
+    limitMicros: optionalNumber(row.limit),
+    rpm: optionalNumber(row.rpm),
+    tpm: optionalNumber(row.tpm),
+    models: parseModels(row.models),
+    expiresAt: optionalNumber(row.expires),
+    spentMicros: Number(row.spent ?? 0) || 0,
+    lastUsedAt: optionalNumber(row.last_used),
+  };
+}
+
+export class KeyStore {
+  readonly accounts: AccountStore;
+  private readonly scripts: KeyRedis;
+
+  constructor(readonly redis: Redis) {
+    this.scripts = scripted(redis);
+    this.accounts = new AccountStore(redis);
   }
 
-  async list(): Promise<ApiKeyRecord[]> {
-    const ids = await this.redis.smembers(idsKey);
+  /** Throws 404 `account_not_found` for an unknown or deleted account. */
+  async create(name: string, options: KeyOptions = {}): Promise<ApiKeyRecord & { key: string }> {
+    const accountId = options.accountId ?? defaultAccountId;
+    if (accountId === defaultAccountId) await this.accounts.ensureDefault();
+    const secret = `sy-${randomBytes(32).toString('base64url')}`;
+    const id = `key_${randomBytes(8).toString('hex')}`;
+    const created = Math.floor(Date.now() / 1000);
+    const hint = `${secret.slice(0, 7)}…`;
+    const hash = hashSecret(secret);
+    const fields = ['id', id, 'name', name, 'created', String(created), 'hash', hash, 'hint', hint, 'account', accountId, 'spent', '0', 'reserved', '0'];
+    // Every limit field is written, '' when unset, so the record shows the whole layout.
+    const { limitMicros = null, rpm = null, tpm = null, models = null, expiresAt = null } = options;
+    fields.push(...limitFields({ limitMicros, rpm, tpm, models, expiresAt }));
+    const made = await this.scripts.keyCreate(accountKey(accountId), apiKeyRecordKey(id), apiKeyHashesKey, apiKeyIdsKey, accountKeysKey(accountId), hash, id, ...fields);
+    if (made === 0) throw accountNotFound(accountId);
+    return { ...toRecord(Object.fromEntries(pairs(fields)))!, key: secret };
+  }
+
+  async list(filter: { accountId?: string } = {}): Promise<ApiKeyRecord[]> {
+    const ids = await this.redis.smembers(apiKeyIdsKey);
     if (ids.length === 0) return [];
     const pipeline = this.redis.pipeline();
-    for (const id of ids) pipeline.hgetall(recordKey(id));
+    for (const id of ids) pipeline.hgetall(apiKeyRecordKey(id));
     const rows = (await pipeline.exec()) ?? [];
     return rows
-      .map(([, value]) => value as Record<string, string>)
-      .filter((row) => row && row.id)
-      .map((row) => ({ id: row.id!, name: row.name ?? '', created: Number(row.created), hint: row.hint ?? '' }))
+      .map(([, value]) => toRecord(value as Record<string, string>))
+      .filter((key): key is ApiKeyRecord => key !== undefined && (!filter.accountId || key.accountId === filter.accountId))
       .sort((a, b) => a.created - b.created || a.id.localeCompare(b.id));
+  }
+
+  async get(id: string): Promise<ApiKeyRecord | undefined> {
+    return toRecord(await this.redis.hgetall(apiKeyRecordKey(id)));
+  }
+
+  /** Undefined when no such key exists. */
+  async update(id: string, changes: KeyChanges): Promise<ApiKeyRecord | undefined> {
+    const done = await this.scripts.keyUpdate(apiKeyRecordKey(id), accessChangedChannel, id, ...limitFields(changes));
+    return done === 1 ? this.get(id) : undefined;
   }
 
   /** Returns false when no such key exists. */
   async revoke(id: string): Promise<boolean> {
-    const hash = await this.redis.hget(recordKey(id), 'hash');
-    if (!hash) return false;
-    await this.redis.multi().hdel(byHashKey, hash).del(recordKey(id)).srem(idsKey, id).publish(revokedChannel, hash).exec();
-    return true;
+    const done = await this.scripts.keyRevoke(apiKeyRecordKey(id), apiKeyHashesKey, apiKeyIdsKey, id, accountKeysKey(''), accessChangedChannel, defaultAccountId);
+    return done === 1;
   }
 
   /** Key id for a presented secret, or undefined. */
   async lookup(secretHash: string): Promise<string | undefined> {
-    return (await this.redis.hget(byHashKey, secretHash)) ?? undefined;
+    return (await this.redis.hget(apiKeyHashesKey, secretHash)) ?? undefined;
+  }
+
+  /** What admission needs of a presented key, in one round trip; undefined for an unknown key or one of a deleted account. Expiry is the caller's to check. */
+  async access(secretHash: string): Promise<KeyAccess | undefined> {
+    const row = await this.scripts.keyAccess(
+      apiKeyHashesKey,
+      accountKey(defaultAccountId),
+      accountsIndexKey,
+      secretHash,
+      apiKeyRecordKey(''),
+      accountKey(''),
+      defaultAccountId,
+      Math.floor(Date.now() / 1000),
+    );
+    if (!row) return undefined;
+    const [keyId, accountId, limit, rpm, tpm, models, expires] = row;
+    const optional: Omit<KeyAccess, 'keyId' | 'accountId'> = {
+      limitMicros: optionalNumber(limit),
+      rpm: optionalNumber(rpm),
+      tpm: optionalNumber(tpm),
+      models: parseModels(models),
+      expiresAt: optionalNumber(expires),
+    };
+    // Unset limits are left out rather than undefined, so an access reads (and compares) as what the key sets.
+    const set = Object.entries(optional).filter(([, value]) => value !== undefined);
+    return { keyId: keyId!, accountId: accountId!, ...Object.fromEntries(set) };
   }
 }
 
+function pairs(flat: readonly string[]): Array<[string, string]> {
+  const out: Array<[string, string]> = [];
+  for (let i = 0; i + 1 < flat.length; i += 2) out.push([flat[i]!, flat[i + 1]!]);
+  return out;
+}
+
+/** Why a presented key was refused, so the 401 can say so. */
+export type KeyVerdict = { access: KeyAccess } | { refused: 'unknown' } | { refused: 'expired'; expiresAt: number };
+
 /**
  * Per-process cache of valid keys, so the hot path makes no Redis round trip.
- * Entries expire after `ttlMs` and are dropped at once on a revocation message;
- * after a subscriber reconnect (messages may have been missed) everything is dropped.
+ * Entries expire after `ttlMs` and are dropped at once when `accessChangedChannel`
+ * names their key or account (`forget`); after a subscriber reconnect (messages
+ * may have been missed) everything is dropped. Expiry is checked on every use,
+ * so a cached key stops working the second it expires.
  */
 export class KeyCache {
-  private readonly entries = new Map<string, { id: string; expires: number }>();
-  /** Bumped on every revocation, so a lookup that raced one does not cache a key just revoked. */
+  private readonly entries = new Map<string, { access: KeyAccess; expires: number }>();
+  /** Bumped on every change message, so a lookup that raced one does not cache what was just changed. */
   private generation = 0;
 
   constructor(
@@ -85,21 +285,37 @@ export class KeyCache {
     private readonly ttlMs: number,
   ) {}
 
-  async resolve(secret: string): Promise<string | undefined> {
+  async check(secret: string): Promise<KeyVerdict> {
     const hash = hashSecret(secret);
     const now = Date.now();
     const hit = this.entries.get(hash);
-    if (hit && hit.expires > now) return hit.id;
-    const generation = this.generation;
-    const id = await this.store.lookup(hash);
-    if (id && generation === this.generation) this.entries.set(hash, { id, expires: now + this.ttlMs });
-    else this.entries.delete(hash);
-    return id;
+    let access = hit && hit.expires > now ? hit.access : undefined;
+    if (!access) {
+      const generation = this.generation;
+      access = await this.store.access(hash);
+      if (access && generation === this.generation) this.entries.set(hash, { access, expires: now + this.ttlMs });
+      else this.entries.delete(hash);
+    }
+    if (!access) return { refused: 'unknown' };
+    if (access.expiresAt !== undefined && access.expiresAt * 1000 <= now) return { refused: 'expired', expiresAt: access.expiresAt };
+    return { access };
   }
 
-  revoke(hash: string): void {
+  /** The key's access, or undefined for an unknown, expired or deleted-account key. */
+  async resolve(secret: string): Promise<KeyAccess | undefined> {
+    const verdict = await this.check(secret);
+    return 'access' in verdict ? verdict.access : undefined;
+  }
+
+  /** A message of `accessChangedChannel`: a key id, or `account:<id>` for every key of an account. */
+  forget(message: string): void {
     this.generation++;
-    this.entries.delete(hash);
+    // A secret hash, as revocations were announced before, is dropped as such.
+    this.entries.delete(message);
+    const accountId = message.startsWith('account:') ? message.slice('account:'.length) : undefined;
+    for (const [hash, { access }] of this.entries) {
+      if (accountId !== undefined ? access.accountId === accountId : access.keyId === message) this.entries.delete(hash);
+    }
   }
 
   clear(): void {

@@ -1,40 +1,88 @@
 import { parseArgs } from 'node:util';
 import { createRedis } from '../shared/redis.js';
-import { KeyStore } from '../api/key-store.js';
+import { KeyStore, type KeyOptions } from '../api/key-store.js';
+import { usdToMicros } from '../api/account-store.js';
 import { locateRedis } from './local-redis.js';
 
 const usage = `usage:
-  npm run keys -- create --name NAME   create a key and print it (shown once)
-  npm run keys -- list                 list keys (no secrets)
-  npm run keys -- revoke ID            revoke a key`;
+  npm run keys -- create --name NAME [options]   create a key and print it (shown once)
+      --account ID        the account it belongs to (default: the default account)
+      --limit-usd USD     the most it may ever spend
+      --rpm N, --tpm N    requests / tokens per minute
+      --models a,b        the only models it may use
+      --expires-at UNIX   when it stops working (unix seconds)
+  npm run keys -- list [--account ID]            list keys (no secrets)
+  npm run keys -- revoke ID                      revoke a key`;
+
+class UsageError extends Error {}
+
+function number(flag: string, text: string | undefined, check: (n: number) => boolean, what: string): number | undefined {
+  if (text === undefined) return undefined;
+  const value = text.trim() === '' ? NaN : Number(text);
+  if (!Number.isFinite(value) || !check(value)) throw new UsageError(`--${flag} must be ${what}, not "${text}"`);
+  return value;
+}
+
+const isPositiveInteger = (n: number) => Number.isSafeInteger(n) && n >= 1;
+
+function keyOptions(values: Record<string, string | boolean | undefined>): KeyOptions {
+  const text = (flag: string) => (typeof values[flag] === 'string' ? (values[flag] as string) : undefined);
+  const limitUsd = number('limit-usd', text('limit-usd'), (n) => n >= 0 && n <= 1e9, 'a number of USD ≥ 0');
+  const models = text('models')
+    ?.split(',')
+    .map((m) => m.trim())
+    .filter(Boolean);
+  if (models && models.length === 0) throw new UsageError('--models needs at least one model id');
+  return {
+    accountId: text('account'),
+    limitMicros: limitUsd === undefined ? undefined : usdToMicros(limitUsd),
+    rpm: number('rpm', text('rpm'), isPositiveInteger, 'a whole number ≥ 1'),
+    tpm: number('tpm', text('tpm'), isPositiveInteger, 'a whole number ≥ 1'),
+    models: models ? [...new Set(models)] : undefined,
+    expiresAt: number('expires-at', text('expires-at'), (n) => Number.isSafeInteger(n) && n >= 0, 'unix seconds'),
+  };
+}
+
+const show = (value: number | string | undefined, unit = '') => (value === undefined ? '-' : `${value}${unit}`);
 
 async function main(): Promise<number> {
-  const { positionals, values } = parseArgs({ allowPositionals: true, options: { name: { type: 'string' } } });
+  const { positionals, values } = parseArgs({
+    allowPositionals: true,
+    options: {
+      name: { type: 'string' },
+      account: { type: 'string' },
+      'limit-usd': { type: 'string' },
+      rpm: { type: 'string' },
+      tpm: { type: 'string' },
+      models: { type: 'string' },
+      'expires-at': { type: 'string' },
+    },
+  });
   const [command, arg] = positionals;
   if (!command || !['create', 'list', 'revoke'].includes(command)) {
     console.error(usage);
     return 2;
   }
+  if (command === 'create' && !values.name?.trim()) throw new UsageError('create needs --name NAME');
+  if (command === 'revoke' && !arg) throw new UsageError('revoke needs a key id');
+  // Checked before connecting, so a typo costs no Redis round trip.
+  const options = command === 'create' ? keyOptions(values) : {};
   const { url } = await locateRedis(process.env, false);
   const redis = createRedis(url, { maxRetriesPerRequest: 1 });
   const store = new KeyStore(redis);
   try {
     if (command === 'create') {
-      if (!values.name?.trim()) {
-        console.error('create needs --name NAME');
-        return 2;
-      }
-      const key = await store.create(values.name.trim());
+      const key = await store.create(values.name!.trim(), options);
       console.log(key.key);
-      console.error(`created ${key.id} "${key.name}"; the key above is shown only once.`);
+      console.error(`created ${key.id} "${key.name}" in account ${key.accountId}; the key above is shown only once.`);
     } else if (command === 'list') {
-      for (const key of await store.list()) console.log(`${key.id}\t${key.hint}\t${new Date(key.created * 1000).toISOString()}\t${key.name}`);
-    } else {
-      if (!arg) {
-        console.error('revoke needs a key id');
-        return 2;
+      for (const key of await store.list({ accountId: values.account })) {
+        const limits = `limit=${show(key.limitMicros === undefined ? undefined : key.limitMicros / 1e6, ' USD')} spent=${key.spentMicros / 1e6} USD rpm=${show(key.rpm)} tpm=${show(key.tpm)}`;
+        const expires = key.expiresAt === undefined ? 'never' : new Date(key.expiresAt * 1000).toISOString();
+        console.log(`${key.id}\t${key.hint}\t${new Date(key.created * 1000).toISOString()}\t${key.accountId}\t${limits}\texpires=${expires}\tmodels=${key.models?.join(',') ?? 'all'}\t${key.name}`);
       }
-      if (!(await store.revoke(arg))) {
+    } else {
+      if (!(await store.revoke(arg!))) {
         console.error(`no key with id ${arg}`);
         return 1;
       }
@@ -50,6 +98,7 @@ main().then(
   (code) => process.exit(code),
   (error: Error) => {
     console.error(`switchyard keys: ${error.message}`);
-    process.exit(1);
+    if (error instanceof UsageError) console.error(usage);
+    process.exit(error instanceof UsageError ? 2 : 1);
   },
 );

@@ -1,9 +1,12 @@
 import type { Middleware } from 'koa';
+import type { KeyAccess } from '../../shared/accounts.js';
 import { invalidApiKey } from '../../shared/errors.js';
 import type { KeyCache } from '../key-store.js';
 
 export interface AuthState {
   keyId: string;
+  /** The key's account and limits, for admission. */
+  access: KeyAccess;
 }
 
 /** Bearer API key, as the OpenAI clients send it. */
@@ -18,9 +21,16 @@ export function authenticate(keys: KeyCache): Middleware<AuthState> {
           : 'You did not provide an API key. Send it as "Authorization: Bearer <API key>".',
       );
     }
-    const keyId = await keys.resolve(match[1]!);
-    if (!keyId) throw invalidApiKey('Incorrect API key provided. Create keys with `npm run keys -- create` or the admin API.');
-    ctx.state.keyId = keyId;
+    const verdict = await keys.check(match[1]!);
+    if ('refused' in verdict) {
+      // Saying a key expired (rather than that it is wrong) tells its owner to ask for a new one, not to check for typos.
+      if (verdict.refused === 'expired') {
+        throw invalidApiKey(`The API key provided expired at ${new Date(verdict.expiresAt * 1000).toISOString()}. Create a new key or extend this one.`);
+      }
+      throw invalidApiKey('Incorrect API key provided. Create keys with `npm run keys -- create` or the admin API.');
+    }
+    ctx.state.keyId = verdict.access.keyId;
+    ctx.state.access = verdict.access;
     await next();
   };
 }

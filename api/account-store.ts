@@ -1,0 +1,335 @@
+import { randomBytes, scrypt, timingSafeEqual } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import {
+  accessChangedChannel,
+  accountEmailsKey,
+  accountKey,
+  accountKeysKey,
+  accountsIndexKey,
+  apiKeyHashesKey,
+  apiKeyIdsKey,
+  apiKeyRecordKey,
+  defaultAccountId,
+  ledgerKey,
+  type Account,
+  type AccountRole,
+} from '../shared/accounts.js';
+import { GatewayError } from '../shared/errors.js';
+
+/*
+ * Accounts in Redis (layout in shared/accounts.ts). Every change that must
+ * hold together (claiming an email, crediting with its ledger entry, deleting
+ * with its keys) is one Lua script, so two admins racing never leave an email
+ * owned twice or a balance without its ledger line.
+ */
+
+export const accountNotFound = (id: string) => new GatewayError(404, `No account with id '${id}'.`, { code: 'account_not_found' });
+export const accountExists = (email: string) =>
+  new GatewayError(409, `An account with the email '${email}' already exists.`, { code: 'account_exists', param: 'email' });
+
+// USD as the API takes it ↔ integer micro-dollars as Redis keeps it: the price list's conversion, exact to the decimal written.
+export { microsToUsd, usdToMicros } from '../shared/pricing.js';
+
+/**
+ * Creates the built-in default account if it is not complete (HSETNX: a field
+ * an admin changed, or `reserved` a settlement already counted, is kept).
+ * Shared with the key scripts, so a key of the default account never finds it missing.
+ */
+export const ensureDefaultLua = `
+local function ensureDefault(accountKey, indexKey, id, now)
+  if redis.call('HGET', accountKey, 'unlimited') == '1' then return end
+  for field, value in pairs({id = id, email = '', name = 'Default', role = 'admin', created = now, balance = '0', reserved = '0'}) do
+    redis.call('HSETNX', accountKey, field, value)
+  end
+  redis.call('HSET', accountKey, 'unlimited', '1')
+  redis.call('ZADD', indexKey, 'NX', now, id)
+end
+`;
+
+const ensureScript = `${ensureDefaultLua}
+ensureDefault(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+return 1`;
+
+/* KEYS: emails, account, index. ARGV: lower-cased email, id, created, then field/value pairs. 0 = email taken. */
+const createScript = `
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+redis.call('HSET', KEYS[2], unpack(ARGV, 4))
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
+return 1`;
+
+/*
+ * KEYS: account, emails. ARGV: id, email read before (the script refuses, -2, if it changed since),
+ * its lower case, the new lower case ('' = unchanged), then field/value pairs.
+ * 1 done, 0 no such account, -1 email taken, -2 changed meanwhile (retry).
+ */
+const updateScript = `
+local cur = redis.call('HMGET', KEYS[1], 'id', 'deleted', 'email')
+if not cur[1] or cur[2] == '1' then return 0 end
+if (cur[3] or '') ~= ARGV[2] then return -2 end
+if ARGV[4] ~= '' and ARGV[4] ~= ARGV[3] then
+  local owner = redis.call('HGET', KEYS[2], ARGV[4])
+  if owner and owner ~= ARGV[1] then return -1 end
+  redis.call('HSET', KEYS[2], ARGV[4], ARGV[1])
+  if ARGV[3] ~= '' and redis.call('HGET', KEYS[2], ARGV[3]) == ARGV[1] then redis.call('HDEL', KEYS[2], ARGV[3]) end
+end
+if #ARGV > 4 then redis.call('HSET', KEYS[1], unpack(ARGV, 5)) end
+return 1`;
+
+/*
+ * KEYS: account, emails, index, account keys, key hashes, key ids.
+ * ARGV: id, email read before, its lower case, key record prefix, channel.
+ * Marks the account deleted (the record stays: settlements in flight still find it), frees its
+ * email and revokes every key of it. Returns the number of keys revoked, -1 no such account, -2 retry.
+ */
+const deleteScript = `
+local cur = redis.call('HMGET', KEYS[1], 'id', 'deleted', 'email')
+if not cur[1] or cur[2] == '1' then return -1 end
+if (cur[3] or '') ~= ARGV[2] then return -2 end
+redis.call('HSET', KEYS[1], 'deleted', '1')
+if ARGV[3] ~= '' and redis.call('HGET', KEYS[2], ARGV[3]) == ARGV[1] then redis.call('HDEL', KEYS[2], ARGV[3]) end
+redis.call('ZREM', KEYS[3], ARGV[1])
+local ids = redis.call('SMEMBERS', KEYS[4])
+for _, keyId in ipairs(ids) do
+  local hash = redis.call('HGET', ARGV[4] .. keyId, 'hash')
+  if hash then redis.call('HDEL', KEYS[5], hash) end
+  redis.call('DEL', ARGV[4] .. keyId)
+  redis.call('SREM', KEYS[6], keyId)
+end
+redis.call('DEL', KEYS[4])
+redis.call('PUBLISH', ARGV[5], 'account:' .. ARGV[1])
+return #ids`;
+
+/*
+ * KEYS: account, ledger. ARGV: micros, note, unix s.
+ * {1, balance} done, {0} no such account, {-1} the account is unlimited.
+ */
+const creditScript = `
+local cur = redis.call('HMGET', KEYS[1], 'id', 'deleted', 'unlimited')
+if not cur[1] or cur[2] == '1' then return {0, 0} end
+if cur[3] == '1' then return {-1, 0} end
+local balance = redis.call('HINCRBY', KEYS[1], 'balance', ARGV[1])
+redis.call('XADD', KEYS[2], '*', 'amount', ARGV[1], 'balance', balance, 'note', ARGV[2], 'time', ARGV[3])
+return {1, balance}`;
+
+interface AccountRedis extends Redis {
+  accountEnsureDefault(...args: Array<string | number>): Promise<number>;
+  accountCreate(...args: Array<string | number>): Promise<number>;
+  accountUpdate(...args: Array<string | number>): Promise<number>;
+  accountDelete(...args: Array<string | number>): Promise<number>;
+  accountCredit(...args: Array<string | number>): Promise<[number, number]>;
+}
+
+function scripted(redis: Redis): AccountRedis {
+  const r = redis as AccountRedis;
+  if (typeof r.accountCreate !== 'function') {
+    redis.defineCommand('accountEnsureDefault', { numberOfKeys: 2, lua: ensureScript });
+    redis.defineCommand('accountCreate', { numberOfKeys: 3, lua: createScript });
+    redis.defineCommand('accountUpdate', { numberOfKeys: 2, lua: updateScript });
+    redis.defineCommand('accountDelete', { numberOfKeys: 6, lua: deleteScript });
+    redis.defineCommand('accountCredit', { numberOfKeys: 2, lua: creditScript });
+  }
+  return r;
+}
+
+// ---- passwords: scrypt, salted, with its parameters stored so they can be raised later ----
+
+const scryptParams = { N: 16384, r: 8, p: 1 };
+
+function scryptHash(password: string, salt: Buffer, length: number, params: { N: number; r: number; p: number }): Promise<Buffer> {
+  return new Promise((resolve, reject) => scrypt(password, salt, length, params, (error, key) => (error ? reject(error) : resolve(key))));
+}
+
+export async function hashPassword(password: string): Promise<string> {
+  const salt = randomBytes(16);
+  const hash = await scryptHash(password, salt, 64, scryptParams);
+  return `scrypt$${scryptParams.N}$${scryptParams.r}$${scryptParams.p}$${salt.toString('base64')}$${hash.toString('base64')}`;
+}
+
+export async function verifyPassword(password: string, stored: string): Promise<boolean> {
+  const [scheme, n, r, p, salt, hash] = stored.split('$');
+  if (scheme !== 'scrypt' || !salt || !hash) return false;
+  const expected = Buffer.from(hash, 'base64');
+  const actual = await scryptHash(password, Buffer.from(salt, 'base64'), expected.length, { N: Number(n), r: Number(r), p: Number(p) });
+  return timingSafeEqual(actual, expected);
+}
+
+// ---- the store ----
+
+export interface NewAccount {
+  email: string;
+  name?: string;
+  password?: string;
+  role?: AccountRole;
+}
+
+export interface AccountChanges {
+  email?: string;
+  name?: string;
+  role?: AccountRole;
+  /** null removes the password. */
+  password?: string | null;
+}
+
+export interface LedgerEntry {
+  id: string;
+  amountMicros: number;
+  balanceMicros: number;
+  note: string;
+  /** Unix seconds. */
+  time: number;
+}
+
+const nowSeconds = () => Math.floor(Date.now() / 1000);
+const normalizeEmail = (email: string) => email.trim();
+const emailIndex = (email: string) => normalizeEmail(email).toLowerCase();
+/** How often a script that found the account changed under it is retried before giving up. */
+const attempts = 5;
+
+function toAccount(row: Record<string, string>): Account | undefined {
+  if (!row.id || row.deleted === '1') return undefined;
+  return {
+    id: row.id,
+    email: row.email ?? '',
+    name: row.name ?? '',
+    role: row.role === 'admin' ? 'admin' : 'member',
+    created: Number(row.created) || 0,
+    balanceMicros: row.unlimited === '1' ? undefined : Number(row.balance ?? 0),
+    reservedMicros: Number(row.reserved ?? 0),
+  };
+}
+
+export class AccountStore {
+  private readonly redis: AccountRedis;
+
+  constructor(redis: Redis) {
+    this.redis = scripted(redis);
+  }
+
+  /** Idempotent: keys made without an account belong to it. */
+  async ensureDefault(): Promise<void> {
+    await this.redis.accountEnsureDefault(accountKey(defaultAccountId), accountsIndexKey, defaultAccountId, nowSeconds());
+  }
+
+  async create(input: NewAccount): Promise<Account> {
+    const id = `acct_${randomBytes(8).toString('hex')}`;
+    const email = normalizeEmail(input.email);
+    const created = nowSeconds();
+    const fields: Record<string, string> = {
+      id,
+      email,
+      name: input.name ?? '',
+      role: input.role ?? 'member',
+      created: String(created),
+      balance: '0',
+      reserved: '0',
+      ...(input.password ? { password: await hashPassword(input.password) } : {}),
+    };
+    const made = await this.redis.accountCreate(accountEmailsKey, accountKey(id), accountsIndexKey, emailIndex(email), id, created, ...Object.entries(fields).flat());
+    if (made === 0) throw accountExists(email);
+    return toAccount(fields)!;
+  }
+
+  /** Undefined for an unknown or deleted account. */
+  async get(id: string): Promise<Account | undefined> {
+    if (id === defaultAccountId) await this.ensureDefault();
+    return toAccount(await this.redis.hgetall(accountKey(id)));
+  }
+
+  /** True when the account exists and is not deleted. */
+  async exists(id: string): Promise<boolean> {
+    if (id === defaultAccountId) return true;
+    const [known, deleted] = await this.redis.hmget(accountKey(id), 'id', 'deleted');
+    return Boolean(known) && deleted !== '1';
+  }
+
+  async list(): Promise<Account[]> {
+    await this.ensureDefault();
+    const ids = await this.redis.zrange(accountsIndexKey, 0, -1);
+    if (ids.length === 0) return [];
+    const pipeline = this.redis.pipeline();
+    for (const id of ids) pipeline.hgetall(accountKey(id));
+    const rows = (await pipeline.exec()) ?? [];
+    return rows.map(([, row]) => toAccount(row as Record<string, string>)).filter((a): a is Account => a !== undefined);
+  }
+
+  /** Undefined for an unknown or deleted account; throws 409 when the new email is taken. */
+  async update(id: string, changes: AccountChanges): Promise<Account | undefined> {
+    const fields: string[] = [];
+    if (changes.name !== undefined) fields.push('name', changes.name);
+    if (changes.role !== undefined) fields.push('role', changes.role);
+    if (changes.email !== undefined) fields.push('email', normalizeEmail(changes.email));
+    // '' is "no password": a hash never is.
+    if (changes.password !== undefined) fields.push('password', changes.password === null ? '' : await hashPassword(changes.password));
+    for (let attempt = 0; attempt < attempts; attempt++) {
+      const current = await this.get(id);
+      if (!current) return undefined;
+      const newIndex = changes.email === undefined ? '' : emailIndex(changes.email);
+      const result = await this.redis.accountUpdate(accountKey(id), accountEmailsKey, id, current.email, emailIndex(current.email), newIndex, ...fields);
+      if (result === 0) return undefined;
+      if (result === -1) throw accountExists(normalizeEmail(changes.email!));
+      if (result === 1) return this.get(id);
+    }
+    throw new GatewayError(409, 'The account kept changing while it was being updated; retry.', { code: 'conflict' });
+  }
+
+  /** Marks the account deleted and revokes its keys. Undefined for an unknown account, else the number of keys revoked. */
+  async delete(id: string): Promise<number | undefined> {
+    if (id === defaultAccountId) {
+      throw new GatewayError(400, 'The default account cannot be deleted.', { code: 'default_account' });
+    }
+    for (let attempt = 0; attempt < attempts; attempt++) {
+      const current = await this.get(id);
+      if (!current) return undefined;
+      const result = await this.redis.accountDelete(
+        accountKey(id),
+        accountEmailsKey,
+        accountsIndexKey,
+        accountKeysKey(id),
+        apiKeyHashesKey,
+        apiKeyIdsKey,
+        id,
+        current.email,
+        emailIndex(current.email),
+        apiKeyRecordKey(''),
+        accessChangedChannel,
+      );
+      if (result === -1) return undefined;
+      if (result >= 0) return result;
+    }
+    throw new GatewayError(409, 'The account kept changing while it was being deleted; retry.', { code: 'conflict' });
+  }
+
+  /** Adds (or with a negative amount, takes) credit and records it in the ledger; returns the new balance in micros. */
+  async credit(id: string, micros: number, note = ''): Promise<number> {
+    if (id === defaultAccountId) await this.ensureDefault();
+    const [status, balance] = await this.redis.accountCredit(accountKey(id), ledgerKey(id), micros, note, nowSeconds());
+    if (status === 0) throw accountNotFound(id);
+    if (status === -1) {
+      throw new GatewayError(400, 'The default account has an unlimited balance: it takes no credits.', { code: 'unlimited_balance' });
+    }
+    return balance;
+  }
+
+  /** The newest `limit` ledger entries, newest first. */
+  async ledger(id: string, limit: number): Promise<LedgerEntry[]> {
+    const entries = await this.redis.xrevrange(ledgerKey(id), '+', '-', 'COUNT', limit);
+    return entries.map(([entryId, flat]) => {
+      const fields = new Map<string, string>();
+      for (let i = 0; i + 1 < flat.length; i += 2) fields.set(flat[i]!, flat[i + 1]!);
+      return {
+        id: entryId,
+        amountMicros: Number(fields.get('amount') ?? 0),
+        balanceMicros: Number(fields.get('balance') ?? 0),
+        note: fields.get('note') ?? '',
+        time: Number(fields.get('time') ?? 0),
+      };
+    });
+  }
+
+  /** For a future sign-in: true when the account exists, has a password and it matches. */
+  async checkPassword(id: string, password: string): Promise<boolean> {
+    const [stored, deleted] = await this.redis.hmget(accountKey(id), 'password', 'deleted');
+    if (!stored || deleted === '1') return false;
+    return verifyPassword(password, stored);
+  }
+}

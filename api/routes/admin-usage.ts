@@ -1,0 +1,131 @@
+import type { Redis } from 'ioredis';
+import { z } from 'zod';
+import { usageDayKey, usageMetrics, utcDay, type UsageMetric } from '../../shared/accounts.js';
+
+/*
+ * `GET /admin/usage`: sums of the per-day aggregates settlement writes
+ * (`usageDayKey(day)`, fields `<account>|<key>|<model>|<metric>`), filtered
+ * and grouped as asked. Reading whole day hashes is cheap next to how rarely
+ * an admin asks, and keeps settlement to one HINCRBY per metric.
+ */
+
+export const maxUsageDays = 400;
+const defaultUsageDays = 30;
+const dayMs = 86_400_000;
+
+const groupings = ['day', 'account', 'model', 'key'] as const;
+type Grouping = (typeof groupings)[number];
+
+export interface UsageQuery {
+  accountId?: string;
+  keyId?: string;
+  model?: string;
+  /** Every UTC day asked for, oldest first. */
+  days: string[];
+  groupBy: Grouping[];
+}
+
+const day = z
+  .string()
+  .regex(/^\d{4}-\d{2}-\d{2}$/, 'expected a UTC day as YYYY-MM-DD')
+  .refine((text) => !Number.isNaN(Date.parse(`${text}T00:00:00Z`)) && utcDay(Date.parse(`${text}T00:00:00Z`)) === text, 'no such day');
+const id = z.string().min(1).max(256);
+
+export const usageQuerySchema = z
+  .strictObject({
+    account_id: id.optional(),
+    key_id: id.optional(),
+    model: id.optional(),
+    from: day.optional(),
+    to: day.optional(),
+    group_by: z
+      .string()
+      .regex(new RegExp(`^(${groupings.join('|')})(,(${groupings.join('|')}))*$`), `expected a comma-separated list of ${groupings.join(', ')}`)
+      .optional(),
+  })
+  .transform((query, ctx): UsageQuery => {
+    const to = query.to ?? utcDay(Date.now());
+    const from = query.from ?? utcDay(Date.parse(`${to}T00:00:00Z`) - (defaultUsageDays - 1) * dayMs);
+    const count = (Date.parse(`${to}T00:00:00Z`) - Date.parse(`${from}T00:00:00Z`)) / dayMs + 1;
+    if (count < 1) ctx.issues.push({ code: 'custom', message: `'from' (${from}) is after 'to' (${to})`, path: ['from'], input: query.from });
+    else if (count > maxUsageDays) ctx.issues.push({ code: 'custom', message: `at most ${maxUsageDays} days may be asked for at once, not ${count}`, path: ['from'], input: query.from });
+    if (ctx.issues.length > 0) return z.NEVER;
+    const start = Date.parse(`${from}T00:00:00Z`);
+    return {
+      accountId: query.account_id,
+      keyId: query.key_id,
+      model: query.model,
+      days: Array.from({ length: count }, (_, i) => utcDay(start + i * dayMs)),
+      groupBy: query.group_by ? [...new Set(query.group_by.split(',') as Grouping[])] : [],
+    };
+  });
+
+export interface UsageRow {
+  day?: string;
+  account_id?: string;
+  model?: string;
+  key_id?: string;
+  requests: number;
+  input_tokens: number;
+  cached_tokens: number;
+  output_tokens: number;
+  images: number;
+  audio_seconds: number;
+  video_seconds: number;
+  cost_usd: number;
+}
+
+type Totals = Record<UsageMetric, number>;
+const isMetric = (name: string): name is UsageMetric => (usageMetrics as readonly string[]).includes(name);
+const zero = (): Totals => Object.fromEntries(usageMetrics.map((m) => [m, 0])) as Totals;
+
+export async function readUsage(redis: Redis, query: UsageQuery): Promise<UsageRow[]> {
+  const pipeline = redis.pipeline();
+  for (const d of query.days) pipeline.hgetall(usageDayKey(d));
+  const results = (await pipeline.exec()) ?? [];
+  const groups = new Map<string, { dims: Partial<Record<Grouping, string>>; totals: Totals }>();
+  const grouped = (dims: Partial<Record<Grouping, string>>) => {
+    const key = JSON.stringify(query.groupBy.map((g) => dims[g]));
+    let group = groups.get(key);
+    if (!group) groups.set(key, (group = { dims, totals: zero() }));
+    return group.totals;
+  };
+  if (query.groupBy.length === 0) grouped({});
+
+  results.forEach(([error, value], index) => {
+    if (error) throw error;
+    for (const [field, text] of Object.entries((value ?? {}) as Record<string, string>)) {
+      // A model id may itself hold a '|': account and key are the first parts, the metric the last.
+      const parts = field.split('|');
+      if (parts.length < 4) continue;
+      const metric = parts.at(-1)!;
+      const account = parts[0]!;
+      const key = parts[1]!;
+      const model = parts.slice(2, -1).join('|');
+      if (!isMetric(metric)) continue;
+      if ((query.accountId && account !== query.accountId) || (query.keyId && key !== query.keyId) || (query.model && model !== query.model)) continue;
+      const totals = grouped({ day: query.days[index], account, model, key });
+      totals[metric] += Number(text) || 0;
+    }
+  });
+
+  const rows = [...groups.values()].map(({ dims, totals }) => {
+    const row: UsageRow = {
+      ...(query.groupBy.includes('day') ? { day: dims.day } : {}),
+      ...(query.groupBy.includes('account') ? { account_id: dims.account } : {}),
+      ...(query.groupBy.includes('model') ? { model: dims.model } : {}),
+      ...(query.groupBy.includes('key') ? { key_id: dims.key } : {}),
+      requests: totals.requests,
+      input_tokens: totals.input_tokens,
+      cached_tokens: totals.cached_tokens,
+      output_tokens: totals.output_tokens,
+      images: totals.images,
+      audio_seconds: totals.audio_seconds,
+      video_seconds: totals.video_seconds,
+      cost_usd: totals.cost_micros / 1e6,
+    };
+    return row;
+  });
+  const order = (row: UsageRow) => [row.day ?? '', row.account_id ?? '', row.model ?? '', row.key_id ?? ''].join('\u0000');
+  return rows.sort((a, b) => (order(a) < order(b) ? -1 : order(a) > order(b) ? 1 : 0));
+}

@@ -1,0 +1,80 @@
+import { keyPrefix } from './queues.js';
+
+/**
+ * Accounts, keys, reservations and usage as they live in Redis: the layout
+ * both halves (and the admin API, the CLI and the billing scripts) read.
+ * Money is integer micro-dollars (1 USD = 1,000,000) everywhere in Redis.
+ *
+ *   sy:account:<id>          hash  id, email, name, role, created, password (scrypt, optional),
+ *                                  balance (micros), unlimited ('1' for the default account),
+ *                                  reserved (micros held by requests in flight), deleted ('1')
+ *   sy:accounts              zset  account id → created
+ *   sy:account-emails        hash  lower-cased email → account id
+ *   sy:ledger:<id>           stream one entry per balance change: amount, balance, note, time
+ *   sy:key:<id>              hash  id, name, created, hash, hint, account, limit (micros, '' = none),
+ *                                  rpm, tpm ('' = none), models (JSON array, '' = all), expires ('' = never),
+ *                                  spent (micros), reserved (micros), last_used (unix s)
+ *   sy:keyhash               hash  sha256(secret) → key id
+ *   sy:keyids                set   key ids
+ *   sy:account-keys:<id>     set   key ids of one account
+ *   sy:rl:<keyId>:rpm|tpm    string GCRA theoretical arrival time (ms)
+ *   sy:resv:<requestId>      hash  key, account, micros, tokens, deadline (ms): what admission holds
+ *   sy:resv-deadlines        zset  request id → deadline (ms), to release reservations of lost jobs
+ *   sy:settled:<requestId>   string set once a request is settled (kept 7 days): settlement runs once
+ *   sy:usage                 stream one record per finished request
+ *   sy:usage-day:<YYYY-MM-DD> hash `<account>|<key>|<model>|<metric>` → integer total, kept 400 days
+ */
+export const defaultAccountId = 'acct_default';
+
+export const accountKey = (id: string) => `${keyPrefix}account:${id}`;
+export const accountsIndexKey = `${keyPrefix}accounts`;
+export const accountEmailsKey = `${keyPrefix}account-emails`;
+export const ledgerKey = (accountId: string) => `${keyPrefix}ledger:${accountId}`;
+export const apiKeyRecordKey = (keyId: string) => `${keyPrefix}key:${keyId}`;
+export const apiKeyHashesKey = `${keyPrefix}keyhash`;
+export const apiKeyIdsKey = `${keyPrefix}keyids`;
+export const accountKeysKey = (accountId: string) => `${keyPrefix}account-keys:${accountId}`;
+export const rateLimitKey = (keyId: string, kind: 'rpm' | 'tpm') => `${keyPrefix}rl:${keyId}:${kind}`;
+export const reservationKey = (requestId: string) => `${keyPrefix}resv:${requestId}`;
+export const reservationDeadlinesKey = `${keyPrefix}resv-deadlines`;
+export const settledKey = (requestId: string) => `${keyPrefix}settled:${requestId}`;
+export const usageStreamKey = `${keyPrefix}usage`;
+export const usageDayKey = (day: string) => `${keyPrefix}usage-day:${day}`;
+/** Published with a key id when a key changes or is revoked, and with `account:<id>` when an account does: every api drops what it cached. */
+export const accessChangedChannel = `${keyPrefix}access-changed`;
+
+export type AccountRole = 'admin' | 'member';
+
+export interface Account {
+  id: string;
+  email: string;
+  name: string;
+  role: AccountRole;
+  created: number;
+  /** Micro-dollars; undefined for the unlimited default account. */
+  balanceMicros?: number;
+  reservedMicros: number;
+}
+
+/** What admission needs to know about a key, cached per api instance (dropped on `accessChangedChannel`). */
+export interface KeyAccess {
+  keyId: string;
+  accountId: string;
+  /** The most the key may ever spend, micros; undefined = no limit. */
+  limitMicros?: number;
+  rpm?: number;
+  tpm?: number;
+  /** Allowed model ids; undefined = every model. */
+  models?: readonly string[];
+  /** Unix seconds; undefined = never. */
+  expiresAt?: number;
+}
+
+/** The metrics of one usage record that the per-day aggregates sum. */
+export const usageMetrics = ['requests', 'input_tokens', 'cached_tokens', 'output_tokens', 'images', 'audio_seconds', 'video_seconds', 'cost_micros'] as const;
+export type UsageMetric = (typeof usageMetrics)[number];
+
+/** UTC day of a time, as the aggregates and `/admin/usage` name it. */
+export function utcDay(ms: number): string {
+  return new Date(ms).toISOString().slice(0, 10);
+}

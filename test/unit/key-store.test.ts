@@ -1,0 +1,262 @@
+import { after, before, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Redis } from 'ioredis';
+import {
+  accessChangedChannel,
+  accountEmailsKey,
+  accountKey,
+  accountKeysKey,
+  apiKeyHashesKey,
+  apiKeyIdsKey,
+  apiKeyRecordKey,
+  defaultAccountId,
+  ledgerKey,
+  usageDayKey,
+} from '../../shared/accounts.js';
+import { reserve } from '../../shared/billing.js';
+import { GatewayError } from '../../shared/errors.js';
+import { hashPassword, usdToMicros, verifyPassword } from '../../api/account-store.js';
+import { hashSecret, KeyCache, KeyStore } from '../../api/key-store.js';
+import { readUsage, usageQuerySchema } from '../../api/routes/admin-usage.js';
+import { freshRedis } from '../support/gateway.js';
+
+// Against a real Redis: the store is Lua scripts whose point is to hold together under races.
+let redis: Redis;
+let store: KeyStore;
+
+before(async () => {
+  redis = (await freshRedis(12)).redis;
+  store = new KeyStore(redis);
+});
+after(() => redis.disconnect());
+beforeEach(() => redis.flushdb());
+
+const isError = (status: number, code: string) => (error: unknown) => error instanceof GatewayError && error.status === status && error.code === code;
+
+describe('AccountStore', () => {
+  it('creates accounts with unique emails in any letter case, and never keeps a password in clear', async () => {
+    const a = await store.accounts.create({ email: ' Ann@Example.com ', name: 'Ann', password: 'correct horse', role: 'admin' });
+    assert.equal(a.email, 'Ann@Example.com');
+    assert.equal(a.balanceMicros, 0);
+    assert.equal(await redis.hget(accountEmailsKey, 'ann@example.com'), a.id);
+    await assert.rejects(store.accounts.create({ email: 'ANN@example.COM' }), isError(409, 'account_exists'));
+    const stored = await redis.hget(accountKey(a.id), 'password');
+    assert.match(stored!, /^scrypt\$/);
+    assert.ok(!stored!.includes('correct horse'));
+    assert.equal(await store.accounts.checkPassword(a.id, 'correct horse'), true);
+    assert.equal(await store.accounts.checkPassword(a.id, 'wrong horse!'), false);
+    assert.equal('password' in (await store.accounts.get(a.id))!, false);
+  });
+
+  it('moves an email on update, refuses one another account holds, allows a change of case', async () => {
+    const a = await store.accounts.create({ email: 'a@example.com' });
+    const b = await store.accounts.create({ email: 'b@example.com' });
+    await assert.rejects(store.accounts.update(b.id, { email: 'A@EXAMPLE.COM' }), isError(409, 'account_exists'));
+    assert.equal((await store.accounts.update(a.id, { email: 'A@Example.com', name: 'A' }))!.email, 'A@Example.com');
+    await store.accounts.update(a.id, { email: 'new@example.com' });
+    assert.equal(await redis.hget(accountEmailsKey, 'a@example.com'), null, 'the old email is freed');
+    assert.equal(await redis.hget(accountEmailsKey, 'new@example.com'), a.id);
+    assert.equal(await store.accounts.update('acct_nope', { name: 'x' }), undefined);
+    await store.accounts.update(a.id, { password: 'a new password' });
+    assert.equal(await store.accounts.checkPassword(a.id, 'a new password'), true);
+    await store.accounts.update(a.id, { password: null });
+    assert.equal(await store.accounts.checkPassword(a.id, 'a new password'), false);
+  });
+
+  it('credits with a ledger entry per change, negative corrections included', async () => {
+    const a = await store.accounts.create({ email: 'c@example.com' });
+    assert.equal(await store.accounts.credit(a.id, usdToMicros(10), 'top-up'), 10_000_000);
+    assert.equal(await store.accounts.credit(a.id, usdToMicros(-2.5), 'refund'), 7_500_000);
+    const ledger = await store.accounts.ledger(a.id, 10);
+    assert.deepEqual(
+      ledger.map(({ amountMicros, balanceMicros, note }) => ({ amountMicros, balanceMicros, note })),
+      [
+        { amountMicros: -2_500_000, balanceMicros: 7_500_000, note: 'refund' },
+        { amountMicros: 10_000_000, balanceMicros: 10_000_000, note: 'top-up' },
+      ],
+    );
+    assert.ok(Math.abs(ledger[0]!.time - Date.now() / 1000) < 5);
+    await assert.rejects(store.accounts.credit('acct_nope', 1), isError(404, 'account_not_found'));
+    await assert.rejects(store.accounts.credit(defaultAccountId, 1), isError(400, 'unlimited_balance'));
+  });
+
+  it('keeps a default account: lazily made, unlimited, undeletable', async () => {
+    await store.accounts.ensureDefault();
+    await store.accounts.ensureDefault();
+    const list = await store.accounts.list();
+    assert.equal(list.length, 1);
+    assert.equal(list[0]!.id, defaultAccountId);
+    assert.equal(list[0]!.balanceMicros, undefined);
+    await assert.rejects(store.accounts.delete(defaultAccountId), isError(400, 'default_account'));
+  });
+
+  it('deletes an account: marked, email freed, every key revoked and announced', async () => {
+    const a = await store.accounts.create({ email: 'd@example.com' });
+    const k1 = await store.create('one', { accountId: a.id });
+    const k2 = await store.create('two', { accountId: a.id });
+    const other = await store.create('other');
+    const sub = redis.duplicate();
+    const messages: string[] = [];
+    sub.on('message', (_channel: string, message: string) => messages.push(message));
+    await sub.subscribe(accessChangedChannel);
+    try {
+      assert.equal(await store.accounts.delete(a.id), 2);
+      assert.equal(await redis.hget(accountKey(a.id), 'deleted'), '1');
+      assert.equal(await store.accounts.get(a.id), undefined);
+      assert.equal(await store.accounts.delete(a.id), undefined);
+      for (const k of [k1, k2]) {
+        assert.equal(await redis.hget(apiKeyHashesKey, hashSecret(k.key)), null);
+        assert.equal(await redis.sismember(apiKeyIdsKey, k.id), 0);
+        assert.equal(await store.access(hashSecret(k.key)), undefined);
+      }
+      assert.equal(await redis.exists(accountKeysKey(a.id)), 0);
+      assert.ok(await store.access(hashSecret(other.key)), 'keys of other accounts stay');
+      assert.ok((await store.accounts.create({ email: 'D@example.com' })).id !== a.id, 'the email can be used again');
+      await new Promise((r) => setTimeout(r, 50));
+      assert.deepEqual(messages, [`account:${a.id}`]);
+    } finally {
+      sub.disconnect();
+    }
+  });
+
+  it('hashes passwords with a fresh salt each time', async () => {
+    const [one, two] = [await hashPassword('same password'), await hashPassword('same password')];
+    assert.notEqual(one, two);
+    assert.equal(await verifyPassword('same password', one), true);
+    assert.equal(await verifyPassword('same password', 'plain'), false);
+  });
+});
+
+describe('KeyStore', () => {
+  it('keeps create(name) working: the key belongs to the default account, which it creates', async () => {
+    const created = await store.create('legacy caller');
+    assert.equal(created.accountId, defaultAccountId);
+    assert.equal(await redis.hget(accountKey(defaultAccountId), 'unlimited'), '1');
+    assert.equal(await store.lookup(hashSecret(created.key)), created.id);
+    assert.deepEqual(await store.access(hashSecret(created.key)), { keyId: created.id, accountId: defaultAccountId });
+  });
+
+  it('stores limits the way the billing scripts read them, and returns them as access', async () => {
+    const a = await store.accounts.create({ email: 'k@example.com' });
+    const created = await store.create('limited', { accountId: a.id, limitMicros: 5_000_000, rpm: 60, tpm: 1000, models: ['mock-chat'], expiresAt: 4_000_000_000 });
+    const record = await redis.hgetall(apiKeyRecordKey(created.id));
+    assert.deepEqual(
+      { account: record.account, limit: record.limit, rpm: record.rpm, tpm: record.tpm, models: record.models, expires: record.expires, spent: record.spent },
+      { account: a.id, limit: '5000000', rpm: '60', tpm: '1000', models: '["mock-chat"]', expires: '4000000000', spent: '0' },
+    );
+    assert.deepEqual(await store.access(hashSecret(created.key)), {
+      keyId: created.id,
+      accountId: a.id,
+      limitMicros: 5_000_000,
+      rpm: 60,
+      tpm: 1000,
+      models: ['mock-chat'],
+      expiresAt: 4_000_000_000,
+    });
+    assert.equal(await redis.sismember(accountKeysKey(a.id), created.id), 1);
+    await assert.rejects(store.create('orphan', { accountId: 'acct_nope' }), isError(404, 'account_not_found'));
+
+    const changed = await store.update(created.id, { rpm: null, models: null, limitMicros: 1_000_000, name: 'renamed' });
+    assert.equal(changed!.rpm, undefined);
+    assert.equal(changed!.models, undefined);
+    assert.equal(changed!.limitMicros, 1_000_000);
+    assert.equal(changed!.name, 'renamed');
+    assert.equal(await redis.hget(apiKeyRecordKey(created.id), 'rpm'), '');
+    assert.equal(await store.update('key_nope', { rpm: 1 }), undefined);
+    assert.equal(await redis.exists(apiKeyRecordKey('key_nope')), 0, 'an update does not make a half record');
+    assert.deepEqual((await store.list({ accountId: a.id })).map((k) => k.id), [created.id]);
+  });
+
+  it('makes records the billing admission accepts: the account balance decides', async () => {
+    const a = await store.accounts.create({ email: 'b@example.com' });
+    const key = await store.create('billed', { accountId: a.id });
+    const ask = (requestId: string) => reserve(redis, { requestId, keyId: key.id, accountId: a.id, micros: 1000, tokens: 10, deadline: Date.now() + 60_000 }, {});
+    assert.equal((await ask('r1')).ok, false);
+    await store.accounts.credit(a.id, usdToMicros(1));
+    assert.equal((await ask('r2')).ok, true);
+    const free = await store.create('free');
+    const outcome = await reserve(redis, { requestId: 'r3', keyId: free.id, accountId: defaultAccountId, micros: 1000, tokens: 10, deadline: Date.now() + 60_000 }, {});
+    assert.equal(outcome.ok, true);
+  });
+
+  it('reads keys made before accounts: no account field means the default account, made if missing', async () => {
+    const hash = hashSecret('sy-legacy');
+    await redis.hset(apiKeyRecordKey('key_old'), { id: 'key_old', name: 'old', created: '1', hash, hint: 'sy-lega…' });
+    await redis.hset(apiKeyHashesKey, hash, 'key_old');
+    await redis.sadd(apiKeyIdsKey, 'key_old');
+    assert.deepEqual(await store.access(hash), { keyId: 'key_old', accountId: defaultAccountId });
+    assert.equal(await redis.hget(accountKey(defaultAccountId), 'unlimited'), '1');
+    assert.equal((await store.get('key_old'))!.accountId, defaultAccountId);
+    assert.equal(await store.revoke('key_old'), true);
+    assert.equal(await store.access(hash), undefined);
+  });
+});
+
+describe('KeyCache', () => {
+  it('caches, refuses expired keys as such, and forgets by key id or account', async () => {
+    const a = await store.accounts.create({ email: 'cache@example.com' });
+    const one = await store.create('one', { accountId: a.id });
+    const two = await store.create('two', { accountId: a.id });
+    const cache = new KeyCache(store, 60_000);
+    assert.equal((await cache.resolve(one.key))!.keyId, one.id);
+    await cache.resolve(two.key);
+
+    // Changed behind the cache's back: still served from it until told.
+    await redis.hset(apiKeyRecordKey(one.id), 'expires', String(Math.floor(Date.now() / 1000) - 10));
+    assert.equal((await cache.resolve(one.key))!.keyId, one.id);
+    cache.forget(one.id);
+    const verdict = await cache.check(one.key);
+    assert.ok('refused' in verdict && verdict.refused === 'expired');
+    assert.equal(await cache.resolve(one.key), undefined);
+
+    await store.accounts.delete(a.id);
+    assert.ok(await cache.resolve(two.key), 'cached until the message arrives');
+    cache.forget(`account:${a.id}`);
+    assert.deepEqual(await cache.check(two.key), { refused: 'unknown' });
+    assert.deepEqual(await cache.check('sy-never-issued'), { refused: 'unknown' });
+  });
+
+  it('does not cache a lookup that raced a change', async () => {
+    const key = await store.create('raced');
+    const cache = new KeyCache(store, 60_000);
+    const pending = cache.resolve(key.key);
+    cache.forget(key.id);
+    assert.ok(await pending);
+    await store.revoke(key.id);
+    assert.equal(await cache.resolve(key.key), undefined, 'the raced lookup was not cached');
+  });
+});
+
+describe('usage aggregates', () => {
+  it('groups and filters the per-day totals', async () => {
+    const day1 = '2025-03-01';
+    const day2 = '2025-03-02';
+    const add = (day: string, account: string, key: string, model: string, metric: string, value: number) =>
+      redis.hincrby(usageDayKey(day), `${account}|${key}|${model}|${metric}`, value);
+    await add(day1, 'acct_a', 'key_1', 'gpt|x', 'requests', 2);
+    await add(day1, 'acct_a', 'key_1', 'gpt|x', 'cost_micros', 1500);
+    await add(day2, 'acct_a', 'key_2', 'claude', 'requests', 1);
+    await add(day2, 'acct_a', 'key_2', 'claude', 'input_tokens', 40);
+    await add(day2, 'acct_b', 'key_3', 'claude', 'requests', 5);
+    const query = (q: Record<string, string>) => readUsage(redis, usageQuerySchema.parse({ from: day1, to: day2, ...q }));
+
+    assert.deepEqual(
+      (await query({ group_by: 'model' })).map((r) => [r.model, r.requests, r.cost_usd]),
+      [
+        ['claude', 6, 0],
+        ['gpt|x', 2, 0.0015],
+      ],
+    );
+    assert.deepEqual((await query({ group_by: 'day,key', account_id: 'acct_a' })).map((r) => [r.day, r.key_id, r.requests, r.input_tokens]), [
+      [day1, 'key_1', 2, 0],
+      [day2, 'key_2', 1, 40],
+    ]);
+    const [total] = await query({});
+    assert.equal(total!.requests, 8);
+    assert.equal(total!.day, undefined);
+    assert.deepEqual(await query({ group_by: 'day', from: '2025-04-01', to: '2025-04-02' }), []);
+    assert.equal(usageQuerySchema.parse({}).days.length, 30);
+    assert.equal(usageQuerySchema.safeParse({ from: '2020-01-01', to: '2025-01-01' }).success, false);
+    assert.equal(usageQuerySchema.safeParse({ from: '2025-02-30' }).success, false);
+  });
+});
