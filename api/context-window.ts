@@ -18,6 +18,8 @@ const perMessageOverhead = 8;
 const replyPriming = 3;
 const toolPreamble = 16;
 const completionDefaultMaxTokens = 16;
+/** Prompts whose byte bound is at most this are counted exactly for billing and rate limits (a few µs); longer ones are estimated by that bound. */
+const exactCountBytes = 4096;
 
 function contextError(model: CatalogModel, prompt: number, completion: number, param: string): GatewayError {
   return new GatewayError(
@@ -72,38 +74,61 @@ export function checkModalities(model: CatalogModel, messages: readonly ChatMess
   });
 }
 
-export async function checkChatContext(model: CatalogModel, body: ChatCompletionRequest): Promise<void> {
-  if (!model.context_window) return;
+/**
+ * The checks return the prompt's tokens as admission reserves them: counted
+ * when counting was needed or is cheap, else the byte bound (never fewer than
+ * the real count, so a reservation always covers the prompt).
+ */
+export async function checkChatContext(model: CatalogModel, body: ChatCompletionRequest): Promise<number> {
   const completion = body.max_completion_tokens ?? body.max_tokens ?? 0;
   const tools = body.tools ?? body.functions ?? null;
-  if (byteBound(body.messages, tools) + completion <= model.context_window) return;
+  const bound = byteBound(body.messages, tools);
+  if (!model.context_window || bound + completion <= model.context_window) {
+    return bound <= exactCountBytes ? countChatPromptTokensAsync(body.messages, tools) : bound;
+  }
   const prompt = await countChatPromptTokensAsync(body.messages, tools, model.context_window - completion);
   if (prompt + completion > model.context_window) throw contextError(model, prompt, completion, 'messages');
+  return prompt;
 }
 
-export async function checkCompletionContext(model: CatalogModel, body: CompletionRequest): Promise<void> {
-  if (!model.context_window) return;
+/** Byte bounds of a list of prompts or inputs (token arrays are their own count). */
+function bounds(list: ReadonlyArray<string | number[]>): number[] {
+  return list.map((item) => (typeof item === 'string' ? Buffer.byteLength(item) : item.length));
+}
+
+/** One prompt's tokens: counted when it may not fit, or when the whole request is small; else its byte bound. */
+async function tokensOf(input: string | number[], bound: number, limit: number, exact: boolean): Promise<number> {
+  if (typeof input !== 'string') return input.length;
+  return exact || bound > limit ? countTextTokensAsync(input, limit) : bound;
+}
+
+export async function checkCompletionContext(model: CatalogModel, body: CompletionRequest): Promise<number> {
   const completion = body.max_tokens ?? completionDefaultMaxTokens;
   const prompts: Array<string | number[]> = typeof body.prompt === 'string' ? [body.prompt] : (body.prompt as Array<string | number[]>);
   // Token arrays are already tokens; string prompts are bounded by bytes first.
   const list = typeof prompts[0] === 'number' ? [body.prompt as number[]] : prompts;
-  for (const prompt of list) {
-    const bound = typeof prompt === 'string' ? Buffer.byteLength(prompt) : prompt.length;
-    if (bound + completion <= model.context_window) continue;
-    const count = typeof prompt === 'string' ? await countTextTokensAsync(prompt, model.context_window - completion) : prompt.length;
-    if (count + completion > model.context_window) throw contextError(model, count, completion, 'prompt');
+  const window = model.context_window || Number.MAX_SAFE_INTEGER;
+  const sizes = bounds(list);
+  const exact = sizes.reduce((sum, size) => sum + size, 0) <= exactCountBytes;
+  let total = 0;
+  for (const [i, prompt] of list.entries()) {
+    const count = await tokensOf(prompt, sizes[i]!, window - completion, exact);
+    if (count + completion > window) throw contextError(model, count, completion, 'prompt');
+    total += count;
   }
+  return total;
 }
 
-export async function checkEmbeddingContext(model: CatalogModel, body: EmbeddingRequest): Promise<void> {
-  const window = model.context_window;
-  if (!window) return;
+export async function checkEmbeddingContext(model: CatalogModel, body: EmbeddingRequest): Promise<number> {
+  const window = model.context_window || Number.MAX_SAFE_INTEGER;
   const inputs: Array<string | number[]> = typeof body.input === 'string' ? [body.input] : (body.input as Array<string | number[]>);
   const list = typeof inputs[0] === 'number' ? [body.input as number[]] : inputs;
+  const sizes = bounds(list);
+  const exact = sizes.reduce((sum, size) => sum + size, 0) <= exactCountBytes;
+  let total = 0;
   for (const [i, input] of list.entries()) {
-    const bound = typeof input === 'string' ? Buffer.byteLength(input) : input.length;
-    if (bound <= window) continue;
-    const count = typeof input === 'string' ? await countTextTokensAsync(input, window) : input.length;
+    const count = await tokensOf(input, sizes[i]!, window, exact);
+    total += count;
     if (count > window) {
       throw new GatewayError(
         400,
@@ -112,4 +137,5 @@ export async function checkEmbeddingContext(model: CatalogModel, body: Embedding
       );
     }
   }
+  return total;
 }

@@ -28,6 +28,8 @@ export interface Admitted<E extends Endpoint> {
   contentType?: string;
   /** Job id when it is not the request id (videos). */
   jobId?: string;
+  /** The prompt's tokens as counted or bounded by the context check (text endpoints): what admission reserves for. */
+  promptTokens?: number;
 }
 
 export interface HandlerDeps {
@@ -58,10 +60,10 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
   'chat.completions': {
     async admit({ fields: body, model }) {
       checkModalities(model, body.messages);
-      await checkChatContext(model, body);
+      const promptTokens = await checkChatContext(model, body);
       refuseStreamOptionsWithoutStream(body);
       if (body.top_logprobs != null && !body.logprobs) throw invalidRequest('top_logprobs requires logprobs to be true.', 'top_logprobs');
-      return { payload: body, stream: !!body.stream };
+      return { payload: body, stream: !!body.stream, promptTokens };
     },
   },
 
@@ -69,8 +71,8 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
     async admit({ fields: body, model }) {
       if (body.stream && body.best_of != null && body.best_of > 1) throw invalidRequest('best_of cannot be used with stream.', 'best_of');
       refuseStreamOptionsWithoutStream(body);
-      await checkCompletionContext(model, body);
-      return { payload: body, stream: !!body.stream };
+      const promptTokens = await checkCompletionContext(model, body);
+      return { payload: body, stream: !!body.stream, promptTokens };
     },
   },
 
@@ -82,8 +84,8 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
           throw invalidRequest(`dimensions must be at most ${model.dimensions} for \`${model.id}\`.`, 'dimensions');
         }
       }
-      await checkEmbeddingContext(model, body);
-      return { payload: body };
+      const promptTokens = await checkEmbeddingContext(model, body);
+      return { payload: body, promptTokens };
     },
   },
 

@@ -11,6 +11,9 @@ import type { Backpressure } from './backpressure.js';
 import type { BlobStore } from '../storage/blob-store.js';
 import { uploadKeys } from '../storage/upload-keys.js';
 import type { ReplyHub } from './reply-hub.js';
+import type { KeyAccess } from '../shared/accounts.js';
+import { releaseReservation } from '../shared/billing.js';
+import { reserveSpend, type SpendEstimate } from './admission.js';
 import { PlainExchange } from './exchanges/plain-exchange.js';
 import { StreamExchange } from './exchanges/stream-exchange.js';
 
@@ -37,6 +40,8 @@ export interface RelayRequest<E extends Endpoint = Endpoint> {
   contentType?: string;
   /** Job id when it is not the request id (videos). */
   jobId?: string;
+  /** Who pays, and the most the request may cost: reserved before it is queued. */
+  spend?: { access: KeyAccess; estimate: SpendEstimate };
 }
 
 /** `Prefer: respond-async` (RFC 7240) asks for a 202 and a job to poll. */
@@ -61,6 +66,7 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
   const deadlineMs = row.deadlineMs(config);
   const deadline = Date.now() + deadlineMs;
   const jobId = request.jobId ?? requestId;
+  if (request.spend) await reserveSpend(ctx, deps.redis, config, request.spend.access, jobId, request.spend.estimate, deadline);
   const data: GatewayJobData = {
     requestId: jobId,
     replyTo: hub.channel,
@@ -69,6 +75,7 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
     model: request.model,
     stream: request.stream,
     deadline,
+    ...(request.spend ? { accountId: request.spend.access.accountId } : {}),
   };
   if (request.endpoint.startsWith('images.')) {
     // X-Forwarded-Proto/Host count only with TRUST_PROXY; PUBLIC_BASE_URL overrides both.
@@ -81,9 +88,13 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
     data.payload = request.body;
   }
 
-  // Uploads a job never read (it was not enqueued, or removed while waiting) are deleted at once;
+  // A job that will never run (it was not enqueued, or removed while waiting) gives back its reservation,
+  // and the uploads it never read are deleted at once;
   // once a worker holds the job, the worker deletes them when the job ends.
-  const dropUploads = () => {
+  const abandon = () => {
+    if (request.spend) {
+      void releaseReservation(deps.redis, jobId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a job that never ran'));
+    }
     const keys = deps.blobs ? uploadKeys(request.body) : [];
     if (keys.length === 0) return;
     void Promise.allSettled(keys.map((key) => deps.blobs!.delete(key))).then((results) => {
@@ -95,7 +106,7 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
     try {
       await queue.add(request.endpoint, data, options);
     } catch (error) {
-      dropUploads();
+      abandon();
       throw error;
     }
   };
@@ -142,6 +153,6 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
     await exchange.run(deadline);
   } finally {
     hub.unregister(jobId);
-    if (exchange.cancelled) void exchange.cancelled.then((removed) => removed && dropUploads());
+    if (exchange.cancelled) void exchange.cancelled.then((removed) => removed && abandon());
   }
 }

@@ -9,12 +9,14 @@ import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import { createRedis } from '../shared/redis.js';
 import { loadCatalog } from '../shared/catalog.js';
+import { PriceList } from '../shared/pricing.js';
 import { GatewayError } from '../shared/errors.js';
 import { queueNames, replyChannel, type QueueName } from '../shared/queues.js';
 import { resolveChannels } from '../shared/vendors.js';
 import { envelope } from './middleware/envelope.js';
 import { authenticate } from './middleware/auth.js';
-import { KeyCache, KeyStore, revokedChannel } from './key-store.js';
+import { KeyCache, KeyStore } from './key-store.js';
+import { accessChangedChannel } from '../shared/accounts.js';
 import { ReplyHub } from './reply-hub.js';
 import { Backpressure } from './backpressure.js';
 import { ModelResolver } from './model-resolver.js';
@@ -44,12 +46,18 @@ export async function createApiServer(config: Config, log: Logger): Promise<ApiS
   const queues = new Map<QueueName, Queue>(queueNames.map((name) => [name, new Queue(name, { connection: redis })]));
 
   const keyStore = new KeyStore(redis);
+  // Keys made with no account (and every key made before accounts existed) bill the unlimited default account.
+  await keyStore.accounts.ensureDefault();
   const keyCache = new KeyCache(keyStore, config.keyCacheTtlMs);
   const hub = new ReplyHub(subscriber, redis, replyChannel(instanceId), log);
-  hub.on(revokedChannel, (hash) => keyCache.revoke(hash));
+  hub.on(accessChangedChannel, (message) => keyCache.forget(message));
   hub.onReconnect = () => keyCache.clear();
   const backpressure = new Backpressure(queues, config.maxWaiting, log);
-  const models = new ModelResolver(loadCatalog(config.catalogFile), new Set(resolveChannels(config).keys()));
+  const catalog = loadCatalog(config.catalogFile);
+  const models = new ModelResolver(catalog, new Set(resolveChannels(config).keys()));
+  const prices = PriceList.load(catalog, config);
+  const unpriced = catalog.all().filter((model) => !prices.has(model.id)).map((model) => model.id);
+  if (unpriced.length > 0) log.warn({ models: unpriced }, 'these catalog models have no price: they are served free');
   const blobs = createBlobStore(config);
   const urlSecret = await resolveUrlSecret(redis, config.blobUrlSecret);
   const jobEvents = new JobEvents(hub, { redis, queues, blobs, keys: keyCache, log, videoExpirySeconds: config.asyncResultTtlSeconds });
@@ -93,7 +101,7 @@ export async function createApiServer(config: Config, log: Logger): Promise<ApiS
     await next();
   });
   app.use(adminRoutes(keyStore, config.adminToken).routes());
-  const relayDeps = { config, redis, queues, hub, backpressure, models };
+  const relayDeps = { config, redis, queues, hub, backpressure, models, prices };
   const jobs = jobRoutes({ ...relayDeps, blobs, urlSecret });
   app.use(jobs.public.routes());
   const v1 = v1Routes(relayDeps);

@@ -56,6 +56,15 @@ export interface Config {
   /** An api silent this long (no reply subscriber, no heartbeat) has its jobs cancelled: nobody would read their answers. */
   orphanAfterMs: number;
   keyCacheTtlMs: number;
+  /** A JSON price list (`{"models": {id: pricing}}`) over the catalog's prices. */
+  pricingFile: string | undefined;
+  /** Percent added to every vendor price. */
+  pricingMarkupPercent: number;
+  /** Rate limits of keys that set none; undefined = unlimited. */
+  defaultKeyRpm: number | undefined;
+  defaultKeyTpm: number | undefined;
+  usageRetentionDays: number;
+  usageRetentionRecords: number;
   /** Where uploads and generated files are kept. */
   blobDir: string;
   /** How clients reach this gateway; signed file URLs start with it. Unset: the request's own scheme and host. */
@@ -156,7 +165,7 @@ const fixed = {
   PORT: setting(integer(0, 8080, 65535), 'api port (`0` picks a free one)'),
   HOST: setting(text('0.0.0.0'), 'api bind address'),
   REDIS_URL: setting(text('redis://127.0.0.1:6379'), 'Redis for queues, keys, replies; unset and unreachable → a private `redis-server` under `./.data/`'),
-  ADMIN_TOKEN: setting(optionalText(), 'enables the admin API (`/admin/keys`) for `Authorization: Bearer $ADMIN_TOKEN`'),
+  ADMIN_TOKEN: setting(optionalText(), 'enables the admin API (`/admin/accounts`, `/admin/keys`, `/admin/usage`) for `Authorization: Bearer $ADMIN_TOKEN`'),
   LOG_LEVEL: setting(choice(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info'), 'pino level'),
   CATALOG_FILE: setting(optionalText(), 'JSON `{"models":[…]}` whose entries add to or replace built-in catalog entries by id'),
   CHANNELS_FILE: setting(optionalText(), 'JSON `{"channels":[…]}`: more channels per vendor, with weights, and vendors not built in'),
@@ -185,6 +194,12 @@ const fixed = {
   SHUTDOWN_GRACE_MS: setting(integer(0, 30_000), 'on SIGTERM, how long in-flight requests may finish'),
   ORPHAN_AFTER_MS: setting(integer(1000, 15_000), 'an api gone this long (no reply subscriber, no heartbeat) has its jobs cancelled by the workers'),
   KEY_CACHE_TTL_MS: setting(integer(0, 60_000), 'how long an api process trusts a cached API key'),
+  PRICING_FILE: setting(optionalText({ kind: 'unset', note: 'the catalog prices' }), 'JSON `{"models":{"<id>":{…pricing}}}` replacing the prices of those models'),
+  PRICING_MARKUP_PERCENT: setting(integer(0, 0, 1000), 'percent added to every price before it is charged'),
+  DEFAULT_KEY_RPM: setting(optionalInteger(1, { kind: 'unset', note: 'unlimited' }), 'requests per minute of a key that sets no `rpm`'),
+  DEFAULT_KEY_TPM: setting(optionalInteger(1, { kind: 'unset', note: 'unlimited' }), 'tokens per minute of a key that sets no `tpm`'),
+  USAGE_RETENTION_DAYS: setting(integer(1, 30, 400), 'days of per-request usage records kept (daily totals are kept 400 days)'),
+  USAGE_RETENTION_RECORDS: setting(integer(1000, 10_000_000), 'most per-request usage records kept, whatever their age'),
   BLOB_DIR: setting(text('.data/blobs'), 'local blob store directory'),
   S3_BUCKET: setting(optionalText(), 'use S3-compatible storage instead of `BLOB_DIR`'),
   S3_ENDPOINT: setting(httpUrl({ kind: 'unset', note: 'AWS' }, false), 'S3-compatible endpoint (MinIO, R2, …)'),
@@ -338,6 +353,12 @@ export function loadConfig(env: Env = process.env): Config {
     shutdownGraceMs: values.SHUTDOWN_GRACE_MS,
     orphanAfterMs: values.ORPHAN_AFTER_MS,
     keyCacheTtlMs: values.KEY_CACHE_TTL_MS,
+    pricingFile: values.PRICING_FILE,
+    pricingMarkupPercent: values.PRICING_MARKUP_PERCENT,
+    defaultKeyRpm: values.DEFAULT_KEY_RPM,
+    defaultKeyTpm: values.DEFAULT_KEY_TPM,
+    usageRetentionDays: values.USAGE_RETENTION_DAYS,
+    usageRetentionRecords: values.USAGE_RETENTION_RECORDS,
     blobDir: values.BLOB_DIR,
     publicBaseUrl: values.PUBLIC_BASE_URL,
     trustProxy: values.TRUST_PROXY,

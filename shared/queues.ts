@@ -27,6 +27,8 @@ export interface GatewayJobData {
   /** Pub/sub channel of the api instance holding the client connection. */
   replyTo: string;
   keyId: string;
+  /** The account that pays (jobs queued before accounts existed: the default account). */
+  accountId?: string;
   endpoint: Endpoint;
   /** Catalog model id the client asked for. */
   model: string;

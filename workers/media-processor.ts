@@ -12,6 +12,7 @@ import { adapterMethod } from './vendors/registry.js';
 import { discardBody } from './vendors/http.js';
 import { guardedGet, readBoundedBytes } from './vendors/guarded-fetch.js';
 import type { CallContext } from './vendors/types.js';
+import type { Meter } from './settlement.js';
 
 export interface MediaDeps {
   config: Config;
@@ -38,6 +39,8 @@ export async function runMedia(
   deps: MediaDeps,
   /** Frees the vendor slot once the vendor's part is done: rendering and storing need no slot. */
   vendorDone: () => Promise<void> = async () => undefined,
+  /** Takes what was made, for billing. */
+  produced?: Meter,
 ): Promise<MediaOutput> {
   const data = job.data;
   const ctx: MediaContext = {
@@ -61,28 +64,51 @@ export async function runMedia(
     case 'images.generations': {
       const input = request.payload;
       const result = await adapterMethod(protocol, 'generateImages')(input, ctx);
+      if (produced) produced.images = result.images.length;
       await vendorDone();
       return { body: await renderImages(result, input.response_format ?? base.model.default_response_format ?? 'b64_json', ctx, deps, baseUrl) };
     }
     case 'images.edits': {
       const input = request.payload;
       const result = await adapterMethod(protocol, 'editImages')(input, ctx);
+      if (produced) produced.images = result.images.length;
       await vendorDone();
       return { body: await renderImages(result, input.response_format ?? base.model.default_response_format ?? 'b64_json', ctx, deps, baseUrl) };
     }
     case 'audio.transcriptions': {
       const result = await adapterMethod(protocol, 'transcribe')(request.payload, ctx);
+      if (produced) produced.audioSeconds = transcribedSeconds(result.body, request.payload.file.size);
       await vendorDone();
       return { body: result.body };
     }
     case 'videos': {
       const result = await adapterMethod(protocol, 'generateVideo')(request.payload, ctx);
+      if (produced) produced.videoSeconds = Number(request.payload.seconds);
       await vendorDone();
       return { body: JSON.stringify({ video: result.video, thumbnail: result.thumbnail ?? null }) };
     }
     default:
       throw new GatewayError(400, `${request.endpoint} is not a media endpoint.`);
   }
+}
+
+/** Assumed when a transcript does not say how long its audio was: 128 kbit/s, a common bitrate for speech uploads. */
+const assumedAudioBytesPerSecond = 16_000;
+
+/**
+ * How long the transcribed audio was, for billing: the vendor's own figure
+ * (`usage.seconds`, or `duration` of verbose_json) when the answer has one,
+ * else estimated from the upload's size.
+ */
+export function transcribedSeconds(body: string, uploadBytes: number | undefined): number {
+  try {
+    const fields = JSON.parse(body) as { duration?: unknown; usage?: { seconds?: unknown } };
+    if (typeof fields.usage?.seconds === 'number') return fields.usage.seconds;
+    if (typeof fields.duration === 'number') return fields.duration;
+  } catch {
+    // text, srt and vtt answers carry no figure
+  }
+  return Math.ceil((uploadBytes ?? 0) / assumedAudioBytesPerSecond);
 }
 
 /**

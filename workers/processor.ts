@@ -14,6 +14,7 @@ import type { VendorLimiter } from './vendor-limiter.js';
 import type { CallContext } from './vendors/types.js';
 import { decideFailure, toGatewayError } from './failure-policy.js';
 import { callText, runTextStream } from './text-pipeline.js';
+import { Meter, settleJob, type SettlementDeps } from './settlement.js';
 
 export interface ProcessorDeps {
   config: Config;
@@ -26,6 +27,7 @@ export interface ProcessorDeps {
   /** Requests this worker already answered with an error, so the `failed` listener does not answer twice. */
   answered: Set<string>;
   media: MediaDeps;
+  settlement: SettlementDeps;
 }
 
 /** Async results past this size are kept in the blob store for their whole lifetime, not in Redis. */
@@ -40,7 +42,13 @@ export function createProcessor(deps: ProcessorDeps) {
     // An async job's answer is kept for later readers; any other job's answer is for its api alone.
     const orphan = data.async ? undefined : { afterMs: deps.config.orphanAfterMs, onOrphaned: () => deps.cancels.cancel(data.requestId) };
     const publisher = new ReplyPublisher(deps.redis, data.replyTo, data.requestId, orphan);
+    const produced = new Meter();
+    let request: EndpointRequest | undefined;
+    let vendor = 'none';
+    // Every final outcome is billed once: what was produced (nothing, for a request that never reached a vendor).
+    const bill = (status: 'completed' | 'failed' | 'cancelled') => settleJob(deps.settlement, data, request, vendor, produced, status);
     const fail = async (error: GatewayError): Promise<never> => {
+      await bill('failed');
       deps.answered.add(data.requestId);
       if (data.async) {
         // The failure is the job's result: GET /v1/jobs/{id} reads it from the failed job's reason.
@@ -56,6 +64,7 @@ export function createProcessor(deps: ProcessorDeps) {
     if (orphan && Date.now() - job.timestamp > orphan.afterMs && (await deps.redis.exists(apiAliveKey(data.replyTo))) === 0) {
       // It waited long, and the api that took it is gone: nobody would read the answer, so the vendor is not called.
       log.info('the api holding this request is gone; job dropped');
+      await bill('cancelled');
       throw new UnrecoverableError(new ClientGoneError().message);
     }
     if (data.stream && (job.attemptsStarted ?? 0) > 1 && (await deps.redis.exists(replayStreamKey(data.requestId)))) {
@@ -67,7 +76,7 @@ export function createProcessor(deps: ProcessorDeps) {
     const payload = data.payload ?? (await loadPayload(deps.redis, data.requestId));
     if (!payload) return fail(new GatewayError(410, 'The request body expired before a worker picked it up.', { code: 'payload_expired' }));
     // The one place the payload's type is taken on trust: the api validated it against this endpoint's schema.
-    const request = { endpoint: data.endpoint, payload } as EndpointRequest;
+    request = { endpoint: data.endpoint, payload } as EndpointRequest;
 
     const controller = deps.cancels.start(data.requestId);
     const deadlineSignal = AbortSignal.timeout(remaining);
@@ -75,6 +84,7 @@ export function createProcessor(deps: ProcessorDeps) {
     let route: ResolvedRoute | undefined;
     try {
       route = deps.router.route(model);
+      vendor = route.channel.vendor;
       const ctx: CallContext = {
         requestId: data.requestId,
         signal,
@@ -89,21 +99,27 @@ export function createProcessor(deps: ProcessorDeps) {
       try {
         if (endpoints[data.endpoint].pipeline === 'media') {
           if (data.async) await publishJobEvent(deps.redis, data.requestId, { type: 'progress', status: 'in_progress', progress: 0 });
-          const { body } = await runMedia(job, route.protocol, request, ctx, deps.media, freeSlot);
-          if (!data.async) return await publisher.done(body);
+          const { body } = await runMedia(job, route.protocol, request, ctx, deps.media, freeSlot, produced);
+          if (!data.async) {
+            await bill('completed');
+            return await publisher.done(body);
+          }
           const result: GatewayJobResult =
             body.length > inlineAsyncResultBytes
               ? { bodyRef: (await deps.media.blobs.put(`results/${data.requestId}.json`, Buffer.from(body), 'application/json')).key }
               : { body };
+          await bill('completed');
           await publishJobEvent(deps.redis, data.requestId, { type: 'completed', status: 'completed' });
           return result;
         }
         if (data.stream) {
-          await runTextStream(route.protocol, request, ctx, publisher, freeSlot);
+          // Billed once the vendor is done and before the client hears the end: an answer seen is an answer billed.
+          await runTextStream(route.protocol, request, ctx, publisher, () => freeSlot().then(() => bill('completed')), produced);
           return {};
         }
-        const result = await callText(route.protocol, request, ctx);
+        const result = await callText(route.protocol, request, ctx, produced);
         await freeSlot();
+        await bill('completed');
         return await publisher.done(result.body);
       } finally {
         await freeSlot();
@@ -111,6 +127,7 @@ export function createProcessor(deps: ProcessorDeps) {
     } catch (caught) {
       if (controller.signal.aborted) {
         log.info('client left; vendor call aborted');
+        await bill('cancelled');
         throw new UnrecoverableError(new ClientGoneError().message);
       }
       if (caught instanceof DelayedError || caught instanceof UnrecoverableError) throw caught;

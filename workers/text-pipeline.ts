@@ -5,7 +5,8 @@ import { ChatStreamEncoder, encodeChatAnswer, usesLegacyFunctions, type ChatEnco
 import type { Protocol } from '../shared/vendors.js';
 import type { ReplyPublisher } from './reply-publisher.js';
 import { adapterMethod } from './vendors/registry.js';
-import type { AnswerEvent, CallContext, Usage } from './vendors/types.js';
+import type { Answer, AnswerEvent, CallContext, Usage } from './vendors/types.js';
+import type { Meter } from './settlement.js';
 
 /** A plain text answer as the client gets it, and its usage for billing. */
 export interface TextOutput {
@@ -33,7 +34,7 @@ function streamFor(protocol: Protocol, request: EndpointRequest, ctx: CallContex
 /**
  * A streamed chat or legacy completion: the adapter's events, encoded as the
  * client's chunks, go to the publisher as they come (it sends what one turn
- * of the event loop produced as one message). Returns the answer's usage.
+ * of the event loop produced as one message). What it used goes to `produced`.
  */
 export async function runTextStream(
   protocol: Protocol,
@@ -41,32 +42,57 @@ export async function runTextStream(
   ctx: CallContext,
   publisher: ReplyPublisher,
   vendorDone: () => Promise<unknown>,
-): Promise<Usage | undefined> {
+  produced: Meter,
+): Promise<void> {
   const encoder = new ChatStreamEncoder(encoderOptions(request, ctx));
-  for await (const events of streamFor(protocol, request, ctx)) {
-    const frames = encoder.encode(events);
-    if (frames !== '') publisher.chunk(frames);
+  try {
+    for await (const events of streamFor(protocol, request, ctx)) {
+      const frames = encoder.encode(events);
+      if (frames !== '') publisher.chunk(frames);
+      // Kept in case no usage comes (a stream cut short is billed for what it produced).
+      for (const event of events) {
+        if (event.type === 'text') produced.output.push(event.text);
+        else if (event.type === 'tool-call') produced.output.push(event.arguments);
+      }
+    }
+  } finally {
+    produced.usage = encoder.usage;
   }
   // The vendor is done: free its slot before the client hears the end, so a
   // client that sends its next request at once finds the slot free.
   await vendorDone();
   await publisher.endStream(streamTrailer);
-  return encoder.usage;
 }
 
-/** A plain chat completion, legacy completion or embeddings call, as the client's body. */
-export async function callText(protocol: Protocol, request: EndpointRequest, ctx: CallContext): Promise<TextOutput> {
+function keepAnswer(answer: Answer, produced: Meter): void {
+  if (answer.usage) {
+    produced.usage = answer.usage;
+    return;
+  }
+  for (const choice of answer.choices) {
+    if (choice.text) produced.output.push(choice.text);
+    for (const call of choice.toolCalls) produced.output.push(call.arguments);
+  }
+}
+
+/** A plain chat completion, legacy completion or embeddings call, as the client's body; what it used goes to `produced`. */
+export async function callText(protocol: Protocol, request: EndpointRequest, ctx: CallContext, produced: Meter): Promise<TextOutput> {
   switch (request.endpoint) {
     case 'chat.completions': {
       const answer = await adapterMethod(protocol, 'chat')(request.payload, ctx);
+      keepAnswer(answer, produced);
       return { body: encodeChatAnswer(answer, encoderOptions(request, ctx)), ...(answer.usage ? { usage: answer.usage } : {}) };
     }
     case 'completions': {
       const answer = await adapterMethod(protocol, 'complete')(request.payload, ctx);
+      keepAnswer(answer, produced);
       return { body: encodeChatAnswer(answer, encoderOptions(request, ctx)), ...(answer.usage ? { usage: answer.usage } : {}) };
     }
-    case 'embeddings':
-      return adapterMethod(protocol, 'embed')(request.payload, ctx);
+    case 'embeddings': {
+      const answer = await adapterMethod(protocol, 'embed')(request.payload, ctx);
+      produced.usage = answer.usage;
+      return answer;
+    }
     default:
       throw new GatewayError(400, `${request.endpoint} is not a text endpoint.`);
   }

@@ -19,6 +19,11 @@ import { setFetchPolicy } from './vendors/guarded-fetch.js';
 import { setVendorCallSettings } from './vendors/call-settings.js';
 import { BlobJanitor, deleteJobUploads } from './blob-janitor.js';
 import { endpoints } from '../shared/endpoints.js';
+import { releaseExpiredReservations } from '../shared/billing.js';
+import { PriceList } from '../shared/pricing.js';
+
+const reservationSweepMs = 10_000;
+const reservationGraceMs = 60_000;
 
 export interface WorkerPool {
   /** Stop taking jobs, finish the running ones, close connections. */
@@ -56,6 +61,16 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     log,
     answered,
     media: { config, redis, blobs, urlSecret: await resolveUrlSecret(redis, config.blobUrlSecret) },
+    settlement: {
+      redis,
+      prices: PriceList.load(catalog, config),
+      policy: {
+        retentionDays: config.usageRetentionDays,
+        retentionRecords: config.usageRetentionRecords,
+        ...(config.defaultKeyTpm ? { defaultTpm: config.defaultKeyTpm } : {}),
+      },
+      log,
+    },
   });
 
   const workers = config.workerQueues.map((name) => {
@@ -119,10 +134,19 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
 
   const janitor = new BlobJanitor({ redis, blobs, log, config });
   janitor.start();
+  // Reservations of jobs lost with their api and worker are given back a minute after their deadline.
+  const reservationSweep = setInterval(() => {
+    releaseExpiredReservations(redis, reservationGraceMs).then(
+      (released) => released > 0 && log.info({ released }, 'released the reservations of lost jobs'),
+      (error: unknown) => log.warn({ err: error }, 'could not release expired reservations'),
+    );
+  }, reservationSweepMs);
+  reservationSweep.unref();
 
   log.info({ queues: config.workerQueues, concurrency: config.concurrency }, 'workers started');
   return {
     async close() {
+      clearInterval(reservationSweep);
       await Promise.allSettled(workers.map((w) => w.close()));
       await janitor.close();
       await Promise.allSettled([...releasing]);

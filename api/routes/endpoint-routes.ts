@@ -1,7 +1,9 @@
 import Router from '@koa/router';
 import type { Context } from 'koa';
-import { endpointNames, endpoints, type Endpoint } from '../../shared/endpoints.js';
-import { invalidRequest } from '../../shared/errors.js';
+import { endpointNames, endpoints, type Endpoint, type EndpointRequest } from '../../shared/endpoints.js';
+import { GatewayError, invalidRequest } from '../../shared/errors.js';
+import type { KeyAccess } from '../../shared/accounts.js';
+import type { PriceList } from '../../shared/pricing.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import { handlers, type Admitted, type EndpointHandler, type HandlerInput } from '../endpoint-handlers.js';
 import { parseBody, readJsonObject } from '../request-body.js';
@@ -16,6 +18,7 @@ type State = AuthState & RequestIdState;
 export interface EndpointRouteDeps extends RelayDeps {
   models: ModelResolver;
   blobs: BlobStore;
+  prices: PriceList;
 }
 
 /** `Prefer: respond-async` on any POST; a stream has nothing to hand over later, so the two do not mix. */
@@ -45,15 +48,26 @@ async function serve<E extends Endpoint>(name: E, ctx: Context, deps: EndpointRo
   const form = multipart && row.uploads ? await readMultipart(ctx.req, deps.blobs, ctx.state.requestId, deps.config[row.uploads.maxBytes]) : undefined;
   const raw = form ? formFields(form) : await readJsonObject(ctx.req, deps.config.maxBodyBytes);
   const handler: EndpointHandler<E> = handlers[name];
+  const access: KeyAccess | undefined = ctx.state.access;
   const admit = async () => {
     // TypeScript cannot follow a generic row to its schema's output: this is where the two are tied, once.
     const fields = parseBody(row.schema, raw) as HandlerInput<E>['fields'];
     const model = deps.models.resolve((fields as { model: string }).model, name);
+    if (access?.models && !access.models.includes(model.id)) {
+      throw new GatewayError(403, `This API key may not use the model \`${model.id}\`.`, { type: 'invalid_request_error', code: 'model_not_allowed', param: 'model' });
+    }
     const admitted: Admitted<E> = await handler.admit({ fields, model, files: form?.files ?? [] });
     return { model, admitted };
   };
   const { model, admitted } = form ? await refusingDeletesUploads(form, deps.blobs, admit) : await admit();
   const stream = admitted.stream ?? false;
+  // The worst case this request may cost, reserved before it is queued; settled by the worker with the actual cost.
+  // A model an operator's catalog added without a price is served free (the start-up log names such models).
+  const estimate = !access
+    ? undefined
+    : deps.prices.has(model.id)
+      ? deps.prices.worstCaseMicros(model.id, { endpoint: name, payload: admitted.payload } as EndpointRequest, admitted.promptTokens ?? 0)
+      : { micros: 0, tokens: admitted.promptTokens ?? 0 };
   await relay(ctx, deps, {
     endpoint: name,
     model: model.id,
@@ -63,6 +77,7 @@ async function serve<E extends Endpoint>(name: E, ctx: Context, deps: EndpointRo
     async: row.asyncOnly || asyncMode(ctx, stream),
     ...(admitted.contentType ? { contentType: admitted.contentType } : {}),
     ...(admitted.jobId ? { jobId: admitted.jobId } : {}),
+    ...(access && estimate ? { spend: { access, estimate } } : {}),
   });
   await handler.answer?.(ctx, admitted, deps);
 }

@@ -1,0 +1,139 @@
+import assert from 'node:assert/strict';
+import { afterEach, describe, it } from 'node:test';
+import { Redis } from 'ioredis';
+import { pino } from 'pino';
+import { accountKey, apiKeyRecordKey, settledKey, usageStreamKey } from '../../shared/accounts.js';
+import { loadCatalog } from '../../shared/catalog.js';
+import { reserve } from '../../shared/billing.js';
+import { PriceList } from '../../shared/pricing.js';
+import { KeyStore } from '../../api/key-store.js';
+import { Meter, settleJob } from '../../workers/settlement.js';
+import { startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { startPrivateRedis } from '../support/redis-server.js';
+
+const model = 'gpt-4o-mini';
+const prices = new PriceList(loadCatalog().all());
+
+describe('billing when processes and Redis fail', () => {
+  let redisServer: Awaited<ReturnType<typeof startPrivateRedis>> | undefined;
+  const processes: GatewayProcess[] = [];
+  const clients: Redis[] = [];
+
+  afterEach(async () => {
+    await Promise.all(processes.splice(0).map((p) => p.stop('SIGKILL')));
+    for (const client of clients.splice(0)) client.disconnect();
+    await redisServer?.remove();
+  });
+
+  async function setUp(aof = false) {
+    redisServer = await startPrivateRedis({ aof });
+    const redis = new Redis(redisServer.url, { maxRetriesPerRequest: 3 });
+    // Some tests stop Redis on purpose: the reconnect attempts are expected.
+    redis.on('error', () => undefined);
+    clients.push(redis);
+    const store = new KeyStore(redis);
+    const account = await store.accounts.create({ email: 'payer@example.com', name: 'payer' });
+    await store.accounts.credit(account.id, 5_000_000, 'test credit');
+    const key = await store.create('payer', { accountId: account.id });
+    return { redis, store, account: account.id, key };
+  }
+
+  const records = async (redis: Redis) =>
+    (await redis.xrange(usageStreamKey, '-', '+')).map(([, fields]) => JSON.parse(fields[1]!) as Record<string, string | number>);
+  const field = async (redis: Redis, hash: string, name: string) => Number((await redis.hget(hash, name)) ?? 0);
+
+  it('bills a job once when the worker running it is SIGKILLed and another finishes it', async () => {
+    const { redis, account, key } = await setUp();
+    const env = { REDIS_URL: redisServer!.url, WORKER_LOCK_MS: '2000' };
+    const api = await startGateway({ role: 'api', env });
+    processes.push(api);
+    const doomed = await startGateway({ role: 'worker', env });
+    processes.push(doomed);
+
+    const answer = fetch(`${api.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model, max_tokens: 20, messages: [{ role: 'user', content: 'Take your time [mock:slow:1500]' }] }),
+    });
+    await waitFor(async () => (await redis.llen('bull:chat:active')) === 1, 10_000, 'the job to start');
+    processes.push(await startGateway({ role: 'worker', env }));
+    await doomed.stop('SIGKILL');
+
+    const response = await answer;
+    assert.equal(response.status, 200);
+    const body = (await response.json()) as { usage: { prompt_tokens: number; completion_tokens: number } };
+    const requestId = response.headers.get('x-request-id')!;
+    await waitFor(async () => (await redis.exists(settledKey(requestId))) === 1, 10_000, 'settlement');
+    const mine = (await records(redis)).filter((r) => r.request_id === requestId);
+    assert.equal(mine.length, 1, 'one usage record');
+    const cost = prices.costMicros(model, { inputTokens: body.usage.prompt_tokens, cachedTokens: 0, outputTokens: body.usage.completion_tokens, images: 0, audioSeconds: 0, videoSeconds: 0 });
+    assert.equal(mine[0]!.cost_micros, cost);
+    assert.equal(await field(redis, apiKeyRecordKey(key.id), 'spent'), cost);
+    assert.equal(await field(redis, accountKey(account), 'balance'), 5_000_000 - cost);
+    assert.equal(await field(redis, accountKey(account), 'reserved'), 0);
+  });
+
+  it('keeps balances, spend and usage across a Redis restart with AOF', async () => {
+    const { redis, account, key } = await setUp(true);
+    const gateway = await startGateway({ env: { REDIS_URL: redisServer!.url } });
+    processes.push(gateway);
+    const response = await fetch(`${gateway.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model, messages: [{ role: 'user', content: 'Remember this' }] }),
+    });
+    assert.equal(response.status, 200);
+    const requestId = response.headers.get('x-request-id')!;
+    await waitFor(async () => (await redis.exists(settledKey(requestId))) === 1, 5000, 'settlement');
+    const before = {
+      balance: await field(redis, accountKey(account), 'balance'),
+      spent: await field(redis, apiKeyRecordKey(key.id), 'spent'),
+      usage: (await records(redis)).length,
+      ledger: await redis.xlen(`sy:ledger:${account}`),
+    };
+    assert.ok(before.spent > 0 && before.balance === 5_000_000 - before.spent);
+    // appendfsync everysec: a second is the most a crash may lose.
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    await redisServer!.restart();
+    await waitFor(async () => (await redis.ping().catch(() => '')) === 'PONG', 10_000, 'Redis back');
+    assert.deepEqual(
+      {
+        balance: await field(redis, accountKey(account), 'balance'),
+        spent: await field(redis, apiKeyRecordKey(key.id), 'spent'),
+        usage: (await records(redis)).length,
+        ledger: await redis.xlen(`sy:ledger:${account}`),
+      },
+      before,
+    );
+  });
+
+  it('retries a settlement while Redis is away, and settles once it is back', async () => {
+    const { redis, account, key } = await setUp(true);
+    const requestId = 'req_settle_retry';
+    const outcome = await reserve(redis, { requestId, keyId: key.id, accountId: account, micros: 1000, tokens: 10, deadline: Date.now() + 60_000 }, {});
+    assert.equal(outcome.ok, true);
+    await new Promise((resolve) => setTimeout(resolve, 1200));
+
+    const worker = new Redis(redisServer!.url, { maxRetriesPerRequest: 1, enableOfflineQueue: false });
+    clients.push(worker);
+    worker.on('error', () => undefined);
+    await redisServer!.stop();
+    const produced = new Meter();
+    produced.usage = { prompt_tokens: 100, completion_tokens: 50, total_tokens: 150 };
+    const settling = settleJob(
+      { redis: worker, prices, policy: { retentionDays: 30, retentionRecords: 1000 }, log: pino({ level: 'silent' }) },
+      { requestId, replyTo: 'nobody', keyId: key.id, accountId: account, endpoint: 'chat.completions', model, stream: false, deadline: Date.now() + 60_000 },
+      { endpoint: 'chat.completions', payload: { model, messages: [{ role: 'user', content: 'x' }] } },
+      'mock',
+      produced,
+      'completed',
+    );
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    await redisServer!.restart();
+    await settling;
+    const cost = prices.costMicros(model, { inputTokens: 100, cachedTokens: 0, outputTokens: 50, images: 0, audioSeconds: 0, videoSeconds: 0 });
+    await waitFor(async () => (await redis.ping().catch(() => '')) === 'PONG', 10_000, 'Redis back');
+    assert.equal(await field(redis, apiKeyRecordKey(key.id), 'spent'), cost);
+    assert.equal(await field(redis, accountKey(account), 'reserved'), 0);
+  });
+});

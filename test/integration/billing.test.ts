@@ -1,0 +1,233 @@
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, describe, it } from 'node:test';
+import type { Redis } from 'ioredis';
+import OpenAI from 'openai';
+import { accountKey, apiKeyRecordKey, settledKey, usageStreamKey } from '../../shared/accounts.js';
+import { loadCatalog } from '../../shared/catalog.js';
+import { PriceList } from '../../shared/pricing.js';
+import { countChatPromptTokensAsync } from '../../shared/tokens.js';
+import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
+import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+
+// Offline the mock serves gpt-4o-mini at gpt-4o-mini's prices: real money, no vendor.
+const model = 'gpt-4o-mini';
+const prices = new PriceList(loadCatalog().all());
+
+async function worstCase(request: OpenAI.ChatCompletionCreateParamsNonStreaming): Promise<number> {
+  const payload = request as unknown as ChatCompletionRequest;
+  const promptTokens = await countChatPromptTokensAsync(payload.messages, null);
+  return prices.worstCaseMicros(model, { endpoint: 'chat.completions', payload }, promptTokens).micros;
+}
+
+const small = (content = 'Say hi.'): OpenAI.ChatCompletionCreateParamsNonStreaming => ({ model, messages: [{ role: 'user', content }], max_tokens: 1 });
+
+describe('billing through the gateway', () => {
+  let redis: Redis;
+  let url: string;
+  let gateway: GatewayProcess;
+
+  before(async () => {
+    ({ redis, url } = await freshRedis(12));
+    gateway = await startGateway({ env: { REDIS_URL: url } });
+  });
+  after(async () => {
+    await gateway?.stop();
+    redis?.disconnect();
+  });
+  beforeEach(() => gateway.logs.splice(0));
+
+  /** A key on its own account holding `balance` micros (or unlimited), with extra key fields. */
+  async function paidKey(balance: number | 'unlimited', fields: Record<string, string | number> = {}): Promise<{ id: string; key: string; account: string }> {
+    const created = await createKey(redis, 'billing');
+    const account = `acct_${created.id}`;
+    await redis.hset(accountKey(account), { id: account, email: `${created.id}@example.com`, name: 'test', role: 'member', created: 1, reserved: 0, ...(balance === 'unlimited' ? { unlimited: '1' } : { balance }) });
+    await redis.hset(apiKeyRecordKey(created.id), { account, spent: 0, reserved: 0, ...fields });
+    return { ...created, account };
+  }
+
+  const chatRequests = () => gateway.logs.filter((line) => line.includes('"path":"/v1/chat/completions"') && line.includes('"msg":"request"')).length;
+  const field = async (hash: string, name: string) => Number((await redis.hget(hash, name)) ?? 0);
+
+  it('answers 429 insufficient_quota when the balance cannot cover the worst case, and the official client does not retry it', async () => {
+    const { key } = await paidKey(1);
+    const client = new OpenAI({ apiKey: key, baseURL: `${gateway.url}/v1`, maxRetries: 2 });
+    const error = await client.chat.completions.create(small()).then(
+      () => assert.fail('expected a 429'),
+      (caught: unknown) => caught,
+    );
+    assert.ok(error instanceof OpenAI.RateLimitError);
+    assert.equal(error.status, 429);
+    assert.equal(error.code, 'insufficient_quota');
+    assert.equal(error.type, 'insufficient_quota');
+    assert.equal(error.headers?.get('x-should-retry'), 'false');
+    assert.equal(chatRequests(), 1, 'x-should-retry: false: no retries');
+  });
+
+  it('settles a served request at its actual cost, once, and records its usage', async () => {
+    const { id, account, key } = await paidKey(1_000_000);
+    const client = new OpenAI({ apiKey: key, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
+    const request = small('Tell me about billing.');
+    const completion = await client.chat.completions.create(request);
+    const expected = prices.costMicros(model, {
+      inputTokens: completion.usage!.prompt_tokens,
+      cachedTokens: 0,
+      outputTokens: completion.usage!.completion_tokens,
+      images: 0,
+      audioSeconds: 0,
+      videoSeconds: 0,
+    });
+    assert.ok(expected > 0);
+    await waitFor(async () => (await field(apiKeyRecordKey(id), 'spent')) === expected, 5000, 'settlement');
+    assert.equal(await field(apiKeyRecordKey(id), 'reserved'), 0);
+    assert.equal(await field(accountKey(account), 'reserved'), 0);
+    assert.equal(await field(accountKey(account), 'balance'), 1_000_000 - expected);
+    const records = await redis.xrange(usageStreamKey, '-', '+');
+    const record = records.map(([, fields]) => JSON.parse(fields[1]!) as Record<string, unknown>).find((r) => r.key_id === id)!;
+    assert.equal(record.cost_micros, expected);
+    assert.equal(record.status, 'completed');
+    assert.equal(record.input_tokens, completion.usage!.prompt_tokens);
+    assert.equal(record.output_tokens, completion.usage!.completion_tokens);
+  });
+
+  it('limits requests per minute with OpenAI headers, and the official client retry succeeds once the window allows', async () => {
+    const { key } = await paidKey('unlimited', { rpm: 60 });
+    const raw = async () =>
+      fetch(`${gateway.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify(small()),
+      });
+    const first = await raw();
+    assert.equal(first.status, 200);
+    assert.equal(first.headers.get('x-ratelimit-limit-requests'), '60');
+    assert.equal(first.headers.get('x-ratelimit-remaining-requests'), '59');
+    assert.match(first.headers.get('x-ratelimit-reset-requests')!, /^\d+(\.\d)?s$|^\d+ms$/);
+    await Promise.all(Array.from({ length: 59 }, () => raw().then((r) => r.text())));
+    const limited = await raw();
+    assert.equal(limited.status, 429);
+    const body = (await limited.json()) as { error: { type: string; code: string } };
+    assert.deepEqual([body.error.type, body.error.code], ['requests', 'rate_limit_exceeded']);
+    assert.equal(limited.headers.get('retry-after'), '1');
+    assert.ok(Number(limited.headers.get('retry-after-ms')) > 0 && Number(limited.headers.get('retry-after-ms')) <= 1000);
+    assert.equal(limited.headers.get('x-ratelimit-remaining-requests'), '0');
+
+    const client = new OpenAI({ apiKey: key, baseURL: `${gateway.url}/v1`, maxRetries: 3 });
+    const completion = await client.chat.completions.create(small());
+    assert.equal(completion.object, 'chat.completion');
+  });
+
+  it('refuses a model the key may not use with 403 model_not_allowed', async () => {
+    const { key } = await paidKey('unlimited', { models: JSON.stringify(['mock-chat']) });
+    const client = new OpenAI({ apiKey: key, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
+    const error = await client.chat.completions.create(small()).catch((caught: unknown) => caught);
+    assert.ok(error instanceof OpenAI.PermissionDeniedError);
+    assert.equal(error.code, 'model_not_allowed');
+    assert.equal((await client.chat.completions.create({ ...small(), model: 'mock-chat' })).object, 'chat.completion');
+  });
+
+  it('bills a stream the client left for what the vendor produced', async () => {
+    const { id: keyId, key } = await paidKey(10_000_000);
+    const controller = new AbortController();
+    const stream = await fetch(`${gateway.url}/v1/chat/completions`, {
+      method: 'POST',
+      signal: controller.signal,
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model, stream: true, messages: [{ role: 'user', content: 'Write a long story [mock:slow:100]' }] }),
+    });
+    const reader = stream.body!.getReader();
+    let seen = '';
+    while ((seen.match(/"content":"[^"]+"/g) ?? []).length < 3) seen += new TextDecoder().decode((await reader.read()).value);
+    controller.abort();
+    const requestId = stream.headers.get('x-request-id')!;
+    await waitFor(async () => (await redis.exists(settledKey(requestId))) === 1, 10_000, 'the cancelled stream to be settled');
+    const record = (await redis.xrange(usageStreamKey, '-', '+'))
+      .map(([, fields]) => JSON.parse(fields[1]!) as Record<string, number | string>)
+      .find((r) => r.request_id === requestId)!;
+    assert.equal(record.status, 'cancelled');
+    assert.ok(Number(record.output_tokens) >= 3, `output tokens counted: ${record.output_tokens}`);
+    assert.ok(Number(record.cost_micros) > 0);
+    assert.equal(await field(apiKeyRecordKey(keyId), 'spent'), Number(record.cost_micros));
+    assert.equal(await field(apiKeyRecordKey(keyId), 'reserved'), 0);
+  });
+});
+
+describe('billing across two api and two worker processes', () => {
+  let redis: Redis;
+  const processes: GatewayProcess[] = [];
+
+  before(async () => {
+    const fresh = await freshRedis(13);
+    redis = fresh.redis;
+    for (const role of ['api', 'api', 'worker', 'worker'] as const) processes.push(await startGateway({ role, env: { REDIS_URL: fresh.url } }));
+  });
+  after(async () => {
+    await Promise.all(processes.map((p) => p.stop()));
+    redis?.disconnect();
+  });
+
+  it('serves at most what the key limit covers when 1,000 requests race, and never spends past it', async () => {
+    const apis = processes.filter((p) => p.logs.some((l) => l.includes('gateway listening')));
+    assert.equal(apis.length, 2);
+    const request = small();
+    const send = async (key: string, api: GatewayProcess) => {
+      const response = await fetch(`${api.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify(request),
+      });
+      const body = (await response.json()) as { error?: { code: string }; usage?: { prompt_tokens: number; completion_tokens: number } };
+      return { status: response.status === 200 ? 'ok' : (body.error?.code ?? String(response.status)), usage: body.usage };
+    };
+    // What one such request really costs: the limit covers exactly 100 of them.
+    const probe = await send((await createKey(redis, 'probe')).key, apis[0]!);
+    const actual = prices.costMicros(model, { inputTokens: probe.usage!.prompt_tokens, cachedTokens: 0, outputTokens: probe.usage!.completion_tokens, images: 0, audioSeconds: 0, videoSeconds: 0 });
+    assert.ok(actual > 0 && actual <= (await worstCase(request)));
+    const limit = 100 * actual;
+
+    const created = await createKey(redis, 'race');
+    const account = 'acct_race';
+    await redis.hset(accountKey(account), { id: account, email: 'race@example.com', name: 'race', role: 'member', created: 1, reserved: 0, balance: 10 ** 9 });
+    await redis.hset(apiKeyRecordKey(created.id), { account, spent: 0, reserved: 0, limit });
+    const results = await Promise.all(Array.from({ length: 1000 }, (_, i) => send(created.key, apis[i % 2]!)));
+    const served = results.filter((r) => r.status === 'ok').length;
+    assert.ok(served <= 100 && served >= 1, `served ${served}`);
+    assert.deepEqual([...new Set(results.filter((r) => r.status !== 'ok').map((r) => r.status))], ['insufficient_quota']);
+    await waitFor(async () => (await field(apiKeyRecordKey(created.id), 'reserved')) === 0, 10_000, 'every reservation settled');
+    const spent = await field(apiKeyRecordKey(created.id), 'spent');
+    assert.ok(spent <= limit, `spent ${spent} of ${limit}`);
+    assert.equal(spent, served * actual, 'each served request billed once, at its actual cost');
+  });
+
+  it('never takes an account below zero when 1,000 requests on two of its keys race', async () => {
+    const apis = processes.filter((p) => p.logs.some((l) => l.includes('gateway listening')));
+    const request = small('Share the balance.');
+    const probe = await raceRequest((await createKey(redis, 'probe')).key, apis[0]!, request);
+    const actual = prices.costMicros(model, { inputTokens: probe.usage!.prompt_tokens, cachedTokens: 0, outputTokens: probe.usage!.completion_tokens, images: 0, audioSeconds: 0, videoSeconds: 0 });
+    const balance = 100 * actual;
+    const account = 'acct_shared';
+    await redis.hset(accountKey(account), { id: account, email: 'shared@example.com', name: 'shared', role: 'member', created: 1, reserved: 0, balance });
+    const keys = [await createKey(redis, 'one'), await createKey(redis, 'two')];
+    for (const k of keys) await redis.hset(apiKeyRecordKey(k.id), { account, spent: 0, reserved: 0 });
+    const results = await Promise.all(Array.from({ length: 1000 }, (_, i) => raceRequest(keys[i % 2]!.key, apis[(i >> 1) % 2]!, request)));
+    const served = results.filter((r) => r.status === 'ok').length;
+    assert.ok(served <= 100 && served >= 1, `served ${served}`);
+    await waitFor(async () => (await field(accountKey(account), 'reserved')) === 0, 10_000, 'every reservation settled');
+    const left = await field(accountKey(account), 'balance');
+    assert.ok(left >= 0, `balance ${left}`);
+    assert.equal(left, balance - served * actual);
+    const spent = (await field(apiKeyRecordKey(keys[0]!.id), 'spent')) + (await field(apiKeyRecordKey(keys[1]!.id), 'spent'));
+    assert.equal(spent, served * actual);
+  });
+
+  async function raceRequest(key: string, api: GatewayProcess, request: OpenAI.ChatCompletionCreateParamsNonStreaming) {
+    const response = await fetch(`${api.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify(request),
+    });
+    const body = (await response.json()) as { error?: { code: string }; usage?: { prompt_tokens: number; completion_tokens: number } };
+    return { status: response.status === 200 ? 'ok' : (body.error?.code ?? String(response.status)), usage: body.usage };
+  }
+
+  const field = async (hash: string, name: string) => Number((await redis.hget(hash, name)) ?? 0);
+});

@@ -1,0 +1,209 @@
+import assert from 'node:assert/strict';
+import { fork } from 'node:child_process';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+import { after, before, beforeEach, describe, it } from 'node:test';
+import type { Redis } from 'ioredis';
+import { accountKey, apiKeyRecordKey, reservationDeadlinesKey, reservationKey, usageDayKey, usageStreamKey, utcDay } from '../../shared/accounts.js';
+import { releaseExpiredReservations, releaseReservation, reserve, settle, type Reservation, type UsageRecord } from '../../shared/billing.js';
+import { freshRedis } from '../support/gateway.js';
+
+let redis: Redis;
+let url: string;
+const policy = { retentionDays: 30, retentionRecords: 1000 };
+
+before(async () => {
+  ({ redis, url } = await freshRedis(11));
+});
+after(() => redis.disconnect());
+beforeEach(() => redis.flushdb());
+
+async function account(id: string, balanceMicros: number | 'unlimited'): Promise<void> {
+  await redis.hset(accountKey(id), { id, reserved: 0, ...(balanceMicros === 'unlimited' ? { unlimited: '1' } : { balance: balanceMicros }) });
+}
+
+async function key(id: string, fields: Record<string, string | number> = {}): Promise<void> {
+  await redis.hset(apiKeyRecordKey(id), { id, name: id, spent: 0, reserved: 0, ...fields });
+}
+
+const resv = (requestId: string, micros: number, extra: Partial<Reservation> = {}): Reservation => ({
+  requestId,
+  keyId: 'k1',
+  accountId: 'a1',
+  micros,
+  tokens: 100,
+  deadline: Date.now() + 60_000,
+  ...extra,
+});
+
+const usage = (requestId: string, costMicros: number, extra: Partial<UsageRecord> = {}): UsageRecord => ({
+  requestId,
+  keyId: 'k1',
+  accountId: 'a1',
+  model: 'gpt-4o-mini',
+  vendor: 'openai',
+  inputTokens: 10,
+  cachedTokens: 0,
+  outputTokens: 5,
+  images: 0,
+  audioSeconds: 0,
+  videoSeconds: 0,
+  costMicros,
+  status: 'completed',
+  created: Math.floor(Date.now() / 1000),
+  durationMs: 12,
+  ...extra,
+});
+
+const numberField = async (hash: string, field: string) => Number((await redis.hget(hash, field)) ?? 0);
+
+describe('billing: reserve and settle', () => {
+  it('reserves against the key limit and the account balance, then settles the actual cost once', async () => {
+    await account('a1', 1_000_000);
+    await key('k1', { limit: 600_000 });
+    assert.deepEqual(await reserve(redis, resv('r1', 500_000), {}), { ok: true });
+    assert.equal(await numberField(apiKeyRecordKey('k1'), 'reserved'), 500_000);
+    assert.equal(await numberField(accountKey('a1'), 'reserved'), 500_000);
+
+    const refused = await reserve(redis, resv('r2', 200_000), {});
+    assert.equal(refused.ok, false);
+    assert.equal(!refused.ok && refused.reason, 'key_limit');
+
+    assert.equal(await settle(redis, usage('r1', 123_456), policy), true);
+    assert.equal(await settle(redis, usage('r1', 123_456), policy), false, 'a second settlement of the same request does nothing');
+    assert.equal(await numberField(apiKeyRecordKey('k1'), 'reserved'), 0);
+    assert.equal(await numberField(apiKeyRecordKey('k1'), 'spent'), 123_456);
+    assert.equal(await numberField(accountKey('a1'), 'reserved'), 0);
+    assert.equal(await numberField(accountKey('a1'), 'balance'), 1_000_000 - 123_456);
+    assert.equal(await redis.exists(reservationKey('r1')), 0);
+    assert.equal(await redis.zcard(reservationDeadlinesKey), 0);
+    assert.equal(await redis.xlen(usageStreamKey), 1);
+    const day = await redis.hgetall(usageDayKey(utcDay(Date.now())));
+    assert.equal(day['a1|k1|gpt-4o-mini|cost_micros'], '123456');
+    assert.equal(day['a1|k1|gpt-4o-mini|requests'], '1');
+  });
+
+  it('refuses what the account balance cannot cover, and never touches an unlimited account balance', async () => {
+    await account('a1', 100);
+    await key('k1');
+    const refused = await reserve(redis, resv('r1', 101), {});
+    assert.equal(!refused.ok && refused.reason, 'account_balance');
+    assert.equal(await numberField(accountKey('a1'), 'reserved'), 0, 'a refusal reserves nothing');
+
+    await account('free', 'unlimited');
+    assert.equal((await reserve(redis, resv('r2', 10 ** 12, { accountId: 'free' }), {})).ok, true);
+    await settle(redis, usage('r2', 10 ** 12, { accountId: 'free' }), policy);
+    assert.equal(await redis.hget(accountKey('free'), 'balance'), null);
+  });
+
+  it('refuses a key or account that does not exist or was deleted', async () => {
+    await account('a1', 100);
+    assert.equal((await reserve(redis, resv('r1', 1), {})).ok, false);
+    await key('k1');
+    await redis.hset(accountKey('a1'), 'deleted', '1');
+    const refused = await reserve(redis, resv('r1', 1), {});
+    assert.equal(!refused.ok && refused.reason, 'no_access');
+  });
+
+  it('limits requests per minute with a retry-after, and reports what remains', async () => {
+    await account('a1', 'unlimited');
+    await key('k1', { rpm: 3 });
+    const now = 1_000_000;
+    const outcomes = [];
+    for (let i = 0; i < 4; i++) outcomes.push(await reserve(redis, resv(`r${i}`, 1), {}, now));
+    assert.deepEqual(
+      outcomes.map((o) => o.ok),
+      [true, true, true, false],
+    );
+    assert.deepEqual(outcomes[0]!.requests, { limit: 3, remaining: 2, resetMs: 20_000 });
+    assert.equal(outcomes[2]!.requests!.remaining, 0);
+    const refused = outcomes[3]!;
+    assert.equal(!refused.ok && refused.reason, 'rpm');
+    assert.equal(!refused.ok && refused.retryAfterMs, 20_000);
+    assert.equal((await reserve(redis, resv('later', 1), {}, now + 20_000)).ok, true, 'one more fits once a slot has passed');
+  });
+
+  it('limits tokens per minute by the estimate and gives back what settlement shows unused', async () => {
+    await account('a1', 'unlimited');
+    await key('k1');
+    const now = Date.now();
+    assert.equal((await reserve(redis, resv('r1', 1, { tokens: 600 }), { tpm: 1000 }, now)).ok, true);
+    const refused = await reserve(redis, resv('r2', 1, { tokens: 600 }), { tpm: 1000 }, now);
+    assert.equal(!refused.ok && refused.reason, 'tpm');
+    await settle(redis, usage('r1', 1, { inputTokens: 50, outputTokens: 50 }), { ...policy, defaultTpm: 1000 }, now);
+    assert.equal((await reserve(redis, resv('r2', 1, { tokens: 600 }), { tpm: 1000 }, now)).ok, true, '500 unused tokens came back');
+  });
+
+  it('releases a reservation nothing will settle, and one past its deadline, once', async () => {
+    await account('a1', 1000);
+    await key('k1');
+    await reserve(redis, resv('r1', 400), {});
+    assert.equal(await releaseReservation(redis, 'r1'), true);
+    assert.equal(await releaseReservation(redis, 'r1'), false);
+    assert.equal(await numberField(accountKey('a1'), 'reserved'), 0);
+
+    await reserve(redis, resv('lost', 300, { deadline: Date.now() - 10_000 }), {});
+    await reserve(redis, resv('live', 200), {});
+    assert.equal(await releaseExpiredReservations(redis, 5_000), 1);
+    assert.equal(await numberField(accountKey('a1'), 'reserved'), 200);
+    assert.equal(await numberField(apiKeyRecordKey('k1'), 'reserved'), 200);
+
+    // A lost job that completes after all is still billed, exactly once.
+    assert.equal(await settle(redis, usage('lost', 250), policy), true);
+    assert.equal(await numberField(accountKey('a1'), 'balance'), 750);
+    assert.equal(await numberField(accountKey('a1'), 'reserved'), 200);
+  });
+});
+
+describe('billing: concurrency across processes', () => {
+  const worker = fileURLToPath(new URL('../support/reserve-race.ts', import.meta.url));
+
+  /** 1,000 reservations of 1,000 micros each, 250 from each of four processes, all fired at once. */
+  async function race(keys: string): Promise<{ k1: number; k2: number }> {
+    const children = [0, 1, 2, 3].map((index) =>
+      fork(worker, [url, String(index), '250', keys], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'ignore', 'inherit', 'ipc'] }),
+    );
+    const results = await Promise.all(
+      children.map(async (child) => {
+        const [message] = (await once(child, 'message')) as [{ k1: number; k2: number }];
+        await once(child, 'exit');
+        return message;
+      }),
+    );
+    return { k1: results.reduce((sum, r) => sum + r.k1, 0), k2: results.reduce((sum, r) => sum + r.k2, 0) };
+  }
+
+  /** Settles every admitted request at its full reservation. */
+  async function settleAll(): Promise<void> {
+    const admitted = await redis.zrange(reservationDeadlinesKey, 0, -1);
+    await Promise.all(
+      admitted.map(async (requestId) => {
+        const keyId = await redis.hget(reservationKey(requestId), 'key');
+        await settle(redis, usage(requestId, 1000, { keyId: keyId! }), policy);
+      }),
+    );
+  }
+
+  it('admits exactly what a key limit covers when 1,000 reservations race from four processes', async () => {
+    await account('a1', 10 ** 9);
+    await key('k1', { limit: 100 * 1000 });
+    const admitted = await race('k1');
+    assert.equal(admitted.k1, 100);
+    assert.equal(await numberField(apiKeyRecordKey('k1'), 'reserved'), 100 * 1000);
+    await settleAll();
+    assert.equal(await numberField(apiKeyRecordKey('k1'), 'spent'), 100 * 1000, 'spent reaches the limit and never passes it');
+    assert.equal(await numberField(apiKeyRecordKey('k1'), 'reserved'), 0);
+  });
+
+  it('admits exactly what an account balance shared by two keys covers, and the balance ends at zero', async () => {
+    await account('a1', 150 * 1000);
+    await key('k1');
+    await key('k2');
+    const admitted = await race('k1,k2');
+    assert.equal(admitted.k1 + admitted.k2, 150);
+    assert.equal(await numberField(accountKey('a1'), 'reserved'), 150 * 1000);
+    await settleAll();
+    assert.equal(await numberField(accountKey('a1'), 'balance'), 0, 'never below zero');
+    assert.equal(await numberField(accountKey('a1'), 'reserved'), 0);
+  });
+});

@@ -1,0 +1,127 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Redis } from 'ioredis';
+import { defaultAccountId } from '../shared/accounts.js';
+import { settle, type SettlePolicy, type UsageRecord } from '../shared/billing.js';
+import type { EndpointRequest } from '../shared/endpoints.js';
+import type { Logger } from '../shared/logger.js';
+import type { GatewayJobData } from '../shared/queues.js';
+import type { Metered, PriceList } from '../shared/pricing.js';
+import { countChatPromptTokensAsync, countTextTokensAsync } from '../shared/tokens.js';
+import type { Usage } from './vendors/types.js';
+
+/**
+ * What one job produced, filled in as it runs: the vendor's usage when it
+ * reports one, else the streamed output (counted at settlement), and the
+ * media made. A job cut short (the client left, the vendor failed mid-stream)
+ * is billed for what the meter holds.
+ */
+export class Meter {
+  usage: Usage | undefined;
+  /** Streamed text and tool-call arguments, counted only when no usage came. */
+  readonly output: string[] = [];
+  images = 0;
+  audioSeconds = 0;
+  videoSeconds = 0;
+  readonly started = Date.now();
+}
+
+type Settled = 'completed' | 'failed' | 'cancelled';
+
+function cachedTokensOf(usage: Usage): number {
+  const details = usage.prompt_tokens_details as { cached_tokens?: unknown } | undefined;
+  return typeof details?.cached_tokens === 'number' ? details.cached_tokens : 0;
+}
+
+/** The prompt of a text request, counted by the gateway when the vendor reported no usage. */
+async function countPrompt(request: EndpointRequest): Promise<number> {
+  switch (request.endpoint) {
+    case 'chat.completions':
+      return countChatPromptTokensAsync(request.payload.messages, request.payload.tools ?? request.payload.functions ?? null);
+    case 'completions':
+    case 'embeddings': {
+      const input = request.endpoint === 'completions' ? request.payload.prompt : request.payload.input;
+      if (typeof input === 'string') return countTextTokensAsync(input);
+      let total = 0;
+      for (const item of input as Array<string | number | number[]>) total += typeof item === 'string' ? await countTextTokensAsync(item) : Array.isArray(item) ? item.length : 1;
+      return total;
+    }
+    default:
+      return 0;
+  }
+}
+
+/** What a request used, as its price list bills it. */
+export async function meter(request: EndpointRequest | undefined, produced: Meter): Promise<Metered> {
+  const metered: Metered = { inputTokens: 0, cachedTokens: 0, outputTokens: 0, images: produced.images, audioSeconds: produced.audioSeconds, videoSeconds: produced.videoSeconds };
+  // A job that failed before its payload was read reached no vendor.
+  if (request === undefined) return metered;
+  if (request.endpoint === 'images.generations' || request.endpoint === 'images.edits') {
+    if (request.payload.size) metered.imageSize = request.payload.size;
+    if (request.payload.quality) metered.imageQuality = request.payload.quality;
+  }
+  if (request.endpoint === 'videos') metered.videoSize = request.payload.size;
+  if (produced.usage) {
+    metered.inputTokens = produced.usage.prompt_tokens;
+    metered.cachedTokens = cachedTokensOf(produced.usage);
+    metered.outputTokens = produced.usage.completion_tokens;
+  } else if (produced.output.length > 0) {
+    // No usage from the vendor (a stream cut short, a vendor that reports none): the gateway counts
+    // what went in and what came out. Nothing produced and nothing reported is billed nothing.
+    metered.inputTokens = await countPrompt(request);
+    metered.outputTokens = produced.output.length === 0 ? 0 : await countTextTokensAsync(produced.output.join(''));
+  }
+  return metered;
+}
+
+export interface SettlementDeps {
+  redis: Redis;
+  prices: PriceList;
+  policy: SettlePolicy;
+  log: Logger;
+}
+
+const settleAttempts = 8;
+
+/**
+ * Bills a finished job exactly once: its actual cost replaces its
+ * reservation. Redis being away does not lose it: the call is retried (about
+ * 25 s in all) before the job may be marked done; a second settlement of the
+ * same request id (a retried job, a replaced worker) changes nothing.
+ */
+export async function settleJob(
+  deps: SettlementDeps,
+  data: GatewayJobData,
+  request: EndpointRequest | undefined,
+  vendor: string,
+  produced: Meter,
+  status: Settled,
+): Promise<void> {
+  const metered = await meter(request, produced);
+  const record: UsageRecord = {
+    requestId: data.requestId,
+    keyId: data.keyId,
+    accountId: data.accountId ?? defaultAccountId,
+    model: data.model,
+    vendor,
+    inputTokens: metered.inputTokens,
+    cachedTokens: metered.cachedTokens,
+    outputTokens: metered.outputTokens,
+    images: metered.images,
+    audioSeconds: metered.audioSeconds,
+    videoSeconds: metered.videoSeconds,
+    costMicros: deps.prices.has(data.model) ? deps.prices.costMicros(data.model, metered) : 0,
+    status,
+    created: Math.floor(produced.started / 1000),
+    durationMs: Date.now() - produced.started,
+  };
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await settle(deps.redis, record, deps.policy);
+      return;
+    } catch (error) {
+      if (attempt >= settleAttempts) throw error;
+      deps.log.warn({ err: error, attempt }, 'settlement failed; retrying');
+      await sleep(Math.min(200 * 2 ** attempt, 8_000));
+    }
+  }
+}
