@@ -74,6 +74,20 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
       const g1 = await measureLoad({ ...common, target, connections: 1, pids });
       log(`gateway (${label}), 64 connections`);
       const g64 = await measureLoad({ ...common, target, connections: 64, pids });
+      // The same run on a key with every limit on (an account balance, a spending limit, rpm and tpm far above the load):
+      // what admission's checks cost against the unlimited default account above.
+      let limited: { c1: Awaited<ReturnType<typeof measureLoad>>; c64: Awaited<ReturnType<typeof measureLoad>> } | undefined;
+      if (name === 'all') {
+        const account = await keyStore.accounts.create({ email: 'bench@example.com', name: 'bench' });
+        await keyStore.accounts.credit(account.id, 10 ** 12, 'bench');
+        const limitedKey = await keyStore.create('bench-limited', { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 10 });
+        const limitedTarget: LoadTarget = { ...target, headers: { authorization: `Bearer ${limitedKey.key}` } };
+        log(`gateway (${label}), limits on, 1 connection`);
+        const l1 = await measureLoad({ ...common, target: limitedTarget, connections: 1, pids });
+        log(`gateway (${label}), limits on, 64 connections`);
+        const l64 = await measureLoad({ ...common, target: limitedTarget, connections: 64, pids });
+        limited = { c1: l1, c64: l64 };
+      }
       log(`gateway (${label}), time to first token`);
       const gTtft = await measureTtft({
         url: target.url,
@@ -123,6 +137,25 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
           pass: addedTtftP50Ms <= 3 && gTtft.failures === 0,
         },
       ];
+      if (limited) {
+        const addedByLimits = limited.c1.latency.p50 - g1.latency.p50;
+        const throughputRatio = limited.c64.rps / g64.rps;
+        const limitedFailures = limited.c64.errors + limited.c64.timeouts + limited.c64.non2xx;
+        bars.push(
+          {
+            name: 'limits on: added p50 at 1 connection',
+            target: '≤ +0.15 ms',
+            actual: `${addedByLimits >= 0 ? '+' : ''}${addedByLimits.toFixed(2)} ms`,
+            pass: addedByLimits <= 0.15 && limited.c1.errors + limited.c1.timeouts + limited.c1.non2xx === 0,
+          },
+          {
+            name: 'limits on: req/s at 64 connections',
+            target: '≥ 0.95× limits off',
+            actual: `${throughputRatio.toFixed(3)}× (${Math.round(limited.c64.rps).toLocaleString('en-US')} req/s), ${limitedFailures} errors`,
+            pass: throughputRatio >= 0.95 && limitedFailures === 0,
+          },
+        );
+      }
       configs.push({
         name: label,
         description: name === 'all' ? 'node dist/bin/start.js (api and workers in one process)' : 'node dist/bin/start.js --role=api + --role=worker',
