@@ -79,7 +79,7 @@ return {0, rl, rr, rs, tl, tr, ts, 0}
 
 /*
  * KEYS: settled marker, reservation, reservation deadlines, key record, account record, tpm TAT, usage stream, usage day
- * ARGV: request id, actual micros, actual tokens, now ms, default tpm, stream max length, stream min id, usage fields (JSON),
+ * ARGV: request id, actual micros, actual tokens, now ms, default tpm, stream max length, (unused), usage fields (JSON),
  *       day field prefix, then metric name / value pairs
  * Returns 1 when this call settled the request, 0 when it was settled before.
  */
@@ -111,7 +111,6 @@ if actual > 0 then
   if redis.call('HGET', KEYS[5], 'unlimited') ~= '1' then redis.call('HINCRBY', KEYS[5], 'balance', -actual) end
 end
 redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[6], '*', 'usage', ARGV[8])
-redis.call('XTRIM', KEYS[7], 'MINID', '~', ARGV[7])
 for i = 10, #ARGV, 2 do
   if tonumber(ARGV[i + 1]) ~= 0 then redis.call('HINCRBY', KEYS[8], ARGV[9] .. ARGV[i], ARGV[i + 1]) end
 end
@@ -278,7 +277,7 @@ export async function settle(redis: Redis, usage: UsageRecord, policy: SettlePol
     now,
     policy.defaultTpm ?? '',
     policy.retentionRecords,
-    `${now - policy.retentionDays * 86_400_000}-0`,
+    '',
     JSON.stringify(record),
     `${usage.accountId}|${usage.keyId}|${usage.model}|`,
     ...usageMetrics.flatMap((metric) => [metric, metrics[metric]]),
@@ -298,4 +297,9 @@ export async function releaseExpiredReservations(redis: Redis, graceMs: number, 
   let released = 0;
   for (const requestId of expired) if (await releaseReservation(redis, requestId)) released += 1;
   return released;
+}
+
+/** Trims usage records older than the retention (run now and then: trimming on every settlement would cost the hot path). */
+export async function trimUsage(redis: Redis, retentionDays: number, now = Date.now()): Promise<number> {
+  return redis.xtrim(usageStreamKey, 'MINID', '~', `${now - retentionDays * 86_400_000}-0`);
 }

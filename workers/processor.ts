@@ -101,8 +101,9 @@ export function createProcessor(deps: ProcessorDeps) {
           if (data.async) await publishJobEvent(deps.redis, data.requestId, { type: 'progress', status: 'in_progress', progress: 0 });
           const { body } = await runMedia(job, route.protocol, request, ctx, deps.media, freeSlot, produced);
           if (!data.async) {
-            await bill('completed');
-            return await publisher.done(body);
+            // Sent side by side: the settlement adds no round trip to the answer, and the job ends only once both are done.
+            const [, kept] = await Promise.all([bill('completed'), publisher.done(body)]);
+            return kept;
           }
           const result: GatewayJobResult =
             body.length > inlineAsyncResultBytes
@@ -113,14 +114,16 @@ export function createProcessor(deps: ProcessorDeps) {
           return result;
         }
         if (data.stream) {
-          // Billed once the vendor is done and before the client hears the end: an answer seen is an answer billed.
-          await runTextStream(route.protocol, request, ctx, publisher, () => freeSlot().then(() => bill('completed')), produced);
+          // Billed once the vendor is done, side by side with the end of the stream (no round trip added to it).
+          let billed: Promise<void> | undefined;
+          await runTextStream(route.protocol, request, ctx, publisher, () => ((billed = bill('completed')), freeSlot()), produced);
+          await billed;
           return {};
         }
         const result = await callText(route.protocol, request, ctx, produced);
         await freeSlot();
-        await bill('completed');
-        return await publisher.done(result.body);
+        const [, kept] = await Promise.all([bill('completed'), publisher.done(result.body)]);
+        return kept;
       } finally {
         await freeSlot();
       }

@@ -19,7 +19,7 @@ import { setFetchPolicy } from './vendors/guarded-fetch.js';
 import { setVendorCallSettings } from './vendors/call-settings.js';
 import { BlobJanitor, deleteJobUploads } from './blob-janitor.js';
 import { endpoints } from '../shared/endpoints.js';
-import { releaseExpiredReservations } from '../shared/billing.js';
+import { releaseExpiredReservations, trimUsage } from '../shared/billing.js';
 import { PriceList } from '../shared/pricing.js';
 
 const reservationSweepMs = 10_000;
@@ -135,11 +135,13 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   const janitor = new BlobJanitor({ redis, blobs, log, config });
   janitor.start();
   // Reservations of jobs lost with their api and worker are given back a minute after their deadline.
+  // Usage records past their retention are trimmed on the same beat.
   const reservationSweep = setInterval(() => {
     releaseExpiredReservations(redis, reservationGraceMs).then(
       (released) => released > 0 && log.info({ released }, 'released the reservations of lost jobs'),
       (error: unknown) => log.warn({ err: error }, 'could not release expired reservations'),
     );
+    trimUsage(redis, config.usageRetentionDays).catch((error: unknown) => log.warn({ err: error }, 'could not trim usage records'));
   }, reservationSweepMs);
   reservationSweep.unref();
 
