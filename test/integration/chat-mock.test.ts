@@ -2,7 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
 import type OpenAI from 'openai';
-import { createKey, freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
+import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 
 // The offline path a fresh checkout gets: no vendor keys, the mock vendor serves everything.
 describe('gateway with the built-in mock vendor', () => {
@@ -225,7 +225,10 @@ describe('gateway with the built-in mock vendor', () => {
     assert.equal(result.data.length, 600);
     assert.deepEqual(result.data.map((d) => d.index), input.map((_, i) => i));
     assert.equal(result.data[599]!.embedding.length, 256);
-    const job = await redis.hget(`bull:embeddings:${response.headers.get('x-request-id')}`, 'returnvalue');
+    // The job is marked done once its settlement is written too, which may be just after the answer.
+    const jobKey = `bull:embeddings:${response.headers.get('x-request-id')}`;
+    await waitFor(async () => (await redis.hget(jobKey, 'returnvalue')) !== null, 5000, 'the job to complete');
+    const job = await redis.hget(jobKey, 'returnvalue');
     assert.match(job ?? '', /"bodyRef":"sy:result:req_/, 'the job kept a reference, not the body');
   });
 
