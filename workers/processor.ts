@@ -116,7 +116,13 @@ export function createProcessor(deps: ProcessorDeps) {
         if (data.stream) {
           // Billed once the vendor is done, side by side with the end of the stream (no round trip added to it).
           let billed: Promise<void> | undefined;
-          await runTextStream(route.protocol, request, ctx, publisher, () => ((billed = bill('completed')), freeSlot()), produced);
+          const startBilling = () => {
+            billed = bill('completed');
+            // Awaited below; if ending the stream fails first, the failure path settles (once) instead.
+            billed.catch(() => undefined);
+            return freeSlot();
+          };
+          await runTextStream(route.protocol, request, ctx, publisher, startBilling, produced);
           await billed;
           return {};
         }

@@ -116,6 +116,22 @@ describe('billing through the gateway', () => {
     assert.equal(completion.object, 'chat.completion');
   });
 
+  it('sends the rate-limit headers on a streamed answer too', async () => {
+    const { key } = await paidKey('unlimited', { rpm: 100, tpm: 100_000 });
+    const response = await fetch(`${gateway.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ ...small(), stream: true }),
+    });
+    assert.equal(response.status, 200);
+    assert.match(response.headers.get('content-type') ?? '', /text\/event-stream/);
+    assert.equal(response.headers.get('x-ratelimit-limit-requests'), '100');
+    assert.equal(response.headers.get('x-ratelimit-remaining-requests'), '99');
+    assert.equal(response.headers.get('x-ratelimit-limit-tokens'), '100000');
+    assert.ok(Number(response.headers.get('x-ratelimit-remaining-tokens')) < 100_000);
+    assert.match(await response.text(), /data: \[DONE\]/);
+  });
+
   it('refuses a model the key may not use with 403 model_not_allowed', async () => {
     const { key } = await paidKey('unlimited', { models: JSON.stringify(['mock-chat']) });
     const client = new OpenAI({ apiKey: key, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
@@ -169,15 +185,7 @@ describe('billing across two api and two worker processes', () => {
     const apis = processes.filter((p) => p.logs.some((l) => l.includes('gateway listening')));
     assert.equal(apis.length, 2);
     const request = small();
-    const send = async (key: string, api: GatewayProcess) => {
-      const response = await fetch(`${api.url}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-        body: JSON.stringify(request),
-      });
-      const body = (await response.json()) as { error?: { code: string }; usage?: { prompt_tokens: number; completion_tokens: number } };
-      return { status: response.status === 200 ? 'ok' : (body.error?.code ?? String(response.status)), usage: body.usage };
-    };
+    const send = (key: string, api: GatewayProcess) => raceRequest(key, api, request);
     // What one such request really costs: the limit covers exactly 100 of them.
     const probe = await send((await createKey(redis, 'probe')).key, apis[0]!);
     const actual = prices.costMicros(model, { inputTokens: probe.usage!.prompt_tokens, cachedTokens: 0, outputTokens: probe.usage!.completion_tokens, images: 0, audioSeconds: 0, videoSeconds: 0 });
