@@ -20,7 +20,7 @@ import { keyPrefix } from './queues.js';
  *   sy:rl:<keyId>:rpm|tpm    string GCRA theoretical arrival time (ms)
  *   sy:resv:<requestId>      hash  key, account, micros, tokens, deadline (ms): what admission holds
  *   sy:resv-deadlines        zset  request id → deadline (ms), to release reservations of lost jobs
- *   sy:settled:<requestId>   string set once a request is settled (kept 7 days): settlement runs once
+ *   sy:settled:<requestId>   string set once a request is settled (kept until 15 min past its deadline): settlement runs once
  *   sy:usage                 stream one record per finished request
  *   sy:usage-day:<YYYY-MM-DD> hash `<account>|<key>|<model>|<metric>` → integer total, kept 400 days
  */

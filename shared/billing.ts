@@ -79,12 +79,12 @@ return {0, rl, rr, rs, tl, tr, ts, 0}
 
 /*
  * KEYS: settled marker, reservation, reservation deadlines, key record, account record, tpm TAT, usage stream, usage day
- * ARGV: request id, actual micros, actual tokens, now ms, default tpm, stream max length, (unused), usage fields (JSON),
+ * ARGV: request id, actual micros, actual tokens, now ms, default tpm, stream max length, seconds to keep the settled mark, usage fields (JSON),
  *       day field prefix, then metric name / value pairs
  * Returns 1 when this call settled the request, 0 when it was settled before.
  */
 const settleScript = `
-if redis.call('SET', KEYS[1], '1', 'NX', 'EX', 604800) == false then return 0 end
+if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[7]) == false then return 0 end
 local actual = tonumber(ARGV[2])
 local resv = redis.call('HMGET', KEYS[2], 'micros', 'tokens')
 if resv[1] then
@@ -234,7 +234,12 @@ export interface SettlePolicy {
  * the day's totals, atomically and at most once per request id. Returns
  * whether this call settled it (false: it was settled before).
  */
-export async function settle(redis: Redis, usage: UsageRecord, policy: SettlePolicy, now = Date.now()): Promise<boolean> {
+/**
+ * `keepSettledMs`: how long the request id stays marked settled. Past its
+ * deadline no attempt of the job can run any more, so the mark needs to
+ * outlive the deadline only (kept short: one mark per request adds up).
+ */
+export async function settle(redis: Redis, usage: UsageRecord, policy: SettlePolicy, now = Date.now(), keepSettledMs = 86_400_000): Promise<boolean> {
   const metrics: Record<UsageMetric, number> = {
     requests: 1,
     input_tokens: usage.inputTokens,
@@ -277,7 +282,7 @@ export async function settle(redis: Redis, usage: UsageRecord, policy: SettlePol
     now,
     policy.defaultTpm ?? '',
     policy.retentionRecords,
-    '',
+    Math.max(60, Math.ceil(keepSettledMs / 1000)),
     JSON.stringify(record),
     `${usage.accountId}|${usage.keyId}|${usage.model}|`,
     ...usageMetrics.flatMap((metric) => [metric, metrics[metric]]),

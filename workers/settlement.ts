@@ -81,6 +81,8 @@ export interface SettlementDeps {
 }
 
 const settleAttempts = 8;
+/** A reservation is released a minute past its deadline; the settled mark outlives that comfortably. */
+const settledMarkMarginMs = 15 * 60_000;
 
 /**
  * Bills a finished job exactly once: its actual cost replaces its
@@ -116,7 +118,8 @@ export async function settleJob(
   };
   for (let attempt = 1; ; attempt++) {
     try {
-      await settle(deps.redis, record, deps.policy);
+      // Marked settled until well past the job's deadline, when no attempt of it can run any more.
+      await settle(deps.redis, record, deps.policy, Date.now(), data.deadline - Date.now() + settledMarkMarginMs);
       return;
     } catch (error) {
       if (attempt >= settleAttempts) throw error;
