@@ -1,5 +1,6 @@
 import { randomBytes, scrypt, timingSafeEqual } from 'node:crypto';
 import type { Redis } from 'ioredis';
+import { withScripts } from '../shared/redis.js';
 import {
   accessChangedChannel,
   accountEmailsKey,
@@ -119,17 +120,14 @@ interface AccountRedis extends Redis {
   accountCredit(...args: Array<string | number>): Promise<[number, number]>;
 }
 
-function scripted(redis: Redis): AccountRedis {
-  const r = redis as AccountRedis;
-  if (typeof r.accountCreate !== 'function') {
-    redis.defineCommand('accountEnsureDefault', { numberOfKeys: 2, lua: ensureScript });
-    redis.defineCommand('accountCreate', { numberOfKeys: 3, lua: createScript });
-    redis.defineCommand('accountUpdate', { numberOfKeys: 2, lua: updateScript });
-    redis.defineCommand('accountDelete', { numberOfKeys: 6, lua: deleteScript });
-    redis.defineCommand('accountCredit', { numberOfKeys: 2, lua: creditScript });
-  }
-  return r;
-}
+const scripted = (redis: Redis) =>
+  withScripts<AccountRedis>(redis, {
+    accountEnsureDefault: { keys: 2, lua: ensureScript },
+    accountCreate: { keys: 3, lua: createScript },
+    accountUpdate: { keys: 2, lua: updateScript },
+    accountDelete: { keys: 6, lua: deleteScript },
+    accountCredit: { keys: 2, lua: creditScript },
+  });
 
 // ---- passwords: scrypt, salted, with its parameters stored so they can be raised later ----
 

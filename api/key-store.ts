@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
+import { withScripts } from '../shared/redis.js';
 import {
   accessChangedChannel,
   accountKey,
@@ -113,16 +114,13 @@ interface KeyRedis extends Redis {
   keyAccess(...args: Array<string | number>): Promise<string[] | null>;
 }
 
-function scripted(redis: Redis): KeyRedis {
-  const r = redis as KeyRedis;
-  if (typeof r.keyAccess !== 'function') {
-    redis.defineCommand('keyCreate', { numberOfKeys: 5, lua: createScript });
-    redis.defineCommand('keyUpdate', { numberOfKeys: 1, lua: updateScript });
-    redis.defineCommand('keyRevoke', { numberOfKeys: 3, lua: revokeScript });
-    redis.defineCommand('keyAccess', { numberOfKeys: 3, lua: accessScript });
-  }
-  return r;
-}
+const scripted = (redis: Redis) =>
+  withScripts<KeyRedis>(redis, {
+    keyCreate: { keys: 5, lua: createScript },
+    keyUpdate: { keys: 1, lua: updateScript },
+    keyRevoke: { keys: 3, lua: revokeScript },
+    keyAccess: { keys: 3, lua: accessScript },
+  });
 
 // ---- record fields: '' means none, as the billing scripts read them ----
 

@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { withScripts } from './redis.js';
 import {
   accountKey,
   apiKeyRecordKey,
@@ -140,15 +141,12 @@ interface BillingRedis extends Redis {
   billingRelease(...args: Array<string | number>): Promise<number>;
 }
 
-function billing(redis: Redis): BillingRedis {
-  const r = redis as BillingRedis;
-  if (typeof r.billingReserve !== 'function') {
-    redis.defineCommand('billingReserve', { numberOfKeys: 6, lua: reserveScript });
-    redis.defineCommand('billingSettle', { numberOfKeys: 8, lua: settleScript });
-    redis.defineCommand('billingRelease', { numberOfKeys: 3, lua: releaseScript });
-  }
-  return r;
-}
+const billing = (redis: Redis) =>
+  withScripts<BillingRedis>(redis, {
+    billingReserve: { keys: 6, lua: reserveScript },
+    billingSettle: { keys: 8, lua: settleScript },
+    billingRelease: { keys: 3, lua: releaseScript },
+  });
 
 export interface Reservation {
   requestId: string;
