@@ -126,9 +126,9 @@ export function createProcessor(deps: ProcessorDeps) {
           await billed;
           return {};
         }
-        const result = await callText(route.protocol, request, ctx, produced);
+        const body = await callText(route.protocol, request, ctx, produced);
         await freeSlot();
-        const [, kept] = await Promise.all([bill('completed'), publisher.done(result.body)]);
+        const [, kept] = await Promise.all([bill('completed'), publisher.done(body)]);
         return kept;
       } finally {
         await freeSlot();

@@ -5,14 +5,8 @@ import { ChatStreamEncoder, encodeChatAnswer, usesLegacyFunctions, type ChatEnco
 import type { Protocol } from '../shared/vendors.js';
 import type { ReplyPublisher } from './reply-publisher.js';
 import { adapterMethod } from './vendors/registry.js';
-import type { Answer, AnswerEvent, CallContext, Usage } from './vendors/types.js';
+import type { Answer, AnswerEvent, CallContext } from './vendors/types.js';
 import type { Meter } from './settlement.js';
-
-/** A plain text answer as the client gets it, and its usage for billing. */
-export interface TextOutput {
-  body: string;
-  usage?: Usage;
-}
 
 function encoderOptions(request: EndpointRequest, ctx: CallContext): ChatEncoderOptions {
   if (request.endpoint === 'chat.completions') {
@@ -75,23 +69,23 @@ function keepAnswer(answer: Answer, produced: Meter): void {
   }
 }
 
-/** A plain chat completion, legacy completion or embeddings call, as the client's body; what it used goes to `produced`. */
-export async function callText(protocol: Protocol, request: EndpointRequest, ctx: CallContext, produced: Meter): Promise<TextOutput> {
+/** A plain chat completion, legacy completion or embeddings call: the client's body; what it used goes to `produced`. */
+export async function callText(protocol: Protocol, request: EndpointRequest, ctx: CallContext, produced: Meter): Promise<string> {
   switch (request.endpoint) {
     case 'chat.completions': {
       const answer = await adapterMethod(protocol, 'chat')(request.payload, ctx);
       keepAnswer(answer, produced);
-      return { body: encodeChatAnswer(answer, encoderOptions(request, ctx)), ...(answer.usage ? { usage: answer.usage } : {}) };
+      return encodeChatAnswer(answer, encoderOptions(request, ctx));
     }
     case 'completions': {
       const answer = await adapterMethod(protocol, 'complete')(request.payload, ctx);
       keepAnswer(answer, produced);
-      return { body: encodeChatAnswer(answer, encoderOptions(request, ctx)), ...(answer.usage ? { usage: answer.usage } : {}) };
+      return encodeChatAnswer(answer, encoderOptions(request, ctx));
     }
     case 'embeddings': {
       const answer = await adapterMethod(protocol, 'embed')(request.payload, ctx);
       produced.usage = answer.usage;
-      return answer;
+      return answer.body;
     }
     default:
       throw new GatewayError(400, `${request.endpoint} is not a text endpoint.`);
