@@ -89,8 +89,12 @@ if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[7]) == false then return 0 e
 local actual = tonumber(ARGV[2])
 local resv = redis.call('HMGET', KEYS[2], 'micros', 'tokens')
 if resv[1] then
-  redis.call('HINCRBY', KEYS[4], 'reserved', -tonumber(resv[1]))
-  redis.call('HINCRBY', KEYS[5], 'reserved', -tonumber(resv[1]))
+  -- A free model reserves 0: negated, that is -0, which HINCRBY refuses as not an integer.
+  local held = tonumber(resv[1])
+  if held ~= 0 then
+    redis.call('HINCRBY', KEYS[4], 'reserved', -held)
+    redis.call('HINCRBY', KEYS[5], 'reserved', -held)
+  end
   redis.call('DEL', KEYS[2])
   redis.call('ZREM', KEYS[3], ARGV[1])
   -- Tokens per minute counted the estimate: give back what was not used (never past now).
@@ -129,8 +133,11 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
 local resv = redis.call('HMGET', KEYS[1], 'micros', 'key', 'account')
 if not resv[1] then return 0 end
-redis.call('HINCRBY', '${apiKeyRecordKey('')}' .. resv[2], 'reserved', -tonumber(resv[1]))
-redis.call('HINCRBY', '${accountKey('')}' .. resv[3], 'reserved', -tonumber(resv[1]))
+local held = tonumber(resv[1])
+if held ~= 0 then
+  redis.call('HINCRBY', '${apiKeyRecordKey('')}' .. resv[2], 'reserved', -held)
+  redis.call('HINCRBY', '${accountKey('')}' .. resv[3], 'reserved', -held)
+end
 redis.call('DEL', KEYS[1])
 return 1
 `;

@@ -83,6 +83,18 @@ describe('billing: reserve and settle', () => {
     assert.equal(day['a1|k1|gpt-4o-mini|requests'], '1');
   });
 
+  it('settles and releases a free model (a reservation of 0 micros) like any other', async () => {
+    await account('a1', 0);
+    await key('k1');
+    assert.equal((await reserve(redis, resv('free1', 0), {})).ok, true);
+    assert.equal(await settle(redis, usage('free1', 0, { model: 'mock-chat' }), policy), true);
+    assert.equal((await redis.hgetall(usageDayKey(utcDay(Date.now()))))['a1|k1|mock-chat|requests'], '1');
+    assert.equal((await reserve(redis, resv('free2', 0), {})).ok, true);
+    assert.equal(await releaseReservation(redis, 'free2'), true);
+    assert.equal(await numberField(accountKey('a1'), 'reserved'), 0);
+    assert.equal(await numberField(apiKeyRecordKey('k1'), 'reserved'), 0);
+  });
+
   it('refuses what the account balance cannot cover, and never touches an unlimited account balance', async () => {
     await account('a1', 100);
     await key('k1');
