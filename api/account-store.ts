@@ -60,7 +60,8 @@ return 1`;
 
 /*
  * KEYS: account, emails. ARGV: id, email read before (the script refuses, -2, if it changed since),
- * its lower case, the new lower case ('' = unchanged), then field/value pairs.
+ * its lower case, the new lower case ('' = unchanged), the access-changed channel, then field/value pairs.
+ * Publishes `account:<id>` so every api drops the keys of the account it cached (a disable takes effect at once).
  * 1 done, 0 no such account, -1 email taken, -2 changed meanwhile (retry).
  */
 const updateScript = `
@@ -73,7 +74,10 @@ if ARGV[4] ~= '' and ARGV[4] ~= ARGV[3] then
   redis.call('HSET', KEYS[2], ARGV[4], ARGV[1])
   if ARGV[3] ~= '' and redis.call('HGET', KEYS[2], ARGV[3]) == ARGV[1] then redis.call('HDEL', KEYS[2], ARGV[3]) end
 end
-if #ARGV > 4 then redis.call('HSET', KEYS[1], unpack(ARGV, 5)) end
+if #ARGV > 5 then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 6))
+  redis.call('PUBLISH', ARGV[5], 'account:' .. ARGV[1])
+end
 return 1`;
 
 /*
@@ -151,6 +155,10 @@ export async function verifyPassword(password: string, stored: string): Promise<
   return timingSafeEqual(actual, expected);
 }
 
+/** Checked against when a sign-in names no account, so that case takes as long as a wrong password. */
+const decoyHash = hashPassword(randomBytes(16).toString('hex'));
+decoyHash.catch(() => undefined);
+
 // ---- the store ----
 
 export interface NewAccount {
@@ -166,6 +174,7 @@ export interface AccountChanges {
   role?: AccountRole;
   /** null removes the password. */
   password?: string | null;
+  disabled?: boolean;
 }
 
 export interface LedgerEntry {
@@ -193,6 +202,7 @@ function toAccount(row: Record<string, string>): Account | undefined {
     created: Number(row.created) || 0,
     balanceMicros: row.unlimited === '1' ? undefined : Number(row.balance ?? 0),
     reservedMicros: Number(row.reserved ?? 0),
+    disabled: row.disabled === '1',
   };
 }
 
@@ -256,13 +266,14 @@ export class AccountStore {
     if (changes.name !== undefined) fields.push('name', changes.name);
     if (changes.role !== undefined) fields.push('role', changes.role);
     if (changes.email !== undefined) fields.push('email', normalizeEmail(changes.email));
+    if (changes.disabled !== undefined) fields.push('disabled', changes.disabled ? '1' : '0');
     // '' is "no password": a hash never is.
     if (changes.password !== undefined) fields.push('password', changes.password === null ? '' : await hashPassword(changes.password));
     for (let attempt = 0; attempt < attempts; attempt++) {
       const current = await this.get(id);
       if (!current) return undefined;
       const newIndex = changes.email === undefined ? '' : emailIndex(changes.email);
-      const result = await this.redis.accountUpdate(accountKey(id), accountEmailsKey, id, current.email, emailIndex(current.email), newIndex, ...fields);
+      const result = await this.redis.accountUpdate(accountKey(id), accountEmailsKey, id, current.email, emailIndex(current.email), newIndex, accessChangedChannel, ...fields);
       if (result === 0) return undefined;
       if (result === -1) throw accountExists(normalizeEmail(changes.email!));
       if (result === 1) return this.get(id);
@@ -324,10 +335,30 @@ export class AccountStore {
     });
   }
 
-  /** For a future sign-in: true when the account exists, has a password and it matches. */
+  /** True when the account exists, has a password and it matches. */
   async checkPassword(id: string, password: string): Promise<boolean> {
     const [stored, deleted] = await this.redis.hmget(accountKey(id), 'password', 'deleted');
     if (!stored || deleted === '1') return false;
     return verifyPassword(password, stored);
+  }
+
+  /** The live account owning an email (any letter case), or undefined. */
+  async findByEmail(email: string): Promise<Account | undefined> {
+    const id = await this.redis.hget(accountEmailsKey, emailIndex(email));
+    return id ? this.get(id) : undefined;
+  }
+
+  /**
+   * The account a sign-in names when its password matches; undefined otherwise. An unknown
+   * email costs the same scrypt as a wrong password, so the time taken does not tell which.
+   */
+  async signIn(email: string, password: string): Promise<Account | undefined> {
+    const id = await this.redis.hget(accountEmailsKey, emailIndex(email));
+    const [stored, deleted] = id ? await this.redis.hmget(accountKey(id), 'password', 'deleted') : [null, null];
+    if (!id || !stored || deleted === '1') {
+      await verifyPassword(password, await decoyHash);
+      return undefined;
+    }
+    return (await verifyPassword(password, stored)) ? this.get(id) : undefined;
   }
 }

@@ -12,6 +12,7 @@ import {
   defaultAccountId,
   type KeyAccess,
 } from '../shared/accounts.js';
+import { GatewayError } from '../shared/errors.js';
 import { AccountStore, accountNotFound, ensureDefaultLua } from './account-store.js';
 
 /**
@@ -89,7 +90,7 @@ return 1`;
 
 /*
  * KEYS: key hashes, default account, accounts index. ARGV: secret hash, key record prefix, account prefix, default account id, unix s.
- * What admission needs of a presented key, in one round trip: nil for an unknown key or one of a deleted account.
+ * What admission needs of a presented key, in one round trip: nil for an unknown key or one of a deleted account, 0 for a key of a disabled one.
  * Keys made before accounts existed name none: they belong to the default account, made here if missing.
  */
 const accessScript = `${ensureDefaultLua}
@@ -99,8 +100,9 @@ local key = redis.call('HMGET', ARGV[2] .. id, 'hash', 'account', 'limit', 'rpm'
 if key[1] ~= ARGV[1] then return false end
 local account = key[2]
 if not account or account == '' then account = ARGV[4] end
-local state = redis.call('HMGET', ARGV[3] .. account, 'id', 'deleted')
+local state = redis.call('HMGET', ARGV[3] .. account, 'id', 'deleted', 'disabled')
 if state[2] == '1' then return false end
+if state[3] == '1' then return 0 end
 if not state[1] then
   if account ~= ARGV[4] then return false end
   ensureDefault(KEYS[2], KEYS[3], ARGV[4], ARGV[5])
@@ -111,7 +113,7 @@ interface KeyRedis extends Redis {
   keyCreate(...args: Array<string | number>): Promise<number>;
   keyUpdate(...args: Array<string | number>): Promise<number>;
   keyRevoke(...args: Array<string | number>): Promise<number>;
-  keyAccess(...args: Array<string | number>): Promise<string[] | null>;
+  keyAccess(...args: Array<string | number>): Promise<string[] | number | null>;
 }
 
 const scripted = (redis: Redis) =>
@@ -219,6 +221,34 @@ export class KeyStore {
     return done === 1 ? this.get(id) : undefined;
   }
 
+  /**
+   * The access of an account's Playground key (the console's playground bills through it, as any key),
+   * made on first use and again if it was revoked. Its limits are the owner's to set, like any key's.
+   */
+  async playgroundAccess(accountId: string): Promise<KeyAccess> {
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const id = await this.redis.hget(accountKey(accountId), 'playground_key');
+      const key = id ? await this.get(id) : undefined;
+      if (key && key.accountId === accountId) {
+        const { limitMicros, rpm, tpm, models, expiresAt } = key;
+        const optional = Object.entries({ limitMicros, rpm, tpm, models, expiresAt }).filter(([, value]) => value !== undefined);
+        return { keyId: key.id, accountId, ...Object.fromEntries(optional) };
+      }
+      const made = await this.create('Playground', { accountId });
+      // Two first uses at once: one key wins, the other is revoked.
+      const won = await this.redis.eval(
+        "if (redis.call('HGET', KEYS[1], 'playground_key') or '') == ARGV[1] then redis.call('HSET', KEYS[1], 'playground_key', ARGV[2]) return 1 end return 0",
+        1,
+        accountKey(accountId),
+        id ?? '',
+        made.id,
+      );
+      if (won === 1) return { keyId: made.id, accountId };
+      await this.revoke(made.id);
+    }
+    throw new GatewayError(409, 'The Playground key kept changing; retry.', { code: 'conflict' });
+  }
+
   /** Returns false when no such key exists. */
   async revoke(id: string): Promise<boolean> {
     const done = await this.scripts.keyRevoke(apiKeyRecordKey(id), apiKeyHashesKey, apiKeyIdsKey, id, accountKeysKey(''), accessChangedChannel, defaultAccountId);
@@ -231,7 +261,7 @@ export class KeyStore {
   }
 
   /** What admission needs of a presented key, in one round trip; undefined for an unknown key or one of a deleted account. Expiry is the caller's to check. */
-  async access(secretHash: string): Promise<KeyAccess | undefined> {
+  async access(secretHash: string): Promise<KeyAccess | 'disabled' | undefined> {
     const row = await this.scripts.keyAccess(
       apiKeyHashesKey,
       accountKey(defaultAccountId),
@@ -242,6 +272,7 @@ export class KeyStore {
       defaultAccountId,
       Math.floor(Date.now() / 1000),
     );
+    if (typeof row === 'number') return 'disabled';
     if (!row) return undefined;
     const [keyId, accountId, limit, rpm, tpm, models, expires] = row;
     const optional: Omit<KeyAccess, 'keyId' | 'accountId'> = {
@@ -264,7 +295,7 @@ function pairs(flat: readonly string[]): Array<[string, string]> {
 }
 
 /** Why a presented key was refused, so the 401 can say so. */
-export type KeyVerdict = { access: KeyAccess } | { refused: 'unknown' } | { refused: 'expired'; expiresAt: number };
+export type KeyVerdict = { access: KeyAccess } | { refused: 'unknown' | 'disabled' } | { refused: 'expired'; expiresAt: number };
 
 /**
  * Per-process cache of valid keys, so the hot path makes no Redis round trip.
@@ -290,7 +321,9 @@ export class KeyCache {
     let access = hit && hit.expires > now ? hit.access : undefined;
     if (!access) {
       const generation = this.generation;
-      access = await this.store.access(hash);
+      const found = await this.store.access(hash);
+      if (found === 'disabled') return { refused: 'disabled' };
+      access = found;
       if (access && generation === this.generation) this.entries.set(hash, { access, expires: now + this.ttlMs });
       else this.entries.delete(hash);
     }

@@ -28,6 +28,10 @@ import { JobEvents } from './job-events.js';
 import { LoopStallMonitor } from './loop-stall.js';
 import { answerClientError, answerConnect } from './raw-http-errors.js';
 import { createBlobStore } from '../storage/create-blob-store.js';
+import { consoleRoutes } from './console/routes.js';
+import { SessionStore, SigninThrottle } from './console/sessions.js';
+import { ConsoleAssets, defaultConsoleDir } from './console/assets.js';
+import type { AccountStore } from './account-store.js';
 import { resolveUrlSecret } from '../storage/blob-urls.js';
 
 export interface ApiServer {
@@ -38,7 +42,28 @@ export interface ApiServer {
   shutdown(): Promise<void>;
 }
 
-export async function createApiServer(config: Config, log: Logger): Promise<ApiServer> {
+/** ADMIN_EMAIL + ADMIN_PASSWORD: the first admin, made at start, or set back to admin with that password. */
+export async function ensureConsoleAdmin(accounts: AccountStore, config: Config, log: Logger): Promise<void> {
+  const { adminEmail, adminPassword } = config.console;
+  if (!adminEmail && !adminPassword) return;
+  if (!adminEmail || !adminPassword) throw new Error('Invalid configuration: ADMIN_EMAIL and ADMIN_PASSWORD are set together or not at all');
+  if (adminPassword.length < 8) throw new Error('Invalid configuration: ADMIN_PASSWORD must be at least 8 characters');
+  const existing = await accounts.findByEmail(adminEmail);
+  if (existing) {
+    await accounts.update(existing.id, { role: 'admin', password: adminPassword, disabled: false });
+    log.info({ account: existing.id }, 'console admin from ADMIN_EMAIL updated');
+  } else {
+    const made = await accounts.create({ email: adminEmail, password: adminPassword, role: 'admin', name: 'Administrator' });
+    log.info({ account: made.id }, 'console admin from ADMIN_EMAIL created');
+  }
+}
+
+export interface ApiServerOptions {
+  /** The built console (default: dist/console beside the code). */
+  consoleDir?: string;
+}
+
+export async function createApiServer(config: Config, log: Logger, options: ApiServerOptions = {}): Promise<ApiServer> {
   const instanceId = `api-${randomBytes(6).toString('hex')}`;
   // Commands fail fast while Redis is away (the client gets a 503) instead of queueing until it returns.
   const redis = createRedis(config.redisUrl, { connectionName: instanceId, maxRetriesPerRequest: 1 });
@@ -48,6 +73,7 @@ export async function createApiServer(config: Config, log: Logger): Promise<ApiS
   const keyStore = new KeyStore(redis);
   // Keys made with no account (and every key made before accounts existed) bill the unlimited default account.
   await keyStore.accounts.ensureDefault();
+  await ensureConsoleAdmin(keyStore.accounts, config, log);
   const keyCache = new KeyCache(keyStore, config.keyCacheTtlMs);
   const hub = new ReplyHub(subscriber, redis, replyChannel(instanceId), log);
   hub.on(accessChangedChannel, (message) => keyCache.forget(message));
@@ -104,6 +130,10 @@ export async function createApiServer(config: Config, log: Logger): Promise<ApiS
   const relayDeps = { config, redis, queues, hub, backpressure, models, prices };
   const jobs = jobRoutes({ ...relayDeps, blobs, urlSecret });
   app.use(jobs.public.routes());
+  const assets = new ConsoleAssets(options.consoleDir ?? defaultConsoleDir());
+  if (!assets.built) log.warn({ dir: assets.dir }, 'the console is not built: /console answers 503 until `npm run build` runs');
+  const sessions = new SessionStore(redis, config.console.sessionIdleSeconds, config.console.sessionMaxSeconds);
+  app.use(consoleRoutes({ ...relayDeps, blobs, keyStore, sessions, throttle: new SigninThrottle(redis), assets }).routes());
   const v1 = v1Routes(relayDeps);
   const auth = authenticate(keyCache);
   app.use(async (ctx, next) => ((ctx.path.startsWith('/v1/') || ctx.path === '/v1') && !ctx.path.startsWith('/v1/files/') ? auth(ctx, next) : next()));

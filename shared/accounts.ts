@@ -22,6 +22,9 @@ import { keyPrefix } from './queues.js';
  *   sy:resv-deadlines        zset  request id → deadline (ms), to release reservations of lost jobs
  *   sy:settled:<requestId>   string set once a request is settled (kept until 15 min past its deadline): settlement runs once
  *   sy:usage                 stream one record per finished request
+ *   sy:session:<sha256(token)> hash account, csrf, created (ms): a console session, TTL = its idle expiry
+ *   sy:account-sessions:<id> set   session hashes of one account, to end them all at once
+ *   sy:signin-fail:<email|ip> string failed sign-ins in the current window (TTL = the window)
  *   sy:usage-day:<YYYY-MM-DD> hash `<account>|<key>|<model>|<metric>` → integer total, kept 400 days
  */
 export const defaultAccountId = 'acct_default';
@@ -54,6 +57,8 @@ export interface Account {
   /** Micro-dollars; undefined for the unlimited default account. */
   balanceMicros?: number;
   reservedMicros: number;
+  /** A disabled account cannot sign in to the console and its keys are refused. */
+  disabled: boolean;
 }
 
 /** What admission needs to know about a key, cached per api instance (dropped on `accessChangedChannel`). */

@@ -21,6 +21,7 @@ import {
   setting,
   switchAliases,
   text,
+  usdAmount,
 } from './setting-kinds.js';
 
 /**
@@ -65,6 +66,7 @@ export interface Config {
   defaultKeyTpm: number | undefined;
   usageRetentionDays: number;
   usageRetentionRecords: number;
+  console: ConsoleConfig;
   /** Where uploads and generated files are kept. */
   blobDir: string;
   /** How clients reach this gateway; signed file URLs start with it. Unset: the request's own scheme and host. */
@@ -123,6 +125,23 @@ export interface Config {
   videoPollIntervalMs: number;
   /** S3-compatible storage instead of `blobDir`; set when S3_BUCKET is. */
   s3: S3Config | undefined;
+}
+
+/** The web console at `/console`. */
+export interface ConsoleConfig {
+  /** `open`: anyone may create a member account; `off`: only admins make accounts. */
+  signup: 'open' | 'off';
+  /** Starting balance of an account made by sign-up, USD. */
+  signupCreditUsd: number;
+  /** The pricing page (and its JSON) readable without signing in. */
+  publicPricing: boolean;
+  /** An admin ensured at start (created, or its password and role set) when both are given. */
+  adminEmail: string | undefined;
+  adminPassword: string | undefined;
+  /** A session unused this long ends. */
+  sessionIdleSeconds: number;
+  /** A session ends this long after sign-in, however busy. */
+  sessionMaxSeconds: number;
 }
 
 /** A vendor's settings from its `<VENDOR>_*` variables; a prefix none of them names has no entry. */
@@ -200,6 +219,13 @@ const fixed = {
   DEFAULT_KEY_TPM: setting(optionalInteger(1, { kind: 'unset', note: 'unlimited' }), 'tokens per minute of a key that sets no `tpm`'),
   USAGE_RETENTION_DAYS: setting(integer(1, 30, 400), 'days of per-request usage records kept (daily totals are kept 400 days)'),
   USAGE_RETENTION_RECORDS: setting(integer(1000, 10_000_000), 'most per-request usage records kept, whatever their age'),
+  CONSOLE_SIGNUP: setting(choice(['off', 'open'], 'off'), '`open` lets anyone create a `member` account in the console; `off`: accounts come from an admin'),
+  SIGNUP_CREDIT_USD: setting(usdAmount(0, 1e6), 'starting balance of an account made by console sign-up'),
+  CONSOLE_PUBLIC_PRICING: setting(flag(true), 'the console\'s pricing page readable without signing in'),
+  ADMIN_EMAIL: setting(optionalText(), 'with `ADMIN_PASSWORD`: an `admin` console account ensured at start (made, or its password and role reset)'),
+  ADMIN_PASSWORD: setting(optionalText(), 'password of `ADMIN_EMAIL` (at least 8 characters)'),
+  CONSOLE_SESSION_IDLE_S: setting(integer(60, 86_400), 'a console session unused this long ends'),
+  CONSOLE_SESSION_MAX_S: setting(integer(60, 7 * 86_400), 'a console session ends this long after sign-in, however busy'),
   BLOB_DIR: setting(text('.data/blobs'), 'local blob store directory'),
   S3_BUCKET: setting(optionalText(), 'use S3-compatible storage instead of `BLOB_DIR`'),
   S3_ENDPOINT: setting(httpUrl({ kind: 'unset', note: 'AWS' }, false), 'S3-compatible endpoint (MinIO, R2, …)'),
@@ -359,6 +385,15 @@ export function loadConfig(env: Env = process.env): Config {
     defaultKeyTpm: values.DEFAULT_KEY_TPM,
     usageRetentionDays: values.USAGE_RETENTION_DAYS,
     usageRetentionRecords: values.USAGE_RETENTION_RECORDS,
+    console: {
+      signup: values.CONSOLE_SIGNUP,
+      signupCreditUsd: values.SIGNUP_CREDIT_USD,
+      publicPricing: values.CONSOLE_PUBLIC_PRICING,
+      adminEmail: values.ADMIN_EMAIL,
+      adminPassword: values.ADMIN_PASSWORD,
+      sessionIdleSeconds: values.CONSOLE_SESSION_IDLE_S,
+      sessionMaxSeconds: values.CONSOLE_SESSION_MAX_S,
+    },
     blobDir: values.BLOB_DIR,
     publicBaseUrl: values.PUBLIC_BASE_URL,
     trustProxy: values.TRUST_PROXY,

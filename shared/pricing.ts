@@ -280,6 +280,22 @@ export class PriceList {
   }
 
   /**
+   * The prices a client is charged, markup included, in USD as a price list shows them
+   * (the charge itself is computed in micros: `costMicros`). Thresholds are not prices and stay as they are.
+   */
+  listedPricing(modelId: string): Pricing {
+    const factor = (100 + this.markupPercent) / 100;
+    // Rounded to a billionth of a dollar: enough for any per-token price, and free of float noise (0.30000000000000004).
+    const marked = (usd: number) => Math.round(usd * factor * 1e9) / 1e9;
+    const scale = (value: unknown, key: string): unknown => {
+      if (typeof value === 'number') return key === 'above_tokens' ? value : marked(value);
+      if (value && typeof value === 'object') return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, scale(v, k)]));
+      return value;
+    };
+    return scale(this.pricing(modelId), '') as Pricing;
+  }
+
+  /**
    * The exact charge for what a request used, in integer micros, markup
    * included. Each component is ceil(quantity × price) in micros: tokens
    * at micros per 1M, audio at micros per minute pro-rated per whole second,

@@ -78,6 +78,13 @@ export function optionalInteger(min: number, fallback: SettingDefault): Kind<num
   return { type: integerType(min), default: fallback, schema: z.preprocess(unsetIfBlank, integerSchema(min).optional()) };
 }
 
+/** A non-negative amount of USD, as written (`5`, `0.25`); kept to the micro-dollar by whoever converts it. */
+export function usdAmount(fallback: number, max: number): Kind<number> {
+  const error = `must be an amount of USD from 0 to ${max}`;
+  const schema = z.preprocess(unsetIfBlank, z.coerce.number({ error }).finite({ error }).min(0, { error }).max(max, { error }).default(fallback));
+  return { type: `USD from 0 to ${max}`, default: plainDefault(schema), schema };
+}
+
 export function text(fallback: string): Kind<string> {
   const schema = z.preprocess(unsetIfBlank, z.string().default(fallback));
   return { type: 'a string', default: plainDefault(schema), schema };

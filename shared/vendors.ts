@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import type { Config } from './config.js';
+import { keyPrefix } from './queues.js';
 
 /**
  * Which vendors exist, which wire protocol each speaks, and how each is
@@ -50,6 +51,31 @@ export const vendorDefinitions: readonly VendorDefinition[] = [
   { name: 'bfl', protocol: 'bfl', envPrefix: 'BFL', defaultBaseUrl: 'https://api.bfl.ai' },
   { name: 'mock', protocol: 'mock', envPrefix: 'MOCK', defaultBaseUrl: '' },
 ];
+
+/**
+ * Shared by every worker (and read by the console's channel page): channel id, or `<channel id>|<upstream model>`
+ * for a rest of one model on it → `<until ms>:<reason>:<status>`.
+ */
+export const channelCooldownsKey = `${keyPrefix}cooldowns`;
+
+/** Why a channel rests: its credentials or quota were refused, a 429, or repeated 5xx/network failures. */
+export type CooldownReason = 'auth' | 'rate' | 'failures';
+export interface CooldownEntry {
+  until: number;
+  reason: CooldownReason;
+  /** The vendor status that started it (0: a network failure). */
+  status: number;
+}
+
+export function formatCooldown(entry: CooldownEntry): string {
+  return `${entry.until}:${entry.reason}:${entry.status}`;
+}
+
+/** Also reads the older `<until>` and `<until>:rate` forms. */
+export function parseCooldown(raw: string): CooldownEntry {
+  const [until, reason, status] = raw.split(':');
+  return { until: Number(until), reason: reason === 'rate' || reason === 'auth' ? reason : 'failures', status: Number(status) || 0 };
+}
 
 /** One upstream credential + base URL of a vendor. Never leaves the worker. */
 export interface Channel {

@@ -3,8 +3,16 @@ import type { Catalog, CatalogModel } from '../shared/catalog.js';
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import { GatewayError } from '../shared/errors.js';
-import { keyPrefix } from '../shared/queues.js';
-import { resolveChannels, vendorDefinition, type ChannelConfig, type Protocol, type VendorConfig } from '../shared/vendors.js';
+import {
+  channelCooldownsKey as cooldownsKey,
+  formatCooldown,
+  parseCooldown,
+  resolveChannels,
+  vendorDefinition,
+  type ChannelConfig,
+  type Protocol,
+  type VendorConfig,
+} from '../shared/vendors.js';
 
 export interface ResolvedRoute {
   protocol: Protocol;
@@ -13,9 +21,6 @@ export interface ResolvedRoute {
   /** The catalog model actually served (differs from the requested one after a fallback). */
   model: CatalogModel;
 }
-
-/** Shared by every worker: channel id → epoch ms until which it is cooling down. */
-const cooldownsKey = `${keyPrefix}cooldowns`;
 
 export interface CooldownPolicy {
   /** Vendor auth or quota failures: our configuration is wrong; long. */
@@ -168,7 +173,7 @@ export class ChannelRouter {
     this.recentlySet.set(id, now);
     this.log.warn({ channel: id, coolMs, status: error.status, code: error.code }, 'channel cooling down');
     this.redis
-      .hset(cooldownsKey, id, rateLimited ? `${until}:rate` : String(until))
+      .hset(cooldownsKey, id, formatCooldown({ until, reason: channelWide ? 'auth' : rateLimited ? 'rate' : 'failures', status: error.status }))
       .catch((e) => this.log.warn({ err: e }, 'could not share cooldown'));
   }
 
@@ -180,10 +185,9 @@ export class ChannelRouter {
       const expired: string[] = [];
       const next = new Map<string, Cooldown>();
       for (const [id, raw] of Object.entries(shared)) {
-        const [until, kind] = raw.split(':');
-        const value = Number(until);
-        if (!(value > now)) expired.push(id);
-        else next.set(id, { until: value, rateLimited: kind === 'rate' });
+        const { until, reason } = parseCooldown(raw);
+        if (!(until > now)) expired.push(id);
+        else next.set(id, { until, rateLimited: reason === 'rate' });
       }
       // Keep what this process set a moment ago: its write may not have reached Redis yet.
       for (const [id, setAt] of this.recentlySet) {

@@ -14,7 +14,7 @@ const defaultUsageDays = 30;
 const dayMs = 86_400_000;
 
 const groupings = ['day', 'account', 'model', 'key'] as const;
-type Grouping = (typeof groupings)[number];
+export type Grouping = (typeof groupings)[number];
 
 export interface UsageQuery {
   accountId?: string;
@@ -79,10 +79,25 @@ type Totals = Record<UsageMetric, number>;
 const isMetric = (name: string): name is UsageMetric => (usageMetrics as readonly string[]).includes(name);
 const zero = (): Totals => Object.fromEntries(usageMetrics.map((m) => [m, 0])) as Totals;
 
-export async function readUsage(redis: Redis, query: UsageQuery): Promise<UsageRow[]> {
+/** The per-day aggregates of some days, as stored: one hash per day (empty for a day with no usage). */
+export type UsageDays = ReadonlyArray<{ day: string; fields: Record<string, string> }>;
+
+export async function loadUsageDays(redis: Redis, days: readonly string[]): Promise<UsageDays> {
   const pipeline = redis.pipeline();
-  for (const d of query.days) pipeline.hgetall(usageDayKey(d));
+  for (const d of days) pipeline.hgetall(usageDayKey(d));
   const results = (await pipeline.exec()) ?? [];
+  return results.map(([error, value], index) => {
+    if (error) throw error;
+    return { day: days[index]!, fields: (value ?? {}) as Record<string, string> };
+  });
+}
+
+export async function readUsage(redis: Redis, query: UsageQuery): Promise<UsageRow[]> {
+  return groupUsage(await loadUsageDays(redis, query.days), query);
+}
+
+/** Sums the loaded days as the query filters and groups them: integers throughout, USD only at the end. */
+export function groupUsage(loaded: UsageDays, query: Omit<UsageQuery, 'days'>): UsageRow[] {
   const groups = new Map<string, { dims: Partial<Record<Grouping, string>>; totals: Totals }>();
   const grouped = (dims: Partial<Record<Grouping, string>>) => {
     const key = JSON.stringify(query.groupBy.map((g) => dims[g]));
@@ -92,9 +107,8 @@ export async function readUsage(redis: Redis, query: UsageQuery): Promise<UsageR
   };
   if (query.groupBy.length === 0) grouped({});
 
-  results.forEach(([error, value], index) => {
-    if (error) throw error;
-    for (const [field, text] of Object.entries((value ?? {}) as Record<string, string>)) {
+  for (const { day, fields } of loaded) {
+    for (const [field, text] of Object.entries(fields)) {
       // A model id may itself hold a '|': account and key are the first parts, the metric the last.
       const parts = field.split('|');
       if (parts.length < 4) continue;
@@ -104,10 +118,10 @@ export async function readUsage(redis: Redis, query: UsageQuery): Promise<UsageR
       const model = parts.slice(2, -1).join('|');
       if (!isMetric(metric)) continue;
       if ((query.accountId && account !== query.accountId) || (query.keyId && key !== query.keyId) || (query.model && model !== query.model)) continue;
-      const totals = grouped({ day: query.days[index], account, model, key });
+      const totals = grouped({ day, account, model, key });
       totals[metric] += Number(text) || 0;
     }
-  });
+  }
 
   const rows = [...groups.values()].map(({ dims, totals }) => {
     const row: UsageRow = {

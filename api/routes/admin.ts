@@ -1,11 +1,22 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import Router from '@koa/router';
-import { z } from 'zod';
 import type { Account } from '../../shared/accounts.js';
-import { GatewayError, invalidRequest } from '../../shared/errors.js';
-import { readJsonObject, toValidationError } from '../request-body.js';
-import { accountNotFound, microsToUsd, usdToMicros, type LedgerEntry } from '../account-store.js';
-import type { ApiKeyRecord, KeyChanges, KeyStore } from '../key-store.js';
+import { GatewayError } from '../../shared/errors.js';
+import { readJsonObject } from '../request-body.js';
+import { accountNotFound, microsToUsd, usdToMicros } from '../account-store.js';
+import type { KeyStore } from '../key-store.js';
+import {
+  createAccountSchema,
+  createKeySchema,
+  creditSchema,
+  keyChanges,
+  ledgerQuerySchema,
+  listKeysSchema,
+  parseStrict,
+  patchAccountSchema,
+  patchKeySchema,
+} from '../account-requests.js';
+import { accountView, keyView, ledgerView } from '../views.js';
 import { readUsage, usageQuerySchema } from './admin-usage.js';
 
 /*
@@ -15,111 +26,9 @@ import { readUsage, usageQuerySchema } from './admin-usage.js';
  * field is refused rather than silently ignored.
  */
 
-const bodyLimit = 64 * 1024;
-
-const keyName = z.string().trim().min(1).max(200);
-const accountName = z.string().trim().max(200);
-const email = z.string().trim().max(320).pipe(z.email());
-const password = z.string().min(8).max(1024);
-const role = z.enum(['admin', 'member']);
-const id = z.string().min(1).max(256);
-/** Bounded so micros stay exact integers (2^53 is about 9e9 USD). */
-const maxUsd = 1e9;
-const limitUsd = z.number().min(0).max(maxUsd);
-const perMinute = z.number().int().min(1).max(1e9);
-const models = z.array(z.string().trim().min(1).max(256)).min(1).max(1000);
-const expiresAt = z.number().int().min(0).max(1e11);
-
-const createAccountSchema = z.strictObject({ email, name: accountName.optional(), password: password.optional(), role: role.optional() });
-const patchAccountSchema = z.strictObject({ email: email.optional(), name: accountName.optional(), password: password.nullable().optional(), role: role.optional() });
-const creditSchema = z.strictObject({
-  amount_usd: z
-    .number()
-    .min(-maxUsd)
-    .max(maxUsd)
-    .refine((usd) => usdToMicros(usd) !== 0, 'the amount rounds to zero micro-dollars'),
-  note: z.string().max(1000).optional(),
-});
-const ledgerQuerySchema = z.strictObject({ limit: z.coerce.number().int().min(1).max(1000).optional() });
-const keyLimits = {
-  limit_usd: limitUsd.nullable().optional(),
-  rpm: perMinute.nullable().optional(),
-  tpm: perMinute.nullable().optional(),
-  models: models.nullable().optional(),
-  expires_at: expiresAt.nullable().optional(),
-};
-const createKeySchema = z.strictObject({ name: keyName, account_id: id.optional(), ...keyLimits });
-const patchKeySchema = z.strictObject({ name: keyName.optional(), ...keyLimits });
-const listKeysSchema = z.strictObject({ account_id: id.optional() });
-
-/** A strict schema's verdict as an OpenAI-shaped 400; unknown fields are named in the message and `param`. */
-function parseAdmin<T extends z.ZodType>(schema: T, input: unknown): z.output<T> {
-  const result = schema.safeParse(input, { reportInput: true });
-  if (result.success) return result.data;
-  const unknown = result.error.issues.find((issue) => issue.code === 'unrecognized_keys');
-  if (unknown && unknown.code === 'unrecognized_keys') {
-    // Cut long: the names are the client's text, echoed back.
-    const names = unknown.keys.map((k) => `'${k.slice(0, 64)}'`).join(', ');
-    throw invalidRequest(`Unrecognized request argument supplied: ${names}.`, unknown.keys[0]?.slice(0, 64) || null, 'unknown_parameter');
-  }
-  throw toValidationError(result.error);
-}
+export const bodyLimit = 64 * 1024;
 
 const keyNotFound = (keyId: string) => new GatewayError(404, `No API key with id '${keyId}'.`, { code: 'key_not_found' });
-
-function accountView(account: Account) {
-  return {
-    id: account.id,
-    object: 'account',
-    email: account.email,
-    name: account.name,
-    role: account.role,
-    // null: the default account's balance is unlimited.
-    balance_usd: account.balanceMicros === undefined ? null : microsToUsd(account.balanceMicros),
-    created: account.created,
-  };
-}
-
-function keyView(key: ApiKeyRecord) {
-  return {
-    id: key.id,
-    object: 'api_key',
-    name: key.name,
-    hint: key.hint,
-    created: key.created,
-    account_id: key.accountId,
-    limit_usd: key.limitMicros === undefined ? null : microsToUsd(key.limitMicros),
-    rpm: key.rpm ?? null,
-    tpm: key.tpm ?? null,
-    models: key.models ?? null,
-    expires_at: key.expiresAt ?? null,
-    spent_usd: microsToUsd(key.spentMicros),
-    last_used_at: key.lastUsedAt ?? null,
-  };
-}
-
-function ledgerView(entry: LedgerEntry) {
-  return {
-    id: entry.id,
-    object: 'ledger_entry',
-    amount_usd: microsToUsd(entry.amountMicros),
-    balance_usd: microsToUsd(entry.balanceMicros),
-    note: entry.note,
-    created: entry.time,
-  };
-}
-
-/** API fields → store changes: absent stays absent, null clears. */
-function keyChanges(body: z.output<typeof patchKeySchema>): KeyChanges {
-  const changes: KeyChanges = {};
-  if (body.name !== undefined) changes.name = body.name;
-  if (body.limit_usd !== undefined) changes.limitMicros = body.limit_usd === null ? null : usdToMicros(body.limit_usd);
-  if (body.rpm !== undefined) changes.rpm = body.rpm;
-  if (body.tpm !== undefined) changes.tpm = body.tpm;
-  if (body.models !== undefined) changes.models = body.models === null ? null : [...new Set(body.models)];
-  if (body.expires_at !== undefined) changes.expiresAt = body.expires_at;
-  return changes;
-}
 
 function digest(value: string): Buffer {
   return createHash('sha256').update(value).digest();
@@ -150,7 +59,7 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
   // ---- accounts ----
 
   router.post('/accounts', async (ctx) => {
-    const body = parseAdmin(createAccountSchema, await readJsonObject(ctx.req, bodyLimit));
+    const body = parseStrict(createAccountSchema, await readJsonObject(ctx.req, bodyLimit));
     const account = await accounts.create(body);
     ctx.status = 201;
     ctx.body = accountView(account);
@@ -165,7 +74,7 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
   });
 
   router.patch('/accounts/:id', async (ctx) => {
-    const body = parseAdmin(patchAccountSchema, await readJsonObject(ctx.req, bodyLimit));
+    const body = parseStrict(patchAccountSchema, await readJsonObject(ctx.req, bodyLimit));
     const account = await accounts.update(ctx.params.id!, body);
     if (!account) throw accountNotFound(ctx.params.id!);
     ctx.body = accountView(account);
@@ -178,13 +87,13 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
   });
 
   router.post('/accounts/:id/credits', async (ctx) => {
-    const body = parseAdmin(creditSchema, await readJsonObject(ctx.req, bodyLimit));
+    const body = parseStrict(creditSchema, await readJsonObject(ctx.req, bodyLimit));
     const balance = await accounts.credit(ctx.params.id!, usdToMicros(body.amount_usd), body.note ?? '');
     ctx.body = { object: 'account.balance', account_id: ctx.params.id!, balance_usd: microsToUsd(balance) };
   });
 
   router.get('/accounts/:id/ledger', async (ctx) => {
-    const { limit } = parseAdmin(ledgerQuerySchema, ctx.query);
+    const { limit } = parseStrict(ledgerQuerySchema, ctx.query);
     await existingAccount(ctx.params.id!);
     ctx.body = { object: 'list', data: (await accounts.ledger(ctx.params.id!, limit ?? 100)).map(ledgerView) };
   });
@@ -192,7 +101,7 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
   // ---- keys ----
 
   router.post('/keys', async (ctx) => {
-    const body = parseAdmin(createKeySchema, await readJsonObject(ctx.req, bodyLimit));
+    const body = parseStrict(createKeySchema, await readJsonObject(ctx.req, bodyLimit));
     const created = await store.create(body.name, {
       accountId: body.account_id,
       limitMicros: body.limit_usd == null ? undefined : usdToMicros(body.limit_usd),
@@ -206,7 +115,7 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
   });
 
   router.get('/keys', async (ctx) => {
-    const { account_id: accountId } = parseAdmin(listKeysSchema, ctx.query);
+    const { account_id: accountId } = parseStrict(listKeysSchema, ctx.query);
     if (accountId) await existingAccount(accountId);
     ctx.body = { object: 'list', data: (await store.list({ accountId })).map(keyView) };
   });
@@ -218,7 +127,7 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
   });
 
   router.patch('/keys/:id', async (ctx) => {
-    const body = parseAdmin(patchKeySchema, await readJsonObject(ctx.req, bodyLimit));
+    const body = parseStrict(patchKeySchema, await readJsonObject(ctx.req, bodyLimit));
     const key = await store.update(ctx.params.id!, keyChanges(body));
     if (!key) throw keyNotFound(ctx.params.id!);
     ctx.body = keyView(key);
@@ -233,7 +142,7 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
   // ---- usage ----
 
   router.get('/usage', async (ctx) => {
-    const query = parseAdmin(usageQuerySchema, ctx.query);
+    const query = parseStrict(usageQuerySchema, ctx.query);
     ctx.body = { object: 'list', data: await readUsage(store.redis, query) };
   });
 

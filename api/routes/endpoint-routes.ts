@@ -42,7 +42,7 @@ function formFields(form: MultipartForm): Record<string, unknown> {
  * check and shape the payload, then queue it and answer (held open, streamed,
  * or async). A refused multipart request's stored files are deleted at once.
  */
-async function serve<E extends Endpoint>(name: E, ctx: Context, deps: EndpointRouteDeps): Promise<void> {
+export async function serve<E extends Endpoint>(name: E, ctx: Context, deps: EndpointRouteDeps): Promise<void> {
   const row = endpoints[name];
   const multipart = row.body === 'multipart' || (row.body === 'json-or-multipart' && /^multipart\/form-data/i.test(ctx.get('content-type')));
   const form = multipart && row.uploads ? await readMultipart(ctx.req, deps.blobs, ctx.state.requestId, deps.config[row.uploads.maxBytes]) : undefined;

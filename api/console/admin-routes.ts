@@ -1,0 +1,110 @@
+import type Router from '@koa/router';
+import type { Context } from 'koa';
+import { z } from 'zod';
+import { GatewayError } from '../../shared/errors.js';
+import { channelCooldownsKey, parseCooldown, resolveChannels } from '../../shared/vendors.js';
+import { readJsonObject } from '../request-body.js';
+import { accountNotFound, microsToUsd, usdToMicros } from '../account-store.js';
+import { accountName, createAccountSchema, creditSchema, parseStrict, role } from '../account-requests.js';
+import { accountView, keyView } from '../views.js';
+import { bodyLimit } from '../routes/admin.js';
+import { requireSession, type ConsoleDeps } from './routes.js';
+
+/*
+ * The console's admin pages' data, at /console/api/admin/*. Each handler
+ * checks the session's role itself: a member gets 403 from every one, not
+ * just a hidden link.
+ */
+
+const patchSchema = z.strictObject({ disabled: z.boolean().optional(), name: accountName.optional(), role: role.optional() });
+
+const reasons = {
+  auth: 'the vendor refused its credentials or quota',
+  rate: 'rate limited by the vendor',
+  failures: 'repeated server or network errors',
+} as const;
+
+async function requireAdmin(ctx: Context, deps: ConsoleDeps) {
+  const found = await requireSession(ctx, deps);
+  if (found.account.role !== 'admin') throw new GatewayError(403, 'Only administrators may do this.', { code: 'admin_only' });
+  return found;
+}
+
+export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
+  const { keyStore, sessions } = deps;
+  const accounts = keyStore.accounts;
+
+  router.get('/api/admin/accounts', async (ctx) => {
+    await requireAdmin(ctx, deps);
+    ctx.body = { object: 'list', data: (await accounts.list()).map(accountView) };
+  });
+
+  router.post('/api/admin/accounts', async (ctx) => {
+    await requireAdmin(ctx, deps);
+    const body = parseStrict(createAccountSchema, await readJsonObject(ctx.req, bodyLimit));
+    ctx.status = 201;
+    ctx.body = accountView(await accounts.create(body));
+  });
+
+  router.patch('/api/admin/accounts/:id', async (ctx) => {
+    const { account: me } = await requireAdmin(ctx, deps);
+    const body = parseStrict(patchSchema, await readJsonObject(ctx.req, bodyLimit));
+    const id = String(ctx.params.id);
+    if (id === me.id && (body.disabled === true || body.role === 'member')) {
+      throw new GatewayError(400, 'An administrator cannot disable or demote their own account.', { code: 'own_account', param: body.disabled ? 'disabled' : 'role' });
+    }
+    const updated = await accounts.update(id, body);
+    if (!updated) throw accountNotFound(id);
+    // Disabling ends its sessions at once; its keys are refused from the next request on (the update told every api).
+    if (body.disabled) await sessions.destroyAll(id);
+    ctx.body = accountView(updated);
+  });
+
+  router.post('/api/admin/accounts/:id/credits', async (ctx) => {
+    await requireAdmin(ctx, deps);
+    const body = parseStrict(creditSchema, await readJsonObject(ctx.req, bodyLimit));
+    const id = String(ctx.params.id);
+    const balance = await accounts.credit(id, usdToMicros(body.amount_usd), body.note ?? '');
+    ctx.body = { object: 'account.balance', account_id: id, balance_usd: microsToUsd(balance) };
+  });
+
+  router.get('/api/admin/keys', async (ctx) => {
+    await requireAdmin(ctx, deps);
+    const emails = new Map((await accounts.list()).map((account) => [account.id, account.email]));
+    ctx.body = { object: 'list', data: (await keyStore.list()).map((key) => ({ ...keyView(key), account_email: emails.get(key.accountId) ?? null })) };
+  });
+
+  router.get('/api/admin/channels', async (ctx) => {
+    await requireAdmin(ctx, deps);
+    const cooldowns = await deps.redis.hgetall(channelCooldownsKey);
+    const now = Date.now();
+    const data = [...resolveChannels(deps.config).values()].flat().map((channel) => {
+      const rests = Object.entries(cooldowns)
+        .filter(([id]) => id === channel.id || id.startsWith(`${channel.id}|`))
+        .map(([id, raw]) => ({ model: id.includes('|') ? id.slice(id.indexOf('|') + 1) : null, ...parseCooldown(raw) }))
+        .filter((rest) => rest.until > now)
+        .sort((a, b) => b.until - a.until);
+      const longest = rests[0];
+      return {
+        id: channel.id,
+        vendor: channel.vendor,
+        base_url: channel.baseUrl || null,
+        weight: channel.weight,
+        models: deps.models.list().filter((model) => model.routes.some((route) => route.vendor === channel.vendor)).length,
+        status: longest ? 'cooling_down' : 'ok',
+        cooling_until: longest?.until ?? null,
+        reason: longest ? `${reasons[longest.reason]}${longest.status ? ` (HTTP ${longest.status})` : ''}${longest.model ? ` for ${longest.model}` : ''}` : null,
+        cooldowns: rests.map((rest) => ({ model: rest.model, until: rest.until, reason: rest.reason, status: rest.status || null })),
+      };
+    });
+    ctx.body = { object: 'list', data };
+  });
+
+  router.get('/api/admin/queues', async (ctx) => {
+    await requireAdmin(ctx, deps);
+    const data = await Promise.all(
+      [...deps.queues].map(async ([name, queue]) => ({ name, ...(await queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'completed')) })),
+    );
+    ctx.body = { object: 'list', data, dashboard: null };
+  });
+}

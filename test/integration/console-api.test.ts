@@ -1,0 +1,415 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Redis } from 'ioredis';
+import OpenAI from 'openai';
+import { accountSessionsKey, sessionKey } from '../../api/console/sessions.js';
+import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { ConsoleClient, type ConsoleResponse } from '../support/console-client.js';
+
+const adminEmail = 'root@console.test';
+const adminPassword = 'root-password-1';
+const adminToken = 'console-api-admin-token';
+
+type Json = Record<string, unknown>;
+type Key = { id: string; name: string; hint: string; key?: string; account_id: string; rpm: number | null; spent_usd: number };
+type Account = { id: string; email: string; role: string; balance_usd: number | null; disabled: boolean };
+
+function expectError(res: ConsoleResponse, status: number, code: string): void {
+  assert.equal(res.status, status, JSON.stringify(res.json));
+  assert.equal(res.json.error?.code, code, JSON.stringify(res.json));
+  assert.equal(typeof res.json.error?.message, 'string');
+  assert.ok('param' in res.json.error! && 'type' in res.json.error!);
+}
+
+// The console's JSON API against real gateway processes: sessions, CSRF, throttling, keys, usage, pricing, playground, admin.
+describe('console API', () => {
+  let redis: Redis;
+  let gateway: GatewayProcess;
+  /** A second api with the defaults: sign-up closed; and private pricing. */
+  let closed: GatewayProcess;
+  let addressCounter = 0;
+  /** Each client its own forwarded address, so the per-address throttle of one test does not lock out another. */
+  const client = (target: GatewayProcess = gateway) => new ConsoleClient(target.url, `203.0.113.${++addressCounter}`);
+
+  let admin: ConsoleClient;
+
+  async function member(email: string, password = 'member-password', credit = 0): Promise<{ console: ConsoleClient; account: Account }> {
+    const made = await admin.request<Account>('POST', '/console/api/admin/accounts', { email, password, role: 'member' });
+    assert.equal(made.status, 201, JSON.stringify(made.json));
+    if (credit) assert.equal((await admin.request('POST', `/console/api/admin/accounts/${made.json.id}/credits`, { amount_usd: credit })).status, 200);
+    const console = client();
+    assert.equal((await console.signIn(email, password)).status, 200);
+    return { console, account: made.json };
+  }
+
+  before(async () => {
+    let url: string;
+    ({ redis, url } = await freshRedis(9));
+    const common = { REDIS_URL: url, TRUST_PROXY: 'on', KEY_CACHE_TTL_MS: '60000', ADMIN_TOKEN: adminToken };
+    gateway = await startGateway({
+      env: { ...common, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword, CONSOLE_SIGNUP: 'open', SIGNUP_CREDIT_USD: '2.5' },
+    });
+    closed = await startGateway({ role: 'api', env: { ...common, CONSOLE_PUBLIC_PRICING: 'off' } });
+    admin = client();
+    const signedIn = await admin.signIn(adminEmail, adminPassword);
+    assert.equal(signedIn.status, 200, JSON.stringify(signedIn.json));
+  });
+
+  after(async () => {
+    await Promise.all([gateway?.stop(), closed?.stop()]);
+    redis?.disconnect();
+  });
+
+  describe('sessions', () => {
+    it('signs in the admin made from ADMIN_EMAIL with an HttpOnly, SameSite=Lax session cookie scoped to /console', async () => {
+      const console = client();
+      await console.open();
+      const res = await console.signIn(adminEmail.toUpperCase(), adminPassword);
+      assert.equal(res.status, 200);
+      assert.equal((res.json.account as Account).role, 'admin');
+      const cookie = res.setCookies.find((line) => line.startsWith('sy_session='));
+      assert.ok(cookie, res.setCookies.join('\n'));
+      assert.match(cookie, /httponly/i);
+      assert.match(cookie, /samesite=lax/i);
+      assert.match(cookie, /path=\/console/i);
+      // Plain HTTP: a Secure cookie would never be sent back.
+      assert.doesNotMatch(cookie, /;\s*secure/i);
+      const session = await console.request('GET', '/console/api/session');
+      assert.equal((session.json.account as Account).email, adminEmail);
+      assert.equal(session.json.csrf_token, res.json.csrf_token);
+    });
+
+    it('marks the cookie Secure behind a TLS proxy (TRUST_PROXY and X-Forwarded-Proto: https)', async () => {
+      const console = client();
+      await console.request('GET', '/console/api/session', undefined, { headers: { 'x-forwarded-proto': 'https' } });
+      const res = await console.request('POST', '/console/api/session', { email: adminEmail, password: adminPassword }, { headers: { 'x-forwarded-proto': 'https' } });
+      assert.equal(res.status, 200);
+      assert.match(res.setCookies.find((line) => line.startsWith('sy_session='))!, /;\s*secure/i);
+    });
+
+    it('answers a wrong password and an unknown email alike, with 401 invalid_credentials', async () => {
+      const console = client();
+      expectError(await console.signIn(adminEmail, 'not-the-password'), 401, 'invalid_credentials');
+      const unknown = await console.signIn('nobody@console.test', 'whatever-password');
+      expectError(unknown, 401, 'invalid_credentials');
+      assert.equal(unknown.json.error!.message, 'Incorrect email or password.');
+    });
+
+    it('signing out ends the session on the server: the old cookie no longer works anywhere', async () => {
+      const console = client();
+      await console.signIn(adminEmail, adminPassword);
+      const stolen = console.cookies.get('sy_session')!;
+      assert.equal((await console.request('DELETE', '/console/api/session')).status, 200);
+      for (const target of [gateway, closed]) {
+        const replay = await fetch(`${target.url}/console/api/keys`, { headers: { cookie: `sy_session=${stolen}` } });
+        assert.equal(replay.status, 401);
+        assert.equal(((await replay.json()) as { error: { code: string } }).error.code, 'not_signed_in');
+      }
+    });
+
+    it('keeps sessions with an idle expiry in Redis and ends one past its absolute expiry', async () => {
+      const console = client();
+      await console.signIn(adminEmail, adminPassword);
+      const { createHash } = await import('node:crypto');
+      const hash = createHash('sha256').update(console.cookies.get('sy_session')!).digest('hex');
+      const ttl = await redis.ttl(sessionKey(hash));
+      assert.ok(ttl > 86_000 && ttl <= 86_400, `idle TTL ${ttl}`);
+      const accountId = ((await console.request('GET', '/console/api/session')).json.account as Account).id;
+      assert.equal(await redis.sismember(accountSessionsKey(accountId), hash), 1);
+      // Signed in eight days ago: past the 7-day maximum, however recently used.
+      await redis.hset(sessionKey(hash), 'created', String(Date.now() - 8 * 86_400_000));
+      expectError(await console.request('GET', '/console/api/keys'), 401, 'not_signed_in');
+      assert.equal(await redis.exists(sessionKey(hash)), 0);
+    });
+  });
+
+  describe('CSRF', () => {
+    it('refuses every state-changing call without the token, with another token, or from another origin', async () => {
+      const { console } = await member('csrf@console.test');
+      const created = await console.request<Key>('POST', '/console/api/keys', { name: 'mine' });
+      assert.equal(created.status, 201);
+      const id = created.json.id;
+      expectError(await console.request('POST', '/console/api/keys', { name: 'x' }, { csrf: false }), 403, 'csrf_failed');
+      expectError(await console.request('POST', '/console/api/keys', { name: 'x' }, { csrf: 'A'.repeat(43) }), 403, 'csrf_failed');
+      expectError(await console.request('PATCH', `/console/api/keys/${id}`, { rpm: 5 }, { csrf: false }), 403, 'csrf_failed');
+      expectError(await console.request('DELETE', `/console/api/keys/${id}`, undefined, { csrf: false }), 403, 'csrf_failed');
+      expectError(await console.request('DELETE', '/console/api/session', undefined, { csrf: false }), 403, 'csrf_failed');
+      expectError(
+        await console.request('POST', '/console/api/playground/chat/completions', { model: 'mock-chat', messages: [{ role: 'user', content: 'hi' }] }, { csrf: false }),
+        403,
+        'csrf_failed',
+      );
+      // The right token, sent from a page of another site (a browser sets Origin on a cross-site POST).
+      expectError(await console.request('POST', '/console/api/keys', { name: 'x' }, { headers: { origin: 'https://evil.example' } }), 403, 'csrf_failed');
+      // Another browser's pre-session token is no good for this one.
+      const other = client();
+      await other.open();
+      expectError(await console.request('POST', '/console/api/keys', { name: 'x' }, { csrf: other.csrf }), 403, 'csrf_failed');
+      assert.equal((await console.request<{ data: Key[] }>('GET', '/console/api/keys')).json.data.length, 1, 'nothing refused was made');
+    });
+
+    it('refuses a sign-in without the pre-session token (login CSRF)', async () => {
+      const console = client();
+      expectError(await console.request('POST', '/console/api/session', { email: adminEmail, password: adminPassword }, { csrf: false }), 403, 'csrf_failed');
+      assert.equal(console.cookies.has('sy_session'), false);
+    });
+  });
+
+  describe('sign-in throttling', () => {
+    it('locks an email after 5 failures, even for the right password, with retry-after', async () => {
+      await member('throttled@console.test', 'throttled-password');
+      const console = client();
+      for (let i = 0; i < 5; i++) expectError(await console.signIn('throttled@console.test', `wrong-${i}-password`), 401, 'invalid_credentials');
+      const locked = await console.signIn('Throttled@console.test', 'throttled-password');
+      expectError(locked, 429, 'rate_limit_exceeded');
+      const retryAfter = Number(locked.headers.get('retry-after'));
+      assert.ok(retryAfter > 800 && retryAfter <= 900, `retry-after ${retryAfter}`);
+      // The lock is per email: from another address the same email is still locked; other emails are not.
+      expectError(await client().signIn('throttled@console.test', 'throttled-password'), 429, 'rate_limit_exceeded');
+      assert.equal((await client().signIn(adminEmail, adminPassword)).status, 200);
+    });
+
+    it('locks an address after 20 failures across emails', async () => {
+      const console = client();
+      for (let i = 0; i < 20; i++) expectError(await console.signIn(`spray-${i}@console.test`, 'spray-password'), 401, 'invalid_credentials');
+      expectError(await console.signIn(adminEmail, adminPassword), 429, 'rate_limit_exceeded');
+      // Counted in Redis: the other api instance refuses that address too.
+      const elsewhere = new ConsoleClient(closed.url, console.forwardedFor);
+      expectError(await elsewhere.signIn(adminEmail, adminPassword), 429, 'rate_limit_exceeded');
+    });
+  });
+
+  describe('sign-up', () => {
+    it('is closed by default and opens with CONSOLE_SIGNUP=open, crediting SIGNUP_CREDIT_USD', async () => {
+      const shut = client(closed);
+      await shut.open();
+      expectError(await shut.request('POST', '/console/api/signup', { email: 'new@console.test', password: 'new-password' }), 403, 'signup_disabled');
+      const open = client();
+      await open.open();
+      const made = await open.request('POST', '/console/api/signup', { email: 'new@console.test', password: 'new-password', name: 'New' });
+      assert.equal(made.status, 201, JSON.stringify(made.json));
+      assert.deepEqual([(made.json.account as Account).role, (made.json.account as Account).balance_usd], ['member', 2.5]);
+      expectError(await client().request('POST', '/console/api/signup', { email: 'NEW@console.test', password: 'new-password' }, { csrf: false }), 403, 'csrf_failed');
+      const again = client();
+      await again.open();
+      expectError(await again.request('POST', '/console/api/signup', { email: 'NEW@console.test', password: 'new-password' }), 409, 'account_exists');
+      expectError(await again.request('POST', '/console/api/signup', { email: 'short@console.test', password: 'short' }), 400, 'invalid_value');
+    });
+  });
+
+  describe('keys', () => {
+    it('creates a key shown once, which works with the openai client, and revoking it is refused by every api within 1 s', async () => {
+      const { console } = await member('keys@console.test', 'keys-password', 1);
+      const created = await console.request<Key>('POST', '/console/api/keys', { name: 'laptop', rpm: 600, models: ['mock-chat'] });
+      assert.equal(created.status, 201);
+      assert.match(created.json.key!, /^sy-/);
+      assert.equal(created.headers.get('cache-control'), 'no-store');
+      const listed = await console.request<{ data: Key[] }>('GET', '/console/api/keys');
+      assert.equal(JSON.stringify(listed.json).includes(created.json.key!), false, 'the secret is never shown again');
+      assert.equal(listed.json.data[0]!.rpm, 600);
+
+      const openai = new OpenAI({ apiKey: created.json.key!, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
+      const other = new OpenAI({ apiKey: created.json.key!, baseURL: `${closed.url}/v1`, maxRetries: 0 });
+      const answer = await openai.chat.completions.create({ model: 'mock-chat', messages: [{ role: 'user', content: 'hello' }] });
+      assert.ok(answer.choices[0]!.message.content);
+      await other.models.list(); // cached on the second api too
+
+      const edited = await console.request<Key>('PATCH', `/console/api/keys/${created.json.id}`, { rpm: null, name: 'laptop 2' });
+      assert.deepEqual([edited.status, edited.json.rpm, edited.json.name], [200, null, 'laptop 2']);
+
+      const revoked = await console.request('DELETE', `/console/api/keys/${created.json.id}`);
+      assert.equal(revoked.status, 200);
+      const start = Date.now();
+      for (const sdk of [openai, other]) {
+        await waitFor(
+          async () => {
+            try {
+              await sdk.models.list();
+              return false;
+            } catch (error) {
+              return error instanceof OpenAI.AuthenticationError;
+            }
+          },
+          1000,
+          'the revoked key to be refused',
+        );
+      }
+      assert.ok(Date.now() - start < 1000);
+    });
+
+    it('never lets a member read or act on another account’s keys, usage or admin data', async () => {
+      const { console: alice } = await member('alice@console.test', 'alice-password', 1);
+      const { console: bob } = await member('bob@console.test', 'bob-password', 1);
+      const aliceKey = (await alice.request<Key>('POST', '/console/api/keys', { name: 'alice key' })).json;
+      await new OpenAI({ apiKey: aliceKey.key!, baseURL: `${gateway.url}/v1`, maxRetries: 0 }).chat.completions.create({
+        model: 'mock-chat',
+        messages: [{ role: 'user', content: 'spend a little' }],
+      });
+      expectError(await bob.request('PATCH', `/console/api/keys/${aliceKey.id}`, { rpm: 1 }), 404, 'key_not_found');
+      expectError(await bob.request('DELETE', `/console/api/keys/${aliceKey.id}`), 404, 'key_not_found');
+      const bobKeys = await bob.request<{ data: Key[] }>('GET', '/console/api/keys');
+      assert.equal(bobKeys.json.data.some((key) => key.id === aliceKey.id), false);
+      const bobUsage = await bob.request<{ totals: { requests: number } }>('GET', `/console/api/usage?days=7&key_id=${aliceKey.id}`);
+      assert.equal(bobUsage.json.totals.requests, 0);
+      const csv = await fetch(`${gateway.url}/console/api/usage.csv?days=7&key_id=${aliceKey.id}`, { headers: { cookie: `sy_session=${bob.cookies.get('sy_session')}` } });
+      assert.equal((await csv.text()).trim().split('\n').length, 1, 'header only');
+      // Alice's key still works: nothing Bob did touched it.
+      assert.equal((await alice.request<{ data: Key[] }>('GET', '/console/api/keys')).json.data[0]!.id, aliceKey.id);
+
+      const adminCalls: Array<[string, string, unknown?]> = [
+        ['GET', '/console/api/admin/accounts'],
+        ['POST', '/console/api/admin/accounts', { email: 'mallory@console.test', password: 'mallory-password', role: 'admin' }],
+        ['PATCH', '/console/api/admin/accounts/acct_default', { disabled: true }],
+        ['POST', '/console/api/admin/accounts/acct_default/credits', { amount_usd: 100 }],
+        ['GET', '/console/api/admin/keys'],
+        ['GET', '/console/api/admin/channels'],
+        ['GET', '/console/api/admin/queues'],
+      ];
+      for (const [method, path, body] of adminCalls) expectError(await bob.request(method, path, body), 403, 'admin_only');
+      // Signed out, every one is a 401.
+      for (const [method, path, body] of adminCalls) {
+        const anonymous = client();
+        await anonymous.open();
+        expectError(await anonymous.request(method, path, body), 401, 'not_signed_in');
+      }
+    });
+  });
+
+  describe('admin', () => {
+    it('disabling an account ends its sessions, refuses its keys and its sign-in; enabling restores them', async () => {
+      const { console: carol, account } = await member('carol@console.test', 'carol-password', 1);
+      const key = (await carol.request<Key>('POST', '/console/api/keys', { name: 'carol' })).json;
+      const sdk = new OpenAI({ apiKey: key.key!, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
+      await sdk.models.list();
+      const disabled = await admin.request<Account>('PATCH', `/console/api/admin/accounts/${account.id}`, { disabled: true });
+      assert.equal(disabled.json.disabled, true);
+      expectError(await carol.request('GET', '/console/api/keys'), 401, 'not_signed_in');
+      await assert.rejects(sdk.models.list(), (error: unknown) => error instanceof OpenAI.AuthenticationError && /disabled/.test(error.message));
+      expectError(await client().signIn('carol@console.test', 'carol-password'), 403, 'account_disabled');
+      await admin.request('PATCH', `/console/api/admin/accounts/${account.id}`, { disabled: false });
+      await sdk.models.list();
+      assert.equal((await client().signIn('carol@console.test', 'carol-password')).status, 200);
+      expectError(await admin.request('PATCH', `/console/api/admin/accounts/${((await admin.request('GET', '/console/api/session')).json.account as Account).id}`, { disabled: true }), 400, 'own_account');
+    });
+
+    it('lists every account and key, channels and queue depths', async () => {
+      const accounts = await admin.request<{ data: Account[] }>('GET', '/console/api/admin/accounts');
+      assert.ok(accounts.json.data.some((a) => a.email === adminEmail));
+      const keys = await admin.request<{ data: Array<Key & { account_email: string | null }> }>('GET', '/console/api/admin/keys');
+      assert.ok(keys.json.data.every((k) => 'account_email' in k && !('key' in k)));
+      const channels = await admin.request<{ data: Array<{ id: string; vendor: string; status: string }> }>('GET', '/console/api/admin/channels');
+      assert.ok(channels.json.data.some((c) => c.vendor === 'mock' && c.status === 'ok'), JSON.stringify(channels.json));
+      const queues = await admin.request<{ data: Array<{ name: string; waiting: number }> }>('GET', '/console/api/admin/queues');
+      assert.deepEqual(queues.json.data.map((q) => q.name).sort(), ['audio', 'chat', 'embeddings', 'image', 'video']);
+      assert.ok(queues.json.data.every((q) => Number.isInteger(q.waiting)));
+    });
+
+    it('shows why and until when a channel cools down', async () => {
+      type Channel = { id: string; vendor: string; status: string; cooling_until: number | null; reason: string | null };
+      const read = async () => (await admin.request<{ data: Channel[] }>('GET', '/console/api/admin/channels')).json.data.find((c) => c.vendor === 'mock')!;
+      const { id } = await read();
+      const until = Date.now() + 60_000;
+      // As a worker records a 429 on one model of the channel.
+      await redis.hset('sy:cooldowns', `${id}|mock-chat`, `${until}:rate:429`);
+      const mock = await read();
+      assert.deepEqual([mock.status, mock.cooling_until], ['cooling_down', until]);
+      assert.match(mock.reason!, /rate limited.*429.*mock-chat/);
+      await redis.hdel('sy:cooldowns', `${id}|mock-chat`);
+      assert.equal((await read()).status, 'ok');
+    });
+  });
+
+  describe('usage, pricing and the playground', () => {
+    it('bills the playground through the queue to the Playground key, and usage matches /admin/usage exactly', async () => {
+      const { console, account } = await member('dave@console.test', 'dave-password', 3);
+      const res = await fetch(`${gateway.url}/console/api/playground/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', cookie: `sy_session=${console.cookies.get('sy_session')}`, 'x-csrf-token': console.csrf },
+        body: JSON.stringify({ model: 'gpt-4o-mini', stream: true, messages: [{ role: 'user', content: 'stream to me' }] }),
+      });
+      assert.equal(res.status, 200);
+      assert.match(res.headers.get('content-type')!, /text\/event-stream/);
+      const body = await res.text();
+      const chunks = body.split('\n\n').filter((frame) => frame.startsWith('data: {'));
+      assert.ok(chunks.length > 2, body);
+      assert.ok(body.trimEnd().endsWith('data: [DONE]'));
+      const image = await console.request<{ data: Array<{ url?: string; b64_json?: string }> }>('POST', '/console/api/playground/images/generations', {
+        model: 'dall-e-2',
+        prompt: 'a lighthouse',
+        size: '256x256',
+        response_format: 'b64_json',
+      });
+      assert.equal(image.status, 200, JSON.stringify(image.json));
+      assert.ok(image.json.data[0]!.b64_json);
+
+      const keys = await console.request<{ data: Key[] }>('GET', '/console/api/keys');
+      const playground = keys.json.data.find((key) => key.name === 'Playground');
+      assert.ok(playground, 'the Playground key is listed');
+      type Row = { model?: string; key_id?: string; requests: number; cost_usd: number; input_tokens: number; output_tokens: number };
+      let usage!: ConsoleResponse<{ totals: Row; by_model: Row[]; by_key: Array<Row & { key_name: string }>; daily: Row[]; balance_usd: number }>;
+      await waitFor(async () => {
+        usage = await console.request('GET', '/console/api/usage?days=7');
+        return usage.json.totals.requests === 2;
+      }, 5000, 'both playground requests to be settled').catch((error: unknown) => {
+        throw new Error(`${(error as Error).message}: ${JSON.stringify(usage.json)}`);
+      });
+      assert.equal(usage.json.by_key[0]!.key_name, 'Playground');
+      assert.equal(usage.json.by_key[0]!.key_id, playground.id);
+      const { from } = usage.json as unknown as { from: string };
+      const adminUsage = await fetch(`${gateway.url}/admin/usage?account_id=${account.id}&group_by=model&from=${from}`, {
+        headers: { authorization: `Bearer ${adminToken}` },
+      });
+      const adminRows = ((await adminUsage.json()) as { data: Row[] }).data;
+      assert.deepEqual(
+        usage.json.by_model.map(({ model, requests, cost_usd, input_tokens, output_tokens }) => ({ model, requests, cost_usd, input_tokens, output_tokens })),
+        adminRows.map(({ model, requests, cost_usd, input_tokens, output_tokens }) => ({ model, requests, cost_usd, input_tokens, output_tokens })),
+      );
+      const spent = usage.json.totals.cost_usd;
+      assert.ok(spent > 0);
+      assert.equal(Math.round((3 - usage.json.balance_usd) * 1e6), Math.round(spent * 1e6), 'balance fell by exactly what usage shows');
+
+      const csv = await fetch(`${gateway.url}/console/api/usage.csv?days=7`, { headers: { cookie: `sy_session=${console.cookies.get('sy_session')}` } });
+      assert.match(csv.headers.get('content-disposition')!, /attachment; filename="usage-.*\.csv"/);
+      const lines = (await csv.text()).trim().split('\r\n');
+      assert.equal(lines[0], 'day,model,requests,input_tokens,cached_tokens,output_tokens,images,audio_seconds,video_seconds,cost_usd');
+      assert.equal(lines.length - 1, usage.json.daily.length);
+      const csvCost = lines.slice(1).reduce((sum, line) => sum + Math.round(Number(line.split(',').at(-1)) * 1e6), 0);
+      assert.equal(csvCost, Math.round(spent * 1e6));
+    });
+
+    it('refuses a playground request past the balance with insufficient_quota, as any key', async () => {
+      const { console } = await member('broke@console.test', 'broke-password');
+      expectError(
+        await console.request('POST', '/console/api/playground/chat/completions', { model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }] }),
+        429,
+        'insufficient_quota',
+      );
+    });
+
+    it('lists the same models as /v1/models with prices, publicly unless CONSOLE_PUBLIC_PRICING=off', async () => {
+      const anonymous = await fetch(`${gateway.url}/console/api/pricing`);
+      assert.equal(anonymous.status, 200);
+      const listed = ((await anonymous.json()) as { data: Array<{ id: string; vendor: string; capability: string; prices: Json | null }> }).data;
+      const { key } = (await admin.request<Key>('POST', '/console/api/keys', { name: 'models' })).json;
+      const v1 = await new OpenAI({ apiKey: key!, baseURL: `${gateway.url}/v1`, maxRetries: 0 }).models.list();
+      assert.deepEqual(listed.map((m) => m.id).sort(), v1.data.map((m) => m.id).sort());
+      const gpt4o = listed.find((m) => m.id === 'gpt-4o')!;
+      assert.equal(typeof gpt4o.prices?.input_per_1m, 'number');
+      assert.ok(listed.filter((m) => m.capability === 'image').every((m) => m.prices && typeof m.prices.per_image === 'object'));
+      const privately = await fetch(`${closed.url}/console/api/pricing`);
+      assert.equal(privately.status, 401);
+    });
+
+    it('answers hostile bodies with OpenAI-shaped errors', async () => {
+      const { console } = await member('hostile@console.test');
+      expectError(await console.request('POST', '/console/api/keys', '{"name":'), 400, 'invalid_json');
+      expectError(await console.request('POST', '/console/api/keys', { name: 'x', account_id: 'acct_default' }), 400, 'unknown_parameter');
+      expectError(await console.request('POST', '/console/api/keys', { name: 'x', rpm: -1 }), 400, 'invalid_value');
+      expectError(await console.request('POST', '/console/api/keys', { name: 'x'.repeat(100_000) }), 413, 'request_too_large');
+      expectError(await console.request('GET', '/console/api/usage?days=365'), 400, 'invalid_value');
+      expectError(await console.request('GET', '/console/api/nothing-here'), 404, 'unknown_url');
+      expectError(await console.request('POST', '/console/api/session', [1, 2]), 400, 'invalid_json');
+      expectError(await console.request('POST', '/console/api/session', { email: 'a@b.c', password: 'x', remember: true }), 400, 'unknown_parameter');
+    });
+  });
+});
