@@ -200,7 +200,10 @@ export class KeyStore {
   }
 
   async list(filter: { accountId?: string } = {}): Promise<ApiKeyRecord[]> {
-    const ids = await this.redis.smembers(apiKeyIdsKey);
+    // One account's keys from its own set (a console page must not read every key of the gateway); the default
+    // account's from all, since keys made before accounts existed are in no account's set.
+    const own = filter.accountId !== undefined && filter.accountId !== defaultAccountId;
+    const ids = await this.redis.smembers(own ? accountKeysKey(filter.accountId!) : apiKeyIdsKey);
     if (ids.length === 0) return [];
     const pipeline = this.redis.pipeline();
     for (const id of ids) pipeline.hgetall(apiKeyRecordKey(id));

@@ -26,6 +26,7 @@ import { keyPrefix } from './queues.js';
  *   sy:account-sessions:<id> set   session hashes of one account, to end them all at once
  *   sy:signin-fail:<email|ip> string failed sign-ins in the current window (TTL = the window)
  *   sy:usage-day:<YYYY-MM-DD> hash `<account>|<key>|<model>|<metric>` → integer total, kept 400 days
+ *   sy:usage-day:<YYYY-MM-DD>:<account> hash the same fields, of that account only (what its console pages read)
  */
 export const defaultAccountId = 'acct_default';
 
@@ -42,7 +43,8 @@ export const reservationKey = (requestId: string) => `${keyPrefix}resv:${request
 export const reservationDeadlinesKey = `${keyPrefix}resv-deadlines`;
 export const settledKey = (requestId: string) => `${keyPrefix}settled:${requestId}`;
 export const usageStreamKey = `${keyPrefix}usage`;
-export const usageDayKey = (day: string) => `${keyPrefix}usage-day:${day}`;
+/** The day's totals of every account, or (with an account) of that account alone: the console reads one account's without scanning all. */
+export const usageDayKey = (day: string, accountId?: string) => (accountId === undefined ? `${keyPrefix}usage-day:${day}` : `${keyPrefix}usage-day:${day}:${accountId}`);
 /** Published with a key id when a key changes or is revoked, and with `account:<id>` when an account does: every api drops what it cached. */
 export const accessChangedChannel = `${keyPrefix}access-changed`;
 

@@ -79,7 +79,8 @@ return {0, rl, rr, rs, tl, tr, ts, 0}
 `;
 
 /*
- * KEYS: settled marker, reservation, reservation deadlines, key record, account record, tpm TAT, usage stream, usage day
+ * KEYS: settled marker, reservation, reservation deadlines, key record, account record, tpm TAT, usage stream, usage day,
+ *       the account's usage day
  * ARGV: request id, actual micros, actual tokens, now ms, default tpm, stream max length, seconds to keep the settled mark, usage fields (JSON),
  *       day field prefix, then metric name / value pairs
  * Returns 1 when this call settled the request, 0 when it was settled before.
@@ -117,9 +118,13 @@ if actual > 0 then
 end
 redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[6], '*', 'usage', ARGV[8])
 for i = 10, #ARGV, 2 do
-  if tonumber(ARGV[i + 1]) ~= 0 then redis.call('HINCRBY', KEYS[8], ARGV[9] .. ARGV[i], ARGV[i + 1]) end
+  if tonumber(ARGV[i + 1]) ~= 0 then
+    redis.call('HINCRBY', KEYS[8], ARGV[9] .. ARGV[i], ARGV[i + 1])
+    redis.call('HINCRBY', KEYS[9], ARGV[9] .. ARGV[i], ARGV[i + 1])
+  end
 end
 redis.call('EXPIRE', KEYS[8], 34560000)
+redis.call('EXPIRE', KEYS[9], 34560000)
 return 1
 `;
 
@@ -151,7 +156,7 @@ interface BillingRedis extends Redis {
 const billing = (redis: Redis) =>
   withScripts<BillingRedis>(redis, {
     billingReserve: { keys: 6, lua: reserveScript },
-    billingSettle: { keys: 8, lua: settleScript },
+    billingSettle: { keys: 9, lua: settleScript },
     billingRelease: { keys: 3, lua: releaseScript },
   });
 
@@ -281,6 +286,7 @@ export async function settle(redis: Redis, usage: UsageRecord, policy: SettlePol
     rateLimitKey(usage.keyId, 'tpm'),
     usageStreamKey,
     usageDayKey(utcDay(now)),
+    usageDayKey(utcDay(now), usage.accountId),
     usage.requestId,
     usage.costMicros,
     usage.inputTokens + usage.outputTokens,

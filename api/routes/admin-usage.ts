@@ -82,9 +82,10 @@ const zero = (): Totals => Object.fromEntries(usageMetrics.map((m) => [m, 0])) a
 /** The per-day aggregates of some days, as stored: one hash per day (empty for a day with no usage). */
 export type UsageDays = ReadonlyArray<{ day: string; fields: Record<string, string> }>;
 
-export async function loadUsageDays(redis: Redis, days: readonly string[]): Promise<UsageDays> {
+/** With an account, only its own totals are read: no scan of every account's. */
+export async function loadUsageDays(redis: Redis, days: readonly string[], accountId?: string): Promise<UsageDays> {
   const pipeline = redis.pipeline();
-  for (const d of days) pipeline.hgetall(usageDayKey(d));
+  for (const d of days) pipeline.hgetall(usageDayKey(d, accountId));
   const results = (await pipeline.exec()) ?? [];
   return results.map(([error, value], index) => {
     if (error) throw error;
@@ -93,7 +94,7 @@ export async function loadUsageDays(redis: Redis, days: readonly string[]): Prom
 }
 
 export async function readUsage(redis: Redis, query: UsageQuery): Promise<UsageRow[]> {
-  return groupUsage(await loadUsageDays(redis, query.days), query);
+  return groupUsage(await loadUsageDays(redis, query.days, query.accountId), query);
 }
 
 /** Sums the loaded days as the query filters and groups them: integers throughout, USD only at the end. */

@@ -230,7 +230,9 @@ describe('admin API: accounts, credits, keys and usage', () => {
   it('reports usage from the per-day aggregates, grouped and filtered', async () => {
     const today = utcDay(Date.now());
     const yesterday = utcDay(Date.now() - 86_400_000);
-    const add = (day: string, field: string, value: number) => redis.hincrby(usageDayKey(day), field, value);
+    // As settlement writes them: the day's totals of every account, and the account's own.
+    const add = (day: string, field: string, value: number) =>
+      Promise.all([redis.hincrby(usageDayKey(day), field, value), redis.hincrby(usageDayKey(day, field.split('|')[0]), field, value)]);
     await add(yesterday, 'acct_u|key_1|mock-chat|requests', 3);
     await add(yesterday, 'acct_u|key_1|mock-chat|input_tokens', 30);
     await add(yesterday, 'acct_u|key_1|mock-chat|cost_micros', 1_250_000);

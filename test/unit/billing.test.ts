@@ -81,6 +81,7 @@ describe('billing: reserve and settle', () => {
     const day = await redis.hgetall(usageDayKey(utcDay(Date.now())));
     assert.equal(day['a1|k1|gpt-4o-mini|cost_micros'], '123456');
     assert.equal(day['a1|k1|gpt-4o-mini|requests'], '1');
+    assert.deepEqual(await redis.hgetall(usageDayKey(utcDay(Date.now()), 'a1')), day, "the account's own day totals, in the same script");
   });
 
   it('settles and releases a free model (a reservation of 0 micros) like any other', async () => {

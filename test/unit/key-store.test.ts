@@ -231,8 +231,12 @@ describe('usage aggregates', () => {
   it('groups and filters the per-day totals', async () => {
     const day1 = '2025-03-01';
     const day2 = '2025-03-02';
+    // As settlement writes them: the day's totals of every account, and the account's own.
     const add = (day: string, account: string, key: string, model: string, metric: string, value: number) =>
-      redis.hincrby(usageDayKey(day), `${account}|${key}|${model}|${metric}`, value);
+      Promise.all([
+        redis.hincrby(usageDayKey(day), `${account}|${key}|${model}|${metric}`, value),
+        redis.hincrby(usageDayKey(day, account), `${account}|${key}|${model}|${metric}`, value),
+      ]);
     await add(day1, 'acct_a', 'key_1', 'gpt|x', 'requests', 2);
     await add(day1, 'acct_a', 'key_1', 'gpt|x', 'cost_micros', 1500);
     await add(day2, 'acct_a', 'key_2', 'claude', 'requests', 1);
