@@ -9,7 +9,8 @@ COPY workers ./workers
 COPY shared ./shared
 COPY storage ./storage
 COPY bin ./bin
-# The type check the old tsc build did, then the same esbuild transpile `npm start` runs.
+COPY console ./console
+# The type check the old tsc build did, then the same build `npm start` runs (esbuild for the server, Vite for the console).
 RUN npx tsc -p tsconfig.build.json --noEmit && npm run build && npm prune --omit=dev
 
 FROM node:20-bookworm-slim

@@ -8,7 +8,14 @@
 // written, each to a temporary file renamed into place, so a process starting
 // from dist/ at the same moment never reads a half-written file; outputs whose
 // source is gone are removed.
+//
+// Then the web console (console/, a Vite + Preact app) is built into
+// dist/console, but only when its inputs changed: a hash of every file under
+// console/ plus the versions of the packages it bundles is kept in
+// dist/console/.inputs-hash, and a start whose hash matches (and whose
+// dist/console/index.html exists) skips Vite altogether.
 import { build } from 'esbuild';
+import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -73,4 +80,72 @@ for (const dir of sourceDirs) {
 if (written || removed) {
   const ms = Math.round(performance.now() - started);
   console.error(`build: ${written} file(s) written${removed ? `, ${removed} removed` : ''} in dist/ (${ms} ms)`);
+}
+
+await buildConsole();
+
+/** The console's inputs as one hash: every file under console/ (path and bytes) and the versions of what it bundles. */
+function consoleInputsHash(consoleDir) {
+  const hash = createHash('sha256');
+  const files = readdirSync(consoleDir, { recursive: true, withFileTypes: true })
+    .filter((entry) => entry.isFile())
+    .map((entry) => join(entry.parentPath ?? entry.path, entry.name))
+    .filter((file) => !relative(consoleDir, file).split(/[\\/]/).includes('node_modules'))
+    .sort();
+  for (const file of files) {
+    hash.update(relative(consoleDir, file).split('\\').join('/')).update('\0').update(readFileSync(file)).update('\0');
+  }
+  for (const name of ['vite', 'preact', 'chart.js']) {
+    const manifest = join(root, 'node_modules', name, 'package.json');
+    hash.update(`${name}@${existsSync(manifest) ? JSON.parse(readFileSync(manifest, 'utf8')).version : 'missing'}\0`);
+  }
+  return hash.digest('hex');
+}
+
+async function buildConsole() {
+  const consoleDir = join(root, 'console');
+  const target = join(outDir, 'console');
+  const hashFile = join(target, '.inputs-hash');
+  if (!existsSync(join(consoleDir, 'index.html'))) return; // a checkout without the console's sources (e.g. a slim image)
+  const inputs = consoleInputsHash(consoleDir);
+  const built = existsSync(join(target, 'index.html'));
+  if (built && existsSync(hashFile) && readFileSync(hashFile, 'utf8').trim() === inputs) return;
+
+  const began = performance.now();
+  let vite;
+  try {
+    vite = await import('vite');
+  } catch {
+    // Only the dev dependencies bring Vite: a production install keeps the console it was built with.
+    console.error(`build: Vite is not installed, so the console is ${built ? 'left as it was built' : 'not built (/console answers 503)'}; run npm install to build it`);
+    return;
+  }
+  // Built beside the old one and swapped in whole: a server starting meanwhile sees the old console or the new, never half of one.
+  const staging = join(outDir, `.console-${process.pid}.tmp`);
+  rmSync(staging, { recursive: true, force: true });
+  try {
+    await vite.build({
+      root: consoleDir,
+      configFile: join(consoleDir, 'vite.config.ts'),
+      logLevel: 'warn',
+      build: { outDir: staging, emptyOutDir: true },
+    });
+  } catch (error) {
+    rmSync(staging, { recursive: true, force: true });
+    console.error(`build: the console failed to build: ${error?.message ?? error}`);
+    process.exit(1);
+  }
+  writeFileSync(join(staging, '.inputs-hash'), `${inputs}\n`);
+  const old = join(outDir, `.console-${process.pid}.old`);
+  try {
+    if (existsSync(target)) renameSync(target, old);
+    renameSync(staging, target);
+  } catch (error) {
+    // Another build swapped its console in at the same moment: keep that one.
+    if (!existsSync(join(target, 'index.html'))) throw error;
+  } finally {
+    rmSync(old, { recursive: true, force: true });
+    rmSync(staging, { recursive: true, force: true });
+  }
+  console.error(`build: console built into dist/console (${Math.round(performance.now() - began)} ms)`);
 }

@@ -167,7 +167,7 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     ctx.body = {
       signup: config.console.signup === 'open',
       public_pricing: config.console.publicPricing,
-      base_url: config.publicBaseUrl ?? ctx.origin,
+      base_url: config.publicBaseUrl ?? `${ctx.protocol}://${ctx.host}`,
       queue_dashboard: null,
     };
   });

@@ -179,6 +179,11 @@ describe('console API', () => {
     });
   });
 
+  it('tells the console the gateway\'s own base URL for its snippets', async () => {
+    const config = await client().request<{ base_url: string; signup: boolean; public_pricing: boolean }>('GET', '/console/api/config');
+    assert.deepEqual([config.json.base_url, config.json.signup, config.json.public_pricing], [gateway.url, true, true]);
+  });
+
   describe('sign-up', () => {
     it('is closed by default and opens with CONSOLE_SIGNUP=open, crediting SIGNUP_CREDIT_USD', async () => {
       const shut = client(closed);

@@ -1,0 +1,192 @@
+import type { SessionAnswer } from './types';
+
+/*
+ * The one way the console talks to /console/api: JSON in and out, the session
+ * cookie sent by the browser, the CSRF token on every state-changing call.
+ * Errors come back as ApiError with the server's own message, which the
+ * pages show as they are.
+ */
+
+export const apiBase = '/console/api';
+
+export class ApiError extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+    readonly code: string | null = null,
+    readonly param: string | null = null,
+  ) {
+    super(message);
+    this.name = 'ApiError';
+  }
+}
+
+let csrfToken = '';
+let notSignedInHandler: (() => void) | undefined;
+
+/** The newest CSRF token (from the session, sign-in, sign-up and sign-out answers). */
+export function setCsrfToken(token: string | undefined): void {
+  if (token) csrfToken = token;
+}
+
+/** Called whenever the server says the session is gone (401 not_signed_in). */
+export function onNotSignedIn(handler: () => void): void {
+  notSignedInHandler = handler;
+}
+
+const unreachable = () => new ApiError('Could not reach the server. Check your connection and try again.', 0, 'network_error');
+
+/** The error an answer carries, read from its OpenAI-shaped body (or made up from the status when it has none). */
+export async function errorFrom(response: Response): Promise<ApiError> {
+  let message = `The server answered ${response.status} ${response.statusText}`.trim() + '.';
+  let code: string | null = null;
+  let param: string | null = null;
+  try {
+    const body = (await response.json()) as { error?: { message?: unknown; code?: unknown; param?: unknown } };
+    if (body.error && typeof body.error.message === 'string' && body.error.message) message = body.error.message;
+    if (body.error && typeof body.error.code === 'string') code = body.error.code;
+    if (body.error && typeof body.error.param === 'string') param = body.error.param;
+  } catch {
+    // not JSON: keep the status line
+  }
+  if (response.status === 429) {
+    const retry = Number(response.headers.get('retry-after'));
+    if (Number.isFinite(retry) && retry > 0 && !/\btry again\b|\bretry\b/i.test(message)) {
+      message += ` Try again in ${retry} second${retry === 1 ? '' : 's'}.`;
+    }
+  }
+  return new ApiError(message, response.status, code, param);
+}
+
+export function isNotSignedIn(error: unknown): boolean {
+  return error instanceof ApiError && error.status === 401 && error.code === 'not_signed_in';
+}
+
+/** Sends a request to the console API with the cookie and (unless GET) the CSRF header. */
+export async function send(method: string, path: string, body?: unknown, init: RequestInit = {}): Promise<Response> {
+  const headers: Record<string, string> = { accept: 'application/json' };
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  if (method !== 'GET' && method !== 'HEAD') headers['x-csrf-token'] = csrfToken;
+  try {
+    return await fetch(`${apiBase}${path}`, {
+      ...init,
+      method,
+      headers,
+      credentials: 'same-origin',
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+  } catch (error) {
+    if (error instanceof DOMException && error.name === 'AbortError') throw error;
+    throw unreachable();
+  }
+}
+
+/** Fetches the session again for a fresh CSRF token (after a csrf_failed, e.g. a session that changed in another tab). */
+async function refreshCsrf(): Promise<void> {
+  const response = await send('GET', '/session');
+  if (response.ok) setCsrfToken(((await response.json()) as SessionAnswer).csrf_token);
+}
+
+/**
+ * A JSON call. Throws ApiError with the server's message on any error; a 401
+ * not_signed_in also sends the user to the sign-in page. A CSRF refusal is
+ * retried once with a fresh token.
+ */
+export async function api<T>(method: string, path: string, body?: unknown, init: RequestInit = {}): Promise<T> {
+  let response = await send(method, path, body, init);
+  if (response.status === 403 && method !== 'GET') {
+    const error = await errorFrom(response.clone());
+    if (error.code === 'csrf_failed') {
+      await refreshCsrf();
+      response = await send(method, path, body, init);
+    }
+  }
+  if (!response.ok) {
+    const error = await errorFrom(response);
+    if (error.status === 401 && error.code === 'not_signed_in') notSignedInHandler?.();
+    throw error;
+  }
+  try {
+    return (await response.json()) as T;
+  } catch {
+    throw new ApiError('The server sent an answer the console cannot read.', response.status, 'bad_response');
+  }
+}
+
+/** Array answers may come bare or as `{object:'list', data}`. */
+export function listOf<T>(answer: T[] | { data: T[] }): T[] {
+  return Array.isArray(answer) ? answer : answer.data;
+}
+
+export function messageOf(error: unknown): string {
+  if (error instanceof Error) return error.message;
+  return String(error);
+}
+
+/** Aborted requests (a page left, a stream stopped) are not errors worth showing. */
+export function isAbort(error: unknown): boolean {
+  return error instanceof DOMException && error.name === 'AbortError';
+}
+
+export interface ChatMessage {
+  role: 'user' | 'assistant' | 'system';
+  content: string;
+}
+
+/**
+ * Streams a playground chat completion: reads the SSE body line by line and
+ * hands each `choices[0].delta.content` to onDelta, until `data: [DONE]`. An
+ * error object in the stream is thrown as ApiError.
+ */
+export async function streamChat(
+  body: { model: string; messages: ChatMessage[] },
+  onDelta: (text: string) => void,
+  signal: AbortSignal,
+): Promise<void> {
+  const payload = { ...body, stream: true };
+  let response = await send('POST', '/playground/chat/completions', payload, { signal });
+  if (response.status === 403) {
+    const error = await errorFrom(response.clone());
+    if (error.code === 'csrf_failed') {
+      await refreshCsrf();
+      response = await send('POST', '/playground/chat/completions', payload, { signal });
+    }
+  }
+  if (!response.ok) {
+    const error = await errorFrom(response);
+    if (error.status === 401 && error.code === 'not_signed_in') notSignedInHandler?.();
+    throw error;
+  }
+  if (!response.body) throw new ApiError('The server sent no stream.', response.status, 'bad_response');
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = '';
+  const handle = (line: string): boolean => {
+    if (!line.startsWith('data:')) return false;
+    const data = line.slice(5).trim();
+    if (data === '[DONE]') return true;
+    if (!data) return false;
+    let chunk: { error?: { message?: string; code?: string }; choices?: { delta?: { content?: unknown } }[] };
+    try {
+      chunk = JSON.parse(data);
+    } catch {
+      return false;
+    }
+    if (chunk.error) throw new ApiError(chunk.error.message || 'The model failed to answer.', response.status, chunk.error.code ?? null);
+    const content = chunk.choices?.[0]?.delta?.content;
+    if (typeof content === 'string' && content) onDelta(content);
+    return false;
+  };
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += value;
+      const lines = buffer.split(/\r?\n/);
+      buffer = lines.pop() ?? '';
+      for (const line of lines) if (handle(line)) return;
+    }
+    if (buffer) handle(buffer);
+  } finally {
+    reader.cancel().catch(() => {});
+  }
+}

@@ -1,0 +1,157 @@
+import { useEffect, useRef } from 'preact/hooks';
+import type { BarConfig, Chart } from '../chart';
+
+export interface Series {
+  label: string;
+  color: string;
+  values: number[];
+}
+
+interface Props {
+  labels: string[];
+  series: Series[];
+  stacked?: boolean;
+  /** The chart's accessible name (the numbers are in the tables beside it). */
+  label: string;
+  format: (value: number) => string;
+  axisFormat?: (value: number) => string;
+  /** A cumulative line over the bars, on its own axis at the right (the spend chart's running total). */
+  runningTotal?: { label: string; color: string };
+  empty?: boolean;
+  emptyText?: string;
+  class?: string;
+}
+
+/**
+ * A Chart.js bar chart in a box of fixed height (set by CSS), so the page
+ * never moves when the data or the charting code arrive. Chart.js is loaded
+ * on first use, in its own chunk.
+ */
+export function BarChart(props: Props) {
+  const canvas = useRef<HTMLCanvasElement>(null);
+  const chart = useRef<Chart<'bar' | 'line', number[], string> | undefined>(undefined);
+  const latest = useRef(props);
+  latest.current = props;
+
+  const datasets = (p: Props) => [...bars(p), ...line(p)];
+
+  const line = (p: Props) => {
+    if (!p.runningTotal) return [];
+    let sum = 0;
+    const data = p.labels.map((_, i) => (sum += p.series.reduce((total, s) => total + (s.values[i] ?? 0), 0)));
+    return [
+      {
+        type: 'line' as const,
+        label: p.runningTotal.label,
+        data,
+        yAxisID: 'total',
+        borderColor: p.runningTotal.color,
+        backgroundColor: p.runningTotal.color,
+        borderWidth: 2,
+        pointRadius: 0,
+        tension: 0.2,
+        order: -1,
+      },
+    ];
+  };
+
+  const bars = (p: Props) =>
+    p.series.map((s) => ({
+      label: s.label,
+      data: s.values,
+      backgroundColor: s.color,
+      hoverBackgroundColor: s.color,
+      borderRadius: p.stacked ? 0 : 3,
+      borderSkipped: false as const,
+      maxBarThickness: 28,
+      categoryPercentage: 0.8,
+      barPercentage: 0.9,
+    }));
+
+  useEffect(() => {
+    let dead = false;
+    void import('../chart').then(({ Chart: ChartClass }) => {
+      if (dead || !canvas.current) return;
+      const p = latest.current;
+      const config: BarConfig = {
+        type: 'bar',
+        data: { labels: p.labels, datasets: datasets(p) },
+        options: {
+          responsive: true,
+          maintainAspectRatio: false,
+          animation: false,
+          interaction: { mode: 'index', intersect: false },
+          scales: {
+            x: { stacked: !!p.stacked, grid: { display: false }, ticks: { maxRotation: 0, autoSkip: true, autoSkipPadding: 12 } },
+            y: {
+              stacked: !!p.stacked,
+              beginAtZero: true,
+              border: { display: false },
+              ticks: { maxTicksLimit: 5, callback: (value) => (latest.current.axisFormat ?? latest.current.format)(Number(value)) },
+            },
+            total: {
+              // Its own axis on a wide screen; on a phone the line reads against the tooltip (two axes would crowd the bars).
+              display: !!p.runningTotal && window.matchMedia('(min-width: 640px)').matches,
+              position: 'right',
+              beginAtZero: true,
+              grid: { display: false },
+              border: { display: false },
+              ticks: { maxTicksLimit: 5, callback: (value) => (latest.current.axisFormat ?? latest.current.format)(Number(value)) },
+            },
+          },
+          plugins: {
+            legend: {
+              display: p.series.length > 1 || !!p.runningTotal,
+              position: 'bottom',
+              labels: { boxWidth: 10, boxHeight: 10, useBorderRadius: true, borderRadius: 2, padding: 14 },
+            },
+            tooltip: {
+              backgroundColor: '#111827',
+              padding: 10,
+              cornerRadius: 8,
+              boxPadding: 4,
+              filter: (item) => Number(item.raw) !== 0,
+              callbacks: {
+                label: (item) => ` ${item.dataset.label ?? ''}: ${latest.current.format(Number(item.raw))}`,
+                footer: (items) => {
+                  const dayItems = items.filter((item) => (item.dataset as { type?: string }).type !== 'line');
+                  if (!latest.current.stacked || dayItems.length < 2) return '';
+                  const total = dayItems.reduce((sum, item) => sum + Number(item.raw), 0);
+                  return `Total: ${latest.current.format(total)}`;
+                },
+              },
+            },
+          },
+        },
+      };
+      chart.current = new ChartClass(canvas.current, config);
+    });
+    return () => {
+      dead = true;
+      chart.current?.destroy();
+      chart.current = undefined;
+    };
+  }, []);
+
+  useEffect(() => {
+    const instance = chart.current;
+    if (!instance) return;
+    instance.data.labels = props.labels;
+    instance.data.datasets = datasets(props);
+    if (instance.options.plugins?.legend) instance.options.plugins.legend.display = props.series.length > 1 || !!props.runningTotal;
+    instance.update();
+  }, [props.labels, props.series]);
+
+  return (
+    <div class={`chart-box ${props.class ?? ''}`}>
+      <canvas ref={canvas} role="img" aria-label={props.label}>
+        {props.label}
+      </canvas>
+      {props.empty && (
+        <p class="chart-empty" aria-hidden="true">
+          {props.emptyText ?? 'No data'}
+        </p>
+      )}
+    </div>
+  );
+}

@@ -1,0 +1,191 @@
+import type { ComponentChildren } from 'preact';
+import { useEffect, useState } from 'preact/hooks';
+import { useApp } from '../app-context';
+import { balance } from '../format';
+import { Link } from '../router';
+
+export function Logo() {
+  return (
+    <span class="logo">
+      <svg viewBox="0 0 32 32" aria-hidden="true" class="logo-mark">
+        <rect width="32" height="32" rx="8" fill="#111827" />
+        <path d="M8 22h6l4-12h6" fill="none" stroke="#fff" stroke-width="2.5" stroke-linecap="round" stroke-linejoin="round" />
+        <path d="M8 10h6l1.5 4.5" fill="none" stroke="#34d399" stroke-width="2.5" stroke-linecap="round" stroke-linejoin="round" />
+      </svg>
+      <span class="logo-text">Switchyard</span>
+    </span>
+  );
+}
+
+const icons: Record<string, string> = {
+  keys: 'M9.2 10.8L16 4m-2.5 2.5l2 2M10 13a3 3 0 1 1-6 0 3 3 0 0 1 6 0z',
+  usage: 'M4 16V9m4 7V5m4 11v-5m4 5V7',
+  pricing: 'M10 3v14m3.5-11.5H8.25a2.25 2.25 0 0 0 0 4.5h3.5a2.25 2.25 0 0 1 0 4.5H6',
+  playground: 'M6 5l-3 5 3 5m8-10l3 5-3 5M11.5 4l-3 12',
+  accounts: 'M7.5 9a3 3 0 1 0 0-6 3 3 0 0 0 0 6zm-5 8a5 5 0 0 1 10 0m1-8.5a2.5 2.5 0 1 0 0-5m1.5 13.5a4.5 4.5 0 0 0-2-3.7',
+  allkeys: 'M3 5h14M3 10h14M3 15h9',
+  channels: 'M3 6h9m0 0l-3-3m3 3l-3 3m8 5H8m0 0l3-3m-3 3l3 3',
+  queues: 'M4 4h12v4H4zm0 8h12v4H4z',
+};
+
+function NavIcon({ name }: { name: string }) {
+  return (
+    <svg viewBox="0 0 20 20" class="nav-icon" aria-hidden="true">
+      <path d={icons[name] ?? ''} fill="none" stroke="currentColor" stroke-width="1.6" stroke-linecap="round" stroke-linejoin="round" />
+    </svg>
+  );
+}
+
+function NavLink({ href, path, icon, children, onNavigate }: { href: string; path: string; icon: string; children: ComponentChildren; onNavigate: () => void }) {
+  const current = path === href;
+  return (
+    <li>
+      <Link href={href} class={`nav-link ${current ? 'is-current' : ''}`} aria-current={current ? 'page' : undefined} onClick={onNavigate}>
+        <NavIcon name={icon} />
+        <span>{children}</span>
+      </Link>
+    </li>
+  );
+}
+
+/** The signed-in frame: a sidebar (a menu on a phone) with the pages, the account and sign out; the page in <main>. */
+export function Shell({ path, children }: { path: string; children: ComponentChildren }) {
+  const { account, signOut } = useApp();
+  const [menuOpen, setMenuOpen] = useState(false);
+  const [signingOut, setSigningOut] = useState(false);
+
+  // The admin pages fold under "Admin", open while one of them is shown (or the user opened it).
+  const onAdminPage = path.startsWith('/console/admin/');
+  const [adminOpen, setAdminOpen] = useState(onAdminPage);
+
+  useEffect(() => setMenuOpen(false), [path]);
+  useEffect(() => {
+    if (onAdminPage) setAdminOpen(true);
+  }, [onAdminPage]);
+
+  if (!account) return null;
+  const close = () => setMenuOpen(false);
+  const admin = account.role === 'admin';
+  return (
+    <div class={`shell ${menuOpen ? 'menu-open' : ''}`}>
+      <a class="skip-link" href="#main">
+        Skip to content
+      </a>
+      <header class="topbar">
+        <Link href="/console/keys" class="brand-link" aria-label="Switchyard home">
+          <Logo />
+        </Link>
+        <button type="button" class="menu-button" aria-expanded={menuOpen} aria-controls="sidebar" onClick={() => setMenuOpen((open) => !open)}>
+          <svg viewBox="0 0 20 20" aria-hidden="true">
+            {menuOpen ? (
+              <path d="M5 5l10 10M15 5L5 15" stroke="currentColor" stroke-width="1.8" stroke-linecap="round" />
+            ) : (
+              <path d="M3 6h14M3 10h14M3 14h14" stroke="currentColor" stroke-width="1.8" stroke-linecap="round" />
+            )}
+          </svg>
+          <span>Menu</span>
+        </button>
+      </header>
+      <aside class="sidebar" id="sidebar">
+        <div class="sidebar-brand">
+          <Link href="/console/keys" class="brand-link" aria-label="Switchyard home">
+            <Logo />
+          </Link>
+        </div>
+        <nav aria-label="Console" class="nav">
+          <ul class="nav-list">
+            <NavLink href="/console/keys" path={path} icon="keys" onNavigate={close}>
+              Keys
+            </NavLink>
+            <NavLink href="/console/usage" path={path} icon="usage" onNavigate={close}>
+              Usage
+            </NavLink>
+            <NavLink href="/console/pricing" path={path} icon="pricing" onNavigate={close}>
+              Pricing
+            </NavLink>
+            <NavLink href="/console/playground" path={path} icon="playground" onNavigate={close}>
+              Playground
+            </NavLink>
+          </ul>
+          {admin && (
+            <>
+              <button type="button" class="nav-toggle" aria-expanded={adminOpen} aria-controls="nav-admin" onClick={() => setAdminOpen((open) => !open)}>
+                <span>Admin</span>
+                <svg viewBox="0 0 20 20" aria-hidden="true" class="nav-chevron">
+                  <path d="M7 5l5 5-5 5" fill="none" stroke="currentColor" stroke-width="1.8" stroke-linecap="round" stroke-linejoin="round" />
+                </svg>
+              </button>
+              <ul class="nav-list" id="nav-admin" hidden={!adminOpen}>
+                <NavLink href="/console/admin/accounts" path={path} icon="accounts" onNavigate={close}>
+                  Accounts
+                </NavLink>
+                <NavLink href="/console/admin/keys" path={path} icon="allkeys" onNavigate={close}>
+                  All keys
+                </NavLink>
+                <NavLink href="/console/admin/channels" path={path} icon="channels" onNavigate={close}>
+                  Channels
+                </NavLink>
+                <NavLink href="/console/admin/queues" path={path} icon="queues" onNavigate={close}>
+                  Queues
+                </NavLink>
+              </ul>
+            </>
+          )}
+        </nav>
+        <div class="account-box">
+          <div class="account-avatar" aria-hidden="true">
+            {(account.name || account.email).slice(0, 1).toUpperCase()}
+          </div>
+          <div class="account-text">
+            <span class="account-email" title={account.email}>
+              {account.email}
+            </span>
+            <span class="account-balance">
+              Balance: <strong>{balance(account.balance_usd)}</strong>
+            </span>
+          </div>
+          <button
+            type="button"
+            class="button button-secondary button-small sign-out"
+            disabled={signingOut}
+            onClick={async () => {
+              setSigningOut(true);
+              try {
+                await signOut();
+              } finally {
+                setSigningOut(false);
+              }
+            }}
+          >
+            Sign out
+          </button>
+        </div>
+      </aside>
+      <main id="main" class="main" tabIndex={-1}>
+        <div class="page">{children}</div>
+      </main>
+    </div>
+  );
+}
+
+/** The frame of a page seen signed out (public pricing): a top bar with a Sign in link. */
+export function PublicShell({ children }: { children: ComponentChildren }) {
+  return (
+    <div class="public-shell">
+      <a class="skip-link" href="#main">
+        Skip to content
+      </a>
+      <header class="public-bar">
+        <Link href="/console" class="brand-link" aria-label="Switchyard home">
+          <Logo />
+        </Link>
+        <Link href="/console" class="button button-primary button-small">
+          Sign in
+        </Link>
+      </header>
+      <main id="main" class="main public-main" tabIndex={-1}>
+        <div class="page">{children}</div>
+      </main>
+    </div>
+  );
+}

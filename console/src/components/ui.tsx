@@ -1,0 +1,236 @@
+import type { ComponentChildren, TargetedMouseEvent } from 'preact';
+import { useCallback, useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
+import { api, isAbort, messageOf } from '../api';
+
+/** Sets the tab's title: "Keys · Switchyard". */
+export function useTitle(page: string): void {
+  useEffect(() => {
+    document.title = `${page} · Switchyard`;
+  }, [page]);
+}
+
+export interface Loaded<T> {
+  data: T | undefined;
+  error: string | undefined;
+  loading: boolean;
+  reload: () => void;
+  setData: (update: (previous: T | undefined) => T | undefined) => void;
+}
+
+/**
+ * GETs a console API path and keeps the answer; a change of path (or reload)
+ * fetches again, keeping the old data shown until the new arrives. `null`
+ * fetches nothing. An optional interval refreshes it in the background.
+ */
+export function useApi<T>(path: string | null, refreshMs?: number): Loaded<T> {
+  const [data, setDataState] = useState<T | undefined>(undefined);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [loading, setLoading] = useState(path !== null);
+  const [generation, setGeneration] = useState(0);
+
+  useEffect(() => {
+    if (path === null) return;
+    const controller = new AbortController();
+    let timer: number | undefined;
+    const load = async (background: boolean) => {
+      if (!background) setLoading(true);
+      try {
+        const answer = await api<T>('GET', path, undefined, { signal: controller.signal });
+        if (controller.signal.aborted) return;
+        setDataState(answer);
+        setError(undefined);
+      } catch (caught) {
+        if (isAbort(caught) || controller.signal.aborted) return;
+        setError(messageOf(caught));
+      } finally {
+        if (!controller.signal.aborted) setLoading(false);
+      }
+      if (refreshMs && !controller.signal.aborted) timer = window.setTimeout(() => void load(true), refreshMs);
+    };
+    void load(false);
+    return () => {
+      controller.abort();
+      if (timer !== undefined) window.clearTimeout(timer);
+    };
+  }, [path, generation, refreshMs]);
+
+  const reload = useCallback(() => setGeneration((g) => g + 1), []);
+  const setData = useCallback((update: (previous: T | undefined) => T | undefined) => setDataState(update), []);
+  return { data, error, loading, reload, setData };
+}
+
+/** An error the user must see: announced by screen readers at once. */
+export function ErrorMessage({ message, onDismiss }: { message: string | undefined | null; onDismiss?: () => void }) {
+  if (!message) return null;
+  return (
+    <div class="alert alert-error">
+      <svg class="alert-icon" viewBox="0 0 20 20" aria-hidden="true">
+        <circle cx="10" cy="10" r="8" fill="none" stroke="currentColor" stroke-width="1.6" />
+        <path d="M10 5.8v5.2M10 13.6v.1" stroke="currentColor" stroke-width="1.8" stroke-linecap="round" />
+      </svg>
+      <span class="alert-text" role="alert">
+        {message}
+      </span>
+      {onDismiss && (
+        <button type="button" class="alert-close" onClick={onDismiss} aria-label="Dismiss">
+          ×
+        </button>
+      )}
+    </div>
+  );
+}
+
+/** A polite status line (success notes); always in the DOM so changes are announced. */
+export function StatusMessage({ message, class: className }: { message: string | undefined | null; class?: string }) {
+  return (
+    <p class={`status-line ${className ?? ''}`} role="status" aria-live="polite">
+      {message ? <span class="status-ok">{message}</span> : null}
+    </p>
+  );
+}
+
+export function PageHeader({ title, description, actions }: { title: string; description?: ComponentChildren; actions?: ComponentChildren }) {
+  return (
+    <header class="page-header">
+      <div>
+        <h1 tabIndex={-1}>{title}</h1>
+        {description && <p class="page-description">{description}</p>}
+      </div>
+      {actions && <div class="page-actions">{actions}</div>}
+    </header>
+  );
+}
+
+let dialogCount = 0;
+
+interface DialogProps {
+  title: string;
+  onClose: () => void;
+  children: ComponentChildren;
+  wide?: boolean;
+  /** A role of alertdialog for confirmations. */
+  alert?: boolean;
+}
+
+/**
+ * A modal <dialog> (focus kept inside, Escape closes, the rest of the page
+ * inert). Mounted means open: the caller unmounts it to close, and focus
+ * goes back to where it was.
+ */
+export function Dialog({ title, onClose, children, wide, alert }: DialogProps) {
+  const ref = useRef<HTMLDialogElement>(null);
+  const [titleId] = useState(() => `dialog-title-${++dialogCount}`);
+  const closeRef = useRef(onClose);
+  closeRef.current = onClose;
+
+  useLayoutEffect(() => {
+    const dialog = ref.current;
+    if (!dialog) return;
+    const opener = document.activeElement instanceof HTMLElement ? document.activeElement : null;
+    if (!dialog.open) dialog.showModal();
+    const onCancel = (event: Event) => {
+      event.preventDefault();
+      closeRef.current();
+    };
+    dialog.addEventListener('cancel', onCancel);
+    return () => {
+      dialog.removeEventListener('cancel', onCancel);
+      if (dialog.open) dialog.close();
+      if (opener && opener.isConnected) opener.focus();
+    };
+  }, []);
+
+  const onBackdrop = (event: TargetedMouseEvent<HTMLDialogElement>) => {
+    // A click on the backdrop lands on the dialog element itself, outside its box.
+    if (!ref.current || event.target !== ref.current) return;
+    const box = ref.current.getBoundingClientRect();
+    const inside = event.clientX >= box.left && event.clientX <= box.right && event.clientY >= box.top && event.clientY <= box.bottom;
+    if (!inside) closeRef.current();
+  };
+
+  return (
+    <dialog ref={ref} class={`dialog ${wide ? 'dialog-wide' : ''}`} aria-labelledby={titleId} role={alert ? 'alertdialog' : undefined} onClick={onBackdrop}>
+      <div class="dialog-head">
+        <h2 id={titleId}>{title}</h2>
+        <button type="button" class="icon-button" onClick={() => closeRef.current()} aria-label="Close">
+          <svg viewBox="0 0 20 20" aria-hidden="true">
+            <path d="M5 5l10 10M15 5L5 15" stroke="currentColor" stroke-width="1.8" stroke-linecap="round" />
+          </svg>
+        </button>
+      </div>
+      <div class="dialog-body">{children}</div>
+    </dialog>
+  );
+}
+
+/** Rows of grey bars standing in for a table's data, the height of real rows. */
+export function SkeletonRows({ columns, rows = 4 }: { columns: number; rows?: number }) {
+  return (
+    <>
+      {Array.from({ length: rows }, (_, r) => (
+        <tr key={r} class="skeleton-row" aria-hidden="true">
+          {Array.from({ length: columns }, (_, c) => (
+            <td key={c}>
+              <span class="skeleton" />
+            </td>
+          ))}
+        </tr>
+      ))}
+    </>
+  );
+}
+
+export function EmptyRow({ columns, children }: { columns: number; children: ComponentChildren }) {
+  return (
+    <tr class="empty-row">
+      <td colSpan={columns}>{children}</td>
+    </tr>
+  );
+}
+
+/** A caption-less table gets its name from a heading: pass the heading's id. */
+export function TableCard({ children, labelledBy, label, class: className }: { children: ComponentChildren; labelledBy?: string; label?: string; class?: string }) {
+  return (
+    <div class={`table-card ${className ?? ''}`}>
+      <div class="table-scroll" tabIndex={0} role="group" aria-labelledby={labelledBy} aria-label={labelledBy ? undefined : label}>
+        {children}
+      </div>
+    </div>
+  );
+}
+
+export function Spinner() {
+  return <span class="spinner" aria-hidden="true" />;
+}
+
+/** Text that changes to "Copied" a moment after a copy. */
+export function useCopy(): [boolean, (text: string) => Promise<void>, string | undefined] {
+  const [copied, setCopied] = useState(false);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const timer = useRef<number | undefined>(undefined);
+  useEffect(() => () => window.clearTimeout(timer.current), []);
+  const copy = async (text: string) => {
+    try {
+      await navigator.clipboard.writeText(text);
+      setError(undefined);
+      setCopied(true);
+      window.clearTimeout(timer.current);
+      timer.current = window.setTimeout(() => setCopied(false), 2500);
+    } catch {
+      setError('Copying was blocked by the browser: select the text and copy it by hand.');
+    }
+  };
+  return [copied, copy, error];
+}
+
+/** Parses an optional number field: '' → undefined, junk → NaN. */
+export function optionalNumber(text: string): number | undefined {
+  const trimmed = text.trim();
+  if (trimmed === '') return undefined;
+  return Number(trimmed);
+}
+
+export function modelList(text: string): string[] | undefined {
+  const models = [...new Set(text.split(',').map((m) => m.trim()).filter(Boolean))];
+  return models.length ? models : undefined;
+}

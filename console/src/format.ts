@@ -1,0 +1,131 @@
+// Money, numbers and dates as the user's locale writes them.
+
+const dollars = new Intl.NumberFormat(undefined, { style: 'currency', currency: 'USD', minimumFractionDigits: 2, maximumFractionDigits: 2 });
+const smallDollars = new Intl.NumberFormat(undefined, { style: 'currency', currency: 'USD', minimumFractionDigits: 2, maximumFractionDigits: 6 });
+const integer = new Intl.NumberFormat(undefined, { maximumFractionDigits: 0 });
+const decimal = new Intl.NumberFormat(undefined, { maximumFractionDigits: 2 });
+const compact = new Intl.NumberFormat(undefined, { notation: 'compact', maximumFractionDigits: 1 });
+
+/**
+ * USD. Amounts under a dollar keep their micro-dollars (up to 6 decimals), so
+ * a tiny cost never reads as $0.00 and matches the exact figure billed.
+ */
+export function money(usd: number | null | undefined): string {
+  if (usd == null || !Number.isFinite(usd)) return '—';
+  if (Math.abs(usd) < 1) return smallDollars.format(usd);
+  return dollars.format(usd);
+}
+
+/** A unit price: as many decimals as it has (up to 6), at least 2. */
+export function price(usd: number | null | undefined): string {
+  if (usd == null || !Number.isFinite(usd)) return '—';
+  return smallDollars.format(usd);
+}
+
+export function balance(usd: number | null | undefined): string {
+  return usd === null ? 'Unlimited' : money(usd);
+}
+
+export function count(n: number | null | undefined): string {
+  return n == null ? '—' : integer.format(n);
+}
+
+export function number(n: number | null | undefined): string {
+  return n == null ? '—' : decimal.format(n);
+}
+
+export function compactCount(n: number): string {
+  return compact.format(n);
+}
+
+const dateFormat = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium' });
+const dateTimeFormat = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'short' });
+const timeFormat = new Intl.DateTimeFormat(undefined, { timeStyle: 'medium' });
+const dayFormat = new Intl.DateTimeFormat(undefined, { month: 'short', day: 'numeric', timeZone: 'UTC' });
+
+/** Unix seconds → a date. */
+export function date(seconds: number | null | undefined): string {
+  return seconds == null ? '—' : dateFormat.format(new Date(seconds * 1000));
+}
+
+const shortDateFormat = new Intl.DateTimeFormat(undefined, { month: 'short', day: 'numeric' });
+const relative = new Intl.RelativeTimeFormat(undefined, { numeric: 'auto', style: 'short' });
+
+/** Unix seconds → a compact date ("Mar 4"; with the year when it is not this one). */
+export function shortDate(seconds: number | null | undefined): string {
+  if (seconds == null) return '—';
+  const when = new Date(seconds * 1000);
+  return when.getFullYear() === new Date().getFullYear() ? shortDateFormat.format(when) : dateFormat.format(when);
+}
+
+/** Unix seconds → "5 min. ago", "yesterday", or a date past a week. */
+export function ago(seconds: number | null | undefined): string {
+  if (seconds == null) return '—';
+  const diff = seconds - Date.now() / 1000;
+  const abs = Math.abs(diff);
+  if (abs < 45) return 'just now';
+  if (abs < 3600) return relative.format(Math.round(diff / 60), 'minute');
+  if (abs < 86_400) return relative.format(Math.round(diff / 3600), 'hour');
+  if (abs < 7 * 86_400) return relative.format(Math.round(diff / 86_400), 'day');
+  return shortDate(seconds);
+}
+
+/** Unix seconds → date and time. */
+export function dateTime(seconds: number | null | undefined): string {
+  return seconds == null ? '—' : dateTimeFormat.format(new Date(seconds * 1000));
+}
+
+export function timeOfDay(ms: number): string {
+  return timeFormat.format(new Date(ms));
+}
+
+/** Unix ms → date and time, or only the time when it is today. */
+export function moment(ms: number | null | undefined): string {
+  if (ms == null) return '—';
+  const when = new Date(ms);
+  return when.toDateString() === new Date().toDateString() ? timeFormat.format(when) : dateTimeFormat.format(when);
+}
+
+/** A UTC day (YYYY-MM-DD) as a short label ("Mar 4"). */
+export function dayLabel(day: string): string {
+  return dayFormat.format(new Date(`${day}T00:00:00Z`));
+}
+
+/** Every UTC day from `from` to `to`, inclusive. */
+export function daysBetween(from: string, to: string): string[] {
+  const days: string[] = [];
+  const end = Date.parse(`${to}T00:00:00Z`);
+  for (let t = Date.parse(`${from}T00:00:00Z`); t <= end && days.length < 400; t += 86_400_000) {
+    days.push(new Date(t).toISOString().slice(0, 10));
+  }
+  return days;
+}
+
+/** "1024x1024" → "1024×1024". */
+export function size(text: string): string {
+  return text.replace(/^(\d+)x(\d+)$/, '$1×$2');
+}
+
+export function contextWindow(tokens: number): string {
+  return tokens > 0 ? compact.format(tokens) : '—';
+}
+
+/** A date input's value (YYYY-MM-DD, local) → unix seconds at the end of that local day. */
+export function endOfLocalDay(value: string): number | undefined {
+  const match = /^(\d{4})-(\d{2})-(\d{2})$/.exec(value);
+  if (!match) return undefined;
+  const end = new Date(Number(match[1]), Number(match[2]) - 1, Number(match[3]), 23, 59, 59);
+  return Math.floor(end.getTime() / 1000);
+}
+
+/** Unix seconds → a date input's value (YYYY-MM-DD, local). */
+export function dateInputValue(seconds: number | null | undefined): string {
+  if (seconds == null) return '';
+  const d = new Date(seconds * 1000);
+  const pad = (n: number) => String(n).padStart(2, '0');
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
+}
+
+export function todayInputValue(): string {
+  return dateInputValue(Date.now() / 1000);
+}

@@ -1,0 +1,208 @@
+import { render, type JSX } from 'preact';
+import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
+import './styles.css';
+import { api, messageOf, onNotSignedIn, setCsrfToken } from './api';
+import { AppContext, type AppState } from './app-context';
+import { PublicShell, Shell, Logo } from './components/shell';
+import { navigate, usePath, Link } from './router';
+import type { Account, ConsoleConfig, SessionAnswer } from './types';
+import { SignInPage } from './pages/sign-in';
+import { KeysPage } from './pages/keys';
+import { UsagePage } from './pages/usage';
+import { PricingPage } from './pages/pricing';
+import { PlaygroundPage } from './pages/playground';
+import { AccountsPage } from './pages/admin-accounts';
+import { AllKeysPage } from './pages/admin-keys';
+import { ChannelsPage } from './pages/admin-channels';
+import { QueuesPage } from './pages/admin-queues';
+import { PageHeader, useTitle } from './components/ui';
+
+const signInPath = '/console';
+const homePath = '/console/keys';
+
+type Page = () => JSX.Element;
+
+const memberPages: Record<string, Page> = {
+  '/console/keys': KeysPage,
+  '/console/usage': UsagePage,
+  '/console/pricing': PricingPage,
+  '/console/playground': PlaygroundPage,
+};
+const adminPages: Record<string, Page> = {
+  '/console/admin/accounts': AccountsPage,
+  '/console/admin/keys': AllKeysPage,
+  '/console/admin/channels': ChannelsPage,
+  '/console/admin/queues': QueuesPage,
+};
+
+function NotFound() {
+  useTitle('Not found');
+  return (
+    <>
+      <PageHeader title="Page not found" description="There is no console page at this address." />
+      <p>
+        <Link href={homePath} class="button button-secondary">
+          Go to your keys
+        </Link>
+      </p>
+    </>
+  );
+}
+
+function AdminOnly() {
+  useTitle('Admins only');
+  return (
+    <>
+      <PageHeader title="Admins only" description="This page is for administrators of this gateway." />
+      <p>
+        <Link href={homePath} class="button button-secondary">
+          Go to your keys
+        </Link>
+      </p>
+    </>
+  );
+}
+
+function Loading() {
+  return (
+    <div class="boot" aria-busy="true">
+      <Logo />
+      <p class="visually-hidden" role="status">
+        Loading the console…
+      </p>
+    </div>
+  );
+}
+
+function BootFailed({ message, retry }: { message: string; retry: () => void }) {
+  useTitle('Unavailable');
+  return (
+    <div class="auth-page">
+      <main class="auth-card" id="main">
+        <Logo />
+        <h1>The console is unavailable</h1>
+        <div class="alert alert-error" role="alert">
+          {message}
+        </div>
+        <button type="button" class="button button-primary" onClick={retry}>
+          Try again
+        </button>
+      </main>
+    </div>
+  );
+}
+
+function App() {
+  const path = usePath();
+  const [config, setConfig] = useState<ConsoleConfig | undefined>(undefined);
+  const [account, setAccount] = useState<Account | null | undefined>(undefined);
+  const [bootError, setBootError] = useState<string | undefined>(undefined);
+  const [attempt, setAttempt] = useState(0);
+  /** Where a signed-out visit wanted to go: the sign-in leads there. */
+  const wanted = useRef<string | undefined>(undefined);
+
+  useEffect(() => {
+    let stale = false;
+    setBootError(undefined);
+    Promise.all([api<ConsoleConfig>('GET', '/config'), api<SessionAnswer>('GET', '/session')])
+      .then(([configAnswer, session]) => {
+        if (stale) return;
+        setCsrfToken(session.csrf_token);
+        // base_url is the gateway's own address; this page's origin stands in if the server names none.
+        setConfig({ ...configAnswer, base_url: configAnswer.base_url || location.origin });
+        setAccount(session.account);
+      })
+      .catch((error) => {
+        if (!stale) setBootError(messageOf(error));
+      });
+    return () => {
+      stale = true;
+    };
+  }, [attempt]);
+
+  const refreshAccount = useCallback(() => {
+    api<SessionAnswer>('GET', '/session')
+      .then((session) => {
+        setCsrfToken(session.csrf_token);
+        setAccount(session.account);
+      })
+      .catch(() => {});
+  }, []);
+
+  useEffect(() => {
+    onNotSignedIn(() => {
+      if (location.pathname.replace(/\/+$/, '') !== signInPath) wanted.current = location.pathname + location.search;
+      setAccount(null);
+    });
+  }, []);
+
+  const signOut = useCallback(async () => {
+    try {
+      const answer = await api<{ csrf_token: string }>('DELETE', '/session');
+      setCsrfToken(answer.csrf_token);
+    } catch {
+      // the session may be gone already: signed out either way
+    }
+    wanted.current = undefined;
+    setAccount(null);
+    navigate(signInPath);
+  }, []);
+
+  // The balance shown in the sidebar follows the account as pages change.
+  const firstPath = useRef(true);
+  useEffect(() => {
+    if (firstPath.current) {
+      firstPath.current = false;
+      return;
+    }
+    if (account) refreshAccount();
+    window.scrollTo(0, 0);
+    // Move focus to the new page's heading, as a page load would.
+    window.requestAnimationFrame(() => {
+      const heading = document.querySelector<HTMLElement>('main h1');
+      heading?.focus({ preventScroll: true });
+    });
+  }, [path]);
+
+  const state = useMemo<AppState | null>(
+    () => (config && account !== undefined ? { config, account, refreshAccount, setAccount, signOut } : null),
+    [config, account, refreshAccount, signOut],
+  );
+
+  // Redirects that depend on the session.
+  const signedIn = !!account;
+  const publicPricing = path === '/console/pricing' && !!config?.public_pricing;
+  const known = path in memberPages || path in adminPages;
+  let redirect: string | undefined;
+  if (state) {
+    if (path === signInPath && signedIn) redirect = wanted.current ?? homePath;
+    else if (!signedIn && path !== signInPath && !publicPricing && path.startsWith('/console')) redirect = signInPath;
+    else if (!path.startsWith('/console')) redirect = signedIn ? homePath : signInPath;
+  }
+  useEffect(() => {
+    if (!redirect) return;
+    if (redirect === signInPath && known) wanted.current = location.pathname + location.search;
+    if (redirect !== signInPath) wanted.current = undefined;
+    navigate(redirect, { replace: true });
+  }, [redirect]);
+
+  if (bootError) return <BootFailed message={bootError} retry={() => setAttempt((a) => a + 1)} />;
+  if (!state || redirect) return <Loading />;
+
+  let content;
+  if (!signedIn) {
+    content = path === signInPath ? <SignInPage /> : <PublicShell>{<PricingPage />}</PublicShell>;
+  } else {
+    const Member = memberPages[path];
+    const Admin = adminPages[path];
+    const body = Member ? <Member /> : Admin ? account.role === 'admin' ? <Admin /> : <AdminOnly /> : <NotFound />;
+    content = (
+      <Shell path={path} key="shell">
+        <div key={path}>{body}</div>
+      </Shell>
+    );
+  }
+  return <AppContext.Provider value={state}>{content}</AppContext.Provider>;
+}
+
+render(<App />, document.getElementById('app')!);

@@ -1,0 +1,266 @@
+import type { TargetedSubmitEvent } from 'preact';
+import { useState } from 'preact/hooks';
+import { api, listOf, messageOf } from '../api';
+import { useApp } from '../app-context';
+import { Dialog, EmptyRow, ErrorMessage, PageHeader, SkeletonRows, Spinner, StatusMessage, TableCard, useApi, useTitle } from '../components/ui';
+import { balance, date, dateTime, money } from '../format';
+import type { Account, List, Role } from '../types';
+
+function CreateAccountForm({ onCreated }: { onCreated: (account: Account) => void }) {
+  const [email, setEmail] = useState('');
+  const [password, setPassword] = useState('');
+  const [name, setName] = useState('');
+  const [role, setRole] = useState<Role>('member');
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [busy, setBusy] = useState(false);
+
+  const submit = async (event: TargetedSubmitEvent<HTMLFormElement>) => {
+    event.preventDefault();
+    if (busy) return;
+    if (!email.trim()) {
+      setError('Enter the email address of the new account.');
+      return;
+    }
+    if (password && password.length < 8) {
+      setError('The password must have at least 8 characters (or leave it empty).');
+      return;
+    }
+    setError(undefined);
+    setBusy(true);
+    try {
+      const body: Record<string, unknown> = { email: email.trim(), role };
+      if (password) body.password = password;
+      if (name.trim()) body.name = name.trim();
+      const account = await api<Account>('POST', '/admin/accounts', body);
+      setEmail('');
+      setPassword('');
+      setName('');
+      setRole('member');
+      onCreated(account);
+    } catch (caught) {
+      setError(messageOf(caught));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  return (
+    <section class="card" aria-labelledby="create-account-heading">
+      <h2 id="create-account-heading" class="card-title">
+        New account
+      </h2>
+      <form onSubmit={submit} noValidate>
+        <div class="form-grid">
+          <div class="field">
+            <label for="account-email">Email</label>
+            <input id="account-email" type="email" required value={email} onInput={(e) => setEmail(e.currentTarget.value)} autoComplete="off" />
+          </div>
+          <div class="field">
+            <label for="account-password">Password</label>
+            <input
+              id="account-password"
+              type="password"
+              minLength={8}
+              value={password}
+              onInput={(e) => setPassword(e.currentTarget.value)}
+              autoComplete="new-password"
+              aria-describedby="account-password-hint"
+            />
+            <p class="field-hint" id="account-password-hint">
+              8+ characters. Empty: the account cannot sign in yet.
+            </p>
+          </div>
+          <div class="field">
+            <label for="account-name">Name</label>
+            <input id="account-name" type="text" value={name} onInput={(e) => setName(e.currentTarget.value)} autoComplete="off" />
+          </div>
+          <div class="field">
+            <label for="account-role">Role</label>
+            <select id="account-role" value={role} onChange={(e) => setRole(e.currentTarget.value as Role)}>
+              <option value="member">Member</option>
+              <option value="admin">Admin</option>
+            </select>
+          </div>
+        </div>
+        <ErrorMessage message={error} />
+        <div class="form-actions">
+          <button type="submit" class="button button-primary" disabled={busy}>
+            {busy && <Spinner />}
+            Create account
+          </button>
+        </div>
+      </form>
+    </section>
+  );
+}
+
+function CreditDialog({ account, onClose, onCredited }: { account: Account; onClose: () => void; onCredited: (balanceUsd: number) => void }) {
+  const [amount, setAmount] = useState('');
+  const [note, setNote] = useState('');
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [busy, setBusy] = useState(false);
+  const submit = async (event: TargetedSubmitEvent<HTMLFormElement>) => {
+    event.preventDefault();
+    if (busy) return;
+    const value = Number(amount);
+    if (amount.trim() === '' || !Number.isFinite(value) || value === 0) {
+      setError('Enter an amount in USD (negative to correct a balance).');
+      return;
+    }
+    setError(undefined);
+    setBusy(true);
+    try {
+      const answer = await api<{ account_id: string; balance_usd: number }>('POST', `/admin/accounts/${encodeURIComponent(account.id)}/credits`, {
+        amount_usd: value,
+        ...(note.trim() ? { note: note.trim() } : {}),
+      });
+      onCredited(answer.balance_usd);
+    } catch (caught) {
+      setError(messageOf(caught));
+      setBusy(false);
+    }
+  };
+  return (
+    <Dialog title={`Add credit to ${account.email || account.name || account.id}`} onClose={onClose}>
+      <p class="dialog-lead">
+        Current balance: <strong>{balance(account.balance_usd)}</strong>
+      </p>
+      <form onSubmit={submit} noValidate>
+        <div class="form-stack">
+          <div class="field">
+            <label for="credit-amount">Amount (USD)</label>
+            <input id="credit-amount" type="number" step="any" inputMode="decimal" required value={amount} onInput={(e) => setAmount(e.currentTarget.value)} autoFocus />
+          </div>
+          <div class="field">
+            <label for="credit-note">Note</label>
+            <input id="credit-note" type="text" maxLength={1000} value={note} onInput={(e) => setNote(e.currentTarget.value)} placeholder="e.g. Invoice 2024-017" />
+          </div>
+        </div>
+        <ErrorMessage message={error} />
+        <div class="dialog-actions">
+          <button type="button" class="button button-secondary" onClick={onClose}>
+            Cancel
+          </button>
+          <button type="submit" class="button button-primary" disabled={busy}>
+            {busy && <Spinner />}
+            Credit
+          </button>
+        </div>
+      </form>
+    </Dialog>
+  );
+}
+
+export function AccountsPage() {
+  useTitle('Accounts');
+  const { account: me, refreshAccount } = useApp();
+  const accounts = useApi<List<Account> | Account[]>('/admin/accounts');
+  const [crediting, setCrediting] = useState<Account | undefined>(undefined);
+  const [busyId, setBusyId] = useState<string | undefined>(undefined);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [status, setStatus] = useState<string | undefined>(undefined);
+  const list = accounts.data ? listOf(accounts.data) : undefined;
+
+  const replace = (updated: Account) =>
+    accounts.setData((previous) => previous && listOf(previous).map((a) => (a.id === updated.id ? updated : a)));
+
+  const toggle = async (account: Account) => {
+    setBusyId(account.id);
+    setError(undefined);
+    try {
+      const updated = await api<Account>('PATCH', `/admin/accounts/${encodeURIComponent(account.id)}`, { disabled: !account.disabled });
+      replace(updated);
+      setStatus(`${updated.email || updated.id} ${updated.disabled ? 'disabled' : 'enabled'}.`);
+    } catch (caught) {
+      setError(messageOf(caught));
+    } finally {
+      setBusyId(undefined);
+    }
+  };
+
+  const columns = 7;
+  return (
+    <>
+      <PageHeader title="Accounts" description="Everyone who can sign in to this console, their balances and roles." />
+      <CreateAccountForm
+        onCreated={(account) => {
+          accounts.setData((previous) => previous && [...listOf(previous), account]);
+          setStatus(`Account ${account.email} created.`);
+        }}
+      />
+      <section class="section" aria-labelledby="accounts-heading">
+        <div class="section-head">
+          <h2 id="accounts-heading">All accounts</h2>
+          <span class="muted">{list ? `${list.length} account${list.length === 1 ? '' : 's'}` : '\u00a0'}</span>
+        </div>
+        <StatusMessage message={status} />
+        <ErrorMessage message={error ?? accounts.error} onDismiss={error ? () => setError(undefined) : undefined} />
+        <TableCard labelledBy="accounts-heading">
+          <table class="table" aria-labelledby="accounts-heading">
+            <thead>
+              <tr>
+                <th scope="col">Email</th>
+                <th scope="col">Name</th>
+                <th scope="col">Role</th>
+                <th scope="col" class="num">
+                  Balance
+                </th>
+                <th scope="col">Status</th>
+                <th scope="col">Created</th>
+                <th scope="col">
+                  <span class="visually-hidden">Actions</span>
+                </th>
+              </tr>
+            </thead>
+            <tbody>
+              {!list && <SkeletonRows columns={columns} rows={3} />}
+              {list && list.length === 0 && <EmptyRow columns={columns}>No accounts yet.</EmptyRow>}
+              {list?.map((account) => (
+                <tr key={account.id}>
+                  <td class="cell-strong">
+                    {account.email || <span class="muted">{account.id}</span>}
+                    {me?.id === account.id && <span class="badge">You</span>}
+                  </td>
+                  <td>{account.name || <span class="muted">—</span>}</td>
+                  <td>
+                    <span class={`badge ${account.role === 'admin' ? 'badge-accent' : ''}`}>{account.role === 'admin' ? 'Admin' : 'Member'}</span>
+                  </td>
+                  <td class="num nowrap">{account.balance_usd === null ? 'Unlimited' : money(account.balance_usd)}</td>
+                  <td>{account.disabled ? <span class="badge badge-danger">Disabled</span> : <span class="badge badge-ok">Active</span>}</td>
+                  <td class="nowrap" title={dateTime(account.created)}>
+                    {date(account.created)}
+                  </td>
+                  <td class="row-actions">
+                    <button type="button" class="button button-secondary button-small" onClick={() => setCrediting(account)}>
+                      Add credit
+                    </button>
+                    <button
+                      type="button"
+                      class={`button button-small ${account.disabled ? 'button-secondary' : 'button-ghost-danger'}`}
+                      onClick={() => void toggle(account)}
+                      disabled={busyId === account.id}
+                    >
+                      {account.disabled ? 'Enable' : 'Disable'}
+                    </button>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </TableCard>
+      </section>
+      {crediting && (
+        <CreditDialog
+          account={crediting}
+          onClose={() => setCrediting(undefined)}
+          onCredited={(balanceUsd) => {
+            replace({ ...crediting, balance_usd: balanceUsd });
+            setStatus(`New balance of ${crediting.email || crediting.id}: ${money(balanceUsd)}.`);
+            setCrediting(undefined);
+            if (crediting.id === me?.id) refreshAccount();
+          }}
+        />
+      )}
+    </>
+  );
+}

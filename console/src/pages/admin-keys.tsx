@@ -1,0 +1,72 @@
+import { listOf } from '../api';
+import { EmptyRow, ErrorMessage, PageHeader, SkeletonRows, TableCard, useApi, useTitle } from '../components/ui';
+import { ago, dateTime, shortDate } from '../format';
+import type { Key, List } from '../types';
+import { ExpiresCell, ModelsCell, SpendCell, limitText } from './keys';
+
+export function AllKeysPage() {
+  useTitle('All keys');
+  const keys = useApi<List<Key> | Key[]>('/admin/keys');
+  const list = keys.data ? listOf(keys.data) : undefined;
+  const columns = 10;
+  return (
+    <>
+      <PageHeader title="All keys" description="Every API key on this gateway, of every account." />
+      <ErrorMessage message={keys.error} />
+      <section class="section" aria-labelledby="all-keys-heading">
+        <div class="section-head">
+          <h2 id="all-keys-heading" class="visually-hidden">
+            Keys of every account
+          </h2>
+          <span class="muted">{list ? `${list.length} key${list.length === 1 ? '' : 's'}` : '\u00a0'}</span>
+        </div>
+        <TableCard labelledBy="all-keys-heading">
+          <table class="table table-compact" aria-labelledby="all-keys-heading">
+            <thead>
+              <tr>
+                <th scope="col">Account</th>
+                <th scope="col">Name</th>
+                <th scope="col">Key</th>
+                <th scope="col">Created</th>
+                <th scope="col">Last used</th>
+                <th scope="col">Spent / Limit</th>
+                <th scope="col" class="num">
+                  RPM
+                </th>
+                <th scope="col" class="num">
+                  TPM
+                </th>
+                <th scope="col">Models</th>
+                <th scope="col">Expires</th>
+              </tr>
+            </thead>
+            <tbody>
+              {!list && <SkeletonRows columns={columns} rows={4} />}
+              {list && list.length === 0 && <EmptyRow columns={columns}>No keys yet.</EmptyRow>}
+              {list?.map((key) => (
+                <tr key={key.id}>
+                  <td>{key.account_email ?? <span class="muted">{key.account_id || '—'}</span>}</td>
+                  <td class="cell-strong">
+                    {key.name}
+                  </td>
+                  <td class="mono nowrap">{key.hint}</td>
+                  <td class="nowrap" title={dateTime(key.created)}>
+                    {shortDate(key.created)}
+                  </td>
+                  <td class="nowrap" title={key.last_used_at == null ? undefined : dateTime(key.last_used_at)}>
+                    {key.last_used_at == null ? <span class="muted">Never</span> : ago(key.last_used_at)}
+                  </td>
+                  <SpendCell keyRecord={key} />
+                  <td class="num">{limitText(key.rpm)}</td>
+                  <td class="num">{limitText(key.tpm)}</td>
+                  <ModelsCell models={key.models} />
+                  <ExpiresCell at={key.expires_at} />
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </TableCard>
+      </section>
+    </>
+  );
+}

@@ -1,0 +1,481 @@
+import type { TargetedEvent, TargetedSubmitEvent } from 'preact';
+import { useState } from 'preact/hooks';
+import { api, messageOf } from '../api';
+import { useApp } from '../app-context';
+import { Dialog, EmptyRow, ErrorMessage, PageHeader, SkeletonRows, Spinner, StatusMessage, TableCard, modelList, optionalNumber, useApi, useCopy, useTitle } from '../components/ui';
+import { ago, dateInputValue, dateTime, endOfLocalDay, money, shortDate, todayInputValue } from '../format';
+import type { CreatedKey, Key, List } from '../types';
+
+interface KeyDraft {
+  name: string;
+  limit: string;
+  rpm: string;
+  tpm: string;
+  models: string;
+  expires: string;
+}
+
+const emptyDraft: KeyDraft = { name: '', limit: '', rpm: '', tpm: '', models: '', expires: '' };
+
+function draftOf(key: Key): KeyDraft {
+  return {
+    name: key.name,
+    limit: key.limit_usd == null ? '' : String(key.limit_usd),
+    rpm: key.rpm == null ? '' : String(key.rpm),
+    tpm: key.tpm == null ? '' : String(key.tpm),
+    models: key.models?.join(', ') ?? '',
+    expires: dateInputValue(key.expires_at),
+  };
+}
+
+interface KeyFieldsValue {
+  name: string;
+  limit_usd: number | null;
+  rpm: number | null;
+  tpm: number | null;
+  models: string[] | null;
+  expires_at: number | null;
+}
+
+/** The draft as API fields (null for "none"), or the first problem with it. */
+function parseDraft(draft: KeyDraft): KeyFieldsValue | string {
+  const name = draft.name.trim();
+  if (!name) return 'Give the key a name.';
+  const limit = optionalNumber(draft.limit);
+  if (limit !== undefined && (!Number.isFinite(limit) || limit < 0)) return 'The spend limit must be a positive amount in USD.';
+  const perMinute = (text: string, label: string) => {
+    const value = optionalNumber(text);
+    if (value !== undefined && (!Number.isInteger(value) || value < 1)) return `${label} must be a whole number of at least 1.`;
+    return value ?? null;
+  };
+  const rpm = perMinute(draft.rpm, 'RPM');
+  if (typeof rpm === 'string') return rpm;
+  const tpm = perMinute(draft.tpm, 'TPM');
+  if (typeof tpm === 'string') return tpm;
+  let expires: number | null = null;
+  if (draft.expires) {
+    const at = endOfLocalDay(draft.expires);
+    if (at === undefined) return 'Pick the expiry date from the calendar.';
+    if (at * 1000 < Date.now()) return 'The expiry date has passed already.';
+    expires = at;
+  }
+  return { name, limit_usd: limit ?? null, rpm, tpm, models: modelList(draft.models) ?? null, expires_at: expires };
+}
+
+function KeyFields({ idPrefix, draft, onChange, autoFocus }: { idPrefix: string; draft: KeyDraft; onChange: (draft: KeyDraft) => void; autoFocus?: boolean }) {
+  const set = (field: keyof KeyDraft) => (event: TargetedEvent<HTMLInputElement>) => onChange({ ...draft, [field]: event.currentTarget.value });
+  const id = (field: string) => `${idPrefix}-${field}`;
+  return (
+    <div class="form-grid">
+      <div class="field field-wide">
+        <label for={id('name')}>Name</label>
+        <input id={id('name')} type="text" required maxLength={200} value={draft.name} onInput={set('name')} autoFocus={autoFocus} placeholder="e.g. Production backend" autoComplete="off" />
+      </div>
+      <div class="field">
+        <label for={id('limit')}>Spend limit (USD)</label>
+        <input id={id('limit')} type="number" min="0" step="any" inputMode="decimal" value={draft.limit} onInput={set('limit')} placeholder="No limit" />
+      </div>
+      <div class="field">
+        <label for={id('rpm')}>RPM</label>
+        <input id={id('rpm')} type="number" min="1" step="1" inputMode="numeric" value={draft.rpm} onInput={set('rpm')} placeholder="No limit" aria-describedby={id('rpm-hint')} />
+        <p class="field-hint" id={id('rpm-hint')}>
+          Requests per minute
+        </p>
+      </div>
+      <div class="field">
+        <label for={id('tpm')}>TPM</label>
+        <input id={id('tpm')} type="number" min="1" step="1" inputMode="numeric" value={draft.tpm} onInput={set('tpm')} placeholder="No limit" aria-describedby={id('tpm-hint')} />
+        <p class="field-hint" id={id('tpm-hint')}>
+          Tokens per minute
+        </p>
+      </div>
+      <div class="field">
+        <label for={id('expires')}>Expires</label>
+        <input id={id('expires')} type="date" min={todayInputValue()} value={draft.expires} onInput={set('expires')} aria-describedby={id('expires-hint')} />
+        <p class="field-hint" id={id('expires-hint')}>
+          Empty: never
+        </p>
+      </div>
+      <div class="field field-wide">
+        <label for={id('models')}>Allowed models</label>
+        <input id={id('models')} type="text" value={draft.models} onInput={set('models')} placeholder="All models" autoComplete="off" spellcheck={false} aria-describedby={id('models-hint')} />
+        <p class="field-hint" id={id('models-hint')}>
+          Comma separated, e.g. gpt-4o-mini, claude-sonnet-4-5. Empty: every model.
+        </p>
+      </div>
+    </div>
+  );
+}
+
+function CreateKeyForm({ onCreated }: { onCreated: (key: CreatedKey) => void }) {
+  const [draft, setDraft] = useState<KeyDraft>(emptyDraft);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [busy, setBusy] = useState(false);
+
+  const submit = async (event: TargetedSubmitEvent<HTMLFormElement>) => {
+    event.preventDefault();
+    if (busy) return;
+    const parsed = parseDraft(draft);
+    if (typeof parsed === 'string') {
+      setError(parsed);
+      return;
+    }
+    setError(undefined);
+    setBusy(true);
+    try {
+      const body: Record<string, unknown> = { name: parsed.name };
+      if (parsed.limit_usd !== null) body.limit_usd = parsed.limit_usd;
+      if (parsed.rpm !== null) body.rpm = parsed.rpm;
+      if (parsed.tpm !== null) body.tpm = parsed.tpm;
+      if (parsed.models !== null) body.models = parsed.models;
+      if (parsed.expires_at !== null) body.expires_at = parsed.expires_at;
+      const created = await api<CreatedKey>('POST', '/keys', body);
+      setDraft(emptyDraft);
+      onCreated(created);
+    } catch (caught) {
+      setError(messageOf(caught));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  return (
+    <section class="card" aria-labelledby="create-key-heading">
+      <h2 id="create-key-heading" class="card-title">
+        New key
+      </h2>
+      <form onSubmit={submit} class="key-form" noValidate>
+        <KeyFields idPrefix="new-key" draft={draft} onChange={setDraft} />
+        <ErrorMessage message={error} />
+        <div class="form-actions">
+          <button type="submit" class="button button-primary" disabled={busy}>
+            {busy && <Spinner />}
+            Create key
+          </button>
+        </div>
+      </form>
+    </section>
+  );
+}
+
+function snippets(baseUrl: string, secret: string, model: string) {
+  const root = baseUrl.replace(/\/+$/, '');
+  const curl = [
+    `curl ${root}/v1/chat/completions \\`,
+    `  -H "Authorization: Bearer ${secret}" \\`,
+    `  -H "Content-Type: application/json" \\`,
+    `  -d '{"model": "${model}", "messages": [{"role": "user", "content": "Hello!"}]}'`,
+  ].join('\n');
+  const python = [
+    'from openai import OpenAI',
+    '',
+    `client = OpenAI(base_url="${root}/v1", api_key="${secret}")`,
+    'reply = client.chat.completions.create(',
+    `    model="${model}",`,
+    '    messages=[{"role": "user", "content": "Hello!"}],',
+    ')',
+    'print(reply.choices[0].message.content)',
+  ].join('\n');
+  const js = [
+    "import OpenAI from 'openai';",
+    '',
+    `const client = new OpenAI({ baseURL: '${root}/v1', apiKey: '${secret}' });`,
+    'const reply = await client.chat.completions.create({',
+    `  model: '${model}',`,
+    "  messages: [{ role: 'user', content: 'Hello!' }],",
+    '});',
+    'console.log(reply.choices[0].message.content);',
+  ].join('\n');
+  return { curl, python, js };
+}
+
+/** Shows a new key's secret, this once. Unmounting it (closing) drops the secret for good. */
+function SecretDialog({ created, onClose }: { created: CreatedKey; onClose: () => void }) {
+  const { config } = useApp();
+  const [copied, copy, copyError] = useCopy();
+  const model = created.models?.[0] ?? 'gpt-4o-mini';
+  const code = snippets(config.base_url, created.key, model);
+  return (
+    <Dialog title="Save your API key" onClose={onClose} wide>
+      <p class="dialog-lead">
+        This is the only time the secret of <strong>{created.name}</strong> is shown. Copy it now and keep it somewhere safe: if you lose it, revoke the key and create a new one.
+      </p>
+      <div class="field">
+        <label for="new-secret">Secret key</label>
+        <div class="copy-row">
+          <input id="new-secret" class="mono" type="text" readOnly value={created.key} onFocus={(e) => e.currentTarget.select()} spellcheck={false} autoComplete="off" />
+          <button type="button" class="button button-primary" onClick={() => void copy(created.key)}>
+            {copied ? 'Copied' : 'Copy'}
+          </button>
+        </div>
+        <p class="status-line" role="status" aria-live="polite">
+          {copied ? <span class="status-ok">Copied to the clipboard.</span> : null}
+        </p>
+        <ErrorMessage message={copyError} />
+      </div>
+      <h3 class="snippet-title">curl</h3>
+      <pre class="code" tabIndex={0} aria-label="curl example">
+        <code>{code.curl}</code>
+      </pre>
+      <h3 class="snippet-title">Python (openai)</h3>
+      <pre class="code" tabIndex={0} aria-label="Python example">
+        <code>{code.python}</code>
+      </pre>
+      <h3 class="snippet-title">JavaScript (openai)</h3>
+      <pre class="code" tabIndex={0} aria-label="JavaScript example">
+        <code>{code.js}</code>
+      </pre>
+      <div class="dialog-actions">
+        <button type="button" class="button button-secondary" onClick={onClose}>
+          Done
+        </button>
+      </div>
+    </Dialog>
+  );
+}
+
+function EditKeyDialog({ keyRecord, onClose, onSaved }: { keyRecord: Key; onClose: () => void; onSaved: (key: Key) => void }) {
+  const initial = draftOf(keyRecord);
+  const [draft, setDraft] = useState<KeyDraft>(initial);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [busy, setBusy] = useState(false);
+
+  const submit = async (event: TargetedSubmitEvent<HTMLFormElement>) => {
+    event.preventDefault();
+    if (busy) return;
+    const parsed = parseDraft({ ...draft, expires: draft.expires === initial.expires ? '' : draft.expires });
+    if (typeof parsed === 'string') {
+      setError(parsed);
+      return;
+    }
+    // Only what changed: an untouched expiry keeps its exact time.
+    const body: Record<string, unknown> = {};
+    if (draft.name !== initial.name) body.name = parsed.name;
+    if (draft.limit !== initial.limit) body.limit_usd = parsed.limit_usd;
+    if (draft.rpm !== initial.rpm) body.rpm = parsed.rpm;
+    if (draft.tpm !== initial.tpm) body.tpm = parsed.tpm;
+    if (draft.models !== initial.models) body.models = parsed.models;
+    if (draft.expires !== initial.expires) body.expires_at = parsed.expires_at;
+    if (Object.keys(body).length === 0) {
+      onClose();
+      return;
+    }
+    setError(undefined);
+    setBusy(true);
+    try {
+      onSaved(await api<Key>('PATCH', `/keys/${encodeURIComponent(keyRecord.id)}`, body));
+    } catch (caught) {
+      setError(messageOf(caught));
+      setBusy(false);
+    }
+  };
+
+  return (
+    <Dialog title={`Edit ${keyRecord.name}`} onClose={onClose} wide>
+      <form onSubmit={submit} noValidate>
+        <KeyFields idPrefix="edit-key" draft={draft} onChange={setDraft} />
+        <ErrorMessage message={error} />
+        <div class="dialog-actions">
+          <button type="button" class="button button-secondary" onClick={onClose}>
+            Cancel
+          </button>
+          <button type="submit" class="button button-primary" disabled={busy}>
+            {busy && <Spinner />}
+            Save
+          </button>
+        </div>
+      </form>
+    </Dialog>
+  );
+}
+
+function RevokeDialog({ keyRecord, onClose, onRevoked }: { keyRecord: Key; onClose: () => void; onRevoked: () => void }) {
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [busy, setBusy] = useState(false);
+  const revoke = async () => {
+    setBusy(true);
+    setError(undefined);
+    try {
+      await api('DELETE', `/keys/${encodeURIComponent(keyRecord.id)}`);
+      onRevoked();
+    } catch (caught) {
+      setError(messageOf(caught));
+      setBusy(false);
+    }
+  };
+  return (
+    <Dialog title="Revoke this key?" onClose={onClose} alert>
+      <p class="dialog-lead">
+        <strong>{keyRecord.name}</strong> (<span class="mono">{keyRecord.hint}</span>) stops working at once for every app that uses it. This cannot be undone.
+      </p>
+      <ErrorMessage message={error} />
+      <div class="dialog-actions">
+        <button type="button" class="button button-secondary" onClick={onClose} autoFocus>
+          Cancel
+        </button>
+        <button type="button" class="button button-danger" onClick={revoke} disabled={busy}>
+          {busy && <Spinner />}
+          Revoke key
+        </button>
+      </div>
+    </Dialog>
+  );
+}
+
+export function limitsText(key: Key): string {
+  return `${money(key.spent_usd)} / ${key.limit_usd == null ? 'no limit' : money(key.limit_usd)}`;
+}
+
+export function SpendCell({ keyRecord }: { keyRecord: Key }) {
+  const share = keyRecord.limit_usd ? Math.min(1, keyRecord.spent_usd / keyRecord.limit_usd) : undefined;
+  return (
+    <td class="spend-cell">
+      <span class="nowrap">{money(keyRecord.spent_usd)}</span>{' '}
+      <span class="muted nowrap">/ {keyRecord.limit_usd == null ? 'no limit' : money(keyRecord.limit_usd)}</span>
+      {share !== undefined && (
+        <span class={`meter ${share >= 0.9 ? 'meter-high' : ''}`} aria-hidden="true">
+          <span class="meter-fill" style={{ width: `${Math.round(share * 100)}%` }} />
+        </span>
+      )}
+    </td>
+  );
+}
+
+export function ModelsCell({ models }: { models: string[] | null }) {
+  if (!models || models.length === 0) return <td class="muted">All</td>;
+  const shown = models.slice(0, 1);
+  return (
+    <td title={models.join(', ')}>
+      <span class="tags">
+        {shown.map((m) => (
+          <span class="tag" key={m}>
+            {m}
+          </span>
+        ))}
+        {models.length > shown.length && <span class="tag tag-more">+{models.length - shown.length}</span>}
+      </span>
+    </td>
+  );
+}
+
+export function ExpiresCell({ at }: { at: number | null }) {
+  if (at == null) return <td class="muted">Never</td>;
+  const expired = at * 1000 <= Date.now();
+  return (
+    <td class="nowrap" title={dateTime(at)}>
+      {shortDate(at)}
+      {expired && <span class="badge badge-danger">Expired</span>}
+    </td>
+  );
+}
+
+export function limitText(value: number | null): string {
+  return value == null ? '—' : value.toLocaleString();
+}
+
+export function KeysPage() {
+  useTitle('Keys');
+  const keys = useApi<List<Key>>('/keys');
+  const [created, setCreated] = useState<CreatedKey | undefined>(undefined);
+  const [editing, setEditing] = useState<Key | undefined>(undefined);
+  const [revoking, setRevoking] = useState<Key | undefined>(undefined);
+  const [status, setStatus] = useState<string | undefined>(undefined);
+
+  const list = keys.data?.data;
+  const columns = 10;
+  return (
+    <>
+      <PageHeader title="Keys" description="API keys for the OpenAI-compatible endpoint. Each key can have its own spend limit, rate limits, models and expiry." />
+      <CreateKeyForm
+        onCreated={(key) => {
+          const { key: _secret, ...record } = key;
+          keys.setData((previous) => previous && { ...previous, data: [...previous.data, record] });
+          setStatus(`Key “${key.name}” created.`);
+          setCreated(key);
+        }}
+      />
+      <section aria-labelledby="keys-heading" class="section">
+        <div class="section-head">
+          <h2 id="keys-heading">Your keys</h2>
+          <span class="muted">{list ? `${list.length} key${list.length === 1 ? '' : 's'}` : '\u00a0'}</span>
+        </div>
+        <StatusMessage message={status} />
+        <ErrorMessage message={keys.error} />
+        <TableCard labelledBy="keys-heading">
+          <table class="table table-compact" aria-labelledby="keys-heading">
+            <thead>
+              <tr>
+                <th scope="col">Name</th>
+                <th scope="col">Key</th>
+                <th scope="col">Created</th>
+                <th scope="col">Last used</th>
+                <th scope="col">Spent / Limit</th>
+                <th scope="col" class="num">RPM</th>
+                <th scope="col" class="num">TPM</th>
+                <th scope="col">Models</th>
+                <th scope="col">Expires</th>
+                <th scope="col" class="sticky-end">
+                  <span class="visually-hidden">Actions</span>
+                </th>
+              </tr>
+            </thead>
+            <tbody>
+              {!list && <SkeletonRows columns={columns} rows={3} />}
+              {list && list.length === 0 && <EmptyRow columns={columns}>No keys yet. Create one above to call the API.</EmptyRow>}
+              {list?.map((key) => (
+                <tr key={key.id}>
+                  <td class="cell-strong">
+                    {key.name}
+                  </td>
+                  <td class="mono nowrap">{key.hint}</td>
+                  <td class="nowrap" title={dateTime(key.created)}>
+                    {shortDate(key.created)}
+                  </td>
+                  <td class="nowrap" title={key.last_used_at == null ? undefined : dateTime(key.last_used_at)}>
+                    {key.last_used_at == null ? <span class="muted">Never</span> : ago(key.last_used_at)}
+                  </td>
+                  <SpendCell keyRecord={key} />
+                  <td class="num">{limitText(key.rpm)}</td>
+                  <td class="num">{limitText(key.tpm)}</td>
+                  <ModelsCell models={key.models} />
+                  <ExpiresCell at={key.expires_at} />
+                  <td class="row-actions sticky-end">
+                    <button type="button" class="button button-secondary button-small" onClick={() => setEditing(key)}>
+                      Edit
+                    </button>
+                    <button type="button" class="button button-ghost-danger button-small" onClick={() => setRevoking(key)}>
+                      Revoke
+                    </button>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </TableCard>
+      </section>
+      {created && <SecretDialog created={created} onClose={() => setCreated(undefined)} />}
+      {editing && (
+        <EditKeyDialog
+          keyRecord={editing}
+          onClose={() => setEditing(undefined)}
+          onSaved={(saved) => {
+            keys.setData((previous) => previous && { ...previous, data: previous.data.map((k) => (k.id === saved.id ? saved : k)) });
+            setEditing(undefined);
+            setStatus(`Key “${saved.name}” saved.`);
+          }}
+        />
+      )}
+      {revoking && (
+        <RevokeDialog
+          keyRecord={revoking}
+          onClose={() => setRevoking(undefined)}
+          onRevoked={() => {
+            keys.setData((previous) => previous && { ...previous, data: previous.data.filter((k) => k.id !== revoking.id) });
+            setStatus(`Key “${revoking.name}” revoked.`);
+            setRevoking(undefined);
+          }}
+        />
+      )}
+    </>
+  );
+}

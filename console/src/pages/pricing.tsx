@@ -1,0 +1,174 @@
+import { useMemo, useState } from 'preact/hooks';
+import { EmptyRow, ErrorMessage, PageHeader, SkeletonRows, TableCard, useApi, useTitle } from '../components/ui';
+import { contextWindow, price } from '../format';
+import { capabilityName, otherPrices, sortPrice, type PriceLine } from '../pricing-model';
+import type { List, PricedModel } from '../types';
+
+type Sort = 'name' | 'price-asc' | 'price-desc';
+
+function Price({ value }: { value: number | undefined }) {
+  return value === undefined ? <span class="muted">—</span> : <>{price(value)}</>;
+}
+
+/** A few price lines shown as they are; a long list folds behind "N sizes". */
+function PriceLines({ lines, unit }: { lines: PriceLine[]; unit: string | undefined }) {
+  const list = (
+    <ul class="price-lines">
+      {lines.map((line) => (
+        <li key={line.label}>
+          <span class="price-label">{line.label}</span>{' '}
+          {typeof line.value === 'string' ? line.value : line.value.map((part) => part.replace(/ /g, '\u00a0')).join(', ')}
+        </li>
+      ))}
+    </ul>
+  );
+  if (lines.length <= 3) return list;
+  return (
+    <details class="price-details">
+      <summary>
+        {lines.length} {unit === 'image' ? 'sizes' : 'prices'}
+      </summary>
+      {list}
+    </details>
+  );
+}
+
+export function PricingPage() {
+  useTitle('Pricing');
+  const models = useApi<List<PricedModel>>('/pricing');
+  const [search, setSearch] = useState('');
+  const [vendor, setVendor] = useState('');
+  const [capability, setCapability] = useState('');
+  const [sort, setSort] = useState<Sort>('name');
+
+  const all = models.data?.data;
+  const vendors = useMemo(() => [...new Set((all ?? []).map((m) => m.vendor))].sort(), [all]);
+  const capabilities = useMemo(() => [...new Set((all ?? []).map((m) => m.capability))].sort(), [all]);
+
+  const shown = useMemo(() => {
+    const words = search.toLowerCase().split(/\s+/).filter(Boolean);
+    const list = (all ?? []).filter(
+      (m) =>
+        (!vendor || m.vendor === vendor) &&
+        (!capability || m.capability === capability) &&
+        words.every((w) => m.id.toLowerCase().includes(w) || m.vendor.toLowerCase().includes(w)),
+    );
+    const byName = (a: PricedModel, b: PricedModel) => a.id.localeCompare(b.id);
+    if (sort === 'name') return list.sort(byName);
+    const direction = sort === 'price-asc' ? 1 : -1;
+    return list.sort((a, b) => {
+      const pa = sortPrice(a);
+      const pb = sortPrice(b);
+      // Unpriced models last either way.
+      if (pa === undefined || pb === undefined) return pa === pb ? byName(a, b) : pa === undefined ? 1 : -1;
+      return (pa - pb) * direction || byName(a, b);
+    });
+  }, [all, search, vendor, capability, sort]);
+
+  const columns = 8;
+  return (
+    <>
+      <PageHeader title="Pricing" description="What this gateway bills per model, markup included, in US dollars. Token prices are per million tokens." />
+      <div class="filters" role="search" aria-label="Filter models">
+        <div class="field field-inline field-grow">
+          <label for="pricing-search">Search models</label>
+          <input id="pricing-search" type="search" value={search} onInput={(e) => setSearch(e.currentTarget.value)} placeholder="e.g. gpt-4o, claude, flux" autoComplete="off" spellcheck={false} />
+        </div>
+        <div class="field field-inline">
+          <label for="pricing-vendor">Vendor</label>
+          <select id="pricing-vendor" value={vendor} onChange={(e) => setVendor(e.currentTarget.value)}>
+            <option value="">All vendors</option>
+            {vendors.map((v) => (
+              <option value={v} key={v}>
+                {v}
+              </option>
+            ))}
+          </select>
+        </div>
+        <div class="field field-inline">
+          <label for="pricing-capability">Capability</label>
+          <select id="pricing-capability" value={capability} onChange={(e) => setCapability(e.currentTarget.value)}>
+            <option value="">All capabilities</option>
+            {capabilities.map((c) => (
+              <option value={c} key={c}>
+                {capabilityName(c)}
+              </option>
+            ))}
+          </select>
+        </div>
+        <div class="field field-inline">
+          <label for="pricing-sort">Sort</label>
+          <select id="pricing-sort" value={sort} onChange={(e) => setSort(e.currentTarget.value as Sort)}>
+            <option value="name">Name</option>
+            <option value="price-asc">Price: low to high</option>
+            <option value="price-desc">Price: high to low</option>
+          </select>
+        </div>
+      </div>
+      <p class="result-count" role="status" aria-live="polite">
+        {all ? `Showing ${shown.length} of ${all.length} models` : '\u00a0'}
+      </p>
+      <ErrorMessage message={models.error} />
+      <TableCard label="Model prices" class="pricing-card">
+        <table class="table pricing-table" aria-label="Model prices">
+          <thead>
+            <tr>
+              <th scope="col" class="sticky-col">
+                Model
+              </th>
+              <th scope="col">Vendor</th>
+              <th scope="col">Capability</th>
+              <th scope="col" class="num wrap-head">
+                Context window
+              </th>
+              <th scope="col" class="num">
+                Input / 1M
+              </th>
+              <th scope="col" class="num wrap-head">
+                Cached input / 1M
+              </th>
+              <th scope="col" class="num">
+                Output / 1M
+              </th>
+              <th scope="col">Other prices</th>
+            </tr>
+          </thead>
+          <tbody>
+            {!all && <SkeletonRows columns={columns} rows={8} />}
+            {all && shown.length === 0 && <EmptyRow columns={columns}>No model matches these filters.</EmptyRow>}
+            {shown.map((m) => {
+              const p = m.prices;
+              const other = otherPrices(p);
+              return (
+                <tr key={m.id}>
+                  <td class={`cell-strong sticky-col model-cell ${m.id.length > 28 ? 'model-long' : ''}`}>
+                    {m.id}
+                  </td>
+                  <td data-label="Vendor">{m.vendor}</td>
+                  <td data-label="Capability">
+                    <span class={`badge badge-cap badge-${m.capability}`}>{capabilityName(m.capability)}</span>
+                  </td>
+                  <td class="num" data-label="Context window" title={m.context_window > 0 ? `${m.context_window.toLocaleString()} tokens` : undefined}>
+                    {contextWindow(m.context_window)}
+                  </td>
+                  <td class="num" data-label="Input / 1M">
+                    <Price value={p?.input_per_1m} />
+                  </td>
+                  <td class="num" data-label="Cached input / 1M">
+                    <Price value={p?.cached_input_per_1m} />
+                  </td>
+                  <td class="num" data-label="Output / 1M">
+                    <Price value={p?.output_per_1m} />
+                  </td>
+                  <td class={`other-prices ${other.length === 0 ? 'other-empty' : ''}`} data-label="Other prices">
+                    {other.length === 0 ? <span class="muted">{p ? '—' : 'Not priced'}</span> : <PriceLines lines={other} unit={m.capability === 'image' ? 'image' : undefined} />}
+                  </td>
+                </tr>
+              );
+            })}
+          </tbody>
+        </table>
+      </TableCard>
+    </>
+  );
+}

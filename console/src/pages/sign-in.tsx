@@ -1,0 +1,131 @@
+import type { TargetedSubmitEvent } from 'preact';
+import { useState } from 'preact/hooks';
+import { api, messageOf, setCsrfToken } from '../api';
+import { useApp } from '../app-context';
+import { Logo } from '../components/shell';
+import { ErrorMessage, Spinner, useTitle } from '../components/ui';
+import { Link } from '../router';
+import type { Account } from '../types';
+
+type Mode = 'sign-in' | 'sign-up';
+
+export function SignInPage() {
+  const { config, setAccount } = useApp();
+  const [mode, setMode] = useState<Mode>('sign-in');
+  const [email, setEmail] = useState('');
+  const [password, setPassword] = useState('');
+  const [name, setName] = useState('');
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [busy, setBusy] = useState(false);
+  useTitle(mode === 'sign-in' ? 'Sign in' : 'Create account');
+
+  const switchTo = (next: Mode) => {
+    setMode(next);
+    setError(undefined);
+    setPassword('');
+  };
+
+  const submit = async (event: TargetedSubmitEvent<HTMLFormElement>) => {
+    event.preventDefault();
+    if (busy) return;
+    setError(undefined);
+    if (!email.trim() || !password) {
+      setError('Enter your email and password.');
+      return;
+    }
+    if (mode === 'sign-up' && password.length < 8) {
+      setError('Choose a password of at least 8 characters.');
+      return;
+    }
+    setBusy(true);
+    try {
+      const answer =
+        mode === 'sign-in'
+          ? await api<{ account: Account; csrf_token: string }>('POST', '/session', { email: email.trim(), password })
+          : await api<{ account: Account; csrf_token: string }>('POST', '/signup', {
+              email: email.trim(),
+              password,
+              ...(name.trim() ? { name: name.trim() } : {}),
+            });
+      setCsrfToken(answer.csrf_token);
+      setPassword('');
+      setAccount(answer.account);
+    } catch (caught) {
+      setError(messageOf(caught));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  const signUp = mode === 'sign-up';
+  return (
+    <div class="auth-page">
+      <main class="auth-card" id="main">
+        <div class="auth-logo">
+          <Logo />
+        </div>
+        <h1 tabIndex={-1}>{signUp ? 'Create account' : 'Sign in'}</h1>
+        <p class="auth-lead">{signUp ? 'Get an API key for every model this gateway serves.' : 'Sign in to manage your API keys and usage.'}</p>
+        <form class="form-stack" onSubmit={submit} noValidate>
+          <div class="field">
+            <label for="auth-email">Email</label>
+            <input id="auth-email" name="email" type="email" autoComplete={signUp ? 'email' : 'username'} required value={email} onInput={(e) => setEmail(e.currentTarget.value)} />
+          </div>
+          <div class="field">
+            <label for="auth-password">Password</label>
+            <input
+              id="auth-password"
+              name="password"
+              type="password"
+              autoComplete={signUp ? 'new-password' : 'current-password'}
+              required
+              minLength={signUp ? 8 : undefined}
+              value={password}
+              onInput={(e) => setPassword(e.currentTarget.value)}
+              aria-describedby={signUp ? 'auth-password-hint' : undefined}
+            />
+            {signUp && (
+              <p class="field-hint" id="auth-password-hint">
+                At least 8 characters.
+              </p>
+            )}
+          </div>
+          {signUp && (
+            <div class="field">
+              <label for="auth-name">Name</label>
+              <input id="auth-name" name="name" type="text" autoComplete="name" value={name} onInput={(e) => setName(e.currentTarget.value)} />
+            </div>
+          )}
+          <ErrorMessage message={error} />
+          <button type="submit" class="button button-primary button-block" disabled={busy}>
+            {busy && <Spinner />}
+            {signUp ? 'Create account' : 'Sign in'}
+          </button>
+        </form>
+        <div class="auth-foot">
+          {config.signup &&
+            (signUp ? (
+              <p>
+                Have an account already?{' '}
+                <button type="button" class="link-button" onClick={() => switchTo('sign-in')}>
+                  Use it instead
+                </button>
+              </p>
+            ) : (
+              <p>
+                New here?{' '}
+                <button type="button" class="link-button" onClick={() => switchTo('sign-up')}>
+                  Sign up
+                </button>
+              </p>
+            ))}
+          {config.public_pricing && (
+            <p>
+              <Link href="/console/pricing">See model pricing</Link>
+            </p>
+          )}
+        </div>
+      </main>
+    </div>
+  );
+}

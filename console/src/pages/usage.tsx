@@ -1,0 +1,254 @@
+import { useMemo, useRef, useState } from 'preact/hooks';
+import { apiBase } from '../api';
+import { BarChart, type Series } from '../components/bar-chart';
+import { EmptyRow, ErrorMessage, PageHeader, SkeletonRows, TableCard, useApi, useTitle } from '../components/ui';
+import { balance, compactCount, count, dayLabel, daysBetween, money, number } from '../format';
+import type { Key, List, UsageReport, UsageRow } from '../types';
+
+const palette = ['#6366f1', '#10b981', '#f59e0b', '#ef4444', '#06b6d4', '#8b5cf6', '#ec4899', '#84cc16'];
+const otherColor = '#cbd5e1';
+const zero: UsageRow = { requests: 0, input_tokens: 0, cached_tokens: 0, output_tokens: 0, images: 0, audio_seconds: 0, video_seconds: 0, cost_usd: 0 };
+
+function media(row: UsageRow): string {
+  const parts: string[] = [];
+  if (row.images) parts.push(`${count(row.images)} image${row.images === 1 ? '' : 's'}`);
+  if (row.audio_seconds) parts.push(`${number(row.audio_seconds)} s audio`);
+  if (row.video_seconds) parts.push(`${number(row.video_seconds)} s video`);
+  return parts.join(' · ') || '—';
+}
+
+function axisMoney(value: number): string {
+  if (value === 0) return '$0';
+  return money(value);
+}
+
+function Stat({ label, value, loading }: { label: string; value: string; loading: boolean }) {
+  return (
+    <div class="stat">
+      <dt class="stat-label">{label}</dt>
+      <dd class="stat-value">{loading ? <span class="skeleton skeleton-stat" aria-hidden="true" /> : value}</dd>
+    </div>
+  );
+}
+
+export function UsagePage() {
+  useTitle('Usage');
+  const [days, setDays] = useState('30');
+  const [keyId, setKeyId] = useState('');
+  const [model, setModel] = useState('');
+  const params = new URLSearchParams({ days });
+  if (keyId) params.set('key_id', keyId);
+  if (model) params.set('model', model);
+  const query = params.toString();
+  const report = useApi<UsageReport>(`/usage?${query}`);
+  const keys = useApi<List<Key>>('/keys');
+  const seenModels = useRef(new Set<string>());
+
+  const data = report.data;
+  for (const row of data?.by_model ?? []) if (row.model) seenModels.current.add(row.model);
+  if (model) seenModels.current.add(model);
+  const modelOptions = [...seenModels.current].sort();
+
+  const keyOptions = useMemo(() => {
+    const options = new Map<string, string>();
+    for (const key of keys.data?.data ?? []) options.set(key.id, key.name);
+    for (const row of data?.by_key ?? []) if (row.key_id && !options.has(row.key_id)) options.set(row.key_id, row.key_name ?? `${row.key_id} (revoked)`);
+    return [...options];
+  }, [keys.data, data]);
+
+  const chart = useMemo(() => {
+    if (!data) return { labels: [] as string[], spend: [] as Series[], requests: [] as Series[], empty: true };
+    const dayList = daysBetween(data.from, data.to);
+    const index = new Map(dayList.map((day, i) => [day, i]));
+    const totalsByModel = new Map<string, number>();
+    for (const row of data.daily) totalsByModel.set(row.model ?? '', (totalsByModel.get(row.model ?? '') ?? 0) + row.cost_usd);
+    const ranked = [...totalsByModel].sort((a, b) => b[1] - a[1]).map(([name]) => name);
+    const shown = ranked.length > palette.length ? ranked.slice(0, palette.length - 1) : ranked;
+    const spend: Series[] = shown.map((name, i) => ({ label: name || 'Unknown model', color: palette[i % palette.length]!, values: dayList.map(() => 0) }));
+    const other: Series = { label: 'Other models', color: otherColor, values: dayList.map(() => 0) };
+    const requests = dayList.map(() => 0);
+    for (const row of data.daily) {
+      const i = index.get(row.day ?? '');
+      if (i === undefined) continue;
+      const at = shown.indexOf(row.model ?? '');
+      const series = at >= 0 ? spend[at]! : other;
+      series.values[i] = (series.values[i] ?? 0) + row.cost_usd;
+      requests[i] = (requests[i] ?? 0) + row.requests;
+    }
+    if (ranked.length > shown.length) spend.push(other);
+    return {
+      labels: dayList.map(dayLabel),
+      spend,
+      requests: [{ label: 'Requests', color: '#6366f1', values: requests }],
+      empty: data.daily.length === 0,
+    };
+  }, [data]);
+
+  const totals = data?.totals ?? zero;
+  const byModel = [...(data?.by_model ?? [])].sort((a, b) => b.cost_usd - a.cost_usd || b.requests - a.requests);
+  const byKey = [...(data?.by_key ?? [])].sort((a, b) => b.cost_usd - a.cost_usd || b.requests - a.requests);
+  const loading = !data;
+  const rangeText = data ? `${dayLabel(data.from)} – ${dayLabel(data.to)}` : '';
+
+  return (
+    <>
+      <PageHeader
+        title="Usage"
+        description="Spend and traffic of your keys per UTC day."
+        actions={
+          <a class="button button-secondary" href={`${apiBase}/usage.csv?${query}`} download>
+            <svg viewBox="0 0 20 20" aria-hidden="true" class="button-icon">
+              <path d="M10 3v9m0 0l-3.5-3.5M10 12l3.5-3.5M4 15v1.5h12V15" fill="none" stroke="currentColor" stroke-width="1.7" stroke-linecap="round" stroke-linejoin="round" />
+            </svg>
+            Download CSV
+          </a>
+        }
+      />
+      <div class="filters" role="group" aria-label="Filters">
+        <div class="field field-inline">
+          <label for="usage-range">Range</label>
+          <select id="usage-range" value={days} onChange={(e) => setDays(e.currentTarget.value)}>
+            <option value="7">Last 7 days</option>
+            <option value="30">Last 30 days</option>
+            <option value="90">Last 90 days</option>
+          </select>
+        </div>
+        <div class="field field-inline">
+          <label for="usage-key">Key</label>
+          <select id="usage-key" value={keyId} onChange={(e) => setKeyId(e.currentTarget.value)}>
+            <option value="">All keys</option>
+            {keyOptions.map(([id, name]) => (
+              <option value={id} key={id}>
+                {name}
+              </option>
+            ))}
+          </select>
+        </div>
+        <div class="field field-inline">
+          <label for="usage-model">Model</label>
+          <select id="usage-model" value={model} onChange={(e) => setModel(e.currentTarget.value)}>
+            <option value="">All models</option>
+            {modelOptions.map((m) => (
+              <option value={m} key={m}>
+                {m}
+              </option>
+            ))}
+          </select>
+        </div>
+        <p class="filters-note muted" aria-live="polite">
+          {report.loading && data ? 'Updating…' : rangeText}
+        </p>
+      </div>
+      <ErrorMessage message={report.error} />
+      <dl class="stats" aria-busy={loading}>
+        <Stat label="Spend" value={money(totals.cost_usd)} loading={loading} />
+        <Stat label="Requests" value={count(totals.requests)} loading={loading} />
+        <Stat label="Input tokens" value={count(totals.input_tokens)} loading={loading} />
+        <Stat label="Output tokens" value={count(totals.output_tokens)} loading={loading} />
+        <Stat label="Balance" value={balance(data?.balance_usd ?? null)} loading={loading} />
+      </dl>
+      <div class="chart-grid">
+        <section class="card chart-card" aria-labelledby="spend-chart-heading">
+          <h2 id="spend-chart-heading" class="card-title">
+            Spend per day
+          </h2>
+          <BarChart
+            class="chart-tall"
+            labels={chart.labels}
+            series={chart.spend}
+            stacked
+            runningTotal={{ label: 'Running total', color: '#111827' }}
+            format={money}
+            axisFormat={axisMoney}
+            label={`Spend per day by model, with the running total${rangeText ? `, ${rangeText}` : ''}. The numbers are in the By model table below.`}
+            empty={!loading && chart.empty}
+            emptyText="No spend in this range"
+          />
+        </section>
+        <section class="card chart-card" aria-labelledby="requests-chart-heading">
+          <h2 id="requests-chart-heading" class="card-title">
+            Requests per day
+          </h2>
+          <BarChart
+            class="chart-short"
+            labels={chart.labels}
+            series={chart.requests}
+            format={count}
+            axisFormat={compactCount}
+            label={`Requests per day${rangeText ? `, ${rangeText}` : ''}: ${count(totals.requests)} in total.`}
+            empty={!loading && chart.empty}
+            emptyText="No requests in this range"
+          />
+        </section>
+      </div>
+      <section class="section" aria-labelledby="by-model-heading">
+        <h2 id="by-model-heading">By model</h2>
+        <TableCard labelledBy="by-model-heading">
+          <table class="table" aria-labelledby="by-model-heading">
+            <thead>
+              <tr>
+                <th scope="col">Model</th>
+                <th scope="col" class="num">Requests</th>
+                <th scope="col" class="num">Input tokens</th>
+                <th scope="col" class="num">Cached tokens</th>
+                <th scope="col" class="num">Output tokens</th>
+                <th scope="col">Media</th>
+                <th scope="col" class="num">Spend</th>
+              </tr>
+            </thead>
+            <tbody>
+              {loading && <SkeletonRows columns={7} rows={3} />}
+              {!loading && byModel.length === 0 && <EmptyRow columns={7}>No usage in this range.</EmptyRow>}
+              {byModel.map((row) => (
+                <tr key={row.model}>
+                  <td class="mono cell-strong nowrap">
+                    {row.model}
+                  </td>
+                  <td class="num">{count(row.requests)}</td>
+                  <td class="num">{count(row.input_tokens)}</td>
+                  <td class="num">{count(row.cached_tokens)}</td>
+                  <td class="num">{count(row.output_tokens)}</td>
+                  <td class="muted nowrap">{media(row)}</td>
+                  <td class="num cell-strong">{money(row.cost_usd)}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </TableCard>
+      </section>
+      <section class="section" aria-labelledby="by-key-heading">
+        <h2 id="by-key-heading">By key</h2>
+        <TableCard labelledBy="by-key-heading">
+          <table class="table" aria-labelledby="by-key-heading">
+            <thead>
+              <tr>
+                <th scope="col">Key</th>
+                <th scope="col" class="num">Requests</th>
+                <th scope="col" class="num">Input tokens</th>
+                <th scope="col" class="num">Output tokens</th>
+                <th scope="col">Media</th>
+                <th scope="col" class="num">Spend</th>
+              </tr>
+            </thead>
+            <tbody>
+              {loading && <SkeletonRows columns={6} rows={2} />}
+              {!loading && byKey.length === 0 && <EmptyRow columns={6}>No usage in this range.</EmptyRow>}
+              {byKey.map((row) => (
+                <tr key={row.key_id}>
+                  <td class="cell-strong">
+                    {row.key_name ?? <span class="muted">{row.key_id ? `${row.key_id} (revoked)` : 'Unknown key'}</span>}
+                  </td>
+                  <td class="num">{count(row.requests)}</td>
+                  <td class="num">{count(row.input_tokens)}</td>
+                  <td class="num">{count(row.output_tokens)}</td>
+                  <td class="muted nowrap">{media(row)}</td>
+                  <td class="num cell-strong">{money(row.cost_usd)}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </TableCard>
+      </section>
+    </>
+  );
+}

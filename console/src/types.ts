@@ -1,0 +1,133 @@
+// The console API's shapes (see the contract in the server's api/console).
+
+export type Role = 'admin' | 'member';
+
+export interface Account {
+  id: string;
+  email: string;
+  name: string;
+  role: Role;
+  /** null: unlimited. */
+  balance_usd: number | null;
+  disabled: boolean;
+  created: number;
+}
+
+export interface ConsoleConfig {
+  signup: boolean;
+  public_pricing: boolean;
+  base_url: string;
+  queue_dashboard: string | null;
+}
+
+export interface SessionAnswer {
+  account: Account | null;
+  csrf_token: string;
+}
+
+export interface Key {
+  id: string;
+  object: 'api_key';
+  name: string;
+  hint: string;
+  created: number;
+  account_id: string;
+  limit_usd: number | null;
+  rpm: number | null;
+  tpm: number | null;
+  models: string[] | null;
+  expires_at: number | null;
+  spent_usd: number;
+  last_used_at: number | null;
+  account_email?: string | null;
+}
+
+export interface CreatedKey extends Key {
+  key: string;
+}
+
+export interface LongContextPrices {
+  above_tokens: number;
+  input_per_1m?: number;
+  cached_input_per_1m?: number;
+  output_per_1m?: number;
+}
+
+export interface Prices {
+  input_per_1m?: number;
+  cached_input_per_1m?: number;
+  cache_write_per_1m?: number;
+  output_per_1m?: number;
+  audio_input_per_1m?: number;
+  audio_output_per_1m?: number;
+  long_context?: LongContextPrices;
+  per_image?: Record<string, number>;
+  per_second?: number;
+  per_second_by_size?: Record<string, number>;
+  per_minute?: number;
+}
+
+export type Capability = 'chat' | 'reasoning' | 'completion' | 'embedding' | 'image' | 'video' | 'transcription';
+
+export interface PricedModel {
+  id: string;
+  vendor: string;
+  capability: Capability | string;
+  context_window: number;
+  max_output_tokens: number;
+  input_modalities: string[];
+  image_sizes?: string[];
+  image_qualities?: string[];
+  prices: Prices | null;
+}
+
+export interface UsageRow {
+  day?: string;
+  model?: string;
+  key_id?: string;
+  key_name?: string | null;
+  requests: number;
+  input_tokens: number;
+  cached_tokens: number;
+  output_tokens: number;
+  images: number;
+  audio_seconds: number;
+  video_seconds: number;
+  cost_usd: number;
+}
+
+export interface UsageReport {
+  object: 'usage';
+  from: string;
+  to: string;
+  balance_usd: number | null;
+  totals: UsageRow | undefined;
+  daily: UsageRow[];
+  by_model: UsageRow[];
+  by_key: UsageRow[];
+}
+
+export interface Channel {
+  id: string;
+  vendor: string;
+  base_url: string | null;
+  models: number;
+  status: 'ok' | 'cooling_down' | string;
+  /** unix ms */
+  cooling_until: number | null;
+  reason: string | null;
+}
+
+export interface QueueCounts {
+  name: string;
+  waiting: number;
+  active: number;
+  delayed: number;
+  failed: number;
+  completed: number;
+}
+
+export interface List<T> {
+  object: 'list';
+  data: T[];
+}

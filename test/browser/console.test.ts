@@ -1,0 +1,273 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { gzipSync } from 'node:zlib';
+import OpenAI from 'openai';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+
+/*
+ * The console in a real headless Chromium (Debian's package, driven by
+ * playwright-core), against a real gateway: found by what the page says
+ * (labels, roles, names), as a person reads it. Screenshots of every page at
+ * desktop and phone width land in test-artifacts/console/.
+ */
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const shots = join(root, 'test-artifacts', 'console');
+const adminEmail = 'admin@browser.test';
+const adminPassword = 'browser-admin-pw';
+const adminToken = 'browser-test-admin-token';
+const chromiumPath = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const desktop = { width: 1280, height: 800 };
+const phone = { width: 375, height: 812 };
+
+describe('web console in a real browser', () => {
+  let gateway: GatewayProcess;
+  let browser: Browser;
+
+  before(async () => {
+    assert.ok(existsSync(chromiumPath), `Chromium is needed at ${chromiumPath} (apt-get install chromium), or set CHROMIUM_PATH`);
+    // The same build `npm start` runs: the console's bundle is part of it.
+    execFileSync(process.execPath, ['bin/build.mjs'], { cwd: root, stdio: 'inherit' });
+    mkdirSync(shots, { recursive: true });
+    const { url, redis } = await freshRedis(8);
+    redis.disconnect();
+    gateway = await startGateway({
+      env: { REDIS_URL: url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword, ADMIN_TOKEN: adminToken, MOCK_STREAM_DELAY_MS: '15' },
+    });
+    browser = await chromium.launch({
+      executablePath: chromiumPath,
+      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    });
+    // Money for the admin's own requests, through the admin API.
+    const accounts = (await (await adminApi('GET', '/admin/accounts')).json()) as { data: Array<{ id: string; email: string }> };
+    const me = accounts.data.find((a) => a.email === adminEmail)!;
+    assert.equal((await adminApi('POST', `/admin/accounts/${me.id}/credits`, { amount_usd: 10 })).status, 200);
+  });
+
+  after(async () => {
+    await browser?.close();
+    await gateway?.stop();
+  });
+
+  function adminApi(method: string, path: string, body?: unknown) {
+    return fetch(`${gateway.url}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  }
+
+  async function newContext(viewport = desktop): Promise<BrowserContext> {
+    const context = await browser.newContext({ viewport, baseURL: gateway.url });
+    await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: gateway.url });
+    return context;
+  }
+
+  async function signIn(page: Page, email: string, password: string): Promise<void> {
+    await page.goto('/console');
+    await page.getByLabel('Email').fill(email);
+    await page.getByLabel('Password').fill(password);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+  }
+
+  /** The whole page, cut at 4,000 px (the pricing page lists 200+ models). */
+  async function shoot(page: Page, name: string): Promise<void> {
+    const height = await page.evaluate(() => document.documentElement.scrollHeight);
+    const { width } = page.viewportSize()!;
+    await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true, clip: { x: 0, y: 0, width, height: Math.min(height, 4000) } });
+  }
+
+  async function memberAccount(email: string, password: string, creditUsd = 0): Promise<string> {
+    const made = (await (await adminApi('POST', '/admin/accounts', { email, password, role: 'member' })).json()) as { id: string };
+    if (creditUsd) await adminApi('POST', `/admin/accounts/${made.id}/credits`, { amount_usd: creditUsd });
+    return made.id;
+  }
+
+  it('ships under 200 KB of gzipped JavaScript, with no inline script', () => {
+    const dir = join(root, 'dist', 'console');
+    const scripts = readdirSync(join(dir, 'assets')).filter((f) => f.endsWith('.js'));
+    const gzipped = scripts.reduce((sum, f) => sum + gzipSync(readFileSync(join(dir, 'assets', f)), { level: 9 }).length, 0);
+    assert.ok(gzipped < 200 * 1024, `${gzipped} bytes of gzipped JavaScript`);
+    const html = readFileSync(join(dir, 'index.html'), 'utf8');
+    assert.doesNotMatch(html, /<script(?![^>]*\bsrc=)[^>]*>/i, 'every script is a file: the CSP forbids inline ones');
+  });
+
+  it('signs in, creates and copies a key that works with the openai client, shows its usage, and revoking it locks the client out', async () => {
+    const context = await newContext();
+    const page = await context.newPage();
+    await signIn(page, adminEmail, adminPassword);
+    await page.waitForURL('**/console/keys');
+    await page.getByLabel('Name').fill('browser key');
+    await page.getByRole('button', { name: 'Create key' }).click();
+    await page.getByRole('button', { name: 'Copy' }).first().click();
+    const secret = await page.evaluate(() => navigator.clipboard.readText());
+    assert.match(secret, /^sy-[A-Za-z0-9_-]{20,}$/);
+    await shoot(page, 'keys-created-desktop');
+    // The page shows the gateway's own base URL in its snippets.
+    await assert.doesNotReject(page.getByText(`${gateway.url}/v1`).first().waitFor());
+
+    const client = new OpenAI({ apiKey: secret, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
+    const answer = await client.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'Hello from the browser test' }] });
+    assert.ok(answer.choices[0]!.message.content);
+
+    // The secret is gone once the dialog is closed: not in the page any more.
+    await page.keyboard.press('Escape');
+    await page.reload();
+    await page.getByRole('cell', { name: 'browser key' }).waitFor();
+    assert.equal((await page.content()).includes(secret), false, 'the secret is never rendered twice');
+
+    // Usage: the request appears, by model and by key, with the cost /admin/usage reports.
+    await page.getByRole('link', { name: 'Usage' }).click();
+    await page.waitForURL('**/console/usage');
+    let adminRows: Array<{ model: string; requests: number; cost_usd: number }> = [];
+    await waitFor(async () => {
+      adminRows = ((await (await adminApi('GET', '/admin/usage?group_by=model')).json()) as { data: typeof adminRows }).data.filter((r) => r.model === 'gpt-4o-mini');
+      return adminRows.length === 1;
+    }, 5000, 'the request to be settled');
+    await page.reload();
+    const byModel = page.getByRole('table', { name: /by model/i });
+    await byModel.getByRole('cell', { name: 'gpt-4o-mini', exact: true }).waitFor();
+    const row = byModel.getByRole('row').filter({ hasText: 'gpt-4o-mini' });
+    const rowText = await row.innerText();
+    assert.match(rowText, new RegExp(`\\b${adminRows[0]!.requests}\\b`));
+    assert.ok(rowText.includes(String(adminRows[0]!.cost_usd)) || rowText.includes(adminRows[0]!.cost_usd.toFixed(6)), `${rowText} vs ${adminRows[0]!.cost_usd}`);
+    await page.getByRole('table', { name: /by key/i }).getByRole('cell', { name: 'browser key' }).waitFor();
+    await shoot(page, 'usage-desktop');
+
+    // Revoke, with its confirmation; the client is refused.
+    await page.getByRole('link', { name: 'Keys' }).click();
+    await page.getByRole('row').filter({ hasText: 'browser key' }).getByRole('button', { name: 'Revoke' }).click();
+    await page.getByRole('button', { name: 'Revoke key' }).click();
+    await page.getByRole('cell', { name: 'browser key' }).waitFor({ state: 'detached' });
+    await waitFor(
+      async () => {
+        try {
+          await client.models.list();
+          return false;
+        } catch (error) {
+          return error instanceof OpenAI.AuthenticationError;
+        }
+      },
+      1000,
+      'the revoked key to be refused',
+    );
+    await context.close();
+  });
+
+  it('lists every model of /v1/models with a price on the public pricing page, and filters them', async () => {
+    const { key } = (await (await adminApi('POST', '/admin/keys', { name: 'models' })).json()) as { key: string };
+    const models = await new OpenAI({ apiKey: key, baseURL: `${gateway.url}/v1`, maxRetries: 0 }).models.list();
+    const context = await newContext();
+    const page = await context.newPage();
+    await page.goto('/console/pricing');
+    const table = page.getByRole('table');
+    await table.getByRole('cell', { name: 'gpt-4o', exact: true }).waitFor();
+    const ids = await table.locator('tbody tr').evaluateAll((rows) => rows.map((r) => (r.querySelector('td, th') as HTMLElement | null)?.innerText.trim()));
+    assert.deepEqual([...ids].sort(), models.data.map((m) => m.id).sort());
+    const gpt4o = await table.getByRole('row').filter({ has: page.getByRole('cell', { name: 'gpt-4o', exact: true }) }).innerText();
+    assert.match(gpt4o, /\$\s?2\.5/);
+    await shoot(page, 'pricing-desktop');
+    await page.getByLabel('Search models').fill('claude');
+    await waitFor(async () => (await table.locator('tbody tr').count()) < models.data.length, 2000, 'the search to filter');
+    const shown = await table.locator('tbody tr').allInnerTexts();
+    assert.ok(shown.length > 0 && shown.every((text) => /claude/i.test(text)));
+    await page.setViewportSize(phone);
+    await shoot(page, 'pricing-phone');
+    await context.close();
+  });
+
+  it('streams a playground reply, billed to the Playground key', async () => {
+    const context = await newContext();
+    const page = await context.newPage();
+    await signIn(page, adminEmail, adminPassword);
+    await page.waitForURL('**/console/keys');
+    await page.getByRole('link', { name: 'Playground' }).click();
+    await page.getByLabel('Model').selectOption('gpt-4o-mini');
+    await page.getByLabel('Message').fill('Tell me something');
+    await page.getByRole('button', { name: 'Send' }).click();
+    // The reply grows while it streams: seen at two lengths before it ends.
+    const seen = new Set<number>();
+    await waitFor(async () => {
+      const text = await page.locator('[data-role="assistant"]').last().innerText().catch(() => '');
+      if (text.length > 0) seen.add(text.length);
+      return seen.size >= 2 && (await page.getByRole('button', { name: 'Send' }).isEnabled());
+    }, 10_000, 'the streamed reply');
+    await shoot(page, 'playground-reply-desktop');
+    await page.getByRole('link', { name: 'Keys' }).click();
+    await page.getByRole('cell', { name: 'Playground', exact: true }).waitFor();
+    await context.close();
+  });
+
+  it('keeps members out of admin pages and admin endpoints; refuses CSRF-less POSTs', async () => {
+    await memberAccount('member@browser.test', 'member-password');
+    const context = await newContext();
+    const page = await context.newPage();
+    await signIn(page, 'member@browser.test', 'member-password');
+    await page.waitForURL('**/console/keys');
+    assert.equal(await page.getByRole('link', { name: 'Accounts' }).count(), 0, 'no admin links for a member');
+    const statuses = await page.evaluate(async () => {
+      const paths = ['/console/api/admin/accounts', '/console/api/admin/keys', '/console/api/admin/channels', '/console/api/admin/queues'];
+      return Promise.all(paths.map((p) => fetch(p).then((r) => r.status)));
+    });
+    assert.deepEqual(statuses, [403, 403, 403, 403]);
+    await page.goto('/console/admin/accounts');
+    await page.getByText(/administrators/i).first().waitFor();
+    const csrfLess = await page.evaluate(() =>
+      fetch('/console/api/keys', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'sneaky' }) }).then((r) => r.status),
+    );
+    assert.equal(csrfLess, 403);
+    await context.close();
+  });
+
+  it('throttles repeated failed sign-ins and says so', async () => {
+    await memberAccount('throttle@browser.test', 'throttle-password');
+    const context = await newContext();
+    const page = await context.newPage();
+    for (let i = 0; i < 5; i++) {
+      await signIn(page, 'throttle@browser.test', `wrong-password-${i}`);
+      await page.getByRole('alert').filter({ hasText: /incorrect email or password/i }).waitFor();
+    }
+    await signIn(page, 'throttle@browser.test', 'throttle-password');
+    await page.getByRole('alert').filter({ hasText: /too many failed sign-ins/i }).waitFor();
+    await shoot(page, 'signin-throttled-desktop');
+    await context.close();
+  });
+
+  it('renders every page at desktop and phone width without layout shift, keyboard reachable', async () => {
+    for (const [label, viewport] of [['desktop', desktop], ['phone', phone]] as const) {
+      const context = await newContext(viewport);
+      await context.addInitScript(() => {
+        (window as unknown as { __cls: number }).__cls = 0;
+        new PerformanceObserver((list) => {
+          for (const entry of list.getEntries() as Array<PerformanceEntry & { value: number; hadRecentInput: boolean }>) {
+            if (!entry.hadRecentInput) (window as unknown as { __cls: number }).__cls += entry.value;
+          }
+        }).observe({ type: 'layout-shift', buffered: true });
+      });
+      const page = await context.newPage();
+      await page.goto('/console');
+      await shoot(page, `signin-${label}`);
+      await page.keyboard.press('Tab');
+      const focused = await page.evaluate(() => document.activeElement?.tagName);
+      assert.ok(focused && focused !== 'BODY', 'Tab moves focus into the page');
+      await signIn(page, adminEmail, adminPassword);
+      await page.waitForURL('**/console/keys');
+      for (const path of ['keys', 'usage', 'pricing', 'playground', 'admin/accounts', 'admin/keys', 'admin/channels', 'admin/queues']) {
+        await page.goto(`/console/${path}`);
+        await page.getByRole('heading', { level: 1 }).waitFor();
+        await page.waitForLoadState('networkidle');
+        const cls = await page.evaluate(() => (window as unknown as { __cls: number }).__cls);
+        assert.ok(cls < 0.1, `${path} at ${label}: cumulative layout shift ${cls.toFixed(3)}`);
+        const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+        assert.ok(overflow <= 1, `${path} at ${label}: the page is ${overflow}px wider than the screen`);
+        await shoot(page, `${path.replace('/', '-')}-${label}`);
+      }
+      await context.close();
+    }
+  });
+});
