@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { invalidRequest } from '../shared/errors.js';
 import { toValidationError } from './request-body.js';
 import { usdToMicros } from './account-store.js';
-import type { KeyChanges } from './key-store.js';
+import type { KeyChanges, KeyLimits } from './key-store.js';
 
 /*
  * The bodies and queries of the account and key endpoints, shared by the
@@ -76,3 +76,14 @@ export function keyChanges(body: z.output<typeof patchKeySchema>): KeyChanges {
   return changes;
 }
 
+
+/** A new key's limits as the key store takes them: USD to micros, a repeated model named once, null as none. */
+export function newKeyLimits(body: { [K in keyof typeof keyLimits]?: z.output<(typeof keyLimits)[K]> }): KeyLimits {
+  return {
+    limitMicros: body.limit_usd == null ? undefined : usdToMicros(body.limit_usd),
+    rpm: body.rpm ?? undefined,
+    tpm: body.tpm ?? undefined,
+    models: body.models ? [...new Set(body.models)] : undefined,
+    expiresAt: body.expires_at ?? undefined,
+  };
+}

@@ -8,7 +8,7 @@ import { GatewayError } from '../../shared/errors.js';
 import { readJsonObject } from '../request-body.js';
 import { usdToMicros } from '../account-store.js';
 import type { KeyStore } from '../key-store.js';
-import { email, keyChanges, keyLimits, keyName, parseStrict, patchKeySchema, password } from '../account-requests.js';
+import { email, keyChanges, keyLimits, keyName, newKeyLimits, parseStrict, patchKeySchema, password } from '../account-requests.js';
 import { accountView, keyView } from '../views.js';
 import { bodyLimit } from '../routes/admin.js';
 import { serve, type EndpointRouteDeps } from '../routes/endpoint-routes.js';
@@ -237,11 +237,7 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     const body = parseStrict(createOwnKeySchema, await readJsonObject(ctx.req, bodyLimit));
     const created = await keyStore.create(body.name, {
       accountId: account.id,
-      limitMicros: body.limit_usd == null ? undefined : usdToMicros(body.limit_usd),
-      rpm: body.rpm ?? undefined,
-      tpm: body.tpm ?? undefined,
-      models: body.models ? [...new Set(body.models)] : undefined,
-      expiresAt: body.expires_at ?? undefined,
+      ...newKeyLimits(body),
     });
     ctx.status = 201;
     ctx.body = { ...keyView(created), key: created.key };

@@ -12,6 +12,7 @@ import {
   keyChanges,
   ledgerQuerySchema,
   listKeysSchema,
+  newKeyLimits,
   parseStrict,
   patchAccountSchema,
   patchKeySchema,
@@ -104,11 +105,7 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
     const body = parseStrict(createKeySchema, await readJsonObject(ctx.req, bodyLimit));
     const created = await store.create(body.name, {
       accountId: body.account_id,
-      limitMicros: body.limit_usd == null ? undefined : usdToMicros(body.limit_usd),
-      rpm: body.rpm ?? undefined,
-      tpm: body.tpm ?? undefined,
-      models: body.models ? [...new Set(body.models)] : undefined,
-      expiresAt: body.expires_at ?? undefined,
+      ...newKeyLimits(body),
     });
     ctx.status = 201;
     ctx.body = { ...keyView(created), key: created.key };
