@@ -37,7 +37,7 @@ describe('web console in a real browser', () => {
     const { url, redis } = await freshRedis(8);
     redis.disconnect();
     gateway = await startGateway({
-      env: { REDIS_URL: url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword, ADMIN_TOKEN: adminToken, MOCK_STREAM_DELAY_MS: '15' },
+      env: { REDIS_URL: url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword, ADMIN_TOKEN: adminToken, MOCK_STREAM_DELAY_MS: '30' },
     });
     browser = await chromium.launch({
       executablePath: chromiumPath,
@@ -189,14 +189,29 @@ describe('web console in a real browser', () => {
     await page.getByRole('link', { name: 'Playground' }).click();
     await page.getByLabel('Model').selectOption('gpt-4o-mini');
     await page.getByLabel('Message').fill('Tell me something');
+    // Every length the reply's text takes, recorded in the page as the DOM changes (polling from here could miss the steps).
+    await page.evaluate(() => {
+      const seen: number[] = [];
+      (window as unknown as { __replyLengths: number[] }).__replyLengths = seen;
+      new MutationObserver(() => {
+        const replies = document.querySelectorAll('[data-role="assistant"]');
+        const length = replies[replies.length - 1]?.textContent?.length ?? 0;
+        if (length > 0 && length !== seen[seen.length - 1]) seen.push(length);
+      }).observe(document.body, { childList: true, subtree: true, characterData: true });
+    });
     await page.getByRole('button', { name: 'Send' }).click();
-    // The reply grows while it streams: seen at two lengths before it ends.
-    const seen = new Set<number>();
-    await waitFor(async () => {
-      const text = await page.locator('[data-role="assistant"]').last().innerText().catch(() => '');
-      if (text.length > 0) seen.add(text.length);
-      return seen.size >= 2 && (await page.getByRole('button', { name: 'Send' }).isEnabled());
-    }, 10_000, 'the streamed reply');
+    const lengths = async () => page.evaluate(() => (window as unknown as { __replyLengths: number[] }).__replyLengths);
+    await waitFor(
+      async () => (await lengths()).length >= 2 && (await page.getByRole('button', { name: 'Send' }).isEnabled()),
+      15_000,
+      'the streamed reply',
+    ).catch(async (error: unknown) => {
+      throw new Error(`${(error as Error).message}: lengths seen ${JSON.stringify(await lengths())}, page text: ${(await page.locator('main').innerText()).slice(0, 500)}`);
+    });
+    // The reply grew in steps while it streamed, and ended as the whole answer.
+    const seen = await lengths();
+    assert.ok(seen.every((length, i) => i === 0 || length > seen[i - 1]!), JSON.stringify(seen));
+    assert.match(await page.locator('[data-role="assistant"]').last().innerText(), /Tell me something/);
     await shoot(page, 'playground-reply-desktop');
     await page.getByRole('link', { name: 'Keys' }).click();
     await page.getByRole('cell', { name: 'Playground', exact: true }).waitFor();
