@@ -203,8 +203,8 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     }
     const body = parseStrict(signUpSchema, await readJsonObject(ctx.req, bodyLimit));
     // Sign-ups count against the address like failed sign-ins: one client cannot mint accounts without end.
-    await throttle.check('', ctx.ip);
-    await throttle.failed('', ctx.ip);
+    await throttle.check(undefined, ctx.ip);
+    await throttle.failed(undefined, ctx.ip);
     const account = await accounts.create({ email: body.email, password: body.password, name: body.name ?? '', role: 'member' });
     const credit = usdToMicros(config.console.signupCreditUsd);
     if (credit > 0) await accounts.credit(account.id, credit, 'sign-up credit');

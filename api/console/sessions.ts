@@ -121,15 +121,13 @@ export class SigninThrottle {
     private readonly limits: ThrottleLimits = defaultThrottle,
   ) {}
 
-  /** Throws a 429 when either counter is at its limit. */
-  async check(email: string, ip: string): Promise<void> {
-    const emailKey = signinFailuresKey('email', email.trim().toLowerCase());
-    const ipKey = signinFailuresKey('ip', ip);
-    const replies = ((await this.redis.multi().get(emailKey).ttl(emailKey).get(ipKey).ttl(ipKey).exec()) ?? []).map(([, value]) => value);
-    const [byEmail, emailTtl, byIp, ipTtl] = replies;
-    const waits: number[] = [];
-    if (Number(byEmail) >= this.limits.perEmail) waits.push(Number(emailTtl));
-    if (Number(byIp) >= this.limits.perIp) waits.push(Number(ipTtl));
+  /** Throws a 429 when the email's or the address's counter is at its limit (no email: the address's alone). */
+  async check(email: string | undefined, ip: string): Promise<void> {
+    const keys = this.keys(email, ip);
+    const multi = this.redis.multi();
+    for (const { key } of keys) multi.get(key).ttl(key);
+    const replies = ((await multi.exec()) ?? []).map(([, value]) => Number(value));
+    const waits = keys.flatMap(({ limit }, i) => (replies[2 * i]! >= limit ? [replies[2 * i + 1]!] : []));
     if (waits.length === 0) return;
     const seconds = Math.max(1, ...waits.filter((s) => s > 0));
     throw new GatewayError(429, `Too many failed sign-ins. Try again in ${Math.ceil(seconds / 60)} minute${seconds > 60 ? 's' : ''}.`, {
@@ -139,12 +137,17 @@ export class SigninThrottle {
     });
   }
 
-  async failed(email: string, ip: string): Promise<void> {
+  /** Counts a failed sign-in against the email and the address (no email: a sign-up, against the address alone). */
+  async failed(email: string | undefined, ip: string): Promise<void> {
     const multi = this.redis.multi();
-    for (const key of [signinFailuresKey('email', email.trim().toLowerCase()), signinFailuresKey('ip', ip)]) {
-      multi.incr(key).expire(key, this.limits.windowSeconds, 'NX');
-    }
+    for (const { key } of this.keys(email, ip)) multi.incr(key).expire(key, this.limits.windowSeconds, 'NX');
     await multi.exec();
+  }
+
+  private keys(email: string | undefined, ip: string): Array<{ key: string; limit: number }> {
+    const keys = [{ key: signinFailuresKey('ip', ip), limit: this.limits.perIp }];
+    if (email !== undefined) keys.push({ key: signinFailuresKey('email', email.trim().toLowerCase()), limit: this.limits.perEmail });
+    return keys;
   }
 
   /** A successful sign-in clears the email's count (the address's stays: one right password must not reset a spray). */

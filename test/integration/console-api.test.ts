@@ -199,6 +199,13 @@ describe('console API', () => {
       await again.open();
       expectError(await again.request('POST', '/console/api/signup', { email: 'NEW@console.test', password: 'new-password' }), 409, 'account_exists');
       expectError(await again.request('POST', '/console/api/signup', { email: 'short@console.test', password: 'short' }), 400, 'invalid_value');
+      // Sign-ups count per address only: six people from six addresses all get in (no shared counter locks sign-up for everyone).
+      for (let i = 0; i < 6; i++) {
+        const person = client();
+        await person.open();
+        const res = await person.request('POST', '/console/api/signup', { email: `person-${i}@console.test`, password: 'person-password' });
+        assert.equal(res.status, 201, JSON.stringify(res.json));
+      }
     });
   });
 
