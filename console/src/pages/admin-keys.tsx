@@ -1,8 +1,7 @@
 import { listOf } from '../api';
 import { EmptyRow, ErrorMessage, PageHeader, SkeletonRows, TableCard, useApi, useTitle } from '../components/ui';
-import { ago, dateTime, shortDate } from '../format';
 import type { Key, List } from '../types';
-import { ExpiresCell, ModelsCell, SpendCell, limitText } from './keys';
+import { KeyCells } from './keys';
 
 export function AllKeysPage() {
   useTitle('All keys');
@@ -46,21 +45,7 @@ export function AllKeysPage() {
               {list?.map((key) => (
                 <tr key={key.id}>
                   <td>{key.account_email ?? <span class="muted">{key.account_id || '—'}</span>}</td>
-                  <td class="cell-strong">
-                    {key.name}
-                  </td>
-                  <td class="mono nowrap">{key.hint}</td>
-                  <td class="nowrap" title={dateTime(key.created)}>
-                    {shortDate(key.created)}
-                  </td>
-                  <td class="nowrap" title={key.last_used_at == null ? undefined : dateTime(key.last_used_at)}>
-                    {key.last_used_at == null ? <span class="muted">Never</span> : ago(key.last_used_at)}
-                  </td>
-                  <SpendCell keyRecord={key} />
-                  <td class="num">{limitText(key.rpm)}</td>
-                  <td class="num">{limitText(key.tpm)}</td>
-                  <ModelsCell models={key.models} />
-                  <ExpiresCell at={key.expires_at} />
+                  <KeyCells keyRecord={key} />
                 </tr>
               ))}
             </tbody>

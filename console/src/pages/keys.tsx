@@ -369,6 +369,27 @@ export function ExpiresCell({ at }: { at: number | null }) {
   );
 }
 
+/** A key's cells as every key table shows them: name, hint, created, last used, spend / limit, rpm, tpm, models, expiry. */
+export function KeyCells({ keyRecord: key }: { keyRecord: Key }) {
+  return (
+    <>
+      <td class="cell-strong">{key.name}</td>
+      <td class="mono nowrap">{key.hint}</td>
+      <td class="nowrap" title={dateTime(key.created)}>
+        {shortDate(key.created)}
+      </td>
+      <td class="nowrap" title={key.last_used_at == null ? undefined : dateTime(key.last_used_at)}>
+        {key.last_used_at == null ? <span class="muted">Never</span> : ago(key.last_used_at)}
+      </td>
+      <SpendCell keyRecord={key} />
+      <td class="num">{limitText(key.rpm)}</td>
+      <td class="num">{limitText(key.tpm)}</td>
+      <ModelsCell models={key.models} />
+      <ExpiresCell at={key.expires_at} />
+    </>
+  );
+}
+
 export function limitText(value: number | null): string {
   return value == null ? '—' : value.toLocaleString();
 }
@@ -424,21 +445,7 @@ export function KeysPage() {
               {list && list.length === 0 && <EmptyRow columns={columns}>No keys yet. Create one above to call the API.</EmptyRow>}
               {list?.map((key) => (
                 <tr key={key.id}>
-                  <td class="cell-strong">
-                    {key.name}
-                  </td>
-                  <td class="mono nowrap">{key.hint}</td>
-                  <td class="nowrap" title={dateTime(key.created)}>
-                    {shortDate(key.created)}
-                  </td>
-                  <td class="nowrap" title={key.last_used_at == null ? undefined : dateTime(key.last_used_at)}>
-                    {key.last_used_at == null ? <span class="muted">Never</span> : ago(key.last_used_at)}
-                  </td>
-                  <SpendCell keyRecord={key} />
-                  <td class="num">{limitText(key.rpm)}</td>
-                  <td class="num">{limitText(key.tpm)}</td>
-                  <ModelsCell models={key.models} />
-                  <ExpiresCell at={key.expires_at} />
+                  <KeyCells keyRecord={key} />
                   <td class="row-actions sticky-end">
                     <button type="button" class="button button-secondary button-small" onClick={() => setEditing(key)}>
                       Edit
