@@ -425,7 +425,6 @@ describe('anthropic adapter: outgoing request', () => {
       frequency_penalty: 0.5,
       logprobs: true,
       top_logprobs: 2,
-      reasoning_effort: 'low',
       stream_options: { include_usage: true },
     };
     const messages = [{ role: 'user', content: 'Hi', name: 'alice' }];
@@ -435,13 +434,186 @@ describe('anthropic adapter: outgoing request', () => {
     assert.equal(entry.level, 40);
     assert.equal(entry.reqId, 'req_test');
     assert.deepEqual(entry.dropped, [
-      'seed', 'logit_bias', 'presence_penalty', 'frequency_penalty', 'logprobs', 'top_logprobs', 'reasoning_effort', 'messages[].name',
+      'seed', 'logit_bias', 'presence_penalty', 'frequency_penalty', 'logprobs', 'top_logprobs', 'messages[].name',
     ]);
 
     lines.length = 0;
     fake.reset();
     await sent(chat({ temperature: 0.5, stream_options: null }), context({ log }));
     assert.equal(lines.length, 0, 'nothing dropped, nothing logged');
+  });
+});
+
+describe('anthropic adapter: reasoning_effort → extended thinking', () => {
+  const thinking = (budget: number) => ({ type: 'enabled', budget_tokens: budget });
+  const warnings = () => {
+    const lines: string[] = [];
+    return { lines, log: pino({ level: 'warn' }, { write: (line: string) => void lines.push(line) }) };
+  };
+
+  it('sends the budget of each effort, raising max_tokens by it; none sends no thinking', async () => {
+    // The default output is 4096 (MODEL knows a 64000 limit): max_tokens = budget + 4096.
+    const cases: [string, Record<string, unknown>][] = [
+      ['none', {}],
+      ['minimal', { max_tokens: 5120, thinking: thinking(1024) }],
+      ['low', { max_tokens: 6144, thinking: thinking(2048) }],
+      ['medium', { max_tokens: 8192, thinking: thinking(4096) }],
+      ['high', { max_tokens: 20480, thinking: thinking(16384) }],
+      ['xhigh', { max_tokens: 36096, thinking: thinking(32000) }],
+    ];
+    for (const [effort, extra] of cases) {
+      fake.reset();
+      const { lines, log } = warnings();
+      assert.deepEqual(await sent(chat({ reasoning_effort: effort }), context({ log })), bodyWith(extra), effort);
+      assert.equal(lines.length, 0, `${effort}: nothing dropped`);
+    }
+  });
+
+  it('fits thinking inside a client max_tokens (it counts reasoning, and was reserved so); raises only the default, within the catalog limit; gives up below 1024', async () => {
+    const cases: [Record<string, unknown>, CatalogModel, Record<string, unknown>][] = [
+      // The client's max counts the thinking too, as OpenAI's max_completion_tokens counts reasoning.
+      [{ reasoning_effort: 'medium', max_completion_tokens: 100 }, MODEL, { max_tokens: 100 }],
+      [{ reasoning_effort: 'high', max_tokens: 60000 }, MODEL, { max_tokens: 60000, thinking: thinking(16384) }],
+      [{ reasoning_effort: 'medium', max_tokens: 3000 }, MODEL, { max_tokens: 3000, thinking: thinking(2999) }],
+      // The gateway's default output gets the budget added.
+      [{ reasoning_effort: 'medium' }, { ...MODEL, default_max_tokens: 2000 }, { max_tokens: 6096, thinking: thinking(4096) }],
+      // The budget does not fit under the limit: it shrinks to max_tokens - 1.
+      [{ reasoning_effort: 'high' }, { ...MODEL, max_output_tokens: 8192 }, { max_tokens: 8192, thinking: thinking(8191) }],
+      [{ reasoning_effort: 'xhigh', max_tokens: 8192 }, { ...MODEL, max_output_tokens: 8192 }, { max_tokens: 8192, thinking: thinking(8191) }],
+      // Unknown limit: nothing to cap at.
+      [{ reasoning_effort: 'xhigh' }, { ...MODEL, max_output_tokens: 0 }, { max_tokens: 36096, thinking: thinking(32000) }],
+      // A client max_tokens above the catalog limit is never lowered: refusing it is the vendor's call, as without thinking.
+      [{ reasoning_effort: 'low', max_tokens: 70000 }, MODEL, { max_tokens: 70000, thinking: thinking(2048) }],
+      // 1024 max tokens leave at most 1023 for thinking: below Anthropic's minimum, so no thinking.
+      [{ reasoning_effort: 'minimal' }, { ...MODEL, max_output_tokens: 1024 }, { max_tokens: 1024 }],
+      [{ reasoning_effort: 'high', max_tokens: 500 }, { ...MODEL, max_output_tokens: 1000 }, { max_tokens: 500 }],
+    ];
+    for (const [extra, model, expected] of cases) {
+      fake.reset();
+      assert.deepEqual(await sent(chat(extra), context({ model })), bodyWith(expected), JSON.stringify([extra, model.max_output_tokens]));
+    }
+  });
+
+  it('logs an effort it could not fit as dropped, with the reason', async () => {
+    const { lines, log } = warnings();
+    await sent(chat({ reasoning_effort: 'minimal' }), context({ log, model: { ...MODEL, max_output_tokens: 1024 } }));
+    assert.equal(lines.length, 1);
+    const entry = JSON.parse(lines[0]!);
+    assert.deepEqual(entry.dropped, ['reasoning_effort']);
+    assert.match(entry.thinkingSkipped, /minimum thinking budget of 1024/);
+  });
+
+  it('drops temperature and top_p when thinking is on (Anthropic accepts only its default sampling then), keeps them otherwise', async () => {
+    const { lines, log } = warnings();
+    const request = chat({ reasoning_effort: 'low', temperature: 0.2, top_p: 0.5, stop: 'END' });
+    assert.deepEqual(await sent(request, context({ log })), bodyWith({ max_tokens: 6144, thinking: thinking(2048), stop_sequences: ['END'] }));
+    assert.equal(lines.length, 1);
+    assert.deepEqual(JSON.parse(lines[0]!).dropped, ['temperature', 'top_p']);
+
+    fake.reset();
+    assert.deepEqual(await sent(chat({ reasoning_effort: 'none', temperature: 0.2, top_p: 0.5 })), bodyWith({ temperature: 0.2, top_p: 0.5 }));
+  });
+
+  it('keeps a forced tool choice and leaves thinking off (Anthropic allows only auto/none with thinking)', async () => {
+    const tools = [{ type: 'function', function: { name: 'get_weather' } }];
+    const mapped = [{ name: 'get_weather', input_schema: { type: 'object', properties: {} } }];
+    const cases: [Record<string, unknown>, Record<string, unknown>][] = [
+      [{ tool_choice: 'required' }, { tool_choice: { type: 'any' } }],
+      [{ tool_choice: { type: 'function', function: { name: 'get_weather' } } }, { tool_choice: { type: 'tool', name: 'get_weather' } }],
+      [{ tool_choice: 'auto' }, { tool_choice: { type: 'auto' }, max_tokens: 20480, thinking: thinking(16384) }],
+      [{ tool_choice: 'none' }, { tool_choice: { type: 'none' }, max_tokens: 20480, thinking: thinking(16384) }],
+      [{}, { max_tokens: 20480, thinking: thinking(16384) }],
+    ];
+    for (const [extra, expected] of cases) {
+      fake.reset();
+      const { lines, log } = warnings();
+      assert.deepEqual(await sent(chat({ tools, reasoning_effort: 'high', ...extra }), context({ log })), bodyWith({ tools: mapped, ...expected }), JSON.stringify(extra));
+      assert.deepEqual(lines.map((line) => JSON.parse(line).dropped), expected.thinking === undefined ? [['reasoning_effort']] : []);
+    }
+  });
+
+  it('leaves thinking off while answering tool calls (their thinking blocks cannot be replayed) and for a prefilled reply', async () => {
+    const tools = [{ type: 'function', function: { name: 'get_weather' } }];
+    const toolCall = { id: 'call_a', type: 'function', function: { name: 'get_weather', arguments: '{}' } };
+    const inLoop = [
+      { role: 'user', content: 'Weather?' },
+      { role: 'assistant', content: null, tool_calls: [toolCall] },
+      { role: 'tool', tool_call_id: 'call_a', content: '12C' },
+    ];
+    const body = (await sent(chat({ tools, messages: inLoop, reasoning_effort: 'high' }))) as Record<string, unknown>;
+    assert.equal(body.thinking, undefined);
+    assert.equal(body.max_tokens, 4096);
+
+    // Once the loop is over (a text answer, then a new question), thinking comes back.
+    fake.reset();
+    const after = [...inLoop, { role: 'assistant', content: 'It is 12C.' }, { role: 'user', content: 'And tomorrow?' }];
+    assert.deepEqual(((await sent(chat({ tools, messages: after, reasoning_effort: 'high' }))) as Record<string, unknown>).thinking, thinking(16384));
+
+    fake.reset();
+    const prefill = [{ role: 'user', content: 'Hi' }, { role: 'assistant', content: 'Well,' }];
+    assert.equal(((await sent(chat({ messages: prefill, reasoning_effort: 'high' }))) as Record<string, unknown>).thinking, undefined);
+  });
+
+  it('sends thinking on stream requests too', async () => {
+    await stream(chat({ stream: true, reasoning_effort: 'medium' }));
+    assert.deepEqual(fake.requests[0]!.body, bodyWith({ max_tokens: 8192, thinking: thinking(4096), stream: true }));
+  });
+
+  it('refuses a reasoning_effort OpenAI does not know, naming it', async () => {
+    for (const effort of ['maximum', 'HIGH', 3, true]) {
+      const error = await refused(chat({ reasoning_effort: effort }), 'reasoning_effort');
+      assert.match(error.message, /none, minimal, low, medium, high, xhigh/);
+    }
+    assert.deepEqual(await sent(chat({ reasoning_effort: null })), bodyWith({}));
+  });
+
+  it('keeps thinking and redacted_thinking blocks out of a plain answer; reasoning tokens stay unset (Anthropic reports none apart)', async () => {
+    fake.enqueue({
+      json: {
+        id: 'msg_t', type: 'message', role: 'assistant', model: UPSTREAM_MODEL, stop_reason: 'end_turn', stop_sequence: null,
+        content: [
+          { type: 'thinking', thinking: 'The user greets me. I should greet back.', signature: 'EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds' },
+          { type: 'redacted_thinking', data: 'EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4mPnZ5sQ7vB5URj' },
+          userText('Hello!'),
+        ],
+        usage: { input_tokens: 10, output_tokens: 95 },
+      },
+    });
+    const result = await answer(chat({ reasoning_effort: 'low' }));
+    assert.deepEqual(result.answer.choices, [{ index: 0, text: 'Hello!', toolCalls: [], finishReason: 'stop' }]);
+    assert.equal(result.parsed.choices[0].message.content, 'Hello!');
+    const usage = { prompt_tokens: 10, completion_tokens: 95, total_tokens: 105, prompt_tokens_details: { cached_tokens: 0 } };
+    assert.deepEqual(result.parsed.usage, usage);
+    assert.deepEqual(result.answer.usage, usage);
+  });
+
+  it('keeps thinking, signature and redacted blocks out of a stream', async () => {
+    fake.enqueue({
+      events: [
+        { type: 'message_start', message: { id: 'msg_ts', usage: { input_tokens: 10, output_tokens: 1 } } },
+        { type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '', signature: '' } },
+        { type: 'content_block_delta', index: 0, delta: { type: 'thinking_delta', thinking: 'The user greets me.' } },
+        { type: 'content_block_delta', index: 0, delta: { type: 'thinking_delta', thinking: ' Greet back.' } },
+        { type: 'content_block_delta', index: 0, delta: { type: 'signature_delta', signature: 'EqQBCgIYAhIM1gbcDa9GJwZA2b3h' } },
+        { type: 'content_block_stop', index: 0 },
+        { type: 'content_block_start', index: 1, content_block: { type: 'redacted_thinking', data: 'EmwKAhgBEgy3va3pzix' } },
+        { type: 'content_block_stop', index: 1 },
+        { type: 'content_block_start', index: 2, content_block: { type: 'text', text: '' } },
+        { type: 'content_block_delta', index: 2, delta: { type: 'text_delta', text: 'Hello' } },
+        { type: 'content_block_delta', index: 2, delta: { type: 'text_delta', text: '!' } },
+        { type: 'content_block_stop', index: 2 },
+        { type: 'message_delta', delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 95 } },
+        { type: 'message_stop' },
+      ],
+    });
+    const encoded = await stream(chat({ stream: true, reasoning_effort: 'low' }));
+    const events = encoded.batches.flat();
+    assert.deepEqual(
+      events.filter((event) => event.type === 'text'),
+      [{ type: 'text', choice: 0, text: 'Hello' }, { type: 'text', choice: 0, text: '!' }],
+    );
+    assert.deepEqual(reassemble(encoded), { text: 'Hello!', finish: 'stop', calls: [] });
+    assert.deepEqual(encoded.usage, { prompt_tokens: 10, completion_tokens: 95, total_tokens: 105, prompt_tokens_details: { cached_tokens: 0 } });
   });
 });
 

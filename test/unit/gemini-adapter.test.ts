@@ -244,6 +244,118 @@ describe('gemini adapter: outgoing requests', () => {
   });
 });
 
+describe('gemini adapter: reasoning_effort → thinkingConfig', () => {
+  const efforts = ['none', 'minimal', 'low', 'medium', 'high', 'xhigh'] as const;
+  const hi = { contents: [{ role: 'user', parts: [{ text: 'Hi' }] }] };
+
+  /** The exact body the fake got for each effort on one upstream model. */
+  async function sentPerEffort(upstreamModel: string): Promise<Json[]> {
+    const bodies: Json[] = [];
+    for (const effort of efforts) {
+      fake.reset();
+      await geminiAdapter.chat!(chat({ reasoning_effort: effort }), context({ upstreamModel }));
+      assert.equal(fake.requests.length, 1);
+      bodies.push(sent());
+    }
+    return bodies;
+  }
+  const withThinking = (thinkingConfig: Json) => ({ ...hi, generationConfig: { thinkingConfig } });
+
+  it('sends a thinkingBudget per effort to Gemini 2.5 Flash: 0 turns thinking off, 24576 is its ceiling', async () => {
+    assert.deepEqual(
+      await sentPerEffort('gemini-2.5-flash'),
+      [0, 512, 1024, 8192, 24576, 24576].map((thinkingBudget) => withThinking({ thinkingBudget })),
+    );
+    assert.equal(logs.filter((entry) => entry.level === 40).length, 0, 'reasoning_effort is mapped, not dropped');
+  });
+
+  it('keeps Gemini 2.5 Pro within 128–32768: it cannot turn thinking off', async () => {
+    assert.deepEqual(
+      await sentPerEffort('gemini-2.5-pro'),
+      [128, 512, 1024, 8192, 24576, 32768].map((thinkingBudget) => withThinking({ thinkingBudget })),
+    );
+  });
+
+  it('sends thinkingLevel (never a budget) to Gemini 3: all four levels on Flash, low/high on Pro', async () => {
+    assert.deepEqual(
+      await sentPerEffort('gemini-3-flash-preview'),
+      ['minimal', 'minimal', 'low', 'medium', 'high', 'high'].map((thinkingLevel) => withThinking({ thinkingLevel })),
+    );
+    assert.deepEqual(
+      await sentPerEffort('gemini-3-pro-preview'),
+      ['low', 'low', 'low', 'high', 'high', 'high'].map((thinkingLevel) => withThinking({ thinkingLevel })),
+    );
+    assert.deepEqual(
+      await sentPerEffort('gemini-3.1-pro-preview'),
+      ['low', 'low', 'low', 'high', 'high', 'high'].map((thinkingLevel) => withThinking({ thinkingLevel })),
+    );
+  });
+
+  it('leaves the rest of generationConfig as it was, maxOutputTokens included, and sends no thinkingConfig without an effort', async () => {
+    await geminiAdapter.chat!(chat({ reasoning_effort: 'low', max_completion_tokens: 300, temperature: 0.4 }), context());
+    assert.deepEqual(sent(), { ...hi, generationConfig: { temperature: 0.4, maxOutputTokens: 300, thinkingConfig: { thinkingBudget: 1024 } } });
+
+    fake.reset();
+    await geminiAdapter.chat!(chat({ reasoning_effort: null }), context());
+    assert.deepEqual(sent(), hi);
+
+    fake.reset();
+    await encodeStream(stream(chat({ stream: true, reasoning_effort: 'high' }), context({ upstreamModel: 'gemini-3-pro-preview' })));
+    assert.equal(fake.requests[0]!.path, '/v1beta/models/gemini-3-pro-preview:streamGenerateContent?alt=sse');
+    assert.deepEqual(sent(), withThinking({ thinkingLevel: 'high' }));
+  });
+
+  it('refuses a reasoning_effort OpenAI does not know, before any request', async () => {
+    for (const effort of ['maximum', 'High', 2]) {
+      const error = await gatewayError(geminiAdapter.chat!(chat({ reasoning_effort: effort }), context()));
+      assert.deepEqual([error.status, error.param], [400, 'reasoning_effort']);
+      assert.match(error.message, /none, minimal, low, medium, high, xhigh/);
+    }
+    assert.equal(fake.requests.length, 0);
+  });
+
+  const thoughtUsage = { promptTokenCount: 7, candidatesTokenCount: 2, thoughtsTokenCount: 40, totalTokenCount: 49 };
+  const expectedUsage = { prompt_tokens: 7, completion_tokens: 42, total_tokens: 49, prompt_tokens_details: { cached_tokens: 0 }, completion_tokens_details: { reasoning_tokens: 40 } };
+
+  it('keeps thought parts out of a plain answer and reports thoughtsTokenCount as reasoning tokens', async () => {
+    fake.enqueue({
+      json: {
+        candidates: [{
+          content: { role: 'model', parts: [{ text: '**Planning** the greeting.', thought: true }, { text: 'Hel', thoughtSignature: 'c2ln' }, { text: 'lo' }] },
+          finishReason: 'STOP',
+          index: 0,
+        }],
+        usageMetadata: thoughtUsage,
+      },
+    });
+    const { result, body } = await answer(chat({ reasoning_effort: 'medium' }), context());
+    assert.deepEqual(result.choices, [{ index: 0, text: 'Hello', toolCalls: [], finishReason: 'stop' }]);
+    assert.equal(body.choices[0].message.content, 'Hello');
+    assert.deepEqual(body.usage, expectedUsage);
+  });
+
+  it('keeps thought parts out of a stream, alone or mixed with text, and reports reasoning tokens', async () => {
+    const chunk = (parts: Json[], extra: Json = {}) => ({ candidates: [{ content: { role: 'model', parts }, index: 0, ...extra }], usageMetadata: thoughtUsage });
+    fake.enqueue({
+      chunks: [
+        chunk([{ text: '**Planning**', thought: true }]),
+        chunk([{ text: ' the greeting.', thought: true }, { text: 'Hel' }]),
+        chunk([{ text: 'lo' }, { text: 'one more thought', thought: true }]),
+        chunk([{ text: '', thoughtSignature: 'c2ln' }], { finishReason: 'STOP' }),
+      ],
+    });
+    const { parsed, batches, usage } = await encodeStream(stream(chat({ stream: true, reasoning_effort: 'medium' }), context()));
+    assert.deepEqual(
+      batches.flat().filter((event) => event.type === 'text'),
+      [{ type: 'text', choice: 0, text: 'Hel' }, { type: 'text', choice: 0, text: 'lo' }],
+    );
+    assert.equal(textOf(parsed), 'Hello');
+    assert.equal(parsed.at(-2)!.choices[0].finish_reason, 'stop');
+    assert.deepEqual(usage, expectedUsage);
+    assert.deepEqual(parsed.at(-1)!.usage, expectedUsage);
+  });
+});
+
 describe('convertJsonSchema', () => {
   it('inlines refs, folds null unions into nullable and reports lossy drops', () => {
     const { schema, dropped } = convertJsonSchema(

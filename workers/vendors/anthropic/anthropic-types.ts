@@ -71,5 +71,7 @@ export interface AnthropicRequestBody {
   tools?: AnthropicTool[];
   tool_choice?: AnthropicToolChoice;
   output_config?: { format: { type: 'json_schema'; schema: Record<string, unknown> } };
+  /** Extended thinking; `budget_tokens` ≥ 1024 and below `max_tokens`. */
+  thinking?: { type: 'enabled'; budget_tokens: number };
   stream?: boolean;
 }

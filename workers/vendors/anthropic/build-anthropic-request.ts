@@ -1,6 +1,7 @@
 import { invalidRequest } from '../../../shared/errors.js';
 import type { ChatCompletionRequest } from '../../../shared/schemas/chat.js';
 import type { CallContext } from '../types.js';
+import { planThinking, readReasoningEffort } from './anthropic-thinking.js';
 import type { AnthropicRequestBody, AnthropicTextBlock } from './anthropic-types.js';
 import { convertToAnthropicMessages } from './convert-to-anthropic-messages.js';
 import { convertToAnthropicTools } from './convert-to-anthropic-tools.js';
@@ -40,6 +41,7 @@ const MAPPED_FIELDS = new Set([
   'parallel_tool_calls',
   'functions',
   'function_call',
+  'reasoning_effort',
 ]);
 
 function maxTokens(request: ChatCompletionRequest, ctx: CallContext): number {
@@ -70,7 +72,8 @@ function toSystem(blocks: AnthropicTextBlock[]): string | AnthropicTextBlock[] |
  * change the answer's meaning if ignored or clamped (`n` > 1, temperature
  * above 1, unsupported content) are refused with a 400 naming the param;
  * fields with no counterpart that only tune sampling or output extras are
- * dropped with one warning.
+ * dropped with one warning. `reasoning_effort` becomes extended thinking
+ * (see `planThinking`), which also raises `max_tokens` to make room for it.
  */
 export function buildAnthropicRequest(request: ChatCompletionRequest, ctx: CallContext, stream: boolean): AnthropicRequestBody {
   if (request.n != null && request.n > 1) {
@@ -83,9 +86,30 @@ export function buildAnthropicRequest(request: ChatCompletionRequest, ctx: CallC
     );
   }
 
+  const effort = readReasoningEffort(request.reasoning_effort);
   const prompt = convertToAnthropicMessages(request.messages);
   const tools = convertToAnthropicTools(request);
-  const body: AnthropicRequestBody = { model: ctx.upstreamModel, max_tokens: maxTokens(request, ctx), messages: prompt.messages };
+  const outputTokens = maxTokens(request, ctx);
+  const thinking = planThinking({
+    effort,
+    outputTokens,
+    // A client's own max_tokens counts thinking too, as OpenAI's does for reasoning (and as its
+    // reservation was made): thinking fits inside it. Only the gateway's default is raised, up to the model's limit.
+    modelLimit: (request.max_completion_tokens ?? request.max_tokens) ?? ctx.model.max_output_tokens,
+    messages: prompt.messages,
+    toolChoice: tools.tool_choice,
+  });
+  const body: AnthropicRequestBody = {
+    model: ctx.upstreamModel,
+    max_tokens: thinking.enabled ? thinking.maxTokens : outputTokens,
+    messages: prompt.messages,
+  };
+  const dropped = droppedFields(request);
+  if (thinking.enabled) {
+    body.thinking = { type: 'enabled', budget_tokens: thinking.budget };
+  } else if (thinking.reason !== undefined) {
+    dropped.push('reasoning_effort');
+  }
 
   const format = request.response_format;
   if (format?.type === 'json_schema' && format.json_schema.schema !== undefined) {
@@ -96,17 +120,26 @@ export function buildAnthropicRequest(request: ChatCompletionRequest, ctx: CallC
   const system = toSystem(prompt.system);
   if (system !== undefined) body.system = system;
 
-  if (request.temperature != null) body.temperature = request.temperature;
-  if (request.top_p != null) body.top_p = request.top_p;
+  if (thinking.enabled) {
+    // With thinking on, Anthropic refuses any temperature but 1 (and top_p below
+    // 0.95): the thinking is tuned for the default sampling. Both are left out
+    // (the default is what thinking needs) and reported as dropped.
+    if (request.temperature != null) dropped.push('temperature');
+    if (request.top_p != null) dropped.push('top_p');
+  } else {
+    if (request.temperature != null) body.temperature = request.temperature;
+    if (request.top_p != null) body.top_p = request.top_p;
+  }
   if (request.stop != null) body.stop_sequences = typeof request.stop === 'string' ? [request.stop] : request.stop;
   if (request.user != null) body.metadata = { user_id: request.user };
   if (tools.tools !== undefined) body.tools = tools.tools;
   if (tools.tool_choice !== undefined) body.tool_choice = tools.tool_choice;
   if (stream) body.stream = true;
 
-  const dropped = [...droppedFields(request), ...prompt.dropped];
+  dropped.push(...prompt.dropped);
   if (dropped.length > 0) {
-    ctx.log.warn({ reqId: ctx.requestId, dropped }, 'request fields with no Anthropic counterpart were dropped');
+    const skipped = !thinking.enabled && thinking.reason !== undefined ? { thinkingSkipped: thinking.reason } : {};
+    ctx.log.warn({ reqId: ctx.requestId, dropped, ...skipped }, 'request fields with no Anthropic counterpart were dropped');
   }
   return body;
 }

@@ -3,6 +3,7 @@ import type { ChatCompletionRequest } from '../../../shared/schemas/chat.js';
 import type { CallContext } from '../types.js';
 import { convertJsonSchema } from './convert-json-schema.js';
 import { convertToGeminiContents, type GeminiPrompt } from './convert-to-gemini-contents.js';
+import { geminiThinkingConfig, readReasoningEffort } from './gemini-thinking.js';
 
 interface FunctionDeclaration {
   name: string;
@@ -39,6 +40,7 @@ const MAPPED = new Set([
   'response_format',
   'tools',
   'tool_choice',
+  'reasoning_effort',
 ]);
 
 /** Sampling and limits: OpenAI name → Gemini `generationConfig` name. */
@@ -51,8 +53,12 @@ const GENERATION_FIELDS = [
   ['frequency_penalty', 'frequencyPenalty'],
 ] as const;
 
-function buildGenerationConfig(request: ChatCompletionRequest, schemaDrops: Set<string>): Record<string, unknown> {
+function buildGenerationConfig(request: ChatCompletionRequest, upstreamModel: string, schemaDrops: Set<string>): Record<string, unknown> {
   const config: Record<string, unknown> = {};
+  // Thinking shares `maxOutputTokens` with the answer on Gemini, as reasoning shares
+  // `max_completion_tokens` on OpenAI, so the token limit is passed unchanged.
+  const effort = readReasoningEffort(request.reasoning_effort);
+  if (effort !== undefined) config.thinkingConfig = geminiThinkingConfig(effort, upstreamModel);
   for (const [from, to] of GENERATION_FIELDS) if (request[from] != null) config[to] = request[from];
   const maxTokens = request.max_completion_tokens ?? request.max_tokens;
   if (maxTokens != null) config.maxOutputTokens = maxTokens;
@@ -111,6 +117,7 @@ function applyToolChoice(
  * Gemini counterpart (logit_bias, logprobs, parallel_tool_calls, user, and
  * any other the client set) are dropped, and so are schema keywords outside
  * Gemini's subset; either is reported in one warning per request.
+ * `reasoning_effort` becomes `generationConfig.thinkingConfig` (see `gemini-thinking.ts`).
  */
 export function buildGeminiRequest(request: ChatCompletionRequest, ctx: CallContext): GeminiRequest {
   if (request.functions != null || request.function_call != null) {
@@ -128,7 +135,7 @@ export function buildGeminiRequest(request: ChatCompletionRequest, ctx: CallCont
     dropped.push('tool_choice');
   }
 
-  const generationConfig = buildGenerationConfig(request, schemaDrops);
+  const generationConfig = buildGenerationConfig(request, ctx.upstreamModel, schemaDrops);
   if (Object.keys(generationConfig).length > 0) body.generationConfig = generationConfig;
 
   for (const [key, value] of Object.entries(request)) if (value != null && !MAPPED.has(key)) dropped.push(key);
