@@ -12,12 +12,19 @@ import { checkChatContext, checkCompletionContext, checkEmbeddingContext, checkM
 import { checkEditable, checkEditUploads, checkImageRequest } from './image-rules.js';
 import { loadOwnedJob, renderVideo } from './job-views.js';
 import type { UploadedFile } from './multipart.js';
+import { responseObject } from '../shared/response-object.js';
+import { buildShell, newResponseId, normaliseInput, toChatRequest } from './responses-translate.js';
+import { createResponse, loadHistory } from './responses-store.js';
+import type { EventLogs } from './event-log.js';
+import { followResponse } from './routes/responses.js';
 
 /** What a handler is given: the fields its row's schema validated, the model they name, and the stored uploads. */
 export interface HandlerInput<E extends Endpoint> {
   fields: z.output<(typeof endpoints)[E]['schema']>;
   model: CatalogModel;
   files: readonly UploadedFile[];
+  /** Who asks, and the store a handler reads earlier state from (stored responses). */
+  scope: { redis: Redis; keyId: string; config: Config };
 }
 
 /** A request the handler let through: what the job carries, and how the relay answers. */
@@ -30,12 +37,17 @@ export interface Admitted<E extends Endpoint> {
   jobId?: string;
   /** The prompt's tokens as counted or bounded by the context check (text endpoints): what admission reserves for. */
   promptTokens?: number;
+  /** Runs just before the job is queued, after admission (a stored response's record). */
+  prepare?: () => Promise<void>;
+  /** Runs in the background: queued, answered at once, and run to its end whoever listens. */
+  detached?: boolean;
 }
 
 export interface HandlerDeps {
   config: Config;
   redis: Redis;
   queues: Map<QueueName, Queue>;
+  logs: EventLogs;
 }
 
 /**
@@ -64,6 +76,40 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
       refuseStreamOptionsWithoutStream(body);
       if (body.top_logprobs != null && !body.logprobs) throw invalidRequest('top_logprobs requires logprobs to be true.', 'top_logprobs');
       return { payload: body, stream: !!body.stream, promptTokens };
+    },
+  },
+
+  responses: {
+    async admit({ fields: request, model, scope }) {
+      if (request.background && request.store === false) throw invalidRequest('A background response must be stored: store cannot be false.', 'store');
+      if (request.stream_options && !request.stream) throw invalidRequest('stream_options is only allowed when stream is true.', 'stream_options');
+      const input = request.input === undefined ? [] : normaliseInput(request.input);
+      const history = request.previous_response_id ? await loadHistory(scope.redis, request.previous_response_id, scope.keyId) : [];
+      const chat = toChatRequest({ ...request, model: model.id }, history, input);
+      checkModalities(model, chat.messages);
+      const promptTokens = await checkChatContext(model, chat);
+      const id = newResponseId();
+      const shell = buildShell(request, id, model.id, Math.floor(Date.now() / 1000));
+      const queued = responseObject(shell, { status: 'queued', output: [], usage: null, error: null });
+      return {
+        payload: { chat, shell },
+        stream: !!request.stream,
+        promptTokens,
+        jobId: id,
+        detached: shell.background,
+        ...(shell.store ? { prepare: () => createResponse(scope.redis, id, scope.keyId, input, shell.background ? queued : { ...queued, status: 'in_progress' }, scope.config.responseTtlSeconds) } : {}),
+      };
+    },
+    /** A background response is answered at once: queued, or its events followed from the start. */
+    async answer(ctx, admitted, deps) {
+      const { shell } = admitted.payload;
+      if (!shell.background) return;
+      if (admitted.stream) {
+        await followResponse(ctx, deps, shell.id, -1, 'starting_after');
+        return;
+      }
+      ctx.status = 200;
+      ctx.body = responseObject(shell, { status: 'queued', output: [], usage: null, error: null });
     },
   },
 

@@ -42,6 +42,10 @@ export interface RelayRequest<E extends Endpoint = Endpoint> {
   jobId?: string;
   /** Who pays, and the most the request may cost: reserved before it is queued. */
   spend?: { access: KeyAccess; estimate: SpendEstimate };
+  /** Runs just before the job is queued (after the reservation). */
+  prepare?: () => Promise<void>;
+  /** A background response: queued and left to run; the caller answers the client. */
+  detached?: boolean;
 }
 
 /** `Prefer: respond-async` (RFC 7240) asks for a 202 and a job to poll. */
@@ -104,6 +108,7 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
   };
   const enqueue = async (options: Parameters<Queue['add']>[2]) => {
     try {
+      await request.prepare?.();
       await queue.add(request.endpoint, data, options);
     } catch (error) {
       abandon();
@@ -134,6 +139,18 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
     ctx.status = 202;
     ctx.set('location', `/v1/jobs/${jobId}`);
     ctx.body = { id: jobId, object: 'job', status: 'queued', created: record.created };
+    return;
+  }
+
+  if (request.detached) {
+    data.background = true;
+    await enqueue({
+      jobId,
+      attempts: config.jobAttempts,
+      backoff: { type: 'gateway' },
+      removeOnComplete: { age: row.keep.completedSeconds, count: row.keep.completedCount },
+      removeOnFail: { age: row.keep.failedSeconds, count: row.keep.failedCount },
+    });
     return;
   }
 

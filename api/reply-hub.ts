@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import type { Logger } from '../shared/logger.js';
 import { setTimeout as pause } from 'node:timers/promises';
 import { GatewayError } from '../shared/errors.js';
-import { decodeReply, type ReplyMessage } from '../shared/reply.js';
+import { decodeReply, parseLogEntry, type ReplyMessage } from '../shared/reply.js';
 import { apiAliveKey, replayStreamKey } from '../shared/queues.js';
 
 export interface PendingReply {
@@ -220,18 +220,18 @@ export class ReplyHub {
     }
   }
 
-  /** Delivers the chunks of a stream's replay log that were not seen yet; undefined when the log is empty. */
+  /** Delivers the chunks of a stream's replay log that were not seen yet; undefined when the log holds none. */
   async replay(requestId: string, pending: PendingReply): Promise<Replayed | undefined> {
-    const entries = await this.redis.xrange(replayStreamKey(requestId), '-', '+');
+    const raw = await this.redis.xrange(replayStreamKey(requestId), '-', '+');
+    // The terminal entry is not a chunk: the job's own state says how the request ended.
+    const entries = raw.map(([id, fields]) => parseLogEntry(id, fields)).filter((entry) => entry.end === undefined);
     if (entries.length === 0) return undefined;
-    const seqs = entries.map(([, fields]) => Number(fields[1]));
-    entries.forEach(([, fields], i) => {
-      const seq = seqs[i]!;
-      if (seq > pending.lastSeq && this.pending.get(requestId) === pending) {
-        pending.lastSeq = seq;
-        pending.deliver({ kind: 'chunk', requestId, seq, payload: fields[3] ?? '' });
+    for (const entry of entries) {
+      if (entry.seq > pending.lastSeq && this.pending.get(requestId) === pending) {
+        pending.lastSeq = entry.seq;
+        pending.deliver({ kind: 'chunk', requestId, seq: entry.seq, payload: entry.frames });
       }
-    });
-    return { first: seqs[0]!, last: seqs.at(-1)!, count: seqs.length };
+    }
+    return { first: entries[0]!.seq, last: entries.at(-1)!.seq, count: entries.length };
   }
 }

@@ -24,6 +24,8 @@ import { v1Routes } from './routes/v1.js';
 import { adminRoutes } from './routes/admin.js';
 import { endpointRoutes } from './routes/endpoint-routes.js';
 import { jobRoutes } from './routes/jobs.js';
+import { responseRoutes } from './routes/responses.js';
+import { EventLogs } from './event-log.js';
 import { JobEvents } from './job-events.js';
 import { LoopStallMonitor } from './loop-stall.js';
 import { answerClientError, answerConnect } from './raw-http-errors.js';
@@ -127,7 +129,8 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     await next();
   });
   app.use(adminRoutes(keyStore, config.adminToken).routes());
-  const relayDeps = { config, redis, queues, hub, backpressure, models, prices };
+  const logs = new EventLogs(redis, log);
+  const relayDeps = { config, redis, queues, hub, backpressure, models, prices, logs };
   const jobs = jobRoutes({ ...relayDeps, blobs, urlSecret });
   app.use(jobs.public.routes());
   const assets = new ConsoleAssets(options.consoleDir ?? defaultConsoleDir());
@@ -139,6 +142,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   app.use(async (ctx, next) => ((ctx.path.startsWith('/v1/') || ctx.path === '/v1') && !ctx.path.startsWith('/v1/files/') ? auth(ctx, next) : next()));
   app.use(endpointRoutes({ ...relayDeps, blobs }).routes());
   app.use(jobs.authed.routes());
+  app.use(responseRoutes(relayDeps).routes());
   app.use(v1.routes());
   app.use(v1.allowedMethods());
 
@@ -187,6 +191,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
       }
       server.closeAllConnections();
       jobEvents.close();
+      logs.close();
       loopStalls.stop();
       backpressure.stop();
       await Promise.allSettled([...queues.values()].map((q) => q.close()));

@@ -121,7 +121,7 @@ export async function runMicro(options: { chunks: number; runs: number; warmupRu
       // What a worker does with a stream: the adapter's events, encoded as the client's chunks.
       const encoder = new ChatStreamEncoder({ form: 'chat.completion', model: protocolModels[protocol], includeUsage: true, legacyFunctions: false });
       for await (const batch of setups[protocol].adapter.streamChat!(request0(protocolModels[protocol]), context(protocol))) {
-        if (encoder.encode(batch) !== '') events += batch.length;
+        if (encoder.encode(batch).count > 0) events += batch.length;
       }
     }
     const wallMs = performance.now() - t0;
@@ -137,9 +137,9 @@ export async function runMicro(options: { chunks: number; runs: number; warmupRu
     let usage = false;
     const encoder = new ChatStreamEncoder({ form: 'chat.completion', model: protocolModels[protocol], includeUsage: true, legacyFunctions: false });
     for await (const batch of setups[protocol].adapter.streamChat!(request0(protocolModels[protocol]), context(protocol))) {
-      for (const frame of encoder.encode(batch).split('\n\n')) {
+      for (const frame of encoder.encode(batch).frames.split('\n\n')) {
         if (frame === '') continue;
-        const chunk = JSON.parse(frame.slice('data: '.length)) as { choices: Array<{ delta?: { content?: string } }>; usage?: unknown };
+        const chunk = JSON.parse(frame.slice(frame.indexOf('data: ') + 'data: '.length)) as { choices: Array<{ delta?: { content?: string } }>; usage?: unknown };
         const content = chunk.choices[0]?.delta?.content;
         if (content) {
           text += content;

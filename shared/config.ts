@@ -81,6 +81,12 @@ export interface Config {
   maxImageBytes: number;
   /** How long async job results (and videos) stay retrievable. */
   asyncResultTtlSeconds: number;
+  /** How long a stored response stays retrievable (and chainable). */
+  responseTtlSeconds: number;
+  /** How long a stream's event log outlives its last event: the window to resume or replay it. */
+  streamReplayTtlSeconds: number;
+  /** How long a stream whose client left keeps running, waiting for a resume (0: cancelled at once). */
+  streamResumeGraceMs: number;
   /** Seconds between sweeps of expired blobs (one process sweeps per interval); 0: never. */
   blobSweepIntervalSeconds: number;
   /**
@@ -243,6 +249,9 @@ const fixed = {
   MAX_AUDIO_BYTES: setting(integer(1, 25 * 1024 * 1024), 'largest audio upload; over → 413'),
   MAX_IMAGE_BYTES: setting(integer(1, 50 * 1024 * 1024), 'largest image upload per file'),
   ASYNC_RESULT_TTL_S: setting(integer(60, 86_400), 'how long async job results and videos stay retrievable'),
+  RESPONSE_TTL_S: setting(integer(60, 30 * 86_400), 'how long a stored response (`store`, the default) can be retrieved and chained with `previous_response_id`'),
+  STREAM_REPLAY_TTL_S: setting(integer(10, 600), 'how long after its last event a stream (chat, completions, Responses) can still be resumed or replayed from its event log'),
+  STREAM_RESUME_GRACE_MS: setting(integer(0, 10_000), 'a streaming client that disconnects leaves its request running this long for a resume; `0` cancels at once'),
   BLOB_SWEEP_INTERVAL_S: setting(integer(0, 600), 'seconds between sweeps of expired blobs; `0` disables them'),
 };
 
@@ -402,6 +411,9 @@ export function loadConfig(env: Env = process.env): Config {
     maxAudioBytes: values.MAX_AUDIO_BYTES,
     maxImageBytes: values.MAX_IMAGE_BYTES,
     asyncResultTtlSeconds: values.ASYNC_RESULT_TTL_S,
+    responseTtlSeconds: values.RESPONSE_TTL_S,
+    streamReplayTtlSeconds: values.STREAM_REPLAY_TTL_S,
+    streamResumeGraceMs: values.STREAM_RESUME_GRACE_MS,
     blobSweepIntervalSeconds: values.BLOB_SWEEP_INTERVAL_S,
     fetchAllowHosts: values.FETCH_ALLOW_HOSTS,
     fetchAllowPrivate: values.FETCH_ALLOW_PRIVATE,

@@ -7,6 +7,8 @@ import { completionRequestSchema, type CompletionRequest } from './schemas/compl
 import { embeddingRequestSchema, type EmbeddingRequest } from './schemas/embeddings.js';
 import { imageEditFieldsSchema, imageGenerationRequestSchema, type ImageGenerationRequest } from './schemas/images.js';
 import { transcriptionFieldsSchema, videoRequestSchema, type ImageEditInput, type TranscriptionInput, type VideoInput } from './schemas/media-inputs.js';
+import { responsesRequestSchema } from './schemas/responses.js';
+import type { ResponsesJob } from './responses.js';
 
 /**
  * How long a finished job stays in its queue. A waiting client got its answer
@@ -81,6 +83,20 @@ export const endpoints = {
     capabilities: ['completion'],
     body: 'json',
     schema: completionRequestSchema,
+    streams: true,
+    uploads: false,
+    asyncOnly: false,
+    pipeline: 'text',
+    deadlineMs: queueDeadline('chat'),
+    keep: heldAnswer,
+  },
+  responses: {
+    method: 'POST',
+    path: '/v1/responses',
+    queue: 'chat',
+    capabilities: ['chat', 'reasoning'],
+    body: 'json',
+    schema: responsesRequestSchema,
     streams: true,
     uploads: false,
     asyncOnly: false,
@@ -171,6 +187,8 @@ export const servedCapabilities: ReadonlySet<Capability> = new Set(endpointNames
 export interface EndpointPayloads {
   'chat.completions': ChatCompletionRequest;
   completions: CompletionRequest;
+  /** The chat request the adapters run, and the response object's echo fields. */
+  responses: ResponsesJob;
   embeddings: EmbeddingRequest;
   'images.generations': ImageGenerationRequest;
   'images.edits': ImageEditInput;

@@ -373,6 +373,8 @@ export class PriceList {
       }
       case 'completions':
         return generating(upTo(request.payload.max_tokens) * completionChoices(request.payload));
+      case 'responses':
+        return generating(upTo(request.payload.chat.max_completion_tokens));
       case 'embeddings':
         return only(promptCost);
       case 'images.generations':

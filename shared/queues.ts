@@ -41,6 +41,8 @@ export interface GatewayJobData {
   baseUrl?: string;
   /** Answered through `GET /v1/jobs/{id}` (and job events) rather than a held connection. */
   async?: boolean;
+  /** A background response: it runs to its end whoever listens, its events are logged for readers. */
+  background?: boolean;
   /** Vendor-side state a restarted worker resumes from (e.g. the vendor's task id). */
   checkpoint?: Record<string, unknown>;
 }

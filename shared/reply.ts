@@ -29,5 +29,74 @@ export function decodeReply(message: string): ReplyMessage | undefined {
   return { kind: kind as ReplyKind, requestId, seq: Number(seq), payload: message.slice(newline + 1) };
 }
 
+/** The answer id a chat stream's chunks carry, naming its request: a client may resume by either. */
+export const streamAliasKey = (answerId: string) => `sy:stream-id:${answerId}`;
+
 /** The frame that ends every chat and completions SSE stream. */
 export const streamTrailer = 'data: [DONE]\n\n';
+
+/**
+ * A stream's replay log (a Redis stream under `replayStreamKey`): one entry
+ * per published batch, `seq` (the batch), `frames` (its SSE frames) and
+ * `first` (the number of its first frame: frames are numbered from 0 across
+ * the stream, as the `id:` lines of chat chunks and the `sequence_number` of
+ * Responses events say), then one terminal entry with `end` (`done` or
+ * `error`) and its `payload`. The first entry also names the key that owns
+ * the stream (`owner`), so a resume by another key is refused.
+ */
+export interface LogEntry {
+  /** The Redis stream entry id. */
+  id: string;
+  seq: number;
+  first: number;
+  frames: string;
+  end?: 'done' | 'error';
+  payload?: string;
+  owner?: string;
+}
+
+export function parseLogEntry(id: string, fields: readonly string[]): LogEntry {
+  const entry: LogEntry = { id, seq: 0, first: 0, frames: '' };
+  for (let i = 0; i + 1 < fields.length; i += 2) {
+    const value = fields[i + 1]!;
+    switch (fields[i]) {
+      case 'seq':
+        entry.seq = Number(value);
+        break;
+      case 'first':
+        entry.first = Number(value);
+        break;
+      case 'frames':
+        entry.frames = value;
+        break;
+      case 'end':
+        entry.end = value === 'error' ? 'error' : 'done';
+        break;
+      case 'payload':
+        entry.payload = value;
+        break;
+      case 'owner':
+        entry.owner = value;
+        break;
+    }
+  }
+  return entry;
+}
+
+/** How many SSE frames a batch holds (each ends with a blank line; data never holds one). */
+export function countFrames(frames: string): number {
+  let count = 0;
+  for (let at = frames.indexOf('\n\n'); at >= 0; at = frames.indexOf('\n\n', at + 2)) count++;
+  return count;
+}
+
+/** The frames of an entry numbered above `after`, and the number of its last frame. */
+export function framesAfter(entry: LogEntry, after: number): { frames: string; last: number } {
+  const count = countFrames(entry.frames);
+  const last = entry.first + count - 1;
+  if (after < entry.first) return { frames: entry.frames, last };
+  if (after >= last) return { frames: '', last };
+  let at = 0;
+  for (let n = entry.first; n <= after; n++) at = entry.frames.indexOf('\n\n', at) + 2;
+  return { frames: entry.frames.slice(at), last };
+}

@@ -15,6 +15,7 @@ import type { CallContext } from './vendors/types.js';
 import { decideFailure, toGatewayError } from './failure-policy.js';
 import { callText, runTextStream } from './text-pipeline.js';
 import { Meter, settleJob, type SettlementDeps } from './settlement.js';
+import { ResponsesRun } from './responses-run.js';
 
 export interface ProcessorDeps {
   config: Config;
@@ -39,11 +40,19 @@ export function createProcessor(deps: ProcessorDeps) {
   return async (job: Job<GatewayJobData, GatewayJobResult>, token?: string): Promise<GatewayJobResult> => {
     const data = job.data;
     const log = deps.log.child({ reqId: data.requestId, queue: job.queueName, attempt: job.attemptsMade + 1 });
-    // An async job's answer is kept for later readers; any other job's answer is for its api alone.
-    const orphan = data.async ? undefined : { afterMs: deps.config.orphanAfterMs, onOrphaned: () => deps.cancels.cancel(data.requestId) };
-    const publisher = new ReplyPublisher(deps.redis, data.replyTo, data.requestId, orphan);
+    // An async or background job's answer is kept for later readers; any other job's answer is for its api alone.
+    const detached = data.async === true || data.background === true;
+    const orphan = detached ? undefined : { afterMs: deps.config.orphanAfterMs, onOrphaned: () => deps.cancels.cancel(data.requestId) };
+    const streamed = data.stream || data.background === true;
+    const publisher = new ReplyPublisher(deps.redis, data.replyTo, data.requestId, {
+      ...(orphan ? { orphan } : {}),
+      replayTtlSeconds: deps.config.streamReplayTtlSeconds,
+      owner: data.keyId,
+      stream: streamed,
+    });
     const produced = new Meter();
     let request: EndpointRequest | undefined;
+    let responses: ResponsesRun | undefined;
     let vendor = 'none';
     // Every final outcome is billed once: what was produced (nothing, for a request that never reached a vendor).
     const bill = (status: 'completed' | 'failed' | 'cancelled') => settleJob(deps.settlement, data, request, vendor, produced, status);
@@ -55,7 +64,12 @@ export function createProcessor(deps: ProcessorDeps) {
         await publishJobEvent(deps.redis, data.requestId, { type: 'failed', status: 'failed', error: error.toBody().error }).catch(() => undefined);
         throw new UnrecoverableError(JSON.stringify(error.toWire()));
       }
-      await publisher.error(error.toWire()).catch((e) => log.warn({ err: e }, 'could not publish error'));
+      // A Responses stream under way (or in the background) ends with its own failure events instead.
+      if (!responses && request?.endpoint === 'responses') {
+        responses = new ResponsesRun(deps.redis, request.payload, publisher, data.stream, deps.config.responseTtlSeconds);
+      }
+      const answered = responses ? await responses.fail(error).catch((e: unknown) => (log.warn({ err: e }, 'could not end the response'), false)) : false;
+      if (!answered) await publisher.error(error.toWire()).catch((e) => log.warn({ err: e }, 'could not publish error'));
       throw new UnrecoverableError(error.message);
     };
 
@@ -67,7 +81,7 @@ export function createProcessor(deps: ProcessorDeps) {
       await bill('cancelled');
       throw new UnrecoverableError(new ClientGoneError().message);
     }
-    if (data.stream && (job.attemptsStarted ?? 0) > 1 && (await deps.redis.exists(replayStreamKey(data.requestId)))) {
+    if (streamed && (job.attemptsStarted ?? 0) > 1 && (await deps.redis.exists(replayStreamKey(data.requestId)))) {
       // A worker died after this stream's first bytes reached the client: replaying would duplicate output.
       return fail(new GatewayError(502, 'The worker serving this stream was lost mid-response.', { code: 'worker_lost' }));
     }
@@ -113,6 +127,18 @@ export function createProcessor(deps: ProcessorDeps) {
           await publishJobEvent(deps.redis, data.requestId, { type: 'completed', status: 'completed' });
           return result;
         }
+        if (request.endpoint === 'responses') {
+          responses = new ResponsesRun(deps.redis, request.payload, publisher, data.stream, deps.config.responseTtlSeconds);
+          let billed: Promise<void> | undefined;
+          const vendorDone = () => {
+            billed = bill('completed');
+            billed.catch(() => undefined);
+            return freeSlot();
+          };
+          const body = await responses.run(route.protocol, ctx, produced, vendorDone);
+          await billed;
+          return body === undefined ? {} : { body };
+        }
         if (data.stream) {
           // Billed once the vendor is done, side by side with the end of the stream (no round trip added to it).
           let billed: Promise<void> | undefined;
@@ -135,7 +161,8 @@ export function createProcessor(deps: ProcessorDeps) {
       }
     } catch (caught) {
       if (controller.signal.aborted) {
-        log.info('client left; vendor call aborted');
+        log.info('client left or cancelled; vendor call aborted');
+        await responses?.cancel().catch((e: unknown) => log.warn({ err: e }, 'could not end the cancelled response'));
         await bill('cancelled');
         throw new UnrecoverableError(new ClientGoneError().message);
       }

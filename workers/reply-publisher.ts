@@ -5,8 +5,19 @@ import type { WireError } from '../shared/errors.js';
 
 /** Results larger than this travel as a Redis key, not inside the pub/sub message. */
 const inlineResultBytes = 512 * 1024;
-const replayTtlSeconds = 600;
+const defaultReplayTtlSeconds = 600;
 const replayMaxLength = 10_000;
+
+export interface PublisherOptions {
+  /** Called once the api has been gone `afterMs` (no subscriber, no heartbeat): nobody will read this reply. */
+  orphan?: { afterMs: number; onOrphaned: () => void };
+  /** How long a stream's replay log outlives its last write (STREAM_REPLAY_TTL_S). */
+  replayTtlSeconds?: number;
+  /** The key that made the request: recorded in the log's first entry, so only it may resume the stream. */
+  owner?: string;
+  /** A stream: its end is logged too (a plain request's answer is never logged). */
+  stream?: boolean;
+}
 
 /**
  * Writes one request's replies to its api instance's channel. Chunks are also
@@ -16,6 +27,15 @@ const replayMaxLength = 10_000;
 export class ReplyPublisher {
   private seq = 0;
   private buffer = '';
+  /** Frames numbered so far (the next frame's number), and the number of the buffer's first frame. */
+  private frameCount = 0;
+  private bufferFirst = 0;
+  /** Keys naming this stream by another id (the answer's own id), set with the first batch. */
+  private aliases: string[] = [];
+  private readonly orphan: PublisherOptions['orphan'];
+  private readonly replayTtlSeconds: number;
+  /** Set once the stream's end (or error) went out: nothing more is published. */
+  ended = false;
   private scheduled = false;
   private pending: Promise<unknown> = Promise.resolve();
   private failure: unknown;
@@ -27,9 +47,16 @@ export class ReplyPublisher {
     private readonly redis: Redis,
     private readonly channel: string,
     private readonly requestId: string,
-    /** Called once the api has been gone `afterMs` (no subscriber, no heartbeat): nobody will read this reply. */
-    private readonly orphan?: { afterMs: number; onOrphaned: () => void },
-  ) {}
+    private readonly options: PublisherOptions = {},
+  ) {
+    this.orphan = options.orphan;
+    this.replayTtlSeconds = options.replayTtlSeconds ?? defaultReplayTtlSeconds;
+  }
+
+  /** A key (`aliasKey`) that will name this stream's request id, for a resume by the answer's own id. */
+  alias(key: string): void {
+    this.aliases.push(key);
+  }
 
   /** Whether any output has been sent to the client (after which retrying is no longer possible). */
   get started(): boolean {
@@ -42,7 +69,9 @@ export class ReplyPublisher {
    * one Redis round trip per read, not per token. Order holds because every
    * send uses the same connection; errors surface on `flush`.
    */
-  chunk(frames: string): void {
+  chunk(frames: string, count = 0): void {
+    if (this.buffer === '') this.bufferFirst = this.frameCount;
+    this.frameCount += count;
     this.buffer += frames;
     if (!this.scheduled) {
       this.scheduled = true;
@@ -60,9 +89,10 @@ export class ReplyPublisher {
     const pipeline = this.redis
       .pipeline()
       .publish(this.channel, encodeReply('chunk', this.requestId, seq, frames))
-      .xadd(key, 'MAXLEN', '~', replayMaxLength, '*', 'seq', seq, 'frames', frames);
+      .xadd(key, 'MAXLEN', '~', replayMaxLength, '*', 'seq', seq, 'frames', frames, 'first', this.bufferFirst, ...(seq === 1 && this.options.owner ? ['owner', this.options.owner] : []));
     // Set with the first batch, and again now and then: a log recreated mid-stream (Redis restarted empty) must expire too.
-    if (seq === 1 || seq % 64 === 0) pipeline.expire(key, replayTtlSeconds);
+    if (seq === 1 || seq % 64 === 0) pipeline.expire(key, this.replayTtlSeconds);
+    if (seq === 1) for (const alias of this.aliases) pipeline.set(alias, this.requestId, 'EX', this.replayTtlSeconds);
     this.pending = pipeline.exec().then(
       (results) => this.noteReceivers(results?.[0]?.[1]),
       (error: unknown) => {
@@ -115,13 +145,28 @@ export class ReplyPublisher {
     return { body };
   }
 
+  /** Ends a stream: the trailer goes to the api and, as the log's terminal entry, to any later reader. */
   async endStream(trailer: string): Promise<void> {
     await this.flush();
-    await this.redis.publish(this.channel, encodeReply('done', this.requestId, this.seq, trailer));
+    await this.terminal('done', trailer);
   }
 
   async error(error: WireError): Promise<void> {
     await this.flush().catch(() => undefined);
-    await this.redis.publish(this.channel, encodeReply('error', this.requestId, this.seq, JSON.stringify(error)));
+    await this.terminal('error', JSON.stringify(error));
+  }
+
+  private async terminal(kind: 'done' | 'error', payload: string): Promise<void> {
+    this.ended = true;
+    const key = replayStreamKey(this.requestId);
+    const pipeline = this.redis.pipeline().publish(this.channel, encodeReply(kind, this.requestId, this.seq, payload));
+    // A stream's log records its end; a plain request leaves no log behind.
+    if (this.options.stream) {
+      pipeline.xadd(key, 'MAXLEN', '~', replayMaxLength, '*', 'seq', this.seq, 'end', kind, 'payload', payload, ...(this.seq === 0 && this.options.owner ? ['owner', this.options.owner] : []));
+      pipeline.expire(key, this.replayTtlSeconds);
+    }
+    const results = await pipeline.exec();
+    const failed = results?.find(([error]) => error)?.[0];
+    if (failed) throw failed;
   }
 }

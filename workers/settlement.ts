@@ -37,6 +37,8 @@ async function countPrompt(request: EndpointRequest): Promise<number> {
   switch (request.endpoint) {
     case 'chat.completions':
       return countChatPromptTokensAsync(request.payload.messages, request.payload.tools ?? request.payload.functions ?? null);
+    case 'responses':
+      return countChatPromptTokensAsync(request.payload.chat.messages, request.payload.chat.tools ?? null);
     case 'completions':
     case 'embeddings': {
       const input = request.endpoint === 'completions' ? request.payload.prompt : request.payload.input;

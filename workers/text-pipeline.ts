@@ -1,6 +1,6 @@
 import { GatewayError } from '../shared/errors.js';
 import type { EndpointRequest } from '../shared/endpoints.js';
-import { streamTrailer } from '../shared/reply.js';
+import { streamAliasKey, streamTrailer } from '../shared/reply.js';
 import { ChatStreamEncoder, encodeChatAnswer, usesLegacyFunctions, type ChatEncoderOptions } from './answers/chat-encoder.js';
 import type { Protocol } from '../shared/vendors.js';
 import type { ReplyPublisher } from './reply-publisher.js';
@@ -39,10 +39,16 @@ export async function runTextStream(
   produced: Meter,
 ): Promise<void> {
   const encoder = new ChatStreamEncoder(encoderOptions(request, ctx));
+  let named = false;
   try {
     for await (const events of streamFor(protocol, request, ctx)) {
-      const frames = encoder.encode(events);
-      if (frames !== '') publisher.chunk(frames);
+      const { frames, count } = encoder.encode(events);
+      if (!named && encoder.answerId !== undefined) {
+        // A client may resume by the id its chunks carry as well as by the request id.
+        named = true;
+        publisher.alias(streamAliasKey(encoder.answerId));
+      }
+      if (count > 0) publisher.chunk(frames, count);
       // Kept in case no usage comes (a stream cut short is billed for what it produced).
       for (const event of events) {
         if (event.type === 'text') produced.output.push(event.text);

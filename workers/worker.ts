@@ -106,7 +106,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       code: 'worker_lost',
     }).toWire();
     if (job.data.async) await publishJobEvent(redis, requestId, { type: 'failed', status: 'failed', error: wire.error }).catch(() => undefined);
-    else await new ReplyPublisher(redis, job.data.replyTo, requestId).error(wire).catch(() => undefined);
+    else await new ReplyPublisher(redis, job.data.replyTo, requestId, { stream: job.data.stream }).error(wire).catch(() => undefined);
   }
 
   // A job's uploads are deleted once it reaches its final state; never while it may still be retried.

@@ -9,6 +9,7 @@ import { GatewayError, timeoutError } from '../../shared/errors.js';
 import { cancelChannel, resultKey, type GatewayJobResult } from '../../shared/queues.js';
 import { streamTrailer, type ReplyMessage } from '../../shared/reply.js';
 import type { PendingReply, ReplyHub } from '../reply-hub.js';
+import { streamWatchKey } from '../event-log.js';
 
 /** What an exchange uses of the relay's dependencies. */
 export interface ExchangeDeps {
@@ -68,7 +69,10 @@ export abstract class Exchange implements PendingReply {
 
   async run(deadline: number): Promise<void> {
     const onClose = () => {
-      if (!this.settled && !this.res.writableFinished) void this.cancel();
+      if (this.settled || this.res.writableFinished) return;
+      const grace = this.deps.config.streamResumeGraceMs;
+      if (this.stream && grace > 0) this.awaitResume(grace);
+      else void this.cancel();
     };
     this.res.once('close', onClose);
     // The client may have left while the job was being enqueued: its 'close' has already fired.
@@ -78,8 +82,27 @@ export abstract class Exchange implements PendingReply {
       await this.finished;
     } finally {
       clearTimeout(timer);
+      clearTimeout(this.resumeTimer);
       this.res.off('close', onClose);
     }
+  }
+
+  private resumeTimer: NodeJS.Timeout | undefined;
+
+  /**
+   * A stream whose client left keeps running for a while: the client may
+   * reconnect (to any api instance) and resume it from its event log. It is
+   * cancelled once the grace has passed with nobody following the log.
+   */
+  private awaitResume(graceMs: number): void {
+    const check = async () => {
+      if (this.settled) return;
+      const followed = await this.deps.redis.exists(streamWatchKey(this.requestId)).catch(() => 0);
+      if (this.settled) return;
+      if (followed === 1) this.resumeTimer = setTimeout(() => void check(), graceMs);
+      else void this.cancel('client left and did not resume');
+    };
+    this.resumeTimer = setTimeout(() => void check(), graceMs);
   }
 
   protected settle(error?: unknown): void {

@@ -18,6 +18,7 @@ export class StreamExchange extends Exchange {
     // Headers wait for the first chunk so that an error before any output is a
     // plain HTTP error; a long wait in the queue sends them early with keep-alives.
     this.keepAlive = setInterval(() => {
+      if (this.res.destroyed) return;
       this.sendHeaders();
       this.res.write(': keep-alive\n\n');
     }, this.deps.config.sseKeepAliveMs);
@@ -37,6 +38,11 @@ export class StreamExchange extends Exchange {
 
   deliver(message: ReplyMessage): void {
     if (this.settled) return;
+    if (this.res.destroyed) {
+      // The client left and the stream runs on for a resume: only its end matters here.
+      if (message.kind === 'done' || message.kind === 'error') this.settle();
+      return;
+    }
     switch (message.kind) {
       case 'chunk':
         this.sendHeaders();
@@ -57,6 +63,10 @@ export class StreamExchange extends Exchange {
 
   protected failWith(error: GatewayError): void {
     if (this.settled) return;
+    if (this.res.destroyed) {
+      this.settle();
+      return;
+    }
     if (!this.headersSent) {
       this.settle(error);
       return;

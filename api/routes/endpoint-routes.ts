@@ -12,6 +12,7 @@ import { readMultipart, refusingDeletesUploads, type MultipartForm } from '../mu
 import { prefersAsync, relay, type RelayDeps } from '../relay.js';
 import type { AuthState } from '../middleware/auth.js';
 import type { RequestIdState } from '../middleware/envelope.js';
+import type { EventLogs } from '../event-log.js';
 
 type State = AuthState & RequestIdState;
 
@@ -19,6 +20,7 @@ export interface EndpointRouteDeps extends RelayDeps {
   models: ModelResolver;
   blobs: BlobStore;
   prices: PriceList;
+  logs: EventLogs;
 }
 
 /** `Prefer: respond-async` on any POST; a stream has nothing to hand over later, so the two do not mix. */
@@ -56,7 +58,7 @@ export async function serve<E extends Endpoint>(name: E, ctx: Context, deps: End
     if (access?.models && !access.models.includes(model.id)) {
       throw new GatewayError(403, `This API key may not use the model \`${model.id}\`.`, { type: 'invalid_request_error', code: 'model_not_allowed', param: 'model' });
     }
-    const admitted: Admitted<E> = await handler.admit({ fields, model, files: form?.files ?? [] });
+    const admitted: Admitted<E> = await handler.admit({ fields, model, files: form?.files ?? [], scope: { redis: deps.redis, keyId: ctx.state.keyId, config: deps.config } });
     return { model, admitted };
   };
   const { model, admitted } = form ? await refusingDeletesUploads(form, deps.blobs, admit) : await admit();
@@ -77,6 +79,8 @@ export async function serve<E extends Endpoint>(name: E, ctx: Context, deps: End
     async: row.asyncOnly || asyncMode(ctx, stream),
     ...(admitted.contentType ? { contentType: admitted.contentType } : {}),
     ...(admitted.jobId ? { jobId: admitted.jobId } : {}),
+    ...(admitted.prepare ? { prepare: admitted.prepare } : {}),
+    ...(admitted.detached ? { detached: true } : {}),
     ...(access && estimate ? { spend: { access, estimate } } : {}),
   });
   await handler.answer?.(ctx, admitted, deps);

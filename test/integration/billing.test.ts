@@ -28,7 +28,8 @@ describe('billing through the gateway', () => {
 
   before(async () => {
     ({ redis, url } = await freshRedis(12));
-    gateway = await startGateway({ env: { REDIS_URL: url } });
+    // A stream whose client leaves is cancelled once this short resume grace has passed with nobody resuming it.
+    gateway = await startGateway({ env: { REDIS_URL: url, STREAM_RESUME_GRACE_MS: '300' } });
   });
   after(async () => {
     await gateway?.stop();
@@ -144,7 +145,7 @@ describe('billing through the gateway', () => {
     assert.equal((await client.chat.completions.create({ ...small(), model: 'mock-chat' })).object, 'chat.completion');
   });
 
-  it('bills a stream the client left for what the vendor produced', async () => {
+  it('bills a stream the client left (and did not resume within the grace) for what the vendor produced', async () => {
     const { id: keyId, key } = await paidKey(10_000_000);
     const controller = new AbortController();
     const stream = await fetch(`${gateway.url}/v1/chat/completions`, {

@@ -137,7 +137,10 @@ describe('gateway with the built-in mock vendor', () => {
     assert.ok(res.headers.get('x-request-id'));
     const body = await res.text();
     assert.ok(body.endsWith('data: [DONE]\n\n'));
-    for (const frame of body.trim().split('\n\n')) assert.match(frame, /^data: /);
+    const frames = body.trim().split('\n\n');
+    // Every chunk is numbered for a resume (Last-Event-ID); the trailer is not.
+    frames.slice(0, -1).forEach((frame, n) => assert.match(frame, new RegExp(`^id: ${n}\ndata: \\{`)));
+    assert.equal(frames.at(-1), 'data: [DONE]');
   });
 
   it('runs a tool call round trip, plain and streamed', async () => {

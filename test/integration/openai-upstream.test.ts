@@ -17,7 +17,8 @@ const vendorKey = 'sk-vendor-secret-0123456789abcdefghij';
 function dataLines(body: string): string[] {
   return body
     .split(/\n\n/)
-    .map((frame) => frame.trim())
+    // A chunk's frame starts with its number (`id: N`), for a resume; the error and [DONE] frames have none.
+    .map((frame) => frame.trim().replace(/^id: \d+\n/, ''))
     .filter((frame) => frame.startsWith('data: '))
     .map((frame) => frame.slice('data: '.length));
 }
@@ -35,7 +36,7 @@ describe('gateway in front of an OpenAI-compatible upstream', () => {
     redis = fresh.redis;
     apiKey = (await createKey(redis)).key;
     gateway = await startGateway({
-      env: { REDIS_URL: fresh.url, OPENAI_API_KEY: vendorKey, OPENAI_BASE_URL: fake.url, MOCK_VENDOR: 'off', RETRY_BASE_MS: '20' },
+      env: { REDIS_URL: fresh.url, OPENAI_API_KEY: vendorKey, OPENAI_BASE_URL: fake.url, MOCK_VENDOR: 'off', RETRY_BASE_MS: '20', STREAM_RESUME_GRACE_MS: '0' },
     });
     client = gateway.client(apiKey);
   });

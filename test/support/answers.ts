@@ -20,14 +20,16 @@ export async function encodeStream(stream: AsyncIterable<AnswerEvent[]>, options
   let frames = '';
   for await (const batch of stream) {
     batches.push(batch);
-    frames += encoder.encode(batch);
+    frames += encoder.encode(batch).frames;
   }
   const chunks = frames
     .split('\n\n')
     .filter((frame) => frame !== '')
-    .map((frame) => {
-      if (!frame.startsWith('data: ')) throw new Error(`not an SSE data frame: ${frame}`);
-      return frame.slice('data: '.length);
+    .map((frame, n) => {
+      // Every frame is numbered, from 0, for a resume after it.
+      const head = `id: ${n}\ndata: `;
+      if (!frame.startsWith(head)) throw new Error(`not an SSE data frame numbered ${n}: ${frame}`);
+      return frame.slice(head.length);
     });
   return { chunks, parsed: chunks.map((chunk) => JSON.parse(chunk) as Record<string, any>), batches, usage: encoder.usage };
 }

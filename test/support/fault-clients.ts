@@ -80,7 +80,8 @@ function failure(error: unknown): { hung: boolean; connectionError?: string } {
 function dataEvents(text: string): string[] {
   return text
     .split('\n\n')
-    .map((frame) => frame.trim())
+    // A chunk's frame starts with its number (`id: N`), for a resume; the error and [DONE] frames have none.
+    .map((frame) => frame.trim().replace(/^id: \d+\n/, ''))
     .filter((frame) => frame.startsWith('data: '))
     .map((frame) => frame.slice('data: '.length));
 }

@@ -28,32 +28,45 @@ function finishReasonFor(reason: FinishReason, legacyFunctions: boolean): Finish
   return legacyFunctions && reason === 'tool_calls' ? 'function_call' : reason;
 }
 
+/** SSE frames and how many they are: every frame is numbered, so a stream can be resumed after any of them. */
+export interface EncodedFrames {
+  frames: string;
+  count: number;
+}
+
 /**
  * Writes answer events as SSE frames in the chat-completion (or text-completion)
  * chunk form. Each chunk is JSON text around an envelope built once, on the
  * `start` event, so a text delta costs one `JSON.stringify` of its text. A
- * vendor chunk that already is this form (`wire`) is sent untouched.
+ * vendor chunk that already is this form (`wire`) is sent untouched. Every
+ * frame carries an `id:` line (0, 1, 2, …): a client that lost its connection
+ * resumes after the last one it saw (`Last-Event-ID`).
  */
 export class ChatStreamEncoder {
   /** The answer's usage, once the vendor reported it. */
   usage: Usage | undefined;
+  /** The answer's own id (the `start` event's), once known. */
+  answerId: string | undefined;
   private head = '';
+  private nextId = 0;
 
   constructor(private readonly options: ChatEncoderOptions) {}
 
   /** The SSE frames of one batch of events ('' when they say nothing the client gets). */
-  encode(events: readonly AnswerEvent[]): string {
+  encode(events: readonly AnswerEvent[]): EncodedFrames {
     let frames = '';
+    const first = this.nextId;
     for (const event of events) {
       if (event.type === 'usage') this.usage = event.usage;
+      else if (event.type === 'start') this.answerId = event.id;
       if (event.wire !== undefined) {
-        if (event.wire !== '' && (event.type !== 'usage' || this.options.includeUsage)) frames += `data: ${event.wire}\n\n`;
+        if (event.wire !== '' && (event.type !== 'usage' || this.options.includeUsage)) frames += `id: ${this.nextId++}\ndata: ${event.wire}\n\n`;
         continue;
       }
       const chunk = this.chunkOf(event);
-      if (chunk !== undefined) frames += `data: ${chunk}\n\n`;
+      if (chunk !== undefined) frames += `id: ${this.nextId++}\ndata: ${chunk}\n\n`;
     }
-    return frames;
+    return { frames, count: this.nextId - first };
   }
 
   private chunkOf(event: AnswerEvent): string | undefined {

@@ -1,0 +1,288 @@
+import { randomBytes } from 'node:crypto';
+import type { Answer, AnswerEvent, FinishReason, ToolCallEvent, Usage } from './events.js';
+import type { ResponseError, ResponseShell, ResponseStatus } from '../../shared/responses.js';
+import {
+  CANCELLED,
+  frame,
+  functionCallItem,
+  incompleteReasonOf,
+  messageItem,
+  nowSeconds,
+  responseObject,
+  responsesUsage,
+  textPart,
+  type IncompleteReason,
+  type ResponseObject,
+} from '../../shared/response-object.js';
+
+const randomId = (prefix: string) => `${prefix}${randomBytes(12).toString('hex')}`;
+
+export { replayFrames, responseObject, responsesUsage, type ResponseObject, type ResponsesUsage } from '../../shared/response-object.js';
+
+/**
+ * The OpenAI Responses API (`/v1/responses`) over the answer event model: the
+ * stream's events (`response.created` … `response.completed`), the response
+ * object they describe, and the same object for a plain answer. The sibling of
+ * `chat-encoder.ts`; a vendor's own chat chunk (`wire`) means nothing here.
+ */
+
+interface OpenMessage {
+  id: string;
+  outputIndex: number;
+  pieces: string[];
+}
+
+interface OpenCall {
+  index: number;
+  id: string;
+  outputIndex: number;
+  callId: string;
+  name: string;
+  pieces: string[];
+}
+
+/**
+ * Writes answer events as Responses API stream events. Only one output item
+ * is open at a time (a message, or a function call), so output indexes follow
+ * the order items open in, and `current().output` holds every closed item.
+ * Only choice 0 is read: the Responses API has one candidate.
+ */
+export class ResponsesStreamEncoder {
+  /** The vendor's usage once a 'usage' event came (chat-style, for billing). */
+  usage: Usage | undefined;
+
+  private sequence: number;
+  private started = false;
+  private ended = false;
+  private status: ResponseStatus;
+  private error: ResponseError | null = null;
+  private completedAt: number | null = null;
+  private finishReason: FinishReason | undefined;
+  private incompleteReason: IncompleteReason | undefined;
+  private readonly output: unknown[] = [];
+  private message: OpenMessage | null = null;
+  private call: OpenCall | null = null;
+  /** Frames and their count, gathered by one public call. */
+  private frames = '';
+  private count = 0;
+
+  constructor(
+    private readonly shell: ResponseShell,
+    options: { firstSequence?: number } = {},
+  ) {
+    this.sequence = options.firstSequence ?? 0;
+    this.status = shell.background ? 'queued' : 'in_progress';
+  }
+
+  /** Sequence number the next event gets. */
+  get nextSequence(): number {
+    return this.sequence;
+  }
+
+  /** SSE frames for one batch of events, and how many frames (events) they hold. */
+  encode(events: readonly AnswerEvent[]): { frames: string; count: number } {
+    if (this.ended) return { frames: '', count: 0 };
+    for (const event of events) this.onEvent(event);
+    return this.take();
+  }
+
+  /** Ends a stream that finished normally: closes open items, then `response.completed` or `response.incomplete`. */
+  end(): { frames: string; count: number } {
+    if (this.ended) return { frames: '', count: 0 };
+    this.ensureStarted();
+    this.closeOpen();
+    this.ended = true;
+    this.incompleteReason = incompleteReasonOf(this.finishReason);
+    if (this.incompleteReason === undefined) {
+      this.status = 'completed';
+      this.completedAt = nowSeconds();
+      this.emit('response.completed', { response: this.current() });
+    } else {
+      this.status = 'incomplete';
+      this.emit('response.incomplete', { response: this.current() });
+    }
+    return this.take();
+  }
+
+  /** Ends a stream that failed: an `error` event, then `response.failed` (open items stay out of the output). */
+  fail(error: ResponseError): { frames: string; count: number } {
+    if (this.ended) return { frames: '', count: 0 };
+    this.ensureCreated();
+    this.ended = true;
+    this.status = 'failed';
+    this.error = { code: error.code, message: error.message };
+    this.emit('error', { code: error.code, message: error.message, param: null });
+    this.emit('response.failed', { response: this.current() });
+    return this.take();
+  }
+
+  /** Ends a cancelled stream: an `error` event with code `response_cancelled`; the object's status becomes `cancelled`. */
+  cancel(): { frames: string; count: number } {
+    if (this.ended) return { frames: '', count: 0 };
+    this.ensureCreated();
+    this.ended = true;
+    this.status = 'cancelled';
+    this.emit('error', { code: CANCELLED.code, message: CANCELLED.message, param: null });
+    return this.take();
+  }
+
+  /** The response object as it stands (after end/fail/cancel: final). */
+  current(): ResponseObject {
+    return responseObject(this.shell, {
+      status: this.status,
+      output: this.output.slice(),
+      usage: this.usage === undefined ? null : responsesUsage(this.usage),
+      error: this.error,
+      ...(this.incompleteReason === undefined ? {} : { incompleteReason: this.incompleteReason }),
+      completedAt: this.completedAt,
+    });
+  }
+
+  private take(): { frames: string; count: number } {
+    const result = { frames: this.frames, count: this.count };
+    this.frames = '';
+    this.count = 0;
+    return result;
+  }
+
+  private emit(type: string, fields: Record<string, unknown>): void {
+    this.frames += frame(type, this.sequence, fields);
+    this.sequence += 1;
+    this.count += 1;
+  }
+
+  private onEvent(event: AnswerEvent): void {
+    switch (event.type) {
+      case 'start':
+        this.ensureStarted();
+        return;
+      case 'role':
+        return;
+      case 'usage':
+        this.usage = event.usage;
+        return;
+      case 'text':
+        if (event.choice !== 0 || event.text === '') return;
+        this.ensureStarted();
+        this.appendText(event.text);
+        return;
+      case 'tool-call':
+        if (event.choice !== 0) return;
+        this.ensureStarted();
+        this.onToolCall(event);
+        return;
+      case 'finish':
+        if (event.choice !== 0) return;
+        this.ensureStarted();
+        this.closeOpen();
+        this.finishReason = event.reason;
+        return;
+    }
+  }
+
+  /** `response.created` only (a failed or cancelled stream that never started). */
+  private ensureCreated(): void {
+    if (this.started) return;
+    this.started = true;
+    this.emit('response.created', { response: this.current() });
+  }
+
+  /** `response.created`, `response.queued` (background), `response.in_progress`: once. */
+  private ensureStarted(): void {
+    if (this.started) return;
+    this.ensureCreated();
+    if (this.shell.background) this.emit('response.queued', { response: this.current() });
+    this.status = 'in_progress';
+    this.emit('response.in_progress', { response: this.current() });
+  }
+
+  private appendText(text: string): void {
+    if (this.message === null) {
+      this.closeCall();
+      const message: OpenMessage = { id: randomId('msg_'), outputIndex: this.output.length, pieces: [] };
+      this.message = message;
+      this.emit('response.output_item.added', { output_index: message.outputIndex, item: messageItem(message.id, 'in_progress', []) });
+      this.emit('response.content_part.added', { item_id: message.id, output_index: message.outputIndex, content_index: 0, part: textPart('') });
+    }
+    const message = this.message;
+    message.pieces.push(text);
+    this.emit('response.output_text.delta', { item_id: message.id, output_index: message.outputIndex, content_index: 0, delta: text, logprobs: [] });
+  }
+
+  private onToolCall(event: ToolCallEvent): void {
+    if (event.name !== undefined) {
+      this.closeOpen();
+      const call: OpenCall = {
+        index: event.index,
+        id: randomId('fc_'),
+        outputIndex: this.output.length,
+        callId: event.id ?? randomId('call_'),
+        name: event.name,
+        pieces: [],
+      };
+      this.call = call;
+      this.emit('response.output_item.added', { output_index: call.outputIndex, item: functionCallItem(call.id, 'in_progress', '', call.callId, call.name) });
+      this.appendArguments(call, event.arguments);
+      return;
+    }
+    // More arguments: only for the call still open (a call once closed cannot take more).
+    if (this.call !== null && this.call.index === event.index) this.appendArguments(this.call, event.arguments);
+  }
+
+  private appendArguments(call: OpenCall, args: string): void {
+    if (args === '') return;
+    call.pieces.push(args);
+    this.emit('response.function_call_arguments.delta', { item_id: call.id, output_index: call.outputIndex, delta: args });
+  }
+
+  private closeOpen(): void {
+    this.closeMessage();
+    this.closeCall();
+  }
+
+  private closeMessage(): void {
+    const message = this.message;
+    if (message === null) return;
+    this.message = null;
+    const text = message.pieces.join('');
+    const base = { item_id: message.id, output_index: message.outputIndex, content_index: 0 };
+    this.emit('response.output_text.done', { ...base, text, logprobs: [] });
+    const part = textPart(text);
+    this.emit('response.content_part.done', { ...base, part });
+    const item = messageItem(message.id, 'completed', [part]);
+    this.output.push(item);
+    this.emit('response.output_item.done', { output_index: message.outputIndex, item });
+  }
+
+  private closeCall(): void {
+    const call = this.call;
+    if (call === null) return;
+    this.call = null;
+    const args = call.pieces.join('');
+    this.emit('response.function_call_arguments.done', { item_id: call.id, output_index: call.outputIndex, name: call.name, arguments: args });
+    const item = functionCallItem(call.id, 'completed', args, call.callId, call.name);
+    this.output.push(item);
+    this.emit('response.output_item.done', { output_index: call.outputIndex, item });
+  }
+}
+
+/** A plain (non-stream) answer as the response object, its items as the stream would have built them (choice 0 only). */
+export function responseFromAnswer(answer: Answer, shell: ResponseShell): ResponseObject {
+  const choice = answer.choices.find((candidate) => candidate.index === 0) ?? answer.choices[0];
+  const output: unknown[] = [];
+  if (choice !== undefined) {
+    if (choice.text !== null && choice.text !== '') output.push(messageItem(randomId('msg_'), 'completed', [textPart(choice.text)]));
+    for (const call of choice.toolCalls) {
+      output.push(functionCallItem(randomId('fc_'), 'completed', call.arguments, call.id || randomId('call_'), call.name));
+    }
+  }
+  const incompleteReason = incompleteReasonOf(choice?.finishReason);
+  return responseObject(shell, {
+    status: incompleteReason === undefined ? 'completed' : 'incomplete',
+    output,
+    usage: answer.usage === undefined ? null : responsesUsage(answer.usage),
+    error: null,
+    ...(incompleteReason === undefined ? {} : { incompleteReason }),
+    completedAt: incompleteReason === undefined ? nowSeconds() : null,
+  });
+}

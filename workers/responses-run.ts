@@ -1,0 +1,112 @@
+import type { Redis } from 'ioredis';
+import type { GatewayError } from '../shared/errors.js';
+import { responseKey, type ResponsesJob } from '../shared/responses.js';
+import type { Protocol } from '../shared/vendors.js';
+import { ResponsesStreamEncoder, type ResponseObject } from './answers/responses-encoder.js';
+import type { ReplyPublisher } from './reply-publisher.js';
+import type { Meter } from './settlement.js';
+import { adapterMethod } from './vendors/registry.js';
+import type { CallContext } from './vendors/types.js';
+
+/**
+ * Stores a response object over its record only while the record exists: a
+ * response deleted while it ran is not brought back by its end.
+ */
+const storeScript = `if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('HSET', KEYS[1], 'response', ARGV[1])
+  redis.call('EXPIRE', KEYS[1], ARGV[2])
+end
+return 0`;
+
+/**
+ * One `responses` job: the model's chat adapter streams the answer events,
+ * the Responses encoder writes them as the API's events (published when the
+ * client streams or the response runs in the background, so it can be
+ * followed and resumed), and the final object is stored for retrieval and
+ * for `previous_response_id`. The vendor is always streamed: the events are
+ * the same whether the client reads them or only the final object.
+ */
+export class ResponsesRun {
+  private readonly encoder: ResponsesStreamEncoder;
+  /** Events go out as they come: the client streams, or the response is background (followed from its log). */
+  private readonly visible: boolean;
+
+  constructor(
+    private readonly redis: Redis,
+    private readonly job: ResponsesJob,
+    private readonly publisher: ReplyPublisher,
+    clientStreams: boolean,
+    private readonly ttlSeconds: number,
+  ) {
+    this.encoder = new ResponsesStreamEncoder(job.shell);
+    this.visible = clientStreams || job.shell.background;
+  }
+
+  /**
+   * Runs the vendor stream to its end. Resolves to the body a plain request
+   * is answered with, or undefined once a stream has ended. What the answer
+   * used goes to `produced`; `vendorDone` runs once the vendor is done.
+   */
+  async run(protocol: Protocol, ctx: CallContext, produced: Meter, vendorDone: () => Promise<unknown>): Promise<string | undefined> {
+    if (this.job.shell.background) await this.store({ ...this.encoder.current(), status: 'in_progress' });
+    try {
+      for await (const events of adapterMethod(protocol, 'streamChat')(this.job.chat, ctx)) {
+        const { frames, count } = this.encoder.encode(events);
+        if (this.visible && count > 0) this.publisher.chunk(frames, count);
+        // Kept in case no usage comes (a stream cut short is billed for what it produced).
+        for (const event of events) {
+          if (event.type === 'text') produced.output.push(event.text);
+          else if (event.type === 'tool-call') produced.output.push(event.arguments);
+        }
+      }
+    } finally {
+      produced.usage = this.encoder.usage;
+    }
+    await vendorDone();
+    const end = this.encoder.end();
+    const final = this.encoder.current();
+    if (!this.visible) {
+      const [, kept] = await Promise.all([this.store(final), this.publisher.done(JSON.stringify(final))]);
+      return kept.body ?? '';
+    }
+    this.publisher.chunk(end.frames, end.count);
+    await Promise.all([this.store(final), this.publisher.endStream('')]);
+    return undefined;
+  }
+
+  /**
+   * The job failed for good. A stream that has begun (or a background one,
+   * whose client already has its answer) ends with the `error` and
+   * `response.failed` events; the stored response says failed. Resolves true
+   * when the client has been answered that way, false when it still needs the
+   * HTTP error.
+   */
+  async fail(error: GatewayError): Promise<boolean> {
+    const reason = { code: error.code ?? (error.status >= 500 ? 'server_error' : 'invalid_request'), message: error.message };
+    const inStream = this.visible && (this.publisher.started || this.job.shell.background);
+    const { frames, count } = this.encoder.fail(reason);
+    const stored = this.store(this.encoder.current());
+    if (!inStream) {
+      await stored;
+      return false;
+    }
+    this.publisher.chunk(frames, count);
+    await Promise.all([stored, this.publisher.endStream('')]);
+    return true;
+  }
+
+  /** Cancelled (`POST /v1/responses/{id}/cancel`, or its client left): the stream says so, and the stored response keeps what was produced. */
+  async cancel(): Promise<void> {
+    const { frames, count } = this.encoder.cancel();
+    const stored = this.store(this.encoder.current());
+    if (this.visible) {
+      this.publisher.chunk(frames, count);
+      await Promise.all([stored, this.publisher.endStream('')]);
+    } else await stored;
+  }
+
+  private async store(response: ResponseObject): Promise<void> {
+    if (!this.job.shell.store) return;
+    await this.redis.eval(storeScript, 1, responseKey(this.job.shell.id), JSON.stringify(response), this.ttlSeconds);
+  }
+}
