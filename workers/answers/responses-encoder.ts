@@ -30,6 +30,8 @@ interface OpenMessage {
   id: string;
   outputIndex: number;
   pieces: string[];
+  /** The JSON between a text delta's sequence number and its text, built once per message. */
+  deltaFields: string;
 }
 
 interface OpenCall {
@@ -199,14 +201,19 @@ export class ResponsesStreamEncoder {
   private appendText(text: string): void {
     if (this.message === null) {
       this.closeCall();
-      const message: OpenMessage = { id: randomId('msg_'), outputIndex: this.output.length, pieces: [] };
+      const id = randomId('msg_');
+      const outputIndex = this.output.length;
+      const message: OpenMessage = { id, outputIndex, pieces: [], deltaFields: `,"item_id":"${id}","output_index":${outputIndex},"content_index":0,"delta":` };
       this.message = message;
       this.emit('response.output_item.added', { output_index: message.outputIndex, item: messageItem(message.id, 'in_progress', []) });
       this.emit('response.content_part.added', { item_id: message.id, output_index: message.outputIndex, content_index: 0, part: textPart('') });
     }
     const message = this.message;
     message.pieces.push(text);
-    this.emit('response.output_text.delta', { item_id: message.id, output_index: message.outputIndex, content_index: 0, delta: text, logprobs: [] });
+    // The hot path of a stream: the frame is written around the text, as `frame` would build it, with one stringify.
+    this.frames += `event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":${this.sequence}${message.deltaFields}${JSON.stringify(text)},"logprobs":[]}\n\n`;
+    this.sequence += 1;
+    this.count += 1;
   }
 
   private onToolCall(event: ToolCallEvent): void {
