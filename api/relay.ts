@@ -145,15 +145,17 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
     return;
   }
 
+  // A job answered through pub/sub (or run in the background): kept briefly once finished, as its endpoint says.
+  const answeredJob = {
+    jobId,
+    attempts: config.jobAttempts,
+    backoff: { type: 'gateway' },
+    removeOnComplete: { age: row.keep.completedSeconds, count: row.keep.completedCount },
+    removeOnFail: { age: row.keep.failedSeconds, count: row.keep.failedCount },
+  };
   if (request.detached) {
     data.background = true;
-    await enqueue({
-      jobId,
-      attempts: config.jobAttempts,
-      backoff: { type: 'gateway' },
-      removeOnComplete: { age: row.keep.completedSeconds, count: row.keep.completedCount },
-      removeOnFail: { age: row.keep.failedSeconds, count: row.keep.failedCount },
-    });
+    await enqueue(answeredJob);
     return;
   }
 
@@ -162,13 +164,7 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
     : new PlainExchange(ctx, deps, jobId, queue, log, request.contentType);
   hub.register(jobId, exchange);
   try {
-    await enqueue({
-      jobId,
-      attempts: config.jobAttempts,
-      backoff: { type: 'gateway' },
-      removeOnComplete: { age: row.keep.completedSeconds, count: row.keep.completedCount },
-      removeOnFail: { age: row.keep.failedSeconds, count: row.keep.failedCount },
-    });
+    await enqueue(answeredJob);
     exchange.jobKey = queue.toKey(jobId);
     await exchange.run(deadline);
   } finally {

@@ -4,7 +4,7 @@ import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateText, jsonSchema, stepCountIs, streamText, tool } from 'ai';
-import { accountKey, apiKeyRecordKey } from '../../shared/accounts.js';
+import { accountKey, apiKeyRecordKey, settledKey, usageStreamKey } from '../../shared/accounts.js';
 import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { startFakeAnthropic, FAKE_ANTHROPIC_TEXT, type FakeAnthropic } from '../support/fake-anthropic.js';
@@ -351,10 +351,20 @@ describe('the Responses API against strict vendor fakes', () => {
     const queued = await client.responses.create({ model: 'mock-chat', input: longPrompt.replace('slow:60', 'slow:200'), background: true });
     await waitFor(async () => (await client.responses.retrieve(queued.id)).status === 'in_progress', 5000, 'the response to start');
     await new Promise((resolve) => setTimeout(resolve, 200));
+    const asked = Date.now();
     const cancelled = await client.responses.cancel(queued.id);
     assert.equal(cancelled.status, 'cancelled');
     const stored = await client.responses.retrieve(queued.id);
     assert.equal(stored.status, 'cancelled');
+    assert.ok(stored.output_text.startsWith('Mock reply to'), 'it keeps what was produced');
+    // Settled once, as cancelled, for what the vendor produced before the abort.
+    await waitFor(async () => (await redis.exists(settledKey(queued.id))) === 1, 5000, 'the cancelled response to be settled');
+    assert.ok(Date.now() - asked < 2000, 'the vendor call stopped and was settled within the cancel');
+    const record = (await redis.xrange(usageStreamKey, '-', '+'))
+      .map(([, fields]) => JSON.parse(fields[1]!) as Record<string, number | string>)
+      .find((r) => r.request_id === queued.id)!;
+    assert.equal(record.status, 'cancelled');
+    assert.ok(Number(record.output_tokens) > 0, `output tokens counted: ${record.output_tokens}`);
     // Cancelling it again changes nothing; a response that did not run in the background cannot be cancelled.
     assert.equal((await client.responses.cancel(queued.id)).status, 'cancelled');
     const foreground = await client.responses.create({ model: 'gpt-4o-mini', input: 'x' });

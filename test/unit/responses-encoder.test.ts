@@ -389,18 +389,23 @@ describe('ResponsesStreamEncoder', () => {
     assert.equal(response.output_text, 'done part');
   });
 
-  it('cancel() emits a response_cancelled error and marks the object cancelled', () => {
+  it('cancel() closes the open item with what was produced, then emits a response_cancelled error and marks the object cancelled', () => {
     const encoder = new ResponsesStreamEncoder(shellFixture());
     const head = encoder.encode([start, { type: 'text', choice: 0, text: 'a' }]);
     const tail = encoder.cancel();
-    assert.equal(tail.count, 1);
     const frames = parseFrames(tail.frames);
-    assert.equal(frames.length, 1);
-    assert.equal(frames[0]!.event, 'error');
-    assert.equal(frames[0]!.data.code, 'response_cancelled');
-    assert.equal(frames[0]!.data.param, null);
-    assert.equal(frames[0]!.data.sequence_number, head.count);
-    assert.equal(encoder.current().status, 'cancelled');
+    assert.equal(tail.count, frames.length);
+    assert.deepEqual(
+      frames.map((f) => f.event),
+      ['response.output_text.done', 'response.content_part.done', 'response.output_item.done', 'error'],
+    );
+    const error = frames.at(-1)!;
+    assert.equal(error.data.code, 'response_cancelled');
+    assert.equal(error.data.param, null);
+    assertContiguous(frames, head.count);
+    const final = encoder.current();
+    assert.equal(final.status, 'cancelled');
+    assert.equal(final.output_text, 'a');
     assert.deepEqual(encoder.end(), { frames: '', count: 0 });
   });
 

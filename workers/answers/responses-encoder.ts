@@ -122,6 +122,8 @@ export class ResponsesStreamEncoder {
   cancel(): { frames: string; count: number } {
     if (this.ended) return { frames: '', count: 0 };
     this.ensureCreated();
+    // What was produced before the cancel is kept (and billed): the open item is closed with it.
+    this.closeOpen();
     this.ended = true;
     this.status = 'cancelled';
     this.emit('error', { code: CANCELLED.code, message: CANCELLED.message, param: null });
