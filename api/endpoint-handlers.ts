@@ -14,7 +14,8 @@ import { loadOwnedJob, renderVideo } from './job-views.js';
 import type { UploadedFile } from './multipart.js';
 import { responseObject } from '../shared/response-object.js';
 import { buildShell, newResponseId, normaliseInput, toChatRequest } from './responses-translate.js';
-import { createResponse, loadHistory } from './responses-store.js';
+import { createResponse, loadHistory, storeInput } from './responses-store.js';
+import type { BlobStore } from '../storage/blob-store.js';
 import type { EventLogs } from './event-log.js';
 import { followResponse } from './routes/responses.js';
 
@@ -24,7 +25,7 @@ export interface HandlerInput<E extends Endpoint> {
   model: CatalogModel;
   files: readonly UploadedFile[];
   /** Who asks, and the store a handler reads earlier state from (stored responses). */
-  scope: { redis: Redis; keyId: string; config: Config };
+  scope: { redis: Redis; blobs: BlobStore; keyId: string; config: Config };
 }
 
 /** A request the handler let through: what the job carries, and how the relay answers. */
@@ -48,6 +49,7 @@ export interface HandlerDeps {
   redis: Redis;
   queues: Map<QueueName, Queue>;
   logs: EventLogs;
+  blobs: BlobStore;
 }
 
 /**
@@ -84,20 +86,22 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
       if (request.background && request.store === false) throw invalidRequest('A background response must be stored: store cannot be false.', 'store');
       if (request.stream_options && !request.stream) throw invalidRequest('stream_options is only allowed when stream is true.', 'stream_options');
       const input = request.input === undefined ? [] : normaliseInput(request.input);
-      const history = request.previous_response_id ? await loadHistory(scope.redis, request.previous_response_id, scope.keyId) : [];
+      const history = request.previous_response_id ? await loadHistory(scope.redis, scope.blobs, request.previous_response_id, scope.keyId) : [];
       const chat = toChatRequest({ ...request, model: model.id }, history, input);
       checkModalities(model, chat.messages);
       const promptTokens = await checkChatContext(model, chat);
       const id = newResponseId();
       const shell = buildShell(request, id, model.id, Math.floor(Date.now() / 1000));
       const queued = responseObject(shell, { status: 'queued', output: [], usage: null, error: null });
+      // Large input goes to the blob store now, so that the record itself is one Redis write sent beside the enqueue.
+      const stored = shell.store ? await storeInput(scope.blobs, id, input) : undefined;
       return {
         payload: { chat, shell },
         stream: !!request.stream,
         promptTokens,
         jobId: id,
         detached: shell.background,
-        ...(shell.store ? { prepare: () => createResponse(scope.redis, id, scope.keyId, input, shell.background ? queued : { ...queued, status: 'in_progress' }, scope.config.responseTtlSeconds) } : {}),
+        ...(stored ? { prepare: () => createResponse(scope.redis, id, scope.keyId, stored, shell.background ? queued : { ...queued, status: 'in_progress' }, scope.config.responseTtlSeconds) } : {}),
       };
     },
     /** A background response is answered at once: queued, or its events followed from the start. */

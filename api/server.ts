@@ -142,7 +142,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   app.use(async (ctx, next) => ((ctx.path.startsWith('/v1/') || ctx.path === '/v1') && !ctx.path.startsWith('/v1/files/') ? auth(ctx, next) : next()));
   app.use(endpointRoutes({ ...relayDeps, blobs }).routes());
   app.use(jobs.authed.routes());
-  app.use(responseRoutes(relayDeps).routes());
+  app.use(responseRoutes({ ...relayDeps, blobs }).routes());
   app.use(v1.routes());
   app.use(v1.allowedMethods());
 

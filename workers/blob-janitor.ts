@@ -8,7 +8,7 @@ import { endpoints } from '../shared/endpoints.js';
 import type { BlobStore } from '../storage/blob-store.js';
 import { uploadKeys } from '../storage/upload-keys.js';
 
-export type JanitorConfig = Pick<Config, 'blobSweepIntervalSeconds' | 'blobUrlTtlSeconds' | 'asyncResultTtlSeconds' | 'deadlineMs'>;
+export type JanitorConfig = Pick<Config, 'blobSweepIntervalSeconds' | 'blobUrlTtlSeconds' | 'asyncResultTtlSeconds' | 'deadlineMs' | 'responseTtlSeconds'>;
 
 /** Kept past the end of a blob's advertised life (clock skew between processes, a link signed just after the write). */
 const graceMs = 10 * 60_000;
@@ -31,6 +31,8 @@ export function retentionRules(config: JanitorConfig): RetentionRule[] {
     // Videos expire ASYNC_RESULT_TTL_S after their job finished; large async results with their job.
     { prefix: 'videos/', maxAgeMs: asyncTtlMs + graceMs },
     { prefix: 'results/', maxAgeMs: asyncTtlMs + graceMs },
+    // The input items of large stored responses live as long as the response (RESPONSE_TTL_S).
+    { prefix: 'responses/', maxAgeMs: config.responseTtlSeconds * 1000 + graceMs },
   ];
 }
 

@@ -58,7 +58,7 @@ export async function serve<E extends Endpoint>(name: E, ctx: Context, deps: End
     if (access?.models && !access.models.includes(model.id)) {
       throw new GatewayError(403, `This API key may not use the model \`${model.id}\`.`, { type: 'invalid_request_error', code: 'model_not_allowed', param: 'model' });
     }
-    const admitted: Admitted<E> = await handler.admit({ fields, model, files: form?.files ?? [], scope: { redis: deps.redis, keyId: ctx.state.keyId, config: deps.config } });
+    const admitted: Admitted<E> = await handler.admit({ fields, model, files: form?.files ?? [], scope: { redis: deps.redis, blobs: deps.blobs, keyId: ctx.state.keyId, config: deps.config } });
     return { model, admitted };
   };
   const { model, admitted } = form ? await refusingDeletesUploads(form, deps.blobs, admit) : await admit();

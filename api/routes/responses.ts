@@ -9,6 +9,7 @@ import { releaseReservation } from '../../shared/billing.js';
 import { replayFrames, type ResponseObject } from '../../shared/response-object.js';
 import { streamAliasKey, type LogEntry } from '../../shared/reply.js';
 import type { EventLogs } from '../event-log.js';
+import type { BlobStore } from '../../storage/blob-store.js';
 import { deleteResponse, loadResponse, storeResponseObject, type StoredResponse } from '../responses-store.js';
 import type { AuthState } from '../middleware/auth.js';
 import type { RequestIdState } from '../middleware/envelope.js';
@@ -20,6 +21,7 @@ export interface ResponseRouteDeps {
   redis: Redis;
   queues: Map<QueueName, Queue>;
   logs: EventLogs;
+  blobs: BlobStore;
 }
 
 
@@ -80,14 +82,14 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
 
   /** The stored response; one still running whose job is gone or failed is recorded as failed (its worker died, or Redis lost it). */
   async function current(ctx: Context): Promise<StoredResponse> {
-    const stored = await loadResponse(redis, ctx.params.id!, ctx.state.keyId);
+    const stored = await loadResponse(redis, deps.blobs, ctx.params.id!, ctx.state.keyId);
     if (!running(stored.response.status)) return stored;
     const queue = chatQueue();
     const job = queue ? await queue.getJob(stored.id) : undefined;
     const state = job ? await job.getState() : 'missing';
     if (state !== 'missing' && state !== 'failed' && state !== 'unknown') return stored;
     // Read again: the worker may have stored the end between the two reads.
-    const again = await loadResponse(redis, stored.id, ctx.state.keyId);
+    const again = await loadResponse(redis, deps.blobs, stored.id, ctx.state.keyId);
     if (!running(again.response.status)) return again;
     again.response = {
       ...again.response,
@@ -110,9 +112,9 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
   });
 
   router.delete('/responses/:id', async (ctx) => {
-    const stored = await loadResponse(redis, ctx.params.id!, ctx.state.keyId);
+    const stored = await loadResponse(redis, deps.blobs, ctx.params.id!, ctx.state.keyId);
     if (running(stored.response.status)) await stop(stored.id);
-    await deleteResponse(redis, stored.id);
+    await deleteResponse(redis, deps.blobs, stored.id);
     ctx.body = { id: stored.id, object: 'response', deleted: true };
   });
 
@@ -145,14 +147,14 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
     let latest = stored;
     while (Date.now() < until) {
       await new Promise((resolve) => setTimeout(resolve, 50));
-      latest = await loadResponse(redis, stored.id, ctx.state.keyId);
+      latest = await loadResponse(redis, deps.blobs, stored.id, ctx.state.keyId);
       if (!running(latest.response.status)) break;
     }
     ctx.body = running(latest.response.status) ? { ...latest.response, status: 'cancelled' } : latest.response;
   });
 
   router.get('/responses/:id/input_items', async (ctx) => {
-    const stored = await loadResponse(redis, ctx.params.id!, ctx.state.keyId);
+    const stored = await loadResponse(redis, deps.blobs, ctx.params.id!, ctx.state.keyId);
     const limitText = ctx.query.limit;
     const limit = limitText === undefined ? 20 : Number(limitText);
     if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw invalidRequest('limit must be a whole number from 1 to 100.', 'limit');

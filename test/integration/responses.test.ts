@@ -1,5 +1,9 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { createOpenAI } from '@ai-sdk/openai';
@@ -66,9 +70,11 @@ describe('the Responses API against strict vendor fakes', () => {
   let openai: FakeOpenAI;
   let anthropic: FakeAnthropic;
   let gemini: FakeGemini;
+  let blobDir: string;
 
   before(async () => {
     [openai, anthropic, gemini] = await Promise.all([startFakeOpenAI(), startFakeAnthropic(), startFakeGemini()]);
+    blobDir = await mkdtemp(join(tmpdir(), 'sy-responses-'));
     const fresh = await freshRedis(11);
     redis = fresh.redis;
     apiKey = (await createKey(redis)).key;
@@ -83,6 +89,7 @@ describe('the Responses API against strict vendor fakes', () => {
         GEMINI_BASE_URL: gemini.url,
         MOCK_VENDOR: 'on',
         MOCK_STREAM_DELAY_MS: '20',
+        BLOB_DIR: blobDir,
       },
     });
     client = gateway.client(apiKey);
@@ -92,6 +99,7 @@ describe('the Responses API against strict vendor fakes', () => {
     await gateway?.stop();
     await Promise.all([openai?.close(), anthropic?.close(), gemini?.close()]);
     redis?.disconnect();
+    if (blobDir) await rm(blobDir, { recursive: true, force: true });
   });
 
   const post = (body: unknown, key = apiKey) =>
@@ -272,6 +280,25 @@ describe('the Responses API against strict vendor fakes', () => {
     const gone = await getRaw(`/v1/responses/${response.id}`);
     assert.equal(gone.status, 404);
     assert.equal(((await gone.json()) as { error: { code: string } }).error.code, 'not_found');
+  });
+
+  it('keeps a large input in the blob store and reads it back for retrieval, input items and chaining; delete removes it', async () => {
+    const big = 'lorem ipsum '.repeat(25_000);
+    const response = await client.responses.create({ model: 'gpt-4o-mini', input: big });
+    const record = `sy:response:${response.id}`;
+    assert.equal(await redis.hexists(record, 'input'), 0, 'not inline in Redis');
+    const ref = await redis.hget(record, 'inputRef');
+    assert.equal(ref, `responses/${response.id}/input.json`);
+    assert.ok(existsSync(join(blobDir, ref!)));
+    const items = await client.responses.inputItems.list(response.id);
+    const first = items.data[0]!;
+    assert.ok(first.type === 'message' && first.content[0]!.type === 'input_text' && first.content[0]!.text === big);
+    const next = await client.responses.create({ model: 'gpt-4o-mini', previous_response_id: response.id, input: 'and?' });
+    assert.equal(next.status, 'completed');
+    const sent = openai.requests.at(-1)!.body as { messages: Array<{ content: Array<{ text: string }> }> };
+    assert.equal(sent.messages[0]!.content[0]!.text, big, 'the chained turn carries the large input');
+    await fetch(`${gateway.url}/v1/responses/${response.id}`, { method: 'DELETE', headers: { authorization: `Bearer ${apiKey}` } });
+    assert.equal(existsSync(join(blobDir, ref!)), false);
   });
 
   it('shows a response to the key that made it only', async () => {
