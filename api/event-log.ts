@@ -10,7 +10,8 @@ import { framesAfter, parseLogEntry, type LogEntry } from '../shared/reply.js';
 export const streamWatchKey = (requestId: string) => `${keyPrefix}watch:${requestId}`;
 const watchTtlMs = 6000;
 
-const sseHeaders = {
+/** The headers of every server-sent event stream the api answers with. */
+export const sseHeaders = {
   'content-type': 'text/event-stream; charset=utf-8',
   'cache-control': 'no-cache',
   'x-accel-buffering': 'no',

@@ -1,3 +1,5 @@
+import { keyPrefix } from './queues.js';
+
 /**
  * Messages on an api instance's reply channel. One line of header, then the
  * payload untouched, so the api never re-encodes what the worker serialized:
@@ -30,7 +32,7 @@ export function decodeReply(message: string): ReplyMessage | undefined {
 }
 
 /** The answer id a chat stream's chunks carry, naming its request: a client may resume by either. */
-export const streamAliasKey = (answerId: string) => `sy:stream-id:${answerId}`;
+export const streamAliasKey = (answerId: string) => `${keyPrefix}stream-id:${answerId}`;
 
 /** The frame that ends every chat and completions SSE stream. */
 export const streamTrailer = 'data: [DONE]\n\n';

@@ -127,27 +127,22 @@ export function createProcessor(deps: ProcessorDeps) {
           await publishJobEvent(deps.redis, data.requestId, { type: 'completed', status: 'completed' });
           return result;
         }
+        // A streamed answer (and every Responses answer: the vendor is always streamed for it) is billed once
+        // the vendor is done, side by side with the end of the stream (no round trip added to it).
+        let billed: Promise<void> | undefined;
+        const startBilling = () => {
+          billed = bill('completed');
+          // Awaited below; if ending the stream fails first, the failure path settles (once) instead.
+          billed.catch(() => undefined);
+          return freeSlot();
+        };
         if (request.endpoint === 'responses') {
           responses = new ResponsesRun(deps.redis, request.payload, publisher, data.stream, deps.config.responseTtlSeconds);
-          let billed: Promise<void> | undefined;
-          const vendorDone = () => {
-            billed = bill('completed');
-            billed.catch(() => undefined);
-            return freeSlot();
-          };
-          const body = await responses.run(route.protocol, ctx, produced, vendorDone);
+          const body = await responses.run(route.protocol, ctx, produced, startBilling);
           await billed;
           return body === undefined ? {} : { body };
         }
         if (data.stream) {
-          // Billed once the vendor is done, side by side with the end of the stream (no round trip added to it).
-          let billed: Promise<void> | undefined;
-          const startBilling = () => {
-            billed = bill('completed');
-            // Awaited below; if ending the stream fails first, the failure path settles (once) instead.
-            billed.catch(() => undefined);
-            return freeSlot();
-          };
           await runTextStream(route.protocol, request, ctx, publisher, startBilling, produced);
           await billed;
           return {};

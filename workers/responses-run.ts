@@ -5,6 +5,7 @@ import type { Protocol } from '../shared/vendors.js';
 import { ResponsesStreamEncoder, type ResponseObject } from './answers/responses-encoder.js';
 import type { ReplyPublisher } from './reply-publisher.js';
 import type { Meter } from './settlement.js';
+import { meterEvents } from './text-pipeline.js';
 import { adapterMethod } from './vendors/registry.js';
 import type { CallContext } from './vendors/types.js';
 
@@ -53,11 +54,7 @@ export class ResponsesRun {
       for await (const events of adapterMethod(protocol, 'streamChat')(this.job.chat, ctx)) {
         const { frames, count } = this.encoder.encode(events);
         if (this.visible && count > 0) this.publisher.chunk(frames, count);
-        // Kept in case no usage comes (a stream cut short is billed for what it produced).
-        for (const event of events) {
-          if (event.type === 'text') produced.output.push(event.text);
-          else if (event.type === 'tool-call') produced.output.push(event.arguments);
-        }
+        meterEvents(events, produced);
       }
     } finally {
       produced.usage = this.encoder.usage;

@@ -49,11 +49,7 @@ export async function runTextStream(
         publisher.alias(streamAliasKey(encoder.answerId));
       }
       if (count > 0) publisher.chunk(frames, count);
-      // Kept in case no usage comes (a stream cut short is billed for what it produced).
-      for (const event of events) {
-        if (event.type === 'text') produced.output.push(event.text);
-        else if (event.type === 'tool-call') produced.output.push(event.arguments);
-      }
+      meterEvents(events, produced);
     }
   } finally {
     produced.usage = encoder.usage;
@@ -62,6 +58,14 @@ export async function runTextStream(
   // client that sends its next request at once finds the slot free.
   await vendorDone();
   await publisher.endStream(streamTrailer);
+}
+
+/** What a stream produced, kept in case no usage comes (a stream cut short is billed for what it produced). */
+export function meterEvents(events: readonly AnswerEvent[], produced: Meter): void {
+  for (const event of events) {
+    if (event.type === 'text') produced.output.push(event.text);
+    else if (event.type === 'tool-call') produced.output.push(event.arguments);
+  }
 }
 
 function keepAnswer(answer: Answer, produced: Meter): void {

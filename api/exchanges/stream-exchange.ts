@@ -1,12 +1,7 @@
 import { GatewayError, type WireError } from '../../shared/errors.js';
 import type { ReplyMessage } from '../../shared/reply.js';
 import { Exchange } from './exchange.js';
-
-const sseHeaders = {
-  'content-type': 'text/event-stream; charset=utf-8',
-  'cache-control': 'no-cache',
-  'x-accel-buffering': 'no',
-};
+import { sseHeaders } from '../event-log.js';
 
 /** A request whose job's chunks are relayed to the client as server-sent events as they arrive. */
 export class StreamExchange extends Exchange {

@@ -8,7 +8,7 @@ import { cancelChannel, replayStreamKey, type QueueName } from '../../shared/que
 import { releaseReservation } from '../../shared/billing.js';
 import { replayFrames, type ResponseObject } from '../../shared/response-object.js';
 import { streamAliasKey, type LogEntry } from '../../shared/reply.js';
-import type { EventLogs } from '../event-log.js';
+import { sseHeaders, type EventLogs } from '../event-log.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import { deleteResponse, loadResponse, storeResponseObject, type StoredResponse } from '../responses-store.js';
 import type { AuthState } from '../middleware/auth.js';
@@ -54,7 +54,7 @@ export async function followResponse(ctx: Context, deps: ResponseRouteDeps, id: 
     const frames = replayFrames(stored.response as ResponseObject);
     if (after >= frames.length) throw invalidRequest(`${afterParam} ${after} is past the end of the stream: its last event is ${frames.length - 1}.`, afterParam);
     ctx.respond = false;
-    ctx.res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
+    ctx.res.writeHead(200, { ...sseHeaders, 'x-request-id': id });
     ctx.res.end(frames.slice(after + 1).join(''));
     return;
   }
