@@ -7,6 +7,7 @@ import { Agent, request as httpRequest } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import autocannon from 'autocannon';
 import type { Redis } from 'ioredis';
+import { cpus, release, totalmem, type as osType } from 'node:os';
 import { cpuTimeMs, rssBytes, systemBusyMs } from './procs.js';
 
 /** Nearest-rank percentile of a sorted sample, in the sample's unit. */
@@ -537,4 +538,26 @@ export async function measureTtft(options: {
     agent.destroy();
   }
   return { requests: options.count, failures, ttft: summarise(ttft), total: summarise(total) };
+}
+
+/** An integer setting of a benchmark from the environment (`fallback` when unset); anything else is refused. */
+export function envInt(name: string, fallback: number, min = 0): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < min) throw new Error(`${name} must be an integer ≥ ${min}, got "${raw}"`);
+  return value;
+}
+
+/** What every benchmark report says of the machine it ran on. */
+export function machineFacts(redisVersionText: string) {
+  const cpuList = cpus();
+  return {
+    cpu: cpuList[0]?.model.trim() ?? 'unknown',
+    cores: cpuList.length,
+    memoryGiB: totalmem() / 1024 ** 3,
+    os: `${osType()} ${release()}`,
+    node: process.version,
+    redis: redisVersionText,
+  };
 }

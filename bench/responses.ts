@@ -46,24 +46,16 @@
  */
 import { readdirSync, readFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { Agent, request as httpRequest } from 'node:http';
-import { cpus, loadavg, release, totalmem, type as osType } from 'node:os';
+import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import { KeyStore } from '../api/key-store.js';
 import { benchRedisUrl } from '../test/support/redis-server.js';
 import { expectedText, longStream } from './long-streams.js';
-import { percentile, redisProcessId, redisVersion } from './measure.js';
+import { envInt, machineFacts, percentile, redisProcessId, redisVersion } from './measure.js';
 import { cpuTimeMs, installCleanup, root, sleep, stopAll, systemBusyMs, waitForQuiet } from './procs.js';
 import { fakeControl, log, model, probe, startFake, startGateway, stopGateway, upstreamKey } from './stack.js';
-
-function envInt(name: string, fallback: number, min = 0): number {
-  const raw = process.env[name];
-  if (raw === undefined || raw === '') return fallback;
-  const value = Number(raw);
-  if (!Number.isInteger(value) || value < min) throw new Error(`${name} must be an integer ≥ ${min}, got "${raw}"`);
-  return value;
-}
 
 const settings = {
   requests: envInt('BENCH_RESPONSES_REQUESTS', 200, 1),
@@ -351,18 +343,6 @@ function derive(of: VariantResult, direct: VariantResult, paired: { firstText: n
     redisCpuMsPerStream: of.netCpuMsPerStream.redis?.mean ?? Number.NaN,
     pairedAddedFirstTextMs: summary(paired.firstText).p50,
     pairedAddedTotalMs: summary(paired.total).p50,
-  };
-}
-
-function machineFacts(redisVersionText: string) {
-  const cpuList = cpus();
-  return {
-    cpu: cpuList[0]?.model.trim() ?? 'unknown',
-    cores: cpuList.length,
-    memoryGiB: totalmem() / 1024 ** 3,
-    os: `${osType()} ${release()}`,
-    node: process.version,
-    redis: redisVersionText,
   };
 }
 

@@ -34,25 +34,17 @@
  *   BENCH_STRICT          1: exit with status 1 when a target bar fails
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { cpus, loadavg, release, totalmem, type as osType } from 'node:os';
+import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { benchRedisUrl } from '../test/support/redis-server.js';
 import { runBurst } from './burst.js';
-import { redisVersion } from './measure.js';
+import { envInt, machineFacts, redisVersion } from './measure.js';
 import { runOverhead } from './overhead.js';
 import { installCleanup, root, stopAll } from './procs.js';
 import { render, type Results, type Section } from './report.js';
 import { log } from './stack.js';
 import { runTranslation } from './translation.js';
-
-function envInt(name: string, fallback: number, min = 0): number {
-  const raw = process.env[name];
-  if (raw === undefined || raw === '') return fallback;
-  const value = Number(raw);
-  if (!Number.isInteger(value) || value < min) throw new Error(`${name} must be an integer ≥ ${min}, got "${raw}"`);
-  return value;
-}
 
 function envList(name: string, fallback: string): string[] {
   return (process.env[name] || fallback).split(',').map((s) => s.trim()).filter(Boolean);
@@ -102,24 +94,14 @@ const translationSettings = {
   quietWaitMs,
 };
 
-function machineFacts(redisVersionText: string) {
-  const cpuList = cpus();
+function runMachineFacts(redisVersionText: string) {
   let autocannonVersion = 'unknown';
   try {
     autocannonVersion = (JSON.parse(readFileSync(join(root, 'node_modules/autocannon/package.json'), 'utf8')) as { version: string }).version;
   } catch {
     // reported as unknown
   }
-  return {
-    cpu: cpuList[0]?.model.trim() ?? 'unknown',
-    cores: cpuList.length,
-    memoryGiB: totalmem() / 1024 ** 3,
-    os: `${osType()} ${release()}`,
-    node: process.version,
-    redis: redisVersionText,
-    autocannon: autocannonVersion,
-    loadAverageAtStart: loadavg(),
-  };
+  return { ...machineFacts(redisVersionText), autocannon: autocannonVersion, loadAverageAtStart: loadavg() };
 }
 
 async function main(): Promise<void> {
@@ -128,7 +110,7 @@ async function main(): Promise<void> {
   const redisUrl = await benchRedisUrl('BENCH_REDIS_URL', 15);
   const redis = new Redis(redisUrl, { maxRetriesPerRequest: 3 });
   const startedAt = new Date().toISOString();
-  const machine = machineFacts(await redisVersion(redis));
+  const machine = runMachineFacts(await redisVersion(redis));
   log(`machine: ${machine.cpu}, ${machine.cores} cores, Node ${machine.node}, Redis ${machine.redis}; sections: ${sections.join(', ')}`);
   await redis.flushdb();
 
