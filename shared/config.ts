@@ -39,6 +39,8 @@ export interface Config {
   catalogFile: string | undefined;
   /** Queues this worker process serves. */
   workerQueues: QueueName[];
+  /** `npm start` without a role: workers in a child process (`on`), in the api's process (`off`), or by core count. */
+  workerProcess: 'auto' | 'on' | 'off';
   concurrency: Record<QueueName, number>;
   /** Waiting jobs per queue past which the api answers 503. */
   maxWaiting: Record<QueueName, number>;
@@ -207,6 +209,7 @@ const fixed = {
   VENDOR_FIRST_BYTE_TIMEOUT_MS: setting(integer(0, 120_000), 'vendor response-headers timeout'),
   VENDOR_IDLE_TIMEOUT_MS: setting(integer(0, 120_000), 'longest silence between vendor body chunks'),
   WORKER_QUEUES: setting(queueList(), 'queues a worker process serves'),
+  WORKER_PROCESS: setting(choice(['auto', 'on', 'off'], 'auto', switchAliases), '`npm start` (no `--role`): `on` runs the workers in a child process, on their own event loop; `off` keeps them on the api\'s; `auto`: a child process when more than one core is available'),
   WORKER_CONCURRENCY: setting(optionalInteger(1, { kind: 'perQueue', value: queueDefaults.concurrency }), 'jobs in flight per worker process, every queue'),
   QUEUE_MAX_WAITING: setting(optionalInteger(1, { kind: 'perQueue', value: queueDefaults.maxWaiting }), 'waiting jobs past which the api answers 503, every queue'),
   REQUEST_DEADLINE_MS: setting(optionalInteger(1, { kind: 'perQueue', value: queueDefaults.deadlineMs }), 'how long a request may wait and run, every queue'),
@@ -376,6 +379,7 @@ export function loadConfig(env: Env = process.env): Config {
     logLevel: values.LOG_LEVEL,
     catalogFile: values.CATALOG_FILE,
     workerQueues: values.WORKER_QUEUES,
+    workerProcess: values.WORKER_PROCESS,
     concurrency: perQueue(all, values.WORKER_CONCURRENCY, families.concurrency, queueDefaults.concurrency),
     maxWaiting: perQueue(all, values.QUEUE_MAX_WAITING, families.maxWaiting, queueDefaults.maxWaiting),
     deadlineMs: perQueue(all, values.REQUEST_DEADLINE_MS, families.deadlineMs, queueDefaults.deadlineMs),
