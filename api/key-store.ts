@@ -308,7 +308,12 @@ export type KeyVerdict = { access: KeyAccess } | { refused: 'unknown' | 'disable
  * so a cached key stops working the second it expires.
  */
 export class KeyCache {
-  private readonly entries = new Map<string, { access: KeyAccess; expires: number }>();
+  /**
+   * Keyed by the secret itself, so a cached key costs no hash on its
+   * requests; the hash is kept beside it for the change messages that name it.
+   * Only keys that exist are cached: the map holds no more than there are keys.
+   */
+  private readonly entries = new Map<string, { access: KeyAccess; hash: string; expires: number }>();
   /** Bumped on every change message, so a lookup that raced one does not cache what was just changed. */
   private generation = 0;
 
@@ -318,17 +323,17 @@ export class KeyCache {
   ) {}
 
   async check(secret: string): Promise<KeyVerdict> {
-    const hash = hashSecret(secret);
     const now = Date.now();
-    const hit = this.entries.get(hash);
+    const hit = this.entries.get(secret);
     let access = hit && hit.expires > now ? hit.access : undefined;
     if (!access) {
       const generation = this.generation;
+      const hash = hashSecret(secret);
       const found = await this.store.access(hash);
       if (found === 'disabled') return { refused: 'disabled' };
       access = found;
-      if (access && generation === this.generation) this.entries.set(hash, { access, expires: now + this.ttlMs });
-      else this.entries.delete(hash);
+      if (access && generation === this.generation) this.entries.set(secret, { access, hash, expires: now + this.ttlMs });
+      else this.entries.delete(secret);
     }
     if (!access) return { refused: 'unknown' };
     if (access.expiresAt !== undefined && access.expiresAt * 1000 <= now) return { refused: 'expired', expiresAt: access.expiresAt };
@@ -344,11 +349,10 @@ export class KeyCache {
   /** A message of `accessChangedChannel`: a key id, or `account:<id>` for every key of an account. */
   forget(message: string): void {
     this.generation++;
-    // A secret hash, as revocations were announced before, is dropped as such.
-    this.entries.delete(message);
+    // A secret hash, as revocations were announced before, names its key too.
     const accountId = message.startsWith('account:') ? message.slice('account:'.length) : undefined;
-    for (const [hash, { access }] of this.entries) {
-      if (accountId !== undefined ? access.accountId === accountId : access.keyId === message) this.entries.delete(hash);
+    for (const [secret, { access, hash }] of this.entries) {
+      if (accountId !== undefined ? access.accountId === accountId : access.keyId === message || hash === message) this.entries.delete(secret);
     }
   }
 

@@ -3,6 +3,7 @@ import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
 import Koa from 'koa';
 import Router from '@koa/router';
+import compose from 'koa-compose';
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Config } from '../shared/config.js';
@@ -22,7 +23,8 @@ import { Backpressure } from './backpressure.js';
 import { ModelResolver } from './model-resolver.js';
 import { v1Routes } from './routes/v1.js';
 import { adminRoutes } from './routes/admin.js';
-import { endpointRoutes } from './routes/endpoint-routes.js';
+import { endpointRoutes, serve } from './routes/endpoint-routes.js';
+import { endpointNames, endpoints, type Endpoint } from '../shared/endpoints.js';
 import { jobRoutes } from './routes/jobs.js';
 import { responseRoutes } from './routes/responses.js';
 import { EventLogs } from './event-log.js';
@@ -111,14 +113,14 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   });
 
   app.use(envelope(log));
-  app.use(async (ctx, next) => {
-    if (ctx.req.httpVersion === '1.1' && !ctx.get('host')) {
-      throw new GatewayError(400, 'An HTTP/1.1 request must carry a Host header.', { code: 'invalid_http_request' });
-    }
-    await next();
-  });
-  app.use(probes.routes());
-  app.use(async (ctx, next) => {
+  const logs = new EventLogs(redis, log);
+  const relayDeps = { config, redis, queues, hub, backpressure, models, prices, logs };
+  const endpointDeps = { ...relayDeps, blobs };
+  const jobs = jobRoutes({ ...relayDeps, blobs, urlSecret });
+  const assets = new ConsoleAssets(options.consoleDir ?? defaultConsoleDir());
+  if (!assets.built) log.warn({ dir: assets.dir }, 'the console is not built: /console answers 503 until `npm run build` runs');
+  const sessions = new SessionStore(redis, config.console.sessionIdleSeconds, config.console.sessionMaxSeconds);
+  const refuseWhileDraining: Koa.Middleware = async (ctx, next) => {
     if (draining) {
       ctx.set('connection', 'close');
       throw new GatewayError(503, 'The server is shutting down; retry the request.', {
@@ -127,24 +129,41 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
       });
     }
     await next();
-  });
-  app.use(adminRoutes(keyStore, config.adminToken).routes());
-  const logs = new EventLogs(redis, log);
-  const relayDeps = { config, redis, queues, hub, backpressure, models, prices, logs };
-  const jobs = jobRoutes({ ...relayDeps, blobs, urlSecret });
-  app.use(jobs.public.routes());
-  const assets = new ConsoleAssets(options.consoleDir ?? defaultConsoleDir());
-  if (!assets.built) log.warn({ dir: assets.dir }, 'the console is not built: /console answers 503 until `npm run build` runs');
-  const sessions = new SessionStore(redis, config.console.sessionIdleSeconds, config.console.sessionMaxSeconds);
-  app.use(consoleRoutes({ ...relayDeps, blobs, keyStore, sessions, throttle: new SigninThrottle(redis), assets }).routes());
+  };
+  // Everything outside /v1: probes (answered while draining), then the admin API and the console.
+  const elsewhere = compose<Koa.Context>([
+    probes.routes(),
+    refuseWhileDraining,
+    adminRoutes(keyStore, config.adminToken).routes(),
+    consoleRoutes({ ...relayDeps, blobs, keyStore, sessions, throttle: new SigninThrottle(redis), assets }).routes(),
+  ] as Koa.Middleware[]);
+  // /v1 past the API key: each queued endpoint's POST is found by its exact path in one lookup (the hot path);
+  // every other /v1 URL (a trailing slash included) goes through the routers.
   const v1 = v1Routes(relayDeps);
-  const auth = authenticate(keyCache);
-  app.use(async (ctx, next) => ((ctx.path.startsWith('/v1/') || ctx.path === '/v1') && !ctx.path.startsWith('/v1/files/') ? auth(ctx, next) : next()));
-  app.use(endpointRoutes({ ...relayDeps, blobs }).routes());
-  app.use(jobs.authed.routes());
-  app.use(responseRoutes({ ...relayDeps, blobs }).routes());
-  app.use(v1.routes());
-  app.use(v1.allowedMethods());
+  const endpointByPath = new Map<string, Endpoint>(endpointNames.map((name) => [endpoints[name].path, name]));
+  const v1Routed = compose<Koa.Context>([
+    endpointRoutes(endpointDeps).routes(),
+    jobs.authed.routes(),
+    responseRoutes(endpointDeps).routes(),
+    v1.routes(),
+    v1.allowedMethods(),
+  ] as Koa.Middleware[]);
+  const v1Authed = compose<Koa.Context>([
+    authenticate(keyCache) as Koa.Middleware,
+    (ctx: Koa.Context, next: Koa.Next) => {
+      const name = ctx.method === 'POST' ? endpointByPath.get(ctx.path) : undefined;
+      return name ? serve(name, ctx, endpointDeps) : v1Routed(ctx, next);
+    },
+  ]);
+  const signedFiles = jobs.public.routes() as Koa.Middleware;
+  app.use(async (ctx, next) => {
+    if (ctx.req.httpVersion === '1.1' && !ctx.req.headers.host) {
+      throw new GatewayError(400, 'An HTTP/1.1 request must carry a Host header.', { code: 'invalid_http_request' });
+    }
+    const path = ctx.path;
+    if (!path.startsWith('/v1/') && path !== '/v1') return elsewhere(ctx, next);
+    return refuseWhileDraining(ctx, () => (path.startsWith('/v1/files/') ? signedFiles(ctx, next) : v1Authed(ctx, next)));
+  });
 
   await hub.start();
   hub.startHeartbeat(config.orphanAfterMs);

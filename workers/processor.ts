@@ -2,7 +2,7 @@ import { DelayedError, UnrecoverableError, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Catalog } from '../shared/catalog.js';
 import type { Config } from '../shared/config.js';
-import type { Logger } from '../shared/logger.js';
+import { lazyChild, type Logger } from '../shared/logger.js';
 import { GatewayError, timeoutError } from '../shared/errors.js';
 import { apiAliveKey, payloadKey, replayStreamKey, type GatewayJobData, type GatewayJobResult } from '../shared/queues.js';
 import { ClientGoneError, type CancelRegistry } from './cancel-registry.js';
@@ -39,7 +39,7 @@ const inlineAsyncResultBytes = 256 * 1024;
 export function createProcessor(deps: ProcessorDeps) {
   return async (job: Job<GatewayJobData, GatewayJobResult>, token?: string): Promise<GatewayJobResult> => {
     const data = job.data;
-    const log = deps.log.child({ reqId: data.requestId, queue: job.queueName, attempt: job.attemptsMade + 1 });
+    const log = lazyChild(deps.log, () => ({ reqId: data.requestId, queue: job.queueName, attempt: job.attemptsMade + 1 }));
     // An async or background job's answer is kept for later readers; any other job's answer is for its api alone.
     const detached = data.async === true || data.background === true;
     const orphan = detached ? undefined : { afterMs: deps.config.orphanAfterMs, onOrphaned: () => deps.cancels.cancel(data.requestId) };
@@ -92,9 +92,14 @@ export function createProcessor(deps: ProcessorDeps) {
     // The one place the payload's type is taken on trust: the api validated it against this endpoint's schema.
     request = { endpoint: data.endpoint, payload } as EndpointRequest;
 
+    // One signal for the vendor call: aborted by a cancel (client gone) or, with a timeout reason, at the deadline.
     const controller = deps.cancels.start(data.requestId);
-    const deadlineSignal = AbortSignal.timeout(remaining);
-    const signal = AbortSignal.any([controller.signal, deadlineSignal]);
+    let timedOut = false;
+    const deadlineTimer = setTimeout(() => {
+      timedOut = true;
+      controller.abort(timeoutError());
+    }, remaining);
+    const signal = controller.signal;
     let route: ResolvedRoute | undefined;
     try {
       route = deps.router.route(model);
@@ -155,14 +160,14 @@ export function createProcessor(deps: ProcessorDeps) {
         await freeSlot();
       }
     } catch (caught) {
-      if (controller.signal.aborted) {
+      if (controller.signal.aborted && !timedOut) {
         log.info('client left or cancelled; vendor call aborted');
         await responses?.cancel().catch((e: unknown) => log.warn({ err: e }, 'could not end the cancelled response'));
         await bill('cancelled');
         throw new UnrecoverableError(new ClientGoneError().message);
       }
       if (caught instanceof DelayedError || caught instanceof UnrecoverableError) throw caught;
-      const error = deadlineSignal.aborted ? timeoutError() : toGatewayError(caught, log);
+      const error = timedOut ? timeoutError() : toGatewayError(caught, log);
       if (route && error.code !== 'channels_cooling_down') deps.router.reportFailure(route, error);
       const decision = decideFailure(deps.config, {
         error,
@@ -182,6 +187,7 @@ export function createProcessor(deps: ProcessorDeps) {
       log.warn({ status: error.status, delay: decision.delay }, 'vendor call failed; will retry');
       throw error;
     } finally {
+      clearTimeout(deadlineTimer);
       deps.cancels.finish(data.requestId);
     }
   };

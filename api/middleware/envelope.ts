@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Middleware } from 'koa';
 import { GatewayError, serverError } from '../../shared/errors.js';
-import type { Logger } from '../../shared/logger.js';
+import { lazyChild, type Logger } from '../../shared/logger.js';
 
 export interface RequestIdState {
   requestId: string;
@@ -16,10 +16,11 @@ export interface RequestIdState {
  * status the client got.
  */
 export function envelope(log: Logger): Middleware<RequestIdState> {
+  const accessLog = log.isLevelEnabled('info');
   return async (ctx, next) => {
     const id = `req_${randomUUID().replaceAll('-', '')}`;
-    const started = performance.now();
-    const requestLog = log.child({ reqId: id });
+    const started = accessLog ? performance.now() : 0;
+    const requestLog = lazyChild(log, () => ({ reqId: id }));
     ctx.state.requestId = id;
     ctx.state.log = requestLog;
     ctx.set('x-request-id', id);
@@ -35,16 +36,18 @@ export function envelope(log: Logger): Middleware<RequestIdState> {
     } catch (caught) {
       const error = toGatewayError(caught);
       if (error.status >= 500) requestLog.error({ err: caught }, error.message);
-      else requestLog.debug({ status: error.status, code: error.code }, error.message);
+      else if (log.isLevelEnabled('debug')) requestLog.debug({ status: error.status, code: error.code }, error.message);
       if (!ctx.headerSent && ctx.respond !== false) {
         ctx.status = error.status;
         ctx.set(error.headers);
         ctx.body = error.toBody();
       }
     } finally {
-      const ms = Math.round((performance.now() - started) * 10) / 10;
-      const status = ctx.respond === false ? ctx.res.statusCode : ctx.status;
-      requestLog.info({ method: ctx.method, path: ctx.path, status, ms }, 'request');
+      if (accessLog) {
+        const ms = Math.round((performance.now() - started) * 10) / 10;
+        const status = ctx.respond === false ? ctx.res.statusCode : ctx.status;
+        log.info({ reqId: id, method: ctx.method, path: ctx.path, status, ms }, 'request');
+      }
     }
   };
 }

@@ -216,6 +216,18 @@ describe('KeyCache', () => {
     assert.deepEqual(await cache.check('sy-never-issued'), { refused: 'unknown' });
   });
 
+  it('forgets a key named by the hash of its secret (the older change message)', async () => {
+    const key = await store.create('hashed');
+    const cache = new KeyCache(store, 60_000);
+    assert.equal((await cache.resolve(key.key))!.keyId, key.id);
+    await redis.hset(apiKeyRecordKey(key.id), 'expires', String(Math.floor(Date.now() / 1000) - 10));
+    cache.forget('key_someone_else');
+    assert.equal((await cache.resolve(key.key))!.keyId, key.id, 'another key\'s message changes nothing');
+    cache.forget(hashSecret(key.key));
+    const verdict = await cache.check(key.key);
+    assert.ok('refused' in verdict && verdict.refused === 'expired');
+  });
+
   it('does not cache a lookup that raced a change', async () => {
     const key = await store.create('raced');
     const cache = new KeyCache(store, 60_000);
