@@ -20,10 +20,21 @@ import { setVendorCallSettings } from './vendors/call-settings.js';
 import { BlobJanitor, deleteJobUploads } from './blob-janitor.js';
 import { endpoints } from '../shared/endpoints.js';
 import { releaseExpiredReservations, trimUsage } from '../shared/billing.js';
+import { settledKey } from '../shared/accounts.js';
 import { PriceList } from '../shared/pricing.js';
 
 const reservationSweepMs = 10_000;
 const reservationGraceMs = 60_000;
+
+/** Jobs in flight per fetch loop: past this, one loop's round trips, not the vendor, would limit a queue's throughput. */
+const jobsPerFetchLoop = 64;
+const maxFetchLoops = 4;
+
+/** A queue's concurrency spread over its fetch loops (one loop per 64 jobs in flight, at most four). */
+export function fetchLoops(concurrency: number): number[] {
+  const loops = Math.min(maxFetchLoops, Math.max(1, Math.ceil(concurrency / jobsPerFetchLoop)));
+  return Array.from({ length: loops }, (_, i) => Math.floor(concurrency / loops) + (i < concurrency % loops ? 1 : 0));
+}
 
 export interface WorkerPool {
   /** Stop taking jobs, finish the running ones, close connections. */
@@ -73,19 +84,26 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     },
   });
 
-  const workers = config.workerQueues.map((name) => {
+  // BullMQ's worker fetches one job per Redis round trip; a busy queue gets several fetch loops, which share its concurrency.
+  const loops = config.workerQueues.flatMap((name) => fetchLoops(config.concurrency[name]).map((concurrency, loop) => ({ name, concurrency, loop })));
+  const bullWorkers = loops.map(({ name, concurrency, loop }) => {
     const worker = new Worker<GatewayJobData, GatewayJobResult>(name, processor, {
       connection: redis,
-      concurrency: config.concurrency[name],
+      concurrency,
       lockDuration: config.workerLockMs,
       stalledInterval: Math.max(500, Math.floor(config.workerLockMs / 2)),
       maxStalledCount: 1,
+      // One stalled-job check per queue and process is enough.
+      skipStalledCheck: loop > 0,
       settings: {
         backoffStrategy: (attemptsMade: number, _type?: string, error?: Error) =>
           retryDelay(config, Math.max(0, attemptsMade - 1), error instanceof GatewayError ? error : new GatewayError(500, 'retry')),
       },
     });
-    worker.on('completed', (job) => releaseUploads(job, async () => true));
+    worker.on('completed', (job) => {
+      forgetSettled(job);
+      releaseUploads(job, async () => true);
+    });
     worker.on('failed', (job, error) => {
       void answerFinalFailure(job, error);
       if (job) releaseUploads(job, () => isFinalFailure(job, error));
@@ -107,6 +125,12 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     }).toWire();
     if (job.data.async) await publishJobEvent(redis, requestId, { type: 'failed', status: 'failed', error: wire.error }).catch(() => undefined);
     else await new ReplyPublisher(redis, job.data.replyTo, requestId, { stream: job.data.stream }).error(wire).catch(() => undefined);
+  }
+
+  // A completed job never runs again, so its settled mark (which stops a second attempt from billing twice)
+  // has done its work: dropped now rather than kept until the job's deadline, one key per request.
+  function forgetSettled(job: Job<GatewayJobData>): void {
+    redis.del(settledKey(job.data.requestId)).catch(() => undefined);
   }
 
   // A job's uploads are deleted once it reaches its final state; never while it may still be retried.
@@ -149,7 +173,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   return {
     async close() {
       clearInterval(reservationSweep);
-      await Promise.allSettled(workers.map((w) => w.close()));
+      await Promise.allSettled(bullWorkers.map((w) => w.close()));
       await janitor.close();
       await Promise.allSettled([...releasing]);
       router.stop();

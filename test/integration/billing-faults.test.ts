@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { afterEach, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
-import { accountKey, apiKeyRecordKey, settledKey, usageStreamKey } from '../../shared/accounts.js';
+import { accountKey, apiKeyRecordKey, usageStreamKey } from '../../shared/accounts.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { reserve } from '../../shared/billing.js';
 import { PriceList } from '../../shared/pricing.js';
@@ -63,7 +63,7 @@ describe('billing when processes and Redis fail', () => {
     assert.equal(response.status, 200);
     const body = (await response.json()) as { usage: { prompt_tokens: number; completion_tokens: number } };
     const requestId = response.headers.get('x-request-id')!;
-    await waitFor(async () => (await redis.exists(settledKey(requestId))) === 1, 10_000, 'settlement');
+    await waitFor(async () => (await records(redis)).some((r) => r.request_id === requestId), 10_000, 'settlement');
     const mine = (await records(redis)).filter((r) => r.request_id === requestId);
     assert.equal(mine.length, 1, 'one usage record');
     const cost = prices.costMicros(model, { inputTokens: body.usage.prompt_tokens, cachedTokens: 0, outputTokens: body.usage.completion_tokens, images: 0, audioSeconds: 0, videoSeconds: 0 });
@@ -84,7 +84,7 @@ describe('billing when processes and Redis fail', () => {
     });
     assert.equal(response.status, 200);
     const requestId = response.headers.get('x-request-id')!;
-    await waitFor(async () => (await redis.exists(settledKey(requestId))) === 1, 5000, 'settlement');
+    await waitFor(async () => (await records(redis)).some((r) => r.request_id === requestId), 5000, 'settlement');
     const before = {
       balance: await field(redis, accountKey(account), 'balance'),
       spent: await field(redis, apiKeyRecordKey(key.id), 'spent'),

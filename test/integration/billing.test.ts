@@ -91,6 +91,8 @@ describe('billing through the gateway', () => {
     assert.equal(record.status, 'completed');
     assert.equal(record.input_tokens, completion.usage!.prompt_tokens);
     assert.equal(record.output_tokens, completion.usage!.completion_tokens);
+    // The mark that stops a second attempt from billing again goes once the job has completed: no key left per request.
+    await waitFor(async () => (await redis.exists(settledKey(record.request_id as string))) === 0, 5000, 'the settled mark to be dropped');
   });
 
   it('limits requests per minute with OpenAI headers, and the official client retry succeeds once the window allows', async () => {
