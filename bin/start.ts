@@ -8,6 +8,7 @@ import { createApiServer } from '../api/server.js';
 import { startWorkers } from '../workers/worker.js';
 import { isMockStandingIn } from '../shared/vendors.js';
 import { locateRedis } from './local-redis.js';
+import { startIdleCollector } from '../shared/idle-gc.js';
 
 /** Given to the worker process `npm start` forks: it ends when its parent does, however that ends. */
 const childFlag = '--worker-of-parent';
@@ -38,6 +39,7 @@ async function main(): Promise<void> {
     log.warn('no vendor key is set: running offline, the mock vendor answers for every model (set a vendor key to reach real vendors)');
   }
 
+  startIdleCollector();
   const ownProcess = role === 'all' && (config.workerProcess === 'on' || (config.workerProcess === 'auto' && availableParallelism() > 1));
   const cleanups: Array<() => Promise<void>> = [];
   if (role !== 'worker') {
