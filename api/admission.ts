@@ -48,10 +48,12 @@ export async function reserveSpend(
   requestId: string,
   estimate: SpendEstimate,
   deadline: number,
+  /** The job's queue key when its add is sent right behind (see `Reservation.gate`). */
+  gate?: string,
 ): Promise<void> {
   const outcome = await reserve(
     redis,
-    { requestId, keyId: access.keyId, accountId: access.accountId, micros: estimate.micros, tokens: estimate.tokens, deadline },
+    { requestId, keyId: access.keyId, accountId: access.accountId, micros: estimate.micros, tokens: estimate.tokens, deadline, ...(gate ? { gate } : {}) },
     { ...(config.defaultKeyRpm ? { rpm: config.defaultKeyRpm } : {}), ...(config.defaultKeyTpm ? { tpm: config.defaultKeyTpm } : {}) },
   );
   const headers = rateHeaders(outcome);

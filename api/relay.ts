@@ -70,7 +70,11 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
   const deadlineMs = row.deadlineMs(config);
   const deadline = Date.now() + deadlineMs;
   const jobId = request.jobId ?? requestId;
-  if (request.spend) await reserveSpend(ctx, deps.redis, config, request.spend.access, jobId, request.spend.estimate, deadline);
+  const spend = request.spend;
+  // A request held open for its answer reserves in the same round trip as its enqueue (see `enqueueHeld`);
+  // the others write more beside the job (a record, a stored response), so they reserve first.
+  const heldOpen = !request.async && !request.detached && !request.prepare;
+  if (spend && !heldOpen) await reserveSpend(ctx, deps.redis, config, spend.access, jobId, spend.estimate, deadline);
   const data: GatewayJobData = {
     requestId: jobId,
     replyTo: hub.channel,
@@ -159,12 +163,37 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
     return;
   }
 
+  /**
+   * The reservation and the enqueue leave in one write and come back in one
+   * round trip: Redis runs a connection's commands in order, so the
+   * reservation script runs first, and a refusal leaves a placeholder under
+   * the job's key that makes the add a no-op (no job is queued under an id
+   * that exists). The refusal is then answered and the placeholder removed.
+   */
+  const enqueueHeld = async () => {
+    if (!spend) return enqueue(answeredJob);
+    const gate = queue.toKey(jobId);
+    const [reserved, added] = await Promise.allSettled([
+      reserveSpend(ctx, deps.redis, config, spend.access, jobId, spend.estimate, deadline, gate),
+      queue.add(request.endpoint, data, answeredJob),
+    ]);
+    if (reserved.status === 'fulfilled' && added.status === 'fulfilled') return;
+    if (reserved.status === 'fulfilled') {
+      abandon();
+      throw (added as PromiseRejectedResult).reason;
+    }
+    // Refused (or the reservation failed): take out whatever stands under the job's id, placeholder or job.
+    // A worker can hold it only if the two were not run in order (a script reloaded after SCRIPT FLUSH): it is then billed as it runs.
+    await queue.remove(jobId).catch((error: unknown) => log.warn({ err: error }, 'could not remove the job of a refused request'));
+    throw reserved.reason;
+  };
+
   const exchange = request.stream
     ? new StreamExchange(ctx, deps, jobId, queue, log)
     : new PlainExchange(ctx, deps, jobId, queue, log, request.contentType);
   hub.register(jobId, exchange);
   try {
-    await enqueue(answeredJob);
+    await enqueueHeld();
     exchange.jobKey = queue.toKey(jobId);
     await exchange.run(deadline);
   } finally {

@@ -24,58 +24,68 @@ import {
 const WINDOW_MS = 60_000;
 
 /*
- * KEYS: key record, account record, rpm TAT, tpm TAT, reservation, reservation deadlines
- * ARGV: request id, micros, tokens, now ms, deadline ms, account id, default rpm, default tpm ('' = none)
+ * KEYS: key record, account record, rpm TAT, tpm TAT, reservation, reservation deadlines, the job's queue key
+ * ARGV: request id, micros, tokens, now ms, deadline ms, account id, default rpm, default tpm ('' = none), key id,
+ *       '1' when the job is being added right behind this call (a refusal then blocks its id with a placeholder)
  * Returns {code, rpm limit, rpm remaining, rpm reset ms, tpm limit, tpm remaining, tpm reset ms, retry after ms}
  *   code 0 reserved, 1 over rpm, 2 over tpm, 3 over the key's limit, 4 over the account's balance, 5 no such key or account
  * Rate limits are GCRA: a minute's worth may come at once, then at the limit's pace.
  */
 const reserveScript = `
-if redis.call('EXISTS', KEYS[1]) == 0 then return {5,0,0,0,0,0,0,0} end
-local key = redis.call('HMGET', KEYS[1], 'limit', 'spent', 'reserved', 'rpm', 'tpm')
-local account = redis.call('HMGET', KEYS[2], 'balance', 'reserved', 'unlimited', 'deleted')
-if account[4] == '1' or (not account[1] and account[3] ~= '1') then return {5,0,0,0,0,0,0,0} end
-local micros = tonumber(ARGV[2])
-local tokens = tonumber(ARGV[3])
-local now = tonumber(ARGV[4])
-local window = ${WINDOW_MS}
+local function decide()
+  if redis.call('EXISTS', KEYS[1]) == 0 then return {5,0,0,0,0,0,0,0} end
+  local key = redis.call('HMGET', KEYS[1], 'limit', 'spent', 'reserved', 'rpm', 'tpm')
+  local account = redis.call('HMGET', KEYS[2], 'balance', 'reserved', 'unlimited', 'deleted')
+  if account[4] == '1' or (not account[1] and account[3] ~= '1') then return {5,0,0,0,0,0,0,0} end
+  local micros = tonumber(ARGV[2])
+  local tokens = tonumber(ARGV[3])
+  local now = tonumber(ARGV[4])
+  local window = ${WINDOW_MS}
 
-local function gcra(tatKey, limit, cost)
-  if not limit then return true, 0, 0, 0, 0, 0 end
-  local interval = window / limit
-  if cost > limit then cost = limit end
-  local tat = tonumber(redis.call('GET', tatKey) or '0')
-  if tat < now then tat = now end
-  local newTat = tat + interval * cost
-  if newTat - now > window then
-    return false, limit, math.max(0, math.floor((window - (tat - now)) / interval)), math.ceil(tat - now), math.ceil(newTat - window - now), tat
+  local function gcra(tatKey, limit, cost)
+    if not limit then return true, 0, 0, 0, 0, 0 end
+    local interval = window / limit
+    if cost > limit then cost = limit end
+    local tat = tonumber(redis.call('GET', tatKey) or '0')
+    if tat < now then tat = now end
+    local newTat = tat + interval * cost
+    if newTat - now > window then
+      return false, limit, math.max(0, math.floor((window - (tat - now)) / interval)), math.ceil(tat - now), math.ceil(newTat - window - now), tat
+    end
+    return true, limit, math.floor((window - (newTat - now)) / interval), math.ceil(newTat - now), 0, newTat
   end
-  return true, limit, math.floor((window - (newTat - now)) / interval), math.ceil(newTat - now), 0, newTat
-end
 
-local rpmLimit = tonumber(key[4] ~= '' and key[4] or ARGV[7])
-local tpmLimit = tonumber(key[5] ~= '' and key[5] or ARGV[8])
-local rpmOk, rl, rr, rs, rretry, rpmTat = gcra(KEYS[3], rpmLimit, 1)
-local tpmOk, tl, tr, ts, tretry, tpmTat = gcra(KEYS[4], tpmLimit, tokens)
-if not rpmOk then return {1, rl, rr, rs, tl, tr, ts, rretry} end
-if not tpmOk then return {2, rl, rr, rs, tl, tr, ts, tretry} end
+  local rpmLimit = tonumber(key[4] ~= '' and key[4] or ARGV[7])
+  local tpmLimit = tonumber(key[5] ~= '' and key[5] or ARGV[8])
+  local rpmOk, rl, rr, rs, rretry, rpmTat = gcra(KEYS[3], rpmLimit, 1)
+  local tpmOk, tl, tr, ts, tretry, tpmTat = gcra(KEYS[4], tpmLimit, tokens)
+  if not rpmOk then return {1, rl, rr, rs, tl, tr, ts, rretry} end
+  if not tpmOk then return {2, rl, rr, rs, tl, tr, ts, tretry} end
 
-if key[1] and key[1] ~= '' then
-  if tonumber(key[2] or '0') + tonumber(key[3] or '0') + micros > tonumber(key[1]) then return {3, rl, rr, rs, tl, tr, ts, 0} end
-end
-if account[3] ~= '1' then
-  if tonumber(account[1]) - tonumber(account[2] or '0') - micros < 0 then return {4, rl, rr, rs, tl, tr, ts, 0} end
-end
+  if key[1] and key[1] ~= '' then
+    if tonumber(key[2] or '0') + tonumber(key[3] or '0') + micros > tonumber(key[1]) then return {3, rl, rr, rs, tl, tr, ts, 0} end
+  end
+  if account[3] ~= '1' then
+    if tonumber(account[1]) - tonumber(account[2] or '0') - micros < 0 then return {4, rl, rr, rs, tl, tr, ts, 0} end
+  end
 
-if rpmLimit then redis.call('SET', KEYS[3], tostring(rpmTat), 'PX', window + 1000) end
-if tpmLimit then redis.call('SET', KEYS[4], tostring(tpmTat), 'PX', window + 1000) end
-redis.call('HINCRBY', KEYS[1], 'reserved', micros)
-redis.call('HSET', KEYS[1], 'last_used', math.floor(now / 1000))
-redis.call('HINCRBY', KEYS[2], 'reserved', micros)
-redis.call('HSET', KEYS[5], 'key', ARGV[9], 'account', ARGV[6], 'micros', micros, 'tokens', tokens, 'deadline', ARGV[5])
-redis.call('PEXPIREAT', KEYS[5], tonumber(ARGV[5]) + 86400000)
-redis.call('ZADD', KEYS[6], ARGV[5], ARGV[1])
-return {0, rl, rr, rs, tl, tr, ts, 0}
+  if rpmLimit then redis.call('SET', KEYS[3], tostring(rpmTat), 'PX', window + 1000) end
+  if tpmLimit then redis.call('SET', KEYS[4], tostring(tpmTat), 'PX', window + 1000) end
+  redis.call('HINCRBY', KEYS[1], 'reserved', micros)
+  redis.call('HSET', KEYS[1], 'last_used', math.floor(now / 1000))
+  redis.call('HINCRBY', KEYS[2], 'reserved', micros)
+  redis.call('HSET', KEYS[5], 'key', ARGV[9], 'account', ARGV[6], 'micros', micros, 'tokens', tokens, 'deadline', ARGV[5])
+  redis.call('PEXPIREAT', KEYS[5], tonumber(ARGV[5]) + 86400000)
+  redis.call('ZADD', KEYS[6], ARGV[5], ARGV[1])
+  return {0, rl, rr, rs, tl, tr, ts, 0}
+end
+local verdict = decide()
+-- Refused with a job key given: a placeholder under that key keeps the job (sent right behind this call) out of the queue.
+if verdict[1] ~= 0 and ARGV[10] == '1' then
+  redis.call('HSET', KEYS[7], 'refused', verdict[1])
+  redis.call('PEXPIRE', KEYS[7], 60000)
+end
+return verdict
 `;
 
 /*
@@ -155,7 +165,7 @@ interface BillingRedis extends Redis {
 
 const billing = (redis: Redis) =>
   withScripts<BillingRedis>(redis, {
-    billingReserve: { keys: 6, lua: reserveScript },
+    billingReserve: { keys: 7, lua: reserveScript },
     billingSettle: { keys: 9, lua: settleScript },
     billingRelease: { keys: 3, lua: releaseScript },
   });
@@ -168,6 +178,13 @@ export interface Reservation {
   tokens: number;
   /** Epoch ms after which the reservation is released if nothing settled it. */
   deadline: number;
+  /**
+   * The job's queue key when the job is added right behind the reservation, on
+   * the same connection (one round trip for both): a refusal leaves a
+   * placeholder there, so that add finds the id taken and queues nothing
+   * (a queue does not add a job whose id exists). The caller deletes it.
+   */
+  gate?: string;
 }
 
 export interface RateLimitState {
@@ -192,6 +209,7 @@ export async function reserve(redis: Redis, resv: Reservation, defaults: { rpm?:
     rateLimitKey(resv.keyId, 'tpm'),
     reservationKey(resv.requestId),
     reservationDeadlinesKey,
+    resv.gate ?? reservationKey(resv.requestId),
     resv.requestId,
     resv.micros,
     resv.tokens,
@@ -201,6 +219,7 @@ export async function reserve(redis: Redis, resv: Reservation, defaults: { rpm?:
     defaults.rpm ?? '',
     defaults.tpm ?? '',
     resv.keyId,
+    resv.gate ? '1' : '',
   );
   const [code, rl, rr, rs, tl, tr, ts, retry] = result.map(Number) as [number, number, number, number, number, number, number, number];
   const requests = rl > 0 ? { limit: rl, remaining: Math.max(0, rr), resetMs: Math.max(0, rs) } : undefined;

@@ -61,6 +61,11 @@ describe('billing through the gateway', () => {
     assert.equal(error.code, 'insufficient_quota');
     assert.equal(error.type, 'insufficient_quota');
     assert.equal(error.headers?.get('x-should-retry'), 'false');
+    // The refusal and the enqueue travel together: the job never entered the queue, and nothing is left under its id.
+    const requestId = error.headers?.get('x-request-id');
+    assert.ok(requestId);
+    assert.equal(await redis.exists(`bull:chat:${requestId}`), 0);
+    assert.equal(await redis.llen('bull:chat:wait'), 0);
     // Every attempt the client made ended before it gave up; their access-log lines may reach us just after.
     await waitFor(() => chatRequests() >= 1, 5000, 'the access log line');
     await new Promise((resolve) => setTimeout(resolve, 200));
