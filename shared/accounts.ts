@@ -20,7 +20,7 @@ import { keyPrefix } from './queues.js';
  *   sy:rl:<keyId>:rpm|tpm    string GCRA theoretical arrival time (ms)
  *   sy:resv:<requestId>      hash  key, account, micros, tokens, deadline (ms): what admission holds
  *   sy:resv-deadlines        zset  request id → deadline (ms), to release reservations of lost jobs
- *   sy:settled:<requestId>   string set once a request is settled (kept until 15 min past its deadline): settlement runs once
+ *   sy:settled:<requestId>   string set once a request is settled (dropped when its job completes, else kept until 15 min past its deadline): settlement runs once
  *   sy:usage                 stream one record per finished request
  *   sy:session:<sha256(token)> hash account, csrf, created (ms): a console session, TTL = its idle expiry
  *   sy:account-sessions:<id> set   session hashes of one account, to end them all at once
@@ -83,5 +83,9 @@ export type UsageMetric = (typeof usageMetrics)[number];
 
 /** UTC day of a time, as the aggregates and `/admin/usage` name it. */
 export function utcDay(ms: number): string {
-  return new Date(ms).toISOString().slice(0, 10);
+  const day = Math.floor(ms / 86_400_000);
+  if (day !== lastDay.number) lastDay = { number: day, text: new Date(ms).toISOString().slice(0, 10) };
+  return lastDay.text;
 }
+/** Every settlement names its day: formatted once a day, not once a request. */
+let lastDay = { number: Number.NaN, text: '' };

@@ -220,3 +220,15 @@ describe('billing: concurrency across processes', () => {
     assert.equal(await numberField(accountKey('a1'), 'reserved'), 0);
   });
 });
+
+describe('utcDay', () => {
+  it('names the UTC day of each time, also when times from different days alternate', () => {
+    const late = Date.UTC(2026, 0, 1, 23, 59, 59, 999);
+    const next = Date.UTC(2026, 0, 2, 0, 0, 0, 0);
+    assert.equal(utcDay(late), '2026-01-01');
+    assert.equal(utcDay(late - 1000), '2026-01-01');
+    assert.equal(utcDay(next), '2026-01-02');
+    assert.equal(utcDay(late), '2026-01-01');
+    assert.equal(utcDay(Date.UTC(1999, 11, 31, 12)), '1999-12-31');
+  });
+});
