@@ -253,6 +253,8 @@ export async function measureLoad(options: {
   redis: Redis;
   pids: Record<string, number>;
   settleMs?: number;
+  /** Also receives every measured 2xx latency (to pool several runs). */
+  latencies?: Samples;
 }): Promise<LoadResult> {
   const { target, connections, durationS, warmupS, redis, pids } = options;
   if (warmupS > 0) await runAutocannon(target, connections, warmupS);
@@ -271,7 +273,11 @@ export async function measureLoad(options: {
   const busyBefore = systemBusyMs();
   const samples = new Samples();
   sampler.start();
-  const result = await runAutocannon(target, connections, durationS, (ms) => samples.push(ms));
+  const pool = options.latencies;
+  const result = await runAutocannon(target, connections, durationS, (ms) => {
+    samples.push(ms);
+    pool?.push(ms);
+  });
   const peaks = sampler.stop();
   const cpuMs: Record<string, number | null> = {};
   for (const [name, pid] of Object.entries(cpuPids)) {
@@ -512,6 +518,8 @@ export async function measureTtft(options: {
   body: string;
   warmup: number;
   count: number;
+  /** Also receive every measured request's timings (to pool several runs). */
+  pool?: { ttft: Samples; total: Samples };
 }): Promise<TtftResult> {
   const agent = new Agent({ keepAlive: true, maxSockets: 1 });
   const url = new URL(options.url);
@@ -533,6 +541,8 @@ export async function measureTtft(options: {
       }
       ttft.push(timing.ttftMs);
       total.push(timing.totalMs);
+      options.pool?.ttft.push(timing.ttftMs);
+      options.pool?.total.push(timing.totalMs);
     }
   } finally {
     agent.destroy();

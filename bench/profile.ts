@@ -1,10 +1,12 @@
 /**
- * CPU profile of the gateway (api and workers in one process) under the
- * 64-connection non-stream load of `npm run bench`, summarised.
+ * CPU profile of the gateway (api and workers on one event loop, so one
+ * profile holds both) under the 64-connection non-stream load of
+ * `npm run bench`, with quota and limits on for the key, summarised.
  *
  *   npm run build --silent && node --import tsx bench/profile.ts
  *
  * Env: BENCH_DURATION_S (default 10), BENCH_CONNECTIONS (default 64),
+ * BENCH_PROFILE_STREAM=1 (stream requests instead of plain ones),
  * BENCH_REDIS_URL (FLUSHDB'd; default: database 15 of a private redis-server
  * this run starts and stops).
  * Writes bench/results/profile/gateway-*.cpuprofile and summary.txt.
@@ -31,13 +33,17 @@ async function main(): Promise<void> {
   await redis.flushdb();
   try {
     const fake = await startFake();
-    const { key } = await new KeyStore(redis).create('bench-profile');
+    // Quota and limits on, as the overhead section measures: an account with a balance, a key with a limit, rpm and tpm.
+    const keyStore = new KeyStore(redis);
+    const account = await keyStore.accounts.create({ email: 'bench-profile@example.com', name: 'bench profile' });
+    await keyStore.accounts.credit(account.id, 10 ** 12, 'bench');
+    const { key } = await keyStore.create('bench-profile', { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 10 });
     const gateway = await startGateway('all', fake.url, redisUrl, outDir);
     const child = gateway.children.gateway!;
     await probe(gateway.url, key, [child]);
     log(`profiling the gateway (pid ${child.pid}) under ${connections} connections for ${durationS} s`);
     const result = await measureLoad({
-      target: { url: `${gateway.url}/v1/chat/completions`, headers: { authorization: `Bearer ${key}` }, body: JSON.stringify(plainBody) },
+      target: { url: `${gateway.url}/v1/chat/completions`, headers: { authorization: `Bearer ${key}` }, body: JSON.stringify(process.env.BENCH_PROFILE_STREAM ? { ...plainBody, stream: true } : plainBody) },
       connections,
       durationS,
       warmupS: 2,

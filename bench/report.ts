@@ -1,7 +1,7 @@
 /** Plain-text tables of the benchmark results for stdout (and for BENCHMARKS.md). */
 import type { BurstResults } from './burst.js';
 import { renderBurst } from './burst.js';
-import type { LoadResult, SoakResult, TtftResult } from './measure.js';
+import type { CommandDelta, LatencySummary, SoakResult } from './measure.js';
 import type { TranslationResults } from './translation.js';
 import { renderTranslation } from './translation.js';
 
@@ -17,66 +17,121 @@ export interface Machine {
   loadAverageAtEnd?: number[];
 }
 
-export interface Settings {
-  durationS: number;
-  warmupS: number;
-  soakS: number;
-  ttftRequests: number;
-  ttftWarmup: number;
-  body: unknown;
-  streamBody: unknown;
-}
-
 export interface Bar {
   name: string;
   target: string;
   actual: string;
   pass: boolean;
+  /** Reported, not counted: a failing informational bar does not fail the run. */
+  informational?: boolean;
 }
 
-export interface ConfigResult {
+/** How the overhead section measured (bench/overhead.ts). */
+export interface OverheadSettings {
+  /** Targets, in the order of the first round. */
+  targets: string[];
+  /** Rounds per cell; each round measures every target once, the order rotated by one each round. */
+  rounds: number;
+  durationS: number;
+  warmupS: number;
+  soakS: number;
+  ttftRequests: number;
+  /** Unmeasured stream requests before each target's TTFT round. */
+  ttftWarmup: number;
+  body: unknown;
+  streamBody: unknown;
+}
+
+export interface OverheadTarget {
+  /** direct, floor, start, one-loop, split. */
   name: string;
   description: string;
+  /** Its own Redis database (null: direct, no Redis). */
+  db: number | null;
+  /** Its processes by role (the fake, Redis and the load generator are counted apart). */
   processes: Record<string, number>;
-  c1: LoadResult;
-  c64: LoadResult;
-  ttft: TtftResult;
-  addedMs: { p50: number; p99: number };
-  addedTtftP50Ms: number;
-  /** gateway req/s ÷ direct req/s at each concurrency. */
-  ratio: { c1: number; c64: number };
-  /** Log lines at warn or above per process during the whole configuration. */
+  /** RSS of each of its processes right after its start (one probe request), before any load. */
+  idleRss: Record<string, number | null>;
+  /** Log lines at warn or above per spawned process during the whole run. */
   warnings: Record<string, number>;
+  /** False when its API key vanished: another client flushed its database mid-run. */
+  databaseIntact?: boolean;
+}
+
+/** One target in one cell, over every round. */
+export interface CellStats {
+  rounds: number;
+  /** Seconds measured in all. */
+  measuredS: number;
+  /** 2xx responses in all. */
+  ok: number;
+  /** ok ÷ measuredS. */
+  rps: number;
+  rpsByRound: number[];
+  p50ByRound: number[];
+  /** Milliseconds, pooled per-response latencies of every round (2xx only). */
+  latency: LatencySummary;
+  errors: number;
+  timeouts: number;
+  non2xx: number;
+  /** CPU µs per 2xx response by process: the target's own, fake, redis, loadgen (autocannon) and others. */
+  cpuUsPerRequest: Record<string, number | null>;
+  /** Redis commands per 2xx response (INFO commandstats delta, whole server; one target runs at a time). */
+  redisCommandsPerRequest: number;
+  /** Commands summed over the rounds, busiest first. */
+  redisCommands: CommandDelta[];
+}
+
+export interface OverheadCell {
+  name: string;
+  stream: boolean;
+  connections: number;
+  targets: Record<string, CellStats>;
+}
+
+export interface TtftStats {
+  rounds: number;
+  /** Measured requests in all. */
+  requests: number;
+  failures: number;
+  ttft: LatencySummary;
+  total: LatencySummary;
+  p50ByRound: number[];
+}
+
+/** Memory of the `start` target: idle, a soak, and 30 s after it. */
+export interface OverheadMemory {
+  target: string;
   idleRss: Record<string, number | null>;
   soak?: SoakResult;
-  /** False when the bench key vanished: another client flushed the database mid-run. */
-  databaseIntact?: boolean;
-  bars: Bar[];
+  /** The soak sample the Redis bars compare against (the first at ≥ 60 s, else the last under load). */
+  referenceT?: number;
 }
 
-export interface DirectResult {
-  fakeUpstreamPid: number;
-  c1: LoadResult;
-  c64: LoadResult;
-  ttft: TtftResult;
-  idleRss: number | null;
+export interface OverheadBar extends Bar {
+  /** The target the bar is about. */
+  config: string;
 }
 
-/** The gateway-overhead section (load, streaming, memory, soak). */
+/** The gateway-overhead section: every target side by side, alternated, in one run. */
 export interface OverheadResults {
-  settings: Settings;
-  direct: DirectResult;
-  configs: ConfigResult[];
+  settings: OverheadSettings;
+  targets: OverheadTarget[];
+  cells: OverheadCell[];
+  ttft: Record<string, TtftStats>;
+  memory?: OverheadMemory;
+  bars: OverheadBar[];
 }
 
 export type Section = 'overhead' | 'burst' | 'translation';
 
 /** What one run produced; only the sections that ran are present. */
-export interface Results extends Partial<OverheadResults> {
+export interface Results {
   startedAt: string;
   finishedAt: string;
   machine: Machine;
   sections: Section[];
+  overhead?: OverheadResults;
   burst?: BurstResults;
   translation?: TranslationResults;
   passed: boolean;
@@ -95,21 +150,7 @@ export function table(header: string[], rows: string[][]): string {
   return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
 }
 
-function loadRow(target: string, r: LoadResult): string[] {
-  return [
-    target,
-    String(r.connections),
-    int(r.rps),
-    ms(r.latency.p50),
-    ms(r.latency.p90),
-    ms(r.latency.p99),
-    ms(r.latency.max),
-    int(r.ok),
-    String(r.errors),
-    String(r.timeouts),
-    String(r.non2xx),
-  ];
-}
+const result = (b: Bar) => (b.informational ? `(${b.pass ? 'PASS' : 'FAIL'})` : b.pass ? 'PASS' : 'FAIL');
 
 export function render(results: Results): string {
   const { machine } = results;
@@ -119,153 +160,178 @@ export function render(results: Results): string {
     (machine.loadAverageAtEnd ? `, at end ${machine.loadAverageAtEnd.map((l) => l.toFixed(2)).join(' ')}` : ''));
   out.push(`Sections: ${results.sections.join(', ')}`);
   out.push('');
-  if (results.settings && results.direct && results.configs) {
-    out.push(renderOverhead({ settings: results.settings, direct: results.direct, configs: results.configs }), '');
-  }
+  if (results.overhead) out.push(renderOverhead(results.overhead), '');
   if (results.burst) out.push(renderBurst(results.burst), '');
   if (results.translation) out.push(renderTranslation(results.translation), '');
 
   const barRows = [
-    ...(results.configs ?? []).flatMap((c) => c.bars.map((b) => [`overhead, ${c.name}`, b.name, b.target, b.actual, b.pass ? 'PASS' : 'FAIL'])),
-    ...(results.burst?.configs ?? []).flatMap((c) => c.bars.map((b) => [`burst, ${c.name}`, b.name, b.target, b.actual, b.pass ? 'PASS' : 'FAIL'])),
+    ...(results.overhead?.bars ?? []).map((b) => [`overhead, ${b.config}`, b.name, b.target, b.actual, result(b)]),
+    ...(results.burst?.configs ?? []).flatMap((c) => c.bars.map((b) => [`burst, ${c.name}`, b.name, b.target, b.actual, result(b)])),
   ];
   if (barRows.length > 0) {
-    out.push('Target bars');
-    out.push(table(['section, configuration', 'bar', 'target', 'actual', 'result'], barRows));
+    out.push('Target bars (in parentheses: informational, not counted)');
+    out.push(table(['section, target', 'bar', 'target', 'actual', 'result'], barRows));
   }
   return out.join('\n').trimEnd();
 }
 
-function renderOverhead(results: OverheadResults): string {
-  const { settings, direct, configs } = results;
+/** The processes a target's CPU column sums: its own, not the fake, Redis, the load generator or others. */
+const shared = new Set(['fake', 'redis', 'loadgen', 'others']);
+
+export function renderOverhead(results: OverheadResults): string {
+  const { settings, targets, cells, ttft } = results;
   const out: string[] = [];
+  const names = targets.map((t) => t.name);
   out.push(
-    `Each load run: ${settings.warmupS} s warm-up, then ${settings.durationS} s measured. Time to first token: ${settings.ttftWarmup} warm-up + ${settings.ttftRequests} sequential stream requests.`,
+    `Targets ${names.join(', ')}, all running throughout, each on its own Redis database. Each cell: ${settings.rounds} round(s); ` +
+      `a round measures every target once (${settings.warmupS} s warm-up, then ${settings.durationS} s), the order rotated by one each round. ` +
+      `Figures pool every round: req/s = 2xx ÷ measured seconds, percentiles over every response. ` +
+      `Time to first token: ${settings.rounds} round(s) of ${settings.ttftWarmup} warm-up + ${settings.ttftRequests} sequential stream requests per target.`,
   );
   out.push('');
-
-  out.push('Non-stream chat completion (latency in ms, 2xx only, per response)');
-  const rows: string[][] = [];
-  for (const c of [1, 64] as const) {
-    rows.push(loadRow('direct to fake upstream', c === 1 ? direct.c1 : direct.c64));
-    for (const config of configs) rows.push(loadRow(`gateway, ${config.name}`, c === 1 ? config.c1 : config.c64));
-  }
-  out.push(table(['target', 'conns', 'req/s', 'p50', 'p90', 'p99', 'max', '2xx', 'errors', 'timeouts', 'non-2xx'], rows));
-  out.push('');
-
-  out.push('Gateway overhead');
   out.push(
     table(
-      ['configuration', 'added p50 @1', 'added p99 @1', 'req/s ratio @1', 'req/s ratio @64', 'added TTFT p50'],
-      configs.map((c) => [c.name, `${signed(c.addedMs.p50)} ms`, `${signed(c.addedMs.p99)} ms`, c.ratio.c1.toFixed(2), c.ratio.c64.toFixed(2), `${signed(c.addedTtftP50Ms)} ms`]),
+      ['target', 'processes', 'Redis db', 'idle RSS MiB', 'what runs'],
+      targets.map((t) => [
+        t.name,
+        Object.entries(t.processes).map(([n, pid]) => `${n} ${pid}`).join(', '),
+        t.db === null ? '-' : String(t.db),
+        Object.entries(t.idleRss).map(([n, v]) => `${n} ${mb(v)}`).join(', '),
+        t.description,
+      ]),
     ),
   );
   out.push('');
 
-  out.push('Streaming: time to first content token and to end of stream (ms, sequential)');
-  const ttftRow = (name: string, t: TtftResult) => [
-    name,
-    String(t.ttft.count),
-    String(t.failures),
-    ms(t.ttft.p50),
-    ms(t.ttft.p90),
-    ms(t.ttft.p99),
-    ms(t.total.p50),
-    ms(t.total.p99),
-  ];
-  out.push(
-    table(
-      ['target', 'n', 'failed', 'TTFT p50', 'TTFT p90', 'TTFT p99', 'end p50', 'end p99'],
-      [ttftRow('direct to fake upstream', direct.ttft), ...configs.map((c) => ttftRow(`gateway, ${c.name}`, c.ttft))],
-    ),
-  );
-  out.push('');
-
-  out.push('Process RSS (MiB): idle after start, then before / peak / after each 64-connection run');
-  const rssRows: string[][] = [];
-  rssRows.push(['fake upstream (direct run)', mb(direct.idleRss), mb(direct.c64.rss.fake?.before), mb(direct.c64.rss.fake?.peak), mb(direct.c64.rss.fake?.after)]);
-  for (const config of configs) {
-    for (const name of Object.keys(config.processes)) {
-      const stats = config.c64.rss[name];
-      rssRows.push([`${name} (${config.name})`, mb(config.idleRss[name]), mb(stats?.before), mb(stats?.peak), mb(stats?.after)]);
-    }
-  }
-  out.push(table(['process', 'idle', 'before', 'peak', 'after'], rssRows));
-  out.push('');
-
-  out.push('CPU used during the 64-connection runs (loadgen = autocannon in the bench process)');
-  const cpuRows = (target: string, r: LoadResult) =>
-    Object.entries(r.cpuMs).map(([name, used]) => [
-      target,
-      name,
-      used == null ? '-' : int(used),
-      used == null ? '-' : int((used * 1000) / Math.max(1, r.ok)),
-      used == null ? '-' : `${Math.round((used / (r.durationS * 1000)) * 100)}%`,
-    ]);
-  out.push(
-    table(
-      ['target', 'process', 'CPU ms', 'µs per 2xx', 'of one core'],
-      [...cpuRows('direct to fake upstream', direct.c64), ...configs.flatMap((c) => cpuRows(`gateway, ${c.name}`, c.c64))],
-    ),
-  );
-  out.push('');
-  for (const config of configs) {
-    const r = config.c64;
-    out.push(`Redis commands per request, gateway ${config.name}, 64 connections (commandstats delta; commands inside scripts also count within evalsha time)`);
+  for (const cell of cells) {
+    const direct = cell.targets.direct;
+    const floor = cell.targets.floor;
+    out.push(`${cell.name}: latency ms per response (2xx), CPU µs and Redis commands per 2xx response`);
+    const rows = names.map((name) => {
+      const c = cell.targets[name];
+      if (!c) return [name];
+      const own = Object.entries(c.cpuUsPerRequest).filter(([n]) => !shared.has(n));
+      const ownSum = own.some(([, v]) => v === null) ? null : own.reduce((sum, [, v]) => sum + (v ?? 0), 0);
+      return [
+        name,
+        int(c.rps),
+        c.rpsByRound.map(int).join(' / '),
+        ms(c.latency.p50),
+        ms(c.latency.p90),
+        ms(c.latency.p99),
+        name === 'direct' || !direct ? '' : `${signed(c.latency.p50 - direct.latency.p50)}`,
+        floor ? `${(c.rps / floor.rps).toFixed(2)}×` : '-',
+        String(c.errors + c.timeouts + c.non2xx),
+        c.redisCommandsPerRequest.toFixed(1),
+        name === 'direct' ? '' : ownSum === null ? '-' : int(ownSum),
+        Object.entries(c.cpuUsPerRequest)
+          .map(([n, v]) => `${n} ${v === null ? '-' : int(v)}`)
+          .join(', '),
+      ];
+    });
     out.push(
       table(
-        ['command', 'calls/request', 'µs/request'],
-        r.redisCommands.slice(0, 12).map((c) => [c.command, (c.calls / Math.max(1, r.ok)).toFixed(2), (c.usec / Math.max(1, r.ok)).toFixed(1)]),
+        ['target', 'req/s', 'req/s by round', 'p50', 'p90', 'p99', 'added p50', '× floor req/s', 'errors', 'Redis cmds', 'CPU µs (own)', 'CPU µs by process'],
+        rows,
       ),
     );
     out.push('');
   }
 
-  out.push('Redis memory (MiB) before → after each measured run: used_memory of the whole (shared) server, and the bench database\'s keys (sum of MEMORY USAGE)');
-  const redisRow = (target: string, a: LoadResult, b: LoadResult) => [
-    target,
-    `${mb(a.redisUsedMemoryBefore)} → ${mb(a.redisUsedMemoryAfter)}`,
-    `${mb(b.redisUsedMemoryBefore)} → ${mb(b.redisUsedMemoryAfter)}`,
-    `${mb(a.redisDbBytesBefore)} → ${mb(a.redisDbBytesAfter)}`,
-    `${mb(b.redisDbBytesBefore)} → ${mb(b.redisDbBytesAfter)}`,
-  ];
-  const redisRows: string[][] = [redisRow('direct to fake upstream', direct.c1, direct.c64), ...configs.map((c) => redisRow(`gateway, ${c.name}`, c.c1, c.c64))];
-  out.push(table(['target', 'used_memory @1', 'used_memory @64', 'bench db @1', 'bench db @64'], redisRows));
+  out.push('Streaming: time to first content token and to end of stream (ms, sequential, pooled over rounds)');
+  const dTtft = ttft.direct;
+  const fTtft = ttft.floor;
+  const floorAdded = dTtft && fTtft ? fTtft.ttft.p50 - dTtft.ttft.p50 : Number.NaN;
+  out.push(
+    table(
+      ['target', 'n', 'failed', 'TTFT p50', 'TTFT p90', 'TTFT p99', 'added TTFT p50', '÷ floor added', 'end p50', 'end p99', 'TTFT p50 by round'],
+      names.map((name) => {
+        const t = ttft[name];
+        if (!t) return [name];
+        const added = dTtft ? t.ttft.p50 - dTtft.ttft.p50 : Number.NaN;
+        return [
+          name,
+          String(t.ttft.count),
+          String(t.failures),
+          ms(t.ttft.p50),
+          ms(t.ttft.p90),
+          ms(t.ttft.p99),
+          name === 'direct' ? '' : signed(added),
+          name === 'direct' || name === 'floor' ? '' : `${(added / floorAdded).toFixed(2)}×`,
+          ms(t.total.p50),
+          ms(t.total.p99),
+          t.p50ByRound.map(ms).join(' / '),
+        ];
+      }),
+    ),
+  );
   out.push('');
 
-  for (const config of configs) {
-    if (!config.soak) continue;
-    const s = config.soak;
-    out.push(
-      `Soak, gateway ${config.name}: ${s.connections} connections for ${s.durationS} s: ${int(s.rps)} req/s, p50 ${ms(s.latency.p50)} ms, p99 ${ms(s.latency.p99)} ms, errors ${s.errors}, timeouts ${s.timeouts}, non-2xx ${s.non2xx}`,
-    );
-    const procNames = Object.keys(config.processes);
+  const plain64 = cells.find((c) => !c.stream && c.connections === 64);
+  if (plain64) {
+    const shown = names.filter((n) => n !== 'direct' && plain64.targets[n]);
+    const commands = new Map<string, number>();
+    for (const n of shown) {
+      const c = plain64.targets[n]!;
+      for (const d of c.redisCommands) commands.set(d.command, Math.max(commands.get(d.command) ?? 0, d.usec / Math.max(1, c.ok)));
+    }
+    const top = [...commands.entries()].sort((a, b) => b[1] - a[1]).slice(0, 14).map(([command]) => command);
+    out.push(`Redis commands per request, ${plain64.name} (calls per 2xx, commandstats delta; commands inside scripts also count within evalsha)`);
     out.push(
       table(
-        ['t (s)', 'phase', 'Redis used_memory MiB', 'bench db MiB', 'keys in db', ...procNames.map((n) => `${n} RSS MiB`), '2xx in interval', 'CPU % of a core in interval'],
-        s.samples.map((sample) => [
-          sample.t.toFixed(1),
-          sample.phase,
-          mb(sample.redisUsedMemory),
-          mb(sample.redisDbBytes),
-          String(sample.redisKeys),
-          ...procNames.map((n) => mb(sample.rss[n])),
-          int(sample.okSincePrevious),
-          sample.phase === 'idle'
-            ? ''
-            : [...Object.entries(sample.cpuPct ?? {}), ['others', sample.othersCpuPct ?? null] as const]
-                .map(([n, v]) => `${n} ${v ?? '-'}`)
-                .join(', '),
+        ['command', ...shown],
+        top.map((command) => [
+          command,
+          ...shown.map((n) => {
+            const c = plain64.targets[n]!;
+            const d = c.redisCommands.find((x) => x.command === command);
+            return d ? (d.calls / Math.max(1, c.ok)).toFixed(2) : '';
+          }),
         ]),
       ),
     );
     out.push('');
   }
 
-  const warnings = configs.flatMap((c) => Object.entries(c.warnings).filter(([, n]) => n > 0).map(([p, n]) => `${p} (${c.name}): ${n}`));
-  if (warnings.length) out.push(`Log lines at warn or above: ${warnings.join(', ')}`, '');
+  const memory = results.memory;
+  if (memory) {
+    out.push(`Memory, target ${memory.target}: idle RSS after start ${Object.entries(memory.idleRss).map(([n, v]) => `${n} ${mb(v)} MiB`).join(', ')}`);
+    const s = memory.soak;
+    if (s) {
+      out.push(
+        `Soak: ${s.connections} connections, non-stream, for ${s.durationS} s: ${int(s.rps)} req/s, p50 ${ms(s.latency.p50)} ms, p99 ${ms(s.latency.p99)} ms, ` +
+          `errors ${s.errors}, timeouts ${s.timeouts}, non-2xx ${s.non2xx}; the last sample is 30 s after the load` +
+          (memory.referenceT !== undefined ? `; Redis bars compare the end with t=${memory.referenceT} s` : ''),
+      );
+      const procNames = Object.keys(memory.idleRss);
+      out.push(
+        table(
+          ['t (s)', 'phase', 'Redis used_memory MiB', 'bench db MiB', 'keys in db', ...procNames.map((n) => `${n} RSS MiB`), '2xx in interval', 'CPU % of a core in interval'],
+          s.samples.map((sample) => [
+            sample.t.toFixed(1),
+            sample.phase,
+            mb(sample.redisUsedMemory),
+            mb(sample.redisDbBytes),
+            String(sample.redisKeys),
+            ...procNames.map((n) => mb(sample.rss[n])),
+            int(sample.okSincePrevious),
+            sample.phase === 'idle'
+              ? ''
+              : [...Object.entries(sample.cpuPct ?? {}), ['others', sample.othersCpuPct ?? null] as const]
+                  .map(([n, v]) => `${n} ${v ?? '-'}`)
+                  .join(', '),
+          ]),
+        ),
+      );
+    } else {
+      out.push('Soak skipped (BENCH_SOAK_S=0).');
+    }
+    out.push('');
+  }
 
-  const flushed = configs.filter((c) => c.databaseIntact === false).map((c) => c.name);
-  if (flushed.length) out.push(`WARNING: another client flushed the bench database during: ${flushed.join(', ')}; those figures are suspect.`, '');
+  const warnings = targets.flatMap((t) => Object.entries(t.warnings).filter(([, n]) => n > 0).map(([p, n]) => `${p} (${t.name}): ${n}`));
+  if (warnings.length) out.push(`Log lines at warn or above: ${warnings.join(', ')} (bench/results/logs/)`, '');
+  const flushed = targets.filter((t) => t.databaseIntact === false).map((t) => t.name);
+  if (flushed.length) out.push(`WARNING: another client flushed the database of: ${flushed.join(', ')}; those figures are suspect.`, '');
   return out.join('\n').trimEnd();
 }

@@ -1,9 +1,12 @@
 /**
  * `npm run bench`: what the gateway costs on top of a vendor, in three sections.
  *
- *   overhead     the gateway against a zero-latency fake OpenAI upstream: non-stream
- *                req/s and latency at 1 and 64 connections, time to first token,
- *                RSS, Redis memory, a soak (bench/overhead.ts)
+ *   overhead     the gateway side by side with a direct call to a zero-latency fake
+ *                OpenAI upstream and with the floor, a bare BullMQ loop
+ *                (bench/floor-process.ts): every target started up front, each cell
+ *                ({non-stream, stream} × {1, 64 connections}, time to first token)
+ *                measured in alternated rounds, ratios and bars within the run; then
+ *                RSS and Redis memory of `start` over a soak (bench/overhead.ts)
  *   burst        bursts of 10× and 50× a vendor concurrency cap through the gateway
  *                against a fake with a fixed latency (bench/burst.ts)
  *   translation  cost per streamed chunk of the OpenAI, Anthropic and Gemini
@@ -14,11 +17,18 @@
  *
  * Environment:
  *   BENCH_ONLY            comma-separated sections to run (default: all three)
- *   BENCH_DURATION_S      overhead: measured seconds per load run (default 10)
- *   BENCH_WARMUP_S        overhead: warm-up seconds before each load run (default 2)
- *   BENCH_SOAK_S          overhead: soak seconds at 64 connections, 0 to skip (default 60)
- *   BENCH_TTFT_REQUESTS   overhead: measured sequential stream requests (default 300)
- *   BENCH_CONFIGS         gateway configurations of overhead and burst: all,split (default both)
+ *   BENCH_CONFIGS         gateway targets of overhead: start (node dist/bin/start.js as is),
+ *                         one-loop (WORKER_PROCESS=off), split (--role=api + --role=worker);
+ *                         default start,one-loop,split (all = one-loop); direct and floor always run.
+ *                         Burst runs its one-process configuration if any of start, one-loop,
+ *                         all is listed, and split if split is
+ *   BENCH_ROUNDS          overhead: rounds per cell; each round measures every target once,
+ *                         the order rotated by one each round (default 3)
+ *   BENCH_DURATION_S      overhead: measured seconds per target per round (default 5)
+ *   BENCH_WARMUP_S        overhead: warm-up seconds before each measurement (default 1)
+ *   BENCH_TTFT_REQUESTS   overhead: measured sequential stream requests per target per round,
+ *                         after 10 unmeasured (default 100)
+ *   BENCH_SOAK_S          overhead: soak of `start` at 64 connections, then 30 s idle; 0 skips it (default 300)
  *   BENCH_CPU_PROF        overhead: a directory; gateway processes run with --cpu-prof into it
  *   BENCH_BURST_CAP       burst: OPENAI_MAX_CONCURRENCY and the fake's 429 threshold (default 4)
  *   BENCH_BURST_LATENCY_MS burst: the fake's latency per answer (default 100)
@@ -30,8 +40,10 @@
  *   BENCH_QUIET_WAIT_S    burst, translation: before each measurement, wait up to this long for a second in
  *                         which the machine uses < 25 % of a core (default 10; 0: do not check)
  *   BENCH_REDIS_URL       Redis database to use; it is FLUSHDB'd (default: database 15 of a private
- *                         redis-server this run starts and stops, like the tests')
- *   BENCH_STRICT          1: exit with status 1 when a target bar fails
+ *                         redis-server this run starts and stops, like the tests'). The overhead
+ *                         section also uses (and FLUSHDBs) the databases just below it, one per
+ *                         target with a queue (14, 13, 12, 11 for floor, start, one-loop, split)
+ *   BENCH_STRICT          1: exit with status 1 when a target bar fails (informational bars do not count)
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
@@ -40,7 +52,7 @@ import { Redis } from 'ioredis';
 import { benchRedisUrl } from '../test/support/redis-server.js';
 import { runBurst } from './burst.js';
 import { envInt, machineFacts, redisVersion } from './measure.js';
-import { runOverhead } from './overhead.js';
+import { runOverhead, type OverheadConfig } from './overhead.js';
 import { installCleanup, root, stopAll } from './procs.js';
 import { render, type Results, type Section } from './report.js';
 import { log } from './stack.js';
@@ -58,18 +70,22 @@ for (const name of onlyList) {
 const sections = allSections.filter((s) => onlyList.includes(s));
 const fullRun = sections.length === allSections.length;
 
-const configNames = envList('BENCH_CONFIGS', 'all,split');
+const configNames = envList('BENCH_CONFIGS', 'start,one-loop,split');
 for (const name of configNames) {
-  if (name !== 'all' && name !== 'split') throw new Error(`BENCH_CONFIGS: unknown configuration "${name}" (all, split)`);
+  if (!['start', 'one-loop', 'all', 'split'].includes(name)) throw new Error(`BENCH_CONFIGS: unknown configuration "${name}" (start, one-loop, split; all = one-loop)`);
 }
+const overheadConfigs = [...new Set(configNames.map((n) => (n === 'all' ? 'one-loop' : n)))] as OverheadConfig[];
+// Burst knows one process (`all`) and split.
+const burstConfigs = (['all', 'split'] as const).filter((c) => (c === 'split' ? configNames.includes('split') : configNames.some((n) => n !== 'split')));
 
 const overheadOptions = {
-  durationS: envInt('BENCH_DURATION_S', 10, 1),
-  warmupS: envInt('BENCH_WARMUP_S', 2, 0),
-  soakS: envInt('BENCH_SOAK_S', 60, 0),
-  ttftRequests: envInt('BENCH_TTFT_REQUESTS', 300, 1),
-  ttftWarmup: 30,
-  configNames,
+  rounds: envInt('BENCH_ROUNDS', 3, 1),
+  durationS: envInt('BENCH_DURATION_S', 5, 1),
+  warmupS: envInt('BENCH_WARMUP_S', 1, 0),
+  soakS: envInt('BENCH_SOAK_S', 300, 0),
+  ttftRequests: envInt('BENCH_TTFT_REQUESTS', 100, 1),
+  ttftWarmup: 10,
+  configNames: overheadConfigs,
   ...(process.env.BENCH_CPU_PROF ? { cpuProfDir: process.env.BENCH_CPU_PROF } : {}),
 };
 const quietWaitMs = envInt('BENCH_QUIET_WAIT_S', 10, 0) * 1000;
@@ -81,7 +97,7 @@ const burstSettings = {
     if (!Number.isInteger(n) || n < 1 || n > 5000) throw new Error(`BENCH_BURST_SIZES: "${s}" is not an integer in 1..5000`);
     return n;
   }),
-  configs: configNames as Array<'all' | 'split'>,
+  configs: burstConfigs,
   splitWorkers: envInt('BENCH_BURST_WORKERS', 2, 1),
   quietWaitMs,
 };
@@ -119,13 +135,13 @@ async function main(): Promise<void> {
     const burst = sections.includes('burst') ? await runBurst({ settings: burstSettings, redis, redisUrl }) : undefined;
     const translation = sections.includes('translation') ? await runTranslation({ settings: translationSettings, redis, redisUrl }) : undefined;
 
-    const bars = [...(overhead?.configs ?? []), ...(burst?.configs ?? [])].flatMap((c) => c.bars);
+    const bars = [...(overhead?.bars ?? []), ...(burst?.configs ?? []).flatMap((c) => c.bars)].filter((b) => !b.informational);
     const results: Results = {
       startedAt,
       finishedAt: new Date().toISOString(),
       machine: { ...machine, loadAverageAtEnd: loadavg() },
       sections,
-      ...overhead,
+      ...(overhead ? { overhead } : {}),
       ...(burst ? { burst } : {}),
       ...(translation ? { translation } : {}),
       passed: bars.every((b) => b.pass),

@@ -2,7 +2,7 @@
  * The system under test: the fake upstream and the gateway as child
  * processes, started the way an operator would (`node dist/bin/start.js`).
  */
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import type { Redis } from 'ioredis';
 import { join } from 'node:path';
 import { FAKE_REPLY_TEXT } from '../test/support/fake-openai-defaults.js';
@@ -83,9 +83,28 @@ export async function fakeControl(fake: Fake, method: 'GET' | 'POST', path: stri
   return JSON.parse(text) as Record<string, FakeStats>;
 }
 
+/**
+ * How the gateway runs:
+ *   start     `node dist/bin/start.js` as `npm start` runs it, nothing added (it may fork a worker process)
+ *   one-loop  the same with WORKER_PROCESS=off: api and workers on one event loop
+ *   all       one process, as before (= one-loop)
+ *   split     `--role=api` + `--role=worker` processes
+ */
+export type GatewayConfig = 'all' | 'split' | 'start' | 'one-loop';
+export const gatewayConfigs: readonly GatewayConfig[] = ['start', 'one-loop', 'all', 'split'];
+
 export interface Gateway {
+  config: GatewayConfig;
   url: string;
+  /** The processes this bench spawned. */
   children: Record<string, Child>;
+  /**
+   * Every process of the gateway by role: the spawned ones, and (after `discoverProcesses`) those
+   * `start` forked itself: `api` and `worker`, or `gateway` when it forked nothing.
+   */
+  pids: Record<string, number>;
+  /** Processes the gateway started itself (found by `discoverProcesses`): waited for, or killed, at stop. */
+  forked: number[];
 }
 
 export interface GatewayOptions {
@@ -98,7 +117,7 @@ export interface GatewayOptions {
 }
 
 export async function startGateway(
-  config: 'all' | 'split',
+  config: GatewayConfig,
   fakeUrl: string,
   redisUrl: string,
   cpuProfDir?: string,
@@ -114,18 +133,26 @@ export async function startGateway(
     OPENAI_BASE_URL: fakeUrl,
     MOCK_VENDOR: 'off',
     LOG_LEVEL: 'warn',
+    ...(config === 'all' || config === 'one-loop' ? { WORKER_PROCESS: 'off' } : {}),
     ...options.env,
   };
+  const tag = options.logTag ?? config;
   const nodeArgs = (name: string) => {
     if (!cpuProfDir) return [];
+    if (config === 'start') {
+      // A forked process inherits these flags: node's own file names (with the pid) keep the profiles apart.
+      const dir = join(cpuProfDir, `${tag}-${Date.now()}`);
+      mkdirSync(dir, { recursive: true });
+      return ['--cpu-prof', `--cpu-prof-dir=${dir}`];
+    }
     mkdirSync(cpuProfDir, { recursive: true });
     return ['--cpu-prof', `--cpu-prof-dir=${cpuProfDir}`, `--cpu-prof-name=${name}-${Date.now()}.cpuprofile`];
   };
   const logDir = join(root, 'bench', 'results', 'logs');
   mkdirSync(logDir, { recursive: true });
-  const logFile = (name: string) => join(logDir, `${options.logTag ?? config}-${name}.log`);
+  const logFile = (name: string) => join(logDir, `${tag}-${name}.log`);
   const children: Record<string, Child> = {};
-  if (config === 'all') {
+  if (config !== 'split') {
     children.gateway = spawnChild('gateway', [...nodeArgs('gateway'), 'dist/bin/start.js'], env, logFile('gateway'));
   } else {
     const workers = Math.max(1, options.workers ?? 1);
@@ -142,7 +169,44 @@ export async function startGateway(
     20_000,
     Object.values(children),
   );
-  return { url, children };
+  const pids = Object.fromEntries(Object.entries(children).map(([name, child]) => [name, child.pid]));
+  return { config, url, children, pids, forked: [] };
+}
+
+/** Child processes of a process, from /proc/<pid>/task/<tid>/children of each of its threads. */
+export function childPids(pid: number): number[] {
+  const out = new Set<number>();
+  let tasks: string[] = [];
+  try {
+    tasks = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return [];
+  }
+  for (const task of tasks) {
+    try {
+      for (const child of readFileSync(`/proc/${pid}/task/${task}/children`, 'utf8').trim().split(/\s+/)) {
+        if (child) out.add(Number(child));
+      }
+    } catch {
+      // the thread ended meanwhile
+    }
+  }
+  return [...out];
+}
+
+/**
+ * Finds the processes a `start` gateway forked for itself (call it once the gateway has answered a
+ * real request, so its workers are up): with a child, the spawned process is `api` and the child
+ * `worker` (`worker2`, … if several); without, `gateway`. Other configurations are left as they are.
+ */
+export function discoverProcesses(gateway: Gateway): Record<string, number> {
+  if (gateway.config !== 'start') return gateway.pids;
+  const top = gateway.children.gateway!.pid;
+  const forked = childPids(top);
+  gateway.forked = forked;
+  if (forked.length === 0) gateway.pids = { gateway: top };
+  else gateway.pids = { api: top, ...Object.fromEntries(forked.map((pid, i) => [i === 0 ? 'worker' : `worker${i + 1}`, pid])) };
+  return gateway.pids;
 }
 
 /** One real request end to end, until it comes back from the fake upstream (also waits for a separate worker). */
@@ -171,10 +235,70 @@ export async function probe(gatewayUrl: string, apiKey: string, watched: Child[]
 }
 
 
-/** The api first, so it drains while the workers still serve. */
+/** The api first, so it drains while the workers still serve; then waits for what the gateway forked (killed after 10 s). */
 export async function stopGateway(gateway: Gateway): Promise<void> {
   const { gateway: all, api, ...workers } = gateway.children;
   for (const child of [all, api, ...Object.values(workers)]) await child?.stop();
+  const alive = (pid: number) => {
+    try {
+      return !/\) Z /.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+    } catch {
+      return false;
+    }
+  };
+  const until = Date.now() + 10_000;
+  while (gateway.forked.some(alive) && Date.now() < until) await sleep(100);
+  for (const pid of gateway.forked.filter(alive)) {
+    log(`gateway process ${pid} (forked by start.js) still running 10 s after its parent stopped: SIGKILL`);
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // gone meanwhile
+    }
+  }
+}
+
+export interface Floor {
+  child: Child;
+  /** Base URL (without /v1). */
+  url: string;
+}
+
+/** bench/floor-process.ts: the bare BullMQ loop the overhead section measures the gateway against. */
+export async function startFloor(fakeUrl: string, redisUrl: string, concurrency = 256): Promise<Floor> {
+  const logDir = join(root, 'bench', 'results', 'logs');
+  mkdirSync(logDir, { recursive: true });
+  const child = spawnChild(
+    'floor',
+    ['--import', 'tsx', 'bench/floor-process.ts', `--redis-url=${redisUrl}`, `--fake-url=${fakeUrl}`, '--port=0', `--concurrency=${concurrency}`],
+    baseEnv(),
+    join(logDir, 'floor.log'),
+  );
+  const line = await Promise.race([
+    child.firstLine,
+    sleep(20_000).then(() => {
+      throw new Error(`floor silent after 20 s:\n${child.tail.join('\n')}`);
+    }),
+  ]);
+  return { child, url: (JSON.parse(line) as { url: string }).url };
+}
+
+/**
+ * One stream request to a chat completions URL: it must answer 200 with at least one content
+ * delta and end with `data: [DONE]`. Returns the stream's text.
+ */
+export async function probeStream(url: string, headers: Record<string, string>): Promise<string> {
+  const response = await fetch(url, {
+    method: 'POST',
+    headers: { ...headers, 'content-type': 'application/json' },
+    body: JSON.stringify(streamBody),
+    signal: AbortSignal.timeout(5000),
+  });
+  const text = await response.text();
+  if (response.status !== 200) throw new Error(`stream probe of ${url}: ${response.status} ${text}`);
+  if (!/"content":"[^"]+"/.test(text)) throw new Error(`stream probe of ${url}: no content delta in ${JSON.stringify(text)}`);
+  if (!text.trimEnd().endsWith('data: [DONE]')) throw new Error(`stream probe of ${url}: does not end with data: [DONE]: ${JSON.stringify(text.slice(-200))}`);
+  return text;
 }
 
 /**

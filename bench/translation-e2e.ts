@@ -89,8 +89,10 @@ function gatewayAnswerIsComplete(text: string, chunks: number, expected: string)
   let contentChunks = 0;
   let done = false;
   for (const frame of text.split('\n\n')) {
-    if (!frame.startsWith('data: ')) continue;
-    const data = frame.slice(6);
+    // A frame may carry an `id:` line (its number, for a resume) before its data.
+    const line = frame.split('\n').find((l) => l.startsWith('data: '));
+    if (line === undefined) continue;
+    const data = line.slice(6);
     if (data === '[DONE]') {
       done = true;
       continue;
