@@ -35,6 +35,7 @@ import { performance } from 'node:perf_hooks';
 import { deflateSync } from 'node:zlib';
 import { startFakeOpenAI, type FakeHandler, type FakeResponse } from '../test/support/fake-openai.js';
 import { createFakeOpenAIImages } from '../test/support/fake-openai-images.js';
+import { stopWithParent } from './parent-watch.js';
 
 function intEnv(name: string, fallback: number): number {
   const raw = process.env[name];
@@ -256,8 +257,4 @@ async function stop(): Promise<void> {
   process.exit(0);
 }
 
-process.on('SIGTERM', () => void stop());
-process.on('SIGINT', () => void stop());
-process.stdin.on('end', () => void stop());
-process.stdin.on('close', () => void stop());
-process.stdin.resume();
+stopWithParent(() => void stop());

@@ -32,6 +32,7 @@ import { startFakeGemini, type FakeGemini } from '../test/support/fake-gemini.js
 import { startFakeOpenAI, type FakeHandler } from '../test/support/fake-openai.js';
 import { buildDefaultResponse } from '../test/support/fake-openai-defaults.js';
 import { longStream } from './long-streams.js';
+import { stopWithParent } from './parent-watch.js';
 
 function option(name: string): string | undefined {
   return process.argv.find((arg) => arg.startsWith(`--${name}=`))?.slice(name.length + 3);
@@ -197,9 +198,4 @@ async function stop(): Promise<void> {
   process.exit(0);
 }
 
-process.on('SIGTERM', () => void stop());
-process.on('SIGINT', () => void stop());
-// The parent holds our stdin open; EOF means it exited, even if it was killed.
-process.stdin.on('end', () => void stop());
-process.stdin.on('error', () => void stop());
-process.stdin.resume();
+stopWithParent(() => void stop());

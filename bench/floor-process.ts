@@ -25,6 +25,7 @@ import type { AddressInfo } from 'node:net';
 import { Queue, Worker, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
 import { Agent, request } from 'undici';
+import { stopWithParent } from './parent-watch.js';
 
 const option = (name: string) => process.argv.find((arg) => arg.startsWith(`--${name}=`))?.slice(name.length + 3);
 const redisUrl = option('redis-url') ?? 'redis://127.0.0.1:6379';
@@ -137,8 +138,4 @@ async function stop(): Promise<void> {
   for (const connection of [subscriber, producer, redis]) connection.disconnect();
   process.exit(0);
 }
-process.on('SIGTERM', () => void stop());
-process.on('SIGINT', () => void stop());
-process.stdin.on('end', () => void stop());
-process.stdin.on('error', () => void stop());
-process.stdin.resume();
+stopWithParent(() => void stop());
