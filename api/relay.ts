@@ -171,7 +171,7 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
    * that exists). The refusal is then answered and the placeholder removed.
    */
   const enqueueHeld = async () => {
-    if (!spend) return enqueue(answeredJob);
+    if (!spend || !heldOpen) return enqueue(answeredJob);
     const gate = queue.toKey(jobId);
     const [reserved, added] = await Promise.allSettled([
       reserveSpend(ctx, deps.redis, config, spend.access, jobId, spend.estimate, deadline, gate),

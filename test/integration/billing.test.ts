@@ -100,6 +100,17 @@ describe('billing through the gateway', () => {
     await waitFor(async () => (await redis.exists(settledKey(record.request_id as string))) === 0, 5000, 'the settled mark to be dropped');
   });
 
+  it('reserves a stored Responses request once: nothing stays held once it is served and settled', async () => {
+    const { id, account, key } = await paidKey(1_000_000);
+    const client = new OpenAI({ apiKey: key, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
+    const response = await client.responses.create({ model, input: 'Reserve me once.' });
+    assert.equal(response.status, 'completed');
+    await waitFor(async () => (await field(apiKeyRecordKey(id), 'spent')) > 0, 5000, 'settlement');
+    await waitFor(async () => (await field(apiKeyRecordKey(id), 'reserved')) === 0, 5000, 'the key to hold nothing');
+    assert.equal(await field(accountKey(account), 'reserved'), 0);
+    assert.equal(await field(accountKey(account), 'balance'), 1_000_000 - (await field(apiKeyRecordKey(id), 'spent')));
+  });
+
   it('limits requests per minute with OpenAI headers, and the official client retry succeeds once the window allows', async () => {
     const { key } = await paidKey('unlimited', { rpm: 60 });
     const raw = async () =>
