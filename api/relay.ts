@@ -71,10 +71,10 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
   const deadline = Date.now() + deadlineMs;
   const jobId = request.jobId ?? requestId;
   const spend = request.spend;
-  // A request held open for its answer reserves in the same round trip as its enqueue (see `enqueueHeld`);
+  // A request held open for its answer reserves in the same round trip as its enqueue (see `enqueue`);
   // the others write more beside the job (a record, a stored response), so they reserve first.
-  const heldOpen = !request.async && !request.detached && !request.prepare;
-  if (spend && !heldOpen) await reserveSpend(ctx, deps.redis, config, spend.access, jobId, spend.estimate, deadline);
+  const gate = spend && !request.async && !request.detached && !request.prepare ? queue.toKey(jobId) : undefined;
+  if (spend && !gate) await reserveSpend(ctx, deps.redis, config, spend.access, jobId, spend.estimate, deadline);
   const data: GatewayJobData = {
     requestId: jobId,
     replyTo: hub.channel,
@@ -83,7 +83,7 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
     model: request.model,
     stream: request.stream,
     deadline,
-    ...(request.spend ? { accountId: request.spend.access.accountId } : {}),
+    ...(spend ? { accountId: spend.access.accountId } : {}),
   };
   if (request.endpoint.startsWith('images.')) {
     // X-Forwarded-Proto/Host count only with TRUST_PROXY; PUBLIC_BASE_URL overrides both.
@@ -100,7 +100,7 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
   // and the uploads it never read are deleted at once;
   // once a worker holds the job, the worker deletes them when the job ends.
   const abandon = () => {
-    if (request.spend) {
+    if (spend) {
       void releaseReservation(deps.redis, jobId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a job that never ran'));
     }
     const keys = deps.blobs ? uploadKeys(request.body) : [];
@@ -110,10 +110,27 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
       if (failed > 0) log.warn({ failed }, 'could not delete the uploads of a job that never ran');
     });
   };
+  /**
+   * Queues the job with what goes beside it, all on the one api connection in
+   * the order written, so one round trip carries them. A prepared record is
+   * written as it is called (the add only after BullMQ's own awaits), so a
+   * worker always finds it. A gated reservation runs first too: a refusal
+   * leaves a placeholder under the job's key that makes the add a no-op (no
+   * job is queued under an id that exists); the refusal is then answered and
+   * the placeholder removed.
+   */
   const enqueue = async (options: Parameters<Queue['add']>[2]) => {
-    // Both go out on the one api connection, the prepared write first (it is written as it is called;
-    // the add only after BullMQ's own awaits), so a worker always finds it: one round trip, not two.
-    const [prepared, added] = await Promise.allSettled([request.prepare?.(), queue.add(request.endpoint, data, options)]);
+    const [prepared, reserved, added] = await Promise.allSettled([
+      request.prepare?.(),
+      gate && spend ? reserveSpend(ctx, deps.redis, config, spend.access, jobId, spend.estimate, deadline, gate) : undefined,
+      queue.add(request.endpoint, data, options),
+    ]);
+    if (reserved.status === 'rejected') {
+      // Refused (or the reservation failed): take out whatever stands under the job's id, placeholder or job.
+      // A worker can hold it only if the two were not run in order (a script reloaded after SCRIPT FLUSH): it is then billed as it runs.
+      await queue.remove(jobId).catch((error: unknown) => log.warn({ err: error }, 'could not remove the job of a refused request'));
+      throw reserved.reason;
+    }
     if (added.status === 'rejected') {
       abandon();
       throw added.reason;
@@ -121,7 +138,6 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
     // The job is queued and will be answered; only what was prepared beside it (a stored record) is missing.
     if (prepared.status === 'rejected') log.warn({ err: prepared.reason }, 'could not write the record prepared for this job');
   };
-
 
   if (request.async) {
     data.async = true;
@@ -163,37 +179,12 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
     return;
   }
 
-  /**
-   * The reservation and the enqueue leave in one write and come back in one
-   * round trip: Redis runs a connection's commands in order, so the
-   * reservation script runs first, and a refusal leaves a placeholder under
-   * the job's key that makes the add a no-op (no job is queued under an id
-   * that exists). The refusal is then answered and the placeholder removed.
-   */
-  const enqueueHeld = async () => {
-    if (!spend || !heldOpen) return enqueue(answeredJob);
-    const gate = queue.toKey(jobId);
-    const [reserved, added] = await Promise.allSettled([
-      reserveSpend(ctx, deps.redis, config, spend.access, jobId, spend.estimate, deadline, gate),
-      queue.add(request.endpoint, data, answeredJob),
-    ]);
-    if (reserved.status === 'fulfilled' && added.status === 'fulfilled') return;
-    if (reserved.status === 'fulfilled') {
-      abandon();
-      throw (added as PromiseRejectedResult).reason;
-    }
-    // Refused (or the reservation failed): take out whatever stands under the job's id, placeholder or job.
-    // A worker can hold it only if the two were not run in order (a script reloaded after SCRIPT FLUSH): it is then billed as it runs.
-    await queue.remove(jobId).catch((error: unknown) => log.warn({ err: error }, 'could not remove the job of a refused request'));
-    throw reserved.reason;
-  };
-
   const exchange = request.stream
     ? new StreamExchange(ctx, deps, jobId, queue, log)
     : new PlainExchange(ctx, deps, jobId, queue, log, request.contentType);
   hub.register(jobId, exchange);
   try {
-    await enqueueHeld();
+    await enqueue(answeredJob);
     exchange.jobKey = queue.toKey(jobId);
     await exchange.run(deadline);
   } finally {
