@@ -4,6 +4,7 @@ import type { KeyAccess } from '../shared/accounts.js';
 import { reserve, type RateLimitState, type ReserveOutcome } from '../shared/billing.js';
 import type { Config } from '../shared/config.js';
 import { GatewayError, invalidApiKey } from '../shared/errors.js';
+import { admissionRefused } from './metrics.js';
 
 /** What a request may cost at most, and how many tokens it counts against a tokens-per-minute limit. */
 export interface SpendEstimate {
@@ -59,6 +60,7 @@ export async function reserveSpend(
   const headers = rateHeaders(outcome);
   ctx.set(headers);
   if (outcome.ok) return;
+  admissionRefused(outcome.reason, access.keyId);
   switch (outcome.reason) {
     case 'rpm':
     case 'tpm': {

@@ -1,7 +1,9 @@
+import type { QueueShards } from '../shared/queue-shards.js';
 import type { Queue } from 'bullmq';
 import type { Logger } from '../shared/logger.js';
 import { overloaded } from '../shared/errors.js';
 import type { QueueName } from '../shared/queues.js';
+import { depthStates, sumDepths, type QueueDepth } from './metrics.js';
 
 /**
  * Bounds the waiting jobs of each queue without a Redis round trip per request:
@@ -10,11 +12,13 @@ import type { QueueName } from '../shared/queues.js';
  */
 export class Backpressure {
   private readonly waiting = new Map<QueueName, number>();
+  /** Every state's count as last read, for the metrics (read at scrape time: no Redis command of its own). */
+  private readonly depth = new Map<QueueName, QueueDepth>();
   private readonly addedSinceRefresh = new Map<QueueName, number>();
   private timer: NodeJS.Timeout | undefined;
 
   constructor(
-    private readonly queues: Map<QueueName, Queue>,
+    private readonly queues: QueueShards,
     private readonly limits: Record<QueueName, number>,
     private readonly log: Logger,
     private readonly refreshMs = 200,
@@ -39,11 +43,20 @@ export class Backpressure {
     this.addedSinceRefresh.set(queue, added + 1);
   }
 
+  /** Each queue's jobs by state, as last refreshed. */
+  depths(): Iterable<[QueueName, QueueDepth]> {
+    return this.depth.entries();
+  }
+
   private async refresh(): Promise<void> {
     try {
       await Promise.all(
-        [...this.queues].map(async ([name, queue]) => {
-          this.waiting.set(name, await queue.getWaitingCount());
+        [...this.queues.entries()].map(async ([name, shards]) => {
+          // The bound is the capability's: its shards' waiting jobs together.
+          // One script call per shard, as for the waiting count alone, reads the other states the metrics show.
+          const depth = sumDepths(await Promise.all(shards.map((queue) => queue.getJobCounts(...depthStates))));
+          this.depth.set(name, depth);
+          this.waiting.set(name, depth.waiting);
           this.addedSinceRefresh.set(name, 0);
         }),
       );

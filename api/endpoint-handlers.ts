@@ -1,3 +1,4 @@
+import type { QueueShards } from '../shared/queue-shards.js';
 import { randomBytes } from 'node:crypto';
 import type { Context } from 'koa';
 import type { Redis } from 'ioredis';
@@ -47,7 +48,7 @@ export interface Admitted<E extends Endpoint> {
 export interface HandlerDeps {
   config: Config;
   redis: Redis;
-  queues: Map<QueueName, Queue>;
+  queues: QueueShards;
   logs: EventLogs;
   blobs: BlobStore;
 }

@@ -5,6 +5,7 @@ import { GatewayError, invalidRequest } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { keyPrefix, replayStreamKey } from '../shared/queues.js';
 import { framesAfter, parseLogEntry, type LogEntry } from '../shared/reply.js';
+import { clientDisconnected, markFirstByte } from './metrics.js';
 
 /** Set while someone follows a stream's log: a stream whose first client left is kept running while it exists. */
 export const streamWatchKey = (requestId: string) => `${keyPrefix}watch:${requestId}`;
@@ -107,6 +108,7 @@ export class EventLogs {
     const res = ctx.res;
     ctx.respond = false;
     res.writeHead(200, { ...sseHeaders, 'x-request-id': options.requestId });
+    markFirstByte(ctx);
     const flush = () => {
       if (text !== '') res.write(text);
       text = '';
@@ -144,7 +146,10 @@ export class EventLogs {
         if (!res.destroyed) res.end(last);
         resolve();
       };
-      const onClose = () => finish('');
+      const onClose = () => {
+        clientDisconnected('follow');
+        finish('');
+      };
       res.once('close', onClose);
       this.followers.set(key, (this.followers.get(key) ?? new Set()).add(follower));
       void this.loop();

@@ -1,19 +1,24 @@
+import type { QueueShards } from '../shared/queue-shards.js';
 import type { IncomingMessage, Server } from 'node:http';
 import type { Duplex } from 'node:stream';
-import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
+import { setTimeout as pause } from 'node:timers/promises';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { GatewayError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
-import { jobEventsChannel, type QueueName } from '../shared/queues.js';
+import { jobEventsChannel } from '../shared/queues.js';
 import type { BlobStore } from '../storage/blob-store.js';
 import type { KeyCache } from './key-store.js';
 import { loadOwnedJob, renderJob, renderVideo, type OwnedJob } from './job-views.js';
+
+/** How often, and how far apart, the end of a job is read again until BullMQ has recorded it (5 s in all). */
+const finalReads = 50;
+const finalReadPauseMs = 100;
 import type { ReplyHub } from './reply-hub.js';
 
 interface Deps {
   redis: Redis;
-  queues: Map<QueueName, Queue>;
+  queues: QueueShards;
   blobs: BlobStore;
   keys: KeyCache;
   log: Logger;
@@ -90,6 +95,20 @@ export class JobEvents {
     if (owned.status === 'completed' || owned.status === 'failed') ws.close(1000, owned.status);
   }
 
+  /**
+   * The job as it ended. The worker announces the end just before BullMQ
+   * records it (the processor is still returning), so a read right away may
+   * find the job still active: read again until it is final, for a few seconds
+   * at most (past that the worker died in between; the job's next event says more).
+   */
+  private async finalView(id: string, watcher: Watcher): Promise<OwnedJob> {
+    for (let reads = 1; ; reads++) {
+      const owned = await loadOwnedJob(this.deps.redis, this.deps.queues, id, watcher.keyId, watcher.kind === 'videos' ? 'video' : 'job');
+      if (owned.status === 'completed' || owned.status === 'failed' || reads >= finalReads) return owned;
+      await pause(finalReadPauseMs);
+    }
+  }
+
   private dispatch(message: string): void {
     const newline = message.indexOf('\n');
     const id = message.slice(0, newline);
@@ -103,7 +122,7 @@ export class JobEvents {
         continue;
       }
       // The end of the job: send the full view (result or error) and close.
-      void loadOwnedJob(this.deps.redis, this.deps.queues, id, watcher.keyId, watcher.kind === 'videos' ? 'video' : 'job')
+      void this.finalView(id, watcher)
         .then((owned) => this.send(ws, owned, event.type, watcher.kind))
         .catch((error: unknown) => this.deps.log.warn({ err: error, job: id }, 'could not send job event'));
     }

@@ -1,3 +1,4 @@
+import type { QueueShards } from '../shared/queue-shards.js';
 import type { Job, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { GatewayError, type ErrorBody, type WireError } from '../shared/errors.js';
@@ -18,14 +19,14 @@ export interface OwnedJob {
 const notFound = (id: string, what = 'job') => new GatewayError(404, `No ${what} found with id '${id}'.`, { code: 'not_found', param: 'id' });
 
 /** An async job of the caller's key; another key's job is a 404, as if it did not exist. */
-export async function loadOwnedJob(redis: Redis, queues: Map<QueueName, Queue>, id: string, keyId: string, what = 'job'): Promise<OwnedJob> {
+export async function loadOwnedJob(redis: Redis, queues: QueueShards, id: string, keyId: string, what = 'job'): Promise<OwnedJob> {
   const raw = /^[A-Za-z0-9_-]{1,100}$/.test(id) ? await redis.get(asyncJobKey(id)) : null;
   if (!raw) throw notFound(id, what);
   const record = JSON.parse(raw) as AsyncJobRecord;
   if (record.keyId !== keyId) throw notFound(id, what);
   // State first, then the job: read the other way round, a job that fails in between reads as
   // failed with the reason it did not have yet when fetched.
-  const queue = queues.get(record.queue);
+  const queue = queues.forJob(record.queue, id);
   const state = queue ? await queue.getJobState(id) : 'unknown';
   const job = queue && state !== 'unknown' ? await queue.getJob(id) : undefined;
   const status: JobStatus =

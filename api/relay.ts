@@ -1,3 +1,4 @@
+import type { QueueShards } from '../shared/queue-shards.js';
 import type { Context } from 'koa';
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
@@ -13,14 +14,16 @@ import { uploadKeys } from '../storage/upload-keys.js';
 import type { ReplyHub } from './reply-hub.js';
 import type { KeyAccess } from '../shared/accounts.js';
 import { releaseReservation } from '../shared/billing.js';
+import { isCluster } from '../shared/redis.js';
 import { reserveSpend, type SpendEstimate } from './admission.js';
 import { PlainExchange } from './exchanges/plain-exchange.js';
 import { StreamExchange } from './exchanges/stream-exchange.js';
+import { jobTraceCarrier, traceQueued, traceRelay, type RequestTrace } from './request-tracing.js';
 
 export interface RelayDeps {
   config: Config;
   redis: Redis;
-  queues: Map<QueueName, Queue>;
+  queues: QueueShards;
   hub: ReplyHub;
   backpressure: Backpressure;
   /** Where uploads live: a request's uploads are deleted here when its job never runs. */
@@ -63,7 +66,7 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
   const log: Logger = ctx.state.log;
   const row = endpoints[request.endpoint];
   const queueName = row.queue;
-  const queue = queues.get(queueName);
+  const queue = queues.forJob(queueName, request.jobId ?? requestId);
   if (!queue) throw new GatewayError(503, `The ${queueName} capability is not served here.`, { code: 'overloaded' });
   backpressure.admit(queueName);
 
@@ -72,8 +75,9 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
   const jobId = request.jobId ?? requestId;
   const spend = request.spend;
   // A request held open for its answer reserves in the same round trip as its enqueue (see `enqueue`);
-  // the others write more beside the job (a record, a stored response), so they reserve first.
-  const gate = spend && !request.async && !request.detached && !request.prepare ? queue.toKey(jobId) : undefined;
+  // the others write more beside the job (a record, a stored response), so they reserve first. On a Redis
+  // Cluster the job's key and the account's are in different slots, which one script may not span: reserve first.
+  const gate = spend && !request.async && !request.detached && !request.prepare && !isCluster(deps.redis) ? queue.toKey(jobId) : undefined;
   if (spend && !gate) await reserveSpend(ctx, deps.redis, config, spend.access, jobId, spend.estimate, deadline);
   const data: GatewayJobData = {
     requestId: jobId,
@@ -89,6 +93,9 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
     // X-Forwarded-Proto/Host count only with TRUST_PROXY; PUBLIC_BASE_URL overrides both.
     data.baseUrl = config.publicBaseUrl ?? `${ctx.protocol}://${ctx.host}`;
   }
+  // Tracing on: the job carries the request's trace context, so the worker's spans join its trace.
+  const traced: RequestTrace | undefined = ctx.state.trace;
+  if (traced) data.trace = jobTraceCarrier(traced);
   const serialized = JSON.stringify(request.body);
   if (serialized.length > config.inlinePayloadBytes) {
     await deps.redis.set(payloadKey(jobId), serialized, 'PX', deadlineMs + 60_000);
@@ -137,6 +144,7 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
     }
     // The job is queued and will be answered; only what was prepared beside it (a stored record) is missing.
     if (prepared.status === 'rejected') log.warn({ err: prepared.reason }, 'could not write the record prepared for this job');
+    if (traced) traceQueued(traced, data, queueName);
   };
 
   if (request.async) {
@@ -186,6 +194,7 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
   try {
     await enqueue(answeredJob);
     exchange.jobKey = queue.toKey(jobId);
+    if (traced) traceRelay(traced, exchange);
     await exchange.run(deadline);
   } finally {
     hub.unregister(jobId);

@@ -4,6 +4,7 @@ import { setTimeout as pause } from 'node:timers/promises';
 import { GatewayError } from '../shared/errors.js';
 import { decodeReply, parseLogEntry, type ReplyMessage } from '../shared/reply.js';
 import { apiAliveKey, replayStreamKey } from '../shared/queues.js';
+import { isCluster, together } from '../shared/redis.js';
 
 export interface PendingReply {
   /** Highest chunk sequence number delivered, so a replay after a reconnect skips what was seen. */
@@ -65,6 +66,10 @@ export class ReplyHub {
       if (channel === this.channel) this.dispatch(message);
       else this.handlers.get(channel)?.(message);
     });
+    // On a Redis Cluster the reply channel is sharded (SSUBSCRIBE): its messages stay on its shard.
+    subscriber.on('smessage', (channel: string, message: string) => {
+      if (channel === this.channel) this.dispatch(message);
+    });
     subscriber.on('ready', () => {
       if (this.wasReady) this.afterReconnect();
       this.wasReady = true;
@@ -72,7 +77,12 @@ export class ReplyHub {
   }
 
   async start(): Promise<void> {
-    await this.subscriber.subscribe(this.channel, ...this.handlers.keys());
+    if (isCluster(this.subscriber)) {
+      await this.subscriber.ssubscribe(this.channel);
+      if (this.handlers.size > 0) await this.subscriber.subscribe(...this.handlers.keys());
+    } else {
+      await this.subscriber.subscribe(this.channel, ...this.handlers.keys());
+    }
     if (this.sweepMs > 0) {
       this.sweepTimer = setInterval(() => void this.sweep(), this.sweepMs);
       this.sweepTimer.unref();
@@ -204,7 +214,7 @@ export class ReplyHub {
     if (watched.length === 0) return;
     this.sweeping = true;
     try {
-      const pipeline = this.redis.pipeline();
+      const pipeline = together(this.redis);
       // `name` is set on every BullMQ job hash; `finishedOn` once it completed or finally failed.
       for (const pending of watched) pipeline.hmget(pending.jobKey!, 'name', 'finishedOn');
       const results = (await pipeline.exec()) ?? [];

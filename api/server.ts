@@ -1,3 +1,4 @@
+import { QueueShards } from '../shared/queue-shards.js';
 import { createServer, type Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
@@ -15,11 +16,14 @@ import { GatewayError } from '../shared/errors.js';
 import { queueNames, replyChannel, type QueueName } from '../shared/queues.js';
 import { resolveChannels } from '../shared/vendors.js';
 import { envelope } from './middleware/envelope.js';
+import { traceRequests } from './request-tracing.js';
+import { tracingEnabled } from '../shared/tracing.js';
 import { authenticate } from './middleware/auth.js';
 import { KeyCache, KeyStore } from './key-store.js';
 import { accessChangedChannel } from '../shared/accounts.js';
 import { ReplyHub } from './reply-hub.js';
 import { Backpressure } from './backpressure.js';
+import { apiMetrics } from './metrics.js';
 import { ModelResolver } from './model-resolver.js';
 import { v1Routes } from './routes/v1.js';
 import { adminRoutes } from './routes/admin.js';
@@ -33,6 +37,7 @@ import { LoopStallMonitor } from './loop-stall.js';
 import { answerClientError, answerConnect } from './raw-http-errors.js';
 import { createBlobStore } from '../storage/create-blob-store.js';
 import { consoleRoutes } from './console/routes.js';
+import { queueDashboard } from './queue-dashboard.js';
 import { SessionStore, SigninThrottle } from './console/sessions.js';
 import { ConsoleAssets, defaultConsoleDir } from './console/assets.js';
 import type { AccountStore } from './account-store.js';
@@ -70,9 +75,9 @@ export interface ApiServerOptions {
 export async function createApiServer(config: Config, log: Logger, options: ApiServerOptions = {}): Promise<ApiServer> {
   const instanceId = `api-${randomBytes(6).toString('hex')}`;
   // Commands fail fast while Redis is away (the client gets a 503) instead of queueing until it returns.
-  const redis = createRedis(config.redisUrl, { connectionName: instanceId, maxRetriesPerRequest: 1 });
-  const subscriber = createRedis(config.redisUrl, { connectionName: `${instanceId}-sub` });
-  const queues = new Map<QueueName, Queue>(queueNames.map((name) => [name, new Queue(name, { connection: redis })]));
+  const redis = createRedis(config.redis, { connectionName: instanceId, maxRetriesPerRequest: 1 });
+  const subscriber = createRedis(config.redis, { connectionName: `${instanceId}-sub` });
+  const queues = new QueueShards(redis, config.queueShards);
 
   const keyStore = new KeyStore(redis);
   // Keys made with no account (and every key made before accounts existed) bill the unlimited default account.
@@ -112,6 +117,12 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     ctx.body = { status: ready ? 'ready' : 'not_ready', redis: redisOk, subscriber: hub.connected, draining, event_loop_max_ms: eventLoopMaxMs };
   });
 
+  // Tracing on: a server span around everything (it sees the status the envelope answers); off, nothing at all.
+  if (tracingEnabled()) app.use(traceRequests());
+  // Prometheus: every request counted and timed (around the envelope, so it sees the status answered); GET /metrics among the probes.
+  const metrics = apiMetrics(config, backpressure);
+  probes.get('/metrics', metrics.scrape);
+  app.use(metrics.requests);
   app.use(envelope(log));
   const logs = new EventLogs(redis, log);
   const relayDeps = { config, redis, queues, hub, backpressure, models, prices, logs };
@@ -134,6 +145,8 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   const elsewhere = compose<Koa.Context>([
     probes.routes(),
     refuseWhileDraining,
+    // /admin/queues (and its way in from the console, /console/queue-dashboard): every queue shard the api has.
+    queueDashboard({ queues: queues.all(), config, sessions, accounts: keyStore.accounts }),
     adminRoutes(keyStore, config.adminToken).routes(),
     consoleRoutes({ ...relayDeps, blobs, keyStore, sessions, throttle: new SigninThrottle(redis), assets }).routes(),
   ] as Koa.Middleware[]);
@@ -213,7 +226,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
       logs.close();
       loopStalls.stop();
       backpressure.stop();
-      await Promise.allSettled([...queues.values()].map((q) => q.close()));
+      await queues.close();
       await Promise.allSettled([subscriber.quit(), redis.quit()] as Promise<unknown>[]);
     },
   };

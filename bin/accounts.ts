@@ -1,6 +1,7 @@
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import { createRedis } from '../shared/redis.js';
+import { loadConfig } from '../shared/config.js';
 import { AccountStore, microsToUsd, usdToMicros } from '../api/account-store.js';
 import { locateRedis } from './local-redis.js';
 
@@ -45,8 +46,10 @@ async function main(): Promise<number> {
     micros = usdToMicros(amount);
   }
 
-  const { url } = await locateRedis(process.env, false);
-  const redis = createRedis(url, { maxRetriesPerRequest: 1 });
+  const configured = loadConfig(process.env).redis;
+  // One Redis as `npm start` finds it; a Cluster or Sentinels as named.
+  const target = configured.kind === 'single' ? (await locateRedis(process.env, false)).url : configured;
+  const redis = createRedis(target, { maxRetriesPerRequest: 1 });
   const store = new AccountStore(redis);
   try {
     if (command === 'create') {

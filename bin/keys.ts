@@ -1,5 +1,6 @@
 import { parseArgs } from 'node:util';
 import { createRedis } from '../shared/redis.js';
+import { loadConfig } from '../shared/config.js';
 import { KeyStore, type KeyOptions } from '../api/key-store.js';
 import { usdToMicros } from '../api/account-store.js';
 import { locateRedis } from './local-redis.js';
@@ -67,8 +68,10 @@ async function main(): Promise<number> {
   if (command === 'revoke' && !arg) throw new UsageError('revoke needs a key id');
   // Checked before connecting, so a typo costs no Redis round trip.
   const options = command === 'create' ? keyOptions(values) : {};
-  const { url } = await locateRedis(process.env, false);
-  const redis = createRedis(url, { maxRetriesPerRequest: 1 });
+  const configured = loadConfig(process.env).redis;
+  // One Redis as `npm start` finds it; a Cluster or Sentinels as named.
+  const target = configured.kind === 'single' ? (await locateRedis(process.env, false)).url : configured;
+  const redis = createRedis(target, { maxRetriesPerRequest: 1 });
   const store = new KeyStore(redis);
   try {
     if (command === 'create') {

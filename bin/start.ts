@@ -9,6 +9,9 @@ import { startWorkers } from '../workers/worker.js';
 import { isMockStandingIn } from '../shared/vendors.js';
 import { locateRedis } from './local-redis.js';
 import { startIdleCollector } from '../shared/idle-gc.js';
+import { setMetricsPeer } from '../shared/metrics.js';
+import { answerMetricsOverIpc, startMetricsListener, WorkerProcessMetrics } from '../shared/metrics-process.js';
+import { startTracing, type Tracing, type TracingRole } from '../shared/tracing.js';
 
 /** Given to the worker process `npm start` forks: it ends when its parent does, however that ends. */
 const childFlag = '--worker-of-parent';
@@ -25,9 +28,10 @@ async function main(): Promise<void> {
   const child = process.argv.includes(childFlag);
   // The whole environment is read and checked first, so a bad value stops the start before anything runs.
   const configured = loadConfig(process.env);
-  // Where Redis is stays local-redis.ts's decision: REDIS_URL when set, else the default or a private one.
-  const redis = await locateRedis(process.env, !child);
-  const config = { ...configured, redisUrl: redis.url };
+  // Where one Redis is stays local-redis.ts's decision: REDIS_URL when set, else the default or a private one.
+  // A Cluster or Sentinels are named outright, and used as named.
+  const redis = configured.redis.kind === 'single' ? await locateRedis(process.env, !child) : { url: configured.redisUrl, source: 'configured' as const };
+  const config: Config = { ...configured, redisUrl: redis.url, redis: configured.redis.kind === 'single' ? { kind: 'single', url: redis.url } : configured.redis };
   const log = createLogger(config.logLevel, `switchyard-${role}`);
   if (redis.source === 'started') {
     log.warn({ redis: redis.url }, `no Redis was running: started a private redis-server under ./.data/ at ${redis.url}`);
@@ -41,6 +45,10 @@ async function main(): Promise<void> {
 
   startIdleCollector();
   const ownProcess = role === 'all' && (config.workerProcess === 'on' || (config.workerProcess === 'auto' && availableParallelism() > 1));
+  // Tracing first: the api and the workers install their hooks only when it is on. With the workers
+  // in their own process, this one is the api (the child traces as a worker).
+  const tracing = await startTracing(config.tracing, ownProcess ? 'api' : (role as TracingRole), { log });
+  if (tracing) log.info({ collector: new URL(config.tracing.endpoint!).origin }, 'tracing on: spans are exported over OTLP/HTTP');
   const cleanups: Array<() => Promise<void>> = [];
   if (role !== 'worker') {
     const api = await createApiServer(config, log);
@@ -49,11 +57,21 @@ async function main(): Promise<void> {
     cleanups.push(() => api.shutdown());
   }
   if (ownProcess) {
-    const workers = superviseWorkerProcess(config, log);
+    // The api's /metrics asks the worker process for its metrics over the IPC channel and serves both merged.
+    const workerMetrics = new WorkerProcessMetrics();
+    setMetricsPeer(() => workerMetrics.collect());
+    const workers = superviseWorkerProcess(config, log, workerMetrics);
     cleanups.push(() => workers.stop());
   } else if (role !== 'api') {
+    // The worker process of `npm start` answers its parent's metrics requests over their IPC channel.
+    if (child) answerMetricsOverIpc();
     const workers = await startWorkers(config, log);
     cleanups.push(() => workers.close());
+    if (!child && role === 'worker' && config.metrics.port !== undefined) {
+      // A worker process has no HTTP server of its own: METRICS_PORT gives it one for GET /metrics.
+      const listener = await startMetricsListener(config.metrics.port, config.host, log);
+      cleanups.push(() => listener.close());
+    }
   }
 
   let stopping = false;
@@ -64,6 +82,8 @@ async function main(): Promise<void> {
     // The api drains first so its requests can still be served by the workers.
     void (async () => {
       for (const cleanup of cleanups) await cleanup().catch((error) => log.error({ err: error }, 'shutdown step failed'));
+      // The spans still buffered go out, for a few seconds at most (an unreachable collector does not hold the exit).
+      if (tracing) await flushTracing(tracing, log);
       log.info('stopped');
       process.exit(0);
     })();
@@ -79,6 +99,19 @@ async function main(): Promise<void> {
   }
 }
 
+const tracingFlushMs = 5000;
+
+async function flushTracing(tracing: Tracing, log: Logger): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), tracingFlushMs)));
+  const outcome = await Promise.race([tracing.shutdown().then(() => 'done' as const), late]).catch((error: unknown) => {
+    log.warn({ err: error }, 'could not export the last spans');
+    return 'failed' as const;
+  });
+  clearTimeout(timer);
+  if (outcome === 'late') log.warn(`the last spans were not exported within ${tracingFlushMs} ms`);
+}
+
 /** Crashes closer together than this count towards giving up. */
 const crashWindowMs = 60_000;
 const maxCrashes = 5;
@@ -89,7 +122,7 @@ const maxCrashes = 5;
  * a minute (the process exits, for its supervisor to restart). Stopping it
  * lets its running jobs finish, as `--role=worker` does on SIGTERM.
  */
-function superviseWorkerProcess(config: Config, log: Logger): { stop(): Promise<void> } {
+function superviseWorkerProcess(config: Config, log: Logger, metrics?: WorkerProcessMetrics): { stop(): Promise<void> } {
   const script = fileURLToPath(import.meta.url);
   let current: ChildProcess | undefined;
   let stopping = false;
@@ -102,6 +135,7 @@ function superviseWorkerProcess(config: Config, log: Logger): { stop(): Promise<
       stdio: 'inherit',
     });
     current = proc;
+    metrics?.attach(proc);
     proc.once('exit', (code, signal) => {
       if (current === proc) current = undefined;
       if (stopping) return;

@@ -1,9 +1,12 @@
-import { keyPrefix } from './queues.js';
+import { accountsPrefix, keyPrefix } from './queues.js';
 
 /**
  * Accounts, keys, reservations and usage as they live in Redis: the layout
  * both halves (and the admin API, the CLI and the billing scripts) read.
  * Money is integer micro-dollars (1 USD = 1,000,000) everywhere in Redis.
+ * Every key below but the sessions' carries the hash tag `{acct}` (written
+ * `sy:{acct}:account:<id>` in full; shortened to `sy:` here), so each
+ * billing script runs on one Redis Cluster slot; sessions share it too.
  *
  *   sy:account:<id>          hash  id, email, name, role, created, password (scrypt, optional),
  *                                  balance (micros), unlimited ('1' for the default account),
@@ -20,7 +23,7 @@ import { keyPrefix } from './queues.js';
  *   sy:rl:<keyId>:rpm|tpm    string GCRA theoretical arrival time (ms)
  *   sy:resv:<requestId>      hash  key, account, micros, tokens, deadline (ms): what admission holds
  *   sy:resv-deadlines        zset  request id → deadline (ms), to release reservations of lost jobs
- *   sy:settled:<requestId>   string set once a request is settled (dropped when its job completes, else kept until 15 min past its deadline): settlement runs once
+ *   sy:settled:<requestId>   string set once a request is settled (kept 1 min once its job completes, else until 15 min past its deadline): settlement runs once
  *   sy:usage                 stream one record per finished request
  *   sy:session:<sha256(token)> hash account, csrf, created (ms): a console session, TTL = its idle expiry
  *   sy:account-sessions:<id> set   session hashes of one account, to end them all at once
@@ -30,21 +33,21 @@ import { keyPrefix } from './queues.js';
  */
 export const defaultAccountId = 'acct_default';
 
-export const accountKey = (id: string) => `${keyPrefix}account:${id}`;
-export const accountsIndexKey = `${keyPrefix}accounts`;
-export const accountEmailsKey = `${keyPrefix}account-emails`;
-export const ledgerKey = (accountId: string) => `${keyPrefix}ledger:${accountId}`;
-export const apiKeyRecordKey = (keyId: string) => `${keyPrefix}key:${keyId}`;
-export const apiKeyHashesKey = `${keyPrefix}keyhash`;
-export const apiKeyIdsKey = `${keyPrefix}keyids`;
-export const accountKeysKey = (accountId: string) => `${keyPrefix}account-keys:${accountId}`;
-export const rateLimitKey = (keyId: string, kind: 'rpm' | 'tpm') => `${keyPrefix}rl:${keyId}:${kind}`;
-export const reservationKey = (requestId: string) => `${keyPrefix}resv:${requestId}`;
-export const reservationDeadlinesKey = `${keyPrefix}resv-deadlines`;
-export const settledKey = (requestId: string) => `${keyPrefix}settled:${requestId}`;
-export const usageStreamKey = `${keyPrefix}usage`;
+export const accountKey = (id: string) => `${accountsPrefix}account:${id}`;
+export const accountsIndexKey = `${accountsPrefix}accounts`;
+export const accountEmailsKey = `${accountsPrefix}account-emails`;
+export const ledgerKey = (accountId: string) => `${accountsPrefix}ledger:${accountId}`;
+export const apiKeyRecordKey = (keyId: string) => `${accountsPrefix}key:${keyId}`;
+export const apiKeyHashesKey = `${accountsPrefix}keyhash`;
+export const apiKeyIdsKey = `${accountsPrefix}keyids`;
+export const accountKeysKey = (accountId: string) => `${accountsPrefix}account-keys:${accountId}`;
+export const rateLimitKey = (keyId: string, kind: 'rpm' | 'tpm') => `${accountsPrefix}rl:${keyId}:${kind}`;
+export const reservationKey = (requestId: string) => `${accountsPrefix}resv:${requestId}`;
+export const reservationDeadlinesKey = `${accountsPrefix}resv-deadlines`;
+export const settledKey = (requestId: string) => `${accountsPrefix}settled:${requestId}`;
+export const usageStreamKey = `${accountsPrefix}usage`;
 /** The day's totals of every account, or (with an account) of that account alone: the console reads one account's without scanning all. */
-export const usageDayKey = (day: string, accountId?: string) => (accountId === undefined ? `${keyPrefix}usage-day:${day}` : `${keyPrefix}usage-day:${day}:${accountId}`);
+export const usageDayKey = (day: string, accountId?: string) => (accountId === undefined ? `${accountsPrefix}usage-day:${day}` : `${accountsPrefix}usage-day:${day}:${accountId}`);
 /** Published with a key id when a key changes or is revoked, and with `account:<id>` when an account does: every api drops what it cached. */
 export const accessChangedChannel = `${keyPrefix}access-changed`;
 

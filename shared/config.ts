@@ -9,6 +9,7 @@ import {
   choice,
   family,
   flag,
+  fraction,
   hostList,
   httpUrl,
   integer,
@@ -17,6 +18,7 @@ import {
   optionalInteger,
   optionalText,
   queueList,
+  addressList,
   quotesValue,
   setting,
   switchAliases,
@@ -34,7 +36,13 @@ export interface Config {
   port: number;
   host: string;
   redisUrl: string;
+  /** Where Redis is: one server (`redisUrl`), a Cluster, or a primary found through Sentinels. */
+  redis: RedisTarget;
+  /** Queue shards per capability: each a BullMQ queue of its own hash tag, so one capability spreads over Cluster shards. */
+  queueShards: Record<QueueName, number>;
   adminToken: string | undefined;
+  /** QUEUE_DASHBOARD_WRITE=on: the queue dashboard at /admin/queues may act on jobs and queues; off (the default): read-only. */
+  queueDashboardWrite: boolean;
   logLevel: string;
   catalogFile: string | undefined;
   /** Queues this worker process serves. */
@@ -91,6 +99,13 @@ export interface Config {
   streamResumeGraceMs: number;
   /** Seconds between sweeps of expired blobs (one process sweeps per interval); 0: never. */
   blobSweepIntervalSeconds: number;
+  /** Prometheus metrics (`GET /metrics`). */
+  metrics: {
+    /** METRICS_PORT: a worker process's own metrics listener (`--role=worker`); unset: none. */
+    port: number | undefined;
+    /** METRICS_PER_KEY: a `key_id` label on request, token, cost and refusal metrics. */
+    perKey: boolean;
+  };
   /**
    * FETCH_ALLOW_HOSTS: hosts a worker may fetch vendor-supplied URLs from even
    * when they are not public (comma-separated: `images.internal`, `*.corp.example`,
@@ -133,6 +148,8 @@ export interface Config {
   videoPollIntervalMs: number;
   /** S3-compatible storage instead of `blobDir`; set when S3_BUCKET is. */
   s3: S3Config | undefined;
+  /** OpenTelemetry tracing: off unless OTEL_EXPORTER_OTLP_ENDPOINT is set. */
+  tracing: TracingConfig;
 }
 
 /** The web console at `/console`. */
@@ -164,6 +181,23 @@ export interface VendorSettings {
   rpm: number | undefined;
 }
 
+/** OTEL_TRACES_SAMPLER values the gateway supports (the OpenTelemetry specification's names). */
+export const traceSamplers = ['parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio', 'always_on', 'always_off', 'traceidratio'] as const;
+export type TraceSampler = (typeof traceSamplers)[number];
+
+/** OpenTelemetry tracing, by the standard OTEL_* variables (shared/tracing.ts). */
+export interface TracingConfig {
+  /** OTLP/HTTP base URL (`/v1/traces` is appended); unset: tracing is off. */
+  endpoint: string | undefined;
+  /** `service.name`; unset: `switchyard-api`, `switchyard-worker` or `switchyard`, by role. */
+  serviceName: string | undefined;
+  sampler: TraceSampler;
+  /** Ratio of the `traceidratio` samplers. */
+  samplerArg: number;
+  /** Delay between two exports of the batch processor. */
+  exportDelayMs: number;
+}
+
 export interface S3Config {
   bucket: string;
   region: string;
@@ -173,6 +207,14 @@ export interface S3Config {
   forcePathStyle: boolean;
   prefix: string;
 }
+
+export type RedisAddress = { host: string; port: number };
+
+/** How the gateway reaches Redis. Credentials, TLS and the database come from `REDIS_URL` in every form. */
+export type RedisTarget =
+  | { kind: 'single'; url: string }
+  | { kind: 'cluster'; nodes: RedisAddress[]; url: string }
+  | { kind: 'sentinel'; sentinels: RedisAddress[]; name: string; url: string };
 
 type Env = Record<string, string | undefined>;
 
@@ -192,7 +234,10 @@ const fixed = {
   PORT: setting(integer(0, 8080, 65535), 'api port (`0` picks a free one)'),
   HOST: setting(text('0.0.0.0'), 'api bind address'),
   REDIS_URL: setting(text('redis://127.0.0.1:6379'), 'Redis for queues, keys, replies; unset and unreachable → a private `redis-server` under `./.data/`'),
-  ADMIN_TOKEN: setting(optionalText(), 'enables the admin API (`/admin/accounts`, `/admin/keys`, `/admin/usage`) for `Authorization: Bearer $ADMIN_TOKEN`'),
+  REDIS_CLUSTER_NODES: setting(addressList(), 'seed nodes of a Redis Cluster (`host:port,…`): the gateway then runs on the Cluster (`REDIS_URL` still gives a password or `rediss:`); `REDIS_URL=redis+cluster://host:port,…` says the same'),
+  REDIS_SENTINELS: setting(addressList(), 'Sentinels (`host:port,…`) that name the Redis primary (with `REDIS_SENTINEL_NAME`); `REDIS_URL` still gives a password, TLS or database'),
+  REDIS_SENTINEL_NAME: setting(text('mymaster'), 'the primary\'s name the Sentinels monitor'),
+  ADMIN_TOKEN: setting(optionalText(), 'enables the admin API (`/admin/accounts`, `/admin/keys`, `/admin/usage`) and the queue dashboard (`/admin/queues`) for `Authorization: Bearer $ADMIN_TOKEN`'),
   LOG_LEVEL: setting(choice(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info'), 'pino level'),
   CATALOG_FILE: setting(optionalText(), 'JSON `{"models":[…]}` whose entries add to or replace built-in catalog entries by id'),
   CHANNELS_FILE: setting(optionalText(), 'JSON `{"channels":[…]}`: more channels per vendor, with weights, and vendors not built in'),
@@ -235,6 +280,7 @@ const fixed = {
   ADMIN_PASSWORD: setting(optionalText(), 'password of `ADMIN_EMAIL` (at least 8 characters)'),
   CONSOLE_SESSION_IDLE_S: setting(integer(60, 86_400), 'a console session unused this long ends'),
   CONSOLE_SESSION_MAX_S: setting(integer(60, 7 * 86_400), 'a console session ends this long after sign-in, however busy'),
+  QUEUE_DASHBOARD_WRITE: setting(flag(false), '`on` lets the queue dashboard (`/admin/queues`) act on jobs and queues (retry a failed job, remove, promote, pause, empty…); `off`: read-only'),
   BLOB_DIR: setting(text('.data/blobs'), 'local blob store directory'),
   S3_BUCKET: setting(optionalText(), 'use S3-compatible storage instead of `BLOB_DIR`'),
   S3_ENDPOINT: setting(httpUrl({ kind: 'unset', note: 'AWS' }, false), 'S3-compatible endpoint (MinIO, R2, …)'),
@@ -256,6 +302,13 @@ const fixed = {
   STREAM_REPLAY_TTL_S: setting(integer(10, 600), 'how long after its last event a stream (chat, completions, Responses) can still be resumed or replayed from its event log'),
   STREAM_RESUME_GRACE_MS: setting(integer(0, 10_000), 'a streaming client that disconnects leaves its request running this long for a resume; `0` cancels at once'),
   BLOB_SWEEP_INTERVAL_S: setting(integer(0, 600), 'seconds between sweeps of expired blobs; `0` disables them'),
+  METRICS_PORT: setting(optionalInteger(0, { kind: 'unset', note: 'no listener' }, 65535), 'port of a worker process\'s own `GET /metrics` listener (`--role=worker`; `0` picks a free one); the api serves `/metrics` on `PORT`'),
+  METRICS_PER_KEY: setting(flag(false), '`on` adds a `key_id` label to the request, token, cost and refusal metrics (a series per key: only with few keys)'),
+  OTEL_EXPORTER_OTLP_ENDPOINT: setting(httpUrl({ kind: 'unset', note: 'tracing off' }, true), 'OpenTelemetry collector (OTLP/HTTP) base URL: set, every request is traced and its spans sent to `<url>/v1/traces`'),
+  OTEL_SERVICE_NAME: setting(optionalText({ kind: 'derived', text: '`switchyard-api`, `switchyard-worker`, or `switchyard` for both in one process' }), '`service.name` of the exported spans'),
+  OTEL_TRACES_SAMPLER: setting(choice(traceSamplers, 'parentbased_always_on'), 'which requests are traced: `parentbased_*` keep the decision of a `traceparent` the client sends and decide the rest by the rest of the name; the others ignore it'),
+  OTEL_TRACES_SAMPLER_ARG: setting(fraction(1), 'the ratio of traces the `traceidratio` samplers keep'),
+  OTEL_BSP_SCHEDULE_DELAY: setting(integer(1, 5000), 'ms between two exports of buffered spans (all are sent at shutdown)'),
 };
 
 /** Patterned families: every variable of the environment whose name matches (and is not a fixed one) is read. */
@@ -272,6 +325,7 @@ const families = {
   rpm: family('<VENDOR>_RPM', vendorMember('RPM'), optionalInteger(0, { kind: 'unset', note: 'no cap' }), 'calls started per rolling minute to that vendor across all workers (`0`: no cap)'),
   concurrency: family('WORKER_CONCURRENCY_<QUEUE>', queueMember('WORKER_CONCURRENCY'), optionalInteger(1, { kind: 'derived', text: '`WORKER_CONCURRENCY`' }), 'jobs in flight per worker process, one queue'),
   maxWaiting: family('QUEUE_MAX_WAITING_<QUEUE>', queueMember('QUEUE_MAX_WAITING'), optionalInteger(1, { kind: 'derived', text: '`QUEUE_MAX_WAITING`' }), 'waiting jobs past which the api answers 503, one queue'),
+  queueShards: family('QUEUE_SHARDS_<QUEUE>', queueMember('QUEUE_SHARDS'), optionalInteger(1, { kind: 'derived', text: '`1`: one queue' }), 'BullMQ queues one capability is spread over, each under its own hash tag (a Cluster runs them on different shards); workers serve all of them'),
   deadlineMs: family('REQUEST_DEADLINE_MS_<QUEUE>', queueMember('REQUEST_DEADLINE_MS'), optionalInteger(1, { kind: 'derived', text: '`REQUEST_DEADLINE_MS`' }), 'how long a request may wait and run, one queue'),
 };
 
@@ -344,6 +398,21 @@ function describeIssues(issues: readonly z.core.$ZodIssue[], env: Env): string {
   return [...lines.values()].join('; ');
 }
 
+/** Cluster when nodes are named (by `REDIS_CLUSTER_NODES` or a `redis+cluster://` URL), else Sentinel when Sentinels are, else one server. */
+function redisTarget(values: FixedValues): RedisTarget {
+  const url = values.REDIS_URL;
+  const clusterUrl = /^redis(s?)\+cluster:\/\/(?:([^@/]*)@)?([^/?#]+)(\/.*)?$/.exec(url);
+  if (clusterUrl) {
+    const nodes = addressList().schema.parse(clusterUrl[3]);
+    if (!nodes || nodes.length === 0) throw new Error(`Invalid configuration: REDIS_URL names no Cluster node, got "${url}"`);
+    // The node list is the cluster's; what stays is a plain URL for credentials and TLS.
+    return { kind: 'cluster', nodes, url: `redis${clusterUrl[1]}://${clusterUrl[2] ? `${clusterUrl[2]}@` : ''}${nodes[0]!.host}:${nodes[0]!.port}` };
+  }
+  if (values.REDIS_CLUSTER_NODES && values.REDIS_CLUSTER_NODES.length > 0) return { kind: 'cluster', nodes: values.REDIS_CLUSTER_NODES, url };
+  if (values.REDIS_SENTINELS && values.REDIS_SENTINELS.length > 0) return { kind: 'sentinel', sentinels: values.REDIS_SENTINELS, name: values.REDIS_SENTINEL_NAME, url };
+  return { kind: 'single', url };
+}
+
 /** Reads and validates the whole environment; a bad value throws one line naming the variable. */
 export function loadConfig(env: Env = process.env): Config {
   const parsed = environmentSchema(env).safeParse(env);
@@ -375,7 +444,10 @@ export function loadConfig(env: Env = process.env): Config {
     port: values.PORT,
     host: values.HOST,
     redisUrl: values.REDIS_URL,
+    redis: redisTarget(values),
+    queueShards: perQueue(all, undefined, families.queueShards, { chat: 1, embeddings: 1, image: 1, audio: 1, video: 1 }),
     adminToken: values.ADMIN_TOKEN,
+    queueDashboardWrite: values.QUEUE_DASHBOARD_WRITE,
     logLevel: values.LOG_LEVEL,
     catalogFile: values.CATALOG_FILE,
     workerQueues: values.WORKER_QUEUES,
@@ -419,6 +491,7 @@ export function loadConfig(env: Env = process.env): Config {
     streamReplayTtlSeconds: values.STREAM_REPLAY_TTL_S,
     streamResumeGraceMs: values.STREAM_RESUME_GRACE_MS,
     blobSweepIntervalSeconds: values.BLOB_SWEEP_INTERVAL_S,
+    metrics: { port: values.METRICS_PORT, perKey: values.METRICS_PER_KEY },
     fetchAllowHosts: values.FETCH_ALLOW_HOSTS,
     fetchAllowPrivate: values.FETCH_ALLOW_PRIVATE,
     vendors,
@@ -438,5 +511,12 @@ export function loadConfig(env: Env = process.env): Config {
     bflPollIntervalMs: values.BFL_POLL_INTERVAL_MS,
     videoPollIntervalMs: values.VIDEO_POLL_INTERVAL_MS,
     s3,
+    tracing: {
+      endpoint: values.OTEL_EXPORTER_OTLP_ENDPOINT,
+      serviceName: values.OTEL_SERVICE_NAME,
+      sampler: values.OTEL_TRACES_SAMPLER,
+      samplerArg: values.OTEL_TRACES_SAMPLER_ARG,
+      exportDelayMs: values.OTEL_BSP_SCHEDULE_DELAY,
+    },
   };
 }

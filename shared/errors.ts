@@ -88,6 +88,21 @@ export const overloaded = (retryAfterSeconds: number, message = 'The server is o
     headers: { 'retry-after': String(retryAfterSeconds) },
   });
 
+// Redis away, restarting, or (Cluster, Sentinel) failing over: nothing the client did.
+const redisUnavailable =
+  /MaxRetriesPerRequest|Connection is closed|ECONNREFUSED|ECONNRESET|Stream isn't writeable|Too many Cluster redirections|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|LOADING|READONLY|Failed to refresh slots cache|None of startup nodes is available/;
+
+/** The 503 for an error that says Redis could not be reached (a retry shortly may well succeed); undefined for any other error. */
+export function queueUnavailable(caught: unknown): GatewayError | undefined {
+  if (!redisUnavailable.test(`${(caught as Error)?.name} ${(caught as Error)?.message}`)) return undefined;
+  return new GatewayError(503, 'The gateway cannot reach its queue right now; retry shortly.', {
+    code: 'queue_unavailable',
+    headers: { 'retry-after': '1' },
+    retryable: true,
+    cause: caught,
+  });
+}
+
 export const timeoutError = (message = 'The request timed out before the model answered.') =>
   new GatewayError(504, message, { type: 'server_error', code: 'timeout' });
 

@@ -1,21 +1,100 @@
 import type { Socket } from 'node:net';
-import { Redis, type RedisOptions } from 'ioredis';
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import type { RedisTarget } from './config.js';
+
+const reconnect = (times: number) => Math.min(times * 100, 2000);
 
 /**
- * A Redis connection for the gateway. `maxRetriesPerRequest: null` is what
- * BullMQ requires of the connections it blocks on; ioredis reconnects forever
- * with a capped backoff so a Redis restart heals by itself.
+ * A Redis connection for the gateway: one server, a Cluster, or the primary
+ * Sentinels name. `maxRetriesPerRequest: null` is what BullMQ requires of the
+ * connections it blocks on; ioredis reconnects forever with a capped backoff
+ * so a Redis restart (or a failover) heals by itself.
+ *
+ * A Cluster is typed as a `Redis`: the gateway calls only commands both have,
+ * keeps every script, MULTI and pipeline within one hash slot (see
+ * `keyPrefix`), and asks `isCluster` where the two differ (sharded pub/sub).
  */
-export function createRedis(url: string, options: RedisOptions = {}): Redis {
-  const redis = new Redis(url, {
-    maxRetriesPerRequest: null,
-    enableReadyCheck: true,
-    retryStrategy: (times) => Math.min(times * 100, 2000),
-    ...options,
-  });
+export function createRedis(target: RedisTarget | string, options: RedisOptions = {}): Redis {
+  const where: RedisTarget = typeof target === 'string' ? { kind: 'single', url: target } : target;
+  const base: RedisOptions = { maxRetriesPerRequest: null, enableReadyCheck: true, retryStrategy: reconnect, ...options };
+  if (where.kind === 'cluster') {
+    const { password, username, tls } = urlOptions(where.url);
+    const cluster = new Cluster(where.nodes, {
+      redisOptions: { ...base, password, username, ...(tls ? { tls: {} } : {}) },
+      clusterRetryStrategy: reconnect,
+      // A failover moves slots: commands wait for the new owner rather than fail.
+      retryDelayOnFailover: 200,
+      retryDelayOnClusterDown: 300,
+      retryDelayOnTryAgain: 100,
+      // About 10 s of CLUSTERDOWN at 300 ms a try: a failover (node timeout + election) ends within it.
+      maxRedirections: 32,
+      slotsRefreshTimeout: 2000,
+      shardedSubscribers: true,
+      enableOfflineQueue: true,
+    });
+    cluster.on('+node', (node: Redis) => node.on('connect', () => batchWrites((node as unknown as { stream: Socket }).stream)));
+    cluster.on('error', reportErrors());
+    // Read by `isCluster`; a Cluster answers `duplicate()` with the same options, so BullMQ's own connections are Clusters too.
+    return cluster as unknown as Redis;
+  }
+  const redis =
+    where.kind === 'sentinel'
+      ? new Redis({
+          ...base,
+          ...urlOptions(where.url),
+          sentinels: where.sentinels,
+          name: where.name,
+          sentinelRetryStrategy: reconnect,
+          // A primary demoted by a failover answers READONLY: reconnect (asking the Sentinels again) and resend.
+          reconnectOnError: (error) => (/READONLY/.test(error.message) ? 2 : false),
+        })
+      : new Redis(where.url, base);
   // Every (re)connection gets a new socket.
   redis.on('connect', () => batchWrites((redis as unknown as { stream: Socket }).stream));
+  redis.on('error', reportErrors());
   return redis;
+}
+
+/**
+ * A connection's errors, one line per 5 s at most: while Redis is away (or a
+ * Cluster shard fails over) a client raises dozens a second, and each request
+ * that meets one answers for itself (a 503, a retried job).
+ */
+function reportErrors(): (error: Error) => void {
+  let last = 0;
+  let quiet = 0;
+  return (error) => {
+    const now = Date.now();
+    if (now - last < 5000) {
+      quiet++;
+      return;
+    }
+    process.stderr.write(`redis: ${error.message}${quiet > 0 ? ` (${quiet} more since the last report)` : ''}\n`);
+    last = now;
+    quiet = 0;
+  };
+}
+
+/** A connection to a Redis Cluster (sharded pub/sub, no MULTI or pipeline across slots). */
+export function isCluster(redis: Redis): boolean {
+  return (redis as unknown as { isCluster?: boolean }).isCluster === true;
+}
+
+/** Credentials, TLS and database from a `redis://` or `rediss://` URL (the address is taken elsewhere). */
+function urlOptions(url: string): { password?: string; username?: string; db?: number; tls?: object } {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return {};
+  }
+  const db = Number(parsed.pathname.slice(1));
+  return {
+    ...(parsed.password ? { password: decodeURIComponent(parsed.password) } : {}),
+    ...(parsed.username ? { username: decodeURIComponent(parsed.username) } : {}),
+    ...(parsed.pathname.length > 1 && Number.isInteger(db) ? { db } : {}),
+    ...(parsed.protocol === 'rediss:' ? { tls: {} } : {}),
+  };
 }
 
 const batched = new WeakSet<Socket>();
@@ -64,4 +143,33 @@ export function withScripts<T extends Redis>(redis: Redis, scripts: Readonly<Rec
     if (typeof commands[name] !== 'function') redis.defineCommand(name, { numberOfKeys: script.keys, lua: script.lua });
   }
   return redis as T;
+}
+
+type Pipeline = ReturnType<Redis['pipeline']>;
+
+/**
+ * Commands sent together whose keys may lie in different hash slots: one
+ * pipeline on a single server; on a Cluster each command goes to its own
+ * shard (a pipeline may not span shards), sent in the same turn so write
+ * batching still groups them per connection. `exec` answers as a pipeline
+ * does, `[error, result]` per command in order. Commands to one shard keep
+ * their order; across shards there is none.
+ */
+export function together(redis: Redis): Pipeline {
+  if (!isCluster(redis)) return redis.pipeline();
+  const calls: Array<() => Promise<unknown>> = [];
+  const commands = redis as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>;
+  const batch: Pipeline = new Proxy({} as Pipeline, {
+    get(_target, name: string) {
+      if (name === 'exec') {
+        return () => Promise.all(calls.map((call) => call().then((result) => [null, result] as [null, unknown], (error: Error) => [error, null] as [Error, null])));
+      }
+      if (name === 'then') return undefined;
+      return (...args: unknown[]) => {
+        calls.push(() => commands[name]!(...args));
+        return batch;
+      };
+    },
+  });
+  return batch;
 }

@@ -74,8 +74,8 @@ export function integer(min: number, fallback: number, max?: number): Kind<numbe
   return { type: integerType(min, max), default: plainDefault(schema), schema };
 }
 
-export function optionalInteger(min: number, fallback: SettingDefault): Kind<number | undefined> {
-  return { type: integerType(min), default: fallback, schema: z.preprocess(unsetIfBlank, integerSchema(min).optional()) };
+export function optionalInteger(min: number, fallback: SettingDefault, max?: number): Kind<number | undefined> {
+  return { type: integerType(min, max), default: fallback, schema: z.preprocess(unsetIfBlank, integerSchema(min, max).optional()) };
 }
 
 /** A non-negative amount of USD, as written (`5`, `0.25`); kept to the micro-dollar by whoever converts it. */
@@ -83,6 +83,13 @@ export function usdAmount(fallback: number, max: number): Kind<number> {
   const error = `must be an amount of USD from 0 to ${max}`;
   const schema = z.preprocess(unsetIfBlank, z.coerce.number({ error }).finite({ error }).min(0, { error }).max(max, { error }).default(fallback));
   return { type: `USD from 0 to ${max}`, default: plainDefault(schema), schema };
+}
+
+/** A number from 0 to 1 (a sampling ratio). */
+export function fraction(fallback: number): Kind<number> {
+  const error = 'must be a number from 0 to 1';
+  const schema = z.preprocess(unsetIfBlank, z.coerce.number({ error }).finite({ error }).min(0, { error }).max(1, { error }).default(fallback));
+  return { type: 'a number from 0 to 1', default: plainDefault(schema), schema };
 }
 
 export function text(fallback: string): Kind<string> {
@@ -170,6 +177,24 @@ export function queueList(): Kind<QueueName[]> {
   });
   const schema = z.preprocess(unsetIfBlank, list.default([...queueNames]));
   return { type: `a comma-separated list of ${queueNames.join(', ')}`, default: plainDefault(schema), schema };
+}
+
+/** `host:port` pairs, comma-separated (Redis Cluster seed nodes, Sentinels). */
+export function addressList(): Kind<Array<{ host: string; port: number }> | undefined> {
+  const list = z.string().transform((raw, ctx) => {
+    const addresses: Array<{ host: string; port: number }> = [];
+    for (const entry of commaList(raw)) {
+      const match = /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$/.exec(entry);
+      const port = match ? Number(match[2]) : 0;
+      if (!match || port < 1 || port > 65_535) {
+        ctx.addIssue({ code: 'custom', message: `holds "${entry}", which is not host:port`, params: quotesValue });
+        return z.NEVER;
+      }
+      addresses.push({ host: match[1]!.replace(/^\[(.*)\]$/, '$1'), port });
+    }
+    return addresses;
+  });
+  return { type: 'comma-separated host:port pairs', default: { kind: 'unset' }, schema: z.preprocess(unsetIfBlank, list.optional()) };
 }
 
 /** Host names, `*.` wildcards, IP addresses and CIDR ranges; a range that cannot be a range fails at startup. */

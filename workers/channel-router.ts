@@ -13,6 +13,7 @@ import {
   type Protocol,
   type VendorConfig,
 } from '../shared/vendors.js';
+import { channelRested } from './metrics.js';
 
 export interface ResolvedRoute {
   protocol: Protocol;
@@ -171,10 +172,22 @@ export class ChannelRouter {
     if (current && current.until >= until && current.rateLimited === rateLimited) return;
     this.coolingUntil.set(id, { until, rateLimited });
     this.recentlySet.set(id, now);
+    channelRested(route.channel, channelWide ? 'auth' : rateLimited ? 'rate' : 'failures');
     this.log.warn({ channel: id, coolMs, status: error.status, code: error.code }, 'channel cooling down');
     this.redis
       .hset(cooldownsKey, id, formatCooldown({ until, reason: channelWide ? 'auth' : rateLimited ? 'rate' : 'failures', status: error.status }))
       .catch((e) => this.log.warn({ err: e }, 'could not share cooldown'));
+  }
+
+  /** Rests in force now by channel id (the channel's own and one per resting upstream model), from the mirror: no Redis read. */
+  restsByChannel(now = Date.now()): Map<string, number> {
+    const rests = new Map<string, number>();
+    for (const [id, { until }] of this.coolingUntil) {
+      if (until <= now) continue;
+      const channel = id.split('|', 1)[0]!;
+      rests.set(channel, (rests.get(channel) ?? 0) + 1);
+    }
+    return rests;
   }
 
   /** Mirrors the shared cooldowns (Redis is the truth: clearing it there clears it everywhere). */

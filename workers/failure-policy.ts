@@ -1,5 +1,5 @@
 import type { Config } from '../shared/config.js';
-import { GatewayError, serverError } from '../shared/errors.js';
+import { GatewayError, queueUnavailable, serverError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 
 /**
@@ -47,6 +47,12 @@ export function isChannelFault(error: GatewayError): boolean {
 /** Anything thrown that is not already a GatewayError is a bug of ours: logged, and a 500 to the client. */
 export function toGatewayError(caught: unknown, log: Logger): GatewayError {
   if (caught instanceof GatewayError) return caught;
+  // Redis lost mid-job (a restart, a failover): retried like a vendor's 503, and named as what it is if it lasts.
+  const unavailable = queueUnavailable(caught);
+  if (unavailable) {
+    log.warn({ err: caught }, 'Redis unavailable during the job');
+    return unavailable;
+  }
   log.error({ err: caught }, 'unexpected error in worker');
   return serverError(undefined, caught);
 }

@@ -16,6 +16,8 @@ import { decideFailure, toGatewayError } from './failure-policy.js';
 import { callText, runTextStream } from './text-pipeline.js';
 import { Meter, settleJob, type SettlementDeps } from './settlement.js';
 import { ResponsesRun } from './responses-run.js';
+import { startVendorAttempt, type VendorAttempt } from './job-tracing.js';
+import { startVendorCall, type VendorCall } from './metrics.js';
 
 export interface ProcessorDeps {
   config: Config;
@@ -101,6 +103,10 @@ export function createProcessor(deps: ProcessorDeps) {
     }, remaining);
     const signal = controller.signal;
     let route: ResolvedRoute | undefined;
+    // Tracing on: the span of this call to the vendor (undefined when off).
+    let attempt: VendorAttempt | undefined;
+    // Metrics on: this call's outcome, error kind and time by vendor and channel.
+    let call: VendorCall | undefined;
     try {
       route = deps.router.route(model);
       vendor = route.channel.vendor;
@@ -113,8 +119,14 @@ export function createProcessor(deps: ProcessorDeps) {
         log,
       };
       const lease = await deps.limiter.acquire(route.channel.vendor, data.deadline, signal);
+      attempt = startVendorAttempt(job, route, signal);
+      call = startVendorCall(route.channel, signal);
       // A slot that cannot be released now expires with its lease; the answer must not wait on it.
-      const freeSlot = () => lease.release().catch((e) => log.warn({ err: e }, 'could not release vendor slot'));
+      const freeSlot = () => {
+        attempt?.vendorDone();
+        call?.vendorDone();
+        return lease.release().catch((e) => log.warn({ err: e }, 'could not release vendor slot'));
+      };
       try {
         if (endpoints[data.endpoint].pipeline === 'media') {
           if (data.async) await publishJobEvent(deps.redis, data.requestId, { type: 'progress', status: 'in_progress', progress: 0 });
@@ -168,7 +180,10 @@ export function createProcessor(deps: ProcessorDeps) {
       }
       if (caught instanceof DelayedError || caught instanceof UnrecoverableError) throw caught;
       const error = timedOut ? timeoutError() : toGatewayError(caught, log);
-      if (route && error.code !== 'channels_cooling_down') deps.router.reportFailure(route, error);
+      attempt?.failed(error);
+      call?.failed(error);
+      // Neither resting channels nor a Redis outage says anything about the vendor.
+      if (route && error.code !== 'channels_cooling_down' && error.code !== 'queue_unavailable') deps.router.reportFailure(route, error);
       const decision = decideFailure(deps.config, {
         error,
         outputStarted: publisher.started,
@@ -188,6 +203,8 @@ export function createProcessor(deps: ProcessorDeps) {
       throw error;
     } finally {
       clearTimeout(deadlineTimer);
+      attempt?.end();
+      call?.end();
       deps.cancels.finish(data.requestId);
     }
   };

@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { isCluster, together } from '../shared/redis.js';
 import { encodeReply } from '../shared/reply.js';
 import { apiAliveKey, replayStreamKey, resultKey } from '../shared/queues.js';
 import type { WireError } from '../shared/errors.js';
@@ -42,6 +43,8 @@ export class ReplyPublisher {
   /** Since when chunks have reached no subscriber (the api may be reconnecting, or dead). */
   private unheardSince: number | undefined;
   private checkingListener = false;
+  /** On a Redis Cluster replies use sharded pub/sub: a message crosses the reply channel's shard only. */
+  private readonly publish: 'publish' | 'spublish';
 
   constructor(
     private readonly redis: Redis,
@@ -51,6 +54,7 @@ export class ReplyPublisher {
   ) {
     this.orphan = options.orphan;
     this.replayTtlSeconds = options.replayTtlSeconds ?? defaultReplayTtlSeconds;
+    this.publish = isCluster(redis) ? 'spublish' : 'publish';
   }
 
   /** A key (`aliasKey`) that will name this stream's request id, for a resume by the answer's own id. */
@@ -86,9 +90,8 @@ export class ReplyPublisher {
     this.buffer = '';
     const seq = ++this.seq;
     const key = replayStreamKey(this.requestId);
-    const pipeline = this.redis
-      .pipeline()
-      .publish(this.channel, encodeReply('chunk', this.requestId, seq, frames))
+    const pipeline = together(this.redis)
+      [this.publish](this.channel, encodeReply('chunk', this.requestId, seq, frames))
       .xadd(key, 'MAXLEN', '~', replayMaxLength, '*', 'seq', seq, 'frames', frames, 'first', this.bufferFirst, ...(seq === 1 && this.options.owner ? ['owner', this.options.owner] : []));
     // Set with the first batch, and again now and then: a log recreated mid-stream (Redis restarted empty) must expire too.
     if (seq === 1 || seq % 64 === 0) pipeline.expire(key, this.replayTtlSeconds);
@@ -134,14 +137,12 @@ export class ReplyPublisher {
     if (body.length > inlineResultBytes) {
       // The api reads it once (GETDEL); the TTL only bounds one that never came to read it.
       const ref = resultKey(this.requestId);
-      await this.redis
-        .pipeline()
-        .set(ref, body, 'EX', 120)
-        .publish(this.channel, encodeReply('done-ref', this.requestId, this.seq, ref))
-        .exec();
+      // Stored before it is announced (on a Cluster the two are on different shards).
+      await this.redis.set(ref, body, 'EX', 120);
+      await this.redis[this.publish](this.channel, encodeReply('done-ref', this.requestId, this.seq, ref));
       return { bodyRef: ref };
     }
-    await this.redis.publish(this.channel, encodeReply('done', this.requestId, this.seq, body));
+    await this.redis[this.publish](this.channel, encodeReply('done', this.requestId, this.seq, body));
     return { body };
   }
 
@@ -159,7 +160,7 @@ export class ReplyPublisher {
   private async terminal(kind: 'done' | 'error', payload: string): Promise<void> {
     this.ended = true;
     const key = replayStreamKey(this.requestId);
-    const pipeline = this.redis.pipeline().publish(this.channel, encodeReply(kind, this.requestId, this.seq, payload));
+    const pipeline = together(this.redis)[this.publish](this.channel, encodeReply(kind, this.requestId, this.seq, payload));
     // A stream's log records its end; a plain request leaves no log behind.
     if (this.options.stream) {
       pipeline.xadd(key, 'MAXLEN', '~', replayMaxLength, '*', 'seq', this.seq, 'end', kind, 'payload', payload, ...(this.seq === 0 && this.options.owner ? ['owner', this.options.owner] : []));

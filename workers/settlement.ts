@@ -8,6 +8,7 @@ import type { GatewayJobData } from '../shared/queues.js';
 import type { Metered, PriceList } from '../shared/pricing.js';
 import { countChatPromptTokensAsync, countTextTokensAsync } from '../shared/tokens.js';
 import type { Usage } from './vendors/types.js';
+import { usageSettled } from './metrics.js';
 
 /**
  * What one job produced, filled in as it runs: the vendor's usage when it
@@ -121,7 +122,8 @@ export async function settleJob(
   for (let attempt = 1; ; attempt++) {
     try {
       // Marked settled until well past the job's deadline, when no attempt of it can run any more.
-      await settle(deps.redis, record, deps.policy, Date.now(), data.deadline - Date.now() + settledMarkMarginMs);
+      // Counted only when this settlement applied: a second one of the same request id changes nothing.
+      if (await settle(deps.redis, record, deps.policy, Date.now(), data.deadline - Date.now() + settledMarkMarginMs)) usageSettled(record);
       return;
     } catch (error) {
       if (attempt >= settleAttempts) throw error;

@@ -4,6 +4,7 @@ import type { Config } from '../shared/config.js';
 import { keyPrefix } from '../shared/queues.js';
 import { GatewayError, timeoutError } from '../shared/errors.js';
 import { vendorDefinition } from '../shared/vendors.js';
+import { vendorSlotHeld, waitingForSlot } from './metrics.js';
 
 /**
  * Vendor limits that hold across every worker process: at most
@@ -119,8 +120,8 @@ export class VendorLimiter {
   async acquire(vendor: string, deadline: number, signal: AbortSignal): Promise<Lease> {
     const { maxConcurrency, rpm } = this.limitsOf(vendor);
     if (maxConcurrency <= 0 && rpm <= 0) return noLease;
-    const concurrencyKey = `${keyPrefix}limit:${vendor}:inflight`;
-    const rpmKey = `${keyPrefix}limit:${vendor}:rpm`;
+    const concurrencyKey = `${keyPrefix}limit:{${vendor}}:inflight`;
+    const rpmKey = `${keyPrefix}limit:{${vendor}}:rpm`;
     const leaseId = randomUUID();
     for (;;) {
       signal.throwIfAborted();
@@ -136,8 +137,9 @@ export class VendorLimiter {
       if ((rpmWait > 0 && rpmWait >= left) || left <= 5) {
         throw timeoutError(`The request waited for a free ${vendor} slot past its deadline (vendor limits are configured).`);
       }
-      await this.waitForSlot(vendor, Math.min(wait, left - 1), signal, rpmWait > 0);
+      await waitingForSlot(vendor, this.waitForSlot(vendor, Math.min(wait, left - 1), signal, rpmWait > 0));
     }
+    if (maxConcurrency > 0) vendorSlotHeld(vendor, 1);
     const renew = setInterval(() => {
       this.redis.vendorRenew(concurrencyKey, leaseId, this.leaseMs).catch(() => undefined);
     }, Math.max(100, Math.floor(this.leaseMs / 3)));
@@ -149,6 +151,7 @@ export class VendorLimiter {
         if (released) return;
         released = true;
         clearInterval(renew);
+        if (maxConcurrency > 0) vendorSlotHeld(vendor, -1);
         if (maxConcurrency > 0) await this.redis.pipeline().zrem(concurrencyKey, leaseId).publish(slotFreedChannel, vendor).exec();
       },
     };

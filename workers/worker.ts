@@ -4,9 +4,10 @@ import type { Logger } from '../shared/logger.js';
 import { createRedis } from '../shared/redis.js';
 import { loadCatalog } from '../shared/catalog.js';
 import { GatewayError } from '../shared/errors.js';
-import { cancelChannel, type GatewayJobData, type GatewayJobResult } from '../shared/queues.js';
+import { cancelChannel, shardQueueName, type GatewayJobData, type GatewayJobResult, type QueueName } from '../shared/queues.js';
 import { CancelRegistry } from './cancel-registry.js';
 import { createProcessor } from './processor.js';
+import { traceJobs } from './job-tracing.js';
 import { retryDelay } from './failure-policy.js';
 import { ReplyPublisher } from './reply-publisher.js';
 import { ChannelRouter } from './channel-router.js';
@@ -22,18 +23,29 @@ import { endpoints } from '../shared/endpoints.js';
 import { releaseExpiredReservations, trimUsage } from '../shared/billing.js';
 import { settledKey } from '../shared/accounts.js';
 import { PriceList } from '../shared/pricing.js';
+import { meterJobs, meterStalls, startWorkerMetrics } from './metrics.js';
 
 const reservationSweepMs = 10_000;
+const settledAfterCompletionMs = 60_000;
 const reservationGraceMs = 60_000;
 
 /** Jobs in flight per fetch loop: past this, one loop's round trips, not the vendor, would limit a queue's throughput. */
 const jobsPerFetchLoop = 64;
 const maxFetchLoops = 4;
 
+/** `total` split into `parts` nearly equal whole shares. */
+const split = (total: number, parts: number) => Array.from({ length: parts }, (_, i) => Math.floor(total / parts) + (i < total % parts ? 1 : 0));
+
 /** A queue's concurrency spread over its fetch loops (one loop per 64 jobs in flight, at most four). */
 export function fetchLoops(concurrency: number): number[] {
-  const loops = Math.min(maxFetchLoops, Math.max(1, Math.ceil(concurrency / jobsPerFetchLoop)));
-  return Array.from({ length: loops }, (_, i) => Math.floor(concurrency / loops) + (i < concurrency % loops ? 1 : 0));
+  return split(concurrency, Math.min(maxFetchLoops, Math.max(1, Math.ceil(concurrency / jobsPerFetchLoop))));
+}
+
+/** The fetch loops of a capability: its concurrency shared by its queue shards (each at least one job), then by each shard's loops. */
+export function capabilityLoops(name: QueueName, concurrency: number, shards: number): Array<{ queue: string; concurrency: number; loop: number }> {
+  return split(Math.max(concurrency, shards), shards).flatMap((share, shard) =>
+    fetchLoops(share).map((loopConcurrency, loop) => ({ queue: shardQueueName(name, shard, shards), concurrency: loopConcurrency, loop })),
+  );
 }
 
 export interface WorkerPool {
@@ -46,8 +58,8 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   setFetchPolicy({ allowHosts: config.fetchAllowHosts, allowPrivate: config.fetchAllowPrivate });
   setVendorCallSettings(config);
   if (config.fetchAllowPrivate) log.warn('FETCH_ALLOW_PRIVATE is on: URLs from vendors may reach private and loopback addresses');
-  const redis = createRedis(config.redisUrl, { connectionName: 'worker' });
-  const subscriber = createRedis(config.redisUrl, { connectionName: 'worker-cancel' });
+  const redis = createRedis(config.redis, { connectionName: 'worker' });
+  const subscriber = createRedis(config.redis, { connectionName: 'worker-cancel' });
   const cancels = new CancelRegistry();
   const limiter = new VendorLimiter(redis, config);
   subscriber.on('message', (channel: string, message: string) => {
@@ -61,8 +73,10 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   const catalog = loadCatalog(config.catalogFile);
   const router = new ChannelRouter(redis, catalog, log, config);
   await router.start();
+  startWorkerMetrics(config, router);
   const blobs = createBlobStore(config);
-  const processor = createProcessor({
+  // Tracing on: each run of a job gets its spans (the processor unchanged when off).
+  const processor = traceJobs(createProcessor({
     config,
     redis,
     catalog,
@@ -82,12 +96,12 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       },
       log,
     },
-  });
+  }));
 
   // BullMQ's worker fetches one job per Redis round trip; a busy queue gets several fetch loops, which share its concurrency.
-  const loops = config.workerQueues.flatMap((name) => fetchLoops(config.concurrency[name]).map((concurrency, loop) => ({ name, concurrency, loop })));
-  const bullWorkers = loops.map(({ name, concurrency, loop }) => {
-    const worker = new Worker<GatewayJobData, GatewayJobResult>(name, processor, {
+  const loops = config.workerQueues.flatMap((name) => capabilityLoops(name, config.concurrency[name], config.queueShards[name]));
+  const bullWorkers = loops.map(({ queue: name, concurrency, loop }) => {
+    const worker = new Worker<GatewayJobData, GatewayJobResult>(name, meterJobs(processor), {
       connection: redis,
       concurrency,
       lockDuration: config.workerLockMs,
@@ -109,6 +123,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       if (job) releaseUploads(job, () => isFinalFailure(job, error));
     });
     worker.on('error', (error) => log.error({ err: error, queue: name }, 'worker error'));
+    meterStalls(worker);
     return worker;
   });
 
@@ -128,9 +143,11 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   }
 
   // A completed job never runs again, so its settled mark (which stops a second attempt from billing twice)
-  // has done its work: dropped now rather than kept until the job's deadline, one key per request.
+  // has nearly done its work: kept one more minute rather than until its deadline, one key per request. Not
+  // dropped at once: a Redis failover that loses the job's completion (asynchronous replication) brings the
+  // job back within seconds, and the mark must still be there to stop it billing again.
   function forgetSettled(job: Job<GatewayJobData>): void {
-    redis.del(settledKey(job.data.requestId)).catch(() => undefined);
+    redis.pexpire(settledKey(job.data.requestId), settledAfterCompletionMs).catch(() => undefined);
   }
 
   // A job's uploads are deleted once it reaches its final state; never while it may still be retried.

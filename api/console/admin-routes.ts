@@ -9,6 +9,7 @@ import { accountName, createAccountSchema, creditSchema, parseStrict, role } fro
 import { accountView, keyView } from '../views.js';
 import { bodyLimit } from '../routes/admin.js';
 import { requireSession, type ConsoleDeps } from './routes.js';
+import { queueDashboardEntry } from '../queue-dashboard.js';
 
 /*
  * The console's admin pages' data, at /console/api/admin/*. Each handler
@@ -103,8 +104,14 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
   router.get('/api/admin/queues', async (ctx) => {
     await requireAdmin(ctx, deps);
     const data = await Promise.all(
-      [...deps.queues].map(async ([name, queue]) => ({ name, ...(await queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'completed')) })),
+      [...deps.queues.entries()].map(async ([name, shards]) => {
+        // A capability's shards count as one queue.
+        const counts = await Promise.all(shards.map((queue) => queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'completed')));
+        const total: Record<string, number> = {};
+        for (const count of counts) for (const [state, n] of Object.entries(count)) total[state] = (total[state] ?? 0) + n;
+        return { name, ...total };
+      }),
     );
-    ctx.body = { object: 'list', data, dashboard: null };
+    ctx.body = { object: 'list', data, dashboard: queueDashboardEntry };
   });
 }

@@ -16,6 +16,7 @@ import type { ConsoleAssets } from './assets.js';
 import { sameSecret, type Session, type SessionStore, type SigninThrottle } from './sessions.js';
 import { pricingList, usageReport, usageCsv, usageRequestSchema } from './reports.js';
 import { addAdminConsoleRoutes } from './admin-routes.js';
+import { queueDashboardEntry } from '../queue-dashboard.js';
 
 /*
  * The web console: its built pages at /console/*, its JSON API at
@@ -168,7 +169,7 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
       signup: config.console.signup === 'open',
       public_pricing: config.console.publicPricing,
       base_url: config.publicBaseUrl ?? `${ctx.protocol}://${ctx.host}`,
-      queue_dashboard: null,
+      queue_dashboard: queueDashboardEntry,
     };
   });
 

@@ -1,6 +1,6 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { keyPrefix } from '../../shared/queues.js';
+import { accountsPrefix } from '../../shared/queues.js';
 import { GatewayError } from '../../shared/errors.js';
 
 /*
@@ -12,9 +12,9 @@ import { GatewayError } from '../../shared/errors.js';
  * whichever comes first, and its own CSRF token.
  */
 
-export const sessionKey = (tokenHash: string) => `${keyPrefix}session:${tokenHash}`;
-export const accountSessionsKey = (accountId: string) => `${keyPrefix}account-sessions:${accountId}`;
-const signinFailuresKey = (scope: 'email' | 'ip', value: string) => `${keyPrefix}signin-fail:${scope}:${createHash('sha256').update(value).digest('hex').slice(0, 32)}`;
+export const sessionKey = (tokenHash: string) => `${accountsPrefix}session:${tokenHash}`;
+export const accountSessionsKey = (accountId: string) => `${accountsPrefix}account-sessions:${accountId}`;
+const signinFailuresKey = (scope: 'email' | 'ip', value: string) => `${accountsPrefix}signin-fail:${scope}:${createHash('sha256').update(value).digest('hex').slice(0, 32)}`;
 
 export interface Session {
   tokenHash: string;

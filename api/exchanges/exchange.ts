@@ -10,6 +10,7 @@ import { cancelChannel, resultKey, type GatewayJobResult } from '../../shared/qu
 import { streamTrailer, type ReplyMessage } from '../../shared/reply.js';
 import type { PendingReply, ReplyHub } from '../reply-hub.js';
 import { streamWatchKey } from '../event-log.js';
+import { clientDisconnected } from '../metrics.js';
 
 /** What an exchange uses of the relay's dependencies. */
 export interface ExchangeDeps {
@@ -70,6 +71,7 @@ export abstract class Exchange implements PendingReply {
   async run(deadline: number): Promise<void> {
     const onClose = () => {
       if (this.settled || this.res.writableFinished) return;
+      clientDisconnected(this.stream ? 'stream' : 'held');
       const grace = this.deps.config.streamResumeGraceMs;
       if (this.stream && grace > 0) this.awaitResume(grace);
       else void this.cancel();

@@ -2,6 +2,7 @@ import { GatewayError, type WireError } from '../../shared/errors.js';
 import type { ReplyMessage } from '../../shared/reply.js';
 import { Exchange } from './exchange.js';
 import { sseHeaders } from '../event-log.js';
+import { streamChunksRelayed } from '../metrics.js';
 
 /** A request whose job's chunks are relayed to the client as server-sent events as they arrive. */
 export class StreamExchange extends Exchange {
@@ -42,6 +43,7 @@ export class StreamExchange extends Exchange {
       case 'chunk':
         this.sendHeaders();
         this.res.write(message.payload);
+        streamChunksRelayed(this.ctx, message.payload);
         break;
       case 'done':
         this.sendHeaders();

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Middleware } from 'koa';
-import { GatewayError, serverError } from '../../shared/errors.js';
+import { GatewayError, queueUnavailable, serverError } from '../../shared/errors.js';
 import { lazyChild, type Logger } from '../../shared/logger.js';
 
 export interface RequestIdState {
@@ -52,18 +52,10 @@ export function envelope(log: Logger): Middleware<RequestIdState> {
   };
 }
 
-const redisUnavailable = /MaxRetriesPerRequest|Connection is closed|ECONNREFUSED|ECONNRESET|Stream isn't writeable/;
-
 function toGatewayError(caught: unknown): GatewayError {
   if (caught instanceof GatewayError) return caught;
-  const text = `${(caught as Error)?.name} ${(caught as Error)?.message}`;
-  if (redisUnavailable.test(text)) {
-    return new GatewayError(503, 'The gateway cannot reach its queue right now; retry shortly.', {
-      code: 'queue_unavailable',
-      headers: { 'retry-after': '1' },
-      cause: caught,
-    });
-  }
+  const unavailable = queueUnavailable(caught);
+  if (unavailable) return unavailable;
   // Koa and Node raise HttpErrors (e.g. a malformed URL); keep their status when it is a client error.
   const status = (caught as { status?: number }).status;
   if (typeof status === 'number' && status >= 400 && status < 500) {

@@ -13,6 +13,7 @@ import { prefersAsync, relay, type RelayDeps } from '../relay.js';
 import type { AuthState } from '../middleware/auth.js';
 import type { RequestIdState } from '../middleware/envelope.js';
 import type { EventLogs } from '../event-log.js';
+import { noteModel } from '../metrics.js';
 
 type State = AuthState & RequestIdState;
 
@@ -55,6 +56,7 @@ export async function serve<E extends Endpoint>(name: E, ctx: Context, deps: End
     // TypeScript cannot follow a generic row to its schema's output: this is where the two are tied, once.
     const fields = parseBody(row.schema, raw) as HandlerInput<E>['fields'];
     const model = deps.models.resolve((fields as { model: string }).model, name);
+    noteModel(ctx, model.id);
     if (access?.models && !access.models.includes(model.id)) {
       throw new GatewayError(403, `This API key may not use the model \`${model.id}\`.`, { type: 'invalid_request_error', code: 'model_not_allowed', param: 'model' });
     }

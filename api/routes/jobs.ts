@@ -1,6 +1,7 @@
 import Router from '@koa/router';
 import { GatewayError } from '../../shared/errors.js';
 import { asyncJobKey, cancelChannel, payloadKey, videosOfKey } from '../../shared/queues.js';
+import { together } from '../../shared/redis.js';
 import { checkBlobSignature } from '../../storage/blob-urls.js';
 import type { ServingBlobStore } from '../../storage/create-blob-store.js';
 import { uploadKeys } from '../../storage/upload-keys.js';
@@ -55,7 +56,7 @@ export function jobRoutes(deps: EndpointRouteDeps & { blobs: ServingBlobStore; u
   router.delete('/videos/:id', async (ctx) => {
     const owned = await loadOwnedJob(redis, queues, ctx.params.id!, ctx.state.keyId, 'video');
     if (owned.job) {
-      const removed = await queues.get(owned.record.queue)!.remove(owned.id).catch(() => 0);
+      const removed = await queues.forJob(owned.record.queue, owned.id)!.remove(owned.id).catch(() => 0);
       if (removed !== 1 && owned.status === 'in_progress') await redis.publish(cancelChannel, owned.id);
       // Removed before a worker took it: nobody will read its reference image now.
       if (removed === 1) await Promise.allSettled(uploadKeys(owned.record.request ?? {}).map((key) => deps.blobs.delete(key)));
@@ -64,7 +65,7 @@ export function jobRoutes(deps: EndpointRouteDeps & { blobs: ServingBlobStore; u
       const files = await videoFiles(owned, deps.blobs).catch(() => undefined);
       for (const file of [files?.video, files?.thumbnail]) if (file) await deps.blobs.delete(file.key);
     }
-    await redis.multi().del(asyncJobKey(owned.id)).del(payloadKey(owned.id)).zrem(videosOfKey(ctx.state.keyId), owned.id).exec();
+    await together(redis).del(asyncJobKey(owned.id)).del(payloadKey(owned.id)).zrem(videosOfKey(ctx.state.keyId), owned.id).exec();
     ctx.body = { id: owned.id, object: 'video.deleted', deleted: true };
   });
 

@@ -1,3 +1,4 @@
+import type { QueueShards } from '../../shared/queue-shards.js';
 import Router from '@koa/router';
 import type { Context } from 'koa';
 import type { Queue } from 'bullmq';
@@ -19,7 +20,7 @@ type State = AuthState & RequestIdState;
 export interface ResponseRouteDeps {
   config: Config;
   redis: Redis;
-  queues: Map<QueueName, Queue>;
+  queues: QueueShards;
   logs: EventLogs;
   blobs: BlobStore;
 }
@@ -78,13 +79,13 @@ export async function followResponse(ctx: Context, deps: ResponseRouteDeps, id: 
 export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
   const router = new Router<State>({ prefix: '/v1' });
   const { redis, queues } = deps;
-  const chatQueue = () => queues.get('chat');
+  const chatQueue = (id: string) => queues.forJob('chat', id);
 
   /** The stored response; one still running whose job is gone or failed is recorded as failed (its worker died, or Redis lost it). */
   async function current(ctx: Context): Promise<StoredResponse> {
     const stored = await loadResponse(redis, deps.blobs, ctx.params.id!, ctx.state.keyId);
     if (!running(stored.response.status)) return stored;
-    const queue = chatQueue();
+    const queue = chatQueue(stored.id);
     const job = queue ? await queue.getJob(stored.id) : undefined;
     const state = job ? await job.getState() : 'missing';
     if (state !== 'missing' && state !== 'failed' && state !== 'unknown') return stored;
@@ -120,7 +121,7 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
 
   /** Stops a response's job: removed if no worker took it yet (its reservation given back), else its worker told to abort. */
   async function stop(id: string): Promise<boolean> {
-    const removed = (await chatQueue()?.remove(id).catch(() => 0)) === 1;
+    const removed = (await chatQueue(id)?.remove(id).catch(() => 0)) === 1;
     if (removed) await releaseReservation(redis, id).catch(() => undefined);
     else await redis.publish(cancelChannel, id);
     return removed;

@@ -55,7 +55,7 @@ describe('billing when processes and Redis fail', () => {
       headers: { authorization: `Bearer ${key.key}`, 'content-type': 'application/json' },
       body: JSON.stringify({ model, max_tokens: 20, messages: [{ role: 'user', content: 'Take your time [mock:slow:1500]' }] }),
     });
-    await waitFor(async () => (await redis.llen('bull:chat:active')) === 1, 10_000, 'the job to start');
+    await waitFor(async () => (await redis.llen('bull:{chat}:active')) === 1, 10_000, 'the job to start');
     processes.push(await startGateway({ role: 'worker', env }));
     await doomed.stop('SIGKILL');
 
@@ -89,7 +89,7 @@ describe('billing when processes and Redis fail', () => {
       balance: await field(redis, accountKey(account), 'balance'),
       spent: await field(redis, apiKeyRecordKey(key.id), 'spent'),
       usage: (await records(redis)).length,
-      ledger: await redis.xlen(`sy:ledger:${account}`),
+      ledger: await redis.xlen(`sy:{acct}:ledger:${account}`),
     };
     assert.ok(before.spent > 0 && before.balance === 5_000_000 - before.spent);
     // appendfsync everysec: a second is the most a crash may lose.
@@ -101,7 +101,7 @@ describe('billing when processes and Redis fail', () => {
         balance: await field(redis, accountKey(account), 'balance'),
         spent: await field(redis, apiKeyRecordKey(key.id), 'spent'),
         usage: (await records(redis)).length,
-        ledger: await redis.xlen(`sy:ledger:${account}`),
+        ledger: await redis.xlen(`sy:{acct}:ledger:${account}`),
       },
       before,
     );

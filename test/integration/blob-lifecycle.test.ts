@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import OpenAI, { toFile } from 'openai';
+import { shardQueueName } from '../../shared/queues.js';
 import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 
 const tinyPng = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64');
@@ -58,7 +59,7 @@ describe('blob lifecycle (mock vendor, local blobs)', () => {
     client = gateway.client(apiKey, { timeout: 30_000 });
     key = apiKey;
     queueConnection = redis.duplicate();
-    audioQueue = new Queue('audio', { connection: queueConnection });
+    audioQueue = new Queue(shardQueueName('audio', 0), { connection: queueConnection });
   });
 
   after(async () => {

@@ -229,7 +229,7 @@ describe('gateway with the built-in mock vendor', () => {
     assert.deepEqual(result.data.map((d) => d.index), input.map((_, i) => i));
     assert.equal(result.data[599]!.embedding.length, 256);
     // The job is marked done once its settlement is written too, which may be just after the answer.
-    const jobKey = `bull:embeddings:${response.headers.get('x-request-id')}`;
+    const jobKey = `bull:{embeddings}:${response.headers.get('x-request-id')}`;
     await waitFor(async () => (await redis.hget(jobKey, 'returnvalue')) !== null, 5000, 'the job to complete');
     const job = await redis.hget(jobKey, 'returnvalue');
     assert.match(job ?? '', /"bodyRef":"sy:result:req_/, 'the job kept a reference, not the body');

@@ -70,7 +70,7 @@ describe('Redis restarted under load', () => {
         chat(api.url, apiKey, `waiting stream ${i}`, { stream: true, messages: [{ role: 'user', content: `stream ${i}` }] }, clientGiveUpMs),
       ),
     ];
-    await waitFor(async () => (await redis.llen('bull:chat:wait')) === waiting.length, 10_000, 'the requests to wait in the queue');
+    await waitFor(async () => (await redis.llen('bull:{chat}:wait')) === waiting.length, 10_000, 'the requests to wait in the queue');
     await Promise.all(waiting.slice(5).map((w) => w.started));
 
     await redisServer!.stop();
@@ -109,7 +109,7 @@ describe('Redis restarted under load', () => {
       ...Array.from({ length: 4 }, (_, i) => chat(api.url, apiKey, `waiting plain ${i}`, { messages: [{ role: 'user', content: `plain ${i}` }] }, clientGiveUpMs)),
       ...Array.from({ length: 2 }, (_, i) => chat(api.url, apiKey, `waiting stream ${i}`, { stream: true, messages: [{ role: 'user', content: `stream ${i}` }] }, clientGiveUpMs)),
     ];
-    await waitFor(async () => (await redis.llen('bull:chat:wait')) === waiting.length, 10_000, 'the requests to wait in the queue');
+    await waitFor(async () => (await redis.llen('bull:{chat}:wait')) === waiting.length, 10_000, 'the requests to wait in the queue');
 
     await redisServer!.stop();
     await sleep(1500);
@@ -143,14 +143,14 @@ describe('Redis restarted under load', () => {
       chat(api.url, apiKey, 'waiting plain', { messages: [{ role: 'user', content: 'plain 0' }] }, clientGiveUpMs),
       chat(api.url, apiKey, 'waiting stream', { stream: true, messages: [{ role: 'user', content: 'stream 0' }] }, clientGiveUpMs),
     ];
-    await waitFor(async () => (await redis.llen('bull:chat:wait')) === others.length, 10_000, 'the requests to wait in the queue');
+    await waitFor(async () => (await redis.llen('bull:{chat}:wait')) === others.length, 10_000, 'the requests to wait in the queue');
 
     // Redis restarts; the worker is back at once and finishes every job, but the api stays cut off until then:
     // every `done` is published to nobody, so its answer must come from the jobs and the replay logs.
     proxy!.block();
     await redisServer!.stop();
     await redisServer!.restart();
-    await waitFor(async () => (await redis.zcard('bull:chat:completed')) >= 5, 20_000, 'the worker to finish every job');
+    await waitFor(async () => (await redis.zcard('bull:{chat}:completed')) >= 5, 20_000, 'the worker to finish every job');
     proxy!.unblock();
     const reconnectedAt = Date.now();
 
@@ -195,7 +195,7 @@ describe('Redis restarted under load', () => {
       chat(api.url, apiKey, 'plain', { messages: [{ role: 'user', content: 'plain' }] }, clientGiveUpMs),
       chat(api.url, apiKey, 'stream', { stream: true, messages: [{ role: 'user', content: 'stream' }] }, clientGiveUpMs),
     ];
-    await waitFor(async () => (await redis.llen('bull:chat:wait')) === waiting.length, 10_000, 'the requests to wait in the queue');
+    await waitFor(async () => (await redis.llen('bull:{chat}:wait')) === waiting.length, 10_000, 'the requests to wait in the queue');
     await waiting[1]!.started;
 
     await redis.flushall();

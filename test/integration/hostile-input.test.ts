@@ -215,7 +215,7 @@ describe('hostile input', () => {
     const trusted = await postJson('/v1/images/generations', body, { ...forged, prefer: 'respond-async' }, trusting);
     assert.equal(trusted.status, 202, trusted.text);
     const job = (JSON.parse(trusted.text) as { id: string }).id;
-    const data = JSON.parse((await redis.hget(`bull:image:${job}`, 'data')) ?? '{}') as { baseUrl?: string };
+    const data = JSON.parse((await redis.hget(`bull:{image}:${job}`, 'data')) ?? '{}') as { baseUrl?: string };
     assert.equal(data.baseUrl, 'https://evil.example', 'behind a trusted proxy the forwarded host is the public one');
   });
 

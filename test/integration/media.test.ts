@@ -207,8 +207,13 @@ for (const storage of ['local', 's3'] as const) describe(`media through the queu
     const events: Array<{ type: string; status: string }> = [];
     await new Promise<void>((resolve, reject) => {
       const ws = new WebSocket(wsUrl, { headers: { authorization: `Bearer ${apiKey}` } });
+      // The server closes the socket once the job has ended; one left open is a watcher waiting forever.
+      const stuck = setTimeout(() => reject(new Error(`the socket is still open 15 s on; events: ${JSON.stringify(events)}`)), 15_000);
       ws.on('message', (data) => events.push(JSON.parse(String(data))));
-      ws.on('close', () => resolve());
+      ws.on('close', () => {
+        clearTimeout(stuck);
+        resolve();
+      });
       ws.on('error', reject);
     });
     const last = events.at(-1)!;

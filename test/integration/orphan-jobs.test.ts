@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
+import { shardQueueName } from '../../shared/queues.js';
 import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 
 // An api that dies (SIGKILL, a lost machine) cannot cancel its jobs: the workers notice that nobody reads the answers.
@@ -36,7 +37,7 @@ describe('jobs of an api that is gone', () => {
     apiKey = (await createKey(redis)).key;
     fake = await startFakeOpenAI();
     queueConnection = redis.duplicate();
-    queue = new Queue('chat', { connection: queueConnection });
+    queue = new Queue(shardQueueName('chat', 0), { connection: queueConnection });
   });
 
   afterEach(async () => {

@@ -127,7 +127,7 @@ describe('global vendor limits', () => {
     assert.equal(fake.requests.length, 40);
     assert.ok(fake.maxInFlight <= 4, `vendor saw ${fake.maxInFlight} at once`);
     assert.equal(fake.maxInFlight, 4, 'the cap is used, not undershot');
-    assert.equal(await redis.zcard('sy:limit:openai:inflight'), 0, 'every slot was released');
+    assert.equal(await redis.zcard('sy:limit:{openai}:inflight'), 0, 'every slot was released');
   });
 });
 

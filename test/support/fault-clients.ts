@@ -146,9 +146,9 @@ export function assertAnsweredWithin(outcomes: Outcome[], from: number, boundMs:
 /** Jobs of a queue in each BullMQ state (read straight from Redis). */
 export async function queueCounts(redis: Redis, queue = 'chat'): Promise<{ wait: number; active: number; delayed: number }> {
   const [wait, active, delayed] = await Promise.all([
-    redis.llen(`bull:${queue}:wait`),
-    redis.llen(`bull:${queue}:active`),
-    redis.zcard(`bull:${queue}:delayed`),
+    redis.llen(`bull:{${queue}}:wait`),
+    redis.llen(`bull:{${queue}}:active`),
+    redis.zcard(`bull:{${queue}}:delayed`),
   ]);
   return { wait, active, delayed };
 }

@@ -2,7 +2,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { loadConfig } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
-import { decideFailure, type FailedAttempt } from '../../workers/failure-policy.js';
+import { decideFailure, toGatewayError, type FailedAttempt } from '../../workers/failure-policy.js';
+import { createLogger } from '../../shared/logger.js';
 
 const config = loadConfig({ RETRY_BASE_MS: '100' });
 const now = 1_000_000;
@@ -25,6 +26,17 @@ describe('failure policy', () => {
     assert.equal(decision.action, 'retry');
     assert.ok(decision.action === 'retry' && decision.delay >= 50 && decision.delay <= 100);
     assert.deepEqual(decideFailure(config, attempt(retryable, { attemptsMade: 3 })), { action: 'fail' });
+  });
+
+  it('names Redis lost mid-job (a restart, a failover) as 503 queue_unavailable and retries it; anything else unexpected is a final 500', () => {
+    const log = createLogger('silent', 'test');
+    for (const message of ['Connection is closed.', 'Too many Cluster redirections. Last error: ReplyError: CLUSTERDOWN The cluster is down', 'READONLY You can\'t write against a read only replica.']) {
+      const error = toGatewayError(new Error(message), log);
+      assert.deepEqual([error.status, error.code, error.retryable], [503, 'queue_unavailable', true], message);
+      assert.equal(decideFailure(config, attempt(error)).action, 'retry');
+    }
+    const bug = toGatewayError(new TypeError('undefined is not a function'), log);
+    assert.deepEqual([bug.status, bug.code, bug.retryable], [500, 'server_error', false]);
   });
 
   it('fails at once when output already reached the client, or the error is final', () => {

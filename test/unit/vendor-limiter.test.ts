@@ -21,7 +21,7 @@ describe('VendorLimiter', () => {
     const limiter = new VendorLimiter(redis, loadConfig({}));
     const lease = await limiter.acquire('openai', Date.now() + 1000, never);
     await lease.release();
-    assert.equal(await redis.exists('sy:limit:openai:inflight'), 0);
+    assert.equal(await redis.exists('sy:limit:{openai}:inflight'), 0);
   });
 
   it('holds the concurrency cap across limiter instances (processes) and lets a waiter in on release', async () => {
@@ -41,12 +41,12 @@ describe('VendorLimiter', () => {
     const lease = await third;
     assert.equal(thirdIn, true);
     await Promise.all([second.release(), lease.release()]);
-    assert.equal(await redis.zcard('sy:limit:openai:inflight'), 0);
+    assert.equal(await redis.zcard('sy:limit:{openai}:inflight'), 0);
   });
 
   it('frees the slot of a dead holder once its lease runs out', async () => {
     // A worker killed mid-call leaves its lease behind and never renews it.
-    await redis.zadd('sy:limit:xai:inflight', Date.now() + 300, 'lease-of-a-dead-worker');
+    await redis.zadd('sy:limit:{xai}:inflight', Date.now() + 300, 'lease-of-a-dead-worker');
     const limiter = new VendorLimiter(redis, loadConfig({ XAI_MAX_CONCURRENCY: '1' }), 300);
     const started = Date.now();
     const lease = await limiter.acquire('xai', Date.now() + 5000, never);
@@ -93,7 +93,7 @@ describe('VendorLimiter', () => {
     await second.release();
     await (await missed).release();
     await second.release(); // releasing twice is harmless
-    assert.equal(await redis.zcard('sy:limit:mock:inflight'), 0);
+    assert.equal(await redis.zcard('sy:limit:{mock}:inflight'), 0);
   });
 
   it('stops waiting when the client leaves', async () => {

@@ -1,0 +1,144 @@
+import type { ChildProcess } from 'node:child_process';
+import { createServer, type Server } from 'node:http';
+import { Gauge } from 'prom-client';
+import type { Logger } from './logger.js';
+import { activeMetrics, metricsContentType, metricsPrefix, renderMetrics, type MetricsJson } from './metrics.js';
+
+/**
+ * How a scrape reaches metrics kept outside the api's process:
+ * - `npm start` with its workers in a child process: the api asks the child
+ *   over the IPC channel `fork` opened (one message each way per scrape) and
+ *   serves both merged on its own `/metrics`;
+ * - `--role=worker` with `METRICS_PORT`: the worker process answers
+ *   `GET /metrics` on a listener of its own.
+ */
+
+const ask = 'switchyard:metrics?';
+const answer = 'switchyard:metrics';
+/** A child that has not answered by then is left out of this scrape (restarting, or stuck). */
+const askTimeoutMs = 2000;
+
+interface MetricsRequest {
+  type: typeof ask;
+  id: number;
+}
+
+interface MetricsAnswer {
+  type: typeof answer;
+  id: number;
+  metrics: MetricsJson;
+}
+
+/** In the forked worker process: answers the parent's metrics requests. */
+export function answerMetricsOverIpc(): void {
+  if (!process.send) return;
+  process.on('message', (message: unknown) => {
+    if ((message as MetricsRequest | null)?.type !== ask) return;
+    const { id } = message as MetricsRequest;
+    const registry = activeMetrics()?.registry;
+    void (registry ? registry.getMetricsAsJSON() : Promise.resolve([] as MetricsJson)).then(
+      (metrics) => process.send?.({ type: answer, id, metrics } satisfies MetricsAnswer),
+      () => process.send?.({ type: answer, id, metrics: [] } satisfies MetricsAnswer),
+    );
+  });
+}
+
+/**
+ * In the api of `npm start`: the worker process's metrics, asked for at each
+ * scrape. `attach` is called with every child the supervisor launches.
+ */
+export class WorkerProcessMetrics {
+  private child: ChildProcess | undefined;
+  private nextId = 0;
+  private readonly pending = new Map<number, (metrics: MetricsJson | undefined) => void>();
+  private up: Gauge | undefined;
+
+  attach(child: ChildProcess): void {
+    this.child = child;
+    child.on('message', (message: unknown) => {
+      if ((message as MetricsAnswer | null)?.type !== answer) return;
+      const { id, metrics } = message as MetricsAnswer;
+      this.pending.get(id)?.(restoreNonFinite(metrics));
+    });
+    child.once('exit', () => {
+      if (this.child === child) this.child = undefined;
+    });
+  }
+
+  /** The child's metrics, or undefined when there is none or it did not answer in time. */
+  async collect(): Promise<MetricsJson | undefined> {
+    const metrics = await this.request();
+    this.upGauge()?.set(metrics ? 1 : 0);
+    return metrics;
+  }
+
+  private upGauge(): Gauge | undefined {
+    const registry = activeMetrics()?.registry;
+    if (!registry) return undefined;
+    this.up ??= new Gauge({
+      name: `${metricsPrefix}worker_process_up`,
+      help: 'Whether the worker process of `npm start` answered this scrape (1) or not (0: its metrics are missing from it).',
+      registers: [registry],
+    });
+    return this.up;
+  }
+
+  private request(): Promise<MetricsJson | undefined> {
+    const child = this.child;
+    if (!child?.connected) return Promise.resolve(undefined);
+    const id = ++this.nextId;
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => finish(undefined), askTimeoutMs);
+      const finish = (metrics: MetricsJson | undefined) => {
+        clearTimeout(timer);
+        this.pending.delete(id);
+        resolve(metrics);
+      };
+      this.pending.set(id, finish);
+      try {
+        child.send({ type: ask, id } satisfies MetricsRequest, (error) => error && finish(undefined));
+      } catch {
+        finish(undefined);
+      }
+    });
+  }
+}
+
+/** JSON has no NaN or ±Infinity: they crossed the channel as null, and come back as NaN. */
+function restoreNonFinite(metrics: MetricsJson): MetricsJson {
+  for (const metric of metrics) for (const value of metric.values) if (value.value === null) value.value = Number.NaN;
+  return metrics;
+}
+
+/** `METRICS_PORT`: `GET /metrics` on a listener of its own (a worker process has no HTTP server otherwise). */
+export async function startMetricsListener(port: number, host: string, log: Logger): Promise<{ port: number; close(): Promise<void> }> {
+  const server: Server = createServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0];
+    if (path !== '/metrics' || (req.method !== 'GET' && req.method !== 'HEAD')) {
+      res.writeHead(path === '/metrics' ? 405 : 404, { 'content-type': 'text/plain; charset=utf-8' }).end(path === '/metrics' ? 'Method not allowed\n' : 'Not found\n');
+      return;
+    }
+    renderMetrics().then(
+      (text) => res.writeHead(200, { 'content-type': metricsContentType }).end(req.method === 'HEAD' ? undefined : text),
+      (error: unknown) => {
+        log.warn({ err: error }, 'could not render metrics');
+        res.writeHead(500, { 'content-type': 'text/plain; charset=utf-8' }).end('Could not render metrics\n');
+      },
+    );
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => resolve());
+  });
+  const address = server.address();
+  const bound = typeof address === 'object' && address ? address.port : port;
+  log.info({ port: bound }, `worker metrics listening on http://${host}:${bound}/metrics`);
+  return {
+    port: bound,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}

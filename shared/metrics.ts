@@ -1,0 +1,198 @@
+import { AggregatorRegistry, collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+
+/**
+ * The Prometheus metrics of one gateway process: one registry, every metric
+ * the api and the workers record (a process that runs only one half leaves
+ * the other half's metrics empty), plus Node's own process metrics, every
+ * name prefixed `switchyard_`. `initMetrics` builds it once per process (the
+ * api and the workers both call it; with both in one process they share it);
+ * until then every recording hook is a no-op, so modules used on their own
+ * (unit tests, benchmarks) record nothing.
+ *
+ * Labels are bounded by construction: routes are route templates, models are
+ * catalog ids the gateway resolved, vendors and channels come from the
+ * configuration (channel ids are hashes, never keys), and key ids appear only
+ * with `METRICS_PER_KEY=on`. Nothing a client sends becomes a label value.
+ */
+
+export const metricsPrefix = 'switchyard_';
+
+/** 1 ms to 10 min: from a cached embedding to the longest held request. */
+export const durationBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
+
+export type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
+
+export interface MetricsOptions {
+  /** `METRICS_PER_KEY`: a `key_id` label on request, token, cost and refusal metrics. */
+  perKey: boolean;
+}
+
+/** Label children by their values, made once: the hot path does a map lookup, not prom-client's label checks. */
+export class Children<T> {
+  private readonly made = new Map<string, T>();
+
+  constructor(private readonly make: (values: string[]) => T) {}
+
+  get(...values: string[]): T {
+    const key = values.length === 1 ? values[0]! : values.join('\u0001');
+    let child = this.made.get(key);
+    if (child === undefined) {
+      child = this.make(values);
+      this.made.set(key, child);
+    }
+    return child;
+  }
+}
+
+export class GatewayMetrics {
+  readonly registry = new Registry();
+  readonly perKey: boolean;
+
+  // The api: HTTP requests.
+  readonly httpRequests: Children<Counter.Internal>;
+  readonly httpDuration: Children<Histogram.Internal<string>>;
+  readonly httpFirstByte: Children<Histogram.Internal<string>>;
+  // The api: queue depths, as the backpressure last read them.
+  readonly queueJobs: Gauge<'queue' | 'state'>;
+  // The api: admission and streams.
+  readonly quotaRefusals: Children<Counter.Internal>;
+  readonly rateLimitRefusals: Children<Counter.Internal>;
+  readonly streamChunks: Counter;
+  readonly streamResumes: Children<Counter.Internal>;
+  readonly clientDisconnects: Children<Counter.Internal>;
+  // The workers: jobs.
+  readonly jobWait: Children<Histogram.Internal<string>>;
+  readonly jobRun: Children<Histogram.Internal<string>>;
+  readonly jobsRetried: Children<Counter.Internal>;
+  readonly jobsStalled: Children<Counter.Internal>;
+  readonly jobsRecovered: Children<Counter.Internal>;
+  // The workers: vendors and channels.
+  readonly vendorCalls: Children<Counter.Internal>;
+  readonly vendorErrors: Children<Counter.Internal>;
+  readonly vendorDuration: Children<Histogram.Internal<string>>;
+  readonly channelCooldowns: Children<Counter.Internal>;
+  readonly channelCoolingDown: Gauge<'vendor' | 'channel'>;
+  readonly vendorSlotsInUse: Children<Gauge.Internal<string>>;
+  readonly vendorSlotWaiters: Children<Gauge.Internal<string>>;
+  // The workers: what was billed.
+  readonly tokens: Children<Counter.Internal>;
+  readonly costMicros: Children<Counter.Internal>;
+
+  /** Read at each scrape by `queueJobs` (set by the api's backpressure). */
+  queueDepths: (() => Iterable<[queue: string, counts: Readonly<Record<string, number>>]>) | undefined;
+  /** Read at each scrape by `channelCoolingDown` (set by the workers' channel router). */
+  channelRests: (() => Iterable<[vendor: string, channel: string, rests: number]>) | undefined;
+
+  constructor(options: MetricsOptions) {
+    this.perKey = options.perKey;
+    const registers = [this.registry];
+    const keyed = (labels: string[]) => (this.perKey ? [...labels, 'key_id'] : labels);
+    const counter = (name: string, help: string, labelNames: string[]) =>
+      new Counter({ name: `${metricsPrefix}${name}`, help, labelNames, registers });
+    const histogram = (name: string, help: string, labelNames: string[]) =>
+      new Histogram({ name: `${metricsPrefix}${name}`, help, labelNames, buckets: durationBuckets, registers });
+    const counterChildren = (name: string, help: string, labelNames: string[]) => {
+      const metric = counter(name, help, labelNames);
+      return new Children((values) => metric.labels(...values));
+    };
+    const histogramChildren = (name: string, help: string, labelNames: string[]) => {
+      const metric = histogram(name, help, labelNames);
+      return new Children((values) => metric.labels(...values));
+    };
+    const gaugeChildren = (name: string, help: string, labelNames: string[]) => {
+      const metric = new Gauge({ name: `${metricsPrefix}${name}`, help, labelNames, registers });
+      return new Children((values) => metric.labels(...values));
+    };
+
+    this.httpRequests = counterChildren('http_requests_total', 'HTTP requests answered by the api, by route template, resolved catalog model (empty when none) and status class.', keyed(['route', 'model', 'status_class']));
+    this.httpDuration = histogramChildren('http_request_duration_seconds', 'Time from a request’s arrival to the end of its answer (a stream: its last chunk), by route template and status class.', ['route', 'status_class']);
+    this.httpFirstByte = histogramChildren('http_time_to_first_byte_seconds', 'Time from a request’s arrival to the first byte of its answer (a stream: its first chunk, keep-alive comments aside), by route template and resolved model.', ['route', 'model']);
+
+    const self = this;
+    this.queueJobs = new Gauge({
+      name: `${metricsPrefix}queue_jobs`,
+      help: 'Jobs of each capability queue (all its shards) by state (waiting, active, delayed, failed), as the api last read them (every 200 ms, for its backpressure); no Redis command per scrape.',
+      labelNames: ['queue', 'state'],
+      registers,
+      collect() {
+        const depths = self.queueDepths?.();
+        if (!depths) return;
+        for (const [queue, counts] of depths) for (const [state, count] of Object.entries(counts)) this.labels(queue, state).set(count);
+      },
+    });
+    this.quotaRefusals = counterChildren('quota_refusals_total', 'Requests refused 429 insufficient_quota at admission, by reason: key_limit (the key’s limit_usd) or account_balance.', keyed(['reason']));
+    this.rateLimitRefusals = counterChildren('rate_limit_refusals_total', 'Requests refused 429 rate_limit_exceeded at admission, by reason: rpm or tpm.', keyed(['reason']));
+    this.streamChunks = counter('stream_chunks_relayed_total', 'Server-sent events relayed live from workers to streaming clients (the closing [DONE] aside).', []);
+    this.streamResumes = counterChildren('stream_resumes_total', 'Stream resumes and replays served (a 2xx), by route template.', ['route']);
+    this.clientDisconnects = counterChildren('client_disconnects_total', 'Clients that left before their answer was complete, by kind: held (a plain request), stream, follow (a resumed or followed stream).', ['kind']);
+
+    this.jobWait = histogramChildren('job_wait_seconds', 'Time a job waited in its queue, from its enqueue to the start of its first run.', ['queue']);
+    this.jobRun = histogramChildren('job_run_seconds', 'Time of each run of a job in a worker (each attempt, and each resumption after a rate-limit wait).', ['queue']);
+    this.jobsRetried = counterChildren('jobs_retried_total', 'Job runs that ended to run again: reason error (a failed attempt, retried after a backoff) or rate_limited (put back to wait without spending an attempt).', ['queue', 'reason']);
+    this.jobsStalled = counterChildren('jobs_stalled_total', 'Jobs found stalled (their worker stopped renewing the lock) and handed back to the queue.', ['queue']);
+    this.jobsRecovered = counterChildren('jobs_recovered_total', 'Jobs that completed after an earlier failed attempt or a stall.', ['queue']);
+
+    this.vendorCalls = counterChildren('vendor_calls_total', 'Calls to a vendor channel (one per job run that held a vendor slot), by outcome: ok, error, cancelled (the client left).', ['vendor', 'channel', 'outcome']);
+    this.vendorErrors = counterChildren('vendor_errors_total', 'Failed vendor calls by kind: 429, 5xx, timeout, network, auth (credentials or quota refused), 4xx, bad_response, other.', ['vendor', 'channel', 'kind']);
+    this.vendorDuration = histogramChildren('vendor_call_duration_seconds', 'Time of a vendor call, from its vendor slot being held until the vendor’s part is done (a stream: its end).', ['vendor', 'channel']);
+    this.channelCooldowns = counterChildren('channel_cooldowns_total', 'Rests this worker put a channel under, by reason: auth (the whole channel), rate (a 429), failures (repeated 5xx or network errors).', ['vendor', 'channel', 'reason']);
+    this.channelCoolingDown = new Gauge({
+      name: `${metricsPrefix}channel_cooling_down`,
+      help: 'Rests a channel is under now (channel-wide, or one per upstream model), as this worker last read the shared cooldowns (once a second).',
+      labelNames: ['vendor', 'channel'],
+      registers,
+      collect() {
+        const rests = self.channelRests?.();
+        if (!rests) return;
+        for (const [vendor, channel, count] of rests) this.labels(vendor, channel).set(count);
+      },
+    });
+    this.vendorSlotsInUse = gaugeChildren('vendor_slots_in_use', 'Slots of a vendor’s global concurrency cap (<VENDOR>_MAX_CONCURRENCY) this process holds; summed over worker processes, the slots in use.', ['vendor']);
+    this.vendorSlotWaiters = gaugeChildren('vendor_slot_waiters', 'Jobs of this process waiting for a vendor slot (its concurrency cap or its rpm).', ['vendor']);
+
+    this.tokens = counterChildren('tokens_total', 'Tokens billed, by catalog model and direction: in (prompt) or out (completion).', keyed(['model', 'direction']));
+    this.costMicros = counterChildren('cost_micros_total', 'Cost billed, in micro-dollars (1e-6 USD), by catalog model.', keyed(['model']));
+
+    collectDefaultMetrics({ register: this.registry, prefix: metricsPrefix });
+  }
+
+}
+
+let current: GatewayMetrics | undefined;
+
+/** The process's metrics, built on first call (later calls return the same, whatever their options). */
+export function initMetrics(options: MetricsOptions): GatewayMetrics {
+  current ??= new GatewayMetrics(options);
+  return current;
+}
+
+/** The process's metrics, or undefined when this process keeps none (then nothing is recorded). */
+export function activeMetrics(): GatewayMetrics | undefined {
+  return current;
+}
+
+/** Where a process finds metrics kept by another (the worker process `npm start` forks): undefined when it does not answer. */
+export type MetricsPeer = () => Promise<MetricsJson | undefined>;
+let peer: MetricsPeer | undefined;
+
+export function setMetricsPeer(source: MetricsPeer | undefined): void {
+  peer = source;
+}
+
+export const metricsContentType = Registry.PROMETHEUS_CONTENT_TYPE;
+
+/**
+ * The text a scrape gets: this process's registry, merged with its peer's
+ * (the worker process of `npm start`) when it has one and it answered.
+ * Merging sums equal series (each half records its own metrics, so they do
+ * not overlap); Node's process metrics follow prom-client's own rules
+ * (CPU and memory summed, the start time left out).
+ */
+export async function renderMetrics(): Promise<string> {
+  const metrics = current;
+  if (!metrics) return '';
+  const other = peer ? await peer() : undefined;
+  if (!other) return metrics.registry.metrics();
+  const own = await metrics.registry.getMetricsAsJSON();
+  return AggregatorRegistry.aggregate([own, other]).metrics();
+}

@@ -1,0 +1,490 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Redis } from 'ioredis';
+import OpenAI from 'openai';
+import { accountKey, apiKeyRecordKey } from '../../shared/accounts.js';
+import { loadCatalog } from '../../shared/catalog.js';
+import { PriceList } from '../../shared/pricing.js';
+import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
+import { FAKE_USAGE } from '../support/fake-openai-defaults.js';
+import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+
+/**
+ * GET /metrics against real gateway processes: a known run of requests moves
+ * each metric by exactly what it should; the worker's own listener
+ * (METRICS_PORT), the api of `npm start` serving its worker process's metrics
+ * too, and labels that stay bounded whatever a client sends.
+ */
+
+// Every database from 1 to 15 is some test file's; files run one at a time, each on its own private redis-server by default.
+const db = 7;
+
+interface Sample {
+  name: string;
+  labels: Record<string, string>;
+  value: number;
+}
+
+/** The Prometheus text format, sample lines only (HELP, TYPE and blank lines skipped). */
+function parseMetrics(text: string): Sample[] {
+  const samples: Sample[] = [];
+  for (const line of text.split('\n')) {
+    if (line === '' || line.startsWith('#')) continue;
+    const match = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\d+)?$/.exec(line);
+    assert.ok(match, `not a sample line: ${line}`);
+    const labels: Record<string, string> = {};
+    for (const [, name, raw] of (match[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) {
+      labels[name!] = raw!.replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c));
+    }
+    const raw = match[3]!;
+    samples.push({ name: match[1]!, labels, value: raw === '+Inf' ? Infinity : raw === '-Inf' ? -Infinity : Number(raw) });
+  }
+  return samples;
+}
+
+class Scrape {
+  constructor(
+    readonly text: string,
+    readonly samples = parseMetrics(text),
+  ) {}
+
+  /** The sum of every series of `name` whose labels include `labels`. */
+  value(name: string, labels: Record<string, string> = {}): number {
+    let sum = 0;
+    for (const sample of this.samples) {
+      if (sample.name === name && Object.entries(labels).every(([k, v]) => sample.labels[k] === v)) sum += sample.value;
+    }
+    return sum;
+  }
+
+  series(name: string): Sample[] {
+    return this.samples.filter((s) => s.name === name);
+  }
+}
+
+async function scrape(url: string): Promise<Scrape> {
+  const response = await fetch(url);
+  assert.equal(response.status, 200);
+  assert.match(response.headers.get('content-type') ?? '', /^text\/plain; version=0\.0\.4/);
+  return new Scrape(await response.text());
+}
+
+type Expectation = [name: string, labels: Record<string, string>, delta: number];
+
+/**
+ * Waits until every expected metric moved by its delta (some move just after
+ * the client's answer: settlement, the end of a job's run), then asserts each
+ * moved by exactly that: no more, and the zeros not at all.
+ */
+async function expectDeltas(url: string, before: Scrape, expected: Expectation[], timeoutMs = 8000): Promise<Scrape> {
+  const delta = (now: Scrape, [name, labels]: Expectation) => now.value(name, labels) - before.value(name, labels);
+  let now = await scrape(url);
+  const until = Date.now() + timeoutMs;
+  while (expected.some((e) => delta(now, e) < e[2]) && Date.now() < until) {
+    await new Promise((r) => setTimeout(r, 50));
+    now = await scrape(url);
+  }
+  // A moment more: what should not move (or not further) gets the chance to show it did.
+  await new Promise((r) => setTimeout(r, 150));
+  now = await scrape(url);
+  const moved = expected.map((e) => `${e[0]}${JSON.stringify(e[1])} ${delta(now, e)}`);
+  assert.deepEqual(moved, expected.map((e) => `${e[0]}${JSON.stringify(e[1])} ${e[2]}`));
+  return now;
+}
+
+const model = 'gpt-4o-mini';
+const chat = '/v1/chat/completions';
+const prices = new PriceList(loadCatalog().all());
+const usageCost = prices.costMicros(model, {
+  inputTokens: FAKE_USAGE.prompt_tokens,
+  cachedTokens: 0,
+  outputTokens: FAKE_USAGE.completion_tokens,
+  images: 0,
+  audioSeconds: 0,
+  videoSeconds: 0,
+});
+const small = { model, messages: [{ role: 'user' as const, content: 'Count me.' }], max_tokens: 16 };
+
+/** A chat completions stream, as the OpenAI-compatible vendor sends it, one event per `chunkDelayMs`. */
+function slowStream(pieces: string[]): string {
+  const base = { id: 'chatcmpl-slow', object: 'chat.completion.chunk', created: 1, model, system_fingerprint: 'fp' };
+  const chunks = [
+    { ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] },
+    ...pieces.map((content) => ({ ...base, choices: [{ index: 0, delta: { content }, finish_reason: null }] })),
+    { ...base, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] },
+  ];
+  return [...chunks.map((c) => `data: ${JSON.stringify(c)}\n\n`), 'data: [DONE]\n\n'].join('');
+}
+
+describe('GET /metrics: one process (WORKER_PROCESS=off), a fake OpenAI vendor', () => {
+  let fake: FakeOpenAI;
+  let redis: Redis;
+  let gateway: GatewayProcess;
+  let client: OpenAI;
+  let metricsUrl: string;
+
+  before(async () => {
+    fake = await startFakeOpenAI();
+    const fresh = await freshRedis(db);
+    redis = fresh.redis;
+    gateway = await startGateway({
+      env: {
+        REDIS_URL: fresh.url,
+        WORKER_PROCESS: 'off',
+        OPENAI_API_KEY: 'sk-metrics-test-000000',
+        OPENAI_BASE_URL: fake.url,
+        MOCK_VENDOR: 'off',
+        RETRY_BASE_MS: '10',
+        STREAM_RESUME_GRACE_MS: '5000',
+        // One call at a time to the vendor, across workers: the slot gauges have something to show.
+        OPENAI_MAX_CONCURRENCY: '1',
+        // Set, yet the api's own /metrics needs no token.
+        ADMIN_TOKEN: 'admin-secret-for-metrics',
+      },
+    });
+    client = gateway.client((await createKey(redis)).key);
+    metricsUrl = `${gateway.url}/metrics`;
+  });
+
+  after(async () => {
+    await gateway?.stop();
+    await fake?.close();
+    redis?.disconnect();
+  });
+
+  /** A key on its own account holding `balance` micros (or unlimited), with extra key fields (as billing.test.ts makes them). */
+  async function paidKey(balance: number | 'unlimited', fields: Record<string, string | number> = {}): Promise<{ id: string; key: string }> {
+    const created = await createKey(redis, 'metrics');
+    const account = `acct_${created.id}`;
+    await redis.hset(accountKey(account), { id: account, email: `${created.id}@example.com`, name: 'test', role: 'member', created: 1, reserved: 0, ...(balance === 'unlimited' ? { unlimited: '1' } : { balance }) });
+    await redis.hset(apiKeyRecordKey(created.id), { account, spent: 0, reserved: 0, ...fields });
+    return created;
+  }
+
+  const ok = { route: chat, model, status_class: '2xx' };
+  const openai = { vendor: 'openai' };
+  const chatQueue = { queue: 'chat' };
+
+  it('serves Prometheus text with the process metrics, without an API key', async () => {
+    const first = await scrape(metricsUrl);
+    assert.ok(first.value('switchyard_process_cpu_seconds_total') > 0);
+    assert.ok(first.series('switchyard_nodejs_heap_size_used_bytes').length === 1);
+    assert.match(first.text, /# TYPE switchyard_http_requests_total counter/);
+    assert.match(first.text, /# TYPE switchyard_job_run_seconds histogram/);
+    // Every metric the gateway defines carries the prefix.
+    for (const [, name] of first.text.matchAll(/^# TYPE (\S+)/gm)) assert.ok(name!.startsWith('switchyard_'), name);
+    // The queue depths are the backpressure's: one series per capability and state.
+    for (const queue of ['chat', 'embeddings', 'image', 'audio', 'video']) {
+      for (const state of ['waiting', 'active', 'delayed', 'failed']) assert.equal(first.series('switchyard_queue_jobs').filter((s) => s.labels.queue === queue && s.labels.state === state).length, 1);
+    }
+    const second = await scrape(metricsUrl);
+    assert.equal(second.value('switchyard_http_requests_total', { route: '/metrics', status_class: '2xx' }) - first.value('switchyard_http_requests_total', { route: '/metrics', status_class: '2xx' }), 1);
+  });
+
+  it('a plain request: its request, job, vendor call, tokens and cost', async () => {
+    const before = await scrape(metricsUrl);
+    const completion = await client.chat.completions.create(small);
+    assert.equal(completion.usage?.prompt_tokens, FAKE_USAGE.prompt_tokens);
+    await expectDeltas(metricsUrl, before, [
+      ['switchyard_http_requests_total', ok, 1],
+      ['switchyard_http_request_duration_seconds_count', { route: chat, status_class: '2xx' }, 1],
+      ['switchyard_http_time_to_first_byte_seconds_count', { route: chat, model }, 1],
+      ['switchyard_job_wait_seconds_count', chatQueue, 1],
+      ['switchyard_job_run_seconds_count', chatQueue, 1],
+      ['switchyard_vendor_calls_total', { ...openai, outcome: 'ok' }, 1],
+      ['switchyard_vendor_calls_total', { ...openai, outcome: 'error' }, 0],
+      ['switchyard_vendor_call_duration_seconds_count', openai, 1],
+      ['switchyard_vendor_errors_total', {}, 0],
+      ['switchyard_tokens_total', { model, direction: 'in' }, FAKE_USAGE.prompt_tokens],
+      ['switchyard_tokens_total', { model, direction: 'out' }, FAKE_USAGE.completion_tokens],
+      ['switchyard_cost_micros_total', { model }, usageCost],
+      ['switchyard_jobs_retried_total', {}, 0],
+      ['switchyard_stream_chunks_relayed_total', {}, 0],
+    ]);
+    assert.ok(usageCost > 0);
+  });
+
+  it('a stream: every chunk the client got, and its first byte', async () => {
+    const before = await scrape(metricsUrl);
+    const stream = await client.chat.completions.create({ ...small, stream: true, stream_options: { include_usage: true } });
+    let chunks = 0;
+    for await (const _chunk of stream) chunks++;
+    assert.ok(chunks >= 5, `${chunks} chunks`);
+    await expectDeltas(metricsUrl, before, [
+      ['switchyard_stream_chunks_relayed_total', {}, chunks],
+      ['switchyard_http_requests_total', ok, 1],
+      ['switchyard_http_time_to_first_byte_seconds_count', { route: chat, model }, 1],
+      ['switchyard_job_run_seconds_count', chatQueue, 1],
+      ['switchyard_vendor_calls_total', { ...openai, outcome: 'ok' }, 1],
+      ['switchyard_tokens_total', { model, direction: 'in' }, FAKE_USAGE.prompt_tokens],
+      ['switchyard_tokens_total', { model, direction: 'out' }, FAKE_USAGE.completion_tokens],
+      ['switchyard_client_disconnects_total', {}, 0],
+    ]);
+  });
+
+  it('client errors: counted as 4xx with no model, and nothing queued', async () => {
+    const before = await scrape(metricsUrl);
+    await assert.rejects(client.chat.completions.create({ ...small, model: 'no-such-model' }), (e: unknown) => e instanceof OpenAI.NotFoundError);
+    await assert.rejects(client.chat.completions.create({ model } as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming), (e: unknown) => e instanceof OpenAI.BadRequestError);
+    await expectDeltas(metricsUrl, before, [
+      ['switchyard_http_requests_total', { route: chat, model: '', status_class: '4xx' }, 2],
+      ['switchyard_http_requests_total', { route: chat, status_class: '2xx' }, 0],
+      ['switchyard_job_wait_seconds_count', {}, 0],
+      ['switchyard_vendor_calls_total', {}, 0],
+    ]);
+  });
+
+  it('a vendor 429: an error of kind 429, a rate-limit wait, a channel rest, then the answer', async () => {
+    fake.enqueue({ status: 429, headers: { 'retry-after-ms': '1' }, json: { error: { message: 'Slow down', type: 'requests', param: null, code: 'rate_limit_exceeded' } } });
+    const before = await scrape(metricsUrl);
+    await client.chat.completions.create(small);
+    await expectDeltas(metricsUrl, before, [
+      ['switchyard_http_requests_total', ok, 1],
+      ['switchyard_vendor_calls_total', { ...openai, outcome: 'error' }, 1],
+      ['switchyard_vendor_calls_total', { ...openai, outcome: 'ok' }, 1],
+      ['switchyard_vendor_errors_total', { ...openai, kind: '429' }, 1],
+      ['switchyard_vendor_errors_total', {}, 1],
+      ['switchyard_channel_cooldowns_total', { ...openai, reason: 'rate' }, 1],
+      ['switchyard_jobs_retried_total', { queue: 'chat', reason: 'rate_limited' }, 1],
+      ['switchyard_jobs_retried_total', { queue: 'chat', reason: 'error' }, 0],
+      // Waiting out a rate limit spends no attempt: the job did not fail, so it did not "recover".
+      ['switchyard_jobs_recovered_total', {}, 0],
+      ['switchyard_job_wait_seconds_count', chatQueue, 1],
+      ['switchyard_job_run_seconds_count', chatQueue, 2],
+      ['switchyard_tokens_total', { model, direction: 'in' }, FAKE_USAGE.prompt_tokens],
+    ]);
+  });
+
+  it('a vendor 5xx: an error of kind 5xx, a retry, and the job recovered', async () => {
+    fake.enqueue({ status: 500, json: { error: { message: 'boom', type: 'server_error', param: null, code: null } } });
+    const before = await scrape(metricsUrl);
+    await client.chat.completions.create(small);
+    await expectDeltas(metricsUrl, before, [
+      ['switchyard_http_requests_total', ok, 1],
+      ['switchyard_vendor_errors_total', { ...openai, kind: '5xx' }, 1],
+      ['switchyard_vendor_errors_total', {}, 1],
+      ['switchyard_vendor_calls_total', { ...openai, outcome: 'ok' }, 1],
+      ['switchyard_jobs_retried_total', { queue: 'chat', reason: 'error' }, 1],
+      ['switchyard_jobs_retried_total', { queue: 'chat', reason: 'rate_limited' }, 0],
+      ['switchyard_jobs_recovered_total', chatQueue, 1],
+      // One 5xx is below CHANNEL_FAILURE_THRESHOLD: no rest.
+      ['switchyard_channel_cooldowns_total', {}, 0],
+      ['switchyard_job_run_seconds_count', chatQueue, 2],
+      ['switchyard_job_wait_seconds_count', chatQueue, 1],
+      // Billed once, for the attempt that answered.
+      ['switchyard_tokens_total', { model, direction: 'out' }, FAKE_USAGE.completion_tokens],
+    ]);
+  });
+
+  it('admission refusals: a quota refusal and a rate-limit refusal, by reason', async () => {
+    const poor = await paidKey(1);
+    const limited = await paidKey('unlimited', { rpm: 1 });
+    const before = await scrape(metricsUrl);
+    await assert.rejects(gateway.client(poor.key).chat.completions.create(small), (e: unknown) => e instanceof OpenAI.RateLimitError && e.code === 'insufficient_quota');
+    const limitedClient = gateway.client(limited.key);
+    await limitedClient.chat.completions.create(small);
+    await assert.rejects(limitedClient.chat.completions.create(small), (e: unknown) => e instanceof OpenAI.RateLimitError && e.code === 'rate_limit_exceeded');
+    await expectDeltas(metricsUrl, before, [
+      ['switchyard_quota_refusals_total', { reason: 'account_balance' }, 1],
+      ['switchyard_quota_refusals_total', {}, 1],
+      ['switchyard_rate_limit_refusals_total', { reason: 'rpm' }, 1],
+      ['switchyard_rate_limit_refusals_total', {}, 1],
+      // The model was resolved before admission refused it: it labels the refusal.
+      ['switchyard_http_requests_total', { route: chat, model, status_class: '4xx' }, 2],
+      ['switchyard_http_requests_total', ok, 1],
+      ['switchyard_job_run_seconds_count', chatQueue, 1],
+    ]);
+    // Key ids only with METRICS_PER_KEY=on.
+    assert.ok(!(await scrape(metricsUrl)).text.includes(limited.id));
+  });
+
+  it('a client that leaves a stream, then resumes it', async () => {
+    const pieces = ['one', ' two', ' three', ' four', ' five', ' six'];
+    fake.enqueue({ sse: slowStream(pieces), chunkDelayMs: 120 });
+    const before = await scrape(metricsUrl);
+    const { key } = await createKey(redis, 'resumer');
+    const abort = new AbortController();
+    const response = await fetch(`${gateway.url}${chat}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ ...small, stream: true }),
+      signal: abort.signal,
+    });
+    assert.equal(response.status, 200);
+    const requestId = response.headers.get('x-request-id')!;
+    const reader = response.body!.getReader();
+    let seen = '';
+    while (!seen.includes('\n\n')) seen += new TextDecoder().decode((await reader.read()).value);
+    abort.abort();
+    await reader.cancel().catch(() => undefined);
+    await expectDeltas(metricsUrl, before, [['switchyard_client_disconnects_total', { kind: 'stream' }, 1]]);
+
+    const resumed = await fetch(`${gateway.url}${chat}/${requestId}/stream`, { headers: { authorization: `Bearer ${key}`, 'last-event-id': '0' } });
+    assert.equal(resumed.status, 200);
+    const rest = await resumed.text();
+    assert.ok(rest.endsWith('data: [DONE]\n\n'), rest);
+    await expectDeltas(metricsUrl, before, [
+      ['switchyard_stream_resumes_total', { route: '/v1/chat/completions/:id/stream' }, 1],
+      ['switchyard_http_requests_total', { route: '/v1/chat/completions/:id/stream', model: '', status_class: '2xx' }, 1],
+      ['switchyard_client_disconnects_total', {}, 1],
+      ['switchyard_job_run_seconds_count', chatQueue, 1],
+    ]);
+
+    // A stored response read back as a stream is a replay too.
+    const stored = await gateway.client(key).responses.create({ model, input: 'Keep me.' });
+    const again = await scrape(metricsUrl);
+    const replay = await fetch(`${gateway.url}/v1/responses/${stored.id}?stream=true`, { headers: { authorization: `Bearer ${key}` } });
+    assert.equal(replay.status, 200);
+    assert.match(await replay.text(), /response\.completed/);
+    await expectDeltas(metricsUrl, again, [
+      ['switchyard_stream_resumes_total', { route: '/v1/responses/:id' }, 1],
+      ['switchyard_stream_resumes_total', {}, 1],
+    ]);
+  });
+
+  it('a vendor cap: the slot held and the job waiting for it, then both given back', async () => {
+    fake.enqueue({ delayMs: 800 }, { delayMs: 800 });
+    const before = await scrape(metricsUrl);
+    const both = Promise.all([client.chat.completions.create(small), client.chat.completions.create(small)]);
+    let during = before;
+    await waitFor(
+      async () => {
+        during = await scrape(metricsUrl);
+        return during.value('switchyard_vendor_slot_waiters', openai) === 1;
+      },
+      5000,
+      'a job to wait for the slot',
+    );
+    assert.equal(during.value('switchyard_vendor_slots_in_use', openai), 1);
+    await both;
+    await expectDeltas(metricsUrl, before, [
+      ['switchyard_vendor_calls_total', { ...openai, outcome: 'ok' }, 2],
+      ['switchyard_vendor_slots_in_use', openai, 0],
+      ['switchyard_vendor_slot_waiters', openai, 0],
+    ]);
+  });
+
+  it('labels stay bounded: bogus models and paths add no label value', async () => {
+    const before = await scrape(metricsUrl);
+    const { key } = await createKey(redis, 'hostile');
+    const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+    const bogus = Array.from({ length: 40 }, (_, i) => `bogus-model-${i}-${Math.random().toString(36).slice(2)}`);
+    for (const name of bogus) {
+      const response = await fetch(`${gateway.url}${chat}`, { method: 'POST', headers, body: JSON.stringify({ ...small, model: name }) });
+      assert.equal(response.status, 404);
+    }
+    for (let i = 0; i < 10; i++) {
+      assert.equal((await fetch(`${gateway.url}/v1/bogus-path-${i}`, { headers })).status, 404);
+      assert.equal((await fetch(`${gateway.url}/bogus-top-${i}`)).status, 404);
+      assert.equal((await fetch(`${gateway.url}/v1/models/bogus-model-id-${i}`, { headers })).status, 404);
+    }
+    const after = await expectDeltas(metricsUrl, before, [
+      ['switchyard_http_requests_total', { route: chat, model: '', status_class: '4xx' }, 40],
+      ['switchyard_http_requests_total', { route: '/v1/{*rest}', model: '', status_class: '4xx' }, 10],
+      ['switchyard_http_requests_total', { route: 'other', model: '', status_class: '4xx' }, 10],
+      ['switchyard_http_requests_total', { route: '/v1/models/*model', model: '', status_class: '4xx' }, 10],
+    ]);
+    assert.ok(!after.text.includes('bogus'), 'no client string became a label value');
+    const seriesOf = (s: Scrape) => new Set(s.samples.filter((x) => x.name.startsWith('switchyard_http_')).map((x) => `${x.name}${JSON.stringify(x.labels)}`));
+    const added = [...seriesOf(after)].filter((series) => !seriesOf(before).has(series));
+    // At most the route templates' own series: three routes, each a counter, a duration and a first-byte histogram.
+    assert.ok(added.every((series) => /"route":"(\/v1\/\{\*rest\}|other|\/v1\/models\/\*model)"/.test(series)), added.join('\n'));
+    const distinctModels = new Set(after.series('switchyard_http_requests_total').map((s) => s.labels.model));
+    assert.deepEqual([...distinctModels].sort(), ['', model]);
+  });
+});
+
+describe('queue depths on the api, and a worker process’s own listener (METRICS_PORT)', () => {
+  let redis: Redis;
+  let url: string;
+  let api: GatewayProcess | undefined;
+  let worker: GatewayProcess | undefined;
+
+  before(async () => {
+    ({ redis, url } = await freshRedis(db));
+  });
+
+  after(async () => {
+    await Promise.all([api?.stop(), worker?.stop()]);
+    redis?.disconnect();
+  });
+
+  it('the api shows waiting jobs from its backpressure; the worker serves its job and vendor metrics on METRICS_PORT', async () => {
+    const apiOnly = await startGateway({ role: 'api', env: { REDIS_URL: url, MOCK_STREAM_DELAY_MS: '0' } });
+    api = apiOnly;
+    const apiMetricsUrl = `${apiOnly.url}/metrics`;
+    const { key } = await createKey(redis);
+    const jobs = 3;
+    for (let i = 0; i < jobs; i++) {
+      const response = await fetch(`${apiOnly.url}${chat}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', prefer: 'respond-async' },
+        body: JSON.stringify({ model: 'mock-chat', messages: [{ role: 'user', content: `job ${i}` }] }),
+      });
+      assert.equal(response.status, 202);
+    }
+    // No worker yet: the jobs wait, and the next refresh of the backpressure (every 200 ms) shows them.
+    let depth = await scrape(apiMetricsUrl);
+    await waitFor(async () => (depth = await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', { queue: 'chat', state: 'waiting' }) === jobs, 3000, 'the waiting jobs');
+    assert.equal(depth.value('switchyard_queue_jobs', { queue: 'embeddings', state: 'waiting' }), 0);
+    assert.equal(depth.value('switchyard_job_run_seconds_count'), 0, 'an api alone runs no job');
+
+    worker = await startGateway({ role: 'worker', env: { REDIS_URL: url, METRICS_PORT: '0', MOCK_STREAM_DELAY_MS: '0' } });
+    const w = worker;
+    await waitFor(() => w.logs.some((line) => line.includes('worker metrics listening')), 10_000, 'the metrics listener');
+    const port = Number(/"port":(\d+)/.exec(w.logs.find((line) => line.includes('worker metrics listening'))!)![1]);
+    const workerMetricsUrl = `http://127.0.0.1:${port}/metrics`;
+    const empty = new Scrape('');
+    const served = await expectDeltas(workerMetricsUrl, empty, [
+      ['switchyard_job_wait_seconds_count', { queue: 'chat' }, jobs],
+      ['switchyard_job_run_seconds_count', { queue: 'chat' }, jobs],
+      ['switchyard_vendor_calls_total', { vendor: 'mock', outcome: 'ok' }, jobs],
+      ['switchyard_vendor_calls_total', {}, jobs],
+      ['switchyard_http_requests_total', {}, 0],
+      ['switchyard_queue_jobs', {}, 0],
+    ]);
+    assert.ok(served.value('switchyard_tokens_total', { model: 'mock-chat', direction: 'in' }) > 0);
+    assert.ok(served.value('switchyard_process_resident_memory_bytes') > 0);
+    assert.ok(served.series('switchyard_queue_jobs').length === 0, 'queue depths are the api’s to show');
+    await waitFor(async () => (await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', { queue: 'chat', state: 'waiting' }) === 0, 3000, 'the queue to drain');
+    assert.equal((await fetch(`http://127.0.0.1:${port}/other`)).status, 404);
+  });
+});
+
+describe('npm start with its workers in a child process (WORKER_PROCESS=on), METRICS_PER_KEY=on', () => {
+  let redis: Redis;
+  let gateway: GatewayProcess;
+
+  before(async () => {
+    const fresh = await freshRedis(db);
+    redis = fresh.redis;
+    gateway = await startGateway({ env: { REDIS_URL: fresh.url, WORKER_PROCESS: 'on', METRICS_PER_KEY: 'on', MOCK_STREAM_DELAY_MS: '0' } });
+  });
+
+  after(async () => {
+    await gateway?.stop();
+    redis?.disconnect();
+  });
+
+  it('the api’s /metrics includes the worker process’s metrics, and key ids label requests and tokens', async () => {
+    const { id, key } = await createKey(redis);
+    const url = `${gateway.url}/metrics`;
+    const before = await scrape(url);
+    assert.equal(before.value('switchyard_worker_process_up'), 1);
+    await gateway.client(key).chat.completions.create({ model: 'mock-chat', messages: [{ role: 'user', content: 'two processes' }] });
+    const after = await expectDeltas(url, before, [
+      // The api's own.
+      ['switchyard_http_requests_total', { route: chat, model: 'mock-chat', status_class: '2xx', key_id: id }, 1],
+      // The worker process's, merged in.
+      ['switchyard_job_run_seconds_count', { queue: 'chat' }, 1],
+      ['switchyard_job_wait_seconds_count', { queue: 'chat' }, 1],
+      ['switchyard_vendor_calls_total', { vendor: 'mock', outcome: 'ok' }, 1],
+      ['switchyard_cost_micros_total', { model: 'mock-chat', key_id: id }, 0],
+    ]);
+    assert.ok(after.value('switchyard_tokens_total', { model: 'mock-chat', direction: 'out', key_id: id }) > 0);
+    assert.equal(after.value('switchyard_worker_process_up'), 1);
+    // Node's process metrics of both processes, merged by prom-client's rules.
+    assert.ok(after.value('switchyard_process_cpu_seconds_total') > 0);
+    assert.equal(after.series('switchyard_nodejs_version_info').length, 1);
+  });
+});

@@ -1,0 +1,160 @@
+import type { Job } from 'bullmq';
+import { context, SpanKind, trace, type HrTime, type Span } from '@opentelemetry/api';
+import { endpoints } from '../shared/endpoints.js';
+import type { GatewayError } from '../shared/errors.js';
+import type { GatewayJobData, GatewayJobResult } from '../shared/queues.js';
+import { contextOf, getTracer, markFailed, tracingEnabled } from '../shared/tracing.js';
+import type { ResolvedRoute } from './channel-router.js';
+
+/**
+ * The worker's spans of one request (only when tracing is on, see
+ * shared/tracing.ts), children of the api's server span through the job's
+ * `trace` carrier:
+ * - `queue wait`, from the enqueue (the job's timestamp, taken by the api) to
+ *   the start of its first run in a worker; recorded for the first run only
+ *   (a retry's wait is the gap between two `process` spans);
+ * - `process <queue>`, one per run of the job (each BullMQ attempt, and each
+ *   resumption after a rate-limit delay), with its outcome;
+ * - `vendor attempt`, inside it: the call to one vendor channel, from the
+ *   moment its vendor slot is held until the vendor's part is done.
+ */
+
+type Processor = (job: Job<GatewayJobData, GatewayJobResult>, token?: string) => Promise<GatewayJobResult>;
+
+/** The processor with spans around each run; the processor itself when tracing is off. */
+export function traceJobs(processor: Processor): Processor {
+  if (!tracingEnabled()) return processor;
+  const tracer = getTracer();
+  return async (job, token) => {
+    const data = job.data;
+    const queue = endpoints[data.endpoint]?.queue ?? job.queueName;
+    const parent = contextOf(data.trace);
+    const startTime = hrNow();
+    if ((job.attemptsStarted ?? 1) <= 1 && job.attemptsMade === 0) {
+      const waited = tracer.startSpan('queue wait', { startTime: job.timestamp }, parent);
+      if (waited.isRecording()) waited.setAttributes({ 'switchyard.queue': queue, 'switchyard.request_id': data.requestId });
+      // Until this run starts (BullMQ's fetch of the job included): the wait and the run meet at one instant.
+      waited.end(startTime);
+    }
+    const span = tracer.startSpan(`process ${queue}`, { kind: SpanKind.CONSUMER, startTime }, parent);
+    if (span.isRecording()) {
+      span.setAttributes({
+        'switchyard.request_id': data.requestId,
+        'switchyard.queue': queue,
+        'switchyard.endpoint': data.endpoint,
+        'switchyard.model': data.model,
+        'switchyard.stream': data.stream,
+        'switchyard.mode': data.async ? 'async' : data.background ? 'background' : 'held',
+        'switchyard.attempt': job.attemptsMade + 1,
+        'switchyard.run': job.attemptsStarted ?? 1,
+      });
+    }
+    try {
+      const result = await context.with(trace.setSpan(parent, span), () => processor(job, token));
+      span.setAttribute('switchyard.outcome', 'completed');
+      return result;
+    } catch (error) {
+      const outcome = outcomeOf(error);
+      span.setAttribute('switchyard.outcome', outcome);
+      if (outcome !== 'delayed' && outcome !== 'cancelled') markFailed(span, error);
+      throw error;
+    } finally {
+      span.end();
+    }
+  };
+}
+
+/**
+ * What a run's error leads to: `delayed` (rate limited: it runs again later, no
+ * attempt spent), `cancelled` (the client left), `failed` (answered with an
+ * error for good), `retry` (BullMQ runs it again after a backoff).
+ */
+function outcomeOf(error: unknown): 'delayed' | 'cancelled' | 'failed' | 'retry' {
+  const { name, message } = (error ?? {}) as { name?: string; message?: string };
+  if (name === 'DelayedError') return 'delayed';
+  if (name === 'UnrecoverableError') return message === 'The client closed the connection.' ? 'cancelled' : 'failed';
+  return 'retry';
+}
+
+/** One call to a vendor channel; undefined (and nothing to call) when tracing is off. */
+export interface VendorAttempt {
+  /** The vendor's part is over (its slot is freed): the span ends at this moment, whatever comes after. */
+  vendorDone(): void;
+  /** The attempt failed with this error (as the failure policy reads it). */
+  failed(error: GatewayError): void;
+  /** The outcome is known: the span ends (at `vendorDone`'s moment when that came first). */
+  end(): void;
+}
+
+export function startVendorAttempt(job: Job<GatewayJobData>, route: ResolvedRoute, signal: AbortSignal): VendorAttempt | undefined {
+  if (!tracingEnabled()) return undefined;
+  return new TracedAttempt(getTracer().startSpan('vendor attempt', { kind: SpanKind.CLIENT }), job, route, signal);
+}
+
+class TracedAttempt implements VendorAttempt {
+  private doneAt: HrTime | undefined;
+  private failure = false;
+  private ended = false;
+
+  constructor(
+    private readonly span: Span,
+    job: Job<GatewayJobData>,
+    route: ResolvedRoute,
+    private readonly signal: AbortSignal,
+  ) {
+    if (!span.isRecording()) return;
+    const { channel } = route;
+    span.setAttributes({
+      'switchyard.vendor': channel.vendor,
+      'switchyard.channel.id': channel.id,
+      'switchyard.protocol': route.protocol,
+      'switchyard.model': route.model.id,
+      'switchyard.model.requested': job.data.model,
+      'switchyard.fallback': route.model.id !== job.data.model,
+      'switchyard.attempt': job.attemptsMade + 1,
+      'switchyard.endpoint': job.data.endpoint,
+      'gen_ai.provider.name': channel.vendor,
+      'gen_ai.request.model': route.upstreamModel,
+    });
+    const host = hostOf(channel.baseUrl);
+    if (host) span.setAttribute('server.address', host);
+  }
+
+  vendorDone(): void {
+    this.doneAt ??= hrNow();
+  }
+
+  failed(error: GatewayError): void {
+    if (this.ended) return;
+    this.failure = true;
+    if (this.span.isRecording()) {
+      this.span.setAttributes({
+        'switchyard.outcome': 'error',
+        'switchyard.error.status': error.status,
+        'switchyard.error.retryable': error.retryable,
+      });
+    }
+    markFailed(this.span, error);
+  }
+
+  end(): void {
+    if (this.ended) return;
+    this.ended = true;
+    if (!this.failure) this.span.setAttribute('switchyard.outcome', this.signal.aborted ? 'cancelled' : 'ok');
+    this.span.end(this.doneAt);
+  }
+}
+
+function hostOf(baseUrl: string): string | undefined {
+  if (!baseUrl) return undefined;
+  try {
+    return new URL(baseUrl).host;
+  } catch {
+    return undefined;
+  }
+}
+
+function hrNow(): HrTime {
+  const ns = BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6));
+  return [Number(ns / 1_000_000_000n), Number(ns % 1_000_000_000n)];
+}
