@@ -27,14 +27,19 @@ export function fullCollection(): void {
  * nothing waits) and lets V8 shrink the heap; then nothing more until the
  * next load.
  */
-export function startIdleCollector(options: { windowMs?: number; collect?: () => void } = {}): { stop(): void } {
+export function startIdleCollector(
+  options: {
+    windowMs?: number;
+    collect?: () => void;
+    /** The share of the last window the event loop was busy (its utilization, by default). */
+    busyShareOfWindow?: () => number;
+  } = {},
+): { stop(): void } {
   const collect = options.collect ?? fullCollection;
-  let last = performance.eventLoopUtilization();
+  const shareOfWindow = options.busyShareOfWindow ?? loopUtilization();
   let loaded = false;
   const timer = setInterval(() => {
-    const now = performance.eventLoopUtilization();
-    const share = performance.eventLoopUtilization(now, last).utilization;
-    last = now;
+    const share = shareOfWindow();
     if (share > busyShare) loaded = true;
     else if (loaded && share < idleShare) {
       loaded = false;
@@ -43,4 +48,15 @@ export function startIdleCollector(options: { windowMs?: number; collect?: () =>
   }, options.windowMs ?? windowMs);
   timer.unref();
   return { stop: () => clearInterval(timer) };
+}
+
+/** The event loop's utilization since the last call. */
+function loopUtilization(): () => number {
+  let last = performance.eventLoopUtilization();
+  return () => {
+    const now = performance.eventLoopUtilization();
+    const share = performance.eventLoopUtilization(now, last).utilization;
+    last = now;
+    return share;
+  };
 }

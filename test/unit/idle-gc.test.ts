@@ -8,6 +8,14 @@ const spin = (ms: number) => {
   while (Date.now() < until);
 };
 
+async function waitUntil(done: () => boolean, ms: number, what: string): Promise<void> {
+  const until = Date.now() + ms;
+  while (!done()) {
+    if (Date.now() > until) assert.fail(`timed out waiting for ${what}`);
+    await pause(20);
+  }
+}
+
 /** Keeps the event loop busy for `ms` in short slices, as load would. */
 async function busy(ms: number): Promise<void> {
   const until = Date.now() + ms;
@@ -18,20 +26,35 @@ async function busy(ms: number): Promise<void> {
 }
 
 describe('idle collector', () => {
-  it('collects once when load is followed by an idle window, and again only after the next load', async () => {
+  it('collects once when a loaded window is followed by an idle one, then not again until the next load', async () => {
+    // The windows' busy shares, scripted: idle, idle, load, a middling window, idle, idle, load, idle.
+    const shares = [0, 0.004, 0.5, 0.03, 0.002, 0.001, 0.2, 0.005];
+    let window = -1;
+    const collectedAt: number[] = [];
+    const collector = startIdleCollector({
+      windowMs: 5,
+      busyShareOfWindow: () => shares[++window] ?? 0,
+      collect: () => collectedAt.push(window),
+    });
+    try {
+      await waitUntil(() => window >= shares.length, 5_000, 'every scripted window');
+    } finally {
+      collector.stop();
+    }
+    // Windows 0-1 idle from the start: nothing to give back. Window 2 is load; 3 is neither load nor idle (nothing
+    // yet); 4 is idle: one collection. 5 stays idle: none. 6 is load, 7 idle: one more.
+    assert.deepEqual(collectedAt, [4, 7]);
+  });
+
+  it('reads the event loop: real load followed by quiet leads to a collection', async () => {
     let collections = 0;
     const collector = startIdleCollector({ windowMs: 100, collect: () => collections++ });
     try {
-      await pause(600);
-      assert.equal(collections, 0, 'idle from the start: nothing to give back');
       await busy(250);
-      await pause(600);
-      assert.equal(collections, 1, 'one collection after the load');
-      await pause(500);
-      assert.equal(collections, 1, 'none while it stays idle');
+      await waitUntil(() => collections >= 1, 5_000, 'a collection after the load');
+      const after = collections;
       await busy(250);
-      await pause(600);
-      assert.equal(collections, 2, 'one more after the next load');
+      await waitUntil(() => collections > after, 5_000, 'another after the next load');
     } finally {
       collector.stop();
     }
