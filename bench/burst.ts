@@ -10,7 +10,7 @@ import { performance } from 'node:perf_hooks';
 import type { Redis } from 'ioredis';
 import { Agent, request } from 'undici';
 import { KeyStore } from '../api/key-store.js';
-import { keyPrefix } from '../shared/queues.js';
+import { keyPrefix, shardQueueName } from '../shared/queues.js';
 import { FAKE_REPLY_TEXT } from '../test/support/fake-openai-defaults.js';
 import { commandStats, diffCommandStats, redisProcessId, Samples, summarise, type CommandDelta, type LatencySummary } from './measure.js';
 import { cpuTimeMs, sleep, systemBusyMs, waitForQuiet, waitUntil } from './procs.js';
@@ -256,7 +256,7 @@ export async function runBurst(options: { settings: BurstSettings; redis: Redis;
       try {
         await probe(gateway.url, key, children);
         // Every worker process must be taking jobs, or the split run would test one worker only.
-        await waitForQueueWorkers(redis, db, 'chat', workers, children);
+        await waitForQueueWorkers(redis, db, shardQueueName('chat', 0), workers, children);
         const pids = Object.fromEntries(Object.entries(gateway.children).map(([n, c]) => [n, c.pid]));
         // A small unmeasured burst first, so the measured ones do not pay for JIT warm-up.
         await burstOnce({ size: settings.cap * 2, settings, fake, gatewayUrl: gateway.url, key, redis, pids, quietWaitMs: 0 });

@@ -45,7 +45,7 @@ export interface RunResult {
     /** Idle time of a vendor slot between an answer and the next request, from the fake's arrival times. */
     slotUse: SlotUse | null;
   };
-  /** Highest `ZCARD sy:limit:openai:inflight` seen by the sampler (the gateway's own count of slots held). */
+  /** Highest `ZCARD sy:limit:{openai}:inflight` seen by the sampler (the gateway's own count of slots held). */
   gatewaySlotsPeak: number | null;
   /** Slots still held after the pause (should be 0). */
   slotsLeft: number;

@@ -1,7 +1,7 @@
 /**
  * Samples, every `intervalMs` (250), the resident set size of each watched
  * process (from /proc), Redis `used_memory`, and the gateway's own count of
- * OpenAI slots held (`ZCARD sy:limit:openai:inflight`), each sample tagged
+ * OpenAI slots held (`ZCARD sy:limit:{openai}:inflight`), each sample tagged
  * with the phase the benchmark is in.
  */
 import type { Redis } from 'ioredis';

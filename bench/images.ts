@@ -141,7 +141,7 @@ function dirBytes(dir: string): number {
   return total;
 }
 
-/** `sy:result:req_…` → `sy:result:*`, `bull:image:req_…` → `bull:image:<job>`. */
+/** `sy:result:req_…` → `sy:result:*`, `bull:{image}:req_…` → `bull:{image}:<job>`. */
 function family(key: string): string {
   const parts = key.split(':');
   if (parts[0] === 'bull' && parts.length >= 3) {
@@ -173,12 +173,12 @@ async function keysByFamily(redis: Redis): Promise<Record<string, { keys: number
 
 async function queueCounts(redis: Redis) {
   const [waiting, active, delayed, prioritized, completed, failed] = await Promise.all([
-    redis.llen('bull:image:wait'),
-    redis.llen('bull:image:active'),
-    redis.zcard('bull:image:delayed'),
-    redis.zcard('bull:image:prioritized'),
-    redis.zcard('bull:image:completed'),
-    redis.zcard('bull:image:failed'),
+    redis.llen('bull:{image}:wait'),
+    redis.llen('bull:{image}:active'),
+    redis.zcard('bull:{image}:delayed'),
+    redis.zcard('bull:{image}:prioritized'),
+    redis.zcard('bull:{image}:completed'),
+    redis.zcard('bull:{image}:failed'),
   ]);
   return { waiting: waiting + prioritized, active, delayed, completed, failed };
 }

@@ -71,14 +71,14 @@ interface Target {
 }
 
 /** The URL of database `db` of the server of `redisUrl`. */
-function dbUrl(redisUrl: string, db: number): string {
+export function dbUrl(redisUrl: string, db: number): string {
   const url = new URL(redisUrl);
   url.pathname = `/${db}`;
   return url.toString();
 }
 
 /** `count` databases next to the bench's own: below it (15 → 14, 13, …), or above when there is no room. */
-function targetDbs(redisUrl: string, count: number): number[] {
+export function targetDbs(redisUrl: string, count: number): number[] {
   const base = Number(new URL(redisUrl).pathname.slice(1) || '0');
   if (!Number.isInteger(base)) throw new Error(`cannot read the database number of ${redisUrl}`);
   return Array.from({ length: count }, (_, i) => (base - count >= 0 ? base - 1 - i : base + 1 + i));

@@ -12,6 +12,12 @@
  *   translation  cost per streamed chunk of the OpenAI, Anthropic and Gemini
  *                adapters, in process and end to end (bench/translation.ts)
  *
+ * `npm run bench -- --topology` runs only the topology section instead (bench/topology.ts):
+ * the floor, 1 api + 1 worker and 2 apis + 2 workers on one Redis, then 1 api + 1 worker on a
+ * private 3-primary Redis Cluster with QUEUE_SHARDS_CHAT=1, 2, 3; plain chat, req/s, CPU per
+ * request of every process and of each Redis node. Writes bench/results/latest-topology.json
+ * and bench/results/topology-<date>.md (the markdown report it prints).
+ *
  * Prints tables; a full run writes bench/results/latest.json, a BENCH_ONLY run
  * bench/results/latest-<sections>.json (so a quick run does not replace the full figures).
  *
@@ -44,6 +50,15 @@
  *                         section also uses (and FLUSHDBs) the databases just below it, one per
  *                         target with a queue (14, 13, 12, 11 for floor, start, one-loop, split)
  *   BENCH_STRICT          1: exit with status 1 when a target bar fails (informational bars do not count)
+ *   BENCH_TOPOLOGY_DURATION_S   --topology: measured seconds per cell and round (default 8)
+ *   BENCH_TOPOLOGY_WARMUP_S     --topology: warm-up seconds before each measurement (default 2)
+ *   BENCH_TOPOLOGY_ROUNDS       --topology: rounds; one-Redis targets rotate each round, the Cluster
+ *                               gateway is restarted for each shard count each round (default 1)
+ *   BENCH_TOPOLOGY_CONNECTIONS  --topology: connections of the one-Redis cells (default 64,256)
+ *   BENCH_TOPOLOGY_CLUSTER_CONNECTIONS --topology: connections of the Cluster cells (default 64,256; 0 skips the Cluster)
+ *   BENCH_TOPOLOGY_SHARDS       --topology: QUEUE_SHARDS_CHAT values on the Cluster (default 1,2,3)
+ *   BENCH_TOPOLOGY_REPLICAS     --topology: replicas per Cluster primary (default 0: they would take
+ *                               CPU from the measured processes on a small machine)
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
@@ -56,6 +71,7 @@ import { runOverhead, type OverheadConfig } from './overhead.js';
 import { installCleanup, root, stopAll } from './procs.js';
 import { render, type Results, type Section } from './report.js';
 import { log } from './stack.js';
+import { runTopologySection } from './topology.js';
 import { runTranslation } from './translation.js';
 
 function envList(name: string, fallback: string): string[] {
@@ -69,6 +85,8 @@ for (const name of onlyList) {
 }
 const sections = allSections.filter((s) => onlyList.includes(s));
 const fullRun = sections.length === allSections.length;
+// `npm run bench -- --topology`: the topology section alone (bench/topology.ts).
+const topologyOnly = process.argv.slice(2).includes('--topology');
 
 const configNames = envList('BENCH_CONFIGS', 'start,one-loop,split');
 for (const name of configNames) {
@@ -127,10 +145,14 @@ async function main(): Promise<void> {
   const redis = new Redis(redisUrl, { maxRetriesPerRequest: 3 });
   const startedAt = new Date().toISOString();
   const machine = runMachineFacts(await redisVersion(redis));
-  log(`machine: ${machine.cpu}, ${machine.cores} cores, Node ${machine.node}, Redis ${machine.redis}; sections: ${sections.join(', ')}`);
+  log(`machine: ${machine.cpu}, ${machine.cores} cores, Node ${machine.node}, Redis ${machine.redis}; sections: ${topologyOnly ? 'topology' : sections.join(', ')}`);
   await redis.flushdb();
 
   try {
+    if (topologyOnly) {
+      await runTopologySection({ redis, redisUrl, machine, startedAt, loadAverageAtEnd: loadavg });
+      return;
+    }
     const overhead = sections.includes('overhead') ? await runOverhead({ ...overheadOptions, redis, redisUrl }) : undefined;
     const burst = sections.includes('burst') ? await runBurst({ settings: burstSettings, redis, redisUrl }) : undefined;
     const translation = sections.includes('translation') ? await runTranslation({ settings: translationSettings, redis, redisUrl }) : undefined;
