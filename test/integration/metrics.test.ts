@@ -6,7 +6,7 @@ import { accountKey, apiKeyRecordKey } from '../../shared/accounts.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { PriceList } from '../../shared/pricing.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
-import { FAKE_USAGE } from '../support/fake-openai-defaults.js';
+import { FAKE_REPLY_TEXT, FAKE_USAGE } from '../support/fake-openai-defaults.js';
 import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 
 /**
@@ -486,5 +486,95 @@ describe('npm start with its workers in a child process (WORKER_PROCESS=on), MET
     // Node's process metrics of both processes, merged by prom-client's rules.
     assert.ok(after.value('switchyard_process_cpu_seconds_total') > 0);
     assert.equal(after.series('switchyard_nodejs_version_info').length, 1);
+  });
+});
+
+describe('what goes wrong, as the api’s queue gauges and the workers’ own metrics show it', () => {
+  let fake: FakeOpenAI;
+  let redis: Redis;
+  let api: GatewayProcess | undefined;
+  const workers: GatewayProcess[] = [];
+  let client: OpenAI;
+  let env: Record<string, string>;
+
+  before(async () => {
+    fake = await startFakeOpenAI();
+    const fresh = await freshRedis(db);
+    redis = fresh.redis;
+    env = {
+      REDIS_URL: fresh.url,
+      OPENAI_API_KEY: 'sk-metrics-test-000000',
+      OPENAI_BASE_URL: fake.url,
+      MOCK_VENDOR: 'off',
+      RETRY_BASE_MS: '10',
+      // A dead worker's job is found stalled within a second or two.
+      WORKER_LOCK_MS: '2000',
+      METRICS_PORT: '0',
+    };
+    api = await startGateway({ role: 'api', env });
+    client = api.client((await createKey(redis)).key);
+  });
+
+  after(async () => {
+    await Promise.all([api?.stop(), ...workers.map((w) => w.stop())]);
+    await fake?.close();
+    redis?.disconnect();
+  });
+
+  /** A worker process, and the URL of its own /metrics (METRICS_PORT=0: a free port it logs). */
+  async function startWorker(): Promise<{ worker: GatewayProcess; metricsUrl: string }> {
+    const worker = await startGateway({ role: 'worker', env });
+    workers.push(worker);
+    await waitFor(() => worker.logs.some((line) => line.includes('worker metrics listening')), 10_000, 'the metrics listener');
+    const port = Number(/"port":(\d+)/.exec(worker.logs.find((line) => line.includes('worker metrics listening'))!)![1]);
+    return { worker, metricsUrl: `http://127.0.0.1:${port}/metrics` };
+  }
+
+  const chatGauge = (state: string) => ({ queue: 'chat', state });
+
+  it('a rate-limit wait shows as a delayed job and a channel at rest; a job failed for good stays counted as failed', async () => {
+    const apiMetricsUrl = `${api!.url}/metrics`;
+    const { metricsUrl } = await startWorker();
+    const channel = { vendor: 'openai' };
+    assert.equal((await scrape(metricsUrl)).value('switchyard_channel_cooling_down', channel), 0, 'no rest at the start');
+    assert.ok((await scrape(metricsUrl)).series('switchyard_channel_cooling_down').length > 0, 'every configured channel is listed, resting or not');
+
+    // The vendor asks for 3 s: the job waits them out (delayed, no attempt spent) and the channel rests as long.
+    fake.enqueue({ status: 429, headers: { 'retry-after': '3' }, json: { error: { message: 'Slow down', type: 'requests', param: null, code: 'rate_limit_exceeded' } } });
+    const answer = client.chat.completions.create(small);
+    await waitFor(async () => (await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', chatGauge('delayed')) === 1, 3000, 'the delayed job on the api');
+    await waitFor(async () => (await scrape(metricsUrl)).value('switchyard_channel_cooling_down', channel) === 1, 3000, 'the channel at rest on the worker');
+    assert.equal((await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', chatGauge('active')), 0, 'a delayed job is not active');
+    assert.equal((await answer).choices[0]!.message.content, FAKE_REPLY_TEXT);
+    await waitFor(async () => (await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', chatGauge('delayed')) === 0, 3000, 'no delayed job once answered');
+    await waitFor(async () => (await scrape(metricsUrl)).value('switchyard_channel_cooling_down', channel) === 0, 5000, 'the rest over');
+
+    // A vendor 400 fails the job at once, for good: BullMQ keeps it among the failed (an hour), and the gauge says so.
+    const failedBefore = (await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', chatGauge('failed'));
+    fake.enqueue({ status: 400, json: { error: { message: 'Bad messages', type: 'invalid_request_error', param: 'messages', code: null } } });
+    await assert.rejects(client.chat.completions.create(small), (e: unknown) => e instanceof OpenAI.BadRequestError);
+    await waitFor(async () => (await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', chatGauge('failed')) === failedBefore + 1, 3000, 'the failed job on the api');
+  });
+
+  it('a worker killed mid-call: another worker’s stall check hands the job back, counts it stalled, and its completion recovered', async () => {
+    for (const worker of workers.splice(0)) await worker.stop();
+    const doomed = await startWorker();
+    // The first call hangs at the vendor: the worker holding it dies there.
+    fake.enqueue({ hang: true });
+    const answer = client.chat.completions.create(small);
+    await waitFor(() => fake.inFlight === 1, 10_000, 'the call under way on the doomed worker');
+    await doomed.worker.stop('SIGKILL');
+
+    const { metricsUrl } = await startWorker();
+    assert.equal((await answer).choices[0]!.message.content, FAKE_REPLY_TEXT);
+    const empty = new Scrape('');
+    await expectDeltas(metricsUrl, empty, [
+      ['switchyard_jobs_stalled_total', { queue: 'chat' }, 1],
+      ['switchyard_jobs_recovered_total', { queue: 'chat' }, 1],
+      ['switchyard_job_run_seconds_count', { queue: 'chat' }, 1],
+      // Its wait was measured by the worker that first ran it (now gone).
+      ['switchyard_job_wait_seconds_count', { queue: 'chat' }, 0],
+      ['switchyard_vendor_calls_total', { vendor: 'openai', outcome: 'ok' }, 1],
+    ]);
   });
 });
