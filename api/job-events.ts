@@ -2,7 +2,6 @@ import type { QueueShards } from '../shared/queue-shards.js';
 import type { IncomingMessage, Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Redis } from 'ioredis';
-import { setTimeout as pause } from 'node:timers/promises';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { GatewayError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
@@ -11,9 +10,6 @@ import type { BlobStore } from '../storage/blob-store.js';
 import type { KeyCache } from './key-store.js';
 import { loadOwnedJob, renderJob, renderVideo, type OwnedJob } from './job-views.js';
 
-/** How often, and how far apart, the end of a job is read again until BullMQ has recorded it (5 s in all). */
-const finalReads = 50;
-const finalReadPauseMs = 100;
 import type { ReplyHub } from './reply-hub.js';
 
 interface Deps {
@@ -95,20 +91,6 @@ export class JobEvents {
     if (owned.status === 'completed' || owned.status === 'failed') ws.close(1000, owned.status);
   }
 
-  /**
-   * The job as it ended. The worker announces the end just before BullMQ
-   * records it (the processor is still returning), so a read right away may
-   * find the job still active: read again until it is final, for a few seconds
-   * at most (past that the worker died in between; the job's next event says more).
-   */
-  private async finalView(id: string, watcher: Watcher): Promise<OwnedJob> {
-    for (let reads = 1; ; reads++) {
-      const owned = await loadOwnedJob(this.deps.redis, this.deps.queues, id, watcher.keyId, watcher.kind === 'videos' ? 'video' : 'job');
-      if (owned.status === 'completed' || owned.status === 'failed' || reads >= finalReads) return owned;
-      await pause(finalReadPauseMs);
-    }
-  }
-
   private dispatch(message: string): void {
     const newline = message.indexOf('\n');
     const id = message.slice(0, newline);
@@ -121,8 +103,8 @@ export class JobEvents {
         ws.send(JSON.stringify(event));
         continue;
       }
-      // The end of the job: send the full view (result or error) and close.
-      void this.finalView(id, watcher)
+      // The end of the job (announced once BullMQ has recorded it): send the full view (result or error) and close.
+      void loadOwnedJob(this.deps.redis, this.deps.queues, id, watcher.keyId, watcher.kind === 'videos' ? 'video' : 'job')
         .then((owned) => this.send(ws, owned, event.type, watcher.kind))
         .catch((error: unknown) => this.deps.log.warn({ err: error, job: id }, 'could not send job event'));
     }

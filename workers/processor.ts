@@ -62,8 +62,8 @@ export function createProcessor(deps: ProcessorDeps) {
       await bill('failed');
       deps.answered.add(data.requestId);
       if (data.async) {
-        // The failure is the job's result: GET /v1/jobs/{id} reads it from the failed job's reason.
-        await publishJobEvent(deps.redis, data.requestId, { type: 'failed', status: 'failed', error: error.toBody().error }).catch(() => undefined);
+        // The failure is the job's result: GET /v1/jobs/{id} reads it from the failed job's reason (and the
+        // worker tells the job's watchers once BullMQ has recorded it).
         throw new UnrecoverableError(JSON.stringify(error.toWire()));
       }
       // A Responses stream under way (or in the background) ends with its own failure events instead.
@@ -141,7 +141,7 @@ export function createProcessor(deps: ProcessorDeps) {
               ? { bodyRef: (await deps.media.blobs.put(`results/${data.requestId}.json`, Buffer.from(body), 'application/json')).key }
               : { body };
           await bill('completed');
-          await publishJobEvent(deps.redis, data.requestId, { type: 'completed', status: 'completed' });
+          // Its watchers hear of the end from the worker, once BullMQ has recorded it.
           return result;
         }
         // A streamed answer (and every Responses answer: the vendor is always streamed for it) is billed once

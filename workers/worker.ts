@@ -117,6 +117,8 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     worker.on('completed', (job) => {
       forgetSettled(job);
       releaseUploads(job, async () => true);
+      // An async job's watchers hear of its end once BullMQ has recorded it: what they read then is final.
+      if (job.data.async) void publishJobEvent(redis, job.data.requestId, { type: 'completed', status: 'completed' }).catch(() => undefined);
     });
     worker.on('failed', (job, error) => {
       void answerFinalFailure(job, error);
@@ -127,19 +129,24 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     return worker;
   });
 
-  // A job can fail without its processor answering (e.g. it stalled: its worker died twice).
-  // Whoever sees the final failure tells the waiting api, so no client waits for its deadline.
+  // BullMQ has recorded a failed attempt. When it was the last, whoever sees it tells who waits: an async
+  // job's watchers (always from here, once the failure is recorded, so what they read then is final), and a
+  // held request's api when the processor could not answer it (e.g. the job stalled: its worker died twice),
+  // so no client waits for its deadline.
   async function answerFinalFailure(job: Job<GatewayJobData> | undefined, error: Error): Promise<void> {
     if (!job) return;
     const requestId = job.data.requestId;
-    if (answered.delete(requestId)) return;
+    const processorAnswered = answered.delete(requestId);
     const final = error instanceof UnrecoverableError || job.attemptsMade >= (job.opts.attempts ?? 1) || /stalled/i.test(error.message);
     if (!final || error.message.includes('client closed')) return;
-    const wire = new GatewayError(502, 'The request could not be completed: its worker was lost. Retry the request.', {
-      code: 'worker_lost',
-    }).toWire();
-    if (job.data.async) await publishJobEvent(redis, requestId, { type: 'failed', status: 'failed', error: wire.error }).catch(() => undefined);
-    else await new ReplyPublisher(redis, job.data.replyTo, requestId, { stream: job.data.stream }).error(wire).catch(() => undefined);
+    const lost = () =>
+      new GatewayError(502, 'The request could not be completed: its worker was lost. Retry the request.', { code: 'worker_lost' }).toWire();
+    if (job.data.async) {
+      const wire = (processorAnswered ? wireErrorOf(error.message) : undefined) ?? lost();
+      await publishJobEvent(redis, requestId, { type: 'failed', status: 'failed', error: wire.error }).catch(() => undefined);
+    } else if (!processorAnswered) {
+      await new ReplyPublisher(redis, job.data.replyTo, requestId, { stream: job.data.stream }).error(lost()).catch(() => undefined);
+    }
   }
 
   // A completed job never runs again, so its settled mark (which stops a second attempt from billing twice)
@@ -197,4 +204,14 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       await Promise.allSettled([subscriber.quit(), redis.quit(), closeVendorAgent()] as Promise<unknown>[]);
     },
   };
+}
+
+/** The wire error an async job failed with: the processor fails it with the error's wire JSON as the message. */
+function wireErrorOf(message: string): { error: Record<string, unknown> } | undefined {
+  try {
+    const parsed = JSON.parse(message) as { error?: unknown };
+    return parsed && typeof parsed.error === 'object' && parsed.error !== null ? { error: parsed.error as Record<string, unknown> } : undefined;
+  } catch {
+    return undefined;
+  }
 }

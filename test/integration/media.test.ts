@@ -15,6 +15,23 @@ function pngSize(bytes: Buffer): { width: number; height: number } {
 
 const tinyPng = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64');
 
+/** The events of a job's WebSocket until the server closes it (it must, once the job has ended). */
+async function watchToEnd(wsUrl: string, apiKey: string): Promise<Array<{ type: string; status: string }>> {
+  const events: Array<{ type: string; status: string }> = [];
+  await new Promise<void>((resolve, reject) => {
+    const ws = new WebSocket(wsUrl, { headers: { authorization: `Bearer ${apiKey}` } });
+    // One left open is a watcher waiting forever.
+    const stuck = setTimeout(() => reject(new Error(`the socket is still open 15 s on; events: ${JSON.stringify(events)}`)), 15_000);
+    ws.on('message', (data) => events.push(JSON.parse(String(data))));
+    ws.on('close', () => {
+      clearTimeout(stuck);
+      resolve();
+    });
+    ws.on('error', reject);
+  });
+  return events;
+}
+
 // Images, audio and video through the queue, offline with the mock vendor; the same suite on the
 // local blob directory and on S3-compatible storage.
 for (const storage of ['local', 's3'] as const) describe(`media through the queue (mock vendor, ${storage} blobs)`, () => {
@@ -204,22 +221,33 @@ for (const storage of ['local', 's3'] as const) describe(`media through the queu
       ws.on('open', () => resolve(101));
     });
     assert.equal(refused, 404);
-    const events: Array<{ type: string; status: string }> = [];
-    await new Promise<void>((resolve, reject) => {
-      const ws = new WebSocket(wsUrl, { headers: { authorization: `Bearer ${apiKey}` } });
-      // The server closes the socket once the job has ended; one left open is a watcher waiting forever.
-      const stuck = setTimeout(() => reject(new Error(`the socket is still open 15 s on; events: ${JSON.stringify(events)}`)), 15_000);
-      ws.on('message', (data) => events.push(JSON.parse(String(data))));
-      ws.on('close', () => {
-        clearTimeout(stuck);
-        resolve();
-      });
-      ws.on('error', reject);
-    });
+    const events = await watchToEnd(wsUrl, apiKey);
     const last = events.at(-1)!;
     assert.equal(last.type, 'completed');
     assert.equal(last.status, 'completed');
     assert.ok((last as unknown as { result: { data: unknown[] } }).result.data.length === 1);
+  });
+
+  it('a watched async chat job ends with its answer, and a watched failure with its error: the socket closes either way', async () => {
+    const submit = async (content: string) => {
+      const res = await fetch(`${gateway.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json', prefer: 'respond-async' },
+        body: JSON.stringify({ model: 'mock-chat', messages: [{ role: 'user', content }] }),
+      });
+      assert.equal(res.status, 202);
+      return `${gateway.url.replace('http', 'ws')}/v1/jobs/${((await res.json()) as { id: string }).id}/events`;
+    };
+    const [answered, refused] = await Promise.all([
+      submit('watched chat [mock:slow:600]').then((url) => watchToEnd(url, apiKey)),
+      submit('watched failure [mock:slow:600] [mock:error:400]').then((url) => watchToEnd(url, apiKey)),
+    ]);
+    assert.equal(answered[0]!.type, 'status', 'the state when the watch began comes first');
+    const done = answered.at(-1) as unknown as { type: string; status: string; result: { choices: Array<{ message: { content: string } }> } };
+    assert.deepEqual([done.type, done.status], ['completed', 'completed']);
+    assert.match(done.result.choices[0]!.message.content, /watched chat/);
+    const failed = refused.at(-1) as unknown as { type: string; status: string; error: { type: string } };
+    assert.deepEqual([failed.type, failed.status, failed.error.type], ['failed', 'failed', 'invalid_request_error']);
   });
 
   it('creates, polls, downloads, lists and deletes a video; another key sees none of it', async () => {
