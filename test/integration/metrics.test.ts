@@ -539,8 +539,8 @@ describe('what goes wrong, as the api’s queue gauges and the workers’ own me
     assert.equal((await scrape(metricsUrl)).value('switchyard_channel_cooling_down', channel), 0, 'no rest at the start');
     assert.ok((await scrape(metricsUrl)).series('switchyard_channel_cooling_down').length > 0, 'every configured channel is listed, resting or not');
 
-    // The vendor asks for 3 s: the job waits them out (delayed, no attempt spent) and the channel rests as long.
-    fake.enqueue({ status: 429, headers: { 'retry-after': '3' }, json: { error: { message: 'Slow down', type: 'requests', param: null, code: 'rate_limit_exceeded' } } });
+    // The vendor asks for 4 s: the job waits them out (delayed, no attempt spent) and the channel rests as long.
+    fake.enqueue({ status: 429, headers: { 'retry-after': '4' }, json: { error: { message: 'Slow down', type: 'requests', param: null, code: 'rate_limit_exceeded' } } });
     const answer = client.chat.completions.create(small);
     await waitFor(async () => (await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', chatGauge('delayed')) === 1, 3000, 'the delayed job on the api');
     await waitFor(async () => (await scrape(metricsUrl)).value('switchyard_channel_cooling_down', channel) === 1, 3000, 'the channel at rest on the worker');
