@@ -36,9 +36,12 @@ export class CancelRegistry {
   }
 }
 
+/** What a job dropped because its client left fails with. */
+export const clientGoneMessage = 'The client closed the connection.';
+
 export class ClientGoneError extends Error {
   constructor() {
-    super('The client closed the connection.');
+    super(clientGoneMessage);
     this.name = 'ClientGoneError';
   }
 }

@@ -5,6 +5,7 @@ import type { GatewayError } from '../shared/errors.js';
 import type { GatewayJobData, GatewayJobResult } from '../shared/queues.js';
 import { contextOf, getTracer, markFailed, tracingEnabled } from '../shared/tracing.js';
 import type { ResolvedRoute } from './channel-router.js';
+import { clientGoneMessage } from './cancel-registry.js';
 
 /**
  * The worker's spans of one request (only when tracing is on, see
@@ -72,7 +73,7 @@ export function traceJobs(processor: Processor): Processor {
 function outcomeOf(error: unknown): 'delayed' | 'cancelled' | 'failed' | 'retry' {
   const { name, message } = (error ?? {}) as { name?: string; message?: string };
   if (name === 'DelayedError') return 'delayed';
-  if (name === 'UnrecoverableError') return message === 'The client closed the connection.' ? 'cancelled' : 'failed';
+  if (name === 'UnrecoverableError') return message === clientGoneMessage ? 'cancelled' : 'failed';
   return 'retry';
 }
 

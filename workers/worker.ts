@@ -5,7 +5,7 @@ import { createRedis } from '../shared/redis.js';
 import { loadCatalog } from '../shared/catalog.js';
 import { GatewayError } from '../shared/errors.js';
 import { cancelChannel, shardQueueName, type GatewayJobData, type GatewayJobResult, type QueueName } from '../shared/queues.js';
-import { CancelRegistry } from './cancel-registry.js';
+import { CancelRegistry, clientGoneMessage } from './cancel-registry.js';
 import { createProcessor } from './processor.js';
 import { traceJobs } from './job-tracing.js';
 import { retryDelay } from './failure-policy.js';
@@ -138,7 +138,8 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     const requestId = job.data.requestId;
     const processorAnswered = answered.delete(requestId);
     const final = error instanceof UnrecoverableError || job.attemptsMade >= (job.opts.attempts ?? 1) || /stalled/i.test(error.message);
-    if (!final || error.message.includes('client closed')) return;
+    // A job dropped because its client left answers nobody.
+    if (!final || error.message === clientGoneMessage) return;
     const lost = () =>
       new GatewayError(502, 'The request could not be completed: its worker was lost. Retry the request.', { code: 'worker_lost' }).toWire();
     if (job.data.async) {
