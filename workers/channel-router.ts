@@ -172,10 +172,11 @@ export class ChannelRouter {
     if (current && current.until >= until && current.rateLimited === rateLimited) return;
     this.coolingUntil.set(id, { until, rateLimited });
     this.recentlySet.set(id, now);
-    channelRested(route.channel, channelWide ? 'auth' : rateLimited ? 'rate' : 'failures');
+    const reason = channelWide ? 'auth' : rateLimited ? 'rate' : 'failures';
+    channelRested(route.channel, reason);
     this.log.warn({ channel: id, coolMs, status: error.status, code: error.code }, 'channel cooling down');
     this.redis
-      .hset(cooldownsKey, id, formatCooldown({ until, reason: channelWide ? 'auth' : rateLimited ? 'rate' : 'failures', status: error.status }))
+      .hset(cooldownsKey, id, formatCooldown({ until, reason, status: error.status }))
       .catch((e) => this.log.warn({ err: e }, 'could not share cooldown'));
   }
 
