@@ -1,9 +1,9 @@
 import type { Context, Middleware } from 'koa';
 import type { Config } from '../shared/config.js';
-import { endpointNames, endpoints } from '../shared/endpoints.js';
 import { countFrames } from '../shared/reply.js';
 import { activeMetrics, initMetrics, metricsContentType, renderMetrics, type GatewayMetrics } from '../shared/metrics.js';
 import type { QueueName } from '../shared/queues.js';
+import { routeTemplate } from './route-template.js';
 
 /**
  * The api's metrics: every HTTP request (by route template, resolved model
@@ -24,17 +24,6 @@ interface MetricsState {
 }
 
 const state = (ctx: Context) => ctx.state as MetricsState;
-
-/** The queued endpoints are served without the router (one map lookup): their path is their template. */
-const endpointPaths = new Set<string>(endpointNames.map((name) => endpoints[name].path));
-
-/** The route template a request matched: never its raw path (ids, bogus URLs), so the label stays bounded. */
-function routeOf(ctx: Context): string {
-  const matched = (ctx as { _matchedRoute?: unknown })._matchedRoute;
-  if (matched !== undefined) return String(matched);
-  if (ctx.method === 'POST' && endpointPaths.has(ctx.path)) return ctx.path;
-  return 'other';
-}
 
 const statusClass = (status: number) => (status >= 100 && status < 600 ? `${Math.floor(status / 100)}xx` : '5xx');
 
@@ -104,7 +93,7 @@ export function apiMetrics(config: Pick<Config, 'metrics'>, depths: QueueDepthSo
 function record(metrics: GatewayMetrics, ctx: Context, started: number, failed: boolean): void {
   const now = performance.now();
   const status = failed ? 500 : ctx.respond === false ? ctx.res.statusCode : ctx.status;
-  const route = routeOf(ctx);
+  const route = routeTemplate(ctx) ?? 'other';
   const s = state(ctx);
   const model = s.metricsModel ?? '';
   const cls = statusClass(status);

@@ -1,10 +1,10 @@
 import type { Context, Middleware } from 'koa';
 import { context, propagation, ROOT_CONTEXT, SpanKind, trace, type Context as TraceContext, type Span } from '@opentelemetry/api';
-import { endpointNames, endpoints } from '../shared/endpoints.js';
 import type { GatewayJobData } from '../shared/queues.js';
 import type { ReplyMessage } from '../shared/reply.js';
 import { carrierOf, getTracer, markFailed, type TraceCarrier } from '../shared/tracing.js';
 import type { PendingReply } from './reply-hub.js';
+import { isQueuedRequest, routeTemplate } from './route-template.js';
 
 /**
  * The api's spans of one request (installed only when tracing is on, see
@@ -30,9 +30,6 @@ export interface RequestTrace {
   replies: number;
 }
 
-/** Paths of the endpoints whose POST becomes a job: their requests go through admission. */
-const queuedPaths = new Set<string>(endpointNames.map((name) => endpoints[name].path));
-
 /** Probes an orchestrator polls every few seconds: traced, they would drown the requests. */
 const untraced = new Set(['/healthz', '/readyz', '/metrics']);
 
@@ -45,7 +42,7 @@ export function traceRequests(): Middleware {
     const span = tracer.startSpan(ctx.method, { kind: SpanKind.SERVER }, parent);
     const spanContext = trace.setSpan(parent, span);
     const state: RequestTrace = { span, context: spanContext, admission: undefined, relay: undefined, replies: 0 };
-    if (ctx.method === 'POST' && queuedPaths.has(ctx.path)) state.admission = tracer.startSpan('admission', undefined, spanContext);
+    if (isQueuedRequest(ctx)) state.admission = tracer.startSpan('admission', undefined, spanContext);
     ctx.state.trace = state;
     ctx.res.once('close', () => finish(ctx, state));
     return context.with(spanContext, next);
@@ -99,13 +96,6 @@ function wireError(payload: string): { code?: string; message?: string } {
   }
 }
 
-/** The route template the request matched (a router's, or a queued endpoint's exact path); none for an unknown URL. */
-function routeOf(ctx: Context): string | undefined {
-  const matched = (ctx as { _matchedRoute?: unknown })._matchedRoute;
-  if (typeof matched === 'string') return matched;
-  return queuedPaths.has(ctx.path) ? ctx.path : undefined;
-}
-
 /** The response is over (sent, or the connection closed): every span of the request ends. */
 function finish(ctx: Context, state: RequestTrace): void {
   const { span } = state;
@@ -126,7 +116,7 @@ function finish(ctx: Context, state: RequestTrace): void {
     state.relay.end();
   }
   if (span.isRecording()) {
-    const route = routeOf(ctx);
+    const route = routeTemplate(ctx);
     span.updateName(route ? `${ctx.method} ${route}` : ctx.method);
     span.setAttributes({
       // OpenTelemetry's HTTP semantic conventions, by name (their package is large to load for four strings).
