@@ -1,8 +1,7 @@
-import type { QueueShards } from '../shared/queue-shards.js';
-import type { Queue } from 'bullmq';
 import type { Logger } from '../shared/logger.js';
 import { overloaded } from '../shared/errors.js';
 import type { QueueName } from '../shared/queues.js';
+import type { QueueShards } from '../shared/queue-shards.js';
 import { depthStates, sumDepths, type QueueDepth } from './metrics.js';
 
 /**

@@ -1,14 +1,13 @@
-import type { QueueShards } from '../shared/queue-shards.js';
 import { randomBytes } from 'node:crypto';
 import type { Context } from 'koa';
 import type { Redis } from 'ioredis';
-import type { Queue } from 'bullmq';
 import type { z } from 'zod';
 import type { CatalogModel } from '../shared/catalog.js';
 import type { Config } from '../shared/config.js';
 import { endpoints, type Endpoint, type EndpointPayloads } from '../shared/endpoints.js';
 import { invalidRequest } from '../shared/errors.js';
-import { videosOfKey, type QueueName } from '../shared/queues.js';
+import { videosOfKey } from '../shared/queues.js';
+import type { QueueShards } from '../shared/queue-shards.js';
 import { checkChatContext, checkCompletionContext, checkEmbeddingContext, checkModalities } from './context-window.js';
 import { checkEditable, checkEditUploads, checkImageRequest } from './image-rules.js';
 import { loadOwnedJob, renderVideo } from './job-views.js';

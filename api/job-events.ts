@@ -1,4 +1,3 @@
-import type { QueueShards } from '../shared/queue-shards.js';
 import type { IncomingMessage, Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Redis } from 'ioredis';
@@ -6,6 +5,7 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { GatewayError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { jobEventsChannel } from '../shared/queues.js';
+import type { QueueShards } from '../shared/queue-shards.js';
 import type { BlobStore } from '../storage/blob-store.js';
 import type { KeyCache } from './key-store.js';
 import { loadOwnedJob, renderJob, renderVideo, type OwnedJob } from './job-views.js';

@@ -1,8 +1,8 @@
-import type { QueueShards } from '../shared/queue-shards.js';
-import type { Job, Queue } from 'bullmq';
+import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { GatewayError, type ErrorBody, type WireError } from '../shared/errors.js';
-import { asyncJobKey, type AsyncJobRecord, type GatewayJobResult, type QueueName } from '../shared/queues.js';
+import { asyncJobKey, type AsyncJobRecord, type GatewayJobResult } from '../shared/queues.js';
+import type { QueueShards } from '../shared/queue-shards.js';
 import type { BlobRef } from '../shared/blobs.js';
 import type { BlobStore } from '../storage/blob-store.js';
 

@@ -1,4 +1,3 @@
-import type { QueueShards } from '../shared/queue-shards.js';
 import type { Context } from 'koa';
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
@@ -7,7 +6,8 @@ import type { Config } from '../shared/config.js';
 import { endpoints, type Endpoint, type EndpointPayloads } from '../shared/endpoints.js';
 import type { VideoInput } from '../shared/schemas/media-inputs.js';
 import { GatewayError } from '../shared/errors.js';
-import { asyncJobKey, payloadKey, type AsyncJobRecord, type GatewayJobData, type QueueName } from '../shared/queues.js';
+import { asyncJobKey, payloadKey, type AsyncJobRecord, type GatewayJobData } from '../shared/queues.js';
+import type { QueueShards } from '../shared/queue-shards.js';
 import type { Backpressure } from './backpressure.js';
 import type { BlobStore } from '../storage/blob-store.js';
 import { uploadKeys } from '../storage/upload-keys.js';

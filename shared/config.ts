@@ -19,7 +19,6 @@ import {
   optionalText,
   queueList,
   addressList,
-  quotesValue,
   setting,
   switchAliases,
   text,

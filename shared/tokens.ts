@@ -122,7 +122,6 @@ export async function encodeTextAsync(text: string): Promise<number[]> {
 }
 
 const utf8 = new TextDecoder('utf-8');
-const utf8Encoder = new TextEncoder();
 
 /**
  * gpt-tokenizer's own decode() shares one streaming TextDecoder across calls,

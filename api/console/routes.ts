@@ -3,7 +3,6 @@ import type { Context, Next } from 'koa';
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
 import type { Account } from '../../shared/accounts.js';
-import type { Config } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
 import { readJsonObject } from '../request-body.js';
 import { usdToMicros } from '../account-store.js';

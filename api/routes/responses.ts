@@ -1,11 +1,10 @@
-import type { QueueShards } from '../../shared/queue-shards.js';
 import Router from '@koa/router';
 import type { Context } from 'koa';
-import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Config } from '../../shared/config.js';
 import { GatewayError, invalidRequest, type WireError } from '../../shared/errors.js';
-import { cancelChannel, replayStreamKey, type QueueName } from '../../shared/queues.js';
+import { cancelChannel, replayStreamKey } from '../../shared/queues.js';
+import type { QueueShards } from '../../shared/queue-shards.js';
 import { releaseReservation } from '../../shared/billing.js';
 import { replayFrames, type ResponseObject } from '../../shared/response-object.js';
 import { streamAliasKey, type LogEntry } from '../../shared/reply.js';

@@ -10,7 +10,6 @@ import {
   apiKeyIdsKey,
   apiKeyRecordKey,
   defaultAccountId,
-  ledgerKey,
   usageDayKey,
 } from '../../shared/accounts.js';
 import { reserve } from '../../shared/billing.js';

@@ -7,7 +7,6 @@ import { pino } from 'pino';
 import { loadCatalog } from '../../shared/catalog.js';
 import { loadConfig } from '../../shared/config.js';
 import { setVendorCallSettings } from '../../workers/vendors/call-settings.js';
-import { GatewayError } from '../../shared/errors.js';
 import { LocalBlobStore } from '../../storage/local-blob-store.js';
 import { closeVendorAgent } from '../../workers/vendors/http.js';
 import type { BlobRef, MediaContext } from '../../workers/vendors/types.js';
