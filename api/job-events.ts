@@ -2,6 +2,7 @@ import type { IncomingMessage, Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Redis } from 'ioredis';
 import { WebSocketServer, type WebSocket } from 'ws';
+import { canonicalPath } from './canonical-path.js';
 import { GatewayError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { jobEventsChannel } from '../shared/queues.js';
@@ -62,7 +63,9 @@ export class JobEvents {
   }
 
   private async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
-    const match = eventsPath.exec(new URL(req.url ?? '/', 'http://localhost').pathname);
+    // The same path rule as every HTTP route (api/canonical-path.ts).
+    const path = canonicalPath((req.url ?? '/').split('?', 1)[0]!);
+    const match = path === undefined ? null : eventsPath.exec(path);
     if (!match) throw new GatewayError(404, 'Unknown WebSocket URL.', { code: 'unknown_url' });
     const kind = match[1] as 'jobs' | 'videos';
     const id = match[2]!;

@@ -2,7 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
 import Koa from 'koa';
-import Router from '@koa/router';
+import { canonicalizePath, createRouter } from './canonical-path.js';
 import compose from 'koa-compose';
 import type { Redis } from 'ioredis';
 import type { Config } from '../shared/config.js';
@@ -101,7 +101,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   const loopStalls = new LoopStallMonitor();
   const app = new Koa({ proxy: config.trustProxy });
   app.silent = true;
-  const probes = new Router();
+  const probes = createRouter();
   probes.get('/healthz', (ctx) => {
     ctx.body = { status: 'ok' };
   });
@@ -123,6 +123,8 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   probes.get('/metrics', metrics.scrape);
   app.use(metrics.requests);
   app.use(envelope(log));
+  // Every guard and route below sees the one canonical path (api/canonical-path.ts).
+  app.use(canonicalizePath());
   const logs = new EventLogs(redis, log);
   const relayDeps = { config, redis, queues, hub, backpressure, models, prices, logs };
   const endpointDeps = { ...relayDeps, blobs };

@@ -1,4 +1,5 @@
-import Router from '@koa/router';
+import type Router from '@koa/router';
+import { createRouter } from '../canonical-path.js';
 import type { Context, Next } from 'koa';
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
@@ -78,9 +79,9 @@ function cookieOptions(ctx: Context, maxAgeMs?: number) {
 }
 
 /** The pre-session CSRF token of this browser, made (and set as a cookie) when it has none. */
-function preSessionToken(ctx: Context): string {
+function preSessionToken(ctx: Context, fresh = false): string {
   const existing = ctx.cookies.get(csrfCookie);
-  if (existing && /^[A-Za-z0-9_-]{43}$/.test(existing)) return existing;
+  if (!fresh && existing && /^[A-Za-z0-9_-]{43}$/.test(existing)) return existing;
   const token = randomBytes(32).toString('base64url');
   ctx.cookies.set(csrfCookie, token, cookieOptions(ctx));
   return token;
@@ -128,7 +129,11 @@ async function checkCsrf(ctx: Context, deps: ConsoleDeps): Promise<void> {
     if (host !== ctx.host) throw csrfFailed();
   }
   const found = await loadSession(ctx, deps);
-  if (found && sameSecret(given, found.session.csrf)) return;
+  // Signed in, only the session's own token counts: the pre-session one was rotated away at sign-in.
+  if (found) {
+    if (sameSecret(given, found.session.csrf)) return;
+    throw csrfFailed();
+  }
   const preSession = ctx.cookies.get(csrfCookie);
   if (preSession && sameSecret(given, preSession)) return;
   throw csrfFailed();
@@ -140,11 +145,13 @@ async function startSession(ctx: Context, deps: ConsoleDeps, account: Account) {
   if (previous) await deps.sessions.destroy(previous);
   const { token, session } = await deps.sessions.create(account.id);
   ctx.cookies.set(sessionCookie, token, cookieOptions(ctx, deps.config.console.sessionMaxSeconds * 1000));
+  // The pre-session CSRF token ends with the sign-in: from here on only the session's own token is accepted.
+  ctx.cookies.set(csrfCookie, '', { ...cookieOptions(ctx), maxAge: 0 });
   return { account: accountView(account), csrf_token: session.csrf };
 }
 
 export function consoleRoutes(deps: ConsoleDeps): Router {
-  const router = new Router({ prefix: '/console' });
+  const router = createRouter('/console');
   const { config, keyStore, sessions, throttle } = deps;
   const accounts = keyStore.accounts;
 
@@ -153,11 +160,10 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     ctx.set('x-frame-options', 'DENY');
     ctx.set('x-content-type-options', 'nosniff');
     ctx.set('referrer-policy', 'same-origin');
-    if (ctx.path.startsWith('/console/api/') || ctx.path === '/console/api') {
-      // A created key's secret must never sit in a cache.
-      ctx.set('cache-control', 'no-store');
-      await checkCsrf(ctx, deps);
-    }
+    // A created key's secret must never sit in a cache.
+    if (ctx.path.startsWith('/console/api/') || ctx.path === '/console/api') ctx.set('cache-control', 'no-store');
+    // Every state-changing request under /console, whatever route it is meant for, proves it came from the console.
+    await checkCsrf(ctx, deps);
     await next();
   });
 
@@ -179,14 +185,14 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
 
   router.post('/api/session', async (ctx) => {
     const body = parseStrict(signInSchema, await readJsonObject(ctx.req, bodyLimit));
-    await throttle.check(body.email, ctx.ip);
+    // Counted before the password is checked, atomically: a burst cannot run more checks than the limit.
+    await throttle.attempt(body.email, ctx.ip);
     const account = await accounts.signIn(body.email, body.password);
     if (!account) {
-      await throttle.failed(body.email, ctx.ip);
       throw new GatewayError(401, 'Incorrect email or password.', { code: 'invalid_credentials' });
     }
     if (account.disabled) throw new GatewayError(403, 'This account is disabled. Ask an administrator to enable it.', { code: 'account_disabled' });
-    await throttle.succeeded(body.email);
+    await throttle.succeeded(body.email, ctx.ip);
     ctx.body = await startSession(ctx, deps, account);
   });
 
@@ -194,7 +200,8 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     const found = await loadSession(ctx, deps);
     if (found) await sessions.destroy(found.session);
     ctx.cookies.set(sessionCookie, '', { ...cookieOptions(ctx), maxAge: 0 });
-    ctx.body = { signed_out: true, csrf_token: preSessionToken(ctx) };
+    // A new pre-session token: the one used before this session is never good again.
+    ctx.body = { signed_out: true, csrf_token: preSessionToken(ctx, true) };
   });
 
   router.post('/api/signup', async (ctx) => {
@@ -203,8 +210,7 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     }
     const body = parseStrict(signUpSchema, await readJsonObject(ctx.req, bodyLimit));
     // Sign-ups count against the address like failed sign-ins: one client cannot mint accounts without end.
-    await throttle.check(undefined, ctx.ip);
-    await throttle.failed(undefined, ctx.ip);
+    await throttle.attempt(undefined, ctx.ip);
     const account = await accounts.create({ email: body.email, password: body.password, name: body.name ?? '', role: 'member' });
     const credit = usdToMicros(config.console.signupCreditUsd);
     if (credit > 0) await accounts.credit(account.id, credit, 'sign-up credit');

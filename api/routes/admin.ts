@@ -1,5 +1,6 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
-import Router from '@koa/router';
+import type Router from '@koa/router';
+import { createRouter } from '../canonical-path.js';
 import type { Account } from '../../shared/accounts.js';
 import { GatewayError } from '../../shared/errors.js';
 import { readJsonObject } from '../request-body.js';
@@ -36,7 +37,7 @@ function digest(value: string): Buffer {
 }
 
 export function adminRoutes(store: KeyStore, adminToken: string | undefined): Router {
-  const router = new Router({ prefix: '/admin' });
+  const router = createRouter('/admin');
   const accounts = store.accounts;
   const expected = adminToken ? digest(adminToken) : undefined;
 

@@ -1,4 +1,5 @@
-import Router from '@koa/router';
+import type Router from '@koa/router';
+import { createRouter } from '../canonical-path.js';
 import type { Context } from 'koa';
 import { endpointNames, endpoints, type Endpoint, type EndpointRequest } from '../../shared/endpoints.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
@@ -90,7 +91,7 @@ export async function serve<E extends Endpoint>(name: E, ctx: Context, deps: End
 
 /** One POST route per row of the endpoint table. */
 export function endpointRoutes(deps: EndpointRouteDeps): Router<State> {
-  const router = new Router<State>();
+  const router = createRouter<State>();
   for (const name of endpointNames) router.post(endpoints[name].path, (ctx) => serve(name, ctx, deps));
   return router;
 }

@@ -1,4 +1,5 @@
-import Router from '@koa/router';
+import type Router from '@koa/router';
+import { createRouter } from '../canonical-path.js';
 import { GatewayError } from '../../shared/errors.js';
 import { asyncJobKey, cancelChannel, payloadKey, videosOfKey } from '../../shared/queues.js';
 import { together } from '../../shared/redis.js';
@@ -14,7 +15,7 @@ type State = AuthState & RequestIdState;
 
 /** Async jobs, videos (always async), and signed file downloads. */
 export function jobRoutes(deps: EndpointRouteDeps & { blobs: ServingBlobStore; urlSecret: string }): { authed: Router<State>; public: Router } {
-  const router = new Router<State>({ prefix: '/v1' });
+  const router = createRouter<State>('/v1');
   const { redis, queues, config } = deps;
   const expiry = config.asyncResultTtlSeconds;
 
@@ -70,7 +71,7 @@ export function jobRoutes(deps: EndpointRouteDeps & { blobs: ServingBlobStore; u
   });
 
   // Signed links: fetchable without an API key, until they expire.
-  const files = new Router();
+  const files = createRouter();
   files.get('/v1/files/{*key}', async (ctx) => {
     const raw = (ctx.params as Record<string, string | string[]>).key!;
     const key = Array.isArray(raw) ? raw.join('/') : raw;

@@ -1,4 +1,5 @@
-import Router from '@koa/router';
+import type Router from '@koa/router';
+import { createRouter } from '../canonical-path.js';
 import type { Context } from 'koa';
 import type { Redis } from 'ioredis';
 import type { Config } from '../../shared/config.js';
@@ -76,7 +77,7 @@ export async function followResponse(ctx: Context, deps: ResponseRouteDeps, id: 
  * other key it does not exist (404).
  */
 export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
-  const router = new Router<State>({ prefix: '/v1' });
+  const router = createRouter<State>('/v1');
   const { redis, queues } = deps;
   const chatQueue = (id: string) => queues.forJob('chat', id);
 

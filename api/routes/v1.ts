@@ -1,4 +1,5 @@
-import Router from '@koa/router';
+import type Router from '@koa/router';
+import { createRouter } from '../canonical-path.js';
 import { GatewayError, modelNotFound } from '../../shared/errors.js';
 import { toOpenAIModel, type ModelResolver } from '../model-resolver.js';
 import type { AuthState } from '../middleware/auth.js';
@@ -8,7 +9,7 @@ type State = AuthState & RequestIdState;
 
 /** Model listing, and the OpenAI-shaped 404 for every other /v1 URL (the queued endpoints are `endpoint-routes.ts`). */
 export function v1Routes(deps: { models: ModelResolver }): Router<State> {
-  const router = new Router<State>({ prefix: '/v1' });
+  const router = createRouter<State>('/v1');
 
   router.get('/models', (ctx) => {
     ctx.body = { object: 'list', data: deps.models.list().map(toOpenAIModel) };
