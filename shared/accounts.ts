@@ -27,7 +27,7 @@ import { accountsPrefix, keyPrefix } from './queues.js';
  *   sy:usage                 stream one record per finished request
  *   sy:session:<sha256(token)> hash account, csrf, created (ms): a console session, TTL = its idle expiry
  *   sy:account-sessions:<id> set   session hashes of one account, to end them all at once
- *   sy:signin-fail:<email|ip> string failed sign-ins in the current window (TTL = the window)
+ *   sy:signin-fail:<email|ip> string sign-in attempts in the current window, counted before the password check (TTL = the window)
  *   sy:usage-day:<YYYY-MM-DD> hash `<account>|<key>|<model>|<metric>` → integer total, kept 400 days
  *   sy:usage-day:<YYYY-MM-DD>:<account> hash the same fields, of that account only (what its console pages read)
  */

@@ -108,12 +108,48 @@ export interface ThrottleLimits {
 
 export const defaultThrottle: ThrottleLimits = { perEmail: 5, perIp: 20, windowSeconds: 900 };
 
+/*
+ * Takes one sign-in attempt for every counter, or none: KEYS are the
+ * counters, ARGV[1] the window in seconds, ARGV[2..] each counter's limit.
+ * Returns 0 when the attempt may run (every counter was below its limit and
+ * now counts it), else the seconds until the first full counter's window
+ * ends. Deciding and counting in one step is what makes the limit hold for a
+ * burst: with a read before and a write after the password check, 100
+ * concurrent tries all read "below the limit" and all get checked.
+ */
+const takeAttemptScript = `
+for i = 1, #KEYS do
+  if tonumber(redis.call('GET', KEYS[i]) or '0') >= tonumber(ARGV[i + 1]) then
+    local ttl = redis.call('TTL', KEYS[i])
+    if ttl < 1 then ttl = tonumber(ARGV[1]) end
+    return ttl
+  end
+end
+for i = 1, #KEYS do
+  redis.call('INCR', KEYS[i])
+  redis.call('EXPIRE', KEYS[i], ARGV[1], 'NX')
+end
+return 0
+`;
+
+/* Gives an attempt back (it succeeded): KEYS the counters; never below zero. */
+const giveBackScript = `
+for i = 1, #KEYS do
+  if tonumber(redis.call('GET', KEYS[i]) or '0') > 0 then redis.call('DECR', KEYS[i]) end
+end
+return 0
+`;
+
 /**
- * Failed sign-ins counted per email (whether or not an account has it, so
+ * Sign-in attempts counted per email (whether or not an account has it, so
  * the refusal tells nothing) and per client address, in Redis so every api
- * instance counts together. Past either limit, sign-ins are refused with a
- * 429 until the window that began with the first failure ends, even with the
- * right password: guessing must not be able to outpace the lock.
+ * instance counts together. An attempt is counted before its password is
+ * checked, in the same atomic step that decides whether it may run, so at
+ * most the limit of password checks run in a window however many arrive at
+ * once; past either limit, sign-ins are refused with a 429 until the window
+ * that began with the first attempt ends, even with the right password:
+ * guessing must not be able to outpace the lock. A successful sign-in gives
+ * back its own attempt only.
  */
 export class SigninThrottle {
   constructor(
@@ -121,37 +157,38 @@ export class SigninThrottle {
     private readonly limits: ThrottleLimits = defaultThrottle,
   ) {}
 
-  /** Throws a 429 when the email's or the address's counter is at its limit (no email: the address's alone). */
-  async check(email: string | undefined, ip: string): Promise<void> {
+  /**
+   * Takes one attempt against the email's and the address's counters (no
+   * email: a sign-up, the address's alone), or throws a 429 when either is
+   * at its limit. A refused attempt is not counted.
+   */
+  async attempt(email: string | undefined, ip: string): Promise<void> {
     const keys = this.keys(email, ip);
-    const multi = this.redis.multi();
-    for (const { key } of keys) multi.get(key).ttl(key);
-    const replies = ((await multi.exec()) ?? []).map(([, value]) => Number(value));
-    const waits = keys.flatMap(({ limit }, i) => (replies[2 * i]! >= limit ? [replies[2 * i + 1]!] : []));
-    if (waits.length === 0) return;
-    const seconds = Math.max(1, ...waits.filter((s) => s > 0));
-    throw new GatewayError(429, `Too many failed sign-ins. Try again in ${Math.ceil(seconds / 60)} minute${seconds > 60 ? 's' : ''}.`, {
+    const wait = Number(
+      await this.redis.eval(takeAttemptScript, keys.length, ...keys.map(({ key }) => key), this.limits.windowSeconds, ...keys.map(({ limit }) => limit)),
+    );
+    if (wait === 0) return;
+    const seconds = Math.max(1, wait);
+    throw new GatewayError(429, `Too many sign-in attempts. Try again in ${Math.ceil(seconds / 60)} minute${seconds > 60 ? 's' : ''}.`, {
       type: 'requests',
       code: 'rate_limit_exceeded',
       headers: { 'retry-after': String(seconds) },
     });
   }
 
-  /** Counts a failed sign-in against the email and the address (no email: a sign-up, against the address alone). */
-  async failed(email: string | undefined, ip: string): Promise<void> {
-    const multi = this.redis.multi();
-    for (const { key } of this.keys(email, ip)) multi.incr(key).expire(key, this.limits.windowSeconds, 'NX');
-    await multi.exec();
+  /**
+   * The attempt succeeded and is given back. The failures before it stay
+   * counted until their window ends: clearing them would let a sign-in in
+   * the middle of a burst open more places for the guesses beside it.
+   */
+  async succeeded(email: string, ip: string): Promise<void> {
+    const keys = this.keys(email, ip).map(({ key }) => key);
+    await this.redis.eval(giveBackScript, keys.length, ...keys);
   }
 
   private keys(email: string | undefined, ip: string): Array<{ key: string; limit: number }> {
     const keys = [{ key: signinFailuresKey('ip', ip), limit: this.limits.perIp }];
     if (email !== undefined) keys.push({ key: signinFailuresKey('email', email.trim().toLowerCase()), limit: this.limits.perEmail });
     return keys;
-  }
-
-  /** A successful sign-in clears the email's count (the address's stays: one right password must not reset a spray). */
-  async succeeded(email: string): Promise<void> {
-    await this.redis.del(signinFailuresKey('email', email.trim().toLowerCase()));
   }
 }

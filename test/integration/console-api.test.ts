@@ -148,6 +148,25 @@ describe('console API', () => {
       assert.equal((await console.request<{ data: Key[] }>('GET', '/console/api/keys')).json.data.length, 1, 'nothing refused was made');
     });
 
+    it('rotates the pre-session token at sign-in: it is refused afterwards, and sign-out hands out a new one', async () => {
+      const { console } = await member('rotate@console.test');
+      const before = client();
+      await before.open();
+      const preSession = before.csrf;
+      const signedIn = await before.signIn('rotate@console.test', 'member-password');
+      assert.equal(signedIn.status, 200);
+      assert.notEqual(before.csrf, preSession, 'the session has its own token');
+      assert.ok(signedIn.setCookies.some((line) => /^sy_csrf=;/.test(line) && /max-age=0|expires=Thu, 01 Jan 1970/i.test(line)), 'the pre-session cookie is cleared');
+      // Even with the old cookie still sent beside the session (a browser that kept it), the old token is refused.
+      before.cookies.set('sy_csrf', preSession);
+      expectError(await before.request('POST', '/console/api/keys', { name: 'x' }, { csrf: preSession }), 403, 'csrf_failed');
+      assert.equal((await before.request('POST', '/console/api/keys', { name: 'ok' })).status, 201);
+      const signedOut = await before.request<{ csrf_token: string }>('DELETE', '/console/api/session');
+      assert.equal(signedOut.status, 200);
+      assert.notEqual(signedOut.json.csrf_token, preSession);
+      assert.equal((await console.request('GET', '/console/api/keys')).status, 200);
+    });
+
     it('refuses a sign-in without the pre-session token (login CSRF)', async () => {
       const console = client();
       expectError(await console.request('POST', '/console/api/session', { email: adminEmail, password: adminPassword }, { csrf: false }), 403, 'csrf_failed');
@@ -167,6 +186,32 @@ describe('console API', () => {
       // The lock is per email: from another address the same email is still locked; other emails are not.
       expectError(await client().signIn('throttled@console.test', 'throttled-password'), 429, 'rate_limit_exceeded');
       assert.equal((await client().signIn(adminEmail, adminPassword)).status, 200);
+    });
+
+    it('holds against a burst: 100 concurrent tries for one email over two apis run at most 5 wrong password checks, and the right one is locked out after', async () => {
+      await member('burst@console.test', 'burst-password');
+      const tries = Array.from({ length: 100 }, (_, i) => client(i % 2 === 0 ? gateway : closed));
+      await Promise.all(tries.map((console) => console.open()));
+      const answers = await Promise.all(tries.map((console, i) => console.signIn('burst@console.test', i === 50 ? 'burst-password' : `wrong-${i}-password`)));
+      const statuses = answers.map((answer) => answer.status);
+      // A right password among the first five gives its place back, so one more guess may run: never more than 5 wrong ones.
+      const wrong = statuses.filter((status) => status === 401).length;
+      assert.ok(wrong <= 5, `wrong passwords checked: ${wrong} (${JSON.stringify(statuses)})`);
+      assert.ok(statuses.filter((status) => status !== 429).length <= 6, JSON.stringify(statuses));
+      assert.ok(statuses.every((status) => status === 401 || status === 429 || status === 200), JSON.stringify(statuses));
+      for (const answer of answers) if (answer.status === 429) expectError(answer, 429, 'rate_limit_exceeded');
+      // Whether or not the right password drew a place, five wrong ones did: it is locked out now.
+      expectError(await client().signIn('burst@console.test', 'burst-password'), 429, 'rate_limit_exceeded');
+    });
+
+    it('holds against a burst from one address across 100 emails: at most 20 checks', async () => {
+      const address = `198.51.100.${++addressCounter % 250}`;
+      const tries = Array.from({ length: 100 }, (_, i) => new ConsoleClient((i % 2 === 0 ? gateway : closed).url, address));
+      await Promise.all(tries.map((console) => console.open()));
+      const answers = await Promise.all(tries.map((console, i) => console.signIn(`burst-spray-${i}@console.test`, 'spray-password')));
+      const checked = answers.filter((answer) => answer.status !== 429).length;
+      assert.ok(checked <= 20, `password checks run: ${checked}`);
+      assert.ok(checked >= 1, 'some ran');
     });
 
     it('locks an address after 20 failures across emails', async () => {
