@@ -18,9 +18,15 @@ export const sseHeaders = {
   'x-accel-buffering': 'no',
 };
 
+/** The 404 for a stream this key cannot resume: alike for one that never was and for another key's. */
+export const noStream = (named: string) =>
+  new GatewayError(404, `No stream with id '${named.slice(0, 200)}' can be resumed here (streams are kept a while after they end).`, { code: 'not_found' });
+
 export interface FollowOptions {
   /** The stream's request (job) id: its log is `replayStreamKey(requestId)`. */
   requestId: string;
+  /** The id as the client named it (a chat completion's id, say): the only id an error may show. */
+  named: string;
   /** The key asking: the log's owner must be it, or the stream does not exist for it. */
   owner: string;
   /** Frames numbered up to this one are skipped (-1: the whole stream). */
@@ -75,13 +81,8 @@ export class EventLogs {
   async follow(ctx: Context, options: FollowOptions): Promise<void> {
     const key = replayStreamKey(options.requestId);
     const entries = (await this.redis.xrange(key, '-', '+')).map(([id, fields]) => parseLogEntry(id, fields));
-    if (entries.length === 0 && options.whenMissing === 'fail') {
-      throw new GatewayError(404, `No stream with id '${options.requestId}' can be resumed here (streams are kept a while after they end).`, { code: 'not_found' });
-    }
-    if (entries.length > 0 && entries[0]!.owner !== options.owner) {
-      // Another key's stream, or one whose start was trimmed from the log: the same answer for both.
-      throw new GatewayError(404, `No stream with id '${options.requestId}' can be resumed here (streams are kept a while after they end).`, { code: 'not_found' });
-    }
+    // Missing, another key's, or one whose start was trimmed from the log: the same answer, naming only what the client named.
+    if ((entries.length === 0 && options.whenMissing === 'fail') || (entries.length > 0 && entries[0]!.owner !== options.owner)) throw noStream(options.named);
     if (entries.length > 0 && options.after >= 0 && entries[0]!.first > options.after + 1 && entries[0]!.end === undefined) {
       throw invalidRequest(`The events after ${options.after} are no longer in this stream's log.`, options.afterParam);
     }

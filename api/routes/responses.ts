@@ -9,7 +9,7 @@ import type { QueueShards } from '../../shared/queue-shards.js';
 import { releaseReservation } from '../../shared/billing.js';
 import { replayFrames, type ResponseObject } from '../../shared/response-object.js';
 import { streamAliasKey, type LogEntry } from '../../shared/reply.js';
-import { sseHeaders, type EventLogs } from '../event-log.js';
+import { noStream, sseHeaders, type EventLogs } from '../event-log.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import { deleteResponse, loadResponse, storeResponseObject, type StoredResponse } from '../responses-store.js';
 import type { AuthState } from '../middleware/auth.js';
@@ -61,6 +61,7 @@ export async function followResponse(ctx: Context, deps: ResponseRouteDeps, id: 
   }
   await deps.logs.follow(ctx, {
     requestId: id,
+    named: id,
     owner: keyId,
     after,
     afterParam,
@@ -181,11 +182,12 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
 
   router.get('/chat/completions/:id/stream', async (ctx) => {
     const named = ctx.params.id!;
-    if (named.length > 200) throw new GatewayError(404, 'No such stream.', { code: 'not_found' });
+    if (named.length > 200) throw noStream(named);
     const requestId = (await redis.exists(replayStreamKey(named))) === 1 ? named : ((await redis.get(streamAliasKey(named))) ?? named);
     const after = eventNumber(ctx.get('last-event-id') || ctx.query.last_event_id, 'Last-Event-ID');
     await deps.logs.follow(ctx, {
       requestId,
+      named,
       owner: ctx.state.keyId,
       after,
       afterParam: 'Last-Event-ID',

@@ -447,6 +447,14 @@ describe('the Responses API against strict vendor fakes', () => {
     const other = (await createKey(redis, 'stranger')).key;
     assert.equal((await getRaw(`/v1/chat/completions/${requestId}/stream`, other)).status, 404);
     assert.equal((await getRaw(`/v1/chat/completions/chatcmpl-nothing/stream`)).status, 404);
+    // Another key's stream reads exactly like one that never was: the body names only the id asked for, never the owner's request id.
+    const foreign = await getRaw(`/v1/chat/completions/${completionId}/stream`, other);
+    const foreignBody = await foreign.text();
+    assert.equal(foreign.status, 404);
+    assert.ok(!foreignBody.includes(requestId), foreignBody);
+    const madeUp = `chatcmpl-${'x'.repeat(completionId.length - 'chatcmpl-'.length)}`;
+    const unknownBody = await (await getRaw(`/v1/chat/completions/${madeUp}/stream`, other)).text();
+    assert.equal(foreignBody.replace(completionId, '<id>'), unknownBody.replace(madeUp, '<id>'));
     const past = await getRaw(`/v1/chat/completions/${requestId}/stream`, apiKey, { 'last-event-id': '100000' });
     assert.equal(past.status, 400);
   });
