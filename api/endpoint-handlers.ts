@@ -196,7 +196,9 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
     async answer(ctx, admitted, deps) {
       const keyId: string = ctx.state.keyId;
       const id = admitted.jobId!;
-      await deps.redis.zadd(videosOfKey(keyId), Date.now(), id);
+      // The key's index of videos lives as long as its newest entry can, and holds at most the newest 10,000.
+      const expiry = deps.config.asyncResultTtlSeconds;
+      await deps.redis.multi().zadd(videosOfKey(keyId), Date.now(), id).zremrangebyrank(videosOfKey(keyId), 0, -10_001).expire(videosOfKey(keyId), expiry).exec();
       const owned = await loadOwnedJob(deps.redis, deps.queues, id, keyId, 'video');
       ctx.status = 200;
       ctx.remove('location');

@@ -13,6 +13,14 @@ import type { RequestIdState } from '../middleware/envelope.js';
 
 type State = AuthState & RequestIdState;
 
+/** Which of these async jobs still have their record (one round trip; the keys may lie in different slots). */
+async function liveAsyncJobs(redis: EndpointRouteDeps['redis'], ids: readonly string[]): Promise<Set<string>> {
+  const batch = together(redis);
+  for (const id of ids) batch.exists(asyncJobKey(id));
+  const replies = (await batch.exec()) ?? [];
+  return new Set(ids.filter((_, i) => replies[i]?.[1] === 1));
+}
+
 /** Async jobs, videos (always async), and signed file downloads. */
 export function jobRoutes(deps: EndpointRouteDeps & { blobs: ServingBlobStore; urlSecret: string }): { authed: Router<State>; public: Router } {
   const router = createRouter<State>('/v1');
@@ -27,16 +35,36 @@ export function jobRoutes(deps: EndpointRouteDeps & { blobs: ServingBlobStore; u
   router.get('/videos', async (ctx) => {
     const limit = Math.min(100, Math.max(1, Number(ctx.query.limit ?? 20) || 20));
     const order = ctx.query.order === 'asc' ? 'asc' : 'desc';
-    const ids = await redis.zrange(videosOfKey(ctx.state.keyId), 0, -1);
+    const index = videosOfKey(ctx.state.keyId);
+    // Entries older than a video's lifetime name nothing any more: dropped before the page is cut.
+    await redis.zremrangebyscore(index, '-inf', Date.now() - expiry * 1000);
+    const ids = await redis.zrange(index, 0, -1);
     if (order === 'desc') ids.reverse();
-    const after = typeof ctx.query.after === 'string' ? ids.indexOf(ctx.query.after) : -1;
-    const page = ids.slice(after + 1, after + 1 + limit);
-    const data = [];
-    for (const id of page) {
-      const owned = await loadOwnedJob(redis, queues, id, ctx.state.keyId, 'video').catch(() => undefined);
-      if (owned) data.push(renderVideo(owned, expiry));
+    const afterId = typeof ctx.query.after === 'string' ? ctx.query.after : undefined;
+    const at = afterId === undefined ? -1 : ids.indexOf(afterId);
+    if (afterId !== undefined && at < 0) {
+      // The cursor aged out: everything older went with it. Newest first nothing is left; oldest first the rest is all there is.
+      if (order === 'desc') ids.length = 0;
     }
-    ctx.body = { object: 'list', data, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null, has_more: after + 1 + limit < ids.length };
+    // A deleted video keeps its entry until it ages out (so a cursor naming it still pages on): its record is what tells.
+    const data = [];
+    let next = at + 1;
+    let hasMore = false;
+    while (next < ids.length && !hasMore) {
+      const batch = ids.slice(next, next + limit + 1);
+      next += batch.length;
+      const alive = await liveAsyncJobs(redis, batch);
+      for (const id of batch) {
+        if (!alive.has(id)) continue;
+        if (data.length === limit) {
+          hasMore = true;
+          break;
+        }
+        const owned = await loadOwnedJob(redis, queues, id, ctx.state.keyId, 'video').catch(() => undefined);
+        if (owned) data.push(renderVideo(owned, expiry));
+      }
+    }
+    ctx.body = { object: 'list', data, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null, has_more: hasMore };
   });
 
   router.get('/videos/:id', async (ctx) => {
@@ -66,7 +94,7 @@ export function jobRoutes(deps: EndpointRouteDeps & { blobs: ServingBlobStore; u
       const files = await videoFiles(owned, deps.blobs).catch(() => undefined);
       for (const file of [files?.video, files?.thumbnail]) if (file) await deps.blobs.delete(file.key);
     }
-    await together(redis).del(asyncJobKey(owned.id)).del(payloadKey(owned.id)).zrem(videosOfKey(ctx.state.keyId), owned.id).exec();
+    await together(redis).del(asyncJobKey(owned.id)).del(payloadKey(owned.id)).exec();
     ctx.body = { id: owned.id, object: 'video.deleted', deleted: true };
   });
 

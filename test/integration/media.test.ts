@@ -275,6 +275,41 @@ for (const storage of ['local', 's3'] as const) describe(`media through the queu
     assert.equal(deleted.deleted, true);
     await assert.rejects(client.videos.retrieve(created.id), (error: unknown) => error instanceof OpenAI.NotFoundError);
   });
+  it('lists videos past expired and deleted ones: pages are full, has_more is true only when a later video exists, and the index expires', async () => {
+    const keyed = await createKey(redis, 'video-pages');
+    const videos = gateway.client(keyed.key);
+    const made: string[] = [];
+    for (let i = 0; i < 7; i++) made.push((await videos.videos.create({ model: 'mock-video' as 'sora-2', prompt: `boat ${i}`, seconds: '4', size: '1280x720' })).id);
+    const index = `sy:videos:${keyed.id}`;
+    const ttl = await redis.ttl(index);
+    assert.ok(ttl > 0, `the index expires (ttl ${ttl})`);
+    // The newest three expire (their records go, as a TTL would take them) and one in the middle is deleted.
+    for (const id of made.slice(4)) await redis.del(`sy:async:${id}`);
+    await videos.videos.delete(made[1]!);
+    // An entry older than any video can live is dropped when the list is read.
+    await redis.zadd(index, Date.now() - 10 * 86_400_000, 'video_long_gone');
+    const page = async (query: string) => (await (await fetch(`${gateway.url}/v1/videos?${query}`, { headers: { authorization: `Bearer ${keyed.key}` } })).json()) as { data: Array<{ id: string }>; has_more: boolean; first_id: string | null; last_id: string | null };
+    const first = await page('limit=2');
+    assert.deepEqual(first.data.map((v) => v.id), [made[3], made[2]]);
+    assert.equal(first.has_more, true);
+    assert.equal(first.last_id, made[2]);
+    const second = await page(`limit=2&after=${first.last_id}`);
+    assert.deepEqual(second.data.map((v) => v.id), [made[0]]);
+    assert.equal(second.has_more, false);
+    const exact = await page('limit=3');
+    assert.deepEqual(exact.data.map((v) => v.id), [made[3], made[2], made[0]]);
+    assert.equal(exact.has_more, false, 'nothing after the last live video');
+    const ascending = await page(`order=asc&limit=5&after=${made[1]}`);
+    assert.deepEqual(ascending.data.map((v) => v.id), [made[2], made[3]]);
+    const none = await page(`limit=5&after=${made[0]}`);
+    assert.deepEqual([none.data, none.has_more, none.last_id], [[], false, null]);
+    assert.equal(await redis.zscore(index, 'video_long_gone'), null);
+    // Through the official client's auto-pagination too: every live video once.
+    const seen: string[] = [];
+    for await (const video of videos.videos.list({ limit: 1 })) seen.push(video.id);
+    assert.deepEqual(seen, [made[3], made[2], made[0]]);
+  });
+
   it('answers the real model ids offline, the mock standing in for their vendors', async () => {
     const image = await client.images.generate({ model: 'dall-e-3', prompt: 'a lighthouse', size: '1792x1024', response_format: 'b64_json' });
     assert.deepEqual(pngSize(Buffer.from(image.data![0]!.b64_json!, 'base64')), { width: 1792, height: 1024 });
