@@ -93,13 +93,16 @@ return verdict
  *       the account's usage day
  * ARGV: request id, actual micros, actual tokens, now ms, default tpm, stream max length, seconds to keep the settled mark, usage fields (JSON),
  *       day field prefix, then metric name / value pairs
- * Returns 1 when this call settled the request, 0 when it was settled before.
+ * Returns {1, micros held} when this call settled the request ({1, -1}: it
+ * held nothing any more), {0, -1} when it was settled before.
  */
 const settleScript = `
-if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[7]) == false then return 0 end
+if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[7]) == false then return {0, -1} end
 local actual = tonumber(ARGV[2])
 local resv = redis.call('HMGET', KEYS[2], 'micros', 'tokens')
+local reserved = -1
 if resv[1] then
+  reserved = tonumber(resv[1])
   -- A free model reserves 0: negated, that is -0, which HINCRBY refuses as not an integer.
   local held = tonumber(resv[1])
   if held ~= 0 then
@@ -135,7 +138,7 @@ for i = 10, #ARGV, 2 do
 end
 redis.call('EXPIRE', KEYS[8], 34560000)
 redis.call('EXPIRE', KEYS[9], 34560000)
-return 1
+return {1, reserved}
 `;
 
 /*
@@ -159,7 +162,7 @@ return 1
 
 interface BillingRedis extends Redis {
   billingReserve(...args: Array<string | number>): Promise<number[]>;
-  billingSettle(...args: Array<string | number>): Promise<number>;
+  billingSettle(...args: Array<string | number>): Promise<[number, number]>;
   billingRelease(...args: Array<string | number>): Promise<number>;
 }
 
@@ -268,7 +271,14 @@ export interface SettlePolicy {
  * deadline no attempt of the job can run any more, so the mark needs to
  * outlive the deadline only (kept short: one mark per request adds up).
  */
-export async function settle(redis: Redis, usage: UsageRecord, policy: SettlePolicy, now = Date.now(), keepSettledMs = 86_400_000): Promise<boolean> {
+/** What a settlement did: whether it applied (a second one of a request id does not), and what the request had reserved. */
+export interface Settlement {
+  applied: boolean;
+  /** Micro-dollars the reservation held; null when there was none left (released, or never made). */
+  reservedMicros: number | null;
+}
+
+export async function settle(redis: Redis, usage: UsageRecord, policy: SettlePolicy, now = Date.now(), keepSettledMs = 86_400_000): Promise<Settlement> {
   const metrics: Record<UsageMetric, number> = {
     requests: 1,
     input_tokens: usage.inputTokens,
@@ -296,7 +306,7 @@ export async function settle(redis: Redis, usage: UsageRecord, policy: SettlePol
     created: usage.created,
     duration_ms: usage.durationMs,
   };
-  const settled = await billing(redis).billingSettle(
+  const [applied, reserved] = await billing(redis).billingSettle(
     settledKey(usage.requestId),
     reservationKey(usage.requestId),
     reservationDeadlinesKey,
@@ -317,7 +327,7 @@ export async function settle(redis: Redis, usage: UsageRecord, policy: SettlePol
     `${usage.accountId}|${usage.keyId}|${usage.model}|`,
     ...usageMetrics.flatMap((metric) => [metric, metrics[metric]]),
   );
-  return settled === 1;
+  return { applied: Number(applied) === 1, reservedMicros: Number(reserved) >= 0 ? Number(reserved) : null };
 }
 
 /** Gives back a reservation that nothing will settle (the request was refused after admission, or its job never ran). */

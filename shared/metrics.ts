@@ -77,6 +77,8 @@ export class GatewayMetrics {
   // The workers: what was billed.
   readonly tokens: Children<Counter.Internal>;
   readonly costMicros: Children<Counter.Internal>;
+  readonly overruns: Children<Counter.Internal>;
+  readonly overrunMicros: Children<Counter.Internal>;
 
   /** Read at each scrape by `queueJobs` (set by the api's backpressure). */
   queueDepths: (() => Iterable<[queue: string, counts: Readonly<Record<string, number>>]>) | undefined;
@@ -152,6 +154,8 @@ export class GatewayMetrics {
 
     this.tokens = counterChildren('tokens_total', 'Tokens billed, by catalog model and direction: in (prompt) or out (completion).', keyed(['model', 'direction']));
     this.costMicros = counterChildren('cost_micros_total', 'Cost billed, in micro-dollars (1e-6 USD), by catalog model.', keyed(['model']));
+    this.overruns = counterChildren('settlement_overruns_total', 'Requests whose answer cost more than their reservation (a vendor past max_tokens, an estimate too low): a key limit or balance can be passed by the difference.', ['model', 'vendor']);
+    this.overrunMicros = counterChildren('settlement_overrun_micros_total', 'What answers cost past their reservations, in micro-dollars.', ['model', 'vendor']);
 
     collectDefaultMetrics({ register: this.registry, prefix: metricsPrefix });
   }

@@ -179,3 +179,11 @@ export function usageSettled(record: Pick<UsageRecord, 'model' | 'keyId' | 'inpu
     metrics.costMicros.get(model).inc(record.costMicros);
   }
 }
+
+/** An answer cost more than its reservation held: by how much, for the catalog model and the vendor that served it. */
+export function settlementOverran(model: string, vendor: string, overMicros: number): void {
+  const metrics = activeMetrics();
+  if (!metrics) return;
+  metrics.overruns.get(model, vendor).inc();
+  metrics.overrunMicros.get(model, vendor).inc(overMicros);
+}

@@ -8,7 +8,7 @@ import type { GatewayJobData } from '../shared/queues.js';
 import type { Metered, PriceList } from '../shared/pricing.js';
 import { countChatPromptTokensAsync, countTextTokensAsync } from '../shared/tokens.js';
 import type { Usage } from './vendors/types.js';
-import { usageSettled } from './metrics.js';
+import { settlementOverran, usageSettled } from './metrics.js';
 
 /**
  * What one job produced, filled in as it runs: the vendor's usage when it
@@ -123,7 +123,18 @@ export async function settleJob(
     try {
       // Marked settled until well past the job's deadline, when no attempt of it can run any more.
       // Counted only when this settlement applied: a second one of the same request id changes nothing.
-      if (await settle(deps.redis, record, deps.policy, Date.now(), data.deadline - Date.now() + settledMarkMarginMs)) usageSettled(record);
+      const settled = await settle(deps.redis, record, deps.policy, Date.now(), data.deadline - Date.now() + settledMarkMarginMs);
+      if (!settled.applied) return;
+      usageSettled(record);
+      // Admission held the reservation against the key's limit and the balance; what goes past it was never checked.
+      if (settled.reservedMicros !== null && record.costMicros > settled.reservedMicros) {
+        const overMicros = record.costMicros - settled.reservedMicros;
+        settlementOverran(record.model, vendor, overMicros);
+        deps.log.warn(
+          { requestId: record.requestId, keyId: record.keyId, accountId: record.accountId, model: record.model, vendor, reservedMicros: settled.reservedMicros, costMicros: record.costMicros, overMicros },
+          'answer cost more than its reservation: the key limit and balance were checked against less than was billed',
+        );
+      }
       return;
     } catch (error) {
       if (attempt >= settleAttempts) throw error;

@@ -69,8 +69,8 @@ describe('billing: reserve and settle', () => {
     assert.equal(refused.ok, false);
     assert.equal(!refused.ok && refused.reason, 'key_limit');
 
-    assert.equal(await settle(redis, usage('r1', 123_456), policy), true);
-    assert.equal(await settle(redis, usage('r1', 123_456), policy), false, 'a second settlement of the same request does nothing');
+    assert.equal((await settle(redis, usage('r1', 123_456), policy)).applied, true);
+    assert.equal((await settle(redis, usage('r1', 123_456), policy)).applied, false, 'a second settlement of the same request does nothing');
     assert.equal(await numberField(apiKeyRecordKey('k1'), 'reserved'), 0);
     assert.equal(await numberField(apiKeyRecordKey('k1'), 'spent'), 123_456);
     assert.equal(await numberField(accountKey('a1'), 'reserved'), 0);
@@ -88,7 +88,7 @@ describe('billing: reserve and settle', () => {
     await account('a1', 0);
     await key('k1');
     assert.equal((await reserve(redis, resv('free1', 0), {})).ok, true);
-    assert.equal(await settle(redis, usage('free1', 0, { model: 'mock-chat' }), policy), true);
+    assert.equal((await settle(redis, usage('free1', 0, { model: 'mock-chat' }), policy)).applied, true);
     assert.equal((await redis.hgetall(usageDayKey(utcDay(Date.now()))))['a1|k1|mock-chat|requests'], '1');
     assert.equal((await reserve(redis, resv('free2', 0), {})).ok, true);
     assert.equal(await releaseReservation(redis, 'free2'), true);
@@ -162,7 +162,7 @@ describe('billing: reserve and settle', () => {
     assert.equal(await numberField(apiKeyRecordKey('k1'), 'reserved'), 200);
 
     // A lost job that completes after all is still billed, exactly once.
-    assert.equal(await settle(redis, usage('lost', 250), policy), true);
+    assert.equal((await settle(redis, usage('lost', 250), policy)).applied, true);
     assert.equal(await numberField(accountKey('a1'), 'balance'), 750);
     assert.equal(await numberField(accountKey('a1'), 'reserved'), 200);
   });

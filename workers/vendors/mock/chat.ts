@@ -44,32 +44,55 @@ export function buildUsage(promptTokens: number, completionTokens: number): Usag
 const countCallTokens = (call: PlannedCall) => countTextTokens(call.name) + countTextTokens(call.arguments);
 
 /**
+ * The calls a model would get out within `maxTokens` output tokens: whole
+ * calls while they fit, then the one that does not cut inside its arguments
+ * (as a real model's output ends mid-JSON at the limit), and none after it.
+ */
+function limitCalls(calls: readonly PlannedCall[], maxTokens: number | null | undefined): { calls: PlannedCall[]; completionTokens: number; cut: boolean } {
+  let used = 0;
+  const kept: PlannedCall[] = [];
+  for (const call of calls) {
+    const cost = countCallTokens(call);
+    if (maxTokens == null || used + cost <= maxTokens) {
+      kept.push(call);
+      used += cost;
+      continue;
+    }
+    const nameTokens = countTextTokens(call.name);
+    const room = maxTokens - used - nameTokens;
+    if (room >= 0) kept.push({ name: call.name, arguments: limitReply(call.arguments, { maxTokens: room }).text });
+    return { calls: kept, completionTokens: maxTokens, cut: true };
+  }
+  return { calls: kept, completionTokens: used, cut: false };
+}
+
+/**
  * Every choice gets the same answer (the mock is deterministic); only tool
- * call ids differ per choice. Tool-call arguments are never cut by
- * max_tokens: a broken call would test the client, not the gateway.
+ * call ids differ per choice. Tool calls honour max_tokens like text: past
+ * it the arguments end where the limit falls and the finish reason is
+ * `length`, so no answer costs more than the output its request reserved.
  */
 function planChoices(request: ChatCompletionRequest, ctx: CallContext): ChoicePlan[] {
   const choiceCount = request.n ?? 1;
   const indices = Array.from({ length: choiceCount }, (_, index) => index);
   const tools = planToolUse(request);
+  const maxTokens = request.max_completion_tokens ?? request.max_tokens;
   if (tools.kind === 'tool_calls') {
-    const completionTokens = tools.calls.reduce((sum, call) => sum + countCallTokens(call), 0);
+    const limited = limitCalls(tools.calls, maxTokens);
     return indices.map((index) => ({
       index,
       content: null,
-      toolCalls: tools.calls.map((call, callIndex) => ({ id: toolCallId(ctx.requestId, index, callIndex), ...call })),
-      finishReason: 'tool_calls',
-      completionTokens,
+      toolCalls: limited.calls.map((call, callIndex) => ({ id: toolCallId(ctx.requestId, index, callIndex), ...call })),
+      finishReason: limited.cut ? 'length' : 'tool_calls',
+      completionTokens: limited.completionTokens,
     }));
   }
   if (tools.kind === 'function_call') {
-    const completionTokens = countCallTokens(tools.call);
-    return indices.map((index) => ({ index, content: null, functionCall: tools.call, finishReason: 'function_call', completionTokens }));
+    const limited = limitCalls([tools.call], maxTokens);
+    const call = limited.calls[0] ?? { name: tools.call.name, arguments: '' };
+    return indices.map((index) => ({ index, content: null, functionCall: call, finishReason: limited.cut ? 'length' : 'function_call', completionTokens: limited.completionTokens }));
   }
-  const reply = limitReply(buildChatReplyText(request.messages), {
-    stop: request.stop,
-    maxTokens: request.max_completion_tokens ?? request.max_tokens,
-  });
+  const reply = limitReply(buildChatReplyText(request.messages), { stop: request.stop, maxTokens });
   return indices.map((index) => ({
     index,
     content: reply.text,
