@@ -23,12 +23,15 @@ export const perMinute = z.number().int().min(1).max(1e9);
 export const models = z.array(z.string().trim().min(1).max(256)).min(1).max(1000);
 export const expiresAt = z.number().int().min(0).max(1e11);
 
-export const createAccountSchema = z.strictObject({ email, name: accountName.optional(), password: password.optional(), role: role.optional() });
+/** Whether the account spends without a balance; left out, its role decides (admins unlimited, members not). */
+export const unlimited = z.boolean();
+export const createAccountSchema = z.strictObject({ email, name: accountName.optional(), password: password.optional(), role: role.optional(), unlimited: unlimited.optional() });
 export const patchAccountSchema = z.strictObject({
   email: email.optional(),
   name: accountName.optional(),
   password: password.nullable().optional(),
   role: role.optional(),
+  unlimited: unlimited.optional(),
   disabled: z.boolean().optional(),
 });
 export const creditSchema = z.strictObject({

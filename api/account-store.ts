@@ -166,12 +166,23 @@ export interface NewAccount {
   name?: string;
   password?: string;
   role?: AccountRole;
+  /** Spends without a balance; undefined: as its role has it (`unlimitedByRole`). */
+  unlimited?: boolean;
 }
+
+/**
+ * An operator's own account spends without a balance unless one is set for
+ * it (`unlimited: false`): an admin's first key must work. Members start at
+ * $0 (or SIGNUP_CREDIT_USD) and spend what they are credited.
+ */
+export const unlimitedByRole = (role: AccountRole): boolean => role === 'admin';
 
 export interface AccountChanges {
   email?: string;
   name?: string;
+  /** A change of role also sets `unlimited` as the new role has it, unless `unlimited` is given too. */
   role?: AccountRole;
+  unlimited?: boolean;
   /** null removes the password. */
   password?: string | null;
   disabled?: boolean;
@@ -222,14 +233,16 @@ export class AccountStore {
     const id = `acct_${randomBytes(8).toString('hex')}`;
     const email = normalizeEmail(input.email);
     const created = nowSeconds();
+    const role = input.role ?? 'member';
     const fields: Record<string, string> = {
       id,
       email,
       name: input.name ?? '',
-      role: input.role ?? 'member',
+      role,
       created: String(created),
       balance: '0',
       reserved: '0',
+      unlimited: (input.unlimited ?? unlimitedByRole(role)) ? '1' : '0',
       ...(input.password ? { password: await hashPassword(input.password) } : {}),
     };
     const made = await this.redis.accountCreate(accountEmailsKey, accountKey(id), accountsIndexKey, emailIndex(email), id, created, ...Object.entries(fields).flat());
@@ -267,6 +280,15 @@ export class AccountStore {
     if (changes.role !== undefined) fields.push('role', changes.role);
     if (changes.email !== undefined) fields.push('email', normalizeEmail(changes.email));
     if (changes.disabled !== undefined) fields.push('disabled', changes.disabled ? '1' : '0');
+    if (id === defaultAccountId && changes.unlimited === false) {
+      throw new GatewayError(400, 'The default account is always unlimited: give keys that must spend within a balance an account of their own.', { code: 'default_account', param: 'unlimited' });
+    }
+    if (changes.unlimited !== undefined) fields.push('unlimited', changes.unlimited ? '1' : '0');
+    else if (changes.role !== undefined && id !== defaultAccountId) {
+      // A role change brings the new role's default; so does naming a role for an account that never had the choice made (made before it existed).
+      const [role, unlimited] = await this.redis.hmget(accountKey(id), 'role', 'unlimited');
+      if (role !== changes.role || unlimited === null) fields.push('unlimited', unlimitedByRole(changes.role) ? '1' : '0');
+    }
     // '' is "no password": a hash never is.
     if (changes.password !== undefined) fields.push('password', changes.password === null ? '' : await hashPassword(changes.password));
     for (let attempt = 0; attempt < attempts; attempt++) {
@@ -314,7 +336,13 @@ export class AccountStore {
     const [status, balance] = await this.redis.accountCredit(accountKey(id), ledgerKey(id), micros, note, nowSeconds());
     if (status === 0) throw accountNotFound(id);
     if (status === -1) {
-      throw new GatewayError(400, 'The default account has an unlimited balance: it takes no credits.', { code: 'unlimited_balance' });
+      throw new GatewayError(
+        400,
+        id === defaultAccountId
+          ? 'The default account has an unlimited balance: it takes no credits.'
+          : `Account '${id}' has an unlimited balance: it takes no credits. Update it with "unlimited": false to give it a balance first.`,
+        { code: 'unlimited_balance' },
+      );
     }
     return balance;
   }

@@ -11,8 +11,9 @@ export function accountView(account: Account) {
     email: account.email,
     name: account.name,
     role: account.role,
-    // null: the default account's balance is unlimited.
+    // null: the account spends without a balance (the default account, and admins unless one is set for them).
     balance_usd: account.balanceMicros === undefined ? null : microsToUsd(account.balanceMicros),
+    unlimited: account.balanceMicros === undefined,
     disabled: account.disabled,
     created: account.created,
   };
