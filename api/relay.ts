@@ -37,6 +37,8 @@ export interface RelayRequest<E extends Endpoint = Endpoint> {
   /** The validated request: what the job carries to the worker as its payload. */
   body: EndpointPayloads[E];
   stream: boolean;
+  /** A stream's resume grace as the request asked for it (capped); undefined: STREAM_RESUME_GRACE_MS. */
+  resumeGraceMs?: number;
   /** Answer 202 at once; the result is read from `GET /v1/jobs/{id}`. */
   async?: boolean;
   /** Content type of the final body (JSON unless said). */
@@ -190,6 +192,7 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
   const exchange = request.stream
     ? new StreamExchange(ctx, deps, jobId, queue, log)
     : new PlainExchange(ctx, deps, jobId, queue, log, request.contentType);
+  exchange.resumeGraceMs = request.resumeGraceMs;
   hub.register(jobId, exchange);
   try {
     await enqueue(answeredJob);

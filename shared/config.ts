@@ -94,8 +94,10 @@ export interface Config {
   responseTtlSeconds: number;
   /** How long a stream's event log outlives its last event: the window to resume or replay it. */
   streamReplayTtlSeconds: number;
-  /** How long a stream whose client left keeps running, waiting for a resume (0: cancelled at once). */
+  /** How long a stream whose client left keeps running, waiting for a resume, when the request asks for no grace (0: cancelled at once). */
   streamResumeGraceMs: number;
+  /** The most a request may ask for with `x-stream-resume-grace-ms`. */
+  streamResumeGraceMaxMs: number;
   /** Seconds between sweeps of expired blobs (one process sweeps per interval); 0: never. */
   blobSweepIntervalSeconds: number;
   /** Prometheus metrics (`GET /metrics`). */
@@ -299,7 +301,8 @@ const fixed = {
   ASYNC_RESULT_TTL_S: setting(integer(60, 86_400), 'how long async job results and videos stay retrievable'),
   RESPONSE_TTL_S: setting(integer(60, 30 * 86_400), 'how long a stored response (`store`, the default) can be retrieved and chained with `previous_response_id`'),
   STREAM_REPLAY_TTL_S: setting(integer(10, 600), 'how long after its last event a stream (chat, completions, Responses) can still be resumed or replayed from its event log'),
-  STREAM_RESUME_GRACE_MS: setting(integer(0, 10_000), 'a streaming client that disconnects leaves its request running this long for a resume; `0` cancels at once'),
+  STREAM_RESUME_GRACE_MS: setting(integer(0, 0), 'a streaming client that disconnects leaves its request running this long for a resume unless the request asks otherwise (`x-stream-resume-grace-ms`); `0` cancels it (and its spend) within a second, as clients expect of closing a stream'),
+  STREAM_RESUME_GRACE_MAX_MS: setting(integer(0, 60_000, 3_600_000), 'the most a request may ask for with `x-stream-resume-grace-ms`; a larger ask is cut to it'),
   BLOB_SWEEP_INTERVAL_S: setting(integer(0, 600), 'seconds between sweeps of expired blobs; `0` disables them'),
   METRICS_PORT: setting(optionalInteger(0, { kind: 'unset', note: 'no listener' }, 65535), 'port of a worker process\'s own `GET /metrics` listener (`--role=worker`; `0` picks a free one); the api serves `/metrics` on `PORT`'),
   METRICS_PER_KEY: setting(flag(false), '`on` adds a `key_id` label to the request, token, cost and refusal metrics (a series per key: only with few keys)'),
@@ -489,6 +492,7 @@ export function loadConfig(env: Env = process.env): Config {
     responseTtlSeconds: values.RESPONSE_TTL_S,
     streamReplayTtlSeconds: values.STREAM_REPLAY_TTL_S,
     streamResumeGraceMs: values.STREAM_RESUME_GRACE_MS,
+    streamResumeGraceMaxMs: values.STREAM_RESUME_GRACE_MAX_MS,
     blobSweepIntervalSeconds: values.BLOB_SWEEP_INTERVAL_S,
     metrics: { port: values.METRICS_PORT, perKey: values.METRICS_PER_KEY },
     fetchAllowHosts: values.FETCH_ALLOW_HOSTS,

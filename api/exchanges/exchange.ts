@@ -66,13 +66,15 @@ export abstract class Exchange implements PendingReply {
   }
 
   abstract readonly stream: boolean;
+  /** What the request asked for with `x-stream-resume-grace-ms` (already capped); undefined: the configured default. */
+  resumeGraceMs: number | undefined;
   abstract deliver(message: ReplyMessage): void;
 
   async run(deadline: number): Promise<void> {
     const onClose = () => {
       if (this.settled || this.res.writableFinished) return;
       clientDisconnected(this.stream ? 'stream' : 'held');
-      const grace = this.deps.config.streamResumeGraceMs;
+      const grace = this.resumeGraceMs ?? this.deps.config.streamResumeGraceMs;
       if (this.stream && grace > 0) this.awaitResume(grace);
       else void this.cancel();
     };

@@ -32,6 +32,21 @@ export function asyncMode(ctx: { get(name: string): string }, stream: boolean): 
   return wanted;
 }
 
+const resumeGraceHeader = 'x-stream-resume-grace-ms';
+
+/**
+ * How long a stream keeps running for a resume after its client leaves, as
+ * the request asks (`x-stream-resume-grace-ms`, cut to
+ * STREAM_RESUME_GRACE_MAX_MS); undefined when it does not ask. Without it a
+ * closed stream is cancelled, and stops spending, within a second.
+ */
+export function resumeGrace(ctx: { get(name: string): string }, maxMs: number): number | undefined {
+  const asked = ctx.get(resumeGraceHeader);
+  if (asked === '') return undefined;
+  if (!/^\d{1,10}$/.test(asked.trim())) throw invalidRequest(`The ${resumeGraceHeader} header must be a whole number of milliseconds.`, resumeGraceHeader);
+  return Math.min(Number(asked.trim()), maxMs);
+}
+
 /** Multipart text fields as the schemas read them: `name[]` (or a repeated name ending so) is a list, any other name its last value. */
 function formFields(form: MultipartForm): Record<string, unknown> {
   const fields: Record<string, unknown> = {};
@@ -66,6 +81,7 @@ export async function serve<E extends Endpoint>(name: E, ctx: Context, deps: End
   };
   const { model, admitted } = form ? await refusingDeletesUploads(form, deps.blobs, admit) : await admit();
   const stream = admitted.stream ?? false;
+  const graceMs = stream ? resumeGrace(ctx, deps.config.streamResumeGraceMaxMs) : undefined;
   // The worst case this request may cost, reserved before it is queued; settled by the worker with the actual cost.
   // A model an operator's catalog added without a price is served free (the start-up log names such models).
   const estimate = !access
@@ -79,6 +95,7 @@ export async function serve<E extends Endpoint>(name: E, ctx: Context, deps: End
     keyId: ctx.state.keyId,
     body: admitted.payload,
     stream,
+    ...(graceMs !== undefined ? { resumeGraceMs: graceMs } : {}),
     async: row.asyncOnly || asyncMode(ctx, stream),
     ...(admitted.contentType ? { contentType: admitted.contentType } : {}),
     ...(admitted.jobId ? { jobId: admitted.jobId } : {}),

@@ -413,7 +413,8 @@ describe('the Responses API against strict vendor fakes', () => {
     const controller = new AbortController();
     const started = await fetch(`${gateway.url}/v1/chat/completions`, {
       method: 'POST',
-      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+      // Asks for a resume grace: without one, closing the stream cancels it.
+      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json', 'x-stream-resume-grace-ms': '10000' },
       body: JSON.stringify({ model: 'mock-chat', stream: true, messages: [{ role: 'user', content: longPrompt }] }),
       signal: controller.signal,
     });
