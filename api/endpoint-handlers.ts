@@ -13,7 +13,7 @@ import { checkEditable, checkEditUploads, checkImageRequest } from './image-rule
 import { loadOwnedJob, renderVideo } from './job-views.js';
 import type { UploadedFile } from './multipart.js';
 import { responseObject } from '../shared/response-object.js';
-import { buildShell, newResponseId, normaliseInput, toChatRequest } from './responses-translate.js';
+import { buildShell, newResponseId, normaliseInputSliced, toChatRequest } from './responses-translate.js';
 import { createResponse, loadHistory, storeInput } from './responses-store.js';
 import type { BlobStore } from '../storage/blob-store.js';
 import type { EventLogs } from './event-log.js';
@@ -85,7 +85,7 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
     async admit({ fields: request, model, scope }) {
       if (request.background && request.store === false) throw invalidRequest('A background response must be stored: store cannot be false.', 'store');
       if (request.stream_options && !request.stream) throw invalidRequest('stream_options is only allowed when stream is true.', 'stream_options');
-      const input = request.input === undefined ? [] : normaliseInput(request.input);
+      const input = request.input === undefined ? [] : await normaliseInputSliced(request.input);
       const history = request.previous_response_id ? await loadHistory(scope.redis, scope.blobs, request.previous_response_id, scope.keyId) : [];
       const chat = toChatRequest({ ...request, model: model.id }, history, input);
       checkModalities(model, chat.messages);

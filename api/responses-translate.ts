@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
+import { loopSlices } from '../shared/loop-slices.js';
 import { invalidRequest } from '../shared/errors.js';
 import type { ConversationItem, ResponseShell } from '../shared/responses.js';
 import type { ChatCompletionRequest, ChatMessage, ChatTool } from '../shared/schemas/chat.js';
@@ -133,6 +134,23 @@ export function normaliseInput(input: ResponsesRequest['input']): ConversationIt
     return [{ type: 'message', id: randomId('msg'), role: 'user', status: 'completed', content: [{ type: 'input_text', text: input }] }];
   }
   return input.map((item, index) => normaliseItem(item, ['input', index]));
+}
+
+/**
+ * `normaliseInput` for the request thread: checking every part of a long
+ * input is tens of microseconds an item, so it yields to the event loop
+ * every couple of milliseconds (a 10,000-message input would otherwise
+ * hold every other request for a quarter of a second).
+ */
+export async function normaliseInputSliced(input: ResponsesRequest['input']): Promise<ConversationItem[]> {
+  if (input === undefined || typeof input === 'string') return normaliseInput(input);
+  const pause = loopSlices();
+  const items: ConversationItem[] = [];
+  for (let index = 0; index < input.length; index++) {
+    items.push(normaliseItem(input[index]!, ['input', index]));
+    await pause();
+  }
+  return items;
 }
 
 function normaliseItem(raw: Record<string, unknown>, path: Path): ConversationItem {

@@ -7,7 +7,7 @@ import type { KeyAccess } from '../../shared/accounts.js';
 import type { PriceList } from '../../shared/pricing.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import { handlers, type Admitted, type EndpointHandler, type HandlerInput } from '../endpoint-handlers.js';
-import { parseBody, readJsonObject } from '../request-body.js';
+import { largeBodyBytes, parseBody, readJsonObject, yieldToLoop } from '../request-body.js';
 import type { ModelResolver } from '../model-resolver.js';
 import { readMultipart, refusingDeletesUploads, type MultipartForm } from '../multipart.js';
 import { prefersAsync, relay, type RelayDeps } from '../relay.js';
@@ -69,6 +69,8 @@ export async function serve<E extends Endpoint>(name: E, ctx: Context, deps: End
   const handler: EndpointHandler<E> = handlers[name];
   const access: KeyAccess | undefined = ctx.state.access;
   const admit = async () => {
+    // Parsing ended the previous turn of the loop; validating a large body is a turn of its own.
+    if (!form && !(Number(ctx.get('content-length')) <= largeBodyBytes)) await yieldToLoop();
     // TypeScript cannot follow a generic row to its schema's output: this is where the two are tied, once.
     const fields = parseBody(row.schema, raw) as HandlerInput<E>['fields'];
     const model = deps.models.resolve((fields as { model: string }).model, name);

@@ -348,7 +348,7 @@ describe('fuzz: generated input at every endpoint', { timeout: 15 * 60_000 }, ()
   });
 
   it('JSON bodies: huge strings, arrays and objects', async (t) => {
-    await runProperty(t, 'JSON huge', jsonCase('huge'), 10_000, [knownCases.longRun, knownCases.manyInputs]);
+    await runProperty(t, 'JSON huge', jsonCase('huge'), 10_000, [knownCases.longRun, knownCases.manyInputs, knownCases.manyParts, knownCases.manyPartsServed]);
   });
 
   it('JSON bodies: unicode, raw bytes, invalid JSON, non-object bodies, content types', async (t) => {

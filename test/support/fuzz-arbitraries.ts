@@ -1490,6 +1490,24 @@ export const knownCases = {
     auth: 'Bearer $KEY',
     chunked: false,
   }),
+  /** 9,999 messages of 10 parts each (110,000 objects and arrays): validation and translation held the loop 100-500 ms. */
+  manyParts: buildJsonCase({
+    endpoint: chatBase,
+    base: chatBase.bases[0]!,
+    mutations: [setMutation(['messages'], Array.from({ length: 9_999 }, () => ({ role: 'user', content: Array.from({ length: 10 }, () => ({ type: 'text', text: 'x' })) })), '9,999 messages × 10 parts')],
+    contentType: 'application/json',
+    auth: 'Bearer $KEY',
+    chunked: false,
+  }),
+  /** 9,999 messages of 3 parts each: just within the bound, served. */
+  manyPartsServed: buildJsonCase({
+    endpoint: chatBase,
+    base: chatBase.bases[0]!,
+    mutations: [setMutation(['messages'], Array.from({ length: 9_999 }, () => ({ role: 'user', content: Array.from({ length: 3 }, () => ({ type: 'text', text: 'x' })) })), '9,999 messages × 3 parts')],
+    contentType: 'application/json',
+    auth: 'Bearer $KEY',
+    chunked: false,
+  }),
   /** A stream asked to close its connection. */
   streamClose: buildJsonCase(
     {
