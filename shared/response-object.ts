@@ -18,7 +18,8 @@ export interface ChatStyleUsage {
 /** The Responses API's usage (input/output naming, details always present). */
 export interface ResponsesUsage {
   input_tokens: number;
-  input_tokens_details: { cached_tokens: number };
+  /** cache_write_tokens: what a vendor reports as written to its prompt cache (0 when it reports none). */
+  input_tokens_details: { cached_tokens: number; cache_write_tokens: number };
   output_tokens: number;
   output_tokens_details: { reasoning_tokens: number };
   total_tokens: number;
@@ -114,8 +115,10 @@ export function responseObject(shell: ResponseShell, state: ResponseState): Resp
     tools: shell.tools,
     top_p: shell.top_p,
     truncation: 'disabled',
-    usage: state.usage,
-    user: shell.user,
+    // The spec's `usage` is an object or absent (not null): a response still running has none yet.
+    ...(state.usage !== null ? { usage: state.usage } : {}),
+    // The spec has `user` as a string: a request that named none gets none, rather than a null.
+    ...(shell.user != null ? { user: shell.user } : {}),
     metadata: shell.metadata,
   };
 }
@@ -128,7 +131,7 @@ export function responsesUsage(usage: ChatStyleUsage): ResponsesUsage {
   const completionDetails = isRecord(usage.completion_tokens_details) ? usage.completion_tokens_details : {};
   return {
     input_tokens: input,
-    input_tokens_details: { cached_tokens: tokens(promptDetails.cached_tokens) },
+    input_tokens_details: { cached_tokens: tokens(promptDetails.cached_tokens), cache_write_tokens: tokens(promptDetails.cache_write_tokens) },
     output_tokens: output,
     output_tokens_details: { reasoning_tokens: tokens(completionDetails.reasoning_tokens) },
     total_tokens: typeof usage.total_tokens === 'number' && Number.isFinite(usage.total_tokens) ? usage.total_tokens : input + output,

@@ -94,14 +94,14 @@ describe('responsesUsage', () => {
         prompt_tokens_details: { cached_tokens: 4 },
         completion_tokens_details: { reasoning_tokens: 3 },
       }),
-      { input_tokens: 20, input_tokens_details: { cached_tokens: 4 }, output_tokens: 9, output_tokens_details: { reasoning_tokens: 3 }, total_tokens: 29 },
+      { input_tokens: 20, input_tokens_details: { cached_tokens: 4, cache_write_tokens: 0 }, output_tokens: 9, output_tokens_details: { reasoning_tokens: 3 }, total_tokens: 29 },
     );
   });
 
   it('puts 0 for missing details', () => {
     assert.deepEqual(responsesUsage({ prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 }), {
       input_tokens: 1,
-      input_tokens_details: { cached_tokens: 0 },
+      input_tokens_details: { cached_tokens: 0, cache_write_tokens: 0 },
       output_tokens: 2,
       output_tokens_details: { reasoning_tokens: 0 },
       total_tokens: 3,
@@ -120,8 +120,11 @@ describe('responseObject', () => {
     assert.deepEqual(Object.keys(object), [
       'id', 'object', 'created_at', 'status', 'background', 'completed_at', 'error', 'incomplete_details', 'instructions',
       'max_output_tokens', 'model', 'output', 'output_text', 'parallel_tool_calls', 'previous_response_id', 'reasoning', 'store',
-      'temperature', 'text', 'tool_choice', 'tools', 'top_p', 'truncation', 'usage', 'user', 'metadata',
+      'temperature', 'text', 'tool_choice', 'tools', 'top_p', 'truncation', 'metadata',
     ]);
+    // No usage yet and no user named: both left out (the spec types them as an object and a string, never null).
+    const done = responseObject(shellFixture({ user: 'u-1' }), { status: 'completed', output: [], usage: responsesUsage({ prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 }), error: null });
+    assert.deepEqual(Object.keys(done).slice(-3), ['usage', 'user', 'metadata']);
     assert.equal(object.object, 'response');
     assert.equal(object.id, 'resp_test0001');
     assert.equal(object.instructions, 'be brief');
@@ -210,7 +213,7 @@ describe('ResponsesStreamEncoder', () => {
     assert.deepEqual(final.output, [frames[9]!.data.item]);
     assert.deepEqual(final.usage, {
       input_tokens: 12,
-      input_tokens_details: { cached_tokens: 8 },
+      input_tokens_details: { cached_tokens: 8, cache_write_tokens: 0 },
       output_tokens: 5,
       output_tokens_details: { reasoning_tokens: 2 },
       total_tokens: 17,
@@ -305,7 +308,7 @@ describe('ResponsesStreamEncoder', () => {
       ],
     );
     assert.equal(final.output_text, 'Let me check.');
-    assert.equal(final.usage, null);
+    assert.equal(final.usage, undefined, "no usage reported: none in the object");
   });
 
   it('opens a new message for text after a tool call, and closes items when the vendor sends no finish', () => {
@@ -450,7 +453,7 @@ describe('responseFromAnswer', () => {
     });
     assert.deepEqual(response.usage, {
       input_tokens: 3,
-      input_tokens_details: { cached_tokens: 1 },
+      input_tokens_details: { cached_tokens: 1, cache_write_tokens: 0 },
       output_tokens: 2,
       output_tokens_details: { reasoning_tokens: 0 },
       total_tokens: 5,
@@ -476,7 +479,7 @@ describe('responseFromAnswer', () => {
     const response = responseFromAnswer(answer, shellFixture());
     assert.equal(response.status, 'completed');
     assert.equal(response.output_text, '');
-    assert.equal(response.usage, null);
+    assert.equal(response.usage, undefined);
     assert.deepEqual(
       response.output.map((item: any) => [item.type, item.status, item.call_id, item.name, item.arguments]),
       [
