@@ -40,6 +40,15 @@ export function checkImageRequest(model: CatalogModel, body: ImageOptions): void
   }
 }
 
+/** What `/v1/images/variations` takes, for every model that serves it: one square PNG under 4 MB (the API's own rule). */
+export const variationInput = { formats: ['png' as const], max_bytes: 4 * 1024 * 1024, square: true, max_images: 1 };
+
+export function checkVariable(model: CatalogModel): void {
+  if (!model.supports_variations) {
+    throw invalidRequest(`\`${model.id}\` does not make image variations; use dall-e-2.`, 'model', 'model_not_supported');
+  }
+}
+
 export function checkEditable(model: CatalogModel): void {
   if (!model.supports_edits) throw invalidRequest(`\`${model.id}\` cannot edit images; use dall-e-2 or a GPT image model.`, 'model', 'model_not_supported');
 }

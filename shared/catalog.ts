@@ -45,6 +45,8 @@ export const catalogModelSchema = z.looseObject({
   max_images: z.number().int().positive().optional(),
   /** Whether `/v1/images/edits` serves this model. */
   supports_edits: z.boolean().optional(),
+  /** Whether `/v1/images/variations` serves this model (dall-e-2, and the mock). */
+  supports_variations: z.boolean().optional(),
   /** What an edit upload must be: formats (by content, not name), size cap, squareness, how many images. */
   edit_input: z
     .object({

@@ -5,8 +5,15 @@ import type { QueueName } from './queues.js';
 import { chatCompletionRequestSchema, type ChatCompletionRequest } from './schemas/chat.js';
 import { completionRequestSchema, type CompletionRequest } from './schemas/completions.js';
 import { embeddingRequestSchema, type EmbeddingRequest } from './schemas/embeddings.js';
-import { imageEditFieldsSchema, imageGenerationRequestSchema, type ImageGenerationRequest } from './schemas/images.js';
-import { transcriptionFieldsSchema, videoRequestSchema, type ImageEditInput, type TranscriptionInput, type VideoInput } from './schemas/media-inputs.js';
+import { imageEditFieldsSchema, imageGenerationRequestSchema, imageVariationFieldsSchema, type ImageGenerationRequest } from './schemas/images.js';
+import {
+  transcriptionFieldsSchema,
+  videoRequestSchema,
+  type ImageEditInput,
+  type ImageVariationInput,
+  type TranscriptionInput,
+  type VideoInput,
+} from './schemas/media-inputs.js';
 import { responsesRequestSchema } from './schemas/responses.js';
 import type { ResponsesJob } from './responses.js';
 
@@ -146,6 +153,20 @@ export const endpoints = {
     deadlineMs: queueDeadline('image'),
     keep: heldAnswer,
   },
+  'images.variations': {
+    method: 'POST',
+    path: '/v1/images/variations',
+    queue: 'image',
+    capabilities: ['image'],
+    body: 'multipart',
+    schema: imageVariationFieldsSchema,
+    streams: false,
+    uploads: { maxBytes: 'maxImageBytes' },
+    asyncOnly: false,
+    pipeline: 'media',
+    deadlineMs: queueDeadline('image'),
+    keep: heldAnswer,
+  },
   'audio.transcriptions': {
     method: 'POST',
     path: '/v1/audio/transcriptions',
@@ -192,6 +213,7 @@ export interface EndpointPayloads {
   embeddings: EmbeddingRequest;
   'images.generations': ImageGenerationRequest;
   'images.edits': ImageEditInput;
+  'images.variations': ImageVariationInput;
   'audio.transcriptions': TranscriptionInput;
   videos: VideoInput;
 }

@@ -378,9 +378,11 @@ export class PriceList {
       case 'embeddings':
         return only(promptCost);
       case 'images.generations':
-      case 'images.edits': {
+      case 'images.edits':
+      case 'images.variations': {
         const { payload } = request;
-        const each = imageMicros(price.perImage, 'priciest', payload.size ?? model?.default_size, payload.quality);
+        const quality = request.endpoint === 'images.variations' ? undefined : request.payload.quality;
+        const each = imageMicros(price.perImage, 'priciest', payload.size ?? model?.default_size, quality);
         return only(promptCost + whole('n', payload.n ?? 1) * each);
       }
       case 'audio.transcriptions': {

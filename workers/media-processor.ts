@@ -75,6 +75,13 @@ export async function runMedia(
       await vendorDone();
       return { body: await renderImages(result, input.response_format ?? base.model.default_response_format ?? 'b64_json', ctx, deps, baseUrl) };
     }
+    case 'images.variations': {
+      const input = request.payload;
+      const result = await adapterMethod(protocol, 'varyImages')(input, ctx);
+      if (produced) produced.images = result.images.length;
+      await vendorDone();
+      return { body: await renderImages(result, input.response_format ?? base.model.default_response_format ?? 'b64_json', ctx, deps, baseUrl) };
+    }
     case 'audio.transcriptions': {
       const result = await adapterMethod(protocol, 'transcribe')(request.payload, ctx);
       if (produced) produced.audioSeconds = transcribedSeconds(result.body, request.payload.file.size);

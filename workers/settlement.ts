@@ -62,6 +62,8 @@ export async function meter(request: EndpointRequest | undefined, produced: Mete
     if (request.payload.size) metered.imageSize = request.payload.size;
     if (request.payload.quality) metered.imageQuality = request.payload.quality;
   }
+  // A variation is billed as a generation of its size (dall-e-2 prices images by size alone).
+  if (request.endpoint === 'images.variations' && request.payload.size) metered.imageSize = request.payload.size;
   if (request.endpoint === 'videos') metered.videoSize = request.payload.size;
   if (produced.usage) {
     metered.inputTokens = produced.usage.prompt_tokens;

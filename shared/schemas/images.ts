@@ -32,3 +32,16 @@ export const imageEditFieldsSchema = z.looseObject({
   user: z.string().nullish(),
 });
 export type ImageEditFields = z.infer<typeof imageEditFieldsSchema>;
+
+/** The sizes `POST /v1/images/variations` takes (the spec's, whatever else the model makes). */
+export const variationSizes = ['256x256', '512x512', '1024x1024'] as const;
+
+/** The text fields of `POST /v1/images/variations` (multipart); the image arrives apart. */
+export const imageVariationFieldsSchema = z.looseObject({
+  model: z.string().min(1).default('dall-e-2'),
+  n: formNumber().pipe(z.number().int().min(1).max(10)).nullish(),
+  size: z.enum(variationSizes).nullish(),
+  response_format: z.enum(['url', 'b64_json']).nullish(),
+  user: z.string().nullish(),
+});
+export type ImageVariationFields = z.infer<typeof imageVariationFieldsSchema>;

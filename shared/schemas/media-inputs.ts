@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { formNumber } from './common.js';
 import type { BlobRef } from '../blobs.js';
-import type { ImageEditFields } from './images.js';
+import type { ImageEditFields, ImageVariationFields } from './images.js';
 
 /**
  * What the api puts in a media job after it stored the uploads: the
@@ -11,6 +11,11 @@ export interface ImageEditInput extends ImageEditFields {
   /** The uploaded images, in order (`image` or `image[]` parts). */
   images: BlobRef[];
   mask?: BlobRef;
+}
+
+/** A variation job: the validated fields and the one uploaded image. */
+export interface ImageVariationInput extends ImageVariationFields {
+  image: BlobRef;
 }
 
 export interface TranscriptionInput {

@@ -193,6 +193,40 @@ async function answerEdit(request: RecordedRequest): Promise<FakeResponse> {
   return checkFields(fields, family, EDIT_SIZES[family] ?? null) ?? imagesResponse(request, fields, family, true);
 }
 
+/**
+ * `/v1/images/variations` as OpenAI serves it: dall-e-2 only, one `image`
+ * part that is a square PNG under 4 MB, no prompt, sizes 256/512/1024.
+ */
+async function answerVariation(request: RecordedRequest): Promise<FakeResponse> {
+  if (!String(request.headers['content-type'] ?? '').startsWith('multipart/form-data')) {
+    return openaiError(400, 'Invalid content type: the image variation endpoint takes multipart/form-data.', null, null);
+  }
+  let form: FormData;
+  try {
+    form = await readFakeMultipart(request);
+  } catch {
+    return openaiError(400, 'We could not parse the multipart body of your request.', null, null);
+  }
+  const images = form.getAll('image');
+  if (images.length === 0) return missingParameter('image');
+  if (images.length > 1 || form.getAll('image[]').length > 0) return openaiError(400, 'A variation takes exactly one image.', 'image', 'invalid_value');
+  const image = images[0]!;
+  if (typeof image === 'string' || image.size === 0) return openaiError(400, 'Invalid input image: expected a non-empty file upload.', 'image', 'invalid_image');
+  const bytes = Buffer.from(await image.arrayBuffer());
+  const isPng = bytes.length >= 24 && bytes.readUInt32BE(0) === 0x89504e47 && bytes.toString('latin1', 12, 16) === 'IHDR';
+  if (!isPng) return openaiError(400, 'Invalid input image - format must be in [png].', 'image', 'invalid_image_format');
+  if (bytes.readUInt32BE(16) !== bytes.readUInt32BE(20)) return openaiError(400, 'Invalid input image - image must be square.', 'image', 'invalid_image');
+  if (bytes.length >= 4 * 1024 * 1024) return openaiError(400, 'Invalid input image - image must be less than 4 MB.', 'image', 'image_too_large');
+  const fields: Record<string, unknown> = {};
+  for (const [name, value] of form.entries()) if (typeof value === 'string') fields[name] = value;
+  if ('prompt' in fields) return openaiError(400, "Unrecognized request argument supplied: prompt", 'prompt', 'unknown_parameter');
+  if (typeof fields.n === 'string') fields.n = Number(fields.n);
+  const model = typeof fields.model === 'string' ? fields.model : 'dall-e-2';
+  if (model !== 'dall-e-2') return openaiError(400, `Invalid model ${model}. The model must be dall-e-2.`, 'model', 'invalid_value');
+  // checkFields wants a prompt; a variation has none.
+  return checkFields({ ...fields, prompt: 'variation' }, 'dall-e-2', GENERATION_SIZES['dall-e-2']) ?? imagesResponse(request, fields, 'dall-e-2', true);
+}
+
 let servedImagePath: string | undefined;
 
 /** The fake answers raw bytes only from files (`sseFile`), so the PNG is written once to a temporary file. */
@@ -210,9 +244,10 @@ export function createFakeOpenAIImages(options: { apiKey?: string } = {}): FakeH
   return async (request) => {
     const path = request.path.split('?')[0] ?? '';
     if (request.method === 'GET' && path.startsWith(FAKE_IMAGE_URL_PATH)) return serveImage();
-    if (request.method !== 'POST' || (path !== '/v1/images/generations' && path !== '/v1/images/edits')) return undefined;
+    if (request.method !== 'POST' || (path !== '/v1/images/generations' && path !== '/v1/images/edits' && path !== '/v1/images/variations')) return undefined;
     const refused = checkAuth(request, options.apiKey);
     if (refused !== null) return refused;
+    if (path === '/v1/images/variations') return answerVariation(request);
     return path === '/v1/images/generations' ? answerGeneration(request) : answerEdit(request);
   };
 }

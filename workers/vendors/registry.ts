@@ -25,6 +25,7 @@ const capabilityNames: Record<keyof VendorAdapter, string> = {
   embed: 'embeddings',
   generateImages: 'image generation',
   editImages: 'image edits',
+  varyImages: 'image variations',
   transcribe: 'audio transcription',
   generateVideo: 'video generation',
 };

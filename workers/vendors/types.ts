@@ -5,7 +5,7 @@ import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
 import type { CompletionRequest } from '../../shared/schemas/completions.js';
 import type { EmbeddingRequest } from '../../shared/schemas/embeddings.js';
 import type { ImageGenerationRequest } from '../../shared/schemas/images.js';
-import type { ImageEditInput, TranscriptionInput, VideoInput } from '../../shared/schemas/media-inputs.js';
+import type { ImageEditInput, ImageVariationInput, TranscriptionInput, VideoInput } from '../../shared/schemas/media-inputs.js';
 import type { Channel } from '../../shared/vendors.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import type { Answer, AnswerEvent, EmbeddingsAnswer } from '../answers/events.js';
@@ -88,6 +88,7 @@ export interface VendorAdapter {
   embed?(request: EmbeddingRequest, ctx: CallContext): Promise<EmbeddingsAnswer>;
   generateImages?(input: ImageGenerationInput, ctx: MediaContext): Promise<ImageResult>;
   editImages?(input: ImageEditInput, ctx: MediaContext): Promise<ImageResult>;
+  varyImages?(input: ImageVariationInput, ctx: MediaContext): Promise<ImageResult>;
   transcribe?(input: TranscriptionInput, ctx: MediaContext): Promise<TranscriptionResult>;
   generateVideo?(input: VideoInput, ctx: MediaContext): Promise<VideoResult>;
 }

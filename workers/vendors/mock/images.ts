@@ -15,7 +15,7 @@ import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import { GatewayError, invalidRequest } from '../../../shared/errors.js';
 import { countTextTokens } from '../../../shared/tokens.js';
 import type { GeneratedImage, ImageGenerationInput, ImageResult, MediaContext } from '../types.js';
-import type { ImageEditInput } from '../../../shared/schemas/media-inputs.js';
+import type { ImageEditInput, ImageVariationInput } from '../../../shared/schemas/media-inputs.js';
 import { readMockMarkers, throwIfErrorMarker } from './markers.js';
 import { sleep } from '../sleep.js';
 import { encodeGradientPng, type Rgb } from './png.js';
@@ -123,6 +123,17 @@ export async function generateMockImages(input: ImageGenerationInput, ctx: Media
   await actOnMarkers(input.prompt, ctx);
   return renderImages(
     { prompt: input.prompt, count: input.n ?? 1, size, salt: 'generation', inputImages: 0, quality: input.quality },
+    ctx,
+  );
+}
+
+/** Variations of the uploaded image: deterministic per image, so the same upload varies the same way. */
+export async function varyMockImages(input: ImageVariationInput, ctx: MediaContext): Promise<ImageResult> {
+  const size = parseImageSize(input.size ?? '1024x1024');
+  const bytes = await ctx.blobs.get(input.image.key);
+  ctx.signal.throwIfAborted();
+  return renderImages(
+    { prompt: 'variation', count: input.n ?? 1, size, salt: createHash('sha256').update('variation').update(bytes).digest('hex'), inputImages: 1, quality: undefined },
     ctx,
   );
 }

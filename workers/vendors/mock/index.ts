@@ -28,7 +28,7 @@ import { planChatCompletion, toChatAnswer } from './chat.js';
 import { streamChatCompletion } from './chat-stream.js';
 import { createCompletion, streamCompletion } from './completions.js';
 import { createEmbeddings } from './embeddings.js';
-import { editMockImages, generateMockImages } from './images.js';
+import { editMockImages, generateMockImages, varyMockImages } from './images.js';
 import { transcribeMock } from './transcriptions.js';
 import { generateMockVideo } from './videos.js';
 import { sleep } from '../sleep.js';
@@ -47,6 +47,7 @@ export const mockAdapter: VendorAdapter = {
   embed: createEmbeddings,
   generateImages: generateMockImages,
   editImages: editMockImages,
+  varyImages: varyMockImages,
   transcribe: transcribeMock,
   generateVideo: generateMockVideo,
 };

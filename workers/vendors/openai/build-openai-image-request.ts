@@ -1,7 +1,7 @@
 import { Blob } from 'node:buffer';
 import { FormData } from 'undici';
 import type { BlobRef, ImageGenerationInput, MediaContext } from '../types.js';
-import type { ImageEditInput } from '../../../shared/schemas/media-inputs.js';
+import type { ImageEditInput, ImageVariationInput } from '../../../shared/schemas/media-inputs.js';
 import type { CallContext } from '../types.js';
 
 /**
@@ -67,5 +67,17 @@ export async function buildOpenAIImageEditForm(input: ImageEditInput, ctx: Media
     const bytes = await ctx.blobs.get(mask.key);
     form.append('mask', new Blob([bytes], { type: mask.contentType }), filenameFor(mask, 'mask'));
   }
+  return form;
+}
+
+/** The multipart body of `/images/variations`: the text fields, then the one `image` part. */
+export async function buildOpenAIImageVariationForm(input: ImageVariationInput, ctx: MediaContext): Promise<FormData> {
+  const { image, ...fields } = input;
+  const form = new FormData();
+  for (const [name, value] of Object.entries(prepareFields(fields, ctx))) {
+    if (value !== undefined && value !== null) form.append(name, formValue(value));
+  }
+  const bytes = await ctx.blobs.get(image.key);
+  form.append('image', new Blob([bytes], { type: image.contentType }), filenameFor(image, 'image'));
   return form;
 }

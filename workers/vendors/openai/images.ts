@@ -1,8 +1,8 @@
 import { parseJsonObject, readBodyText, readCappedText, type VendorResponse } from '../http.js';
 import type { ImageGenerationInput, ImageResult, MediaContext } from '../types.js';
-import type { ImageEditInput } from '../../../shared/schemas/media-inputs.js';
+import type { ImageEditInput, ImageVariationInput } from '../../../shared/schemas/media-inputs.js';
 import { postOpenAI } from './api.js';
-import { buildOpenAIImageEditForm, buildOpenAIImageGenerationBody } from './build-openai-image-request.js';
+import { buildOpenAIImageEditForm, buildOpenAIImageGenerationBody, buildOpenAIImageVariationForm } from './build-openai-image-request.js';
 import { mapOpenAIImageError } from './map-openai-image-error.js';
 import { postOpenAIForm } from './post-openai-form.js';
 import { readOpenAIImages } from './read-openai-images.js';
@@ -29,3 +29,8 @@ export async function editOpenAIImages(input: ImageEditInput, ctx: MediaContext)
   return readImagesResponse(await postOpenAIForm('/images/edits', form, ctx), ctx);
 }
 
+
+export async function varyOpenAIImages(input: ImageVariationInput, ctx: MediaContext): Promise<ImageResult> {
+  const form = await buildOpenAIImageVariationForm(input, ctx);
+  return readImagesResponse(await postOpenAIForm('/images/variations', form, ctx), ctx);
+}

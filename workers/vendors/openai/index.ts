@@ -1,7 +1,7 @@
 import type { VendorAdapter } from '../types.js';
 import { buildOpenAIBody, buildOpenAIEmbeddingBody, buildOpenAIStreamBody } from './build-openai-body.js';
 import { createOpenAIAnswer, createOpenAIEmbeddings } from './create-openai-result.js';
-import { editOpenAIImages, generateOpenAIImages } from './images.js';
+import { editOpenAIImages, generateOpenAIImages, varyOpenAIImages } from './images.js';
 import { streamOpenAIEvents } from './stream-openai-events.js';
 import { transcribeWithOpenAI } from './transcriptions.js';
 import { generateVideoWithOpenAI } from './videos.js';
@@ -22,6 +22,7 @@ export const openaiAdapter: VendorAdapter = {
   embed: (request, ctx) => createOpenAIEmbeddings(buildOpenAIEmbeddingBody(request, ctx), ctx),
   generateImages: generateOpenAIImages,
   editImages: editOpenAIImages,
+  varyImages: varyOpenAIImages,
   transcribe: transcribeWithOpenAI,
   generateVideo: generateVideoWithOpenAI,
 };
