@@ -14,7 +14,8 @@ COPY console ./console
 RUN npx tsc -p tsconfig.build.json --noEmit && npm run build && npm prune --omit=dev
 
 FROM node:20-bookworm-slim
-ENV NODE_ENV=production
+# A container listens on its network; `npm start` on a laptop binds 127.0.0.1 instead.
+ENV NODE_ENV=production HOST=0.0.0.0
 WORKDIR /app
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist

@@ -4,6 +4,8 @@ import { countFrames } from '../shared/reply.js';
 import { activeMetrics, initMetrics, metricsContentType, renderMetrics, type GatewayMetrics } from '../shared/metrics.js';
 import type { QueueName } from '../shared/queues.js';
 import { routeTemplate } from './route-template.js';
+import { GatewayError } from '../shared/errors.js';
+import { metricsScrapeAllowed } from '../shared/metrics-process.js';
 
 /**
  * The api's metrics: every HTTP request (by route template, resolved model
@@ -83,6 +85,10 @@ export function apiMetrics(config: Pick<Config, 'metrics'>, depths: QueueDepthSo
       }
     },
     scrape: async (ctx) => {
+      if (!metricsScrapeAllowed(ctx.get('authorization') || undefined, config.metrics.token)) {
+        ctx.set('www-authenticate', 'Bearer');
+        throw new GatewayError(401, 'GET /metrics needs Authorization: Bearer <METRICS_TOKEN>.', { code: 'invalid_metrics_token' });
+      }
       ctx.set('content-type', metricsContentType);
       ctx.set('cache-control', 'no-store');
       ctx.body = await renderMetrics();

@@ -46,8 +46,13 @@ export interface ApiServer {
   server: Server;
   instanceId: string;
   listen(port: number, host: string): Promise<number>;
-  /** Stop accepting, let in-flight requests finish (bounded by the grace period), then close connections. */
+  /**
+   * Drain: new requests get a 503 (and `/readyz` says not ready) while the
+   * ones in flight finish, bounded by the grace period; then close.
+   */
   shutdown(): Promise<void>;
+  /** Requests in flight now (held or streamed answers). */
+  readonly inFlight: number;
 }
 
 /** ADMIN_EMAIL + ADMIN_PASSWORD: the first admin, made at start, or set back to admin with that password. */
@@ -102,6 +107,11 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   const app = new Koa({ proxy: config.trustProxy });
   app.silent = true;
   const probes = createRouter();
+  // The root is where a person lands first: the console (which has the sign-in and the docs links).
+  probes.get('/', (ctx) => {
+    ctx.status = 302;
+    ctx.redirect('/console/');
+  });
   probes.get('/healthz', (ctx) => {
     ctx.body = { status: 'ok' };
   });
@@ -204,12 +214,18 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
           resolve(typeof address === 'object' && address ? address.port : port);
         });
       }),
+    get inFlight() {
+      return hub.size;
+    },
     async shutdown() {
+      // The listener stays open while draining: a new request (and a balancer's /readyz) gets a 503 with
+      // `connection: close` rather than a refused connection, until the requests in flight are done.
       draining = true;
-      server.close();
       server.closeIdleConnections();
       const until = Date.now() + config.shutdownGraceMs;
       while (hub.size > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
+      server.close();
+      server.closeIdleConnections();
       hub.stop();
       if (hub.size > 0) {
         log.warn({ pending: hub.size }, 'grace period over; ending the requests in flight with an error and cancelling their jobs');

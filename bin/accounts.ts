@@ -12,7 +12,11 @@ const usage = `usage:
   npm run accounts -- credit ID AMOUNT_USD [--note T]
                                                add credit (negative to correct), print the new balance
   npm run accounts -- ledger ID                the account's balance changes, newest first
-  npm run accounts -- delete ID                delete an account and revoke its keys`;
+  npm run accounts -- delete ID                delete an account and revoke its keys
+  npm run accounts -- --help                   this text
+
+Admin accounts spend without a balance unless one is set for them; members
+start at 0 USD: credit them before their keys can spend.`;
 
 class UsageError extends Error {}
 
@@ -21,11 +25,21 @@ const negativeMark = '\u0000';
 
 async function main(): Promise<number> {
   const args = process.argv.slice(2).map((arg, i, all) => (/^-\d/.test(arg) && all[i - 1] !== '--note' ? `${negativeMark}${arg}` : arg));
-  const { positionals, values } = parseArgs({
-    args,
-    allowPositionals: true,
-    options: { email: { type: 'string' }, name: { type: 'string' }, password: { type: 'string' }, role: { type: 'string' }, note: { type: 'string' } },
-  });
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args,
+      allowPositionals: true,
+      options: { help: { type: 'boolean', short: 'h' }, email: { type: 'string' }, name: { type: 'string' }, password: { type: 'string' }, role: { type: 'string' }, note: { type: 'string' } },
+    });
+  } catch (error) {
+    throw new UsageError(`${(error as Error).message} (see --help)`);
+  }
+  const { positionals, values } = parsed;
+  if (values.help) {
+    console.log(usage);
+    return 0;
+  }
   const [command, id, amountText] = positionals.map((p) => (p.startsWith(negativeMark) ? p.slice(1) : p));
   if (!command || !['create', 'list', 'credit', 'ledger', 'delete'].includes(command)) {
     console.error(usage);

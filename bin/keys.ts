@@ -1,4 +1,4 @@
-import { parseArgs } from 'node:util';
+import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { createRedis } from '../shared/redis.js';
 import { loadConfig } from '../shared/config.js';
 import { KeyStore, type KeyOptions } from '../api/key-store.js';
@@ -7,15 +7,27 @@ import { locateRedis } from './local-redis.js';
 
 const usage = `usage:
   npm run keys -- create --name NAME [options]   create a key and print it (shown once)
-      --account ID        the account it belongs to (default: the default account)
+      --account ID|EMAIL  the account it belongs to (default: the built-in default
+                          account, unlimited; keys made in the console belong to
+                          the signed-in person's account)
       --limit-usd USD     the most it may ever spend
       --rpm N, --tpm N    requests / tokens per minute
       --models a,b        the only models it may use
       --expires-at UNIX   when it stops working (unix seconds)
   npm run keys -- list [--account ID]            list keys (no secrets)
-  npm run keys -- revoke ID                      revoke a key`;
+  npm run keys -- revoke ID                      revoke a key
+  npm run keys -- --help                         this text`;
 
 class UsageError extends Error {}
+
+/** parseArgs, with an unknown or malformed option told as a usage error (exit 2) rather than a crash. */
+function parseCommandLine<T extends ParseArgsConfig>(config: T) {
+  try {
+    return parseArgs(config);
+  } catch (error) {
+    throw new UsageError(`${(error as Error).message} (see --help)`);
+  }
+}
 
 function number(flag: string, text: string | undefined, check: (n: number) => boolean, what: string): number | undefined {
   if (text === undefined) return undefined;
@@ -47,9 +59,10 @@ function keyOptions(values: Record<string, string | boolean | undefined>): KeyOp
 const show = (value: number | string | undefined, unit = '') => (value === undefined ? '-' : `${value}${unit}`);
 
 async function main(): Promise<number> {
-  const { positionals, values } = parseArgs({
+  const { positionals, values } = parseCommandLine({
     allowPositionals: true,
     options: {
+      help: { type: 'boolean', short: 'h' },
       name: { type: 'string' },
       account: { type: 'string' },
       'limit-usd': { type: 'string' },
@@ -60,6 +73,10 @@ async function main(): Promise<number> {
     },
   });
   const [command, arg] = positionals;
+  if (values.help) {
+    console.log(usage);
+    return 0;
+  }
   if (!command || !['create', 'list', 'revoke'].includes(command)) {
     console.error(usage);
     return 2;
@@ -75,9 +92,16 @@ async function main(): Promise<number> {
   const store = new KeyStore(redis);
   try {
     if (command === 'create') {
+      if (options.accountId !== undefined && options.accountId.includes('@')) {
+        const owner = await store.accounts.findByEmail(options.accountId);
+        if (!owner) throw new Error(`no account with the email ${options.accountId}`);
+        options.accountId = owner.id;
+      }
       const key = await store.create(values.name!.trim(), options);
+      const account = await store.accounts.get(key.accountId);
+      const balance = account?.balanceMicros === undefined ? 'unlimited' : `${account.balanceMicros / 1e6} USD`;
       console.log(key.key);
-      console.error(`created ${key.id} "${key.name}" in account ${key.accountId}; the key above is shown only once.`);
+      console.error(`created ${key.id} "${key.name}" in account ${key.accountId} ("${account?.name || account?.email || key.accountId}", balance ${balance}); the key above is shown only once.`);
     } else if (command === 'list') {
       for (const key of await store.list({ accountId: values.account })) {
         const limits = `limit=${show(key.limitMicros === undefined ? undefined : key.limitMicros / 1e6, ' USD')} spent=${key.spentMicros / 1e6} USD rpm=${show(key.rpm)} tpm=${show(key.tpm)}`;

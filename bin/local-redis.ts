@@ -23,6 +23,16 @@ async function answers(url: string): Promise<boolean> {
   }
 }
 
+/** `host:port` of a Redis URL, for messages: never its password. */
+export function redisAddress(url: string): string {
+  try {
+    const parsed = new URL(url);
+    return `${parsed.hostname || '127.0.0.1'}:${parsed.port || 6379}`;
+  } catch {
+    return 'an unparsable REDIS_URL';
+  }
+}
+
 /** A TCP port nobody listens on right now. */
 export function freePort(): Promise<number> {
   return new Promise((resolvePort, reject) => {
@@ -60,7 +70,14 @@ export async function locateRedis(
   const dataDir = options.dataDir ?? resolve(process.cwd(), '.data');
   const urlFile = resolve(dataDir, 'redis.url');
   const defaultUrl = options.defaultUrl ?? 'redis://127.0.0.1:6379';
-  if (env.REDIS_URL) return { url: env.REDIS_URL, source: 'REDIS_URL' };
+  if (env.REDIS_URL) {
+    // Asked for by name: it must answer (a Redis still starting gets a few seconds), or the start ends here, in one line.
+    for (let i = 0; i < 10; i++) {
+      if (await answers(env.REDIS_URL)) return { url: env.REDIS_URL, source: 'REDIS_URL' };
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    throw new Error(`cannot reach Redis at ${redisAddress(env.REDIS_URL)} (REDIS_URL): start it, or point REDIS_URL at one that runs.`);
+  }
   if (await answers(defaultUrl)) return { url: defaultUrl, source: 'default' };
   if (existsSync(urlFile)) {
     const url = readFileSync(urlFile, 'utf8').trim();

@@ -50,10 +50,15 @@ async function main(): Promise<void> {
   const tracing = await startTracing(config.tracing, ownProcess ? 'api' : (role as TracingRole), { log });
   if (tracing) log.info({ collector: new URL(config.tracing.endpoint!).origin }, 'tracing on: spans are exported over OTLP/HTTP');
   const cleanups: Array<() => Promise<void>> = [];
+  let inFlight = () => 0;
   if (role !== 'worker') {
     const api = await createApiServer(config, log);
     const port = await api.listen(config.port, config.host);
-    log.info({ port, instance: api.instanceId }, `gateway listening on http://localhost:${port}/v1`);
+    const base = `http://${displayHost(config.host)}:${port}`;
+    log.info({ port, host: config.host, instance: api.instanceId }, `gateway listening on ${base}/v1`);
+    const admin = config.console.adminEmail;
+    log.info({ console: `${base}/console`, ...(admin ? { admin } : {}) }, `console at ${base}/console${admin ? ` (sign in as ${admin})` : ''}`);
+    inFlight = () => api.inFlight;
     cleanups.push(() => api.shutdown());
   }
   if (ownProcess) {
@@ -69,16 +74,27 @@ async function main(): Promise<void> {
     cleanups.push(() => workers.close());
     if (!child && role === 'worker' && config.metrics.port !== undefined) {
       // A worker process has no HTTP server of its own: METRICS_PORT gives it one for GET /metrics.
-      const listener = await startMetricsListener(config.metrics.port, config.host, log);
+      const listener = await startMetricsListener(config.metrics.port, config.host, log, config.metrics.token);
       cleanups.push(() => listener.close());
     }
   }
 
   let stopping = false;
   const stop = (signal: string) => {
-    if (stopping) return;
+    if (stopping) {
+      // A second Ctrl-C: the person at the terminal does not want to wait for the drain.
+      if (signal === 'SIGINT') {
+        log.warn('second interrupt: exiting now, without waiting for the requests in flight');
+        process.exit(130);
+      }
+      return;
+    }
     stopping = true;
-    log.info({ signal }, 'draining: no new requests; finishing those in flight');
+    const seconds = Math.round(config.shutdownGraceMs / 100) / 10;
+    log.info(
+      { signal, inFlight: inFlight(), graceMs: config.shutdownGraceMs },
+      `draining ${inFlight()} request${inFlight() === 1 ? '' : 's'}, up to ${seconds} s; new requests get a 503${signal === 'SIGINT' ? ' (Ctrl-C again to exit now)' : ''}`,
+    );
     // The api drains first so its requests can still be served by the workers.
     void (async () => {
       for (const cleanup of cleanups) await cleanup().catch((error) => log.error({ err: error }, 'shutdown step failed'));
@@ -97,6 +113,12 @@ async function main(): Promise<void> {
   } else {
     process.on('SIGINT', () => stop('SIGINT'));
   }
+}
+
+/** The address to print for a bind address: a wildcard is reached as localhost. */
+function displayHost(host: string): string {
+  if (host === '0.0.0.0' || host === '::' || host === '') return 'localhost';
+  return host.includes(':') ? `[${host}]` : host;
 }
 
 const tracingFlushMs = 5000;

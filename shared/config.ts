@@ -106,6 +106,8 @@ export interface Config {
     port: number | undefined;
     /** METRICS_PER_KEY: a `key_id` label on request, token, cost and refusal metrics. */
     perKey: boolean;
+    /** METRICS_TOKEN: the bearer token `/metrics` asks for; undefined: open. */
+    token: string | undefined;
   };
   /**
    * FETCH_ALLOW_HOSTS: hosts a worker may fetch vendor-supplied URLs from even
@@ -233,7 +235,7 @@ const builtInBaseUrls = Object.fromEntries(vendorDefinitions.filter((v) => v.def
 /** Every variable with a fixed name: its type and range, default and meaning. */
 const fixed = {
   PORT: setting(integer(0, 8080, 65535), 'api port (`0` picks a free one)'),
-  HOST: setting(text('0.0.0.0'), 'api bind address'),
+  HOST: setting(text('127.0.0.1'), 'api bind address: this machine only by default, so a laptop\'s `npm start` does not show the console and `/metrics` to its network; containers set `0.0.0.0` (the Dockerfile and `docker-compose.yml` do)'),
   REDIS_URL: setting(text('redis://127.0.0.1:6379'), 'Redis for queues, keys, replies; unset and unreachable → a private `redis-server` under `./.data/`'),
   REDIS_CLUSTER_NODES: setting(addressList(), 'seed nodes of a Redis Cluster (`host:port,…`): the gateway then runs on the Cluster (`REDIS_URL` still gives a password or `rediss:`); `REDIS_URL=redis+cluster://host:port,…` says the same'),
   REDIS_SENTINELS: setting(addressList(), 'Sentinels (`host:port,…`) that name the Redis primary (with `REDIS_SENTINEL_NAME`); `REDIS_URL` still gives a password, TLS or database'),
@@ -265,7 +267,7 @@ const fixed = {
   SSE_KEEPALIVE_MS: setting(integer(100, 15_000), 'comment frames on a stream that is still waiting'),
   MAX_BODY_BYTES: setting(integer(1024, 50 * 1024 * 1024), 'largest JSON body; over → 413'),
   INLINE_PAYLOAD_BYTES: setting(integer(0, 64 * 1024), 'bodies larger than this are stored beside the job, not in it'),
-  SHUTDOWN_GRACE_MS: setting(integer(0, 30_000), 'on SIGTERM, how long in-flight requests may finish'),
+  SHUTDOWN_GRACE_MS: setting(integer(0, 25_000), 'on SIGTERM or Ctrl-C, how long in-flight requests may finish (new ones get a 503 meanwhile); keep it below the orchestrator\'s own grace (Kubernetes: 30 s, compose: `stop_grace_period`); a second Ctrl-C exits at once'),
   ORPHAN_AFTER_MS: setting(integer(1000, 15_000), 'an api gone this long (no reply subscriber, no heartbeat) has its jobs cancelled by the workers'),
   KEY_CACHE_TTL_MS: setting(integer(0, 60_000), 'how long an api process trusts a cached API key'),
   PRICING_FILE: setting(optionalText({ kind: 'unset', note: 'the catalog prices' }), 'JSON `{"models":{"<id>":{…pricing}}}` replacing the prices of those models'),
@@ -274,7 +276,7 @@ const fixed = {
   DEFAULT_KEY_TPM: setting(optionalInteger(1, { kind: 'unset', note: 'unlimited' }), 'tokens per minute of a key that sets no `tpm`'),
   USAGE_RETENTION_DAYS: setting(integer(1, 30, 400), 'days of per-request usage records kept (daily totals are kept 400 days)'),
   USAGE_RETENTION_RECORDS: setting(integer(1000, 10_000_000), 'most per-request usage records kept, whatever their age'),
-  CONSOLE_SIGNUP: setting(choice(['off', 'open'], 'off'), '`open` lets anyone create a `member` account in the console; `off`: accounts come from an admin'),
+  CONSOLE_SIGNUP: setting(choice(['off', 'open'], 'off', { ...switchAliases, on: 'open', true: 'open', '1': 'open', yes: 'open' }), '`open` (or any word for on) lets anyone create a `member` account in the console; `off`: accounts come from an admin'),
   SIGNUP_CREDIT_USD: setting(usdAmount(0, 1e6), 'starting balance of an account made by console sign-up'),
   CONSOLE_PUBLIC_PRICING: setting(flag(true), 'the console\'s pricing page readable without signing in'),
   ADMIN_EMAIL: setting(optionalText(), 'with `ADMIN_PASSWORD`: an `admin` console account ensured at start (made, or its password and role reset)'),
@@ -305,6 +307,7 @@ const fixed = {
   STREAM_RESUME_GRACE_MAX_MS: setting(integer(0, 60_000, 3_600_000), 'the most a request may ask for with `x-stream-resume-grace-ms`; a larger ask is cut to it'),
   BLOB_SWEEP_INTERVAL_S: setting(integer(0, 600), 'seconds between sweeps of expired blobs; `0` disables them'),
   METRICS_PORT: setting(optionalInteger(0, { kind: 'unset', note: 'no listener' }, 65535), 'port of a worker process\'s own `GET /metrics` listener (`--role=worker`; `0` picks a free one); the api serves `/metrics` on `PORT`'),
+  METRICS_TOKEN: setting(optionalText({ kind: 'unset', note: '`/metrics` open to whoever reaches it' }), 'when set, `GET /metrics` (the api\'s, and a worker\'s METRICS_PORT listener) asks for `Authorization: Bearer <token>`'),
   METRICS_PER_KEY: setting(flag(false), '`on` adds a `key_id` label to the request, token, cost and refusal metrics (a series per key: only with few keys)'),
   OTEL_EXPORTER_OTLP_ENDPOINT: setting(httpUrl({ kind: 'unset', note: 'tracing off' }, true), 'OpenTelemetry collector (OTLP/HTTP) base URL: set, every request is traced and its spans sent to `<url>/v1/traces`'),
   OTEL_SERVICE_NAME: setting(optionalText({ kind: 'derived', text: '`switchyard-api`, `switchyard-worker`, or `switchyard` for both in one process' }), '`service.name` of the exported spans'),
@@ -494,7 +497,7 @@ export function loadConfig(env: Env = process.env): Config {
     streamResumeGraceMs: values.STREAM_RESUME_GRACE_MS,
     streamResumeGraceMaxMs: values.STREAM_RESUME_GRACE_MAX_MS,
     blobSweepIntervalSeconds: values.BLOB_SWEEP_INTERVAL_S,
-    metrics: { port: values.METRICS_PORT, perKey: values.METRICS_PER_KEY },
+    metrics: { port: values.METRICS_PORT, perKey: values.METRICS_PER_KEY, token: values.METRICS_TOKEN },
     fetchAllowHosts: values.FETCH_ALLOW_HOSTS,
     fetchAllowPrivate: values.FETCH_ALLOW_PRIVATE,
     vendors,

@@ -1,3 +1,4 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
 import type { ChildProcess } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
 import { Gauge } from 'prom-client';
@@ -111,11 +112,28 @@ function restoreNonFinite(metrics: MetricsJson): MetricsJson {
 }
 
 /** `METRICS_PORT`: `GET /metrics` on a listener of its own (a worker process has no HTTP server otherwise). */
-export async function startMetricsListener(port: number, host: string, log: Logger): Promise<{ port: number; close(): Promise<void> }> {
+/**
+ * Whether a scrape may read the metrics: always without METRICS_TOKEN, else
+ * only with `Authorization: Bearer <token>` (compared in constant time).
+ */
+export function metricsScrapeAllowed(authorization: string | undefined, token: string | undefined): boolean {
+  if (token === undefined) return true;
+  const given = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '')?.[1];
+  if (given === undefined) return false;
+  const a = createHash('sha256').update(given).digest();
+  const b = createHash('sha256').update(token).digest();
+  return timingSafeEqual(a, b);
+}
+
+export async function startMetricsListener(port: number, host: string, log: Logger, token?: string): Promise<{ port: number; close(): Promise<void> }> {
   const server: Server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     if (path !== '/metrics' || (req.method !== 'GET' && req.method !== 'HEAD')) {
       res.writeHead(path === '/metrics' ? 405 : 404, { 'content-type': 'text/plain; charset=utf-8' }).end(path === '/metrics' ? 'Method not allowed\n' : 'Not found\n');
+      return;
+    }
+    if (!metricsScrapeAllowed(req.headers.authorization, token)) {
+      res.writeHead(401, { 'content-type': 'text/plain; charset=utf-8', 'www-authenticate': 'Bearer' }).end('Unauthorized: METRICS_TOKEN is set\n');
       return;
     }
     renderMetrics().then(

@@ -28,7 +28,7 @@ export function authenticate(keys: KeyCache): Middleware<AuthState> {
         throw invalidApiKey(`The API key provided expired at ${new Date(verdict.expiresAt * 1000).toISOString()}. Create a new key or extend this one.`);
       }
       if (verdict.refused === 'disabled') throw invalidApiKey('The account this API key belongs to is disabled. Ask an administrator to enable it.');
-      throw invalidApiKey('Incorrect API key provided. Create keys with `npm run keys -- create` or the admin API.');
+      throw invalidApiKey('Incorrect API key provided. Create keys in the console (/console), with `npm run keys -- create`, or with the admin API.');
     }
     ctx.state.keyId = verdict.access.keyId;
     ctx.state.access = verdict.access;

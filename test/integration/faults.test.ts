@@ -169,10 +169,44 @@ describe('shutdown', () => {
       const inFlight = gateway.client(apiKey).chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'slow' }] });
       await waitFor(() => fake.inFlight === 1, 5000, 'the vendor call');
       const exited = gateway.stop('SIGTERM');
+      await waitFor(() => gateway.logs.some((l) => l.includes('draining 1 request, up to 25 s')), 5000, 'the drain log line');
+      // While draining the listener stays open: a new request and a readiness probe get a 503, not a refused connection.
+      const refused = await fetch(`${gateway.url}/v1/models`, { headers: { authorization: `Bearer ${apiKey}` } });
+      assert.equal(refused.status, 503);
+      assert.equal(refused.headers.get('connection'), 'close');
+      assert.equal(((await refused.json()) as { error: { code: string } }).error.code, 'overloaded');
+      const ready = await fetch(`${gateway.url}/readyz`);
+      assert.equal(ready.status, 503);
+      assert.equal(((await ready.json()) as { draining: boolean }).draining, true);
       const completion = await inFlight;
       assert.equal(completion.choices[0]!.message.content, FAKE_REPLY_TEXT);
       assert.equal(await exited, 0);
-      assert.ok(gateway.logs.some((l) => l.includes('draining')));
+    } finally {
+      await gateway.stop('SIGKILL');
+      await fake.close();
+      fresh.redis.disconnect();
+    }
+  });
+
+  it('a second Ctrl-C exits at once without waiting for the drain', async () => {
+    const fake = await startFakeOpenAI();
+    const fresh = await freshRedis(6);
+    const apiKey = (await createKey(fresh.redis)).key;
+    const gateway = await startGateway({
+      env: { REDIS_URL: fresh.url, OPENAI_API_KEY: 'sk-vendor', OPENAI_BASE_URL: fake.url, MOCK_VENDOR: 'off' },
+    });
+    try {
+      fake.enqueue({ delayMs: 20_000 });
+      const inFlight = gateway.client(apiKey).chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'slow' }] }).catch((error: unknown) => error);
+      await waitFor(() => fake.inFlight === 1, 5000, 'the vendor call');
+      gateway.proc.kill('SIGINT');
+      await waitFor(() => gateway.logs.some((l) => l.includes('Ctrl-C again to exit now')), 5000, 'the first interrupt drains');
+      const started = Date.now();
+      const exited = gateway.stop('SIGINT');
+      assert.equal(await exited, 130);
+      assert.ok(Date.now() - started < 5000, 'it did not wait out the 25 s grace');
+      assert.ok(gateway.logs.some((l) => l.includes('second interrupt')));
+      await inFlight;
     } finally {
       await gateway.stop('SIGKILL');
       await fake.close();

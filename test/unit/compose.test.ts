@@ -13,6 +13,9 @@ const read = (path: string) => readFileSync(`${root}${path}`, 'utf8');
 interface Service {
   image?: string;
   build?: unknown;
+  pull_policy?: string;
+  healthcheck?: { test?: string[] };
+  stop_grace_period?: string;
   command?: string[];
   ports?: unknown[];
   container_name?: string;
@@ -24,6 +27,7 @@ interface Service {
 const compose = parse(read('docker-compose.yml'), { merge: true }) as { services: Record<string, Service> };
 const services = compose.services;
 const runsGateway = (service: Service) => service.build !== undefined || (service.command ?? []).some((arg) => arg.includes('dist/bin/start.js'));
+const seconds = (grace: string | undefined) => Number(/^(\d+)s$/.exec(grace ?? '')?.[1] ?? NaN);
 const gateways = Object.entries(services).filter(([, service]) => runsGateway(service));
 
 /** The balancer: the service whose image is a proxy and which mounts a config file from the repo. */
@@ -90,11 +94,40 @@ describe('docker-compose.yml', () => {
     }
   });
 
-  it('runs Redis with AOF every second and no eviction', () => {
+  it('runs Redis with AOF every second and no eviction, under a memory ceiling', () => {
     const command = (services.redis?.command ?? []).join(' ');
     assert.match(command, /--appendonly yes\b/);
     assert.match(command, /--appendfsync everysec\b/);
     assert.match(command, /--maxmemory-policy noeviction\b/);
+    assert.match(command, /--maxmemory \d+[kmg]b\b/, 'noeviction needs a maxmemory, or Redis grows until the container is killed');
+  });
+
+  it('builds the gateway image once: one service builds it, every other runs it without a pull', () => {
+    const builders = gateways.filter(([, service]) => service.build !== undefined).map(([name]) => name);
+    assert.deepEqual(builders, ['api']);
+    const image = services.api!.image;
+    assert.ok(image, 'the built image is named');
+    for (const [name, service] of gateways) {
+      assert.equal(service.image, image, name);
+      if (name !== 'api') assert.equal(service.pull_policy, 'never', name);
+    }
+  });
+
+  it('checks every worker\'s health on its metrics port', () => {
+    for (const queue of queueNames) {
+      const worker = services[`worker-${queue}`]!;
+      const test = (worker.healthcheck?.test ?? []).join(' ');
+      assert.match(test, new RegExp(`127\\.0\\.0\\.1:${worker.environment?.METRICS_PORT}/metrics`), queue);
+    }
+  });
+
+  it('lets the gateway listen on the container network and drain within the stop grace', () => {
+    for (const [name, service] of gateways) assert.equal(service.environment?.HOST, '0.0.0.0', name);
+    assert.match(read('Dockerfile'), /ENV [^\n]*HOST=0\.0\.0\.0/);
+    const grace = environmentVariables.find((variable) => variable.name === 'SHUTDOWN_GRACE_MS')!;
+    const graceMs = grace.default.kind === 'value' ? Number(grace.default.value) : NaN;
+    assert.ok(graceMs < 30_000, `SHUTDOWN_GRACE_MS ${graceMs} ms stays under Kubernetes' 30 s default`);
+    for (const [name, service] of gateways) assert.ok(seconds(service.stop_grace_period) * 1000 > graceMs, `${name}: stop_grace_period above the drain`);
   });
 });
 
@@ -141,6 +174,11 @@ describe('.env.example', () => {
     assert.ok(names.length > 10);
     const unknown = names.filter((name) => !known.some((pattern) => pattern.test(name)));
     assert.deepEqual(unknown, []);
+  });
+
+  it('offers the console\'s first admin, so a compose deployment has one', () => {
+    const offered = exampleVariables();
+    for (const name of ['ADMIN_EMAIL', 'ADMIN_PASSWORD', 'ADMIN_TOKEN', 'METRICS_TOKEN']) assert.ok(offered.includes(name), name);
   });
 
   it('documents what never reached the containers before: channels, S3, vendor limits', () => {

@@ -103,11 +103,37 @@ describe('README configuration table against the schema', () => {
   });
 });
 
+describe('one rule for switches', () => {
+  it('every on/off setting takes on/off, true/false, yes/no and 1/0 in any case, and refuses anything else alike', () => {
+    const on = ['on', 'ON', 'true', 'True', 'yes', 'YES', '1'];
+    const off = ['off', 'Off', 'false', 'no', 'NO', '0'];
+    for (const value of on) {
+      assert.equal(loadConfig({ TRUST_PROXY: value }).trustProxy, true, `TRUST_PROXY=${value}`);
+      assert.equal(loadConfig({ MOCK_VENDOR: value }).mock.mode, 'on', `MOCK_VENDOR=${value}`);
+      assert.equal(loadConfig({ CONSOLE_SIGNUP: value }).console.signup, 'open', `CONSOLE_SIGNUP=${value}`);
+    }
+    for (const value of off) {
+      assert.equal(loadConfig({ TRUST_PROXY: value }).trustProxy, false, `TRUST_PROXY=${value}`);
+      assert.equal(loadConfig({ MOCK_VENDOR: value }).mock.mode, 'off', `MOCK_VENDOR=${value}`);
+      assert.equal(loadConfig({ CONSOLE_SIGNUP: value }).console.signup, 'off', `CONSOLE_SIGNUP=${value}`);
+    }
+    assert.equal(loadConfig({ CONSOLE_SIGNUP: 'open' }).console.signup, 'open');
+    for (const name of ['TRUST_PROXY', 'MOCK_VENDOR', 'CONSOLE_SIGNUP', 'METRICS_PER_KEY']) {
+      assert.throws(() => loadConfig({ [name]: 'maybe' }), (error: Error) => error.message.includes(name) && /must be/.test(error.message), name);
+    }
+  });
+});
+
 describe('loadConfig', () => {
   it('loads every default from an empty environment', () => {
     const config = loadConfig({});
     assert.equal(config.port, 8080);
-    assert.equal(config.host, '0.0.0.0');
+    // This machine only, unless a container says otherwise (the Dockerfile and compose set 0.0.0.0).
+    assert.equal(config.host, '127.0.0.1');
+    assert.equal(config.shutdownGraceMs, 25_000, 'below Kubernetes\' 30 s default grace');
+    assert.equal(config.metrics.token, undefined);
+    assert.equal(config.streamResumeGraceMs, 0);
+    assert.equal(config.streamResumeGraceMaxMs, 60_000);
     assert.equal(config.redisUrl, 'redis://127.0.0.1:6379');
     assert.equal(config.logLevel, 'info');
     assert.deepEqual(config.workerQueues, [...queueNames]);
