@@ -97,10 +97,21 @@ function knownSecrets(config: Config): string[] {
   return secrets.filter((secret): secret is string => !!secret);
 }
 
+/** The look of the console's sign-in card, inline (this path's CSP allows inline styles, for bull-board's own). */
+const pageStyle = [
+  'body{margin:0;min-height:100vh;display:grid;place-items:center;background:#f6f7f9;color:#111827;',
+  'font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif}',
+  'main{box-sizing:border-box;width:min(420px,calc(100vw - 32px));background:#fff;border:1px solid #e5e7eb;border-radius:12px;',
+  'box-shadow:0 1px 2px rgba(16,24,40,.06);padding:28px}',
+  '.brand{font-weight:600;color:#4f46e5;margin:0 0 16px}h1{font-size:20px;margin:0 0 8px}p{margin:0 0 20px;color:#4b5563}',
+  'a.button{display:inline-block;background:#4f46e5;color:#fff;text-decoration:none;padding:9px 16px;border-radius:8px;font-weight:500}',
+  'a.button:focus-visible{outline:2px solid #4f46e5;outline-offset:2px}',
+].join('');
+
 const page = (title: string, text: string, link?: { href: string; label: string }) =>
   `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">` +
-  `<title>${title}</title></head><body><main><h1>${title}</h1><p>${text}</p>` +
-  (link ? `<p><a href="${link.href}">${link.label}</a></p>` : '') +
+  `<title>${title} · Switchyard</title><style>${pageStyle}</style></head><body><main><p class="brand">Switchyard</p><h1>${title}</h1><p>${text}</p>` +
+  (link ? `<a class="button" href="${link.href}">${link.label}</a>` : '') +
   `</main></body></html>`;
 
 export function queueDashboard(deps: QueueDashboardDeps): Koa.Middleware {

@@ -2,6 +2,7 @@ import type Router from '@koa/router';
 import type { Context } from 'koa';
 import { z } from 'zod';
 import { GatewayError } from '../../shared/errors.js';
+import { defaultAccountId } from '../../shared/accounts.js';
 import { channelCooldownsKey, parseCooldown, resolveChannels } from '../../shared/vendors.js';
 import { readJsonObject } from '../request-body.js';
 import { accountNotFound, microsToUsd, usdToMicros } from '../account-store.js';
@@ -53,6 +54,9 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
     const id = String(ctx.params.id);
     if (id === me.id && (body.disabled === true || body.role === 'member')) {
       throw new GatewayError(400, 'An administrator cannot disable or demote their own account.', { code: 'own_account', param: body.disabled ? 'disabled' : 'role' });
+    }
+    if (id === defaultAccountId && body.disabled === true) {
+      throw new GatewayError(400, 'The default account cannot be disabled here: revoke its keys instead.', { code: 'default_account', param: 'disabled' });
     }
     const updated = await accounts.update(id, body);
     if (!updated) throw accountNotFound(id);

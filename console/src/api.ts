@@ -139,7 +139,7 @@ export interface ChatMessage {
  * error object in the stream is thrown as ApiError.
  */
 export async function streamChat(
-  body: { model: string; messages: ChatMessage[] },
+  body: { model: string; messages: ChatMessage[]; temperature?: number; max_tokens?: number },
   onDelta: (text: string) => void,
   signal: AbortSignal,
 ): Promise<void> {

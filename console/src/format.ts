@@ -1,26 +1,23 @@
 // Money, numbers and dates as the user's locale writes them.
 
-const dollars = new Intl.NumberFormat(undefined, { style: 'currency', currency: 'USD', minimumFractionDigits: 2, maximumFractionDigits: 2 });
-const smallDollars = new Intl.NumberFormat(undefined, { style: 'currency', currency: 'USD', minimumFractionDigits: 2, maximumFractionDigits: 6 });
+const exactDollars = new Intl.NumberFormat(undefined, { style: 'currency', currency: 'USD', minimumFractionDigits: 2, maximumFractionDigits: 6 });
 const integer = new Intl.NumberFormat(undefined, { maximumFractionDigits: 0 });
 const decimal = new Intl.NumberFormat(undefined, { maximumFractionDigits: 2 });
 const compact = new Intl.NumberFormat(undefined, { notation: 'compact', maximumFractionDigits: 1 });
 
 /**
- * USD. Amounts under a dollar keep their micro-dollars (up to 6 decimals), so
- * a tiny cost never reads as $0.00 and matches the exact figure billed.
+ * USD, one rule for every amount (spend, balance, limit, credit): exact to
+ * the micro-dollar billed, at least cents, no trailing zeros past them. So a
+ * balance and the spend beside it add up to the cent and past it, and a tiny
+ * cost never reads as $0.00.
  */
 export function money(usd: number | null | undefined): string {
   if (usd == null || !Number.isFinite(usd)) return '—';
-  if (Math.abs(usd) < 1) return smallDollars.format(usd);
-  return dollars.format(usd);
+  return exactDollars.format(usd);
 }
 
-/** A unit price: as many decimals as it has (up to 6), at least 2. */
-export function price(usd: number | null | undefined): string {
-  if (usd == null || !Number.isFinite(usd)) return '—';
-  return smallDollars.format(usd);
-}
+/** A unit price: the same rule as every amount. */
+export const price = money;
 
 export function balance(usd: number | null | undefined): string {
   return usd === null ? 'Unlimited' : money(usd);

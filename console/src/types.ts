@@ -131,3 +131,6 @@ export interface List<T> {
   object: 'list';
   data: T[];
 }
+
+/** The built-in account that keys made without one (and older keys) belong to: unlimited, never signed in to. */
+export const defaultAccountId = 'acct_default';

@@ -43,10 +43,9 @@ describe('web console in a real browser', () => {
       executablePath: chromiumPath,
       args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
     });
-    // Money for the admin's own requests, through the admin API.
-    const accounts = (await (await adminApi('GET', '/admin/accounts')).json()) as { data: Array<{ id: string; email: string }> };
-    const me = accounts.data.find((a) => a.email === adminEmail)!;
-    assert.equal((await adminApi('POST', `/admin/accounts/${me.id}/credits`, { amount_usd: 10 })).status, 200);
+    // The admin made from ADMIN_EMAIL spends without a balance: its own requests need no credit.
+    const accounts = (await (await adminApi('GET', '/admin/accounts')).json()) as { data: Array<{ id: string; email: string; balance_usd: number | null }> };
+    assert.equal(accounts.data.find((a) => a.email === adminEmail)!.balance_usd, null);
   });
 
   after(async () => {
@@ -102,11 +101,22 @@ describe('web console in a real browser', () => {
     const page = await context.newPage();
     await signIn(page, adminEmail, adminPassword);
     await page.waitForURL('**/console/keys');
+    await page.getByRole('button', { name: 'New key' }).click();
     await page.getByLabel('Name').fill('browser key');
     await page.getByRole('button', { name: 'Create key' }).click();
-    await page.getByRole('button', { name: 'Copy' }).first().click();
+    await page.getByRole('button', { name: 'Copy key' }).click();
     const secret = await page.evaluate(() => navigator.clipboard.readText());
     assert.match(secret, /^sy-[A-Za-z0-9_-]{20,}$/);
+    // Each snippet has its own Copy, copies itself whole, and shows the whole key (wrapped, never cut off).
+    for (const [name, label] of [['Copy curl', 'curl example'], ['Copy Python (openai)', 'Python example'], ['Copy JavaScript (openai)', 'JavaScript example']] as const) {
+      await page.getByRole('button', { name }).click();
+      const copied = await page.evaluate(() => navigator.clipboard.readText());
+      const snippet = page.getByLabel(label);
+      assert.equal(copied, await snippet.innerText(), name);
+      assert.ok(copied.includes(secret), `${name} holds the key`);
+      const cut = await snippet.evaluate((element) => element.scrollWidth - element.clientWidth);
+      assert.ok(cut <= 1, `${label}: ${cut}px of it is out of sight`);
+    }
     await shoot(page, 'keys-created-desktop');
     // The page shows the gateway's own base URL in its snippets.
     await assert.doesNotReject(page.getByText(`${gateway.url}/v1`).first().waitFor());
@@ -137,6 +147,11 @@ describe('web console in a real browser', () => {
     assert.match(rowText, new RegExp(`\\b${adminRows[0]!.requests}\\b`));
     assert.ok(rowText.includes(String(adminRows[0]!.cost_usd)) || rowText.includes(adminRows[0]!.cost_usd.toFixed(6)), `${rowText} vs ${adminRows[0]!.cost_usd}`);
     await page.getByRole('table', { name: /by key/i }).getByRole('cell', { name: 'browser key' }).waitFor();
+    // A count axis ticks at whole numbers: one request is never drawn against "0.5".
+    const ticks = page.locator('canvas[aria-label^="Requests per day"]');
+    await waitFor(async () => ((await ticks.getAttribute('data-y-ticks')) ?? '') !== '', 5000, 'the requests chart');
+    const values = (await ticks.getAttribute('data-y-ticks'))!.split(',').map(Number);
+    assert.ok(values.length > 1 && values.every(Number.isInteger), `ticks ${values.join(', ')}`);
     await shoot(page, 'usage-desktop');
 
     // Revoke, with its confirmation; the client is refused.
@@ -171,6 +186,12 @@ describe('web console in a real browser', () => {
     assert.deepEqual([...ids].sort(), models.data.map((m) => m.id).sort());
     const gpt4o = await table.getByRole('row').filter({ has: page.getByRole('cell', { name: 'gpt-4o', exact: true }) }).innerText();
     assert.match(gpt4o, /\$\s?2\.5/);
+    // At 1280 px every column, "Other prices" too, is in view: the table is no wider than its box.
+    const clipped = await page.evaluate(() => {
+      const box = document.querySelector('.pricing-card .table-scroll') as HTMLElement;
+      return box.scrollWidth - box.clientWidth;
+    });
+    assert.ok(clipped <= 1, `the pricing table is ${clipped}px wider than its box at 1280px`);
     await shoot(page, 'pricing-desktop');
     await page.getByLabel('Search models').fill('claude');
     await waitFor(async () => (await table.locator('tbody tr').count()) < models.data.length, 2000, 'the search to filter');
@@ -188,6 +209,10 @@ describe('web console in a real browser', () => {
     await page.waitForURL('**/console/keys');
     await page.getByRole('link', { name: 'Playground' }).click();
     await page.getByLabel('Model').selectOption('gpt-4o-mini');
+    await page.getByLabel('System prompt').fill('Answer in one line.');
+    await page.getByLabel('Temperature').fill('0.3');
+    await page.getByLabel('Max tokens').fill('64');
+    const sent = page.waitForRequest((request) => request.url().endsWith('/console/api/playground/chat/completions') && request.method() === 'POST');
     await page.getByLabel('Message').fill('Tell me something');
     // Every length the reply's text takes, recorded in the page as the DOM changes (polling from here could miss the steps).
     await page.evaluate(() => {
@@ -200,6 +225,9 @@ describe('web console in a real browser', () => {
       }).observe(document.body, { childList: true, subtree: true, characterData: true });
     });
     await page.getByRole('button', { name: 'Send' }).click();
+    const body = (await sent).postDataJSON() as { messages: Array<{ role: string; content: string }>; temperature: number; max_tokens: number; stream: boolean };
+    assert.deepEqual(body.messages[0], { role: 'system', content: 'Answer in one line.' });
+    assert.deepEqual([body.temperature, body.max_tokens, body.stream], [0.3, 64, true]);
     const lengths = async () => page.evaluate(() => (window as unknown as { __replyLengths: number[] }).__replyLengths);
     await waitFor(
       async () => (await lengths()).length >= 2 && (await page.getByRole('button', { name: 'Send' }).isEnabled()),
@@ -215,6 +243,74 @@ describe('web console in a real browser', () => {
     await shoot(page, 'playground-reply-desktop');
     await page.getByRole('link', { name: 'Keys' }).click();
     await page.getByRole('cell', { name: 'Playground', exact: true }).waitFor();
+    await context.close();
+  });
+
+  it('accounts: no Disable on your own row or the system account, a confirmation before any other, Add credit only where a balance is kept', async () => {
+    await memberAccount('disable-me@browser.test', 'member-password', 2.5);
+    const context = await newContext();
+    const page = await context.newPage();
+    await signIn(page, adminEmail, adminPassword);
+    await page.waitForURL('**/console/keys');
+    await page.goto('/console/admin/accounts');
+    const rowOf = (text: string) => page.getByRole('row').filter({ hasText: text });
+    await rowOf('disable-me@browser.test').waitFor();
+    const mine = rowOf(adminEmail);
+    assert.equal(await mine.getByRole('button', { name: 'Disable' }).count(), 0, 'not on your own row');
+    assert.equal(await mine.getByRole('button', { name: 'Add credit' }).count(), 0, 'an unlimited admin takes no credit');
+    assert.match(await mine.innerText(), /Unlimited/);
+    const system = rowOf('acct_default');
+    assert.match(await system.innerText(), /System/);
+    assert.doesNotMatch(await system.innerText(), /Admin/);
+    assert.equal(await system.getByRole('button', { name: 'Disable' }).count(), 0);
+    assert.equal(await system.getByRole('button', { name: 'Add credit' }).count(), 0);
+    const member = rowOf('disable-me@browser.test');
+    assert.match(await member.innerText(), /\$2\.50/);
+    await member.getByRole('button', { name: 'Add credit' }).waitFor();
+    await member.getByRole('button', { name: 'Disable' }).click();
+    await page.getByRole('alertdialog').getByText(/signed out everywhere/).waitFor();
+    await shoot(page, 'accounts-disable-confirm-desktop');
+    await page.getByRole('button', { name: 'Cancel' }).click();
+    assert.match(await member.innerText(), /Active/, 'cancel leaves it active');
+    await member.getByRole('button', { name: 'Disable' }).click();
+    await page.getByRole('button', { name: 'Disable account' }).click();
+    await member.getByText('Disabled').waitFor();
+    // The API refuses what the page does not offer.
+    // (No named functions inside: the page runs this code as it is, without the test's module helpers.)
+    const refused = await page.evaluate(async () => {
+      const session = (await (await fetch('/console/api/session')).json()) as { csrf_token: string; account: { id: string } };
+      return Promise.all(
+        [session.account.id, 'acct_default'].map((id) =>
+          fetch(`/console/api/admin/accounts/${id}`, { method: 'PATCH', headers: { 'content-type': 'application/json', 'x-csrf-token': session.csrf_token }, body: JSON.stringify({ disabled: true }) }).then(
+            async (r) => [r.status, ((await r.json()) as { error: { code: string } }).error.code],
+          ),
+        ),
+      );
+    });
+    assert.deepEqual(refused, [[400, 'own_account'], [400, 'default_account']]);
+    // The system account's key names its account.
+    await adminApi('POST', '/admin/keys', { name: 'no-account key' });
+    await page.goto('/console/admin/keys');
+    assert.match(await page.getByRole('row').filter({ hasText: 'no-account key' }).innerText(), /Default account/);
+    await context.close();
+  });
+
+  it('the keys page shows the keys first on a phone, the new-key form behind a button', async () => {
+    const context = await newContext(phone);
+    const page = await context.newPage();
+    await signIn(page, adminEmail, adminPassword);
+    await page.waitForURL('**/console/keys');
+    await page.getByRole('button', { name: 'New key' }).click();
+    await page.getByLabel('Name').fill('phone key');
+    await page.getByRole('button', { name: 'Create key' }).click();
+    await page.getByRole('button', { name: 'Done' }).click();
+    await page.reload();
+    const firstKey = page.getByRole('cell', { name: 'phone key' });
+    await firstKey.waitFor();
+    const box = (await firstKey.boundingBox())!;
+    assert.ok(box.y < phone.height, `the first key starts at ${Math.round(box.y)}px, below the first screen of ${phone.height}px`);
+    assert.equal(await page.getByLabel('Name').count(), 0, 'no form until asked for');
+    await shoot(page, 'keys-phone-first-screen');
     await context.close();
   });
 
@@ -248,7 +344,7 @@ describe('web console in a real browser', () => {
       await page.getByRole('alert').filter({ hasText: /incorrect email or password/i }).waitFor();
     }
     await signIn(page, 'throttle@browser.test', 'throttle-password');
-    await page.getByRole('alert').filter({ hasText: /too many failed sign-ins/i }).waitFor();
+    await page.getByRole('alert').filter({ hasText: /too many sign-in attempts/i }).waitFor();
     await shoot(page, 'signin-throttled-desktop');
     await context.close();
   });

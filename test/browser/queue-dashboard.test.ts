@@ -45,6 +45,28 @@ describe('queue dashboard in a real browser', () => {
     await gateway?.stop();
   });
 
+  it('signed out, answers a styled page that leads to the console, still a 401', async () => {
+    for (const viewport of [{ width: 1280, height: 800 }, { width: 375, height: 812 }]) {
+      const context = await browser.newContext({ viewport, baseURL: gateway.url });
+      const page = await context.newPage();
+      const answer = await page.goto('/admin/queues');
+      assert.equal(answer!.status(), 401);
+      await page.getByRole('heading', { name: 'Sign in to see the queues' }).waitFor();
+      const look = await page.evaluate(() => {
+        const main = getComputedStyle(document.querySelector('main')!);
+        const link = document.querySelector('a')!;
+        return { card: main.backgroundColor, radius: main.borderRadius, font: getComputedStyle(document.body).fontFamily, href: link.getAttribute('href'), overflow: document.documentElement.scrollWidth - window.innerWidth };
+      });
+      assert.equal(look.card, 'rgb(255, 255, 255)', 'a card, not a bare page');
+      assert.equal(look.radius, '12px');
+      assert.doesNotMatch(look.font, /^"?Times/);
+      assert.equal(look.href, '/console/queue-dashboard');
+      assert.ok(look.overflow <= 1, `${look.overflow}px wider than the screen`);
+      await page.screenshot({ path: join(shots, `signed-out-${viewport.width}.png`) });
+      await context.close();
+    }
+  });
+
   it('opens from the console for an admin and renders every queue, a job’s secret redacted', async () => {
     // One finished chat job whose prompt carries the client's own key.
     const client = gateway.client(clientKey);

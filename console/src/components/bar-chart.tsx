@@ -19,7 +19,14 @@ interface Props {
   runningTotal?: { label: string; color: string };
   empty?: boolean;
   emptyText?: string;
+  /** Counts: the value axis ticks at whole numbers only (no "0.5 requests"). */
+  wholeNumbers?: boolean;
   class?: string;
+}
+
+/** The value axis's ticks, on the canvas (`data-y-ticks`): what a reader of the axis sees, for a test to read too. */
+function markTicks(instance: Chart<'bar' | 'line', number[], string>, element: HTMLCanvasElement): void {
+  element.dataset.yTicks = (instance.scales.y?.ticks ?? []).map((tick) => tick.value).join(',');
 }
 
 /**
@@ -87,7 +94,7 @@ export function BarChart(props: Props) {
               stacked: !!p.stacked,
               beginAtZero: true,
               border: { display: false },
-              ticks: { maxTicksLimit: 5, callback: (value) => (latest.current.axisFormat ?? latest.current.format)(Number(value)) },
+              ticks: { maxTicksLimit: 5, ...(p.wholeNumbers ? { precision: 0 } : {}), callback: (value) => (latest.current.axisFormat ?? latest.current.format)(Number(value)) },
             },
             total: {
               // Its own axis on a wide screen; on a phone the line reads against the tooltip (two axes would crowd the bars).
@@ -125,6 +132,7 @@ export function BarChart(props: Props) {
         },
       };
       chart.current = new ChartClass(canvas.current, config);
+      markTicks(chart.current, canvas.current);
     });
     return () => {
       dead = true;
@@ -140,6 +148,7 @@ export function BarChart(props: Props) {
     instance.data.datasets = datasets(props);
     if (instance.options.plugins?.legend) instance.options.plugins.legend.display = props.series.length > 1 || !!props.runningTotal;
     instance.update();
+    if (canvas.current) markTicks(instance, canvas.current);
   }, [props.labels, props.series]);
 
   return (

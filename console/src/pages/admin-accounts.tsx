@@ -4,7 +4,7 @@ import { api, listOf, messageOf } from '../api';
 import { useApp } from '../app-context';
 import { Dialog, EmptyRow, ErrorMessage, PageHeader, SkeletonRows, Spinner, StatusMessage, TableCard, useApi, useTitle } from '../components/ui';
 import { balance, date, dateTime, money } from '../format';
-import type { Account, List, Role } from '../types';
+import { defaultAccountId, type Account, type List, type Role } from '../types';
 
 function CreateAccountForm({ onCreated }: { onCreated: (account: Account) => void }) {
   const [email, setEmail] = useState('');
@@ -156,6 +156,7 @@ export function AccountsPage() {
   const { account: me, refreshAccount } = useApp();
   const accounts = useApi<List<Account> | Account[]>('/admin/accounts');
   const [crediting, setCrediting] = useState<Account | undefined>(undefined);
+  const [disabling, setDisabling] = useState<Account | undefined>(undefined);
   const [busyId, setBusyId] = useState<string | undefined>(undefined);
   const [error, setError] = useState<string | undefined>(undefined);
   const [status, setStatus] = useState<string | undefined>(undefined);
@@ -223,25 +224,34 @@ export function AccountsPage() {
                   </td>
                   <td>{account.name || <span class="muted">—</span>}</td>
                   <td>
-                    <span class={`badge ${account.role === 'admin' ? 'badge-accent' : ''}`}>{account.role === 'admin' ? 'Admin' : 'Member'}</span>
+                    {account.id === defaultAccountId ? (
+                      <span class="badge" title="Keys made without an account belong to it">System</span>
+                    ) : (
+                      <span class={`badge ${account.role === 'admin' ? 'badge-accent' : ''}`}>{account.role === 'admin' ? 'Admin' : 'Member'}</span>
+                    )}
                   </td>
-                  <td class="num nowrap">{account.balance_usd === null ? 'Unlimited' : money(account.balance_usd)}</td>
+                  <td class="num nowrap">{balance(account.balance_usd)}</td>
                   <td>{account.disabled ? <span class="badge badge-danger">Disabled</span> : <span class="badge badge-ok">Active</span>}</td>
                   <td class="nowrap" title={dateTime(account.created)}>
                     {date(account.created)}
                   </td>
                   <td class="row-actions">
-                    <button type="button" class="button button-secondary button-small" onClick={() => setCrediting(account)}>
-                      Add credit
-                    </button>
-                    <button
-                      type="button"
-                      class={`button button-small ${account.disabled ? 'button-secondary' : 'button-ghost-danger'}`}
-                      onClick={() => void toggle(account)}
-                      disabled={busyId === account.id}
-                    >
-                      {account.disabled ? 'Enable' : 'Disable'}
-                    </button>
+                    {/* An unlimited account takes no credit; nobody disables their own account or the system's. */}
+                    {account.balance_usd !== null && (
+                      <button type="button" class="button button-secondary button-small" onClick={() => setCrediting(account)}>
+                        Add credit
+                      </button>
+                    )}
+                    {me?.id !== account.id && account.id !== defaultAccountId && (
+                      <button
+                        type="button"
+                        class={`button button-small ${account.disabled ? 'button-secondary' : 'button-ghost-danger'}`}
+                        onClick={() => (account.disabled ? void toggle(account) : setDisabling(account))}
+                        disabled={busyId === account.id}
+                      >
+                        {account.disabled ? 'Enable' : 'Disable'}
+                      </button>
+                    )}
                   </td>
                 </tr>
               ))}
@@ -249,6 +259,29 @@ export function AccountsPage() {
           </table>
         </TableCard>
       </section>
+      {disabling && (
+        <Dialog title="Disable this account?" onClose={() => setDisabling(undefined)} alert>
+          <p class="dialog-lead">
+            <strong>{disabling.email || disabling.id}</strong> is signed out everywhere and cannot sign in, and every one of its keys is refused at once. You can enable it again later.
+          </p>
+          <div class="dialog-actions">
+            <button type="button" class="button button-secondary" onClick={() => setDisabling(undefined)} autoFocus>
+              Cancel
+            </button>
+            <button
+              type="button"
+              class="button button-danger"
+              onClick={() => {
+                const account = disabling;
+                setDisabling(undefined);
+                void toggle(account);
+              }}
+            >
+              Disable account
+            </button>
+          </div>
+        </Dialog>
+      )}
       {crediting && (
         <CreditDialog
           account={crediting}

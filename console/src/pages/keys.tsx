@@ -107,7 +107,8 @@ function KeyFields({ idPrefix, draft, onChange, autoFocus }: { idPrefix: string;
   );
 }
 
-function CreateKeyForm({ onCreated }: { onCreated: (key: CreatedKey) => void }) {
+/** The new-key form, in a dialog: on a phone the list of keys comes first, the form only when asked for. */
+function CreateKeyDialog({ onCreated, onClose }: { onCreated: (key: CreatedKey) => void; onClose: () => void }) {
   const [draft, setDraft] = useState<KeyDraft>(emptyDraft);
   const [error, setError] = useState<string | undefined>(undefined);
   const [busy, setBusy] = useState(false);
@@ -140,21 +141,48 @@ function CreateKeyForm({ onCreated }: { onCreated: (key: CreatedKey) => void }) 
   };
 
   return (
-    <section class="card" aria-labelledby="create-key-heading">
-      <h2 id="create-key-heading" class="card-title">
-        New key
-      </h2>
+    <Dialog title="New key" onClose={onClose} wide>
       <form onSubmit={submit} class="key-form" noValidate>
-        <KeyFields idPrefix="new-key" draft={draft} onChange={setDraft} />
+        <KeyFields idPrefix="new-key" draft={draft} onChange={setDraft} autoFocus />
         <ErrorMessage message={error} />
-        <div class="form-actions">
+        <div class="dialog-actions">
+          <button type="button" class="button button-secondary" onClick={onClose}>
+            Cancel
+          </button>
           <button type="submit" class="button button-primary" disabled={busy}>
             {busy && <Spinner />}
             Create key
           </button>
         </div>
       </form>
-    </section>
+    </Dialog>
+  );
+}
+
+/** A button that copies `text`, and says so; each snippet has its own. */
+function CopyButton({ text, label, primary }: { text: string; label: string; primary?: boolean }) {
+  const [copied, copy, copyError] = useCopy();
+  return (
+    <>
+      <button type="button" class={`button ${primary ? 'button-primary' : 'button-secondary button-small'}`} onClick={() => void copy(text)} aria-label={label}>
+        {copied ? 'Copied' : 'Copy'}
+      </button>
+      {copyError ? <span class="visually-hidden" role="alert">{copyError}</span> : null}
+    </>
+  );
+}
+
+function Snippet({ title, label, code }: { title: string; label: string; code: string }) {
+  return (
+    <>
+      <div class="snippet-head">
+        <h3 class="snippet-title">{title}</h3>
+        <CopyButton text={code} label={`Copy ${title}`} />
+      </div>
+      <pre class="code code-wrap" tabIndex={0} aria-label={label}>
+        <code>{code}</code>
+      </pre>
+    </>
   );
 }
 
@@ -204,7 +232,7 @@ function SecretDialog({ created, onClose }: { created: CreatedKey; onClose: () =
         <label for="new-secret">Secret key</label>
         <div class="copy-row">
           <input id="new-secret" class="mono" type="text" readOnly value={created.key} onFocus={(e) => e.currentTarget.select()} spellcheck={false} autoComplete="off" />
-          <button type="button" class="button button-primary" onClick={() => void copy(created.key)}>
+          <button type="button" class="button button-primary" onClick={() => void copy(created.key)} aria-label="Copy key">
             {copied ? 'Copied' : 'Copy'}
           </button>
         </div>
@@ -213,18 +241,9 @@ function SecretDialog({ created, onClose }: { created: CreatedKey; onClose: () =
         </p>
         <ErrorMessage message={copyError} />
       </div>
-      <h3 class="snippet-title">curl</h3>
-      <pre class="code" tabIndex={0} aria-label="curl example">
-        <code>{code.curl}</code>
-      </pre>
-      <h3 class="snippet-title">Python (openai)</h3>
-      <pre class="code" tabIndex={0} aria-label="Python example">
-        <code>{code.python}</code>
-      </pre>
-      <h3 class="snippet-title">JavaScript (openai)</h3>
-      <pre class="code" tabIndex={0} aria-label="JavaScript example">
-        <code>{code.js}</code>
-      </pre>
+      <Snippet title="curl" label="curl example" code={code.curl} />
+      <Snippet title="Python (openai)" label="Python example" code={code.python} />
+      <Snippet title="JavaScript (openai)" label="JavaScript example" code={code.js} />
       <div class="dialog-actions">
         <button type="button" class="button button-secondary" onClick={onClose}>
           Done
@@ -398,6 +417,7 @@ export function KeysPage() {
   useTitle('Keys');
   const keys = useApi<List<Key>>('/keys');
   const [created, setCreated] = useState<CreatedKey | undefined>(undefined);
+  const [creating, setCreating] = useState(false);
   const [editing, setEditing] = useState<Key | undefined>(undefined);
   const [revoking, setRevoking] = useState<Key | undefined>(undefined);
   const [status, setStatus] = useState<string | undefined>(undefined);
@@ -407,18 +427,13 @@ export function KeysPage() {
   return (
     <>
       <PageHeader title="Keys" description="API keys for the OpenAI-compatible endpoint. Each key can have its own spend limit, rate limits, models and expiry." />
-      <CreateKeyForm
-        onCreated={(key) => {
-          const { key: _secret, ...record } = key;
-          keys.setData((previous) => previous && { ...previous, data: [...previous.data, record] });
-          setStatus(`Key “${key.name}” created.`);
-          setCreated(key);
-        }}
-      />
       <section aria-labelledby="keys-heading" class="section">
         <div class="section-head">
           <h2 id="keys-heading">Your keys</h2>
           <span class="muted">{list ? `${list.length} key${list.length === 1 ? '' : 's'}` : '\u00a0'}</span>
+          <button type="button" class="button button-primary section-action" onClick={() => setCreating(true)}>
+            New key
+          </button>
         </div>
         <StatusMessage message={status} />
         <ErrorMessage message={keys.error} />
@@ -442,7 +457,7 @@ export function KeysPage() {
             </thead>
             <tbody>
               {!list && <SkeletonRows columns={columns} rows={3} />}
-              {list && list.length === 0 && <EmptyRow columns={columns}>No keys yet. Create one above to call the API.</EmptyRow>}
+              {list && list.length === 0 && <EmptyRow columns={columns}>No keys yet. Make one with “New key” to call the API.</EmptyRow>}
               {list?.map((key) => (
                 <tr key={key.id}>
                   <KeyCells keyRecord={key} />
@@ -460,6 +475,18 @@ export function KeysPage() {
           </table>
         </TableCard>
       </section>
+      {creating && (
+        <CreateKeyDialog
+          onClose={() => setCreating(false)}
+          onCreated={(key) => {
+            const { key: _secret, ...record } = key;
+            keys.setData((previous) => previous && { ...previous, data: [...previous.data, record] });
+            setStatus(`Key “${key.name}” created.`);
+            setCreating(false);
+            setCreated(key);
+          }}
+        />
+      )}
       {created && <SecretDialog created={created} onClose={() => setCreated(undefined)} />}
       {editing && (
         <EditKeyDialog

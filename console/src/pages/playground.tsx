@@ -44,14 +44,17 @@ function useChatState() {
   const [draft, setDraft] = useState('');
   const [error, setError] = useState<string | undefined>(undefined);
   const [streaming, setStreaming] = useState(false);
+  const [system, setSystem] = useState('');
+  const [temperature, setTemperature] = useState('');
+  const [maxTokens, setMaxTokens] = useState('');
   const abort = useRef<AbortController | undefined>(undefined);
   useEffect(() => () => abort.current?.abort(), []);
-  return { model, setModel, turns, setTurns, draft, setDraft, error, setError, streaming, setStreaming, abort };
+  return { model, setModel, turns, setTurns, draft, setDraft, error, setError, streaming, setStreaming, abort, system, setSystem, temperature, setTemperature, maxTokens, setMaxTokens };
 }
 
 function Chat({ models, loading, state }: { models: PricedModel[]; loading: boolean; state: ReturnType<typeof useChatState> }) {
   const { refreshAccount } = useApp();
-  const { model, setModel, turns, setTurns, draft, setDraft, error, setError, streaming, setStreaming, abort } = state;
+  const { model, setModel, turns, setTurns, draft, setDraft, error, setError, streaming, setStreaming, abort, system, setSystem, temperature, setTemperature, maxTokens, setMaxTokens } = state;
   const log = useRef<HTMLDivElement>(null);
 
   useEffect(() => {
@@ -73,6 +76,17 @@ function Chat({ models, loading, state }: { models: PricedModel[]; loading: bool
       setError('Pick a model first.');
       return;
     }
+    // The settings, checked here with the limits the API holds them to.
+    const temp = temperature.trim() === '' ? undefined : Number(temperature);
+    if (temp !== undefined && !(Number.isFinite(temp) && temp >= 0 && temp <= 2)) {
+      setError('Temperature must be a number from 0 to 2.');
+      return;
+    }
+    const max = maxTokens.trim() === '' ? undefined : Number(maxTokens);
+    if (max !== undefined && !(Number.isInteger(max) && max >= 1)) {
+      setError('Max tokens must be a whole number of at least 1.');
+      return;
+    }
     setError(undefined);
     const history: ChatMessage[] = turns.filter((t) => !t.failed).map(({ role, content }) => ({ role, content }));
     const user: Turn = { id: ++turnIds, role: 'user', content: text };
@@ -88,7 +102,17 @@ function Chat({ models, loading, state }: { models: PricedModel[]; loading: bool
       setTurns((current) => current.map((t) => (t.id === reply.id ? { ...t, content: t.content + delta } : t)));
     };
     try {
-      await streamChat({ model, messages: [...history, { role: 'user', content: text }] }, append, controller.signal);
+      const instructions: ChatMessage[] = system.trim() ? [{ role: 'system', content: system.trim() }] : [];
+      await streamChat(
+        {
+          model,
+          messages: [...instructions, ...history, { role: 'user', content: text }],
+          ...(temp !== undefined ? { temperature: temp } : {}),
+          ...(max !== undefined ? { max_tokens: max } : {}),
+        },
+        append,
+        controller.signal,
+      );
     } catch (caught) {
       if (isAbort(caught)) {
         if (!received) setTurns((current) => current.filter((t) => t.id !== reply.id));
@@ -124,6 +148,18 @@ function Chat({ models, loading, state }: { models: PricedModel[]; loading: bool
     <div class="playground">
       <div class="playground-side">
         <ModelSelect id="chat-model" models={models} value={model} onChange={setModel} loading={loading} />
+        <div class="field">
+          <label for="chat-system">System prompt</label>
+          <textarea id="chat-system" rows={3} value={system} onInput={(e) => setSystem(e.currentTarget.value)} placeholder="e.g. You are a terse assistant." />
+        </div>
+        <div class="field">
+          <label for="chat-temperature">Temperature</label>
+          <input id="chat-temperature" type="number" min="0" max="2" step="0.1" inputMode="decimal" value={temperature} onInput={(e) => setTemperature(e.currentTarget.value)} placeholder="Model default" />
+        </div>
+        <div class="field">
+          <label for="chat-max-tokens">Max tokens</label>
+          <input id="chat-max-tokens" type="number" min="1" step="1" inputMode="numeric" value={maxTokens} onInput={(e) => setMaxTokens(e.currentTarget.value)} placeholder="Model default" />
+        </div>
         <p class="field-hint">Billed to your account's Playground key.</p>
       </div>
       <div class="chat card">

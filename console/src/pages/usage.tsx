@@ -174,6 +174,7 @@ export function UsagePage() {
             labels={chart.labels}
             series={chart.requests}
             format={count}
+            wholeNumbers
             axisFormat={compactCount}
             label={`Requests per day${rangeText ? `, ${rangeText}` : ''}: ${count(totals.requests)} in total.`}
             empty={!loading && chart.empty}
