@@ -7,15 +7,12 @@ import type { Redis } from 'ioredis';
 import { accountKey, apiKeyHashesKey, apiKeyRecordKey, defaultAccountId, usageDayKey, utcDay } from '../../shared/accounts.js';
 import { hashSecret } from '../../api/key-store.js';
 import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
+import { adminClient, expectAdminError, type ErrorBody, type Json } from '../support/admin-client.js';
 
 const run = promisify(execFile);
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const adminToken = 'admin-accounts-test-token';
 
-type Json = Record<string, unknown>;
-interface ErrorBody {
-  error: { message: string; type: string; param: string | null; code: string | null };
-}
 
 // The admin API over HTTP against real api processes: accounts, credits, keys with limits, usage, and the CLI.
 describe('admin API: accounts, credits, keys and usage', () => {
@@ -36,21 +33,8 @@ describe('admin API: accounts, credits, keys and usage', () => {
     redis?.disconnect();
   });
 
-  async function admin(method: string, path: string, body?: unknown): Promise<{ status: number; json: Json & ErrorBody }> {
-    const res = await fetch(`${api.url}${path}`, {
-      method,
-      headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
-      body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
-    });
-    return { status: res.status, json: (await res.json()) as Json & ErrorBody };
-  }
-
-  async function expectError(call: Promise<{ status: number; json: ErrorBody }>, status: number, expected: Partial<ErrorBody['error']>) {
-    const { status: actual, json } = await call;
-    assert.equal(actual, status, JSON.stringify(json));
-    for (const [field, value] of Object.entries(expected)) assert.equal(json.error[field as keyof ErrorBody['error']], value, `${field} of ${JSON.stringify(json)}`);
-    return json.error;
-  }
+  const { admin } = adminClient(() => api.url, adminToken);
+  const expectError = expectAdminError;
 
   const models = (gateway: GatewayProcess, key: string) => fetch(`${gateway.url}/v1/models`, { headers: { authorization: `Bearer ${key}` } });
 

@@ -4,6 +4,7 @@ import type { Redis } from 'ioredis';
 import { accountKey, defaultAccountId } from '../../shared/accounts.js';
 import { ConsoleClient } from '../support/console-client.js';
 import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
+import { adminClient, expectAdminError, type ErrorBody, type Json } from '../support/admin-client.js';
 
 /*
  * Who spends without a balance: the default account, and admin accounts
@@ -16,10 +17,6 @@ const adminToken = 'admin-balances-token';
 const adminEmail = 'first-admin@example.com';
 const adminPassword = 'first-admin-password';
 
-type Json = Record<string, unknown>;
-interface ErrorBody {
-  error: { message: string; type: string; param: string | null; code: string | null };
-}
 
 describe('admin balances', () => {
   let redis: Redis;
@@ -38,21 +35,8 @@ describe('admin balances', () => {
     redis?.disconnect();
   });
 
-  async function admin(method: string, path: string, body?: unknown): Promise<{ status: number; json: Json & ErrorBody }> {
-    const res = await fetch(`${api.url}${path}`, {
-      method,
-      headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    return { status: res.status, json: (await res.json()) as Json & ErrorBody };
-  }
-
-  async function expectError(call: Promise<{ status: number; json: ErrorBody }>, status: number, expected: Partial<ErrorBody['error']>) {
-    const { status: actual, json } = await call;
-    assert.equal(actual, status, JSON.stringify(json));
-    for (const [field, value] of Object.entries(expected)) assert.equal(json.error[field as keyof ErrorBody['error']], value, `${field} of ${JSON.stringify(json)}`);
-    return json.error;
-  }
+  const { admin } = adminClient(() => api.url, adminToken);
+  const expectError = expectAdminError;
 
   it('the first admin, made from ADMIN_EMAIL as the README says, signs in, makes a key in the console, and the first call is served', async () => {
     const console = new ConsoleClient(api.url);

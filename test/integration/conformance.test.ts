@@ -2,9 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
-import { startFakeOpenAI } from '../support/fake-openai.js';
-import { startFakeAnthropic } from '../support/fake-anthropic.js';
-import { startFakeGemini } from '../support/fake-gemini.js';
+import { startVendorFakes } from '../support/vendor-fakes.js';
 import { createKey, freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
 
 /**
@@ -74,32 +72,12 @@ describe('every vendor behind one API', () => {
   let client: OpenAI;
 
   before(async () => {
-    const [openai, deepseek, xai, anthropic, gemini] = await Promise.all([
-      startFakeOpenAI(),
-      startFakeOpenAI(),
-      startFakeOpenAI(),
-      startFakeAnthropic(),
-      startFakeGemini(),
-    ]);
-    closers.push(openai, deepseek, xai, anthropic, gemini);
+    const fakes = await startVendorFakes();
+    closers.push(fakes);
     const fresh = await freshRedis(10);
     redis = fresh.redis;
     const apiKey = (await createKey(redis)).key;
-    gateway = await startGateway({
-      env: {
-        REDIS_URL: fresh.url,
-        OPENAI_API_KEY: 'sk-openai-test',
-        OPENAI_BASE_URL: openai.url,
-        DEEPSEEK_API_KEY: 'sk-deepseek-test',
-        DEEPSEEK_BASE_URL: deepseek.url,
-        XAI_API_KEY: 'xai-test',
-        XAI_BASE_URL: xai.url,
-        ANTHROPIC_API_KEY: 'sk-ant-test',
-        ANTHROPIC_BASE_URL: anthropic.url,
-        GEMINI_API_KEY: 'gemini-test-key',
-        GEMINI_BASE_URL: gemini.url,
-      },
-    });
+    gateway = await startGateway({ env: { REDIS_URL: fresh.url, ...fakes.env } });
     client = gateway.client(apiKey);
   });
 

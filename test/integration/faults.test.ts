@@ -3,6 +3,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import type { Redis } from 'ioredis';
+import type OpenAI from 'openai';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { FAKE_REPLY_TEXT } from '../support/fake-openai-defaults.js';
 import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
@@ -157,7 +158,11 @@ describe('split api and worker processes', () => {
 });
 
 describe('shutdown', () => {
-  it('drains on SIGTERM: in-flight requests finish, then the process exits 0', async () => {
+  /**
+   * A gateway whose vendor holds one chat call for `vendorDelayMs`, that call
+   * under way: `run` gets them, and everything is torn down after it.
+   */
+  async function withCallInFlight(vendorDelayMs: number, run: (gateway: GatewayProcess, apiKey: string, inFlight: Promise<unknown>) => Promise<void>): Promise<void> {
     const fake = await startFakeOpenAI();
     const fresh = await freshRedis(6);
     const apiKey = (await createKey(fresh.redis)).key;
@@ -165,9 +170,19 @@ describe('shutdown', () => {
       env: { REDIS_URL: fresh.url, OPENAI_API_KEY: 'sk-vendor', OPENAI_BASE_URL: fake.url, MOCK_VENDOR: 'off' },
     });
     try {
-      fake.enqueue({ delayMs: 1500 });
-      const inFlight = gateway.client(apiKey).chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'slow' }] });
+      fake.enqueue({ delayMs: vendorDelayMs });
+      const inFlight = gateway.client(apiKey).chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'slow' }] }).catch((error: unknown) => error);
       await waitFor(() => fake.inFlight === 1, 5000, 'the vendor call');
+      await run(gateway, apiKey, inFlight);
+    } finally {
+      await gateway.stop('SIGKILL');
+      await fake.close();
+      fresh.redis.disconnect();
+    }
+  }
+
+  it('drains on SIGTERM: in-flight requests finish, then the process exits 0', async () => {
+    await withCallInFlight(1500, async (gateway, apiKey, inFlight) => {
       const exited = gateway.stop('SIGTERM');
       await waitFor(() => gateway.logs.some((l) => l.includes('draining 1 request, up to 25 s')), 5000, 'the drain log line');
       // While draining the listener stays open: a new request and a readiness probe get a 503, not a refused connection.
@@ -178,27 +193,14 @@ describe('shutdown', () => {
       const ready = await fetch(`${gateway.url}/readyz`);
       assert.equal(ready.status, 503);
       assert.equal(((await ready.json()) as { draining: boolean }).draining, true);
-      const completion = await inFlight;
+      const completion = (await inFlight) as OpenAI.ChatCompletion;
       assert.equal(completion.choices[0]!.message.content, FAKE_REPLY_TEXT);
       assert.equal(await exited, 0);
-    } finally {
-      await gateway.stop('SIGKILL');
-      await fake.close();
-      fresh.redis.disconnect();
-    }
+    });
   });
 
   it('a second Ctrl-C exits at once without waiting for the drain', async () => {
-    const fake = await startFakeOpenAI();
-    const fresh = await freshRedis(6);
-    const apiKey = (await createKey(fresh.redis)).key;
-    const gateway = await startGateway({
-      env: { REDIS_URL: fresh.url, OPENAI_API_KEY: 'sk-vendor', OPENAI_BASE_URL: fake.url, MOCK_VENDOR: 'off' },
-    });
-    try {
-      fake.enqueue({ delayMs: 20_000 });
-      const inFlight = gateway.client(apiKey).chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'slow' }] }).catch((error: unknown) => error);
-      await waitFor(() => fake.inFlight === 1, 5000, 'the vendor call');
+    await withCallInFlight(20_000, async (gateway, _apiKey, inFlight) => {
       gateway.proc.kill('SIGINT');
       await waitFor(() => gateway.logs.some((l) => l.includes('Ctrl-C again to exit now')), 5000, 'the first interrupt drains');
       const started = Date.now();
@@ -207,10 +209,6 @@ describe('shutdown', () => {
       assert.ok(Date.now() - started < 5000, 'it did not wait out the 25 s grace');
       assert.ok(gateway.logs.some((l) => l.includes('second interrupt')));
       await inFlight;
-    } finally {
-      await gateway.stop('SIGKILL');
-      await fake.close();
-      fresh.redis.disconnect();
-    }
+    });
   });
 });

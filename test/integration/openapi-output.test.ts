@@ -1,9 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
-import { startFakeOpenAI } from '../support/fake-openai.js';
-import { startFakeAnthropic } from '../support/fake-anthropic.js';
-import { startFakeGemini } from '../support/fake-gemini.js';
+import { startVendorFakes } from '../support/vendor-fakes.js';
 import { assertMatchesSchema, sseEvents } from '../support/openapi-schemas.js';
 import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 
@@ -252,26 +250,12 @@ describe('the gateway\'s own output against the OpenAI OpenAPI spec', () => {
     const call = gatewayCalls(() => gateway, () => key);
 
     before(async () => {
-      const [openai, deepseek, xai, anthropic, gemini] = await Promise.all([startFakeOpenAI(), startFakeOpenAI(), startFakeOpenAI(), startFakeAnthropic(), startFakeGemini()]);
-      closers.push(openai, deepseek, xai, anthropic, gemini);
+      const fakes = await startVendorFakes();
+      closers.push(fakes);
       const fresh = await freshRedis(3);
       redis = fresh.redis;
       key = (await createKey(redis, 'openapi-vendors')).key;
-      gateway = await startGateway({
-        env: {
-          REDIS_URL: fresh.url,
-          OPENAI_API_KEY: 'sk-openai-test',
-          OPENAI_BASE_URL: openai.url,
-          DEEPSEEK_API_KEY: 'sk-deepseek-test',
-          DEEPSEEK_BASE_URL: deepseek.url,
-          XAI_API_KEY: 'xai-test',
-          XAI_BASE_URL: xai.url,
-          ANTHROPIC_API_KEY: 'sk-ant-test',
-          ANTHROPIC_BASE_URL: anthropic.url,
-          GEMINI_API_KEY: 'gemini-test-key',
-          GEMINI_BASE_URL: gemini.url,
-        },
-      });
+      gateway = await startGateway({ env: { REDIS_URL: fresh.url, ...fakes.env } });
     });
     after(async () => {
       await gateway?.stop();

@@ -163,16 +163,21 @@ export function readFakeMultipart(request: RecordedRequest): Promise<FormData> {
   return new Response(body, { headers: { 'content-type': contentType } }).formData();
 }
 
-async function answerEdit(request: RecordedRequest): Promise<FakeResponse> {
+/** The multipart form of an image upload endpoint, or OpenAI's refusal of a body that is not one. */
+async function readUploadForm(request: RecordedRequest, endpoint: string): Promise<FormData | FakeResponse> {
   if (!String(request.headers['content-type'] ?? '').startsWith('multipart/form-data')) {
-    return openaiError(400, 'Invalid content type: the image edit endpoint takes multipart/form-data.', null, null);
+    return openaiError(400, `Invalid content type: the image ${endpoint} endpoint takes multipart/form-data.`, null, null);
   }
-  let form: FormData;
   try {
-    form = await readFakeMultipart(request);
+    return await readFakeMultipart(request);
   } catch {
     return openaiError(400, 'We could not parse the multipart body of your request.', null, null);
   }
+}
+
+async function answerEdit(request: RecordedRequest): Promise<FakeResponse> {
+  const form = await readUploadForm(request, 'edit');
+  if (!(form instanceof FormData)) return form;
   const images = [...form.getAll('image'), ...form.getAll('image[]')];
   if (images.length === 0) return missingParameter('image');
   if (images.some((image) => typeof image === 'string' || image.size === 0)) {
@@ -198,15 +203,8 @@ async function answerEdit(request: RecordedRequest): Promise<FakeResponse> {
  * part that is a square PNG under 4 MB, no prompt, sizes 256/512/1024.
  */
 async function answerVariation(request: RecordedRequest): Promise<FakeResponse> {
-  if (!String(request.headers['content-type'] ?? '').startsWith('multipart/form-data')) {
-    return openaiError(400, 'Invalid content type: the image variation endpoint takes multipart/form-data.', null, null);
-  }
-  let form: FormData;
-  try {
-    form = await readFakeMultipart(request);
-  } catch {
-    return openaiError(400, 'We could not parse the multipart body of your request.', null, null);
-  }
+  const form = await readUploadForm(request, 'variation');
+  if (!(form instanceof FormData)) return form;
   const images = form.getAll('image');
   if (images.length === 0) return missingParameter('image');
   if (images.length > 1 || form.getAll('image[]').length > 0) return openaiError(400, 'A variation takes exactly one image.', 'image', 'invalid_value');

@@ -1454,6 +1454,19 @@ export function rawCase(): fc.Arbitrary<FuzzCase> {
 const chatBase = jsonEndpoints[0]!;
 const embeddingsBase = jsonEndpoints.find((e) => e.name === 'embeddings')!;
 
+/** A chat of 9,999 user messages of `parts` text parts each. */
+function manyPartsCase(parts: number): FuzzCase {
+  const messages = Array.from({ length: 9_999 }, () => ({ role: 'user', content: Array.from({ length: parts }, () => ({ type: 'text', text: 'x' })) }));
+  return buildJsonCase({
+    endpoint: chatBase,
+    base: chatBase.bases[0]!,
+    mutations: [setMutation(['messages'], messages, `9,999 messages × ${parts} parts`)],
+    contentType: 'application/json',
+    auth: 'Bearer $KEY',
+    chunked: false,
+  });
+}
+
 export const knownCases = {
   /** 130,000 × 'a' froze the event loop for about 16 s in the tokenizer. */
   longRun: buildJsonCase({
@@ -1491,23 +1504,9 @@ export const knownCases = {
     chunked: false,
   }),
   /** 9,999 messages of 10 parts each (110,000 objects and arrays): validation and translation held the loop 100-500 ms. */
-  manyParts: buildJsonCase({
-    endpoint: chatBase,
-    base: chatBase.bases[0]!,
-    mutations: [setMutation(['messages'], Array.from({ length: 9_999 }, () => ({ role: 'user', content: Array.from({ length: 10 }, () => ({ type: 'text', text: 'x' })) })), '9,999 messages × 10 parts')],
-    contentType: 'application/json',
-    auth: 'Bearer $KEY',
-    chunked: false,
-  }),
+  manyParts: manyPartsCase(10),
   /** 9,999 messages of 3 parts each: just within the bound, served. */
-  manyPartsServed: buildJsonCase({
-    endpoint: chatBase,
-    base: chatBase.bases[0]!,
-    mutations: [setMutation(['messages'], Array.from({ length: 9_999 }, () => ({ role: 'user', content: Array.from({ length: 3 }, () => ({ type: 'text', text: 'x' })) })), '9,999 messages × 3 parts')],
-    contentType: 'application/json',
-    auth: 'Bearer $KEY',
-    chunked: false,
-  }),
+  manyPartsServed: manyPartsCase(3),
   /** A stream asked to close its connection. */
   streamClose: buildJsonCase(
     {
