@@ -53,12 +53,16 @@ describe('image variations', () => {
     const account = `acct_${key.id}`;
     await redis.hset(accountKey(account), { id: account, email: 'vary@example.com', name: 'vary', role: 'member', created: 1, reserved: 0, balance: 10_000_000, unlimited: '0' });
     await redis.hset(apiKeyRecordKey(key.id), { account, spent: 0, reserved: 0 });
+    // The offline gateway has a Redis database of its own: on a shared one its workers would take the other's jobs.
+    const apart = await freshRedis(9);
+    const offlineKey = (await createKey(apart.redis, 'variations-offline')).key;
+    apart.redis.disconnect();
     [gateway, offline] = await Promise.all([
       startGateway({ env: { REDIS_URL: fresh.url, OPENAI_API_KEY: 'sk-variations-vendor', OPENAI_BASE_URL: fake.url, MOCK_VENDOR: 'on' } }),
-      startGateway({ env: { REDIS_URL: fresh.url } }),
+      startGateway({ env: { REDIS_URL: apart.url } }),
     ]);
     client = gateway.client(key.key, { timeout: 30_000 });
-    mockClient = offline.client(key.key, { timeout: 30_000 });
+    mockClient = offline.client(offlineKey, { timeout: 30_000 });
   });
 
   after(async () => {

@@ -36,7 +36,9 @@ describe('AccountStore', () => {
   it('creates accounts with unique emails in any letter case, and never keeps a password in clear', async () => {
     const a = await store.accounts.create({ email: ' Ann@Example.com ', name: 'Ann', password: 'correct horse', role: 'admin' });
     assert.equal(a.email, 'Ann@Example.com');
-    assert.equal(a.balanceMicros, 0);
+    assert.equal(a.balanceMicros, undefined, 'an admin spends without a balance unless one is set for it');
+    assert.equal((await store.accounts.create({ email: 'member@example.com' })).balanceMicros, 0, 'a member starts at 0');
+    assert.equal((await store.accounts.create({ email: 'metered-admin@example.com', role: 'admin', unlimited: false })).balanceMicros, 0);
     assert.equal(await redis.hget(accountEmailsKey, 'ann@example.com'), a.id);
     await assert.rejects(store.accounts.create({ email: 'ANN@example.COM' }), isError(409, 'account_exists'));
     const stored = await redis.hget(accountKey(a.id), 'password');

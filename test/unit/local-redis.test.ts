@@ -4,11 +4,21 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { locateRedis } from '../../bin/local-redis.js';
-import { freePort } from '../support/redis-server.js';
+import { freePort, processPrivateRedis } from '../support/redis-server.js';
 
 describe('locateRedis (how npm start and the keys CLI find Redis)', () => {
-  it('uses REDIS_URL as given', async () => {
-    assert.deepEqual(await locateRedis({ REDIS_URL: 'redis://example:1' }, true), { url: 'redis://example:1', source: 'REDIS_URL' });
+  it('uses REDIS_URL as given when it answers', async () => {
+    const { url } = await processPrivateRedis();
+    const named = `${url}/3`;
+    assert.deepEqual(await locateRedis({ REDIS_URL: named }, true), { url: named, source: 'REDIS_URL' });
+  });
+
+  it('ends in one line naming host and port, never the password, when REDIS_URL does not answer', async () => {
+    const port = await freePort();
+    await assert.rejects(
+      () => locateRedis({ REDIS_URL: `redis://user:s3cret-pw@127.0.0.1:${port}` }, true),
+      (error: Error) => error.message === `cannot reach Redis at 127.0.0.1:${port} (REDIS_URL): start it, or point REDIS_URL at one that runs.`,
+    );
   });
 
   it('fails with one line naming the three ways out when nothing answers and redis-server is missing', async () => {
