@@ -79,6 +79,13 @@ async function main(): Promise<void> {
     }
   }
 
+  const logDrain = (signal: string) => {
+    const seconds = Math.round(config.shutdownGraceMs / 100) / 10;
+    log.info(
+      { signal, inFlight: inFlight(), graceMs: config.shutdownGraceMs },
+      `draining ${inFlight()} request${inFlight() === 1 ? '' : 's'}, up to ${seconds} s; new requests get a 503${signal === 'SIGINT' ? ' (Ctrl-C again to exit now)' : ''}`,
+    );
+  };
   let stopping = false;
   const stop = (signal: string) => {
     if (stopping) {
@@ -90,11 +97,12 @@ async function main(): Promise<void> {
       return;
     }
     stopping = true;
-    const seconds = Math.round(config.shutdownGraceMs / 100) / 10;
-    log.info(
-      { signal, inFlight: inFlight(), graceMs: config.shutdownGraceMs },
-      `draining ${inFlight()} request${inFlight() === 1 ? '' : 's'}, up to ${seconds} s; new requests get a 503${signal === 'SIGINT' ? ' (Ctrl-C again to exit now)' : ''}`,
-    );
+    if (role === 'worker') {
+      // A worker process has no requests of its own: it lets the jobs it runs finish.
+      log.info({ signal }, 'stopping: the jobs running here finish first, new ones are left to other workers');
+    } else {
+      logDrain(signal);
+    }
     // The api drains first so its requests can still be served by the workers.
     void (async () => {
       for (const cleanup of cleanups) await cleanup().catch((error) => log.error({ err: error }, 'shutdown step failed'));
