@@ -89,6 +89,49 @@ export function incompleteReasonOf(reason: string | undefined): IncompleteReason
   return undefined;
 }
 
+/**
+ * The codes a response object's `error.code` may take (the spec's
+ * `ResponseErrorCode`): clients switch on them, so a code outside the list is
+ * a broken contract.
+ */
+const responseErrorCodes = new Set([
+  'server_error',
+  'rate_limit_exceeded',
+  'invalid_prompt',
+  'data_residency_mismatch',
+  'bio_policy',
+  'vector_store_timeout',
+  'invalid_image',
+  'invalid_image_format',
+  'invalid_base64_image',
+  'invalid_image_url',
+  'image_too_large',
+  'image_too_small',
+  'image_parse_error',
+  'image_content_policy_violation',
+  'invalid_image_mode',
+  'image_file_too_large',
+  'unsupported_image_media_type',
+  'empty_image_file',
+  'failed_to_download_image',
+  'image_file_not_found',
+]);
+
+/**
+ * A failure's code as the response object may carry it. The gateway's and
+ * vendors' own codes (`vendor_error`, `context_length_exceeded`, the
+ * `invalid_request` a worker gives a 4xx without one…) fall into the nearest
+ * of the spec's: limits and quotas are `rate_limit_exceeded`, the request's
+ * own fault is `invalid_prompt`, anything else `server_error`. The stream's
+ * `error` event, whose code is any string, keeps the original.
+ */
+export function responseErrorCode(code: string): string {
+  if (responseErrorCodes.has(code)) return code;
+  if (/rate_limit|quota/.test(code)) return 'rate_limit_exceeded';
+  if (/^(invalid_|unsupported_)|context_length|content_policy|content_filter|too_large|too_long/.test(code)) return 'invalid_prompt';
+  return 'server_error';
+}
+
 /** Builds the full response object, keys in OpenAI's order. */
 export function responseObject(shell: ResponseShell, state: ResponseState): ResponseObject {
   return {
@@ -98,7 +141,7 @@ export function responseObject(shell: ResponseShell, state: ResponseState): Resp
     status: state.status,
     background: shell.background,
     completed_at: state.completedAt ?? null,
-    error: state.error === null ? null : { code: state.error.code, message: state.error.message },
+    error: state.error === null ? null : { code: responseErrorCode(state.error.code), message: state.error.message },
     incomplete_details: state.status === 'incomplete' && state.incompleteReason !== undefined ? { reason: state.incompleteReason } : null,
     instructions: shell.instructions,
     max_output_tokens: shell.max_output_tokens,
@@ -152,15 +195,16 @@ export function frame(type: string, sequence: number, fields: Record<string, unk
 export function replayFrames(response: ResponseObject): string[] {
   const frames: string[] = [];
   const push = (type: string, fields: Record<string, unknown>) => frames.push(frame(type, frames.length, fields));
+  // The opening events show the response before it had any usage: left out, as a live stream's are (the spec has no null usage).
+  const { usage: _usage, ...withoutUsage } = response;
   const opening: ResponseObject = {
-    ...response,
+    ...withoutUsage,
     status: 'in_progress',
     completed_at: null,
     error: null,
     incomplete_details: null,
     output: [],
     output_text: '',
-    usage: null,
   };
   push('response.created', { response: opening });
   push('response.in_progress', { response: opening });

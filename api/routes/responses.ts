@@ -7,7 +7,8 @@ import { GatewayError, invalidRequest, type WireError } from '../../shared/error
 import { cancelChannel, replayStreamKey } from '../../shared/queues.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
 import { releaseReservation } from '../../shared/billing.js';
-import { replayFrames, type ResponseObject } from '../../shared/response-object.js';
+import { isRecord, replayFrames, type ResponseObject } from '../../shared/response-object.js';
+import type { ConversationItem } from '../../shared/responses.js';
 import { streamAliasKey, type LogEntry } from '../../shared/reply.js';
 import { noStream, sseHeaders, type EventLogs } from '../event-log.js';
 import type { BlobStore } from '../../storage/blob-store.js';
@@ -41,6 +42,17 @@ function eventNumber(value: unknown, param: string): number {
 function errorFrame(entry: LogEntry): string {
   const { error } = JSON.parse(entry.payload ?? '{}') as WireError;
   return `event: error\ndata: ${JSON.stringify({ type: 'error', code: error?.code ?? 'server_error', message: error?.message ?? 'The response failed.', param: error?.param ?? null, sequence_number: 0 })}\n\n`;
+}
+
+/**
+ * An input item as the list answers it (the spec's `ItemResource`): an
+ * assistant message's `output_text` parts carry `logprobs`, which the input
+ * as stored leaves out (those of responses stored before it did too).
+ */
+function itemResource(item: ConversationItem): ConversationItem {
+  if (item.type !== 'message' || item.role !== 'assistant' || !Array.isArray(item.content)) return item;
+  const content = item.content.map((part: unknown) => (isRecord(part) && part.type === 'output_text' && !Array.isArray(part.logprobs) ? { ...part, logprobs: [] } : part));
+  return { ...item, content };
 }
 
 /**
@@ -171,12 +183,12 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
       if (at < 0) throw invalidRequest(`No input item with id '${String(cursor).slice(0, 80)}' in this response.`, param);
       if (shift === 1) start = at + 1;
       else {
-        const page = items.slice(Math.max(0, at - limit), at);
+        const page = items.slice(Math.max(0, at - limit), at).map(itemResource);
         ctx.body = { object: 'list', data: page, first_id: page[0]?.id ?? null, last_id: page.at(-1)?.id ?? null, has_more: at - limit > 0 };
         return;
       }
     }
-    const page = items.slice(start, start + limit);
+    const page = items.slice(start, start + limit).map(itemResource);
     ctx.body = { object: 'list', data: page, first_id: page[0]?.id ?? null, last_id: page.at(-1)?.id ?? null, has_more: start + limit < items.length };
   });
 

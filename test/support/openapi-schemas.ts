@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
+import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 import { parse } from 'yaml';
 
@@ -61,16 +61,29 @@ export function openApiSchema(name: string): ValidateFunction {
   return validate;
 }
 
+/**
+ * A union (`oneOf`/`anyOf`) that fails reports every member's complaint,
+ * most of them only that the value is not that member (a `type` it does not
+ * have, "must match a schema"). Those go last, so what the value's own
+ * member says is read first.
+ */
+function isUnionNoise(error: ErrorObject): boolean {
+  if (error.keyword === 'oneOf' || error.keyword === 'anyOf') return true;
+  return (error.keyword === 'enum' || error.keyword === 'const') && error.instancePath.endsWith('/type');
+}
+
 /** Fails, with the spec's complaints and the value, unless `value` validates against the schema `name`. */
 export function assertMatchesSchema(name: string, value: unknown, where: string): void {
   const validate = openApiSchema(name);
   if (validate(value)) return;
-  const errors = (validate.errors ?? [])
-    .slice(0, 12)
-    .map((error) => `  ${error.instancePath || '(root)'} ${error.message ?? ''} ${error.params ? JSON.stringify(error.params) : ''}`)
-    .join('\n');
+  const all = validate.errors ?? [];
+  const lines = [...all.filter((error) => !isUnionNoise(error)), ...all.filter(isUnionNoise)].map(
+    (error) => `  ${error.instancePath || '(root)'} ${error.message ?? ''} ${error.params ? JSON.stringify(error.params) : ''}`,
+  );
+  const unique = [...new Set(lines)];
+  const shown = unique.slice(0, 24).join('\n') + (unique.length > 24 ? `\n  … and ${unique.length - 24} more` : '');
   const text = JSON.stringify(value);
-  assert.fail(`${where}: does not match the OpenAPI schema ${name}:\n${errors}\nvalue: ${text.length > 1500 ? `${text.slice(0, 1500)}…` : text}`);
+  assert.fail(`${where}: does not match the OpenAPI schema ${name}:\n${shown}\nvalue: ${text.length > 1500 ? `${text.slice(0, 1500)}…` : text}`);
 }
 
 /** The data of each `data:` frame of an SSE body that is JSON (the closing `[DONE]` aside), with its `event:` name. */
