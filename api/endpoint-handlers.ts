@@ -9,7 +9,7 @@ import { invalidRequest } from '../shared/errors.js';
 import { videosOfKey } from '../shared/queues.js';
 import type { QueueShards } from '../shared/queue-shards.js';
 import { checkChatContext, checkCompletionContext, checkEmbeddingContext, checkModalities } from './context-window.js';
-import { checkEditable, checkEditUploads, checkImageRequest, checkVariable, variationInput } from './image-rules.js';
+import { checkEditable, checkEditUploads, checkImageRequest, checkVariable, checkVariationUpload } from './image-rules.js';
 import { loadOwnedJob, renderVideo } from './job-views.js';
 import type { UploadedFile } from './multipart.js';
 import { responseObject } from '../shared/response-object.js';
@@ -162,14 +162,9 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
     admit({ fields, model, files }) {
       checkVariable(model);
       checkImageRequest(model, fields);
-      const images = files.filter((f) => f.field === 'image');
-      if (images.length === 0) throw invalidRequest("Missing required parameter: 'image' (send the PNG as a multipart part).", 'image');
-      if (images.length > 1 || files.length > images.length) {
-        throw invalidRequest('A variation takes exactly one file, `image`.', images.length > 1 ? 'image' : files.find((f) => f.field !== 'image')!.field);
-      }
-      // The same checks as an edit's upload, by the rules every variation model shares.
-      checkEditUploads({ ...model, edit_input: variationInput }, images, undefined);
-      return { payload: { ...fields, image: images[0]!.ref } };
+      checkVariationUpload(model, files);
+      // The check let through exactly one file, the image.
+      return { payload: { ...fields, image: files[0]!.ref } };
     },
   },
 

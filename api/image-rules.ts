@@ -40,8 +40,8 @@ export function checkImageRequest(model: CatalogModel, body: ImageOptions): void
   }
 }
 
-/** What `/v1/images/variations` takes, for every model that serves it: one square PNG under 4 MB (the API's own rule). */
-export const variationInput = { formats: ['png' as const], max_bytes: 4 * 1024 * 1024, square: true, max_images: 1 };
+/** OpenAI's rule for a variation's image: "less than 4MB", so 4 MiB itself is refused. */
+export const variationMaxBytes = 4 * 1024 * 1024;
 
 export function checkVariable(model: CatalogModel): void {
   if (!model.supports_variations) {
@@ -119,5 +119,39 @@ export function checkEditUploads(model: CatalogModel, images: Upload[], mask: Up
       'mask',
       'invalid_image_dimensions',
     );
+  }
+}
+
+interface FieldUpload extends Upload {
+  field: string;
+}
+
+/**
+ * Checks a variation's uploads before they ride the queue, as OpenAI would:
+ * exactly one file, `image`, a PNG by its content whose size can be read
+ * (the vendor refuses what it cannot measure), under 4 MB, and square.
+ */
+export function checkVariationUpload(model: CatalogModel, files: readonly FieldUpload[]): void {
+  const images = files.filter((file) => file.field === 'image');
+  if (images.length === 0) throw invalidRequest("Missing required parameter: 'image' (send one square PNG as a multipart part).", 'image', 'missing_required_parameter');
+  if (images.length > 1) throw invalidRequest(`A variation starts from exactly one image; ${images.length} 'image' parts were sent.`, 'image');
+  const other = files.find((file) => file.field !== 'image');
+  if (other) throw invalidRequest(`Unexpected file '${other.field}': a variation takes one file, 'image'.`, other.field, 'unknown_parameter');
+  const image = images[0]!;
+  const format = sniffImage(image.head);
+  if (format !== 'png') {
+    throw invalidRequest(
+      `Invalid image file for 'image': ${format ? `a ${format.toUpperCase()} image` : 'not an image this API can read'}; \`${model.id}\` makes variations of PNG images only.`,
+      'image',
+      'invalid_image_format',
+    );
+  }
+  const size = pngDimensions(image.head);
+  if (!size) throw invalidRequest("Invalid image file for 'image': a PNG without a readable header (IHDR).", 'image', 'invalid_image');
+  if (image.bytes >= variationMaxBytes) {
+    throw invalidRequest(`Invalid image file for 'image': ${mb(image.bytes)}; a variation's image must be less than 4 MB.`, 'image', 'image_too_large');
+  }
+  if (size.width !== size.height) {
+    throw invalidRequest(`Invalid image file for 'image': ${size.width}x${size.height}; a variation's image must be square.`, 'image', 'invalid_image_dimensions');
   }
 }

@@ -36,11 +36,18 @@ export type ImageEditFields = z.infer<typeof imageEditFieldsSchema>;
 /** The sizes `POST /v1/images/variations` takes (the spec's, whatever else the model makes). */
 export const variationSizes = ['256x256', '512x512', '1024x1024'] as const;
 
-/** The text fields of `POST /v1/images/variations` (multipart); the image arrives apart. */
+/**
+ * The text fields of `POST /v1/images/variations` (multipart); the image
+ * arrives apart. An absent size is the spec's default, 1024x1024, made
+ * explicit: the vendor makes that size, so the job is billed for it.
+ */
 export const imageVariationFieldsSchema = z.looseObject({
   model: z.string().min(1).default('dall-e-2'),
   n: formNumber().pipe(z.number().int().min(1).max(10)).nullish(),
-  size: z.enum(variationSizes).nullish(),
+  size: z
+    .enum(variationSizes)
+    .nullish()
+    .transform((size) => size ?? '1024x1024'),
   response_format: z.enum(['url', 'b64_json']).nullish(),
   user: z.string().nullish(),
 });

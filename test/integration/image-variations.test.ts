@@ -34,6 +34,19 @@ function expectBadRequest(error: unknown, param: string): void {
   assert.equal(error.param, param, error.message);
 }
 
+/** A request's usage record, once its worker has settled it. */
+async function usageOf(redis: Redis, requestId: string): Promise<{ cost_micros: number; images: number }> {
+  let record: { cost_micros: number; images: number } | undefined;
+  await waitFor(async () => {
+    for (const [, fields] of await redis.xrange(usageStreamKey, '-', '+')) {
+      const parsed = JSON.parse(fields[1]!) as { request_id: string; cost_micros: number; images: number };
+      if (parsed.request_id === requestId) record = parsed;
+    }
+    return record !== undefined;
+  }, 5000, `the usage record of ${requestId}`);
+  return record!;
+}
+
 describe('image variations', () => {
   let redis: Redis;
   let fake: FakeOpenAI;
@@ -113,18 +126,26 @@ describe('image variations', () => {
       })(),
     });
     assert.equal(answer.status, 200, await answer.clone().text());
-    const requestId = answer.headers.get('x-request-id')!;
-    let record: { cost_micros: number; images: number } | undefined;
-    await waitFor(async () => {
-      for (const [, fields] of await redis.xrange(usageStreamKey, '-', '+')) {
-        const parsed = JSON.parse(fields[1]!) as { request_id: string; cost_micros: number; images: number };
-        if (parsed.request_id === requestId) record = parsed;
-      }
-      return record !== undefined;
-    }, 5000, 'the usage record');
+    const record = await usageOf(redis, answer.headers.get('x-request-id')!);
     const generation = prices.costMicros('dall-e-2', { inputTokens: 0, cachedTokens: 0, outputTokens: 0, images: 3, audioSeconds: 0, videoSeconds: 0, imageSize: '512x512' });
     assert.equal(generation, 3 * 18_000);
-    assert.deepEqual([record!.images, record!.cost_micros], [3, generation]);
+    assert.deepEqual([record.images, record.cost_micros], [3, generation]);
+    assert.equal(Number(await redis.hget(apiKeyRecordKey(keyId), 'reserved')), 0, 'nothing left reserved');
+  });
+
+  it('an unsized variation is the 1024x1024 OpenAI makes, billed and spent as a dall-e-2 generation of it', async () => {
+    const spentBefore = Number(await redis.hget(apiKeyRecordKey(keyId), 'spent'));
+    const before = fake.requests.length;
+    const varied = await client.images.createVariation({ image: await toFile(png(24, 24), 'a.png', { type: 'image/png' }), n: 2 }).withResponse();
+    const sent = fake.requests.slice(before).find((request) => request.path === '/v1/images/variations')!;
+    const form = await readFakeMultipart(sent);
+    assert.deepEqual([form.get('model'), form.get('size'), form.get('n')], ['dall-e-2', '1024x1024', '2']);
+    const generated = await client.images.generate({ model: 'dall-e-2', prompt: 'a lighthouse', n: 2, size: '1024x1024' }).withResponse();
+    const [variation, generation] = await Promise.all([usageOf(redis, varied.response.headers.get('x-request-id')!), usageOf(redis, generated.response.headers.get('x-request-id')!)]);
+    assert.equal(variation.images, 2);
+    assert.equal(variation.cost_micros, 2 * 20_000);
+    assert.equal(variation.cost_micros, generation.cost_micros);
+    assert.equal(Number(await redis.hget(apiKeyRecordKey(keyId), 'spent')) - spentBefore, variation.cost_micros + generation.cost_micros);
     assert.equal(Number(await redis.hget(apiKeyRecordKey(keyId), 'reserved')), 0, 'nothing left reserved');
   });
 
@@ -151,17 +172,37 @@ describe('image variations', () => {
     assert.equal(fake.requests.length, before);
   });
 
-  it('refuses what the endpoint does not take: a JPEG, a non-square PNG, a wrong size, n past 10, no image', async () => {
+  it('refuses what the endpoint does not take: a JPEG, a non-square PNG, a wrong size, n past 10, n of 0, 4 MB, no image, a bad response_format, a mask, two images', async () => {
+    const sentBefore = fake.requests.filter((request) => request.path === '/v1/images/variations').length;
     const jpeg = Buffer.from([0xff, 0xd8, 0xff, 0xe0, 0, 16, 0x4a, 0x46, 0x49, 0x46, 0, 1]);
     expectBadRequest(await client.images.createVariation({ image: await toFile(jpeg, 'a.jpg', { type: 'image/jpeg' }), model: 'dall-e-2' }).catch((e: unknown) => e), 'image');
     expectBadRequest(await client.images.createVariation({ image: await toFile(png(32, 16), 'a.png', { type: 'image/png' }), model: 'dall-e-2' }).catch((e: unknown) => e), 'image');
     expectBadRequest(await client.images.createVariation({ image: await toFile(png(16, 16), 'a.png', { type: 'image/png' }), model: 'dall-e-2', size: '1792x1024' as '1024x1024' }).catch((e: unknown) => e), 'size');
     expectBadRequest(await client.images.createVariation({ image: await toFile(png(16, 16), 'a.png', { type: 'image/png' }), model: 'dall-e-2', n: 11 }).catch((e: unknown) => e), 'n');
+    expectBadRequest(await client.images.createVariation({ image: await toFile(png(16, 16), 'a.png', { type: 'image/png' }), model: 'dall-e-2', n: 0 }).catch((e: unknown) => e), 'n');
+    const fourMegabytes = Buffer.concat([png(16, 16), Buffer.alloc(4 * 1024 * 1024)]).subarray(0, 4 * 1024 * 1024);
+    const large = await client.images.createVariation({ image: await toFile(fourMegabytes, 'a.png', { type: 'image/png' }), model: 'dall-e-2' }).catch((e: unknown) => e);
+    expectBadRequest(large, 'image');
+    assert.equal((large as InstanceType<typeof OpenAI.BadRequestError>).code, 'image_too_large');
     const form = new FormData();
     form.set('model', 'dall-e-2');
-    const missing = await fetch(`${gateway.url}/v1/images/variations`, { method: 'POST', headers: { authorization: `Bearer ${(client as unknown as { apiKey: string }).apiKey}` }, body: form });
-    assert.equal(missing.status, 400);
-    assert.equal(((await missing.json()) as { error: { param: string } }).error.param, 'image');
+    const post = async (body: FormData) => {
+      const answer = await fetch(`${gateway.url}/v1/images/variations`, { method: 'POST', headers: { authorization: `Bearer ${(client as unknown as { apiKey: string }).apiKey}` }, body });
+      assert.equal(answer.status, 400);
+      return ((await answer.json()) as { error: { param: string } }).error.param;
+    };
+    assert.equal(await post(form), 'image');
+    const part = () => new Blob([new Uint8Array(png(16, 16))], { type: 'image/png' });
+    form.append('image', part(), 'a.png');
+    form.set('response_format', 'png');
+    assert.equal(await post(form), 'response_format');
+    form.delete('response_format');
+    form.append('mask', part(), 'mask.png');
+    assert.equal(await post(form), 'mask', 'a variation takes no mask');
+    form.delete('mask');
+    form.append('image', part(), 'b.png');
+    assert.equal(await post(form), 'image', 'one image, not two');
+    assert.equal(fake.requests.filter((request) => request.path === '/v1/images/variations').length, sentBefore, 'none reached the vendor');
   });
 
   it('passes a vendor refusal through as the vendor said it', async () => {
@@ -169,6 +210,18 @@ describe('image variations', () => {
     const error = await client.images.createVariation({ image: await toFile(png(16, 16), 'a.png', { type: 'image/png' }), model: 'dall-e-2' }).catch((caught: unknown) => caught);
     assert.ok(error instanceof OpenAI.BadRequestError, String(error));
     assert.equal(error.code, 'content_policy_violation');
+  });
+
+  it("passes the vendor's own 400 through with its param: a field the gateway forwards as sent and OpenAI does not take", async () => {
+    const before = fake.requests.length;
+    const form = new FormData();
+    form.set('image', new Blob([new Uint8Array(png(16, 16))], { type: 'image/png' }), 'x.png');
+    form.set('prompt', 'a cat');
+    const answer = await fetch(`${gateway.url}/v1/images/variations`, { method: 'POST', headers: { authorization: `Bearer ${(client as unknown as { apiKey: string }).apiKey}` }, body: form });
+    assert.equal(answer.status, 400);
+    const { error } = (await answer.json()) as { error: { param: string; type: string } };
+    assert.deepEqual([error.type, error.param], ['invalid_request_error', 'prompt']);
+    assert.equal(fake.requests.slice(before).filter((request) => request.path === '/v1/images/variations').length, 1, 'a 400 is not retried');
   });
 
   it('is listed among the catalog capabilities of dall-e-2 and the mock only', () => {

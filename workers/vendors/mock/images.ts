@@ -129,7 +129,7 @@ export async function generateMockImages(input: ImageGenerationInput, ctx: Media
 
 /** Variations of the uploaded image: deterministic per image, so the same upload varies the same way. */
 export async function varyMockImages(input: ImageVariationInput, ctx: MediaContext): Promise<ImageResult> {
-  const size = parseImageSize(input.size ?? '1024x1024');
+  const size = parseImageSize(input.size);
   const bytes = await ctx.blobs.get(input.image.key);
   ctx.signal.throwIfAborted();
   return renderImages(
