@@ -1,9 +1,6 @@
-import { parseArgs } from 'node:util';
 import { z } from 'zod';
-import { createRedis } from '../shared/redis.js';
-import { loadConfig } from '../shared/config.js';
 import { AccountStore, microsToUsd, usdToMicros } from '../api/account-store.js';
-import { locateRedis } from './local-redis.js';
+import { connectRedis, parseCommandLine, runCli, UsageError } from './cli.js';
 
 const usage = `usage:
   npm run accounts -- create --email E [--name N] [--password P] [--role admin|member]
@@ -18,33 +15,26 @@ const usage = `usage:
 Admin accounts spend without a balance unless one is set for them; members
 start at 0 USD: credit them before their keys can spend.`;
 
-class UsageError extends Error {}
-
 /** Marks an argument that is a negative number, which parseArgs would take for an option (`credit ID -5`). */
 const negativeMark = '\u0000';
 
 async function main(): Promise<number> {
   const args = process.argv.slice(2).map((arg, i, all) => (/^-\d/.test(arg) && all[i - 1] !== '--note' ? `${negativeMark}${arg}` : arg));
-  let parsed;
-  try {
-    parsed = parseArgs({
-      args,
-      allowPositionals: true,
-      options: { help: { type: 'boolean', short: 'h' }, email: { type: 'string' }, name: { type: 'string' }, password: { type: 'string' }, role: { type: 'string' }, note: { type: 'string' } },
-    });
-  } catch (error) {
-    throw new UsageError(`${(error as Error).message} (see --help)`);
-  }
-  const { positionals, values } = parsed;
+  const { positionals, values } = parseCommandLine({
+    args,
+    allowPositionals: true,
+    options: { help: { type: 'boolean', short: 'h' }, email: { type: 'string' }, name: { type: 'string' }, password: { type: 'string' }, role: { type: 'string' }, note: { type: 'string' } },
+  });
   if (values.help) {
     console.log(usage);
     return 0;
   }
   const [command, id, amountText] = positionals.map((p) => (p.startsWith(negativeMark) ? p.slice(1) : p));
-  if (!command || !['create', 'list', 'credit', 'ledger', 'delete'].includes(command)) {
+  if (!command) {
     console.error(usage);
     return 2;
   }
+  if (!['create', 'list', 'credit', 'ledger', 'delete'].includes(command)) throw new UsageError(`unknown command "${command}"`);
   if (command === 'create') {
     if (!values.email || !z.email().safeParse(values.email.trim()).success) throw new UsageError('create needs --email with a valid address');
     if (values.role !== undefined && values.role !== 'admin' && values.role !== 'member') throw new UsageError('--role must be admin or member');
@@ -60,10 +50,7 @@ async function main(): Promise<number> {
     micros = usdToMicros(amount);
   }
 
-  const configured = loadConfig(process.env).redis;
-  // One Redis as `npm start` finds it; a Cluster or Sentinels as named.
-  const target = configured.kind === 'single' ? (await locateRedis(process.env, false)).url : configured;
-  const redis = createRedis(target, { maxRetriesPerRequest: 1 });
+  const redis = await connectRedis(process.env);
   const store = new AccountStore(redis);
   try {
     if (command === 'create') {
@@ -101,11 +88,4 @@ function notFound(id: string): number {
   return 1;
 }
 
-main().then(
-  (code) => process.exit(code),
-  (error: Error) => {
-    console.error(`switchyard accounts: ${error.message}`);
-    if (error instanceof UsageError) console.error(usage);
-    process.exit(error instanceof UsageError ? 2 : 1);
-  },
-);
+runCli('accounts', main);

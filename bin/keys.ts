@@ -1,9 +1,7 @@
-import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { createRedis } from '../shared/redis.js';
-import { loadConfig } from '../shared/config.js';
+import type { Account } from '../shared/accounts.js';
 import { KeyStore, type KeyOptions } from '../api/key-store.js';
-import { usdToMicros } from '../api/account-store.js';
-import { locateRedis } from './local-redis.js';
+import { usdToMicros, type AccountStore } from '../api/account-store.js';
+import { connectRedis, parseCommandLine, runCli, UsageError } from './cli.js';
 
 const usage = `usage:
   npm run keys -- create --name NAME [options]   create a key and print it (shown once)
@@ -14,20 +12,9 @@ const usage = `usage:
       --rpm N, --tpm N    requests / tokens per minute
       --models a,b        the only models it may use
       --expires-at UNIX   when it stops working (unix seconds)
-  npm run keys -- list [--account ID]            list keys (no secrets)
+  npm run keys -- list [--account ID|EMAIL]      list keys (no secrets)
   npm run keys -- revoke ID                      revoke a key
   npm run keys -- --help                         this text`;
-
-class UsageError extends Error {}
-
-/** parseArgs, with an unknown or malformed option told as a usage error (exit 2) rather than a crash. */
-function parseCommandLine<T extends ParseArgsConfig>(config: T) {
-  try {
-    return parseArgs(config);
-  } catch (error) {
-    throw new UsageError(`${(error as Error).message} (see --help)`);
-  }
-}
 
 function number(flag: string, text: string | undefined, check: (n: number) => boolean, what: string): number | undefined {
   if (text === undefined) return undefined;
@@ -47,7 +34,6 @@ function keyOptions(values: Record<string, string | boolean | undefined>): KeyOp
     .filter(Boolean);
   if (models && models.length === 0) throw new UsageError('--models needs at least one model id');
   return {
-    accountId: text('account'),
     limitMicros: limitUsd === undefined ? undefined : usdToMicros(limitUsd),
     rpm: number('rpm', text('rpm'), isPositiveInteger, 'a whole number ≥ 1'),
     tpm: number('tpm', text('tpm'), isPositiveInteger, 'a whole number ≥ 1'),
@@ -77,33 +63,29 @@ async function main(): Promise<number> {
     console.log(usage);
     return 0;
   }
-  if (!command || !['create', 'list', 'revoke'].includes(command)) {
+  if (!command) {
     console.error(usage);
     return 2;
   }
+  if (!['create', 'list', 'revoke'].includes(command)) throw new UsageError(`unknown command "${command}"`);
   if (command === 'create' && !values.name?.trim()) throw new UsageError('create needs --name NAME');
   if (command === 'revoke' && !arg) throw new UsageError('revoke needs a key id');
   // Checked before connecting, so a typo costs no Redis round trip.
   const options = command === 'create' ? keyOptions(values) : {};
-  const configured = loadConfig(process.env).redis;
-  // One Redis as `npm start` finds it; a Cluster or Sentinels as named.
-  const target = configured.kind === 'single' ? (await locateRedis(process.env, false)).url : configured;
-  const redis = createRedis(target, { maxRetriesPerRequest: 1 });
+  const redis = await connectRedis(process.env);
   const store = new KeyStore(redis);
   try {
+    // Named by id or email, the account must exist: a key in no account would bill nobody.
+    const owner = values.account === undefined ? undefined : await findAccount(store.accounts, values.account);
     if (command === 'create') {
-      if (options.accountId !== undefined && options.accountId.includes('@')) {
-        const owner = await store.accounts.findByEmail(options.accountId);
-        if (!owner) throw new Error(`no account with the email ${options.accountId}`);
-        options.accountId = owner.id;
-      }
-      const key = await store.create(values.name!.trim(), options);
-      const account = await store.accounts.get(key.accountId);
+      const key = await store.create(values.name!.trim(), { ...options, accountId: owner?.id });
+      const account = owner ?? (await store.accounts.get(key.accountId));
       const balance = account?.balanceMicros === undefined ? 'unlimited' : `${account.balanceMicros / 1e6} USD`;
       console.log(key.key);
+      // Console keys land in the signed-in person's account, these in the default one unless --account says otherwise: say which, and its balance.
       console.error(`created ${key.id} "${key.name}" in account ${key.accountId} ("${account?.name || account?.email || key.accountId}", balance ${balance}); the key above is shown only once.`);
     } else if (command === 'list') {
-      for (const key of await store.list({ accountId: values.account })) {
+      for (const key of await store.list({ accountId: owner?.id })) {
         const limits = `limit=${show(key.limitMicros === undefined ? undefined : key.limitMicros / 1e6, ' USD')} spent=${key.spentMicros / 1e6} USD rpm=${show(key.rpm)} tpm=${show(key.tpm)}`;
         const expires = key.expiresAt === undefined ? 'never' : new Date(key.expiresAt * 1000).toISOString();
         console.log(`${key.id}\t${key.hint}\t${new Date(key.created * 1000).toISOString()}\t${key.accountId}\t${limits}\texpires=${expires}\tmodels=${key.models?.join(',') ?? 'all'}\t${key.name}`);
@@ -121,11 +103,13 @@ async function main(): Promise<number> {
   }
 }
 
-main().then(
-  (code) => process.exit(code),
-  (error: Error) => {
-    console.error(`switchyard keys: ${error.message}`);
-    if (error instanceof UsageError) console.error(usage);
-    process.exit(error instanceof UsageError ? 2 : 1);
-  },
-);
+async function findAccount(accounts: AccountStore, idOrEmail: string): Promise<Account> {
+  const byEmail = idOrEmail.includes('@');
+  // The default account is made on first use: named before any use, it must still be found.
+  if (!byEmail) await accounts.ensureDefault();
+  const account = byEmail ? await accounts.findByEmail(idOrEmail) : await accounts.get(idOrEmail);
+  if (!account) throw new Error(`no account with the ${byEmail ? 'email' : 'id'} ${idOrEmail} (npm run accounts -- list shows them)`);
+  return account;
+}
+
+runCli('keys', main);

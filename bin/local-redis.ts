@@ -3,6 +3,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { resolve } from 'node:path';
 import { Redis } from 'ioredis';
+import { reachRedis } from '../shared/redis.js';
 
 export interface LocateOptions {
   /** Where the private Redis lives (default ./.data). */
@@ -20,16 +21,6 @@ async function answers(url: string): Promise<boolean> {
     return false;
   } finally {
     client.disconnect();
-  }
-}
-
-/** `host:port` of a Redis URL, for messages: never its password. */
-export function redisAddress(url: string): string {
-  try {
-    const parsed = new URL(url);
-    return `${parsed.hostname || '127.0.0.1'}:${parsed.port || 6379}`;
-  } catch {
-    return 'an unparsable REDIS_URL';
   }
 }
 
@@ -72,11 +63,8 @@ export async function locateRedis(
   const defaultUrl = options.defaultUrl ?? 'redis://127.0.0.1:6379';
   if (env.REDIS_URL) {
     // Asked for by name: it must answer (a Redis still starting gets a few seconds), or the start ends here, in one line.
-    for (let i = 0; i < 10; i++) {
-      if (await answers(env.REDIS_URL)) return { url: env.REDIS_URL, source: 'REDIS_URL' };
-      await new Promise((r) => setTimeout(r, 500));
-    }
-    throw new Error(`cannot reach Redis at ${redisAddress(env.REDIS_URL)} (REDIS_URL): start it, or point REDIS_URL at one that runs.`);
+    await reachRedis(env.REDIS_URL);
+    return { url: env.REDIS_URL, source: 'REDIS_URL' };
   }
   if (await answers(defaultUrl)) return { url: defaultUrl, source: 'default' };
   if (existsSync(urlFile)) {

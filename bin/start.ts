@@ -8,6 +8,7 @@ import { createApiServer } from '../api/server.js';
 import { startWorkers } from '../workers/worker.js';
 import { isMockStandingIn } from '../shared/vendors.js';
 import { locateRedis } from './local-redis.js';
+import { reachRedis } from '../shared/redis.js';
 import { startIdleCollector } from '../shared/idle-gc.js';
 import { setMetricsPeer } from '../shared/metrics.js';
 import { answerMetricsOverIpc, startMetricsListener, WorkerProcessMetrics } from '../shared/metrics-process.js';
@@ -29,8 +30,11 @@ async function main(): Promise<void> {
   // The whole environment is read and checked first, so a bad value stops the start before anything runs.
   const configured = loadConfig(process.env);
   // Where one Redis is stays local-redis.ts's decision: REDIS_URL when set, else the default or a private one.
-  // A Cluster or Sentinels are named outright, and used as named.
-  const redis = configured.redis.kind === 'single' ? await locateRedis(process.env, !child) : { url: configured.redisUrl, source: 'configured' as const };
+  // A Cluster or Sentinels are named outright, and used as named once they answer.
+  const redis =
+    configured.redis.kind === 'single'
+      ? await locateRedis(process.env, !child)
+      : await reachRedis(configured.redis).then(() => ({ url: configured.redisUrl, source: 'configured' as const }));
   const config: Config = { ...configured, redisUrl: redis.url, redis: configured.redis.kind === 'single' ? { kind: 'single', url: redis.url } : configured.redis };
   const log = createLogger(config.logLevel, `switchyard-${role}`);
   if (redis.source === 'started') {

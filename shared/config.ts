@@ -391,6 +391,31 @@ function perQueue(values: Record<string, unknown>, shared: number | undefined, o
   return out;
 }
 
+/** The words each switch takes besides its own values, in pairs, in any case (`switchAliases`). */
+const switchWordPairs = [
+  ['on', 'off'],
+  ['true', 'false'],
+  ['yes', 'no'],
+  ['1', '0'],
+] as const;
+
+/**
+ * What a refused switch's message adds: the other words it takes. Switches are
+ * found by what their schemas do (`yes` and `no` give different values, a stray
+ * word is refused), so a new one gets the same message and the note cannot
+ * drift from the parsing.
+ */
+const switchNotes = new Map(
+  Object.entries(fixed).flatMap(([name, variable]): Array<[string, string]> => {
+    const yes = variable.schema.safeParse('yes');
+    const no = variable.schema.safeParse('no');
+    if (!yes.success || !no.success || yes.data === no.data || variable.schema.safeParse('maybe').success) return [];
+    const own = new Set(variable.type.split(/,\s*|\s+or\s+/));
+    const also = switchWordPairs.filter((pair) => !pair.every((word) => own.has(word))).map((pair) => pair.join('/'));
+    return [[name, ` (also ${also.slice(0, -1).join(', ')} or ${also.at(-1)}, in any case)`]];
+  }),
+);
+
 /** One line naming each bad variable and what it must be. */
 function describeIssues(issues: readonly z.core.$ZodIssue[], env: Env): string {
   const lines = new Map<string, string>();
@@ -398,7 +423,7 @@ function describeIssues(issues: readonly z.core.$ZodIssue[], env: Env): string {
     const name = String(issue.path[0] ?? '');
     if (lines.has(name)) continue;
     const quoted = issue.code === 'custom' && issue.params?.quotesValue === true;
-    lines.set(name, quoted ? `${name} ${issue.message}` : `${name} ${issue.message}, got "${env[name]}"`);
+    lines.set(name, quoted ? `${name} ${issue.message}` : `${name} ${issue.message}${switchNotes.get(name) ?? ''}, got "${env[name]}"`);
   }
   return [...lines.values()].join('; ');
 }

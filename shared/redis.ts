@@ -1,6 +1,6 @@
 import type { Socket } from 'node:net';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
-import type { RedisTarget } from './config.js';
+import type { RedisAddress, RedisTarget } from './config.js';
 
 const reconnect = (times: number) => Math.min(times * 100, 2000);
 
@@ -53,6 +53,83 @@ export function createRedis(target: RedisTarget | string, options: RedisOptions 
   redis.on('connect', () => batchWrites((redis as unknown as { stream: Socket }).stream));
   redis.on('error', reportErrors());
   return redis;
+}
+
+/** Where a target is, for messages: addresses only, never credentials. */
+export function redisAddresses(target: RedisTarget | string): string {
+  const where: RedisTarget = typeof target === 'string' ? { kind: 'single', url: target } : target;
+  if (where.kind === 'cluster') return where.nodes.map(hostPort).join(', ');
+  if (where.kind === 'sentinel') return where.sentinels.map(hostPort).join(', ');
+  try {
+    const parsed = new URL(where.url);
+    return `${parsed.hostname || '127.0.0.1'}:${parsed.port || 6379}`;
+  } catch {
+    return 'an unparsable REDIS_URL';
+  }
+}
+
+const hostPort = ({ host, port }: RedisAddress) => `${host.includes(':') ? `[${host}]` : host}:${port}`;
+
+/** A reply that no retry changes: the server is there and refuses these credentials. */
+const refusedCredentials = /^(WRONGPASS|NOAUTH)\b/;
+
+/**
+ * Checked once at start by every entry point, before anything else uses Redis:
+ * left to the connections themselves, an unreachable Redis shows only as
+ * ioredis's endless reconnect errors and "max retries per request" failures.
+ * A Redis still starting gets `attempts` tries `pauseMs` apart; credentials it
+ * refuses end the wait at once. Throws one line naming the addresses and the
+ * setting that gave them, never a password.
+ */
+export async function reachRedis(target: RedisTarget | string, { attempts = 10, pauseMs = 500 } = {}): Promise<void> {
+  const where: RedisTarget = typeof target === 'string' ? { kind: 'single', url: target } : target;
+  const addresses = redisAddresses(where);
+  for (let attempt = 1; ; attempt++) {
+    const problem = await probe(where);
+    if (problem === undefined) return;
+    if (refusedCredentials.test(problem)) {
+      throw new Error(`Redis at ${addresses} refused the credentials (${problem.split('\n')[0]!.replace(/\.$/, '')}): set the user and password in REDIS_URL, redis://USER:PASSWORD@host:port.`);
+    }
+    if (where.kind === 'cluster' && /cluster support disabled/.test(problem)) {
+      throw new Error(`Redis at ${addresses} is not a Cluster (cluster support disabled): name it in REDIS_URL alone (redis://host:port), without REDIS_CLUSTER_NODES or redis+cluster://.`);
+    }
+    if (attempt >= attempts) break;
+    await new Promise((resolve) => setTimeout(resolve, pauseMs));
+  }
+  if (where.kind === 'cluster') throw new Error(`cannot reach a Redis Cluster at ${addresses} (REDIS_CLUSTER_NODES, or a redis+cluster:// REDIS_URL): start it, or name nodes that run.`);
+  if (where.kind === 'sentinel') throw new Error(`cannot reach Redis through the Sentinels at ${addresses} (REDIS_SENTINELS) for the primary "${where.name}" (REDIS_SENTINEL_NAME): start them, or name Sentinels that run and the primary they monitor.`);
+  throw new Error(`cannot reach Redis at ${addresses} (REDIS_URL): start it, or point REDIS_URL at one that runs.`);
+}
+
+/** One PING over a connection that never retries; undefined when answered, else the first error it met. */
+async function probe(where: RedisTarget): Promise<string | undefined> {
+  const once: RedisOptions = { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 1000 };
+  const client: Redis | Cluster =
+    where.kind === 'cluster'
+      ? new Cluster(where.nodes, { lazyConnect: true, clusterRetryStrategy: () => null, redisOptions: { ...once, ...urlOptions(where.url) } })
+      : where.kind === 'sentinel'
+        ? new Redis({ ...once, ...urlOptions(where.url), sentinels: where.sentinels, name: where.name, sentinelRetryStrategy: () => null })
+        : new Redis(where.url, once);
+  // connect() rejects with a bare "Connection is closed."; the cause (refused, WRONGPASS, not a Cluster…) comes as an event.
+  let cause: string | undefined;
+  const note = (error: Error) => (cause ??= error.message);
+  client.on('error', note);
+  client.on('node error', note);
+  let timer: NodeJS.Timeout | undefined;
+  // Something that takes the connection and never answers (a wrong port, a proxy) must not hold the start: 5 s a try.
+  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('no answer within 5 s')), 5000)));
+  const answered = client.connect().then(() => client.ping());
+  // Lost to the timer, it still settles (rejected by the disconnect below): nobody else awaits it.
+  answered.catch(() => undefined);
+  try {
+    await Promise.race([answered, late]);
+    return undefined;
+  } catch (error) {
+    return cause ?? (error as Error).message;
+  } finally {
+    clearTimeout(timer);
+    client.disconnect();
+  }
 }
 
 /**

@@ -1,7 +1,9 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
 import { Redis } from 'ioredis';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
+import { FAKE_REPLY_TEXT } from '../support/fake-openai-defaults.js';
 import { createKey, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { startPrivateRedis } from '../support/redis-server.js';
 import {
@@ -84,5 +86,80 @@ describe('forced shutdown (SHUTDOWN_GRACE_MS runs out)', () => {
     await waitFor(() => fake.abortedRequests === 3 && fake.inFlight === 0, 10_000, 'the three vendor calls to be aborted');
     await waitForQueue(redis, (c) => c.wait + c.active + c.delayed === 0, 10_000, 'no job left');
     assert.equal(fake.requests.length, 3, 'the waiting jobs never reached the vendor');
+  });
+});
+
+describe('Ctrl-C on split processes (--role=api, --role=worker)', () => {
+  let redisServer: Awaited<ReturnType<typeof startPrivateRedis>>;
+  let redis: Redis;
+  let fake: FakeOpenAI;
+  let apiKey: string;
+  const processes: GatewayProcess[] = [];
+
+  before(async () => {
+    [redisServer, fake] = await Promise.all([startPrivateRedis(), startFakeOpenAI()]);
+    redis = new Redis(redisServer.url);
+    apiKey = (await createKey(redis)).key;
+  });
+
+  after(async () => {
+    await Promise.all(processes.map((p) => p.stop('SIGKILL')));
+    redis?.disconnect();
+    await fake?.close();
+    await redisServer?.remove();
+  });
+
+  /** An api and a worker of their own, with a vendor call under way that the fake answers after `vendorDelayMs`. */
+  async function callInFlight(vendorDelayMs: number) {
+    // An earlier test's worker would take the job from this one's.
+    await Promise.all(processes.splice(0).map((p) => p.stop('SIGKILL')));
+    const env = { REDIS_URL: redisServer.url, OPENAI_API_KEY: 'sk-vendor', OPENAI_BASE_URL: fake.url, MOCK_VENDOR: 'off', SHUTDOWN_GRACE_MS: '10000' };
+    const [api, worker] = await Promise.all([startGateway({ role: 'api', env }), startGateway({ role: 'worker', env })]);
+    processes.push(api, worker);
+    const before = fake.inFlight;
+    fake.enqueue({ delayMs: vendorDelayMs });
+    const answer = api.client(apiKey).chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'slow' }] });
+    await waitFor(() => fake.inFlight === before + 1, 5000, 'the vendor call');
+    return { api, worker, answer };
+  }
+
+  /** The exit code of a process told to stop by someone else (a signal sent with `proc.kill`). */
+  const exited = (gateway: GatewayProcess) => once(gateway.proc, 'exit').then(([code]) => code as number | null);
+
+  it('the api drains on Ctrl-C: the log says how many and how long, new requests get a 503 on a still-open port, then it exits 0', async () => {
+    const { api, answer } = await callInFlight(2000);
+    const exit = exited(api);
+    api.proc.kill('SIGINT');
+    await waitFor(() => api.logs.some((l) => l.includes('draining 1 request, up to 10 s; new requests get a 503 (Ctrl-C again to exit now)')), 5000, 'the drain log line');
+
+    const refused = await fetch(`${api.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'too late' }] }),
+    });
+    assert.equal(refused.status, 503);
+    assert.equal(refused.headers.get('connection'), 'close');
+    assert.equal(refused.headers.get('retry-after'), '1');
+    assert.equal(((await refused.json()) as { error: { code: string } }).error.code, 'overloaded');
+    const ready = await fetch(`${api.url}/readyz`);
+    assert.equal(ready.status, 503);
+    assert.equal(((await ready.json()) as { draining: boolean }).draining, true);
+    // Alive though not ready: an orchestrator must not kill it for draining.
+    assert.equal((await fetch(`${api.url}/healthz`)).status, 200);
+
+    assert.equal((await answer).choices[0]!.message.content, FAKE_REPLY_TEXT);
+    assert.equal(await exit, 0);
+  });
+
+  it('a worker lets its running job finish on the first Ctrl-C, and exits at once (130) on the second', async () => {
+    const { worker, answer } = await callInFlight(20_000);
+    answer.catch(() => undefined);
+    worker.proc.kill('SIGINT');
+    await waitFor(() => worker.logs.some((l) => l.includes('the jobs running here finish first')), 5000, 'the first interrupt');
+    assert.equal(worker.proc.exitCode, null, 'still waiting for its job');
+    const started = Date.now();
+    assert.equal(await worker.stop('SIGINT'), 130);
+    assert.ok(Date.now() - started < 5000, 'it did not wait for the 20 s vendor call');
+    assert.ok(worker.logs.some((l) => l.includes('second interrupt')));
   });
 });

@@ -100,6 +100,8 @@ describe('docker-compose.yml', () => {
     assert.match(command, /--appendfsync everysec\b/);
     assert.match(command, /--maxmemory-policy noeviction\b/);
     assert.match(command, /--maxmemory \d+[kmg]b\b/, 'noeviction needs a maxmemory, or Redis grows until the container is killed');
+    const redisBlock = read('docker-compose.yml').split(/\n  redis:\n/)[1]?.split(/\n  \w[\w-]*:\n/)[0] ?? '';
+    assert.match(redisBlock, /#[^\n]*\b[Ss]ize it\b/, 'a comment says how to size maxmemory');
   });
 
   it('builds the gateway image once: one service builds it, every other runs it without a pull', () => {

@@ -104,23 +104,47 @@ describe('README configuration table against the schema', () => {
 });
 
 describe('one rule for switches', () => {
-  it('every on/off setting takes on/off, true/false, yes/no and 1/0 in any case, and refuses anything else alike', () => {
-    const on = ['on', 'ON', 'true', 'True', 'yes', 'YES', '1'];
-    const off = ['off', 'Off', 'false', 'no', 'NO', '0'];
-    for (const value of on) {
-      assert.equal(loadConfig({ TRUST_PROXY: value }).trustProxy, true, `TRUST_PROXY=${value}`);
-      assert.equal(loadConfig({ MOCK_VENDOR: value }).mock.mode, 'on', `MOCK_VENDOR=${value}`);
-      assert.equal(loadConfig({ CONSOLE_SIGNUP: value }).console.signup, 'open', `CONSOLE_SIGNUP=${value}`);
+  const onWords = ['on', 'ON', 'On', 'true', 'True', 'TRUE', 'yes', 'YES', 'Yes', '1', ' on '];
+  const offWords = ['off', 'OFF', 'Off', 'false', 'False', 'FALSE', 'no', 'NO', 'No', '0', ' off '];
+  const parse = (variable: EnvironmentVariable, value: string) => variable.schema.safeParse(value);
+  /** Any setting that takes a word of a switch (a word: integers take 1 and 0) but not just any word (as text and host lists do). */
+  const switches = environmentVariables.filter(
+    (variable) => !parse(variable, 'maybe').success && ['on', 'off', 'true', 'false', 'yes', 'no'].some((word) => parse(variable, word).success),
+  );
+
+  it('finds every switch: the on/off flags and the choices that hold on and off', () => {
+    const names = switches.map((variable) => variable.name);
+    for (const name of ['TRUST_PROXY', 'FETCH_ALLOW_PRIVATE', 'METRICS_PER_KEY', 'QUEUE_DASHBOARD_WRITE', 'CONSOLE_PUBLIC_PRICING', 'S3_FORCE_PATH_STYLE', 'MOCK_VENDOR', 'WORKER_PROCESS', 'CONSOLE_SIGNUP']) {
+      assert.ok(names.includes(name), name);
     }
-    for (const value of off) {
-      assert.equal(loadConfig({ TRUST_PROXY: value }).trustProxy, false, `TRUST_PROXY=${value}`);
-      assert.equal(loadConfig({ MOCK_VENDOR: value }).mock.mode, 'off', `MOCK_VENDOR=${value}`);
-      assert.equal(loadConfig({ CONSOLE_SIGNUP: value }).console.signup, 'off', `CONSOLE_SIGNUP=${value}`);
+  });
+
+  it('every switch takes on/off, true/false, yes/no and 1/0 in any case, each on-word alike and each off-word alike', () => {
+    for (const variable of switches) {
+      const on = parse(variable, 'on');
+      const off = parse(variable, 'off');
+      assert.ok(on.success && off.success && on.data !== off.data, `${variable.name} tells on from off`);
+      for (const word of onWords) assert.deepEqual(parse(variable, word), on, `${variable.name}=${word}`);
+      for (const word of offWords) assert.deepEqual(parse(variable, word), off, `${variable.name}=${word}`);
     }
+    assert.equal(loadConfig({ MOCK_VENDOR: 'yes' }).mock.mode, 'on');
+    assert.equal(loadConfig({ CONSOLE_SIGNUP: 'on' }).console.signup, 'open');
     assert.equal(loadConfig({ CONSOLE_SIGNUP: 'open' }).console.signup, 'open');
-    for (const name of ['TRUST_PROXY', 'MOCK_VENDOR', 'CONSOLE_SIGNUP', 'METRICS_PER_KEY']) {
-      assert.throws(() => loadConfig({ [name]: 'maybe' }), (error: Error) => error.message.includes(name) && /must be/.test(error.message), name);
+    assert.equal(loadConfig({ WORKER_PROCESS: 'FALSE' }).workerProcess, 'off');
+    assert.equal(loadConfig({ S3_BUCKET: 'b', S3_FORCE_PATH_STYLE: 'Yes' }).s3?.forcePathStyle, true);
+  });
+
+  it('refuses anything else with one message: the setting, its values and the other words', () => {
+    for (const variable of switches) {
+      for (const value of ['maybe', 'enabled', '2', 'o n']) {
+        assert.equal(
+          failure({ [variable.name]: value }),
+          `Invalid configuration: ${variable.name} must be ${variable.type} (also ${variable.type.includes('on') ? '' : 'on/off, '}true/false, yes/no or 1/0, in any case), got "${value}"`,
+        );
+      }
     }
+    assert.equal(failure({ TRUST_PROXY: 'maybe' }), 'Invalid configuration: TRUST_PROXY must be on or off (also true/false, yes/no or 1/0, in any case), got "maybe"');
+    assert.equal(failure({ CONSOLE_SIGNUP: 'maybe' }), 'Invalid configuration: CONSOLE_SIGNUP must be off or open (also on/off, true/false, yes/no or 1/0, in any case), got "maybe"');
   });
 });
 
@@ -210,7 +234,8 @@ describe('loadConfig', () => {
       for (const value of values) {
         const name = instance(variable);
         const message = failure({ [name]: value });
-        assert.equal(message, `Invalid configuration: ${name} must be ${variable.type}, got "${value}"`);
+        const note = /\b(on|off)\b/.test(variable.type) ? ` (also ${variable.type.includes('on') ? '' : 'on/off, '}true/false, yes/no or 1/0, in any case)` : '';
+        assert.equal(message, `Invalid configuration: ${name} must be ${variable.type}${note}, got "${value}"`);
         assert.ok(!message.includes('\n'));
         checked += 1;
       }
@@ -231,7 +256,7 @@ describe('loadConfig', () => {
   it('names every bad variable at once, on one line', () => {
     assert.equal(
       failure({ PORT: 'eighty', TRUST_PROXY: 'maybe', XAI_RPM: 'lots' }),
-      'Invalid configuration: PORT must be an integer from 0 to 65535, got "eighty"; TRUST_PROXY must be on or off, got "maybe"; XAI_RPM must be an integer ≥ 0, got "lots"',
+      'Invalid configuration: PORT must be an integer from 0 to 65535, got "eighty"; TRUST_PROXY must be on or off (also true/false, yes/no or 1/0, in any case), got "maybe"; XAI_RPM must be an integer ≥ 0, got "lots"',
     );
   });
 });
