@@ -97,21 +97,43 @@ function knownSecrets(config: Config): string[] {
   return secrets.filter((secret): secret is string => !!secret);
 }
 
-/** The look of the console's sign-in card, inline (this path's CSP allows inline styles, for bull-board's own). */
+/**
+ * The console's sign-in card (its auth-page and auth-card styles, by value),
+ * inline: this path's CSP allows inline styles (bull-board's own need them),
+ * and a page of its own here needs no console build to look like one.
+ */
 const pageStyle = [
-  'body{margin:0;min-height:100vh;display:grid;place-items:center;background:#f6f7f9;color:#111827;',
-  'font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif}',
-  'main{box-sizing:border-box;width:min(420px,calc(100vw - 32px));background:#fff;border:1px solid #e5e7eb;border-radius:12px;',
-  'box-shadow:0 1px 2px rgba(16,24,40,.06);padding:28px}',
-  '.brand{font-weight:600;color:#4f46e5;margin:0 0 16px}h1{font-size:20px;margin:0 0 8px}p{margin:0 0 20px;color:#4b5563}',
-  'a.button{display:inline-block;background:#4f46e5;color:#fff;text-decoration:none;padding:9px 16px;border-radius:8px;font-weight:500}',
-  'a.button:focus-visible{outline:2px solid #4f46e5;outline-offset:2px}',
+  '*,*::before,*::after{box-sizing:border-box}',
+  'body{margin:0;min-height:100vh;display:grid;place-items:center;padding:40px 16px;color:#0f172a;font-size:14px;line-height:1.5;',
+  "font-family:ui-sans-serif,system-ui,-apple-system,'Segoe UI',Roboto,'Helvetica Neue',Arial,'Noto Sans',sans-serif;-webkit-font-smoothing:antialiased;",
+  'background:radial-gradient(1200px 500px at 50% -10%,#eef2ff 0%,rgba(238,242,255,0) 60%),#f8f9fb}',
+  'main{width:min(400px,100%);padding:32px;background:#fff;border:1px solid #e6e8ec;border-radius:16px;',
+  'box-shadow:0 1px 3px rgba(16,24,40,.06),0 1px 2px rgba(16,24,40,.04),0 12px 32px -12px rgba(16,24,40,.12)}',
+  '.logo{display:flex;align-items:center;gap:10px;margin:0 0 28px;font-weight:650;font-size:16px}.logo svg{width:28px;height:28px;flex:none}',
+  'h1{margin:0;font-size:22px;font-weight:650;line-height:1.25;letter-spacing:-.015em}',
+  '.lead{margin:6px 0 24px;color:#64748b}',
+  '.button{display:flex;align-items:center;justify-content:center;height:40px;padding:0 14px;border-radius:7px;background:#111827;color:#fff;',
+  'font-weight:550;text-decoration:none;text-align:center}',
+  '.button:hover{background:#1f2937}.button:focus-visible{outline:none;box-shadow:0 0 0 3px rgba(79,70,229,.35)}',
+  '.foot{margin:22px 0 0;padding-top:18px;border-top:1px solid #e6e8ec;color:#64748b;text-align:center}',
+  "code{font-family:ui-monospace,SFMono-Regular,'SF Mono',Menlo,Consolas,'Liberation Mono',monospace;font-size:12.5px;white-space:nowrap}",
+  '.foot a{color:#4338ca;text-decoration:none}.foot a:hover{text-decoration:underline}',
+  '@media (max-width:560px){main{padding:24px 20px}}',
 ].join('');
 
-const page = (title: string, text: string, link?: { href: string; label: string }) =>
+/** The console's logo mark (console/src/components/shell.tsx). */
+const logo =
+  '<svg viewBox="0 0 32 32" aria-hidden="true"><rect width="32" height="32" rx="8" fill="#111827"/>' +
+  '<path d="M8 22h6l4-12h6" fill="none" stroke="#fff" stroke-width="2.5" stroke-linecap="round" stroke-linejoin="round"/>' +
+  '<path d="M8 10h6l1.5 4.5" fill="none" stroke="#34d399" stroke-width="2.5" stroke-linecap="round" stroke-linejoin="round"/></svg>';
+
+/** A refusal a person reads: the console's look, what to do, and the way there. */
+const page = (title: string, text: string, link: { href: string; label: string }, foot?: string) =>
   `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">` +
-  `<title>${title} · Switchyard</title><style>${pageStyle}</style></head><body><main><p class="brand">Switchyard</p><h1>${title}</h1><p>${text}</p>` +
-  (link ? `<a class="button" href="${link.href}">${link.label}</a>` : '') +
+  `<title>${title} · Switchyard</title><style>${pageStyle}</style></head><body><main>` +
+  `<p class="logo">${logo}<span>Switchyard</span></p><h1>${title}</h1><p class="lead">${text}</p>` +
+  `<a class="button" href="${link.href}">${link.label}</a>` +
+  (foot ? `<p class="foot">${foot}</p>` : '') +
   `</main></body></html>`;
 
 export function queueDashboard(deps: QueueDashboardDeps): Koa.Middleware {
@@ -177,10 +199,13 @@ export function queueDashboard(deps: QueueDashboardDeps): Koa.Middleware {
       ctx,
       path,
       new GatewayError(401, message, { code: bearer ? 'invalid_admin_token' : 'not_signed_in', headers: { 'www-authenticate': 'Bearer realm="switchyard admin"' } }),
-      page('Sign in to see the queues', 'The queue dashboard is for administrators: sign in to the console, then open it from there.', {
-        href: queueDashboardEntry,
-        label: 'Open the queue dashboard through the console',
-      }),
+      page(
+        'Sign in to see the queues',
+        'The queue dashboard is for administrators of this gateway: sign in to the console, and it opens from there.',
+        // Through the console's entry: signed in already, it goes straight to the dashboard; else to the sign-in first.
+        { href: queueDashboardEntry, label: 'Sign in to the console' },
+        'Scripts and tools: send <code>Authorization: Bearer $ADMIN_TOKEN</code>.',
+      ),
     );
     return undefined;
   };

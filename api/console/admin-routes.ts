@@ -75,8 +75,15 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
 
   router.get('/api/admin/keys', async (ctx) => {
     await requireAdmin(ctx, deps);
-    const emails = new Map((await accounts.list()).map((account) => [account.id, account.email]));
-    ctx.body = { object: 'list', data: (await keyStore.list()).map((key) => ({ ...keyView(key), account_email: emails.get(key.accountId) ?? null })) };
+    // The account by its email and its name: the default account has no email, only its name ("Default").
+    const owners = new Map((await accounts.list()).map((account) => [account.id, account]));
+    ctx.body = {
+      object: 'list',
+      data: (await keyStore.list()).map((key) => {
+        const owner = owners.get(key.accountId);
+        return { ...keyView(key), account_email: owner?.email || null, account_name: owner?.name || null };
+      }),
+    };
   });
 
   router.get('/api/admin/channels', async (ctx) => {

@@ -1,19 +1,28 @@
 // Money, numbers and dates as the user's locale writes them.
 
-const exactDollars = new Intl.NumberFormat(undefined, { style: 'currency', currency: 'USD', minimumFractionDigits: 2, maximumFractionDigits: 6 });
 const integer = new Intl.NumberFormat(undefined, { maximumFractionDigits: 0 });
 const decimal = new Intl.NumberFormat(undefined, { maximumFractionDigits: 2 });
 const compact = new Intl.NumberFormat(undefined, { notation: 'compact', maximumFractionDigits: 1 });
 
+/** USD with at least cents and at most `digits` decimals (2–6), one formatter per count. */
+const dollars = Array.from({ length: 7 }, (_, digits) =>
+  new Intl.NumberFormat(undefined, { style: 'currency', currency: 'USD', minimumFractionDigits: 2, maximumFractionDigits: Math.max(2, digits) }),
+);
+
 /**
- * USD, one rule for every amount (spend, balance, limit, credit): exact to
- * the micro-dollar billed, at least cents, no trailing zeros past them. So a
- * balance and the spend beside it add up to the cent and past it, and a tiny
- * cost never reads as $0.00.
+ * USD, one rule for every amount the console shows (spend, balance, limit,
+ * credit, price): cents from $1 up; below $1, up to 4 significant digits, at
+ * least cents and never past the micro-dollar (what billing counts in). So
+ * $12.35 and $0.50 read alike, while $0.000009 or a $0.01875 price never read
+ * as $0.00. Every price in the catalog is exact under it.
  */
 export function money(usd: number | null | undefined): string {
   if (usd == null || !Number.isFinite(usd)) return '—';
-  return exactDollars.format(usd);
+  const size = Math.abs(usd);
+  if (size >= 1 || size === 0) return dollars[2]!.format(usd);
+  // 4 significant digits: 0.01875 has its first at the 2nd decimal, so it needs 5.
+  const digits = Math.min(6, 3 - Math.floor(Math.log10(size)));
+  return dollars[digits]!.format(usd);
 }
 
 /** A unit price: the same rule as every amount. */

@@ -39,7 +39,9 @@ export interface Key {
   expires_at: number | null;
   spent_usd: number;
   last_used_at: number | null;
+  /** On the admin list: the owning account's email, and its name (the default account has only a name). */
   account_email?: string | null;
+  account_name?: string | null;
 }
 
 export interface CreatedKey extends Key {

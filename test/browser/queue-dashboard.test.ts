@@ -4,7 +4,8 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { chromium, type Browser } from 'playwright-core';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { AccountStore } from '../../api/account-store.js';
 import { createKey, freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
 
 /*
@@ -18,6 +19,12 @@ const root = fileURLToPath(new URL('../..', import.meta.url));
 const shots = join(root, 'test-artifacts', 'queue-dashboard');
 const adminEmail = 'admin@dashboard-browser.test';
 const adminPassword = 'dashboard-admin-pw';
+const memberEmail = 'member@dashboard-browser.test';
+const memberPassword = 'dashboard-member-pw';
+const viewports = [
+  { width: 1280, height: 800 },
+  { width: 375, height: 812 },
+];
 const chromiumPath = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 
 describe('queue dashboard in a real browser', () => {
@@ -32,6 +39,7 @@ describe('queue dashboard in a real browser', () => {
     mkdirSync(shots, { recursive: true });
     const { url, redis } = await freshRedis(4);
     clientKey = (await createKey(redis)).key;
+    await new AccountStore(redis).create({ email: memberEmail, password: memberPassword, role: 'member' });
     redis.disconnect();
     gateway = await startGateway({ env: { REDIS_URL: url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword } });
     browser = await chromium.launch({
@@ -45,25 +53,74 @@ describe('queue dashboard in a real browser', () => {
     await gateway?.stop();
   });
 
-  it('signed out, answers a styled page that leads to the console, still a 401', async () => {
-    for (const viewport of [{ width: 1280, height: 800 }, { width: 375, height: 812 }]) {
+  /** The card, its heading, text and button as the page draws them: what makes one page look like another. */
+  async function look(page: Page, card: string, button: string) {
+    return page.evaluate(
+      ({ cardSelector, buttonSelector }) => {
+        // No named functions in here: the page runs this code as it is, without the test's module helpers.
+        const box = getComputedStyle(document.querySelector(cardSelector)!);
+        const heading = getComputedStyle(document.querySelector(`${cardSelector} h1`)!);
+        const action = getComputedStyle(document.querySelector(buttonSelector)!);
+        // The backdrop: the nearest ancestor of the card that paints one (the console's is a div, this page's the body).
+        let backdrop = 'none';
+        for (let element = document.querySelector(cardSelector)!.parentElement; element && backdrop === 'none'; element = element.parentElement) {
+          const { backgroundImage } = getComputedStyle(element);
+          if (backgroundImage !== 'none') backdrop = backgroundImage;
+        }
+        return {
+          backdrop,
+          card: [box.backgroundColor, box.borderRadius, box.borderTopColor, box.boxShadow !== 'none'],
+          font: getComputedStyle(document.body).fontFamily,
+          heading: [heading.fontSize, heading.fontWeight, heading.color],
+          button: [action.backgroundColor, action.color, action.height, action.borderTopLeftRadius],
+        };
+      },
+      { cardSelector: card, buttonSelector: button },
+    );
+  }
+
+  it('signed out, answers a page styled like the console sign-in that leads to it, still a 401; a member gets the same look with a 403', async () => {
+    for (const viewport of viewports) {
       const context = await browser.newContext({ viewport, baseURL: gateway.url });
       const page = await context.newPage();
+      await page.goto('/console');
+      await page.getByRole('button', { name: 'Sign in' }).waitFor();
+      const signInLook = await look(page, '.auth-card', '.auth-card .button-primary');
+
       const answer = await page.goto('/admin/queues');
       assert.equal(answer!.status(), 401);
       await page.getByRole('heading', { name: 'Sign in to see the queues' }).waitFor();
-      const look = await page.evaluate(() => {
-        const main = getComputedStyle(document.querySelector('main')!);
-        const link = document.querySelector('a')!;
-        return { card: main.backgroundColor, radius: main.borderRadius, font: getComputedStyle(document.body).fontFamily, href: link.getAttribute('href'), overflow: document.documentElement.scrollWidth - window.innerWidth };
-      });
-      assert.equal(look.card, 'rgb(255, 255, 255)', 'a card, not a bare page');
-      assert.equal(look.radius, '12px');
-      assert.doesNotMatch(look.font, /^"?Times/);
-      assert.equal(look.href, '/console/queue-dashboard');
-      assert.ok(look.overflow <= 1, `${look.overflow}px wider than the screen`);
+      assert.deepEqual(await look(page, 'main', 'a.button'), signInLook, 'the same card, type and button as the console sign-in');
+      const link = page.getByRole('link', { name: 'Sign in to the console' });
+      assert.equal(await link.getAttribute('href'), '/console/queue-dashboard');
+      const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      assert.ok(overflow <= 0, `${overflow}px wider than the screen`);
       await page.screenshot({ path: join(shots, `signed-out-${viewport.width}.png`) });
+      // The link leads to the console's sign-in, and once signed in as an admin, to the dashboard.
+      await link.click();
+      await page.getByLabel('Email').fill(adminEmail);
+      await page.getByLabel('Password').fill(adminPassword);
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await page.getByRole('link', { name: 'Queue dashboard' }).click();
+      await page.waitForURL('**/admin/queues');
+      await page.getByText('chat', { exact: true }).first().waitFor({ timeout: 10_000 });
       await context.close();
+
+      // A member signed in to the console: refused with a 403, on the same card, back to the console.
+      const memberContext = await browser.newContext({ viewport, baseURL: gateway.url });
+      const memberPage = await memberContext.newPage();
+      await memberPage.goto('/console');
+      await memberPage.getByLabel('Email').fill(memberEmail);
+      await memberPage.getByLabel('Password').fill(memberPassword);
+      await memberPage.getByRole('button', { name: 'Sign in' }).click();
+      await memberPage.waitForURL('**/console/keys');
+      const refused = await memberPage.goto('/console/queue-dashboard');
+      assert.equal(refused!.status(), 403);
+      await memberPage.getByRole('heading', { name: 'Administrators only' }).waitFor();
+      assert.deepEqual(await look(memberPage, 'main', 'a.button'), signInLook);
+      assert.equal(await memberPage.getByRole('link', { name: 'Back to the console' }).getAttribute('href'), '/console');
+      await memberPage.screenshot({ path: join(shots, `member-refused-${viewport.width}.png`) });
+      await memberContext.close();
     }
   });
 

@@ -1,4 +1,3 @@
-import { defaultAccountId } from '../types';
 import { listOf } from '../api';
 import { EmptyRow, ErrorMessage, PageHeader, SkeletonRows, TableCard, useApi, useTitle } from '../components/ui';
 import type { Key, List } from '../types';
@@ -45,7 +44,7 @@ export function AllKeysPage() {
               {list && list.length === 0 && <EmptyRow columns={columns}>No keys yet.</EmptyRow>}
               {list?.map((key) => (
                 <tr key={key.id}>
-                  <td>{key.account_email || (key.account_id === defaultAccountId ? 'Default account' : <span class="muted">{key.account_id || '—'}</span>)}</td>
+                  <td>{key.account_email || key.account_name || <span class="muted">{key.account_id || '—'}</span>}</td>
                   <KeyCells keyRecord={key} />
                 </tr>
               ))}

@@ -1,4 +1,4 @@
-import type { TargetedEvent, TargetedSubmitEvent } from 'preact';
+import { Fragment, type TargetedEvent, type TargetedSubmitEvent } from 'preact';
 import { useState } from 'preact/hooks';
 import { api, messageOf } from '../api';
 import { useApp } from '../app-context';
@@ -160,11 +160,11 @@ function CreateKeyDialog({ onCreated, onClose }: { onCreated: (key: CreatedKey) 
 }
 
 /** A button that copies `text`, and says so; each snippet has its own. */
-function CopyButton({ text, label, primary }: { text: string; label: string; primary?: boolean }) {
+function CopyButton({ text, label }: { text: string; label: string }) {
   const [copied, copy, copyError] = useCopy();
   return (
     <>
-      <button type="button" class={`button ${primary ? 'button-primary' : 'button-secondary button-small'}`} onClick={() => void copy(text)} aria-label={label}>
+      <button type="button" class="button button-secondary button-small" onClick={() => void copy(text)} aria-label={label}>
         {copied ? 'Copied' : 'Copy'}
       </button>
       {copyError ? <span class="visually-hidden" role="alert">{copyError}</span> : null}
@@ -172,7 +172,9 @@ function CopyButton({ text, label, primary }: { text: string; label: string; pri
   );
 }
 
-function Snippet({ title, label, code }: { title: string; label: string; code: string }) {
+function Snippet({ title, label, code, secret }: { title: string; label: string; code: string; secret: string }) {
+  // The key in one piece where it fits on a line (it moves down whole), broken only where it cannot fit at all (a phone).
+  const parts = code.split(secret);
   return (
     <>
       <div class="snippet-head">
@@ -180,7 +182,14 @@ function Snippet({ title, label, code }: { title: string; label: string; code: s
         <CopyButton text={code} label={`Copy ${title}`} />
       </div>
       <pre class="code code-wrap" tabIndex={0} aria-label={label}>
-        <code>{code}</code>
+        <code>
+          {parts.map((part, i) => (
+            <Fragment key={i}>
+              {i > 0 && <span class="code-secret">{secret}</span>}
+              {part}
+            </Fragment>
+          ))}
+        </code>
       </pre>
     </>
   );
@@ -231,7 +240,17 @@ function SecretDialog({ created, onClose }: { created: CreatedKey; onClose: () =
       <div class="field">
         <label for="new-secret">Secret key</label>
         <div class="copy-row">
-          <input id="new-secret" class="mono" type="text" readOnly value={created.key} onFocus={(e) => e.currentTarget.select()} spellcheck={false} autoComplete="off" />
+          {/* A text area, not an input: on a phone the key wraps onto a second line instead of running out of sight. */}
+          <textarea
+            id="new-secret"
+            class="mono secret-field"
+            rows={1}
+            readOnly
+            value={created.key}
+            onFocus={(e) => e.currentTarget.select()}
+            spellcheck={false}
+            autoComplete="off"
+          />
           <button type="button" class="button button-primary" onClick={() => void copy(created.key)} aria-label="Copy key">
             {copied ? 'Copied' : 'Copy'}
           </button>
@@ -241,9 +260,9 @@ function SecretDialog({ created, onClose }: { created: CreatedKey; onClose: () =
         </p>
         <ErrorMessage message={copyError} />
       </div>
-      <Snippet title="curl" label="curl example" code={code.curl} />
-      <Snippet title="Python (openai)" label="Python example" code={code.python} />
-      <Snippet title="JavaScript (openai)" label="JavaScript example" code={code.js} />
+      <Snippet title="curl" label="curl example" code={code.curl} secret={created.key} />
+      <Snippet title="Python (openai)" label="Python example" code={code.python} secret={created.key} />
+      <Snippet title="JavaScript (openai)" label="JavaScript example" code={code.js} secret={created.key} />
       <div class="dialog-actions">
         <button type="button" class="button button-secondary" onClick={onClose}>
           Done

@@ -152,14 +152,41 @@ function Chat({ models, loading, state }: { models: PricedModel[]; loading: bool
           <label for="chat-system">System prompt</label>
           <textarea id="chat-system" rows={3} value={system} onInput={(e) => setSystem(e.currentTarget.value)} placeholder="e.g. You are a terse assistant." />
         </div>
-        <div class="field">
-          <label for="chat-temperature">Temperature</label>
-          <input id="chat-temperature" type="number" min="0" max="2" step="0.1" inputMode="decimal" value={temperature} onInput={(e) => setTemperature(e.currentTarget.value)} placeholder="Model default" />
+        {/* Side by side: on a phone the settings stay short and the conversation starts on the first screen. */}
+        <div class="field-pair">
+          <div class="field">
+            <label for="chat-temperature">Temperature</label>
+            <input
+              id="chat-temperature"
+              type="number"
+              min="0"
+              max="2"
+              step="0.1"
+              inputMode="decimal"
+              value={temperature}
+              onInput={(e) => setTemperature(e.currentTarget.value)}
+              placeholder="Default"
+              aria-describedby="chat-settings-hint"
+            />
+          </div>
+          <div class="field">
+            <label for="chat-max-tokens">Max tokens</label>
+            <input
+              id="chat-max-tokens"
+              type="number"
+              min="1"
+              step="1"
+              inputMode="numeric"
+              value={maxTokens}
+              onInput={(e) => setMaxTokens(e.currentTarget.value)}
+              placeholder="Default"
+              aria-describedby="chat-settings-hint"
+            />
+          </div>
         </div>
-        <div class="field">
-          <label for="chat-max-tokens">Max tokens</label>
-          <input id="chat-max-tokens" type="number" min="1" step="1" inputMode="numeric" value={maxTokens} onInput={(e) => setMaxTokens(e.currentTarget.value)} placeholder="Model default" />
-        </div>
+        <p class="field-hint" id="chat-settings-hint">
+          Temperature from 0 to 2. Empty: the model's default.
+        </p>
         <p class="field-hint">Billed to your account's Playground key.</p>
       </div>
       <div class="chat card">

@@ -141,7 +141,7 @@ export function PricingPage() {
               const other = otherPrices(p);
               return (
                 <tr key={m.id}>
-                  <td class={`cell-strong sticky-col model-cell ${m.id.length > 28 ? 'model-long' : ''}`}>
+                  <td class="cell-strong sticky-col model-cell">
                     {m.id}
                   </td>
                   <td data-label="Vendor">{m.vendor}</td>
