@@ -279,6 +279,6 @@ describe('admin API: accounts, credits, keys and usage', () => {
     assert.deepEqual([view.account_id, view.limit_usd, view.rpm, view.tpm, view.models, view.expires_at], [accountId, 5, 60, null, ['mock-chat', 'mock-embedding'], 4_000_000_000]);
     assert.equal((await models(api, key.stdout.trim())).status, 200);
     await assert.rejects(cli('keys', ['create', '--name', 'bad', '--rpm', '1.5']), /--rpm must be a whole number/);
-    await assert.rejects(cli('keys', ['create', '--name', 'orphan', '--account', 'acct_nope']), /No account with id 'acct_nope'/);
+    await assert.rejects(cli('keys', ['create', '--name', 'orphan', '--account', 'acct_nope']), /switchyard keys: no account with the id acct_nope \(npm run accounts -- list shows them\)\n$/);
   });
 });
