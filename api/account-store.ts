@@ -265,7 +265,7 @@ export class AccountStore {
 
   async list(): Promise<Account[]> {
     await this.ensureDefault();
-    const ids = await this.redis.zrange(accountsIndexKey, 0, -1);
+    const ids = await this.redis.zrange(accountsIndexKey, '0', '-1');
     if (ids.length === 0) return [];
     const pipeline = this.redis.pipeline();
     for (const id of ids) pipeline.hgetall(accountKey(id));

@@ -33,7 +33,10 @@ const statusClass = (status: number) => (status >= 100 && status < 600 ? `${Math
 const chatResume = '/v1/chat/completions/:id/stream';
 const responseRead = '/v1/responses/:id';
 
-/** The states a queue's depth is read in (BullMQ adds `paused` to `waiting`'s count, as its `getWaitingCount` does). */
+/**
+ * The states a queue's depth is read in. A paused queue is not a state of its
+ * jobs: BullMQ keeps them waiting, so `waiting` counts them too.
+ */
 export const depthStates = ['waiting', 'active', 'delayed', 'failed'] as const;
 
 export type QueueDepth = {
@@ -47,7 +50,7 @@ export type QueueDepth = {
 export function sumDepths(shards: ReadonlyArray<Readonly<Record<string, number>>>): QueueDepth {
   const depth: QueueDepth = { waiting: 0, active: 0, delayed: 0, failed: 0 };
   for (const counts of shards) {
-    depth.waiting += (counts.waiting ?? 0) + (counts.paused ?? 0);
+    depth.waiting += counts.waiting ?? 0;
     depth.active += counts.active ?? 0;
     depth.delayed += counts.delayed ?? 0;
     depth.failed += counts.failed ?? 0;

@@ -1,4 +1,4 @@
-import { UnrecoverableError, Worker, type Job } from 'bullmq';
+import { UnrecoverableError, Worker, type Job, type WorkerOptions } from 'bullmq';
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import { createRedis } from '../shared/redis.js';
@@ -46,6 +46,27 @@ export function capabilityLoops(name: QueueName, concurrency: number, shards: nu
   return split(Math.max(concurrency, shards), shards).flatMap((share, shard) =>
     fetchLoops(share).map((loopConcurrency, loop) => ({ queue: shardQueueName(name, shard, shards), concurrency: loopConcurrency, loop })),
   );
+}
+
+/**
+ * A fetch loop's BullMQ settings. Every loop runs on the process's one
+ * connection, which BullMQ shares for its commands (only its blocking wait for
+ * a job gets a connection of its own), so their writes are batched with the
+ * rest. Only the first loop of a queue checks for stalled jobs: the check is
+ * per queue, and one per process is enough.
+ */
+export function fetchLoopOptions(config: Config, concurrency: number, loop: number) {
+  return {
+    concurrency,
+    lockDuration: config.workerLockMs,
+    stalledInterval: Math.max(500, Math.floor(config.workerLockMs / 2)),
+    maxStalledCount: 1,
+    skipStalledCheck: loop > 0,
+    settings: {
+      backoffStrategy: (attemptsMade: number, _type?: string, error?: Error) =>
+        retryDelay(config, Math.max(0, attemptsMade - 1), error instanceof GatewayError ? error : new GatewayError(500, 'retry')),
+    },
+  } satisfies Omit<WorkerOptions, 'connection'>;
 }
 
 export interface WorkerPool {
@@ -101,19 +122,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   // BullMQ's worker fetches one job per Redis round trip; a busy queue gets several fetch loops, which share its concurrency.
   const loops = config.workerQueues.flatMap((name) => capabilityLoops(name, config.concurrency[name], config.queueShards[name]));
   const bullWorkers = loops.map(({ queue: name, concurrency, loop }) => {
-    const worker = new Worker<GatewayJobData, GatewayJobResult>(name, meterJobs(processor), {
-      connection: redis,
-      concurrency,
-      lockDuration: config.workerLockMs,
-      stalledInterval: Math.max(500, Math.floor(config.workerLockMs / 2)),
-      maxStalledCount: 1,
-      // One stalled-job check per queue and process is enough.
-      skipStalledCheck: loop > 0,
-      settings: {
-        backoffStrategy: (attemptsMade: number, _type?: string, error?: Error) =>
-          retryDelay(config, Math.max(0, attemptsMade - 1), error instanceof GatewayError ? error : new GatewayError(500, 'retry')),
-      },
-    });
+    const worker = new Worker<GatewayJobData, GatewayJobResult>(name, meterJobs(processor), { connection: redis, ...fetchLoopOptions(config, concurrency, loop) });
     worker.on('completed', (job) => {
       forgetSettled(job);
       releaseUploads(job, async () => true);

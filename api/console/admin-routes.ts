@@ -116,11 +116,15 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
     await requireAdmin(ctx, deps);
     const data = await Promise.all(
       [...deps.queues.entries()].map(async ([name, shards]) => {
-        // A capability's shards count as one queue.
-        const counts = await Promise.all(shards.map((queue) => queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'completed')));
+        // A capability's shards count as one queue. Pausing (from the queue dashboard) is the queue's, not a state
+        // of its jobs: they stay waiting, and the queue says it is paused when any of its shards is.
+        const [counts, paused] = await Promise.all([
+          Promise.all(shards.map((queue) => queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'completed'))),
+          Promise.all(shards.map((queue) => queue.isPaused())),
+        ]);
         const total: Record<string, number> = {};
         for (const count of counts) for (const [state, n] of Object.entries(count)) total[state] = (total[state] ?? 0) + n;
-        return { name, ...total };
+        return { name, ...total, paused: paused.some(Boolean) };
       }),
     );
     ctx.body = { object: 'list', data, dashboard: queueDashboardEntry };

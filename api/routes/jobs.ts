@@ -38,7 +38,7 @@ export function jobRoutes(deps: EndpointRouteDeps & { blobs: ServingBlobStore; u
     const index = videosOfKey(ctx.state.keyId);
     // Entries older than a video's lifetime name nothing any more: dropped before the page is cut.
     await redis.zremrangebyscore(index, '-inf', Date.now() - expiry * 1000);
-    const ids = await redis.zrange(index, 0, -1);
+    const ids = await redis.zrange(index, '0', '-1');
     if (order === 'desc') ids.reverse();
     const afterId = typeof ctx.query.after === 'string' ? ctx.query.after : undefined;
     const at = afterId === undefined ? -1 : ids.indexOf(afterId);

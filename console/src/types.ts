@@ -127,6 +127,8 @@ export interface QueueCounts {
   delayed: number;
   failed: number;
   completed: number;
+  /** Paused from the queue dashboard: its jobs wait (and count as waiting) until it is resumed. */
+  paused: boolean;
 }
 
 export interface List<T> {

@@ -2,6 +2,8 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
+import { Queue } from 'bullmq';
+import { shardQueueName } from '../../shared/queues.js';
 import { accountSessionsKey, sessionKey } from '../../api/console/sessions.js';
 import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { ConsoleClient, type ConsoleResponse } from '../support/console-client.js';
@@ -359,6 +361,29 @@ describe('console API', () => {
       const queues = await admin.request<{ data: Array<{ name: string; waiting: number }> }>('GET', '/console/api/admin/queues');
       assert.deepEqual(queues.json.data.map((q) => q.name).sort(), ['audio', 'chat', 'embeddings', 'image', 'video']);
       assert.ok(queues.json.data.every((q) => Number.isInteger(q.waiting)));
+    });
+
+    it('says a queue paused from the dashboard is paused, its jobs waiting, and they run once it is resumed', async () => {
+      type QueueRow = { name: string; waiting: number; active: number; paused: boolean };
+      const read = async () => (await admin.request<{ data: QueueRow[] }>('GET', '/console/api/admin/queues')).json.data.find((q) => q.name === 'embeddings')!;
+      assert.equal((await read()).paused, false);
+      // As the dashboard's pause button does: the queue is paused, not its jobs (BullMQ 6 has no paused job state).
+      const embeddings = new Queue(shardQueueName('embeddings', 0, 1), { connection: redis });
+      try {
+        await embeddings.pause();
+        const { console: erin } = await member('erin@console.test', 'erin-password', 1);
+        const key = (await erin.request<Key>('POST', '/console/api/keys', { name: 'erin' })).json;
+        const sdk = new OpenAI({ apiKey: key.key!, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
+        const answer = sdk.embeddings.create({ model: 'mock-embedding', input: 'held' });
+        await waitFor(async () => (await read()).waiting === 1, 5000, 'the job waiting in the paused queue');
+        assert.deepEqual(await read(), { ...(await read()), paused: true, waiting: 1, active: 0 });
+        await embeddings.resume();
+        assert.equal((await answer).data.length, 1);
+        assert.deepEqual(await read(), { ...(await read()), paused: false, waiting: 0 });
+      } finally {
+        await embeddings.resume();
+        await embeddings.close();
+      }
     });
 
     it('shows why and until when a channel cools down', async () => {

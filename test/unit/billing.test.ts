@@ -188,7 +188,7 @@ describe('billing: concurrency across processes', () => {
 
   /** Settles every admitted request at its full reservation. */
   async function settleAll(): Promise<void> {
-    const admitted = await redis.zrange(reservationDeadlinesKey, 0, -1);
+    const admitted = await redis.zrange(reservationDeadlinesKey, '0', '-1');
     await Promise.all(
       admitted.map(async (requestId) => {
         const keyId = await redis.hget(reservationKey(requestId), 'key');

@@ -22,7 +22,7 @@ export function QueuesPage() {
     <>
       <PageHeader
         title="Queues"
-        description="Jobs per capability queue: waiting for a worker, running, delayed for a retry, failed and completed."
+        description="Jobs per capability queue: waiting for a worker (a paused queue's jobs wait too), running, delayed for a retry, failed and completed."
         actions={
           dashboard ? (
             <a class="button button-secondary" href={dashboard}>
@@ -68,6 +68,11 @@ export function QueuesPage() {
               <tr key={queue.name}>
                 <td class="mono cell-strong">
                   {queue.name}
+                  {queue.paused && (
+                    <span class="badge badge-warn" title="Paused from the queue dashboard: its jobs wait until it is resumed">
+                      paused
+                    </span>
+                  )}
                 </td>
                 <td class="num">{count(queue.waiting)}</td>
                 <td class="num">{count(queue.active)}</td>
