@@ -26,6 +26,7 @@ import { Queue, Worker, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
 import { Agent, request } from 'undici';
 import { stopWithParent } from './parent-watch.js';
+import { redisProtocol } from '../shared/redis.js';
 
 const option = (name: string) => process.argv.find((arg) => arg.startsWith(`--${name}=`))?.slice(name.length + 3);
 const redisUrl = option('redis-url') ?? 'redis://127.0.0.1:6379';
@@ -43,9 +44,10 @@ interface FloorJob {
 const replyTo = `floor:reply:${randomUUID()}`;
 const isStream = (body: string) => /"stream"\s*:\s*true/.test(body);
 // As a gateway has them: the HTTP side's connection, the worker's (which BullMQ duplicates for its blocking reads), a subscriber.
-const producer = new Redis(redisUrl, { maxRetriesPerRequest: null });
-const redis = new Redis(redisUrl, { maxRetriesPerRequest: null });
-const subscriber = new Redis(redisUrl, { maxRetriesPerRequest: null });
+// They speak the gateway's RESP version, so the two are compared on one protocol.
+const producer = new Redis(redisUrl, { maxRetriesPerRequest: null, protocol: redisProtocol });
+const redis = new Redis(redisUrl, { maxRetriesPerRequest: null, protocol: redisProtocol });
+const subscriber = new Redis(redisUrl, { maxRetriesPerRequest: null, protocol: redisProtocol });
 const queue = new Queue<FloorJob>('floor', { connection: producer });
 const upstream = new Agent({ keepAliveTimeout: 30_000 });
 

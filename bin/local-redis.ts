@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { resolve } from 'node:path';
 import { Redis } from 'ioredis';
-import { reachRedis } from '../shared/redis.js';
+import { reachRedis, redisProtocol } from '../shared/redis.js';
 
 export interface LocateOptions {
   /** Where the private Redis lives (default ./.data). */
@@ -12,7 +12,7 @@ export interface LocateOptions {
 }
 
 async function answers(url: string): Promise<boolean> {
-  const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 1000 });
+  const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 1000, protocol: redisProtocol });
   client.on('error', () => undefined);
   try {
     await client.connect();

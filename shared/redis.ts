@@ -5,6 +5,17 @@ import type { RedisAddress, RedisTarget } from './config.js';
 const reconnect = (times: number) => Math.min(times * 100, 2000);
 
 /**
+ * The RESP version every connection speaks: RESP3, ioredis 6's default. It
+ * measured the same as RESP2 in client and Redis CPU for GETs, hashes, script
+ * replies and pub/sub messages (`bench/resp-protocol.ts`), and end to end
+ * within the noise of `npm run bench`; the gateway's replies read the same
+ * under both (a script's `false` and nil are null). Needs Redis 6 or later
+ * (HELLO), which BullMQ 6 needs anyway; a proxy that cannot speak RESP3 would
+ * need this set to 2.
+ */
+export const redisProtocol: 2 | 3 = 3;
+
+/**
  * A Redis connection for the gateway: one server, a Cluster, or the primary
  * Sentinels name. `maxRetriesPerRequest: null` is what BullMQ requires of the
  * connections it blocks on; ioredis reconnects forever with a capped backoff
@@ -16,7 +27,7 @@ const reconnect = (times: number) => Math.min(times * 100, 2000);
  */
 export function createRedis(target: RedisTarget | string, options: RedisOptions = {}): Redis {
   const where: RedisTarget = typeof target === 'string' ? { kind: 'single', url: target } : target;
-  const base: RedisOptions = { maxRetriesPerRequest: null, enableReadyCheck: true, retryStrategy: reconnect, ...options };
+  const base: RedisOptions = { maxRetriesPerRequest: null, enableReadyCheck: true, retryStrategy: reconnect, protocol: redisProtocol, ...options };
   if (where.kind === 'cluster') {
     const { password, username, tls } = urlOptions(where.url);
     const cluster = new Cluster(where.nodes, {
@@ -74,6 +85,16 @@ const hostPort = ({ host, port }: RedisAddress) => `${host.includes(':') ? `[${h
 const refusedCredentials = /^(WRONGPASS|NOAUTH)\b/;
 
 /**
+ * The refusal in a few words. A missing password reads differently by
+ * protocol (RESP2's first command: "NOAUTH Authentication required."; RESP3's
+ * HELLO: a paragraph on HELLO AUTH), so NOAUTH is told in one phrase.
+ */
+function credentialsProblem(reply: string): string {
+  if (reply.startsWith('NOAUTH')) return 'NOAUTH: it requires a password and none was given';
+  return reply.split('\n')[0]!.replace(/\.$/, '');
+}
+
+/**
  * Checked once at start by every entry point, before anything else uses Redis:
  * left to the connections themselves, an unreachable Redis shows only as
  * ioredis's endless reconnect errors and "max retries per request" failures.
@@ -88,7 +109,7 @@ export async function reachRedis(target: RedisTarget | string, { attempts = 10, 
     const problem = await probe(where);
     if (problem === undefined) return;
     if (refusedCredentials.test(problem)) {
-      throw new Error(`Redis at ${addresses} refused the credentials (${problem.split('\n')[0]!.replace(/\.$/, '')}): set the user and password in REDIS_URL, redis://USER:PASSWORD@host:port.`);
+      throw new Error(`Redis at ${addresses} refused the credentials (${credentialsProblem(problem)}): set the user and password in REDIS_URL, redis://USER:PASSWORD@host:port.`);
     }
     if (where.kind === 'cluster' && /cluster support disabled/.test(problem)) {
       throw new Error(`Redis at ${addresses} is not a Cluster (cluster support disabled): name it in REDIS_URL alone (redis://host:port), without REDIS_CLUSTER_NODES or redis+cluster://.`);
@@ -103,7 +124,7 @@ export async function reachRedis(target: RedisTarget | string, { attempts = 10, 
 
 /** One PING over a connection that never retries; undefined when answered, else the first error it met. */
 async function probe(where: RedisTarget): Promise<string | undefined> {
-  const once: RedisOptions = { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 1000 };
+  const once: RedisOptions = { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 1000, protocol: redisProtocol };
   const client: Redis | Cluster =
     where.kind === 'cluster'
       ? new Cluster(where.nodes, { lazyConnect: true, clusterRetryStrategy: () => null, redisOptions: { ...once, ...urlOptions(where.url) } })

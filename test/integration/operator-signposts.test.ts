@@ -244,7 +244,7 @@ describe('a Redis that is not there, or refuses the credentials', () => {
         assertOneLine(result, refused, 'wrong-password-17');
         assert.ok(result.ms < 4000, `${args.join(' ')}: no waiting for a Redis that answered (${result.ms} ms)`);
       }
-      assertOneLine(await runScript(['bin/accounts.ts', 'list'], { REDIS_URL: `redis://127.0.0.1:${server.port}` }), /\(NOAUTH Authentication required\)/);
+      assertOneLine(await runScript(['bin/accounts.ts', 'list'], { REDIS_URL: `redis://127.0.0.1:${server.port}` }), /\(NOAUTH: it requires a password and none was given\)/);
       const right = await runScript(['bin/accounts.ts', 'list'], { REDIS_URL: `redis://:${password}@127.0.0.1:${server.port}` });
       assert.equal(right.code, 0, right.output);
     });
