@@ -299,7 +299,9 @@ export class PriceList {
    * The exact charge for what a request used, in integer micros, markup
    * included. Each component is ceil(quantity × price) in micros: tokens
    * at micros per 1M, audio at micros per minute pro-rated per whole second,
-   * video per whole second, images per image. Subsets (cached, cache-write
+   * video per whole second, images per image (an image without a size is
+   * the model's `default_size`, the size the vendor then makes; without one
+   * either, the cheapest). Subsets (cached, cache-write
    * and audio tokens) are clamped to what contains them. Above a model's
    * `long_context` threshold (counted on `inputTokens`) every token is at
    * the long-context prices. `off_peak` is not applied: a charge does not
@@ -325,7 +327,7 @@ export class PriceList {
       tokens(audioIn, rates.audioInput) +
       tokens(output - audioOut, rates.output) +
       tokens(audioOut, rates.audioOutput) +
-      (images === 0 ? 0 : images * imageMicros(price.perImage, 'cheapest', metered.imageSize, metered.imageQuality)) +
+      (images === 0 ? 0 : images * imageMicros(price.perImage, 'cheapest', metered.imageSize ?? this.models.get(modelId)?.default_size, metered.imageQuality)) +
       (audioSeconds === 0 ? 0 : mulCeilDiv(audioSeconds, price.perMinute ?? 0, 60)) +
       (videoSeconds === 0 ? 0 : videoSeconds * videoMicros(price, 'cheapest', metered.videoSize));
     return this.marked(cost);

@@ -164,6 +164,10 @@ describe('costMicros', () => {
     assert.equal(dalle3({ imageSize: '1792x1024' }), 80_000, 'quality unknown: the cheapest of that size');
     assert.equal(dalle3({ imageSize: '640x480' }), 40_000, 'size unknown: the cheapest entry');
     assert.equal(prices.costMicros('dall-e-2', use({ images: 1, imageSize: '512x512', imageQuality: 'standard' })), 18_000);
+    // No size asked: the vendor makes (and charges) its default, 1024x1024, not the cheapest 256x256.
+    assert.equal(prices.costMicros('dall-e-2', use({ images: 2 })), 40_000);
+    assert.equal(dalle3({}), 40_000, 'dall-e-3 unsized: 1024x1024, standard');
+    assert.equal(dalle3({ imageQuality: 'hd' }), 80_000, 'dall-e-3 unsized and hd: 1024x1024/hd');
     assert.equal(prices.costMicros('gpt-image-1', use({ images: 1, imageSize: '1536x1024', imageQuality: 'high' })), 250_000);
     assert.equal(prices.costMicros('gpt-image-1', use({ images: 1, imageSize: 'auto', imageQuality: 'auto' })), 11_000);
   });
@@ -267,13 +271,15 @@ describe('worstCaseMicros', () => {
     assert.deepEqual(prices.worstCaseMicros('text-embedding-3-small', request, 0), { micros: 0, tokens: 0 });
   });
 
-  it('reserves n images at the asked size and quality, the priciest when unsaid', () => {
+  it('reserves n images at the asked size (else the model\'s default) and quality, the priciest when unsaid', () => {
     const generate = (fields: Record<string, unknown>): EndpointRequest => ({
       endpoint: 'images.generations',
       payload: imageGenerationRequestSchema.parse({ prompt: 'p', ...fields }),
     });
     assert.deepEqual(prices.worstCaseMicros('dall-e-3', generate({ n: 2, size: '1792x1024', quality: 'hd' }), 10), { micros: 240_000, tokens: 10 });
-    assert.equal(prices.worstCaseMicros('dall-e-3', generate({}), 10).micros, 120_000);
+    // Unsized: the model's default size (what the vendor makes), at its priciest quality.
+    assert.equal(prices.worstCaseMicros('dall-e-3', generate({}), 10).micros, 80_000);
+    assert.equal(prices.worstCaseMicros('dall-e-2', generate({ n: 2 }), 10).micros, 40_000);
     assert.equal(prices.worstCaseMicros('dall-e-3', generate({ size: '1024x1024' }), 10).micros, 80_000);
     assert.equal(prices.worstCaseMicros('gpt-image-1', generate({ size: 'auto', quality: 'auto' }), 10).micros, 250_000);
     const edit: EndpointRequest = {
