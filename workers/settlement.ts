@@ -28,9 +28,11 @@ export class Meter {
 
 type Settled = 'completed' | 'failed' | 'cancelled';
 
-function cachedTokensOf(usage: Usage): number {
-  const details = usage.prompt_tokens_details as { cached_tokens?: unknown } | undefined;
-  return typeof details?.cached_tokens === 'number' ? details.cached_tokens : 0;
+/** A count from the usage's `prompt_tokens_details` (0 when the vendor reports none). */
+function promptDetail(usage: Usage, name: 'cached_tokens' | 'cache_write_tokens'): number {
+  const details = usage.prompt_tokens_details as Record<string, unknown> | undefined;
+  const value = details?.[name];
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 ? value : 0;
 }
 
 /** The prompt of a text request, counted by the gateway when the vendor reported no usage. */
@@ -67,7 +69,8 @@ export async function meter(request: EndpointRequest | undefined, produced: Mete
   if (request.endpoint === 'videos') metered.videoSize = request.payload.size;
   if (produced.usage) {
     metered.inputTokens = produced.usage.prompt_tokens;
-    metered.cachedTokens = cachedTokensOf(produced.usage);
+    metered.cachedTokens = promptDetail(produced.usage, 'cached_tokens');
+    metered.cacheWriteTokens = promptDetail(produced.usage, 'cache_write_tokens');
     metered.outputTokens = produced.usage.completion_tokens;
   } else if (produced.output.length > 0) {
     // No usage from the vendor (a stream cut short, a vendor that reports none): the gateway counts

@@ -12,6 +12,12 @@ import type { AnswerEvent, StartEvent } from '../../workers/answers/events.js';
 import { closeVendorAgent } from '../../workers/vendors/http.js';
 import { anthropicAdapter, JSON_OBJECT_INSTRUCTION, mapAnthropicStopReason } from '../../workers/vendors/anthropic/index.js';
 import { adapterMethod } from '../../workers/vendors/registry.js';
+import { convertAnthropicUsage } from '../../workers/vendors/anthropic/convert-anthropic-usage.js';
+import { Meter, meter } from '../../workers/settlement.js';
+import { PriceList } from '../../shared/pricing.js';
+import { loadCatalog } from '../../shared/catalog.js';
+import { chatCompletionRequestSchema } from '../../shared/schemas/chat.js';
+import type { EndpointRequest } from '../../shared/endpoints.js';
 import type { CallContext } from '../../workers/vendors/types.js';
 import { encodeAnswer, encodeStream, type EncodedStream } from '../support/answers.js';
 import {
@@ -617,13 +623,29 @@ describe('anthropic adapter: reasoning_effort → extended thinking', () => {
   });
 });
 
+describe('anthropic adapter: billing what Anthropic reports', () => {
+  it('bills cache writes at the write price, cache reads at the cached price, and shows both to the client', async () => {
+    const usage = convertAnthropicUsage({ input_tokens: 20, cache_creation_input_tokens: 3, cache_read_input_tokens: 5, output_tokens: 4 });
+    assert.deepEqual(usage, { prompt_tokens: 28, completion_tokens: 4, total_tokens: 32, prompt_tokens_details: { cached_tokens: 5, cache_write_tokens: 3 } });
+    const produced = new Meter();
+    produced.usage = usage;
+    const request = { endpoint: 'chat.completions', payload: chatCompletionRequestSchema.parse({ model: 'claude-sonnet-4-5', messages: [{ role: 'user', content: 'hi' }] }) } as EndpointRequest;
+    const metered = await meter(request, produced);
+    assert.deepEqual([metered.inputTokens, metered.cachedTokens, metered.cacheWriteTokens, metered.outputTokens], [28, 5, 3, 4]);
+    // claude-sonnet-4-5 per 1M: $3 in, $0.30 cached, $3.75 written, $15 out; each part rounded up to a micro.
+    assert.equal(new PriceList(loadCatalog().all()).costMicros('claude-sonnet-4-5', metered), 60 + 2 + 12 + 60);
+    // No cache writes: the field stays out of the client's usage.
+    assert.deepEqual(convertAnthropicUsage({ input_tokens: 2, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 1 }).prompt_tokens_details, { cached_tokens: 0 });
+  });
+});
+
 describe('anthropic adapter: answers', () => {
-  it('maps a text message to a chat.completion with OpenAI usage (cached input included)', async () => {
+  it('maps a text message to a chat.completion with OpenAI usage (cache reads and writes included and detailed)', async () => {
     const before = Math.floor(Date.now() / 1000);
     const result = await answer(chat());
     const body = result.parsed;
     assert.ok(body.created >= before && body.created <= Math.floor(Date.now() / 1000) + 1);
-    const usage = { prompt_tokens: 28, completion_tokens: 4, total_tokens: 32, prompt_tokens_details: { cached_tokens: 5 } };
+    const usage = { prompt_tokens: 28, completion_tokens: 4, total_tokens: 32, prompt_tokens_details: { cached_tokens: 5, cache_write_tokens: 3 } };
     assert.deepEqual(body, {
       id: `chatcmpl-${FAKE_ANTHROPIC_MESSAGE_ID}`,
       object: 'chat.completion',
@@ -692,7 +714,7 @@ describe('anthropic adapter: answers', () => {
         [],
       ],
     );
-    const usage = { prompt_tokens: 28, completion_tokens: 4, total_tokens: 32, prompt_tokens_details: { cached_tokens: 5 } };
+    const usage = { prompt_tokens: 28, completion_tokens: 4, total_tokens: 32, prompt_tokens_details: { cached_tokens: 5, cache_write_tokens: 3 } };
     assert.deepEqual(chunks.at(-1)!.usage, usage);
     assert.deepEqual(encoded.usage, usage);
     const events = encoded.batches.flat();

@@ -213,6 +213,8 @@ describe('variation billing', () => {
     assert.equal(prices.costMicros('dall-e-2', unsized), 3 * 20_000);
     // What a generation of the same size and count settles at.
     assert.equal(prices.costMicros('dall-e-2', await meter(generate({ size: '1024x1024', n: 3 }), made)), 3 * 20_000);
+    // An unsized generation is the 1024x1024 the vendor makes too (the catalog's default_size), not the cheapest 256x256.
+    assert.equal(prices.costMicros('dall-e-2', await meter(generate({ n: 3 }), made)), 3 * 20_000);
   });
 
   it("the uploaded image is one of the job's uploads, deleted with it", () => {

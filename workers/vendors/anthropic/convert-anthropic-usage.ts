@@ -33,13 +33,21 @@ export function readAnthropicUsage(value: unknown, counts: AnthropicUsageCounts)
   counts.cache_read_input_tokens = count(raw.cache_read_input_tokens) ?? counts.cache_read_input_tokens;
 }
 
-/** OpenAI semantics: prompt tokens are every input token, cached or not; the cached reads are detailed. */
+/**
+ * OpenAI semantics: prompt tokens are every input token, cached or not; the
+ * cache reads are detailed as `cached_tokens`, the cache writes (priced above
+ * input) as `cache_write_tokens` when there are any, which billing charges
+ * at the write price.
+ */
 export function convertAnthropicUsage(counts: AnthropicUsageCounts): Usage {
   const prompt = counts.input_tokens + counts.cache_creation_input_tokens + counts.cache_read_input_tokens;
   return {
     prompt_tokens: prompt,
     completion_tokens: counts.output_tokens,
     total_tokens: prompt + counts.output_tokens,
-    prompt_tokens_details: { cached_tokens: counts.cache_read_input_tokens },
+    prompt_tokens_details: {
+      cached_tokens: counts.cache_read_input_tokens,
+      ...(counts.cache_creation_input_tokens > 0 ? { cache_write_tokens: counts.cache_creation_input_tokens } : {}),
+    },
   };
 }
