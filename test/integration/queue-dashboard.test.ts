@@ -30,6 +30,8 @@ interface BoardQueue {
   name: string;
   displayName?: string;
   readOnlyMode: boolean;
+  statuses: string[];
+  isPaused: boolean;
   jobs: Array<{ id: string; name: string; data: unknown; returnValue: unknown; failedReason?: string; stacktrace: string[] }>;
 }
 
@@ -165,6 +167,11 @@ describe('queue dashboard', () => {
       const names = queues.map((queue) => queue.displayName ?? queue.name).sort();
       assert.deepEqual(names, ['audio', 'chat', 'embeddings', 'image', 'video']);
       assert.ok(queues.every((queue) => queue.readOnlyMode), 'read-only by default');
+      // BullMQ 6 has no paused job state: the board offers no such tab, and says whether the queue is paused instead.
+      for (const queue of queues) {
+        assert.ok(queue.statuses.includes('waiting') && !queue.statuses.includes('paused'), queue.statuses.join(', '));
+        assert.equal(queue.isPaused, false);
+      }
     });
 
     it('answers 401 in the OpenAI shape without credentials, on every path, and with a wrong token', async () => {
