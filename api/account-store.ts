@@ -11,20 +11,32 @@ import {
   apiKeyIdsKey,
   apiKeyRecordKey,
   defaultAccountId,
-  ledgerKey,
   type Account,
   type AccountRole,
 } from '../shared/accounts.js';
 import { GatewayError } from '../shared/errors.js';
+import type { RecordDb } from '../storage/record/database.js';
+import { ensureDefaultRecord, type HotState } from '../storage/record/hot-state.js';
 
 /*
- * Accounts in Redis (layout in shared/accounts.ts). Every change that must
+ * Accounts: written to the record (PostgreSQL) first, then to their hot copy
+ * in Redis (layout in shared/accounts.ts), which admission and the console
+ * read and which is loaded again from the record when Redis loses it. In
+ * Redis, every change that must
  * hold together (claiming an email, crediting with its ledger entry, deleting
  * with its keys) is one Lua script, so two admins racing never leave an email
  * owned twice or a balance without its ledger line.
  */
 
 export const accountNotFound = (id: string) => new GatewayError(404, `No account with id '${id}'.`, { code: 'account_not_found' });
+export const unlimitedBalance = (id: string) =>
+  new GatewayError(
+    400,
+    id === defaultAccountId
+      ? 'The default account has an unlimited balance: it takes no credits.'
+      : `Account '${id}' has an unlimited balance: it takes no credits. Update it with "unlimited": false to give it a balance first.`,
+    { code: 'unlimited_balance' },
+  );
 export const accountExists = (email: string) =>
   new GatewayError(409, `An account with the email '${email}' already exists.`, { code: 'account_exists', param: 'email' });
 
@@ -105,16 +117,14 @@ redis.call('PUBLISH', ARGV[5], 'account:' .. ARGV[1])
 return #ids`;
 
 /*
- * KEYS: account, ledger. ARGV: micros, note, unix s.
- * {1, balance} done, {0} no such account, {-1} the account is unlimited.
+ * KEYS: account. ARGV: micros. The ledger entry is the record's (written first).
+ * {1, balance} done, {0} no such account in Redis, {-1} the account is unlimited.
  */
 const creditScript = `
 local cur = redis.call('HMGET', KEYS[1], 'id', 'deleted', 'unlimited')
 if not cur[1] or cur[2] == '1' then return {0, 0} end
 if cur[3] == '1' then return {-1, 0} end
-local balance = redis.call('HINCRBY', KEYS[1], 'balance', ARGV[1])
-redis.call('XADD', KEYS[2], '*', 'amount', ARGV[1], 'balance', balance, 'note', ARGV[2], 'time', ARGV[3])
-return {1, balance}`;
+return {1, redis.call('HINCRBY', KEYS[1], 'balance', ARGV[1])}`;
 
 interface AccountRedis extends Redis {
   accountEnsureDefault(...args: Array<string | number>): Promise<number>;
@@ -130,7 +140,7 @@ const scripted = (redis: Redis) =>
     accountCreate: { keys: 3, lua: createScript },
     accountUpdate: { keys: 2, lua: updateScript },
     accountDelete: { keys: 6, lua: deleteScript },
-    accountCredit: { keys: 2, lua: creditScript },
+    accountCredit: { keys: 1, lua: creditScript },
   });
 
 // ---- passwords: scrypt, salted, with its parameters stored so they can be raised later ----
@@ -217,15 +227,24 @@ function toAccount(row: Record<string, string>): Account | undefined {
   };
 }
 
+/** PostgreSQL's unique violation: the email index refused a second live account. */
+const isUniqueViolation = (error: unknown) => (error as { code?: string } | null)?.code === '23505';
+
 export class AccountStore {
   private readonly redis: AccountRedis;
 
-  constructor(redis: Redis) {
+  constructor(
+    redis: Redis,
+    readonly record: RecordDb,
+    /** Loads Redis again from the record when it finds it lost (optional: the CLI runs without one). */
+    private readonly hot?: HotState,
+  ) {
     this.redis = scripted(redis);
   }
 
   /** Idempotent: keys made without an account belong to it. */
   async ensureDefault(): Promise<void> {
+    await ensureDefaultRecord(this.record);
     await this.redis.accountEnsureDefault(accountKey(defaultAccountId), accountsIndexKey, defaultAccountId, nowSeconds());
   }
 
@@ -245,8 +264,34 @@ export class AccountStore {
       unlimited: (input.unlimited ?? unlimitedByRole(role)) ? '1' : '0',
       ...(input.password ? { password: await hashPassword(input.password) } : {}),
     };
+    try {
+      await this.record
+        .insertInto('accounts')
+        .values({
+          id,
+          email,
+          name: fields.name!,
+          role,
+          created,
+          password: fields.password ?? '',
+          unlimited: fields.unlimited === '1',
+          disabled: false,
+          deleted: false,
+          credits_micros: 0,
+          settled_micros: 0,
+          playground_key: null,
+        })
+        .execute();
+    } catch (error) {
+      if (isUniqueViolation(error)) throw accountExists(email);
+      throw error;
+    }
     const made = await this.redis.accountCreate(accountEmailsKey, accountKey(id), accountsIndexKey, emailIndex(email), id, created, ...Object.entries(fields).flat());
-    if (made === 0) throw accountExists(email);
+    if (made === 0) {
+      // Redis still names the email (a hot copy older than the record): the record decides, so the new row goes.
+      await this.record.deleteFrom('accounts').where('id', '=', id).execute();
+      throw accountExists(email);
+    }
     return toAccount(fields)!;
   }
 
@@ -291,6 +336,20 @@ export class AccountStore {
     }
     // '' is "no password": a hash never is.
     if (changes.password !== undefined) fields.push('password', changes.password === null ? '' : await hashPassword(changes.password));
+    const row: Record<string, string | boolean> = {};
+    for (let i = 0; i + 1 < fields.length; i += 2) {
+      const [field, value] = [fields[i]!, fields[i + 1]!];
+      row[field] = field === 'unlimited' || field === 'disabled' ? value === '1' : value;
+    }
+    if (Object.keys(row).length > 0) {
+      try {
+        const updated = await this.record.updateTable('accounts').set(row).where('id', '=', id).where('deleted', '=', false).executeTakeFirst();
+        if (Number(updated.numUpdatedRows) === 0 && id !== defaultAccountId) return undefined;
+      } catch (error) {
+        if (isUniqueViolation(error)) throw accountExists(normalizeEmail(changes.email!));
+        throw error;
+      }
+    }
     for (let attempt = 0; attempt < attempts; attempt++) {
       const current = await this.get(id);
       if (!current) return undefined;
@@ -308,9 +367,17 @@ export class AccountStore {
     if (id === defaultAccountId) {
       throw new GatewayError(400, 'The default account cannot be deleted.', { code: 'default_account' });
     }
+    const now = nowSeconds();
+    const deleted = await this.record.transaction().execute(async (tx) => {
+      const done = await tx.updateTable('accounts').set({ deleted: true }).where('id', '=', id).where('deleted', '=', false).executeTakeFirst();
+      if (Number(done.numUpdatedRows) === 0) return false;
+      await tx.updateTable('api_keys').set({ revoked: now }).where('account_id', '=', id).where('revoked', 'is', null).execute();
+      return true;
+    });
+    if (!deleted) return undefined;
     for (let attempt = 0; attempt < attempts; attempt++) {
       const current = await this.get(id);
-      if (!current) return undefined;
+      if (!current) return 0;
       const result = await this.redis.accountDelete(
         accountKey(id),
         accountEmailsKey,
@@ -324,7 +391,7 @@ export class AccountStore {
         apiKeyRecordKey(''),
         accessChangedChannel,
       );
-      if (result === -1) return undefined;
+      if (result === -1) return 0;
       if (result >= 0) return result;
     }
     throw new GatewayError(409, 'The account kept changing while it was being deleted; retry.', { code: 'conflict' });
@@ -333,34 +400,43 @@ export class AccountStore {
   /** Adds (or with a negative amount, takes) credit and records it in the ledger; returns the new balance in micros. */
   async credit(id: string, micros: number, note = ''): Promise<number> {
     if (id === defaultAccountId) await this.ensureDefault();
-    const [status, balance] = await this.redis.accountCredit(accountKey(id), ledgerKey(id), micros, note, nowSeconds());
-    if (status === 0) throw accountNotFound(id);
-    if (status === -1) {
-      throw new GatewayError(
-        400,
-        id === defaultAccountId
-          ? 'The default account has an unlimited balance: it takes no credits.'
-          : `Account '${id}' has an unlimited balance: it takes no credits. Update it with "unlimited": false to give it a balance first.`,
-        { code: 'unlimited_balance' },
-      );
+    const account = await this.record.selectFrom('accounts').select(['unlimited', 'deleted']).where('id', '=', id).executeTakeFirst();
+    if (!account || account.deleted) throw accountNotFound(id);
+    if (account.unlimited) throw unlimitedBalance(id);
+    // The record first: the ledger entry and the credits in one transaction; then the hot balance admission reads.
+    const entry = await this.record.transaction().execute(async (tx) => {
+      const updated = await tx
+        .updateTable('accounts')
+        .set((eb) => ({ credits_micros: eb('credits_micros', '+', micros) }))
+        .where('id', '=', id)
+        .where('deleted', '=', false)
+        .where('unlimited', '=', false)
+        .executeTakeFirst();
+      if (Number(updated.numUpdatedRows) === 0) return undefined;
+      return tx.insertInto('ledger').values({ account_id: id, amount_micros: micros, balance_micros: null, note, time: nowSeconds() }).returning('id').executeTakeFirstOrThrow();
+    });
+    if (!entry) throw accountNotFound(id);
+    let [status, balance] = await this.redis.accountCredit(accountKey(id), micros);
+    if (status === 0) {
+      // Redis lost the account (flushed): loading it from the record brings the credit with it.
+      await this.hot?.ensure();
+      balance = Number(await this.redis.hget(accountKey(id), 'balance'));
+      status = 1;
     }
+    await this.record.updateTable('ledger').set({ balance_micros: balance }).where('id', '=', entry.id).execute();
     return balance;
   }
 
   /** The newest `limit` ledger entries, newest first. */
   async ledger(id: string, limit: number): Promise<LedgerEntry[]> {
-    const entries = await this.redis.xrevrange(ledgerKey(id), '+', '-', 'COUNT', limit);
-    return entries.map(([entryId, flat]) => {
-      const fields = new Map<string, string>();
-      for (let i = 0; i + 1 < flat.length; i += 2) fields.set(flat[i]!, flat[i + 1]!);
-      return {
-        id: entryId,
-        amountMicros: Number(fields.get('amount') ?? 0),
-        balanceMicros: Number(fields.get('balance') ?? 0),
-        note: fields.get('note') ?? '',
-        time: Number(fields.get('time') ?? 0),
-      };
-    });
+    const rows = await this.record.selectFrom('ledger').selectAll().where('account_id', '=', id).orderBy('id', 'desc').limit(limit).execute();
+    return rows.map((row) => ({
+      id: String(row.id),
+      amountMicros: row.amount_micros,
+      balanceMicros: row.balance_micros ?? 0,
+      note: row.note,
+      time: row.time,
+    }));
   }
 
   /** True when the account exists, has a password and it matches. */

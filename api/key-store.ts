@@ -14,10 +14,13 @@ import {
 } from '../shared/accounts.js';
 import { GatewayError } from '../shared/errors.js';
 import { AccountStore, accountNotFound, ensureDefaultLua } from './account-store.js';
+import type { RecordDb } from '../storage/record/database.js';
+import type { HotState } from '../storage/record/hot-state.js';
 
 /**
- * API keys: random, prefixed, shown once, stored only as a SHA-256 hash (layout
- * in shared/accounts.ts). Each key belongs to an account (`default` when none
+ * API keys: random, prefixed, shown once, stored only as a SHA-256 hash, in
+ * the record (PostgreSQL) first and then in their hot copy in Redis (layout
+ * in shared/accounts.ts), which admission reads. Each key belongs to an account (`default` when none
  * is named) and may carry a spending limit, rate limits, a model allow-list and
  * an expiry. Every change publishes the key id on `accessChangedChannel`, so
  * every api instance drops what it cached.
@@ -176,9 +179,14 @@ export class KeyStore {
   readonly accounts: AccountStore;
   private readonly scripts: KeyRedis;
 
-  constructor(readonly redis: Redis) {
+  constructor(
+    readonly redis: Redis,
+    readonly record: RecordDb,
+    /** Loads Redis again from the record when a lookup finds it lost (optional: the CLI runs without one). */
+    readonly hot?: HotState,
+  ) {
     this.scripts = scripted(redis);
-    this.accounts = new AccountStore(redis);
+    this.accounts = new AccountStore(redis, record, hot);
   }
 
   /** Throws 404 `account_not_found` for an unknown or deleted account. */
@@ -194,8 +202,36 @@ export class KeyStore {
     // Every limit field is written, '' when unset, so the record shows the whole layout.
     const { limitMicros = null, rpm = null, tpm = null, models = null, expiresAt = null } = options;
     fields.push(...limitFields({ limitMicros, rpm, tpm, models, expiresAt }));
-    const made = await this.scripts.keyCreate(accountKey(accountId), apiKeyRecordKey(id), apiKeyHashesKey, apiKeyIdsKey, accountKeysKey(accountId), hash, id, ...fields);
-    if (made === 0) throw accountNotFound(accountId);
+    const owner = await this.record.selectFrom('accounts').select('deleted').where('id', '=', accountId).executeTakeFirst();
+    if (!owner || owner.deleted) throw accountNotFound(accountId);
+    await this.record
+      .insertInto('api_keys')
+      .values({
+        id,
+        account_id: accountId,
+        name,
+        created,
+        hash,
+        hint,
+        limit_micros: limitMicros,
+        rpm,
+        tpm,
+        models: models === null ? null : JSON.stringify(models),
+        expires: expiresAt,
+        spent_micros: 0,
+        revoked: null,
+      })
+      .execute();
+    let made = await this.scripts.keyCreate(accountKey(accountId), apiKeyRecordKey(id), apiKeyHashesKey, apiKeyIdsKey, accountKeysKey(accountId), hash, id, ...fields);
+    if (made === 0 && this.hot) {
+      // Redis lost the account (flushed): loading it from the record brings this key with it.
+      await this.hot.ensure();
+      made = (await this.redis.hexists(apiKeyRecordKey(id), 'hash')) ? 1 : await this.scripts.keyCreate(accountKey(accountId), apiKeyRecordKey(id), apiKeyHashesKey, apiKeyIdsKey, accountKeysKey(accountId), hash, id, ...fields);
+    }
+    if (made === 0) {
+      await this.record.deleteFrom('api_keys').where('id', '=', id).execute();
+      throw accountNotFound(accountId);
+    }
     return { ...toRecord(Object.fromEntries(pairs(fields)))!, key: secret };
   }
 
@@ -220,6 +256,18 @@ export class KeyStore {
 
   /** Undefined when no such key exists. */
   async update(id: string, changes: KeyChanges): Promise<ApiKeyRecord | undefined> {
+    const row = {
+      ...(changes.name !== undefined ? { name: changes.name } : {}),
+      ...(changes.limitMicros !== undefined ? { limit_micros: changes.limitMicros } : {}),
+      ...(changes.rpm !== undefined ? { rpm: changes.rpm } : {}),
+      ...(changes.tpm !== undefined ? { tpm: changes.tpm } : {}),
+      ...(changes.expiresAt !== undefined ? { expires: changes.expiresAt } : {}),
+      ...(changes.models !== undefined ? { models: changes.models === null ? null : JSON.stringify(changes.models) } : {}),
+    };
+    const known = Object.keys(row).length > 0
+      ? await this.record.updateTable('api_keys').set(row).where('id', '=', id).where('revoked', 'is', null).executeTakeFirst()
+      : undefined;
+    if (known && Number(known.numUpdatedRows) === 0) return undefined;
     const done = await this.scripts.keyUpdate(apiKeyRecordKey(id), accessChangedChannel, id, ...limitFields(changes));
     return done === 1 ? this.get(id) : undefined;
   }
@@ -246,7 +294,10 @@ export class KeyStore {
         id ?? '',
         made.id,
       );
-      if (won === 1) return { keyId: made.id, accountId };
+      if (won === 1) {
+        await this.record.updateTable('accounts').set({ playground_key: made.id }).where('id', '=', accountId).execute();
+        return { keyId: made.id, accountId };
+      }
       await this.revoke(made.id);
     }
     throw new GatewayError(409, 'The Playground key kept changing; retry.', { code: 'conflict' });
@@ -254,8 +305,9 @@ export class KeyStore {
 
   /** Returns false when no such key exists. */
   async revoke(id: string): Promise<boolean> {
+    const revoked = await this.record.updateTable('api_keys').set({ revoked: Math.floor(Date.now() / 1000) }).where('id', '=', id).where('revoked', 'is', null).executeTakeFirst();
     const done = await this.scripts.keyRevoke(apiKeyRecordKey(id), apiKeyHashesKey, apiKeyIdsKey, id, accountKeysKey(''), accessChangedChannel, defaultAccountId);
-    return done === 1;
+    return done === 1 || Number(revoked.numUpdatedRows) > 0;
   }
 
   /** Key id for a presented secret, or undefined. */
@@ -264,7 +316,7 @@ export class KeyStore {
   }
 
   /** What admission needs of a presented key, in one round trip; undefined for an unknown key or one of a deleted account. Expiry is the caller's to check. */
-  async access(secretHash: string): Promise<KeyAccess | 'disabled' | undefined> {
+  async access(secretHash: string, reloaded = false): Promise<KeyAccess | 'disabled' | undefined> {
     const row = await this.scripts.keyAccess(
       apiKeyHashesKey,
       accountKey(defaultAccountId),
@@ -276,7 +328,14 @@ export class KeyStore {
       Math.floor(Date.now() / 1000),
     );
     if (typeof row === 'number') return 'disabled';
-    if (!row) return undefined;
+    if (!row) {
+      // Unknown here: perhaps Redis lost its hot state (flushed). Loaded again from the record, asked once more.
+      if (!reloaded && this.hot && (await this.hot.lost())) {
+        await this.hot.ensure();
+        return this.access(secretHash, true);
+      }
+      return undefined;
+    }
     const [keyId, accountId, limit, rpm, tpm, models, expires] = row;
     const optional: Omit<KeyAccess, 'keyId' | 'accountId'> = {
       limitMicros: optionalNumber(limit),

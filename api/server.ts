@@ -1,3 +1,5 @@
+import { openRecord } from '../storage/record/database.js';
+import { HotState } from '../storage/record/hot-state.js';
 import { createServer, type Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
@@ -71,6 +73,9 @@ export async function ensureConsoleAdmin(accounts: AccountStore, config: Config,
   }
 }
 
+/** How often an api checks that Redis still has the hot state loaded from the record. */
+const hotStateCheckMs = 5_000;
+
 export interface ApiServerOptions {
   /** The built console (default: dist/console beside the code). */
   consoleDir?: string;
@@ -83,7 +88,13 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   const subscriber = createRedis(config.redis, { connectionName: `${instanceId}-sub` });
   const queues = new QueueShards(redis, config.queueShards);
 
-  const keyStore = new KeyStore(redis);
+  // The record (PostgreSQL): accounts and keys are written there first; Redis holds their hot copy, loaded from it when lost.
+  if (!config.databaseUrl) throw new Error('the api needs the record: DATABASE_URL (bin/start.ts sets it to the embedded one when unset)');
+  const record = await openRecord(config.databaseUrl);
+  const hot = new HotState(redis, record, log);
+  await hot.ensure();
+  const stopHotWatch = hot.watch(hotStateCheckMs);
+  const keyStore = new KeyStore(redis, record, hot);
   // Keys made with no account (and every key made before accounts existed) bill the unlimited default account.
   await keyStore.accounts.ensureDefault();
   await ensureConsoleAdmin(keyStore.accounts, config, log);
@@ -244,7 +255,8 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
       loopStalls.stop();
       backpressure.stop();
       await queues.close();
-      await Promise.allSettled([subscriber.quit(), redis.quit()] as Promise<unknown>[]);
+      stopHotWatch();
+      await Promise.allSettled([subscriber.quit(), redis.quit(), record.destroy()] as Promise<unknown>[]);
     },
   };
 }

@@ -17,6 +17,7 @@ import { cpuTimeMs, sleep, systemBusyMs, waitForQuiet, waitUntil } from './procs
 import type { Bar } from './report.js';
 import { table } from './report.js';
 import { fakeControl, log, plainBody, probe, startFake, startGateway, stopGateway, waitForQueueWorkers, type Fake, type SlotUse } from './stack.js';
+import { testRecord } from '../test/support/record.js';
 
 export interface BurstSettings {
   cap: number;
@@ -245,7 +246,7 @@ export async function runBurst(options: { settings: BurstSettings; redis: Redis;
       const workers = config === 'split' ? settings.splitWorkers : 1;
       const label = config === 'all' ? 'one process' : `api + ${workers} workers`;
       await redis.flushdb();
-      const { key } = await new KeyStore(redis).create('bench-burst');
+      const { key } = await new KeyStore(redis, await testRecord(redis)).create('bench-burst');
       log(`burst, gateway (${label}): starting with OPENAI_MAX_CONCURRENCY=${settings.cap}`);
       const gateway = await startGateway(config, fake.url, redisUrl, undefined, {
         env: { OPENAI_MAX_CONCURRENCY: String(settings.cap) },

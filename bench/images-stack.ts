@@ -10,6 +10,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { freePort } from '../bin/local-redis.js';
 import { root, sleep, spawnChild, waitUntil, type Child } from './procs.js';
+import { recordUrlFor } from '../test/support/record.js';
 
 export const logDir = join(root, 'bench', 'results', 'logs');
 export const upstreamKey = 'sk-bench';
@@ -100,6 +101,7 @@ export async function startGateway(config: ConfigName, fakeUrl: string, redisUrl
     PORT: String(port),
     HOST: '127.0.0.1',
     REDIS_URL: redisUrl,
+    DATABASE_URL: await recordUrlFor(redisUrl),
     OPENAI_API_KEY: upstreamKey,
     OPENAI_BASE_URL: fakeUrl,
     OPENAI_MAX_CONCURRENCY: String(maxConcurrency),

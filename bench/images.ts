@@ -41,6 +41,7 @@ import { checksOf, checksTable, detailsTable, resultsTable, type Machine, type R
 import { MiB, redisUsedMemory, Sampler, slotsKey } from './images-sampler.js';
 import { fakeImage, fakeStats, log, logDir, startFakeImages, startGateway, stopGateway, type ConfigName, type FakeImages, type Gateway } from './images-stack.js';
 import { cpuTimeMs, root, rssBytes, sleep, waitForQuiet, type Child } from './procs.js';
+import { testRecord } from '../test/support/record.js';
 
 function intEnv(name: string, fallback: number): number {
   const raw = process.env[name];
@@ -376,7 +377,7 @@ interface ConfigResult {
 
 async function runConfig(config: ConfigName, fake: FakeImages, redis: Redis, png: Buffer): Promise<ConfigResult> {
   if (!(await flushOwnDb(redis, `before ${config}`, 15_000))) throw new Error(`db ${redisDb} is in use by another client; stopping`);
-  const { key } = await new KeyStore(redis).create('bench-images');
+  const { key } = await new KeyStore(redis, await testRecord(redis)).create('bench-images');
   const blobDir = mkdtempSync(join(blobRoot!, `${config}-`));
   log(`starting the gateway (${config}), blobs in ${blobDir}`);
   const gateway = track(await startGateway(config, fake.url, settings.redisUrl, blobDir, settings.cap));

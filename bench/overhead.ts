@@ -14,6 +14,7 @@ import { KeyStore } from '../api/key-store.js';
 import { measureLoad, measureTtft, Samples, soak, summarise, type CommandDelta, type LoadResult, type SoakSample } from './measure.js';
 import { rssBytes, type Child } from './procs.js';
 import type { CellStats, OverheadBar, OverheadCell, OverheadMemory, OverheadResults, OverheadTarget, TtftStats } from './report.js';
+import { testRecord } from '../test/support/record.js';
 import {
   discoverProcesses,
   log,
@@ -206,14 +207,14 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
       const db = dbs[i + 1]!;
       const gatewayRedis = await openDb(db);
       // Quota and limits on: an account with a balance, a key with a spending limit, rpm and tpm far above the load.
-      const keyStore = new KeyStore(gatewayRedis);
+      const keyStore = new KeyStore(gatewayRedis, await testRecord(gatewayRedis));
       const account = await keyStore.accounts.create({ email: `bench-${name}@example.com`, name: `bench ${name}` });
       await keyStore.accounts.credit(account.id, 10 ** 12, 'bench');
       const key = await keyStore.create('bench-limited', { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 10 });
       log(`gateway ${name}: starting (Redis db ${db})`);
       // The per-request usage log is kept by design up to USAGE_RETENTION_RECORDS (default 10 million, about 250 bytes each):
       // capped at its minimum here, so that the soak shows whether anything else grows.
-      const gateway = await startGateway(name satisfies GatewayConfig, fake.url, dbUrl(redisUrl, db), cpuProfDir, { env: { USAGE_RETENTION_RECORDS: '1000' } });
+      const gateway = await startGateway(name satisfies GatewayConfig, fake.url, dbUrl(redisUrl, db), cpuProfDir, { env: { USAGE_BUFFER_RECORDS: '1000' } });
       const target: Target = {
         name,
         description: descriptions[name],

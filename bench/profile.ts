@@ -20,6 +20,7 @@ import { measureLoad } from './measure.js';
 import { installCleanup, root, stopAll } from './procs.js';
 import { renderSummary, summariseProfile } from './profile-summary.js';
 import { log, plainBody, probe, startFake, startGateway } from './stack.js';
+import { testRecord } from '../test/support/record.js';
 
 const durationS = Number(process.env.BENCH_DURATION_S || 10);
 const connections = Number(process.env.BENCH_CONNECTIONS || 64);
@@ -34,7 +35,7 @@ async function main(): Promise<void> {
   try {
     const fake = await startFake();
     // Quota and limits on, as the overhead section measures: an account with a balance, a key with a limit, rpm and tpm.
-    const keyStore = new KeyStore(redis);
+    const keyStore = new KeyStore(redis, await testRecord(redis));
     const account = await keyStore.accounts.create({ email: 'bench-profile@example.com', name: 'bench profile' });
     await keyStore.accounts.credit(account.id, 10 ** 12, 'bench');
     const { key } = await keyStore.create('bench-profile', { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 10 });

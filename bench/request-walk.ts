@@ -11,6 +11,7 @@
  */
 import { Session } from 'node:inspector/promises';
 import { fileURLToPath } from 'node:url';
+import { testRecord } from '../test/support/record.js';
 
 // Counting starts before the project's modules load: code compiled (and optimised) before it would not be counted.
 const session = new Session();
@@ -34,13 +35,14 @@ const showFunctions = process.argv.includes('--functions');
 
 const redisServer = await startPrivateRedis({ aof: false });
 const fake = await startFakeOpenAI({ record: false });
-const config = loadConfig({ REDIS_URL: redisServer.url, OPENAI_API_KEY: 'sk-walk', OPENAI_BASE_URL: fake.url, MOCK_VENDOR: 'off', LOG_LEVEL: 'warn' });
+const { recordUrlFor } = await import('../test/support/record.js');
+const config = loadConfig({ REDIS_URL: redisServer.url, DATABASE_URL: await recordUrlFor(redisServer.url), OPENAI_API_KEY: 'sk-walk', OPENAI_BASE_URL: fake.url, MOCK_VENDOR: 'off', LOG_LEVEL: 'warn' });
 const log = createLogger('warn', 'walk');
 const api = await createApiServer(config, log);
 const port = await api.listen(0, '127.0.0.1');
 const workers = await startWorkers(config, log);
 const redis = new Redis(redisServer.url);
-const { key } = await new KeyStore(redis).create('walk');
+const { key } = await new KeyStore(redis, await testRecord(redis)).create('walk');
 
 const base = `http://127.0.0.1:${port}/v1/chat/completions`;
 async function chat(stream: boolean): Promise<void> {

@@ -56,6 +56,7 @@ import { expectedText, longStream } from './long-streams.js';
 import { envInt, machineFacts, percentile, redisProcessId, redisVersion } from './measure.js';
 import { cpuTimeMs, installCleanup, root, sleep, stopAll, systemBusyMs, waitForQuiet } from './procs.js';
 import { fakeControl, log, model, probe, startFake, startGateway, stopGateway, upstreamKey } from './stack.js';
+import { testRecord } from '../test/support/record.js';
 
 const settings = {
   requests: envInt('BENCH_RESPONSES_REQUESTS', 200, 1),
@@ -361,7 +362,7 @@ async function main(): Promise<void> {
   const fake = await startFake({ streamChunks: chunks });
   try {
     await redis.flushdb();
-    const { key } = await new KeyStore(redis).create('bench-responses');
+    const { key } = await new KeyStore(redis, await testRecord(redis)).create('bench-responses');
     const gateway = await startGateway('all', fake.url, redisUrl, undefined, { logTag: 'responses' });
     const child = gateway.children.gateway!;
     try {

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { FAKE_REPLY_TEXT } from '../test/support/fake-openai-defaults.js';
 import { freePort } from '../bin/local-redis.js';
 import { root, sleep, spawnChild, waitUntil, type Child } from './procs.js';
+import { recordUrlFor } from '../test/support/record.js';
 
 export const upstreamKey = 'sk-bench';
 export const model = 'gpt-4o-mini';
@@ -129,6 +130,8 @@ export async function startGateway(
     PORT: String(port),
     HOST: '127.0.0.1',
     REDIS_URL: redisUrl,
+    // The record (PostgreSQL) that goes with this Redis database, as the tests pair them.
+    DATABASE_URL: await recordUrlFor(redisUrl),
     OPENAI_API_KEY: upstreamKey,
     OPENAI_BASE_URL: fakeUrl,
     MOCK_VENDOR: 'off',

@@ -34,6 +34,7 @@ import { envInt, redisProcessId, Samples, summarise, type LatencySummary } from 
 import { cpuTimeMs, root, sleep, spawnChild, systemBusyMs, waitUntil, type Child } from './procs.js';
 import type { Machine } from './report.js';
 import { log, plainBody, probe, startFake, startFloor, upstreamKey } from './stack.js';
+import { recordUrlFor, testRecord } from '../test/support/record.js';
 
 // ---------------------------------------------------------------- settings
 
@@ -326,9 +327,10 @@ async function startStack(name: string, apis: number, workers: number, env: Reco
     OPENAI_BASE_URL: fakeUrl,
     MOCK_VENDOR: 'off',
     LOG_LEVEL: 'warn',
-    // The per-request usage log capped at its minimum, as in the overhead section.
-    USAGE_RETENTION_RECORDS: '1000',
+    // The usage buffer capped at its minimum, as in the overhead section.
+    USAGE_BUFFER_RECORDS: '1000',
     ...env,
+    DATABASE_URL: env.DATABASE_URL ?? (await recordUrlFor(env.REDIS_CLUSTER_NODES ? `redis://${env.REDIS_CLUSTER_NODES}` : env.REDIS_URL!)),
   };
   const children: Child[] = [];
   const workerPorts: number[] = [];
@@ -370,7 +372,7 @@ async function startStack(name: string, apis: number, workers: number, env: Reco
 
 /** A key with quota and limits on, as the overhead section makes it: an account with a balance, a spending limit, rpm and tpm far above the load. */
 async function benchKey(redis: Redis, tag: string): Promise<string> {
-  const keyStore = new KeyStore(redis);
+  const keyStore = new KeyStore(redis, await testRecord(redis));
   const account = await keyStore.accounts.create({ email: `bench-${tag}@example.com`, name: `bench ${tag}` });
   await keyStore.accounts.credit(account.id, 10 ** 12, 'bench');
   const key = await keyStore.create(`bench-${tag}`, { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 10 });

@@ -15,6 +15,7 @@ import { redisProcessId, Samples, summarise, type LatencySummary } from './measu
 import { cpuTimeMs, systemBusyMs, waitForQuiet } from './procs.js';
 import { directRequest, expectedText, longStream, protocolModels, protocols, type Protocol } from './long-streams.js';
 import { fakeControl, log, probe, startFake, startGateway, stopGateway, type Fake } from './stack.js';
+import { testRecord } from '../test/support/record.js';
 
 const keys: Record<Protocol, string> = { openai: 'sk-bench', anthropic: 'sk-ant-bench', gemini: 'gm-bench' };
 
@@ -176,7 +177,7 @@ export async function runE2e(options: {
   const baseUrls: Record<Protocol, string> = { openai: fake.url, anthropic: fake.anthropicUrl!, gemini: fake.geminiUrl! };
   try {
     await redis.flushdb();
-    const { key } = await new KeyStore(redis).create('bench-translation');
+    const { key } = await new KeyStore(redis, await testRecord(redis)).create('bench-translation');
     const gateway = await startGateway('all', fake.url, redisUrl, undefined, {
       env: {
         OPENAI_API_KEY: keys.openai,

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { AccountStore, microsToUsd, usdToMicros } from '../api/account-store.js';
-import { connectRedis, parseCommandLine, runCli, UsageError } from './cli.js';
+import { connectStores, parseCommandLine, runCli, UsageError } from './cli.js';
 
 const usage = `usage:
   npm run accounts -- create --email E [--name N] [--password P] [--role admin|member]
@@ -50,8 +50,8 @@ async function main(): Promise<number> {
     micros = usdToMicros(amount);
   }
 
-  const redis = await connectRedis(process.env);
-  const store = new AccountStore(redis);
+  const stores = await connectStores(process.env);
+  const store = new AccountStore(stores.redis, stores.record, stores.hot);
   try {
     if (command === 'create') {
       const role = values.role === 'admin' ? 'admin' : 'member';
@@ -79,7 +79,7 @@ async function main(): Promise<number> {
     }
     return 0;
   } finally {
-    redis.disconnect();
+    await stores.close();
   }
 }
 

@@ -3,11 +3,14 @@ import type { Redis } from 'ioredis';
 import { loadConfig } from '../shared/config.js';
 import { createRedis, reachRedis } from '../shared/redis.js';
 import { locateRedis } from './local-redis.js';
+import { openRecord, type RecordDb } from '../storage/record/database.js';
+import { locateRecord } from '../storage/record/embedded.js';
+import { HotState } from '../storage/record/hot-state.js';
 
 /**
  * What `npm run keys` and `npm run accounts` share: their command-line
- * mistakes told in one line (exit 2), and the Redis they find the way
- * `npm start` does.
+ * mistakes told in one line (exit 2), and the Redis and the record they
+ * find the way `npm start` does.
  */
 
 /** A mistake in the command line: one line, then exit 2; `--help` has the rest. */
@@ -29,6 +32,46 @@ export async function connectRedis(env: Record<string, string | undefined>): Pro
   const target = configured.kind === 'single' ? (await locateRedis(env, false)).url : configured;
   if (typeof target !== 'string') await reachRedis(target);
   return createRedis(target, { maxRetriesPerRequest: 1 });
+}
+
+export interface Stores {
+  redis: Redis;
+  record: RecordDb;
+  /** Loads Redis from the record first if it lost its hot state. */
+  hot: HotState;
+  close(): Promise<void>;
+}
+
+/**
+ * The gateway's Redis and its record: `DATABASE_URL`, else the embedded one
+ * under `DATA_DIR` — through the socket of the gateway that serves it when one
+ * runs, or opened here for the length of the command when none does.
+ */
+export async function connectStores(env: Record<string, string | undefined>): Promise<Stores> {
+  const config = loadConfig(env);
+  const redis = await connectRedis(env);
+  let located: Awaited<ReturnType<typeof locateRecord>> | undefined;
+  try {
+    located = await locateRecord(config.databaseUrl, config.dataDir);
+    const record = await openRecord(located.url, { max: 2 });
+    const hot = new HotState(redis, record);
+    await hot.ensure();
+    const embedded = located;
+    return {
+      redis,
+      record,
+      hot,
+      async close() {
+        await record.destroy().catch(() => undefined);
+        await embedded.close();
+        redis.disconnect();
+      },
+    };
+  } catch (error) {
+    redis.disconnect();
+    await located?.close();
+    throw error;
+  }
 }
 
 /** Runs a CLI's main and exits with its code: 2 and one line for a usage error, 1 and one line for any other failure. */

@@ -1,7 +1,7 @@
 import type { Account } from '../shared/accounts.js';
 import { KeyStore, type KeyOptions } from '../api/key-store.js';
 import { usdToMicros, type AccountStore } from '../api/account-store.js';
-import { connectRedis, parseCommandLine, runCli, UsageError } from './cli.js';
+import { connectStores, parseCommandLine, runCli, UsageError } from './cli.js';
 
 const usage = `usage:
   npm run keys -- create --name NAME [options]   create a key and print it (shown once)
@@ -72,8 +72,8 @@ async function main(): Promise<number> {
   if (command === 'revoke' && !arg) throw new UsageError('revoke needs a key id');
   // Checked before connecting, so a typo costs no Redis round trip.
   const options = command === 'create' ? keyOptions(values) : {};
-  const redis = await connectRedis(process.env);
-  const store = new KeyStore(redis);
+  const stores = await connectStores(process.env);
+  const store = new KeyStore(stores.redis, stores.record, stores.hot);
   try {
     // Named by id or email, the account must exist: a key in no account would bill nobody.
     const owner = values.account === undefined ? undefined : await findAccount(store.accounts, values.account);
@@ -99,7 +99,7 @@ async function main(): Promise<number> {
     }
     return 0;
   } finally {
-    redis.disconnect();
+    await stores.close();
   }
 }
 

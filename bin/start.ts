@@ -13,6 +13,8 @@ import { startIdleCollector } from '../shared/idle-gc.js';
 import { setMetricsPeer } from '../shared/metrics.js';
 import { answerMetricsOverIpc, startMetricsListener, WorkerProcessMetrics } from '../shared/metrics-process.js';
 import { startTracing, type Tracing, type TracingRole } from '../shared/tracing.js';
+import { locateRecord } from '../storage/record/embedded.js';
+import { redactDatabaseUrl } from '../storage/record/database.js';
 
 /** Given to the worker process `npm start` forks: it ends when its parent does, however that ends. */
 const childFlag = '--worker-of-parent';
@@ -35,8 +37,21 @@ async function main(): Promise<void> {
     configured.redis.kind === 'single'
       ? await locateRedis(process.env, !child)
       : await reachRedis(configured.redis).then(() => ({ url: configured.redisUrl, source: 'configured' as const }));
-  const config: Config = { ...configured, redisUrl: redis.url, redis: configured.redis.kind === 'single' ? { kind: 'single', url: redis.url } : configured.redis };
+  // The record: DATABASE_URL, else the embedded database under DATA_DIR, which this process serves to its
+  // forked workers (and to `npm run keys`) over a socket, or which another process of this DATA_DIR serves.
+  const record = await locateRecord(configured.databaseUrl, configured.dataDir);
+  const config: Config = {
+    ...configured,
+    redisUrl: redis.url,
+    redis: configured.redis.kind === 'single' ? { kind: 'single', url: redis.url } : configured.redis,
+    databaseUrl: record.url,
+  };
   const log = createLogger(config.logLevel, `switchyard-${role}`);
+  if (record.source === 'embedded') {
+    log.info({ dataDir: configured.dataDir }, `the record (accounts, keys, credits, usage) is the embedded database under ${configured.dataDir}/pg; set DATABASE_URL for PostgreSQL`);
+  } else if (record.source === 'configured' && !child) {
+    log.info({ database: redactDatabaseUrl(record.url) }, 'the record is in PostgreSQL');
+  }
   if (redis.source === 'started') {
     log.warn({ redis: redis.url }, `no Redis was running: started a private redis-server under ./.data/ at ${redis.url}`);
   } else if (redis.source === 'private' && !child) {
@@ -55,6 +70,7 @@ async function main(): Promise<void> {
   if (tracing) log.info({ collector: new URL(config.tracing.endpoint!).origin }, 'tracing on: spans are exported over OTLP/HTTP');
   const cleanups: Array<() => Promise<void>> = [];
   let inFlight = () => 0;
+  try {
   if (role !== 'worker') {
     const api = await createApiServer(config, log);
     const port = await api.listen(config.port, config.host);
@@ -82,6 +98,12 @@ async function main(): Promise<void> {
       cleanups.push(() => listener.close());
     }
   }
+  } catch (error) {
+    await record.close();
+    throw error;
+  }
+  // Last: the api and the workers are done with the embedded database before it stops.
+  cleanups.push(() => record.close());
 
   const logDrain = (signal: string) => {
     const seconds = Math.round(config.shutdownGraceMs / 100) / 10;
@@ -164,7 +186,7 @@ function superviseWorkerProcess(config: Config, log: Logger, metrics?: WorkerPro
   const launch = () => {
     const proc = fork(script, ['--role=worker', childFlag], {
       // The Redis the api uses (possibly a private one it found or started), whatever REDIS_URL said.
-      env: { ...process.env, REDIS_URL: config.redisUrl },
+      env: { ...process.env, REDIS_URL: config.redisUrl, ...(config.databaseUrl ? { DATABASE_URL: config.databaseUrl } : {}) },
       execArgv: process.execArgv,
       stdio: 'inherit',
     });

@@ -13,7 +13,7 @@ import { accountsPrefix, keyPrefix } from './queues.js';
  *                                  reserved (micros held by requests in flight), deleted ('1')
  *   sy:accounts              zset  account id → created
  *   sy:account-emails        hash  lower-cased email → account id
- *   sy:ledger:<id>           stream one entry per balance change: amount, balance, note, time
+ *   sy:ledger:<id>           stream (before the record) one entry per balance change; read only to import it into the record
  *   sy:key:<id>              hash  id, name, created, hash, hint, account, limit (micros, '' = none),
  *                                  rpm, tpm ('' = none), models (JSON array, '' = all), expires ('' = never),
  *                                  spent (micros), reserved (micros), last_used (unix s)
@@ -24,12 +24,18 @@ import { accountsPrefix, keyPrefix } from './queues.js';
  *   sy:resv:<requestId>      hash  key, account, micros, tokens, deadline (ms): what admission holds
  *   sy:resv-deadlines        zset  request id → deadline (ms), to release reservations of lost jobs
  *   sy:settled:<requestId>   string set once a request is settled (kept 1 min once its job completes, else until 15 min past its deadline): settlement runs once
- *   sy:usage                 stream one record per finished request
+ *   sy:usage                 stream one record per settled request, until the record's writer has committed it
  *   sy:session:<sha256(token)> hash account, csrf, created (ms): a console session, TTL = its idle expiry
  *   sy:account-sessions:<id> set   session hashes of one account, to end them all at once
  *   sy:signin-fail:<email|ip> string sign-in attempts in the current window, counted before the password check (TTL = the window)
  *   sy:usage-day:<YYYY-MM-DD> hash `<account>|<key>|<model>|<metric>` → integer total, kept 400 days
- *   sy:usage-day:<YYYY-MM-DD>:<account> hash the same fields, of that account only (what its console pages read)
+ *   sy:usage-day:<YYYY-MM-DD>:<account> hash the same fields, of that account only (read only to import them into the record)
+ *   sy:record-loaded         string set once the hot state above was loaded from the record (PostgreSQL): missing
+ *                                  after a flush, which makes the next start or first use load it again
+ *   sy:record-loading        string held while one process loads it (TTL)
+ *
+ * The record (PostgreSQL, storage/record/) is what these are rebuilt from: accounts, keys, the ledger and the usage rows.
+ * The usage stream is a buffer: the record's writer deletes each record once it is committed there.
  */
 export const defaultAccountId = 'acct_default';
 
@@ -48,6 +54,8 @@ export const settledKey = (requestId: string) => `${accountsPrefix}settled:${req
 export const usageStreamKey = `${accountsPrefix}usage`;
 /** The day's totals of every account, or (with an account) of that account alone: the console reads one account's without scanning all. */
 export const usageDayKey = (day: string, accountId?: string) => (accountId === undefined ? `${accountsPrefix}usage-day:${day}` : `${accountsPrefix}usage-day:${day}:${accountId}`);
+export const recordLoadedKey = `${accountsPrefix}record-loaded`;
+export const recordLoadingKey = `${accountsPrefix}record-loading`;
 /** Published with a key id when a key changes or is revoked, and with `account:<id>` when an account does: every api drops what it cached. */
 export const accessChangedChannel = `${keyPrefix}access-changed`;
 

@@ -7,11 +7,7 @@ import {
   reservationDeadlinesKey,
   reservationKey,
   settledKey,
-  usageDayKey,
-  usageMetrics,
   usageStreamKey,
-  utcDay,
-  type UsageMetric,
 } from './accounts.js';
 
 /**
@@ -89,55 +85,53 @@ return verdict
 `;
 
 /*
- * KEYS: settled marker, reservation, reservation deadlines, key record, account record, tpm TAT, usage stream, usage day,
- *       the account's usage day
- * ARGV: request id, actual micros, actual tokens, now ms, default tpm, stream max length, seconds to keep the settled mark, usage fields (JSON),
- *       day field prefix, then metric name / value pairs
+ * KEYS: settled marker, reservation, reservation deadlines, key record, account record, tpm TAT, usage stream
+ * ARGV: request id, actual micros, actual tokens, now ms, default tpm, stream max length, seconds to keep the settled mark, usage fields (JSON)
  * Returns {1, micros held} when this call settled the request ({1, -1}: it
  * held nothing any more), {0, -1} when it was settled before.
+ * The usage record goes to the stream the record's writer reads (day totals are the record's to sum).
+ * A key or account Redis has lost (flushed, not loaded again yet) is not
+ * made up from the pieces a settlement touches: loaded from the record, it
+ * counts this request's cost from the stream.
  */
 const settleScript = `
 if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[7]) == false then return {0, -1} end
 local actual = tonumber(ARGV[2])
 local resv = redis.call('HMGET', KEYS[2], 'micros', 'tokens')
+local key = redis.call('HMGET', KEYS[4], 'id', 'tpm')
+local account = redis.call('HMGET', KEYS[5], 'id', 'unlimited')
 local reserved = -1
 if resv[1] then
   reserved = tonumber(resv[1])
   -- A free model reserves 0: negated, that is -0, which HINCRBY refuses as not an integer.
   local held = tonumber(resv[1])
   if held ~= 0 then
-    redis.call('HINCRBY', KEYS[4], 'reserved', -held)
-    redis.call('HINCRBY', KEYS[5], 'reserved', -held)
+    if key[1] then redis.call('HINCRBY', KEYS[4], 'reserved', -held) end
+    if account[1] then redis.call('HINCRBY', KEYS[5], 'reserved', -held) end
   end
   redis.call('DEL', KEYS[2])
   redis.call('ZREM', KEYS[3], ARGV[1])
   -- Tokens per minute counted the estimate: give back what was not used (never past now).
-  local tpm = redis.call('HGET', KEYS[4], 'tpm')
+  local tpm = key[2]
   if not tpm or tpm == '' then tpm = ARGV[5] end
   if tpm ~= '' and tonumber(tpm) then
     local unused = tonumber(resv[2]) - tonumber(ARGV[3])
-    local tat = tonumber(redis.call('GET', KEYS[6]) or '0')
-    if unused ~= 0 and tat > 0 then
-      local now = tonumber(ARGV[4])
-      local newTat = tat - unused * (${WINDOW_MS} / tonumber(tpm))
-      if newTat < now then newTat = now end
-      redis.call('SET', KEYS[6], tostring(newTat), 'PX', ${WINDOW_MS} + 1000)
+    if unused ~= 0 then
+      local tat = tonumber(redis.call('GET', KEYS[6]) or '0')
+      if tat > 0 then
+        local now = tonumber(ARGV[4])
+        local newTat = tat - unused * (${WINDOW_MS} / tonumber(tpm))
+        if newTat < now then newTat = now end
+        redis.call('SET', KEYS[6], tostring(newTat), 'PX', ${WINDOW_MS} + 1000)
+      end
     end
   end
 end
 if actual > 0 then
-  redis.call('HINCRBY', KEYS[4], 'spent', actual)
-  if redis.call('HGET', KEYS[5], 'unlimited') ~= '1' then redis.call('HINCRBY', KEYS[5], 'balance', -actual) end
+  if key[1] then redis.call('HINCRBY', KEYS[4], 'spent', actual) end
+  if account[1] and account[2] ~= '1' then redis.call('HINCRBY', KEYS[5], 'balance', -actual) end
 end
 redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[6], '*', 'usage', ARGV[8])
-for i = 10, #ARGV, 2 do
-  if tonumber(ARGV[i + 1]) ~= 0 then
-    redis.call('HINCRBY', KEYS[8], ARGV[9] .. ARGV[i], ARGV[i + 1])
-    redis.call('HINCRBY', KEYS[9], ARGV[9] .. ARGV[i], ARGV[i + 1])
-  end
-end
-redis.call('EXPIRE', KEYS[8], 34560000)
-redis.call('EXPIRE', KEYS[9], 34560000)
 return {1, reserved}
 `;
 
@@ -169,7 +163,7 @@ interface BillingRedis extends Redis {
 const billing = (redis: Redis) =>
   withScripts<BillingRedis>(redis, {
     billingReserve: { keys: 7, lua: reserveScript },
-    billingSettle: { keys: 9, lua: settleScript },
+    billingSettle: { keys: 7, lua: settleScript },
     billingRelease: { keys: 3, lua: releaseScript },
   });
 
@@ -253,17 +247,15 @@ export interface UsageRecord {
 }
 
 export interface SettlePolicy {
-  /** Usage records older than this many days are trimmed. */
-  retentionDays: number;
-  /** At most this many usage records are kept. */
-  retentionRecords: number;
+  /** At most this many usage records wait in Redis for the record's writer (past it the oldest are dropped). */
+  bufferRecords: number;
   /** The tokens-per-minute limit of keys that set none (to give back an estimate's unused tokens). */
   defaultTpm?: number;
 }
 
 /**
- * Replaces the reservation by the actual cost and writes the usage record and
- * the day's totals, atomically and at most once per request id. Returns
+ * Replaces the reservation by the actual cost and appends the usage record
+ * for the record's writer, atomically and at most once per request id. Returns
  * whether this call settled it (false: it was settled before).
  */
 /**
@@ -279,16 +271,6 @@ export interface Settlement {
 }
 
 export async function settle(redis: Redis, usage: UsageRecord, policy: SettlePolicy, now = Date.now(), keepSettledMs = 86_400_000): Promise<Settlement> {
-  const metrics: Record<UsageMetric, number> = {
-    requests: 1,
-    input_tokens: usage.inputTokens,
-    cached_tokens: usage.cachedTokens,
-    output_tokens: usage.outputTokens,
-    images: usage.images,
-    audio_seconds: Math.round(usage.audioSeconds),
-    video_seconds: Math.round(usage.videoSeconds),
-    cost_micros: usage.costMicros,
-  };
   const record = {
     request_id: usage.requestId,
     key_id: usage.keyId,
@@ -314,18 +296,14 @@ export async function settle(redis: Redis, usage: UsageRecord, policy: SettlePol
     accountKey(usage.accountId),
     rateLimitKey(usage.keyId, 'tpm'),
     usageStreamKey,
-    usageDayKey(utcDay(now)),
-    usageDayKey(utcDay(now), usage.accountId),
     usage.requestId,
     usage.costMicros,
     usage.inputTokens + usage.outputTokens,
     now,
     policy.defaultTpm ?? '',
-    policy.retentionRecords,
+    policy.bufferRecords,
     Math.max(60, Math.ceil(keepSettledMs / 1000)),
     JSON.stringify(record),
-    `${usage.accountId}|${usage.keyId}|${usage.model}|`,
-    ...usageMetrics.flatMap((metric) => [metric, metrics[metric]]),
   );
   return { applied: Number(applied) === 1, reservedMicros: Number(reserved) >= 0 ? Number(reserved) : null };
 }
@@ -342,9 +320,4 @@ export async function releaseExpiredReservations(redis: Redis, graceMs: number, 
   let released = 0;
   for (const requestId of expired) if (await releaseReservation(redis, requestId)) released += 1;
   return released;
-}
-
-/** Trims usage records older than the retention (run now and then: trimming on every settlement would cost the hot path). */
-export async function trimUsage(redis: Redis, retentionDays: number, now = Date.now()): Promise<number> {
-  return redis.xtrim(usageStreamKey, 'MINID', '~', `${now - retentionDays * 86_400_000}-0`);
 }

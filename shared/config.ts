@@ -73,8 +73,13 @@ export interface Config {
   /** Rate limits of keys that set none; undefined = unlimited. */
   defaultKeyRpm: number | undefined;
   defaultKeyTpm: number | undefined;
+  /** The record (PostgreSQL); undefined: the embedded default under `dataDir`. */
+  databaseUrl: string | undefined;
+  /** Where the embedded record keeps its files. */
+  dataDir: string;
   usageRetentionDays: number;
-  usageRetentionRecords: number;
+  /** Settled usage records Redis holds at most while they wait to be written to the record. */
+  usageBufferRecords: number;
   console: ConsoleConfig;
   /** Where uploads and generated files are kept. */
   blobDir: string;
@@ -274,8 +279,10 @@ const fixed = {
   PRICING_MARKUP_PERCENT: setting(integer(0, 0, 1000), 'percent added to every price before it is charged'),
   DEFAULT_KEY_RPM: setting(optionalInteger(1, { kind: 'unset', note: 'unlimited' }), 'requests per minute of a key that sets no `rpm`'),
   DEFAULT_KEY_TPM: setting(optionalInteger(1, { kind: 'unset', note: 'unlimited' }), 'tokens per minute of a key that sets no `tpm`'),
-  USAGE_RETENTION_DAYS: setting(integer(1, 30, 400), 'days of per-request usage records kept (daily totals are kept 400 days)'),
-  USAGE_RETENTION_RECORDS: setting(integer(1000, 10_000_000), 'most per-request usage records kept, whatever their age'),
+  DATABASE_URL: setting(optionalText({ kind: 'unset', note: 'the embedded database under `DATA_DIR`' }), 'the record — accounts, keys, credits, ledger, usage — in PostgreSQL (`postgres://user:password@host:5432/db`); unset: an embedded PostgreSQL (PGlite) under `DATA_DIR`, for one machine'),
+  DATA_DIR: setting(text('.data'), 'where the embedded database keeps its files (`DATA_DIR/pg`) when `DATABASE_URL` is unset'),
+  USAGE_RETENTION_DAYS: setting(integer(1, 30, 3650), 'days of per-request usage rows kept in the record (older ones are deleted in small batches; daily totals stay)'),
+  USAGE_BUFFER_RECORDS: setting(integer(1000, 1_000_000, 100_000_000), 'settled usage records Redis holds at most while the record (PostgreSQL) is away; past it the oldest are dropped'),
   CONSOLE_SIGNUP: setting(choice(['off', 'open'], 'off', { ...switchAliases, on: 'open', true: 'open', '1': 'open', yes: 'open' }), '`open` (or any word for on) lets anyone create a `member` account in the console; `off`: accounts come from an admin'),
   SIGNUP_CREDIT_USD: setting(usdAmount(0, 1e6), 'starting balance of an account made by console sign-up'),
   CONSOLE_PUBLIC_PRICING: setting(flag(true), 'the console\'s pricing page readable without signing in'),
@@ -498,8 +505,10 @@ export function loadConfig(env: Env = process.env): Config {
     pricingMarkupPercent: values.PRICING_MARKUP_PERCENT,
     defaultKeyRpm: values.DEFAULT_KEY_RPM,
     defaultKeyTpm: values.DEFAULT_KEY_TPM,
+    databaseUrl: values.DATABASE_URL,
+    dataDir: values.DATA_DIR,
     usageRetentionDays: values.USAGE_RETENTION_DAYS,
-    usageRetentionRecords: values.USAGE_RETENTION_RECORDS,
+    usageBufferRecords: values.USAGE_BUFFER_RECORDS,
     console: {
       signup: values.CONSOLE_SIGNUP,
       signupCreditUsd: values.SIGNUP_CREDIT_USD,

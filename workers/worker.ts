@@ -20,7 +20,11 @@ import { setFetchPolicy } from './vendors/guarded-fetch.js';
 import { setVendorCallSettings } from './vendors/call-settings.js';
 import { BlobJanitor, deleteJobUploads } from './blob-janitor.js';
 import { endpoints } from '../shared/endpoints.js';
-import { releaseExpiredReservations, trimUsage } from '../shared/billing.js';
+import { releaseExpiredReservations } from '../shared/billing.js';
+import { openRecord } from '../storage/record/database.js';
+import { HotState } from '../storage/record/hot-state.js';
+import { ensureUsageGroup, UsageWriter } from '../storage/record/usage-writer.js';
+import { randomBytes } from 'node:crypto';
 import { settledKey } from '../shared/accounts.js';
 import { PriceList } from '../shared/pricing.js';
 import { meterJobs, meterStalls, startWorkerMetrics } from './metrics.js';
@@ -28,6 +32,8 @@ import { meterJobs, meterStalls, startWorkerMetrics } from './metrics.js';
 const reservationSweepMs = 10_000;
 const settledAfterCompletionMs = 60_000;
 const reservationGraceMs = 60_000;
+/** How often a worker checks that Redis still has the hot state loaded from the record. */
+const hotStateCheckMs = 5_000;
 
 /** Jobs in flight per fetch loop: past this, one loop's round trips, not the vendor, would limit a queue's throughput. */
 const jobsPerFetchLoop = 64;
@@ -90,6 +96,23 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   await subscriber.subscribe(cancelChannel, slotFreedChannel);
   limiter.listening();
 
+  // The record: Redis's hot state is loaded from it if Redis lost it, and settled usage is written to it from here.
+  if (!config.databaseUrl) throw new Error('the workers need the record: DATABASE_URL (bin/start.ts sets it to the embedded one when unset)');
+  const record = await openRecord(config.databaseUrl);
+  const hot = new HotState(redis, record, log);
+  await hot.ensure();
+  const stopHotWatch = hot.watch(hotStateCheckMs);
+  await ensureUsageGroup(redis);
+  const usageConnection = createRedis(config.redis, { connectionName: 'worker-usage' });
+  const usageWriter = new UsageWriter({
+    redis: usageConnection,
+    record,
+    log,
+    consumer: `worker-${randomBytes(6).toString('hex')}`,
+    retentionDays: config.usageRetentionDays,
+  });
+  usageWriter.start();
+
   const answered = new Set<string>();
   const catalog = loadCatalog(config.catalogFile);
   const router = new ChannelRouter(redis, catalog, log, config);
@@ -111,8 +134,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       redis,
       prices: PriceList.load(catalog, config),
       policy: {
-        retentionDays: config.usageRetentionDays,
-        retentionRecords: config.usageRetentionRecords,
+        bufferRecords: config.usageBufferRecords,
         ...(config.defaultKeyTpm ? { defaultTpm: config.defaultKeyTpm } : {}),
       },
       log,
@@ -193,13 +215,11 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   const janitor = new BlobJanitor({ redis, blobs, log, config });
   janitor.start();
   // Reservations of jobs lost with their api and worker are given back a minute after their deadline.
-  // Usage records past their retention are trimmed on the same beat.
   const reservationSweep = setInterval(() => {
     releaseExpiredReservations(redis, reservationGraceMs).then(
       (released) => released > 0 && log.info({ released }, 'released the reservations of lost jobs'),
       (error: unknown) => log.warn({ err: error }, 'could not release expired reservations'),
     );
-    trimUsage(redis, config.usageRetentionDays).catch((error: unknown) => log.warn({ err: error }, 'could not trim usage records'));
   }, reservationSweepMs);
   reservationSweep.unref();
 
@@ -210,6 +230,10 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       await Promise.allSettled(bullWorkers.map((w) => w.close()));
       await janitor.close();
       await Promise.allSettled([...releasing]);
+      // What settled until now is written before the process goes (else another worker's writer claims it later).
+      stopHotWatch();
+      await usageWriter.close();
+      await Promise.allSettled([usageConnection.quit(), record.destroy()]);
       router.stop();
       await Promise.allSettled([subscriber.quit(), redis.quit(), closeVendorAgent()] as Promise<unknown>[]);
     },

@@ -8,7 +8,7 @@ import { groupUsage, loadUsageDays, type UsageRow } from '../routes/admin-usage.
 
 /*
  * What the console's pricing and usage pages read. Usage is summed by the
- * same code as `GET /admin/usage` (groupUsage over the same per-day hashes),
+ * same code as `GET /admin/usage` (groupUsage over the record's day totals),
  * so the two agree to the micro-dollar.
  */
 
@@ -46,7 +46,7 @@ function daysOf(request: UsageRequest): string[] {
 /** One account's usage over the last 7, 30 or 90 UTC days: per day and model, per model, per key, and in total. */
 export async function usageReport(keyStore: KeyStore, account: Account, request: UsageRequest) {
   const days = daysOf(request);
-  const loaded = await loadUsageDays(keyStore.redis, days, account.id);
+  const loaded = await loadUsageDays(keyStore.record, days, account.id);
   const filter = { accountId: account.id, keyId: request.key_id, model: request.model };
   const names = new Map((await keyStore.list({ accountId: account.id })).map((key) => [key.id, key.name]));
   // Re-read: the balance shown is as of this report, not of the sign-in.

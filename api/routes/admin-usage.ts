@@ -1,12 +1,11 @@
-import type { Redis } from 'ioredis';
 import { z } from 'zod';
-import { usageDayKey, usageMetrics, utcDay, type UsageMetric } from '../../shared/accounts.js';
+import { usageMetrics, utcDay, type UsageMetric } from '../../shared/accounts.js';
+import type { RecordDb } from '../../storage/record/database.js';
 
 /*
- * `GET /admin/usage`: sums of the per-day aggregates settlement writes
- * (`usageDayKey(day)`, fields `<account>|<key>|<model>|<metric>`), filtered
- * and grouped as asked. Reading whole day hashes is cheap next to how rarely
- * an admin asks, and keeps settlement to one HINCRBY per metric.
+ * `GET /admin/usage`: sums of the record's day totals (`usage_daily`, one row
+ * per day, account, key and model, which the usage writer keeps in the same
+ * transaction as the usage rows), filtered and grouped as asked.
  */
 
 export const maxUsageDays = 400;
@@ -82,19 +81,22 @@ const zero = (): Totals => Object.fromEntries(usageMetrics.map((m) => [m, 0])) a
 /** The per-day aggregates of some days, as stored: one hash per day (empty for a day with no usage). */
 export type UsageDays = ReadonlyArray<{ day: string; fields: Record<string, string> }>;
 
-/** With an account, only its own totals are read: no scan of every account's. */
-export async function loadUsageDays(redis: Redis, days: readonly string[], accountId?: string): Promise<UsageDays> {
-  const pipeline = redis.pipeline();
-  for (const d of days) pipeline.hgetall(usageDayKey(d, accountId));
-  const results = (await pipeline.exec()) ?? [];
-  return results.map(([error, value], index) => {
-    if (error) throw error;
-    return { day: days[index]!, fields: (value ?? {}) as Record<string, string> };
-  });
+/** The day totals of some days from the record; with an account, only its own rows are read (its index leads with the account). */
+export async function loadUsageDays(record: RecordDb, days: readonly string[], accountId?: string): Promise<UsageDays> {
+  if (days.length === 0) return [];
+  let query = record.selectFrom('usage_daily').selectAll().where('day', '>=', days[0]!).where('day', '<=', days.at(-1)!);
+  if (accountId !== undefined) query = query.where('account_id', '=', accountId);
+  const byDay = new Map(days.map((d) => [d, {} as Record<string, string>]));
+  for (const row of await query.execute()) {
+    const fields = byDay.get(String(row.day));
+    if (!fields) continue;
+    for (const metric of usageMetrics) fields[`${row.account_id}|${row.key_id}|${row.model}|${metric}`] = String(row[metric]);
+  }
+  return days.map((day) => ({ day, fields: byDay.get(day)! }));
 }
 
-export async function readUsage(redis: Redis, query: UsageQuery): Promise<UsageRow[]> {
-  return groupUsage(await loadUsageDays(redis, query.days, query.accountId), query);
+export async function readUsage(record: RecordDb, query: UsageQuery): Promise<UsageRow[]> {
+  return groupUsage(await loadUsageDays(record, query.days, query.accountId), query);
 }
 
 /** Sums the loaded days as the query filters and groups them: integers throughout, USD only at the end. */

@@ -141,7 +141,7 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
 
   router.get('/usage', async (ctx) => {
     const query = parseStrict(usageQuerySchema, ctx.query);
-    ctx.body = { object: 'list', data: await readUsage(store.redis, query) };
+    ctx.body = { object: 'list', data: await readUsage(store.record, query) };
   });
 
   return router;

@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { AccountStore } from '../../api/account-store.js';
 import { createKey, freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
+import { testRecord } from '../support/record.js';
 
 /*
  * The queue dashboard in a real headless Chromium: an admin signed in to the
@@ -39,7 +40,7 @@ describe('queue dashboard in a real browser', () => {
     mkdirSync(shots, { recursive: true });
     const { url, redis } = await freshRedis(4);
     clientKey = (await createKey(redis)).key;
-    await new AccountStore(redis).create({ email: memberEmail, password: memberPassword, role: 'member' });
+    await new AccountStore(redis, await testRecord(redis)).create({ email: memberEmail, password: memberPassword, role: 'member' });
     redis.disconnect();
     gateway = await startGateway({ env: { REDIS_URL: url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword } });
     browser = await chromium.launch({

@@ -4,10 +4,11 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
-import { accountKey, apiKeyHashesKey, apiKeyRecordKey, defaultAccountId, usageDayKey, utcDay } from '../../shared/accounts.js';
+import { accountKey, apiKeyHashesKey, apiKeyRecordKey, defaultAccountId, utcDay } from '../../shared/accounts.js';
 import { hashSecret } from '../../api/key-store.js';
 import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
 import { adminClient, expectAdminError, type ErrorBody, type Json } from '../support/admin-client.js';
+import { testRecord } from '../support/record.js';
 
 const run = promisify(execFile);
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -214,9 +215,16 @@ describe('admin API: accounts, credits, keys and usage', () => {
   it('reports usage from the per-day aggregates, grouped and filtered', async () => {
     const today = utcDay(Date.now());
     const yesterday = utcDay(Date.now() - 86_400_000);
-    // As settlement writes them: the day's totals of every account, and the account's own.
-    const add = (day: string, field: string, value: number) =>
-      Promise.all([redis.hincrby(usageDayKey(day), field, value), redis.hincrby(usageDayKey(day, field.split('|')[0]), field, value)]);
+    // As the usage writer keeps them: a row per day, account, key and model in the record.
+    const record = await testRecord(redis);
+    const add = (day: string, field: string, value: number) => {
+      const [account, key, model, metric] = field.split('|') as [string, string, string, string];
+      return record
+        .insertInto('usage_daily')
+        .values({ day, account_id: account, key_id: key, model, [metric]: value } as never)
+        .onConflict((oc) => oc.columns(['account_id', 'day', 'key_id', 'model']).doUpdateSet({ [metric]: value } as never))
+        .execute();
+    };
     await add(yesterday, 'acct_u|key_1|mock-chat|requests', 3);
     await add(yesterday, 'acct_u|key_1|mock-chat|input_tokens', 30);
     await add(yesterday, 'acct_u|key_1|mock-chat|cost_micros', 1_250_000);

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { afterEach, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
-import { accountKey, apiKeyRecordKey, usageStreamKey } from '../../shared/accounts.js';
+import { accountKey, apiKeyRecordKey } from '../../shared/accounts.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { reserve } from '../../shared/billing.js';
 import { PriceList } from '../../shared/pricing.js';
@@ -10,6 +10,7 @@ import { KeyStore } from '../../api/key-store.js';
 import { Meter, settleJob } from '../../workers/settlement.js';
 import { startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { startPrivateRedis } from '../support/redis-server.js';
+import { testRecord, usageRows } from '../support/record.js';
 
 const model = 'gpt-4o-mini';
 const prices = new PriceList(loadCatalog().all());
@@ -31,15 +32,15 @@ describe('billing when processes and Redis fail', () => {
     // Some tests stop Redis on purpose: the reconnect attempts are expected.
     redis.on('error', () => undefined);
     clients.push(redis);
-    const store = new KeyStore(redis);
+    const store = new KeyStore(redis, await testRecord(redis));
     const account = await store.accounts.create({ email: 'payer@example.com', name: 'payer' });
     await store.accounts.credit(account.id, 5_000_000, 'test credit');
     const key = await store.create('payer', { accountId: account.id });
     return { redis, store, account: account.id, key };
   }
 
-  const records = async (redis: Redis) =>
-    (await redis.xrange(usageStreamKey, '-', '+')).map(([, fields]) => JSON.parse(fields[1]!) as Record<string, string | number>);
+  // The usage rows the record holds (the writer moves each settled record there from Redis).
+  const records = async (redis: Redis) => (await usageRows(redis)) as unknown as Array<Record<string, string | number>>;
   const field = async (redis: Redis, hash: string, name: string) => Number((await redis.hget(hash, name)) ?? 0);
 
   it('bills a job once when the worker running it is SIGKILLed and another finishes it', async () => {
@@ -121,7 +122,7 @@ describe('billing when processes and Redis fail', () => {
     const produced = new Meter();
     produced.usage = { prompt_tokens: 100, completion_tokens: 50, total_tokens: 150 };
     const settling = settleJob(
-      { redis: worker, prices, policy: { retentionDays: 30, retentionRecords: 1000 }, log: pino({ level: 'silent' }) },
+      { redis: worker, prices, policy: { bufferRecords: 1000 }, log: pino({ level: 'silent' }) },
       { requestId, replyTo: 'nobody', keyId: key.id, accountId: account, endpoint: 'chat.completions', model, stream: false, deadline: Date.now() + 60_000 },
       { endpoint: 'chat.completions', payload: { model, messages: [{ role: 'user', content: 'x' }] } },
       'mock',

@@ -2,12 +2,13 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
-import { accountKey, apiKeyRecordKey, settledKey, usageStreamKey } from '../../shared/accounts.js';
+import { accountKey, apiKeyRecordKey, settledKey } from '../../shared/accounts.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { PriceList } from '../../shared/pricing.js';
 import { countChatPromptTokensAsync } from '../../shared/tokens.js';
 import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
 import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { waitForUsage } from '../support/record.js';
 
 // Offline the mock serves gpt-4o-mini at gpt-4o-mini's prices: real money, no vendor.
 const model = 'gpt-4o-mini';
@@ -90,8 +91,7 @@ describe('billing through the gateway', () => {
     assert.equal(await field(apiKeyRecordKey(id), 'reserved'), 0);
     assert.equal(await field(accountKey(account), 'reserved'), 0);
     assert.equal(await field(accountKey(account), 'balance'), 1_000_000 - expected);
-    const records = await redis.xrange(usageStreamKey, '-', '+');
-    const record = records.map(([, fields]) => JSON.parse(fields[1]!) as Record<string, unknown>).find((r) => r.key_id === id)!;
+    const record = await waitForUsage(redis, (r) => r.key_id === id);
     assert.equal(record.cost_micros, expected);
     assert.equal(record.status, 'completed');
     assert.equal(record.input_tokens, completion.usage!.prompt_tokens);
@@ -182,9 +182,7 @@ describe('billing through the gateway', () => {
     controller.abort();
     const requestId = stream.headers.get('x-request-id')!;
     await waitFor(async () => (await redis.exists(settledKey(requestId))) === 1, 10_000, 'the cancelled stream to be settled');
-    const record = (await redis.xrange(usageStreamKey, '-', '+'))
-      .map(([, fields]) => JSON.parse(fields[1]!) as Record<string, number | string>)
-      .find((r) => r.request_id === requestId)!;
+    const record = await waitForUsage(redis, (r) => r.request_id === requestId);
     assert.equal(record.status, 'cancelled');
     assert.ok(Number(record.output_tokens) >= 3, `output tokens counted: ${record.output_tokens}`);
     assert.ok(Number(record.cost_micros) > 0);

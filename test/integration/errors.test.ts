@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { createKey, freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
+import { testRecord } from '../support/record.js';
 
 interface ErrorBody {
   error: { message: string; type: string; param: string | null; code: string | null };
@@ -130,7 +131,7 @@ describe('bad input', () => {
     const client = gateway.client(doomed.key);
     await client.models.list();
     const { KeyStore } = await import('../../api/key-store.js');
-    assert.equal(await new KeyStore(redis).revoke(doomed.id), true);
+    assert.equal(await new KeyStore(redis, await testRecord(redis)).revoke(doomed.id), true);
     // Refused within a second: the revocation reaches every api over pub/sub.
     const until = Date.now() + 1000;
     let refused: unknown;

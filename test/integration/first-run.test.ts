@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
 import { AccountStore } from '../../api/account-store.js';
 import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
+import { recordUrlFor, testRecord } from '../support/record.js';
 
 /*
  * What a newcomer and an operator meet in their first hour, following the
@@ -20,8 +21,11 @@ const root = fileURLToPath(new URL('../..', import.meta.url));
 const adminEmail = 'first-hour@example.com';
 const metricsToken = 'first-run-metrics-token';
 
-const cli = (script: 'keys' | 'accounts', args: string[], env: Record<string, string | undefined>) =>
-  run(process.execPath, ['--import', 'tsx', `bin/${script}.ts`, ...args], { cwd: root, env: { ...process.env, ...env } });
+const cli = async (script: 'keys' | 'accounts', args: string[], env: Record<string, string | undefined>) =>
+  run(process.execPath, ['--import', 'tsx', `bin/${script}.ts`, ...args], {
+    cwd: root,
+    env: { ...process.env, DATABASE_URL: await recordUrlFor(env.REDIS_URL ?? 'redis://127.0.0.1:6379/0'), ...env },
+  });
 
 describe('the first hour', () => {
   let redis: Redis;
@@ -88,7 +92,7 @@ describe('the first hour', () => {
   });
 
   it('npm run keys says which account a key belongs to, and --account takes an id or an email', async () => {
-    const accounts = new AccountStore(redis);
+    const accounts = new AccountStore(redis, await testRecord(redis));
     const owner = await accounts.create({ email: 'cli-owner@example.com', name: 'CLI owner' });
     const byEmail = await cli('keys', ['create', '--name', 'by email', '--account', 'cli-owner@example.com'], { REDIS_URL: url });
     assert.match(byEmail.stderr, new RegExp(`in account ${owner.id} \\("CLI owner", balance 0 USD\\)`));

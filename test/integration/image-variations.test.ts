@@ -3,13 +3,14 @@ import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
 import OpenAI, { toFile } from 'openai';
 import { PNG } from 'pngjs';
-import { accountKey, apiKeyRecordKey, usageStreamKey } from '../../shared/accounts.js';
+import { accountKey, apiKeyRecordKey } from '../../shared/accounts.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { PriceList } from '../../shared/pricing.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { createFakeOpenAIImages, readFakeMultipart } from '../support/fake-openai-images.js';
 import { assertMatchesSchema } from '../support/openapi-schemas.js';
-import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { createKey, freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
+import { waitForUsage } from '../support/record.js';
 
 /*
  * POST /v1/images/variations: one square PNG in, n images of a size out,
@@ -36,15 +37,7 @@ function expectBadRequest(error: unknown, param: string): void {
 
 /** A request's usage record, once its worker has settled it. */
 async function usageOf(redis: Redis, requestId: string): Promise<{ cost_micros: number; images: number }> {
-  let record: { cost_micros: number; images: number } | undefined;
-  await waitFor(async () => {
-    for (const [, fields] of await redis.xrange(usageStreamKey, '-', '+')) {
-      const parsed = JSON.parse(fields[1]!) as { request_id: string; cost_micros: number; images: number };
-      if (parsed.request_id === requestId) record = parsed;
-    }
-    return record !== undefined;
-  }, 5000, `the usage record of ${requestId}`);
-  return record!;
+  return waitForUsage(redis, (r) => r.request_id === requestId, 5000);
 }
 
 describe('image variations', () => {

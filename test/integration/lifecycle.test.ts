@@ -7,6 +7,7 @@ import type { Redis } from 'ioredis';
 import { hashSecret, KeyStore } from '../../api/key-store.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { recordUrlFor, testRecord } from '../support/record.js';
 
 const run = promisify(execFile);
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -76,11 +77,11 @@ describe('npm run keys', () => {
   it('creates, lists and revokes keys in the Redis the gateway uses', async () => {
     const { url, redis } = await freshRedis(9);
     try {
-      const env = { ...process.env, REDIS_URL: url };
+      const env = { ...process.env, REDIS_URL: url, DATABASE_URL: await recordUrlFor(url) };
       const created = await run(process.execPath, ['--import', 'tsx', 'bin/keys.ts', 'create', '--name', 'cli test'], { cwd: root, env });
       const key = created.stdout.trim();
       assert.match(key, /^sy-[\w-]{40,}$/);
-      const store = new KeyStore(redis);
+      const store = new KeyStore(redis, await testRecord(redis));
       const id = await store.lookup(hashSecret(key));
       assert.ok(id);
       const listed = await run(process.execPath, ['--import', 'tsx', 'bin/keys.ts', 'list'], { cwd: root, env });

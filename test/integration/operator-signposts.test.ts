@@ -12,6 +12,7 @@ import { AccountStore } from '../../api/account-store.js';
 import { KeyStore } from '../../api/key-store.js';
 import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { freePort, startPrivateRedis } from '../support/redis-server.js';
+import { recordUrlFor, testRecord } from '../support/record.js';
 
 /*
  * What an operator meets past the first page of the README: where the
@@ -24,10 +25,12 @@ const root = fileURLToPath(new URL('../..', import.meta.url));
 
 /** Runs a `bin/` script as `npm start` / `npm run keys` do (through tsx), in an environment holding only `env`. */
 async function runScript(args: string[], env: Record<string, string>): Promise<{ code: number | null; output: string; ms: number }> {
+  // The record that goes with the Redis named (never the embedded one under the checkout's .data).
+  const record = env.DATABASE_URL ?? (await recordUrlFor(env.REDIS_URL ?? 'redis://127.0.0.1:6379/0'));
   const started = Date.now();
   const proc = spawn(process.execPath, ['--import', 'tsx', ...args], {
     cwd: root,
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', PORT: '0', ...env },
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', PORT: '0', DATABASE_URL: record, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
@@ -173,8 +176,8 @@ describe('npm run keys and npm run accounts: mistakes and accounts', () => {
   });
 
   it('--account names an existing account by id or email, or is refused and no key is made', async () => {
-    const keys = new KeyStore(redis);
-    const owner = await new AccountStore(redis).create({ email: 'signpost-owner@example.com', name: 'Signpost owner' });
+    const keys = new KeyStore(redis, await testRecord(redis));
+    const owner = await new AccountStore(redis, await testRecord(redis)).create({ email: 'signpost-owner@example.com', name: 'Signpost owner' });
     const byId = await runScript(['bin/keys.ts', 'create', '--name', 'by id', '--account', owner.id], { REDIS_URL: url });
     assert.equal(byId.code, 0, byId.output);
     assert.match(byId.output, new RegExp(`in account ${owner.id} \\("Signpost owner", balance 0 USD\\)`));

@@ -9,6 +9,8 @@ import { shardQueueName } from '../../shared/queues.js';
 import { startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { assertEveryRequestEnded, assertMoneyAddsUp, loadThrough, outcome, paidKey, paidModel, reservationPattern, tally } from '../support/failover-load.js';
 import { clusterSupport, reasonToSkip, startRedisCluster, type RedisClusterHarness } from '../support/redis-cluster.js';
+import { freshDatabase } from '../support/record.js';
+import { openRecord } from '../../storage/record/database.js';
 
 const skip = reasonToSkip(clusterSupport());
 const adminToken = 'cluster-admin-token-0123456789';
@@ -26,9 +28,10 @@ describe('the gateway on a Redis Cluster', { skip, timeout: 240_000 }, () => {
     cluster = await startRedisCluster({ primaries: 3, replicasPerPrimary: 1 });
     redis = new Cluster(cluster.startupNodes, { redisOptions: { maxRetriesPerRequest: 3 }, retryDelayOnFailover: 200 }) as unknown as Redis;
     redis.on('error', () => undefined);
-    keys = new KeyStore(redis);
+    const databaseUrl = await freshDatabase('cluster');
+    keys = new KeyStore(redis, await openRecord(databaseUrl));
     apiKey = (await keys.create('cluster')).key;
-    const env = { ...cluster.env, QUEUE_SHARDS_CHAT: '2', MOCK_STREAM_DELAY_MS: '5', STREAM_RESUME_GRACE_MS: '0', ADMIN_TOKEN: adminToken };
+    const env = { ...cluster.env, DATABASE_URL: databaseUrl, QUEUE_SHARDS_CHAT: '2', MOCK_STREAM_DELAY_MS: '5', STREAM_RESUME_GRACE_MS: '0', ADMIN_TOKEN: adminToken };
     [api, worker] = await Promise.all([startGateway({ role: 'api', env }), startGateway({ role: 'worker', env })]);
   });
 

@@ -7,6 +7,7 @@ import { KeyStore, hashSecret } from '../../api/key-store.js';
 import { AccountStore } from '../../api/account-store.js';
 import { reserve } from '../../shared/billing.js';
 import { freshRedis, waitFor } from '../support/gateway.js';
+import { testRecord } from '../support/record.js';
 
 /*
  * The protocol every connection speaks (RESP3, ioredis 6's default, kept
@@ -50,8 +51,8 @@ describe('the Redis protocol', () => {
   });
 
   it("reads a script's false and nil as null, never as 0 or false, so an unknown key is not a disabled one", async () => {
-    const keys = new KeyStore(redis);
-    const accounts = new AccountStore(redis);
+    const keys = new KeyStore(redis, await testRecord(redis));
+    const accounts = new AccountStore(redis, await testRecord(redis));
     // The key access script answers false for an unknown key and 0 for a key of a disabled account.
     assert.equal(await keys.access(hashSecret('sk-no-such-key')), undefined);
     const account = await accounts.create({ email: 'resp@protocol.test', role: 'member' });

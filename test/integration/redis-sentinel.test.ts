@@ -7,6 +7,8 @@ import { startGateway, waitFor, type GatewayProcess } from '../support/gateway.j
 import { reasonToSkip } from '../support/redis-cluster.js';
 import { sentinelSupport, startRedisSentinel, type RedisSentinelHarness } from '../support/redis-sentinel.js';
 import { assertEveryRequestEnded, assertMoneyAddsUp, loadThrough, outcome, paidKey, paidModel, reservationPattern, tally } from '../support/failover-load.js';
+import { freshDatabase } from '../support/record.js';
+import { openRecord } from '../../storage/record/database.js';
 
 const skip = reasonToSkip(sentinelSupport());
 
@@ -22,8 +24,9 @@ describe('the gateway on Redis Sentinel', { skip, timeout: 180_000 }, () => {
     sentinel = await startRedisSentinel({ sentinels: 3 });
     redis = new Redis({ sentinels: sentinel.sentinelNodes, name: sentinel.name, maxRetriesPerRequest: 3, reconnectOnError: (error) => (/READONLY/.test(error.message) ? 2 : false) });
     redis.on('error', () => undefined);
-    keys = new KeyStore(redis);
-    const env = { ...sentinel.env, MOCK_STREAM_DELAY_MS: '5', STREAM_RESUME_GRACE_MS: '0' };
+    const databaseUrl = await freshDatabase('sentinel');
+    keys = new KeyStore(redis, await openRecord(databaseUrl));
+    const env = { ...sentinel.env, DATABASE_URL: databaseUrl, MOCK_STREAM_DELAY_MS: '5', STREAM_RESUME_GRACE_MS: '0' };
     [api, worker] = await Promise.all([startGateway({ role: 'api', env }), startGateway({ role: 'worker', env })]);
   });
 

@@ -8,12 +8,13 @@ import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateText, jsonSchema, stepCountIs, streamText, tool } from 'ai';
-import { accountKey, apiKeyRecordKey, settledKey, usageStreamKey } from '../../shared/accounts.js';
+import { accountKey, apiKeyRecordKey, settledKey } from '../../shared/accounts.js';
 import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { startFakeAnthropic, FAKE_ANTHROPIC_TEXT, type FakeAnthropic } from '../support/fake-anthropic.js';
 import { startFakeGemini, type FakeGemini } from '../support/fake-gemini.js';
 import { FAKE_TOOL_ARGUMENTS } from '../support/fake-openai-defaults.js';
+import { waitForUsage } from '../support/record.js';
 
 /** One SSE frame of a Responses stream, as sent. */
 interface Frame {
@@ -387,9 +388,7 @@ describe('the Responses API against strict vendor fakes', () => {
     // Settled once, as cancelled, for what the vendor produced before the abort.
     await waitFor(async () => (await redis.exists(settledKey(queued.id))) === 1, 5000, 'the cancelled response to be settled');
     assert.ok(Date.now() - asked < 2000, 'the vendor call stopped and was settled within the cancel');
-    const record = (await redis.xrange(usageStreamKey, '-', '+'))
-      .map(([, fields]) => JSON.parse(fields[1]!) as Record<string, number | string>)
-      .find((r) => r.request_id === queued.id)!;
+    const record = await waitForUsage(redis, (r) => r.request_id === queued.id);
     assert.equal(record.status, 'cancelled');
     assert.ok(Number(record.output_tokens) > 0, `output tokens counted: ${record.output_tokens}`);
     // Cancelling it again changes nothing; a response that did not run in the background cannot be cancelled.

@@ -1,8 +1,8 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
-import { usageStreamKey } from '../../shared/accounts.js';
 import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { waitForUsage } from '../support/record.js';
 
 /*
  * Closing a stream is how every OpenAI-compatible client stops a generation
@@ -55,15 +55,7 @@ describe('a stream whose client leaves', () => {
   const cancelledLine = (requestId: string) => gateway.logs.find((line) => line.includes(requestId) && line.includes('request cancelled'));
 
   async function usageOf(requestId: string): Promise<{ output_tokens: number; status: string }> {
-    let found: { output_tokens: number; status: string } | undefined;
-    await waitFor(async () => {
-      for (const [, fields] of await redis.xrange(usageStreamKey, '-', '+')) {
-        const record = JSON.parse(fields[1]!) as { request_id: string; output_tokens: number; status: string };
-        if (record.request_id === requestId) found = record;
-      }
-      return found !== undefined;
-    }, 5000, `the usage record of ${requestId}`);
-    return found!;
+    return waitForUsage(redis, (r) => r.request_id === requestId, 5000);
   }
 
   it('is cancelled at once by default and billed only for what was produced', async () => {

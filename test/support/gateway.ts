@@ -6,6 +6,7 @@ import OpenAI from 'openai';
 import { KeyStore } from '../../api/key-store.js';
 import { onProcessEnd } from './process-end.js';
 import { processPrivateRedis, redisServerInstalled } from './redis-server.js';
+import { recordUrlFor, resetRecordFor, testRecord } from './record.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -65,11 +66,18 @@ export async function freshRedis(db: number): Promise<{ url: string; redis: Redi
   const url = `${await testRedisServer()}/${db}`;
   const redis = new Redis(url, { maxRetriesPerRequest: 3 });
   await redis.flushdb();
+  // Its record (PostgreSQL) starts empty too.
+  await resetRecordFor(url);
   return { url, redis };
 }
 
+/** A key store on a test Redis database and the record that goes with it. */
+export async function testKeyStore(redis: Redis): Promise<KeyStore> {
+  return new KeyStore(redis, await testRecord(redis));
+}
+
 export async function createKey(redis: Redis, name = 'test'): Promise<{ id: string; key: string }> {
-  const created = await new KeyStore(redis).create(name);
+  const created = await (await testKeyStore(redis)).create(name);
   return { id: created.id, key: created.key };
 }
 
@@ -97,6 +105,10 @@ export async function startGateway(options: {
   env: Record<string, string>;
 }): Promise<GatewayProcess> {
   const role = options.role ?? 'all';
+  // The record that goes with the gateway's Redis, unless the test names one; DATABASE_URL='' asks for the embedded default.
+  const env = { ...options.env };
+  if (env.DATABASE_URL === '') delete env.DATABASE_URL;
+  else env.DATABASE_URL ??= await recordUrlFor(env.REDIS_CLUSTER_NODES ? `redis://${env.REDIS_CLUSTER_NODES}` : (env.REDIS_URL ?? 'redis://127.0.0.1:6379/0'));
   const proc = spawn(process.execPath, ['--import', 'tsx', 'bin/start.ts', `--role=${role}`], {
     cwd: root,
     env: {
@@ -106,7 +118,7 @@ export async function startGateway(options: {
       HOST: '127.0.0.1',
       LOG_LEVEL: 'info',
       MOCK_STREAM_DELAY_MS: '5',
-      ...options.env,
+      ...env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -10,7 +10,7 @@ import { freshRedis } from '../support/gateway.js';
 
 let redis: Redis;
 let url: string;
-const policy = { retentionDays: 30, retentionRecords: 1000 };
+const policy = { bufferRecords: 1000 };
 
 before(async () => {
   ({ redis, url } = await freshRedis(11));
@@ -78,10 +78,12 @@ describe('billing: reserve and settle', () => {
     assert.equal(await redis.exists(reservationKey('r1')), 0);
     assert.equal(await redis.zcard(reservationDeadlinesKey), 0);
     assert.equal(await redis.xlen(usageStreamKey), 1);
-    const day = await redis.hgetall(usageDayKey(utcDay(Date.now())));
-    assert.equal(day['a1|k1|gpt-4o-mini|cost_micros'], '123456');
-    assert.equal(day['a1|k1|gpt-4o-mini|requests'], '1');
-    assert.deepEqual(await redis.hgetall(usageDayKey(utcDay(Date.now()), 'a1')), day, "the account's own day totals, in the same script");
+    const [[, fields]] = (await redis.xrange(usageStreamKey, '-', '+')) as [[string, string[]]];
+    const written = JSON.parse(fields[1]!) as Record<string, unknown>;
+    assert.equal(written.cost_micros, 123_456);
+    assert.equal(written.request_id, 'r1');
+    assert.equal(written.account_id, 'a1');
+    assert.equal(await redis.exists(usageDayKey(utcDay(Date.now()))), 0, 'day totals are summed in the record, not in Redis');
   });
 
   it('settles and releases a free model (a reservation of 0 micros) like any other', async () => {
@@ -89,7 +91,8 @@ describe('billing: reserve and settle', () => {
     await key('k1');
     assert.equal((await reserve(redis, resv('free1', 0), {})).ok, true);
     assert.equal((await settle(redis, usage('free1', 0, { model: 'mock-chat' }), policy)).applied, true);
-    assert.equal((await redis.hgetall(usageDayKey(utcDay(Date.now()))))['a1|k1|mock-chat|requests'], '1');
+    const [[, fields]] = (await redis.xrange(usageStreamKey, '-', '+')) as [[string, string[]]];
+    assert.equal((JSON.parse(fields[1]!) as { model: string }).model, 'mock-chat');
     assert.equal((await reserve(redis, resv('free2', 0), {})).ok, true);
     assert.equal(await releaseReservation(redis, 'free2'), true);
     assert.equal(await numberField(accountKey('a1'), 'reserved'), 0);

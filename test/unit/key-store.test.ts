@@ -10,7 +10,6 @@ import {
   apiKeyIdsKey,
   apiKeyRecordKey,
   defaultAccountId,
-  usageDayKey,
 } from '../../shared/accounts.js';
 import { reserve } from '../../shared/billing.js';
 import { GatewayError } from '../../shared/errors.js';
@@ -18,6 +17,7 @@ import { hashPassword, usdToMicros, verifyPassword } from '../../api/account-sto
 import { hashSecret, KeyCache, KeyStore } from '../../api/key-store.js';
 import { readUsage, usageQuerySchema } from '../../api/routes/admin-usage.js';
 import { freshRedis } from '../support/gateway.js';
+import { emptyRecord, testRecord } from '../support/record.js';
 
 // Against a real Redis: the store is Lua scripts whose point is to hold together under races.
 let redis: Redis;
@@ -25,10 +25,13 @@ let store: KeyStore;
 
 before(async () => {
   redis = (await freshRedis(12)).redis;
-  store = new KeyStore(redis);
+  store = new KeyStore(redis, await testRecord(redis));
 });
 after(() => redis.disconnect());
-beforeEach(() => redis.flushdb());
+beforeEach(async () => {
+  await redis.flushdb();
+  await emptyRecord(store.record);
+});
 
 const isError = (status: number, code: string) => (error: unknown) => error instanceof GatewayError && error.status === status && error.code === code;
 
@@ -244,18 +247,20 @@ describe('usage aggregates', () => {
   it('groups and filters the per-day totals', async () => {
     const day1 = '2025-03-01';
     const day2 = '2025-03-02';
-    // As settlement writes them: the day's totals of every account, and the account's own.
+    // As the usage writer keeps them: one row per day, account, key and model in the record.
+    const record = await testRecord(redis);
     const add = (day: string, account: string, key: string, model: string, metric: string, value: number) =>
-      Promise.all([
-        redis.hincrby(usageDayKey(day), `${account}|${key}|${model}|${metric}`, value),
-        redis.hincrby(usageDayKey(day, account), `${account}|${key}|${model}|${metric}`, value),
-      ]);
+      record
+        .insertInto('usage_daily')
+        .values({ day, account_id: account, key_id: key, model, [metric]: value } as never)
+        .onConflict((oc) => oc.columns(['account_id', 'day', 'key_id', 'model']).doUpdateSet({ [metric]: value } as never))
+        .execute();
     await add(day1, 'acct_a', 'key_1', 'gpt|x', 'requests', 2);
     await add(day1, 'acct_a', 'key_1', 'gpt|x', 'cost_micros', 1500);
     await add(day2, 'acct_a', 'key_2', 'claude', 'requests', 1);
     await add(day2, 'acct_a', 'key_2', 'claude', 'input_tokens', 40);
     await add(day2, 'acct_b', 'key_3', 'claude', 'requests', 5);
-    const query = (q: Record<string, string>) => readUsage(redis, usageQuerySchema.parse({ from: day1, to: day2, ...q }));
+    const query = (q: Record<string, string>) => readUsage(record, usageQuerySchema.parse({ from: day1, to: day2, ...q }));
 
     assert.deepEqual(
       (await query({ group_by: 'model' })).map((r) => [r.model, r.requests, r.cost_usd]),

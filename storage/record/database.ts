@@ -1,0 +1,175 @@
+import { Kysely, PostgresDialect, sql, type Generated } from 'kysely';
+import pg from 'pg';
+import { migrateRecord } from './migrations.js';
+
+/**
+ * The record: accounts, keys (hashed secrets only), credits and the ledger,
+ * and one usage row per finished request, in PostgreSQL. Every process reads
+ * and writes it over the PostgreSQL wire through `pg` — a server named by
+ * `DATABASE_URL`, or the embedded default (`embedded.ts`) that `npm start`
+ * serves on a socket under `DATA_DIR` — so there is one driver and one SQL
+ * dialect. Money is integer micro-dollars (`bigint`), read back as numbers
+ * (exact below 2^53 micro-dollars, 9 billion USD).
+ */
+
+export interface AccountsTable {
+  id: string;
+  email: string;
+  name: string;
+  role: string;
+  created: number;
+  password: string;
+  unlimited: boolean;
+  disabled: boolean;
+  deleted: boolean;
+  /** Sum of the ledger. */
+  credits_micros: number;
+  /** Sum of the cost of the usage rows written (balance = credits − settled). */
+  settled_micros: number;
+  playground_key: string | null;
+}
+
+export interface ApiKeysTable {
+  id: string;
+  account_id: string;
+  name: string;
+  created: number;
+  hash: string;
+  hint: string;
+  limit_micros: number | null;
+  rpm: number | null;
+  tpm: number | null;
+  models: string | null;
+  expires: number | null;
+  /** Sum of the cost of the key's usage rows written. */
+  spent_micros: number;
+  /** Unix seconds; null while the key works. */
+  revoked: number | null;
+}
+
+export interface LedgerTable {
+  id: Generated<string>;
+  account_id: string;
+  amount_micros: number;
+  /** The account's hot balance right after the entry, as admission saw it. */
+  balance_micros: number | null;
+  note: string;
+  time: number;
+}
+
+export interface UsageTable {
+  request_id: string;
+  account_id: string;
+  key_id: string;
+  model: string;
+  vendor: string;
+  input_tokens: number;
+  cached_tokens: number;
+  output_tokens: number;
+  images: number;
+  audio_seconds: number;
+  video_seconds: number;
+  cost_micros: number;
+  status: string;
+  created: number;
+  duration_ms: number;
+}
+
+export interface UsageDailyTable {
+  day: string;
+  account_id: string;
+  key_id: string;
+  model: string;
+  requests: number;
+  input_tokens: number;
+  cached_tokens: number;
+  output_tokens: number;
+  images: number;
+  audio_seconds: number;
+  video_seconds: number;
+  cost_micros: number;
+}
+
+export interface RecordMetaTable {
+  name: string;
+  value: string;
+}
+
+export interface RecordTables {
+  accounts: AccountsTable;
+  api_keys: ApiKeysTable;
+  ledger: LedgerTable;
+  usage: UsageTable;
+  usage_daily: UsageDailyTable;
+  record_meta: RecordMetaTable;
+}
+
+export type RecordDb = Kysely<RecordTables>;
+
+// int8 and numeric as numbers (micro-dollars and token counts stay far below 2^53); `date` as its text.
+const int8 = 20;
+const numeric = 1700;
+const date = 1082;
+const types = {
+  getTypeParser(oid: number, format?: 'text' | 'binary') {
+    if (oid === int8 || oid === numeric) return (text: string) => Number(text);
+    if (oid === date) return (text: string) => text;
+    return pg.types.getTypeParser(oid, format);
+  },
+};
+
+export interface OpenRecordOptions {
+  /** Connections this process keeps at most. */
+  max?: number;
+  /** Run the migrations before returning (each process may: they take a lock and skip what is done). */
+  migrate?: boolean;
+}
+
+/** Opens the record at a `postgres://` URL (a server, or the embedded default's socket). */
+export async function openRecord(url: string, options: OpenRecordOptions = {}): Promise<RecordDb> {
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: options.max ?? 8,
+    types,
+    connectionTimeoutMillis: 10_000,
+    idleTimeoutMillis: 30_000,
+    // A statement that hangs (a lock held elsewhere) fails instead of holding a request.
+    statement_timeout: 30_000,
+    application_name: 'switchyard',
+    // Idle connections do not keep a process alive that has nothing else to do (a CLI, a test).
+    allowExitOnIdle: true,
+  });
+  // An idle connection the server dropped (a restart) is an error on the pool, not a crash of the process.
+  pool.on('error', () => undefined);
+  const db = new Kysely<RecordTables>({ dialect: new PostgresDialect({ pool }) });
+  if (options.migrate !== false) {
+    try {
+      await migrateRecord(db as unknown as Kysely<unknown>);
+    } catch (error) {
+      await db.destroy().catch(() => undefined);
+      throw error;
+    }
+  }
+  return db;
+}
+
+/** True when the record answers a trivial query. */
+export async function recordReachable(db: RecordDb): Promise<boolean> {
+  try {
+    await sql`select 1`.execute(db);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** A URL with its password hidden, for logs. */
+export function redactDatabaseUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password) parsed.password = '***';
+    return parsed.toString();
+  } catch {
+    return 'postgres://…';
+  }
+}

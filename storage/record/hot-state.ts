@@ -1,0 +1,358 @@
+import { randomBytes } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import {
+  accountEmailsKey,
+  accountKey,
+  accountKeysKey,
+  accountsIndexKey,
+  apiKeyHashesKey,
+  apiKeyIdsKey,
+  apiKeyRecordKey,
+  defaultAccountId,
+  ledgerKey,
+  recordLoadedKey,
+  recordLoadingKey,
+  usageDayKey,
+  usageMetrics,
+  usageStreamKey,
+} from '../../shared/accounts.js';
+import type { Logger } from '../../shared/logger.js';
+import type { RecordDb, UsageTable } from './database.js';
+import { usageRow, writeUsage } from './usage-writer.js';
+
+/**
+ * Redis holds the hot state of accounts and keys (what admission reads in
+ * its one script); the record (PostgreSQL) holds the truth. A Redis that lost
+ * it (flushed, a new server, a failover that dropped writes) is loaded again
+ * from the record — at start, and on first use when `recordLoadedKey` is
+ * found missing: accounts and their balances (credits − settled usage),
+ * keys with their spend, revoked keys kept out. Fields Redis still has are
+ * kept (HSETNX): they are newer than the record's copy, which the usage
+ * writer brings up to date a moment later.
+ *
+ * A balance is exact as of the load: usage still waiting in the stream is
+ * subtracted by reading the stream and the record in one snapshot. What a
+ * flush takes is the reservations in flight and the usage records not yet
+ * written (README, "What faults cost").
+ */
+
+const lockMs = 120_000;
+const pipelineChunk = 1000;
+
+export class HotState {
+  private loading: Promise<void> | undefined;
+
+  constructor(
+    private readonly redis: Redis,
+    private readonly record: RecordDb,
+    private readonly log?: Logger,
+  ) {}
+
+  /** Loads the hot state when Redis lost it; cheap (one EXISTS) when it did not. Concurrent calls share one load. */
+  async ensure(): Promise<void> {
+    if ((await this.redis.exists(recordLoadedKey)) === 1) return;
+    this.loading ??= this.load().finally(() => (this.loading = undefined));
+    return this.loading;
+  }
+
+  /** True when Redis has not got the hot state (one EXISTS). */
+  async lost(): Promise<boolean> {
+    return (await this.redis.exists(recordLoadedKey)) === 0;
+  }
+
+  /** Checks every `intervalMs` (a Redis flushed under a running gateway is loaded again within it). */
+  watch(intervalMs: number): () => void {
+    const timer = setInterval(() => {
+      this.ensure().catch((error: unknown) => this.log?.warn({ err: error }, 'could not load the hot state from the record'));
+    }, intervalMs);
+    timer.unref();
+    return () => clearInterval(timer);
+  }
+
+  private async load(): Promise<void> {
+    const token = randomBytes(8).toString('hex');
+    const deadline = Date.now() + lockMs;
+    while ((await this.redis.set(recordLoadingKey, token, 'PX', lockMs, 'NX')) !== 'OK') {
+      // Another process loads it: wait for its mark.
+      if ((await this.redis.exists(recordLoadedKey)) === 1) return;
+      if (Date.now() > deadline) throw new Error('another process has been loading the hot state from the record for too long');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    try {
+      if ((await this.redis.exists(recordLoadedKey)) === 1) return;
+      const started = Date.now();
+      const imported = await importRedisOnce(this.redis, this.record);
+      const loaded = await loadHotState(this.redis, this.record);
+      await this.redis.set(recordLoadedKey, String(Date.now()));
+      this.log?.info({ ...loaded, ...(imported ? { imported } : {}), ms: Date.now() - started }, 'loaded accounts and keys from the record into Redis');
+    } finally {
+      await this.redis.eval("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0", 1, recordLoadingKey, token).catch(() => undefined);
+    }
+  }
+}
+
+/** The default account in the record (keys made without an account belong to it). */
+export async function ensureDefaultRecord(record: RecordDb): Promise<void> {
+  await record
+    .insertInto('accounts')
+    .values({
+      id: defaultAccountId,
+      email: '',
+      name: 'Default',
+      role: 'admin',
+      created: Math.floor(Date.now() / 1000),
+      password: '',
+      unlimited: true,
+      disabled: false,
+      deleted: false,
+      credits_micros: 0,
+      settled_micros: 0,
+      playground_key: null,
+    })
+    .onConflict((oc) => oc.column('id').doNothing())
+    .execute();
+}
+
+async function streamRows(redis: Redis): Promise<UsageTable[]> {
+  const rows: UsageTable[] = [];
+  let start = '-';
+  for (;;) {
+    const entries = await redis.xrange(usageStreamKey, start, '+', 'COUNT', 5000);
+    for (const [, fields] of entries) {
+      const row = usageRow(fields);
+      if (row) rows.push(row);
+    }
+    if (entries.length < 5000) return rows;
+    start = `(${entries.at(-1)![0]}`;
+  }
+}
+
+/** Writes the record's accounts and keys into Redis, keeping what Redis still holds. */
+export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ accounts: number; keys: number }> {
+  await ensureDefaultRecord(record);
+  const buffered = await streamRows(redis);
+  const { accounts, keys, revoked, pendingAccounts, pendingKeys } = await record
+    .transaction()
+    .setIsolationLevel('repeatable read')
+    .execute(async (tx) => {
+      const accounts = await tx.selectFrom('accounts').selectAll().where('deleted', '=', false).execute();
+      const keys = await tx
+        .selectFrom('api_keys')
+        .innerJoin('accounts', 'accounts.id', 'api_keys.account_id')
+        .selectAll('api_keys')
+        .where('api_keys.revoked', 'is', null)
+        .where('accounts.deleted', '=', false)
+        .execute();
+      const revoked = await tx.selectFrom('api_keys').select(['id', 'hash', 'account_id']).where('revoked', 'is not', null).execute();
+      // Usage settled in Redis but not yet in the record counts against the balance now.
+      const written = new Set<string>();
+      const ids = buffered.map((row) => row.request_id);
+      for (let i = 0; i < ids.length; i += 5000) {
+        const chunk = ids.slice(i, i + 5000);
+        for (const row of await tx.selectFrom('usage').select('request_id').where('request_id', 'in', chunk).execute()) written.add(row.request_id);
+      }
+      const pendingAccounts = new Map<string, number>();
+      const pendingKeys = new Map<string, number>();
+      for (const row of buffered) {
+        if (written.has(row.request_id)) continue;
+        pendingAccounts.set(row.account_id, (pendingAccounts.get(row.account_id) ?? 0) + row.cost_micros);
+        pendingKeys.set(row.key_id, (pendingKeys.get(row.key_id) ?? 0) + row.cost_micros);
+      }
+      return { accounts, keys, revoked, pendingAccounts, pendingKeys };
+    });
+
+  const commands: Array<(p: ReturnType<Redis['pipeline']>) => void> = [];
+  for (const a of accounts) {
+    const fields: Record<string, string> = {
+      id: a.id,
+      email: a.email,
+      name: a.name,
+      role: a.role,
+      created: String(a.created),
+      password: a.password,
+      unlimited: a.unlimited ? '1' : '0',
+      disabled: a.disabled ? '1' : '0',
+      balance: String(a.credits_micros - a.settled_micros - (pendingAccounts.get(a.id) ?? 0)),
+      reserved: '0',
+      ...(a.playground_key ? { playground_key: a.playground_key } : {}),
+    };
+    commands.push((p) => {
+      for (const [field, value] of Object.entries(fields)) p.hsetnx(accountKey(a.id), field, value);
+      p.zadd(accountsIndexKey, 'NX', a.created, a.id);
+      if (a.email) p.hsetnx(accountEmailsKey, a.email.toLowerCase(), a.id);
+    });
+  }
+  for (const k of keys) {
+    const fields: Record<string, string> = {
+      id: k.id,
+      name: k.name,
+      created: String(k.created),
+      hash: k.hash,
+      hint: k.hint,
+      account: k.account_id,
+      limit: k.limit_micros === null ? '' : String(k.limit_micros),
+      rpm: k.rpm === null ? '' : String(k.rpm),
+      tpm: k.tpm === null ? '' : String(k.tpm),
+      models: k.models ?? '',
+      expires: k.expires === null ? '' : String(k.expires),
+      spent: String(k.spent_micros + (pendingKeys.get(k.id) ?? 0)),
+      reserved: '0',
+    };
+    commands.push((p) => {
+      for (const [field, value] of Object.entries(fields)) p.hsetnx(apiKeyRecordKey(k.id), field, value);
+      p.hset(apiKeyHashesKey, k.hash, k.id);
+      p.sadd(apiKeyIdsKey, k.id);
+      p.sadd(accountKeysKey(k.account_id), k.id);
+    });
+  }
+  // A revoked key stays revoked, whatever a Redis restored from an old snapshot says.
+  for (const k of revoked) {
+    commands.push((p) => {
+      p.eval("if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then redis.call('HDEL', KEYS[1], ARGV[1]) end return 1", 1, apiKeyHashesKey, k.hash, k.id);
+      p.del(apiKeyRecordKey(k.id));
+      p.srem(apiKeyIdsKey, k.id);
+      p.srem(accountKeysKey(k.account_id), k.id);
+    });
+  }
+  for (let i = 0; i < commands.length; i += pipelineChunk) {
+    const pipeline = redis.pipeline();
+    for (const command of commands.slice(i, i + pipelineChunk)) command(pipeline);
+    for (const [error] of (await pipeline.exec()) ?? []) if (error) throw error;
+  }
+  return { accounts: accounts.length, keys: keys.length };
+}
+
+/**
+ * The upgrade from a gateway that kept everything in Redis: on the first
+ * start with a record, the accounts, keys, ledgers, usage records and day
+ * totals Redis holds are copied into it, once (marked in `record_meta`).
+ * An account already in the record is left as it is. Its credits are the
+ * sum of its ledger and its settled usage whatever makes the record's balance
+ * equal to the one Redis held, to the micro-dollar.
+ */
+export async function importRedisOnce(redis: Redis, record: RecordDb): Promise<{ accounts: number; keys: number; usage: number } | undefined> {
+  const done = await record.selectFrom('record_meta').select('value').where('name', '=', 'redis_import').executeTakeFirst();
+  if (done) return undefined;
+  await ensureDefaultRecord(record);
+  const accountIds = await redis.zrange(accountsIndexKey, '0', '-1');
+  const keyIds = await redis.smembers(apiKeyIdsKey);
+  let accounts = 0;
+  let keys = 0;
+  let usage = 0;
+  const accountRows: Array<Record<string, string>> = [];
+  for (const id of accountIds) {
+    const row = await redis.hgetall(accountKey(id));
+    if (row.id && row.deleted !== '1') accountRows.push(row);
+  }
+  const keyRows: Array<Record<string, string>> = [];
+  for (const id of keyIds) {
+    const row = await redis.hgetall(apiKeyRecordKey(id));
+    if (row.id && row.hash) keyRows.push(row);
+  }
+  await record.transaction().execute(async (tx) => {
+    for (const row of accountRows) {
+      const ledger = await redis.xrange(ledgerKey(row.id!), '-', '+');
+      const entries = ledger.map(([, fields]) => {
+        const f = new Map<string, string>();
+        for (let i = 0; i + 1 < fields.length; i += 2) f.set(fields[i]!, fields[i + 1]!);
+        return { amount: Number(f.get('amount') ?? 0), balance: Number(f.get('balance') ?? 0), note: f.get('note') ?? '', time: Number(f.get('time') ?? 0) };
+      });
+      const credits = entries.reduce((sum, e) => sum + e.amount, 0);
+      const unlimited = row.unlimited === '1';
+      const balance = Number(row.balance ?? 0);
+      const inserted = await tx
+        .insertInto('accounts')
+        .values({
+          id: row.id!,
+          email: row.email ?? '',
+          name: row.name ?? '',
+          role: row.role === 'admin' ? 'admin' : 'member',
+          created: Number(row.created) || Math.floor(Date.now() / 1000),
+          password: row.password ?? '',
+          unlimited,
+          disabled: row.disabled === '1',
+          deleted: false,
+          credits_micros: credits,
+          settled_micros: unlimited ? 0 : credits - balance,
+          playground_key: row.playground_key || null,
+        })
+        .onConflict((oc) => oc.column('id').doNothing())
+        .returning('id')
+        .execute();
+      if (inserted.length === 0) continue;
+      accounts += 1;
+      if (entries.length > 0) {
+        await tx
+          .insertInto('ledger')
+          .values(entries.map((e) => ({ account_id: row.id!, amount_micros: e.amount, balance_micros: e.balance, note: e.note, time: e.time })))
+          .execute();
+      }
+    }
+    const known = new Set((await tx.selectFrom('accounts').select('id').execute()).map((a) => a.id));
+    for (const row of keyRows) {
+      const account = row.account || defaultAccountId;
+      if (!known.has(account)) continue;
+      const optional = (text: string | undefined) => (text === undefined || text === '' ? null : Number(text));
+      const inserted = await tx
+        .insertInto('api_keys')
+        .values({
+          id: row.id!,
+          account_id: account,
+          name: row.name ?? '',
+          created: Number(row.created) || Math.floor(Date.now() / 1000),
+          hash: row.hash!,
+          hint: row.hint ?? '',
+          limit_micros: optional(row.limit),
+          rpm: optional(row.rpm),
+          tpm: optional(row.tpm),
+          models: row.models || null,
+          expires: optional(row.expires),
+          spent_micros: Number(row.spent ?? 0) || 0,
+          revoked: null,
+        })
+        .onConflict((oc) => oc.doNothing())
+        .returning('id')
+        .execute();
+      keys += inserted.length;
+    }
+    // Usage records as history: their cost is in the balances and spend above already, their sums in the day totals below.
+    usage = await writeUsage(tx, await streamRows(redis), false);
+    await importDayTotals(redis, tx as unknown as RecordDb);
+    await tx.insertInto('record_meta').values({ name: 'redis_import', value: JSON.stringify({ at: new Date().toISOString(), accounts, keys, usage }) }).execute();
+  });
+  return accounts + keys + usage > 0 ? { accounts, keys, usage } : undefined;
+}
+
+/** The gateway-wide day hashes (`usage-day:<day>`) into usage_daily, where the record has no totals for that day yet. */
+async function importDayTotals(redis: Redis, tx: RecordDb): Promise<void> {
+  const prefix = usageDayKey('');
+  const days = new Set<string>();
+  let cursor = '0';
+  do {
+    const [next, found] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+    cursor = next;
+    for (const key of found) {
+      const day = key.slice(prefix.length);
+      if (/^\d{4}-\d{2}-\d{2}$/.test(day)) days.add(day);
+    }
+  } while (cursor !== '0');
+  for (const day of days) {
+    const existing = await tx.selectFrom('usage_daily').select('day').where('day', '=', day).limit(1).execute();
+    if (existing.length > 0) continue;
+    const fields = await redis.hgetall(usageDayKey(day));
+    const groups = new Map<string, Record<string, number | string>>();
+    for (const [field, text] of Object.entries(fields)) {
+      const parts = field.split('|');
+      if (parts.length < 4) continue;
+      const metric = parts.at(-1)!;
+      if (!(usageMetrics as readonly string[]).includes(metric)) continue;
+      const [account, key] = parts as [string, string];
+      const model = parts.slice(2, -1).join('|');
+      const id = `${account}\u0000${key}\u0000${model}`;
+      let row = groups.get(id);
+      if (!row) groups.set(id, (row = { day, account_id: account, key_id: key, model, ...Object.fromEntries(usageMetrics.map((m) => [m, 0])) }));
+      row[metric] = Number(text) || 0;
+    }
+    if (groups.size > 0) await tx.insertInto('usage_daily').values([...groups.values()] as never).execute();
+  }
+}
