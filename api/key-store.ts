@@ -219,6 +219,7 @@ export class KeyStore {
         models: models === null ? null : JSON.stringify(models),
         expires: expiresAt,
         spent_micros: 0,
+        last_used: null,
         revoked: null,
       })
       .execute();

@@ -43,6 +43,8 @@ export interface ApiKeysTable {
   expires: number | null;
   /** Sum of the cost of the key's usage rows written. */
   spent_micros: number;
+  /** Unix seconds of its newest usage row written. */
+  last_used: number | null;
   /** Unix seconds; null while the key works. */
   revoked: number | null;
 }

@@ -113,14 +113,15 @@ export async function ensureDefaultRecord(record: RecordDb): Promise<void> {
     .execute();
 }
 
-async function streamRows(redis: Redis): Promise<UsageTable[]> {
+async function streamRows(redis: Redis, ids: string[] = []): Promise<UsageTable[]> {
   const rows: UsageTable[] = [];
   let start = '-';
   for (;;) {
     const entries = await redis.xrange(usageStreamKey, start, '+', 'COUNT', 5000);
-    for (const [, fields] of entries) {
+    for (const [id, fields] of entries) {
       const row = usageRow(fields);
       if (row) rows.push(row);
+      ids.push(id);
     }
     if (entries.length < 5000) return rows;
     start = `(${entries.at(-1)![0]}`;
@@ -197,6 +198,7 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
       expires: k.expires === null ? '' : String(k.expires),
       spent: String(k.spent_micros + (pendingKeys.get(k.id) ?? 0)),
       reserved: '0',
+      ...(k.last_used ? { last_used: String(k.last_used) } : {}),
     };
     commands.push((p) => {
       for (const [field, value] of Object.entries(fields)) p.hsetnx(apiKeyRecordKey(k.id), field, value);
@@ -249,6 +251,7 @@ export async function importRedisOnce(redis: Redis, record: RecordDb): Promise<{
     const row = await redis.hgetall(apiKeyRecordKey(id));
     if (row.id && row.hash) keyRows.push(row);
   }
+  const streamIds: string[] = [];
   await record.transaction().execute(async (tx) => {
     for (const row of accountRows) {
       const ledger = await redis.xrange(ledgerKey(row.id!), '-', '+');
@@ -308,6 +311,7 @@ export async function importRedisOnce(redis: Redis, record: RecordDb): Promise<{
           models: row.models || null,
           expires: optional(row.expires),
           spent_micros: Number(row.spent ?? 0) || 0,
+          last_used: Number(row.last_used) || null,
           revoked: null,
         })
         .onConflict((oc) => oc.doNothing())
@@ -316,10 +320,12 @@ export async function importRedisOnce(redis: Redis, record: RecordDb): Promise<{
       keys += inserted.length;
     }
     // Usage records as history: their cost is in the balances and spend above already, their sums in the day totals below.
-    usage = await writeUsage(tx, await streamRows(redis), false);
+    usage = await writeUsage(tx, await streamRows(redis, streamIds), false);
     await importDayTotals(redis, tx as unknown as RecordDb);
     await tx.insertInto('record_meta').values({ name: 'redis_import', value: JSON.stringify({ at: new Date().toISOString(), accounts, keys, usage }) }).execute();
   });
+  // Imported, the records leave the stream: the writer must not count them again (nor count one the retention deleted since).
+  for (let i = 0; i < streamIds.length; i += 1000) await redis.xdel(usageStreamKey, ...streamIds.slice(i, i + 1000));
   return accounts + keys + usage > 0 ? { accounts, keys, usage } : undefined;
 }
 

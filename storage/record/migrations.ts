@@ -43,6 +43,7 @@ const migrations: Record<string, Migration> = {
           models text,
           expires bigint,
           spent_micros bigint not null default 0,
+          last_used bigint,
           revoked bigint
         )`.execute(db);
       await sql`create index api_keys_account on api_keys (account_id)`.execute(db);

@@ -114,6 +114,7 @@ export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly U
   const days = new Map<string, { day: string; account_id: string; key_id: string; model: string; totals: DayTotals }>();
   const accounts = new Map<string, number>();
   const keys = new Map<string, number>();
+  const lastUsed = new Map<string, number>();
   for (const row of unique) {
     if (!fresh.has(row.request_id)) continue;
     const day = utcDay(row.created * 1000);
@@ -132,6 +133,7 @@ export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly U
     t.audio_seconds += Math.round(row.audio_seconds);
     t.video_seconds += Math.round(row.video_seconds);
     t.cost_micros += row.cost_micros;
+    lastUsed.set(row.key_id, Math.max(lastUsed.get(row.key_id) ?? 0, row.created));
     if (row.cost_micros !== 0) {
       accounts.set(row.account_id, (accounts.get(row.account_id) ?? 0) + row.cost_micros);
       keys.set(row.key_id, (keys.get(row.key_id) ?? 0) + row.cost_micros);
@@ -152,9 +154,12 @@ export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly U
     const values = sql.join([...accounts].sort(([a], [b]) => (a < b ? -1 : 1)).map(([id, micros]) => sql`(${id}::text, ${micros}::bigint)`));
     await sql`update accounts a set settled_micros = a.settled_micros + v.micros from (values ${values}) as v(id, micros) where a.id = v.id`.execute(tx);
   }
-  if (keys.size > 0) {
-    const values = sql.join([...keys].sort(([a], [b]) => (a < b ? -1 : 1)).map(([id, micros]) => sql`(${id}::text, ${micros}::bigint)`));
-    await sql`update api_keys k set spent_micros = k.spent_micros + v.micros from (values ${values}) as v(id, micros) where k.id = v.id`.execute(tx);
+  if (lastUsed.size > 0) {
+    const values = sql.join(
+      [...lastUsed].sort(([a], [b]) => (a < b ? -1 : 1)).map(([id, last]) => sql`(${id}::text, ${keys.get(id) ?? 0}::bigint, ${last}::bigint)`),
+    );
+    await sql`update api_keys k set spent_micros = k.spent_micros + v.micros, last_used = greatest(coalesce(k.last_used, 0), v.last)
+      from (values ${values}) as v(id, micros, last) where k.id = v.id`.execute(tx);
   }
   return fresh.size;
 }

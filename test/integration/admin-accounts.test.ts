@@ -8,7 +8,7 @@ import { accountKey, apiKeyHashesKey, apiKeyRecordKey, defaultAccountId, utcDay 
 import { hashSecret } from '../../api/key-store.js';
 import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
 import { adminClient, expectAdminError, type ErrorBody, type Json } from '../support/admin-client.js';
-import { testRecord } from '../support/record.js';
+import { recordUrlFor, testRecord } from '../support/record.js';
 
 const run = promisify(execFile);
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -268,7 +268,7 @@ describe('admin API: accounts, credits, keys and usage', () => {
   });
 
   it('npm run accounts / keys: create, credit, and a key with limits in that account', async () => {
-    const env = { ...process.env, REDIS_URL: redisUrl };
+    const env = { ...process.env, REDIS_URL: redisUrl, DATABASE_URL: await recordUrlFor(redisUrl) };
     const cli = (script: string, args: string[]) => run(process.execPath, ['--import', 'tsx', `bin/${script}.ts`, ...args], { cwd: root, env });
     const created = await cli('accounts', ['create', '--email', 'cli@example.com', '--name', 'CLI', '--role', 'member', '--password', 'cli-password']);
     const accountId = created.stdout.trim();

@@ -1,0 +1,214 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, it } from 'node:test';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import { accountKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, ledgerKey, usageDayKey, usageStreamKey, utcDay } from '../../shared/accounts.js';
+import { hashSecret } from '../../api/key-store.js';
+import { adminClient, type Json } from '../support/admin-client.js';
+import { startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { freshDatabase } from '../support/record.js';
+import { startPrivateRedis } from '../support/redis-server.js';
+import { startTcpProxy } from '../support/tcp-proxy.js';
+import { openRecord } from '../../storage/record/database.js';
+
+/*
+ * PostgreSQL is the record; Redis is the hot path and can be rebuilt. A
+ * gateway stopped, its Redis flushed and started again finds every account,
+ * key, balance, ledger entry and usage row where it was — on a PostgreSQL
+ * server and on the embedded default — and a database outage delays usage
+ * history, never answers, and loses no row.
+ */
+
+const adminToken = 'record-admin-token';
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const run = promisify(execFile);
+const model = 'gpt-4o-mini';
+
+describe('the record survives a flushed Redis', () => {
+  const cleanups: Array<() => Promise<unknown> | unknown> = [];
+  after(async () => {
+    for (const cleanup of cleanups.reverse()) await cleanup();
+  });
+
+  async function scenario(env: Record<string, string>, redisUrl: string): Promise<void> {
+    let gateway: GatewayProcess = await startGateway({ env: { ...env, REDIS_URL: redisUrl, ADMIN_TOKEN: adminToken } });
+    cleanups.push(() => gateway.stop('SIGKILL'));
+    const { admin } = adminClient(() => gateway.url, adminToken);
+
+    const { json: account } = await admin('POST', '/admin/accounts', { email: 'durable@example.com', name: 'Durable' });
+    const accountId = String(account.id);
+    assert.equal((await admin('POST', `/admin/accounts/${accountId}/credits`, { amount_usd: 5, note: 'first' })).status, 200);
+    assert.equal((await admin('POST', `/admin/accounts/${accountId}/credits`, { amount_usd: -1.5, note: 'correction' })).status, 200);
+    const kept = (await admin('POST', '/admin/keys', { name: 'kept', account_id: accountId, limit_usd: 2, rpm: 1000 })).json;
+    const revoked = (await admin('POST', '/admin/keys', { name: 'revoked', account_id: accountId })).json;
+    assert.equal((await admin('DELETE', `/admin/keys/${revoked.id}`)).status, 200);
+
+    if (env.DATA_DIR) {
+      // The CLI beside the live gateway reaches the embedded record through the gateway's socket (never opening it twice).
+      const listed = await run(process.execPath, ['--import', 'tsx', 'bin/keys.ts', 'list', '--account', accountId], {
+        cwd: root,
+        env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', REDIS_URL: redisUrl, DATA_DIR: env.DATA_DIR },
+      });
+      assert.match(listed.stdout, new RegExp(String(kept.id)));
+      assert.doesNotMatch(listed.stdout, new RegExp(String(revoked.id)));
+    }
+    const client = gateway.client(String(kept.key));
+    for (let i = 0; i < 4; i++) await client.chat.completions.create({ model, messages: [{ role: 'user', content: `hello ${i}` }] });
+    const stream = await client.chat.completions.create({ model, stream: true, messages: [{ role: 'user', content: 'a stream' }] });
+    for await (const _ of stream);
+
+    // Every settled request reaches the record (the usage writer runs beside the workers).
+    const usage = async () => ((await admin('GET', `/admin/usage?account_id=${accountId}`)).json.data as Json[])[0] as Json | undefined;
+    await waitFor(async () => (await usage())?.requests === 5, 10_000, 'five usage rows in the record');
+    const before = {
+      account: (await admin('GET', `/admin/accounts/${accountId}`)).json,
+      key: (await admin('GET', `/admin/keys/${kept.id}`)).json,
+      ledger: (await admin('GET', `/admin/accounts/${accountId}/ledger`)).json.data,
+      usage: await usage(),
+    };
+    assert.ok(Number(before.key.spent_usd) > 0, 'the key spent something');
+    assert.ok(Number(before.account.balance_usd) < 3.5, 'the balance went down');
+
+    await gateway.stop();
+    const redis = new Redis(redisUrl);
+    await redis.flushall();
+    await redis.quit();
+
+    gateway = await startGateway({ env: { ...env, REDIS_URL: redisUrl, ADMIN_TOKEN: adminToken } });
+    cleanups.push(() => gateway.stop('SIGKILL'));
+    const after = {
+      account: (await admin('GET', `/admin/accounts/${accountId}`)).json,
+      key: (await admin('GET', `/admin/keys/${kept.id}`)).json,
+      ledger: (await admin('GET', `/admin/accounts/${accountId}/ledger`)).json.data,
+      usage: await usage(),
+    };
+    // When the key was last used is the newest usage row's time (settlement's second, not admission's).
+    const { last_used_at: usedBefore, ...keyBefore } = before.key;
+    const { last_used_at: usedAfter, ...keyAfter } = after.key;
+    assert.ok(Math.abs(Number(usedAfter) - Number(usedBefore)) <= 2, `last used ${String(usedAfter)} ≈ ${String(usedBefore)}`);
+    assert.deepEqual({ ...after, key: keyAfter }, { ...before, key: keyBefore }, 'account, balance, key spend, ledger and usage as they were');
+
+    // The key still works and spends from where it was; the revoked one stays revoked.
+    const again = gateway.client(String(kept.key));
+    await again.chat.completions.create({ model, messages: [{ role: 'user', content: 'after the flush' }] });
+    const refused = await fetch(`${gateway.url}/v1/models`, { headers: { authorization: `Bearer ${revoked.key}` } });
+    assert.equal(refused.status, 401);
+    await waitFor(async () => (await usage())?.requests === 6, 10_000, 'the sixth usage row');
+    const spentAfter = Number((await admin('GET', `/admin/keys/${kept.id}`)).json.spent_usd);
+    assert.ok(spentAfter > Number(before.key.spent_usd), 'the key spends on from what it had spent');
+    await gateway.stop();
+  }
+
+  it('on a PostgreSQL server: keys, spend, balance, ledger and usage are kept, a revoked key stays revoked', async () => {
+    const redis = await startPrivateRedis({ aof: false });
+    cleanups.push(() => redis.remove());
+    await scenario({ DATABASE_URL: await freshDatabase('flush_pg') }, redis.url);
+  });
+
+  it('on the embedded default (DATABASE_URL unset): the same, and npm run keys reaches it beside the live gateway', async () => {
+    const redis = await startPrivateRedis({ aof: false });
+    cleanups.push(() => redis.remove());
+    const dataDir = mkdtempSync(join(tmpdir(), 'sy-rec-'));
+    cleanups.push(() => rmSync(dataDir, { recursive: true, force: true }));
+    await scenario({ DATABASE_URL: '', DATA_DIR: dataDir }, redis.url);
+  });
+});
+
+describe('a database outage', () => {
+  it('delays usage history, never answers, and loses no row when the database comes back', async () => {
+    const redis = await startPrivateRedis({ aof: false });
+    const databaseUrl = await freshDatabase('outage');
+    const proxy = await startTcpProxy(5432);
+    const viaProxy = new URL(databaseUrl);
+    viaProxy.port = String(proxy.port);
+    const gateway = await startGateway({ env: { REDIS_URL: redis.url, DATABASE_URL: viaProxy.toString(), ADMIN_TOKEN: adminToken } });
+    const record = await openRecord(databaseUrl, { max: 2, migrate: false });
+    try {
+      const { admin } = adminClient(() => gateway.url, adminToken);
+      const key = (await admin('POST', '/admin/keys', { name: 'outage' })).json;
+      const client = gateway.client(String(key.key));
+      await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'before' }] });
+      const rows = async () => Number((await record.selectFrom('usage').select((eb) => eb.fn.countAll().as('n')).executeTakeFirstOrThrow()).n);
+      await waitFor(async () => (await rows()) === 1, 10_000, 'the first row');
+
+      proxy.block();
+      // Answers go on; their usage waits in Redis.
+      for (let i = 0; i < 20; i++) await client.chat.completions.create({ model, messages: [{ role: 'user', content: `during ${i}` }] });
+      const buffered = new Redis(redis.url);
+      await waitFor(async () => (await buffered.xlen(usageStreamKey)) === 20, 5000, 'twenty records buffered in Redis');
+      assert.equal(await rows(), 1, 'nothing reached the record while it was away');
+
+      proxy.unblock();
+      await waitFor(async () => (await rows()) === 21, 30_000, 'every buffered row written once the database is back');
+      await waitFor(async () => (await buffered.xlen(usageStreamKey)) === 0, 5000, 'the buffer emptied');
+      const spent = Number((await record.selectFrom('api_keys').select('spent_micros').where('id', '=', String(key.id)).executeTakeFirstOrThrow()).spent_micros);
+      const sum = Number((await record.selectFrom('usage').select((eb) => eb.fn.sum('cost_micros').as('s')).executeTakeFirstOrThrow()).s);
+      assert.equal(spent, sum, "the key's spend in the record is the sum of its rows");
+      assert.equal(Number(await buffered.hget(apiKeyRecordKey(String(key.id)), 'spent')), sum, "and equals Redis's, to the micro-dollar");
+      buffered.disconnect();
+    } finally {
+      await gateway.stop('SIGKILL');
+      await record.destroy();
+      await proxy.close();
+      await redis.remove();
+    }
+  });
+});
+
+describe('the upgrade from a Redis-only gateway', () => {
+  it('imports accounts, keys, ledgers, usage and day totals once, balances to the micro-dollar', async () => {
+    const redisServer = await startPrivateRedis({ aof: false });
+    const redis = new Redis(redisServer.url);
+    // What the gateway before the record kept in Redis.
+    const secret = 'sy-legacy-secret-0123456789abcdefghijklmnopqrstuvwxyz';
+    await redis.hset(accountKey('acct_old'), { id: 'acct_old', email: 'old@example.com', name: 'Old', role: 'member', created: 1700000000, balance: 2_500_000, reserved: 0, unlimited: '0' });
+    await redis.zadd(accountsIndexKey, 1700000000, 'acct_old');
+    await redis.xadd(ledgerKey('acct_old'), '*', 'amount', 3_000_000, 'balance', 3_000_000, 'note', 'opening', 'time', 1700000000);
+    await redis.hset(apiKeyRecordKey('key_old'), { id: 'key_old', name: 'old key', created: 1700000000, hash: hashSecret(secret), hint: 'sy-lega…', account: 'acct_old', limit: '', rpm: '', tpm: '', models: '', expires: '', spent: 500_000, reserved: 0 });
+    await redis.hset(apiKeyHashesKey, hashSecret(secret), 'key_old');
+    await redis.sadd(apiKeyIdsKey, 'key_old');
+    // An hour old: inside the usage rows' retention (older rows are the retention's to delete).
+    const settledAt = Math.floor(Date.now() / 1000) - 3600;
+    const day = utcDay(settledAt * 1000);
+    const record1 = { request_id: 'req_old_1', key_id: 'key_old', account_id: 'acct_old', model, vendor: 'openai', input_tokens: 10, cached_tokens: 0, output_tokens: 5, images: 0, audio_seconds: 0, video_seconds: 0, cost_micros: 500_000, status: 'completed', created: settledAt, duration_ms: 5 };
+    await redis.xadd(usageStreamKey, '*', 'usage', JSON.stringify(record1));
+    await redis.hset(usageDayKey(day), { 'acct_old|key_old|gpt-4o-mini|requests': 1, 'acct_old|key_old|gpt-4o-mini|cost_micros': 500_000 });
+
+    const databaseUrl = await freshDatabase('upgrade');
+    const gateway = await startGateway({ env: { REDIS_URL: redisServer.url, DATABASE_URL: databaseUrl, ADMIN_TOKEN: adminToken } });
+    try {
+      const record = await openRecord(databaseUrl, { max: 2, migrate: false });
+      const account = await record.selectFrom('accounts').selectAll().where('id', '=', 'acct_old').executeTakeFirstOrThrow();
+      assert.equal(account.credits_micros - account.settled_micros, 2_500_000, "the record's balance is the one Redis held");
+      assert.equal((await record.selectFrom('api_keys').selectAll().where('id', '=', 'key_old').executeTakeFirstOrThrow()).spent_micros, 500_000);
+      assert.equal((await record.selectFrom('ledger').selectAll().where('account_id', '=', 'acct_old').execute()).length, 1);
+      await waitFor(async () => (await record.selectFrom('usage').select('request_id').execute()).length === 1, 5000, 'the usage row');
+      const { admin } = adminClient(() => gateway.url, adminToken);
+      const usage = (await admin('GET', `/admin/usage?from=${day}&to=${day}&account_id=acct_old`)).json.data as Json[];
+      assert.equal(usage[0]!.requests, 1);
+      assert.equal(usage[0]!.cost_usd, 0.5);
+
+      // Redis lost after the import: rebuilt from the record, the balance is still 2.5 USD and the key works.
+      await gateway.stop();
+      await redis.flushall();
+      const again = await startGateway({ env: { REDIS_URL: redisServer.url, DATABASE_URL: databaseUrl, ADMIN_TOKEN: adminToken } });
+      const { admin: admin2 } = adminClient(() => again.url, adminToken);
+      assert.equal((await admin2('GET', '/admin/accounts/acct_old')).json.balance_usd, 2.5);
+      assert.equal((await again.client(secret).models.list()).data.length > 0, true);
+      // Imported once: a second start adds nothing twice.
+      assert.equal((await record.selectFrom('ledger').selectAll().where('account_id', '=', 'acct_old').execute()).length, 1);
+      await again.stop();
+      await record.destroy();
+    } finally {
+      await gateway.stop('SIGKILL');
+      redis.disconnect();
+      await redisServer.remove();
+    }
+  });
+});
+
