@@ -40,23 +40,8 @@ const maxBackoffMs = 10_000;
 const retentionBatch = 5_000;
 const retentionEveryMs = 3_600_000;
 
-export interface UsageEvent {
-  request_id: string;
-  key_id: string;
-  account_id: string;
-  model: string;
-  vendor: string;
-  input_tokens: number;
-  cached_tokens: number;
-  output_tokens: number;
-  images: number;
-  audio_seconds: number;
-  video_seconds: number;
-  cost_micros: number;
-  status: string;
-  created: number;
-  duration_ms: number;
-}
+/** One usage record as settlement writes it to the stream (JSON): the usage row's own fields. */
+export type UsageEvent = UsageTable;
 
 const int = (value: unknown) => (Number.isFinite(Number(value)) ? Math.round(Number(value)) : 0);
 const num = (value: unknown) => (Number.isFinite(Number(value)) ? Number(value) : 0);
