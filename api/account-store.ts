@@ -242,9 +242,11 @@ export class AccountStore {
     this.redis = scripted(redis);
   }
 
-  /** Idempotent: keys made without an account belong to it. */
+  /**
+   * Idempotent: keys made without an account belong to it. Its hot copy only: its row in the
+   * record is made where the record needs it (a key for it, a change to it, a load of Redis).
+   */
   async ensureDefault(): Promise<void> {
-    await ensureDefaultRecord(this.record);
     await this.redis.accountEnsureDefault(accountKey(defaultAccountId), accountsIndexKey, defaultAccountId, nowSeconds());
   }
 
@@ -342,9 +344,10 @@ export class AccountStore {
       row[field] = field === 'unlimited' || field === 'disabled' ? value === '1' : value;
     }
     if (Object.keys(row).length > 0) {
+      if (id === defaultAccountId) await ensureDefaultRecord(this.record);
       try {
         const updated = await this.record.updateTable('accounts').set(row).where('id', '=', id).where('deleted', '=', false).executeTakeFirst();
-        if (Number(updated.numUpdatedRows) === 0 && id !== defaultAccountId) return undefined;
+        if (Number(updated.numUpdatedRows) === 0) return undefined;
       } catch (error) {
         if (isUniqueViolation(error)) throw accountExists(normalizeEmail(changes.email!));
         throw error;
@@ -399,7 +402,7 @@ export class AccountStore {
 
   /** Adds (or with a negative amount, takes) credit and records it in the ledger; returns the new balance in micros. */
   async credit(id: string, micros: number, note = ''): Promise<number> {
-    if (id === defaultAccountId) await this.ensureDefault();
+    if (id === defaultAccountId) throw unlimitedBalance(id);
     const account = await this.record.selectFrom('accounts').select(['unlimited', 'deleted']).where('id', '=', id).executeTakeFirst();
     if (!account || account.deleted) throw accountNotFound(id);
     if (account.unlimited) throw unlimitedBalance(id);
@@ -417,11 +420,10 @@ export class AccountStore {
     });
     if (!entry) throw accountNotFound(id);
     let [status, balance] = await this.redis.accountCredit(accountKey(id), micros);
-    if (status === 0) {
-      // Redis lost the account (flushed): loading it from the record brings the credit with it.
+    if (status !== 1) {
+      // Refused because Redis lost the account (flushed): loading it from the record brings the credit with it.
       await this.hot?.ensure();
       balance = Number(await this.redis.hget(accountKey(id), 'balance'));
-      status = 1;
     }
     await this.record.updateTable('ledger').set({ balance_micros: balance }).where('id', '=', entry.id).execute();
     return balance;

@@ -15,7 +15,7 @@ import {
 import { GatewayError } from '../shared/errors.js';
 import { AccountStore, accountNotFound, ensureDefaultLua } from './account-store.js';
 import type { RecordDb } from '../storage/record/database.js';
-import type { HotState } from '../storage/record/hot-state.js';
+import { ensureDefaultRecord, type HotState } from '../storage/record/hot-state.js';
 
 /**
  * API keys: random, prefixed, shown once, stored only as a SHA-256 hash, in
@@ -192,7 +192,6 @@ export class KeyStore {
   /** Throws 404 `account_not_found` for an unknown or deleted account. */
   async create(name: string, options: KeyOptions = {}): Promise<ApiKeyRecord & { key: string }> {
     const accountId = options.accountId ?? defaultAccountId;
-    if (accountId === defaultAccountId) await this.accounts.ensureDefault();
     const secret = `sy-${randomBytes(32).toString('base64url')}`;
     const id = `key_${randomBytes(8).toString('hex')}`;
     const created = Math.floor(Date.now() / 1000);
@@ -202,7 +201,13 @@ export class KeyStore {
     // Every limit field is written, '' when unset, so the record shows the whole layout.
     const { limitMicros = null, rpm = null, tpm = null, models = null, expiresAt = null } = options;
     fields.push(...limitFields({ limitMicros, rpm, tpm, models, expiresAt }));
-    const owner = await this.record.selectFrom('accounts').select('deleted').where('id', '=', accountId).executeTakeFirst();
+    let owner = await this.record.selectFrom('accounts').select('deleted').where('id', '=', accountId).executeTakeFirst();
+    if (!owner && accountId === defaultAccountId) {
+      // The default account is made on first use, in the record as in Redis.
+      await ensureDefaultRecord(this.record);
+      await this.accounts.ensureDefault();
+      owner = { deleted: false };
+    }
     if (!owner || owner.deleted) throw accountNotFound(accountId);
     await this.record
       .insertInto('api_keys')
@@ -223,13 +228,9 @@ export class KeyStore {
         revoked: null,
       })
       .execute();
-    let made = await this.scripts.keyCreate(accountKey(accountId), apiKeyRecordKey(id), apiKeyHashesKey, apiKeyIdsKey, accountKeysKey(accountId), hash, id, ...fields);
-    if (made === 0 && this.hot) {
-      // Redis lost the account (flushed): loading it from the record brings this key with it.
-      await this.hot.ensure();
-      made = (await this.redis.hexists(apiKeyRecordKey(id), 'hash')) ? 1 : await this.scripts.keyCreate(accountKey(accountId), apiKeyRecordKey(id), apiKeyHashesKey, apiKeyIdsKey, accountKeysKey(accountId), hash, id, ...fields);
-    }
-    if (made === 0) {
+    const made = await this.scripts.keyCreate(accountKey(accountId), apiKeyRecordKey(id), apiKeyHashesKey, apiKeyIdsKey, accountKeysKey(accountId), hash, id, ...fields);
+    // Refused because Redis lost the account (flushed): loading it from the record brings this key with it.
+    if (made === 0 && !(await this.hot?.ensure())) {
       await this.record.deleteFrom('api_keys').where('id', '=', id).execute();
       throw accountNotFound(accountId);
     }
@@ -331,10 +332,7 @@ export class KeyStore {
     if (typeof row === 'number') return 'disabled';
     if (!row) {
       // Unknown here: perhaps Redis lost its hot state (flushed). Loaded again from the record, asked once more.
-      if (!reloaded && this.hot && (await this.hot.lost())) {
-        await this.hot.ensure();
-        return this.access(secretHash, true);
-      }
+      if (!reloaded && (await this.hot?.ensure())) return this.access(secretHash, true);
       return undefined;
     }
     const [keyId, accountId, limit, rpm, tpm, models, expires] = row;

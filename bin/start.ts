@@ -70,7 +70,6 @@ async function main(): Promise<void> {
   if (tracing) log.info({ collector: new URL(config.tracing.endpoint!).origin }, 'tracing on: spans are exported over OTLP/HTTP');
   const cleanups: Array<() => Promise<void>> = [];
   let inFlight = () => 0;
-  try {
   if (role !== 'worker') {
     const api = await createApiServer(config, log);
     const port = await api.listen(config.port, config.host);
@@ -98,11 +97,7 @@ async function main(): Promise<void> {
       cleanups.push(() => listener.close());
     }
   }
-  } catch (error) {
-    await record.close();
-    throw error;
-  }
-  // Last: the api and the workers are done with the embedded database before it stops.
+  // A start that fails exits, and the embedded database's lock goes with the process (embedded.ts). Last: the api and the workers are done with the embedded database before it stops.
   cleanups.push(() => record.close());
 
   const logDrain = (signal: string) => {

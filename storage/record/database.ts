@@ -1,5 +1,6 @@
 import { Kysely, PostgresDialect, sql, type Generated } from 'kysely';
 import pg from 'pg';
+import type { UsageMetric } from '../../shared/accounts.js';
 import { migrateRecord } from './migrations.js';
 
 /**
@@ -77,20 +78,8 @@ export interface UsageTable {
   duration_ms: number;
 }
 
-export interface UsageDailyTable {
-  day: string;
-  account_id: string;
-  key_id: string;
-  model: string;
-  requests: number;
-  input_tokens: number;
-  cached_tokens: number;
-  output_tokens: number;
-  images: number;
-  audio_seconds: number;
-  video_seconds: number;
-  cost_micros: number;
-}
+/** One row per UTC day, account, key and model: the sums of its usage rows, one column per usage metric. */
+export type UsageDailyTable = { day: string; account_id: string; key_id: string; model: string } & Record<UsageMetric, number>;
 
 export interface RecordMetaTable {
   name: string;

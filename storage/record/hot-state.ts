@@ -15,10 +15,11 @@ import {
   usageDayKey,
   usageMetrics,
   usageStreamKey,
+  type UsageMetric,
 } from '../../shared/accounts.js';
 import type { Logger } from '../../shared/logger.js';
-import type { RecordDb, UsageTable } from './database.js';
-import { usageRow, writeUsage } from './usage-writer.js';
+import type { RecordDb, UsageDailyTable, UsageTable } from './database.js';
+import { emptyDayRow, usageRow, writeUsage } from './usage-writer.js';
 
 /**
  * Redis holds the hot state of accounts and keys (what admission reads in
@@ -40,7 +41,7 @@ const lockMs = 120_000;
 const pipelineChunk = 1000;
 
 export class HotState {
-  private loading: Promise<void> | undefined;
+  private loading: Promise<boolean> | undefined;
 
   constructor(
     private readonly redis: Redis,
@@ -48,16 +49,16 @@ export class HotState {
     private readonly log?: Logger,
   ) {}
 
-  /** Loads the hot state when Redis lost it; cheap (one EXISTS) when it did not. Concurrent calls share one load. */
-  async ensure(): Promise<void> {
-    if ((await this.redis.exists(recordLoadedKey)) === 1) return;
-    this.loading ??= this.load().finally(() => (this.loading = undefined));
+  /**
+   * Loads the hot state when Redis lost it; cheap (one EXISTS) when it did not. Concurrent calls share one load.
+   * True when Redis had lost it (loaded now, here or by another process): what was not found may be there now.
+   */
+  async ensure(): Promise<boolean> {
+    if ((await this.redis.exists(recordLoadedKey)) === 1) return false;
+    this.loading ??= this.load()
+      .then(() => true)
+      .finally(() => (this.loading = undefined));
     return this.loading;
-  }
-
-  /** True when Redis has not got the hot state (one EXISTS). */
-  async lost(): Promise<boolean> {
-    return (await this.redis.exists(recordLoadedKey)) === 0;
   }
 
   /** Checks every `intervalMs` (a Redis flushed under a running gateway is loaded again within it). */
@@ -346,19 +347,19 @@ async function importDayTotals(redis: Redis, tx: RecordDb): Promise<void> {
     const existing = await tx.selectFrom('usage_daily').select('day').where('day', '=', day).limit(1).execute();
     if (existing.length > 0) continue;
     const fields = await redis.hgetall(usageDayKey(day));
-    const groups = new Map<string, Record<string, number | string>>();
+    const groups = new Map<string, UsageDailyTable>();
     for (const [field, text] of Object.entries(fields)) {
       const parts = field.split('|');
       if (parts.length < 4) continue;
-      const metric = parts.at(-1)!;
-      if (!(usageMetrics as readonly string[]).includes(metric)) continue;
+      const metric = parts.at(-1) as UsageMetric;
+      if (!usageMetrics.includes(metric)) continue;
       const [account, key] = parts as [string, string];
       const model = parts.slice(2, -1).join('|');
       const id = `${account}\u0000${key}\u0000${model}`;
       let row = groups.get(id);
-      if (!row) groups.set(id, (row = { day, account_id: account, key_id: key, model, ...Object.fromEntries(usageMetrics.map((m) => [m, 0])) }));
+      if (!row) groups.set(id, (row = emptyDayRow(day, account, key, model)));
       row[metric] = Number(text) || 0;
     }
-    if (groups.size > 0) await tx.insertInto('usage_daily').values([...groups.values()] as never).execute();
+    if (groups.size > 0) await tx.insertInto('usage_daily').values([...groups.values()]).execute();
   }
 }

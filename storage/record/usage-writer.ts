@@ -1,9 +1,9 @@
 import type { Redis } from 'ioredis';
 import { sql, type Transaction } from 'kysely';
-import { usageMetrics, usageStreamKey, utcDay } from '../../shared/accounts.js';
+import { usageMetrics, usageStreamKey, utcDay, type UsageMetric } from '../../shared/accounts.js';
 import type { Logger } from '../../shared/logger.js';
 import { activeMetrics } from '../../shared/metrics.js';
-import type { RecordDb, RecordTables, UsageTable } from './database.js';
+import type { RecordDb, RecordTables, UsageDailyTable, UsageTable } from './database.js';
 
 /**
  * Moves settled usage from Redis to the record. Settlement appends one
@@ -40,8 +40,6 @@ const maxBackoffMs = 10_000;
 const retentionBatch = 5_000;
 const retentionEveryMs = 3_600_000;
 
-/** One usage record as settlement writes it to the stream (JSON): the usage row's own fields. */
-export type UsageEvent = UsageTable;
 
 const int = (value: unknown) => (Number.isFinite(Number(value)) ? Math.round(Number(value)) : 0);
 const num = (value: unknown) => (Number.isFinite(Number(value)) ? Number(value) : 0);
@@ -50,9 +48,9 @@ const num = (value: unknown) => (Number.isFinite(Number(value)) ? Number(value) 
 export function usageRow(fields: readonly string[]): UsageTable | undefined {
   const index = fields.indexOf('usage');
   if (index < 0 || index + 1 >= fields.length) return undefined;
-  let parsed: Partial<UsageEvent>;
+  let parsed: Partial<UsageTable>;
   try {
-    parsed = JSON.parse(fields[index + 1]!) as Partial<UsageEvent>;
+    parsed = JSON.parse(fields[index + 1]!) as Partial<UsageTable>;
   } catch {
     return undefined;
   }
@@ -76,7 +74,10 @@ export function usageRow(fields: readonly string[]): UsageTable | undefined {
   };
 }
 
-type DayTotals = Record<(typeof usageMetrics)[number], number>;
+/** A day-totals row with every metric at 0. */
+export function emptyDayRow(day: string, account_id: string, key_id: string, model: string): UsageDailyTable {
+  return { day, account_id, key_id, model, ...(Object.fromEntries(usageMetrics.map((m) => [m, 0])) as Record<UsageMetric, number>) };
+}
 
 /**
  * Writes usage rows in the caller's transaction: inserts the rows not written
@@ -96,7 +97,7 @@ export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly U
     .execute();
   if (inserted.length === 0 || !totals) return inserted.length;
   const fresh = new Set(inserted.map((row) => row.request_id));
-  const days = new Map<string, { day: string; account_id: string; key_id: string; model: string; totals: DayTotals }>();
+  const days = new Map<string, UsageDailyTable>();
   const accounts = new Map<string, number>();
   const keys = new Map<string, number>();
   const lastUsed = new Map<string, number>();
@@ -104,12 +105,11 @@ export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly U
     if (!fresh.has(row.request_id)) continue;
     const day = utcDay(row.created * 1000);
     const id = [row.account_id, day, row.key_id, row.model].join('\u0000');
-    let entry = days.get(id);
-    if (!entry) {
-      entry = { day, account_id: row.account_id, key_id: row.key_id, model: row.model, totals: Object.fromEntries(usageMetrics.map((m) => [m, 0])) as DayTotals };
-      days.set(id, entry);
+    let t = days.get(id);
+    if (!t) {
+      t = emptyDayRow(day, row.account_id, row.key_id, row.model);
+      days.set(id, t);
     }
-    const t = entry.totals;
     t.requests += 1;
     t.input_tokens += row.input_tokens;
     t.cached_tokens += row.cached_tokens;
@@ -125,7 +125,7 @@ export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly U
     }
   }
   // Rows in one order in every transaction, so two writers never wait on each other in a circle.
-  const dayRows = [...days.entries()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([, e]) => ({ day: e.day, account_id: e.account_id, key_id: e.key_id, model: e.model, ...e.totals }));
+  const dayRows = [...days.entries()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([, row]) => row);
   await tx
     .insertInto('usage_daily')
     .values(dayRows)

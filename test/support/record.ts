@@ -70,24 +70,23 @@ function redisIdentity(target: string | Redis): string {
   return `${target.options.port ?? 6379}/${target.options.db ?? 0}`;
 }
 
-/** Forgets the record of a Redis database and gives it an empty one (freshRedis calls it as it flushes the database). */
-export function resetRecordFor(redisUrl: string): Promise<string> {
-  const id = redisIdentity(redisUrl);
+/** Gives a Redis database an empty record of its own, forgetting any it had. */
+function makeRecordFor(id: string): Promise<string> {
   const made = freshDatabase(`r${id.replace('/', '_')}`);
   byRedis.set(id, made);
   opened.delete(id);
   return made;
 }
 
+/** An empty record for a Redis database (freshRedis calls it as it flushes the database). */
+export function resetRecordFor(redisUrl: string): Promise<string> {
+  return makeRecordFor(redisIdentity(redisUrl));
+}
+
 /** The record's URL that goes with a Redis database (made on first use). */
 export function recordUrlFor(redis: string | Redis): Promise<string> {
   const id = redisIdentity(redis);
-  let url = byRedis.get(id);
-  if (!url) {
-    url = freshDatabase(`r${id.replace('/', '_')}`);
-    byRedis.set(id, url);
-  }
-  return url;
+  return byRedis.get(id) ?? makeRecordFor(id);
 }
 
 /** The record that goes with a Redis database, opened (and migrated) once per test process. */
