@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { usageMetrics, utcDay, type UsageMetric } from '../../shared/accounts.js';
-import type { RecordDb } from '../../storage/record/database.js';
+import type { RecordDb, UsageDailyTable } from '../../storage/record/database.js';
 
 /*
  * `GET /admin/usage`: sums of the record's day totals (`usage_daily`, one row
@@ -75,32 +75,22 @@ export interface UsageRow {
 }
 
 type Totals = Record<UsageMetric, number>;
-const isMetric = (name: string): name is UsageMetric => (usageMetrics as readonly string[]).includes(name);
 const zero = (): Totals => Object.fromEntries(usageMetrics.map((m) => [m, 0])) as Totals;
 
-/** The per-day aggregates of some days, as stored: one hash per day (empty for a day with no usage). */
-export type UsageDays = ReadonlyArray<{ day: string; fields: Record<string, string> }>;
-
 /** The day totals of some days from the record; with an account, only its own rows are read (its index leads with the account). */
-export async function loadUsageDays(record: RecordDb, days: readonly string[], accountId?: string): Promise<UsageDays> {
+export async function loadUsageDays(record: RecordDb, days: readonly string[], accountId?: string): Promise<UsageDailyTable[]> {
   if (days.length === 0) return [];
   let query = record.selectFrom('usage_daily').selectAll().where('day', '>=', days[0]!).where('day', '<=', days.at(-1)!);
   if (accountId !== undefined) query = query.where('account_id', '=', accountId);
-  const byDay = new Map(days.map((d) => [d, {} as Record<string, string>]));
-  for (const row of await query.execute()) {
-    const fields = byDay.get(String(row.day));
-    if (!fields) continue;
-    for (const metric of usageMetrics) fields[`${row.account_id}|${row.key_id}|${row.model}|${metric}`] = String(row[metric]);
-  }
-  return days.map((day) => ({ day, fields: byDay.get(day)! }));
+  return query.execute();
 }
 
 export async function readUsage(record: RecordDb, query: UsageQuery): Promise<UsageRow[]> {
   return groupUsage(await loadUsageDays(record, query.days, query.accountId), query);
 }
 
-/** Sums the loaded days as the query filters and groups them: integers throughout, USD only at the end. */
-export function groupUsage(loaded: UsageDays, query: Omit<UsageQuery, 'days'>): UsageRow[] {
+/** Sums the loaded day rows as the query filters and groups them: integers throughout, USD only at the end. */
+export function groupUsage(loaded: readonly UsageDailyTable[], query: Omit<UsageQuery, 'days'>): UsageRow[] {
   const groups = new Map<string, { dims: Partial<Record<Grouping, string>>; totals: Totals }>();
   const grouped = (dims: Partial<Record<Grouping, string>>) => {
     const key = JSON.stringify(query.groupBy.map((g) => dims[g]));
@@ -110,20 +100,10 @@ export function groupUsage(loaded: UsageDays, query: Omit<UsageQuery, 'days'>): 
   };
   if (query.groupBy.length === 0) grouped({});
 
-  for (const { day, fields } of loaded) {
-    for (const [field, text] of Object.entries(fields)) {
-      // A model id may itself hold a '|': account and key are the first parts, the metric the last.
-      const parts = field.split('|');
-      if (parts.length < 4) continue;
-      const metric = parts.at(-1)!;
-      const account = parts[0]!;
-      const key = parts[1]!;
-      const model = parts.slice(2, -1).join('|');
-      if (!isMetric(metric)) continue;
-      if ((query.accountId && account !== query.accountId) || (query.keyId && key !== query.keyId) || (query.model && model !== query.model)) continue;
-      const totals = grouped({ day, account, model, key });
-      totals[metric] += Number(text) || 0;
-    }
+  for (const row of loaded) {
+    if ((query.accountId && row.account_id !== query.accountId) || (query.keyId && row.key_id !== query.keyId) || (query.model && row.model !== query.model)) continue;
+    const totals = grouped({ day: row.day, account: row.account_id, model: row.model, key: row.key_id });
+    for (const metric of usageMetrics) totals[metric] += row[metric];
   }
 
   const rows = [...groups.values()].map(({ dims, totals }) => {
