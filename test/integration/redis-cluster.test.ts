@@ -86,7 +86,7 @@ describe('the gateway on a Redis Cluster', { skip, timeout: 240_000 }, () => {
     await keys.revoke(doomed.id);
     await waitFor(async () => (await outcome(() => client.models.list())).status === 401, 3000, 'the revocation to reach the api');
 
-    const poor = await paidKey(redis, keys, 1);
+    const poor = await paidKey(keys, 1);
     const refused = await outcome(() => api.client(poor.key).chat.completions.create({ model: paidModel, messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 }));
     assert.deepEqual([refused.status, refused.code], [429, 'insufficient_quota']);
   });
@@ -123,7 +123,7 @@ describe('the gateway on a Redis Cluster', { skip, timeout: 240_000 }, () => {
   });
 
   it('survives losing a primary under load: every request ends, the service resumes by itself, and the money adds up', async (t) => {
-    const payer = await paidKey(redis, keys, 50_000_000);
+    const payer = await paidKey(keys, 50_000_000);
     const client = new OpenAI({ apiKey: payer.key, baseURL: `${api.url}/v1`, maxRetries: 0, timeout: 30_000 });
     // The chat queue's primary (not the accounts': their money must not ride on asynchronous replication here).
     const victim = await cluster.primaryForKey(`bull:${shardQueueName('chat', 0, 2)}:wait`);
@@ -143,6 +143,6 @@ describe('the gateway on a Redis Cluster', { skip, timeout: 240_000 }, () => {
     for (let i = 0; i < 5; i++) assert.equal((await again()).status, 200);
 
     const accounts = await cluster.primaryForKey(reservationKey('x'));
-    await assertMoneyAddsUp(redis, payer, 50_000_000, async () => (await cluster.call(accounts.port, 'KEYS', reservationPattern)) as string[]);
+    await assertMoneyAddsUp(redis, keys.record, payer, 50_000_000, async () => (await cluster.call(accounts.port, 'KEYS', reservationPattern)) as string[]);
   });
 });

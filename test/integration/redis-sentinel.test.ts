@@ -46,7 +46,7 @@ describe('the gateway on Redis Sentinel', { skip, timeout: 180_000 }, () => {
   });
 
   it('fails over under load: every request ends, the service resumes on the promoted replica, and the money adds up', async (t) => {
-    const payer = await paidKey(redis, keys, 50_000_000);
+    const payer = await paidKey(keys, 50_000_000);
     const client = new OpenAI({ apiKey: payer.key, baseURL: `${api.url}/v1`, maxRetries: 0, timeout: 30_000 });
     const before = await sentinel.primary();
     let elapsedMs = 0;
@@ -65,6 +65,6 @@ describe('the gateway on Redis Sentinel', { skip, timeout: 180_000 }, () => {
     // Here the one primary held the money too. Replication is asynchronous, so the last writes before the kill
     // may be gone; but each reservation and each settlement is one script, replicated whole or not at all,
     // so what remains still adds up.
-    await assertMoneyAddsUp(redis, payer, 50_000_000, () => redis.keys(reservationPattern));
+    await assertMoneyAddsUp(redis, keys.record, payer, 50_000_000, () => redis.keys(reservationPattern));
   });
 });

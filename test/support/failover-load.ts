@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
-import { accountKey, apiKeyRecordKey, reservationKey, usageStreamKey } from '../../shared/accounts.js';
+import { accountKey, apiKeyRecordKey, reservationKey } from '../../shared/accounts.js';
+import type { RecordDb } from '../../storage/record/database.js';
 import type { KeyStore } from '../../api/key-store.js';
 
 /** A model the mock serves at a price, so requests reserve and settle money. */
@@ -26,12 +28,11 @@ export async function outcome(run: () => Promise<unknown>): Promise<Outcome> {
 }
 
 /** A key on its own account holding `balance` micros. */
-export async function paidKey(redis: Redis, keys: KeyStore, balance: number): Promise<{ id: string; key: string; account: string }> {
-  const created = await keys.create('paid');
-  const account = `acct_${created.id}`;
-  await redis.hset(accountKey(account), { id: account, email: `${created.id}@example.com`, name: 'paid', role: 'member', created: 1, reserved: 0, balance });
-  await redis.hset(apiKeyRecordKey(created.id), { account, spent: 0, reserved: 0 });
-  return { id: created.id, key: created.key, account };
+export async function paidKey(keys: KeyStore, balance: number): Promise<{ id: string; key: string; account: string }> {
+  const account = await keys.accounts.create({ email: `paid-${randomBytes(4).toString('hex')}@example.com`, name: 'paid' });
+  await keys.accounts.credit(account.id, balance, 'failover test');
+  const created = await keys.create('paid', { accountId: account.id });
+  return { id: created.id, key: created.key, account: account.id };
 }
 
 /**
@@ -96,7 +97,13 @@ export function assertEveryRequestEnded(outcomes: readonly Outcome[], minimumSer
  * what its open reservations hold. `reservationKeys` lists every reservation
  * key (on a Cluster, from the accounts' primary).
  */
-export async function assertMoneyAddsUp(redis: Redis, payer: { id: string; account: string }, startBalance: number, reservationKeys: () => Promise<string[]>): Promise<number> {
+export async function assertMoneyAddsUp(
+  redis: Redis,
+  record: RecordDb,
+  payer: { id: string; account: string },
+  startBalance: number,
+  reservationKeys: () => Promise<string[]>,
+): Promise<number> {
   const openReservations = async () => {
     let total = 0;
     for (const name of await reservationKeys()) {
@@ -118,10 +125,14 @@ export async function assertMoneyAddsUp(redis: Redis, payer: { id: string; accou
   const spent = Number(await redis.hget(apiKeyRecordKey(payer.id), 'spent'));
   assert.ok(spent > 0);
   assert.equal(Number(await redis.hget(accountKey(payer.account), 'balance')), startBalance - spent, 'the account paid what the key spent');
-  let recorded = 0;
-  for (const [, fields] of await redis.xrange(usageStreamKey, '-', '+')) {
-    const record = JSON.parse(fields[1]!) as { key_id: string; cost_micros: number };
-    if (record.key_id === payer.id) recorded += record.cost_micros;
+  // The usage rows the writer moved to the record (it may be a moment behind the settlements).
+  const recordedSum = async () =>
+    Number((await record.selectFrom('usage').select((eb) => eb.fn.sum('cost_micros').as('sum')).where('key_id', '=', payer.id).executeTakeFirstOrThrow()).sum ?? 0);
+  const writtenBy = Date.now() + 10_000;
+  let recorded = await recordedSum();
+  while (recorded !== spent && Date.now() < writtenBy) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    recorded = await recordedSum();
   }
   assert.equal(recorded, spent, 'the usage records add up to what the key spent');
   return spent;

@@ -161,8 +161,10 @@ export async function startGateway(options: {
     client: (apiKey, clientOptions = {}) => new OpenAI({ apiKey, baseURL: `${url}/v1`, maxRetries: 0, timeout: 20_000, ...clientOptions }),
     async stop(signal = 'SIGTERM') {
       if (proc.exitCode !== null || proc.signalCode !== null) return proc.exitCode;
+      // 'close', not 'exit': by then every line it (and a worker process sharing its stdout) wrote has been read into logs.
+      const closed = once(proc, 'close');
       proc.kill(signal);
-      const [code] = (await once(proc, 'exit')) as [number | null];
+      const [code] = (await closed) as [number | null];
       return code;
     },
   };
