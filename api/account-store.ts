@@ -1,6 +1,7 @@
 import { randomBytes, scrypt, timingSafeEqual } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { withScripts } from '../shared/redis.js';
+import { readBill, type BillState } from '../shared/billing.js';
 import {
   accessChangedChannel,
   accountEmailsKey,
@@ -10,6 +11,7 @@ import {
   apiKeyHashesKey,
   apiKeyIdsKey,
   apiKeyRecordKey,
+  billKey,
   defaultAccountId,
   type Account,
   type AccountRole,
@@ -51,7 +53,7 @@ export { microsToUsd, usdToMicros } from '../shared/pricing.js';
 export const ensureDefaultLua = `
 local function ensureDefault(accountKey, indexKey, id, now)
   if redis.call('HGET', accountKey, 'unlimited') == '1' then return end
-  for field, value in pairs({id = id, email = '', name = 'Default', role = 'admin', created = now, balance = '0', reserved = '0'}) do
+  for field, value in pairs({id = id, email = '', name = 'Default', role = 'admin', created = now}) do
     redis.call('HSETNX', accountKey, field, value)
   end
   redis.call('HSET', accountKey, 'unlimited', '1')
@@ -117,14 +119,32 @@ redis.call('PUBLISH', ARGV[5], 'account:' .. ARGV[1])
 return #ids`;
 
 /*
- * KEYS: account. ARGV: micros. The ledger entry is the record's (written first).
- * {1, balance} done, {0} no such account in Redis, {-1} the account is unlimited.
+ * KEYS: the account's bill. ARGV: the account's credits in the record after this entry, the entry's ledger id, its amount.
+ * The record is written first; the bill keeps which ledger entry its credits include (`credits_at`), so applying an
+ * entry is idempotent (a retry, or an older entry arriving after a newer one, changes nothing) and a bill that missed
+ * an entry catches up with the next: the balance moves by the record's credits less those the bill counted.
+ * {1, balance} done, {0} no bill in Redis (lost; loaded again from the record), {-1} the account is unlimited.
  */
 const creditScript = `
-local cur = redis.call('HMGET', KEYS[1], 'id', 'deleted', 'unlimited')
-if not cur[1] or cur[2] == '1' then return {0, 0} end
-if cur[3] == '1' then return {-1, 0} end
-return {1, redis.call('HINCRBY', KEYS[1], 'balance', ARGV[1])}`;
+local cur = redis.call('HMGET', KEYS[1], 'id', 'unlimited', 'credits', 'credits_at', 'balance')
+if not cur[1] then return {0, 0} end
+if cur[2] == '1' then return {-1, 0} end
+if cur[4] and tonumber(ARGV[2]) <= tonumber(cur[4]) then return {1, tonumber(cur[5] or '0')} end
+local delta = tonumber(ARGV[3])
+if cur[3] then delta = tonumber(ARGV[1]) - tonumber(cur[3]) end
+local balance = redis.call('HINCRBY', KEYS[1], 'balance', string.format('%d', delta))
+redis.call('HSET', KEYS[1], 'credits', ARGV[1], 'credits_at', ARGV[2])
+return {1, balance}`;
+
+/* KEYS: the account's bill. ARGV: id, unlimited ('1' or '0'). Opens it (a new account's at 0) or sets whether it is unlimited. */
+const billOpenScript = `
+redis.call('HSETNX', KEYS[1], 'id', ARGV[1])
+redis.call('HSETNX', KEYS[1], 'balance', '0')
+redis.call('HSETNX', KEYS[1], 'reserved', '0')
+redis.call('HSETNX', KEYS[1], 'credits', '0')
+redis.call('HSETNX', KEYS[1], 'credits_at', '0')
+redis.call('HSET', KEYS[1], 'unlimited', ARGV[2])
+return 1`;
 
 interface AccountRedis extends Redis {
   accountEnsureDefault(...args: Array<string | number>): Promise<number>;
@@ -132,6 +152,7 @@ interface AccountRedis extends Redis {
   accountUpdate(...args: Array<string | number>): Promise<number>;
   accountDelete(...args: Array<string | number>): Promise<number>;
   accountCredit(...args: Array<string | number>): Promise<[number, number]>;
+  billOpen(...args: Array<string | number>): Promise<number>;
 }
 
 const scripted = (redis: Redis) =>
@@ -141,6 +162,7 @@ const scripted = (redis: Redis) =>
     accountUpdate: { keys: 2, lua: updateScript },
     accountDelete: { keys: 6, lua: deleteScript },
     accountCredit: { keys: 1, lua: creditScript },
+    billOpen: { keys: 1, lua: billOpenScript },
   });
 
 // ---- passwords: scrypt, salted, with its parameters stored so they can be raised later ----
@@ -213,7 +235,8 @@ const emailIndex = (email: string) => normalizeEmail(email).toLowerCase();
 /** How often a script that found the account changed under it is retried before giving up. */
 const attempts = 5;
 
-function toAccount(row: Record<string, string>): Account | undefined {
+/** An account from its directory hash and its bill (absent: nothing held, no balance yet). */
+function toAccount(row: Record<string, string>, bill: BillState | undefined): Account | undefined {
   if (!row.id || row.deleted === '1') return undefined;
   return {
     id: row.id,
@@ -221,8 +244,8 @@ function toAccount(row: Record<string, string>): Account | undefined {
     name: row.name ?? '',
     role: row.role === 'admin' ? 'admin' : 'member',
     created: Number(row.created) || 0,
-    balanceMicros: row.unlimited === '1' ? undefined : Number(row.balance ?? 0),
-    reservedMicros: Number(row.reserved ?? 0),
+    balanceMicros: row.unlimited === '1' ? undefined : (bill?.balanceMicros ?? 0),
+    reservedMicros: bill?.reservedMicros ?? 0,
     disabled: row.disabled === '1',
   };
 }
@@ -232,6 +255,8 @@ const isUniqueViolation = (error: unknown) => (error as { code?: string } | null
 
 export class AccountStore {
   private readonly redis: AccountRedis;
+  /** See KeyStore.onAccessChanged. */
+  onAccessChanged: ((message: string) => void) | undefined;
 
   constructor(
     redis: Redis,
@@ -248,6 +273,7 @@ export class AccountStore {
    */
   async ensureDefault(): Promise<void> {
     await this.redis.accountEnsureDefault(accountKey(defaultAccountId), accountsIndexKey, defaultAccountId, nowSeconds());
+    await this.redis.billOpen(billKey(defaultAccountId), defaultAccountId, '1');
   }
 
   async create(input: NewAccount): Promise<Account> {
@@ -261,8 +287,6 @@ export class AccountStore {
       name: input.name ?? '',
       role,
       created: String(created),
-      balance: '0',
-      reserved: '0',
       unlimited: (input.unlimited ?? unlimitedByRole(role)) ? '1' : '0',
       ...(input.password ? { password: await hashPassword(input.password) } : {}),
     };
@@ -294,13 +318,15 @@ export class AccountStore {
       await this.record.deleteFrom('accounts').where('id', '=', id).execute();
       throw accountExists(email);
     }
-    return toAccount(fields)!;
+    await this.redis.billOpen(billKey(id), id, fields.unlimited!);
+    return toAccount(fields, undefined)!;
   }
 
   /** Undefined for an unknown or deleted account. */
   async get(id: string): Promise<Account | undefined> {
     if (id === defaultAccountId) await this.ensureDefault();
-    return toAccount(await this.redis.hgetall(accountKey(id)));
+    const [row, bill] = await Promise.all([this.redis.hgetall(accountKey(id)), readBill(this.redis, id)]);
+    return toAccount(row, bill);
   }
 
   /** True when the account exists and is not deleted. */
@@ -317,7 +343,9 @@ export class AccountStore {
     const pipeline = this.redis.pipeline();
     for (const id of ids) pipeline.hgetall(accountKey(id));
     const rows = (await pipeline.exec()) ?? [];
-    return rows.map(([, row]) => toAccount(row as Record<string, string>)).filter((a): a is Account => a !== undefined);
+    // Bills live in their buckets (other slots): read apart from the directory's pipeline.
+    const bills = await Promise.all(ids.map((id) => readBill(this.redis, id)));
+    return rows.map(([, row], i) => toAccount(row as Record<string, string>, bills[i])).filter((a): a is Account => a !== undefined);
   }
 
   /** Undefined for an unknown or deleted account; throws 409 when the new email is taken. */
@@ -360,7 +388,12 @@ export class AccountStore {
       const result = await this.redis.accountUpdate(accountKey(id), accountEmailsKey, id, current.email, emailIndex(current.email), newIndex, accessChangedChannel, ...fields);
       if (result === 0) return undefined;
       if (result === -1) throw accountExists(normalizeEmail(changes.email!));
-      if (result === 1) return this.get(id);
+      if (result === 1) {
+        this.onAccessChanged?.(`account:${id}`);
+        const unlimited = fields.indexOf('unlimited');
+        if (unlimited >= 0) await this.redis.billOpen(billKey(id), id, fields[unlimited + 1]!);
+        return this.get(id);
+      }
     }
     throw new GatewayError(409, 'The account kept changing while it was being updated; retry.', { code: 'conflict' });
   }
@@ -394,6 +427,9 @@ export class AccountStore {
         apiKeyRecordKey(''),
         accessChangedChannel,
       );
+      // Its bill goes with it: nothing is admitted for it any more.
+      if (result >= -1) await this.redis.del(billKey(id));
+      this.onAccessChanged?.(`account:${id}`);
       if (result === -1) return 0;
       if (result >= 0) return result;
     }
@@ -407,6 +443,7 @@ export class AccountStore {
     if (!account || account.deleted) throw accountNotFound(id);
     if (account.unlimited) throw unlimitedBalance(id);
     // The record first: the ledger entry and the credits in one transaction; then the hot balance admission reads.
+    // The row lock taken by the update orders the ledger ids as the credits: a later entry always counts an earlier one.
     const entry = await this.record.transaction().execute(async (tx) => {
       const updated = await tx
         .updateTable('accounts')
@@ -414,19 +451,49 @@ export class AccountStore {
         .where('id', '=', id)
         .where('deleted', '=', false)
         .where('unlimited', '=', false)
+        .returning('credits_micros')
         .executeTakeFirst();
-      if (Number(updated.numUpdatedRows) === 0) return undefined;
-      return tx.insertInto('ledger').values({ account_id: id, amount_micros: micros, balance_micros: null, note, time: nowSeconds() }).returning('id').executeTakeFirstOrThrow();
+      if (!updated) return undefined;
+      const line = await tx.insertInto('ledger').values({ account_id: id, amount_micros: micros, balance_micros: null, note, time: nowSeconds() }).returning('id').executeTakeFirstOrThrow();
+      return { id: line.id, credits: updated.credits_micros };
     });
     if (!entry) throw accountNotFound(id);
-    let [status, balance] = await this.redis.accountCredit(accountKey(id), micros);
-    if (status !== 1) {
-      // Refused because Redis lost the account (flushed): loading it from the record brings the credit with it.
-      await this.hot?.ensure();
-      balance = Number(await this.redis.hget(accountKey(id), 'balance'));
-    }
+    const balance = await this.applyCredit(id, { id: Number(entry.id), credits: entry.credits }, micros);
     await this.record.updateTable('ledger').set({ balance_micros: balance }).where('id', '=', entry.id).execute();
     return balance;
+  }
+
+  /**
+   * Brings the hot balance to the record's credits as of a ledger entry: idempotent, so it is retried while Redis is
+   * away (about 6 s); a bill Redis lost is loaded again from the record, which holds the entry already.
+   */
+  private async applyCredit(id: string, entry: { id: number; credits: number }, amount: number): Promise<number> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        let [status, balance] = await this.redis.accountCredit(billKey(id), entry.credits, entry.id, amount);
+        if (status === 0 && this.hot) {
+          await this.hot.ensure();
+          // Loaded again (here or by another process) from a snapshot that may predate the entry: applied once more, idempotently.
+          [status, balance] = await this.redis.accountCredit(billKey(id), entry.credits, entry.id, amount);
+        }
+        if (status !== 1) {
+          // No bill to move (the CLI beside no gateway, or one not loaded yet): the balance is the record's.
+          const row = await this.record.selectFrom('accounts').select(['credits_micros', 'settled_micros']).where('id', '=', id).executeTakeFirstOrThrow();
+          return row.credits_micros - row.settled_micros;
+        }
+        return Number(balance);
+      } catch (error) {
+        if (attempt >= 5) {
+          throw new GatewayError(
+            503,
+            `The credit was recorded (ledger entry ${entry.id}) but the balance admission reads could not be updated: Redis is unreachable. ` +
+              'It takes effect with the account\'s next credit or when Redis is loaded from the record; do not repeat this credit.',
+            { code: 'credit_pending' },
+          );
+        }
+        await new Promise((resolve) => setTimeout(resolve, 200 * 2 ** attempt));
+      }
+    }
   }
 
   /** The newest `limit` ledger entries, newest first. */

@@ -1,7 +1,7 @@
 import type { Context } from 'koa';
 import type { Redis } from 'ioredis';
 import type { KeyAccess } from '../shared/accounts.js';
-import { reserve, type RateLimitState, type ReserveOutcome } from '../shared/billing.js';
+import { reserve, type KeyLimitsInForce, type RateLimitState, type ReserveOutcome } from '../shared/billing.js';
 import type { Config } from '../shared/config.js';
 import { GatewayError, invalidApiKey } from '../shared/errors.js';
 import { admissionRefused } from './metrics.js';
@@ -33,6 +33,13 @@ function rateHeaders(outcome: ReserveOutcome): Record<string, string> {
   return headers;
 }
 
+/** A key's limits as admission applies them: its own, else the gateway's default rate limits. */
+export function limitsInForce(access: KeyAccess, config: Pick<Config, 'defaultKeyRpm' | 'defaultKeyTpm'>): KeyLimitsInForce {
+  const rpm = access.rpm ?? config.defaultKeyRpm;
+  const tpm = access.tpm ?? config.defaultKeyTpm;
+  return { ...(access.limitMicros !== undefined ? { limitMicros: access.limitMicros } : {}), ...(rpm ? { rpm } : {}), ...(tpm ? { tpm } : {}) };
+}
+
 /**
  * Reserves a request's worst-case cost against its key's limit and its
  * account's balance, together with the key's rate limits, in one Redis
@@ -55,7 +62,7 @@ export async function reserveSpend(
   const outcome = await reserve(
     redis,
     { requestId, keyId: access.keyId, accountId: access.accountId, micros: estimate.micros, tokens: estimate.tokens, deadline, ...(gate ? { gate } : {}) },
-    { ...(config.defaultKeyRpm ? { rpm: config.defaultKeyRpm } : {}), ...(config.defaultKeyTpm ? { tpm: config.defaultKeyTpm } : {}) },
+    limitsInForce(access, config),
   );
   const headers = rateHeaders(outcome);
   ctx.set(headers);

@@ -9,13 +9,15 @@ import {
   apiKeyHashesKey,
   apiKeyIdsKey,
   apiKeyRecordKey,
+  billKey,
   defaultAccountId,
   type KeyAccess,
 } from '../shared/accounts.js';
 import { GatewayError } from '../shared/errors.js';
 import { AccountStore, accountNotFound, ensureDefaultLua } from './account-store.js';
 import type { RecordDb } from '../storage/record/database.js';
-import { ensureDefaultRecord, type HotState } from '../storage/record/hot-state.js';
+import { ensureDefaultRecord, keyBillFields, type HotState } from '../storage/record/hot-state.js';
+import { readKeySpend, type KeySpend } from '../shared/billing.js';
 
 /**
  * API keys: random, prefixed, shown once, stored only as a SHA-256 hash, in
@@ -157,7 +159,8 @@ function limitFields(changes: KeyChanges): string[] {
   return fields;
 }
 
-function toRecord(row: Record<string, string>): ApiKeyRecord | undefined {
+/** A key from its directory hash and its spend in its account's bill. */
+function toRecord(row: Record<string, string>, spend: KeySpend | undefined): ApiKeyRecord | undefined {
   if (!row.id || !row.hash) return undefined;
   return {
     id: row.id,
@@ -170,14 +173,23 @@ function toRecord(row: Record<string, string>): ApiKeyRecord | undefined {
     tpm: optionalNumber(row.tpm),
     models: parseModels(row.models),
     expiresAt: optionalNumber(row.expires),
-    spentMicros: Number(row.spent ?? 0) || 0,
-    lastUsedAt: optionalNumber(row.last_used),
+    spentMicros: spend?.spentMicros ?? 0,
+    lastUsedAt: spend?.lastUsedAt,
   };
 }
 
 export class KeyStore {
   readonly accounts: AccountStore;
   private readonly scripts: KeyRedis;
+  /**
+   * Told (with the message `accessChangedChannel` carries) when a key or account changes through this store: this
+   * process's own cache drops it at once, before the change is answered, without waiting for the message to come back.
+   */
+  set onAccessChanged(listener: ((message: string) => void) | undefined) {
+    this.changed = listener;
+    this.accounts.onAccessChanged = listener;
+  }
+  private changed: ((message: string) => void) | undefined;
 
   constructor(
     readonly redis: Redis,
@@ -197,7 +209,7 @@ export class KeyStore {
     const created = Math.floor(Date.now() / 1000);
     const hint = `${secret.slice(0, 7)}…`;
     const hash = hashSecret(secret);
-    const fields = ['id', id, 'name', name, 'created', String(created), 'hash', hash, 'hint', hint, 'account', accountId, 'spent', '0', 'reserved', '0'];
+    const fields = ['id', id, 'name', name, 'created', String(created), 'hash', hash, 'hint', hint, 'account', accountId];
     // Every limit field is written, '' when unset, so the record shows the whole layout.
     const { limitMicros = null, rpm = null, tpm = null, models = null, expiresAt = null } = options;
     fields.push(...limitFields({ limitMicros, rpm, tpm, models, expiresAt }));
@@ -205,10 +217,11 @@ export class KeyStore {
     if (!owner && accountId === defaultAccountId) {
       // The default account is made on first use, in the record as in Redis.
       await ensureDefaultRecord(this.record);
-      await this.accounts.ensureDefault();
       owner = { deleted: false };
     }
     if (!owner || owner.deleted) throw accountNotFound(accountId);
+    // Keys made without an account need the default account's bill in Redis (ensured cheaply: idempotent).
+    if (accountId === defaultAccountId) await this.accounts.ensureDefault();
     await this.record
       .insertInto('api_keys')
       .values({
@@ -228,13 +241,16 @@ export class KeyStore {
         revoked: null,
       })
       .execute();
+    // Its spend first: a key admission can find has a bill to count against.
+    await this.redis.hset(billKey(accountId), `${id}.spent`, '0', `${id}.reserved`, '0');
     const made = await this.scripts.keyCreate(accountKey(accountId), apiKeyRecordKey(id), apiKeyHashesKey, apiKeyIdsKey, accountKeysKey(accountId), hash, id, ...fields);
     // Refused because Redis lost the account (flushed): loading it from the record brings this key with it.
     if (made === 0 && !(await this.hot?.ensure())) {
+      await this.redis.hdel(billKey(accountId), ...keyBillFields(id));
       await this.record.deleteFrom('api_keys').where('id', '=', id).execute();
       throw accountNotFound(accountId);
     }
-    return { ...toRecord(Object.fromEntries(pairs(fields)))!, key: secret };
+    return { ...toRecord(Object.fromEntries(pairs(fields)), { spentMicros: 0, reservedMicros: 0 })!, key: secret };
   }
 
   async list(filter: { accountId?: string } = {}): Promise<ApiKeyRecord[]> {
@@ -245,15 +261,18 @@ export class KeyStore {
     if (ids.length === 0) return [];
     const pipeline = this.redis.pipeline();
     for (const id of ids) pipeline.hgetall(apiKeyRecordKey(id));
-    const rows = (await pipeline.exec()) ?? [];
+    const rows = ((await pipeline.exec()) ?? []).map(([, value]) => value as Record<string, string>);
+    // Spend lives in the accounts' bills (other slots): read apart from the directory's pipeline.
+    const spends = await Promise.all(rows.map((row) => (row.id ? readKeySpend(this.redis, row.account || defaultAccountId, row.id) : undefined)));
     return rows
-      .map(([, value]) => toRecord(value as Record<string, string>))
+      .map((row, i) => toRecord(row, spends[i]))
       .filter((key): key is ApiKeyRecord => key !== undefined && (!filter.accountId || key.accountId === filter.accountId))
       .sort((a, b) => a.created - b.created || a.id.localeCompare(b.id));
   }
 
   async get(id: string): Promise<ApiKeyRecord | undefined> {
-    return toRecord(await this.redis.hgetall(apiKeyRecordKey(id)));
+    const row = await this.redis.hgetall(apiKeyRecordKey(id));
+    return toRecord(row, row.id ? await readKeySpend(this.redis, row.account || defaultAccountId, id) : undefined);
   }
 
   /** Undefined when no such key exists. */
@@ -271,6 +290,7 @@ export class KeyStore {
       : undefined;
     if (known && Number(known.numUpdatedRows) === 0) return undefined;
     const done = await this.scripts.keyUpdate(apiKeyRecordKey(id), accessChangedChannel, id, ...limitFields(changes));
+    this.changed?.(id);
     return done === 1 ? this.get(id) : undefined;
   }
 
@@ -307,9 +327,13 @@ export class KeyStore {
 
   /** Returns false when no such key exists. */
   async revoke(id: string): Promise<boolean> {
-    const revoked = await this.record.updateTable('api_keys').set({ revoked: Math.floor(Date.now() / 1000) }).where('id', '=', id).where('revoked', 'is', null).executeTakeFirst();
+    const revoked = await this.record.updateTable('api_keys').set({ revoked: Math.floor(Date.now() / 1000) }).where('id', '=', id).where('revoked', 'is', null).returning('account_id').execute();
+    const accountId = revoked[0]?.account_id ?? ((await this.redis.hget(apiKeyRecordKey(id), 'account')) || defaultAccountId);
+    // Out of its account's bill first: admission refuses it from here on, whatever an api still caches.
+    await this.redis.hdel(billKey(accountId), ...keyBillFields(id));
     const done = await this.scripts.keyRevoke(apiKeyRecordKey(id), apiKeyHashesKey, apiKeyIdsKey, id, accountKeysKey(''), accessChangedChannel, defaultAccountId);
-    return done === 1 || Number(revoked.numUpdatedRows) > 0;
+    this.changed?.(id);
+    return done === 1 || revoked.length > 0;
   }
 
   /** Key id for a presented secret, or undefined. */

@@ -110,7 +110,7 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
   // once a worker holds the job, the worker deletes them when the job ends.
   const abandon = () => {
     if (spend) {
-      void releaseReservation(deps.redis, jobId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a job that never ran'));
+      void releaseReservation(deps.redis, spend.access.accountId, jobId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a job that never ran'));
     }
     const keys = deps.blobs ? uploadKeys(request.body) : [];
     if (keys.length === 0) return;

@@ -101,6 +101,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   const keyCache = new KeyCache(keyStore, config.keyCacheTtlMs);
   const hub = new ReplyHub(subscriber, redis, replyChannel(instanceId), log);
   hub.on(accessChangedChannel, (message) => keyCache.forget(message));
+  keyStore.onAccessChanged = (message) => keyCache.forget(message);
   hub.onReconnect = () => keyCache.clear();
   const backpressure = new Backpressure(queues, config.maxWaiting, log);
   const catalog = loadCatalog(config.catalogFile);

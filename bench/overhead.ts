@@ -210,7 +210,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
       const keyStore = new KeyStore(gatewayRedis, await testRecord(gatewayRedis));
       const account = await keyStore.accounts.create({ email: `bench-${name}@example.com`, name: `bench ${name}` });
       await keyStore.accounts.credit(account.id, 10 ** 12, 'bench');
-      const key = await keyStore.create('bench-limited', { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 10 });
+      const key = await keyStore.create('bench-limited', { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 9 });
       log(`gateway ${name}: starting (Redis db ${db})`);
       // The per-request usage log is kept by design up to USAGE_RETENTION_RECORDS (default 10 million, about 250 bytes each):
       // capped at its minimum here, so that the soak shows whether anything else grows.

@@ -38,7 +38,7 @@ async function main(): Promise<void> {
     const keyStore = new KeyStore(redis, await testRecord(redis));
     const account = await keyStore.accounts.create({ email: 'bench-profile@example.com', name: 'bench profile' });
     await keyStore.accounts.credit(account.id, 10 ** 12, 'bench');
-    const { key } = await keyStore.create('bench-profile', { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 10 });
+    const { key } = await keyStore.create('bench-profile', { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 9 });
     const gateway = await startGateway('all', fake.url, redisUrl, outDir);
     const child = gateway.children.gateway!;
     await probe(gateway.url, key, [child]);

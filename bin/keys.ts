@@ -23,7 +23,8 @@ function number(flag: string, text: string | undefined, check: (n: number) => bo
   return value;
 }
 
-const isPositiveInteger = (n: number) => Number.isSafeInteger(n) && n >= 1;
+/** A rate limit: whole, ≥ 1, and at most the admin API's bound (1e9 per minute). */
+const isRateLimit = (n: number) => Number.isSafeInteger(n) && n >= 1 && n <= 1e9;
 
 function keyOptions(values: Record<string, string | boolean | undefined>): KeyOptions {
   const text = (flag: string) => (typeof values[flag] === 'string' ? (values[flag] as string) : undefined);
@@ -35,8 +36,8 @@ function keyOptions(values: Record<string, string | boolean | undefined>): KeyOp
   if (models && models.length === 0) throw new UsageError('--models needs at least one model id');
   return {
     limitMicros: limitUsd === undefined ? undefined : usdToMicros(limitUsd),
-    rpm: number('rpm', text('rpm'), isPositiveInteger, 'a whole number ≥ 1'),
-    tpm: number('tpm', text('tpm'), isPositiveInteger, 'a whole number ≥ 1'),
+    rpm: number('rpm', text('rpm'), isRateLimit, 'a whole number from 1 to 1000000000'),
+    tpm: number('tpm', text('tpm'), isRateLimit, 'a whole number from 1 to 1000000000'),
     models: models ? [...new Set(models)] : undefined,
     expiresAt: number('expires-at', text('expires-at'), (n) => Number.isSafeInteger(n) && n >= 0, 'unix seconds'),
   };

@@ -1,61 +1,94 @@
+import slotOf from 'cluster-key-slot';
 import { accountsPrefix, keyPrefix } from './queues.js';
 
 /**
  * Accounts, keys, reservations and usage as they live in Redis: the layout
  * both halves (and the admin API, the CLI and the billing scripts) read.
  * Money is integer micro-dollars (1 USD = 1,000,000) everywhere in Redis.
- * Every key below but the sessions' carries the hash tag `{acct}` (written
- * `sy:{acct}:account:<id>` in full; shortened to `sy:` here), so each
- * billing script runs on one Redis Cluster slot; sessions share it too.
+ *
+ * The directory (who the accounts and keys are, what a key may do) carries
+ * the hash tag `{acct}` (written `sy:{acct}:account:<id>` in full; shortened to `sy:` here).
+ * No request touches it: each api caches what a key may do (dropped on
+ * `accessChangedChannel`).
  *
  *   sy:account:<id>          hash  id, email, name, role, created, password (scrypt, optional),
- *                                  balance (micros), unlimited ('1' for the default account),
- *                                  reserved (micros held by requests in flight), deleted ('1')
+ *                                  unlimited ('1': spends without a balance), disabled, deleted ('1'), playground_key
  *   sy:accounts              zset  account id → created
  *   sy:account-emails        hash  lower-cased email → account id
- *   sy:ledger:<id>           stream (before the record) one entry per balance change; read only to import it into the record
  *   sy:key:<id>              hash  id, name, created, hash, hint, account, limit (micros, '' = none),
- *                                  rpm, tpm ('' = none), models (JSON array, '' = all), expires ('' = never),
- *                                  spent (micros), reserved (micros), last_used (unix s)
+ *                                  rpm, tpm ('' = none), models (JSON array, '' = all), expires ('' = never)
  *   sy:keyhash               hash  sha256(secret) → key id
  *   sy:keyids                set   key ids
  *   sy:account-keys:<id>     set   key ids of one account
- *   sy:rl:<keyId>:rpm|tpm    string GCRA theoretical arrival time (ms)
- *   sy:resv:<requestId>      hash  key, account, micros, tokens, deadline (ms): what admission holds
- *   sy:resv-deadlines        zset  request id → deadline (ms), to release reservations of lost jobs
- *   sy:settled:<requestId>   string set once a request is settled (kept 1 min once its job completes, else until 15 min past its deadline): settlement runs once
- *   sy:usage                 stream one record per settled request, until the record's writer has committed it
  *   sy:session:<sha256(token)> hash account, csrf, created (ms): a console session, TTL = its idle expiry
  *   sy:account-sessions:<id> set   session hashes of one account, to end them all at once
  *   sy:signin-fail:<email|ip> string sign-in attempts in the current window, counted before the password check (TTL = the window)
- *   sy:usage-day:<YYYY-MM-DD> hash `<account>|<key>|<model>|<metric>` → integer total, kept 400 days
- *   sy:usage-day:<YYYY-MM-DD>:<account> hash the same fields, of that account only (read only to import them into the record)
- *   sy:record-loaded         string set once the hot state above was loaded from the record (PostgreSQL): missing
+ *   sy:record-loaded         string set once the hot state was loaded from the record (PostgreSQL): missing
  *                                  after a flush, which makes the next start or first use load it again
  *   sy:record-loading        string held while one process loads it (TTL)
  *
+ * Money is spread over `billingBuckets` hash tags `{b<k>-<n>}` (written
+ * `sy:{b}:` here), each on its own slot, evenly over a Cluster's slot range; an
+ * account's bucket follows from its id. Everything one request's admission
+ * and settlement touch lives in its account's bucket, so each is one script on
+ * one slot, and different accounts bill on different primaries:
+ *
+ *   sy:{b}:bill:<account>    hash  id, unlimited ('1'), balance (micros), reserved (micros held by requests in flight),
+ *                                  credits (the record's credits the balance counts) and credits_at (as of which ledger entry);
+ *                                  per key: <key>.spent, <key>.reserved, <key>.used (unix s), <key>.rpm and <key>.tpm
+ *                                  (GCRA theoretical arrival times, ms); per request in flight:
+ *                                  r:<request> = '<key> <micros> <tokens> <tpm limit>', what admission holds for it
+ *   sy:{b}:resv-deadlines    zset  '<account> <request>' → deadline (ms), to release reservations of lost jobs
+ *   sy:{b}:settled:<request> string set once a request is settled (kept 1 min once its job completes, else until
+ *                                  15 min past its deadline): settlement runs once
+ *   sy:{b}:usage             stream one record per settled request, until the record's writer has committed it
+ *
  * The record (PostgreSQL, storage/record/) is what these are rebuilt from: accounts, keys, the ledger and the usage rows.
- * The usage stream is a buffer: the record's writer deletes each record once it is committed there.
+ * A gateway that kept everything in Redis (before the record) kept the money fields in the directory's hashes,
+ * ledgers in `sy:ledger:<id>`, usage in `sy:usage` and day totals in `sy:usage-day:*`: read once, to import them.
  */
 export const defaultAccountId = 'acct_default';
 
 export const accountKey = (id: string) => `${accountsPrefix}account:${id}`;
 export const accountsIndexKey = `${accountsPrefix}accounts`;
 export const accountEmailsKey = `${accountsPrefix}account-emails`;
+/** Before the record: an account's ledger (read only to import it). */
 export const ledgerKey = (accountId: string) => `${accountsPrefix}ledger:${accountId}`;
 export const apiKeyRecordKey = (keyId: string) => `${accountsPrefix}key:${keyId}`;
 export const apiKeyHashesKey = `${accountsPrefix}keyhash`;
 export const apiKeyIdsKey = `${accountsPrefix}keyids`;
 export const accountKeysKey = (accountId: string) => `${accountsPrefix}account-keys:${accountId}`;
-export const rateLimitKey = (keyId: string, kind: 'rpm' | 'tpm') => `${accountsPrefix}rl:${keyId}:${kind}`;
-export const reservationKey = (requestId: string) => `${accountsPrefix}resv:${requestId}`;
-export const reservationDeadlinesKey = `${accountsPrefix}resv-deadlines`;
-export const settledKey = (requestId: string) => `${accountsPrefix}settled:${requestId}`;
-export const usageStreamKey = `${accountsPrefix}usage`;
-/** The day's totals of every account, or (with an account) of that account alone: the console reads one account's without scanning all. */
+/** Before the record: the usage stream and day totals all accounts shared (read only to import them, and drained by the writer). */
+export const legacyUsageStreamKey = `${accountsPrefix}usage`;
 export const usageDayKey = (day: string, accountId?: string) => (accountId === undefined ? `${accountsPrefix}usage-day:${day}` : `${accountsPrefix}usage-day:${day}:${accountId}`);
-export const recordLoadedKey = `${accountsPrefix}record-loaded`;
+/** Named for the layout it marks loaded: a gateway that kept money in the directory's hashes loads the buckets anew. */
+export const recordLoadedKey = `${accountsPrefix}record-loaded:buckets`;
 export const recordLoadingKey = `${accountsPrefix}record-loading`;
+/** How many hash tags money is spread over (a Cluster's primaries share them; see `bucketTag`). */
+export const billingBuckets = 16;
+const clusterSlots = 16_384;
+/**
+ * Bucket k's tag is the first `b<k>-<n>` whose slot lies in the k-th sixteenth of the slot range, so the buckets
+ * spread over a Cluster's primaries as evenly as its slots do.
+ */
+const bucketTags = Array.from({ length: billingBuckets }, (_, k) => {
+  for (let n = 0; ; n++) {
+    const tag = `b${k}-${n}`;
+    if (Math.floor(slotOf(tag) / (clusterSlots / billingBuckets)) === k) return tag;
+  }
+});
+/** The bucket of an account: the sixteenth of the slot range its own id hashes to (no table: any process computes it). */
+export const billingBucket = (accountId: string): number => Math.floor(slotOf(accountId) / (clusterSlots / billingBuckets));
+const bucketPrefix = (bucket: number) => `${keyPrefix}{${bucketTags[bucket]}}:`;
+export const billKey = (accountId: string) => `${bucketPrefix(billingBucket(accountId))}bill:${accountId}`;
+export const settledKey = (accountId: string, requestId: string) => `${bucketPrefix(billingBucket(accountId))}settled:${requestId}`;
+export const reservationDeadlinesKey = (bucket: number) => `${bucketPrefix(bucket)}resv-deadlines`;
+export const usageStreamKey = (bucket: number) => `${bucketPrefix(bucket)}usage`;
+/** Every bucket's usage stream, and the one gateway-wide stream of a gateway before buckets (drained, then empty). */
+export const usageStreamKeys: readonly string[] = [...Array.from({ length: billingBuckets }, (_, k) => usageStreamKey(k)), legacyUsageStreamKey];
+/** A reservation's member in its bucket's deadlines. */
+export const deadlineMember = (accountId: string, requestId: string) => `${accountId} ${requestId}`;
+
 /** Published with a key id when a key changes or is revoked, and with `account:<id>` when an account does: every api drops what it cached. */
 export const accessChangedChannel = `${keyPrefix}access-changed`;
 

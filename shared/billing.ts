@@ -1,48 +1,57 @@
 import type { Redis } from 'ioredis';
 import { withScripts } from './redis.js';
 import {
-  accountKey,
-  apiKeyRecordKey,
-  rateLimitKey,
+  billingBuckets,
+  billKey,
+  deadlineMember,
   reservationDeadlinesKey,
-  reservationKey,
+  billingBucket,
   settledKey,
   usageStreamKey,
 } from './accounts.js';
 
 /**
- * Admission and settlement, each one Redis script: check the key's rate
- * limits and quota and reserve the worst case in one step (so two requests
- * can never both take the last dollar), then replace the reservation by the
- * actual cost exactly once per request id. Money is integer micro-dollars.
+ * Admission and settlement, each one Redis script on the account's bucket
+ * (shared/accounts.ts): check the key's rate limits and quota and reserve the
+ * worst case in one step (so two requests can never both take the last
+ * dollar), then replace the reservation by the actual cost exactly once per
+ * request id. Money is integer micro-dollars. The account's money, its keys'
+ * spend and rate-limit state and its reservations are fields of one hash:
+ * admission reads it once and writes it once.
  */
 
 const WINDOW_MS = 60_000;
 
+/** Lua's own number formatting turns large integers into `1e+14`: money is written with `%d`. */
+const intLua = `local function int(x) return string.format('%d', x) end`;
+
 /*
- * KEYS: key record, account record, rpm TAT, tpm TAT, reservation, reservation deadlines, the job's queue key
- * ARGV: request id, micros, tokens, now ms, deadline ms, account id, default rpm, default tpm ('' = none), key id,
- *       '1' when the job is being added right behind this call (a refusal then blocks its id with a placeholder)
+ * KEYS: the account's bill, its bucket's reservation deadlines, the job's queue key
+ * ARGV: request id, micros, tokens, now ms, deadline ms, key id, the key's limit (micros, '' = none),
+ *       rpm, tpm ('' = none), '1' when the job is being added right behind this call (a refusal then blocks
+ *       its id with a placeholder), the reservation's deadline member
  * Returns {code, rpm limit, rpm remaining, rpm reset ms, tpm limit, tpm remaining, tpm reset ms, retry after ms}
  *   code 0 reserved, 1 over rpm, 2 over tpm, 3 over the key's limit, 4 over the account's balance, 5 no such key or account
  * Rate limits are GCRA: a minute's worth may come at once, then at the limit's pace.
+ * The key's limits come from the caller (the api's cached access, dropped when they change); its spend and the
+ * balance are read here, with the reservations that hold against them.
  */
-const reserveScript = `
+const reserveScript = `${intLua}
 local function decide()
-  if redis.call('EXISTS', KEYS[1]) == 0 then return {5,0,0,0,0,0,0,0} end
-  local key = redis.call('HMGET', KEYS[1], 'limit', 'spent', 'reserved', 'rpm', 'tpm')
-  local account = redis.call('HMGET', KEYS[2], 'balance', 'reserved', 'unlimited', 'deleted')
-  if account[4] == '1' or (not account[1] and account[3] ~= '1') then return {5,0,0,0,0,0,0,0} end
+  local k = ARGV[6]
+  local bill = redis.call('HMGET', KEYS[1], 'balance', 'reserved', 'unlimited', k .. '.spent', k .. '.reserved', k .. '.rpm', k .. '.tpm')
+  -- A key revoked or an account deleted left the bill (or Redis lost it, until it is loaded again).
+  if not bill[4] or (not bill[1] and bill[3] ~= '1') then return {5,0,0,0,0,0,0,0} end
   local micros = tonumber(ARGV[2])
   local tokens = tonumber(ARGV[3])
   local now = tonumber(ARGV[4])
   local window = ${WINDOW_MS}
 
-  local function gcra(tatKey, limit, cost)
+  local function gcra(tatText, limit, cost)
     if not limit then return true, 0, 0, 0, 0, 0 end
     local interval = window / limit
     if cost > limit then cost = limit end
-    local tat = tonumber(redis.call('GET', tatKey) or '0')
+    local tat = tonumber(tatText or '0')
     if tat < now then tat = now end
     local newTat = tat + interval * cost
     if newTat - now > window then
@@ -51,42 +60,43 @@ local function decide()
     return true, limit, math.floor((window - (newTat - now)) / interval), math.ceil(newTat - now), 0, newTat
   end
 
-  local rpmLimit = tonumber(key[4] ~= '' and key[4] or ARGV[7])
-  local tpmLimit = tonumber(key[5] ~= '' and key[5] or ARGV[8])
-  local rpmOk, rl, rr, rs, rretry, rpmTat = gcra(KEYS[3], rpmLimit, 1)
-  local tpmOk, tl, tr, ts, tretry, tpmTat = gcra(KEYS[4], tpmLimit, tokens)
+  local rpmLimit = tonumber(ARGV[8])
+  local tpmLimit = tonumber(ARGV[9])
+  local rpmOk, rl, rr, rs, rretry, rpmTat = gcra(bill[6], rpmLimit, 1)
+  local tpmOk, tl, tr, ts, tretry, tpmTat = gcra(bill[7], tpmLimit, tokens)
   if not rpmOk then return {1, rl, rr, rs, tl, tr, ts, rretry} end
   if not tpmOk then return {2, rl, rr, rs, tl, tr, ts, tretry} end
 
-  if key[1] and key[1] ~= '' then
-    if tonumber(key[2] or '0') + tonumber(key[3] or '0') + micros > tonumber(key[1]) then return {3, rl, rr, rs, tl, tr, ts, 0} end
+  local keyReserved = tonumber(bill[5] or '0')
+  if ARGV[7] ~= '' then
+    if tonumber(bill[4]) + keyReserved + micros > tonumber(ARGV[7]) then return {3, rl, rr, rs, tl, tr, ts, 0} end
   end
-  if account[3] ~= '1' then
-    if tonumber(account[1]) - tonumber(account[2] or '0') - micros < 0 then return {4, rl, rr, rs, tl, tr, ts, 0} end
+  local reserved = tonumber(bill[2] or '0')
+  if bill[3] ~= '1' then
+    if tonumber(bill[1]) - reserved - micros < 0 then return {4, rl, rr, rs, tl, tr, ts, 0} end
   end
 
-  if rpmLimit then redis.call('SET', KEYS[3], tostring(rpmTat), 'PX', window + 1000) end
-  if tpmLimit then redis.call('SET', KEYS[4], tostring(tpmTat), 'PX', window + 1000) end
-  redis.call('HINCRBY', KEYS[1], 'reserved', micros)
-  redis.call('HSET', KEYS[1], 'last_used', math.floor(now / 1000))
-  redis.call('HINCRBY', KEYS[2], 'reserved', micros)
-  redis.call('HSET', KEYS[5], 'key', ARGV[9], 'account', ARGV[6], 'micros', micros, 'tokens', tokens, 'deadline', ARGV[5])
-  redis.call('PEXPIREAT', KEYS[5], tonumber(ARGV[5]) + 86400000)
-  redis.call('ZADD', KEYS[6], ARGV[5], ARGV[1])
+  local fields = {'reserved', int(reserved + micros), k .. '.reserved', int(keyReserved + micros), k .. '.used', int(math.floor(now / 1000)),
+    'r:' .. ARGV[1], k .. ' ' .. int(micros) .. ' ' .. int(tokens) .. ' ' .. ARGV[9]}
+  if rpmLimit then fields[#fields + 1] = k .. '.rpm'; fields[#fields + 1] = tostring(rpmTat) end
+  if tpmLimit then fields[#fields + 1] = k .. '.tpm'; fields[#fields + 1] = tostring(tpmTat) end
+  redis.call('HSET', KEYS[1], unpack(fields))
+  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[11])
   return {0, rl, rr, rs, tl, tr, ts, 0}
 end
 local verdict = decide()
 -- Refused with a job key given: a placeholder under that key keeps the job (sent right behind this call) out of the queue.
 if verdict[1] ~= 0 and ARGV[10] == '1' then
-  redis.call('HSET', KEYS[7], 'refused', verdict[1])
-  redis.call('PEXPIRE', KEYS[7], 60000)
+  redis.call('HSET', KEYS[3], 'refused', verdict[1])
+  redis.call('PEXPIRE', KEYS[3], 60000)
 end
 return verdict
 `;
 
 /*
- * KEYS: settled marker, reservation, reservation deadlines, key record, account record, tpm TAT, usage stream
- * ARGV: request id, actual micros, actual tokens, now ms, default tpm, stream max length, seconds to keep the settled mark, usage fields (JSON)
+ * KEYS: settled marker, the account's bill, its bucket's reservation deadlines, its bucket's usage stream
+ * ARGV: request id, actual micros, actual tokens, now ms, key id, stream max length, seconds to keep the settled mark,
+ *       usage fields (JSON), the reservation's deadline member
  * Returns {1, micros held} when this call settled the request ({1, -1}: it
  * held nothing any more), {0, -1} when it was settled before.
  * The usage record goes to the stream the record's writer reads (day totals are the record's to sum).
@@ -94,63 +104,66 @@ return verdict
  * made up from the pieces a settlement touches: loaded from the record, it
  * counts this request's cost from the stream.
  */
-const settleScript = `
+const settleScript = `${intLua}
 if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[7]) == false then return {0, -1} end
+local k = ARGV[5]
+local field = 'r:' .. ARGV[1]
+local bill = redis.call('HMGET', KEYS[2], 'id', 'unlimited', 'balance', 'reserved', k .. '.spent', k .. '.reserved', k .. '.tpm', field)
 local actual = tonumber(ARGV[2])
-local resv = redis.call('HMGET', KEYS[2], 'micros', 'tokens')
-local key = redis.call('HMGET', KEYS[4], 'id', 'tpm')
-local account = redis.call('HMGET', KEYS[5], 'id', 'unlimited')
+local accountReserved = tonumber(bill[4] or '0')
+local keyReserved = tonumber(bill[6] or '0')
+local fields = {}
 local reserved = -1
-if resv[1] then
-  reserved = tonumber(resv[1])
-  -- A free model reserves 0: negated, that is -0, which HINCRBY refuses as not an integer.
-  local held = tonumber(resv[1])
-  if held ~= 0 then
-    if key[1] then redis.call('HINCRBY', KEYS[4], 'reserved', -held) end
-    if account[1] then redis.call('HINCRBY', KEYS[5], 'reserved', -held) end
-  end
-  redis.call('DEL', KEYS[2])
-  redis.call('ZREM', KEYS[3], ARGV[1])
+if bill[8] then
+  local held, tokens, tpm = string.match(bill[8], '^%S+ (%d+) (%d+) (%S*)$')
+  reserved = tonumber(held)
+  accountReserved = accountReserved - reserved
+  keyReserved = keyReserved - reserved
+  redis.call('HDEL', KEYS[2], field)
+  redis.call('ZREM', KEYS[3], ARGV[9])
   -- Tokens per minute counted the estimate: give back what was not used (never past now).
-  local tpm = key[2]
-  if not tpm or tpm == '' then tpm = ARGV[5] end
-  if tpm ~= '' and tonumber(tpm) then
-    local unused = tonumber(resv[2]) - tonumber(ARGV[3])
-    if unused ~= 0 then
-      local tat = tonumber(redis.call('GET', KEYS[6]) or '0')
-      if tat > 0 then
-        local now = tonumber(ARGV[4])
-        local newTat = tat - unused * (${WINDOW_MS} / tonumber(tpm))
-        if newTat < now then newTat = now end
-        redis.call('SET', KEYS[6], tostring(newTat), 'PX', ${WINDOW_MS} + 1000)
-      end
+  if tpm and tpm ~= '' and bill[7] and bill[5] then
+    local unused = tonumber(tokens) - tonumber(ARGV[3])
+    local tat = tonumber(bill[7])
+    if unused ~= 0 and tat > 0 then
+      local now = tonumber(ARGV[4])
+      local newTat = tat - unused * (${WINDOW_MS} / tonumber(tpm))
+      if newTat < now then newTat = now end
+      fields[#fields + 1] = k .. '.tpm'; fields[#fields + 1] = tostring(newTat)
     end
   end
 end
-if actual > 0 then
-  if key[1] then redis.call('HINCRBY', KEYS[4], 'spent', actual) end
-  if account[1] and account[2] ~= '1' then redis.call('HINCRBY', KEYS[5], 'balance', -actual) end
+if bill[1] then
+  fields[#fields + 1] = 'reserved'; fields[#fields + 1] = int(accountReserved)
+  if actual > 0 and bill[2] ~= '1' then fields[#fields + 1] = 'balance'; fields[#fields + 1] = int(tonumber(bill[3] or '0') - actual) end
 end
-redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[6], '*', 'usage', ARGV[8])
+if bill[5] then
+  fields[#fields + 1] = k .. '.spent'; fields[#fields + 1] = int(tonumber(bill[5]) + actual)
+  fields[#fields + 1] = k .. '.reserved'; fields[#fields + 1] = int(keyReserved)
+end
+if #fields > 0 then redis.call('HSET', KEYS[2], unpack(fields)) end
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'usage', ARGV[8])
 return {1, reserved}
 `;
 
 /*
- * KEYS: reservation, reservation deadlines, settled marker
- * ARGV: request id
+ * KEYS: the account's bill, its bucket's reservation deadlines, settled marker
+ * ARGV: request id, the reservation's deadline member
  * Releases a reservation whose job will never settle it (refused before it ran, or lost past its deadline).
  */
 const releaseScript = `
-redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[2])
 if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
-local resv = redis.call('HMGET', KEYS[1], 'micros', 'key', 'account')
-if not resv[1] then return 0 end
-local held = tonumber(resv[1])
-if held ~= 0 then
-  redis.call('HINCRBY', '${apiKeyRecordKey('')}' .. resv[2], 'reserved', -held)
-  redis.call('HINCRBY', '${accountKey('')}' .. resv[3], 'reserved', -held)
+local field = 'r:' .. ARGV[1]
+local resv = redis.call('HGET', KEYS[1], field)
+if not resv then return 0 end
+local k, held = string.match(resv, '^(%S+) (%d+) ')
+redis.call('HDEL', KEYS[1], field)
+if tonumber(held) ~= 0 then
+  local bill = redis.call('HMGET', KEYS[1], 'id', k .. '.spent')
+  if bill[1] then redis.call('HINCRBY', KEYS[1], 'reserved', '-' .. held) end
+  if bill[2] then redis.call('HINCRBY', KEYS[1], k .. '.reserved', '-' .. held) end
 end
-redis.call('DEL', KEYS[1])
 return 1
 `;
 
@@ -162,8 +175,8 @@ interface BillingRedis extends Redis {
 
 const billing = (redis: Redis) =>
   withScripts<BillingRedis>(redis, {
-    billingReserve: { keys: 7, lua: reserveScript },
-    billingSettle: { keys: 7, lua: settleScript },
+    billingReserve: { keys: 3, lua: reserveScript },
+    billingSettle: { keys: 4, lua: settleScript },
     billingRelease: { keys: 3, lua: releaseScript },
   });
 
@@ -197,33 +210,37 @@ export type ReserveOutcome =
 
 const reasons = { 1: 'rpm', 2: 'tpm', 3: 'key_limit', 4: 'account_balance', 5: 'no_access' } as const;
 
+/** What admission holds a key to: its own limits, or the gateway's defaults where it sets none. */
+export interface KeyLimitsInForce {
+  limitMicros?: number;
+  rpm?: number;
+  tpm?: number;
+}
+
 /** Checks rate limits and quota and reserves the worst case, in one round trip. */
-export async function reserve(redis: Redis, resv: Reservation, defaults: { rpm?: number; tpm?: number }, now = Date.now()): Promise<ReserveOutcome> {
+export async function reserve(redis: Redis, resv: Reservation, limits: KeyLimitsInForce, now = Date.now()): Promise<ReserveOutcome> {
   const result = await billing(redis).billingReserve(
-    apiKeyRecordKey(resv.keyId),
-    accountKey(resv.accountId),
-    rateLimitKey(resv.keyId, 'rpm'),
-    rateLimitKey(resv.keyId, 'tpm'),
-    reservationKey(resv.requestId),
-    reservationDeadlinesKey,
-    resv.gate ?? reservationKey(resv.requestId),
+    billKey(resv.accountId),
+    reservationDeadlinesKey(billingBucket(resv.accountId)),
+    resv.gate ?? billKey(resv.accountId),
     resv.requestId,
     resv.micros,
     resv.tokens,
     now,
     resv.deadline,
-    resv.accountId,
-    defaults.rpm ?? '',
-    defaults.tpm ?? '',
     resv.keyId,
+    limits.limitMicros ?? '',
+    limits.rpm ?? '',
+    limits.tpm ?? '',
     resv.gate ? '1' : '',
+    deadlineMember(resv.accountId, resv.requestId),
   );
   const [code, rl, rr, rs, tl, tr, ts, retry] = result.map(Number) as [number, number, number, number, number, number, number, number];
   const requests = rl > 0 ? { limit: rl, remaining: Math.max(0, rr), resetMs: Math.max(0, rs) } : undefined;
   const tokens = tl > 0 ? { limit: tl, remaining: Math.max(0, tr), resetMs: Math.max(0, ts) } : undefined;
-  const limits = { ...(requests ? { requests } : {}), ...(tokens ? { tokens } : {}) };
-  if (code === 0) return { ok: true, ...limits };
-  return { ok: false, reason: reasons[code as keyof typeof reasons] ?? 'no_access', retryAfterMs: Math.max(0, retry), ...limits };
+  const states = { ...(requests ? { requests } : {}), ...(tokens ? { tokens } : {}) };
+  if (code === 0) return { ok: true, ...states };
+  return { ok: false, reason: reasons[code as keyof typeof reasons] ?? 'no_access', retryAfterMs: Math.max(0, retry), ...states };
 }
 
 /** What one finished request used and cost: one record of the usage ledger. */
@@ -247,10 +264,8 @@ export interface UsageRecord {
 }
 
 export interface SettlePolicy {
-  /** At most this many usage records wait in Redis for the record's writer (past it the oldest are dropped). */
+  /** At most this many usage records wait in each bucket's stream for the record's writer (past it the oldest are dropped): an account's usage goes to one stream, so each holds the whole bound. */
   bufferRecords: number;
-  /** The tokens-per-minute limit of keys that set none (to give back an estimate's unused tokens). */
-  defaultTpm?: number;
 }
 
 /**
@@ -289,35 +304,73 @@ export async function settle(redis: Redis, usage: UsageRecord, policy: SettlePol
     duration_ms: usage.durationMs,
   };
   const [applied, reserved] = await billing(redis).billingSettle(
-    settledKey(usage.requestId),
-    reservationKey(usage.requestId),
-    reservationDeadlinesKey,
-    apiKeyRecordKey(usage.keyId),
-    accountKey(usage.accountId),
-    rateLimitKey(usage.keyId, 'tpm'),
-    usageStreamKey,
+    settledKey(usage.accountId, usage.requestId),
+    billKey(usage.accountId),
+    reservationDeadlinesKey(billingBucket(usage.accountId)),
+    usageStreamKey(billingBucket(usage.accountId)),
     usage.requestId,
     usage.costMicros,
     usage.inputTokens + usage.outputTokens,
     now,
-    policy.defaultTpm ?? '',
+    usage.keyId,
     policy.bufferRecords,
     Math.max(60, Math.ceil(keepSettledMs / 1000)),
     JSON.stringify(record),
+    deadlineMember(usage.accountId, usage.requestId),
   );
   return { applied: Number(applied) === 1, reservedMicros: Number(reserved) >= 0 ? Number(reserved) : null };
 }
 
 /** Gives back a reservation that nothing will settle (the request was refused after admission, or its job never ran). */
-export async function releaseReservation(redis: Redis, requestId: string): Promise<boolean> {
-  const released = await billing(redis).billingRelease(reservationKey(requestId), reservationDeadlinesKey, settledKey(requestId), requestId);
+export async function releaseReservation(redis: Redis, accountId: string, requestId: string): Promise<boolean> {
+  const released = await billing(redis).billingRelease(
+    billKey(accountId),
+    reservationDeadlinesKey(billingBucket(accountId)),
+    settledKey(accountId, requestId),
+    requestId,
+    deadlineMember(accountId, requestId),
+  );
   return released === 1;
 }
 
-/** Releases every reservation past its deadline by more than `graceMs` (its job was lost with its api and worker). */
+/** Releases every reservation past its deadline by more than `graceMs` (its job was lost with its api and worker), bucket by bucket. */
 export async function releaseExpiredReservations(redis: Redis, graceMs: number, now = Date.now()): Promise<number> {
-  const expired = await redis.zrangebyscore(reservationDeadlinesKey, '-inf', now - graceMs, 'LIMIT', 0, 500);
   let released = 0;
-  for (const requestId of expired) if (await releaseReservation(redis, requestId)) released += 1;
+  for (let bucket = 0; bucket < billingBuckets; bucket++) {
+    const expired = await redis.zrangebyscore(reservationDeadlinesKey(bucket), '-inf', now - graceMs, 'LIMIT', 0, 500);
+    for (const member of expired) {
+      const [accountId = '', requestId = ''] = member.split(' ');
+      if (await releaseReservation(redis, accountId, requestId)) released += 1;
+      else await redis.zrem(reservationDeadlinesKey(bucket), member);
+    }
+  }
   return released;
+}
+
+/** An account's money as Redis holds it now (undefined: Redis holds no bill for it). */
+export interface BillState {
+  /** Undefined for an unlimited account. */
+  balanceMicros?: number;
+  reservedMicros: number;
+  unlimited: boolean;
+}
+
+export async function readBill(redis: Redis, accountId: string): Promise<BillState | undefined> {
+  const [id, unlimited, balance, reserved] = await redis.hmget(billKey(accountId), 'id', 'unlimited', 'balance', 'reserved');
+  if (!id) return undefined;
+  return { ...(unlimited === '1' ? {} : { balanceMicros: Number(balance ?? 0) }), reservedMicros: Number(reserved ?? 0), unlimited: unlimited === '1' };
+}
+
+/** A key's spend as Redis holds it now (undefined: the key has no bill, revoked or not loaded). */
+export interface KeySpend {
+  spentMicros: number;
+  reservedMicros: number;
+  /** Unix seconds of the last admitted request. */
+  lastUsedAt?: number;
+}
+
+export async function readKeySpend(redis: Redis, accountId: string, keyId: string): Promise<KeySpend | undefined> {
+  const [spent, reserved, used] = await redis.hmget(billKey(accountId), `${keyId}.spent`, `${keyId}.reserved`, `${keyId}.used`);
+  if (spent === null) return undefined;
+  return { spentMicros: Number(spent), reservedMicros: Number(reserved ?? 0), ...(used ? { lastUsedAt: Number(used) } : {}) };
 }

@@ -282,7 +282,7 @@ const fixed = {
   DATABASE_URL: setting(optionalText({ kind: 'unset', note: 'the embedded database under `DATA_DIR`' }), 'the record — accounts, keys, credits, ledger, usage — in PostgreSQL (`postgres://user:password@host:5432/db`); unset: an embedded PostgreSQL (PGlite) under `DATA_DIR`, for one machine'),
   DATA_DIR: setting(text('.data'), 'where the embedded database keeps its files (`DATA_DIR/pg`) when `DATABASE_URL` is unset'),
   USAGE_RETENTION_DAYS: setting(integer(1, 30, 3650), 'days of per-request usage rows kept in the record (older ones are deleted in small batches; daily totals stay)'),
-  USAGE_BUFFER_RECORDS: setting(integer(1000, 1_000_000, 100_000_000), 'settled usage records Redis holds at most while the record (PostgreSQL) is away; past it the oldest are dropped'),
+  USAGE_BUFFER_RECORDS: setting(integer(1000, 1_000_000, 100_000_000), 'settled usage records each of the 16 billing buckets holds at most while the record (PostgreSQL) is away; past it the oldest are dropped'),
   CONSOLE_SIGNUP: setting(choice(['off', 'open'], 'off', { ...switchAliases, on: 'open', true: 'open', '1': 'open', yes: 'open' }), '`open` (or any word for on) lets anyone create a `member` account in the console; `off`: accounts come from an admin'),
   SIGNUP_CREDIT_USD: setting(usdAmount(0, 1e6), 'starting balance of an account made by console sign-up'),
   CONSOLE_PUBLIC_PRICING: setting(flag(true), 'the console\'s pricing page readable without signing in'),

@@ -25,7 +25,7 @@ import { openRecord } from '../storage/record/database.js';
 import { HotState } from '../storage/record/hot-state.js';
 import { ensureUsageGroup, UsageWriter } from '../storage/record/usage-writer.js';
 import { randomBytes } from 'node:crypto';
-import { settledKey } from '../shared/accounts.js';
+import { defaultAccountId, settledKey } from '../shared/accounts.js';
 import { PriceList } from '../shared/pricing.js';
 import { meterJobs, meterStalls, startWorkerMetrics } from './metrics.js';
 
@@ -133,10 +133,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     settlement: {
       redis,
       prices: PriceList.load(catalog, config),
-      policy: {
-        bufferRecords: config.usageBufferRecords,
-        ...(config.defaultKeyTpm ? { defaultTpm: config.defaultKeyTpm } : {}),
-      },
+      policy: { bufferRecords: config.usageBufferRecords },
       log,
     },
   }));
@@ -186,7 +183,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   // dropped at once: a Redis failover that loses the job's completion (asynchronous replication) brings the
   // job back within seconds, and the mark must still be there to stop it billing again.
   function forgetSettled(job: Job<GatewayJobData>): void {
-    redis.pexpire(settledKey(job.data.requestId), settledAfterCompletionMs).catch(() => undefined);
+    redis.pexpire(settledKey(job.data.accountId ?? defaultAccountId, job.data.requestId), settledAfterCompletionMs).catch(() => undefined);
   }
 
   // A job's uploads are deleted once it reaches its final state; never while it may still be retried.

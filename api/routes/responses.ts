@@ -1,3 +1,4 @@
+import type { KeyAccess } from '../../shared/accounts.js';
 import type Router from '@koa/router';
 import { createRouter } from '../canonical-path.js';
 import type { Context } from 'koa';
@@ -127,15 +128,15 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
 
   router.delete('/responses/:id', async (ctx) => {
     const stored = await loadResponse(redis, deps.blobs, ctx.params.id!, ctx.state.keyId);
-    if (running(stored.response.status)) await stop(stored.id);
+    if (running(stored.response.status)) await stop(stored.id, (ctx.state.access as KeyAccess).accountId);
     await deleteResponse(redis, deps.blobs, stored.id);
     ctx.body = { id: stored.id, object: 'response', deleted: true };
   });
 
   /** Stops a response's job: removed if no worker took it yet (its reservation given back), else its worker told to abort. */
-  async function stop(id: string): Promise<boolean> {
+  async function stop(id: string, accountId: string): Promise<boolean> {
     const removed = (await chatQueue(id)?.remove(id).catch(() => 0)) === 1;
-    if (removed) await releaseReservation(redis, id).catch(() => undefined);
+    if (removed) await releaseReservation(redis, accountId, id).catch(() => undefined);
     else await redis.publish(cancelChannel, id);
     return removed;
   }
@@ -149,7 +150,7 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
       ctx.body = stored.response;
       return;
     }
-    const removed = await stop(stored.id);
+    const removed = await stop(stored.id, (ctx.state.access as KeyAccess).accountId);
     if (removed) {
       const cancelled = { ...stored.response, status: 'cancelled' };
       await storeResponseObject(redis, stored.id, cancelled);

@@ -8,16 +8,19 @@ import {
   apiKeyHashesKey,
   apiKeyIdsKey,
   apiKeyRecordKey,
+  billKey,
   defaultAccountId,
+  legacyUsageStreamKey,
   ledgerKey,
   recordLoadedKey,
   recordLoadingKey,
   usageDayKey,
   usageMetrics,
-  usageStreamKey,
+  usageStreamKeys,
   type UsageMetric,
 } from '../../shared/accounts.js';
 import type { Logger } from '../../shared/logger.js';
+import { isCluster } from '../../shared/redis.js';
 import type { RecordDb, UsageDailyTable, UsageTable } from './database.js';
 import { emptyDayRow, usageRow, writeUsage } from './usage-writer.js';
 
@@ -92,6 +95,36 @@ export class HotState {
   }
 }
 
+/** The commands the loader sends. */
+type Batch = Pick<Redis, 'hsetnx' | 'hset' | 'hdel' | 'zadd' | 'sadd' | 'srem' | 'del' | 'eval'>;
+const batchCommands = ['hsetnx', 'hset', 'hdel', 'zadd', 'sadd', 'srem', 'del', 'eval'] as const;
+
+/**
+ * Sends commands a thousand at a time: pipelined on one server; on a Cluster (whose pipelines
+ * must stay on one node, and these span every bucket's) sent together without waiting, each to its slot's node.
+ */
+async function runBatched(redis: Redis, commands: ReadonlyArray<(batch: Batch) => void>): Promise<void> {
+  for (let i = 0; i < commands.length; i += pipelineChunk) {
+    const chunk = commands.slice(i, i + pipelineChunk);
+    if (!isCluster(redis)) {
+      const pipeline = redis.pipeline();
+      for (const command of chunk) command(pipeline as unknown as Batch);
+      for (const [error] of (await pipeline.exec()) ?? []) if (error) throw error;
+      continue;
+    }
+    const calls: Array<Promise<unknown>> = [];
+    const send = (name: (typeof batchCommands)[number]) => (...args: unknown[]) => {
+      calls.push((redis[name] as (...a: unknown[]) => Promise<unknown>).apply(redis, args));
+    };
+    const batch = Object.fromEntries(batchCommands.map((name) => [name, send(name)])) as unknown as Batch;
+    for (const command of chunk) command(batch);
+    await Promise.all(calls);
+  }
+}
+
+/** A key's fields in its account's bill (shared/accounts.ts). */
+export const keyBillFields = (keyId: string) => ['spent', 'reserved', 'used', 'rpm', 'tpm'].map((f) => `${keyId}.${f}`);
+
 /** The default account in the record (keys made without an account belong to it). */
 export async function ensureDefaultRecord(record: RecordDb): Promise<void> {
   await record
@@ -114,26 +147,29 @@ export async function ensureDefaultRecord(record: RecordDb): Promise<void> {
     .execute();
 }
 
-async function streamRows(redis: Redis, ids: string[] = []): Promise<UsageTable[]> {
+async function streamRows(redis: Redis, streams: readonly string[], ids: string[] = []): Promise<UsageTable[]> {
   const rows: UsageTable[] = [];
-  let start = '-';
-  for (;;) {
-    const entries = await redis.xrange(usageStreamKey, start, '+', 'COUNT', 5000);
-    for (const [id, fields] of entries) {
-      const row = usageRow(fields);
-      if (row) rows.push(row);
-      ids.push(id);
+  for (const stream of streams) {
+    let start = '-';
+    for (;;) {
+      const entries = await redis.xrange(stream, start, '+', 'COUNT', 5000);
+      for (const [id, fields] of entries) {
+        const row = usageRow(fields);
+        if (row) rows.push(row);
+        ids.push(id);
+      }
+      if (entries.length < 5000) break;
+      start = `(${entries.at(-1)![0]}`;
     }
-    if (entries.length < 5000) return rows;
-    start = `(${entries.at(-1)![0]}`;
   }
+  return rows;
 }
 
 /** Writes the record's accounts and keys into Redis, keeping what Redis still holds. */
 export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ accounts: number; keys: number }> {
   await ensureDefaultRecord(record);
-  const buffered = await streamRows(redis);
-  const { accounts, keys, revoked, pendingAccounts, pendingKeys } = await record
+  const buffered = await streamRows(redis, usageStreamKeys);
+  const { accounts, keys, revoked, deleted, ledgerAt, pendingAccounts, pendingKeys } = await record
     .transaction()
     .setIsolationLevel('repeatable read')
     .execute(async (tx) => {
@@ -146,6 +182,11 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
         .where('accounts.deleted', '=', false)
         .execute();
       const revoked = await tx.selectFrom('api_keys').select(['id', 'hash', 'account_id']).where('revoked', 'is not', null).execute();
+      const deleted = await tx.selectFrom('accounts').select('id').where('deleted', '=', true).execute();
+      // Which ledger entry each balance includes, so a credit being applied meanwhile is counted once (account-store's credit).
+      const ledgerAt = new Map(
+        (await tx.selectFrom('ledger').select((eb) => ['account_id', eb.fn.max('id').as('at')]).groupBy('account_id').execute()).map((row) => [row.account_id, String(row.at)]),
+      );
       // Usage settled in Redis but not yet in the record counts against the balance now.
       const written = new Set<string>();
       const ids = buffered.map((row) => row.request_id);
@@ -160,10 +201,10 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
         pendingAccounts.set(row.account_id, (pendingAccounts.get(row.account_id) ?? 0) + row.cost_micros);
         pendingKeys.set(row.key_id, (pendingKeys.get(row.key_id) ?? 0) + row.cost_micros);
       }
-      return { accounts, keys, revoked, pendingAccounts, pendingKeys };
+      return { accounts, keys, revoked, deleted, ledgerAt, pendingAccounts, pendingKeys };
     });
 
-  const commands: Array<(p: ReturnType<Redis['pipeline']>) => void> = [];
+  const commands: Array<(p: Batch) => void> = [];
   for (const a of accounts) {
     const fields: Record<string, string> = {
       id: a.id,
@@ -174,12 +215,19 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
       password: a.password,
       unlimited: a.unlimited ? '1' : '0',
       disabled: a.disabled ? '1' : '0',
+      ...(a.playground_key ? { playground_key: a.playground_key } : {}),
+    };
+    const bill: Record<string, string> = {
+      id: a.id,
+      unlimited: a.unlimited ? '1' : '0',
       balance: String(a.credits_micros - a.settled_micros - (pendingAccounts.get(a.id) ?? 0)),
       reserved: '0',
-      ...(a.playground_key ? { playground_key: a.playground_key } : {}),
+      credits: String(a.credits_micros),
+      credits_at: ledgerAt.get(a.id) ?? '0',
     };
     commands.push((p) => {
       for (const [field, value] of Object.entries(fields)) p.hsetnx(accountKey(a.id), field, value);
+      for (const [field, value] of Object.entries(bill)) p.hsetnx(billKey(a.id), field, value);
       p.zadd(accountsIndexKey, 'NX', a.created, a.id);
       if (a.email) p.hsetnx(accountEmailsKey, a.email.toLowerCase(), a.id);
     });
@@ -197,12 +245,15 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
       tpm: k.tpm === null ? '' : String(k.tpm),
       models: k.models ?? '',
       expires: k.expires === null ? '' : String(k.expires),
-      spent: String(k.spent_micros + (pendingKeys.get(k.id) ?? 0)),
-      reserved: '0',
-      ...(k.last_used ? { last_used: String(k.last_used) } : {}),
+    };
+    const spend: Record<string, string> = {
+      [`${k.id}.spent`]: String(k.spent_micros + (pendingKeys.get(k.id) ?? 0)),
+      [`${k.id}.reserved`]: '0',
+      ...(k.last_used ? { [`${k.id}.used`]: String(k.last_used) } : {}),
     };
     commands.push((p) => {
       for (const [field, value] of Object.entries(fields)) p.hsetnx(apiKeyRecordKey(k.id), field, value);
+      for (const [field, value] of Object.entries(spend)) p.hsetnx(billKey(k.account_id), field, value);
       p.hset(apiKeyHashesKey, k.hash, k.id);
       p.sadd(apiKeyIdsKey, k.id);
       p.sadd(accountKeysKey(k.account_id), k.id);
@@ -213,15 +264,14 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
     commands.push((p) => {
       p.eval("if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then redis.call('HDEL', KEYS[1], ARGV[1]) end return 1", 1, apiKeyHashesKey, k.hash, k.id);
       p.del(apiKeyRecordKey(k.id));
+      p.hdel(billKey(k.account_id), ...keyBillFields(k.id));
       p.srem(apiKeyIdsKey, k.id);
       p.srem(accountKeysKey(k.account_id), k.id);
     });
   }
-  for (let i = 0; i < commands.length; i += pipelineChunk) {
-    const pipeline = redis.pipeline();
-    for (const command of commands.slice(i, i + pipelineChunk)) command(pipeline);
-    for (const [error] of (await pipeline.exec()) ?? []) if (error) throw error;
-  }
+  // A deleted account bills nothing more.
+  for (const a of deleted) commands.push((p) => p.del(billKey(a.id)));
+  await runBatched(redis, commands);
   return { accounts: accounts.length, keys: keys.length };
 }
 
@@ -321,12 +371,12 @@ export async function importRedisOnce(redis: Redis, record: RecordDb): Promise<{
       keys += inserted.length;
     }
     // Usage records as history: their cost is in the balances and spend above already, their sums in the day totals below.
-    usage = await writeUsage(tx, await streamRows(redis, streamIds), false);
+    usage = await writeUsage(tx, await streamRows(redis, [legacyUsageStreamKey], streamIds), false);
     await importDayTotals(redis, tx as unknown as RecordDb);
     await tx.insertInto('record_meta').values({ name: 'redis_import', value: JSON.stringify({ at: new Date().toISOString(), accounts, keys, usage }) }).execute();
   });
   // Imported, the records leave the stream: the writer must not count them again (nor count one the retention deleted since).
-  for (let i = 0; i < streamIds.length; i += 1000) await redis.xdel(usageStreamKey, ...streamIds.slice(i, i + 1000));
+  for (let i = 0; i < streamIds.length; i += 1000) await redis.xdel(legacyUsageStreamKey, ...streamIds.slice(i, i + 1000));
   return accounts + keys + usage > 0 ? { accounts, keys, usage } : undefined;
 }
 

@@ -1,13 +1,15 @@
 import type { Redis } from 'ioredis';
 import { sql, type Transaction } from 'kysely';
-import { usageMetrics, usageStreamKey, utcDay, type UsageMetric } from '../../shared/accounts.js';
+import { usageMetrics, usageStreamKeys, utcDay, type UsageMetric } from '../../shared/accounts.js';
+import { isCluster } from '../../shared/redis.js';
 import type { Logger } from '../../shared/logger.js';
 import { activeMetrics } from '../../shared/metrics.js';
 import type { RecordDb, RecordTables, UsageDailyTable, UsageTable } from './database.js';
 
 /**
  * Moves settled usage from Redis to the record. Settlement appends one
- * record per request to the usage stream in its own script; this consumer
+ * record per request to its account's bucket's usage stream in its own
+ * script; this consumer
  * (a Redis Streams consumer group, one consumer per worker process) reads
  * them in batches and writes each batch in one transaction — the usage rows,
  * inserted idempotently by request id, and for the rows that were new, the
@@ -17,6 +19,9 @@ import type { RecordDb, RecordTables, UsageDailyTable, UsageTable } from './data
  * is claimed by another after `claimIdleMs`; a record written twice is one row.
  * A database outage delays history, never admission or answers: the stream
  * holds what waits (bounded by settlement's MAXLEN, its depth a metric).
+ * On one Redis server one blocking read waits on every bucket's stream; on a
+ * Cluster (each stream on its own slot) the streams are read one by one,
+ * and `blockMs` apart when none had anything.
  */
 
 export const usageGroup = 'record';
@@ -30,6 +35,11 @@ export interface UsageWriterOptions {
   consumer: string;
   batch?: number;
   blockMs?: number;
+  /**
+   * After a batch smaller than `batch`, wait this long before reading again, so light traffic is written a few
+   * batches a second rather than one transaction per request (default 250 ms).
+   */
+  lingerMs?: number;
   /** Records a consumer has held unacknowledged this long are taken over. */
   claimIdleMs?: number;
   /** Usage rows older than this many days are deleted, in small batches. */
@@ -149,14 +159,18 @@ export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly U
   return fresh.size;
 }
 
-/** Creates the consumer group if it is missing (a new or flushed Redis): from the stream's start, so nothing settled before is skipped. */
+/** Creates each stream's consumer group if it is missing (a new or flushed Redis): from the stream's start, so nothing settled before is skipped. */
 export async function ensureUsageGroup(redis: Redis): Promise<void> {
-  try {
-    await redis.xgroup('CREATE', usageStreamKey, usageGroup, '0', 'MKSTREAM');
-  } catch (error) {
-    if (!String((error as Error).message).includes('BUSYGROUP')) throw error;
+  for (const stream of usageStreamKeys) {
+    try {
+      await redis.xgroup('CREATE', stream, usageGroup, '0', 'MKSTREAM');
+    } catch (error) {
+      if (!String((error as Error).message).includes('BUSYGROUP')) throw error;
+    }
   }
 }
+
+type StreamReply = Array<[string, Array<[string, string[]]>]> | null;
 
 export class UsageWriter {
   private running = false;
@@ -166,9 +180,11 @@ export class UsageWriter {
   private readonly batch: number;
   private readonly blockMs: number;
   private readonly claimIdleMs: number;
+  private readonly lingerMs: number;
 
   constructor(private readonly options: UsageWriterOptions) {
     this.batch = options.batch ?? 500;
+    this.lingerMs = options.lingerMs ?? 250;
     this.blockMs = options.blockMs ?? 1000;
     this.claimIdleMs = options.claimIdleMs ?? 30_000;
   }
@@ -181,53 +197,75 @@ export class UsageWriter {
 
   async close(): Promise<void> {
     this.running = false;
+    this.wake?.();
     // The blocked read returns within blockMs; the batch in hand is written (or left pending) first.
     await this.loop;
   }
 
+  private read(streams: readonly string[], ids: readonly string[], block: boolean): Promise<StreamReply> {
+    const { redis, consumer } = this.options;
+    const xreadgroup = redis.xreadgroup as unknown as (...args: Array<string | number>) => Promise<StreamReply>;
+    return xreadgroup.call(redis, 'GROUP', usageGroup, consumer, 'COUNT', this.batch, ...(block ? ['BLOCK', this.blockMs] : []), 'STREAMS', ...streams, ...ids);
+  }
+
   private async run(): Promise<void> {
     const { redis, log } = this.options;
+    const oneServer = !isCluster(redis);
     let backoff = 0;
     // Own pending records first (a batch read before a crash or a failed commit), then new ones.
-    let pending = true;
+    const pending = new Set(usageStreamKeys);
     while (this.running) {
       try {
         if (backoff > 0) await new Promise((r) => setTimeout(r, backoff));
         await this.housekeeping();
-        const read = redis.xreadgroup as unknown as (...args: Array<string | number>) => Promise<unknown>;
-        const reply = (await read.call(
-          redis,
-          'GROUP',
-          usageGroup,
-          this.options.consumer,
-          'COUNT',
-          this.batch,
-          ...(pending ? [] : ['BLOCK', this.blockMs]),
-          'STREAMS',
-          usageStreamKey,
-          pending ? '0' : '>',
-        )) as Array<[string, Array<[string, string[]]>]> | null;
-        const entries = reply?.[0]?.[1] ?? [];
-        if (pending && entries.length === 0) pending = false;
-        if (entries.length > 0) await this.write(entries);
+        let read = 0;
+        const take = async (reply: StreamReply) => {
+          for (const [stream, entries] of reply ?? []) {
+            if (entries.length === 0) pending.delete(stream);
+            else await this.write(stream, entries);
+            read += entries.length;
+          }
+        };
+        if (oneServer) {
+          // A read of history (id 0) never blocks: only a read of new records waits.
+          await take(await this.read(usageStreamKeys, usageStreamKeys.map((s) => (pending.has(s) ? '0' : '>')), pending.size === 0));
+        } else {
+          for (const stream of usageStreamKeys) await take(await this.read([stream], [pending.has(stream) ? '0' : '>'], false));
+          if (read === 0 && this.running) await this.pause(this.blockMs);
+        }
+        // Light traffic: let records gather rather than spend a transaction on each (the CPU it saves is the gateway's).
+        if (read > 0 && read < this.batch && pending.size === 0 && this.running) await this.pause(this.lingerMs);
         backoff = 0;
       } catch (error) {
         const message = String((error as Error).message);
+        for (const stream of usageStreamKeys) pending.add(stream);
         if (message.includes('NOGROUP')) {
-          // The stream or its group is gone (a flushed Redis): made again, from the start of whatever is there now.
+          // A stream or its group is gone (a flushed Redis): made again, from the start of whatever is there now.
           await ensureUsageGroup(redis).catch(() => undefined);
           continue;
         }
         activeMetrics()?.usageWriteFailures.inc();
         backoff = Math.min(maxBackoffMs, Math.max(250, backoff * 2));
-        pending = true;
         log.warn({ err: error, retryMs: backoff }, 'could not write usage to the record; it waits in Redis and is written again');
       }
     }
   }
 
+  /** Sleeps, cut short by close(). */
+  private pause(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, ms);
+      this.wake = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+  }
+
+  private wake: (() => void) | undefined;
+
   /** Writes one batch and only then acknowledges and deletes it. */
-  private async write(entries: Array<[string, string[]]>): Promise<void> {
+  private async write(stream: string, entries: Array<[string, string[]]>): Promise<void> {
     const rows: UsageTable[] = [];
     for (const [, fields] of entries) {
       const row = usageRow(fields);
@@ -235,7 +273,7 @@ export class UsageWriter {
     }
     const written = await this.options.record.transaction().execute((tx) => writeUsage(tx, rows));
     const ids = entries.map(([id]) => id);
-    await this.options.redis.multi().xack(usageStreamKey, usageGroup, ...ids).xdel(usageStreamKey, ...ids).exec();
+    await this.options.redis.multi().xack(stream, usageGroup, ...ids).xdel(stream, ...ids).exec();
     activeMetrics()?.usageWritten.inc(written);
   }
 
@@ -245,10 +283,14 @@ export class UsageWriter {
     if (now - this.lastClaim >= this.claimIdleMs / 2) {
       this.lastClaim = now;
       const { redis, consumer } = this.options;
-      const claimed = (await redis.xautoclaim(usageStreamKey, usageGroup, consumer, this.claimIdleMs, '0-0', 'COUNT', this.batch)) as [string, Array<[string, string[]] | null>];
-      const entries = (claimed?.[1] ?? []).filter((entry): entry is [string, string[]] => Array.isArray(entry));
-      if (entries.length > 0) await this.write(entries);
-      activeMetrics()?.usageBuffered.set(await redis.xlen(usageStreamKey));
+      let depth = 0;
+      for (const stream of usageStreamKeys) {
+        const claimed = (await redis.xautoclaim(stream, usageGroup, consumer, this.claimIdleMs, '0-0', 'COUNT', this.batch)) as [string, Array<[string, string[]] | null>];
+        const entries = (claimed?.[1] ?? []).filter((entry): entry is [string, string[]] => Array.isArray(entry));
+        if (entries.length > 0) await this.write(stream, entries);
+        depth += await redis.xlen(stream);
+      }
+      activeMetrics()?.usageBuffered.set(depth);
     }
     if (this.options.retentionDays && now - this.lastRetention >= retentionEveryMs) {
       this.lastRetention = now;

@@ -4,7 +4,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
-import { accountKey, apiKeyHashesKey, apiKeyRecordKey, defaultAccountId, utcDay } from '../../shared/accounts.js';
+import { accountKey, apiKeyHashesKey, apiKeyRecordKey, billKey, defaultAccountId, utcDay } from '../../shared/accounts.js';
 import { hashSecret } from '../../api/key-store.js';
 import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
 import { adminClient, expectAdminError, type ErrorBody, type Json } from '../support/admin-client.js';
@@ -94,7 +94,7 @@ describe('admin API: accounts, credits, keys and usage', () => {
     const corrected = await admin('POST', path, { amount_usd: -2.25 });
     assert.equal(corrected.status, 200);
     assert.equal(corrected.json.balance_usd, 10.25);
-    assert.equal(await redis.hget(accountKey(String(account.id)), 'balance'), '10250000');
+    assert.equal(await redis.hget(billKey(String(account.id)), 'balance'), '10250000', 'the balance admission reads, in the account bill');
     assert.equal((await admin('GET', `/admin/accounts/${account.id}`)).json.balance_usd, 10.25);
 
     await expectError(admin('POST', path, '{"amount_usd": 1e999}'), 400, { param: 'amount_usd' });

@@ -2,9 +2,8 @@ import assert from 'node:assert/strict';
 import { afterEach, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
-import { accountKey, apiKeyRecordKey } from '../../shared/accounts.js';
 import { loadCatalog } from '../../shared/catalog.js';
-import { reserve } from '../../shared/billing.js';
+import { readBill, readKeySpend, reserve } from '../../shared/billing.js';
 import { PriceList } from '../../shared/pricing.js';
 import { KeyStore } from '../../api/key-store.js';
 import { Meter, settleJob } from '../../workers/settlement.js';
@@ -41,7 +40,9 @@ describe('billing when processes and Redis fail', () => {
 
   // The usage rows the record holds (the writer moves each settled record there from Redis).
   const records = async (redis: Redis) => (await usageRows(redis)) as unknown as Array<Record<string, string | number>>;
-  const field = async (redis: Redis, hash: string, name: string) => Number((await redis.hget(hash, name)) ?? 0);
+  const spent = async (redis: Redis, account: string, keyId: string) => (await readKeySpend(redis, account, keyId))?.spentMicros;
+  const balance = async (redis: Redis, account: string) => (await readBill(redis, account))?.balanceMicros;
+  const reserved = async (redis: Redis, account: string) => (await readBill(redis, account))?.reservedMicros;
 
   it('bills a job once when the worker running it is SIGKILLed and another finishes it', async () => {
     const { redis, account, key } = await setUp();
@@ -69,9 +70,14 @@ describe('billing when processes and Redis fail', () => {
     assert.equal(mine.length, 1, 'one usage record');
     const cost = prices.costMicros(model, { inputTokens: body.usage.prompt_tokens, cachedTokens: 0, outputTokens: body.usage.completion_tokens, images: 0, audioSeconds: 0, videoSeconds: 0 });
     assert.equal(mine[0]!.cost_micros, cost);
-    assert.equal(await field(redis, apiKeyRecordKey(key.id), 'spent'), cost);
-    assert.equal(await field(redis, accountKey(account), 'balance'), 5_000_000 - cost);
-    assert.equal(await field(redis, accountKey(account), 'reserved'), 0);
+    assert.equal(await spent(redis, account, key.id), cost);
+    assert.equal(await balance(redis, account), 5_000_000 - cost);
+    assert.equal(await reserved(redis, account), 0);
+    // In the record too: one row, the key's spend and the account's settled total to the micro-dollar.
+    const record = await testRecord(redis);
+    await waitFor(async () => (await record.selectFrom('api_keys').select('spent_micros').where('id', '=', key.id).executeTakeFirstOrThrow()).spent_micros === cost, 10_000, 'the spend in the record');
+    assert.equal((await record.selectFrom('accounts').select('settled_micros').where('id', '=', account).executeTakeFirstOrThrow()).settled_micros, cost);
+    assert.equal((await record.selectFrom('usage').select('request_id').where('request_id', '=', requestId).execute()).length, 1);
   });
 
   it('keeps balances, spend and usage across a Redis restart with AOF', async () => {
@@ -87,25 +93,42 @@ describe('billing when processes and Redis fail', () => {
     const requestId = response.headers.get('x-request-id')!;
     await waitFor(async () => (await records(redis)).some((r) => r.request_id === requestId), 5000, 'settlement');
     const before = {
-      balance: await field(redis, accountKey(account), 'balance'),
-      spent: await field(redis, apiKeyRecordKey(key.id), 'spent'),
+      balance: await balance(redis, account),
+      spent: await spent(redis, account, key.id),
       usage: (await records(redis)).length,
-      ledger: await redis.xlen(`sy:{acct}:ledger:${account}`),
     };
-    assert.ok(before.spent > 0 && before.balance === 5_000_000 - before.spent);
+    assert.ok(before.spent! > 0 && before.balance === 5_000_000 - before.spent!);
     // appendfsync everysec: a second is the most a crash may lose.
     await new Promise((resolve) => setTimeout(resolve, 1500));
     await redisServer!.restart();
     await waitFor(async () => (await redis.ping().catch(() => '')) === 'PONG', 10_000, 'Redis back');
     assert.deepEqual(
       {
-        balance: await field(redis, accountKey(account), 'balance'),
-        spent: await field(redis, apiKeyRecordKey(key.id), 'spent'),
+        balance: await balance(redis, account),
+        spent: await spent(redis, account, key.id),
         usage: (await records(redis)).length,
-        ledger: await redis.xlen(`sy:{acct}:ledger:${account}`),
       },
       before,
     );
+  });
+
+  it('applies a credit made while Redis is away once Redis is back, exactly once, and the record agrees', async () => {
+    const { redis, store, account } = await setUp(true);
+    const record = await testRecord(redis);
+    await redisServer!.stop();
+    const crediting = store.accounts.credit(account, 1_000_000, 'while Redis is away');
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    await redisServer!.restart();
+    assert.equal(await crediting, 6_000_000);
+    await waitFor(async () => (await redis.ping().catch(() => '')) === 'PONG', 10_000, 'Redis back');
+    assert.equal(await balance(redis, account), 6_000_000);
+    // A second credit counts from the record's total: the first is not applied twice, nor lost.
+    assert.equal(await store.accounts.credit(account, 250_000, 'after'), 6_250_000);
+    assert.equal(await balance(redis, account), 6_250_000);
+    const row = await record.selectFrom('accounts').select(['credits_micros', 'settled_micros']).where('id', '=', account).executeTakeFirstOrThrow();
+    assert.equal(row.credits_micros - row.settled_micros, 6_250_000);
+    const ledger = await store.accounts.ledger(account, 10);
+    assert.deepEqual(ledger.map((e) => [e.amountMicros, e.balanceMicros]), [[250_000, 6_250_000], [1_000_000, 6_000_000], [5_000_000, 5_000_000]]);
   });
 
   it('retries a settlement while Redis is away, and settles once it is back', async () => {
@@ -134,7 +157,7 @@ describe('billing when processes and Redis fail', () => {
     await settling;
     const cost = prices.costMicros(model, { inputTokens: 100, cachedTokens: 0, outputTokens: 50, images: 0, audioSeconds: 0, videoSeconds: 0 });
     await waitFor(async () => (await redis.ping().catch(() => '')) === 'PONG', 10_000, 'Redis back');
-    assert.equal(await field(redis, apiKeyRecordKey(key.id), 'spent'), cost);
-    assert.equal(await field(redis, accountKey(account), 'reserved'), 0);
+    assert.equal(await spent(redis, account, key.id), cost);
+    assert.equal(await reserved(redis, account), 0);
   });
 });

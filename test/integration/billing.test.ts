@@ -2,13 +2,15 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
-import { accountKey, apiKeyRecordKey, settledKey } from '../../shared/accounts.js';
+import { settledKey } from '../../shared/accounts.js';
+import { readBill, readKeySpend } from '../../shared/billing.js';
+import type { KeyLimits } from '../../api/key-store.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { PriceList } from '../../shared/pricing.js';
 import { countChatPromptTokensAsync } from '../../shared/tokens.js';
 import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
-import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
-import { waitForUsage } from '../support/record.js';
+import { createKey, freshRedis, paidAccountKey, startGateway, testKeyStore, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { testRecord, waitForUsage } from '../support/record.js';
 
 // Offline the mock serves gpt-4o-mini at gpt-4o-mini's prices: real money, no vendor.
 const model = 'gpt-4o-mini';
@@ -38,17 +40,16 @@ describe('billing through the gateway', () => {
   });
   beforeEach(() => gateway.logs.splice(0));
 
-  /** A key on its own account holding `balance` micros (or unlimited), with extra key fields. */
-  async function paidKey(balance: number | 'unlimited', fields: Record<string, string | number> = {}): Promise<{ id: string; key: string; account: string }> {
-    const created = await createKey(redis, 'billing');
-    const account = `acct_${created.id}`;
-    await redis.hset(accountKey(account), { id: account, email: `${created.id}@example.com`, name: 'test', role: 'member', created: 1, reserved: 0, ...(balance === 'unlimited' ? { unlimited: '1' } : { balance }) });
-    await redis.hset(apiKeyRecordKey(created.id), { account, spent: 0, reserved: 0, ...fields });
-    return { ...created, account };
+  /** A key with `limits` on its own account holding `balance` micros (or unlimited), made through the stores as the admin API makes them. */
+  async function paidKey(balance: number | 'unlimited', limits: KeyLimits = {}): Promise<{ id: string; key: string; account: string }> {
+    return paidAccountKey(redis, balance, limits);
   }
 
   const chatRequests = () => gateway.logs.filter((line) => line.includes('"path":"/v1/chat/completions"') && line.includes('"msg":"request"')).length;
-  const field = async (hash: string, name: string) => Number((await redis.hget(hash, name)) ?? 0);
+  const spent = async (account: string, keyId: string) => (await readKeySpend(redis, account, keyId))?.spentMicros ?? 0;
+  const keyReserved = async (account: string, keyId: string) => (await readKeySpend(redis, account, keyId))?.reservedMicros ?? 0;
+  const balance = async (account: string) => (await readBill(redis, account))?.balanceMicros ?? 0;
+  const accountReserved = async (account: string) => (await readBill(redis, account))?.reservedMicros ?? 0;
 
   it('answers 429 insufficient_quota when the balance cannot cover the worst case, and the official client does not retry it', async () => {
     const { key } = await paidKey(1);
@@ -87,10 +88,10 @@ describe('billing through the gateway', () => {
       videoSeconds: 0,
     });
     assert.ok(expected > 0);
-    await waitFor(async () => (await field(apiKeyRecordKey(id), 'spent')) === expected, 5000, 'settlement');
-    assert.equal(await field(apiKeyRecordKey(id), 'reserved'), 0);
-    assert.equal(await field(accountKey(account), 'reserved'), 0);
-    assert.equal(await field(accountKey(account), 'balance'), 1_000_000 - expected);
+    await waitFor(async () => (await spent(account, id)) === expected, 5000, 'settlement');
+    assert.equal(await keyReserved(account, id), 0);
+    assert.equal(await accountReserved(account), 0);
+    assert.equal(await balance(account), 1_000_000 - expected);
     const record = await waitForUsage(redis, (r) => r.key_id === id);
     assert.equal(record.cost_micros, expected);
     assert.equal(record.status, 'completed');
@@ -99,7 +100,7 @@ describe('billing through the gateway', () => {
     // The mark that stops a second attempt from billing again is kept a minute once the job has completed (past any
     // failover that could bring the job back), not until 15 min past its deadline: few keys per request in flight.
     await waitFor(async () => {
-      const ttl = await redis.pttl(settledKey(record.request_id as string));
+      const ttl = await redis.pttl(settledKey(account, record.request_id as string));
       return ttl > 0 && ttl <= 60_000;
     }, 5000, 'the settled mark to be shortened');
   });
@@ -109,10 +110,10 @@ describe('billing through the gateway', () => {
     const client = new OpenAI({ apiKey: key, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
     const response = await client.responses.create({ model, input: 'Reserve me once.' });
     assert.equal(response.status, 'completed');
-    await waitFor(async () => (await field(apiKeyRecordKey(id), 'spent')) > 0, 5000, 'settlement');
-    await waitFor(async () => (await field(apiKeyRecordKey(id), 'reserved')) === 0, 5000, 'the key to hold nothing');
-    assert.equal(await field(accountKey(account), 'reserved'), 0);
-    assert.equal(await field(accountKey(account), 'balance'), 1_000_000 - (await field(apiKeyRecordKey(id), 'spent')));
+    await waitFor(async () => (await spent(account, id)) > 0, 5000, 'settlement');
+    await waitFor(async () => (await keyReserved(account, id)) === 0, 5000, 'the key to hold nothing');
+    assert.equal(await accountReserved(account), 0);
+    assert.equal(await balance(account), 1_000_000 - (await spent(account, id)));
   });
 
   it('limits requests per minute with OpenAI headers, and the official client retry succeeds once the window allows', async () => {
@@ -159,7 +160,7 @@ describe('billing through the gateway', () => {
   });
 
   it('refuses a model the key may not use with 403 model_not_allowed', async () => {
-    const { key } = await paidKey('unlimited', { models: JSON.stringify(['mock-chat']) });
+    const { key } = await paidKey('unlimited', { models: ['mock-chat'] });
     const client = new OpenAI({ apiKey: key, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
     const error = await client.chat.completions.create(small()).catch((caught: unknown) => caught);
     assert.ok(error instanceof OpenAI.PermissionDeniedError);
@@ -168,7 +169,7 @@ describe('billing through the gateway', () => {
   });
 
   it('bills a stream the client left (and did not resume within the grace) for what the vendor produced', async () => {
-    const { id: keyId, key } = await paidKey(10_000_000);
+    const { id: keyId, key, account } = await paidKey(10_000_000);
     const controller = new AbortController();
     const stream = await fetch(`${gateway.url}/v1/chat/completions`, {
       method: 'POST',
@@ -181,13 +182,13 @@ describe('billing through the gateway', () => {
     while ((seen.match(/"content":"[^"]+"/g) ?? []).length < 3) seen += new TextDecoder().decode((await reader.read()).value);
     controller.abort();
     const requestId = stream.headers.get('x-request-id')!;
-    await waitFor(async () => (await redis.exists(settledKey(requestId))) === 1, 10_000, 'the cancelled stream to be settled');
+    await waitFor(async () => (await redis.exists(settledKey(account, requestId))) === 1, 10_000, 'the cancelled stream to be settled');
     const record = await waitForUsage(redis, (r) => r.request_id === requestId);
     assert.equal(record.status, 'cancelled');
     assert.ok(Number(record.output_tokens) >= 3, `output tokens counted: ${record.output_tokens}`);
     assert.ok(Number(record.cost_micros) > 0);
-    assert.equal(await field(apiKeyRecordKey(keyId), 'spent'), Number(record.cost_micros));
-    assert.equal(await field(apiKeyRecordKey(keyId), 'reserved'), 0);
+    assert.equal(await spent(account, keyId), Number(record.cost_micros));
+    assert.equal(await keyReserved(account, keyId), 0);
   });
 });
 
@@ -216,18 +217,17 @@ describe('billing across two api and two worker processes', () => {
     assert.ok(actual > 0 && actual <= (await worstCase(request)));
     const limit = 100 * actual;
 
-    const created = await createKey(redis, 'race');
-    const account = 'acct_race';
-    await redis.hset(accountKey(account), { id: account, email: 'race@example.com', name: 'race', role: 'member', created: 1, reserved: 0, balance: 10 ** 9 });
-    await redis.hset(apiKeyRecordKey(created.id), { account, spent: 0, reserved: 0, limit });
+    const created = await paidAccountKey(redis, 10 ** 9, { limitMicros: limit });
+    const { account } = created;
     const results = await Promise.all(Array.from({ length: 1000 }, (_, i) => send(created.key, apis[i % 2]!)));
     const served = results.filter((r) => r.status === 'ok').length;
     assert.ok(served <= 100 && served >= 1, `served ${served}`);
     assert.deepEqual([...new Set(results.filter((r) => r.status !== 'ok').map((r) => r.status))], ['insufficient_quota']);
-    await waitFor(async () => (await field(apiKeyRecordKey(created.id), 'reserved')) === 0, 10_000, 'every reservation settled');
-    const spent = await field(apiKeyRecordKey(created.id), 'spent');
+    await waitFor(async () => (await readKeySpend(redis, account, created.id))?.reservedMicros === 0, 10_000, 'every reservation settled');
+    const spent = (await readKeySpend(redis, account, created.id))!.spentMicros;
     assert.ok(spent <= limit, `spent ${spent} of ${limit}`);
     assert.equal(spent, served * actual, 'each served request billed once, at its actual cost');
+    await assertRecordMatches(redis, account, [created.id], served);
   });
 
   it('never takes an account below zero when 1,000 requests on two of its keys race', async () => {
@@ -236,20 +236,41 @@ describe('billing across two api and two worker processes', () => {
     const probe = await raceRequest((await createKey(redis, 'probe')).key, apis[0]!, request);
     const actual = prices.costMicros(model, { inputTokens: probe.usage!.prompt_tokens, cachedTokens: 0, outputTokens: probe.usage!.completion_tokens, images: 0, audioSeconds: 0, videoSeconds: 0 });
     const balance = 100 * actual;
-    const account = 'acct_shared';
-    await redis.hset(accountKey(account), { id: account, email: 'shared@example.com', name: 'shared', role: 'member', created: 1, reserved: 0, balance });
-    const keys = [await createKey(redis, 'one'), await createKey(redis, 'two')];
-    for (const k of keys) await redis.hset(apiKeyRecordKey(k.id), { account, spent: 0, reserved: 0 });
+    const first = await paidAccountKey(redis, balance);
+    const { account } = first;
+    const keys = [first, await (await testKeyStore(redis)).create('two', { accountId: account })];
     const results = await Promise.all(Array.from({ length: 1000 }, (_, i) => raceRequest(keys[i % 2]!.key, apis[(i >> 1) % 2]!, request)));
     const served = results.filter((r) => r.status === 'ok').length;
     assert.ok(served <= 100 && served >= 1, `served ${served}`);
-    await waitFor(async () => (await field(accountKey(account), 'reserved')) === 0, 10_000, 'every reservation settled');
-    const left = await field(accountKey(account), 'balance');
+    await waitFor(async () => (await readBill(redis, account))?.reservedMicros === 0, 10_000, 'every reservation settled');
+    const left = (await readBill(redis, account))!.balanceMicros!;
     assert.ok(left >= 0, `balance ${left}`);
     assert.equal(left, balance - served * actual);
-    const spent = (await field(apiKeyRecordKey(keys[0]!.id), 'spent')) + (await field(apiKeyRecordKey(keys[1]!.id), 'spent'));
+    let spent = 0;
+    for (const k of keys) spent += (await readKeySpend(redis, account, k.id))!.spentMicros;
     assert.equal(spent, served * actual);
+    await assertRecordMatches(redis, account, keys.map((k) => k.id), served);
   });
+
+  /**
+   * The record agrees with Redis to the micro-dollar once the writer caught up: one usage row per served request,
+   * each key's spend and the account's settled total equal to what Redis counted.
+   */
+  async function assertRecordMatches(redis: Redis, account: string, keyIds: string[], served: number): Promise<void> {
+    const record = await testRecord(redis);
+    const redisSpent = new Map<string, number>();
+    for (const id of keyIds) redisSpent.set(id, (await readKeySpend(redis, account, id))!.spentMicros);
+    const total = [...redisSpent.values()].reduce((a, b) => a + b, 0);
+    await waitFor(async () => {
+      const row = await record.selectFrom('usage').select((eb) => [eb.fn.countAll<number>().as('rows'), eb.fn.sum<number>('cost_micros').as('sum')]).where('account_id', '=', account).where('cost_micros', '>', 0).executeTakeFirstOrThrow();
+      return Number(row.rows) === served && Number(row.sum) === total;
+    }, 15_000, 'the usage rows to reach the record');
+    const keysRows = await record.selectFrom('api_keys').select(['id', 'spent_micros']).where('id', 'in', keyIds).execute();
+    for (const row of keysRows) assert.equal(row.spent_micros, redisSpent.get(row.id), `key ${row.id}: the record's spend is Redis's`);
+    const accountRow = await record.selectFrom('accounts').select(['credits_micros', 'settled_micros']).where('id', '=', account).executeTakeFirstOrThrow();
+    assert.equal(accountRow.settled_micros, total, "the account's settled total is what its keys spent");
+    assert.equal(accountRow.credits_micros - accountRow.settled_micros, (await readBill(redis, account))!.balanceMicros, "the record's balance is Redis's");
+  }
 
   async function raceRequest(key: string, api: GatewayProcess, request: OpenAI.ChatCompletionCreateParamsNonStreaming) {
     const response = await fetch(`${api.url}/v1/chat/completions`, {
@@ -260,6 +281,4 @@ describe('billing across two api and two worker processes', () => {
     const body = (await response.json()) as { error?: { code: string }; usage?: { prompt_tokens: number; completion_tokens: number } };
     return { status: response.status === 200 ? 'ok' : (body.error?.code ?? String(response.status)), usage: body.usage };
   }
-
-  const field = async (hash: string, name: string) => Number((await redis.hget(hash, name)) ?? 0);
 });

@@ -3,13 +3,13 @@ import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
 import OpenAI, { toFile } from 'openai';
 import { PNG } from 'pngjs';
-import { accountKey, apiKeyRecordKey } from '../../shared/accounts.js';
+import { readKeySpend } from '../../shared/billing.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { PriceList } from '../../shared/pricing.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { createFakeOpenAIImages, readFakeMultipart } from '../support/fake-openai-images.js';
 import { assertMatchesSchema } from '../support/openapi-schemas.js';
-import { createKey, freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
+import { createKey, freshRedis, paidAccountKey, startGateway, type GatewayProcess } from '../support/gateway.js';
 import { waitForUsage } from '../support/record.js';
 
 /*
@@ -48,17 +48,17 @@ describe('image variations', () => {
   let client: OpenAI;
   let mockClient: OpenAI;
   let keyId: string;
+  let accountId: string;
+  const keySpend = async () => (await readKeySpend(redis, accountId, keyId))!;
 
   before(async () => {
     fake = await startFakeOpenAI();
     fake.setDefault(createFakeOpenAIImages({ apiKey: 'sk-variations-vendor' }));
     const fresh = await freshRedis(8);
     redis = fresh.redis;
-    const key = await createKey(redis, 'variations');
+    const key = await paidAccountKey(redis, 10_000_000);
     keyId = key.id;
-    const account = `acct_${key.id}`;
-    await redis.hset(accountKey(account), { id: account, email: 'vary@example.com', name: 'vary', role: 'member', created: 1, reserved: 0, balance: 10_000_000, unlimited: '0' });
-    await redis.hset(apiKeyRecordKey(key.id), { account, spent: 0, reserved: 0 });
+    accountId = key.account;
     // The offline gateway has a Redis database of its own: on a shared one its workers would take the other's jobs.
     const apart = await freshRedis(9);
     const offlineKey = (await createKey(apart.redis, 'variations-offline')).key;
@@ -123,11 +123,11 @@ describe('image variations', () => {
     const generation = prices.costMicros('dall-e-2', { inputTokens: 0, cachedTokens: 0, outputTokens: 0, images: 3, audioSeconds: 0, videoSeconds: 0, imageSize: '512x512' });
     assert.equal(generation, 3 * 18_000);
     assert.deepEqual([record.images, record.cost_micros], [3, generation]);
-    assert.equal(Number(await redis.hget(apiKeyRecordKey(keyId), 'reserved')), 0, 'nothing left reserved');
+    assert.equal((await keySpend()).reservedMicros, 0, 'nothing left reserved');
   });
 
   it('an unsized variation is the 1024x1024 OpenAI makes, billed and spent as a dall-e-2 generation of it', async () => {
-    const spentBefore = Number(await redis.hget(apiKeyRecordKey(keyId), 'spent'));
+    const spentBefore = (await keySpend()).spentMicros;
     const before = fake.requests.length;
     const varied = await client.images.createVariation({ image: await toFile(png(24, 24), 'a.png', { type: 'image/png' }), n: 2 }).withResponse();
     const sent = fake.requests.slice(before).find((request) => request.path === '/v1/images/variations')!;
@@ -138,8 +138,8 @@ describe('image variations', () => {
     assert.equal(variation.images, 2);
     assert.equal(variation.cost_micros, 2 * 20_000);
     assert.equal(variation.cost_micros, generation.cost_micros);
-    assert.equal(Number(await redis.hget(apiKeyRecordKey(keyId), 'spent')) - spentBefore, variation.cost_micros + generation.cost_micros);
-    assert.equal(Number(await redis.hget(apiKeyRecordKey(keyId), 'reserved')), 0, 'nothing left reserved');
+    assert.equal((await keySpend()).spentMicros - spentBefore, variation.cost_micros + generation.cost_micros);
+    assert.equal((await keySpend()).reservedMicros, 0, 'nothing left reserved');
   });
 
   it('serves the mock offline, dall-e-2 too, deterministic per upload', async () => {

@@ -1,13 +1,13 @@
+import type { KeyLimits } from '../../api/key-store.js';
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
-import { accountKey, apiKeyRecordKey } from '../../shared/accounts.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { PriceList } from '../../shared/pricing.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { FAKE_REPLY_TEXT, FAKE_USAGE } from '../support/fake-openai-defaults.js';
-import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { createKey, freshRedis, paidAccountKey, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 
 /**
  * GET /metrics against real gateway processes: a known run of requests moves
@@ -152,13 +152,9 @@ describe('GET /metrics: one process (WORKER_PROCESS=off), a fake OpenAI vendor',
     redis?.disconnect();
   });
 
-  /** A key on its own account holding `balance` micros (or unlimited), with extra key fields (as billing.test.ts makes them). */
-  async function paidKey(balance: number | 'unlimited', fields: Record<string, string | number> = {}): Promise<{ id: string; key: string }> {
-    const created = await createKey(redis, 'metrics');
-    const account = `acct_${created.id}`;
-    await redis.hset(accountKey(account), { id: account, email: `${created.id}@example.com`, name: 'test', role: 'member', created: 1, reserved: 0, ...(balance === 'unlimited' ? { unlimited: '1' } : { balance }) });
-    await redis.hset(apiKeyRecordKey(created.id), { account, spent: 0, reserved: 0, ...fields });
-    return created;
+  /** A key with `limits` on its own account holding `balance` micros (or unlimited), as billing.test.ts makes them. */
+  async function paidKey(balance: number | 'unlimited', limits: KeyLimits = {}): Promise<{ id: string; key: string }> {
+    return paidAccountKey(redis, balance, limits);
   }
 
   const ok = { route: chat, model, status_class: '2xx' };

@@ -1,14 +1,13 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
-import { accountKey, apiKeyRecordKey } from '../../shared/accounts.js';
 import { replayStreamKey } from '../../shared/queues.js';
 import { anthropicError, startFakeAnthropic, type FakeAnthropic } from '../support/fake-anthropic.js';
 import { geminiError, startFakeGemini, type FakeGemini } from '../support/fake-gemini.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { createFakeOpenAIMedia, type FakeOpenAIMedia } from '../support/fake-openai-media.js';
 import { assertMatchesSchema, sseEvents } from '../support/openapi-schemas.js';
-import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { createKey, freshRedis, paidAccountKey, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 
 /*
  * What the gateway writes, byte for byte (read with fetch, not through a
@@ -352,10 +351,7 @@ describe("the gateway's own output against the OpenAI OpenAPI spec", () => {
       for (const path of ['/v1/models/no-such-model', '/v1/responses/resp_none', '/v1/responses/resp_none/input_items', '/v1/videos/video_none']) {
         valid('ErrorResponse', await call.get(path), 404, `404 ${path}`);
       }
-      const poor = await createKey(redis, 'poor');
-      const account = `acct_${poor.id}`;
-      await redis.hset(accountKey(account), { id: account, email: `${poor.id}@example.com`, name: 'poor', role: 'member', created: 1, reserved: 0, balance: 0, unlimited: '0' });
-      await redis.hset(apiKeyRecordKey(poor.id), { account, spent: 0, reserved: 0 });
+      const poor = await paidAccountKey(redis, 0);
       const refused = await fetch(`${gateway.url}/v1/chat/completions`, {
         method: 'POST',
         headers: { authorization: `Bearer ${poor.key}`, 'content-type': 'application/json' },

@@ -150,7 +150,7 @@ describe('npm run keys and npm run accounts: mistakes and accounts', () => {
       ['keys', ['-x'], /^switchyard keys: Unknown option '-x' \(see --help\)$/],
       ['keys', ['creat', '--name', 'n'], /^switchyard keys: unknown command "creat" \(see --help\)$/],
       ['keys', ['create', '--name'], /^switchyard keys: Option '--name <value>' argument missing \(see --help\)$/],
-      ['keys', ['create', '--name', 'n', '--rpm', 'lots'], /^switchyard keys: --rpm must be a whole number ≥ 1, not "lots" \(see --help\)$/],
+      ['keys', ['create', '--name', 'n', '--rpm', 'lots'], /^switchyard keys: --rpm must be a whole number from 1 to 1000000000, not "lots" \(see --help\)$/],
       ['accounts', ['list', '--bogus'], /^switchyard accounts: Unknown option '--bogus' \(see --help\)$/],
       ['accounts', ['remove', 'acct_x'], /^switchyard accounts: unknown command "remove" \(see --help\)$/],
       ['accounts', ['credit', 'acct_x', 'ten'], /^switchyard accounts: credit needs a non-zero amount in USD, not "ten" \(see --help\)$/],

@@ -7,7 +7,9 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
-import { accountKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, ledgerKey, usageDayKey, usageStreamKey, utcDay } from '../../shared/accounts.js';
+import { accountKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, defaultAccountId, ledgerKey, legacyUsageStreamKey, usageDayKey, usageStreamKeys, utcDay } from '../../shared/accounts.js';
+import { readBill, readKeySpend } from '../../shared/billing.js';
+import { startPrivatePostgres } from '../support/postgres-server.js';
 import { hashSecret } from '../../api/key-store.js';
 import { adminClient, type Json } from '../support/admin-client.js';
 import { startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
@@ -25,6 +27,12 @@ import { openRecord } from '../../storage/record/database.js';
  */
 
 const adminToken = 'record-admin-token';
+/** Usage records waiting in Redis, over every bucket's stream. */
+const bufferedRecords = async (redis: Redis) => {
+  let total = 0;
+  for (const stream of usageStreamKeys) total += await redis.xlen(stream);
+  return total;
+};
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const run = promisify(execFile);
 const model = 'gpt-4o-mini';
@@ -140,21 +148,82 @@ describe('a database outage', () => {
       // Answers go on; their usage waits in Redis.
       for (let i = 0; i < 20; i++) await client.chat.completions.create({ model, messages: [{ role: 'user', content: `during ${i}` }] });
       const buffered = new Redis(redis.url);
-      await waitFor(async () => (await buffered.xlen(usageStreamKey)) === 20, 5000, 'twenty records buffered in Redis');
+      await waitFor(async () => (await bufferedRecords(buffered)) === 20, 5000, 'twenty records buffered in Redis');
       assert.equal(await rows(), 1, 'nothing reached the record while it was away');
 
       proxy.unblock();
       await waitFor(async () => (await rows()) === 21, 30_000, 'every buffered row written once the database is back');
-      await waitFor(async () => (await buffered.xlen(usageStreamKey)) === 0, 5000, 'the buffer emptied');
+      await waitFor(async () => (await bufferedRecords(buffered)) === 0, 5000, 'the buffer emptied');
       const spent = Number((await record.selectFrom('api_keys').select('spent_micros').where('id', '=', String(key.id)).executeTakeFirstOrThrow()).spent_micros);
       const sum = Number((await record.selectFrom('usage').select((eb) => eb.fn.sum('cost_micros').as('s')).executeTakeFirstOrThrow()).s);
       assert.equal(spent, sum, "the key's spend in the record is the sum of its rows");
-      assert.equal(Number(await buffered.hget(apiKeyRecordKey(String(key.id)), 'spent')), sum, "and equals Redis's, to the micro-dollar");
+      assert.equal((await readKeySpend(buffered, defaultAccountId, String(key.id)))?.spentMicros, sum, "and equals Redis's, to the micro-dollar");
       buffered.disconnect();
     } finally {
       await gateway.stop('SIGKILL');
       await record.destroy();
       await proxy.close();
+      await redis.remove();
+    }
+  });
+});
+
+describe('a PostgreSQL restart under load', () => {
+  it('answers every request while the record is down, and loses no usage row: the record ends equal to Redis', async () => {
+    const redis = await startPrivateRedis({ aof: false });
+    const postgres = await startPrivatePostgres();
+    const gateway = await startGateway({ env: { REDIS_URL: redis.url, DATABASE_URL: postgres.url, ADMIN_TOKEN: adminToken } });
+    const hot = new Redis(redis.url);
+    let record: Awaited<ReturnType<typeof openRecord>> | undefined;
+    try {
+      const { admin } = adminClient(() => gateway.url, adminToken);
+      const account = (await admin('POST', '/admin/accounts', { email: 'restart@example.com' })).json;
+      await admin('POST', `/admin/accounts/${account.id}/credits`, { amount_usd: 100 });
+      const key = (await admin('POST', '/admin/keys', { name: 'restart', account_id: account.id, limit_usd: 50 })).json;
+      const served: string[] = [];
+      const failed: number[] = [];
+      let running = true;
+      const lane = async () => {
+        while (running) {
+          const answer = await fetch(`${gateway.url}/v1/chat/completions`, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${String(key.key)}`, 'content-type': 'application/json' },
+            body: JSON.stringify({ model, messages: [{ role: 'user', content: 'during the restart' }] }),
+          });
+          await answer.arrayBuffer();
+          if (answer.status === 200) served.push(answer.headers.get('x-request-id')!);
+          else failed.push(answer.status);
+        }
+      };
+      const lanes = [lane(), lane(), lane(), lane()];
+      await new Promise((resolve) => setTimeout(resolve, 1500));
+      const before = served.length;
+      // As a crash: every backend ends at once, mid-transaction for the usage writer; down for 2 s, then recovered from its WAL.
+      await postgres.restart(2000);
+      const during = served.length - before;
+      await new Promise((resolve) => setTimeout(resolve, 1500));
+      running = false;
+      await Promise.all(lanes);
+      assert.deepEqual(failed, [], 'no request failed while the record was down');
+      assert.ok(during > 0, 'requests were served while it was down');
+
+      record = await openRecord(postgres.url, { max: 2, migrate: false });
+      const rows = async () => (await record!.selectFrom('usage').select(['request_id', 'cost_micros']).where('account_id', '=', String(account.id)).execute());
+      await waitFor(async () => (await rows()).length === served.length, 30_000, `all ${served.length} usage rows in the record`);
+      const ids = new Set((await rows()).map((row) => row.request_id));
+      assert.deepEqual(served.filter((id) => !ids.has(id)), [], 'every served request has its row');
+      const sum = (await rows()).reduce((total, row) => total + row.cost_micros, 0);
+      const redisSpent = (await readKeySpend(hot, String(account.id), String(key.id)))!.spentMicros;
+      assert.equal(sum, redisSpent, "the rows add up to the key's spend in Redis");
+      const keyRow = await record.selectFrom('api_keys').select('spent_micros').where('id', '=', String(key.id)).executeTakeFirstOrThrow();
+      const accountRow = await record.selectFrom('accounts').select(['credits_micros', 'settled_micros']).where('id', '=', String(account.id)).executeTakeFirstOrThrow();
+      assert.equal(keyRow.spent_micros, redisSpent);
+      assert.equal(accountRow.credits_micros - accountRow.settled_micros, (await readBill(hot, String(account.id)))!.balanceMicros, "the record's balance is Redis's, to the micro-dollar");
+    } finally {
+      hot.disconnect();
+      await gateway.stop('SIGKILL');
+      await record?.destroy();
+      await postgres.remove();
       await redis.remove();
     }
   });
@@ -176,7 +245,7 @@ describe('the upgrade from a Redis-only gateway', () => {
     const settledAt = Math.floor(Date.now() / 1000) - 3600;
     const day = utcDay(settledAt * 1000);
     const record1 = { request_id: 'req_old_1', key_id: 'key_old', account_id: 'acct_old', model, vendor: 'openai', input_tokens: 10, cached_tokens: 0, output_tokens: 5, images: 0, audio_seconds: 0, video_seconds: 0, cost_micros: 500_000, status: 'completed', created: settledAt, duration_ms: 5 };
-    await redis.xadd(usageStreamKey, '*', 'usage', JSON.stringify(record1));
+    await redis.xadd(legacyUsageStreamKey, '*', 'usage', JSON.stringify(record1));
     await redis.hset(usageDayKey(day), { 'acct_old|key_old|gpt-4o-mini|requests': 1, 'acct_old|key_old|gpt-4o-mini|cost_micros': 500_000 });
 
     const databaseUrl = await freshDatabase('upgrade');

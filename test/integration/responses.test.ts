@@ -8,8 +8,8 @@ import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateText, jsonSchema, stepCountIs, streamText, tool } from 'ai';
-import { accountKey, apiKeyRecordKey, settledKey } from '../../shared/accounts.js';
-import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { defaultAccountId, settledKey } from '../../shared/accounts.js';
+import { createKey, freshRedis, paidAccountKey, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { startFakeAnthropic, FAKE_ANTHROPIC_TEXT, type FakeAnthropic } from '../support/fake-anthropic.js';
 import { startFakeGemini, type FakeGemini } from '../support/fake-gemini.js';
@@ -386,7 +386,7 @@ describe('the Responses API against strict vendor fakes', () => {
     assert.equal(stored.status, 'cancelled');
     assert.ok(stored.output_text.startsWith('Mock reply to'), 'it keeps what was produced');
     // Settled once, as cancelled, for what the vendor produced before the abort.
-    await waitFor(async () => (await redis.exists(settledKey(queued.id))) === 1, 5000, 'the cancelled response to be settled');
+    await waitFor(async () => (await redis.exists(settledKey(defaultAccountId, queued.id))) === 1, 5000, 'the cancelled response to be settled');
     assert.ok(Date.now() - asked < 2000, 'the vendor call stopped and was settled within the cancel');
     const record = await waitForUsage(redis, (r) => r.request_id === queued.id);
     assert.equal(record.status, 'cancelled');
@@ -399,10 +399,7 @@ describe('the Responses API against strict vendor fakes', () => {
   });
 
   it('bills a response as chat: a key that cannot pay gets 429 insufficient_quota', async () => {
-    const created = await createKey(redis, 'poor');
-    const account = `acct_${created.id}`;
-    await redis.hset(accountKey(account), { id: account, email: `${created.id}@example.com`, name: 'poor', role: 'member', created: 1, reserved: 0, balance: 1 });
-    await redis.hset(apiKeyRecordKey(created.id), { account, spent: 0, reserved: 0 });
+    const created = await paidAccountKey(redis, 1);
     const answer = await post({ model: 'gpt-4o-mini', input: 'Hello' }, created.key);
     assert.equal(answer.status, 429);
     assert.equal(((await answer.json()) as { error: { code: string } }).error.code, 'insufficient_quota');

@@ -2,13 +2,13 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
 import type OpenAI from 'openai';
-import { accountKey, apiKeyRecordKey } from '../../shared/accounts.js';
+import { readBill, readKeySpend } from '../../shared/billing.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { PriceList } from '../../shared/pricing.js';
 import { countChatPromptTokensAsync } from '../../shared/tokens.js';
 import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
-import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { createKey, freshRedis, paidAccountKey, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 
 /*
  * A request is admitted against its reservation (its prompt and at most
@@ -71,18 +71,16 @@ describe('settlement never passes the reservation unseen', () => {
 
   it('40 racing tool-call requests keep the key limit and the balance, and no overrun is counted', async () => {
     const worst = await worstCase(toolRequest);
-    const created = await createKey(redis, 'racer');
-    const account = 'acct_overrun_race';
     // The balance covers about 12 such requests, the key limit about 10: both bind under the race.
     const balance = 12 * worst;
     const limit = 10 * worst;
-    await redis.hset(accountKey(account), { id: account, email: 'race@overrun.test', name: 'race', role: 'member', created: 1, reserved: 0, balance });
-    await redis.hset(apiKeyRecordKey(created.id), { account, spent: 0, reserved: 0, limit });
+    const created = await paidAccountKey(redis, balance, { limitMicros: limit });
+    const { account } = created;
     const statuses = await Promise.all(Array.from({ length: 40 }, () => post(mock, created.key, toolRequest).then(async (res) => (await res.arrayBuffer(), res.status))));
     assert.ok(statuses.includes(200) && statuses.includes(429), JSON.stringify(statuses));
-    await waitFor(async () => Number(await redis.hget(apiKeyRecordKey(created.id), 'reserved')) === 0, 10_000, 'every reservation settled');
-    const spent = Number(await redis.hget(apiKeyRecordKey(created.id), 'spent'));
-    const left = Number(await redis.hget(accountKey(account), 'balance'));
+    await waitFor(async () => (await readKeySpend(redis, account, created.id))?.reservedMicros === 0, 10_000, 'every reservation settled');
+    const spent = (await readKeySpend(redis, account, created.id))!.spentMicros;
+    const left = (await readBill(redis, account))!.balanceMicros!;
     assert.ok(spent <= limit, `spent ${spent} of the key's ${limit}`);
     assert.ok(left >= 0, `balance ${left}`);
     assert.equal(left, balance - spent);

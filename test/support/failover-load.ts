@@ -2,7 +2,8 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
-import { accountKey, apiKeyRecordKey, reservationKey } from '../../shared/accounts.js';
+import { billKey } from '../../shared/accounts.js';
+import { readBill, readKeySpend } from '../../shared/billing.js';
 import type { RecordDb } from '../../storage/record/database.js';
 import type { KeyStore } from '../../api/key-store.js';
 
@@ -94,21 +95,14 @@ export function assertEveryRequestEnded(outcomes: readonly Outcome[], minimumSer
 /**
  * The money of one paid key adds up: what it spent is what its usage records
  * say, its account paid exactly that, and what it holds reserved is exactly
- * what its open reservations hold. `reservationKeys` lists every reservation
- * key (on a Cluster, from the accounts' primary).
+ * what its open reservations (in its account's bill) hold.
  */
-export async function assertMoneyAddsUp(
-  redis: Redis,
-  record: RecordDb,
-  payer: { id: string; account: string },
-  startBalance: number,
-  reservationKeys: () => Promise<string[]>,
-): Promise<number> {
+export async function assertMoneyAddsUp(redis: Redis, record: RecordDb, payer: { id: string; account: string }, startBalance: number): Promise<number> {
   const openReservations = async () => {
     let total = 0;
-    for (const name of await reservationKeys()) {
-      const [key, micros] = await redis.hmget(name, 'key', 'micros');
-      if (key === payer.id) total += Number(micros ?? 0);
+    for (const [field, value] of Object.entries(await redis.hgetall(billKey(payer.account)))) {
+      const [key, micros] = value.split(' ');
+      if (field.startsWith('r:') && key === payer.id) total += Number(micros ?? 0);
     }
     return total;
   };
@@ -116,15 +110,15 @@ export async function assertMoneyAddsUp(
   let reserved = -1;
   let open = -2;
   while (Date.now() < until) {
-    reserved = Number(await redis.hget(apiKeyRecordKey(payer.id), 'reserved'));
+    reserved = (await readKeySpend(redis, payer.account, payer.id))?.reservedMicros ?? -1;
     open = await openReservations();
     if (reserved === open) break;
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
   assert.equal(reserved, open, 'what the key holds reserved is what its open reservations hold');
-  const spent = Number(await redis.hget(apiKeyRecordKey(payer.id), 'spent'));
+  const spent = (await readKeySpend(redis, payer.account, payer.id))?.spentMicros ?? 0;
   assert.ok(spent > 0);
-  assert.equal(Number(await redis.hget(accountKey(payer.account), 'balance')), startBalance - spent, 'the account paid what the key spent');
+  assert.equal((await readBill(redis, payer.account))?.balanceMicros, startBalance - spent, 'the account paid what the key spent');
   // The usage rows the writer moved to the record (it may be a moment behind the settlements).
   const recordedSum = async () =>
     Number((await record.selectFrom('usage').select((eb) => eb.fn.sum('cost_micros').as('sum')).where('key_id', '=', payer.id).executeTakeFirstOrThrow()).sum ?? 0);
@@ -137,6 +131,3 @@ export async function assertMoneyAddsUp(
   assert.equal(recorded, spent, 'the usage records add up to what the key spent');
   return spent;
 }
-
-/** The pattern of every reservation key. */
-export const reservationPattern = reservationKey('*');

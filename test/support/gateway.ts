@@ -1,9 +1,10 @@
+import { randomBytes } from 'node:crypto';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import OpenAI from 'openai';
-import { KeyStore } from '../../api/key-store.js';
+import { KeyStore, type KeyLimits } from '../../api/key-store.js';
 import { onProcessEnd } from './process-end.js';
 import { processPrivateRedis, redisServerInstalled } from './redis-server.js';
 import { recordUrlFor, resetRecordFor, testRecord } from './record.js';
@@ -74,6 +75,15 @@ export async function freshRedis(db: number): Promise<{ url: string; redis: Redi
 /** A key store on a test Redis database and the record that goes with it. */
 export async function testKeyStore(redis: Redis): Promise<KeyStore> {
   return new KeyStore(redis, await testRecord(redis));
+}
+
+/** A key with `limits` on an account of its own holding `balance` micros (or unlimited), made through the stores as the admin API makes them. */
+export async function paidAccountKey(redis: Redis, balance: number | 'unlimited', limits: KeyLimits = {}): Promise<{ id: string; key: string; account: string }> {
+  const keys = await testKeyStore(redis);
+  const account = await keys.accounts.create({ email: `paid-${randomBytes(6).toString('hex')}@example.com`, name: 'paid', unlimited: balance === 'unlimited' });
+  if (balance !== 'unlimited' && balance !== 0) await keys.accounts.credit(account.id, balance, 'test');
+  const created = await keys.create('paid', { accountId: account.id, ...limits });
+  return { id: created.id, key: created.key, account: account.id };
 }
 
 export async function createKey(redis: Redis, name = 'test'): Promise<{ id: string; key: string }> {

@@ -4,8 +4,8 @@ import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
-import { accountKey, apiKeyRecordKey, reservationDeadlinesKey, reservationKey, usageDayKey, usageStreamKey, utcDay } from '../../shared/accounts.js';
-import { releaseExpiredReservations, releaseReservation, reserve, settle, type Reservation, type UsageRecord } from '../../shared/billing.js';
+import { billingBucket, billKey, reservationDeadlinesKey, settledKey, usageDayKey, usageStreamKey, utcDay } from '../../shared/accounts.js';
+import { readBill, readKeySpend, releaseExpiredReservations, releaseReservation, reserve, settle, type Reservation, type UsageRecord } from '../../shared/billing.js';
 import { freshRedis } from '../support/gateway.js';
 
 let redis: Redis;
@@ -19,12 +19,19 @@ after(() => redis.disconnect());
 beforeEach(() => redis.flushdb());
 
 async function account(id: string, balanceMicros: number | 'unlimited'): Promise<void> {
-  await redis.hset(accountKey(id), { id, reserved: 0, ...(balanceMicros === 'unlimited' ? { unlimited: '1' } : { balance: balanceMicros }) });
+  await redis.hset(billKey(id), { id, reserved: 0, ...(balanceMicros === 'unlimited' ? { unlimited: '1' } : { balance: balanceMicros }) });
 }
 
-async function key(id: string, fields: Record<string, string | number> = {}): Promise<void> {
-  await redis.hset(apiKeyRecordKey(id), { id, name: id, spent: 0, reserved: 0, ...fields });
+async function key(id: string, accountId = 'a1'): Promise<void> {
+  await redis.hset(billKey(accountId), { [`${id}.spent`]: 0, [`${id}.reserved`]: 0 });
 }
+
+const bucket = billingBucket('a1');
+const stream = usageStreamKey(bucket);
+const balance = async (accountId = 'a1') => (await readBill(redis, accountId))?.balanceMicros;
+const accountReserved = async (accountId = 'a1') => (await readBill(redis, accountId))?.reservedMicros;
+const spent = async (keyId = 'k1') => (await readKeySpend(redis, 'a1', keyId))?.spentMicros;
+const keyReserved = async (keyId = 'k1') => (await readKeySpend(redis, 'a1', keyId))?.reservedMicros;
 
 const resv = (requestId: string, micros: number, extra: Partial<Reservation> = {}): Reservation => ({
   requestId,
@@ -55,30 +62,31 @@ const usage = (requestId: string, costMicros: number, extra: Partial<UsageRecord
   ...extra,
 });
 
-const numberField = async (hash: string, field: string) => Number((await redis.hget(hash, field)) ?? 0);
 
 describe('billing: reserve and settle', () => {
   it('reserves against the key limit and the account balance, then settles the actual cost once', async () => {
     await account('a1', 1_000_000);
-    await key('k1', { limit: 600_000 });
-    assert.deepEqual(await reserve(redis, resv('r1', 500_000), {}), { ok: true });
-    assert.equal(await numberField(apiKeyRecordKey('k1'), 'reserved'), 500_000);
-    assert.equal(await numberField(accountKey('a1'), 'reserved'), 500_000);
+    await key('k1');
+    const limits = { limitMicros: 600_000 };
+    assert.deepEqual(await reserve(redis, resv('r1', 500_000), limits), { ok: true });
+    assert.equal(await keyReserved(), 500_000);
+    assert.equal(await accountReserved(), 500_000);
 
-    const refused = await reserve(redis, resv('r2', 200_000), {});
+    const refused = await reserve(redis, resv('r2', 200_000), limits);
     assert.equal(refused.ok, false);
     assert.equal(!refused.ok && refused.reason, 'key_limit');
 
     assert.equal((await settle(redis, usage('r1', 123_456), policy)).applied, true);
     assert.equal((await settle(redis, usage('r1', 123_456), policy)).applied, false, 'a second settlement of the same request does nothing');
-    assert.equal(await numberField(apiKeyRecordKey('k1'), 'reserved'), 0);
-    assert.equal(await numberField(apiKeyRecordKey('k1'), 'spent'), 123_456);
-    assert.equal(await numberField(accountKey('a1'), 'reserved'), 0);
-    assert.equal(await numberField(accountKey('a1'), 'balance'), 1_000_000 - 123_456);
-    assert.equal(await redis.exists(reservationKey('r1')), 0);
-    assert.equal(await redis.zcard(reservationDeadlinesKey), 0);
-    assert.equal(await redis.xlen(usageStreamKey), 1);
-    const [[, fields]] = (await redis.xrange(usageStreamKey, '-', '+')) as [[string, string[]]];
+    assert.equal(await keyReserved(), 0);
+    assert.equal(await spent(), 123_456);
+    assert.equal(await accountReserved(), 0);
+    assert.equal(await balance(), 1_000_000 - 123_456);
+    assert.equal(await redis.hexists(billKey('a1'), 'r:r1'), 0, 'the reservation is gone from the bill');
+    assert.equal(await redis.zcard(reservationDeadlinesKey(bucket)), 0);
+    assert.equal(await redis.exists(settledKey('a1', 'r1')), 1);
+    assert.equal(await redis.xlen(stream), 1);
+    const [[, fields]] = (await redis.xrange(stream, '-', '+')) as [[string, string[]]];
     const written = JSON.parse(fields[1]!) as Record<string, unknown>;
     assert.equal(written.cost_micros, 123_456);
     assert.equal(written.request_id, 'r1');
@@ -91,12 +99,12 @@ describe('billing: reserve and settle', () => {
     await key('k1');
     assert.equal((await reserve(redis, resv('free1', 0), {})).ok, true);
     assert.equal((await settle(redis, usage('free1', 0, { model: 'mock-chat' }), policy)).applied, true);
-    const [[, fields]] = (await redis.xrange(usageStreamKey, '-', '+')) as [[string, string[]]];
+    const [[, fields]] = (await redis.xrange(stream, '-', '+')) as [[string, string[]]];
     assert.equal((JSON.parse(fields[1]!) as { model: string }).model, 'mock-chat');
     assert.equal((await reserve(redis, resv('free2', 0), {})).ok, true);
-    assert.equal(await releaseReservation(redis, 'free2'), true);
-    assert.equal(await numberField(accountKey('a1'), 'reserved'), 0);
-    assert.equal(await numberField(apiKeyRecordKey('k1'), 'reserved'), 0);
+    assert.equal(await releaseReservation(redis, 'a1', 'free2'), true);
+    assert.equal(await accountReserved(), 0);
+    assert.equal(await keyReserved(), 0);
   });
 
   it('refuses what the account balance cannot cover, and never touches an unlimited account balance', async () => {
@@ -104,29 +112,45 @@ describe('billing: reserve and settle', () => {
     await key('k1');
     const refused = await reserve(redis, resv('r1', 101), {});
     assert.equal(!refused.ok && refused.reason, 'account_balance');
-    assert.equal(await numberField(accountKey('a1'), 'reserved'), 0, 'a refusal reserves nothing');
+    assert.equal(await accountReserved(), 0, 'a refusal reserves nothing');
 
     await account('free', 'unlimited');
+    await key('k1', 'free');
     assert.equal((await reserve(redis, resv('r2', 10 ** 12, { accountId: 'free' }), {})).ok, true);
     await settle(redis, usage('r2', 10 ** 12, { accountId: 'free' }), policy);
-    assert.equal(await redis.hget(accountKey('free'), 'balance'), null);
+    assert.equal(await redis.hget(billKey('free'), 'balance'), null);
+    assert.equal((await readKeySpend(redis, 'free', 'k1'))?.spentMicros, 10 ** 12, 'its key still counts what it spent');
   });
 
   it('refuses a key or account that does not exist or was deleted', async () => {
     await account('a1', 100);
-    assert.equal((await reserve(redis, resv('r1', 1), {})).ok, false);
+    const unknownKey = await reserve(redis, resv('r1', 1), {});
+    assert.equal(!unknownKey.ok && unknownKey.reason, 'no_access');
     await key('k1');
-    await redis.hset(accountKey('a1'), 'deleted', '1');
-    const refused = await reserve(redis, resv('r1', 1), {});
-    assert.equal(!refused.ok && refused.reason, 'no_access');
+    assert.equal((await reserve(redis, resv('r1', 1), {})).ok, true);
+    await redis.del(billKey('a1'));
+    await key('k1');
+    const refused = await reserve(redis, resv('r2', 1), {});
+    assert.equal(!refused.ok && refused.reason, 'no_access', 'a key left without its account bill');
+  });
+
+  it('keeps large amounts exact: no float formatting of micro-dollars', async () => {
+    const big = 2 ** 53 - 1;
+    await account('a1', big);
+    await key('k1');
+    assert.equal((await reserve(redis, resv('r1', 10 ** 15 + 1), {})).ok, true);
+    assert.equal(await redis.hget(billKey('a1'), 'reserved'), '1000000000000001');
+    await settle(redis, usage('r1', 10 ** 15 + 1), policy);
+    assert.equal(await redis.hget(billKey('a1'), 'balance'), String(big - 10 ** 15 - 1));
+    assert.equal(await redis.hget(billKey('a1'), 'k1.spent'), '1000000000000001');
   });
 
   it('limits requests per minute with a retry-after, and reports what remains', async () => {
     await account('a1', 'unlimited');
-    await key('k1', { rpm: 3 });
+    await key('k1');
     const now = 1_000_000;
     const outcomes = [];
-    for (let i = 0; i < 4; i++) outcomes.push(await reserve(redis, resv(`r${i}`, 1), {}, now));
+    for (let i = 0; i < 4; i++) outcomes.push(await reserve(redis, resv(`r${i}`, 1), { rpm: 3 }, now));
     assert.deepEqual(
       outcomes.map((o) => o.ok),
       [true, true, true, false],
@@ -136,7 +160,7 @@ describe('billing: reserve and settle', () => {
     const refused = outcomes[3]!;
     assert.equal(!refused.ok && refused.reason, 'rpm');
     assert.equal(!refused.ok && refused.retryAfterMs, 20_000);
-    assert.equal((await reserve(redis, resv('later', 1), {}, now + 20_000)).ok, true, 'one more fits once a slot has passed');
+    assert.equal((await reserve(redis, resv('later', 1), { rpm: 3 }, now + 20_000)).ok, true, 'one more fits once a slot has passed');
   });
 
   it('limits tokens per minute by the estimate and gives back what settlement shows unused', async () => {
@@ -146,7 +170,7 @@ describe('billing: reserve and settle', () => {
     assert.equal((await reserve(redis, resv('r1', 1, { tokens: 600 }), { tpm: 1000 }, now)).ok, true);
     const refused = await reserve(redis, resv('r2', 1, { tokens: 600 }), { tpm: 1000 }, now);
     assert.equal(!refused.ok && refused.reason, 'tpm');
-    await settle(redis, usage('r1', 1, { inputTokens: 50, outputTokens: 50 }), { ...policy, defaultTpm: 1000 }, now);
+    await settle(redis, usage('r1', 1, { inputTokens: 50, outputTokens: 50 }), policy, now);
     assert.equal((await reserve(redis, resv('r2', 1, { tokens: 600 }), { tpm: 1000 }, now)).ok, true, '500 unused tokens came back');
   });
 
@@ -154,20 +178,26 @@ describe('billing: reserve and settle', () => {
     await account('a1', 1000);
     await key('k1');
     await reserve(redis, resv('r1', 400), {});
-    assert.equal(await releaseReservation(redis, 'r1'), true);
-    assert.equal(await releaseReservation(redis, 'r1'), false);
-    assert.equal(await numberField(accountKey('a1'), 'reserved'), 0);
+    assert.equal(await releaseReservation(redis, 'a1', 'r1'), true);
+    assert.equal(await releaseReservation(redis, 'a1', 'r1'), false);
+    assert.equal(await accountReserved(), 0);
 
+    // Accounts in other buckets: the sweep goes through every bucket.
+    const other = ['a2', 'a3', 'a4', 'a5', 'a6'].find((id) => billingBucket(id) !== bucket)!;
+    await account(other, 1000);
+    await key('k9', other);
     await reserve(redis, resv('lost', 300, { deadline: Date.now() - 10_000 }), {});
+    await reserve(redis, resv('lost2', 100, { accountId: other, keyId: 'k9', deadline: Date.now() - 10_000 }), {});
     await reserve(redis, resv('live', 200), {});
-    assert.equal(await releaseExpiredReservations(redis, 5_000), 1);
-    assert.equal(await numberField(accountKey('a1'), 'reserved'), 200);
-    assert.equal(await numberField(apiKeyRecordKey('k1'), 'reserved'), 200);
+    assert.equal(await releaseExpiredReservations(redis, 5_000), 2);
+    assert.equal(await accountReserved(), 200);
+    assert.equal(await keyReserved(), 200);
+    assert.equal(await accountReserved(other), 0);
 
     // A lost job that completes after all is still billed, exactly once.
     assert.equal((await settle(redis, usage('lost', 250), policy)).applied, true);
-    assert.equal(await numberField(accountKey('a1'), 'balance'), 750);
-    assert.equal(await numberField(accountKey('a1'), 'reserved'), 200);
+    assert.equal(await balance(), 750);
+    assert.equal(await accountReserved(), 200);
   });
 });
 
@@ -175,9 +205,9 @@ describe('billing: concurrency across processes', () => {
   const worker = fileURLToPath(new URL('../support/reserve-race.ts', import.meta.url));
 
   /** 1,000 reservations of 1,000 micros each, 250 from each of four processes, all fired at once. */
-  async function race(keys: string): Promise<{ k1: number; k2: number }> {
+  async function race(keys: string, limit = ''): Promise<{ k1: number; k2: number }> {
     const children = [0, 1, 2, 3].map((index) =>
-      fork(worker, [url, String(index), '250', keys], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'ignore', 'inherit', 'ipc'] }),
+      fork(worker, [url, String(index), '250', keys, limit], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'ignore', 'inherit', 'ipc'] }),
     );
     const results = await Promise.all(
       children.map(async (child) => {
@@ -191,24 +221,25 @@ describe('billing: concurrency across processes', () => {
 
   /** Settles every admitted request at its full reservation. */
   async function settleAll(): Promise<void> {
-    const admitted = await redis.zrange(reservationDeadlinesKey, '0', '-1');
+    const admitted = await redis.zrange(reservationDeadlinesKey(bucket), '0', '-1');
     await Promise.all(
-      admitted.map(async (requestId) => {
-        const keyId = await redis.hget(reservationKey(requestId), 'key');
-        await settle(redis, usage(requestId, 1000, { keyId: keyId! }), policy);
+      admitted.map(async (member) => {
+        const requestId = member.split(' ')[1]!;
+        const keyId = (await redis.hget(billKey('a1'), `r:${requestId}`))!.split(' ')[0]!;
+        await settle(redis, usage(requestId, 1000, { keyId }), policy);
       }),
     );
   }
 
   it('admits exactly what a key limit covers when 1,000 reservations race from four processes', async () => {
     await account('a1', 10 ** 9);
-    await key('k1', { limit: 100 * 1000 });
-    const admitted = await race('k1');
+    await key('k1');
+    const admitted = await race('k1', String(100 * 1000));
     assert.equal(admitted.k1, 100);
-    assert.equal(await numberField(apiKeyRecordKey('k1'), 'reserved'), 100 * 1000);
+    assert.equal(await keyReserved(), 100 * 1000);
     await settleAll();
-    assert.equal(await numberField(apiKeyRecordKey('k1'), 'spent'), 100 * 1000, 'spent reaches the limit and never passes it');
-    assert.equal(await numberField(apiKeyRecordKey('k1'), 'reserved'), 0);
+    assert.equal(await spent(), 100 * 1000, 'spent reaches the limit and never passes it');
+    assert.equal(await keyReserved(), 0);
   });
 
   it('admits exactly what an account balance shared by two keys covers, and the balance ends at zero', async () => {
@@ -217,10 +248,10 @@ describe('billing: concurrency across processes', () => {
     await key('k2');
     const admitted = await race('k1,k2');
     assert.equal(admitted.k1 + admitted.k2, 150);
-    assert.equal(await numberField(accountKey('a1'), 'reserved'), 150 * 1000);
+    assert.equal(await accountReserved(), 150 * 1000);
     await settleAll();
-    assert.equal(await numberField(accountKey('a1'), 'balance'), 0, 'never below zero');
-    assert.equal(await numberField(accountKey('a1'), 'reserved'), 0);
+    assert.equal(await balance(), 0, 'never below zero');
+    assert.equal(await accountReserved(), 0);
   });
 });
 

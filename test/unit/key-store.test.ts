@@ -1,5 +1,6 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { readKeySpend } from '../../shared/billing.js';
 import type { Redis } from 'ioredis';
 import {
   accessChangedChannel,
@@ -145,9 +146,14 @@ describe('KeyStore', () => {
     const created = await store.create('limited', { accountId: a.id, limitMicros: 5_000_000, rpm: 60, tpm: 1000, models: ['mock-chat'], expiresAt: 4_000_000_000 });
     const record = await redis.hgetall(apiKeyRecordKey(created.id));
     assert.deepEqual(
-      { account: record.account, limit: record.limit, rpm: record.rpm, tpm: record.tpm, models: record.models, expires: record.expires, spent: record.spent },
-      { account: a.id, limit: '5000000', rpm: '60', tpm: '1000', models: '["mock-chat"]', expires: '4000000000', spent: '0' },
+      { account: record.account, limit: record.limit, rpm: record.rpm, tpm: record.tpm, models: record.models, expires: record.expires },
+      { account: a.id, limit: '5000000', rpm: '60', tpm: '1000', models: '["mock-chat"]', expires: '4000000000' },
     );
+    // Its spend starts in its account's bill, where admission counts it.
+    assert.deepEqual(await readKeySpend(redis, a.id, created.id), { spentMicros: 0, reservedMicros: 0 });
+    const gone = await store.create('gone', { accountId: a.id });
+    await store.revoke(gone.id);
+    assert.equal(await readKeySpend(redis, a.id, gone.id), undefined, 'revoked: out of the bill');
     assert.deepEqual(await store.access(hashSecret(created.key)), {
       keyId: created.id,
       accountId: a.id,
