@@ -11,7 +11,9 @@
  *   Cluster     a private Redis Cluster (3 primaries, BENCH_TOPOLOGY_REPLICAS
  *               replicas each) from test/support/redis-cluster.ts; 1 api + 1 worker
  *               with QUEUE_SHARDS_CHAT=1, 2, 3 in turn (restarted for each), plain
- *               chat at each of BENCH_TOPOLOGY_CLUSTER_CONNECTIONS, Redis CPU read
+ *               chat at each of BENCH_TOPOLOGY_CLUSTER_CONNECTIONS spread over 30
+ *               accounts (each request takes the next account's key, so billing
+ *               spreads over the buckets as many tenants' would), Redis CPU read
  *               from every node (INFO cpu) before and after
  *
  * Per cell: req/s (× the floor's at the same connections), latency, errors,
@@ -27,7 +29,7 @@ import autocannon from 'autocannon';
 import { Cluster, Redis } from 'ioredis';
 import { KeyStore } from '../api/key-store.js';
 import { freePort } from '../bin/local-redis.js';
-import { accountKey } from '../shared/accounts.js';
+import { billKey } from '../shared/accounts.js';
 import { shardQueueName } from '../shared/queues.js';
 import { parseInfo, startRedisCluster, type RedisClusterHarness } from '../test/support/redis-cluster.js';
 import { envInt, redisProcessId, Samples, summarise, type LatencySummary } from './measure.js';
@@ -121,7 +123,7 @@ export interface RedisNodeInfo {
   role: 'primary' | 'replica' | 'single';
   /** Slot ranges (Cluster primaries). */
   slots?: string;
-  /** What of the gateway lives there (Cluster): chat shards, the accounts' slot. */
+  /** What of the gateway lives there (Cluster): chat shards, the bills of how many of the load's accounts. */
   holds?: string;
 }
 
@@ -129,7 +131,8 @@ export interface ClusterRun {
   shards: number;
   /** Primary (name) of each chat queue shard, by shard index. */
   shardPrimaries: string[];
-  accountsPrimary: string;
+  /** How many of the load's accounts bill on each primary (by name). */
+  accountsByPrimary: Record<string, number>;
   cells: CellResult[];
 }
 
@@ -180,10 +183,15 @@ function clusterNodeProbe(cluster: RedisClusterHarness, name: string, port: numb
   };
 }
 
-function runAutocannon(url: string, headers: Record<string, string>, body: string, connections: number, durationS: number, onLatency?: (ms: number) => void) {
+function runAutocannon(url: string, headers: Record<string, string>, body: string, connections: number, durationS: number, onLatency?: (ms: number) => void, keys?: readonly string[]) {
+  // Several keys: each request takes the next, so the load is spread over their accounts.
+  let next = 0;
+  const rotate = keys && keys.length > 1
+    ? [{ setupRequest: (req: autocannon.Request) => ({ ...req, headers: { ...req.headers, authorization: `Bearer ${keys[next++ % keys.length]}` } }) }]
+    : undefined;
   return new Promise<autocannon.Result>((resolve, reject) => {
     const instance = autocannon(
-      { url, method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body, connections, pipelining: 1, duration: durationS, timeout: 10 },
+      { url, method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body, connections, pipelining: 1, duration: durationS, timeout: 10, ...(rotate ? { requests: rotate } : {}) },
       (error: unknown, result: autocannon.Result) => (error ? reject(error) : resolve(result)),
     );
     if (onLatency) {
@@ -212,10 +220,12 @@ async function measure(options: {
   pids: Record<string, number>;
   redis: RedisProbe[];
   latencies: Samples;
+  /** Keys to take in turn (one per account); `headers` carries the first. */
+  keys?: readonly string[];
 }): Promise<CellResult> {
   const body = JSON.stringify(plainBody);
   const lanes = split(options.urls, options.connections);
-  if (options.warmupS > 0) await Promise.all(lanes.map(([url, c]) => runAutocannon(url, options.headers, body, c, options.warmupS)));
+  if (options.warmupS > 0) await Promise.all(lanes.map(([url, c]) => runAutocannon(url, options.headers, body, c, options.warmupS, undefined, options.keys)));
   // Let the warm-up's tail drain, then a second without load: what Redis does in the background.
   await sleep(1000);
   const idleCpuBefore = await Promise.all(options.redis.map((r) => r.cpuMs()));
@@ -231,7 +241,7 @@ async function measure(options: {
   const cpuBefore = Object.fromEntries(Object.entries(pids).map(([n, pid]) => [n, cpuTimeMs(pid)]));
   const busyBefore = systemBusyMs();
   const t0 = performance.now();
-  const results = await Promise.all(lanes.map(([url, c]) => runAutocannon(url, options.headers, body, c, options.durationS, (ms) => options.latencies.push(ms))));
+  const results = await Promise.all(lanes.map(([url, c]) => runAutocannon(url, options.headers, body, c, options.durationS, (ms) => options.latencies.push(ms), options.keys)));
   const wallMs = performance.now() - t0;
   const busyAfter = systemBusyMs();
   const cpuMs: Record<string, number | null> = {};
@@ -372,12 +382,24 @@ async function startStack(name: string, apis: number, workers: number, env: Reco
 
 /** A key with quota and limits on, as the overhead section makes it: an account with a balance, a spending limit, rpm and tpm far above the load. */
 async function benchKey(redis: Redis, tag: string): Promise<string> {
-  const keyStore = new KeyStore(redis, await testRecord(redis));
-  const account = await keyStore.accounts.create({ email: `bench-${tag}@example.com`, name: `bench ${tag}` });
-  await keyStore.accounts.credit(account.id, 10 ** 12, 'bench');
-  const key = await keyStore.create(`bench-${tag}`, { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 10 });
-  return key.key;
+  return (await benchAccounts(redis, tag, 1))[0]!.key;
 }
+
+/** `count` accounts, each with a balance and one such key. */
+async function benchAccounts(redis: Redis, tag: string, count: number): Promise<Array<{ account: string; key: string }>> {
+  const keyStore = new KeyStore(redis, await testRecord(redis));
+  const made: Array<{ account: string; key: string }> = [];
+  for (let i = 0; i < count; i++) {
+    const account = await keyStore.accounts.create({ email: `bench-${tag}-${i}@example.com`, name: `bench ${tag} ${i}` });
+    await keyStore.accounts.credit(account.id, 10 ** 12, 'bench');
+    const key = await keyStore.create(`bench-${tag}-${i}`, { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 9 });
+    made.push({ account: account.id, key: key.key });
+  }
+  return made;
+}
+
+/** Accounts the Cluster section spreads its load over (each request takes the next account's key). */
+const clusterAccounts = 30;
 
 const failures = (c: Pick<CellResult, 'errors' | 'timeouts' | 'non2xx'>) => c.errors + c.timeouts + c.non2xx;
 
@@ -523,9 +545,16 @@ async function runCluster(
       const pid = Number(parseInfo(String(await cluster.call(n.port, 'INFO', 'server'))).process_id);
       if (Number.isInteger(pid) && pid > 0) serverPids[`redis-${n.name}`] = pid;
     }
-    const accountsPrimary = nameOfPort((await cluster.primaryForKey(accountKey('x'))).port);
-    const key = await benchKey(client, 'cluster');
-    log(`Redis Cluster: ${nodes.map((n) => `${n.name} :${n.port}${n.slots ? ` (${n.slots})` : ''}`).join(', ')}; accounts on ${accountsPrimary}`);
+    const accounts = await benchAccounts(client, 'cluster', clusterAccounts);
+    const keys = accounts.map((a) => a.key);
+    const key = keys[0]!;
+    const accountsByPrimary: Record<string, number> = {};
+    for (const a of accounts) {
+      const primary = nameOfPort((await cluster.primaryForKey(billKey(a.account))).port);
+      accountsByPrimary[primary] = (accountsByPrimary[primary] ?? 0) + 1;
+    }
+    const spread = Object.entries(accountsByPrimary).sort().map(([p, n]) => `${p} ${n}`).join(', ');
+    log(`Redis Cluster: ${nodes.map((n) => `${n.name} :${n.port}${n.slots ? ` (${n.slots})` : ''}`).join(', ')}; ${clusterAccounts} accounts billing on ${spread}`);
 
     const runs = new Map<number, ClusterRun>();
     const pools = new Map<string, Samples>();
@@ -545,7 +574,7 @@ async function runCluster(
         stacks.push(stack);
         const shardPrimaries: string[] = [];
         for (let i = 0; i < shards; i += 1) shardPrimaries.push(nameOfPort((await cluster.primaryForKey(`bull:${shardQueueName('chat', i, shards)}:wait`)).port));
-        const run = runs.get(shards) ?? { shards, shardPrimaries, accountsPrimary, cells: [] };
+        const run = runs.get(shards) ?? { shards, shardPrimaries, accountsByPrimary, cells: [] };
         runs.set(shards, run);
         for (const c of settings.clusterConnections) {
           const poolKey = `${shards}@${c}`;
@@ -560,6 +589,7 @@ async function runCluster(
             pids: { ...stack.pids, fake: fakePid, ...serverPids },
             redis: probes,
             latencies: pools.get(poolKey)!,
+            keys,
           });
           logCell(r);
           log(`    Redis µs/req by node: ${Object.entries(r.redisCpuMs).map(([n, ms]) => `${n} ${Math.round((ms * 1000) / Math.max(1, r.ok))}`).join(', ')}`);
@@ -580,7 +610,7 @@ async function runCluster(
         const mine = run.shardPrimaries.flatMap((p, i) => (p === n.name ? [`${shardQueueName('chat', i, run.shards)}`] : []));
         if (mine.length) held.push(`shards=${run.shards}: ${mine.join(' ')}`);
       }
-      if (n.name === accountsPrimary) held.push('{acct}');
+      if (accountsByPrimary[n.name]) held.push(`bills of ${accountsByPrimary[n.name]} of the ${clusterAccounts} accounts`);
       n.holds = held.join('; ');
     }
     return { nodes, runs: settings.shards.filter((s, i, all) => all.indexOf(s) === i).map((s) => runs.get(s)!).filter(Boolean) };
@@ -869,9 +899,9 @@ export function conclusions(r: TopologyResults): string[] {
       });
     for (const d of described) {
       out.push(
-        `Cluster, ${d.run.shards} chat shard${d.run.shards > 1 ? 's' : ''} (on ${d.run.shardPrimaries.join(', ')}; accounts on ${d.run.accountsPrimary}), pooled over ${conns} connections (${int(d.c.ok)} requests): ` +
+        `Cluster, ${d.run.shards} chat shard${d.run.shards > 1 ? 's' : ''} (on ${d.run.shardPrimaries.join(', ')}; the ${clusterAccounts} accounts' bills on ${Object.entries(d.run.accountsByPrimary).sort().map(([p, n]) => `${p} ${n}`).join(', ')}), pooled over ${conns} connections (${int(d.c.ok)} requests): ` +
           `Redis ${int(perReq(d.c, d.total))} µs per request over all nodes, by primary ${primaries.map((p) => `${p} ${int(d.us[p]!)}`).join(' / ')} µs ` +
-          `(${d.shares.map(([p, share]) => `${p} ${Math.round(share * 100)} %`).join(' / ')}); the busiest, ${d.busiest}${d.busiest === d.run.accountsPrimary ? ' (the accounts\' primary)' : ''}, ` +
+          `(${d.shares.map(([p, share]) => `${p} ${Math.round(share * 100)} %`).join(' / ')}); the busiest, ${d.busiest}, ` +
           `puts the Cluster's ceiling near ${int(1e6 / d.busiestUs)} req/s once every primary has a core of its own.`,
       );
     }
@@ -885,15 +915,6 @@ export function conclusions(r: TopologyResults): string[] {
         `What the shards changed (${first.run.shards} → ${last.run.shards}): the busiest primary's share of Redis CPU ${Math.round(spread(first) * 100)} % → ${Math.round(spread(last) * 100)} %, ` +
           `its CPU per request ${int(first.busiestUs)} µs (${first.busiest}) → ${int(last.busiestUs)} µs (${last.busiest}), so the estimated Redis ceiling goes from about ${int(1e6 / first.busiestUs)} to ${int(1e6 / last.busiestUs)} req/s.`,
       );
-      // With one shard, a primary that holds the accounts' slot but no chat shard shows what billing (plus an even share of request keys and reply channels) costs on its own.
-      const acct = first.run.accountsPrimary;
-      if (!first.run.shardPrimaries.includes(acct) && last.busiest === acct) {
-        out.push(
-          `With ${last.run.shards} shards the busiest primary is ${acct}, which also holds the accounts' slot: with one shard (no chat queue there) it already spent ${int(first.us[acct]!)} µs per request ` +
-            `on reservation and settlement (and its share of request keys and reply channels). That part does not shrink with more queue shards: ` +
-            `past it, the ceiling is billing's single slot (splitting it by account is the step after, see README "Redis topologies"), or shards placed away from the accounts' primary.`,
-        );
-      }
     }
     const singleOne = r.settings.connections
       .map((c) => at('1api+1worker', c))
