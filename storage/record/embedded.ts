@@ -1,8 +1,8 @@
 import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { connect } from 'node:net';
-import { join, resolve } from 'node:path';
-import { PGlite } from '@electric-sql/pglite';
-import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
+import { extname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
 
 /**
  * The embedded default record, for `npm start` without `DATABASE_URL`:
@@ -11,7 +11,8 @@ import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
  * corrupt them), so exactly one process owns it — whichever first takes
  * `DATA_DIR/pg.lock` (`npm start`'s main process, or `npm run keys` when no
  * gateway runs) — and serves it over the PostgreSQL wire on a Unix socket
- * beside it. Every other process (the forked workers, the CLI beside a live
+ * beside it, from a worker thread (embedded-server.ts), so its queries never
+ * hold that process's event loop. Every other process (the forked workers, the CLI beside a live
  * gateway) connects to that socket with the same driver as to a server.
  */
 
@@ -93,12 +94,43 @@ export async function locateRecord(databaseUrl: string | undefined, dataDir: str
   throw new Error(`the embedded database under ${dir} is held by another process that does not answer on ${socketPath}`);
 }
 
+/** The worker thread's module: the .ts beside this file when run from source (tsx), the .js in dist/. */
+const serverModule = new URL(`./embedded-server${extname(fileURLToPath(import.meta.url))}`, import.meta.url);
+
 async function serveEmbedded(dir: string, socketPath: string, lockPath: string): Promise<LocatedRecord> {
   rmSync(socketPath, { force: true });
-  const db = new PGlite(join(dir, 'pg'));
-  await db.waitReady;
-  const server = new PGLiteSocketServer({ db, path: socketPath, maxConnections: 64 });
-  await server.start();
+  // PGlite in a worker thread: its queries run synchronously, and must not hold this process's event loop.
+  const worker = new Worker(serverModule, { workerData: { dataPath: join(dir, 'pg'), socketPath } });
+  const said = (what: 'ready' | 'closed') =>
+    new Promise<void>((resolveSaid, reject) => {
+      const onMessage = (message: Record<string, unknown>) => {
+        if (!message[what]) return;
+        cleanup();
+        resolveSaid();
+      };
+      const onError = (error: Error) => {
+        cleanup();
+        reject(error);
+      };
+      const onExit = (code: number) => {
+        cleanup();
+        reject(new Error(`the embedded database's thread exited (code ${code}) before it was ${what}`));
+      };
+      const cleanup = () => {
+        worker.off('message', onMessage);
+        worker.off('error', onError);
+        worker.off('exit', onExit);
+      };
+      worker.on('message', onMessage);
+      worker.once('error', onError);
+      worker.once('exit', onExit);
+    });
+  try {
+    await said('ready');
+  } catch (error) {
+    await worker.terminate();
+    throw error;
+  }
   let closed = false;
   const release = () => {
     rmSync(socketPath, { force: true });
@@ -112,8 +144,9 @@ async function serveEmbedded(dir: string, socketPath: string, lockPath: string):
     async close() {
       if (closed) return;
       closed = true;
-      await server.stop().catch(() => undefined);
-      await db.close().catch(() => undefined);
+      worker.postMessage('close');
+      await Promise.race([said('closed').catch(() => undefined), new Promise((r) => setTimeout(r, 10_000).unref())]);
+      await worker.terminate();
       release();
       process.removeListener('exit', release);
     },
