@@ -11,12 +11,14 @@ import {
   apiKeyRecordKey,
   billKey,
   defaultAccountId,
+  keyBillField,
+  keyBillFields,
   type KeyAccess,
 } from '../shared/accounts.js';
 import { GatewayError } from '../shared/errors.js';
 import { AccountStore, accountNotFound, ensureDefaultLua } from './account-store.js';
 import type { RecordDb } from '../storage/record/database.js';
-import { ensureDefaultRecord, keyBillFields, type HotState } from '../storage/record/hot-state.js';
+import { ensureDefaultRecord, type HotState } from '../storage/record/hot-state.js';
 import { readKeySpend, type KeySpend } from '../shared/billing.js';
 
 /**
@@ -242,7 +244,7 @@ export class KeyStore {
       })
       .execute();
     // Its spend first: a key admission can find has a bill to count against.
-    await this.redis.hset(billKey(accountId), `${id}.spent`, '0', `${id}.reserved`, '0');
+    await this.redis.hset(billKey(accountId), keyBillField(id, 'spent'), '0', keyBillField(id, 'reserved'), '0');
     const made = await this.scripts.keyCreate(accountKey(accountId), apiKeyRecordKey(id), apiKeyHashesKey, apiKeyIdsKey, accountKeysKey(accountId), hash, id, ...fields);
     // Refused because Redis lost the account (flushed): loading it from the record brings this key with it.
     if (made === 0 && !(await this.hot?.ensure())) {

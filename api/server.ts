@@ -1,5 +1,3 @@
-import { openRecord } from '../storage/record/database.js';
-import { HotState } from '../storage/record/hot-state.js';
 import { createServer, type Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
@@ -37,6 +35,7 @@ import { JobEvents } from './job-events.js';
 import { LoopStallMonitor } from './loop-stall.js';
 import { answerClientError, answerConnect } from './raw-http-errors.js';
 import { createBlobStore } from '../storage/create-blob-store.js';
+import { openHotRecord } from '../storage/record/hot-state.js';
 import { consoleRoutes } from './console/routes.js';
 import { queueDashboard } from './queue-dashboard.js';
 import { SessionStore, SigninThrottle } from './console/sessions.js';
@@ -73,9 +72,6 @@ export async function ensureConsoleAdmin(accounts: AccountStore, config: Config,
   }
 }
 
-/** How often an api checks that Redis still has the hot state loaded from the record. */
-const hotStateCheckMs = 5_000;
-
 export interface ApiServerOptions {
   /** The built console (default: dist/console beside the code). */
   consoleDir?: string;
@@ -89,11 +85,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   const queues = new QueueShards(redis, config.queueShards);
 
   // The record (PostgreSQL): accounts and keys are written there first; Redis holds their hot copy, loaded from it when lost.
-  if (!config.databaseUrl) throw new Error('the api needs the record: DATABASE_URL (bin/start.ts sets it to the embedded one when unset)');
-  const record = await openRecord(config.databaseUrl);
-  const hot = new HotState(redis, record, log);
-  await hot.ensure();
-  const stopHotWatch = hot.watch(hotStateCheckMs);
+  const { record, hot, close: closeRecord } = await openHotRecord(config.databaseUrl, redis, log, 'the api');
   const keyStore = new KeyStore(redis, record, hot);
   // Keys made with no account (and every key made before accounts existed) bill the unlimited default account.
   await keyStore.accounts.ensureDefault();
@@ -256,8 +248,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
       loopStalls.stop();
       backpressure.stop();
       await queues.close();
-      stopHotWatch();
-      await Promise.allSettled([subscriber.quit(), redis.quit(), record.destroy()] as Promise<unknown>[]);
+      await Promise.allSettled([subscriber.quit(), redis.quit(), closeRecord()] as Promise<unknown>[]);
     },
   };
 }

@@ -86,6 +86,9 @@ export const reservationDeadlinesKey = (bucket: number) => `${bucketPrefix(bucke
 export const usageStreamKey = (bucket: number) => `${bucketPrefix(bucket)}usage`;
 /** Every bucket's usage stream, and the one gateway-wide stream of a gateway before buckets (drained, then empty). */
 export const usageStreamKeys: readonly string[] = [...Array.from({ length: billingBuckets }, (_, k) => usageStreamKey(k)), legacyUsageStreamKey];
+/** A key's fields in its account's bill. */
+export const keyBillField = (keyId: string, field: 'spent' | 'reserved' | 'used' | 'rpm' | 'tpm') => `${keyId}.${field}`;
+export const keyBillFields = (keyId: string) => (['spent', 'reserved', 'used', 'rpm', 'tpm'] as const).map((field) => keyBillField(keyId, field));
 /** A reservation's member in its bucket's deadlines. */
 export const deadlineMember = (accountId: string, requestId: string) => `${accountId} ${requestId}`;
 

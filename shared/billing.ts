@@ -4,6 +4,7 @@ import {
   billingBuckets,
   billKey,
   deadlineMember,
+  keyBillField,
   reservationDeadlinesKey,
   billingBucket,
   settledKey,
@@ -340,8 +341,8 @@ export async function releaseExpiredReservations(redis: Redis, graceMs: number, 
     const expired = await redis.zrangebyscore(reservationDeadlinesKey(bucket), '-inf', now - graceMs, 'LIMIT', 0, 500);
     for (const member of expired) {
       const [accountId = '', requestId = ''] = member.split(' ');
+      // The release takes the member out of the deadlines whatever it finds.
       if (await releaseReservation(redis, accountId, requestId)) released += 1;
-      else await redis.zrem(reservationDeadlinesKey(bucket), member);
     }
   }
   return released;
@@ -370,7 +371,7 @@ export interface KeySpend {
 }
 
 export async function readKeySpend(redis: Redis, accountId: string, keyId: string): Promise<KeySpend | undefined> {
-  const [spent, reserved, used] = await redis.hmget(billKey(accountId), `${keyId}.spent`, `${keyId}.reserved`, `${keyId}.used`);
+  const [spent, reserved, used] = await redis.hmget(billKey(accountId), keyBillField(keyId, 'spent'), keyBillField(keyId, 'reserved'), keyBillField(keyId, 'used'));
   if (spent === null) return undefined;
   return { spentMicros: Number(spent), reservedMicros: Number(reserved ?? 0), ...(used ? { lastUsedAt: Number(used) } : {}) };
 }

@@ -21,8 +21,7 @@ import { setVendorCallSettings } from './vendors/call-settings.js';
 import { BlobJanitor, deleteJobUploads } from './blob-janitor.js';
 import { endpoints } from '../shared/endpoints.js';
 import { releaseExpiredReservations } from '../shared/billing.js';
-import { openRecord } from '../storage/record/database.js';
-import { HotState } from '../storage/record/hot-state.js';
+import { openHotRecord } from '../storage/record/hot-state.js';
 import { ensureUsageGroup, UsageWriter } from '../storage/record/usage-writer.js';
 import { randomBytes } from 'node:crypto';
 import { defaultAccountId, settledKey } from '../shared/accounts.js';
@@ -32,8 +31,6 @@ import { meterJobs, meterStalls, startWorkerMetrics } from './metrics.js';
 const reservationSweepMs = 10_000;
 const settledAfterCompletionMs = 60_000;
 const reservationGraceMs = 60_000;
-/** How often a worker checks that Redis still has the hot state loaded from the record. */
-const hotStateCheckMs = 5_000;
 
 /** Jobs in flight per fetch loop: past this, one loop's round trips, not the vendor, would limit a queue's throughput. */
 const jobsPerFetchLoop = 64;
@@ -97,11 +94,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   limiter.listening();
 
   // The record: Redis's hot state is loaded from it if Redis lost it, and settled usage is written to it from here.
-  if (!config.databaseUrl) throw new Error('the workers need the record: DATABASE_URL (bin/start.ts sets it to the embedded one when unset)');
-  const record = await openRecord(config.databaseUrl);
-  const hot = new HotState(redis, record, log);
-  await hot.ensure();
-  const stopHotWatch = hot.watch(hotStateCheckMs);
+  const { record, close: closeRecord } = await openHotRecord(config.databaseUrl, redis, log, 'the workers');
   await ensureUsageGroup(redis);
   const usageConnection = createRedis(config.redis, { connectionName: 'worker-usage' });
   const usageWriter = new UsageWriter({
@@ -228,9 +221,8 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       await janitor.close();
       await Promise.allSettled([...releasing]);
       // What settled until now is written before the process goes (else another worker's writer claims it later).
-      stopHotWatch();
       await usageWriter.close();
-      await Promise.allSettled([usageConnection.quit(), record.destroy()]);
+      await Promise.allSettled([usageConnection.quit(), closeRecord()]);
       router.stop();
       await Promise.allSettled([subscriber.quit(), redis.quit(), closeVendorAgent()] as Promise<unknown>[]);
     },

@@ -31,7 +31,8 @@ const maxSocketPath = 100;
 
 const socketUrl = (dir: string) => `postgres://postgres@localhost/postgres?host=${encodeURIComponent(dir)}`;
 
-function alive(pid: number): boolean {
+/** Whether a process of this id exists (one of another user's counts). */
+export function processAlive(pid: number): boolean {
   if (!Number.isInteger(pid) || pid <= 0) return false;
   try {
     process.kill(pid, 0);
@@ -72,7 +73,7 @@ export async function locateRecord(databaseUrl: string | undefined, dataDir: str
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       const owner = Number(readFileSync(lockPath, 'utf8').trim() || '0');
       if (owner === process.pid) return { url: socketUrl(dir), source: 'embedded-peer', close: async () => undefined };
-      if (alive(owner)) {
+      if (processAlive(owner)) {
         // Its owner may still be opening it: give it a few seconds to answer.
         if (await answers(socketPath)) return { url: socketUrl(dir), source: 'embedded-peer', close: async () => undefined };
         await new Promise((r) => setTimeout(r, 200));

@@ -10,6 +10,8 @@ import {
   apiKeyRecordKey,
   billKey,
   defaultAccountId,
+  keyBillField,
+  keyBillFields,
   legacyUsageStreamKey,
   ledgerKey,
   recordLoadedKey,
@@ -20,8 +22,8 @@ import {
   type UsageMetric,
 } from '../../shared/accounts.js';
 import type { Logger } from '../../shared/logger.js';
-import { isCluster } from '../../shared/redis.js';
-import type { RecordDb, UsageDailyTable, UsageTable } from './database.js';
+import { together } from '../../shared/redis.js';
+import { openRecord, type RecordDb, type UsageDailyTable, type UsageTable } from './database.js';
 import { emptyDayRow, usageRow, writeUsage } from './usage-writer.js';
 
 /**
@@ -95,35 +97,29 @@ export class HotState {
   }
 }
 
-/** The commands the loader sends. */
-type Batch = Pick<Redis, 'hsetnx' | 'hset' | 'hdel' | 'zadd' | 'sadd' | 'srem' | 'del' | 'eval'>;
-const batchCommands = ['hsetnx', 'hset', 'hdel', 'zadd', 'sadd', 'srem', 'del', 'eval'] as const;
+
+/** How often a running process checks that Redis still holds the hot state (a flushed Redis is loaded again within it). */
+const hotStateCheckMs = 5_000;
 
 /**
- * Sends commands a thousand at a time: pipelined on one server; on a Cluster (whose pipelines
- * must stay on one node, and these span every bucket's) sent together without waiting, each to its slot's node.
+ * What the api and the workers open at start: the record at `databaseUrl`, and Redis's hot state loaded from
+ * it if Redis lost it, checked again every few seconds. `close` stops the checks and closes the record.
  */
-async function runBatched(redis: Redis, commands: ReadonlyArray<(batch: Batch) => void>): Promise<void> {
-  for (let i = 0; i < commands.length; i += pipelineChunk) {
-    const chunk = commands.slice(i, i + pipelineChunk);
-    if (!isCluster(redis)) {
-      const pipeline = redis.pipeline();
-      for (const command of chunk) command(pipeline as unknown as Batch);
-      for (const [error] of (await pipeline.exec()) ?? []) if (error) throw error;
-      continue;
-    }
-    const calls: Array<Promise<unknown>> = [];
-    const send = (name: (typeof batchCommands)[number]) => (...args: unknown[]) => {
-      calls.push((redis[name] as (...a: unknown[]) => Promise<unknown>).apply(redis, args));
-    };
-    const batch = Object.fromEntries(batchCommands.map((name) => [name, send(name)])) as unknown as Batch;
-    for (const command of chunk) command(batch);
-    await Promise.all(calls);
-  }
+export async function openHotRecord(databaseUrl: string | undefined, redis: Redis, log: Logger, who: string): Promise<{ record: RecordDb; hot: HotState; close(): Promise<void> }> {
+  if (!databaseUrl) throw new Error(`${who} needs the record: DATABASE_URL (bin/start.ts sets it to the embedded one when unset)`);
+  const record = await openRecord(databaseUrl);
+  const hot = new HotState(redis, record, log);
+  await hot.ensure();
+  const stopWatch = hot.watch(hotStateCheckMs);
+  return {
+    record,
+    hot,
+    async close() {
+      stopWatch();
+      await record.destroy();
+    },
+  };
 }
-
-/** A key's fields in its account's bill (shared/accounts.ts). */
-export const keyBillFields = (keyId: string) => ['spent', 'reserved', 'used', 'rpm', 'tpm'].map((f) => `${keyId}.${f}`);
 
 /** The default account in the record (keys made without an account belong to it). */
 export async function ensureDefaultRecord(record: RecordDb): Promise<void> {
@@ -204,7 +200,7 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
       return { accounts, keys, revoked, deleted, ledgerAt, pendingAccounts, pendingKeys };
     });
 
-  const commands: Array<(p: Batch) => void> = [];
+  const commands: Array<(p: ReturnType<Redis['pipeline']>) => void> = [];
   for (const a of accounts) {
     const fields: Record<string, string> = {
       id: a.id,
@@ -247,9 +243,9 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
       expires: k.expires === null ? '' : String(k.expires),
     };
     const spend: Record<string, string> = {
-      [`${k.id}.spent`]: String(k.spent_micros + (pendingKeys.get(k.id) ?? 0)),
-      [`${k.id}.reserved`]: '0',
-      ...(k.last_used ? { [`${k.id}.used`]: String(k.last_used) } : {}),
+      [keyBillField(k.id, 'spent')]: String(k.spent_micros + (pendingKeys.get(k.id) ?? 0)),
+      [keyBillField(k.id, 'reserved')]: '0',
+      ...(k.last_used ? { [keyBillField(k.id, 'used')]: String(k.last_used) } : {}),
     };
     commands.push((p) => {
       for (const [field, value] of Object.entries(fields)) p.hsetnx(apiKeyRecordKey(k.id), field, value);
@@ -271,7 +267,12 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
   }
   // A deleted account bills nothing more.
   for (const a of deleted) commands.push((p) => p.del(billKey(a.id)));
-  await runBatched(redis, commands);
+  // A thousand at a time; bills sit in other slots than the directory, which `together` sends apart on a Cluster.
+  for (let i = 0; i < commands.length; i += pipelineChunk) {
+    const batch = together(redis);
+    for (const command of commands.slice(i, i + pipelineChunk)) command(batch);
+    for (const [error] of (await batch.exec()) ?? []) if (error) throw error;
+  }
   return { accounts: accounts.length, keys: keys.length };
 }
 

@@ -216,7 +216,7 @@ export class UsageWriter {
     const pending = new Set(usageStreamKeys);
     while (this.running) {
       try {
-        if (backoff > 0) await new Promise((r) => setTimeout(r, backoff));
+        if (backoff > 0) await this.pause(backoff);
         await this.housekeeping();
         let read = 0;
         const take = async (reply: StreamReply) => {
