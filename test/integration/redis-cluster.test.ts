@@ -6,8 +6,8 @@ import { accountKey, billKey } from '../../shared/accounts.js';
 import { KeyStore } from '../../api/key-store.js';
 import { ConsoleClient } from '../support/console-client.js';
 import { shardQueueName } from '../../shared/queues.js';
-import { startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
-import { assertEveryRequestEnded, assertMoneyAddsUp, loadThrough, outcome, paidKey, paidModel, tally } from '../support/failover-load.js';
+import { paidKeyIn, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { assertEveryRequestEnded, assertMoneyAddsUp, loadThrough, outcome, paidModel, tally } from '../support/failover-load.js';
 import { clusterSupport, reasonToSkip, startRedisCluster, type RedisClusterHarness } from '../support/redis-cluster.js';
 import { freshDatabase } from '../support/record.js';
 import { openRecord } from '../../storage/record/database.js';
@@ -86,7 +86,7 @@ describe('the gateway on a Redis Cluster', { skip, timeout: 240_000 }, () => {
     await keys.revoke(doomed.id);
     await waitFor(async () => (await outcome(() => client.models.list())).status === 401, 3000, 'the revocation to reach the api');
 
-    const poor = await paidKey(keys, 1);
+    const poor = await paidKeyIn(keys, 1);
     const refused = await outcome(() => api.client(poor.key).chat.completions.create({ model: paidModel, messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 }));
     assert.deepEqual([refused.status, refused.code], [429, 'insufficient_quota']);
   });
@@ -125,8 +125,8 @@ describe('the gateway on a Redis Cluster', { skip, timeout: 240_000 }, () => {
   it('survives losing a primary under load: every request ends, the service resumes by itself, and the money adds up', async (t) => {
     // The chat queue's primary, and a payer whose account bills on another (its money must not ride on asynchronous replication here).
     const victim = await cluster.primaryForKey(`bull:${shardQueueName('chat', 0, 2)}:wait`);
-    let payer = await paidKey(keys, 50_000_000);
-    while ((await cluster.primaryForKey(billKey(payer.account))).address === victim.address) payer = await paidKey(keys, 50_000_000);
+    let payer = await paidKeyIn(keys, 50_000_000);
+    while ((await cluster.primaryForKey(billKey(payer.account))).address === victim.address) payer = await paidKeyIn(keys, 50_000_000);
     const client = new OpenAI({ apiKey: payer.key, baseURL: `${api.url}/v1`, maxRetries: 0, timeout: 30_000 });
     let elapsedMs = 0;
     const outcomes = await loadThrough(client, async () => {

@@ -3,10 +3,10 @@ import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { KeyStore } from '../../api/key-store.js';
-import { startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { paidKeyIn, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { reasonToSkip } from '../support/redis-cluster.js';
 import { sentinelSupport, startRedisSentinel, type RedisSentinelHarness } from '../support/redis-sentinel.js';
-import { assertEveryRequestEnded, assertMoneyAddsUp, loadThrough, outcome, paidKey, paidModel, tally } from '../support/failover-load.js';
+import { assertEveryRequestEnded, assertMoneyAddsUp, loadThrough, outcome, paidModel, tally } from '../support/failover-load.js';
 import { freshDatabase } from '../support/record.js';
 import { openRecord } from '../../storage/record/database.js';
 
@@ -46,7 +46,7 @@ describe('the gateway on Redis Sentinel', { skip, timeout: 180_000 }, () => {
   });
 
   it('fails over under load: every request ends, the service resumes on the promoted replica, and the money adds up', async (t) => {
-    const payer = await paidKey(keys, 50_000_000);
+    const payer = await paidKeyIn(keys, 50_000_000);
     const client = new OpenAI({ apiKey: payer.key, baseURL: `${api.url}/v1`, maxRetries: 0, timeout: 30_000 });
     const before = await sentinel.primary();
     let elapsedMs = 0;

@@ -1,11 +1,9 @@
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { billKey } from '../../shared/accounts.js';
 import { readBill, readKeySpend } from '../../shared/billing.js';
 import type { RecordDb } from '../../storage/record/database.js';
-import type { KeyStore } from '../../api/key-store.js';
 
 /** A model the mock serves at a price, so requests reserve and settle money. */
 export const paidModel = 'gpt-4o-mini';
@@ -26,14 +24,6 @@ export async function outcome(run: () => Promise<unknown>): Promise<Outcome> {
     if (error instanceof OpenAI.APIError) return { status: error.status ?? 0, code: error.code, ms: Date.now() - started };
     throw error;
   }
-}
-
-/** A key on its own account holding `balance` micros. */
-export async function paidKey(keys: KeyStore, balance: number): Promise<{ id: string; key: string; account: string }> {
-  const account = await keys.accounts.create({ email: `paid-${randomBytes(4).toString('hex')}@example.com`, name: 'paid' });
-  await keys.accounts.credit(account.id, balance, 'failover test');
-  const created = await keys.create('paid', { accountId: account.id });
-  return { id: created.id, key: created.key, account: account.id };
 }
 
 /**

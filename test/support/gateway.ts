@@ -79,7 +79,11 @@ export async function testKeyStore(redis: Redis): Promise<KeyStore> {
 
 /** A key with `limits` on an account of its own holding `balance` micros (or unlimited), made through the stores as the admin API makes them. */
 export async function paidAccountKey(redis: Redis, balance: number | 'unlimited', limits: KeyLimits = {}): Promise<{ id: string; key: string; account: string }> {
-  const keys = await testKeyStore(redis);
+  return paidKeyIn(await testKeyStore(redis), balance, limits);
+}
+
+/** The same through a key store of the caller's (a Cluster's, a Sentinel's). */
+export async function paidKeyIn(keys: KeyStore, balance: number | 'unlimited', limits: KeyLimits = {}): Promise<{ id: string; key: string; account: string }> {
   const account = await keys.accounts.create({ email: `paid-${randomBytes(6).toString('hex')}@example.com`, name: 'paid', unlimited: balance === 'unlimited' });
   if (balance !== 'unlimited' && balance !== 0) await keys.accounts.credit(account.id, balance, 'test');
   const created = await keys.create('paid', { accountId: account.id, ...limits });

@@ -2,6 +2,7 @@ import pg from 'pg';
 import type { Redis } from 'ioredis';
 import { sql } from 'kysely';
 import { openRecord, type RecordDb, type UsageTable } from '../../storage/record/database.js';
+import { processAlive } from '../../storage/record/embedded.js';
 
 /**
  * The record (PostgreSQL) of the tests: a database of its own for each Redis
@@ -29,15 +30,6 @@ async function admin<T>(run: (client: pg.Client) => Promise<T>): Promise<T> {
   }
 }
 
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
-
 let swept = false;
 /** Creates (empty) a database `sy_t_<pid>_<name>` and returns its URL. */
 export async function freshDatabase(name: string): Promise<string> {
@@ -49,7 +41,7 @@ export async function freshDatabase(name: string): Promise<string> {
       const { rows } = await client.query<{ datname: string }>(`select datname from pg_database where datname like '${prefix}%'`);
       for (const { datname } of rows) {
         const pid = Number(datname.slice(prefix.length).split('_')[0]);
-        if (pid !== process.pid && !alive(pid)) await client.query(`drop database if exists "${datname}" with (force)`).catch(() => undefined);
+        if (pid !== process.pid && !processAlive(pid)) await client.query(`drop database if exists "${datname}" with (force)`).catch(() => undefined);
       }
     }
     await client.query(`drop database if exists "${database}" with (force)`);
