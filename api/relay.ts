@@ -16,6 +16,7 @@ import type { KeyAccess } from '../shared/accounts.js';
 import { releaseReservation } from '../shared/billing.js';
 import { isCluster } from '../shared/redis.js';
 import { reserveSpend, type SpendEstimate } from './admission.js';
+import { noteEnqueued } from './request-log.js';
 import { PlainExchange } from './exchanges/plain-exchange.js';
 import { StreamExchange } from './exchanges/stream-exchange.js';
 import { jobTraceCarrier, traceQueued, traceRelay, type RequestTrace } from './request-tracing.js';
@@ -144,6 +145,7 @@ export async function relay<E extends Endpoint>(ctx: Context, deps: RelayDeps, r
       abandon();
       throw added.reason;
     }
+    noteEnqueued(ctx);
     // The job is queued and will be answered; only what was prepared beside it (a stored record) is missing.
     if (prepared.status === 'rejected') log.warn({ err: prepared.reason }, 'could not write the record prepared for this job');
     if (traced) traceQueued(traced, data, queueName);

@@ -167,7 +167,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   ] as Koa.Middleware[]);
   // /v1 past the API key: each queued endpoint's POST is found by its exact path in one lookup (the hot path);
   // every other /v1 URL (a trailing slash included) goes through the routers.
-  const v1 = v1Routes(relayDeps);
+  const v1 = v1Routes({ models, record });
   const endpointByPath = new Map<string, Endpoint>(endpointNames.map((name) => [endpoints[name].path, name]));
   const v1Routed = compose<Koa.Context>([
     endpointRoutes(endpointDeps).routes(),

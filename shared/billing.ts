@@ -262,6 +262,25 @@ export interface UsageRecord {
   /** Unix seconds. */
   created: number;
   durationMs: number;
+  /** For the request log: what ran the request, as the worker saw it (absent on a job that never reached a vendor). */
+  detail?: UsageDetail;
+}
+
+/** The worker's part of the request log, carried in the settlement's usage record. */
+export interface UsageDetail {
+  endpoint?: string;
+  /** The answer's own id (`chatcmpl-…`, `resp_…`). */
+  answerId?: string;
+  channel?: string;
+  /** The attempt that ended the job (1 for the first). */
+  attempts?: number;
+  /** The model that served, when a fallback did. */
+  fallback?: string;
+  finishReason?: string;
+  /** From the enqueue to the start of the attempt that ended the job. */
+  queueMs?: number;
+  /** The error the job ended with, when it failed. */
+  errorCode?: string;
 }
 
 export interface SettlePolicy {
@@ -303,6 +322,18 @@ export async function settle(redis: Redis, usage: UsageRecord, policy: SettlePol
     status: usage.status,
     created: usage.created,
     duration_ms: usage.durationMs,
+    ...(usage.detail
+      ? {
+          endpoint: usage.detail.endpoint,
+          answer_id: usage.detail.answerId,
+          channel: usage.detail.channel,
+          attempts: usage.detail.attempts,
+          fallback: usage.detail.fallback,
+          finish_reason: usage.detail.finishReason,
+          queue_ms: usage.detail.queueMs,
+          error_code: usage.detail.errorCode,
+        }
+      : {}),
   };
   const [applied, reserved] = await billing(redis).billingSettle(
     settledKey(usage.accountId, usage.requestId),

@@ -80,6 +80,8 @@ export interface Config {
   usageRetentionDays: number;
   /** Settled usage records Redis holds at most while they wait to be written to the record. */
   usageBufferRecords: number;
+  /** One record per keyed request (how it was answered) beside its usage; off: usage rows only. */
+  requestLog: boolean;
   console: ConsoleConfig;
   /** Where uploads and generated files are kept. */
   blobDir: string;
@@ -283,6 +285,7 @@ const fixed = {
   DATA_DIR: setting(text('.data'), 'where the embedded database keeps its files (`DATA_DIR/pg`) when `DATABASE_URL` is unset'),
   USAGE_RETENTION_DAYS: setting(integer(1, 30, 3650), 'days of per-request usage rows kept in the record (older ones are deleted in small batches; daily totals stay)'),
   USAGE_BUFFER_RECORDS: setting(integer(1000, 1_000_000, 100_000_000), 'settled usage records each of the 16 billing buckets holds at most while the record (PostgreSQL) is away; past it the oldest are dropped'),
+  REQUEST_LOG: setting(flag(true), 'the request log: each keyed request\'s status, HTTP status, error, latency and time to first token recorded beside its usage (`GET /v1/generation`, `GET /admin/requests`, the console\'s Activity page); `off` keeps the usage rows only'),
   CONSOLE_SIGNUP: setting(choice(['off', 'open'], 'off', { ...switchAliases, on: 'open', true: 'open', '1': 'open', yes: 'open' }), '`open` (or any word for on) lets anyone create a `member` account in the console; `off`: accounts come from an admin'),
   SIGNUP_CREDIT_USD: setting(usdAmount(0, 1e6), 'starting balance of an account made by console sign-up'),
   CONSOLE_PUBLIC_PRICING: setting(flag(true), 'the console\'s pricing page readable without signing in'),
@@ -509,6 +512,7 @@ export function loadConfig(env: Env = process.env): Config {
     dataDir: values.DATA_DIR,
     usageRetentionDays: values.USAGE_RETENTION_DAYS,
     usageBufferRecords: values.USAGE_BUFFER_RECORDS,
+    requestLog: values.REQUEST_LOG,
     console: {
       signup: values.CONSOLE_SIGNUP,
       signupCreditUsd: values.SIGNUP_CREDIT_USD,

@@ -56,10 +56,20 @@ export function createProcessor(deps: ProcessorDeps) {
     let request: EndpointRequest | undefined;
     let responses: ResponsesRun | undefined;
     let vendor = 'none';
-    // Every final outcome is billed once: what was produced (nothing, for a request that never reached a vendor).
-    const bill = (status: 'completed' | 'failed' | 'cancelled') => settleJob(deps.settlement, data, request, vendor, produced, status);
+    let route: ResolvedRoute | undefined;
+    // Every final outcome is billed once: what was produced (nothing, for a request that never reached a vendor),
+    // with what the request log wants to know of the run.
+    const bill = (status: 'completed' | 'failed' | 'cancelled', errorCode?: string) =>
+      settleJob(deps.settlement, data, request, vendor, produced, status, {
+        endpoint: data.endpoint,
+        attempts: job.attemptsMade + 1,
+        queueMs: Math.max(0, (job.processedOn ?? Date.now()) - job.timestamp),
+        ...(route ? { channel: route.channel.id } : {}),
+        ...(route && route.model.id !== data.model ? { fallback: route.model.id } : {}),
+        ...(errorCode ? { errorCode } : {}),
+      });
     const fail = async (error: GatewayError): Promise<never> => {
-      await bill('failed');
+      await bill('failed', error.code ?? error.type);
       deps.answered.add(data.requestId);
       if (data.async) {
         // The failure is the job's result: GET /v1/jobs/{id} reads it from the failed job's reason (and the
@@ -102,7 +112,6 @@ export function createProcessor(deps: ProcessorDeps) {
       controller.abort(timeoutError());
     }, remaining);
     const signal = controller.signal;
-    let route: ResolvedRoute | undefined;
     // Tracing on: the span of this call to the vendor (undefined when off).
     let attempt: VendorAttempt | undefined;
     // Metrics on: this call's outcome, error kind and time by vendor and channel.

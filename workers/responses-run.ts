@@ -50,6 +50,8 @@ export class ResponsesRun {
    */
   async run(protocol: Protocol, ctx: CallContext, produced: Meter, vendorDone: () => Promise<unknown>): Promise<string | undefined> {
     if (this.job.shell.background) await this.store({ ...this.encoder.current(), status: 'in_progress' });
+    // The request log names a response by its own id (set first: the chat stream's id under it is the vendor's).
+    produced.answerId = this.job.shell.id;
     try {
       for await (const events of adapterMethod(protocol, 'streamChat')(this.job.chat, ctx)) {
         const { frames, count } = this.encoder.encode(events);

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
 import { defaultAccountId } from '../shared/accounts.js';
-import { settle, type SettlePolicy, type UsageRecord } from '../shared/billing.js';
+import { settle, type SettlePolicy, type UsageDetail, type UsageRecord } from '../shared/billing.js';
 import type { EndpointRequest } from '../shared/endpoints.js';
 import type { Logger } from '../shared/logger.js';
 import type { GatewayJobData } from '../shared/queues.js';
@@ -24,6 +24,9 @@ export class Meter {
   audioSeconds = 0;
   videoSeconds = 0;
   readonly started = Date.now();
+  /** For the request log: the answer's own id and its first choice's finish reason, once seen. */
+  answerId: string | undefined;
+  finishReason: string | undefined;
 }
 
 type Settled = 'completed' | 'failed' | 'cancelled';
@@ -105,6 +108,7 @@ export async function settleJob(
   vendor: string,
   produced: Meter,
   status: Settled,
+  detail?: UsageDetail,
 ): Promise<void> {
   const metered = await meter(request, produced);
   const record: UsageRecord = {
@@ -123,6 +127,7 @@ export async function settleJob(
     status,
     created: Math.floor(produced.started / 1000),
     durationMs: Date.now() - produced.started,
+    ...(detail ? { detail: { ...detail, ...(produced.answerId ? { answerId: produced.answerId } : {}), ...(produced.finishReason ? { finishReason: produced.finishReason } : {}) } } : {}),
   };
   for (let attempt = 1; ; attempt++) {
     try {

@@ -65,10 +65,14 @@ export function meterEvents(events: readonly AnswerEvent[], produced: Meter): vo
   for (const event of events) {
     if (event.type === 'text') produced.output.push(event.text);
     else if (event.type === 'tool-call') produced.output.push(event.arguments);
+    else if (event.type === 'start') produced.answerId ??= event.id;
+    else if (event.type === 'finish') produced.finishReason ??= event.reason;
   }
 }
 
 function keepAnswer(answer: Answer, produced: Meter): void {
+  produced.answerId = answer.id;
+  produced.finishReason = answer.choices[0]?.finishReason ?? undefined;
   if (answer.usage) {
     produced.usage = answer.usage;
     return;

@@ -3,6 +3,7 @@ import type { ReplyMessage } from '../../shared/reply.js';
 import { Exchange } from './exchange.js';
 import { sseHeaders } from '../event-log.js';
 import { streamChunksRelayed } from '../metrics.js';
+import { noteError, noteFirstChunk } from '../request-log.js';
 
 /** A request whose job's chunks are relayed to the client as server-sent events as they arrive. */
 export class StreamExchange extends Exchange {
@@ -42,6 +43,7 @@ export class StreamExchange extends Exchange {
     switch (message.kind) {
       case 'chunk':
         this.sendHeaders();
+        noteFirstChunk(this.ctx);
         this.res.write(message.payload);
         streamChunksRelayed(this.ctx, message.payload);
         break;
@@ -69,6 +71,7 @@ export class StreamExchange extends Exchange {
       return;
     }
     // Output already started: the stream ends with an error event, as OpenAI's do.
+    noteError(this.ctx, error.code ?? error.type);
     this.res.end(`data: ${JSON.stringify(error.toBody())}\n\n`);
     this.settle();
   }

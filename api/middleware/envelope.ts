@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Middleware } from 'koa';
 import { GatewayError, queueUnavailable, serverError } from '../../shared/errors.js';
 import { lazyChild, type Logger } from '../../shared/logger.js';
+import { noteArrival, noteError } from '../request-log.js';
 
 export interface RequestIdState {
   requestId: string;
@@ -23,6 +24,7 @@ export function envelope(log: Logger): Middleware<RequestIdState> {
     const requestLog = lazyChild(log, () => ({ reqId: id }));
     ctx.state.requestId = id;
     ctx.state.log = requestLog;
+    noteArrival(ctx);
     ctx.set('x-request-id', id);
     try {
       await next();
@@ -38,6 +40,7 @@ export function envelope(log: Logger): Middleware<RequestIdState> {
       if (error.status >= 500) requestLog.error({ err: caught }, error.message);
       else if (log.isLevelEnabled('debug')) requestLog.debug({ status: error.status, code: error.code }, error.message);
       if (!ctx.headerSent && ctx.respond !== false) {
+        noteError(ctx, error.code ?? error.type);
         ctx.status = error.status;
         ctx.set(error.headers);
         ctx.body = error.toBody();

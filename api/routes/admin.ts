@@ -20,6 +20,8 @@ import {
 } from '../account-requests.js';
 import { accountView, keyView, ledgerView } from '../views.js';
 import { readUsage, usageQuerySchema } from './admin-usage.js';
+import { listRequests } from '../../storage/record/request-log.js';
+import { requestListQuerySchema } from './request-log.js';
 
 /*
  * Accounts, credits, keys and usage behind `Authorization: Bearer $ADMIN_TOKEN`
@@ -138,6 +140,12 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
   });
 
   // ---- usage ----
+
+  // ---- the request log: every keyed request, newest first, a page at a time ----
+  router.get('/requests', async (ctx) => {
+    const { filter, limit, cursor } = parseStrict(requestListQuerySchema, ctx.query);
+    ctx.body = await listRequests(store.record, filter, limit, cursor);
+  });
 
   router.get('/usage', async (ctx) => {
     const query = parseStrict(usageQuerySchema, ctx.query);

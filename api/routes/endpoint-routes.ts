@@ -15,6 +15,7 @@ import type { AuthState } from '../middleware/auth.js';
 import type { RequestIdState } from '../middleware/envelope.js';
 import type { EventLogs } from '../event-log.js';
 import { noteModel } from '../metrics.js';
+import { noteLoggedModel, watchRequest } from '../request-log.js';
 
 type State = AuthState & RequestIdState;
 
@@ -63,11 +64,16 @@ function formFields(form: MultipartForm): Record<string, unknown> {
  */
 export async function serve<E extends Endpoint>(name: E, ctx: Context, deps: EndpointRouteDeps): Promise<void> {
   const row = endpoints[name];
+  const access: KeyAccess | undefined = ctx.state.access;
+  // Every keyed request gets its log record, whatever becomes of it (a body too large or malformed included).
+  const shape = { stream: false, resumable: false };
+  if (access && deps.config.requestLog) watchRequest(ctx, name, shape, access, { redis: deps.redis, bufferRecords: deps.config.usageBufferRecords, log: ctx.state.log });
   const multipart = row.body === 'multipart' || (row.body === 'json-or-multipart' && /^multipart\/form-data/i.test(ctx.get('content-type')));
   const form = multipart && row.uploads ? await readMultipart(ctx.req, deps.blobs, ctx.state.requestId, deps.config[row.uploads.maxBytes]) : undefined;
   const raw = form ? formFields(form) : await readJsonObject(ctx.req, deps.config.maxBodyBytes);
+  if (typeof raw.model === 'string') noteLoggedModel(ctx, raw.model);
+  if (raw.stream === true) shape.stream = true;
   const handler: EndpointHandler<E> = handlers[name];
-  const access: KeyAccess | undefined = ctx.state.access;
   const admit = async () => {
     // Parsing ended the previous turn of the loop; validating a large body is a turn of its own.
     if (!form && !(Number(ctx.get('content-length')) <= largeBodyBytes)) await yieldToLoop();
@@ -75,6 +81,7 @@ export async function serve<E extends Endpoint>(name: E, ctx: Context, deps: End
     const fields = parseBody(row.schema, raw) as HandlerInput<E>['fields'];
     const model = deps.models.resolve((fields as { model: string }).model, name);
     noteModel(ctx, model.id);
+    noteLoggedModel(ctx, model.id);
     if (access?.models && !access.models.includes(model.id)) {
       throw new GatewayError(403, `This API key may not use the model \`${model.id}\`.`, { type: 'invalid_request_error', code: 'model_not_allowed', param: 'model' });
     }
@@ -84,6 +91,8 @@ export async function serve<E extends Endpoint>(name: E, ctx: Context, deps: End
   const { model, admitted } = form ? await refusingDeletesUploads(form, deps.blobs, admit) : await admit();
   const stream = admitted.stream ?? false;
   const graceMs = stream ? resumeGrace(ctx, deps.config.streamResumeGraceMaxMs) : undefined;
+  shape.stream = stream;
+  shape.resumable = (graceMs ?? 0) > 0;
   // The worst case this request may cost, reserved before it is queued; settled by the worker with the actual cost.
   // A model an operator's catalog added without a price is served free (the start-up log names such models).
   const estimate = !access

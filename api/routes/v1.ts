@@ -4,11 +4,19 @@ import { GatewayError, modelNotFound } from '../../shared/errors.js';
 import { toOpenAIModel, type ModelResolver } from '../model-resolver.js';
 import type { AuthState } from '../middleware/auth.js';
 import type { RequestIdState } from '../middleware/envelope.js';
+import { parseStrict } from '../account-requests.js';
+import type { RecordDb } from '../../storage/record/database.js';
+import { findRequest } from '../../storage/record/request-log.js';
+import { generationNotFound, generationQuerySchema } from './request-log.js';
 
 type State = AuthState & RequestIdState;
 
-/** Model listing, and the OpenAI-shaped 404 for every other /v1 URL (the queued endpoints are `endpoint-routes.ts`). */
-export function v1Routes(deps: { models: ModelResolver }): Router<State> {
+/**
+ * Model listing, one request's record (`GET /v1/generation?id=`, for the key
+ * that made it), and the OpenAI-shaped 404 for every other /v1 URL (the queued
+ * endpoints are `endpoint-routes.ts`).
+ */
+export function v1Routes(deps: { models: ModelResolver; record: RecordDb }): Router<State> {
   const router = createRouter<State>('/v1');
 
   router.get('/models', (ctx) => {
@@ -21,6 +29,13 @@ export function v1Routes(deps: { models: ModelResolver }): Router<State> {
     const model = deps.models.get(id);
     if (!model) throw modelNotFound(id);
     ctx.body = toOpenAIModel(model);
+  });
+
+  router.get('/generation', async (ctx) => {
+    const { id } = parseStrict(generationQuerySchema, ctx.query);
+    const found = await findRequest(deps.record, id, ctx.state.keyId);
+    if (!found) throw generationNotFound(id);
+    ctx.body = { data: found };
   });
 
   router.all('/{*rest}', (ctx) => {

@@ -1,7 +1,7 @@
 import { Kysely, PostgresDialect, sql, type Generated } from 'kysely';
 import pg from 'pg';
 import type { UsageMetric } from '../../shared/accounts.js';
-import { migrateRecord } from './migrations.js';
+import { ensureIndexes, migrateRecord } from './migrations.js';
 
 /**
  * The record: accounts, keys (hashed secrets only), credits and the ledger,
@@ -76,6 +76,20 @@ export interface UsageTable {
   status: string;
   created: number;
   duration_ms: number;
+  /** The worker's settlement is in (and counted in the totals); false on a row only the api's log event wrote. */
+  settled: Generated<boolean>;
+  answer_id: string | null;
+  endpoint: string | null;
+  channel: string | null;
+  stream: boolean | null;
+  http_status: number | null;
+  error_code: string | null;
+  finish_reason: string | null;
+  latency_ms: number | null;
+  ttft_ms: number | null;
+  queue_ms: number | null;
+  attempts: number | null;
+  fallback: string | null;
 }
 
 /** One row per UTC day, account, key and model: the sums of its usage rows, one column per usage metric. */
@@ -136,6 +150,7 @@ export async function openRecord(url: string, options: OpenRecordOptions = {}): 
   if (options.migrate !== false) {
     try {
       await migrateRecord(db as unknown as Kysely<unknown>);
+      await ensureIndexes(db as unknown as Kysely<unknown>);
     } catch (error) {
       await db.destroy().catch(() => undefined);
       throw error;

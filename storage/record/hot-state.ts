@@ -23,8 +23,8 @@ import {
 } from '../../shared/accounts.js';
 import type { Logger } from '../../shared/logger.js';
 import { together } from '../../shared/redis.js';
-import { openRecord, type RecordDb, type UsageDailyTable, type UsageTable } from './database.js';
-import { emptyDayRow, usageRow, writeUsage } from './usage-writer.js';
+import { openRecord, type RecordDb, type UsageDailyTable } from './database.js';
+import { emptyDayRow, usageRow, writeUsage, type UsageRow } from './usage-writer.js';
 
 /**
  * Redis holds the hot state of accounts and keys (what admission reads in
@@ -143,8 +143,8 @@ export async function ensureDefaultRecord(record: RecordDb): Promise<void> {
     .execute();
 }
 
-async function streamRows(redis: Redis, streams: readonly string[], ids: string[] = []): Promise<UsageTable[]> {
-  const rows: UsageTable[] = [];
+async function streamRows(redis: Redis, streams: readonly string[], ids: string[] = []): Promise<UsageRow[]> {
+  const rows: UsageRow[] = [];
   for (const stream of streams) {
     let start = '-';
     for (;;) {
@@ -188,7 +188,8 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
       const ids = buffered.map((row) => row.request_id);
       for (let i = 0; i < ids.length; i += 5000) {
         const chunk = ids.slice(i, i + 5000);
-        for (const row of await tx.selectFrom('usage').select('request_id').where('request_id', 'in', chunk).execute()) written.add(row.request_id);
+        // A row the api's log event made alone is not a settlement: its cost is still to come from the stream.
+        for (const row of await tx.selectFrom('usage').select('request_id').where('request_id', 'in', chunk).where('settled', '=', true).execute()) written.add(row.request_id);
       }
       const pendingAccounts = new Map<string, number>();
       const pendingKeys = new Map<string, number>();

@@ -6,12 +6,14 @@ import { Migrator, type Migration, type MigrationProvider } from 'kysely/migrati
  * at start, under PostgreSQL's advisory lock, so several processes starting
  * at once apply each migration once. A migration never rewrites or locks a
  * large table for long: new columns are nullable or have constant defaults,
- * and an index on a table that may already be large is built CONCURRENTLY in
- * a migration of its own (outside a transaction).
+ * and an index on a table that may already be large is built CONCURRENTLY
+ * after the migrations (`ensureIndexes`), outside their lock and any
+ * transaction. Each migration opens its own transaction.
  */
 const migrations: Record<string, Migration> = {
   '0001_record': {
     async up(db: Kysely<unknown>) {
+      await db.transaction().execute(async (db) => {
       await sql`
         create table accounts (
           id text primary key,
@@ -96,15 +98,93 @@ const migrations: Record<string, Migration> = {
         )`.execute(db);
       await sql`create index usage_daily_day on usage_daily (day)`.execute(db);
       await sql`create table record_meta (name text primary key, value text not null)`.execute(db);
+      });
+    },
+  },
+  // The request log is the usage row: every keyed request gets one, written from the api's event (how it was
+  // answered) and the worker's settlement (what it used), in either order. `settled` says the settlement is in
+  // (and counted in the totals); rows written before the log existed were all settled.
+  '0002_request_log': {
+    async up(db: Kysely<unknown>) {
+      await db.transaction().execute(async (db) => {
+        await sql`
+          alter table usage
+            add column settled boolean not null default true,
+            add column answer_id text,
+            add column endpoint text,
+            add column channel text,
+            add column stream boolean,
+            add column http_status smallint,
+            add column error_code text,
+            add column finish_reason text,
+            add column latency_ms integer,
+            add column ttft_ms integer,
+            add column queue_ms integer,
+            add column attempts smallint,
+            add column fallback text`.execute(db);
+      });
     },
   },
 };
+
+/** The request log's indexes: name and definition (after `on usage`). */
+export const requestLogIndexes: ReadonlyArray<readonly [string, string]> = [
+  ['usage_log_account', '(account_id, created desc, request_id desc)'],
+  ['usage_log_key', '(key_id, created desc, request_id desc)'],
+  ['usage_log_created', '(created desc, request_id desc)'],
+  ['usage_log_model', '(model, created desc, request_id desc)'],
+  ['usage_log_status', "(status, created desc, request_id desc) where status <> 'completed'"],
+  ['usage_log_answer', '(answer_id) where answer_id is not null'],
+];
+
+/** Indexes the log's replace: by account (now with the tie-break), and by time (retention's deletes use usage_log_created). */
+const retiredIndexes = ['usage_account_created', 'usage_created'];
+/** Held (without waiting) by the one process building the log's indexes. */
+const indexLockId = 0x5377_6c6f;
+
+/**
+ * Builds the request log's indexes that are missing, CONCURRENTLY (writes go
+ * on meanwhile); a build a crash left invalid is dropped and made again. This
+ * runs after the migrations, outside their lock: a concurrent build waits for
+ * every older snapshot, and a process waiting on the migrations' lock holds
+ * one, so the two would deadlock. One process builds (a lock taken without
+ * waiting); one that finds it taken goes on without them. A server's
+ * statement timeout is lifted for the build (minutes at ten million rows).
+ * PGlite, the embedded record, has one connection: plain builds there.
+ */
+export async function ensureIndexes(db: Kysely<unknown>): Promise<void> {
+  const present = await sql<{ name: string; valid: boolean }>`
+    select c.relname as name, i.indisvalid as valid from pg_class c join pg_index i on i.indexrelid = c.oid
+    where c.relname in (${sql.join([...requestLogIndexes.map(([name]) => name), ...retiredIndexes])})`.execute(db);
+  const valid = new Set(present.rows.filter((row) => row.valid).map((row) => row.name));
+  const todo = requestLogIndexes.filter(([name]) => !valid.has(name));
+  const retired = retiredIndexes.filter((name) => present.rows.some((row) => row.name === name));
+  if (todo.length === 0 && retired.length === 0) return;
+  await db.connection().execute(async (conn) => {
+    const locked = (await sql<{ locked: boolean }>`select pg_try_advisory_lock(${indexLockId}) as locked`.execute(conn)).rows[0]?.locked;
+    if (!locked) return;
+    try {
+      const embedded = (await sql<{ v: string }>`select version() as v`.execute(conn)).rows[0]?.v.includes('wasm') ?? false;
+      const concurrently = embedded ? '' : 'concurrently ';
+      await sql`set statement_timeout = 0`.execute(conn);
+      for (const [name, definition] of todo) {
+        if (present.rows.some((row) => row.name === name)) await sql.raw(`drop index ${concurrently}if exists ${name}`).execute(conn);
+        await sql.raw(`create index ${concurrently}if not exists ${name} on usage ${definition}`).execute(conn);
+      }
+      for (const name of retired) await sql.raw(`drop index ${concurrently}if exists ${name}`).execute(conn);
+    } finally {
+      await sql`reset statement_timeout`.execute(conn).catch(() => undefined);
+      await sql`select pg_advisory_unlock(${indexLockId})`.execute(conn).catch(() => undefined);
+    }
+  });
+}
 
 const provider: MigrationProvider = { getMigrations: async () => migrations };
 
 /** Applies every migration not applied yet; throws with the failing one's name. */
 export async function migrateRecord(db: Kysely<unknown>): Promise<void> {
-  const migrator = new Migrator({ db, provider, migrationTableName: 'record_migrations', migrationLockTableName: 'record_migrations_lock' });
+  // Each migration opens its own transaction where it can have one: an index built CONCURRENTLY cannot.
+  const migrator = new Migrator({ db, provider, migrationTableName: 'record_migrations', migrationLockTableName: 'record_migrations_lock', disableTransactions: true });
   const { error, results } = await migrator.migrateToLatest();
   if (error) {
     const failed = results?.find((r) => r.status === 'Error');

@@ -5,6 +5,7 @@ import { isCluster } from '../../shared/redis.js';
 import type { Logger } from '../../shared/logger.js';
 import { activeMetrics } from '../../shared/metrics.js';
 import type { RecordDb, RecordTables, UsageDailyTable, UsageTable } from './database.js';
+import { logField, requestStatuses, type RequestStatus } from '../../shared/request-log.js';
 
 /**
  * Moves settled usage from Redis to the record. Settlement appends one
@@ -53,20 +54,29 @@ const retentionEveryMs = 3_600_000;
 
 const int = (value: unknown) => (Number.isFinite(Number(value)) ? Math.round(Number(value)) : 0);
 const num = (value: unknown) => (Number.isFinite(Number(value)) ? Number(value) : 0);
+const text = (value: unknown) => (typeof value === 'string' && value !== '' ? value.slice(0, 200) : null);
+const count = (value: unknown) => (value === undefined || value === null || !Number.isFinite(Number(value)) ? null : Math.max(0, Math.min(2_147_483_647, Math.round(Number(value)))));
 
-/** A stream entry's record as a usage row; undefined for an entry that is not one (it is acknowledged and dropped). */
-export function usageRow(fields: readonly string[]): UsageTable | undefined {
-  const index = fields.indexOf('usage');
-  if (index < 0 || index + 1 >= fields.length) return undefined;
-  let parsed: Partial<UsageTable>;
+/** The JSON of a stream entry's field, or undefined. */
+function entryJson(fields: readonly string[], name: string): Record<string, unknown> | undefined {
+  const index = fields.indexOf(name);
+  if (index < 0 || index + 1 >= fields.length || index % 2 !== 0) return undefined;
   try {
-    parsed = JSON.parse(fields[index + 1]!) as Partial<UsageTable>;
+    const parsed = JSON.parse(fields[index + 1]!) as unknown;
+    return parsed && typeof parsed === 'object' && typeof (parsed as { request_id?: unknown }).request_id === 'string' && (parsed as { request_id: string }).request_id !== ''
+      ? (parsed as Record<string, unknown>)
+      : undefined;
   } catch {
     return undefined;
   }
-  if (typeof parsed.request_id !== 'string' || !parsed.request_id) return undefined;
+}
+
+/** A settlement's usage row (a stream entry's `usage` field); undefined for an entry that is not one. */
+export function usageRow(fields: readonly string[]): UsageRow | undefined {
+  const parsed = entryJson(fields, 'usage');
+  if (!parsed) return undefined;
   return {
-    request_id: parsed.request_id,
+    request_id: String(parsed.request_id),
     account_id: String(parsed.account_id ?? ''),
     key_id: String(parsed.key_id ?? ''),
     model: String(parsed.model ?? ''),
@@ -81,7 +91,118 @@ export function usageRow(fields: readonly string[]): UsageTable | undefined {
     status: String(parsed.status ?? 'completed'),
     created: int(parsed.created) || Math.floor(Date.now() / 1000),
     duration_ms: int(parsed.duration_ms),
+    endpoint: text(parsed.endpoint),
+    answer_id: text(parsed.answer_id),
+    channel: text(parsed.channel),
+    attempts: count(parsed.attempts),
+    fallback: text(parsed.fallback),
+    finish_reason: text(parsed.finish_reason),
+    queue_ms: count(parsed.queue_ms),
+    error_code: text(parsed.error_code),
   };
+}
+
+/** The api's log event (a stream entry's `log` field) as the columns it writes; undefined for an entry that is not one. */
+export function logRow(fields: readonly string[]): LogRow | undefined {
+  const parsed = entryJson(fields, logField);
+  if (!parsed) return undefined;
+  const status = requestStatuses.includes(parsed.status as RequestStatus) ? (parsed.status as RequestStatus) : 'failed';
+  return {
+    request_id: String(parsed.request_id),
+    account_id: String(parsed.account_id ?? ''),
+    key_id: String(parsed.key_id ?? ''),
+    model: String(parsed.model ?? '').slice(0, 200),
+    endpoint: text(parsed.endpoint),
+    stream: parsed.stream === true,
+    status,
+    http_status: count(parsed.http_status),
+    error_code: text(parsed.error_code),
+    latency_ms: count(parsed.latency_ms),
+    ttft_ms: count(parsed.ttft_ms),
+    created: int(parsed.created) || Math.floor(Date.now() / 1000),
+  };
+}
+
+/**
+ * A settlement's row: every column but `settled` and the api's own, which it
+ * carries too when its request's log event came in the same batch (then
+ * `arrived`, the log's `created`, is the row's time; the day totals keep the
+ * settlement's).
+ */
+export type UsageRow = Omit<UsageTable, 'settled' | LogOnly | UsageDetailColumn> &
+  Partial<Pick<UsageTable, UsageDetailColumn | LogOnly>> & { arrived?: number };
+type LogOnly = 'stream' | 'http_status' | 'latency_ms' | 'ttft_ms';
+type UsageDetailColumn = 'endpoint' | 'answer_id' | 'channel' | 'attempts' | 'fallback' | 'finish_reason' | 'queue_ms' | 'error_code';
+/** What the api's log event writes. */
+export type LogRow = Pick<UsageTable, 'request_id' | 'account_id' | 'key_id' | 'model' | 'endpoint' | 'stream' | 'status' | 'http_status' | 'error_code' | 'latency_ms' | 'ttft_ms' | 'created'>;
+
+/**
+ * When the two halves disagree on the status, the one that says more about
+ * what the client got wins: a refusal over a cancel over a failure over a
+ * completion (a background response the api accepted can still fail; a
+ * stream the client left is cancelled however the job ended).
+ */
+const statusRank = sql`array['completed', 'failed', 'cancelled', 'refused']`;
+const mergedStatus = sql<string>`case when coalesce(array_position(${statusRank}, excluded.status), 0) > coalesce(array_position(${statusRank}, usage.status), 0) then excluded.status else usage.status end`;
+
+const rank = (status: string) => requestStatuses.indexOf(status as RequestStatus);
+
+/**
+ * Folds the api's log events into the settlements of the same requests in a
+ * batch, so the usual request (its two halves a few milliseconds apart in one
+ * stream) is one row written once, not a row inserted and then updated. The
+ * merge is the one the upserts make when the halves come in different
+ * batches. Returns the settlements, and the log events left over.
+ */
+export function mergeHalves(rows: readonly UsageRow[], logs: readonly LogRow[]): { rows: UsageRow[]; logs: LogRow[] } {
+  const byRequest = new Map(logs.map((log) => [log.request_id, log]));
+  const merged = rows.map((row) => {
+    const log = byRequest.get(row.request_id);
+    if (!log) return row;
+    byRequest.delete(row.request_id);
+    return {
+      ...row,
+      stream: log.stream,
+      http_status: log.http_status,
+      latency_ms: log.latency_ms,
+      ttft_ms: log.ttft_ms,
+      arrived: log.created,
+      endpoint: log.endpoint ?? row.endpoint ?? null,
+      error_code: log.error_code ?? row.error_code ?? null,
+      status: rank(log.status) > rank(row.status) ? log.status : row.status,
+      model: row.model === '' ? log.model : row.model,
+    };
+  });
+  return { rows: merged, logs: [...byRequest.values()] };
+}
+
+/**
+ * Writes the api's log events in the caller's transaction: a row for a request
+ * not settled yet (its settlement fills in the rest), or the api's columns of
+ * one that is. Touches no totals.
+ */
+export async function writeLog(tx: Transaction<RecordTables>, rows: readonly LogRow[]): Promise<number> {
+  if (rows.length === 0) return 0;
+  const unique = [...new Map(rows.map((row) => [row.request_id, row])).values()].sort((a, b) => (a.request_id < b.request_id ? -1 : 1));
+  const written = await tx
+    .insertInto('usage')
+    .values(unique.map((row) => ({ ...row, settled: false, vendor: '', input_tokens: 0, cached_tokens: 0, output_tokens: 0, images: 0, audio_seconds: 0, video_seconds: 0, cost_micros: 0, duration_ms: 0 })))
+    .onConflict((oc) =>
+      oc.column('request_id').doUpdateSet((eb) => ({
+        endpoint: eb.ref('excluded.endpoint'),
+        stream: eb.ref('excluded.stream'),
+        http_status: eb.ref('excluded.http_status'),
+        latency_ms: eb.ref('excluded.latency_ms'),
+        ttft_ms: eb.ref('excluded.ttft_ms'),
+        created: eb.ref('excluded.created'),
+        // The error the client saw, else the one the worker noted.
+        error_code: sql`coalesce(excluded.error_code, usage.error_code)`,
+        status: mergedStatus,
+        model: sql`case when usage.model = '' then excluded.model else usage.model end`,
+      })),
+    )
+    .execute();
+  return written.length;
 }
 
 /** A day-totals row with every metric at 0. */
@@ -95,14 +216,47 @@ export function emptyDayRow(day: string, account_id: string, key_id: string, mod
  * spend (`totals`: false when importing history whose totals are imported
  * apart). Returns how many were new.
  */
-export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly UsageTable[], totals = true): Promise<number> {
+export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly UsageRow[], totals = true): Promise<number> {
   if (rows.length === 0) return 0;
   // One row per request id within the batch too (a record delivered twice in one read).
   const unique = [...new Map(rows.map((row) => [row.request_id, row])).values()].sort((a, b) => (a.request_id < b.request_id ? -1 : 1));
+  // A new row, or the settlement of a row the api's log event made: returned (and counted) once, as
+  // `settled` turns true; a settlement written before changes nothing.
   const inserted = await tx
     .insertInto('usage')
-    .values(unique)
-    .onConflict((oc) => oc.column('request_id').doNothing())
+    .values(unique.map(({ arrived, ...row }) => ({ ...row, created: arrived ?? row.created, settled: true })))
+    .onConflict((oc) =>
+      oc
+        .column('request_id')
+        .doUpdateSet((eb) => ({
+          settled: true,
+          vendor: eb.ref('excluded.vendor'),
+          input_tokens: eb.ref('excluded.input_tokens'),
+          cached_tokens: eb.ref('excluded.cached_tokens'),
+          output_tokens: eb.ref('excluded.output_tokens'),
+          images: eb.ref('excluded.images'),
+          audio_seconds: eb.ref('excluded.audio_seconds'),
+          video_seconds: eb.ref('excluded.video_seconds'),
+          cost_micros: eb.ref('excluded.cost_micros'),
+          duration_ms: eb.ref('excluded.duration_ms'),
+          answer_id: eb.ref('excluded.answer_id'),
+          channel: eb.ref('excluded.channel'),
+          attempts: eb.ref('excluded.attempts'),
+          fallback: eb.ref('excluded.fallback'),
+          finish_reason: eb.ref('excluded.finish_reason'),
+          queue_ms: eb.ref('excluded.queue_ms'),
+          endpoint: sql`coalesce(usage.endpoint, excluded.endpoint)`,
+          error_code: sql`coalesce(usage.error_code, excluded.error_code)`,
+          // A settlement that brought its log event (a delivery again of both, after a log row of an earlier one).
+          stream: sql`coalesce(excluded.stream, usage.stream)`,
+          http_status: sql`coalesce(excluded.http_status, usage.http_status)`,
+          latency_ms: sql`coalesce(excluded.latency_ms, usage.latency_ms)`,
+          ttft_ms: sql`coalesce(excluded.ttft_ms, usage.ttft_ms)`,
+          status: mergedStatus,
+          model: sql`case when usage.model = '' then excluded.model else usage.model end`,
+        }))
+        .where('usage.settled', '=', false),
+    )
     .returning('request_id')
     .execute();
   if (inserted.length === 0 || !totals) return inserted.length;
@@ -266,12 +420,22 @@ export class UsageWriter {
 
   /** Writes one batch and only then acknowledges and deletes it. */
   private async write(stream: string, entries: Array<[string, string[]]>): Promise<void> {
-    const rows: UsageTable[] = [];
+    const rows: UsageRow[] = [];
+    const logs: LogRow[] = [];
     for (const [, fields] of entries) {
       const row = usageRow(fields);
       if (row) rows.push(row);
+      else {
+        const log = logRow(fields);
+        if (log) logs.push(log);
+      }
     }
-    const written = await this.options.record.transaction().execute((tx) => writeUsage(tx, rows));
+    const halves = mergeHalves(rows, logs);
+    const written = await this.options.record.transaction().execute(async (tx) => {
+      const settled = await writeUsage(tx, halves.rows);
+      await writeLog(tx, halves.logs);
+      return settled;
+    });
     const ids = entries.map(([id]) => id);
     await this.options.redis.multi().xack(stream, usageGroup, ...ids).xdel(stream, ...ids).exec();
     activeMetrics()?.usageWritten.inc(written);

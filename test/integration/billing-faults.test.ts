@@ -38,8 +38,9 @@ describe('billing when processes and Redis fail', () => {
     return { redis, store, account: account.id, key };
   }
 
-  // The usage rows the record holds (the writer moves each settled record there from Redis).
-  const records = async (redis: Redis) => (await usageRows(redis)) as unknown as Array<Record<string, string | number>>;
+  // The usage rows the record holds (the writer moves each settled record there from Redis); only the settled ones,
+  // since a request's log half may reach the record before its settlement.
+  const records = async (redis: Redis) => (await usageRows(redis)).filter((row) => row.settled) as unknown as Array<Record<string, string | number>>;
   const spent = async (redis: Redis, account: string, keyId: string) => (await readKeySpend(redis, account, keyId))?.spentMicros;
   const balance = async (redis: Redis, account: string) => (await readBill(redis, account))?.balanceMicros;
   const reserved = async (redis: Redis, account: string) => (await readBill(redis, account))?.reservedMicros;

@@ -27,6 +27,16 @@ import { openRecord } from '../../storage/record/database.js';
  */
 
 const adminToken = 'record-admin-token';
+// Entries waiting in the usage streams, by kind: a settlement ('usage') or the api's request-log event ('log').
+const bufferedEntries = async (redis: Redis) => {
+  const counts = { usage: 0, log: 0 };
+  for (const stream of usageStreamKeys) {
+    for (const [, fields] of await redis.xrange(stream, '-', '+')) {
+      if (fields[0] === 'usage' || fields[0] === 'log') counts[fields[0]]++;
+    }
+  }
+  return counts;
+};
 /** Usage records waiting in Redis, over every bucket's stream. */
 const bufferedRecords = async (redis: Redis) => {
   let total = 0;
@@ -136,30 +146,35 @@ describe('a database outage', () => {
     viaProxy.port = String(proxy.port);
     const gateway = await startGateway({ env: { REDIS_URL: redis.url, DATABASE_URL: viaProxy.toString(), ADMIN_TOKEN: adminToken } });
     const record = await openRecord(databaseUrl, { max: 2, migrate: false });
+    const buffered = new Redis(redis.url);
     try {
       const { admin } = adminClient(() => gateway.url, adminToken);
       const key = (await admin('POST', '/admin/keys', { name: 'outage' })).json;
       const client = gateway.client(String(key.key));
       await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'before' }] });
       const rows = async () => Number((await record.selectFrom('usage').select((eb) => eb.fn.countAll().as('n')).executeTakeFirstOrThrow()).n);
+      // The first row, both halves: the worker's settlement and the api's log event (which comes after the answer).
       await waitFor(async () => (await rows()) === 1, 10_000, 'the first row');
+      const merged = async () => Number((await record.selectFrom('usage').select((eb) => eb.fn.countAll().as('n')).where('http_status', 'is not', null).where('settled', '=', true).executeTakeFirstOrThrow()).n);
+      await waitFor(async () => (await merged()) === 1, 10_000, "the first row's request-log half");
 
       proxy.block();
       // Answers go on; their usage waits in Redis.
       for (let i = 0; i < 20; i++) await client.chat.completions.create({ model, messages: [{ role: 'user', content: `during ${i}` }] });
-      const buffered = new Redis(redis.url);
-      await waitFor(async () => (await bufferedRecords(buffered)) === 20, 5000, 'twenty records buffered in Redis');
+      await waitFor(async () => (await bufferedEntries(buffered)).usage === 20, 5000, 'twenty settlements buffered in Redis');
+      await waitFor(async () => (await bufferedEntries(buffered)).log === 20, 5000, 'and their twenty request-log events');
       assert.equal(await rows(), 1, 'nothing reached the record while it was away');
 
       proxy.unblock();
       await waitFor(async () => (await rows()) === 21, 30_000, 'every buffered row written once the database is back');
+      await waitFor(async () => (await merged()) === 21, 10_000, 'each with both its halves');
       await waitFor(async () => (await bufferedRecords(buffered)) === 0, 5000, 'the buffer emptied');
       const spent = Number((await record.selectFrom('api_keys').select('spent_micros').where('id', '=', String(key.id)).executeTakeFirstOrThrow()).spent_micros);
       const sum = Number((await record.selectFrom('usage').select((eb) => eb.fn.sum('cost_micros').as('s')).executeTakeFirstOrThrow()).s);
       assert.equal(spent, sum, "the key's spend in the record is the sum of its rows");
       assert.equal((await readKeySpend(buffered, defaultAccountId, String(key.id)))?.spentMicros, sum, "and equals Redis's, to the micro-dollar");
-      buffered.disconnect();
     } finally {
+      buffered.disconnect();
       await gateway.stop('SIGKILL');
       await record.destroy();
       await proxy.close();

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { Redis } from 'ioredis';
-import { sql } from 'kysely';
+import { sql, type Selectable } from 'kysely';
 import { openRecord, type RecordDb, type UsageTable } from '../../storage/record/database.js';
 import { processAlive } from '../../storage/record/embedded.js';
 
@@ -98,15 +98,19 @@ export async function emptyRecord(db: RecordDb): Promise<void> {
 }
 
 /** The usage rows of the record that goes with a Redis database. */
-export async function usageRows(redis: string | Redis): Promise<UsageTable[]> {
+export async function usageRows(redis: string | Redis): Promise<Array<Selectable<UsageTable>>> {
   return (await testRecord(redis)).selectFrom('usage').selectAll().orderBy('created').execute();
 }
 
-/** Waits until the usage writer has put a row matching `match` in the record, and returns it. */
-export async function waitForUsage(redis: string | Redis, match: (row: UsageTable) => boolean, timeoutMs = 10_000): Promise<UsageTable> {
+/**
+ * Waits until the usage writer has put a settled row matching `match` in the
+ * record (what the worker billed: a row holding only the api's request-log
+ * half, which may come first, does not count), and returns it.
+ */
+export async function waitForUsage(redis: string | Redis, match: (row: Selectable<UsageTable>) => boolean, timeoutMs = 10_000): Promise<Selectable<UsageTable>> {
   const until = Date.now() + timeoutMs;
   for (;;) {
-    const row = (await usageRows(redis)).find(match);
+    const row = (await usageRows(redis)).find((candidate) => candidate.settled && match(candidate));
     if (row) return row;
     if (Date.now() > until) throw new Error(`no matching usage row reached the record within ${timeoutMs} ms`);
     await new Promise((r) => setTimeout(r, 50));

@@ -1,0 +1,47 @@
+import type { Redis } from 'ioredis';
+import { billingBucket, usageStreamKey } from './accounts.js';
+
+/**
+ * The request log: one record per keyed request, made of two halves that
+ * meet in the record's usage row by request id, in either order. The api
+ * sends how the request was answered (this event, once its last byte is
+ * written or the client left); the worker's settlement sends what it used
+ * and cost (the `usage` entry of the same stream). Both go to the account's
+ * bucket's usage stream, so the record's writer batches them together.
+ */
+
+export const requestStatuses = ['completed', 'failed', 'cancelled', 'refused'] as const;
+export type RequestStatus = (typeof requestStatuses)[number];
+
+/** The api's half: how the client was answered. Field names are the record's columns. */
+export interface RequestLogEvent {
+  request_id: string;
+  account_id: string;
+  key_id: string;
+  endpoint: string;
+  /** The model asked for (as resolved by the catalog when it was known). */
+  model: string;
+  stream: boolean;
+  status: RequestStatus;
+  /** Null when the client left before any header was written. */
+  http_status: number | null;
+  error_code: string | null;
+  /** From the request's arrival to its last byte (or to the moment the client left). */
+  latency_ms: number;
+  /** A stream's first chunk written, from the arrival; null for a plain answer or a stream with no output. */
+  ttft_ms: number | null;
+  /** Unix seconds of the arrival. */
+  created: number;
+}
+
+/** The stream entry's field that carries a log event (a settlement carries `usage`). */
+export const logField = 'log';
+
+/**
+ * Appends the api's half to the account's bucket's usage stream, bounded like
+ * settlement's records: one command, off the request's path (after its last
+ * byte). Returns the command's promise for the caller to log a failure.
+ */
+export function appendRequestLog(redis: Redis, event: RequestLogEvent, bufferRecords: number): Promise<unknown> {
+  return redis.xadd(usageStreamKey(billingBucket(event.account_id)), 'MAXLEN', '~', bufferRecords, '*', logField, JSON.stringify(event));
+}

@@ -1,0 +1,200 @@
+import { sql, type Selectable } from 'kysely';
+import type { RecordDb, UsageTable } from './database.js';
+
+/**
+ * Reads of the request log (the record's usage rows): one request by id, a
+ * page of them newest first, the requests per minute of a range, and latency
+ * by model. Every list is ordered by (created, request_id) descending and
+ * paged by keyset (the last row's pair is the cursor), which the indexes
+ * `usage_log_*` serve for each filter that narrows it alone.
+ */
+
+export interface RequestFilter {
+  accountId?: string;
+  keyId?: string;
+  model?: string;
+  status?: string;
+  /** Unix seconds, inclusive. */
+  since?: number;
+  /** Unix seconds, exclusive. */
+  until?: number;
+}
+
+/** One request as `GET /v1/generation` and the lists show it. */
+export interface RequestView {
+  id: string;
+  answer_id: string | null;
+  created: number;
+  account_id: string;
+  key_id: string;
+  endpoint: string | null;
+  model: string;
+  vendor: string | null;
+  channel: string | null;
+  stream: boolean | null;
+  status: string;
+  http_status: number | null;
+  error_code: string | null;
+  finish_reason: string | null;
+  latency_ms: number | null;
+  ttft_ms: number | null;
+  queue_ms: number | null;
+  attempts: number | null;
+  fallback: string | null;
+  input_tokens: number;
+  cached_tokens: number;
+  output_tokens: number;
+  images: number;
+  audio_seconds: number;
+  video_seconds: number;
+  cost_usd: number;
+  cost_micros: number;
+  /** Whether what it used and cost is in yet (a request still running, or refused, has none). */
+  settled: boolean;
+}
+
+export function requestView(row: Selectable<UsageTable>): RequestView {
+  return {
+    id: row.request_id,
+    answer_id: row.answer_id,
+    created: row.created,
+    account_id: row.account_id,
+    key_id: row.key_id,
+    endpoint: row.endpoint,
+    model: row.model,
+    vendor: row.vendor === '' || row.vendor === 'none' ? null : row.vendor,
+    channel: row.channel,
+    stream: row.stream,
+    status: row.status,
+    http_status: row.http_status,
+    error_code: row.error_code,
+    finish_reason: row.finish_reason,
+    latency_ms: row.latency_ms,
+    ttft_ms: row.ttft_ms,
+    queue_ms: row.queue_ms,
+    attempts: row.attempts,
+    fallback: row.fallback,
+    input_tokens: row.input_tokens,
+    cached_tokens: row.cached_tokens,
+    output_tokens: row.output_tokens,
+    images: row.images,
+    audio_seconds: row.audio_seconds,
+    video_seconds: row.video_seconds,
+    cost_usd: row.cost_micros / 1_000_000,
+    cost_micros: row.cost_micros,
+    settled: row.settled,
+  };
+}
+
+/** One request by its request id or its answer's id, only if `keyId` made it (undefined otherwise, as for an unknown id). */
+export async function findRequest(db: RecordDb, id: string, keyId: string): Promise<RequestView | undefined> {
+  const byRequest = await db.selectFrom('usage').selectAll().where('request_id', '=', id).where('key_id', '=', keyId).executeTakeFirst();
+  if (byRequest) return requestView(byRequest);
+  const byAnswer = await db
+    .selectFrom('usage')
+    .selectAll()
+    .where('answer_id', '=', id)
+    .where('key_id', '=', keyId)
+    .orderBy('created', 'desc')
+    .limit(1)
+    .executeTakeFirst();
+  return byAnswer ? requestView(byAnswer) : undefined;
+}
+
+/** A page's position: the last row's created and request id, as an opaque string. */
+export function encodeCursor(created: number, requestId: string): string {
+  return Buffer.from(`${created}:${requestId}`).toString('base64url');
+}
+
+/** The position a cursor names; undefined for a cursor this code did not make. */
+export function decodeCursor(cursor: string): { created: number; requestId: string } | undefined {
+  const text = Buffer.from(cursor, 'base64url').toString();
+  const match = /^(\d{1,15}):([\w.-]{1,128})$/.exec(text);
+  return match ? { created: Number(match[1]), requestId: match[2]! } : undefined;
+}
+
+function filtered(db: RecordDb, filter: RequestFilter) {
+  let query = db.selectFrom('usage');
+  if (filter.accountId !== undefined) query = query.where('account_id', '=', filter.accountId);
+  if (filter.keyId !== undefined) query = query.where('key_id', '=', filter.keyId);
+  if (filter.model !== undefined) query = query.where('model', '=', filter.model);
+  if (filter.status !== undefined) query = query.where('status', '=', filter.status);
+  if (filter.since !== undefined) query = query.where('created', '>=', filter.since);
+  if (filter.until !== undefined) query = query.where('created', '<', filter.until);
+  return query;
+}
+
+export interface RequestPage {
+  object: 'list';
+  data: RequestView[];
+  has_more: boolean;
+  next_cursor: string | null;
+}
+
+/** Newest first, `limit` at a time, after `cursor` when given. */
+export async function listRequests(db: RecordDb, filter: RequestFilter, limit: number, cursor?: { created: number; requestId: string }): Promise<RequestPage> {
+  let query = filtered(db, filter).selectAll();
+  if (cursor) query = query.where(sql<boolean>`(created, request_id) < (${cursor.created}, ${cursor.requestId})`);
+  const rows = await query.orderBy('created', 'desc').orderBy('request_id', 'desc').limit(limit + 1).execute();
+  const page = rows.slice(0, limit);
+  const last = page.at(-1);
+  const hasMore = rows.length > limit;
+  return { object: 'list', data: page.map(requestView), has_more: hasMore, next_cursor: hasMore && last ? encodeCursor(last.created, last.request_id) : null };
+}
+
+/** The requests of a range counted per bucket of `bucketSeconds` (buckets without requests left out), oldest first. */
+export async function requestHistogram(
+  db: RecordDb,
+  filter: RequestFilter & { since: number; until: number },
+  bucketSeconds: number,
+): Promise<Array<{ start: number; requests: number; errors: number }>> {
+  const rows = await filtered(db, filter)
+    .select([
+      sql<number>`(created / ${bucketSeconds}) * ${bucketSeconds}`.as('start'),
+      sql<number>`count(*)`.as('requests'),
+      sql<number>`count(*) filter (where status <> 'completed')`.as('errors'),
+    ])
+    .groupBy(sql`1`)
+    .orderBy(sql`1`)
+    .execute();
+  return rows.map((row) => ({ start: Number(row.start), requests: Number(row.requests), errors: Number(row.errors) }));
+}
+
+export interface ModelLatency {
+  model: string;
+  requests: number;
+  errors: number;
+  error_rate: number;
+  latency_p50_ms: number | null;
+  latency_p95_ms: number | null;
+  ttft_p50_ms: number | null;
+  ttft_p95_ms: number | null;
+}
+
+/** Latency, time to first token and error rate per model over a range (refusals count as errors; rows the api never logged are left out of the percentiles). */
+export async function latencyByModel(db: RecordDb, filter: RequestFilter & { since: number; until: number }): Promise<ModelLatency[]> {
+  const rows = await filtered(db, filter)
+    .select([
+      'model',
+      sql<number>`count(*)`.as('requests'),
+      sql<number>`count(*) filter (where status <> 'completed')`.as('errors'),
+      sql<number | null>`percentile_cont(0.5) within group (order by latency_ms)`.as('latency_p50_ms'),
+      sql<number | null>`percentile_cont(0.95) within group (order by latency_ms)`.as('latency_p95_ms'),
+      sql<number | null>`percentile_cont(0.5) within group (order by ttft_ms)`.as('ttft_p50_ms'),
+      sql<number | null>`percentile_cont(0.95) within group (order by ttft_ms)`.as('ttft_p95_ms'),
+    ])
+    .groupBy('model')
+    .orderBy('model')
+    .execute();
+  const round = (value: number | null) => (value === null || value === undefined ? null : Math.round(Number(value)));
+  return rows.map((row) => ({
+    model: row.model,
+    requests: Number(row.requests),
+    errors: Number(row.errors),
+    error_rate: Number(row.requests) > 0 ? Number(row.errors) / Number(row.requests) : 0,
+    latency_p50_ms: round(row.latency_p50_ms),
+    latency_p95_ms: round(row.latency_p95_ms),
+    ttft_p50_ms: round(row.ttft_p50_ms),
+    ttft_p95_ms: round(row.ttft_p95_ms),
+  }));
+}

@@ -1,0 +1,405 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type { Redis } from 'ioredis';
+import OpenAI from 'openai';
+import { sql } from 'kysely';
+import { freshRedis, paidAccountKey, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { testRecord } from '../support/record.js';
+import { mergeHalves, writeLog, writeUsage, type LogRow, type UsageRow } from '../../storage/record/usage-writer.js';
+import type { RecordDb } from '../../storage/record/database.js';
+import type { RequestView } from '../../storage/record/request-log.js';
+import { loadHotState } from '../../storage/record/hot-state.js';
+import { billingBucket, usageStreamKey } from '../../shared/accounts.js';
+import { readBill } from '../../shared/billing.js';
+
+/*
+ * The request log end to end: requests made with the official client (and
+ * raw fetches for what a client library would not send), each read back with
+ * `GET /v1/generation` by the key that made it and listed by
+ * `GET /admin/requests`; then the writer's merge of the api's half and the
+ * worker's half in either order, against a real PostgreSQL.
+ */
+
+const model = 'gpt-4o-mini';
+const adminToken = 'request-log-admin-token';
+
+type Generation = RequestView;
+
+describe('the request log', () => {
+  let redis: Redis;
+  let url: string;
+  let gateway: GatewayProcess;
+
+  before(async () => {
+    ({ redis, url } = await freshRedis(3));
+    gateway = await startGateway({ env: { REDIS_URL: url, ADMIN_TOKEN: adminToken, STREAM_RESUME_GRACE_MS: '0' } });
+  });
+  after(async () => {
+    await gateway?.stop();
+    redis?.disconnect();
+  });
+
+  const generation = (key: string, id: string) => fetch(`${gateway.url}/v1/generation?id=${encodeURIComponent(id)}`, { headers: { authorization: `Bearer ${key}` } });
+
+  /** The record of `id` once the api's event and (when it has one) the settlement are both in. */
+  async function recordOf(key: string, id: string, settledToo = true): Promise<Generation> {
+    let found: Generation | undefined;
+    await waitFor(
+      async () => {
+        const res = await generation(key, id);
+        if (res.status !== 200) return false;
+        const { data } = (await res.json()) as { data: Generation };
+        found = data;
+        return data.latency_ms !== null && (!settledToo || data.settled);
+      },
+      10_000,
+      `the record of ${id}`,
+    );
+    return found!;
+  }
+
+  const admin = (query: string) => fetch(`${gateway.url}/admin/requests${query}`, { headers: { authorization: `Bearer ${adminToken}` } });
+
+  it('records a plain chat completion with what it used, and reads it back by request id and by answer id', async () => {
+    const { key, id: keyId, account } = await paidAccountKey(redis, 5_000_000);
+    const client = gateway.client(key);
+    const { data: completion, response } = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hello there' }], max_tokens: 20 }).withResponse();
+    const requestId = response.headers.get('x-request-id')!;
+    const record = await recordOf(key, requestId);
+    assert.equal(record.id, requestId);
+    assert.equal(record.answer_id, completion.id);
+    assert.equal(record.account_id, account);
+    assert.equal(record.key_id, keyId);
+    assert.equal(record.endpoint, 'chat.completions');
+    assert.equal(record.model, model);
+    assert.equal(record.stream, false);
+    assert.equal(record.status, 'completed');
+    assert.equal(record.http_status, 200);
+    assert.equal(record.error_code, null);
+    assert.equal(record.finish_reason, completion.choices[0]!.finish_reason);
+    assert.equal(record.attempts, 1);
+    assert.equal(record.fallback, null);
+    assert.ok(record.channel, 'the channel that served');
+    assert.ok(record.vendor, 'the vendor that served');
+    assert.equal(record.input_tokens, completion.usage!.prompt_tokens);
+    assert.equal(record.output_tokens, completion.usage!.completion_tokens);
+    assert.ok(record.cost_micros > 0 && record.cost_usd === record.cost_micros / 1e6);
+    assert.ok(record.latency_ms! >= 0 && record.queue_ms! >= 0 && record.queue_ms! <= record.latency_ms!);
+    assert.equal(record.ttft_ms, null);
+    const byAnswer = (await (await generation(key, completion.id)).json()) as { data: Generation };
+    assert.equal(byAnswer.data.id, requestId);
+  });
+
+  it('measures a stream\'s time to first token where the client sees it, and its latency to the last byte', async () => {
+    const { key } = await paidAccountKey(redis, 5_000_000);
+    const client = gateway.client(key);
+    const { data: stream, response } = await client.chat.completions.create({ model, stream: true, messages: [{ role: 'user', content: 'Count slowly [mock:slow:30]' }], max_tokens: 8 }).withResponse();
+    let answerId = '';
+    for await (const chunk of stream) answerId ||= chunk.id;
+    const record = await recordOf(key, response.headers.get('x-request-id')!);
+    assert.equal(record.stream, true);
+    assert.equal(record.status, 'completed');
+    assert.equal(record.answer_id, answerId);
+    assert.ok(record.ttft_ms !== null && record.ttft_ms >= 0, 'a stream has a time to first token');
+    // Eight tokens 30 ms apart: the last byte comes well after the first.
+    assert.ok(record.latency_ms! >= record.ttft_ms + 100, `latency ${record.latency_ms} ms, ttft ${record.ttft_ms} ms`);
+  });
+
+  it('records a refused request (invalid body) with the model asked for, and a failure at the vendor with its error', async () => {
+    const { key } = await paidAccountKey(redis, 5_000_000);
+    const invalid = await fetch(`${gateway.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model, messages: 'not a list' }),
+    });
+    assert.equal(invalid.status, 400);
+    const refused = await recordOf(key, invalid.headers.get('x-request-id')!, false);
+    assert.equal(refused.status, 'refused');
+    assert.equal(refused.http_status, 400);
+    assert.ok(refused.error_code, 'the error the client got');
+    assert.equal(refused.model, model);
+    assert.equal(refused.settled, false);
+    assert.equal(refused.cost_micros, 0);
+
+    const client = gateway.client(key);
+    const failed = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Fail [mock:error:400]' }] }).withResponse().then(
+      () => assert.fail('expected a 400'),
+      (error: unknown) => error as InstanceType<typeof OpenAI.APIError>,
+    );
+    const record = await recordOf(key, failed.headers!.get('x-request-id')!);
+    assert.equal(record.status, 'failed');
+    assert.equal(record.http_status, 400);
+    assert.equal(record.error_code, 'mock_error');
+    assert.equal(record.attempts, 1);
+  });
+
+  it('records every request of a rate-limited burst, the refusals as refused with their code', async () => {
+    const { key, id: keyId } = await paidAccountKey(redis, 5_000_000, { rpm: 2 });
+    const answers = await Promise.all(
+      Array.from({ length: 12 }, () =>
+        fetch(`${gateway.url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 }),
+        }),
+      ),
+    );
+    const limited = answers.filter((res) => res.status === 429);
+    assert.ok(limited.length >= 9, `${limited.length} of 12 were limited`);
+    await Promise.all(answers.map((res) => res.arrayBuffer()));
+    let page: { data: Generation[] } = { data: [] };
+    await waitFor(async () => {
+      page = (await (await admin(`?key_id=${keyId}&limit=100`)).json()) as { data: Generation[] };
+      return page.data.length === 12 && page.data.every((row) => row.latency_ms !== null);
+    }, 10_000, 'twelve records');
+    const refused = page.data.filter((row) => row.status === 'refused');
+    assert.equal(refused.length, limited.length);
+    assert.ok(refused.every((row) => row.error_code === 'rate_limit_exceeded' && row.http_status === 429));
+    assert.deepEqual(new Set(page.data.map((row) => row.id)), new Set(answers.map((res) => res.headers.get('x-request-id'))));
+  });
+
+  it('records a stream the client left as cancelled', async () => {
+    const { key } = await paidAccountKey(redis, 5_000_000);
+    const controller = new AbortController();
+    const res = await fetch(`${gateway.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model, stream: true, messages: [{ role: 'user', content: 'Go on and on [mock:slow:200]' }], max_tokens: 200 }),
+      signal: controller.signal,
+    });
+    const reader = res.body!.getReader();
+    await reader.read();
+    controller.abort();
+    const record = await recordOf(key, res.headers.get('x-request-id')!);
+    assert.equal(record.status, 'cancelled');
+    assert.equal(record.stream, true);
+  });
+
+  it('answers another key, an unknown id and a missing id as the API does, and logs no unauthenticated request', async () => {
+    const owner = await paidAccountKey(redis, 5_000_000);
+    const other = await paidAccountKey(redis, 5_000_000);
+    const { response } = await gateway.client(owner.key).chat.completions.create({ model, messages: [{ role: 'user', content: 'mine' }], max_tokens: 1 }).withResponse();
+    const id = response.headers.get('x-request-id')!;
+    await recordOf(owner.key, id);
+    const stranger = await generation(other.key, id);
+    const unknown = await generation(other.key, 'req_0000000000000000000000000000dead');
+    assert.equal(stranger.status, 404);
+    assert.equal(unknown.status, 404);
+    const [a, b] = (await Promise.all([stranger.json(), unknown.json()])) as [{ error: { code: string; type: string } }, { error: { code: string; type: string } }];
+    assert.equal(a.error.code, 'not_found');
+    assert.deepEqual({ code: a.error.code, type: a.error.type }, { code: b.error.code, type: b.error.type });
+    const missing = await fetch(`${gateway.url}/v1/generation`, { headers: { authorization: `Bearer ${owner.key}` } });
+    assert.equal(missing.status, 400);
+    assert.equal(((await missing.json()) as { error: { param: string } }).error.param, 'id');
+
+    const anonymous = await fetch(`${gateway.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+    assert.equal(anonymous.status, 401);
+    const anonymousId = anonymous.headers.get('x-request-id')!;
+    // Give the writer the time it takes for a logged one, then look.
+    await recordOf(owner.key, (await gateway.client(owner.key).chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], max_tokens: 1 }).withResponse()).response.headers.get('x-request-id')!);
+    const record = await testRecord(url);
+    assert.equal((await record.selectFrom('usage').select('request_id').where('request_id', '=', anonymousId).execute()).length, 0);
+  });
+
+  it('lists requests for admins newest first, filtered, a page at a time with every row once', async () => {
+    const { key, id: keyId, account } = await paidAccountKey(redis, 5_000_000);
+    const client = gateway.client(key);
+    const ids: string[] = [];
+    for (let i = 0; i < 7; i++) {
+      const { response } = await client.chat.completions.create({ model, messages: [{ role: 'user', content: `n${i}` }], max_tokens: 1 }).withResponse();
+      ids.push(response.headers.get('x-request-id')!);
+    }
+    await recordOf(key, ids.at(-1)!);
+    await waitFor(async () => ((await (await admin(`?account_id=${account}&limit=100`)).json()) as { data: unknown[] }).data.length === 7, 10_000, 'seven rows');
+    const seen: Generation[] = [];
+    let cursor: string | null = null;
+    let pages = 0;
+    do {
+      const res = await admin(`?key_id=${keyId}&limit=3${cursor ? `&cursor=${cursor}` : ''}`);
+      assert.equal(res.status, 200);
+      const page = (await res.json()) as { object: string; data: Generation[]; has_more: boolean; next_cursor: string | null };
+      assert.equal(page.object, 'list');
+      assert.ok(page.data.length <= 3);
+      seen.push(...page.data);
+      assert.equal(page.has_more, page.next_cursor !== null);
+      cursor = page.next_cursor;
+      pages++;
+    } while (cursor && pages < 10);
+    assert.equal(pages, 3);
+    assert.deepEqual(seen.map((row) => row.id).sort(), [...ids].sort());
+    for (let i = 1; i < seen.length; i++) {
+      const [a, b] = [seen[i - 1]!, seen[i]!];
+      assert.ok(a.created > b.created || (a.created === b.created && a.id > b.id), 'newest first, by id within a second');
+    }
+    const filtered = (await (await admin(`?key_id=${keyId}&status=failed`)).json()) as { data: unknown[] };
+    assert.equal(filtered.data.length, 0);
+    const since = (await (await admin(`?key_id=${keyId}&since=${seen[0]!.created + 1}`)).json()) as { data: unknown[] };
+    assert.equal(since.data.length, 0);
+    const until = (await (await admin(`?key_id=${keyId}&until=${new Date((seen[0]!.created + 1) * 1000).toISOString()}`)).json()) as { data: unknown[] };
+    assert.equal(until.data.length, 7);
+
+    for (const bad of ['?cursor=nonsense', '?limit=0', '?limit=101', '?status=done', '?since=yesterday', '?colour=red']) {
+      const res = await admin(bad);
+      assert.equal(res.status, 400, bad);
+      assert.equal(typeof ((await res.json()) as { error: { message: string } }).error.message, 'string');
+    }
+    const unauthorised = await fetch(`${gateway.url}/admin/requests`);
+    assert.equal(unauthorised.status, 401);
+    // Another letter case is another (unknown) path; slashes and escapes reach the token check.
+    assert.equal((await fetch(`${gateway.url}/ADMIN/Requests`)).status, 404);
+    assert.equal((await fetch(`${gateway.url}/admin//requests`)).status, 401);
+    assert.equal((await fetch(`${gateway.url}/%61dmin/requests?limit=1`)).status, 401);
+  });
+});
+
+describe('the request log turned off (REQUEST_LOG=off)', () => {
+  let redis: Redis;
+  let url: string;
+  let gateway: GatewayProcess;
+
+  before(async () => {
+    ({ redis, url } = await freshRedis(5));
+    gateway = await startGateway({ env: { REDIS_URL: url, ADMIN_TOKEN: adminToken, REQUEST_LOG: 'off' } });
+  });
+  after(async () => {
+    await gateway?.stop();
+    redis?.disconnect();
+  });
+
+  it('keeps the settlements only: a served request has its usage row without the api\'s half, a refused one leaves none', async () => {
+    const { key } = await paidAccountKey(redis, 5_000_000);
+    // The refusal first: its log event, had the api appended one, would be ahead of the settlement in the account's stream.
+    const refused = await fetch(`${gateway.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model, messages: 'not a list' }),
+    });
+    assert.equal(refused.status, 400);
+    const refusedId = refused.headers.get('x-request-id')!;
+    const { response } = await gateway.client(key).chat.completions.create({ model, messages: [{ role: 'user', content: 'billed' }], max_tokens: 2 }).withResponse();
+    const served = response.headers.get('x-request-id')!;
+    const record = await testRecord(url);
+    await waitFor(async () => (await record.selectFrom('usage').select('request_id').where('request_id', '=', served).execute()).length === 1, 10_000, 'the settlement');
+    // The stream is read in order: a log event of the refusal would have been written in the settlement's batch or before.
+    const rows = await record.selectFrom('usage').selectAll().where('request_id', 'in', [served, refusedId]).execute();
+    assert.deepEqual(rows.map((r) => r.request_id), [served], 'the settlement only: no row for the refusal');
+    const row = rows[0];
+    assert.equal(row!.settled, true);
+    assert.equal(row!.latency_ms, null);
+    assert.equal(row!.http_status, null);
+    assert.ok(Number(row!.cost_micros) > 0);
+    const read = await fetch(`${gateway.url}/v1/generation?id=${served}`, { headers: { authorization: `Bearer ${key}` } });
+    assert.equal(read.status, 200);
+    assert.equal(((await read.json()) as { data: Generation }).data.status, 'completed');
+  });
+});
+
+describe('the request log writer: the two halves in either order', () => {
+  let db: RecordDb;
+  let redis: Redis;
+  before(async () => {
+    const fresh = await freshRedis(4);
+    redis = fresh.redis;
+    db = await testRecord(fresh.url);
+    await sql`insert into accounts (id, created) values ('acct_w', 0)`.execute(db);
+    await sql`insert into api_keys (id, account_id, created, hash) values ('key_w', 'acct_w', 0, 'h')`.execute(db);
+  });
+  after(() => redis?.disconnect());
+
+  const usage = (id: string, cost: number): UsageRow => ({
+    request_id: id,
+    account_id: 'acct_w',
+    key_id: 'key_w',
+    model,
+    vendor: 'mock',
+    input_tokens: 10,
+    cached_tokens: 0,
+    output_tokens: 5,
+    images: 0,
+    audio_seconds: 0,
+    video_seconds: 0,
+    cost_micros: cost,
+    status: 'completed',
+    created: 1_700_000_000,
+    duration_ms: 12,
+    answer_id: `chatcmpl-${id}`,
+    attempts: 1,
+  });
+  const logged = (id: string, status: LogRow['status'] = 'completed'): LogRow => ({
+    request_id: id,
+    account_id: 'acct_w',
+    key_id: 'key_w',
+    model,
+    endpoint: 'chat.completions',
+    stream: false,
+    status,
+    http_status: status === 'completed' ? 200 : 499,
+    error_code: null,
+    latency_ms: 40,
+    ttft_ms: null,
+    created: 1_700_000_001,
+  });
+  const settled = async () => Number((await db.selectFrom('accounts').select('settled_micros').where('id', '=', 'acct_w').executeTakeFirstOrThrow()).settled_micros);
+  const day = async () => (await db.selectFrom('usage_daily').selectAll().where('account_id', '=', 'acct_w').execute()).reduce((sum, row) => sum + Number(row.requests), 0);
+
+  it('counts a settlement once whether the log came first, after, or twice, and keeps both halves', async () => {
+    const before = await settled();
+    // Log first, then the settlement twice (a redelivered batch).
+    await db.transaction().execute((tx) => writeLog(tx, [logged('r1')]));
+    assert.equal(await settled(), before, 'a log event alone counts nothing');
+    assert.equal(await db.transaction().execute((tx) => writeUsage(tx, [usage('r1', 700)])), 1);
+    assert.equal(await db.transaction().execute((tx) => writeUsage(tx, [usage('r1', 700)])), 0);
+    // Settlement first, then the log twice.
+    assert.equal(await db.transaction().execute((tx) => writeUsage(tx, [usage('r2', 300)])), 1);
+    await db.transaction().execute((tx) => writeLog(tx, [logged('r2', 'cancelled'), logged('r2', 'cancelled')]));
+    await db.transaction().execute((tx) => writeLog(tx, [logged('r2', 'cancelled')]));
+    assert.equal(await settled(), before + 1000);
+    assert.equal(await day(), 2);
+    const rows = await db.selectFrom('usage').selectAll().where('request_id', 'in', ['r1', 'r2']).orderBy('request_id').execute();
+    assert.deepEqual(
+      rows.map((row) => [row.request_id, row.status, row.settled, row.latency_ms, row.answer_id, Number(row.cost_micros), row.created]),
+      [
+        ['r1', 'completed', true, 40, 'chatcmpl-r1', 700, 1_700_000_001],
+        // The client left: cancelled, whatever the worker's settlement said.
+        ['r2', 'cancelled', true, 40, 'chatcmpl-r2', 300, 1_700_000_001],
+      ],
+    );
+  });
+
+  it('writes the two halves of one batch as one row, the same row the two upserts make, and counts it once when redelivered', async () => {
+    const before = await settled();
+    const batch = mergeHalves([usage('r3', 500), usage('r4', 200)], [logged('r3', 'cancelled'), logged('r5')]);
+    assert.deepEqual(batch.logs.map((log) => log.request_id), ['r5'], 'only the log without its settlement is left to upsert');
+    const write = () =>
+      db.transaction().execute(async (tx) => {
+        const counted = await writeUsage(tx, batch.rows);
+        await writeLog(tx, batch.logs);
+        return counted;
+      });
+    assert.equal(await write(), 2);
+    assert.equal(await write(), 0, 'a batch delivered again counts nothing');
+    assert.equal(await settled(), before + 700);
+    const rows = await db.selectFrom('usage').selectAll().where('request_id', 'in', ['r3', 'r4', 'r5']).orderBy('request_id').execute();
+    assert.deepEqual(
+      rows.map((row) => [row.request_id, row.status, row.settled, row.latency_ms, row.http_status, row.endpoint, Number(row.cost_micros), row.created]),
+      [
+        ['r3', 'cancelled', true, 40, 499, 'chat.completions', 500, 1_700_000_001],
+        ['r4', 'completed', true, null, null, null, 200, 1_700_000_000],
+        ['r5', 'completed', false, 40, 200, 'chat.completions', 0, 1_700_000_001],
+      ],
+    );
+    // The day totals go by the settlement's time, as they do when the halves come apart.
+    assert.equal(await day(), 4);
+  });
+
+  it('a Redis loaded from the record counts a settlement still in the stream against the balance, though the api\'s log row for it is in', async () => {
+    await sql`insert into accounts (id, created, credits_micros) values ('acct_h', 0, 5000000)`.execute(db);
+    await sql`insert into api_keys (id, account_id, created, hash) values ('key_h', 'acct_h', 0, 'hh')`.execute(db);
+    // The api's half reached the record; the worker's settlement (1,234 micros) waits in the stream.
+    await db.transaction().execute((tx) => writeLog(tx, [{ ...logged('r-pending'), account_id: 'acct_h', key_id: 'key_h' }]));
+    const pending = { ...usage('r-pending', 1234), account_id: 'acct_h', key_id: 'key_h' };
+    await redis.xadd(usageStreamKey(billingBucket('acct_h')), '*', 'usage', JSON.stringify(pending));
+    await loadHotState(redis, db);
+    assert.equal((await readBill(redis, 'acct_h'))?.balanceMicros, 5_000_000 - 1234);
+  });
+});
