@@ -1,15 +1,21 @@
 import { z } from 'zod';
 import { utcDay, type Account } from '../../shared/accounts.js';
+import { invalidRequest } from '../../shared/errors.js';
 import type { PriceList } from '../../shared/pricing.js';
+import type { RecordDb } from '../../storage/record/database.js';
+import { latencyByModel, listRequests, requestHistogram, type RequestFilter } from '../../storage/record/request-log.js';
 import { microsToUsd } from '../account-store.js';
+import { parseStrict } from '../account-requests.js';
 import type { KeyStore } from '../key-store.js';
 import type { ModelResolver } from '../model-resolver.js';
 import { groupUsage, loadUsageDays, type UsageRow } from '../routes/admin-usage.js';
+import { requestListQuerySchema } from '../routes/request-log.js';
 
 /*
- * What the console's pricing and usage pages read. Usage is summed by the
- * same code as `GET /admin/usage` (groupUsage over the record's day totals),
- * so the two agree to the micro-dollar.
+ * What the console's pricing, usage and activity pages read. Usage is summed
+ * by the same code as `GET /admin/usage` (groupUsage over the record's day
+ * totals), so the two agree to the micro-dollar; the activity page's list is
+ * `GET /admin/requests`'s, read through the same query schema.
  */
 
 const dayMs = 86_400_000;
@@ -43,11 +49,24 @@ function daysOf(request: UsageRequest): string[] {
   return Array.from({ length: count }, (_, i) => utcDay(today - (count - 1 - i) * dayMs));
 }
 
-/** One account's usage over the last 7, 30 or 90 UTC days: per day and model, per model, per key, and in total. */
+/**
+ * One account's usage over the last 7, 30 or 90 UTC days: per day and model,
+ * per model, per key, and in total; and from the request log, latency, time
+ * to first token and error rate per model over the same days.
+ */
 export async function usageReport(keyStore: KeyStore, account: Account, request: UsageRequest) {
   const days = daysOf(request);
   const loaded = await loadUsageDays(keyStore.record, days, account.id);
   const filter = { accountId: account.id, keyId: request.key_id, model: request.model };
+  const since = Date.parse(`${days[0]}T00:00:00Z`) / 1000;
+  const until = Date.parse(`${days.at(-1)}T00:00:00Z`) / 1000 + 86_400;
+  const latency = await latencyByModel(keyStore.record, {
+    accountId: account.id,
+    ...(request.key_id !== undefined ? { keyId: request.key_id } : {}),
+    ...(request.model !== undefined ? { model: request.model } : {}),
+    since,
+    until,
+  });
   const names = new Map((await keyStore.list({ accountId: account.id })).map((key) => [key.id, key.name]));
   // Re-read: the balance shown is as of this report, not of the sign-in.
   const current = (await keyStore.accounts.get(account.id)) ?? account;
@@ -61,7 +80,63 @@ export async function usageReport(keyStore: KeyStore, account: Account, request:
     daily: groupUsage(loaded, { ...filter, groupBy: ['day', 'model'] }).filter((row) => row.requests > 0 || row.cost_usd > 0),
     by_model: groupUsage(loaded, { ...filter, groupBy: ['model'] }),
     by_key: groupUsage(loaded, { ...filter, groupBy: ['key'] }).map(withName),
+    latency,
   };
+}
+
+// ---- the activity page: the request log of an account (of every account, for an admin) ----
+
+/**
+ * Whose requests a session reads: a member only its own account's, whatever
+ * `account_id` it names (another account's rows are never a filter away); an
+ * admin every account's, or the one it names.
+ */
+function scoped(account: Account, filter: RequestFilter): RequestFilter {
+  return account.role === 'admin' ? filter : { ...filter, accountId: account.id };
+}
+
+/** A page of requests, newest first, as `GET /admin/requests` answers it. */
+export async function requestList(record: RecordDb, account: Account, query: unknown) {
+  const { filter, limit, cursor } = parseStrict(requestListQuerySchema, query);
+  return listRequests(record, scoped(account, filter), limit, cursor);
+}
+
+/** The histogram's bar sizes: round ones, the smallest that keeps a range within `maxHistogramBars`. */
+export const histogramBuckets = [60, 300, 900, 3600, 21_600, 86_400] as const;
+export const maxHistogramBars = 120;
+/** A month and a day. */
+export const maxHistogramSeconds = 31 * 86_400;
+const defaultHistogramSeconds = 86_400;
+
+/**
+ * Whole bars are counted, so a range a second or two longer than 30 days (the
+ * page's "last 30 days", ending at the server's now) still gets 6-hour bars;
+ * bars start at multiples of their size, so the ragged ends may add one more.
+ */
+export function bucketSecondsFor(rangeSeconds: number): number {
+  return histogramBuckets.find((size) => Math.floor(rangeSeconds / size) <= maxHistogramBars) ?? histogramBuckets.at(-1)!;
+}
+
+/**
+ * Requests and errors (anything not completed) per bar over a range: the
+ * last 24 hours unless `since` or `until` says otherwise, at most 31 days.
+ * Bars start at multiples of their size (UTC); bars without a request are
+ * left out, for the page to draw as zero.
+ */
+export async function requestHistogramReport(record: RecordDb, account: Account, query: Record<string, unknown>) {
+  // The list's filters, without its paging.
+  for (const name of ['limit', 'cursor']) {
+    if (name in query) throw invalidRequest(`Unrecognized request argument supplied: '${name}'.`, name, 'unknown_parameter');
+  }
+  const { filter } = parseStrict(requestListQuerySchema, query);
+  // Exclusive: a request of this very second is in.
+  const until = filter.until ?? Math.floor(Date.now() / 1000) + 1;
+  const since = filter.since ?? until - defaultHistogramSeconds;
+  if (since >= until) throw invalidRequest('`since` must be before `until`.', 'since', 'invalid_value');
+  if (until - since > maxHistogramSeconds) throw invalidRequest('The range may span at most 31 days: narrow `since` and `until`.', 'since', 'invalid_value');
+  const bucketSeconds = bucketSecondsFor(until - since);
+  const data = await requestHistogram(record, { ...scoped(account, filter), since, until }, bucketSeconds);
+  return { object: 'histogram', bucket_seconds: bucketSeconds, since, until, data };
 }
 
 const csvColumns = ['day', 'model', 'requests', 'input_tokens', 'cached_tokens', 'output_tokens', 'images', 'audio_seconds', 'video_seconds', 'cost_usd'] as const;

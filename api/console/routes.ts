@@ -14,7 +14,7 @@ import { bodyLimit } from '../routes/admin.js';
 import { serve, type EndpointRouteDeps } from '../routes/endpoint-routes.js';
 import type { ConsoleAssets } from './assets.js';
 import { sameSecret, type Session, type SessionStore, type SigninThrottle } from './sessions.js';
-import { pricingList, usageReport, usageCsv, usageRequestSchema } from './reports.js';
+import { pricingList, requestHistogramReport, requestList, usageReport, usageCsv, usageRequestSchema } from './reports.js';
 import { addAdminConsoleRoutes } from './admin-routes.js';
 import { queueDashboardEntry } from '../queue-dashboard.js';
 
@@ -278,6 +278,18 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     ctx.type = 'text/csv; charset=utf-8';
     ctx.attachment(filename);
     ctx.body = csv;
+  });
+
+  // ---- activity: the request log, the account's own (every account's for an admin) ----
+
+  router.get('/api/requests', async (ctx) => {
+    const { account } = await requireSession(ctx, deps);
+    ctx.body = await requestList(keyStore.record, account, ctx.query);
+  });
+
+  router.get('/api/requests/histogram', async (ctx) => {
+    const { account } = await requireSession(ctx, deps);
+    ctx.body = await requestHistogramReport(keyStore.record, account, ctx.query);
   });
 
   // ---- playground: the same endpoint route as /v1, billed to the account's own playground key ----

@@ -92,6 +92,48 @@ export function moment(ms: number | null | undefined): string {
   return when.toDateString() === new Date().toDateString() ? timeFormat.format(when) : dateTimeFormat.format(when);
 }
 
+const clockFormat = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+const dayClockFormat = new Intl.DateTimeFormat(undefined, { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit' });
+const fullFormat = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'medium' });
+
+/** Unix seconds → the time to the second, with the date unless it is today (a request's time in a list). */
+export function requestTime(seconds: number | null | undefined): string {
+  if (seconds == null) return '—';
+  const when = new Date(seconds * 1000);
+  return when.toDateString() === new Date().toDateString() ? clockFormat.format(when) : dayClockFormat.format(when);
+}
+
+/** Unix seconds → date and time to the second. */
+export function fullTime(seconds: number | null | undefined): string {
+  return seconds == null ? '—' : fullFormat.format(new Date(seconds * 1000));
+}
+
+const barClockFormat = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit' });
+const barDayClockFormat = new Intl.DateTimeFormat(undefined, { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit' });
+
+/** A chart bar's start (unix seconds): a day for day bars, else the time, with the day when the range spans more than one. */
+export function barLabel(seconds: number, bucketSeconds: number, manyDays: boolean): string {
+  const when = new Date(seconds * 1000);
+  if (bucketSeconds >= 86_400) return dayFormat.format(when);
+  return manyDays ? barDayClockFormat.format(when) : barClockFormat.format(when);
+}
+
+/** Milliseconds as a person reads them: "850 ms", "1.25 s", "2 min 5 s". */
+export function duration(ms: number | null | undefined): string {
+  if (ms == null) return '—';
+  if (ms < 1000) return `${integer.format(ms)} ms`;
+  if (ms < 60_000) return `${new Intl.NumberFormat(undefined, { maximumFractionDigits: ms < 10_000 ? 2 : 1 }).format(ms / 1000)} s`;
+  const minutes = Math.floor(ms / 60_000);
+  return `${integer.format(minutes)} min ${Math.round((ms % 60_000) / 1000)} s`;
+}
+
+const percentFormat = new Intl.NumberFormat(undefined, { style: 'percent', maximumFractionDigits: 1 });
+
+/** A share (0–1) as a percentage. */
+export function percent(share: number | null | undefined): string {
+  return share == null ? '—' : percentFormat.format(share);
+}
+
 /** A UTC day (YYYY-MM-DD) as a short label ("Mar 4"). */
 export function dayLabel(day: string): string {
   return dayFormat.format(new Date(`${day}T00:00:00Z`));

@@ -9,6 +9,7 @@ import type { Account, ConsoleConfig, SessionAnswer } from './types';
 import { SignInPage } from './pages/sign-in';
 import { KeysPage } from './pages/keys';
 import { UsagePage } from './pages/usage';
+import { ActivityPage } from './pages/activity';
 import { PricingPage } from './pages/pricing';
 import { PlaygroundPage } from './pages/playground';
 import { AccountsPage } from './pages/admin-accounts';
@@ -25,6 +26,7 @@ type Page = () => JSX.Element;
 const memberPages: Record<string, Page> = {
   '/console/keys': KeysPage,
   '/console/usage': UsagePage,
+  '/console/activity': ActivityPage,
   '/console/pricing': PricingPage,
   '/console/playground': PlaygroundPage,
 };

@@ -3,8 +3,9 @@ import { useEffect, useState } from 'preact/hooks';
 
 /*
  * Routing on the History API: real paths under /console, no hashes. navigate()
- * pushes (or replaces) a history entry and tells every usePath() hook; the
- * back and forward buttons do the same through popstate.
+ * pushes (or replaces) a history entry and tells every usePath() and
+ * useSearch() hook; the back and forward buttons do the same through popstate.
+ * A page that keeps its filters in the query string navigates to itself.
  */
 
 const listeners = new Set<() => void>();
@@ -37,6 +38,20 @@ export function usePath(): string {
     };
   }, []);
   return path;
+}
+
+/** The current query string ("?status=failed", or ""), kept as navigate() and the back button change it. */
+export function useSearch(): string {
+  const [search, setSearch] = useState(() => location.search);
+  useEffect(() => {
+    const update = () => setSearch(location.search);
+    listeners.add(update);
+    update();
+    return () => {
+      listeners.delete(update);
+    };
+  }, []);
+  return search;
 }
 
 interface LinkProps {

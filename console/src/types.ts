@@ -98,6 +98,19 @@ export interface UsageRow {
   cost_usd: number;
 }
 
+/** Latency, time to first token and error rate of one model over the report's days (from the request log). */
+export interface ModelLatency {
+  model: string;
+  requests: number;
+  errors: number;
+  /** 0–1; refusals count as errors. */
+  error_rate: number;
+  latency_p50_ms: number | null;
+  latency_p95_ms: number | null;
+  ttft_p50_ms: number | null;
+  ttft_p95_ms: number | null;
+}
+
 export interface UsageReport {
   object: 'usage';
   from: string;
@@ -107,6 +120,60 @@ export interface UsageReport {
   daily: UsageRow[];
   by_model: UsageRow[];
   by_key: UsageRow[];
+  latency: ModelLatency[];
+}
+
+export const requestStatuses = ['completed', 'failed', 'cancelled', 'refused'] as const;
+export type RequestStatus = (typeof requestStatuses)[number];
+
+/** One request of the request log (`GET /console/api/requests`). */
+export interface RequestView {
+  id: string;
+  answer_id: string | null;
+  /** unix seconds of its arrival */
+  created: number;
+  account_id: string;
+  key_id: string;
+  endpoint: string | null;
+  model: string;
+  vendor: string | null;
+  channel: string | null;
+  stream: boolean | null;
+  status: RequestStatus | string;
+  http_status: number | null;
+  error_code: string | null;
+  finish_reason: string | null;
+  latency_ms: number | null;
+  ttft_ms: number | null;
+  queue_ms: number | null;
+  attempts: number | null;
+  fallback: string | null;
+  input_tokens: number;
+  cached_tokens: number;
+  output_tokens: number;
+  images: number;
+  audio_seconds: number;
+  video_seconds: number;
+  cost_usd: number;
+  cost_micros: number;
+  /** What it used and cost is in (a request still running, or refused, has none). */
+  settled: boolean;
+}
+
+export interface RequestPage {
+  object: 'list';
+  data: RequestView[];
+  has_more: boolean;
+  next_cursor: string | null;
+}
+
+/** Requests per bar of `bucket_seconds` over since–until (unix seconds); bars without a request are left out. */
+export interface RequestHistogram {
+  object: 'histogram';
+  bucket_seconds: number;
+  since: number;
+  until: number;
+  data: Array<{ start: number; requests: number; errors: number }>;
 }
 
 export interface Channel {

@@ -8,6 +8,7 @@ import { gzipSync } from 'node:zlib';
 import OpenAI from 'openai';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { amountsIn, followsMoneyRule } from '../support/money-rule.js';
 
 /*
  * The console in a real headless Chromium (Debian's package, driven by
@@ -30,27 +31,6 @@ const widths = [
   ['desktop', desktop],
   ['phone', phone],
 ] as const;
-
-/**
- * The console's one money rule: cents from $1 up; below $1 at least cents,
- * up to 4 significant digits, never past the micro-dollar, no trailing zero
- * past the cents.
- */
-function followsMoneyRule(text: string): boolean {
-  const match = /^-?\$(\d{1,3}(?:,\d{3})*)\.(\d+)$/.exec(text);
-  if (!match) return false;
-  const whole = Number(match[1]!.replace(/,/g, ''));
-  const fraction = match[2]!;
-  if (whole >= 1) return fraction.length === 2;
-  if (fraction.length < 2 || fraction.length > 6) return false;
-  if (fraction.length > 2 && fraction.endsWith('0')) return false;
-  return fraction.replace(/^0+/, '').length <= 4;
-}
-
-/** Every dollar amount written in `text`. */
-function amountsIn(text: string): string[] {
-  return text.match(/-?\$[\d,]*\.?\d+/g) ?? [];
-}
 
 describe('web console in a real browser', () => {
   let gateway: GatewayProcess;
@@ -200,7 +180,7 @@ describe('web console in a real browser', () => {
       return adminRows.length === 1;
     }, 5000, 'the request to be settled');
     await page.reload();
-    const byModel = page.getByRole('table', { name: /by model/i });
+    const byModel = page.getByRole('table', { name: 'By model', exact: true });
     await byModel.getByRole('cell', { name: 'gpt-4o-mini', exact: true }).waitFor();
     const row = byModel.getByRole('row').filter({ hasText: 'gpt-4o-mini' });
     const rowText = await row.innerText();
@@ -568,7 +548,7 @@ describe('web console in a real browser', () => {
       assert.ok(focused && focused !== 'BODY', 'Tab moves focus into the page');
       await signIn(page, adminEmail, adminPassword);
       await page.waitForURL('**/console/keys');
-      for (const path of ['keys', 'usage', 'pricing', 'playground', 'admin/accounts', 'admin/keys', 'admin/channels', 'admin/queues']) {
+      for (const path of ['keys', 'usage', 'activity', 'pricing', 'playground', 'admin/accounts', 'admin/keys', 'admin/channels', 'admin/queues']) {
         await page.goto(`/console/${path}`);
         await page.getByRole('heading', { level: 1 }).waitFor();
         await page.waitForLoadState('networkidle');

@@ -2,7 +2,8 @@ import { useMemo, useRef, useState } from 'preact/hooks';
 import { apiBase } from '../api';
 import { BarChart, type Series } from '../components/bar-chart';
 import { EmptyRow, ErrorMessage, PageHeader, SkeletonRows, TableCard, useApi, useTitle } from '../components/ui';
-import { balance, compactCount, count, dayLabel, daysBetween, money, number } from '../format';
+import { balance, compactCount, count, dayLabel, daysBetween, duration, money, number, percent } from '../format';
+import { Link } from '../router';
 import type { Key, List, UsageReport, UsageRow } from '../types';
 
 const palette = ['#6366f1', '#10b981', '#f59e0b', '#ef4444', '#06b6d4', '#8b5cf6', '#ec4899', '#84cc16'];
@@ -87,6 +88,7 @@ export function UsagePage() {
   const totals = data?.totals ?? zero;
   const byModel = [...(data?.by_model ?? [])].sort((a, b) => b.cost_usd - a.cost_usd || b.requests - a.requests);
   const byKey = [...(data?.by_key ?? [])].sort((a, b) => b.cost_usd - a.cost_usd || b.requests - a.requests);
+  const latency = [...(data?.latency ?? [])].sort((a, b) => b.requests - a.requests || (a.model < b.model ? -1 : 1));
   const loading = !data;
   const rangeText = data ? `${dayLabel(data.from)} – ${dayLabel(data.to)}` : '';
 
@@ -249,6 +251,45 @@ export function UsagePage() {
             </tbody>
           </table>
         </TableCard>
+      </section>
+      <section class="section" aria-labelledby="latency-heading">
+        <div class="section-head">
+          <h2 id="latency-heading">Latency by model</h2>
+          <Link href="/console/activity" class="small">
+            View activity
+          </Link>
+        </div>
+        <TableCard labelledBy="latency-heading">
+          <table class="table" aria-labelledby="latency-heading">
+            <thead>
+              <tr>
+                <th scope="col">Model</th>
+                <th scope="col" class="num">Requests</th>
+                <th scope="col" class="num">Error rate</th>
+                <th scope="col" class="num">p50 latency</th>
+                <th scope="col" class="num">p95 latency</th>
+                <th scope="col" class="num">p50 TTFT</th>
+                <th scope="col" class="num">p95 TTFT</th>
+              </tr>
+            </thead>
+            <tbody>
+              {loading && <SkeletonRows columns={7} rows={2} />}
+              {!loading && latency.length === 0 && <EmptyRow columns={7}>No requests in this range.</EmptyRow>}
+              {latency.map((row) => (
+                <tr key={row.model}>
+                  <td class="mono cell-strong nowrap">{row.model || <span class="muted">Unknown model</span>}</td>
+                  <td class="num">{count(row.requests)}</td>
+                  <td class={`num ${row.errors > 0 ? 'text-danger' : ''}`}>{percent(row.error_rate)}</td>
+                  <td class="num">{duration(row.latency_p50_ms)}</td>
+                  <td class="num">{duration(row.latency_p95_ms)}</td>
+                  <td class="num">{duration(row.ttft_p50_ms)}</td>
+                  <td class="num">{duration(row.ttft_p95_ms)}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </TableCard>
+        <p class="table-note muted small">Over the same days, keys and models as above. Refused requests count as errors; TTFT is measured on streams only.</p>
       </section>
     </>
   );

@@ -1,0 +1,498 @@
+import type { ComponentChildren } from 'preact';
+import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
+import { api, isAbort, messageOf } from '../api';
+import { useAccount } from '../app-context';
+import { BarChart, type Series } from '../components/bar-chart';
+import { Dialog, EmptyRow, ErrorMessage, PageHeader, SkeletonRows, Spinner, TableCard, useApi, useTitle } from '../components/ui';
+import { barLabel, compactCount, count, duration, fullTime, money, number, requestTime } from '../format';
+import { navigate, useSearch } from '../router';
+import { requestStatuses, type Account, type Key, type List, type RequestHistogram, type RequestPage, type RequestView } from '../types';
+
+/*
+ * The request log: every request of the account's keys (every account's, for
+ * an admin), newest first, a page at a time, with a chart of the range. The
+ * filters live in the query string, so a reload or a shared link shows the
+ * same, and the back button steps back through them.
+ */
+
+const pagePath = '/console/activity';
+const pageSize = 50;
+
+const ranges = [
+  { value: '1h', label: 'Last hour', seconds: 3600 },
+  { value: '24h', label: 'Last 24 hours', seconds: 86_400 },
+  { value: '7d', label: 'Last 7 days', seconds: 7 * 86_400 },
+  { value: '30d', label: 'Last 30 days', seconds: 30 * 86_400 },
+] as const;
+const defaultRange = '24h';
+
+interface Filters {
+  range: string;
+  key_id: string;
+  model: string;
+  status: string;
+  account_id: string;
+}
+
+/** The filters a query string holds; anything unknown reads as its default. */
+function filtersOf(search: string): Filters {
+  const query = new URLSearchParams(search);
+  const range = query.get('range') ?? '';
+  const status = query.get('status') ?? '';
+  return {
+    range: ranges.some((r) => r.value === range) ? range : defaultRange,
+    key_id: query.get('key_id') ?? '',
+    model: query.get('model') ?? '',
+    status: (requestStatuses as readonly string[]).includes(status) ? status : '',
+    account_id: query.get('account_id') ?? '',
+  };
+}
+
+/** The page's address for some filters: defaults left out, in a fixed order. */
+function addressOf(filters: Filters): string {
+  const query = new URLSearchParams();
+  if (filters.range !== defaultRange) query.set('range', filters.range);
+  for (const name of ['account_id', 'key_id', 'model', 'status'] as const) if (filters[name]) query.set(name, filters[name]);
+  const text = query.toString();
+  return text ? `${pagePath}?${text}` : pagePath;
+}
+
+const bucketNames: Record<number, string> = {
+  60: 'minute',
+  300: '5 minutes',
+  900: '15 minutes',
+  3600: 'hour',
+  21_600: '6 hours',
+  86_400: 'day',
+};
+
+const statusBadge: Record<string, string> = {
+  completed: 'badge-ok',
+  failed: 'badge-danger',
+  refused: 'badge-warn',
+  cancelled: '',
+};
+
+function StatusBadge({ status }: { status: string }) {
+  return <span class={`badge badge-cap ${statusBadge[status] ?? ''}`}>{status}</span>;
+}
+
+/** What a request cost: nothing for a refusal, "—" while its settlement is still to come. */
+function cost(row: RequestView): string {
+  if (row.settled || row.status === 'refused') return money(row.cost_usd);
+  return '—';
+}
+
+function tokens(row: RequestView): string {
+  if (!row.settled) return '—';
+  return `${count(row.input_tokens)} / ${count(row.output_tokens)}`;
+}
+
+function media(row: RequestView): string {
+  const parts: string[] = [];
+  if (row.images) parts.push(`${count(row.images)} image${row.images === 1 ? '' : 's'}`);
+  if (row.audio_seconds) parts.push(`${number(row.audio_seconds)} s audio`);
+  if (row.video_seconds) parts.push(`${number(row.video_seconds)} s video`);
+  return parts.join(' · ') || '—';
+}
+
+function Detail({ label, children, mono }: { label: string; children: ComponentChildren; mono?: boolean }) {
+  return (
+    <div class="detail">
+      <dt>{label}</dt>
+      <dd class={mono ? 'mono' : undefined}>{children ?? '—'}</dd>
+    </div>
+  );
+}
+
+function RequestDetails({ row, keyName, accountName, onClose }: { row: RequestView; keyName: string | undefined; accountName: string | undefined; onClose: () => void }) {
+  const text = (value: string | number | null | undefined) => (value === null || value === undefined || value === '' ? '—' : String(value));
+  return (
+    <Dialog title="Request details" onClose={onClose} wide>
+      <p class="dialog-lead request-lead">
+        <StatusBadge status={row.status} />
+        <span class="mono">{row.model || 'no model'}</span>
+        <span class="muted">{fullTime(row.created)}</span>
+      </p>
+      <h3 class="detail-heading">Timing</h3>
+      <dl class="details">
+        <Detail label="Latency">{duration(row.latency_ms)}</Detail>
+        <Detail label="Time to first token">{duration(row.ttft_ms)}</Detail>
+        <Detail label="Queue time">{duration(row.queue_ms)}</Detail>
+        <Detail label="Attempts">{text(row.attempts)}</Detail>
+      </dl>
+      <h3 class="detail-heading">Usage</h3>
+      <dl class="details">
+        <Detail label="Cost">
+          {cost(row)}
+          {!row.settled && row.status !== 'refused' && <span class="muted small"> (not settled yet)</span>}
+        </Detail>
+        <Detail label="Input tokens">{row.settled ? count(row.input_tokens) : '—'}</Detail>
+        <Detail label="Cached tokens">{row.settled ? count(row.cached_tokens) : '—'}</Detail>
+        <Detail label="Output tokens">{row.settled ? count(row.output_tokens) : '—'}</Detail>
+        <Detail label="Media">{row.settled ? media(row) : '—'}</Detail>
+      </dl>
+      <h3 class="detail-heading">Outcome</h3>
+      <dl class="details">
+        <Detail label="Endpoint" mono>
+          {text(row.endpoint)}
+        </Detail>
+        <Detail label="Stream">{row.stream === null ? '—' : row.stream ? 'Yes' : 'No'}</Detail>
+        <Detail label="HTTP status">{text(row.http_status)}</Detail>
+        <Detail label="Finish reason" mono>
+          {text(row.finish_reason)}
+        </Detail>
+        <Detail label="Error code" mono>
+          {text(row.error_code)}
+        </Detail>
+        <Detail label="Vendor">{text(row.vendor)}</Detail>
+        <Detail label="Channel" mono>
+          {text(row.channel)}
+        </Detail>
+        <Detail label="Fallback" mono>
+          {text(row.fallback)}
+        </Detail>
+      </dl>
+      <h3 class="detail-heading">Identifiers</h3>
+      <dl class="details details-wide">
+        <Detail label="Request ID" mono>
+          {row.id}
+        </Detail>
+        <Detail label="Answer ID" mono>
+          {text(row.answer_id)}
+        </Detail>
+        <Detail label="Key">
+          {keyName ?? <span class="mono">{row.key_id}</span>}
+        </Detail>
+        {accountName !== undefined && <Detail label="Account">{accountName}</Detail>}
+      </dl>
+    </Dialog>
+  );
+}
+
+interface Loaded {
+  /** The list's path the rows are of: rows of other filters are never shown as these. */
+  path: string;
+  rows: RequestView[];
+  cursor: string | null;
+}
+
+export function ActivityPage() {
+  useTitle('Activity');
+  const me = useAccount();
+  const admin = me.role === 'admin';
+  const search = useSearch();
+  const filters = useMemo(() => filtersOf(search), [search]);
+  const range = ranges.find((r) => r.value === filters.range)!;
+  /** "Now" for the range: taken at each change of filters and on Refresh, so the list and the chart read the same range. */
+  const [refreshes, setRefreshes] = useState(0);
+  const now = useMemo(() => Math.floor(Date.now() / 1000), [search, refreshes]);
+
+  const since = now - range.seconds;
+  const query = new URLSearchParams({ since: String(since) });
+  if (admin && filters.account_id) query.set('account_id', filters.account_id);
+  if (filters.key_id) query.set('key_id', filters.key_id);
+  if (filters.model) query.set('model', filters.model);
+  if (filters.status) query.set('status', filters.status);
+  const listPath = `/requests?${query}&limit=${pageSize}`;
+  const histogram = useApi<RequestHistogram>(`/requests/histogram?${query}`);
+
+  const [loaded, setLoaded] = useState<Loaded | undefined>(undefined);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [more, setMore] = useState<{ busy: boolean; error?: string }>({ busy: false });
+  const [open, setOpen] = useState<RequestView | undefined>(undefined);
+
+  useEffect(() => {
+    const controller = new AbortController();
+    setError(undefined);
+    setMore({ busy: false });
+    api<RequestPage>('GET', listPath, undefined, { signal: controller.signal })
+      .then((page) => {
+        if (!controller.signal.aborted) setLoaded({ path: listPath, rows: page.data, cursor: page.next_cursor });
+      })
+      .catch((caught: unknown) => {
+        if (!isAbort(caught) && !controller.signal.aborted) setError(messageOf(caught));
+      });
+    return () => controller.abort();
+  }, [listPath, refreshes]);
+
+  const current = loaded?.path === listPath ? loaded : undefined;
+  const rows = current?.rows ?? [];
+
+  const loadMore = async () => {
+    if (!current?.cursor || more.busy) return;
+    setMore({ busy: true });
+    try {
+      const page = await api<RequestPage>('GET', `${listPath}&cursor=${encodeURIComponent(current.cursor)}`);
+      setLoaded((previous) => (previous?.path === listPath ? { path: listPath, rows: [...previous.rows, ...page.data], cursor: page.next_cursor } : previous));
+      setMore({ busy: false });
+    } catch (caught) {
+      setMore({ busy: false, error: messageOf(caught) });
+    }
+  };
+
+  const refresh = () => {
+    setRefreshes((n) => n + 1);
+    histogram.reload();
+  };
+
+  const keys = useApi<List<Key>>(admin ? '/admin/keys' : '/keys');
+  const accounts = useApi<List<Account>>(admin ? '/admin/accounts' : null);
+  const keyNames = useMemo(() => new Map((keys.data?.data ?? []).map((key) => [key.id, key.name])), [keys.data]);
+  const accountNames = useMemo(() => new Map((accounts.data?.data ?? []).map((account) => [account.id, account.email || account.name || account.id])), [accounts.data]);
+  const keyOptions = (keys.data?.data ?? []).filter((key) => !filters.account_id || key.account_id === filters.account_id);
+  if (filters.key_id && !keyOptions.some((key) => key.id === filters.key_id)) keyOptions.push({ id: filters.key_id, name: filters.key_id } as Key);
+
+  // Models as they come up in the rows (and the one filtered by), kept while the filters change.
+  const seenModels = useRef(new Set<string>());
+  for (const row of rows) if (row.model) seenModels.current.add(row.model);
+  if (filters.model) seenModels.current.add(filters.model);
+  const modelOptions = [...seenModels.current].sort();
+
+  const set = (name: keyof Filters, value: string) => {
+    const next = { ...filters, [name]: value };
+    // A key belongs to one account: picking another account drops it.
+    if (name === 'account_id') next.key_id = '';
+    navigate(addressOf(next));
+  };
+  const filtered = !!(filters.key_id || filters.model || filters.status || (admin && filters.account_id));
+
+  const chart = useMemo(() => {
+    const data = histogram.data;
+    if (!data) return { labels: [] as string[], series: [] as Series[], requests: 0, errors: 0, bucket: 0 };
+    const size = data.bucket_seconds;
+    const bars = new Map(data.data.map((bar) => [bar.start, bar]));
+    const labels: string[] = [];
+    const ok: number[] = [];
+    const failed: number[] = [];
+    const manyDays = data.until - data.since > 86_400;
+    let requests = 0;
+    let errors = 0;
+    for (let start = Math.floor(data.since / size) * size; start < data.until && labels.length < 400; start += size) {
+      const bar = bars.get(start);
+      labels.push(barLabel(start, size, manyDays));
+      ok.push(bar ? bar.requests - bar.errors : 0);
+      failed.push(bar?.errors ?? 0);
+      requests += bar?.requests ?? 0;
+      errors += bar?.errors ?? 0;
+    }
+    return {
+      labels,
+      series: [
+        { label: 'Completed', color: '#6366f1', values: ok },
+        { label: 'Not completed', color: '#ef4444', values: failed },
+      ],
+      requests,
+      errors,
+      bucket: size,
+    };
+  }, [histogram.data]);
+
+  const bucketName = bucketNames[chart.bucket] ?? `${chart.bucket} s`;
+  const loading = !current && !error;
+  const columns = admin ? 10 : 9;
+
+  return (
+    <>
+      <PageHeader
+        title="Activity"
+        description={admin ? 'Every request made with a key of this gateway: how it ended, how long it took and what it cost.' : 'Every request made with your keys: how it ended, how long it took and what it cost.'}
+        actions={
+          <button type="button" class="button button-secondary" onClick={refresh}>
+            <svg viewBox="0 0 20 20" aria-hidden="true" class="button-icon">
+              <path d="M16 10a6 6 0 1 1-1.8-4.3M16 4v3.5h-3.5" fill="none" stroke="currentColor" stroke-width="1.7" stroke-linecap="round" stroke-linejoin="round" />
+            </svg>
+            Refresh
+          </button>
+        }
+      />
+      <div class="filters activity-filters" role="group" aria-label="Filters">
+        <div class="field field-inline">
+          <label for="activity-range">Range</label>
+          <select id="activity-range" value={filters.range} onChange={(e) => set('range', e.currentTarget.value)}>
+            {ranges.map((r) => (
+              <option value={r.value} key={r.value}>
+                {r.label}
+              </option>
+            ))}
+          </select>
+        </div>
+        {admin && (
+          <div class="field field-inline">
+            <label for="activity-account">Account</label>
+            <select id="activity-account" value={filters.account_id} onChange={(e) => set('account_id', e.currentTarget.value)}>
+              <option value="">All accounts</option>
+              {(accounts.data?.data ?? []).map((account) => (
+                <option value={account.id} key={account.id}>
+                  {account.email || account.name || account.id}
+                </option>
+              ))}
+              {filters.account_id && !accountNames.has(filters.account_id) && <option value={filters.account_id}>{filters.account_id}</option>}
+            </select>
+          </div>
+        )}
+        <div class="field field-inline">
+          <label for="activity-key">Key</label>
+          <select id="activity-key" value={filters.key_id} onChange={(e) => set('key_id', e.currentTarget.value)}>
+            <option value="">All keys</option>
+            {keyOptions.map((key) => (
+              <option value={key.id} key={key.id}>
+                {admin && !filters.account_id && key.account_email ? `${key.name} (${key.account_email})` : key.name}
+              </option>
+            ))}
+          </select>
+        </div>
+        <div class="field field-inline">
+          <label for="activity-model">Model</label>
+          <select id="activity-model" value={filters.model} onChange={(e) => set('model', e.currentTarget.value)}>
+            <option value="">All models</option>
+            {modelOptions.map((m) => (
+              <option value={m} key={m}>
+                {m}
+              </option>
+            ))}
+          </select>
+        </div>
+        <div class="field field-inline">
+          <label for="activity-status">Status</label>
+          <select id="activity-status" value={filters.status} onChange={(e) => set('status', e.currentTarget.value)}>
+            <option value="">Any status</option>
+            {requestStatuses.map((s) => (
+              <option value={s} key={s}>
+                {s[0]!.toUpperCase() + s.slice(1)}
+              </option>
+            ))}
+          </select>
+        </div>
+        {filtered && (
+          <button type="button" class="link-button filters-clear" onClick={() => navigate(addressOf({ ...filtersOf(''), range: filters.range }))}>
+            Clear filters
+          </button>
+        )}
+      </div>
+      <section class="card chart-card activity-chart" aria-labelledby="activity-chart-heading">
+        <div class="chart-head">
+          <h2 id="activity-chart-heading" class="card-title">
+            Requests per {bucketName}
+          </h2>
+          <p class="muted small" aria-live="polite">
+            {histogram.data ? `${count(chart.requests)} requests · ${count(chart.errors)} not completed` : histogram.error ? '' : 'Loading…'}
+          </p>
+        </div>
+        {histogram.error && <ErrorMessage message={`Could not load the chart: ${histogram.error}`} />}
+        <BarChart
+          class="chart-activity"
+          labels={chart.labels}
+          series={chart.series}
+          stacked
+          format={count}
+          wholeNumbers
+          axisFormat={compactCount}
+          label={`Requests per ${bucketName}, ${range.label.toLowerCase()}: ${count(chart.requests)} in total, ${count(chart.errors)} not completed. Each request is in the table below.`}
+          empty={!!histogram.data && chart.requests === 0}
+          emptyText="No requests in this range"
+        />
+      </section>
+      <section class="section" aria-labelledby="requests-heading">
+        <div class="section-head">
+          <h2 id="requests-heading">Requests</h2>
+          <p class="muted small" aria-live="polite">
+            {current ? `${count(rows.length)}${current.cursor ? '+' : ''} shown, newest first` : ''}
+          </p>
+        </div>
+        <TableCard labelledBy="requests-heading">
+          <table class="table table-compact activity-table" aria-labelledby="requests-heading">
+            <thead>
+              <tr>
+                <th scope="col">Time</th>
+                {admin && <th scope="col">Account</th>}
+                <th scope="col">Model</th>
+                <th scope="col">Endpoint</th>
+                <th scope="col">Status</th>
+                <th scope="col" class="num">HTTP</th>
+                <th scope="col" class="num">Latency</th>
+                <th scope="col" class="num">TTFT</th>
+                <th scope="col" class="num wrap-head">
+                  Tokens <span class="th-note">in / out</span>
+                </th>
+                <th scope="col" class="num">Cost</th>
+              </tr>
+            </thead>
+            <tbody>
+              {loading && <SkeletonRows columns={columns} rows={6} />}
+              {error && !current && (
+                <tr class="error-row">
+                  <td colSpan={columns}>
+                    <div class="retry-row">
+                      <ErrorMessage message={`Could not load the requests: ${error}`} />
+                      <button type="button" class="button button-secondary" onClick={refresh}>
+                        Try again
+                      </button>
+                    </div>
+                  </td>
+                </tr>
+              )}
+              {current && rows.length === 0 && (
+                <EmptyRow columns={columns}>
+                  No requests in this range{filtered ? ' match these filters' : ''}.
+                </EmptyRow>
+              )}
+              {rows.map((row) => (
+                <tr key={row.id} class="clickable-row" onClick={() => setOpen(row)}>
+                  <td class="nowrap">
+                    <button
+                      type="button"
+                      class="link-button row-open"
+                      aria-label={`Details of the ${row.status} request at ${fullTime(row.created)}`}
+                      onClick={(event) => {
+                        event.stopPropagation();
+                        setOpen(row);
+                      }}
+                    >
+                      {requestTime(row.created)}
+                    </button>
+                  </td>
+                  {admin && (
+                    <td class="cell-clip account-cell" title={accountNames.get(row.account_id) ?? row.account_id}>
+                      {accountNames.get(row.account_id) ?? <span class="mono">{row.account_id}</span>}
+                    </td>
+                  )}
+                  <td class="mono cell-strong cell-clip" title={row.model}>
+                    {row.model || <span class="muted">—</span>}
+                  </td>
+                  <td class="mono muted nowrap endpoint-cell">{row.endpoint ?? '—'}</td>
+                  <td>
+                    <StatusBadge status={row.status} />
+                  </td>
+                  <td class="num">{row.http_status ?? '—'}</td>
+                  <td class="num">{duration(row.latency_ms)}</td>
+                  <td class="num">{duration(row.ttft_ms)}</td>
+                  <td class="num">{tokens(row)}</td>
+                  <td class={`num ${row.settled || row.status === 'refused' ? 'cell-strong' : 'muted'}`}>{cost(row)}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </TableCard>
+        {error && current && <ErrorMessage message={`Could not refresh the requests: ${error}`} />}
+        {more.error && <ErrorMessage message={`Could not load more: ${more.error}`} onDismiss={() => setMore({ busy: false })} />}
+        {current?.cursor && (
+          <div class="load-more">
+            <button type="button" class="button button-secondary" onClick={loadMore} disabled={more.busy}>
+              {more.busy && <Spinner />}
+              Load more
+            </button>
+          </div>
+        )}
+      </section>
+      {open && (
+        <RequestDetails
+          row={open}
+          keyName={keyNames.get(open.key_id)}
+          accountName={admin ? (accountNames.get(open.account_id) ?? open.account_id) : undefined}
+          onClose={() => setOpen(undefined)}
+        />
+      )}
+    </>
+  );
+}

@@ -1,0 +1,399 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { followsMoneyRule } from '../support/money-rule.js';
+import { testRecord } from '../support/record.js';
+import { writeLog, type LogRow } from '../../storage/record/usage-writer.js';
+
+/*
+ * The console's Activity page (the request log) and the Usage page's latency
+ * table in a real headless Chromium against a real gateway: requests made
+ * with a member's key, read back as the member and as an admin, the filters
+ * kept in the address. No page may break the console's CSP. Screenshots land
+ * in test-artifacts/console/.
+ */
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const shots = join(root, 'test-artifacts', 'console');
+const adminEmail = 'admin@activity-browser.test';
+const adminPassword = 'activity-admin-pw';
+const adminToken = 'activity-browser-admin-token';
+const memberEmail = 'member@activity-browser.test';
+const memberPassword = 'member-password';
+const bulkEmail = 'bulk@activity-browser.test';
+const chromiumPath = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const desktop = { width: 1280, height: 800 };
+const phone = { width: 390, height: 844 };
+const model = 'gpt-4o-mini';
+
+interface Row {
+  id: string;
+  status: string;
+  latency_ms: number | null;
+  ttft_ms: number | null;
+  settled: boolean;
+}
+
+describe('console activity page in a real browser', () => {
+  let gateway: GatewayProcess;
+  let browser: Browser;
+  let redisUrl: string;
+  let member: { account: string; key: string; keyId: string };
+  let bulkAccount: string;
+  /** The member's requests by what became of them. */
+  const requests: Record<'completed' | 'stream' | 'refused' | 'failed', string[]> = { completed: [], stream: [], refused: [], failed: [] };
+  /** What each context saw break the CSP (or throw), read at its end. */
+  const problems = new Map<BrowserContext, string[]>();
+
+  function adminApi(method: string, path: string, body?: unknown) {
+    return fetch(`${gateway.url}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  }
+
+  async function chat(body: Record<string, unknown>, into: keyof typeof requests, status: number): Promise<void> {
+    const res = await fetch(`${gateway.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${member.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    await res.arrayBuffer();
+    assert.equal(res.status, status);
+    requests[into].push(res.headers.get('x-request-id')!);
+  }
+
+  before(async () => {
+    assert.ok(existsSync(chromiumPath), `Chromium is needed at ${chromiumPath} (apt-get install chromium), or set CHROMIUM_PATH`);
+    execFileSync(process.execPath, ['bin/build.mjs'], { cwd: root, stdio: 'inherit' });
+    mkdirSync(shots, { recursive: true });
+    const { url, redis } = await freshRedis(7);
+    redis.disconnect();
+    redisUrl = url;
+    gateway = await startGateway({ env: { REDIS_URL: url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword, ADMIN_TOKEN: adminToken, MOCK_STREAM_DELAY_MS: '20' } });
+    browser = await chromium.launch({
+      executablePath: chromiumPath,
+      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    });
+
+    // A member with credit and a key, and the requests of that key: completions, a stream, a refusal and a failure at the vendor.
+    const account = (await (await adminApi('POST', '/admin/accounts', { email: memberEmail, password: memberPassword, role: 'member' })).json()) as { id: string };
+    assert.equal((await adminApi('POST', `/admin/accounts/${account.id}/credits`, { amount_usd: 5 })).status, 200);
+    const key = (await (await adminApi('POST', '/admin/keys', { name: 'activity key', account_id: account.id })).json()) as { id: string; key: string };
+    member = { account: account.id, key: key.key, keyId: key.id };
+    for (let i = 0; i < 3; i++) await chat({ model, messages: [{ role: 'user', content: `Hello ${i}` }], max_tokens: 8 }, 'completed', 200);
+    await chat({ model, stream: true, messages: [{ role: 'user', content: 'Count slowly [mock:slow:25]' }], max_tokens: 6 }, 'stream', 200);
+    await chat({ model: 'no-such-model', messages: [{ role: 'user', content: 'Hi' }] }, 'refused', 404);
+    await chat({ model, messages: [{ role: 'user', content: 'Fail [mock:error:400]' }] }, 'failed', 400);
+    const total = Object.values(requests).flat().length;
+    await waitFor(
+      async () => {
+        const page = (await (await adminApi('GET', `/admin/requests?account_id=${member.account}&limit=100`)).json()) as { data: Row[] };
+        return page.data.length === total && page.data.every((row) => row.latency_ms !== null && (row.status === 'refused' || row.settled));
+      },
+      15_000,
+      'every request in the record',
+    );
+
+    // Another account with more requests than a page holds, written as the usage writer writes the api's log events.
+    bulkAccount = ((await (await adminApi('POST', '/admin/accounts', { email: bulkEmail, password: 'bulk-password', role: 'member' })).json()) as { id: string }).id;
+    const now = Math.floor(Date.now() / 1000);
+    const rows: LogRow[] = Array.from({ length: 62 }, (_, i) => ({
+      request_id: `req_bulk_${String(i).padStart(3, '0')}`,
+      account_id: bulkAccount,
+      key_id: 'key_bulk',
+      model: 'mock-chat',
+      endpoint: 'chat.completions',
+      stream: false,
+      status: i % 10 === 0 ? 'failed' : 'completed',
+      http_status: i % 10 === 0 ? 502 : 200,
+      error_code: i % 10 === 0 ? 'upstream_error' : null,
+      latency_ms: 200 + i,
+      ttft_ms: null,
+      created: now - 60 * (i + 1),
+    }));
+    const record = await testRecord(redisUrl);
+    await record.transaction().execute((tx) => writeLog(tx, rows));
+  });
+
+  after(async () => {
+    await browser?.close();
+    await gateway?.stop();
+  });
+
+  /** A context that notes every CSP violation, console error about the CSP and uncaught error of its pages. */
+  async function newContext(viewport: { width: number; height: number } = desktop): Promise<BrowserContext> {
+    const context = await browser.newContext({ viewport, baseURL: gateway.url, locale: 'en-US' });
+    const seen: string[] = [];
+    problems.set(context, seen);
+    await context.exposeBinding('__cspViolation', (_source, text: string) => {
+      seen.push(text);
+    });
+    await context.addInitScript(() => {
+      document.addEventListener('securitypolicyviolation', (event) => {
+        void (window as unknown as { __cspViolation: (text: string) => Promise<void> }).__cspViolation(`${event.violatedDirective}: ${event.blockedURI} ${event.sample}`);
+      });
+    });
+    context.on('page', (page) => {
+      page.on('pageerror', (error) => seen.push(`page error: ${error.message}`));
+      page.on('console', (message) => {
+        if (message.type() === 'error' && /content security policy/i.test(message.text())) seen.push(message.text());
+      });
+    });
+    return context;
+  }
+
+  async function closeClean(context: BrowserContext, what: string): Promise<void> {
+    const seen = problems.get(context) ?? [];
+    await context.close();
+    assert.deepEqual(seen, [], `${what}: CSP violations or page errors`);
+  }
+
+  async function signIn(page: Page, email: string, password: string): Promise<void> {
+    await page.goto('/console');
+    await page.getByLabel('Email').fill(email);
+    await page.getByLabel('Password').fill(password);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.waitForURL('**/console/keys');
+  }
+
+  async function shoot(page: Page, name: string): Promise<void> {
+    if (await page.locator('dialog[open]').count()) {
+      await page.screenshot({ path: join(shots, `${name}.png`) });
+      return;
+    }
+    const height = await page.evaluate(() => document.documentElement.scrollHeight);
+    const { width } = page.viewportSize()!;
+    await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true, clip: { x: 0, y: 0, width, height: Math.min(height, 4000) } });
+  }
+
+  const table = (page: Page) => page.getByRole('table', { name: 'Requests' });
+  const bodyRows = (page: Page) => table(page).locator('tbody tr:not(.skeleton-row)');
+  /** The rows once `n` are shown (the list loads after the page). */
+  async function rowsShown(page: Page, n: number, what: string): Promise<void> {
+    await waitFor(async () => (await bodyRows(page).count()) === n && !(await bodyRows(page).first().locator('.skeleton').count()), 10_000, `${n} rows: ${what}`).catch(async (error: unknown) => {
+      throw new Error(`${(error as Error).message}; shown: ${JSON.stringify(await bodyRows(page).allInnerTexts())}`);
+    });
+  }
+  const pageOverflow = (page: Page) => page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  const tableOverflow = (page: Page) => table(page).evaluate((element) => element.closest('.table-scroll')!.scrollWidth - element.closest('.table-scroll')!.clientWidth);
+
+  it('lists a member’s requests from the nav, filters them in the address (reload and back keep step), details one, and shows an empty range', async () => {
+    const context = await newContext();
+    const page = await context.newPage();
+    await signIn(page, memberEmail, memberPassword);
+    // Beside Usage in the nav.
+    const navNames = await page.getByRole('navigation', { name: 'Console' }).getByRole('link').allInnerTexts();
+    assert.deepEqual(navNames.slice(navNames.indexOf('Usage'), navNames.indexOf('Usage') + 2), ['Usage', 'Activity']);
+    await page.getByRole('link', { name: 'Activity', exact: true }).click();
+    await page.waitForURL('**/console/activity');
+    await page.getByRole('heading', { level: 1, name: 'Activity' }).waitFor();
+    const total = Object.values(requests).flat().length;
+    await rowsShown(page, total, 'every request of the member');
+    const texts = await bodyRows(page).allInnerTexts();
+    // Made within a second or two, so in no order to rely on here (the admin's pages below check the order): each shown once as it ended.
+    assert.equal(texts.filter((text) => /\bfailed\b/.test(text) && /\b400\b/.test(text)).length, 1, texts.join('\n'));
+    assert.equal(texts.filter((text) => /no-such-model[\s\S]*refused[\s\S]*\b404\b/.test(text)).length, 1, texts.join('\n'));
+    assert.equal(texts.filter((text) => /gpt-4o-mini[\s\S]*chat\.completions[\s\S]*completed[\s\S]*\b200\b/.test(text)).length, 4, texts.join('\n'));
+    for (const text of texts) {
+      const amounts = text.match(/\$[\d,]*\.\d+/g) ?? [];
+      assert.ok(amounts.every(followsMoneyRule), text);
+    }
+    // The chart of the range counts them all, the refusal and the failure as not completed.
+    await page.getByText(`${total} requests · 2 not completed`).waitFor();
+    const chart = page.locator('canvas[aria-label^="Requests per 15 minutes"]');
+    await waitFor(async () => ((await chart.getAttribute('data-y-ticks')) ?? '') !== '', 5000, 'the chart');
+    assert.ok((await pageOverflow(page)) <= 0, 'the page is no wider than the screen');
+    assert.ok((await tableOverflow(page)) <= 1, 'at 1280 px every column is in sight');
+    await shoot(page, 'activity-member-desktop');
+
+    // Status filter: in the address, and the rows follow.
+    await page.getByLabel('Status').selectOption('refused');
+    await page.waitForURL(/\/console\/activity\?status=refused$/);
+    await rowsShown(page, 1, 'the refusal');
+    assert.match(await bodyRows(page).first().innerText(), /refused/);
+    // A reload keeps it.
+    await page.reload();
+    await rowsShown(page, 1, 'the refusal after a reload');
+    assert.equal(await page.getByLabel('Status').inputValue(), 'refused');
+    // A second filter, then back: one step at a time.
+    await page.getByLabel('Range').selectOption('1h');
+    await page.waitForURL(/\?range=1h&status=refused$/);
+    await page.goBack();
+    await page.waitForURL(/\/console\/activity\?status=refused$/);
+    assert.equal(await page.getByLabel('Range').inputValue(), '24h');
+    await page.goBack();
+    await page.waitForURL(/\/console\/activity$/);
+    await rowsShown(page, total, 'every request again');
+    assert.equal(await page.getByLabel('Status').inputValue(), '');
+
+    // The stream's details: its time to first token, latency, cost, tokens and ids.
+    const [streamId] = requests.stream;
+    const ttftCells = await bodyRows(page).evaluateAll((trs) => trs.map((tr) => (tr.querySelectorAll('td')[6] as HTMLElement).innerText.trim()));
+    const streamRow = ttftCells.findIndex((text) => text !== '—');
+    assert.ok(streamRow >= 0, `a row with a time to first token: ${JSON.stringify(ttftCells)}`);
+    await bodyRows(page).nth(streamRow).click();
+    const dialog = page.getByRole('dialog', { name: 'Request details' });
+    await dialog.waitFor();
+    const detail = async (label: string) => (await dialog.locator('.detail').filter({ has: page.getByText(label, { exact: true }) }).locator('dd').innerText()).trim();
+    assert.equal(await detail('Request ID'), streamId);
+    assert.match(await detail('Latency'), /^\d[\d,.]* (ms|s)$/);
+    assert.match(await detail('Time to first token'), /^\d[\d,.]* (ms|s)$/);
+    assert.match(await detail('Queue time'), /^\d[\d,.]* (ms|s)$/);
+    assert.ok(followsMoneyRule(await detail('Cost')), await detail('Cost'));
+    assert.match(await detail('Input tokens'), /^\d+$/);
+    assert.match(await detail('Output tokens'), /^\d+$/);
+    assert.equal(await detail('Cached tokens'), '0');
+    assert.equal(await detail('Stream'), 'Yes');
+    assert.equal(await detail('Attempts'), '1');
+    assert.match(await detail('Finish reason'), /^(stop|length)$/);
+    assert.equal(await detail('Key'), 'activity key');
+    assert.match(await detail('Answer ID'), /^chatcmpl/);
+    assert.notEqual(await detail('Channel'), '—');
+    assert.notEqual(await detail('Vendor'), '—');
+    await shoot(page, 'activity-detail-desktop');
+    await page.keyboard.press('Escape');
+    await dialog.waitFor({ state: 'detached' });
+    // The refusal's: its error, no cost settled but nothing owed.
+    await bodyRows(page).filter({ hasText: 'refused' }).getByRole('button').click();
+    assert.equal(await detail('HTTP status'), '404');
+    assert.equal(await detail('Error code'), 'model_not_found');
+    assert.equal(await detail('Cost'), '$0.00');
+    assert.equal(await detail('Input tokens'), '—');
+    await page.keyboard.press('Escape');
+
+    // A filter nothing matches: the empty state, in the table and the chart.
+    await page.getByLabel('Status').selectOption('cancelled');
+    await page.waitForURL(/status=cancelled/);
+    await table(page).getByText(/No requests in this range/).waitFor();
+    await page.getByText('0 requests · 0 not completed').waitFor();
+    assert.equal(await page.locator('.chart-empty').innerText(), 'No requests in this range');
+    await shoot(page, 'activity-empty-desktop');
+    await page.getByRole('button', { name: 'Clear filters' }).click();
+    await page.waitForURL(/\/console\/activity$/);
+    await rowsShown(page, total, 'every request after clearing');
+
+    // The Usage page: latency by model, beside the spend.
+    await page.getByRole('link', { name: 'Usage', exact: true }).click();
+    await page.waitForURL('**/console/usage');
+    const latency = page.getByRole('table', { name: 'Latency by model' });
+    const mini = latency.getByRole('row').filter({ has: page.getByRole('cell', { name: model, exact: true }) });
+    await mini.waitFor();
+    const cells = (await mini.getByRole('cell').allInnerTexts()).map((text) => text.trim());
+    // Three completions, the stream and the failure; one in five not completed.
+    assert.deepEqual(cells.slice(0, 3), [model, '5', '20%']);
+    assert.ok(cells.slice(3, 6).every((text) => /^\d[\d,.]* (ms|s)$/.test(text)), JSON.stringify(cells));
+    const unknown = (await latency.getByRole('row').filter({ hasText: 'no-such-model' }).getByRole('cell').allInnerTexts()).map((text) => text.trim());
+    assert.deepEqual(unknown.slice(0, 3), ['no-such-model', '1', '100%']);
+    await shoot(page, 'usage-latency-desktop');
+    await closeClean(context, 'member, desktop');
+  });
+
+  it('shows an admin every account, narrows to one with the account filter, and loads more a page at a time', async () => {
+    const context = await newContext();
+    const page = await context.newPage();
+    await signIn(page, adminEmail, adminPassword);
+    await page.goto('/console/activity');
+    // Every account's, the first page of 50: the member's newest on top.
+    await rowsShown(page, 50, 'the first page of every account');
+    assert.match(await bodyRows(page).first().innerText(), new RegExp(memberEmail.replace(/\./g, '\\.')));
+    await page.getByLabel('Account').selectOption({ label: bulkEmail });
+    await page.waitForURL(new RegExp(`account_id=${bulkAccount}`));
+    await rowsShown(page, 50, 'the first page of the bulk account');
+    assert.ok((await bodyRows(page).allInnerTexts()).every((text) => text.includes(bulkEmail) && !text.includes(memberEmail)));
+    // The admin's Account column too: every column in sight at 1280 px, the filters on one line.
+    assert.ok((await tableOverflow(page)) <= 1, 'at 1280 px every column is in sight');
+    const filterTops = await page.getByRole('group', { name: 'Filters' }).locator('select, button').evaluateAll((elements) => elements.map((element) => Math.round(element.getBoundingClientRect().top)));
+    assert.ok(Math.max(...filterTops) - Math.min(...filterTops) <= 4, `the filters on one line: tops at ${filterTops.join(', ')} px`);
+    await shoot(page, 'activity-admin-desktop');
+    await page.getByRole('button', { name: 'Load more' }).click();
+    await rowsShown(page, 62, 'both pages');
+    assert.equal(await page.getByRole('button', { name: 'Load more' }).count(), 0, 'no more to load');
+    // Every row once, newest first.
+    const times = await bodyRows(page).evaluateAll((trs) => trs.map((tr) => (tr.querySelector('td') as HTMLElement).innerText));
+    assert.equal(new Set(times).size, 62, 'one row a minute, none twice');
+    const details = await bodyRows(page).evaluateAll((trs) => trs.map((tr) => tr.querySelectorAll('td')[6]!.textContent));
+    assert.deepEqual(details, Array.from({ length: 62 }, (_, i) => `${200 + i} ms`), 'latency by row: newest (200 ms) to oldest');
+    // The failures among them, by the status filter.
+    await page.getByLabel('Status').selectOption('failed');
+    await page.waitForURL(/status=failed/);
+    await rowsShown(page, 7, 'the failed ones');
+    await closeClean(context, 'admin, desktop');
+  });
+
+  it('says when the list cannot load and loads it on Try again; shows placeholder rows while loading', async () => {
+    const context = await newContext();
+    const page = await context.newPage();
+    await signIn(page, memberEmail, memberPassword);
+    let failing = true;
+    let release: () => void = () => {};
+    const held = new Promise<void>((resolve) => (release = resolve));
+    await page.route(/\/console\/api\/requests\?/, async (route) => {
+      if (failing) {
+        failing = false;
+        await route.fulfill({ status: 503, contentType: 'application/json', body: JSON.stringify({ error: { message: 'The record is unavailable.', type: 'server_error', param: null, code: 'record_unavailable' } }) });
+        return;
+      }
+      await held;
+      await route.continue();
+    });
+    await page.goto('/console/activity');
+    const alert = page.getByRole('alert').filter({ hasText: 'Could not load the requests: The record is unavailable.' });
+    await alert.waitFor();
+    await shoot(page, 'activity-error-desktop');
+    await page.getByRole('button', { name: 'Try again' }).click();
+    // Held: the placeholder rows stand in.
+    await table(page).locator('.skeleton-row').first().waitFor();
+    release();
+    await rowsShown(page, Object.values(requests).flat().length, 'after Try again');
+    assert.equal(await alert.count(), 0);
+    await page.unrouteAll({ behavior: 'wait' });
+    await closeClean(context, 'error state');
+  });
+
+  it('fits a 390 px phone: the page never wider than the screen, the table scrolling in its box', async () => {
+    for (const [who, email, password] of [
+      ['member', memberEmail, memberPassword],
+      ['admin', adminEmail, adminPassword],
+    ] as const) {
+      const context = await newContext(phone);
+      const page = await context.newPage();
+      await signIn(page, email, password);
+      await page.goto('/console/activity');
+      await rowsShown(page, who === 'member' ? Object.values(requests).flat().length : 50, `${who} on a phone`);
+      await waitFor(async () => ((await page.locator('canvas').getAttribute('data-y-ticks')) ?? '') !== '', 5000, 'the chart');
+      const fits = await page.evaluate(() => ({
+        page: document.documentElement.scrollWidth - window.innerWidth,
+        body: document.body.scrollWidth - window.innerWidth,
+        table: (() => {
+          const box = document.querySelector('.table-scroll')!;
+          return { scrolls: box.scrollWidth > box.clientWidth, right: box.getBoundingClientRect().right };
+        })(),
+      }));
+      assert.ok(fits.page <= 0 && fits.body <= 0, `${who}: the page overflows: ${JSON.stringify(fits)}`);
+      assert.ok(fits.table.scrolls && fits.table.right <= phone.width, `${who}: the table scrolls inside the screen: ${JSON.stringify(fits)}`);
+      await shoot(page, `activity-${who}-phone`);
+      if (who === 'member') {
+        await bodyRows(page).first().getByRole('button').click();
+        const dialog = page.getByRole('dialog', { name: 'Request details' });
+        await dialog.waitFor();
+        const box = (await dialog.boundingBox())!;
+        assert.ok(box.x >= 0 && box.x + box.width <= phone.width, `the dialog fits: ${JSON.stringify(box)}`);
+        assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth));
+        await shoot(page, 'activity-detail-phone');
+        await page.keyboard.press('Escape');
+        await page.goto('/console/usage');
+        await page.getByRole('table', { name: 'Latency by model' }).getByRole('cell', { name: model, exact: true }).waitFor();
+        assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth));
+        await shoot(page, 'usage-latency-phone');
+      }
+      await closeClean(context, `${who}, phone`);
+    }
+  });
+});
