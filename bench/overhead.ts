@@ -31,7 +31,7 @@ import {
 } from './stack.js';
 
 /** Gateway targets of this section. */
-export type OverheadConfig = 'start' | 'one-loop' | 'split';
+export type OverheadConfig = 'start' | 'log-off' | 'one-loop' | 'split';
 
 export interface OverheadOptions {
   /** The bench database (the direct target's measurements read server-wide figures through it). */
@@ -49,6 +49,7 @@ export interface OverheadOptions {
 
 const descriptions: Record<OverheadConfig, string> = {
   start: 'node dist/bin/start.js, nothing added (what npm start runs)',
+  'log-off': 'node dist/bin/start.js with REQUEST_LOG=off (the same build without the request log)',
   'one-loop': 'node dist/bin/start.js with WORKER_PROCESS=off (api and workers on one event loop)',
   split: 'node dist/bin/start.js --role=api + --role=worker',
 };
@@ -214,7 +215,10 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
       log(`gateway ${name}: starting (Redis db ${db})`);
       // The per-request usage log is kept by design up to USAGE_RETENTION_RECORDS (default 10 million, about 250 bytes each):
       // capped at its minimum here, so that the soak shows whether anything else grows.
-      const gateway = await startGateway(name satisfies GatewayConfig, fake.url, dbUrl(redisUrl, db), cpuProfDir, { env: { USAGE_BUFFER_RECORDS: '1000' } });
+      const gateway = await startGateway(name === 'log-off' ? 'start' : (name satisfies GatewayConfig), fake.url, dbUrl(redisUrl, db), cpuProfDir, {
+        env: { USAGE_BUFFER_RECORDS: '1000', ...(name === 'log-off' ? { REQUEST_LOG: 'off' } : {}) },
+        logTag: name,
+      });
       const target: Target = {
         name,
         description: descriptions[name],
@@ -232,7 +236,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
       await probe(gateway.url, key.key, target.children);
       await probeStream(target.url, target.headers);
       target.pids = discoverProcesses(gateway);
-      if (name === 'start') {
+      if (name === 'start' || name === 'log-off') {
         const forked = Object.keys(target.pids).length > 1;
         target.description += forked ? `: api + ${Object.keys(target.pids).length - 1} forked worker process(es)` : ': one process (nothing forked)';
       }
@@ -380,7 +384,7 @@ function bars(configNames: OverheadConfig[], cells: OverheadCell[], ttft: Record
       target: `≥ ${minRatio.toFixed(1)}×`,
       actual: `${ratio.toFixed(2)}× (${int(plain64[name]!.rps)} vs ${int(floorRps)} req/s)`,
       pass: ratio >= minRatio,
-      informational: name === 'one-loop',
+      informational: name === 'one-loop' || name === 'log-off',
     });
     const added = plain1[name]!.latency.p50 - plain1.direct!.latency.p50;
     out.push({
@@ -409,6 +413,33 @@ function bars(configNames: OverheadConfig[], cells: OverheadCell[], ttft: Record
       actual: `${failed} failed responses, ${ttftFailed} failed streams`,
       pass: failed + ttftFailed === 0,
     });
+  }
+
+  // The request log's cost: the same build with it on (start) and off, in the same run.
+  if (configNames.includes('start') && configNames.includes('log-off')) {
+    for (const cell of cells) {
+      if (cell.connections !== 64) continue;
+      const on = cell.targets.start!;
+      const off = cell.targets['log-off']!;
+      const ratio = on.rps / off.rps;
+      out.push({
+        config: 'start',
+        name: `request log on ÷ off, ${cell.stream ? 'stream' : 'non-stream'} req/s at 64 connections`,
+        target: '≥ 0.95×',
+        actual: `${ratio.toFixed(3)}× (${int(on.rps)} vs ${int(off.rps)} req/s)`,
+        pass: ratio >= 0.95,
+      });
+      if (!cell.stream) {
+        const added = on.redisCommandsPerRequest - off.redisCommandsPerRequest;
+        out.push({
+          config: 'start',
+          name: 'request log: Redis commands per request added',
+          target: '≤ 2',
+          actual: `+${added.toFixed(2)} (${on.redisCommandsPerRequest.toFixed(1)} vs ${off.redisCommandsPerRequest.toFixed(1)})`,
+          pass: added <= 2,
+        });
+      }
+    }
   }
 
   const s = memory?.soak;

@@ -24,8 +24,9 @@
  * Environment:
  *   BENCH_ONLY            comma-separated sections to run (default: all three)
  *   BENCH_CONFIGS         gateway targets of overhead: start (node dist/bin/start.js as is),
+ *                         log-off (start with REQUEST_LOG=off: the request log's cost, side by side),
  *                         one-loop (WORKER_PROCESS=off), split (--role=api + --role=worker);
- *                         default start,one-loop,split (all = one-loop); direct and floor always run.
+ *                         default start,log-off,one-loop,split (all = one-loop); direct and floor always run.
  *                         Burst runs its one-process configuration if any of start, one-loop,
  *                         all is listed, and split if split is
  *   BENCH_ROUNDS          overhead: rounds per cell; each round measures every target once,
@@ -88,9 +89,9 @@ const fullRun = sections.length === allSections.length;
 // `npm run bench -- --topology`: the topology section alone (bench/topology.ts).
 const topologyOnly = process.argv.slice(2).includes('--topology');
 
-const configNames = envList('BENCH_CONFIGS', 'start,one-loop,split');
+const configNames = envList('BENCH_CONFIGS', 'start,log-off,one-loop,split');
 for (const name of configNames) {
-  if (!['start', 'one-loop', 'all', 'split'].includes(name)) throw new Error(`BENCH_CONFIGS: unknown configuration "${name}" (start, one-loop, split; all = one-loop)`);
+  if (!['start', 'log-off', 'one-loop', 'all', 'split'].includes(name)) throw new Error(`BENCH_CONFIGS: unknown configuration "${name}" (start, log-off, one-loop, split; all = one-loop)`);
 }
 const overheadConfigs = [...new Set(configNames.map((n) => (n === 'all' ? 'one-loop' : n)))] as OverheadConfig[];
 // Burst knows one process (`all`) and split.
