@@ -344,13 +344,13 @@ const families = {
   deadlineMs: family('REQUEST_DEADLINE_MS_<QUEUE>', queueMember('REQUEST_DEADLINE_MS'), optionalInteger(1, { kind: 'derived', text: '`REQUEST_DEADLINE_MS`' }), 'how long a request may wait and run, one queue'),
 };
 
-/** Every variable the gateway reads, fixed names first, then the families: the README's Configuration table lists each. */
+/** Every variable the gateway reads, fixed names first, then the families: docs/configuration.md's table lists each. */
 export const environmentVariables: readonly EnvironmentVariable[] = [
   ...Object.entries(fixed).map(([name, variable]): EnvironmentVariable => ({ name, ...variable })),
   ...Object.values(families),
 ];
 
-/** How the README's table prints a default. */
+/** How docs/configuration.md's table prints a default. */
 export function formatDefault(fallback: SettingDefault): string {
   switch (fallback.kind) {
     case 'value': {

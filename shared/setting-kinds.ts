@@ -10,11 +10,11 @@ import { queueNames, type QueueName } from './queues.js';
  */
 
 /**
- * A variable's default as the README's Configuration table prints it (`formatDefault`):
+ * A variable's default as docs/configuration.md's table prints it (`formatDefault`):
  * - `value`: a plain value, what the schema gives for an unset variable (`8080`, `info`, `off`; "empty");
  * - `perQueue`: one number per queue;
  * - `unset`: no value, which means what `note` says;
- * - `derived`: follows from something else (`text`); `instances` gives it for the names the README lists.
+ * - `derived`: follows from something else (`text`); `instances` gives it for the names docs/configuration.md lists.
  */
 export type SettingDefault =
   | { kind: 'value'; value: string | number | boolean | readonly string[] }
@@ -24,14 +24,14 @@ export type SettingDefault =
 
 /** One variable of the environment, or a patterned family of them. */
 export interface EnvironmentVariable {
-  /** As the README's table writes it: `PORT`, `<VENDOR>_RPM`, `WORKER_CONCURRENCY_<QUEUE>`. */
+  /** As docs/configuration.md's table writes it: `PORT`, `<VENDOR>_RPM`, `WORKER_CONCURRENCY_<QUEUE>`. */
   name: string;
   /** A family's members (group 1: the vendor prefix or the queue). Absent: the variable is `name` itself. */
   pattern?: RegExp;
   /** What a value must be: a bad one fails the start with `<NAME> must be <type>, got "<value>"`. */
   type: string;
   default: SettingDefault;
-  /** One line, as the README's table has it. */
+  /** One line, as docs/configuration.md's table has it. */
   description: string;
   /** Reads the raw value (undefined when unset; empty or blank counts as unset). */
   schema: z.ZodType;

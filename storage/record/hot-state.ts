@@ -39,7 +39,7 @@ import { emptyDayRow, usageRow, writeUsage, type UsageRow } from './usage-writer
  * A balance is exact as of the load: usage still waiting in the stream is
  * subtracted by reading the stream and the record in one snapshot. What a
  * flush takes is the reservations in flight and the usage records not yet
- * written (README, "What faults cost").
+ * written (docs/operating.md, "What faults cost").
  */
 
 const lockMs = 120_000;

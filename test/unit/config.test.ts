@@ -7,11 +7,9 @@ import { environmentSchema, environmentVariables, formatDefault, loadConfig } fr
 import type { EnvironmentVariable } from '../../shared/setting-kinds.js';
 import { queueNames } from '../../shared/queues.js';
 
-/** The README's Configuration table: each row's variable names and its default cell, split like the names when it is `a / b`. */
-function readmeTable(): Array<{ line: string; names: string[]; defaults: string[] }> {
-  const readme = readFileSync(fileURLToPath(new URL('../../README.md', import.meta.url)), 'utf8');
-  const start = readme.indexOf('\n## Configuration');
-  const section = readme.slice(start, readme.indexOf('\n## ', start + 1));
+/** The configuration page's table (docs/configuration.md): each row's variable names and its default cell, split like the names when it is `a / b`. */
+function configurationTable(): Array<{ line: string; names: string[]; defaults: string[] }> {
+  const section = readFileSync(fileURLToPath(new URL('../../docs/configuration.md', import.meta.url)), 'utf8');
   const rows = [];
   for (const line of section.split('\n').filter((l) => l.startsWith('| `'))) {
     const [, nameCell = '', defaultCell = ''] = line.split('|').map((cell) => cell.trim());
@@ -22,7 +20,7 @@ function readmeTable(): Array<{ line: string; names: string[]; defaults: string[
   return rows;
 }
 
-const table = readmeTable();
+const table = configurationTable();
 const tableNames = table.flatMap((row) => row.names);
 
 /** The variable of the schema a name belongs to: its own entry, or the family whose pattern it matches. */
@@ -51,7 +49,7 @@ const failure = (env: Record<string, string>) => {
   assert.fail(`loadConfig(${JSON.stringify(env)}) should have failed`);
 };
 
-describe('README configuration table against the schema', () => {
+describe('the configuration page (docs/configuration.md) against the schema', () => {
   it('reads a table', () => {
     assert.ok(table.length > 40, `${table.length} rows`);
   });
@@ -74,14 +72,14 @@ describe('README configuration table against the schema', () => {
         const printed = row.defaults[i]!;
         const fallback = variable.default;
         if (fallback.kind === 'value') {
-          if (!printed.startsWith(formatDefault(fallback))) wrong.push(`${name}: README "${printed}", schema ${formatDefault(fallback)}`);
+          if (!printed.startsWith(formatDefault(fallback))) wrong.push(`${name}: docs "${printed}", schema ${formatDefault(fallback)}`);
         } else if (fallback.kind === 'perQueue') {
-          if (!isDeepStrictEqual(perQueueCell(printed), { ...fallback.value })) wrong.push(`${name}: README "${printed}", schema ${formatDefault(fallback)}`);
+          if (!isDeepStrictEqual(perQueueCell(printed), { ...fallback.value })) wrong.push(`${name}: docs "${printed}", schema ${formatDefault(fallback)}`);
         } else if (fallback.kind === 'unset') {
-          if (printed.startsWith('`')) wrong.push(`${name}: README "${printed}", schema unset`);
+          if (printed.startsWith('`')) wrong.push(`${name}: docs "${printed}", schema unset`);
         } else {
           const known = fallback.instances?.[name];
-          if (known !== undefined && printed !== `\`${known}\``) wrong.push(`${name}: README "${printed}", schema \`${known}\``);
+          if (known !== undefined && printed !== `\`${known}\``) wrong.push(`${name}: docs "${printed}", schema \`${known}\``);
         }
       });
     }
