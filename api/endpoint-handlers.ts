@@ -6,7 +6,7 @@ import type { CatalogModel } from '../shared/catalog.js';
 import type { Config } from '../shared/config.js';
 import { endpoints, type Endpoint, type EndpointPayloads } from '../shared/endpoints.js';
 import { invalidRequest } from '../shared/errors.js';
-import { videosOfKey } from '../shared/queues.js';
+import { videosOfKey } from '../shared/keys.js';
 import type { QueueShards } from '../shared/queue-shards.js';
 import { checkChatContext, checkCompletionContext, checkEmbeddingContext, checkModalities } from './context-window.js';
 import { checkEditable, checkEditUploads, checkImageRequest, checkVariable, checkVariationUpload } from './image-rules.js';

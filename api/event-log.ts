@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { setTimeout as pause } from 'node:timers/promises';
 import { GatewayError, invalidRequest } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
-import { keyPrefix, replayStreamKey } from '../shared/queues.js';
+import { keyPrefix, replayStreamKey } from '../shared/keys.js';
 import { framesAfter, parseLogEntry, type LogEntry } from '../shared/reply.js';
 import { clientDisconnected, markFirstByte } from './metrics.js';
 

@@ -1,7 +1,8 @@
 import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { GatewayError, type ErrorBody, type WireError } from '../shared/errors.js';
-import { asyncJobKey, type AsyncJobRecord, type GatewayJobResult } from '../shared/queues.js';
+import { asyncJobKey } from '../shared/keys.js';
+import { type AsyncJobRecord, type GatewayJobResult } from '../shared/jobs.js';
 import type { QueueShards } from '../shared/queue-shards.js';
 import type { BlobRef } from '../shared/blobs.js';
 import type { BlobStore } from '../storage/blob-store.js';

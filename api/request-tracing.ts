@@ -1,6 +1,6 @@
 import type { Context, Middleware } from 'koa';
 import { context, propagation, ROOT_CONTEXT, SpanKind, trace, type Context as TraceContext, type Span } from '@opentelemetry/api';
-import type { GatewayJobData } from '../shared/queues.js';
+import type { GatewayJobData } from '../shared/jobs.js';
 import type { ReplyMessage } from '../shared/reply.js';
 import { carrierOf, getTracer, markFailed, type TraceCarrier } from '../shared/tracing.js';
 import type { PendingReply } from './reply-hub.js';

@@ -11,7 +11,7 @@ import { createRedis } from '../shared/redis.js';
 import { loadCatalog } from '../shared/catalog.js';
 import { PriceList } from '../shared/pricing.js';
 import { GatewayError } from '../shared/errors.js';
-import { replyChannel } from '../shared/queues.js';
+import { replyChannel } from '../shared/keys.js';
 import { QueueShards } from '../shared/queue-shards.js';
 import { resolveChannels } from '../shared/vendors.js';
 import { envelope } from './middleware/envelope.js';

@@ -10,12 +10,13 @@ import { performance } from 'node:perf_hooks';
 import type { Redis } from 'ioredis';
 import { Agent, request } from 'undici';
 import { KeyStore } from '../api/key-store.js';
-import { keyPrefix, shardQueueName } from '../shared/queues.js';
+import { keyPrefix } from '../shared/keys.js';
+import { shardQueueName } from '../shared/queues.js';
 import { FAKE_REPLY_TEXT } from '../test/support/fake-openai-defaults.js';
 import { commandStats, diffCommandStats, redisProcessId, Samples, summarise, type CommandDelta, type LatencySummary } from './measure.js';
 import { cpuTimeMs, sleep, systemBusyMs, waitForQuiet, waitUntil } from './procs.js';
-import type { Bar } from './report.js';
-import { table } from './report.js';
+import type { Bar } from './table.js';
+import { table } from './table.js';
 import { fakeControl, log, plainBody, probe, startFake, startGateway, stopGateway, waitForQueueWorkers, type Fake, type SlotUse } from './stack.js';
 import { testRecord } from '../test/support/record.js';
 

@@ -6,7 +6,7 @@
  */
 import type { Redis } from 'ioredis';
 import { performance } from 'node:perf_hooks';
-import { keyPrefix } from '../shared/queues.js';
+import { keyPrefix } from '../shared/keys.js';
 import { rssBytes } from './procs.js';
 
 export const MiB = 1024 * 1024;

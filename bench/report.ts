@@ -4,6 +4,7 @@ import { renderBurst } from './burst.js';
 import type { CommandDelta, LatencySummary, SoakResult } from './measure.js';
 import type { TranslationResults } from './translation.js';
 import { renderTranslation } from './translation.js';
+import { table, type Bar } from './table.js';
 
 export interface Machine {
   cpu: string;
@@ -17,14 +18,6 @@ export interface Machine {
   loadAverageAtEnd?: number[];
 }
 
-export interface Bar {
-  name: string;
-  target: string;
-  actual: string;
-  pass: boolean;
-  /** Reported, not counted: a failing informational bar does not fail the run. */
-  informational?: boolean;
-}
 
 /** How the overhead section measured (bench/overhead.ts). */
 export interface OverheadSettings {
@@ -143,12 +136,6 @@ const int = (value: number) => Math.round(value).toLocaleString('en-US');
 const signed = (value: number, digits = 2) => `${value >= 0 ? '+' : ''}${value.toFixed(digits)}`;
 
 /** Renders rows as a fixed-width table with a header rule; the first column is left-aligned, the rest right-aligned. */
-export function table(header: string[], rows: string[][]): string {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  const line = (cells: string[]) =>
-    cells.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join('  ').trimEnd();
-  return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
-}
 
 const result = (b: Bar) => (b.informational ? `(${b.pass ? 'PASS' : 'FAIL'})` : b.pass ? 'PASS' : 'FAIL');
 

@@ -4,7 +4,7 @@
  * process against the three fakes in one process (bench/translation-e2e.ts).
  */
 import type { Redis } from 'ioredis';
-import { table } from './report.js';
+import { table } from './table.js';
 import { log } from './stack.js';
 import { runE2e, type E2eResults } from './translation-e2e.js';
 import { runMicro, type MicroResults } from './translation-micro.js';

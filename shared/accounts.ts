@@ -1,5 +1,5 @@
 import slotOf from 'cluster-key-slot';
-import { accountsPrefix, keyPrefix } from './queues.js';
+import { accountsPrefix, keyPrefix } from './keys.js';
 
 /**
  * Accounts, keys, reservations and usage as they live in Redis: the layout

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { QueueName } from './queues.js';
 import { queueNames } from './queues.js';
-import { vendorDefinitions } from './vendors.js';
+import { vendorDefinitions } from './vendor-definitions.js';
 import {
   type EnvironmentVariable,
   type Family,

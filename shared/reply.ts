@@ -1,4 +1,4 @@
-import { keyPrefix } from './queues.js';
+import { keyPrefix } from './keys.js';
 
 /**
  * Messages on an api instance's reply channel. One line of header, then the

@@ -1,5 +1,5 @@
 import type { ChatCompletionRequest } from './schemas/chat.js';
-import { keyPrefix } from './queues.js';
+import { keyPrefix } from './keys.js';
 
 /**
  * The Responses API (`/v1/responses`) over the chat queue: the api turns a

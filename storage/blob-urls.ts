@@ -1,6 +1,6 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { keyPrefix } from '../shared/queues.js';
+import { keyPrefix } from '../shared/keys.js';
 
 /**
  * Signed, expiring download URLs for stored blobs: fetchable without an API

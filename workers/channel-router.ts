@@ -3,16 +3,8 @@ import type { Catalog, CatalogModel } from '../shared/catalog.js';
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import { GatewayError } from '../shared/errors.js';
-import {
-  channelCooldownsKey as cooldownsKey,
-  formatCooldown,
-  parseCooldown,
-  resolveChannels,
-  vendorDefinition,
-  type ChannelConfig,
-  type Protocol,
-  type VendorConfig,
-} from '../shared/vendors.js';
+import { channelCooldownsKey as cooldownsKey, formatCooldown, parseCooldown, resolveChannels, vendorDefinition, type ChannelConfig, type VendorConfig } from '../shared/vendors.js';
+import { type Protocol } from '../shared/vendor-definitions.js';
 import { channelRested } from './metrics.js';
 
 export interface ResolvedRoute {

@@ -2,7 +2,7 @@ import type { Job } from 'bullmq';
 import { context, SpanKind, trace, type HrTime, type Span } from '@opentelemetry/api';
 import { endpoints } from '../shared/endpoints.js';
 import type { GatewayError } from '../shared/errors.js';
-import type { GatewayJobData, GatewayJobResult } from '../shared/queues.js';
+import type { GatewayJobData, GatewayJobResult } from '../shared/jobs.js';
 import { contextOf, getTracer, markFailed, tracingEnabled } from '../shared/tracing.js';
 import type { ResolvedRoute } from './channel-router.js';
 import { clientGoneMessage } from './cancel-registry.js';

@@ -3,7 +3,8 @@ import type { Config } from '../shared/config.js';
 import { endpoints } from '../shared/endpoints.js';
 import type { GatewayError } from '../shared/errors.js';
 import { activeMetrics, initMetrics, type GatewayMetrics } from '../shared/metrics.js';
-import { shardQueueName, type GatewayJobData, type GatewayJobResult, type QueueName } from '../shared/queues.js';
+import { shardQueueName, type QueueName } from '../shared/queues.js';
+import { type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import { resolveChannels, type ChannelConfig } from '../shared/vendors.js';
 import type { UsageRecord } from '../shared/billing.js';
 

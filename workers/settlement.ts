@@ -4,7 +4,7 @@ import { defaultAccountId } from '../shared/accounts.js';
 import { settle, type SettlePolicy, type UsageDetail, type UsageRecord } from '../shared/billing.js';
 import type { EndpointRequest } from '../shared/endpoints.js';
 import type { Logger } from '../shared/logger.js';
-import type { GatewayJobData } from '../shared/queues.js';
+import type { GatewayJobData } from '../shared/jobs.js';
 import type { Metered, PriceList } from '../shared/pricing.js';
 import { countChatPromptTokensAsync, countTextTokensAsync } from '../shared/tokens.js';
 import type { Usage } from './vendors/types.js';

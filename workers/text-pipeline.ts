@@ -2,7 +2,7 @@ import { GatewayError } from '../shared/errors.js';
 import type { EndpointRequest } from '../shared/endpoints.js';
 import { streamAliasKey, streamTrailer } from '../shared/reply.js';
 import { ChatStreamEncoder, encodeChatAnswer, usesLegacyFunctions, type ChatEncoderOptions } from './answers/chat-encoder.js';
-import type { Protocol } from '../shared/vendors.js';
+import type { Protocol } from '../shared/vendor-definitions.js';
 import type { ReplyPublisher } from './reply-publisher.js';
 import { adapterMethod } from './vendors/registry.js';
 import type { Answer, AnswerEvent, CallContext } from './vendors/types.js';

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { Config } from '../shared/config.js';
-import { keyPrefix } from '../shared/queues.js';
+import { keyPrefix } from '../shared/keys.js';
 import { GatewayError, timeoutError } from '../shared/errors.js';
 import { vendorDefinition } from '../shared/vendors.js';
 import { vendorSlotHeld, waitingForSlot } from './metrics.js';

@@ -9,7 +9,7 @@ import { accountNotFound, microsToUsd, usdToMicros } from '../account-store.js';
 import { accountName, createAccountSchema, creditSchema, parseStrict, role } from '../account-requests.js';
 import { accountView, keyView } from '../views.js';
 import { bodyLimit } from '../routes/admin.js';
-import { requireSession, type ConsoleDeps } from './routes.js';
+import { requireSession, type ConsoleDeps } from './console-session.js';
 import { queueDashboardEntry } from '../queue-dashboard.js';
 
 /*

@@ -1,6 +1,6 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { accountsPrefix } from '../../shared/queues.js';
+import { accountsPrefix } from '../../shared/keys.js';
 import { GatewayError } from '../../shared/errors.js';
 
 /*

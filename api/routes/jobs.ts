@@ -1,7 +1,7 @@
 import type Router from '@koa/router';
 import { createRouter } from '../canonical-path.js';
 import { GatewayError } from '../../shared/errors.js';
-import { asyncJobKey, cancelChannel, payloadKey, videosOfKey } from '../../shared/queues.js';
+import { asyncJobKey, cancelChannel, payloadKey, videosOfKey } from '../../shared/keys.js';
 import { together } from '../../shared/redis.js';
 import { checkBlobSignature } from '../../storage/blob-urls.js';
 import type { ServingBlobStore } from '../../storage/create-blob-store.js';

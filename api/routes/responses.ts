@@ -5,7 +5,7 @@ import type { Context } from 'koa';
 import type { Redis } from 'ioredis';
 import type { Config } from '../../shared/config.js';
 import { GatewayError, invalidRequest, type WireError } from '../../shared/errors.js';
-import { cancelChannel, replayStreamKey } from '../../shared/queues.js';
+import { cancelChannel, replayStreamKey } from '../../shared/keys.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
 import { releaseReservation } from '../../shared/billing.js';
 import { isRecord, replayFrames, type ResponseObject } from '../../shared/response-object.js';

@@ -7,7 +7,8 @@ import { loadCatalog, type CatalogModel } from '../../shared/catalog.js';
 import { servedCapabilities } from '../../shared/endpoints.js';
 import { loadConfig } from '../../shared/config.js';
 import { ModelResolver, toOpenAIModel } from '../../api/model-resolver.js';
-import { resolveChannels, vendorDefinitions } from '../../shared/vendors.js';
+import { resolveChannels } from '../../shared/vendors.js';
+import { vendorDefinitions } from '../../shared/vendor-definitions.js';
 
 const raw = JSON.parse(readFileSync(new URL('../../shared/catalog.json', import.meta.url), 'utf8')) as { models: { id: string }[] };
 const catalog = loadCatalog();

@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
@@ -88,6 +88,67 @@ function layoutOffences(): { offences: string[]; filesPerFolder: Map<string, num
   return { offences, filesPerFolder };
 }
 
+
+/** Every folder of source code: the gateway's halves, its entry points, the benches and the console's pages. */
+const sourceFolders = ['api', 'workers', 'shared', 'storage', 'bin', 'bench', 'console/src'];
+
+/** The file an in-tree specifier names: `./a.js` is `./a.ts` (or `.tsx`) on disk, as NodeNext and the bundler resolve it. */
+function resolveInTree(from: string, specifier: string): string | undefined {
+  const target = resolve(dirname(from), specifier);
+  const stem = target.replace(/\.[cm]?jsx?$/, '');
+  const candidates = [target, `${stem}.ts`, `${stem}.tsx`, `${stem}.mts`, join(target, 'index.ts'), join(target, 'index.tsx')];
+  return candidates.find((candidate) => /\.[cm]?[jt]sx?$/.test(candidate) && existsSync(candidate));
+}
+
+/**
+ * The circles of imports among the tree's files (Tarjan's strongly connected
+ * components of the import graph): each a list of the files that import one
+ * another round a loop, relative to the root.
+ */
+function importCircles(): string[][] {
+  const graph = new Map<string, string[]>();
+  for (const folder of sourceFolders) {
+    for (const file of sourcesUnder(join(root, folder))) {
+      const targets = importsOf(file, readFileSync(file, 'utf8'))
+        .filter(({ specifier }) => specifier.startsWith('.'))
+        .map(({ specifier }) => resolveInTree(file, specifier))
+        .filter((target): target is string => target !== undefined);
+      graph.set(file, targets);
+    }
+  }
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const circles: string[][] = [];
+  const connect = (file: string): void => {
+    index.set(file, index.size);
+    low.set(file, index.get(file)!);
+    stack.push(file);
+    onStack.add(file);
+    for (const target of graph.get(file) ?? []) {
+      if (!index.has(target)) {
+        connect(target);
+        low.set(file, Math.min(low.get(file)!, low.get(target)!));
+      } else if (onStack.has(target)) {
+        low.set(file, Math.min(low.get(file)!, index.get(target)!));
+      }
+    }
+    if (low.get(file) !== index.get(file)) return;
+    const component: string[] = [];
+    let member: string;
+    do {
+      member = stack.pop()!;
+      onStack.delete(member);
+      component.push(toPosix(relative(root, member)));
+    } while (member !== file);
+    const selfImport = graph.get(file)?.includes(file) ?? false;
+    if (component.length > 1 || selfImport) circles.push(component.sort());
+  };
+  for (const file of graph.keys()) if (!index.has(file)) connect(file);
+  return circles;
+}
+
 describe('source layout', () => {
   it('keeps api/ and workers/ apart, meeting only in shared/ and storage/', () => {
     const { offences, filesPerFolder } = layoutOffences();
@@ -97,6 +158,10 @@ describe('source layout', () => {
       [],
       `imports that cross the layout (api/ ↛ workers/, workers/ ↛ api/, storage/ ↛ api/ workers/, shared/ ↛ api/ workers/ storage/):\n  ${offences.join('\n  ')}`,
     );
+  });
+
+  it('has no circle of imports anywhere in the source', () => {
+    assert.deepEqual(importCircles(), [], 'files that import one another round a loop');
   });
 
   it('sees every form an import can take', () => {

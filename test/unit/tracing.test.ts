@@ -10,7 +10,7 @@ import { context, propagation, ProxyTracerProvider, SpanKind, SpanStatusCode, tr
 import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trace';
 import { loadConfig } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
-import type { GatewayJobData, GatewayJobResult } from '../../shared/queues.js';
+import type { GatewayJobData, GatewayJobResult } from '../../shared/jobs.js';
 import { carrierOf, contextOf, startTracing, tracesUrl, tracingEnabled, type Tracing } from '../../shared/tracing.js';
 import { jobTraceCarrier, traceQueued, traceRelay, traceRequests, type RequestTrace } from '../../api/request-tracing.js';
 import type { PendingReply } from '../../api/reply-hub.js';

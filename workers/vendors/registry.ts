@@ -5,7 +5,7 @@ import { mockAdapter } from './mock/index.js';
 import { openaiAdapter } from './openai/index.js';
 import { GatewayError } from '../../shared/errors.js';
 import type { VendorAdapter } from './types.js';
-import type { Protocol } from '../../shared/vendors.js';
+import type { Protocol } from '../../shared/vendor-definitions.js';
 
 /** The adapter of each wire protocol: one per vendor folder. */
 export const adapters: Record<Protocol, VendorAdapter> = {

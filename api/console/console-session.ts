@@ -1,0 +1,120 @@
+import type { Context } from 'koa';
+import { randomBytes } from 'node:crypto';
+import type { Account } from '../../shared/accounts.js';
+import { GatewayError } from '../../shared/errors.js';
+import type { KeyStore } from '../key-store.js';
+import type { EndpointRouteDeps } from '../routes/endpoint-routes.js';
+import { accountView } from '../views.js';
+import type { ConsoleAssets } from './assets.js';
+import { sameSecret, type Session, type SessionStore, type SigninThrottle } from './sessions.js';
+
+/** The console's session cookie and its CSRF tokens: who is signed in, and whether a state-changing call came from this console. */
+
+export interface ConsoleState {
+  session?: Session;
+  account?: Account;
+}
+
+export interface ConsoleDeps extends EndpointRouteDeps {
+  keyStore: KeyStore;
+  sessions: SessionStore;
+  throttle: SigninThrottle;
+  assets: ConsoleAssets;
+}
+
+export const sessionCookie = 'sy_session';
+export const csrfCookie = 'sy_csrf';
+const csrfHeader = 'x-csrf-token';
+
+
+export const notSignedIn = () => new GatewayError(401, 'Sign in to use the console.', { type: 'invalid_request_error', code: 'not_signed_in' });
+const csrfFailed = () =>
+  new GatewayError(403, `This request needs the console's CSRF token in the ${csrfHeader} header; reload the page and try again.`, {
+    code: 'csrf_failed',
+  });
+
+
+export function cookieOptions(ctx: Context, maxAgeMs?: number) {
+  return {
+    httpOnly: true,
+    sameSite: 'lax' as const,
+    // Koa's `secure` honours X-Forwarded-Proto only when TRUST_PROXY is on.
+    secure: ctx.secure,
+    path: '/console',
+    overwrite: true,
+    ...(maxAgeMs === undefined ? {} : { maxAge: maxAgeMs }),
+  };
+}
+
+/** The pre-session CSRF token of this browser, made (and set as a cookie) when it has none. */
+export function preSessionToken(ctx: Context, fresh = false): string {
+  const existing = ctx.cookies.get(csrfCookie);
+  if (!fresh && existing && /^[A-Za-z0-9_-]{43}$/.test(existing)) return existing;
+  const token = randomBytes(32).toString('base64url');
+  ctx.cookies.set(csrfCookie, token, cookieOptions(ctx));
+  return token;
+}
+
+/** The signed-in session and its account, loaded once per request; a session of a disabled or deleted account is ended. */
+export async function loadSession(ctx: Context, deps: ConsoleDeps): Promise<{ session: Session; account: Account } | undefined> {
+  const state = ctx.state as ConsoleState;
+  if (state.session && state.account) return { session: state.session, account: state.account };
+  const session = await deps.sessions.get(ctx.cookies.get(sessionCookie));
+  if (!session) return undefined;
+  const account = await deps.keyStore.accounts.get(session.accountId);
+  if (!account || account.disabled) {
+    await deps.sessions.destroy(session);
+    return undefined;
+  }
+  state.session = session;
+  state.account = account;
+  return { session, account };
+}
+
+export async function requireSession(ctx: Context, deps: ConsoleDeps): Promise<{ session: Session; account: Account }> {
+  const found = await loadSession(ctx, deps);
+  if (!found) throw notSignedIn();
+  return found;
+}
+
+/**
+ * Every POST, PATCH and DELETE must name a CSRF token this browser was given:
+ * its session's, or before sign-in its pre-session one. A cross-site form or
+ * fetch can send the cookies but cannot read either token.
+ */
+export async function checkCsrf(ctx: Context, deps: ConsoleDeps): Promise<void> {
+  if (ctx.method === 'GET' || ctx.method === 'HEAD' || ctx.method === 'OPTIONS') return;
+  const given = ctx.get(csrfHeader);
+  if (!given) throw csrfFailed();
+  const origin = ctx.get('origin');
+  if (origin && origin !== 'null') {
+    let host: string | undefined;
+    try {
+      host = new URL(origin).host;
+    } catch {
+      host = undefined;
+    }
+    if (host !== ctx.host) throw csrfFailed();
+  }
+  const found = await loadSession(ctx, deps);
+  // Signed in, only the session's own token counts: the pre-session one was rotated away at sign-in.
+  if (found) {
+    if (sameSecret(given, found.session.csrf)) return;
+    throw csrfFailed();
+  }
+  const preSession = ctx.cookies.get(csrfCookie);
+  if (preSession && sameSecret(given, preSession)) return;
+  throw csrfFailed();
+}
+
+export async function startSession(ctx: Context, deps: ConsoleDeps, account: Account) {
+  // A new token at every sign-in: a token planted before it (session fixation) is never the one that signs in.
+  const previous = await deps.sessions.get(ctx.cookies.get(sessionCookie));
+  if (previous) await deps.sessions.destroy(previous);
+  const { token, session } = await deps.sessions.create(account.id);
+  ctx.cookies.set(sessionCookie, token, cookieOptions(ctx, deps.config.console.sessionMaxSeconds * 1000));
+  // The pre-session CSRF token ends with the sign-in: from here on only the session's own token is accepted.
+  ctx.cookies.set(csrfCookie, '', { ...cookieOptions(ctx), maxAge: 0 });
+  return { account: accountView(account), csrf_token: session.csrf };
+}
+
