@@ -1,6 +1,7 @@
 import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { GatewayError, type ErrorBody, type WireError } from '../shared/errors.js';
+import { GatewayError, type ErrorBody } from '../shared/errors.js';
+import { decodeAsyncJobFailure } from '../shared/async-job-failure.js';
 import { asyncJobKey } from '../shared/keys.js';
 import { type AsyncJobRecord, type GatewayJobResult } from '../shared/jobs.js';
 import type { QueueShards } from '../shared/queue-shards.js';
@@ -39,15 +40,9 @@ export async function loadOwnedJob(redis: Redis, queues: QueueShards, id: string
 /** The error a failed job ended with, in the OpenAI shape. */
 export function jobError(owned: OwnedJob): ErrorBody['error'] | null {
   if (owned.status !== 'failed') return null;
-  const reason = owned.job?.failedReason;
-  if (reason) {
-    try {
-      const wire = JSON.parse(reason) as WireError;
-      if (wire.error?.message) return wire.error;
-    } catch {
-      // Not one of ours (e.g. BullMQ's stalled-job reason): reported generically below.
-    }
-  }
+  // A reason that is not one of ours (e.g. BullMQ's stalled-job reason) is reported generically below.
+  const wire = decodeAsyncJobFailure(owned.job?.failedReason);
+  if (wire) return wire.error;
   return { message: owned.job ? 'The job failed: its worker was lost. Retry the request.' : 'The job expired.', type: 'server_error', param: null, code: owned.job ? 'worker_lost' : 'expired' };
 }
 

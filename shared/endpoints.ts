@@ -54,8 +54,12 @@ export interface EndpointRow {
   uploads: false | { maxBytes: 'maxImageBytes' | 'maxAudioBytes' };
   /** Always answered as a resource to read later (a 200 with the queued resource), never held open. */
   asyncOnly: boolean;
-  /** Which worker pipeline runs it: text (chat adapters) or media (image, audio, video adapters). */
-  pipeline: 'text' | 'media';
+  /**
+   * Which worker pipeline runs it: text (chat adapters, answered as chunks or one body), responses (chat
+   * adapters, always streamed, answered as the Responses API's events or object) or media (image, audio,
+   * video adapters).
+   */
+  pipeline: 'text' | 'responses' | 'media';
   /** How long a request may wait and run, in ms. */
   deadlineMs: (config: Pick<Config, 'deadlineMs'>) => number;
   /** How long its finished job is kept when a client waited for it. */
@@ -66,7 +70,7 @@ export interface EndpointRow {
  * Every queued endpoint. Routes, the relay, the model resolver, worker
  * dispatch and the blob janitor read their facts from here; adding an
  * endpoint is one row, one handler (`api/endpoint-handlers.ts`) and, in the
- * worker, one case of its pipeline.
+ * worker, one case of its pipeline (`workers/pipelines.ts`).
  */
 export const endpoints = {
   'chat.completions': {
@@ -107,7 +111,7 @@ export const endpoints = {
     streams: true,
     uploads: false,
     asyncOnly: false,
-    pipeline: 'text',
+    pipeline: 'responses',
     deadlineMs: queueDeadline('chat'),
     keep: heldAnswer,
   },

@@ -1,3 +1,5 @@
+import { ClientGoneError } from './client-gone-error.js';
+
 /**
  * Running vendor calls by request id, so a cancel message (client gone) can
  * abort them. A cancel that arrives before its job started is remembered
@@ -33,15 +35,5 @@ export class CancelRegistry {
 
   get size(): number {
     return this.running.size;
-  }
-}
-
-/** What a job dropped because its client left fails with. */
-export const clientGoneMessage = 'The client closed the connection.';
-
-export class ClientGoneError extends Error {
-  constructor() {
-    super(clientGoneMessage);
-    this.name = 'ClientGoneError';
   }
 }

@@ -1,11 +1,11 @@
-import type { Job } from 'bullmq';
+import { UnrecoverableError, type Job } from 'bullmq';
 import { context, SpanKind, trace, type HrTime, type Span } from '@opentelemetry/api';
 import { endpoints } from '../shared/endpoints.js';
 import type { GatewayError } from '../shared/errors.js';
 import type { GatewayJobData, GatewayJobResult } from '../shared/jobs.js';
 import { contextOf, getTracer, markFailed, tracingEnabled } from '../shared/tracing.js';
 import type { ResolvedRoute } from './channel-router.js';
-import { clientGoneMessage } from './cancel-registry.js';
+import { ClientGoneError } from './client-gone-error.js';
 
 /**
  * The worker's spans of one request (only when tracing is on, see
@@ -71,10 +71,9 @@ export function traceJobs(processor: Processor): Processor {
  * error for good), `retry` (BullMQ runs it again after a backoff).
  */
 function outcomeOf(error: unknown): 'delayed' | 'cancelled' | 'failed' | 'retry' {
-  const { name, message } = (error ?? {}) as { name?: string; message?: string };
-  if (name === 'DelayedError') return 'delayed';
-  if (name === 'UnrecoverableError') return message === clientGoneMessage ? 'cancelled' : 'failed';
-  return 'retry';
+  if (error instanceof ClientGoneError) return 'cancelled';
+  if (error instanceof UnrecoverableError) return 'failed';
+  return (error as { name?: unknown } | null)?.name === 'DelayedError' ? 'delayed' : 'retry';
 }
 
 /** One call to a vendor channel; undefined (and nothing to call) when tracing is off. */

@@ -1,4 +1,4 @@
-import type { Job, Worker } from 'bullmq';
+import { UnrecoverableError, type Job, type Worker } from 'bullmq';
 import type { Config } from '../shared/config.js';
 import { endpoints } from '../shared/endpoints.js';
 import type { GatewayError } from '../shared/errors.js';
@@ -60,10 +60,9 @@ export function meterJobs(processor: Processor): Processor {
       if (job.attemptsMade > 0 || (job.stalledCounter ?? 0) > 0) metrics.jobsRecovered.get(queue).inc();
       return result;
     } catch (error) {
-      const name = (error as { name?: unknown } | null)?.name;
-      if (name === 'DelayedError') metrics.jobsRetried.get(queue, 'rate_limited').inc();
+      if ((error as { name?: unknown } | null)?.name === 'DelayedError') metrics.jobsRetried.get(queue, 'rate_limited').inc();
       // BullMQ runs a failed job again while attempts remain, unless it was failed for good.
-      else if (name !== 'UnrecoverableError' && job.attemptsMade + 1 < (job.opts.attempts ?? 1)) metrics.jobsRetried.get(queue, 'error').inc();
+      else if (!(error instanceof UnrecoverableError) && job.attemptsMade + 1 < (job.opts.attempts ?? 1)) metrics.jobsRetried.get(queue, 'error').inc();
       throw error;
     } finally {
       metrics.jobRun.get(queue).observe((performance.now() - started) / 1000);

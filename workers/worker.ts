@@ -1,4 +1,4 @@
-import { UnrecoverableError, Worker, type Job, type WorkerOptions } from 'bullmq';
+import { Worker, type WorkerOptions } from 'bullmq';
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import { createRedis } from '../shared/redis.js';
@@ -7,31 +7,27 @@ import { GatewayError } from '../shared/errors.js';
 import { cancelChannel } from '../shared/keys.js';
 import { shardQueueName, type QueueName } from '../shared/queues.js';
 import { type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
-import { CancelRegistry, clientGoneMessage } from './cancel-registry.js';
-import { createProcessor } from './processor.js';
+import { CancelRegistry } from './cancel-registry.js';
+import { createProcessor } from './job-run.js';
+import { JobLifecycle } from './job-lifecycle.js';
 import { traceJobs } from './job-tracing.js';
 import { retryDelay } from './failure-policy.js';
-import { ReplyPublisher } from './reply-publisher.js';
 import { ChannelRouter } from './channel-router.js';
 import { slotFreedChannel, VendorLimiter } from './vendor-limiter.js';
 import { createBlobStore } from '../storage/create-blob-store.js';
 import { resolveUrlSecret } from '../storage/blob-urls.js';
-import { publishJobEvent } from './media-processor.js';
 import { closeVendorAgent } from './vendors/http.js';
 import { setFetchPolicy } from './vendors/guarded-fetch.js';
 import { setVendorCallSettings } from './vendors/call-settings.js';
-import { BlobJanitor, deleteJobUploads } from './blob-janitor.js';
-import { endpoints } from '../shared/endpoints.js';
+import { BlobJanitor } from './blob-janitor.js';
 import { releaseExpiredReservations } from '../shared/billing.js';
 import { openHotRecord } from '../storage/record/hot-state.js';
 import { ensureUsageGroup, UsageWriter } from '../storage/record/usage-writer.js';
 import { randomBytes } from 'node:crypto';
-import { defaultAccountId, settledKey } from '../shared/accounts.js';
 import { PriceList } from '../shared/pricing.js';
-import { meterJobs, meterStalls, startWorkerMetrics } from './metrics.js';
+import { meterJobs, startWorkerMetrics } from './metrics.js';
 
 const reservationSweepMs = 10_000;
-const settledAfterCompletionMs = 60_000;
 const reservationGraceMs = 60_000;
 
 /** Jobs in flight per fetch loop: past this, one loop's round trips, not the vendor, would limit a queue's throughput. */
@@ -108,7 +104,6 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   });
   usageWriter.start();
 
-  const answered = new Set<string>();
   const catalog = loadCatalog(config.catalogFile);
   const router = new ChannelRouter(redis, catalog, log, config);
   await router.start();
@@ -123,7 +118,6 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     limiter,
     cancels,
     log,
-    answered,
     media: { config, redis, blobs, urlSecret: await resolveUrlSecret(redis, config.blobUrlSecret) },
     settlement: {
       redis,
@@ -133,76 +127,14 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     },
   }));
 
+  const lifecycle = new JobLifecycle({ redis, blobs, log });
   // BullMQ's worker fetches one job per Redis round trip; a busy queue gets several fetch loops, which share its concurrency.
   const loops = config.workerQueues.flatMap((name) => capabilityLoops(name, config.concurrency[name], config.queueShards[name]));
   const bullWorkers = loops.map(({ queue: name, concurrency, loop }) => {
     const worker = new Worker<GatewayJobData, GatewayJobResult>(name, meterJobs(processor), { connection: redis, ...fetchLoopOptions(config, concurrency, loop) });
-    worker.on('completed', (job) => {
-      forgetSettled(job);
-      releaseUploads(job, async () => true);
-      // An async job's watchers hear of its end once BullMQ has recorded it: what they read then is final.
-      if (job.data.async) void publishJobEvent(redis, job.data.requestId, { type: 'completed', status: 'completed' }).catch(() => undefined);
-    });
-    worker.on('failed', (job, error) => {
-      void answerFinalFailure(job, error);
-      if (job) releaseUploads(job, () => isFinalFailure(job, error));
-    });
-    worker.on('error', (error) => log.error({ err: error, queue: name }, 'worker error'));
-    meterStalls(worker);
+    lifecycle.watch(worker, name);
     return worker;
   });
-
-  // BullMQ has recorded a failed attempt. When it was the last, whoever sees it tells who waits: an async
-  // job's watchers (always from here, once the failure is recorded, so what they read then is final), and a
-  // held request's api when the processor could not answer it (e.g. the job stalled: its worker died twice),
-  // so no client waits for its deadline.
-  async function answerFinalFailure(job: Job<GatewayJobData> | undefined, error: Error): Promise<void> {
-    if (!job) return;
-    const requestId = job.data.requestId;
-    const processorAnswered = answered.delete(requestId);
-    const final = error instanceof UnrecoverableError || job.attemptsMade >= (job.opts.attempts ?? 1) || /stalled/i.test(error.message);
-    // A job dropped because its client left answers nobody.
-    if (!final || error.message === clientGoneMessage) return;
-    const lost = () =>
-      new GatewayError(502, 'The request could not be completed: its worker was lost. Retry the request.', { code: 'worker_lost' }).toWire();
-    if (job.data.async) {
-      const wire = (processorAnswered ? wireErrorOf(error.message) : undefined) ?? lost();
-      await publishJobEvent(redis, requestId, { type: 'failed', status: 'failed', error: wire.error }).catch(() => undefined);
-    } else if (!processorAnswered) {
-      await new ReplyPublisher(redis, job.data.replyTo, requestId, { stream: job.data.stream }).error(lost()).catch(() => undefined);
-    }
-  }
-
-  // A completed job never runs again, so its settled mark (which stops a second attempt from billing twice)
-  // has nearly done its work: kept one more minute rather than until its deadline, one key per request. Not
-  // dropped at once: a Redis failover that loses the job's completion (asynchronous replication) brings the
-  // job back within seconds, and the mark must still be there to stop it billing again.
-  function forgetSettled(job: Job<GatewayJobData>): void {
-    redis.pexpire(settledKey(job.data.accountId ?? defaultAccountId, job.data.requestId), settledAfterCompletionMs).catch(() => undefined);
-  }
-
-  // A job's uploads are deleted once it reaches its final state; never while it may still be retried.
-  const releasing = new Set<Promise<void>>();
-  function releaseUploads(job: Job<GatewayJobData>, final: () => Promise<boolean>): void {
-    if (!endpoints[job.data.endpoint].uploads) return;
-    const release = (async () => {
-      if (!(await final())) return;
-      const deleted = await deleteJobUploads(job, redis, blobs, log);
-      if (deleted > 0) log.debug({ reqId: job.data.requestId, deleted }, 'uploads deleted');
-    })()
-      .catch((error: unknown) => log.warn({ err: error, reqId: job.data.requestId }, 'could not delete uploads'))
-      .finally(() => releasing.delete(release));
-    releasing.add(release);
-  }
-
-  // BullMQ emits `failed` for every failed attempt, after it has moved the job on: to
-  // delayed or waiting when it will retry, to failed when not. An UnrecoverableError is never retried.
-  async function isFinalFailure(job: Job<GatewayJobData>, error: Error): Promise<boolean> {
-    if (error instanceof UnrecoverableError || error.name === 'UnrecoverableError') return true;
-    const state = await job.getState();
-    // 'unknown': the job is gone (removed on failure, or by the api while it waited), so nobody runs it again.
-    return state === 'failed' || state === 'completed' || state === 'unknown';
-  }
 
   const janitor = new BlobJanitor({ redis, blobs, log, config });
   janitor.start();
@@ -221,7 +153,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       clearInterval(reservationSweep);
       await Promise.allSettled(bullWorkers.map((w) => w.close()));
       await janitor.close();
-      await Promise.allSettled([...releasing]);
+      await lifecycle.close();
       // What settled until now is written before the process goes (else another worker's writer claims it later).
       await usageWriter.close();
       await Promise.allSettled([usageConnection.quit(), closeRecord()]);
@@ -229,14 +161,4 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       await Promise.allSettled([subscriber.quit(), redis.quit(), closeVendorAgent()] as Promise<unknown>[]);
     },
   };
-}
-
-/** The wire error an async job failed with: the processor fails it with the error's wire JSON as the message. */
-function wireErrorOf(message: string): { error: Record<string, unknown> } | undefined {
-  try {
-    const parsed = JSON.parse(message) as { error?: unknown };
-    return parsed && typeof parsed.error === 'object' && parsed.error !== null ? { error: parsed.error as Record<string, unknown> } : undefined;
-  } catch {
-    return undefined;
-  }
 }

@@ -6,7 +6,8 @@ import { decodeReply, encodeReply } from '../../shared/reply.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { chatCompletionRequestSchema } from '../../shared/schemas/chat.js';
 import { formatParam, toValidationError } from '../../api/request-body.js';
-import { CancelRegistry, ClientGoneError } from '../../workers/cancel-registry.js';
+import { CancelRegistry } from '../../workers/cancel-registry.js';
+import { ClientGoneError } from '../../workers/client-gone-error.js';
 import { retryDelay } from '../../workers/failure-policy.js';
 import { isMockEnabled, resolveChannels } from '../../shared/vendors.js';
 

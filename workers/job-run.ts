@@ -1,0 +1,292 @@
+import { DelayedError, UnrecoverableError, type Job } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { AsyncJobFailure } from '../shared/async-job-failure.js';
+import type { Catalog, CatalogModel } from '../shared/catalog.js';
+import type { Config } from '../shared/config.js';
+import { endpoints, type EndpointRequest } from '../shared/endpoints.js';
+import { GatewayError, timeoutError } from '../shared/errors.js';
+import type { GatewayJobData, GatewayJobResult } from '../shared/jobs.js';
+import { apiAliveKey, payloadKey, replayStreamKey } from '../shared/keys.js';
+import { lazyChild, type Logger } from '../shared/logger.js';
+import type { ResponsesJob } from '../shared/responses.js';
+import { AnsweredFailure } from './answered-failure.js';
+import { CallObserver } from './call-observer.js';
+import type { CancelRegistry } from './cancel-registry.js';
+import type { ChannelRouter, ResolvedRoute } from './channel-router.js';
+import { ClientGoneError } from './client-gone-error.js';
+import { decideFailure, toGatewayError } from './failure-policy.js';
+import type { MediaDeps } from './media-processor.js';
+import { pipelines, type PipelineOutcome } from './pipelines.js';
+import { ReplyPublisher } from './reply-publisher.js';
+import { ResponsesRun } from './responses-run.js';
+import { Meter, settleJob, type SettlementDeps } from './settlement.js';
+import type { Lease, VendorLimiter } from './vendor-limiter.js';
+import type { CallContext } from './vendors/types.js';
+
+export interface ProcessorDeps {
+  config: Config;
+  redis: Redis;
+  catalog: Catalog;
+  router: ChannelRouter;
+  limiter: VendorLimiter;
+  cancels: CancelRegistry;
+  log: Logger;
+  media: MediaDeps;
+  settlement: SettlementDeps;
+}
+
+/** Runs one gateway job: calls the vendor and publishes the answer to the api that holds the client. */
+export function createProcessor(deps: ProcessorDeps) {
+  return (job: Job<GatewayJobData, GatewayJobResult>, token?: string): Promise<GatewayJobResult> => new JobRun(deps, job, token).run();
+}
+
+/**
+ * One run of a job, in steps: `preflight` (may it run at all), `acquire` (a
+ * channel and its vendor slot), `execute` (the endpoint's pipeline), `finish`
+ * (bill and answer), and on an error `fail` (the client left, or the failure
+ * policy's answer: fail now, wait, or retry). Every final outcome is billed
+ * once.
+ */
+class JobRun {
+  private readonly data: GatewayJobData;
+  private readonly log: Logger;
+  private readonly orphan: { afterMs: number; onOrphaned: () => void } | undefined;
+  private readonly publisher: ReplyPublisher;
+  private readonly produced = new Meter();
+  private readonly call = new CallObserver();
+  private request: EndpointRequest | undefined;
+  private model: CatalogModel | undefined;
+  private route: ResolvedRoute | undefined;
+  private vendor = 'none';
+  private responses: ResponsesRun | undefined;
+  /** One signal for the vendor call: aborted by a cancel (client gone) or, with a timeout reason, at the deadline. */
+  private controller: AbortController | undefined;
+  private deadlineTimer: ReturnType<typeof setTimeout> | undefined;
+  private timedOut = false;
+  private lease: Lease | undefined;
+  /** A streamed answer's bill, begun once the vendor is done. */
+  private billed: Promise<void> | undefined;
+
+  constructor(
+    private readonly deps: ProcessorDeps,
+    private readonly job: Job<GatewayJobData, GatewayJobResult>,
+    private readonly token: string | undefined,
+  ) {
+    const data = (this.data = job.data);
+    this.log = lazyChild(deps.log, () => ({ reqId: data.requestId, queue: job.queueName, attempt: job.attemptsMade + 1 }));
+    // An async or background job's answer is kept for later readers; any other job's answer is for its api alone.
+    const detached = data.async === true || data.background === true;
+    this.orphan = detached ? undefined : { afterMs: deps.config.orphanAfterMs, onOrphaned: () => deps.cancels.cancel(data.requestId) };
+    this.publisher = new ReplyPublisher(deps.redis, data.replyTo, data.requestId, {
+      ...(this.orphan ? { orphan: this.orphan } : {}),
+      replayTtlSeconds: deps.config.streamReplayTtlSeconds,
+      owner: data.keyId,
+      stream: this.streamed,
+    });
+  }
+
+  private get streamed(): boolean {
+    return this.data.stream || this.data.background === true;
+  }
+
+  async run(): Promise<GatewayJobResult> {
+    const remaining = await this.preflight();
+    this.startClock(remaining);
+    try {
+      try {
+        await this.acquire();
+        return await this.finish(await this.execute());
+      } finally {
+        await this.freeSlot();
+      }
+    } catch (caught) {
+      return await this.fail(caught);
+    } finally {
+      clearTimeout(this.deadlineTimer);
+      this.call.end();
+      this.deps.cancels.finish(this.data.requestId);
+    }
+  }
+
+  /** Whether the job may run at all, and what it runs on: resolves to the time left before its deadline. */
+  private async preflight(): Promise<number> {
+    const { data, job, orphan, deps } = this;
+    const remaining = data.deadline - Date.now();
+    if (remaining <= 0) return this.answerFailure(timeoutError('The request waited in the queue past its deadline.'));
+    if (orphan && Date.now() - job.timestamp > orphan.afterMs && (await deps.redis.exists(apiAliveKey(data.replyTo))) === 0) {
+      // It waited long, and the api that took it is gone: nobody would read the answer, so the vendor is not called.
+      this.log.info('the api holding this request is gone; job dropped');
+      await this.bill('cancelled');
+      throw new ClientGoneError();
+    }
+    if (this.streamed && (job.attemptsStarted ?? 0) > 1 && (await deps.redis.exists(replayStreamKey(data.requestId)))) {
+      // A worker died after this stream's first bytes reached the client: replaying would duplicate output.
+      return this.answerFailure(new GatewayError(502, 'The worker serving this stream was lost mid-response.', { code: 'worker_lost' }));
+    }
+    this.model = deps.catalog.get(data.model);
+    if (!this.model) return this.answerFailure(new GatewayError(404, `The model \`${data.model}\` is no longer in the catalog.`, { code: 'model_not_found' }));
+    const payload = data.payload ?? (await loadPayload(deps.redis, data.requestId));
+    if (!payload) return this.answerFailure(new GatewayError(410, 'The request body expired before a worker picked it up.', { code: 'payload_expired' }));
+    // The one place the payload's type is taken on trust: the api validated it against this endpoint's schema.
+    this.request = { endpoint: data.endpoint, payload } as EndpointRequest;
+    return remaining;
+  }
+
+  /** The vendor call's signal: a cancel aborts it (client gone), and so does the deadline, with a timeout reason. */
+  private startClock(remaining: number): void {
+    const controller = (this.controller = this.deps.cancels.start(this.data.requestId));
+    this.deadlineTimer = setTimeout(() => {
+      this.timedOut = true;
+      controller.abort(timeoutError());
+    }, remaining);
+  }
+
+  /** A channel for the model, and a slot under its vendor's limits (waited for, up to the deadline); the call starts. */
+  private async acquire(): Promise<void> {
+    const { deps, data } = this;
+    const signal = this.controller!.signal;
+    const route = (this.route = deps.router.route(this.model!));
+    this.vendor = route.channel.vendor;
+    this.lease = await deps.limiter.acquire(route.channel.vendor, data.deadline, signal);
+    this.call.started(this.job, route, signal);
+  }
+
+  /** The endpoint's pipeline calls the vendor. */
+  private execute(): Promise<PipelineOutcome> {
+    const route = this.route!;
+    return pipelines[endpoints[this.data.endpoint].pipeline]({
+      job: this.job,
+      request: this.request!,
+      protocol: route.protocol,
+      ctx: this.callContext(route),
+      publisher: this.publisher,
+      produced: this.produced,
+      media: this.deps.media,
+      vendorDone: () => this.freeSlot(),
+      vendorDoneBilling: () => {
+        this.billed = this.bill('completed');
+        // Awaited by `finish`; if ending the stream fails first, the failure path settles (once) instead.
+        this.billed.catch(() => undefined);
+        return this.freeSlot();
+      },
+      startResponses: (job: ResponsesJob) => this.startResponses(job),
+    });
+  }
+
+  /** What the vendor is called with. */
+  private callContext(route: ResolvedRoute): CallContext {
+    const { data } = this;
+    const ctx: CallContext = {
+      requestId: data.requestId,
+      signal: this.controller!.signal,
+      channel: route.channel,
+      upstreamModel: route.upstreamModel,
+      model: route.model,
+      log: this.log,
+    };
+    return ctx;
+  }
+
+  /** The answer is billed and delivered: side by side, so the settlement adds no round trip to it, and the job ends only once both are done. */
+  private async finish(outcome: PipelineOutcome): Promise<GatewayJobResult> {
+    switch (outcome.answer) {
+      case 'publish': {
+        const [, kept] = await Promise.all([this.bill('completed'), this.publisher.done(outcome.body)]);
+        return kept;
+      }
+      case 'keep':
+        await this.bill('completed');
+        // Its watchers hear of the end from the worker, once BullMQ has recorded it.
+        return outcome.result;
+      case 'sent':
+        // Begun when the vendor was done, beside the stream's end.
+        await this.billed;
+        return outcome.result;
+    }
+  }
+
+  /** The run met an error: the client left, or the failure policy says what follows (fail now, wait, or retry). */
+  private async fail(caught: unknown): Promise<never> {
+    const { deps, data, job, route, log } = this;
+    if (this.controller!.signal.aborted && !this.timedOut) return this.drop();
+    if (caught instanceof DelayedError || caught instanceof UnrecoverableError) throw caught;
+    const error = this.timedOut ? timeoutError() : toGatewayError(caught, log);
+    this.call.failed(error);
+    // Neither resting channels nor a Redis outage says anything about the vendor.
+    if (route && error.code !== 'channels_cooling_down' && error.code !== 'queue_unavailable') deps.router.reportFailure(route, error);
+    const decision = decideFailure(deps.config, {
+      error,
+      outputStarted: this.publisher.started,
+      canSwitchChannel: () => deps.router.canRoute(this.model!),
+      attemptsMade: job.attemptsMade,
+      attempts: job.opts.attempts ?? 1,
+      deadline: data.deadline,
+      canWait: this.token !== undefined,
+    });
+    switch (decision.action) {
+      case 'fail':
+        return this.answerFailure(error);
+      case 'wait':
+        log.info({ delay: decision.delay }, 'vendor rate limited; rescheduling');
+        await job.moveToDelayed(Date.now() + decision.delay, this.token!);
+        throw new DelayedError();
+      case 'retry':
+        log.warn({ status: error.status, delay: decision.delay }, 'vendor call failed; will retry');
+        throw error;
+    }
+  }
+
+  /** The client left (or cancelled) while the job ran: the vendor call was aborted, and what it produced is billed. */
+  private async drop(): Promise<never> {
+    this.log.info('client left or cancelled; vendor call aborted');
+    await this.responses?.cancel().catch((e: unknown) => this.log.warn({ err: e }, 'could not end the cancelled response'));
+    await this.bill('cancelled');
+    throw new ClientGoneError();
+  }
+
+  /** The job fails for good with this error: billed, then answered, and failed with an error that says it was answered. */
+  private async answerFailure(error: GatewayError): Promise<never> {
+    const { data, request, log } = this;
+    await this.bill('failed', error.code ?? error.type);
+    // The failure is the job's result: GET /v1/jobs/{id} reads it from the failed job's reason (and the
+    // worker tells the job's watchers once BullMQ has recorded it).
+    if (data.async) throw new AsyncJobFailure(error.toWire());
+    // A Responses stream under way (or in the background) ends with its own failure events instead.
+    const responses = this.responses ?? (request?.endpoint === 'responses' ? this.startResponses(request.payload) : undefined);
+    const answered = responses ? await responses.fail(error).catch((e: unknown) => (log.warn({ err: e }, 'could not end the response'), false)) : false;
+    if (!answered) await this.publisher.error(error.toWire()).catch((e) => log.warn({ err: e }, 'could not publish error'));
+    throw new AnsweredFailure(error.toWire());
+  }
+
+  private startResponses(job: ResponsesJob): ResponsesRun {
+    this.responses = new ResponsesRun(this.deps.redis, job, this.publisher, this.data.stream, this.deps.config.responseTtlSeconds);
+    return this.responses;
+  }
+
+  /** The vendor's part is over. A slot that cannot be released now expires with its lease; the answer must not wait on it. */
+  private async freeSlot(): Promise<void> {
+    this.call.vendorDone();
+    await this.lease?.release().catch((e) => this.log.warn({ err: e }, 'could not release vendor slot'));
+  }
+
+  /**
+   * Every final outcome is billed once: what was produced (nothing, for a request that never reached a vendor),
+   * with what the request log wants to know of the run.
+   */
+  private bill(status: 'completed' | 'failed' | 'cancelled', errorCode?: string): Promise<void> {
+    const { data, job, route } = this;
+    return settleJob(this.deps.settlement, data, this.request, this.vendor, this.produced, status, {
+      endpoint: data.endpoint,
+      attempts: job.attemptsMade + 1,
+      queueMs: Math.max(0, (job.processedOn ?? Date.now()) - job.timestamp),
+      ...(route ? { channel: route.channel.id } : {}),
+      ...(route && route.model.id !== data.model ? { fallback: route.model.id } : {}),
+      ...(errorCode ? { errorCode } : {}),
+    });
+  }
+}
+
+async function loadPayload(redis: Redis, requestId: string): Promise<unknown> {
+  const text = await redis.get(payloadKey(requestId));
+  return text === null ? undefined : JSON.parse(text);
+}

@@ -1,0 +1,78 @@
+import type { Job } from 'bullmq';
+import { GatewayError } from '../shared/errors.js';
+import type { EndpointRequest, EndpointRow } from '../shared/endpoints.js';
+import type { GatewayJobData, GatewayJobResult } from '../shared/jobs.js';
+import type { ResponsesJob } from '../shared/responses.js';
+import type { Protocol } from '../shared/vendor-definitions.js';
+import { publishJobEvent, runMedia, type MediaDeps } from './media-processor.js';
+import type { ReplyPublisher } from './reply-publisher.js';
+import type { ResponsesRun } from './responses-run.js';
+import type { Meter } from './settlement.js';
+import { callText, runTextStream } from './text-pipeline.js';
+import type { CallContext } from './vendors/types.js';
+
+/** What a pipeline gets from the job run, once its vendor slot is held. */
+export interface PipelineRun {
+  job: Job<GatewayJobData, GatewayJobResult>;
+  request: EndpointRequest;
+  protocol: Protocol;
+  ctx: CallContext;
+  publisher: ReplyPublisher;
+  /** Takes what the answer used, for billing. */
+  produced: Meter;
+  media: MediaDeps;
+  /** The vendor's part is over: its slot is freed. */
+  vendorDone(): Promise<void>;
+  /** The vendor's part of an answer the pipeline ends itself is over: billing starts (beside the answer's end), and the slot is freed. */
+  vendorDoneBilling(): Promise<void>;
+  /** The run's Responses encoder for this response, kept so a failure or a cancel ends the same response. */
+  startResponses(job: ResponsesJob): ResponsesRun;
+}
+
+/**
+ * How the answer reaches its reader, for the run's finish step:
+ * - `publish`: this body goes to the api, side by side with the bill;
+ * - `keep`: an async job's result, kept by BullMQ once billed;
+ * - `sent`: the pipeline answered itself (a stream ended) and billing began when the vendor was done.
+ */
+export type PipelineOutcome = { answer: 'publish'; body: string } | { answer: 'keep'; result: GatewayJobResult } | { answer: 'sent'; result: GatewayJobResult };
+
+/** Async results past this size are kept in the blob store for their whole lifetime, not in Redis. */
+const inlineAsyncResultBytes = 256 * 1024;
+
+/** The worker's pipelines, by the endpoint row's `pipeline`. */
+export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Promise<PipelineOutcome>> = {
+  /** Chat, legacy completions and embeddings: streamed as the client's chunks, or one body. */
+  async text(run) {
+    const { job, protocol, request, ctx, publisher, produced } = run;
+    if (job.data.stream) {
+      await runTextStream(protocol, request, ctx, publisher, run.vendorDoneBilling, produced);
+      return { answer: 'sent', result: {} };
+    }
+    const body = await callText(protocol, request, ctx, produced);
+    await run.vendorDone();
+    return { answer: 'publish', body };
+  },
+
+  /** The Responses API: the vendor is always streamed; the client gets its events, or the final object. */
+  async responses(run) {
+    const { request } = run;
+    if (request.endpoint !== 'responses') throw new GatewayError(400, `${request.endpoint} is not a Responses endpoint.`);
+    const body = await run.startResponses(request.payload).run(run.protocol, run.ctx, run.produced, run.vendorDoneBilling);
+    return { answer: 'sent', result: body === undefined ? {} : { body } };
+  },
+
+  /** Images, audio and video: held for a plain request, kept as the job's result for an async one. */
+  async media(run) {
+    const { job, media } = run;
+    const data = job.data;
+    if (data.async) await publishJobEvent(media.redis, data.requestId, { type: 'progress', status: 'in_progress', progress: 0 });
+    const { body } = await runMedia(job, run.protocol, run.request, run.ctx, media, run.vendorDone, run.produced);
+    if (!data.async) return { answer: 'publish', body };
+    const result: GatewayJobResult =
+      body.length > inlineAsyncResultBytes
+        ? { bodyRef: (await media.blobs.put(`results/${data.requestId}.json`, Buffer.from(body), 'application/json')).key }
+        : { body };
+    return { answer: 'keep', result };
+  },
+};
