@@ -89,6 +89,7 @@ class JobRun {
     return this.data.stream || this.data.background === true;
   }
 
+  /** The steps in order. The vendor slot is freed before an error is handled, so a failed or cancelled call bills after its slot is back. */
   async run(): Promise<GatewayJobResult> {
     const remaining = await this.preflight();
     this.startClock(remaining);

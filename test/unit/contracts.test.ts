@@ -2,6 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { loadConfig } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
+import { AsyncJobFailure, decodeAsyncJobFailure, encodeAsyncJobFailure } from '../../shared/async-job-failure.js';
 import { decodeReply, encodeReply } from '../../shared/reply.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { chatCompletionRequestSchema } from '../../shared/schemas/chat.js';
@@ -9,6 +10,8 @@ import { formatParam, toValidationError } from '../../api/request-body.js';
 import { CancelRegistry } from '../../workers/cancel-registry.js';
 import { ClientGoneError } from '../../workers/client-gone-error.js';
 import { retryDelay } from '../../workers/failure-policy.js';
+import { AnsweredFailure } from '../../workers/answered-failure.js';
+import { UnrecoverableError } from 'bullmq';
 import { isMockEnabled, resolveChannels } from '../../shared/vendors.js';
 
 describe('reply wire format', () => {
@@ -27,6 +30,29 @@ describe('GatewayError', () => {
     assert.equal(back.status, 429);
     assert.deepEqual(back.headers, { 'retry-after': '2' });
     assert.deepEqual(back.toBody(), error.toBody());
+  });
+});
+
+describe('failed jobs', () => {
+  it("an async job's wire error travels as its failed reason, and only one of ours decodes", () => {
+    const wire = new GatewayError(400, 'bad prompt', { code: 'content_policy', param: 'prompt' }).toWire();
+    const failure = new AsyncJobFailure(wire);
+    assert.ok(failure instanceof UnrecoverableError, 'BullMQ fails it for good');
+    assert.equal(failure.message, encodeAsyncJobFailure(wire));
+    assert.deepEqual(decodeAsyncJobFailure(failure.message), wire);
+    for (const reason of [undefined, '', 'job stalled more than allowable limit', 'null', '{"error":{}}', '[1]']) {
+      assert.equal(decodeAsyncJobFailure(reason), undefined, String(reason));
+    }
+  });
+
+  it('a held failure and a client gone fail for good, with their message as the reason', () => {
+    const answered = new AnsweredFailure(new GatewayError(404, 'no such model', { code: 'model_not_found' }).toWire());
+    assert.ok(answered instanceof UnrecoverableError);
+    assert.equal(answered.message, 'no such model');
+    assert.equal(answered.wire.error.code, 'model_not_found');
+    const gone = new ClientGoneError();
+    assert.ok(gone instanceof UnrecoverableError);
+    assert.match(gone.message, /client closed the connection/);
   });
 });
 

@@ -16,6 +16,10 @@ import { jobTraceCarrier, traceQueued, traceRelay, traceRequests, type RequestTr
 import type { PendingReply } from '../../api/reply-hub.js';
 import { startVendorAttempt, traceJobs } from '../../workers/job-tracing.js';
 import type { ResolvedRoute } from '../../workers/channel-router.js';
+import { CallObserver } from '../../workers/call-observer.js';
+import { ClientGoneError } from '../../workers/client-gone-error.js';
+import { AnsweredFailure } from '../../workers/answered-failure.js';
+import { AsyncJobFailure } from '../../shared/async-job-failure.js';
 
 const clientTraceId = '0af7651916cd43dd8448eb211c80319c';
 const clientSpanId = 'b7ad6b7169203331';
@@ -208,6 +212,44 @@ describe('tracing on, in process (InMemorySpanExporter)', () => {
     assert.equal(failedRun!.attributes['switchyard.outcome'], 'retry');
     assert.equal(delayedRun!.attributes['switchyard.outcome'], 'delayed');
     assert.equal(delayedRun!.status.code, SpanStatusCode.UNSET);
+  });
+
+  it("a run's end by its error's class: the client gone is cancelled, a failure answered (held or async) is failed", async () => {
+    exporter.reset();
+    const job = fakeJob({ trace: { traceparent: traceparent() } });
+    const wire = new GatewayError(404, 'gone from the catalog', { code: 'model_not_found' }).toWire();
+    for (const error of [new ClientGoneError(), new AnsweredFailure(wire), new AsyncJobFailure(wire)]) {
+      await assert.rejects(() => traceJobs(async () => Promise.reject(error))(job));
+    }
+    const [gone, held, asyncJob] = byName(exporter.getFinishedSpans(), 'process chat');
+    assert.equal(gone!.attributes['switchyard.outcome'], 'cancelled');
+    assert.equal(gone!.status.code, SpanStatusCode.UNSET);
+    for (const run of [held!, asyncJob!]) {
+      assert.equal(run.attributes['switchyard.outcome'], 'failed');
+      assert.equal(run.status.code, SpanStatusCode.ERROR);
+    }
+  });
+
+  it("the call observer tells the vendor attempt what the run tells it, and nothing before the call started", async () => {
+    exporter.reset();
+    const job = fakeJob({ trace: { traceparent: traceparent() } });
+    await assert.rejects(() =>
+      traceJobs(async (run) => {
+        const call = new CallObserver();
+        // A route or slot that failed: no call was made, so nothing is recorded.
+        call.failed(new GatewayError(503, 'resting', { code: 'channels_cooling_down' }));
+        call.started(run, route, new AbortController().signal);
+        call.vendorDone();
+        call.failed(new GatewayError(502, 'The vendor failed.', { code: 'vendor_error', retryable: true }));
+        call.end();
+        call.end();
+        throw new GatewayError(502, 'The vendor failed.', { code: 'vendor_error', retryable: true });
+      })(job),
+    );
+    const attempts = byName(exporter.getFinishedSpans(), 'vendor attempt');
+    assert.equal(attempts.length, 1);
+    assert.equal(attempts[0]!.attributes['error.type'], 'vendor_error');
+    assert.equal(attempts[0]!.attributes['switchyard.outcome'], 'error');
   });
 
   it('names a span by its route template, and errs a refused admission (not the 4xx server span)', async () => {
