@@ -4,13 +4,13 @@ import { z } from 'zod';
 import { GatewayError } from '../../shared/errors.js';
 import { defaultAccountId } from '../../shared/accounts.js';
 import { channelCooldownsKey, parseCooldown, resolveChannels } from '../../shared/vendors.js';
-import { readJsonObject } from '../request-body.js';
-import { accountNotFound, microsToUsd, usdToMicros } from '../account-store.js';
-import { accountName, createAccountSchema, creditSchema, parseStrict, role } from '../account-requests.js';
-import { accountView, keyView } from '../views.js';
-import { bodyLimit } from '../routes/admin.js';
+import { readJsonObject } from '../http/request-body.js';
+import { accountNotFound, microsToUsd, usdToMicros } from '../accounts/account-store.js';
+import { accountName, createAccountSchema, creditSchema, parseStrict, role } from '../accounts/account-requests.js';
+import { accountView, keyView } from '../accounts/views.js';
+import { bodyLimit } from '../accounts/admin-api.js';
 import { requireSession, type ConsoleDeps } from './console-session.js';
-import { queueDashboardEntry } from '../queue-dashboard.js';
+import { queueDashboardEntry } from './queue-dashboard.js';
 
 /*
  * The console's admin pages' data, at /console/api/admin/*. Each handler

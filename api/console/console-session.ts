@@ -2,9 +2,9 @@ import type { Context } from 'koa';
 import { randomBytes } from 'node:crypto';
 import type { Account } from '../../shared/accounts.js';
 import { GatewayError } from '../../shared/errors.js';
-import type { KeyStore } from '../key-store.js';
-import type { EndpointRouteDeps } from '../routes/endpoint-routes.js';
-import { accountView } from '../views.js';
+import type { KeyStore } from '../accounts/key-store.js';
+import type { EndpointRouteDeps } from '../requests/endpoint-route.js';
+import { accountView } from '../accounts/views.js';
 import type { ConsoleAssets } from './assets.js';
 import { sameSecret, type Session, type SessionStore, type SigninThrottle } from './sessions.js';
 

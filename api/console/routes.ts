@@ -1,18 +1,18 @@
 import type Router from '@koa/router';
-import { createRouter } from '../canonical-path.js';
+import { createRouter } from '../http/canonical-path.js';
 import type { Context, Next } from 'koa';
 import { z } from 'zod';
 import { GatewayError } from '../../shared/errors.js';
-import { readJsonObject } from '../request-body.js';
-import { usdToMicros } from '../account-store.js';
-import { email, keyChanges, keyLimits, keyName, newKeyLimits, parseStrict, patchKeySchema, password } from '../account-requests.js';
-import { accountView, keyView } from '../views.js';
-import { bodyLimit } from '../routes/admin.js';
-import { serve } from '../routes/endpoint-routes.js';
+import { readJsonObject } from '../http/request-body.js';
+import { usdToMicros } from '../accounts/account-store.js';
+import { email, keyChanges, keyLimits, keyName, newKeyLimits, parseStrict, patchKeySchema, password } from '../accounts/account-requests.js';
+import { accountView, keyView } from '../accounts/views.js';
+import { bodyLimit } from '../accounts/admin-api.js';
+import { serve } from '../requests/endpoint-route.js';
 import { checkCsrf, cookieOptions, loadSession, preSessionToken, requireSession, sessionCookie, startSession, type ConsoleDeps } from './console-session.js';
 import { pricingList, requestHistogramReport, requestList, usageReport, usageCsv, usageRequestSchema } from './reports.js';
 import { addAdminConsoleRoutes } from './admin-routes.js';
-import { queueDashboardEntry } from '../queue-dashboard.js';
+import { queueDashboardEntry } from './queue-dashboard.js';
 
 /*
  * The web console: its built pages at /console/*, its JSON API at

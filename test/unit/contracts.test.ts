@@ -5,7 +5,7 @@ import { GatewayError } from '../../shared/errors.js';
 import { decodeReply, encodeReply } from '../../shared/reply.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { chatCompletionRequestSchema } from '../../shared/schemas/chat.js';
-import { formatParam, toValidationError } from '../../api/request-body.js';
+import { formatParam, toValidationError } from '../../api/http/request-body.js';
 import { CancelRegistry, ClientGoneError } from '../../workers/cancel-registry.js';
 import { retryDelay } from '../../workers/failure-policy.js';
 import { isMockEnabled, resolveChannels } from '../../shared/vendors.js';
