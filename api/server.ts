@@ -26,8 +26,7 @@ import { apiMetrics } from './http/metrics.js';
 import { ModelResolver } from './requests/model-resolver.js';
 import { v1Routes } from './requests/v1-routes.js';
 import { adminRoutes } from './accounts/admin-api.js';
-import { endpointRoutes, serve } from './requests/endpoint-route.js';
-import { endpointNames, endpoints, type Endpoint } from '../shared/endpoints.js';
+import { endpointDispatch } from './requests/endpoint-route.js';
 import { jobRoutes } from './jobs/routes.js';
 import { responseRoutes } from './responses/routes.js';
 import { EventLogs } from './relay/event-log.js';
@@ -165,24 +164,17 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     adminRoutes(keyStore, config.adminToken).routes(),
     consoleRoutes({ ...relayDeps, blobs, keyStore, sessions, throttle: new SigninThrottle(redis), assets }).routes(),
   ] as Koa.Middleware[]);
-  // /v1 past the API key: each queued endpoint's POST is found by its exact path in one lookup (the hot path);
-  // every other /v1 URL (a trailing slash included) goes through the routers.
+  // /v1 past the API key: a POST to an endpoint row goes to the route every row gets (one lookup by path, the
+  // hot path); every other /v1 URL goes through the routers.
   const v1 = v1Routes({ models, record });
-  const endpointByPath = new Map<string, Endpoint>(endpointNames.map((name) => [endpoints[name].path, name]));
-  const v1Routed = compose<Koa.Context>([
-    endpointRoutes(endpointDeps).routes(),
+  const keyed = compose<Koa.Context>([
+    authenticate(keyCache),
+    endpointDispatch(endpointDeps),
     jobs.authed.routes(),
     responseRoutes(endpointDeps).routes(),
     v1.routes(),
     v1.allowedMethods(),
   ] as Koa.Middleware[]);
-  const v1Authed = compose<Koa.Context>([
-    authenticate(keyCache) as Koa.Middleware,
-    (ctx: Koa.Context, next: Koa.Next) => {
-      const name = ctx.method === 'POST' ? endpointByPath.get(ctx.path) : undefined;
-      return name ? serve(name, ctx, endpointDeps) : v1Routed(ctx, next);
-    },
-  ]);
   const signedFiles = jobs.public.routes() as Koa.Middleware;
   app.use(async (ctx, next) => {
     if (ctx.req.httpVersion === '1.1' && !ctx.req.headers.host) {
@@ -190,7 +182,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     }
     const path = ctx.path;
     if (!path.startsWith('/v1/') && path !== '/v1') return elsewhere(ctx, next);
-    return refuseWhileDraining(ctx, () => (path.startsWith('/v1/files/') ? signedFiles(ctx, next) : v1Authed(ctx, next)));
+    return refuseWhileDraining(ctx, () => (path.startsWith('/v1/files/') ? signedFiles(ctx, next) : keyed(ctx, next)));
   });
 
   await hub.start();

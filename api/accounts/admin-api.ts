@@ -1,3 +1,4 @@
+import type { GatewayState } from '../http/context.js';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type Router from '@koa/router';
 import { createRouter } from '../http/canonical-path.js';
@@ -39,7 +40,7 @@ function digest(value: string): Buffer {
 }
 
 export function adminRoutes(store: KeyStore, adminToken: string | undefined): Router {
-  const router = createRouter('/admin');
+  const router = createRouter<GatewayState>('/admin');
   const accounts = store.accounts;
   const expected = adminToken ? digest(adminToken) : undefined;
 

@@ -1,4 +1,3 @@
-import type { Context } from 'koa';
 import type { Redis } from 'ioredis';
 import type { KeyAccess } from '../../shared/accounts.js';
 import { reserve, type KeyLimitsInForce, type RateLimitState, type ReserveOutcome } from '../../shared/billing.js';
@@ -46,10 +45,10 @@ export function limitsInForce(access: KeyAccess, config: Pick<Config, 'defaultKe
  * script call. A refusal is the 429 OpenAI sends: `insufficient_quota`
  * (the official clients do not retry it: `x-should-retry: false`) or
  * `rate_limit_exceeded` with when to retry. Either way the answer carries
- * the key's rate-limit headers.
+ * the key's rate-limit headers: returned when the request goes on, carried by
+ * the error when it is refused.
  */
 export async function reserveSpend(
-  ctx: Context,
   redis: Redis,
   config: Pick<Config, 'defaultKeyRpm' | 'defaultKeyTpm'>,
   access: KeyAccess,
@@ -58,15 +57,14 @@ export async function reserveSpend(
   deadline: number,
   /** The job's queue key when its add is sent right behind (see `Reservation.gate`). */
   gate?: string,
-): Promise<void> {
+): Promise<Record<string, string>> {
   const outcome = await reserve(
     redis,
     { requestId, keyId: access.keyId, accountId: access.accountId, micros: estimate.micros, tokens: estimate.tokens, deadline, ...(gate ? { gate } : {}) },
     limitsInForce(access, config),
   );
   const headers = rateHeaders(outcome);
-  ctx.set(headers);
-  if (outcome.ok) return;
+  if (outcome.ok) return headers;
   admissionRefused(outcome.reason, access.keyId);
   switch (outcome.reason) {
     case 'rpm':

@@ -1,5 +1,4 @@
 import type Router from '@koa/router';
-import type { Context } from 'koa';
 import { z } from 'zod';
 import { GatewayError } from '../../shared/errors.js';
 import { defaultAccountId } from '../../shared/accounts.js';
@@ -9,7 +8,7 @@ import { accountNotFound, microsToUsd, usdToMicros } from '../accounts/account-s
 import { accountName, createAccountSchema, creditSchema, parseStrict, role } from '../accounts/account-requests.js';
 import { accountView, keyView } from '../accounts/views.js';
 import { bodyLimit } from '../accounts/admin-api.js';
-import { requireSession, type ConsoleDeps } from './console-session.js';
+import { requireSession, type ConsoleContext, type ConsoleDeps } from './console-session.js';
 import { queueDashboardEntry } from './queue-dashboard.js';
 
 /*
@@ -26,7 +25,7 @@ const reasons = {
   failures: 'repeated server or network errors',
 } as const;
 
-async function requireAdmin(ctx: Context, deps: ConsoleDeps) {
+async function requireAdmin(ctx: ConsoleContext, deps: ConsoleDeps) {
   const found = await requireSession(ctx, deps);
   if (found.account.role !== 'admin') throw new GatewayError(403, 'Only administrators may do this.', { code: 'admin_only' });
   return found;

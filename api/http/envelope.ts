@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Middleware } from 'koa';
 import { GatewayError, queueUnavailable, serverError } from '../../shared/errors.js';
 import { lazyChild, type Logger } from '../../shared/logger.js';
-import { noteArrival, noteError } from '../requests/request-log.js';
+import { noteArrival, noteError, type RequestLogState } from '../requests/request-log.js';
 
 export interface RequestIdState {
   requestId: string;
@@ -16,7 +16,7 @@ export interface RequestIdState {
  * client's mistake at debug); and one access-log line when it ends, with the
  * status the client got.
  */
-export function envelope(log: Logger): Middleware<RequestIdState> {
+export function envelope(log: Logger): Middleware<RequestIdState & RequestLogState> {
   const accessLog = log.isLevelEnabled('info');
   return async (ctx, next) => {
     const id = `req_${randomUUID().replaceAll('-', '')}`;

@@ -1,9 +1,10 @@
 import type { Context, Middleware } from 'koa';
+import type { AuthState } from '../accounts/auth.js';
 import type { Config } from '../../shared/config.js';
 import { countFrames } from '../../shared/reply.js';
 import { activeMetrics, initMetrics, metricsContentType, renderMetrics, type GatewayMetrics } from '../../shared/metrics.js';
 import type { QueueName } from '../../shared/queues.js';
-import { routeTemplate } from './route-template.js';
+import { routeTemplate, type RouteState } from '../requests/endpoint-paths.js';
 import { GatewayError } from '../../shared/errors.js';
 import { metricsScrapeAllowed } from '../../shared/metrics-process.js';
 
@@ -16,16 +17,16 @@ import { metricsScrapeAllowed } from '../../shared/metrics-process.js';
  */
 
 /** What the request path leaves on `ctx.state` for the request metrics. */
-interface MetricsState {
+export interface MetricsState {
   /** The catalog id the request resolved (set by the endpoint route): the only model a label may name. */
   metricsModel?: string;
   /** `performance.now()` when the first byte of a streamed answer went out. */
   metricsFirstByte?: number;
   metricsStarted?: number;
-  keyId?: string;
 }
 
-const state = (ctx: Context) => ctx.state as MetricsState;
+/** What the request metrics read of a request's state. */
+type Noted = { state: MetricsState };
 
 const statusClass = (status: number) => (status >= 100 && status < 600 ? `${Math.floor(status / 100)}xx` : '5xx');
 
@@ -65,7 +66,7 @@ export interface QueueDepthSource {
 
 export interface ApiMetrics {
   /** Outermost middleware: counts and times every request. */
-  requests: Middleware;
+  requests: Middleware<MetricsState & RouteState & Partial<AuthState>>;
   /** `GET /metrics`. */
   scrape: Middleware;
 }
@@ -76,7 +77,7 @@ export function apiMetrics(config: Pick<Config, 'metrics'>, depths: QueueDepthSo
   return {
     requests: async (ctx, next) => {
       const started = performance.now();
-      state(ctx).metricsStarted = started;
+      ctx.state.metricsStarted = started;
       let failed = false;
       try {
         await next();
@@ -99,11 +100,11 @@ export function apiMetrics(config: Pick<Config, 'metrics'>, depths: QueueDepthSo
   };
 }
 
-function record(metrics: GatewayMetrics, ctx: Context, started: number, failed: boolean): void {
+function record(metrics: GatewayMetrics, ctx: Context & { state: MetricsState & RouteState & Partial<AuthState> }, started: number, failed: boolean): void {
   const now = performance.now();
   const status = failed ? 500 : ctx.respond === false ? ctx.res.statusCode : ctx.status;
   const route = routeTemplate(ctx) ?? 'other';
-  const s = state(ctx);
+  const s = ctx.state;
   const model = s.metricsModel ?? '';
   const cls = statusClass(status);
   const counter = metrics.perKey ? metrics.httpRequests.get(route, model, cls, s.keyId ?? '') : metrics.httpRequests.get(route, model, cls);
@@ -120,18 +121,18 @@ function record(metrics: GatewayMetrics, ctx: Context, started: number, failed: 
 const isTrue = (value: unknown) => value === 'true' || value === '1';
 
 /** The endpoint route resolved the request's model in the catalog: from now on it may label the request. */
-export function noteModel(ctx: Context, modelId: string): void {
-  state(ctx).metricsModel = modelId;
+export function noteModel(ctx: Noted, modelId: string): void {
+  ctx.state.metricsModel = modelId;
 }
 
 /** The first byte of a streamed answer that writes its own response went out now. */
-export function markFirstByte(ctx: Context): void {
-  const s = state(ctx);
+export function markFirstByte(ctx: Noted): void {
+  const s = ctx.state;
   if (s.metricsFirstByte === undefined && s.metricsStarted !== undefined) s.metricsFirstByte = performance.now();
 }
 
 /** A batch of SSE frames a worker published was written to the client. */
-export function streamChunksRelayed(ctx: Context, frames: string): void {
+export function streamChunksRelayed(ctx: Noted, frames: string): void {
   const metrics = activeMetrics();
   if (!metrics) return;
   markFirstByte(ctx);

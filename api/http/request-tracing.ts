@@ -4,7 +4,8 @@ import type { GatewayJobData } from '../../shared/jobs.js';
 import type { ReplyMessage } from '../../shared/reply.js';
 import { carrierOf, getTracer, markFailed, type TraceCarrier } from '../../shared/tracing.js';
 import type { PendingReply } from '../relay/reply-hub.js';
-import { isQueuedRequest, routeTemplate } from './route-template.js';
+import { queuedEndpoint, routeTemplate, type RouteState } from '../requests/endpoint-paths.js';
+import type { RequestIdState } from './envelope.js';
 
 /**
  * The api's spans of one request (installed only when tracing is on, see
@@ -30,11 +31,16 @@ export interface RequestTrace {
   replies: number;
 }
 
+/** What tracing adds to a request's state (when it is on). */
+export interface TraceState {
+  trace?: RequestTrace;
+}
+
 /** Probes an orchestrator polls every few seconds: traced, they would drown the requests. */
 const untraced = new Set(['/healthz', '/readyz', '/metrics']);
 
 /** The server span around every request (probes aside); put first, so it sees the status the client gets. */
-export function traceRequests(): Middleware {
+export function traceRequests(): Middleware<TraceState & RouteState & Partial<RequestIdState>> {
   const tracer = getTracer();
   return (ctx, next) => {
     if (untraced.has(ctx.path)) return next();
@@ -42,7 +48,7 @@ export function traceRequests(): Middleware {
     const span = tracer.startSpan(ctx.method, { kind: SpanKind.SERVER }, parent);
     const spanContext = trace.setSpan(parent, span);
     const state: RequestTrace = { span, context: spanContext, admission: undefined, relay: undefined, replies: 0 };
-    if (isQueuedRequest(ctx)) state.admission = tracer.startSpan('admission', undefined, spanContext);
+    if (queuedEndpoint(ctx.method, ctx.path)) state.admission = tracer.startSpan('admission', undefined, spanContext);
     ctx.state.trace = state;
     ctx.res.once('close', () => finish(ctx, state));
     return context.with(spanContext, next);
@@ -75,13 +81,13 @@ export function traceQueued(state: RequestTrace, data: GatewayJobData, queue: st
 }
 
 /** The request is held for its answer: the relay span follows what the reply channel delivers until the client has it. */
-export function traceRelay(state: RequestTrace, exchange: PendingReply): void {
+export function traceRelay(state: RequestTrace, reply: PendingReply): void {
   const span = getTracer().startSpan('relay', undefined, state.context);
   state.relay = span;
   if (!span.isRecording()) return;
-  span.setAttribute('switchyard.stream', exchange.stream);
-  const deliver = exchange.deliver.bind(exchange);
-  exchange.deliver = (message: ReplyMessage) => {
+  span.setAttribute('switchyard.stream', reply.stream);
+  const deliver = reply.deliver.bind(reply);
+  reply.deliver = (message: ReplyMessage) => {
     if (state.replies++ === 0) span.addEvent('first reply', { 'switchyard.reply.kind': message.kind });
     if (message.kind === 'error') markFailed(span, wireError(message.payload));
     deliver(message);
@@ -97,7 +103,7 @@ function wireError(payload: string): { code?: string; message?: string } {
 }
 
 /** The response is over (sent, or the connection closed): every span of the request ends. */
-function finish(ctx: Context, state: RequestTrace): void {
+function finish(ctx: Context & { state: RouteState & Partial<RequestIdState> }, state: RequestTrace): void {
   const { span } = state;
   const status = ctx.res.statusCode;
   const clientGone = !ctx.res.writableFinished;
@@ -124,7 +130,7 @@ function finish(ctx: Context, state: RequestTrace): void {
       'url.path': ctx.path,
       'http.response.status_code': status,
       ...(route ? { 'http.route': route } : {}),
-      ...(ctx.state.requestId ? { 'switchyard.request_id': ctx.state.requestId as string } : {}),
+      ...(ctx.state.requestId ? { 'switchyard.request_id': ctx.state.requestId } : {}),
       ...(clientGone ? { 'switchyard.client_gone': true } : {}),
     });
     // A server span is in error for a 5xx only: a 4xx is the client's.

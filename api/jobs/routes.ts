@@ -8,10 +8,9 @@ import type { ServingBlobStore } from '../../storage/create-blob-store.js';
 import { uploadKeys } from '../../storage/upload-keys.js';
 import { loadOwnedJob, renderJob, renderVideo, videoFiles } from './views.js';
 import type { EndpointRouteDeps } from '../requests/endpoint-route.js';
-import type { AuthState } from '../accounts/auth.js';
-import type { RequestIdState } from '../http/envelope.js';
+import type { KeyedState } from '../http/context.js';
 
-type State = AuthState & RequestIdState;
+type State = KeyedState;
 
 /** Which of these async jobs still have their record (one round trip; the keys may lie in different slots). */
 async function liveAsyncJobs(redis: EndpointRouteDeps['redis'], ids: readonly string[]): Promise<Set<string>> {

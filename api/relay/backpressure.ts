@@ -34,7 +34,7 @@ export class Backpressure {
   }
 
   /** Throws 503 when the queue is full; counts the job as added otherwise. */
-  admit(queue: QueueName): void {
+  claimRoom(queue: QueueName): void {
     const added = this.addedSinceRefresh.get(queue) ?? 0;
     if ((this.waiting.get(queue) ?? 0) + added >= this.limits[queue]) {
       throw overloaded(1, `The ${queue} queue is full (${this.limits[queue]} waiting requests). Retry shortly.`);

@@ -1,4 +1,4 @@
-import type { Context } from 'koa';
+import type { GatewayContext } from '../http/context.js';
 import type { Redis } from 'ioredis';
 import { setTimeout as pause } from 'node:timers/promises';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
@@ -78,7 +78,7 @@ export class EventLogs {
   }
 
   /** Answers the client with the log's frames after `options.after`, live ones included, until the end. */
-  async follow(ctx: Context, options: FollowOptions): Promise<void> {
+  async follow(ctx: GatewayContext, options: FollowOptions): Promise<void> {
     const key = replayStreamKey(options.requestId);
     const entries = (await this.redis.xrange(key, '-', '+')).map(([id, fields]) => parseLogEntry(id, fields));
     // Missing, another key's, or one whose start was trimmed from the log: the same answer, naming only what the client named.

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { Context } from 'koa';
+import type { KeyedContext } from '../http/context.js';
 import type { Redis } from 'ioredis';
 import type { z } from 'zod';
 import type { CatalogModel } from '../../shared/catalog.js';
@@ -28,18 +28,18 @@ export interface HandlerInput<E extends Endpoint> {
   scope: { redis: Redis; blobs: BlobStore; keyId: string; config: Config };
 }
 
-/** A request the handler let through: what the job carries, and how the relay answers. */
-export interface Admitted<E extends Endpoint> {
+/** A request the handler let through: what the job carries, and how the client is answered. */
+export interface Accepted<E extends Endpoint> {
   payload: EndpointPayloads[E];
   stream?: boolean;
   /** Content type of the final body (JSON unless said). */
   contentType?: string;
   /** Job id when it is not the request id (videos). */
   jobId?: string;
-  /** The prompt's tokens as counted or bounded by the context check (text endpoints): what admission reserves for. */
+  /** The prompt's tokens as counted or bounded by the context check (text endpoints): what the reservation counts. */
   promptTokens?: number;
-  /** Runs just before the job is queued, after admission (a stored response's record). */
-  prepare?: () => Promise<void>;
+  /** Written beside the job, just before its add (a stored response's record). */
+  beforeAdd?: () => Promise<void>;
   /** Runs in the background: queued, answered at once, and run to its end whoever listens. */
   detached?: boolean;
 }
@@ -55,12 +55,12 @@ export interface HandlerDeps {
 /**
  * One endpoint's own rules: the checks its row's schema cannot make (those
  * that need the model: context window, modalities, sizes, uploads), and the
- * job payload. `answer` replaces the relay's answer for endpoints that create
- * a resource (videos).
+ * job payload. `respond` writes the response itself for endpoints that
+ * answer at once with a resource (videos, a background response).
  */
 export interface EndpointHandler<E extends Endpoint> {
-  admit(input: HandlerInput<E>): Admitted<E> | Promise<Admitted<E>>;
-  answer?(ctx: Context, admitted: Admitted<E>, deps: HandlerDeps): Promise<void>;
+  accept(input: HandlerInput<E>): Accepted<E> | Promise<Accepted<E>>;
+  respond?(ctx: KeyedContext, accepted: Accepted<E>, deps: HandlerDeps): Promise<void>;
 }
 
 const transcriptTextTypes: Record<string, string> = { text: 'text/plain; charset=utf-8', srt: 'text/plain; charset=utf-8', vtt: 'text/plain; charset=utf-8' };
@@ -72,7 +72,7 @@ function refuseStreamOptionsWithoutStream(body: { stream?: boolean | null; strea
 /** Every endpoint of the table has one handler here; the route around it is the same for all (`routes/endpoint-routes.ts`). */
 export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
   'chat.completions': {
-    async admit({ fields: body, model }) {
+    async accept({ fields: body, model }) {
       checkModalities(model, body.messages);
       const promptTokens = await checkChatContext(model, body);
       refuseStreamOptionsWithoutStream(body);
@@ -82,7 +82,7 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
   },
 
   responses: {
-    async admit({ fields: request, model, scope }) {
+    async accept({ fields: request, model, scope }) {
       if (request.background && request.store === false) throw invalidRequest('A background response must be stored: store cannot be false.', 'store');
       if (request.stream_options && !request.stream) throw invalidRequest('stream_options is only allowed when stream is true.', 'stream_options');
       const input = request.input === undefined ? [] : await normaliseInputSliced(request.input);
@@ -101,14 +101,14 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
         promptTokens,
         jobId: id,
         detached: shell.background,
-        ...(stored ? { prepare: () => createResponse(scope.redis, id, scope.keyId, stored, shell.background ? queued : { ...queued, status: 'in_progress' }, scope.config.responseTtlSeconds) } : {}),
+        ...(stored ? { beforeAdd: () => createResponse(scope.redis, id, scope.keyId, stored, shell.background ? queued : { ...queued, status: 'in_progress' }, scope.config.responseTtlSeconds) } : {}),
       };
     },
     /** A background response is answered at once: queued, or its events followed from the start. */
-    async answer(ctx, admitted, deps) {
-      const { shell } = admitted.payload;
+    async respond(ctx, accepted, deps) {
+      const { shell } = accepted.payload;
       if (!shell.background) return;
-      if (admitted.stream) {
+      if (accepted.stream) {
         await followResponse(ctx, deps, shell.id, -1, 'starting_after');
         return;
       }
@@ -118,7 +118,7 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
   },
 
   completions: {
-    async admit({ fields: body, model }) {
+    async accept({ fields: body, model }) {
       if (body.stream && body.best_of != null && body.best_of > 1) throw invalidRequest('best_of cannot be used with stream.', 'best_of');
       refuseStreamOptionsWithoutStream(body);
       const promptTokens = await checkCompletionContext(model, body);
@@ -127,7 +127,7 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
   },
 
   embeddings: {
-    async admit({ fields: body, model }) {
+    async accept({ fields: body, model }) {
       if (body.dimensions != null) {
         if (!model.supports_dimensions) throw invalidRequest(`The model \`${model.id}\` does not support setting dimensions.`, 'dimensions');
         if (model.dimensions && body.dimensions > model.dimensions) {
@@ -140,14 +140,14 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
   },
 
   'images.generations': {
-    admit({ fields: body, model }) {
+    accept({ fields: body, model }) {
       checkImageRequest(model, body);
       return { payload: body };
     },
   },
 
   'images.edits': {
-    admit({ fields, model, files }) {
+    accept({ fields, model, files }) {
       checkEditable(model);
       checkImageRequest(model, fields);
       const images = files.filter((f) => f.field === 'image' || f.field === 'image[]');
@@ -159,7 +159,7 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
   },
 
   'images.variations': {
-    admit({ fields, model, files }) {
+    accept({ fields, model, files }) {
       checkVariable(model);
       checkImageRequest(model, fields);
       checkVariationUpload(model, files);
@@ -169,7 +169,7 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
   },
 
   'audio.transcriptions': {
-    admit({ fields, files }) {
+    accept({ fields, files }) {
       const file = files.find((f) => f.field === 'file')?.ref;
       if (!file) throw invalidRequest("Missing required parameter: 'file' (send the audio file as a multipart part).", 'file');
       const granularities = fields['timestamp_granularities[]'];
@@ -191,7 +191,7 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
   },
 
   videos: {
-    admit({ fields, model, files }) {
+    accept({ fields, model, files }) {
       const size = fields.size ?? model.default_size ?? '720x1280';
       if (model.image_sizes?.length && !model.image_sizes.includes(size)) {
         throw invalidRequest(`Invalid size '${size}' for \`${model.id}\`. Supported sizes: ${model.image_sizes.join(', ')}.`, 'size', 'invalid_size');
@@ -203,9 +203,9 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
       };
     },
     /** The answer to "create" is the new video as queued (a worker may already hold it). */
-    async answer(ctx, admitted, deps) {
-      const keyId: string = ctx.state.keyId;
-      const id = admitted.jobId!;
+    async respond(ctx, accepted, deps) {
+      const { keyId } = ctx.state;
+      const id = accepted.jobId!;
       // The key's index of videos lives as long as its newest entry can, and holds at most the newest 10,000.
       const expiry = deps.config.asyncResultTtlSeconds;
       await deps.redis.multi().zadd(videosOfKey(keyId), Date.now(), id).zremrangebyrank(videosOfKey(keyId), 0, -10_001).expire(videosOfKey(keyId), expiry).exec();

@@ -26,18 +26,22 @@ export interface RequestLogNotes {
   errorCode?: string | null;
 }
 
-interface LogState {
+/** What the request log adds to a request's state: its notes, from the envelope on. */
+export interface RequestLogState {
   requestLog?: RequestLogNotes;
 }
 
-const notes = (ctx: Pick<Context, 'state'>): RequestLogNotes | undefined => (ctx.state as LogState).requestLog;
+/** A request whose notes are read or written. */
+type Noted = { state: RequestLogState };
+
+const notes = (ctx: Noted): RequestLogNotes | undefined => ctx.state.requestLog;
 
 /** Called by the envelope on arrival: every request carries the time, a keyed one may be logged. */
-export function noteArrival(ctx: Pick<Context, 'state'>): void {
-  (ctx.state as LogState).requestLog = { arrived: performance.now() };
+export function noteArrival(ctx: Noted): void {
+  ctx.state.requestLog = { arrived: performance.now() };
 }
 
-export function noteLoggedModel(ctx: Pick<Context, 'state'>, model: string): void {
+export function noteLoggedModel(ctx: Noted, model: string): void {
   const n = notes(ctx);
   if (n) n.model = model.slice(0, 200);
 }
@@ -52,7 +56,7 @@ export function noteFirstChunk(ctx: Pick<Context, 'state'>): void {
   if (n && n.firstChunk === undefined) n.firstChunk = performance.now();
 }
 
-export function noteError(ctx: Pick<Context, 'state'>, code: string | null | undefined): void {
+export function noteError(ctx: Noted, code: string | null | undefined): void {
   const n = notes(ctx);
   if (n && n.errorCode === undefined) n.errorCode = code ?? null;
 }
@@ -78,7 +82,7 @@ export interface RequestShape {
  * before the job was queued is a refusal (validation, quota, rate limit,
  * overload), one after it a failure; else `completed`.
  */
-export function watchRequest(ctx: Context, endpoint: Endpoint, shape: Readonly<RequestShape>, access: KeyAccess, deps: RequestLogDeps): void {
+export function watchRequest(ctx: Context & { state: RequestLogState & { requestId: string } }, endpoint: Endpoint, shape: Readonly<RequestShape>, access: KeyAccess, deps: RequestLogDeps): void {
   const n = notes(ctx);
   if (!n) return;
   const res = ctx.res;
@@ -91,7 +95,7 @@ export function watchRequest(ctx: Context, endpoint: Endpoint, shape: Readonly<R
     const status: RequestStatus = left ? 'cancelled' : failed ? (n.enqueued ? 'failed' : 'refused') : 'completed';
     const streamed = shape.stream;
     const event: RequestLogEvent = {
-      request_id: ctx.state.requestId as string,
+      request_id: ctx.state.requestId,
       account_id: access.accountId,
       key_id: access.keyId,
       endpoint,

@@ -2,14 +2,13 @@ import type Router from '@koa/router';
 import { createRouter } from '../http/canonical-path.js';
 import { GatewayError, modelNotFound } from '../../shared/errors.js';
 import { toOpenAIModel, type ModelResolver } from './model-resolver.js';
-import type { AuthState } from '../accounts/auth.js';
-import type { RequestIdState } from '../http/envelope.js';
 import { parseStrict } from '../accounts/account-requests.js';
 import type { RecordDb } from '../../storage/record/database.js';
 import { findRequest } from '../../storage/record/request-log.js';
 import { generationNotFound, generationQuerySchema } from '../accounts/admin-requests.js';
+import type { KeyedState } from '../http/context.js';
 
-type State = AuthState & RequestIdState;
+type State = KeyedState;
 
 /**
  * Model listing, one request's record (`GET /v1/generation?id=`, for the key

@@ -1,7 +1,5 @@
-import type { KeyAccess } from '../../shared/accounts.js';
 import type Router from '@koa/router';
 import { createRouter } from '../http/canonical-path.js';
-import type { Context } from 'koa';
 import type { Redis } from 'ioredis';
 import type { Config } from '../../shared/config.js';
 import { GatewayError, invalidRequest, type WireError } from '../../shared/errors.js';
@@ -14,10 +12,9 @@ import { streamAliasKey, type LogEntry } from '../../shared/reply.js';
 import { noStream, sseHeaders, type EventLogs } from '../relay/event-log.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import { deleteResponse, loadResponse, storeResponseObject, type StoredResponse } from './store.js';
-import type { AuthState } from '../accounts/auth.js';
-import type { RequestIdState } from '../http/envelope.js';
+import type { KeyedContext, KeyedRouteContext, KeyedState } from '../http/context.js';
 
-type State = AuthState & RequestIdState;
+type State = KeyedState;
 
 export interface ResponseRouteDeps {
   config: Config;
@@ -61,8 +58,8 @@ function itemResource(item: ConversationItem): ConversationItem {
  * or shortly after (live ones followed to the end), else rebuilt from the
  * stored object.
  */
-export async function followResponse(ctx: Context, deps: ResponseRouteDeps, id: string, after: number, afterParam: string, stored?: StoredResponse): Promise<void> {
-  const keyId: string = ctx.state.keyId;
+export async function followResponse(ctx: KeyedContext, deps: ResponseRouteDeps, id: string, after: number, afterParam: string, stored?: StoredResponse): Promise<void> {
+  const { keyId } = ctx.state;
   const logged = (await deps.redis.exists(replayStreamKey(id))) === 1;
   if (!logged && stored && !running(stored.response.status)) {
     const frames = replayFrames(stored.response as ResponseObject);
@@ -96,7 +93,7 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
   const chatQueue = (id: string) => queues.forJob('chat', id);
 
   /** The stored response; one still running whose job is gone or failed is recorded as failed (its worker died, or Redis lost it). */
-  async function current(ctx: Context): Promise<StoredResponse> {
+  async function current(ctx: KeyedRouteContext): Promise<StoredResponse> {
     const stored = await loadResponse(redis, deps.blobs, ctx.params.id!, ctx.state.keyId);
     if (!running(stored.response.status)) return stored;
     const queue = chatQueue(stored.id);
@@ -128,7 +125,7 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
 
   router.delete('/responses/:id', async (ctx) => {
     const stored = await loadResponse(redis, deps.blobs, ctx.params.id!, ctx.state.keyId);
-    if (running(stored.response.status)) await stop(stored.id, (ctx.state.access as KeyAccess).accountId);
+    if (running(stored.response.status)) await stop(stored.id, ctx.state.access.accountId);
     await deleteResponse(redis, deps.blobs, stored.id);
     ctx.body = { id: stored.id, object: 'response', deleted: true };
   });
@@ -150,7 +147,7 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
       ctx.body = stored.response;
       return;
     }
-    const removed = await stop(stored.id, (ctx.state.access as KeyAccess).accountId);
+    const removed = await stop(stored.id, ctx.state.access.accountId);
     if (removed) {
       const cancelled = { ...stored.response, status: 'cancelled' };
       await storeResponseObject(redis, stored.id, cancelled);

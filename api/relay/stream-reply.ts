@@ -1,12 +1,12 @@
 import { GatewayError, type WireError } from '../../shared/errors.js';
 import type { ReplyMessage } from '../../shared/reply.js';
-import { Exchange } from './exchange.js';
+import { HeldReply } from './held-reply.js';
 import { sseHeaders } from './event-log.js';
 import { streamChunksRelayed } from '../http/metrics.js';
 import { noteError, noteFirstChunk } from '../requests/request-log.js';
 
 /** A request whose job's chunks are relayed to the client as server-sent events as they arrive. */
-export class StreamExchange extends Exchange {
+export class StreamReply extends HeldReply {
   readonly stream = true;
   private headersSent = false;
   private keepAlive: NodeJS.Timeout | undefined;
@@ -34,10 +34,10 @@ export class StreamExchange extends Exchange {
   }
 
   deliver(message: ReplyMessage): void {
-    if (this.settled) return;
+    if (this.ended) return;
     if (this.res.destroyed) {
       // The client left and the stream runs on for a resume: only its end matters here.
-      if (message.kind === 'done' || message.kind === 'error') this.settle();
+      if (message.kind === 'done' || message.kind === 'error') this.end();
       return;
     }
     switch (message.kind) {
@@ -50,7 +50,7 @@ export class StreamExchange extends Exchange {
       case 'done':
         this.sendHeaders();
         this.res.end(message.payload);
-        this.settle();
+        this.end();
         break;
       case 'error':
         this.failWith(GatewayError.fromWire(JSON.parse(message.payload) as WireError));
@@ -61,18 +61,18 @@ export class StreamExchange extends Exchange {
   }
 
   protected failWith(error: GatewayError): void {
-    if (this.settled) return;
+    if (this.ended) return;
     if (this.res.destroyed) {
-      this.settle();
+      this.end();
       return;
     }
     if (!this.headersSent) {
-      this.settle(error);
+      this.end(error);
       return;
     }
     // Output already started: the stream ends with an error event, as OpenAI's do.
     noteError(this.ctx, error.code ?? error.type);
     this.res.end(`data: ${JSON.stringify(error.toBody())}\n\n`);
-    this.settle();
+    this.end();
   }
 }

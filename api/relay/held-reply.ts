@@ -1,6 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import { setTimeout as pause } from 'node:timers/promises';
-import type { Context } from 'koa';
+import type { GatewayContext } from '../http/context.js';
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from '../../shared/logger.js';
@@ -13,8 +13,8 @@ import type { PendingReply, ReplyHub } from './reply-hub.js';
 import { streamWatchKey } from './event-log.js';
 import { clientDisconnected } from '../http/metrics.js';
 
-/** What an exchange uses of the relay's dependencies. */
-export interface ExchangeDeps {
+/** What an reply uses of the relay's dependencies. */
+export interface HeldReplyDeps {
   config: Config;
   redis: Redis;
   hub: ReplyHub;
@@ -43,10 +43,10 @@ export const jobLostError = () =>
  * deadline, when the client leaves, or on a forced shutdown; after messages may
  * have been lost, it reconciles from Redis. Subclasses write the answer.
  */
-export abstract class Exchange implements PendingReply {
+export abstract class HeldReply implements PendingReply {
   lastSeq = 0;
   jobKey: string | undefined;
-  protected settled = false;
+  protected ended = false;
   private reconciling = false;
   private finish!: () => void;
   private fail!: (error: unknown) => void;
@@ -57,8 +57,8 @@ export abstract class Exchange implements PendingReply {
   protected readonly res: ServerResponse;
 
   constructor(
-    protected readonly ctx: Context,
-    protected readonly deps: ExchangeDeps,
+    protected readonly ctx: GatewayContext,
+    protected readonly deps: HeldReplyDeps,
     protected readonly requestId: string,
     protected readonly queue: Queue,
     protected readonly log: Logger,
@@ -73,7 +73,7 @@ export abstract class Exchange implements PendingReply {
 
   async run(deadline: number): Promise<void> {
     const onClose = () => {
-      if (this.settled || this.res.writableFinished) return;
+      if (this.ended || this.res.writableFinished) return;
       clientDisconnected(this.stream ? 'stream' : 'held');
       const grace = this.resumeGraceMs ?? this.deps.config.streamResumeGraceMs;
       if (this.stream && grace > 0) this.awaitResume(grace);
@@ -101,18 +101,18 @@ export abstract class Exchange implements PendingReply {
    */
   private awaitResume(graceMs: number): void {
     const check = async () => {
-      if (this.settled) return;
+      if (this.ended) return;
       const followed = await this.deps.redis.exists(streamWatchKey(this.requestId)).catch(() => 0);
-      if (this.settled) return;
+      if (this.ended) return;
       if (followed === 1) this.resumeTimer = setTimeout(() => void check(), graceMs);
       else void this.cancel('client left and did not resume');
     };
     this.resumeTimer = setTimeout(() => void check(), graceMs);
   }
 
-  protected settle(error?: unknown): void {
-    if (this.settled) return;
-    this.settled = true;
+  protected end(error?: unknown): void {
+    if (this.ended) return;
+    this.ended = true;
     if (error === undefined) this.finish();
     else this.fail(error);
   }
@@ -130,7 +130,7 @@ export abstract class Exchange implements PendingReply {
 
   /** Nobody waits any more: drop the job if nobody took it yet, else tell the worker holding it to stop. */
   private cancel(reason = 'client left', lost = false): Promise<boolean> {
-    this.settle();
+    this.end();
     this.cancelled ??= (async () => {
       try {
         const removed = await this.queue.remove(this.requestId);
@@ -148,7 +148,7 @@ export abstract class Exchange implements PendingReply {
 
   /** Forced shutdown: the client gets `error` now, and the job is cancelled so no worker runs it for nobody. */
   async abort(error: GatewayError): Promise<void> {
-    if (this.settled) return;
+    if (this.ended) return;
     const answered =
       this.res.writableFinished || this.res.destroyed
         ? Promise.resolve()
@@ -168,7 +168,7 @@ export abstract class Exchange implements PendingReply {
    * says does not exist is declared lost.
    */
   reconcile(): void {
-    if (this.settled || this.jobKey === undefined || this.reconciling) return;
+    if (this.ended || this.jobKey === undefined || this.reconciling) return;
     this.reconciling = true;
     this.check()
       .catch((error) => this.log.warn({ err: error }, 'reconcile failed; the liveness sweep retries'))
@@ -179,7 +179,7 @@ export abstract class Exchange implements PendingReply {
 
   private async check(): Promise<void> {
     const job = await this.queue.getJob(this.requestId);
-    if (this.settled) return;
+    if (this.ended) return;
     if (job) {
       const state = await job.getState();
       // Read after the state: every chunk of a finished stream is in its log by now.
@@ -193,7 +193,7 @@ export abstract class Exchange implements PendingReply {
       return;
     }
     await pause(lostGraceMs);
-    if (this.settled || (await this.deps.redis.exists(this.jobKey!)) === 1) return;
+    if (this.ended || (await this.deps.redis.exists(this.jobKey!)) === 1) return;
     if (this.stream) {
       // A log from the first chunk on without a gap outlives only a job that finished (and was removed):
       // data lost with Redis takes the log too, and chunks written after that start past 1.
@@ -202,7 +202,7 @@ export abstract class Exchange implements PendingReply {
     } else if ((await this.deps.redis.exists(resultKey(this.requestId))) === 1) {
       return this.finishFrom({ bodyRef: resultKey(this.requestId) });
     }
-    if (this.settled) return;
+    if (this.ended) return;
     this.log.warn('the job is gone from Redis; answering 503 job_lost');
     this.failWith(jobLostError());
     void this.cancel('job lost', true);
