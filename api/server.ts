@@ -2,7 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
 import Koa from 'koa';
-import { canonicalizePath, createRouter } from './canonical-path.js';
+import { canonicalizePath, createRouter } from './http/canonical-path.js';
 import compose from 'koa-compose';
 import type { Redis } from 'ioredis';
 import type { Config } from '../shared/config.js';
@@ -14,33 +14,32 @@ import { GatewayError } from '../shared/errors.js';
 import { replyChannel } from '../shared/keys.js';
 import { QueueShards } from '../shared/queue-shards.js';
 import { resolveChannels } from '../shared/vendors.js';
-import { envelope } from './middleware/envelope.js';
-import { traceRequests } from './request-tracing.js';
+import { envelope } from './http/envelope.js';
+import { traceRequests } from './http/request-tracing.js';
 import { tracingEnabled } from '../shared/tracing.js';
-import { authenticate } from './middleware/auth.js';
-import { KeyCache, KeyStore } from './key-store.js';
+import { authenticate } from './accounts/auth.js';
+import { KeyCache, KeyStore } from './accounts/key-store.js';
 import { accessChangedChannel } from '../shared/accounts.js';
-import { ReplyHub } from './reply-hub.js';
-import { Backpressure } from './backpressure.js';
-import { apiMetrics } from './metrics.js';
-import { ModelResolver } from './model-resolver.js';
-import { v1Routes } from './routes/v1.js';
-import { adminRoutes } from './routes/admin.js';
-import { endpointRoutes, serve } from './routes/endpoint-routes.js';
-import { endpointNames, endpoints, type Endpoint } from '../shared/endpoints.js';
-import { jobRoutes } from './routes/jobs.js';
-import { responseRoutes } from './routes/responses.js';
-import { EventLogs } from './event-log.js';
-import { JobEvents } from './job-events.js';
-import { LoopStallMonitor } from './loop-stall.js';
-import { answerClientError, answerConnect } from './raw-http-errors.js';
+import { ReplyHub } from './relay/reply-hub.js';
+import { Backpressure } from './relay/backpressure.js';
+import { apiMetrics } from './http/metrics.js';
+import { ModelResolver } from './requests/model-resolver.js';
+import { v1Routes } from './requests/v1-routes.js';
+import { adminRoutes } from './accounts/admin-api.js';
+import { endpointDispatch } from './requests/endpoint-route.js';
+import { jobRoutes } from './jobs/routes.js';
+import { responseRoutes } from './responses/routes.js';
+import { EventLogs } from './relay/event-log.js';
+import { JobEvents } from './jobs/events.js';
+import { LoopStallMonitor } from './http/loop-stall.js';
+import { answerClientError, answerConnect } from './http/raw-http-errors.js';
 import { createBlobStore } from '../storage/create-blob-store.js';
 import { openHotRecord } from '../storage/record/hot-state.js';
 import { consoleRoutes } from './console/routes.js';
-import { queueDashboard } from './queue-dashboard.js';
+import { queueDashboard } from './console/queue-dashboard.js';
 import { SessionStore, SigninThrottle } from './console/sessions.js';
 import { ConsoleAssets, defaultConsoleDir } from './console/assets.js';
-import type { AccountStore } from './account-store.js';
+import type { AccountStore } from './accounts/account-store.js';
 import { resolveUrlSecret } from '../storage/blob-urls.js';
 
 export interface ApiServer {
@@ -137,7 +136,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   probes.get('/metrics', metrics.scrape);
   app.use(metrics.requests);
   app.use(envelope(log));
-  // Every guard and route below sees the one canonical path (api/canonical-path.ts).
+  // Every guard and route below sees the one canonical path (api/http/canonical-path.ts).
   app.use(canonicalizePath());
   const logs = new EventLogs(redis, log);
   const relayDeps = { config, redis, queues, hub, backpressure, models, prices, logs };
@@ -165,24 +164,17 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     adminRoutes(keyStore, config.adminToken).routes(),
     consoleRoutes({ ...relayDeps, blobs, keyStore, sessions, throttle: new SigninThrottle(redis), assets }).routes(),
   ] as Koa.Middleware[]);
-  // /v1 past the API key: each queued endpoint's POST is found by its exact path in one lookup (the hot path);
-  // every other /v1 URL (a trailing slash included) goes through the routers.
+  // /v1 past the API key: a POST to an endpoint row goes to the route every row gets (one lookup by path, the
+  // hot path); every other /v1 URL goes through the routers.
   const v1 = v1Routes({ models, record });
-  const endpointByPath = new Map<string, Endpoint>(endpointNames.map((name) => [endpoints[name].path, name]));
-  const v1Routed = compose<Koa.Context>([
-    endpointRoutes(endpointDeps).routes(),
+  const keyed = compose<Koa.Context>([
+    authenticate(keyCache),
+    endpointDispatch(endpointDeps),
     jobs.authed.routes(),
     responseRoutes(endpointDeps).routes(),
     v1.routes(),
     v1.allowedMethods(),
   ] as Koa.Middleware[]);
-  const v1Authed = compose<Koa.Context>([
-    authenticate(keyCache) as Koa.Middleware,
-    (ctx: Koa.Context, next: Koa.Next) => {
-      const name = ctx.method === 'POST' ? endpointByPath.get(ctx.path) : undefined;
-      return name ? serve(name, ctx, endpointDeps) : v1Routed(ctx, next);
-    },
-  ]);
   const signedFiles = jobs.public.routes() as Koa.Middleware;
   app.use(async (ctx, next) => {
     if (ctx.req.httpVersion === '1.1' && !ctx.req.headers.host) {
@@ -190,7 +182,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     }
     const path = ctx.path;
     if (!path.startsWith('/v1/') && path !== '/v1') return elsewhere(ctx, next);
-    return refuseWhileDraining(ctx, () => (path.startsWith('/v1/files/') ? signedFiles(ctx, next) : v1Authed(ctx, next)));
+    return refuseWhileDraining(ctx, () => (path.startsWith('/v1/files/') ? signedFiles(ctx, next) : keyed(ctx, next)));
   });
 
   await hub.start();

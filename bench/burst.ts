@@ -9,7 +9,7 @@
 import { performance } from 'node:perf_hooks';
 import type { Redis } from 'ioredis';
 import { Agent, request } from 'undici';
-import { KeyStore } from '../api/key-store.js';
+import { KeyStore } from '../api/accounts/key-store.js';
 import { keyPrefix } from '../shared/keys.js';
 import { shardQueueName } from '../shared/queues.js';
 import { FAKE_REPLY_TEXT } from '../test/support/fake-openai-defaults.js';

@@ -34,7 +34,7 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, wr
 import { cpus, release, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { KeyStore } from '../api/key-store.js';
+import { KeyStore } from '../api/accounts/key-store.js';
 import { benchRedisUrl } from '../test/support/redis-server.js';
 import { createAgent, fetchAll, fireImages, summarise, type ImageFormat } from './images-load.js';
 import { checksOf, checksTable, detailsTable, resultsTable, type Machine, type RssFigures, type RunResult, type Settings } from './images-report.js';

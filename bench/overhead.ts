@@ -10,7 +10,7 @@
  * soak, RSS 30 s after it, Redis memory over it.
  */
 import { Redis } from 'ioredis';
-import { KeyStore } from '../api/key-store.js';
+import { KeyStore } from '../api/accounts/key-store.js';
 import { measureLoad, measureTtft, Samples, soak, summarise, type CommandDelta, type LoadResult, type SoakSample } from './measure.js';
 import { rssBytes, type Child } from './procs.js';
 import type { CellStats, OverheadBar, OverheadCell, OverheadMemory, OverheadResults, OverheadTarget, TtftStats } from './report.js';

@@ -14,7 +14,7 @@
 import { readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { KeyStore } from '../api/key-store.js';
+import { KeyStore } from '../api/accounts/key-store.js';
 import { benchRedisUrl } from '../test/support/redis-server.js';
 import { measureLoad } from './measure.js';
 import { installCleanup, root, stopAll } from './procs.js';

@@ -14,7 +14,7 @@
  */
 import autocannon from 'autocannon';
 import { Redis } from 'ioredis';
-import { KeyStore } from '../api/key-store.js';
+import { KeyStore } from '../api/accounts/key-store.js';
 import { testRecord } from '../test/support/record.js';
 import { benchRedisUrl } from '../test/support/redis-server.js';
 import { envInt, percentile } from './measure.js';

@@ -21,7 +21,7 @@ await session.post('Profiler.startPreciseCoverage', { callCount: true, detailed:
 
 const { Redis } = await import('ioredis');
 const { createApiServer } = await import('../api/server.js');
-const { KeyStore } = await import('../api/key-store.js');
+const { KeyStore } = await import('../api/accounts/key-store.js');
 const { loadConfig } = await import('../shared/config.js');
 const { createLogger } = await import('../shared/logger.js');
 const { startWorkers } = await import('../workers/worker.js');

@@ -50,7 +50,7 @@ import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
-import { KeyStore } from '../api/key-store.js';
+import { KeyStore } from '../api/accounts/key-store.js';
 import { benchRedisUrl } from '../test/support/redis-server.js';
 import { expectedText, longStream } from './long-streams.js';
 import { envInt, machineFacts, percentile, redisProcessId, redisVersion } from './measure.js';

@@ -27,7 +27,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import autocannon from 'autocannon';
 import { Cluster, Redis } from 'ioredis';
-import { KeyStore } from '../api/key-store.js';
+import { KeyStore } from '../api/accounts/key-store.js';
 import { freePort } from '../bin/local-redis.js';
 import { billKey } from '../shared/accounts.js';
 import { shardQueueName } from '../shared/queues.js';

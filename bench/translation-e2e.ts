@@ -10,7 +10,7 @@
 import { Agent, request as httpRequest } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { Redis } from 'ioredis';
-import { KeyStore } from '../api/key-store.js';
+import { KeyStore } from '../api/accounts/key-store.js';
 import { redisProcessId, Samples, summarise, type LatencySummary } from './measure.js';
 import { cpuTimeMs, systemBusyMs, waitForQuiet } from './procs.js';
 import { directRequest, expectedText, longStream, protocolModels, protocols, type Protocol } from './long-streams.js';

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { AccountStore, microsToUsd, usdToMicros } from '../api/account-store.js';
+import { AccountStore, microsToUsd, usdToMicros } from '../api/accounts/account-store.js';
 import { connectStores, parseCommandLine, runCli, UsageError } from './cli.js';
 
 const usage = `usage:

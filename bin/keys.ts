@@ -1,6 +1,6 @@
 import type { Account } from '../shared/accounts.js';
-import { KeyStore, type KeyOptions } from '../api/key-store.js';
-import { usdToMicros, type AccountStore } from '../api/account-store.js';
+import { KeyStore, type KeyOptions } from '../api/accounts/key-store.js';
+import { usdToMicros, type AccountStore } from '../api/accounts/account-store.js';
 import { connectStores, parseCommandLine, runCli, UsageError } from './cli.js';
 
 const usage = `usage:

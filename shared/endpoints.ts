@@ -69,7 +69,7 @@ export interface EndpointRow {
 /**
  * Every queued endpoint. Routes, the relay, the model resolver, worker
  * dispatch and the blob janitor read their facts from here; adding an
- * endpoint is one row, one handler (`api/endpoint-handlers.ts`) and, in the
+ * endpoint is one row, one handler (`api/requests/endpoint-handlers.ts`) and, in the
  * worker, one case of its pipeline (`workers/pipelines.ts`).
  */
 export const endpoints = {

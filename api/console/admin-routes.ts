@@ -1,16 +1,15 @@
 import type Router from '@koa/router';
-import type { Context } from 'koa';
 import { z } from 'zod';
 import { GatewayError } from '../../shared/errors.js';
 import { defaultAccountId } from '../../shared/accounts.js';
 import { channelCooldownsKey, parseCooldown, resolveChannels } from '../../shared/vendors.js';
-import { readJsonObject } from '../request-body.js';
-import { accountNotFound, microsToUsd, usdToMicros } from '../account-store.js';
-import { accountName, createAccountSchema, creditSchema, parseStrict, role } from '../account-requests.js';
-import { accountView, keyView } from '../views.js';
-import { bodyLimit } from '../routes/admin.js';
-import { requireSession, type ConsoleDeps } from './console-session.js';
-import { queueDashboardEntry } from '../queue-dashboard.js';
+import { readJsonObject } from '../http/request-body.js';
+import { accountNotFound, microsToUsd, usdToMicros } from '../accounts/account-store.js';
+import { accountName, createAccountSchema, creditSchema, parseStrict, role } from '../accounts/account-requests.js';
+import { accountView, keyView } from '../accounts/views.js';
+import { bodyLimit } from '../accounts/admin-api.js';
+import { requireSession, type ConsoleContext, type ConsoleDeps } from './console-session.js';
+import { queueDashboardEntry } from './queue-dashboard.js';
 
 /*
  * The console's admin pages' data, at /console/api/admin/*. Each handler
@@ -26,7 +25,7 @@ const reasons = {
   failures: 'repeated server or network errors',
 } as const;
 
-async function requireAdmin(ctx: Context, deps: ConsoleDeps) {
+async function requireAdmin(ctx: ConsoleContext, deps: ConsoleDeps) {
   const found = await requireSession(ctx, deps);
   if (found.account.role !== 'admin') throw new GatewayError(403, 'Only administrators may do this.', { code: 'admin_only' });
   return found;

@@ -1,10 +1,11 @@
-import type { Context } from 'koa';
+import type { ParameterizedContext } from 'koa';
+import type { GatewayState } from '../http/context.js';
 import { randomBytes } from 'node:crypto';
 import type { Account } from '../../shared/accounts.js';
 import { GatewayError } from '../../shared/errors.js';
-import type { KeyStore } from '../key-store.js';
-import type { EndpointRouteDeps } from '../routes/endpoint-routes.js';
-import { accountView } from '../views.js';
+import type { KeyStore } from '../accounts/key-store.js';
+import type { EndpointRouteDeps } from '../requests/endpoint-route.js';
+import { accountView } from '../accounts/views.js';
 import type { ConsoleAssets } from './assets.js';
 import { sameSecret, type Session, type SessionStore, type SigninThrottle } from './sessions.js';
 
@@ -14,6 +15,9 @@ export interface ConsoleState {
   session?: Session;
   account?: Account;
 }
+
+/** A console request: the gateway's state with the signed-in session once it is loaded. */
+export type ConsoleContext = ParameterizedContext<GatewayState & ConsoleState>;
 
 export interface ConsoleDeps extends EndpointRouteDeps {
   keyStore: KeyStore;
@@ -34,7 +38,7 @@ const csrfFailed = () =>
   });
 
 
-export function cookieOptions(ctx: Context, maxAgeMs?: number) {
+export function cookieOptions(ctx: ConsoleContext, maxAgeMs?: number) {
   return {
     httpOnly: true,
     sameSite: 'lax' as const,
@@ -47,7 +51,7 @@ export function cookieOptions(ctx: Context, maxAgeMs?: number) {
 }
 
 /** The pre-session CSRF token of this browser, made (and set as a cookie) when it has none. */
-export function preSessionToken(ctx: Context, fresh = false): string {
+export function preSessionToken(ctx: ConsoleContext, fresh = false): string {
   const existing = ctx.cookies.get(csrfCookie);
   if (!fresh && existing && /^[A-Za-z0-9_-]{43}$/.test(existing)) return existing;
   const token = randomBytes(32).toString('base64url');
@@ -56,8 +60,8 @@ export function preSessionToken(ctx: Context, fresh = false): string {
 }
 
 /** The signed-in session and its account, loaded once per request; a session of a disabled or deleted account is ended. */
-export async function loadSession(ctx: Context, deps: ConsoleDeps): Promise<{ session: Session; account: Account } | undefined> {
-  const state = ctx.state as ConsoleState;
+export async function loadSession(ctx: ConsoleContext, deps: ConsoleDeps): Promise<{ session: Session; account: Account } | undefined> {
+  const { state } = ctx;
   if (state.session && state.account) return { session: state.session, account: state.account };
   const session = await deps.sessions.get(ctx.cookies.get(sessionCookie));
   if (!session) return undefined;
@@ -71,7 +75,7 @@ export async function loadSession(ctx: Context, deps: ConsoleDeps): Promise<{ se
   return { session, account };
 }
 
-export async function requireSession(ctx: Context, deps: ConsoleDeps): Promise<{ session: Session; account: Account }> {
+export async function requireSession(ctx: ConsoleContext, deps: ConsoleDeps): Promise<{ session: Session; account: Account }> {
   const found = await loadSession(ctx, deps);
   if (!found) throw notSignedIn();
   return found;
@@ -82,7 +86,7 @@ export async function requireSession(ctx: Context, deps: ConsoleDeps): Promise<{
  * its session's, or before sign-in its pre-session one. A cross-site form or
  * fetch can send the cookies but cannot read either token.
  */
-export async function checkCsrf(ctx: Context, deps: ConsoleDeps): Promise<void> {
+export async function checkCsrf(ctx: ConsoleContext, deps: ConsoleDeps): Promise<void> {
   if (ctx.method === 'GET' || ctx.method === 'HEAD' || ctx.method === 'OPTIONS') return;
   const given = ctx.get(csrfHeader);
   if (!given) throw csrfFailed();
@@ -107,7 +111,7 @@ export async function checkCsrf(ctx: Context, deps: ConsoleDeps): Promise<void> 
   throw csrfFailed();
 }
 
-export async function startSession(ctx: Context, deps: ConsoleDeps, account: Account) {
+export async function startSession(ctx: ConsoleContext, deps: ConsoleDeps, account: Account) {
   // A new token at every sign-in: a token planted before it (session fixation) is never the one that signs in.
   const previous = await deps.sessions.get(ctx.cookies.get(sessionCookie));
   if (previous) await deps.sessions.destroy(previous);

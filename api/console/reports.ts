@@ -4,12 +4,12 @@ import { invalidRequest } from '../../shared/errors.js';
 import type { PriceList } from '../../shared/pricing.js';
 import type { RecordDb } from '../../storage/record/database.js';
 import { latencyByModel, listRequests, requestHistogram, type RequestFilter } from '../../storage/record/request-log.js';
-import { microsToUsd } from '../account-store.js';
-import { parseStrict } from '../account-requests.js';
-import type { KeyStore } from '../key-store.js';
-import type { ModelResolver } from '../model-resolver.js';
-import { groupUsage, loadUsageDays, type UsageRow } from '../routes/admin-usage.js';
-import { requestListQuerySchema } from '../routes/request-log.js';
+import { microsToUsd } from '../accounts/account-store.js';
+import { parseStrict } from '../accounts/account-requests.js';
+import type { KeyStore } from '../accounts/key-store.js';
+import type { ModelResolver } from '../requests/model-resolver.js';
+import { groupUsage, loadUsageDays, type UsageRow } from '../accounts/admin-usage.js';
+import { requestListQuerySchema } from '../accounts/admin-requests.js';
 
 /*
  * What the console's pricing, usage and activity pages read. Usage is summed

@@ -1,18 +1,19 @@
 import type Router from '@koa/router';
-import { createRouter } from '../canonical-path.js';
-import type { Context, Next } from 'koa';
+import { createRouter } from '../http/canonical-path.js';
+import type { Next } from 'koa';
 import { z } from 'zod';
 import { GatewayError } from '../../shared/errors.js';
-import { readJsonObject } from '../request-body.js';
-import { usdToMicros } from '../account-store.js';
-import { email, keyChanges, keyLimits, keyName, newKeyLimits, parseStrict, patchKeySchema, password } from '../account-requests.js';
-import { accountView, keyView } from '../views.js';
-import { bodyLimit } from '../routes/admin.js';
-import { serve } from '../routes/endpoint-routes.js';
-import { checkCsrf, cookieOptions, loadSession, preSessionToken, requireSession, sessionCookie, startSession, type ConsoleDeps } from './console-session.js';
+import { readJsonObject } from '../http/request-body.js';
+import { usdToMicros } from '../accounts/account-store.js';
+import { email, keyChanges, keyLimits, keyName, newKeyLimits, parseStrict, patchKeySchema, password } from '../accounts/account-requests.js';
+import { accountView, keyView } from '../accounts/views.js';
+import { bodyLimit } from '../accounts/admin-api.js';
+import { serve } from '../requests/endpoint-route.js';
+import { checkCsrf, cookieOptions, loadSession, preSessionToken, requireSession, sessionCookie, startSession, type ConsoleContext, type ConsoleDeps, type ConsoleState } from './console-session.js';
+import type { GatewayState, KeyedContext } from '../http/context.js';
 import { pricingList, requestHistogramReport, requestList, usageReport, usageCsv, usageRequestSchema } from './reports.js';
 import { addAdminConsoleRoutes } from './admin-routes.js';
-import { queueDashboardEntry } from '../queue-dashboard.js';
+import { queueDashboardEntry } from './queue-dashboard.js';
 
 /*
  * The web console: its built pages at /console/*, its JSON API at
@@ -41,11 +42,11 @@ const signUpSchema = z.strictObject({ email, password, name: z.string().trim().m
 const createOwnKeySchema = z.strictObject({ name: keyName, ...keyLimits });
 
 export function consoleRoutes(deps: ConsoleDeps): Router {
-  const router = createRouter('/console');
+  const router = createRouter<GatewayState & ConsoleState>('/console');
   const { config, keyStore, sessions, throttle } = deps;
   const accounts = keyStore.accounts;
 
-  router.use(async (ctx: Context, next: Next) => {
+  router.use(async (ctx: ConsoleContext, next: Next) => {
     ctx.set('content-security-policy', contentSecurityPolicy);
     ctx.set('x-frame-options', 'DENY');
     ctx.set('x-content-type-options', 'nosniff');
@@ -115,7 +116,7 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
 
   // ---- the member's own keys and usage ----
 
-  const ownKey = async (ctx: Context, accountId: string) => {
+  const ownKey = async (ctx: ConsoleContext, accountId: string) => {
     const id = String(ctx.params.id);
     const key = await keyStore.get(id);
     // Another account's key is reported missing, exactly as an unknown one: ids are not a way to probe.
@@ -184,7 +185,7 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
 
   // ---- playground: the same endpoint route as /v1, billed to the account's own playground key ----
 
-  const playground = (endpoint: 'chat.completions' | 'images.generations') => async (ctx: Context) => {
+  const playground = (endpoint: 'chat.completions' | 'images.generations') => async (ctx: ConsoleContext) => {
     const { account } = await requireSession(ctx, deps);
     const access = await keyStore.playgroundAccess(account.id);
     if (access.expiresAt !== undefined && access.expiresAt * 1000 <= Date.now()) {
@@ -192,9 +193,10 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
         code: 'invalid_api_key',
       });
     }
-    ctx.state.keyId = access.keyId;
-    ctx.state.access = access;
-    await serve(endpoint, ctx, deps);
+    // From here on it is a keyed request, as if the playground key had come in an Authorization header.
+    const keyed = ctx as ConsoleContext & KeyedContext;
+    Object.assign(keyed.state, { keyId: access.keyId, access });
+    await serve(endpoint, keyed, deps);
   };
   router.post('/api/playground/chat/completions', playground('chat.completions'));
   router.post('/api/playground/images/generations', playground('images.generations'));

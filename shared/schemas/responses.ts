@@ -4,7 +4,7 @@ import { boundedArray, temperatureSchema, topPSchema, userSchema } from './commo
 /*
  * `POST /v1/responses`: the request body as far as its shape goes. Input
  * items and tools are only required to be objects here; the translation to a
- * chat request (api/responses-translate.ts) checks them one by one, so an
+ * chat request (api/responses/translate.ts) checks them one by one, so an
  * error can name the exact item (`input[3].call_id`, `tools[1].type`).
  */
 

@@ -5,7 +5,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium, type Browser, type Page } from 'playwright-core';
-import { AccountStore } from '../../api/account-store.js';
+import { AccountStore } from '../../api/accounts/account-store.js';
 import { createKey, freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
 import { testRecord } from '../support/record.js';
 

@@ -5,7 +5,7 @@ import { pino } from 'pino';
 import { loadCatalog } from '../../shared/catalog.js';
 import { readBill, readKeySpend, reserve } from '../../shared/billing.js';
 import { PriceList } from '../../shared/pricing.js';
-import { KeyStore } from '../../api/key-store.js';
+import { KeyStore } from '../../api/accounts/key-store.js';
 import { Meter, settleJob } from '../../workers/settlement.js';
 import { startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { startPrivateRedis } from '../support/redis-server.js';

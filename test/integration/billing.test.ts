@@ -4,7 +4,7 @@ import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { settledKey } from '../../shared/accounts.js';
 import { readBill, readKeySpend } from '../../shared/billing.js';
-import type { KeyLimits } from '../../api/key-store.js';
+import type { KeyLimits } from '../../api/accounts/key-store.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { PriceList } from '../../shared/pricing.js';
 import { countChatPromptTokensAsync } from '../../shared/tokens.js';

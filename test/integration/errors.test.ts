@@ -130,7 +130,7 @@ describe('bad input', () => {
     const doomed = await createKey(redis, 'doomed');
     const client = gateway.client(doomed.key);
     await client.models.list();
-    const { KeyStore } = await import('../../api/key-store.js');
+    const { KeyStore } = await import('../../api/accounts/key-store.js');
     assert.equal(await new KeyStore(redis, await testRecord(redis)).revoke(doomed.id), true);
     // Refused within a second: the revocation reaches every api over pub/sub.
     const until = Date.now() + 1000;

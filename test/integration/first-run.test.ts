@@ -5,7 +5,7 @@ import { once } from 'node:events';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
-import { AccountStore } from '../../api/account-store.js';
+import { AccountStore } from '../../api/accounts/account-store.js';
 import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
 import { recordUrlFor, testRecord } from '../support/record.js';
 

@@ -4,7 +4,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
-import { hashSecret, KeyStore } from '../../api/key-store.js';
+import { hashSecret, KeyStore } from '../../api/accounts/key-store.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { recordUrlFor, testRecord } from '../support/record.js';

@@ -1,4 +1,4 @@
-import type { KeyLimits } from '../../api/key-store.js';
+import type { KeyLimits } from '../../api/accounts/key-store.js';
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';

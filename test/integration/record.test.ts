@@ -10,7 +10,7 @@ import { Redis } from 'ioredis';
 import { accountKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, defaultAccountId, ledgerKey, legacyUsageStreamKey, usageDayKey, usageStreamKeys, utcDay } from '../../shared/accounts.js';
 import { readBill, readKeySpend } from '../../shared/billing.js';
 import { startPrivatePostgres } from '../support/postgres-server.js';
-import { hashSecret } from '../../api/key-store.js';
+import { hashSecret } from '../../api/accounts/key-store.js';
 import { adminClient, type Json } from '../support/admin-client.js';
 import { startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { freshDatabase } from '../support/record.js';

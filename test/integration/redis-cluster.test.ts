@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { Cluster, type Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { accountKey, billKey } from '../../shared/accounts.js';
-import { KeyStore } from '../../api/key-store.js';
+import { KeyStore } from '../../api/accounts/key-store.js';
 import { ConsoleClient } from '../support/console-client.js';
 import { shardQueueName } from '../../shared/queues.js';
 import { paidKeyIn, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';

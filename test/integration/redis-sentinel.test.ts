@@ -2,7 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import OpenAI from 'openai';
-import { KeyStore } from '../../api/key-store.js';
+import { KeyStore } from '../../api/accounts/key-store.js';
 import { paidKeyIn, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { reasonToSkip } from '../support/redis-cluster.js';
 import { sentinelSupport, startRedisSentinel, type RedisSentinelHarness } from '../support/redis-sentinel.js';

@@ -4,7 +4,7 @@ import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import OpenAI from 'openai';
-import { KeyStore, type KeyLimits } from '../../api/key-store.js';
+import { KeyStore, type KeyLimits } from '../../api/accounts/key-store.js';
 import { onProcessEnd } from './process-end.js';
 import { processPrivateRedis, redisServerInstalled } from './redis-server.js';
 import { recordUrlFor, resetRecordFor, testRecord } from './record.js';

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { canonicalPath } from '../../api/canonical-path.js';
+import { canonicalPath } from '../../api/http/canonical-path.js';
 
 describe('canonicalPath: one rule for what a request path is', () => {
   it('merges slashes, removes dot segments and decodes escaped unreserved characters', () => {

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { loadCatalog, type CatalogModel } from '../../shared/catalog.js';
 import { servedCapabilities } from '../../shared/endpoints.js';
 import { loadConfig } from '../../shared/config.js';
-import { ModelResolver, toOpenAIModel } from '../../api/model-resolver.js';
+import { ModelResolver, toOpenAIModel } from '../../api/requests/model-resolver.js';
 import { resolveChannels } from '../../shared/vendors.js';
 import { vendorDefinitions } from '../../shared/vendor-definitions.js';
 

@@ -6,7 +6,7 @@ import { AsyncJobFailure, decodeAsyncJobFailure, encodeAsyncJobFailure } from '.
 import { decodeReply, encodeReply } from '../../shared/reply.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { chatCompletionRequestSchema } from '../../shared/schemas/chat.js';
-import { formatParam, toValidationError } from '../../api/request-body.js';
+import { formatParam, toValidationError } from '../../api/http/request-body.js';
 import { CancelRegistry } from '../../workers/cancel-registry.js';
 import { ClientGoneError } from '../../workers/client-gone-error.js';
 import { retryDelay } from '../../workers/failure-policy.js';

@@ -14,9 +14,9 @@ import {
 } from '../../shared/accounts.js';
 import { reserve } from '../../shared/billing.js';
 import { GatewayError } from '../../shared/errors.js';
-import { hashPassword, usdToMicros, verifyPassword } from '../../api/account-store.js';
-import { hashSecret, KeyCache, KeyStore } from '../../api/key-store.js';
-import { readUsage, usageQuerySchema } from '../../api/routes/admin-usage.js';
+import { hashPassword, usdToMicros, verifyPassword } from '../../api/accounts/account-store.js';
+import { hashSecret, KeyCache, KeyStore } from '../../api/accounts/key-store.js';
+import { readUsage, usageQuerySchema } from '../../api/accounts/admin-usage.js';
 import { freshRedis } from '../support/gateway.js';
 import { emptyRecord, testRecord } from '../support/record.js';
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { setTimeout as pause } from 'node:timers/promises';
-import { LoopStallMonitor } from '../../api/loop-stall.js';
+import { LoopStallMonitor } from '../../api/http/loop-stall.js';
 
 const holdLoop = (ms: number) => {
   const until = performance.now() + ms;

@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { createRedactor } from '../../api/queue-dashboard-redact.js';
+import { createRedactor } from '../../api/console/queue-dashboard-redact.js';
 
 const vendorKey = 'sk-vendor-0123456789abcdef';
 const redactor = createRedactor([vendorKey, 'tiny', undefined]);

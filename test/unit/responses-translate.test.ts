@@ -4,7 +4,7 @@ import { GatewayError } from '../../shared/errors.js';
 import type { ConversationItem } from '../../shared/responses.js';
 import { chatCompletionRequestSchema } from '../../shared/schemas/chat.js';
 import { responsesRequestSchema, type ResponsesRequest } from '../../shared/schemas/responses.js';
-import { buildShell, newResponseId, normaliseInput, toChatRequest } from '../../api/responses-translate.js';
+import { buildShell, newResponseId, normaliseInput, toChatRequest } from '../../api/responses/translate.js';
 
 const parse = (body: Record<string, unknown>): ResponsesRequest => responsesRequestSchema.parse({ model: 'm', ...body });
 

@@ -12,8 +12,8 @@ import { loadConfig } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
 import type { GatewayJobData, GatewayJobResult } from '../../shared/jobs.js';
 import { carrierOf, contextOf, startTracing, tracesUrl, tracingEnabled, type Tracing } from '../../shared/tracing.js';
-import { jobTraceCarrier, traceQueued, traceRelay, traceRequests, type RequestTrace } from '../../api/request-tracing.js';
-import type { PendingReply } from '../../api/reply-hub.js';
+import { jobTraceCarrier, traceQueued, traceRelay, traceRequests, type RequestTrace } from '../../api/http/request-tracing.js';
+import type { PendingReply } from '../../api/relay/reply-hub.js';
 import { startVendorAttempt, traceJobs } from '../../workers/job-tracing.js';
 import type { ResolvedRoute } from '../../workers/channel-router.js';
 import { CallObserver } from '../../workers/call-observer.js';
@@ -86,6 +86,8 @@ describe('tracing on, in process (InMemorySpanExporter)', () => {
     });
     app.use(async (ctx, next) => {
       if (ctx.path !== '/v1/chat/completions') return next();
+      // As the endpoint dispatch does: the row's path is the route the request took.
+      ctx.state.route = '/v1/chat/completions';
       const state = ctx.state.trace as RequestTrace;
       if (ctx.get('x-refuse')) {
         ctx.status = 429;

@@ -1,0 +1,92 @@
+import { z } from 'zod';
+import { invalidRequest } from '../../shared/errors.js';
+import { toValidationError } from '../http/request-body.js';
+import { usdToMicros } from './account-store.js';
+import type { KeyChanges, KeyLimits } from './key-store.js';
+
+/*
+ * The bodies and queries of the account and key endpoints, shared by the
+ * admin API and the console: strict, so a misspelt field is refused rather
+ * than silently ignored; money as USD numbers bounded so micros stay exact.
+ */
+
+export const keyName = z.string().trim().min(1).max(200);
+export const accountName = z.string().trim().max(200);
+export const email = z.string().trim().max(320).pipe(z.email());
+export const password = z.string().min(8).max(1024);
+export const role = z.enum(['admin', 'member']);
+export const id = z.string().min(1).max(256);
+/** Bounded so micros stay exact integers (2^53 is about 9e9 USD). */
+export const maxUsd = 1e9;
+export const limitUsd = z.number().min(0).max(maxUsd);
+export const perMinute = z.number().int().min(1).max(1e9);
+export const models = z.array(z.string().trim().min(1).max(256)).min(1).max(1000);
+export const expiresAt = z.number().int().min(0).max(1e11);
+
+/** Whether the account spends without a balance; left out, its role decides (admins unlimited, members not). */
+export const unlimited = z.boolean();
+export const createAccountSchema = z.strictObject({ email, name: accountName.optional(), password: password.optional(), role: role.optional(), unlimited: unlimited.optional() });
+export const patchAccountSchema = z.strictObject({
+  email: email.optional(),
+  name: accountName.optional(),
+  password: password.nullable().optional(),
+  role: role.optional(),
+  unlimited: unlimited.optional(),
+  disabled: z.boolean().optional(),
+});
+export const creditSchema = z.strictObject({
+  amount_usd: z
+    .number()
+    .min(-maxUsd)
+    .max(maxUsd)
+    .refine((usd) => usdToMicros(usd) !== 0, 'the amount rounds to zero micro-dollars'),
+  note: z.string().max(1000).optional(),
+});
+export const ledgerQuerySchema = z.strictObject({ limit: z.coerce.number().int().min(1).max(1000).optional() });
+export const keyLimits = {
+  limit_usd: limitUsd.nullable().optional(),
+  rpm: perMinute.nullable().optional(),
+  tpm: perMinute.nullable().optional(),
+  models: models.nullable().optional(),
+  expires_at: expiresAt.nullable().optional(),
+};
+export const createKeySchema = z.strictObject({ name: keyName, account_id: id.optional(), ...keyLimits });
+export const patchKeySchema = z.strictObject({ name: keyName.optional(), ...keyLimits });
+export const listKeysSchema = z.strictObject({ account_id: id.optional() });
+
+/** A strict schema's verdict as an OpenAI-shaped 400; unknown fields are named in the message and `param`. */
+export function parseStrict<T extends z.ZodType>(schema: T, input: unknown): z.output<T> {
+  const result = schema.safeParse(input, { reportInput: true });
+  if (result.success) return result.data;
+  const unknown = result.error.issues.find((issue) => issue.code === 'unrecognized_keys');
+  if (unknown && unknown.code === 'unrecognized_keys') {
+    // Cut long: the names are the client's text, echoed back.
+    const names = unknown.keys.map((k) => `'${k.slice(0, 64)}'`).join(', ');
+    throw invalidRequest(`Unrecognized request argument supplied: ${names}.`, unknown.keys[0]?.slice(0, 64) || null, 'unknown_parameter');
+  }
+  throw toValidationError(result.error);
+}
+
+/** API fields → store changes: absent stays absent, null clears. */
+export function keyChanges(body: z.output<typeof patchKeySchema>): KeyChanges {
+  const changes: KeyChanges = {};
+  if (body.name !== undefined) changes.name = body.name;
+  if (body.limit_usd !== undefined) changes.limitMicros = body.limit_usd === null ? null : usdToMicros(body.limit_usd);
+  if (body.rpm !== undefined) changes.rpm = body.rpm;
+  if (body.tpm !== undefined) changes.tpm = body.tpm;
+  if (body.models !== undefined) changes.models = body.models === null ? null : [...new Set(body.models)];
+  if (body.expires_at !== undefined) changes.expiresAt = body.expires_at;
+  return changes;
+}
+
+
+/** A new key's limits as the key store takes them: USD to micros, a repeated model named once, null as none. */
+export function newKeyLimits(body: { [K in keyof typeof keyLimits]?: z.output<(typeof keyLimits)[K]> }): KeyLimits {
+  return {
+    limitMicros: body.limit_usd == null ? undefined : usdToMicros(body.limit_usd),
+    rpm: body.rpm ?? undefined,
+    tpm: body.tpm ?? undefined,
+    models: body.models ? [...new Set(body.models)] : undefined,
+    expiresAt: body.expires_at ?? undefined,
+  };
+}

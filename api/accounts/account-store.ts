@@ -1,0 +1,537 @@
+import { randomBytes, scrypt, timingSafeEqual } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { withScripts } from '../../shared/redis.js';
+import { readBill, type BillState } from '../../shared/billing.js';
+import {
+  accessChangedChannel,
+  accountEmailsKey,
+  accountKey,
+  accountKeysKey,
+  accountsIndexKey,
+  apiKeyHashesKey,
+  apiKeyIdsKey,
+  apiKeyRecordKey,
+  billKey,
+  defaultAccountId,
+  type Account,
+  type AccountRole,
+} from '../../shared/accounts.js';
+import { GatewayError } from '../../shared/errors.js';
+import type { RecordDb } from '../../storage/record/database.js';
+import { ensureDefaultRecord, type HotState } from '../../storage/record/hot-state.js';
+
+/*
+ * Accounts: written to the record (PostgreSQL) first, then to their hot copy
+ * in Redis (layout in shared/accounts.ts), which admission and the console
+ * read and which is loaded again from the record when Redis loses it. In
+ * Redis, every change that must
+ * hold together (claiming an email, crediting with its ledger entry, deleting
+ * with its keys) is one Lua script, so two admins racing never leave an email
+ * owned twice or a balance without its ledger line.
+ */
+
+export const accountNotFound = (id: string) => new GatewayError(404, `No account with id '${id}'.`, { code: 'account_not_found' });
+export const unlimitedBalance = (id: string) =>
+  new GatewayError(
+    400,
+    id === defaultAccountId
+      ? 'The default account has an unlimited balance: it takes no credits.'
+      : `Account '${id}' has an unlimited balance: it takes no credits. Update it with "unlimited": false to give it a balance first.`,
+    { code: 'unlimited_balance' },
+  );
+export const accountExists = (email: string) =>
+  new GatewayError(409, `An account with the email '${email}' already exists.`, { code: 'account_exists', param: 'email' });
+
+// USD as the API takes it ↔ integer micro-dollars as Redis keeps it: the price list's conversion, exact to the decimal written.
+export { microsToUsd, usdToMicros } from '../../shared/pricing.js';
+
+/**
+ * Creates the built-in default account if it is not complete (HSETNX: a field
+ * an admin changed, or `reserved` a settlement already counted, is kept).
+ * Shared with the key scripts, so a key of the default account never finds it missing.
+ */
+export const ensureDefaultLua = `
+local function ensureDefault(accountKey, indexKey, id, now)
+  if redis.call('HGET', accountKey, 'unlimited') == '1' then return end
+  for field, value in pairs({id = id, email = '', name = 'Default', role = 'admin', created = now}) do
+    redis.call('HSETNX', accountKey, field, value)
+  end
+  redis.call('HSET', accountKey, 'unlimited', '1')
+  redis.call('ZADD', indexKey, 'NX', now, id)
+end
+`;
+
+const ensureScript = `${ensureDefaultLua}
+ensureDefault(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+return 1`;
+
+/* KEYS: emails, account, index. ARGV: lower-cased email, id, created, then field/value pairs. 0 = email taken. */
+const createScript = `
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+redis.call('HSET', KEYS[2], unpack(ARGV, 4))
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
+return 1`;
+
+/*
+ * KEYS: account, emails. ARGV: id, email read before (the script refuses, -2, if it changed since),
+ * its lower case, the new lower case ('' = unchanged), the access-changed channel, then field/value pairs.
+ * Publishes `account:<id>` so every api drops the keys of the account it cached (a disable takes effect at once).
+ * 1 done, 0 no such account, -1 email taken, -2 changed meanwhile (retry).
+ */
+const updateScript = `
+local cur = redis.call('HMGET', KEYS[1], 'id', 'deleted', 'email')
+if not cur[1] or cur[2] == '1' then return 0 end
+if (cur[3] or '') ~= ARGV[2] then return -2 end
+if ARGV[4] ~= '' and ARGV[4] ~= ARGV[3] then
+  local owner = redis.call('HGET', KEYS[2], ARGV[4])
+  if owner and owner ~= ARGV[1] then return -1 end
+  redis.call('HSET', KEYS[2], ARGV[4], ARGV[1])
+  if ARGV[3] ~= '' and redis.call('HGET', KEYS[2], ARGV[3]) == ARGV[1] then redis.call('HDEL', KEYS[2], ARGV[3]) end
+end
+if #ARGV > 5 then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 6))
+  redis.call('PUBLISH', ARGV[5], 'account:' .. ARGV[1])
+end
+return 1`;
+
+/*
+ * KEYS: account, emails, index, account keys, key hashes, key ids.
+ * ARGV: id, email read before, its lower case, key record prefix, channel.
+ * Marks the account deleted (the record stays: settlements in flight still find it), frees its
+ * email and revokes every key of it. Returns the number of keys revoked, -1 no such account, -2 retry.
+ */
+const deleteScript = `
+local cur = redis.call('HMGET', KEYS[1], 'id', 'deleted', 'email')
+if not cur[1] or cur[2] == '1' then return -1 end
+if (cur[3] or '') ~= ARGV[2] then return -2 end
+redis.call('HSET', KEYS[1], 'deleted', '1')
+if ARGV[3] ~= '' and redis.call('HGET', KEYS[2], ARGV[3]) == ARGV[1] then redis.call('HDEL', KEYS[2], ARGV[3]) end
+redis.call('ZREM', KEYS[3], ARGV[1])
+local ids = redis.call('SMEMBERS', KEYS[4])
+for _, keyId in ipairs(ids) do
+  local hash = redis.call('HGET', ARGV[4] .. keyId, 'hash')
+  if hash then redis.call('HDEL', KEYS[5], hash) end
+  redis.call('DEL', ARGV[4] .. keyId)
+  redis.call('SREM', KEYS[6], keyId)
+end
+redis.call('DEL', KEYS[4])
+redis.call('PUBLISH', ARGV[5], 'account:' .. ARGV[1])
+return #ids`;
+
+/*
+ * KEYS: the account's bill. ARGV: the account's credits in the record after this entry, the entry's ledger id, its amount.
+ * The record is written first; the bill keeps which ledger entry its credits include (`credits_at`), so applying an
+ * entry is idempotent (a retry, or an older entry arriving after a newer one, changes nothing) and a bill that missed
+ * an entry catches up with the next: the balance moves by the record's credits less those the bill counted.
+ * {1, balance} done, {0} no bill in Redis (lost; loaded again from the record), {-1} the account is unlimited.
+ */
+const creditScript = `
+local cur = redis.call('HMGET', KEYS[1], 'id', 'unlimited', 'credits', 'credits_at', 'balance')
+if not cur[1] then return {0, 0} end
+if cur[2] == '1' then return {-1, 0} end
+if cur[4] and tonumber(ARGV[2]) <= tonumber(cur[4]) then return {1, tonumber(cur[5] or '0')} end
+local delta = tonumber(ARGV[3])
+if cur[3] then delta = tonumber(ARGV[1]) - tonumber(cur[3]) end
+local balance = redis.call('HINCRBY', KEYS[1], 'balance', string.format('%d', delta))
+redis.call('HSET', KEYS[1], 'credits', ARGV[1], 'credits_at', ARGV[2])
+return {1, balance}`;
+
+/* KEYS: the account's bill. ARGV: id, unlimited ('1' or '0'). Opens it (a new account's at 0) or sets whether it is unlimited. */
+const billOpenScript = `
+redis.call('HSETNX', KEYS[1], 'id', ARGV[1])
+redis.call('HSETNX', KEYS[1], 'balance', '0')
+redis.call('HSETNX', KEYS[1], 'reserved', '0')
+redis.call('HSETNX', KEYS[1], 'credits', '0')
+redis.call('HSETNX', KEYS[1], 'credits_at', '0')
+redis.call('HSET', KEYS[1], 'unlimited', ARGV[2])
+return 1`;
+
+interface AccountRedis extends Redis {
+  accountEnsureDefault(...args: Array<string | number>): Promise<number>;
+  accountCreate(...args: Array<string | number>): Promise<number>;
+  accountUpdate(...args: Array<string | number>): Promise<number>;
+  accountDelete(...args: Array<string | number>): Promise<number>;
+  accountCredit(...args: Array<string | number>): Promise<[number, number]>;
+  billOpen(...args: Array<string | number>): Promise<number>;
+}
+
+const scripted = (redis: Redis) =>
+  withScripts<AccountRedis>(redis, {
+    accountEnsureDefault: { keys: 2, lua: ensureScript },
+    accountCreate: { keys: 3, lua: createScript },
+    accountUpdate: { keys: 2, lua: updateScript },
+    accountDelete: { keys: 6, lua: deleteScript },
+    accountCredit: { keys: 1, lua: creditScript },
+    billOpen: { keys: 1, lua: billOpenScript },
+  });
+
+// ---- passwords: scrypt, salted, with its parameters stored so they can be raised later ----
+
+const scryptParams = { N: 16384, r: 8, p: 1 };
+
+function scryptHash(password: string, salt: Buffer, length: number, params: { N: number; r: number; p: number }): Promise<Buffer> {
+  return new Promise((resolve, reject) => scrypt(password, salt, length, params, (error, key) => (error ? reject(error) : resolve(key))));
+}
+
+export async function hashPassword(password: string): Promise<string> {
+  const salt = randomBytes(16);
+  const hash = await scryptHash(password, salt, 64, scryptParams);
+  return `scrypt$${scryptParams.N}$${scryptParams.r}$${scryptParams.p}$${salt.toString('base64')}$${hash.toString('base64')}`;
+}
+
+export async function verifyPassword(password: string, stored: string): Promise<boolean> {
+  const [scheme, n, r, p, salt, hash] = stored.split('$');
+  if (scheme !== 'scrypt' || !salt || !hash) return false;
+  const expected = Buffer.from(hash, 'base64');
+  const actual = await scryptHash(password, Buffer.from(salt, 'base64'), expected.length, { N: Number(n), r: Number(r), p: Number(p) });
+  return timingSafeEqual(actual, expected);
+}
+
+/** Checked against when a sign-in names no account, so that case takes as long as a wrong password. */
+const decoyHash = hashPassword(randomBytes(16).toString('hex'));
+decoyHash.catch(() => undefined);
+
+// ---- the store ----
+
+export interface NewAccount {
+  email: string;
+  name?: string;
+  password?: string;
+  role?: AccountRole;
+  /** Spends without a balance; undefined: as its role has it (`unlimitedByRole`). */
+  unlimited?: boolean;
+}
+
+/**
+ * An operator's own account spends without a balance unless one is set for
+ * it (`unlimited: false`): an admin's first key must work. Members start at
+ * $0 (or SIGNUP_CREDIT_USD) and spend what they are credited.
+ */
+export const unlimitedByRole = (role: AccountRole): boolean => role === 'admin';
+
+export interface AccountChanges {
+  email?: string;
+  name?: string;
+  /** A change of role also sets `unlimited` as the new role has it, unless `unlimited` is given too. */
+  role?: AccountRole;
+  unlimited?: boolean;
+  /** null removes the password. */
+  password?: string | null;
+  disabled?: boolean;
+}
+
+export interface LedgerEntry {
+  id: string;
+  amountMicros: number;
+  balanceMicros: number;
+  note: string;
+  /** Unix seconds. */
+  time: number;
+}
+
+const nowSeconds = () => Math.floor(Date.now() / 1000);
+const normalizeEmail = (email: string) => email.trim();
+const emailIndex = (email: string) => normalizeEmail(email).toLowerCase();
+/** How often a script that found the account changed under it is retried before giving up. */
+const attempts = 5;
+
+/** An account from its directory hash and its bill (absent: nothing held, no balance yet). */
+function toAccount(row: Record<string, string>, bill: BillState | undefined): Account | undefined {
+  if (!row.id || row.deleted === '1') return undefined;
+  return {
+    id: row.id,
+    email: row.email ?? '',
+    name: row.name ?? '',
+    role: row.role === 'admin' ? 'admin' : 'member',
+    created: Number(row.created) || 0,
+    balanceMicros: row.unlimited === '1' ? undefined : (bill?.balanceMicros ?? 0),
+    reservedMicros: bill?.reservedMicros ?? 0,
+    disabled: row.disabled === '1',
+  };
+}
+
+/** PostgreSQL's unique violation: the email index refused a second live account. */
+const isUniqueViolation = (error: unknown) => (error as { code?: string } | null)?.code === '23505';
+
+export class AccountStore {
+  private readonly redis: AccountRedis;
+  /** See KeyStore.onAccessChanged. */
+  onAccessChanged: ((message: string) => void) | undefined;
+
+  constructor(
+    redis: Redis,
+    readonly record: RecordDb,
+    /** Loads Redis again from the record when it finds it lost (optional: the CLI runs without one). */
+    private readonly hot?: HotState,
+  ) {
+    this.redis = scripted(redis);
+  }
+
+  /**
+   * Idempotent: keys made without an account belong to it. Its hot copy only: its row in the
+   * record is made where the record needs it (a key for it, a change to it, a load of Redis).
+   */
+  async ensureDefault(): Promise<void> {
+    await this.redis.accountEnsureDefault(accountKey(defaultAccountId), accountsIndexKey, defaultAccountId, nowSeconds());
+    await this.redis.billOpen(billKey(defaultAccountId), defaultAccountId, '1');
+  }
+
+  async create(input: NewAccount): Promise<Account> {
+    const id = `acct_${randomBytes(8).toString('hex')}`;
+    const email = normalizeEmail(input.email);
+    const created = nowSeconds();
+    const role = input.role ?? 'member';
+    const fields: Record<string, string> = {
+      id,
+      email,
+      name: input.name ?? '',
+      role,
+      created: String(created),
+      unlimited: (input.unlimited ?? unlimitedByRole(role)) ? '1' : '0',
+      ...(input.password ? { password: await hashPassword(input.password) } : {}),
+    };
+    try {
+      await this.record
+        .insertInto('accounts')
+        .values({
+          id,
+          email,
+          name: fields.name!,
+          role,
+          created,
+          password: fields.password ?? '',
+          unlimited: fields.unlimited === '1',
+          disabled: false,
+          deleted: false,
+          credits_micros: 0,
+          settled_micros: 0,
+          playground_key: null,
+        })
+        .execute();
+    } catch (error) {
+      if (isUniqueViolation(error)) throw accountExists(email);
+      throw error;
+    }
+    const made = await this.redis.accountCreate(accountEmailsKey, accountKey(id), accountsIndexKey, emailIndex(email), id, created, ...Object.entries(fields).flat());
+    if (made === 0) {
+      // Redis still names the email (a hot copy older than the record): the record decides, so the new row goes.
+      await this.record.deleteFrom('accounts').where('id', '=', id).execute();
+      throw accountExists(email);
+    }
+    await this.redis.billOpen(billKey(id), id, fields.unlimited!);
+    return toAccount(fields, undefined)!;
+  }
+
+  /** Undefined for an unknown or deleted account. */
+  async get(id: string): Promise<Account | undefined> {
+    if (id === defaultAccountId) await this.ensureDefault();
+    const [row, bill] = await Promise.all([this.redis.hgetall(accountKey(id)), readBill(this.redis, id)]);
+    return toAccount(row, bill);
+  }
+
+  /** True when the account exists and is not deleted. */
+  async exists(id: string): Promise<boolean> {
+    if (id === defaultAccountId) return true;
+    const [known, deleted] = await this.redis.hmget(accountKey(id), 'id', 'deleted');
+    return Boolean(known) && deleted !== '1';
+  }
+
+  async list(): Promise<Account[]> {
+    await this.ensureDefault();
+    const ids = await this.redis.zrange(accountsIndexKey, '0', '-1');
+    if (ids.length === 0) return [];
+    const pipeline = this.redis.pipeline();
+    for (const id of ids) pipeline.hgetall(accountKey(id));
+    const rows = (await pipeline.exec()) ?? [];
+    // Bills live in their buckets (other slots): read apart from the directory's pipeline.
+    const bills = await Promise.all(ids.map((id) => readBill(this.redis, id)));
+    return rows.map(([, row], i) => toAccount(row as Record<string, string>, bills[i])).filter((a): a is Account => a !== undefined);
+  }
+
+  /** Undefined for an unknown or deleted account; throws 409 when the new email is taken. */
+  async update(id: string, changes: AccountChanges): Promise<Account | undefined> {
+    const fields: string[] = [];
+    if (changes.name !== undefined) fields.push('name', changes.name);
+    if (changes.role !== undefined) fields.push('role', changes.role);
+    if (changes.email !== undefined) fields.push('email', normalizeEmail(changes.email));
+    if (changes.disabled !== undefined) fields.push('disabled', changes.disabled ? '1' : '0');
+    if (id === defaultAccountId && changes.unlimited === false) {
+      throw new GatewayError(400, 'The default account is always unlimited: give keys that must spend within a balance an account of their own.', { code: 'default_account', param: 'unlimited' });
+    }
+    if (changes.unlimited !== undefined) fields.push('unlimited', changes.unlimited ? '1' : '0');
+    else if (changes.role !== undefined && id !== defaultAccountId) {
+      // A role change brings the new role's default; so does naming a role for an account that never had the choice made (made before it existed).
+      const [role, unlimited] = await this.redis.hmget(accountKey(id), 'role', 'unlimited');
+      if (role !== changes.role || unlimited === null) fields.push('unlimited', unlimitedByRole(changes.role) ? '1' : '0');
+    }
+    // '' is "no password": a hash never is.
+    if (changes.password !== undefined) fields.push('password', changes.password === null ? '' : await hashPassword(changes.password));
+    const row: Record<string, string | boolean> = {};
+    for (let i = 0; i + 1 < fields.length; i += 2) {
+      const [field, value] = [fields[i]!, fields[i + 1]!];
+      row[field] = field === 'unlimited' || field === 'disabled' ? value === '1' : value;
+    }
+    if (Object.keys(row).length > 0) {
+      if (id === defaultAccountId) await ensureDefaultRecord(this.record);
+      try {
+        const updated = await this.record.updateTable('accounts').set(row).where('id', '=', id).where('deleted', '=', false).executeTakeFirst();
+        if (Number(updated.numUpdatedRows) === 0) return undefined;
+      } catch (error) {
+        if (isUniqueViolation(error)) throw accountExists(normalizeEmail(changes.email!));
+        throw error;
+      }
+    }
+    for (let attempt = 0; attempt < attempts; attempt++) {
+      const current = await this.get(id);
+      if (!current) return undefined;
+      const newIndex = changes.email === undefined ? '' : emailIndex(changes.email);
+      const result = await this.redis.accountUpdate(accountKey(id), accountEmailsKey, id, current.email, emailIndex(current.email), newIndex, accessChangedChannel, ...fields);
+      if (result === 0) return undefined;
+      if (result === -1) throw accountExists(normalizeEmail(changes.email!));
+      if (result === 1) {
+        this.onAccessChanged?.(`account:${id}`);
+        const unlimited = fields.indexOf('unlimited');
+        if (unlimited >= 0) await this.redis.billOpen(billKey(id), id, fields[unlimited + 1]!);
+        return this.get(id);
+      }
+    }
+    throw new GatewayError(409, 'The account kept changing while it was being updated; retry.', { code: 'conflict' });
+  }
+
+  /** Marks the account deleted and revokes its keys. Undefined for an unknown account, else the number of keys revoked. */
+  async delete(id: string): Promise<number | undefined> {
+    if (id === defaultAccountId) {
+      throw new GatewayError(400, 'The default account cannot be deleted.', { code: 'default_account' });
+    }
+    const now = nowSeconds();
+    const deleted = await this.record.transaction().execute(async (tx) => {
+      const done = await tx.updateTable('accounts').set({ deleted: true }).where('id', '=', id).where('deleted', '=', false).executeTakeFirst();
+      if (Number(done.numUpdatedRows) === 0) return false;
+      await tx.updateTable('api_keys').set({ revoked: now }).where('account_id', '=', id).where('revoked', 'is', null).execute();
+      return true;
+    });
+    if (!deleted) return undefined;
+    for (let attempt = 0; attempt < attempts; attempt++) {
+      const current = await this.get(id);
+      if (!current) return 0;
+      const result = await this.redis.accountDelete(
+        accountKey(id),
+        accountEmailsKey,
+        accountsIndexKey,
+        accountKeysKey(id),
+        apiKeyHashesKey,
+        apiKeyIdsKey,
+        id,
+        current.email,
+        emailIndex(current.email),
+        apiKeyRecordKey(''),
+        accessChangedChannel,
+      );
+      // Its bill goes with it: nothing is admitted for it any more.
+      if (result >= -1) await this.redis.del(billKey(id));
+      this.onAccessChanged?.(`account:${id}`);
+      if (result === -1) return 0;
+      if (result >= 0) return result;
+    }
+    throw new GatewayError(409, 'The account kept changing while it was being deleted; retry.', { code: 'conflict' });
+  }
+
+  /** Adds (or with a negative amount, takes) credit and records it in the ledger; returns the new balance in micros. */
+  async credit(id: string, micros: number, note = ''): Promise<number> {
+    if (id === defaultAccountId) throw unlimitedBalance(id);
+    const account = await this.record.selectFrom('accounts').select(['unlimited', 'deleted']).where('id', '=', id).executeTakeFirst();
+    if (!account || account.deleted) throw accountNotFound(id);
+    if (account.unlimited) throw unlimitedBalance(id);
+    // The record first: the ledger entry and the credits in one transaction; then the hot balance admission reads.
+    // The row lock taken by the update orders the ledger ids as the credits: a later entry always counts an earlier one.
+    const entry = await this.record.transaction().execute(async (tx) => {
+      const updated = await tx
+        .updateTable('accounts')
+        .set((eb) => ({ credits_micros: eb('credits_micros', '+', micros) }))
+        .where('id', '=', id)
+        .where('deleted', '=', false)
+        .where('unlimited', '=', false)
+        .returning('credits_micros')
+        .executeTakeFirst();
+      if (!updated) return undefined;
+      const line = await tx.insertInto('ledger').values({ account_id: id, amount_micros: micros, balance_micros: null, note, time: nowSeconds() }).returning('id').executeTakeFirstOrThrow();
+      return { id: line.id, credits: updated.credits_micros };
+    });
+    if (!entry) throw accountNotFound(id);
+    const balance = await this.applyCredit(id, { id: Number(entry.id), credits: entry.credits }, micros);
+    await this.record.updateTable('ledger').set({ balance_micros: balance }).where('id', '=', entry.id).execute();
+    return balance;
+  }
+
+  /**
+   * Brings the hot balance to the record's credits as of a ledger entry: idempotent, so it is retried while Redis is
+   * away (about 6 s); a bill Redis lost is loaded again from the record, which holds the entry already.
+   */
+  private async applyCredit(id: string, entry: { id: number; credits: number }, amount: number): Promise<number> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        let [status, balance] = await this.redis.accountCredit(billKey(id), entry.credits, entry.id, amount);
+        if (status === 0 && this.hot) {
+          await this.hot.ensure();
+          // Loaded again (here or by another process) from a snapshot that may predate the entry: applied once more, idempotently.
+          [status, balance] = await this.redis.accountCredit(billKey(id), entry.credits, entry.id, amount);
+        }
+        if (status !== 1) {
+          // No bill to move (the CLI beside no gateway, or one not loaded yet): the balance is the record's.
+          const row = await this.record.selectFrom('accounts').select(['credits_micros', 'settled_micros']).where('id', '=', id).executeTakeFirstOrThrow();
+          return row.credits_micros - row.settled_micros;
+        }
+        return Number(balance);
+      } catch (error) {
+        if (attempt >= 5) {
+          throw new GatewayError(
+            503,
+            `The credit was recorded (ledger entry ${entry.id}) but the balance admission reads could not be updated: Redis is unreachable. ` +
+              'It takes effect with the account\'s next credit or when Redis is loaded from the record; do not repeat this credit.',
+            { code: 'credit_pending' },
+          );
+        }
+        await new Promise((resolve) => setTimeout(resolve, 200 * 2 ** attempt));
+      }
+    }
+  }
+
+  /** The newest `limit` ledger entries, newest first. */
+  async ledger(id: string, limit: number): Promise<LedgerEntry[]> {
+    const rows = await this.record.selectFrom('ledger').selectAll().where('account_id', '=', id).orderBy('id', 'desc').limit(limit).execute();
+    return rows.map((row) => ({
+      id: String(row.id),
+      amountMicros: row.amount_micros,
+      balanceMicros: row.balance_micros ?? 0,
+      note: row.note,
+      time: row.time,
+    }));
+  }
+
+  /** True when the account exists, has a password and it matches. */
+  async checkPassword(id: string, password: string): Promise<boolean> {
+    const [stored, deleted] = await this.redis.hmget(accountKey(id), 'password', 'deleted');
+    if (!stored || deleted === '1') return false;
+    return verifyPassword(password, stored);
+  }
+
+  /** The live account owning an email (any letter case), or undefined. */
+  async findByEmail(email: string): Promise<Account | undefined> {
+    const id = await this.redis.hget(accountEmailsKey, emailIndex(email));
+    return id ? this.get(id) : undefined;
+  }
+
+  /**
+   * The account a sign-in names when its password matches; undefined otherwise. An unknown
+   * email costs the same scrypt as a wrong password, so the time taken does not tell which.
+   */
+  async signIn(email: string, password: string): Promise<Account | undefined> {
+    const id = await this.redis.hget(accountEmailsKey, emailIndex(email));
+    const [stored, deleted] = id ? await this.redis.hmget(accountKey(id), 'password', 'deleted') : [null, null];
+    if (!id || !stored || deleted === '1') {
+      await verifyPassword(password, await decoyHash);
+      return undefined;
+    }
+    return (await verifyPassword(password, stored)) ? this.get(id) : undefined;
+  }
+}

@@ -1,0 +1,157 @@
+import type { GatewayState } from '../http/context.js';
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type Router from '@koa/router';
+import { createRouter } from '../http/canonical-path.js';
+import type { Account } from '../../shared/accounts.js';
+import { GatewayError } from '../../shared/errors.js';
+import { readJsonObject } from '../http/request-body.js';
+import { accountNotFound, microsToUsd, usdToMicros } from './account-store.js';
+import type { KeyStore } from './key-store.js';
+import {
+  createAccountSchema,
+  createKeySchema,
+  creditSchema,
+  keyChanges,
+  ledgerQuerySchema,
+  listKeysSchema,
+  newKeyLimits,
+  parseStrict,
+  patchAccountSchema,
+  patchKeySchema,
+} from './account-requests.js';
+import { accountView, keyView, ledgerView } from './views.js';
+import { readUsage, usageQuerySchema } from './admin-usage.js';
+import { listRequests } from '../../storage/record/request-log.js';
+import { requestListQuerySchema } from './admin-requests.js';
+
+/*
+ * Accounts, credits, keys and usage behind `Authorization: Bearer $ADMIN_TOKEN`
+ * (compared in constant time). JSON in and out, money as USD numbers (micros
+ * in Redis), every body and query checked by a strict schema so a misspelt
+ * field is refused rather than silently ignored.
+ */
+
+export const bodyLimit = 64 * 1024;
+
+const keyNotFound = (keyId: string) => new GatewayError(404, `No API key with id '${keyId}'.`, { code: 'key_not_found' });
+
+function digest(value: string): Buffer {
+  return createHash('sha256').update(value).digest();
+}
+
+export function adminRoutes(store: KeyStore, adminToken: string | undefined): Router {
+  const router = createRouter<GatewayState>('/admin');
+  const accounts = store.accounts;
+  const expected = adminToken ? digest(adminToken) : undefined;
+
+  router.use(async (ctx, next) => {
+    if (!expected) {
+      throw new GatewayError(403, 'The admin API is disabled: set ADMIN_TOKEN to enable it.', { code: 'admin_disabled' });
+    }
+    const match = /^Bearer\s+(\S+)\s*$/i.exec(ctx.get('authorization'));
+    if (!match || !timingSafeEqual(digest(match[1]!), expected)) {
+      throw new GatewayError(401, 'Invalid admin token.', { code: 'invalid_admin_token' });
+    }
+    await next();
+  });
+
+  const existingAccount = async (accountId: string): Promise<Account> => {
+    const account = await accounts.get(accountId);
+    if (!account) throw accountNotFound(accountId);
+    return account;
+  };
+
+  // ---- accounts ----
+
+  router.post('/accounts', async (ctx) => {
+    const body = parseStrict(createAccountSchema, await readJsonObject(ctx.req, bodyLimit));
+    const account = await accounts.create(body);
+    ctx.status = 201;
+    ctx.body = accountView(account);
+  });
+
+  router.get('/accounts', async (ctx) => {
+    ctx.body = { object: 'list', data: (await accounts.list()).map(accountView) };
+  });
+
+  router.get('/accounts/:id', async (ctx) => {
+    ctx.body = accountView(await existingAccount(ctx.params.id!));
+  });
+
+  router.patch('/accounts/:id', async (ctx) => {
+    const body = parseStrict(patchAccountSchema, await readJsonObject(ctx.req, bodyLimit));
+    const account = await accounts.update(ctx.params.id!, body);
+    if (!account) throw accountNotFound(ctx.params.id!);
+    ctx.body = accountView(account);
+  });
+
+  router.delete('/accounts/:id', async (ctx) => {
+    const revoked = await accounts.delete(ctx.params.id!);
+    if (revoked === undefined) throw accountNotFound(ctx.params.id!);
+    ctx.body = { id: ctx.params.id!, object: 'account', deleted: true, keys_revoked: revoked };
+  });
+
+  router.post('/accounts/:id/credits', async (ctx) => {
+    const body = parseStrict(creditSchema, await readJsonObject(ctx.req, bodyLimit));
+    const balance = await accounts.credit(ctx.params.id!, usdToMicros(body.amount_usd), body.note ?? '');
+    ctx.body = { object: 'account.balance', account_id: ctx.params.id!, balance_usd: microsToUsd(balance) };
+  });
+
+  router.get('/accounts/:id/ledger', async (ctx) => {
+    const { limit } = parseStrict(ledgerQuerySchema, ctx.query);
+    await existingAccount(ctx.params.id!);
+    ctx.body = { object: 'list', data: (await accounts.ledger(ctx.params.id!, limit ?? 100)).map(ledgerView) };
+  });
+
+  // ---- keys ----
+
+  router.post('/keys', async (ctx) => {
+    const body = parseStrict(createKeySchema, await readJsonObject(ctx.req, bodyLimit));
+    const created = await store.create(body.name, {
+      accountId: body.account_id,
+      ...newKeyLimits(body),
+    });
+    ctx.status = 201;
+    ctx.body = { ...keyView(created), key: created.key };
+  });
+
+  router.get('/keys', async (ctx) => {
+    const { account_id: accountId } = parseStrict(listKeysSchema, ctx.query);
+    if (accountId) await existingAccount(accountId);
+    ctx.body = { object: 'list', data: (await store.list({ accountId })).map(keyView) };
+  });
+
+  router.get('/keys/:id', async (ctx) => {
+    const key = await store.get(ctx.params.id!);
+    if (!key) throw keyNotFound(ctx.params.id!);
+    ctx.body = keyView(key);
+  });
+
+  router.patch('/keys/:id', async (ctx) => {
+    const body = parseStrict(patchKeySchema, await readJsonObject(ctx.req, bodyLimit));
+    const key = await store.update(ctx.params.id!, keyChanges(body));
+    if (!key) throw keyNotFound(ctx.params.id!);
+    ctx.body = keyView(key);
+  });
+
+  router.delete('/keys/:id', async (ctx) => {
+    const keyId = ctx.params.id!;
+    if (!(await store.revoke(keyId))) throw keyNotFound(keyId);
+    ctx.body = { id: keyId, object: 'api_key', deleted: true };
+  });
+
+  // ---- usage ----
+
+  // ---- the request log: every keyed request, newest first, a page at a time ----
+  router.get('/requests', async (ctx) => {
+    const { filter, limit, cursor } = parseStrict(requestListQuerySchema, ctx.query);
+    ctx.body = await listRequests(store.record, filter, limit, cursor);
+  });
+
+  router.get('/usage', async (ctx) => {
+    const query = parseStrict(usageQuerySchema, ctx.query);
+    ctx.body = { object: 'list', data: await readUsage(store.record, query) };
+  });
+
+  return router;
+}

@@ -1,0 +1,37 @@
+import type { Middleware } from 'koa';
+import type { KeyAccess } from '../../shared/accounts.js';
+import { invalidApiKey } from '../../shared/errors.js';
+import type { KeyCache } from './key-store.js';
+
+export interface AuthState {
+  keyId: string;
+  /** The key's account and limits, for admission. */
+  access: KeyAccess;
+}
+
+/** Bearer API key, as the OpenAI clients send it. */
+export function authenticate(keys: KeyCache): Middleware<AuthState> {
+  return async (ctx, next) => {
+    const header = ctx.get('authorization');
+    const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+    if (!match) {
+      throw invalidApiKey(
+        header
+          ? 'The Authorization header must be "Bearer <API key>".'
+          : 'You did not provide an API key. Send it as "Authorization: Bearer <API key>".',
+      );
+    }
+    const verdict = await keys.check(match[1]!);
+    if ('refused' in verdict) {
+      // Saying a key expired (rather than that it is wrong) tells its owner to ask for a new one, not to check for typos.
+      if (verdict.refused === 'expired') {
+        throw invalidApiKey(`The API key provided expired at ${new Date(verdict.expiresAt * 1000).toISOString()}. Create a new key or extend this one.`);
+      }
+      if (verdict.refused === 'disabled') throw invalidApiKey('The account this API key belongs to is disabled. Ask an administrator to enable it.');
+      throw invalidApiKey('Incorrect API key provided. Create keys in the console (/console), with `npm run keys -- create`, or with the admin API.');
+    }
+    ctx.state.keyId = verdict.access.keyId;
+    ctx.state.access = verdict.access;
+    await next();
+  };
+}

@@ -1,0 +1,447 @@
+import { createHash, randomBytes } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { withScripts } from '../../shared/redis.js';
+import {
+  accessChangedChannel,
+  accountKey,
+  accountKeysKey,
+  accountsIndexKey,
+  apiKeyHashesKey,
+  apiKeyIdsKey,
+  apiKeyRecordKey,
+  billKey,
+  defaultAccountId,
+  keyBillField,
+  keyBillFields,
+  type KeyAccess,
+} from '../../shared/accounts.js';
+import { GatewayError } from '../../shared/errors.js';
+import { AccountStore, accountNotFound, ensureDefaultLua } from './account-store.js';
+import type { RecordDb } from '../../storage/record/database.js';
+import { ensureDefaultRecord, type HotState } from '../../storage/record/hot-state.js';
+import { readKeySpend, type KeySpend } from '../../shared/billing.js';
+
+/**
+ * API keys: random, prefixed, shown once, stored only as a SHA-256 hash, in
+ * the record (PostgreSQL) first and then in their hot copy in Redis (layout
+ * in shared/accounts.ts), which admission reads. Each key belongs to an account (`default` when none
+ * is named) and may carry a spending limit, rate limits, a model allow-list and
+ * an expiry. Every change publishes the key id on `accessChangedChannel`, so
+ * every api instance drops what it cached.
+ */
+
+export interface KeyLimits {
+  /** The most the key may ever spend, micros. */
+  limitMicros?: number;
+  rpm?: number;
+  tpm?: number;
+  models?: readonly string[];
+  /** Unix seconds. */
+  expiresAt?: number;
+}
+
+export interface KeyOptions extends KeyLimits {
+  accountId?: string;
+}
+
+/** A change to a key: null clears a limit. */
+export type KeyChanges = { name?: string } & { [K in keyof KeyLimits]?: KeyLimits[K] | null };
+
+export interface ApiKeyRecord extends KeyLimits {
+  id: string;
+  name: string;
+  created: number;
+  /** First characters of the secret, to tell keys apart without revealing them. */
+  hint: string;
+  accountId: string;
+  spentMicros: number;
+  /** Unix seconds of the last admitted request. */
+  lastUsedAt?: number;
+}
+
+export function hashSecret(secret: string): string {
+  return createHash('sha256').update(secret).digest('hex');
+}
+
+/* KEYS: account, key record, key hashes, key ids, account keys. ARGV: hash, key id, then field/value pairs. 0 = no such account. */
+const createScript = `
+local account = redis.call('HMGET', KEYS[1], 'id', 'deleted')
+if not account[1] or account[2] == '1' then return 0 end
+redis.call('HSET', KEYS[2], unpack(ARGV, 3))
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+redis.call('SADD', KEYS[4], ARGV[2])
+redis.call('SADD', KEYS[5], ARGV[2])
+return 1`;
+
+/* KEYS: key record. ARGV: channel, key id, then field/value pairs. Checked in the script so a revoked key is not brought back half-made. */
+const updateScript = `
+if redis.call('HEXISTS', KEYS[1], 'hash') == 0 then return 0 end
+if #ARGV > 2 then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+  redis.call('PUBLISH', ARGV[1], ARGV[2])
+end
+return 1`;
+
+/* KEYS: key record, key hashes, key ids. ARGV: key id, account keys prefix, channel, default account id. */
+const revokeScript = `
+local key = redis.call('HMGET', KEYS[1], 'hash', 'account')
+if not key[1] then return 0 end
+redis.call('HDEL', KEYS[2], key[1])
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[3], ARGV[1])
+local account = key[2]
+if not account or account == '' then account = ARGV[4] end
+redis.call('SREM', ARGV[2] .. account, ARGV[1])
+redis.call('PUBLISH', ARGV[3], ARGV[1])
+return 1`;
+
+/*
+ * KEYS: key hashes, default account, accounts index. ARGV: secret hash, key record prefix, account prefix, default account id, unix s.
+ * What admission needs of a presented key, in one round trip: nil for an unknown key or one of a deleted account, 0 for a key of a disabled one.
+ * Keys made before accounts existed name none: they belong to the default account, made here if missing.
+ */
+const accessScript = `${ensureDefaultLua}
+local id = redis.call('HGET', KEYS[1], ARGV[1])
+if not id then return false end
+local key = redis.call('HMGET', ARGV[2] .. id, 'hash', 'account', 'limit', 'rpm', 'tpm', 'models', 'expires')
+if key[1] ~= ARGV[1] then return false end
+local account = key[2]
+if not account or account == '' then account = ARGV[4] end
+local state = redis.call('HMGET', ARGV[3] .. account, 'id', 'deleted', 'disabled')
+if state[2] == '1' then return false end
+if state[3] == '1' then return 0 end
+if not state[1] then
+  if account ~= ARGV[4] then return false end
+  ensureDefault(KEYS[2], KEYS[3], ARGV[4], ARGV[5])
+end
+return {id, account, key[3] or '', key[4] or '', key[5] or '', key[6] or '', key[7] or ''}`;
+
+interface KeyRedis extends Redis {
+  keyCreate(...args: Array<string | number>): Promise<number>;
+  keyUpdate(...args: Array<string | number>): Promise<number>;
+  keyRevoke(...args: Array<string | number>): Promise<number>;
+  keyAccess(...args: Array<string | number>): Promise<string[] | number | null>;
+}
+
+const scripted = (redis: Redis) =>
+  withScripts<KeyRedis>(redis, {
+    keyCreate: { keys: 5, lua: createScript },
+    keyUpdate: { keys: 1, lua: updateScript },
+    keyRevoke: { keys: 3, lua: revokeScript },
+    keyAccess: { keys: 3, lua: accessScript },
+  });
+
+// ---- record fields: '' means none, as the billing scripts read them ----
+
+const optionalNumber = (text: string | undefined): number | undefined => (text === undefined || text === '' ? undefined : Number(text));
+
+function parseModels(text: string | undefined): readonly string[] | undefined {
+  if (text === undefined || text === '') return undefined;
+  try {
+    const models: unknown = JSON.parse(text);
+    if (Array.isArray(models) && models.every((m) => typeof m === 'string')) return models;
+  } catch {
+    // fall through
+  }
+  // An allow-list that cannot be read allows nothing rather than everything.
+  return [];
+}
+
+function limitFields(changes: KeyChanges): string[] {
+  const fields: string[] = [];
+  const put = (field: string, value: number | null | undefined) => {
+    if (value !== undefined) fields.push(field, value === null ? '' : String(value));
+  };
+  put('limit', changes.limitMicros);
+  put('rpm', changes.rpm);
+  put('tpm', changes.tpm);
+  put('expires', changes.expiresAt);
+  if (changes.models !== undefined) fields.push('models', changes.models === null ? '' : JSON.stringify(changes.models));
+  if (changes.name !== undefined) fields.push('name', changes.name);
+  return fields;
+}
+
+/** A key from its directory hash and its spend in its account's bill. */
+function toRecord(row: Record<string, string>, spend: KeySpend | undefined): ApiKeyRecord | undefined {
+  if (!row.id || !row.hash) return undefined;
+  return {
+    id: row.id,
+    name: row.name ?? '',
+    created: Number(row.created) || 0,
+    hint: row.hint ?? '',
+    accountId: row.account || defaultAccountId,
+    limitMicros: optionalNumber(row.limit),
+    rpm: optionalNumber(row.rpm),
+    tpm: optionalNumber(row.tpm),
+    models: parseModels(row.models),
+    expiresAt: optionalNumber(row.expires),
+    spentMicros: spend?.spentMicros ?? 0,
+    lastUsedAt: spend?.lastUsedAt,
+  };
+}
+
+export class KeyStore {
+  readonly accounts: AccountStore;
+  private readonly scripts: KeyRedis;
+  /**
+   * Told (with the message `accessChangedChannel` carries) when a key or account changes through this store: this
+   * process's own cache drops it at once, before the change is answered, without waiting for the message to come back.
+   */
+  set onAccessChanged(listener: ((message: string) => void) | undefined) {
+    this.changed = listener;
+    this.accounts.onAccessChanged = listener;
+  }
+  private changed: ((message: string) => void) | undefined;
+
+  constructor(
+    readonly redis: Redis,
+    readonly record: RecordDb,
+    /** Loads Redis again from the record when a lookup finds it lost (optional: the CLI runs without one). */
+    readonly hot?: HotState,
+  ) {
+    this.scripts = scripted(redis);
+    this.accounts = new AccountStore(redis, record, hot);
+  }
+
+  /** Throws 404 `account_not_found` for an unknown or deleted account. */
+  async create(name: string, options: KeyOptions = {}): Promise<ApiKeyRecord & { key: string }> {
+    const accountId = options.accountId ?? defaultAccountId;
+    const secret = `sy-${randomBytes(32).toString('base64url')}`;
+    const id = `key_${randomBytes(8).toString('hex')}`;
+    const created = Math.floor(Date.now() / 1000);
+    const hint = `${secret.slice(0, 7)}…`;
+    const hash = hashSecret(secret);
+    const fields = ['id', id, 'name', name, 'created', String(created), 'hash', hash, 'hint', hint, 'account', accountId];
+    // Every limit field is written, '' when unset, so the record shows the whole layout.
+    const { limitMicros = null, rpm = null, tpm = null, models = null, expiresAt = null } = options;
+    fields.push(...limitFields({ limitMicros, rpm, tpm, models, expiresAt }));
+    let owner = await this.record.selectFrom('accounts').select('deleted').where('id', '=', accountId).executeTakeFirst();
+    if (!owner && accountId === defaultAccountId) {
+      // The default account is made on first use, in the record as in Redis.
+      await ensureDefaultRecord(this.record);
+      owner = { deleted: false };
+    }
+    if (!owner || owner.deleted) throw accountNotFound(accountId);
+    // Keys made without an account need the default account's bill in Redis (ensured cheaply: idempotent).
+    if (accountId === defaultAccountId) await this.accounts.ensureDefault();
+    await this.record
+      .insertInto('api_keys')
+      .values({
+        id,
+        account_id: accountId,
+        name,
+        created,
+        hash,
+        hint,
+        limit_micros: limitMicros,
+        rpm,
+        tpm,
+        models: models === null ? null : JSON.stringify(models),
+        expires: expiresAt,
+        spent_micros: 0,
+        last_used: null,
+        revoked: null,
+      })
+      .execute();
+    // Its spend first: a key admission can find has a bill to count against.
+    await this.redis.hset(billKey(accountId), keyBillField(id, 'spent'), '0', keyBillField(id, 'reserved'), '0');
+    const made = await this.scripts.keyCreate(accountKey(accountId), apiKeyRecordKey(id), apiKeyHashesKey, apiKeyIdsKey, accountKeysKey(accountId), hash, id, ...fields);
+    // Refused because Redis lost the account (flushed): loading it from the record brings this key with it.
+    if (made === 0 && !(await this.hot?.ensure())) {
+      await this.redis.hdel(billKey(accountId), ...keyBillFields(id));
+      await this.record.deleteFrom('api_keys').where('id', '=', id).execute();
+      throw accountNotFound(accountId);
+    }
+    return { ...toRecord(Object.fromEntries(pairs(fields)), { spentMicros: 0, reservedMicros: 0 })!, key: secret };
+  }
+
+  async list(filter: { accountId?: string } = {}): Promise<ApiKeyRecord[]> {
+    // One account's keys from its own set (a console page must not read every key of the gateway); the default
+    // account's from all, since keys made before accounts existed are in no account's set.
+    const own = filter.accountId !== undefined && filter.accountId !== defaultAccountId;
+    const ids = await this.redis.smembers(own ? accountKeysKey(filter.accountId!) : apiKeyIdsKey);
+    if (ids.length === 0) return [];
+    const pipeline = this.redis.pipeline();
+    for (const id of ids) pipeline.hgetall(apiKeyRecordKey(id));
+    const rows = ((await pipeline.exec()) ?? []).map(([, value]) => value as Record<string, string>);
+    // Spend lives in the accounts' bills (other slots): read apart from the directory's pipeline.
+    const spends = await Promise.all(rows.map((row) => (row.id ? readKeySpend(this.redis, row.account || defaultAccountId, row.id) : undefined)));
+    return rows
+      .map((row, i) => toRecord(row, spends[i]))
+      .filter((key): key is ApiKeyRecord => key !== undefined && (!filter.accountId || key.accountId === filter.accountId))
+      .sort((a, b) => a.created - b.created || a.id.localeCompare(b.id));
+  }
+
+  async get(id: string): Promise<ApiKeyRecord | undefined> {
+    const row = await this.redis.hgetall(apiKeyRecordKey(id));
+    return toRecord(row, row.id ? await readKeySpend(this.redis, row.account || defaultAccountId, id) : undefined);
+  }
+
+  /** Undefined when no such key exists. */
+  async update(id: string, changes: KeyChanges): Promise<ApiKeyRecord | undefined> {
+    const row = {
+      ...(changes.name !== undefined ? { name: changes.name } : {}),
+      ...(changes.limitMicros !== undefined ? { limit_micros: changes.limitMicros } : {}),
+      ...(changes.rpm !== undefined ? { rpm: changes.rpm } : {}),
+      ...(changes.tpm !== undefined ? { tpm: changes.tpm } : {}),
+      ...(changes.expiresAt !== undefined ? { expires: changes.expiresAt } : {}),
+      ...(changes.models !== undefined ? { models: changes.models === null ? null : JSON.stringify(changes.models) } : {}),
+    };
+    const known = Object.keys(row).length > 0
+      ? await this.record.updateTable('api_keys').set(row).where('id', '=', id).where('revoked', 'is', null).executeTakeFirst()
+      : undefined;
+    if (known && Number(known.numUpdatedRows) === 0) return undefined;
+    const done = await this.scripts.keyUpdate(apiKeyRecordKey(id), accessChangedChannel, id, ...limitFields(changes));
+    this.changed?.(id);
+    return done === 1 ? this.get(id) : undefined;
+  }
+
+  /**
+   * The access of an account's Playground key (the console's playground bills through it, as any key),
+   * made on first use and again if it was revoked. Its limits are the owner's to set, like any key's.
+   */
+  async playgroundAccess(accountId: string): Promise<KeyAccess> {
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const id = await this.redis.hget(accountKey(accountId), 'playground_key');
+      const key = id ? await this.get(id) : undefined;
+      if (key && key.accountId === accountId) {
+        const { limitMicros, rpm, tpm, models, expiresAt } = key;
+        const optional = Object.entries({ limitMicros, rpm, tpm, models, expiresAt }).filter(([, value]) => value !== undefined);
+        return { keyId: key.id, accountId, ...Object.fromEntries(optional) };
+      }
+      const made = await this.create('Playground', { accountId });
+      // Two first uses at once: one key wins, the other is revoked.
+      const won = await this.redis.eval(
+        "if (redis.call('HGET', KEYS[1], 'playground_key') or '') == ARGV[1] then redis.call('HSET', KEYS[1], 'playground_key', ARGV[2]) return 1 end return 0",
+        1,
+        accountKey(accountId),
+        id ?? '',
+        made.id,
+      );
+      if (won === 1) {
+        await this.record.updateTable('accounts').set({ playground_key: made.id }).where('id', '=', accountId).execute();
+        return { keyId: made.id, accountId };
+      }
+      await this.revoke(made.id);
+    }
+    throw new GatewayError(409, 'The Playground key kept changing; retry.', { code: 'conflict' });
+  }
+
+  /** Returns false when no such key exists. */
+  async revoke(id: string): Promise<boolean> {
+    const revoked = await this.record.updateTable('api_keys').set({ revoked: Math.floor(Date.now() / 1000) }).where('id', '=', id).where('revoked', 'is', null).returning('account_id').execute();
+    const accountId = revoked[0]?.account_id ?? ((await this.redis.hget(apiKeyRecordKey(id), 'account')) || defaultAccountId);
+    // Out of its account's bill first: admission refuses it from here on, whatever an api still caches.
+    await this.redis.hdel(billKey(accountId), ...keyBillFields(id));
+    const done = await this.scripts.keyRevoke(apiKeyRecordKey(id), apiKeyHashesKey, apiKeyIdsKey, id, accountKeysKey(''), accessChangedChannel, defaultAccountId);
+    this.changed?.(id);
+    return done === 1 || revoked.length > 0;
+  }
+
+  /** Key id for a presented secret, or undefined. */
+  async lookup(secretHash: string): Promise<string | undefined> {
+    return (await this.redis.hget(apiKeyHashesKey, secretHash)) ?? undefined;
+  }
+
+  /** What admission needs of a presented key, in one round trip; undefined for an unknown key or one of a deleted account. Expiry is the caller's to check. */
+  async access(secretHash: string, reloaded = false): Promise<KeyAccess | 'disabled' | undefined> {
+    const row = await this.scripts.keyAccess(
+      apiKeyHashesKey,
+      accountKey(defaultAccountId),
+      accountsIndexKey,
+      secretHash,
+      apiKeyRecordKey(''),
+      accountKey(''),
+      defaultAccountId,
+      Math.floor(Date.now() / 1000),
+    );
+    if (typeof row === 'number') return 'disabled';
+    if (!row) {
+      // Unknown here: perhaps Redis lost its hot state (flushed). Loaded again from the record, asked once more.
+      if (!reloaded && (await this.hot?.ensure())) return this.access(secretHash, true);
+      return undefined;
+    }
+    const [keyId, accountId, limit, rpm, tpm, models, expires] = row;
+    const optional: Omit<KeyAccess, 'keyId' | 'accountId'> = {
+      limitMicros: optionalNumber(limit),
+      rpm: optionalNumber(rpm),
+      tpm: optionalNumber(tpm),
+      models: parseModels(models),
+      expiresAt: optionalNumber(expires),
+    };
+    // Unset limits are left out rather than undefined, so an access reads (and compares) as what the key sets.
+    const set = Object.entries(optional).filter(([, value]) => value !== undefined);
+    return { keyId: keyId!, accountId: accountId!, ...Object.fromEntries(set) };
+  }
+}
+
+function pairs(flat: readonly string[]): Array<[string, string]> {
+  const out: Array<[string, string]> = [];
+  for (let i = 0; i + 1 < flat.length; i += 2) out.push([flat[i]!, flat[i + 1]!]);
+  return out;
+}
+
+/** Why a presented key was refused, so the 401 can say so. */
+export type KeyVerdict = { access: KeyAccess } | { refused: 'unknown' | 'disabled' } | { refused: 'expired'; expiresAt: number };
+
+/**
+ * Per-process cache of valid keys, so the hot path makes no Redis round trip.
+ * Entries expire after `ttlMs` and are dropped at once when `accessChangedChannel`
+ * names their key or account (`forget`); after a subscriber reconnect (messages
+ * may have been missed) everything is dropped. Expiry is checked on every use,
+ * so a cached key stops working the second it expires.
+ */
+export class KeyCache {
+  /**
+   * Keyed by the secret itself, so a cached key costs no hash on its
+   * requests; the hash is kept beside it for the change messages that name it.
+   * Only keys that exist are cached: the map holds no more than there are keys.
+   */
+  private readonly entries = new Map<string, { access: KeyAccess; hash: string; expires: number }>();
+  /** Bumped on every change message, so a lookup that raced one does not cache what was just changed. */
+  private generation = 0;
+
+  constructor(
+    private readonly store: KeyStore,
+    private readonly ttlMs: number,
+  ) {}
+
+  async check(secret: string): Promise<KeyVerdict> {
+    const now = Date.now();
+    const hit = this.entries.get(secret);
+    let access = hit && hit.expires > now ? hit.access : undefined;
+    if (!access) {
+      const generation = this.generation;
+      const hash = hashSecret(secret);
+      const found = await this.store.access(hash);
+      if (found === 'disabled') return { refused: 'disabled' };
+      access = found;
+      if (access && generation === this.generation) this.entries.set(secret, { access, hash, expires: now + this.ttlMs });
+      else this.entries.delete(secret);
+    }
+    if (!access) return { refused: 'unknown' };
+    if (access.expiresAt !== undefined && access.expiresAt * 1000 <= now) return { refused: 'expired', expiresAt: access.expiresAt };
+    return { access };
+  }
+
+  /** The key's access, or undefined for an unknown, expired or deleted-account key. */
+  async resolve(secret: string): Promise<KeyAccess | undefined> {
+    const verdict = await this.check(secret);
+    return 'access' in verdict ? verdict.access : undefined;
+  }
+
+  /** A message of `accessChangedChannel`: a key id, or `account:<id>` for every key of an account. */
+  forget(message: string): void {
+    this.generation++;
+    // A secret hash, as revocations were announced before, names its key too.
+    const accountId = message.startsWith('account:') ? message.slice('account:'.length) : undefined;
+    for (const [secret, { access, hash }] of this.entries) {
+      if (accountId !== undefined ? access.accountId === accountId : access.keyId === message || hash === message) this.entries.delete(secret);
+    }
+  }
+
+  clear(): void {
+    this.generation++;
+    this.entries.clear();
+  }
+}

@@ -1,0 +1,97 @@
+import type { Redis } from 'ioredis';
+import type { KeyAccess } from '../../shared/accounts.js';
+import { reserve, type KeyLimitsInForce, type RateLimitState, type ReserveOutcome } from '../../shared/billing.js';
+import type { Config } from '../../shared/config.js';
+import { GatewayError, invalidApiKey } from '../../shared/errors.js';
+import { admissionRefused } from '../http/metrics.js';
+
+/** What a request may cost at most, and how many tokens it counts against a tokens-per-minute limit. */
+export interface SpendEstimate {
+  micros: number;
+  tokens: number;
+}
+
+/** OpenAI's reset format: `17ms`, `1.5s`, `6m0s`. */
+export function formatReset(ms: number): string {
+  if (ms < 1000) return `${Math.ceil(ms)}ms`;
+  const seconds = ms / 1000;
+  if (seconds < 60) return `${Math.round(seconds * 10) / 10}s`;
+  return `${Math.floor(seconds / 60)}m${Math.round(seconds % 60)}s`;
+}
+
+function rateHeaders(outcome: ReserveOutcome): Record<string, string> {
+  const headers: Record<string, string> = {};
+  const put = (kind: 'requests' | 'tokens', state: RateLimitState | undefined) => {
+    if (!state) return;
+    headers[`x-ratelimit-limit-${kind}`] = String(state.limit);
+    headers[`x-ratelimit-remaining-${kind}`] = String(state.remaining);
+    headers[`x-ratelimit-reset-${kind}`] = formatReset(state.resetMs);
+  };
+  put('requests', outcome.requests);
+  put('tokens', outcome.tokens);
+  return headers;
+}
+
+/** A key's limits as admission applies them: its own, else the gateway's default rate limits. */
+export function limitsInForce(access: KeyAccess, config: Pick<Config, 'defaultKeyRpm' | 'defaultKeyTpm'>): KeyLimitsInForce {
+  const rpm = access.rpm ?? config.defaultKeyRpm;
+  const tpm = access.tpm ?? config.defaultKeyTpm;
+  return { ...(access.limitMicros !== undefined ? { limitMicros: access.limitMicros } : {}), ...(rpm ? { rpm } : {}), ...(tpm ? { tpm } : {}) };
+}
+
+/**
+ * Reserves a request's worst-case cost against its key's limit and its
+ * account's balance, together with the key's rate limits, in one Redis
+ * script call. A refusal is the 429 OpenAI sends: `insufficient_quota`
+ * (the official clients do not retry it: `x-should-retry: false`) or
+ * `rate_limit_exceeded` with when to retry. Either way the answer carries
+ * the key's rate-limit headers: returned when the request goes on, carried by
+ * the error when it is refused.
+ */
+export async function reserveSpend(
+  redis: Redis,
+  config: Pick<Config, 'defaultKeyRpm' | 'defaultKeyTpm'>,
+  access: KeyAccess,
+  requestId: string,
+  estimate: SpendEstimate,
+  deadline: number,
+  /** The job's queue key when its add is sent right behind (see `Reservation.gate`). */
+  gate?: string,
+): Promise<Record<string, string>> {
+  const outcome = await reserve(
+    redis,
+    { requestId, keyId: access.keyId, accountId: access.accountId, micros: estimate.micros, tokens: estimate.tokens, deadline, ...(gate ? { gate } : {}) },
+    limitsInForce(access, config),
+  );
+  const headers = rateHeaders(outcome);
+  if (outcome.ok) return headers;
+  admissionRefused(outcome.reason, access.keyId);
+  switch (outcome.reason) {
+    case 'rpm':
+    case 'tpm': {
+      const seconds = Math.max(1, Math.ceil(outcome.retryAfterMs / 1000));
+      const kind = outcome.reason === 'rpm' ? 'requests' : 'tokens';
+      const state = outcome.reason === 'rpm' ? outcome.requests : outcome.tokens;
+      throw new GatewayError(
+        429,
+        `Rate limit reached for this API key: ${state?.limit ?? 'its'} ${kind} per minute. Please try again in ${formatReset(outcome.retryAfterMs)}.`,
+        {
+          type: kind,
+          code: 'rate_limit_exceeded',
+          headers: { ...headers, 'retry-after': String(seconds), 'retry-after-ms': String(Math.ceil(outcome.retryAfterMs)) },
+        },
+      );
+    }
+    case 'key_limit':
+    case 'account_balance':
+      throw new GatewayError(
+        429,
+        outcome.reason === 'key_limit'
+          ? "You exceeded this API key's spending limit: the request could cost more than the key has left. Raise the key's limit_usd."
+          : "You exceeded your current quota: the request could cost more than the account's balance. Add credits to the account.",
+        { type: 'insufficient_quota', code: 'insufficient_quota', headers: { ...headers, 'x-should-retry': 'false' } },
+      );
+    default:
+      throw invalidApiKey('This API key no longer has access (its account was deleted or the key revoked).');
+  }
+}

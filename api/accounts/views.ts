@@ -1,0 +1,50 @@
+import type { Account } from '../../shared/accounts.js';
+import { microsToUsd, type LedgerEntry } from './account-store.js';
+import type { ApiKeyRecord } from './key-store.js';
+
+/** Accounts, keys and ledger entries as the admin API and the console answer them: USD numbers, unix seconds, null for "none". */
+
+export function accountView(account: Account) {
+  return {
+    id: account.id,
+    object: 'account',
+    email: account.email,
+    name: account.name,
+    role: account.role,
+    // null: the account spends without a balance (the default account, and admins unless one is set for them).
+    balance_usd: account.balanceMicros === undefined ? null : microsToUsd(account.balanceMicros),
+    unlimited: account.balanceMicros === undefined,
+    disabled: account.disabled,
+    created: account.created,
+  };
+}
+
+export function keyView(key: ApiKeyRecord) {
+  return {
+    id: key.id,
+    object: 'api_key',
+    name: key.name,
+    hint: key.hint,
+    created: key.created,
+    account_id: key.accountId,
+    limit_usd: key.limitMicros === undefined ? null : microsToUsd(key.limitMicros),
+    rpm: key.rpm ?? null,
+    tpm: key.tpm ?? null,
+    models: key.models ?? null,
+    expires_at: key.expiresAt ?? null,
+    spent_usd: microsToUsd(key.spentMicros),
+    last_used_at: key.lastUsedAt ?? null,
+  };
+}
+
+export function ledgerView(entry: LedgerEntry) {
+  return {
+    id: entry.id,
+    object: 'ledger_entry',
+    amount_usd: microsToUsd(entry.amountMicros),
+    balance_usd: microsToUsd(entry.balanceMicros),
+    note: entry.note,
+    created: entry.time,
+  };
+}
+

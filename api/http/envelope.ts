@@ -1,0 +1,68 @@
+import { randomUUID } from 'node:crypto';
+import type { Middleware } from 'koa';
+import { GatewayError, queueUnavailable, serverError } from '../../shared/errors.js';
+import { lazyChild, type Logger } from '../../shared/logger.js';
+import { noteArrival, noteError, type RequestLogState } from '../requests/request-log.js';
+
+export interface RequestIdState {
+  requestId: string;
+  log: Logger;
+}
+
+/**
+ * What every request gets around it: a fresh id (also its job id, so a
+ * client cannot pick it) with a child logger; every failure rendered as the
+ * OpenAI error body (only what was unexpected is logged as an error, a
+ * client's mistake at debug); and one access-log line when it ends, with the
+ * status the client got.
+ */
+export function envelope(log: Logger): Middleware<RequestIdState & RequestLogState> {
+  const accessLog = log.isLevelEnabled('info');
+  return async (ctx, next) => {
+    const id = `req_${randomUUID().replaceAll('-', '')}`;
+    const started = accessLog ? performance.now() : 0;
+    const requestLog = lazyChild(log, () => ({ reqId: id }));
+    ctx.state.requestId = id;
+    ctx.state.log = requestLog;
+    noteArrival(ctx);
+    ctx.set('x-request-id', id);
+    try {
+      await next();
+      if (ctx.body == null && ctx.respond !== false && !ctx.headerSent) {
+        if (ctx.status === 404) throw new GatewayError(404, `Unknown request URL: ${ctx.method} ${ctx.path}.`, { code: 'unknown_url' });
+        // The router answers a method it knows nothing of (TRACE, PROPFIND…) with a bare 501: for a client that is a 405.
+        if (ctx.status === 405 || ctx.status === 501) {
+          throw new GatewayError(405, `Method ${ctx.method} is not allowed on ${ctx.path}.`, { code: 'method_not_allowed' });
+        }
+      }
+    } catch (caught) {
+      const error = toGatewayError(caught);
+      if (error.status >= 500) requestLog.error({ err: caught }, error.message);
+      else if (log.isLevelEnabled('debug')) requestLog.debug({ status: error.status, code: error.code }, error.message);
+      if (!ctx.headerSent && ctx.respond !== false) {
+        noteError(ctx, error.code ?? error.type);
+        ctx.status = error.status;
+        ctx.set(error.headers);
+        ctx.body = error.toBody();
+      }
+    } finally {
+      if (accessLog) {
+        const ms = Math.round((performance.now() - started) * 10) / 10;
+        const status = ctx.respond === false ? ctx.res.statusCode : ctx.status;
+        log.info({ reqId: id, method: ctx.method, path: ctx.path, status, ms }, 'request');
+      }
+    }
+  };
+}
+
+function toGatewayError(caught: unknown): GatewayError {
+  if (caught instanceof GatewayError) return caught;
+  const unavailable = queueUnavailable(caught);
+  if (unavailable) return unavailable;
+  // Koa and Node raise HttpErrors (e.g. a malformed URL); keep their status when it is a client error.
+  const status = (caught as { status?: number }).status;
+  if (typeof status === 'number' && status >= 400 && status < 500) {
+    return new GatewayError(status, (caught as Error).message || 'Bad request.');
+  }
+  return serverError(undefined, caught);
+}

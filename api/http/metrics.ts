@@ -1,0 +1,157 @@
+import type { Context, Middleware } from 'koa';
+import type { AuthState } from '../accounts/auth.js';
+import type { Config } from '../../shared/config.js';
+import { countFrames } from '../../shared/reply.js';
+import { activeMetrics, initMetrics, metricsContentType, renderMetrics, type GatewayMetrics } from '../../shared/metrics.js';
+import type { QueueName } from '../../shared/queues.js';
+import { routeTemplate, type RouteState } from '../requests/endpoint-paths.js';
+import { GatewayError } from '../../shared/errors.js';
+import { metricsScrapeAllowed } from '../../shared/metrics-process.js';
+
+/**
+ * The api's metrics: every HTTP request (by route template, resolved model
+ * and status class), the queue depths its backpressure already reads, and
+ * the hooks the request path calls (admission refusals, stream chunks,
+ * disconnects). `GET /metrics` answers on the api's own port, outside `/v1`,
+ * without an API key.
+ */
+
+/** What the request path leaves on `ctx.state` for the request metrics. */
+export interface MetricsState {
+  /** The catalog id the request resolved (set by the endpoint route): the only model a label may name. */
+  metricsModel?: string;
+  /** `performance.now()` when the first byte of a streamed answer went out. */
+  metricsFirstByte?: number;
+  metricsStarted?: number;
+}
+
+/** What the request metrics read of a request's state. */
+type Noted = { state: MetricsState };
+
+const statusClass = (status: number) => (status >= 100 && status < 600 ? `${Math.floor(status / 100)}xx` : '5xx');
+
+/** Resumes of a stream: the chat resume, and a stored response read as a stream. */
+const chatResume = '/v1/chat/completions/:id/stream';
+const responseRead = '/v1/responses/:id';
+
+/**
+ * The states a queue's depth is read in. A paused queue is not a state of its
+ * jobs: BullMQ keeps them waiting, so `waiting` counts them too.
+ */
+export const depthStates = ['waiting', 'active', 'delayed', 'failed'] as const;
+
+export type QueueDepth = {
+  waiting: number;
+  active: number;
+  delayed: number;
+  failed: number;
+};
+
+/** The depths of a capability's shards (BullMQ's `getJobCounts` of each) added up. */
+export function sumDepths(shards: ReadonlyArray<Readonly<Record<string, number>>>): QueueDepth {
+  const depth: QueueDepth = { waiting: 0, active: 0, delayed: 0, failed: 0 };
+  for (const counts of shards) {
+    depth.waiting += counts.waiting ?? 0;
+    depth.active += counts.active ?? 0;
+    depth.delayed += counts.delayed ?? 0;
+    depth.failed += counts.failed ?? 0;
+  }
+  return depth;
+}
+
+/** Where the queue depths come from: the backpressure's last refresh. */
+export interface QueueDepthSource {
+  depths(): Iterable<[QueueName, QueueDepth]>;
+}
+
+export interface ApiMetrics {
+  /** Outermost middleware: counts and times every request. */
+  requests: Middleware<MetricsState & RouteState & Partial<AuthState>>;
+  /** `GET /metrics`. */
+  scrape: Middleware;
+}
+
+export function apiMetrics(config: Pick<Config, 'metrics'>, depths: QueueDepthSource): ApiMetrics {
+  const metrics = initMetrics({ perKey: config.metrics.perKey });
+  metrics.queueDepths = () => depths.depths();
+  return {
+    requests: async (ctx, next) => {
+      const started = performance.now();
+      ctx.state.metricsStarted = started;
+      let failed = false;
+      try {
+        await next();
+      } catch (error) {
+        failed = true;
+        throw error;
+      } finally {
+        record(metrics, ctx, started, failed);
+      }
+    },
+    scrape: async (ctx) => {
+      if (!metricsScrapeAllowed(ctx.get('authorization') || undefined, config.metrics.token)) {
+        ctx.set('www-authenticate', 'Bearer');
+        throw new GatewayError(401, 'GET /metrics needs Authorization: Bearer <METRICS_TOKEN>.', { code: 'invalid_metrics_token' });
+      }
+      ctx.set('content-type', metricsContentType);
+      ctx.set('cache-control', 'no-store');
+      ctx.body = await renderMetrics();
+    },
+  };
+}
+
+function record(metrics: GatewayMetrics, ctx: Context & { state: MetricsState & RouteState & Partial<AuthState> }, started: number, failed: boolean): void {
+  const now = performance.now();
+  const status = failed ? 500 : ctx.respond === false ? ctx.res.statusCode : ctx.status;
+  const route = routeTemplate(ctx) ?? 'other';
+  const s = ctx.state;
+  const model = s.metricsModel ?? '';
+  const cls = statusClass(status);
+  const counter = metrics.perKey ? metrics.httpRequests.get(route, model, cls, s.keyId ?? '') : metrics.httpRequests.get(route, model, cls);
+  counter.inc();
+  metrics.httpDuration.get(route, cls).observe((now - started) / 1000);
+  // A plain answer goes out as the middleware returns; a streamed one said when its first chunk did.
+  const firstByte = s.metricsFirstByte ?? (ctx.respond === false ? undefined : now);
+  if (firstByte !== undefined) metrics.httpFirstByte.get(route, model).observe((firstByte - started) / 1000);
+  if (cls === '2xx' && (route === chatResume || (route === responseRead && ctx.method === 'GET' && isTrue(ctx.query.stream)))) {
+    metrics.streamResumes.get(route).inc();
+  }
+}
+
+const isTrue = (value: unknown) => value === 'true' || value === '1';
+
+/** The endpoint route resolved the request's model in the catalog: from now on it may label the request. */
+export function noteModel(ctx: Noted, modelId: string): void {
+  ctx.state.metricsModel = modelId;
+}
+
+/** The first byte of a streamed answer that writes its own response went out now. */
+export function markFirstByte(ctx: Noted): void {
+  const s = ctx.state;
+  if (s.metricsFirstByte === undefined && s.metricsStarted !== undefined) s.metricsFirstByte = performance.now();
+}
+
+/** A batch of SSE frames a worker published was written to the client. */
+export function streamChunksRelayed(ctx: Noted, frames: string): void {
+  const metrics = activeMetrics();
+  if (!metrics) return;
+  markFirstByte(ctx);
+  metrics.streamChunks.inc(countFrames(frames));
+}
+
+export type DisconnectKind = 'held' | 'stream' | 'follow';
+
+/** The client left before its answer was complete. */
+export function clientDisconnected(kind: DisconnectKind): void {
+  activeMetrics()?.clientDisconnects.get(kind).inc();
+}
+
+/** Admission refused a request: its quota (`key_limit`, `account_balance`) or its rate limits (`rpm`, `tpm`). */
+export function admissionRefused(reason: string, keyId: string): void {
+  const metrics = activeMetrics();
+  if (!metrics) return;
+  const rate = reason === 'rpm' || reason === 'tpm';
+  if (!rate && reason !== 'key_limit' && reason !== 'account_balance') return;
+  const children = rate ? metrics.rateLimitRefusals : metrics.quotaRefusals;
+  (metrics.perKey ? children.get(reason, keyId) : children.get(reason)).inc();
+}

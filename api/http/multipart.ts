@@ -1,0 +1,143 @@
+import type { IncomingMessage } from 'node:http';
+import { randomUUID } from 'node:crypto';
+import busboy from 'busboy';
+import type { BlobRef } from '../../shared/blobs.js';
+import { GatewayError, invalidRequest } from '../../shared/errors.js';
+import type { BlobStore } from '../../storage/blob-store.js';
+
+export interface MultipartForm {
+  /** Text fields; a field sent several times (or as `name[]`) is an array. */
+  fields: Record<string, string | string[]>;
+  /** Uploaded files by field name (`image[]` is filed under `image[]`), stored in the blob store. */
+  files: UploadedFile[];
+}
+
+export interface UploadedFile {
+  field: string;
+  ref: BlobRef;
+  /** The file's first bytes (up to 32), enough to tell its format and a PNG's dimensions. */
+  head: Buffer;
+  bytes: number;
+}
+
+export const uploadTooLarge = (limit: number) =>
+  new GatewayError(413, `Uploaded file too large: the limit is ${Math.round(limit / 1024 / 1024)} MB.`, { code: 'file_too_large' });
+
+/** Most files and text fields one multipart body may carry; more is a 400, never a silent drop. */
+export const multipartLimits = { files: 20, fields: 150, fieldBytes: 1024 * 1024 } as const;
+
+/**
+ * Parses a multipart/form-data request. Each file is stored in the blob store
+ * under `uploads/<request id>/…`; a file past `maxFileBytes` stops the upload
+ * at once with 413 (the rest of the body is not read). Any failure (a body cut
+ * short, too many parts, a field too long) is an OpenAI-shaped 4xx, and the
+ * files already stored for the request are deleted.
+ */
+export function readMultipart(
+  req: IncomingMessage,
+  blobs: BlobStore,
+  requestId: string,
+  maxFileBytes: number,
+): Promise<MultipartForm> {
+  const type = req.headers['content-type'] ?? '';
+  if (!/^multipart\/form-data/i.test(type)) {
+    return Promise.reject(invalidRequest(`Send this request as multipart/form-data, not '${type.split(';')[0] || 'nothing'}'.`));
+  }
+  return new Promise((resolve, reject) => {
+    let parser: busboy.Busboy;
+    try {
+      parser = busboy({
+        headers: req.headers,
+        limits: { fileSize: maxFileBytes, files: multipartLimits.files, fields: multipartLimits.fields, fieldSize: multipartLimits.fieldBytes },
+      });
+    } catch (error) {
+      reject(invalidRequest(`Malformed multipart body: ${(error as Error).message}.`, null, 'invalid_multipart'));
+      return;
+    }
+    // No prototype: a field named `__proto__` or `constructor` is just a field.
+    const fields: MultipartForm['fields'] = Object.create(null) as MultipartForm['fields'];
+    // Slots keep the parts' order (the first image is the one a mask applies to), whatever order the stores finish in.
+    const slots: Array<MultipartForm['files'][number] | undefined> = [];
+    const stores: Promise<void>[] = [];
+    let failed = false;
+    const fail = (error: unknown) => {
+      if (failed) return;
+      failed = true;
+      req.unpipe(parser);
+      // Keep reading (and dropping) what the client still sends, so it can read our answer.
+      req.resume();
+      // Whatever was already stored will never be read by a job.
+      void Promise.allSettled(stores).then(() =>
+        Promise.allSettled(slots.flatMap((file) => (file ? [blobs.delete(file.ref.key)] : []))),
+      );
+      reject(error);
+    };
+    const malformed = (error: Error) => fail(invalidRequest(`Malformed multipart body: ${error.message}.`, null, 'invalid_multipart'));
+
+    const unnamed = () => fail(invalidRequest('A multipart part has no name: every part needs Content-Disposition: form-data; name="…".', null, 'invalid_multipart'));
+
+    parser.on('field', (name, value, info) => {
+      if (failed) return;
+      if (typeof name !== 'string' || name === '') return unnamed();
+      if (info.nameTruncated) return fail(invalidRequest(`A multipart field name is longer than the parser accepts.`, null, 'invalid_multipart'));
+      if (info.valueTruncated) {
+        return fail(invalidRequest(`The field '${name}' is too long: at most ${multipartLimits.fieldBytes} bytes.`, name, 'field_too_long'));
+      }
+      const existing = fields[name];
+      if (existing === undefined) fields[name] = name.endsWith('[]') ? [value] : value;
+      else fields[name] = Array.isArray(existing) ? [...existing, value] : [existing, value];
+    });
+    parser.on('file', (field, stream, info) => {
+      // A body that ends inside a file part makes the file stream fail as well as the parser: both are the same 400.
+      stream.on('error', malformed);
+      if (failed || typeof field !== 'string' || field === '') {
+        stream.resume();
+        if (!failed) unnamed();
+        return;
+      }
+      const slot = slots.push(undefined) - 1;
+      const chunks: Buffer[] = [];
+      stream.on('data', (chunk: Buffer) => chunks.push(chunk));
+      stream.on('limit', () => fail(uploadTooLarge(maxFileBytes)));
+      stream.on('end', () => {
+        if (failed) return;
+        const safeName = (info.filename || 'upload').replace(/[^A-Za-z0-9._-]/g, '_').slice(-100);
+        const bytes = Buffer.concat(chunks);
+        stores.push(
+          blobs
+            .put(`uploads/${requestId}/${slot}-${randomUUID().slice(0, 8)}-${safeName}`, bytes, info.mimeType || 'application/octet-stream', info.filename)
+            .then((ref) => {
+              slots[slot] = { field, ref, head: Buffer.from(bytes.subarray(0, 32)), bytes: bytes.length };
+            }),
+        );
+      });
+    });
+    parser.on('filesLimit', () =>
+      fail(invalidRequest(`Too many files in one request: at most ${multipartLimits.files}.`, null, 'too_many_files')),
+    );
+    parser.on('fieldsLimit', () =>
+      fail(invalidRequest(`Too many fields in one request: at most ${multipartLimits.fields}.`, null, 'too_many_fields')),
+    );
+    parser.on('error', malformed);
+    parser.on('close', () => {
+      if (failed) return;
+      Promise.all(stores).then(() => resolve({ fields, files: slots.filter((f) => f !== undefined) }), fail);
+    });
+    req.on('error', fail);
+    req.on('aborted', () => fail(invalidRequest('The request body ended before it was complete.', null, 'invalid_multipart')));
+    req.pipe(parser);
+  });
+}
+
+/**
+ * Runs a multipart request's checks; when they refuse it, the files already
+ * stored for it are deleted at once (no job will ever read them).
+ */
+export async function refusingDeletesUploads<T>(form: MultipartForm, blobs: BlobStore, checks: () => T | Promise<T>): Promise<T> {
+  try {
+    return await checks();
+  } catch (error) {
+    await Promise.allSettled(form.files.map((file) => blobs.delete(file.ref.key)));
+    throw error;
+  }
+}

@@ -1,0 +1,244 @@
+import type { IncomingMessage } from 'node:http';
+import type { z } from 'zod';
+import { GatewayError, invalidRequest } from '../../shared/errors.js';
+
+/*
+ * A request body, from bytes to a typed value or an OpenAI-shaped 4xx: read
+ * within its size limit, scanned for shapes that would stall the parser,
+ * parsed, then validated against the endpoint's zod schema, whose first
+ * problem becomes the 400 OpenAI would give (param named the OpenAI way).
+ */
+
+export const payloadTooLarge = (limit: number) =>
+  new GatewayError(413, `Request body too large: the limit is ${limit} bytes.`, { code: 'request_too_large' });
+
+/**
+ * Reads and parses a JSON object body. A declared length over the limit is
+ * refused before reading; an undeclared one is cut off as soon as it passes it.
+ */
+/** Past this many bytes a body's scan, parse and validation each get a turn of the loop of their own. */
+export const largeBodyBytes = 64 * 1024;
+
+/** Lets every other ready callback run before this request's next step. */
+export const yieldToLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+export async function readJsonObject(req: IncomingMessage, limit: number): Promise<Record<string, unknown>> {
+  const type = req.headers['content-type'] ?? '';
+  if (type && !/^application\/(?:[\w.+-]*\+)?json\b/i.test(type)) {
+    throw invalidRequest(`Unsupported content type '${type.split(';')[0]}': send the body as application/json.`);
+  }
+  const declared = Number(req.headers['content-length'] ?? NaN);
+  if (declared > limit) throw payloadTooLarge(limit);
+
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > limit) throw payloadTooLarge(limit);
+    chunks.push(chunk);
+  }
+  const text = chunks.length === 1 ? chunks[0]!.toString('utf8') : Buffer.concat(chunks, size).toString('utf8');
+  if (text.trim() === '') throw invalidRequest('The request body is empty: send a JSON object.');
+  // Reading a large body is many turns of the loop; scanning, parsing and (later) validating it are one each,
+  // with a yield between them, so that no turn holds the others up for all three. A small body is all one turn.
+  const large = size > largeBodyBytes;
+  if (large) await yieldToLoop();
+  checkJsonShape(text, maxJsonDepth);
+  if (large) await yieldToLoop();
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch (error) {
+    throw invalidRequest(
+      `We could not parse the JSON body of your request (${(error as Error).message}). Send valid JSON.`,
+      null,
+      'invalid_json',
+    );
+  }
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    throw invalidRequest('The request body must be a JSON object.', null, 'invalid_json');
+  }
+  return body as Record<string, unknown>;
+}
+
+/** Deeper than any real request (a JSON schema ten levels deep is about 25), far below what recursion in the stack can take. */
+export const maxJsonDepth = 100;
+/**
+ * Most members in one object and elements in one array. Every one costs
+ * validation on the request thread, and an invalid one an error record too;
+ * no request needs more (the largest lists of the API, embedding and
+ * completion batches, are 2,048). Arrays of plain numbers (token ids) are
+ * cheap and may be longer.
+ */
+export const maxObjectMembers = 10_000;
+/**
+ * Most objects and arrays in one body, all levels together. Validation,
+ * translation and serialisation each walk every one of them on the request
+ * thread; at this bound each of those steps stays well under 50 ms (about
+ * 25 ms for validation, the slowest), while no real request comes near it:
+ * a conversation of 10,000 plain messages is 10,000, an embeddings batch of
+ * 2,048 token arrays about 2,000.
+ */
+export const maxJsonContainers = 50_000;
+export const maxArrayElements = 10_000;
+export const maxNumberArrayElements = 1_000_000;
+
+/**
+ * Refuses JSON nested deeper than `limit`, or with an object or array larger
+ * than the caps above, before it is parsed: serializers, validators and vendor
+ * mappings recurse, and a body nested thousands deep would overflow the stack
+ * in any of them. A linear scan that skips strings with indexOf (so a large
+ * base64 image costs next to nothing) and stops at the first violation. The
+ * error names the top-level field it is in.
+ */
+export function checkJsonShape(text: string, limit: number): void {
+  const structural = /["{}[\],]/g;
+  // Per open container: object or array, separators seen, and (arrays) whether every element so far is a number.
+  const isObject: boolean[] = [];
+  const separators: number[] = [];
+  const numeric: boolean[] = [];
+  let depth = 0;
+  let containers = 0;
+  let topKey: string | null = null;
+  const refuse = (message: string, code: string): never => {
+    throw invalidRequest(message, topKey, code);
+  };
+  const startsNumber = (from: number) => {
+    const c = nextNonSpace(text, from);
+    return c === 0x2d /* - */ || (c >= 0x30 && c <= 0x39);
+  };
+  for (let match = structural.exec(text); match !== null; match = structural.exec(text)) {
+    const i = match.index;
+    const c = text.charCodeAt(i);
+    if (c === 0x22 /* " */) {
+      let end = text.indexOf('"', i + 1);
+      while (end !== -1 && isEscaped(text, end)) end = text.indexOf('"', end + 1);
+      if (end === -1) return; // unterminated: JSON.parse reports it
+      if (depth === 1 && nextNonSpace(text, end + 1) === 0x3a /* : */) topKey = text.slice(i + 1, Math.min(end, i + 65));
+      structural.lastIndex = end + 1;
+    } else if (c === 0x2c /* , */) {
+      if (depth === 0) continue;
+      const at = depth - 1;
+      const count = ++separators[at]!;
+      if (isObject[at]) {
+        if (count >= maxObjectMembers) refuse(`An object in the request body has more than ${maxObjectMembers} members.`, 'too_many_elements');
+        continue;
+      }
+      if (numeric[at] && !startsNumber(i + 1)) numeric[at] = false;
+      if (count >= (numeric[at] ? maxNumberArrayElements : maxArrayElements)) {
+        refuse(`An array in the request body has more than ${numeric[at] ? maxNumberArrayElements : maxArrayElements} elements.`, 'too_many_elements');
+      }
+    } else if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
+      if (depth >= limit) refuse(`The request body is nested too deeply: at most ${limit} levels of objects and arrays are accepted.`, 'nesting_too_deep');
+      if (++containers > maxJsonContainers) refuse(`The request body holds more than ${maxJsonContainers} objects and arrays in all.`, 'too_many_elements');
+      isObject[depth] = c === 0x7b;
+      separators[depth] = 0;
+      numeric[depth] = c === 0x5b && startsNumber(i + 1);
+      depth++;
+    } else if (depth > 0) {
+      depth--;
+    }
+  }
+}
+
+function isEscaped(text: string, quote: number): boolean {
+  let backslashes = 0;
+  for (let j = quote - 1; j >= 0 && text.charCodeAt(j) === 0x5c; j--) backslashes++;
+  return backslashes % 2 === 1;
+}
+
+function nextNonSpace(text: string, from: number): number {
+  for (let i = from; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) return c;
+  }
+  return -1;
+}
+
+// ---- validation: zod issues as OpenAI errors ----
+
+type Issue = z.core.$ZodIssue;
+type PathKey = PropertyKey;
+
+/** `['messages', 0, 'content']` → `messages[0].content`, the way OpenAI names params. */
+export function formatParam(path: readonly PathKey[]): string {
+  let out = '';
+  for (const key of path) {
+    if (typeof key === 'number') out += `[${key}]`;
+    else out += out === '' ? String(key) : `.${String(key)}`;
+  }
+  return out;
+}
+
+/** For a failed union, the branch that got furthest says most about what the client meant. */
+function mostSpecific(issue: Issue, base: readonly PathKey[]): { issue: Issue; path: PathKey[] } {
+  const path = [...base, ...issue.path];
+  if (issue.code !== 'invalid_union' || issue.errors.length === 0) return { issue, path };
+  let best: { issue: Issue; path: PathKey[] } | undefined;
+  for (const branch of issue.errors) {
+    for (const inner of branch) {
+      const candidate = mostSpecific(inner, path);
+      if (!best || candidate.path.length > best.path.length) best = candidate;
+    }
+  }
+  // Branches that all fail at the union's own path (wrong type altogether) say nothing more specific.
+  return best && best.path.length > path.length ? best : { issue, path };
+}
+
+function describe(issue: Issue, param: string): string {
+  switch (issue.code) {
+    case 'invalid_type':
+      return issue.input === undefined
+        ? `Missing required parameter: '${param}'.`
+        : `Invalid type for '${param}': expected ${article(issue.expected)}, but got ${describeValue(issue.input)} instead.`;
+    case 'too_big':
+      return issue.origin === 'array'
+        ? `Invalid '${param}': array too long. Expected an array with maximum length ${issue.maximum}.`
+        : `Invalid '${param}': ${issue.origin === 'string' ? 'string too long' : `expected a value ≤ ${issue.maximum}`}.`;
+    case 'too_small':
+      return issue.origin === 'array'
+        ? `Invalid '${param}': empty array. Expected an array with minimum length ${issue.minimum}.`
+        : issue.origin === 'string'
+          ? `Invalid '${param}': ${issue.message}.`
+          : `Invalid '${param}': expected a value ≥ ${issue.minimum}.`;
+    case 'invalid_union':
+      if ('discriminator' in issue && issue.discriminator) {
+        const options = (issue as { options?: unknown[] }).options ?? [];
+        return `Invalid value for '${param}': expected one of ${options.map((o) => `'${String(o)}'`).join(', ')}.`;
+      }
+      return `Invalid value for '${param}': it matches none of the accepted forms.`;
+    case 'invalid_value':
+      return `Invalid value for '${param}': expected one of ${issue.values.map((v) => `'${String(v)}'`).join(', ')}.`;
+    default:
+      return `Invalid '${param}': ${issue.message}.`;
+  }
+}
+
+function article(type: string): string {
+  return /^[aeiou]/.test(type) ? `an ${type}` : `a ${type}`;
+}
+
+function describeValue(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'object') return 'an object';
+  if (typeof value === 'number' && !Number.isFinite(value)) return `${value}`;
+  return article(typeof value);
+}
+
+/** The first problem of a failed parse, as the 400 OpenAI would give. */
+export function toValidationError(error: z.ZodError): GatewayError {
+  const first = error.issues[0];
+  if (!first) return new GatewayError(400, 'Invalid request body.');
+  const { issue, path } = mostSpecific(first, []);
+  const param = formatParam(path);
+  const code = issue.code !== 'invalid_type' ? 'invalid_value' : issue.input === undefined ? 'missing_required_parameter' : 'invalid_type';
+  return new GatewayError(400, describe(issue, param), { param: param || null, code });
+}
+
+export function parseBody<T extends z.ZodType>(schema: T, body: unknown): z.output<T> {
+  // reportInput: without it zod leaves `input` out, and a wrong type would read as a missing one.
+  const result = schema.safeParse(body, { reportInput: true });
+  if (!result.success) throw toValidationError(result.error);
+  return result.data;
+}

@@ -1,0 +1,93 @@
+import type { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { KeyAccess } from '../../shared/accounts.js';
+import { releaseReservation } from '../../shared/billing.js';
+import type { Config } from '../../shared/config.js';
+import { GatewayError } from '../../shared/errors.js';
+import { asyncJobKey, payloadKey } from '../../shared/keys.js';
+import type { Logger } from '../../shared/logger.js';
+import type { QueueShards } from '../../shared/queue-shards.js';
+import { isCluster } from '../../shared/redis.js';
+import type { BlobStore } from '../../storage/blob-store.js';
+import { uploadKeys } from '../../storage/upload-keys.js';
+import { reserveSpend, type SpendEstimate } from '../accounts/spend.js';
+import type { JobPlan } from '../requests/build-job.js';
+import type { Backpressure } from './backpressure.js';
+
+export interface EnqueueDeps {
+  config: Config;
+  redis: Redis;
+  queues: QueueShards;
+  backpressure: Backpressure;
+  /** Where uploads live: a request's uploads are deleted here when its job never runs. */
+  blobs?: BlobStore;
+}
+
+/** What goes into Redis with a job: who pays and the most it may cost, and a record written just before the add (a stored response's). */
+export interface Beside {
+  spend?: { access: KeyAccess; estimate: SpendEstimate };
+  beforeAdd?: () => Promise<void>;
+}
+
+export interface Enqueued {
+  /** The key's rate-limit headers, from its reservation. */
+  headers: Record<string, string>;
+  /** For a job that will never run (removed while waiting): gives back its reservation and deletes its uploads. */
+  abandon(): void;
+}
+
+/** The queue shard a job goes to, once its capability has room for it (a 503 when not). */
+export function queueFor(deps: Pick<EnqueueDeps, 'queues' | 'backpressure'>, job: Pick<JobPlan, 'id' | 'queue'>): Queue {
+  const queue = deps.queues.forJob(job.queue, job.id);
+  if (!queue) throw new GatewayError(503, `The ${job.queue} capability is not served here.`, { code: 'overloaded' });
+  deps.backpressure.claimRoom(job.queue);
+  return queue;
+}
+
+/**
+ * Queues a request's job with what goes beside it: the reservation of its
+ * worst-case cost, a payload kept apart, an async job's record, then the add. A job held for its answer, with nothing written
+ * beside it, reserves in the same round trip as its add (the gate): the two
+ * go out on the one api connection in order; a refusal leaves a placeholder
+ * under the job's key that makes the add a no-op, and is then answered and
+ * the placeholder removed. Any other job reserves first (on a Redis Cluster
+ * always: the job's key and the account's are in different slots, which one
+ * script may not span).
+ */
+export async function enqueue(deps: EnqueueDeps, queue: Queue, job: JobPlan, beside: Beside, log: Logger): Promise<Enqueued> {
+  const { config, redis } = deps;
+  const { spend } = beside;
+  const gate = spend && job.mode === 'held' && !beside.beforeAdd && !isCluster(redis) ? queue.toKey(job.id) : undefined;
+  const reserve = (gateKey?: string) => reserveSpend(redis, config, spend!.access, job.id, spend!.estimate, job.deadline, gateKey);
+  let headers: Record<string, string> = spend && !gate ? await reserve() : {};
+  if (job.storedPayload !== undefined) await redis.set(payloadKey(job.id), job.storedPayload, 'PX', job.deadline - Date.now() + 60_000);
+  if (job.asyncRecord) await redis.set(asyncJobKey(job.id), JSON.stringify(job.asyncRecord), 'EX', config.asyncResultTtlSeconds);
+
+  const abandon = () => {
+    if (spend) {
+      void releaseReservation(redis, spend.access.accountId, job.id).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a job that never ran'));
+    }
+    const keys = deps.blobs ? uploadKeys(job.payload) : [];
+    if (keys.length === 0) return;
+    void Promise.allSettled(keys.map((key) => deps.blobs!.delete(key))).then((results) => {
+      const failed = results.filter((r) => r.status === 'rejected').length;
+      if (failed > 0) log.warn({ failed }, 'could not delete the uploads of a job that never ran');
+    });
+  };
+  // A prepared record is written as it is called (the add only after BullMQ's own awaits), so a worker always finds it.
+  const [prepared, reserved, added] = await Promise.allSettled([beside.beforeAdd?.(), gate ? reserve(gate) : undefined, queue.add(job.data.endpoint, job.data, job.options)]);
+  if (reserved.status === 'rejected') {
+    // Refused (or the reservation failed): take out whatever stands under the job's id, placeholder or job.
+    // A worker can hold it only if the two were not run in order (a script reloaded after SCRIPT FLUSH): it is then billed as it runs.
+    await queue.remove(job.id).catch((error: unknown) => log.warn({ err: error }, 'could not remove the job of a refused request'));
+    throw reserved.reason;
+  }
+  if (reserved.value) headers = reserved.value;
+  if (added.status === 'rejected') {
+    abandon();
+    throw added.reason;
+  }
+  // The job is queued and will be answered; only what was prepared beside it (a stored record) is missing.
+  if (prepared.status === 'rejected') log.warn({ err: prepared.reason }, 'could not write the record prepared for this job');
+  return { headers, abandon };
+}

@@ -1,0 +1,219 @@
+import type { ServerResponse } from 'node:http';
+import { setTimeout as pause } from 'node:timers/promises';
+import type { GatewayContext } from '../http/context.js';
+import type { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { Logger } from '../../shared/logger.js';
+import type { Config } from '../../shared/config.js';
+import { GatewayError, timeoutError } from '../../shared/errors.js';
+import { cancelChannel, resultKey } from '../../shared/keys.js';
+import { type GatewayJobResult } from '../../shared/jobs.js';
+import { streamTrailer, type ReplyMessage } from '../../shared/reply.js';
+import type { PendingReply, ReplyHub } from './reply-hub.js';
+import { streamWatchKey } from './event-log.js';
+import { clientDisconnected } from '../http/metrics.js';
+
+/** What an reply uses of the relay's dependencies. */
+export interface HeldReplyDeps {
+  config: Config;
+  redis: Redis;
+  hub: ReplyHub;
+}
+
+/**
+ * A job that finished is removed from Redis moments after its reply was
+ * published: a job found missing gets this long for that reply to arrive
+ * before it is declared lost.
+ */
+const lostGraceMs = 1000;
+/** How long a forced shutdown waits for each aborted request's answer to be written. */
+const abortFlushMs = 2000;
+
+/** The job is gone from Redis (e.g. Redis restarted without persistence): nothing will ever answer it. */
+export const jobLostError = () =>
+  new GatewayError(503, 'The request was lost by the gateway (its queue lost the job, e.g. a Redis restart); retry the request.', {
+    type: 'server_error',
+    code: 'job_lost',
+    headers: { 'retry-after': '1' },
+  });
+
+/**
+ * One enqueued request waiting on the reply channel for its job's answer (the
+ * `PendingReply` the reply hub routes to). It ends with the answer, at the
+ * deadline, when the client leaves, or on a forced shutdown; after messages may
+ * have been lost, it reconciles from Redis. Subclasses write the answer.
+ */
+export abstract class HeldReply implements PendingReply {
+  lastSeq = 0;
+  jobKey: string | undefined;
+  protected ended = false;
+  private reconciling = false;
+  private finish!: () => void;
+  private fail!: (error: unknown) => void;
+  protected readonly finished = new Promise<void>((resolve, reject) => {
+    this.finish = resolve;
+    this.fail = reject;
+  });
+  protected readonly res: ServerResponse;
+
+  constructor(
+    protected readonly ctx: GatewayContext,
+    protected readonly deps: HeldReplyDeps,
+    protected readonly requestId: string,
+    protected readonly queue: Queue,
+    protected readonly log: Logger,
+  ) {
+    this.res = ctx.res;
+  }
+
+  abstract readonly stream: boolean;
+  /** What the request asked for with `x-stream-resume-grace-ms` (already capped); undefined: the configured default. */
+  resumeGraceMs: number | undefined;
+  abstract deliver(message: ReplyMessage): void;
+
+  async run(deadline: number): Promise<void> {
+    const onClose = () => {
+      if (this.ended || this.res.writableFinished) return;
+      clientDisconnected(this.stream ? 'stream' : 'held');
+      const grace = this.resumeGraceMs ?? this.deps.config.streamResumeGraceMs;
+      if (this.stream && grace > 0) this.awaitResume(grace);
+      else void this.cancel();
+    };
+    this.res.once('close', onClose);
+    // The client may have left while the job was being enqueued: its 'close' has already fired.
+    if (this.res.destroyed || this.res.closed) onClose();
+    const timer = setTimeout(() => this.timeout(), Math.max(0, deadline - Date.now()) + 1000);
+    try {
+      await this.finished;
+    } finally {
+      clearTimeout(timer);
+      clearTimeout(this.resumeTimer);
+      this.res.off('close', onClose);
+    }
+  }
+
+  private resumeTimer: NodeJS.Timeout | undefined;
+
+  /**
+   * A stream whose client left keeps running for a while: the client may
+   * reconnect (to any api instance) and resume it from its event log. It is
+   * cancelled once the grace has passed with nobody following the log.
+   */
+  private awaitResume(graceMs: number): void {
+    const check = async () => {
+      if (this.ended) return;
+      const followed = await this.deps.redis.exists(streamWatchKey(this.requestId)).catch(() => 0);
+      if (this.ended) return;
+      if (followed === 1) this.resumeTimer = setTimeout(() => void check(), graceMs);
+      else void this.cancel('client left and did not resume');
+    };
+    this.resumeTimer = setTimeout(() => void check(), graceMs);
+  }
+
+  protected end(error?: unknown): void {
+    if (this.ended) return;
+    this.ended = true;
+    if (error === undefined) this.finish();
+    else this.fail(error);
+  }
+
+  protected timeout(): void {
+    this.log.warn('request deadline passed without an answer');
+    this.failWith(timeoutError());
+    void this.cancel();
+  }
+
+  protected abstract failWith(error: GatewayError): void;
+
+  /** Set once the request is cancelled: true when the job was removed before any worker took it. */
+  cancelled: Promise<boolean> | undefined;
+
+  /** Nobody waits any more: drop the job if nobody took it yet, else tell the worker holding it to stop. */
+  private cancel(reason = 'client left', lost = false): Promise<boolean> {
+    this.end();
+    this.cancelled ??= (async () => {
+      try {
+        const removed = await this.queue.remove(this.requestId);
+        // Removing a job that no longer exists "succeeds", yet a worker may still be running it.
+        if (removed !== 1 || lost) await this.deps.redis.publish(cancelChannel, this.requestId);
+        this.log.info({ removed: removed === 1 }, `${reason}; request cancelled`);
+        return removed === 1;
+      } catch (error) {
+        this.log.warn({ err: error }, 'could not cancel request');
+        return false;
+      }
+    })();
+    return this.cancelled;
+  }
+
+  /** Forced shutdown: the client gets `error` now, and the job is cancelled so no worker runs it for nobody. */
+  async abort(error: GatewayError): Promise<void> {
+    if (this.ended) return;
+    const answered =
+      this.res.writableFinished || this.res.destroyed
+        ? Promise.resolve()
+        : new Promise<void>((resolve) => {
+            this.res.once('finish', resolve);
+            this.res.once('close', resolve);
+          });
+    this.failWith(error);
+    const cancelled = this.cancel('server shutting down');
+    await Promise.race([Promise.all([answered, cancelled]), pause(abortFlushMs)]);
+  }
+
+  /**
+   * After a subscriber reconnect, or when the liveness sweep saw the job gone
+   * or finished: answers from the job what pub/sub may have lost. A failed
+   * read concludes nothing (the next sweep tries again); only a job Redis
+   * says does not exist is declared lost.
+   */
+  reconcile(): void {
+    if (this.ended || this.jobKey === undefined || this.reconciling) return;
+    this.reconciling = true;
+    this.check()
+      .catch((error) => this.log.warn({ err: error }, 'reconcile failed; the liveness sweep retries'))
+      .finally(() => {
+        this.reconciling = false;
+      });
+  }
+
+  private async check(): Promise<void> {
+    const job = await this.queue.getJob(this.requestId);
+    if (this.ended) return;
+    if (job) {
+      const state = await job.getState();
+      // Read after the state: every chunk of a finished stream is in its log by now.
+      if (this.stream) await this.deps.hub.replay(this.requestId, this);
+      if (state === 'completed') this.finishFrom(job.returnvalue as GatewayJobResult | undefined);
+      else if (state === 'failed') {
+        // The worker published its own error before failing the job; it says more, so it gets to arrive first.
+        await pause(lostGraceMs);
+        this.failWith(new GatewayError(502, 'The request failed while the gateway was reconnecting.', { code: 'server_error' }));
+      }
+      return;
+    }
+    await pause(lostGraceMs);
+    if (this.ended || (await this.deps.redis.exists(this.jobKey!)) === 1) return;
+    if (this.stream) {
+      // A log from the first chunk on without a gap outlives only a job that finished (and was removed):
+      // data lost with Redis takes the log too, and chunks written after that start past 1.
+      const replayed = await this.deps.hub.replay(this.requestId, this);
+      if (replayed && replayed.first === 1 && replayed.count === replayed.last) return this.finishFrom(undefined);
+    } else if ((await this.deps.redis.exists(resultKey(this.requestId))) === 1) {
+      return this.finishFrom({ bodyRef: resultKey(this.requestId) });
+    }
+    if (this.ended) return;
+    this.log.warn('the job is gone from Redis; answering 503 job_lost');
+    this.failWith(jobLostError());
+    void this.cancel('job lost', true);
+  }
+
+  /** Answers as the job's `done` would have. */
+  private finishFrom(result: GatewayJobResult | undefined): void {
+    const reply = { requestId: this.requestId, seq: 0 };
+    if (this.stream) this.deliver({ kind: 'done', ...reply, payload: streamTrailer });
+    else if (result?.body !== undefined) this.deliver({ kind: 'done', ...reply, payload: result.body });
+    else if (result?.bodyRef) this.deliver({ kind: 'done-ref', ...reply, payload: result.bodyRef });
+    else this.failWith(new GatewayError(502, 'The request finished without a result.', { code: 'server_error' }));
+  }
+}

@@ -1,0 +1,90 @@
+import type { JobsOptions } from 'bullmq';
+import type { Config } from '../../shared/config.js';
+import { endpoints, type Endpoint } from '../../shared/endpoints.js';
+import type { AsyncJobRecord, GatewayJobData } from '../../shared/jobs.js';
+import type { QueueName } from '../../shared/queues.js';
+import type { VideoInput } from '../../shared/schemas/media-inputs.js';
+import type { Accepted } from './endpoint-handlers.js';
+
+/** How the client is answered: held open for the job's answer, at once with a job to poll (async), or at once while the job runs on (background). */
+export type AnswerMode = 'held' | 'async' | 'background';
+
+/** Who asks and where the answer goes: what the job takes from the request beyond the handler's payload. */
+export interface JobOrigin {
+  requestId: string;
+  /** The api instance's reply channel. */
+  replyTo: string;
+  keyId: string;
+  /** The account that pays, when the key is billed. */
+  accountId?: string;
+  /** The catalog id the model resolved to. */
+  model: string;
+  /** How the client reached the gateway, for links to stored images. */
+  baseUrl: string;
+  /** The request's trace context, when tracing is on. */
+  trace?: Record<string, string>;
+}
+
+/** A request's job as it will be queued, built once from its endpoint row and what the handler accepted. */
+export interface JobPlan {
+  id: string;
+  queue: QueueName;
+  mode: AnswerMode;
+  data: GatewayJobData;
+  /** The validated payload, whether it rides in the job or is kept apart. */
+  payload: object;
+  options: JobsOptions;
+  /** Epoch ms after which nobody waits for the answer (also in `data`). */
+  deadline: number;
+  /** The payload's JSON, when it is too large to ride in the job and is kept apart under `payloadKey`. */
+  storedPayload?: string;
+  /** Where an async job is found, and whose it is (`GET /v1/jobs/{id}`). */
+  asyncRecord?: AsyncJobRecord;
+}
+
+export function buildJob<E extends Endpoint>(name: E, accepted: Accepted<E>, origin: JobOrigin, mode: AnswerMode, config: Config): JobPlan {
+  const row = endpoints[name];
+  const id = accepted.jobId ?? origin.requestId;
+  const deadline = Date.now() + row.deadlineMs(config);
+  const data: GatewayJobData = {
+    requestId: id,
+    replyTo: origin.replyTo,
+    keyId: origin.keyId,
+    endpoint: name,
+    model: origin.model,
+    stream: accepted.stream ?? false,
+    deadline,
+    ...(origin.accountId ? { accountId: origin.accountId } : {}),
+    // Stored images are linked from the answer: X-Forwarded-Proto/Host count only with TRUST_PROXY; PUBLIC_BASE_URL overrides both.
+    ...(name.startsWith('images.') ? { baseUrl: config.publicBaseUrl ?? origin.baseUrl } : {}),
+    ...(origin.trace ? { trace: origin.trace } : {}),
+    ...(mode === 'async' ? { async: true } : {}),
+    ...(mode === 'background' ? { background: true } : {}),
+  };
+  // Measured as the text it would be kept as: past INLINE_PAYLOAD_BYTES it is stored apart and the job stays small.
+  const serialized = JSON.stringify(accepted.payload);
+  const stored = serialized.length > config.inlinePayloadBytes;
+  if (!stored) data.payload = accepted.payload;
+  const retries = { jobId: id, attempts: config.jobAttempts, backoff: { type: 'gateway' } };
+  if (mode === 'async') {
+    const ttl = config.asyncResultTtlSeconds;
+    const asyncRecord: AsyncJobRecord = {
+      queue: row.queue,
+      keyId: origin.keyId,
+      endpoint: name,
+      model: origin.model,
+      created: Math.floor(Date.now() / 1000),
+      ...(accepted.contentType ? { contentType: accepted.contentType } : {}),
+      ...(name === 'videos' ? { request: accepted.payload as VideoInput } : {}),
+    };
+    const options = { ...retries, removeOnComplete: { age: ttl }, removeOnFail: { age: ttl } };
+    return { id, queue: row.queue, mode, data, payload: accepted.payload, options, deadline, asyncRecord, ...(stored ? { storedPayload: serialized } : {}) };
+  }
+  // A job answered through pub/sub (or run in the background): kept briefly once finished, as its row says.
+  const options = {
+    ...retries,
+    removeOnComplete: { age: row.keep.completedSeconds, count: row.keep.completedCount },
+    removeOnFail: { age: row.keep.failedSeconds, count: row.keep.failedCount },
+  };
+  return { id, queue: row.queue, mode, data, payload: accepted.payload, options, deadline, ...(stored ? { storedPayload: serialized } : {}) };
+}

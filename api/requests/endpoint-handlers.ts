@@ -1,0 +1,218 @@
+import { randomBytes } from 'node:crypto';
+import type { KeyedContext } from '../http/context.js';
+import type { Redis } from 'ioredis';
+import type { z } from 'zod';
+import type { CatalogModel } from '../../shared/catalog.js';
+import type { Config } from '../../shared/config.js';
+import { endpoints, type Endpoint, type EndpointPayloads } from '../../shared/endpoints.js';
+import { invalidRequest } from '../../shared/errors.js';
+import { videosOfKey } from '../../shared/keys.js';
+import type { QueueShards } from '../../shared/queue-shards.js';
+import { checkChatContext, checkCompletionContext, checkEmbeddingContext, checkModalities } from './context-window.js';
+import { checkEditable, checkEditUploads, checkImageRequest, checkVariable, checkVariationUpload } from './image-rules.js';
+import { loadOwnedJob, renderVideo } from '../jobs/views.js';
+import type { UploadedFile } from '../http/multipart.js';
+import { responseObject } from '../../shared/response-object.js';
+import { buildShell, newResponseId, normaliseInputSliced, toChatRequest } from '../responses/translate.js';
+import { createResponse, loadHistory, storeInput } from '../responses/store.js';
+import type { BlobStore } from '../../storage/blob-store.js';
+import type { EventLogs } from '../relay/event-log.js';
+import { followResponse } from '../responses/routes.js';
+
+/** What a handler is given: the fields its row's schema validated, the model they name, and the stored uploads. */
+export interface HandlerInput<E extends Endpoint> {
+  fields: z.output<(typeof endpoints)[E]['schema']>;
+  model: CatalogModel;
+  files: readonly UploadedFile[];
+  /** Who asks, and the store a handler reads earlier state from (stored responses). */
+  scope: { redis: Redis; blobs: BlobStore; keyId: string; config: Config };
+}
+
+/** A request the handler let through: what the job carries, and how the client is answered. */
+export interface Accepted<E extends Endpoint> {
+  payload: EndpointPayloads[E];
+  stream?: boolean;
+  /** Content type of the final body (JSON unless said). */
+  contentType?: string;
+  /** Job id when it is not the request id (videos). */
+  jobId?: string;
+  /** The prompt's tokens as counted or bounded by the context check (text endpoints): what the reservation counts. */
+  promptTokens?: number;
+  /** Written beside the job, just before its add (a stored response's record). */
+  beforeAdd?: () => Promise<void>;
+  /** Runs in the background: queued, answered at once, and run to its end whoever listens. */
+  detached?: boolean;
+}
+
+export interface HandlerDeps {
+  config: Config;
+  redis: Redis;
+  queues: QueueShards;
+  logs: EventLogs;
+  blobs: BlobStore;
+}
+
+/**
+ * One endpoint's own rules: the checks its row's schema cannot make (those
+ * that need the model: context window, modalities, sizes, uploads), and the
+ * job payload. `respond` writes the response itself for endpoints that
+ * answer at once with a resource (videos, a background response).
+ */
+export interface EndpointHandler<E extends Endpoint> {
+  accept(input: HandlerInput<E>): Accepted<E> | Promise<Accepted<E>>;
+  respond?(ctx: KeyedContext, accepted: Accepted<E>, deps: HandlerDeps): Promise<void>;
+}
+
+const transcriptTextTypes: Record<string, string> = { text: 'text/plain; charset=utf-8', srt: 'text/plain; charset=utf-8', vtt: 'text/plain; charset=utf-8' };
+
+function refuseStreamOptionsWithoutStream(body: { stream?: boolean | null; stream_options?: unknown }): void {
+  if (body.stream_options && !body.stream) throw invalidRequest('stream_options is only allowed when stream is true.', 'stream_options');
+}
+
+/** Every endpoint of the table has one handler here; the route around it is the same for all (`routes/endpoint-routes.ts`). */
+export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
+  'chat.completions': {
+    async accept({ fields: body, model }) {
+      checkModalities(model, body.messages);
+      const promptTokens = await checkChatContext(model, body);
+      refuseStreamOptionsWithoutStream(body);
+      if (body.top_logprobs != null && !body.logprobs) throw invalidRequest('top_logprobs requires logprobs to be true.', 'top_logprobs');
+      return { payload: body, stream: !!body.stream, promptTokens };
+    },
+  },
+
+  responses: {
+    async accept({ fields: request, model, scope }) {
+      if (request.background && request.store === false) throw invalidRequest('A background response must be stored: store cannot be false.', 'store');
+      if (request.stream_options && !request.stream) throw invalidRequest('stream_options is only allowed when stream is true.', 'stream_options');
+      const input = request.input === undefined ? [] : await normaliseInputSliced(request.input);
+      const history = request.previous_response_id ? await loadHistory(scope.redis, scope.blobs, request.previous_response_id, scope.keyId) : [];
+      const chat = toChatRequest({ ...request, model: model.id }, history, input);
+      checkModalities(model, chat.messages);
+      const promptTokens = await checkChatContext(model, chat);
+      const id = newResponseId();
+      const shell = buildShell(request, id, model.id, Math.floor(Date.now() / 1000));
+      const queued = responseObject(shell, { status: 'queued', output: [], usage: null, error: null });
+      // Large input goes to the blob store now, so that the record itself is one Redis write sent beside the enqueue.
+      const stored = shell.store ? await storeInput(scope.blobs, id, input) : undefined;
+      return {
+        payload: { chat, shell },
+        stream: !!request.stream,
+        promptTokens,
+        jobId: id,
+        detached: shell.background,
+        ...(stored ? { beforeAdd: () => createResponse(scope.redis, id, scope.keyId, stored, shell.background ? queued : { ...queued, status: 'in_progress' }, scope.config.responseTtlSeconds) } : {}),
+      };
+    },
+    /** A background response is answered at once: queued, or its events followed from the start. */
+    async respond(ctx, accepted, deps) {
+      const { shell } = accepted.payload;
+      if (!shell.background) return;
+      if (accepted.stream) {
+        await followResponse(ctx, deps, shell.id, -1, 'starting_after');
+        return;
+      }
+      ctx.status = 200;
+      ctx.body = responseObject(shell, { status: 'queued', output: [], usage: null, error: null });
+    },
+  },
+
+  completions: {
+    async accept({ fields: body, model }) {
+      if (body.stream && body.best_of != null && body.best_of > 1) throw invalidRequest('best_of cannot be used with stream.', 'best_of');
+      refuseStreamOptionsWithoutStream(body);
+      const promptTokens = await checkCompletionContext(model, body);
+      return { payload: body, stream: !!body.stream, promptTokens };
+    },
+  },
+
+  embeddings: {
+    async accept({ fields: body, model }) {
+      if (body.dimensions != null) {
+        if (!model.supports_dimensions) throw invalidRequest(`The model \`${model.id}\` does not support setting dimensions.`, 'dimensions');
+        if (model.dimensions && body.dimensions > model.dimensions) {
+          throw invalidRequest(`dimensions must be at most ${model.dimensions} for \`${model.id}\`.`, 'dimensions');
+        }
+      }
+      const promptTokens = await checkEmbeddingContext(model, body);
+      return { payload: body, promptTokens };
+    },
+  },
+
+  'images.generations': {
+    accept({ fields: body, model }) {
+      checkImageRequest(model, body);
+      return { payload: body };
+    },
+  },
+
+  'images.edits': {
+    accept({ fields, model, files }) {
+      checkEditable(model);
+      checkImageRequest(model, fields);
+      const images = files.filter((f) => f.field === 'image' || f.field === 'image[]');
+      if (images.length === 0) throw invalidRequest("Missing required parameter: 'image' (send the image file as a multipart part).", 'image');
+      const mask = files.find((f) => f.field === 'mask');
+      checkEditUploads(model, images, mask);
+      return { payload: { ...fields, images: images.map((f) => f.ref), ...(mask ? { mask: mask.ref } : {}) } };
+    },
+  },
+
+  'images.variations': {
+    accept({ fields, model, files }) {
+      checkVariable(model);
+      checkImageRequest(model, fields);
+      checkVariationUpload(model, files);
+      // The check let through exactly one file, the image.
+      return { payload: { ...fields, image: files[0]!.ref } };
+    },
+  },
+
+  'audio.transcriptions': {
+    accept({ fields, files }) {
+      const file = files.find((f) => f.field === 'file')?.ref;
+      if (!file) throw invalidRequest("Missing required parameter: 'file' (send the audio file as a multipart part).", 'file');
+      const granularities = fields['timestamp_granularities[]'];
+      if (granularities && fields.response_format !== 'verbose_json') {
+        throw invalidRequest('timestamp_granularities requires response_format verbose_json.', 'timestamp_granularities');
+      }
+      return {
+        payload: {
+          file,
+          response_format: fields.response_format,
+          ...(fields.language ? { language: fields.language } : {}),
+          ...(fields.prompt ? { prompt: fields.prompt } : {}),
+          ...(fields.temperature !== undefined ? { temperature: fields.temperature } : {}),
+          ...(granularities ? { timestamp_granularities: granularities } : {}),
+        },
+        contentType: transcriptTextTypes[fields.response_format] ?? 'application/json',
+      };
+    },
+  },
+
+  videos: {
+    accept({ fields, model, files }) {
+      const size = fields.size ?? model.default_size ?? '720x1280';
+      if (model.image_sizes?.length && !model.image_sizes.includes(size)) {
+        throw invalidRequest(`Invalid size '${size}' for \`${model.id}\`. Supported sizes: ${model.image_sizes.join(', ')}.`, 'size', 'invalid_size');
+      }
+      const reference = files.find((f) => f.field === 'input_reference')?.ref;
+      return {
+        payload: { prompt: fields.prompt, seconds: fields.seconds, size, ...(reference ? { input_reference: reference } : {}) },
+        jobId: `video_${randomBytes(16).toString('hex')}`,
+      };
+    },
+    /** The answer to "create" is the new video as queued (a worker may already hold it). */
+    async respond(ctx, accepted, deps) {
+      const { keyId } = ctx.state;
+      const id = accepted.jobId!;
+      // The key's index of videos lives as long as its newest entry can, and holds at most the newest 10,000.
+      const expiry = deps.config.asyncResultTtlSeconds;
+      await deps.redis.multi().zadd(videosOfKey(keyId), Date.now(), id).zremrangebyrank(videosOfKey(keyId), 0, -10_001).expire(videosOfKey(keyId), expiry).exec();
+      const owned = await loadOwnedJob(deps.redis, deps.queues, id, keyId, 'video');
+      ctx.status = 200;
+      ctx.remove('location');
+      ctx.body = renderVideo({ ...owned, status: 'queued', progress: 0 }, deps.config.asyncResultTtlSeconds);
+    },
+  },
+};

@@ -1,0 +1,145 @@
+import type { Middleware } from 'koa';
+import { endpoints, type Endpoint, type EndpointRequest } from '../../shared/endpoints.js';
+import { GatewayError, invalidRequest } from '../../shared/errors.js';
+import type { PriceList } from '../../shared/pricing.js';
+import type { BlobStore } from '../../storage/blob-store.js';
+import type { KeyedContext, KeyedState } from '../http/context.js';
+import { noteModel } from '../http/metrics.js';
+import { readMultipart, refusingDeletesUploads, type MultipartForm } from '../http/multipart.js';
+import { largeBodyBytes, parseBody, readJsonObject, yieldToLoop } from '../http/request-body.js';
+import { jobTraceCarrier, traceQueued } from '../http/request-tracing.js';
+import { enqueue, queueFor } from '../relay/enqueue.js';
+import type { EventLogs } from '../relay/event-log.js';
+import { hold, type HoldDeps } from '../relay/hold.js';
+import { buildJob, type AnswerMode, type JobOrigin } from './build-job.js';
+import { queuedEndpoint } from './endpoint-paths.js';
+import { handlers, type Accepted, type EndpointHandler, type HandlerInput } from './endpoint-handlers.js';
+import type { ModelResolver } from './model-resolver.js';
+import { noteEnqueued, noteLoggedModel, watchRequest } from './request-log.js';
+
+export interface EndpointRouteDeps extends HoldDeps {
+  models: ModelResolver;
+  blobs: BlobStore;
+  prices: PriceList;
+  logs: EventLogs;
+}
+
+/** `Prefer: respond-async` (RFC 7240) asks for a 202 and a job to poll. */
+export function prefersAsync(prefer: string | undefined): boolean {
+  return !!prefer && prefer.split(/[,;]/).some((token) => token.trim().toLowerCase() === 'respond-async');
+}
+
+/** `Prefer: respond-async` on any POST; a stream has nothing to hand over later, so the two do not mix. */
+export function asyncMode(ctx: { get(name: string): string }, stream: boolean): boolean {
+  const wanted = prefersAsync(ctx.get('prefer'));
+  if (wanted && stream) throw invalidRequest('A streamed request cannot also be answered asynchronously (Prefer: respond-async).', 'stream');
+  return wanted;
+}
+
+const resumeGraceHeader = 'x-stream-resume-grace-ms';
+
+/**
+ * How long a stream keeps running for a resume after its client leaves, as
+ * the request asks (`x-stream-resume-grace-ms`, cut to
+ * STREAM_RESUME_GRACE_MAX_MS); undefined when it does not ask. Without it a
+ * closed stream is cancelled, and stops spending, within a second.
+ */
+export function resumeGrace(ctx: { get(name: string): string }, maxMs: number): number | undefined {
+  const asked = ctx.get(resumeGraceHeader);
+  if (asked === '') return undefined;
+  if (!/^\d{1,10}$/.test(asked.trim())) throw invalidRequest(`The ${resumeGraceHeader} header must be a whole number of milliseconds.`, resumeGraceHeader);
+  return Math.min(Number(asked.trim()), maxMs);
+}
+
+/** Multipart text fields as the schemas read them: `name[]` (or a repeated name ending so) is a list, any other name its last value. */
+function formFields(form: MultipartForm): Record<string, unknown> {
+  const fields: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(form.fields)) fields[name] = name.endsWith('[]') ? [value].flat() : Array.isArray(value) ? value.at(-1) : value;
+  return fields;
+}
+
+/**
+ * The one route every row of the endpoint table gets: read the body the row
+ * says (JSON, multipart, or either), validate it with the row's schema,
+ * resolve the model for the row's capabilities, let the endpoint's handler
+ * check and shape the payload, build the job once, then queue it and answer
+ * (held open, streamed, async or in the background). A refused multipart
+ * request's stored files are deleted at once.
+ */
+export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps: EndpointRouteDeps): Promise<void> {
+  const row = endpoints[name];
+  const { access, keyId, requestId, log } = ctx.state;
+  // Every keyed request gets its log record, whatever becomes of it (a body too large or malformed included).
+  const shape = { stream: false, resumable: false };
+  if (deps.config.requestLog) watchRequest(ctx, name, shape, access, { redis: deps.redis, bufferRecords: deps.config.usageBufferRecords, log });
+  const multipart = row.body === 'multipart' || (row.body === 'json-or-multipart' && /^multipart\/form-data/i.test(ctx.get('content-type')));
+  const form = multipart && row.uploads ? await readMultipart(ctx.req, deps.blobs, requestId, deps.config[row.uploads.maxBytes]) : undefined;
+  const raw = form ? formFields(form) : await readJsonObject(ctx.req, deps.config.maxBodyBytes);
+  if (typeof raw.model === 'string') noteLoggedModel(ctx, raw.model);
+  if (raw.stream === true) shape.stream = true;
+  const handler: EndpointHandler<E> = handlers[name];
+  const check = async () => {
+    // Parsing ended the previous turn of the loop; validating a large body is a turn of its own.
+    if (!form && !(Number(ctx.get('content-length')) <= largeBodyBytes)) await yieldToLoop();
+    // TypeScript cannot follow a generic row to its schema's output: this is where the two are tied, once.
+    const fields = parseBody(row.schema, raw) as HandlerInput<E>['fields'];
+    const model = deps.models.resolve((fields as { model: string }).model, name);
+    noteModel(ctx, model.id);
+    noteLoggedModel(ctx, model.id);
+    if (access.models && !access.models.includes(model.id)) {
+      throw new GatewayError(403, `This API key may not use the model \`${model.id}\`.`, { type: 'invalid_request_error', code: 'model_not_allowed', param: 'model' });
+    }
+    const accepted: Accepted<E> = await handler.accept({ fields, model, files: form?.files ?? [], scope: { redis: deps.redis, blobs: deps.blobs, keyId, config: deps.config } });
+    return { model, accepted };
+  };
+  const { model, accepted } = form ? await refusingDeletesUploads(form, deps.blobs, check) : await check();
+  const stream = accepted.stream ?? false;
+  const graceMs = stream ? resumeGrace(ctx, deps.config.streamResumeGraceMaxMs) : undefined;
+  shape.stream = stream;
+  shape.resumable = (graceMs ?? 0) > 0;
+  const mode: AnswerMode = row.asyncOnly || asyncMode(ctx, stream) ? 'async' : accepted.detached ? 'background' : 'held';
+  const origin: JobOrigin = {
+    requestId,
+    replyTo: deps.hub.channel,
+    keyId,
+    accountId: access.accountId,
+    model: model.id,
+    baseUrl: `${ctx.protocol}://${ctx.host}`,
+    ...(ctx.state.trace ? { trace: jobTraceCarrier(ctx.state.trace) } : {}),
+  };
+  const job = buildJob(name, accepted, origin, mode, deps.config);
+  // The worst case this request may cost, reserved as it is queued; settled by the worker with the actual cost.
+  // A model an operator's catalog added without a price is served free (the start-up log names such models).
+  const estimate = deps.prices.has(model.id)
+    ? deps.prices.worstCaseMicros(model.id, { endpoint: name, payload: accepted.payload } as EndpointRequest, accepted.promptTokens ?? 0)
+    : { micros: 0, tokens: accepted.promptTokens ?? 0 };
+  const queue = queueFor(deps, job);
+  const enqueueJob = async () => {
+    const enqueued = await enqueue(deps, queue, job, { spend: { access, estimate }, ...(accepted.beforeAdd ? { beforeAdd: accepted.beforeAdd } : {}) }, log);
+    ctx.set(enqueued.headers);
+    noteEnqueued(ctx);
+    if (ctx.state.trace) traceQueued(ctx.state.trace, job.data, job.queue);
+    return enqueued;
+  };
+  if (mode === 'held') {
+    await hold(ctx, deps, job, queue, enqueueJob, { stream, ...(accepted.contentType ? { contentType: accepted.contentType } : {}), ...(graceMs !== undefined ? { resumeGraceMs: graceMs } : {}) });
+  } else {
+    await enqueueJob();
+    if (job.asyncRecord) {
+      ctx.status = 202;
+      ctx.set('location', `/v1/jobs/${job.id}`);
+      ctx.body = { id: job.id, object: 'job', status: 'queued', created: job.asyncRecord.created };
+    }
+  }
+  await handler.respond?.(ctx, accepted, deps);
+}
+
+/** The keyed /v1 requests that name an endpoint row go to its route; every other one goes on to the routers. */
+export function endpointDispatch(deps: EndpointRouteDeps): Middleware<KeyedState> {
+  return (ctx, next) => {
+    const name = queuedEndpoint(ctx.method, ctx.path);
+    if (!name) return next();
+    ctx.state.route = endpoints[name].path;
+    return serve(name, ctx, deps);
+  };
+}

@@ -1,0 +1,45 @@
+import type { Catalog, CatalogModel } from '../../shared/catalog.js';
+import { endpointNames, endpoints, servedCapabilities, type Endpoint } from '../../shared/endpoints.js';
+import { GatewayError, modelNotFound } from '../../shared/errors.js';
+
+/** Catalog models that at least one configured vendor can serve. */
+export class ModelResolver {
+  private readonly available: CatalogModel[];
+  private readonly byId: Map<string, CatalogModel>;
+
+  constructor(catalog: Catalog, configuredVendors: ReadonlySet<string>) {
+    // Listed: what a client can actually call here (a configured vendor, and an endpoint for its capability).
+    this.available = catalog.all().filter((m) => servedCapabilities.has(m.capability) && m.routes.some((r) => configuredVendors.has(r.vendor)));
+    this.byId = new Map(this.available.map((m) => [m.id, m]));
+  }
+
+  list(): CatalogModel[] {
+    return this.available;
+  }
+
+  get(id: string): CatalogModel | undefined {
+    return this.byId.get(id);
+  }
+
+  /** The model for a request to `endpoint`: 404 when unknown, 400 when it serves another endpoint. */
+  resolve(id: string, endpoint: Endpoint): CatalogModel {
+    const model = this.byId.get(id);
+    if (!model) throw modelNotFound(id);
+    if (!(endpoints[endpoint].capabilities as readonly string[]).includes(model.capability)) {
+      const suggestion = endpointNames.find((e) =>
+        (endpoints[e].capabilities as readonly string[]).includes(model.capability),
+      );
+      throw new GatewayError(
+        400,
+        `The model \`${id}\` is a ${model.capability} model and is not supported by ${endpoints[endpoint].path}` +
+          (suggestion ? `; use ${endpoints[suggestion].path}.` : '.'),
+        { param: 'model', code: 'model_not_supported' },
+      );
+    }
+    return model;
+  }
+}
+
+export function toOpenAIModel(model: CatalogModel) {
+  return { id: model.id, object: 'model' as const, created: model.created, owned_by: model.owned_by };
+}

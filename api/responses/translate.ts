@@ -1,0 +1,556 @@
+import { randomBytes } from 'node:crypto';
+import { z } from 'zod';
+import { loopSlices } from '../../shared/loop-slices.js';
+import { invalidRequest } from '../../shared/errors.js';
+import type { ConversationItem, ResponseShell } from '../../shared/responses.js';
+import type { ChatCompletionRequest, ChatMessage, ChatTool } from '../../shared/schemas/chat.js';
+import type { ResponsesRequest } from '../../shared/schemas/responses.js';
+import { formatParam, toValidationError } from '../http/request-body.js';
+
+/*
+ * The Responses API over the chat adapters. A request's input items are
+ * checked and normalised here (each given an id, the form they are stored
+ * in), then the stored conversation a request chains onto plus its input
+ * become the messages of a chat request: instructions as a system message,
+ * assistant messages and function calls as assistant turns with tool_calls,
+ * function call outputs as tool messages. Only function tools exist on the
+ * chat side, so every other tool type is refused up front.
+ */
+
+// ---- ids ----
+
+const randomId = (prefix: string) => `${prefix}_${randomBytes(24).toString('hex')}`;
+
+/** `resp_` and 48 hex digits. */
+export function newResponseId(): string {
+  return randomId('resp');
+}
+
+// ---- checking a piece of the request against a small schema ----
+
+type Path = readonly (string | number)[];
+
+/** Parses `value` with `schema`; a failure is the 400 the request body parser would give, its param rooted at `path`. */
+function check<T extends z.ZodType>(schema: T, value: unknown, path: Path): z.output<T> {
+  const result = schema.safeParse(value, { reportInput: true });
+  if (result.success) return result.data;
+  const issues = result.error.issues.map((issue) => ({ ...issue, path: [...path, ...issue.path] }));
+  const first = issues[0];
+  // An enum or a union reports a missing field as a bad value: it is a missing one.
+  if (first && 'input' in first && first.input === undefined) {
+    const param = formatParam(first.path);
+    throw invalidRequest(`Missing required parameter: '${param}'.`, param, 'missing_required_parameter');
+  }
+  throw toValidationError(new z.ZodError(issues));
+}
+
+const quoteList = (values: readonly string[]) => {
+  const quoted = values.map((value) => `'${value}'`);
+  return quoted.length <= 1 ? quoted.join('') : `${quoted.slice(0, -1).join(', ')} and ${quoted.at(-1)}`;
+};
+
+const unsupportedValue = (value: string, path: Path, where: string, supported: readonly string[]) =>
+  invalidRequest(
+    `Invalid value for '${formatParam(path)}': '${value}' is not supported in ${where}. Supported values are: ${quoteList(supported)}.`,
+    formatParam(path),
+    'invalid_value',
+  );
+
+/**
+ * An image a vendor (or the gateway) will fetch: web URLs, inline data, and
+ * Cloud Storage references, the rule chat's `image_url` follows.
+ */
+const fetchableImageUrl = /^(?:(?:https?|gs):\/\/|data:)/i;
+/** A scheme prefix: base64 never holds a colon, so inline data that starts like this is a URL in disguise. */
+const urlScheme = /^[a-z][a-z0-9+.-]{0,31}:/i;
+
+const functionNamePattern = /^[a-zA-Z0-9_-]{1,64}$/;
+const functionName = z
+  .string()
+  .regex(functionNamePattern, 'must contain only a-z, A-Z, 0-9, underscores and dashes, at most 64 characters');
+
+// ---- input items ----
+
+type Role = 'user' | 'system' | 'developer' | 'assistant';
+
+const itemTypes = ['message', 'function_call', 'function_call_output', 'item_reference', 'reasoning'] as const;
+const userParts = ['input_text', 'input_image', 'input_file'] as const;
+const assistantParts = ['output_text', 'refusal'] as const;
+/** Chat's system and developer messages hold text only. */
+const instructionParts = ['input_text'] as const;
+/** A chat tool message holds text only. */
+const outputParts = ['input_text'] as const;
+
+const partsFor: Record<Role, readonly string[]> = {
+  user: userParts,
+  system: instructionParts,
+  developer: instructionParts,
+  assistant: assistantParts,
+};
+
+const typeShape = z.looseObject({ type: z.string() });
+const itemTypeShape = z.looseObject({ type: z.string().nullish() });
+const textShape = z.looseObject({ text: z.string() });
+const refusalShape = z.looseObject({ refusal: z.string() });
+const imageShape = z.looseObject({
+  image_url: z.string().nullish(),
+  file_id: z.string().nullish(),
+  detail: z.enum(['auto', 'low', 'high', 'original']).nullish(),
+});
+const fileShape = z.looseObject({
+  file_data: z.string().nullish(),
+  filename: z.string().nullish(),
+  file_id: z.string().nullish(),
+  file_url: z.string().nullish(),
+});
+const itemId = z.string().min(1).nullish();
+const messageShape = z.looseObject({
+  id: itemId,
+  role: z.enum(['user', 'system', 'developer', 'assistant']),
+  content: z.union([z.string(), z.array(z.unknown())]),
+});
+const functionCallShape = z.looseObject({
+  id: itemId,
+  call_id: z.string().min(1),
+  name: z.string().min(1),
+  arguments: z.string(),
+});
+const functionCallOutputShape = z.looseObject({
+  id: itemId,
+  call_id: z.string().min(1).max(64),
+  output: z.union([z.string(), z.array(z.unknown())]),
+});
+const itemReferenceShape = z.looseObject({ id: z.string().min(1) });
+const reasoningShape = z.looseObject({ id: itemId });
+
+/**
+ * A request's `input` as the items it is stored as: a string is one user
+ * message; every item is checked and gets an id. The list keeps the order
+ * and indices of the request's items (item references are resolved later).
+ */
+export function normaliseInput(input: ResponsesRequest['input']): ConversationItem[] {
+  if (input === undefined) return [];
+  if (typeof input === 'string') {
+    return [{ type: 'message', id: randomId('msg'), role: 'user', status: 'completed', content: [{ type: 'input_text', text: input }] }];
+  }
+  return input.map((item, index) => normaliseItem(item, ['input', index]));
+}
+
+/**
+ * `normaliseInput` for the request thread: checking every part of a long
+ * input is tens of microseconds an item, so it yields to the event loop
+ * every couple of milliseconds (a 10,000-message input would otherwise
+ * hold every other request for a quarter of a second).
+ */
+export async function normaliseInputSliced(input: ResponsesRequest['input']): Promise<ConversationItem[]> {
+  if (input === undefined || typeof input === 'string') return normaliseInput(input);
+  const pause = loopSlices();
+  const items: ConversationItem[] = [];
+  for (let index = 0; index < input.length; index++) {
+    items.push(normaliseItem(input[index]!, ['input', index]));
+    await pause();
+  }
+  return items;
+}
+
+function normaliseItem(raw: Record<string, unknown>, path: Path): ConversationItem {
+  const { type } = check(itemTypeShape, raw, path);
+  if (type == null) {
+    // An item reference may leave out its type; an easy message may too, but it has a role and content.
+    if (raw.role === undefined && raw.content === undefined && raw.id !== undefined) return normaliseReference(raw, path);
+    return normaliseMessage(raw, path);
+  }
+  switch (type) {
+    case 'message':
+      return normaliseMessage(raw, path);
+    case 'function_call': {
+      const call = check(functionCallShape, raw, path);
+      return {
+        type: 'function_call',
+        id: call.id ?? randomId('fc'),
+        call_id: call.call_id,
+        name: call.name,
+        arguments: call.arguments,
+        status: 'completed',
+      };
+    }
+    case 'function_call_output': {
+      const result = check(functionCallOutputShape, raw, path);
+      const output =
+        typeof result.output === 'string'
+          ? result.output
+          : result.output.map((part, j) => normalisePart(part, outputParts, [...path, 'output', j], 'a function call output'));
+      return { type: 'function_call_output', id: result.id ?? randomId('fco'), call_id: result.call_id, output, status: 'completed' };
+    }
+    case 'item_reference':
+      return normaliseReference(raw, path);
+    case 'reasoning': {
+      const { id } = check(reasoningShape, raw, path);
+      return { ...raw, type: 'reasoning', id: id ?? randomId('rs') };
+    }
+    default:
+      throw unsupportedValue(type, [...path, 'type'], 'an input item of this gateway', itemTypes);
+  }
+}
+
+function normaliseReference(raw: Record<string, unknown>, path: Path): ConversationItem {
+  const { id } = check(itemReferenceShape, raw, path);
+  return { type: 'item_reference', id };
+}
+
+function normaliseMessage(raw: Record<string, unknown>, path: Path): ConversationItem {
+  const message = check(messageShape, raw, path);
+  const role = message.role;
+  let content: Record<string, unknown>[];
+  if (typeof message.content === 'string') {
+    content = [role === 'assistant' ? { type: 'output_text', text: message.content, annotations: [] } : { type: 'input_text', text: message.content }];
+  } else {
+    if (message.content.length === 0) {
+      const param = formatParam([...path, 'content']);
+      throw invalidRequest(`Invalid '${param}': empty array. Expected an array with minimum length 1.`, param, 'invalid_value');
+    }
+    content = message.content.map((part, j) => normalisePart(part, partsFor[role], [...path, 'content', j], `a '${role}' message`));
+  }
+  return { type: 'message', id: message.id ?? randomId('msg'), role, status: 'completed', content };
+}
+
+function normalisePart(raw: unknown, allowed: readonly string[], path: Path, where: string): Record<string, unknown> {
+  const { type } = check(typeShape, raw, path);
+  if (!allowed.includes(type)) throw unsupportedValue(type, [...path, 'type'], where, allowed);
+  switch (type) {
+    case 'input_text':
+      return { type, text: check(textShape, raw, path).text };
+    case 'output_text':
+      return { type, text: check(textShape, raw, path).text, annotations: [] };
+    case 'refusal':
+      return { type, refusal: check(refusalShape, raw, path).refusal };
+    case 'input_image':
+      return normaliseImage(raw, path);
+    case 'input_file':
+      return normaliseFile(raw, path);
+    default:
+      // Every allowed type is handled above.
+      throw unsupportedValue(type, [...path, 'type'], where, allowed);
+  }
+}
+
+function normaliseImage(raw: unknown, path: Path): Record<string, unknown> {
+  const image = check(imageShape, raw, path);
+  const param = formatParam([...path, 'image_url']);
+  if (image.image_url == null) {
+    if (image.file_id != null) {
+      throw invalidRequest(
+        `Images given by 'file_id' are not supported by this gateway: send the image in 'image_url', as an http(s) URL or a data: URL.`,
+        formatParam([...path, 'file_id']),
+        'unsupported_parameter',
+      );
+    }
+    throw invalidRequest(`Missing required parameter: '${param}'.`, param, 'missing_required_parameter');
+  }
+  if (!fetchableImageUrl.test(image.image_url)) {
+    throw invalidRequest(`Invalid '${param}': expected an http(s) URL, a data: URL or a gs:// URI.`, param, 'invalid_value');
+  }
+  return { type: 'input_image', image_url: image.image_url, detail: image.detail ?? 'auto' };
+}
+
+function normaliseFile(raw: unknown, path: Path): Record<string, unknown> {
+  const file = check(fileShape, raw, path);
+  const param = formatParam([...path, 'file_data']);
+  if (file.file_data == null) {
+    const by = file.file_id != null ? 'file_id' : file.file_url != null ? 'file_url' : undefined;
+    if (by) {
+      throw invalidRequest(
+        `Files given by '${by}' are not supported by this gateway: send the file's content in 'file_data', as base64 data or a data: URL.`,
+        formatParam([...path, by]),
+        'unsupported_parameter',
+      );
+    }
+    throw invalidRequest(`Missing required parameter: '${param}'.`, param, 'missing_required_parameter');
+  }
+  if (urlScheme.test(file.file_data) && !/^data:/i.test(file.file_data)) {
+    throw invalidRequest(`Invalid '${param}': expected base64 data or a data: URL.`, param, 'invalid_value');
+  }
+  return { type: 'input_file', file_data: file.file_data, ...(file.filename != null && { filename: file.filename }) };
+}
+
+// ---- tools ----
+
+const functionToolShape = z.looseObject({
+  type: z.literal('function'),
+  name: functionName,
+  description: z.string().nullish(),
+  parameters: z.record(z.string(), z.unknown()).nullish(),
+  strict: z.boolean().nullish(),
+});
+
+function translateTools(tools: ResponsesRequest['tools']): ChatTool[] {
+  return (tools ?? []).map((tool, i) => {
+    if (tool.type !== 'function') {
+      throw invalidRequest(
+        `The tool type '${tool.type}' is not supported by this gateway: only function tools are.`,
+        `tools[${i}].type`,
+        'unsupported_tool',
+      );
+    }
+    const fn = check(functionToolShape, tool, ['tools', i]);
+    return {
+      type: 'function' as const,
+      function: {
+        name: fn.name,
+        ...(fn.description != null && { description: fn.description }),
+        parameters: fn.parameters ?? { type: 'object', properties: {} },
+        ...(fn.strict != null && { strict: fn.strict }),
+      },
+    };
+  });
+}
+
+const toolChoiceFunctionShape = z.looseObject({ type: z.literal('function'), name: z.string().min(1) });
+
+function translateToolChoice(choice: ResponsesRequest['tool_choice'], tools: readonly ChatTool[]): ChatCompletionRequest['tool_choice'] {
+  if (choice == null || typeof choice === 'string') return choice ?? undefined;
+  if (choice.type !== 'function') {
+    throw invalidRequest(
+      `The tool_choice type '${choice.type}' is not supported by this gateway: use 'none', 'auto', 'required' or {"type": "function", "name": …}.`,
+      'tool_choice',
+      'invalid_value',
+    );
+  }
+  const { name } = check(toolChoiceFunctionShape, choice, ['tool_choice']);
+  if (tools.length > 0 && !tools.some((tool) => tool.type === 'function' && tool.function.name === name)) {
+    throw invalidRequest(`Tool choice names the function '${name}', which is not among the request's tools.`, 'tool_choice.name', 'invalid_value');
+  }
+  return { type: 'function', function: { name } };
+}
+
+// ---- conversation → chat messages ----
+
+type Part = Record<string, unknown>;
+const asString = (value: unknown): string => (typeof value === 'string' ? value : '');
+const asParts = (value: unknown): Part[] =>
+  Array.isArray(value) ? value.filter((part): part is Part => typeof part === 'object' && part !== null) : [];
+
+/** A part of a stored user, system or developer message as a chat content part (none for what chat cannot carry). */
+type UserPart = Exclude<Extract<ChatMessage, { role: 'user' }>['content'], string>[number];
+
+function chatPart(part: Part): UserPart | undefined {
+  switch (part.type) {
+    case 'input_text':
+      return { type: 'text', text: asString(part.text) };
+    case 'input_image': {
+      const detail = part.detail === 'original' ? 'high' : part.detail === 'low' || part.detail === 'high' ? part.detail : 'auto';
+      return { type: 'image_url', image_url: { url: asString(part.image_url), detail } };
+    }
+    case 'input_file':
+      return {
+        type: 'file',
+        file: { file_data: asString(part.file_data), ...(typeof part.filename === 'string' && { filename: part.filename }) },
+      };
+    default:
+      return undefined;
+  }
+}
+
+type ToolCall = { id: string; type: 'function'; function: { name: string; arguments: string } };
+
+/**
+ * Builds the chat messages item by item. Assistant messages and function
+ * calls gather into a pending assistant turn: with function calls among
+ * them they become ONE assistant message with tool_calls (as chat requires
+ * before the tool messages answering them), without, one message each.
+ */
+class MessageBuilder {
+  readonly messages: ChatMessage[] = [];
+  readonly callIds = new Set<string>();
+  private pendingTexts: Part[][] = [];
+  private pendingCalls: ToolCall[] = [];
+
+  /** `param` names the item's place in the request's input; null for an item of the stored conversation. */
+  add(item: ConversationItem, param: string | null): void {
+    switch (item.type) {
+      case 'message': {
+        const content = asParts(item.content);
+        if (item.role === 'assistant') {
+          this.pendingTexts.push(content);
+          return;
+        }
+        this.flush();
+        const role = item.role === 'system' || item.role === 'developer' ? item.role : 'user';
+        if (role === 'user') {
+          const parts = content.map(chatPart).filter((part) => part !== undefined);
+          if (parts.length > 0) this.messages.push({ role, content: parts });
+        } else {
+          const text = content.filter((part) => part.type === 'input_text').map((part) => ({ type: 'text' as const, text: asString(part.text) }));
+          if (text.length > 0) this.messages.push({ role, content: text });
+        }
+        return;
+      }
+      case 'function_call': {
+        const callId = asString(item.call_id);
+        this.callIds.add(callId);
+        this.pendingCalls.push({ id: callId, type: 'function', function: { name: asString(item.name), arguments: asString(item.arguments) } });
+        return;
+      }
+      case 'function_call_output': {
+        const callId = asString(item.call_id);
+        if (param !== null && !this.callIds.has(callId)) {
+          throw invalidRequest(`No tool call found for function call output with call_id ${callId}.`, param, 'invalid_value');
+        }
+        this.flush();
+        const output = typeof item.output === 'string' ? item.output : asParts(item.output).map((part) => asString(part.text)).join('');
+        this.messages.push({ role: 'tool', tool_call_id: callId, content: output });
+        return;
+      }
+      default:
+        // Reasoning items (and any item the chat side has no form for) are left out.
+        return;
+    }
+  }
+
+  /** Ends the pending assistant turn. */
+  flush(): void {
+    const texts = this.pendingTexts;
+    const calls = this.pendingCalls;
+    this.pendingTexts = [];
+    this.pendingCalls = [];
+    if (calls.length === 0) {
+      for (const content of texts) {
+        const message = assistantMessage([content]);
+        if (message) this.messages.push(message);
+      }
+      return;
+    }
+    this.messages.push(assistantMessage(texts, calls)!);
+  }
+}
+
+/** An assistant turn from the content of its message items (and its tool calls); undefined if it says nothing. */
+function assistantMessage(contents: Part[][], calls: ToolCall[] = []): ChatMessage | undefined {
+  const texts: string[] = [];
+  const refusals: string[] = [];
+  for (const content of contents) {
+    const text = content.filter((part) => part.type === 'output_text').map((part) => asString(part.text));
+    const refusal = content.filter((part) => part.type === 'refusal').map((part) => asString(part.refusal));
+    if (text.length > 0) texts.push(text.join(''));
+    if (refusal.length > 0) refusals.push(refusal.join(''));
+  }
+  const text = texts.filter((t) => t !== '').join('\n\n');
+  const refusal = refusals.filter((r) => r !== '').join('\n\n');
+  const toolCalls = calls.length > 0 ? { tool_calls: calls } : {};
+  if (refusal !== '') {
+    // The refusal goes in chat's `refusal` field and, as a part, in the content: vendors that
+    // read only the content still see what the assistant said.
+    const parts = [...(text !== '' ? [{ type: 'text' as const, text }] : []), { type: 'refusal' as const, refusal }];
+    return { role: 'assistant', content: parts, refusal, ...toolCalls };
+  }
+  if (text !== '') return { role: 'assistant', content: text, ...toolCalls };
+  return calls.length > 0 ? { role: 'assistant', content: null, ...toolCalls } : undefined;
+}
+
+/**
+ * The chat request the vendor adapters run for a Responses request: the
+ * stored conversation it chains onto (`history`) and its normalised input
+ * as messages, its function tools in chat's nested form, and the sampling
+ * fields chat has. Always streamed, with usage, whatever the client asked.
+ */
+export function toChatRequest(
+  request: ResponsesRequest,
+  history: readonly ConversationItem[],
+  input: readonly ConversationItem[],
+): ChatCompletionRequest {
+  if (request.input === undefined && request.previous_response_id == null) {
+    throw invalidRequest("Missing required parameter: 'input'.", 'input', 'missing_required_parameter');
+  }
+  const tools = translateTools(request.tools);
+  const toolChoice = translateToolChoice(request.tool_choice, tools);
+
+  const byId = new Map<string, ConversationItem>();
+  const remember = (item: ConversationItem) => {
+    if (item.type !== 'item_reference' && !byId.has(item.id)) byId.set(item.id, item);
+  };
+  history.forEach(remember);
+
+  const builder = new MessageBuilder();
+  for (const item of history) {
+    const resolved = item.type === 'item_reference' ? byId.get(item.id) : item;
+    if (resolved) builder.add(resolved, null);
+  }
+  input.forEach((item, index) => {
+    if (item.type === 'item_reference') {
+      const resolved = byId.get(item.id);
+      if (!resolved) throw invalidRequest(`Item with id '${item.id}' not found.`, `input[${index}].id`, 'invalid_value');
+      builder.add(resolved, `input[${index}].id`);
+      return;
+    }
+    builder.add(item, `input[${index}].call_id`);
+    remember(item);
+  });
+  builder.flush();
+
+  if (builder.messages.length === 0) {
+    throw invalidRequest(
+      "Invalid 'input': there is nothing to send to the model (no messages, function calls or function call outputs).",
+      'input',
+      'invalid_value',
+    );
+  }
+  const messages: ChatMessage[] = request.instructions ? [{ role: 'system', content: request.instructions }] : [];
+  messages.push(...builder.messages);
+
+  const chat: ChatCompletionRequest = {
+    model: request.model,
+    messages,
+    stream: true,
+    stream_options: { include_usage: true },
+  };
+  if (tools.length > 0) {
+    chat.tools = tools;
+    if (toolChoice !== undefined) chat.tool_choice = toolChoice;
+    if (request.parallel_tool_calls != null) chat.parallel_tool_calls = request.parallel_tool_calls;
+  }
+  if (request.temperature != null) chat.temperature = request.temperature;
+  if (request.top_p != null) chat.top_p = request.top_p;
+  if (request.user != null) chat.user = request.user;
+  if (request.max_output_tokens != null) chat.max_completion_tokens = request.max_output_tokens;
+  if (request.reasoning?.effort != null) chat.reasoning_effort = request.reasoning.effort;
+
+  const format = request.text?.format;
+  if (format?.type === 'json_object') chat.response_format = { type: 'json_object' };
+  if (format?.type === 'json_schema') {
+    chat.response_format = {
+      type: 'json_schema',
+      json_schema: {
+        name: format.name,
+        schema: format.schema,
+        ...(format.strict != null && { strict: format.strict }),
+        ...(format.description != null && { description: format.description }),
+      },
+    };
+  }
+  return chat;
+}
+
+// ---- the response object's echo of the request ----
+
+/** The fields of the response object that echo the request, with the API's defaults for what it left out. */
+export function buildShell(request: ResponsesRequest, id: string, modelId: string, createdAt: number): ResponseShell {
+  return {
+    id,
+    created_at: createdAt,
+    model: modelId,
+    instructions: request.instructions ?? null,
+    previous_response_id: request.previous_response_id ?? null,
+    tools: request.tools ?? [],
+    tool_choice: request.tool_choice ?? 'auto',
+    parallel_tool_calls: request.parallel_tool_calls ?? true,
+    temperature: request.temperature ?? null,
+    top_p: request.top_p ?? null,
+    max_output_tokens: request.max_output_tokens ?? null,
+    text: { format: request.text?.format ?? { type: 'text' } },
+    reasoning: { effort: request.reasoning?.effort ?? null, summary: null },
+    metadata: request.metadata ?? {},
+    store: request.store ?? true,
+    background: request.background ?? false,
+    user: request.user ?? null,
+  };
+}
