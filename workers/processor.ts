@@ -12,7 +12,7 @@ import { endpoints, type EndpointRequest } from '../shared/endpoints.js';
 import type { ChannelRouter, ResolvedRoute } from './channel-router.js';
 import { publishJobEvent, runMedia, type MediaDeps } from './media-processor.js';
 import type { VendorLimiter } from './vendor-limiter.js';
-import type { CallContext } from './vendors/types.js';
+import type { CallContext, VendorHttp } from './vendors/types.js';
 import { decideFailure, toGatewayError } from './failure-policy.js';
 import { callText, runTextStream } from './text-pipeline.js';
 import { Meter, settleJob, type SettlementDeps } from './settlement.js';
@@ -32,6 +32,8 @@ export interface ProcessorDeps {
   answered: Set<string>;
   media: MediaDeps;
   settlement: SettlementDeps;
+  /** The vendor calls' connections, shared by the pool. */
+  vendorHttp: VendorHttp;
 }
 
 /** Async results past this size are kept in the blob store for their whole lifetime, not in Redis. */
@@ -127,6 +129,7 @@ export function createProcessor(deps: ProcessorDeps) {
         upstreamModel: route.upstreamModel,
         model: route.model,
         log,
+        http: deps.vendorHttp,
       };
       const lease = await deps.limiter.acquire(route.channel.vendor, data.deadline, signal);
       attempt = startVendorAttempt(job, route, signal);

@@ -17,9 +17,7 @@ import { slotFreedChannel, VendorLimiter } from './vendor-limiter.js';
 import { createBlobStore } from '../storage/create-blob-store.js';
 import { resolveUrlSecret } from '../storage/blob-urls.js';
 import { publishJobEvent } from './media-processor.js';
-import { closeVendorAgent } from './vendors/http.js';
-import { setFetchPolicy } from './vendors/guarded-fetch.js';
-import { setVendorCallSettings } from './vendors/call-settings.js';
+import { createVendorHttp } from './vendors/vendor-http.js';
 import { BlobJanitor, deleteJobUploads } from './blob-janitor.js';
 import { endpoints } from '../shared/endpoints.js';
 import { releaseExpiredReservations } from '../shared/billing.js';
@@ -81,8 +79,7 @@ export interface WorkerPool {
 
 /** One BullMQ worker per queue this process serves, sharing one cancel subscription. */
 export async function startWorkers(config: Config, log: Logger): Promise<WorkerPool> {
-  setFetchPolicy({ allowHosts: config.fetchAllowHosts, allowPrivate: config.fetchAllowPrivate });
-  setVendorCallSettings(config);
+  const vendorHttp = createVendorHttp(config);
   if (config.fetchAllowPrivate) log.warn('FETCH_ALLOW_PRIVATE is on: URLs from vendors may reach private and loopback addresses');
   const redis = createRedis(config.redis, { connectionName: 'worker' });
   const subscriber = createRedis(config.redis, { connectionName: 'worker-cancel' });
@@ -124,6 +121,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     cancels,
     log,
     answered,
+    vendorHttp,
     media: { config, redis, blobs, urlSecret: await resolveUrlSecret(redis, config.blobUrlSecret) },
     settlement: {
       redis,
@@ -226,7 +224,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       await usageWriter.close();
       await Promise.allSettled([usageConnection.quit(), closeRecord()]);
       router.stop();
-      await Promise.allSettled([subscriber.quit(), redis.quit(), closeVendorAgent()] as Promise<unknown>[]);
+      await Promise.allSettled([subscriber.quit(), redis.quit(), vendorHttp.close()] as Promise<unknown>[]);
     },
   };
 }
