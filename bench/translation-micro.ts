@@ -10,15 +10,16 @@ import { performance } from 'node:perf_hooks';
 import { pino } from 'pino';
 import { Agent, request } from 'undici';
 import { loadCatalog } from '../shared/catalog.js';
+import { loadConfig } from '../shared/config.js';
 import type { ChatCompletionRequest } from '../shared/schemas/chat.js';
 import { startFakeAnthropic } from '../test/support/fake-anthropic.js';
 import { startFakeGemini } from '../test/support/fake-gemini.js';
 import { startFakeOpenAI } from '../test/support/fake-openai.js';
 import { anthropicAdapter } from '../workers/vendors/anthropic/index.js';
 import { geminiAdapter } from '../workers/vendors/gemini/index.js';
-import { closeVendorAgent } from '../workers/vendors/http.js';
 import { openaiAdapter } from '../workers/vendors/openai/index.js';
 import type { CallContext, VendorAdapter } from '../workers/vendors/types.js';
+import { createVendorHttp } from '../workers/vendors/vendor-http.js';
 import { ChatStreamEncoder } from '../workers/answers/chat-encoder.js';
 import { log as benchLog } from './stack.js';
 import { systemBusyMs, waitForQuiet } from './procs.js';
@@ -72,6 +73,7 @@ export async function runMicro(options: { chunks: number; runs: number; warmupRu
   const anthropic = await startFakeAnthropic();
   const gemini = await startFakeGemini({ record: false });
   const floorAgent = new Agent({ keepAliveTimeout: 30_000 });
+  const http = createVendorHttp(loadConfig({}));
   const bodies = Object.fromEntries(protocols.map((p) => [p, longStream(p, chunks)])) as Record<Protocol, string>;
   const expected = expectedText(chunks);
 
@@ -99,6 +101,7 @@ export async function runMicro(options: { chunks: number; runs: number; warmupRu
       upstreamModel: id,
       model: catalog.get(id)!,
       log,
+      http,
     };
   };
 
@@ -175,7 +178,7 @@ export async function runMicro(options: { chunks: number; runs: number; warmupRu
     const busy1 = systemBusyMs();
     if (busy0 !== undefined && busy1 !== undefined) othersCpuMs = Math.max(0, busy1 - busy0 - benchCpuMs);
   } finally {
-    await closeVendorAgent();
+    await http.close();
     await floorAgent.close();
     await Promise.allSettled([openai.close(), anthropic.close(), gemini.close()]);
   }

@@ -21,7 +21,7 @@ import { ReplyPublisher } from './reply-publisher.js';
 import { ResponsesRun } from './responses-run.js';
 import { Meter, settleJob, type SettlementDeps } from './settlement.js';
 import type { Lease, VendorLimiter } from './vendor-limiter.js';
-import type { CallContext } from './vendors/types.js';
+import type { CallContext, VendorHttp } from './vendors/types.js';
 
 export interface ProcessorDeps {
   config: Config;
@@ -33,6 +33,8 @@ export interface ProcessorDeps {
   log: Logger;
   media: MediaDeps;
   settlement: SettlementDeps;
+  /** The vendor calls' connections, shared by the pool. */
+  vendorHttp: VendorHttp;
 }
 
 /** Runs one gateway job: calls the vendor and publishes the answer to the api that holds the client. */
@@ -177,15 +179,15 @@ class JobRun {
   /** What the vendor is called with. */
   private callContext(route: ResolvedRoute): CallContext {
     const { data } = this;
-    const ctx: CallContext = {
+    return {
       requestId: data.requestId,
       signal: this.controller!.signal,
       channel: route.channel,
       upstreamModel: route.upstreamModel,
       model: route.model,
       log: this.log,
+      http: this.deps.vendorHttp,
     };
-    return ctx;
   }
 
   /** The answer is billed and delivered: side by side, so the settlement adds no round trip to it, and the job ends only once both are done. */

@@ -16,9 +16,7 @@ import { ChannelRouter } from './channel-router.js';
 import { slotFreedChannel, VendorLimiter } from './vendor-limiter.js';
 import { createBlobStore } from '../storage/create-blob-store.js';
 import { resolveUrlSecret } from '../storage/blob-urls.js';
-import { closeVendorAgent } from './vendors/http.js';
-import { setFetchPolicy } from './vendors/guarded-fetch.js';
-import { setVendorCallSettings } from './vendors/call-settings.js';
+import { createVendorHttp } from './vendors/vendor-http.js';
 import { BlobJanitor } from './blob-janitor.js';
 import { releaseExpiredReservations } from '../shared/billing.js';
 import { openHotRecord } from '../storage/record/hot-state.js';
@@ -77,8 +75,7 @@ export interface WorkerPool {
 
 /** One BullMQ worker per queue this process serves, sharing one cancel subscription. */
 export async function startWorkers(config: Config, log: Logger): Promise<WorkerPool> {
-  setFetchPolicy({ allowHosts: config.fetchAllowHosts, allowPrivate: config.fetchAllowPrivate });
-  setVendorCallSettings(config);
+  const vendorHttp = createVendorHttp(config);
   if (config.fetchAllowPrivate) log.warn('FETCH_ALLOW_PRIVATE is on: URLs from vendors may reach private and loopback addresses');
   const redis = createRedis(config.redis, { connectionName: 'worker' });
   const subscriber = createRedis(config.redis, { connectionName: 'worker-cancel' });
@@ -118,6 +115,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     limiter,
     cancels,
     log,
+    vendorHttp,
     media: { config, redis, blobs, urlSecret: await resolveUrlSecret(redis, config.blobUrlSecret) },
     settlement: {
       redis,
@@ -158,7 +156,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       await usageWriter.close();
       await Promise.allSettled([usageConnection.quit(), closeRecord()]);
       router.stop();
-      await Promise.allSettled([subscriber.quit(), redis.quit(), closeVendorAgent()] as Promise<unknown>[]);
+      await Promise.allSettled([subscriber.quit(), redis.quit(), vendorHttp.close()] as Promise<unknown>[]);
     },
   };
 }

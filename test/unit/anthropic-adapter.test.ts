@@ -9,7 +9,6 @@ import { GatewayError } from '../../shared/errors.js';
 import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
 import { usesLegacyFunctions } from '../../workers/answers/chat-encoder.js';
 import type { AnswerEvent, StartEvent } from '../../workers/answers/events.js';
-import { closeVendorAgent } from '../../workers/vendors/http.js';
 import { anthropicAdapter, JSON_OBJECT_INSTRUCTION, mapAnthropicStopReason } from '../../workers/vendors/anthropic/index.js';
 import { adapterMethod } from '../../workers/vendors/registry.js';
 import { convertAnthropicUsage } from '../../workers/vendors/anthropic/convert-anthropic-usage.js';
@@ -30,6 +29,10 @@ import {
 } from '../support/fake-anthropic.js';
 import { wireFixture } from '../support/fixtures.js';
 import { gatewayError } from '../support/assertions.js';
+import { loadConfig } from '../../shared/config.js';
+import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
+
+const http = createVendorHttp(loadConfig({}));
 
 const KEY = 'sk-ant-test-channel-key-0123456789';
 const UPSTREAM_MODEL = 'claude-sonnet-4-5';
@@ -57,6 +60,7 @@ function context(overrides: Partial<CallContext> = {}): CallContext {
     upstreamModel: UPSTREAM_MODEL,
     model: MODEL,
     log: silentLog,
+    http,
     ...overrides,
   };
 }
@@ -142,7 +146,7 @@ before(async () => {
   fake = await startFakeAnthropic({ apiKey: KEY });
 });
 after(async () => {
-  await closeVendorAgent();
+  await http.close();
   await fake.close();
 });
 beforeEach(() => fake.reset());

@@ -8,7 +8,6 @@ import { pino } from 'pino';
 import { PNG } from 'pngjs';
 import { loadCatalog } from '../../shared/catalog.js';
 import { loadConfig } from '../../shared/config.js';
-import { setVendorCallSettings } from '../../workers/vendors/call-settings.js';
 import { GatewayError } from '../../shared/errors.js';
 import { LocalBlobStore } from '../../storage/local-blob-store.js';
 import {
@@ -23,11 +22,13 @@ import {
   normaliseBflProgress,
   readBflPollAnswer,
 } from '../../workers/vendors/bfl/index.js';
-import { closeVendorAgent } from '../../workers/vendors/http.js';
 import type { BlobRef, ImageGenerationInput, ImageResult, MediaContext } from '../../workers/vendors/types.js';
 import type { ImageEditInput } from '../../shared/schemas/media-inputs.js';
 import { createFakePng, encodeTestPng, FAKE_BFL_PNG, startFakeBfl, type FakeBfl, type TestPngOptions } from '../support/fake-bfl.js';
 import { gatewayError } from '../support/assertions.js';
+import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
+
+const http = createVendorHttp(loadConfig({ BFL_POLL_INTERVAL_MS: '20' }));
 
 type Json = Record<string, any>;
 const KEY = 'bfl-test-key-0123456789abcdef';
@@ -59,6 +60,7 @@ function harness(options: { model?: string; signal?: AbortSignal; store?: Harnes
     upstreamModel: model,
     model: catalog.get(model)!,
     log: pino({ level: 'silent' }),
+    http,
     blobs: new LocalBlobStore(blobDir),
     progress: async (percent) => void progress.push(percent),
     checkpoint: {
@@ -86,12 +88,10 @@ const b64 = (bytes: Buffer) => bytes.toString('base64');
 
 
 before(async () => {
-  setVendorCallSettings(loadConfig({ BFL_POLL_INTERVAL_MS: '20' }));
   fake = await startFakeBfl({ apiKey: KEY });
 });
 after(async () => {
-  setVendorCallSettings(loadConfig({}));
-  await closeVendorAgent();
+  await http.close();
   await fake.close();
   rmSync(blobDir, { recursive: true, force: true });
 });

@@ -8,7 +8,6 @@ import { GatewayError } from '../../shared/errors.js';
 import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
 import type { EmbeddingRequest } from '../../shared/schemas/embeddings.js';
 import { countTextTokens } from '../../shared/tokens.js';
-import { closeVendorAgent } from '../../workers/vendors/http.js';
 import {
   buildGeminiRequest,
   convertJsonSchema,
@@ -25,6 +24,10 @@ import { encodeAnswer, encodeStream } from '../support/answers.js';
 import { FAKE_GEMINI_PIECES, FAKE_GEMINI_TEXT, fakeEmbedding, geminiError, startFakeGemini, type FakeGemini } from '../support/fake-gemini.js';
 import { wireFixture } from '../support/fixtures.js';
 import { gatewayError } from '../support/assertions.js';
+import { loadConfig } from '../../shared/config.js';
+import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
+
+const http = createVendorHttp(loadConfig({}));
 
 type Json = Record<string, any>;
 const KEY = 'AIzaSyTestKey0123456789abcdefghijklmno';
@@ -52,6 +55,7 @@ function context(options: { signal?: AbortSignal; upstreamModel?: string; apiKey
     upstreamModel: options.upstreamModel ?? 'gemini-2.5-flash',
     model: MODEL,
     log: pino({ level: 'debug' }, { write: (line: string) => void logs.push(JSON.parse(line)) }),
+    http,
   };
 }
 
@@ -84,7 +88,7 @@ before(async () => {
   fake = await startFakeGemini({ apiKey: KEY });
 });
 after(async () => {
-  await closeVendorAgent();
+  await http.close();
   await fake.close();
 });
 beforeEach(() => {

@@ -14,11 +14,14 @@ import {
   convertSizeToGeminiImageSize,
 } from '../../workers/vendors/gemini/build-gemini-image-request.js';
 import { geminiAdapter } from '../../workers/vendors/gemini/index.js';
-import { closeVendorAgent } from '../../workers/vendors/http.js';
 import type { ImageGenerationInput, MediaContext } from '../../workers/vendors/types.js';
 import { geminiError, startFakeGemini, type FakeGemini } from '../support/fake-gemini.js';
 import { FAKE_GEMINI_IMAGE, installGeminiImages, type FakeGeminiImages } from '../support/fake-gemini-images.js';
 import { gatewayError } from '../support/assertions.js';
+import { loadConfig } from '../../shared/config.js';
+import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
+
+const http = createVendorHttp(loadConfig({}));
 
 type Json = Record<string, any>;
 const KEY = 'AIzaSyTestKey0123456789abcdefghijklmno';
@@ -39,6 +42,7 @@ function context(options: { model?: string; signal?: AbortSignal; progress?: num
     upstreamModel: model,
     model: catalog.get(model)!,
     log: pino({ level: 'silent' }),
+    http,
     blobs: new LocalBlobStore(blobDir),
     progress: async (percent) => void options.progress?.push(percent),
     checkpoint: {
@@ -56,7 +60,7 @@ before(async () => {
   fake = await startFakeGemini({ apiKey: KEY });
 });
 after(async () => {
-  await closeVendorAgent();
+  await http.close();
   await fake.close();
   rmSync(blobDir, { recursive: true, force: true });
 });

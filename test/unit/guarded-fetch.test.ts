@@ -4,18 +4,19 @@ import { createServer, type IncomingHttpHeaders, type Server, type ServerRespons
 import { after, afterEach, before, describe, it } from 'node:test';
 import { pino } from 'pino';
 import { loadCatalog } from '../../shared/catalog.js';
+import { loadConfig } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
 import {
   classifyAddress,
   createGuardedLookup,
   guardedGet,
   readBoundedBytes,
-  setFetchPolicy,
   UnsafeAddressError,
   type AddressCategory,
+  type FetchPolicy,
 } from '../../workers/vendors/guarded-fetch.js';
-import { closeVendorAgent } from '../../workers/vendors/http.js';
-import type { CallContext } from '../../workers/vendors/types.js';
+import type { CallContext, VendorHttp } from '../../workers/vendors/types.js';
+import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
 import { gatewayError } from '../support/assertions.js';
 import { closeServer, FakePauses, listenOnLoopback } from '../support/fake-server.js';
 
@@ -99,7 +100,7 @@ describe('the guarded lookup', () => {
       { address: '2606:2800:220:1:248:1893:25c8:1946', family: 6 },
     ],
   };
-  const lookup = createGuardedLookup(resolver(table));
+  const lookup = createGuardedLookup({ allowHosts: [], allowPrivate: false }, resolver(table));
   const resolve = (hostname: string, all: boolean) =>
     new Promise<{ error: Error | null; address: unknown; family: unknown }>((done) =>
       lookup(hostname, { all }, (error, address, family) => done({ error, address, family })),
@@ -147,6 +148,13 @@ describe('guardedGet', () => {
   let vendor: Awaited<ReturnType<typeof recordingServer>>;
   let secret: Awaited<ReturnType<typeof recordingServer>>;
   let logLines: string[] = [];
+  const defaults = loadConfig({});
+  let http: VendorHttp = createVendorHttp(defaults);
+  /** The worker's connections under another FETCH_ALLOW_HOSTS / FETCH_ALLOW_PRIVATE, for the contexts made from now on. */
+  const setFetchPolicy = (policy: FetchPolicy) => {
+    void http.close();
+    http = createVendorHttp({ ...defaults, fetchAllowHosts: [...policy.allowHosts], fetchAllowPrivate: policy.allowPrivate });
+  };
 
   const ctx = (signal = new AbortController().signal): CallContext => ({
     requestId: 'req_guarded',
@@ -155,6 +163,7 @@ describe('guardedGet', () => {
     upstreamModel: 'dall-e-2',
     model: catalog.get('dall-e-2')!,
     log: pino({ level: 'warn' }, { write: (line: string) => void logLines.push(line) }),
+    http,
   });
   const expectUnsafe = async (promise: Promise<unknown>) => {
     const error = await gatewayError(promise);
@@ -204,7 +213,7 @@ describe('guardedGet', () => {
   });
   after(async () => {
     pauses.close();
-    await closeVendorAgent();
+    await http.close();
     await Promise.all([closeServer(vendor.server), closeServer(secret.server)]);
   });
 

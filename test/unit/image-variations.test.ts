@@ -23,6 +23,10 @@ import type { BlobRef, MediaContext } from '../../workers/vendors/types.js';
 import { gatewayError } from '../support/assertions.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { createFakeOpenAIImages, FAKE_IMAGE_PNG, readFakeMultipart } from '../support/fake-openai-images.js';
+import { loadConfig } from '../../shared/config.js';
+import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
+
+const http = createVendorHttp(loadConfig({}));
 
 /*
  * The pure parts of POST /v1/images/variations: its fields, its upload rules,
@@ -68,6 +72,7 @@ function context(upstreamModel: string, modelId = 'dall-e-2', vendor: 'openai' |
     upstreamModel,
     model: model(modelId),
     log,
+    http,
     blobs,
     progress: async () => {},
     checkpoint: { read: () => undefined, write: async () => {} },
@@ -83,6 +88,7 @@ before(async () => {
 });
 
 after(async () => {
+  await http.close();
   await fake.close();
   await rm(blobDir, { recursive: true, force: true });
 });

@@ -20,6 +20,10 @@ import {
   readFakeMultipart,
 } from '../support/fake-openai-images.js';
 import { gatewayError } from '../support/assertions.js';
+import { loadConfig } from '../../shared/config.js';
+import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
+
+const http = createVendorHttp(loadConfig({}));
 
 const KEY = 'sk-test-images-key-0123456789';
 const log = pino({ level: 'silent' });
@@ -44,6 +48,7 @@ function context(options: ContextOptions): MediaContext {
     upstreamModel: options.upstreamModel,
     model: catalog.get(options.modelId ?? 'dall-e-3')!,
     log,
+    http,
     blobs,
     progress: options.progress ?? (async () => {}),
     checkpoint: { read: () => undefined, write: async () => {} },
@@ -69,6 +74,7 @@ before(async () => {
 });
 
 after(async () => {
+  await http.close();
   await fake.close();
   await rm(blobDir, { recursive: true, force: true });
 });

@@ -6,9 +6,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import { pino } from 'pino';
 import { loadCatalog } from '../../shared/catalog.js';
 import { loadConfig } from '../../shared/config.js';
-import { setVendorCallSettings } from '../../workers/vendors/call-settings.js';
 import { LocalBlobStore } from '../../storage/local-blob-store.js';
-import { closeVendorAgent } from '../../workers/vendors/http.js';
 import type { BlobRef, MediaContext } from '../../workers/vendors/types.js';
 import type { TranscriptionInput, VideoInput } from '../../shared/schemas/media-inputs.js';
 import { buildMp4 } from '../../workers/vendors/mock/mp4.js';
@@ -18,6 +16,9 @@ import { openaiAdapter } from '../../workers/vendors/openai/index.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { createFakeOpenAIMedia, FAKE_SRT, FAKE_TRANSCRIPT_TEXT, FAKE_VTT, fakeVideoBytes, type FakeOpenAIMedia } from '../support/fake-openai-media.js';
 import { gatewayError } from '../support/assertions.js';
+import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
+
+const http = createVendorHttp(loadConfig({ VIDEO_POLL_INTERVAL_MS: '20', MOCK_VIDEO_MS: '100' }));
 
 const KEY = 'sk-test-media-key-0123456789';
 const catalog = loadCatalog();
@@ -49,6 +50,7 @@ function harness(options: { model?: string; upstreamModel?: string; vendor?: str
     upstreamModel: options.upstreamModel ?? model.routes[0]!.model ?? model.id,
     model,
     log,
+    http,
     blobs,
     progress: async (percent) => {
       progress.push(percent);
@@ -73,14 +75,13 @@ async function upload(name: string | undefined, contentType: string, bytes: Buff
 const transcription = (file: BlobRef, extra: Partial<TranscriptionInput> = {}): TranscriptionInput => ({ file, response_format: 'json', ...extra });
 
 before(async () => {
-  setVendorCallSettings(loadConfig({ VIDEO_POLL_INTERVAL_MS: '20', MOCK_VIDEO_MS: '100' }));
   fake = await startFakeOpenAI({ apiKey: KEY });
   media = createFakeOpenAIMedia({ pollsToComplete: 3 });
   blobDir = await mkdtemp(join(tmpdir(), 'media-adapters-'));
   blobs = new LocalBlobStore(blobDir);
 });
 after(async () => {
-  await closeVendorAgent();
+  await http.close();
   await fake.close();
   await media.close();
   await rm(blobDir, { recursive: true, force: true });

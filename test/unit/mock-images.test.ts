@@ -14,6 +14,10 @@ import { parseImageSize } from '../../workers/vendors/mock/images.js';
 import { mockAdapter } from '../../workers/vendors/mock/index.js';
 import { computeCrc32, crc32, encodeGradientPng } from '../../workers/vendors/mock/png.js';
 import { gatewayError } from '../support/assertions.js';
+import { loadConfig } from '../../shared/config.js';
+import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
+
+const http = createVendorHttp(loadConfig({}));
 
 const log = pino({ level: 'silent' });
 const catalog = loadCatalog();
@@ -37,6 +41,7 @@ function context(options: ContextOptions): MediaContext {
     upstreamModel: options.upstreamModel,
     model: catalog.get(options.modelId ?? 'dall-e-3')!,
     log,
+    http,
     blobs,
     progress: options.progress ?? (async () => {}),
     checkpoint: { read: () => undefined, write: async () => {} },
@@ -92,6 +97,7 @@ before(async () => {
 });
 
 after(async () => {
+  await http.close();
   await rm(blobDir, { recursive: true, force: true });
 });
 

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { before, describe, it } from 'node:test';
+import { after, before, describe, it } from 'node:test';
 import pino from 'pino';
 import { GatewayError } from '../../shared/errors.js';
 import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
@@ -7,9 +7,9 @@ import type { CompletionRequest } from '../../shared/schemas/completions.js';
 import { countChatPromptTokens, countTextTokens, encodeText } from '../../shared/tokens.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { loadConfig } from '../../shared/config.js';
-import { setVendorCallSettings } from '../../workers/vendors/call-settings.js';
 import type { AnswerEvent, ToolCallEvent, UsageEvent } from '../../workers/answers/events.js';
-import type { Answer, CallContext, VendorAdapter } from '../../workers/vendors/types.js';
+import type { Answer, CallContext, VendorAdapter, VendorHttp } from '../../workers/vendors/types.js';
+import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
 import { MOCK_EMBEDDING_DIMENSIONS, mockAdapter } from '../../workers/vendors/mock/index.js';
 import { encodeAnswer, encodeStream } from '../support/answers.js';
 
@@ -17,7 +17,7 @@ type Json = Record<string, any>;
 
 function makeContext(signal = new AbortController().signal, upstreamModel = 'mock-chat'): CallContext {
   const model = loadCatalog().get('mock-chat')!;
-  return { requestId: 'r1', signal, channel: { vendor: 'mock', baseUrl: '', apiKey: '' }, upstreamModel, model, log: pino({ level: 'silent' }) };
+  return { requestId: 'r1', signal, channel: { vendor: 'mock', baseUrl: '', apiKey: '' }, upstreamModel, model, log: pino({ level: 'silent' }), http };
 }
 
 /** The mock implements every capability; this spares a `!` on each call. */
@@ -94,12 +94,18 @@ function reassemble(chunks: Json[]) {
   return choices;
 }
 
-/** Sets MOCK_STREAM_DELAY_MS as the worker does: through its configuration. */
-const streamDelay = (ms: string) => setVendorCallSettings(loadConfig({ MOCK_STREAM_DELAY_MS: ms }));
+let http: VendorHttp;
+
+/** Sets MOCK_STREAM_DELAY_MS as the worker does: through its configuration, for the contexts made from now on. */
+function streamDelay(ms: string): void {
+  void http?.close();
+  http = createVendorHttp(loadConfig({ MOCK_STREAM_DELAY_MS: ms }));
+}
 
 before(() => {
   streamDelay('0');
 });
+after(() => http.close());
 
 describe('mock chat, non-stream', () => {
   it('answers deterministically with a full chat.completion', async () => {

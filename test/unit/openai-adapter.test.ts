@@ -9,15 +9,14 @@ import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
 import type { CompletionRequest } from '../../shared/schemas/completions.js';
 import type { EmbeddingRequest } from '../../shared/schemas/embeddings.js';
 import {
-  closeOpenAIAgent,
   mapOpenAIError,
   openaiAdapter,
   scrubSecrets,
 } from '../../workers/vendors/openai/index.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { loadConfig } from '../../shared/config.js';
-import { setVendorCallSettings, vendorCallSettings } from '../../workers/vendors/call-settings.js';
-import type { AnswerEvent, CallContext } from '../../workers/vendors/types.js';
+import type { AnswerEvent, CallContext, VendorHttp } from '../../workers/vendors/types.js';
+import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
 import { encodeAnswer, encodeStream } from '../support/answers.js';
 import { startFakeOpenAI } from '../support/fake-openai.js';
 import type { FakeOpenAI } from '../support/fake-openai.js';
@@ -30,9 +29,10 @@ const KEY = 'sk-test-channel-key-0123456789';
 const UPSTREAM_MODEL = 'gpt-4o-2024-08-06';
 const log = pino({ level: 'silent' });
 
+const vendorHttp = createVendorHttp(loadConfig({}));
 let fake: FakeOpenAI;
 
-function context(signal: AbortSignal = new AbortController().signal): CallContext {
+function context(signal: AbortSignal = new AbortController().signal, http: VendorHttp = vendorHttp): CallContext {
   return {
     requestId: 'req_test',
     signal,
@@ -40,6 +40,7 @@ function context(signal: AbortSignal = new AbortController().signal): CallContex
     upstreamModel: UPSTREAM_MODEL,
     model: loadCatalog().get('gpt-4o')!,
     log,
+    http,
   };
 }
 
@@ -70,7 +71,7 @@ before(async () => {
   fake = await startFakeOpenAI({ apiKey: KEY });
 });
 after(async () => {
-  await closeOpenAIAgent();
+  await vendorHttp.close();
   await fake.close();
 });
 beforeEach(() => fake.reset());
@@ -221,14 +222,18 @@ describe('openai adapter: answers', () => {
   });
 
   it('reuses one keep-alive connection for successive streams', async () => {
-    await closeOpenAIAgent();
+    const fresh = createVendorHttp(loadConfig({}));
     fake.reset();
-    for (let round = 0; round < 3; round += 1) {
-      await collect(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()));
-      // The tail of the body after [DONE] is drained in the background before the socket is free again.
-      await sleep(20);
+    try {
+      for (let round = 0; round < 3; round += 1) {
+        await collect(openaiAdapter.streamChat!(chatRequest({ stream: true }), context(undefined, fresh)));
+        // The tail of the body after [DONE] is drained in the background before the socket is free again.
+        await sleep(20);
+      }
+      assert.equal(fake.connections, 1);
+    } finally {
+      await fresh.close();
     }
-    assert.equal(fake.connections, 1);
   });
 
   it('serves legacy completions in both modes', async () => {
@@ -429,12 +434,10 @@ describe('openai adapter: broken transport and streams', () => {
   });
 
   it('times out a silent upstream (first byte, then idle) as retryable 504', async () => {
-    const saved = vendorCallSettings();
-    setVendorCallSettings(loadConfig({ VENDOR_FIRST_BYTE_TIMEOUT_MS: '200', VENDOR_IDLE_TIMEOUT_MS: '200' }));
-    await closeOpenAIAgent();
+    const impatient = createVendorHttp(loadConfig({ VENDOR_FIRST_BYTE_TIMEOUT_MS: '200', VENDOR_IDLE_TIMEOUT_MS: '200' }));
     try {
       fake.enqueue({ hang: true });
-      const silent = await gatewayError(openaiAdapter.chat!(chatRequest(), context()));
+      const silent = await gatewayError(openaiAdapter.chat!(chatRequest(), context(undefined, impatient)));
       assert.equal(silent.status, 504);
       assert.equal(silent.code, 'vendor_timeout');
       assert.equal(silent.retryable, true);
@@ -443,14 +446,13 @@ describe('openai adapter: broken transport and streams', () => {
       const seen: string[] = [];
       const idle = await gatewayError(
         (async () => {
-          for await (const batch of openaiAdapter.streamChat!(chatRequest({ stream: true }), context())) seen.push(...wireChunks(batch));
+          for await (const batch of openaiAdapter.streamChat!(chatRequest({ stream: true }), context(undefined, impatient))) seen.push(...wireChunks(batch));
         })(),
       );
       assert.equal(seen.length, 1);
       assert.equal(idle.status, 504);
     } finally {
-      setVendorCallSettings(saved);
-      await closeOpenAIAgent();
+      await impatient.close();
     }
   });
 });

@@ -1,8 +1,8 @@
 import { lookup as dnsLookup, type LookupAddress, type LookupAllOptions } from 'node:dns';
 import { BlockList, isIP, type LookupFunction } from 'node:net';
-import { buildConnector, request, type Agent } from 'undici';
+import { buildConnector, request } from 'undici';
 import { GatewayError, isGatewayError } from '../../shared/errors.js';
-import { createVendorAgent, discardBody, mapTransportError, vendorAgent, type VendorResponse } from './http.js';
+import { discardBody, mapTransportError, type VendorResponse } from './http.js';
 import type { CallContext } from './types.js';
 
 /**
@@ -128,21 +128,14 @@ function compilePolicy(policy: FetchPolicy): CompiledPolicy {
   return compiled;
 }
 
-let policy = compilePolicy({ allowHosts: [], allowPrivate: false });
-
-/** Set once by the worker from its config; until then nothing but public addresses is fetched. */
-export function setFetchPolicy(next: FetchPolicy): void {
-  policy = compilePolicy(next);
-}
-
 /** A listed name resolves wherever it resolves: the operator vouched for it. (Listed addresses are `addressRefusal`'s.) */
-function nameAllowed(hostname: string): boolean {
+function nameAllowed(policy: CompiledPolicy, hostname: string): boolean {
   const host = hostname.toLowerCase();
   return policy.names.has(host) || policy.suffixes.some((suffix) => host.endsWith(suffix));
 }
 
 /** Why `address` may not be connected to, or `null` when it may. */
-function addressRefusal(address: string): AddressCategory | null {
+function addressRefusal(policy: CompiledPolicy, address: string): AddressCategory | null {
   if (policy.allowPrivate) return null;
   const category = classifyAddress(address);
   if (category === null) return null;
@@ -166,17 +159,21 @@ type Resolver = (hostname: string, options: LookupAllOptions, callback: (error: 
 
 /**
  * A `lookup` for sockets that refuses a name if any address it resolves to
- * is not public: the socket then connects only to addresses checked here, so
- * a name cannot pass the check and then resolve elsewhere (DNS rebinding).
- * `resolve` is `dns.lookup` but for tests.
+ * is not public (or allowed by `fetchPolicy`): the socket then connects only
+ * to addresses checked here, so a name cannot pass the check and then resolve
+ * elsewhere (DNS rebinding). `resolve` is `dns.lookup` but for tests.
  */
-export function createGuardedLookup(resolve: Resolver = dnsLookup): LookupFunction {
+export function createGuardedLookup(fetchPolicy: FetchPolicy, resolve: Resolver = dnsLookup): LookupFunction {
+  return guardedLookup(compilePolicy(fetchPolicy), resolve);
+}
+
+function guardedLookup(policy: CompiledPolicy, resolve: Resolver): LookupFunction {
   return (hostname, options, callback) => {
     resolve(hostname, { ...options, all: true }, (error, addresses) => {
       if (error) return callback(error, '', 0);
-      if (!nameAllowed(hostname)) {
+      if (!nameAllowed(policy, hostname)) {
         for (const { address } of addresses) {
-          const category = addressRefusal(address);
+          const category = addressRefusal(policy, address);
           if (category !== null) return callback(new UnsafeAddressError(hostname, address, category), '', 0);
         }
       }
@@ -189,25 +186,22 @@ export function createGuardedLookup(resolve: Resolver = dnsLookup): LookupFuncti
   };
 }
 
-/** Sockets call `lookup` only for names; an IP literal in the URL is checked here, before connecting. */
-function guardedConnector(connectTimeoutMs: number): buildConnector.connector {
-  const connect = buildConnector({ timeout: connectTimeoutMs, lookup: createGuardedLookup() });
+/**
+ * Connects only where `fetchPolicy` allows (the agent of `guardedGet`, built
+ * by `createVendorHttp`). Sockets call `lookup` only for names; an IP literal
+ * in the URL is checked here, before connecting.
+ */
+export function guardedConnector(fetchPolicy: FetchPolicy, connectTimeoutMs: number): buildConnector.connector {
+  const policy = compilePolicy(fetchPolicy);
+  const connect = buildConnector({ timeout: connectTimeoutMs, lookup: guardedLookup(policy, dnsLookup) });
   return (options, callback) => {
     const { hostname } = options;
     if (isIP(hostname) !== 0) {
-      const category = addressRefusal(hostname);
+      const category = addressRefusal(policy, hostname);
       if (category !== null) return callback(new UnsafeAddressError(hostname, hostname, category), null);
     }
     connect(options, callback);
   };
-}
-
-let guardedAgent: Agent | undefined;
-
-/** The agent for every URL off the channel's origin; `closeVendorAgent` closes it with the others. */
-function getGuardedAgent(): Agent {
-  if (guardedAgent === undefined || guardedAgent.closed || guardedAgent.destroyed) guardedAgent = createVendorAgent(guardedConnector);
-  return guardedAgent;
 }
 
 export interface GuardedGetOptions {
@@ -280,7 +274,7 @@ export async function guardedGet(url: string, ctx: CallContext, options: Guarded
     // Once a redirect leaves the key's origin the key stays behind, even if a later hop comes back.
     onKeyOrigin &&= target.origin === keyOrigin;
     const headers = onKeyOrigin ? { ...options.headers, ...options.credentials } : { ...options.headers };
-    const dispatcher = target.origin === channelOrigin ? vendorAgent() : getGuardedAgent();
+    const dispatcher = target.origin === channelOrigin ? ctx.http.agent : ctx.http.guardedAgent;
     let response: Awaited<ReturnType<typeof request>>;
     try {
       response = await request(target, { method: 'GET', dispatcher, signal, headers });

@@ -1,8 +1,7 @@
-import { Agent, request, type FormData } from 'undici';
-import type { buildConnector, Dispatcher } from 'undici';
+import { request, type Dispatcher, type FormData } from 'undici';
 import { GatewayError, isGatewayError } from '../../shared/errors.js';
 import type { CallContext } from './types.js';
-import { vendorCallSettings } from './call-settings.js';
+import type { UpstreamErrorResponse } from './vendor-errors.js';
 
 /** A started upstream call: status and headers are in, the body is still to be read. */
 export interface VendorResponse {
@@ -11,68 +10,86 @@ export interface VendorResponse {
   body: Dispatcher.ResponseData['body'];
 }
 
-let agent: Agent | undefined;
-/** Every agent built here, so that shutdown closes them all (the guarded one included). */
-const agents = new Set<Agent>();
-
-/**
- * A keep-alive agent with the vendor timeouts, closed by `closeVendorAgent`.
- * `connector` replaces undici's own (given the connect timeout to build on):
- * the guarded fetch checks every address it connects to there.
- */
-export function createVendorAgent(connector?: (connectTimeoutMs: number) => buildConnector.connector): Agent {
-  // Read when the agent is built, not at import: the worker hands its settings over after imports.
-  const timeouts = vendorCallSettings().vendorTimeouts;
-  const created = new Agent({
-    connect: connector === undefined ? { timeout: timeouts.connectMs } : connector(timeouts.connectMs),
-    headersTimeout: timeouts.firstByteMs,
-    // undici's body timeout measures the gap between two body chunks: exactly an idle timeout.
-    bodyTimeout: timeouts.idleMs,
-    keepAliveTimeout: 30_000,
-  });
-  agents.add(created);
-  return created;
+/** What a vendor's `api.ts` holds: its routes under the channel's base URL, and the headers they take. */
+export interface VendorApi {
+  /** The channel's key the way the vendor takes it, with any header every call carries (an API version). */
+  headers(apiKey: string): Record<string, string>;
+  /** A function where the route names a model, a task or a job. */
+  paths: Record<string, string | ((...parts: never[]) => string)>;
 }
 
-/**
- * One keep-alive agent for the process; undici keeps a connection pool per origin inside it.
- * It connects anywhere: only URLs built from a channel's configured base URL may use it
- * directly; URLs a vendor hands back go through `guardedGet` (guarded-fetch.ts).
- */
-export function vendorAgent(): Agent {
-  agent ??= createVendorAgent();
-  return agent;
+/** One POST to a vendor. */
+export interface VendorRequest {
+  url: string;
+  /** The vendor's own (key, version); content type and `accept` are the helpers'. */
+  headers: Record<string, string>;
+  /** JSON text, or a multipart form (uploads) whose boundary undici sets. */
+  body: string | FormData;
 }
 
-/** Closes the pooled connections (worker shutdown); the next call builds new agents with the settings of then. */
-export async function closeVendorAgent(): Promise<void> {
-  const current = [...agents];
-  agents.clear();
-  agent = undefined;
-  await Promise.all(current.map((each) => each.close()));
-}
+/** A vendor's reading of its own error bodies (`map-<vendor>-error.ts`), handed to the helpers below. */
+export type VendorErrorMapper = (response: UpstreamErrorResponse, knownSecrets: readonly string[]) => GatewayError;
 
 export function joinUrl(baseUrl: string, path: string): string {
   return `${baseUrl.replace(/\/+$/, '')}${path}`;
 }
 
+/** A call to `path` under the channel's base URL, with the channel's key as `api` sends it. */
+export function vendorRequest(api: VendorApi, ctx: CallContext, path: string, body: string | FormData): VendorRequest {
+  return { url: joinUrl(ctx.channel.baseUrl, path), headers: api.headers(ctx.channel.apiKey), body };
+}
+
 /**
- * POSTs a body and resolves once the status and headers are in. Whatever the
- * status, the caller owns the body and must read or destroy it.
+ * POSTs and resolves once the status and headers are in. A refusal (non-2xx)
+ * is thrown as the vendor's `mapError` reads it; for a 2xx the caller owns
+ * the body and must read or discard it.
  */
 export async function postVendor(
-  url: string,
-  headers: Record<string, string>,
-  body: string | Buffer | FormData,
   ctx: CallContext,
+  { url, headers, body }: VendorRequest,
+  mapError: VendorErrorMapper,
+  accept: 'application/json' | 'text/event-stream' = 'application/json',
 ): Promise<VendorResponse> {
   ctx.signal.throwIfAborted();
+  const sent = { ...headers, ...(typeof body === 'string' ? { 'content-type': 'application/json' } : {}), accept };
+  let response: VendorResponse;
   try {
-    const response = await request(url, { method: 'POST', dispatcher: vendorAgent(), signal: ctx.signal, headers, body });
-    return { status: response.statusCode, headers: response.headers, body: response.body };
+    const answer = await request(url, { method: 'POST', dispatcher: ctx.http.agent, signal: ctx.signal, headers: sent, body });
+    response = { status: answer.statusCode, headers: answer.headers, body: answer.body };
   } catch (error) {
     throw mapTransportError(error, ctx);
   }
+  return requireOk(response, ctx, mapError);
+}
+
+/** A JSON answer: the text as the vendor sent it (some are handed on as they are) and the object it holds. */
+export interface JsonAnswer {
+  text: string;
+  json: Record<string, unknown>;
+}
+
+/** POSTs and reads the JSON object answered; a refusal is thrown as `mapError` reads it. */
+export async function postJson(ctx: CallContext, request: VendorRequest, mapError: VendorErrorMapper): Promise<JsonAnswer> {
+  const response = await postVendor(ctx, request, mapError);
+  const text = await readBodyText(response, ctx);
+  return { text, json: parseJsonObject(text) };
+}
+
+/**
+ * The one status check of vendor answers: a 2xx passes; anything else is read
+ * (capped), mapped by the vendor's `mapError`, logged and thrown.
+ */
+export async function requireOk(response: VendorResponse, ctx: CallContext, mapError: VendorErrorMapper): Promise<VendorResponse> {
+  if (response.status < 200 || response.status >= 300) throw await readRefusal(response, ctx, mapError);
+  return response;
+}
+
+async function readRefusal(response: VendorResponse, ctx: CallContext, mapError: VendorErrorMapper): Promise<GatewayError> {
+  const bodyText = await readCappedText(response, ctx);
+  const error = mapError({ status: response.status, headers: response.headers, bodyText }, [ctx.channel.apiKey]);
+  const upstreamRequestId = response.headers['request-id'] ?? response.headers['x-request-id'];
+  ctx.log.debug({ upstreamStatus: response.status, upstreamRequestId, err: error }, 'upstream vendor refused the request');
+  return error;
 }
 
 const TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'ETIMEDOUT']);
@@ -104,7 +121,7 @@ export function mapTransportError(error: unknown, ctx: CallContext): unknown {
   });
 }
 
-/** Reads a whole body as text, mapping transport failures like `postVendor` does. */
+/** Reads a whole body as text, mapping transport failures as `postVendor` does. */
 export async function readBodyText(response: VendorResponse, ctx: CallContext): Promise<string> {
   try {
     return await response.body.text();

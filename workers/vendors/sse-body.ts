@@ -1,5 +1,15 @@
 import { GatewayError } from '../../shared/errors.js';
-import { discardBody, drainInBackground, malformedResponse, mapTransportError, readCappedText, type VendorResponse } from './http.js';
+import {
+  discardBody,
+  drainInBackground,
+  malformedResponse,
+  mapTransportError,
+  postVendor,
+  readCappedText,
+  type VendorErrorMapper,
+  type VendorRequest,
+  type VendorResponse,
+} from './http.js';
 import { SseParser, type SseEvent } from './sse-parser.js';
 import type { CallContext } from './types.js';
 
@@ -40,6 +50,41 @@ export class SseBody {
     }
   }
 
+  /**
+   * The body translated, one array per read: `translate` appends what one SSE
+   * event means to `out` and returns true at the protocol's logical end
+   * (`[DONE]`, `message_stop`). What a read translated before a failure is
+   * delivered first, then the failure thrown. Returns whether the logical end
+   * came; either way the body is drained or dropped by then.
+   */
+  async *translate<T>(translate: (event: SseEvent, out: T[]) => boolean): AsyncGenerator<T[], boolean> {
+    try {
+      for await (const events of this.batches()) {
+        const batch: T[] = [];
+        let done = false;
+        let failure: { error: unknown } | undefined;
+        try {
+          for (const event of events) {
+            done = translate(event, batch);
+            if (done) break;
+          }
+        } catch (error) {
+          if (batch.length === 0) throw error;
+          failure = { error };
+        }
+        if (batch.length > 0) yield batch;
+        if (failure !== undefined) throw failure.error;
+        if (done) {
+          this.finish();
+          return true;
+        }
+      }
+      return false;
+    } finally {
+      this.close();
+    }
+  }
+
   /** The stream ended logically (`[DONE]`, `message_stop`): let the rest of the body drain. */
   finish(): void {
     if (this.settled) return;
@@ -63,16 +108,32 @@ export const streamEndedEarly = () =>
     retryable: true,
   });
 
+/** Reads a vendor's error envelope out of a JSON payload; null when it is not one. */
+export type InlineErrorReader = (payload: unknown, secrets: readonly string[]) => GatewayError | null;
+
+/**
+ * Opens a streamed call: POSTs, throws a refusal as the vendor's `mapError`
+ * reads it, and returns the SSE body. Called from inside the stream's
+ * generator, so the request goes out (and a refusal throws) on the first
+ * `next()`, before anything is yielded.
+ */
+export async function postSse(
+  ctx: CallContext,
+  request: VendorRequest,
+  mapError: VendorErrorMapper,
+  readInlineError: InlineErrorReader,
+): Promise<SseBody> {
+  const response = await postVendor(ctx, request, mapError, 'text/event-stream');
+  await rejectJsonStreamAnswer(response, ctx, readInlineError);
+  return new SseBody(response, ctx);
+}
+
 /**
  * Some vendors answer a stream request with a 2xx JSON body: an error report,
  * or garbage. Throws it as the vendor's error (`toError` reads the protocol's
- * envelope; null when it is not one) or as malformed; returns for an SSE answer.
+ * envelope) or as malformed; returns for an SSE answer.
  */
-export async function rejectJsonStreamAnswer(
-  response: VendorResponse,
-  ctx: CallContext,
-  toError: (payload: unknown, secrets: readonly string[]) => GatewayError | null,
-): Promise<void> {
+async function rejectJsonStreamAnswer(response: VendorResponse, ctx: CallContext, toError: InlineErrorReader): Promise<void> {
   const contentType = response.headers['content-type'];
   if (typeof contentType !== 'string' || !contentType.includes('application/json')) return;
   const text = await readCappedText(response, ctx);

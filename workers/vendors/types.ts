@@ -1,4 +1,6 @@
 import type { Logger } from 'pino';
+import type { Dispatcher } from 'undici';
+import type { Config } from '../../shared/config.js';
 import type { BlobRef } from '../../shared/blobs.js';
 import type { CatalogModel } from '../../shared/catalog.js';
 import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
@@ -13,6 +15,27 @@ import type { Answer, AnswerEvent, EmbeddingsAnswer } from '../answers/events.js
 export type { Answer, AnswerChoice, AnswerEvent, EmbeddingsAnswer, FinishReason, Usage } from '../answers/events.js';
 export type { BlobRef };
 
+/**
+ * How vendor calls connect and pace themselves: built once per worker pool
+ * from its configuration (`createVendorHttp`), carried by every call, closed
+ * at shutdown.
+ */
+export interface VendorHttp {
+  /**
+   * Keep-alive pools with the vendor timeouts. It connects anywhere: only URLs
+   * built from a channel's configured base URL may use it directly.
+   */
+  readonly agent: Dispatcher;
+  /** The same timeouts, connecting only where the fetch policy allows: for URLs a vendor hands back (`guardedGet`). */
+  readonly guardedAgent: Dispatcher;
+  readonly bflPollIntervalMs: number;
+  readonly videoPollIntervalMs: number;
+  /** The mock vendor's pace. */
+  readonly mock: Pick<Config['mock'], 'streamDelayMs' | 'videoMs'>;
+  /** Closes the pooled connections, waiting for the calls still running. */
+  close(): Promise<void>;
+}
+
 export interface CallContext {
   requestId: string;
   signal: AbortSignal;
@@ -22,6 +45,7 @@ export interface CallContext {
   /** The catalog entry the client asked for (limits, defaults, modalities). */
   model: CatalogModel;
   log: Logger;
+  http: VendorHttp;
 }
 
 /**

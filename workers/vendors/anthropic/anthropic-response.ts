@@ -1,10 +1,10 @@
 import type { Answer, ToolCall } from '../../answers/events.js';
-import { malformedResponse, parseJsonObject, readBodyText } from '../http.js';
+import { malformedResponse, postJson, vendorRequest } from '../http.js';
 import type { CallContext } from '../types.js';
 import { inlineVendorError } from '../vendor-errors.js';
-import { postAnthropicMessages } from './api.js';
+import { anthropicApi } from './api.js';
 import { convertAnthropicUsage, emptyUsageCounts, readAnthropicUsage } from './convert-anthropic-usage.js';
-import { readAnthropicError, readAnthropicErrorResponse } from './map-anthropic-error.js';
+import { mapAnthropicError, readAnthropicError } from './map-anthropic-error.js';
 import { mapAnthropicStopReason } from './map-anthropic-stop-reason.js';
 
 /**
@@ -44,8 +44,6 @@ export function convertAnthropicMessage(fields: Record<string, unknown>, ctx: Ca
 
 /** A non-stream Messages API call, as a plain answer. */
 export async function createAnthropicMessage(body: string, ctx: CallContext): Promise<Answer> {
-  const response = await postAnthropicMessages(body, ctx, 'application/json');
-  if (response.status < 200 || response.status >= 300) throw await readAnthropicErrorResponse(response, ctx);
-  const fields = parseJsonObject(await readBodyText(response, ctx));
-  return convertAnthropicMessage(fields, ctx);
+  const { json } = await postJson(ctx, vendorRequest(anthropicApi, ctx, anthropicApi.paths.messages, body), mapAnthropicError);
+  return convertAnthropicMessage(json, ctx);
 }

@@ -1,13 +1,13 @@
 import type { AnswerEvent, FinishReason } from '../../answers/events.js';
-import { malformedResponse } from '../http.js';
-import { rejectJsonStreamAnswer, SseBody, streamEndedEarly } from '../sse-body.js';
+import { malformedResponse, vendorRequest } from '../http.js';
+import { postSse, streamEndedEarly } from '../sse-body.js';
 import type { SseEvent } from '../sse-parser.js';
 import type { CallContext } from '../types.js';
 import { inlineVendorError } from '../vendor-errors.js';
 import type { AnthropicRequestBody } from './anthropic-types.js';
-import { postAnthropicMessages } from './api.js';
+import { anthropicApi } from './api.js';
 import { convertAnthropicUsage, emptyUsageCounts, readAnthropicUsage } from './convert-anthropic-usage.js';
-import { mapAnthropicStreamError, readAnthropicErrorResponse } from './map-anthropic-error.js';
+import { mapAnthropicError, mapAnthropicStreamError } from './map-anthropic-error.js';
 import { mapAnthropicStopReason } from './map-anthropic-stop-reason.js';
 
 /** The fields of Anthropic stream events that are read; everything else is ignored. */
@@ -153,36 +153,14 @@ export class AnthropicStreamTranslator {
  * `message_stop` is incomplete.
  */
 export async function* streamAnthropicMessage(prepare: () => AnthropicRequestBody, ctx: CallContext): AsyncGenerator<AnswerEvent[]> {
-  const body = prepare();
-  const response = await postAnthropicMessages(JSON.stringify(body), ctx, 'text/event-stream');
-  if (response.status < 200 || response.status >= 300) throw await readAnthropicErrorResponse(response, ctx);
-  await rejectJsonStreamAnswer(response, ctx, (payload, secrets) =>
+  const request = vendorRequest(anthropicApi, ctx, anthropicApi.paths.messages, JSON.stringify(prepare()));
+  const sse = await postSse(ctx, request, mapAnthropicError, (payload, secrets) =>
     (payload as { type?: unknown } | null)?.type === 'error' ? mapAnthropicStreamError(payload, secrets) : null,
   );
-
   const translator = new AnthropicStreamTranslator(ctx);
-  const sse = new SseBody(response, ctx);
-  try {
-    for await (const events of sse.batches()) {
-      const batch: AnswerEvent[] = [];
-      let failure: { error: unknown } | undefined;
-      try {
-        for (const event of events) {
-          translator.translate(event, batch);
-          if (translator.done) break;
-        }
-      } catch (error) {
-        // Events that came before the failure in the same read are real output: deliver them first.
-        if (batch.length === 0) throw error;
-        failure = { error };
-      }
-      if (batch.length > 0) yield batch;
-      if (failure !== undefined) throw failure.error;
-      if (translator.done) break;
-    }
-    if (!translator.done) throw streamEndedEarly();
-    sse.finish();
-  } finally {
-    sse.close();
-  }
+  const done = yield* sse.translate<AnswerEvent>((event, out) => {
+    translator.translate(event, out);
+    return translator.done;
+  });
+  if (!done) throw streamEndedEarly();
 }

@@ -1,6 +1,4 @@
 import type { GatewayError } from '../../../shared/errors.js';
-import { readCappedText, type VendorResponse } from '../http.js';
-import type { CallContext } from '../types.js';
 import { inlineVendorError, mapVendorError, type UpstreamErrorResponse, type VendorErrorFields } from '../vendor-errors.js';
 
 interface AnthropicErrorFields extends VendorErrorFields {
@@ -66,15 +64,4 @@ export function mapAnthropicStreamError(payload: unknown, knownSecrets: readonly
   if (vendor === null || status === undefined) return inlineVendorError(vendor?.message ?? null, knownSecrets);
   const bodyText = JSON.stringify(payload);
   return mapVendorError({ status, headers: {}, bodyText }, vendor, knownSecrets, { quota: vendor.quota });
-}
-
-/** Reads a non-2xx answer and returns the mapped GatewayError (for the caller to throw). */
-export async function readAnthropicErrorResponse(response: VendorResponse, ctx: CallContext): Promise<GatewayError> {
-  const bodyText = await readCappedText(response, ctx);
-  const error = mapAnthropicError({ status: response.status, headers: response.headers, bodyText }, [ctx.channel.apiKey]);
-  ctx.log.debug(
-    { reqId: ctx.requestId, upstreamStatus: response.status, upstreamRequestId: response.headers['request-id'], err: error },
-    'upstream vendor refused the request',
-  );
-  return error;
 }

@@ -1,10 +1,10 @@
-import { malformedResponse, parseJsonObject, readBodyText } from '../http.js';
+import { malformedResponse, postJson, vendorRequest } from '../http.js';
 import type { ImageGenerationInput, ImageResult, VendorAdapter, MediaContext } from '../types.js';
 import type { ImageEditInput } from '../../../shared/schemas/media-inputs.js';
-import { postBflTask } from './api.js';
+import { bflApi } from './api.js';
 import { buildBflEditRequest, buildBflRequest, type BflOutputFormat, type BflTaskRequest, type BflUpload } from './build-bfl-request.js';
 import { convertOpenAIMaskToBfl } from './convert-openai-mask.js';
-import { readBflErrorResponse } from './map-bfl-error.js';
+import { mapBflError } from './map-bfl-error.js';
 import { waitForBflTasks, type BflTask } from './poll-bfl-task.js';
 
 export { BFL_DEFAULT_BASE_URL, bflPollUrl } from './api.js';
@@ -37,9 +37,7 @@ function readRecordedTasks(state: Record<string, unknown> | undefined): BflTask[
  * `polling_url`; polling then uses `get_result` on the channel.
  */
 async function submitBflTask(endpoint: string, body: string, ctx: MediaContext): Promise<BflTask> {
-  const response = await postBflTask(endpoint, body, ctx);
-  if (response.status < 200 || response.status >= 300) throw await readBflErrorResponse(response, ctx);
-  const payload = parseJsonObject(await readBodyText(response, ctx));
+  const { json: payload } = await postJson(ctx, vendorRequest(bflApi, ctx, bflApi.paths.submit(endpoint), body), mapBflError);
   if (typeof payload.id !== 'string' || payload.id === '') throw malformedResponse(payload);
   return typeof payload.polling_url === 'string' ? { id: payload.id, polling_url: payload.polling_url } : { id: payload.id };
 }

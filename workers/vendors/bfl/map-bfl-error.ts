@@ -1,6 +1,4 @@
 import { GatewayError } from '../../../shared/errors.js';
-import { readCappedText, type VendorResponse } from '../http.js';
-import type { CallContext } from '../types.js';
 import { mapVendorError, scrubSecrets, type UpstreamErrorResponse, type VendorErrorFields } from '../vendor-errors.js';
 
 /** BFL request fields and the OpenAI parameter the client sent them as. */
@@ -70,14 +68,6 @@ export function mapBflError(response: UpstreamErrorResponse, knownSecrets: reado
   const vendor = readBflError(parseBody(response.bodyText));
   const status = response.status === 422 ? 400 : response.status;
   return mapVendorError({ ...response, status }, vendor, knownSecrets);
-}
-
-/** Reads a non-2xx answer (capped) and returns the mapped error for the caller to throw. */
-export async function readBflErrorResponse(response: VendorResponse, ctx: CallContext): Promise<GatewayError> {
-  const bodyText = await readCappedText(response, ctx);
-  const error = mapBflError({ status: response.status, headers: response.headers, bodyText }, [ctx.channel.apiKey]);
-  ctx.log.debug({ reqId: ctx.requestId, upstreamStatus: response.status, err: error }, 'upstream vendor refused the request');
-  return error;
 }
 
 /** Every string in a `details` value (`{"Moderation Reasons": ["Derivative Works"]}`, a string, a list), joined. */

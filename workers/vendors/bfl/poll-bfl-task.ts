@@ -1,12 +1,11 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { GatewayError } from '../../../shared/errors.js';
-import { readBoundedBytes } from '../guarded-fetch.js';
-import { malformedResponse, parseJsonObject, readBodyText, readCappedText } from '../http.js';
+import { guardedGet, readBoundedBytes } from '../guarded-fetch.js';
+import { malformedResponse, parseJsonObject, readBodyText, readCappedText, requireOk, type VendorResponse } from '../http.js';
 import type { GeneratedImage, MediaContext } from '../types.js';
 import type { CallContext } from '../types.js';
-import { vendorCallSettings } from '../call-settings.js';
-import { bflPollUrl, getBflResult, getBflSample } from './api.js';
-import { bflModerationError, bflTaskFailedError, bflTaskLostError, mapBflError, readBflErrorResponse } from './map-bfl-error.js';
+import { bflApi, bflPollUrl, isBflRegionalUrl } from './api.js';
+import { bflModerationError, bflTaskFailedError, bflTaskLostError, mapBflError } from './map-bfl-error.js';
 
 /** A submitted task, exactly as recorded in the job's checkpoint. */
 export interface BflTask {
@@ -30,11 +29,6 @@ const MAX_SAMPLE_BYTES = 64 * 1024 * 1024;
  * right after a submit, the polling host may not know the task yet.
  */
 const NOT_FOUND_LIMIT = 3;
-
-/** BFL_POLL_INTERVAL_MS, read per poll (the worker hands its settings over after imports). */
-export function readBflPollIntervalMs(): number {
-  return vendorCallSettings().bflPollIntervalMs;
-}
 
 /** BFL documents 0–1; some answers have been seen on a 0–100 scale. Anything above 1 is read as a percentage. */
 export function normaliseBflProgress(value: unknown): number | undefined {
@@ -71,11 +65,34 @@ export function readBflPollAnswer(payload: Record<string, unknown>): BflPollStat
   }
 }
 
+/** A poll is a small JSON answer: far less than the image downloads get. */
+const POLL_TIMEOUT_MS = 60_000;
+const SAMPLE_TIMEOUT_MS = 120_000;
+
+/** One poll of a task's state; `pollUrl` comes from `bflPollUrl`. */
+function getBflResult(pollUrl: string, ctx: CallContext): Promise<VendorResponse> {
+  let regional: string[] = [];
+  try {
+    const url = new URL(pollUrl);
+    if (isBflRegionalUrl(ctx.channel.baseUrl, url)) regional = [url.origin];
+  } catch {
+    // guardedGet refuses it.
+  }
+  return guardedGet(pollUrl, ctx, {
+    headers: { accept: 'application/json' },
+    credentials: bflApi.headers(ctx.channel.apiKey),
+    credentialOrigins: regional,
+    timeoutMs: POLL_TIMEOUT_MS,
+  });
+}
+
 /** One `GET` of the task's state. A 404 whose body says `Task not found` is that state, not a routing error. */
 export async function pollBflTask(task: BflTask, ctx: CallContext): Promise<BflPollState> {
   const response = await getBflResult(bflPollUrl(ctx.channel.baseUrl, task), ctx);
-  if (response.status >= 200 && response.status < 300) return readBflPollAnswer(parseJsonObject(await readBodyText(response, ctx)));
-  if (response.status !== 404) throw await readBflErrorResponse(response, ctx);
+  if (response.status !== 404) {
+    await requireOk(response, ctx, mapBflError);
+    return readBflPollAnswer(parseJsonObject(await readBodyText(response, ctx)));
+  }
   const bodyText = await readCappedText(response, ctx);
   try {
     const state = readBflPollAnswer(parseJsonObject(bodyText));
@@ -94,7 +111,8 @@ const sampleTooLarge = () => new GatewayError(502, 'The generated image is large
  * would poll the same task and get the same dead link.
  */
 export async function downloadBflSample(sampleUrl: string, fallbackType: string, ctx: CallContext): Promise<GeneratedImage> {
-  const response = await getBflSample(sampleUrl, ctx);
+  // The sample URL is pre-signed (and may be a CDN host), so it gets no key.
+  const response = await guardedGet(sampleUrl, ctx, { headers: { accept: 'image/*' }, timeoutMs: SAMPLE_TIMEOUT_MS });
   if ([401, 403, 404, 410].includes(response.status)) {
     await readCappedText(response, ctx, 1024);
     throw new GatewayError(502, 'The generated image expired at the vendor before it could be downloaded. Please retry the request.', {
@@ -104,7 +122,7 @@ export async function downloadBflSample(sampleUrl: string, fallbackType: string,
       cause: { status: response.status },
     });
   }
-  if (response.status < 200 || response.status >= 300) throw await readBflErrorResponse(response, ctx);
+  await requireOk(response, ctx, mapBflError);
   const bytes = await readBoundedBytes(response, MAX_SAMPLE_BYTES, ctx, sampleTooLarge);
   if (bytes.length === 0) throw malformedResponse();
   const header = response.headers['content-type'];
@@ -158,6 +176,6 @@ export async function waitForBflTasks(tasks: readonly BflTask[], fallbackType: s
       reported = percent;
       await ctx.progress(percent);
     }
-    await pause(readBflPollIntervalMs(), ctx.signal);
+    await pause(ctx.http.bflPollIntervalMs, ctx.signal);
   }
 }

@@ -1,10 +1,10 @@
 import { invalidRequest } from '../../../shared/errors.js';
 import type { EmbeddingRequest } from '../../../shared/schemas/embeddings.js';
 import { countTextTokensAsync } from '../../../shared/tokens.js';
-import { malformedResponse, parseJsonObject, readBodyText } from '../http.js';
+import { malformedResponse, postJson, vendorRequest } from '../http.js';
 import type { CallContext, EmbeddingsAnswer } from '../types.js';
-import { geminiModelPath, postGemini } from './api.js';
-import { readGeminiErrorResponse } from './map-gemini-error.js';
+import { geminiApi, geminiModelPath } from './api.js';
+import { mapGeminiError } from './map-gemini-error.js';
 
 /** `batchEmbedContents` refuses more ("at most 100 requests can be in one batch"); OpenAI allows 2048 inputs. */
 export const MAX_GEMINI_BATCH = 100;
@@ -40,9 +40,9 @@ async function embedBatch(texts: readonly string[], dimensions: number | null | 
     content: { parts: [{ text }] },
     ...(dimensions != null ? { outputDimensionality: dimensions } : {}),
   }));
-  const response = await postGemini('batchEmbedContents', JSON.stringify({ requests }), ctx);
-  if (response.status < 200 || response.status >= 300) throw await readGeminiErrorResponse(response, ctx);
-  return readVectors(parseJsonObject(await readBodyText(response, ctx)), texts.length);
+  const path = geminiApi.paths.embed(ctx.upstreamModel);
+  const { json } = await postJson(ctx, vendorRequest(geminiApi, ctx, path, JSON.stringify({ requests })), mapGeminiError);
+  return readVectors(json, texts.length);
 }
 
 /**

@@ -1,13 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import type { ChatCompletionRequest } from '../../../shared/schemas/chat.js';
-import { malformedResponse, parseJsonObject, readBodyText } from '../http.js';
+import { malformedResponse, postJson, vendorRequest } from '../http.js';
 import type { AnswerChoice, ToolCall } from '../../answers/events.js';
 import type { Answer, CallContext } from '../types.js';
-import { postGemini } from './api.js';
+import { geminiApi } from './api.js';
 import { buildGeminiRequest } from './build-gemini-request.js';
 import { convertGeminiUsage } from './convert-gemini-usage.js';
 import { mapGeminiFinishReason } from './map-gemini-finish-reason.js';
-import { mapGeminiInlineError, readGeminiErrorResponse } from './map-gemini-error.js';
+import { mapGeminiError, mapGeminiInlineError } from './map-gemini-error.js';
 import { createToolCallId } from './thought-signature.js';
 
 /** The fields of a `GenerateContentResponse` candidate this adapter reads; everything else is ignored. */
@@ -99,9 +99,8 @@ export function convertGeminiResponse(payload: Record<string, unknown>, ctx: Cal
 }
 
 export async function createGeminiChatCompletion(request: ChatCompletionRequest, ctx: CallContext): Promise<Answer> {
-  const response = await postGemini('generateContent', JSON.stringify(buildGeminiRequest(request, ctx)), ctx);
-  if (response.status < 200 || response.status >= 300) throw await readGeminiErrorResponse(response, ctx);
-  const payload = parseJsonObject(await readBodyText(response, ctx));
+  const body = JSON.stringify(buildGeminiRequest(request, ctx));
+  const { json: payload } = await postJson(ctx, vendorRequest(geminiApi, ctx, geminiApi.paths.generate(ctx.upstreamModel), body), mapGeminiError);
   if (payload.error != null && payload.candidates === undefined) throw mapGeminiInlineError(payload, [ctx.channel.apiKey]);
   return convertGeminiResponse(payload, ctx);
 }

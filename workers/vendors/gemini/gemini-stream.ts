@@ -1,14 +1,14 @@
 import type { ChatCompletionRequest } from '../../../shared/schemas/chat.js';
-import { malformedResponse } from '../http.js';
-import { rejectJsonStreamAnswer, SseBody, streamEndedEarly } from '../sse-body.js';
+import { malformedResponse, vendorRequest } from '../http.js';
+import { postSse, streamEndedEarly } from '../sse-body.js';
 import type { StartEvent } from '../../answers/events.js';
 import type { AnswerEvent, CallContext } from '../types.js';
-import { postGemini } from './api.js';
+import { geminiApi } from './api.js';
 import { buildGeminiRequest } from './build-gemini-request.js';
 import { convertGeminiUsage } from './convert-gemini-usage.js';
 import { createChatCompletionId, nowInSeconds, readBlockReason, readCandidates, readText, readToolCall } from './gemini-response.js';
 import { mapGeminiFinishReason } from './map-gemini-finish-reason.js';
-import { mapGeminiInlineError, readGeminiError, readGeminiErrorResponse } from './map-gemini-error.js';
+import { mapGeminiError, mapGeminiInlineError, readGeminiError } from './map-gemini-error.js';
 
 interface CandidateState {
   toolCalls: number;
@@ -130,34 +130,17 @@ function parsePayload(data: string, secrets: readonly string[]): Record<string, 
 export async function* streamGeminiChatCompletion(request: ChatCompletionRequest, ctx: CallContext): AsyncGenerator<AnswerEvent[]> {
   // Built here, not by the caller: a request the mapping refuses throws from the first next(), like a vendor 400.
   const body = JSON.stringify(buildGeminiRequest(request, ctx));
-  const response = await postGemini('streamGenerateContent', body, ctx);
-  if (response.status < 200 || response.status >= 300) throw await readGeminiErrorResponse(response, ctx);
-  await rejectJsonStreamAnswer(response, ctx, (payload, secrets) => (readGeminiError(payload) !== null ? mapGeminiInlineError(payload, secrets) : null));
-
+  const sse = await postSse(ctx, vendorRequest(geminiApi, ctx, geminiApi.paths.stream(ctx.upstreamModel), body), mapGeminiError, (payload, secrets) =>
+    readGeminiError(payload) !== null ? mapGeminiInlineError(payload, secrets) : null,
+  );
   const secrets = [ctx.channel.apiKey];
   const converter = new GeminiStreamConverter(ctx.model.id);
-  const sse = new SseBody(response, ctx);
-  try {
-    // Gemini ends a stream by closing it: the whole body is read.
-    for await (const events of sse.batches()) {
-      const batch: AnswerEvent[] = [];
-      let failure: unknown;
-      try {
-        for (const event of events) {
-          const payload = parsePayload(event.data, secrets);
-          if (payload !== undefined) converter.convert(payload, batch);
-        }
-      } catch (error) {
-        // Events that came before the failure in the same read are real output: deliver them first.
-        if (batch.length === 0) throw error;
-        failure = error;
-      }
-      if (batch.length > 0) yield batch;
-      if (failure !== undefined) throw failure;
-    }
-    const usage = converter.finish();
-    if (usage.length > 0) yield usage;
-  } finally {
-    sse.close();
-  }
+  // Gemini ends a stream by closing it: the whole body is read.
+  yield* sse.translate<AnswerEvent>((event, out) => {
+    const payload = parsePayload(event.data, secrets);
+    if (payload !== undefined) converter.convert(payload, out);
+    return false;
+  });
+  const usage = converter.finish();
+  if (usage.length > 0) yield usage;
 }

@@ -1,11 +1,11 @@
 import { GatewayError } from '../../../shared/errors.js';
-import { parseJsonObject, readBodyText } from '../http.js';
+import { postJson, vendorRequest } from '../http.js';
 import type { GeneratedImage, ImageGenerationInput, ImageResult, MediaContext, VendorAdapter } from '../types.js';
 import { scrubSecrets } from '../vendor-errors.js';
-import { postGemini } from './api.js';
+import { geminiApi } from './api.js';
 import { buildGeminiImageRequest } from './build-gemini-image-request.js';
 import { readBlockReason, readCandidates, readText } from './gemini-response.js';
-import { mapGeminiInlineError, readGeminiErrorResponse } from './map-gemini-error.js';
+import { mapGeminiError, mapGeminiInlineError } from './map-gemini-error.js';
 
 /** Finish reasons meaning a safety filter stopped the image: the client's prompt, not a vendor fault. */
 const POLICY_FINISH_REASONS = new Set(['SAFETY', 'IMAGE_SAFETY', 'PROHIBITED_CONTENT', 'IMAGE_PROHIBITED_CONTENT', 'BLOCKLIST', 'SPII']);
@@ -68,9 +68,7 @@ function noImageError(payload: Record<string, unknown>, ctx: MediaContext): Gate
 
 /** One `generateContent` call; Gemini makes one image per call. The first image part of the first candidate is the answer. */
 async function generateOneImage(body: string, ctx: MediaContext): Promise<OneImage> {
-  const response = await postGemini('generateContent', body, ctx);
-  if (response.status < 200 || response.status >= 300) throw await readGeminiErrorResponse(response, ctx);
-  const payload = parseJsonObject(await readBodyText(response, ctx));
+  const { json: payload } = await postJson(ctx, vendorRequest(geminiApi, ctx, geminiApi.paths.generate(ctx.upstreamModel), body), mapGeminiError);
   if (payload.error != null && payload.candidates === undefined) throw mapGeminiInlineError(payload, [ctx.channel.apiKey]);
   const candidate = readCandidates(payload)[0];
   const image = candidate?.parts.map(readInlineImage).find((part) => part !== undefined);

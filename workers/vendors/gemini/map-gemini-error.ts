@@ -1,6 +1,4 @@
 import type { GatewayError } from '../../../shared/errors.js';
-import { readCappedText, type VendorResponse } from '../http.js';
-import type { CallContext } from '../types.js';
 import { inlineVendorError, mapVendorError, type UpstreamErrorResponse, type VendorErrorFields } from '../vendor-errors.js';
 
 /** Google's error envelope: `{error: {code, message, status, details}}` (`status` is the RPC status name). */
@@ -87,12 +85,4 @@ export function mapGeminiInlineError(payload: unknown, knownSecrets: readonly st
     return mapGeminiError({ status: fields.code, headers: {}, bodyText: JSON.stringify(payload) }, knownSecrets);
   }
   return inlineVendorError(fields?.message == null ? null : scrubKeyParameters(fields.message), knownSecrets);
-}
-
-/** Reads a non-2xx answer (capped) and returns the mapped error for the caller to throw. */
-export async function readGeminiErrorResponse(response: VendorResponse, ctx: CallContext): Promise<GatewayError> {
-  const bodyText = await readCappedText(response, ctx);
-  const error = mapGeminiError({ status: response.status, headers: response.headers, bodyText }, [ctx.channel.apiKey]);
-  ctx.log.debug({ upstreamStatus: response.status, err: error }, 'upstream vendor refused the request');
-  return error;
 }

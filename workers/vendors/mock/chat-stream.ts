@@ -86,5 +86,5 @@ function renderUsageChunk(plan: ChatPlan): RenderedChunk {
 export async function* streamChatCompletion(request: ChatCompletionRequest, ctx: CallContext): AsyncGenerator<AnswerEvent[]> {
   const plan = await planChatCompletion(request, ctx);
   const { batches, tail } = toBatches(startEvent(plan), renderChunks(plan), renderUsageChunk(plan));
-  yield* pace(batches, tail, resolveChunkDelayMs(plan.markers.slowMs), ctx.signal);
+  yield* pace(batches, tail, resolveChunkDelayMs(plan.markers.slowMs, ctx), ctx.signal);
 }

@@ -158,5 +158,5 @@ export async function* streamCompletion(request: CompletionRequest, ctx: CallCon
     events: [{ type: 'usage', usage: plan.usage }],
   };
   const { batches, tail } = toBatches(startEvent(plan), renderChunks(plan), usageChunk);
-  yield* pace(batches, tail, resolveChunkDelayMs(plan.markers.slowMs), ctx.signal);
+  yield* pace(batches, tail, resolveChunkDelayMs(plan.markers.slowMs, ctx), ctx.signal);
 }

@@ -1,9 +1,9 @@
 import { sleep } from '../sleep.js';
-import { vendorCallSettings } from '../call-settings.js';
+import type { CallContext } from '../types.js';
 
-/** The `[mock:slow:<ms>]` marker's pace, else MOCK_STREAM_DELAY_MS (read per call: tests change it between calls). */
-export function resolveChunkDelayMs(slowMs: number | undefined): number {
-  return slowMs ?? vendorCallSettings().mock.streamDelayMs;
+/** The `[mock:slow:<ms>]` marker's pace, else MOCK_STREAM_DELAY_MS. */
+export function resolveChunkDelayMs(slowMs: number | undefined, ctx: CallContext): number {
+  return slowMs ?? ctx.http.mock.streamDelayMs;
 }
 
 /**

@@ -16,7 +16,6 @@ import type { VideoInput } from '../../../shared/schemas/media-inputs.js';
 import { readMockMarkers, throwIfErrorMarker } from './markers.js';
 import { buildMp4 } from './mp4.js';
 import { sleep } from '../sleep.js';
-import { vendorCallSettings } from '../call-settings.js';
 
 const PROGRESS_STEPS = 10;
 const FALLBACK_SIZE = '720x1280';
@@ -29,10 +28,6 @@ const failMarker = '[mock:fail]';
 /** What a worker that restarts mid-job finds in the job's checkpoint. */
 interface MockVideoCheckpoint extends Record<string, unknown> {
   mockVideoStartedAt?: unknown;
-}
-
-function readRenderMs(slowMs: number | undefined): number {
-  return slowMs ?? vendorCallSettings().mock.videoMs;
 }
 
 export interface VideoShape {
@@ -105,7 +100,7 @@ export async function generateMockVideo(input: VideoInput, ctx: MediaContext): P
     reported = 0;
   }
 
-  await render(startedAt, readRenderMs(markers.slowMs), input.prompt.includes(failMarker), ctx, reported);
+  await render(startedAt, markers.slowMs ?? ctx.http.mock.videoMs, input.prompt.includes(failMarker), ctx, reported);
   await ctx.progress(100);
   const video = await ctx.blobs.put(`videos/${ctx.requestId}/video.mp4`, buildMp4(shape), 'video/mp4');
   return { video };

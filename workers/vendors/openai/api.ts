@@ -1,22 +1,20 @@
-import type { CallContext } from '../types.js';
-import { joinUrl, postVendor, type VendorResponse } from '../http.js';
+import type { VendorApi } from '../http.js';
 
-/** POSTs a JSON body to an OpenAI-compatible base URL (which includes `/v1`). */
-export function postOpenAI(
-  path: string,
-  body: string,
-  ctx: CallContext,
-  accept: 'application/json' | 'text/event-stream',
-): Promise<VendorResponse> {
-  return postVendor(
-    joinUrl(ctx.channel.baseUrl, path),
-    {
-      // Local OpenAI-compatible servers (vLLM, Ollama) often run without a key.
-      ...(ctx.channel.apiKey ? { authorization: `Bearer ${ctx.channel.apiKey}` } : {}),
-      'content-type': 'application/json',
-      accept,
-    },
-    body,
-    ctx,
-  );
-}
+/** OpenAI and every OpenAI-compatible API; the channel's base URL includes `/v1`. */
+export const openaiApi = {
+  // Local OpenAI-compatible servers (vLLM, Ollama) often run without a key.
+  headers: (apiKey: string): Record<string, string> => (apiKey ? { authorization: `Bearer ${apiKey}` } : {}),
+  paths: {
+    chat: '/chat/completions',
+    completions: '/completions',
+    embeddings: '/embeddings',
+    imageGenerations: '/images/generations',
+    imageEdits: '/images/edits',
+    imageVariations: '/images/variations',
+    transcriptions: '/audio/transcriptions',
+    videos: '/videos',
+    video: (id: string) => `/videos/${encodeURIComponent(id)}`,
+    videoContent: (id: string, variant: 'video' | 'thumbnail') =>
+      `/videos/${encodeURIComponent(id)}/content${variant === 'video' ? '' : `?variant=${variant}`}`,
+  },
+} satisfies VendorApi;

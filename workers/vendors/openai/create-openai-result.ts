@@ -1,25 +1,12 @@
-import type { GatewayError } from '../../../shared/errors.js';
 import type { Answer, AnswerChoice, CallContext, EmbeddingsAnswer } from '../types.js';
-import { postOpenAI } from './api.js';
-import { parseJsonObject, readBodyText, readCappedText, type VendorResponse } from '../http.js';
+import { postJson, vendorRequest } from '../http.js';
+import { openaiApi } from './api.js';
 import { mapOpenAIError, mapOpenAIInlineError } from './map-openai-error.js';
 import { readOpenAIAnswerChoice, readOpenAIUsage } from './read-openai-answer.js';
 
-/** Reads a non-2xx answer and turns it into the mapped GatewayError (to be thrown by the caller). */
-export async function readOpenAIError(response: VendorResponse, ctx: CallContext): Promise<GatewayError> {
-  const bodyText = await readCappedText(response, ctx);
-  const error = mapOpenAIError({ status: response.status, headers: response.headers, bodyText }, [ctx.channel.apiKey]);
-  ctx.log.debug({ upstreamStatus: response.status, err: error }, 'upstream vendor refused the request');
-  return error;
-}
-
 /** Posts a non-stream call and reads its JSON answer; a 200 that carries an error is that error. */
 async function callOpenAI(path: string, body: string, ctx: CallContext): Promise<{ text: string; fields: Record<string, unknown> }> {
-  const response = await postOpenAI(path, body, ctx, 'application/json');
-  if (response.status < 200 || response.status >= 300) throw await readOpenAIError(response, ctx);
-
-  const text = await readBodyText(response, ctx);
-  const fields = parseJsonObject(text);
+  const { text, json: fields } = await postJson(ctx, vendorRequest(openaiApi, ctx, path, body), mapOpenAIError);
   // Some compatible vendors (proxies, routers) report failures as a 200 with an error body.
   if (fields.error != null && fields.choices === undefined && fields.data === undefined) {
     throw mapOpenAIInlineError(fields, [ctx.channel.apiKey]);
@@ -55,7 +42,7 @@ export async function createOpenAIAnswer(path: string, body: string, ctx: CallCo
 
 /** Embeddings: the vectors pass through as the vendor sent them. */
 export async function createOpenAIEmbeddings(body: string, ctx: CallContext): Promise<EmbeddingsAnswer> {
-  const { text, fields } = await callOpenAI('/embeddings', body, ctx);
+  const { text, fields } = await callOpenAI(openaiApi.paths.embeddings, body, ctx);
   const usage = readOpenAIUsage(fields.usage);
   return usage === undefined ? { body: text } : { body: text, usage };
 }

@@ -1,4 +1,5 @@
 import type { VendorAdapter } from '../types.js';
+import { openaiApi } from './api.js';
 import { buildOpenAIBody, buildOpenAIEmbeddingBody, buildOpenAIStreamBody } from './build-openai-body.js';
 import { createOpenAIAnswer, createOpenAIEmbeddings } from './create-openai-result.js';
 import { editOpenAIImages, generateOpenAIImages, varyOpenAIImages } from './images.js';
@@ -6,7 +7,6 @@ import { streamOpenAIEvents } from './stream-openai-events.js';
 import { transcribeWithOpenAI } from './transcriptions.js';
 import { generateVideoWithOpenAI } from './videos.js';
 
-export { closeVendorAgent as closeOpenAIAgent } from '../http.js';
 export { mapOpenAIError, scrubSecrets } from './map-openai-error.js';
 
 /**
@@ -15,10 +15,10 @@ export { mapOpenAIError, scrubSecrets } from './map-openai-error.js';
  * client's own wire form (carried as `wire`) with the events they mean.
  */
 export const openaiAdapter: VendorAdapter = {
-  chat: (request, ctx) => createOpenAIAnswer('/chat/completions', buildOpenAIBody(request, ctx), ctx),
-  streamChat: (request, ctx) => streamOpenAIEvents('/chat/completions', buildOpenAIStreamBody(request, ctx), ctx),
-  complete: (request, ctx) => createOpenAIAnswer('/completions', buildOpenAIBody(request, ctx), ctx),
-  streamCompletion: (request, ctx) => streamOpenAIEvents('/completions', buildOpenAIStreamBody(request, ctx), ctx),
+  chat: (request, ctx) => createOpenAIAnswer(openaiApi.paths.chat, buildOpenAIBody(request, ctx), ctx),
+  streamChat: (request, ctx) => streamOpenAIEvents(openaiApi.paths.chat, buildOpenAIStreamBody(request, ctx), ctx),
+  complete: (request, ctx) => createOpenAIAnswer(openaiApi.paths.completions, buildOpenAIBody(request, ctx), ctx),
+  streamCompletion: (request, ctx) => streamOpenAIEvents(openaiApi.paths.completions, buildOpenAIStreamBody(request, ctx), ctx),
   embed: (request, ctx) => createOpenAIEmbeddings(buildOpenAIEmbeddingBody(request, ctx), ctx),
   generateImages: generateOpenAIImages,
   editImages: editOpenAIImages,

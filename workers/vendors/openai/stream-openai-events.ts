@@ -1,15 +1,13 @@
 import type { SseEvent } from '../sse-parser.js';
-import { rejectJsonStreamAnswer, SseBody, streamEndedEarly } from '../sse-body.js';
+import { postSse, streamEndedEarly } from '../sse-body.js';
 import type { AnswerEvent, CallContext } from '../types.js';
-import { postOpenAI } from './api.js';
-import { malformedResponse } from '../http.js';
-import { readOpenAIError } from './create-openai-result.js';
-import { mapOpenAIInlineError, readVendorError } from './map-openai-error.js';
+import { openaiApi } from './api.js';
+import { malformedResponse, vendorRequest } from '../http.js';
+import { mapOpenAIError, mapOpenAIInlineError, readVendorError } from './map-openai-error.js';
 import { readOpenAIChoice, readOpenAIUsage } from './read-openai-answer.js';
 
 interface StreamProgress {
   started: boolean;
-  done: boolean;
   sawFinish: boolean;
   sawUsage: boolean;
 }
@@ -25,18 +23,15 @@ interface Chunk {
 }
 
 /**
- * Appends the answer events of one upstream chunk to `out`. The chunk already
- * is the client's chat wire form, so the first event after `start` carries it
- * (`wire`) and the chat encoder sends it as it came; the events say what it
- * means, for other encoders and for billing.
+ * Appends the answer events of one upstream chunk to `out`, and says whether
+ * it was `[DONE]`. The chunk already is the client's chat wire form, so the
+ * first event after `start` carries it (`wire`) and the chat encoder sends it
+ * as it came; the events say what it means, for other encoders and for billing.
  */
-function appendEvents(event: SseEvent, progress: StreamProgress, secrets: readonly string[], out: AnswerEvent[]): void {
+function appendEvents(event: SseEvent, progress: StreamProgress, secrets: readonly string[], out: AnswerEvent[]): boolean {
   const data = event.data;
-  if (data === '[DONE]') {
-    progress.done = true;
-    return;
-  }
-  if (data.length === 0) return;
+  if (data === '[DONE]') return true;
+  if (data.length === 0) return false;
 
   let payload: unknown;
   try {
@@ -74,6 +69,7 @@ function appendEvents(event: SseEvent, progress: StreamProgress, secrets: readon
   if (out.length === first) out.push({ type: 'text', choice: 0, text: '' });
   out[first]!.wire = data;
   for (let i = first + 1; i < out.length; i++) out[i]!.wire = '';
+  return false;
 }
 
 /**
@@ -82,37 +78,12 @@ function appendEvents(event: SseEvent, progress: StreamProgress, secrets: readon
  * so a refused request throws before anything is yielded.
  */
 export async function* streamOpenAIEvents(path: string, body: string, ctx: CallContext): AsyncGenerator<AnswerEvent[]> {
-  const response = await postOpenAI(path, body, ctx, 'text/event-stream');
-  if (response.status < 200 || response.status >= 300) throw await readOpenAIError(response, ctx);
-  await rejectJsonStreamAnswer(response, ctx, (payload, secrets) => (readVendorError(payload) !== null ? mapOpenAIInlineError(payload, secrets) : null));
-
+  const sse = await postSse(ctx, vendorRequest(openaiApi, ctx, path, body), mapOpenAIError, (payload, secrets) =>
+    readVendorError(payload) !== null ? mapOpenAIInlineError(payload, secrets) : null,
+  );
   const secrets = [ctx.channel.apiKey];
-  const progress: StreamProgress = { started: false, done: false, sawFinish: false, sawUsage: false };
-  const sse = new SseBody(response, ctx);
-  try {
-    for await (const events of sse.batches()) {
-      const batch: AnswerEvent[] = [];
-      let failure: unknown;
-      try {
-        for (const event of events) {
-          appendEvents(event, progress, secrets, batch);
-          if (progress.done) break;
-        }
-      } catch (error) {
-        // Events that came before the failure in the same read are real output: deliver them first.
-        if (batch.length === 0) throw error;
-        failure = error;
-      }
-      if (batch.length > 0) yield batch;
-      if (failure !== undefined) throw failure;
-      if (progress.done) break;
-    }
-    if (progress.done) {
-      sse.finish();
-      return;
-    }
-    if (!progress.sawFinish && !progress.sawUsage) throw streamEndedEarly();
-  } finally {
-    sse.close();
-  }
+  const progress: StreamProgress = { started: false, sawFinish: false, sawUsage: false };
+  const done = yield* sse.translate<AnswerEvent>((event, out) => appendEvents(event, progress, secrets, out));
+  // A body that closed without `[DONE]` is whole when it finished a choice or reported usage.
+  if (!done && !progress.sawFinish && !progress.sawUsage) throw streamEndedEarly();
 }

@@ -3,9 +3,9 @@ import { FormData } from 'undici';
 import { invalidRequest } from '../../../shared/errors.js';
 import type { BlobRef, MediaContext, TranscriptionResult } from '../types.js';
 import type { TranscriptionInput } from '../../../shared/schemas/media-inputs.js';
-import { parseJsonObject, readBodyText, type VendorResponse } from '../http.js';
-import { readOpenAIError } from './create-openai-result.js';
-import { postOpenAIForm } from './post-openai-form.js';
+import { parseJsonObject, postVendor, readBodyText, vendorRequest, type VendorResponse } from '../http.js';
+import { openaiApi } from './api.js';
+import { mapOpenAIError } from './map-openai-error.js';
 
 type TranscriptionFormat = TranscriptionInput['response_format'];
 
@@ -96,8 +96,7 @@ export async function transcribeWithOpenAI(input: TranscriptionInput, ctx: Media
   }
 
   const form = buildTranscriptionForm(input, await readUploadPart(input.file, ctx), ctx);
-  const response = await postOpenAIForm('/audio/transcriptions', form, ctx);
-  if (response.status < 200 || response.status >= 300) throw await readOpenAIError(response, ctx);
+  const response = await postVendor(ctx, vendorRequest(openaiApi, ctx, openaiApi.paths.transcriptions, form), mapOpenAIError);
 
   const body = await readBodyText(response, ctx);
   // Checked, not rewritten: a proxy's HTML page behind a 200 must not reach the client as its transcript.

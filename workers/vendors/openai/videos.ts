@@ -3,13 +3,11 @@ import { GatewayError, isGatewayError } from '../../../shared/errors.js';
 import type { BlobRef, MediaContext, VideoResult } from '../types.js';
 import type { VideoInput } from '../../../shared/schemas/media-inputs.js';
 import { guardedGet, readBoundedBytes } from '../guarded-fetch.js';
-import { joinUrl, malformedResponse, parseJsonObject, readBodyText, type VendorResponse } from '../http.js';
+import { joinUrl, malformedResponse, parseJsonObject, postJson, readBodyText, requireOk, vendorRequest, type VendorResponse } from '../http.js';
 import { scrubSecrets } from '../vendor-errors.js';
 import { sleep } from '../sleep.js';
-import { vendorCallSettings } from '../call-settings.js';
-import { postOpenAI } from './api.js';
-import { readOpenAIError } from './create-openai-result.js';
-import { postOpenAIForm } from './post-openai-form.js';
+import { openaiApi } from './api.js';
+import { mapOpenAIError } from './map-openai-error.js';
 import { readUploadPart, uploadFilename } from './transcriptions.js';
 
 /** The fields of a `VideoResource` this adapter reads; the rest may change freely. */
@@ -32,11 +30,6 @@ const FALLBACK_SECONDS = '4';
 // Sora reports blocked output under codes like `moderation_blocked`; those are the prompt's fault, not ours.
 const POLICY_CODE = /moderation|policy|safety|blocked/i;
 
-// VIDEO_POLL_INTERVAL_MS, read per poll: the worker hands its settings over after the module loads.
-function readPollIntervalMs(): number {
-  return vendorCallSettings().videoPollIntervalMs;
-}
-
 /** Sora renders run up to a few dozen MB; this leaves room without letting a vendor fill the worker's memory. */
 const MAX_CONTENT_BYTES = 256 * 1024 * 1024;
 const POLL_TIMEOUT_MS = 60_000;
@@ -49,13 +42,12 @@ const CONTENT_TIMEOUT_MS = 600_000;
 function getOpenAI(path: string, ctx: MediaContext, options: { accept?: string; timeoutMs: number }): Promise<VendorResponse> {
   return guardedGet(joinUrl(ctx.channel.baseUrl, path), ctx, {
     headers: options.accept === undefined ? {} : { accept: options.accept },
-    credentials: ctx.channel.apiKey ? { authorization: `Bearer ${ctx.channel.apiKey}` } : {},
+    credentials: openaiApi.headers(ctx.channel.apiKey),
     timeoutMs: options.timeoutMs,
   });
 }
 
-function readVideo(text: string): OpenAIVideo {
-  const fields = parseJsonObject(text);
+function readVideo(fields: Record<string, unknown>): OpenAIVideo {
   const { id, status, progress, error } = fields;
   if (typeof id !== 'string' || id === '' || typeof status !== 'string') throw malformedResponse();
   let failure: OpenAIVideo['error'] = null;
@@ -80,23 +72,22 @@ async function createVideo(input: VideoInput, ctx: MediaContext): Promise<OpenAI
     seconds: input.seconds || FALLBACK_SECONDS,
     size: resolveSize(input, ctx),
   };
-  let response: VendorResponse;
+  let body: string | FormData;
   if (input.input_reference === undefined) {
-    response = await postOpenAI('/videos', JSON.stringify(fields), ctx, 'application/json');
+    body = JSON.stringify(fields);
   } else {
     // A reference image travels as a file part; JSON could only carry it as a URL.
-    const form = new FormData();
-    for (const [name, value] of Object.entries(fields)) form.append(name, value);
+    body = new FormData();
+    for (const [name, value] of Object.entries(fields)) body.append(name, value);
     const reference: BlobRef = input.input_reference;
-    form.append('input_reference', await readUploadPart(reference, ctx), uploadFilename(reference, 'reference'));
-    response = await postOpenAIForm('/videos', form, ctx);
+    body.append('input_reference', await readUploadPart(reference, ctx), uploadFilename(reference, 'reference'));
   }
-  if (response.status < 200 || response.status >= 300) throw await readOpenAIError(response, ctx);
-  return readVideo(await readBodyText(response, ctx));
+  const { json } = await postJson(ctx, vendorRequest(openaiApi, ctx, openaiApi.paths.videos, body), mapOpenAIError);
+  return readVideo(json);
 }
 
 async function retrieveVideo(id: string, ctx: MediaContext): Promise<OpenAIVideo> {
-  const response = await getOpenAI(`/videos/${encodeURIComponent(id)}`, ctx, { accept: 'application/json', timeoutMs: POLL_TIMEOUT_MS });
+  const response = await getOpenAI(openaiApi.paths.video(id), ctx, { accept: 'application/json', timeoutMs: POLL_TIMEOUT_MS });
   if (response.status === 404) {
     // The generic mapping would call this a missing model. The video is gone (expired or deleted
     // upstream); a retry would resume the same id from the checkpoint and find it gone again.
@@ -107,8 +98,8 @@ async function retrieveVideo(id: string, ctx: MediaContext): Promise<OpenAIVideo
       retryable: false,
     });
   }
-  if (response.status < 200 || response.status >= 300) throw await readOpenAIError(response, ctx);
-  return readVideo(await readBodyText(response, ctx));
+  await requireOk(response, ctx, mapOpenAIError);
+  return readVideo(parseJsonObject(await readBodyText(response, ctx)));
 }
 
 /** One poll, riding out a few transient failures: a long render should not burn job attempts on network blips. */
@@ -120,7 +111,7 @@ async function pollVideo(id: string, ctx: MediaContext): Promise<OpenAIVideo> {
       const transient = isGatewayError(error) && error.retryable && !ctx.signal.aborted;
       if (!transient || failures >= MAX_POLL_FAILURES) throw error;
       ctx.log.warn({ err: error, videoId: id, failures }, 'video poll failed; polling again');
-      await sleep(Math.max(readPollIntervalMs(), error.retryAfterMs ?? 0), ctx.signal);
+      await sleep(Math.max(ctx.http.videoPollIntervalMs, error.retryAfterMs ?? 0), ctx.signal);
     }
   }
 }
@@ -131,9 +122,8 @@ interface Download {
 }
 
 async function downloadContent(id: string, variant: 'video' | 'thumbnail', ctx: MediaContext): Promise<Download> {
-  const query = variant === 'video' ? '' : `?variant=${variant}`;
-  const response = await getOpenAI(`/videos/${encodeURIComponent(id)}/content${query}`, ctx, { timeoutMs: CONTENT_TIMEOUT_MS });
-  if (response.status < 200 || response.status >= 300) throw await readOpenAIError(response, ctx);
+  const response = await getOpenAI(openaiApi.paths.videoContent(id, variant), ctx, { timeoutMs: CONTENT_TIMEOUT_MS });
+  await requireOk(response, ctx, mapOpenAIError);
   const bytes = await readBoundedBytes(response, MAX_CONTENT_BYTES, ctx, () =>
     new GatewayError(502, `The generated ${variant} is larger than the gateway accepts.`, { type: 'server_error', code: 'vendor_bad_response' }),
   );
@@ -185,7 +175,7 @@ export async function generateVideoWithOpenAI(input: VideoInput, ctx: MediaConte
       await ctx.progress(percent);
       reported = percent;
     }
-    await sleep(readPollIntervalMs(), ctx.signal);
+    await sleep(ctx.http.videoPollIntervalMs, ctx.signal);
     video = await pollVideo(video.id, ctx);
   }
   if (reported !== 100) await ctx.progress(100);
