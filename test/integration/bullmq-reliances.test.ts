@@ -66,7 +66,7 @@ describe('what the gateway relies on in BullMQ', () => {
     const chat = queue('{reliance-gate}');
     await chat.waitUntilReady();
     const jobId = 'req_refused';
-    // As api/relay/relay.ts sends them: the gated reservation and the add in the same turn, on one connection.
+    // As api/relay/enqueue.ts sends them: the gated reservation and the add in the same turn, on one connection.
     const [outcome, added] = await Promise.all([
       reserve(redis, { requestId: jobId, keyId: 'key_missing', accountId: 'acct_missing', micros: 10, tokens: 1, deadline: Date.now() + 60_000, gate: chat.toKey(jobId) }, {}),
       chat.add('chat', { n: 1 }, { jobId }),

@@ -97,9 +97,9 @@ describe('tracing on, in process (InMemorySpanExporter)', () => {
       const data = fakeJob({}).data;
       data.trace = jobTraceCarrier(state);
       traceQueued(state, data, 'chat');
-      const exchange = { stream: false, deliver: () => undefined } as unknown as PendingReply;
-      traceRelay(state, exchange);
-      exchange.deliver({ kind: 'done', requestId: 'req_test', seq: 0, payload: '{}' });
+      const reply = { stream: false, deliver: () => undefined } as unknown as PendingReply;
+      traceRelay(state, reply);
+      reply.deliver({ kind: 'done', requestId: 'req_test', seq: 0, payload: '{}' });
       ctx.body = { carrier: data.trace };
     });
     const router = new Router();
