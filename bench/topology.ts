@@ -19,7 +19,8 @@
  * Per cell: req/s (× the floor's at the same connections), latency, errors,
  * CPU µs per request of every process (/proc) and of Redis (INFO cpu delta),
  * the machine's busy share. Writes bench/results/latest-topology.json and a
- * markdown report bench/results/topology-<date>.md, and prints the report.
+ * markdown report of tables bench/results/topology-<date>.md, and prints it; what
+ * the figures say is written in docs/benchmarks.md.
  */
 import { dbUrl, targetDbs } from './overhead.js';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -651,6 +652,7 @@ function mdTable(header: string[], rows: string[][]): string {
   return [`| ${header.join(' | ')} |`, `|${header.map(() => '---').join('|')}|`, ...rows.map((r) => `| ${r.join(' | ')} |`)].join('\n');
 }
 
+/** The report: tables only. What the figures say is written once, in docs/benchmarks.md. */
 export function renderTopology(r: TopologyResults): string {
   const s = r.settings;
   const m = r.machine;
@@ -658,16 +660,10 @@ export function renderTopology(r: TopologyResults): string {
   out.push(`## Topology (${r.startedAt.slice(0, 16).replace('T', ' ')}–${r.finishedAt.slice(11, 16)} UTC)`);
   out.push('');
   out.push(
-    `Machine: ${m.cpu}, ${m.cores} cores, ${m.memoryGiB.toFixed(1)} GiB, ${m.os}; Node ${m.node}, Redis ${m.redis}, autocannon ${m.autocannon}; ` +
+    `${m.cpu}, ${m.cores} cores, ${m.memoryGiB.toFixed(1)} GiB, ${m.os}; Node ${m.node}, Redis ${m.redis}, autocannon ${m.autocannon}; ` +
       `load average ${m.loadAverageAtStart.map((l) => l.toFixed(2)).join(' ')} at the start${m.loadAverageAtEnd ? `, ${m.loadAverageAtEnd.map((l) => l.toFixed(2)).join(' ')} at the end` : ''}. ` +
-      `Every process (load generator, fake vendor, gateways, Redis, and whatever else runs on the machine) shares the ${m.cores} cores.`,
-  );
-  out.push('');
-  out.push(
-    `Plain (non-stream) chat, \`${JSON.stringify(plainBody)}\`, a key with quota and limits on; per cell ${s.rounds} round(s) of ${s.warmupS} s warm-up, a 2 s pause (its last second measures Redis without load), ${s.durationS} s measured; ` +
-      `two apis: one autocannon per api, the connections split evenly. CPU µs per 2xx response: gateway processes, fake and load generator from \`/proc/<pid>/stat\`, ` +
-      `Redis from \`INFO cpu\` (used_cpu_sys + used_cpu_user) before and after; "others" is the rest of the machine's busy time (other tenants: other engineers' tests, builds). ` +
-      `"busy" is the machine's busy time ÷ (wall time × ${r.cores} cores).`,
+      `${s.rounds} round(s) of ${s.warmupS} s warm-up + ${s.durationS} s per cell. CPU in µs per 2xx response; "others" is the machine's busy time outside the bench's processes; ` +
+      `"busy" is busy time ÷ (wall time × ${r.cores} cores).`,
   );
   out.push('');
 
@@ -703,11 +699,9 @@ export function renderTopology(r: TopologyResults): string {
     ),
   );
   out.push('');
-  out.push('With two apis and two workers, "api µs" and "worker µs" sum both processes. Per process, as % of one core during the measured seconds:');
-  out.push('');
   out.push(
     mdTable(
-      ['target', 'conns', 'per process (% of a core)', 'Redis % of a core', 'Redis cmds/req', 'Redis idle: % of a core, cmds/s', 'answered by api'],
+      ['target', 'conns', 'per process, % of a core', 'Redis % of a core', 'Redis cmds/req', 'Redis idle: % of a core, cmds/s', 'answered by api'],
       r.single.cells.map((c) => [
         c.target,
         String(c.connections),
@@ -730,23 +724,12 @@ export function renderTopology(r: TopologyResults): string {
     out.push(`### Redis Cluster: 3 primaries, ${s.replicas} replica(s) each; 1 api + 1 worker; QUEUE_SHARDS_CHAT = ${s.shards.join(', ')}`);
     out.push('');
     if (cl.error) out.push(`The Cluster part failed: ${cl.error}`, '');
-    if (s.replicas === 0) {
-      out.push(
-        'No replicas: a replica applies every write its primary makes, so on this 2-core machine it would take CPU from the processes measured ' +
-          'without changing what the primaries do; failover is not what this measures (test/integration/redis-cluster.test.ts covers it).',
-      );
-      out.push('');
-    }
     if (cl.nodes.length) {
-      out.push(
-        mdTable(
-          ['node', 'port', 'slots', 'holds'],
-          cl.nodes.map((n) => [n.name, String(n.port), n.slots ?? `replica`, n.holds ?? '']),
-        ),
-      );
+      out.push(mdTable(['node', 'port', 'slots', 'holds'], cl.nodes.map((n) => [n.name, String(n.port), n.slots ?? 'replica', n.holds ?? ''])));
       out.push('');
     }
     const nodeNames = cl.nodes.map((n) => n.name);
+    const primaries = cl.nodes.filter((n) => n.role === 'primary').map((n) => n.name);
     const rows: string[][] = [];
     for (const run of cl.runs) {
       for (const c of run.cells) {
@@ -773,9 +756,7 @@ export function renderTopology(r: TopologyResults): string {
         ]);
       }
     }
-    out.push(
-      `Redis CPU µs per request on each node (in parentheses: % of one core); "× floor" against the one-Redis floor at the same connections, measured earlier in this run (not alternated with these cells).`,
-    );
+    out.push('Redis CPU µs per request on each node (% of one core); "× floor" against the one-Redis floor at the same connections, measured earlier in this run.');
     out.push('');
     out.push(
       mdTable(
@@ -798,157 +779,37 @@ export function renderTopology(r: TopologyResults): string {
       ),
     );
     out.push('');
-  }
-
-  out.push('### Reading');
-  out.push('');
-  for (const line of conclusions(r)) out.push(`- ${line}`);
-  const warned = Object.entries(r.warnings).filter(([, n]) => n > 0);
-  if (warned.length) out.push('', `Log lines at warn or above: ${warned.map(([p, n]) => `${p} ${n}`).join(', ')} (bench/results/logs/topology-*).`);
-  return out.join('\n');
-}
-
-/** What the measured numbers say: the next bottleneck, and what the Cluster changed. */
-export function conclusions(r: TopologyResults): string[] {
-  const out: string[] = [];
-  const cores = r.cores;
-  const cells = r.single.cells;
-  const maxConns = Math.max(...r.settings.connections);
-  const at = (target: string, c: number) => cells.find((x) => x.target === target && x.connections === c);
-  const busyPct = (c: CellResult) => (c.busyMs === null ? Number.NaN : (c.busyMs / (c.wallMs * cores)) * 100);
-
-  const failed = [...cells, ...(r.cluster?.runs.flatMap((x) => x.cells) ?? [])].filter((c) => failures(c) > 0);
-  out.push(failed.length === 0 ? 'No errors, timeouts or non-2xx answers in any cell.' : `FAILURES: ${failed.map((c) => `${c.target} @${c.connections}: ${failures(c)}`).join('; ')}.`);
-
-  const one = at('1api+1worker', maxConns);
-  const two = at('2api+2worker', maxConns);
-  const floor = at('floor', maxConns);
-  if (one) {
-    const roles = byRole(one);
-    const api = perReq(one, roles.api);
-    const worker = perReq(one, roles.worker);
-    const redis = perReq(one, redisTotalMs(one));
-    const others = perReq(one, othersMs(one));
-    const rest = perReq(one, sum([one.cpuMs.fake, one.cpuMs.loadgen]));
-    const gatewayTotal = api + worker + redis;
-    out.push(
-      `1 api + 1 worker at ${maxConns} connections: ${int(one.rps)} req/s (${floor ? `${(one.rps / floor.rps).toFixed(2)}× the floor` : 'no floor'}), with the machine ${int(busyPct(one))} % busy ` +
-        `(api ${int(pctCore(one, roles.api))} %, worker ${int(pctCore(one, roles.worker))} %, Redis ${int(pctCore(one, redisTotalMs(one)))} % of a core; fake + load generator ${int(pctCore(one, sum([one.cpuMs.fake, one.cpuMs.loadgen])))} %, other tenants ${int(pctCore(one, othersMs(one)))} %). ` +
-        `Per request: api ${int(api)} µs, worker ${int(worker)} µs, Redis ${int(redis)} µs (${Math.round((api / gatewayTotal) * 100)} / ${Math.round((worker / gatewayTotal) * 100)} / ${Math.round((redis / gatewayTotal) * 100)} % of the gateway's CPU), ` +
-        `plus ${int(rest)} µs for the fake and the load generator${Number.isFinite(others) ? ` and ${int(others)} µs of other tenants' time` : ''}.`,
-    );
-    const saturated = busyPct(one) >= 85;
-    const hot = [['api', pctCore(one, roles.api)], ['worker', pctCore(one, roles.worker)], ['Redis', pctCore(one, redisTotalMs(one))]].filter(([, p]) => (p as number) >= 90) as Array<[string, number]>;
-    if (hot.length > 0) {
-      out.push(`${hot.map(([n, p]) => `${n} (${int(p)} % of a core)`).join(' and ')} ran at the limit of one core: on this box that process is the bottleneck right now.`);
-    } else if (saturated) {
-      out.push(
-        `No single process is at a core's limit, but the ${cores} cores are ${int(busyPct(one))} % busy: here the bottleneck is the machine's CPU as a whole, shared by everything; ` +
-          `which process would limit next can only be read from CPU per request, not from this box's throughput.`,
-      );
-    } else {
-      out.push(`Neither a single process nor the machine (${int(busyPct(one))} % busy) is CPU-bound: the limit at ${maxConns} connections is latency (round trips between the processes), not CPU.`);
-    }
-    // Per-core ceilings: what one dedicated core per role would carry at this CPU per request.
-    const ceiling = (us: number) => 1e6 / us;
-    const ranked = ([['api', api], ['worker', worker], ['Redis', redis]] as Array<[string, number]>).sort((a, b) => b[1] - a[1]);
-    out.push(
-      `At these costs one core carries about ${ranked.map(([n, us]) => `${int(ceiling(us))} req/s of ${n}`).join(', ')}. ` +
-        `The api is stateless and workers scale by adding processes, each on its own core; one Redis runs commands on one thread, so once api and worker ` +
-        `have cores of their own, the next bottleneck is Redis, near ${int(ceiling(redis))} req/s for one Redis at ${int(redis)} µs per request ` +
-        `(an estimate: CPU per request falls as batching grows under load, and ${cores} shared cores cannot show it directly). ` +
-        `Before that, with api and worker sharing one machine, the ${ranked[0]![0]} costs most per request.`,
-    );
-  }
-  if (one && two) {
-    const ratio = two.rps / one.rps;
-    const rolesOne = byRole(one);
-    const rolesTwo = byRole(two);
-    const gwOne = perReq(one, rolesOne.api) + perReq(one, rolesOne.worker);
-    const gwTwo = perReq(two, rolesTwo.api) + perReq(two, rolesTwo.worker);
-    out.push(
-      `2 apis + 2 workers at ${maxConns} connections: ${int(two.rps)} req/s, ${ratio.toFixed(2)}× 1 + 1 (machine ${int(busyPct(two))} % busy); ` +
-        `api ${int(perReq(one, rolesOne.api))} → ${int(perReq(two, rolesTwo.api))} µs, worker ${int(perReq(one, rolesOne.worker))} → ${int(perReq(two, rolesTwo.worker))} µs ` +
-        `(api + worker ${int(gwOne)} → ${int(gwTwo)} µs, ${gwTwo >= gwOne ? '+' : ''}${((gwTwo / gwOne - 1) * 100).toFixed(0)} %), Redis ${int(perReq(one, redisTotalMs(one)))} → ${int(perReq(two, redisTotalMs(two)))} µs per request. ` +
-        (ratio < 1.1
-          ? `More processes on ${cores} cores do not add throughput: the cores are already shared${gwTwo > gwOne * 1.03 ? ', and each process batches less, so a request costs more CPU' : ''}.`
-          : `More processes added throughput: the single pair was not using the cores fully.`),
-    );
-  }
-  for (const c of r.settings.connections) {
-    const a = at('1api+1worker', c);
-    const f = at('floor', c);
-    const b = at('2api+2worker', c);
-    if (a && f) out.push(`@${c} connections: floor ${int(f.rps)}, 1 + 1 ${int(a.rps)} (${(a.rps / f.rps).toFixed(2)}×)${b ? `, 2 + 2 ${int(b.rps)} (${(b.rps / f.rps).toFixed(2)}×)` : ''} req/s.`);
-  }
-
-  const cl = r.cluster;
-  if (cl && cl.runs.length > 0) {
-    const primaries = cl.nodes.filter((n) => n.role === 'primary').map((n) => n.name);
-    const conns = r.settings.clusterConnections.join(' and ');
-    // Pooled over the connection counts: a cell slowed down by other tenants weighs by the few requests it served.
-    const described = cl.runs
+    // Pooled over the connection counts: a cell slowed by other tenants weighs by the few requests it served.
+    const pooled = cl.runs
       .filter((run) => run.cells.length > 0)
       .map((run) => {
         const c = run.cells.reduce<CellResult | undefined>((a, x) => merge(a, x), undefined)!;
         const total = redisTotalMs(c);
-        const us = Object.fromEntries(primaries.map((p) => [p, perReq(c, c.redisCpuMs[p])]));
-        const shares = primaries.map((p) => [p, (c.redisCpuMs[p] ?? 0) / Math.max(1e-9, total)] as [string, number]);
-        const busiest = primaries.reduce((a, b) => (us[b]! > us[a]! ? b : a));
-        return { run, c, total, us, shares, busiest, busiestUs: us[busiest]! };
+        const busiestUs = Math.max(...primaries.map((p) => perReq(c, c.redisCpuMs[p])));
+        return [
+          String(run.shards),
+          int(c.ok),
+          Object.entries(run.accountsByPrimary).sort().map(([p, n]) => `${p} ${n}`).join(', '),
+          int(perReq(c, total)),
+          primaries.map((p) => int(perReq(c, c.redisCpuMs[p]))).join(' / '),
+          primaries.map((p) => `${Math.round(((c.redisCpuMs[p] ?? 0) / Math.max(1e-9, total)) * 100)} %`).join(' / '),
+          int(1e6 / busiestUs),
+        ];
       });
-    for (const d of described) {
-      out.push(
-        `Cluster, ${d.run.shards} chat shard${d.run.shards > 1 ? 's' : ''} (on ${d.run.shardPrimaries.join(', ')}; the ${clusterAccounts} accounts' bills on ${Object.entries(d.run.accountsByPrimary).sort().map(([p, n]) => `${p} ${n}`).join(', ')}), pooled over ${conns} connections (${int(d.c.ok)} requests): ` +
-          `Redis ${int(perReq(d.c, d.total))} µs per request over all nodes, by primary ${primaries.map((p) => `${p} ${int(d.us[p]!)}`).join(' / ')} µs ` +
-          `(${d.shares.map(([p, share]) => `${p} ${Math.round(share * 100)} %`).join(' / ')}); the busiest, ${d.busiest}, ` +
-          `puts the Cluster's ceiling near ${int(1e6 / d.busiestUs)} req/s once every primary has a core of its own.`,
-      );
-    }
-    const minShards = Math.min(...described.map((x) => x.run.shards));
-    const maxShards = Math.max(...described.map((x) => x.run.shards));
-    const first = described.find((d) => d.run.shards === minShards);
-    const last = described.find((d) => d.run.shards === maxShards);
-    if (first && last && first !== last) {
-      const spread = (d: (typeof described)[number]) => Math.max(...d.shares.map(([, x]) => x));
-      out.push(
-        `What the shards changed (${first.run.shards} → ${last.run.shards}): the busiest primary's share of Redis CPU ${Math.round(spread(first) * 100)} % → ${Math.round(spread(last) * 100)} %, ` +
-          `its CPU per request ${int(first.busiestUs)} µs (${first.busiest}) → ${int(last.busiestUs)} µs (${last.busiest}), so the estimated Redis ceiling goes from about ${int(1e6 / first.busiestUs)} to ${int(1e6 / last.busiestUs)} req/s.`,
-      );
-    }
-    const singleOne = r.settings.connections
-      .map((c) => at('1api+1worker', c))
-      .filter((x): x is CellResult => !!x)
-      .reduce<CellResult | undefined>((a, x) => merge(a, x), undefined);
-    if (singleOne && first) {
-      const one = perReq(singleOne, redisTotalMs(singleOne));
-      const all = perReq(first.c, first.total);
-      out.push(
-        `Redis CPU per request in all, one Redis (1 + 1, pooled) vs the Cluster with ${first.run.shards} shard${first.run.shards > 1 ? 's' : ''}: ${int(one)} vs ${int(all)} µs (${all >= one ? '+' : ''}${((all / one - 1) * 100).toFixed(0)} %). ` +
-          `${all > one ? 'The Cluster spends more in all (a held request reserves in its own round trip, a turn\'s commands go to several nodes instead of one pipeline, each node has its own overhead): it can only win by dividing that over primaries.' : 'The Cluster spends no more in all.'}`,
-      );
-    }
-    const othersPct = (c: CellResult) => pctCore(c, othersMs(c));
-    const singleOthers = cells.map(othersPct).filter(Number.isFinite);
-    const clusterCells = cl.runs.flatMap((x) => x.cells);
-    const clusterOthers = clusterCells.map(othersPct).filter(Number.isFinite);
-    if (singleOthers.length && clusterOthers.length) {
-      const range = (xs: number[]) => `${int(Math.min(...xs))}–${int(Math.max(...xs))} %`;
-      out.push(
-        `Throughput on the Cluster here (${clusterCells.map((c) => `${int(c.rps)}`).join(', ')} req/s) against ${singleOne ? int(singleOne.rps) : '-'} on one Redis says little about the Cluster: ` +
-          `all three primaries share the ${cores} cores with the gateway, the fake and the load generator, and other tenants of the machine took ${range(clusterOthers)} of a core during the Cluster cells ` +
-          `(${range(singleOthers)} during the one-Redis cells). The per-primary split of Redis CPU is the figure to read; the ceilings above are estimates from it.`,
-      );
-    }
-  }
-  const contended = [...cells, ...(cl?.runs.flatMap((x) => x.cells) ?? [])].filter((c) => pctCore(c, othersMs(c)) >= 80);
-  if (contended.length) {
     out.push(
-      `Cells where other tenants took 80 % of a core or more (their throughput and CPU per request are inflated by contention, the idle Redis figures by the warm-up's tail): ` +
-        `${contended.map((c) => `${c.target} @${c.connections} (${int(pctCore(c, othersMs(c)))} %)`).join(', ')}.`,
+      mdTable(
+        ['shards', 'requests (pooled)', `bills of the ${clusterAccounts} accounts`, 'Redis µs/req, all nodes', `${primaries.join(' / ')} µs`, 'split of Redis CPU', '1e6 ÷ busiest primary µs (req/s)'],
+        pooled,
+      ),
     );
+    out.push('');
   }
-  return out;
+
+  const failed = [...r.single.cells, ...(cl?.runs.flatMap((x) => x.cells) ?? [])].filter((c) => failures(c) > 0);
+  if (failed.length) out.push(`FAILURES: ${failed.map((c) => `${c.target} @${c.connections}: ${failures(c)}`).join('; ')}.`, '');
+  const warned = Object.entries(r.warnings).filter(([, n]) => n > 0);
+  if (warned.length) out.push(`Log lines at warn or above: ${warned.map(([p, n]) => `${p} ${n}`).join(', ')} (bench/results/logs/topology-*).`);
+  return out.join('\n').trimEnd();
 }
 
 // ---------------------------------------------------------------- entry from bench/run.ts

@@ -1,10 +1,10 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { buildOnce } from '../support/build.js';
 import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { followsMoneyRule } from '../support/money-rule.js';
 import { testRecord } from '../support/record.js';
@@ -71,7 +71,7 @@ describe('console activity page in a real browser', () => {
 
   before(async () => {
     assert.ok(existsSync(chromiumPath), `Chromium is needed at ${chromiumPath} (apt-get install chromium), or set CHROMIUM_PATH`);
-    execFileSync(process.execPath, ['bin/build.mjs'], { cwd: root, stdio: 'inherit' });
+    await buildOnce();
     mkdirSync(shots, { recursive: true });
     const { url, redis } = await freshRedis(7);
     redis.disconnect();

@@ -1,12 +1,12 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
 import OpenAI from 'openai';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { buildOnce } from '../support/build.js';
 import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { amountsIn, followsMoneyRule } from '../support/money-rule.js';
 
@@ -39,7 +39,7 @@ describe('web console in a real browser', () => {
   before(async () => {
     assert.ok(existsSync(chromiumPath), `Chromium is needed at ${chromiumPath} (apt-get install chromium), or set CHROMIUM_PATH`);
     // The same build `npm start` runs: the console's bundle is part of it.
-    execFileSync(process.execPath, ['bin/build.mjs'], { cwd: root, stdio: 'inherit' });
+    await buildOnce();
     mkdirSync(shots, { recursive: true });
     const { url, redis } = await freshRedis(8);
     redis.disconnect();

@@ -1,11 +1,11 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { AccountStore } from '../../api/accounts/account-store.js';
+import { buildOnce } from '../support/build.js';
 import { createKey, freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
 import { testRecord } from '../support/record.js';
 
@@ -36,7 +36,7 @@ describe('queue dashboard in a real browser', () => {
   before(async () => {
     assert.ok(existsSync(chromiumPath), `Chromium is needed at ${chromiumPath} (apt-get install chromium), or set CHROMIUM_PATH`);
     // The console's bundle is part of the build `npm start` runs.
-    execFileSync(process.execPath, ['bin/build.mjs'], { cwd: root, stdio: 'inherit' });
+    await buildOnce();
     mkdirSync(shots, { recursive: true });
     const { url, redis } = await freshRedis(4);
     clientKey = (await createKey(redis)).key;

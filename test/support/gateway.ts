@@ -164,9 +164,16 @@ export async function startGateway(options: {
     proc.stdout!.on('data', onData);
     proc.stderr!.on('data', onData);
     proc.once('exit', (code) => reject(new Error(`gateway (${role}) exited with ${code} before it was ready:\n${logs.join('\n')}`)));
-    setTimeout(() => reject(new Error(`gateway (${role}) not ready after 20 s:\n${logs.join('\n')}`)), 20_000).unref();
+    // Generous: a start compiles every source through tsx, slow on a 2-core machine running test files side by side.
+    setTimeout(() => reject(new Error(`gateway (${role}) not ready after 60 s:\n${logs.join('\n')}`)), 60_000).unref();
   });
-  await ready;
+  try {
+    await ready;
+  } catch (error) {
+    // A start that failed must not leave the process running: its pipes would keep this test process alive for ever.
+    proc.kill('SIGKILL');
+    throw error;
+  }
   const url = `http://127.0.0.1:${port}`;
   return {
     proc,

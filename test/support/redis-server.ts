@@ -123,6 +123,18 @@ function startGuard(pid: number, dir: string): ChildProcess {
  * a SIGKILL through a watchdog); `remove()` does the same earlier.
  */
 export async function startPrivateRedis(options: { aof?: boolean } = {}) {
+  // A free port can be taken before redis-server binds it (by a server of another test file, or the local end of
+  // any connection): try another.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startOnFreePort(options);
+    } catch (error) {
+      if (attempt === 3 || !redisServerInstalled()) throw error;
+    }
+  }
+}
+
+async function startOnFreePort(options: { aof?: boolean }) {
   if (!redisServerInstalled()) {
     throw new Error('redis-server is not installed (e.g. `apt-get install redis-server`): cannot start a private Redis');
   }
@@ -196,16 +208,7 @@ let processRedis: Promise<PrivateRedis> | undefined;
  * and shared by every caller in the process (`freshRedis`, the benches).
  */
 export function processPrivateRedis(): Promise<PrivateRedis> {
-  processRedis ??= (async () => {
-    // A free port can be taken before redis-server binds it: try another.
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await startPrivateRedis({ aof: false });
-      } catch (error) {
-        if (attempt === 3 || !redisServerInstalled()) throw error;
-      }
-    }
-  })();
+  processRedis ??= startPrivateRedis({ aof: false });
   return processRedis;
 }
 
