@@ -27,14 +27,31 @@ const instant = z
 
 export const maxPageSize = 100;
 
+/** The filters, as the query string names them. */
+const filterFields = {
+  account_id: id.optional(),
+  key_id: id.optional(),
+  model: id.optional(),
+  status: z.enum(requestStatuses).optional(),
+  since: instant.optional(),
+  until: instant.optional(),
+};
+
+function toFilter(query: z.output<z.ZodObject<typeof filterFields>>): RequestFilter {
+  return {
+    ...(query.account_id !== undefined ? { accountId: query.account_id } : {}),
+    ...(query.key_id !== undefined ? { keyId: query.key_id } : {}),
+    ...(query.model !== undefined ? { model: query.model } : {}),
+    ...(query.status !== undefined ? { status: query.status } : {}),
+    ...(query.since !== undefined ? { since: query.since } : {}),
+    ...(query.until !== undefined ? { until: query.until } : {}),
+  };
+}
+
+/** A page of the log: the filters, a page size and a cursor. */
 export const requestListQuerySchema = z
   .strictObject({
-    account_id: id.optional(),
-    key_id: id.optional(),
-    model: id.optional(),
-    status: z.enum(requestStatuses).optional(),
-    since: instant.optional(),
-    until: instant.optional(),
+    ...filterFields,
     limit: z
       .string()
       .regex(/^\d{1,4}$/, 'expected a whole number')
@@ -46,16 +63,11 @@ export const requestListQuerySchema = z
   .transform((query) => {
     const cursor = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
     if (query.cursor !== undefined && !cursor) throw invalidRequest('The cursor is not one this API gave out.', 'cursor');
-    const filter: RequestFilter = {
-      ...(query.account_id !== undefined ? { accountId: query.account_id } : {}),
-      ...(query.key_id !== undefined ? { keyId: query.key_id } : {}),
-      ...(query.model !== undefined ? { model: query.model } : {}),
-      ...(query.status !== undefined ? { status: query.status } : {}),
-      ...(query.since !== undefined ? { since: query.since } : {}),
-      ...(query.until !== undefined ? { until: query.until } : {}),
-    };
-    return { filter, limit: query.limit ?? 50, cursor };
+    return { filter: toFilter(query), limit: query.limit ?? 50, cursor };
   });
+
+/** The filters alone, without the paging (the histogram counts the whole range). */
+export const requestFilterQuerySchema = z.strictObject(filterFields).transform((query) => ({ filter: toFilter(query) }));
 
 export type RequestListQuery = z.output<typeof requestListQuerySchema>;
 

@@ -8,8 +8,8 @@ import { microsToUsd } from '../accounts/account-store.js';
 import { parseStrict } from '../accounts/account-requests.js';
 import type { KeyStore } from '../accounts/key-store.js';
 import type { ModelResolver } from '../requests/model-resolver.js';
-import { groupUsage, loadUsageDays, type UsageRow } from '../accounts/admin-usage.js';
-import { requestListQuerySchema } from '../accounts/admin-requests.js';
+import { groupUsage, loadUsageDays, type Grouping, type UsageRow } from '../accounts/admin-usage.js';
+import { requestFilterQuerySchema, requestListQuerySchema } from '../accounts/admin-requests.js';
 
 /*
  * What the console's pricing, usage and activity pages read. Usage is summed
@@ -49,15 +49,22 @@ function daysOf(request: UsageRequest): string[] {
   return Array.from({ length: count }, (_, i) => utcDay(today - (count - 1 - i) * dayMs));
 }
 
+/** One account's usage over the last 7, 30 or 90 UTC days, read from the record's day totals and summed by `groupUsage`. */
+async function usageDays(keyStore: KeyStore, account: Account, request: UsageRequest) {
+  const days = daysOf(request);
+  const loaded = await loadUsageDays(keyStore.record, days, account.id);
+  const filter = { accountId: account.id, keyId: request.key_id, model: request.model };
+  const group = (groupBy: Grouping[]) => groupUsage(loaded, { ...filter, groupBy });
+  return { days, group, daily: group(['day', 'model']).filter((row) => row.requests > 0 || row.cost_usd > 0) };
+}
+
 /**
  * One account's usage over the last 7, 30 or 90 UTC days: per day and model,
  * per model, per key, and in total; and from the request log, latency, time
  * to first token and error rate per model over the same days.
  */
 export async function usageReport(keyStore: KeyStore, account: Account, request: UsageRequest) {
-  const days = daysOf(request);
-  const loaded = await loadUsageDays(keyStore.record, days, account.id);
-  const filter = { accountId: account.id, keyId: request.key_id, model: request.model };
+  const { days, group, daily } = await usageDays(keyStore, account, request);
   const since = Date.parse(`${days[0]}T00:00:00Z`) / 1000;
   const until = Date.parse(`${days.at(-1)}T00:00:00Z`) / 1000 + 86_400;
   const latency = await latencyByModel(keyStore.record, {
@@ -76,10 +83,10 @@ export async function usageReport(keyStore: KeyStore, account: Account, request:
     from: days[0],
     to: days.at(-1),
     balance_usd: current.balanceMicros === undefined ? null : microsToUsd(current.balanceMicros),
-    totals: groupUsage(loaded, { ...filter, groupBy: [] })[0],
-    daily: groupUsage(loaded, { ...filter, groupBy: ['day', 'model'] }).filter((row) => row.requests > 0 || row.cost_usd > 0),
-    by_model: groupUsage(loaded, { ...filter, groupBy: ['model'] }),
-    by_key: groupUsage(loaded, { ...filter, groupBy: ['key'] }).map(withName),
+    totals: group([])[0],
+    daily,
+    by_model: group(['model']),
+    by_key: group(['key']).map(withName),
     latency,
   };
 }
@@ -124,11 +131,7 @@ export function bucketSecondsFor(rangeSeconds: number): number {
  * left out, for the page to draw as zero.
  */
 export async function requestHistogramReport(record: RecordDb, account: Account, query: Record<string, unknown>) {
-  // The list's filters, without its paging.
-  for (const name of ['limit', 'cursor']) {
-    if (name in query) throw invalidRequest(`Unrecognized request argument supplied: '${name}'.`, name, 'unknown_parameter');
-  }
-  const { filter } = parseStrict(requestListQuerySchema, query);
+  const { filter } = parseStrict(requestFilterQuerySchema, query);
   // Exclusive: a request of this very second is in.
   const until = filter.until ?? Math.floor(Date.now() / 1000) + 1;
   const since = filter.since ?? until - defaultHistogramSeconds;
@@ -150,8 +153,9 @@ function csvField(value: string | number | undefined): string {
 
 /** The daily rows of the usage page as CSV. */
 export async function usageCsv(keyStore: KeyStore, account: Account, request: UsageRequest) {
-  const report = await usageReport(keyStore, account, request);
+  // The day totals alone: none of the report's latency, key names or balance.
+  const { days, daily } = await usageDays(keyStore, account, request);
   const lines = [csvColumns.join(',')];
-  for (const row of report.daily) lines.push(csvColumns.map((column) => csvField(row[column])).join(','));
-  return { filename: `usage-${report.from}-to-${report.to}.csv`, csv: `${lines.join('\r\n')}\r\n` };
+  for (const row of daily) lines.push(csvColumns.map((column) => csvField(row[column])).join(','));
+  return { filename: `usage-${days[0]}-to-${days.at(-1)}.csv`, csv: `${lines.join('\r\n')}\r\n` };
 }

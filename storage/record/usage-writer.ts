@@ -140,9 +140,10 @@ export type LogRow = Pick<UsageTable, 'request_id' | 'account_id' | 'key_id' | '
  * When the two halves disagree on the status, the one that says more about
  * what the client got wins: a refusal over a cancel over a failure over a
  * completion (a background response the api accepted can still fail; a
- * stream the client left is cancelled however the job ended).
+ * stream the client left is cancelled however the job ended). The order is
+ * `requestStatuses`', for the merge in a batch and the upsert's alike.
  */
-const statusRank = sql`array['completed', 'failed', 'cancelled', 'refused']`;
+const statusRank = sql`array[${sql.join(requestStatuses.map((status) => sql.lit(status)))}]`;
 const mergedStatus = sql<string>`case when coalesce(array_position(${statusRank}, excluded.status), 0) > coalesce(array_position(${statusRank}, usage.status), 0) then excluded.status else usage.status end`;
 
 const rank = (status: string) => requestStatuses.indexOf(status as RequestStatus);

@@ -350,6 +350,7 @@ describe('console activity API', () => {
     expectError(await histogram(alice.console, `?since=${now}&until=${now}`), 400, 'invalid_value', 'since');
     expectError(await histogram(alice.console, `?since=${now - 32 * 86_400}`), 400, 'invalid_value', 'since');
     expectError(await histogram(alice.console, '?limit=5'), 400, 'unknown_parameter', 'limit');
+    expectError(await histogram(alice.console, '?cursor=abc'), 400, 'unknown_parameter', 'cursor');
     expectError(await histogram(alice.console, '?status=bogus'), 400, 'invalid_value', 'status');
     // A member asking with an admin's parameter is not told anything either way: the same 200 as without it.
     assert.equal((await histogram(alice.console, '?account_id=acct_default')).status, 200);
