@@ -266,21 +266,25 @@ export interface UsageRecord {
   detail?: UsageDetail;
 }
 
-/** The worker's part of the request log, carried in the settlement's usage record. */
+/**
+ * The worker's part of the request log, carried in the settlement's usage
+ * record under the record's own column names (an absent or undefined field
+ * is left out of the record).
+ */
 export interface UsageDetail {
   endpoint?: string;
   /** The answer's own id (`chatcmpl-…`, `resp_…`). */
-  answerId?: string;
-  channel?: string;
+  answer_id?: string | undefined;
+  channel?: string | undefined;
   /** The attempt that ended the job (1 for the first). */
   attempts?: number;
   /** The model that served, when a fallback did. */
-  fallback?: string;
-  finishReason?: string;
+  fallback?: string | undefined;
+  finish_reason?: string | undefined;
   /** From the enqueue to the start of the attempt that ended the job. */
-  queueMs?: number;
+  queue_ms?: number;
   /** The error the job ended with, when it failed. */
-  errorCode?: string;
+  error_code?: string | undefined;
 }
 
 export interface SettlePolicy {
@@ -288,16 +292,6 @@ export interface SettlePolicy {
   bufferRecords: number;
 }
 
-/**
- * Replaces the reservation by the actual cost and appends the usage record
- * for the record's writer, atomically and at most once per request id. Returns
- * whether this call settled it (false: it was settled before).
- */
-/**
- * `keepSettledMs`: how long the request id stays marked settled. Past its
- * deadline no attempt of the job can run any more, so the mark needs to
- * outlive the deadline only (kept short: one mark per request adds up).
- */
 /** What a settlement did: whether it applied (a second one of a request id does not), and what the request had reserved. */
 export interface Settlement {
   applied: boolean;
@@ -305,6 +299,13 @@ export interface Settlement {
   reservedMicros: number | null;
 }
 
+/**
+ * Replaces the reservation by the actual cost and appends the usage record
+ * for the record's writer, atomically and at most once per request id.
+ * `keepSettledMs`: how long the request id stays marked settled. Past its
+ * deadline no attempt of the job can run any more, so the mark needs to
+ * outlive the deadline only (kept short: one mark per request adds up).
+ */
 export async function settle(redis: Redis, usage: UsageRecord, policy: SettlePolicy, now = Date.now(), keepSettledMs = 86_400_000): Promise<Settlement> {
   const record = {
     request_id: usage.requestId,
@@ -322,18 +323,7 @@ export async function settle(redis: Redis, usage: UsageRecord, policy: SettlePol
     status: usage.status,
     created: usage.created,
     duration_ms: usage.durationMs,
-    ...(usage.detail
-      ? {
-          endpoint: usage.detail.endpoint,
-          answer_id: usage.detail.answerId,
-          channel: usage.detail.channel,
-          attempts: usage.detail.attempts,
-          fallback: usage.detail.fallback,
-          finish_reason: usage.detail.finishReason,
-          queue_ms: usage.detail.queueMs,
-          error_code: usage.detail.errorCode,
-        }
-      : {}),
+    ...usage.detail,
   };
   const [applied, reserved] = await billing(redis).billingSettle(
     settledKey(usage.accountId, usage.requestId),

@@ -281,10 +281,10 @@ class JobRun {
     return settleJob(this.deps.settlement, data, this.request, this.vendor, this.produced, status, {
       endpoint: data.endpoint,
       attempts: job.attemptsMade + 1,
-      queueMs: Math.max(0, (job.processedOn ?? Date.now()) - job.timestamp),
-      ...(route ? { channel: route.channel.id } : {}),
-      ...(route && route.model.id !== data.model ? { fallback: route.model.id } : {}),
-      ...(errorCode ? { errorCode } : {}),
+      queue_ms: Math.max(0, (job.processedOn ?? Date.now()) - job.timestamp),
+      channel: route?.channel.id,
+      fallback: route && route.model.id !== data.model ? route.model.id : undefined,
+      error_code: errorCode,
     });
   }
 }

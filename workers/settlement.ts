@@ -127,7 +127,8 @@ export async function settleJob(
     status,
     created: Math.floor(produced.started / 1000),
     durationMs: Date.now() - produced.started,
-    ...(detail ? { detail: { ...detail, ...(produced.answerId ? { answerId: produced.answerId } : {}), ...(produced.finishReason ? { finishReason: produced.finishReason } : {}) } } : {}),
+    // The run's detail with what the meter saw of the answer, in the record's column names.
+    ...(detail ? { detail: { ...detail, answer_id: produced.answerId, finish_reason: produced.finishReason } } : {}),
   };
   for (let attempt = 1; ; attempt++) {
     try {

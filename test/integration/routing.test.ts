@@ -7,7 +7,8 @@ import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { FAKE_REPLY_TEXT } from '../support/fake-openai-defaults.js';
-import { createKey, freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
+import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import type { RequestView } from '../../storage/record/request-log.js';
 
 const writeJson = (name: string, value: unknown) => {
   const path = join(mkdtempSync(join(tmpdir(), 'sy-routing-')), name);
@@ -24,6 +25,7 @@ describe('channels, cooldowns and fallbacks', () => {
   let gateway: GatewayProcess;
   let redis: Redis;
   let client: OpenAI;
+  let key: string;
 
   before(async () => {
     [heavy, light, backup] = await Promise.all([startFakeOpenAI(), startFakeOpenAI(), startFakeOpenAI()]);
@@ -52,7 +54,8 @@ describe('channels, cooldowns and fallbacks', () => {
     gateway = await startGateway({
       env: { REDIS_URL: fresh.url, CHANNELS_FILE: channels, CATALOG_FILE: catalog, RETRY_BASE_MS: '10', CHANNEL_COOLDOWN_MS: '60000' },
     });
-    client = gateway.client((await createKey(redis)).key);
+    key = (await createKey(redis)).key;
+    client = gateway.client(key);
   });
 
   beforeEach(async () => {
@@ -96,6 +99,27 @@ describe('channels, cooldowns and fallbacks', () => {
     for (let i = 0; i < 5; i++) assert.equal((await ask(client, 'house-model')).choices[0]!.message.content, FAKE_REPLY_TEXT);
     assert.ok(backup.requests.length >= 4);
     assert.equal((backup.requests.at(-1)!.body as { model: string }).model, 'spare-upstream');
+
+    // The request log says which model and channel served it: the one asked for stays the record's model.
+    const { data: completion, response } = await client.chat.completions.create({ model: 'house-model', messages: [{ role: 'user', content: 'hi' }] }).withResponse();
+    const requestId = response.headers.get('x-request-id')!;
+    let record: RequestView | undefined;
+    await waitFor(
+      async () => {
+        const res = await fetch(`${gateway.url}/v1/generation?id=${requestId}`, { headers: { authorization: `Bearer ${key}` } });
+        record = res.status === 200 ? ((await res.json()) as { data: RequestView }).data : undefined;
+        return record?.settled === true && record.latency_ms !== null;
+      },
+      10_000,
+      `the record of ${requestId}`,
+    );
+    assert.equal(record!.model, 'house-model');
+    assert.equal(record!.fallback, 'spare-model');
+    assert.match(record!.channel ?? '', /^spare:/);
+    assert.equal(record!.answer_id, completion.id);
+    assert.equal(record!.finish_reason, 'stop');
+    assert.equal(record!.status, 'completed');
+    assert.equal(record!.error_code, null);
   });
 });
 
