@@ -110,6 +110,8 @@ describe('Redis restarted under load', () => {
       ...Array.from({ length: 2 }, (_, i) => chat(api.url, apiKey, `waiting stream ${i}`, { stream: true, messages: [{ role: 'user', content: `stream ${i}` }] }, clientGiveUpMs)),
     ];
     await waitFor(async () => (await redis.llen('bull:{chat}:wait')) === waiting.length, 10_000, 'the requests to wait in the queue');
+    // The queued jobs are in the AOF file (everysec may hold them back up to 2 s behind a slow fsync, and a crash lose them).
+    await redisServer!.persisted();
 
     await redisServer!.stop();
     await sleep(1500);
@@ -148,6 +150,7 @@ describe('Redis restarted under load', () => {
     // Redis restarts; the worker is back at once and finishes every job, but the api stays cut off until then:
     // every `done` is published to nobody, so its answer must come from the jobs and the replay logs.
     proxy!.block();
+    await redisServer!.persisted();
     await redisServer!.stop();
     await redisServer!.restart();
     await waitFor(async () => (await redis.zcard('bull:{chat}:completed')) >= 5, 20_000, 'the worker to finish every job');

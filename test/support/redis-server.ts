@@ -148,6 +148,9 @@ async function startOnFreePort(options: { aof?: boolean }) {
   const url = `redis://127.0.0.1:${port}`;
 
   async function start(): Promise<void> {
+    // A second server on the port would fail to bind while the probe below still reached the first one.
+    const running = server.proc;
+    if (running && running.exitCode === null && running.signalCode === null) throw new Error(`the Redis on port ${port} is still running: stop() it first`);
     const persistence = aof ? ['--appendonly', 'yes', '--appendfsync', 'everysec'] : ['--appendonly', 'no'];
     const proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, ...persistence, '--save', ''], {
       stdio: 'ignore',
@@ -186,6 +189,30 @@ async function startOnFreePort(options: { aof?: boolean }) {
     proc.unref();
   }
 
+  /**
+   * Resolves once every write the server has acknowledged so far is in its
+   * AOF file (INFO persistence: `aof_buffer_length:0`), so a SIGKILL after it
+   * loses none of them. With `appendfsync everysec` Redis holds writes in its
+   * buffer for up to 2 s while a slow fsync is behind (a large AOF on a busy
+   * disk), and a crash then loses them: a test that restarts Redis to show
+   * what survives waits for this first, rather than for a guessed second.
+   */
+  async function persisted(timeoutMs = 10_000): Promise<void> {
+    if (!aof) throw new Error('persisted(): this server runs without an AOF');
+    const probe = new Redis(url, { maxRetriesPerRequest: 0, lazyConnect: true });
+    probe.on('error', () => undefined);
+    try {
+      await probe.connect();
+      for (const started = Date.now(); Date.now() - started < timeoutMs; ) {
+        if (/^aof_buffer_length:0\r?$/m.test(await probe.info('persistence'))) return;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      throw new Error(`the AOF buffer of the Redis on port ${port} was not written within ${timeoutMs} ms`);
+    } finally {
+      probe.disconnect();
+    }
+  }
+
   /** Stops the server for good and deletes its data directory. */
   async function remove(): Promise<void> {
     await stop();
@@ -199,7 +226,7 @@ async function startOnFreePort(options: { aof?: boolean }) {
     await remove();
     throw error;
   }
-  return { url, port, dir, aof, stop, restart: start, remove };
+  return { url, port, dir, aof, stop, restart: start, remove, persisted };
 }
 
 let processRedis: Promise<PrivateRedis> | undefined;
