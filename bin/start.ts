@@ -47,6 +47,24 @@ async function main(): Promise<void> {
     databaseUrl: record.url,
   };
   const log = createLogger(config.logLevel, `switchyard-${role}`);
+  // Signals are heard from here on. One that comes while the gateway is still starting (an orchestrator's
+  // SIGTERM, the parent stopping its worker process just after it started) stops it as soon as it has started,
+  // the usual way; a second Ctrl-C meanwhile exits at once.
+  let requested: string | undefined;
+  let stop = (signal: string): void => {
+    if (requested && signal === 'SIGINT') process.exit(130);
+    requested ??= signal;
+    log.info({ signal }, `stopping as soon as the start is done${signal === 'SIGINT' ? ' (Ctrl-C again to exit now)' : ''}`);
+  };
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  if (child) {
+    // A terminal's Ctrl-C reaches the whole process group: the parent decides when the workers stop.
+    process.on('SIGINT', () => undefined);
+    // The parent is gone (killed, crashed): its workers go with it, as they would in one process.
+    process.on('disconnect', () => process.exit(1));
+  } else {
+    process.on('SIGINT', () => stop('SIGINT'));
+  }
   if (record.source === 'embedded') {
     log.info({ dataDir: configured.dataDir }, `the record (accounts, keys, credits, usage) is the embedded database under ${configured.dataDir}/pg; set DATABASE_URL for PostgreSQL`);
   } else if (record.source === 'configured' && !child) {
@@ -108,7 +126,7 @@ async function main(): Promise<void> {
     );
   };
   let stopping = false;
-  const stop = (signal: string) => {
+  stop = (signal: string) => {
     if (stopping) {
       // A second Ctrl-C: the person at the terminal does not want to wait for the drain.
       if (signal === 'SIGINT') {
@@ -133,15 +151,7 @@ async function main(): Promise<void> {
       process.exit(0);
     })();
   };
-  process.on('SIGTERM', () => stop('SIGTERM'));
-  if (child) {
-    // A terminal's Ctrl-C reaches the whole process group: the parent decides when the workers stop.
-    process.on('SIGINT', () => undefined);
-    // The parent is gone (killed, crashed): its workers go with it, as they would in one process.
-    process.on('disconnect', () => process.exit(1));
-  } else {
-    process.on('SIGINT', () => stop('SIGINT'));
-  }
+  if (requested) stop(requested);
 }
 
 /** The address to print for a bind address: a wildcard is reached as localhost. */

@@ -1,6 +1,11 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
+import { recordUrlFor } from '../support/record.js';
 import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 
 /** The pid every JSON log line of a named process carries. */
@@ -98,5 +103,31 @@ describe('npm start with the workers in their own process (WORKER_PROCESS)', () 
     assert.deepEqual(pidsOf(gateway.logs, 'switchyard-worker'), new Set(), 'no worker process');
     assert.deepEqual(pidsOf(gateway.logs, 'switchyard-all'), new Set([gateway.proc.pid]));
     assert.ok(gateway.logs.some((line) => line.includes('workers started') && line.includes(`"pid":${gateway.proc.pid}`)));
+  });
+
+  it('a SIGTERM while it is still starting stops it once started, the usual way, and it exits 0', async () => {
+    const proc = spawn(process.execPath, ['--import', 'tsx', 'bin/start.ts'], {
+      cwd: fileURLToPath(new URL('../..', import.meta.url)),
+      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', REDIS_URL: url, DATABASE_URL: await recordUrlFor(url), WORKER_PROCESS: 'on' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const exited = once(proc, 'close');
+    const lines: string[] = [];
+    let signalled = false;
+    for await (const line of createInterface({ input: proc.stdout! })) {
+      lines.push(line);
+      // Logged once signals are heard, before the api listens and the workers start (about 150 ms of start after it).
+      if (!signalled && line.includes('the record is in PostgreSQL')) {
+        signalled = true;
+        proc.kill('SIGTERM');
+      }
+    }
+    const [code] = (await exited) as [number | null];
+    const at = (text: string) => lines.findIndex((line) => line.includes(text));
+    assert.equal(code, 0, lines.join('\n'));
+    assert.ok(at('stopping as soon as the start is done') >= 0, 'the signal was heard while starting');
+    assert.ok(at('gateway listening') > at('stopping as soon as the start is done'), 'the start went on to the end');
+    assert.ok(at('draining 0 requests') > at('gateway listening'), 'then it stopped the usual way');
+    assert.ok(at('"msg":"stopped"') > at('draining 0 requests'));
   });
 });
