@@ -187,14 +187,19 @@ describe('vendor timeouts', () => {
     redis?.disconnect();
   });
 
+  // undici times the first-byte and idle timeouts in steps of about a second: the 300 ms asked for fire after
+  // 0.5-1.5 s (attempts measured about 1.05 s apart). The fake answers 5 s late, so the timeout always comes first
+  // (with 1 s, one of five CI runs saw the late answer win).
+  const lateMs = 5000;
+
   it('retries a vendor that is slow to its first byte, then answers', async () => {
-    fake.enqueue({ delayMs: 1000 });
+    fake.enqueue({ delayMs: lateMs });
     assert.equal((await ask(client)).choices[0]!.message.content, FAKE_REPLY_TEXT);
     assert.equal(fake.requests.length, 2);
   });
 
   it('maps a vendor that never answers in time to 504 vendor_timeout', async () => {
-    fake.setDefault(() => ({ delayMs: 1000 }));
+    fake.setDefault(() => ({ delayMs: lateMs }));
     await assert.rejects(ask(client), (error: unknown) => error instanceof OpenAI.APIError && error.status === 504 && error.code === 'vendor_timeout');
     assert.equal(fake.requests.length, 4, 'every attempt was tried');
   });
