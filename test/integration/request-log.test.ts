@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { sql } from 'kysely';
-import { freshRedis, paidAccountKey, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { freshRedis, paidAccountKey, requestRecord, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { testRecord } from '../support/record.js';
 import { mergeHalves, writeLog, writeUsage, type LogRow, type UsageRow } from '../../storage/record/usage-writer.js';
 import type { RecordDb } from '../../storage/record/database.js';
@@ -42,21 +42,7 @@ describe('the request log', () => {
   const generation = (key: string, id: string) => fetch(`${gateway.url}/v1/generation?id=${encodeURIComponent(id)}`, { headers: { authorization: `Bearer ${key}` } });
 
   /** The record of `id` once the api's event and (when it has one) the settlement are both in. */
-  async function recordOf(key: string, id: string, settledToo = true): Promise<Generation> {
-    let found: Generation | undefined;
-    await waitFor(
-      async () => {
-        const res = await generation(key, id);
-        if (res.status !== 200) return false;
-        const { data } = (await res.json()) as { data: Generation };
-        found = data;
-        return data.latency_ms !== null && (!settledToo || data.settled);
-      },
-      10_000,
-      `the record of ${id}`,
-    );
-    return found!;
-  }
+  const recordOf = (key: string, id: string, settledToo = true): Promise<Generation> => requestRecord(gateway.url, key, id, settledToo);
 
   const admin = (query: string) => fetch(`${gateway.url}/admin/requests${query}`, { headers: { authorization: `Bearer ${adminToken}` } });
 

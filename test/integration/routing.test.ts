@@ -7,8 +7,7 @@ import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { FAKE_REPLY_TEXT } from '../support/fake-openai-defaults.js';
-import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
-import type { RequestView } from '../../storage/record/request-log.js';
+import { createKey, freshRedis, requestRecord, startGateway, type GatewayProcess } from '../support/gateway.js';
 
 const writeJson = (name: string, value: unknown) => {
   const path = join(mkdtempSync(join(tmpdir(), 'sy-routing-')), name);
@@ -103,23 +102,14 @@ describe('channels, cooldowns and fallbacks', () => {
     // The request log says which model and channel served it: the one asked for stays the record's model.
     const { data: completion, response } = await client.chat.completions.create({ model: 'house-model', messages: [{ role: 'user', content: 'hi' }] }).withResponse();
     const requestId = response.headers.get('x-request-id')!;
-    let record: RequestView | undefined;
-    await waitFor(
-      async () => {
-        const res = await fetch(`${gateway.url}/v1/generation?id=${requestId}`, { headers: { authorization: `Bearer ${key}` } });
-        record = res.status === 200 ? ((await res.json()) as { data: RequestView }).data : undefined;
-        return record?.settled === true && record.latency_ms !== null;
-      },
-      10_000,
-      `the record of ${requestId}`,
-    );
-    assert.equal(record!.model, 'house-model');
-    assert.equal(record!.fallback, 'spare-model');
-    assert.match(record!.channel ?? '', /^spare:/);
-    assert.equal(record!.answer_id, completion.id);
-    assert.equal(record!.finish_reason, 'stop');
-    assert.equal(record!.status, 'completed');
-    assert.equal(record!.error_code, null);
+    const record = await requestRecord(gateway.url, key, requestId);
+    assert.equal(record.model, 'house-model');
+    assert.equal(record.fallback, 'spare-model');
+    assert.match(record.channel ?? '', /^spare:/);
+    assert.equal(record.answer_id, completion.id);
+    assert.equal(record.finish_reason, 'stop');
+    assert.equal(record.status, 'completed');
+    assert.equal(record.error_code, null);
   });
 });
 

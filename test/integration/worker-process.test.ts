@@ -1,12 +1,9 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
-import { recordUrlFor } from '../support/record.js';
-import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { createKey, freshRedis, spawnGateway, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 
 /** The pid every JSON log line of a named process carries. */
 function pidsOf(logs: string[], name: string): Set<number> {
@@ -106,11 +103,7 @@ describe('npm start with the workers in their own process (WORKER_PROCESS)', () 
   });
 
   it('a SIGTERM while it is still starting stops it once started, the usual way, and it exits 0', async () => {
-    const proc = spawn(process.execPath, ['--import', 'tsx', 'bin/start.ts'], {
-      cwd: fileURLToPath(new URL('../..', import.meta.url)),
-      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', REDIS_URL: url, DATABASE_URL: await recordUrlFor(url), WORKER_PROCESS: 'on' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const proc = await spawnGateway('all', { REDIS_URL: url, WORKER_PROCESS: 'on' });
     const exited = once(proc, 'close');
     const lines: string[] = [];
     let signalled = false;

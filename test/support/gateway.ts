@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { KeyStore, type KeyLimits } from '../../api/accounts/key-store.js';
+import type { RequestView } from '../../storage/record/request-log.js';
 import { onProcessEnd } from './process-end.js';
 import { processPrivateRedis, redisServerInstalled } from './redis-server.js';
 import { recordUrlFor, resetRecordFor, testRecord } from './record.js';
@@ -111,16 +112,15 @@ function killGateways(): void {
 }
 
 /**
- * Starts the gateway as its own process (`bin/start.ts`, through tsx), the
- * way `npm start` does, and waits until it serves.
+ * Spawns the gateway as its own process (`bin/start.ts`, through tsx), the
+ * way `npm start` does, with the test's environment on top of a quiet,
+ * loopback-only default; it does not wait for it to serve, and it is killed
+ * with the test process whatever way that ends. With no
+ * DATABASE_URL the record is the test database that goes with the gateway's
+ * Redis; DATABASE_URL='' asks for the embedded default.
  */
-export async function startGateway(options: {
-  role?: 'all' | 'api' | 'worker';
-  env: Record<string, string>;
-}): Promise<GatewayProcess> {
-  const role = options.role ?? 'all';
-  // The record that goes with the gateway's Redis, unless the test names one; DATABASE_URL='' asks for the embedded default.
-  const env = { ...options.env };
+export async function spawnGateway(role: 'all' | 'api' | 'worker', testEnv: Record<string, string>): Promise<ChildProcess> {
+  const env = { ...testEnv };
   if (env.DATABASE_URL === '') delete env.DATABASE_URL;
   else env.DATABASE_URL ??= await recordUrlFor(env.REDIS_CLUSTER_NODES ? `redis://${env.REDIS_CLUSTER_NODES}` : (env.REDIS_URL ?? 'redis://127.0.0.1:6379/0'));
   const proc = spawn(process.execPath, ['--import', 'tsx', 'bin/start.ts', `--role=${role}`], {
@@ -139,6 +139,16 @@ export async function startGateway(options: {
   running.add(proc);
   onProcessEnd(killGateways);
   proc.once('exit', () => running.delete(proc));
+  return proc;
+}
+
+/** Starts the gateway (`spawnGateway`) and waits until it serves. */
+export async function startGateway(options: {
+  role?: 'all' | 'api' | 'worker';
+  env: Record<string, string>;
+}): Promise<GatewayProcess> {
+  const role = options.role ?? 'all';
+  const proc = await spawnGateway(role, options.env);
   const logs: string[] = [];
   let port = 0;
   const ready = new Promise<void>((resolve, reject) => {
@@ -189,6 +199,26 @@ export async function startGateway(options: {
       return code;
     },
   };
+}
+
+/**
+ * A request's record as `GET /v1/generation` answers the key that made it,
+ * once the api's half is in and (with `settled`, the default) the worker's
+ * settlement too: the record appears a moment after the answer.
+ */
+export async function requestRecord(gatewayUrl: string, key: string, id: string, settled = true): Promise<RequestView> {
+  let found: RequestView | undefined;
+  await waitFor(
+    async () => {
+      const res = await fetch(`${gatewayUrl}/v1/generation?id=${encodeURIComponent(id)}`, { headers: { authorization: `Bearer ${key}` } });
+      if (res.status !== 200) return false;
+      found = ((await res.json()) as { data: RequestView }).data;
+      return found.latency_ms !== null && (!settled || found.settled);
+    },
+    10_000,
+    `the record of ${id}`,
+  );
+  return found!;
 }
 
 /** Polls until `check` returns true or the time runs out. */
