@@ -85,7 +85,8 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
 
   // The record (PostgreSQL): accounts and keys are written there first; Redis holds their hot copy, loaded from it when lost.
   const { record, hot, close: closeRecord } = await openHotRecord(config.databaseUrl, redis, log, 'the api');
-  const keyStore = new KeyStore(redis, record, hot);
+  // The keys cap and the default rates bound what the console's members set on their keys.
+  const keyStore = new KeyStore(redis, record, hot, config);
   // Keys made with no account (and every key made before accounts existed) bill the unlimited default account.
   await keyStore.accounts.ensureDefault();
   await ensureConsoleAdmin(keyStore.accounts, config, log);

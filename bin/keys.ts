@@ -2,6 +2,7 @@ import type { Account } from '../shared/accounts.js';
 import { KeyStore, type KeyOptions } from '../api/accounts/key-store.js';
 import { usdToMicros, type AccountStore } from '../api/accounts/account-store.js';
 import { connectStores, parseCommandLine, runCli, UsageError } from './cli.js';
+import { loadConfig } from '../shared/config.js';
 
 const usage = `usage:
   npm run keys -- create --name NAME [options]   create a key and print it (shown once)
@@ -74,12 +75,13 @@ async function main(): Promise<number> {
   // Checked before connecting, so a typo costs no Redis round trip.
   const options = command === 'create' ? keyOptions(values) : {};
   const stores = await connectStores(process.env);
-  const store = new KeyStore(stores.redis, stores.record, stores.hot);
+  // The operator's command: its limits are an admin's (ceilings for the account's members), its keys count against MAX_KEYS_PER_ACCOUNT.
+  const store = new KeyStore(stores.redis, stores.record, stores.hot, loadConfig(process.env));
   try {
     // Named by id or email, the account must exist: a key in no account would bill nobody.
     const owner = values.account === undefined ? undefined : await findAccount(store.accounts, values.account);
     if (command === 'create') {
-      const key = await store.create(values.name!.trim(), { ...options, accountId: owner?.id });
+      const key = await store.create(values.name!.trim(), { ...options, accountId: owner?.id }, 'admin');
       const account = owner ?? (await store.accounts.get(key.accountId));
       const balance = account?.balanceMicros === undefined ? 'unlimited' : `${account.balanceMicros / 1e6} USD`;
       console.log(key.key);

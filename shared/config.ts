@@ -73,6 +73,8 @@ export interface Config {
   /** Rate limits of keys that set none; undefined = unlimited. */
   defaultKeyRpm: number | undefined;
   defaultKeyTpm: number | undefined;
+  /** Keys (not revoked) an account may hold; the console's Playground key is not counted. */
+  maxKeysPerAccount: number;
   /** The record (PostgreSQL); undefined: the embedded default under `dataDir`. */
   databaseUrl: string | undefined;
   /** Where the embedded record keeps its files. */
@@ -281,6 +283,7 @@ const fixed = {
   PRICING_MARKUP_PERCENT: setting(integer(0, 0, 1000), 'percent added to every price before it is charged'),
   DEFAULT_KEY_RPM: setting(optionalInteger(1, { kind: 'unset', note: 'unlimited' }), 'requests per minute of a key that sets no `rpm`'),
   DEFAULT_KEY_TPM: setting(optionalInteger(1, { kind: 'unset', note: 'unlimited' }), 'tokens per minute of a key that sets no `tpm`'),
+  MAX_KEYS_PER_ACCOUNT: setting(integer(1, 50, 1_000_000), 'keys (not revoked) one account may hold, however they are made (console, admin API, `npm run keys`); one more is refused with 409 `too_many_keys`'),
   DATABASE_URL: setting(optionalText({ kind: 'unset', note: 'the embedded database under `DATA_DIR`' }), 'the record — accounts, keys, credits, ledger, usage — in PostgreSQL (`postgres://user:password@host:5432/db`); unset: an embedded PostgreSQL (PGlite) under `DATA_DIR`, for one machine'),
   DATA_DIR: setting(text('.data'), 'where the embedded database keeps its files (`DATA_DIR/pg`) when `DATABASE_URL` is unset'),
   USAGE_RETENTION_DAYS: setting(integer(1, 30, 3650), 'days of per-request usage rows kept in the record (older ones are deleted in small batches; daily totals stay)'),
@@ -508,6 +511,7 @@ export function loadConfig(env: Env = process.env): Config {
     pricingMarkupPercent: values.PRICING_MARKUP_PERCENT,
     defaultKeyRpm: values.DEFAULT_KEY_RPM,
     defaultKeyTpm: values.DEFAULT_KEY_TPM,
+    maxKeysPerAccount: values.MAX_KEYS_PER_ACCOUNT,
     databaseUrl: values.DATABASE_URL,
     dataDir: values.DATA_DIR,
     usageRetentionDays: values.USAGE_RETENTION_DAYS,

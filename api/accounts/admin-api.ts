@@ -107,10 +107,8 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
 
   router.post('/keys', async (ctx) => {
     const body = parseStrict(createKeySchema, await readJsonObject(ctx.req, bodyLimit));
-    const created = await store.create(body.name, {
-      accountId: body.account_id,
-      ...newKeyLimits(body),
-    });
+    // An admin's limits: in force, and ceilings the account's members may only tighten.
+    const created = await store.create(body.name, { accountId: body.account_id, ...newKeyLimits(body) }, 'admin');
     ctx.status = 201;
     ctx.body = { ...keyView(created), key: created.key };
   });
@@ -118,20 +116,21 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
   router.get('/keys', async (ctx) => {
     const { account_id: accountId } = parseStrict(listKeysSchema, ctx.query);
     if (accountId) await existingAccount(accountId);
-    ctx.body = { object: 'list', data: (await store.list({ accountId })).map(keyView) };
+    ctx.body = { object: 'list', data: (await store.withAdminLimits(await store.list({ accountId }))).map(keyView) };
   });
 
   router.get('/keys/:id', async (ctx) => {
     const key = await store.get(ctx.params.id!);
     if (!key) throw keyNotFound(ctx.params.id!);
-    ctx.body = keyView(key);
+    ctx.body = keyView((await store.withAdminLimits([key]))[0]!);
   });
 
   router.patch('/keys/:id', async (ctx) => {
     const body = parseStrict(patchKeySchema, await readJsonObject(ctx.req, bodyLimit));
-    const key = await store.update(ctx.params.id!, keyChanges(body));
+    // An admin sets and lifts anything; what it sets becomes the key's ceilings (null lifts one).
+    const key = await store.update(ctx.params.id!, keyChanges(body), 'admin');
     if (!key) throw keyNotFound(ctx.params.id!);
-    ctx.body = keyView(key);
+    ctx.body = keyView((await store.withAdminLimits([key]))[0]!);
   });
 
   router.delete('/keys/:id', async (ctx) => {

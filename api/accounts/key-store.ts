@@ -16,8 +16,8 @@ import {
   type KeyAccess,
 } from '../../shared/accounts.js';
 import { GatewayError } from '../../shared/errors.js';
-import { AccountStore, accountNotFound, ensureDefaultLua } from './account-store.js';
-import type { RecordDb } from '../../storage/record/database.js';
+import { AccountStore, accountNotFound, ensureDefaultLua, microsToUsd } from './account-store.js';
+import type { ApiKeysTable, RecordDb } from '../../storage/record/database.js';
 import { ensureDefaultRecord, type HotState } from '../../storage/record/hot-state.js';
 import { readKeySpend, type KeySpend } from '../../shared/billing.js';
 
@@ -28,6 +28,13 @@ import { readKeySpend, type KeySpend } from '../../shared/billing.js';
  * is named) and may carry a spending limit, rate limits, a model allow-list and
  * an expiry. Every change publishes the key id on `accessChangedChannel`, so
  * every api instance drops what it cached.
+ *
+ * Who sets a limit matters. What an admin sets (the admin API, `npm run keys`,
+ * an admin in the console) is in force and is also kept as the key's ceiling
+ * (`admin_*` columns of the record); a member may only tighten a key of theirs
+ * below those ceilings, and below the operator's `DEFAULT_KEY_RPM` /
+ * `DEFAULT_KEY_TPM` where the admin set none. What is in force is always the
+ * key's own value, so admission reads only that.
  */
 
 export interface KeyLimits {
@@ -47,6 +54,21 @@ export interface KeyOptions extends KeyLimits {
 /** A change to a key: null clears a limit. */
 export type KeyChanges = { name?: string } & { [K in keyof KeyLimits]?: KeyLimits[K] | null };
 
+/**
+ * Who makes or changes a key: an admin sets and lifts anything (and what it sets becomes the key's ceilings);
+ * a member only sets limits at or below the key's ceilings and the operator's defaults.
+ */
+export type KeyActor = 'admin' | 'member';
+
+/** The operator's bounds on keys (shared/config.ts); each unset: none. */
+export interface KeyPolicy {
+  /** Keys (not revoked) an account may hold, its Playground key aside. */
+  maxKeysPerAccount?: number;
+  /** Ceilings of a member's `rpm` / `tpm` where an admin set none (a key that sets none runs at these). */
+  defaultKeyRpm?: number;
+  defaultKeyTpm?: number;
+}
+
 export interface ApiKeyRecord extends KeyLimits {
   id: string;
   name: string;
@@ -57,7 +79,83 @@ export interface ApiKeyRecord extends KeyLimits {
   spentMicros: number;
   /** Unix seconds of the last admitted request. */
   lastUsedAt?: number;
+  /** The limits an admin set on it (the ceilings for its members), when read with them (`withAdminLimits`). */
+  adminLimits?: KeyLimits;
 }
+
+const adminColumns = ['admin_limit_micros', 'admin_rpm', 'admin_tpm', 'admin_models', 'admin_expires'] as const;
+
+function adminLimitsOf(row: Pick<ApiKeysTable, (typeof adminColumns)[number]>): KeyLimits {
+  const limits: KeyLimits = {
+    limitMicros: row.admin_limit_micros ?? undefined,
+    rpm: row.admin_rpm ?? undefined,
+    tpm: row.admin_tpm ?? undefined,
+    models: row.admin_models === null ? undefined : parseModels(row.admin_models),
+    expiresAt: row.admin_expires ?? undefined,
+  };
+  return Object.fromEntries(Object.entries(limits).filter(([, value]) => value !== undefined)) as KeyLimits;
+}
+
+/** The record's `admin_*` columns for the limits an admin sets: absent stays absent, null lifts. */
+function adminRow(changes: KeyChanges) {
+  return {
+    ...(changes.limitMicros !== undefined ? { admin_limit_micros: changes.limitMicros } : {}),
+    ...(changes.rpm !== undefined ? { admin_rpm: changes.rpm } : {}),
+    ...(changes.tpm !== undefined ? { admin_tpm: changes.tpm } : {}),
+    ...(changes.expiresAt !== undefined ? { admin_expires: changes.expiresAt } : {}),
+    ...(changes.models !== undefined ? { admin_models: changes.models === null ? null : JSON.stringify(changes.models) } : {}),
+  };
+}
+
+const limitParams = { limitMicros: 'limit_usd', rpm: 'rpm', tpm: 'tpm', models: 'models', expiresAt: 'expires_at' } as const;
+
+function ceilingText(field: keyof KeyLimits, value: number | readonly string[]): string {
+  if (field === 'models') {
+    const models = value as readonly string[];
+    return models.slice(0, 20).map((m) => `\`${m}\``).join(', ') + (models.length > 20 ? ` and ${models.length - 20} more` : '');
+  }
+  if (field === 'limitMicros') return `$${microsToUsd(value as number)}`;
+  if (field === 'expiresAt') return new Date((value as number) * 1000).toISOString();
+  return `${value} per minute`;
+}
+
+/**
+ * A member's limits against the ceilings: an admin's, else the operator's default rates. A limit may be lowered
+ * (a model list narrowed, an expiry brought closer), never raised, widened or removed past a ceiling.
+ * Throws 403 `limit_set_by_admin` or `above_default_limit`, naming the field.
+ */
+export function checkMemberLimits(changes: KeyChanges, admin: KeyLimits, policy: KeyPolicy): void {
+  const defaults: KeyLimits = { rpm: policy.defaultKeyRpm, tpm: policy.defaultKeyTpm };
+  for (const field of Object.keys(limitParams) as Array<keyof KeyLimits>) {
+    const value = changes[field];
+    const byAdmin = admin[field] !== undefined;
+    const ceiling = admin[field] ?? defaults[field];
+    if (value === undefined || ceiling === undefined) continue;
+    // No limit of its own: the admin's is lifted, but a key without rpm/tpm runs at the operator's default.
+    const outside =
+      value === null
+        ? byAdmin
+        : field === 'models'
+          ? (value as readonly string[]).some((model) => !(ceiling as readonly string[]).includes(model))
+          : (value as number) > (ceiling as number);
+    if (!outside) continue;
+    const param = limitParams[field];
+    const bound = ceilingText(field, ceiling);
+    const message = byAdmin
+      ? field === 'models'
+        ? `An administrator limited this key to the models ${bound}: you may narrow the list, not widen or remove it.`
+        : field === 'expiresAt'
+          ? `An administrator set this key to expire at ${bound}: you may make it expire sooner, not later or never.`
+          : `An administrator set this key's ${param} to at most ${bound}: you may lower it, not raise or remove it.`
+      : `This gateway's keys may have a ${param} of at most ${bound}: set ${param} to that or less, or leave it unset (then that is its limit).`;
+    throw new GatewayError(403, message, { code: byAdmin ? 'limit_set_by_admin' : 'above_default_limit', param });
+  }
+}
+
+const tooManyKeys = (max: number) =>
+  new GatewayError(409, `This account already has ${max} API keys, the most one account may have on this gateway (MAX_KEYS_PER_ACCOUNT): revoke one before making another.`, {
+    code: 'too_many_keys',
+  });
 
 export function hashSecret(secret: string): string {
   return createHash('sha256').update(secret).digest('hex');
@@ -198,13 +296,22 @@ export class KeyStore {
     readonly record: RecordDb,
     /** Loads Redis again from the record when a lookup finds it lost (optional: the CLI runs without one). */
     readonly hot?: HotState,
+    /** The operator's bounds: the keys cap and the default rates, ceilings of members' keys. None by default. */
+    readonly policy: KeyPolicy = {},
   ) {
     this.scripts = scripted(redis);
     this.accounts = new AccountStore(redis, record, hot);
   }
 
-  /** Throws 404 `account_not_found` for an unknown or deleted account. */
-  async create(name: string, options: KeyOptions = {}): Promise<ApiKeyRecord & { key: string }> {
+  /**
+   * Throws 404 `account_not_found` for an unknown or deleted account, 409 `too_many_keys` past the policy's cap,
+   * and 403 for a member's limit above the operator's defaults. What an admin sets becomes the key's ceilings.
+   */
+  async create(name: string, options: KeyOptions = {}, by: KeyActor = 'admin'): Promise<ApiKeyRecord & { key: string }> {
+    return this.make(name, options, by, true);
+  }
+
+  private async make(name: string, options: KeyOptions, by: KeyActor, counted: boolean): Promise<ApiKeyRecord & { key: string }> {
     const accountId = options.accountId ?? defaultAccountId;
     const secret = `sy-${randomBytes(32).toString('base64url')}`;
     const id = `key_${randomBytes(8).toString('hex')}`;
@@ -214,35 +321,50 @@ export class KeyStore {
     const fields = ['id', id, 'name', name, 'created', String(created), 'hash', hash, 'hint', hint, 'account', accountId];
     // Every limit field is written, '' when unset, so the record shows the whole layout.
     const { limitMicros = null, rpm = null, tpm = null, models = null, expiresAt = null } = options;
-    fields.push(...limitFields({ limitMicros, rpm, tpm, models, expiresAt }));
-    let owner = await this.record.selectFrom('accounts').select('deleted').where('id', '=', accountId).executeTakeFirst();
-    if (!owner && accountId === defaultAccountId) {
-      // The default account is made on first use, in the record as in Redis.
-      await ensureDefaultRecord(this.record);
-      owner = { deleted: false };
-    }
-    if (!owner || owner.deleted) throw accountNotFound(accountId);
+    const limits = { limitMicros, rpm, tpm, models, expiresAt };
+    if (by === 'member') checkMemberLimits(options, {}, this.policy);
+    fields.push(...limitFields(limits));
+    // The default account is made on first use, in the record as in Redis (idempotent).
+    if (accountId === defaultAccountId) await ensureDefaultRecord(this.record);
+    const max = counted ? this.policy.maxKeysPerAccount : undefined;
+    await this.record.transaction().execute(async (tx) => {
+      // The account's row locked: two keys made at once are counted one after the other, so the cap holds exactly.
+      const owner = await tx.selectFrom('accounts').select(['deleted', 'playground_key']).where('id', '=', accountId).forUpdate().executeTakeFirst();
+      if (!owner || owner.deleted) throw accountNotFound(accountId);
+      if (max !== undefined) {
+        const playground = owner.playground_key;
+        const { n } = await tx
+          .selectFrom('api_keys')
+          .select((eb) => eb.fn.countAll<number>().as('n'))
+          .where('account_id', '=', accountId)
+          .where('revoked', 'is', null)
+          .$if(playground !== null, (qb) => qb.where('id', '<>', playground!))
+          .executeTakeFirstOrThrow();
+        if (Number(n) >= max) throw tooManyKeys(max);
+      }
+      await tx
+        .insertInto('api_keys')
+        .values({
+          id,
+          account_id: accountId,
+          name,
+          created,
+          hash,
+          hint,
+          limit_micros: limitMicros,
+          rpm,
+          tpm,
+          models: models === null ? null : JSON.stringify(models),
+          expires: expiresAt,
+          spent_micros: 0,
+          last_used: null,
+          revoked: null,
+          ...(by === 'admin' ? adminRow(limits) : {}),
+        })
+        .execute();
+    });
     // Keys made without an account need the default account's bill in Redis (ensured cheaply: idempotent).
     if (accountId === defaultAccountId) await this.accounts.ensureDefault();
-    await this.record
-      .insertInto('api_keys')
-      .values({
-        id,
-        account_id: accountId,
-        name,
-        created,
-        hash,
-        hint,
-        limit_micros: limitMicros,
-        rpm,
-        tpm,
-        models: models === null ? null : JSON.stringify(models),
-        expires: expiresAt,
-        spent_micros: 0,
-        last_used: null,
-        revoked: null,
-      })
-      .execute();
     // Its spend first: a key admission can find has a bill to count against.
     await this.redis.hset(billKey(accountId), keyBillField(id, 'spent'), '0', keyBillField(id, 'reserved'), '0');
     const made = await this.scripts.keyCreate(accountKey(accountId), apiKeyRecordKey(id), apiKeyHashesKey, apiKeyIdsKey, accountKeysKey(accountId), hash, id, ...fields);
@@ -252,7 +374,16 @@ export class KeyStore {
       await this.record.deleteFrom('api_keys').where('id', '=', id).execute();
       throw accountNotFound(accountId);
     }
-    return { ...toRecord(Object.fromEntries(pairs(fields)), { spentMicros: 0, reservedMicros: 0 })!, key: secret };
+    const adminLimits = by === 'admin' ? adminLimitsOf({ admin_limit_micros: limitMicros, admin_rpm: rpm, admin_tpm: tpm, admin_models: models && JSON.stringify(models), admin_expires: expiresAt }) : {};
+    return { ...toRecord(Object.fromEntries(pairs(fields)), { spentMicros: 0, reservedMicros: 0 })!, adminLimits, key: secret };
+  }
+
+  /** The keys with the limits an admin set on each (`adminLimits`), read from the record. */
+  async withAdminLimits<T extends ApiKeyRecord>(keys: T[]): Promise<T[]> {
+    if (keys.length === 0) return keys;
+    const rows = await this.record.selectFrom('api_keys').select(['id', ...adminColumns]).where('id', 'in', keys.map((key) => key.id)).execute();
+    const found = new Map(rows.map((row) => [row.id, adminLimitsOf(row)]));
+    return keys.map((key) => ({ ...key, adminLimits: found.get(key.id) ?? {} }));
   }
 
   async list(filter: { accountId?: string } = {}): Promise<ApiKeyRecord[]> {
@@ -277,8 +408,11 @@ export class KeyStore {
     return toRecord(row, row.id ? await readKeySpend(this.redis, row.account || defaultAccountId, id) : undefined);
   }
 
-  /** Undefined when no such key exists. */
-  async update(id: string, changes: KeyChanges): Promise<ApiKeyRecord | undefined> {
+  /**
+   * Undefined when no such key exists. An admin's change sets the ceilings too (null lifts them); a member's is
+   * checked against them first (403 when it would raise, widen or remove one), under the key's row lock.
+   */
+  async update(id: string, changes: KeyChanges, by: KeyActor = 'admin'): Promise<ApiKeyRecord | undefined> {
     const row = {
       ...(changes.name !== undefined ? { name: changes.name } : {}),
       ...(changes.limitMicros !== undefined ? { limit_micros: changes.limitMicros } : {}),
@@ -287,10 +421,18 @@ export class KeyStore {
       ...(changes.expiresAt !== undefined ? { expires: changes.expiresAt } : {}),
       ...(changes.models !== undefined ? { models: changes.models === null ? null : JSON.stringify(changes.models) } : {}),
     };
-    const known = Object.keys(row).length > 0
-      ? await this.record.updateTable('api_keys').set(row).where('id', '=', id).where('revoked', 'is', null).executeTakeFirst()
-      : undefined;
-    if (known && Number(known.numUpdatedRows) === 0) return undefined;
+    const known =
+      Object.keys(row).length === 0
+        ? undefined
+        : by === 'admin'
+          ? Number((await this.record.updateTable('api_keys').set({ ...row, ...adminRow(changes) }).where('id', '=', id).where('revoked', 'is', null).executeTakeFirst()).numUpdatedRows)
+          : await this.record.transaction().execute(async (tx) => {
+              const current = await tx.selectFrom('api_keys').select(adminColumns).where('id', '=', id).where('revoked', 'is', null).forUpdate().executeTakeFirst();
+              if (!current) return 0;
+              checkMemberLimits(changes, adminLimitsOf(current), this.policy);
+              return Number((await tx.updateTable('api_keys').set(row).where('id', '=', id).executeTakeFirst()).numUpdatedRows);
+            });
+    if (known === 0) return undefined;
     const done = await this.scripts.keyUpdate(apiKeyRecordKey(id), accessChangedChannel, id, ...limitFields(changes));
     this.changed?.(id);
     return done === 1 ? this.get(id) : undefined;
@@ -309,7 +451,8 @@ export class KeyStore {
         const optional = Object.entries({ limitMicros, rpm, tpm, models, expiresAt }).filter(([, value]) => value !== undefined);
         return { keyId: key.id, accountId, ...Object.fromEntries(optional) };
       }
-      const made = await this.create('Playground', { accountId });
+      // Made for the console, not by anyone: no ceilings, and not counted against the account's keys.
+      const made = await this.make('Playground', { accountId }, 'member', false);
       // Two first uses at once: one key wins, the other is revoked.
       const won = await this.redis.eval(
         "if (redis.call('HGET', KEYS[1], 'playground_key') or '') == ARGV[1] then redis.call('HSET', KEYS[1], 'playground_key', ARGV[2]) return 1 end return 0",

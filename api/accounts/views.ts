@@ -1,6 +1,6 @@
 import type { Account } from '../../shared/accounts.js';
 import { microsToUsd, type LedgerEntry } from './account-store.js';
-import type { ApiKeyRecord } from './key-store.js';
+import type { ApiKeyRecord, KeyLimits } from './key-store.js';
 
 /** Accounts, keys and ledger entries as the admin API and the console answer them: USD numbers, unix seconds, null for "none". */
 
@@ -34,6 +34,18 @@ export function keyView(key: ApiKeyRecord) {
     expires_at: key.expiresAt ?? null,
     spent_usd: microsToUsd(key.spentMicros),
     last_used_at: key.lastUsedAt ?? null,
+    // The limits an admin set: ceilings the account's members may lower a limit below, never raise or remove (null: none).
+    ...(key.adminLimits ? { admin_limits: adminLimitsView(key.adminLimits) } : {}),
+  };
+}
+
+function adminLimitsView(limits: KeyLimits) {
+  return {
+    limit_usd: limits.limitMicros === undefined ? null : microsToUsd(limits.limitMicros),
+    rpm: limits.rpm ?? null,
+    tpm: limits.tpm ?? null,
+    models: limits.models ?? null,
+    expires_at: limits.expiresAt ?? null,
   };
 }
 

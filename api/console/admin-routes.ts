@@ -5,7 +5,7 @@ import { defaultAccountId } from '../../shared/accounts.js';
 import { channelCooldownsKey, parseCooldown, resolveChannels } from '../../shared/vendors.js';
 import { readJsonObject } from '../http/request-body.js';
 import { accountNotFound, microsToUsd, usdToMicros } from '../accounts/account-store.js';
-import { accountName, createAccountSchema, creditSchema, parseStrict, role } from '../accounts/account-requests.js';
+import { accountName, createAccountSchema, creditSchema, keyChanges, parseStrict, patchKeySchema, role } from '../accounts/account-requests.js';
 import { accountView, keyView } from '../accounts/views.js';
 import { bodyLimit } from '../accounts/admin-api.js';
 import { requireSession, type ConsoleContext, type ConsoleDeps } from './console-session.js';
@@ -78,11 +78,21 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
     const owners = new Map((await accounts.list()).map((account) => [account.id, account]));
     ctx.body = {
       object: 'list',
-      data: (await keyStore.list()).map((key) => {
+      data: (await keyStore.withAdminLimits(await keyStore.list())).map((key) => {
         const owner = owners.get(key.accountId);
         return { ...keyView(key), account_email: owner?.email || null, account_name: owner?.name || null };
       }),
     };
+  });
+
+  // Any key's limits, as the admin API sets them: in force, and ceilings its account's members may only tighten.
+  router.patch('/api/admin/keys/:id', async (ctx) => {
+    await requireAdmin(ctx, deps);
+    const body = parseStrict(patchKeySchema, await readJsonObject(ctx.req, bodyLimit));
+    const id = String(ctx.params.id);
+    const updated = await keyStore.update(id, keyChanges(body), 'admin');
+    if (!updated) throw new GatewayError(404, `No API key with id '${id.slice(0, 100)}'.`, { code: 'key_not_found' });
+    ctx.body = keyView((await keyStore.withAdminLimits([updated]))[0]!);
   });
 
   router.get('/api/admin/channels', async (ctx) => {

@@ -7,6 +7,7 @@ import { readJsonObject } from '../http/request-body.js';
 import { usdToMicros } from '../accounts/account-store.js';
 import { email, keyChanges, keyLimits, keyName, newKeyLimits, parseStrict, patchKeySchema, password } from '../accounts/account-requests.js';
 import { accountView, keyView } from '../accounts/views.js';
+import type { KeyActor } from '../accounts/key-store.js';
 import { bodyLimit } from '../accounts/admin-api.js';
 import { serve } from '../requests/endpoint-route.js';
 import { checkCsrf, cookieOptions, loadSession, preSessionToken, requireSession, sessionCookie, startSession, type ConsoleContext, type ConsoleDeps, type ConsoleState } from './console-session.js';
@@ -41,6 +42,9 @@ const signInSchema = z.strictObject({ email: z.string().max(320), password: z.st
 const signUpSchema = z.strictObject({ email, password, name: z.string().trim().max(200).optional() });
 const createOwnKeySchema = z.strictObject({ name: keyName, ...keyLimits });
 
+/** Whose change a signed-in person's is: an admin's sets and lifts anything, a member's only tightens. */
+const actor = (account: { role: string }): KeyActor => (account.role === 'admin' ? 'admin' : 'member');
+
 export function consoleRoutes(deps: ConsoleDeps): Router {
   const router = createRouter<GatewayState & ConsoleState>('/console');
   const { config, keyStore, sessions, throttle } = deps;
@@ -66,6 +70,9 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
       public_pricing: config.console.publicPricing,
       base_url: config.publicBaseUrl ?? `${ctx.protocol}://${ctx.host}`,
       queue_dashboard: queueDashboardEntry,
+      // What a member's own keys may set at most where an admin set nothing (null: unlimited), and how many keys an account may hold.
+      key_defaults: { rpm: config.defaultKeyRpm ?? null, tpm: config.defaultKeyTpm ?? null },
+      max_keys_per_account: config.maxKeysPerAccount,
     };
   });
 
@@ -126,16 +133,14 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
 
   router.get('/api/keys', async (ctx) => {
     const { account } = await requireSession(ctx, deps);
-    ctx.body = { object: 'list', data: (await keyStore.list({ accountId: account.id })).map(keyView) };
+    ctx.body = { object: 'list', data: (await keyStore.withAdminLimits(await keyStore.list({ accountId: account.id }))).map(keyView) };
   });
 
   router.post('/api/keys', async (ctx) => {
     const { account } = await requireSession(ctx, deps);
     const body = parseStrict(createOwnKeySchema, await readJsonObject(ctx.req, bodyLimit));
-    const created = await keyStore.create(body.name, {
-      accountId: account.id,
-      ...newKeyLimits(body),
-    });
+    // A member's own key: its rates at most the operator's defaults. An admin's is an admin's.
+    const created = await keyStore.create(body.name, { accountId: account.id, ...newKeyLimits(body) }, actor(account));
     ctx.status = 201;
     ctx.body = { ...keyView(created), key: created.key };
   });
@@ -144,9 +149,10 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     const { account } = await requireSession(ctx, deps);
     const body = parseStrict(patchKeySchema, await readJsonObject(ctx.req, bodyLimit));
     const key = await ownKey(ctx, account.id);
-    const updated = await keyStore.update(key.id, keyChanges(body));
+    // A member only tightens: below what an admin set on the key, and the operator's default rates (403 otherwise).
+    const updated = await keyStore.update(key.id, keyChanges(body), actor(account));
     if (!updated) throw new GatewayError(404, `No API key with id '${key.id}'.`, { code: 'key_not_found' });
-    ctx.body = keyView(updated);
+    ctx.body = keyView((await keyStore.withAdminLimits([updated]))[0]!);
   });
 
   router.delete('/api/keys/:id', async (ctx) => {

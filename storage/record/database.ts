@@ -48,6 +48,12 @@ export interface ApiKeysTable {
   last_used: number | null;
   /** Unix seconds; null while the key works. */
   revoked: number | null;
+  /** The limits an admin set (null: none): ceilings a member of the account may only tighten below. */
+  admin_limit_micros: number | null;
+  admin_rpm: number | null;
+  admin_tpm: number | null;
+  admin_models: string | null;
+  admin_expires: number | null;
 }
 
 export interface LedgerTable {

@@ -125,6 +125,27 @@ const migrations: Record<string, Migration> = {
       });
     },
   },
+  // The limits an admin set on a key, beside the key's own (in force) values: ceilings its account's members may
+  // only tighten below. Keys of member accounts made before could have been set by an admin or by the member:
+  // whoever it was, their limits become ceilings (an admin can lift them).
+  '0003_key_admin_limits': {
+    async up(db: Kysely<unknown>) {
+      await db.transaction().execute(async (db) => {
+        await sql`
+          alter table api_keys
+            add column admin_limit_micros bigint,
+            add column admin_rpm integer,
+            add column admin_tpm integer,
+            add column admin_models text,
+            add column admin_expires bigint`.execute(db);
+        await sql`
+          update api_keys k
+            set admin_limit_micros = k.limit_micros, admin_rpm = k.rpm, admin_tpm = k.tpm, admin_models = k.models, admin_expires = k.expires
+            from accounts a
+            where a.id = k.account_id and a.role = 'member' and k.revoked is null`.execute(db);
+      });
+    },
+  },
 };
 
 /** The request log's indexes: name and definition (after `on usage`). */
