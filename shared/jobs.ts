@@ -4,9 +4,21 @@ import type { VideoInput } from './schemas/media-inputs.js';
 
 /** The job contract between the api and the workers: what a BullMQ job carries, what it returns, and where an async job is found. */
 
-/** What a job carries. Kept small: large request bodies are stored apart under `payloadKey`. */
+/**
+ * What a job carries. Kept small: large request bodies are stored apart under `payloadKey`.
+ *
+ * A job has two ids, named apart. `requestId` is the request's (the `x-request-id` its client got): it keys
+ * the money (the reservation, the settlement and its settled mark) and the request log's row, whose two
+ * halves, the api's and the worker's, meet under it. `jobId` is the queue's: BullMQ's job id, and what the
+ * reply channel, the stream's replay log, a stored payload or result, a cancel and an async job's events
+ * are found by. They are one id for most requests; a Responses request's job is its response's id
+ * (`resp_…`), a video's the video's (`video_…`).
+ */
 export interface GatewayJobData {
+  /** The request's id: money and the request log. */
   requestId: string;
+  /** The queue's id (absent in jobs queued before the two were named apart, whose `requestId` is both): read it with `jobIdOf`. */
+  jobId?: string;
   /** Pub/sub channel of the api instance holding the client connection. */
   replyTo: string;
   keyId: string;
@@ -15,7 +27,7 @@ export interface GatewayJobData {
   endpoint: Endpoint;
   /** Catalog model id the client asked for. */
   model: string;
-  /** Validated request body, or absent when stored under `payloadKey(requestId)`. */
+  /** Validated request body, or absent when stored under `payloadKey(jobId)`. */
   payload?: EndpointPayloads[Endpoint];
   stream: boolean;
   /** Epoch ms after which nobody is waiting for the answer. */
@@ -33,6 +45,11 @@ export interface GatewayJobData {
    * worker's spans join the api's trace; absent when tracing is off.
    */
   trace?: Record<string, string>;
+}
+
+/** The queue's id of a job; a job queued by an api before the ids were named apart carries only `requestId`, then its job id too. */
+export function jobIdOf(data: Pick<GatewayJobData, 'requestId' | 'jobId'>): string {
+  return data.jobId ?? data.requestId;
 }
 
 export interface GatewayJobResult {

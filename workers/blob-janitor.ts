@@ -4,7 +4,7 @@ import type { Redis } from 'ioredis';
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import { keyPrefix, payloadKey } from '../shared/keys.js';
-import { type GatewayJobData } from '../shared/jobs.js';
+import { jobIdOf, type GatewayJobData } from '../shared/jobs.js';
 import { endpoints } from '../shared/endpoints.js';
 import type { BlobStore } from '../storage/blob-store.js';
 import { uploadKeys } from '../storage/upload-keys.js';
@@ -156,13 +156,13 @@ export class BlobJanitor {
 export async function deleteJobUploads(job: Job<GatewayJobData>, redis: Redis, blobs: BlobStore, log: Logger): Promise<number> {
   const data = job.data;
   if (!endpoints[data.endpoint].uploads) return 0;
-  const stored = data.payload ? undefined : await redis.get(payloadKey(data.requestId));
+  const stored = data.payload ? undefined : await redis.get(payloadKey(jobIdOf(data)));
   const payload = data.payload ?? (stored ? (JSON.parse(stored) as Record<string, unknown>) : undefined);
   let keys: string[];
   if (payload) keys = uploadKeys(payload);
   else {
-    // The stored body expired: the request's uploads sit under its id (a video's under the
-    // id of the request that created it; those are left to the sweep).
+    // The stored body expired: the request's uploads sit under its request id (a video's too: its job
+    // id is the video's; jobs queued before the two ids were named apart carry only the job id, and are left to the sweep).
     keys = [];
     for await (const blob of blobs.list(`uploads/${data.requestId}/`)) keys.push(blob.key);
   }

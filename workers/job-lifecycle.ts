@@ -4,7 +4,7 @@ import { defaultAccountId, settledKey } from '../shared/accounts.js';
 import { AsyncJobFailure } from '../shared/async-job-failure.js';
 import { endpoints } from '../shared/endpoints.js';
 import { GatewayError } from '../shared/errors.js';
-import type { GatewayJobData, GatewayJobResult } from '../shared/jobs.js';
+import { jobIdOf, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
 import type { BlobStore } from '../storage/blob-store.js';
 import { AnsweredFailure } from './answered-failure.js';
@@ -41,7 +41,7 @@ export class JobLifecycle {
       this.forgetSettled(job);
       this.releaseUploads(job, async () => true);
       // An async job's watchers hear of its end once BullMQ has recorded it: what they read then is final.
-      if (job.data.async) void publishJobEvent(redis, job.data.requestId, { type: 'completed', status: 'completed' }).catch(() => undefined);
+      if (job.data.async) void publishJobEvent(redis, jobIdOf(job.data), { type: 'completed', status: 'completed' }).catch(() => undefined);
     });
     worker.on('failed', (job, error) => {
       void this.answerFinalFailure(job, error);
@@ -63,7 +63,7 @@ export class JobLifecycle {
   private async answerFinalFailure(job: Job<GatewayJobData> | undefined, error: Error): Promise<void> {
     if (!job) return;
     const { redis } = this.deps;
-    const requestId = job.data.requestId;
+    const jobId = jobIdOf(job.data);
     const final = error instanceof UnrecoverableError || job.attemptsMade >= (job.opts.attempts ?? 1) || /stalled/i.test(error.message);
     // A job dropped because its client left answers nobody.
     if (!final || error instanceof ClientGoneError) return;
@@ -71,9 +71,9 @@ export class JobLifecycle {
       new GatewayError(502, 'The request could not be completed: its worker was lost. Retry the request.', { code: 'worker_lost' }).toWire();
     if (job.data.async) {
       const wire = error instanceof AsyncJobFailure ? error.wire : lost();
-      await publishJobEvent(redis, requestId, { type: 'failed', status: 'failed', error: wire.error }).catch(() => undefined);
+      await publishJobEvent(redis, jobId, { type: 'failed', status: 'failed', error: wire.error }).catch(() => undefined);
     } else if (!(error instanceof AnsweredFailure)) {
-      await new ReplyPublisher(redis, job.data.replyTo, requestId, { stream: job.data.stream }).error(lost()).catch(() => undefined);
+      await new ReplyPublisher(redis, job.data.replyTo, jobId, { stream: job.data.stream }).error(lost()).catch(() => undefined);
     }
   }
 

@@ -5,7 +5,7 @@ import type { Catalog, CatalogModel } from '../shared/catalog.js';
 import type { Config } from '../shared/config.js';
 import { endpoints, type EndpointRequest } from '../shared/endpoints.js';
 import { GatewayError, timeoutError } from '../shared/errors.js';
-import type { GatewayJobData, GatewayJobResult } from '../shared/jobs.js';
+import { jobIdOf, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import { apiAliveKey, payloadKey, replayStreamKey } from '../shared/keys.js';
 import { lazyChild, type Logger } from '../shared/logger.js';
 import type { ResponsesJob } from '../shared/responses.js';
@@ -51,6 +51,8 @@ export function createProcessor(deps: ProcessorDeps) {
  */
 class JobRun {
   private readonly data: GatewayJobData;
+  /** The queue's id (reply channel, replay log, stored payload, cancel); money and the request log go by `data.requestId`. */
+  private readonly jobId: string;
   private readonly log: Logger;
   private readonly orphan: { afterMs: number; onOrphaned: () => void } | undefined;
   private readonly publisher: ReplyPublisher;
@@ -75,11 +77,12 @@ class JobRun {
     private readonly token: string | undefined,
   ) {
     const data = (this.data = job.data);
-    this.log = lazyChild(deps.log, () => ({ reqId: data.requestId, queue: job.queueName, attempt: job.attemptsMade + 1 }));
+    const jobId = (this.jobId = jobIdOf(data));
+    this.log = lazyChild(deps.log, () => ({ reqId: data.requestId, ...(jobId !== data.requestId ? { jobId } : {}), queue: job.queueName, attempt: job.attemptsMade + 1 }));
     // An async or background job's answer is kept for later readers; any other job's answer is for its api alone.
     const detached = data.async === true || data.background === true;
-    this.orphan = detached ? undefined : { afterMs: deps.config.orphanAfterMs, onOrphaned: () => deps.cancels.cancel(data.requestId) };
-    this.publisher = new ReplyPublisher(deps.redis, data.replyTo, data.requestId, {
+    this.orphan = detached ? undefined : { afterMs: deps.config.orphanAfterMs, onOrphaned: () => deps.cancels.cancel(jobId) };
+    this.publisher = new ReplyPublisher(deps.redis, data.replyTo, jobId, {
       ...(this.orphan ? { orphan: this.orphan } : {}),
       replayTtlSeconds: deps.config.streamReplayTtlSeconds,
       owner: data.keyId,
@@ -107,7 +110,7 @@ class JobRun {
     } finally {
       clearTimeout(this.deadlineTimer);
       this.call.end();
-      this.deps.cancels.finish(this.data.requestId);
+      this.deps.cancels.finish(this.jobId);
     }
   }
 
@@ -122,13 +125,13 @@ class JobRun {
       await this.bill('cancelled');
       throw new ClientGoneError();
     }
-    if (this.streamed && (job.attemptsStarted ?? 0) > 1 && (await deps.redis.exists(replayStreamKey(data.requestId)))) {
+    if (this.streamed && (job.attemptsStarted ?? 0) > 1 && (await deps.redis.exists(replayStreamKey(this.jobId)))) {
       // A worker died after this stream's first bytes reached the client: replaying would duplicate output.
       return this.answerFailure(new GatewayError(502, 'The worker serving this stream was lost mid-response.', { code: 'worker_lost' }));
     }
     this.model = deps.catalog.get(data.model);
     if (!this.model) return this.answerFailure(new GatewayError(404, `The model \`${data.model}\` is no longer in the catalog.`, { code: 'model_not_found' }));
-    const payload = data.payload ?? (await loadPayload(deps.redis, data.requestId));
+    const payload = data.payload ?? (await loadPayload(deps.redis, this.jobId));
     if (!payload) return this.answerFailure(new GatewayError(410, 'The request body expired before a worker picked it up.', { code: 'payload_expired' }));
     // The one place the payload's type is taken on trust: the api validated it against this endpoint's schema.
     this.request = { endpoint: data.endpoint, payload } as EndpointRequest;
@@ -137,7 +140,7 @@ class JobRun {
 
   /** The vendor call's signal: a cancel aborts it (client gone), and so does the deadline, with a timeout reason. */
   private startClock(remaining: number): void {
-    const controller = (this.controller = this.deps.cancels.start(this.data.requestId));
+    const controller = (this.controller = this.deps.cancels.start(this.jobId));
     this.deadlineTimer = setTimeout(() => {
       this.timedOut = true;
       controller.abort(timeoutError());
@@ -289,7 +292,7 @@ class JobRun {
   }
 }
 
-async function loadPayload(redis: Redis, requestId: string): Promise<unknown> {
-  const text = await redis.get(payloadKey(requestId));
+async function loadPayload(redis: Redis, jobId: string): Promise<unknown> {
+  const text = await redis.get(payloadKey(jobId));
   return text === null ? undefined : JSON.parse(text);
 }

@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import type { Config } from '../shared/config.js';
 import { GatewayError } from '../shared/errors.js';
 import { jobEventsChannel } from '../shared/keys.js';
-import { type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
+import { jobIdOf, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import type { Protocol } from '../shared/vendor-definitions.js';
 import { signBlobUrl } from '../storage/blob-urls.js';
 import type { BlobStore } from '../storage/blob-store.js';
@@ -50,7 +50,7 @@ export async function runMedia(
     async progress(percent) {
       const value = Math.max(0, Math.min(100, Math.round(percent)));
       await job.updateProgress(value);
-      if (data.async) await publishJobEvent(deps.redis, data.requestId, { type: 'progress', status: 'in_progress', progress: value });
+      if (data.async) await publishJobEvent(deps.redis, jobIdOf(data), { type: 'progress', status: 'in_progress', progress: value });
     },
     checkpoint: {
       read: <T extends Record<string, unknown>>() => data.checkpoint as T | undefined,

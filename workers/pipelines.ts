@@ -1,7 +1,7 @@
 import type { Job } from 'bullmq';
 import { GatewayError } from '../shared/errors.js';
 import type { EndpointRequest, EndpointRow } from '../shared/endpoints.js';
-import type { GatewayJobData, GatewayJobResult } from '../shared/jobs.js';
+import { jobIdOf, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import type { ResponsesJob } from '../shared/responses.js';
 import type { Protocol } from '../shared/vendor-definitions.js';
 import { publishJobEvent, runMedia, type MediaDeps } from './media-processor.js';
@@ -66,12 +66,15 @@ export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Pr
   async media(run) {
     const { job, media } = run;
     const data = job.data;
-    if (data.async) await publishJobEvent(media.redis, data.requestId, { type: 'progress', status: 'in_progress', progress: 0 });
+    const jobId = jobIdOf(data);
+    // A video's id is its job's: the answer's id, as the request log keeps it.
+    if (run.request.endpoint === 'videos') run.produced.answerId = jobId;
+    if (data.async) await publishJobEvent(media.redis, jobId, { type: 'progress', status: 'in_progress', progress: 0 });
     const { body } = await runMedia(job, run.protocol, run.request, run.ctx, media, run.vendorDone, run.produced);
     if (!data.async) return { answer: 'publish', body };
     const result: GatewayJobResult =
       body.length > inlineAsyncResultBytes
-        ? { bodyRef: (await media.blobs.put(`results/${data.requestId}.json`, Buffer.from(body), 'application/json')).key }
+        ? { bodyRef: (await media.blobs.put(`results/${jobId}.json`, Buffer.from(body), 'application/json')).key }
         : { body };
     return { answer: 'keep', result };
   },

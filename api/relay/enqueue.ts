@@ -58,14 +58,15 @@ export async function enqueue(deps: EnqueueDeps, queue: Queue, job: JobPlan, bes
   const { config, redis } = deps;
   const { spend } = beside;
   const gate = spend && job.mode === 'held' && !beside.beforeAdd && !isCluster(redis) ? queue.toKey(job.id) : undefined;
-  const reserve = (gateKey?: string) => reserveSpend(redis, config, spend!.access, job.id, spend!.estimate, job.deadline, gateKey);
+  // Money is the request's: reserved, released and settled under its request id, whatever its job's id.
+  const reserve = (gateKey?: string) => reserveSpend(redis, config, spend!.access, job.data.requestId, spend!.estimate, job.deadline, gateKey);
   let headers: Record<string, string> = spend && !gate ? await reserve() : {};
   if (job.storedPayload !== undefined) await redis.set(payloadKey(job.id), job.storedPayload, 'PX', job.deadline - Date.now() + 60_000);
   if (job.asyncRecord) await redis.set(asyncJobKey(job.id), JSON.stringify(job.asyncRecord), 'EX', config.asyncResultTtlSeconds);
 
   const abandon = () => {
     if (spend) {
-      void releaseReservation(redis, spend.access.accountId, job.id).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a job that never ran'));
+      void releaseReservation(redis, spend.access.accountId, job.data.requestId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a job that never ran'));
     }
     const keys = deps.blobs ? uploadKeys(job.payload) : [];
     if (keys.length === 0) return;

@@ -108,7 +108,8 @@ export class EventLogs {
 
     const res = ctx.res;
     ctx.respond = false;
-    res.writeHead(200, { ...sseHeaders, 'x-request-id': options.requestId });
+    // The x-request-id the envelope set stays: this request's own, not the followed stream's job id.
+    res.writeHead(200, sseHeaders);
     markFirstByte(ctx);
     const flush = () => {
       if (text !== '') res.write(text);

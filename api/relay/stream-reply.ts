@@ -30,7 +30,8 @@ export class StreamReply extends HeldReply {
     if (this.headersSent) return;
     this.headersSent = true;
     this.ctx.respond = false;
-    this.res.writeHead(200, { ...sseHeaders, 'x-request-id': this.requestId });
+    // The x-request-id the envelope set stays: the request's, which its log row is found by (the job's id may differ).
+    this.res.writeHead(200, sseHeaders);
   }
 
   deliver(message: ReplyMessage): void {

@@ -11,6 +11,7 @@ export type AnswerMode = 'held' | 'async' | 'background';
 
 /** Who asks and where the answer goes: what the job takes from the request beyond the handler's payload. */
 export interface JobOrigin {
+  /** The request's id (its `x-request-id`): what its money and its request-log row are keyed by. */
   requestId: string;
   /** The api instance's reply channel. */
   replyTo: string;
@@ -27,6 +28,7 @@ export interface JobOrigin {
 
 /** A request's job as it will be queued, built once from its endpoint row and what the handler accepted. */
 export interface JobPlan {
+  /** The job's id in its queue: the request's id, unless the handler named the job (a response's, a video's id). */
   id: string;
   queue: QueueName;
   mode: AnswerMode;
@@ -47,7 +49,8 @@ export function buildJob<E extends Endpoint>(name: E, accepted: Accepted<E>, ori
   const id = accepted.jobId ?? origin.requestId;
   const deadline = Date.now() + row.deadlineMs(config);
   const data: GatewayJobData = {
-    requestId: id,
+    requestId: origin.requestId,
+    jobId: id,
     replyTo: origin.replyTo,
     keyId: origin.keyId,
     endpoint: name,

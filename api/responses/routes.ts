@@ -65,7 +65,8 @@ export async function followResponse(ctx: KeyedContext, deps: ResponseRouteDeps,
     const frames = replayFrames(stored.response as ResponseObject);
     if (after >= frames.length) throw invalidRequest(`${afterParam} ${after} is past the end of the stream: its last event is ${frames.length - 1}.`, afterParam);
     ctx.respond = false;
-    ctx.res.writeHead(200, { ...sseHeaders, 'x-request-id': id });
+    // The x-request-id the envelope set stays: it is this request's, not the response's.
+    ctx.res.writeHead(200, sseHeaders);
     ctx.res.end(frames.slice(after + 1).join(''));
     return;
   }
@@ -130,10 +131,15 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
     ctx.body = { id: stored.id, object: 'response', deleted: true };
   });
 
-  /** Stops a response's job: removed if no worker took it yet (its reservation given back), else its worker told to abort. */
+  /**
+   * Stops a response's job (its id is the response's): removed if no worker took it yet, its reservation given
+   * back (held under the id of the request that created it, which the job carries), else its worker told to abort.
+   */
   async function stop(id: string, accountId: string): Promise<boolean> {
-    const removed = (await chatQueue(id)?.remove(id).catch(() => 0)) === 1;
-    if (removed) await releaseReservation(redis, accountId, id).catch(() => undefined);
+    const queue = chatQueue(id);
+    const job = await queue?.getJob(id).catch(() => undefined);
+    const removed = (await queue?.remove(id).catch(() => 0)) === 1;
+    if (removed) await releaseReservation(redis, accountId, job?.data.requestId ?? id).catch(() => undefined);
     else await redis.publish(cancelChannel, id);
     return removed;
   }

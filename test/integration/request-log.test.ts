@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import OpenAI from 'openai';
+import OpenAI, { toFile } from 'openai';
 import { sql } from 'kysely';
 import { freshRedis, paidAccountKey, requestRecord, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { testRecord } from '../support/record.js';
@@ -11,6 +12,9 @@ import type { RequestView } from '../../storage/record/request-log.js';
 import { loadHotState } from '../../storage/record/hot-state.js';
 import { billingBucket, usageStreamKey } from '../../shared/accounts.js';
 import { readBill } from '../../shared/billing.js';
+import { endpoints, type Endpoint } from '../../shared/endpoints.js';
+import { shardQueueName } from '../../shared/queues.js';
+import { encodeGradientPng } from '../../workers/vendors/mock/png.js';
 
 /*
  * The request log end to end: requests made with the official client (and
@@ -185,6 +189,171 @@ describe('the request log', () => {
     await recordOf(owner.key, (await gateway.client(owner.key).chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], max_tokens: 1 }).withResponse()).response.headers.get('x-request-id')!);
     const record = await testRecord(url);
     assert.equal((await record.selectFrom('usage').select('request_id').where('request_id', '=', anonymousId).execute()).length, 0);
+  });
+
+  /**
+   * One request of an endpoint row (or of its async form): sent with the extra headers given, answered as a
+   * client sees it. `answer` is the id the answer carries (a pattern when the client does not see it).
+   */
+  interface Sent {
+    requestId: string;
+    httpStatus: number;
+    answer: string | RegExp | null;
+  }
+  type Send = (client: OpenAI, key: string, headers: Record<string, string>) => Promise<Sent>;
+  const sent = (response: Response, answer: Sent['answer']): Sent => ({ requestId: response.headers.get('x-request-id')!, httpStatus: response.status, answer });
+  const gray = [120, 120, 120] as const;
+  const png = () => toFile(encodeGradientPng(16, 16, [gray, gray, gray, gray]), 'square.png', { type: 'image/png' });
+
+  /** Every row of the endpoint table, and the async-job form: each a request made through the official client where it has the call. */
+  const byEndpoint: Record<Endpoint, Record<string, Send>> = {
+    'chat.completions': {
+      plain: async (client, _key, headers) => {
+        const { data, response } = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'one row' }], max_tokens: 8 }, { headers }).withResponse();
+        return sent(response, data.id);
+      },
+      'async job (Prefer: respond-async)': async (_client, key, headers) => {
+        const response = await fetch(`${gateway.url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { ...headers, authorization: `Bearer ${key}`, 'content-type': 'application/json', prefer: 'respond-async' },
+          body: JSON.stringify({ model, messages: [{ role: 'user', content: 'later' }], max_tokens: 8 }),
+        });
+        assert.equal(response.status, 202);
+        const job = (await response.json()) as { id: string };
+        // The job is found by the request's id: the two are one for every row but responses and videos.
+        assert.equal(job.id, response.headers.get('x-request-id'));
+        return sent(response, /^chatcmpl-/);
+      },
+    },
+    completions: {
+      plain: async (client, _key, headers) => {
+        const { data, response } = await client.completions.create({ model: 'gpt-3.5-turbo-instruct', prompt: 'one row', max_tokens: 8 }, { headers }).withResponse();
+        return sent(response, data.id);
+      },
+    },
+    embeddings: {
+      plain: async (client, _key, headers) => {
+        const { response } = await client.embeddings.create({ model: 'text-embedding-3-small', input: 'one row' }, { headers }).withResponse();
+        return sent(response, null);
+      },
+    },
+    'images.generations': {
+      plain: async (client, _key, headers) => {
+        const { response } = await client.images.generate({ model: 'dall-e-2', prompt: 'one row', size: '256x256', response_format: 'b64_json' }, { headers }).withResponse();
+        return sent(response, null);
+      },
+    },
+    'images.edits': {
+      plain: async (client, _key, headers) => {
+        const { response } = await client.images.edit({ model: 'dall-e-2', image: await png(), prompt: 'one row', size: '256x256', response_format: 'b64_json' }, { headers }).withResponse();
+        return sent(response, null);
+      },
+    },
+    'images.variations': {
+      plain: async (client, _key, headers) => {
+        const { response } = await client.images.createVariation({ model: 'dall-e-2', image: await png(), size: '256x256', response_format: 'b64_json' }, { headers }).withResponse();
+        return sent(response, null);
+      },
+    },
+    'audio.transcriptions': {
+      plain: async (client, _key, headers) => {
+        const file = await toFile(Buffer.alloc(48_000, 1), 'speech.wav', { type: 'audio/wav' });
+        const { response } = await client.audio.transcriptions.create({ model: 'whisper-1', file, response_format: 'json' }, { headers }).withResponse();
+        return sent(response, null);
+      },
+    },
+    responses: {
+      plain: async (client, _key, headers) => {
+        const { data, response } = await client.responses.create({ model, input: 'one row', max_output_tokens: 16 }, { headers }).withResponse();
+        return sent(response, data.id);
+      },
+      streamed: async (client, _key, headers) => {
+        const { data: stream, response } = await client.responses.create({ model, input: 'one row', max_output_tokens: 16, stream: true }, { headers }).withResponse();
+        let id = '';
+        for await (const event of stream) if (event.type === 'response.completed') id = event.response.id;
+        assert.match(id, /^resp_/);
+        return sent(response, id);
+      },
+      background: async (client, _key, headers) => {
+        const { data, response } = await client.responses.create({ model, input: 'one row', max_output_tokens: 16, background: true }, { headers }).withResponse();
+        await waitFor(async () => (await client.responses.retrieve(data.id)).status === 'completed', 10_000, 'the background response');
+        return sent(response, data.id);
+      },
+    },
+    videos: {
+      plain: async (client, _key, headers) => {
+        const { data, response } = await client.videos.create({ model: 'sora-2', prompt: 'one row', seconds: '4', size: '1280x720' }, { headers }).withResponse();
+        assert.match(data.id, /^video_/);
+        return sent(response, data.id);
+      },
+    },
+  };
+
+  it('covers every row of the endpoint table', () => {
+    assert.deepEqual(Object.keys(byEndpoint).sort(), Object.keys(endpoints).sort());
+  });
+
+  for (const [endpoint, forms] of Object.entries(byEndpoint)) {
+    for (const [form, send] of Object.entries(forms)) {
+      it(`keeps one row per ${endpoint} request (${form}) under its x-request-id, with the api's half and the worker's`, async () => {
+        const { key, id: keyId } = await paidAccountKey(redis, 50_000_000);
+        const client = gateway.client(key, { timeout: 30_000 });
+        // A client's own x-request-id is not taken: the gateway names every request itself (money is keyed by it).
+        const chosen = `client-${keyId}`;
+        const requests = await Promise.all([send(client, key, { 'x-request-id': chosen }), send(client, key, {})]);
+        for (const request of requests) {
+          assert.match(request.requestId, /^req_[0-9a-f]{32}$/, 'the gateway\'s own request id');
+          const record = await recordOf(key, request.requestId);
+          // The api's half.
+          assert.equal(record.id, request.requestId);
+          assert.equal(record.endpoint, endpoint);
+          assert.equal(record.http_status, request.httpStatus);
+          assert.ok(record.latency_ms !== null && record.latency_ms >= 0, 'latency from the api');
+          assert.equal(record.status, 'completed');
+          // The worker's half.
+          assert.equal(record.settled, true);
+          assert.ok(record.vendor, 'the vendor that served');
+          assert.ok(record.cost_micros > 0, `cost ${record.cost_micros}`);
+          assert.ok(record.attempts === 1 && record.queue_ms !== null, 'the run\'s detail from the worker');
+          if (request.answer === null) assert.equal(record.answer_id, null);
+          else if (typeof request.answer === 'string') {
+            assert.equal(record.answer_id, request.answer);
+            // Found by the answer's id too: the same row.
+            const byAnswer = (await (await generation(key, request.answer)).json()) as { data: Generation };
+            assert.equal(byAnswer.data.id, request.requestId);
+          } else assert.match(record.answer_id ?? '', request.answer);
+        }
+        assert.equal((await generation(key, chosen)).status, 404, 'nothing is kept under an id the client chose');
+        // The record holds exactly one row per request: none under the job's id, none without its other half.
+        const db = await testRecord(url);
+        const rows = await db.selectFrom('usage').select(['request_id', 'answer_id', 'settled', 'latency_ms']).where('key_id', '=', keyId).execute();
+        assert.deepEqual(rows.map((row) => row.request_id).sort(), requests.map((request) => request.requestId).sort());
+        assert.ok(rows.every((row) => row.settled && row.latency_ms !== null), JSON.stringify(rows));
+      });
+    }
+  }
+
+  it('gives back a background response\'s reservation, held under its request\'s id, when it is cancelled before a worker takes it', async () => {
+    const { key, account } = await paidAccountKey(redis, 5_000_000);
+    const client = gateway.client(key);
+    // Paused, the chat queue keeps the job waiting: the cancel removes it, and no worker settles it.
+    const chat = new Queue(shardQueueName('chat', 0, 1), { connection: redis });
+    try {
+      await chat.pause();
+      const { data: queued, response } = await client.responses.create({ model, input: 'never run', max_output_tokens: 64, background: true }).withResponse();
+      const requestId = response.headers.get('x-request-id')!;
+      assert.notEqual(queued.id, requestId);
+      assert.ok((await readBill(redis, account))!.reservedMicros > 0, 'its worst case is reserved');
+      assert.equal((await client.responses.cancel(queued.id)).status, 'cancelled');
+      assert.equal((await readBill(redis, account))!.reservedMicros, 0, 'the reservation is given back at once');
+      assert.equal((await readBill(redis, account))!.balanceMicros, 5_000_000);
+      const record = await recordOf(key, requestId, false);
+      assert.equal(record.http_status, 200);
+      assert.equal(record.settled, false);
+    } finally {
+      await chat.resume();
+      await chat.close();
+    }
   });
 
   it('lists requests for admins newest first, filtered, a page at a time with every row once', async () => {

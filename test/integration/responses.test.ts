@@ -376,7 +376,9 @@ describe('the Responses API against strict vendor fakes', () => {
   });
 
   it('cancels a background response: the vendor call stops and the stored response says cancelled', async () => {
-    const queued = await client.responses.create({ model: 'mock-chat', input: longPrompt.replace('slow:60', 'slow:200'), background: true });
+    const { data: queued, response: created } = await client.responses.create({ model: 'mock-chat', input: longPrompt.replace('slow:60', 'slow:200'), background: true }).withResponse();
+    // Its money and its record are the creating request's (x-request-id); the response's id is the answer's.
+    const requestId = created.headers.get('x-request-id')!;
     await waitFor(async () => (await client.responses.retrieve(queued.id)).status === 'in_progress', 5000, 'the response to start');
     await new Promise((resolve) => setTimeout(resolve, 200));
     const asked = Date.now();
@@ -386,9 +388,10 @@ describe('the Responses API against strict vendor fakes', () => {
     assert.equal(stored.status, 'cancelled');
     assert.ok(stored.output_text.startsWith('Mock reply to'), 'it keeps what was produced');
     // Settled once, as cancelled, for what the vendor produced before the abort.
-    await waitFor(async () => (await redis.exists(settledKey(defaultAccountId, queued.id))) === 1, 5000, 'the cancelled response to be settled');
+    await waitFor(async () => (await redis.exists(settledKey(defaultAccountId, requestId))) === 1, 5000, 'the cancelled response to be settled');
     assert.ok(Date.now() - asked < 2000, 'the vendor call stopped and was settled within the cancel');
-    const record = await waitForUsage(redis, (r) => r.request_id === queued.id);
+    const record = await waitForUsage(redis, (r) => r.request_id === requestId);
+    assert.equal(record.answer_id, queued.id);
     assert.equal(record.status, 'cancelled');
     assert.ok(Number(record.output_tokens) > 0, `output tokens counted: ${record.output_tokens}`);
     // Cancelling it again changes nothing; a response that did not run in the background cannot be cancelled.
