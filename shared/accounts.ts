@@ -86,6 +86,12 @@ export const reservationDeadlinesKey = (bucket: number) => `${bucketPrefix(bucke
 export const usageStreamKey = (bucket: number) => `${bucketPrefix(bucket)}usage`;
 /** Every bucket's usage stream, and the one gateway-wide stream of a gateway before buckets (drained, then empty). */
 export const usageStreamKeys: readonly string[] = [...Array.from({ length: billingBuckets }, (_, k) => usageStreamKey(k)), legacyUsageStreamKey];
+/**
+ * A usage stream's dead letters: the entries the record refused again and again (text PostgreSQL cannot store, a
+ * value out of its range), moved aside so they hold back nothing, and kept (never trimmed) for the operator to look
+ * at and write again. Beside its stream, on the same slot, so the move is one transaction on a Cluster too.
+ */
+export const usageDeadLetterKey = (stream: string) => `${stream}:dead`;
 /** A key's fields in its account's bill. */
 export const keyBillField = (keyId: string, field: 'spent' | 'reserved' | 'used' | 'rpm' | 'tpm') => `${keyId}.${field}`;
 export const keyBillFields = (keyId: string) => (['spent', 'reserved', 'used', 'rpm', 'tpm'] as const).map((field) => keyBillField(keyId, field));

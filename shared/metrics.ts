@@ -83,6 +83,7 @@ export class GatewayMetrics {
   readonly usageBuffered: Gauge;
   readonly usageWritten: Counter;
   readonly usageWriteFailures: Counter;
+  readonly usageDeadLetters: Counter;
 
   /** Read at each scrape by `queueJobs` (set by the api's backpressure). */
   queueDepths: (() => Iterable<[queue: string, counts: Readonly<Record<string, number>>]>) | undefined;
@@ -163,6 +164,7 @@ export class GatewayMetrics {
     this.usageBuffered = new Gauge({ name: `${metricsPrefix}usage_buffer_records`, help: 'Settled usage records waiting in Redis to be written to the record (PostgreSQL); grows while the database is away.', registers });
     this.usageWritten = counter('usage_records_written_total', 'Usage records written to the record (PostgreSQL) by this process.', []);
     this.usageWriteFailures = counter('usage_write_failures_total', 'Batches of usage records the record (PostgreSQL) refused or did not answer; they are written again later.', []);
+    this.usageDeadLetters = counter('usage_dead_letters_total', 'Usage records the record (PostgreSQL) refused every time they were written alone, moved to their bucket\'s dead-letter stream for the operator.', []);
 
     collectDefaultMetrics({ register: this.registry, prefix: metricsPrefix });
   }

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { invalidRequest } from '../../shared/errors.js';
+import { storableText } from '../../shared/schemas/common.js';
 import { toValidationError } from '../http/request-body.js';
 import { usdToMicros } from './account-store.js';
 import type { KeyChanges, KeyLimits } from './key-store.js';
@@ -10,17 +11,18 @@ import type { KeyChanges, KeyLimits } from './key-store.js';
  * than silently ignored; money as USD numbers bounded so micros stay exact.
  */
 
-export const keyName = z.string().trim().min(1).max(200);
-export const accountName = z.string().trim().max(200);
-export const email = z.string().trim().max(320).pipe(z.email());
+// Every text below reaches the record: `storableText` refuses what PostgreSQL cannot store (NUL) with a 400.
+export const keyName = storableText().trim().min(1).max(200);
+export const accountName = storableText().trim().max(200);
+export const email = storableText().trim().max(320).pipe(z.email());
 export const password = z.string().min(8).max(1024);
 export const role = z.enum(['admin', 'member']);
-export const id = z.string().min(1).max(256);
+export const id = storableText().min(1).max(256);
 /** Bounded so micros stay exact integers (2^53 is about 9e9 USD). */
 export const maxUsd = 1e9;
 export const limitUsd = z.number().min(0).max(maxUsd);
 export const perMinute = z.number().int().min(1).max(1e9);
-export const models = z.array(z.string().trim().min(1).max(256)).min(1).max(1000);
+export const models = z.array(storableText().trim().min(1).max(256)).min(1).max(1000);
 export const expiresAt = z.number().int().min(0).max(1e11);
 
 /** Whether the account spends without a balance; left out, its role decides (admins unlimited, members not). */
@@ -40,7 +42,7 @@ export const creditSchema = z.strictObject({
     .min(-maxUsd)
     .max(maxUsd)
     .refine((usd) => usdToMicros(usd) !== 0, 'the amount rounds to zero micro-dollars'),
-  note: z.string().max(1000).optional(),
+  note: storableText().max(1000).optional(),
 });
 export const ledgerQuerySchema = z.strictObject({ limit: z.coerce.number().int().min(1).max(1000).optional() });
 export const keyLimits = {

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import { requestStatuses } from '../../shared/request-log.js';
+import { storableText } from '../../shared/schemas/common.js';
 import { decodeCursor, type RequestFilter } from '../../storage/record/request-log.js';
 
 /**
@@ -9,7 +10,7 @@ import { decodeCursor, type RequestFilter } from '../../storage/record/request-l
  * strict schema (a misspelt filter is refused, not ignored).
  */
 
-const id = z.string().min(1).max(256);
+const id = storableText().min(1).max(256);
 
 /** Unix seconds, or an ISO 8601 date or date-time (UTC unless it says). */
 const instant = z
@@ -71,7 +72,7 @@ export const requestFilterQuerySchema = z.strictObject(filterFields).transform((
 
 export type RequestListQuery = z.output<typeof requestListQuerySchema>;
 
-export const generationQuerySchema = z.strictObject({ id: z.string().min(1).max(256) });
+export const generationQuerySchema = z.strictObject({ id });
 
 /** The same answer for an id nobody made and one another key made. */
 export const generationNotFound = (id: string) =>

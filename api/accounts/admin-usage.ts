@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { usageMetrics, utcDay, type UsageMetric } from '../../shared/accounts.js';
+import { storableText } from '../../shared/schemas/common.js';
 import type { RecordDb, UsageDailyTable } from '../../storage/record/database.js';
 
 /*
@@ -28,7 +29,7 @@ const day = z
   .string()
   .regex(/^\d{4}-\d{2}-\d{2}$/, 'expected a UTC day as YYYY-MM-DD')
   .refine((text) => !Number.isNaN(Date.parse(`${text}T00:00:00Z`)) && utcDay(Date.parse(`${text}T00:00:00Z`)) === text, 'no such day');
-const id = z.string().min(1).max(256);
+const id = storableText().min(1).max(256);
 
 export const usageQuerySchema = z
   .strictObject({

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { utcDay, type Account } from '../../shared/accounts.js';
 import { invalidRequest } from '../../shared/errors.js';
+import { storableText } from '../../shared/schemas/common.js';
 import type { PriceList } from '../../shared/pricing.js';
 import type { RecordDb } from '../../storage/record/database.js';
 import { latencyByModel, listRequests, requestHistogram, type RequestFilter } from '../../storage/record/request-log.js';
@@ -38,8 +39,8 @@ export function pricingList(models: ModelResolver, prices: PriceList) {
 
 export const usageRequestSchema = z.strictObject({
   days: z.enum(['7', '30', '90']).optional(),
-  key_id: z.string().min(1).max(256).optional(),
-  model: z.string().min(1).max(256).optional(),
+  key_id: storableText().min(1).max(256).optional(),
+  model: storableText().min(1).max(256).optional(),
 });
 export type UsageRequest = z.output<typeof usageRequestSchema>;
 

@@ -3,9 +3,10 @@ import { createRouter } from '../http/canonical-path.js';
 import type { Next } from 'koa';
 import { z } from 'zod';
 import { GatewayError } from '../../shared/errors.js';
+import { storableText } from '../../shared/schemas/common.js';
 import { readJsonObject } from '../http/request-body.js';
 import { usdToMicros } from '../accounts/account-store.js';
-import { email, keyChanges, keyLimits, keyName, newKeyLimits, parseStrict, patchKeySchema, password } from '../accounts/account-requests.js';
+import { accountName, email, keyChanges, keyLimits, keyName, newKeyLimits, parseStrict, patchKeySchema, password } from '../accounts/account-requests.js';
 import { accountView, keyView } from '../accounts/views.js';
 import type { KeyActor } from '../accounts/key-store.js';
 import { bodyLimit } from '../accounts/admin-api.js';
@@ -38,8 +39,8 @@ const contentSecurityPolicy = [
   "frame-ancestors 'none'",
 ].join('; ');
 
-const signInSchema = z.strictObject({ email: z.string().max(320), password: z.string().max(1024) });
-const signUpSchema = z.strictObject({ email, password, name: z.string().trim().max(200).optional() });
+const signInSchema = z.strictObject({ email: storableText().max(320), password: z.string().max(1024) });
+const signUpSchema = z.strictObject({ email, password, name: accountName.optional() });
 const createOwnKeySchema = z.strictObject({ name: keyName, ...keyLimits });
 
 /** Whose change a signed-in person's is: an admin's sets and lifts anything, a member's only tightens. */

@@ -41,9 +41,14 @@ export function noteArrival(ctx: Noted): void {
   ctx.state.requestLog = { arrived: performance.now() };
 }
 
+/**
+ * The model as the log keeps it: noted before the body is validated (a refusal is logged with what was asked), so as
+ * text the record can store, a NUL (which the schema refuses) written as U+FFFD; a NUL in the log event would be an
+ * entry the record's writer cannot write.
+ */
 export function noteLoggedModel(ctx: Noted, model: string): void {
   const n = notes(ctx);
-  if (n) n.model = model.slice(0, 200);
+  if (n) n.model = model.slice(0, 200).replaceAll('\u0000', '\uFFFD');
 }
 
 export function noteEnqueued(ctx: Pick<Context, 'state'>): void {

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import {
   choiceCountSchema,
   logitBiasSchema,
+  modelSchema,
   penaltySchema,
   seedSchema,
   stopSchema,
@@ -127,7 +128,7 @@ export const responseFormatSchema = z.discriminatedUnion('type', [
 
 /** `POST /v1/chat/completions`. Unknown top-level fields pass through to OpenAI-compatible vendors. */
 export const chatCompletionRequestSchema = z.looseObject({
-  model: z.string().min(1),
+  model: modelSchema,
   messages: z.array(chatMessageSchema).min(1),
   temperature: temperatureSchema,
   top_p: topPSchema,

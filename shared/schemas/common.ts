@@ -1,5 +1,16 @@
 import { z } from 'zod';
 
+/**
+ * Text the record can keep. PostgreSQL's text has no place for NUL (U+0000): a row holding one is refused
+ * (`invalid byte sequence for encoding "UTF8": 0x00`) and a query naming one fails; NUL is the only such character
+ * (a lone surrogate is not one: the driver writes it as U+FFFD). Every id, model, name, note and filter that may
+ * reach the record or a query of it is this, so a NUL is a 400 naming its field, never a 500 or a usage entry the
+ * record's writer cannot write.
+ */
+export const storableText = () => z.string().refine((text) => !text.includes('\u0000'), 'must not contain a NUL character (\\u0000)');
+/** A request's `model`: it reaches the request log. */
+export const modelSchema = storableText().min(1);
+
 export const temperatureSchema = z.number().min(0).max(2).nullish();
 export const topPSchema = z.number().min(0).max(1).nullish();
 export const penaltySchema = z.number().min(-2).max(2).nullish();

@@ -1,21 +1,22 @@
 import { z } from 'zod';
 import {
+  boundedArray,
   choiceCountSchema,
   logitBiasSchema,
+  modelSchema,
   penaltySchema,
   seedSchema,
   stopSchema,
   streamOptionsSchema,
   temperatureSchema,
   tokenArraySchema,
-  boundedArray,
   topPSchema,
   userSchema,
 } from './common.js';
 
 /** `POST /v1/completions` (legacy). */
 export const completionRequestSchema = z.looseObject({
-  model: z.string().min(1),
+  model: modelSchema,
   // A batch is at most 2,048 prompts, as for embeddings: each becomes its own choice.
   prompt: z.union([z.string(), boundedArray(z.string(), 1, 2048), tokenArraySchema, boundedArray(tokenArraySchema, 1, 2048)]),
   suffix: z.string().nullish(),

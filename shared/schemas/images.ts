@@ -1,9 +1,9 @@
 import { z } from 'zod';
-import { formNumber } from './common.js';
+import { formNumber, modelSchema } from './common.js';
 
 /** `POST /v1/images/generations`. Per-family rules (sizes, n, quality) are checked against the catalog entry. */
 export const imageGenerationRequestSchema = z.looseObject({
-  model: z.string().min(1).default('dall-e-2'),
+  model: modelSchema.default('dall-e-2'),
   prompt: z.string().min(1).max(32_000),
   n: z.number().int().min(1).max(10).nullish(),
   size: z.string().nullish(),
@@ -20,7 +20,7 @@ export type ImageGenerationRequest = z.infer<typeof imageGenerationRequestSchema
 
 /** The text fields of `POST /v1/images/edits` (multipart); files arrive apart. */
 export const imageEditFieldsSchema = z.looseObject({
-  model: z.string().min(1).default('dall-e-2'),
+  model: modelSchema.default('dall-e-2'),
   prompt: z.string().min(1).max(32_000),
   n: formNumber().pipe(z.number().int().min(1).max(10)).nullish(),
   size: z.string().nullish(),
@@ -42,7 +42,7 @@ export const variationSizes = ['256x256', '512x512', '1024x1024'] as const;
  * explicit: the vendor makes that size, so the job is billed for it.
  */
 export const imageVariationFieldsSchema = z.looseObject({
-  model: z.string().min(1).default('dall-e-2'),
+  model: modelSchema.default('dall-e-2'),
   n: formNumber().pipe(z.number().int().min(1).max(10)).nullish(),
   size: z
     .enum(variationSizes)

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { formNumber } from './common.js';
+import { formNumber, modelSchema } from './common.js';
 import type { BlobRef } from '../blobs.js';
 import type { ImageEditFields, ImageVariationFields } from './images.js';
 
@@ -36,7 +36,7 @@ export interface VideoInput {
 
 /** The text fields of `POST /v1/audio/transcriptions` (multipart); the file arrives apart. */
 export const transcriptionFieldsSchema = z.looseObject({
-  model: z.string().min(1),
+  model: modelSchema,
   language: z.string().min(2).max(16).optional(),
   prompt: z.string().optional(),
   response_format: z.enum(['json', 'text', 'srt', 'verbose_json', 'vtt']).default('json'),
@@ -46,7 +46,7 @@ export const transcriptionFieldsSchema = z.looseObject({
 
 /** `POST /v1/videos`, as JSON or as multipart fields (with an optional `input_reference` file). */
 export const videoRequestSchema = z.looseObject({
-  model: z.string().min(1).default('sora-2'),
+  model: modelSchema.default('sora-2'),
   prompt: z.string().min(1).max(32_000),
   seconds: z.union([z.string(), z.number()]).transform(String).pipe(z.enum(['4', '8', '12'])).default('4'),
   size: z.string().optional(),

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { boundedArray, temperatureSchema, topPSchema, userSchema } from './common.js';
+import { boundedArray, modelSchema, temperatureSchema, topPSchema, userSchema } from './common.js';
 
 /*
  * `POST /v1/responses`: the request body as far as its shape goes. Input
@@ -32,7 +32,7 @@ const metadataSchema = z
   .pipe(z.record(z.string().max(64), z.string().max(512)));
 
 export const responsesRequestSchema = z.looseObject({
-  model: z.string().min(1),
+  model: modelSchema,
   // Required unless previous_response_id is given: the translation checks that.
   input: z.union([z.string(), boundedArray(z.looseObject({}), 1, 10_000)]).optional(),
   instructions: z.string().nullish(),

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { sql, type Transaction } from 'kysely';
-import { usageMetrics, usageStreamKeys, utcDay, type UsageMetric } from '../../shared/accounts.js';
+import { usageDeadLetterKey, usageMetrics, usageStreamKeys, utcDay, type UsageMetric } from '../../shared/accounts.js';
 import { isCluster } from '../../shared/redis.js';
 import type { Logger } from '../../shared/logger.js';
 import { activeMetrics } from '../../shared/metrics.js';
@@ -23,6 +23,17 @@ import { logField, requestStatuses, type RequestStatus } from '../../shared/requ
  * On one Redis server one blocking read waits on every bucket's stream; on a
  * Cluster (each stream on its own slot) the streams are read one by one,
  * and `blockMs` apart when none had anything.
+ *
+ * One entry the record cannot take (text PostgreSQL cannot store, a number
+ * out of its range: the record refuses the data, not the connection) never
+ * holds back the others: its batch is written again entry by entry, each in
+ * its own transaction, and the refused entry alone stays pending, tried again
+ * alone after a wait that doubles (its stream meanwhile read on, and every
+ * other stream too). Refused `deadLetterAfter` times, it is moved to its
+ * stream's dead-letter stream (`usageDeadLetterKey`), with an error log naming
+ * it and `switchyard_usage_dead_letters_total`, kept there for the operator
+ * (docs/operating.md): it is never dropped, and written again it is written
+ * once, as every entry (by request id).
  */
 
 export const usageGroup = 'record';
@@ -45,9 +56,14 @@ export interface UsageWriterOptions {
   claimIdleMs?: number;
   /** Usage rows older than this many days are deleted, in small batches. */
   retentionDays?: number;
+  /** Times an entry the record refuses is written alone before it is moved to its dead-letter stream (default 5). */
+  deadLetterAfter?: number;
+  /** The wait before a refused entry is written alone again, doubled at each refusal up to 10 s (default 1 s). */
+  retryMs?: number;
 }
 
 const maxBackoffMs = 10_000;
+const deadLetterAfterDefault = 5;
 const retentionBatch = 5_000;
 const retentionEveryMs = 3_600_000;
 
@@ -56,6 +72,17 @@ const int = (value: unknown) => (Number.isFinite(Number(value)) ? Math.round(Num
 const num = (value: unknown) => (Number.isFinite(Number(value)) ? Number(value) : 0);
 const text = (value: unknown) => (typeof value === 'string' && value !== '' ? value.slice(0, 200) : null);
 const count = (value: unknown) => (value === undefined || value === null || !Number.isFinite(Number(value)) ? null : Math.max(0, Math.min(2_147_483_647, Math.round(Number(value)))));
+
+/**
+ * Whether the record refused the data itself, so that written again it is refused again: SQLSTATE class 22 (a data
+ * exception: NUL in text, a number out of range, bad text for a type), 23 (a constraint) or 54 (a limit, such as an
+ * index row too large). Anything else (a connection lost, a shutdown, a serialisation failure or a deadlock, no
+ * answer) is the record's and not the entry's: the batch waits whole and is written again when it passes.
+ */
+export function refusedData(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && /^(22|23|54)[0-9A-Z]{3}$/.test(code);
+}
 
 /** The JSON of a stream entry's field, or undefined. */
 function entryJson(fields: readonly string[], name: string): Record<string, unknown> | undefined {
@@ -336,9 +363,19 @@ export class UsageWriter {
   private readonly blockMs: number;
   private readonly claimIdleMs: number;
   private readonly lingerMs: number;
+  private readonly deadLetterAfter: number;
+  private readonly retryMs: number;
+  /** Streams whose own pending entries are read (from id 0) before new ones: at the start, after a failure, and while one waits to be tried again. */
+  private readonly pending = new Set(usageStreamKeys);
+  /** When a stream's refused entries are next tried, alone (its new entries are read meanwhile). */
+  private readonly retryAt = new Map<string, number>();
+  /** How many times the record refused each entry written alone (`stream id`). */
+  private readonly refusals = new Map<string, number>();
 
   constructor(private readonly options: UsageWriterOptions) {
     this.batch = options.batch ?? 500;
+    this.deadLetterAfter = Math.max(1, options.deadLetterAfter ?? deadLetterAfterDefault);
+    this.retryMs = options.retryMs ?? 1000;
     this.lingerMs = options.lingerMs ?? 250;
     this.blockMs = options.blockMs ?? 1000;
     this.claimIdleMs = options.claimIdleMs ?? 30_000;
@@ -366,26 +403,36 @@ export class UsageWriter {
   private async run(): Promise<void> {
     const { redis, log } = this.options;
     const oneServer = !isCluster(redis);
+    const pending = this.pending;
     let backoff = 0;
-    // Own pending records first (a batch read before a crash or a failed commit), then new ones.
-    const pending = new Set(usageStreamKeys);
+    // Own pending records first (a batch read before a crash or a failed commit), then new ones; a stream whose
+    // refused entry waits for its next try is read for new ones meanwhile.
+    const history = (stream: string, now: number) => pending.has(stream) && (this.retryAt.get(stream) ?? 0) <= now;
     while (this.running) {
       try {
         if (backoff > 0) await this.pause(backoff);
         await this.housekeeping();
         let read = 0;
-        const take = async (reply: StreamReply) => {
+        const take = async (reply: StreamReply, fromHistory: ReadonlySet<string>) => {
           for (const [stream, entries] of reply ?? []) {
-            if (entries.length === 0) pending.delete(stream);
-            else await this.write(stream, entries);
+            // A read of history is the try its refused entries waited for: what they are refused now sets the next wait.
+            if (fromHistory.has(stream)) this.retryAt.delete(stream);
+            if (entries.length === 0) {
+              if (fromHistory.has(stream)) pending.delete(stream);
+            } else await this.write(stream, entries);
             read += entries.length;
           }
         };
+        const now = Date.now();
         if (oneServer) {
           // A read of history (id 0) never blocks: only a read of new records waits.
-          await take(await this.read(usageStreamKeys, usageStreamKeys.map((s) => (pending.has(s) ? '0' : '>')), pending.size === 0));
+          const fromHistory = new Set(usageStreamKeys.filter((s) => history(s, now)));
+          await take(await this.read(usageStreamKeys, usageStreamKeys.map((s) => (fromHistory.has(s) ? '0' : '>')), fromHistory.size === 0), fromHistory);
         } else {
-          for (const stream of usageStreamKeys) await take(await this.read([stream], [pending.has(stream) ? '0' : '>'], false));
+          for (const stream of usageStreamKeys) {
+            const fromHistory = new Set(history(stream, now) ? [stream] : []);
+            await take(await this.read([stream], [fromHistory.size > 0 ? '0' : '>'], false), fromHistory);
+          }
           if (read === 0 && this.running) await this.pause(this.blockMs);
         }
         // Light traffic: let records gather rather than spend a transaction on each (the CPU it saves is the gateway's).
@@ -394,6 +441,7 @@ export class UsageWriter {
       } catch (error) {
         const message = String((error as Error).message);
         for (const stream of usageStreamKeys) pending.add(stream);
+        this.retryAt.clear();
         if (message.includes('NOGROUP')) {
           // A stream or its group is gone (a flushed Redis): made again, from the start of whatever is there now.
           await ensureUsageGroup(redis).catch(() => undefined);
@@ -419,8 +467,64 @@ export class UsageWriter {
 
   private wake: (() => void) | undefined;
 
-  /** Writes one batch and only then acknowledges and deletes it. */
+  /**
+   * Writes a batch; when the record refuses its data, writes it again entry by entry, so that only the refused
+   * entries stay pending (see `refused`). Throws what is not the data's (the record away): the batch waits whole.
+   */
   private async write(stream: string, entries: Array<[string, string[]]>): Promise<void> {
+    try {
+      await this.writeBatch(stream, entries);
+      return;
+    } catch (error) {
+      if (!refusedData(error)) throw error;
+      if (entries.length === 1) return this.refused(stream, entries[0]!, error);
+    }
+    for (const entry of entries) {
+      try {
+        await this.writeBatch(stream, [entry]);
+      } catch (error) {
+        if (!refusedData(error)) throw error;
+        await this.refused(stream, entry, error);
+      }
+    }
+  }
+
+  /**
+   * An entry the record refused, written alone: left pending and tried again after a wait that doubles, or, refused
+   * `deadLetterAfter` times, moved to its stream's dead letters in one transaction (added there, acknowledged and
+   * deleted here), the original fields kept as they were with where it came from and why.
+   */
+  private async refused(stream: string, [id, fields]: [string, string[]], error: unknown): Promise<void> {
+    const { redis, log } = this.options;
+    const entryKey = `${stream} ${id}`;
+    const tries = (this.refusals.get(entryKey) ?? 0) + 1;
+    const reason = String((error as Error).message).slice(0, 500);
+    const requestId = (entryJson(fields, 'usage') ?? entryJson(fields, logField))?.request_id;
+    const named = { stream, entry: id, requestId, tries, code: (error as { code?: string }).code, reason };
+    if (tries < this.deadLetterAfter) {
+      this.refusals.set(entryKey, tries);
+      this.pending.add(stream);
+      const waitMs = Math.min(maxBackoffMs, this.retryMs * 2 ** (tries - 1));
+      this.retryAt.set(stream, Math.min(this.retryAt.get(stream) ?? Number.POSITIVE_INFINITY, Date.now() + waitMs));
+      log.warn({ ...named, retryMs: waitMs }, 'the record refused a usage entry; the rest of its batch is written, this one is tried again alone');
+      return;
+    }
+    const deadLetters = usageDeadLetterKey(stream);
+    const results = await redis
+      .multi()
+      .xadd(deadLetters, '*', ...fields, 'stream', stream, 'entry', id, 'tries', String(tries), 'error', reason, 'moved_at', String(Date.now()))
+      .xack(stream, usageGroup, id)
+      .xdel(stream, id)
+      .exec();
+    const failed = results?.find(([commandError]) => commandError)?.[0];
+    if (!results || failed) throw failed ?? new Error('the move to the dead-letter stream was not run');
+    this.refusals.delete(entryKey);
+    activeMetrics()?.usageDeadLetters.inc();
+    log.error({ ...named, deadLetters }, `a usage entry the record refused ${tries} times was moved to its dead-letter stream; nothing else waits for it (docs/operating.md says how to write it again)`);
+  }
+
+  /** Writes entries in one transaction and only then acknowledges and deletes them. */
+  private async writeBatch(stream: string, entries: Array<[string, string[]]>): Promise<void> {
     const rows: UsageRow[] = [];
     const logs: LogRow[] = [];
     for (const [, fields] of entries) {
@@ -439,6 +543,7 @@ export class UsageWriter {
     });
     const ids = entries.map(([id]) => id);
     await this.options.redis.multi().xack(stream, usageGroup, ...ids).xdel(stream, ...ids).exec();
+    if (this.refusals.size > 0) for (const id of ids) this.refusals.delete(`${stream} ${id}`);
     activeMetrics()?.usageWritten.inc(written);
   }
 
