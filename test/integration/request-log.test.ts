@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import OpenAI, { toFile } from 'openai';
 import { sql } from 'kysely';
 import { freshRedis, paidAccountKey, requestRecord, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
-import { testRecord } from '../support/record.js';
+import { testRecord, usageRows, waitForUsage } from '../support/record.js';
 import { mergeHalves, writeLog, writeUsage, type LogRow, type UsageRow } from '../../storage/record/usage-writer.js';
 import type { RecordDb } from '../../storage/record/database.js';
 import type { RequestView } from '../../storage/record/request-log.js';
@@ -14,6 +15,8 @@ import { billingBucket, usageStreamKey } from '../../shared/accounts.js';
 import { readBill } from '../../shared/billing.js';
 import { endpoints, type Endpoint } from '../../shared/endpoints.js';
 import { shardQueueName } from '../../shared/queues.js';
+import { payloadKey } from '../../shared/keys.js';
+import type { GatewayJobData } from '../../shared/jobs.js';
 import { encodeGradientPng } from '../../workers/vendors/mock/png.js';
 
 /*
@@ -353,6 +356,24 @@ describe('the request log', () => {
     } finally {
       await chat.resume();
       await chat.close();
+    }
+  });
+
+  it('runs a job queued before the two ids were named apart (its requestId is its job id too), its stored payload found and its cost settled once under that id', async () => {
+    const { id: keyId, account } = await paidAccountKey(redis, 5_000_000);
+    const id = `req_${randomBytes(16).toString('hex')}`;
+    const embeddings = new Queue(shardQueueName('embeddings', 0, 1), { connection: redis });
+    try {
+      // As an api of the release before queued it: no jobId, the body kept apart under the job's id.
+      await redis.set(payloadKey(id), JSON.stringify({ model: 'text-embedding-3-small', input: 'queued before the upgrade', encoding_format: 'float' }), 'EX', 60);
+      const old: Omit<GatewayJobData, 'jobId'> = { requestId: id, replyTo: 'sy:reply:gone', keyId, accountId: account, endpoint: 'embeddings', model: 'text-embedding-3-small', stream: false, deadline: Date.now() + 60_000, async: true };
+      await embeddings.add('embeddings', old, { jobId: id, attempts: 1 });
+      const row = await waitForUsage(redis, (candidate) => candidate.request_id === id);
+      assert.ok(Number(row.cost_micros) > 0 && Number(row.input_tokens) > 0, 'the stored payload was read and the answer billed');
+      await waitFor(async () => (await embeddings.getJobState(id)) === 'completed', 5000, 'the old job to complete');
+      assert.equal((await usageRows(redis)).filter((candidate) => candidate.request_id === id).length, 1);
+    } finally {
+      await embeddings.close();
     }
   });
 
