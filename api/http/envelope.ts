@@ -10,8 +10,9 @@ export interface RequestIdState {
 }
 
 /**
- * What every request gets around it: a fresh id (also its job id, so a
- * client cannot pick it) with a child logger; every failure rendered as the
+ * What every request gets around it: a fresh id (its money and its
+ * request-log row are keyed by it, and most jobs' ids are it, so a client
+ * cannot pick it) with a child logger; every failure rendered as the
  * OpenAI error body (only what was unexpected is logged as an error, a
  * client's mistake at debug); and one access-log line when it ends, with the
  * status the client got.

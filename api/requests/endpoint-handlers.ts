@@ -34,7 +34,7 @@ export interface Accepted<E extends Endpoint> {
   stream?: boolean;
   /** Content type of the final body (JSON unless said). */
   contentType?: string;
-  /** Job id when it is not the request id (videos). */
+  /** The job's id in its queue when it is not the request's (a response's `resp_…`, a video's `video_…`); money and the request log stay the request's. */
   jobId?: string;
   /** The prompt's tokens as counted or bounded by the context check (text endpoints): what the reservation counts. */
   promptTokens?: number;
