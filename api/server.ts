@@ -41,6 +41,7 @@ import { SessionStore, SigninThrottle } from './console/sessions.js';
 import { ConsoleAssets, defaultConsoleDir } from './console/assets.js';
 import type { AccountStore } from './accounts/account-store.js';
 import { resolveUrlSecret } from '../storage/blob-urls.js';
+import { closeMarginMs, closeRedisBy, settledBy } from '../shared/stop-deadline.js';
 
 export interface ApiServer {
   server: Server;
@@ -48,9 +49,11 @@ export interface ApiServer {
   listen(port: number, host: string): Promise<number>;
   /**
    * Drain: new requests get a 503 (and `/readyz` says not ready) while the
-   * ones in flight finish, bounded by the grace period; then close.
+   * ones in flight finish, until `until` (epoch ms; default the grace period
+   * from now), a hard deadline; then close, within `closeMarginMs` more
+   * whether Redis and the record answer or not.
    */
-  shutdown(): Promise<void>;
+  shutdown(until?: number): Promise<void>;
   /** Requests in flight now (held or streamed answers). */
   readonly inFlight: number;
 }
@@ -214,34 +217,38 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     get inFlight() {
       return hub.size;
     },
-    async shutdown() {
+    async shutdown(until = Date.now() + config.shutdownGraceMs) {
       // The listener stays open while draining: a new request (and a balancer's /readyz) gets a 503 with
       // `connection: close` rather than a refused connection, until the requests in flight are done.
       draining = true;
       server.closeIdleConnections();
-      const until = Date.now() + config.shutdownGraceMs;
       while (hub.size > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
       server.close();
       server.closeIdleConnections();
       hub.stop();
+      // Past the drain every step is bounded: a Redis that is gone would hold a cancel, BullMQ's close and a QUIT for ever.
+      const closeBy = Math.max(until, Date.now()) + closeMarginMs;
       if (hub.size > 0) {
         log.warn({ pending: hub.size }, 'grace period over; ending the requests in flight with an error and cancelling their jobs');
         // Cut silently, a stream looks finished (HTTP 200) and its job runs on for nobody.
-        await hub.abortAll(
+        const aborting = hub.abortAll(
           new GatewayError(503, 'The server shut down before the request finished; retry the request.', {
             type: 'server_error',
             code: 'server_shutting_down',
             headers: { 'retry-after': '1' },
           }),
         );
+        if (!(await settledBy(aborting, closeBy))) log.warn('the jobs of the requests ended were not all cancelled in time: given up (they run for nobody)');
       }
       server.closeAllConnections();
       jobEvents.close();
       logs.close();
       loopStalls.stop();
       backpressure.stop();
-      await queues.close();
-      await Promise.allSettled([subscriber.quit(), redis.quit(), closeRecord()] as Promise<unknown>[]);
+      // With Redis away there is nothing to wait for: the queues' close is left to run on, and the connections dropped.
+      const closing = queues.close();
+      if (!(await settledBy(closing, redis.status === 'ready' ? closeBy : Date.now()))) log.warn({ redis: redis.status }, 'the job queues did not close (Redis is not answering): given up');
+      await Promise.allSettled([closeRedisBy(subscriber, closeBy), closeRedisBy(redis, closeBy), settledBy(closeRecord(), closeBy)]);
     },
   };
 }

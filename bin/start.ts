@@ -15,6 +15,7 @@ import { answerMetricsOverIpc, startMetricsListener, WorkerProcessMetrics } from
 import { startTracing, type Tracing, type TracingRole } from '../shared/tracing.js';
 import { locateRecord } from '../storage/record/embedded.js';
 import { redactDatabaseUrl } from '../storage/record/database.js';
+import { closeMarginMs, settledBy } from '../shared/stop-deadline.js';
 
 /** Given to the worker process `npm start` forks: it ends when its parent does, however that ends. */
 const childFlag = '--worker-of-parent';
@@ -51,6 +52,8 @@ async function main(): Promise<void> {
   // SIGTERM, the parent stopping its worker process just after it started) stops it as soon as it has started,
   // the usual way; a second Ctrl-C meanwhile exits at once.
   let requested: string | undefined;
+  // A worker process is told its parent's stop deadline just before its SIGTERM: both end by the same time.
+  let stopDeadline: number | undefined;
   let stop = (signal: string): void => {
     if (requested && signal === 'SIGINT') process.exit(130);
     requested ??= signal;
@@ -60,6 +63,9 @@ async function main(): Promise<void> {
   if (child) {
     // A terminal's Ctrl-C reaches the whole process group: the parent decides when the workers stop.
     process.on('SIGINT', () => undefined);
+    process.on('message', (message: unknown) => {
+      if ((message as StopBy | null)?.type === stopByMessage) stopDeadline = (message as StopBy).until;
+    });
     // The parent is gone (killed, crashed): its workers go with it, as they would in one process.
     process.on('disconnect', () => process.exit(1));
   } else {
@@ -86,7 +92,8 @@ async function main(): Promise<void> {
   // in their own process, this one is the api (the child traces as a worker).
   const tracing = await startTracing(config.tracing, ownProcess ? 'api' : (role as TracingRole), { log });
   if (tracing) log.info({ collector: new URL(config.tracing.endpoint!).origin }, 'tracing on: spans are exported over OTLP/HTTP');
-  const cleanups: Array<() => Promise<void>> = [];
+  // Each runs with the stop's deadline (epoch ms): the end of SHUTDOWN_GRACE_MS, after which nothing is waited for.
+  const cleanups: Array<{ what: string; run: (until: number) => Promise<void> }> = [];
   let inFlight = () => 0;
   if (role !== 'worker') {
     const api = await createApiServer(config, log);
@@ -96,27 +103,27 @@ async function main(): Promise<void> {
     const admin = config.console.adminEmail;
     log.info({ console: `${base}/console`, ...(admin ? { admin } : {}) }, `console at ${base}/console${admin ? ` (sign in as ${admin})` : ''}`);
     inFlight = () => api.inFlight;
-    cleanups.push(() => api.shutdown());
+    cleanups.push({ what: 'the api', run: (until) => api.shutdown(until) });
   }
   if (ownProcess) {
     // The api's /metrics asks the worker process for its metrics over the IPC channel and serves both merged.
     const workerMetrics = new WorkerProcessMetrics();
     setMetricsPeer(() => workerMetrics.collect());
     const workers = superviseWorkerProcess(config, log, workerMetrics);
-    cleanups.push(() => workers.stop());
+    cleanups.push({ what: 'the worker process', run: (until) => workers.stop(until) });
   } else if (role !== 'api') {
     // The worker process of `npm start` answers its parent's metrics requests over their IPC channel.
     if (child) answerMetricsOverIpc();
     const workers = await startWorkers(config, log);
-    cleanups.push(() => workers.close());
+    cleanups.push({ what: 'the workers', run: (until) => workers.close(until) });
     if (!child && role === 'worker' && config.metrics.port !== undefined) {
       // A worker process has no HTTP server of its own: METRICS_PORT gives it one for GET /metrics.
       const listener = await startMetricsListener(config.metrics.port, config.host, log, config.metrics.token);
-      cleanups.push(() => listener.close());
+      cleanups.push({ what: 'the metrics listener', run: (until) => settledBy(listener.close(), until + closeMarginMs).then(() => undefined) });
     }
   }
   // A start that fails exits, and the embedded database's lock goes with the process (embedded.ts). Last: the api and the workers are done with the embedded database before it stops.
-  cleanups.push(() => record.close());
+  cleanups.push({ what: 'the record', run: (until) => settledBy(record.close(), Math.max(until, Date.now()) + closeMarginMs).then(() => undefined) });
 
   const logDrain = (signal: string) => {
     const seconds = Math.round(config.shutdownGraceMs / 100) / 10;
@@ -142,9 +149,22 @@ async function main(): Promise<void> {
     } else {
       logDrain(signal);
     }
+    // The grace is a hard deadline: a parent that stops its worker process hands it its own deadline first.
+    const until = stopDeadline ?? Date.now() + config.shutdownGraceMs;
+    let step = 'the start of the stop';
+    // Every step is bounded (a dead Redis would hold BullMQ's close or a QUIT for ever); this is the last word
+    // if one is not: past the deadline and the margin to close, the process exits, saying what it gave up.
+    setTimeout(() => {
+      log.error({ step, graceMs: config.shutdownGraceMs }, `the stop did not end within the grace period and the margin to close; exiting, given up: ${step}`);
+      process.exit(1);
+    }, until + closeMarginMs + (ownProcess ? 2 : 1) * exitMarginMs - Date.now());
     // The api drains first so its requests can still be served by the workers.
     void (async () => {
-      for (const cleanup of cleanups) await cleanup().catch((error) => log.error({ err: error }, 'shutdown step failed'));
+      for (const cleanup of cleanups) {
+        step = cleanup.what;
+        await cleanup.run(until).catch((error) => log.error({ err: error }, 'shutdown step failed'));
+      }
+      step = 'exporting the last spans';
       // The spans still buffered go out, for a few seconds at most (an unreachable collector does not hold the exit).
       if (tracing) await flushTracing(tracing, log);
       log.info('stopped');
@@ -173,6 +193,16 @@ async function flushTracing(tracing: Tracing, log: Logger): Promise<void> {
   if (outcome === 'late') log.warn(`the last spans were not exported within ${tracingFlushMs} ms`);
 }
 
+/** Past the margin to close, how much longer a process waits before it exits anyway (a parent: twice, for its worker process's). */
+const exitMarginMs = 1000;
+
+const stopByMessage = 'switchyard:stop-by';
+interface StopBy {
+  type: typeof stopByMessage;
+  /** The stop's deadline, epoch ms. */
+  until: number;
+}
+
 /** Crashes closer together than this count towards giving up. */
 const crashWindowMs = 60_000;
 const maxCrashes = 5;
@@ -183,7 +213,7 @@ const maxCrashes = 5;
  * a minute (the process exits, for its supervisor to restart). Stopping it
  * lets its running jobs finish, as `--role=worker` does on SIGTERM.
  */
-function superviseWorkerProcess(config: Config, log: Logger, metrics?: WorkerProcessMetrics): { stop(): Promise<void> } {
+function superviseWorkerProcess(config: Config, log: Logger, metrics?: WorkerProcessMetrics): { stop(until: number): Promise<void> } {
   const script = fileURLToPath(import.meta.url);
   let current: ChildProcess | undefined;
   let stopping = false;
@@ -214,13 +244,18 @@ function superviseWorkerProcess(config: Config, log: Logger, metrics?: WorkerPro
   launch();
   log.info({ cores: availableParallelism() }, 'workers run in their own process');
   return {
-    async stop() {
+    async stop(until) {
       stopping = true;
       const proc = current;
       if (!proc || proc.exitCode !== null || proc.signalCode !== null) return;
       const exited = once(proc, 'exit');
+      proc.send?.({ type: stopByMessage, until } satisfies StopBy, () => undefined);
       proc.kill('SIGTERM');
-      await exited;
+      // It ends by the same deadline on its own; one that does not is killed.
+      if (await settledBy(exited, until + closeMarginMs + exitMarginMs + exitMarginMs / 2)) return;
+      log.error({ pid: proc.pid }, 'the worker process did not stop in time: killed, its running jobs given up (another worker runs them again once their locks expire)');
+      proc.kill('SIGKILL');
+      await settledBy(exited, Date.now() + exitMarginMs / 2);
     },
   };
 }

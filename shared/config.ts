@@ -276,7 +276,7 @@ const fixed = {
   SSE_KEEPALIVE_MS: setting(integer(100, 15_000), 'comment frames on a stream that is still waiting'),
   MAX_BODY_BYTES: setting(integer(1024, 50 * 1024 * 1024), 'largest JSON body; over → 413'),
   INLINE_PAYLOAD_BYTES: setting(integer(0, 64 * 1024), 'bodies larger than this are stored beside the job, not in it'),
-  SHUTDOWN_GRACE_MS: setting(integer(0, 25_000), 'on SIGTERM or Ctrl-C, how long in-flight requests may finish (new ones get a 503 meanwhile); keep it below the orchestrator\'s own grace (Kubernetes: 30 s, compose: `stop_grace_period`); a second Ctrl-C exits at once'),
+  SHUTDOWN_GRACE_MS: setting(integer(0, 25_000), 'on SIGTERM or Ctrl-C, how long in-flight requests may finish (new ones get a 503 meanwhile); a hard deadline: what has not finished then is given up (the log says what) and the process exits within 4 s more, Redis there or not; keep it 5 s below the orchestrator\'s own grace (Kubernetes: 30 s, compose: `stop_grace_period`); a second Ctrl-C exits at once'),
   ORPHAN_AFTER_MS: setting(integer(1000, 15_000), 'an api gone this long (no reply subscriber, no heartbeat) has its jobs cancelled by the workers'),
   KEY_CACHE_TTL_MS: setting(integer(0, 60_000), 'how long an api process trusts a cached API key'),
   PRICING_FILE: setting(optionalText({ kind: 'unset', note: 'the catalog prices' }), 'JSON `{"models":{"<id>":{…pricing}}}` replacing the prices of those models'),

@@ -24,6 +24,7 @@ import { ensureUsageGroup, UsageWriter } from '../storage/record/usage-writer.js
 import { randomBytes } from 'node:crypto';
 import { PriceList } from '../shared/pricing.js';
 import { meterJobs, startWorkerMetrics } from './metrics.js';
+import { closeMarginMs, closeRedisBy, settledBy } from '../shared/stop-deadline.js';
 
 const reservationSweepMs = 10_000;
 const reservationGraceMs = 60_000;
@@ -69,8 +70,14 @@ export function fetchLoopOptions(config: Config, concurrency: number, loop: numb
 }
 
 export interface WorkerPool {
-  /** Stop taking jobs, finish the running ones, close connections. */
-  close(): Promise<void>;
+  /**
+   * Stop taking jobs, finish the running ones, close connections. `until`
+   * (epoch ms, default SHUTDOWN_GRACE_MS from now) is a hard deadline: jobs
+   * still running then are given up (their locks expire and another worker
+   * runs them again), and what is left closes within `closeMarginMs`, Redis
+   * there or not.
+   */
+  close(until?: number): Promise<void>;
 }
 
 /** One BullMQ worker per queue this process serves, sharing one cancel subscription. */
@@ -147,16 +154,31 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
 
   log.info({ queues: config.workerQueues, concurrency: config.concurrency }, 'workers started');
   return {
-    async close() {
+    async close(until = Date.now() + config.shutdownGraceMs) {
       clearInterval(reservationSweep);
-      await Promise.allSettled(bullWorkers.map((w) => w.close()));
-      await janitor.close();
-      await lifecycle.close();
+      const givenUp: string[] = [];
+      if (!(await settledBy(Promise.allSettled(bullWorkers.map((w) => w.close())), until))) {
+        const running = cancels.size;
+        log.warn(
+          { running, graceMs: config.shutdownGraceMs },
+          `grace period over: giving up ${running} running job${running === 1 ? '' : 's'} (another worker runs ${running === 1 ? 'it' : 'them'} again once ${running === 1 ? 'its lock expires' : 'their locks expire'})`,
+        );
+        // Nothing waits for the running jobs any more; BullMQ stops its loops without them.
+        for (const worker of bullWorkers) void worker.close(true).catch(() => undefined);
+      }
+      // Then what is left gets the margin past the deadline (a little, when stopped after it): each step below waits on
+      // Redis (or the record), which may be gone.
+      const closeBy = Math.max(until + closeMarginMs, Date.now() + closeMarginMs / 4);
+      const step = async (what: string, work: Promise<unknown>) => {
+        if (!(await settledBy(work, closeBy))) givenUp.push(what);
+      };
+      await step('the upload cleanup', janitor.close().then(() => lifecycle.close()));
       // What settled until now is written before the process goes (else another worker's writer claims it later).
-      await usageWriter.close();
-      await Promise.allSettled([usageConnection.quit(), closeRecord()]);
+      await step('writing the settled usage to the record (it stays in Redis for the next writer)', usageWriter.close());
+      await step('closing the record', closeRecord());
       router.stop();
-      await Promise.allSettled([subscriber.quit(), redis.quit(), vendorHttp.close()] as Promise<unknown>[]);
+      await Promise.allSettled([...[usageConnection, subscriber, redis].map((connection) => closeRedisBy(connection, closeBy)), settledBy(vendorHttp.close(), closeBy)]);
+      if (givenUp.length > 0) log.warn({ givenUp }, `the workers did not finish closing in time; given up: ${givenUp.join('; ')}`);
     },
   };
 }
