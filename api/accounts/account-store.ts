@@ -167,10 +167,51 @@ const scripted = (redis: Redis) =>
 
 // ---- passwords: scrypt, salted, with its parameters stored so they can be raised later ----
 
-const scryptParams = { N: 16384, r: 8, p: 1 };
+/**
+ * N = 2^17, r = 8, p = 1: today's advice for scrypt. Each hash needs 128·N·r = 128 MiB, above Node's default
+ * `maxmem` (32 MiB), so it is given room. Hashes made with older parameters (2^14 before) still verify, and are
+ * made again with these at the next sign-in that proves the password (`AccountStore.signIn`).
+ */
+export const scryptParams = { N: 2 ** 17, r: 8, p: 1 };
+
+/**
+ * scrypt runs on libuv's thread pool (4 threads unless UV_THREADPOOL_SIZE says otherwise), never on the event
+ * loop; but the pool also serves file reads, DNS lookups and zlib. At most `passwordWorkers` hashes run at
+ * once in a process, so the pool keeps threads for the rest and memory stays bounded (2 × 128 MiB); at most
+ * `passwordQueue` wait, and past that a check is refused with a 429 rather than queued without end. The
+ * sign-in throttle (sessions.ts) bounds each address and email; this bounds the process, whatever the addresses.
+ */
+const passwordWorkers = 2;
+const passwordQueue = 8;
+let passwordRunning = 0;
+const passwordWaiting: Array<() => void> = [];
+
+async function passwordSlot<T>(work: () => Promise<T>): Promise<T> {
+  if (passwordRunning >= passwordWorkers) {
+    if (passwordWaiting.length >= passwordQueue) {
+      throw new GatewayError(429, 'Too many password checks at once on this server; try again in a moment.', {
+        type: 'requests',
+        code: 'rate_limit_exceeded',
+        headers: { 'retry-after': '1' },
+      });
+    }
+    await new Promise<void>((resolve) => passwordWaiting.push(resolve));
+  } else {
+    passwordRunning++;
+  }
+  try {
+    return await work();
+  } finally {
+    // The slot passes straight to the next waiter, so a newcomer cannot overtake the queue.
+    const next = passwordWaiting.shift();
+    if (next) next();
+    else passwordRunning--;
+  }
+}
 
 function scryptHash(password: string, salt: Buffer, length: number, params: { N: number; r: number; p: number }): Promise<Buffer> {
-  return new Promise((resolve, reject) => scrypt(password, salt, length, params, (error, key) => (error ? reject(error) : resolve(key))));
+  const maxmem = 256 * params.N * params.r;
+  return passwordSlot(() => new Promise((resolve, reject) => scrypt(password, salt, length, { ...params, maxmem }, (error, key) => (error ? reject(error) : resolve(key)))));
 }
 
 export async function hashPassword(password: string): Promise<string> {
@@ -187,9 +228,23 @@ export async function verifyPassword(password: string, stored: string): Promise<
   return timingSafeEqual(actual, expected);
 }
 
-/** Checked against when a sign-in names no account, so that case takes as long as a wrong password. */
-const decoyHash = hashPassword(randomBytes(16).toString('hex'));
-decoyHash.catch(() => undefined);
+/** A stored hash made with other parameters than today's: to be made again once its password is proven. */
+export function needsRehash(stored: string): boolean {
+  const [scheme, n, r, p] = stored.split('$');
+  return scheme !== 'scrypt' || Number(n) !== scryptParams.N || Number(r) !== scryptParams.r || Number(p) !== scryptParams.p;
+}
+
+/**
+ * Checked against when a sign-in names no account, so that case takes as long as a wrong password: a hash of
+ * today's parameters with a random salt and value (verifying runs the same scrypt whatever the value).
+ */
+const decoyHash = `scrypt$${scryptParams.N}$${scryptParams.r}$${scryptParams.p}$${randomBytes(16).toString('base64')}$${randomBytes(64).toString('base64')}`;
+
+/* KEYS: account. ARGV: the hash read, the new one. Replaced only if unchanged since (a password set meanwhile wins). */
+const rehashScript = `
+if redis.call('HGET', KEYS[1], 'password') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'password', ARGV[2])
+return 1`;
 
 // ---- the store ----
 
@@ -529,9 +584,27 @@ export class AccountStore {
     const id = await this.redis.hget(accountEmailsKey, emailIndex(email));
     const [stored, deleted] = id ? await this.redis.hmget(accountKey(id), 'password', 'deleted') : [null, null];
     if (!id || !stored || deleted === '1') {
-      await verifyPassword(password, await decoyHash);
+      await verifyPassword(password, decoyHash);
       return undefined;
     }
-    return (await verifyPassword(password, stored)) ? this.get(id) : undefined;
+    if (!(await verifyPassword(password, stored))) return undefined;
+    if (needsRehash(stored)) await this.rehash(id, stored, password);
+    return this.get(id);
+  }
+
+  /**
+   * A proven password whose hash has older parameters, hashed again with today's: in the record first, then in
+   * Redis, each only if the hash is still the one proven (a password changed meanwhile is kept). A failure
+   * leaves the old hash, which still signs in; the next sign-in tries again.
+   */
+  private async rehash(id: string, stored: string, password: string): Promise<void> {
+    try {
+      const fresh = await hashPassword(password);
+      const updated = await this.record.updateTable('accounts').set({ password: fresh }).where('id', '=', id).where('password', '=', stored).executeTakeFirst();
+      if (Number(updated.numUpdatedRows) === 0) return;
+      await this.redis.eval(rehashScript, 1, accountKey(id), stored, fresh);
+    } catch {
+      // Kept as it was: it still verifies.
+    }
   }
 }

@@ -1,13 +1,15 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
+import { randomBytes, scrypt } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import type { Redis } from 'ioredis';
 import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
 import { ConsoleClient } from '../support/console-client.js';
 import { adminClient, type Json } from '../support/admin-client.js';
-import { recordUrlFor } from '../support/record.js';
+import { recordUrlFor, testRecord } from '../support/record.js';
+import { accountKey } from '../../shared/accounts.js';
 
 const run = promisify(execFile);
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -28,6 +30,16 @@ function expectError(res: { status: number; json: Json & { error?: { code: strin
 }
 
 const limitsOf = (key: Key): Limits => ({ limit_usd: key.limit_usd, rpm: key.rpm, tpm: key.tpm, models: key.models, expires_at: key.expires_at });
+
+/** A password hashed the way accounts were before: scrypt at N = 2^14, in the stored format. */
+function oldHash(password: string): Promise<string> {
+  const salt = randomBytes(16);
+  return new Promise((resolve, reject) =>
+    scrypt(password, salt, 64, { N: 16384, r: 8, p: 1 }, (error, hash) =>
+      error ? reject(error) : resolve(`scrypt$16384$8$1$${salt.toString('base64')}$${hash.toString('base64')}`),
+    ),
+  );
+}
 
 // Issue 35, item 6: limits an admin sets on a key are ceilings its account's members may only tighten; the operator's
 // default rates are ceilings for members' own keys; keys per account are capped. Every way in: the console's member API,
@@ -92,7 +104,6 @@ describe('members and the limits on their keys', () => {
     const expiresAt = Math.floor(Date.now() / 1000) + 86_400;
     const key = await adminKey(id, { limit_usd: 0.0001, models: ['mock-chat'], rpm: 1, tpm: 500, expires_at: expiresAt });
     const set: Limits = { limit_usd: 0.0001, rpm: 1, tpm: 500, models: ['mock-chat'], expires_at: expiresAt };
-    assert.deepEqual(key.admin_limits, set);
 
     // The issue's request, all at once, then each lift alone.
     expectError(await patch(console, key.id, { limit_usd: null, models: null, rpm: null }), 403, 'limit_set_by_admin');
@@ -113,6 +124,7 @@ describe('members and the limits on their keys', () => {
     for (const [param, body] of lifts) expectError(await patch(console, key.id, { name: 'renamed', ...body }), 403, 'limit_set_by_admin', param);
 
     // Nothing of a refused change was made, not even the name beside it.
+    assert.deepEqual(key.admin_limits, set);
     const listed = (await ownKeys(console)).find((k) => k.id === key.id)!;
     assert.equal(listed.name, 'from the admin');
     assert.deepEqual(limitsOf(listed), set);
@@ -232,6 +244,58 @@ describe('members and the limits on their keys', () => {
     const again = await console.request<Key>('POST', '/console/api/keys', { name: 'after a revoke' });
     assert.equal(again.status, 201, JSON.stringify(again.json));
     expectError(await console.request('POST', '/console/api/keys', { name: 'over' }), 409, 'too_many_keys');
+  });
+
+  // Issue 35, item 13: passwords hashed at N = 2^17, and an older hash made again at the sign-in that proves it.
+  it('hashes new passwords at N = 2^17 and rehashes an older hash at the next right sign-in, never at a wrong one', async () => {
+    const made = await admin('POST', '/admin/accounts', { email: 'old-hash@limits.test', password: 'old-password-1', role: 'member' });
+    assert.equal(made.status, 201, JSON.stringify(made.json));
+    const id = String(made.json.id);
+    const record = await testRecord(redisUrl);
+    const stored = async () => {
+      const row = await record.selectFrom('accounts').select('password').where('id', '=', id).executeTakeFirstOrThrow();
+      const hot = await redis.hget(accountKey(id), 'password');
+      assert.equal(hot, row.password, "Redis's copy is the record's");
+      return row.password;
+    };
+    assert.match(await stored(), /^scrypt\$131072\$8\$1\$/);
+
+    // As if made before: the same password under the old parameters, in the record and in Redis.
+    const old = await oldHash('old-password-1');
+    await record.updateTable('accounts').set({ password: old }).where('id', '=', id).execute();
+    await redis.hset(accountKey(id), 'password', old);
+
+    const wrong = await new ConsoleClient(gateway.url, '198.51.100.201').signIn('old-hash@limits.test', 'not-the-password');
+    assert.equal(wrong.status, 401);
+    assert.equal(await stored(), old, 'a wrong password rehashes nothing');
+
+    const console = new ConsoleClient(gateway.url, '198.51.100.202');
+    assert.equal((await console.signIn('old-hash@limits.test', 'old-password-1')).status, 200);
+    const fresh = await stored();
+    assert.match(fresh, /^scrypt\$131072\$8\$1\$/);
+    assert.notEqual(fresh, old);
+    // The new hash signs in; the old password is still the password.
+    assert.equal((await new ConsoleClient(gateway.url, '198.51.100.203').signIn('old-hash@limits.test', 'old-password-1')).status, 200);
+    assert.equal(await stored(), fresh, 'a hash of today\'s parameters is kept');
+  });
+
+  it('runs at most 2 password hashes at once per process and queues at most 8: a burst past that from many addresses is a 429, not an endless queue', async () => {
+    // 40 sign-ins at once from 40 addresses (the per-address and per-email throttle lets each through), unknown
+    // emails: each costs one scrypt against the decoy hash.
+    const answers = await Promise.all(
+      Array.from({ length: 40 }, async (_, i) => {
+        const client = new ConsoleClient(gateway.url, `192.0.2.${i + 1}`);
+        return client.signIn(`nobody-${i}@limits.test`, 'some-password');
+      }),
+    );
+    const statuses = answers.map((res) => res.status);
+    const refused = answers.filter((res) => res.status === 429);
+    assert.ok(refused.length >= 1 && refused.length <= 40 - 2 - 8, statuses.join(' '));
+    for (const res of refused) {
+      expectError(res, 429, 'rate_limit_exceeded');
+      assert.equal(res.headers.get('retry-after'), '1');
+    }
+    assert.ok(answers.every((res) => res.status === 429 || res.status === 401), statuses.join(' '));
   });
 
   it("makes npm run keys' limits an admin's: ceilings for the account's members", async () => {
