@@ -41,7 +41,8 @@ export const creditSchema = z.strictObject({
     .number()
     .min(-maxUsd)
     .max(maxUsd)
-    .refine((usd) => usdToMicros(usd) !== 0, 'the amount rounds to zero micro-dollars'),
+    // Zod runs a refinement after a failed bound too: past the bound the amount has no micros to count (and only the bound is said).
+    .refine((usd) => Math.abs(usd) > maxUsd || usdToMicros(usd) !== 0, 'the amount rounds to zero micro-dollars'),
   note: storableText().max(1000).optional(),
 });
 export const ledgerQuerySchema = z.strictObject({ limit: z.coerce.number().int().min(1).max(1000).optional() });
