@@ -16,9 +16,9 @@ export const replyChannel = (apiInstanceId: string) => `${keyPrefix}reply:${apiI
 /** Set (with a TTL) by a live api for its reply channel: a worker whose answers reach nobody checks it before giving up. */
 export const apiAliveKey = (replyTo: string) => `${keyPrefix}alive:${replyTo}`;
 export const cancelChannel = `${keyPrefix}cancel`;
-export const replayStreamKey = (requestId: string) => `${keyPrefix}replay:${requestId}`;
-export const payloadKey = (requestId: string) => `${keyPrefix}payload:${requestId}`;
-export const resultKey = (requestId: string) => `${keyPrefix}result:${requestId}`;
+export const replayStreamKey = (jobId: string) => `${keyPrefix}replay:${jobId}`;
+export const payloadKey = (jobId: string) => `${keyPrefix}payload:${jobId}`;
+export const resultKey = (jobId: string) => `${keyPrefix}result:${jobId}`;
 /** Job lifecycle events (queued, progress, completed, failed) of async jobs, for WebSocket watchers. */
 export const jobEventsChannel = `${keyPrefix}job-events`;
 /** Where an async job lives and whose it is (an AsyncJobRecord). */

@@ -11,25 +11,25 @@ export class CancelRegistry {
 
   constructor(private readonly rememberMs = 30_000) {}
 
-  start(requestId: string): AbortController {
+  start(jobId: string): AbortController {
     const controller = new AbortController();
-    if (this.early.delete(requestId)) controller.abort(new ClientGoneError());
-    this.running.set(requestId, controller);
+    if (this.early.delete(jobId)) controller.abort(new ClientGoneError());
+    this.running.set(jobId, controller);
     return controller;
   }
 
-  finish(requestId: string): void {
-    this.running.delete(requestId);
+  finish(jobId: string): void {
+    this.running.delete(jobId);
   }
 
-  cancel(requestId: string): void {
-    const controller = this.running.get(requestId);
+  cancel(jobId: string): void {
+    const controller = this.running.get(jobId);
     if (controller) {
       controller.abort(new ClientGoneError());
       return;
     }
     const now = Date.now();
-    this.early.set(requestId, now + this.rememberMs);
+    this.early.set(jobId, now + this.rememberMs);
     if (this.early.size > 1000) for (const [id, until] of this.early) if (until < now) this.early.delete(id);
   }
 

@@ -49,7 +49,7 @@ export class ReplyPublisher {
   constructor(
     private readonly redis: Redis,
     private readonly channel: string,
-    private readonly requestId: string,
+    private readonly jobId: string,
     private readonly options: PublisherOptions = {},
   ) {
     this.orphan = options.orphan;
@@ -89,13 +89,13 @@ export class ReplyPublisher {
     const frames = this.buffer;
     this.buffer = '';
     const seq = ++this.seq;
-    const key = replayStreamKey(this.requestId);
+    const key = replayStreamKey(this.jobId);
     const pipeline = together(this.redis)
-      [this.publish](this.channel, encodeReply('chunk', this.requestId, seq, frames))
+      [this.publish](this.channel, encodeReply('chunk', this.jobId, seq, frames))
       .xadd(key, 'MAXLEN', '~', replayMaxLength, '*', 'seq', seq, 'frames', frames, 'first', this.bufferFirst, ...(seq === 1 && this.options.owner ? ['owner', this.options.owner] : []));
     // Set with the first batch, and again now and then: a log recreated mid-stream (Redis restarted empty) must expire too.
     if (seq === 1 || seq % 64 === 0) pipeline.expire(key, this.replayTtlSeconds);
-    if (seq === 1) for (const alias of this.aliases) pipeline.set(alias, this.requestId, 'EX', this.replayTtlSeconds);
+    if (seq === 1) for (const alias of this.aliases) pipeline.set(alias, this.jobId, 'EX', this.replayTtlSeconds);
     this.pending = pipeline.exec().then(
       (results) => this.noteReceivers(results?.[0]?.[1]),
       (error: unknown) => {
@@ -136,13 +136,13 @@ export class ReplyPublisher {
     await this.flush();
     if (body.length > inlineResultBytes) {
       // The api reads it once (GETDEL); the TTL only bounds one that never came to read it.
-      const ref = resultKey(this.requestId);
+      const ref = resultKey(this.jobId);
       // Stored before it is announced (on a Cluster the two are on different shards).
       await this.redis.set(ref, body, 'EX', 120);
-      await this.redis[this.publish](this.channel, encodeReply('done-ref', this.requestId, this.seq, ref));
+      await this.redis[this.publish](this.channel, encodeReply('done-ref', this.jobId, this.seq, ref));
       return { bodyRef: ref };
     }
-    await this.redis[this.publish](this.channel, encodeReply('done', this.requestId, this.seq, body));
+    await this.redis[this.publish](this.channel, encodeReply('done', this.jobId, this.seq, body));
     return { body };
   }
 
@@ -159,8 +159,8 @@ export class ReplyPublisher {
 
   private async terminal(kind: 'done' | 'error', payload: string): Promise<void> {
     this.ended = true;
-    const key = replayStreamKey(this.requestId);
-    const pipeline = together(this.redis)[this.publish](this.channel, encodeReply(kind, this.requestId, this.seq, payload));
+    const key = replayStreamKey(this.jobId);
+    const pipeline = together(this.redis)[this.publish](this.channel, encodeReply(kind, this.jobId, this.seq, payload));
     // A stream's log records its end; a plain request leaves no log behind.
     if (this.options.stream) {
       pipeline.xadd(key, 'MAXLEN', '~', replayMaxLength, '*', 'seq', this.seq, 'end', kind, 'payload', payload, ...(this.seq === 0 && this.options.owner ? ['owner', this.options.owner] : []));

@@ -9,8 +9,8 @@ import { HeldReply, type HeldReplyDeps } from './held-reply.js';
 export class BodyReply extends HeldReply {
   readonly stream = false;
 
-  constructor(ctx: GatewayContext, deps: HeldReplyDeps, requestId: string, queue: Queue, log: Logger, private readonly contentType = 'application/json') {
-    super(ctx, deps, requestId, queue, log);
+  constructor(ctx: GatewayContext, deps: HeldReplyDeps, jobId: string, queue: Queue, log: Logger, private readonly contentType = 'application/json') {
+    super(ctx, deps, jobId, queue, log);
   }
 
   deliver(message: ReplyMessage): void {

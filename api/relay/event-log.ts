@@ -8,7 +8,7 @@ import { framesAfter, parseLogEntry, type LogEntry } from '../../shared/reply.js
 import { clientDisconnected, markFirstByte } from '../http/metrics.js';
 
 /** Set while someone follows a stream's log: a stream whose first client left is kept running while it exists. */
-export const streamWatchKey = (requestId: string) => `${keyPrefix}watch:${requestId}`;
+export const streamWatchKey = (jobId: string) => `${keyPrefix}watch:${jobId}`;
 const watchTtlMs = 6000;
 
 /** The headers of every server-sent event stream the api answers with. */
@@ -23,8 +23,8 @@ export const noStream = (named: string) =>
   new GatewayError(404, `No stream with id '${named.slice(0, 200)}' can be resumed here (streams are kept a while after they end).`, { code: 'not_found' });
 
 export interface FollowOptions {
-  /** The stream's request (job) id: its log is `replayStreamKey(requestId)`. */
-  requestId: string;
+  /** The stream's job id: its log is `replayStreamKey(jobId)`. */
+  jobId: string;
   /** The id as the client named it (a chat completion's id, say): the only id an error may show. */
   named: string;
   /** The key asking: the log's owner must be it, or the stream does not exist for it. */
@@ -79,7 +79,7 @@ export class EventLogs {
 
   /** Answers the client with the log's frames after `options.after`, live ones included, until the end. */
   async follow(ctx: GatewayContext, options: FollowOptions): Promise<void> {
-    const key = replayStreamKey(options.requestId);
+    const key = replayStreamKey(options.jobId);
     const entries = (await this.redis.xrange(key, '-', '+')).map(([id, fields]) => parseLogEntry(id, fields));
     // Missing, another key's, or one whose start was trimmed from the log: the same answer, naming only what the client named.
     if ((entries.length === 0 && options.whenMissing === 'fail') || (entries.length > 0 && entries[0]!.owner !== options.owner)) throw noStream(options.named);
@@ -132,7 +132,7 @@ export class EventLogs {
           if (ended) finish(options.onEnd(ended));
         },
       };
-      const watch = () => void this.redis.set(streamWatchKey(options.requestId), '1', 'PX', watchTtlMs).catch(() => undefined);
+      const watch = () => void this.redis.set(streamWatchKey(options.jobId), '1', 'PX', watchTtlMs).catch(() => undefined);
       watch();
       const watching = setInterval(watch, watchTtlMs / 3);
       const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), options.keepAliveMs);

@@ -59,7 +59,7 @@ export abstract class HeldReply implements PendingReply {
   constructor(
     protected readonly ctx: GatewayContext,
     protected readonly deps: HeldReplyDeps,
-    protected readonly requestId: string,
+    protected readonly jobId: string,
     protected readonly queue: Queue,
     protected readonly log: Logger,
   ) {
@@ -102,7 +102,7 @@ export abstract class HeldReply implements PendingReply {
   private awaitResume(graceMs: number): void {
     const check = async () => {
       if (this.ended) return;
-      const followed = await this.deps.redis.exists(streamWatchKey(this.requestId)).catch(() => 0);
+      const followed = await this.deps.redis.exists(streamWatchKey(this.jobId)).catch(() => 0);
       if (this.ended) return;
       if (followed === 1) this.resumeTimer = setTimeout(() => void check(), graceMs);
       else void this.cancel('client left and did not resume');
@@ -133,9 +133,9 @@ export abstract class HeldReply implements PendingReply {
     this.end();
     this.cancelled ??= (async () => {
       try {
-        const removed = await this.queue.remove(this.requestId);
+        const removed = await this.queue.remove(this.jobId);
         // Removing a job that no longer exists "succeeds", yet a worker may still be running it.
-        if (removed !== 1 || lost) await this.deps.redis.publish(cancelChannel, this.requestId);
+        if (removed !== 1 || lost) await this.deps.redis.publish(cancelChannel, this.jobId);
         this.log.info({ removed: removed === 1 }, `${reason}; request cancelled`);
         return removed === 1;
       } catch (error) {
@@ -178,12 +178,12 @@ export abstract class HeldReply implements PendingReply {
   }
 
   private async check(): Promise<void> {
-    const job = await this.queue.getJob(this.requestId);
+    const job = await this.queue.getJob(this.jobId);
     if (this.ended) return;
     if (job) {
       const state = await job.getState();
       // Read after the state: every chunk of a finished stream is in its log by now.
-      if (this.stream) await this.deps.hub.replay(this.requestId, this);
+      if (this.stream) await this.deps.hub.replay(this.jobId, this);
       if (state === 'completed') this.finishFrom(job.returnvalue as GatewayJobResult | undefined);
       else if (state === 'failed') {
         // The worker published its own error before failing the job; it says more, so it gets to arrive first.
@@ -197,10 +197,10 @@ export abstract class HeldReply implements PendingReply {
     if (this.stream) {
       // A log from the first chunk on without a gap outlives only a job that finished (and was removed):
       // data lost with Redis takes the log too, and chunks written after that start past 1.
-      const replayed = await this.deps.hub.replay(this.requestId, this);
+      const replayed = await this.deps.hub.replay(this.jobId, this);
       if (replayed && replayed.first === 1 && replayed.count === replayed.last) return this.finishFrom(undefined);
-    } else if ((await this.deps.redis.exists(resultKey(this.requestId))) === 1) {
-      return this.finishFrom({ bodyRef: resultKey(this.requestId) });
+    } else if ((await this.deps.redis.exists(resultKey(this.jobId))) === 1) {
+      return this.finishFrom({ bodyRef: resultKey(this.jobId) });
     }
     if (this.ended) return;
     this.log.warn('the job is gone from Redis; answering 503 job_lost');
@@ -210,7 +210,7 @@ export abstract class HeldReply implements PendingReply {
 
   /** Answers as the job's `done` would have. */
   private finishFrom(result: GatewayJobResult | undefined): void {
-    const reply = { requestId: this.requestId, seq: 0 };
+    const reply = { jobId: this.jobId, seq: 0 };
     if (this.stream) this.deliver({ kind: 'done', ...reply, payload: streamTrailer });
     else if (result?.body !== undefined) this.deliver({ kind: 'done', ...reply, payload: result.body });
     else if (result?.bodyRef) this.deliver({ kind: 'done-ref', ...reply, payload: result.bodyRef });

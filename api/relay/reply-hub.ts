@@ -118,12 +118,12 @@ export class ReplyHub {
 
   onReconnect?: () => void;
 
-  register(requestId: string, pending: PendingReply): void {
-    this.pending.set(requestId, pending);
+  register(jobId: string, pending: PendingReply): void {
+    this.pending.set(jobId, pending);
   }
 
-  unregister(requestId: string): void {
-    this.pending.delete(requestId);
+  unregister(jobId: string): void {
+    this.pending.delete(jobId);
   }
 
   get size(): number {
@@ -140,7 +140,7 @@ export class ReplyHub {
       this.log.warn({ raw: raw.slice(0, 200) }, 'unreadable reply message');
       return;
     }
-    const pending = this.pending.get(message.requestId);
+    const pending = this.pending.get(message.jobId);
     if (!pending) return; // client already gone
     if (message.kind === 'chunk' && message.seq <= pending.lastSeq) return;
     if (pending.stream && (message.kind === 'chunk' || message.kind === 'done' || message.kind === 'error')) {
@@ -167,26 +167,26 @@ export class ReplyHub {
     if (message.kind !== 'chunk') gap.held = message;
     if (running) return;
     this.gaps.set(pending, gap);
-    const { requestId } = message;
+    const { jobId } = message;
     void (async () => {
       let idleRounds = 0;
-      while (pending.lastSeq < gap.maxSeen && idleRounds < 2 && this.pending.get(requestId) === pending) {
+      while (pending.lastSeq < gap.maxSeen && idleRounds < 2 && this.pending.get(jobId) === pending) {
         const before = pending.lastSeq;
         try {
-          await this.replay(requestId, pending);
+          await this.replay(jobId, pending);
           idleRounds = pending.lastSeq === before ? idleRounds + 1 : 0;
         } catch (error) {
           // Redis unreachable says nothing about the log: try again until it answers (or the request ends).
-          this.log.debug({ err: error, reqId: requestId }, 'could not read the replay log; retrying');
+          this.log.debug({ err: error, jobId }, 'could not read the replay log; retrying');
           await pause(gapRetryMs);
         }
       }
       this.gaps.delete(pending);
-      if (this.pending.get(requestId) !== pending) return;
+      if (this.pending.get(jobId) !== pending) return;
       if (pending.lastSeq < gap.maxSeen && gap.held?.kind !== 'error') {
-        this.log.warn({ reqId: requestId, lastSeq: pending.lastSeq, maxSeen: gap.maxSeen }, 'stream chunks lost; ending the stream with an error');
+        this.log.warn({ jobId, lastSeq: pending.lastSeq, maxSeen: gap.maxSeen }, 'stream chunks lost; ending the stream with an error');
         const broken = new GatewayError(502, 'Part of the response stream was lost in transit; retry the request.', { code: 'stream_incomplete' });
-        pending.deliver({ kind: 'error', requestId, seq: gap.maxSeen, payload: JSON.stringify(broken.toWire()) });
+        pending.deliver({ kind: 'error', jobId, seq: gap.maxSeen, payload: JSON.stringify(broken.toWire()) });
       } else if (gap.held) pending.deliver(gap.held);
     })();
   }
@@ -231,15 +231,15 @@ export class ReplyHub {
   }
 
   /** Delivers the chunks of a stream's replay log that were not seen yet; undefined when the log holds none. */
-  async replay(requestId: string, pending: PendingReply): Promise<Replayed | undefined> {
-    const raw = await this.redis.xrange(replayStreamKey(requestId), '-', '+');
+  async replay(jobId: string, pending: PendingReply): Promise<Replayed | undefined> {
+    const raw = await this.redis.xrange(replayStreamKey(jobId), '-', '+');
     // The terminal entry is not a chunk: the job's own state says how the request ended.
     const entries = raw.map(([id, fields]) => parseLogEntry(id, fields)).filter((entry) => entry.end === undefined);
     if (entries.length === 0) return undefined;
     for (const entry of entries) {
-      if (entry.seq > pending.lastSeq && this.pending.get(requestId) === pending) {
+      if (entry.seq > pending.lastSeq && this.pending.get(jobId) === pending) {
         pending.lastSeq = entry.seq;
-        pending.deliver({ kind: 'chunk', requestId, seq: entry.seq, payload: entry.frames });
+        pending.deliver({ kind: 'chunk', jobId, seq: entry.seq, payload: entry.frames });
       }
     }
     return { first: entries[0]!.seq, last: entries.at(-1)!.seq, count: entries.length };

@@ -71,7 +71,7 @@ export async function followResponse(ctx: KeyedContext, deps: ResponseRouteDeps,
     return;
   }
   await deps.logs.follow(ctx, {
-    requestId: id,
+    jobId: id,
     named: id,
     owner: keyId,
     after,
@@ -199,10 +199,10 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
   router.get('/chat/completions/:id/stream', async (ctx) => {
     const named = ctx.params.id!;
     if (named.length > 200) throw noStream(named);
-    const requestId = (await redis.exists(replayStreamKey(named))) === 1 ? named : ((await redis.get(streamAliasKey(named))) ?? named);
+    const jobId = (await redis.exists(replayStreamKey(named))) === 1 ? named : ((await redis.get(streamAliasKey(named))) ?? named);
     const after = eventNumber(ctx.get('last-event-id') || ctx.query.last_event_id, 'Last-Event-ID');
     await deps.logs.follow(ctx, {
-      requestId,
+      jobId,
       named,
       owner: ctx.state.keyId,
       after,

@@ -17,7 +17,7 @@ import { isMockEnabled, resolveChannels } from '../../shared/vendors.js';
 describe('reply wire format', () => {
   it('round-trips kind, id, sequence and a payload with newlines and spaces', () => {
     const payload = 'data: {"a": 1}\n\ndata: [DONE]\n\n';
-    assert.deepEqual(decodeReply(encodeReply('chunk', 'req_1', 7, payload)), { kind: 'chunk', requestId: 'req_1', seq: 7, payload });
+    assert.deepEqual(decodeReply(encodeReply('chunk', 'req_1', 7, payload)), { kind: 'chunk', jobId: 'req_1', seq: 7, payload });
     assert.equal(decodeReply('garbage'), undefined);
   });
 });

@@ -99,7 +99,7 @@ describe('tracing on, in process (InMemorySpanExporter)', () => {
       traceQueued(state, data, 'chat');
       const reply = { stream: false, deliver: () => undefined } as unknown as PendingReply;
       traceRelay(state, reply);
-      reply.deliver({ kind: 'done', requestId: 'req_test', seq: 0, payload: '{}' });
+      reply.deliver({ kind: 'done', jobId: 'req_test', seq: 0, payload: '{}' });
       ctx.body = { carrier: data.trace };
     });
     const router = new Router();
