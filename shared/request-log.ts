@@ -3,7 +3,9 @@ import { billingBucket, usageStreamKey } from './accounts.js';
 
 /**
  * The request log: one record per keyed request, made of two halves that
- * meet in the record's usage row by request id, in either order. The api
+ * meet in the record's usage row by request id, in either order: the
+ * request's (`x-request-id`) on both sides, for every endpoint (a job's own id,
+ * a response's or a video's, is the row's answer id). The api
  * sends how the request was answered (this event, once its last byte is
  * written or the client left); the worker's settlement sends what it used
  * and cost (the `usage` entry of the same stream). Both go to the account's

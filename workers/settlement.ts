@@ -99,7 +99,9 @@ const settledMarkMarginMs = 15 * 60_000;
  * Bills a finished job exactly once: its actual cost replaces its
  * reservation. Redis being away does not lose it: the call is retried (about
  * 25 s in all) before the job may be marked done; a second settlement of the
- * same request id (a retried job, a replaced worker) changes nothing.
+ * same request id (a retried job, a replaced worker) changes nothing. The id is
+ * the request's (`data.requestId`, its reservation's and its request-log row's),
+ * never the job's own (a response's, a video's), so both halves of the row meet.
  */
 export async function settleJob(
   deps: SettlementDeps,

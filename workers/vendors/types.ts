@@ -37,6 +37,7 @@ export interface VendorHttp {
 }
 
 export interface CallContext {
+  /** The request's id (its `x-request-id`, not the job's): for logs, and the folder of what the call stores (a video's file). */
   requestId: string;
   signal: AbortSignal;
   channel: Channel;
