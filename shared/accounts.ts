@@ -23,9 +23,13 @@ import { accountsPrefix, keyPrefix } from './keys.js';
  *   sy:session:<sha256(token)> hash account, csrf, created (ms): a console session, TTL = its idle expiry
  *   sy:account-sessions:<id> set   session hashes of one account, to end them all at once
  *   sy:signin-fail:<email|ip> string sign-in attempts in the current window, counted before the password check (TTL = the window)
- *   sy:record-loaded         string set once the hot state was loaded from the record (PostgreSQL): missing
- *                                  after a flush, which makes the next start or first use load it again
+ *   sy:record-loaded         string set once the hot state was loaded from the record (PostgreSQL), to the stamp of
+ *                                  that record ('<record id> <system id> <database oid>'): missing after a flush, which
+ *                                  makes the next start or first use load it again; another stamp makes a start reload
+ *   sy:record-epoch          string the highest high-water mark of that record seen (a restored record's is behind it)
  *   sy:record-loading        string held while one process loads it (TTL)
+ *   sy:usage-set-aside       stream usage records left in the usage streams when Redis was loaded from another or a
+ *                                  restored record: not that record's, kept (a month) for the operator, never written
  *
  * Money is spread over `billingBuckets` hash tags `{b<k>-<n>}` (written
  * `sy:{b}:` here), each on its own slot, evenly over a Cluster's slot range; an
@@ -64,6 +68,10 @@ export const usageDayKey = (day: string, accountId?: string) => (accountId === u
 /** Named for the layout it marks loaded: a gateway that kept money in the directory's hashes loads the buckets anew. */
 export const recordLoadedKey = `${accountsPrefix}record-loaded:buckets`;
 export const recordLoadingKey = `${accountsPrefix}record-loading`;
+/** Beside `recordLoadedKey` (one slot): the record's high-water mark as Redis last saw it. */
+export const recordEpochKey = `${accountsPrefix}record-epoch`;
+/** Usage records of another record's timeline, taken out of the usage streams when Redis was loaded anew. */
+export const usageSetAsideKey = `${accountsPrefix}usage-set-aside`;
 /** How many hash tags money is spread over (a Cluster's primaries share them; see `bucketTag`). */
 export const billingBuckets = 16;
 const clusterSlots = 16_384;

@@ -8,23 +8,27 @@ import {
   apiKeyHashesKey,
   apiKeyIdsKey,
   apiKeyRecordKey,
+  accessChangedChannel,
   billKey,
   defaultAccountId,
   keyBillField,
   keyBillFields,
   legacyUsageStreamKey,
   ledgerKey,
+  recordEpochKey,
   recordLoadedKey,
   recordLoadingKey,
   usageDayKey,
   usageMetrics,
+  usageSetAsideKey,
   usageStreamKeys,
   type UsageMetric,
 } from '../../shared/accounts.js';
 import type { Logger } from '../../shared/logger.js';
 import { together } from '../../shared/redis.js';
+import { sql } from 'kysely';
 import { openRecord, type RecordDb, type UsageDailyTable } from './database.js';
-import { emptyDayRow, usageRow, writeUsage, type UsageRow } from './usage-writer.js';
+import { emptyDayRow, usageGroup, usageRow, writeUsage, type UsageRow } from './usage-writer.js';
 
 /**
  * Redis holds the hot state of accounts and keys (what admission reads in
@@ -40,13 +44,90 @@ import { emptyDayRow, usageRow, writeUsage, type UsageRow } from './usage-writer
  * subtracted by reading the stream and the record in one snapshot. What a
  * flush takes is the reservations in flight and the usage records not yet
  * written (docs/operating.md, "What faults cost").
+ *
+ * The hot state is stamped with the record it came from (`recordLoadedKey`
+ * holds the stamp): the record's own random id (`record_identity`, drawn
+ * once by the migration that made it), the cluster's system identifier and the
+ * database's oid, so a different record, a restore into another cluster and
+ * one into another database each show. A restore that keeps all three (a
+ * copy of the data folder, `pg_restore --clean` into the same database) shows
+ * by the record's high-water mark (`record_identity.epoch`): every process
+ * raises it at start, every few seconds and at its stop, and Redis keeps the
+ * highest it saw (`recordEpochKey`); a restored record's is the backup's,
+ * behind Redis's. The mark lives in the record's data, so every kind of
+ * restore brings it back; the WAL position would not (a `pg_restore` moves
+ * it forward, a crash that lost unflushed WAL moves it back without a
+ * restore). Whatever the stamp says, the record wins: Redis's accounts and
+ * keys are dropped and loaded from it, and the usage records waiting in the
+ * streams, which belong to the other timeline, are set aside. The check runs
+ * at start and every few seconds; a request costs one EXISTS at most.
  */
 
 const lockMs = 120_000;
 const pipelineChunk = 1000;
+/** How long usage records set aside from another record's timeline are kept. */
+const setAsideSeconds = 30 * 86_400;
+
+/** Which record the hot state came from, and its high-water mark. */
+export interface RecordStamp {
+  /** The record's own random id (`record_identity.id`). */
+  record: string;
+  /** The PostgreSQL cluster's system identifier ('-' where the server does not say). */
+  system: string;
+  /** The database's oid. */
+  database: string;
+  epoch: number;
+}
+
+/** Why Redis's hot state is loaded anew from the record. */
+type Reload = { reason: 'missing' } | { reason: 'unstamped' | 'different' | 'cluster' | 'database' | 'restored'; from: Partial<RecordStamp> & { stamp: string } };
+
+const stampText = (stamp: Pick<RecordStamp, 'record' | 'system' | 'database'>) => `${stamp.record} ${stamp.system} ${stamp.database}`;
+
+function parseStamp(text: string, epoch: number): (Partial<RecordStamp> & { stamp: string }) | undefined {
+  const [record, system, database, ...rest] = text.split(' ');
+  if (!record?.startsWith('rec_') || !system || !database || rest.length > 0) return undefined;
+  return { stamp: text, record, system, database, epoch };
+}
+
+let systemReadable = true;
+/**
+ * The record's stamp; with `raise`, its high-water mark is raised by one in the same statement (returned: the mark
+ * before it, what a comparison with Redis's must use, and after it, what Redis may be raised to).
+ */
+export async function readRecordStamp(record: RecordDb, raise: boolean): Promise<RecordStamp & { raised: number }> {
+  const change = raise ? sql`update record_identity set epoch = epoch + 1 returning id, epoch - 1 as before, epoch` : sql`select id, epoch as before, epoch from record_identity`;
+  // pg_control_system() is PostgreSQL's own (9.6 on); a server that refuses it still has the record's id and the oid.
+  const system = systemReadable ? sql`(select system_identifier::text from pg_control_system())` : sql`'-'`;
+  const query = sql<{ id: string; before: string | number; epoch: string | number; database: string; system: string }>`
+    with stamp as (${change})
+    select stamp.id, stamp.before, stamp.epoch, (select oid::text from pg_database where datname = current_database()) as database, ${system} as system from stamp`;
+  let rows;
+  try {
+    rows = (await query.execute(record)).rows;
+  } catch (error) {
+    if (!systemReadable || !/pg_control_system|permission denied/i.test(String((error as Error).message))) throw error;
+    systemReadable = false;
+    return readRecordStamp(record, raise);
+  }
+  const row = rows[0];
+  if (!row) throw new Error('the record has no identity (record_identity is empty)');
+  return { record: row.id, system: row.system ?? '-', database: row.database, epoch: Number(row.before), raised: Number(row.epoch) };
+}
+
+// Raises Redis's high-water mark, only while the hot state carries this record's stamp.
+const raiseEpochLua = `if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local seen = tonumber(redis.call('GET', KEYS[2]) or '0')
+if seen < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
+return 1`;
 
 export class HotState {
   private loading: Promise<boolean> | undefined;
+  private checking: Promise<boolean> | undefined;
+  /** The record's stamp as this process last found it, once it checked it against Redis's. */
+  private checked: RecordStamp | undefined;
+  /** A stamp of another record found on Redis while this process's record had not changed: said once per stamp. */
+  private foreign: string | undefined;
 
   constructor(
     private readonly redis: Redis,
@@ -56,66 +137,188 @@ export class HotState {
 
   /**
    * Loads the hot state when Redis lost it; cheap (one EXISTS) when it did not. Concurrent calls share one load.
-   * True when Redis had lost it (loaded now, here or by another process): what was not found may be there now.
+   * A process's first call checks the whole stamp (`check`). True when Redis had lost it (loaded now, here or by
+   * another process): what was not found may be there now.
    */
   async ensure(): Promise<boolean> {
+    if (!this.checked) return this.check();
     if ((await this.redis.exists(recordLoadedKey)) === 1) return false;
-    this.loading ??= this.load()
-      .then(() => true)
+    this.loading ??= this.load({ reason: 'missing' })
       .finally(() => (this.loading = undefined));
     return this.loading;
   }
 
-  /** Checks every `intervalMs` (a Redis flushed under a running gateway is loaded again within it). */
+  /**
+   * Compares Redis's stamp with the record's (raising the record's high-water mark, and Redis's with it) and loads
+   * the hot state anew when they differ: at start and every few seconds, never per request. True when it loaded.
+   */
+  check(): Promise<boolean> {
+    this.checking ??= this.compare().finally(() => (this.checking = undefined));
+    return this.checking;
+  }
+
+  /** Checks every `intervalMs` (a Redis flushed, or a record restored, under a running gateway is loaded again within it). */
   watch(intervalMs: number): () => void {
     const timer = setInterval(() => {
-      this.ensure().catch((error: unknown) => this.log?.warn({ err: error }, 'could not load the hot state from the record'));
+      this.check().catch((error: unknown) => this.log?.warn({ err: error }, 'could not check the hot state against the record'));
     }, intervalMs);
     timer.unref();
     return () => clearInterval(timer);
   }
 
-  private async load(): Promise<void> {
+  /** Raises the record's high-water mark and Redis's once more (a process that stops: what it wrote is behind the mark). */
+  async mark(): Promise<void> {
+    const now = await readRecordStamp(this.record, true);
+    await this.redis.eval(raiseEpochLua, 2, recordLoadedKey, recordEpochKey, stampText(now), now.raised);
+  }
+
+  private async compare(): Promise<boolean> {
+    // Redis first, the record after: on one timeline the mark Redis holds is never above the record's read later.
+    const [text = null, epochText = null] = await this.redis.mget(recordLoadedKey, recordEpochKey);
+    const now = await readRecordStamp(this.record, true);
+    const verdict = this.judge(text, Number(epochText ?? 0), now);
+    if (verdict === 'foreign') {
+      if (this.foreign !== text) {
+        this.foreign = text ?? undefined;
+        this.log?.error(
+          { redis: text, record: stampText(now) },
+          "Redis's hot state now comes from another record than this process's: another gateway on the same Redis uses another record. Stop it, or give each record its own Redis; this process does not load it back",
+        );
+      }
+      return false;
+    }
+    this.foreign = undefined;
+    const loaded = verdict === 'ok' ? false : await this.load(verdict);
+    this.checked = now;
+    if (!loaded) await this.redis.eval(raiseEpochLua, 2, recordLoadedKey, recordEpochKey, stampText(now), now.raised);
+    return loaded;
+  }
+
+  /** What Redis's stamp says against the record's now. */
+  private judge(text: string | null, epoch: number, now: RecordStamp): 'ok' | 'foreign' | Reload {
+    if (text === null) return { reason: 'missing' };
+    const from = parseStamp(text, epoch);
+    if (!from) return { reason: 'unstamped', from: { stamp: text } };
+    if (text === stampText(now)) return epoch > now.epoch ? { reason: 'restored', from } : 'ok';
+    // Another stamp while this process's record is as it last found it: another process on another record wrote it.
+    const mine = this.checked;
+    if (mine && stampText(mine) === stampText(now) && now.epoch >= mine.epoch) return 'foreign';
+    return { reason: from.record !== now.record ? 'different' : from.system !== now.system ? 'cluster' : 'database', from };
+  }
+
+  /** True when this process loaded it; false when another process had (its stamp is the record's now). */
+  private async load(why: Reload): Promise<boolean> {
     const token = randomBytes(8).toString('hex');
     const deadline = Date.now() + lockMs;
     while ((await this.redis.set(recordLoadingKey, token, 'PX', lockMs, 'NX')) !== 'OK') {
-      // Another process loads it: wait for its mark.
-      if ((await this.redis.exists(recordLoadedKey)) === 1) return;
+      // Another process loads it: wait for its stamp.
+      if (await this.current(why)) return true;
       if (Date.now() > deadline) throw new Error('another process has been loading the hot state from the record for too long');
       await new Promise((r) => setTimeout(r, 100));
     }
     try {
-      if ((await this.redis.exists(recordLoadedKey)) === 1) return;
+      if (await this.current(why)) return true;
       const started = Date.now();
+      const now = await readRecordStamp(this.record, false);
+      let dropped: { accounts: number; keys: number; usage: number } | undefined;
+      if (why.reason !== 'missing') {
+        // Unmarked first: another process's first use waits for this load instead of reading a half-dropped state.
+        await this.redis.del(recordLoadedKey);
+        // Without a stamp (an older version loaded it, most likely from this record) the usage waiting is kept: it is counted as a load counts it.
+        dropped = await dropHotState(this.redis, why.from.stamp, why.reason !== 'unstamped');
+      }
       const imported = await importRedisOnce(this.redis, this.record);
       const loaded = await loadHotState(this.redis, this.record);
-      await this.redis.set(recordLoadedKey, String(Date.now()));
-      this.log?.info({ ...loaded, ...(imported ? { imported } : {}), ms: Date.now() - started }, 'loaded accounts and keys from the record into Redis');
+      // The record's mark as of the load, lowered too when a restore had put Redis's ahead.
+      await together(this.redis).set(recordEpochKey, String(now.raised)).set(recordLoadedKey, stampText(now)).exec();
+      const ms = Date.now() - started;
+      const to = { record: now.record, system: now.system, database: now.database, epoch: now.raised };
+      if (why.reason === 'missing') {
+        this.log?.info({ ...loaded, ...(imported ? { imported } : {}), record: to, ms }, 'loaded accounts and keys from the record into Redis');
+      } else {
+        const { stamp: _, ...from } = why.from;
+        this.log?.warn({ reason: why.reason, from, to, dropped, ...loaded, ms }, reloadMessages[why.reason]);
+      }
+      return true;
     } finally {
       await this.redis.eval("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0", 1, recordLoadingKey, token).catch(() => undefined);
     }
   }
+
+  /** Whether the hot state carries the record's stamp now (another process loaded it meanwhile). */
+  private async current(why: Reload): Promise<boolean> {
+    const [text = null, epochText = null] = await this.redis.mget(recordLoadedKey, recordEpochKey);
+    if (text === null) return false;
+    if (why.reason === 'missing') return true;
+    const now = await readRecordStamp(this.record, false);
+    return text === stampText(now) && Number(epochText ?? 0) <= now.epoch;
+  }
+}
+
+const reloadMessages: Record<Exclude<Reload['reason'], 'missing'>, string> = {
+  unstamped: "Redis's hot state carried no record stamp (loaded by an older version): the record wins, accounts and keys loaded from it anew",
+  different: "Redis's hot state came from a different record: the record wins, Redis's accounts and keys were dropped and loaded from this one",
+  cluster: 'the record was restored or copied into another PostgreSQL cluster: the record wins, Redis\'s accounts and keys were dropped and loaded from it',
+  database: 'the record was restored or copied into another database: the record wins, Redis\'s accounts and keys were dropped and loaded from it',
+  restored: "the record was restored from a backup (its high-water mark is behind Redis's): the record wins, Redis's accounts and keys were dropped and loaded from it",
+};
+
+/**
+ * Drops Redis's hot state of accounts and keys (the directory, the bills with their reservations and spend) and,
+ * with `setAside`, moves the usage records waiting in the streams aside: they were settled on the other record's
+ * timeline. Every api forgets the keys it cached of the accounts dropped.
+ */
+async function dropHotState(redis: Redis, fromStamp: string, setAside: boolean): Promise<{ accounts: number; keys: number; usage: number }> {
+  const accounts = await redis.zrange(accountsIndexKey, '0', '-1');
+  const keys = await redis.smembers(apiKeyIdsKey);
+  const commands: Array<(p: ReturnType<Redis['pipeline']>) => void> = [];
+  for (const id of accounts) commands.push((p) => p.del(accountKey(id)).del(billKey(id)).del(accountKeysKey(id)));
+  for (const id of keys) commands.push((p) => p.del(apiKeyRecordKey(id)));
+  commands.push((p) => p.del(accountsIndexKey).del(accountEmailsKey).del(apiKeyHashesKey).del(apiKeyIdsKey));
+  for (let i = 0; i < commands.length; i += pipelineChunk) {
+    const batch = together(redis);
+    for (const command of commands.slice(i, i + pipelineChunk)) command(batch);
+    for (const [error] of (await batch.exec()) ?? []) if (error) throw error;
+  }
+  let usage = 0;
+  for (const stream of setAside ? usageStreamKeys : []) {
+    for (;;) {
+      const entries = await redis.xrange(stream, '-', '+', 'COUNT', 1000);
+      if (entries.length === 0) break;
+      const aside = together(redis);
+      for (const [id, fields] of entries) aside.xadd(usageSetAsideKey, '*', 'record', fromStamp, 'stream', stream, 'id', id, ...fields);
+      aside.expire(usageSetAsideKey, setAsideSeconds);
+      for (const [error] of (await aside.exec()) ?? []) if (error) throw error;
+      const ids = entries.map(([id]) => id);
+      await redis.multi().xack(stream, usageGroup, ...ids).xdel(stream, ...ids).exec();
+      usage += entries.length;
+    }
+  }
+  for (const id of accounts) await redis.publish(accessChangedChannel, `account:${id}`);
+  return { accounts: accounts.length, keys: keys.length, usage };
 }
 
 
-/** How often a running process checks that Redis still holds the hot state (a flushed Redis is loaded again within it). */
+/** How often a running process checks that Redis still holds the hot state of its record (a flushed Redis or a restored record is loaded again within it). */
 const hotStateCheckMs = 5_000;
 
 /**
  * What the api and the workers open at start: the record at `databaseUrl`, and Redis's hot state loaded from
- * it if Redis lost it, checked again every few seconds. `close` stops the checks and closes the record.
+ * it if Redis lost it or holds another record's, checked again every few seconds. `close` raises the record's
+ * high-water mark a last time, stops the checks and closes the record.
  */
 export async function openHotRecord(databaseUrl: string | undefined, redis: Redis, log: Logger, who: string): Promise<{ record: RecordDb; hot: HotState; close(): Promise<void> }> {
   if (!databaseUrl) throw new Error(`${who} needs the record: DATABASE_URL (bin/start.ts sets it to the embedded one when unset)`);
   const record = await openRecord(databaseUrl);
   const hot = new HotState(redis, record, log);
-  await hot.ensure();
+  await hot.check();
   const stopWatch = hot.watch(hotStateCheckMs);
   return {
     record,
     hot,
     async close() {
       stopWatch();
+      await hot.mark().catch((error: unknown) => log.warn({ err: error }, "could not raise the record's high-water mark at the stop"));
       await record.destroy();
     },
   };

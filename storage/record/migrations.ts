@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { sql, type Kysely } from 'kysely';
 import { Migrator, type Migration, type MigrationProvider } from 'kysely/migration';
 
@@ -143,6 +144,22 @@ const migrations: Record<string, Migration> = {
             set admin_limit_micros = k.limit_micros, admin_rpm = k.rpm, admin_tpm = k.tpm, admin_models = k.models, admin_expires = k.expires
             from accounts a
             where a.id = k.account_id and a.role = 'member' and k.revoked is null`.execute(db);
+      });
+    },
+  },
+  // Which record this is, for the stamp on Redis's hot state (hot-state.ts): a random id made once, and a
+  // high-water mark every process raises as it runs. A restore brings back the mark the backup had, behind Redis's.
+  '0004_record_identity': {
+    async up(db: Kysely<unknown>) {
+      await db.transaction().execute(async (db) => {
+        await sql`
+          create table record_identity (
+            one boolean primary key default true check (one),
+            id text not null,
+            epoch bigint not null default 0,
+            created bigint not null
+          )`.execute(db);
+        await sql`insert into record_identity (id, created) values (${`rec_${randomBytes(12).toString('hex')}`}, ${Math.floor(Date.now() / 1000)})`.execute(db);
       });
     },
   },

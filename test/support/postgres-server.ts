@@ -80,6 +80,8 @@ export async function startPrivatePostgres() {
   return {
     url: `postgres://postgres@127.0.0.1:${port}/postgres`,
     port,
+    /** The cluster's folder (PGDATA), for a test that copies it while the server is stopped. */
+    data,
     stop,
     start,
     /** Stops it as a crash would, waits `downMs`, and starts it again on the same port. */
