@@ -248,7 +248,9 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
       // With Redis away there is nothing to wait for: the queues' close is left to run on, and the connections dropped.
       const closing = queues.close();
       if (!(await settledBy(closing, redis.status === 'ready' ? closeBy : Date.now()))) log.warn({ redis: redis.status }, 'the job queues did not close (Redis is not answering): given up');
-      await Promise.allSettled([closeRedisBy(subscriber, closeBy), closeRedisBy(redis, closeBy), settledBy(closeRecord(), closeBy)]);
+      // The record first: its close raises the record's high-water mark in Redis too.
+      await settledBy(closeRecord(), closeBy);
+      await Promise.allSettled([closeRedisBy(subscriber, closeBy), closeRedisBy(redis, closeBy)]);
     },
   };
 }
