@@ -18,11 +18,22 @@ export interface ConsoleConfig {
   public_pricing: boolean;
   base_url: string;
   queue_dashboard: string | null;
+  /** The most a member's own key may set where an admin set nothing (null: unlimited). */
+  key_defaults?: { rpm: number | null; tpm: number | null };
+  max_keys_per_account?: number;
 }
 
 export interface SessionAnswer {
   account: Account | null;
   csrf_token: string;
+}
+
+export interface KeyLimitValues {
+  limit_usd: number | null;
+  rpm: number | null;
+  tpm: number | null;
+  models: string[] | null;
+  expires_at: number | null;
 }
 
 export interface Key {
@@ -39,6 +50,8 @@ export interface Key {
   expires_at: number | null;
   spent_usd: number;
   last_used_at: number | null;
+  /** The limits an admin set (null where none): a member may lower them, never raise or remove them. */
+  admin_limits?: KeyLimitValues;
   /** On the admin list: the owning account's email, and its name (the default account has only a name). */
   account_email?: string | null;
   account_name?: string | null;

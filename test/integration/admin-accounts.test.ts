@@ -156,6 +156,8 @@ describe('admin API: accounts, credits, keys and usage', () => {
         expires_at: 4_000_000_000,
         spent_usd: 0,
         last_used_at: null,
+        // Set by an admin: ceilings for the account's members too.
+        admin_limits: { limit_usd: 5, rpm: 60, tpm: 10000, models: ['mock-chat', 'mock-embedding'], expires_at: 4_000_000_000 },
       },
     );
     assert.equal(await redis.hget(apiKeyRecordKey(keyId), 'limit'), '5000000');

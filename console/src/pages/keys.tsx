@@ -4,7 +4,7 @@ import { api, messageOf } from '../api';
 import { useApp } from '../app-context';
 import { Dialog, EmptyRow, ErrorMessage, PageHeader, SkeletonRows, Spinner, StatusMessage, TableCard, modelList, optionalNumber, useApi, useCopy, useTitle } from '../components/ui';
 import { ago, dateInputValue, dateTime, endOfLocalDay, money, shortDate, todayInputValue } from '../format';
-import type { CreatedKey, Key, List } from '../types';
+import type { CreatedKey, Key, KeyLimitValues, List } from '../types';
 
 interface KeyDraft {
   name: string;
@@ -62,9 +62,49 @@ function parseDraft(draft: KeyDraft): KeyFieldsValue | string {
   return { name, limit_usd: limit ?? null, rpm, tpm, models: modelList(draft.models) ?? null, expires_at: expires };
 }
 
-function KeyFields({ idPrefix, draft, onChange, autoFocus }: { idPrefix: string; draft: KeyDraft; onChange: (draft: KeyDraft) => void; autoFocus?: boolean }) {
+/**
+ * The most a member may set on a key: what an admin set, else (rpm, tpm) the gateway's defaults; an admin is
+ * not bounded (undefined). The API refuses more; the form says so before.
+ */
+interface KeyCeilings {
+  admin: Partial<KeyLimitValues>;
+  defaults: { rpm: number | null; tpm: number | null };
+}
+
+function ceilingsFor(role: string | undefined, key: Key | undefined, defaults: KeyCeilings['defaults'] | undefined): KeyCeilings | undefined {
+  if (role === 'admin') return undefined;
+  return { admin: key?.admin_limits ?? {}, defaults: defaults ?? { rpm: null, tpm: null } };
+}
+
+/** The draft against the ceilings: the first limit it would raise, widen or remove, said as the API would. */
+function ceilingProblem(parsed: KeyFieldsValue, ceilings: KeyCeilings | undefined, changed: (field: keyof KeyLimitValues) => boolean): string | undefined {
+  if (!ceilings) return undefined;
+  const { admin, defaults } = ceilings;
+  for (const field of ['limit_usd', 'rpm', 'tpm', 'expires_at'] as const) {
+    if (!changed(field)) continue;
+    const set = admin[field] ?? null;
+    const ceiling = set ?? (field === 'rpm' || field === 'tpm' ? defaults[field] : null);
+    const value = parsed[field];
+    if (ceiling === null) continue;
+    if (value === null ? set !== null : value > ceiling) {
+      return set !== null ? `${labels[field]} was set by an administrator: you can lower it, not raise or remove it.` : `${labels[field]} can be at most ${ceiling.toLocaleString()} on this gateway.`;
+    }
+  }
+  if (changed('models') && admin.models) {
+    const allowed = admin.models;
+    if (!parsed.models || parsed.models.some((model) => !allowed.includes(model))) return `The models were set by an administrator: you can only narrow the list (${allowed.join(', ')}).`;
+  }
+  return undefined;
+}
+
+const labels = { limit_usd: 'The spend limit', rpm: 'RPM', tpm: 'TPM', expires_at: 'The expiry', models: 'The models' } as const;
+
+function KeyFields({ idPrefix, draft, onChange, autoFocus, ceilings }: { idPrefix: string; draft: KeyDraft; onChange: (draft: KeyDraft) => void; autoFocus?: boolean; ceilings?: KeyCeilings }) {
   const set = (field: keyof KeyDraft) => (event: TargetedEvent<HTMLInputElement>) => onChange({ ...draft, [field]: event.currentTarget.value });
   const id = (field: string) => `${idPrefix}-${field}`;
+  const admin = ceilings?.admin ?? {};
+  const bound = (field: 'rpm' | 'tpm') => admin[field] ?? ceilings?.defaults[field] ?? null;
+  const byAdmin = 'Set by an administrator: you can lower it, not raise or remove it.';
   return (
     <div class="form-grid">
       <div class="field field-wide">
@@ -73,34 +113,39 @@ function KeyFields({ idPrefix, draft, onChange, autoFocus }: { idPrefix: string;
       </div>
       <div class="field">
         <label for={id('limit')}>Spend limit (USD)</label>
-        <input id={id('limit')} type="number" min="0" step="any" inputMode="decimal" value={draft.limit} onInput={set('limit')} placeholder="No limit" />
+        <input id={id('limit')} type="number" min="0" max={admin.limit_usd ?? undefined} step="any" inputMode="decimal" value={draft.limit} onInput={set('limit')} placeholder={admin.limit_usd == null ? 'No limit' : `At most ${admin.limit_usd}`} aria-describedby={admin.limit_usd == null ? undefined : id('limit-hint')} />
+        {admin.limit_usd != null && (
+          <p class="field-hint" id={id('limit-hint')}>
+            {byAdmin}
+          </p>
+        )}
       </div>
       <div class="field">
         <label for={id('rpm')}>RPM</label>
-        <input id={id('rpm')} type="number" min="1" step="1" inputMode="numeric" value={draft.rpm} onInput={set('rpm')} placeholder="No limit" aria-describedby={id('rpm-hint')} />
+        <input id={id('rpm')} type="number" min="1" max={bound('rpm') ?? undefined} step="1" inputMode="numeric" value={draft.rpm} onInput={set('rpm')} placeholder={bound('rpm') === null ? 'No limit' : `At most ${bound('rpm')!.toLocaleString()}`} aria-describedby={id('rpm-hint')} />
         <p class="field-hint" id={id('rpm-hint')}>
-          Requests per minute
+          Requests per minute{admin.rpm != null ? `. ${byAdmin}` : ''}
         </p>
       </div>
       <div class="field">
         <label for={id('tpm')}>TPM</label>
-        <input id={id('tpm')} type="number" min="1" step="1" inputMode="numeric" value={draft.tpm} onInput={set('tpm')} placeholder="No limit" aria-describedby={id('tpm-hint')} />
+        <input id={id('tpm')} type="number" min="1" max={bound('tpm') ?? undefined} step="1" inputMode="numeric" value={draft.tpm} onInput={set('tpm')} placeholder={bound('tpm') === null ? 'No limit' : `At most ${bound('tpm')!.toLocaleString()}`} aria-describedby={id('tpm-hint')} />
         <p class="field-hint" id={id('tpm-hint')}>
-          Tokens per minute
+          Tokens per minute{admin.tpm != null ? `. ${byAdmin}` : ''}
         </p>
       </div>
       <div class="field">
         <label for={id('expires')}>Expires</label>
         <input id={id('expires')} type="date" min={todayInputValue()} value={draft.expires} onInput={set('expires')} aria-describedby={id('expires-hint')} />
         <p class="field-hint" id={id('expires-hint')}>
-          Empty: never
+          {admin.expires_at != null ? `Set by an administrator: ${dateTime(admin.expires_at)} at the latest.` : 'Empty: never'}
         </p>
       </div>
       <div class="field field-wide">
         <label for={id('models')}>Allowed models</label>
         <input id={id('models')} type="text" value={draft.models} onInput={set('models')} placeholder="All models" autoComplete="off" spellcheck={false} aria-describedby={id('models-hint')} />
         <p class="field-hint" id={id('models-hint')}>
-          Comma separated, e.g. gpt-4o-mini, claude-sonnet-4-5. Empty: every model.
+          {admin.models ? `Set by an administrator: only ${admin.models.join(', ')}; you can narrow the list.` : 'Comma separated, e.g. gpt-4o-mini, claude-sonnet-4-5. Empty: every model.'}
         </p>
       </div>
     </div>
@@ -109,6 +154,8 @@ function KeyFields({ idPrefix, draft, onChange, autoFocus }: { idPrefix: string;
 
 /** The new-key form, in a dialog: on a phone the list of keys comes first, the form only when asked for. */
 function CreateKeyDialog({ onCreated, onClose }: { onCreated: (key: CreatedKey) => void; onClose: () => void }) {
+  const { account, config } = useApp();
+  const ceilings = ceilingsFor(account?.role, undefined, config.key_defaults);
   const [draft, setDraft] = useState<KeyDraft>(emptyDraft);
   const [error, setError] = useState<string | undefined>(undefined);
   const [busy, setBusy] = useState(false);
@@ -119,6 +166,11 @@ function CreateKeyDialog({ onCreated, onClose }: { onCreated: (key: CreatedKey) 
     const parsed = parseDraft(draft);
     if (typeof parsed === 'string') {
       setError(parsed);
+      return;
+    }
+    const over = ceilingProblem(parsed, ceilings, (field) => parsed[field] !== null);
+    if (over) {
+      setError(over);
       return;
     }
     setError(undefined);
@@ -143,7 +195,7 @@ function CreateKeyDialog({ onCreated, onClose }: { onCreated: (key: CreatedKey) 
   return (
     <Dialog title="New key" onClose={onClose} wide>
       <form onSubmit={submit} class="key-form" noValidate>
-        <KeyFields idPrefix="new-key" draft={draft} onChange={setDraft} autoFocus />
+        <KeyFields idPrefix="new-key" draft={draft} onChange={setDraft} autoFocus ceilings={ceilings} />
         <ErrorMessage message={error} />
         <div class="dialog-actions">
           <button type="button" class="button button-secondary" onClick={onClose}>
@@ -273,6 +325,8 @@ function SecretDialog({ created, onClose }: { created: CreatedKey; onClose: () =
 }
 
 function EditKeyDialog({ keyRecord, onClose, onSaved }: { keyRecord: Key; onClose: () => void; onSaved: (key: Key) => void }) {
+  const { account, config } = useApp();
+  const ceilings = ceilingsFor(account?.role, keyRecord, config.key_defaults);
   const initial = draftOf(keyRecord);
   const [draft, setDraft] = useState<KeyDraft>(initial);
   const [error, setError] = useState<string | undefined>(undefined);
@@ -298,6 +352,11 @@ function EditKeyDialog({ keyRecord, onClose, onSaved }: { keyRecord: Key; onClos
       onClose();
       return;
     }
+    const over = ceilingProblem(parsed, ceilings, (field) => field in body);
+    if (over) {
+      setError(over);
+      return;
+    }
     setError(undefined);
     setBusy(true);
     try {
@@ -311,7 +370,7 @@ function EditKeyDialog({ keyRecord, onClose, onSaved }: { keyRecord: Key; onClos
   return (
     <Dialog title={`Edit ${keyRecord.name}`} onClose={onClose} wide>
       <form onSubmit={submit} noValidate>
-        <KeyFields idPrefix="edit-key" draft={draft} onChange={setDraft} />
+        <KeyFields idPrefix="edit-key" draft={draft} onChange={setDraft} ceilings={ceilings} />
         <ErrorMessage message={error} />
         <div class="dialog-actions">
           <button type="button" class="button button-secondary" onClick={onClose}>
@@ -370,6 +429,7 @@ export function SpendCell({ keyRecord }: { keyRecord: Key }) {
     <td class="spend-cell">
       <span class="nowrap">{money(keyRecord.spent_usd)}</span>{' '}
       <span class="muted nowrap">/ {keyRecord.limit_usd == null ? 'no limit' : money(keyRecord.limit_usd)}</span>
+      <AdminSet value={keyRecord.admin_limits?.limit_usd} />
       {share !== undefined && (
         <span class={`meter ${share >= 0.9 ? 'meter-high' : ''}`} aria-hidden="true">
           <span class="meter-fill" style={{ width: `${Math.round(share * 100)}%` }} />
@@ -379,7 +439,7 @@ export function SpendCell({ keyRecord }: { keyRecord: Key }) {
   );
 }
 
-export function ModelsCell({ models }: { models: string[] | null }) {
+export function ModelsCell({ models, adminSet }: { models: string[] | null; adminSet?: unknown }) {
   if (!models || models.length === 0) return <td class="muted">All</td>;
   const shown = models.slice(0, 1);
   return (
@@ -392,17 +452,19 @@ export function ModelsCell({ models }: { models: string[] | null }) {
         ))}
         {models.length > shown.length && <span class="tag tag-more">+{models.length - shown.length}</span>}
       </span>
+      <AdminSet value={adminSet} />
     </td>
   );
 }
 
-export function ExpiresCell({ at }: { at: number | null }) {
+export function ExpiresCell({ at, adminSet }: { at: number | null; adminSet?: unknown }) {
   if (at == null) return <td class="muted">Never</td>;
   const expired = at * 1000 <= Date.now();
   return (
     <td class="nowrap" title={dateTime(at)}>
       {shortDate(at)}
       {expired && <span class="badge badge-danger">Expired</span>}
+      <AdminSet value={adminSet} />
     </td>
   );
 }
@@ -420,11 +482,27 @@ export function KeyCells({ keyRecord: key }: { keyRecord: Key }) {
         {key.last_used_at == null ? <span class="muted">Never</span> : ago(key.last_used_at)}
       </td>
       <SpendCell keyRecord={key} />
-      <td class="num">{limitText(key.rpm)}</td>
-      <td class="num">{limitText(key.tpm)}</td>
-      <ModelsCell models={key.models} />
-      <ExpiresCell at={key.expires_at} />
+      <td class="num">
+        {limitText(key.rpm)}
+        <AdminSet value={key.admin_limits?.rpm} />
+      </td>
+      <td class="num">
+        {limitText(key.tpm)}
+        <AdminSet value={key.admin_limits?.tpm} />
+      </td>
+      <ModelsCell models={key.models} adminSet={key.admin_limits?.models} />
+      <ExpiresCell at={key.expires_at} adminSet={key.admin_limits?.expires_at} />
     </>
+  );
+}
+
+/** A mark beside a limit an administrator set: the member may lower it, not lift it. */
+function AdminSet({ value }: { value: unknown }) {
+  if (value === null || value === undefined) return null;
+  return (
+    <span class="badge badge-cap" title="Set by an administrator: you can lower it, not raise or remove it">
+      admin
+    </span>
   );
 }
 
