@@ -1,6 +1,7 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { availableParallelism } from 'node:os';
 import { once } from 'node:events';
+import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { loadConfig, type Config } from '../shared/config.js';
 import { createLogger, type Logger } from '../shared/logger.js';
@@ -38,16 +39,18 @@ async function main(): Promise<void> {
     configured.redis.kind === 'single'
       ? await locateRedis(process.env, !child)
       : await reachRedis(configured.redis).then(() => ({ url: configured.redisUrl, source: 'configured' as const }));
-  // The record: DATABASE_URL, else the embedded database under DATA_DIR, which this process serves to its
-  // forked workers (and to `npm run keys`) over a socket, or which another process of this DATA_DIR serves.
-  const record = await locateRecord(configured.databaseUrl, configured.dataDir);
+  const log = createLogger(configured.logLevel, `switchyard-${role}`);
+  // A port another process holds stops the start here, before the record or any account is touched.
+  if (role !== 'worker' && !child) await ensurePortFree(configured.port, configured.host);
+  // The record: DATABASE_URL, else the embedded PostgreSQL under DATA_DIR, which this process owns (starts and
+  // stops) or another process of this DATA_DIR owns; a process whose owner stops takes it over.
+  const record = await locateRecord(configured.databaseUrl, configured.dataDir, { log, watchMs: child ? 0 : 2000 });
   const config: Config = {
     ...configured,
     redisUrl: redis.url,
     redis: configured.redis.kind === 'single' ? { kind: 'single', url: redis.url } : configured.redis,
     databaseUrl: record.url,
   };
-  const log = createLogger(config.logLevel, `switchyard-${role}`);
   // Signals are heard from here on. One that comes while the gateway is still starting (an orchestrator's
   // SIGTERM, the parent stopping its worker process just after it started) stops it as soon as it has started,
   // the usual way; a second Ctrl-C meanwhile exits at once.
@@ -71,10 +74,11 @@ async function main(): Promise<void> {
   } else {
     process.on('SIGINT', () => stop('SIGINT'));
   }
-  if (record.source === 'embedded') {
-    log.info({ dataDir: configured.dataDir }, `the record (accounts, keys, credits, usage) is the embedded database under ${configured.dataDir}/pg; set DATABASE_URL for PostgreSQL`);
+  if (record.source !== 'configured') {
+    log.info({ dataDir: configured.dataDir, owner: record.owner }, record.described);
   } else if (record.source === 'configured' && !child) {
     log.info({ database: redactDatabaseUrl(record.url) }, 'the record is in PostgreSQL');
+    if (record.notice) log.warn({ dataDir: configured.dataDir }, record.notice);
   }
   if (redis.source === 'started') {
     log.warn({ redis: redis.url }, `no Redis was running: started a private redis-server under ./.data/ at ${redis.url}`);
@@ -172,6 +176,23 @@ async function main(): Promise<void> {
     })();
   };
   if (requested) stop(requested);
+}
+
+/** Fails the start, in one clear sentence, when another process listens on the port (PORT=0 picks a free one). */
+async function ensurePortFree(port: number, host: string): Promise<void> {
+  if (port === 0) return;
+  const probe = createServer();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      probe.once('error', reject);
+      probe.listen(port, host, () => resolve());
+    });
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'EADDRINUSE') throw new Error(`port ${port} on ${displayHost(host)} is in use (another gateway?): stop it or set PORT; nothing was changed`);
+    throw error;
+  }
+  await new Promise((resolve) => probe.close(resolve));
 }
 
 /** The address to print for a bind address: a wildcard is reached as localhost. */

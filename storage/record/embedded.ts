@@ -1,35 +1,61 @@
-import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
-import { connect } from 'node:net';
-import { extname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { Worker } from 'node:worker_threads';
+import { closeSync, existsSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import {
+  engineLayout,
+  engineUrl,
+  initialiseCluster,
+  maxSocketPath,
+  secureDataDir,
+  serverAnswers,
+  serverPid,
+  serverUser,
+  startServer,
+  stopServer,
+  type EngineLayout,
+} from './embedded-engine.js';
+import { pgliteRecordPresent, upgradeFromPglite } from './pglite-upgrade.js';
 
 /**
- * The embedded default record, for `npm start` without `DATABASE_URL`:
- * PGlite (PostgreSQL compiled to WebAssembly) keeping its files under
- * `DATA_DIR/pg`. PGlite is one process's alone (two opening the same files
- * corrupt them), so exactly one process owns it — whichever first takes
- * `DATA_DIR/pg.lock` (`npm start`'s main process, or `npm run keys` when no
- * gateway runs) — and serves it over the PostgreSQL wire on a Unix socket
- * beside it, from a worker thread (embedded-server.ts), so its queries never
- * hold that process's event loop. Every other process (the forked workers, the CLI beside a live
- * gateway) connects to that socket with the same driver as to a server.
+ * The embedded default record, for `npm start` without `DATABASE_URL`: a
+ * PostgreSQL server (embedded-engine.ts) with its cluster under
+ * `DATA_DIR/postgres`, on a Unix socket there. Every process of that DATA_DIR
+ * connects to it as to any server, each session its own. One process owns it
+ * — whichever finds none running and takes `DATA_DIR/postgres.owner`
+ * (`npm start`'s main process, or `npm run keys` when no gateway runs) — and
+ * stops it on close. The others are its peers; a peer that sees the owner gone
+ * takes the record over (starts it again on the same socket, or adopts the
+ * server a killed owner left running), and says so.
  */
 
 export interface LocatedRecord {
   /** `postgres://` URL to connect to. */
   url: string;
-  /** Where it came from: `DATABASE_URL`, the embedded database this process serves, or one another process serves. */
+  /** Where it came from: `DATABASE_URL`, the embedded server this process owns, or one another process owns. */
   source: 'configured' | 'embedded' | 'embedded-peer';
-  /** Stops serving the embedded database (when this process owns it). */
+  /** The embedded record: the process that owns it now. */
+  readonly owner?: number;
+  /** One sentence for the log: which record, and who serves it. */
+  readonly described: string;
+  /** A warning for the log: an embedded record left in DATA_DIR beside the DATABASE_URL in use. */
+  readonly notice?: string;
+  /** Stops the embedded server when this process owns it. */
   close(): Promise<void>;
 }
 
-const socketName = '.s.PGSQL.5432';
-/** Unix socket paths longer than this are refused by the kernel. */
-const maxSocketPath = 100;
+export interface RecordLog {
+  info(fields: object, message: string): void;
+  warn(fields: object, message: string): void;
+  error(fields: object, message: string): void;
+}
 
-const socketUrl = (dir: string) => `postgres://postgres@localhost/postgres?host=${encodeURIComponent(dir)}`;
+export interface LocateOptions {
+  /** Where a takeover and the upgrade are said. */
+  log?: RecordLog;
+  /** How often a peer checks that the owner still runs (0: never, for a short command). */
+  watchMs?: number;
+  /** Deadline for stopping the server on close. */
+  stopMs?: number;
+}
 
 /** Whether a process of this id exists (one of another user's counts). */
 export function processAlive(pid: number): boolean {
@@ -42,114 +68,159 @@ export function processAlive(pid: number): boolean {
   }
 }
 
-function answers(path: string): Promise<boolean> {
-  return new Promise((done) => {
-    const socket = connect(path);
-    const finish = (ok: boolean) => {
-      socket.destroy();
-      done(ok);
-    };
-    socket.once('connect', () => finish(true));
-    socket.once('error', () => finish(false));
-    setTimeout(() => finish(false), 2000).unref();
-  });
+const quiet: RecordLog = { info: () => undefined, warn: () => undefined, error: () => undefined };
+const ownerFile = (layout: EngineLayout) => join(layout.dataDir, 'postgres.owner');
+
+function readOwner(layout: EngineLayout): number {
+  try {
+    return Number(readFileSync(ownerFile(layout), 'utf8').trim() || '0');
+  } catch {
+    return 0;
+  }
 }
 
-/** The record to use: `DATABASE_URL` when set, else the embedded one under `dataDir`, served here or by its owner. */
-export async function locateRecord(databaseUrl: string | undefined, dataDir: string): Promise<LocatedRecord> {
-  if (databaseUrl) return { url: databaseUrl, source: 'configured', close: async () => undefined };
-  const dir = resolve(dataDir);
-  const socketPath = join(dir, socketName);
-  if (socketPath.length > maxSocketPath) {
-    throw new Error(`DATA_DIR is too long a path for the embedded database's socket (${socketPath.length} characters, at most ${maxSocketPath}): use a shorter DATA_DIR, or DATABASE_URL`);
-  }
-  mkdirSync(dir, { recursive: true });
-  const lockPath = join(dir, 'pg.lock');
-  for (let attempt = 0; attempt < 50; attempt++) {
+/**
+ * Becomes the owner (the server started here, or adopted from an owner that
+ * died) or a peer of a live owner whose server answers.
+ */
+async function acquire(layout: EngineLayout, user: ReturnType<typeof serverUser>, log: RecordLog): Promise<{ owner: number; started: boolean }> {
+  const url = () => engineUrl(layout);
+  for (let attempt = 0; attempt < 600; attempt++) {
     let fd: number;
     try {
-      fd = openSync(lockPath, 'wx', 0o600);
+      fd = openSync(ownerFile(layout), 'wx', 0o600);
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-      const owner = Number(readFileSync(lockPath, 'utf8').trim() || '0');
-      if (owner === process.pid) return { url: socketUrl(dir), source: 'embedded-peer', close: async () => undefined };
+      const owner = readOwner(layout);
+      if (owner === process.pid) return { owner, started: false };
       if (processAlive(owner)) {
-        // Its owner may still be opening it: give it a few seconds to answer.
-        if (await answers(socketPath)) return { url: socketUrl(dir), source: 'embedded-peer', close: async () => undefined };
-        await new Promise((r) => setTimeout(r, 200));
+        if (await serverAnswers(url())) return { owner, started: false };
+        // Its owner may still be starting it.
+        await new Promise((r) => setTimeout(r, 100));
         continue;
       }
-      // Left by a process that is gone (killed): take it over.
-      rmSync(lockPath, { force: true });
+      // Left by a process that is gone: taken over below, after a second look (another may be taking it too).
+      if (readOwner(layout) === owner) rmSync(ownerFile(layout), { force: true });
       continue;
     }
     writeSync(fd, String(process.pid));
     closeSync(fd);
     try {
-      return await serveEmbedded(dir, socketPath, lockPath);
+      if (await serverAnswers(url())) {
+        log.warn({ pid: serverPid(layout) }, 'the embedded record was left running by a process that is gone: this process owns it now');
+        return { owner: process.pid, started: false };
+      }
+      if (await initialiseCluster(layout, user)) log.info({ cluster: layout.cluster }, `made a new embedded record (PostgreSQL) under ${layout.cluster}`);
+      await startServer(layout, user);
+      return { owner: process.pid, started: true };
     } catch (error) {
-      rmSync(lockPath, { force: true });
+      if (readOwner(layout) === process.pid) rmSync(ownerFile(layout), { force: true });
       throw error;
     }
   }
-  throw new Error(`the embedded database under ${dir} is held by another process that does not answer on ${socketPath}`);
+  throw new Error(`the embedded record under ${layout.dataDir} is owned by another process that does not answer on ${layout.socketPath}`);
 }
 
-/** The worker thread's module: the .ts beside this file when run from source (tsx), the .js in dist/. */
-const serverModule = new URL(`./embedded-server${extname(fileURLToPath(import.meta.url))}`, import.meta.url);
-
-async function serveEmbedded(dir: string, socketPath: string, lockPath: string): Promise<LocatedRecord> {
-  rmSync(socketPath, { force: true });
-  // PGlite in a worker thread: its queries run synchronously, and must not hold this process's event loop.
-  const worker = new Worker(serverModule, { workerData: { dataPath: join(dir, 'pg'), socketPath } });
-  const said = (what: 'ready' | 'closed') =>
-    new Promise<void>((resolveSaid, reject) => {
-      const onMessage = (message: Record<string, unknown>) => {
-        if (!message[what]) return;
-        cleanup();
-        resolveSaid();
-      };
-      const onError = (error: Error) => {
-        cleanup();
-        reject(error);
-      };
-      const onExit = (code: number) => {
-        cleanup();
-        reject(new Error(`the embedded database's thread exited (code ${code}) before it was ${what}`));
-      };
-      const cleanup = () => {
-        worker.off('message', onMessage);
-        worker.off('error', onError);
-        worker.off('exit', onExit);
-      };
-      worker.on('message', onMessage);
-      worker.once('error', onError);
-      worker.once('exit', onExit);
-    });
-  try {
-    await said('ready');
-  } catch (error) {
-    await worker.terminate();
-    throw error;
+/** The record to use: `DATABASE_URL` when set, else the embedded server under `dataDir`, owned here or by another process. */
+export async function locateRecord(databaseUrl: string | undefined, dataDir: string, options: LocateOptions = {}): Promise<LocatedRecord> {
+  if (databaseUrl) {
+    const left = ['postgres', 'pg'].map((folder) => join(resolve(dataDir), folder)).find((folder) => existsSync(join(folder, 'PG_VERSION')));
+    return {
+      url: databaseUrl,
+      source: 'configured',
+      described: 'the record is in PostgreSQL (DATABASE_URL)',
+      // A move started by setting DATABASE_URL alone would leave every account behind, without a word.
+      notice: left && `DATA_DIR also holds an embedded record (${left}), which this gateway does not use: to move it to DATABASE_URL, stop the gateway and run npm run record -- copy --to <DATABASE_URL> (docs/operating.md); once moved, remove it`,
+      close: async () => undefined,
+    };
   }
-  let closed = false;
-  const release = () => {
-    rmSync(socketPath, { force: true });
-    rmSync(lockPath, { force: true });
+  const log = options.log ?? quiet;
+  const layout = engineLayout(resolve(dataDir));
+  if (layout.socketPath.length > maxSocketPath) {
+    throw new Error(`DATA_DIR is too long a path for the embedded record's socket (${layout.socketPath.length} characters, at most ${maxSocketPath}): use a shorter DATA_DIR, or DATABASE_URL`);
+  }
+  const user = serverUser();
+  secureDataDir(layout, user);
+  const upgrade = pgliteRecordPresent(layout.dataDir);
+  const url = engineUrl(layout);
+  let { owner } = await acquire(layout, user, log);
+  if (owner === process.pid && upgrade) {
+    try {
+      await upgradeFromPglite(layout.dataDir, url, log);
+    } catch (error) {
+      await release(layout, options.stopMs);
+      throw error;
+    }
+  }
+
+  // A process that exits without closing (an uncaught error, process.exit) still stops the server it owns.
+  const onExit = () => {
+    if (owner !== process.pid) return;
+    const pid = serverPid(layout);
+    if (pid) {
+      try {
+        process.kill(pid, 'SIGINT');
+      } catch {
+        // already gone
+      }
+    }
+    if (readOwner(layout) === process.pid) rmSync(ownerFile(layout), { force: true });
   };
-  // A process that exits without closing (an uncaught error, process.exit) still frees the lock for the next start.
-  process.once('exit', release);
+  process.on('exit', onExit);
+
+  // The owner's server stopped (its owner closed, or was killed and a server with it): take over.
+  let checking = false;
+  let closed = false;
+  const check = async () => {
+    if (checking || closed) return;
+    checking = true;
+    try {
+      if (owner === process.pid) {
+        if (serverPid(layout) === undefined && !(await serverAnswers(url))) {
+          log.error({ cluster: layout.cluster }, 'the embedded record\'s server stopped unexpectedly: starting it again');
+          await startServer(layout, user);
+        }
+        return;
+      }
+      if (processAlive(owner) && readOwner(layout) === owner) return;
+      const gone = owner;
+      log.warn({ owner: gone }, `the process that owned the embedded record (pid ${gone}) has stopped: taking it over`);
+      owner = (await acquire(layout, user, log)).owner;
+      log.warn({ owner }, owner === process.pid ? `this process (pid ${owner}) owns the embedded record now` : `the embedded record is owned by pid ${owner} now`);
+    } catch (error) {
+      log.error({ err: error }, 'could not take over the embedded record; trying again');
+    } finally {
+      checking = false;
+    }
+  };
+  const watchMs = options.watchMs ?? 0;
+  const timer = watchMs > 0 ? setInterval(() => void check(), watchMs).unref() : undefined;
+
   return {
-    url: socketUrl(dir),
-    source: 'embedded',
+    url,
+    get source() {
+      return owner === process.pid ? ('embedded' as const) : ('embedded-peer' as const);
+    },
+    get owner() {
+      return owner;
+    },
+    get described() {
+      return owner === process.pid
+        ? `the record (accounts, keys, credits, usage) is the embedded PostgreSQL under ${layout.cluster}, served by this process (pid ${owner}); set DATABASE_URL for a PostgreSQL server`
+        : `the record is the embedded PostgreSQL under ${layout.cluster}, served by another process (pid ${owner}); this one takes it over if that one stops`;
+    },
     async close() {
       if (closed) return;
       closed = true;
-      worker.postMessage('close');
-      await Promise.race([said('closed').catch(() => undefined), new Promise((r) => setTimeout(r, 10_000).unref())]);
-      await worker.terminate();
-      release();
-      process.removeListener('exit', release);
+      if (timer) clearInterval(timer);
+      while (checking) await new Promise((r) => setTimeout(r, 20));
+      process.removeListener('exit', onExit);
+      if (owner === process.pid) await release(layout, options.stopMs);
     },
   };
+}
+
+async function release(layout: EngineLayout, stopMs = 20_000): Promise<void> {
+  await stopServer(layout, stopMs);
+  if (readOwner(layout) === process.pid) rmSync(ownerFile(layout), { force: true });
 }

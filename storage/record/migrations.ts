@@ -188,7 +188,6 @@ const indexLockId = 0x5377_6c6f;
  * one, so the two would deadlock. One process builds (a lock taken without
  * waiting); one that finds it taken goes on without them. A server's
  * statement timeout is lifted for the build (minutes at ten million rows).
- * PGlite, the embedded record, has one connection: plain builds there.
  */
 export async function ensureIndexes(db: Kysely<unknown>): Promise<void> {
   const present = await sql<{ name: string; valid: boolean }>`
@@ -202,14 +201,12 @@ export async function ensureIndexes(db: Kysely<unknown>): Promise<void> {
     const locked = (await sql<{ locked: boolean }>`select pg_try_advisory_lock(${indexLockId}) as locked`.execute(conn)).rows[0]?.locked;
     if (!locked) return;
     try {
-      const embedded = (await sql<{ v: string }>`select version() as v`.execute(conn)).rows[0]?.v.includes('wasm') ?? false;
-      const concurrently = embedded ? '' : 'concurrently ';
       await sql`set statement_timeout = 0`.execute(conn);
       for (const [name, definition] of todo) {
-        if (present.rows.some((row) => row.name === name)) await sql.raw(`drop index ${concurrently}if exists ${name}`).execute(conn);
-        await sql.raw(`create index ${concurrently}if not exists ${name} on usage ${definition}`).execute(conn);
+        if (present.rows.some((row) => row.name === name)) await sql.raw(`drop index concurrently if exists ${name}`).execute(conn);
+        await sql.raw(`create index concurrently if not exists ${name} on usage ${definition}`).execute(conn);
       }
-      for (const name of retired) await sql.raw(`drop index ${concurrently}if exists ${name}`).execute(conn);
+      for (const name of retired) await sql.raw(`drop index concurrently if exists ${name}`).execute(conn);
     } finally {
       await sql`reset statement_timeout`.execute(conn).catch(() => undefined);
       await sql`select pg_advisory_unlock(${indexLockId})`.execute(conn).catch(() => undefined);
