@@ -1,4 +1,5 @@
 import { randomBytes, scrypt, timingSafeEqual } from 'node:crypto';
+import { availableParallelism } from 'node:os';
 import type { Redis } from 'ioredis';
 import { withScripts } from '../../shared/redis.js';
 import { readBill, type BillState } from '../../shared/billing.js';
@@ -176,12 +177,13 @@ export const scryptParams = { N: 2 ** 17, r: 8, p: 1 };
 
 /**
  * scrypt runs on libuv's thread pool (4 threads unless UV_THREADPOOL_SIZE says otherwise), never on the event
- * loop; but the pool also serves file reads, DNS lookups and zlib. At most `passwordWorkers` hashes run at
- * once in a process, so the pool keeps threads for the rest and memory stays bounded (2 × 128 MiB); at most
+ * loop; but the pool also serves file reads, DNS lookups and zlib, and each hash keeps a core busy. At most
+ * `passwordWorkers` hashes run at once in a process (2, or 1 with 2 cores or fewer, so a core is left for the
+ * event loop), so the pool keeps threads for the rest and memory stays bounded (128 MiB each); at most
  * `passwordQueue` wait, and past that a check is refused with a 429 rather than queued without end. The
  * sign-in throttle (sessions.ts) bounds each address and email; this bounds the process, whatever the addresses.
  */
-const passwordWorkers = 2;
+const passwordWorkers = Math.max(1, Math.min(2, availableParallelism() - 1));
 const passwordQueue = 8;
 let passwordRunning = 0;
 const passwordWaiting: Array<() => void> = [];

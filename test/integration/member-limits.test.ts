@@ -279,7 +279,7 @@ describe('members and the limits on their keys', () => {
     assert.equal(await stored(), fresh, 'a hash of today\'s parameters is kept');
   });
 
-  it('runs at most 2 password hashes at once per process and queues at most 8: a burst past that from many addresses is a 429, not an endless queue', async () => {
+  it('runs at most 2 password hashes at once per process (1 on 2 cores) and queues at most 8: a burst past that from many addresses is a 429, not an endless queue', async () => {
     // 40 sign-ins at once from 40 addresses (the per-address and per-email throttle lets each through), unknown
     // emails: each costs one scrypt against the decoy hash.
     const answers = await Promise.all(
@@ -290,7 +290,8 @@ describe('members and the limits on their keys', () => {
     );
     const statuses = answers.map((res) => res.status);
     const refused = answers.filter((res) => res.status === 429);
-    assert.ok(refused.length >= 1 && refused.length <= 40 - 2 - 8, statuses.join(' '));
+    // 1 or 2 hashing (by the cores) and 8 waiting: 30 or 31 refused at once, fewer if some finish while the rest arrive.
+    assert.ok(refused.length >= 20 && refused.length <= 40 - 1 - 8, statuses.join(' '));
     for (const res of refused) {
       expectError(res, 429, 'rate_limit_exceeded');
       assert.equal(res.headers.get('retry-after'), '1');
