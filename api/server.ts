@@ -33,6 +33,7 @@ import { EventLogs } from './relay/event-log.js';
 import { JobEvents } from './jobs/events.js';
 import { LoopStallMonitor } from './http/loop-stall.js';
 import { answerClientError, answerConnect } from './http/raw-http-errors.js';
+import { recordProbe } from './http/readiness.js';
 import { createBlobStore } from '../storage/create-blob-store.js';
 import { openHotRecord } from '../storage/record/hot-state.js';
 import { consoleRoutes } from './console/routes.js';
@@ -77,6 +78,12 @@ export async function ensureConsoleAdmin(accounts: AccountStore, config: Config,
 export interface ApiServerOptions {
   /** The built console (default: dist/console beside the code). */
   consoleDir?: string;
+  /**
+   * Whether this api's own workers take jobs (`npm start`'s, in its process or
+   * their own): `/readyz` says not ready until they do. Left out (`--role=api`),
+   * the workers are elsewhere and the api is ready once it is up.
+   */
+  workersReady?: () => boolean;
 }
 
 export async function createApiServer(config: Config, log: Logger, options: ApiServerOptions = {}): Promise<ApiServer> {
@@ -122,15 +129,18 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   probes.get('/healthz', (ctx) => {
     ctx.body = { status: 'ok' };
   });
+  const recordReachable = recordProbe(record);
   probes.get('/readyz', async (ctx) => {
     const redisOk = await redis.ping().then(
       () => true,
       () => false,
     );
-    const ready = redisOk && hub.connected && !draining;
+    const recordOk = await recordReachable();
+    const workers = options.workersReady?.() ?? true;
+    const ready = redisOk && recordOk && workers && hub.connected && !draining;
     ctx.status = ready ? 200 : 503;
     const eventLoopMaxMs = loopStalls.takeWorst();
-    ctx.body = { status: ready ? 'ready' : 'not_ready', redis: redisOk, subscriber: hub.connected, draining, event_loop_max_ms: eventLoopMaxMs };
+    ctx.body = { status: ready ? 'ready' : 'not_ready', redis: redisOk, record: recordOk, workers, subscriber: hub.connected, draining, event_loop_max_ms: eventLoopMaxMs };
   });
 
   // Tracing on: a server span around everything (it sees the status the envelope answers); off, nothing at all.

@@ -71,6 +71,8 @@ async function main(): Promise<void> {
     });
     // The parent is gone (killed, crashed): its workers go with it, as they would in one process.
     process.on('disconnect', () => process.exit(1));
+    // Gone already, before this listener was there (killed while this process was still finding Redis and the record).
+    if (!process.connected) process.exit(1);
   } else {
     process.on('SIGINT', () => stop('SIGINT'));
   }
@@ -99,26 +101,44 @@ async function main(): Promise<void> {
   // Each runs with the stop's deadline (epoch ms): the end of SHUTDOWN_GRACE_MS, after which nothing is waited for.
   const cleanups: Array<{ what: string; run: (until: number) => Promise<void> }> = [];
   let inFlight = () => 0;
+  // Ready (/readyz, and the "gateway ready" line) means its workers take jobs: `npm start`'s own, in their process or
+  // this one, say when they run. With `--role=api` they are elsewhere: ready once the api is up.
+  let workersRunning = role === 'api';
+  let announceReady = (): void => undefined;
+  const workersStarted = (running: boolean) => {
+    workersRunning = running;
+    if (running) announceReady();
+  };
+  // The worker process starts first, its start beside the api's: the first request used to wait for all of it.
+  const workerProcess = ownProcess ? superviseWorkerProcess(config, log, new WorkerProcessMetrics(), workersStarted) : undefined;
+  if (workerProcess) setMetricsPeer(() => workerProcess.metrics.collect());
   if (role !== 'worker') {
-    const api = await createApiServer(config, log);
+    const api = await createApiServer(config, log, { workersReady: () => workersRunning });
     const port = await api.listen(config.port, config.host);
     const base = `http://${displayHost(config.host)}:${port}`;
-    log.info({ port, host: config.host, instance: api.instanceId }, `gateway listening on ${base}/v1`);
+    log.info({ port, host: config.host, instance: api.instanceId, ready: workersRunning }, `gateway listening on ${base}/v1${workersRunning ? '' : '; ready once its workers take jobs'}`);
+    let announced = false;
+    announceReady = () => {
+      if (announced) return;
+      announced = true;
+      log.info({ port, host: config.host }, `gateway ready: its workers take jobs at ${base}/v1`);
+    };
+    if (workersRunning && role !== 'api') announceReady();
     const admin = config.console.adminEmail;
     log.info({ console: `${base}/console`, ...(admin ? { admin } : {}) }, `console at ${base}/console${admin ? ` (sign in as ${admin})` : ''}`);
     inFlight = () => api.inFlight;
     cleanups.push({ what: 'the api', run: (until) => api.shutdown(until) });
   }
-  if (ownProcess) {
+  if (workerProcess) {
     // The api's /metrics asks the worker process for its metrics over the IPC channel and serves both merged.
-    const workerMetrics = new WorkerProcessMetrics();
-    setMetricsPeer(() => workerMetrics.collect());
-    const workers = superviseWorkerProcess(config, log, workerMetrics);
-    cleanups.push({ what: 'the worker process', run: (until) => workers.stop(until) });
+    cleanups.push({ what: 'the worker process', run: (until) => workerProcess.stop(until) });
   } else if (role !== 'api') {
     // The worker process of `npm start` answers its parent's metrics requests over their IPC channel.
     if (child) answerMetricsOverIpc();
     const workers = await startWorkers(config, log);
+    // Its parent (or this process's api) is told: it reports ready from now on.
+    if (child) process.send?.({ type: workersRunningMessage }, () => undefined);
+    else if (role === 'all') workersStarted(true);
     cleanups.push({ what: 'the workers', run: (until) => workers.close(until) });
     if (!child && role === 'worker' && config.metrics.port !== undefined) {
       // A worker process has no HTTP server of its own: METRICS_PORT gives it one for GET /metrics.
@@ -218,6 +238,8 @@ async function flushTracing(tracing: Tracing, log: Logger): Promise<void> {
 const exitMarginMs = 1000;
 
 const stopByMessage = 'switchyard:stop-by';
+/** From a worker process to its parent: its workers take jobs. */
+const workersRunningMessage = 'switchyard:workers-running';
 interface StopBy {
   type: typeof stopByMessage;
   /** The stop's deadline, epoch ms. */
@@ -234,7 +256,12 @@ const maxCrashes = 5;
  * a minute (the process exits, for its supervisor to restart). Stopping it
  * lets its running jobs finish, as `--role=worker` does on SIGTERM.
  */
-function superviseWorkerProcess(config: Config, log: Logger, metrics?: WorkerProcessMetrics): { stop(until: number): Promise<void> } {
+function superviseWorkerProcess(
+  config: Config,
+  log: Logger,
+  metrics: WorkerProcessMetrics,
+  running: (running: boolean) => void,
+): { metrics: WorkerProcessMetrics; stop(until: number): Promise<void> } {
   const script = fileURLToPath(import.meta.url);
   let current: ChildProcess | undefined;
   let stopping = false;
@@ -247,8 +274,12 @@ function superviseWorkerProcess(config: Config, log: Logger, metrics?: WorkerPro
       stdio: 'inherit',
     });
     current = proc;
-    metrics?.attach(proc);
+    metrics.attach(proc);
+    proc.on('message', (message: unknown) => {
+      if ((message as { type?: unknown } | null)?.type === workersRunningMessage && current === proc) running(true);
+    });
     proc.once('exit', (code, signal) => {
+      running(false);
       if (current === proc) current = undefined;
       if (stopping) return;
       const now = Date.now();
@@ -265,6 +296,7 @@ function superviseWorkerProcess(config: Config, log: Logger, metrics?: WorkerPro
   launch();
   log.info({ cores: availableParallelism() }, 'workers run in their own process');
   return {
+    metrics,
     async stop(until) {
       stopping = true;
       const proc = current;

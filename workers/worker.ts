@@ -152,6 +152,8 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   }, reservationSweepMs);
   reservationSweep.unref();
 
+  // Started means taking jobs: every fetch loop has its connection (the api reports ready once this is logged).
+  await Promise.all(bullWorkers.map((worker) => worker.waitUntilReady()));
   log.info({ queues: config.workerQueues, concurrency: config.concurrency }, 'workers started');
   return {
     async close(until = Date.now() + config.shutdownGraceMs) {

@@ -160,7 +160,8 @@ export async function startGateway(options: {
         port = Number(portMatch[1]);
         if (role !== 'all') resolve();
       }
-      if (line.includes('workers started') && (role === 'worker' || port > 0)) resolve();
+      // `npm start` serves once its workers take jobs ("gateway ready", after its worker process's "workers started").
+      if (role === 'worker' ? line.includes('workers started') : port > 0 && line.includes('gateway ready')) resolve();
     };
     let buffer = '';
     const onData = (data: Buffer) => {

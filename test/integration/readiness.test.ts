@@ -1,0 +1,130 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import type { ChildProcess } from 'node:child_process';
+import type { Redis } from 'ioredis';
+import { createKey, freshRedis, requestRecord, spawnGateway, waitFor } from '../support/gateway.js';
+import { startPrivatePostgres, type PrivatePostgres } from '../support/postgres-server.js';
+
+interface Readiness {
+  status: number;
+  body: { status: string; record?: boolean; workers?: boolean; redis: boolean };
+}
+
+const readyz = async (url: string): Promise<Readiness> => {
+  const res = await fetch(`${url}/readyz`);
+  return { status: res.status, body: (await res.json()) as Readiness['body'] };
+};
+
+/** The lines a spawned gateway writes, and the port of its "gateway listening" line once written. */
+function follow(proc: ChildProcess): { lines: string[]; url: () => string | undefined } {
+  const lines: string[] = [];
+  let port: number | undefined;
+  for (const stream of [proc.stdout!, proc.stderr!]) {
+    createInterface({ input: stream }).on('line', (line) => {
+      lines.push(line);
+      const match = /"port":(\d+)/.exec(line);
+      if (match && line.includes('gateway listening')) port = Number(match[1]);
+    });
+  }
+  return { lines, url: () => (port === undefined ? undefined : `http://127.0.0.1:${port}`) };
+}
+
+/** The worker process `npm start` forked, by its command line (tsx may have children of its own). */
+function workerProcessOf(parent: number): number | undefined {
+  let listing = '';
+  try {
+    listing = execFileSync('ps', ['-o', 'pid=,args=', '--ppid', String(parent)], { encoding: 'utf8' });
+  } catch {
+    return undefined; // no child yet
+  }
+  const line = listing.split('\n').find((entry) => entry.includes('--worker-of-parent'));
+  return line ? Number(line.trim().split(/\s+/)[0]) : undefined;
+}
+
+describe('ready means ready: /readyz waits for the workers and the record', () => {
+  let redis: Redis;
+  let redisUrl: string;
+  const spawned: ChildProcess[] = [];
+  let postgres: PrivatePostgres | undefined;
+
+  before(async () => {
+    ({ redis, url: redisUrl } = await freshRedis(12));
+  });
+
+  after(async () => {
+    for (const proc of spawned) proc.kill('SIGKILL');
+    redis?.disconnect();
+    await postgres?.remove();
+  });
+
+  it('npm start: 503 while its worker process is not taking jobs, 200 once it is, and the first chat after that does not wait in the queue', async () => {
+    const { key } = await createKey(redis);
+    const proc = await spawnGateway('all', { REDIS_URL: redisUrl, WORKER_PROCESS: 'on' });
+    spawned.push(proc);
+    const gateway = follow(proc);
+    // The workers are held where they are (stopped) so the api is seen before they run, whatever the machine's speed.
+    let worker: number | undefined;
+    await waitFor(() => (worker = workerProcessOf(proc.pid!)) !== undefined, 60_000, 'the worker process').catch((error: Error) => {
+      throw new Error(`${error.message}:\n${gateway.lines.join('\n')}`);
+    });
+    process.kill(worker!, 'SIGSTOP');
+    try {
+      await waitFor(() => gateway.url() !== undefined, 60_000, 'the api to listen');
+      const url = gateway.url()!;
+      const early = await readyz(url);
+      assert.equal(early.status, 503, JSON.stringify(early.body));
+      assert.equal(early.body.workers, false);
+      assert.equal(early.body.redis, true);
+      assert.ok(!gateway.lines.some((line) => line.includes('gateway ready')), 'not announced as ready');
+      assert.match(gateway.lines.find((line) => line.includes('gateway listening'))!, /ready once its workers take jobs/);
+    } finally {
+      process.kill(worker!, 'SIGCONT');
+    }
+    const url = gateway.url()!;
+    let ready: Readiness | undefined;
+    // A probe that fails to connect counts as not ready, as a balancer counts it.
+    await waitFor(async () => (ready = await readyz(url).catch(() => undefined))?.status === 200, 60_000, '/readyz to say ready');
+    assert.equal(ready!.body.workers, true);
+    assert.equal(ready!.body.record, true);
+    const at = (text: string) => gateway.lines.findIndex((line) => line.includes(text));
+    await waitFor(() => at('gateway ready') >= 0, 5000, 'the ready line');
+    assert.ok(at('workers started') >= 0 && at('workers started') < at('gateway ready'), 'ready is said after the workers started');
+
+    const res = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'mock-chat', messages: [{ role: 'user', content: 'first' }] }),
+    });
+    assert.equal(res.status, 200);
+    await res.arrayBuffer();
+    const record = await requestRecord(url, key, res.headers.get('x-request-id')!);
+    // It waited 2.2–4.6 s for the worker process's start before; now a worker is there to take it.
+    assert.ok(record.queue_ms !== null && record.queue_ms < 1500, `queue_ms ${record.queue_ms}`);
+  });
+
+  it('503 while the record cannot be reached, 200 again once it can', async () => {
+    postgres = await startPrivatePostgres();
+    const proc = await spawnGateway('api', { REDIS_URL: redisUrl, DATABASE_URL: postgres.url });
+    spawned.push(proc);
+    const gateway = follow(proc);
+    await waitFor(() => gateway.url() !== undefined, 60_000, 'the api to listen');
+    const url = gateway.url()!;
+    const up = await readyz(url);
+    assert.equal(up.status, 200, JSON.stringify(up.body));
+    assert.equal(up.body.record, true);
+    assert.equal(up.body.workers, true, '--role=api: the workers are elsewhere, it is ready once up');
+
+    await postgres.stop();
+    let down: Readiness | undefined;
+    await waitFor(async () => (down = await readyz(url).catch(() => undefined))?.status === 503, 10_000, '/readyz to say not ready');
+    assert.equal(down!.body.record, false);
+    assert.equal(down!.body.redis, true);
+    // Alive though not ready.
+    assert.equal((await fetch(`${url}/healthz`)).status, 200);
+
+    await postgres.start();
+    await waitFor(async () => (await readyz(url).catch(() => undefined))?.status === 200, 20_000, '/readyz to say ready again');
+  });
+});
