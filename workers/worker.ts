@@ -24,6 +24,7 @@ import { ensureUsageGroup, UsageWriter } from '../storage/record/usage-writer.js
 import { randomBytes } from 'node:crypto';
 import { PriceList } from '../shared/pricing.js';
 import { meterJobs, startWorkerMetrics } from './metrics.js';
+import { OverrunReport } from './overrun-report.js';
 import { closeMarginMs, closeRedisBy, settledBy } from '../shared/stop-deadline.js';
 
 const reservationSweepMs = 10_000;
@@ -129,6 +130,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       prices: PriceList.load(catalog, config),
       policy: { bufferRecords: config.usageBufferRecords },
       log,
+      overruns: new OverrunReport(log),
     },
   }));
 
