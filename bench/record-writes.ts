@@ -1,6 +1,6 @@
 /**
- * The record's write speed and open time: the embedded database (PGlite,
- * served on its Unix socket as `npm start` serves it) against the PostgreSQL
+ * The record's write speed and open time: the embedded record (the
+ * PostgreSQL server `npm start` runs under DATA_DIR) against the PostgreSQL
  * server of the tests (TEST_DATABASE_URL, default 127.0.0.1:5432). Writes
  * usage batches of 1, 50 and 500 rows through the usage writer's own
  * transaction, then 40 concurrent day-total reads, and says how long this
@@ -19,7 +19,7 @@ import { freshDatabase } from '../test/support/record.js';
 
 async function measure(label: string, url: string, close: () => Promise<void>) {
   const db = await openRecord(url, { max: 4, migrate: true });
-  // How long this process's event loop is held meanwhile (the embedded database is served by it, from a worker thread).
+  // How long this process's event loop is held meanwhile.
   const delay = monitorEventLoopDelay({ resolution: 1 });
   delay.enable();
   const now = Math.floor(Date.now() / 1000);
