@@ -148,6 +148,19 @@ function tokens(count: number, perMillion: number): number {
 }
 
 /** A metered quantity as a whole count: fractions round up (a started second is billed), below zero is nothing. */
+/**
+ * The prompt tokens a reservation prices for a prompt we count as `counted`.
+ * Our count follows OpenAI's tokenizer and message framing; other vendors'
+ * tokenizers and framings count the same text differently (Anthropic's and
+ * Gemini's often 10–20 % more, a few tokens more per request for the framing),
+ * and a worst case that a vendor's own count beats is not a worst case. So a
+ * quarter more, and 8 tokens for the framing. Only the hold grows: the charge
+ * is for the vendor's count, and the rest of the hold goes back at settlement.
+ */
+export function reservedPromptTokens(counted: number): number {
+  return counted > 0 ? counted + Math.ceil(counted / 4) + 8 : 0;
+}
+
 function whole(name: string, value: number | undefined): number {
   if (value === undefined) return 0;
   if (!Number.isFinite(value)) throw new RangeError(`${name} must be a finite number, got ${value}`);
@@ -356,9 +369,11 @@ export class PriceList {
     const model = this.models.get(modelId);
     const modelMax = model?.max_output_tokens ?? 0;
     const prompt = whole('promptTokens', promptTokens);
-    const rates = this.ratesFor(price, prompt);
+    // The prompt is priced as the most a vendor may count for it, which is more than our count (see reservedPromptTokens).
+    const billable = reservedPromptTokens(prompt);
+    const rates = this.ratesFor(price, billable);
     // Plus a micro: a charge rounds cached and uncached input apart, which can cost one more than rounding them together.
-    const promptCost = mulCeilDiv(prompt, rates.input, TOKENS_PER_PRICE) + (prompt > 0 && rates.input > 0 ? 1 : 0);
+    const promptCost = mulCeilDiv(billable, rates.input, TOKENS_PER_PRICE) + (billable > 0 && rates.input > 0 ? 1 : 0);
     const upTo = (asked: number | null | undefined) => {
       const most = whole('max output tokens', asked ?? modelMax);
       return modelMax > 0 ? Math.min(most, modelMax) : most;

@@ -14,6 +14,7 @@ import {
   DEFAULT_MAX_AUDIO_SECONDS,
   PriceList,
   microsToUsd,
+  reservedPromptTokens,
   usdToMicros,
   type Metered,
   type Pricing,
@@ -243,16 +244,33 @@ describe('costMicros', () => {
 
 describe('worstCaseMicros', () => {
   it('reserves chat prompt plus the most output of every choice', () => {
-    // gpt-4o: 1,000 prompt × 2.5 (+1 micro for the rounding of a cached/uncached split) + 2 × 500 out × 10.
-    assert.deepEqual(prices.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, n: 2 }), 1000), { micros: 2_501 + 10_000, tokens: 2_000 });
+    // gpt-4o: 1,000 prompt tokens counted are priced as 1,258 (a quarter more and 8: another tokenizer's count)
+    // × 2.5 (+1 micro for the rounding of a cached/uncached split) + 2 × 500 out × 10. The tokens are as counted.
+    assert.deepEqual(prices.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, n: 2 }), 1000), { micros: 3_146 + 10_000, tokens: 2_000 });
     // max_completion_tokens wins over max_tokens.
     assert.deepEqual(prices.worstCaseMicros('gpt-4o', chat({ max_tokens: 9, max_completion_tokens: 100 }), 0), { micros: 1_000, tokens: 100 });
     // Nothing asked: the model's max_output_tokens (16,384); more asked is capped at it.
-    const full = { micros: 2_501 + 163_840, tokens: 17_384 };
+    const full = { micros: 3_146 + 163_840, tokens: 17_384 };
     assert.deepEqual(prices.worstCaseMicros('gpt-4o', chat({}), 1000), full);
     assert.deepEqual(prices.worstCaseMicros('gpt-4o', chat({ max_tokens: 1_000_000 }), 1000), full);
     // Priced as uncached, at long-context prices past the threshold.
-    assert.equal(prices.worstCaseMicros('gemini-2.5-pro', chat({ max_tokens: 1000 }), 250_000).micros, 625_001 + 15_000);
+    // 250,000 counted: 312,508 priced, × 2.5 (+1).
+    assert.equal(prices.worstCaseMicros('gemini-2.5-pro', chat({ max_tokens: 1000 }), 250_000).micros, 781_271 + 15_000);
+  });
+
+  it('holds enough for a vendor whose own count of the prompt beats ours', () => {
+    // The fake OpenAI counts 12 prompt tokens for "Say hello.", which we count as 10: the hold held 13 micros
+    // and the charge was 14. Whatever the model, a vendor counting a quarter more and 8 is still covered.
+    for (const model of ['gpt-4o-mini', 'gpt-4o', 'claude-sonnet-4-5', 'gemini-2.5-pro']) {
+      for (const counted of [1, 10, 1000, 100_000]) {
+        const asked = chat({ max_tokens: 5 });
+        const held = prices.worstCaseMicros(model, asked, counted).micros;
+        const vendorCount = counted + Math.ceil(counted / 4) + 8;
+        const charged = prices.costMicros(model, use({ inputTokens: vendorCount, outputTokens: 5 }));
+        assert.ok(charged <= held, `${model}, ${counted} counted: charged ${charged} > held ${held}`);
+      }
+    }
+    assert.equal(reservedPromptTokens(0), 0, 'nothing counted, nothing held');
   });
 
   it('reserves legacy completions for every prompt of a batch and best_of', () => {
@@ -260,14 +278,14 @@ describe('worstCaseMicros', () => {
       endpoint: 'completions',
       payload: completionRequestSchema.parse({ model: 'm', prompt: ['a', 'b'], n: 1, best_of: 3, max_tokens: 10 }),
     };
-    // gpt-3.5-turbo-instruct: 20 × 1.5 (+1) + 2 prompts × 3 × 10 out × 2.
-    assert.deepEqual(prices.worstCaseMicros('gpt-3.5-turbo-instruct', request, 20), { micros: 31 + 120, tokens: 80 });
+    // gpt-3.5-turbo-instruct: 20 counted, 33 priced × 1.5 (+1) + 2 prompts × 3 × 10 out × 2.
+    assert.deepEqual(prices.worstCaseMicros('gpt-3.5-turbo-instruct', request, 20), { micros: 51 + 120, tokens: 80 });
   });
 
   it('reserves embeddings for the prompt', () => {
     const request: EndpointRequest = { endpoint: 'embeddings', payload: embeddingRequestSchema.parse({ model: 'm', input: 'x' }) };
-    // 1,000 × 0.02, and the micro of a split's rounding.
-    assert.deepEqual(prices.worstCaseMicros('text-embedding-3-small', request, 1000), { micros: 21, tokens: 1000 });
+    // 1,000 counted, 1,258 priced × 0.02, and the micro of a split's rounding.
+    assert.deepEqual(prices.worstCaseMicros('text-embedding-3-small', request, 1000), { micros: 27, tokens: 1000 });
     assert.deepEqual(prices.worstCaseMicros('text-embedding-3-small', request, 0), { micros: 0, tokens: 0 });
   });
 
@@ -305,8 +323,8 @@ describe('worstCaseMicros', () => {
 
   it('adds the markup', () => {
     const marked = new PriceList(catalog.all(), { markupPercent: 15 });
-    // 12,501 × 1.15 = 14,376.15 → 14,377.
-    assert.equal(marked.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, n: 2 }), 1000).micros, 14_377);
+    // 13,146 × 1.15 = 15,117.9 → 15,118.
+    assert.equal(marked.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, n: 2 }), 1000).micros, 15_118);
   });
 
   it('covers any chat charge the request can lead to (property)', () => {
