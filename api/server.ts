@@ -34,6 +34,7 @@ import { JobEvents } from './jobs/events.js';
 import { LoopStallMonitor } from './http/loop-stall.js';
 import { answerClientError, answerConnect } from './http/raw-http-errors.js';
 import { recordProbe } from './http/readiness.js';
+import { closeUnreadRequests, setBodyIdleTimeout } from './http/request-body.js';
 import { createBlobStore } from '../storage/create-blob-store.js';
 import { openHotRecord } from '../storage/record/hot-state.js';
 import { consoleRoutes } from './console/routes.js';
@@ -113,7 +114,15 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   if (unpriced.length > 0) log.warn({ models: unpriced }, 'these catalog models have no price: they are served free');
   const blobs = createBlobStore(config);
   const urlSecret = await resolveUrlSecret(redis, config.blobUrlSecret);
-  const jobEvents = new JobEvents(hub, { redis, queues, blobs, keys: keyCache, log, videoExpirySeconds: config.asyncResultTtlSeconds });
+  const jobEvents = new JobEvents(hub, {
+    redis,
+    queues,
+    blobs,
+    keys: keyCache,
+    log,
+    videoExpirySeconds: config.asyncResultTtlSeconds,
+    maxSocketsPerKey: config.maxEventSocketsPerKey,
+  });
 
   let draining = false;
   // The worst event-loop stall since the previous readiness probe: one slow request holds every other one.
@@ -149,6 +158,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   const metrics = apiMetrics(config, backpressure);
   probes.get('/metrics', metrics.scrape);
   app.use(metrics.requests);
+  app.use(closeUnreadRequests);
   app.use(envelope(log));
   // Every guard and route below sees the one canonical path (api/http/canonical-path.ts).
   app.use(canonicalizePath());
@@ -203,15 +213,26 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   hub.startHeartbeat(config.orphanAfterMs);
   await backpressure.start();
 
+  // Deadlines on what a client sends (docs/configuration.md): its headers and its whole request (Node's own, answered
+  // 408 by answerClientError), silence inside a body (the body readers), an idle keep-alive connection. What the
+  // gateway sends is not timed here: a request that has arrived waits for its answer, held or streamed, until its
+  // REQUEST_DEADLINE_MS. Node checks the first two on a timer, here a quarter of the shorter (at most every second).
+  const deadlines = config.clientTimeouts;
+  setBodyIdleTimeout(deadlines.bodyIdleMs);
   // Node would answer a request without Host with a bare 400; the Host check among the middleware answers it in the OpenAI shape.
-  const server = createServer({ requireHostHeader: false }, app.callback());
+  const server = createServer(
+    {
+      requireHostHeader: false,
+      requestTimeout: deadlines.requestMs,
+      headersTimeout: Math.min(deadlines.headersMs, deadlines.requestMs),
+      keepAliveTimeout: deadlines.keepAliveMs,
+      connectionsCheckingInterval: Math.max(25, Math.min(1000, Math.floor(Math.min(deadlines.headersMs, deadlines.requestMs) / 4))),
+    },
+    app.callback(),
+  );
   server.on('clientError', answerClientError);
   server.on('connect', (_req, socket: Duplex) => answerConnect(socket));
   jobEvents.attach(server);
-  // Image and long chat requests are held open; Node's default request timeout would cut them.
-  server.requestTimeout = 0;
-  server.headersTimeout = 60_000;
-  server.keepAliveTimeout = 65_000;
 
   return {
     server,

@@ -60,6 +60,10 @@ export interface Config {
   workerLockMs: number;
   sseKeepAliveMs: number;
   maxBodyBytes: number;
+  /** Deadlines of a client's socket: its headers, its whole request (headers and body), silence inside a body, an idle keep-alive connection. */
+  clientTimeouts: { headersMs: number; requestMs: number; bodyIdleMs: number; keepAliveMs: number };
+  /** Job-event WebSockets one API key may hold open on one api process. */
+  maxEventSocketsPerKey: number;
   /** Bodies larger than this travel beside the job (Redis key), not inside it. */
   inlinePayloadBytes: number;
   shutdownGraceMs: number;
@@ -275,6 +279,11 @@ const fixed = {
   WORKER_LOCK_MS: setting(integer(1000, 10_000), 'a worker silent this long is presumed dead and its job handed on'),
   SSE_KEEPALIVE_MS: setting(integer(100, 15_000), 'comment frames on a stream that is still waiting'),
   MAX_BODY_BYTES: setting(integer(1024, 50 * 1024 * 1024), 'largest JSON body; over → 413'),
+  HEADERS_TIMEOUT_MS: setting(integer(100, 30_000), 'a request\'s headers must all arrive within this of its first byte; then 408 and the socket is closed'),
+  REQUEST_RECEIVE_TIMEOUT_MS: setting(integer(100, 300_000), 'a whole request, headers and body, must arrive within this; then 408 (or, once an answer has started, nothing) and the socket is closed; the answer is not counted: a held or streamed reply runs until `REQUEST_DEADLINE_MS`'),
+  BODY_IDLE_TIMEOUT_MS: setting(integer(100, 30_000), 'longest silence while a request body is read; then 408 and the socket is closed'),
+  KEEPALIVE_TIMEOUT_MS: setting(integer(100, 65_000), 'an idle keep-alive connection is closed after this; keep it above the idle timeout of the balancer in front (60 s on most), so that the balancer closes first and never sends a request on a connection the gateway is closing'),
+  MAX_EVENT_SOCKETS_PER_KEY: setting(integer(1, 100), 'job-event WebSockets (`/v1/jobs/{id}/events`, `/v1/videos/{id}/events`) one API key may hold open on one api process; one more is refused with a 429 before the upgrade'),
   INLINE_PAYLOAD_BYTES: setting(integer(0, 64 * 1024), 'bodies larger than this are stored beside the job, not in it'),
   SHUTDOWN_GRACE_MS: setting(integer(0, 25_000), 'on SIGTERM or Ctrl-C, how long in-flight requests may finish (new ones get a 503 meanwhile); a hard deadline: what has not finished then is given up (the log says what) and the process exits within 4 s more, Redis there or not; keep it 5 s below the orchestrator\'s own grace (Kubernetes: 30 s, compose: `stop_grace_period`); a second Ctrl-C exits at once'),
   ORPHAN_AFTER_MS: setting(integer(1000, 15_000), 'an api gone this long (no reply subscriber, no heartbeat) has its jobs cancelled by the workers'),
@@ -503,6 +512,13 @@ export function loadConfig(env: Env = process.env): Config {
     workerLockMs: values.WORKER_LOCK_MS,
     sseKeepAliveMs: values.SSE_KEEPALIVE_MS,
     maxBodyBytes: values.MAX_BODY_BYTES,
+    clientTimeouts: {
+      headersMs: values.HEADERS_TIMEOUT_MS,
+      requestMs: values.REQUEST_RECEIVE_TIMEOUT_MS,
+      bodyIdleMs: values.BODY_IDLE_TIMEOUT_MS,
+      keepAliveMs: values.KEEPALIVE_TIMEOUT_MS,
+    },
+    maxEventSocketsPerKey: values.MAX_EVENT_SOCKETS_PER_KEY,
     inlinePayloadBytes: values.INLINE_PAYLOAD_BYTES,
     shutdownGraceMs: values.SHUTDOWN_GRACE_MS,
     orphanAfterMs: values.ORPHAN_AFTER_MS,

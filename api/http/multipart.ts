@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto';
 import busboy from 'busboy';
 import type { BlobRef } from '../../shared/blobs.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
+import { bodyStalled, watchBodyIdle } from './request-body.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 
 export interface MultipartForm {
@@ -60,7 +61,11 @@ export function readMultipart(
     const slots: Array<MultipartForm['files'][number] | undefined> = [];
     const stores: Promise<void>[] = [];
     let failed = false;
+    // A client that goes silent mid-body gets a 408 (and its connection closed) after BODY_IDLE_TIMEOUT_MS.
+    const idle = watchBodyIdle(() => fail(bodyStalled()));
+    req.on('data', idle.bytes);
     const fail = (error: unknown) => {
+      idle.stop();
       if (failed) return;
       failed = true;
       req.unpipe(parser);
@@ -120,6 +125,7 @@ export function readMultipart(
     );
     parser.on('error', malformed);
     parser.on('close', () => {
+      idle.stop();
       if (failed) return;
       Promise.all(stores).then(() => resolve({ fields, files: slots.filter((f) => f !== undefined) }), fail);
     });

@@ -1,4 +1,4 @@
-import type { IncomingMessage, Server } from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Redis } from 'ioredis';
 import { WebSocketServer, type WebSocket } from 'ws';
@@ -20,6 +20,8 @@ interface Deps {
   keys: KeyCache;
   log: Logger;
   videoExpirySeconds: number;
+  /** MAX_EVENT_SOCKETS_PER_KEY: sockets one key may hold open here (upgrades under way included). */
+  maxSocketsPerKey: number;
 }
 
 interface Watcher {
@@ -30,6 +32,14 @@ interface Watcher {
 const eventsPath = /^\/v1\/(jobs|videos)\/([A-Za-z0-9_-]{1,100})\/events$/;
 
 /**
+ * The largest message a watcher may send. The socket only speaks (the server
+ * never reads a message), and control frames (ping, close) are at most 125
+ * bytes by the protocol; a larger frame closes the socket with 1009 as soon
+ * as its header says its length, before its payload is buffered.
+ */
+export const maxWatcherMessageBytes = 1024;
+
+/**
  * `GET /v1/jobs/{id}/events` and `/v1/videos/{id}/events` over WebSocket: the
  * job's owner gets its current state, then every event (progress, completed,
  * failed) until it ends. Events reach every api process on one shared channel
@@ -38,7 +48,9 @@ const eventsPath = /^\/v1\/(jobs|videos)\/([A-Za-z0-9_-]{1,100})\/events$/;
 export class JobEvents {
   private readonly watchers = new Map<string, Set<WebSocket>>();
   private readonly watcherOf = new WeakMap<WebSocket, Watcher>();
-  private readonly wss = new WebSocketServer({ noServer: true });
+  private readonly wss = new WebSocketServer({ noServer: true, maxPayload: maxWatcherMessageBytes });
+  /** Open sockets (and upgrades under way) per key. */
+  private readonly socketsOf = new Map<string, number>();
 
   constructor(
     hub: ReplyHub,
@@ -52,7 +64,10 @@ export class JobEvents {
       void this.upgrade(req, socket, head).catch((error: unknown) => {
         const gateway = error instanceof GatewayError ? error : new GatewayError(500, 'Could not open the event stream.');
         const body = JSON.stringify(gateway.toBody());
-        socket.end(`HTTP/1.1 ${gateway.status} ${gateway.status === 401 ? 'Unauthorized' : gateway.status === 404 ? 'Not Found' : 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+        const headers = Object.entries(gateway.headers).map(([name, value]) => `${name}: ${value}\r\n`).join('');
+        socket.end(
+          `HTTP/1.1 ${gateway.status} ${STATUS_CODES[gateway.status] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${headers}connection: close\r\n\r\n${body}`,
+        );
       });
     });
   }
@@ -72,9 +87,37 @@ export class JobEvents {
     const bearer = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '')?.[1];
     const keyId = bearer ? (await this.deps.keys.resolve(bearer))?.keyId : undefined;
     if (!keyId) throw new GatewayError(401, 'Incorrect or missing API key.', { code: 'invalid_api_key' });
-    await loadOwnedJob(this.deps.redis, this.deps.queues, id, keyId, kind === 'videos' ? 'video' : 'job');
-
-    const ws = await new Promise<WebSocket>((resolve) => this.wss.handleUpgrade(req, socket, head, resolve));
+    // The key's slot is taken before anything is awaited, so that upgrades racing each other count each other too.
+    const held = this.socketsOf.get(keyId) ?? 0;
+    if (held >= this.deps.maxSocketsPerKey) {
+      throw new GatewayError(429, `This API key already holds ${held} job event sockets; close one before opening another.`, {
+        code: 'too_many_sockets',
+        headers: { 'retry-after': '1' },
+      });
+    }
+    this.socketsOf.set(keyId, held + 1);
+    let ws: WebSocket;
+    try {
+      await loadOwnedJob(this.deps.redis, this.deps.queues, id, keyId, kind === 'videos' ? 'video' : 'job');
+      ws = await new Promise<WebSocket>((resolve, reject) => {
+        socket.once('close', () => reject(new Error('the client left during the upgrade')));
+        this.wss.handleUpgrade(req, socket, head, resolve);
+      });
+    } catch (error) {
+      this.release(keyId);
+      throw error;
+    }
+    ws.on('close', () => this.release(keyId));
+    // A frame past maxPayload or against the protocol: ws has sent its close frame (1009, 1002…) and reports it
+    // here (unheard, that report would end the process). ws would go on reading, and dropping, the rest of the
+    // frame while it waits for the client's close frame (up to 30 s); instead the socket stops reading (after
+    // ws's own resume, on this same tick), says its goodbye (FIN after the close frame), and is cut a second on.
+    ws.on('error', (error) => {
+      this.deps.log.debug({ err: error, job: id }, 'job events socket closed on a bad frame');
+      process.nextTick(() => socket.pause());
+      socket.end();
+      setTimeout(() => ws.terminate(), 1000).unref();
+    });
     this.watcherOf.set(ws, { keyId, kind });
     const set = this.watchers.get(id) ?? new Set<WebSocket>();
     set.add(ws);
@@ -86,6 +129,12 @@ export class JobEvents {
     // Registered first, then the snapshot: an event in between is not lost (at worst seen twice).
     const owned = await loadOwnedJob(this.deps.redis, this.deps.queues, id, keyId, kind === 'videos' ? 'video' : 'job');
     await this.send(ws, owned, owned.status === 'completed' ? 'completed' : owned.status === 'failed' ? 'failed' : 'status', kind);
+  }
+
+  private release(keyId: string): void {
+    const held = (this.socketsOf.get(keyId) ?? 1) - 1;
+    if (held > 0) this.socketsOf.set(keyId, held);
+    else this.socketsOf.delete(keyId);
   }
 
   private async send(ws: WebSocket, owned: OwnedJob, type: string, kind: string): Promise<void> {

@@ -192,6 +192,26 @@ describe('hostile input', () => {
     }
   });
 
+  it('refuses an inline image larger than any vendor takes before parsing it, without holding the loop', async () => {
+    // 47 MB of data URL, inside the 50 MB body limit: before the cap one such chat held the loop 485-678 ms (parsed,
+    // validated, translated and serialised whole), four at once 1.5 s, and the api's RSS went from 0.77 to 1.38 GB.
+    const body = JSON.stringify({
+      model: 'gpt-4o',
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'what is this?' }, { type: 'image_url', image_url: { url: `data:image/png;base64,${'A'.repeat(47_000_000)}` } }] }],
+    });
+    const stalls: number[] = [];
+    for (let round = 0; round < 3; round++) {
+      await loopStallMs();
+      const answers = await Promise.all(Array.from({ length: 4 }, () => postJson('/v1/chat/completions', body)));
+      stalls.push(await loopStallMs());
+      for (const answer of answers) assertOpenAIError(answer, 400, { code: 'image_too_large', param: 'messages[0].content[1].image_url.url' });
+      // Joining, decoding and scanning a 47 MB body are a turn of the loop each, some 50 ms apiece on an idle machine.
+      if (stalls.at(-1)! < 200) break;
+    }
+    assert.ok(Math.min(...stalls) < 200, `worst event-loop stall of each round ${stalls.join(', ')} ms`);
+    assert.ok(Math.max(...stalls) < 1000, `worst event-loop stall of each round ${stalls.join(', ')} ms`);
+  });
+
   it('refuses JSON nested thousands deep with a 400 naming the field, on every JSON endpoint', async () => {
     const deep = (n: number) => '['.repeat(n) + ']'.repeat(n);
     const cases: Array<[string, string, string]> = [
