@@ -74,13 +74,18 @@ describe('gateway with the built-in mock vendor', () => {
     assert.equal(completion.usage!.total_tokens, completion.usage!.prompt_tokens + completion.usage!.completion_tokens);
   });
 
-  it('accepts a JSON body of 40 MB (an image inline)', async () => {
-    const image = `data:image/png;base64,${Buffer.alloc(30 * 1024 * 1024, 7).toString('base64')}`;
+  it('accepts a JSON body of 40 MB (three images inline, each under the 20 MB an image may be)', async () => {
+    const image = `data:image/png;base64,${Buffer.alloc(10 * 1024 * 1024, 7).toString('base64')}`;
     const completion = await client.chat.completions.create({
       model: 'mock-chat',
-      messages: [{ role: 'user', content: [{ type: 'text', text: 'Describe this' }, { type: 'image_url', image_url: { url: image } }] }],
+      messages: [
+        {
+          role: 'user',
+          content: [{ type: 'text', text: 'Describe these' }, ...[1, 2, 3].map(() => ({ type: 'image_url' as const, image_url: { url: image } }))],
+        },
+      ],
     });
-    assert.match(completion.choices[0]!.message.content ?? '', /Describe this/);
+    assert.match(completion.choices[0]!.message.content ?? '', /Describe these/);
   });
 
   it('honours n and max_tokens', async () => {

@@ -5,6 +5,7 @@ import { Redis } from 'ioredis';
 import { createKey, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { startPrivateRedis } from '../support/redis-server.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
+import { recordUrlFor } from '../support/record.js';
 import {
   assertAnsweredWithin,
   assertHttpError,
@@ -43,6 +44,9 @@ describe('Redis restarted under load', () => {
     const apiKey = (await createKey(redis)).key;
     const env = {
       REDIS_URL: redisServer.url,
+      // One record for both: the api reaches Redis through the proxy, whose URL would otherwise give it a record
+      // of its own, and a Redis stamped by one record is reloaded from the other (the api's key would be gone).
+      DATABASE_URL: await recordUrlFor(redisServer.url),
       MOCK_VENDOR: 'on',
       // Waiting streams send their headers early, so a failure must reach them as an SSE error event.
       SSE_KEEPALIVE_MS: '300',
