@@ -1,4 +1,5 @@
 import type { IncomingMessage } from 'node:http';
+import type { Socket } from 'node:net';
 import type { Middleware } from 'koa';
 import type { z } from 'zod';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
@@ -49,9 +50,35 @@ export const closeUnreadRequests: Middleware = async (ctx, next) => {
   try {
     await next();
   } finally {
-    if (!ctx.req.complete && !ctx.headerSent) ctx.set('connection', 'close');
+    if (!ctx.req.complete && !ctx.headerSent) {
+      ctx.set('connection', 'close');
+      lingerAfterAnswer(ctx.req.socket);
+    }
   }
 };
+
+/** How long a refused request's connection reads and drops what its client still sends, after the answer. */
+export const lingerMs = 2_000;
+
+/**
+ * Closing a connection whose client is still sending makes the kernel answer
+ * the next bytes with a reset, which a client still writing takes as a
+ * dropped connection (EPIPE) before it reads the answer. So, as nginx's
+ * lingering close does: once the answer is out, the write side is closed and
+ * the rest of the body is read and dropped (Node's parser dumps it) until
+ * the client closes its side, for `lingerMs` at most; then the socket goes.
+ * Node closes a `connection: close` answer's socket with `destroySoon`, which
+ * is replaced here for this one socket.
+ */
+function lingerAfterAnswer(socket: Socket): void {
+  socket.destroySoon = function lingering(this: Socket): void {
+    this.end();
+    const timer = setTimeout(() => this.destroy(), lingerMs);
+    timer.unref();
+    this.once('close', () => clearTimeout(timer));
+    this.once('end', () => this.destroy());
+  };
+}
 
 /**
  * Reads the body into memory: within `limit` bytes (a declared length over it

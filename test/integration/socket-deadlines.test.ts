@@ -192,6 +192,30 @@ describe('socket deadlines and the api\'s caps on what a client holds', () => {
     raw.socket.destroy();
   });
 
+  it('lets a client still sending its body read the refusal: the rest is read and dropped, then the socket closes', async () => {
+    // Closed at once, the socket answers the body's next bytes with a reset, and a reset throws away what the
+    // client had received and not yet read: its 401 is lost and it sees a dropped connection (EPIPE, ECONNRESET).
+    const { hostname, port } = new URL(gateway.url);
+    const socket = connect({ host: hostname, port: Number(port) });
+    await new Promise((resolve) => socket.once('connect', resolve));
+    socket.pause(); // reads nothing until the whole body is sent, as a client busy writing does
+    const errors: string[] = [];
+    socket.on('error', (error: NodeJS.ErrnoException) => errors.push(error.code ?? error.message));
+    const closed = new Promise((resolve) => socket.once('close', resolve));
+    const size = 4 * 1024 * 1024;
+    socket.write(chatHead(size, 'sk-not-a-key') + '{"model":"gpt-4o-mini","messages":[{"role":"user","content":"');
+    await new Promise((r) => setTimeout(r, 300)); // the 401 is sent meanwhile
+    for (let sent = 0; sent < size - 100 && !socket.destroyed; sent += 64 * 1024) socket.write('x'.repeat(64 * 1024));
+    await new Promise((r) => setTimeout(r, 300));
+    const chunks: Buffer[] = [];
+    socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+    socket.resume();
+    await closed;
+    const text = Buffer.concat(chunks).toString('latin1');
+    assert.match(text, /^HTTP\/1\.1 401 /, `the answer (errors: ${errors.join(', ') || 'none'})`);
+    assert.match(text, /"code":"invalid_api_key"/);
+  });
+
   it('closes the socket of a body refused as too large while it was being sent', async () => {
     const raw = await openSocket(gateway.url);
     // No declared length: the limit is found while reading (MAX_BODY_BYTES, 50 MB), then the rest is not waited for.
