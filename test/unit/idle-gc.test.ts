@@ -8,11 +8,11 @@ const spin = (ms: number) => {
   while (Date.now() < until);
 };
 
-async function waitUntil(done: () => boolean, ms: number, what: string): Promise<void> {
+async function waitUntil(done: () => boolean, ms: number, what: string, every = 20): Promise<void> {
   const until = Date.now() + ms;
   while (!done()) {
     if (Date.now() > until) assert.fail(`timed out waiting for ${what}`);
-    await pause(20);
+    await pause(every);
   }
 }
 
@@ -50,11 +50,13 @@ describe('idle collector', () => {
     let collections = 0;
     const collector = startIdleCollector({ windowMs: 100, collect: () => collections++ });
     try {
+      // Waiting looks every 250 ms, so that the 100 ms windows between are quiet: on a loaded machine five looks a
+      // window, each woken late and preempted, could keep the loop above the 1 % an idle window is.
       await busy(250);
-      await waitUntil(() => collections >= 1, 5_000, 'a collection after the load');
+      await waitUntil(() => collections >= 1, 10_000, 'a collection after the load', 250);
       const after = collections;
       await busy(250);
-      await waitUntil(() => collections > after, 5_000, 'another after the next load');
+      await waitUntil(() => collections > after, 10_000, 'another after the next load', 250);
     } finally {
       collector.stop();
     }
