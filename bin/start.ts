@@ -224,14 +224,8 @@ function displayHost(host: string): string {
 const tracingFlushMs = 5000;
 
 async function flushTracing(tracing: Tracing, log: Logger): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), tracingFlushMs)));
-  const outcome = await Promise.race([tracing.shutdown().then(() => 'done' as const), late]).catch((error: unknown) => {
-    log.warn({ err: error }, 'could not export the last spans');
-    return 'failed' as const;
-  });
-  clearTimeout(timer);
-  if (outcome === 'late') log.warn(`the last spans were not exported within ${tracingFlushMs} ms`);
+  const exported = tracing.shutdown().catch((error: unknown) => log.warn({ err: error }, 'could not export the last spans'));
+  if (!(await settledBy(exported, Date.now() + tracingFlushMs))) log.warn(`the last spans were not exported within ${tracingFlushMs} ms`);
 }
 
 /** Past the margin to close, how much longer a process waits before it exits anyway (a parent: twice, for its worker process's). */

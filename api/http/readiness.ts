@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import type { RecordDb } from '../../storage/record/database.js';
+import { settledBy } from '../../shared/stop-deadline.js';
 
 /** How long a readiness probe waits for the record's answer, and how long one answer serves the probes after it. */
 const recordProbeTimeoutMs = 1000;
@@ -20,15 +21,7 @@ export function recordProbe(record: RecordDb): () => Promise<boolean> {
 }
 
 async function answersWithin(record: RecordDb, timeoutMs: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)));
-  const answered = sql`select 1`.execute(record).then(
-    () => true,
-    () => false,
-  );
-  try {
-    return await Promise.race([answered, late]);
-  } finally {
-    clearTimeout(timer);
-  }
+  let answered = false;
+  await settledBy(sql`select 1`.execute(record).then(() => (answered = true)), Date.now() + timeoutMs);
+  return answered;
 }
