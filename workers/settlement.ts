@@ -9,7 +9,7 @@ import type { Metered, PriceList } from '../shared/pricing.js';
 import { countChatPromptTokensAsync, countTextTokensAsync } from '../shared/tokens.js';
 import type { Usage } from './vendors/types.js';
 import { settlementOverran, usageSettled } from './metrics.js';
-import { OverrunReport } from './overrun-report.js';
+import type { OverrunReport } from './overrun-report.js';
 
 /**
  * What one job produced, filled in as it runs: the vendor's usage when it
@@ -90,8 +90,8 @@ export interface SettlementDeps {
   prices: PriceList;
   policy: SettlePolicy;
   log: Logger;
-  /** Answers that cost more than their reservation, told in the log (made on first use, one per process's settlements). */
-  overruns?: OverrunReport;
+  /** Answers that cost more than their reservation, told in the log (one per process's settlements). */
+  overruns: OverrunReport;
 }
 
 const settleAttempts = 8;
@@ -146,7 +146,7 @@ export async function settleJob(
       if (settled.reservedMicros !== null && record.costMicros > settled.reservedMicros) {
         const overMicros = record.costMicros - settled.reservedMicros;
         settlementOverran(record.model, vendor, overMicros);
-        (deps.overruns ??= new OverrunReport(deps.log)).add({ requestId: record.requestId, keyId: record.keyId, accountId: record.accountId, model: record.model, vendor, reservedMicros: settled.reservedMicros, costMicros: record.costMicros, overMicros });
+        deps.overruns.add({ requestId: record.requestId, keyId: record.keyId, accountId: record.accountId, model: record.model, vendor, reservedMicros: settled.reservedMicros, costMicros: record.costMicros, overMicros });
       }
       return;
     } catch (error) {

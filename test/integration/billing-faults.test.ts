@@ -7,6 +7,7 @@ import { readBill, readKeySpend, reserve } from '../../shared/billing.js';
 import { PriceList } from '../../shared/pricing.js';
 import { KeyStore } from '../../api/accounts/key-store.js';
 import { Meter, settleJob } from '../../workers/settlement.js';
+import { OverrunReport } from '../../workers/overrun-report.js';
 import { startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { startPrivateRedis } from '../support/redis-server.js';
 import { testRecord, usageRows } from '../support/record.js';
@@ -147,8 +148,9 @@ describe('billing when processes and Redis fail', () => {
     await redisServer!.stop();
     const produced = new Meter();
     produced.usage = { prompt_tokens: 100, completion_tokens: 50, total_tokens: 150 };
+    const log = pino({ level: 'silent' });
     const settling = settleJob(
-      { redis: worker, prices, policy: { bufferRecords: 1000 }, log: pino({ level: 'silent' }) },
+      { redis: worker, prices, policy: { bufferRecords: 1000 }, log, overruns: new OverrunReport(log) },
       { requestId, replyTo: 'nobody', keyId: key.id, accountId: account, endpoint: 'chat.completions', model, stream: false, deadline: Date.now() + 60_000 },
       { endpoint: 'chat.completions', payload: { model, messages: [{ role: 'user', content: 'x' }] } },
       'mock',
