@@ -58,7 +58,7 @@ export const closeUnreadRequests: Middleware = async (ctx, next) => {
 };
 
 /** How long a refused request's connection reads and drops what its client still sends, after the answer. */
-export const lingerMs = 2_000;
+const lingerMs = 2_000;
 
 /**
  * Closing a connection whose client is still sending makes the kernel answer
@@ -211,7 +211,7 @@ export const maxNumberArrayElements = 1_000_000;
  * would only be refused by the vendor, after the api had parsed, copied and
  * queued it; here it is a 400 found by the shape scan, before the body is parsed.
  */
-export const maxInlineImageBytes = 20 * 1024 * 1024;
+const maxInlineImageBytes = 20 * 1024 * 1024;
 /** The same in characters of the data URL: base64 (4 characters per 3 bytes) and room for the `data:…;base64,` head. */
 const maxImageDataUrlChars = Math.ceil(maxInlineImageBytes / 3) * 4 + 256;
 const dataImagePrefix = 'data:image/';

@@ -37,7 +37,7 @@ const eventsPath = /^\/v1\/(jobs|videos)\/([A-Za-z0-9_-]{1,100})\/events$/;
  * bytes by the protocol; a larger frame closes the socket with 1009 as soon
  * as its header says its length, before its payload is buffered.
  */
-export const maxWatcherMessageBytes = 1024;
+const maxWatcherMessageBytes = 1024;
 
 /**
  * `GET /v1/jobs/{id}/events` and `/v1/videos/{id}/events` over WebSocket: the
