@@ -244,13 +244,15 @@ export async function serverAnswers(url: string, timeoutMs = 2000): Promise<bool
 export function serverPid(layout: EngineLayout): number | undefined {
   try {
     const pid = Number(readFileSync(join(layout.cluster, 'postmaster.pid'), 'utf8').split('\n')[0]);
-    return Number.isInteger(pid) && pid > 0 && alive(pid) ? pid : undefined;
+    return processAlive(pid) ? pid : undefined;
   } catch {
     return undefined;
   }
 }
 
-function alive(pid: number): boolean {
+/** Whether a process of this id exists (one of another user's counts). */
+export function processAlive(pid: number): boolean {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
   try {
     process.kill(pid, 0);
     return true;
@@ -280,7 +282,7 @@ export async function stopServer(layout: EngineLayout, deadlineMs = 20_000): Pro
     }
     const until = Date.now() + waitMs;
     while (Date.now() < until) {
-      if (!alive(pid)) return;
+      if (!processAlive(pid)) return;
       await new Promise((r) => setTimeout(r, 50));
     }
   }

@@ -5,6 +5,7 @@ import {
   engineUrl,
   initialiseCluster,
   maxSocketPath,
+  processAlive,
   secureDataDir,
   serverAnswers,
   serverPid,
@@ -57,16 +58,7 @@ export interface LocateOptions {
   stopMs?: number;
 }
 
-/** Whether a process of this id exists (one of another user's counts). */
-export function processAlive(pid: number): boolean {
-  if (!Number.isInteger(pid) || pid <= 0) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
+export { processAlive } from './embedded-engine.js';
 
 const quiet: RecordLog = { info: () => undefined, warn: () => undefined, error: () => undefined };
 const ownerFile = (layout: EngineLayout) => join(layout.dataDir, 'postgres.owner');
