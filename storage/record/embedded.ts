@@ -73,9 +73,9 @@ function readOwner(layout: EngineLayout): number {
 
 /**
  * Becomes the owner (the server started here, or adopted from an owner that
- * died) or a peer of a live owner whose server answers.
+ * died) or a peer of a live owner whose server answers: returns the owner's pid.
  */
-async function acquire(layout: EngineLayout, user: ReturnType<typeof serverUser>, log: RecordLog): Promise<{ owner: number; started: boolean }> {
+async function acquire(layout: EngineLayout, user: ReturnType<typeof serverUser>, log: RecordLog): Promise<number> {
   const url = () => engineUrl(layout);
   for (let attempt = 0; attempt < 600; attempt++) {
     let fd: number;
@@ -84,9 +84,9 @@ async function acquire(layout: EngineLayout, user: ReturnType<typeof serverUser>
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       const owner = readOwner(layout);
-      if (owner === process.pid) return { owner, started: false };
+      if (owner === process.pid) return owner;
       if (processAlive(owner)) {
-        if (await serverAnswers(url())) return { owner, started: false };
+        if (await serverAnswers(url())) return owner;
         // Its owner may still be starting it.
         await new Promise((r) => setTimeout(r, 100));
         continue;
@@ -100,11 +100,11 @@ async function acquire(layout: EngineLayout, user: ReturnType<typeof serverUser>
     try {
       if (await serverAnswers(url())) {
         log.warn({ pid: serverPid(layout) }, 'the embedded record was left running by a process that is gone: this process owns it now');
-        return { owner: process.pid, started: false };
+        return process.pid;
       }
       if (await initialiseCluster(layout, user)) log.info({ cluster: layout.cluster }, `made a new embedded record (PostgreSQL) under ${layout.cluster}`);
       await startServer(layout, user);
-      return { owner: process.pid, started: true };
+      return process.pid;
     } catch (error) {
       if (readOwner(layout) === process.pid) rmSync(ownerFile(layout), { force: true });
       throw error;
@@ -135,7 +135,7 @@ export async function locateRecord(databaseUrl: string | undefined, dataDir: str
   secureDataDir(layout, user);
   const upgrade = pgliteRecordPresent(layout.dataDir);
   const url = engineUrl(layout);
-  let { owner } = await acquire(layout, user, log);
+  let owner = await acquire(layout, user, log);
   if (owner === process.pid && upgrade) {
     try {
       await upgradeFromPglite(layout.dataDir, url, log);
@@ -177,7 +177,7 @@ export async function locateRecord(databaseUrl: string | undefined, dataDir: str
       if (processAlive(owner) && readOwner(layout) === owner) return;
       const gone = owner;
       log.warn({ owner: gone }, `the process that owned the embedded record (pid ${gone}) has stopped: taking it over`);
-      owner = (await acquire(layout, user, log)).owner;
+      owner = await acquire(layout, user, log);
       log.warn({ owner }, owner === process.pid ? `this process (pid ${owner}) owns the embedded record now` : `the embedded record is owned by pid ${owner} now`);
     } catch (error) {
       log.error({ err: error }, 'could not take over the embedded record; trying again');
