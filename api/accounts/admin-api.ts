@@ -130,7 +130,7 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
     // An admin sets and lifts anything; what it sets becomes the key's ceilings (null lifts one).
     const key = await store.update(ctx.params.id!, keyChanges(body), 'admin');
     if (!key) throw keyNotFound(ctx.params.id!);
-    ctx.body = keyView((await store.withAdminLimits([key]))[0]!);
+    ctx.body = keyView(key);
   });
 
   router.delete('/keys/:id', async (ctx) => {

@@ -409,8 +409,9 @@ export class KeyStore {
   }
 
   /**
-   * Undefined when no such key exists. An admin's change sets the ceilings too (null lifts them); a member's is
-   * checked against them first (403 when it would raise, widen or remove one), under the key's row lock.
+   * Undefined when no such key exists; else the key with its ceilings (`adminLimits`, as read or written here). An
+   * admin's change sets the ceilings too (null lifts them); a member's is checked against them first (403 when it
+   * would raise, widen or remove one), under the key's row lock.
    */
   async update(id: string, changes: KeyChanges, by: KeyActor = 'admin'): Promise<ApiKeyRecord | undefined> {
     const row = {
@@ -421,21 +422,27 @@ export class KeyStore {
       ...(changes.expiresAt !== undefined ? { expires: changes.expiresAt } : {}),
       ...(changes.models !== undefined ? { models: changes.models === null ? null : JSON.stringify(changes.models) } : {}),
     };
-    const known =
-      Object.keys(row).length === 0
-        ? undefined
-        : by === 'admin'
-          ? Number((await this.record.updateTable('api_keys').set({ ...row, ...adminRow(changes) }).where('id', '=', id).where('revoked', 'is', null).executeTakeFirst()).numUpdatedRows)
+    // The key's ceilings after the change, from the query that makes it (none to make: read), so its answer needs no other.
+    let ceilings: Pick<ApiKeysTable, (typeof adminColumns)[number]> | undefined;
+    if (Object.keys(row).length === 0) {
+      ceilings = await this.record.selectFrom('api_keys').select(adminColumns).where('id', '=', id).executeTakeFirst();
+    } else {
+      ceilings =
+        by === 'admin'
+          ? await this.record.updateTable('api_keys').set({ ...row, ...adminRow(changes) }).where('id', '=', id).where('revoked', 'is', null).returning(adminColumns).executeTakeFirst()
           : await this.record.transaction().execute(async (tx) => {
               const current = await tx.selectFrom('api_keys').select(adminColumns).where('id', '=', id).where('revoked', 'is', null).forUpdate().executeTakeFirst();
-              if (!current) return 0;
+              if (!current) return undefined;
               checkMemberLimits(changes, adminLimitsOf(current), this.policy);
-              return Number((await tx.updateTable('api_keys').set(row).where('id', '=', id).executeTakeFirst()).numUpdatedRows);
+              await tx.updateTable('api_keys').set(row).where('id', '=', id).execute();
+              return current;
             });
-    if (known === 0) return undefined;
+      if (!ceilings) return undefined;
+    }
     const done = await this.scripts.keyUpdate(apiKeyRecordKey(id), accessChangedChannel, id, ...limitFields(changes));
     this.changed?.(id);
-    return done === 1 ? this.get(id) : undefined;
+    const key = done === 1 ? await this.get(id) : undefined;
+    return key && { ...key, adminLimits: ceilings ? adminLimitsOf(ceilings) : {} };
   }
 
   /**

@@ -92,7 +92,7 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
     const id = String(ctx.params.id);
     const updated = await keyStore.update(id, keyChanges(body), 'admin');
     if (!updated) throw new GatewayError(404, `No API key with id '${id.slice(0, 100)}'.`, { code: 'key_not_found' });
-    ctx.body = keyView((await keyStore.withAdminLimits([updated]))[0]!);
+    ctx.body = keyView(updated);
   });
 
   router.get('/api/admin/channels', async (ctx) => {

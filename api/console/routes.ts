@@ -153,7 +153,7 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     // A member only tightens: below what an admin set on the key, and the operator's default rates (403 otherwise).
     const updated = await keyStore.update(key.id, keyChanges(body), actor(account));
     if (!updated) throw new GatewayError(404, `No API key with id '${key.id}'.`, { code: 'key_not_found' });
-    ctx.body = keyView((await keyStore.withAdminLimits([updated]))[0]!);
+    ctx.body = keyView(updated);
   });
 
   router.delete('/api/keys/:id', async (ctx) => {
