@@ -17,7 +17,7 @@ import pg from 'pg';
  * start, wait until it answers, stop with a deadline.
  */
 
-export const socketName = '.s.PGSQL.5432';
+const socketName = '.s.PGSQL.5432';
 /** Unix socket paths longer than this are refused by the kernel (108 bytes with the NUL, PostgreSQL's own limit). */
 export const maxSocketPath = 100;
 const superuser = 'switchyard';

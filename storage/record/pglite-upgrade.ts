@@ -46,7 +46,7 @@ export function pgliteRecordPresent(dataDir: string): boolean {
 }
 
 /** Kysely over one PGlite instance (one session, used by one caller at a time here): for the migrations. */
-export function pgliteKysely(db: PGlite): Kysely<unknown> {
+function pgliteKysely(db: PGlite): Kysely<unknown> {
   const client = {
     async query(text: string, params: unknown[] = []) {
       const result = await db.query<Record<string, unknown>>(text, params);
