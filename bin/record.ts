@@ -1,9 +1,8 @@
-import { existsSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import pg from 'pg';
 import { loadConfig } from '../shared/config.js';
 import { openRecord, redactDatabaseUrl } from '../storage/record/database.js';
-import { locateRecord } from '../storage/record/embedded.js';
+import { embeddedRecordIn, locateRecord } from '../storage/record/embedded.js';
 import { copyRecordTables, recordRows, recordTables } from '../storage/record/record-copy.js';
 import { parseCommandLine, runCli, UsageError } from './cli.js';
 
@@ -41,7 +40,7 @@ async function main(): Promise<number> {
   const target = values.to;
   const shown = redactDatabaseUrl(target);
 
-  if (!['postgres', 'pg'].some((folder) => existsSync(join(config.dataDir, folder, 'PG_VERSION')))) {
+  if (!embeddedRecordIn(config.dataDir)) {
     throw new Error(`there is no embedded record under ${resolve(config.dataDir)} (DATA_DIR) to copy`);
   }
   const located = await locateRecord(undefined, config.dataDir);

@@ -113,10 +113,15 @@ async function acquire(layout: EngineLayout, user: ReturnType<typeof serverUser>
   throw new Error(`the embedded record under ${layout.dataDir} is owned by another process that does not answer on ${layout.socketPath}`);
 }
 
+/** The embedded record's folder under `dataDir` when it holds one: the PostgreSQL cluster, or an older gateway's PGlite record. */
+export function embeddedRecordIn(dataDir: string): string | undefined {
+  return ['postgres', 'pg'].map((folder) => join(resolve(dataDir), folder)).find((folder) => existsSync(join(folder, 'PG_VERSION')));
+}
+
 /** The record to use: `DATABASE_URL` when set, else the embedded server under `dataDir`, owned here or by another process. */
 export async function locateRecord(databaseUrl: string | undefined, dataDir: string, options: LocateOptions = {}): Promise<LocatedRecord> {
   if (databaseUrl) {
-    const left = ['postgres', 'pg'].map((folder) => join(resolve(dataDir), folder)).find((folder) => existsSync(join(folder, 'PG_VERSION')));
+    const left = embeddedRecordIn(dataDir);
     return {
       url: databaseUrl,
       source: 'configured',
