@@ -13,6 +13,7 @@ import {
   defaultAccountId,
   keyBillField,
   keyBillFields,
+  type AccountRole,
   type KeyAccess,
 } from '../../shared/accounts.js';
 import { GatewayError } from '../../shared/errors.js';
@@ -56,9 +57,10 @@ export type KeyChanges = { name?: string } & { [K in keyof KeyLimits]?: KeyLimit
 
 /**
  * Who makes or changes a key: an admin sets and lifts anything (and what it sets becomes the key's ceilings);
- * a member only sets limits at or below the key's ceilings and the operator's defaults.
+ * a member only sets limits at or below the key's ceilings and the operator's defaults. A signed-in person's is
+ * their account's role.
  */
-export type KeyActor = 'admin' | 'member';
+export type KeyActor = AccountRole;
 
 /** The operator's bounds on keys (shared/config.ts); each unset: none. */
 export interface KeyPolicy {

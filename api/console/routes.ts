@@ -8,7 +8,6 @@ import { readJsonObject } from '../http/request-body.js';
 import { usdToMicros } from '../accounts/account-store.js';
 import { accountName, email, keyChanges, keyLimits, keyName, newKeyLimits, parseStrict, patchKeySchema, password } from '../accounts/account-requests.js';
 import { accountView, keyView } from '../accounts/views.js';
-import type { KeyActor } from '../accounts/key-store.js';
 import { bodyLimit } from '../accounts/admin-api.js';
 import { serve } from '../requests/endpoint-route.js';
 import { checkCsrf, cookieOptions, loadSession, preSessionToken, requireSession, sessionCookie, startSession, type ConsoleContext, type ConsoleDeps, type ConsoleState } from './console-session.js';
@@ -42,9 +41,6 @@ const contentSecurityPolicy = [
 const signInSchema = z.strictObject({ email: storableText().max(320), password: z.string().max(1024) });
 const signUpSchema = z.strictObject({ email, password, name: accountName.optional() });
 const createOwnKeySchema = z.strictObject({ name: keyName, ...keyLimits });
-
-/** Whose change a signed-in person's is: an admin's sets and lifts anything, a member's only tightens. */
-const actor = (account: { role: string }): KeyActor => (account.role === 'admin' ? 'admin' : 'member');
 
 export function consoleRoutes(deps: ConsoleDeps): Router {
   const router = createRouter<GatewayState & ConsoleState>('/console');
@@ -141,7 +137,7 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     const { account } = await requireSession(ctx, deps);
     const body = parseStrict(createOwnKeySchema, await readJsonObject(ctx.req, bodyLimit));
     // A member's own key: its rates at most the operator's defaults. An admin's is an admin's.
-    const created = await keyStore.create(body.name, { accountId: account.id, ...newKeyLimits(body) }, actor(account));
+    const created = await keyStore.create(body.name, { accountId: account.id, ...newKeyLimits(body) }, account.role);
     ctx.status = 201;
     ctx.body = { ...keyView(created), key: created.key };
   });
@@ -151,7 +147,7 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     const body = parseStrict(patchKeySchema, await readJsonObject(ctx.req, bodyLimit));
     const key = await ownKey(ctx, account.id);
     // A member only tightens: below what an admin set on the key, and the operator's default rates (403 otherwise).
-    const updated = await keyStore.update(key.id, keyChanges(body), actor(account));
+    const updated = await keyStore.update(key.id, keyChanges(body), account.role);
     if (!updated) throw new GatewayError(404, `No API key with id '${key.id}'.`, { code: 'key_not_found' });
     ctx.body = keyView(updated);
   });
