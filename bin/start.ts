@@ -78,8 +78,8 @@ async function main(): Promise<void> {
   }
   if (record.source !== 'configured') {
     log.info({ dataDir: configured.dataDir, owner: record.owner }, record.described);
-  } else if (record.source === 'configured' && !child) {
-    log.info({ database: redactDatabaseUrl(record.url) }, 'the record is in PostgreSQL');
+  } else if (!child) {
+    log.info({ database: redactDatabaseUrl(record.url) }, record.described);
     if (record.notice) log.warn({ dataDir: configured.dataDir }, record.notice);
   }
   if (redis.source === 'started') {
