@@ -65,6 +65,17 @@ import { emptyDayRow, usageGroup, usageRow, writeUsage, type UsageRow } from './
 
 const lockMs = 120_000;
 const pipelineChunk = 1000;
+
+type PipelineCommand = (p: ReturnType<Redis['pipeline']>) => void;
+
+/** Sends commands a thousand at a time; bills sit in other slots than the directory, which `together` sends apart on a Cluster. */
+async function sendInChunks(redis: Redis, commands: readonly PipelineCommand[]): Promise<void> {
+  for (let i = 0; i < commands.length; i += pipelineChunk) {
+    const batch = together(redis);
+    for (const command of commands.slice(i, i + pipelineChunk)) command(batch);
+    for (const [error] of (await batch.exec()) ?? []) if (error) throw error;
+  }
+}
 /** How long usage records set aside from another record's timeline are kept. */
 const setAsideSeconds = 30 * 86_400;
 
@@ -271,15 +282,11 @@ const reloadMessages: Record<Exclude<Reload['reason'], 'missing'>, string> = {
 async function dropHotState(redis: Redis, fromStamp: string, setAside: boolean): Promise<{ accounts: number; keys: number; usage: number }> {
   const accounts = await redis.zrange(accountsIndexKey, '0', '-1');
   const keys = await redis.smembers(apiKeyIdsKey);
-  const commands: Array<(p: ReturnType<Redis['pipeline']>) => void> = [];
+  const commands: PipelineCommand[] = [];
   for (const id of accounts) commands.push((p) => p.del(accountKey(id)).del(billKey(id)).del(accountKeysKey(id)));
   for (const id of keys) commands.push((p) => p.del(apiKeyRecordKey(id)));
   commands.push((p) => p.del(accountsIndexKey).del(accountEmailsKey).del(apiKeyHashesKey).del(apiKeyIdsKey));
-  for (let i = 0; i < commands.length; i += pipelineChunk) {
-    const batch = together(redis);
-    for (const command of commands.slice(i, i + pipelineChunk)) command(batch);
-    for (const [error] of (await batch.exec()) ?? []) if (error) throw error;
-  }
+  await sendInChunks(redis, commands);
   let usage = 0;
   for (const stream of setAside ? usageStreamKeys : []) {
     for (;;) {
@@ -404,7 +411,7 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
       return { accounts, keys, revoked, deleted, ledgerAt, pendingAccounts, pendingKeys };
     });
 
-  const commands: Array<(p: ReturnType<Redis['pipeline']>) => void> = [];
+  const commands: PipelineCommand[] = [];
   for (const a of accounts) {
     const fields: Record<string, string> = {
       id: a.id,
@@ -471,12 +478,7 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
   }
   // A deleted account bills nothing more.
   for (const a of deleted) commands.push((p) => p.del(billKey(a.id)));
-  // A thousand at a time; bills sit in other slots than the directory, which `together` sends apart on a Cluster.
-  for (let i = 0; i < commands.length; i += pipelineChunk) {
-    const batch = together(redis);
-    for (const command of commands.slice(i, i + pipelineChunk)) command(batch);
-    for (const [error] of (await batch.exec()) ?? []) if (error) throw error;
-  }
+  await sendInChunks(redis, commands);
   return { accounts: accounts.length, keys: keys.length };
 }
 
