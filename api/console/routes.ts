@@ -67,9 +67,8 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
       public_pricing: config.console.publicPricing,
       base_url: config.publicBaseUrl ?? `${ctx.protocol}://${ctx.host}`,
       queue_dashboard: queueDashboardEntry,
-      // What a member's own keys may set at most where an admin set nothing (null: unlimited), and how many keys an account may hold.
+      // What a member's own keys may set at most where an admin set nothing (null: unlimited).
       key_defaults: { rpm: config.defaultKeyRpm ?? null, tpm: config.defaultKeyTpm ?? null },
-      max_keys_per_account: config.maxKeysPerAccount,
     };
   });
 

@@ -20,7 +20,6 @@ export interface ConsoleConfig {
   queue_dashboard: string | null;
   /** The most a member's own key may set where an admin set nothing (null: unlimited). */
   key_defaults?: { rpm: number | null; tpm: number | null };
-  max_keys_per_account?: number;
 }
 
 export interface SessionAnswer {
