@@ -80,7 +80,7 @@ async function sendInChunks(redis: Redis, commands: readonly PipelineCommand[]):
 const setAsideSeconds = 30 * 86_400;
 
 /** Which record the hot state came from, and its high-water mark. */
-export interface RecordStamp {
+interface RecordStamp {
   /** The record's own random id (`record_identity.id`). */
   record: string;
   /** The PostgreSQL cluster's system identifier ('-' where the server does not say). */
@@ -106,7 +106,7 @@ let systemReadable = true;
  * The record's stamp; with `raise`, its high-water mark is raised by one in the same statement (returned: the mark
  * before it, what a comparison with Redis's must use, and after it, what Redis may be raised to).
  */
-export async function readRecordStamp(record: RecordDb, raise: boolean): Promise<RecordStamp & { raised: number }> {
+async function readRecordStamp(record: RecordDb, raise: boolean): Promise<RecordStamp & { raised: number }> {
   const change = raise ? sql`update record_identity set epoch = epoch + 1 returning id, epoch - 1 as before, epoch` : sql`select id, epoch as before, epoch from record_identity`;
   // pg_control_system() is PostgreSQL's own (9.6 on); a server that refuses it still has the record's id and the oid.
   const system = systemReadable ? sql`(select system_identifier::text from pg_control_system())` : sql`'-'`;
