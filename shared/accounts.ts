@@ -46,6 +46,8 @@ import { accountsPrefix, keyPrefix } from './keys.js';
  *   sy:{b}:settled:<request> string set once a request is settled (kept 1 min once its job completes, else until
  *                                  15 min past its deadline): settlement runs once
  *   sy:{b}:usage             stream one record per settled request, until the record's writer has committed it
+ *   sy:{b}:usage:dead        stream the records of that stream the record refused again and again, moved aside with
+ *                                  where they came from and why: kept (never trimmed) for the operator to write again
  *
  * The record (PostgreSQL, storage/record/) is what these are rebuilt from: accounts, keys, the ledger and the usage rows.
  * A gateway that kept everything in Redis (before the record) kept the money fields in the directory's hashes,
