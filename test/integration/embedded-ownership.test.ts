@@ -1,13 +1,13 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import pg from 'pg';
 import { locateRecord, processAlive, type RecordLog } from '../../storage/record/embedded.js';
+import { cleanupsAfter } from '../support/cleanups.js';
 import { waitFor } from '../support/gateway.js';
 
 /*
@@ -38,27 +38,23 @@ async function answers(url: string): Promise<number> {
 const postmaster = (dataDir: string) => Number(readFileSync(join(dataDir, 'postgres', 'postmaster.pid'), 'utf8').split('\n')[0]);
 
 describe('the embedded record\'s owner', () => {
-  const cleanups: Array<() => Promise<unknown> | unknown> = [];
-  after(async () => {
-    for (const cleanup of cleanups.reverse()) await cleanup();
-  });
+  const { defer, tempDir } = cleanupsAfter();
 
   it('killed with its server left running: a peer adopts the server, and stops it on close', async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), 'sy-own-'));
-    cleanups.push(() => rmSync(dataDir, { recursive: true, force: true }));
+    const dataDir = tempDir('sy-own-');
     const owner = spawn(
       process.execPath,
       ['--import', 'tsx', '--input-type=module', '-e', `const { locateRecord } = await import('./storage/record/embedded.ts'); await locateRecord(undefined, ${JSON.stringify(dataDir)}); console.log('owner ready'); setInterval(() => {}, 1000);`],
       { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] },
     );
-    cleanups.push(() => owner.kill('SIGKILL'));
+    defer(() => owner.kill('SIGKILL'));
     let out = '';
     owner.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
     await waitFor(() => out.includes('owner ready'), 60_000, 'the owner to start the server');
 
     const log = recordingLog();
     const peer = await locateRecord(undefined, dataDir, { log, watchMs: 200 });
-    cleanups.push(() => peer.close());
+    defer(() => peer.close());
     assert.equal(peer.source, 'embedded-peer');
     assert.equal(peer.owner, owner.pid);
     const server = postmaster(dataDir);
@@ -77,11 +73,10 @@ describe('the embedded record\'s owner', () => {
   });
 
   it('a server that dies under its owner is started again', async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), 'sy-own-'));
-    cleanups.push(() => rmSync(dataDir, { recursive: true, force: true }));
+    const dataDir = tempDir('sy-own-');
     const log = recordingLog();
     const record = await locateRecord(undefined, dataDir, { log, watchMs: 200 });
-    cleanups.push(() => record.close());
+    defer(() => record.close());
     assert.equal(record.source, 'embedded');
     const first = postmaster(dataDir);
     process.kill(first, 'SIGKILL');

@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { lstatSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { lstatSync, readdirSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { adminClient, type Json } from '../support/admin-client.js';
+import { cleanupsAfter } from '../support/cleanups.js';
 import { ConsoleClient } from '../support/console-client.js';
 import { startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { startPrivateRedis } from '../support/redis-server.js';
@@ -22,18 +22,14 @@ const adminToken = 'embedded-admin-token';
 const model = 'gpt-4o-mini';
 
 describe('the embedded record', () => {
-  const cleanups: Array<() => Promise<unknown> | unknown> = [];
-  after(async () => {
-    for (const cleanup of cleanups.reverse()) await cleanup();
-  });
+  const { defer, tempDir } = cleanupsAfter();
 
   async function embeddedGateway(env: Record<string, string> = {}): Promise<{ gateway: GatewayProcess; dataDir: string; redisUrl: string }> {
     const redis = await startPrivateRedis({ aof: false });
-    cleanups.push(() => redis.remove());
-    const dataDir = env.DATA_DIR ?? mkdtempSync(join(tmpdir(), 'sy-emb-'));
-    cleanups.push(() => rmSync(dataDir, { recursive: true, force: true }));
+    defer(() => redis.remove());
+    const dataDir = env.DATA_DIR ?? tempDir('sy-emb-');
     const gateway = await startGateway({ env: { DATABASE_URL: '', DATA_DIR: dataDir, REDIS_URL: redis.url, ADMIN_TOKEN: adminToken, ...env } });
-    cleanups.push(() => gateway.stop('SIGKILL'));
+    defer(() => gateway.stop('SIGKILL'));
     return { gateway, dataDir, redisUrl: redis.url };
   }
 
@@ -153,7 +149,7 @@ describe('the embedded record', () => {
     const { gateway, dataDir, redisUrl } = await embeddedGateway(env);
     const second = await startGateway({ env: { ...env, ADMIN_PASSWORD: 'second-password', DATABASE_URL: '', DATA_DIR: dataDir, REDIS_URL: redisUrl, ADMIN_TOKEN: adminToken } }).then(
       (proc) => {
-        cleanups.push(() => proc.stop('SIGKILL'));
+        defer(() => proc.stop('SIGKILL'));
         return undefined;
       },
       (error: Error) => error.message,
@@ -174,7 +170,7 @@ describe('the embedded record', () => {
     const key = String((await firstAdmin('POST', '/admin/keys', { name: 'kept', account_id: account })).json.key);
 
     const second = await startGateway({ env: { DATABASE_URL: '', DATA_DIR: dataDir, REDIS_URL: redisUrl, ADMIN_TOKEN: adminToken } });
-    cleanups.push(() => second.stop('SIGKILL'));
+    defer(() => second.stop('SIGKILL'));
     const firstPid = first.proc.pid!;
     assert.ok(second.logs.some((line) => line.includes(`served by another process (pid ${firstPid})`)), `the second names the owner:\n${second.logs.join('\n')}`);
     assert.ok(first.logs.some((line) => line.includes(`served by this process (pid ${firstPid})`)), 'the first says it serves it');

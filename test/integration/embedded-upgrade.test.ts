@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
-import { existsSync, lstatSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, lstatSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { PGlite } from '@electric-sql/pglite';
 import { hashSecret } from '../../api/accounts/key-store.js';
 import { adminClient, type Json } from '../support/admin-client.js';
+import { cleanupsAfter } from '../support/cleanups.js';
 import { startGateway } from '../support/gateway.js';
 import { startPrivateRedis } from '../support/redis-server.js';
 
@@ -73,24 +73,20 @@ async function makePgliteRecord(folder: string): Promise<void> {
 }
 
 describe('a DATA_DIR of the PGlite embedded record', () => {
-  const cleanups: Array<() => Promise<unknown> | unknown> = [];
-  after(async () => {
-    for (const cleanup of cleanups.reverse()) await cleanup();
-  });
+  const { defer, tempDir } = cleanupsAfter();
 
   it('is refused while an older gateway holds it, then upgraded on the first start: keys, balances, ledger and usage kept, the folder kept renamed', async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), 'sy-upg-'));
-    cleanups.push(() => rmSync(dataDir, { recursive: true, force: true }));
+    const dataDir = tempDir('sy-upg-');
     await makePgliteRecord(join(dataDir, 'pg'));
     const redis = await startPrivateRedis({ aof: false });
-    cleanups.push(() => redis.remove());
+    defer(() => redis.remove());
     const env = { DATABASE_URL: '', DATA_DIR: dataDir, REDIS_URL: redis.url, ADMIN_TOKEN: adminToken };
 
     // An older gateway (this live process, as far as the lock says) still serves the folder.
     writeFileSync(join(dataDir, 'pg.lock'), String(process.pid));
     const refused = await startGateway({ env }).then(
       (gateway) => {
-        cleanups.push(() => gateway.stop('SIGKILL'));
+        defer(() => gateway.stop('SIGKILL'));
         return '';
       },
       (error: Error) => error.message,
@@ -100,7 +96,7 @@ describe('a DATA_DIR of the PGlite embedded record', () => {
     rmSync(join(dataDir, 'pg.lock'));
 
     const gateway = await startGateway({ env });
-    cleanups.push(() => gateway.stop('SIGKILL'));
+    defer(() => gateway.stop('SIGKILL'));
     assert.ok(gateway.logs.some((line) => line.includes('upgraded the embedded record')), gateway.logs.join('\n'));
     assert.ok(gateway.logs.some((line) => line.includes('pg.pglite-backup')), 'the log names the backup');
     assert.ok(!existsSync(join(dataDir, 'pg')), 'the old folder is renamed');
@@ -137,7 +133,7 @@ describe('a DATA_DIR of the PGlite embedded record', () => {
 
     // A second start finds nothing left to upgrade.
     const again = await startGateway({ env });
-    cleanups.push(() => again.stop('SIGKILL'));
+    defer(() => again.stop('SIGKILL'));
     assert.ok(!again.logs.some((line) => line.includes('upgrad')), again.logs.join('\n'));
     assert.equal((await adminClient(() => again.url, adminToken).admin('GET', '/admin/accounts/acct_old')).json.email, 'old@example.com');
   });

@@ -1,13 +1,12 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import { adminClient, type Json } from '../support/admin-client.js';
+import { cleanupsAfter } from '../support/cleanups.js';
 import { startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { freshDatabase } from '../support/record.js';
 import { startPrivateRedis } from '../support/redis-server.js';
@@ -35,21 +34,17 @@ function recordCommand(args: string[], env: Record<string, string>): Promise<{ c
 }
 
 describe('npm run record -- copy', () => {
-  const cleanups: Array<() => Promise<unknown> | unknown> = [];
-  after(async () => {
-    for (const cleanup of cleanups.reverse()) await cleanup();
-  });
+  const { defer, tempDir } = cleanupsAfter();
 
   it('moves the embedded record to a server: accounts, keys, balances, ledger and usage survive a start there and a Redis flush', async () => {
     const redis = await startPrivateRedis({ aof: false });
-    cleanups.push(() => redis.remove());
-    const dataDir = mkdtempSync(join(tmpdir(), 'sy-mov-'));
-    cleanups.push(() => rmSync(dataDir, { recursive: true, force: true }));
+    defer(() => redis.remove());
+    const dataDir = tempDir('sy-mov-');
     const target = await freshDatabase('record_move');
     const env = { REDIS_URL: redis.url, ADMIN_TOKEN: adminToken };
 
     let gateway: GatewayProcess = await startGateway({ env: { ...env, DATABASE_URL: '', DATA_DIR: dataDir } });
-    cleanups.push(() => gateway.stop('SIGKILL'));
+    defer(() => gateway.stop('SIGKILL'));
     const { admin } = adminClient(() => gateway.url, adminToken);
     const account = String((await admin('POST', '/admin/accounts', { email: 'mover@example.com', name: 'Mover' })).json.id);
     assert.equal((await admin('POST', `/admin/accounts/${account}/credits`, { amount_usd: 7.654321, note: 'first' })).status, 200);
@@ -87,7 +82,7 @@ describe('npm run record -- copy', () => {
     await flush.flushall();
     await flush.quit();
     gateway = await startGateway({ env: { ...env, DATABASE_URL: target, DATA_DIR: dataDir } });
-    cleanups.push(() => gateway.stop('SIGKILL'));
+    defer(() => gateway.stop('SIGKILL'));
     assert.ok(gateway.logs.some((line) => line.includes('DATA_DIR also holds an embedded record')), 'the log says the embedded record is left behind');
     const after = {
       account: (await admin('GET', `/admin/accounts/${account}`)).json,
