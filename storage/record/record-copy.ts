@@ -25,14 +25,15 @@ const quote = (name: string) => `"${name.replace(/"/g, '""')}"`;
 
 /** The public tables, each after the tables its foreign keys name. */
 async function tablesInOrder(db: Queryable): Promise<string[]> {
-  const { rows } = await db.query<{ name: string; refs: string[] | string | null }>(`
+  // text[] arrives as an array from both drivers (`pg` and PGlite parse it).
+  const { rows } = await db.query<{ name: string; refs: string[] }>(`
     select c.relname as name,
            array(select distinct r.relname::text from pg_constraint k join pg_class r on r.oid = k.confrelid
                  where k.conrelid = c.oid and k.contype = 'f' and r.oid <> c.oid) as refs
     from pg_class c join pg_namespace n on n.oid = c.relnamespace
     where n.nspname = 'public' and c.relkind in ('r', 'p')
     order by c.relname`);
-  const refs = new Map(rows.filter((row) => !ownTables.has(row.name)).map((row) => [row.name, toArray(row.refs)]));
+  const refs = new Map(rows.filter((row) => !ownTables.has(row.name)).map((row) => [row.name, row.refs]));
   const ordered: string[] = [];
   const visit = (name: string, path: Set<string>) => {
     if (ordered.includes(name) || path.has(name) || !refs.has(name)) return;
@@ -42,13 +43,6 @@ async function tablesInOrder(db: Queryable): Promise<string[]> {
   };
   for (const name of refs.keys()) visit(name, new Set());
   return ordered;
-}
-
-/** A text[] as an array, parsed by the driver or not (PGlite gives arrays, `pg` too; '{a,b}' just in case). */
-function toArray(value: string[] | string | null): string[] {
-  if (Array.isArray(value)) return value;
-  if (!value || value === '{}') return [];
-  return value.replace(/^\{|\}$/g, '').split(',');
 }
 
 async function primaryKey(db: Queryable, table: string): Promise<string[]> {
