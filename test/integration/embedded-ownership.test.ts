@@ -5,10 +5,10 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
-import pg from 'pg';
 import { locateRecord, processAlive, type RecordLog } from '../../storage/record/embedded.js';
 import { cleanupsAfter } from '../support/cleanups.js';
 import { waitFor } from '../support/gateway.js';
+import { onDatabase } from '../support/record.js';
 
 /*
  * Who owns the embedded record's server when things go wrong: an owner
@@ -25,15 +25,7 @@ function recordingLog(): RecordLog & { lines: string[] } {
   return { lines, info: push, warn: push, error: push };
 }
 
-async function answers(url: string): Promise<number> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return (await client.query<{ n: number }>('select 1 as n')).rows[0]!.n;
-  } finally {
-    await client.end();
-  }
-}
+const answers = (url: string) => onDatabase(url, async (client) => (await client.query<{ n: number }>('select 1 as n')).rows[0]!.n);
 
 const postmaster = (dataDir: string) => Number(readFileSync(join(dataDir, 'postgres', 'postmaster.pid'), 'utf8').split('\n')[0]);
 

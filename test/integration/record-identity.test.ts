@@ -12,7 +12,7 @@ import { HotState } from '../../storage/record/hot-state.js';
 import { adminClient } from '../support/admin-client.js';
 import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
 import { startPrivatePostgres } from '../support/postgres-server.js';
-import { freshDatabase, testDatabaseServer } from '../support/record.js';
+import { freshDatabase, onDatabase, testDatabaseServer } from '../support/record.js';
 
 /*
  * Redis's hot state (keys, balances) is stamped with the record it came from.
@@ -25,18 +25,9 @@ const adminToken = 'record-identity-admin';
 const model = 'gpt-4o-mini';
 const run = promisify(execFile);
 
-async function onRecord<T>(url: string, work: (client: pg.Client) => Promise<T>): Promise<T> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return await work(client);
-  } finally {
-    await client.end();
-  }
-}
-const recordId = (url: string) => onRecord(url, async (c) => (await c.query<{ id: string }>('select id from record_identity')).rows[0]!.id);
+const recordId = (url: string) => onDatabase(url, async (c) => (await c.query<{ id: string }>('select id from record_identity')).rows[0]!.id);
 const databaseName = (url: string) => new URL(url).pathname.slice(1);
-const serverAdmin = <T>(work: (client: pg.Client) => Promise<T>) => onRecord(testDatabaseServer, work);
+const serverAdmin = <T>(work: (client: pg.Client) => Promise<T>) => onDatabase(testDatabaseServer, work);
 
 /** Status of a request made with a key (GET /v1/models needs a valid key). */
 async function keyStatus(gateway: GatewayProcess, key: string): Promise<number> {
@@ -167,7 +158,7 @@ describe('Redis is stamped with the record its hot state came from', () => {
     assert.ok(aside[0]![1].includes(pending));
     assert.equal(await redis.xlen(usageStreamKey(billingBucket(before.account))), 0);
     assert.ok((await redis.ttl(usageSetAsideKey)) > 0, 'kept for a while, not for ever');
-    const rows = await onRecord(record, async (c) => (await c.query(`select count(*)::int as n from usage where request_id = 'req_lost_timeline'`)).rows[0]!.n);
+    const rows = await onDatabase(record, async (c) => (await c.query(`select count(*)::int as n from usage where request_id = 'req_lost_timeline'`)).rows[0]!.n);
     assert.equal(rows, 0);
     assert.equal(await balance(gateway, before.account), 3);
   });
@@ -194,7 +185,7 @@ describe('Redis is stamped with the record its hot state came from', () => {
 
     await run('pg_restore', ['--clean', '--if-exists', '--single-transaction', `--dbname=${record}`, dump]);
     assert.equal(await oid(), oidBefore, 'the same database: only the mark tells');
-    const restoredMark = await onRecord(record, async (c) => Number((await c.query('select epoch from record_identity')).rows[0]!.epoch));
+    const restoredMark = await onDatabase(record, async (c) => Number((await c.query('select epoch from record_identity')).rows[0]!.epoch));
     assert.ok(restoredMark < markBefore, `the restored mark ${restoredMark} is behind Redis's ${markBefore}`);
 
     const again = await gatewayOn(record, redisUrl);

@@ -20,8 +20,9 @@ function withDatabase(url: string, name: string): string {
   return parsed.toString();
 }
 
-async function admin<T>(run: (client: pg.Client) => Promise<T>): Promise<T> {
-  const client = new pg.Client({ connectionString: testDatabaseServer });
+/** Runs `run` on a client of its own connected to `url`, closed after it. */
+export async function onDatabase<T>(url: string, run: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: url });
   await client.connect();
   try {
     return await run(client);
@@ -29,6 +30,8 @@ async function admin<T>(run: (client: pg.Client) => Promise<T>): Promise<T> {
     await client.end();
   }
 }
+
+const admin = <T>(run: (client: pg.Client) => Promise<T>): Promise<T> => onDatabase(testDatabaseServer, run);
 
 let swept = false;
 /** Creates (empty) a database `sy_t_<pid>_<name>` and returns its URL. */
