@@ -150,8 +150,12 @@ export async function openRecord(url: string, options: OpenRecordOptions = {}): 
     // Idle connections do not keep a process alive that has nothing else to do (a CLI, a test).
     allowExitOnIdle: true,
   });
-  // An idle connection the server dropped (a restart) is an error on the pool, not a crash of the process.
+  // A connection the server ends (a restart, a terminated backend) is an 'error' event on its client. Idle in the pool,
+  // the pool hears it; checked out between two statements (inside a transaction), only the client does, and an event
+  // nobody listens to would end the process. The statement that next uses the client fails instead, and the pool
+  // drops a client that can no longer be queried when it comes back.
   pool.on('error', () => undefined);
+  pool.on('connect', (client) => client.on('error', () => undefined));
   const db = new Kysely<RecordTables>({ dialect: new PostgresDialect({ pool }) });
   if (options.migrate !== false) {
     try {

@@ -7,13 +7,14 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
+import { sql } from 'kysely';
 import { accountKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, defaultAccountId, ledgerKey, legacyUsageStreamKey, usageDayKey, usageStreamKeys, utcDay } from '../../shared/accounts.js';
 import { readBill, readKeySpend } from '../../shared/billing.js';
 import { startPrivatePostgres } from '../support/postgres-server.js';
 import { hashSecret } from '../../api/accounts/key-store.js';
 import { adminClient, type Json } from '../support/admin-client.js';
 import { startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
-import { freshDatabase } from '../support/record.js';
+import { freshDatabase, onDatabase } from '../support/record.js';
 import { startPrivateRedis } from '../support/redis-server.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
 import { openRecord } from '../../storage/record/database.js';
@@ -179,6 +180,28 @@ describe('a database outage', () => {
       await record.destroy();
       await proxy.close();
       await redis.remove();
+    }
+  });
+});
+
+describe('a connection the server ends while it is checked out', () => {
+  it('fails the transaction that held it, and the process lives on with a pool that connects again', async () => {
+    const url = await freshDatabase('ended');
+    const db = await openRecord(url, { max: 2 });
+    try {
+      // Between two statements of a transaction no query is active, so the server's end of the connection is an
+      // 'error' event on the client: with nothing listening, the whole process would exit (the worker did, mid-restart).
+      const transaction = db.transaction().execute(async (trx) => {
+        const { rows } = await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(trx);
+        await onDatabase(url, (client) => client.query('select pg_terminate_backend($1)', [rows[0]!.pid]));
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        await sql`select 1`.execute(trx);
+      });
+      await assert.rejects(transaction);
+      const { rows } = await sql<{ one: number }>`select 1 as one`.execute(db);
+      assert.equal(rows[0]!.one, 1, 'the pool serves again on a new connection');
+    } finally {
+      await db.destroy();
     }
   });
 });
