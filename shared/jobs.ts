@@ -1,6 +1,7 @@
 import type { Endpoint, EndpointPayloads } from './endpoints.js';
 import type { QueueName } from './queues.js';
 import type { VideoInput } from './schemas/media-inputs.js';
+import type { ServiceTier } from './service-tier.js';
 
 /** The job contract between the api and the workers: what a BullMQ job carries, what it returns, and where an async job is found. */
 
@@ -32,6 +33,8 @@ export interface GatewayJobData {
   stream: boolean;
   /** Epoch ms after which nobody is waiting for the answer. */
   deadline: number;
+  /** The band it is served in (chat, completions and Responses requests; absent: `default`), echoed as `service_tier`. */
+  serviceTier?: ServiceTier;
   /** How the client reached the gateway (for links to stored files). */
   baseUrl?: string;
   /** Answered through `GET /v1/jobs/{id}` (and job events) rather than a held connection. */

@@ -63,6 +63,7 @@ export function buildJob<E extends Endpoint>(name: E, accepted: Accepted<E>, ori
     ...(origin.trace ? { trace: origin.trace } : {}),
     ...(mode === 'async' ? { async: true } : {}),
     ...(mode === 'background' ? { background: true } : {}),
+    ...(accepted.serviceTier ? { serviceTier: accepted.serviceTier } : {}),
   };
   // Measured as the text it would be kept as: past INLINE_PAYLOAD_BYTES it is stored apart (this text, not made again)
   // and the job stays small. The body's own length does not bound it (a Responses payload carries its stored history,

@@ -6,6 +6,7 @@ import type { CatalogModel } from '../../shared/catalog.js';
 import type { Config } from '../../shared/config.js';
 import { endpoints, type Endpoint, type EndpointPayloads } from '../../shared/endpoints.js';
 import { invalidRequest } from '../../shared/errors.js';
+import { servingTier, type ServiceTier } from '../../shared/service-tier.js';
 import { videosOfKey } from '../../shared/keys.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
 import { checkChatContext, checkCompletionContext, checkEmbeddingContext, checkModalities } from './context-window.js';
@@ -42,6 +43,8 @@ export interface Accepted<E extends Endpoint> {
   beforeAdd?: () => Promise<void>;
   /** Runs in the background: queued, answered at once, and run to its end whoever listens. */
   detached?: boolean;
+  /** The band it is served in (chat and Responses requests name it with `service_tier`). */
+  serviceTier?: ServiceTier;
 }
 
 export interface HandlerDeps {
@@ -77,7 +80,7 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
       const promptTokens = await checkChatContext(model, body);
       refuseStreamOptionsWithoutStream(body);
       if (body.top_logprobs != null && !body.logprobs) throw invalidRequest('top_logprobs requires logprobs to be true.', 'top_logprobs');
-      return { payload: body, stream: !!body.stream, promptTokens };
+      return { payload: body, stream: !!body.stream, promptTokens, serviceTier: servingTier(body.service_tier) };
     },
   },
 
@@ -101,6 +104,7 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
         promptTokens,
         jobId: id,
         detached: shell.background,
+        serviceTier: servingTier(request.service_tier),
         ...(stored ? { beforeAdd: () => createResponse(scope.redis, id, scope.keyId, stored, shell.background ? queued : { ...queued, status: 'in_progress' }, scope.config.responseTtlSeconds) } : {}),
       };
     },

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { requestedServiceTierSchema } from '../service-tier.js';
 import {
   choiceCountSchema,
   logitBiasSchema,
@@ -149,6 +150,7 @@ export const chatCompletionRequestSchema = z.looseObject({
   tools: z.array(chatToolSchema).nullish(),
   tool_choice: toolChoiceSchema.nullish(),
   parallel_tool_calls: z.boolean().nullish(),
+  service_tier: requestedServiceTierSchema,
   functions: z.array(functionDefinitionSchema).min(1).max(128).nullish(),
   function_call: z.union([z.enum(['none', 'auto']), z.looseObject({ name: z.string() })]).nullish(),
 });

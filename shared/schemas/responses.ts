@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { requestedServiceTierSchema } from '../service-tier.js';
 import { boundedArray, modelSchema, temperatureSchema, topPSchema, userSchema } from './common.js';
 
 /*
@@ -64,7 +65,7 @@ export const responsesRequestSchema = z.looseObject({
   include: z.array(z.string()).nullish(),
   truncation: z.enum(['auto', 'disabled']).nullish(),
   max_tool_calls: z.number().int().nullish(),
-  service_tier: z.string().nullish(),
+  service_tier: requestedServiceTierSchema,
   prompt_cache_key: z.string().nullish(),
   safety_identifier: z.string().nullish(),
 });
