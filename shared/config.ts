@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import type { QueueName } from './queues.js';
 import { queueNames } from './queues.js';
+import { decimalRatio, type ServiceTierPrices } from './service-tier.js';
 import { vendorDefinitions } from './vendor-definitions.js';
 import {
   type EnvironmentVariable,
@@ -9,6 +10,7 @@ import {
   choice,
   family,
   flag,
+  decimalMultiplier,
   fraction,
   hostList,
   httpUrl,
@@ -53,6 +55,8 @@ export interface Config {
   maxWaiting: Record<QueueName, number>;
   /** How long a request may wait and run, per queue. */
   deadlineMs: Record<QueueName, number>;
+  /** How long a flex request (`service_tier: "flex"`) may wait and run, in place of its queue's deadline. */
+  flexDeadlineMs: number;
   /** Vendor attempts per job (first call included). */
   jobAttempts: number;
   retryBaseMs: number;
@@ -74,6 +78,8 @@ export interface Config {
   pricingFile: string | undefined;
   /** Percent added to every vendor price. */
   pricingMarkupPercent: number;
+  /** The token price of a request served in each tier, as a multiple of the listed price (`default` is 1). */
+  serviceTierPrices: ServiceTierPrices;
   /** Rate limits of keys that set none; undefined = unlimited. */
   defaultKeyRpm: number | undefined;
   defaultKeyTpm: number | undefined;
@@ -274,6 +280,7 @@ const fixed = {
   WORKER_CONCURRENCY: setting(optionalInteger(1, { kind: 'perQueue', value: queueDefaults.concurrency }), 'jobs in flight per worker process, every queue'),
   QUEUE_MAX_WAITING: setting(optionalInteger(1, { kind: 'perQueue', value: queueDefaults.maxWaiting }), 'waiting jobs past which the api answers 503, every queue'),
   REQUEST_DEADLINE_MS: setting(optionalInteger(1, { kind: 'perQueue', value: queueDefaults.deadlineMs }), 'how long a request may wait and run, every queue'),
+  FLEX_DEADLINE_MS: setting(integer(1, 1_800_000), 'how long a flex request (`service_tier: "flex"`) may wait and run, in place of the chat queue\'s `REQUEST_DEADLINE_MS`: flex takes only capacity nothing else wants, so it may wait long'),
   JOB_ATTEMPTS: setting(integer(1, 4), 'vendor attempts per request (the first included)'),
   RETRY_BASE_MS: setting(integer(1, 250), 'base of the exponential backoff (full jitter)'),
   WORKER_LOCK_MS: setting(integer(1000, 10_000), 'a worker silent this long is presumed dead and its job handed on'),
@@ -290,6 +297,8 @@ const fixed = {
   KEY_CACHE_TTL_MS: setting(integer(0, 60_000), 'how long an api process trusts a cached API key'),
   PRICING_FILE: setting(optionalText({ kind: 'unset', note: 'the catalog prices' }), 'JSON `{"models":{"<id>":{…pricing}}}` replacing the prices of those models'),
   PRICING_MARKUP_PERCENT: setting(integer(0, 0, 1000), 'percent added to every price before it is charged'),
+  SERVICE_TIER_PRICE_FLEX: setting(decimalMultiplier('0.5'), 'token prices of a request served as flex (`service_tier: "flex"`), as a multiple of the listed price'),
+  SERVICE_TIER_PRICE_PRIORITY: setting(decimalMultiplier('2'), 'token prices of a request served as priority (`service_tier: "priority"`), as a multiple of the listed price'),
   DEFAULT_KEY_RPM: setting(optionalInteger(1, { kind: 'unset', note: 'unlimited' }), 'requests per minute of a key that sets no `rpm`, and the most a member may set on a key of theirs where an admin set none'),
   DEFAULT_KEY_TPM: setting(optionalInteger(1, { kind: 'unset', note: 'unlimited' }), 'tokens per minute of a key that sets no `tpm`, and the most a member may set on a key of theirs where an admin set none'),
   MAX_KEYS_PER_ACCOUNT: setting(integer(1, 50, 1_000_000), 'keys (not revoked) one account may hold, however they are made (console, admin API, `npm run keys`); one more is refused with 409 `too_many_keys`'),
@@ -507,6 +516,7 @@ export function loadConfig(env: Env = process.env): Config {
     concurrency: perQueue(all, values.WORKER_CONCURRENCY, families.concurrency, queueDefaults.concurrency),
     maxWaiting: perQueue(all, values.QUEUE_MAX_WAITING, families.maxWaiting, queueDefaults.maxWaiting),
     deadlineMs: perQueue(all, values.REQUEST_DEADLINE_MS, families.deadlineMs, queueDefaults.deadlineMs),
+    flexDeadlineMs: values.FLEX_DEADLINE_MS,
     jobAttempts: values.JOB_ATTEMPTS,
     retryBaseMs: values.RETRY_BASE_MS,
     workerLockMs: values.WORKER_LOCK_MS,
@@ -525,6 +535,11 @@ export function loadConfig(env: Env = process.env): Config {
     keyCacheTtlMs: values.KEY_CACHE_TTL_MS,
     pricingFile: values.PRICING_FILE,
     pricingMarkupPercent: values.PRICING_MARKUP_PERCENT,
+    serviceTierPrices: {
+      priority: decimalRatio(values.SERVICE_TIER_PRICE_PRIORITY),
+      default: { numerator: 1, denominator: 1 },
+      flex: decimalRatio(values.SERVICE_TIER_PRICE_FLEX),
+    },
     defaultKeyRpm: values.DEFAULT_KEY_RPM,
     defaultKeyTpm: values.DEFAULT_KEY_TPM,
     maxKeysPerAccount: values.MAX_KEYS_PER_ACCOUNT,

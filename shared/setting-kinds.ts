@@ -85,6 +85,25 @@ export function usdAmount(fallback: number, max: number): Kind<number> {
   return { type: `USD from 0 to ${max}`, default: plainDefault(schema), schema };
 }
 
+/**
+ * A non-negative multiplier written as a decimal (`0.5`, `2`, `1.25`): kept
+ * as the text, so that whoever reads it takes it as an exact ratio of
+ * integers (`0.5` is 5/10), never through a float.
+ */
+export function decimalMultiplier(fallback: string): Kind<string> {
+  const error = 'must be a decimal number from 0 to 1000 with at most 6 decimal places';
+  const schema = z.preprocess(
+    unsetIfBlank,
+    z
+      .string()
+      .trim()
+      .regex(/^\d{1,4}(\.\d{1,6})?$/, { error })
+      .refine((value) => Number(value) <= 1000, { error })
+      .default(fallback),
+  );
+  return { type: 'a decimal from 0 to 1000', default: plainDefault(schema), schema };
+}
+
 /** A number from 0 to 1 (a sampling ratio). */
 export function fraction(fallback: number): Kind<number> {
   const error = 'must be a number from 0 to 1';

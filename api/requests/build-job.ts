@@ -47,7 +47,8 @@ export interface JobPlan {
 export function buildJob<E extends Endpoint>(name: E, accepted: Accepted<E>, origin: JobOrigin, mode: AnswerMode, config: Config): JobPlan {
   const row = endpoints[name];
   const id = accepted.jobId ?? origin.requestId;
-  const deadline = Date.now() + row.deadlineMs(config);
+  // Flex takes only capacity nothing else wants and may wait long: its own deadline replaces its queue's.
+  const deadline = Date.now() + (accepted.serviceTier === 'flex' ? config.flexDeadlineMs : row.deadlineMs(config));
   const data: GatewayJobData = {
     requestId: origin.requestId,
     jobId: id,
