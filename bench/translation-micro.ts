@@ -122,7 +122,7 @@ export async function runMicro(options: { chunks: number; runs: number; warmupRu
       for await (const piece of response.body) events += (piece as Buffer).length > 0 ? 1 : 0;
     } else {
       // What a worker does with a stream: the adapter's events, encoded as the client's chunks.
-      const encoder = new ChatStreamEncoder({ form: 'chat.completion', model: protocolModels[protocol], includeUsage: true, legacyFunctions: false });
+      const encoder = new ChatStreamEncoder({ form: 'chat.completion', model: protocolModels[protocol], includeUsage: true, legacyFunctions: false, serviceTier: 'default' });
       for await (const batch of setups[protocol].adapter.streamChat!(request0(protocolModels[protocol]), context(protocol))) {
         if (encoder.encode(batch).count > 0) events += batch.length;
       }
@@ -138,7 +138,7 @@ export async function runMicro(options: { chunks: number; runs: number; warmupRu
     let text = '';
     let contentChunks = 0;
     let usage = false;
-    const encoder = new ChatStreamEncoder({ form: 'chat.completion', model: protocolModels[protocol], includeUsage: true, legacyFunctions: false });
+    const encoder = new ChatStreamEncoder({ form: 'chat.completion', model: protocolModels[protocol], includeUsage: true, legacyFunctions: false, serviceTier: 'default' });
     for await (const batch of setups[protocol].adapter.streamChat!(request0(protocolModels[protocol]), context(protocol))) {
       for (const frame of encoder.encode(batch).frames.split('\n\n')) {
         if (frame === '') continue;

@@ -151,6 +151,7 @@ export function responseObject(shell: ResponseShell, state: ResponseState): Resp
     parallel_tool_calls: shell.parallel_tool_calls,
     previous_response_id: shell.previous_response_id,
     reasoning: shell.reasoning,
+    service_tier: shell.service_tier ?? 'default',
     store: shell.store,
     temperature: shell.temperature,
     text: shell.text,

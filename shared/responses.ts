@@ -1,5 +1,6 @@
 import type { ChatCompletionRequest } from './schemas/chat.js';
 import { keyPrefix } from './keys.js';
+import type { ServiceTier } from './service-tier.js';
 
 /**
  * The Responses API (`/v1/responses`) over the chat queue: the api turns a
@@ -29,6 +30,8 @@ export interface ResponseShell {
   store: boolean;
   background: boolean;
   user: string | null;
+  /** The tier that serves it (`service_tier` of the response object); absent in a shell stored before tiers: `default`. */
+  service_tier?: ServiceTier;
 }
 
 /** What a `responses` job carries: the chat request the adapters run, and the shell of the response object. */

@@ -45,11 +45,13 @@ export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Pr
   /** Chat, legacy completions and embeddings: streamed as the client's chunks, or one body. */
   async text(run) {
     const { job, protocol, request, ctx, publisher, produced } = run;
+    // A job queued before tiers were carried, or of an endpoint without them, was served as `default`.
+    const tier = job.data.serviceTier ?? 'default';
     if (job.data.stream) {
-      await runTextStream(protocol, request, ctx, publisher, run.vendorDoneBilling, produced);
+      await runTextStream(protocol, request, ctx, publisher, run.vendorDoneBilling, produced, tier);
       return { answer: 'sent', result: {} };
     }
-    const body = await callText(protocol, request, ctx, produced);
+    const body = await callText(protocol, request, ctx, produced, tier);
     await run.vendorDone();
     return { answer: 'publish', body };
   },

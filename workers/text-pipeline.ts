@@ -2,19 +2,20 @@ import { GatewayError } from '../shared/errors.js';
 import type { EndpointRequest } from '../shared/endpoints.js';
 import { streamAliasKey, streamTrailer } from '../shared/reply.js';
 import { ChatStreamEncoder, encodeChatAnswer, usesLegacyFunctions, type ChatEncoderOptions } from './answers/chat-encoder.js';
+import type { ServiceTier } from '../shared/service-tier.js';
 import type { Protocol } from '../shared/vendor-definitions.js';
 import type { ReplyPublisher } from './reply-publisher.js';
 import { adapterMethod } from './vendors/registry.js';
 import type { Answer, AnswerEvent, CallContext } from './vendors/types.js';
 import type { Meter } from './settlement.js';
 
-function encoderOptions(request: EndpointRequest, ctx: CallContext): ChatEncoderOptions {
+function encoderOptions(request: EndpointRequest, ctx: CallContext, serviceTier: ServiceTier): ChatEncoderOptions {
   if (request.endpoint === 'chat.completions') {
     const payload = request.payload;
-    return { form: 'chat.completion', model: ctx.model.id, includeUsage: payload.stream_options?.include_usage === true, legacyFunctions: usesLegacyFunctions(payload) };
+    return { form: 'chat.completion', model: ctx.model.id, includeUsage: payload.stream_options?.include_usage === true, legacyFunctions: usesLegacyFunctions(payload), serviceTier };
   }
   if (request.endpoint === 'completions') {
-    return { form: 'text_completion', model: ctx.model.id, includeUsage: request.payload.stream_options?.include_usage === true, legacyFunctions: false };
+    return { form: 'text_completion', model: ctx.model.id, includeUsage: request.payload.stream_options?.include_usage === true, legacyFunctions: false, serviceTier };
   }
   throw new GatewayError(400, `Streaming is not available for ${request.endpoint}.`, { param: 'stream' });
 }
@@ -28,7 +29,8 @@ function streamFor(protocol: Protocol, request: EndpointRequest, ctx: CallContex
 /**
  * A streamed chat or legacy completion: the adapter's events, encoded as the
  * client's chunks, go to the publisher as they come (it sends what one turn
- * of the event loop produced as one message). What it used goes to `produced`.
+ * of the event loop produced as one message). What it used goes to `produced`;
+ * `serviceTier`, the tier that serves it, is said on each chat chunk.
  */
 export async function runTextStream(
   protocol: Protocol,
@@ -37,8 +39,9 @@ export async function runTextStream(
   publisher: ReplyPublisher,
   vendorDone: () => Promise<unknown>,
   produced: Meter,
+  serviceTier: ServiceTier,
 ): Promise<void> {
-  const encoder = new ChatStreamEncoder(encoderOptions(request, ctx));
+  const encoder = new ChatStreamEncoder(encoderOptions(request, ctx, serviceTier));
   let named = false;
   try {
     for await (const events of streamFor(protocol, request, ctx)) {
@@ -83,18 +86,18 @@ function keepAnswer(answer: Answer, produced: Meter): void {
   }
 }
 
-/** A plain chat completion, legacy completion or embeddings call: the client's body; what it used goes to `produced`. */
-export async function callText(protocol: Protocol, request: EndpointRequest, ctx: CallContext, produced: Meter): Promise<string> {
+/** A plain chat completion, legacy completion or embeddings call: the client's body (a chat completion says `serviceTier`); what it used goes to `produced`. */
+export async function callText(protocol: Protocol, request: EndpointRequest, ctx: CallContext, produced: Meter, serviceTier: ServiceTier): Promise<string> {
   switch (request.endpoint) {
     case 'chat.completions': {
       const answer = await adapterMethod(protocol, 'chat')(request.payload, ctx);
       keepAnswer(answer, produced);
-      return encodeChatAnswer(answer, encoderOptions(request, ctx));
+      return encodeChatAnswer(answer, encoderOptions(request, ctx, serviceTier));
     }
     case 'completions': {
       const answer = await adapterMethod(protocol, 'complete')(request.payload, ctx);
       keepAnswer(answer, produced);
-      return encodeChatAnswer(answer, encoderOptions(request, ctx));
+      return encodeChatAnswer(answer, encoderOptions(request, ctx, serviceTier));
     }
     case 'embeddings': {
       const answer = await adapterMethod(protocol, 'embed')(request.payload, ctx);

@@ -5,6 +5,7 @@ import { invalidRequest } from '../../shared/errors.js';
 import type { ConversationItem, ResponseShell } from '../../shared/responses.js';
 import type { ChatCompletionRequest, ChatMessage, ChatTool } from '../../shared/schemas/chat.js';
 import type { ResponsesRequest } from '../../shared/schemas/responses.js';
+import { servingTier } from '../../shared/service-tier.js';
 import { formatParam, toValidationError } from '../http/request-body.js';
 
 /*
@@ -511,6 +512,8 @@ export function toChatRequest(
   if (request.temperature != null) chat.temperature = request.temperature;
   if (request.top_p != null) chat.top_p = request.top_p;
   if (request.user != null) chat.user = request.user;
+  // As the client named it: a vendor with tiers of its own (OpenAI) receives it, the others' adapters drop it.
+  if (request.service_tier != null) chat.service_tier = request.service_tier;
   if (request.max_output_tokens != null) chat.max_completion_tokens = request.max_output_tokens;
   if (request.reasoning?.effort != null) chat.reasoning_effort = request.reasoning.effort;
 
@@ -552,5 +555,6 @@ export function buildShell(request: ResponsesRequest, id: string, modelId: strin
     store: request.store ?? true,
     background: request.background ?? false,
     user: request.user ?? null,
+    service_tier: servingTier(request.service_tier),
   };
 }

@@ -140,9 +140,12 @@ function checkCompletionStream(answer: Answer, where: string): void {
 const types = (events: Json[]) => events.map((event) => event.type as string);
 
 async function checkChat(call: Calls, model: string, where: string, toolPrompt: string): Promise<void> {
-  valid('CreateChatCompletionResponse', await call.post('/v1/chat/completions', { model, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello' }], max_tokens: 50 }), 200, `${where} chat`);
+  const plain = valid('CreateChatCompletionResponse', await call.post('/v1/chat/completions', { model, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello' }], max_tokens: 50 }), 200, `${where} chat`);
+  // A request that names no tier is served, and says it was, as `default`.
+  assert.equal(plain.service_tier, 'default', `${where}: the answer names its tier`);
   const chunks = checkChatStream(await call.post('/v1/chat/completions', { model, messages: [{ role: 'user', content: 'Hello' }], stream: true, stream_options: { include_usage: true } }), `${where} chat stream`);
   assert.ok(chunks.at(-1)!.usage && chunks.at(-1)!.choices.length === 0, `${where}: the usage chunk`);
+  assert.deepEqual([...new Set(chunks.map((chunk) => chunk.service_tier))], ['default'], `${where}: every chunk names the tier`);
   const tools = valid('CreateChatCompletionResponse', await call.post('/v1/chat/completions', { model, messages: [{ role: 'user', content: toolPrompt }], tools: [weatherTool] }), 200, `${where} tool call`);
   assert.equal(tools.choices[0].message.tool_calls?.[0]?.function.name, 'get_weather', `${where}: a tool call was made`);
   const toolChunks = checkChatStream(await call.post('/v1/chat/completions', { model, messages: [{ role: 'user', content: toolPrompt }], tools: [weatherTool], stream: true }), `${where} tool call stream`);
@@ -227,6 +230,29 @@ describe("the gateway's own output against the OpenAI OpenAPI spec", () => {
     });
 
     it('the Responses API: create, stream, tools, retrieve, input items', () => checkResponses(call, 'mock-chat', 'mock', toolPrompt));
+
+    it('service_tier: the tier that served each answer, on a chat completion, every chunk, and the Response object and its events', async () => {
+      const served = { priority: 'priority', fast: 'priority', default: 'default', auto: 'default', scale: 'default', flex: 'flex' } as const;
+      for (const [asked, tier] of Object.entries(served)) {
+        const messages = [{ role: 'user', content: 'Hello' }];
+        const plain = valid('CreateChatCompletionResponse', await call.post('/v1/chat/completions', { model: 'mock-chat', messages, service_tier: asked }), 200, `chat, ${asked}`);
+        assert.equal(plain.service_tier, tier, `chat asking ${asked}`);
+        const chunks = checkChatStream(await call.post('/v1/chat/completions', { model: 'mock-chat', messages, service_tier: asked, stream: true, stream_options: { include_usage: true } }), `chat stream, ${asked}`);
+        assert.deepEqual([...new Set(chunks.map((chunk) => chunk.service_tier))], [tier], `every chunk of a stream asking ${asked}`);
+        const response = valid('Response', await call.post('/v1/responses', { model: 'mock-chat', input: 'Hello', service_tier: asked }), 200, `responses, ${asked}`);
+        assert.equal(response.service_tier, tier, `response asking ${asked}`);
+        assert.equal(json(await call.get(`/v1/responses/${response.id}`), 200, 'retrieve').service_tier, tier, `stored response asking ${asked}`);
+        const events = checkResponseStream(await call.post('/v1/responses', { model: 'mock-chat', input: 'Hello', service_tier: asked, stream: true }), `responses stream, ${asked}`);
+        const carrying = events.filter((event) => event.response !== undefined);
+        assert.deepEqual(types(carrying), ['response.created', 'response.in_progress', 'response.completed']);
+        for (const event of carrying) assert.equal(event.response.service_tier, tier, `${event.type} asking ${asked}`);
+      }
+      // A background response says its tier from the start (queued), and a name the API does not know is refused.
+      const queued = valid('Response', await call.post('/v1/responses', { model: 'mock-chat', input: 'Hello', background: true, service_tier: 'flex' }), 200, 'background flex');
+      assert.equal(queued.service_tier, 'flex');
+      const refused = valid('ErrorResponse', await call.post('/v1/chat/completions', { model: 'mock-chat', messages: [{ role: 'user', content: 'Hi' }], service_tier: 'turbo' }), 400, 'an unknown tier');
+      assert.equal(refused.error.param, 'service_tier');
+    });
 
     it('the Responses API: every echoed request field, a conversation of every item type, a chained response', async () => {
       const echoed = valid(
@@ -428,6 +454,45 @@ describe("the gateway's own output against the OpenAI OpenAPI spec", () => {
         await checkResponses(call, model, vendor, toolPrompt);
       });
     }
+
+    it('service_tier: OpenAI receives the tier as the client named it, and the answer says the tier that served it; the other vendors never receive it', async () => {
+      const messages = [{ role: 'user', content: 'Hello' }];
+      for (const asked of ['flex', 'priority', 'default', 'auto']) {
+        openai.requests.length = 0;
+        valid('CreateChatCompletionResponse', await call.post('/v1/chat/completions', { model: 'gpt-4o-mini', messages, service_tier: asked }), 200, `openai chat, ${asked}`);
+        checkChatStream(await call.post('/v1/chat/completions', { model: 'gpt-4o-mini', messages, service_tier: asked, stream: true }), `openai chat stream, ${asked}`);
+        valid('Response', await call.post('/v1/responses', { model: 'gpt-4o-mini', input: 'Hello', service_tier: asked }), 200, `openai responses, ${asked}`);
+        const sent = openai.requests.filter((request) => request.path.startsWith('/v1/chat/completions')).map((request) => (request.body as Json).service_tier);
+        assert.deepEqual(sent, [asked, asked, asked], `what OpenAI received for ${asked}`);
+      }
+      // OpenAI's own echo (here the tier it says it used) is replaced by the tier the gateway served and bills.
+      openai.requests.length = 0;
+      openai.enqueue({ json: { id: 'chatcmpl-tier', object: 'chat.completion', created: 1, model: 'gpt-4o-mini', service_tier: 'default', choices: [{ index: 0, message: { role: 'assistant', content: 'Hi', refusal: null }, logprobs: null, finish_reason: 'stop' }], usage: { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6 } } });
+      const replaced = valid('CreateChatCompletionResponse', await call.post('/v1/chat/completions', { model: 'gpt-4o-mini', messages, service_tier: 'priority' }), 200, 'openai echo replaced');
+      assert.equal(replaced.service_tier, 'priority');
+      const chunk = (fields: Json) => `data: ${JSON.stringify({ id: 'chatcmpl-tier', object: 'chat.completion.chunk', created: 1, model: 'gpt-4o-mini', service_tier: null, ...fields })}\n\n`;
+      openai.enqueue({
+        sse:
+          chunk({ choices: [{ index: 0, delta: { role: 'assistant', content: 'Hi' }, logprobs: null, finish_reason: null }] }) +
+          chunk({ choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }] }) +
+          chunk({ choices: [], usage: { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6 } }) +
+          'data: [DONE]\n\n',
+      });
+      const flexChunks = checkChatStream(await call.post('/v1/chat/completions', { model: 'gpt-4o-mini', messages, service_tier: 'flex', stream: true, stream_options: { include_usage: true } }), 'openai stream echo replaced');
+      assert.deepEqual(flexChunks.map((c) => c.service_tier), ['flex', 'flex', 'flex']);
+
+      for (const [vendor, model] of vendors.filter(([name]) => name !== 'openai')) {
+        const fake = { anthropic, google: gemini, deepseek, xai }[vendor as 'anthropic' | 'google' | 'deepseek' | 'xai'];
+        fake.requests.length = 0;
+        const plain = valid('CreateChatCompletionResponse', await call.post('/v1/chat/completions', { model, messages, service_tier: 'flex' }), 200, `${vendor} chat, flex`);
+        assert.equal(plain.service_tier, 'flex', `${vendor}: the answer says flex`);
+        const stream = checkChatStream(await call.post('/v1/chat/completions', { model, messages, service_tier: 'priority', stream: true }), `${vendor} chat stream, priority`);
+        assert.deepEqual([...new Set(stream.map((c) => c.service_tier))], ['priority'], `${vendor}: every chunk says priority`);
+        assert.equal(valid('Response', await call.post('/v1/responses', { model, input: 'Hello', service_tier: 'flex' }), 200, `${vendor} responses, flex`).service_tier, 'flex');
+        assert.equal(fake.requests.length, 3, `${vendor}: three calls`);
+        for (const request of fake.requests) assert.equal((request.body as Json).service_tier, undefined, `${vendor} received no service_tier`);
+      }
+    });
 
     it('openai: legacy completions, plain and streamed with usage', async () => {
       valid('CreateCompletionResponse', await call.post('/v1/completions', { model: 'gpt-3.5-turbo-instruct', prompt: 'Say this is a test', max_tokens: 10 }), 200, 'completions');

@@ -1,7 +1,7 @@
 import { ChatStreamEncoder, encodeChatAnswer, type ChatEncoderOptions } from '../../workers/answers/chat-encoder.js';
 import type { Answer, AnswerEvent, Usage } from '../../workers/answers/events.js';
 
-const defaults: ChatEncoderOptions = { form: 'chat.completion', model: 'test-model', includeUsage: true, legacyFunctions: false };
+const defaults: ChatEncoderOptions = { form: 'chat.completion', model: 'test-model', includeUsage: true, legacyFunctions: false, serviceTier: 'default' };
 
 export interface EncodedStream {
   /** The JSON text after `data: ` of every frame, in order. */

@@ -655,6 +655,7 @@ describe('anthropic adapter: answers', () => {
       object: 'chat.completion',
       created: body.created,
       model: 'claude-sonnet',
+      service_tier: 'default',
       choices: [{ index: 0, message: { role: 'assistant', content: FAKE_ANTHROPIC_TEXT, refusal: null }, logprobs: null, finish_reason: 'stop' }],
       usage,
     });

@@ -11,6 +11,7 @@ import type { AnswerEvent, ToolCallEvent, UsageEvent } from '../../workers/answe
 import type { Answer, CallContext, VendorAdapter, VendorHttp } from '../../workers/vendors/types.js';
 import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
 import { MOCK_EMBEDDING_DIMENSIONS, mockAdapter } from '../../workers/vendors/mock/index.js';
+import { withServiceTier } from '../../workers/answers/chat-encoder.js';
 import { encodeAnswer, encodeStream } from '../support/answers.js';
 
 type Json = Record<string, any>;
@@ -401,7 +402,8 @@ describe('mock answer events', () => {
       const answer = await mock.chat(request, makeContext());
       assert.equal(typeof answer.wire, 'string');
       const { wire: _wire, ...fields } = answer;
-      assert.deepEqual(encodeAnswer(fields, { legacyFunctions }).parsed, JSON.parse(answer.wire!));
+      // The encoder adds the tier that served it; the mock's own body names none.
+      assert.deepEqual(encodeAnswer(fields, { legacyFunctions }).parsed, { ...JSON.parse(answer.wire!), service_tier: 'default' });
     }
     const functionAnswer = await mock.chat(functionRequest, makeContext());
     assert.deepEqual(functionAnswer.choices[0]!.toolCalls.map((call) => [call.id, call.name]), [['', 'get_weather']]);
@@ -417,7 +419,7 @@ describe('mock answer events', () => {
       assert.equal(batches.length, chunks.length);
       batches.forEach((batch, position) => {
         assert.ok(batch.length > 0);
-        assert.equal(batch[0]!.wire, chunks[position]);
+        assert.equal(withServiceTier(batch[0]!.wire!, 'default'), chunks[position]);
         assert.ok(batch.slice(1).every((event) => event.wire === ''));
       });
       const events = batches.flat();

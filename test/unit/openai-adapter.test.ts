@@ -17,6 +17,7 @@ import { loadCatalog } from '../../shared/catalog.js';
 import { loadConfig } from '../../shared/config.js';
 import type { AnswerEvent, CallContext, VendorHttp } from '../../workers/vendors/types.js';
 import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
+import { withServiceTier } from '../../workers/answers/chat-encoder.js';
 import { encodeAnswer, encodeStream } from '../support/answers.js';
 import { startFakeOpenAI } from '../support/fake-openai.js';
 import type { FakeOpenAI } from '../support/fake-openai.js';
@@ -127,7 +128,9 @@ describe('openai adapter: answers', () => {
     fake.enqueue({ status: 200, headers: { 'content-type': 'application/json' }, text });
     const answer = await openaiAdapter.chat!(chatRequest(), context());
     assert.equal(answer.wire, text);
-    assert.equal(encodeAnswer(answer).body, text, 'the chat encoder sends the vendor body as it came');
+    // As it came, saying the tier that served it.
+    assert.equal(encodeAnswer(answer).body, withServiceTier(text, 'default'), 'the chat encoder sends the vendor body as it came');
+    assert.equal(JSON.parse(encodeAnswer(answer).body).service_tier, 'default');
     assert.deepEqual(answer.usage, {
       prompt_tokens: 3,
       completion_tokens: 2,
@@ -180,7 +183,8 @@ describe('openai adapter: answers', () => {
       fake.enqueue({ sseFile: `${FIXTURES}/${file}`, chunkSize: 7 });
       const encoded = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()));
       const expected = fixtureData(file).filter((data) => data !== '[DONE]');
-      assert.deepEqual(encoded.chunks, expected);
+      // Each as it came, saying the tier that served it.
+      assert.deepEqual(encoded.chunks, expected.map((data) => withServiceTier(data, 'default')));
       assert.deepEqual(encoded.usage, JSON.parse(expected.at(-1)!).usage);
 
       // The tool calls the events describe are the ones the chunks carry.
@@ -214,7 +218,7 @@ describe('openai adapter: answers', () => {
     const spread = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()));
     assert.ok(spread.batches.length > 1);
     assert.ok(spread.batches.every((batch) => batch.length > 0));
-    assert.deepEqual(spread.chunks, fixtureData(file).filter((data) => data !== '[DONE]'));
+    assert.deepEqual(spread.chunks, fixtureData(file).filter((data) => data !== '[DONE]').map((data) => withServiceTier(data, 'default')));
 
     fake.enqueue({ sseFile: `${FIXTURES}/${file}` });
     const single = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()));
@@ -255,7 +259,7 @@ describe('openai adapter: answers', () => {
     const finish = { id: 'c1', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } };
     fake.enqueue({ sse: sseOf(contentChunk('a'), finish, '[DONE]') });
     const encoded = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()), { includeUsage: false });
-    assert.deepEqual(encoded.chunks, [JSON.stringify(contentChunk('a')), JSON.stringify(finish)]);
+    assert.deepEqual(encoded.chunks, [contentChunk('a'), finish].map((chunk) => JSON.stringify({ ...chunk, service_tier: 'default' })));
     assert.deepEqual(encoded.usage, finish.usage);
   });
 
@@ -264,7 +268,7 @@ describe('openai adapter: answers', () => {
     const finish = { id: 'c1', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] };
     fake.enqueue({ sse: sseOf(contentChunk('a'), logprobsOnly, finish, '[DONE]') });
     const encoded = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()));
-    assert.deepEqual(encoded.chunks, [contentChunk('a'), logprobsOnly, finish].map((chunk) => JSON.stringify(chunk)));
+    assert.deepEqual(encoded.chunks, [contentChunk('a'), logprobsOnly, finish].map((chunk) => JSON.stringify({ ...chunk, service_tier: 'default' })));
   });
 });
 

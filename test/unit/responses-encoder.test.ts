@@ -119,7 +119,7 @@ describe('responseObject', () => {
     });
     assert.deepEqual(Object.keys(object), [
       'id', 'object', 'created_at', 'status', 'background', 'completed_at', 'error', 'incomplete_details', 'instructions',
-      'max_output_tokens', 'model', 'output', 'output_text', 'parallel_tool_calls', 'previous_response_id', 'reasoning', 'store',
+      'max_output_tokens', 'model', 'output', 'output_text', 'parallel_tool_calls', 'previous_response_id', 'reasoning', 'service_tier', 'store',
       'temperature', 'text', 'tool_choice', 'tools', 'top_p', 'truncation', 'metadata',
     ]);
     // No usage yet and no user named: both left out (the spec types them as an object and a string, never null).

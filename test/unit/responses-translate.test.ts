@@ -510,6 +510,8 @@ describe('toChatRequest: tools and options', () => {
       temperature: 0.2,
       top_p: 0.9,
       user: 'u1',
+      // As the client named it, for a vendor with tiers of its own.
+      service_tier: 'auto',
       max_completion_tokens: 100,
       reasoning_effort: 'low',
     });
@@ -539,6 +541,7 @@ describe('buildShell', () => {
       store: true,
       background: false,
       user: null,
+      service_tier: 'default',
     });
   });
 
@@ -562,6 +565,7 @@ describe('buildShell', () => {
         store: false,
         background: true,
         user: 'u',
+        service_tier: 'fast',
       }),
       'resp_2',
       'model-b',
@@ -585,6 +589,7 @@ describe('buildShell', () => {
       store: false,
       background: true,
       user: 'u',
+      service_tier: 'priority',
     });
   });
 });

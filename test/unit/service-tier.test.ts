@@ -2,6 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildJob, type JobOrigin } from '../../api/requests/build-job.js';
 import { loadConfig } from '../../shared/config.js';
+import { withServiceTier } from '../../workers/answers/chat-encoder.js';
 import { decimalRatio, ratioText, servingTier } from '../../shared/service-tier.js';
 
 const origin: JobOrigin = { requestId: 'req_1', replyTo: 'reply', keyId: 'key_1', model: 'mock-gpt', baseUrl: 'http://localhost' };
@@ -55,5 +56,15 @@ describe('service tiers', () => {
     for (const job of [standard, priority]) assert.ok(job.deadline >= before + 60_000 && job.deadline <= after + 60_000);
     const shorter = buildJob('chat.completions', { payload: chat, serviceTier: 'flex' }, origin, 'held', loadConfig({ FLEX_DEADLINE_MS: '5000' }));
     assert.ok(shorter.deadline <= Date.now() + 5_000);
+  });
+
+  it("says the serving tier on a vendor's own chat body or chunk: its value replaced, or the field added", () => {
+    assert.equal(withServiceTier('{"id":"a","service_tier":"default","choices":[]}', 'flex'), '{"id":"a","service_tier":"flex","choices":[]}');
+    assert.equal(withServiceTier('{"id":"a","service_tier":null,"choices":[]}', 'priority'), '{"id":"a","service_tier":"priority","choices":[]}');
+    assert.equal(withServiceTier('{"id":"a","choices":[]}\n', 'default'), '{"id":"a","choices":[],"service_tier":"default"}\n');
+    assert.equal(withServiceTier('{ }', 'flex'), '{ "service_tier":"flex"}');
+    // The key inside a string value (its quotes escaped) is text, not the field.
+    const quoted = JSON.stringify({ id: 'a', choices: [{ delta: { content: '"service_tier":"flex"' } }] });
+    assert.deepEqual(JSON.parse(withServiceTier(quoted, 'priority')), { ...JSON.parse(quoted), service_tier: 'priority' });
   });
 });

@@ -1,4 +1,5 @@
 import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
+import type { ServiceTier } from '../../shared/service-tier.js';
 import type { Answer, AnswerEvent, FinishReason, ToolCallEvent, Usage } from './events.js';
 
 /** Which OpenAI wire form an encoder writes: chat completions, or legacy text completions. */
@@ -12,6 +13,8 @@ export interface ChatEncoderOptions {
   includeUsage: boolean;
   /** The client used the deprecated `functions`: one `function_call` instead of `tool_calls`. */
   legacyFunctions: boolean;
+  /** The tier that served the answer: a chat completion and each of its chunks say it as `service_tier` (a text completion has no such field). */
+  serviceTier: ServiceTier;
 }
 
 /**
@@ -23,6 +26,29 @@ export function usesLegacyFunctions(request: ChatCompletionRequest): boolean {
 }
 
 const OPEN = ',"logprobs":null,"finish_reason":null}]}';
+
+const TIER_KEY = '"service_tier":';
+
+/**
+ * A vendor's chat body or chunk (JSON text) saying `tier` as its
+ * `service_tier`: the vendor's own value is replaced (it names the vendor's
+ * tier, or null), or the field is added at the end. The text is not parsed
+ * again: outside string values, where a quote is always escaped, the key can
+ * only be the top-level field (a chat chunk has no nested `service_tier`).
+ */
+export function withServiceTier(json: string, tier: ServiceTier): string {
+  const value = `"${tier}"`;
+  const at = json.indexOf(TIER_KEY);
+  if (at !== -1) {
+    const start = at + TIER_KEY.length;
+    const match = /^\s*(null|"[^"\\]*")/.exec(json.slice(start, start + 64));
+    if (match) return json.slice(0, start) + value + json.slice(start + match[0].length);
+  }
+  const end = json.lastIndexOf('}');
+  if (end === -1) return json;
+  const empty = json.slice(0, end).trimEnd().endsWith('{');
+  return `${json.slice(0, end)}${empty ? '' : ','}${TIER_KEY}${value}${json.slice(end)}`;
+}
 
 function finishReasonFor(reason: FinishReason, legacyFunctions: boolean): FinishReason {
   return legacyFunctions && reason === 'tool_calls' ? 'function_call' : reason;
@@ -60,7 +86,7 @@ export class ChatStreamEncoder {
       if (event.type === 'usage') this.usage = event.usage;
       else if (event.type === 'start') this.answerId = event.id;
       if (event.wire !== undefined) {
-        if (event.wire !== '' && (event.type !== 'usage' || this.options.includeUsage)) frames += `id: ${this.nextId++}\ndata: ${event.wire}\n\n`;
+        if (event.wire !== '' && (event.type !== 'usage' || this.options.includeUsage)) frames += `id: ${this.nextId++}\ndata: ${this.stamped(event.wire)}\n\n`;
         continue;
       }
       const chunk = this.chunkOf(event);
@@ -69,13 +95,19 @@ export class ChatStreamEncoder {
     return { frames, count: this.nextId - first };
   }
 
+  /** A vendor's own chunk with the serving tier (chat chunks only). */
+  private stamped(wire: string): string {
+    return this.options.form === 'chat.completion' ? withServiceTier(wire, this.options.serviceTier) : wire;
+  }
+
   private chunkOf(event: AnswerEvent): string | undefined {
     const { form, legacyFunctions } = this.options;
     switch (event.type) {
       case 'start': {
         const model = JSON.stringify(event.model ?? this.options.model);
         const fingerprint = event.systemFingerprint === undefined ? '' : `,"system_fingerprint":${JSON.stringify(event.systemFingerprint)}`;
-        this.head = `{"id":${JSON.stringify(event.id)},"object":"${form === 'chat.completion' ? 'chat.completion.chunk' : 'text_completion'}","created":${event.created},"model":${model}${fingerprint}`;
+        const tier = form === 'chat.completion' ? `,${TIER_KEY}"${this.options.serviceTier}"` : '';
+        this.head = `{"id":${JSON.stringify(event.id)},"object":"${form === 'chat.completion' ? 'chat.completion.chunk' : 'text_completion'}","created":${event.created},"model":${model}${tier}${fingerprint}`;
         return undefined;
       }
       case 'usage':
@@ -121,8 +153,8 @@ function functionCallDelta(event: ToolCallEvent): string {
 
 /** A plain answer as the body of `chat.completion` (or `text_completion`); the vendor's own body when it already is that. */
 export function encodeChatAnswer(answer: Answer, options: Omit<ChatEncoderOptions, 'includeUsage'>): string {
-  if (answer.wire !== undefined) return answer.wire;
   const { form, legacyFunctions } = options;
+  if (answer.wire !== undefined) return form === 'chat.completion' ? withServiceTier(answer.wire, options.serviceTier) : answer.wire;
   const choices = answer.choices.map((choice) => {
     const finish_reason = finishReasonFor(choice.finishReason, legacyFunctions);
     if (form === 'text_completion') return { text: choice.text ?? '', index: choice.index, logprobs: null, finish_reason };
@@ -139,6 +171,7 @@ export function encodeChatAnswer(answer: Answer, options: Omit<ChatEncoderOption
     object: form,
     created: answer.created,
     model: answer.model ?? options.model,
+    ...(form === 'chat.completion' ? { service_tier: options.serviceTier } : {}),
     choices,
   };
   if (answer.usage !== undefined) body.usage = answer.usage;
