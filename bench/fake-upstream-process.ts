@@ -8,6 +8,9 @@
  *                      already in flight is answered 429 (as a real vendor would)
  *                      and counted
  *   --vendors=LIST     which fakes to start: openai (default), anthropic, gemini
+ *   --anthropic-latency-ms=N  the fake Anthropic answers N ms late: a front of the
+ *                      same process holds each request N ms, then passes it to the
+ *                      fake (its checks and default answer unchanged)
  *   --stream-chunks=N  stream requests are answered with one long stream of N
  *                      text deltas in the vendor's framing (bench/long-streams.ts),
  *                      after the fake's own request checks, in one write;
@@ -24,7 +27,7 @@
  * stdout when it listens. Exits when told (SIGTERM/SIGINT) or when its parent
  * goes away (stdin closes).
  */
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { Agent, createServer, request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { startFakeAnthropic, type FakeAnthropic } from '../test/support/fake-anthropic.js';
@@ -49,6 +52,7 @@ function intOption(name: string): number {
 const latencyMs = intOption('latency-ms');
 const cap = intOption('cap');
 const streamChunks = intOption('stream-chunks');
+const anthropicLatencyMs = intOption('anthropic-latency-ms');
 const vendors = new Set((option('vendors') ?? 'openai').split(',').map((v) => v.trim()).filter(Boolean));
 for (const vendor of vendors) if (!['openai', 'anthropic', 'gemini'].includes(vendor)) throw new Error(`--vendors: unknown vendor "${vendor}"`);
 const customised = latencyMs > 0 || cap > 0 || streamChunks > 0;
@@ -56,6 +60,39 @@ const customised = latencyMs > 0 || cap > 0 || streamChunks > 0;
 const openai = await startFakeOpenAI({ record: false, ...(latencyMs > 0 ? { latencyMs } : {}) });
 const anthropic: FakeAnthropic | undefined = vendors.has('anthropic') ? await startFakeAnthropic() : undefined;
 const gemini: FakeGemini | undefined = vendors.has('gemini') ? await startFakeGemini({ record: false }) : undefined;
+
+/**
+ * A front that holds every request `delayMs`, then passes it on to `target` and its answer back:
+ * a vendor that takes time, with the fake behind it checking and answering as it always does.
+ */
+async function delayingFront(target: string, delayMs: number) {
+  const agent = new Agent({ keepAlive: true, maxSockets: Infinity });
+  const server = createServer({ keepAliveTimeout: 60_000, requestTimeout: 0 }, (req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      setTimeout(() => {
+        if (res.destroyed) return;
+        const out = httpRequest(`${target}${req.url ?? '/'}`, { method: req.method, headers: req.headers, agent }, (answer) => {
+          res.writeHead(answer.statusCode ?? 502, answer.headers);
+          answer.pipe(res);
+        });
+        out.on('error', () => res.destroy());
+        out.end(Buffer.concat(chunks));
+      }, delayMs);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    close: () => {
+      server.closeAllConnections();
+      agent.destroy();
+      return new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+const anthropicFront = anthropic && anthropicLatencyMs > 0 ? await delayingFront(anthropic.url, anthropicLatencyMs) : undefined;
 
 const bodies = {
   openai: streamChunks > 0 ? longStream('openai', streamChunks) : '',
@@ -181,7 +218,7 @@ process.stdout.write(
     url: openai.url,
     pid: process.pid,
     controlUrl,
-    ...(anthropic ? { anthropicUrl: anthropic.url } : {}),
+    ...(anthropic ? { anthropicUrl: anthropicFront?.url ?? anthropic.url } : {}),
     ...(gemini ? { geminiUrl: gemini.url } : {}),
   })}\n`,
 );
@@ -194,7 +231,7 @@ async function stop(): Promise<void> {
   force.unref();
   controlServer.closeAllConnections();
   controlServer.close();
-  await Promise.allSettled([openai.close(), anthropic?.close(), gemini?.close()]);
+  await Promise.allSettled([openai.close(), anthropicFront?.close(), anthropic?.close(), gemini?.close()]);
   process.exit(0);
 }
 

@@ -29,6 +29,8 @@ export interface FakeOptions {
   vendors?: Array<'openai' | 'anthropic' | 'gemini'>;
   /** Stream requests get one long stream of this many text deltas (bench/long-streams.ts). */
   streamChunks?: number;
+  /** The fake Anthropic answers this late (with `vendors` including anthropic). */
+  anthropicLatencyMs?: number;
 }
 
 export interface Fake {
@@ -47,6 +49,7 @@ export async function startFake(options: FakeOptions = {}): Promise<Fake> {
   if (options.cap) args.push(`--cap=${options.cap}`);
   if (options.vendors) args.push(`--vendors=${options.vendors.join(',')}`);
   if (options.streamChunks) args.push(`--stream-chunks=${options.streamChunks}`);
+  if (options.anthropicLatencyMs) args.push(`--anthropic-latency-ms=${options.anthropicLatencyMs}`);
   const child = spawnChild('fake', args, baseEnv());
   const line = await Promise.race([
     child.firstLine,
