@@ -2,6 +2,8 @@
 import type { BurstResults } from './burst.js';
 import { renderBurst } from './burst.js';
 import type { CommandDelta, LatencySummary, SoakResult } from './measure.js';
+import type { SchedulerResults } from './scheduler.js';
+import { renderScheduler } from './scheduler.js';
 import type { TranslationResults } from './translation.js';
 import { renderTranslation } from './translation.js';
 import { table, type Bar } from './table.js';
@@ -116,7 +118,7 @@ export interface OverheadResults {
   bars: OverheadBar[];
 }
 
-export type Section = 'overhead' | 'burst' | 'translation';
+export type Section = 'overhead' | 'burst' | 'translation' | 'scheduler';
 
 /** What one run produced; only the sections that ran are present. */
 export interface Results {
@@ -127,6 +129,7 @@ export interface Results {
   overhead?: OverheadResults;
   burst?: BurstResults;
   translation?: TranslationResults;
+  scheduler?: SchedulerResults;
   passed: boolean;
 }
 
@@ -150,10 +153,12 @@ export function render(results: Results): string {
   if (results.overhead) out.push(renderOverhead(results.overhead), '');
   if (results.burst) out.push(renderBurst(results.burst), '');
   if (results.translation) out.push(renderTranslation(results.translation), '');
+  if (results.scheduler) out.push(renderScheduler(results.scheduler), '');
 
   const barRows = [
     ...(results.overhead?.bars ?? []).map((b) => [`overhead, ${b.config}`, b.name, b.target, b.actual, result(b)]),
     ...(results.burst?.configs ?? []).flatMap((c) => c.bars.map((b) => [`burst, ${c.name}`, b.name, b.target, b.actual, result(b)])),
+    ...(results.scheduler?.bars ?? []).map((b) => ['scheduler', b.name, b.target, b.actual, result(b)]),
   ];
   if (barRows.length > 0) {
     out.push('Target bars (in parentheses: informational, not counted)');

@@ -1,5 +1,5 @@
 /**
- * `npm run bench`: what the gateway costs on top of a vendor, in three sections.
+ * `npm run bench`: what the gateway costs on top of a vendor, and how it schedules, in four sections.
  *
  *   overhead     the gateway side by side with a direct call to a zero-latency fake
  *                OpenAI upstream and with the floor, a bare BullMQ loop
@@ -11,6 +11,13 @@
  *                against a fake with a fixed latency (bench/burst.ts)
  *   translation  cost per streamed chunk of the OpenAI, Anthropic and Gemini
  *                adapters, in process and end to end (bench/translation.ts)
+ *   scheduler    the queue as a scheduler against fakes that take real time, each scenario on a
+ *                fresh default `start` (bench/scheduler.ts): latency (1 s vendor; direct, the
+ *                gateway and Portkey at 500 and 2,000 connections, RSS per 1,000 in flight),
+ *                noisy neighbour (a flood on a capped vendor; a quiet account on it and one on
+ *                another vendor), shares (two floods, 6 keys against 1; then weights 3:1) and
+ *                tiers (flex and default floods; priority requests meanwhile). Also writes
+ *                bench/results/latest-scheduler.json in a run of several sections
  *
  * `npm run bench -- --topology` runs only the topology section instead (bench/topology.ts):
  * the floor, 1 api + 1 worker and 2 apis + 2 workers on one Redis, then 1 api + 1 worker on a
@@ -22,7 +29,7 @@
  * bench/results/latest-<sections>.json (so a quick run does not replace the full figures).
  *
  * Environment:
- *   BENCH_ONLY            comma-separated sections to run (default: all three)
+ *   BENCH_ONLY            comma-separated sections to run (default: all four)
  *   BENCH_CONFIGS         gateway targets of overhead: start (node dist/bin/start.js as is),
  *                         log-off (start with REQUEST_LOG=off: the request log's cost, side by side),
  *                         one-loop (WORKER_PROCESS=off), split (--role=api + --role=worker);
@@ -44,6 +51,19 @@
  *   BENCH_STREAM_CHUNKS   translation: text deltas per stream (default 2000)
  *   BENCH_TRANSLATION_RUNS translation: measured in-process rounds (default 21, after 5 warm-up)
  *   BENCH_TRANSLATION_REQUESTS translation: measured end-to-end streams per protocol and target (default 20, after 3 warm-up)
+ *   BENCH_SCHED_SCENARIOS scheduler: which scenarios (default latency,noisy,shares,tiers)
+ *   BENCH_SCHED_LATENCY_MS scheduler/latency: the fake's answer time (default 1000)
+ *   BENCH_SCHED_CONNECTIONS scheduler/latency: connections per cell; the gateway is held to 0.9× direct at
+ *                         the first and 1.2× Portkey at the last (default 500,2000)
+ *   BENCH_SCHED_DURATION_S scheduler/latency: measured seconds per cell (default 20)
+ *   BENCH_SCHED_WARMUP_S  scheduler/latency: warm-up seconds before each (default 5)
+ *   BENCH_SCHED_CAP       scheduler: OPENAI_MAX_CONCURRENCY and the fake's 429 threshold (default 20)
+ *   BENCH_SCHED_VENDOR_MS scheduler: the capped fakes' answer time (default 200)
+ *   BENCH_SCHED_RATE      scheduler: requests a second of each trickling account (default 4)
+ *   BENCH_SCHED_ALONE_S   scheduler: how long the trickling accounts send alone (default 10)
+ *   BENCH_SCHED_NOISY_FLOOD scheduler/noisy: account A's flood (default 1200)
+ *   BENCH_SCHED_SHARE_FLOOD scheduler/shares: each account's flood (default 500)
+ *   BENCH_SCHED_TIER_FLOOD scheduler/tiers: the flex flood and the default flood (default 500 each)
  *   BENCH_QUIET_WAIT_S    burst, translation: before each measurement, wait up to this long for a second in
  *                         which the machine uses < 25 % of a core (default 10; 0: do not check)
  *   BENCH_REDIS_URL       Redis database to use; it is FLUSHDB'd (default: database 15 of a private
@@ -69,6 +89,7 @@ import { benchRedisUrl } from '../test/support/redis-server.js';
 import { runBurst } from './burst.js';
 import { envInt, machineFacts, redisVersion } from './measure.js';
 import { runOverhead, type OverheadConfig } from './overhead.js';
+import { runScheduler, schedulerSettings } from './scheduler.js';
 import { installCleanup, root, stopAll } from './procs.js';
 import { render, type Results, type Section } from './report.js';
 import { log } from './stack.js';
@@ -79,7 +100,7 @@ function envList(name: string, fallback: string): string[] {
   return (process.env[name] || fallback).split(',').map((s) => s.trim()).filter(Boolean);
 }
 
-const allSections: Section[] = ['overhead', 'burst', 'translation'];
+const allSections: Section[] = ['overhead', 'burst', 'translation', 'scheduler'];
 const onlyList = envList('BENCH_ONLY', allSections.join(','));
 for (const name of onlyList) {
   if (!allSections.includes(name as Section)) throw new Error(`BENCH_ONLY: unknown section "${name}" (${allSections.join(', ')})`);
@@ -120,6 +141,7 @@ const burstSettings = {
   splitWorkers: envInt('BENCH_BURST_WORKERS', 2, 1),
   quietWaitMs,
 };
+const schedSettings = schedulerSettings();
 const translationSettings = {
   chunks: envInt('BENCH_STREAM_CHUNKS', 2000, 1),
   microRuns: envInt('BENCH_TRANSLATION_RUNS', 21, 1),
@@ -157,8 +179,9 @@ async function main(): Promise<void> {
     const overhead = sections.includes('overhead') ? await runOverhead({ ...overheadOptions, redis, redisUrl }) : undefined;
     const burst = sections.includes('burst') ? await runBurst({ settings: burstSettings, redis, redisUrl }) : undefined;
     const translation = sections.includes('translation') ? await runTranslation({ settings: translationSettings, redis, redisUrl }) : undefined;
+    const scheduler = sections.includes('scheduler') ? await runScheduler({ settings: schedSettings, redis, redisUrl }) : undefined;
 
-    const bars = [...(overhead?.bars ?? []), ...(burst?.configs ?? []).flatMap((c) => c.bars)].filter((b) => !b.informational);
+    const bars = [...(overhead?.bars ?? []), ...(burst?.configs ?? []).flatMap((c) => c.bars), ...(scheduler?.bars ?? [])].filter((b) => !b.informational);
     const results: Results = {
       startedAt,
       finishedAt: new Date().toISOString(),
@@ -167,12 +190,19 @@ async function main(): Promise<void> {
       ...(overhead ? { overhead } : {}),
       ...(burst ? { burst } : {}),
       ...(translation ? { translation } : {}),
+      ...(scheduler ? { scheduler } : {}),
       passed: bars.every((b) => b.pass),
     };
     const outDir = join(root, 'bench', 'results');
     mkdirSync(outDir, { recursive: true });
     const file = fullRun ? 'latest.json' : `latest-${sections.join('-')}.json`;
     writeFileSync(join(outDir, file), `${JSON.stringify(results, null, 2)}\n`);
+    if (scheduler && file !== 'latest-scheduler.json') {
+      // The scheduler's figures also stand alone, as a BENCH_ONLY=scheduler run writes them.
+      const passed = scheduler.bars.filter((b) => !b.informational).every((b) => b.pass);
+      const alone: Results = { startedAt: results.startedAt, finishedAt: results.finishedAt, machine: results.machine, sections: ['scheduler'], scheduler, passed };
+      writeFileSync(join(outDir, 'latest-scheduler.json'), `${JSON.stringify(alone, null, 2)}\n`);
+    }
     process.stdout.write(`\n${render(results)}\n\nResults written to bench/results/${file}\n`);
     if (process.env.BENCH_STRICT === '1' && !results.passed) process.exitCode = 1;
   } finally {

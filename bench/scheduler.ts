@@ -1,0 +1,1062 @@
+/**
+ * The scheduler section of `npm run bench` (`BENCH_ONLY=scheduler`): the queue as a scheduler, with fake
+ * vendors that take real time, each scenario against a freshly started gateway (`node dist/bin/start.js`
+ * as `npm start` runs it: no worker settings, the point is the defaults) on an emptied Redis database and
+ * an empty record. Accounts, keys, credits and weights go through the admin API.
+ *
+ *   latency  a fake OpenAI answering after 1 s, no cap: direct (the fake), the gateway and Portkey's
+ *            gateway (`@portkey-ai/gateway`, pointed at the fake with `x-portkey-provider` and
+ *            `x-portkey-custom-host`), each at 500 and 2,000 connections (closed loop: every connection
+ *            sends its next request when the last one answers) for a fixed time after a warm-up:
+ *            req/s, p50/p99, errors, ratios, the gateway's RSS (api + worker) at peak and per 1,000
+ *            calls in flight, Redis commands per request
+ *   noisy    a fake OpenAI capped at 20 in flight (429 above; `OPENAI_MAX_CONCURRENCY=20`) answering in
+ *            200 ms and a fake Anthropic answering in 200 ms with no cap. Account A floods 1,200 at once
+ *            over 4 keys; B (OpenAI model) and C (Anthropic model) send 4 requests a second during the
+ *            flood, and alone before it: their p50/p95 both ways, A's drain time against the vendor's
+ *            capacity time (1,200 × 0.2 s / 20)
+ *   shares   the capped OpenAI; two accounts flood 500 each at once, X over 6 keys (its requests sent
+ *            first, in the same tick), Y over 1: each one's share of the first half of completions; then
+ *            Y at weight 3 (`PATCH /admin/accounts/:id {weight: 3}`): the shares while both are backlogged
+ *   tiers    the capped OpenAI; a flex flood and a default flood (500 each, flex sent first) started
+ *            together: median completion time of each; a third account sends `priority` requests 4 a
+ *            second during both floods, and alone before them
+ *
+ * Each phase reports the Redis commands per request (INFO commandstats delta, whole server, ÷ requests
+ * answered in the phase). Settings: BENCH_SCHED_* (see schedulerSettings and docs/benchmarks.md).
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import type { Redis } from 'ioredis';
+import { Agent, request } from 'undici';
+import { freePort } from '../bin/local-redis.js';
+import { FAKE_REPLY_TEXT } from '../test/support/fake-openai-defaults.js';
+import { resetRecordFor } from '../test/support/record.js';
+import { commandStats, diffCommandStats, envInt, percentile, RssSampler, type CommandDelta } from './measure.js';
+import { cpuTimeMs, root, rssBytes, sleep, spawnChild, waitUntil, type Child } from './procs.js';
+import { discoverProcesses, fakeControl, log, model, plainBody, probe, startFake, startGateway, stopGateway, upstreamKey, type Fake, type Gateway } from './stack.js';
+import { table, type Bar } from './table.js';
+
+export type SchedulerScenario = 'latency' | 'noisy' | 'shares' | 'tiers';
+const allScenarios: SchedulerScenario[] = ['latency', 'noisy', 'shares', 'tiers'];
+
+export interface SchedulerSettings {
+  scenarios: SchedulerScenario[];
+  /** latency: the fake's answer time. */
+  latencyMs: number;
+  /** latency: connections of each cell. */
+  connections: number[];
+  durationS: number;
+  warmupS: number;
+  /** noisy, shares, tiers: the OpenAI cap (gateway and fake) and the vendors' answer time. */
+  cap: number;
+  vendorMs: number;
+  /** Requests a second of each trickling account (B, C, the priority one). */
+  ratePerS: number;
+  /** How long the trickling accounts send alone, before the floods. */
+  aloneS: number;
+  noisyFlood: number;
+  shareFlood: number;
+  tierFlood: number;
+}
+
+function envList(name: string, fallback: string): string[] {
+  return (process.env[name] || fallback).split(',').map((s) => s.trim()).filter(Boolean);
+}
+
+/** The section's settings from the environment (read when `npm run bench` starts, so a typo fails at once). */
+export function schedulerSettings(): SchedulerSettings {
+  const scenarios = envList('BENCH_SCHED_SCENARIOS', allScenarios.join(','));
+  for (const s of scenarios) if (!allScenarios.includes(s as SchedulerScenario)) throw new Error(`BENCH_SCHED_SCENARIOS: unknown scenario "${s}" (${allScenarios.join(', ')})`);
+  const connections = envList('BENCH_SCHED_CONNECTIONS', '500,2000').map((s) => {
+    const n = Number(s);
+    if (!Number.isInteger(n) || n < 1 || n > 20_000) throw new Error(`BENCH_SCHED_CONNECTIONS: "${s}" is not an integer in 1..20000`);
+    return n;
+  });
+  return {
+    scenarios: allScenarios.filter((s) => scenarios.includes(s)),
+    latencyMs: envInt('BENCH_SCHED_LATENCY_MS', 1000, 1),
+    connections,
+    durationS: envInt('BENCH_SCHED_DURATION_S', 20, 1),
+    warmupS: envInt('BENCH_SCHED_WARMUP_S', 5, 0),
+    cap: envInt('BENCH_SCHED_CAP', 20, 1),
+    vendorMs: envInt('BENCH_SCHED_VENDOR_MS', 200, 1),
+    ratePerS: envInt('BENCH_SCHED_RATE', 4, 1),
+    aloneS: envInt('BENCH_SCHED_ALONE_S', 10, 1),
+    noisyFlood: envInt('BENCH_SCHED_NOISY_FLOOD', 1200, 1),
+    shareFlood: envInt('BENCH_SCHED_SHARE_FLOOD', 500, 2),
+    tierFlood: envInt('BENCH_SCHED_TIER_FLOOD', 500, 1),
+  };
+}
+
+// ---------------------------------------------------------------- results
+
+/** Milliseconds. */
+export interface Spread {
+  count: number;
+  p50: number;
+  p95: number;
+  p99: number;
+  max: number;
+}
+
+/** What one group of requests (an account in a phase) got. */
+export interface GroupStats {
+  sent: number;
+  /** 2xx with a reply from the fake. */
+  ok: number;
+  failed: number;
+  statusCodes: Record<string, number>;
+  /** The first failure, to see why. */
+  firstFailure?: string;
+  /** Send to end of answer, 2xx only. */
+  latency: Spread;
+  /** From the phase's start (the flood's first request) to each 2xx answer. */
+  completion: Spread;
+  /** `service_tier` of the answers, as echoed. */
+  tiers: Record<string, number>;
+}
+
+export interface RedisUse {
+  /** Requests answered (any status) in the phase. */
+  requests: number;
+  commandsPerRequest: number;
+  commandsPerSecond: number;
+  /** Busiest first (by time), per request. */
+  top: Array<{ command: string; perRequest: number }>;
+}
+
+export interface LoadCell {
+  target: 'direct' | 'gateway' | 'portkey';
+  connections: number;
+  measuredS: number;
+  ok: number;
+  rps: number;
+  latency: Spread;
+  errors: number;
+  non2xx: number;
+  statusCodes: Record<string, number>;
+  /** The load generator's CPU in the measured window, % of one core. */
+  loadgenCpuPct: number | null;
+  /** Gateway only: RSS by process (bytes) before any load and at peak in the window. */
+  rss?: { idle: Record<string, number | null>; peak: Record<string, number | null>; idleSum: number; peakSum: number; perThousandInFlight: number };
+  redis?: RedisUse;
+}
+
+export interface LatencyResults {
+  cells: LoadCell[];
+  processes: Record<string, number>;
+  portkeyVersion: string;
+  bars: Bar[];
+}
+
+export interface NoisyResults {
+  alone: { B: GroupStats; C: GroupStats; redis: RedisUse };
+  flood: { A: GroupStats; B: GroupStats; C: GroupStats; redis: RedisUse };
+  /** From A's first request to its last answer. */
+  drainMs: number;
+  /** flood × vendor time ÷ cap. */
+  capacityMs: number;
+  vendor: { openaiMaxInFlight: number; openaiOverCap: number; anthropicMaxInFlight: number | null };
+  bars: Bar[];
+}
+
+export interface ShareRun {
+  weights: { X: number; Y: number };
+  /** What PATCH /admin/accounts/:id answered for the weight (absent: no weight set). */
+  weightAnswer?: string;
+  X: GroupStats;
+  Y: GroupStats;
+  /** Share (%) of each account among the first half of all completions. */
+  firstHalf: { X: number; Y: number };
+  /**
+   * While both were backlogged: completions up to the moment the account that finished first had at most
+   * `cap` requests left (all of them possibly at the vendor, none waiting). Share (%) of each, and the span.
+   */
+  backlogged: { completions: number; ms: number; X: number; Y: number };
+  redis: RedisUse;
+  vendor: { maxInFlight: number; overCap: number };
+}
+
+export interface SharesResults {
+  equal: ShareRun;
+  weighted: ShareRun;
+  bars: Bar[];
+}
+
+export interface TiersResults {
+  alone: { priority: GroupStats; redis: RedisUse };
+  floods: { flex: GroupStats; default: GroupStats; priority: GroupStats; redis: RedisUse };
+  /** Median completion of the default flood ÷ the flex flood's. */
+  medianRatio: number;
+  vendor: { maxInFlight: number; overCap: number };
+  bars: Bar[];
+}
+
+export interface SchedulerResults {
+  settings: SchedulerSettings;
+  latency?: LatencyResults;
+  noisy?: NoisyResults;
+  shares?: SharesResults;
+  tiers?: TiersResults;
+  bars: Bar[];
+}
+
+// ---------------------------------------------------------------- instruments
+
+const adminToken = 'bench-admin-token';
+const anthropicModel = 'claude-haiku-4-5';
+
+function spread(values: number[]): Spread {
+  const sorted = Float64Array.from(values).sort();
+  return {
+    count: sorted.length,
+    p50: percentile(sorted, 0.5),
+    p95: percentile(sorted, 0.95),
+    p99: percentile(sorted, 0.99),
+    max: sorted.length ? sorted[sorted.length - 1]! : Number.NaN,
+  };
+}
+
+/** One answered (or failed) request; times in ms from the phase's start. */
+interface Done {
+  group: string;
+  sentMs: number;
+  doneMs: number;
+  status: number;
+  ok: boolean;
+  tier?: string;
+  failure?: string;
+}
+
+function replyOf(text: string): { content?: string; tier?: string } {
+  try {
+    const body = JSON.parse(text) as { choices?: Array<{ message?: { content?: unknown } }>; service_tier?: unknown };
+    const content = body.choices?.[0]?.message?.content;
+    return { ...(typeof content === 'string' ? { content } : {}), ...(typeof body.service_tier === 'string' ? { tier: body.service_tier } : {}) };
+  } catch {
+    return {};
+  }
+}
+
+/** Sends chat requests to the gateway, timed from `t0`, over a pool with no limit of connections. */
+class Caller {
+  readonly agent = new Agent({ keepAliveTimeout: 60_000, headersTimeout: 600_000, bodyTimeout: 600_000 });
+  t0 = performance.now();
+  constructor(private readonly gatewayUrl: string) {}
+
+  restart(): void {
+    this.t0 = performance.now();
+  }
+
+  async send(group: string, key: string, body: Record<string, unknown>): Promise<Done> {
+    const sentMs = performance.now() - this.t0;
+    try {
+      const response = await request(`${this.gatewayUrl}/v1/chat/completions`, {
+        method: 'POST',
+        dispatcher: this.agent,
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      const text = await response.body.text();
+      const doneMs = performance.now() - this.t0;
+      const reply = replyOf(text);
+      const ok = response.statusCode >= 200 && response.statusCode < 300 && typeof reply.content === 'string' && reply.content.length > 0;
+      return {
+        group,
+        sentMs,
+        doneMs,
+        status: response.statusCode,
+        ok,
+        ...(reply.tier ? { tier: reply.tier } : {}),
+        ...(ok ? {} : { failure: `${response.statusCode} ${text.slice(0, 300)}` }),
+      };
+    } catch (error) {
+      return { group, sentMs, doneMs: performance.now() - this.t0, status: 0, ok: false, failure: (error as Error).message };
+    }
+  }
+
+  close(): Promise<void> {
+    return this.agent.close().catch(() => undefined);
+  }
+}
+
+/** `n` requests fired in one tick, the keys taken in turn. */
+function flood(caller: Caller, group: string, keys: string[], n: number, body: Record<string, unknown>): Promise<Done[]> {
+  return Promise.all(Array.from({ length: n }, (_, i) => caller.send(group, keys[i % keys.length]!, body)));
+}
+
+/** Requests at a steady rate (one every 1/rate s from now, whatever the answers) while `more()` says so. */
+function paced(ratePerS: number, more: () => boolean, fire: () => Promise<Done>): Promise<Done[]> {
+  const started = performance.now();
+  const sent: Array<Promise<Done>> = [];
+  return new Promise((resolve) => {
+    const tick = () => {
+      if (!more()) {
+        resolve(Promise.all(sent));
+        return;
+      }
+      sent.push(fire());
+      const next = started + (sent.length * 1000) / ratePerS;
+      setTimeout(tick, Math.max(0, next - performance.now()));
+    };
+    tick();
+  });
+}
+
+function groupStats(done: Done[], phaseStartMs = 0): GroupStats {
+  const ok = done.filter((d) => d.ok);
+  const statusCodes: Record<string, number> = {};
+  const tiers: Record<string, number> = {};
+  for (const d of done) statusCodes[d.status === 0 ? 'error' : String(d.status)] = (statusCodes[d.status === 0 ? 'error' : String(d.status)] ?? 0) + 1;
+  for (const d of ok) tiers[d.tier ?? '(none)'] = (tiers[d.tier ?? '(none)'] ?? 0) + 1;
+  const firstFailure = done.find((d) => !d.ok)?.failure;
+  return {
+    sent: done.length,
+    ok: ok.length,
+    failed: done.length - ok.length,
+    statusCodes,
+    ...(firstFailure ? { firstFailure } : {}),
+    latency: spread(ok.map((d) => d.doneMs - d.sentMs)),
+    completion: spread(ok.map((d) => d.doneMs - phaseStartMs)),
+    tiers,
+  };
+}
+
+/** Runs `run` and reports what Redis executed meanwhile, per request answered (`requests` of its result). */
+async function withRedis<T>(redis: Redis, run: () => Promise<T>, requests: (value: T) => number): Promise<{ value: T; redis: RedisUse }> {
+  const before = await commandStats(redis);
+  const started = performance.now();
+  const value = await run();
+  const seconds = (performance.now() - started) / 1000;
+  return { value, redis: redisUse(diffCommandStats(before, await commandStats(redis)), requests(value), seconds) };
+}
+
+function redisUse(delta: CommandDelta[], requests: number, seconds: number): RedisUse {
+  const calls = delta.reduce((sum, d) => sum + d.calls, 0);
+  const per = Math.max(1, requests);
+  return {
+    requests,
+    commandsPerRequest: calls / per,
+    commandsPerSecond: calls / Math.max(0.001, seconds),
+    top: delta.slice(0, 8).map((d) => ({ command: d.command, perRequest: d.calls / per })),
+  };
+}
+
+// ---------------------------------------------------------------- the gateway, its accounts
+
+interface Account {
+  id: string;
+  keys: string[];
+}
+
+async function adminCall(gateway: Gateway, method: string, path: string, body?: unknown): Promise<{ status: number; text: string }> {
+  const response = await fetch(`${gateway.url}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    signal: AbortSignal.timeout(10_000),
+  });
+  return { status: response.status, text: await response.text() };
+}
+
+async function adminOk(gateway: Gateway, method: string, path: string, body?: unknown): Promise<Record<string, unknown>> {
+  const { status, text } = await adminCall(gateway, method, path, body);
+  if (status < 200 || status >= 300) throw new Error(`admin ${method} ${path}: ${status} ${text}`);
+  return JSON.parse(text) as Record<string, unknown>;
+}
+
+/** A member account with credit to spare and `keys` keys of no limits. */
+async function makeAccount(gateway: Gateway, name: string, keys: number): Promise<Account> {
+  const account = await adminOk(gateway, 'POST', '/admin/accounts', { email: `bench-${name.toLowerCase()}@example.com`, name: `bench ${name}` });
+  const id = account.id as string;
+  await adminOk(gateway, 'POST', `/admin/accounts/${id}/credits`, { amount_usd: 1_000_000, note: 'bench' });
+  const made: string[] = [];
+  for (let i = 1; i <= keys; i += 1) made.push((await adminOk(gateway, 'POST', '/admin/keys', { name: `${name}-${i}`, account_id: id })).key as string);
+  return { id, keys: made };
+}
+
+/** An empty Redis database and record, then `node dist/bin/start.js` with the admin API on. */
+async function freshGateway(options: { tag: string; fake: Fake; redis: Redis; redisUrl: string; env?: Record<string, string> }): Promise<Gateway> {
+  await options.redis.flushdb();
+  await resetRecordFor(options.redisUrl);
+  return startGateway('start', options.fake.url, options.redisUrl, undefined, {
+    env: { ADMIN_TOKEN: adminToken, ...options.env },
+    logTag: `scheduler-${options.tag}`,
+  });
+}
+
+async function ready(gateway: Gateway, key: string): Promise<Record<string, number>> {
+  await probe(gateway.url, key, Object.values(gateway.children));
+  const pids = discoverProcesses(gateway);
+  log(`  gateway ready: ${Object.entries(pids).map(([n, pid]) => `${n} ${pid}`).join(', ')}`);
+  return pids;
+}
+
+async function waitForIdleVendors(fake: Fake): Promise<void> {
+  await waitUntil(
+    'idle fake vendors',
+    async () => {
+      const stats = await fakeControl(fake, 'GET', '/__stats');
+      return stats.openai!.inFlight === 0 && (stats.anthropic?.inFlight ?? 0) === 0;
+    },
+    120_000,
+  );
+  // The gateway's last releases (vendor slots, locks) after its last answers.
+  await sleep(500);
+}
+
+const chat = (tier?: string, chatModel = model) => ({ ...plainBody, model: chatModel, ...(tier ? { service_tier: tier } : {}) });
+
+/**
+ * Unmeasured requests through each path a scenario takes and with every key it uses, so the measured phases
+ * pay neither for JIT warm-up nor for a key's first lookup (which would let a warm key's flood arrive first).
+ */
+async function warmUp(caller: Caller, accounts: Account[], bodies: Array<Record<string, unknown>>, cap: number): Promise<void> {
+  caller.restart();
+  const keys = accounts.flatMap((a) => a.keys);
+  const n = Math.max(cap * 2, keys.length);
+  const done = (await Promise.all(bodies.map((body) => flood(caller, 'warm-up', keys, n, body)))).flat();
+  const failed = done.filter((d) => !d.ok);
+  if (failed.length > 0) throw new Error(`warm-up: ${failed.length} of ${done.length} failed, e.g. ${failed[0]!.failure}`);
+}
+
+// ---------------------------------------------------------------- 1. latency
+
+interface LoopResult {
+  ok: number;
+  errors: number;
+  non2xx: number;
+  statusCodes: Record<string, number>;
+  latencies: number[];
+  loadgenCpuPct: number | null;
+}
+
+/**
+ * `connections` loops, each sending its next request when the last one answers, for `warmupMs + durationMs`;
+ * only answers that arrive in the last `durationMs` count. `window` runs at the start and end of that window.
+ */
+async function closedLoop(o: {
+  url: string;
+  headers: Record<string, string>;
+  body: string;
+  connections: number;
+  warmupMs: number;
+  durationMs: number;
+  window?: { start(): Promise<void> | void; end(): Promise<void> | void };
+}): Promise<LoopResult> {
+  const agent = new Agent({ connections: o.connections, keepAliveTimeout: 60_000, headersTimeout: 120_000, bodyTimeout: 120_000 });
+  const begun = performance.now();
+  const windowStart = begun + o.warmupMs;
+  const windowEnd = windowStart + o.durationMs;
+  const result: LoopResult = { ok: 0, errors: 0, non2xx: 0, statusCodes: {}, latencies: [], loadgenCpuPct: null };
+  let cpuAtStart: number | undefined;
+  const hooks = (async () => {
+    await sleep(o.warmupMs);
+    cpuAtStart = cpuTimeMs(process.pid);
+    await o.window?.start();
+    await sleep(Math.max(0, windowEnd - performance.now()));
+    const cpuAtEnd = cpuTimeMs(process.pid);
+    if (cpuAtStart !== undefined && cpuAtEnd !== undefined) result.loadgenCpuPct = ((cpuAtEnd - cpuAtStart) / o.durationMs) * 100;
+    await o.window?.end();
+  })();
+  const headers = { ...o.headers, 'content-type': 'application/json' };
+  const loop = async () => {
+    while (performance.now() < windowEnd) {
+      const sent = performance.now();
+      try {
+        const response = await request(o.url, { method: 'POST', dispatcher: agent, headers, body: o.body });
+        await response.body.text();
+        const done = performance.now();
+        if (done < windowStart || done > windowEnd) continue;
+        const code = String(response.statusCode);
+        result.statusCodes[code] = (result.statusCodes[code] ?? 0) + 1;
+        if (response.statusCode >= 200 && response.statusCode < 300) {
+          result.ok += 1;
+          result.latencies.push(done - sent);
+        } else {
+          result.non2xx += 1;
+        }
+      } catch {
+        const done = performance.now();
+        if (done >= windowStart && done <= windowEnd) {
+          result.errors += 1;
+          result.statusCodes.error = (result.statusCodes.error ?? 0) + 1;
+        }
+        // A refused connection must not become a busy loop.
+        await sleep(50);
+      }
+    }
+  };
+  try {
+    await Promise.all(Array.from({ length: o.connections }, loop));
+    await hooks;
+  } finally {
+    await agent.close().catch(() => undefined);
+  }
+  return result;
+}
+
+interface Portkey {
+  child: Child;
+  url: string;
+  version: string;
+}
+
+/** Portkey's gateway from its npm package, as its `start:node` script runs it (headless: no UI). */
+async function startPortkey(): Promise<Portkey> {
+  const dir = join(root, 'node_modules', '@portkey-ai', 'gateway');
+  let version: string;
+  try {
+    version = (JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { version: string }).version;
+  } catch {
+    throw new Error('@portkey-ai/gateway is not installed: run `npm install` (it is a devDependency)');
+  }
+  const port = await freePort();
+  const child = spawnChild(
+    'portkey',
+    [join(dir, 'build', 'start-server.js'), `--port=${port}`, '--headless'],
+    { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', NODE_ENV: 'production' },
+    join(root, 'bench', 'results', 'logs', 'scheduler-portkey.log'),
+  );
+  const url = `http://127.0.0.1:${port}`;
+  await waitUntil('Portkey GET / 200', async () => (await fetch(`${url}/`, { signal: AbortSignal.timeout(1000) })).status === 200, 30_000, [child]);
+  return { child, url, version };
+}
+
+async function runLatency(settings: SchedulerSettings, redis: Redis, redisUrl: string): Promise<LatencyResults> {
+  const fake = await startFake({ latencyMs: settings.latencyMs });
+  log(`scheduler/latency: fake OpenAI (pid ${fake.child.pid}) answering after ${settings.latencyMs} ms`);
+  let gateway: Gateway | undefined;
+  let portkey: Portkey | undefined;
+  try {
+    gateway = await freshGateway({ tag: 'latency', fake, redis, redisUrl });
+    const account = await makeAccount(gateway, 'latency', 1);
+    const pids = await ready(gateway, account.keys[0]!);
+    portkey = await startPortkey();
+    const portkeyHeaders = { 'x-portkey-provider': 'openai', 'x-portkey-custom-host': fake.url, authorization: `Bearer ${upstreamKey}` };
+    const probeDirect = await fetch(`${portkey.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { ...portkeyHeaders, 'content-type': 'application/json' },
+      body: JSON.stringify(plainBody),
+      signal: AbortSignal.timeout(settings.latencyMs + 10_000),
+    });
+    const probeText = await probeDirect.text();
+    if (probeDirect.status !== 200 || replyOf(probeText).content !== FAKE_REPLY_TEXT) throw new Error(`Portkey probe: ${probeDirect.status} ${probeText.slice(0, 300)}`);
+    log(`  Portkey ${portkey.version} (pid ${portkey.child.pid}) answers through the fake`);
+    const idleRss = Object.fromEntries(Object.entries(pids).map(([n, pid]) => [n, rssBytes(pid) ?? null]));
+
+    const targets = {
+      direct: { url: `${fake.url}/chat/completions`, headers: { authorization: `Bearer ${upstreamKey}` } },
+      gateway: { url: `${gateway.url}/v1/chat/completions`, headers: { authorization: `Bearer ${account.keys[0]!}` } },
+      portkey: { url: `${portkey.url}/v1/chat/completions`, headers: portkeyHeaders },
+    };
+    const body = JSON.stringify(plainBody);
+    const cells: LoadCell[] = [];
+    for (const connections of settings.connections) {
+      for (const target of ['direct', 'gateway', 'portkey'] as const) {
+        log(`scheduler/latency: ${target} at ${connections} connections (${settings.warmupS} s warm-up, ${settings.durationS} s measured)`);
+        const isGateway = target === 'gateway';
+        const sampler = new RssSampler(pids);
+        let peak: Record<string, number | null> = {};
+        let before = new Map() as Awaited<ReturnType<typeof commandStats>>;
+        let delta: CommandDelta[] = [];
+        const run = await closedLoop({
+          ...targets[target],
+          body,
+          connections,
+          warmupMs: settings.warmupS * 1000,
+          durationMs: settings.durationS * 1000,
+          ...(isGateway
+            ? {
+                window: {
+                  start: async () => {
+                    sampler.start();
+                    before = await commandStats(redis);
+                  },
+                  end: async () => {
+                    peak = sampler.stop();
+                    delta = diffCommandStats(before, await commandStats(redis));
+                  },
+                },
+              }
+            : {}),
+        });
+        const cell: LoadCell = {
+          target,
+          connections,
+          measuredS: settings.durationS,
+          ok: run.ok,
+          rps: run.ok / settings.durationS,
+          latency: spread(run.latencies),
+          errors: run.errors,
+          non2xx: run.non2xx,
+          statusCodes: run.statusCodes,
+          loadgenCpuPct: run.loadgenCpuPct,
+        };
+        if (isGateway) {
+          const idleSum = Object.values(idleRss).reduce<number>((s, v) => s + (v ?? 0), 0);
+          const peakSum = Object.values(peak).reduce<number>((s, v) => s + (v ?? 0), 0);
+          cell.rss = { idle: idleRss, peak, idleSum, peakSum, perThousandInFlight: ((peakSum - idleSum) * 1000) / connections };
+          cell.redis = redisUse(delta, run.ok + run.non2xx, settings.durationS);
+        }
+        log(`  ${Math.round(cell.rps)} req/s, p50 ${Math.round(cell.latency.p50)} ms, p99 ${Math.round(cell.latency.p99)} ms, ${cell.errors} errors, ${cell.non2xx} non-2xx`);
+        cells.push(cell);
+        if (isGateway) await waitForIdleVendors(fake);
+      }
+    }
+
+    const bars: Bar[] = [];
+    const at = (target: LoadCell['target'], connections: number) => cells.find((c) => c.target === target && c.connections === connections);
+    const first = settings.connections[0]!;
+    const last = settings.connections[settings.connections.length - 1]!;
+    const gwFirst = at('gateway', first);
+    const directFirst = at('direct', first);
+    if (gwFirst && directFirst) {
+      bars.push({ name: `latency: gateway ÷ direct at ${first}`, target: '≥ 0.90×', actual: `${(gwFirst.rps / directFirst.rps).toFixed(2)}×`, pass: gwFirst.rps >= 0.9 * directFirst.rps });
+    }
+    const gwLast = at('gateway', last);
+    const portkeyLast = at('portkey', last);
+    if (gwLast && portkeyLast) {
+      bars.push({ name: `latency: gateway ÷ Portkey at ${last}`, target: '≥ 1.20×', actual: `${(gwLast.rps / portkeyLast.rps).toFixed(2)}×`, pass: gwLast.rps >= 1.2 * portkeyLast.rps });
+    }
+    for (const c of cells.filter((x) => x.target === 'gateway')) {
+      bars.push({ name: `latency: gateway at ${c.connections}, no errors`, target: '0 errors, 0 non-2xx', actual: `${c.errors} errors, ${c.non2xx} non-2xx`, pass: c.errors === 0 && c.non2xx === 0 });
+    }
+    for (const c of cells.filter((x) => x.target === 'direct')) {
+      const ideal = (c.connections * 1000) / settings.latencyMs;
+      bars.push({
+        name: `latency: the load generator keeps up (direct at ${c.connections})`,
+        target: `≥ 0.90 × ${Math.round(ideal)} req/s`,
+        actual: `${Math.round(c.rps)} req/s`,
+        pass: c.rps >= 0.9 * ideal,
+        informational: true,
+      });
+    }
+    return { cells, processes: { ...pids, fake: fake.child.pid, portkey: portkey.child.pid }, portkeyVersion: portkey.version, bars };
+  } finally {
+    if (portkey) await portkey.child.stop();
+    if (gateway) await stopGateway(gateway);
+    await fake.child.stop();
+  }
+}
+
+// ---------------------------------------------------------------- 2. noisy neighbour
+
+const capEnv = (cap: number) => ({ OPENAI_MAX_CONCURRENCY: String(cap) });
+
+async function runNoisy(settings: SchedulerSettings, redis: Redis, redisUrl: string): Promise<NoisyResults> {
+  const { cap, vendorMs, ratePerS } = settings;
+  const fake = await startFake({ latencyMs: vendorMs, cap, vendors: ['openai', 'anthropic'], anthropicLatencyMs: vendorMs });
+  log(`scheduler/noisy: fake OpenAI (${vendorMs} ms, 429 beyond ${cap}) and Anthropic (${vendorMs} ms, no cap), pid ${fake.child.pid}`);
+  let gateway: Gateway | undefined;
+  const caller = { current: undefined as Caller | undefined };
+  try {
+    gateway = await freshGateway({ tag: 'noisy', fake, redis, redisUrl, env: { ...capEnv(cap), ANTHROPIC_API_KEY: 'sk-ant-bench', ANTHROPIC_BASE_URL: fake.anthropicUrl! } });
+    const A = await makeAccount(gateway, 'A', 4);
+    const B = await makeAccount(gateway, 'B', 1);
+    const C = await makeAccount(gateway, 'C', 1);
+    await ready(gateway, B.keys[0]!);
+    caller.current = new Caller(gateway.url);
+    const call = caller.current;
+    await warmUp(call, [A, B, C], [chat(), chat(undefined, anthropicModel)], cap);
+    await waitForIdleVendors(fake);
+
+    log(`scheduler/noisy: B (OpenAI) and C (Anthropic) alone, ${ratePerS}/s each for ${settings.aloneS} s`);
+    call.restart();
+    const aloneUntil = performance.now() + settings.aloneS * 1000;
+    const alone = await withRedis(
+      redis,
+      () =>
+        Promise.all([
+          paced(ratePerS, () => performance.now() < aloneUntil, () => call.send('B', B.keys[0]!, chat())),
+          paced(ratePerS, () => performance.now() < aloneUntil, () => call.send('C', C.keys[0]!, chat(undefined, anthropicModel))),
+        ]),
+      ([b, c]) => b.length + c.length,
+    );
+    await waitForIdleVendors(fake);
+    await fakeControl(fake, 'POST', '/__reset');
+
+    log(`scheduler/noisy: A floods ${settings.noisyFlood} at once over ${A.keys.length} keys; B and C keep sending ${ratePerS}/s`);
+    call.restart();
+    const during = await withRedis(
+      redis,
+      async () => {
+        let flooding = true;
+        const a = flood(call, 'A', A.keys, settings.noisyFlood, chat()).then((done) => {
+          flooding = false;
+          return done;
+        });
+        const [b, c] = await Promise.all([
+          paced(ratePerS, () => flooding, () => call.send('B', B.keys[0]!, chat())),
+          paced(ratePerS, () => flooding, () => call.send('C', C.keys[0]!, chat(undefined, anthropicModel))),
+        ]);
+        return { a: await a, b, c };
+      },
+      ({ a, b, c }) => a.length + b.length + c.length,
+    );
+    const stats = await fakeControl(fake, 'GET', '/__stats');
+    const { a, b, c } = during.value;
+    const drainMs = Math.max(...a.map((d) => d.doneMs));
+    const capacityMs = (settings.noisyFlood * vendorMs) / cap;
+    const result: NoisyResults = {
+      alone: { B: groupStats(alone.value[0]), C: groupStats(alone.value[1]), redis: alone.redis },
+      flood: { A: groupStats(a), B: groupStats(b), C: groupStats(c), redis: during.redis },
+      drainMs,
+      capacityMs,
+      vendor: { openaiMaxInFlight: stats.openai!.maxInFlight, openaiOverCap: stats.openai!.overCap ?? 0, anthropicMaxInFlight: stats.anthropic?.maxInFlight ?? null },
+      bars: [],
+    };
+    const f = result.flood;
+    for (const name of ['B', 'C'] as const) {
+      const aloneP95 = result.alone[name].latency.p95;
+      const floodP95 = f[name].latency.p95;
+      result.bars.push({
+        name: `noisy: ${name} (${name === 'B' ? 'same vendor' : 'other vendor'}) p95 during the flood`,
+        target: `≤ alone + 500 ms (${Math.round(aloneP95 + 500)} ms)`,
+        actual: `${Math.round(floodP95)} ms`,
+        pass: floodP95 <= aloneP95 + 500 && f[name].failed === 0,
+      });
+    }
+    result.bars.push({
+      name: `noisy: A's ${settings.noisyFlood} drain`,
+      target: `≤ 1.1 × ${(capacityMs / 1000).toFixed(1)} s`,
+      actual: `${(drainMs / 1000).toFixed(2)} s (${(drainMs / capacityMs).toFixed(2)}×)`,
+      pass: drainMs <= 1.1 * capacityMs,
+    });
+    result.bars.push({
+      name: 'noisy: every request answered, vendor cap kept',
+      target: `0 failed, vendor ≤ ${cap}, 0 × 429 at vendor`,
+      actual: `${f.A.failed + f.B.failed + f.C.failed} failed, vendor max ${result.vendor.openaiMaxInFlight}, ${result.vendor.openaiOverCap} × 429`,
+      pass: f.A.failed + f.B.failed + f.C.failed === 0 && result.vendor.openaiOverCap === 0,
+    });
+    log(`  drain ${(drainMs / 1000).toFixed(2)} s (capacity ${(capacityMs / 1000).toFixed(1)} s); B p95 ${Math.round(f.B.latency.p95)} ms, C p95 ${Math.round(f.C.latency.p95)} ms`);
+    return result;
+  } finally {
+    await caller.current?.close();
+    if (gateway) await stopGateway(gateway);
+    await fake.child.stop();
+  }
+}
+
+// ---------------------------------------------------------------- 3. shares
+
+const pct = (part: number, whole: number) => (whole === 0 ? Number.NaN : (part / whole) * 100);
+
+function shareRun(x: Done[], y: Done[], cap: number, weights: ShareRun['weights'], redis: RedisUse, vendor: ShareRun['vendor'], weightAnswer?: string): ShareRun {
+  const all = [...x, ...y].filter((d) => d.ok).sort((p, q) => p.doneMs - q.doneMs);
+  const half = all.slice(0, Math.floor((x.length + y.length) / 2));
+  const countX = (list: Done[]) => list.filter((d) => d.group === 'X').length;
+  // The account that finished first stops being backlogged when it has only `cap` requests left.
+  const doneTimes = (list: Done[]) => list.filter((d) => d.ok).map((d) => d.doneMs).sort((p, q) => p - q);
+  const xs = doneTimes(x);
+  const ys = doneTimes(y);
+  const cutAt = (times: number[]) => times[Math.max(0, times.length - cap - 1)] ?? 0;
+  const cut = Math.min(cutAt(xs), cutAt(ys));
+  const window = all.filter((d) => d.doneMs <= cut);
+  return {
+    weights,
+    ...(weightAnswer !== undefined ? { weightAnswer } : {}),
+    X: groupStats(x),
+    Y: groupStats(y),
+    firstHalf: { X: pct(countX(half), half.length), Y: pct(half.length - countX(half), half.length) },
+    backlogged: { completions: window.length, ms: cut, X: pct(countX(window), window.length), Y: pct(window.length - countX(window), window.length) },
+    redis,
+    vendor,
+  };
+}
+
+async function runShares(settings: SchedulerSettings, redis: Redis, redisUrl: string): Promise<SharesResults> {
+  const { cap, vendorMs } = settings;
+  const n = settings.shareFlood;
+  const fake = await startFake({ latencyMs: vendorMs, cap });
+  log(`scheduler/shares: fake OpenAI (${vendorMs} ms, 429 beyond ${cap}), pid ${fake.child.pid}`);
+  let gateway: Gateway | undefined;
+  let call: Caller | undefined;
+  try {
+    gateway = await freshGateway({ tag: 'shares', fake, redis, redisUrl, env: capEnv(cap) });
+    const X = await makeAccount(gateway, 'X', 6);
+    const Y = await makeAccount(gateway, 'Y', 1);
+    await ready(gateway, Y.keys[0]!);
+    call = new Caller(gateway.url);
+    await warmUp(call, [X, Y], [chat()], cap);
+
+    const once = async (weights: ShareRun['weights'], weightAnswer?: string): Promise<ShareRun> => {
+      await waitForIdleVendors(fake);
+      await fakeControl(fake, 'POST', '/__reset');
+      log(`scheduler/shares: X (${X.keys.length} keys, weight ${weights.X}) and Y (1 key, weight ${weights.Y}) flood ${n} each at once`);
+      call!.restart();
+      const run = await withRedis(
+        redis,
+        // X's requests go out first, in the same tick: arrival order alone would serve X first.
+        () => Promise.all([flood(call!, 'X', X.keys, n, chat()), flood(call!, 'Y', Y.keys, n, chat())]),
+        ([x, y]) => x.length + y.length,
+      );
+      const stats = (await fakeControl(fake, 'GET', '/__stats')).openai!;
+      const result = shareRun(run.value[0], run.value[1], cap, weights, run.redis, { maxInFlight: stats.maxInFlight, overCap: stats.overCap ?? 0 }, weightAnswer);
+      log(`  first half X:Y ${result.firstHalf.X.toFixed(1)} : ${result.firstHalf.Y.toFixed(1)}, while both backlogged ${result.backlogged.X.toFixed(1)} : ${result.backlogged.Y.toFixed(1)}`);
+      return result;
+    };
+
+    const equal = await once({ X: 1, Y: 1 });
+    const answer = await adminCall(gateway, 'PATCH', `/admin/accounts/${Y.id}`, { weight: 3 });
+    const weightAnswer = `${answer.status}${answer.status >= 300 ? ` ${answer.text.slice(0, 200)}` : ''}`;
+    if (answer.status >= 300) log(`  PATCH weight 3 refused: ${weightAnswer} (measuring anyway)`);
+    // Key and account changes reach every api within a second.
+    await sleep(1500);
+    const weighted = await once({ X: 1, Y: 3 }, weightAnswer);
+
+    const bars: Bar[] = [
+      {
+        name: `shares: ${n} + ${n}, X over 6 keys, Y over 1, equal weights`,
+        target: 'first half 50:50 ± 5',
+        actual: `${equal.firstHalf.X.toFixed(1)} : ${equal.firstHalf.Y.toFixed(1)}`,
+        pass: Math.abs(equal.firstHalf.X - 50) <= 5,
+      },
+      {
+        name: `shares: the same, Y at weight 3`,
+        target: 'X:Y 25:75 ± 5 while both backlogged',
+        actual: `${weighted.backlogged.X.toFixed(1)} : ${weighted.backlogged.Y.toFixed(1)}`,
+        pass: Math.abs(weighted.backlogged.Y - 75) <= 5,
+      },
+      {
+        name: 'shares: every request answered, vendor cap kept',
+        target: `0 failed, 0 × 429 at vendor`,
+        actual: `${equal.X.failed + equal.Y.failed + weighted.X.failed + weighted.Y.failed} failed, ${equal.vendor.overCap + weighted.vendor.overCap} × 429`,
+        pass: equal.X.failed + equal.Y.failed + weighted.X.failed + weighted.Y.failed === 0 && equal.vendor.overCap + weighted.vendor.overCap === 0,
+      },
+    ];
+    return { equal, weighted, bars };
+  } finally {
+    await call?.close();
+    if (gateway) await stopGateway(gateway);
+    await fake.child.stop();
+  }
+}
+
+// ---------------------------------------------------------------- 4. tiers
+
+async function runTiers(settings: SchedulerSettings, redis: Redis, redisUrl: string): Promise<TiersResults> {
+  const { cap, vendorMs, ratePerS } = settings;
+  const n = settings.tierFlood;
+  const fake = await startFake({ latencyMs: vendorMs, cap });
+  log(`scheduler/tiers: fake OpenAI (${vendorMs} ms, 429 beyond ${cap}), pid ${fake.child.pid}`);
+  let gateway: Gateway | undefined;
+  let call: Caller | undefined;
+  try {
+    gateway = await freshGateway({ tag: 'tiers', fake, redis, redisUrl, env: capEnv(cap) });
+    const F = await makeAccount(gateway, 'F', 1);
+    const D = await makeAccount(gateway, 'D', 1);
+    const P = await makeAccount(gateway, 'P', 1);
+    await ready(gateway, P.keys[0]!);
+    call = new Caller(gateway.url);
+    await warmUp(call, [F, D, P], [chat('flex'), chat('default'), chat('priority')], cap);
+    await waitForIdleVendors(fake);
+
+    log(`scheduler/tiers: priority alone, ${ratePerS}/s for ${settings.aloneS} s`);
+    call.restart();
+    const until = performance.now() + settings.aloneS * 1000;
+    const alone = await withRedis(redis, () => paced(ratePerS, () => performance.now() < until, () => call!.send('priority', P.keys[0]!, chat('priority'))), (p) => p.length);
+    await waitForIdleVendors(fake);
+    await fakeControl(fake, 'POST', '/__reset');
+
+    log(`scheduler/tiers: flex and default floods of ${n} at once (flex sent first), priority ${ratePerS}/s meanwhile`);
+    call.restart();
+    const floods = await withRedis(
+      redis,
+      async () => {
+        let flooding = true;
+        const both = Promise.all([flood(call!, 'flex', F.keys, n, chat('flex')), flood(call!, 'default', D.keys, n, chat('default'))]).then((done) => {
+          flooding = false;
+          return done;
+        });
+        const priority = await paced(ratePerS, () => flooding, () => call!.send('priority', P.keys[0]!, chat('priority')));
+        const [flex, standard] = await both;
+        return { flex, standard, priority };
+      },
+      ({ flex, standard, priority }) => flex.length + standard.length + priority.length,
+    );
+    const stats = (await fakeControl(fake, 'GET', '/__stats')).openai!;
+    const flex = groupStats(floods.value.flex);
+    const standard = groupStats(floods.value.standard);
+    const priority = groupStats(floods.value.priority);
+    const aloneStats = groupStats(alone.value);
+    const medianRatio = standard.completion.p50 / flex.completion.p50;
+    const failed = flex.failed + standard.failed + priority.failed;
+    const bars: Bar[] = [
+      {
+        name: `tiers: default flood's median completion ÷ flex flood's`,
+        target: '< 0.67',
+        actual: `${medianRatio.toFixed(2)} (${(standard.completion.p50 / 1000).toFixed(2)} s ÷ ${(flex.completion.p50 / 1000).toFixed(2)} s)`,
+        pass: medianRatio < 0.67,
+      },
+      {
+        name: 'tiers: priority p95 during both floods',
+        target: `≤ alone + 500 ms (${Math.round(aloneStats.latency.p95 + 500)} ms)`,
+        actual: `${Math.round(priority.latency.p95)} ms`,
+        pass: priority.latency.p95 <= aloneStats.latency.p95 + 500 && priority.failed === 0,
+      },
+      {
+        name: 'tiers: every request answered, vendor cap kept',
+        target: '0 failed, 0 × 429 at vendor',
+        actual: `${failed} failed, ${stats.overCap ?? 0} × 429`,
+        pass: failed === 0 && (stats.overCap ?? 0) === 0,
+      },
+    ];
+    log(`  median completion default ${Math.round(standard.completion.p50)} ms, flex ${Math.round(flex.completion.p50)} ms; priority p95 ${Math.round(priority.latency.p95)} ms`);
+    return {
+      alone: { priority: aloneStats, redis: alone.redis },
+      floods: { flex, default: standard, priority, redis: floods.redis },
+      medianRatio,
+      vendor: { maxInFlight: stats.maxInFlight, overCap: stats.overCap ?? 0 },
+      bars,
+    };
+  } finally {
+    await call?.close();
+    if (gateway) await stopGateway(gateway);
+    await fake.child.stop();
+  }
+}
+
+// ---------------------------------------------------------------- the section
+
+export async function runScheduler(options: { settings: SchedulerSettings; redis: Redis; redisUrl: string }): Promise<SchedulerResults> {
+  const { settings, redis, redisUrl } = options;
+  const has = (s: SchedulerScenario) => settings.scenarios.includes(s);
+  const latency = has('latency') ? await runLatency(settings, redis, redisUrl) : undefined;
+  const noisy = has('noisy') ? await runNoisy(settings, redis, redisUrl) : undefined;
+  const shares = has('shares') ? await runShares(settings, redis, redisUrl) : undefined;
+  const tiers = has('tiers') ? await runTiers(settings, redis, redisUrl) : undefined;
+  await redis.flushdb();
+  const bars = [...(latency?.bars ?? []), ...(noisy?.bars ?? []), ...(shares?.bars ?? []), ...(tiers?.bars ?? [])];
+  return { settings, ...(latency ? { latency } : {}), ...(noisy ? { noisy } : {}), ...(shares ? { shares } : {}), ...(tiers ? { tiers } : {}), bars };
+}
+
+// ---------------------------------------------------------------- tables
+
+const ms0 = (v: number) => (Number.isNaN(v) ? '-' : String(Math.round(v)));
+const int = (v: number) => Math.round(v).toLocaleString('en-US');
+const mib = (bytes: number | null | undefined) => (bytes == null ? '-' : (bytes / 1024 / 1024).toFixed(0));
+const share = (v: number) => (Number.isNaN(v) ? '-' : v.toFixed(1));
+const codes = (g: GroupStats) => Object.entries(g.statusCodes).filter(([c]) => c !== '200').map(([c, k]) => `${c}×${k}`).join(' ');
+const tierList = (g: GroupStats) => Object.entries(g.tiers).map(([t, k]) => `${t} ${k}`).join(', ');
+
+function groupRow(phase: string, name: string, g: GroupStats, extra: string[] = []): string[] {
+  return [phase, name, String(g.sent), String(g.ok), `${g.failed}${codes(g) ? ` (${codes(g)})` : ''}`, ms0(g.latency.p50), ms0(g.latency.p95), ms0(g.latency.p99), ms0(g.latency.max), ...extra];
+}
+
+const groupHeader = ['phase', 'account', 'sent', '2xx', 'failed', 'p50 ms', 'p95 ms', 'p99 ms', 'max ms'];
+
+function redisLine(label: string, r: RedisUse): string {
+  return `${label}: ${r.commandsPerRequest.toFixed(1)} Redis commands per request (${int(r.commandsPerSecond)}/s over ${r.requests} requests; ${r.top
+    .slice(0, 5)
+    .map((t) => `${t.command} ${t.perRequest.toFixed(1)}`)
+    .join(', ')})`;
+}
+
+export function renderScheduler(results: SchedulerResults): string {
+  const { settings } = results;
+  const out: string[] = [];
+  out.push(`Scheduler: every scenario against a fresh \`node dist/bin/start.js\` (no worker settings) on an emptied Redis database and record`);
+  const lat = results.latency;
+  if (lat) {
+    out.push('');
+    out.push(
+      `Latency: fake OpenAI answering after ${settings.latencyMs} ms, no cap; closed loop (undici), ${settings.warmupS} s warm-up then ${settings.durationS} s measured per cell; ` +
+        `Portkey ${lat.portkeyVersion} headless, pointed at the fake with x-portkey-provider/x-portkey-custom-host; RSS of the gateway = api + worker, per 1,000 in flight = (peak − idle) × 1,000 ÷ connections`,
+    );
+    const rows = lat.cells.map((c) => {
+      const direct = lat.cells.find((d) => d.target === 'direct' && d.connections === c.connections);
+      const portkey = lat.cells.find((d) => d.target === 'portkey' && d.connections === c.connections);
+      return [
+        String(c.connections),
+        c.target,
+        int(c.rps),
+        ms0(c.latency.p50),
+        ms0(c.latency.p99),
+        String(c.errors + c.non2xx),
+        direct ? `${(c.rps / direct.rps).toFixed(2)}×` : '-',
+        c.target === 'gateway' && portkey ? `${(c.rps / portkey.rps).toFixed(2)}×` : '',
+        c.rss ? `${mib(c.rss.idleSum)} → ${mib(c.rss.peakSum)}` : '',
+        c.rss ? mib(c.rss.perThousandInFlight) : '',
+        c.redis ? c.redis.commandsPerRequest.toFixed(1) : '',
+        c.loadgenCpuPct === null ? '-' : `${Math.round(c.loadgenCpuPct)}%`,
+      ];
+    });
+    out.push(table(['conns', 'target', 'req/s', 'p50 ms', 'p99 ms', 'errors', '× direct', '× Portkey', 'RSS MiB idle → peak', 'MiB per 1,000', 'Redis cmds/req', 'loadgen CPU'], rows));
+  }
+  const noisy = results.noisy;
+  if (noisy) {
+    out.push('');
+    out.push(
+      `Noisy neighbour: OpenAI capped at ${settings.cap} (OPENAI_MAX_CONCURRENCY; the fake answers 429 above), ${settings.vendorMs} ms; Anthropic ${settings.vendorMs} ms, no cap. ` +
+        `A floods ${settings.noisyFlood} at once over 4 keys; B (OpenAI) and C (Anthropic) send ${settings.ratePerS}/s, alone for ${settings.aloneS} s, then during the flood`,
+    );
+    out.push(
+      table(groupHeader, [
+        groupRow('alone', 'B (OpenAI)', noisy.alone.B),
+        groupRow('alone', 'C (Anthropic)', noisy.alone.C),
+        groupRow('flood', 'A (OpenAI, flood)', noisy.flood.A),
+        groupRow('flood', 'B (OpenAI)', noisy.flood.B),
+        groupRow('flood', 'C (Anthropic)', noisy.flood.C),
+      ]),
+    );
+    out.push(
+      `A drained in ${(noisy.drainMs / 1000).toFixed(2)} s against ${(noisy.capacityMs / 1000).toFixed(1)} s of vendor capacity (${(noisy.drainMs / noisy.capacityMs).toFixed(2)}×); ` +
+        `vendor max in flight OpenAI ${noisy.vendor.openaiMaxInFlight} (${noisy.vendor.openaiOverCap} × 429), Anthropic ${noisy.vendor.anthropicMaxInFlight ?? '-'}`,
+    );
+    out.push(redisLine('alone', noisy.alone.redis));
+    out.push(redisLine('flood', noisy.flood.redis));
+  }
+  const shares = results.shares;
+  if (shares) {
+    out.push('');
+    out.push(
+      `Shares: OpenAI capped at ${settings.cap}, ${settings.vendorMs} ms; X (6 keys) and Y (1 key) flood ${settings.shareFlood} each at once, X's sent first. ` +
+        `Shares (%) of the first half of completions, and while both were backlogged (until the first to finish had ≤ ${settings.cap} left)`,
+    );
+    out.push(
+      table(
+        ['weights X:Y', 'PATCH', 'first half X : Y', 'backlogged X : Y', 'backlogged completions', 'backlogged s', 'X drain s', 'Y drain s', 'failed', 'vendor max (429s)', 'Redis cmds/req'],
+        [shares.equal, shares.weighted].map((r) => [
+          `${r.weights.X}:${r.weights.Y}`,
+          r.weightAnswer ?? '-',
+          `${share(r.firstHalf.X)} : ${share(r.firstHalf.Y)}`,
+          `${share(r.backlogged.X)} : ${share(r.backlogged.Y)}`,
+          String(r.backlogged.completions),
+          (r.backlogged.ms / 1000).toFixed(2),
+          (r.X.completion.max / 1000).toFixed(2),
+          (r.Y.completion.max / 1000).toFixed(2),
+          String(r.X.failed + r.Y.failed),
+          `${r.vendor.maxInFlight} (${r.vendor.overCap})`,
+          r.redis.commandsPerRequest.toFixed(1),
+        ]),
+      ),
+    );
+  }
+  const tiers = results.tiers;
+  if (tiers) {
+    out.push('');
+    out.push(
+      `Tiers: OpenAI capped at ${settings.cap}, ${settings.vendorMs} ms; a flex flood and a default flood of ${settings.tierFlood} at once (flex sent first), ` +
+        `priority ${settings.ratePerS}/s from a third account, alone for ${settings.aloneS} s, then during both floods. Completion = from the floods' start to the answer`,
+    );
+    const completion = (g: GroupStats) => [ms0(g.completion.p50), ms0(g.completion.max), tierList(g)];
+    out.push(
+      table(
+        [...groupHeader, 'completion p50 ms', 'completion max ms', 'service_tier echoed'],
+        [
+          groupRow('alone', 'priority', tiers.alone.priority, ['', '', tierList(tiers.alone.priority)]),
+          groupRow('floods', 'flex', tiers.floods.flex, completion(tiers.floods.flex)),
+          groupRow('floods', 'default', tiers.floods.default, completion(tiers.floods.default)),
+          groupRow('floods', 'priority', tiers.floods.priority, ['', '', tierList(tiers.floods.priority)]),
+        ],
+      ),
+    );
+    out.push(`default ÷ flex median completion ${tiers.medianRatio.toFixed(2)}; vendor max in flight ${tiers.vendor.maxInFlight} (${tiers.vendor.overCap} × 429)`);
+    out.push(redisLine('alone', tiers.alone.redis));
+    out.push(redisLine('floods', tiers.floods.redis));
+  }
+  return out.join('\n').trimEnd();
+}
