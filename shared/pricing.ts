@@ -3,6 +3,7 @@ import { z } from 'zod';
 import type { Catalog, CatalogModel } from './catalog.js';
 import type { Config } from './config.js';
 import type { EndpointRequest } from './endpoints.js';
+import { ratioText, servingTier, serviceTiers, unitPrices, type ServiceTier, type ServiceTierPrices } from './service-tier.js';
 
 /*
  * Exact billing in integer micro-dollars (1 USD = 1,000,000 micros): a sum
@@ -235,20 +236,37 @@ function completionChoices(payload: Extract<EndpointRequest, { endpoint: 'comple
   return prompts * Math.max(payload.n ?? 1, payload.best_of ?? 1);
 }
 
+/** The tier a request is served in, from what it names (chat: `service_tier`; Responses: its shell's), as its job carries it. */
+function requestTier(request: EndpointRequest): ServiceTier {
+  if (request.endpoint === 'chat.completions') return servingTier(request.payload.service_tier);
+  if (request.endpoint === 'responses') return request.payload.shell.service_tier ?? 'default';
+  return 'default';
+}
+
 /**
  * The prices in effect: the catalog's, each model's replaced whole by a
  * pricing file's entry, and a markup on every total.
  */
 export class PriceList {
   readonly markupPercent: number;
+  /** Each tier's token prices as a multiple of the listed ones (SERVICE_TIER_PRICE_*), exact ratios. */
+  readonly tierPrices: ServiceTierPrices;
   private readonly models = new Map<string, CatalogModel>();
   private readonly prices = new Map<string, { pricing: Pricing; compiled: Compiled }>();
 
   /** `overrides` replace a model's whole pricing (a field left out is no price), as `PRICING_FILE` does. */
-  constructor(models: Iterable<CatalogModel>, options: { overrides?: Readonly<Record<string, Pricing>>; markupPercent?: number } = {}) {
+  constructor(models: Iterable<CatalogModel>, options: { overrides?: Readonly<Record<string, Pricing>>; markupPercent?: number; tierPrices?: ServiceTierPrices } = {}) {
     const markup = options.markupPercent ?? 0;
     if (!Number.isSafeInteger(markup) || markup < 0) throw new RangeError(`markup percent must be an integer ≥ 0, got ${markup}`);
     this.markupPercent = markup;
+    const tierPrices = options.tierPrices ?? unitPrices;
+    for (const tier of serviceTiers) {
+      const { numerator, denominator } = tierPrices[tier];
+      if (!Number.isSafeInteger(numerator) || numerator < 0 || !Number.isSafeInteger(denominator) || denominator < 1) {
+        throw new RangeError(`the ${tier} tier's price multiple must be a ratio of integers ≥ 0, got ${numerator}/${denominator}`);
+      }
+    }
+    this.tierPrices = tierPrices;
     const add = (id: string, raw: unknown, schema: z.ZodType<Pricing>) => {
       const parsed = schema.safeParse(raw);
       if (!parsed.success) throw new Error(`bad pricing for '${id}': ${z.prettifyError(parsed.error)}`);
@@ -265,10 +283,11 @@ export class PriceList {
     }
   }
 
-  /** The catalog's prices, `pricingFile`'s over them, and `pricingMarkupPercent`. A bad file throws, naming it and the problem. */
-  static load(catalog: Catalog, config: Pick<Config, 'pricingFile' | 'pricingMarkupPercent'>): PriceList {
+  /** The catalog's prices, `pricingFile`'s over them, `pricingMarkupPercent` and the tiers' `serviceTierPrices`. A bad file throws, naming it and the problem. */
+  static load(catalog: Catalog, config: Pick<Config, 'pricingFile' | 'pricingMarkupPercent'> & Partial<Pick<Config, 'serviceTierPrices'>>): PriceList {
     const markupPercent = config.pricingMarkupPercent;
-    if (!config.pricingFile) return new PriceList(catalog.all(), { markupPercent });
+    const tierPrices = config.serviceTierPrices ?? unitPrices;
+    if (!config.pricingFile) return new PriceList(catalog.all(), { markupPercent, tierPrices });
     const file = config.pricingFile;
     let raw: unknown;
     try {
@@ -280,7 +299,7 @@ export class PriceList {
     if (!parsed.success) throw new Error(`pricing file ${file}: ${z.prettifyError(parsed.error)}`);
     const unknown = Object.keys(parsed.data.models).filter((id) => catalog.get(id) === undefined);
     if (unknown.length > 0) throw new Error(`pricing file ${file}: not in the catalog: ${unknown.join(', ')}`);
-    return new PriceList(catalog.all(), { overrides: parsed.data.models, markupPercent });
+    return new PriceList(catalog.all(), { overrides: parsed.data.models, markupPercent, tierPrices });
   }
 
   has(modelId: string): boolean {
@@ -308,9 +327,15 @@ export class PriceList {
     return scale(this.pricing(modelId), '') as Pricing;
   }
 
+  /** Each tier's token prices as a multiple of the listed ones, as exact decimals (`{priority: '2', default: '1', flex: '0.5'}`). */
+  tierMultiples(): Record<ServiceTier, string> {
+    return { priority: ratioText(this.tierPrices.priority), default: ratioText(this.tierPrices.default), flex: ratioText(this.tierPrices.flex) };
+  }
+
   /**
    * The exact charge for what a request used, in integer micros, markup
-   * included. Each component is ceil(quantity × price) in micros: tokens
+   * included. The token part is at the prices of the tier that served it
+   * (`tier`: the listed ones times its multiple, rounded up once, before the markup). Each component is ceil(quantity × price) in micros: tokens
    * at micros per 1M, audio at micros per minute pro-rated per whole second,
    * video per whole second, images per image (an image without a size is
    * the model's `default_size`, the size the vendor then makes; without one
@@ -321,7 +346,7 @@ export class PriceList {
    * know the hour, and the standard price is the higher one. A quantity
    * with no price (tokens of an image-only model) costs nothing.
    */
-  costMicros(modelId: string, metered: Metered): number {
+  costMicros(modelId: string, metered: Metered, tier: ServiceTier = 'default'): number {
     const price = this.entry(modelId).compiled;
     const input = whole('inputTokens', metered.inputTokens);
     const cached = Math.min(whole('cachedTokens', metered.cachedTokens), input);
@@ -333,13 +358,15 @@ export class PriceList {
     const images = whole('images', metered.images);
     const audioSeconds = whole('audioSeconds', metered.audioSeconds);
     const videoSeconds = whole('videoSeconds', metered.videoSeconds);
-    const cost =
+    const tokenCost =
       tokens(input - cached - cacheWrite - audioIn, rates.input) +
       tokens(cached, rates.cached) +
       tokens(cacheWrite, rates.cacheWrite) +
       tokens(audioIn, rates.audioInput) +
       tokens(output - audioOut, rates.output) +
-      tokens(audioOut, rates.audioOutput) +
+      tokens(audioOut, rates.audioOutput);
+    const cost =
+      this.tiered(tokenCost, tier) +
       (images === 0 ? 0 : images * imageMicros(price.perImage, 'cheapest', metered.imageSize ?? this.models.get(modelId)?.default_size, metered.imageQuality)) +
       (audioSeconds === 0 ? 0 : mulCeilDiv(audioSeconds, price.perMinute ?? 0, 60)) +
       (videoSeconds === 0 ? 0 : videoSeconds * videoMicros(price, 'cheapest', metered.videoSize));
@@ -363,6 +390,9 @@ export class PriceList {
    *   until decoded); a model without `per_minute` reserves its token prices
    *   (prompt plus `max_output_tokens`), which cannot include audio tokens.
    * - videos: `seconds` at the per-second price of the size.
+   * Chat and Responses requests are priced in the tier they name
+   * (`service_tier`, read as `servingTier` reads it for the job), as the
+   * charge will be.
    */
   worstCaseMicros(modelId: string, request: EndpointRequest, promptTokens: number, maxAudioSeconds = DEFAULT_MAX_AUDIO_SECONDS): WorstCase {
     const price = this.entry(modelId).compiled;
@@ -379,7 +409,7 @@ export class PriceList {
       return modelMax > 0 ? Math.min(most, modelMax) : most;
     };
     const generating = (maxOutput: number) => ({
-      micros: this.marked(promptCost + mulCeilDiv(maxOutput, rates.output, TOKENS_PER_PRICE)),
+      micros: this.marked(this.tiered(promptCost + mulCeilDiv(maxOutput, rates.output, TOKENS_PER_PRICE), requestTier(request))),
       tokens: prompt + maxOutput,
     });
     const only = (cost: number) => ({ micros: this.marked(cost), tokens: prompt });
@@ -424,6 +454,12 @@ export class PriceList {
   private ratesFor(price: Compiled, promptTokens: number): TokenRates {
     const long = price.longContext;
     return long && promptTokens > long.aboveTokens ? long.rates : price.rates;
+  }
+
+  /** A token cost at a tier's prices: times its multiple, one rounding, up. */
+  private tiered(cost: number, tier: ServiceTier): number {
+    const { numerator, denominator } = this.tierPrices[tier];
+    return numerator === denominator ? cost : mulCeilDiv(cost, numerator, denominator);
   }
 
   /** The markup on a total (not on each price): one rounding, up. */

@@ -128,7 +128,8 @@ export async function settleJob(
     images: metered.images,
     audioSeconds: metered.audioSeconds,
     videoSeconds: metered.videoSeconds,
-    costMicros: deps.prices.has(data.model) ? deps.prices.costMicros(data.model, metered) : 0,
+    // At the prices of the tier that served it (absent: default), as its reservation was.
+    costMicros: deps.prices.has(data.model) ? deps.prices.costMicros(data.model, metered, data.serviceTier) : 0,
     status,
     created: Math.floor(produced.started / 1000),
     durationMs: Date.now() - produced.started,

@@ -114,7 +114,8 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
 
   router.get('/api/pricing', async (ctx) => {
     if (!config.console.publicPricing) await requireSession(ctx, deps);
-    ctx.body = { object: 'list', data: pricingList(deps.models, deps.prices) };
+    // Token prices of a request served as priority or flex are these multiples of the listed ones (default: 1).
+    ctx.body = { object: 'list', data: pricingList(deps.models, deps.prices), service_tiers: deps.prices.tierMultiples() };
   });
 
   // ---- the member's own keys and usage ----

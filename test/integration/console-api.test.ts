@@ -474,7 +474,10 @@ describe('console API', () => {
     it('lists the same models as /v1/models with prices, publicly unless CONSOLE_PUBLIC_PRICING=off', async () => {
       const anonymous = await fetch(`${gateway.url}/console/api/pricing`);
       assert.equal(anonymous.status, 200);
-      const listed = ((await anonymous.json()) as { data: Array<{ id: string; vendor: string; capability: string; prices: Json | null }> }).data;
+      const page = (await anonymous.json()) as { data: Array<{ id: string; vendor: string; capability: string; prices: Json | null }>; service_tiers: Json };
+      const listed = page.data;
+      // The tiers' token price multiples (SERVICE_TIER_PRICE_FLEX, SERVICE_TIER_PRICE_PRIORITY, unset here), as exact decimals.
+      assert.deepEqual(page.service_tiers, { priority: '2', default: '1', flex: '0.5' });
       const { key } = (await admin.request<Key>('POST', '/console/api/keys', { name: 'models' })).json;
       const v1 = await new OpenAI({ apiKey: key!, baseURL: `${gateway.url}/v1`, maxRetries: 0 }).models.list();
       assert.deepEqual(listed.map((m) => m.id).sort(), v1.data.map((m) => m.id).sort());

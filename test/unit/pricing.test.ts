@@ -403,3 +403,68 @@ describe('usdToMicros and microsToUsd', () => {
     assert.throws(() => microsToUsd(0.5), RangeError);
   });
 });
+
+describe('service tiers', () => {
+  const tiered = new PriceList(catalog.all(), {
+    tierPrices: { priority: { numerator: 2, denominator: 1 }, default: { numerator: 1, denominator: 1 }, flex: { numerator: 1, denominator: 2 } },
+  });
+  const responses = (serviceTier: 'priority' | 'default' | 'flex' | undefined, maxOutput: number): EndpointRequest =>
+    ({
+      endpoint: 'responses',
+      payload: {
+        chat: { model: 'm', messages: [{ role: 'user', content: 'hi' }], max_completion_tokens: maxOutput },
+        shell: { id: 'resp_1', ...(serviceTier ? { service_tier: serviceTier } : {}) },
+      },
+    }) as unknown as EndpointRequest;
+
+  it('charges the token part at the tier prices: flex half, priority double, default and no tier the listed price', () => {
+    const used = use({ inputTokens: 1000, outputTokens: 500 });
+    assert.equal(tiered.costMicros('gpt-4o', used), 7_500);
+    assert.equal(tiered.costMicros('gpt-4o', used, 'default'), 7_500);
+    assert.equal(tiered.costMicros('gpt-4o', used, 'flex'), 3_750);
+    assert.equal(tiered.costMicros('gpt-4o', used, 'priority'), 15_000);
+    // Without tier prices every tier is at the listed price.
+    assert.equal(prices.costMicros('gpt-4o', used, 'priority'), 7_500);
+  });
+
+  it('rounds the tier price once, up, in integer micros, and applies the markup after it', () => {
+    // One input token of gpt-4o is 2.5 micros, billed 3; at flex, half of that rounds up to 2.
+    assert.equal(tiered.costMicros('gpt-4o', use({ inputTokens: 1 }), 'flex'), 2);
+    const third = new PriceList(catalog.all(), { tierPrices: { priority: { numerator: 1, denominator: 1 }, default: { numerator: 1, denominator: 1 }, flex: { numerator: 333_333, denominator: 1_000_000 } } });
+    // 7,500 × 0.333333 = 2,499.9975 → 2,500.
+    assert.equal(third.costMicros('gpt-4o', use({ inputTokens: 1000, outputTokens: 500 }), 'flex'), 2_500);
+    const marked = new PriceList(catalog.all(), { markupPercent: 10, tierPrices: tiered.tierPrices });
+    // 3,750 at flex, then 10 % on the total: 4,125.
+    assert.equal(marked.costMicros('gpt-4o', use({ inputTokens: 1000, outputTokens: 500 }), 'flex'), 4_125);
+    // Large amounts stay exact past 2^53 in the product.
+    const huge = new PriceList(catalog.all(), { tierPrices: { priority: { numerator: 999_999_999, denominator: 1_000_000 }, default: { numerator: 1, denominator: 1 }, flex: { numerator: 1, denominator: 2 } } });
+    const big = tiered.costMicros('gpt-4o', use({ outputTokens: 1_000_000_000 }));
+    assert.equal(huge.costMicros('gpt-4o', use({ outputTokens: 1_000_000_000 }), 'priority'), Number((BigInt(big) * 999_999_999n + 999_999n) / 1_000_000n));
+  });
+
+  it('reserves at the tier a chat or Responses request names, rounding up', () => {
+    const listed = tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500 }), 1000);
+    assert.deepEqual(listed, { micros: 3_146 + 5_000, tokens: 1_500 });
+    assert.deepEqual(tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'auto' }), 1000), listed);
+    assert.deepEqual(tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'flex' }), 1000), { micros: 4_073, tokens: 1_500 });
+    assert.deepEqual(tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'priority' }), 1000), { micros: 16_292, tokens: 1_500 });
+    assert.deepEqual(tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'fast' }), 1000), { micros: 16_292, tokens: 1_500 });
+    assert.deepEqual(tiered.worstCaseMicros('gpt-4o', responses('flex', 500), 1000), { micros: 4_073, tokens: 1_500 });
+    assert.deepEqual(tiered.worstCaseMicros('gpt-4o', responses(undefined, 500), 1000), listed);
+    // The reservation covers the charge of the most the request may use, in every tier.
+    for (const tier of ['priority', 'default', 'flex'] as const) {
+      const charge = tiered.costMicros('gpt-4o', use({ inputTokens: reservedPromptTokens(1000), outputTokens: 500 }), tier);
+      assert.ok(tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: tier }), 1000).micros >= charge, tier);
+    }
+  });
+
+  it('lists each tier multiple as an exact decimal, from the configuration', () => {
+    assert.deepEqual(tiered.tierMultiples(), { priority: '2', default: '1', flex: '0.5' });
+    assert.deepEqual(PriceList.load(catalog, { pricingFile: undefined, pricingMarkupPercent: 0, serviceTierPrices: { priority: { numerator: 3, denominator: 2 }, default: { numerator: 1, denominator: 1 }, flex: { numerator: 1, denominator: 4 } } }).tierMultiples(), {
+      priority: '1.5',
+      default: '1',
+      flex: '0.25',
+    });
+    assert.throws(() => new PriceList(catalog.all(), { tierPrices: { ...tiered.tierPrices, flex: { numerator: 1, denominator: 0 } } }), /flex tier/);
+  });
+});
