@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import type { ServiceTier } from './service-tier.js';
 import { withScripts } from './redis.js';
 import {
   billingBuckets,
@@ -264,6 +265,8 @@ export interface UsageRecord {
   durationMs: number;
   /** For the request log: what ran the request, as the worker saw it (absent on a job that never reached a vendor). */
   detail?: UsageDetail;
+  /** The tier that served it, whose prices `costMicros` is at (absent: default). */
+  serviceTier?: ServiceTier;
 }
 
 /**
@@ -323,6 +326,7 @@ export async function settle(redis: Redis, usage: UsageRecord, policy: SettlePol
     status: usage.status,
     created: usage.created,
     duration_ms: usage.durationMs,
+    service_tier: usage.serviceTier ?? 'default',
     ...usage.detail,
   };
   const [applied, reserved] = await billing(redis).billingSettle(

@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import { billingBucket, usageStreamKey } from './accounts.js';
+import type { ServiceTier } from './service-tier.js';
 
 /**
  * The request log: one record per keyed request, made of two halves that
@@ -34,6 +35,8 @@ export interface RequestLogEvent {
   ttft_ms: number | null;
   /** Unix seconds of the arrival. */
   created: number;
+  /** The tier it was to be served in, once the request was accepted (a refusal before that names none). */
+  service_tier?: ServiceTier;
 }
 
 /** The stream entry's field that carries a log event (a settlement carries `usage`). */

@@ -130,6 +130,7 @@ export async function settleJob(
     videoSeconds: metered.videoSeconds,
     // At the prices of the tier that served it (absent: default), as its reservation was.
     costMicros: deps.prices.has(data.model) ? deps.prices.costMicros(data.model, metered, data.serviceTier) : 0,
+    serviceTier: data.serviceTier ?? 'default',
     status,
     created: Math.floor(produced.started / 1000),
     durationMs: Date.now() - produced.started,

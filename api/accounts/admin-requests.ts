@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import { requestStatuses } from '../../shared/request-log.js';
 import { storableText } from '../../shared/schemas/common.js';
+import { serviceTiers } from '../../shared/service-tier.js';
 import { decodeCursor, type RequestFilter } from '../../storage/record/request-log.js';
 
 /**
@@ -34,6 +35,7 @@ const filterFields = {
   key_id: id.optional(),
   model: id.optional(),
   status: z.enum(requestStatuses).optional(),
+  service_tier: z.enum(serviceTiers).optional(),
   since: instant.optional(),
   until: instant.optional(),
 };
@@ -44,6 +46,7 @@ function toFilter(query: z.output<z.ZodObject<typeof filterFields>>): RequestFil
     ...(query.key_id !== undefined ? { keyId: query.key_id } : {}),
     ...(query.model !== undefined ? { model: query.model } : {}),
     ...(query.status !== undefined ? { status: query.status } : {}),
+    ...(query.service_tier !== undefined ? { serviceTier: query.service_tier } : {}),
     ...(query.since !== undefined ? { since: query.since } : {}),
     ...(query.until !== undefined ? { until: query.until } : {}),
   };

@@ -15,7 +15,7 @@ import { buildJob, type AnswerMode, type JobOrigin } from './build-job.js';
 import { queuedEndpoint } from './endpoint-paths.js';
 import { handlers, type Accepted, type EndpointHandler, type HandlerInput } from './endpoint-handlers.js';
 import type { ModelResolver } from './model-resolver.js';
-import { noteEnqueued, noteLoggedModel, watchRequest } from './request-log.js';
+import { noteEnqueued, noteLoggedModel, watchRequest, type RequestShape } from './request-log.js';
 
 export interface EndpointRouteDeps extends HoldDeps {
   models: ModelResolver;
@@ -70,7 +70,7 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
   const row = endpoints[name];
   const { access, keyId, requestId, log } = ctx.state;
   // Every keyed request gets its log record, whatever becomes of it (a body too large or malformed included).
-  const shape = { stream: false, resumable: false };
+  const shape: RequestShape = { stream: false, resumable: false };
   if (deps.config.requestLog) watchRequest(ctx, name, shape, access, { redis: deps.redis, bufferRecords: deps.config.usageBufferRecords, log });
   const multipart = row.body === 'multipart' || (row.body === 'json-or-multipart' && /^multipart\/form-data/i.test(ctx.get('content-type')));
   const form = multipart && row.uploads ? await readMultipart(ctx.req, deps.blobs, requestId, deps.config[row.uploads.maxBytes]) : undefined;
@@ -97,6 +97,7 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
   const graceMs = stream ? resumeGrace(ctx, deps.config.streamResumeGraceMaxMs) : undefined;
   shape.stream = stream;
   shape.resumable = (graceMs ?? 0) > 0;
+  if (accepted.serviceTier !== undefined) shape.serviceTier = accepted.serviceTier;
   const mode: AnswerMode = row.asyncOnly || asyncMode(ctx, stream) ? 'async' : accepted.detached ? 'background' : 'held';
   const origin: JobOrigin = {
     requestId,

@@ -3,6 +3,7 @@ import type { Redis } from 'ioredis';
 import type { Endpoint } from '../../shared/endpoints.js';
 import type { KeyAccess } from '../../shared/accounts.js';
 import { appendRequestLog, type RequestLogEvent, type RequestStatus } from '../../shared/request-log.js';
+import type { ServiceTier } from '../../shared/service-tier.js';
 
 /**
  * The api's half of the request log: when a keyed request's response is
@@ -77,6 +78,8 @@ export interface RequestShape {
   stream: boolean;
   /** A stream with a resume grace: the client leaving does not end its job. */
   resumable: boolean;
+  /** The tier it is served in, once its handler accepted it (chat and Responses requests). */
+  serviceTier?: ServiceTier;
 }
 
 /**
@@ -112,6 +115,7 @@ export function watchRequest(ctx: Context & { state: RequestLogState & { request
       latency_ms: Math.round(now - n.arrived),
       ttft_ms: streamed && n.firstChunk !== undefined ? Math.round(n.firstChunk - n.arrived) : null,
       created,
+      ...(shape.serviceTier !== undefined ? { service_tier: shape.serviceTier } : {}),
     };
     appendRequestLog(deps.redis, event, deps.bufferRecords).catch((error: unknown) => deps.log.warn({ err: error }, 'could not append the request log event; this request has no log record'));
   });

@@ -96,6 +96,8 @@ export interface UsageTable {
   queue_ms: number | null;
   attempts: number | null;
   fallback: string | null;
+  /** The tier that served it (priority, default or flex): its token prices were that tier's. */
+  service_tier: Generated<string>;
 }
 
 /** One row per UTC day, account, key and model: the sums of its usage rows, one column per usage metric. */

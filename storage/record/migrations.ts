@@ -163,6 +163,13 @@ const migrations: Record<string, Migration> = {
       });
     },
   },
+  // The tier that served each request (`service_tier`: priority, default or flex), billed at its own prices. A constant
+  // default: the column is added without rewriting the table, and rows from before were all served as default.
+  '0006_service_tier': {
+    async up(db: Kysely<unknown>) {
+      await sql`alter table usage add column if not exists service_tier text not null default 'default'`.execute(db);
+    },
+  },
 };
 
 /** The request log's indexes: name and definition (after `on usage`). */

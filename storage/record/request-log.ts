@@ -1,4 +1,5 @@
 import { sql, type Selectable } from 'kysely';
+import type { ServiceTier } from '../../shared/service-tier.js';
 import type { RecordDb, UsageTable } from './database.js';
 
 /**
@@ -14,6 +15,8 @@ export interface RequestFilter {
   keyId?: string;
   model?: string;
   status?: string;
+  /** The tier that served it. */
+  serviceTier?: ServiceTier;
   /** Unix seconds, inclusive. */
   since?: number;
   /** Unix seconds, exclusive. */
@@ -41,6 +44,8 @@ export interface RequestView {
   queue_ms: number | null;
   attempts: number | null;
   fallback: string | null;
+  /** The tier that served it (priority, default or flex), whose prices it cost. */
+  service_tier: string;
   input_tokens: number;
   cached_tokens: number;
   output_tokens: number;
@@ -74,6 +79,7 @@ export function requestView(row: Selectable<UsageTable>): RequestView {
     queue_ms: row.queue_ms,
     attempts: row.attempts,
     fallback: row.fallback,
+    service_tier: row.service_tier,
     input_tokens: row.input_tokens,
     cached_tokens: row.cached_tokens,
     output_tokens: row.output_tokens,
@@ -119,6 +125,7 @@ function filtered(db: RecordDb, filter: RequestFilter) {
   if (filter.keyId !== undefined) query = query.where('key_id', '=', filter.keyId);
   if (filter.model !== undefined) query = query.where('model', '=', filter.model);
   if (filter.status !== undefined) query = query.where('status', '=', filter.status);
+  if (filter.serviceTier !== undefined) query = query.where('service_tier', '=', filter.serviceTier);
   if (filter.since !== undefined) query = query.where('created', '>=', filter.since);
   if (filter.until !== undefined) query = query.where('created', '<', filter.until);
   return query;

@@ -6,6 +6,7 @@ import type { Logger } from '../../shared/logger.js';
 import { activeMetrics } from '../../shared/metrics.js';
 import type { RecordDb, RecordTables, UsageDailyTable, UsageTable } from './database.js';
 import { logField, requestStatuses, type RequestStatus } from '../../shared/request-log.js';
+import { serviceTiers, type ServiceTier } from '../../shared/service-tier.js';
 
 /**
  * Moves settled usage from Redis to the record. Settlement appends one
@@ -71,6 +72,8 @@ const retentionEveryMs = 3_600_000;
 const int = (value: unknown) => (Number.isFinite(Number(value)) ? Math.round(Number(value)) : 0);
 const num = (value: unknown) => (Number.isFinite(Number(value)) ? Number(value) : 0);
 const text = (value: unknown) => (typeof value === 'string' && value !== '' ? value.slice(0, 200) : null);
+/** A tier as the record keeps it: one the gateway serves in, else (a record from before tiers) `default`. */
+const tier = (value: unknown): ServiceTier => (serviceTiers.includes(value as ServiceTier) ? (value as ServiceTier) : 'default');
 const count = (value: unknown) => (value === undefined || value === null || !Number.isFinite(Number(value)) ? null : Math.max(0, Math.min(2_147_483_647, Math.round(Number(value)))));
 
 /**
@@ -126,6 +129,7 @@ export function usageRow(fields: readonly string[]): UsageRow | undefined {
     finish_reason: text(parsed.finish_reason),
     queue_ms: count(parsed.queue_ms),
     error_code: text(parsed.error_code),
+    service_tier: tier(parsed.service_tier),
   };
 }
 
@@ -147,6 +151,8 @@ export function logRow(fields: readonly string[]): LogRow | undefined {
     latency_ms: count(parsed.latency_ms),
     ttft_ms: count(parsed.ttft_ms),
     created: int(parsed.created) || Math.floor(Date.now() / 1000),
+    // Known once the request was accepted (a refusal before that has none): the settlement's, when it comes, is the same.
+    ...(parsed.service_tier !== undefined ? { service_tier: tier(parsed.service_tier) } : {}),
   };
 }
 
@@ -156,12 +162,12 @@ export function logRow(fields: readonly string[]): LogRow | undefined {
  * `arrived`, the log's `created`, is the row's time; the day totals keep the
  * settlement's).
  */
-export type UsageRow = Omit<UsageTable, 'settled' | LogOnly | UsageDetailColumn> &
-  Partial<Pick<UsageTable, UsageDetailColumn | LogOnly>> & { arrived?: number };
+export type UsageRow = Omit<UsageTable, 'settled' | 'service_tier' | LogOnly | UsageDetailColumn> &
+  Partial<Pick<UsageTable, UsageDetailColumn | LogOnly>> & { arrived?: number; service_tier?: ServiceTier };
 type LogOnly = 'stream' | 'http_status' | 'latency_ms' | 'ttft_ms';
 type UsageDetailColumn = 'endpoint' | 'answer_id' | 'channel' | 'attempts' | 'fallback' | 'finish_reason' | 'queue_ms' | 'error_code';
 /** What the api's log event writes. */
-export type LogRow = Pick<UsageTable, 'request_id' | 'account_id' | 'key_id' | 'model' | 'endpoint' | 'stream' | 'status' | 'http_status' | 'error_code' | 'latency_ms' | 'ttft_ms' | 'created'>;
+export type LogRow = Pick<UsageTable, 'request_id' | 'account_id' | 'key_id' | 'model' | 'endpoint' | 'stream' | 'status' | 'http_status' | 'error_code' | 'latency_ms' | 'ttft_ms' | 'created'> & { service_tier?: ServiceTier };
 
 /**
  * When the two halves disagree on the status, the one that says more about
@@ -273,6 +279,7 @@ export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly U
           fallback: eb.ref('excluded.fallback'),
           finish_reason: eb.ref('excluded.finish_reason'),
           queue_ms: eb.ref('excluded.queue_ms'),
+          service_tier: eb.ref('excluded.service_tier'),
           endpoint: sql`coalesce(usage.endpoint, excluded.endpoint)`,
           error_code: sql`coalesce(usage.error_code, excluded.error_code)`,
           // A settlement that brought its log event (a delivery again of both, after a log row of an earlier one).
