@@ -138,6 +138,10 @@ export interface UsageReport {
 export const requestStatuses = ['completed', 'failed', 'cancelled', 'refused'] as const;
 export type RequestStatus = (typeof requestStatuses)[number];
 
+/** The tiers a request is served in (`service_tier`), first served first. */
+export const serviceTiers = ['priority', 'default', 'flex'] as const;
+export type ServiceTier = (typeof serviceTiers)[number];
+
 /** One request of the request log (`GET /console/api/requests`). */
 export interface RequestView {
   id: string;
@@ -160,6 +164,8 @@ export interface RequestView {
   queue_ms: number | null;
   attempts: number | null;
   fallback: string | null;
+  /** The tier that served it, whose prices it cost. */
+  service_tier: ServiceTier | string;
   input_tokens: number;
   cached_tokens: number;
   output_tokens: number;

@@ -235,7 +235,7 @@ describe('console activity page in a real browser', () => {
 
     // The stream's details: its time to first token, latency, cost, tokens and ids.
     const [streamId] = requests.stream;
-    const ttftCells = await bodyRows(page).evaluateAll((trs) => trs.map((tr) => (tr.querySelectorAll('td')[6] as HTMLElement).innerText.trim()));
+    const ttftCells = await bodyRows(page).evaluateAll((trs) => trs.map((tr) => (tr.querySelectorAll('td')[7] as HTMLElement).innerText.trim()));
     const streamRow = ttftCells.findIndex((text) => text !== '—');
     assert.ok(streamRow >= 0, `a row with a time to first token: ${JSON.stringify(ttftCells)}`);
     await bodyRows(page).nth(streamRow).click();
@@ -246,6 +246,7 @@ describe('console activity page in a real browser', () => {
     assert.match(await detail('Latency'), /^\d[\d,.]* (ms|s)$/);
     assert.match(await detail('Time to first token'), /^\d[\d,.]* (ms|s)$/);
     assert.match(await detail('Queue time'), /^\d[\d,.]* (ms|s)$/);
+    assert.equal(await detail('Service tier'), 'Default');
     assert.ok(followsMoneyRule(await detail('Cost')), await detail('Cost'));
     assert.match(await detail('Input tokens'), /^\d+$/);
     assert.match(await detail('Output tokens'), /^\d+$/);
@@ -319,7 +320,7 @@ describe('console activity page in a real browser', () => {
     // Every row once, newest first.
     const times = await bodyRows(page).evaluateAll((trs) => trs.map((tr) => (tr.querySelector('td') as HTMLElement).innerText));
     assert.equal(new Set(times).size, 62, 'one row a minute, none twice');
-    const details = await bodyRows(page).evaluateAll((trs) => trs.map((tr) => tr.querySelectorAll('td')[6]!.textContent));
+    const details = await bodyRows(page).evaluateAll((trs) => trs.map((tr) => tr.querySelectorAll('td')[7]!.textContent));
     assert.deepEqual(details, Array.from({ length: 62 }, (_, i) => `${200 + i} ms`), 'latency by row: newest (200 ms) to oldest');
     // The failures among them, by the status filter.
     await page.getByLabel('Status').selectOption('failed');
@@ -396,5 +397,73 @@ describe('console activity page in a real browser', () => {
       }
       await closeClean(context, `${who}, phone`);
     }
+  });
+
+  it('shows the tier that served each request, and filters by tier in the address', async () => {
+    // A member of their own whose requests name tiers (made last: the counts above are of the accounts before it).
+    const email = 'tiers@activity-browser.test';
+    const password = 'tiers-password';
+    const account = (await (await adminApi('POST', '/admin/accounts', { email, password, role: 'member' })).json()) as { id: string };
+    assert.equal((await adminApi('POST', `/admin/accounts/${account.id}/credits`, { amount_usd: 5 })).status, 200);
+    const { key } = (await (await adminApi('POST', '/admin/keys', { name: 'tier key', account_id: account.id })).json()) as { key: string };
+    const ids: Record<string, string> = {};
+    for (const tier of ['flex', 'priority', undefined]) {
+      const res = await fetch(`${gateway.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 8, ...(tier ? { service_tier: tier } : {}) }),
+      });
+      await res.arrayBuffer();
+      assert.equal(res.status, 200);
+      ids[tier ?? 'default'] = res.headers.get('x-request-id')!;
+    }
+    await waitFor(
+      async () => {
+        const page = (await (await adminApi('GET', `/admin/requests?account_id=${account.id}`)).json()) as { data: Row[] };
+        return page.data.length === 3 && page.data.every((row) => row.settled && row.latency_ms !== null);
+      },
+      15_000,
+      'the tiered requests in the record',
+    );
+
+    const context = await newContext();
+    const page = await context.newPage();
+    await signIn(page, email, password);
+    await page.goto('/console/activity');
+    await rowsShown(page, 3, 'the three tiered requests');
+    const tierColumn = await table(page).locator('thead th').allInnerTexts();
+    const at = tierColumn.findIndex((text) => text.trim() === 'Tier');
+    assert.ok(at >= 0, `a Tier column: ${JSON.stringify(tierColumn)}`);
+    const tiers = await bodyRows(page).evaluateAll((trs, index) => trs.map((tr) => (tr.querySelectorAll('td')[index] as HTMLElement).innerText.trim()), at);
+    assert.deepEqual([...tiers].sort(), ['default', 'flex', 'priority']);
+    assert.ok((await tableOverflow(page)) <= 1, 'at 1280 px every column is in sight, the tier included');
+
+    await page.getByLabel('Tier').selectOption('flex');
+    await page.waitForURL(/\/console\/activity\?service_tier=flex$/);
+    await rowsShown(page, 1, 'the flex request');
+    await page.getByText('1 requests · 0 not completed').waitFor();
+    await page.reload();
+    await rowsShown(page, 1, 'the flex request after a reload');
+    assert.equal(await page.getByLabel('Tier').inputValue(), 'flex');
+    await bodyRows(page).first().getByRole('button').click();
+    const dialog = page.getByRole('dialog', { name: 'Request details' });
+    await dialog.waitFor();
+    const detail = async (label: string) => (await dialog.locator('.detail').filter({ has: page.getByText(label, { exact: true }) }).locator('dd').innerText()).trim();
+    assert.equal(await detail('Request ID'), ids.flex);
+    assert.equal(await detail('Service tier'), 'Flex');
+    await shoot(page, 'activity-tier-detail-desktop');
+    await page.keyboard.press('Escape');
+    await dialog.waitFor({ state: 'detached' });
+
+    await page.getByLabel('Tier').selectOption('priority');
+    await page.waitForURL(/\?service_tier=priority$/);
+    await rowsShown(page, 1, 'the priority request');
+    assert.match(await bodyRows(page).first().innerText(), /priority/);
+    await page.getByRole('button', { name: 'Clear filters' }).click();
+    await page.waitForURL(/\/console\/activity$/);
+    await rowsShown(page, 3, 'every tier after clearing');
+    assert.equal(await page.getByLabel('Tier').inputValue(), '');
+    await shoot(page, 'activity-tiers-desktop');
+    await closeClean(context, 'tiers, desktop');
   });
 });

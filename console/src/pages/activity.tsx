@@ -6,7 +6,7 @@ import { BarChart, type Series } from '../components/bar-chart';
 import { Dialog, EmptyRow, ErrorMessage, PageHeader, SkeletonRows, Spinner, TableCard, useApi, useTitle } from '../components/ui';
 import { barLabel, compactCount, count, duration, fullTime, money, number, requestTime } from '../format';
 import { navigate, useSearch } from '../router';
-import { requestStatuses, type Account, type Key, type List, type RequestHistogram, type RequestPage, type RequestView } from '../types';
+import { requestStatuses, serviceTiers, type Account, type Key, type List, type RequestHistogram, type RequestPage, type RequestView } from '../types';
 
 /*
  * The request log: every request of the account's keys (every account's, for
@@ -31,6 +31,7 @@ interface Filters {
   key_id: string;
   model: string;
   status: string;
+  service_tier: string;
   account_id: string;
 }
 
@@ -39,11 +40,13 @@ function filtersOf(search: string): Filters {
   const query = new URLSearchParams(search);
   const range = query.get('range') ?? '';
   const status = query.get('status') ?? '';
+  const tier = query.get('service_tier') ?? '';
   return {
     range: ranges.some((r) => r.value === range) ? range : defaultRange,
     key_id: query.get('key_id') ?? '',
     model: query.get('model') ?? '',
     status: (requestStatuses as readonly string[]).includes(status) ? status : '',
+    service_tier: (serviceTiers as readonly string[]).includes(tier) ? tier : '',
     account_id: query.get('account_id') ?? '',
   };
 }
@@ -52,7 +55,7 @@ function filtersOf(search: string): Filters {
 function addressOf(filters: Filters): string {
   const query = new URLSearchParams();
   if (filters.range !== defaultRange) query.set('range', filters.range);
-  for (const name of ['account_id', 'key_id', 'model', 'status'] as const) if (filters[name]) query.set(name, filters[name]);
+  for (const name of ['account_id', 'key_id', 'model', 'status', 'service_tier'] as const) if (filters[name]) query.set(name, filters[name]);
   const text = query.toString();
   return text ? `${pagePath}?${text}` : pagePath;
 }
@@ -76,6 +79,8 @@ const statusBadge: Record<string, string> = {
 function StatusBadge({ status }: { status: string }) {
   return <span class={`badge badge-cap ${statusBadge[status] ?? ''}`}>{status}</span>;
 }
+
+const tierLabel = (tier: string) => tier[0]!.toUpperCase() + tier.slice(1);
 
 /** What a request cost: nothing for a refusal, "—" while its settlement is still to come. */
 function cost(row: RequestView): string {
@@ -119,6 +124,7 @@ function RequestDetails({ row, keyName, accountName, onClose }: { row: RequestVi
         <Detail label="Latency">{duration(row.latency_ms)}</Detail>
         <Detail label="Time to first token">{duration(row.ttft_ms)}</Detail>
         <Detail label="Queue time">{duration(row.queue_ms)}</Detail>
+        <Detail label="Service tier">{tierLabel(row.service_tier)}</Detail>
         <Detail label="Attempts">{text(row.attempts)}</Detail>
       </dl>
       <h3 class="detail-heading">Usage</h3>
@@ -194,6 +200,7 @@ export function ActivityPage() {
   if (filters.key_id) query.set('key_id', filters.key_id);
   if (filters.model) query.set('model', filters.model);
   if (filters.status) query.set('status', filters.status);
+  if (filters.service_tier) query.set('service_tier', filters.service_tier);
   const listPath = `/requests?${query}&limit=${pageSize}`;
   const histogram = useApi<RequestHistogram>(`/requests/histogram?${query}`);
 
@@ -255,7 +262,7 @@ export function ActivityPage() {
     if (name === 'account_id') next.key_id = '';
     navigate(addressOf(next));
   };
-  const filtered = !!(filters.key_id || filters.model || filters.status || (admin && filters.account_id));
+  const filtered = !!(filters.key_id || filters.model || filters.status || filters.service_tier || (admin && filters.account_id));
 
   const chart = useMemo(() => {
     const data = histogram.data;
@@ -290,7 +297,7 @@ export function ActivityPage() {
 
   const bucketName = bucketNames[chart.bucket] ?? `${chart.bucket} s`;
   const loading = !current && !error;
-  const columns = admin ? 10 : 9;
+  const columns = admin ? 11 : 10;
 
   return (
     <>
@@ -364,6 +371,17 @@ export function ActivityPage() {
             ))}
           </select>
         </div>
+        <div class="field field-inline field-short">
+          <label for="activity-tier">Tier</label>
+          <select id="activity-tier" value={filters.service_tier} onChange={(e) => set('service_tier', e.currentTarget.value)}>
+            <option value="">Any tier</option>
+            {serviceTiers.map((tier) => (
+              <option value={tier} key={tier}>
+                {tierLabel(tier)}
+              </option>
+            ))}
+          </select>
+        </div>
         {filtered && (
           <button type="button" class="link-button filters-clear" onClick={() => navigate(addressOf({ ...filtersOf(''), range: filters.range }))}>
             Clear filters
@@ -409,6 +427,7 @@ export function ActivityPage() {
                 <th scope="col">Model</th>
                 <th scope="col">Endpoint</th>
                 <th scope="col">Status</th>
+                <th scope="col">Tier</th>
                 <th scope="col" class="num">HTTP</th>
                 <th scope="col" class="num">Latency</th>
                 <th scope="col" class="num">TTFT</th>
@@ -464,6 +483,7 @@ export function ActivityPage() {
                   <td>
                     <StatusBadge status={row.status} />
                   </td>
+                  <td class="muted nowrap tier-cell">{row.service_tier}</td>
                   <td class="num">{row.http_status ?? '—'}</td>
                   <td class="num">{duration(row.latency_ms)}</td>
                   <td class="num">{duration(row.ttft_ms)}</td>
