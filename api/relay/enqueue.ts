@@ -1,6 +1,6 @@
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import type { KeyAccess } from '../../shared/accounts.js';
+import { defaultAccountId, type KeyAccess } from '../../shared/accounts.js';
 import { releaseReservation } from '../../shared/billing.js';
 import type { Config } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
@@ -13,6 +13,10 @@ import { uploadKeys } from '../../storage/upload-keys.js';
 import { reserveSpend, type SpendEstimate } from '../accounts/spend.js';
 import type { JobPlan } from '../requests/build-job.js';
 import type { Backpressure } from './backpressure.js';
+import { fairPriority, leftBacklog, type FairClaim } from '../../shared/scheduler.js';
+
+/** A job queued with no account named (none today: every keyed request has one) waits as the default account's. */
+const defaultClaim: FairClaim = { accountId: defaultAccountId, weight: 1, tokens: 0, tier: 'default' };
 
 export interface EnqueueDeps {
   config: Config;
@@ -26,6 +30,8 @@ export interface EnqueueDeps {
 /** What goes into Redis with a job: who pays and the most it may cost, and a record written just before the add (a stored response's). */
 export interface Beside {
   spend?: { access: KeyAccess; estimate: SpendEstimate };
+  /** Its place in the queue: without it, the job waits as the default account's, in the default band. */
+  fair?: FairClaim;
   beforeAdd?: () => Promise<void>;
 }
 
@@ -37,8 +43,8 @@ export interface Enqueued {
 }
 
 /** The queue shard a job goes to, once its capability has room for it (a 503 when not). */
-export function queueFor(deps: Pick<EnqueueDeps, 'queues' | 'backpressure'>, job: Pick<JobPlan, 'id' | 'queue'>): Queue {
-  const queue = deps.queues.forJob(job.queue, job.id);
+export function queueFor(deps: Pick<EnqueueDeps, 'queues' | 'backpressure'>, job: Pick<JobPlan, 'id' | 'queue' | 'lane'>): Queue {
+  const queue = deps.queues.forJob(job.queue, job.id, job.lane);
   if (!queue) throw new GatewayError(503, `The ${job.queue} capability is not served here.`, { code: 'overloaded' });
   deps.backpressure.claimRoom(job.queue);
   return queue;
@@ -60,11 +66,28 @@ export async function enqueue(deps: EnqueueDeps, queue: Queue, job: JobPlan, bes
   const gate = spend && job.mode === 'held' && !beside.beforeAdd && !isCluster(redis) ? queue.toKey(job.id) : undefined;
   // Money is the request's: reserved, released and settled under its request id, whatever its job's id.
   const reserve = (gateKey?: string) => reserveSpend(redis, config, spend!.access, job.data.requestId, spend!.estimate, job.deadline, gateKey);
-  let headers: Record<string, string> = spend && !gate ? await reserve() : {};
+  // The job's priority (its band and fair tag) is read in the same round trip as a reservation made first.
+  const claim = beside.fair ?? defaultClaim;
+  const [reservedFirst, tagged] = await Promise.allSettled([spend && !gate ? reserve() : undefined, fairPriority(redis, queue, claim)]);
+  // Counted in its queue's backlog once tagged; a job that never runs leaves it again.
+  const leave = () => void leftBacklog(redis, queue.name, claim.tier, claim.accountId).catch(() => undefined);
+  if (tagged.status === 'rejected') {
+    if (spend && reservedFirst.status === 'fulfilled' && reservedFirst.value) {
+      await releaseReservation(redis, spend.access.accountId, job.data.requestId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a job that was not queued'));
+    }
+    throw tagged.reason;
+  }
+  if (reservedFirst.status === 'rejected') {
+    leave();
+    throw reservedFirst.reason;
+  }
+  const priority = tagged.value;
+  let headers: Record<string, string> = reservedFirst.value ?? {};
   if (job.storedPayload !== undefined) await redis.set(payloadKey(job.id), job.storedPayload, 'PX', job.deadline - Date.now() + 60_000);
   if (job.asyncRecord) await redis.set(asyncJobKey(job.id), JSON.stringify(job.asyncRecord), 'EX', config.asyncResultTtlSeconds);
 
   const abandon = () => {
+    leave();
     if (spend) {
       void releaseReservation(redis, spend.access.accountId, job.data.requestId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a job that never ran'));
     }
@@ -76,11 +99,12 @@ export async function enqueue(deps: EnqueueDeps, queue: Queue, job: JobPlan, bes
     });
   };
   // A prepared record is written as it is called (the add only after BullMQ's own awaits), so a worker always finds it.
-  const [prepared, reserved, added] = await Promise.allSettled([beside.beforeAdd?.(), gate ? reserve(gate) : undefined, queue.add(job.data.endpoint, job.data, job.options)]);
+  const [prepared, reserved, added] = await Promise.allSettled([beside.beforeAdd?.(), gate ? reserve(gate) : undefined, queue.add(job.data.endpoint, job.data, { ...job.options, priority })]);
   if (reserved.status === 'rejected') {
     // Refused (or the reservation failed): take out whatever stands under the job's id, placeholder or job.
     // A worker can hold it only if the two were not run in order (a script reloaded after SCRIPT FLUSH): it is then billed as it runs.
     await queue.remove(job.id).catch((error: unknown) => log.warn({ err: error }, 'could not remove the job of a refused request'));
+    leave();
     throw reserved.reason;
   }
   if (reserved.value) headers = reserved.value;

@@ -2,6 +2,7 @@ import type { Middleware } from 'koa';
 import { endpoints, type Endpoint, type EndpointRequest } from '../../shared/endpoints.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import type { PriceList } from '../../shared/pricing.js';
+import { laneOf, type FairClaim } from '../../shared/scheduler.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import type { KeyedContext, KeyedState } from '../http/context.js';
 import { noteModel } from '../http/metrics.js';
@@ -108,6 +109,9 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
     baseUrl: `${ctx.protocol}://${ctx.host}`,
     ...(ctx.state.trace ? { trace: jobTraceCarrier(ctx.state.trace) } : {}),
   };
+  // A capped vendor's requests wait in its lane: its backlog holds no worker slot another vendor's request needs.
+  const lane = laneOf(deps.queues.laneNames, model);
+  if (lane !== undefined) origin.lane = lane;
   const job = buildJob(name, accepted, origin, mode, deps.config);
   // The worst case this request may cost, reserved as it is queued; settled by the worker with the actual cost.
   // A model an operator's catalog added without a price is served free (the start-up log names such models).
@@ -116,7 +120,9 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
     : { micros: 0, tokens: accepted.promptTokens ?? 0 };
   const queue = queueFor(deps, job);
   const enqueueJob = async () => {
-    const enqueued = await enqueue(deps, queue, job, { spend: { access, estimate }, ...(accepted.beforeAdd ? { beforeAdd: accepted.beforeAdd } : {}) }, log);
+    // Its place in the queue: its tier's band, and its account's fair share within it, counted in its reserved tokens.
+    const fair: FairClaim = { accountId: access.accountId, weight: access.weight ?? 1, tokens: estimate.tokens, tier: job.data.serviceTier ?? 'default' };
+    const enqueued = await enqueue(deps, queue, job, { spend: { access, estimate }, fair, ...(accepted.beforeAdd ? { beforeAdd: accepted.beforeAdd } : {}) }, log);
     ctx.set(enqueued.headers);
     noteEnqueued(ctx);
     if (ctx.state.trace) traceQueued(ctx.state.trace, job.data, job.queue);

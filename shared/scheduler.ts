@@ -1,0 +1,190 @@
+import type { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { CatalogModel } from './catalog.js';
+import type { Config } from './config.js';
+import { keyPrefix } from './keys.js';
+import { withScripts } from './redis.js';
+import type { ServiceTier } from './service-tier.js';
+import { vendorDefinitions } from './vendor-definitions.js';
+import { extraVendors, vendorDefinition } from './vendors.js';
+
+/**
+ * The queue's order: strict bands by service tier, and within a band a fair
+ * share by account, weighted, counted in what a request will cost.
+ *
+ * Every job is added with a BullMQ priority (lower runs first). The priority
+ * range is cut in three bands: `priority`, then `default`, then `flex`; BullMQ
+ * serves the lowest priority waiting, so a band waits only behind the bands
+ * before it, and `flex` takes only what nothing else wants. Within a band the
+ * priority is the job's virtual start tag (start-time fair queueing): each
+ * account has a finish tag F; a job costing c (its reserved tokens, in units
+ * of 256, divided by the account's weight) starts at S = max(V, F) and moves F
+ * to S + c, where V, the band's virtual time, is the start tag of the job at
+ * the band's head (the next one served). So an account that was idle starts at
+ * the head and is served next; accounts that keep a backlog are served in
+ * proportion to their weights whatever number of keys they spread it over;
+ * and a lone account gets everything (BullMQ serves whatever waits).
+ *
+ * The tags live beside the queue, under its hash tag (one Cluster slot with the
+ * BullMQ keys the script reads), and the script is one ZRANGEBYSCORE, one HGET
+ * and one HSET: O(log n). When a band holds nothing, its tags are dropped, so
+ * every account starts level again. Tags grow while a band stays busy; once the
+ * head is a quarter of the band's width in, the band is shifted down (each
+ * waiting job's score and priority, each account's tag): O(n) in the backlog,
+ * once per quarter width of service. A job whose tag would pass the band's end
+ * waits at the end (in arrival order).
+ */
+
+/** Width of one band of BullMQ priorities (three bands fit under BullMQ's 2^21). */
+export const bandWidth = 2 ** 19;
+const bands: Record<ServiceTier, number> = { priority: 0, default: 1, flex: 2 };
+/** The lowest priority of a tier's band (BullMQ's priority 0 means "no priority": the bands start at 1). */
+export const bandStart = (tier: ServiceTier) => 1 + bands[tier] * bandWidth;
+/** The tier a priority belongs to. */
+export function tierOfPriority(priority: number): ServiceTier {
+  const band = Math.floor((priority - 1) / bandWidth);
+  return band <= 0 ? 'priority' : band === 1 ? 'default' : 'flex';
+}
+
+/** Tokens per unit of cost in the tags: a request reserving fewer costs one unit. */
+export const tokensPerUnit = 256;
+/** Account weights an admin may set. */
+export const minWeight = 1;
+export const maxWeight = 100;
+
+/** The cost of a request in tag units, for an account of this weight. */
+export function costUnits(reservedTokens: number, weight: number): number {
+  const units = Math.max(1, Math.ceil(Math.max(0, reservedTokens) / tokensPerUnit));
+  return units / Math.min(maxWeight, Math.max(minWeight, Math.floor(weight) || 1));
+}
+
+const fairTag = {
+  keys: 3,
+  // KEYS: the band's finish tags (hash: account -> tag), the queue's prioritized set, the queue's backlog by tier and account.
+  // ARGV: account, cost (units / weight), band start, band width, the queue's key prefix (`bull:{chat}:`).
+  // Returns the job's priority.
+  lua: `
+local two32 = 4294967296
+local first = tonumber(ARGV[3])
+local width = tonumber(ARGV[4])
+local lo = string.format('%.0f', first * two32)
+local hi = '(' .. string.format('%.0f', (first + width) * two32)
+local head = redis.call('ZRANGEBYSCORE', KEYS[2], lo, hi, 'WITHSCORES', 'LIMIT', 0, 1)
+local virtual = 0
+if #head == 0 then
+  redis.call('DEL', KEYS[1])
+else
+  virtual = math.floor(tonumber(head[2]) / two32) - first
+  if virtual >= width / 4 then
+    -- Shift the band down by the head's tag: every waiting job of the band and every account's tag.
+    local shift = virtual
+    local members = redis.call('ZRANGEBYSCORE', KEYS[2], lo, hi, 'WITHSCORES')
+    for i = 1, #members, 2 do
+      local score = tonumber(members[i + 1]) - shift * two32
+      redis.call('ZADD', KEYS[2], string.format('%.0f', score), members[i])
+      redis.call('HSET', ARGV[5] .. members[i], 'priority', math.floor(score / two32))
+    end
+    local tags = redis.call('HGETALL', KEYS[1])
+    for i = 1, #tags, 2 do
+      local moved = tonumber(tags[i + 1]) - shift
+      if moved <= 0 then redis.call('HDEL', KEYS[1], tags[i]) else redis.call('HSET', KEYS[1], tags[i], moved) end
+    end
+    virtual = 0
+  end
+end
+local finish = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+local start = virtual
+if finish > start then start = finish end
+redis.call('HSET', KEYS[1], ARGV[1], start + tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], 86400000)
+redis.call('HINCRBY', KEYS[3], ARGV[6], 1)
+local slot = math.floor(start)
+if slot > width - 1 then slot = width - 1 end
+return first + slot
+`,
+};
+
+const leftQueue = {
+  keys: 1,
+  // KEYS: the queue's backlog by tier and account. ARGV: the field (`tier|account`).
+  lua: `if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end return 1`,
+};
+
+type FairRedis = Redis & {
+  fairTag(tags: string, prioritized: string, backlog: string, account: string, cost: string, first: number, width: number, prefix: string, field: string): Promise<number>;
+  leftQueue(backlog: string, field: string): Promise<number>;
+};
+
+/** Jobs waiting in a queue by tier and account (hash: `tier|account` -> count): what `/metrics` shows as the backlog. */
+export const backlogKey = (queueName: string) => `${keyPrefix}fair:${queueName}:waiting`;
+const backlogField = (tier: ServiceTier, accountId: string) => `${tier}|${accountId}`;
+
+/** Where a queue's finish tags of one band are kept: under the queue's own hash tag (`{chat}`, `{chat@openai}`). */
+export const fairTagsKey = (queueName: string, tier: ServiceTier) => `${keyPrefix}fair:${queueName}:${tier}`;
+
+export interface FairClaim {
+  /** The account that pays: the unit of fairness. */
+  accountId: string;
+  /** The account's weight (default 1). */
+  weight: number;
+  /** The tokens reserved for the request (prompt and most output). */
+  tokens: number;
+  tier: ServiceTier;
+}
+
+/** The priority a job is added with: its band's start plus its virtual start tag within the band. */
+export async function fairPriority(redis: Redis, queue: Queue, claim: FairClaim): Promise<number> {
+  const scripted = withScripts<FairRedis>(redis, { fairTag });
+  const cost = costUnits(claim.tokens, claim.weight);
+  return scripted.fairTag(fairTagsKey(queue.name, claim.tier), queue.keys.prioritized!, backlogKey(queue.name), claim.accountId, String(cost), bandStart(claim.tier), bandWidth, queue.toKey(''), backlogField(claim.tier, claim.accountId));
+}
+
+/** A job counted in its queue's backlog left it: taken by a worker, or removed before it ran. */
+export async function leftBacklog(redis: Redis, queueName: string, tier: ServiceTier, accountId: string): Promise<void> {
+  await withScripts<FairRedis>(redis, { leftQueue }).leftQueue(backlogKey(queueName), backlogField(tier, accountId));
+}
+
+/** A queue's backlog by tier and account, as `fairPriority` and `leftBacklog` count it. */
+export async function readBacklog(redis: Redis, queueName: string): Promise<Array<[tier: string, account: string, waiting: number]>> {
+  const fields = await redis.hgetall(backlogKey(queueName));
+  return Object.entries(fields).map(([field, count]) => {
+    const bar = field.indexOf('|');
+    return [field.slice(0, bar), field.slice(bar + 1), Number(count)];
+  });
+}
+
+// ---- lanes: no capped vendor's backlog blocks another ----
+
+/** A vendor's caps, across every worker: calls in flight and calls started per minute (0: none). */
+export interface VendorLimits {
+  maxConcurrency: number;
+  rpm: number;
+}
+
+export function vendorLimits(config: Pick<Config, 'vendors' | 'channelsFile'>, vendor: string): VendorLimits {
+  const prefix = vendorDefinition(vendor, config)?.envPrefix ?? vendor.toUpperCase();
+  const settings = config.vendors[prefix];
+  return { maxConcurrency: settings?.maxConcurrency ?? 0, rpm: settings?.rpm ?? 0 };
+}
+
+/**
+ * The vendors with a cap (`<VENDOR>_MAX_CONCURRENCY` or `<VENDOR>_RPM`): each
+ * has a lane of its own in every capability, a BullMQ queue its jobs wait in,
+ * so that its backlog holds no worker slot another vendor's request needs. A
+ * lane with a concurrency cap is also capped in BullMQ (global concurrency):
+ * the jobs past the cap wait in the queue, in the fair order, not in workers.
+ */
+export function cappedVendors(config: Pick<Config, 'vendors' | 'channelsFile'>): string[] {
+  return [...vendorDefinitions, ...extraVendors(config)]
+    .map((definition) => definition.name)
+    .filter((name) => {
+      const limits = vendorLimits(config, name);
+      return limits.maxConcurrency > 0 || limits.rpm > 0;
+    });
+}
+
+/** The lane a model's requests wait in: its first route's vendor when that vendor is capped, else the capability's shared lane. */
+export function laneOf(lanes: readonly string[], model: Pick<CatalogModel, 'routes'>): string | undefined {
+  const vendor = model.routes[0]?.vendor;
+  return vendor !== undefined && lanes.includes(vendor) ? vendor : undefined;
+}

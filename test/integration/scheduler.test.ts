@@ -1,0 +1,152 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Queue, Worker, type Job } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { createRedis } from '../../shared/redis.js';
+import { bandStart, bandWidth, fairPriority, readBacklog, leftBacklog, tierOfPriority, tokensPerUnit, type FairClaim } from '../../shared/scheduler.js';
+import { freshRedis, waitFor } from '../support/gateway.js';
+
+/*
+ * The queue's order (shared/scheduler.ts) on a real Redis and real BullMQ
+ * workers: jobs added with the priority `fairPriority` gives them are served
+ * in strict tier bands, and within a band by weighted fair share between
+ * accounts, whatever the arrival order.
+ */
+
+describe('the fair queue', () => {
+  let url: string;
+  let redis: Redis;
+  const closing: Array<{ close(): Promise<unknown> }> = [];
+  let counter = 0;
+
+  before(async () => {
+    const fresh = await freshRedis(12);
+    url = fresh.url;
+    fresh.redis.disconnect();
+    redis = createRedis(url, { connectionName: 'scheduler-test' });
+  });
+
+  after(async () => {
+    for (const item of closing.reverse()) await item.close().catch(() => undefined);
+    redis.disconnect();
+  });
+
+  function queue(): Queue {
+    const made = new Queue(`{fair-${++counter}}`, { connection: redis });
+    closing.push(made);
+    return made;
+  }
+
+  /** Adds a job as the api does: its priority from the scheduler, then the add. */
+  async function add(q: Queue, claim: FairClaim, label: string): Promise<number> {
+    const priority = await fairPriority(redis, q, claim);
+    await q.add('job', { label, tier: claim.tier, account: claim.accountId }, { priority });
+    return priority;
+  }
+
+  /** Serves the queue one job at a time and returns the labels in the order served. */
+  async function serve(q: Queue, count: number): Promise<string[]> {
+    const served: string[] = [];
+    const connection = createRedis(url, { connectionName: 'scheduler-worker' });
+    const worker = new Worker(q.name, async (job: Job<{ label: string }>) => void served.push(job.data.label), { connection, concurrency: 1 });
+    try {
+      await waitFor(() => served.length >= count, 20_000, `${count} jobs served`);
+    } finally {
+      await worker.close();
+      connection.disconnect();
+    }
+    return served;
+  }
+
+  const claim = (accountId: string, tier: FairClaim['tier'] = 'default', weight = 1, tokens = 1000): FairClaim => ({ accountId, weight, tokens, tier });
+
+  it('serves an account that arrives during another account’s flood next, not after the flood', async () => {
+    const q = queue();
+    for (let i = 0; i < 50; i++) await add(q, claim('acct_flood'), `flood-${i}`);
+    await add(q, claim('acct_quiet'), 'quiet');
+    const served = await serve(q, 51);
+    assert.ok(served.indexOf('quiet') <= 1, `the quiet account's job was served at ${served.indexOf('quiet')} of 51`);
+    assert.deepEqual(served.filter((label) => label.startsWith('flood-')), Array.from({ length: 50 }, (_, i) => `flood-${i}`), 'an account’s own jobs keep their order');
+  });
+
+  it('shares by account, not by key or arrival: two floods added one after the other alternate', async () => {
+    const q = queue();
+    for (let i = 0; i < 30; i++) await add(q, claim('acct_a'), `a-${i}`);
+    for (let i = 0; i < 30; i++) await add(q, claim('acct_b'), `b-${i}`);
+    const served = await serve(q, 60);
+    const firstHalf = served.slice(0, 30);
+    const a = firstHalf.filter((label) => label.startsWith('a-')).length;
+    assert.ok(a >= 14 && a <= 16, `account a got ${a} of the first 30 (an even share is 15)`);
+  });
+
+  it('honours weights: 3 to 1 over the time both are backlogged', async () => {
+    const q = queue();
+    for (let i = 0; i < 60; i++) await add(q, claim('acct_heavy', 'default', 3), `h-${i}`);
+    for (let i = 0; i < 60; i++) await add(q, claim('acct_light', 'default', 1), `l-${i}`);
+    const served = await serve(q, 120);
+    const window = served.slice(0, 40);
+    const heavy = window.filter((label) => label.startsWith('h-')).length;
+    assert.ok(heavy >= 28 && heavy <= 32, `the weight-3 account got ${heavy} of the first 40 (3:1 is 30)`);
+  });
+
+  it('counts cost in reserved tokens: one huge request is worth many small ones', async () => {
+    const q = queue();
+    for (let i = 0; i < 5; i++) await add(q, claim('acct_big', 'default', 1, 64 * tokensPerUnit), `big-${i}`);
+    for (let i = 0; i < 40; i++) await add(q, claim('acct_small', 'default', 1, tokensPerUnit), `small-${i}`);
+    const served = await serve(q, 45);
+    // The big account's second request starts 64 units after its first: every small one fits in between.
+    assert.ok(served.indexOf('big-1') > served.indexOf('small-39'), `the second huge request waited for the small ones: ${served.slice(0, 12).join(' ')}`);
+  });
+
+  it('serves tiers as strict bands: priority before default before flex, whatever the arrival order', async () => {
+    const q = queue();
+    for (let i = 0; i < 10; i++) await add(q, claim('acct_flex', 'flex'), `flex-${i}`);
+    for (let i = 0; i < 10; i++) await add(q, claim('acct_default', 'default'), `default-${i}`);
+    const priorityTag = await add(q, claim('acct_priority', 'priority'), 'priority-0');
+    assert.equal(tierOfPriority(priorityTag), 'priority');
+    const served = await serve(q, 21);
+    assert.equal(served[0], 'priority-0');
+    assert.deepEqual(served.slice(1, 11).every((label) => label.startsWith('default-')), true, served.join(' '));
+    assert.deepEqual(served.slice(11).every((label) => label.startsWith('flex-')), true, served.join(' '));
+  });
+
+  it('starts every account level once a band is empty: past service is not held against a later burst', async () => {
+    const q = queue();
+    for (let i = 0; i < 20; i++) await add(q, claim('acct_early'), `early-${i}`);
+    await serve(q, 20);
+    const first = await add(q, claim('acct_late'), 'late');
+    const second = await add(q, claim('acct_early'), 'early-again');
+    assert.equal(first, bandStart('default'), 'the empty band starts at its first priority');
+    assert.equal(second, bandStart('default'), 'the account served before starts level with the new one');
+  });
+
+  it('shifts a busy band down before its tags outgrow it, keeping the order of what waits', async () => {
+    const q = queue();
+    // Each of these costs a third of the band's width: the third start is past a quarter of it.
+    const huge = Math.ceil(bandWidth / 3) * tokensPerUnit;
+    await add(q, claim('acct_huge', 'default', 1, huge), 'huge-0');
+    await add(q, claim('acct_huge', 'default', 1, huge), 'huge-1');
+    await add(q, claim('acct_huge', 'default', 1, huge), 'huge-2');
+    // The first two leave the queue (as taken by a worker): the head is now huge-2, two thirds of the band in.
+    for (const job of (await q.getJobs(['prioritized'])).filter((j) => j.data.label !== 'huge-2')) await q.remove(job.id!);
+    const waiting = (await q.getJobs(['prioritized']))[0]!;
+    assert.equal(waiting.data.label, 'huge-2');
+    assert.ok(waiting.priority - bandStart('default') >= bandWidth / 4, 'the head is past a quarter of the band');
+    const next = await add(q, claim('acct_next'), 'next');
+    const shifted = (await q.getJob(waiting.id!))!;
+    assert.equal(shifted.priority, bandStart('default'), 'the waiting job was shifted to the band’s start, score and job alike');
+    assert.equal(next, bandStart('default'), 'the newcomer starts at the head');
+    assert.deepEqual(await serve(q, 2), ['huge-2', 'next'], 'the order of what waited is kept');
+  });
+
+  it('counts the backlog by tier and account, and takes a job out of it when it leaves', async () => {
+    const q = queue();
+    await add(q, claim('acct_x', 'flex'), 'x1');
+    await add(q, claim('acct_x', 'flex'), 'x2');
+    await add(q, claim('acct_y', 'priority'), 'y1');
+    const rows = (await readBacklog(redis, q.name)).sort();
+    assert.deepEqual(rows, [['flex', 'acct_x', 2], ['priority', 'acct_y', 1]]);
+    await leftBacklog(redis, q.name, 'priority', 'acct_y');
+    assert.deepEqual((await readBacklog(redis, q.name)).sort(), [['flex', 'acct_x', 2]], 'a count that reaches 0 is removed');
+  });
+});
