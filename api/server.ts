@@ -12,6 +12,8 @@ import { loadCatalog } from '../shared/catalog.js';
 import { PriceList } from '../shared/pricing.js';
 import { GatewayError } from '../shared/errors.js';
 import { replyChannel } from '../shared/keys.js';
+import { cappedVendors } from '../shared/scheduler.js';
+import { queueNames } from '../shared/queues.js';
 import { QueueShards } from '../shared/queue-shards.js';
 import { resolveChannels } from '../shared/vendors.js';
 import { envelope } from './http/envelope.js';
@@ -92,7 +94,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   // Commands fail fast while Redis is away (the client gets a 503) instead of queueing until it returns.
   const redis = createRedis(config.redis, { connectionName: instanceId, maxRetriesPerRequest: 1 });
   const subscriber = createRedis(config.redis, { connectionName: `${instanceId}-sub` });
-  const queues = new QueueShards(redis, config.queueShards);
+  const queues = new QueueShards(redis, config.queueShards, queueNames, cappedVendors(config));
 
   // The record (PostgreSQL): accounts and keys are written there first; Redis holds their hot copy, loaded from it when lost.
   const { record, hot, close: closeRecord } = await openHotRecord(config.databaseUrl, redis, log, 'the api');
@@ -106,7 +108,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   hub.on(accessChangedChannel, (message) => keyCache.forget(message));
   keyStore.onAccessChanged = (message) => keyCache.forget(message);
   hub.onReconnect = () => keyCache.clear();
-  const backpressure = new Backpressure(queues, config.maxWaiting, log);
+  const backpressure = new Backpressure(redis, queues, config.maxWaiting, log);
   const catalog = loadCatalog(config.catalogFile);
   const models = new ModelResolver(catalog, new Set(resolveChannels(config).keys()));
   const prices = PriceList.load(catalog, config);

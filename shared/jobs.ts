@@ -64,6 +64,8 @@ export interface GatewayJobResult {
 /** Where an async job can be found, and whose it is: kept under `asyncJobKey(id)` for ASYNC_RESULT_TTL_S. */
 export interface AsyncJobRecord {
   queue: QueueName;
+  /** The capped vendor's lane it waits in (`shared/scheduler.ts`); absent: the capability's shared lane. */
+  lane?: string;
   keyId: string;
   endpoint: Endpoint;
   model: string;

@@ -1,23 +1,34 @@
-import { Queue } from 'bullmq';
+import { Queue, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { queueNames, shardOfJob, shardQueueName, type QueueName } from './queues.js';
+import { laneQueueName, queueNames, shardOfJob, shardQueueName, type QueueName } from './queues.js';
 
 /**
  * The api's BullMQ queues: each capability is one queue, or several shards
- * (`QUEUE_SHARDS_<QUEUE>`), each under its own hash tag. A job's shard follows
- * from its id (`shardOfJob`), so jobs spread evenly and a cancel, a resume or a
- * poll finds the job without asking Redis where it went.
+ * (`QUEUE_SHARDS_<QUEUE>`), each under its own hash tag, and one more queue per
+ * capped vendor (its lane, `shared/scheduler.ts`). A job's shard follows from
+ * its id (`shardOfJob`), so jobs spread evenly and a cancel, a resume or a poll
+ * finds the job without asking Redis where it went; its lane is kept with what
+ * finds it (an async job's record) or tried in turn.
  */
 export class QueueShards {
   private readonly byName = new Map<QueueName, Queue[]>();
+  private readonly lanes = new Map<QueueName, Map<string, Queue>>();
 
-  constructor(connection: Redis, shards: Readonly<Record<QueueName, number>>, names: readonly QueueName[] = queueNames) {
+  constructor(
+    connection: Redis,
+    shards: Readonly<Record<QueueName, number>>,
+    names: readonly QueueName[] = queueNames,
+    /** The capped vendors, each with a lane of its own in every capability. */
+    readonly laneNames: readonly string[] = [],
+  ) {
+    const lanes = laneNames;
     for (const name of names) {
       const count = Math.max(1, shards[name] ?? 1);
       this.byName.set(
         name,
         Array.from({ length: count }, (_, shard) => new Queue(shardQueueName(name, shard, count), { connection })),
       );
+      this.lanes.set(name, new Map(lanes.map((lane) => [lane, new Queue(laneQueueName(name, lane), { connection })])));
     }
   }
 
@@ -26,25 +37,44 @@ export class QueueShards {
     return this.byName.has(name);
   }
 
-  /** The queue (shard) that holds, or will hold, this job. */
-  forJob(name: QueueName, jobId: string): Queue | undefined {
+  /** The queue that holds, or will hold, this job: its vendor's lane, or its shard of the capability's shared lane. */
+  forJob(name: QueueName, jobId: string, lane?: string): Queue | undefined {
+    if (lane !== undefined) {
+      const queue = this.lanes.get(name)?.get(lane);
+      if (queue) return queue;
+    }
     const shards = this.byName.get(name);
     return shards?.[shardOfJob(jobId, shards.length)];
   }
 
-  /** Every shard of one capability. */
+  /** Every queue a job of this capability may be in, its shard first, then the lanes. */
+  candidates(name: QueueName, jobId: string): Queue[] {
+    const first = this.forJob(name, jobId);
+    return first ? [first, ...(this.lanes.get(name)?.values() ?? [])] : [];
+  }
+
+  /** The job under this id in whichever of the capability's queues holds it (its shard first, then each lane). */
+  async locate(name: QueueName, jobId: string): Promise<{ queue: Queue; job: Job } | undefined> {
+    for (const queue of this.candidates(name, jobId)) {
+      const job = await queue.getJob(jobId);
+      if (job) return { queue, job };
+    }
+    return undefined;
+  }
+
+  /** Every queue of one capability: its shards, then its lanes. */
   shardsOf(name: QueueName): readonly Queue[] {
-    return this.byName.get(name) ?? [];
+    return [...(this.byName.get(name) ?? []), ...(this.lanes.get(name)?.values() ?? [])];
   }
 
-  /** Every capability with its shards. */
+  /** Every capability with its queues (shards and lanes). */
   entries(): IterableIterator<[QueueName, Queue[]]> {
-    return this.byName.entries();
+    return [...this.byName.keys()].map((name): [QueueName, Queue[]] => [name, [...this.shardsOf(name)]]).values();
   }
 
-  /** Every BullMQ queue, all shards of all capabilities. */
+  /** Every BullMQ queue, all shards and lanes of all capabilities. */
   all(): Queue[] {
-    return [...this.byName.values()].flat();
+    return [...this.byName.keys()].flatMap((name) => this.shardsOf(name));
   }
 
   async close(): Promise<void> {

@@ -26,6 +26,15 @@ export function shardQueueName(queue: QueueName, shard: number, shards = 1): str
   }
 }
 
+/**
+ * The BullMQ queue of a capped vendor's lane of a capability (`{chat@openai}`):
+ * a hash tag of its own, so lanes spread over a Cluster too. A lane is one
+ * queue (its vendor's cap bounds it, not a shard's throughput).
+ */
+export function laneQueueName(queue: QueueName, lane: string): string {
+  return `{${queue}@${lane}}`;
+}
+
 /** The shard of a capability a job id belongs to (FNV-1a of the id): the api and every lookup agree without asking Redis. */
 export function shardOfJob(jobId: string, shards: number): number {
   if (shards <= 1) return 0;

@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import type { Config } from '../shared/config.js';
 import { keyPrefix } from '../shared/keys.js';
 import { GatewayError, timeoutError } from '../shared/errors.js';
-import { vendorDefinition } from '../shared/vendors.js';
+import { vendorLimits, type VendorLimits } from '../shared/scheduler.js';
 import { vendorSlotHeld, waitingForSlot } from './metrics.js';
 
 /**
@@ -50,11 +50,6 @@ redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
 return 1
 `;
 
-interface Limits {
-  maxConcurrency: number;
-  rpm: number;
-}
-
 export interface Lease {
   release(): Promise<void>;
 }
@@ -71,7 +66,7 @@ export const slotFreedChannel = `${keyPrefix}limit-freed`;
 
 export class VendorLimiter {
   private readonly redis: LimiterRedis;
-  private readonly limits = new Map<string, Limits>();
+  private readonly limits = new Map<string, VendorLimits>();
   private readonly waiters = new Map<string, Set<() => void>>();
   /** Without freed-slot messages (no subscriber wired), waiters fall back to short polls. */
   private hearsReleases = false;
@@ -102,12 +97,10 @@ export class VendorLimiter {
     this.hearsReleases = true;
   }
 
-  limitsOf(vendor: string): Limits {
+  limitsOf(vendor: string): VendorLimits {
     let limits = this.limits.get(vendor);
     if (!limits) {
-      const prefix = vendorDefinition(vendor, this.config)?.envPrefix ?? vendor.toUpperCase();
-      const settings = this.config.vendors[prefix];
-      limits = { maxConcurrency: settings?.maxConcurrency ?? 0, rpm: settings?.rpm ?? 0 };
+      limits = vendorLimits(this.config, vendor);
       this.limits.set(vendor, limits);
     }
     return limits;

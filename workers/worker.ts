@@ -1,11 +1,13 @@
-import { Worker, type WorkerOptions } from 'bullmq';
+import { Queue, Worker, type WorkerOptions } from 'bullmq';
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import { createRedis } from '../shared/redis.js';
 import { loadCatalog } from '../shared/catalog.js';
 import { GatewayError } from '../shared/errors.js';
 import { cancelChannel } from '../shared/keys.js';
-import { shardQueueName, type QueueName } from '../shared/queues.js';
+import { laneQueueName, shardQueueName, type QueueName } from '../shared/queues.js';
+import { cappedVendors, leftBacklog, vendorLimits } from '../shared/scheduler.js';
+import { defaultAccountId } from '../shared/accounts.js';
 import { type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import { CancelRegistry } from './cancel-registry.js';
 import { createProcessor } from './job-run.js';
@@ -68,6 +70,53 @@ export function fetchLoopOptions(config: Config, concurrency: number, loop: numb
         retryDelay(config, Math.max(0, attemptsMade - 1), error instanceof GatewayError ? error : new GatewayError(500, 'retry')),
     },
   } satisfies Omit<WorkerOptions, 'connection'>;
+}
+
+/** A capped vendor's lane: its name and how many of its jobs a process holds at once. */
+interface Lane {
+  vendor: string;
+  /** Jobs of the lane in flight across every worker (its vendor's concurrency cap); 0: no cap in BullMQ (an RPM cap only). */
+  cap: number;
+}
+
+/**
+ * The lanes of the capped vendors (`shared/scheduler.ts`). A lane with a
+ * concurrency cap is capped in BullMQ too (its global concurrency, set by every
+ * worker at start: the setting is the same everywhere), so the jobs past the cap
+ * wait in the queue in their fair order, not in a worker. A lane that lost its
+ * cap in the configuration has it removed.
+ */
+async function openLanes(config: Config, redis: ReturnType<typeof createRedis>): Promise<Lane[]> {
+  const lanes = cappedVendors(config).map((vendor) => ({ vendor, cap: vendorLimits(config, vendor).maxConcurrency }));
+  await Promise.all(
+    config.workerQueues.flatMap((name) =>
+      lanes.map(async ({ vendor, cap }) => {
+        const queue = new Queue(laneQueueName(name, vendor), { connection: redis });
+        try {
+          if (cap > 0) await queue.setGlobalConcurrency(cap);
+          else await queue.removeGlobalConcurrency();
+        } finally {
+          await queue.close();
+        }
+      }),
+    ),
+  );
+  return lanes;
+}
+
+/** One fetch loop per lane: as wide as the vendor's cap (the jobs past it wait in the queue), or as the capability without one. */
+export function laneLoops(name: QueueName, concurrency: number, lanes: ReadonlyArray<{ vendor: string; cap: number }>): Array<{ queue: string; concurrency: number; loop: number }> {
+  return lanes.map(({ vendor, cap }) => ({ queue: laneQueueName(name, vendor), concurrency: cap > 0 ? Math.min(cap, concurrency) : concurrency, loop: 0 }));
+}
+
+/** The processor, with each job taken out of its queue's backlog count as its first run starts (`shared/scheduler.ts`). */
+function leavingBacklog(redis: ReturnType<typeof createRedis>, processor: ReturnType<typeof meterJobs>): ReturnType<typeof meterJobs> {
+  return (job, token) => {
+    if ((job.attemptsStarted ?? 1) <= 1 && job.attemptsMade === 0) {
+      void leftBacklog(redis, job.queueName, job.data.serviceTier ?? 'default', job.data.accountId ?? defaultAccountId).catch(() => undefined);
+    }
+    return processor(job, token);
+  };
 }
 
 export interface WorkerPool {
@@ -136,9 +185,11 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
 
   const lifecycle = new JobLifecycle({ redis, blobs, log });
   // BullMQ's worker fetches one job per Redis round trip; a busy queue gets several fetch loops, which share its concurrency.
-  const loops = config.workerQueues.flatMap((name) => capabilityLoops(name, config.concurrency[name], config.queueShards[name]));
+  // Each capped vendor has a lane of its own in every capability, capped in BullMQ itself at the vendor's concurrency.
+  const lanes = await openLanes(config, redis);
+  const loops = config.workerQueues.flatMap((name) => [...capabilityLoops(name, config.concurrency[name], config.queueShards[name]), ...laneLoops(name, config.concurrency[name], lanes)]);
   const bullWorkers = loops.map(({ queue: name, concurrency, loop }) => {
-    const worker = new Worker<GatewayJobData, GatewayJobResult>(name, meterJobs(processor), { connection: redis, ...fetchLoopOptions(config, concurrency, loop) });
+    const worker = new Worker<GatewayJobData, GatewayJobResult>(name, leavingBacklog(redis, meterJobs(processor)), { connection: redis, ...fetchLoopOptions(config, concurrency, loop) });
     lifecycle.watch(worker, name);
     return worker;
   });

@@ -84,7 +84,7 @@ export function jobRoutes(deps: EndpointRouteDeps & { blobs: ServingBlobStore; u
   router.delete('/videos/:id', async (ctx) => {
     const owned = await loadOwnedJob(redis, queues, ctx.params.id!, ctx.state.keyId, 'video');
     if (owned.job) {
-      const removed = await queues.forJob(owned.record.queue, owned.id)!.remove(owned.id).catch(() => 0);
+      const removed = await queues.forJob(owned.record.queue, owned.id, owned.record.lane)!.remove(owned.id).catch(() => 0);
       if (removed !== 1 && owned.status === 'in_progress') await redis.publish(cancelChannel, owned.id);
       // Removed before a worker took it: nobody will read its reference image now.
       if (removed === 1) await Promise.allSettled(uploadKeys(owned.record.request ?? {}).map((key) => deps.blobs.delete(key)));

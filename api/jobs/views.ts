@@ -28,7 +28,7 @@ export async function loadOwnedJob(redis: Redis, queues: QueueShards, id: string
   if (record.keyId !== keyId) throw notFound(id, what);
   // State first, then the job: read the other way round, a job that fails in between reads as
   // failed with the reason it did not have yet when fetched.
-  const queue = queues.forJob(record.queue, id);
+  const queue = queues.forJob(record.queue, id, record.lane);
   const state = queue ? await queue.getJobState(id) : 'unknown';
   const job = queue && state !== 'unknown' ? await queue.getJob(id) : undefined;
   const status: JobStatus =

@@ -24,6 +24,8 @@ export interface JobOrigin {
   baseUrl: string;
   /** The request's trace context, when tracing is on. */
   trace?: Record<string, string>;
+  /** The capped vendor's lane its job waits in (`shared/scheduler.ts`); absent: the capability's shared lane. */
+  lane?: string;
 }
 
 /** A request's job as it will be queued, built once from its endpoint row and what the handler accepted. */
@@ -31,6 +33,8 @@ export interface JobPlan {
   /** The job's id in its queue: the request's id, unless the handler named the job (a response's, a video's id). */
   id: string;
   queue: QueueName;
+  /** The capped vendor's lane, when it waits in one. */
+  lane?: string;
   mode: AnswerMode;
   data: GatewayJobData;
   /** The validated payload, whether it rides in the job or is kept apart. */
@@ -78,6 +82,7 @@ export function buildJob<E extends Endpoint>(name: E, accepted: Accepted<E>, ori
     const ttl = config.asyncResultTtlSeconds;
     const asyncRecord: AsyncJobRecord = {
       queue: row.queue,
+      ...(origin.lane ? { lane: origin.lane } : {}),
       keyId: origin.keyId,
       endpoint: name,
       model: origin.model,
@@ -86,7 +91,7 @@ export function buildJob<E extends Endpoint>(name: E, accepted: Accepted<E>, ori
       ...(name === 'videos' ? { request: accepted.payload as VideoInput } : {}),
     };
     const options = { ...retries, removeOnComplete: { age: ttl }, removeOnFail: { age: ttl } };
-    return { id, queue: row.queue, mode, data, payload: accepted.payload, options, deadline, asyncRecord, ...(stored ? { storedPayload: serialized } : {}) };
+    return { id, queue: row.queue, ...(origin.lane ? { lane: origin.lane } : {}), mode, data, payload: accepted.payload, options, deadline, asyncRecord, ...(stored ? { storedPayload: serialized } : {}) };
   }
   // A job answered through pub/sub (or run in the background): kept briefly once finished, as its row says.
   const options = {
@@ -94,5 +99,5 @@ export function buildJob<E extends Endpoint>(name: E, accepted: Accepted<E>, ori
     removeOnComplete: { age: row.keep.completedSeconds, count: row.keep.completedCount },
     removeOnFail: { age: row.keep.failedSeconds, count: row.keep.failedCount },
   };
-  return { id, queue: row.queue, mode, data, payload: accepted.payload, options, deadline, ...(stored ? { storedPayload: serialized } : {}) };
+  return { id, queue: row.queue, ...(origin.lane ? { lane: origin.lane } : {}), mode, data, payload: accepted.payload, options, deadline, ...(stored ? { storedPayload: serialized } : {}) };
 }

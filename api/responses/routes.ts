@@ -91,14 +91,12 @@ export async function followResponse(ctx: KeyedContext, deps: ResponseRouteDeps,
 export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
   const router = createRouter<State>('/v1');
   const { redis, queues } = deps;
-  const chatQueue = (id: string) => queues.forJob('chat', id);
 
   /** The stored response; one still running whose job is gone or failed is recorded as failed (its worker died, or Redis lost it). */
   async function current(ctx: KeyedRouteContext): Promise<StoredResponse> {
     const stored = await loadResponse(redis, deps.blobs, ctx.params.id!, ctx.state.keyId);
     if (!running(stored.response.status)) return stored;
-    const queue = chatQueue(stored.id);
-    const job = queue ? await queue.getJob(stored.id) : undefined;
+    const job = (await queues.locate('chat', stored.id))?.job;
     const state = job ? await job.getState() : 'missing';
     if (state !== 'missing' && state !== 'failed' && state !== 'unknown') return stored;
     // Read again: the worker may have stored the end between the two reads.
@@ -136,9 +134,9 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
    * back (held under the id of the request that created it, which the job carries), else its worker told to abort.
    */
   async function stop(id: string, accountId: string): Promise<boolean> {
-    const queue = chatQueue(id);
-    const job = await queue?.getJob(id).catch(() => undefined);
-    const removed = (await queue?.remove(id).catch(() => 0)) === 1;
+    const found = await queues.locate('chat', id).catch(() => undefined);
+    const job = found?.job;
+    const removed = (await found?.queue.remove(id).catch(() => 0)) === 1;
     if (removed) await releaseReservation(redis, accountId, job?.data.requestId ?? id).catch(() => undefined);
     else await redis.publish(cancelChannel, id);
     return removed;
