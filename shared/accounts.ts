@@ -124,6 +124,8 @@ export interface Account {
   reservedMicros: number;
   /** A disabled account cannot sign in to the console and its keys are refused. */
   disabled: boolean;
+  /** Its share of contended capacity against other accounts' (1–100; `shared/scheduler.ts`). */
+  weight: number;
 }
 
 /** What admission needs to know about a key, cached per api instance (dropped on `accessChangedChannel`). */
@@ -138,6 +140,8 @@ export interface KeyAccess {
   models?: readonly string[];
   /** Unix seconds; undefined = never. */
   expiresAt?: number;
+  /** The account's share of contended capacity against others' (`shared/scheduler.ts`); undefined = 1. */
+  weight?: number;
 }
 
 /** The metrics of one usage record that the per-day aggregates sum. */

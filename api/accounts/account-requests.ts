@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { maxWeight, minWeight } from '../../shared/scheduler.js';
 import { invalidRequest } from '../../shared/errors.js';
 import { storableText } from '../../shared/schemas/common.js';
 import { toValidationError } from '../http/request-body.js';
@@ -35,6 +36,8 @@ export const patchAccountSchema = z.strictObject({
   role: role.optional(),
   unlimited: unlimited.optional(),
   disabled: z.boolean().optional(),
+  /** Its share of contended capacity against other accounts' (`shared/scheduler.ts`). */
+  weight: z.number().int().min(minWeight).max(maxWeight).optional(),
 });
 export const creditSchema = z.strictObject({
   amount_usd: z

@@ -275,6 +275,8 @@ export interface AccountChanges {
   /** null removes the password. */
   password?: string | null;
   disabled?: boolean;
+  /** Its share of contended capacity (1–100): `shared/scheduler.ts`. */
+  weight?: number;
 }
 
 export interface LedgerEntry {
@@ -304,6 +306,7 @@ function toAccount(row: Record<string, string>, bill: BillState | undefined): Ac
     balanceMicros: row.unlimited === '1' ? undefined : (bill?.balanceMicros ?? 0),
     reservedMicros: bill?.reservedMicros ?? 0,
     disabled: row.disabled === '1',
+    weight: Number(row.weight) || 1,
   };
 }
 
@@ -412,6 +415,7 @@ export class AccountStore {
     if (changes.role !== undefined) fields.push('role', changes.role);
     if (changes.email !== undefined) fields.push('email', normalizeEmail(changes.email));
     if (changes.disabled !== undefined) fields.push('disabled', changes.disabled ? '1' : '0');
+    if (changes.weight !== undefined) fields.push('weight', String(changes.weight));
     if (id === defaultAccountId && changes.unlimited === false) {
       throw new GatewayError(400, 'The default account is always unlimited: give keys that must spend within a balance an account of their own.', { code: 'default_account', param: 'unlimited' });
     }
@@ -423,10 +427,10 @@ export class AccountStore {
     }
     // '' is "no password": a hash never is.
     if (changes.password !== undefined) fields.push('password', changes.password === null ? '' : await hashPassword(changes.password));
-    const row: Record<string, string | boolean> = {};
+    const row: Record<string, string | boolean | number> = {};
     for (let i = 0; i + 1 < fields.length; i += 2) {
       const [field, value] = [fields[i]!, fields[i + 1]!];
-      row[field] = field === 'unlimited' || field === 'disabled' ? value === '1' : value;
+      row[field] = field === 'unlimited' || field === 'disabled' ? value === '1' : field === 'weight' ? Number(value) : value;
     }
     if (Object.keys(row).length > 0) {
       if (id === defaultAccountId) await ensureDefaultRecord(this.record);

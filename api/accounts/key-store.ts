@@ -207,14 +207,14 @@ local key = redis.call('HMGET', ARGV[2] .. id, 'hash', 'account', 'limit', 'rpm'
 if key[1] ~= ARGV[1] then return false end
 local account = key[2]
 if not account or account == '' then account = ARGV[4] end
-local state = redis.call('HMGET', ARGV[3] .. account, 'id', 'deleted', 'disabled')
+local state = redis.call('HMGET', ARGV[3] .. account, 'id', 'deleted', 'disabled', 'weight')
 if state[2] == '1' then return false end
 if state[3] == '1' then return 0 end
 if not state[1] then
   if account ~= ARGV[4] then return false end
   ensureDefault(KEYS[2], KEYS[3], ARGV[4], ARGV[5])
 end
-return {id, account, key[3] or '', key[4] or '', key[5] or '', key[6] or '', key[7] or ''}`;
+return {id, account, key[3] or '', key[4] or '', key[5] or '', key[6] or '', key[7] or '', state[4] or ''}`;
 
 interface KeyRedis extends Redis {
   keyCreate(...args: Array<string | number>): Promise<number>;
@@ -513,8 +513,9 @@ export class KeyStore {
       if (!reloaded && (await this.hot?.ensure())) return this.access(secretHash, true);
       return undefined;
     }
-    const [keyId, accountId, limit, rpm, tpm, models, expires] = row;
+    const [keyId, accountId, limit, rpm, tpm, models, expires, weight] = row;
     const optional: Omit<KeyAccess, 'keyId' | 'accountId'> = {
+      weight: optionalNumber(weight),
       limitMicros: optionalNumber(limit),
       rpm: optionalNumber(rpm),
       tpm: optionalNumber(tpm),

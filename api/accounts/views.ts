@@ -15,6 +15,7 @@ export function accountView(account: Account) {
     balance_usd: account.balanceMicros === undefined ? null : microsToUsd(account.balanceMicros),
     unlimited: account.balanceMicros === undefined,
     disabled: account.disabled,
+    weight: account.weight,
     created: account.created,
   };
 }

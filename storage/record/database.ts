@@ -28,6 +28,8 @@ export interface AccountsTable {
   /** Sum of the cost of the usage rows written (balance = credits − settled). */
   settled_micros: number;
   playground_key: string | null;
+  /** Its share of contended capacity (1–100, default 1): `shared/scheduler.ts`. */
+  weight: Generated<number>;
 }
 
 export interface ApiKeysTable {

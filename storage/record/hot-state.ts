@@ -422,6 +422,7 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
       password: a.password,
       unlimited: a.unlimited ? '1' : '0',
       disabled: a.disabled ? '1' : '0',
+      weight: String(a.weight),
       ...(a.playground_key ? { playground_key: a.playground_key } : {}),
     };
     const bill: Record<string, string> = {

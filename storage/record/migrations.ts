@@ -163,6 +163,12 @@ const migrations: Record<string, Migration> = {
       });
     },
   },
+  // An account's share of contended capacity against the others' (shared/scheduler.ts); set by an admin.
+  '0005_account_weight': {
+    async up(db: Kysely<unknown>) {
+      await sql`alter table accounts add column if not exists weight integer not null default 1 check (weight between 1 and 100)`.execute(db);
+    },
+  },
   // The tier that served each request (`service_tier`: priority, default or flex), billed at its own prices. A constant
   // default: the column is added without rewriting the table, and rows from before were all served as default.
   '0006_service_tier': {
