@@ -62,6 +62,9 @@ export class GatewayMetrics {
   readonly clientDisconnects: Children<Counter.Internal>;
   // The workers: jobs.
   readonly jobWait: Children<Histogram.Internal<string>>;
+  readonly queueWait: Children<Histogram.Internal<string>>;
+  // The api: what waits, by account and tier.
+  readonly queueBacklog: Gauge<'queue' | 'tier' | 'account'>;
   readonly jobRun: Children<Histogram.Internal<string>>;
   readonly jobsRetried: Children<Counter.Internal>;
   readonly jobsStalled: Children<Counter.Internal>;
@@ -87,6 +90,8 @@ export class GatewayMetrics {
 
   /** Read at each scrape by `queueJobs` (set by the api's backpressure). */
   queueDepths: (() => Iterable<[queue: string, counts: Readonly<Record<string, number>>]>) | undefined;
+  /** Read at each scrape by `queueBacklog` (set by the api's backpressure). */
+  backlogs: (() => Iterable<[queue: string, tier: string, account: string, waiting: number]>) | undefined;
   /** Read at each scrape by `channelCoolingDown` (set by the workers' channel router). */
   channelRests: (() => Iterable<[vendor: string, channel: string, rests: number]>) | undefined;
 
@@ -134,6 +139,19 @@ export class GatewayMetrics {
     this.clientDisconnects = counterChildren('client_disconnects_total', 'Clients that left before their answer was complete, by kind: held (a plain request), stream, follow (a resumed or followed stream).', ['kind']);
 
     this.jobWait = histogramChildren('job_wait_seconds', 'Time a job waited in its queue, from its enqueue to the start of its first run.', ['queue']);
+    this.queueWait = histogramChildren('queue_wait_seconds', 'Time a job waited in its queue before its first run, by capability, service tier (priority, default, flex) and paying account: the fair share and the tiers as each account sees them.', ['queue', 'tier', 'account']);
+    this.queueBacklog = new Gauge({
+      name: `${metricsPrefix}queue_backlog`,
+      help: 'Jobs waiting in each capability queue (all its shards and lanes), by service tier and paying account, as the api last read them (with the queue depths); no Redis command per scrape.',
+      labelNames: ['queue', 'tier', 'account'],
+      registers,
+      collect() {
+        const backlogs = self.backlogs?.();
+        if (!backlogs) return;
+        this.reset();
+        for (const [queue, tier, account, waiting] of backlogs) this.labels(queue, tier, account).set(waiting);
+      },
+    });
     this.jobRun = histogramChildren('job_run_seconds', 'Time of each run of a job in a worker (each attempt, and each resumption after a rate-limit wait).', ['queue']);
     this.jobsRetried = counterChildren('jobs_retried_total', 'Job runs that ended to run again: reason error (a failed attempt, retried after a backoff) or rate_limited (put back to wait without spending an attempt).', ['queue', 'reason']);
     this.jobsStalled = counterChildren('jobs_stalled_total', 'Jobs found stalled (their worker stopped renewing the lock) and handed back to the queue.', ['queue']);

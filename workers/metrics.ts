@@ -7,6 +7,7 @@ import { shardQueueName, type QueueName } from '../shared/queues.js';
 import { type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import { resolveChannels, type ChannelConfig } from '../shared/vendors.js';
 import type { UsageRecord } from '../shared/billing.js';
+import { defaultAccountId } from '../shared/accounts.js';
 
 /**
  * The workers' metrics: each job's wait and runs, retries, stalls and
@@ -53,6 +54,7 @@ export function meterJobs(processor: Processor): Processor {
       // Both stamps are BullMQ's: the enqueue (api clock) and the move to active (worker clock).
       const waited = (job.processedOn ?? Date.now()) - job.timestamp;
       metrics.jobWait.get(queue).observe(Math.max(0, waited) / 1000);
+      metrics.queueWait.get(queue, job.data.serviceTier ?? 'default', job.data.accountId ?? defaultAccountId).observe(Math.max(0, waited) / 1000);
     }
     const started = performance.now();
     try {

@@ -128,11 +128,12 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
         // A capability's shards count as one queue. Pausing (from the queue dashboard) is the queue's, not a state
         // of its jobs: they stay waiting, and the queue says it is paused when any of its shards is.
         const [counts, paused] = await Promise.all([
-          Promise.all(shards.map((queue) => queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'completed'))),
+          Promise.all(shards.map((queue) => queue.getJobCounts('waiting', 'prioritized', 'active', 'delayed', 'failed', 'completed'))),
           Promise.all(shards.map((queue) => queue.isPaused())),
         ]);
         const total: Record<string, number> = {};
-        for (const count of counts) for (const [state, n] of Object.entries(count)) total[state] = (total[state] ?? 0) + n;
+        // Jobs wait with a priority (their band and fair tag), which BullMQ counts apart: to a reader they are waiting.
+        for (const count of counts) for (const [state, n] of Object.entries(count)) total[state === 'prioritized' ? 'waiting' : state] = (total[state === 'prioritized' ? 'waiting' : state] ?? 0) + n;
         return { name, ...total, paused: paused.some(Boolean) };
       }),
     );

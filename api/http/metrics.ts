@@ -51,7 +51,8 @@ export type QueueDepth = {
 export function sumDepths(shards: ReadonlyArray<Readonly<Record<string, number>>>): QueueDepth {
   const depth: QueueDepth = { waiting: 0, active: 0, delayed: 0, failed: 0 };
   for (const counts of shards) {
-    depth.waiting += counts.waiting ?? 0;
+    // Every job waits with a priority (its band and fair tag): BullMQ counts those apart from the plain waiting list.
+    depth.waiting += (counts.waiting ?? 0) + (counts.prioritized ?? 0);
     depth.active += counts.active ?? 0;
     depth.delayed += counts.delayed ?? 0;
     depth.failed += counts.failed ?? 0;
@@ -62,6 +63,7 @@ export function sumDepths(shards: ReadonlyArray<Readonly<Record<string, number>>
 /** Where the queue depths come from: the backpressure's last refresh. */
 export interface QueueDepthSource {
   depths(): Iterable<[QueueName, QueueDepth]>;
+  backlogs(): Iterable<[queue: string, tier: string, account: string, waiting: number]>;
 }
 
 export interface ApiMetrics {
@@ -74,6 +76,7 @@ export interface ApiMetrics {
 export function apiMetrics(config: Pick<Config, 'metrics'>, depths: QueueDepthSource): ApiMetrics {
   const metrics = initMetrics({ perKey: config.metrics.perKey });
   metrics.queueDepths = () => depths.depths();
+  metrics.backlogs = () => depths.backlogs();
   return {
     requests: async (ctx, next) => {
       const started = performance.now();

@@ -1,4 +1,6 @@
+import type { Redis } from 'ioredis';
 import type { Logger } from '../../shared/logger.js';
+import { readBacklog } from '../../shared/scheduler.js';
 import { overloaded } from '../../shared/errors.js';
 import type { QueueName } from '../../shared/queues.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
@@ -14,9 +16,12 @@ export class Backpressure {
   /** Every state's count as last read, for the metrics (read at scrape time: no Redis command of its own). */
   private readonly depth = new Map<QueueName, QueueDepth>();
   private readonly addedSinceRefresh = new Map<QueueName, number>();
+  /** Waiting jobs by tier and account, for the metrics. */
+  private readonly backlog = new Map<QueueName, Array<[tier: string, account: string, waiting: number]>>();
   private timer: NodeJS.Timeout | undefined;
 
   constructor(
+    private readonly redis: Redis,
     private readonly queues: QueueShards,
     private readonly limits: Record<QueueName, number>,
     private readonly log: Logger,
@@ -42,6 +47,11 @@ export class Backpressure {
     this.addedSinceRefresh.set(queue, added + 1);
   }
 
+  /** Each queue's waiting jobs by tier and account, as last refreshed. */
+  *backlogs(): Iterable<[queue: string, tier: string, account: string, waiting: number]> {
+    for (const [queue, rows] of this.backlog) for (const [tier, account, waiting] of rows) yield [queue, tier, account, waiting];
+  }
+
   /** Each queue's jobs by state, as last refreshed. */
   depths(): Iterable<[QueueName, QueueDepth]> {
     return this.depth.entries();
@@ -53,7 +63,19 @@ export class Backpressure {
         [...this.queues.entries()].map(async ([name, shards]) => {
           // The bound is the capability's: its shards' waiting jobs together.
           // One script call per shard, as for the waiting count alone, reads the other states the metrics show.
-          const depth = sumDepths(await Promise.all(shards.map((queue) => queue.getJobCounts(...depthStates))));
+          const [counts, backlogs] = await Promise.all([
+            Promise.all(shards.map((queue) => queue.getJobCounts(...depthStates, 'prioritized'))),
+            Promise.all(shards.map((queue) => readBacklog(this.redis, queue.name))),
+          ]);
+          const depth = sumDepths(counts);
+          const byTierAndAccount = new Map<string, [string, string, number]>();
+          for (const [tier, account, waiting] of backlogs.flat()) {
+            const key = `${tier}|${account}`;
+            const sum = byTierAndAccount.get(key);
+            if (sum) sum[2] += waiting;
+            else byTierAndAccount.set(key, [tier, account, waiting]);
+          }
+          this.backlog.set(name, [...byTierAndAccount.values()]);
           this.depth.set(name, depth);
           this.waiting.set(name, depth.waiting);
           this.addedSinceRefresh.set(name, 0);
