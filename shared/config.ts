@@ -244,7 +244,7 @@ const vendorMember = (suffix: string) => new RegExp(`^([A-Z][A-Z0-9_]*)_${suffix
 const queueMember = (prefix: string) => new RegExp(`^${prefix}_(${queueNames.map((q) => q.toUpperCase()).join('|')})$`);
 
 const queueDefaults = {
-  concurrency: { chat: 256, embeddings: 32, image: 64, audio: 16, video: 64 },
+  concurrency: { chat: 4096, embeddings: 1024, image: 128, audio: 64, video: 256 },
   maxWaiting: { chat: 10_000, embeddings: 10_000, image: 5_000, audio: 1_000, video: 5_000 },
   deadlineMs: { chat: 600_000, embeddings: 120_000, image: 600_000, audio: 600_000, video: 3_600_000 },
 } as const satisfies Record<string, Record<QueueName, number>>;

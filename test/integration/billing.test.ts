@@ -67,7 +67,7 @@ describe('billing through the gateway', () => {
     const requestId = error.headers?.get('x-request-id');
     assert.ok(requestId);
     assert.equal(await redis.exists(`bull:{chat}:${requestId}`), 0);
-    assert.equal(await redis.llen('bull:{chat}:wait'), 0);
+    assert.equal(await redis.zcard('bull:{chat}:prioritized'), 0);
     // Every attempt the client made ended before it gave up; their access-log lines may reach us just after.
     await waitFor(() => chatRequests() >= 1, 5000, 'the access log line');
     await new Promise((resolve) => setTimeout(resolve, 200));

@@ -161,7 +161,7 @@ describe('blob lifecycle (mock vendor, local blobs)', () => {
     let waiting: string | undefined;
     await waitFor(
       async () => {
-        waiting = (await audioQueue.getJobs(['waiting']))[0]?.id;
+        waiting = (await audioQueue.getJobs(['waiting', 'prioritized']))[0]?.id;
         return waiting !== undefined;
       },
       5000,

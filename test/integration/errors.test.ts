@@ -224,7 +224,7 @@ describe('full queue', () => {
       }).catch(() => undefined),
     );
     const { waitFor } = await import('../support/gateway.js');
-    await waitFor(async () => (await redis.llen('bull:{chat}:wait')) === 2, 5000, 'two waiting jobs');
+    await waitFor(async () => (await redis.zcard('bull:{chat}:prioritized')) === 2, 5000, 'two waiting jobs');
     // The api reads queue depth every 200 ms: give it several reads, even on a loaded machine.
     await new Promise((r) => setTimeout(r, 1000));
     const res = await fetch(`${api.url}/v1/chat/completions`, {
@@ -239,6 +239,6 @@ describe('full queue', () => {
     // Clients that leave take their waiting jobs with them.
     for (const c of controllers) c.abort();
     await Promise.all(waiting);
-    await waitFor(async () => (await redis.llen('bull:{chat}:wait')) === 0, 2000, 'waiting jobs removed');
+    await waitFor(async () => (await redis.zcard('bull:{chat}:prioritized')) === 0, 2000, 'waiting jobs removed');
   });
 });

@@ -74,7 +74,7 @@ describe('Redis restarted under load', () => {
         chat(api.url, apiKey, `waiting stream ${i}`, { stream: true, messages: [{ role: 'user', content: `stream ${i}` }] }, clientGiveUpMs),
       ),
     ];
-    await waitFor(async () => (await redis.llen('bull:{chat}:wait')) === waiting.length, 10_000, 'the requests to wait in the queue');
+    await waitFor(async () => (await redis.zcard('bull:{chat}:prioritized')) === waiting.length, 10_000, 'the requests to wait in the queue');
     await Promise.all(waiting.slice(5).map((w) => w.started));
 
     await redisServer!.stop();
@@ -113,7 +113,7 @@ describe('Redis restarted under load', () => {
       ...Array.from({ length: 4 }, (_, i) => chat(api.url, apiKey, `waiting plain ${i}`, { messages: [{ role: 'user', content: `plain ${i}` }] }, clientGiveUpMs)),
       ...Array.from({ length: 2 }, (_, i) => chat(api.url, apiKey, `waiting stream ${i}`, { stream: true, messages: [{ role: 'user', content: `stream ${i}` }] }, clientGiveUpMs)),
     ];
-    await waitFor(async () => (await redis.llen('bull:{chat}:wait')) === waiting.length, 10_000, 'the requests to wait in the queue');
+    await waitFor(async () => (await redis.zcard('bull:{chat}:prioritized')) === waiting.length, 10_000, 'the requests to wait in the queue');
     // The queued jobs are in the AOF file (everysec may hold them back up to 2 s behind a slow fsync, and a crash lose them).
     await redisServer!.persisted();
 
@@ -149,7 +149,7 @@ describe('Redis restarted under load', () => {
       chat(api.url, apiKey, 'waiting plain', { messages: [{ role: 'user', content: 'plain 0' }] }, clientGiveUpMs),
       chat(api.url, apiKey, 'waiting stream', { stream: true, messages: [{ role: 'user', content: 'stream 0' }] }, clientGiveUpMs),
     ];
-    await waitFor(async () => (await redis.llen('bull:{chat}:wait')) === others.length, 10_000, 'the requests to wait in the queue');
+    await waitFor(async () => (await redis.zcard('bull:{chat}:prioritized')) === others.length, 10_000, 'the requests to wait in the queue');
 
     // Redis restarts; the worker is back at once and finishes every job, but the api stays cut off until then:
     // every `done` is published to nobody, so its answer must come from the jobs and the replay logs.
@@ -202,7 +202,7 @@ describe('Redis restarted under load', () => {
       chat(api.url, apiKey, 'plain', { messages: [{ role: 'user', content: 'plain' }] }, clientGiveUpMs),
       chat(api.url, apiKey, 'stream', { stream: true, messages: [{ role: 'user', content: 'stream' }] }, clientGiveUpMs),
     ];
-    await waitFor(async () => (await redis.llen('bull:{chat}:wait')) === waiting.length, 10_000, 'the requests to wait in the queue');
+    await waitFor(async () => (await redis.zcard('bull:{chat}:prioritized')) === waiting.length, 10_000, 'the requests to wait in the queue');
     await waiting[1]!.started;
 
     await redis.flushall();

@@ -109,10 +109,10 @@ describe('split api and worker processes', () => {
       headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
       body: JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'never mind' }] }),
     }).catch(() => undefined);
-    await waitFor(async () => (await redis.llen('bull:{chat}:wait')) === 1, 5000, 'a waiting job');
+    await waitFor(async () => (await redis.zcard('bull:{chat}:prioritized')) === 1, 5000, 'a waiting job');
     controller.abort();
     await pending;
-    await waitFor(async () => (await redis.llen('bull:{chat}:wait')) === 0, 1000, 'the job removed');
+    await waitFor(async () => (await redis.zcard('bull:{chat}:prioritized')) === 0, 1000, 'the job removed');
     await startWorker();
     await new Promise((r) => setTimeout(r, 300));
     assert.equal(fake.requests.length, 0, 'the vendor never saw it');

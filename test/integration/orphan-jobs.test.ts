@@ -83,8 +83,8 @@ describe('jobs of an api that is gone', () => {
     const api = await start('api');
     const client = new AbortController();
     const pending = post(api, { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'anyone there?' }] }, client.signal).catch(() => undefined);
-    await waitFor(async () => (await queue.getWaitingCount()) === 1, 5000, 'the job to wait in the queue');
-    const [waiting] = await queue.getWaiting();
+    await waitFor(async () => (await queue.getJobCountByTypes('waiting', 'prioritized')) === 1, 5000, 'the job to wait in the queue');
+    const [waiting] = await queue.getJobs(['waiting', 'prioritized']);
     await api.stop('SIGKILL');
     client.abort();
     await pending;
@@ -99,7 +99,7 @@ describe('jobs of an api that is gone', () => {
   it('keeps serving while the api is alive, however long the job waited', async () => {
     const api = await start('api');
     const answer = post(api, { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'still here' }] }, AbortSignal.timeout(30_000));
-    await waitFor(async () => (await queue.getWaitingCount()) === 1, 5000, 'the job to wait in the queue');
+    await waitFor(async () => (await queue.getJobCountByTypes('waiting', 'prioritized')) === 1, 5000, 'the job to wait in the queue');
     await new Promise((resolve) => setTimeout(resolve, 3000));
     await start('worker');
     const response = await answer;

@@ -60,7 +60,7 @@ describe('a capability split into queue shards', () => {
       assert.equal(await redis.exists(`bull:${home}:${response.id}`), 1, `${response.id} is in ${home}`);
       for (const other of chatShards.filter((name) => name !== home)) assert.equal(await redis.exists(`bull:${other}:${response.id}`), 0);
     }
-    const waiting = await Promise.all(chatShards.map((name) => redis.llen(`bull:${name}:wait`)));
+    const waiting = await Promise.all(chatShards.map((name) => redis.zcard(`bull:${name}:prioritized`)));
     assert.equal(waiting.reduce((a, b) => a + b, 0), 6);
 
     const cancelled = await client.responses.cancel(queued[0]!.id);

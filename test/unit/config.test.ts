@@ -159,7 +159,7 @@ describe('loadConfig', () => {
     assert.equal(config.redisUrl, 'redis://127.0.0.1:6379');
     assert.equal(config.logLevel, 'info');
     assert.deepEqual(config.workerQueues, [...queueNames]);
-    assert.deepEqual(config.concurrency, { chat: 256, embeddings: 32, image: 64, audio: 16, video: 64 });
+    assert.deepEqual(config.concurrency, { chat: 4096, embeddings: 1024, image: 128, audio: 64, video: 256 });
     assert.deepEqual(config.maxWaiting, { chat: 10_000, embeddings: 10_000, image: 5_000, audio: 1_000, video: 5_000 });
     assert.deepEqual(config.deadlineMs, { chat: 600_000, embeddings: 120_000, image: 600_000, audio: 600_000, video: 3_600_000 });
     assert.equal(config.maxBodyBytes, 52_428_800);
