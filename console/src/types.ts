@@ -142,6 +142,9 @@ export type RequestStatus = (typeof requestStatuses)[number];
 export const serviceTiers = ['priority', 'default', 'flex'] as const;
 export type ServiceTier = (typeof serviceTiers)[number];
 
+/** Each tier's token prices as a multiple of the listed ones, exact decimals (`GET /console/api/pricing`'s `service_tiers`). */
+export type TierMultiples = Record<ServiceTier, string>;
+
 /** One request of the request log (`GET /console/api/requests`). */
 export interface RequestView {
   id: string;

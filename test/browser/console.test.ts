@@ -225,6 +225,8 @@ describe('web console in a real browser', () => {
     assert.deepEqual([...ids].sort(), models.data.map((m) => m.id).sort());
     const gpt4o = await table.getByRole('row').filter({ has: page.getByRole('cell', { name: 'gpt-4o', exact: true }) }).innerText();
     assert.match(gpt4o, /\$\s?2\.5/);
+    // The tiers' multiples of the token prices (SERVICE_TIER_PRICE_FLEX and _PRIORITY, unset here).
+    assert.match(await page.locator('.pricing-tiers').innerText(), /×0\.5 for flex, ×1 for default and ×2 for priority/);
     await shoot(page, 'pricing-desktop');
     await page.getByLabel('Search models').fill('claude');
     await waitFor(async () => (await table.locator('tbody tr').count()) < models.data.length, 2000, 'the search to filter');

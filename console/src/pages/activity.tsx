@@ -297,7 +297,7 @@ export function ActivityPage() {
 
   const bucketName = bucketNames[chart.bucket] ?? `${chart.bucket} s`;
   const loading = !current && !error;
-  const columns = admin ? 11 : 10;
+  const columns = admin ? 10 : 9;
 
   return (
     <>
@@ -427,7 +427,6 @@ export function ActivityPage() {
                 <th scope="col">Model</th>
                 <th scope="col">Endpoint</th>
                 <th scope="col">Status</th>
-                <th scope="col">Tier</th>
                 <th scope="col" class="num">HTTP</th>
                 <th scope="col" class="num">Latency</th>
                 <th scope="col" class="num">TTFT</th>
@@ -480,10 +479,15 @@ export function ActivityPage() {
                     {row.model || <span class="muted">—</span>}
                   </td>
                   <td class="mono muted nowrap endpoint-cell">{row.endpoint ?? '—'}</td>
-                  <td>
+                  <td class="nowrap">
                     <StatusBadge status={row.status} />
+                    {/* The tier, when not the default one (the details always say it). */}
+                    {row.service_tier !== 'default' && (
+                      <span class="badge tier-badge" title={`Served as ${row.service_tier}`}>
+                        {row.service_tier}
+                      </span>
+                    )}
                   </td>
-                  <td class="muted nowrap tier-cell">{row.service_tier}</td>
                   <td class="num">{row.http_status ?? '—'}</td>
                   <td class="num">{duration(row.latency_ms)}</td>
                   <td class="num">{duration(row.ttft_ms)}</td>

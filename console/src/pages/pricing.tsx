@@ -2,7 +2,7 @@ import { useMemo, useState } from 'preact/hooks';
 import { EmptyRow, ErrorMessage, PageHeader, SkeletonRows, TableCard, useApi, useTitle } from '../components/ui';
 import { contextWindow, price } from '../format';
 import { capabilityName, otherPrices, sortPrice, type PriceLine } from '../pricing-model';
-import type { List, PricedModel } from '../types';
+import type { List, PricedModel, TierMultiples } from '../types';
 
 type Sort = 'name' | 'price-asc' | 'price-desc';
 
@@ -35,7 +35,8 @@ function PriceLines({ lines, unit }: { lines: PriceLine[]; unit: string | undefi
 
 export function PricingPage() {
   useTitle('Pricing');
-  const models = useApi<List<PricedModel>>('/pricing');
+  const models = useApi<List<PricedModel> & { service_tiers?: TierMultiples }>('/pricing');
+  const tiers = models.data?.service_tiers;
   const [search, setSearch] = useState('');
   const [vendor, setVendor] = useState('');
   const [capability, setCapability] = useState('');
@@ -69,6 +70,11 @@ export function PricingPage() {
   return (
     <>
       <PageHeader title="Pricing" description="What this gateway bills per model, markup included, in US dollars. Token prices are per million tokens." />
+      {tiers && (
+        <p class="muted small pricing-tiers">
+          Service tiers (<code>service_tier</code> on chat and Responses requests): token prices are ×{tiers.flex} for flex, ×{tiers.default} for default and ×{tiers.priority} for priority.
+        </p>
+      )}
       <div class="filters" role="search" aria-label="Filter models">
         <div class="field field-inline field-grow">
           <label for="pricing-search">Search models</label>
