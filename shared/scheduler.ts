@@ -19,20 +19,22 @@ import { extraVendors, vendorDefinition } from './vendors.js';
  * priority is the job's virtual start tag (start-time fair queueing): each
  * account has a finish tag F; a job costing c (its reserved tokens, in units
  * of 256, divided by the account's weight) starts at S = max(V, F) and moves F
- * to S + c, where V, the band's virtual time, is the start tag of the job at
- * the band's head (the next one served). So an account that was idle starts at
+ * to S + c, where V, the band's virtual time, is the start tag of the last job
+ * a worker took from the band. So an account that was idle starts at
  * the head and is served next; accounts that keep a backlog are served in
  * proportion to their weights whatever number of keys they spread it over;
  * and a lone account gets everything (BullMQ serves whatever waits).
  *
  * The tags live beside the queue, under its hash tag (one Cluster slot with the
- * BullMQ keys the script reads), and the script is one ZRANGEBYSCORE, one HGET
- * and one HSET: O(log n). When a band holds nothing, its tags are dropped, so
- * every account starts level again. Tags grow while a band stays busy; once the
- * head is a quarter of the band's width in, the band is shifted down (each
- * waiting job's score and priority, each account's tag): O(n) in the backlog,
- * once per quarter width of service. A job whose tag would pass the band's end
- * waits at the end (in arrival order).
+ * BullMQ keys the scripts touch): one script as a job is tagged, one as a worker
+ * takes it, each a few hash reads and writes, O(1) beside BullMQ's O(log n) add
+ * and take. The second also keeps the queue's backlog by tier and account; when
+ * nothing of a band waits or is on its way (tagged, not yet added), its tags are
+ * dropped, so every account starts level again. Tags grow while a band stays
+ * busy; once V is a quarter of the band's width in, the band is shifted down
+ * (each waiting job's score and priority, each tag): O(n) in the backlog, once
+ * per quarter width of service. A job whose tag would pass the band's end waits
+ * at the end (in arrival order).
  */
 
 /** Width of one band of BullMQ priorities (three bands fit under BullMQ's 2^21). */
@@ -60,37 +62,41 @@ export function costUnits(reservedTokens: number, weight: number): number {
 
 const fairTag = {
   keys: 3,
-  // KEYS: the band's finish tags (hash: account -> tag), the queue's prioritized set, the queue's backlog by tier and account.
-  // ARGV: account, cost (units / weight), band start, band width, the queue's key prefix (`bull:{chat}:`).
+  // KEYS: the band's tags (hash: account -> finish tag, '~v' -> the band's virtual time), the queue's prioritized set,
+  // the queue's backlog (hash: 'tier|account' -> jobs, 'total:<tier>' -> jobs of the tier).
+  // ARGV: account, cost (units / weight), band start, band width, the queue's key prefix (`bull:{chat}:`), backlog field, tier.
   // Returns the job's priority.
   lua: `
 local two32 = 4294967296
 local first = tonumber(ARGV[3])
 local width = tonumber(ARGV[4])
-local lo = string.format('%.0f', first * two32)
-local hi = '(' .. string.format('%.0f', (first + width) * two32)
-local head = redis.call('ZRANGEBYSCORE', KEYS[2], lo, hi, 'WITHSCORES', 'LIMIT', 0, 1)
-local virtual = 0
-if #head == 0 then
+local total = 'total:' .. ARGV[7]
+if tonumber(redis.call('HGET', KEYS[3], total) or '0') <= 0 then
+  -- Nothing of this band waits or is on its way to the queue: every account starts level.
   redis.call('DEL', KEYS[1])
-else
-  virtual = math.floor(tonumber(head[2]) / two32) - first
-  if virtual >= width / 4 then
-    -- Shift the band down by the head's tag: every waiting job of the band and every account's tag.
-    local shift = virtual
-    local members = redis.call('ZRANGEBYSCORE', KEYS[2], lo, hi, 'WITHSCORES')
-    for i = 1, #members, 2 do
-      local score = tonumber(members[i + 1]) - shift * two32
-      redis.call('ZADD', KEYS[2], string.format('%.0f', score), members[i])
-      redis.call('HSET', ARGV[5] .. members[i], 'priority', math.floor(score / two32))
-    end
-    local tags = redis.call('HGETALL', KEYS[1])
-    for i = 1, #tags, 2 do
-      local moved = tonumber(tags[i + 1]) - shift
-      if moved <= 0 then redis.call('HDEL', KEYS[1], tags[i]) else redis.call('HSET', KEYS[1], tags[i], moved) end
-    end
-    virtual = 0
+  redis.call('HSET', KEYS[3], total, 0)
+end
+local virtual = tonumber(redis.call('HGET', KEYS[1], '~v') or '0')
+if virtual >= width / 4 then
+  -- Shift the band down by its virtual time: every waiting job of the band (score and priority) and every tag.
+  local shift = virtual
+  local lo = string.format('%.0f', first * two32)
+  local hi = '(' .. string.format('%.0f', (first + width) * two32)
+  local members = redis.call('ZRANGEBYSCORE', KEYS[2], lo, hi, 'WITHSCORES')
+  for i = 1, #members, 2 do
+    local score = tonumber(members[i + 1])
+    local priority = math.floor(score / two32)
+    local moved = priority - shift
+    if moved < first then moved = first end
+    redis.call('ZADD', KEYS[2], string.format('%.0f', moved * two32 + (score - priority * two32)), members[i])
+    redis.call('HSET', ARGV[5] .. members[i], 'priority', moved)
   end
+  local tags = redis.call('HGETALL', KEYS[1])
+  for i = 1, #tags, 2 do
+    local tag = tonumber(tags[i + 1]) - shift
+    if tag <= 0 then redis.call('HDEL', KEYS[1], tags[i]) else redis.call('HSET', KEYS[1], tags[i], tag) end
+  end
+  virtual = 0
 end
 local finish = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 local start = virtual
@@ -98,6 +104,7 @@ if finish > start then start = finish end
 redis.call('HSET', KEYS[1], ARGV[1], start + tonumber(ARGV[2]))
 redis.call('PEXPIRE', KEYS[1], 86400000)
 redis.call('HINCRBY', KEYS[3], ARGV[6], 1)
+redis.call('HINCRBY', KEYS[3], total, 1)
 local slot = math.floor(start)
 if slot > width - 1 then slot = width - 1 end
 return first + slot
@@ -105,17 +112,27 @@ return first + slot
 };
 
 const leftQueue = {
-  keys: 1,
-  // KEYS: the queue's backlog by tier and account. ARGV: the field (`tier|account`).
-  lua: `if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end return 1`,
+  keys: 2,
+  // KEYS: the band's tags, the queue's backlog. ARGV: the backlog field ('tier|account'), the tier, the job's tag in
+  // its band when a worker took it (-1: removed before it ran). A job taken moves the band's virtual time to its tag.
+  lua: `
+if redis.call('HINCRBY', KEYS[2], ARGV[1], -1) <= 0 then redis.call('HDEL', KEYS[2], ARGV[1]) end
+local total = 'total:' .. ARGV[2]
+if redis.call('HINCRBY', KEYS[2], total, -1) < 0 then redis.call('HSET', KEYS[2], total, 0) end
+local tag = tonumber(ARGV[3])
+if tag >= 0 and tag > tonumber(redis.call('HGET', KEYS[1], '~v') or '0') then
+  redis.call('HSET', KEYS[1], '~v', tag)
+  redis.call('PEXPIRE', KEYS[1], 86400000)
+end
+return 1`,
 };
 
 type FairRedis = Redis & {
-  fairTag(tags: string, prioritized: string, backlog: string, account: string, cost: string, first: number, width: number, prefix: string, field: string): Promise<number>;
-  leftQueue(backlog: string, field: string): Promise<number>;
+  fairTag(tags: string, prioritized: string, backlog: string, account: string, cost: string, first: number, width: number, prefix: string, field: string, tier: string): Promise<number>;
+  leftQueue(tags: string, backlog: string, field: string, tier: string, tag: number): Promise<number>;
 };
 
-/** Jobs waiting in a queue by tier and account (hash: `tier|account` -> count): what `/metrics` shows as the backlog. */
+/** Jobs waiting in a queue by tier and account (hash: `tier|account` -> count, and `total:<tier>`): what `/metrics` shows as the backlog. */
 export const backlogKey = (queueName: string) => `${keyPrefix}fair:${queueName}:waiting`;
 const backlogField = (tier: ServiceTier, accountId: string) => `${tier}|${accountId}`;
 
@@ -136,18 +153,24 @@ export interface FairClaim {
 export async function fairPriority(redis: Redis, queue: Queue, claim: FairClaim): Promise<number> {
   const scripted = withScripts<FairRedis>(redis, { fairTag });
   const cost = costUnits(claim.tokens, claim.weight);
-  return scripted.fairTag(fairTagsKey(queue.name, claim.tier), queue.keys.prioritized!, backlogKey(queue.name), claim.accountId, String(cost), bandStart(claim.tier), bandWidth, queue.toKey(''), backlogField(claim.tier, claim.accountId));
+  return scripted.fairTag(fairTagsKey(queue.name, claim.tier), queue.keys.prioritized!, backlogKey(queue.name), claim.accountId, String(cost), bandStart(claim.tier), bandWidth, queue.toKey(''), backlogField(claim.tier, claim.accountId), claim.tier);
 }
 
-/** A job counted in its queue's backlog left it: taken by a worker, or removed before it ran. */
-export async function leftBacklog(redis: Redis, queueName: string, tier: ServiceTier, accountId: string): Promise<void> {
-  await withScripts<FairRedis>(redis, { leftQueue }).leftQueue(backlogKey(queueName), backlogField(tier, accountId));
+/**
+ * A job counted in its queue's backlog left it: taken by a worker (`priority`: the one it was added with, which
+ * moves its band's virtual time to its tag, as start-time fair queueing has it), or removed before it ran.
+ */
+export async function leftBacklog(redis: Redis, queueName: string, tier: ServiceTier, accountId: string, priority?: number): Promise<void> {
+  const tag = priority === undefined || priority < bandStart(tier) ? -1 : priority - bandStart(tier);
+  await withScripts<FairRedis>(redis, { leftQueue }).leftQueue(fairTagsKey(queueName, tier), backlogKey(queueName), backlogField(tier, accountId), tier, tag);
 }
 
 /** A queue's backlog by tier and account, as `fairPriority` and `leftBacklog` count it. */
 export async function readBacklog(redis: Redis, queueName: string): Promise<Array<[tier: string, account: string, waiting: number]>> {
   const fields = await redis.hgetall(backlogKey(queueName));
-  return Object.entries(fields).map(([field, count]) => {
+  return Object.entries(fields)
+    .filter(([field]) => !field.startsWith('total:'))
+    .map(([field, count]) => {
     const bar = field.indexOf('|');
     return [field.slice(0, bar), field.slice(bar + 1), Number(count)];
   });

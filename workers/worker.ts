@@ -113,7 +113,7 @@ export function laneLoops(name: QueueName, concurrency: number, lanes: ReadonlyA
 function leavingBacklog(redis: ReturnType<typeof createRedis>, processor: ReturnType<typeof meterJobs>): ReturnType<typeof meterJobs> {
   return (job, token) => {
     if ((job.attemptsStarted ?? 1) <= 1 && job.attemptsMade === 0) {
-      void leftBacklog(redis, job.queueName, job.data.serviceTier ?? 'default', job.data.accountId ?? defaultAccountId).catch(() => undefined);
+      void leftBacklog(redis, job.queueName, job.data.serviceTier ?? 'default', job.data.accountId ?? defaultAccountId, job.priority).catch(() => undefined);
     }
     return processor(job, token);
   };

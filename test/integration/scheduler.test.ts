@@ -48,7 +48,15 @@ describe('the fair queue', () => {
   async function serve(q: Queue, count: number): Promise<string[]> {
     const served: string[] = [];
     const connection = createRedis(url, { connectionName: 'scheduler-worker' });
-    const worker = new Worker(q.name, async (job: Job<{ label: string }>) => void served.push(job.data.label), { connection, concurrency: 1 });
+    // As the gateway's workers do: a job taken leaves the backlog and moves its band's virtual time to its tag.
+    const worker = new Worker(
+      q.name,
+      async (job: Job<{ label: string; tier: FairClaim['tier']; account: string }>) => {
+        served.push(job.data.label);
+        await leftBacklog(redis, q.name, job.data.tier, job.data.account, job.priority);
+      },
+      { connection, concurrency: 1 },
+    );
     try {
       await waitFor(() => served.length >= count, 20_000, `${count} jobs served`);
     } finally {
@@ -127,16 +135,22 @@ describe('the fair queue', () => {
     await add(q, claim('acct_huge', 'default', 1, huge), 'huge-0');
     await add(q, claim('acct_huge', 'default', 1, huge), 'huge-1');
     await add(q, claim('acct_huge', 'default', 1, huge), 'huge-2');
-    // The first two leave the queue (as taken by a worker): the head is now huge-2, two thirds of the band in.
-    for (const job of (await q.getJobs(['prioritized'])).filter((j) => j.data.label !== 'huge-2')) await q.remove(job.id!);
+    // The first two are taken (as a worker takes them): the band's virtual time is huge-1's tag, a third of the band in.
+    const taken = (await q.getJobs(['prioritized'])).filter((j) => j.data.label !== 'huge-2').sort((x, y) => x.priority - y.priority);
+    for (const job of taken) {
+      await q.remove(job.id!);
+      await leftBacklog(redis, q.name, 'default', 'acct_huge', job.priority);
+    }
+    const virtual = taken[1]!.priority - bandStart('default');
+    assert.ok(virtual >= bandWidth / 4, 'the virtual time is past a quarter of the band');
     const waiting = (await q.getJobs(['prioritized']))[0]!;
     assert.equal(waiting.data.label, 'huge-2');
-    assert.ok(waiting.priority - bandStart('default') >= bandWidth / 4, 'the head is past a quarter of the band');
     const next = await add(q, claim('acct_next'), 'next');
     const shifted = (await q.getJob(waiting.id!))!;
-    assert.equal(shifted.priority, bandStart('default'), 'the waiting job was shifted to the band’s start, score and job alike');
-    assert.equal(next, bandStart('default'), 'the newcomer starts at the head');
-    assert.deepEqual(await serve(q, 2), ['huge-2', 'next'], 'the order of what waited is kept');
+    assert.equal(shifted.priority, waiting.priority - virtual, 'the waiting job was shifted down by the virtual time, score and job alike');
+    assert.equal(next, bandStart('default'), 'the newcomer starts at the virtual time, now the band’s start');
+    // The huge job starts after the one before it finishes (a third of the band later); the newcomer starts now.
+    assert.deepEqual(await serve(q, 2), ['next', 'huge-2'], 'each is served by its start tag after the shift');
   });
 
   it('counts the backlog by tier and account, and takes a job out of it when it leaves', async () => {
