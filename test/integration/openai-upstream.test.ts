@@ -7,6 +7,7 @@ import OpenAI from 'openai';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { FAKE_REPLY_TEXT } from '../support/fake-openai-defaults.js';
 import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { withServiceTier } from '../../workers/answers/chat-encoder.js';
 
 
 const toolCallFixture = wireFixture('openai-chat-stream-tool-call.sse');
@@ -95,11 +96,17 @@ describe('gateway in front of an OpenAI-compatible upstream', () => {
     assert.equal(sent.stream_options.include_usage, true);
     const recorded = dataLines(readFileSync(toolCallFixture, 'utf8'));
     const withoutUsage = recorded.filter((d) => d === '[DONE]' || (JSON.parse(d) as { choices: unknown[] }).choices.length > 0);
-    assert.deepEqual(relayed, withoutUsage, 'chunks relayed byte for byte, minus the usage chunk');
+    // Each as it came, saying the tier that served it (default: the request named none).
+    const stamped = withoutUsage.map((d) => (d === '[DONE]' ? d : withServiceTier(d, 'default')));
+    assert.deepEqual(relayed, stamped, 'chunks relayed byte for byte, minus the usage chunk, with the serving tier');
 
     fake.enqueue({ sseFile: toolCallFixture });
     const asked = await post({ model: 'gpt-4o', messages: [{ role: 'user', content: 'weather?' }], stream: true, stream_options: { include_usage: true } });
-    assert.deepEqual(dataLines(await asked.text()), recorded, 'with include_usage the stream is the recording exactly');
+    assert.deepEqual(
+      dataLines(await asked.text()),
+      recorded.map((d) => (d === '[DONE]' ? d : withServiceTier(d, 'default'))),
+      'with include_usage the stream is the recording exactly, with the serving tier',
+    );
   });
 
   it('relays a recorded parallel tool-call stream to the official client', async () => {
