@@ -143,14 +143,15 @@ export function assertAnsweredWithin(outcomes: Outcome[], from: number, boundMs:
   assert.equal(late.length, 0, `answered later than ${boundMs} ms after ${what}:\n${late.map((o) => `  ${o.label}: ${summarize(o)}`).join('\n')}`);
 }
 
-/** Jobs of a queue in each BullMQ state (read straight from Redis). */
+/** Jobs of a queue in each BullMQ state (read straight from Redis); jobs wait with a priority, in BullMQ's prioritized set. */
 export async function queueCounts(redis: Redis, queue = 'chat'): Promise<{ wait: number; active: number; delayed: number }> {
-  const [wait, active, delayed] = await Promise.all([
+  const [wait, prioritized, active, delayed] = await Promise.all([
     redis.llen(`bull:{${queue}}:wait`),
+    redis.zcard(`bull:{${queue}}:prioritized`),
     redis.llen(`bull:{${queue}}:active`),
     redis.zcard(`bull:{${queue}}:delayed`),
   ]);
-  return { wait, active, delayed };
+  return { wait: wait + prioritized, active, delayed };
 }
 
 export async function waitForQueue(redis: Redis, check: (counts: Awaited<ReturnType<typeof queueCounts>>) => boolean, timeoutMs: number, what: string): Promise<void> {
