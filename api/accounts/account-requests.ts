@@ -28,6 +28,8 @@ export const expiresAt = z.number().int().min(0).max(1e11);
 
 /** Whether the account spends without a balance; left out, its role decides (admins unlimited, members not). */
 export const unlimited = z.boolean();
+/** An account's share of contended capacity against other accounts' (`shared/scheduler.ts`). */
+export const weight = z.number().int().min(minWeight).max(maxWeight);
 export const createAccountSchema = z.strictObject({ email, name: accountName.optional(), password: password.optional(), role: role.optional(), unlimited: unlimited.optional() });
 export const patchAccountSchema = z.strictObject({
   email: email.optional(),
@@ -36,8 +38,7 @@ export const patchAccountSchema = z.strictObject({
   role: role.optional(),
   unlimited: unlimited.optional(),
   disabled: z.boolean().optional(),
-  /** Its share of contended capacity against other accounts' (`shared/scheduler.ts`). */
-  weight: z.number().int().min(minWeight).max(maxWeight).optional(),
+  weight: weight.optional(),
 });
 export const creditSchema = z.strictObject({
   amount_usd: z

@@ -5,7 +5,7 @@ import { defaultAccountId } from '../../shared/accounts.js';
 import { channelCooldownsKey, parseCooldown, resolveChannels } from '../../shared/vendors.js';
 import { readJsonObject } from '../http/request-body.js';
 import { accountNotFound, microsToUsd, usdToMicros } from '../accounts/account-store.js';
-import { accountName, createAccountSchema, creditSchema, keyChanges, parseStrict, patchKeySchema, role } from '../accounts/account-requests.js';
+import { accountName, createAccountSchema, creditSchema, keyChanges, parseStrict, patchKeySchema, role, weight } from '../accounts/account-requests.js';
 import { accountView, keyView } from '../accounts/views.js';
 import { bodyLimit } from '../accounts/admin-api.js';
 import { requireSession, type ConsoleContext, type ConsoleDeps } from './console-session.js';
@@ -17,7 +17,7 @@ import { queueDashboardEntry } from './queue-dashboard.js';
  * just a hidden link.
  */
 
-const patchSchema = z.strictObject({ disabled: z.boolean().optional(), name: accountName.optional(), role: role.optional() });
+const patchSchema = z.strictObject({ disabled: z.boolean().optional(), name: accountName.optional(), role: role.optional(), weight: weight.optional() });
 
 const reasons = {
   auth: 'the vendor refused its credentials or quota',

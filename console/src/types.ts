@@ -10,6 +10,8 @@ export interface Account {
   /** null: unlimited. */
   balance_usd: number | null;
   disabled: boolean;
+  /** Its share of contended capacity against other accounts' (1–100). */
+  weight: number;
   created: number;
 }
 

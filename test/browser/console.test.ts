@@ -386,6 +386,20 @@ describe('web console in a real browser', () => {
       await confirm.getByRole('button', { name: 'Cancel' }).click();
       await confirm.waitFor({ state: 'detached' });
       assert.match(await member.innerText(), /Active/, `${label}: cancel leaves it active`);
+      // The account's weight (its share of contended capacity): shown in its row, set from it, kept.
+      const weight = member.getByRole('button', { name: /^Change weight, now \d+$/ });
+      const before = Number((await weight.innerText()).replace('×', ''));
+      await weight.click();
+      const dialog = page.getByRole('dialog', { name: /^Weight of disable-me@browser\.test/ });
+      await dialog.getByLabel('Weight (1–100)').fill('101');
+      await dialog.getByRole('button', { name: 'Save' }).click();
+      await dialog.getByText('Enter a whole number from 1 to 100.').waitFor();
+      await dialog.getByLabel('Weight (1–100)').fill(String(before + 2));
+      await dialog.getByRole('button', { name: 'Save' }).click();
+      await dialog.waitFor({ state: 'detached' });
+      await member.getByRole('button', { name: `Change weight, now ${before + 2}`, exact: true }).waitFor();
+      const stored = (await (await adminApi('GET', '/admin/accounts')).json()) as { data: Array<{ email: string; weight: number }> };
+      assert.equal(stored.data.find((a) => a.email === 'disable-me@browser.test')?.weight, before + 2, `${label}: the weight is kept`);
       if (label === 'desktop') {
         await member.getByRole('button', { name: 'Disable' }).click();
         await confirm.getByRole('button', { name: 'Disable account' }).click();

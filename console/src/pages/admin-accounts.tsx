@@ -151,11 +151,60 @@ function CreditDialog({ account, onClose, onCredited }: { account: Account; onCl
   );
 }
 
+function WeightDialog({ account, onClose, onSaved }: { account: Account; onClose: () => void; onSaved: (updated: Account) => void }) {
+  const [weight, setWeight] = useState(String(account.weight));
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [busy, setBusy] = useState(false);
+  const submit = async (event: TargetedSubmitEvent<HTMLFormElement>) => {
+    event.preventDefault();
+    if (busy) return;
+    const value = Number(weight);
+    if (!Number.isInteger(value) || value < 1 || value > 100) {
+      setError('Enter a whole number from 1 to 100.');
+      return;
+    }
+    setError(undefined);
+    setBusy(true);
+    try {
+      onSaved(await api<Account>('PATCH', `/admin/accounts/${encodeURIComponent(account.id)}`, { weight: value }));
+    } catch (caught) {
+      setError(messageOf(caught));
+      setBusy(false);
+    }
+  };
+  return (
+    <Dialog title={`Weight of ${account.email || account.name || account.id}`} onClose={onClose}>
+      <p class="dialog-lead">
+        When requests wait for a vendor, each account waiting gets its weight's share of what is free: an account of weight 3 is served three times as much as one of weight 1. Every account starts at 1.
+      </p>
+      <form onSubmit={submit} noValidate>
+        <div class="form-stack">
+          <div class="field">
+            <label for="account-weight">Weight (1–100)</label>
+            <input id="account-weight" type="number" min={1} max={100} step={1} inputMode="numeric" required value={weight} onInput={(e) => setWeight(e.currentTarget.value)} autoFocus />
+          </div>
+        </div>
+        <ErrorMessage message={error} />
+        <div class="dialog-actions">
+          <button type="button" class="button button-secondary" onClick={onClose}>
+            Cancel
+          </button>
+          <button type="submit" class="button button-primary" disabled={busy}>
+            {busy && <Spinner />}
+            Save
+          </button>
+        </div>
+      </form>
+    </Dialog>
+  );
+}
+
 export function AccountsPage() {
   useTitle('Accounts');
   const { account: me, refreshAccount } = useApp();
   const accounts = useApi<List<Account> | Account[]>('/admin/accounts');
   const [crediting, setCrediting] = useState<Account | undefined>(undefined);
+  const [weighing, setWeighing] = useState<Account | undefined>(undefined);
   const [disabling, setDisabling] = useState<Account | undefined>(undefined);
   const [busyId, setBusyId] = useState<string | undefined>(undefined);
   const [error, setError] = useState<string | undefined>(undefined);
@@ -229,6 +278,10 @@ export function AccountsPage() {
                     ) : (
                       <span class={`badge ${account.role === 'admin' ? 'badge-accent' : ''}`}>{account.role === 'admin' ? 'Admin' : 'Member'}</span>
                     )}
+                    {/* Its weight: its share of contended capacity against other accounts' (1 unless an admin set it). */}
+                    <button type="button" class="weight-button" onClick={() => setWeighing(account)} aria-label={`Change weight, now ${account.weight}`} title="Weight: this account's share when requests wait for a vendor">
+                      ×{account.weight}
+                    </button>
                   </td>
                   <td class="num nowrap">{balance(account.balance_usd)}</td>
                   <td>{account.disabled ? <span class="badge badge-danger">Disabled</span> : <span class="badge badge-ok">Active</span>}</td>
@@ -281,6 +334,17 @@ export function AccountsPage() {
             </button>
           </div>
         </Dialog>
+      )}
+      {weighing && (
+        <WeightDialog
+          account={weighing}
+          onClose={() => setWeighing(undefined)}
+          onSaved={(updated) => {
+            replace(updated);
+            setStatus(`Weight of ${updated.email || updated.id}: ${updated.weight}.`);
+            setWeighing(undefined);
+          }}
+        />
       )}
       {crediting && (
         <CreditDialog
