@@ -338,25 +338,25 @@ describe('GET /metrics: one process (WORKER_PROCESS=off), a fake OpenAI vendor',
     ]);
   });
 
-  it('a vendor cap: the slot held and the job waiting for it in the vendor’s lane, then both given back', async () => {
-    fake.enqueue({ delayMs: 800 }, { delayMs: 800 });
+  it('a vendor cap: the slot held, a job waiting for it in a worker and one in the vendor’s lane, then all given back', async () => {
+    fake.enqueue({ delayMs: 800 }, { delayMs: 800 }, { delayMs: 800 });
     const before = await scrape(metricsUrl);
-    const both = Promise.all([client.chat.completions.create(small), client.chat.completions.create(small)]);
+    const both = Promise.all([client.chat.completions.create(small), client.chat.completions.create(small), client.chat.completions.create(small)]);
     let during = before;
     await waitFor(
       async () => {
         during = await scrape(metricsUrl);
-        // The job past the cap waits in the queue (the vendor's lane, capped in BullMQ), not in a worker.
-        return during.value('switchyard_queue_backlog', { queue: 'chat', tier: 'default' }) === 1;
+        // The vendor's lane lets its cap and one more run (laneWidth): the next waits for the slot in a worker, the
+        // third in the queue.
+        return during.value('switchyard_vendor_slot_waiters', openai) === 1 && during.value('switchyard_queue_backlog', { queue: 'chat', tier: 'default' }) === 1;
       },
       5000,
-      'a job to wait for the slot',
+      'a job to wait for the slot and one in the lane',
     );
     assert.equal(during.value('switchyard_vendor_slots_in_use', openai), 1);
-    assert.equal(during.value('switchyard_vendor_slot_waiters', openai), 0, 'no worker holds a job waiting for the slot');
     await both;
     await expectDeltas(metricsUrl, before, [
-      ['switchyard_vendor_calls_total', { ...openai, outcome: 'ok' }, 2],
+      ['switchyard_vendor_calls_total', { ...openai, outcome: 'ok' }, 3],
       ['switchyard_vendor_slots_in_use', openai, 0],
       ['switchyard_vendor_slot_waiters', openai, 0],
     ]);
