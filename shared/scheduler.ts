@@ -91,6 +91,16 @@ if virtual >= width / 4 then
     redis.call('ZADD', KEYS[2], string.format('%.0f', moved * two32 + (score - priority * two32)), members[i])
     redis.call('HSET', ARGV[5] .. members[i], 'priority', moved)
   end
+  -- Jobs taken but not yet started by their worker are moved too: the tag a worker reports is read from the job.
+  local active = redis.call('LRANGE', ARGV[5] .. 'active', 0, -1)
+  for i = 1, #active do
+    local priority = tonumber(redis.call('HGET', ARGV[5] .. active[i], 'priority') or '0')
+    if priority >= first and priority < first + width then
+      local moved = priority - shift
+      if moved < first then moved = first end
+      redis.call('HSET', ARGV[5] .. active[i], 'priority', moved)
+    end
+  end
   local tags = redis.call('HGETALL', KEYS[1])
   for i = 1, #tags, 2 do
     local tag = tonumber(tags[i + 1]) - shift
@@ -113,14 +123,19 @@ return first + slot
 
 const leftQueue = {
   keys: 2,
-  // KEYS: the band's tags, the queue's backlog. ARGV: the backlog field ('tier|account'), the tier, the job's tag in
-  // its band when a worker took it (-1: removed before it ran). A job taken moves the band's virtual time to its tag.
+  // KEYS: the band's tags, the queue's backlog. ARGV: the backlog field ('tier|account'), the tier, the job's key when
+  // a worker took it ('': removed before it ran), the band's start and width. A job taken moves the band's virtual
+  // time to its tag, read from the job (a shift since its take moved it there too).
   lua: `
 if redis.call('HINCRBY', KEYS[2], ARGV[1], -1) <= 0 then redis.call('HDEL', KEYS[2], ARGV[1]) end
 local total = 'total:' .. ARGV[2]
 if redis.call('HINCRBY', KEYS[2], total, -1) < 0 then redis.call('HSET', KEYS[2], total, 0) end
-local tag = tonumber(ARGV[3])
-if tag >= 0 and tag > tonumber(redis.call('HGET', KEYS[1], '~v') or '0') then
+if ARGV[3] == '' then return 1 end
+local first = tonumber(ARGV[4])
+local priority = tonumber(redis.call('HGET', ARGV[3], 'priority') or '0')
+if priority < first or priority >= first + tonumber(ARGV[5]) then return 1 end
+local tag = priority - first
+if tag > tonumber(redis.call('HGET', KEYS[1], '~v') or '0') then
   redis.call('HSET', KEYS[1], '~v', tag)
   redis.call('PEXPIRE', KEYS[1], 86400000)
 end
@@ -129,7 +144,7 @@ return 1`,
 
 type FairRedis = Redis & {
   fairTag(tags: string, prioritized: string, backlog: string, account: string, cost: string, first: number, width: number, prefix: string, field: string, tier: string): Promise<number>;
-  leftQueue(tags: string, backlog: string, field: string, tier: string, tag: number): Promise<number>;
+  leftQueue(tags: string, backlog: string, field: string, tier: string, jobKey: string, first: number, width: number): Promise<number>;
 };
 
 /** Jobs waiting in a queue by tier and account (hash: `tier|account` -> count, and `total:<tier>`): what `/metrics` shows as the backlog. */
@@ -157,12 +172,11 @@ export async function fairPriority(redis: Redis, queue: Queue, claim: FairClaim)
 }
 
 /**
- * A job counted in its queue's backlog left it: taken by a worker (`priority`: the one it was added with, which
- * moves its band's virtual time to its tag, as start-time fair queueing has it), or removed before it ran.
+ * A job counted in its queue's backlog left it: taken by a worker (`jobKey`: the job's hash, whose priority moves
+ * its band's virtual time to its tag, as start-time fair queueing has it), or removed before it ran.
  */
-export async function leftBacklog(redis: Redis, queueName: string, tier: ServiceTier, accountId: string, priority?: number): Promise<void> {
-  const tag = priority === undefined || priority < bandStart(tier) ? -1 : priority - bandStart(tier);
-  await withScripts<FairRedis>(redis, { leftQueue }).leftQueue(fairTagsKey(queueName, tier), backlogKey(queueName), backlogField(tier, accountId), tier, tag);
+export async function leftBacklog(redis: Redis, queueName: string, tier: ServiceTier, accountId: string, jobKey = ''): Promise<void> {
+  await withScripts<FairRedis>(redis, { leftQueue }).leftQueue(fairTagsKey(queueName, tier), backlogKey(queueName), backlogField(tier, accountId), tier, jobKey, bandStart(tier), bandWidth);
 }
 
 /** A queue's backlog by tier and account, as `fairPriority` and `leftBacklog` count it. */

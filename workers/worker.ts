@@ -122,7 +122,7 @@ export function laneLoops(name: QueueName, concurrency: number, lanes: ReadonlyA
 function leavingBacklog(redis: ReturnType<typeof createRedis>, processor: ReturnType<typeof meterJobs>): ReturnType<typeof meterJobs> {
   return (job, token) => {
     if ((job.attemptsStarted ?? 1) <= 1 && job.attemptsMade === 0) {
-      void leftBacklog(redis, job.queueName, job.data.serviceTier ?? 'default', job.data.accountId ?? defaultAccountId, job.priority).catch(() => undefined);
+      void leftBacklog(redis, job.queueName, job.data.serviceTier ?? 'default', job.data.accountId ?? defaultAccountId, job.queueQualifiedName + ':' + job.id).catch(() => undefined);
     }
     return processor(job, token);
   };

@@ -53,7 +53,7 @@ describe('the fair queue', () => {
       q.name,
       async (job: Job<{ label: string; tier: FairClaim['tier']; account: string }>) => {
         served.push(job.data.label);
-        await leftBacklog(redis, q.name, job.data.tier, job.data.account, job.priority);
+        await leftBacklog(redis, q.name, job.data.tier, job.data.account, q.toKey(job.id!));
       },
       { connection, concurrency: 1 },
     );
@@ -138,8 +138,8 @@ describe('the fair queue', () => {
     // The first two are taken (as a worker takes them): the band's virtual time is huge-1's tag, a third of the band in.
     const taken = (await q.getJobs(['prioritized'])).filter((j) => j.data.label !== 'huge-2').sort((x, y) => x.priority - y.priority);
     for (const job of taken) {
+      await leftBacklog(redis, q.name, 'default', 'acct_huge', q.toKey(job.id!));
       await q.remove(job.id!);
-      await leftBacklog(redis, q.name, 'default', 'acct_huge', job.priority);
     }
     const virtual = taken[1]!.priority - bandStart('default');
     assert.ok(virtual >= bandWidth / 4, 'the virtual time is past a quarter of the band');
@@ -151,6 +151,37 @@ describe('the fair queue', () => {
     assert.equal(next, bandStart('default'), 'the newcomer starts at the virtual time, now the band’s start');
     // The huge job starts after the one before it finishes (a third of the band later); the newcomer starts now.
     assert.deepEqual(await serve(q, 2), ['next', 'huge-2'], 'each is served by its start tag after the shift');
+  });
+
+  it('a job taken before a shift and started after it moves the virtual time to its shifted tag', async () => {
+    const q = queue();
+    const cost = Math.ceil(0.3 * bandWidth);
+    for (let i = 0; i < 4; i++) await add(q, claim('acct_big', 'default', 1, cost * tokensPerUnit), `big-${i}`);
+    const first = bandStart('default');
+    const byLabel = async () => new Map((await q.getJobs(['prioritized', 'active'])).map((job) => [job.data.label as string, job]));
+    // big-0 and big-1 taken and started: the virtual time is big-1's tag, past a quarter of the band.
+    for (const label of ['big-0', 'big-1']) {
+      const job = (await byLabel()).get(label)!;
+      await leftBacklog(redis, q.name, 'default', 'acct_big', q.toKey(job.id!));
+      await q.remove(job.id!);
+    }
+    // big-2 is taken by a worker (BullMQ moves it to active) but not started yet.
+    const connection = createRedis(url, { connectionName: 'scheduler-take' });
+    const worker = new Worker(q.name, null, { connection, autorun: false });
+    try {
+      const taken = (await worker.getNextJob('take-token'))!;
+      assert.equal(taken.data.label, 'big-2');
+      // A newcomer's tag shifts the band down by big-1's tag: the waiting big-3 and the taken big-2 alike.
+      await add(q, claim('acct_new'), 'new');
+      assert.equal((await byLabel()).get('big-3')!.priority, first + 2 * cost);
+      // big-2 starts now: the virtual time is its shifted tag (cost), not the tag it was taken with (2 × cost).
+      await leftBacklog(redis, q.name, 'default', 'acct_big', q.toKey(taken.id!));
+      await add(q, claim('acct_later'), 'later');
+      assert.equal((await byLabel()).get('big-3')!.priority, first + cost, 'shifted once more by the started job’s tag, not past it');
+    } finally {
+      await worker.close();
+      connection.disconnect();
+    }
   });
 
   it('counts the backlog by tier and account, and takes a job out of it when it leaves', async () => {
