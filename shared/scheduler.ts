@@ -25,6 +25,10 @@ import { extraVendors, vendorDefinition } from './vendors.js';
  * proportion to their weights whatever number of keys they spread it over;
  * and a lone account gets everything (BullMQ serves whatever waits).
  *
+ * Only a job that may wait is tagged (the api decides: a capped vendor's lane
+ * always, the shared lane once jobs were waiting at its last count); any other
+ * goes untagged to its band's start, where the order within the band is moot.
+ *
  * The tags live beside the queue, under its hash tag (one Cluster slot with the
  * BullMQ keys the scripts touch): one script as a job is tagged, one as a worker
  * takes it, each a few hash reads and writes, O(1) beside BullMQ's O(log n) add

@@ -121,7 +121,7 @@ export function laneLoops(name: QueueName, concurrency: number, lanes: ReadonlyA
 /** The processor, with each job taken out of its queue's backlog count as its first run starts (`shared/scheduler.ts`). */
 function leavingBacklog(redis: ReturnType<typeof createRedis>, processor: ReturnType<typeof meterJobs>): ReturnType<typeof meterJobs> {
   return (job, token) => {
-    if ((job.attemptsStarted ?? 1) <= 1 && job.attemptsMade === 0) {
+    if (job.data.fairTagged === true && (job.attemptsStarted ?? 1) <= 1 && job.attemptsMade === 0) {
       void leftBacklog(redis, job.queueName, job.data.serviceTier ?? 'default', job.data.accountId ?? defaultAccountId, job.queueQualifiedName + ':' + job.id).catch(() => undefined);
     }
     return processor(job, token);

@@ -12,7 +12,7 @@ import { depthStates, sumDepths, type QueueDepth } from '../http/metrics.js';
  * the last refresh are counted on top so a burst into one instance is caught.
  */
 export class Backpressure {
-  private readonly waiting = new Map<QueueName, number>();
+  private readonly waitingCount = new Map<QueueName, number>();
   /** Every state's count as last read, for the metrics (read at scrape time: no Redis command of its own). */
   private readonly depth = new Map<QueueName, QueueDepth>();
   private readonly addedSinceRefresh = new Map<QueueName, number>();
@@ -41,10 +41,15 @@ export class Backpressure {
   /** Throws 503 when the queue is full; counts the job as added otherwise. */
   claimRoom(queue: QueueName): void {
     const added = this.addedSinceRefresh.get(queue) ?? 0;
-    if ((this.waiting.get(queue) ?? 0) + added >= this.limits[queue]) {
+    if ((this.waitingCount.get(queue) ?? 0) + added >= this.limits[queue]) {
       throw overloaded(1, `The ${queue} queue is full (${this.limits[queue]} waiting requests). Retry shortly.`);
     }
     this.addedSinceRefresh.set(queue, added + 1);
+  }
+
+  /** A capability's waiting jobs (all its shards and lanes) at the last refresh. */
+  waiting(queue: QueueName): number {
+    return this.waitingCount.get(queue) ?? 0;
   }
 
   /** Each queue's waiting jobs by tier and account, as last refreshed. */
@@ -77,7 +82,7 @@ export class Backpressure {
           }
           this.backlog.set(name, [...byTierAndAccount.values()]);
           this.depth.set(name, depth);
-          this.waiting.set(name, depth.waiting);
+          this.waitingCount.set(name, depth.waiting);
           this.addedSinceRefresh.set(name, 0);
         }),
       );

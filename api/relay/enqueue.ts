@@ -13,7 +13,7 @@ import { uploadKeys } from '../../storage/upload-keys.js';
 import { reserveSpend, type SpendEstimate } from '../accounts/spend.js';
 import type { JobPlan } from '../requests/build-job.js';
 import type { Backpressure } from './backpressure.js';
-import { fairPriority, leftBacklog, type FairClaim } from '../../shared/scheduler.js';
+import { bandStart, fairPriority, leftBacklog, type FairClaim } from '../../shared/scheduler.js';
 
 /** A job queued with no account named (none today: every keyed request has one) waits as the default account's. */
 const defaultClaim: FairClaim = { accountId: defaultAccountId, weight: 1, tokens: 0, tier: 'default' };
@@ -30,8 +30,11 @@ export interface EnqueueDeps {
 /** What goes into Redis with a job: who pays and the most it may cost, and a record written just before the add (a stored response's). */
 export interface Beside {
   spend?: { access: KeyAccess; estimate: SpendEstimate };
-  /** Its place in the queue: without it, the job waits as the default account's, in the default band. */
-  fair?: FairClaim;
+  /**
+   * Its place in the queue: its band, and, when its queue may be contended, its fair tag. Without it, the job waits
+   * at the head of the default band.
+   */
+  fair?: FairClaim & { contended: boolean };
   beforeAdd?: () => Promise<void>;
 }
 
@@ -66,11 +69,14 @@ export async function enqueue(deps: EnqueueDeps, queue: Queue, job: JobPlan, bes
   const gate = spend && job.mode === 'held' && !beside.beforeAdd && !isCluster(redis) ? queue.toKey(job.id) : undefined;
   // Money is the request's: reserved, released and settled under its request id, whatever its job's id.
   const reserve = (gateKey?: string) => reserveSpend(redis, config, spend!.access, job.data.requestId, spend!.estimate, job.deadline, gateKey);
-  // The job's priority (its band and fair tag) is read in the same round trip as a reservation made first.
+  // The job's priority: its band, and its fair tag where jobs may wait (read in the same round trip as a reservation
+  // made first). Where nothing waits, the order within the band is moot and the job goes to its band's head untagged.
   const claim = beside.fair ?? defaultClaim;
-  const [reservedFirst, tagged] = await Promise.allSettled([spend && !gate ? reserve() : undefined, fairPriority(redis, queue, claim)]);
+  const tag = beside.fair?.contended === true;
+  const [reservedFirst, tagged] = await Promise.allSettled([spend && !gate ? reserve() : undefined, tag ? fairPriority(redis, queue, claim) : bandStart(claim.tier)]);
+  if (tag) job.data.fairTagged = true;
   // Counted in its queue's backlog once tagged; a job that never runs leaves it again.
-  const leave = () => void leftBacklog(redis, queue.name, claim.tier, claim.accountId).catch(() => undefined);
+  const leave = () => void (tag ? leftBacklog(redis, queue.name, claim.tier, claim.accountId).catch(() => undefined) : undefined);
   if (tagged.status === 'rejected') {
     if (spend && reservedFirst.status === 'fulfilled' && reservedFirst.value) {
       await releaseReservation(redis, spend.access.accountId, job.data.requestId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a job that was not queued'));

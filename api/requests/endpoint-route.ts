@@ -2,7 +2,7 @@ import type { Middleware } from 'koa';
 import { endpoints, type Endpoint, type EndpointRequest } from '../../shared/endpoints.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import type { PriceList } from '../../shared/pricing.js';
-import { laneOf, type FairClaim } from '../../shared/scheduler.js';
+import { laneOf } from '../../shared/scheduler.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import type { KeyedContext, KeyedState } from '../http/context.js';
 import { noteModel } from '../http/metrics.js';
@@ -121,7 +121,10 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
   const queue = queueFor(deps, job);
   const enqueueJob = async () => {
     // Its place in the queue: its tier's band, and its account's fair share within it, counted in its reserved tokens.
-    const fair: FairClaim = { accountId: access.accountId, weight: access.weight ?? 1, tokens: estimate.tokens, tier: job.data.serviceTier ?? 'default' };
+    // A capped vendor's lane is where jobs wait; the shared lane, only once its workers are all busy (jobs were
+    // waiting at the last count, every 200 ms).
+    const contended = job.lane !== undefined || deps.backpressure.waiting(job.queue) > 0;
+    const fair = { accountId: access.accountId, weight: access.weight ?? 1, tokens: estimate.tokens, tier: job.data.serviceTier ?? 'default', contended } as const;
     const enqueued = await enqueue(deps, queue, job, { spend: { access, estimate }, fair, ...(accepted.beforeAdd ? { beforeAdd: accepted.beforeAdd } : {}) }, log);
     ctx.set(enqueued.headers);
     noteEnqueued(ctx);

@@ -7,6 +7,7 @@ import { startFakeAnthropic, type FakeAnthropic } from '../support/fake-anthropi
 import { adminClient } from '../support/admin-client.js';
 import { freshRedis, paidAccountKey, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { openRecord } from '../../storage/record/database.js';
+import { bandStart, readBacklog } from '../../shared/scheduler.js';
 import { recordUrlFor } from '../support/record.js';
 
 /*
@@ -73,6 +74,21 @@ describe('the scheduler through the gateway', () => {
     // The two calls in flight and at most one taken with it before it: it is served next, not after the other 12+.
     assert.ok(quietAt - floodDoneBefore <= 4, `the quiet OpenAI request waited behind ${quietAt - floodDoneBefore} of the flood's calls: ${done.join(' ')}`);
     assert.ok(openai.maxInFlight <= 2, `the vendor saw ${openai.maxInFlight} calls at once`);
+  });
+
+  it('where nothing waits (an uncapped vendor, idle workers), a job goes untagged to the head of its tier’s band', async () => {
+    const account = await paidAccountKey(redis, 'unlimited');
+    const client = gateway.client(account.key);
+    for (const tier of ['flex', 'priority'] as const) {
+      const answer = await client.chat.completions
+        .create({ model: anthropicModel, messages: [{ role: 'user', content: tier }], service_tier: tier } as OpenAI.ChatCompletionCreateParamsNonStreaming)
+        .withResponse();
+      const id = answer.response.headers.get('x-request-id')!;
+      const [priority, data] = await redis.hmget(`bull:{chat}:${id}`, 'priority', 'data');
+      assert.equal(Number(priority), bandStart(tier), `a ${tier} job waits at its band's head`);
+      assert.equal((JSON.parse(data!) as { fairTagged?: boolean }).fairTagged, undefined, 'no tag, no backlog count');
+    }
+    assert.deepEqual(await readBacklog(redis, '{chat}'), []);
   });
 
   it('shows the wait per tier and account in /metrics', async () => {
