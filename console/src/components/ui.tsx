@@ -203,6 +203,21 @@ export function Spinner() {
   return <span class="spinner" aria-hidden="true" />;
 }
 
+/** A dialog form's buttons: Cancel, and its submit button (a spinner while the request is out). */
+export function DialogFormActions({ onCancel, busy, submit }: { onCancel: () => void; busy: boolean; submit: string }) {
+  return (
+    <div class="dialog-actions">
+      <button type="button" class="button button-secondary" onClick={onCancel}>
+        Cancel
+      </button>
+      <button type="submit" class="button button-primary" disabled={busy}>
+        {busy && <Spinner />}
+        {submit}
+      </button>
+    </div>
+  );
+}
+
 /** Text that changes to "Copied" a moment after a copy. */
 export function useCopy(): [boolean, (text: string) => Promise<void>, string | undefined] {
   const [copied, setCopied] = useState(false);

@@ -2,7 +2,7 @@ import type { TargetedSubmitEvent } from 'preact';
 import { useState } from 'preact/hooks';
 import { api, listOf, messageOf } from '../api';
 import { useApp } from '../app-context';
-import { Dialog, EmptyRow, ErrorMessage, PageHeader, SkeletonRows, Spinner, StatusMessage, TableCard, useApi, useTitle } from '../components/ui';
+import { Dialog, DialogFormActions, EmptyRow, ErrorMessage, PageHeader, SkeletonRows, Spinner, StatusMessage, TableCard, useApi, useTitle } from '../components/ui';
 import { balance, date, dateTime, money } from '../format';
 import { defaultAccountId, type Account, type List, type Role } from '../types';
 
@@ -137,15 +137,7 @@ function CreditDialog({ account, onClose, onCredited }: { account: Account; onCl
           </div>
         </div>
         <ErrorMessage message={error} />
-        <div class="dialog-actions">
-          <button type="button" class="button button-secondary" onClick={onClose}>
-            Cancel
-          </button>
-          <button type="submit" class="button button-primary" disabled={busy}>
-            {busy && <Spinner />}
-            Credit
-          </button>
-        </div>
+        <DialogFormActions onCancel={onClose} busy={busy} submit="Credit" />
       </form>
     </Dialog>
   );
@@ -185,15 +177,7 @@ function WeightDialog({ account, onClose, onSaved }: { account: Account; onClose
           </div>
         </div>
         <ErrorMessage message={error} />
-        <div class="dialog-actions">
-          <button type="button" class="button button-secondary" onClick={onClose}>
-            Cancel
-          </button>
-          <button type="submit" class="button button-primary" disabled={busy}>
-            {busy && <Spinner />}
-            Save
-          </button>
-        </div>
+        <DialogFormActions onCancel={onClose} busy={busy} submit="Save" />
       </form>
     </Dialog>
   );

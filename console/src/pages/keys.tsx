@@ -2,7 +2,7 @@ import { Fragment, type TargetedEvent, type TargetedSubmitEvent } from 'preact';
 import { useState } from 'preact/hooks';
 import { api, messageOf } from '../api';
 import { useApp } from '../app-context';
-import { Dialog, EmptyRow, ErrorMessage, PageHeader, SkeletonRows, Spinner, StatusMessage, TableCard, modelList, optionalNumber, useApi, useCopy, useTitle } from '../components/ui';
+import { Dialog, DialogFormActions, EmptyRow, ErrorMessage, PageHeader, SkeletonRows, Spinner, StatusMessage, TableCard, modelList, optionalNumber, useApi, useCopy, useTitle } from '../components/ui';
 import { ago, dateInputValue, dateTime, endOfLocalDay, money, shortDate, todayInputValue } from '../format';
 import type { CreatedKey, Key, KeyLimitValues, List } from '../types';
 
@@ -197,15 +197,7 @@ function CreateKeyDialog({ onCreated, onClose }: { onCreated: (key: CreatedKey) 
       <form onSubmit={submit} class="key-form" noValidate>
         <KeyFields idPrefix="new-key" draft={draft} onChange={setDraft} autoFocus ceilings={ceilings} />
         <ErrorMessage message={error} />
-        <div class="dialog-actions">
-          <button type="button" class="button button-secondary" onClick={onClose}>
-            Cancel
-          </button>
-          <button type="submit" class="button button-primary" disabled={busy}>
-            {busy && <Spinner />}
-            Create key
-          </button>
-        </div>
+        <DialogFormActions onCancel={onClose} busy={busy} submit="Create key" />
       </form>
     </Dialog>
   );
@@ -372,15 +364,7 @@ function EditKeyDialog({ keyRecord, onClose, onSaved }: { keyRecord: Key; onClos
       <form onSubmit={submit} noValidate>
         <KeyFields idPrefix="edit-key" draft={draft} onChange={setDraft} ceilings={ceilings} />
         <ErrorMessage message={error} />
-        <div class="dialog-actions">
-          <button type="button" class="button button-secondary" onClick={onClose}>
-            Cancel
-          </button>
-          <button type="submit" class="button button-primary" disabled={busy}>
-            {busy && <Spinner />}
-            Save
-          </button>
-        </div>
+        <DialogFormActions onCancel={onClose} busy={busy} submit="Save" />
       </form>
     </Dialog>
   );
