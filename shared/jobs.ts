@@ -57,6 +57,11 @@ export function jobIdOf(data: Pick<GatewayJobData, 'requestId' | 'jobId'>): stri
   return data.jobId ?? data.requestId;
 }
 
+/** Whether a run of a job is its first: not a retry after a failure, not a run again after a stall. */
+export function isFirstRun(job: { attemptsStarted?: number; attemptsMade: number }): boolean {
+  return (job.attemptsStarted ?? 1) <= 1 && job.attemptsMade === 0;
+}
+
 export interface GatewayJobResult {
   /** The response body, or a pointer to it under `resultKey` when large. */
   body?: string;

@@ -21,14 +21,13 @@ export class QueueShards {
     /** The capped vendors, each with a lane of its own in every capability. */
     readonly laneNames: readonly string[] = [],
   ) {
-    const lanes = laneNames;
     for (const name of names) {
       const count = Math.max(1, shards[name] ?? 1);
       this.byName.set(
         name,
         Array.from({ length: count }, (_, shard) => new Queue(shardQueueName(name, shard, count), { connection })),
       );
-      this.lanes.set(name, new Map(lanes.map((lane) => [lane, new Queue(laneQueueName(name, lane), { connection })])));
+      this.lanes.set(name, new Map(laneNames.map((lane) => [lane, new Queue(laneQueueName(name, lane), { connection })])));
     }
   }
 

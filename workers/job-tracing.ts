@@ -2,7 +2,7 @@ import { UnrecoverableError, type Job } from 'bullmq';
 import { context, SpanKind, trace, type HrTime, type Span } from '@opentelemetry/api';
 import { endpoints } from '../shared/endpoints.js';
 import type { GatewayError } from '../shared/errors.js';
-import type { GatewayJobData, GatewayJobResult } from '../shared/jobs.js';
+import { isFirstRun, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import { contextOf, getTracer, markFailed, tracingEnabled } from '../shared/tracing.js';
 import type { ResolvedRoute } from './channel-router.js';
 import { ClientGoneError } from './client-gone-error.js';
@@ -31,7 +31,7 @@ export function traceJobs(processor: Processor): Processor {
     const queue = endpoints[data.endpoint]?.queue ?? job.queueName;
     const parent = contextOf(data.trace);
     const startTime = hrNow();
-    if ((job.attemptsStarted ?? 1) <= 1 && job.attemptsMade === 0) {
+    if (isFirstRun(job)) {
       const waited = tracer.startSpan('queue wait', { startTime: job.timestamp }, parent);
       if (waited.isRecording()) waited.setAttributes({ 'switchyard.queue': queue, 'switchyard.request_id': data.requestId });
       // Until this run starts (BullMQ's fetch of the job included): the wait and the run meet at one instant.

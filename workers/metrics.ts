@@ -4,7 +4,7 @@ import { endpoints } from '../shared/endpoints.js';
 import type { GatewayError } from '../shared/errors.js';
 import { activeMetrics, initMetrics, type GatewayMetrics } from '../shared/metrics.js';
 import { shardQueueName, type QueueName } from '../shared/queues.js';
-import { type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
+import { isFirstRun, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import { resolveChannels, type ChannelConfig } from '../shared/vendors.js';
 import type { UsageRecord } from '../shared/billing.js';
 import { defaultAccountId } from '../shared/accounts.js';
@@ -50,7 +50,7 @@ export function meterJobs(processor: Processor): Processor {
     const metrics = activeMetrics();
     if (!metrics) return processor(job, token);
     const queue = queueOf(job);
-    if ((job.attemptsStarted ?? 1) <= 1 && job.attemptsMade === 0) {
+    if (isFirstRun(job)) {
       // Both stamps are BullMQ's: the enqueue (api clock) and the move to active (worker clock).
       const waited = (job.processedOn ?? Date.now()) - job.timestamp;
       metrics.jobWait.get(queue).observe(Math.max(0, waited) / 1000);

@@ -8,7 +8,7 @@ import { cancelChannel } from '../shared/keys.js';
 import { laneQueueName, shardQueueName, type QueueName } from '../shared/queues.js';
 import { cappedVendors, leftBacklog, vendorLimits } from '../shared/scheduler.js';
 import { defaultAccountId } from '../shared/accounts.js';
-import { type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
+import { isFirstRun, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import { CancelRegistry } from './cancel-registry.js';
 import { createProcessor } from './job-run.js';
 import { JobLifecycle } from './job-lifecycle.js';
@@ -72,8 +72,8 @@ export function fetchLoopOptions(config: Config, concurrency: number, loop: numb
   } satisfies Omit<WorkerOptions, 'connection'>;
 }
 
-/** A capped vendor's lane: its name and how many of its jobs a process holds at once. */
-interface Lane {
+/** A capped vendor's lane: its name and how many of its jobs run at once. */
+export interface Lane {
   vendor: string;
   /** Jobs of the lane in flight across every worker (its vendor's concurrency cap); 0: no cap in BullMQ (an RPM cap only). */
   cap: number;
@@ -114,14 +114,14 @@ async function openLanes(config: Config, redis: ReturnType<typeof createRedis>):
 export const laneWidth = (cap: number) => (cap > 0 ? cap + Math.max(1, Math.ceil(cap / 10)) : 0);
 
 /** One fetch loop per lane: as wide as the vendor's cap (the jobs past it wait in the queue), or as the capability without one. */
-export function laneLoops(name: QueueName, concurrency: number, lanes: ReadonlyArray<{ vendor: string; cap: number }>): Array<{ queue: string; concurrency: number; loop: number }> {
+export function laneLoops(name: QueueName, concurrency: number, lanes: readonly Lane[]): Array<{ queue: string; concurrency: number; loop: number }> {
   return lanes.map(({ vendor, cap }) => ({ queue: laneQueueName(name, vendor), concurrency: cap > 0 ? Math.min(cap, concurrency) : concurrency, loop: 0 }));
 }
 
 /** The processor, with each job taken out of its queue's backlog count as its first run starts (`shared/scheduler.ts`). */
 function leavingBacklog(redis: ReturnType<typeof createRedis>, processor: ReturnType<typeof meterJobs>): ReturnType<typeof meterJobs> {
   return (job, token) => {
-    if (job.data.fairTagged === true && (job.attemptsStarted ?? 1) <= 1 && job.attemptsMade === 0) {
+    if (job.data.fairTagged === true && isFirstRun(job)) {
       void leftBacklog(redis, job.queueName, job.data.serviceTier ?? 'default', job.data.accountId ?? defaultAccountId, job.queueQualifiedName + ':' + job.id).catch(() => undefined);
     }
     return processor(job, token);
