@@ -38,19 +38,25 @@ export interface LatencySummary {
   count: number;
   p50: number;
   p90: number;
+  p95: number;
   p99: number;
   max: number;
   mean: number;
 }
 
 export function summarise(samples: Samples): LatencySummary {
-  const sorted = samples.sorted();
+  return summariseSorted(samples.sorted());
+}
+
+/** The percentiles, maximum and mean of a sample sorted in ascending order. */
+export function summariseSorted(sorted: Float64Array): LatencySummary {
   let sum = 0;
   for (const value of sorted) sum += value;
   return {
     count: sorted.length,
     p50: percentile(sorted, 0.5),
     p90: percentile(sorted, 0.9),
+    p95: percentile(sorted, 0.95),
     p99: percentile(sorted, 0.99),
     max: sorted.length ? sorted[sorted.length - 1]! : Number.NaN,
     mean: sorted.length ? sum / sorted.length : Number.NaN,

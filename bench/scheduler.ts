@@ -33,7 +33,7 @@ import { Agent, request } from 'undici';
 import { freePort } from '../bin/local-redis.js';
 import { FAKE_REPLY_TEXT } from '../test/support/fake-openai-defaults.js';
 import { resetRecordFor } from '../test/support/record.js';
-import { commandStats, diffCommandStats, envInt, percentile, RssSampler, type CommandDelta } from './measure.js';
+import { commandStats, diffCommandStats, envInt, RssSampler, summariseSorted, type CommandDelta, type LatencySummary } from './measure.js';
 import { cpuTimeMs, root, rssBytes, sleep, spawnChild, waitUntil, type Child } from './procs.js';
 import { discoverProcesses, fakeControl, log, model, plainBody, probe, startFake, startGateway, stopGateway, upstreamKey, type Fake, type Gateway } from './stack.js';
 import { table, type Bar } from './table.js';
@@ -93,13 +93,7 @@ export function schedulerSettings(): SchedulerSettings {
 // ---------------------------------------------------------------- results
 
 /** Milliseconds. */
-export interface Spread {
-  count: number;
-  p50: number;
-  p95: number;
-  p99: number;
-  max: number;
-}
+export type Spread = LatencySummary;
 
 /** What one group of requests (an account in a phase) got. */
 export interface GroupStats {
@@ -208,16 +202,7 @@ export interface SchedulerResults {
 const adminToken = 'bench-admin-token';
 const anthropicModel = 'claude-haiku-4-5';
 
-function spread(values: number[]): Spread {
-  const sorted = Float64Array.from(values).sort();
-  return {
-    count: sorted.length,
-    p50: percentile(sorted, 0.5),
-    p95: percentile(sorted, 0.95),
-    p99: percentile(sorted, 0.99),
-    max: sorted.length ? sorted[sorted.length - 1]! : Number.NaN,
-  };
-}
+const spread = (values: number[]): Spread => summariseSorted(Float64Array.from(values).sort());
 
 /** One answered (or failed) request; times in ms from the phase's start. */
 interface Done {
