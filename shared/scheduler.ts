@@ -84,14 +84,14 @@ local virtual = tonumber(redis.call('HGET', KEYS[1], '~v') or '0')
 if virtual >= width / 4 then
   -- Shift the band down by its virtual time: every waiting job of the band (score and priority) and every tag.
   local shift = virtual
+  local function shifted(priority) return math.max(first, priority - shift) end
   local lo = string.format('%.0f', first * two32)
   local hi = '(' .. string.format('%.0f', (first + width) * two32)
   local members = redis.call('ZRANGEBYSCORE', KEYS[2], lo, hi, 'WITHSCORES')
   for i = 1, #members, 2 do
     local score = tonumber(members[i + 1])
     local priority = math.floor(score / two32)
-    local moved = priority - shift
-    if moved < first then moved = first end
+    local moved = shifted(priority)
     redis.call('ZADD', KEYS[2], string.format('%.0f', moved * two32 + (score - priority * two32)), members[i])
     redis.call('HSET', ARGV[5] .. members[i], 'priority', moved)
   end
@@ -99,11 +99,7 @@ if virtual >= width / 4 then
   local active = redis.call('LRANGE', ARGV[5] .. 'active', 0, -1)
   for i = 1, #active do
     local priority = tonumber(redis.call('HGET', ARGV[5] .. active[i], 'priority') or '0')
-    if priority >= first and priority < first + width then
-      local moved = priority - shift
-      if moved < first then moved = first end
-      redis.call('HSET', ARGV[5] .. active[i], 'priority', moved)
-    end
+    if priority >= first and priority < first + width then redis.call('HSET', ARGV[5] .. active[i], 'priority', shifted(priority)) end
   end
   local tags = redis.call('HGETALL', KEYS[1])
   for i = 1, #tags, 2 do
