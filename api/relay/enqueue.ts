@@ -1,6 +1,6 @@
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { defaultAccountId, type KeyAccess } from '../../shared/accounts.js';
+import type { KeyAccess } from '../../shared/accounts.js';
 import { releaseReservation } from '../../shared/billing.js';
 import type { Config } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
@@ -15,9 +15,6 @@ import type { JobPlan } from '../requests/build-job.js';
 import type { Backpressure } from './backpressure.js';
 import { bandStart, fairPriority, leftBacklog, type FairClaim } from '../../shared/scheduler.js';
 
-/** A job queued with no account named (none today: every keyed request has one) waits as the default account's. */
-const defaultClaim: FairClaim = { accountId: defaultAccountId, weight: 1, tokens: 0, tier: 'default' };
-
 export interface EnqueueDeps {
   config: Config;
   redis: Redis;
@@ -30,11 +27,8 @@ export interface EnqueueDeps {
 /** What goes into Redis with a job: who pays and the most it may cost, and a record written just before the add (a stored response's). */
 export interface Beside {
   spend?: { access: KeyAccess; estimate: SpendEstimate };
-  /**
-   * Its place in the queue: its band, and, when its queue may be contended, its fair tag. Without it, the job waits
-   * at the head of the default band.
-   */
-  fair?: FairClaim & { contended: boolean };
+  /** Its place in the queue: its band, and, when its queue may be contended, its fair tag. */
+  fair: FairClaim & { contended: boolean };
   beforeAdd?: () => Promise<void>;
 }
 
@@ -71,8 +65,8 @@ export async function enqueue(deps: EnqueueDeps, queue: Queue, job: JobPlan, bes
   const reserve = (gateKey?: string) => reserveSpend(redis, config, spend!.access, job.data.requestId, spend!.estimate, job.deadline, gateKey);
   // The job's priority: its band, and its fair tag where jobs may wait (read in the same round trip as a reservation
   // made first). Where nothing waits, the order within the band is moot and the job goes to its band's head untagged.
-  const claim = beside.fair ?? defaultClaim;
-  const tag = beside.fair?.contended === true;
+  const { fair: claim } = beside;
+  const tag = claim.contended;
   const [reservedFirst, tagged] = await Promise.allSettled([spend && !gate ? reserve() : undefined, tag ? fairPriority(redis, queue, claim) : bandStart(claim.tier)]);
   if (tag) job.data.fairTagged = true;
   // Counted in its queue's backlog once tagged; a job that never runs leaves it again.
