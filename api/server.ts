@@ -110,7 +110,8 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   hub.onReconnect = () => keyCache.clear();
   const backpressure = new Backpressure(redis, queues, config.maxWaiting, log);
   const catalog = loadCatalog(config.catalogFile);
-  const models = new ModelResolver(catalog, new Set(resolveChannels(config).keys()));
+  const servingVendors = new Set(resolveChannels(config).keys());
+  const models = new ModelResolver(catalog, servingVendors);
   const prices = PriceList.load(catalog, config);
   const unpriced = catalog.all().filter((model) => !prices.has(model.id)).map((model) => model.id);
   if (unpriced.length > 0) log.warn({ models: unpriced }, 'these catalog models have no price: they are served free');
@@ -148,10 +149,12 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     );
     const recordOk = await recordReachable();
     const workers = options.workersReady?.() ?? true;
-    const ready = redisOk && recordOk && workers && hub.connected && !draining;
+    // A gateway with no vendor to call (no key, and no mock asked for) has nothing to serve.
+    const vendors = servingVendors.size > 0;
+    const ready = redisOk && recordOk && workers && hub.connected && !draining && vendors;
     ctx.status = ready ? 200 : 503;
     const eventLoopMaxMs = loopStalls.takeWorst();
-    ctx.body = { status: ready ? 'ready' : 'not_ready', redis: redisOk, record: recordOk, workers, subscriber: hub.connected, draining, event_loop_max_ms: eventLoopMaxMs };
+    ctx.body = { status: ready ? 'ready' : 'not_ready', redis: redisOk, record: recordOk, workers, subscriber: hub.connected, draining, vendors, event_loop_max_ms: eventLoopMaxMs };
   });
 
   // Tracing on: a server span around everything (it sees the status the envelope answers); off, nothing at all.

@@ -75,6 +75,19 @@ export function isMockStandingIn(config: VendorConfig): boolean {
   return config.mock.mode === 'auto' && noVendorConfigured(config);
 }
 
+/**
+ * Whether an answer of this channel is free: the mock's (its own models, or standing in for a vendor) is never
+ * billed unless `MOCK_BILLING=on` asks for it (refused in production).
+ */
+export function answersFree(config: Pick<Config, 'mock'>, channel: Pick<ChannelConfig, 'vendor' | 'protocol'>): boolean {
+  return !config.mock.billed && (channel.protocol === 'mock' || vendorDefinition(channel.vendor)?.protocol === 'mock');
+}
+
+/** Whether the mock will answer for a model whose first route is `vendor`: the mock's own, or the mock standing in for every vendor. */
+export function mockAnswers(config: VendorConfig, vendor: string | undefined): boolean {
+  return isMockStandingIn(config) || (vendor !== undefined && vendorDefinition(vendor)?.protocol === 'mock');
+}
+
 function noVendorConfigured(config: VendorConfig): boolean {
   return !config.channelsFile && vendorDefinitions.every((v) => v.protocol === 'mock' || keysOf(config, v.envPrefix).length === 0);
 }

@@ -114,6 +114,8 @@ export async function settleJob(
   produced: Meter,
   status: Settled,
   detail?: UsageDetail,
+  /** The mock answered (and MOCK_BILLING is off): the row is kept, at no cost. */
+  free = false,
 ): Promise<void> {
   const metered = await meter(request, produced);
   const record: UsageRecord = {
@@ -129,7 +131,7 @@ export async function settleJob(
     audioSeconds: metered.audioSeconds,
     videoSeconds: metered.videoSeconds,
     // At the prices of the tier that served it (absent: default), as its reservation was.
-    costMicros: deps.prices.has(data.model) ? deps.prices.costMicros(data.model, metered, data.serviceTier) : 0,
+    costMicros: !free && deps.prices.has(data.model) ? deps.prices.costMicros(data.model, metered, data.serviceTier) : 0,
     serviceTier: data.serviceTier ?? 'default',
     status,
     created: Math.floor(produced.started / 1000),

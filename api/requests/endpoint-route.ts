@@ -17,6 +17,7 @@ import { queuedEndpoint } from './endpoint-paths.js';
 import { handlers, type Accepted, type EndpointHandler, type HandlerInput } from './endpoint-handlers.js';
 import type { ModelResolver } from './model-resolver.js';
 import { noteEnqueued, noteLoggedModel, watchRequest, type RequestShape } from './request-log.js';
+import { mockAnswers } from '../../shared/vendors.js';
 
 export interface EndpointRouteDeps extends HoldDeps {
   models: ModelResolver;
@@ -114,8 +115,10 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
   if (lane !== undefined) origin.lane = lane;
   const job = buildJob(name, accepted, origin, mode, deps.config);
   // The worst case this request may cost, reserved as it is queued; settled by the worker with the actual cost.
-  // A model an operator's catalog added without a price is served free (the start-up log names such models).
-  const estimate = deps.prices.has(model.id)
+  // A model an operator's catalog added without a price is served free (the start-up log names such models),
+  // and so is every mock answer unless MOCK_BILLING asks for it.
+  const free = !deps.config.mock.billed && mockAnswers(deps.config, model.routes[0]?.vendor);
+  const estimate = !free && deps.prices.has(model.id)
     ? deps.prices.worstCaseMicros(model.id, { endpoint: name, payload: accepted.payload } as EndpointRequest, accepted.promptTokens ?? 0)
     : { micros: 0, tokens: accepted.promptTokens ?? 0 };
   const queue = queueFor(deps, job);

@@ -132,6 +132,8 @@ export async function spawnGateway(role: 'all' | 'api' | 'worker', testEnv: Reco
       HOST: '127.0.0.1',
       LOG_LEVEL: 'info',
       MOCK_STREAM_DELAY_MS: '5',
+      // Tests of the money path use the mock as their vendor: bill its answers (off by default, refused in production).
+      MOCK_BILLING: 'on',
       ...env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
