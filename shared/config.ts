@@ -45,6 +45,8 @@ export interface Config {
   /** QUEUE_DASHBOARD_WRITE=on: the queue dashboard at /admin/queues may act on jobs and queues; off (the default): read-only. */
   queueDashboardWrite: boolean;
   logLevel: string;
+  /** `pretty`: short lines for a person; `json`: one JSON object a line; `auto`: pretty on a terminal, JSON elsewhere. */
+  logFormat: 'auto' | 'json' | 'pretty';
   catalogFile: string | undefined;
   /** Queues this worker process serves. */
   workerQueues: QueueName[];
@@ -60,6 +62,8 @@ export interface Config {
   /** Vendor attempts per job (first call included). */
   jobAttempts: number;
   retryBaseMs: number;
+  /** RATE_LIMIT_WAIT_MS: the longest a request waits in all on vendor rate limits. */
+  rateLimitWaitMs: number;
   /** BullMQ lock; a worker silent this long is presumed dead and its job handed on. */
   workerLockMs: number;
   sseKeepAliveMs: number;
@@ -144,8 +148,10 @@ export interface Config {
   /** CHANNELS_FILE: more channels per vendor, with weights (read by shared/vendors.ts). */
   channelsFile: string | undefined;
   mock: {
-    /** MOCK_VENDOR: `auto` serves the mock (standing in for every vendor) only when no vendor is configured. */
+    /** MOCK_VENDOR: `auto` serves the mock (standing in for every vendor) only when no vendor is configured; `auto` under NODE_ENV=production loads as `off`. */
     mode: 'on' | 'off' | 'auto';
+    /** MOCK_BILLING: mock answers are billed at the price of the model they answer for (never in production). */
+    billed: boolean;
     /** Pause between mock stream chunks. */
     streamDelayMs: number;
     /** How long a mock video takes to render. */
@@ -261,15 +267,19 @@ const fixed = {
   REDIS_SENTINEL_NAME: setting(text('mymaster'), 'the primary\'s name the Sentinels monitor'),
   ADMIN_TOKEN: setting(optionalText(), 'enables the admin API (`/admin/accounts`, `/admin/keys`, `/admin/usage`) and the queue dashboard (`/admin/queues`) for `Authorization: Bearer $ADMIN_TOKEN`'),
   LOG_LEVEL: setting(choice(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info'), 'pino level'),
+  LOG_FORMAT: setting(choice(['auto', 'json', 'pretty'], 'auto'), '`json`: one JSON object a line (pino), for log collectors; `pretty`: a short line a person reads; `auto`: pretty when stdout is a terminal, JSON otherwise (a container, a pipe, a file)'),
   CATALOG_FILE: setting(optionalText(), 'JSON `{"models":[…]}` whose entries add to or replace built-in catalog entries by id'),
   CHANNELS_FILE: setting(optionalText(), 'JSON `{"channels":[…]}`: more channels per vendor, with weights, and vendors not built in'),
   VENDOR_LEASE_MS: setting(integer(1, 30_000), "lease of a vendor slot, renewed while the call runs; a dead worker's slot frees after this"),
   CHANNEL_AUTH_COOLDOWN_MS: setting(integer(0, 300_000), 'rest for a channel whose credentials the vendor refused'),
   CHANNEL_FAILURE_THRESHOLD: setting(integer(1, 3), 'retryable failures (5xx, network) within 30 s that rest a model on a channel'),
   CHANNEL_COOLDOWN_MS: setting(integer(0, 30_000), 'that rest; a 429 rests it for its `retry-after` (else 5 s)'),
+  RATE_LIMIT_WAIT_MS: setting(integer(0, 20_000), "longest a request waits in all on vendors' 429s (and channels resting after one) before it is answered 429 with `retry-after`; never past its deadline (then 504, with `retry-after`)"),
   BFL_POLL_INTERVAL_MS: setting(integer(0, 500), 'pause between polls of a FLUX task'),
   VIDEO_POLL_INTERVAL_MS: setting(integer(0, 2_000), 'pause between polls of a vendor video job'),
-  MOCK_VENDOR: setting(choice(['on', 'off', 'auto'], 'auto', switchAliases), '`on` (mock models beside real vendors), `off`, or `auto`: the mock serves when no vendor is configured'),
+  NODE_ENV: setting(text('development'), '`production`: the mock vendor never serves unless `MOCK_VENDOR=on` names it, and `MOCK_BILLING` is refused'),
+  MOCK_VENDOR: setting(choice(['on', 'off', 'auto'], 'auto', switchAliases), '`on` (mock models beside real vendors), `off`, or `auto`: the mock serves (standing in for every vendor) when no vendor is configured, except with `NODE_ENV=production`, where `auto` is `off`'),
+  MOCK_BILLING: setting(choice(['on', 'off'], 'off', switchAliases), '`on` bills mock answers at the price of the model they answer for, to try the money path without a vendor (refused with `NODE_ENV=production`); `off`: the mock is never billed'),
   MOCK_VIDEO_MS: setting(integer(0, 1_500), 'how long a mock video takes to render'),
   MOCK_STREAM_DELAY_MS: setting(integer(0, 20), 'pause between mock stream chunks'),
   VENDOR_CONNECT_TIMEOUT_MS: setting(integer(0, 10_000), 'vendor connect timeout'),
@@ -315,7 +325,7 @@ const fixed = {
   CONSOLE_SESSION_IDLE_S: setting(integer(60, 86_400), 'a console session unused this long ends'),
   CONSOLE_SESSION_MAX_S: setting(integer(60, 7 * 86_400), 'a console session ends this long after sign-in, however busy'),
   QUEUE_DASHBOARD_WRITE: setting(flag(false), '`on` lets the queue dashboard (`/admin/queues`) act on jobs and queues (retry a failed job, remove, promote, pause, empty…); `off`: read-only'),
-  BLOB_DIR: setting(text('.data/blobs'), 'local blob store directory'),
+  BLOB_DIR: setting(optionalText({ kind: 'unset', note: '`DATA_DIR/blobs`' }), 'local blob store directory'),
   S3_BUCKET: setting(optionalText(), 'use S3-compatible storage instead of `BLOB_DIR`'),
   S3_ENDPOINT: setting(httpUrl({ kind: 'unset', note: 'AWS' }, false), 'S3-compatible endpoint (MinIO, R2, …)'),
   S3_REGION: setting(text('us-east-1'), 'S3 region'),
@@ -480,6 +490,9 @@ export function loadConfig(env: Env = process.env): Config {
   if (!parsed.success) throw new Error(`Invalid configuration: ${describeIssues(parsed.error.issues, env)}`);
   const all = parsed.data as Record<string, unknown>;
   const values = all as FixedValues;
+  const production = values.NODE_ENV === 'production';
+  // Production never bills an answer no vendor gave.
+  if (production && values.MOCK_BILLING === 'on') throw new Error('Invalid configuration: MOCK_BILLING=on is refused with NODE_ENV=production (the mock is never billed in production)');
 
   const vendors: Record<string, VendorSettings> = {};
   const vendor = (prefix: string) => (vendors[prefix] ??= { apiKeys: [], baseUrl: undefined, maxConcurrency: undefined, rpm: undefined });
@@ -510,6 +523,7 @@ export function loadConfig(env: Env = process.env): Config {
     adminToken: values.ADMIN_TOKEN,
     queueDashboardWrite: values.QUEUE_DASHBOARD_WRITE,
     logLevel: values.LOG_LEVEL,
+    logFormat: values.LOG_FORMAT,
     catalogFile: values.CATALOG_FILE,
     workerQueues: values.WORKER_QUEUES,
     workerProcess: values.WORKER_PROCESS,
@@ -519,6 +533,7 @@ export function loadConfig(env: Env = process.env): Config {
     flexDeadlineMs: values.FLEX_DEADLINE_MS,
     jobAttempts: values.JOB_ATTEMPTS,
     retryBaseMs: values.RETRY_BASE_MS,
+    rateLimitWaitMs: values.RATE_LIMIT_WAIT_MS,
     workerLockMs: values.WORKER_LOCK_MS,
     sseKeepAliveMs: values.SSE_KEEPALIVE_MS,
     maxBodyBytes: values.MAX_BODY_BYTES,
@@ -557,7 +572,7 @@ export function loadConfig(env: Env = process.env): Config {
       sessionIdleSeconds: values.CONSOLE_SESSION_IDLE_S,
       sessionMaxSeconds: values.CONSOLE_SESSION_MAX_S,
     },
-    blobDir: values.BLOB_DIR,
+    blobDir: values.BLOB_DIR ?? `${values.DATA_DIR.replace(/\/+$/, '')}/blobs`,
     publicBaseUrl: values.PUBLIC_BASE_URL,
     trustProxy: values.TRUST_PROXY,
     blobUrlSecret: values.BLOB_URL_SECRET,
@@ -575,7 +590,7 @@ export function loadConfig(env: Env = process.env): Config {
     fetchAllowPrivate: values.FETCH_ALLOW_PRIVATE,
     vendors,
     channelsFile: values.CHANNELS_FILE,
-    mock: { mode: values.MOCK_VENDOR, streamDelayMs: values.MOCK_STREAM_DELAY_MS, videoMs: values.MOCK_VIDEO_MS },
+    mock: { mode: production && values.MOCK_VENDOR === 'auto' ? 'off' : values.MOCK_VENDOR, billed: values.MOCK_BILLING === 'on', streamDelayMs: values.MOCK_STREAM_DELAY_MS, videoMs: values.MOCK_VIDEO_MS },
     vendorLeaseMs: values.VENDOR_LEASE_MS,
     channelCooldowns: {
       authMs: values.CHANNEL_AUTH_COOLDOWN_MS,

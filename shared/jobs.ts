@@ -35,6 +35,8 @@ export interface GatewayJobData {
   deadline: number;
   /** The band it is served in (chat, completions and Responses requests; absent: `default`), echoed as `service_tier`. */
   serviceTier?: ServiceTier;
+  /** Epoch ms of its first wait on a vendor rate limit (RATE_LIMIT_WAIT_MS bounds them all). */
+  rateLimitedSince?: number;
   /** Queued with a fair tag and counted in its queue's backlog (`shared/scheduler.ts`): its worker reports its take. */
   fairTagged?: boolean;
   /** How the client reached the gateway (for links to stored files). */

@@ -8,7 +8,11 @@ import type { Logger } from '../shared/logger.js';
  * - `wait`: the job goes back to the queue for `delay` ms without spending an attempt (a rate limit, or every channel resting);
  * - `retry`: BullMQ runs the job again after its backoff (`retryDelay`), spending an attempt.
  */
-export type FailureDecision = { action: 'fail' } | { action: 'wait'; delay: number } | { action: 'retry'; delay: number };
+export type FailureDecision =
+  /** `answer`: what the client gets instead of the error met (a rate limit that lasted too long says when to come back). */
+  | { action: 'fail'; answer?: GatewayError }
+  | { action: 'wait'; delay: number }
+  | { action: 'retry'; delay: number };
 
 export interface FailedAttempt {
   error: GatewayError;
@@ -23,6 +27,8 @@ export interface FailedAttempt {
   deadline: number;
   /** The job can be put back to wait (BullMQ gave this worker the job's lock token). */
   canWait: boolean;
+  /** Epoch ms of the job's first wait on a rate limit, if it waited already. */
+  rateLimitedSince?: number | undefined;
   now?: number;
 }
 
@@ -32,11 +38,49 @@ export function decideFailure(config: Config, attempt: FailedAttempt): FailureDe
   const switchable = isChannelFault(error) && attempt.canSwitchChannel();
   if (attempt.outputStarted || !(error.retryable || switchable)) return { action: 'fail' };
   const delay = retryDelay(config, attempt.attemptsMade, error);
-  if ((attempt.now ?? Date.now()) + delay >= attempt.deadline) return { action: 'fail' };
-  // A rate limit (or every channel resting) is a reason to wait, not a failed attempt.
-  if ((error.status === 429 || error.code === 'channels_cooling_down') && attempt.canWait) return { action: 'wait', delay };
+  const now = attempt.now ?? Date.now();
+  if (isRateLimit(error)) {
+    // A rate limit (or every channel resting) is a reason to wait, not a failed attempt; but only for
+    // RATE_LIMIT_WAIT_MS in all, and never past the deadline. Then the client is told when to come back.
+    const since = attempt.rateLimitedSince ?? now;
+    if (now + delay >= attempt.deadline) return { action: 'fail', answer: rateLimitedPastDeadline(delay) };
+    if (now + delay - since > config.rateLimitWaitMs) return { action: 'fail', answer: rateLimitedTooLong(error, delay, now - since) };
+    if (attempt.canWait) return { action: 'wait', delay };
+  } else if (now + delay >= attempt.deadline) {
+    return { action: 'fail' };
+  }
   if (attempt.attemptsMade + 1 >= attempt.attempts) return { action: 'fail' };
   return { action: 'retry', delay };
+}
+
+/** A vendor's 429, or every channel of the model resting after one. */
+export function isRateLimit(error: GatewayError): boolean {
+  return error.status === 429 || error.code === 'channels_cooling_down';
+}
+
+/** `retry-after` (whole seconds, at least 1) and `retry-after-ms`, as the key limits answer them. */
+function retryAfter(ms: number): Record<string, string> {
+  return { 'retry-after': String(Math.max(1, Math.ceil(ms / 1000))), 'retry-after-ms': String(Math.max(0, Math.round(ms))) };
+}
+
+/** The vendor kept rate limiting past RATE_LIMIT_WAIT_MS: a 429 that says when the vendor may take it again. */
+function rateLimitedTooLong(error: GatewayError, delayMs: number, waitedMs: number): GatewayError {
+  const waited = waitedMs > 0 ? ` for ${Math.round(waitedMs / 1000)} s` : '';
+  return new GatewayError(429, `The upstream vendor kept rate limiting this request${waited}; retry after ${Math.max(1, Math.ceil(delayMs / 1000))} s.`, {
+    type: 'rate_limit_exceeded',
+    code: error.status === 429 ? (error.code ?? 'rate_limit_exceeded') : 'rate_limit_exceeded',
+    headers: retryAfter(delayMs),
+    cause: error,
+  });
+}
+
+/** The vendor was still rate limiting at the request's deadline: the deadline's 504, with when to come back. */
+function rateLimitedPastDeadline(delayMs: number): GatewayError {
+  return new GatewayError(504, 'The request reached its deadline while the upstream vendor was rate limiting it.', {
+    type: 'server_error',
+    code: 'timeout',
+    headers: retryAfter(delayMs),
+  });
 }
 
 /** Whether the error says the channel itself is unusable (its key), not the request. */

@@ -22,6 +22,7 @@ import { ResponsesRun } from './responses-run.js';
 import { Meter, settleJob, type SettlementDeps } from './settlement.js';
 import type { Lease, VendorLimiter } from './vendor-limiter.js';
 import type { CallContext, VendorHttp } from './vendors/types.js';
+import { answersFree } from '../shared/vendors.js';
 
 export interface ProcessorDeps {
   config: Config;
@@ -228,12 +229,15 @@ class JobRun {
       attempts: job.opts.attempts ?? 1,
       deadline: data.deadline,
       canWait: this.token !== undefined,
+      rateLimitedSince: data.rateLimitedSince,
     });
     switch (decision.action) {
       case 'fail':
-        return this.answerFailure(error);
+        return this.answerFailure(decision.answer ?? error);
       case 'wait':
         log.info({ delay: decision.delay }, 'vendor rate limited; rescheduling');
+        // The first wait is remembered with the job: RATE_LIMIT_WAIT_MS bounds them all, whichever worker runs it next.
+        if (data.rateLimitedSince === undefined) await job.updateData({ ...data, rateLimitedSince: Date.now() });
         await job.moveToDelayed(Date.now() + decision.delay, this.token!);
         throw new DelayedError();
       case 'retry':
@@ -288,7 +292,7 @@ class JobRun {
       channel: route?.channel.id,
       fallback: route && route.model.id !== data.model ? route.model.id : undefined,
       error_code: errorCode,
-    });
+    }, route !== undefined && answersFree(this.deps.config, route.channel));
   }
 }
 

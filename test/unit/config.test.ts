@@ -168,13 +168,22 @@ describe('loadConfig', () => {
     assert.equal(config.publicBaseUrl, undefined);
     assert.deepEqual(config.vendors, {});
     assert.equal(config.channelsFile, undefined);
-    assert.deepEqual(config.mock, { mode: 'auto', streamDelayMs: 20, videoMs: 1500 });
+    assert.deepEqual(config.mock, { mode: 'auto', billed: false, streamDelayMs: 20, videoMs: 1500 });
+    assert.equal(config.rateLimitWaitMs, 20_000);
     assert.equal(config.vendorLeaseMs, 30_000);
     assert.deepEqual(config.channelCooldowns, { authMs: 300_000, failureMs: 30_000, failureThreshold: 3 });
     assert.deepEqual(config.vendorTimeouts, { connectMs: 10_000, firstByteMs: 120_000, idleMs: 120_000 });
     assert.equal(config.bflPollIntervalMs, 500);
     assert.equal(config.videoPollIntervalMs, 2000);
     assert.equal(config.s3, undefined);
+  });
+
+  it('under NODE_ENV=production: MOCK_VENDOR=auto is off, `on` stays on, and MOCK_BILLING=on is refused', () => {
+    assert.equal(loadConfig({ NODE_ENV: 'production' }).mock.mode, 'off');
+    assert.equal(loadConfig({ NODE_ENV: 'production', MOCK_VENDOR: 'on' }).mock.mode, 'on');
+    assert.equal(loadConfig({ NODE_ENV: 'development' }).mock.mode, 'auto');
+    assert.equal(loadConfig({ MOCK_BILLING: 'on' }).mock.billed, true);
+    assert.throws(() => loadConfig({ NODE_ENV: 'production', MOCK_BILLING: 'on' }), /MOCK_BILLING=on is refused with NODE_ENV=production/);
   });
 
   it('counts an empty value as unset and ignores variables it does not know', () => {

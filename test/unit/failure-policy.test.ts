@@ -57,6 +57,28 @@ describe('failure policy', () => {
     assert.deepEqual(decideFailure(config, attempt(limited, { canWait: false, attemptsMade: 3 })), { action: 'fail' });
   });
 
+  it('waits on rate limits for RATE_LIMIT_WAIT_MS in all, then answers 429 saying when to come back', () => {
+    const bounded = loadConfig({ RETRY_BASE_MS: '100', RATE_LIMIT_WAIT_MS: '5000' });
+    const limited = new GatewayError(429, 'slow down', { retryable: true, retryAfterMs: 2000, code: 'rate_limit_exceeded' });
+    assert.deepEqual(decideFailure(bounded, attempt(limited, { rateLimitedSince: now - 2000 })), { action: 'wait', delay: 2000 });
+    const over = decideFailure(bounded, attempt(limited, { rateLimitedSince: now - 4000 }));
+    assert.equal(over.action, 'fail');
+    const answer = over.action === 'fail' ? over.answer! : assert.fail('no answer');
+    assert.deepEqual([answer.status, answer.code, answer.headers['retry-after'], answer.headers['retry-after-ms']], [429, 'rate_limit_exceeded', '2', '2000']);
+    assert.match(answer.message, /kept rate limiting this request for 4 s/);
+    // Every channel resting after a 429 is the same wait, and ends the same way.
+    const resting = new GatewayError(503, 'every channel rests', { retryable: true, retryAfterMs: 600, code: 'channels_cooling_down' });
+    const restingOver = decideFailure(bounded, attempt(resting, { rateLimitedSince: now - 4900 }));
+    assert.ok(restingOver.action === 'fail' && restingOver.answer?.status === 429 && restingOver.answer.headers['retry-after'] === '1');
+  });
+
+  it('a rate limit that would outlast the deadline is the deadline 504, with retry-after', () => {
+    const limited = new GatewayError(429, 'slow down', { retryable: true, retryAfterMs: 5000 });
+    const late = decideFailure(config, attempt(limited, { deadline: now + 4000 }));
+    assert.ok(late.action === 'fail' && late.answer !== undefined);
+    assert.deepEqual([late.answer.status, late.answer.code, late.answer.headers['retry-after']], [504, 'timeout', '5']);
+  });
+
   it('moves a bad credential to another channel only when one can serve', () => {
     const auth = new GatewayError(502, 'vendor rejected our key', { code: 'vendor_auth_failed' });
     assert.deepEqual(decideFailure(config, attempt(auth)), { action: 'fail' });
