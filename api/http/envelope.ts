@@ -3,6 +3,7 @@ import type { Middleware } from 'koa';
 import { GatewayError, queueUnavailable, serverError } from '../../shared/errors.js';
 import { lazyChild, type Logger } from '../../shared/logger.js';
 import { noteArrival, noteError, type RequestLogState } from '../requests/request-log.js';
+import { clientClosedEarly, clientClosedStatus } from './client-closed.js';
 
 export interface RequestIdState {
   requestId: string;
@@ -29,7 +30,8 @@ export function envelope(log: Logger): Middleware<RequestIdState & RequestLogSta
     ctx.set('x-request-id', id);
     try {
       await next();
-      if (ctx.body == null && ctx.respond !== false && !ctx.headerSent) {
+      // A client that hung up before the answer (a held request it gave up on) got nothing: not an unknown URL.
+      if (ctx.body == null && ctx.respond !== false && !ctx.headerSent && !clientClosedEarly(ctx)) {
         if (ctx.status === 404) throw new GatewayError(404, `Unknown request URL: ${ctx.method} ${ctx.path}.`, { code: 'unknown_url' });
         // The router answers a method it knows nothing of (TRACE, PROPFIND…) with a bare 501: for a client that is a 405.
         if (ctx.status === 405 || ctx.status === 501) {
@@ -38,7 +40,9 @@ export function envelope(log: Logger): Middleware<RequestIdState & RequestLogSta
       }
     } catch (caught) {
       const error = toGatewayError(caught);
-      if (error.status >= 500) requestLog.error({ err: caught }, error.message);
+      // A 503 the gateway chose (draining, overloaded) is an answer, not a fault: no stack, no error level.
+      if (error.status === 503 && caught instanceof GatewayError) requestLog.warn({ status: error.status, code: error.code }, error.message);
+      else if (error.status >= 500) requestLog.error({ err: caught }, error.message);
       else if (log.isLevelEnabled('debug')) requestLog.debug({ status: error.status, code: error.code }, error.message);
       if (!ctx.headerSent && ctx.respond !== false) {
         noteError(ctx, error.code ?? error.type);
@@ -49,8 +53,8 @@ export function envelope(log: Logger): Middleware<RequestIdState & RequestLogSta
     } finally {
       if (accessLog) {
         const ms = Math.round((performance.now() - started) * 10) / 10;
-        const status = ctx.respond === false ? ctx.res.statusCode : ctx.status;
-        log.info({ reqId: id, method: ctx.method, path: ctx.path, status, ms }, 'request');
+        const status = clientClosedEarly(ctx) ? clientClosedStatus : ctx.respond === false ? ctx.res.statusCode : ctx.status;
+        log.info({ reqId: id, method: ctx.method, path: ctx.path, status, ms }, status === clientClosedStatus ? 'request: the client closed the connection before the answer' : 'request');
       }
     }
   };

@@ -1,4 +1,5 @@
 import type { Context, Middleware } from 'koa';
+import { clientClosedEarly, clientClosedStatus } from './client-closed.js';
 import type { AuthState } from '../accounts/auth.js';
 import type { Config } from '../../shared/config.js';
 import { countFrames } from '../../shared/reply.js';
@@ -105,13 +106,16 @@ export function apiMetrics(config: Pick<Config, 'metrics'>, depths: QueueDepthSo
 
 function record(metrics: GatewayMetrics, ctx: Context & { state: MetricsState & RouteState & Partial<AuthState> }, started: number, failed: boolean): void {
   const now = performance.now();
-  const status = failed ? 500 : ctx.respond === false ? ctx.res.statusCode : ctx.status;
   const route = routeTemplate(ctx) ?? 'other';
   const s = ctx.state;
   const model = s.metricsModel ?? '';
-  const cls = statusClass(status);
+  // A client that hung up before any answer: counted apart (status_class="499"), and in no latency.
+  const closed = clientClosedEarly(ctx);
+  const status = closed ? clientClosedStatus : failed ? 500 : ctx.respond === false ? ctx.res.statusCode : ctx.status;
+  const cls = closed ? String(clientClosedStatus) : statusClass(status);
   const counter = metrics.perKey ? metrics.httpRequests.get(route, model, cls, s.keyId ?? '') : metrics.httpRequests.get(route, model, cls);
   counter.inc();
+  if (closed) return;
   metrics.httpDuration.get(route, cls).observe((now - started) / 1000);
   // A plain answer goes out as the middleware returns; a streamed one said when its first chunk did.
   const firstByte = s.metricsFirstByte ?? (ctx.respond === false ? undefined : now);
