@@ -11,7 +11,9 @@ import { queueNames } from '../../shared/queues.js';
 function configurationTable(): Array<{ line: string; names: string[]; defaults: string[] }> {
   const section = readFileSync(fileURLToPath(new URL('../../docs/configuration.md', import.meta.url)), 'utf8');
   const rows = [];
-  for (const line of section.split('\n').filter((l) => l.startsWith('| `'))) {
+  // The variables' table is the page's first section (later sections have tables of their own).
+  const variables = section.split('\n## ')[0]!;
+  for (const line of variables.split('\n').filter((l) => l.startsWith('| `'))) {
     const [, nameCell = '', defaultCell = ''] = line.split('|').map((cell) => cell.trim());
     const names = [...nameCell.matchAll(/`([^`]+)`/g)].map(([, name]) => name!);
     const parts = defaultCell.split(' / ');
