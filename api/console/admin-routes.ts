@@ -95,6 +95,14 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
     ctx.body = keyView(updated);
   });
 
+  // Any key revoked, as `DELETE /admin/keys/{id}` does: the keys of the default account (the CLI's) have no member to do it.
+  router.delete('/api/admin/keys/:id', async (ctx) => {
+    await requireAdmin(ctx, deps);
+    const id = String(ctx.params.id);
+    if (!(await keyStore.revoke(id))) throw new GatewayError(404, `No API key with id '${id.slice(0, 100)}'.`, { code: 'key_not_found' });
+    ctx.body = { id, object: 'api_key', deleted: true };
+  });
+
   router.get('/api/admin/channels', async (ctx) => {
     await requireAdmin(ctx, deps);
     const cooldowns = await deps.redis.hgetall(channelCooldownsKey);

@@ -39,6 +39,8 @@ export function pricingList(models: ModelResolver, prices: PriceList) {
 
 export const usageRequestSchema = z.strictObject({
   days: z.enum(['7', '30', '90']).optional(),
+  // An admin's usage is every account's (as on the activity page) unless this names one; a member's is always its own.
+  account_id: storableText().min(1).max(256).optional(),
   key_id: storableText().min(1).max(256).optional(),
   model: storableText().min(1).max(256).optional(),
 });
@@ -50,44 +52,74 @@ function daysOf(request: UsageRequest): string[] {
   return Array.from({ length: count }, (_, i) => utcDay(today - (count - 1 - i) * dayMs));
 }
 
-/** One account's usage over the last 7, 30 or 90 UTC days, read from the record's day totals and summed by `groupUsage`. */
-async function usageDays(keyStore: KeyStore, account: Account, request: UsageRequest) {
+/** Whose usage a session reads: a member its own account's, whatever it names; an admin the account it names, or every account's (undefined). */
+function usageAccount(account: Account, request: UsageRequest): string | undefined {
+  return account.role === 'admin' ? request.account_id : account.id;
+}
+
+/** An account's (or, undefined, every account's) usage over the last 7, 30 or 90 UTC days, read from the record's day totals and summed by `groupUsage`. */
+async function usageDays(keyStore: KeyStore, accountId: string | undefined, request: UsageRequest) {
   const days = daysOf(request);
-  const loaded = await loadUsageDays(keyStore.record, days, account.id);
-  const filter = { accountId: account.id, keyId: request.key_id, model: request.model };
+  const loaded = await loadUsageDays(keyStore.record, days, accountId);
+  const filter = { accountId, keyId: request.key_id, model: request.model };
   const group = (groupBy: Grouping[]) => groupUsage(loaded, { ...filter, groupBy });
   return { days, group, daily: group(['day', 'model']).filter((row) => row.requests > 0 || row.cost_usd > 0) };
 }
 
 /**
- * One account's usage over the last 7, 30 or 90 UTC days: per day and model,
- * per model, per key, and in total; and from the request log, latency, time
- * to first token and error rate per model over the same days.
+ * The names of the keys a report lists, revoked ones too (the record keeps a
+ * revoked key's row, name and owner): from the record, or for a key the
+ * record does not hold yet (written while it was unreachable), from Redis.
+ */
+async function keyNames(keyStore: KeyStore, ids: string[]): Promise<Map<string, { name: string; revoked: boolean; accountId: string }>> {
+  const names = new Map<string, { name: string; revoked: boolean; accountId: string }>();
+  if (ids.length === 0) return names;
+  const rows = await keyStore.record.selectFrom('api_keys').select(['id', 'name', 'revoked', 'account_id']).where('id', 'in', ids).execute();
+  for (const row of rows) names.set(row.id, { name: row.name, revoked: row.revoked !== null, accountId: row.account_id });
+  for (const id of ids.filter((id) => !names.has(id))) {
+    const key = await keyStore.get(id);
+    if (key) names.set(id, { name: key.name, revoked: false, accountId: key.accountId });
+  }
+  return names;
+}
+
+/**
+ * Usage over the last 7, 30 or 90 UTC days: per day and model, per model, per
+ * key (its name kept after a revoke, and marked so), and in total; and from
+ * the request log, latency, time to first token and error rate per model
+ * over the same days. A member's account's; an admin's every account's
+ * (`account_id: null`, no balance), or the one `account_id` names.
  */
 export async function usageReport(keyStore: KeyStore, account: Account, request: UsageRequest) {
-  const { days, group, daily } = await usageDays(keyStore, account, request);
+  const accountId = usageAccount(account, request);
+  const { days, group, daily } = await usageDays(keyStore, accountId, request);
   const since = Date.parse(`${days[0]}T00:00:00Z`) / 1000;
   const until = Date.parse(`${days.at(-1)}T00:00:00Z`) / 1000 + 86_400;
   const latency = await latencyByModel(keyStore.record, {
-    accountId: account.id,
+    ...(accountId !== undefined ? { accountId } : {}),
     ...(request.key_id !== undefined ? { keyId: request.key_id } : {}),
     ...(request.model !== undefined ? { model: request.model } : {}),
     since,
     until,
   });
-  const names = new Map((await keyStore.list({ accountId: account.id })).map((key) => [key.id, key.name]));
+  const byKey = group(['key']);
+  const names = await keyNames(keyStore, [...new Set(byKey.map((row) => row.key_id).filter((id): id is string => Boolean(id)))]);
   // Re-read: the balance shown is as of this report, not of the sign-in.
-  const current = (await keyStore.accounts.get(account.id)) ?? account;
-  const withName = (row: UsageRow) => ({ ...row, key_name: names.get(row.key_id ?? '') ?? null });
+  const current = accountId === undefined ? undefined : accountId === account.id ? ((await keyStore.accounts.get(account.id)) ?? account) : await keyStore.accounts.get(accountId);
+  const withName = (row: UsageRow) => {
+    const named = names.get(row.key_id ?? '');
+    return { ...row, key_name: named?.name ?? null, key_revoked: named?.revoked ?? false, key_account_id: named?.accountId ?? null };
+  };
   return {
     object: 'usage',
+    account_id: accountId ?? null,
     from: days[0],
     to: days.at(-1),
-    balance_usd: current.balanceMicros === undefined ? null : microsToUsd(current.balanceMicros),
+    balance_usd: current?.balanceMicros === undefined ? null : microsToUsd(current.balanceMicros),
     totals: group([])[0],
     daily,
     by_model: group(['model']),
-    by_key: group(['key']).map(withName),
+    by_key: byKey.map(withName),
     latency,
   };
 }
@@ -155,7 +187,7 @@ function csvField(value: string | number | undefined): string {
 /** The daily rows of the usage page as CSV. */
 export async function usageCsv(keyStore: KeyStore, account: Account, request: UsageRequest) {
   // The day totals alone: none of the report's latency, key names or balance.
-  const { days, daily } = await usageDays(keyStore, account, request);
+  const { days, daily } = await usageDays(keyStore, usageAccount(account, request), request);
   const lines = [csvColumns.join(',')];
   for (const row of daily) lines.push(csvColumns.map((column) => csvField(row[column])).join(','));
   return { filename: `usage-${days[0]}-to-${days.at(-1)}.csv`, csv: `${lines.join('\r\n')}\r\n` };

@@ -61,8 +61,26 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
 
   // ---- public ----
 
-  router.get('/api/config', (ctx) => {
+  // Whether anyone can sign in as an admin yet: the sign-in page says how the first one is made while nobody can.
+  // Only that yes or no, never who; read from the record at most every few seconds, and once yes, kept.
+  let adminSeen = false;
+  let adminChecked = 0;
+  const hasAdmin = async (): Promise<boolean> => {
+    if (adminSeen || Date.now() - adminChecked < 5000) return adminSeen;
+    adminChecked = Date.now();
+    try {
+      const found = await keyStore.record.selectFrom('accounts').select('id').where('role', '=', 'admin').where('disabled', '=', false).where('deleted', '=', false).limit(1).executeTakeFirst();
+      adminSeen = found !== undefined;
+    } catch {
+      // The record unreachable: no hint rather than no console.
+      return true;
+    }
+    return adminSeen;
+  };
+
+  router.get('/api/config', async (ctx) => {
     ctx.body = {
+      has_admin: await hasAdmin(),
       signup: config.console.signup === 'open',
       public_pricing: config.console.publicPricing,
       base_url: config.publicBaseUrl ?? `${ctx.protocol}://${ctx.host}`,

@@ -5,9 +5,14 @@ import OpenAI from 'openai';
 import { Queue } from 'bullmq';
 import { shardQueueName } from '../../shared/queues.js';
 import { accountSessionsKey, sessionKey } from '../../api/console/sessions.js';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { fileURLToPath } from 'node:url';
 import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { recordUrlFor } from '../support/record.js';
 import { ConsoleClient, type ConsoleResponse } from '../support/console-client.js';
 
+const root = fileURLToPath(new URL('../..', import.meta.url));
 const adminEmail = 'root@console.test';
 const adminPassword = 'root-password-1';
 const adminToken = 'console-api-admin-token';
@@ -26,6 +31,7 @@ function expectError(res: ConsoleResponse, status: number, code: string): void {
 // The console's JSON API against real gateway processes: sessions, CSRF, throttling, keys, usage, pricing, playground, admin.
 describe('console API', () => {
   let redis: Redis;
+  let redisUrl: string;
   let gateway: GatewayProcess;
   /** A second api with the defaults: sign-up closed; and private pricing. */
   let closed: GatewayProcess;
@@ -47,6 +53,7 @@ describe('console API', () => {
   before(async () => {
     let url: string;
     ({ redis, url } = await freshRedis(9));
+    redisUrl = url;
     const common = { REDIS_URL: url, TRUST_PROXY: 'on', KEY_CACHE_TTL_MS: '60000', ADMIN_TOKEN: adminToken };
     gateway = await startGateway({
       env: { ...common, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword, CONSOLE_SIGNUP: 'open', SIGNUP_CREDIT_USD: '2.5' },
@@ -227,8 +234,11 @@ describe('console API', () => {
   });
 
   it('tells the console the gateway\'s own base URL for its snippets', async () => {
-    const config = await client().request<{ base_url: string; signup: boolean; public_pricing: boolean }>('GET', '/console/api/config');
+    const config = await client().request<{ base_url: string; signup: boolean; public_pricing: boolean; has_admin: boolean }>('GET', '/console/api/config');
     assert.deepEqual([config.json.base_url, config.json.signup, config.json.public_pricing], [gateway.url, true, true]);
+    // An admin can sign in (ADMIN_EMAIL made one): only that yes or no, never who.
+    assert.equal(config.json.has_admin, true);
+    assert.ok(!JSON.stringify(config.json).includes(adminEmail));
   });
 
   describe('sign-up', () => {
@@ -321,6 +331,7 @@ describe('console API', () => {
         ['PATCH', '/console/api/admin/accounts/acct_default', { disabled: true }],
         ['POST', '/console/api/admin/accounts/acct_default/credits', { amount_usd: 100 }],
         ['GET', '/console/api/admin/keys'],
+        ['DELETE', `/console/api/admin/keys/${aliceKey.id}`],
         ['GET', '/console/api/admin/channels'],
         ['GET', '/console/api/admin/queues'],
       ];
@@ -361,6 +372,67 @@ describe('console API', () => {
       const queues = await admin.request<{ data: Array<{ name: string; waiting: number }> }>('GET', '/console/api/admin/queues');
       assert.deepEqual(queues.json.data.map((q) => q.name).sort(), ['audio', 'chat', 'embeddings', 'image', 'video']);
       assert.ok(queues.json.data.every((q) => Number.isInteger(q.waiting)));
+    });
+
+    it('shows the admin every key, the command line’s in the Default account, and usage of every account as Activity counts it', async () => {
+      // A key made as the docs say, with `npm run keys -- create`: the Default account's, not the admin's.
+      const env = { ...process.env, REDIS_URL: redisUrl, DATABASE_URL: await recordUrlFor(redisUrl) };
+      const made = await promisify(execFile)(process.execPath, ['--import', 'tsx', 'bin/keys.ts', 'create', '--name', 'made with the CLI'], { cwd: root, env });
+      const secret = made.stdout.trim();
+      const keys = await admin.request<{ data: Array<Key & { account_name: string | null }> }>('GET', '/console/api/admin/keys');
+      const cliKey = keys.json.data.find((key) => key.name === 'made with the CLI');
+      assert.ok(cliKey, JSON.stringify(keys.json));
+      assert.equal(cliKey.account_id, 'acct_default');
+      assert.equal(cliKey.account_name, 'Default');
+      // Not among the admin's own: the Keys page lists it apart, with its account.
+      assert.equal((await admin.request<{ data: Key[] }>('GET', '/console/api/keys')).json.data.some((key) => key.id === cliKey.id), false);
+
+      const { console: carol, account: carolAccount } = await member('cli-viewer@console.test', 'carol-password', 1);
+      const carolKey = (await carol.request<Key>('POST', '/console/api/keys', { name: 'carol key' })).json;
+      for (const apiKey of [secret, secret, carolKey.key!]) {
+        await new OpenAI({ apiKey, baseURL: `${gateway.url}/v1`, maxRetries: 0 }).chat.completions.create({ model: 'mock-chat', messages: [{ role: 'user', content: 'count me' }] });
+      }
+      type Usage = { account_id: string | null; from: string; totals: { requests: number; cost_usd: number }; by_key: Array<{ key_id: string; key_name: string | null; key_revoked: boolean; key_account_id: string | null; requests: number }> };
+      let usage!: ConsoleResponse<Usage>;
+      await waitFor(async () => {
+        usage = await admin.request<Usage>('GET', '/console/api/usage?days=7');
+        return usage.json.by_key.find((row) => row.key_id === cliKey.id)?.requests === 2 && usage.json.by_key.some((row) => row.key_id === carolKey.id);
+      }, 10_000, 'the CLI key’s and Carol’s requests in the admin’s usage').catch((error: unknown) => {
+        throw new Error(`${(error as Error).message}: ${JSON.stringify(usage?.json)}`);
+      });
+      // Every account's: no one balance, each key named with its account.
+      assert.equal(usage.json.account_id, null);
+      const cliRow = usage.json.by_key.find((row) => row.key_id === cliKey.id)!;
+      assert.deepEqual([cliRow.key_name, cliRow.key_revoked, cliRow.key_account_id], ['made with the CLI', false, 'acct_default']);
+
+      // What Activity counts over the same days (its chart, every account's, completed requests) is what Usage counts.
+      const since = Date.parse(`${usage.json.from}T00:00:00Z`) / 1000;
+      const until = Math.floor(Date.now() / 1000) + 1;
+      const activity = await admin.request<{ data: Array<{ requests: number; errors: number }> }>('GET', `/console/api/requests/histogram?since=${since}&until=${until}&status=completed`);
+      assert.equal(activity.status, 200, JSON.stringify(activity.json));
+      const completed = activity.json.data.reduce((sum, bar) => sum + bar.requests, 0);
+      assert.ok(completed >= 3);
+      assert.equal(usage.json.totals.requests, completed, 'usage and activity count the same requests');
+      // One account's, by name; a member naming another account still reads only its own.
+      const carolsOnly = await admin.request<Usage>('GET', `/console/api/usage?days=7&account_id=${carolAccount.id}`);
+      assert.deepEqual([carolsOnly.json.account_id, carolsOnly.json.totals.requests], [carolAccount.id, 1]);
+      const defaults = await admin.request<Usage>('GET', '/console/api/usage?days=7&account_id=acct_default');
+      assert.equal(defaults.json.by_key.find((row) => row.key_id === cliKey.id)?.requests, 2);
+      const nosy = await carol.request<Usage>('GET', '/console/api/usage?days=7&account_id=acct_default');
+      assert.deepEqual([nosy.json.account_id, nosy.json.totals.requests], [carolAccount.id, 1]);
+
+      // The admin revokes the CLI's key from the console; its usage keeps its name, marked revoked.
+      assert.equal((await admin.request('DELETE', `/console/api/admin/keys/${cliKey.id}`)).status, 200);
+      expectError(await admin.request('DELETE', `/console/api/admin/keys/${cliKey.id}`), 404, 'key_not_found');
+      expectError(await admin.request('DELETE', '/console/api/admin/keys/key_nope'), 404, 'key_not_found');
+      assert.equal((await admin.request<{ data: Key[] }>('GET', '/console/api/admin/keys')).json.data.some((key) => key.id === cliKey.id), false);
+      await assert.rejects(
+        new OpenAI({ apiKey: secret, baseURL: `${gateway.url}/v1`, maxRetries: 0 }).chat.completions.create({ model: 'mock-chat', messages: [{ role: 'user', content: 'revoked' }] }),
+        (error: { status?: number }) => error.status === 401,
+      );
+      const after = await admin.request<Usage>('GET', '/console/api/usage?days=7');
+      const revokedRow = after.json.by_key.find((row) => row.key_id === cliKey.id)!;
+      assert.deepEqual([revokedRow.key_name, revokedRow.key_revoked, revokedRow.requests], ['made with the CLI', true, 2]);
     });
 
     it('says a queue paused from the dashboard is paused, its jobs waiting, and they run once it is resumed', async () => {
