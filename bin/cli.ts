@@ -1,5 +1,6 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { Redis } from 'ioredis';
+import pg from 'pg';
 import { loadConfig } from '../shared/config.js';
 import { createRedis, reachRedis } from '../shared/redis.js';
 import { locateRedis } from './local-redis.js';
@@ -26,12 +27,70 @@ export function parseCommandLine<T extends ParseArgsConfig>(config: T) {
   }
 }
 
-/** The Redis of the gateway: one server as `npm start` finds it (never starting one), a Cluster or Sentinels as named; each must answer. */
-export async function connectRedis(env: Record<string, string | undefined>): Promise<Redis> {
-  const configured = loadConfig(env).redis;
-  const target = configured.kind === 'single' ? (await locateRedis(env, false)).url : configured;
-  if (typeof target !== 'string') await reachRedis(target);
-  return createRedis(target, { maxRetriesPerRequest: 1 });
+/**
+ * The Redis of the gateway: one server found as `npm start` finds it (the same
+ * rule, so the same Redis: the private one under DATA_DIR is started for the
+ * length of the command when no gateway runs it), a Cluster or Sentinels as
+ * named; each must answer. `release` stops a private one nothing else uses.
+ */
+export async function connectRedis(env: Record<string, string | undefined>): Promise<{ redis: Redis; release(): Promise<unknown> }> {
+  const config = loadConfig(env);
+  const configured = config.redis;
+  if (configured.kind !== 'single') {
+    await reachRedis(configured);
+    return { redis: createRedis(configured, { maxRetriesPerRequest: 1 }), release: async () => undefined };
+  }
+  const located = await locateRedis(env, true, { dataDir: config.dataDir });
+  // A Redis nobody named is worth a line on stderr (stdout carries the command's answer).
+  if (located.warning) console.error(`switchyard: ${located.described}`);
+  return { redis: createRedis(located.url, { maxRetriesPerRequest: 1 }), release: () => located.release() };
+}
+
+/** `host:port/db` of a PostgreSQL URL, never its user or password (a socket directory stands for the host). */
+export function recordAddress(url: string): string {
+  try {
+    const parsed = new URL(url);
+    const host = parsed.hostname || parsed.searchParams.get('host') || 'localhost';
+    return `${host}:${parsed.port || 5432}${parsed.pathname.length > 1 ? parsed.pathname : ''}`;
+  } catch {
+    return 'an unparsable DATABASE_URL';
+  }
+}
+
+/**
+ * Checked once at start, before the slow work, when DATABASE_URL names a
+ * server: one line saying what is wrong and what to do, not a driver's error
+ * surfacing later from the migrations. Never the password.
+ */
+export async function reachRecord(url: string, timeoutMs = 5000): Promise<void> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: timeoutMs });
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+  } catch (error) {
+    throw new Error(recordProblem(url, error as NodeJS.ErrnoException & { code?: string }, timeoutMs));
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+function recordProblem(url: string, error: NodeJS.ErrnoException, timeoutMs: number): string {
+  const where = recordAddress(url);
+  const code = error.code ?? '';
+  const user = (() => {
+    try {
+      return decodeURIComponent(new URL(url).username) || 'the default user';
+    } catch {
+      return 'the user';
+    }
+  })();
+  if (code === 'ECONNREFUSED') return `cannot reach PostgreSQL at ${where} (DATABASE_URL): connection refused — is it running?`;
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return `cannot reach PostgreSQL at ${where} (DATABASE_URL): no such host — check the host in DATABASE_URL`;
+  if (code === 'ENOENT') return `cannot reach PostgreSQL at ${where} (DATABASE_URL): no socket there — is it running?`;
+  if (code === '28P01' || code === '28000') return `PostgreSQL at ${where} refused ${user} (${error.message}): check the user and password in DATABASE_URL`;
+  if (code === '3D000') return `PostgreSQL at ${where} has no such database (${error.message}): create it (createdb) or fix the name in DATABASE_URL`;
+  if (/timeout/i.test(error.message) || code === 'ETIMEDOUT') return `cannot reach PostgreSQL at ${where} (DATABASE_URL): no answer within ${timeoutMs / 1000} s — is it running, and open to this machine?`;
+  return `cannot reach PostgreSQL at ${where} (DATABASE_URL): ${error.message}`;
 }
 
 export interface Stores {
@@ -49,7 +108,8 @@ export interface Stores {
  */
 export async function connectStores(env: Record<string, string | undefined>): Promise<Stores> {
   const config = loadConfig(env);
-  const redis = await connectRedis(env);
+  if (config.databaseUrl) await reachRecord(config.databaseUrl);
+  const { redis, release } = await connectRedis(env);
   let located: Awaited<ReturnType<typeof locateRecord>> | undefined;
   try {
     located = await locateRecord(config.databaseUrl, config.dataDir);
@@ -65,11 +125,13 @@ export async function connectStores(env: Record<string, string | undefined>): Pr
         await record.destroy().catch(() => undefined);
         await embedded.close();
         redis.disconnect();
+        await release();
       },
     };
   } catch (error) {
     redis.disconnect();
     await located?.close();
+    await release();
     throw error;
   }
 }

@@ -7,9 +7,10 @@ import { loadConfig, type Config } from '../shared/config.js';
 import { createLogger, type Logger } from '../shared/logger.js';
 import { createApiServer } from '../api/server.js';
 import { startWorkers } from '../workers/worker.js';
-import { isMockStandingIn } from '../shared/vendors.js';
+import { isMockStandingIn, resolveChannels } from '../shared/vendors.js';
 import { locateRedis } from './local-redis.js';
-import { reachRedis } from '../shared/redis.js';
+import { reachRedis, redisAddresses } from '../shared/redis.js';
+import { reachRecord, recordAddress } from './cli.js';
 import { startIdleCollector } from '../shared/idle-gc.js';
 import { setMetricsPeer } from '../shared/metrics.js';
 import { answerMetricsOverIpc, startMetricsListener, WorkerProcessMetrics } from '../shared/metrics-process.js';
@@ -33,15 +34,25 @@ async function main(): Promise<void> {
   const child = process.argv.includes(childFlag);
   // The whole environment is read and checked first, so a bad value stops the start before anything runs.
   const configured = loadConfig(process.env);
-  // Where one Redis is stays local-redis.ts's decision: REDIS_URL when set, else the default or a private one.
-  // A Cluster or Sentinels are named outright, and used as named once they answer.
+  const log = createLogger(configured.logLevel, `switchyard-${role}`, configured.logFormat);
+  // A port another process holds stops the start here, before Redis, the record or any account is touched.
+  if (role !== 'worker' && !child) await ensurePortFree(configured.port, configured.host);
+  // A PostgreSQL server named and not answering: one line now, not a driver's error from the migrations later.
+  if (configured.databaseUrl && !child) await reachRecord(configured.databaseUrl);
+  // Where one Redis is stays local-redis.ts's decision (the CLIs share it): REDIS_URL when set, else the private one
+  // under DATA_DIR (started here if none runs). A Cluster or Sentinels are named outright, and used as named once they answer.
   const redis =
     configured.redis.kind === 'single'
-      ? await locateRedis(process.env, !child)
-      : await reachRedis(configured.redis).then(() => ({ url: configured.redisUrl, source: 'configured' as const }));
-  const log = createLogger(configured.logLevel, `switchyard-${role}`);
-  // A port another process holds stops the start here, before the record or any account is touched.
-  if (role !== 'worker' && !child) await ensurePortFree(configured.port, configured.host);
+      ? await locateRedis(process.env, !child, { dataDir: configured.dataDir })
+      : await reachRedis(configured.redis).then(() => ({
+          url: configured.redisUrl,
+          source: 'configured' as const,
+          described: `Redis: the ${configured.redis.kind === 'cluster' ? 'Cluster' : 'primary the Sentinels name'} at ${redisAddresses(configured.redis)}`,
+          warning: false,
+          release: async () => 'not ours' as const,
+        }));
+  // A start that fails from here on stops the private redis-server it started (unless another process uses it).
+  releaseRedis = () => redis.release();
   // The record: DATABASE_URL, else the embedded PostgreSQL under DATA_DIR, which this process owns (starts and
   // stops) or another process of this DATA_DIR owns; a process whose owner stops takes it over.
   const record = await locateRecord(configured.databaseUrl, configured.dataDir, { log, watchMs: child ? 0 : 2000 });
@@ -76,20 +87,22 @@ async function main(): Promise<void> {
   } else {
     process.on('SIGINT', () => stop('SIGINT'));
   }
-  if (record.source !== 'configured') {
-    log.info({ dataDir: configured.dataDir, owner: record.owner }, record.described);
-  } else if (!child) {
-    log.info({ database: redactDatabaseUrl(record.url) }, record.described);
-    if (record.notice) log.warn({ dataDir: configured.dataDir }, record.notice);
-  }
-  if (redis.source === 'started') {
-    log.warn({ redis: redis.url }, `no Redis was running: started a private redis-server under ./.data/ at ${redis.url}`);
-  } else if (redis.source === 'private' && !child) {
-    log.info({ redis: redis.url }, 'using the private Redis under ./.data/');
+  if (!child) {
+    // Which record and which Redis, and who started them: the first lines a person reads.
+    if (record.source !== 'configured') {
+      log.info({ dataDir: configured.dataDir, owner: record.owner }, record.described);
+    } else {
+      log.info({ database: redactDatabaseUrl(record.url) }, `the record is in PostgreSQL at ${recordAddress(record.url)} (DATABASE_URL)`);
+      if (record.notice) log.warn({ dataDir: configured.dataDir }, record.notice);
+    }
+    if (redis.warning) log.warn({ redis: redisAddresses(redis.url) }, redis.described);
+    else log.info({ redis: redisAddresses(redis.url), source: redis.source }, redis.described);
   }
 
   if (isMockStandingIn(config) && !child) {
-    log.warn('no vendor key is set: running offline, the mock vendor answers for every model (set a vendor key to reach real vendors)');
+    log.warn('no vendor key is set: running offline, the mock vendor answers for every model, free (set a vendor key to reach real vendors)');
+  } else if (resolveChannels(config).size === 0 && !child) {
+    log.error('no vendor key is set and the mock is off (NODE_ENV=production turns MOCK_VENDOR=auto off): every model answers 404 and /readyz says not ready; set a vendor key (OPENAI_API_KEY, …), or MOCK_VENDOR=on to serve the mock models');
   }
 
   startIdleCollector();
@@ -125,7 +138,16 @@ async function main(): Promise<void> {
     };
     if (workersRunning && role !== 'api') announceReady();
     const admin = config.console.adminEmail;
-    log.info({ console: `${base}/console`, ...(admin ? { admin } : {}) }, `console at ${base}/console${admin ? ` (sign in as ${admin})` : ''}`);
+    log.info(
+      { console: `${base}/console`, ...(admin ? { admin } : {}) },
+      `console at ${base}/console${admin ? ` (sign in as ${admin})` : ': to sign in, start with ADMIN_EMAIL and ADMIN_PASSWORD set (the first admin is made from them)'}`,
+    );
+    if (role === 'all') {
+      log.info(
+        { cli: 'npm run keys -- create --name NAME' },
+        `API keys: make one in the console${admin ? '' : ' (once an admin signs in)'} or with \`npm run keys -- create --name NAME\` (shown once); clients call ${base}/v1 with it as a Bearer token`,
+      );
+    }
     inFlight = () => api.inFlight;
     cleanups.push({ what: 'the api', run: (until) => api.shutdown(until) });
   }
@@ -191,6 +213,13 @@ async function main(): Promise<void> {
       step = 'exporting the last spans';
       // The spans still buffered go out, for a few seconds at most (an unreachable collector does not hold the exit).
       if (tracing) await flushTracing(tracing, log);
+      // Last: the private redis-server, once nothing here uses it (another gateway of this DATA_DIR may: then it runs on).
+      step = 'the private redis-server';
+      if (!child) {
+        const released = await redis.release().catch(() => 'kept' as const);
+        if (released === 'stopped') log.info({ redis: redisAddresses(redis.url) }, 'stopped the private redis-server (nothing else used it)');
+        else if (released === 'kept') log.info({ redis: redisAddresses(redis.url) }, 'the private redis-server runs on: another process of this DATA_DIR still uses it');
+      }
       log.info('stopped');
       process.exit(0);
     })();
@@ -209,7 +238,10 @@ async function ensurePortFree(port: number, host: string): Promise<void> {
     });
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
-    if (code === 'EADDRINUSE') throw new Error(`port ${port} on ${displayHost(host)} is in use (another gateway?): stop it or set PORT; nothing was changed`);
+    if (code === 'EADDRINUSE') {
+      throw new Error(`port ${port} on ${displayHost(host)} is in use (another gateway?): stop it, or set PORT to a free port (PORT=${port === 65535 ? port - 1 : port + 1} npm start); nothing was started`);
+    }
+    if (code === 'EACCES') throw new Error(`port ${port} on ${displayHost(host)} needs privileges this process lacks: set PORT to 1024 or above; nothing was started`);
     throw error;
   }
   await new Promise((resolve) => probe.close(resolve));
@@ -307,7 +339,11 @@ function superviseWorkerProcess(
   };
 }
 
-main().catch((error: Error) => {
+/** Stops the private redis-server this start found or started, when the start fails past that point. */
+let releaseRedis: (() => Promise<unknown>) | undefined;
+
+main().catch(async (error: Error) => {
   console.error(`switchyard: ${error.message}`);
+  await releaseRedis?.().catch(() => undefined);
   process.exit(1);
 });

@@ -236,6 +236,7 @@ export async function migrateRecord(db: Kysely<unknown>): Promise<void> {
   const { error, results } = await migrator.migrateToLatest();
   if (error) {
     const failed = results?.find((r) => r.status === 'Error');
-    throw new Error(`the record's migration ${failed?.migrationName ?? ''} failed: ${error instanceof Error ? error.message : String(error)}`);
+    // No migration failed: the record was not reached at all (bin/cli.ts's reachRecord says that first at start).
+    throw new Error(`${failed ? `the record's migration ${failed.migrationName} failed` : 'the record could not be migrated'}: ${error instanceof Error ? error.message : String(error)}`);
   }
 }
