@@ -2,8 +2,10 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { ChildProcess } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
 import { Gauge } from 'prom-client';
+import type { RedisTarget } from './config.js';
 import type { Logger } from './logger.js';
 import { activeMetrics, metricsContentType, metricsPrefix, renderMetrics, type MetricsJson } from './metrics.js';
+import { createRedis } from './redis.js';
 
 /**
  * How a scrape reaches metrics kept outside the api's process:
@@ -11,7 +13,8 @@ import { activeMetrics, metricsContentType, metricsPrefix, renderMetrics, type M
  *   over the IPC channel `fork` opened (one message each way per scrape) and
  *   serves both merged on its own `/metrics`;
  * - `--role=worker` with `METRICS_PORT`: the worker process answers
- *   `GET /metrics` on a listener of its own.
+ *   `GET /metrics` on a listener of its own, and `GET /readyz` there for a
+ *   health check (200 while it reaches Redis, else 503).
  */
 
 const ask = 'switchyard:metrics?';
@@ -111,7 +114,6 @@ function restoreNonFinite(metrics: MetricsJson): MetricsJson {
   return metrics;
 }
 
-/** `METRICS_PORT`: `GET /metrics` on a listener of its own (a worker process has no HTTP server otherwise). */
 /**
  * Whether a scrape may read the metrics: always without METRICS_TOKEN, else
  * only with `Authorization: Bearer <token>` (compared in constant time).
@@ -125,36 +127,94 @@ export function metricsScrapeAllowed(authorization: string | undefined, token: s
   return timingSafeEqual(a, b);
 }
 
-export async function startMetricsListener(port: number, host: string, log: Logger, token?: string): Promise<{ port: number; close(): Promise<void> }> {
+/** How long a readiness probe waits on Redis's PING (a container health check's timeout is a few seconds). */
+export const readinessPingTimeoutMs = 1500;
+
+/**
+ * The worker's readiness: a PING over a connection of its own to the
+ * worker's Redis. It fails at once while that connection is down (no offline
+ * queue) and after `readinessPingTimeoutMs` when Redis takes it and does not
+ * answer, so a worker cut off from Redis reports not ready.
+ */
+function redisReadiness(target: RedisTarget | string): { check(): Promise<boolean>; close(): void } {
+  const redis = createRedis(target, { connectionName: 'worker-readiness', enableOfflineQueue: false, maxRetriesPerRequest: 0 });
+  return {
+    async check() {
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), readinessPingTimeoutMs)));
+      const ping = redis.ping().then(
+        (reply) => reply === 'PONG',
+        () => false,
+      );
+      try {
+        return await Promise.race([ping, timeout]);
+      } finally {
+        clearTimeout(timer);
+      }
+    },
+    close: () => redis.disconnect(),
+  };
+}
+
+const text = { 'content-type': 'text/plain; charset=utf-8' };
+
+/**
+ * `METRICS_PORT`'s listener: `GET /metrics` (behind METRICS_TOKEN when set)
+ * and, given the worker's Redis, `GET /readyz`: 200 `{"status":"ready"}`
+ * while a PING reaches it, 503 `{"status":"not_ready"}` when not (open like
+ * the api's `/readyz`: it says nothing but that). Anything else is a 404.
+ */
+export async function startMetricsListener(
+  port: number,
+  host: string,
+  log: Logger,
+  token?: string,
+  readiness?: { redis: RedisTarget | string },
+): Promise<{ port: number; close(): Promise<void> }> {
+  const probe = readiness && redisReadiness(readiness.redis);
   const server: Server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
-    if (path !== '/metrics' || (req.method !== 'GET' && req.method !== 'HEAD')) {
-      res.writeHead(path === '/metrics' ? 405 : 404, { 'content-type': 'text/plain; charset=utf-8' }).end(path === '/metrics' ? 'Method not allowed\n' : 'Not found\n');
+    const known = path === '/metrics' || (probe !== undefined && path === '/readyz');
+    if (!known || (req.method !== 'GET' && req.method !== 'HEAD')) {
+      res.writeHead(known ? 405 : 404, known ? { ...text, allow: 'GET, HEAD' } : text).end(known ? 'Method not allowed\n' : 'Not found\n');
+      return;
+    }
+    if (path === '/readyz') {
+      void probe!.check().then((redis) => {
+        res.writeHead(redis ? 200 : 503, { 'content-type': 'application/json', 'cache-control': 'no-store' });
+        res.end(req.method === 'HEAD' ? undefined : JSON.stringify({ status: redis ? 'ready' : 'not_ready', redis }));
+      });
       return;
     }
     if (!metricsScrapeAllowed(req.headers.authorization, token)) {
-      res.writeHead(401, { 'content-type': 'text/plain; charset=utf-8', 'www-authenticate': 'Bearer' }).end('Unauthorized: METRICS_TOKEN is set\n');
+      res.writeHead(401, { ...text, 'www-authenticate': 'Bearer' }).end('Unauthorized: METRICS_TOKEN is set\n');
       return;
     }
     renderMetrics().then(
-      (text) => res.writeHead(200, { 'content-type': metricsContentType }).end(req.method === 'HEAD' ? undefined : text),
+      (body) => res.writeHead(200, { 'content-type': metricsContentType }).end(req.method === 'HEAD' ? undefined : body),
       (error: unknown) => {
         log.warn({ err: error }, 'could not render metrics');
-        res.writeHead(500, { 'content-type': 'text/plain; charset=utf-8' }).end('Could not render metrics\n');
+        res.writeHead(500, text).end('Could not render metrics\n');
       },
     );
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, host, () => resolve());
-  });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(port, host, () => resolve());
+    });
+  } catch (error) {
+    probe?.close();
+    throw error;
+  }
   const address = server.address();
   const bound = typeof address === 'object' && address ? address.port : port;
-  log.info({ port: bound }, `worker metrics listening on http://${host}:${bound}/metrics`);
+  log.info({ port: bound }, `worker metrics listening on http://${host}:${bound}/metrics${probe ? ` (readiness: /readyz)` : ''}`);
   return {
     port: bound,
     close: () =>
       new Promise<void>((resolve) => {
+        probe?.close();
         server.close(() => resolve());
         server.closeAllConnections();
       }),
