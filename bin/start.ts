@@ -2,6 +2,7 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { availableParallelism } from 'node:os';
 import { once } from 'node:events';
 import { createServer } from 'node:net';
+import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadConfig, type Config } from '../shared/config.js';
 import { createLogger, type Logger } from '../shared/logger.js';
@@ -15,7 +16,7 @@ import { startIdleCollector } from '../shared/idle-gc.js';
 import { setMetricsPeer } from '../shared/metrics.js';
 import { answerMetricsOverIpc, startMetricsListener, WorkerProcessMetrics } from '../shared/metrics-process.js';
 import { startTracing, type Tracing, type TracingRole } from '../shared/tracing.js';
-import { locateRecord } from '../storage/record/embedded.js';
+import { embeddedRecordIn, locateRecord } from '../storage/record/embedded.js';
 import { redactDatabaseUrl } from '../storage/record/database.js';
 import { closeMarginMs, settledBy } from '../shared/stop-deadline.js';
 
@@ -53,6 +54,10 @@ async function main(): Promise<void> {
         }));
   // A start that fails from here on stops the private redis-server it started (unless another process uses it).
   releaseRedis = () => redis.release();
+  // The first start makes the embedded record's cluster (initdb): said first, not seconds of silence.
+  if (!configured.databaseUrl && !child && !embeddedRecordIn(configured.dataDir)) {
+    log.info({ dataDir: configured.dataDir }, `making the embedded record (PostgreSQL) under ${resolve(configured.dataDir)}: a first start takes a few seconds more`);
+  }
   // The record: DATABASE_URL, else the embedded PostgreSQL under DATA_DIR, which this process owns (starts and
   // stops) or another process of this DATA_DIR owns; a process whose owner stops takes it over.
   const record = await locateRecord(configured.databaseUrl, configured.dataDir, { log, watchMs: child ? 0 : 2000 });
@@ -85,7 +90,7 @@ async function main(): Promise<void> {
     // Gone already, before this listener was there (killed while this process was still finding Redis and the record).
     if (!process.connected) process.exit(1);
   } else {
-    process.on('SIGINT', () => stop('SIGINT'));
+    process.on('SIGINT', () => echoOfCtrlC() || stop('SIGINT'));
   }
   if (!child) {
     // Which record and which Redis, and who started them: the first lines a person reads.
@@ -338,6 +343,21 @@ function superviseWorkerProcess(
     },
   };
 }
+
+/**
+ * True for a SIGINT that is the echo of one just heard. A terminal's Ctrl-C
+ * reaches the whole foreground process group, and `npm start` also forwards
+ * the SIGINT it got to the gateway: one keypress arrives twice, within
+ * milliseconds, and must not count as the second Ctrl-C that skips the drain.
+ */
+let lastInterrupt = 0;
+function echoOfCtrlC(): boolean {
+  const now = Date.now();
+  const echo = now - lastInterrupt < ctrlCEchoMs;
+  if (!echo) lastInterrupt = now;
+  return echo;
+}
+const ctrlCEchoMs = 500;
 
 /** Stops the private redis-server this start found or started, when the start fails past that point. */
 let releaseRedis: (() => Promise<unknown>) | undefined;

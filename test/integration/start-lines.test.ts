@@ -124,11 +124,15 @@ describe('npm start with nothing named but DATA_DIR, as a person sees it (LOG_FO
     assert.ok(!existsSync(join(root, '.data', 'blobs', 'images', readdirSync(imagesDir)[0]!)), 'not under ./.data');
   });
 
-  it('Ctrl-C stops the gateway and its private redis-server; the keys CLI then starts it for its command and stops it after', async () => {
+  it('Ctrl-C drains and stops the gateway and its private redis-server; the keys CLI then starts it for its command and stops it after', async () => {
     const closed = once(proc, 'close');
+    // A terminal's Ctrl-C reaches the gateway twice, from the terminal and forwarded by npm, milliseconds apart: one Ctrl-C, a drain (not exit 130).
+    proc.kill('SIGINT');
+    await new Promise((r) => setTimeout(r, 30));
     proc.kill('SIGINT');
     const [code] = (await closed) as [number | null];
     assert.equal(code, 0, lines.join('\n'));
+    assert.ok(lines.some((l) => l.includes('draining 0 requests')) && !lines.some((l) => l.includes('second interrupt')), lines.join('\n'));
     assert.ok(lines.some((l) => l.includes('stopped the private redis-server (nothing else used it)')), lines.join('\n'));
     await waitFor(() => !alive(redisPid), 5000, 'the private redis-server gone');
     assert.ok(!existsSync(join(dataDir, 'redis.url')), 'no stale address left');
