@@ -1,8 +1,9 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { environmentVariables } from '../../shared/config.js';
 import { fileURLToPath } from 'node:url';
+import pg from 'pg';
 import { parse } from 'yaml';
 import { queueNames } from '../../shared/queues.js';
 
@@ -24,7 +25,8 @@ interface Service {
   volumes?: string[];
   deploy?: { replicas?: number };
 }
-const compose = parse(read('docker-compose.yml'), { merge: true }) as { services: Record<string, Service> };
+const composeText = read('docker-compose.yml');
+const compose = parse(composeText, { merge: true }) as { services: Record<string, Service> };
 const services = compose.services;
 const runsGateway = (service: Service) => service.build !== undefined || (service.command ?? []).some((arg) => arg.includes('dist/bin/start.js'));
 const seconds = (grace: string | undefined) => Number(/^(\d+)s$/.exec(grace ?? '')?.[1] ?? NaN);
@@ -37,6 +39,9 @@ const [balancerName, balancer] = Object.entries(services).find(([, s]) => /^(ngi
 function knownVariables(): RegExp[] {
   return environmentVariables.map((variable) => variable.pattern ?? new RegExp(`^${variable.name}$`));
 }
+
+/** The variables docker-compose.yml interpolates (`${NAME}`, `${NAME:-default}`): Compose reads them from .env. */
+const composeVariables = new Set([...composeText.matchAll(/\$\{([A-Z][A-Z0-9_]*)/g)].map(([, name]) => name!));
 
 /** `NAME=` lines of .env.example, commented out or not. */
 function exampleVariables(): string[] {
@@ -55,11 +60,13 @@ describe('docker-compose.yml', () => {
     }
   });
 
-  it('publishes a host port on the balancer only', () => {
+  it('publishes a host port on the balancer only, on the loopback: the console and /admin/queues are not on every interface', () => {
     assert.ok(balancer, 'a balancer service (nginx, haproxy or traefik)');
-    assert.deepEqual(balancer.ports, ['8080:8080']);
+    assert.deepEqual(balancer.ports, ['127.0.0.1:8080:8080']);
     const publishing = Object.entries(services).filter(([, s]) => (s.ports ?? []).length > 0).map(([name]) => name);
     assert.deepEqual(publishing, [balancerName]);
+    // How to open it up is written down where an operator looks.
+    assert.match(read('docs/scaling.md'), /ports: !override\n\s+- "8080:8080"/);
   });
 
   it('lets the api scale: no fixed container name, no host port, no fixed replica count', () => {
@@ -104,22 +111,55 @@ describe('docker-compose.yml', () => {
     assert.match(redisBlock, /#[^\n]*\b[Ss]ize it\b/, 'a comment says how to size maxmemory');
   });
 
-  it('builds the gateway image once: one service builds it, every other runs it without a pull', () => {
+  it('builds the gateway image once: one service says how, none rebuilds or pulls it on `up` (so --scale adds replicas of the same code)', () => {
     const builders = gateways.filter(([, service]) => service.build !== undefined).map(([name]) => name);
     assert.deepEqual(builders, ['api']);
     const image = services.api!.image;
     assert.ok(image, 'the built image is named');
     for (const [name, service] of gateways) {
       assert.equal(service.image, image, name);
-      if (name !== 'api') assert.equal(service.pull_policy, 'never', name);
+      assert.equal(service.pull_policy, 'never', name);
     }
+    // `pull_policy: build` rebuilds on every `up`, the documented `up --no-recreate --scale` included.
+    for (const [name, service] of Object.entries(services)) assert.notEqual(service.pull_policy, 'build', name);
+    assert.doesNotMatch(composeText, /pull_policy:\s*build\b/);
+    // The order is written down: build once, then up, then scale.
+    const scaling = read('docs/scaling.md');
+    const build = scaling.indexOf('docker compose build');
+    assert.ok(build >= 0, 'docs/scaling.md says to run docker compose build');
+    assert.ok(build < scaling.indexOf('docker compose up -d --no-recreate --scale'), 'before it scales');
   });
 
-  it('checks every worker\'s health on its metrics port', () => {
+  it("checks every worker's health on its readiness path, which fails when the worker cannot reach Redis", () => {
     for (const queue of queueNames) {
       const worker = services[`worker-${queue}`]!;
       const test = (worker.healthcheck?.test ?? []).join(' ');
-      assert.match(test, new RegExp(`127\\.0\\.0\\.1:${worker.environment?.METRICS_PORT}/metrics`), queue);
+      assert.match(test, new RegExp(`127\\.0\\.0\\.1:${worker.environment?.METRICS_PORT}/readyz`), queue);
+      // Only a 2xx is healthy: /readyz answers 503 without Redis (a 401 or 404 is no health either).
+      assert.match(test, /r\.ok\?0:1/, queue);
+      assert.doesNotMatch(test, /status<500/, queue);
+    }
+  });
+
+  it('hands the record\'s password apart from its URL, so any character works', () => {
+    for (const [name, service] of gateways) {
+      const env = service.environment ?? {};
+      const url = new URL(env.DATABASE_URL ?? '');
+      assert.equal(url.password, '', `${name}: no password inside DATABASE_URL`);
+      assert.equal(env.PGPASSWORD, '${POSTGRES_PASSWORD:-switchyard}', name);
+    }
+    assert.equal(services.postgres?.environment?.POSTGRES_PASSWORD, '${POSTGRES_PASSWORD:-switchyard}');
+    // The PostgreSQL client the record uses takes PGPASSWORD when the URL has none, whatever it holds.
+    const password = `p@ss:w/rd?#%&'" ${'é'}`;
+    const before = process.env.PGPASSWORD;
+    process.env.PGPASSWORD = password;
+    try {
+      const client = new pg.Client({ connectionString: services.api!.environment!.DATABASE_URL });
+      const seen = client as unknown as { password: string; host: string; user: string; database: string; port: number };
+      assert.deepEqual([seen.password, seen.host, seen.user, seen.database, seen.port], [password, 'postgres', 'switchyard', 'switchyard', 5432]);
+    } finally {
+      if (before === undefined) delete process.env.PGPASSWORD;
+      else process.env.PGPASSWORD = before;
     }
   });
 
@@ -170,12 +210,42 @@ describe('the balancer config', () => {
 });
 
 describe('.env.example', () => {
-  it('names only variables the gateway reads', () => {
+  it('names only variables the gateway reads, or docker-compose.yml interpolates', () => {
     const known = knownVariables();
     const names = exampleVariables();
     assert.ok(names.length > 10);
-    const unknown = names.filter((name) => !known.some((pattern) => pattern.test(name)));
+    const unknown = names.filter((name) => !known.some((pattern) => pattern.test(name)) && !composeVariables.has(name));
     assert.deepEqual(unknown, []);
+  });
+
+  it('offers POSTGRES_PASSWORD, saying it is read at the first start of the volume only and how to change it', () => {
+    assert.ok(exampleVariables().includes('POSTGRES_PASSWORD'));
+    assert.ok(composeVariables.has('POSTGRES_PASSWORD'));
+    const example = read('.env.example');
+    // The comment above the line, as one run of words.
+    const section = example.slice(0, example.search(/^#\s*POSTGRES_PASSWORD=/m)).split('\n\n').at(-1)!.replace(/^#\s?/gm, '').replace(/\s+/g, ' ');
+    assert.match(section, /only when its volume \(postgres-data\) is first made/);
+    assert.match(section, /ALTER USER switchyard PASSWORD/);
+  });
+
+  it('points to documentation that exists and lists what it offers', () => {
+    const example = read('.env.example');
+    // The README's Configuration table moved to docs/configuration.md.
+    assert.doesNotMatch(example, /README/);
+    const pointers = [...example.matchAll(/\b(docs\/[\w-]+\.md)\b/g)].map(([, path]) => path!);
+    assert.ok(pointers.includes('docs/configuration.md'));
+    for (const path of pointers) assert.ok(existsSync(`${root}${path}`), path);
+    // The names in the first cell of each row of its tables (`A` / `B` lists two).
+    const listed = new Set(
+      read('docs/configuration.md')
+        .split('\n')
+        .filter((line) => line.startsWith('| `'))
+        .flatMap((line) => [...line.split('|')[1]!.matchAll(/`([^`]+)`/g)].map(([, name]) => name!)),
+    );
+    for (const name of exampleVariables()) {
+      const variable = environmentVariables.find((v) => (v.pattern ?? new RegExp(`^${v.name}$`)).test(name));
+      if (variable) assert.ok(listed.has(name) || listed.has(variable.name), `${name} (${variable.name}) in docs/configuration.md`);
+    }
   });
 
   it('offers the console\'s first admin, so a compose deployment has one', () => {
@@ -210,5 +280,67 @@ describe('the runtime', () => {
     // `.ci/run` sets CI: there the tests (and every process they start, by PATH) run on 24; elsewhere on 22 or later.
     if (process.env.CI) assert.equal(major, 24, `CI runs the tests on Node ${process.versions.node}`);
     else assert.ok(major >= 22, `these tests run on Node ${process.versions.node}`);
+  });
+});
+
+/**
+ * .dockerignore as Docker reads it: patterns relative to the context root
+ * (`*` within a path segment, `**` across them, `!` re-includes, the last
+ * match wins), and a path whose parent directory is excluded is excluded too.
+ */
+function dockerIgnored(patterns: string[]): (path: string) => boolean {
+  const rules = patterns.map((line) => {
+    const negate = line.startsWith('!');
+    const pattern = (negate ? line.slice(1) : line).replace(/^\/+|\/+$/g, '');
+    let source = '';
+    for (let i = 0; i < pattern.length; i++) {
+      const c = pattern[i]!;
+      if (c === '*' && pattern[i + 1] === '*') {
+        source += pattern[i + 2] === '/' ? '(?:.*/)?' : '.*';
+        i += pattern[i + 2] === '/' ? 2 : 1;
+      } else if (c === '*') source += '[^/]*';
+      else if (c === '?') source += '[^/]';
+      else source += c.replace(/[.+^${}()|[\]\\]/g, '\\$&');
+    }
+    return { negate, regex: new RegExp(`^${source}$`) };
+  });
+  const matches = (path: string) => {
+    let excluded = false;
+    for (const rule of rules) if (rule.regex.test(path)) excluded = !rule.negate;
+    return excluded;
+  };
+  return (path) => {
+    const parts = path.split('/');
+    return parts.some((_, i) => matches(parts.slice(0, i + 1).join('/')));
+  };
+}
+
+describe('.dockerignore', () => {
+  const patterns = existsSync(`${root}.dockerignore`)
+    ? read('.dockerignore').split('\n').map((line) => line.trim()).filter((line) => line && !line.startsWith('#'))
+    : [];
+  const ignored = dockerIgnored(patterns);
+
+  it('keeps secrets, local data, installed and built files and test artefacts out of the build context', () => {
+    assert.ok(patterns.length > 0, '.dockerignore exists');
+    for (const path of ['.env', '.env.local', '.env.production', '.data/postgres/PG_VERSION', '.data/blobs/ab/cd', '.data/redis.url', 'node_modules/koa/package.json', 'console/node_modules/x/index.js', 'dist/bin/start.js', '.git/HEAD', 'test-artifacts/shot.png', 'bench/results/run.json', 'npm-debug.log']) {
+      assert.ok(ignored(path), `${path} is left out`);
+    }
+  });
+
+  it('keeps everything the Dockerfile copies from the context', () => {
+    const copies = [...read('Dockerfile').matchAll(/^COPY (?!--from)(.+)$/gm)].map(([, args]) => args!.trim().split(/\s+/).slice(0, -1)).flat();
+    assert.ok(copies.includes('package-lock.json') && copies.includes('api'), `the build stage's COPY sources: ${copies.join(' ')}`);
+    /** Every file under a COPY source (node_modules and dist left aside: the image makes its own). */
+    const files = (path: string): string[] => {
+      if (!statSync(`${root}${path}`).isDirectory()) return [path];
+      return readdirSync(`${root}${path}`)
+        .filter((name) => name !== 'node_modules' && name !== 'dist')
+        .flatMap((name) => files(`${path}/${name}`));
+    };
+    for (const source of copies) {
+      assert.ok(existsSync(`${root}${source}`), `COPY ${source}: it exists`);
+      for (const file of files(source)) assert.ok(!ignored(file), `${file} (COPY ${source}) is in the context`);
+    }
   });
 });
