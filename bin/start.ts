@@ -346,12 +346,14 @@ function superviseWorkerProcess(
 
 /**
  * True for a SIGINT that is the echo of one just heard. A terminal's Ctrl-C
- * reaches the whole foreground process group, and `npm start` also forwards
- * the SIGINT it got to the gateway: one keypress arrives twice, within
- * milliseconds, and must not count as the second Ctrl-C that skips the drain.
+ * reaches the whole foreground process group, and `npm start` (npm run sets
+ * npm_lifecycle_event) also forwards the SIGINT it got to the gateway: one
+ * keypress arrives twice, within milliseconds, and must not count as the
+ * second Ctrl-C that skips the drain. Started otherwise, each SIGINT counts.
  */
 let lastInterrupt = 0;
 function echoOfCtrlC(): boolean {
+  if (!process.env.npm_lifecycle_event) return false;
   const now = Date.now();
   const echo = now - lastInterrupt < ctrlCEchoMs;
   if (!echo) lastInterrupt = now;

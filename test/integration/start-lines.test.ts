@@ -76,7 +76,15 @@ describe('npm start with nothing named but DATA_DIR, as a person sees it (LOG_FO
     dataDir = mkdtempSync(join(tmpdir(), 'sy-start-'));
     databaseUrl = await freshDatabase('start_lines');
     // No REDIS_URL: the start finds (here: starts) the private redis-server under DATA_DIR, whatever answers on 6379.
-    proc = await spawnGateway('all', { LOG_FORMAT: 'pretty', DATA_DIR: dataDir, DATABASE_URL: databaseUrl, ADMIN_EMAIL: 'lines@example.com', ADMIN_PASSWORD: 'lines-password-1' });
+    // npm_lifecycle_event: as `npm start` runs it (npm forwards the SIGINT a terminal also sends).
+    proc = await spawnGateway('all', {
+      LOG_FORMAT: 'pretty',
+      DATA_DIR: dataDir,
+      DATABASE_URL: databaseUrl,
+      ADMIN_EMAIL: 'lines@example.com',
+      ADMIN_PASSWORD: 'lines-password-1',
+      npm_lifecycle_event: 'start',
+    });
     lines = collectLines(proc);
     await waitFor(() => lines.some((l) => l.includes('gateway ready')), 60_000, `the gateway ready line:\n${lines.join('\n')}`);
     base = /gateway listening on (http:\/\/127\.0\.0\.1:\d+)\/v1/.exec(lines.join('\n'))![1]!;
@@ -126,7 +134,7 @@ describe('npm start with nothing named but DATA_DIR, as a person sees it (LOG_FO
 
   it('Ctrl-C drains and stops the gateway and its private redis-server; the keys CLI then starts it for its command and stops it after', async () => {
     const closed = once(proc, 'close');
-    // A terminal's Ctrl-C reaches the gateway twice, from the terminal and forwarded by npm, milliseconds apart: one Ctrl-C, a drain (not exit 130).
+    // Under npm, a terminal's Ctrl-C reaches the gateway twice, from the terminal and forwarded by npm, milliseconds apart: one Ctrl-C, a drain (not exit 130).
     proc.kill('SIGINT');
     await new Promise((r) => setTimeout(r, 30));
     proc.kill('SIGINT');
