@@ -11,6 +11,7 @@ import type { Redis } from 'ioredis';
 import { freshRedis, spawnGateway, startGateway, waitFor, createKey, type GatewayProcess } from '../support/gateway.js';
 import { freePort } from '../support/redis-server.js';
 import { freshDatabase, recordUrlFor } from '../support/record.js';
+import { prettyLine } from '../../shared/logger.js';
 
 /*
  * What `npm start` says when it starts and stops (issue 37, item 7): for a
@@ -246,5 +247,21 @@ describe('npm start for machines, and the starts that cannot start', () => {
       assert.match(lines[0]!, says, args.join(' '));
       assert.ok(!result.output.includes('pg-secret-41'), 'no password');
     }
+  });
+});
+
+describe('a pretty line (LOG_FORMAT=pretty)', () => {
+  const at = new Date(2026, 0, 2, 3, 4, 5).getTime();
+  it('is the time, the level, the message and only the fields it does not already say', () => {
+    const line = prettyLine(JSON.stringify({ level: 30, time: at, pid: 1, name: 'switchyard-all', port: 8080, host: '127.0.0.1', instance: 'api-1', msg: 'gateway listening on http://127.0.0.1:8080/v1' }));
+    assert.equal(line, '03:04:05 INFO  gateway listening on http://127.0.0.1:8080/v1  instance=api-1');
+    assert.equal(prettyLine(JSON.stringify({ level: 40, time: at, msg: 'slow', ms: 12, path: '/v1/x y' }), '[worker] '), '03:04:05 WARN  [worker] slow  ms=12 path="/v1/x y"');
+  });
+
+  it('says an error\'s message on the line, and its stack below only from ERROR up; a line that is not JSON is kept as it is', () => {
+    const err = { type: 'Error', message: 'connect ECONNREFUSED', stack: 'Error: connect ECONNREFUSED\n    at here' };
+    assert.equal(prettyLine(JSON.stringify({ level: 40, time: at, msg: 'retrying', err })), '03:04:05 WARN  retrying: connect ECONNREFUSED');
+    assert.equal(prettyLine(JSON.stringify({ level: 50, time: at, msg: 'failed', err })), '03:04:05 ERROR failed: connect ECONNREFUSED\n    Error: connect ECONNREFUSED\n        at here');
+    assert.equal(prettyLine('not json\n'), 'not json');
   });
 });
