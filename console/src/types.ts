@@ -22,6 +22,8 @@ export interface ConsoleConfig {
   queue_dashboard: string | null;
   /** The most a member's own key may set where an admin set nothing (null: unlimited). */
   key_defaults?: { rpm: number | null; tpm: number | null };
+  /** Whether an administrator can sign in yet (false: the sign-in page says how the first one is made). */
+  has_admin?: boolean;
 }
 
 export interface SessionAnswer {
@@ -102,6 +104,10 @@ export interface UsageRow {
   model?: string;
   key_id?: string;
   key_name?: string | null;
+  /** The key was revoked: its name is kept, and marked. */
+  key_revoked?: boolean;
+  /** The key's account (on an admin's report of every account). */
+  key_account_id?: string | null;
   requests: number;
   input_tokens: number;
   cached_tokens: number;
@@ -127,6 +133,8 @@ export interface ModelLatency {
 
 export interface UsageReport {
   object: 'usage';
+  /** Whose usage: one account's, or (null, an admin's report) every account's. */
+  account_id?: string | null;
   from: string;
   to: string;
   balance_usd: number | null;

@@ -88,81 +88,83 @@ export function Shell({ path, children }: { path: string; children: ComponentChi
         </button>
       </header>
       <aside class="sidebar" id="sidebar">
-        <div class="sidebar-brand">
-          <Link href="/console/keys" class="brand-link" aria-label="Switchyard home">
-            <Logo />
-          </Link>
-        </div>
-        <nav aria-label="Console" class="nav">
-          <ul class="nav-list">
-            <NavLink href="/console/keys" path={path} icon="keys" onNavigate={close}>
-              Keys
-            </NavLink>
-            <NavLink href="/console/usage" path={path} icon="usage" onNavigate={close}>
-              Usage
-            </NavLink>
-            <NavLink href="/console/activity" path={path} icon="activity" onNavigate={close}>
-              Activity
-            </NavLink>
-            <NavLink href="/console/pricing" path={path} icon="pricing" onNavigate={close}>
-              Pricing
-            </NavLink>
-            <NavLink href="/console/playground" path={path} icon="playground" onNavigate={close}>
-              Playground
-            </NavLink>
-          </ul>
-          {admin && (
-            <>
-              <button type="button" class="nav-toggle" aria-expanded={adminOpen} aria-controls="nav-admin" onClick={() => setAdminOpen((open) => !open)}>
-                <span>Admin</span>
-                <svg viewBox="0 0 20 20" aria-hidden="true" class="nav-chevron">
-                  <path d="M7 5l5 5-5 5" fill="none" stroke="currentColor" stroke-width="1.8" stroke-linecap="round" stroke-linejoin="round" />
-                </svg>
-              </button>
-              <ul class="nav-list" id="nav-admin" hidden={!adminOpen}>
-                <NavLink href="/console/admin/accounts" path={path} icon="accounts" onNavigate={close}>
-                  Accounts
-                </NavLink>
-                <NavLink href="/console/admin/keys" path={path} icon="allkeys" onNavigate={close}>
-                  All keys
-                </NavLink>
-                <NavLink href="/console/admin/channels" path={path} icon="channels" onNavigate={close}>
-                  Channels
-                </NavLink>
-                <NavLink href="/console/admin/queues" path={path} icon="queues" onNavigate={close}>
-                  Queues
-                </NavLink>
-              </ul>
-            </>
-          )}
-        </nav>
-        <div class="account-box">
-          <div class="account-avatar" aria-hidden="true">
-            {(account.name || account.email).slice(0, 1).toUpperCase()}
+        <div class="sidebar-inner">
+          <div class="sidebar-brand">
+            <Link href="/console/keys" class="brand-link" aria-label="Switchyard home">
+              <Logo />
+            </Link>
           </div>
-          <div class="account-text">
-            <span class="account-email" title={account.email}>
-              {account.email}
-            </span>
-            <span class="account-balance">
-              Balance: <strong>{balance(account.balance_usd)}</strong>
-            </span>
+          <nav aria-label="Console" class="nav">
+            <ul class="nav-list">
+              <NavLink href="/console/keys" path={path} icon="keys" onNavigate={close}>
+                Keys
+              </NavLink>
+              <NavLink href="/console/usage" path={path} icon="usage" onNavigate={close}>
+                Usage
+              </NavLink>
+              <NavLink href="/console/activity" path={path} icon="activity" onNavigate={close}>
+                Activity
+              </NavLink>
+              <NavLink href="/console/pricing" path={path} icon="pricing" onNavigate={close}>
+                Pricing
+              </NavLink>
+              <NavLink href="/console/playground" path={path} icon="playground" onNavigate={close}>
+                Playground
+              </NavLink>
+            </ul>
+            {admin && (
+              <>
+                <button type="button" class="nav-toggle" aria-expanded={adminOpen} aria-controls="nav-admin" onClick={() => setAdminOpen((open) => !open)}>
+                  <span>Admin</span>
+                  <svg viewBox="0 0 20 20" aria-hidden="true" class="nav-chevron">
+                    <path d="M7 5l5 5-5 5" fill="none" stroke="currentColor" stroke-width="1.8" stroke-linecap="round" stroke-linejoin="round" />
+                  </svg>
+                </button>
+                <ul class="nav-list" id="nav-admin" hidden={!adminOpen}>
+                  <NavLink href="/console/admin/accounts" path={path} icon="accounts" onNavigate={close}>
+                    Accounts
+                  </NavLink>
+                  <NavLink href="/console/admin/keys" path={path} icon="allkeys" onNavigate={close}>
+                    All keys
+                  </NavLink>
+                  <NavLink href="/console/admin/channels" path={path} icon="channels" onNavigate={close}>
+                    Channels
+                  </NavLink>
+                  <NavLink href="/console/admin/queues" path={path} icon="queues" onNavigate={close}>
+                    Queues
+                  </NavLink>
+                </ul>
+              </>
+            )}
+          </nav>
+          <div class="account-box">
+            <div class="account-avatar" aria-hidden="true">
+              {(account.name || account.email).slice(0, 1).toUpperCase()}
+            </div>
+            <div class="account-text">
+              <span class="account-email" title={account.email}>
+                {account.email}
+              </span>
+              <span class="account-balance">
+                Balance: <strong>{balance(account.balance_usd)}</strong>
+              </span>
+            </div>
+            <button
+              type="button"
+              class="button button-secondary button-small sign-out"
+              disabled={signingOut}
+              onClick={async () => {
+                setSigningOut(true);
+                try {
+                  await signOut();
+                } finally {
+                  setSigningOut(false);
+                }
+              }}
+            >
+              Sign out
+            </button>
           </div>
-          <button
-            type="button"
-            class="button button-secondary button-small sign-out"
-            disabled={signingOut}
-            onClick={async () => {
-              setSigningOut(true);
-              try {
-                await signOut();
-              } finally {
-                setSigningOut(false);
-              }
-            }}
-          >
-            Sign out
-          </button>
         </div>
       </aside>
       <main id="main" class="main" tabIndex={-1}>

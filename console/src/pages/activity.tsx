@@ -297,7 +297,7 @@ export function ActivityPage() {
 
   const bucketName = bucketNames[chart.bucket] ?? `${chart.bucket} s`;
   const loading = !current && !error;
-  const columns = admin ? 10 : 9;
+  const columns = admin ? 9 : 8;
 
   return (
     <>
@@ -418,14 +418,15 @@ export function ActivityPage() {
             {current ? `${count(rows.length)}${current.cursor ? '+' : ''} shown, newest first` : ''}
           </p>
         </div>
-        <TableCard labelledBy="requests-heading">
+        <TableCard labelledBy="requests-heading" class="activity-card">
           <table class="table table-compact activity-table" aria-labelledby="requests-heading">
             <thead>
               <tr>
                 <th scope="col">Time</th>
                 {admin && <th scope="col">Account</th>}
-                <th scope="col">Model</th>
-                <th scope="col">Endpoint</th>
+                <th scope="col">
+                  Model <span class="th-note">endpoint</span>
+                </th>
                 <th scope="col">Status</th>
                 <th scope="col" class="num">HTTP</th>
                 <th scope="col" class="num">Latency</th>
@@ -457,7 +458,7 @@ export function ActivityPage() {
               )}
               {rows.map((row) => (
                 <tr key={row.id} class="clickable-row" onClick={() => setOpen(row)}>
-                  <td class="nowrap">
+                  <td class="nowrap col-time">
                     <button
                       type="button"
                       class="link-button row-open"
@@ -471,15 +472,16 @@ export function ActivityPage() {
                     </button>
                   </td>
                   {admin && (
-                    <td class="cell-clip account-cell" title={accountNames.get(row.account_id) ?? row.account_id}>
+                    <td class="cell-clip account-cell col-account" title={accountNames.get(row.account_id) ?? row.account_id}>
                       {accountNames.get(row.account_id) ?? <span class="mono">{row.account_id}</span>}
                     </td>
                   )}
-                  <td class="mono cell-strong cell-clip" title={row.model}>
+                  {/* The endpoint under the model, not a column of its own: an admin's table fits 1280 px with long names. */}
+                  <td class="mono cell-strong cell-clip col-model" title={row.endpoint ? `${row.model} (${row.endpoint})` : row.model}>
                     {row.model || <span class="muted">—</span>}
+                    <span class="cell-sub muted endpoint-cell">{row.endpoint ?? '—'}</span>
                   </td>
-                  <td class="mono muted nowrap endpoint-cell">{row.endpoint ?? '—'}</td>
-                  <td class="nowrap">
+                  <td class="nowrap col-status">
                     <StatusBadge status={row.status} />
                     {/* The tier, when not the default one (the details always say it). */}
                     {row.service_tier !== 'default' && (
@@ -488,11 +490,11 @@ export function ActivityPage() {
                       </span>
                     )}
                   </td>
-                  <td class="num">{row.http_status ?? '—'}</td>
-                  <td class="num">{duration(row.latency_ms)}</td>
-                  <td class="num">{duration(row.ttft_ms)}</td>
-                  <td class="num">{tokens(row)}</td>
-                  <td class={`num ${row.settled || row.status === 'refused' ? 'cell-strong' : 'muted'}`}>{cost(row)}</td>
+                  <td class="num col-detail col-http">{row.http_status ?? '—'}</td>
+                  <td class="num col-latency">{duration(row.latency_ms)}</td>
+                  <td class="num col-detail col-ttft">{duration(row.ttft_ms)}</td>
+                  <td class="num col-detail col-tokens">{tokens(row)}</td>
+                  <td class={`num col-cost ${row.settled || row.status === 'refused' ? 'cell-strong' : 'muted'}`}>{cost(row)}</td>
                 </tr>
               ))}
             </tbody>

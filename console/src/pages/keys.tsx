@@ -1,7 +1,7 @@
 import { Fragment, type TargetedEvent, type TargetedSubmitEvent } from 'preact';
 import { useState } from 'preact/hooks';
 import { api, messageOf } from '../api';
-import { useApp } from '../app-context';
+import { useAccount, useApp } from '../app-context';
 import { Dialog, DialogFormActions, EmptyRow, ErrorMessage, PageHeader, SkeletonRows, Spinner, StatusMessage, TableCard, modelList, optionalNumber, useApi, useCopy, useTitle } from '../components/ui';
 import { ago, dateInputValue, dateTime, endOfLocalDay, money, shortDate, todayInputValue } from '../format';
 import type { CreatedKey, Key, KeyLimitValues, List } from '../types';
@@ -316,7 +316,10 @@ function SecretDialog({ created, onClose }: { created: CreatedKey; onClose: () =
   );
 }
 
-function EditKeyDialog({ keyRecord, onClose, onSaved }: { keyRecord: Key; onClose: () => void; onSaved: (key: Key) => void }) {
+/** Where a key is changed: the account's own keys at /keys, any key (an admin's) at /admin/keys. */
+type KeysBase = '/keys' | '/admin/keys';
+
+function EditKeyDialog({ keyRecord, onClose, onSaved, base = '/keys' }: { keyRecord: Key; onClose: () => void; onSaved: (key: Key) => void; base?: KeysBase }) {
   const { account, config } = useApp();
   const ceilings = ceilingsFor(account?.role, keyRecord, config.key_defaults);
   const initial = draftOf(keyRecord);
@@ -352,7 +355,7 @@ function EditKeyDialog({ keyRecord, onClose, onSaved }: { keyRecord: Key; onClos
     setError(undefined);
     setBusy(true);
     try {
-      onSaved(await api<Key>('PATCH', `/keys/${encodeURIComponent(keyRecord.id)}`, body));
+      onSaved(await api<Key>('PATCH', `${base}/${encodeURIComponent(keyRecord.id)}`, body));
     } catch (caught) {
       setError(messageOf(caught));
       setBusy(false);
@@ -370,14 +373,14 @@ function EditKeyDialog({ keyRecord, onClose, onSaved }: { keyRecord: Key; onClos
   );
 }
 
-function RevokeDialog({ keyRecord, onClose, onRevoked }: { keyRecord: Key; onClose: () => void; onRevoked: () => void }) {
+function RevokeDialog({ keyRecord, onClose, onRevoked, base = '/keys' }: { keyRecord: Key; onClose: () => void; onRevoked: () => void; base?: KeysBase }) {
   const [error, setError] = useState<string | undefined>(undefined);
   const [busy, setBusy] = useState(false);
   const revoke = async () => {
     setBusy(true);
     setError(undefined);
     try {
-      await api('DELETE', `/keys/${encodeURIComponent(keyRecord.id)}`);
+      await api('DELETE', `${base}/${encodeURIComponent(keyRecord.id)}`);
       onRevoked();
     } catch (caught) {
       setError(messageOf(caught));
@@ -494,17 +497,37 @@ export function limitText(value: number | null): string {
   return value == null ? '—' : value.toLocaleString();
 }
 
+/** A key's account as the admin's tables name it: its email, else its name (the default account's is "Default"), else its id. */
+export function ownerOf(key: Key): string {
+  return key.account_email || key.account_name || key.account_id || '—';
+}
+
 export function KeysPage() {
   useTitle('Keys');
+  const me = useAccount();
+  const admin = me.role === 'admin';
   const keys = useApi<List<Key>>('/keys');
+  // An admin sees every key: the others' below its own (the CLI's keys are the Default account's).
+  const all = useApi<List<Key>>(admin ? '/admin/keys' : null);
   const [created, setCreated] = useState<CreatedKey | undefined>(undefined);
   const [creating, setCreating] = useState(false);
-  const [editing, setEditing] = useState<Key | undefined>(undefined);
-  const [revoking, setRevoking] = useState<Key | undefined>(undefined);
+  const [editing, setEditing] = useState<{ key: Key; base: KeysBase } | undefined>(undefined);
+  const [revoking, setRevoking] = useState<{ key: Key; base: KeysBase } | undefined>(undefined);
   const [status, setStatus] = useState<string | undefined>(undefined);
 
   const list = keys.data?.data;
+  const others = all.data?.data.filter((key) => key.account_id !== me.id);
   const columns = 10;
+  const keyActions = (key: Key, base: KeysBase) => (
+    <td class="row-actions sticky-end">
+      <button type="button" class="button button-secondary button-small" onClick={() => setEditing({ key, base })}>
+        Edit
+      </button>
+      <button type="button" class="button button-ghost-danger button-small" onClick={() => setRevoking({ key, base })}>
+        Revoke
+      </button>
+    </td>
+  );
   return (
     <>
       <PageHeader title="Keys" description="API keys for the OpenAI-compatible endpoint. Each key can have its own spend limit, rate limits, models and expiry." />
@@ -538,24 +561,67 @@ export function KeysPage() {
             </thead>
             <tbody>
               {!list && <SkeletonRows columns={columns} rows={3} />}
-              {list && list.length === 0 && <EmptyRow columns={columns}>No keys yet. Make one with “New key” to call the API.</EmptyRow>}
+              {list && list.length === 0 && (
+                <EmptyRow columns={columns}>
+                  {admin ? 'No keys of your own yet. Every other account’s keys, the command line’s among them, are below.' : 'No keys yet. Make one with “New key” to call the API.'}
+                </EmptyRow>
+              )}
               {list?.map((key) => (
                 <tr key={key.id}>
                   <KeyCells keyRecord={key} />
-                  <td class="row-actions sticky-end">
-                    <button type="button" class="button button-secondary button-small" onClick={() => setEditing(key)}>
-                      Edit
-                    </button>
-                    <button type="button" class="button button-ghost-danger button-small" onClick={() => setRevoking(key)}>
-                      Revoke
-                    </button>
-                  </td>
+                  {keyActions(key, '/keys')}
                 </tr>
               ))}
             </tbody>
           </table>
         </TableCard>
       </section>
+      {admin && (
+        <section aria-labelledby="other-keys-heading" class="section">
+          <div class="section-head">
+            <h2 id="other-keys-heading">Other accounts’ keys</h2>
+            <span class="muted">{others ? `${others.length} key${others.length === 1 ? '' : 's'}` : '\u00a0'}</span>
+          </div>
+          <p class="section-note muted small">
+            Keys made with <code>npm run keys -- create</code> belong to the Default account unless <code>--account</code> names another.
+          </p>
+          <ErrorMessage message={all.error} />
+          <TableCard labelledBy="other-keys-heading">
+            <table class="table table-compact" aria-labelledby="other-keys-heading">
+              <thead>
+                <tr>
+                  <th scope="col">Account</th>
+                  <th scope="col">Name</th>
+                  <th scope="col">Key</th>
+                  <th scope="col">Created</th>
+                  <th scope="col">Last used</th>
+                  <th scope="col">Spent / Limit</th>
+                  <th scope="col" class="num">RPM</th>
+                  <th scope="col" class="num">TPM</th>
+                  <th scope="col">Models</th>
+                  <th scope="col">Expires</th>
+                  <th scope="col" class="sticky-end">
+                    <span class="visually-hidden">Actions</span>
+                  </th>
+                </tr>
+              </thead>
+              <tbody>
+                {!others && <SkeletonRows columns={columns + 1} rows={2} />}
+                {others && others.length === 0 && <EmptyRow columns={columns + 1}>No other account has a key.</EmptyRow>}
+                {others?.map((key) => (
+                  <tr key={key.id}>
+                    <td class="cell-clip account-cell" title={ownerOf(key)}>
+                      {ownerOf(key)}
+                    </td>
+                    <KeyCells keyRecord={key} />
+                    {keyActions(key, '/admin/keys')}
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </TableCard>
+        </section>
+      )}
       {creating && (
         <CreateKeyDialog
           onClose={() => setCreating(false)}
@@ -571,10 +637,13 @@ export function KeysPage() {
       {created && <SecretDialog created={created} onClose={() => setCreated(undefined)} />}
       {editing && (
         <EditKeyDialog
-          keyRecord={editing}
+          keyRecord={editing.key}
+          base={editing.base}
           onClose={() => setEditing(undefined)}
           onSaved={(saved) => {
-            keys.setData((previous) => previous && { ...previous, data: previous.data.map((k) => (k.id === saved.id ? saved : k)) });
+            const keep = (previous: List<Key> | undefined) => previous && { ...previous, data: previous.data.map((k) => (k.id === saved.id ? { ...k, ...saved } : k)) };
+            keys.setData(keep);
+            all.setData(keep);
             setEditing(undefined);
             setStatus(`Key “${saved.name}” saved.`);
           }}
@@ -582,11 +651,14 @@ export function KeysPage() {
       )}
       {revoking && (
         <RevokeDialog
-          keyRecord={revoking}
+          keyRecord={revoking.key}
+          base={revoking.base}
           onClose={() => setRevoking(undefined)}
           onRevoked={() => {
-            keys.setData((previous) => previous && { ...previous, data: previous.data.filter((k) => k.id !== revoking.id) });
-            setStatus(`Key “${revoking.name}” revoked.`);
+            const drop = (previous: List<Key> | undefined) => previous && { ...previous, data: previous.data.filter((k) => k.id !== revoking.key.id) };
+            keys.setData(drop);
+            all.setData(drop);
+            setStatus(`Key “${revoking.key.name}” revoked.`);
             setRevoking(undefined);
           }}
         />

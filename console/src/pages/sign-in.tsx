@@ -102,6 +102,7 @@ export function SignInPage() {
             {signUp ? 'Create account' : 'Sign in'}
           </button>
         </form>
+        {!signUp && config.has_admin === false && <FirstAdminHint />}
         <div class="auth-foot">
           {config.signup &&
             (signUp ? (
@@ -127,5 +128,22 @@ export function SignInPage() {
         </div>
       </main>
     </div>
+  );
+}
+
+/** While nobody can sign in as an admin: how the operator makes the first one (the server says only that there is none). */
+function FirstAdminHint() {
+  return (
+    <section class="auth-hint" aria-labelledby="first-admin-heading">
+      <h2 id="first-admin-heading">No administrator yet</h2>
+      <p>Whoever runs this gateway makes the first one by starting it with an email and a password for it:</p>
+      <pre class="code code-wrap" tabIndex={0}>
+        <code>ADMIN_EMAIL=you@example.com ADMIN_PASSWORD='at least 8 chars' npm start</code>
+      </pre>
+      <p>
+        or with <code>npm run accounts -- create --email you@example.com --password '…' --role admin</code>; then sign in here with that email. Keys made with{' '}
+        <code>npm run keys -- create</code> belong to the Default account: an admin sees them on the Keys page.
+      </p>
+    </section>
   );
 }

@@ -3,8 +3,9 @@ import { apiBase } from '../api';
 import { BarChart, type Series } from '../components/bar-chart';
 import { EmptyRow, ErrorMessage, PageHeader, SkeletonRows, TableCard, useApi, useTitle } from '../components/ui';
 import { balance, compactCount, count, dayLabel, daysBetween, duration, money, number, percent } from '../format';
+import { useAccount } from '../app-context';
 import { Link } from '../router';
-import type { Key, List, UsageReport, UsageRow } from '../types';
+import type { Account, Key, List, UsageReport, UsageRow } from '../types';
 
 const palette = ['#6366f1', '#10b981', '#f59e0b', '#ef4444', '#06b6d4', '#8b5cf6', '#ec4899', '#84cc16'];
 const otherColor = '#cbd5e1';
@@ -32,17 +33,41 @@ function Stat({ label, value, loading }: { label: string; value: string; loading
   );
 }
 
+/** A key's name in the by-key table: a revoked key keeps it, marked; on an admin's report of every account, its account under it. */
+function KeyName({ row, account }: { row: UsageRow; account?: string }) {
+  return (
+    <>
+      {row.key_name ?? <span class="muted mono">{row.key_id || 'Unknown key'}</span>}
+      {row.key_revoked && (
+        <span class="badge badge-cap key-revoked" title="This key was revoked: it no longer works, its usage stays">
+          revoked
+        </span>
+      )}
+      {account && <span class="cell-sub muted">{account}</span>}
+    </>
+  );
+}
+
 export function UsagePage() {
   useTitle('Usage');
+  const me = useAccount();
+  const admin = me.role === 'admin';
   const [days, setDays] = useState('30');
+  // An admin's usage is every account's, as on Activity, unless one is picked.
+  const [accountId, setAccountId] = useState('');
   const [keyId, setKeyId] = useState('');
   const [model, setModel] = useState('');
   const params = new URLSearchParams({ days });
+  if (admin && accountId) params.set('account_id', accountId);
   if (keyId) params.set('key_id', keyId);
   if (model) params.set('model', model);
   const query = params.toString();
   const report = useApi<UsageReport>(`/usage?${query}`);
-  const keys = useApi<List<Key>>('/keys');
+  // An admin's key filter lists every account's keys (the CLI's are the Default account's).
+  const keys = useApi<List<Key>>(admin ? '/admin/keys' : '/keys');
+  const accounts = useApi<List<Account>>(admin ? '/admin/accounts' : null);
+  const accountNames = useMemo(() => new Map((accounts.data?.data ?? []).map((account) => [account.id, account.email || account.name || account.id])), [accounts.data]);
+  const allAccounts = admin && !accountId;
   const seenModels = useRef(new Set<string>());
 
   const data = report.data;
@@ -52,10 +77,13 @@ export function UsagePage() {
 
   const keyOptions = useMemo(() => {
     const options = new Map<string, string>();
-    for (const key of keys.data?.data ?? []) options.set(key.id, key.name);
-    for (const row of data?.by_key ?? []) if (row.key_id && !options.has(row.key_id)) options.set(row.key_id, row.key_name ?? `${row.key_id} (revoked)`);
+    for (const key of keys.data?.data ?? []) {
+      if (admin && accountId && key.account_id !== accountId) continue;
+      options.set(key.id, allAccounts && (key.account_email || key.account_name) ? `${key.name} (${key.account_email || key.account_name})` : key.name);
+    }
+    for (const row of data?.by_key ?? []) if (row.key_id && !options.has(row.key_id)) options.set(row.key_id, `${row.key_name ?? row.key_id} (revoked)`);
     return [...options];
-  }, [keys.data, data]);
+  }, [keys.data, data, admin, accountId, allAccounts]);
 
   const chart = useMemo(() => {
     if (!data) return { labels: [] as string[], spend: [] as Series[], requests: [] as Series[], empty: true };
@@ -96,7 +124,7 @@ export function UsagePage() {
     <>
       <PageHeader
         title="Usage"
-        description="Spend and traffic of your keys per UTC day."
+        description={allAccounts ? 'Spend and traffic of every key of this gateway, of every account, per UTC day.' : admin ? 'Spend and traffic of one account’s keys per UTC day.' : 'Spend and traffic of your keys per UTC day.'}
         actions={
           <a class="button button-secondary" href={`${apiBase}/usage.csv?${query}`} download>
             <svg viewBox="0 0 20 20" aria-hidden="true" class="button-icon">
@@ -115,6 +143,26 @@ export function UsagePage() {
             <option value="90">Last 90 days</option>
           </select>
         </div>
+        {admin && (
+          <div class="field field-inline">
+            <label for="usage-account">Account</label>
+            <select
+              id="usage-account"
+              value={accountId}
+              onChange={(e) => {
+                setAccountId(e.currentTarget.value);
+                setKeyId('');
+              }}
+            >
+              <option value="">All accounts</option>
+              {(accounts.data?.data ?? []).map((account) => (
+                <option value={account.id} key={account.id}>
+                  {account.email || account.name || account.id}
+                </option>
+              ))}
+            </select>
+          </div>
+        )}
         <div class="field field-inline">
           <label for="usage-key">Key</label>
           <select id="usage-key" value={keyId} onChange={(e) => setKeyId(e.currentTarget.value)}>
@@ -147,7 +195,11 @@ export function UsagePage() {
         <Stat label="Requests" value={count(totals.requests)} loading={loading} />
         <Stat label="Input tokens" value={count(totals.input_tokens)} loading={loading} />
         <Stat label="Output tokens" value={count(totals.output_tokens)} loading={loading} />
-        <Stat label="Balance" value={balance(data?.balance_usd ?? null)} loading={loading} />
+        {allAccounts ? (
+          <Stat label="Accounts" value={data ? count(new Set(data.by_key.map((row) => row.key_account_id ?? row.key_id)).size) : ''} loading={loading} />
+        ) : (
+          <Stat label="Balance" value={balance(data?.balance_usd ?? null)} loading={loading} />
+        )}
       </dl>
       <div class="chart-grid">
         <section class="card chart-card" aria-labelledby="spend-chart-heading">
@@ -239,7 +291,7 @@ export function UsagePage() {
               {byKey.map((row) => (
                 <tr key={row.key_id}>
                   <td class="cell-strong">
-                    {row.key_name ?? <span class="muted">{row.key_id ? `${row.key_id} (revoked)` : 'Unknown key'}</span>}
+                    <KeyName row={row} account={allAccounts && row.key_account_id ? (accountNames.get(row.key_account_id) ?? row.key_account_id) : undefined} />
                   </td>
                   <td class="num">{count(row.requests)}</td>
                   <td class="num">{count(row.input_tokens)}</td>
