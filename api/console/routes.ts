@@ -61,7 +61,8 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
 
   // ---- public ----
 
-  // Whether anyone can sign in as an admin yet: the sign-in page says how the first one is made while nobody can.
+  // Whether anyone can sign in as an admin yet (an admin with an email and a password: the built-in default account is an
+  // admin with neither): the sign-in page says how the first one is made while nobody can.
   // Only that yes or no, never who; read from the record at most every few seconds, and once yes, kept.
   let adminSeen = false;
   let adminChecked = 0;
@@ -69,7 +70,7 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     if (adminSeen || Date.now() - adminChecked < 5000) return adminSeen;
     adminChecked = Date.now();
     try {
-      const found = await keyStore.record.selectFrom('accounts').select('id').where('role', '=', 'admin').where('disabled', '=', false).where('deleted', '=', false).limit(1).executeTakeFirst();
+      const found = await keyStore.record.selectFrom('accounts').select('id').where('role', '=', 'admin').where('disabled', '=', false).where('deleted', '=', false).where('email', '<>', '').where('password', '<>', '').limit(1).executeTakeFirst();
       adminSeen = found !== undefined;
     } catch {
       // The record unreachable: no hint rather than no console.
