@@ -1,6 +1,6 @@
-import { describe, it } from 'node:test';
+import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -22,7 +22,17 @@ async function gone(pid: number): Promise<boolean> {
   return !alive(pid);
 }
 
+const made: string[] = [];
+/** A data dir of its own, removed when the tests are done. */
+function tempDataDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'sy-data-'));
+  made.push(dir);
+  return dir;
+}
+
 describe('locateRedis (how npm start and the keys CLI find Redis)', () => {
+  after(() => made.forEach((dir) => rmSync(dir, { recursive: true, force: true })));
+
   it('uses REDIS_URL as given when it answers, and never stops it', async () => {
     const { url } = await processPrivateRedis();
     const named = `${url}/3`;
@@ -46,7 +56,7 @@ describe('locateRedis (how npm start and the keys CLI find Redis)', () => {
 
   it('fails with one line naming the three ways out when nothing answers and redis-server is missing', async () => {
     const closed = `redis://127.0.0.1:${await freePort()}`;
-    const dataDir = mkdtempSync(join(tmpdir(), 'sy-data-'));
+    const dataDir = tempDataDir();
     await assert.rejects(
       () => locateRedis({ PATH: '/nonexistent' }, true, { defaultUrl: closed, dataDir }),
       (error: Error) =>
@@ -59,7 +69,7 @@ describe('locateRedis (how npm start and the keys CLI find Redis)', () => {
 
   it('starts a private redis-server under the data dir, finds it again, and the last user stops it', async () => {
     const closed = `redis://127.0.0.1:${await freePort()}`;
-    const dataDir = mkdtempSync(join(tmpdir(), 'sy-data-'));
+    const dataDir = tempDataDir();
     const env = { PATH: process.env.PATH };
     const first = await locateRedis(env, true, { defaultUrl: closed, dataDir });
     const pid = Number(readFileSync(join(dataDir, 'redis.pid'), 'utf8'));
@@ -87,7 +97,7 @@ describe('locateRedis (how npm start and the keys CLI find Redis)', () => {
 
   it('prefers its private redis-server to a Redis that merely answers at the default address, and says so', async () => {
     const other = await processPrivateRedis();
-    const dataDir = mkdtempSync(join(tmpdir(), 'sy-data-'));
+    const dataDir = tempDataDir();
     const located = await locateRedis({ PATH: process.env.PATH }, true, { defaultUrl: other.url, dataDir });
     const pid = Number(readFileSync(join(dataDir, 'redis.pid'), 'utf8'));
     try {
@@ -102,7 +112,7 @@ describe('locateRedis (how npm start and the keys CLI find Redis)', () => {
 
   it('uses a Redis at the default address only when no private one can run, as a warning naming it', async () => {
     const other = await processPrivateRedis();
-    const dataDir = mkdtempSync(join(tmpdir(), 'sy-data-'));
+    const dataDir = tempDataDir();
     const located = await locateRedis({ PATH: '/nonexistent' }, true, { defaultUrl: other.url, dataDir });
     assert.equal(located.source, 'default');
     assert.equal(located.warning, true);
