@@ -169,7 +169,8 @@ async function main(): Promise<void> {
     cleanups.push({ what: 'the workers', run: (until) => workers.close(until) });
     if (!child && role === 'worker' && config.metrics.port !== undefined) {
       // A worker process has no HTTP server of its own: METRICS_PORT gives it one for GET /metrics.
-      const listener = await startMetricsListener(config.metrics.port, config.host, log, config.metrics.token);
+      // And GET /readyz: 200 while this worker reaches Redis (compose's worker health checks probe it).
+      const listener = await startMetricsListener(config.metrics.port, config.host, log, config.metrics.token, { redis: config.redis });
       cleanups.push({ what: 'the metrics listener', run: (until) => settledBy(listener.close(), until + closeMarginMs).then(() => undefined) });
     }
   }

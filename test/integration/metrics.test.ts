@@ -446,6 +446,9 @@ describe('queue depths on the api, and a worker process’s own listener (METRIC
     assert.ok(served.series('switchyard_queue_jobs').length === 0, 'queue depths are the api’s to show');
     await waitFor(async () => (await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', { queue: 'chat', state: 'waiting' }) === 0, 3000, 'the queue to drain');
     assert.equal((await fetch(`http://127.0.0.1:${port}/other`)).status, 404);
+    // The worker's readiness for a health check: it reaches Redis (test/unit/worker-readiness.test.ts has the 503).
+    const ready = await fetch(`http://127.0.0.1:${port}/readyz`);
+    assert.equal(ready.status, 200);
   });
 });
 
