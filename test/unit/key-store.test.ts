@@ -1,6 +1,7 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { readKeySpend } from '../../shared/billing.js';
+import { readBill, readKeySpend } from '../../shared/billing.js';
+import { billKey } from '../../shared/accounts.js';
 import type { Redis } from 'ioredis';
 import {
   accessChangedChannel,
@@ -83,6 +84,19 @@ describe('AccountStore', () => {
     assert.ok(Math.abs(ledger[0]!.time - Date.now() / 1000) < 5);
     await assert.rejects(store.accounts.credit('acct_nope', 1), isError(404, 'account_not_found'));
     await assert.rejects(store.accounts.credit(defaultAccountId, 1), isError(400, 'unlimited_balance'));
+  });
+
+  it('answers each credit with the balance right after it, also when a later credit reached Redis first', async () => {
+    const a = await store.accounts.create({ email: 'overtaken@example.com' });
+    assert.equal(await store.accounts.credit(a.id, usdToMicros(10), 'first'), 10_000_000);
+    const [first] = await store.accounts.ledger(a.id, 1);
+    // Two later entries (ids first+1 and first+2), the second applied before the first: their Lua calls as the store makes them.
+    const credit = (redis as unknown as { accountCredit(...args: Array<string | number>): Promise<[number, number]> }).accountCredit.bind(redis);
+    const bill = billKey(a.id);
+    assert.deepEqual(await credit(bill, 13_000_000, first!.id + 2, 2_000_000), [1, 13_000_000]);
+    assert.deepEqual(await credit(bill, 11_000_000, first!.id + 1, 1_000_000), [1, 11_000_000], 'the overtaken entry: the balance right after it');
+    assert.deepEqual(await credit(bill, 13_000_000, first!.id + 2, 2_000_000), [1, 13_000_000], 'a retry answers the same');
+    assert.equal((await readBill(redis, a.id))?.balanceMicros, 13_000_000, 'and nothing moved twice');
   });
 
   it('keeps a default account: lazily made, unlimited, undeletable', async () => {
