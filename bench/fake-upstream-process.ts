@@ -16,10 +16,20 @@
  *                      after the fake's own request checks, in one write;
  *                      the fake Anthropic only serves as many as were queued
  *                      with POST /__enqueue?vendor=anthropic&count=K
+ *   --pace-tokens=N    a stream chat completion the fake OpenAI would stream (its own
+ *   --pace-ms=M        checks first: auth, body) is answered like a real model instead:
+ *                      N text deltas in the vendor's exact SSE framing, one write every
+ *                      M ms (default 20): the role chunk with the first delta at once,
+ *                      then one delta a write, the last write adding the finish chunk,
+ *                      the usage chunk when the request asked for it
+ *                      (`stream_options.include_usage`) and `data: [DONE]`. A front of
+ *                      the same process does it (the url printed is the front's); every
+ *                      other request passes through to the fake untouched
  *
  * A control server on a port of its own (not counted by the fakes):
  *   GET  /__stats                      per fake: requests, inFlight, maxInFlight, overCap (429s), aborted;
- *                                      with a cap and a latency, how long slots sat idle between answers (slotUse)
+ *                                      with a cap and a latency, how long slots sat idle between answers (slotUse);
+ *                                      with --pace-tokens, `paced`: streams started, completed, left by their client, most at once
  *   POST /__reset                      zeroes those counters (and the queued Anthropic streams)
  *   POST /__enqueue?vendor=anthropic&count=K
  *
@@ -53,6 +63,9 @@ const latencyMs = intOption('latency-ms');
 const cap = intOption('cap');
 const streamChunks = intOption('stream-chunks');
 const anthropicLatencyMs = intOption('anthropic-latency-ms');
+const paceTokens = intOption('pace-tokens');
+const paceMs = option('pace-ms') === undefined ? 20 : intOption('pace-ms');
+if (paceTokens > 0 && streamChunks > 0) throw new Error('--pace-tokens and --stream-chunks are two ways to answer a stream: give one');
 const vendors = new Set((option('vendors') ?? 'openai').split(',').map((v) => v.trim()).filter(Boolean));
 for (const vendor of vendors) if (!['openai', 'anthropic', 'gemini'].includes(vendor)) throw new Error(`--vendors: unknown vendor "${vendor}"`);
 const customised = latencyMs > 0 || cap > 0 || streamChunks > 0;
@@ -93,6 +106,99 @@ async function delayingFront(target: string, delayMs: number) {
   };
 }
 const anthropicFront = anthropic && anthropicLatencyMs > 0 ? await delayingFront(anthropic.url, anthropicLatencyMs) : undefined;
+
+/** Streams answered by the paced front (bench/paced-streams.ts reads them in its checks). */
+const paced = { started: 0, completed: 0, aborted: 0, active: 0, maxActive: 0 };
+
+/**
+ * A front that passes every request to the fake OpenAI (`target`, its origin) and its answer back,
+ * except a stream chat completion the fake accepted (200, an event stream): the fake's own stream is
+ * dropped and the client gets `tokens` text deltas, one write every `everyMs` ms, as a real model
+ * sends them. The frames are those of bench/long-streams.ts (the vendor's framing), built once.
+ */
+async function pacedFront(target: string, tokens: number, everyMs: number) {
+  const agent = new Agent({ keepAlive: true, maxSockets: Infinity });
+  // role, N deltas, finish, usage, [DONE]: each `data: …\n\n`.
+  const events = longStream('openai', tokens).split('\n\n').filter(Boolean).map((event) => `${event}\n\n`);
+  const [role, ...rest] = events;
+  const deltas = rest.slice(0, tokens).map((event) => Buffer.from(event));
+  const [finish, usage, done] = rest.slice(tokens);
+  const firstWith = (prefix: string) => Buffer.concat([Buffer.from(prefix), deltas[0]!]);
+  const tails = { usage: Buffer.from(`${finish}${usage}${done}`), plain: Buffer.from(`${finish}${done}`) };
+
+  const pace = (res: ServerResponse, includeUsage: boolean) => {
+    paced.started += 1;
+    paced.active += 1;
+    if (paced.active > paced.maxActive) paced.maxActive = paced.active;
+    res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
+    let next = 0;
+    let timer: NodeJS.Timeout | undefined;
+    let finished = false;
+    const settle = (completed: boolean) => {
+      if (finished) return;
+      finished = true;
+      paced.active -= 1;
+      if (completed) paced.completed += 1;
+      else paced.aborted += 1;
+    };
+    res.on('close', () => {
+      clearTimeout(timer);
+      settle(res.writableFinished);
+    });
+    const step = () => {
+      if (res.destroyed) return;
+      const i = next++;
+      const piece = i === 0 ? firstWith(role!) : deltas[i]!;
+      if (i === tokens - 1) {
+        res.end(Buffer.concat([piece, includeUsage ? tails.usage : tails.plain]));
+        return;
+      }
+      res.write(piece);
+      timer = setTimeout(step, everyMs);
+    };
+    step();
+  };
+
+  const server = createServer({ noDelay: true, keepAliveTimeout: 60_000, requestTimeout: 0 }, (req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      const body = Buffer.concat(chunks);
+      const out = httpRequest(`${target}${req.url ?? '/'}`, { method: req.method, headers: req.headers, agent }, (answer) => {
+        const isStream =
+          answer.statusCode === 200 &&
+          req.method === 'POST' &&
+          (req.url ?? '').split('?')[0] === '/v1/chat/completions' &&
+          String(answer.headers['content-type'] ?? '').startsWith('text/event-stream');
+        if (!isStream) {
+          res.writeHead(answer.statusCode ?? 502, answer.headers);
+          answer.pipe(res);
+          return;
+        }
+        answer.resume();
+        let includeUsage = false;
+        try {
+          includeUsage = (JSON.parse(body.toString('utf8')) as { stream_options?: { include_usage?: unknown } }).stream_options?.include_usage === true;
+        } catch {
+          // the fake accepted it, so it was JSON; without usage if not
+        }
+        pace(res, includeUsage);
+      });
+      out.on('error', () => res.destroy());
+      out.end(body);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', 1024, resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`,
+    close: () => {
+      server.closeAllConnections();
+      agent.destroy();
+      return new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+const openaiFront = paceTokens > 0 ? await pacedFront(new URL(openai.url).origin, paceTokens, paceMs) : undefined;
 
 const bodies = {
   openai: streamChunks > 0 ? longStream('openai', streamChunks) : '',
@@ -169,6 +275,7 @@ function stats() {
       aborted: openai.abortedRequests,
       connections: openai.connections,
       slotUse: slotUse(),
+      ...(openaiFront ? { paced: { ...paced } } : {}),
     },
   };
   if (anthropic) {
@@ -194,6 +301,7 @@ function control(req: IncomingMessage, res: ServerResponse): void {
     openaiOverCap = 0;
     geminiRequests = 0;
     arrivals.length = 0;
+    Object.assign(paced, { started: 0, completed: 0, aborted: 0, maxActive: paced.active });
     installHandlers();
     return reply(200, stats());
   }
@@ -215,7 +323,7 @@ const controlUrl = `http://127.0.0.1:${(controlServer.address() as AddressInfo).
 
 process.stdout.write(
   `${JSON.stringify({
-    url: openai.url,
+    url: openaiFront?.url ?? openai.url,
     pid: process.pid,
     controlUrl,
     ...(anthropic ? { anthropicUrl: anthropicFront?.url ?? anthropic.url } : {}),
@@ -231,7 +339,7 @@ async function stop(): Promise<void> {
   force.unref();
   controlServer.closeAllConnections();
   controlServer.close();
-  await Promise.allSettled([openai.close(), anthropicFront?.close(), anthropic?.close(), gemini?.close()]);
+  await Promise.allSettled([openaiFront?.close(), openai.close(), anthropicFront?.close(), anthropic?.close(), gemini?.close()]);
   process.exit(0);
 }
 

@@ -1,5 +1,5 @@
 /**
- * `npm run bench`: what the gateway costs on top of a vendor, and how it schedules, in four sections.
+ * `npm run bench`: what the gateway costs on top of a vendor, and how it schedules, in five sections.
  *
  *   overhead     the gateway side by side with a direct call to a zero-latency fake
  *                OpenAI upstream and with the floor, a bare BullMQ loop
@@ -18,6 +18,12 @@
  *                another vendor), shares (two floods, 6 keys against 1; then weights 3:1) and
  *                tiers (flex and default floods; priority requests meanwhile). Also writes
  *                bench/results/latest-scheduler.json in a run of several sections
+ *   streams      streams as real traffic sends them (bench/paced-streams.ts): a fake pacing 300
+ *                tokens 20 ms apart, waves of 200 and 1,000 streams opened at once, direct and
+ *                through a default `start`: time to first token, gaps between tokens, the wave's
+ *                time, broken streams, CPU per 1,000 tokens and RSS peak by process, Redis
+ *                commands per token. Also writes bench/results/latest-streams.json in a run of
+ *                several sections
  *
  * `npm run bench -- --topology` runs only the topology section instead (bench/topology.ts):
  * the floor, 1 api + 1 worker and 2 apis + 2 workers on one Redis, then 1 api + 1 worker on a
@@ -29,7 +35,7 @@
  * bench/results/latest-<sections>.json (so a quick run does not replace the full figures).
  *
  * Environment:
- *   BENCH_ONLY            comma-separated sections to run (default: all four)
+ *   BENCH_ONLY            comma-separated sections to run (default: all five)
  *   BENCH_CONFIGS         gateway targets of overhead: start (node dist/bin/start.js as is),
  *                         log-off (start with REQUEST_LOG=off: the request log's cost, side by side),
  *                         one-loop (WORKER_PROCESS=off), split (--role=api + --role=worker);
@@ -64,7 +70,12 @@
  *   BENCH_SCHED_NOISY_FLOOD scheduler/noisy: account A's flood (default 1200)
  *   BENCH_SCHED_SHARE_FLOOD scheduler/shares: each account's flood (default 500)
  *   BENCH_SCHED_TIER_FLOOD scheduler/tiers: the flex flood and the default flood (default 500 each)
- *   BENCH_QUIET_WAIT_S    burst, translation: before each measurement, wait up to this long for a second in
+ *   BENCH_STREAMS_WAVES   streams: streams opened at once, one wave each, direct then gateway (default 200,1000);
+ *                         the bars count at the largest wave
+ *   BENCH_STREAMS_TOKENS  streams: text deltas per stream (default 300)
+ *   BENCH_STREAMS_PACE_MS streams: the fake's pause between two deltas of a stream (default 20)
+ *   BENCH_STREAMS_WARMUP  streams: streams of an unmeasured warm-up wave per target (default 20; 0: none)
+ *   BENCH_QUIET_WAIT_S    burst, translation, streams: before each measurement, wait up to this long for a second in
  *                         which the machine uses < 25 % of a core (default 10; 0: do not check)
  *   BENCH_REDIS_URL       Redis database to use; it is FLUSHDB'd (default: database 15 of a private
  *                         redis-server this run starts and stops, like the tests'). The overhead
@@ -91,6 +102,7 @@ import { envInt, machineFacts, redisVersion } from './measure.js';
 import { runOverhead, type OverheadConfig } from './overhead.js';
 import { runScheduler, schedulerSettings } from './scheduler.js';
 import { installCleanup, root, stopAll } from './procs.js';
+import { renderStreams, runPacedStreams, type StreamsResults, type StreamsSettings } from './paced-streams.js';
 import { render, type Results, type Section } from './report.js';
 import { log } from './stack.js';
 import { runTopologySection } from './topology.js';
@@ -100,10 +112,15 @@ function envList(name: string, fallback: string): string[] {
   return (process.env[name] || fallback).split(',').map((s) => s.trim()).filter(Boolean);
 }
 
-const allSections: Section[] = ['overhead', 'burst', 'translation', 'scheduler'];
+/** The sections of this run: report.ts's, and streams (rendered by bench/paced-streams.ts). */
+type RunSection = Section | 'streams';
+/** A run's results: report.ts's, with the streams section beside them. */
+type RunResults = Omit<Results, 'sections'> & { sections: RunSection[]; streams?: StreamsResults };
+
+const allSections: RunSection[] = ['overhead', 'burst', 'translation', 'scheduler', 'streams'];
 const onlyList = envList('BENCH_ONLY', allSections.join(','));
 for (const name of onlyList) {
-  if (!allSections.includes(name as Section)) throw new Error(`BENCH_ONLY: unknown section "${name}" (${allSections.join(', ')})`);
+  if (!allSections.includes(name as RunSection)) throw new Error(`BENCH_ONLY: unknown section "${name}" (${allSections.join(', ')})`);
 }
 const sections = allSections.filter((s) => onlyList.includes(s));
 const fullRun = sections.length === allSections.length;
@@ -142,6 +159,17 @@ const burstSettings = {
   quietWaitMs,
 };
 const schedSettings = schedulerSettings();
+const streamsSettings: StreamsSettings = {
+  waves: envList('BENCH_STREAMS_WAVES', '200,1000').map((s) => {
+    const n = Number(s);
+    if (!Number.isInteger(n) || n < 1 || n > 10_000) throw new Error(`BENCH_STREAMS_WAVES: "${s}" is not an integer in 1..10000`);
+    return n;
+  }),
+  tokens: envInt('BENCH_STREAMS_TOKENS', 300, 1),
+  paceMs: envInt('BENCH_STREAMS_PACE_MS', 20, 0),
+  warmupStreams: envInt('BENCH_STREAMS_WARMUP', 20, 0),
+  quietWaitMs,
+};
 const translationSettings = {
   chunks: envInt('BENCH_STREAM_CHUNKS', 2000, 1),
   microRuns: envInt('BENCH_TRANSLATION_RUNS', 21, 1),
@@ -180,9 +208,12 @@ async function main(): Promise<void> {
     const burst = sections.includes('burst') ? await runBurst({ settings: burstSettings, redis, redisUrl }) : undefined;
     const translation = sections.includes('translation') ? await runTranslation({ settings: translationSettings, redis, redisUrl }) : undefined;
     const scheduler = sections.includes('scheduler') ? await runScheduler({ settings: schedSettings, redis, redisUrl }) : undefined;
+    const streams = sections.includes('streams') ? await runPacedStreams({ settings: streamsSettings, redis, redisUrl }) : undefined;
 
-    const bars = [...(overhead?.bars ?? []), ...(burst?.configs ?? []).flatMap((c) => c.bars), ...(scheduler?.bars ?? [])].filter((b) => !b.informational);
-    const results: Results = {
+    const bars = [...(overhead?.bars ?? []), ...(burst?.configs ?? []).flatMap((c) => c.bars), ...(scheduler?.bars ?? []), ...(streams?.bars ?? [])].filter(
+      (b) => !b.informational,
+    );
+    const results: RunResults = {
       startedAt,
       finishedAt: new Date().toISOString(),
       machine: { ...machine, loadAverageAtEnd: loadavg() },
@@ -191,6 +222,7 @@ async function main(): Promise<void> {
       ...(burst ? { burst } : {}),
       ...(translation ? { translation } : {}),
       ...(scheduler ? { scheduler } : {}),
+      ...(streams ? { streams } : {}),
       passed: bars.every((b) => b.pass),
     };
     const outDir = join(root, 'bench', 'results');
@@ -203,7 +235,15 @@ async function main(): Promise<void> {
       const alone: Results = { startedAt: results.startedAt, finishedAt: results.finishedAt, machine: results.machine, sections: ['scheduler'], scheduler, passed };
       writeFileSync(join(outDir, 'latest-scheduler.json'), `${JSON.stringify(alone, null, 2)}\n`);
     }
-    process.stdout.write(`\n${render(results)}\n\nResults written to bench/results/${file}\n`);
+    if (streams && file !== 'latest-streams.json') {
+      const passed = streams.bars.filter((b) => !b.informational).every((b) => b.pass);
+      const alone: RunResults = { startedAt: results.startedAt, finishedAt: results.finishedAt, machine: results.machine, sections: ['streams'], streams, passed };
+      writeFileSync(join(outDir, 'latest-streams.json'), `${JSON.stringify(alone, null, 2)}\n`);
+    }
+    // report.ts renders its own sections (and their bars); the streams section follows with its bars.
+    const { streams: _streams, ...reported } = results;
+    const rendered = render({ ...reported, sections: results.sections.filter((s): s is Section => s !== 'streams') });
+    process.stdout.write(`\n${rendered}${streams ? `\n\n${renderStreams(streams)}` : ''}\n\nResults written to bench/results/${file}\n`);
     if (process.env.BENCH_STRICT === '1' && !results.passed) process.exitCode = 1;
   } finally {
     await stopAll();
