@@ -20,6 +20,7 @@
  * direct's time, no stream broken; counted at the largest wave (1,000), reported at the others.
  */
 import { performance } from 'node:perf_hooks';
+import { StringDecoder } from 'node:string_decoder';
 import { Redis } from 'ioredis';
 import { Agent, request } from 'undici';
 import { KeyStore } from '../api/accounts/key-store.js';
@@ -27,7 +28,7 @@ import { testRecord } from '../test/support/record.js';
 import { commandStats, diffCommandStats, redisProcessId, redisUsedMemory, RssSampler, Samples, summariseSorted, type CommandDelta, type LatencySummary } from './measure.js';
 import { dbUrl, targetDbs } from './overhead.js';
 import { cpuTimeMs, sleep, spawnChild, systemBusyMs, waitForQuiet } from './procs.js';
-import { discoverProcesses, fakeControl, log, probe, probeStream, startGateway, stopGateway, streamBody, upstreamKey, type Fake, type Gateway } from './stack.js';
+import { discoverProcesses, fakeControl, log, probe, startGateway, stopGateway, streamBody, upstreamKey, type Fake, type Gateway } from './stack.js';
 import { table, type Bar } from './table.js';
 
 export interface StreamsSettings {
@@ -118,6 +119,7 @@ async function readStream(agent: Agent, target: Target, body: string, expected: 
   let ttft = Number.NaN;
   let last = 0;
   let done = false;
+  let errorCode: string | undefined;
   try {
     const response = await request(target.url, {
       method: 'POST',
@@ -132,16 +134,21 @@ async function readStream(agent: Agent, target: Target, body: string, expected: 
       const code = /"code":"([^"]+)"/.exec(text)?.[1];
       return { ok: false, reason: `HTTP ${response.statusCode}${code ? ` ${code}` : ''}`, tokens, ttft, end: performance.now() };
     }
-    response.body.setEncoding('utf8');
+    // A read may end inside a UTF-8 character: the decoder keeps its bytes for the next.
+    const decoder = new StringDecoder('utf8');
     let carry = '';
-    for await (const chunk of response.body as AsyncIterable<string>) {
+    for await (const bytes of response.body as AsyncIterable<Buffer>) {
       const now = performance.now();
+      const chunk = decoder.write(bytes);
       const text = carry === '' ? chunk : carry + chunk;
       let start = 0;
       for (let newline = text.indexOf('\n', start); newline !== -1; newline = text.indexOf('\n', start)) {
         if (text.startsWith('data: ', start)) {
           if (text.startsWith('data: [DONE]', start)) done = true;
-          else {
+          else if (text.startsWith('data: {"error"', start)) {
+            // The stream ended with an error event (output had started): its code says why.
+            errorCode = /"code":"([^"]+)"/.exec(text.slice(start, newline))?.[1] ?? 'error event';
+          } else {
             const at = text.indexOf(TOKEN, start);
             if (at !== -1 && at < newline && text.charCodeAt(at + TOKEN.length) !== 34 /* " */) {
               if (tokens === 0) ttft = now - opened;
@@ -159,7 +166,7 @@ async function readStream(agent: Agent, target: Target, body: string, expected: 
     return { ok: false, reason: (error as { code?: string }).code ?? (error as Error).message.slice(0, 60), tokens, ttft, end: performance.now() };
   }
   const end = performance.now();
-  if (!done) return { ok: false, reason: 'no [DONE]', tokens, ttft, end };
+  if (!done) return { ok: false, reason: errorCode ? `error event ${errorCode}` : 'no [DONE]', tokens, ttft, end };
   if (tokens !== expected) return { ok: false, reason: `${tokens} of ${expected} tokens`, tokens, ttft, end };
   return { ok: true, tokens, ttft, end };
 }
@@ -190,6 +197,17 @@ function startPacedFake(tokens: number, paceMs: number): Promise<Fake> {
       throw new Error(`paced fake silent after 20 s:\n${child.tail.join('\n')}`);
     }),
   ]);
+}
+
+/** One stream read to its end (stack.ts's probeStream gives up after 5 s: a paced stream takes longer). */
+async function probeOne(target: Target, tokens: number): Promise<void> {
+  const agent = new Agent({ connections: 1 });
+  try {
+    const outcome = await readStream(agent, target, JSON.stringify(streamBody), tokens, new Samples());
+    if (!outcome.ok) throw new Error(`streams: probe stream of ${target.name} failed: ${outcome.reason}`);
+  } finally {
+    await agent.close().catch(() => undefined);
+  }
 }
 
 type Paced = NonNullable<WaveStats['fake']>;
@@ -268,7 +286,7 @@ export async function runPacedStreams(options: { settings: StreamsSettings; redi
   try {
     await gatewayRedis.flushdb();
     const direct: Target = { name: 'direct', url: `${fake.url}/chat/completions`, headers: { authorization: `Bearer ${upstreamKey}` }, pids: {} };
-    await probeStream(direct.url, direct.headers);
+    await probeOne(direct, settings.tokens);
 
     // A credited account's key with a spending limit and rate limits far above the load (as the overhead section).
     const keyStore = new KeyStore(gatewayRedis, await testRecord(gatewayRedis));
@@ -279,7 +297,7 @@ export async function runPacedStreams(options: { settings: StreamsSettings; redi
     gateway = await startGateway('start', fake.url, dbUrl(redisUrl, db!), undefined, { logTag: 'streams' });
     await probe(gateway.url, key.key, Object.values(gateway.children));
     const target: Target = { name: 'gateway', url: `${gateway.url}/v1/chat/completions`, headers: { authorization: `Bearer ${key.key}` }, pids: {} };
-    await probeStream(target.url, target.headers);
+    await probeOne(target, settings.tokens);
     target.pids = discoverProcesses(gateway);
     log(`streams: gateway ready, processes ${Object.entries(target.pids).map(([n, pid]) => `${n} ${pid}`).join(', ')}`);
     const targets = [direct, target];
