@@ -37,7 +37,8 @@
  * Environment:
  *   BENCH_ONLY            comma-separated sections to run (default: all five)
  *   BENCH_CONFIGS         gateway targets of overhead: start (node dist/bin/start.js as is),
- *                         log-off (start with REQUEST_LOG=off: the request log's cost, side by side),
+ *                         unlimited (start with an unlimited account's key and no limits, beside start's
+ *                         credited, limited key), log-off (start with REQUEST_LOG=off: the request log's cost, side by side),
  *                         one-loop (WORKER_PROCESS=off), split (--role=api + --role=worker);
  *                         default start,log-off,one-loop,split (all = one-loop); direct and floor always run.
  *                         Burst runs its one-process configuration if any of start, one-loop,
@@ -129,7 +130,7 @@ const topologyOnly = process.argv.slice(2).includes('--topology');
 
 const configNames = envList('BENCH_CONFIGS', 'start,log-off,one-loop,split');
 for (const name of configNames) {
-  if (!['start', 'log-off', 'one-loop', 'all', 'split'].includes(name)) throw new Error(`BENCH_CONFIGS: unknown configuration "${name}" (start, log-off, one-loop, split; all = one-loop)`);
+  if (!['start', 'unlimited', 'log-off', 'one-loop', 'all', 'split'].includes(name)) throw new Error(`BENCH_CONFIGS: unknown configuration "${name}" (start, unlimited, log-off, one-loop, split; all = one-loop)`);
 }
 const overheadConfigs = [...new Set(configNames.map((n) => (n === 'all' ? 'one-loop' : n)))] as OverheadConfig[];
 // Burst knows one process (`all`) and split.
