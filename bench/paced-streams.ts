@@ -294,7 +294,7 @@ export async function runPacedStreams(options: { settings: StreamsSettings; redi
     await keyStore.accounts.credit(account.id, 10 ** 12, 'bench');
     const key = await keyStore.create('bench-streams', { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 9 });
     log(`streams: gateway starting (Redis db ${db})`);
-    gateway = await startGateway('start', fake.url, dbUrl(redisUrl, db!), undefined, { logTag: 'streams' });
+    gateway = await startGateway('start', fake.url, dbUrl(redisUrl, db!), process.env.BENCH_CPU_PROF || undefined, { logTag: 'streams' });
     await probe(gateway.url, key.key, Object.values(gateway.children));
     const target: Target = { name: 'gateway', url: `${gateway.url}/v1/chat/completions`, headers: { authorization: `Bearer ${key.key}` }, pids: {} };
     await probeOne(target, settings.tokens);
