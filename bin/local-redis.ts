@@ -4,6 +4,7 @@ import { createServer } from 'node:net';
 import { resolve } from 'node:path';
 import { Redis } from 'ioredis';
 import { reachRedis, redisAddresses, redisProtocol } from '../shared/redis.js';
+import { processAlive } from '../storage/record/embedded-engine.js';
 
 export interface LocateOptions {
   /** Where the private Redis lives: DATA_DIR (default ./.data). */
@@ -203,16 +204,8 @@ async function stopIfUnused(url: string, urlFile: string, pidFile: string): Prom
   } finally {
     client.disconnect();
   }
-  for (let i = 0; i < 50 && pid !== undefined && alive(pid); i++) await new Promise((r) => setTimeout(r, 50));
+  for (let i = 0; i < 50 && pid !== undefined && processAlive(pid); i++) await new Promise((r) => setTimeout(r, 50));
   if (!(await answers(url))) rmSync(urlFile, { force: true });
   return 'stopped';
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}

@@ -12,6 +12,7 @@ import { freshRedis, spawnGateway, startGateway, waitFor, createKey, type Gatewa
 import { freePort } from '../support/redis-server.js';
 import { freshDatabase, recordUrlFor } from '../support/record.js';
 import { prettyLine } from '../../shared/logger.js';
+import { processAlive } from '../../storage/record/embedded-engine.js';
 
 /*
  * What `npm start` says when it starts and stops (issue 37, item 7): for a
@@ -38,14 +39,6 @@ async function runScript(args: string[], env: Record<string, string>): Promise<{
   return { code, stdout, output, ms: Date.now() - started };
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 /** Collects a process's lines, both streams, as they come. */
 function collectLines(proc: ChildProcess): string[] {
@@ -94,7 +87,7 @@ describe('npm start with nothing named but DATA_DIR, as a person sees it (LOG_FO
 
   after(() => {
     if (proc && proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
-    if (redisPid && alive(redisPid)) process.kill(redisPid, 'SIGKILL');
+    if (redisPid && processAlive(redisPid)) process.kill(redisPid, 'SIGKILL');
     if (dataDir) rmSync(dataDir, { recursive: true, force: true });
   });
 
@@ -116,7 +109,7 @@ describe('npm start with nothing named but DATA_DIR, as a person sees it (LOG_FO
     const made = await runScript(['bin/keys.ts', 'create', '--name', 'from the cli'], { DATA_DIR: dataDir, DATABASE_URL: databaseUrl });
     assert.equal(made.code, 0, made.output);
     const key = made.stdout.trim();
-    assert.ok(alive(redisPid), 'the private redis-server still runs');
+    assert.ok(processAlive(redisPid), 'the private redis-server still runs');
     // The key the CLI made is one the gateway knows at once: one Redis (and one record) between them.
     const res = await fetch(`${base}/v1/models`, { headers: { authorization: `Bearer ${key}` } });
     assert.equal(res.status, 200);
@@ -143,7 +136,7 @@ describe('npm start with nothing named but DATA_DIR, as a person sees it (LOG_FO
     assert.equal(code, 0, lines.join('\n'));
     assert.ok(lines.some((l) => l.includes('draining 0 requests')) && !lines.some((l) => l.includes('second interrupt')), lines.join('\n'));
     assert.ok(lines.some((l) => l.includes('stopped the private redis-server (nothing else used it)')), lines.join('\n'));
-    await waitFor(() => !alive(redisPid), 5000, 'the private redis-server gone');
+    await waitFor(() => !processAlive(redisPid), 5000, 'the private redis-server gone');
     assert.ok(!existsSync(join(dataDir, 'redis.url')), 'no stale address left');
     // Its data stays under DATA_DIR (append-only file), for the next start.
     assert.ok(existsSync(join(dataDir, 'appendonlydir')), readdirSync(dataDir).join(', '));

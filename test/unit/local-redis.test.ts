@@ -6,20 +6,12 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { locateRedis } from '../../bin/local-redis.js';
 import { freePort, processPrivateRedis } from '../support/redis-server.js';
+import { processAlive } from '../../storage/record/embedded-engine.js';
 
-/** Whether a process runs (signal 0 only asks). */
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 async function gone(pid: number): Promise<boolean> {
-  for (let i = 0; i < 100 && alive(pid); i++) await new Promise((r) => setTimeout(r, 50));
-  return !alive(pid);
+  for (let i = 0; i < 100 && processAlive(pid); i++) await new Promise((r) => setTimeout(r, 50));
+  return !processAlive(pid);
 }
 
 const made: string[] = [];
@@ -84,14 +76,14 @@ describe('locateRedis (how npm start and the keys CLI find Redis)', () => {
       const user = new Redis(again.url);
       await user.ping();
       assert.equal(await first.release(), 'kept');
-      assert.ok(alive(pid), 'still running for the other user');
+      assert.ok(processAlive(pid), 'still running for the other user');
       user.disconnect();
       // The last user stops it, and the next start does not look for it at the old address.
       assert.equal(await again.release(), 'stopped');
       assert.ok(await gone(pid), 'redis-server stopped');
       assert.ok(!existsSync(join(dataDir, 'redis.url')));
     } finally {
-      if (alive(pid)) process.kill(pid, 'SIGKILL');
+      if (processAlive(pid)) process.kill(pid, 'SIGKILL');
     }
   });
 
@@ -106,7 +98,7 @@ describe('locateRedis (how npm start and the keys CLI find Redis)', () => {
       assert.ok(located.described.includes(`a Redis also answers at 127.0.0.1:${new URL(other.url).port}: set REDIS_URL to use that one instead`), located.described);
     } finally {
       await located.release();
-      if (alive(pid)) process.kill(pid, 'SIGKILL');
+      if (processAlive(pid)) process.kill(pid, 'SIGKILL');
     }
   });
 
