@@ -1,7 +1,7 @@
 import { listOf } from '../api';
 import { EmptyRow, ErrorMessage, PageHeader, SkeletonRows, TableCard, useApi, useTitle } from '../components/ui';
 import type { Key, List } from '../types';
-import { KeyCells } from './keys';
+import { KeyCells, KeyHeaderCells } from './keys';
 
 export function AllKeysPage() {
   useTitle('All keys');
@@ -24,19 +24,7 @@ export function AllKeysPage() {
             <thead>
               <tr>
                 <th scope="col">Account</th>
-                <th scope="col">Name</th>
-                <th scope="col">Key</th>
-                <th scope="col">Created</th>
-                <th scope="col">Last used</th>
-                <th scope="col">Spent / Limit</th>
-                <th scope="col" class="num">
-                  RPM
-                </th>
-                <th scope="col" class="num">
-                  TPM
-                </th>
-                <th scope="col">Models</th>
-                <th scope="col">Expires</th>
+                <KeyHeaderCells />
               </tr>
             </thead>
             <tbody>

@@ -457,6 +457,23 @@ export function ExpiresCell({ at, adminSet }: { at: number | null; adminSet?: un
 }
 
 /** A key's cells as every key table shows them: name, hint, created, last used, spend / limit, rpm, tpm, models, expiry. */
+/** The headers of KeyCells' columns, in their order. */
+export function KeyHeaderCells() {
+  return (
+    <>
+      <th scope="col">Name</th>
+      <th scope="col">Key</th>
+      <th scope="col">Created</th>
+      <th scope="col">Last used</th>
+      <th scope="col">Spent / Limit</th>
+      <th scope="col" class="num">RPM</th>
+      <th scope="col" class="num">TPM</th>
+      <th scope="col">Models</th>
+      <th scope="col">Expires</th>
+    </>
+  );
+}
+
 export function KeyCells({ keyRecord: key }: { keyRecord: Key }) {
   return (
     <>
@@ -545,15 +562,7 @@ export function KeysPage() {
           <table class="table table-compact" aria-labelledby="keys-heading">
             <thead>
               <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Key</th>
-                <th scope="col">Created</th>
-                <th scope="col">Last used</th>
-                <th scope="col">Spent / Limit</th>
-                <th scope="col" class="num">RPM</th>
-                <th scope="col" class="num">TPM</th>
-                <th scope="col">Models</th>
-                <th scope="col">Expires</th>
+                <KeyHeaderCells />
                 <th scope="col" class="sticky-end">
                   <span class="visually-hidden">Actions</span>
                 </th>
@@ -591,15 +600,7 @@ export function KeysPage() {
               <thead>
                 <tr>
                   <th scope="col">Account</th>
-                  <th scope="col">Name</th>
-                  <th scope="col">Key</th>
-                  <th scope="col">Created</th>
-                  <th scope="col">Last used</th>
-                  <th scope="col">Spent / Limit</th>
-                  <th scope="col" class="num">RPM</th>
-                  <th scope="col" class="num">TPM</th>
-                  <th scope="col">Models</th>
-                  <th scope="col">Expires</th>
+                  <KeyHeaderCells />
                   <th scope="col" class="sticky-end">
                     <span class="visually-hidden">Actions</span>
                   </th>
