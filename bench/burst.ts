@@ -14,7 +14,7 @@ import { keyPrefix } from '../shared/keys.js';
 import { shardQueueName } from '../shared/queues.js';
 import { FAKE_REPLY_TEXT } from '../test/support/fake-openai-defaults.js';
 import { commandStats, diffCommandStats, redisProcessId, Samples, summarise, type CommandDelta, type LatencySummary } from './measure.js';
-import { cpuTimeMs, sleep, systemBusyMs, waitForQuiet, waitUntil } from './procs.js';
+import { cpuWindow, sleep, waitForQuiet, waitUntil } from './procs.js';
 import type { Bar } from './table.js';
 import { table } from './table.js';
 import { fakeControl, log, plainBody, probe, startFake, startGateway, stopGateway, waitForQueueWorkers, type Fake, type SlotUse } from './stack.js';
@@ -133,8 +133,7 @@ async function burstOnce(options: {
   if (redisPid !== undefined) cpuPids.redis = redisPid;
   cpuPids.fake = fake.child.pid;
   cpuPids.client = process.pid;
-  const cpuBefore = Object.fromEntries(Object.entries(cpuPids).map(([n, pid]) => [n, cpuTimeMs(pid)]));
-  const busyBefore = systemBusyMs();
+  const cpuSpent = cpuWindow(cpuPids);
   const commandsBefore = await commandStats(redis);
 
   // One connection per request: nothing queues in the client, only in the gateway.
@@ -149,17 +148,7 @@ async function burstOnce(options: {
   }
   const wallMs = performance.now() - started;
 
-  const cpuMs: Record<string, number | null> = {};
-  for (const [name, pid] of Object.entries(cpuPids)) {
-    const before = cpuBefore[name];
-    const after = cpuTimeMs(pid);
-    cpuMs[name] = before === undefined || after === undefined ? null : after - before;
-  }
-  const busyAfter = systemBusyMs();
-  if (busyBefore !== undefined && busyAfter !== undefined) {
-    const ours = Object.values(cpuMs).reduce<number>((sum, v) => sum + (v ?? 0), 0);
-    cpuMs.others = Math.max(0, busyAfter - busyBefore - ours);
-  }
+  const cpuMs = cpuSpent();
   const redisCommands = diffCommandStats(commandsBefore, await commandStats(redis));
   // Slots are released just after each answer is published: give the last releases a moment.
   await sleep(200);

@@ -8,7 +8,7 @@ import { performance } from 'node:perf_hooks';
 import autocannon from 'autocannon';
 import type { Redis } from 'ioredis';
 import { cpus, release, totalmem, type as osType } from 'node:os';
-import { cpuTimeMs, rssBytes, systemBusyMs } from './procs.js';
+import { cpuTimeMs, cpuWindow, rssBytes, systemBusyMs } from './procs.js';
 
 /** Nearest-rank percentile of a sorted sample, in the sample's unit. */
 export function percentile(sorted: Float64Array, q: number): number {
@@ -275,8 +275,7 @@ export async function measureLoad(options: {
   if (redisPid !== undefined) cpuPids.redis = redisPid;
   cpuPids.loadgen = process.pid;
   const statsBefore = await commandStats(redis);
-  const cpuBefore = Object.fromEntries(Object.entries(cpuPids).map(([n, pid]) => [n, cpuTimeMs(pid)]));
-  const busyBefore = systemBusyMs();
+  const cpuSpent = cpuWindow(cpuPids);
   const samples = new Samples();
   sampler.start();
   const pool = options.latencies;
@@ -285,17 +284,7 @@ export async function measureLoad(options: {
     pool?.push(ms);
   });
   const peaks = sampler.stop();
-  const cpuMs: Record<string, number | null> = {};
-  for (const [name, pid] of Object.entries(cpuPids)) {
-    const startMs = cpuBefore[name];
-    const endMs = cpuTimeMs(pid);
-    cpuMs[name] = startMs === undefined || endMs === undefined ? null : endMs - startMs;
-  }
-  const busyAfter = systemBusyMs();
-  if (busyBefore !== undefined && busyAfter !== undefined) {
-    const ours = Object.values(cpuMs).reduce<number>((sum, v) => sum + (v ?? 0), 0);
-    cpuMs.others = Math.max(0, busyAfter - busyBefore - ours);
-  }
+  const cpuMs = cpuSpent();
   const redisCommands = diffCommandStats(statsBefore, await commandStats(redis));
   await new Promise((r) => setTimeout(r, options.settleMs ?? 2000));
   const after = sampler.snapshot();

@@ -27,7 +27,7 @@ import { KeyStore } from '../api/accounts/key-store.js';
 import { testRecord } from '../test/support/record.js';
 import { commandStats, diffCommandStats, redisProcessId, redisUsedMemory, RssSampler, Samples, summariseSorted, type CommandDelta, type LatencySummary } from './measure.js';
 import { dbUrl, targetDbs } from './overhead.js';
-import { cpuTimeMs, sleep, spawnChild, systemBusyMs, waitForQuiet } from './procs.js';
+import { cpuWindow, sleep, spawnChild, waitForQuiet } from './procs.js';
 import { discoverProcesses, fakeControl, log, probe, startGateway, stopGateway, streamBody, upstreamKey, type Fake, type Gateway } from './stack.js';
 import { table, type Bar } from './table.js';
 
@@ -232,21 +232,11 @@ async function measureWave(options: {
   const sampler = new RssSampler({ ...target.pids, fake: fake.child.pid }, 250);
   const memoryBefore = await redisUsedMemory(redis);
   const statsBefore = await commandStats(redis);
-  const cpuBefore = Object.fromEntries(Object.entries(cpuPids).map(([n, pid]) => [n, cpuTimeMs(pid)]));
-  const busyBefore = systemBusyMs();
+  const cpuSpent = cpuWindow(cpuPids);
   sampler.start();
   const { outcomes, gaps, waveMs } = await wave(target, streams, settings.tokens);
   const rssPeak = sampler.stop();
-  const cpuMs: Record<string, number | null> = {};
-  for (const [name, pid] of Object.entries(cpuPids)) {
-    const before = cpuBefore[name];
-    const after = cpuTimeMs(pid);
-    cpuMs[name] = before === undefined || after === undefined ? null : after - before;
-  }
-  const busyAfter = systemBusyMs();
-  if (busyBefore !== undefined && busyAfter !== undefined) {
-    cpuMs.others = Math.max(0, busyAfter - busyBefore - Object.values(cpuMs).reduce<number>((sum, v) => sum + (v ?? 0), 0));
-  }
+  const cpuMs = cpuSpent();
   const commands = diffCommandStats(statsBefore, await commandStats(redis)).sort((a, b) => b.calls - a.calls);
   const memoryAfter = await redisUsedMemory(redis);
   const tokens = outcomes.reduce((sum, o) => sum + o.tokens, 0);

@@ -203,3 +203,26 @@ export async function waitForQuiet(options: { thresholdPct?: number; maxWaitMs?:
   } while (Date.now() - started < maxWaitMs);
   return { quiet: false, busyPct, waitedMs: Date.now() - started };
 }
+
+/**
+ * CPU ms each named process spends from now until the returned function is called (null where /proc could not
+ * say), and `others`: what the rest of the machine kept busy meanwhile.
+ */
+export function cpuWindow(pids: Readonly<Record<string, number>>): () => Record<string, number | null> {
+  const before = Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, cpuTimeMs(pid)]));
+  const busyBefore = systemBusyMs();
+  return () => {
+    const cpuMs: Record<string, number | null> = {};
+    for (const [name, pid] of Object.entries(pids)) {
+      const start = before[name];
+      const end = cpuTimeMs(pid);
+      cpuMs[name] = start === undefined || end === undefined ? null : end - start;
+    }
+    const busyAfter = systemBusyMs();
+    if (busyBefore !== undefined && busyAfter !== undefined) {
+      const ours = Object.values(cpuMs).reduce<number>((sum, v) => sum + (v ?? 0), 0);
+      cpuMs.others = Math.max(0, busyAfter - busyBefore - ours);
+    }
+    return cpuMs;
+  };
+}
