@@ -1,9 +1,11 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { launchChromium } from '../support/browser.js';
+import { adminRequest } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';
 import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { followsMoneyRule } from '../support/money-rule.js';
@@ -26,7 +28,6 @@ const adminToken = 'activity-browser-admin-token';
 const memberEmail = 'member@activity-browser.test';
 const memberPassword = 'member-password';
 const bulkEmail = 'bulk@activity-browser.test';
-const chromiumPath = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const desktop = { width: 1280, height: 800 };
 const phone = { width: 390, height: 844 };
 const model = 'gpt-4o-mini';
@@ -50,13 +51,7 @@ describe('console activity page in a real browser', () => {
   /** What each context saw break the CSP (or throw), read at its end. */
   const problems = new Map<BrowserContext, string[]>();
 
-  function adminApi(method: string, path: string, body?: unknown) {
-    return fetch(`${gateway.url}${path}`, {
-      method,
-      headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-  }
+  const adminApi = adminRequest(() => gateway.url, adminToken);
 
   async function chat(body: Record<string, unknown>, into: keyof typeof requests, status: number): Promise<void> {
     const res = await fetch(`${gateway.url}/v1/chat/completions`, {
@@ -70,17 +65,13 @@ describe('console activity page in a real browser', () => {
   }
 
   before(async () => {
-    assert.ok(existsSync(chromiumPath), `Chromium is needed at ${chromiumPath} (apt-get install chromium), or set CHROMIUM_PATH`);
     await buildOnce();
     mkdirSync(shots, { recursive: true });
     const { url, redis } = await freshRedis(7);
     redis.disconnect();
     redisUrl = url;
     gateway = await startGateway({ env: { REDIS_URL: url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword, ADMIN_TOKEN: adminToken, MOCK_STREAM_DELAY_MS: '20' } });
-    browser = await chromium.launch({
-      executablePath: chromiumPath,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-    });
+    browser = await launchChromium();
 
     // A member with credit and a key, and the requests of that key: completions, a stream, a refusal and a failure at the vendor.
     const account = (await (await adminApi('POST', '/admin/accounts', { email: memberEmail, password: memberPassword, role: 'member' })).json()) as { id: string };

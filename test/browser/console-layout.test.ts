@@ -1,11 +1,13 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { launchChromium } from '../support/browser.js';
+import { adminRequest } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';
 import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { recordUrlFor } from '../support/record.js';
@@ -28,7 +30,6 @@ const adminToken = 'layout-browser-admin-token';
 const adminEmail = 'first-admin-with-a-rather-long-address@layout-browser.test';
 const adminPassword = 'layout-admin-pw';
 const memberEmail = 'member-with-a-long-email-address@layout-browser.test';
-const chromiumPath = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const desktop = { width: 1280, height: 800 };
 const phone = { width: 390, height: 844 };
 /** Every console page with a table. */
@@ -40,13 +41,7 @@ describe('console layout and the first admin in a real browser', () => {
   let redisUrl: string;
   let revokedKeyId: string;
 
-  function adminApi(method: string, path: string, body?: unknown) {
-    return fetch(`${gateway.url}${path}`, {
-      method,
-      headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-  }
+  const adminApi = adminRequest(() => gateway.url, adminToken);
 
   async function chat(key: string, body: Record<string, unknown>): Promise<number> {
     const res = await fetch(`${gateway.url}/v1/chat/completions`, {
@@ -59,7 +54,6 @@ describe('console layout and the first admin in a real browser', () => {
   }
 
   before(async () => {
-    assert.ok(existsSync(chromiumPath), `Chromium is needed at ${chromiumPath} (apt-get install chromium), or set CHROMIUM_PATH`);
     await buildOnce();
     mkdirSync(shots, { recursive: true });
     const { url, redis } = await freshRedis(10);
@@ -67,10 +61,7 @@ describe('console layout and the first admin in a real browser', () => {
     redisUrl = url;
     // No ADMIN_EMAIL: nobody can sign in as an admin yet.
     gateway = await startGateway({ env: { REDIS_URL: url, ADMIN_TOKEN: adminToken, MOCK_STREAM_DELAY_MS: '5' } });
-    browser = await chromium.launch({
-      executablePath: chromiumPath,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-    });
+    browser = await launchChromium();
   });
 
   after(async () => {

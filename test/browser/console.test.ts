@@ -1,11 +1,13 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
 import OpenAI from 'openai';
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { launchChromium } from '../support/browser.js';
+import { adminRequest } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';
 import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { amountsIn, followsMoneyRule } from '../support/money-rule.js';
@@ -22,7 +24,6 @@ const shots = join(root, 'test-artifacts', 'console');
 const adminEmail = 'admin@browser.test';
 const adminPassword = 'browser-admin-pw';
 const adminToken = 'browser-test-admin-token';
-const chromiumPath = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const desktop = { width: 1280, height: 800 };
 const phone = { width: 375, height: 812 };
 /** A larger phone's first screen, for what must be in sight without scrolling. */
@@ -37,7 +38,6 @@ describe('web console in a real browser', () => {
   let browser: Browser;
 
   before(async () => {
-    assert.ok(existsSync(chromiumPath), `Chromium is needed at ${chromiumPath} (apt-get install chromium), or set CHROMIUM_PATH`);
     // The same build `npm start` runs: the console's bundle is part of it.
     await buildOnce();
     mkdirSync(shots, { recursive: true });
@@ -46,10 +46,7 @@ describe('web console in a real browser', () => {
     gateway = await startGateway({
       env: { REDIS_URL: url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword, ADMIN_TOKEN: adminToken, MOCK_STREAM_DELAY_MS: '30' },
     });
-    browser = await chromium.launch({
-      executablePath: chromiumPath,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-    });
+    browser = await launchChromium();
     // The admin made from ADMIN_EMAIL spends without a balance: its own requests need no credit.
     const accounts = (await (await adminApi('GET', '/admin/accounts')).json()) as { data: Array<{ id: string; email: string; balance_usd: number | null }> };
     assert.equal(accounts.data.find((a) => a.email === adminEmail)!.balance_usd, null);
@@ -60,13 +57,7 @@ describe('web console in a real browser', () => {
     await gateway?.stop();
   });
 
-  function adminApi(method: string, path: string, body?: unknown) {
-    return fetch(`${gateway.url}${path}`, {
-      method,
-      headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-  }
+  const adminApi = adminRequest(() => gateway.url, adminToken);
 
   async function newContext(viewport: { width: number; height: number } = desktop): Promise<BrowserContext> {
     // en-US: the money rule is checked on the page's own digits and separators.

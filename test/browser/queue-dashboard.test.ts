@@ -1,9 +1,10 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import { type Browser, type Page } from 'playwright-core';
+import { launchChromium } from '../support/browser.js';
 import { AccountStore } from '../../api/accounts/account-store.js';
 import { buildOnce } from '../support/build.js';
 import { createKey, freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
@@ -26,7 +27,6 @@ const viewports = [
   { width: 1280, height: 800 },
   { width: 375, height: 812 },
 ];
-const chromiumPath = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 
 describe('queue dashboard in a real browser', () => {
   let gateway: GatewayProcess;
@@ -34,7 +34,6 @@ describe('queue dashboard in a real browser', () => {
   let clientKey: string;
 
   before(async () => {
-    assert.ok(existsSync(chromiumPath), `Chromium is needed at ${chromiumPath} (apt-get install chromium), or set CHROMIUM_PATH`);
     // The console's bundle is part of the build `npm start` runs.
     await buildOnce();
     mkdirSync(shots, { recursive: true });
@@ -43,10 +42,7 @@ describe('queue dashboard in a real browser', () => {
     await new AccountStore(redis, await testRecord(redis)).create({ email: memberEmail, password: memberPassword, role: 'member' });
     redis.disconnect();
     gateway = await startGateway({ env: { REDIS_URL: url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword } });
-    browser = await chromium.launch({
-      executablePath: chromiumPath,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-    });
+    browser = await launchChromium();
   });
 
   after(async () => {

@@ -24,6 +24,16 @@ export function adminClient(baseUrl: () => string, token: string) {
   };
 }
 
+/** The admin API's raw answers: a fetch with the admin token and a JSON body, to the gateway `baseUrl()` names. */
+export function adminRequest(baseUrl: () => string, token: string) {
+  return (method: string, path: string, body?: unknown): Promise<Response> =>
+    fetch(`${baseUrl()}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+}
+
 /** Awaits an admin call and checks it failed with `status` and the given error fields; returns the error. */
 export async function expectAdminError(call: Promise<{ status: number; json: ErrorBody }>, status: number, expected: Partial<ErrorBody['error']>): Promise<ErrorBody['error']> {
   const { status: actual, json } = await call;
