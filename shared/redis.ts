@@ -246,15 +246,16 @@ export function withScripts<T extends Redis>(redis: Redis, scripts: Readonly<Rec
 type Pipeline = ReturnType<Redis['pipeline']>;
 
 /**
- * Commands sent together whose keys may lie in different hash slots: one
- * pipeline on a single server; on a Cluster each command goes to its own
- * shard (a pipeline may not span shards), sent in the same turn so write
- * batching still groups them per connection. `exec` answers as a pipeline
- * does, `[error, result]` per command in order. Commands to one shard keep
- * their order; across shards there is none.
+ * Commands sent together: issued one after another in the same turn, so the
+ * connection's write batching (`batchWrites`) sends them in one write, and
+ * Redis runs them in order. `exec` answers as a pipeline does, `[error,
+ * result]` per command in order. Not an ioredis pipeline: its constructor
+ * copies every script defined on the connection (BullMQ's and the gateway's)
+ * into each pipeline, which cost more CPU than the commands it sent. On a
+ * Cluster each command goes to its own shard (a pipeline may not span shards):
+ * commands to one shard keep their order; across shards there is none.
  */
 export function together(redis: Redis): Pipeline {
-  if (!isCluster(redis)) return redis.pipeline();
   const calls: Array<() => Promise<unknown>> = [];
   const commands = redis as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>;
   const batch: Pipeline = new Proxy({} as Pipeline, {

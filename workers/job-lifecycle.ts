@@ -17,9 +17,8 @@ import { ReplyPublisher } from './reply-publisher.js';
 const settledAfterCompletionMs = 60_000;
 
 export interface LifecycleDeps {
+  /** Also where replies are published (ReplyPublisher), so a lost job's error follows its chunks in order. */
   redis: Redis;
-  /** Where replies are published (the processor's ReplyPublisher connection), so a lost job's error follows its chunks in order. */
-  replies: Redis;
   blobs: BlobStore;
   log: Logger;
 }
@@ -75,7 +74,7 @@ export class JobLifecycle {
       const wire = error instanceof AsyncJobFailure ? error.wire : lost();
       await publishJobEvent(redis, jobId, { type: 'failed', status: 'failed', error: wire.error }).catch(() => undefined);
     } else if (!(error instanceof AnsweredFailure)) {
-      await new ReplyPublisher(this.deps.replies, job.data.replyTo, jobId, { stream: job.data.stream }).error(lost()).catch(() => undefined);
+      await new ReplyPublisher(this.deps.redis, job.data.replyTo, jobId, { stream: job.data.stream }).error(lost()).catch(() => undefined);
     }
   }
 

@@ -26,9 +26,8 @@ import { answersFree } from '../shared/vendors.js';
 
 export interface ProcessorDeps {
   config: Config;
+  /** Also the connection replies are published on (ReplyPublisher). */
   redis: Redis;
-  /** The connection replies are published on (ReplyPublisher): one per process, with no scripts defined on it. */
-  replies: Redis;
   catalog: Catalog;
   router: ChannelRouter;
   limiter: VendorLimiter;
@@ -85,7 +84,7 @@ class JobRun {
     // An async or background job's answer is kept for later readers; any other job's answer is for its api alone.
     const detached = data.async === true || data.background === true;
     this.orphan = detached ? undefined : { afterMs: deps.config.orphanAfterMs, onOrphaned: () => deps.cancels.cancel(jobId) };
-    this.publisher = new ReplyPublisher(deps.replies, data.replyTo, jobId, {
+    this.publisher = new ReplyPublisher(deps.redis, data.replyTo, jobId, {
       ...(this.orphan ? { orphan: this.orphan } : {}),
       replayTtlSeconds: deps.config.streamReplayTtlSeconds,
       owner: data.keyId,

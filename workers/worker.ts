@@ -158,10 +158,6 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   const { record, close: closeRecord } = await openHotRecord(config.databaseUrl, redis, log, 'the workers');
   await ensureUsageGroup(redis);
   const usageConnection = createRedis(config.redis, { connectionName: 'worker-usage' });
-  // Replies (every streamed batch, every answer) on a connection of their own that carries no scripts: ioredis copies
-  // every script defined on a connection into each pipeline it makes, and the worker's main connection carries BullMQ's
-  // and the gateway's (a pipeline per streamed batch cost more CPU than the rest of relaying a token).
-  const replies = createRedis(config.redis, { connectionName: 'worker-replies' });
   const usageWriter = new UsageWriter({
     redis: usageConnection,
     record,
@@ -180,7 +176,6 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   const processor = traceJobs(createProcessor({
     config,
     redis,
-    replies,
     catalog,
     router,
     limiter,
@@ -197,7 +192,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     },
   }));
 
-  const lifecycle = new JobLifecycle({ redis, replies, blobs, log });
+  const lifecycle = new JobLifecycle({ redis, blobs, log });
   // BullMQ's worker fetches one job per Redis round trip; a busy queue gets several fetch loops, which share its concurrency.
   // Each capped vendor has a lane of its own in every capability, capped in BullMQ itself at the vendor's concurrency.
   const lanes = await openLanes(config, redis);
@@ -246,7 +241,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       await step('writing the settled usage to the record (it stays in Redis for the next writer)', usageWriter.close());
       await step('closing the record', closeRecord());
       router.stop();
-      await Promise.allSettled([...[usageConnection, replies, subscriber, redis].map((connection) => closeRedisBy(connection, closeBy)), settledBy(vendorHttp.close(), closeBy)]);
+      await Promise.allSettled([...[usageConnection, subscriber, redis].map((connection) => closeRedisBy(connection, closeBy)), settledBy(vendorHttp.close(), closeBy)]);
       if (givenUp.length > 0) log.warn({ givenUp }, `the workers did not finish closing in time; given up: ${givenUp.join('; ')}`);
     },
   };
