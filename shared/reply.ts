@@ -34,22 +34,39 @@ export function decodeReply(message: string): ReplyMessage | undefined {
 /** The answer id a chat stream's chunks carry, naming its request: a client may resume by either. */
 export const streamAliasKey = (answerId: string) => `${keyPrefix}stream-id:${answerId}`;
 
+/**
+ * How late a stream's replay log may trail its live chunks: the worker appends
+ * the batches published since its last append at most this often (the first
+ * batch, and every batch of a stream nobody holds, at once), not one entry per
+ * batch. The log is read only to recover (a resume, a reconnected subscriber).
+ */
+export const replayLogIntervalMs = 100;
+/** How long a reader that found the log behind the live chunks waits before it reads again. */
+export const replayLogLagMs = 2 * replayLogIntervalMs;
+
 /** The frame that ends every chat and completions SSE stream. */
 export const streamTrailer = 'data: [DONE]\n\n';
 
 /**
- * A stream's replay log (a Redis stream under `replayStreamKey`): one entry
- * per published batch, `seq` (the batch), `frames` (its SSE frames) and
- * `first` (the number of its first frame: frames are numbered from 0 across
- * the stream, as the `id:` lines of chat chunks and the `sequence_number` of
- * Responses events say), then one terminal entry with `end` (`done` or
- * `error`) and its `payload`. The first entry also names the key that owns
- * the stream (`owner`), so a resume by another key is refused.
+ * A stream's replay log (a Redis stream under `replayStreamKey`): entries of
+ * published batches, `seq` (the entry's last batch), `frames` (their SSE
+ * frames, in order) and `first` (the number of its first frame: frames are
+ * numbered from 0 across the stream, as the `id:` lines of chat chunks and the
+ * `sequence_number` of Responses events say), then one terminal entry with
+ * `end` (`done` or `error`) and its `payload`. An entry holding several
+ * batches (the log is written at most every so often, not every batch) also
+ * has `from` (its first batch) and `lens` (each batch's length in `frames`).
+ * The first entry also names the key that owns the stream (`owner`), so a
+ * resume by another key is refused.
  */
 export interface LogEntry {
   /** The Redis stream entry id. */
   id: string;
+  /** The entry's last batch; `from` its first (the same when it holds one). */
   seq: number;
+  from: number;
+  /** Each batch's length in `frames`, from `from` to `seq` (absent for one batch). */
+  lens?: number[];
   first: number;
   frames: string;
   end?: 'done' | 'error';
@@ -58,7 +75,7 @@ export interface LogEntry {
 }
 
 export function parseLogEntry(id: string, fields: readonly string[]): LogEntry {
-  const entry: LogEntry = { id, seq: 0, first: 0, frames: '' };
+  const entry: LogEntry = { id, seq: 0, from: Number.NaN, first: 0, frames: '' };
   for (let i = 0; i + 1 < fields.length; i += 2) {
     const value = fields[i + 1]!;
     switch (fields[i]) {
@@ -67,6 +84,12 @@ export function parseLogEntry(id: string, fields: readonly string[]): LogEntry {
         break;
       case 'first':
         entry.first = Number(value);
+        break;
+      case 'from':
+        entry.from = Number(value);
+        break;
+      case 'lens':
+        entry.lens = value.split(',').map(Number);
         break;
       case 'frames':
         entry.frames = value;
@@ -82,7 +105,17 @@ export function parseLogEntry(id: string, fields: readonly string[]): LogEntry {
         break;
     }
   }
+  if (Number.isNaN(entry.from)) entry.from = entry.seq;
   return entry;
+}
+
+/** The frames of an entry's batches after batch `afterSeq` (all of them when it starts later). */
+export function framesAfterBatch(entry: LogEntry, afterSeq: number): string {
+  if (afterSeq < entry.from) return entry.frames;
+  if (afterSeq >= entry.seq || !entry.lens) return '';
+  let at = 0;
+  for (let batch = entry.from; batch <= afterSeq; batch++) at += entry.lens[batch - entry.from] ?? 0;
+  return entry.frames.slice(at);
 }
 
 /** How many SSE frames a batch holds (each ends with a blank line; data never holds one). */

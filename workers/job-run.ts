@@ -89,6 +89,8 @@ class JobRun {
       replayTtlSeconds: deps.config.streamReplayTtlSeconds,
       owner: data.keyId,
       stream: this.streamed,
+      // A background response has no held client: its readers follow the log itself, live.
+      logEveryBatch: data.background === true,
     });
   }
 

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { isCluster, together } from '../shared/redis.js';
-import { encodeReply } from '../shared/reply.js';
+import { encodeReply, replayLogIntervalMs } from '../shared/reply.js';
 import { apiAliveKey, replayStreamKey, resultKey } from '../shared/keys.js';
 import type { WireError } from '../shared/errors.js';
 
@@ -8,6 +8,8 @@ import type { WireError } from '../shared/errors.js';
 const inlineResultBytes = 512 * 1024;
 const defaultReplayTtlSeconds = 600;
 const replayMaxLength = 10_000;
+/** Unlogged batches this large are logged at once, whatever the interval. */
+const logBatchBytes = 64 * 1024;
 
 export interface PublisherOptions {
   /** Called once the api has been gone `afterMs` (no subscriber, no heartbeat): nobody will read this reply. */
@@ -18,12 +20,17 @@ export interface PublisherOptions {
   owner?: string;
   /** A stream: its end is logged too (a plain request's answer is never logged). */
   stream?: boolean;
+  /** Every batch goes to the log as it is published (a stream nobody holds is read from its log live). */
+  logEveryBatch?: boolean;
 }
 
 /**
  * Writes one request's replies to its api instance's channel. Chunks are also
- * appended to a short-lived replay stream in the same pipeline (one round trip),
- * so a reply can be recovered after a subscriber reconnect.
+ * appended to a short-lived replay stream, so a reply can be recovered after a
+ * subscriber reconnect or resumed by a client that comes back: the first batch
+ * at once, then the batches published since the last append every
+ * `replayLogIntervalMs` at most, in the same write as a publish (the log
+ * trails the live chunks by that much; readers that find it behind wait).
  */
 export class ReplyPublisher {
   private seq = 0;
@@ -38,6 +45,15 @@ export class ReplyPublisher {
   /** Set once the stream's end (or error) went out: nothing more is published. */
   ended = false;
   private scheduled = false;
+  /** Batches published and not yet in the replay log: their frames, each one's length, the first's batch and frame numbers. */
+  private logFrames = '';
+  private logLens: number[] = [];
+  private logFrom = 0;
+  private logFirst = 0;
+  private logAppends = 0;
+  private loggedAt = 0;
+  /** Appends what is unlogged if nothing else does within the interval (a stream that went quiet). */
+  private logTimer: NodeJS.Timeout | undefined;
   private pending: Promise<unknown> = Promise.resolve();
   private failure: unknown;
   /** Since when chunks have reached no subscriber (the api may be reconnecting, or dead). */
@@ -83,26 +99,56 @@ export class ReplyPublisher {
     }
   }
 
-  private readonly sendBuffered = (): void => {
+  private readonly sendBuffered = (): void => this.send(false);
+
+  /** Publishes the buffered frames as one batch, and appends the unlogged batches to the log when due (or `logNow`). */
+  private send(logNow: boolean): void {
     this.scheduled = false;
-    if (this.buffer === '') return;
-    const frames = this.buffer;
-    this.buffer = '';
-    const seq = ++this.seq;
-    const key = replayStreamKey(this.jobId);
-    const pipeline = together(this.redis)
-      [this.publish](this.channel, encodeReply('chunk', this.jobId, seq, frames))
-      .xadd(key, 'MAXLEN', '~', replayMaxLength, '*', 'seq', seq, 'frames', frames, 'first', this.bufferFirst, ...(seq === 1 && this.options.owner ? ['owner', this.options.owner] : []));
-    // Set with the first batch, and again now and then: a log recreated mid-stream (Redis restarted empty) must expire too.
-    if (seq === 1 || seq % 64 === 0) pipeline.expire(key, this.replayTtlSeconds);
-    if (seq === 1) for (const alias of this.aliases) pipeline.set(alias, this.jobId, 'EX', this.replayTtlSeconds);
-    this.pending = pipeline.exec().then(
-      (results) => this.noteReceivers(results?.[0]?.[1]),
+    const batch = together(this.redis);
+    const published = this.buffer !== '';
+    if (published) {
+      const frames = this.buffer;
+      this.buffer = '';
+      const seq = ++this.seq;
+      if (this.logFrames === '') {
+        this.logFrom = seq;
+        this.logFirst = this.bufferFirst;
+      }
+      this.logFrames += frames;
+      this.logLens.push(frames.length);
+      batch[this.publish](this.channel, encodeReply('chunk', this.jobId, seq, frames));
+    }
+    const due =
+      this.logFrames !== '' &&
+      (logNow || this.logFrom === 1 || this.options.logEveryBatch === true || this.logFrames.length >= logBatchBytes || Date.now() - this.loggedAt >= replayLogIntervalMs);
+    if (due) this.appendLog(batch);
+    else if (this.logFrames !== '') this.logTimer ??= setTimeout(() => this.send(true), replayLogIntervalMs);
+    if (!published && !due) return;
+    this.pending = batch.exec().then(
+      (results) => {
+        if (published) this.noteReceivers(results?.[0]?.[1]);
+      },
       (error: unknown) => {
         this.failure ??= error;
       },
     );
-  };
+  }
+
+  /** One log entry for the batches not yet logged (`from` and `lens` when there are several). */
+  private appendLog(batch: ReturnType<typeof together>): void {
+    const key = replayStreamKey(this.jobId);
+    const opening = this.logFrom === 1;
+    const several = this.logLens.length > 1 ? ['from', this.logFrom, 'lens', this.logLens.join(',')] : [];
+    batch.xadd(key, 'MAXLEN', '~', replayMaxLength, '*', 'seq', this.seq, ...several, 'frames', this.logFrames, 'first', this.logFirst, ...(opening && this.options.owner ? ['owner', this.options.owner] : []));
+    // Set with the first entry, and again now and then: a log recreated mid-stream (Redis restarted empty) must expire too.
+    if (opening || ++this.logAppends % 16 === 0) batch.expire(key, this.replayTtlSeconds);
+    if (opening) for (const alias of this.aliases) batch.set(alias, this.jobId, 'EX', this.replayTtlSeconds);
+    this.logFrames = '';
+    this.logLens = [];
+    this.loggedAt = Date.now();
+    clearTimeout(this.logTimer);
+    this.logTimer = undefined;
+  }
 
   /** PUBLISH answers how many subscribers got the message: zero for long, and no heartbeat, means the api is gone. */
   private noteReceivers(receivers: unknown): void {
@@ -125,8 +171,9 @@ export class ReplyPublisher {
       });
   }
 
+  /** Sends what is buffered, the log included; resolves once Redis has it all. */
   async flush(): Promise<void> {
-    this.sendBuffered();
+    this.send(true);
     await this.pending;
     if (this.failure !== undefined) throw this.failure;
   }

@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import type { Logger } from '../../shared/logger.js';
 import { setTimeout as pause } from 'node:timers/promises';
 import { GatewayError } from '../../shared/errors.js';
-import { decodeReply, parseLogEntry, type ReplyMessage } from '../../shared/reply.js';
+import { decodeReply, framesAfterBatch, parseLogEntry, replayLogLagMs, type ReplyMessage } from '../../shared/reply.js';
 import { apiAliveKey, replayStreamKey } from '../../shared/keys.js';
 import { isCluster, together } from '../../shared/redis.js';
 
@@ -24,7 +24,7 @@ export interface PendingReply {
 
 /** Result of replaying a stream's chunks from its replay log. */
 export interface Replayed {
-  /** Sequence numbers present in the log, in order. */
+  /** The first and last batch in the log, and how many batches it holds (`last - first + 1` when none is missing). */
   first: number;
   last: number;
   count: number;
@@ -170,11 +170,13 @@ export class ReplyHub {
     const { jobId } = message;
     void (async () => {
       let idleRounds = 0;
-      while (pending.lastSeq < gap.maxSeen && idleRounds < 2 && this.pending.get(jobId) === pending) {
+      while (pending.lastSeq < gap.maxSeen && idleRounds < 3 && this.pending.get(jobId) === pending) {
         const before = pending.lastSeq;
         try {
           await this.replay(jobId, pending);
           idleRounds = pending.lastSeq === before ? idleRounds + 1 : 0;
+          // The log trails the live chunks by up to replayLogLagMs: a round that found nothing new waits that long.
+          if (idleRounds > 0 && pending.lastSeq < gap.maxSeen) await pause(replayLogLagMs);
         } catch (error) {
           // Redis unreachable says nothing about the log: try again until it answers (or the request ends).
           this.log.debug({ err: error, jobId }, 'could not read the replay log; retrying');
@@ -238,10 +240,12 @@ export class ReplyHub {
     if (entries.length === 0) return undefined;
     for (const entry of entries) {
       if (entry.seq > pending.lastSeq && this.pending.get(jobId) === pending) {
+        const frames = framesAfterBatch(entry, pending.lastSeq);
         pending.lastSeq = entry.seq;
-        pending.deliver({ kind: 'chunk', jobId, seq: entry.seq, payload: entry.frames });
+        pending.deliver({ kind: 'chunk', jobId, seq: entry.seq, payload: frames });
       }
     }
-    return { first: entries[0]!.seq, last: entries.at(-1)!.seq, count: entries.length };
+    const count = entries.reduce((batches, entry) => batches + entry.seq - entry.from + 1, 0);
+    return { first: entries[0]!.from, last: entries.at(-1)!.seq, count };
   }
 }
