@@ -1,4 +1,5 @@
-import { Queue, Worker, type WorkerOptions } from 'bullmq';
+import { Queue, type WorkerOptions } from 'bullmq';
+import { StartingWorker } from './starting-worker.js';
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import { createRedis } from '../shared/redis.js';
@@ -198,7 +199,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   const lanes = await openLanes(config, redis);
   const loops = config.workerQueues.flatMap((name) => [...capabilityLoops(name, config.concurrency[name], config.queueShards[name]), ...laneLoops(name, config.concurrency[name], lanes)]);
   const bullWorkers = loops.map(({ queue: name, concurrency, loop }) => {
-    const worker = new Worker<GatewayJobData, GatewayJobResult>(name, leavingBacklog(redis, meterJobs(processor)), { connection: redis, ...fetchLoopOptions(config, concurrency, loop) });
+    const worker = new StartingWorker<GatewayJobData, GatewayJobResult>(name, leavingBacklog(redis, meterJobs(processor)), { connection: redis, ...fetchLoopOptions(config, concurrency, loop) });
     lifecycle.watch(worker, name);
     return worker;
   });

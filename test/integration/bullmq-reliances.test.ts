@@ -7,6 +7,7 @@ import { createRedis } from '../../shared/redis.js';
 import { loadConfig } from '../../shared/config.js';
 import { reserve } from '../../shared/billing.js';
 import { capabilityLoops, fetchLoopOptions } from '../../workers/worker.js';
+import { StartingWorker } from '../../workers/starting-worker.js';
 import { freshRedis, waitFor } from '../support/gateway.js';
 
 /*
@@ -177,4 +178,29 @@ describe('what the gateway relies on in BullMQ', () => {
     assert.deepEqual(stalled, ['stalls']);
     assert.equal(secondSawStall, false);
   });
+
+  it("takes a backlog's jobs all before it starts one, unless the worker starts each as it takes it (StartingWorker)", async () => {
+    /** Fills a queue with a backlog, then starts a worker on it: how many jobs were still waiting when the first one started. */
+    const waitingAtFirstStart = async (name: string, starting: boolean) => {
+      const backlog = queue(name);
+      await backlog.addBulk(Array.from({ length: 300 }, (_, i) => ({ name: 'chat', data: { i } })));
+      let first: Promise<number> | undefined;
+      const run = async () => {
+        first ??= backlog.getWaitingCount();
+        return 'done';
+      };
+      const options = { connection: redis, ...fetchLoopOptions(config, 400, 0) };
+      const worker = starting ? new StartingWorker(name, run, options) : new Worker(name, run, options);
+      closing.push(worker);
+      await waitFor(async () => (await backlog.getCompletedCount()) === 300, 20_000, `${name}: the backlog processed`);
+      await worker.close();
+      return first!;
+    };
+    // BullMQ's own loop: every job of the backlog is taken before the first starts.
+    assert.equal(await waitingAtFirstStart('{reliance-hoard}', false), 0);
+    // The gateway's: the first starts as soon as it is taken, most of the backlog still waiting.
+    const waiting = await waitingAtFirstStart('{reliance-start}', true);
+    assert.ok(waiting > 200, `${waiting} of 300 jobs still waiting when the first started`);
+  });
 });
+
