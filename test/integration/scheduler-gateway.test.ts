@@ -71,8 +71,9 @@ describe('the scheduler through the gateway', () => {
     const otherAt = done.indexOf('other-anthropic');
     assert.ok(otherAt - floodDoneBefore <= 2, `the Anthropic request waited behind ${otherAt - floodDoneBefore} OpenAI calls: ${done.join(' ')}`);
     const quietAt = done.indexOf('quiet-openai');
-    // The two calls in flight and at most one taken with it before it: it is served next, not after the other 12+.
-    assert.ok(quietAt - floodDoneBefore <= 4, `the quiet OpenAI request waited behind ${quietAt - floodDoneBefore} of the flood's calls: ${done.join(' ')}`);
+    // The two calls in flight and at most one taken with it before it, and one more when a call ended (and the next
+    // was taken) while the quiet request was on its way to the queue: it is served next, not after the other 12+.
+    assert.ok(quietAt - floodDoneBefore <= 5, `the quiet OpenAI request waited behind ${quietAt - floodDoneBefore} of the flood's calls: ${done.join(' ')}`);
     assert.ok(openai.maxInFlight <= 2, `the vendor saw ${openai.maxInFlight} calls at once`);
   });
 
