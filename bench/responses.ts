@@ -54,7 +54,7 @@ import { KeyStore } from '../api/accounts/key-store.js';
 import { benchRedisUrl } from '../test/support/redis-server.js';
 import { expectedText, longStream } from './long-streams.js';
 import { envInt, machineFacts, percentile, redisProcessId, redisVersion } from './measure.js';
-import { cpuTimeMs, installCleanup, root, sleep, stopAll, systemBusyMs, waitForQuiet } from './procs.js';
+import { cpuWindow, installCleanup, root, sleep, stopAll, waitForQuiet } from './procs.js';
 import { fakeControl, log, model, probe, startFake, startGateway, stopGateway, upstreamKey } from './stack.js';
 import { testRecord } from '../test/support/record.js';
 
@@ -410,8 +410,7 @@ async function main(): Promise<void> {
 
       const agent = new Agent({ keepAlive: true, maxSockets: 1 });
       let quiet: Awaited<ReturnType<typeof waitForQuiet>> | undefined;
-      let ticksBefore: Record<string, number | undefined> = {};
-      let busyBefore: number | undefined;
+      let cpuSince: ReturnType<typeof cpuWindow> | undefined;
       let loadAtMeasureStart: number[] = [];
       const idleRate: Record<string, number> = {};
       let measureStartedAt = 0;
@@ -435,8 +434,7 @@ async function main(): Promise<void> {
             }
             log(`  idle CPU over ${(idleWall / 1000).toFixed(1)} s: ${Object.entries(idleRate).map(([n, r]) => `${n} ${(r * 100).toFixed(2)}%`).join(', ')} of a core`);
             loadAtMeasureStart = loadavg();
-            ticksBefore = Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, cpuTimeMs(pid)]));
-            busyBefore = systemBusyMs();
+            cpuSince = cpuWindow(pids);
             measureStartedAt = performance.now();
           }
           const order = variants.map((_, i) => variants[(i + round) % variants.length]!);
@@ -492,17 +490,8 @@ async function main(): Promise<void> {
         agent.destroy();
       }
       const measuredMs = performance.now() - measureStartedAt;
-      const ticksMs: Record<string, number | null> = {};
-      for (const [name, pid] of Object.entries(pids)) {
-        const a = ticksBefore[name];
-        const b = cpuTimeMs(pid);
-        ticksMs[name] = a === undefined || b === undefined ? null : b - a;
-      }
-      const busyAfter = systemBusyMs();
-      const othersMs =
-        busyBefore === undefined || busyAfter === undefined
-          ? null
-          : Math.max(0, busyAfter - busyBefore - Object.values(ticksMs).reduce<number>((s, v) => s + (v ?? 0), 0));
+      // What each process spent over the measured rounds, and the rest of the machine (null where /proc could not say).
+      const { others: othersMs = null, ...ticksMs } = cpuSince?.() ?? Object.fromEntries(Object.keys(pids).map((name) => [name, null]));
 
       const results = Object.fromEntries(
         variants.map((variant) => {

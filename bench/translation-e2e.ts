@@ -12,7 +12,7 @@ import { performance } from 'node:perf_hooks';
 import type { Redis } from 'ioredis';
 import { KeyStore } from '../api/accounts/key-store.js';
 import { redisProcessId, Samples, summarise, type LatencySummary } from './measure.js';
-import { cpuTimeMs, systemBusyMs, waitForQuiet } from './procs.js';
+import { cpuWindow, waitForQuiet } from './procs.js';
 import { directRequest, expectedText, longStream, protocolModels, protocols, type Protocol } from './long-streams.js';
 import { fakeControl, log, probe, startFake, startGateway, stopGateway, type Fake } from './stack.js';
 import { testRecord } from '../test/support/record.js';
@@ -123,13 +123,11 @@ async function measureTarget(options: {
   const totals = new Samples();
   let failures = 0;
   let bytes = 0;
-  let cpuBefore: Record<string, number | undefined> = {};
-  let busyBefore: number | undefined;
+  let cpuSince: ReturnType<typeof cpuWindow> | undefined;
   try {
     for (let i = 0; i < options.warmup + options.count; i += 1) {
       if (i === options.warmup) {
-        cpuBefore = Object.fromEntries(Object.entries(options.cpuPids).map(([n, pid]) => [n, cpuTimeMs(pid)]));
-        busyBefore = systemBusyMs();
+        cpuSince = cpuWindow(options.cpuPids);
       }
       let fetched: Fetched | undefined;
       try {
@@ -148,17 +146,7 @@ async function measureTarget(options: {
   } finally {
     agent.destroy();
   }
-  const cpuMs: Record<string, number | null> = {};
-  for (const [name, pid] of Object.entries(options.cpuPids)) {
-    const before = cpuBefore[name];
-    const after = cpuTimeMs(pid);
-    cpuMs[name] = before === undefined || after === undefined ? null : after - before;
-  }
-  const busyAfter = systemBusyMs();
-  if (busyBefore !== undefined && busyAfter !== undefined) {
-    const ours = Object.values(cpuMs).reduce<number>((sum, v) => sum + (v ?? 0), 0);
-    cpuMs.others = Math.max(0, busyAfter - busyBefore - ours);
-  }
+  const cpuMs = cpuSince?.() ?? Object.fromEntries(Object.keys(options.cpuPids).map((name) => [name, null]));
   return { requests: options.count, failures, total: summarise(totals), bytes, cpuMs, before: { quiet: quiet.quiet, busyPct: quiet.busyPct } };
 }
 
