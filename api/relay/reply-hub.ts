@@ -173,10 +173,10 @@ export class ReplyHub {
       while (pending.lastSeq < gap.maxSeen && idleRounds < 3 && this.pending.get(jobId) === pending) {
         const before = pending.lastSeq;
         try {
+          // The log trails the live chunks by up to replayLogLagMs: after a round that found nothing new, wait that long.
+          if (idleRounds > 0) await pause(replayLogLagMs);
           await this.replay(jobId, pending);
           idleRounds = pending.lastSeq === before ? idleRounds + 1 : 0;
-          // The log trails the live chunks by up to replayLogLagMs: a round that found nothing new waits that long.
-          if (idleRounds > 0 && pending.lastSeq < gap.maxSeen) await pause(replayLogLagMs);
         } catch (error) {
           // Redis unreachable says nothing about the log: try again until it answers (or the request ends).
           this.log.debug({ err: error, jobId }, 'could not read the replay log; retrying');
