@@ -57,6 +57,8 @@ const result = await build({
 const outputs = new Map(result.outputFiles.map((file) => [file.path, file.contents]));
 // JSON modules (`import … with { type: 'json' }`) are loaded from beside the .js, as tsc copies them.
 for (const file of sources.filter((f) => f.endsWith('.json'))) outputs.set(join(outDir, relative(root, file)), readFileSync(file));
+// Redis scripts (`.lua`) are read from beside the module that loads them, as JSON modules are.
+for (const file of sources.filter((f) => f.endsWith('.lua'))) outputs.set(join(outDir, relative(root, file)), readFileSync(file));
 
 let written = 0;
 for (const [path, contents] of outputs) {
@@ -84,7 +86,7 @@ if (written || removed) {
 
 await buildConsole();
 
-/** The console's inputs as one hash: every file under console/ (path and bytes) and the versions of what it bundles. */
+/** The console's inputs as one hash: every file under console/ and the shared types it imports (path and bytes), and the versions of what it bundles. */
 function consoleInputsHash(consoleDir) {
   const hash = createHash('sha256');
   const files = readdirSync(consoleDir, { recursive: true, withFileTypes: true })
@@ -92,6 +94,8 @@ function consoleInputsHash(consoleDir) {
     .map((entry) => join(entry.parentPath ?? entry.path, entry.name))
     .filter((file) => !relative(consoleDir, file).split(/[\\/]/).includes('node_modules'))
     .sort();
+  // The server's shapes the console imports, rather than spelling them again.
+  files.push(join(root, 'shared', 'money', 'usage.ts'));
   for (const file of files) {
     hash.update(relative(consoleDir, file).split('\\').join('/')).update('\0').update(readFileSync(file)).update('\0');
   }
