@@ -1,115 +1,11 @@
-import slotOf from 'cluster-key-slot';
-import { accountsPrefix, keyPrefix } from './keys.js';
+import { usageAmounts } from './money/usage.js';
 
 /**
- * Accounts, keys, reservations and usage as they live in Redis: the layout
- * both halves (and the admin API, the CLI and the billing scripts) read.
- * Money is integer micro-dollars (1 USD = 1,000,000) everywhere in Redis.
- *
- * The directory (who the accounts and keys are, what a key may do) carries
- * the hash tag `{acct}` (written `sy:{acct}:account:<id>` in full; shortened to `sy:` here).
- * No request touches it: each api caches what a key may do (dropped on
- * `accessChangedChannel`).
- *
- *   sy:account:<id>          hash  id, email, name, role, created, password (scrypt, optional),
- *                                  unlimited ('1': spends without a balance), disabled, deleted ('1'), playground_key
- *   sy:accounts              zset  account id → created
- *   sy:account-emails        hash  lower-cased email → account id
- *   sy:key:<id>              hash  id, name, created, hash, hint, account, limit (micros, '' = none),
- *                                  rpm, tpm ('' = none), models (JSON array, '' = all), expires ('' = never)
- *   sy:keyhash               hash  sha256(secret) → key id
- *   sy:keyids                set   key ids
- *   sy:account-keys:<id>     set   key ids of one account
- *   sy:session:<sha256(token)> hash account, csrf, created (ms): a console session, TTL = its idle expiry
- *   sy:account-sessions:<id> set   session hashes of one account, to end them all at once
- *   sy:signin-fail:<email|ip> string sign-in attempts in the current window, counted before the password check (TTL = the window)
- *   sy:record-loaded         string set once the hot state was loaded from the record (PostgreSQL), to the stamp of
- *                                  that record ('<record id> <system id> <database oid>'): missing after a flush, which
- *                                  makes the next start or first use load it again; another stamp makes a start reload
- *   sy:record-epoch          string the highest high-water mark of that record seen (a restored record's is behind it)
- *   sy:record-loading        string held while one process loads it (TTL)
- *   sy:usage-set-aside       stream usage records left in the usage streams when Redis was loaded from another or a
- *                                  restored record: not that record's, kept (a month) for the operator, never written
- *
- * Money is spread over `billingBuckets` hash tags `{b<k>-<n>}` (written
- * `sy:{b}:` here), each on its own slot, evenly over a Cluster's slot range; an
- * account's bucket follows from its id. Everything one request's admission
- * and settlement touch lives in its account's bucket, so each is one script on
- * one slot, and different accounts bill on different primaries:
- *
- *   sy:{b}:bill:<account>    hash  id, unlimited ('1'), balance (micros), reserved (micros held by requests in flight),
- *                                  credits (the record's credits the balance counts) and credits_at (as of which ledger entry);
- *                                  per key: <key>.spent, <key>.reserved, <key>.used (unix s), <key>.rpm and <key>.tpm
- *                                  (GCRA theoretical arrival times, ms); per request in flight:
- *                                  r:<request> = '<key> <micros> <tokens> <tpm limit>', what admission holds for it
- *   sy:{b}:resv-deadlines    zset  '<account> <request>' → deadline (ms), to release reservations of lost jobs
- *   sy:{b}:settled:<request> string set once a request is settled (kept 1 min once its job completes, else until
- *                                  15 min past its deadline): settlement runs once
- *   sy:{b}:usage             stream one record per settled request, until the record's writer has committed it
- *   sy:{b}:usage:dead        stream the records of that stream the record refused again and again, moved aside with
- *                                  where they came from and why: kept (never trimmed) for the operator to write again
- *
- * The record (PostgreSQL, storage/record/) is what these are rebuilt from: accounts, keys, the ledger and the usage rows.
- * A gateway that kept everything in Redis (before the record) kept the money fields in the directory's hashes,
- * ledgers in `sy:ledger:<id>`, usage in `sy:usage` and day totals in `sy:usage-day:*`: read once, to import them.
+ * Accounts and keys as both halves (and the admin API, the CLI and the
+ * billing scripts) see them. Money is integer micro-dollars (1 USD =
+ * 1,000,000) everywhere. Where they live in Redis: `shared/keys.ts`.
  */
 export const defaultAccountId = 'acct_default';
-
-export const accountKey = (id: string) => `${accountsPrefix}account:${id}`;
-export const accountsIndexKey = `${accountsPrefix}accounts`;
-export const accountEmailsKey = `${accountsPrefix}account-emails`;
-/** Before the record: an account's ledger (read only to import it). */
-export const ledgerKey = (accountId: string) => `${accountsPrefix}ledger:${accountId}`;
-export const apiKeyRecordKey = (keyId: string) => `${accountsPrefix}key:${keyId}`;
-export const apiKeyHashesKey = `${accountsPrefix}keyhash`;
-export const apiKeyIdsKey = `${accountsPrefix}keyids`;
-export const accountKeysKey = (accountId: string) => `${accountsPrefix}account-keys:${accountId}`;
-/** Before the record: the usage stream and day totals all accounts shared (read only to import them, and drained by the writer). */
-export const legacyUsageStreamKey = `${accountsPrefix}usage`;
-export const usageDayKey = (day: string, accountId?: string) => (accountId === undefined ? `${accountsPrefix}usage-day:${day}` : `${accountsPrefix}usage-day:${day}:${accountId}`);
-/** Named for the layout it marks loaded: a gateway that kept money in the directory's hashes loads the buckets anew. */
-export const recordLoadedKey = `${accountsPrefix}record-loaded:buckets`;
-export const recordLoadingKey = `${accountsPrefix}record-loading`;
-/** Beside `recordLoadedKey` (one slot): the record's high-water mark as Redis last saw it. */
-export const recordEpochKey = `${accountsPrefix}record-epoch`;
-/** Usage records of another record's timeline, taken out of the usage streams when Redis was loaded anew. */
-export const usageSetAsideKey = `${accountsPrefix}usage-set-aside`;
-/** How many hash tags money is spread over (a Cluster's primaries share them; see `bucketTag`). */
-export const billingBuckets = 16;
-const clusterSlots = 16_384;
-/**
- * Bucket k's tag is the first `b<k>-<n>` whose slot lies in the k-th sixteenth of the slot range, so the buckets
- * spread over a Cluster's primaries as evenly as its slots do.
- */
-const bucketTags = Array.from({ length: billingBuckets }, (_, k) => {
-  for (let n = 0; ; n++) {
-    const tag = `b${k}-${n}`;
-    if (Math.floor(slotOf(tag) / (clusterSlots / billingBuckets)) === k) return tag;
-  }
-});
-/** The bucket of an account: the sixteenth of the slot range its own id hashes to (no table: any process computes it). */
-export const billingBucket = (accountId: string): number => Math.floor(slotOf(accountId) / (clusterSlots / billingBuckets));
-const bucketPrefix = (bucket: number) => `${keyPrefix}{${bucketTags[bucket]}}:`;
-export const billKey = (accountId: string) => `${bucketPrefix(billingBucket(accountId))}bill:${accountId}`;
-export const settledKey = (accountId: string, requestId: string) => `${bucketPrefix(billingBucket(accountId))}settled:${requestId}`;
-export const reservationDeadlinesKey = (bucket: number) => `${bucketPrefix(bucket)}resv-deadlines`;
-export const usageStreamKey = (bucket: number) => `${bucketPrefix(bucket)}usage`;
-/** Every bucket's usage stream, and the one gateway-wide stream of a gateway before buckets (drained, then empty). */
-export const usageStreamKeys: readonly string[] = [...Array.from({ length: billingBuckets }, (_, k) => usageStreamKey(k)), legacyUsageStreamKey];
-/**
- * A usage stream's dead letters: the entries the record refused again and again (text PostgreSQL cannot store, a
- * value out of its range), moved aside so they hold back nothing, and kept (never trimmed) for the operator to look
- * at and write again. Beside its stream, on the same slot, so the move is one transaction on a Cluster too.
- */
-export const usageDeadLetterKey = (stream: string) => `${stream}:dead`;
-/** A key's fields in its account's bill. */
-export const keyBillField = (keyId: string, field: 'spent' | 'reserved' | 'used' | 'rpm' | 'tpm') => `${keyId}.${field}`;
-export const keyBillFields = (keyId: string) => (['spent', 'reserved', 'used', 'rpm', 'tpm'] as const).map((field) => keyBillField(keyId, field));
-/** A reservation's member in its bucket's deadlines. */
-export const deadlineMember = (accountId: string, requestId: string) => `${accountId} ${requestId}`;
-
-/** Published with a key id when a key changes or is revoked, and with `account:<id>` when an account does: every api drops what it cached. */
-export const accessChangedChannel = `${keyPrefix}access-changed`;
 
 export type AccountRole = 'admin' | 'member';
 
@@ -144,8 +40,8 @@ export interface KeyAccess {
   weight?: number;
 }
 
-/** The metrics of one usage record that the per-day aggregates sum. */
-export const usageMetrics = ['requests', 'input_tokens', 'cached_tokens', 'output_tokens', 'images', 'audio_seconds', 'video_seconds', 'cost_micros'] as const;
+/** The metrics of one usage entry that the per-day aggregates sum. */
+export const usageMetrics = ['requests', ...usageAmounts, 'cost_micros'] as const;
 export type UsageMetric = (typeof usageMetrics)[number];
 
 /** UTC day of a time, as the aggregates and `/admin/usage` name it. */

@@ -94,7 +94,7 @@ export interface Config {
   /** Where the embedded record keeps its files. */
   dataDir: string;
   usageRetentionDays: number;
-  /** Settled usage records Redis holds at most while they wait to be written to the record. */
+  /** Settled usage entries Redis holds at most while they wait to be written to the record. */
   usageBufferRecords: number;
   /** One record per keyed request (how it was answered) beside its usage; off: usage rows only. */
   requestLog: boolean;
@@ -315,7 +315,7 @@ const fixed = {
   DATABASE_URL: setting(optionalText({ kind: 'unset', note: 'the embedded database under `DATA_DIR`' }), 'the record — accounts, keys, credits, ledger, usage — in PostgreSQL (`postgres://user:password@host:5432/db`); unset: a PostgreSQL server the gateway runs itself under `DATA_DIR`, for one machine (`npm run record -- copy` moves it to a server)'),
   DATA_DIR: setting(text('.data'), 'what `npm start` keeps: the private Redis when `REDIS_URL` is unset (`redis.url`, its append-only file), the blobs when `BLOB_DIR` is unset (`DATA_DIR/blobs`), and the embedded record when `DATABASE_URL` is unset: the cluster (`DATA_DIR/postgres`, its socket inside), its password file and its log; made 0700, its files 0600, whatever the umask (at most about 75 characters: a socket path is limited)'),
   USAGE_RETENTION_DAYS: setting(integer(1, 30, 3650), 'days of per-request usage rows kept in the record (older ones are deleted in small batches; daily totals stay)'),
-  USAGE_BUFFER_RECORDS: setting(integer(1000, 1_000_000, 100_000_000), 'settled usage records each of the 16 billing buckets holds at most while the record (PostgreSQL) is away; past it the oldest are dropped'),
+  USAGE_BUFFER_RECORDS: setting(integer(1000, 1_000_000, 100_000_000), 'settled usage entries each of the 16 billing buckets holds at most while the record (PostgreSQL) is away; past it the oldest are dropped'),
   REQUEST_LOG: setting(flag(true), 'the request log: each keyed request\'s status, HTTP status, error, latency and time to first token recorded beside its usage (`GET /v1/generation`, `GET /admin/requests`, the console\'s Activity page); `off` keeps the usage rows only'),
   CONSOLE_SIGNUP: setting(choice(['off', 'open'], 'off', { ...switchAliases, on: 'open', true: 'open', '1': 'open', yes: 'open' }), '`open` (or any word for on) lets anyone create a `member` account in the console; `off`: accounts come from an admin'),
   SIGNUP_CREDIT_USD: setting(usdAmount(0, 1e6), 'starting balance of an account made by console sign-up'),

@@ -179,10 +179,10 @@ export class GatewayMetrics {
     this.costMicros = counterChildren('cost_micros_total', 'Cost billed, in micro-dollars (1e-6 USD), by catalog model.', keyed(['model']));
     this.overruns = counterChildren('settlement_overruns_total', 'Requests whose answer cost more than their reservation (a vendor past max_tokens, an estimate too low): a key limit or balance can be passed by the difference.', ['model', 'vendor']);
     this.overrunMicros = counterChildren('settlement_overrun_micros_total', 'What answers cost past their reservations, in micro-dollars.', ['model', 'vendor']);
-    this.usageBuffered = new Gauge({ name: `${metricsPrefix}usage_buffer_records`, help: 'Settled usage records waiting in Redis to be written to the record (PostgreSQL); grows while the database is away.', registers });
-    this.usageWritten = counter('usage_records_written_total', 'Usage records written to the record (PostgreSQL) by this process.', []);
-    this.usageWriteFailures = counter('usage_write_failures_total', 'Batches of usage records the record (PostgreSQL) refused or did not answer; they are written again later.', []);
-    this.usageDeadLetters = counter('usage_dead_letters_total', 'Usage records the record (PostgreSQL) refused every time they were written alone, moved to their bucket\'s dead-letter stream for the operator.', []);
+    this.usageBuffered = new Gauge({ name: `${metricsPrefix}usage_buffer_records`, help: 'Settled usage entries waiting in Redis to be written to the record (PostgreSQL); grows while the database is away.', registers });
+    this.usageWritten = counter('usage_records_written_total', 'Usage entries written to the record (PostgreSQL) by this process.', []);
+    this.usageWriteFailures = counter('usage_write_failures_total', 'Batches of usage entries the record (PostgreSQL) refused or did not answer; they are written again later.', []);
+    this.usageDeadLetters = counter('usage_dead_letters_total', 'Usage entries the record (PostgreSQL) refused every time they were written alone, moved to their bucket\'s dead-letter stream for the operator.', []);
 
     collectDefaultMetrics({ register: this.registry, prefix: metricsPrefix });
   }

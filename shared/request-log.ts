@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
-import { billingBucket, usageStreamKey } from './accounts.js';
+import { billingBucket, usageStreamKey } from './keys.js';
+import type { RequestStatus } from './money/usage.js';
 import type { ServiceTier } from './service-tier.js';
 
 /**
@@ -12,9 +13,6 @@ import type { ServiceTier } from './service-tier.js';
  * and cost (the `usage` entry of the same stream). Both go to the account's
  * bucket's usage stream, so the record's writer batches them together.
  */
-
-export const requestStatuses = ['completed', 'failed', 'cancelled', 'refused'] as const;
-export type RequestStatus = (typeof requestStatuses)[number];
 
 /** The api's half: how the client was answered. Field names are the record's columns. */
 export interface RequestLogEvent {

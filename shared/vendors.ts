@@ -2,14 +2,8 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import type { Config } from './config.js';
-import { keyPrefix } from './keys.js';
 import { vendorDefinitions, type OpenAICompatQuirks, type Protocol, type VendorDefinition } from './vendor-definitions.js';
 
-/**
- * Shared by every worker (and read by the console's channel page): channel id, or `<channel id>|<upstream model>`
- * for a rest of one model on it → `<until ms>:<reason>:<status>`.
- */
-export const channelCooldownsKey = `${keyPrefix}cooldowns`;
 
 /** Why a channel rests: its credentials or quota were refused, a 429, or repeated 5xx/network failures. */
 export type CooldownReason = 'auth' | 'rate' | 'failures';
@@ -75,12 +69,9 @@ export function isMockStandingIn(config: VendorConfig): boolean {
   return config.mock.mode === 'auto' && noVendorConfigured(config);
 }
 
-/**
- * Whether an answer of this channel is free: the mock's (its own models, or standing in for a vendor) is never
- * billed unless `MOCK_BILLING=on` asks for it (refused in production).
- */
-export function answersFree(config: Pick<Config, 'mock'>, channel: Pick<ChannelConfig, 'vendor' | 'protocol'>): boolean {
-  return !config.mock.billed && (channel.protocol === 'mock' || vendorDefinition(channel.vendor)?.protocol === 'mock');
+/** Whether the mock answers on this channel: its own models, or the mock standing in for a vendor. */
+export function isMockChannel(channel: Pick<ChannelConfig, 'vendor' | 'protocol'>): boolean {
+  return channel.protocol === 'mock' || vendorDefinition(channel.vendor)?.protocol === 'mock';
 }
 
 /** Whether the mock will answer for a model whose first route is `vendor`: the mock's own, or the mock standing in for every vendor. */

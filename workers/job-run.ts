@@ -1,4 +1,4 @@
-import { DelayedError, UnrecoverableError, type Job } from 'bullmq';
+import { DelayedError, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { AsyncJobFailure } from '../shared/async-job-failure.js';
 import type { Catalog, CatalogModel } from '../shared/catalog.js';
@@ -14,7 +14,7 @@ import { CallObserver } from './call-observer.js';
 import type { CancelRegistry } from './cancel-registry.js';
 import type { ChannelRouter, ResolvedRoute } from './channel-router.js';
 import { ClientGoneError } from './client-gone-error.js';
-import { decideFailure, toGatewayError } from './failure-policy.js';
+import { decideFailure, queueSignal, toGatewayError } from './failure-policy.js';
 import type { MediaDeps } from './media-processor.js';
 import { pipelines, type PipelineOutcome } from './pipelines.js';
 import { ReplyPublisher } from './reply-publisher.js';
@@ -22,7 +22,6 @@ import { ResponsesRun } from './responses-run.js';
 import { Meter, settleJob, type SettlementDeps } from './settlement.js';
 import type { Lease, VendorLimiter } from './vendor-limiter.js';
 import type { CallContext, VendorHttp } from './vendors/types.js';
-import { answersFree } from '../shared/vendors.js';
 
 export interface ProcessorDeps {
   config: Config;
@@ -219,7 +218,8 @@ class JobRun {
   private async fail(caught: unknown): Promise<never> {
     const { deps, data, job, route, log } = this;
     if (this.controller!.signal.aborted && !this.timedOut) return this.drop();
-    if (caught instanceof DelayedError || caught instanceof UnrecoverableError) throw caught;
+    // A job put back to wait, or failed for good already, goes to BullMQ as it is.
+    if (queueSignal(caught)) throw caught;
     const error = this.timedOut ? timeoutError() : toGatewayError(caught, log);
     this.call.failed(error);
     // Neither resting channels nor a Redis outage says anything about the vendor.
@@ -295,7 +295,7 @@ class JobRun {
       channel: route?.channel.id,
       fallback: route && route.model.id !== data.model ? route.model.id : undefined,
       error_code: errorCode,
-    }, route !== undefined && answersFree(this.deps.config, route.channel));
+    }, route?.channel);
   }
 }
 

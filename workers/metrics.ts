@@ -1,4 +1,4 @@
-import { UnrecoverableError, type Job, type Worker } from 'bullmq';
+import type { Job, Worker } from 'bullmq';
 import type { Config } from '../shared/config.js';
 import { endpoints } from '../shared/endpoints.js';
 import type { GatewayError } from '../shared/errors.js';
@@ -6,8 +6,9 @@ import { activeMetrics, initMetrics, type GatewayMetrics } from '../shared/metri
 import { shardQueueName, type QueueName } from '../shared/queues.js';
 import { isFirstRun, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import { resolveChannels, type ChannelConfig } from '../shared/vendors.js';
-import type { UsageRecord } from '../shared/billing.js';
+import type { UsageEntry } from '../shared/money/usage.js';
 import { defaultAccountId } from '../shared/accounts.js';
+import { isChannelFault, isFinalFailure, queueSignal } from './failure-policy.js';
 
 /**
  * The workers' metrics: each job's wait and runs, retries, stalls and
@@ -45,7 +46,7 @@ const queueOf = (job: Job<GatewayJobData>): string => endpoints[job.data.endpoin
  * each run's time, and what a run's end leads to (another run after a
  * backoff or a rate-limit wait; a completion after earlier failures).
  */
-export function meterJobs(processor: Processor): Processor {
+export function countJobs(processor: Processor): Processor {
   return async (job, token) => {
     const metrics = activeMetrics();
     if (!metrics) return processor(job, token);
@@ -62,9 +63,9 @@ export function meterJobs(processor: Processor): Processor {
       if (job.attemptsMade > 0 || (job.stalledCounter ?? 0) > 0) metrics.jobsRecovered.get(queue).inc();
       return result;
     } catch (error) {
-      if ((error as { name?: unknown } | null)?.name === 'DelayedError') metrics.jobsRetried.get(queue, 'rate_limited').inc();
-      // BullMQ runs a failed job again while attempts remain, unless it was failed for good.
-      else if (!(error instanceof UnrecoverableError) && job.attemptsMade + 1 < (job.opts.attempts ?? 1)) metrics.jobsRetried.get(queue, 'error').inc();
+      if (queueSignal(error) === 'put-back') metrics.jobsRetried.get(queue, 'rate_limited').inc();
+      // BullMQ runs a failed job again unless the failure is final (this attempt not yet counted in the job).
+      else if (!isFinalFailure(job, error, job.attemptsMade + 1)) metrics.jobsRetried.get(queue, 'error').inc();
       throw error;
     } finally {
       metrics.jobRun.get(queue).observe((performance.now() - started) / 1000);
@@ -83,15 +84,13 @@ export function meterStalls(worker: Worker): void {
 /** Which kind of failure a vendor call ended with, as the failure policy saw it. */
 export function vendorErrorKind(error: GatewayError): string {
   if (error.status === 429) return '429';
+  if (isChannelFault(error)) return 'auth';
   switch (error.code) {
     case 'vendor_timeout':
     case 'timeout':
       return 'timeout';
     case 'vendor_unreachable':
       return 'network';
-    case 'vendor_auth_failed':
-    case 'vendor_quota_exhausted':
-      return 'auth';
     case 'vendor_error':
       return '5xx';
     case 'vendor_bad_response':
@@ -167,18 +166,18 @@ export async function waitingForSlot<T>(vendor: string, waiting: Promise<T>): Pr
 }
 
 /** A settlement was applied (once per request): its tokens and cost, by the catalog model the api resolved. */
-export function usageSettled(record: Pick<UsageRecord, 'model' | 'keyId' | 'inputTokens' | 'outputTokens' | 'costMicros'>): void {
+export function usageSettled(record: Pick<UsageEntry, 'model' | 'key_id' | 'input_tokens' | 'output_tokens' | 'cost_micros'>): void {
   const metrics = activeMetrics();
   if (!metrics) return;
-  const { model, keyId } = record;
+  const { model, key_id: keyId } = record;
   if (metrics.perKey) {
-    metrics.tokens.get(model, 'in', keyId).inc(record.inputTokens);
-    metrics.tokens.get(model, 'out', keyId).inc(record.outputTokens);
-    metrics.costMicros.get(model, keyId).inc(record.costMicros);
+    metrics.tokens.get(model, 'in', keyId).inc(record.input_tokens);
+    metrics.tokens.get(model, 'out', keyId).inc(record.output_tokens);
+    metrics.costMicros.get(model, keyId).inc(record.cost_micros);
   } else {
-    metrics.tokens.get(model, 'in').inc(record.inputTokens);
-    metrics.tokens.get(model, 'out').inc(record.outputTokens);
-    metrics.costMicros.get(model).inc(record.costMicros);
+    metrics.tokens.get(model, 'in').inc(record.input_tokens);
+    metrics.tokens.get(model, 'out').inc(record.output_tokens);
+    metrics.costMicros.get(model).inc(record.cost_micros);
   }
 }
 

@@ -1,11 +1,15 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
 import { defaultAccountId } from '../shared/accounts.js';
-import { settle, type SettlePolicy, type UsageDetail, type UsageRecord } from '../shared/billing.js';
+import { settle, type SettlePolicy } from '../shared/money/billing.js';
+import type { RunDetail, SettledStatus, UsageEntry } from '../shared/money/usage.js';
 import type { EndpointRequest } from '../shared/endpoints.js';
 import type { Logger } from '../shared/logger.js';
 import type { GatewayJobData } from '../shared/jobs.js';
-import type { Metered, PriceList } from '../shared/pricing.js';
+import type { Config } from '../shared/config.js';
+import { actualCost } from '../shared/money/charge.js';
+import type { Metered, PriceList } from '../shared/money/pricing.js';
+import type { ChannelConfig } from '../shared/vendors.js';
 import { countChatPromptTokensAsync, countTextTokensAsync } from '../shared/tokens.js';
 import type { Usage } from './vendors/types.js';
 import { settlementOverran, usageSettled } from './metrics.js';
@@ -29,8 +33,6 @@ export class Meter {
   answerId: string | undefined;
   finishReason: string | undefined;
 }
-
-type Settled = 'completed' | 'failed' | 'cancelled';
 
 /** A count from the usage's `prompt_tokens_details` (0 when the vendor reports none). */
 function promptDetail(usage: Usage, name: 'cached_tokens' | 'cache_write_tokens'): number {
@@ -86,6 +88,8 @@ export async function meter(request: EndpointRequest | undefined, produced: Mete
 }
 
 export interface SettlementDeps {
+  /** MOCK_BILLING: whether mock answers are charged. */
+  config: { mock: Pick<Config['mock'], 'billed'> };
   redis: Redis;
   prices: PriceList;
   policy: SettlePolicy;
@@ -112,32 +116,32 @@ export async function settleJob(
   request: EndpointRequest | undefined,
   vendor: string,
   produced: Meter,
-  status: Settled,
-  detail?: UsageDetail,
-  /** The mock answered (and MOCK_BILLING is off): the row is kept, at no cost. */
-  free = false,
+  status: SettledStatus,
+  detail?: RunDetail,
+  /** The channel that answered (none: the job never reached one); a free one's row is kept, at no cost. */
+  channel?: Pick<ChannelConfig, 'vendor' | 'protocol'>,
 ): Promise<void> {
   const metered = await meter(request, produced);
-  const record: UsageRecord = {
-    requestId: data.requestId,
-    keyId: data.keyId,
-    accountId: data.accountId ?? defaultAccountId,
+  const record: UsageEntry = {
+    request_id: data.requestId,
+    key_id: data.keyId,
+    account_id: data.accountId ?? defaultAccountId,
     model: data.model,
     vendor,
-    inputTokens: metered.inputTokens,
-    cachedTokens: metered.cachedTokens,
-    outputTokens: metered.outputTokens,
+    input_tokens: metered.inputTokens,
+    cached_tokens: metered.cachedTokens,
+    output_tokens: metered.outputTokens,
     images: metered.images,
-    audioSeconds: metered.audioSeconds,
-    videoSeconds: metered.videoSeconds,
+    audio_seconds: metered.audioSeconds,
+    video_seconds: metered.videoSeconds,
     // At the prices of the tier that served it (absent: default), as its reservation was.
-    costMicros: !free && deps.prices.has(data.model) ? deps.prices.costMicros(data.model, metered, data.serviceTier) : 0,
-    serviceTier: data.serviceTier ?? 'default',
+    cost_micros: actualCost(deps.config, deps.prices, data.model, channel, metered, data.serviceTier),
+    service_tier: data.serviceTier ?? 'default',
     status,
     created: Math.floor(produced.started / 1000),
-    durationMs: Date.now() - produced.started,
-    // The run's detail with what the meter saw of the answer, in the record's column names.
-    ...(detail ? { detail: { ...detail, answer_id: produced.answerId, finish_reason: produced.finishReason } } : {}),
+    duration_ms: Date.now() - produced.started,
+    // The run's detail with what the meter saw of the answer.
+    ...(detail ? { ...detail, answer_id: produced.answerId, finish_reason: produced.finishReason } : {}),
   };
   for (let attempt = 1; ; attempt++) {
     try {
@@ -147,10 +151,10 @@ export async function settleJob(
       if (!settled.applied) return;
       usageSettled(record);
       // Admission held the reservation against the key's limit and the balance; what goes past it was never checked.
-      if (settled.reservedMicros !== null && record.costMicros > settled.reservedMicros) {
-        const overMicros = record.costMicros - settled.reservedMicros;
+      if (settled.reservedMicros !== null && record.cost_micros > settled.reservedMicros) {
+        const overMicros = record.cost_micros - settled.reservedMicros;
         settlementOverran(record.model, vendor, overMicros);
-        deps.overruns.add({ requestId: record.requestId, keyId: record.keyId, accountId: record.accountId, model: record.model, vendor, reservedMicros: settled.reservedMicros, costMicros: record.costMicros, overMicros });
+        deps.overruns.add({ requestId: record.request_id, keyId: record.key_id, accountId: record.account_id, model: record.model, vendor, reservedMicros: settled.reservedMicros, costMicros: record.cost_micros, overMicros });
       }
       return;
     } catch (error) {

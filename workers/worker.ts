@@ -5,7 +5,7 @@ import type { Logger } from '../shared/logger.js';
 import { createRedis } from '../shared/redis.js';
 import { loadCatalog } from '../shared/catalog.js';
 import { GatewayError } from '../shared/errors.js';
-import { cancelChannel } from '../shared/keys.js';
+import { cancelChannel, slotFreedChannel } from '../shared/keys.js';
 import { laneQueueName, shardQueueName, type QueueName } from '../shared/queues.js';
 import { cappedVendors, leftBacklog, vendorLimits } from '../shared/scheduler.js';
 import { defaultAccountId } from '../shared/accounts.js';
@@ -16,17 +16,17 @@ import { JobLifecycle } from './job-lifecycle.js';
 import { traceJobs } from './job-tracing.js';
 import { retryDelay } from './failure-policy.js';
 import { ChannelRouter } from './channel-router.js';
-import { slotFreedChannel, VendorLimiter } from './vendor-limiter.js';
+import { VendorLimiter } from './vendor-limiter.js';
 import { createBlobStore } from '../storage/create-blob-store.js';
 import { resolveUrlSecret } from '../storage/blob-urls.js';
 import { createVendorHttp } from './vendors/vendor-http.js';
 import { BlobJanitor } from './blob-janitor.js';
-import { releaseExpiredReservations } from '../shared/billing.js';
+import { releaseExpiredReservations } from '../shared/money/billing.js';
 import { openHotRecord } from '../storage/record/hot-state.js';
 import { ensureUsageGroup, UsageWriter } from '../storage/record/usage-writer.js';
 import { randomBytes } from 'node:crypto';
-import { PriceList } from '../shared/pricing.js';
-import { meterJobs, startWorkerMetrics } from './metrics.js';
+import { PriceList } from '../shared/money/pricing.js';
+import { countJobs, startWorkerMetrics } from './metrics.js';
 import { OverrunReport } from './overrun-report.js';
 import { closeMarginMs, closeRedisBy, settledBy } from '../shared/stop-deadline.js';
 
@@ -120,7 +120,7 @@ export function laneLoops(name: QueueName, concurrency: number, lanes: readonly 
 }
 
 /** The processor, with each job taken out of its queue's backlog count as its first run starts (`shared/scheduler.ts`). */
-function leavingBacklog(redis: ReturnType<typeof createRedis>, processor: ReturnType<typeof meterJobs>): ReturnType<typeof meterJobs> {
+function leavingBacklog(redis: ReturnType<typeof createRedis>, processor: ReturnType<typeof countJobs>): ReturnType<typeof countJobs> {
   return (job, token) => {
     if (job.data.fairTagged === true && isFirstRun(job)) {
       void leftBacklog(redis, job.queueName, job.data.serviceTier ?? 'default', job.data.accountId ?? defaultAccountId, job.queueQualifiedName + ':' + job.id).catch(() => undefined);
@@ -185,6 +185,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     vendorHttp,
     media: { config, redis, blobs, urlSecret: await resolveUrlSecret(redis, config.blobUrlSecret) },
     settlement: {
+      config,
       redis,
       prices: PriceList.load(catalog, config),
       policy: { bufferRecords: config.usageBufferRecords },
@@ -199,7 +200,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   const lanes = await openLanes(config, redis);
   const loops = config.workerQueues.flatMap((name) => [...capabilityLoops(name, config.concurrency[name], config.queueShards[name]), ...laneLoops(name, config.concurrency[name], lanes)]);
   const bullWorkers = loops.map(({ queue: name, concurrency, loop }) => {
-    const worker = new StartingWorker<GatewayJobData, GatewayJobResult>(name, leavingBacklog(redis, meterJobs(processor)), { connection: redis, ...fetchLoopOptions(config, concurrency, loop) });
+    const worker = new StartingWorker<GatewayJobData, GatewayJobResult>(name, leavingBacklog(redis, countJobs(processor)), { connection: redis, ...fetchLoopOptions(config, concurrency, loop) });
     lifecycle.watch(worker, name);
     return worker;
   });

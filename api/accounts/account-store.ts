@@ -2,21 +2,11 @@ import { randomBytes, scrypt, timingSafeEqual } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import type { Redis } from 'ioredis';
 import { withScripts } from '../../shared/redis.js';
-import { readBill, type BillState } from '../../shared/billing.js';
-import {
-  accessChangedChannel,
-  accountEmailsKey,
-  accountKey,
-  accountKeysKey,
-  accountsIndexKey,
-  apiKeyHashesKey,
-  apiKeyIdsKey,
-  apiKeyRecordKey,
-  billKey,
-  defaultAccountId,
-  type Account,
-  type AccountRole,
-} from '../../shared/accounts.js';
+import { readBill, type BillState } from '../../shared/money/billing.js';
+import { defaultAccountId, type Account, type AccountRole } from '../../shared/accounts.js';
+import { accessChangedChannel, accountEmailsKey, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, billKey } from '../../shared/keys.js';
+import { balanceMicros } from '../../shared/money/balance.js';
+import { creditLua, openBillLua } from '../../shared/money/scripts.js';
 import { GatewayError } from '../../shared/errors.js';
 import type { RecordDb } from '../../storage/record/database.js';
 import { ensureDefaultRecord, type HotState } from '../../storage/record/hot-state.js';
@@ -44,7 +34,7 @@ export const accountExists = (email: string) =>
   new GatewayError(409, `An account with the email '${email}' already exists.`, { code: 'account_exists', param: 'email' });
 
 // USD as the API takes it ↔ integer micro-dollars as Redis keeps it: the price list's conversion, exact to the decimal written.
-export { microsToUsd, usdToMicros } from '../../shared/pricing.js';
+export { microsToUsd, usdToMicros } from '../../shared/money/pricing.js';
 
 /**
  * Creates the built-in default account if it is not complete (HSETNX: a field
@@ -119,40 +109,6 @@ redis.call('DEL', KEYS[4])
 redis.call('PUBLISH', ARGV[5], 'account:' .. ARGV[1])
 return #ids`;
 
-/*
- * KEYS: the account's bill. ARGV: the account's credits in the record after this entry, the entry's ledger id, its amount.
- * The record is written first; the bill keeps which ledger entry its credits include (`credits_at`), so applying an
- * entry is idempotent (a retry, or an older entry arriving after a newer one, changes nothing) and a bill that missed
- * an entry catches up with the next: the balance moves by the record's credits less those the bill counted.
- * {1, balance} done, {0} no bill in Redis (lost; loaded again from the record), {-1} the account is unlimited.
- * The balance answered is the one right after this entry (the ledger keeps it): for an entry a later one overtook,
- * the balance now less the credits of the entries after it.
- */
-const creditScript = `
-local cur = redis.call('HMGET', KEYS[1], 'id', 'unlimited', 'credits', 'credits_at', 'balance')
-if not cur[1] then return {0, 0} end
-if cur[2] == '1' then return {-1, 0} end
-if cur[4] and tonumber(ARGV[2]) <= tonumber(cur[4]) then
-  local later = 0
-  if cur[3] then later = tonumber(cur[3]) - tonumber(ARGV[1]) end
-  return {1, tonumber(cur[5] or '0') - later}
-end
-local delta = tonumber(ARGV[3])
-if cur[3] then delta = tonumber(ARGV[1]) - tonumber(cur[3]) end
-local balance = redis.call('HINCRBY', KEYS[1], 'balance', string.format('%d', delta))
-redis.call('HSET', KEYS[1], 'credits', ARGV[1], 'credits_at', ARGV[2])
-return {1, balance}`;
-
-/* KEYS: the account's bill. ARGV: id, unlimited ('1' or '0'). Opens it (a new account's at 0) or sets whether it is unlimited. */
-const billOpenScript = `
-redis.call('HSETNX', KEYS[1], 'id', ARGV[1])
-redis.call('HSETNX', KEYS[1], 'balance', '0')
-redis.call('HSETNX', KEYS[1], 'reserved', '0')
-redis.call('HSETNX', KEYS[1], 'credits', '0')
-redis.call('HSETNX', KEYS[1], 'credits_at', '0')
-redis.call('HSET', KEYS[1], 'unlimited', ARGV[2])
-return 1`;
-
 interface AccountRedis extends Redis {
   accountEnsureDefault(...args: Array<string | number>): Promise<number>;
   accountCreate(...args: Array<string | number>): Promise<number>;
@@ -168,8 +124,8 @@ const scripted = (redis: Redis) =>
     accountCreate: { keys: 3, lua: createScript },
     accountUpdate: { keys: 2, lua: updateScript },
     accountDelete: { keys: 6, lua: deleteScript },
-    accountCredit: { keys: 1, lua: creditScript },
-    billOpen: { keys: 1, lua: billOpenScript },
+    accountCredit: { keys: 1, lua: creditLua },
+    billOpen: { keys: 1, lua: openBillLua },
   });
 
 // ---- passwords: scrypt, salted, with its parameters stored so they can be raised later ----
@@ -545,8 +501,7 @@ export class AccountStore {
         }
         if (status !== 1) {
           // No bill to move (the CLI beside no gateway, or one not loaded yet): the balance is the record's.
-          const row = await this.record.selectFrom('accounts').select(['credits_micros', 'settled_micros']).where('id', '=', id).executeTakeFirstOrThrow();
-          return row.credits_micros - row.settled_micros;
+          return balanceMicros(await this.record.selectFrom('accounts').select(['credits_micros', 'settled_micros']).where('id', '=', id).executeTakeFirstOrThrow());
         }
         return Number(balance);
       } catch (error) {

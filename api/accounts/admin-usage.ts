@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { usageMetrics, utcDay, type UsageMetric } from '../../shared/accounts.js';
+import type { UsageTotals } from '../../shared/money/usage.js';
 import { storableText } from '../../shared/schemas/common.js';
 import type { RecordDb, UsageDailyTable } from '../../storage/record/database.js';
 
@@ -60,20 +61,6 @@ export const usageQuerySchema = z
     };
   });
 
-export interface UsageRow {
-  day?: string;
-  account_id?: string;
-  model?: string;
-  key_id?: string;
-  requests: number;
-  input_tokens: number;
-  cached_tokens: number;
-  output_tokens: number;
-  images: number;
-  audio_seconds: number;
-  video_seconds: number;
-  cost_usd: number;
-}
 
 type Totals = Record<UsageMetric, number>;
 const zero = (): Totals => Object.fromEntries(usageMetrics.map((m) => [m, 0])) as Totals;
@@ -86,12 +73,12 @@ export async function loadUsageDays(record: RecordDb, days: readonly string[], a
   return query.execute();
 }
 
-export async function readUsage(record: RecordDb, query: UsageQuery): Promise<UsageRow[]> {
+export async function readUsage(record: RecordDb, query: UsageQuery): Promise<UsageTotals[]> {
   return groupUsage(await loadUsageDays(record, query.days, query.accountId), query);
 }
 
 /** Sums the loaded day rows as the query filters and groups them: integers throughout, USD only at the end. */
-export function groupUsage(loaded: readonly UsageDailyTable[], query: Omit<UsageQuery, 'days'>): UsageRow[] {
+export function groupUsage(loaded: readonly UsageDailyTable[], query: Omit<UsageQuery, 'days'>): UsageTotals[] {
   const groups = new Map<string, { dims: Partial<Record<Grouping, string>>; totals: Totals }>();
   const grouped = (dims: Partial<Record<Grouping, string>>) => {
     const key = JSON.stringify(query.groupBy.map((g) => dims[g]));
@@ -108,7 +95,7 @@ export function groupUsage(loaded: readonly UsageDailyTable[], query: Omit<Usage
   }
 
   const rows = [...groups.values()].map(({ dims, totals }) => {
-    const row: UsageRow = {
+    const row: UsageTotals = {
       ...(query.groupBy.includes('day') ? { day: dims.day } : {}),
       ...(query.groupBy.includes('account') ? { account_id: dims.account } : {}),
       ...(query.groupBy.includes('model') ? { model: dims.model } : {}),
@@ -124,6 +111,6 @@ export function groupUsage(loaded: readonly UsageDailyTable[], query: Omit<Usage
     };
     return row;
   });
-  const order = (row: UsageRow) => [row.day ?? '', row.account_id ?? '', row.model ?? '', row.key_id ?? ''].join('\u0000');
+  const order = (row: UsageTotals) => [row.day ?? '', row.account_id ?? '', row.model ?? '', row.key_id ?? ''].join('\u0000');
   return rows.sort((a, b) => (order(a) < order(b) ? -1 : order(a) > order(b) ? 1 : 0));
 }

@@ -1,26 +1,13 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { withScripts } from '../../shared/redis.js';
-import {
-  accessChangedChannel,
-  accountKey,
-  accountKeysKey,
-  accountsIndexKey,
-  apiKeyHashesKey,
-  apiKeyIdsKey,
-  apiKeyRecordKey,
-  billKey,
-  defaultAccountId,
-  keyBillField,
-  keyBillFields,
-  type AccountRole,
-  type KeyAccess,
-} from '../../shared/accounts.js';
+import { defaultAccountId, type AccountRole, type KeyAccess } from '../../shared/accounts.js';
+import { accessChangedChannel, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, billKey, keyBillField, keyBillFields } from '../../shared/keys.js';
 import { GatewayError } from '../../shared/errors.js';
 import { AccountStore, accountNotFound, ensureDefaultLua, microsToUsd } from './account-store.js';
 import type { ApiKeysTable, RecordDb } from '../../storage/record/database.js';
 import { ensureDefaultRecord, type HotState } from '../../storage/record/hot-state.js';
-import { readKeySpend, type KeySpend } from '../../shared/billing.js';
+import { readKeySpend, type KeySpend } from '../../shared/money/billing.js';
 
 /**
  * API keys: random, prefixed, shown once, stored only as a SHA-256 hash, in

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { KeyAccess } from '../../shared/accounts.js';
-import { reserve, type KeyLimitsInForce, type RateLimitState, type ReserveOutcome } from '../../shared/billing.js';
+import { reserve, type KeyLimitsInForce, type RateLimitState, type ReserveOutcome } from '../../shared/money/billing.js';
 import type { Config } from '../../shared/config.js';
 import { GatewayError, invalidApiKey } from '../../shared/errors.js';
 import { admissionRefused } from '../http/metrics.js';

@@ -2,14 +2,15 @@ import { z } from 'zod';
 import { utcDay, type Account } from '../../shared/accounts.js';
 import { invalidRequest } from '../../shared/errors.js';
 import { storableText } from '../../shared/schemas/common.js';
-import type { PriceList } from '../../shared/pricing.js';
+import type { PriceList } from '../../shared/money/pricing.js';
 import type { RecordDb } from '../../storage/record/database.js';
 import { latencyByModel, listRequests, requestHistogram, type RequestFilter } from '../../storage/record/request-log.js';
 import { microsToUsd } from '../accounts/account-store.js';
 import { parseStrict } from '../accounts/account-requests.js';
 import type { KeyStore } from '../accounts/key-store.js';
 import type { ModelResolver } from '../requests/model-resolver.js';
-import { groupUsage, loadUsageDays, type Grouping, type UsageRow } from '../accounts/admin-usage.js';
+import type { KeyUsageTotals, UsageTotals } from '../../shared/money/usage.js';
+import { groupUsage, loadUsageDays, type Grouping } from '../accounts/admin-usage.js';
 import { requestFilterQuerySchema, requestListQuerySchema } from '../accounts/admin-requests.js';
 
 /*
@@ -106,7 +107,7 @@ export async function usageReport(keyStore: KeyStore, account: Account, request:
   const names = await keyNames(keyStore, [...new Set(byKey.map((row) => row.key_id).filter((id): id is string => Boolean(id)))]);
   // Re-read: the balance shown is as of this report, not of the sign-in.
   const current = accountId === undefined ? undefined : accountId === account.id ? ((await keyStore.accounts.get(account.id)) ?? account) : await keyStore.accounts.get(accountId);
-  const withName = (row: UsageRow) => {
+  const withName = (row: UsageTotals): KeyUsageTotals => {
     const named = names.get(row.key_id ?? '');
     return { ...row, key_name: named?.name ?? null, key_revoked: named?.revoked ?? false, key_account_id: named?.accountId ?? null };
   };

@@ -1,3 +1,5 @@
+import type { KeyUsageTotals, RequestView, UsageTotals } from '../../shared/money/usage.js';
+export { requestStatuses, type KeyUsageTotals, type RequestStatus, type RequestView, type UsageTotals } from '../../shared/money/usage.js';
 // The console API's shapes (see the contract in the server's api/console).
 
 export type Role = 'admin' | 'member';
@@ -99,24 +101,6 @@ export interface PricedModel {
   prices: Prices | null;
 }
 
-export interface UsageRow {
-  day?: string;
-  model?: string;
-  key_id?: string;
-  key_name?: string | null;
-  /** The key was revoked: its name is kept, and marked. */
-  key_revoked?: boolean;
-  /** The key's account (on an admin's report of every account). */
-  key_account_id?: string | null;
-  requests: number;
-  input_tokens: number;
-  cached_tokens: number;
-  output_tokens: number;
-  images: number;
-  audio_seconds: number;
-  video_seconds: number;
-  cost_usd: number;
-}
 
 /** Latency, time to first token and error rate of one model over the report's days (from the request log). */
 export interface ModelLatency {
@@ -138,15 +122,13 @@ export interface UsageReport {
   from: string;
   to: string;
   balance_usd: number | null;
-  totals: UsageRow | undefined;
-  daily: UsageRow[];
-  by_model: UsageRow[];
-  by_key: UsageRow[];
+  totals: UsageTotals | undefined;
+  daily: UsageTotals[];
+  by_model: UsageTotals[];
+  by_key: KeyUsageTotals[];
   latency: ModelLatency[];
 }
 
-export const requestStatuses = ['completed', 'failed', 'cancelled', 'refused'] as const;
-export type RequestStatus = (typeof requestStatuses)[number];
 
 /** The tiers a request is served in (`service_tier`), first served first. */
 export const serviceTiers = ['priority', 'default', 'flex'] as const;
@@ -155,41 +137,6 @@ export type ServiceTier = (typeof serviceTiers)[number];
 /** Each tier's token prices as a multiple of the listed ones, exact decimals (`GET /console/api/pricing`'s `service_tiers`). */
 export type TierMultiples = Record<ServiceTier, string>;
 
-/** One request of the request log (`GET /console/api/requests`). */
-export interface RequestView {
-  id: string;
-  answer_id: string | null;
-  /** unix seconds of its arrival */
-  created: number;
-  account_id: string;
-  key_id: string;
-  endpoint: string | null;
-  model: string;
-  vendor: string | null;
-  channel: string | null;
-  stream: boolean | null;
-  status: RequestStatus | string;
-  http_status: number | null;
-  error_code: string | null;
-  finish_reason: string | null;
-  latency_ms: number | null;
-  ttft_ms: number | null;
-  queue_ms: number | null;
-  attempts: number | null;
-  fallback: string | null;
-  /** The tier that served it, whose prices it cost. */
-  service_tier: ServiceTier | string;
-  input_tokens: number;
-  cached_tokens: number;
-  output_tokens: number;
-  images: number;
-  audio_seconds: number;
-  video_seconds: number;
-  cost_usd: number;
-  cost_micros: number;
-  /** What it used and cost is in (a request still running, or refused, has none). */
-  settled: boolean;
-}
 
 export interface RequestPage {
   object: 'list';

@@ -1,9 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import type { Catalog, CatalogModel } from './catalog.js';
-import type { Config } from './config.js';
-import type { EndpointRequest } from './endpoints.js';
-import { ratioText, servingTier, serviceTiers, unitPrices, type ServiceTier, type ServiceTierPrices } from './service-tier.js';
+import type { Catalog, CatalogModel } from '../catalog.js';
+import type { Config } from '../config.js';
+import type { EndpointRequest } from '../endpoints.js';
+import { ratioText, servingTier, serviceTiers, unitPrices, type ServiceTier, type ServiceTierPrices } from '../service-tier.js';
 
 /*
  * Exact billing in integer micro-dollars (1 USD = 1,000,000 micros): a sum
@@ -155,8 +155,8 @@ function tokens(count: number, perMillion: number): number {
  * tokenizers and framings count the same text differently (Anthropic's and
  * Gemini's often 10–20 % more, a few tokens more per request for the framing),
  * and a worst case that a vendor's own count beats is not a worst case. So a
- * quarter more, and 8 tokens for the framing. Only the hold grows: the charge
- * is for the vendor's count, and the rest of the hold goes back at settlement.
+ * quarter more, and 8 tokens for the framing. Only the reservation grows: the charge
+ * is for the vendor's count, and the rest of the reservation goes back at settlement.
  */
 export function reservedPromptTokens(counted: number): number {
   return counted > 0 ? counted + Math.ceil(counted / 4) + 8 : 0;

@@ -1,6 +1,7 @@
 import { Kysely, PostgresDialect, sql, type Generated } from 'kysely';
 import pg from 'pg';
 import type { UsageMetric } from '../../shared/accounts.js';
+import type { UsageAmounts } from '../../shared/money/usage.js';
 import { ensureIndexes, migrateRecord } from './migrations.js';
 
 /**
@@ -68,18 +69,12 @@ export interface LedgerTable {
   time: number;
 }
 
-export interface UsageTable {
+export interface UsageTable extends UsageAmounts {
   request_id: string;
   account_id: string;
   key_id: string;
   model: string;
   vendor: string;
-  input_tokens: number;
-  cached_tokens: number;
-  output_tokens: number;
-  images: number;
-  audio_seconds: number;
-  video_seconds: number;
   cost_micros: number;
   status: string;
   created: number;

@@ -1,31 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import {
-  accountEmailsKey,
-  accountKey,
-  accountKeysKey,
-  accountsIndexKey,
-  apiKeyHashesKey,
-  apiKeyIdsKey,
-  apiKeyRecordKey,
-  accessChangedChannel,
-  billKey,
-  defaultAccountId,
-  keyBillField,
-  keyBillFields,
-  legacyUsageStreamKey,
-  ledgerKey,
-  recordEpochKey,
-  recordLoadedKey,
-  recordLoadingKey,
-  usageDayKey,
-  usageMetrics,
-  usageSetAsideKey,
-  usageStreamKeys,
-  type UsageMetric,
-} from '../../shared/accounts.js';
+import { defaultAccountId, usageMetrics, type UsageMetric } from '../../shared/accounts.js';
+import { accountEmailsKey, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, accessChangedChannel, billKey, keyBillField, keyBillFields, legacyUsageStreamKey, ledgerKey, recordEpochKey, recordLoadedKey, recordLoadingKey, usageDayKey, usageSetAsideKey, usageStreamKeys } from '../../shared/keys.js';
 import type { Logger } from '../../shared/logger.js';
 import { together } from '../../shared/redis.js';
+import { balanceMicros, settledMicrosFor } from '../../shared/money/balance.js';
 import { sql } from 'kysely';
 import { openRecord, type RecordDb, type UsageDailyTable } from './database.js';
 import { emptyDayRow, usageGroup, usageRow, writeUsage, type UsageRow } from './usage-writer.js';
@@ -42,7 +21,7 @@ import { emptyDayRow, usageGroup, usageRow, writeUsage, type UsageRow } from './
  *
  * A balance is exact as of the load: usage still waiting in the stream is
  * subtracted by reading the stream and the record in one snapshot. What a
- * flush takes is the reservations in flight and the usage records not yet
+ * flush takes is the reservations in flight and the usage entries not yet
  * written (docs/operating.md, "What faults cost").
  *
  * The hot state is stamped with the record it came from (`recordLoadedKey`
@@ -58,7 +37,7 @@ import { emptyDayRow, usageGroup, usageRow, writeUsage, type UsageRow } from './
  * restore brings it back; the WAL position would not (a `pg_restore` moves
  * it forward, a crash that lost unflushed WAL moves it back without a
  * restore). Whatever the stamp says, the record wins: Redis's accounts and
- * keys are dropped and loaded from it, and the usage records waiting in the
+ * keys are dropped and loaded from it, and the usage entries waiting in the
  * streams, which belong to the other timeline, are set aside. The check runs
  * at start and every few seconds; a request costs one EXISTS at most.
  */
@@ -76,7 +55,7 @@ async function sendInChunks(redis: Redis, commands: readonly PipelineCommand[]):
     for (const [error] of (await batch.exec()) ?? []) if (error) throw error;
   }
 }
-/** How long usage records set aside from another record's timeline are kept. */
+/** How long usage entries set aside from another record's timeline are kept. */
 const setAsideSeconds = 30 * 86_400;
 
 /** Which record the hot state came from, and its high-water mark. */
@@ -276,7 +255,7 @@ const reloadMessages: Record<Exclude<Reload['reason'], 'missing'>, string> = {
 
 /**
  * Drops Redis's hot state of accounts and keys (the directory, the bills with their reservations and spend) and,
- * with `setAside`, moves the usage records waiting in the streams aside: they were settled on the other record's
+ * with `setAside`, moves the usage entries waiting in the streams aside: they were settled on the other record's
  * timeline. Every api forgets the keys it cached of the accounts dropped.
  */
 async function dropHotState(redis: Redis, fromStamp: string, setAside: boolean): Promise<{ accounts: number; keys: number; usage: number }> {
@@ -428,7 +407,7 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
     const bill: Record<string, string> = {
       id: a.id,
       unlimited: a.unlimited ? '1' : '0',
-      balance: String(a.credits_micros - a.settled_micros - (pendingAccounts.get(a.id) ?? 0)),
+      balance: String(balanceMicros(a, pendingAccounts.get(a.id) ?? 0)),
       reserved: '0',
       credits: String(a.credits_micros),
       credits_at: ledgerAt.get(a.id) ?? '0',
@@ -485,7 +464,7 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
 
 /**
  * The upgrade from a gateway that kept everything in Redis: on the first
- * start with a record, the accounts, keys, ledgers, usage records and day
+ * start with a record, the accounts, keys, ledgers, usage entries and day
  * totals Redis holds are copied into it, once (marked in `record_meta`).
  * An account already in the record is left as it is. Its credits are the
  * sum of its ledger and its settled usage whatever makes the record's balance
@@ -535,7 +514,7 @@ export async function importRedisOnce(redis: Redis, record: RecordDb): Promise<{
           disabled: row.disabled === '1',
           deleted: false,
           credits_micros: credits,
-          settled_micros: unlimited ? 0 : credits - balance,
+          settled_micros: unlimited ? 0 : settledMicrosFor(credits, balance),
           playground_key: row.playground_key || null,
         })
         .onConflict((oc) => oc.column('id').doNothing())
@@ -578,7 +557,7 @@ export async function importRedisOnce(redis: Redis, record: RecordDb): Promise<{
         .execute();
       keys += inserted.length;
     }
-    // Usage records as history: their cost is in the balances and spend above already, their sums in the day totals below.
+    // Usage entries as history: their cost is in the balances and spend above already, their sums in the day totals below.
     usage = await writeUsage(tx, await streamRows(redis, [legacyUsageStreamKey], streamIds), false);
     await importDayTotals(redis, tx as unknown as RecordDb);
     await tx.insertInto('record_meta').values({ name: 'redis_import', value: JSON.stringify({ at: new Date().toISOString(), accounts, keys, usage }) }).execute();

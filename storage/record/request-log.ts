@@ -1,4 +1,5 @@
 import { sql, type Selectable } from 'kysely';
+import type { RequestView } from '../../shared/money/usage.js';
 import type { ServiceTier } from '../../shared/service-tier.js';
 import type { RecordDb, UsageTable } from './database.js';
 
@@ -21,41 +22,6 @@ export interface RequestFilter {
   since?: number;
   /** Unix seconds, exclusive. */
   until?: number;
-}
-
-/** One request as `GET /v1/generation` and the lists show it. */
-export interface RequestView {
-  id: string;
-  answer_id: string | null;
-  created: number;
-  account_id: string;
-  key_id: string;
-  endpoint: string | null;
-  model: string;
-  vendor: string | null;
-  channel: string | null;
-  stream: boolean | null;
-  status: string;
-  http_status: number | null;
-  error_code: string | null;
-  finish_reason: string | null;
-  latency_ms: number | null;
-  ttft_ms: number | null;
-  queue_ms: number | null;
-  attempts: number | null;
-  fallback: string | null;
-  /** The tier that served it (priority, default or flex), whose prices it cost. */
-  service_tier: string;
-  input_tokens: number;
-  cached_tokens: number;
-  output_tokens: number;
-  images: number;
-  audio_seconds: number;
-  video_seconds: number;
-  cost_usd: number;
-  cost_micros: number;
-  /** Whether what it used and cost is in yet (a request still running, or refused, has none). */
-  settled: boolean;
 }
 
 export function requestView(row: Selectable<UsageTable>): RequestView {

@@ -1,11 +1,13 @@
 import type { Redis } from 'ioredis';
 import { sql, type Transaction } from 'kysely';
-import { usageDeadLetterKey, usageMetrics, usageStreamKeys, utcDay, type UsageMetric } from '../../shared/accounts.js';
+import { usageMetrics, utcDay, type UsageMetric } from '../../shared/accounts.js';
+import { usageDeadLetterKey, usageStreamKeys } from '../../shared/keys.js';
 import { isCluster } from '../../shared/redis.js';
 import type { Logger } from '../../shared/logger.js';
 import { activeMetrics } from '../../shared/metrics.js';
 import type { RecordDb, RecordTables, UsageDailyTable, UsageTable } from './database.js';
-import { logField, requestStatuses, type RequestStatus } from '../../shared/request-log.js';
+import { requestStatuses, type RequestStatus } from '../../shared/money/usage.js';
+import { logField } from '../../shared/request-log.js';
 import { serviceTiers, type ServiceTier } from '../../shared/service-tier.js';
 
 /**

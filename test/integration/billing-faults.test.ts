@@ -3,8 +3,8 @@ import { afterEach, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { loadCatalog } from '../../shared/catalog.js';
-import { readBill, readKeySpend, reserve } from '../../shared/billing.js';
-import { PriceList } from '../../shared/pricing.js';
+import { readBill, readKeySpend, reserve } from '../../shared/money/billing.js';
+import { PriceList } from '../../shared/money/pricing.js';
 import { KeyStore } from '../../api/accounts/key-store.js';
 import { Meter, settleJob } from '../../workers/settlement.js';
 import { OverrunReport } from '../../workers/overrun-report.js';
@@ -150,7 +150,7 @@ describe('billing when processes and Redis fail', () => {
     produced.usage = { prompt_tokens: 100, completion_tokens: 50, total_tokens: 150 };
     const log = pino({ level: 'silent' });
     const settling = settleJob(
-      { redis: worker, prices, policy: { bufferRecords: 1000 }, log, overruns: new OverrunReport(log) },
+      { config: { mock: { billed: false } }, redis: worker, prices, policy: { bufferRecords: 1000 }, log, overruns: new OverrunReport(log) },
       { requestId, replyTo: 'nobody', keyId: key.id, accountId: account, endpoint: 'chat.completions', model, stream: false, deadline: Date.now() + 60_000 },
       { endpoint: 'chat.completions', payload: { model, messages: [{ role: 'user', content: 'x' }] } },
       'mock',

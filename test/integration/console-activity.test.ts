@@ -5,7 +5,8 @@ import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../suppo
 import { ConsoleClient, type ConsoleResponse } from '../support/console-client.js';
 import { testRecord, usageRows } from '../support/record.js';
 import { writeLog, type LogRow } from '../../storage/record/usage-writer.js';
-import type { ModelLatency, RequestPage, RequestView } from '../../storage/record/request-log.js';
+import type { RequestView } from '../../shared/money/usage.js';
+import type { ModelLatency, RequestPage } from '../../storage/record/request-log.js';
 
 /*
  * The console's Activity API (the request log as a signed-in person reads it)

@@ -9,10 +9,10 @@ import { freshRedis, paidAccountKey, requestRecord, startGateway, waitFor, type 
 import { testRecord, usageRows, waitForUsage } from '../support/record.js';
 import { mergeHalves, writeLog, writeUsage, type LogRow, type UsageRow } from '../../storage/record/usage-writer.js';
 import type { RecordDb } from '../../storage/record/database.js';
-import type { RequestView } from '../../storage/record/request-log.js';
+import type { RequestView } from '../../shared/money/usage.js';
 import { loadHotState } from '../../storage/record/hot-state.js';
-import { billingBucket, usageStreamKey } from '../../shared/accounts.js';
-import { readBill } from '../../shared/billing.js';
+import { billingBucket, usageStreamKey } from '../../shared/keys.js';
+import { readBill } from '../../shared/money/billing.js';
 import { endpoints, type Endpoint } from '../../shared/endpoints.js';
 import { shardQueueName } from '../../shared/queues.js';
 import { payloadKey } from '../../shared/keys.js';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
 import { freshRedis, paidAccountKey, requestRecord, startGateway, type GatewayProcess } from '../support/gateway.js';
-import type { RequestView } from '../../storage/record/request-log.js';
+import type { RequestView } from '../../shared/money/usage.js';
 
 /*
  * `service_tier` past the answer: what a request is charged at its tier's

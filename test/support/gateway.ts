@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { KeyStore, type KeyLimits } from '../../api/accounts/key-store.js';
-import type { RequestView } from '../../storage/record/request-log.js';
+import type { RequestView } from '../../shared/money/usage.js';
 import { onProcessEnd } from './process-end.js';
 import { processPrivateRedis, redisServerInstalled } from './redis-server.js';
 import { recordUrlFor, resetRecordFor, testRecord } from './record.js';

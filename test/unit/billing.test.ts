@@ -4,8 +4,10 @@ import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
-import { billingBucket, billKey, reservationDeadlinesKey, settledKey, usageDayKey, usageStreamKey, utcDay } from '../../shared/accounts.js';
-import { readBill, readKeySpend, releaseExpiredReservations, releaseReservation, reserve, settle, type Reservation, type UsageRecord } from '../../shared/billing.js';
+import { utcDay } from '../../shared/accounts.js';
+import { billingBucket, billKey, reservationDeadlinesKey, settledKey, usageDayKey, usageStreamKey } from '../../shared/keys.js';
+import { readBill, readKeySpend, releaseExpiredReservations, releaseReservation, reserve, settle, type Reservation } from '../../shared/money/billing.js';
+import type { UsageEntry } from '../../shared/money/usage.js';
 import { freshRedis } from '../support/gateway.js';
 
 let redis: Redis;
@@ -43,22 +45,23 @@ const resv = (requestId: string, micros: number, extra: Partial<Reservation> = {
   ...extra,
 });
 
-const usage = (requestId: string, costMicros: number, extra: Partial<UsageRecord> = {}): UsageRecord => ({
-  requestId,
-  keyId: 'k1',
-  accountId: 'a1',
+const usage = (requestId: string, costMicros: number, extra: Partial<UsageEntry> = {}): UsageEntry => ({
+  request_id: requestId,
+  key_id: 'k1',
+  account_id: 'a1',
   model: 'gpt-4o-mini',
   vendor: 'openai',
-  inputTokens: 10,
-  cachedTokens: 0,
-  outputTokens: 5,
+  input_tokens: 10,
+  cached_tokens: 0,
+  output_tokens: 5,
   images: 0,
-  audioSeconds: 0,
-  videoSeconds: 0,
-  costMicros,
+  audio_seconds: 0,
+  video_seconds: 0,
+  cost_micros: costMicros,
   status: 'completed',
   created: Math.floor(Date.now() / 1000),
-  durationMs: 12,
+  duration_ms: 12,
+  service_tier: 'default',
   ...extra,
 });
 
@@ -117,7 +120,7 @@ describe('billing: reserve and settle', () => {
     await account('free', 'unlimited');
     await key('k1', 'free');
     assert.equal((await reserve(redis, resv('r2', 10 ** 12, { accountId: 'free' }), {})).ok, true);
-    await settle(redis, usage('r2', 10 ** 12, { accountId: 'free' }), policy);
+    await settle(redis, usage('r2', 10 ** 12, { account_id: 'free' }), policy);
     assert.equal(await redis.hget(billKey('free'), 'balance'), null);
     assert.equal((await readKeySpend(redis, 'free', 'k1'))?.spentMicros, 10 ** 12, 'its key still counts what it spent');
   });
@@ -170,7 +173,7 @@ describe('billing: reserve and settle', () => {
     assert.equal((await reserve(redis, resv('r1', 1, { tokens: 600 }), { tpm: 1000 }, now)).ok, true);
     const refused = await reserve(redis, resv('r2', 1, { tokens: 600 }), { tpm: 1000 }, now);
     assert.equal(!refused.ok && refused.reason, 'tpm');
-    await settle(redis, usage('r1', 1, { inputTokens: 50, outputTokens: 50 }), policy, now);
+    await settle(redis, usage('r1', 1, { input_tokens: 50, output_tokens: 50 }), policy, now);
     assert.equal((await reserve(redis, resv('r2', 1, { tokens: 600 }), { tpm: 1000 }, now)).ok, true, '500 unused tokens came back');
   });
 
@@ -226,7 +229,7 @@ describe('billing: concurrency across processes', () => {
       admitted.map(async (member) => {
         const requestId = member.split(' ')[1]!;
         const keyId = (await redis.hget(billKey('a1'), `r:${requestId}`))!.split(' ')[0]!;
-        await settle(redis, usage(requestId, 1000, { keyId }), policy);
+        await settle(redis, usage(requestId, 1000, { key_id: keyId }), policy);
       }),
     );
   }

@@ -5,13 +5,13 @@ import { EmptyRow, ErrorMessage, PageHeader, SkeletonRows, TableCard, useApi, us
 import { balance, compactCount, count, dayLabel, daysBetween, duration, money, number, percent } from '../format';
 import { useAccount } from '../app-context';
 import { Link } from '../router';
-import type { Account, Key, List, UsageReport, UsageRow } from '../types';
+import type { Account, Key, List, UsageReport, UsageTotals, KeyUsageTotals } from '../types';
 
 const palette = ['#6366f1', '#10b981', '#f59e0b', '#ef4444', '#06b6d4', '#8b5cf6', '#ec4899', '#84cc16'];
 const otherColor = '#cbd5e1';
-const zero: UsageRow = { requests: 0, input_tokens: 0, cached_tokens: 0, output_tokens: 0, images: 0, audio_seconds: 0, video_seconds: 0, cost_usd: 0 };
+const zero: UsageTotals = { requests: 0, input_tokens: 0, cached_tokens: 0, output_tokens: 0, images: 0, audio_seconds: 0, video_seconds: 0, cost_usd: 0 };
 
-function media(row: UsageRow): string {
+function media(row: UsageTotals): string {
   const parts: string[] = [];
   if (row.images) parts.push(`${count(row.images)} image${row.images === 1 ? '' : 's'}`);
   if (row.audio_seconds) parts.push(`${number(row.audio_seconds)} s audio`);
@@ -34,7 +34,7 @@ function Stat({ label, value, loading }: { label: string; value: string; loading
 }
 
 /** A key's name in the by-key table: a revoked key keeps it, marked; on an admin's report of every account, its account under it. */
-function KeyName({ row, account }: { row: UsageRow; account?: string }) {
+function KeyName({ row, account }: { row: KeyUsageTotals; account?: string }) {
   return (
     <>
       {row.key_name ?? <span class="muted mono">{row.key_id || 'Unknown key'}</span>}

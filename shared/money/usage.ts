@@ -1,0 +1,105 @@
+import type { ServiceTier } from '../service-tier.js';
+
+/**
+ * What requests used and cost, in the record's column names: one spelling
+ * for the settlement's usage entry, the record's `usage` table, the request
+ * log's view of a row, the usage reports and the console (which imports
+ * these types). Nothing here runs: the console's build reads it too.
+ */
+
+/** What one request used, besides its cost: the amounts a price list charges for. */
+export const usageAmounts = ['input_tokens', 'cached_tokens', 'output_tokens', 'images', 'audio_seconds', 'video_seconds'] as const;
+export type UsageAmounts = Record<(typeof usageAmounts)[number], number>;
+
+/** How a request ended. `refused` is the api's alone: admission turned it away and nothing was settled. */
+export const requestStatuses = ['completed', 'failed', 'cancelled', 'refused'] as const;
+export type RequestStatus = (typeof requestStatuses)[number];
+/** How a job that ran ended, as its settlement says. */
+export type SettledStatus = Exclude<RequestStatus, 'refused'>;
+
+/**
+ * The worker's part of the request log, carried in the settlement's usage
+ * entry (a field left out, or undefined, is not written).
+ */
+export interface RunDetail {
+  endpoint?: string;
+  /** The answer's own id (`chatcmpl-…`, `resp_…`). */
+  answer_id?: string | undefined;
+  channel?: string | undefined;
+  /** The attempt that ended the job (1 for the first). */
+  attempts?: number;
+  /** The model that served, when a fallback did. */
+  fallback?: string | undefined;
+  finish_reason?: string | undefined;
+  /** From the enqueue to the start of the attempt that ended the job. */
+  queue_ms?: number;
+  /** The error the job ended with, when it failed. */
+  error_code?: string | undefined;
+}
+
+/**
+ * A settlement's usage entry: what one finished request used and cost. The
+ * settle script appends it, as JSON, to the stream the record's writer reads.
+ */
+export interface UsageEntry extends UsageAmounts, RunDetail {
+  request_id: string;
+  account_id: string;
+  key_id: string;
+  model: string;
+  vendor: string;
+  /** Integer micro-dollars, at the prices of `service_tier`. */
+  cost_micros: number;
+  status: SettledStatus;
+  /** Unix seconds. */
+  created: number;
+  duration_ms: number;
+  /** The tier that served it, whose prices it cost. */
+  service_tier: ServiceTier;
+}
+
+/** One request of the request log, as `GET /v1/generation`, the request lists and the console's activity show it. */
+export interface RequestView extends UsageAmounts {
+  id: string;
+  answer_id: string | null;
+  /** Unix seconds of its arrival. */
+  created: number;
+  account_id: string;
+  key_id: string;
+  endpoint: string | null;
+  model: string;
+  vendor: string | null;
+  channel: string | null;
+  stream: boolean | null;
+  status: RequestStatus | string;
+  http_status: number | null;
+  error_code: string | null;
+  finish_reason: string | null;
+  latency_ms: number | null;
+  ttft_ms: number | null;
+  queue_ms: number | null;
+  attempts: number | null;
+  fallback: string | null;
+  /** The tier that served it (priority, default or flex), whose prices it cost. */
+  service_tier: ServiceTier | string;
+  cost_usd: number;
+  cost_micros: number;
+  /** Whether what it used and cost is in yet (a request still running, or refused, has none). */
+  settled: boolean;
+}
+
+/** A usage report's row: the sums of some requests, by day, model, key or account as the report groups them. */
+export interface UsageTotals extends UsageAmounts {
+  day?: string;
+  account_id?: string;
+  model?: string;
+  key_id?: string;
+  requests: number;
+  cost_usd: number;
+}
+
+/** A report's row by key, with the key's name (kept when it was revoked, and marked) and its account. */
+export interface KeyUsageTotals extends UsageTotals {
+  key_name: string | null;
+  key_revoked: boolean;
+  key_account_id: string | null;
+}
