@@ -1,3 +1,7 @@
+import slotOf from 'cluster-key-slot';
+import { createHash } from 'node:crypto';
+import type { ServiceTier } from './service-tier.js';
+
 /** The names of the Redis keys and channels the gateway owns; BullMQ's own keys live under `bull:`. */
 
 /**
@@ -12,17 +16,177 @@ export const keyPrefix = 'sy:';
  * money stays exact on a Cluster as on one server.
  */
 export const accountsPrefix = `${keyPrefix}{acct}:`;
-export const replyChannel = (apiInstanceId: string) => `${keyPrefix}reply:${apiInstanceId}`;
-/** Set (with a TTL) by a live api for its reply channel: a worker whose answers reach nobody checks it before giving up. */
-export const apiAliveKey = (replyTo: string) => `${keyPrefix}alive:${replyTo}`;
-export const cancelChannel = `${keyPrefix}cancel`;
-export const replayStreamKey = (jobId: string) => `${keyPrefix}replay:${jobId}`;
+
+// ---- a request's own keys ----
+
+/** A job's request body, when too large to ride in the job itself. */
 export const payloadKey = (jobId: string) => `${keyPrefix}payload:${jobId}`;
+/** A plain request's answer, when too large to publish: the api reads it once. */
 export const resultKey = (jobId: string) => `${keyPrefix}result:${jobId}`;
-/** Job lifecycle events (queued, progress, completed, failed) of async jobs, for WebSocket watchers. */
-export const jobEventsChannel = `${keyPrefix}job-events`;
+/** A stream's replay log (stream): what a client that resumes or arrives late reads. */
+export const replayStreamKey = (jobId: string) => `${keyPrefix}replay:${jobId}`;
+/** Set (with a short TTL) while someone follows a stream's log: a stream whose first client left keeps running while it exists. */
+export const streamWatchKey = (jobId: string) => `${keyPrefix}watch:${jobId}`;
+/** The answer id a chat stream's chunks carry, naming its request: a client may resume by either. */
+export const streamAliasKey = (answerId: string) => `${keyPrefix}stream-id:${answerId}`;
+/** A stored response: whose it is, what went in, and the response object. */
+export const responseKey = (id: string) => `${keyPrefix}response:${id}`;
 /** Where an async job lives and whose it is (an AsyncJobRecord). */
 export const asyncJobKey = (id: string) => `${keyPrefix}async:${id}`;
 /** A key's videos, newest last (sorted set scored by creation time). */
 export const videosOfKey = (keyId: string) => `${keyPrefix}videos:${keyId}`;
 
+// ---- between api and workers ----
+
+/** An api instance's channel: its workers' replies (chunks, answers, errors) to the requests it holds. */
+export const replyChannel = (apiInstanceId: string) => `${keyPrefix}reply:${apiInstanceId}`;
+/** Set (with a TTL) by a live api for its reply channel: a worker whose answers reach nobody checks it before giving up. */
+export const apiAliveKey = (replyTo: string) => `${keyPrefix}alive:${replyTo}`;
+/** Every worker hears here the job ids whose requests were cancelled or abandoned. */
+export const cancelChannel = `${keyPrefix}cancel`;
+/** Job lifecycle events (queued, progress, completed, failed) of async jobs, for WebSocket watchers. */
+export const jobEventsChannel = `${keyPrefix}job-events`;
+
+// ---- scheduling and vendors ----
+
+/** Jobs waiting in a queue by tier and account (hash: `tier|account` -> count, and `total:<tier>`): what `/metrics` shows as the backlog. */
+export const backlogKey = (queueName: string) => `${keyPrefix}fair:${queueName}:waiting`;
+/** Where a queue's finish tags of one band are kept: under the queue's own hash tag (`{chat}`, `{chat@openai}`). */
+export const fairTagsKey = (queueName: string, tier: ServiceTier) => `${keyPrefix}fair:${queueName}:${tier}`;
+/** A vendor's calls in flight: leases (sorted set) scored by their expiry. */
+export const vendorInflightKey = (vendor: string) => `${keyPrefix}limit:{${vendor}}:inflight`;
+/** A vendor's calls started in the rolling minute (sorted set scored by start); beside its leases, on one slot. */
+export const vendorRpmKey = (vendor: string) => `${keyPrefix}limit:{${vendor}}:rpm`;
+/** Every worker hears a released slot here (message: the vendor), so waiters retry at once instead of polling. */
+export const slotFreedChannel = `${keyPrefix}limit-freed`;
+/**
+ * Shared by every worker (and read by the console's channel page): channel id, or `<channel id>|<upstream model>`
+ * for a rest of one model on it → `<until ms>:<reason>:<status>`.
+ */
+export const channelCooldownsKey = `${keyPrefix}cooldowns`;
+
+// ---- console sign-in, beside the accounts (one slot) ----
+
+/** A console session (hash: account, csrf, created), under the SHA-256 of its token; TTL = its idle expiry. */
+export const sessionKey = (tokenHash: string) => `${accountsPrefix}session:${tokenHash}`;
+/** The session hashes of one account (set), to end them all at once. */
+export const accountSessionsKey = (accountId: string) => `${accountsPrefix}account-sessions:${accountId}`;
+/** Failed sign-ins of one email or address in the current window (TTL = the window), under a hash of the value. */
+export const signinFailuresKey = (scope: 'email' | 'ip', value: string) => `${accountsPrefix}signin-fail:${scope}:${createHash('sha256').update(value).digest('hex').slice(0, 32)}`;
+
+// ---- one for the whole gateway ----
+
+/** Held by the worker that sweeps old blobs for the current interval. */
+export const janitorLockKey = `${keyPrefix}janitor`;
+/** The secret blob download URLs are signed with, when `BLOB_URL_SECRET` is unset: generated once, by whichever process comes first. */
+export const blobUrlSecretKey = `${keyPrefix}blob-url-secret`;
+
+// ---- accounts, keys and money ----
+
+/**
+ * Accounts, keys, reservations and usage as they live in Redis: the layout
+ * both halves (and the admin API, the CLI and the billing scripts) read.
+ * Money is integer micro-dollars (1 USD = 1,000,000) everywhere in Redis.
+ *
+ * The directory (who the accounts and keys are, what a key may do) carries
+ * the hash tag `{acct}` (written `sy:{acct}:account:<id>` in full; shortened to `sy:` here).
+ * No request touches it: each api caches what a key may do (dropped on
+ * `accessChangedChannel`).
+ *
+ *   sy:account:<id>          hash  id, email, name, role, created, password (scrypt, optional),
+ *                                  unlimited ('1': spends without a balance), disabled, deleted ('1'), playground_key
+ *   sy:accounts              zset  account id → created
+ *   sy:account-emails        hash  lower-cased email → account id
+ *   sy:key:<id>              hash  id, name, created, hash, hint, account, limit (micros, '' = none),
+ *                                  rpm, tpm ('' = none), models (JSON array, '' = all), expires ('' = never)
+ *   sy:keyhash               hash  sha256(secret) → key id
+ *   sy:keyids                set   key ids
+ *   sy:account-keys:<id>     set   key ids of one account
+ *   sy:session:<sha256(token)> hash account, csrf, created (ms): a console session, TTL = its idle expiry
+ *   sy:account-sessions:<id> set   session hashes of one account, to end them all at once
+ *   sy:signin-fail:<email|ip> string sign-in attempts in the current window, counted before the password check (TTL = the window)
+ *   sy:record-loaded         string set once the hot state was loaded from the record (PostgreSQL), to the stamp of
+ *                                  that record ('<record id> <system id> <database oid>'): missing after a flush, which
+ *                                  makes the next start or first use load it again; another stamp makes a start reload
+ *   sy:record-epoch          string the highest high-water mark of that record seen (a restored record's is behind it)
+ *   sy:record-loading        string held while one process loads it (TTL)
+ *   sy:usage-set-aside       stream usage entries left in the usage streams when Redis was loaded from another or a
+ *                                  restored record: not that record's, kept (a month) for the operator, never written
+ *
+ * Money is spread over `billingBuckets` hash tags `{b<k>-<n>}` (written
+ * `sy:{b}:` here), each on its own slot, evenly over a Cluster's slot range; an
+ * account's bucket follows from its id. Everything one request's admission
+ * and settlement touch lives in its account's bucket, so each is one script on
+ * one slot, and different accounts bill on different primaries:
+ *
+ *   sy:{b}:bill:<account>    hash  id, unlimited ('1'), balance (micros), reserved (micros held by requests in flight),
+ *                                  credits (the record's credits the balance counts) and credits_at (as of which ledger entry);
+ *                                  per key: <key>.spent, <key>.reserved, <key>.used (unix s), <key>.rpm and <key>.tpm
+ *                                  (GCRA theoretical arrival times, ms); per request in flight:
+ *                                  r:<request> = '<key> <micros> <tokens> <tpm limit>', what admission holds for it
+ *   sy:{b}:resv-deadlines    zset  '<account> <request>' → deadline (ms), to release reservations of lost jobs
+ *   sy:{b}:settled:<request> string set once a request is settled (kept 1 min once its job completes, else until
+ *                                  15 min past its deadline): settlement runs once
+ *   sy:{b}:usage             stream one record per settled request, until the record's writer has committed it
+ *   sy:{b}:usage:dead        stream the records of that stream the record refused again and again, moved aside with
+ *                                  where they came from and why: kept (never trimmed) for the operator to write again
+ *
+ * The record (PostgreSQL, storage/record/) is what these are rebuilt from: accounts, keys, the ledger and the usage rows.
+ * A gateway that kept everything in Redis (before the record) kept the money fields in the directory's hashes,
+ * ledgers in `sy:ledger:<id>`, usage in `sy:usage` and day totals in `sy:usage-day:*`: read once, to import them.
+ */
+export const accountKey = (id: string) => `${accountsPrefix}account:${id}`;
+export const accountsIndexKey = `${accountsPrefix}accounts`;
+export const accountEmailsKey = `${accountsPrefix}account-emails`;
+/** Before the record: an account's ledger (read only to import it). */
+export const ledgerKey = (accountId: string) => `${accountsPrefix}ledger:${accountId}`;
+export const apiKeyRecordKey = (keyId: string) => `${accountsPrefix}key:${keyId}`;
+export const apiKeyHashesKey = `${accountsPrefix}keyhash`;
+export const apiKeyIdsKey = `${accountsPrefix}keyids`;
+export const accountKeysKey = (accountId: string) => `${accountsPrefix}account-keys:${accountId}`;
+/** Before the record: the usage stream and day totals all accounts shared (read only to import them, and drained by the writer). */
+export const legacyUsageStreamKey = `${accountsPrefix}usage`;
+export const usageDayKey = (day: string, accountId?: string) => (accountId === undefined ? `${accountsPrefix}usage-day:${day}` : `${accountsPrefix}usage-day:${day}:${accountId}`);
+/** Named for the layout it marks loaded: a gateway that kept money in the directory's hashes loads the buckets anew. */
+export const recordLoadedKey = `${accountsPrefix}record-loaded:buckets`;
+export const recordLoadingKey = `${accountsPrefix}record-loading`;
+/** Beside `recordLoadedKey` (one slot): the record's high-water mark as Redis last saw it. */
+export const recordEpochKey = `${accountsPrefix}record-epoch`;
+/** Usage entries of another record's timeline, taken out of the usage streams when Redis was loaded anew. */
+export const usageSetAsideKey = `${accountsPrefix}usage-set-aside`;
+/** How many hash tags money is spread over (a Cluster's primaries share them; see `bucketTag`). */
+export const billingBuckets = 16;
+const clusterSlots = 16_384;
+/**
+ * Bucket k's tag is the first `b<k>-<n>` whose slot lies in the k-th sixteenth of the slot range, so the buckets
+ * spread over a Cluster's primaries as evenly as its slots do.
+ */
+const bucketTags = Array.from({ length: billingBuckets }, (_, k) => {
+  for (let n = 0; ; n++) {
+    const tag = `b${k}-${n}`;
+    if (Math.floor(slotOf(tag) / (clusterSlots / billingBuckets)) === k) return tag;
+  }
+});
+/** The bucket of an account: the sixteenth of the slot range its own id hashes to (no table: any process computes it). */
+export const billingBucket = (accountId: string): number => Math.floor(slotOf(accountId) / (clusterSlots / billingBuckets));
+const bucketPrefix = (bucket: number) => `${keyPrefix}{${bucketTags[bucket]}}:`;
+export const billKey = (accountId: string) => `${bucketPrefix(billingBucket(accountId))}bill:${accountId}`;
+export const settledKey = (accountId: string, requestId: string) => `${bucketPrefix(billingBucket(accountId))}settled:${requestId}`;
+export const reservationDeadlinesKey = (bucket: number) => `${bucketPrefix(bucket)}resv-deadlines`;
+export const usageStreamKey = (bucket: number) => `${bucketPrefix(bucket)}usage`;
+/** Every bucket's usage stream, and the one gateway-wide stream of a gateway before buckets (drained, then empty). */
+export const usageStreamKeys: readonly string[] = [...Array.from({ length: billingBuckets }, (_, k) => usageStreamKey(k)), legacyUsageStreamKey];
+/**
+ * A usage stream's dead letters: the entries the record refused again and again (text PostgreSQL cannot store, a
+ * value out of its range), moved aside so they hold back nothing, and kept (never trimmed) for the operator to look
+ * at and write again. Beside its stream, on the same slot, so the move is one transaction on a Cluster too.
+ */
+export const usageDeadLetterKey = (stream: string) => `${stream}:dead`;
+/** A key's fields in its account's bill. */
+export const keyBillField = (keyId: string, field: 'spent' | 'reserved' | 'used' | 'rpm' | 'tpm') => `${keyId}.${field}`;
+export const keyBillFields = (keyId: string) => (['spent', 'reserved', 'used', 'rpm', 'tpm'] as const).map((field) => keyBillField(keyId, field));
+/** A reservation's member in its bucket's deadlines. */
+export const deadlineMember = (accountId: string, requestId: string) => `${accountId} ${requestId}`;
+
+/** Published with a key id when a key changes or is revoked, and with `account:<id>` when an account does: every api drops what it cached. */
+export const accessChangedChannel = `${keyPrefix}access-changed`;

@@ -1,5 +1,3 @@
-import { keyPrefix } from './keys.js';
-
 /**
  * Messages on an api instance's reply channel. One line of header, then the
  * payload untouched, so the api never re-encodes what the worker serialized:
@@ -31,8 +29,6 @@ export function decodeReply(message: string): ReplyMessage | undefined {
   return { kind: kind as ReplyKind, jobId, seq: Number(seq), payload: message.slice(newline + 1) };
 }
 
-/** The answer id a chat stream's chunks carry, naming its request: a client may resume by either. */
-export const streamAliasKey = (answerId: string) => `${keyPrefix}stream-id:${answerId}`;
 
 /**
  * How late a stream's replay log may trail its live chunks: the worker appends

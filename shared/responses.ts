@@ -1,5 +1,4 @@
 import type { ChatCompletionRequest } from './schemas/chat.js';
-import { keyPrefix } from './keys.js';
 import type { ServiceTier } from './service-tier.js';
 
 /**
@@ -58,6 +57,3 @@ export interface ConversationItem {
   id: string;
   [field: string]: unknown;
 }
-
-/** A stored response: whose it is, what went in, and the response object. */
-export const responseKey = (id: string) => `${keyPrefix}response:${id}`;

@@ -2,7 +2,7 @@ import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { CatalogModel } from './catalog.js';
 import type { Config } from './config.js';
-import { keyPrefix } from './keys.js';
+import { backlogKey, fairTagsKey } from './keys.js';
 import { withScripts } from './redis.js';
 import type { ServiceTier } from './service-tier.js';
 import { vendorDefinitions } from './vendor-definitions.js';
@@ -147,12 +147,8 @@ type FairRedis = Redis & {
   leftQueue(tags: string, backlog: string, field: string, tier: string, jobKey: string, first: number, width: number): Promise<number>;
 };
 
-/** Jobs waiting in a queue by tier and account (hash: `tier|account` -> count, and `total:<tier>`): what `/metrics` shows as the backlog. */
-export const backlogKey = (queueName: string) => `${keyPrefix}fair:${queueName}:waiting`;
+/** A field of `backlogKey`: one account's waiting jobs in one tier. */
 const backlogField = (tier: ServiceTier, accountId: string) => `${tier}|${accountId}`;
-
-/** Where a queue's finish tags of one band are kept: under the queue's own hash tag (`{chat}`, `{chat@openai}`). */
-export const fairTagsKey = (queueName: string, tier: ServiceTier) => `${keyPrefix}fair:${queueName}:${tier}`;
 
 export interface FairClaim {
   /** The account that pays: the unit of fairness. */

@@ -1,6 +1,6 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { keyPrefix } from '../shared/keys.js';
+import { blobUrlSecretKey } from '../shared/keys.js';
 
 /**
  * Signed, expiring download URLs for stored blobs: fetchable without an API
@@ -9,9 +9,8 @@ import { keyPrefix } from '../shared/keys.js';
  */
 export async function resolveUrlSecret(redis: Redis, configured: string | undefined): Promise<string> {
   if (configured) return configured;
-  const key = `${keyPrefix}blob-url-secret`;
-  await redis.set(key, randomBytes(32).toString('base64url'), 'NX');
-  return (await redis.get(key))!;
+  await redis.set(blobUrlSecretKey, randomBytes(32).toString('base64url'), 'NX');
+  return (await redis.get(blobUrlSecretKey))!;
 }
 
 function signature(secret: string, blobKey: string, expires: number): string {

@@ -3,7 +3,7 @@ import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
-import { keyPrefix, payloadKey } from '../shared/keys.js';
+import { janitorLockKey, payloadKey } from '../shared/keys.js';
 import { jobIdOf, type GatewayJobData } from '../shared/jobs.js';
 import { endpoints } from '../shared/endpoints.js';
 import type { BlobStore } from '../storage/blob-store.js';
@@ -53,9 +53,6 @@ export interface JanitorDeps {
   log: Logger;
   config: JanitorConfig;
 }
-
-/** Redis key whose holder sweeps for the current interval. */
-export const janitorLockKey = `${keyPrefix}janitor`;
 
 /**
  * Deletes blobs past their retention, every `BLOB_SWEEP_INTERVAL_S`. Every

@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { GatewayError } from '../shared/errors.js';
-import { responseKey, type ResponsesJob } from '../shared/responses.js';
+import { responseKey } from '../shared/keys.js';
+import type { ResponsesJob } from '../shared/responses.js';
 import type { Protocol } from '../shared/vendor-definitions.js';
 import { ResponsesStreamEncoder, type ResponseObject } from './answers/responses-encoder.js';
 import type { ReplyPublisher } from './reply-publisher.js';

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { Config } from '../shared/config.js';
-import { keyPrefix } from '../shared/keys.js';
+import { slotFreedChannel, vendorInflightKey, vendorRpmKey } from '../shared/keys.js';
 import { GatewayError, timeoutError } from '../shared/errors.js';
 import { vendorLimits, type VendorLimits } from '../shared/scheduler.js';
 import { vendorSlotHeld, waitingForSlot } from './metrics.js';
@@ -61,9 +61,6 @@ type LimiterRedis = Redis & {
   vendorRenew(concurrencyKey: string, leaseId: string, leaseMs: number): Promise<number>;
 };
 
-/** Every worker hears a released slot here (message: the vendor), so waiters retry at once instead of polling. */
-export const slotFreedChannel = `${keyPrefix}limit-freed`;
-
 export class VendorLimiter {
   private readonly redis: LimiterRedis;
   private readonly limits = new Map<string, VendorLimits>();
@@ -113,8 +110,8 @@ export class VendorLimiter {
   async acquire(vendor: string, deadline: number, signal: AbortSignal): Promise<Lease> {
     const { maxConcurrency, rpm } = this.limitsOf(vendor);
     if (maxConcurrency <= 0 && rpm <= 0) return noLease;
-    const concurrencyKey = `${keyPrefix}limit:{${vendor}}:inflight`;
-    const rpmKey = `${keyPrefix}limit:{${vendor}}:rpm`;
+    const concurrencyKey = vendorInflightKey(vendor);
+    const rpmKey = vendorRpmKey(vendor);
     const leaseId = randomUUID();
     for (;;) {
       signal.throwIfAborted();

@@ -1,6 +1,6 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { accountsPrefix } from '../../shared/keys.js';
+import { accountSessionsKey, sessionKey, signinFailuresKey } from '../../shared/keys.js';
 import { GatewayError } from '../../shared/errors.js';
 
 /*
@@ -11,10 +11,6 @@ import { GatewayError } from '../../shared/errors.js';
  * renewed as it is used) and an absolute one (`created` + the maximum),
  * whichever comes first, and its own CSRF token.
  */
-
-export const sessionKey = (tokenHash: string) => `${accountsPrefix}session:${tokenHash}`;
-export const accountSessionsKey = (accountId: string) => `${accountsPrefix}account-sessions:${accountId}`;
-const signinFailuresKey = (scope: 'email' | 'ip', value: string) => `${accountsPrefix}signin-fail:${scope}:${createHash('sha256').update(value).digest('hex').slice(0, 32)}`;
 
 export interface Session {
   tokenHash: string;

@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
-import { responseKey, type ConversationItem } from '../../shared/responses.js';
+import { responseKey } from '../../shared/keys.js';
+import type { ConversationItem } from '../../shared/responses.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 
 /**

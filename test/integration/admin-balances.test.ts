@@ -1,7 +1,8 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
-import { accountKey, defaultAccountId } from '../../shared/accounts.js';
+import { defaultAccountId } from '../../shared/accounts.js';
+import { accountKey } from '../../shared/keys.js';
 import { ConsoleClient } from '../support/console-client.js';
 import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
 import { adminClient, expectAdminError, type ErrorBody, type Json } from '../support/admin-client.js';

@@ -2,7 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
-import { readBill } from '../../shared/billing.js';
+import { readBill } from '../../shared/money/billing.js';
 import { freshRedis, paidAccountKey, spawnGateway, startGateway, type GatewayProcess } from '../support/gateway.js';
 import { waitForUsage } from '../support/record.js';
 

@@ -5,7 +5,7 @@ import type { Redis } from 'ioredis';
 import { createRedis, redisProtocol } from '../../shared/redis.js';
 import { KeyStore, hashSecret } from '../../api/accounts/key-store.js';
 import { AccountStore } from '../../api/accounts/account-store.js';
-import { reserve } from '../../shared/billing.js';
+import { reserve } from '../../shared/money/billing.js';
 import { freshRedis, waitFor } from '../support/gateway.js';
 import { testRecord } from '../support/record.js';
 

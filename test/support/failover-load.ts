@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
-import { billKey } from '../../shared/accounts.js';
-import { readBill, readKeySpend } from '../../shared/billing.js';
+import { billKey } from '../../shared/keys.js';
+import { readBill, readKeySpend } from '../../shared/money/billing.js';
 import type { RecordDb } from '../../storage/record/database.js';
 
 /** A model the mock serves at a price, so requests reserve and settle money. */

@@ -5,7 +5,7 @@
  * keys (`k1` or `k1,k2`: the keys taken in turn), the keys' spending limit in micros ('' = none).
  */
 import { Redis } from 'ioredis';
-import { reserve } from '../../shared/billing.js';
+import { reserve } from '../../shared/money/billing.js';
 
 const [url, index, count, keys, limit = ''] = process.argv.slice(2) as [string, string, string, string, string?];
 const keyIds = keys.split(',') as Array<'k1' | 'k2'>;

@@ -13,7 +13,7 @@ import { anthropicAdapter, JSON_OBJECT_INSTRUCTION, mapAnthropicStopReason } fro
 import { adapterMethod } from '../../workers/vendors/registry.js';
 import { convertAnthropicUsage } from '../../workers/vendors/anthropic/convert-anthropic-usage.js';
 import { Meter, meter } from '../../workers/settlement.js';
-import { PriceList } from '../../shared/pricing.js';
+import { PriceList } from '../../shared/money/pricing.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { chatCompletionRequestSchema } from '../../shared/schemas/chat.js';
 import type { EndpointRequest } from '../../shared/endpoints.js';

@@ -9,7 +9,7 @@ import { parseBody } from '../../api/http/request-body.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import type { EndpointRequest } from '../../shared/endpoints.js';
 import { GatewayError } from '../../shared/errors.js';
-import { PriceList } from '../../shared/pricing.js';
+import { PriceList } from '../../shared/money/pricing.js';
 import { imageGenerationRequestSchema, imageVariationFieldsSchema, variationSizes } from '../../shared/schemas/images.js';
 import type { ImageVariationInput } from '../../shared/schemas/media-inputs.js';
 import { LocalBlobStore } from '../../storage/local-blob-store.js';

@@ -1,19 +1,11 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { readBill, readKeySpend } from '../../shared/billing.js';
-import { billKey } from '../../shared/accounts.js';
+import { readBill, readKeySpend } from '../../shared/money/billing.js';
+import { billKey } from '../../shared/keys.js';
 import type { Redis } from 'ioredis';
-import {
-  accessChangedChannel,
-  accountEmailsKey,
-  accountKey,
-  accountKeysKey,
-  apiKeyHashesKey,
-  apiKeyIdsKey,
-  apiKeyRecordKey,
-  defaultAccountId,
-} from '../../shared/accounts.js';
-import { reserve } from '../../shared/billing.js';
+import { defaultAccountId } from '../../shared/accounts.js';
+import { accessChangedChannel, accountEmailsKey, accountKey, accountKeysKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey } from '../../shared/keys.js';
+import { reserve } from '../../shared/money/billing.js';
 import { GatewayError } from '../../shared/errors.js';
 import { hashPassword, usdToMicros, verifyPassword } from '../../api/accounts/account-store.js';
 import { hashSecret, KeyCache, KeyStore } from '../../api/accounts/key-store.js';

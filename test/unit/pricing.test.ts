@@ -18,7 +18,7 @@ import {
   usdToMicros,
   type Metered,
   type Pricing,
-} from '../../shared/pricing.js';
+} from '../../shared/money/pricing.js';
 
 const catalog = loadCatalog();
 const prices = new PriceList(catalog.all());
