@@ -3,8 +3,10 @@ import type { Catalog, CatalogModel } from '../shared/catalog.js';
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import { GatewayError } from '../shared/errors.js';
-import { channelCooldownsKey as cooldownsKey, formatCooldown, parseCooldown, resolveChannels, vendorDefinition, type ChannelConfig, type VendorConfig } from '../shared/vendors.js';
+import { channelCooldownsKey as cooldownsKey } from '../shared/keys.js';
+import { formatCooldown, parseCooldown, resolveChannels, vendorDefinition, type ChannelConfig, type VendorConfig } from '../shared/vendors.js';
 import { type Protocol } from '../shared/vendor-definitions.js';
+import { isChannelFault } from './failure-policy.js';
 import { channelRested } from './metrics.js';
 
 export interface ResolvedRoute {
@@ -142,7 +144,7 @@ export class ChannelRouter {
    * sibling model on the same channel can still serve).
    */
   reportFailure(route: Pick<ResolvedRoute, 'channel' | 'upstreamModel'>, error: GatewayError): void {
-    const channelWide = error.code === 'vendor_auth_failed' || error.code === 'vendor_quota_exhausted';
+    const channelWide = isChannelFault(error);
     const id = channelWide ? route.channel.id : modelCooldownKey(route.channel.id, route.upstreamModel);
     const now = Date.now();
     let coolMs = 0;

@@ -1,3 +1,4 @@
+import { DelayedError, UnrecoverableError, type Job } from 'bullmq';
 import type { Config } from '../shared/config.js';
 import { GatewayError, queueUnavailable, serverError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
@@ -83,9 +84,65 @@ function rateLimitedPastDeadline(delayMs: number): GatewayError {
   });
 }
 
+/** The codes of errors that say the channel itself is unusable (its key), not the request: the whole channel rests, and the request may move to another. */
+export const channelFaultCodes: ReadonlySet<string> = new Set(['vendor_auth_failed', 'vendor_quota_exhausted']);
+
 /** Whether the error says the channel itself is unusable (its key), not the request. */
 export function isChannelFault(error: GatewayError): boolean {
-  return error.code === 'vendor_auth_failed' || error.code === 'vendor_quota_exhausted';
+  return error.code !== null && channelFaultCodes.has(error.code);
+}
+
+/**
+ * BullMQ's `failedReason` for a job that stalled more than `maxStalledCount` times (its worker died, or
+ * stopped renewing the lock, once too often). Its stalled check (`moveStalledJobsToWait` Lua script) records
+ * it as the job's deferred failure, and the next worker to take the job fails it with an UnrecoverableError
+ * of that text, without running it. No class or code marks it: the text is all there is, pinned against the
+ * BullMQ installed by test/integration/bullmq-reliances.test.ts.
+ */
+const stalledOutReason = 'job stalled more than allowable limit';
+
+/**
+ * What an error says to BullMQ by itself, whatever attempts remain:
+ * - `put-back`: a DelayedError, thrown after the run moved its job back to wait (no attempt spent, not a failure);
+ * - `stalled-out`: BullMQ failed the job for stalling too often;
+ * - `unrecoverable`: an UnrecoverableError (ours: answered, client gone, async failure; or BullMQ's), failed for good.
+ */
+export type QueueSignal = 'put-back' | 'stalled-out' | 'unrecoverable';
+
+export function queueSignal(error: unknown): QueueSignal | undefined {
+  if (error instanceof DelayedError) return 'put-back';
+  if (error instanceof Error && error.message === stalledOutReason) return 'stalled-out';
+  if (error instanceof UnrecoverableError) return 'unrecoverable';
+  return undefined;
+}
+
+/**
+ * Whether BullMQ fails the job for good on this error rather than running it again: the error says so by
+ * itself (`queueSignal`), or the job spent its last attempt. Mirrors BullMQ's own rule (`Job.shouldRetryJob`)
+ * for the options the gateway sets (no `maxStartedAttempts`; a backoff that never declines). `attemptsMade`
+ * counts the attempt that failed: BullMQ's `failed` event sees it in `job.attemptsMade`, the run itself one less.
+ */
+export function isFinalFailure(job: Pick<Job, 'attemptsMade' | 'opts'>, error: unknown, attemptsMade = job.attemptsMade): boolean {
+  switch (queueSignal(error)) {
+    case 'put-back':
+      return false;
+    case 'stalled-out':
+    case 'unrecoverable':
+      return true;
+    default:
+      return attemptsMade >= (job.opts.attempts ?? 1);
+  }
+}
+
+/**
+ * Whether a job BullMQ has just recorded a failed attempt of will run no more (what it holds can go): a final
+ * failure, or else as Redis has it now: failed, completed, or gone (removed on failure, or by the api while it
+ * waited to run again).
+ */
+export async function runsNoMore(job: Job, error: unknown): Promise<boolean> {
+  if (isFinalFailure(job, error)) return true;
+  const state = await job.getState();
+  return state === 'failed' || state === 'completed' || state === 'unknown';
 }
 
 /** Anything thrown that is not already a GatewayError is a bug of ours: logged, and a 500 to the client. */

@@ -1,6 +1,7 @@
-import { UnrecoverableError, type Job, type Worker } from 'bullmq';
+import type { Job, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { defaultAccountId, settledKey } from '../shared/accounts.js';
+import { defaultAccountId } from '../shared/accounts.js';
+import { settledKey } from '../shared/keys.js';
 import { AsyncJobFailure } from '../shared/async-job-failure.js';
 import { endpoints } from '../shared/endpoints.js';
 import { GatewayError } from '../shared/errors.js';
@@ -10,6 +11,7 @@ import type { BlobStore } from '../storage/blob-store.js';
 import { AnsweredFailure } from './answered-failure.js';
 import { deleteJobUploads } from './blob-janitor.js';
 import { ClientGoneError } from './client-gone-error.js';
+import { isFinalFailure, runsNoMore } from './failure-policy.js';
 import { publishJobEvent } from './media-processor.js';
 import { meterStalls } from './metrics.js';
 import { ReplyPublisher } from './reply-publisher.js';
@@ -46,7 +48,7 @@ export class JobLifecycle {
     });
     worker.on('failed', (job, error) => {
       void this.answerFinalFailure(job, error);
-      if (job) this.releaseUploads(job, () => isFinalFailure(job, error));
+      if (job) this.releaseUploads(job, () => runsNoMore(job, error));
     });
     worker.on('error', (error) => log.error({ err: error, queue }, 'worker error'));
     meterStalls(worker);
@@ -65,9 +67,8 @@ export class JobLifecycle {
     if (!job) return;
     const { redis } = this.deps;
     const jobId = jobIdOf(job.data);
-    const final = error instanceof UnrecoverableError || job.attemptsMade >= (job.opts.attempts ?? 1) || /stalled/i.test(error.message);
     // A job dropped because its client left answers nobody.
-    if (!final || error instanceof ClientGoneError) return;
+    if (!isFinalFailure(job, error) || error instanceof ClientGoneError) return;
     const lost = () =>
       new GatewayError(502, 'The request could not be completed: its worker was lost. Retry the request.', { code: 'worker_lost' }).toWire();
     if (job.data.async) {
@@ -99,13 +100,4 @@ export class JobLifecycle {
       .finally(() => this.releasing.delete(release));
     this.releasing.add(release);
   }
-}
-
-// BullMQ emits `failed` for every failed attempt, after it has moved the job on: to
-// delayed or waiting when it will retry, to failed when not. An UnrecoverableError is never retried.
-async function isFinalFailure(job: Job<GatewayJobData>, error: Error): Promise<boolean> {
-  if (error instanceof UnrecoverableError || error.name === 'UnrecoverableError') return true;
-  const state = await job.getState();
-  // 'unknown': the job is gone (removed on failure, or by the api while it waited), so nobody runs it again.
-  return state === 'failed' || state === 'completed' || state === 'unknown';
 }

@@ -1,4 +1,4 @@
-import { UnrecoverableError, type Job } from 'bullmq';
+import type { Job } from 'bullmq';
 import { context, SpanKind, trace, type HrTime, type Span } from '@opentelemetry/api';
 import { endpoints } from '../shared/endpoints.js';
 import type { GatewayError } from '../shared/errors.js';
@@ -6,6 +6,7 @@ import { isFirstRun, type GatewayJobData, type GatewayJobResult } from '../share
 import { contextOf, getTracer, markFailed, tracingEnabled } from '../shared/tracing.js';
 import type { ResolvedRoute } from './channel-router.js';
 import { ClientGoneError } from './client-gone-error.js';
+import { queueSignal } from './failure-policy.js';
 
 /**
  * The worker's spans of one request (only when tracing is on, see
@@ -72,8 +73,8 @@ export function traceJobs(processor: Processor): Processor {
  */
 function outcomeOf(error: unknown): 'delayed' | 'cancelled' | 'failed' | 'retry' {
   if (error instanceof ClientGoneError) return 'cancelled';
-  if (error instanceof UnrecoverableError) return 'failed';
-  return (error as { name?: unknown } | null)?.name === 'DelayedError' ? 'delayed' : 'retry';
+  const signal = queueSignal(error);
+  return signal === 'put-back' ? 'delayed' : signal ? 'failed' : 'retry';
 }
 
 /** One call to a vendor channel; undefined (and nothing to call) when tracing is off. */

@@ -5,9 +5,11 @@ import { Queue, Worker, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
 import { createRedis } from '../../shared/redis.js';
 import { loadConfig } from '../../shared/config.js';
-import { reserve } from '../../shared/billing.js';
+import { reserve } from '../../shared/money/billing.js';
 import { capabilityLoops, fetchLoopOptions } from '../../workers/worker.js';
 import { StartingWorker } from '../../workers/starting-worker.js';
+import { isFinalFailure, queueSignal, runsNoMore } from '../../workers/failure-policy.js';
+import { decodeAsyncJobFailure } from '../../shared/async-job-failure.js';
 import { freshRedis, waitFor } from '../support/gateway.js';
 
 /*
@@ -177,6 +179,73 @@ describe('what the gateway relies on in BullMQ', () => {
     await waitFor(() => processed.includes('stalls'), 10_000, 'the stalled job run again');
     assert.deepEqual(stalled, ['stalls']);
     assert.equal(secondSawStall, false);
+  });
+
+  it("fails a job whose worker died twice, attempts left or not, with a reason the gateway's classifier knows", async () => {
+    const name = '{reliance-stalled-out}';
+    const chat = queue(name);
+    await chat.add('chat', { n: 1 }, { jobId: 'stalls-out', attempts: 5 });
+    // The gateway's first fetch loop, not yet taking jobs: only its stalled check runs.
+    let ran = false;
+    const worker = new Worker(name, async () => void (ran = true), { connection: redis, ...fetchLoopOptions(config, 1, 0), autorun: false });
+    closing.push(worker);
+    let stalls = 0;
+    worker.on('stalled', () => stalls++);
+    const failed = new Promise<[Job | undefined, Error]>((resolve) => worker.on('failed', (job, error) => resolve([job, error])));
+    await worker.startStalledCheckTimer();
+    // Twice a worker takes the job and dies without a word; each time the check finds it and hands it back.
+    for (const take of [1, 2]) {
+      const dying = new Worker(name, null, { connection: redis, lockDuration: 1000 });
+      assert.equal((await dying.getNextJob(`dead-token-${take}`))?.id, 'stalls-out');
+      await dying.close();
+      await waitFor(() => stalls === take, 10_000, `stall ${take} found`);
+    }
+    // The next take fails it for good without running it.
+    void worker.run();
+    const [job, error] = await failed;
+    assert.equal(ran, false);
+    assert.equal(queueSignal(error), 'stalled-out', `BullMQ's reason: ${error.message}`);
+    assert.ok(job && isFinalFailure(job, error) && job.attemptsMade < 5, 'final with attempts left');
+    assert.equal(await runsNoMore(job, error), true);
+    assert.equal(await chat.getJobState('stalls-out'), 'failed');
+    // The reason kept is the same text, and not an async job's failure: GET /v1/jobs/{id} says the worker was lost.
+    const reason = (await chat.getJob('stalls-out'))?.failedReason;
+    assert.equal(reason, error.message);
+    assert.equal(decodeAsyncJobFailure(reason), undefined);
+  });
+
+  it('emits `failed` once the job is moved on, so its state says whether it runs again', async () => {
+    const name = '{reliance-failed}';
+    const chat = queue(name);
+    // A backoff long enough that the retry waits for the test.
+    await chat.add('chat', { n: 1 }, { jobId: 'retries', attempts: 2, backoff: { type: 'fixed', delay: 60_000 } });
+    const outcomes: Array<{ final: boolean; runsNoMore: boolean; state: string }> = [];
+    const worker = new Worker(
+      name,
+      async () => {
+        throw new Error('vendor down');
+      },
+      { connection: redis },
+    );
+    closing.push(worker);
+    worker.on('failed', (job, error) => {
+      if (!job) return;
+      void (async () => {
+        const state = await job.getState();
+        outcomes.push({ final: isFinalFailure(job, error), runsNoMore: await runsNoMore(job, error), state });
+      })();
+    });
+    await waitFor(() => outcomes.length === 1, 10_000, 'the first attempt failed');
+    // Attempts left: delayed for its backoff, neither final nor over.
+    assert.deepEqual(outcomes[0], { final: false, runsNoMore: false, state: 'delayed' });
+    // Removed while it waited (as the api removes a job whose client left): it runs no more.
+    const [job] = await chat.getJobs(['delayed']);
+    await chat.remove('retries');
+    assert.equal(await runsNoMore(job!, new Error('vendor down')), true);
+    // The last attempt fails it for good.
+    await chat.add('chat', { n: 2 }, { jobId: 'last', attempts: 1 });
+    await waitFor(() => outcomes.length === 2, 10_000, 'the only attempt failed');
+    assert.deepEqual(outcomes[1], { final: true, runsNoMore: true, state: 'failed' });
   });
 
   it("takes a backlog's jobs all before it starts one, unless the worker starts each as it takes it (StartingWorker)", async () => {

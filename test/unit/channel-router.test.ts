@@ -6,6 +6,7 @@ import { loadConfig } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
 import { createLogger } from '../../shared/logger.js';
 import { ChannelRouter } from '../../workers/channel-router.js';
+import { channelFaultCodes } from '../../workers/failure-policy.js';
 import { freshRedis, waitFor } from '../support/gateway.js';
 
 // Against a real Redis: cooldowns are shared there between every worker.
@@ -51,6 +52,18 @@ describe('ChannelRouter', () => {
     await waitFor(async () => (await redis.hlen('sy:cooldowns')) === 1, 5000, 'the cooldown shared');
     const b = await router(env);
     for (let i = 0; i < 20; i++) assert.notEqual(b.route(model('gpt-4o-mini')).channel.id, first.channel.id);
+  });
+
+  it("rests the whole channel, not just the model, on every channel fault the failure policy names", async () => {
+    for (const code of channelFaultCodes) {
+      await redis.del('sy:cooldowns');
+      const a = await router({ OPENAI_API_KEY: 'sk-one,sk-two' });
+      const first = a.route(model('gpt-4o-mini'));
+      a.reportFailure(first, new GatewayError(502, 'key refused', { code }));
+      // A sibling model on the same channel is moved off it too.
+      for (let i = 0; i < 20; i++) assert.notEqual(a.route(model('gpt-4o')).channel.id, first.channel.id, code);
+      await waitFor(async () => (await redis.hget('sy:cooldowns', first.channel.id)) !== null, 5000, `${code}: the channel's rest shared`);
+    }
   });
 
   it('still tries the only channel after an auth failure: resting it would move traffic nowhere', async () => {

@@ -2,8 +2,12 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { loadConfig } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
-import { decideFailure, toGatewayError, type FailedAttempt } from '../../workers/failure-policy.js';
+import { DelayedError, UnrecoverableError } from 'bullmq';
+import { AsyncJobFailure } from '../../shared/async-job-failure.js';
+import { channelFaultCodes, decideFailure, isChannelFault, isFinalFailure, queueSignal, toGatewayError, type FailedAttempt } from '../../workers/failure-policy.js';
 import { createLogger } from '../../shared/logger.js';
+import { AnsweredFailure } from '../../workers/answered-failure.js';
+import { ClientGoneError } from '../../workers/client-gone-error.js';
 
 const config = loadConfig({ RETRY_BASE_MS: '100' });
 const now = 1_000_000;
@@ -83,5 +87,57 @@ describe('failure policy', () => {
     const auth = new GatewayError(502, 'vendor rejected our key', { code: 'vendor_auth_failed' });
     assert.deepEqual(decideFailure(config, attempt(auth)), { action: 'fail' });
     assert.equal(decideFailure(config, attempt(auth, { canSwitchChannel: () => true })).action, 'retry');
+  });
+});
+
+describe('whether a failure is final', () => {
+  const wire = new GatewayError(400, 'bad request').toWire();
+  const stalledOut = () => new UnrecoverableError('job stalled more than allowable limit');
+
+  it("reads BullMQ's own signals by class, and a job failed for stalling too often by BullMQ's reason", () => {
+    assert.equal(queueSignal(new DelayedError()), 'put-back');
+    for (const error of [new UnrecoverableError(), new AnsweredFailure(wire), new AsyncJobFailure(wire), new ClientGoneError()]) {
+      assert.equal(queueSignal(error), 'unrecoverable', error.name);
+    }
+    assert.equal(queueSignal(stalledOut()), 'stalled-out');
+    // Older BullMQ failed it with a plain Error of the same reason.
+    assert.equal(queueSignal(new Error('job stalled more than allowable limit')), 'stalled-out');
+    // A name is not a class, and a message that only mentions stalling is not BullMQ's reason.
+    const named = Object.assign(new Error('delayed'), { name: 'DelayedError' });
+    for (const error of [named, new GatewayError(502, 'The vendor stream stalled.', { retryable: true }), new Error('boom'), 'stalled', undefined, null]) {
+      assert.equal(queueSignal(error), undefined, String(error));
+    }
+  });
+
+  it("is final when the error says so or the last attempt is spent, as BullMQ's failed event sees the job", () => {
+    const job = (attemptsMade: number, attempts?: number) => ({ attemptsMade, opts: attempts === undefined ? {} : { attempts } });
+    const retryable = new GatewayError(503, 'vendor down', { retryable: true });
+    assert.equal(isFinalFailure(job(1, 3), retryable), false);
+    assert.equal(isFinalFailure(job(2, 3), retryable), false);
+    assert.equal(isFinalFailure(job(3, 3), retryable), true);
+    // A job added without attempts has one.
+    assert.equal(isFinalFailure(job(1), retryable), true);
+    // An UnrecoverableError (ours or BullMQ's) and a stall too many end the job with attempts left.
+    for (const error of [new AnsweredFailure(wire), new ClientGoneError(), new AsyncJobFailure(wire), stalledOut()]) {
+      assert.equal(isFinalFailure(job(1, 3), error), true, error.name);
+    }
+    // A job put back to wait has not failed, even on its last attempt.
+    assert.equal(isFinalFailure(job(3, 3), new DelayedError()), false);
+  });
+
+  it('counts the failed attempt the run has not yet seen counted, when told', () => {
+    // In the run, the job's attemptsMade excludes the attempt under way: the second of three is not the last.
+    const running = { attemptsMade: 1, opts: { attempts: 3 } };
+    const retryable = new GatewayError(503, 'vendor down', { retryable: true });
+    assert.equal(isFinalFailure(running, retryable, running.attemptsMade + 1), false);
+    assert.equal(isFinalFailure({ ...running, attemptsMade: 2 }, retryable, 3), true);
+  });
+
+  it('names the channel faults in one list: a bad or exhausted key, not a failed request', () => {
+    assert.deepEqual([...channelFaultCodes].sort(), ['vendor_auth_failed', 'vendor_quota_exhausted']);
+    for (const code of channelFaultCodes) assert.equal(isChannelFault(new GatewayError(502, 'key refused', { code })), true, code);
+    for (const code of ['vendor_error', 'rate_limit_exceeded', 'vendor_timeout', null]) {
+      assert.equal(isChannelFault(new GatewayError(502, 'failed', { code })), false, String(code));
+    }
   });
 });

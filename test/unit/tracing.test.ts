@@ -5,7 +5,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import Koa from 'koa';
 import Router from '@koa/router';
-import type { Job } from 'bullmq';
+import { DelayedError, type Job } from 'bullmq';
 import { context, propagation, ProxyTracerProvider, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trace';
 import { loadConfig } from '../../shared/config.js';
@@ -14,6 +14,7 @@ import type { GatewayJobData, GatewayJobResult } from '../../shared/jobs.js';
 import { carrierOf, contextOf, startTracing, tracesUrl, tracingEnabled, type Tracing } from '../../shared/tracing.js';
 import { jobTraceCarrier, traceQueued, traceRelay, traceRequests, type RequestTrace } from '../../api/http/request-tracing.js';
 import type { PendingReply } from '../../api/relay/reply-hub.js';
+import { queuedEndpoint, routeTemplate } from '../../api/requests/endpoint-paths.js';
 import { startVendorAttempt, traceJobs } from '../../workers/job-tracing.js';
 import type { ResolvedRoute } from '../../workers/channel-router.js';
 import { CallObserver } from '../../workers/call-observer.js';
@@ -79,7 +80,7 @@ describe('tracing on, in process (InMemorySpanExporter)', () => {
 
     // A gateway in miniature: the server span first, a router, and a queued endpoint that admits, queues and relays.
     const app = new Koa();
-    app.use(traceRequests());
+    app.use(traceRequests({ routeOf: routeTemplate, queues: (method, path) => queuedEndpoint(method, path) !== undefined }));
     app.use(async (ctx, next) => {
       ctx.state.requestId = 'req_test';
       await next();
@@ -199,7 +200,7 @@ describe('tracing on, in process (InMemorySpanExporter)', () => {
     });
     await assert.rejects(() => failing(job));
     const delayed = traceJobs(async () => {
-      throw Object.assign(new Error('delayed'), { name: 'DelayedError' });
+      throw new DelayedError();
     });
     await assert.rejects(() => delayed(job));
     const spans = exporter.getFinishedSpans();
