@@ -1,15 +1,14 @@
-import { createServer, type Server } from 'node:http';
-import type { Duplex } from 'node:stream';
+import type { Server } from 'node:http';
 import { randomBytes } from 'node:crypto';
 import Koa from 'koa';
-import { canonicalizePath, createRouter } from './http/canonical-path.js';
+import { canonicalizePath } from './http/canonical-path.js';
 import compose from 'koa-compose';
 import type { Redis } from 'ioredis';
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import { createRedis } from '../shared/redis.js';
 import { loadCatalog } from '../shared/catalog.js';
-import { PriceList } from '../shared/pricing.js';
+import { PriceList } from '../shared/money/pricing.js';
 import { GatewayError } from '../shared/errors.js';
 import { replyChannel } from '../shared/keys.js';
 import { cappedVendors } from '../shared/scheduler.js';
@@ -21,12 +20,14 @@ import { traceRequests } from './http/request-tracing.js';
 import { tracingEnabled } from '../shared/tracing.js';
 import { authenticate } from './accounts/auth.js';
 import { KeyCache, KeyStore } from './accounts/key-store.js';
-import { accessChangedChannel } from '../shared/accounts.js';
+import { accessChangedChannel } from '../shared/keys.js';
 import { ReplyHub } from './relay/reply-hub.js';
 import { Backpressure } from './relay/backpressure.js';
 import { apiMetrics } from './http/metrics.js';
 import { ModelResolver } from './requests/model-resolver.js';
 import { v1Routes } from './requests/v1-routes.js';
+import { queuedEndpoint, routeTemplate } from './requests/endpoint-paths.js';
+import { noteArrival, noteError } from './requests/request-log.js';
 import { adminRoutes } from './accounts/admin-api.js';
 import { endpointDispatch } from './requests/endpoint-route.js';
 import { jobRoutes } from './jobs/routes.js';
@@ -34,9 +35,9 @@ import { responseRoutes } from './responses/routes.js';
 import { EventLogs } from './relay/event-log.js';
 import { JobEvents } from './jobs/events.js';
 import { LoopStallMonitor } from './http/loop-stall.js';
-import { answerClientError, answerConnect } from './http/raw-http-errors.js';
-import { recordProbe } from './http/readiness.js';
-import { closeUnreadRequests, setBodyIdleTimeout } from './http/request-body.js';
+import { createNodeServer } from './http/node-server.js';
+import { probeRoutes, recordProbe, refuseWhileDraining } from './http/readiness.js';
+import { closeUnreadRequests } from './http/request-body.js';
 import { createBlobStore } from '../storage/create-blob-store.js';
 import { openHotRecord } from '../storage/record/hot-state.js';
 import { consoleRoutes } from './console/routes.js';
@@ -128,43 +129,31 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   });
 
   let draining = false;
-  // The worst event-loop stall since the previous readiness probe: one slow request holds every other one.
   const loopStalls = new LoopStallMonitor();
   const app = new Koa({ proxy: config.trustProxy });
   app.silent = true;
-  const probes = createRouter();
-  // The root is where a person lands first: the console (which has the sign-in and the docs links).
-  probes.get('/', (ctx) => {
-    ctx.status = 302;
-    ctx.redirect('/console/');
-  });
-  probes.get('/healthz', (ctx) => {
-    ctx.body = { status: 'ok' };
-  });
-  const recordReachable = recordProbe(record);
-  probes.get('/readyz', async (ctx) => {
-    const redisOk = await redis.ping().then(
-      () => true,
-      () => false,
-    );
-    const recordOk = await recordReachable();
-    const workers = options.workersReady?.() ?? true;
-    // A gateway with no vendor to call (no key, and no mock asked for) has nothing to serve.
-    const vendors = servingVendors.size > 0;
-    const ready = redisOk && recordOk && workers && hub.connected && !draining && vendors;
-    ctx.status = ready ? 200 : 503;
-    const eventLoopMaxMs = loopStalls.takeWorst();
-    ctx.body = { status: ready ? 'ready' : 'not_ready', redis: redisOk, record: recordOk, workers, subscriber: hub.connected, draining, vendors, event_loop_max_ms: eventLoopMaxMs };
+  const probes = probeRoutes({
+    redisReachable: () =>
+      redis.ping().then(
+        () => true,
+        () => false,
+      ),
+    recordReachable: recordProbe(record),
+    workersReady: () => options.workersReady?.() ?? true,
+    subscriberConnected: () => hub.connected,
+    draining: () => draining,
+    vendors: servingVendors.size > 0,
+    loopStalls,
   });
 
   // Tracing on: a server span around everything (it sees the status the envelope answers); off, nothing at all.
-  if (tracingEnabled()) app.use(traceRequests());
+  if (tracingEnabled()) app.use(traceRequests({ routeOf: routeTemplate, queues: (method, path) => queuedEndpoint(method, path) !== undefined }));
   // Prometheus: every request counted and timed (around the envelope, so it sees the status answered); GET /metrics among the probes.
-  const metrics = apiMetrics(config, backpressure);
+  const metrics = apiMetrics(config, backpressure, routeTemplate);
   probes.get('/metrics', metrics.scrape);
   app.use(metrics.requests);
   app.use(closeUnreadRequests);
-  app.use(envelope(log));
+  app.use(envelope(log, { arrived: noteArrival, failed: noteError }));
   // Every guard and route below sees the one canonical path (api/http/canonical-path.ts).
   app.use(canonicalizePath());
   const logs = new EventLogs(redis, log);
@@ -174,20 +163,11 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   const assets = new ConsoleAssets(options.consoleDir ?? defaultConsoleDir());
   if (!assets.built) log.warn({ dir: assets.dir }, 'the console is not built: /console answers 503 until `npm run build` runs');
   const sessions = new SessionStore(redis, config.console.sessionIdleSeconds, config.console.sessionMaxSeconds);
-  const refuseWhileDraining: Koa.Middleware = async (ctx, next) => {
-    if (draining) {
-      ctx.set('connection', 'close');
-      throw new GatewayError(503, 'The server is shutting down; retry the request.', {
-        code: 'overloaded',
-        headers: { 'retry-after': '1' },
-      });
-    }
-    await next();
-  };
+  const refuseNew = refuseWhileDraining(() => draining);
   // Everything outside /v1: probes (answered while draining), then the admin API and the console.
   const elsewhere = compose<Koa.Context>([
     probes.routes(),
-    refuseWhileDraining,
+    refuseNew,
     // /admin/queues (and its way in from the console, /console/queue-dashboard): every queue shard the api has.
     queueDashboard({ queues: queues.all(), config, sessions, accounts: keyStore.accounts }),
     adminRoutes(keyStore, config.adminToken).routes(),
@@ -211,32 +191,14 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     }
     const path = ctx.path;
     if (!path.startsWith('/v1/') && path !== '/v1') return elsewhere(ctx, next);
-    return refuseWhileDraining(ctx, () => (path.startsWith('/v1/files/') ? signedFiles(ctx, next) : keyed(ctx, next)));
+    return refuseNew(ctx, () => (path.startsWith('/v1/files/') ? signedFiles(ctx, next) : keyed(ctx, next)));
   });
 
   await hub.start();
   hub.startHeartbeat(config.orphanAfterMs);
   await backpressure.start();
 
-  // Deadlines on what a client sends (docs/configuration.md): its headers and its whole request (Node's own, answered
-  // 408 by answerClientError), silence inside a body (the body readers), an idle keep-alive connection. What the
-  // gateway sends is not timed here: a request that has arrived waits for its answer, held or streamed, until its
-  // REQUEST_DEADLINE_MS. Node checks the first two on a timer, here a quarter of the shorter (at most every second).
-  const deadlines = config.clientTimeouts;
-  setBodyIdleTimeout(deadlines.bodyIdleMs);
-  // Node would answer a request without Host with a bare 400; the Host check among the middleware answers it in the OpenAI shape.
-  const server = createServer(
-    {
-      requireHostHeader: false,
-      requestTimeout: deadlines.requestMs,
-      headersTimeout: Math.min(deadlines.headersMs, deadlines.requestMs),
-      keepAliveTimeout: deadlines.keepAliveMs,
-      connectionsCheckingInterval: Math.max(25, Math.min(1000, Math.floor(Math.min(deadlines.headersMs, deadlines.requestMs) / 4))),
-    },
-    app.callback(),
-  );
-  server.on('clientError', answerClientError);
-  server.on('connect', (_req, socket: Duplex) => answerConnect(socket));
+  const server = createNodeServer(config.clientTimeouts, app.callback());
   jobEvents.attach(server);
 
   return {

@@ -1,4 +1,5 @@
 import type Router from '@koa/router';
+import type { RouterMiddleware } from '@koa/router';
 import { createRouter } from '../http/canonical-path.js';
 import type { Next } from 'koa';
 import { z } from 'zod';
@@ -9,9 +10,10 @@ import { usdToMicros } from '../accounts/account-store.js';
 import { accountName, email, keyChanges, keyLimits, keyName, newKeyLimits, parseStrict, patchKeySchema, password } from '../accounts/account-requests.js';
 import { accountView, keyView } from '../accounts/views.js';
 import { bodyLimit } from '../accounts/admin-api.js';
+import type { AuthState } from '../accounts/auth.js';
 import { serve } from '../requests/endpoint-route.js';
 import { checkCsrf, cookieOptions, loadSession, preSessionToken, requireSession, sessionCookie, startSession, type ConsoleContext, type ConsoleDeps, type ConsoleState } from './console-session.js';
-import type { GatewayState, KeyedContext } from '../http/context.js';
+import type { RequestState } from '../requests/request-context.js';
 import { pricingList, requestHistogramReport, requestList, usageReport, usageCsv, usageRequestSchema } from './reports.js';
 import { addAdminConsoleRoutes } from './admin-routes.js';
 import { queueDashboardEntry } from './queue-dashboard.js';
@@ -42,8 +44,32 @@ const signInSchema = z.strictObject({ email: storableText().max(320), password: 
 const signUpSchema = z.strictObject({ email, password, name: accountName.optional() });
 const createOwnKeySchema = z.strictObject({ name: keyName, ...keyLimits });
 
+/** A console request's state: the gateway's, with the signed-in session once it is loaded. */
+type State = RequestState & ConsoleState;
+
+/**
+ * The playground's way in: the signed-in member comes in as their account's
+ * playground key (made on its first use), set on the request as an API key
+ * in an Authorization header sets it (api/accounts/auth.ts), so the keyed
+ * route past it is the one /v1 runs.
+ */
+function authenticatePlayground(deps: ConsoleDeps): RouterMiddleware<State & AuthState> {
+  return async (ctx, next) => {
+    const { account } = await requireSession(ctx, deps);
+    const access = await deps.keyStore.playgroundAccess(account.id);
+    if (access.expiresAt !== undefined && access.expiresAt * 1000 <= Date.now()) {
+      throw new GatewayError(401, 'The Playground key has expired: extend or revoke it on the keys page (a new one is made on the next use).', {
+        code: 'invalid_api_key',
+      });
+    }
+    ctx.state.keyId = access.keyId;
+    ctx.state.access = access;
+    await next();
+  };
+}
+
 export function consoleRoutes(deps: ConsoleDeps): Router {
-  const router = createRouter<GatewayState & ConsoleState>('/console');
+  const router = createRouter<State>('/console');
   const { config, keyStore, sessions, throttle } = deps;
   const accounts = keyStore.accounts;
 
@@ -207,21 +233,9 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
 
   // ---- playground: the same endpoint route as /v1, billed to the account's own playground key ----
 
-  const playground = (endpoint: 'chat.completions' | 'images.generations') => async (ctx: ConsoleContext) => {
-    const { account } = await requireSession(ctx, deps);
-    const access = await keyStore.playgroundAccess(account.id);
-    if (access.expiresAt !== undefined && access.expiresAt * 1000 <= Date.now()) {
-      throw new GatewayError(401, 'The Playground key has expired: extend or revoke it on the keys page (a new one is made on the next use).', {
-        code: 'invalid_api_key',
-      });
-    }
-    // From here on it is a keyed request, as if the playground key had come in an Authorization header.
-    const keyed = ctx as ConsoleContext & KeyedContext;
-    Object.assign(keyed.state, { keyId: access.keyId, access });
-    await serve(endpoint, keyed, deps);
-  };
-  router.post('/api/playground/chat/completions', playground('chat.completions'));
-  router.post('/api/playground/images/generations', playground('images.generations'));
+  const playgroundKey = authenticatePlayground(deps);
+  router.post<AuthState>('/api/playground/chat/completions', playgroundKey, (ctx) => serve('chat.completions', ctx, deps));
+  router.post<AuthState>('/api/playground/images/generations', playgroundKey, (ctx) => serve('images.generations', ctx, deps));
 
   // ---- admin ----
 

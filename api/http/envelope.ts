@@ -2,12 +2,17 @@ import { randomUUID } from 'node:crypto';
 import type { Middleware } from 'koa';
 import { GatewayError, queueUnavailable, serverError } from '../../shared/errors.js';
 import { lazyChild, type Logger } from '../../shared/logger.js';
-import { noteArrival, noteError, type RequestLogState } from '../requests/request-log.js';
 import { clientClosedEarly, clientClosedStatus } from './client-closed.js';
 
 export interface RequestIdState {
   requestId: string;
   log: Logger;
+}
+
+/** What the envelope tells the rest of the api of a request (the request log): that it arrived, and the error it was answered with. */
+export interface EnvelopeNotes<S> {
+  arrived(ctx: { state: S }): void;
+  failed(ctx: { state: S }, code: string): void;
 }
 
 /**
@@ -18,7 +23,7 @@ export interface RequestIdState {
  * client's mistake at debug); and one access-log line when it ends, with the
  * status the client got.
  */
-export function envelope(log: Logger): Middleware<RequestIdState & RequestLogState> {
+export function envelope<S>(log: Logger, notes: EnvelopeNotes<S>): Middleware<RequestIdState & S> {
   const accessLog = log.isLevelEnabled('info');
   return async (ctx, next) => {
     const id = `req_${randomUUID().replaceAll('-', '')}`;
@@ -26,7 +31,7 @@ export function envelope(log: Logger): Middleware<RequestIdState & RequestLogSta
     const requestLog = lazyChild(log, () => ({ reqId: id }));
     ctx.state.requestId = id;
     ctx.state.log = requestLog;
-    noteArrival(ctx);
+    notes.arrived(ctx);
     ctx.set('x-request-id', id);
     try {
       await next();
@@ -45,7 +50,7 @@ export function envelope(log: Logger): Middleware<RequestIdState & RequestLogSta
       else if (error.status >= 500) requestLog.error({ err: caught }, error.message);
       else if (log.isLevelEnabled('debug')) requestLog.debug({ status: error.status, code: error.code }, error.message);
       if (!ctx.headerSent && ctx.respond !== false) {
-        noteError(ctx, error.code ?? error.type);
+        notes.failed(ctx, error.code ?? error.type);
         ctx.status = error.status;
         ctx.set(error.headers);
         ctx.body = error.toBody();

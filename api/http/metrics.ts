@@ -1,11 +1,9 @@
 import type { Context, Middleware } from 'koa';
 import { clientClosedEarly, clientClosedStatus } from './client-closed.js';
-import type { AuthState } from '../accounts/auth.js';
 import type { Config } from '../../shared/config.js';
 import { countFrames } from '../../shared/reply.js';
 import { activeMetrics, initMetrics, metricsContentType, renderMetrics, type GatewayMetrics } from '../../shared/metrics.js';
 import type { QueueName } from '../../shared/queues.js';
-import { routeTemplate, type RouteState } from '../requests/endpoint-paths.js';
 import { GatewayError } from '../../shared/errors.js';
 import { metricsScrapeAllowed } from '../../shared/metrics-process.js';
 
@@ -28,6 +26,9 @@ export interface MetricsState {
 
 /** What the request metrics read of a request's state. */
 type Noted = { state: MetricsState };
+
+/** What the request metrics read of a request's state besides their own notes: the key it came with (labels per key), once past it. */
+type Counted = MetricsState & { keyId?: string };
 
 const statusClass = (status: number) => (status >= 100 && status < 600 ? `${Math.floor(status / 100)}xx` : '5xx');
 
@@ -69,12 +70,16 @@ export interface QueueDepthSource {
 
 export interface ApiMetrics {
   /** Outermost middleware: counts and times every request. */
-  requests: Middleware<MetricsState & RouteState & Partial<AuthState>>;
+  requests: Middleware<Counted>;
   /** `GET /metrics`. */
   scrape: Middleware;
 }
 
-export function apiMetrics(config: Pick<Config, 'metrics'>, depths: QueueDepthSource): ApiMetrics {
+/**
+ * `routeOf` names the route template a request took (a queued endpoint's
+ * path, a router's pattern), never its raw path, so the labels stay bounded.
+ */
+export function apiMetrics(config: Pick<Config, 'metrics'>, depths: QueueDepthSource, routeOf: (ctx: Context) => string | undefined): ApiMetrics {
   const metrics = initMetrics({ perKey: config.metrics.perKey });
   metrics.queueDepths = () => depths.depths();
   metrics.backlogs = () => depths.backlogs();
@@ -89,7 +94,7 @@ export function apiMetrics(config: Pick<Config, 'metrics'>, depths: QueueDepthSo
         failed = true;
         throw error;
       } finally {
-        record(metrics, ctx, started, failed);
+        record(metrics, ctx, routeOf(ctx), started, failed);
       }
     },
     scrape: async (ctx) => {
@@ -104,9 +109,9 @@ export function apiMetrics(config: Pick<Config, 'metrics'>, depths: QueueDepthSo
   };
 }
 
-function record(metrics: GatewayMetrics, ctx: Context & { state: MetricsState & RouteState & Partial<AuthState> }, started: number, failed: boolean): void {
+function record(metrics: GatewayMetrics, ctx: Context & { state: Counted }, template: string | undefined, started: number, failed: boolean): void {
   const now = performance.now();
-  const route = routeTemplate(ctx) ?? 'other';
+  const route = template ?? 'other';
   const s = ctx.state;
   const model = s.metricsModel ?? '';
   // A client that hung up before any answer: counted apart (status_class="499"), and in no latency.

@@ -1,6 +1,11 @@
+import type Router from '@koa/router';
+import type { Middleware } from 'koa';
 import { sql } from 'kysely';
 import type { RecordDb } from '../../storage/record/database.js';
+import { GatewayError } from '../../shared/errors.js';
 import { settledBy } from '../../shared/stop-deadline.js';
+import { createRouter } from './canonical-path.js';
+import type { LoopStallMonitor } from './loop-stall.js';
 
 /** How long a readiness probe waits for the record's answer, and how long one answer serves the probes after it. */
 const recordProbeTimeoutMs = 1000;
@@ -24,4 +29,58 @@ async function answersWithin(record: RecordDb, timeoutMs: number): Promise<boole
   let answered = false;
   await settledBy(sql`select 1`.execute(record).then(() => (answered = true)), Date.now() + timeoutMs);
   return answered;
+}
+
+/** What `/readyz` asks of the api before it says ready. */
+export interface ReadinessChecks {
+  redisReachable(): Promise<boolean>;
+  recordReachable(): Promise<boolean>;
+  /** Its own workers take jobs (`npm start`'s); always true where the workers are elsewhere. */
+  workersReady(): boolean;
+  /** The reply subscriber is connected: answers can reach the requests held here. */
+  subscriberConnected(): boolean;
+  draining(): boolean;
+  /** A vendor to call (a key, or the mock asked for): without one there is nothing to serve. */
+  vendors: boolean;
+  /** The worst event-loop stall since the previous probe: one slow request holds every other one. */
+  loopStalls: LoopStallMonitor;
+}
+
+/** The probes, answered outside `/v1` without a key (and while draining): the root's way to the console, `/healthz`, `/readyz`. */
+export function probeRoutes(checks: ReadinessChecks): Router {
+  const probes = createRouter();
+  // The root is where a person lands first: the console (which has the sign-in and the docs links).
+  probes.get('/', (ctx) => {
+    ctx.status = 302;
+    ctx.redirect('/console/');
+  });
+  probes.get('/healthz', (ctx) => {
+    ctx.body = { status: 'ok' };
+  });
+  probes.get('/readyz', async (ctx) => {
+    const redis = await checks.redisReachable();
+    const record = await checks.recordReachable();
+    const workers = checks.workersReady();
+    const subscriber = checks.subscriberConnected();
+    const draining = checks.draining();
+    const ready = redis && record && workers && subscriber && !draining && checks.vendors;
+    ctx.status = ready ? 200 : 503;
+    const eventLoopMaxMs = checks.loopStalls.takeWorst();
+    ctx.body = { status: ready ? 'ready' : 'not_ready', redis, record, workers, subscriber, draining, vendors: checks.vendors, event_loop_max_ms: eventLoopMaxMs };
+  });
+  return probes;
+}
+
+/** While draining, every request but the probes is refused with a 503 and `connection: close`. */
+export function refuseWhileDraining(draining: () => boolean): Middleware {
+  return async (ctx, next) => {
+    if (draining()) {
+      ctx.set('connection', 'close');
+      throw new GatewayError(503, 'The server is shutting down; retry the request.', {
+        code: 'overloaded',
+        headers: { 'retry-after': '1' },
+      });
+    }
+    await next();
+  };
 }

@@ -3,8 +3,6 @@ import { context, propagation, ROOT_CONTEXT, SpanKind, trace, type Context as Tr
 import type { GatewayJobData } from '../../shared/jobs.js';
 import type { ReplyMessage } from '../../shared/reply.js';
 import { carrierOf, getTracer, markFailed, type TraceCarrier } from '../../shared/tracing.js';
-import type { PendingReply } from '../relay/reply-hub.js';
-import { queuedEndpoint, routeTemplate, type RouteState } from '../requests/endpoint-paths.js';
 import type { RequestIdState } from './envelope.js';
 
 /**
@@ -36,11 +34,19 @@ export interface TraceState {
   trace?: RequestTrace;
 }
 
+/** What the server span is told of the routes above the plumbing. */
+export interface TracedRoutes {
+  /** The route template a request took (a queued endpoint's path, a router's pattern), never its raw path: the span's name. */
+  routeOf(ctx: Context): string | undefined;
+  /** Whether a request goes to an endpoint that queues a job: its admission is a span of its own. */
+  queues(method: string, path: string): boolean;
+}
+
 /** Probes an orchestrator polls every few seconds: traced, they would drown the requests. */
 const untraced = new Set(['/healthz', '/readyz', '/metrics']);
 
 /** The server span around every request (probes aside); put first, so it sees the status the client gets. */
-export function traceRequests(): Middleware<TraceState & RouteState & Partial<RequestIdState>> {
+export function traceRequests(routes: TracedRoutes): Middleware<TraceState & Partial<RequestIdState>> {
   const tracer = getTracer();
   return (ctx, next) => {
     if (untraced.has(ctx.path)) return next();
@@ -48,9 +54,9 @@ export function traceRequests(): Middleware<TraceState & RouteState & Partial<Re
     const span = tracer.startSpan(ctx.method, { kind: SpanKind.SERVER }, parent);
     const spanContext = trace.setSpan(parent, span);
     const state: RequestTrace = { span, context: spanContext, admission: undefined, relay: undefined, replies: 0 };
-    if (queuedEndpoint(ctx.method, ctx.path)) state.admission = tracer.startSpan('admission', undefined, spanContext);
+    if (routes.queues(ctx.method, ctx.path)) state.admission = tracer.startSpan('admission', undefined, spanContext);
     ctx.state.trace = state;
-    ctx.res.once('close', () => finish(ctx, state));
+    ctx.res.once('close', () => finish(ctx, routes, state));
     return context.with(spanContext, next);
   };
 }
@@ -80,8 +86,14 @@ export function traceQueued(state: RequestTrace, data: GatewayJobData, queue: st
   admission.end();
 }
 
+/** What the relay span watches of a held request's reply: whether it streams, and each message delivered to it. */
+export interface TracedReply {
+  readonly stream: boolean;
+  deliver(message: ReplyMessage): void;
+}
+
 /** The request is held for its answer: the relay span follows what the reply channel delivers until the client has it. */
-export function traceRelay(state: RequestTrace, reply: PendingReply): void {
+export function traceRelay(state: RequestTrace, reply: TracedReply): void {
   const span = getTracer().startSpan('relay', undefined, state.context);
   state.relay = span;
   if (!span.isRecording()) return;
@@ -103,7 +115,7 @@ function wireError(payload: string): { code?: string; message?: string } {
 }
 
 /** The response is over (sent, or the connection closed): every span of the request ends. */
-function finish(ctx: Context & { state: RouteState & Partial<RequestIdState> }, state: RequestTrace): void {
+function finish(ctx: Context & { state: Partial<RequestIdState> }, routes: TracedRoutes, state: RequestTrace): void {
   const { span } = state;
   const status = ctx.res.statusCode;
   const clientGone = !ctx.res.writableFinished;
@@ -122,7 +134,7 @@ function finish(ctx: Context & { state: RouteState & Partial<RequestIdState> }, 
     state.relay.end();
   }
   if (span.isRecording()) {
-    const route = routeTemplate(ctx);
+    const route = routes.routeOf(ctx);
     span.updateName(route ? `${ctx.method} ${route}` : ctx.method);
     span.setAttributes({
       // OpenTelemetry's HTTP semantic conventions, by name (their package is large to load for four strings).

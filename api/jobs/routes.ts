@@ -7,13 +7,25 @@ import { checkBlobSignature } from '../../storage/blob-urls.js';
 import type { ServingBlobStore } from '../../storage/create-blob-store.js';
 import { uploadKeys } from '../../storage/upload-keys.js';
 import { loadOwnedJob, renderJob, renderVideo, videoFiles } from './views.js';
-import type { EndpointRouteDeps } from '../requests/endpoint-route.js';
-import type { KeyedState } from '../http/context.js';
+import type { Redis } from 'ioredis';
+import type { Config } from '../../shared/config.js';
+import type { QueueShards } from '../../shared/queue-shards.js';
+import type { AuthState } from '../accounts/auth.js';
+import type { GatewayState } from '../http/context.js';
 
-type State = KeyedState;
+type State = GatewayState & AuthState;
+
+export interface JobRoutesDeps {
+  redis: Redis;
+  queues: QueueShards;
+  config: Pick<Config, 'asyncResultTtlSeconds'>;
+  blobs: ServingBlobStore;
+  /** What signed download links are checked against. */
+  urlSecret: string;
+}
 
 /** Which of these async jobs still have their record (one round trip; the keys may lie in different slots). */
-async function liveAsyncJobs(redis: EndpointRouteDeps['redis'], ids: readonly string[]): Promise<Set<string>> {
+async function liveAsyncJobs(redis: Redis, ids: readonly string[]): Promise<Set<string>> {
   const batch = together(redis);
   for (const id of ids) batch.exists(asyncJobKey(id));
   const replies = (await batch.exec()) ?? [];
@@ -21,7 +33,7 @@ async function liveAsyncJobs(redis: EndpointRouteDeps['redis'], ids: readonly st
 }
 
 /** Async jobs, videos (always async), and signed file downloads. */
-export function jobRoutes(deps: EndpointRouteDeps & { blobs: ServingBlobStore; urlSecret: string }): { authed: Router<State>; public: Router } {
+export function jobRoutes(deps: JobRoutesDeps): { authed: Router<State>; public: Router } {
   const router = createRouter<State>('/v1');
   const { redis, queues, config } = deps;
   const expiry = config.asyncResultTtlSeconds;

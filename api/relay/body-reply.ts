@@ -4,13 +4,14 @@ import type { Logger } from '../../shared/logger.js';
 import { GatewayError, type WireError } from '../../shared/errors.js';
 import type { ReplyMessage } from '../../shared/reply.js';
 import { HeldReply, type HeldReplyDeps } from './held-reply.js';
+import type { ExpectedReply } from './reply-hub.js';
 
 /** A request answered with its job's final body as one HTTP response (inline in the reply, or read from Redis by reference). */
 export class BodyReply extends HeldReply {
   readonly stream = false;
 
-  constructor(ctx: GatewayContext, deps: HeldReplyDeps, jobId: string, queue: Queue, log: Logger, private readonly contentType = 'application/json') {
-    super(ctx, deps, jobId, queue, log);
+  constructor(ctx: GatewayContext, deps: HeldReplyDeps, expected: ExpectedReply, queue: Queue, log: Logger, private readonly contentType = 'application/json') {
+    super(ctx, deps, expected, queue, log);
   }
 
   deliver(message: ReplyMessage): void {

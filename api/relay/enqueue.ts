@@ -1,19 +1,43 @@
-import type { Queue } from 'bullmq';
+import type { JobsOptions, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { KeyAccess } from '../../shared/accounts.js';
-import { releaseReservation } from '../../shared/billing.js';
+import { releaseReservation } from '../../shared/money/billing.js';
 import type { Config } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
 import { asyncJobKey, payloadKey } from '../../shared/keys.js';
+import type { AsyncJobRecord, GatewayJobData } from '../../shared/jobs.js';
 import type { Logger } from '../../shared/logger.js';
+import type { QueueName } from '../../shared/queues.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
 import { isCluster } from '../../shared/redis.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import { uploadKeys } from '../../storage/upload-keys.js';
 import { reserveSpend, type SpendEstimate } from '../accounts/spend.js';
-import type { JobPlan } from '../requests/build-job.js';
 import type { Backpressure } from './backpressure.js';
 import { bandStart, fairPriority, leftBacklog, type FairClaim } from '../../shared/scheduler.js';
+
+/** How the client is answered: held open for the job's answer, at once with a job to poll (async), or at once while the job runs on (background). */
+export type AnswerMode = 'held' | 'async' | 'background';
+
+/** A request's job as it will be queued, built once from its endpoint row and what the handler accepted. */
+export interface JobPlan {
+  /** The job's id in its queue: the request's id, unless the handler named the job (a response's, a video's id). */
+  id: string;
+  queue: QueueName;
+  /** The capped vendor's lane, when it waits in one. */
+  lane?: string;
+  mode: AnswerMode;
+  data: GatewayJobData;
+  /** The validated payload, whether it rides in the job or is kept apart. */
+  payload: object;
+  options: JobsOptions;
+  /** Epoch ms after which nobody waits for the answer (also in `data`). */
+  deadline: number;
+  /** The payload's JSON, when it is too large to ride in the job and is kept apart under `payloadKey`. */
+  storedPayload?: string;
+  /** Where an async job is found, and whose it is (`GET /v1/jobs/{id}`). */
+  asyncRecord?: AsyncJobRecord;
+}
 
 export interface EnqueueDeps {
   config: Config;

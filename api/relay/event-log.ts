@@ -3,20 +3,13 @@ import type { Redis } from 'ioredis';
 import { setTimeout as pause } from 'node:timers/promises';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
-import { keyPrefix, replayStreamKey } from '../../shared/keys.js';
+import { replayStreamKey, streamWatchKey } from '../../shared/keys.js';
 import { framesAfter, parseLogEntry, type LogEntry } from '../../shared/reply.js';
+import { EventStream } from '../http/event-stream.js';
 import { clientDisconnected, markFirstByte } from '../http/metrics.js';
 
 /** Set while someone follows a stream's log: a stream whose first client left is kept running while it exists. */
-export const streamWatchKey = (jobId: string) => `${keyPrefix}watch:${jobId}`;
 const watchTtlMs = 6000;
-
-/** The headers of every server-sent event stream the api answers with. */
-export const sseHeaders = {
-  'content-type': 'text/event-stream; charset=utf-8',
-  'cache-control': 'no-cache',
-  'x-accel-buffering': 'no',
-};
 
 /** The 404 for a stream this key cannot resume: alike for one that never was and for another key's. */
 export const noStream = (named: string) =>
@@ -107,17 +100,16 @@ export class EventLogs {
     }
 
     const res = ctx.res;
-    ctx.respond = false;
-    // The x-request-id the envelope set stays: this request's own, not the followed stream's job id.
-    res.writeHead(200, sseHeaders);
+    const events = new EventStream(ctx);
+    events.open();
     markFirstByte(ctx);
     const flush = () => {
-      if (text !== '') res.write(text);
+      if (text !== '') events.write(text);
       text = '';
     };
     flush();
     if (ended) {
-      res.end(options.onEnd(ended));
+      events.end(options.onEnd(ended));
       return;
     }
 
@@ -135,7 +127,7 @@ export class EventLogs {
       const watch = () => void this.redis.set(streamWatchKey(options.jobId), '1', 'PX', watchTtlMs).catch(() => undefined);
       watch();
       const watching = setInterval(watch, watchTtlMs / 3);
-      const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), options.keepAliveMs);
+      const keepAlive = setInterval(() => events.keepAlive(), options.keepAliveMs);
       const deadline = setTimeout(() => finish(''), Math.max(0, options.until - Date.now()));
       const finish = (last: string) => {
         if (finished) return;
@@ -145,7 +137,7 @@ export class EventLogs {
         clearTimeout(deadline);
         res.off('close', onClose);
         this.unfollow(key, follower);
-        if (!res.destroyed) res.end(last);
+        if (!res.destroyed) events.end(last);
         resolve();
       };
       const onClose = () => {

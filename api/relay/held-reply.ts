@@ -6,11 +6,10 @@ import type { Redis } from 'ioredis';
 import type { Logger } from '../../shared/logger.js';
 import type { Config } from '../../shared/config.js';
 import { GatewayError, timeoutError } from '../../shared/errors.js';
-import { cancelChannel, resultKey } from '../../shared/keys.js';
+import { cancelChannel, resultKey, streamWatchKey } from '../../shared/keys.js';
 import { type GatewayJobResult } from '../../shared/jobs.js';
 import { streamTrailer, type ReplyMessage } from '../../shared/reply.js';
-import type { PendingReply, ReplyHub } from './reply-hub.js';
-import { streamWatchKey } from './event-log.js';
+import type { ExpectedReply, ReplyHub, ReplyTarget } from './reply-hub.js';
 import { clientDisconnected } from '../http/metrics.js';
 
 /** What an reply uses of the relay's dependencies. */
@@ -38,14 +37,13 @@ export const jobLostError = () =>
   });
 
 /**
- * One enqueued request waiting on the reply channel for its job's answer (the
- * `PendingReply` the reply hub routes to). It ends with the answer, at the
- * deadline, when the client leaves, or on a forced shutdown; after messages may
- * have been lost, it reconciles from Redis. Subclasses write the answer.
+ * One enqueued request waiting for its job's answer: what the reply hub
+ * routes to the job's expected reply is handed on here. It ends with the
+ * answer, at the deadline, when the client leaves, or on a forced shutdown;
+ * after messages may have been lost, it reconciles from Redis. Subclasses
+ * write the answer.
  */
-export abstract class HeldReply implements PendingReply {
-  lastSeq = 0;
-  jobKey: string | undefined;
+export abstract class HeldReply implements ReplyTarget {
   protected ended = false;
   private reconciling = false;
   private finish!: () => void;
@@ -55,15 +53,21 @@ export abstract class HeldReply implements PendingReply {
     this.fail = reject;
   });
   protected readonly res: ServerResponse;
+  protected readonly jobId: string;
+  /** The job's Redis key: the job is queued by the time its reply is held. */
+  readonly jobKey: string;
 
   constructor(
     protected readonly ctx: GatewayContext,
     protected readonly deps: HeldReplyDeps,
-    protected readonly jobId: string,
+    /** The hub's entry for the job: what a replay from the job's log is delivered through. */
+    private readonly expected: ExpectedReply,
     protected readonly queue: Queue,
     protected readonly log: Logger,
   ) {
     this.res = ctx.res;
+    this.jobId = expected.jobId;
+    this.jobKey = queue.toKey(expected.jobId);
   }
 
   abstract readonly stream: boolean;
@@ -168,7 +172,7 @@ export abstract class HeldReply implements PendingReply {
    * says does not exist is declared lost.
    */
   reconcile(): void {
-    if (this.ended || this.jobKey === undefined || this.reconciling) return;
+    if (this.ended || this.reconciling) return;
     this.reconciling = true;
     this.check()
       .catch((error) => this.log.warn({ err: error }, 'reconcile failed; the liveness sweep retries'))
@@ -183,7 +187,7 @@ export abstract class HeldReply implements PendingReply {
     if (job) {
       const state = await job.getState();
       // Read after the state: every chunk of a finished stream is in its log by now.
-      if (this.stream) await this.deps.hub.replay(this.jobId, this);
+      if (this.stream) await this.deps.hub.replay(this.jobId, this.expected);
       if (state === 'completed') this.finishFrom(job.returnvalue as GatewayJobResult | undefined);
       else if (state === 'failed') {
         // The worker published its own error before failing the job; it says more, so it gets to arrive first.
@@ -193,11 +197,11 @@ export abstract class HeldReply implements PendingReply {
       return;
     }
     await pause(lostGraceMs);
-    if (this.ended || (await this.deps.redis.exists(this.jobKey!)) === 1) return;
+    if (this.ended || (await this.deps.redis.exists(this.jobKey)) === 1) return;
     if (this.stream) {
       // A log from the first chunk on without a gap outlives only a job that finished (and was removed):
       // data lost with Redis takes the log too, and chunks written after that start past 1.
-      const replayed = await this.deps.hub.replay(this.jobId, this);
+      const replayed = await this.deps.hub.replay(this.jobId, this.expected);
       if (replayed && replayed.first === 1 && replayed.count === replayed.last) return this.finishFrom(undefined);
     } else if ((await this.deps.redis.exists(resultKey(this.jobId))) === 1) {
       return this.finishFrom({ bodyRef: resultKey(this.jobId) });

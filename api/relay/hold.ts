@@ -1,43 +1,41 @@
 import type { Queue } from 'bullmq';
-import type { KeyedContext } from '../http/context.js';
+import type { GatewayContext } from '../http/context.js';
 import { traceRelay } from '../http/request-tracing.js';
-import type { JobPlan } from '../requests/build-job.js';
 import { BodyReply } from './body-reply.js';
-import type { Enqueued, EnqueueDeps } from './enqueue.js';
 import type { HeldReplyDeps } from './held-reply.js';
-import { StreamReply } from './stream-reply.js';
-
-export type HoldDeps = EnqueueDeps & HeldReplyDeps;
+import type { ExpectedReply } from './reply-hub.js';
+import { StreamReply, type StreamNotes } from './stream-reply.js';
 
 /** How a held request is answered: its job's body as one response, or its chunks as server-sent events. */
 export interface HoldOptions {
   stream: boolean;
+  /** Epoch ms after which nobody waits for the answer (the job's deadline). */
+  deadline: number;
   /** Content type of the final body (JSON unless said). */
   contentType?: string;
   /** What the request asked for with `x-stream-resume-grace-ms` (already capped); undefined: the configured default. */
   resumeGraceMs?: number;
+  /** What a stream's relay tells the request's log. */
+  notes: StreamNotes;
+  /** Gives back what a job that never ran took (its reservation, its uploads). */
+  abandon(): void;
 }
 
 /**
- * Holds the client for its job's answer: the reply is registered with the
- * hub before the job is queued (so no early message is missed), then answered
- * from the reply channel until the answer, the deadline, the client leaving
- * or a forced shutdown. A job that never ran gives back what it took.
+ * Holds the client for its queued job's answer: what the hub routed to the
+ * expected reply while the job was being queued comes first, then the reply
+ * channel until the answer, the deadline, the client leaving or a forced
+ * shutdown. A job the client's leaving removed before it ran is abandoned.
  */
-export async function hold(ctx: KeyedContext, deps: HoldDeps, job: JobPlan, queue: Queue, enqueueJob: () => Promise<Enqueued>, options: HoldOptions): Promise<void> {
+export async function hold(ctx: GatewayContext, deps: HeldReplyDeps, expected: ExpectedReply, queue: Queue, options: HoldOptions): Promise<void> {
   const { log } = ctx.state;
-  const reply = options.stream ? new StreamReply(ctx, deps, job.id, queue, log) : new BodyReply(ctx, deps, job.id, queue, log, options.contentType);
+  const reply = options.stream ? new StreamReply(ctx, deps, expected, queue, log, options.notes) : new BodyReply(ctx, deps, expected, queue, log, options.contentType);
   reply.resumeGraceMs = options.resumeGraceMs;
-  deps.hub.register(job.id, reply);
-  let enqueued: Enqueued | undefined;
+  if (ctx.state.trace) traceRelay(ctx.state.trace, reply);
+  expected.attach(reply);
   try {
-    enqueued = await enqueueJob();
-    reply.jobKey = queue.toKey(job.id);
-    if (ctx.state.trace) traceRelay(ctx.state.trace, reply);
-    await reply.run(job.deadline);
+    await reply.run(options.deadline);
   } finally {
-    deps.hub.unregister(job.id);
-    const abandon = enqueued?.abandon;
-    if (reply.cancelled && abandon) void reply.cancelled.then((removed) => removed && abandon());
+    if (reply.cancelled) void reply.cancelled.then((removed) => removed && options.abandon());
   }
 }

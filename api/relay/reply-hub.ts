@@ -22,6 +22,78 @@ export interface PendingReply {
   abort(error: GatewayError): Promise<void>;
 }
 
+/** What answers a held request once its job is queued (api/relay/held-reply.ts): what arrives for the job is handed to it. */
+export interface ReplyTarget {
+  /** The job's Redis key. The liveness sweep reads it. */
+  readonly jobKey: string;
+  deliver(message: ReplyMessage): void;
+  reconcile(): void;
+  abort(error: GatewayError): Promise<void>;
+}
+
+/**
+ * A job's reply, expected from before the job is queued (so that nothing it
+ * publishes is missed) until the request ends and it is released. What the
+ * hub routes to it is kept, in order, until the reply that answers the
+ * client takes over, then handed straight on.
+ */
+export class ExpectedReply implements PendingReply {
+  lastSeq = 0;
+  private target: ReplyTarget | undefined;
+  private early: ReplyMessage[] = [];
+  /** A forced shutdown before the target took over: the error it gets when it does, and the wait for that. */
+  private aborted: { error: GatewayError; done: () => void; settled: Promise<void> } | undefined;
+
+  constructor(
+    private readonly hub: ReplyHub,
+    readonly jobId: string,
+    readonly stream: boolean,
+  ) {}
+
+  get jobKey(): string | undefined {
+    return this.target?.jobKey;
+  }
+
+  deliver(message: ReplyMessage): void {
+    if (this.target) this.target.deliver(message);
+    else this.early.push(message);
+  }
+
+  /** Before the job is queued there is nothing in Redis to learn from. */
+  reconcile(): void {
+    this.target?.reconcile();
+  }
+
+  abort(error: GatewayError): Promise<void> {
+    if (this.target) return this.target.abort(error);
+    if (!this.aborted) {
+      let done!: () => void;
+      const settled = new Promise<void>((resolve) => (done = resolve));
+      this.aborted = { error, done, settled };
+    }
+    return this.aborted.settled;
+  }
+
+  /** The reply that answers the client takes over: first what arrived while the job was being queued. */
+  attach(target: ReplyTarget): void {
+    this.target = target;
+    const early = this.early;
+    this.early = [];
+    for (const message of early) target.deliver(message);
+    const aborted = this.aborted;
+    this.aborted = undefined;
+    if (aborted) void target.abort(aborted.error).then(aborted.done);
+  }
+
+  /** Nobody waits for the reply any more: the request ended, or its job was never queued. */
+  release(): void {
+    this.hub.forget(this);
+    this.early = [];
+    this.aborted?.done();
+    this.aborted = undefined;
+  }
+}
+
 /** Result of replaying a stream's chunks from its replay log. */
 export interface Replayed {
   /** The first and last batch in the log, and how many batches it holds (`last - first + 1` when none is missing). */
@@ -118,12 +190,20 @@ export class ReplyHub {
 
   onReconnect?: () => void;
 
-  register(jobId: string, pending: PendingReply): void {
-    this.pending.set(jobId, pending);
+  /**
+   * Expects a job's reply: called before the job is queued, so that what it
+   * publishes from its first moment is kept for the request. The caller
+   * releases it when the request ends, queued or not.
+   */
+  expect(jobId: string, stream: boolean): ExpectedReply {
+    const expected = new ExpectedReply(this, jobId, stream);
+    this.pending.set(jobId, expected);
+    return expected;
   }
 
-  unregister(jobId: string): void {
-    this.pending.delete(jobId);
+  /** A released reply: nothing more is routed to it. */
+  forget(expected: ExpectedReply): void {
+    if (this.pending.get(expected.jobId) === expected) this.pending.delete(expected.jobId);
   }
 
   get size(): number {

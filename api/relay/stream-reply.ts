@@ -1,37 +1,43 @@
-import { GatewayError, type WireError } from '../../shared/errors.js';
-import type { ReplyMessage } from '../../shared/reply.js';
-import { HeldReply } from './held-reply.js';
-import { sseHeaders } from './event-log.js';
+import type { Queue } from 'bullmq';
+import type { GatewayContext } from '../http/context.js';
+import { dataFrame, EventStream } from '../http/event-stream.js';
 import { streamChunksRelayed } from '../http/metrics.js';
-import { noteError, noteFirstChunk } from '../requests/request-log.js';
+import { GatewayError, type WireError } from '../../shared/errors.js';
+import type { Logger } from '../../shared/logger.js';
+import type { ReplyMessage } from '../../shared/reply.js';
+import { HeldReply, type HeldReplyDeps } from './held-reply.js';
+import type { ExpectedReply } from './reply-hub.js';
+
+/** What a stream's relay tells the request's log: its first chunk written, and the error it ended with once its output had begun. */
+export interface StreamNotes {
+  firstChunk(): void;
+  failed(code: string): void;
+}
 
 /** A request whose job's chunks are relayed to the client as server-sent events as they arrive. */
 export class StreamReply extends HeldReply {
   readonly stream = true;
-  private headersSent = false;
+  private readonly events: EventStream;
   private keepAlive: NodeJS.Timeout | undefined;
+
+  constructor(ctx: GatewayContext, deps: HeldReplyDeps, expected: ExpectedReply, queue: Queue, log: Logger, private readonly notes: StreamNotes) {
+    super(ctx, deps, expected, queue, log);
+    this.events = new EventStream(ctx);
+  }
 
   override async run(deadline: number): Promise<void> {
     // Headers wait for the first chunk so that an error before any output is a
     // plain HTTP error; a long wait in the queue sends them early with keep-alives.
     this.keepAlive = setInterval(() => {
       if (this.res.destroyed) return;
-      this.sendHeaders();
-      this.res.write(': keep-alive\n\n');
+      this.events.open();
+      this.events.keepAlive();
     }, this.deps.config.sseKeepAliveMs);
     try {
       await super.run(deadline);
     } finally {
       clearInterval(this.keepAlive);
     }
-  }
-
-  private sendHeaders(): void {
-    if (this.headersSent) return;
-    this.headersSent = true;
-    this.ctx.respond = false;
-    // The x-request-id the envelope set stays: the request's, which its log row is found by (the job's id may differ).
-    this.res.writeHead(200, sseHeaders);
   }
 
   deliver(message: ReplyMessage): void {
@@ -43,14 +49,14 @@ export class StreamReply extends HeldReply {
     }
     switch (message.kind) {
       case 'chunk':
-        this.sendHeaders();
-        noteFirstChunk(this.ctx);
-        this.res.write(message.payload);
+        this.events.open();
+        this.notes.firstChunk();
+        this.events.write(message.payload);
         streamChunksRelayed(this.ctx, message.payload);
         break;
       case 'done':
-        this.sendHeaders();
-        this.res.end(message.payload);
+        this.events.open();
+        this.events.end(message.payload);
         this.end();
         break;
       case 'error':
@@ -67,13 +73,13 @@ export class StreamReply extends HeldReply {
       this.end();
       return;
     }
-    if (!this.headersSent) {
+    if (!this.events.started) {
       this.end(error);
       return;
     }
     // Output already started: the stream ends with an error event, as OpenAI's do.
-    noteError(this.ctx, error.code ?? error.type);
-    this.res.end(`data: ${JSON.stringify(error.toBody())}\n\n`);
+    this.notes.failed(error.code ?? error.type);
+    this.events.end(dataFrame(error.toBody()));
     this.end();
   }
 }

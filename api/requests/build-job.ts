@@ -1,13 +1,10 @@
-import type { JobsOptions } from 'bullmq';
 import type { Config } from '../../shared/config.js';
 import { endpoints, type Endpoint } from '../../shared/endpoints.js';
 import type { AsyncJobRecord, GatewayJobData } from '../../shared/jobs.js';
-import type { QueueName } from '../../shared/queues.js';
 import type { VideoInput } from '../../shared/schemas/media-inputs.js';
+import type { AnswerMode, JobPlan } from '../relay/enqueue.js';
 import type { Accepted } from './endpoint-handlers.js';
 
-/** How the client is answered: held open for the job's answer, at once with a job to poll (async), or at once while the job runs on (background). */
-export type AnswerMode = 'held' | 'async' | 'background';
 
 /** Who asks and where the answer goes: what the job takes from the request beyond the handler's payload. */
 export interface JobOrigin {
@@ -28,25 +25,6 @@ export interface JobOrigin {
   lane?: string;
 }
 
-/** A request's job as it will be queued, built once from its endpoint row and what the handler accepted. */
-export interface JobPlan {
-  /** The job's id in its queue: the request's id, unless the handler named the job (a response's, a video's id). */
-  id: string;
-  queue: QueueName;
-  /** The capped vendor's lane, when it waits in one. */
-  lane?: string;
-  mode: AnswerMode;
-  data: GatewayJobData;
-  /** The validated payload, whether it rides in the job or is kept apart. */
-  payload: object;
-  options: JobsOptions;
-  /** Epoch ms after which nobody waits for the answer (also in `data`). */
-  deadline: number;
-  /** The payload's JSON, when it is too large to ride in the job and is kept apart under `payloadKey`. */
-  storedPayload?: string;
-  /** Where an async job is found, and whose it is (`GET /v1/jobs/{id}`). */
-  asyncRecord?: AsyncJobRecord;
-}
 
 export function buildJob<E extends Endpoint>(name: E, accepted: Accepted<E>, origin: JobOrigin, mode: AnswerMode, config: Config): JobPlan {
   const row = endpoints[name];

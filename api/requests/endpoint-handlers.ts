@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { KeyedContext } from '../http/context.js';
+import type { KeyedContext } from './request-context.js';
 import type { Redis } from 'ioredis';
 import type { z } from 'zod';
 import type { CatalogModel } from '../../shared/catalog.js';

@@ -1,25 +1,27 @@
 import type { Middleware } from 'koa';
 import { endpoints, type Endpoint, type EndpointRequest } from '../../shared/endpoints.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
-import type { PriceList } from '../../shared/pricing.js';
+import { worstCase } from '../../shared/money/charge.js';
+import type { PriceList } from '../../shared/money/pricing.js';
 import { laneOf } from '../../shared/scheduler.js';
 import type { BlobStore } from '../../storage/blob-store.js';
-import type { KeyedContext, KeyedState } from '../http/context.js';
+import type { KeyedContext, KeyedState } from './request-context.js';
 import { noteModel } from '../http/metrics.js';
 import { readMultipart, refusingDeletesUploads, type MultipartForm } from '../http/multipart.js';
 import { largeBodyBytes, parseBody, readJsonObject, yieldToLoop } from '../http/request-body.js';
 import { jobTraceCarrier, traceQueued } from '../http/request-tracing.js';
-import { enqueue, queueFor } from '../relay/enqueue.js';
+import { enqueue, queueFor, type EnqueueDeps } from '../relay/enqueue.js';
 import type { EventLogs } from '../relay/event-log.js';
-import { hold, type HoldDeps } from '../relay/hold.js';
-import { buildJob, type AnswerMode, type JobOrigin } from './build-job.js';
+import type { HeldReplyDeps } from '../relay/held-reply.js';
+import { hold } from '../relay/hold.js';
+import type { AnswerMode } from '../relay/enqueue.js';
+import { buildJob, type JobOrigin } from './build-job.js';
 import { queuedEndpoint } from './endpoint-paths.js';
 import { handlers, type Accepted, type EndpointHandler, type HandlerInput } from './endpoint-handlers.js';
 import type { ModelResolver } from './model-resolver.js';
-import { noteEnqueued, noteLoggedModel, watchRequest, type RequestShape } from './request-log.js';
-import { mockAnswers } from '../../shared/vendors.js';
+import { noteEnqueued, noteError, noteFirstChunk, noteLoggedModel, watchRequest, type RequestShape } from './request-log.js';
 
-export interface EndpointRouteDeps extends HoldDeps {
+export interface EndpointRouteDeps extends EnqueueDeps, HeldReplyDeps {
   models: ModelResolver;
   blobs: BlobStore;
   prices: PriceList;
@@ -115,34 +117,37 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
   if (lane !== undefined) origin.lane = lane;
   const job = buildJob(name, accepted, origin, mode, deps.config);
   // The worst case this request may cost, reserved as it is queued; settled by the worker with the actual cost.
-  // A model an operator's catalog added without a price is served free (the start-up log names such models),
-  // and so is every mock answer unless MOCK_BILLING asks for it.
-  const free = !deps.config.mock.billed && mockAnswers(deps.config, model.routes[0]?.vendor);
-  const estimate = !free && deps.prices.has(model.id)
-    ? deps.prices.worstCaseMicros(model.id, { endpoint: name, payload: accepted.payload } as EndpointRequest, accepted.promptTokens ?? 0)
-    : { micros: 0, tokens: accepted.promptTokens ?? 0 };
+  const request = { endpoint: name, payload: accepted.payload } as EndpointRequest;
+  const estimate = worstCase(deps.config, deps.prices, request, model.id, model.routes[0]?.vendor, accepted.promptTokens ?? 0);
   const queue = queueFor(deps, job);
-  const enqueueJob = async () => {
-    // Its place in the queue: its tier's band, and its account's fair share within it, counted in its reserved tokens.
-    // A capped vendor's lane is where jobs wait; the shared lane, only once its workers are all busy (jobs were
-    // waiting at the last count, every 200 ms).
-    const contended = job.lane !== undefined || deps.backpressure.waiting(job.queue) > 0;
-    const fair = { accountId: access.accountId, weight: access.weight ?? 1, tokens: estimate.tokens, tier: job.data.serviceTier ?? 'default', contended } as const;
+  // Its place in the queue: its tier's band, and its account's fair share within it, counted in its reserved tokens.
+  // A capped vendor's lane is where jobs wait; the shared lane, only once its workers are all busy (jobs were
+  // waiting at the last count, every 200 ms).
+  const contended = job.lane !== undefined || deps.backpressure.waiting(job.queue) > 0;
+  const fair = { accountId: access.accountId, weight: access.weight ?? 1, tokens: estimate.tokens, tier: job.data.serviceTier ?? 'default', contended } as const;
+  // A held request's reply is expected before its job is queued: what the job publishes from its first moment is kept.
+  const reply = mode === 'held' ? deps.hub.expect(job.id, stream) : undefined;
+  try {
     const enqueued = await enqueue(deps, queue, job, { spend: { access, estimate }, fair, ...(accepted.beforeAdd ? { beforeAdd: accepted.beforeAdd } : {}) }, log);
     ctx.set(enqueued.headers);
     noteEnqueued(ctx);
     if (ctx.state.trace) traceQueued(ctx.state.trace, job.data, job.queue);
-    return enqueued;
-  };
-  if (mode === 'held') {
-    await hold(ctx, deps, job, queue, enqueueJob, { stream, ...(accepted.contentType ? { contentType: accepted.contentType } : {}), ...(graceMs !== undefined ? { resumeGraceMs: graceMs } : {}) });
-  } else {
-    await enqueueJob();
-    if (job.asyncRecord) {
+    if (reply) {
+      await hold(ctx, deps, reply, queue, {
+        stream,
+        deadline: job.deadline,
+        ...(accepted.contentType ? { contentType: accepted.contentType } : {}),
+        ...(graceMs !== undefined ? { resumeGraceMs: graceMs } : {}),
+        notes: { firstChunk: () => noteFirstChunk(ctx), failed: (code) => noteError(ctx, code) },
+        abandon: enqueued.abandon,
+      });
+    } else if (job.asyncRecord) {
       ctx.status = 202;
       ctx.set('location', `/v1/jobs/${job.id}`);
       ctx.body = { id: job.id, object: 'job', status: 'queued', created: job.asyncRecord.created };
     }
+  } finally {
+    reply?.release();
   }
   await handler.respond?.(ctx, accepted, deps);
 }

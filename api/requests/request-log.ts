@@ -2,7 +2,8 @@ import type { Context } from 'koa';
 import type { Redis } from 'ioredis';
 import type { Endpoint } from '../../shared/endpoints.js';
 import type { KeyAccess } from '../../shared/accounts.js';
-import { appendRequestLog, type RequestLogEvent, type RequestStatus } from '../../shared/request-log.js';
+import type { RequestStatus } from '../../shared/money/usage.js';
+import { appendRequestLog, type RequestLogEvent } from '../../shared/request-log.js';
 import type { ServiceTier } from '../../shared/service-tier.js';
 
 /**

@@ -6,7 +6,7 @@ import { parseStrict } from '../accounts/account-requests.js';
 import type { RecordDb } from '../../storage/record/database.js';
 import { findRequest } from '../../storage/record/request-log.js';
 import { generationNotFound, generationQuerySchema } from '../accounts/admin-requests.js';
-import type { KeyedState } from '../http/context.js';
+import type { KeyedState } from './request-context.js';
 
 type State = KeyedState;
 

@@ -1,20 +1,26 @@
 import type Router from '@koa/router';
+import type { RouterContext } from '@koa/router';
+import type { ParameterizedContext } from 'koa';
 import { createRouter } from '../http/canonical-path.js';
 import type { Redis } from 'ioredis';
 import type { Config } from '../../shared/config.js';
 import { GatewayError, invalidRequest, type WireError } from '../../shared/errors.js';
-import { cancelChannel, replayStreamKey } from '../../shared/keys.js';
+import { cancelChannel, replayStreamKey, streamAliasKey } from '../../shared/keys.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
-import { releaseReservation } from '../../shared/billing.js';
+import { releaseReservation } from '../../shared/money/billing.js';
 import { isRecord, replayFrames, type ResponseObject } from '../../shared/response-object.js';
 import type { ConversationItem } from '../../shared/responses.js';
-import { streamAliasKey, type LogEntry } from '../../shared/reply.js';
-import { noStream, sseHeaders, type EventLogs } from '../relay/event-log.js';
+import type { LogEntry } from '../../shared/reply.js';
+import type { AuthState } from '../accounts/auth.js';
+import type { GatewayState } from '../http/context.js';
+import { dataFrame, EventStream } from '../http/event-stream.js';
+import { noStream, type EventLogs } from '../relay/event-log.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import { deleteResponse, loadResponse, storeResponseObject, type StoredResponse } from './store.js';
-import type { KeyedContext, KeyedRouteContext, KeyedState } from '../http/context.js';
 
-type State = KeyedState;
+/** A request past the API key, as these routes read it. */
+type State = GatewayState & AuthState;
+type KeyedContext = ParameterizedContext<State>;
 
 export interface ResponseRouteDeps {
   config: Config;
@@ -39,7 +45,7 @@ function eventNumber(value: unknown, param: string): number {
 
 function errorFrame(entry: LogEntry): string {
   const { error } = JSON.parse(entry.payload ?? '{}') as WireError;
-  return `event: error\ndata: ${JSON.stringify({ type: 'error', code: error?.code ?? 'server_error', message: error?.message ?? 'The response failed.', param: error?.param ?? null, sequence_number: 0 })}\n\n`;
+  return dataFrame({ type: 'error', code: error?.code ?? 'server_error', message: error?.message ?? 'The response failed.', param: error?.param ?? null, sequence_number: 0 }, 'error');
 }
 
 /**
@@ -64,10 +70,9 @@ export async function followResponse(ctx: KeyedContext, deps: ResponseRouteDeps,
   if (!logged && stored && !running(stored.response.status)) {
     const frames = replayFrames(stored.response as ResponseObject);
     if (after >= frames.length) throw invalidRequest(`${afterParam} ${after} is past the end of the stream: its last event is ${frames.length - 1}.`, afterParam);
-    ctx.respond = false;
-    // The x-request-id the envelope set stays: it is this request's, not the response's.
-    ctx.res.writeHead(200, sseHeaders);
-    ctx.res.end(frames.slice(after + 1).join(''));
+    const events = new EventStream(ctx);
+    events.open();
+    events.end(frames.slice(after + 1).join(''));
     return;
   }
   await deps.logs.follow(ctx, {
@@ -93,7 +98,7 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
   const { redis, queues } = deps;
 
   /** The stored response; one still running whose job is gone or failed is recorded as failed (its worker died, or Redis lost it). */
-  async function current(ctx: KeyedRouteContext): Promise<StoredResponse> {
+  async function current(ctx: RouterContext<State>): Promise<StoredResponse> {
     const stored = await loadResponse(redis, deps.blobs, ctx.params.id!, ctx.state.keyId);
     if (!running(stored.response.status)) return stored;
     const job = (await queues.locate('chat', stored.id))?.job;
@@ -208,7 +213,7 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
       whenMissing: 'fail',
       until: Date.now() + deps.config.deadlineMs.chat,
       keepAliveMs: deps.config.sseKeepAliveMs,
-      onEnd: (entry) => (entry.end === 'error' ? `data: ${JSON.stringify(GatewayError.fromWire(JSON.parse(entry.payload ?? '{}') as WireError).toBody())}\n\n` : (entry.payload ?? '')),
+      onEnd: (entry) => (entry.end === 'error' ? dataFrame(GatewayError.fromWire(JSON.parse(entry.payload ?? '{}') as WireError).toBody()) : (entry.payload ?? '')),
     });
   });
 

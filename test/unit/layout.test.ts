@@ -88,6 +88,39 @@ function layoutOffences(): { offences: string[]; filesPerFolder: Map<string, num
   return { offences, filesPerFolder };
 }
 
+/**
+ * Folders of api/ that are leaves: plumbing (the envelope, bodies, metrics,
+ * tracing, server-sent events) that imports nothing else from api/, only
+ * shared/ and storage/. What it needs of the folders above it (the request
+ * log, the route a request took) is handed in, never reached for.
+ */
+const apiLeaves = ['api/http'];
+
+/** The api/ file a leaf's file names outside the leaf; undefined for a package, shared/, storage/ or the leaf itself. */
+function leafCrossing(leaf: string, file: string, specifier: string): string | undefined {
+  if (!specifier.startsWith('.') && !specifier.startsWith('/')) return undefined;
+  const target = toPosix(relative(root, resolve(root, dirname(file), specifier)));
+  return target.startsWith('api/') && !target.startsWith(`${leaf}/`) ? target : undefined;
+}
+
+/** `file:line → target` for each import out of a leaf of api/ into the rest of api/, with the number of files read per leaf. */
+function leafOffences(): { offences: string[]; filesPerLeaf: Map<string, number> } {
+  const offences: string[] = [];
+  const filesPerLeaf = new Map<string, number>();
+  for (const leaf of apiLeaves) {
+    let files = 0;
+    for (const path of sourcesUnder(join(root, leaf))) {
+      files += 1;
+      const file = toPosix(relative(root, path));
+      for (const { line, specifier } of importsOf(path, readFileSync(path, 'utf8'))) {
+        const target = leafCrossing(leaf, file, specifier);
+        if (target) offences.push(`${file}:${line} → ${target}`);
+      }
+    }
+    filesPerLeaf.set(leaf, files);
+  }
+  return { offences, filesPerLeaf };
+}
 
 /** Every folder of source code: the gateway's halves, its entry points, the benches and the console's pages. */
 const sourceFolders = ['api', 'workers', 'shared', 'storage', 'bin', 'bench', 'console/src'];
@@ -158,6 +191,24 @@ describe('source layout', () => {
       [],
       `imports that cross the layout (api/ ↛ workers/, workers/ ↛ api/, storage/ ↛ api/ workers/, shared/ ↛ api/ workers/ storage/):\n  ${offences.join('\n  ')}`,
     );
+  });
+
+  it('keeps api/http/ a leaf: it imports nothing else from api/', () => {
+    const { offences, filesPerLeaf } = leafOffences();
+    for (const [leaf, files] of filesPerLeaf) assert.ok(files > 0, `no TypeScript file read under ${leaf}/`);
+    assert.deepEqual(offences, [], `imports out of a leaf of api/ (${apiLeaves.join(', ')}) into the rest of api/:\n  ${offences.join('\n  ')}`);
+  });
+
+  it("tells a leaf's own imports from those that leave it", () => {
+    const from = 'api/http/envelope.ts';
+    assert.equal(leafCrossing('api/http', from, './metrics.js'), undefined);
+    assert.equal(leafCrossing('api/http', from, '../../shared/errors.js'), undefined);
+    assert.equal(leafCrossing('api/http', from, '../../storage/blob-store.js'), undefined);
+    assert.equal(leafCrossing('api/http', from, 'koa'), undefined);
+    assert.equal(leafCrossing('api/http', from, '../requests/request-log.js'), 'api/requests/request-log.js');
+    assert.equal(leafCrossing('api/http', from, '../server.js'), 'api/server.js');
+    assert.equal(leafCrossing('api/http', from, '../http-extra/a.js'), 'api/http-extra/a.js');
+    assert.equal(leafCrossing('api/http', 'api/http/deeper/a.ts', '../../relay/hold.js'), 'api/relay/hold.js');
   });
 
   it('has no circle of imports anywhere in the source', () => {
