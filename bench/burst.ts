@@ -10,7 +10,7 @@ import { performance } from 'node:perf_hooks';
 import type { Redis } from 'ioredis';
 import { Agent, request } from 'undici';
 import { KeyStore } from '../api/accounts/key-store.js';
-import { keyPrefix } from '../shared/keys.js';
+import { vendorInflightKey } from '../shared/redis-keys.js';
 import { shardQueueName } from '../shared/queues.js';
 import { FAKE_REPLY_TEXT } from '../test/support/fake-openai-defaults.js';
 import { commandStats, diffCommandStats, redisProcessId, Samples, summarise, type CommandDelta, type LatencySummary } from './measure.js';
@@ -118,7 +118,7 @@ async function burstOnce(options: {
   quietWaitMs: number;
 }): Promise<BurstRun> {
   const { size, settings, fake, redis } = options;
-  const slotsKey = `${keyPrefix}limit:openai:inflight`;
+  const slotsKey = vendorInflightKey('openai');
   // Start from an idle vendor and no slot held.
   await waitUntil('an idle vendor and no vendor slot held', async () => {
     const stats = await fakeControl(fake, 'GET', '/__stats');

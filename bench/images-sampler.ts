@@ -6,11 +6,11 @@
  */
 import type { Redis } from 'ioredis';
 import { performance } from 'node:perf_hooks';
-import { keyPrefix } from '../shared/keys.js';
+import { vendorInflightKey } from '../shared/redis-keys.js';
 import { rssBytes } from './procs.js';
 
 export const MiB = 1024 * 1024;
-export const slotsKey = `${keyPrefix}limit:openai:inflight`;
+export const slotsKey = vendorInflightKey('openai');
 
 export interface Sample {
   /** ms since the sampler started. */

@@ -30,7 +30,7 @@ import autocannon from 'autocannon';
 import { Cluster, Redis } from 'ioredis';
 import { KeyStore } from '../api/accounts/key-store.js';
 import { freePort } from '../bin/local-redis.js';
-import { billKey } from '../shared/keys.js';
+import { billKey } from '../shared/redis-keys.js';
 import { shardQueueName } from '../shared/queues.js';
 import { parseInfo, startRedisCluster, type RedisClusterHarness } from '../test/support/redis-cluster.js';
 import { envInt, redisProcessId, Samples, summarise, type LatencySummary } from './measure.js';

@@ -3,7 +3,7 @@ import { usageAmounts } from './money/usage.js';
 /**
  * Accounts and keys as both halves (and the admin API, the CLI and the
  * billing scripts) see them. Money is integer micro-dollars (1 USD =
- * 1,000,000) everywhere. Where they live in Redis: `shared/keys.ts`.
+ * 1,000,000) everywhere. Where they live in Redis: `shared/redis-keys.ts`.
  */
 export const defaultAccountId = 'acct_default';
 

@@ -23,7 +23,7 @@ export const redisProtocol: 2 | 3 = 3;
  *
  * A Cluster is typed as a `Redis`: the gateway calls only commands both have,
  * keeps every script, MULTI and pipeline within one hash slot (see
- * `shared/keys.ts`), and asks `isCluster` where the two differ (sharded pub/sub).
+ * `shared/redis-keys.ts`), and asks `isCluster` where the two differ (sharded pub/sub).
  */
 export function createRedis(target: RedisTarget | string, options: RedisOptions = {}): Redis {
   const where: RedisTarget = typeof target === 'string' ? { kind: 'single', url: target } : target;

@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { billingBucket, usageStreamKey } from './keys.js';
+import { billingBucket, usageStreamKey } from './redis-keys.js';
 import type { RequestStatus } from './money/usage.js';
 import type { ServiceTier } from './service-tier.js';
 

@@ -2,7 +2,7 @@ import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { CatalogModel } from './catalog.js';
 import type { Config } from './config.js';
-import { backlogKey, fairTagsKey } from './keys.js';
+import { backlogKey, fairTagsKey } from './redis-keys.js';
 import { withScripts } from './redis.js';
 import type { ServiceTier } from './service-tier.js';
 import { vendorDefinitions } from './vendor-definitions.js';

@@ -1,6 +1,6 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { blobUrlSecretKey } from '../shared/keys.js';
+import { blobUrlSecretKey } from '../shared/redis-keys.js';
 
 /**
  * Signed, expiring download URLs for stored blobs: fetchable without an API

@@ -3,7 +3,7 @@ import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
-import { janitorLockKey, payloadKey } from '../shared/keys.js';
+import { janitorLockKey, payloadKey } from '../shared/redis-keys.js';
 import { jobIdOf, type GatewayJobData } from '../shared/jobs.js';
 import { endpoints } from '../shared/endpoints.js';
 import type { BlobStore } from '../storage/blob-store.js';

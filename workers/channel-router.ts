@@ -3,7 +3,7 @@ import type { Catalog, CatalogModel } from '../shared/catalog.js';
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import { GatewayError } from '../shared/errors.js';
-import { channelCooldownsKey as cooldownsKey } from '../shared/keys.js';
+import { channelCooldownsKey as cooldownsKey } from '../shared/redis-keys.js';
 import { formatCooldown, parseCooldown, resolveChannels, vendorDefinition, type ChannelConfig, type VendorConfig } from '../shared/vendors.js';
 import { type Protocol } from '../shared/vendor-definitions.js';
 import { isChannelFault } from './failure-policy.js';

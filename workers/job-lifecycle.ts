@@ -1,7 +1,7 @@
 import type { Job, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { defaultAccountId } from '../shared/accounts.js';
-import { settledKey } from '../shared/keys.js';
+import { settledKey } from '../shared/redis-keys.js';
 import { AsyncJobFailure } from '../shared/async-job-failure.js';
 import { endpoints } from '../shared/endpoints.js';
 import { GatewayError } from '../shared/errors.js';

@@ -6,7 +6,7 @@ import type { Config } from '../shared/config.js';
 import { endpoints, type EndpointRequest } from '../shared/endpoints.js';
 import { GatewayError, timeoutError } from '../shared/errors.js';
 import { jobIdOf, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
-import { apiAliveKey, payloadKey, replayStreamKey } from '../shared/keys.js';
+import { apiAliveKey, payloadKey, replayStreamKey } from '../shared/redis-keys.js';
 import { lazyChild, type Logger } from '../shared/logger.js';
 import type { ResponsesJob } from '../shared/responses.js';
 import { AnsweredFailure } from './answered-failure.js';

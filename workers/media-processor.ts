@@ -2,7 +2,7 @@ import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Config } from '../shared/config.js';
 import { GatewayError } from '../shared/errors.js';
-import { jobEventsChannel } from '../shared/keys.js';
+import { jobEventsChannel } from '../shared/redis-keys.js';
 import { jobIdOf, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import type { Protocol } from '../shared/vendor-definitions.js';
 import { signBlobUrl } from '../storage/blob-urls.js';

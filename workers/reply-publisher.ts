@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { isCluster, together } from '../shared/redis.js';
 import { encodeReply, replayLogIntervalMs } from '../shared/reply.js';
-import { apiAliveKey, replayStreamKey, resultKey } from '../shared/keys.js';
+import { apiAliveKey, replayStreamKey, resultKey } from '../shared/redis-keys.js';
 import type { WireError } from '../shared/errors.js';
 
 /** Results larger than this travel as a Redis key, not inside the pub/sub message. */

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { GatewayError } from '../shared/errors.js';
-import { responseKey } from '../shared/keys.js';
+import { responseKey } from '../shared/redis-keys.js';
 import type { ResponsesJob } from '../shared/responses.js';
 import type { Protocol } from '../shared/vendor-definitions.js';
 import { ResponsesStreamEncoder, type ResponseObject } from './answers/responses-encoder.js';

@@ -1,6 +1,6 @@
 import { GatewayError } from '../shared/errors.js';
 import type { EndpointRequest } from '../shared/endpoints.js';
-import { streamAliasKey } from '../shared/keys.js';
+import { streamAliasKey } from '../shared/redis-keys.js';
 import { streamTrailer } from '../shared/reply.js';
 import { ChatStreamEncoder, encodeChatAnswer, usesLegacyFunctions, type ChatEncoderOptions } from './answers/chat-encoder.js';
 import type { ServiceTier } from '../shared/service-tier.js';

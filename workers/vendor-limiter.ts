@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { Config } from '../shared/config.js';
-import { slotFreedChannel, vendorInflightKey, vendorRpmKey } from '../shared/keys.js';
+import { slotFreedChannel, vendorInflightKey, vendorRpmKey } from '../shared/redis-keys.js';
 import { GatewayError, timeoutError } from '../shared/errors.js';
 import { vendorLimits, type VendorLimits } from '../shared/scheduler.js';
 import { vendorSlotHeld, waitingForSlot } from './metrics.js';

@@ -5,7 +5,7 @@ import type { Logger } from '../shared/logger.js';
 import { createRedis } from '../shared/redis.js';
 import { loadCatalog } from '../shared/catalog.js';
 import { GatewayError } from '../shared/errors.js';
-import { cancelChannel, slotFreedChannel } from '../shared/keys.js';
+import { cancelChannel, slotFreedChannel } from '../shared/redis-keys.js';
 import { laneQueueName, shardQueueName, type QueueName } from '../shared/queues.js';
 import { cappedVendors, leftBacklog, vendorLimits } from '../shared/scheduler.js';
 import { defaultAccountId } from '../shared/accounts.js';

@@ -4,7 +4,7 @@ import type { Redis } from 'ioredis';
 import { withScripts } from '../../shared/redis.js';
 import { readBill, type BillState } from '../../shared/money/billing.js';
 import { defaultAccountId, type Account, type AccountRole } from '../../shared/accounts.js';
-import { accessChangedChannel, accountEmailsKey, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, billKey } from '../../shared/keys.js';
+import { accessChangedChannel, accountEmailsKey, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, billKey } from '../../shared/redis-keys.js';
 import { balanceMicros } from '../../shared/money/balance.js';
 import { creditLua, openBillLua } from '../../shared/money/scripts.js';
 import { GatewayError } from '../../shared/errors.js';

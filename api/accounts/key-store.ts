@@ -2,7 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { withScripts } from '../../shared/redis.js';
 import { defaultAccountId, type AccountRole, type KeyAccess } from '../../shared/accounts.js';
-import { accessChangedChannel, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, billKey, keyBillField, keyBillFields } from '../../shared/keys.js';
+import { accessChangedChannel, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, billKey, keyBillField, keyBillFields } from '../../shared/redis-keys.js';
 import { GatewayError } from '../../shared/errors.js';
 import { AccountStore, accountNotFound, ensureDefaultLua, microsToUsd } from './account-store.js';
 import type { ApiKeysTable, RecordDb } from '../../storage/record/database.js';

@@ -2,7 +2,7 @@ import type Router from '@koa/router';
 import { z } from 'zod';
 import { GatewayError } from '../../shared/errors.js';
 import { defaultAccountId } from '../../shared/accounts.js';
-import { channelCooldownsKey } from '../../shared/keys.js';
+import { channelCooldownsKey } from '../../shared/redis-keys.js';
 import { parseCooldown, resolveChannels } from '../../shared/vendors.js';
 import { readJsonObject } from '../http/request-body.js';
 import { accountNotFound, microsToUsd, usdToMicros } from '../accounts/account-store.js';

@@ -1,6 +1,6 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { accountSessionsKey, sessionKey, signinFailuresKey } from '../../shared/keys.js';
+import { accountSessionsKey, sessionKey, signinFailuresKey } from '../../shared/redis-keys.js';
 import { GatewayError } from '../../shared/errors.js';
 
 /*

@@ -5,7 +5,7 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { canonicalPath } from '../http/canonical-path.js';
 import { GatewayError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
-import { jobEventsChannel } from '../../shared/keys.js';
+import { jobEventsChannel } from '../../shared/redis-keys.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import type { KeyCache } from '../accounts/key-store.js';

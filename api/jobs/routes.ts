@@ -1,7 +1,7 @@
 import type Router from '@koa/router';
 import { createRouter } from '../http/canonical-path.js';
 import { GatewayError } from '../../shared/errors.js';
-import { asyncJobKey, cancelChannel, payloadKey, videosOfKey } from '../../shared/keys.js';
+import { asyncJobKey, cancelChannel, payloadKey, videosOfKey } from '../../shared/redis-keys.js';
 import { together } from '../../shared/redis.js';
 import { checkBlobSignature } from '../../storage/blob-urls.js';
 import type { ServingBlobStore } from '../../storage/create-blob-store.js';

@@ -2,7 +2,7 @@ import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { GatewayError, type ErrorBody } from '../../shared/errors.js';
 import { decodeAsyncJobFailure } from '../../shared/async-job-failure.js';
-import { asyncJobKey } from '../../shared/keys.js';
+import { asyncJobKey } from '../../shared/redis-keys.js';
 import { type AsyncJobRecord, type GatewayJobResult } from '../../shared/jobs.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
 import type { BlobRef } from '../../shared/blobs.js';

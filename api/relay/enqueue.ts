@@ -4,7 +4,7 @@ import type { KeyAccess } from '../../shared/accounts.js';
 import { releaseReservation } from '../../shared/money/billing.js';
 import type { Config } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
-import { asyncJobKey, payloadKey } from '../../shared/keys.js';
+import { asyncJobKey, payloadKey } from '../../shared/redis-keys.js';
 import type { AsyncJobRecord, GatewayJobData } from '../../shared/jobs.js';
 import type { Logger } from '../../shared/logger.js';
 import type { QueueName } from '../../shared/queues.js';

@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { setTimeout as pause } from 'node:timers/promises';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
-import { replayStreamKey, streamWatchKey } from '../../shared/keys.js';
+import { replayStreamKey, streamWatchKey } from '../../shared/redis-keys.js';
 import { framesAfter, parseLogEntry, type LogEntry } from '../../shared/reply.js';
 import { EventStream } from '../http/event-stream.js';
 import { clientDisconnected, markFirstByte } from '../http/metrics.js';

@@ -6,7 +6,7 @@ import type { Redis } from 'ioredis';
 import type { Logger } from '../../shared/logger.js';
 import type { Config } from '../../shared/config.js';
 import { GatewayError, timeoutError } from '../../shared/errors.js';
-import { cancelChannel, resultKey, streamWatchKey } from '../../shared/keys.js';
+import { cancelChannel, resultKey, streamWatchKey } from '../../shared/redis-keys.js';
 import { type GatewayJobResult } from '../../shared/jobs.js';
 import { streamTrailer, type ReplyMessage } from '../../shared/reply.js';
 import type { ExpectedReply, ReplyHub, ReplyTarget } from './reply-hub.js';

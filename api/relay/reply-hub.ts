@@ -3,7 +3,7 @@ import type { Logger } from '../../shared/logger.js';
 import { setTimeout as pause } from 'node:timers/promises';
 import { GatewayError } from '../../shared/errors.js';
 import { decodeReply, framesAfterBatch, parseLogEntry, replayLogLagMs, type ReplyMessage } from '../../shared/reply.js';
-import { apiAliveKey, replayStreamKey } from '../../shared/keys.js';
+import { apiAliveKey, replayStreamKey } from '../../shared/redis-keys.js';
 import { isCluster, together } from '../../shared/redis.js';
 
 export interface PendingReply {

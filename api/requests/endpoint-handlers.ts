@@ -7,7 +7,7 @@ import type { Config } from '../../shared/config.js';
 import { endpoints, type Endpoint, type EndpointPayloads } from '../../shared/endpoints.js';
 import { invalidRequest } from '../../shared/errors.js';
 import { servingTier, type ServiceTier } from '../../shared/service-tier.js';
-import { videosOfKey } from '../../shared/keys.js';
+import { videosOfKey } from '../../shared/redis-keys.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
 import { checkChatContext, checkCompletionContext, checkEmbeddingContext, checkModalities } from './context-window.js';
 import { checkEditable, checkEditUploads, checkImageRequest, checkVariable, checkVariationUpload } from './image-rules.js';

@@ -5,7 +5,7 @@ import { createRouter } from '../http/canonical-path.js';
 import type { Redis } from 'ioredis';
 import type { Config } from '../../shared/config.js';
 import { GatewayError, invalidRequest, type WireError } from '../../shared/errors.js';
-import { cancelChannel, replayStreamKey, streamAliasKey } from '../../shared/keys.js';
+import { cancelChannel, replayStreamKey, streamAliasKey } from '../../shared/redis-keys.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
 import { releaseReservation } from '../../shared/money/billing.js';
 import { isRecord, replayFrames, type ResponseObject } from '../../shared/response-object.js';

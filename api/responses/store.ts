@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
-import { responseKey } from '../../shared/keys.js';
+import { responseKey } from '../../shared/redis-keys.js';
 import type { ConversationItem } from '../../shared/responses.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 

@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import type { UsageEntry } from './usage.js';
 import { withScripts } from '../redis.js';
 import { releaseLua, reserveLua, settleLua } from './scripts.js';
-import { billingBuckets, billKey, deadlineMember, keyBillField, reservationDeadlinesKey, billingBucket, settledKey, usageStreamKey } from '../keys.js';
+import { billingBuckets, billKey, deadlineMember, keyBillField, reservationDeadlinesKey, billingBucket, settledKey, usageStreamKey } from '../redis-keys.js';
 
 /**
  * Admission and settlement, each one Redis script on the account's bucket

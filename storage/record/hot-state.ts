@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { defaultAccountId, usageMetrics, type UsageMetric } from '../../shared/accounts.js';
-import { accountEmailsKey, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, accessChangedChannel, billKey, keyBillField, keyBillFields, legacyUsageStreamKey, ledgerKey, recordEpochKey, recordLoadedKey, recordLoadingKey, usageDayKey, usageSetAsideKey, usageStreamKeys } from '../../shared/keys.js';
+import { accountEmailsKey, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, accessChangedChannel, billKey, keyBillField, keyBillFields, legacyUsageStreamKey, ledgerKey, recordEpochKey, recordLoadedKey, recordLoadingKey, usageDayKey, usageSetAsideKey, usageStreamKeys } from '../../shared/redis-keys.js';
 import type { Logger } from '../../shared/logger.js';
 import { together } from '../../shared/redis.js';
 import { balanceMicros, settledMicrosFor } from '../../shared/money/balance.js';

@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { sql, type Transaction } from 'kysely';
 import { usageMetrics, utcDay, type UsageMetric } from '../../shared/accounts.js';
-import { usageDeadLetterKey, usageStreamKeys } from '../../shared/keys.js';
+import { usageDeadLetterKey, usageStreamKeys } from '../../shared/redis-keys.js';
 import { isCluster } from '../../shared/redis.js';
 import type { Logger } from '../../shared/logger.js';
 import { activeMetrics } from '../../shared/metrics.js';

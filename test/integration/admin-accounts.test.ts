@@ -5,7 +5,7 @@ import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
 import { defaultAccountId, utcDay } from '../../shared/accounts.js';
-import { accountKey, apiKeyHashesKey, apiKeyRecordKey, billKey } from '../../shared/keys.js';
+import { accountKey, apiKeyHashesKey, apiKeyRecordKey, billKey } from '../../shared/redis-keys.js';
 import { hashSecret } from '../../api/accounts/key-store.js';
 import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
 import { adminClient, expectAdminError, type ErrorBody, type Json } from '../support/admin-client.js';

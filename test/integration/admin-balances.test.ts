@@ -2,7 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
 import { defaultAccountId } from '../../shared/accounts.js';
-import { accountKey } from '../../shared/keys.js';
+import { accountKey } from '../../shared/redis-keys.js';
 import { ConsoleClient } from '../support/console-client.js';
 import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
 import { adminClient, expectAdminError, type ErrorBody, type Json } from '../support/admin-client.js';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
-import { settledKey } from '../../shared/keys.js';
+import { settledKey } from '../../shared/redis-keys.js';
 import { readBill, readKeySpend } from '../../shared/money/billing.js';
 import type { KeyLimits } from '../../api/accounts/key-store.js';
 import { loadCatalog } from '../../shared/catalog.js';

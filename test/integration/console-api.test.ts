@@ -4,7 +4,7 @@ import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { Queue } from 'bullmq';
 import { shardQueueName } from '../../shared/queues.js';
-import { accountSessionsKey, sessionKey } from '../../shared/keys.js';
+import { accountSessionsKey, sessionKey } from '../../shared/redis-keys.js';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';

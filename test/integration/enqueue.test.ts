@@ -7,7 +7,7 @@ import { Backpressure } from '../../api/relay/backpressure.js';
 import type { KeyAccess } from '../../shared/accounts.js';
 import { loadConfig } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
-import { asyncJobKey, billKey, payloadKey } from '../../shared/keys.js';
+import { asyncJobKey, billKey, payloadKey } from '../../shared/redis-keys.js';
 import { readBill, readKeySpend } from '../../shared/money/billing.js';
 import { QueueShards } from '../../shared/queue-shards.js';
 import { queueNames } from '../../shared/queues.js';

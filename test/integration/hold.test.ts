@@ -12,7 +12,7 @@ import { envelope } from '../../api/http/envelope.js';
 import { hold } from '../../api/relay/hold.js';
 import { ReplyHub } from '../../api/relay/reply-hub.js';
 import { loadConfig } from '../../shared/config.js';
-import { replyChannel } from '../../shared/keys.js';
+import { replyChannel } from '../../shared/redis-keys.js';
 import { ReplyPublisher } from '../../workers/reply-publisher.js';
 import { freshRedis } from '../support/gateway.js';
 

@@ -17,7 +17,7 @@ import { loadConfig, type Config } from '../../shared/config.js';
 import { endpoints } from '../../shared/endpoints.js';
 import type { WireError } from '../../shared/errors.js';
 import type { GatewayJobData, GatewayJobResult } from '../../shared/jobs.js';
-import { billingBucket, billKey, cancelChannel, replyChannel, settledKey, slotFreedChannel, usageStreamKey, vendorInflightKey } from '../../shared/keys.js';
+import { billingBucket, billKey, cancelChannel, replyChannel, settledKey, slotFreedChannel, usageStreamKey, vendorInflightKey } from '../../shared/redis-keys.js';
 import { readBill, readKeySpend, reserve } from '../../shared/money/billing.js';
 import { PriceList } from '../../shared/money/pricing.js';
 import type { UsageEntry } from '../../shared/money/usage.js';

@@ -9,7 +9,7 @@ import { freshRedis, startGateway, type GatewayProcess } from '../support/gatewa
 import { ConsoleClient } from '../support/console-client.js';
 import { adminClient, type Json } from '../support/admin-client.js';
 import { recordUrlFor, testRecord } from '../support/record.js';
-import { accountKey } from '../../shared/keys.js';
+import { accountKey } from '../../shared/redis-keys.js';
 
 const run = promisify(execFile);
 const root = fileURLToPath(new URL('../..', import.meta.url));

@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
-import { replayStreamKey } from '../../shared/keys.js';
+import { replayStreamKey } from '../../shared/redis-keys.js';
 import { anthropicError, startFakeAnthropic, type FakeAnthropic } from '../support/fake-anthropic.js';
 import { geminiError, startFakeGemini, type FakeGemini } from '../support/fake-gemini.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import pg from 'pg';
-import { billingBucket, recordEpochKey, recordLoadedKey, usageSetAsideKey, usageStreamKey } from '../../shared/keys.js';
+import { billingBucket, recordEpochKey, recordLoadedKey, usageSetAsideKey, usageStreamKey } from '../../shared/redis-keys.js';
 import { openRecord } from '../../storage/record/database.js';
 import { HotState } from '../../storage/record/hot-state.js';
 import { adminClient } from '../support/admin-client.js';

@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { sql } from 'kysely';
 import { defaultAccountId, utcDay } from '../../shared/accounts.js';
-import { accountKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, ledgerKey, legacyUsageStreamKey, usageDayKey, usageStreamKeys } from '../../shared/keys.js';
+import { accountKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, ledgerKey, legacyUsageStreamKey, usageDayKey, usageStreamKeys } from '../../shared/redis-keys.js';
 import { readBill, readKeySpend } from '../../shared/money/billing.js';
 import { startPrivatePostgres } from '../support/postgres-server.js';
 import { hashSecret } from '../../api/accounts/key-store.js';

@@ -2,7 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Cluster, type Redis } from 'ioredis';
 import OpenAI from 'openai';
-import { accountKey, billKey } from '../../shared/keys.js';
+import { accountKey, billKey } from '../../shared/redis-keys.js';
 import { KeyStore } from '../../api/accounts/key-store.js';
 import { ConsoleClient } from '../support/console-client.js';
 import { shardQueueName } from '../../shared/queues.js';

@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import { replayStreamKey } from '../../shared/keys.js';
+import { replayStreamKey } from '../../shared/redis-keys.js';
 import { createRedis } from '../../shared/redis.js';
 import { decodeReply, framesAfterBatch, parseLogEntry, replayLogIntervalMs, type LogEntry } from '../../shared/reply.js';
 import { ReplyPublisher } from '../../workers/reply-publisher.js';

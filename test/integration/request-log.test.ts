@@ -11,11 +11,11 @@ import { mergeHalves, writeLog, writeUsage, type LogRow, type UsageRow } from '.
 import type { RecordDb } from '../../storage/record/database.js';
 import type { RequestView } from '../../shared/money/usage.js';
 import { loadHotState } from '../../storage/record/hot-state.js';
-import { billingBucket, usageStreamKey } from '../../shared/keys.js';
+import { billingBucket, usageStreamKey } from '../../shared/redis-keys.js';
 import { readBill } from '../../shared/money/billing.js';
 import { endpoints, type Endpoint } from '../../shared/endpoints.js';
 import { shardQueueName } from '../../shared/queues.js';
-import { payloadKey } from '../../shared/keys.js';
+import { payloadKey } from '../../shared/redis-keys.js';
 import type { GatewayJobData } from '../../shared/jobs.js';
 import { encodeGradientPng } from '../../workers/vendors/mock/png.js';
 

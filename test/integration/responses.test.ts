@@ -9,7 +9,7 @@ import OpenAI from 'openai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateText, jsonSchema, stepCountIs, streamText, tool } from 'ai';
 import { defaultAccountId } from '../../shared/accounts.js';
-import { settledKey } from '../../shared/keys.js';
+import { settledKey } from '../../shared/redis-keys.js';
 import { createKey, freshRedis, paidAccountKey, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { startFakeAnthropic, FAKE_ANTHROPIC_TEXT, type FakeAnthropic } from '../support/fake-anthropic.js';

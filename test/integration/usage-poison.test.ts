@@ -4,7 +4,7 @@ import { after, before, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { sql } from 'kysely';
-import { billingBucket, usageDeadLetterKey, usageStreamKey, usageStreamKeys } from '../../shared/keys.js';
+import { billingBucket, usageDeadLetterKey, usageStreamKey, usageStreamKeys } from '../../shared/redis-keys.js';
 import { initMetrics } from '../../shared/metrics.js';
 import { appendRequestLog } from '../../shared/request-log.js';
 import { openRecord, type RecordDb } from '../../storage/record/database.js';

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
-import { billKey } from '../../shared/keys.js';
+import { billKey } from '../../shared/redis-keys.js';
 import { readBill, readKeySpend } from '../../shared/money/billing.js';
 import type { RecordDb } from '../../storage/record/database.js';
 

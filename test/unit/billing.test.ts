@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
 import { utcDay } from '../../shared/accounts.js';
-import { billingBucket, billKey, reservationDeadlinesKey, settledKey, usageDayKey, usageStreamKey } from '../../shared/keys.js';
+import { billingBucket, billKey, reservationDeadlinesKey, settledKey, usageDayKey, usageStreamKey } from '../../shared/redis-keys.js';
 import { readBill, readKeySpend, releaseExpiredReservations, releaseReservation, reserve, settle, type Reservation } from '../../shared/money/billing.js';
 import type { UsageEntry } from '../../shared/money/usage.js';
 import { freshRedis } from '../support/gateway.js';

@@ -10,7 +10,7 @@ import { loadConfig } from '../../shared/config.js';
 import { LocalBlobStore } from '../../storage/local-blob-store.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import { uploadKeys } from '../../storage/upload-keys.js';
-import { janitorLockKey } from '../../shared/keys.js';
+import { janitorLockKey } from '../../shared/redis-keys.js';
 import { BlobJanitor, retentionRules, type JanitorDeps } from '../../workers/blob-janitor.js';
 import { freshRedis, waitFor } from '../support/gateway.js';
 

@@ -1,10 +1,10 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { readBill, readKeySpend } from '../../shared/money/billing.js';
-import { billKey } from '../../shared/keys.js';
+import { billKey } from '../../shared/redis-keys.js';
 import type { Redis } from 'ioredis';
 import { defaultAccountId } from '../../shared/accounts.js';
-import { accessChangedChannel, accountEmailsKey, accountKey, accountKeysKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey } from '../../shared/keys.js';
+import { accessChangedChannel, accountEmailsKey, accountKey, accountKeysKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey } from '../../shared/redis-keys.js';
 import { reserve } from '../../shared/money/billing.js';
 import { GatewayError } from '../../shared/errors.js';
 import { hashPassword, usdToMicros, verifyPassword } from '../../api/accounts/account-store.js';

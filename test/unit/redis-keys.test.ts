@@ -38,16 +38,16 @@ import {
   vendorInflightKey,
   vendorRpmKey,
   videosOfKey,
-} from '../../shared/keys.js';
+} from '../../shared/redis-keys.js';
 
 /**
  * One module builds every Redis key and channel the gateway owns:
- * `shared/keys.ts`. Anywhere else, a literal `sy:` or a use of `keyPrefix` /
+ * `shared/redis-keys.ts`. Anywhere else, a literal `sy:` or a use of `keyPrefix` /
  * `accountsPrefix` is a key built outside it.
  */
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const sourceFolders = ['api', 'workers', 'shared', 'storage', 'bin'];
-const keysModule = 'shared/keys.ts';
+const keysModule = 'shared/redis-keys.ts';
 
 const builds = [/['"`]sy:/, /\b(?:keyPrefix|accountsPrefix)\b/];
 
@@ -59,7 +59,7 @@ function sourcesUnder(folder: string): string[] {
   });
 }
 
-/** Every line outside `shared/keys.ts` that builds a key, as `file:line: text`, by file. */
+/** Every line outside `shared/redis-keys.ts` that builds a key, as `file:line: text`, by file. */
 function keysBuiltElsewhere(): Map<string, string[]> {
   const sites = new Map<string, string[]>();
   for (const folder of sourceFolders) {
@@ -77,7 +77,7 @@ function keysBuiltElsewhere(): Map<string, string[]> {
 }
 
 describe('Redis keys', () => {
-  it('are built in shared/keys.ts only', () => {
+  it('are built in shared/redis-keys.ts only', () => {
     const sites = keysBuiltElsewhere();
     const offences = [...sites.values()].flat();
     if (offences.length > 0) assert.fail(`keys built outside ${keysModule} (move the builder there):\n  ${offences.join('\n  ')}`);

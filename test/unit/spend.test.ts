@@ -4,7 +4,7 @@ import type { Redis } from 'ioredis';
 import { formatReset, limitsInForce, reserveSpend } from '../../api/accounts/spend.js';
 import type { KeyAccess } from '../../shared/accounts.js';
 import { GatewayError } from '../../shared/errors.js';
-import { billKey } from '../../shared/keys.js';
+import { billKey } from '../../shared/redis-keys.js';
 import { readBill, readKeySpend } from '../../shared/money/billing.js';
 import { freshRedis } from '../support/gateway.js';
 
