@@ -11,9 +11,10 @@ import type { ServiceTier } from './service-tier.js';
  */
 export const keyPrefix = 'sy:';
 /**
- * Accounts, keys, limits, reservations and usage share one hash tag: a
- * reservation and its settlement each stay one script over one slot, so
- * money stays exact on a Cluster as on one server.
+ * The directory (accounts, API keys, console sessions, the record's load
+ * marks) shares one hash tag, `{acct}`; money is spread over the billing
+ * buckets' tags below, each account's in one, so its reservation and its
+ * settlement each stay one script over one slot on a Cluster as on one server.
  */
 export const accountsPrefix = `${keyPrefix}{acct}:`;
 

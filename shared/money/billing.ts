@@ -6,7 +6,7 @@ import { billingBuckets, billKey, deadlineMember, keyBillField, reservationDeadl
 
 /**
  * Admission and settlement, each one Redis script on the account's bucket
- * (shared/accounts.ts): check the key's rate limits and quota and reserve the
+ * (shared/redis-keys.ts): check the key's rate limits and quota and reserve the
  * worst case in one step (so two requests can never both take the last
  * dollar), then replace the reservation by the actual cost exactly once per
  * request id. Money is integer micro-dollars. The account's money, its keys'
