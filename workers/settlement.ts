@@ -150,7 +150,7 @@ export async function settleJob(
       const settled = await settle(deps.redis, record, deps.policy, Date.now(), data.deadline - Date.now() + settledMarkMarginMs);
       if (!settled.applied) return;
       usageSettled(record);
-      // Admission held the reservation against the key's limit and the balance; what goes past it was never checked.
+      // Admission checked the reservation against the key's limit and the balance; what goes past it was never checked.
       if (settled.reservedMicros !== null && record.cost_micros > settled.reservedMicros) {
         const overMicros = record.cost_micros - settled.reservedMicros;
         settlementOverran(record.model, vendor, overMicros);

@@ -6,7 +6,7 @@ import { isCluster } from '../../shared/redis.js';
 import type { Logger } from '../../shared/logger.js';
 import { activeMetrics } from '../../shared/metrics.js';
 import type { RecordDb, RecordTables, UsageDailyTable, UsageTable } from './database.js';
-import { requestStatuses, type RequestStatus } from '../../shared/money/usage.js';
+import { requestStatuses, type RequestStatus, type RunDetail } from '../../shared/money/usage.js';
 import { logField } from '../../shared/request-log.js';
 import { serviceTiers, type ServiceTier } from '../../shared/service-tier.js';
 
@@ -167,7 +167,8 @@ export function logRow(fields: readonly string[]): LogRow | undefined {
 export type UsageRow = Omit<UsageTable, 'settled' | 'service_tier' | LogOnly | UsageDetailColumn> &
   Partial<Pick<UsageTable, UsageDetailColumn | LogOnly>> & { arrived?: number; service_tier?: ServiceTier };
 type LogOnly = 'stream' | 'http_status' | 'latency_ms' | 'ttft_ms';
-type UsageDetailColumn = 'endpoint' | 'answer_id' | 'channel' | 'attempts' | 'fallback' | 'finish_reason' | 'queue_ms' | 'error_code';
+/** The worker's part of the request log, as the settlement's usage entry carries it. */
+type UsageDetailColumn = keyof RunDetail;
 /** What the api's log event writes. */
 export type LogRow = Pick<UsageTable, 'request_id' | 'account_id' | 'key_id' | 'model' | 'endpoint' | 'stream' | 'status' | 'http_status' | 'error_code' | 'latency_ms' | 'ttft_ms' | 'created'> & { service_tier?: ServiceTier };
 
