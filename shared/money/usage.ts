@@ -57,20 +57,12 @@ export interface UsageEntry extends UsageAmounts, RunDetail {
   service_tier: ServiceTier;
 }
 
-/** One request of the request log, as `GET /v1/generation`, the request lists and the console's activity show it. */
-export interface RequestView extends UsageAmounts {
-  id: string;
+/** What the request log knows of how a request ran, each null until one of its halves says (the api's log event, the worker's settlement). */
+export interface RequestLogColumns {
   answer_id: string | null;
-  /** Unix seconds of its arrival. */
-  created: number;
-  account_id: string;
-  key_id: string;
   endpoint: string | null;
-  model: string;
-  vendor: string | null;
   channel: string | null;
   stream: boolean | null;
-  status: RequestStatus | string;
   http_status: number | null;
   error_code: string | null;
   finish_reason: string | null;
@@ -79,6 +71,18 @@ export interface RequestView extends UsageAmounts {
   queue_ms: number | null;
   attempts: number | null;
   fallback: string | null;
+}
+
+/** One request of the request log, as `GET /v1/generation`, the request lists and the console's activity show it. */
+export interface RequestView extends UsageAmounts, RequestLogColumns {
+  id: string;
+  /** Unix seconds of its arrival. */
+  created: number;
+  account_id: string;
+  key_id: string;
+  model: string;
+  vendor: string | null;
+  status: RequestStatus | string;
   /** The tier that served it (priority, default or flex), whose prices it cost. */
   service_tier: ServiceTier | string;
   cost_usd: number;

@@ -1,7 +1,7 @@
 import { Kysely, PostgresDialect, sql, type Generated } from 'kysely';
 import pg from 'pg';
 import type { UsageMetric } from '../../shared/accounts.js';
-import type { UsageAmounts } from '../../shared/money/usage.js';
+import type { RequestLogColumns, UsageAmounts } from '../../shared/money/usage.js';
 import { ensureIndexes, migrateRecord } from './migrations.js';
 
 /**
@@ -69,7 +69,7 @@ export interface LedgerTable {
   time: number;
 }
 
-export interface UsageTable extends UsageAmounts {
+export interface UsageTable extends UsageAmounts, RequestLogColumns {
   request_id: string;
   account_id: string;
   key_id: string;
@@ -81,18 +81,6 @@ export interface UsageTable extends UsageAmounts {
   duration_ms: number;
   /** The worker's settlement is in (and counted in the totals); false on a row only the api's log event wrote. */
   settled: Generated<boolean>;
-  answer_id: string | null;
-  endpoint: string | null;
-  channel: string | null;
-  stream: boolean | null;
-  http_status: number | null;
-  error_code: string | null;
-  finish_reason: string | null;
-  latency_ms: number | null;
-  ttft_ms: number | null;
-  queue_ms: number | null;
-  attempts: number | null;
-  fallback: string | null;
   /** The tier that served it (priority, default or flex): its token prices were that tier's. */
   service_tier: Generated<string>;
 }
