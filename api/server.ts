@@ -215,42 +215,64 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     get inFlight() {
       return hub.size;
     },
-    async shutdown(until = Date.now() + config.shutdownGraceMs) {
-      // The listener stays open while draining: a new request (and a balancer's /readyz) gets a 503 with
-      // `connection: close` rather than a refused connection, until the requests in flight are done.
-      draining = true;
-      server.closeIdleConnections();
-      while (hub.size > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
-      server.close();
-      server.closeIdleConnections();
-      hub.stop();
-      // Past the drain every step is bounded: a Redis that is gone would hold a cancel, BullMQ's close and a QUIT for ever.
-      const closeBy = Math.max(until, Date.now()) + closeMarginMs;
-      if (hub.size > 0) {
-        log.warn({ pending: hub.size }, 'grace period over; ending the requests in flight with an error and cancelling their jobs');
-        // Cut silently, a stream looks finished (HTTP 200) and its job runs on for nobody.
-        const aborting = hub.abortAll(
-          new GatewayError(503, 'The server shut down before the request finished; retry the request.', {
-            type: 'server_error',
-            code: 'server_shutting_down',
-            headers: { 'retry-after': '1' },
-          }),
-        );
-        if (!(await settledBy(aborting, closeBy))) log.warn('the jobs of the requests ended were not all cancelled in time: given up (they run for nobody)');
-      }
-      server.closeAllConnections();
-      jobEvents.close();
-      logs.close();
-      loopStalls.stop();
-      backpressure.stop();
-      // With Redis away there is nothing to wait for: the queues' close is left to run on, and the connections dropped.
-      const closing = queues.close();
-      if (!(await settledBy(closing, redis.status === 'ready' ? closeBy : Date.now()))) log.warn({ redis: redis.status }, 'the job queues did not close (Redis is not answering): given up');
-      // The record first: its close raises the record's high-water mark in Redis too.
-      await settledBy(closeRecord(), closeBy);
-      await Promise.allSettled([closeRedisBy(subscriber, closeBy), closeRedisBy(redis, closeBy)]);
-    },
+    shutdown: (until = Date.now() + config.shutdownGraceMs) =>
+      shutdownApi({ log, server, hub, jobEvents, logs, loopStalls, backpressure, queues, redis, subscriber, closeRecord, drain: () => (draining = true) }, until),
   };
+}
+
+/** What an api's shutdown stops, in order. */
+interface ApiParts {
+  log: Logger;
+  server: ReturnType<typeof createNodeServer>;
+  hub: ReplyHub;
+  jobEvents: JobEvents;
+  logs: EventLogs;
+  loopStalls: LoopStallMonitor;
+  backpressure: Backpressure;
+  queues: QueueShards;
+  redis: Redis;
+  subscriber: Redis;
+  closeRecord: () => Promise<void>;
+  /** From now on new requests are refused (503, `connection: close`). */
+  drain(): void;
+}
+
+/** Drains the requests in flight until `until`, ends the rest with a 503, then closes everything, each step bounded. */
+async function shutdownApi(parts: ApiParts, until: number): Promise<void> {
+  const { log, server, hub, jobEvents, logs, loopStalls, backpressure, queues, redis, subscriber, closeRecord } = parts;
+  // The listener stays open while draining: a new request (and a balancer's /readyz) gets a 503 with
+  // `connection: close` rather than a refused connection, until the requests in flight are done.
+  parts.drain();
+  server.closeIdleConnections();
+  while (hub.size > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
+  server.close();
+  server.closeIdleConnections();
+  hub.stop();
+  // Past the drain every step is bounded: a Redis that is gone would hold a cancel, BullMQ's close and a QUIT for ever.
+  const closeBy = Math.max(until, Date.now()) + closeMarginMs;
+  if (hub.size > 0) {
+    log.warn({ pending: hub.size }, 'grace period over; ending the requests in flight with an error and cancelling their jobs');
+    // Cut silently, a stream looks finished (HTTP 200) and its job runs on for nobody.
+    const aborting = hub.abortAll(
+      new GatewayError(503, 'The server shut down before the request finished; retry the request.', {
+        type: 'server_error',
+        code: 'server_shutting_down',
+        headers: { 'retry-after': '1' },
+      }),
+    );
+    if (!(await settledBy(aborting, closeBy))) log.warn('the jobs of the requests ended were not all cancelled in time: given up (they run for nobody)');
+  }
+  server.closeAllConnections();
+  jobEvents.close();
+  logs.close();
+  loopStalls.stop();
+  backpressure.stop();
+  // With Redis away there is nothing to wait for: the queues' close is left to run on, and the connections dropped.
+  const closing = queues.close();
+  if (!(await settledBy(closing, redis.status === 'ready' ? closeBy : Date.now()))) log.warn({ redis: redis.status }, 'the job queues did not close (Redis is not answering): given up');
+  // The record first: its close raises the record's high-water mark in Redis too.
+  await settledBy(closeRecord(), closeBy);
+  await Promise.allSettled([closeRedisBy(subscriber, closeBy), closeRedisBy(redis, closeBy)]);
 }
 
 export type { Redis };
