@@ -37,22 +37,26 @@ export interface RunDetail {
   error_code?: string | undefined;
 }
 
-/**
- * A settlement's usage entry: what one finished request used and cost. The
- * settle script appends it, as JSON, to the stream the record's writer reads.
- */
-export interface UsageEntry extends UsageAmounts, RunDetail {
+/** Whose request it was, what it used and cost, and how long it took: what every settled usage row has. */
+export interface UsageColumns extends UsageAmounts {
   request_id: string;
   account_id: string;
   key_id: string;
   model: string;
   vendor: string;
-  /** Integer micro-dollars, at the prices of `service_tier`. */
+  /** Integer micro-dollars, at the prices of the tier that served it. */
   cost_micros: number;
-  status: SettledStatus;
   /** Unix seconds. */
   created: number;
   duration_ms: number;
+}
+
+/**
+ * A settlement's usage entry: what one finished request used and cost. The
+ * settle script appends it, as JSON, to the stream the record's writer reads.
+ */
+export interface UsageEntry extends UsageColumns, RunDetail {
+  status: SettledStatus;
   /** The tier that served it, whose prices it cost. */
   service_tier: ServiceTier;
 }

@@ -1,7 +1,7 @@
 import { Kysely, PostgresDialect, sql, type Generated } from 'kysely';
 import pg from 'pg';
 import type { UsageMetric } from '../../shared/accounts.js';
-import type { RequestLogColumns, UsageAmounts } from '../../shared/money/usage.js';
+import type { RequestLogColumns, UsageColumns } from '../../shared/money/usage.js';
 import { ensureIndexes, migrateRecord } from './migrations.js';
 
 /**
@@ -69,16 +69,8 @@ export interface LedgerTable {
   time: number;
 }
 
-export interface UsageTable extends UsageAmounts, RequestLogColumns {
-  request_id: string;
-  account_id: string;
-  key_id: string;
-  model: string;
-  vendor: string;
-  cost_micros: number;
+export interface UsageTable extends UsageColumns, RequestLogColumns {
   status: string;
-  created: number;
-  duration_ms: number;
   /** The worker's settlement is in (and counted in the totals); false on a row only the api's log event wrote. */
   settled: Generated<boolean>;
   /** The tier that served it (priority, default or flex): its token prices were that tier's. */
