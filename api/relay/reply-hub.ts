@@ -6,22 +6,6 @@ import { decodeReply, framesAfterBatch, parseLogEntry, replayLogLagMs, type Repl
 import { apiAliveKey, replayStreamKey } from '../../shared/redis-keys.js';
 import { isCluster, together } from '../../shared/redis.js';
 
-export interface PendingReply {
-  /** Highest chunk sequence number delivered, so a replay after a reconnect skips what was seen. */
-  lastSeq: number;
-  stream: boolean;
-  deliver(message: ReplyMessage): void;
-  /**
-   * The job's Redis key, set once the job is enqueued (before that, its absence
-   * means nothing). The liveness sweep reads it.
-   */
-  jobKey: string | undefined;
-  /** Finds out from Redis what happened to the job, after messages may have been lost (reconnect, sweep). */
-  reconcile(): void;
-  /** Ends the request with this error and cancels its job; resolves once the client has its answer (or is gone). */
-  abort(error: GatewayError): Promise<void>;
-}
-
 /** What answers a held request once its job is queued (api/relay/held-reply.ts): what arrives for the job is handed to it. */
 export interface ReplyTarget {
   /** The job's Redis key. The liveness sweep reads it. */
@@ -37,7 +21,8 @@ export interface ReplyTarget {
  * hub routes to it is kept, in order, until the reply that answers the
  * client takes over, then handed straight on.
  */
-export class ExpectedReply implements PendingReply {
+export class ExpectedReply {
+  /** Highest chunk sequence number delivered, so a replay after a reconnect skips what was seen. */
   lastSeq = 0;
   private target: ReplyTarget | undefined;
   private early: ReplyMessage[] = [];
@@ -50,6 +35,7 @@ export class ExpectedReply implements PendingReply {
     readonly stream: boolean,
   ) {}
 
+  /** The job's Redis key once its reply is held (the job is queued by then); the liveness sweep reads it. */
   get jobKey(): string | undefined {
     return this.target?.jobKey;
   }
@@ -64,6 +50,7 @@ export class ExpectedReply implements PendingReply {
     this.target?.reconcile();
   }
 
+  /** Ends the request with this error and cancels its job; resolves once the client has its answer (or is gone). */
   abort(error: GatewayError): Promise<void> {
     if (this.target) return this.target.abort(error);
     if (!this.aborted) {
@@ -118,9 +105,9 @@ interface Gap {
  * requests by request id.
  */
 export class ReplyHub {
-  private readonly pending = new Map<string, PendingReply>();
+  private readonly pending = new Map<string, ExpectedReply>();
   private readonly handlers = new Map<string, (message: string) => void>();
-  private readonly gaps = new Map<PendingReply, Gap>();
+  private readonly gaps = new Map<ExpectedReply, Gap>();
   private wasReady = false;
   private sweepTimer: NodeJS.Timeout | undefined;
   private heartbeatTimer: NodeJS.Timeout | undefined;
@@ -240,7 +227,7 @@ export class ReplyHub {
    * held. Live chunks meanwhile are left to the log; a stream whose log cannot
    * fill the gap ends with an error rather than with silently missing output.
    */
-  private fillGap(message: ReplyMessage, pending: PendingReply): void {
+  private fillGap(message: ReplyMessage, pending: ExpectedReply): void {
     const running = this.gaps.get(pending);
     const gap = running ?? { maxSeen: 0 };
     gap.maxSeen = Math.max(gap.maxSeen, message.seq);
@@ -313,7 +300,7 @@ export class ReplyHub {
   }
 
   /** Delivers the chunks of a stream's replay log that were not seen yet; undefined when the log holds none. */
-  async replay(jobId: string, pending: PendingReply): Promise<Replayed | undefined> {
+  async replay(jobId: string, pending: ExpectedReply): Promise<Replayed | undefined> {
     const raw = await this.redis.xrange(replayStreamKey(jobId), '-', '+');
     // The terminal entry is not a chunk: the job's own state says how the request ended.
     const entries = raw.map(([id, fields]) => parseLogEntry(id, fields)).filter((entry) => entry.end === undefined);

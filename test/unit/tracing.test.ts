@@ -12,8 +12,7 @@ import { loadConfig } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
 import type { GatewayJobData, GatewayJobResult } from '../../shared/jobs.js';
 import { carrierOf, contextOf, startTracing, tracesUrl, tracingEnabled, type Tracing } from '../../shared/tracing.js';
-import { jobTraceCarrier, traceQueued, traceRelay, traceRequests, type RequestTrace } from '../../api/http/request-tracing.js';
-import type { PendingReply } from '../../api/relay/reply-hub.js';
+import { jobTraceCarrier, traceQueued, traceRelay, traceRequests, type RequestTrace, type TracedReply } from '../../api/http/request-tracing.js';
 import { queuedEndpoint, routeTemplate } from '../../api/requests/endpoint-paths.js';
 import { startVendorAttempt, traceJobs } from '../../workers/job-tracing.js';
 import type { ResolvedRoute } from '../../workers/channel-router.js';
@@ -98,7 +97,7 @@ describe('tracing on, in process (InMemorySpanExporter)', () => {
       const data = fakeJob({}).data;
       data.trace = jobTraceCarrier(state);
       traceQueued(state, data, 'chat');
-      const reply = { stream: false, deliver: () => undefined } as unknown as PendingReply;
+      const reply: TracedReply = { stream: false, deliver: () => undefined };
       traceRelay(state, reply);
       reply.deliver({ kind: 'done', jobId: 'req_test', seq: 0, payload: '{}' });
       ctx.body = { carrier: data.trace };
