@@ -13,7 +13,7 @@ import { deleteJobUploads } from './blob-janitor.js';
 import { ClientGoneError } from './client-gone-error.js';
 import { isFinalFailure, runsNoMore } from './failure-policy.js';
 import { publishJobEvent } from './media-processor.js';
-import { meterStalls } from './metrics.js';
+import { countStalls } from './metrics.js';
 import { ReplyPublisher } from './reply-publisher.js';
 
 const settledAfterCompletionMs = 60_000;
@@ -51,7 +51,7 @@ export class JobLifecycle {
       if (job) this.releaseUploads(job, () => runsNoMore(job, error));
     });
     worker.on('error', (error) => log.error({ err: error, queue }, 'worker error'));
-    meterStalls(worker);
+    countStalls(worker);
   }
 
   /** Waits for the upload deletions under way. */

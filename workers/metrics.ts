@@ -74,7 +74,7 @@ export function countJobs(processor: Processor): Processor {
 }
 
 /** Counts the stalled jobs this BullMQ worker's stalled check hands back to its queue. */
-export function meterStalls(worker: Worker): void {
+export function countStalls(worker: Worker): void {
   const metrics = activeMetrics();
   if (!metrics) return;
   const stalled = metrics.jobsStalled.get(capabilityOfQueue.get(worker.name) ?? worker.name);

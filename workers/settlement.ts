@@ -122,7 +122,7 @@ export async function settleJob(
   channel?: Pick<ChannelConfig, 'vendor' | 'protocol'>,
 ): Promise<void> {
   const metered = await meter(request, produced);
-  const record: UsageEntry = {
+  const entry: UsageEntry = {
     request_id: data.requestId,
     key_id: data.keyId,
     account_id: data.accountId ?? defaultAccountId,
@@ -147,14 +147,14 @@ export async function settleJob(
     try {
       // Marked settled until well past the job's deadline, when no attempt of it can run any more.
       // Counted only when this settlement applied: a second one of the same request id changes nothing.
-      const settled = await settle(deps.redis, record, deps.policy, Date.now(), data.deadline - Date.now() + settledMarkMarginMs);
+      const settled = await settle(deps.redis, entry, deps.policy, Date.now(), data.deadline - Date.now() + settledMarkMarginMs);
       if (!settled.applied) return;
-      usageSettled(record);
+      usageSettled(entry);
       // Admission checked the reservation against the key's limit and the balance; what goes past it was never checked.
-      if (settled.reservedMicros !== null && record.cost_micros > settled.reservedMicros) {
-        const overMicros = record.cost_micros - settled.reservedMicros;
-        settlementOverran(record.model, vendor, overMicros);
-        deps.overruns.add({ requestId: record.request_id, keyId: record.key_id, accountId: record.account_id, model: record.model, vendor, reservedMicros: settled.reservedMicros, costMicros: record.cost_micros, overMicros });
+      if (settled.reservedMicros !== null && entry.cost_micros > settled.reservedMicros) {
+        const overMicros = entry.cost_micros - settled.reservedMicros;
+        settlementOverran(entry.model, vendor, overMicros);
+        deps.overruns.add({ requestId: entry.request_id, keyId: entry.key_id, accountId: entry.account_id, model: entry.model, vendor, reservedMicros: settled.reservedMicros, costMicros: entry.cost_micros, overMicros });
       }
       return;
     } catch (error) {
