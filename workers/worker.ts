@@ -3,6 +3,7 @@ import { StartingWorker } from './starting-worker.js';
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import { createRedis } from '../shared/redis.js';
+import type { Redis } from 'ioredis';
 import { loadCatalog } from '../shared/catalog.js';
 import { GatewayError } from '../shared/errors.js';
 import { cancelChannel, slotFreedChannel } from '../shared/redis-keys.js';
@@ -140,6 +141,19 @@ export interface WorkerPool {
   close(until?: number): Promise<void>;
 }
 
+/**
+ * The worker's one subscription: cancels (a client gone) abort their job's vendor call, and a freed vendor slot
+ * wakes the calls waiting for one at once.
+ */
+export async function listenForSignals(subscriber: Redis, cancels: CancelRegistry, limiter: VendorLimiter): Promise<void> {
+  subscriber.on('message', (channel: string, message: string) => {
+    if (channel === slotFreedChannel) limiter.slotFreed(message);
+    else cancels.cancel(message);
+  });
+  await subscriber.subscribe(cancelChannel, slotFreedChannel);
+  limiter.listening();
+}
+
 /** One BullMQ worker per queue this process serves, sharing one cancel subscription. */
 export async function startWorkers(config: Config, log: Logger): Promise<WorkerPool> {
   const vendorHttp = createVendorHttp(config);
@@ -148,12 +162,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   const subscriber = createRedis(config.redis, { connectionName: 'worker-cancel' });
   const cancels = new CancelRegistry();
   const limiter = new VendorLimiter(redis, config);
-  subscriber.on('message', (channel: string, message: string) => {
-    if (channel === slotFreedChannel) limiter.slotFreed(message);
-    else cancels.cancel(message);
-  });
-  await subscriber.subscribe(cancelChannel, slotFreedChannel);
-  limiter.listening();
+  await listenForSignals(subscriber, cancels, limiter);
 
   // The record: Redis's hot state is loaded from it if Redis lost it, and settled usage is written to it from here.
   const { record, close: closeRecord } = await openHotRecord(config.databaseUrl, redis, log, 'the workers');
