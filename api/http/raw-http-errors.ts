@@ -1,14 +1,18 @@
 import { STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { GatewayError } from '../../shared/errors.js';
+import { endAndLinger } from './linger.js';
 
 /**
  * Answers on a bare socket, for requests Node handles before Koa sees them:
- * the same OpenAI-shaped body as every other error, then the socket closes.
+ * the same OpenAI-shaped body as every other error, then the socket closes
+ * after the same bounded linger as every answer that closes its connection
+ * (a client that neither reads nor closes would otherwise keep it half-open).
  */
 export function writeRawError(socket: Duplex, error: GatewayError): void {
   const body = JSON.stringify(error.toBody());
-  socket.end(
+  endAndLinger(
+    socket,
     `HTTP/1.1 ${error.status} ${STATUS_CODES[error.status] ?? ''}\r\ncontent-type: application/json\r\n` +
       `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
   );

@@ -1,8 +1,8 @@
 import type { IncomingMessage } from 'node:http';
-import type { Socket } from 'node:net';
 import type { Middleware } from 'koa';
 import type { z } from 'zod';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
+import { lingerAfterAnswer } from './linger.js';
 
 /*
  * A request body, from bytes to a typed value or an OpenAI-shaped 4xx: read
@@ -44,7 +44,8 @@ export function watchBodyIdle(onStall: () => void): { bytes: () => void; stop: (
  * 429, a 408 for a stalled body…) closes the connection after it: the client
  * may not keep the socket by sending the rest slowly, as Node would otherwise
  * read (and drop) it for as long as it comes. A request that has arrived
- * keeps its connection.
+ * keeps its connection. The client may read the answer while it still sends:
+ * see endAndLinger (./linger.ts) for how long the socket waits for it.
  */
 export const closeUnreadRequests: Middleware = async (ctx, next) => {
   try {
@@ -56,29 +57,6 @@ export const closeUnreadRequests: Middleware = async (ctx, next) => {
     }
   }
 };
-
-/** How long a refused request's connection reads and drops what its client still sends, after the answer. */
-const lingerMs = 2_000;
-
-/**
- * Closing a connection whose client is still sending makes the kernel answer
- * the next bytes with a reset, which a client still writing takes as a
- * dropped connection (EPIPE) before it reads the answer. So, as nginx's
- * lingering close does: once the answer is out, the write side is closed and
- * the rest of the body is read and dropped (Node's parser dumps it) until
- * the client closes its side, for `lingerMs` at most; then the socket goes.
- * Node closes a `connection: close` answer's socket with `destroySoon`, which
- * is replaced here for this one socket.
- */
-function lingerAfterAnswer(socket: Socket): void {
-  socket.destroySoon = function lingering(this: Socket): void {
-    this.end();
-    const timer = setTimeout(() => this.destroy(), lingerMs);
-    timer.unref();
-    this.once('close', () => clearTimeout(timer));
-    this.once('end', () => this.destroy());
-  };
-}
 
 /**
  * Reads the body into memory: within `limit` bytes (a declared length over it
