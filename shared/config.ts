@@ -129,7 +129,9 @@ export interface Config {
     port: number | undefined;
     /** METRICS_PER_KEY: a `key_id` label on request, token, cost and refusal metrics. */
     perKey: boolean;
-    /** METRICS_TOKEN: the bearer token `/metrics` asks for; undefined: open. */
+    /** METRICS_PER_ACCOUNT: an `account` label on the queue wait and backlog metrics. */
+    perAccount: boolean;
+    /** METRICS_TOKEN: the bearer token `/metrics` asks for; undefined: loopback scrapes only. */
     token: string | undefined;
   };
   /**
@@ -348,8 +350,9 @@ const fixed = {
   STREAM_RESUME_GRACE_MAX_MS: setting(integer(0, 60_000, 3_600_000), 'the most a request may ask for with `x-stream-resume-grace-ms`; a larger ask is cut to it'),
   BLOB_SWEEP_INTERVAL_S: setting(integer(0, 600), 'seconds between sweeps of expired blobs; `0` disables them'),
   METRICS_PORT: setting(optionalInteger(0, { kind: 'unset', note: 'no listener' }, 65535), 'port of a worker process\'s own `GET /metrics` listener (`--role=worker`; `0` picks a free one); the api serves `/metrics` on `PORT`'),
-  METRICS_TOKEN: setting(optionalText({ kind: 'unset', note: '`/metrics` open to whoever reaches it' }), 'when set, `GET /metrics` (the api\'s, and a worker\'s METRICS_PORT listener) asks for `Authorization: Bearer <token>`'),
+  METRICS_TOKEN: setting(optionalText({ kind: 'unset', note: '`/metrics` answered to this machine (loopback) only' }), 'when set, `GET /metrics` (the api\'s, and a worker\'s METRICS_PORT listener) asks every scraper for `Authorization: Bearer <token>`; unset, it answers loopback peers only (the socket\'s address, never `X-Forwarded-For`) and refuses others 403'),
   METRICS_PER_KEY: setting(flag(false), '`on` adds a `key_id` label to the request, token, cost and refusal metrics (a series per key: only with few keys)'),
+  METRICS_PER_ACCOUNT: setting(flag(false), '`on` adds an `account` label (the paying account\'s id) to `switchyard_queue_wait_seconds` and `switchyard_queue_backlog` (a series per account that waits: only with few accounts; it shows every account\'s traffic to whoever reads `/metrics`)'),
   OTEL_EXPORTER_OTLP_ENDPOINT: setting(httpUrl({ kind: 'unset', note: 'tracing off' }, true), 'OpenTelemetry collector (OTLP/HTTP) base URL: set, every request is traced and its spans sent to `<url>/v1/traces`'),
   OTEL_SERVICE_NAME: setting(optionalText({ kind: 'derived', text: '`switchyard-api`, `switchyard-worker`, or `switchyard` for both in one process' }), '`service.name` of the exported spans'),
   OTEL_TRACES_SAMPLER: setting(choice(traceSamplers, 'parentbased_always_on'), 'which requests are traced: `parentbased_*` keep the decision of a `traceparent` the client sends and decide the rest by the rest of the name; the others ignore it'),
@@ -585,7 +588,7 @@ export function loadConfig(env: Env = process.env): Config {
     streamResumeGraceMs: values.STREAM_RESUME_GRACE_MS,
     streamResumeGraceMaxMs: values.STREAM_RESUME_GRACE_MAX_MS,
     blobSweepIntervalSeconds: values.BLOB_SWEEP_INTERVAL_S,
-    metrics: { port: values.METRICS_PORT, perKey: values.METRICS_PER_KEY, token: values.METRICS_TOKEN },
+    metrics: { port: values.METRICS_PORT, perKey: values.METRICS_PER_KEY, perAccount: values.METRICS_PER_ACCOUNT, token: values.METRICS_TOKEN },
     fetchAllowHosts: values.FETCH_ALLOW_HOSTS,
     fetchAllowPrivate: values.FETCH_ALLOW_PRIVATE,
     vendors,

@@ -115,17 +115,31 @@ function restoreNonFinite(metrics: MetricsJson): MetricsJson {
 }
 
 /**
- * Whether a scrape may read the metrics: always without METRICS_TOKEN, else
- * only with `Authorization: Bearer <token>` (compared in constant time).
+ * Whether a scrape may read the metrics. With METRICS_TOKEN, only with
+ * `Authorization: Bearer <token>` (compared in constant time), from anywhere.
+ * Without it, only from this machine: `peer`, the socket's own remote
+ * address, is a loopback one. Never a forwarded address (X-Forwarded-For,
+ * whatever TRUST_PROXY says): any client can write one. The metrics name
+ * every account's traffic, so they are not for whoever finds the port.
  */
-export function metricsScrapeAllowed(authorization: string | undefined, token: string | undefined): boolean {
-  if (token === undefined) return true;
+export function metricsScrapeAllowed(authorization: string | undefined, token: string | undefined, peer: string | undefined): boolean {
+  if (token === undefined) return isLoopback(peer);
   const given = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '')?.[1];
   if (given === undefined) return false;
   const a = createHash('sha256').update(given).digest();
   const b = createHash('sha256').update(token).digest();
   return timingSafeEqual(a, b);
 }
+
+/** 127.0.0.0/8, ::1, and the IPv4 loopback as an IPv6 socket sees it (`::ffff:127.x.y.z`). */
+export function isLoopback(address: string | undefined): boolean {
+  if (address === undefined) return false;
+  const v4 = address.startsWith('::ffff:') ? address.slice('::ffff:'.length) : address;
+  return /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(v4) || address === '::1';
+}
+
+/** Why a scrape without METRICS_TOKEN from another machine is refused, and what to do. */
+export const metricsLoopbackOnly = 'GET /metrics is served only to this machine (loopback) while METRICS_TOKEN is unset: set METRICS_TOKEN to scrape it from elsewhere.';
 
 /** How long a readiness probe waits on Redis's PING (a container health check's timeout is a few seconds). */
 export const readinessPingTimeoutMs = 1500;
@@ -159,7 +173,8 @@ function redisReadiness(target: RedisTarget | string): { check(): Promise<boolea
 const text = { 'content-type': 'text/plain; charset=utf-8' };
 
 /**
- * `METRICS_PORT`'s listener: `GET /metrics` (behind METRICS_TOKEN when set)
+ * `METRICS_PORT`'s listener: `GET /metrics` (at that exact path, a query
+ * string aside; behind METRICS_TOKEN when set, else to loopback peers only)
  * and, given the worker's Redis, `GET /readyz`: 200 `{"status":"ready"}`
  * while a PING reaches it, 503 `{"status":"not_ready"}` when not (open like
  * the api's `/readyz`: it says nothing but that). Anything else is a 404.
@@ -186,8 +201,9 @@ export async function startMetricsListener(
       });
       return;
     }
-    if (!metricsScrapeAllowed(req.headers.authorization, token)) {
-      res.writeHead(401, { ...text, 'www-authenticate': 'Bearer' }).end('Unauthorized: METRICS_TOKEN is set\n');
+    if (!metricsScrapeAllowed(req.headers.authorization, token, req.socket.remoteAddress)) {
+      if (token === undefined) res.writeHead(403, text).end(`Forbidden: ${metricsLoopbackOnly}\n`);
+      else res.writeHead(401, { ...text, 'www-authenticate': 'Bearer' }).end('Unauthorized: METRICS_TOKEN is set\n');
       return;
     }
     renderMetrics().then(

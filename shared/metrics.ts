@@ -25,6 +25,8 @@ export type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
 export interface MetricsOptions {
   /** `METRICS_PER_KEY`: a `key_id` label on request, token, cost and refusal metrics. */
   perKey: boolean;
+  /** `METRICS_PER_ACCOUNT`: an `account` label on the queue wait and backlog metrics (off when not given). */
+  perAccount?: boolean;
 }
 
 /** Label children by their values, made once: the hot path does a map lookup, not prom-client's label checks. */
@@ -47,6 +49,7 @@ export class Children<T> {
 export class GatewayMetrics {
   readonly registry = new Registry();
   readonly perKey: boolean;
+  readonly perAccount: boolean;
 
   // The api: HTTP requests.
   readonly httpRequests: Children<Counter.Internal>;
@@ -97,8 +100,11 @@ export class GatewayMetrics {
 
   constructor(options: MetricsOptions) {
     this.perKey = options.perKey;
+    this.perAccount = options.perAccount ?? false;
     const registers = [this.registry];
     const keyed = (labels: string[]) => (this.perKey ? [...labels, 'key_id'] : labels);
+    // Account ids name who sends what: a label only when the operator asks for it (METRICS_PER_ACCOUNT).
+    const byAccount = (labels: string[]) => (this.perAccount ? [...labels, 'account'] : labels);
     const counter = (name: string, help: string, labelNames: string[]) =>
       new Counter({ name: `${metricsPrefix}${name}`, help, labelNames, registers });
     const histogram = (name: string, help: string, labelNames: string[]) =>
@@ -139,17 +145,22 @@ export class GatewayMetrics {
     this.clientDisconnects = counterChildren('client_disconnects_total', 'Clients that left before their answer was complete, by kind: held (a plain request), stream, follow (a resumed or followed stream).', ['kind']);
 
     this.jobWait = histogramChildren('job_wait_seconds', 'Time a job waited in its queue, from its enqueue to the start of its first run.', ['queue']);
-    this.queueWait = histogramChildren('queue_wait_seconds', 'Time a job waited in its queue before its first run, by capability, service tier (priority, default, flex) and paying account: the fair share and the tiers as each account sees them.', ['queue', 'tier', 'account']);
+    this.queueWait = histogramChildren('queue_wait_seconds', 'Time a job waited in its queue before its first run, by capability, service tier (priority, default, flex) and (METRICS_PER_ACCOUNT=on) paying account: the fair share and the tiers as each account sees them.', byAccount(['queue', 'tier']));
     this.queueBacklog = new Gauge({
       name: `${metricsPrefix}queue_backlog`,
-      help: 'Jobs waiting in each capability queue (all its shards and lanes), by service tier and paying account, as the api last read them (with the queue depths); no Redis command per scrape.',
-      labelNames: ['queue', 'tier', 'account'],
+      help: 'Jobs waiting in each capability queue (all its shards and lanes), by service tier and (METRICS_PER_ACCOUNT=on) paying account, as the api last read them (with the queue depths); no Redis command per scrape.',
+      labelNames: byAccount(['queue', 'tier']),
       registers,
       collect() {
         const backlogs = self.backlogs?.();
         if (!backlogs) return;
         this.reset();
-        for (const [queue, tier, account, waiting] of backlogs) this.labels(queue, tier, account).set(waiting);
+        if (self.perAccount) {
+          for (const [queue, tier, account, waiting] of backlogs) this.labels(queue, tier, account).set(waiting);
+          return;
+        }
+        // Without the account label, a tier's accounts added up.
+        for (const [queue, tier, , waiting] of backlogs) this.labels(queue, tier).inc(waiting);
       },
     });
     this.jobRun = histogramChildren('job_run_seconds', 'Time of each run of a job in a worker (each attempt, and each resumption after a rate-limit wait).', ['queue']);

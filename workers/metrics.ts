@@ -27,7 +27,7 @@ export function startWorkerMetrics(
   config: Pick<Config, 'metrics' | 'workerQueues' | 'queueShards'> & Parameters<typeof resolveChannels>[0],
   router: { restsByChannel(): ReadonlyMap<string, number> },
 ): void {
-  const metrics = initMetrics({ perKey: config.metrics.perKey });
+  const metrics = initMetrics({ perKey: config.metrics.perKey, perAccount: config.metrics.perAccount });
   for (const name of config.workerQueues) {
     for (let shard = 0; shard < Math.max(1, config.queueShards[name] ?? 1); shard++) capabilityOfQueue.set(shardQueueName(name, shard), name);
   }
@@ -55,7 +55,9 @@ export function countJobs(processor: Processor): Processor {
       // Both stamps are BullMQ's: the enqueue (api clock) and the move to active (worker clock).
       const waited = (job.processedOn ?? Date.now()) - job.timestamp;
       metrics.jobWait.get(queue).observe(Math.max(0, waited) / 1000);
-      metrics.queueWait.get(queue, job.data.serviceTier ?? 'default', job.data.accountId ?? defaultAccountId).observe(Math.max(0, waited) / 1000);
+      const tier = job.data.serviceTier ?? 'default';
+      const byTier = metrics.perAccount ? metrics.queueWait.get(queue, tier, job.data.accountId ?? defaultAccountId) : metrics.queueWait.get(queue, tier);
+      byTier.observe(Math.max(0, waited) / 1000);
     }
     const started = performance.now();
     try {

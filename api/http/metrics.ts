@@ -5,14 +5,15 @@ import { countFrames } from '../../shared/reply.js';
 import { activeMetrics, initMetrics, metricsContentType, renderMetrics, type GatewayMetrics } from '../../shared/metrics.js';
 import type { QueueName } from '../../shared/queues.js';
 import { GatewayError } from '../../shared/errors.js';
-import { metricsScrapeAllowed } from '../../shared/metrics-process.js';
+import { metricsLoopbackOnly, metricsScrapeAllowed } from '../../shared/metrics-process.js';
 
 /**
  * The api's metrics: every HTTP request (by route template, resolved model
  * and status class), the queue depths its backpressure already reads, and
  * the hooks the request path calls (admission refusals, stream chunks,
  * disconnects). `GET /metrics` answers on the api's own port, outside `/v1`,
- * without an API key.
+ * without an API key: at its exact path only, to METRICS_TOKEN's bearer, or
+ * without one to loopback only.
  */
 
 /** What the request path leaves on `ctx.state` for the request metrics. */
@@ -80,7 +81,7 @@ export interface ApiMetrics {
  * path, a router's pattern), never its raw path, so the labels stay bounded.
  */
 export function apiMetrics(config: Pick<Config, 'metrics'>, depths: QueueDepthSource, routeOf: (ctx: Context) => string | undefined): ApiMetrics {
-  const metrics = initMetrics({ perKey: config.metrics.perKey });
+  const metrics = initMetrics({ perKey: config.metrics.perKey, perAccount: config.metrics.perAccount });
   metrics.queueDepths = () => depths.depths();
   metrics.backlogs = () => depths.backlogs();
   return {
@@ -97,8 +98,14 @@ export function apiMetrics(config: Pick<Config, 'metrics'>, depths: QueueDepthSo
         record(metrics, ctx, routeOf(ctx), started, failed);
       }
     },
-    scrape: async (ctx) => {
-      if (!metricsScrapeAllowed(ctx.get('authorization') || undefined, config.metrics.token)) {
+    scrape: async (ctx, next) => {
+      // Only the path as sent, byte for byte: every other spelling (`/metrics/`, `//metrics`, `/%6Detrics`,
+      // `/x/../metrics`) is an unknown URL, as a balancer that refuses `/metrics` by its exact path expects.
+      if (ctx.originalUrl.split('?')[0] !== '/metrics') return next();
+      const token = config.metrics.token;
+      // The socket's own peer, never ctx.ip: with TRUST_PROXY that is X-Forwarded-For, which any client writes.
+      if (!metricsScrapeAllowed(ctx.get('authorization') || undefined, token, ctx.req.socket.remoteAddress)) {
+        if (token === undefined) throw new GatewayError(403, metricsLoopbackOnly, { code: 'metrics_loopback_only' });
         ctx.set('www-authenticate', 'Bearer');
         throw new GatewayError(401, 'GET /metrics needs Authorization: Bearer <METRICS_TOKEN>.', { code: 'invalid_metrics_token' });
       }

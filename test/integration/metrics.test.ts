@@ -2,6 +2,7 @@ import type { KeyLimits } from '../../api/accounts/key-store.js';
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
+import { networkInterfaces } from 'node:os';
 import OpenAI from 'openai';
 import { loadCatalog } from '../../shared/catalog.js';
 import { PriceList } from '../../shared/money/pricing.js';
@@ -198,6 +199,16 @@ describe('GET /metrics: one process (WORKER_PROCESS=off), a fake OpenAI vendor',
       ['switchyard_stream_chunks_relayed_total', {}, 0],
     ]);
     assert.ok(usageCost > 0);
+  });
+
+  it('names no account by default (METRICS_PER_ACCOUNT off): the queue waits are by queue and tier', async () => {
+    await client.chat.completions.create(small);
+    let now = await scrape(metricsUrl);
+    await waitFor(async () => (now = await scrape(metricsUrl)).value('switchyard_queue_wait_seconds_count', chatQueue) > 0, 5000, 'a queue wait');
+    const waits = now.series('switchyard_queue_wait_seconds_count');
+    assert.ok(waits.length > 0);
+    for (const sample of [...waits, ...now.series('switchyard_queue_backlog')]) assert.deepEqual(Object.keys(sample.labels).sort(), ['queue', 'tier'], JSON.stringify(sample));
+    assert.doesNotMatch(now.text, /account="/);
   });
 
   it('a stream: every chunk the client got, and its first byte', async () => {
@@ -577,5 +588,68 @@ describe('what goes wrong, as the api’s queue gauges and the workers’ own me
       ['switchyard_job_wait_seconds_count', { queue: 'chat' }, 0],
       ['switchyard_vendor_calls_total', { vendor: 'openai', outcome: 'ok' }, 1],
     ]);
+  });
+});
+
+/** An address of this machine that is not loopback, to reach a server from off loopback; undefined when it has none. */
+function offLoopbackAddress(): string | undefined {
+  return Object.values(networkInterfaces())
+    .flat()
+    .find((address) => address && address.family === 'IPv4' && !address.internal)?.address;
+}
+
+describe('who may read /metrics (issue 45)', { skip: offLoopbackAddress() ? false : 'no address off loopback on this machine' }, () => {
+  let redis: Redis;
+  let url: string;
+  let api: GatewayProcess | undefined;
+  const token = 'metrics-scrape-token';
+  const external = offLoopbackAddress()!;
+
+  before(async () => {
+    ({ redis, url } = await freshRedis(db));
+  });
+
+  after(async () => {
+    await api?.stop();
+    redis?.disconnect();
+  });
+
+  /** An api on every interface, believing X-Forwarded-For (TRUST_PROXY), with `env` on top. */
+  async function openApi(env: Record<string, string>): Promise<{ loopback: string; offLoopback: string }> {
+    await api?.stop();
+    api = await startGateway({ role: 'api', env: { REDIS_URL: url, HOST: '0.0.0.0', TRUST_PROXY: 'on', ...env } });
+    const port = new URL(api.url).port;
+    return { loopback: `http://127.0.0.1:${port}/metrics`, offLoopback: `http://${external}:${port}/metrics` };
+  }
+
+  const errorOf = async (response: Response) => ((await response.json()) as { error: { message: string; type: string; code: string } }).error;
+
+  it('without METRICS_TOKEN: answered on loopback only, whatever X-Forwarded-For says', async () => {
+    const { loopback, offLoopback } = await openApi({});
+    await scrape(loopback);
+    const forged: Array<Record<string, string>> = [{}, { 'x-forwarded-for': '127.0.0.1' }, { 'x-forwarded-for': '::1', 'x-real-ip': '127.0.0.1' }];
+    for (const headers of forged) {
+      const refused = await fetch(offLoopback, { headers });
+      assert.equal(refused.status, 403, JSON.stringify(headers));
+      const error = await errorOf(refused);
+      assert.equal(error.code, 'metrics_loopback_only');
+      assert.match(error.message, /set METRICS_TOKEN/);
+      assert.equal(typeof error.type, 'string');
+    }
+    // The API itself is still served off loopback.
+    assert.equal((await fetch(offLoopback.replace('/metrics', '/healthz'))).status, 200);
+  });
+
+  it('with METRICS_TOKEN: its bearer token from everyone, loopback included', async () => {
+    const { loopback, offLoopback } = await openApi({ METRICS_TOKEN: token });
+    for (const target of [loopback, offLoopback]) {
+      const refused = await fetch(target);
+      assert.equal(refused.status, 401, target);
+      assert.equal((await errorOf(refused)).code, 'invalid_metrics_token');
+      assert.equal((await fetch(target, { headers: { authorization: 'Bearer wrong' } })).status, 401, target);
+      const served = await fetch(target, { headers: { authorization: `Bearer ${token}` } });
+      assert.equal(served.status, 200, target);
+      assert.match(await served.text(), /^# HELP switchyard_/m);
+    }
   });
 });

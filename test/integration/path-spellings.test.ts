@@ -133,6 +133,20 @@ describe('path spellings: every guard holds whatever the spelling', () => {
     }
   });
 
+  it('/metrics: served at its exact path only; every other spelling is an unknown URL (issue 45)', async () => {
+    for (const path of ['/metrics', '/metrics?format=text']) {
+      const answer = await raw(gateway.url, 'GET', path);
+      assert.equal(answer.status, 200, path);
+      assert.match(answer.body, /^# HELP switchyard_/m, path);
+    }
+    for (const path of ['/metrics/', '/metrics/.', '/metrics/./', '/x/../metrics', '/x/../metrics/', '/v1/../metrics', '/./metrics', '//metrics', '/metrics//', '/METRICS', '/Metrics', '/%6detrics', '/%6Detrics', '/%6D%65%74%72%69%63%73', '/metrics%2f', '/metrics%2F']) {
+      const answer = await raw(gateway.url, 'GET', path);
+      assert.equal(answer.status, 404, `${path}: ${answer.status} ${answer.body.slice(0, 200)}`);
+      assert.equal(errorCode(answer), 'unknown_url', path);
+      assert.doesNotMatch(answer.body, /switchyard_/, path);
+    }
+  });
+
   it('malformed escapes are a 400, never a crash', async () => {
     for (const path of ['/admin/%zzaccounts', '/v1/models%', '/%00admin/accounts', '/v1/models/%0']) {
       const answer = await raw(gateway.url, 'GET', path);

@@ -43,6 +43,8 @@ describe('the scheduler through the gateway', () => {
         OPENAI_MAX_CONCURRENCY: '2',
         ANTHROPIC_API_KEY: 'sk-ant-free',
         ANTHROPIC_BASE_URL: anthropic.url,
+        // The per-account wait in /metrics is an operator's choice (off by default).
+        METRICS_PER_ACCOUNT: 'on',
       },
     });
   });

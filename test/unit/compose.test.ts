@@ -96,9 +96,18 @@ describe('docker-compose.yml', () => {
     for (const [name, service] of gateways) {
       for (const [variable, value] of Object.entries(service.environment ?? {})) {
         if (!offered.has(variable)) continue;
-        assert.match(String(value), new RegExp(`^\\$\\{${variable}(:?-[^}]*)?\\}$`), `${name} sets ${variable} over .env`);
+        // `${NAME}`, `${NAME:-default}`, or `${NAME:?message}` (required): each is .env's value.
+        assert.match(String(value), new RegExp(`^\\$\\{${variable}(:?[-?][^}]*)?\\}$`), `${name} sets ${variable} over .env`);
       }
     }
+  });
+
+  it('asks .env for a METRICS_TOKEN, with no default: Prometheus scrapes over the network, not from loopback', () => {
+    for (const [name, service] of gateways) {
+      assert.match(String(service.environment?.METRICS_TOKEN), /^\$\{METRICS_TOKEN:\?[^}]+\}$/, `${name}: METRICS_TOKEN required`);
+    }
+    // What Prometheus then sends is written down where an operator looks.
+    assert.match(read('docs/operating.md'), /authorization: \{ credentials: <METRICS_TOKEN> \}/);
   });
 
   it('runs Redis with AOF every second and no eviction, under a memory ceiling', () => {

@@ -19,9 +19,9 @@ function documentedRows(): Map<string, string> {
   return rows;
 }
 
-/** Everything a process registers, with its label names (per-key labels on). */
+/** Everything a process registers, with its label names (per-key and per-account labels on). */
 function registered(): Array<{ name: string; labels: string[] }> {
-  const metrics = new GatewayMetrics({ perKey: true });
+  const metrics = new GatewayMetrics({ perKey: true, perAccount: true });
   return metrics.registry.getMetricsAsArray().map((metric) => {
     const { name, labelNames } = metric as unknown as { name: string; labelNames?: string[] };
     return { name, labels: labelNames ?? [] };
