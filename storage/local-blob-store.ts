@@ -1,5 +1,5 @@
-import { createReadStream } from 'node:fs';
-import { mkdir, readdir, readFile, rm, rmdir, stat, writeFile } from 'node:fs/promises';
+import { constants, createReadStream } from 'node:fs';
+import { mkdir, open, readdir, realpath, rm, rmdir, stat, type FileHandle } from 'node:fs/promises';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import type { Readable } from 'node:stream';
 import type { BlobRef } from '../shared/blobs.js';
@@ -10,12 +10,57 @@ const keyPattern = /^[A-Za-z0-9][A-Za-z0-9._/-]{0,255}$/;
 const prefixPattern = /^[A-Za-z0-9._/-]{0,256}$/;
 const metaSuffix = '.meta.json';
 
-/** Blobs as files under one directory (`BLOB_DIR`); metadata beside each as JSON. */
+/**
+ * Blobs as files under one directory (`BLOB_DIR`); metadata beside each as
+ * JSON. The operator's alone, whatever the umask: folders 0700, files 0600.
+ * No symbolic link is followed below the directory itself: a file is opened
+ * with O_NOFOLLOW, in a folder whose real path must be where its key says
+ * (a link planted anywhere below makes the read or write fail, never go
+ * elsewhere).
+ */
 export class LocalBlobStore implements BlobStore {
   private readonly root: string;
+  private realRoot: Promise<string> | undefined;
 
   constructor(root: string) {
     this.root = resolve(root);
+  }
+
+  /** The blob directory's own real path (it may itself be a link the operator chose), made when missing. */
+  private async real(): Promise<string> {
+    this.realRoot ??= mkdir(this.root, { recursive: true, mode: 0o700 }).then(() => realpath(this.root));
+    try {
+      return await this.realRoot;
+    } catch (error) {
+      this.realRoot = undefined;
+      throw error;
+    }
+  }
+
+  /** Opens a file below the root, its folder where the key says it is and the file itself no link. */
+  private async openInside(path: string, flags: number): Promise<FileHandle> {
+    const inside = relative(this.root, dirname(path));
+    const expected = inside ? join(await this.real(), inside) : await this.real();
+    if ((await realpath(dirname(path))) !== expected) throw new GatewayError(400, 'Invalid blob key.', { code: 'invalid_blob_key' });
+    return open(path, flags | constants.O_NOFOLLOW, 0o600);
+  }
+
+  private async writeInside(path: string, data: Buffer | string): Promise<void> {
+    const file = await this.openInside(path, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC);
+    try {
+      await file.writeFile(data);
+    } finally {
+      await file.close();
+    }
+  }
+
+  private async readInside(path: string): Promise<Buffer> {
+    const file = await this.openInside(path, constants.O_RDONLY);
+    try {
+      return await file.readFile();
+    } finally {
+      await file.close();
+    }
   }
 
   private path(key: string): string {
@@ -31,9 +76,10 @@ export class LocalBlobStore implements BlobStore {
     // A delete or sweep may remove the (then empty) directory between mkdir and the write: make it again.
     for (let attempt = 1; ; attempt++) {
       try {
-        await mkdir(dirname(path), { recursive: true });
-        await writeFile(path, data);
-        await writeFile(`${path}${metaSuffix}`, JSON.stringify(ref));
+        await this.real();
+        await mkdir(dirname(path), { recursive: true, mode: 0o700 });
+        await this.writeInside(path, data);
+        await this.writeInside(`${path}${metaSuffix}`, JSON.stringify(ref));
         return ref;
       } catch (error) {
         if (attempt >= 3 || (error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
@@ -42,8 +88,9 @@ export class LocalBlobStore implements BlobStore {
   }
 
   async get(key: string): Promise<Buffer> {
+    const path = this.path(key);
     try {
-      return await readFile(this.path(key));
+      return await this.readInside(path);
     } catch (error) {
       throw notFound(key, error);
     }
@@ -51,15 +98,16 @@ export class LocalBlobStore implements BlobStore {
 
   async stream(key: string): Promise<Readable> {
     const path = this.path(key);
-    await stat(path).catch((error: unknown) => {
+    const file = await this.openInside(path, constants.O_RDONLY).catch((error: unknown) => {
       throw notFound(key, error);
     });
-    return createReadStream(path);
+    return createReadStream('', { fd: file });
   }
 
   async meta(key: string): Promise<BlobRef> {
+    const path = this.path(key);
     try {
-      return JSON.parse(await readFile(`${this.path(key)}${metaSuffix}`, 'utf8')) as BlobRef;
+      return JSON.parse((await this.readInside(`${path}${metaSuffix}`)).toString('utf8')) as BlobRef;
     } catch (error) {
       throw notFound(key, error);
     }

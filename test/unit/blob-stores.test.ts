@@ -2,7 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, mkdtempSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -126,6 +126,45 @@ async function startPagingS3(bucket = 'paging') {
     },
   };
 }
+
+describe('local blob store and what it trusts', () => {
+  it('writes its folders 0700 and its files 0600, whatever the umask', async () => {
+    const dir = join(mkdtempSync(join(tmpdir(), 'sy-blob-modes-')), 'blobs');
+    const previous = process.umask(0);
+    try {
+      await new LocalBlobStore(dir).put('images/2026/a.png', Buffer.from('png'), 'image/png');
+    } finally {
+      process.umask(previous);
+    }
+    const modes = (at: string): string[] =>
+      readdirSync(at, { withFileTypes: true }).flatMap((entry) => {
+        const path = join(at, entry.name);
+        const mode = `${entry.name} ${(lstatSync(path).mode & 0o777).toString(8)}`;
+        return entry.isDirectory() ? [mode, ...modes(path)] : [mode];
+      });
+    assert.equal(lstatSync(dir).mode & 0o777, 0o700);
+    assert.deepEqual(modes(dir).sort(), ['2026 700', 'a.png 600', 'a.png.meta.json 600', 'images 700']);
+  });
+
+  it('follows no link planted below its folder: a write or read through one fails and touches nothing elsewhere', async () => {
+    const base = mkdtempSync(join(tmpdir(), 'sy-blob-links-'));
+    const dir = join(base, 'blobs');
+    const elsewhere = join(base, 'elsewhere');
+    mkdirSync(elsewhere);
+    writeFileSync(join(elsewhere, 'secret.txt'), 'not a blob');
+    const store = new LocalBlobStore(dir);
+    await store.put('images/kept.png', Buffer.from('png'), 'image/png');
+    // A folder replaced by a link, and a file that is one.
+    symlinkSync(elsewhere, join(dir, 'uploads'));
+    symlinkSync(join(elsewhere, 'secret.txt'), join(dir, 'images', 'secret.txt'));
+    await assert.rejects(store.put('uploads/x.png', Buffer.from('png'), 'image/png'));
+    await assert.rejects(store.put('images/secret.txt', Buffer.from('overwritten'), 'text/plain'));
+    assert.deepEqual(readdirSync(elsewhere), ['secret.txt'], 'nothing written through the folder link');
+    await assert.rejects(store.get('images/secret.txt'), (error: Error & { status?: number }) => error.status === 404);
+    await assert.rejects(store.stream('images/secret.txt'), (error: Error & { status?: number }) => error.status === 404);
+    assert.equal((await store.get('images/kept.png')).toString(), 'png');
+  });
+});
 
 describe('S3 blob store listing', () => {
   let s3: Awaited<ReturnType<typeof startPagingS3>>;
