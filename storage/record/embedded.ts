@@ -1,11 +1,14 @@
-import { closeSync, existsSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, openSync, rmSync, writeSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import {
+  binaries,
+  claimCluster,
   engineLayout,
   engineUrl,
   initialiseCluster,
   maxSocketPath,
   processAlive,
+  readOwner,
   secureDataDir,
   serverAnswers,
   serverPid,
@@ -13,7 +16,9 @@ import {
   startServer,
   stopServer,
   type EngineLayout,
+  type ServerUser,
 } from './embedded-engine.js';
+import { ensureOrphanWatch, orphanGraceMs } from './orphan-watch.js';
 import { pgliteRecordPresent, upgradeFromPglite } from './pglite-upgrade.js';
 
 /**
@@ -25,7 +30,9 @@ import { pgliteRecordPresent, upgradeFromPglite } from './pglite-upgrade.js';
  * (`npm start`'s main process, or `npm run keys` when no gateway runs) — and
  * stops it on close. The others are its peers; a peer that sees the owner gone
  * takes the record over (starts it again on the same socket, or adopts the
- * server a killed owner left running), and says so.
+ * server a killed owner left running), and says so. A server whose owner is
+ * gone and that no peer takes over is stopped by its orphan watch
+ * (orphan-watch.ts) within seconds, whatever ended the owner.
  */
 
 export interface LocatedRecord {
@@ -56,26 +63,20 @@ export interface LocateOptions {
   watchMs?: number;
   /** Deadline for stopping the server on close. */
   stopMs?: number;
+  /** How long the server may run with no owner before its orphan watch stops it. */
+  orphanGraceMs?: number;
 }
 
 export { processAlive } from './embedded-engine.js';
 
 const quiet: RecordLog = { info: () => undefined, warn: () => undefined, error: () => undefined };
-const ownerFile = (layout: EngineLayout) => join(layout.dataDir, 'postgres.owner');
-
-function readOwner(layout: EngineLayout): number {
-  try {
-    return Number(readFileSync(ownerFile(layout), 'utf8').trim() || '0');
-  } catch {
-    return 0;
-  }
-}
+const ownerFile = (layout: EngineLayout) => layout.ownerFile;
 
 /**
  * Becomes the owner (the server started here, or adopted from an owner that
  * died) or a peer of a live owner whose server answers: returns the owner's pid.
  */
-async function acquire(layout: EngineLayout, user: ReturnType<typeof serverUser>, log: RecordLog): Promise<number> {
+async function acquire(layout: EngineLayout, user: ServerUser | undefined, log: RecordLog, graceMs: number): Promise<number> {
   const url = () => engineUrl(layout);
   for (let attempt = 0; attempt < 600; attempt++) {
     let fd: number;
@@ -100,10 +101,13 @@ async function acquire(layout: EngineLayout, user: ReturnType<typeof serverUser>
     try {
       if (await serverAnswers(url())) {
         log.warn({ pid: serverPid(layout) }, 'the embedded record was left running by a process that is gone: this process owns it now');
+        ensureOrphanWatch(layout, graceMs);
         return process.pid;
       }
+      claimCluster(layout, user);
       if (await initialiseCluster(layout, user)) log.info({ cluster: layout.cluster }, `made a new embedded record (PostgreSQL) under ${layout.cluster}`);
       await startServer(layout, user);
+      ensureOrphanWatch(layout, graceMs);
       return process.pid;
     } catch (error) {
       if (readOwner(layout) === process.pid) rmSync(ownerFile(layout), { force: true });
@@ -138,9 +142,10 @@ export async function locateRecord(databaseUrl: string | undefined, dataDir: str
   }
   const user = serverUser();
   secureDataDir(layout, user);
+  const graceMs = options.orphanGraceMs ?? orphanGraceMs;
   const upgrade = pgliteRecordPresent(layout.dataDir);
   const url = engineUrl(layout);
-  let owner = await acquire(layout, user, log);
+  let owner = await acquire(layout, user, log, graceMs);
   if (owner === process.pid && upgrade) {
     try {
       await upgradeFromPglite(layout.dataDir, url, log);
@@ -176,13 +181,14 @@ export async function locateRecord(databaseUrl: string | undefined, dataDir: str
         if (serverPid(layout) === undefined && !(await serverAnswers(url))) {
           log.error({ cluster: layout.cluster }, 'the embedded record\'s server stopped unexpectedly: starting it again');
           await startServer(layout, user);
+          ensureOrphanWatch(layout, graceMs);
         }
         return;
       }
       if (processAlive(owner) && readOwner(layout) === owner) return;
       const gone = owner;
       log.warn({ owner: gone }, `the process that owned the embedded record (pid ${gone}) has stopped: taking it over`);
-      owner = await acquire(layout, user, log);
+      owner = await acquire(layout, user, log, graceMs);
       log.warn({ owner }, owner === process.pid ? `this process (pid ${owner}) owns the embedded record now` : `the embedded record is owned by pid ${owner} now`);
     } catch (error) {
       log.error({ err: error }, 'could not take over the embedded record; trying again');
@@ -191,6 +197,9 @@ export async function locateRecord(databaseUrl: string | undefined, dataDir: str
     }
   };
   const watchMs = options.watchMs ?? 0;
+  // As root: which user the server runs as, and the binaries it runs when the installed ones are out of its reach.
+  const copiedTo = user && binaries(user).copiedTo;
+  const runsAs = user ? ` as the user ${user.name}${copiedTo ? ` (its binaries copied to ${copiedTo}, out of the reach of a clone under a folder only root may enter)` : ''}` : '';
   const timer = watchMs > 0 ? setInterval(() => void check(), watchMs).unref() : undefined;
 
   return {
@@ -203,8 +212,8 @@ export async function locateRecord(databaseUrl: string | undefined, dataDir: str
     },
     get described() {
       return owner === process.pid
-        ? `the record (accounts, keys, credits, usage) is the embedded PostgreSQL under ${layout.cluster}, served by this process (pid ${owner}); set DATABASE_URL for a PostgreSQL server`
-        : `the record is the embedded PostgreSQL under ${layout.cluster}, served by another process (pid ${owner}); this one takes it over if that one stops`;
+        ? `the record (accounts, keys, credits, usage) is the embedded PostgreSQL under ${layout.cluster}, served by this process (pid ${owner})${runsAs}; set DATABASE_URL for a PostgreSQL server`
+        : `the record is the embedded PostgreSQL under ${layout.cluster}, served by another process (pid ${owner})${runsAs}; this one takes it over if that one stops`;
     },
     async close() {
       if (closed) return;
