@@ -6,14 +6,19 @@
  * stream} × {1, 64 connections}, then time to first token) runs in rounds; a
  * round measures every target once, the order rotated by one each round, so
  * drift of a shared machine falls on every target alike. Bars are ratios
- * within this one run. Then the memory of the `start` target: idle RSS, a
+ * within this one run. Then two keys side by side on the `start` gateway: the
+ * Default account's key, made as an operator makes one (`POST /admin/keys`
+ * with no account), and a credited account's limited key, alternated round by
+ * round at 64 connections. Then the memory of the `start` target: idle RSS, a
  * soak, RSS 30 s after it, Redis memory over it.
  */
+import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { KeyStore } from '../api/accounts/key-store.js';
+import { defaultAccountId } from '../shared/accounts.js';
 import { measureLoad, measureTtft, Samples, soak, summarise, type CommandDelta, type LoadResult, type SoakSample } from './measure.js';
 import { rssBytes, type Child } from './procs.js';
-import type { CellStats, OverheadBar, OverheadCell, OverheadMemory, OverheadResults, OverheadTarget, TtftStats } from './report.js';
+import type { CellStats, KeysSideBySide, OverheadBar, OverheadCell, OverheadMemory, OverheadResults, OverheadTarget, TtftStats } from './report.js';
 import { testRecord } from '../test/support/record.js';
 import {
   discoverProcesses,
@@ -43,13 +48,15 @@ export interface OverheadOptions {
   soakS: number;
   ttftRequests: number;
   ttftWarmup: number;
+  /** Rounds of the keys side by side on `start` (each key once a round, the order alternated); 0 skips it. */
+  keyRounds: number;
   configNames: OverheadConfig[];
   cpuProfDir?: string;
 }
 
 const descriptions: Record<OverheadConfig, string> = {
   start: 'node dist/bin/start.js, nothing added (what npm start runs)',
-  unlimited: 'node dist/bin/start.js, the key an unlimited account\'s with no limits (start\'s is a credited account\'s, with a limit, rpm and tpm)',
+  unlimited: 'node dist/bin/start.js, the Default account\'s key (POST /admin/keys with no account: unlimited, no limits; start\'s is a credited account\'s, with a limit, rpm and tpm)',
   'log-off': 'node dist/bin/start.js with REQUEST_LOG=off (the same build without the request log)',
   'one-loop': 'node dist/bin/start.js with WORKER_PROCESS=off (api and workers on one event loop)',
   split: 'node dist/bin/start.js --role=api + --role=worker',
@@ -70,6 +77,8 @@ interface Target {
   idleRss: Record<string, number | null>;
   /** Whether its database still holds what the bench put there. */
   intact?: () => Promise<boolean>;
+  /** `start`: the Default account's key, made through the admin API (measured beside its own key). */
+  defaultKey?: string;
   stop: () => Promise<void>;
 }
 
@@ -85,6 +94,19 @@ export function targetDbs(redisUrl: string, count: number): number[] {
   const base = Number(new URL(redisUrl).pathname.slice(1) || '0');
   if (!Number.isInteger(base)) throw new Error(`cannot read the database number of ${redisUrl}`);
   return Array.from({ length: count }, (_, i) => (base - count >= 0 ? base - 1 - i : base + 1 + i));
+}
+
+/** A key made through a gateway's admin API (`POST /admin/keys`), as an operator makes one. */
+async function adminKey(gatewayUrl: string, adminToken: string, body: Record<string, unknown>): Promise<{ id: string; key: string; account_id: string }> {
+  const response = await fetch(`${gatewayUrl}/admin/keys`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(10_000),
+  });
+  const text = await response.text();
+  if (response.status !== 201) throw new Error(`POST /admin/keys: ${response.status} ${text}`);
+  return JSON.parse(text) as { id: string; key: string; account_id: string };
 }
 
 const failuresOf = (r: Pick<LoadResult, 'errors' | 'timeouts' | 'non2xx'>) => r.errors + r.timeouts + r.non2xx;
@@ -151,7 +173,9 @@ const cellDefs = [
 ] as const;
 
 export async function runOverhead(options: OverheadOptions): Promise<OverheadResults> {
-  const { redis, redisUrl, rounds, durationS, warmupS, soakS, ttftRequests, ttftWarmup, configNames, cpuProfDir } = options;
+  const { redis, redisUrl, rounds, durationS, warmupS, soakS, ttftRequests, ttftWarmup, keyRounds, configNames, cpuProfDir } = options;
+  // The gateways' admin API, for the keys made as an operator makes them.
+  const adminToken = `bench-${randomBytes(12).toString('hex')}`;
   const plainJson = JSON.stringify(plainBody);
   const streamJson = JSON.stringify(streamBody);
   const targets: Target[] = [];
@@ -209,21 +233,28 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
       const db = dbs[i + 1]!;
       const gatewayRedis = await openDb(db);
       // Quota and limits on: an account with a balance, a key with a spending limit, rpm and tpm far above the load.
-      // `unlimited`: the same with an unlimited account's key and no limits, the other way a key is commonly set up.
+      // `unlimited`: the Default account's key instead, made once the gateway runs as the issue made it (POST /admin/keys
+      // with no account: unlimited, no limits), the way a first key is commonly made.
       const keyStore = new KeyStore(gatewayRedis, await testRecord(gatewayRedis));
       const unlimited = name === 'unlimited';
-      const account = await keyStore.accounts.create({ email: `bench-${name}@example.com`, name: `bench ${name}`, unlimited });
-      if (!unlimited) await keyStore.accounts.credit(account.id, 10 ** 12, 'bench');
-      const key = unlimited
-        ? await keyStore.create('bench-unlimited', { accountId: account.id })
-        : await keyStore.create('bench-limited', { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 9 });
+      let key: { id: string; key: string } | undefined;
+      if (!unlimited) {
+        const account = await keyStore.accounts.create({ email: `bench-${name}@example.com`, name: `bench ${name}` });
+        await keyStore.accounts.credit(account.id, 10 ** 12, 'bench');
+        key = await keyStore.create('bench-limited', { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 9 });
+      }
       log(`gateway ${name}: starting (Redis db ${db})`);
       // The per-request usage log is kept by design up to USAGE_RETENTION_RECORDS (default 10 million, about 250 bytes each):
       // capped at its minimum here, so that the soak shows whether anything else grows.
       const gateway = await startGateway(name === 'log-off' || name === 'unlimited' ? 'start' : (name satisfies GatewayConfig), fake.url, dbUrl(redisUrl, db), cpuProfDir, {
-        env: { USAGE_BUFFER_RECORDS: '1000', ...(name === 'log-off' ? { REQUEST_LOG: 'off' } : {}) },
+        env: { USAGE_BUFFER_RECORDS: '1000', ADMIN_TOKEN: adminToken, ...(name === 'log-off' ? { REQUEST_LOG: 'off' } : {}) },
         logTag: name,
       });
+      // The Default account's key, as `POST /admin/keys {"name":"perf"}` makes it: `unlimited`'s own, and `start`'s second.
+      const defaultKey = unlimited || (name === 'start' && keyRounds > 0) ? await adminKey(gateway.url, adminToken, { name: 'perf' }) : undefined;
+      if (defaultKey && defaultKey.account_id !== defaultAccountId) throw new Error(`POST /admin/keys with no account made a key of ${defaultKey.account_id}, not ${defaultAccountId}`);
+      key ??= defaultKey!;
+      const made = key;
       const target: Target = {
         name,
         description: descriptions[name],
@@ -234,11 +265,13 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
         pids: gateway.pids,
         children: Object.values(gateway.children),
         idleRss: {},
-        intact: async () => (await keyStore.list()).some((k) => k.id === key.id),
+        intact: async () => (await keyStore.list()).some((k) => k.id === made.id),
         stop: () => stopGateway(gateway),
+        ...(name === 'start' && defaultKey ? { defaultKey: defaultKey.key } : {}),
       };
       targets.push(target);
       await probe(gateway.url, key.key, target.children);
+      if (target.defaultKey) await probe(gateway.url, target.defaultKey, target.children);
       await probeStream(target.url, target.headers);
       target.pids = discoverProcesses(gateway);
       if (name === 'start' || name === 'log-off' || name === 'unlimited') {
@@ -299,9 +332,12 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
       ]),
     );
 
+    // ---- two keys side by side on the one `start` gateway
+    const start = targets.find((t) => t.name === 'start');
+    const keys = start?.defaultKey ? await keysSideBySide(start, start.defaultKey, { rounds: keyRounds, durationS, warmupS, fakePid, body: plainJson }) : undefined;
+
     // ---- memory of `start`
     let memory: OverheadMemory | undefined;
-    const start = targets.find((t) => t.name === 'start');
     if (start) {
       memory = { target: 'start', idleRss: start.idleRss };
       if (soakS > 0) {
@@ -346,8 +382,9 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
       targets: info,
       cells,
       ttft,
+      ...(keys ? { keys } : {}),
       ...(memory ? { memory } : {}),
-      bars: bars(configNames, cells, ttft, memory),
+      bars: bars(configNames, cells, ttft, memory, keys),
     };
   } finally {
     for (const t of [...targets].reverse()) {
@@ -363,6 +400,56 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
   }
 }
 
+/** The two kinds of key of the side-by-side cell: the Default account's and a credited account's limited one. */
+export const sideBySideKeys = ['default', 'credited'] as const;
+
+/**
+ * The Default account's key and a credited account's limited key on the one `start` gateway, non-stream at 64
+ * connections, each measured once a round, the order alternated round by round (default first in odd rounds), so
+ * whatever the machine does falls on both alike; the ratio of their pooled req/s is the figure.
+ */
+async function keysSideBySide(
+  start: Target,
+  defaultKey: string,
+  settings: { rounds: number; durationS: number; warmupS: number; fakePid: number; body: string },
+): Promise<KeysSideBySide> {
+  const headers = { default: { authorization: `Bearer ${defaultKey}` }, credited: start.headers };
+  const acc = new Map(sideBySideKeys.map((k) => [k, new CellAccumulator()]));
+  const orders: string[][] = [];
+  for (let round = 1; round <= settings.rounds; round += 1) {
+    const order = round % 2 === 1 ? [...sideBySideKeys] : [...sideBySideKeys].reverse();
+    orders.push(order);
+    log(`keys side by side on start, non-stream, 64 connections, round ${round}/${settings.rounds}: ${order.join(', ')}`);
+    for (const k of order) {
+      const a = acc.get(k)!;
+      const r = await measureLoad({
+        target: { url: start.url, headers: headers[k], body: settings.body },
+        connections: 64,
+        durationS: settings.durationS,
+        warmupS: settings.warmupS,
+        redis: start.redis,
+        pids: { ...start.pids, fake: settings.fakePid },
+        settleMs: 500,
+        latencies: a.latencies,
+      });
+      a.add(r);
+      log(`  ${k} key: ${Math.round(r.rps)} req/s, p50 ${r.latency.p50.toFixed(2)} ms${failuresOf(r) ? `, ${failuresOf(r)} failed` : ''}`);
+    }
+  }
+  return {
+    target: 'start',
+    connections: 64,
+    orders,
+    keys: Object.fromEntries([...acc].map(([k, a]) => [k, a.result()])),
+  };
+}
+
+/** CPU µs per request of the gateway's own processes (api and worker, or the one process), null if one was unreadable. */
+function gatewayCpuUs(c: CellStats): number | null {
+  const own = Object.entries(c.cpuUsPerRequest).filter(([n]) => !['fake', 'redis', 'loadgen', 'others'].includes(n));
+  return own.some(([, v]) => v === null) ? null : own.reduce((sum, [, v]) => sum + (v ?? 0), 0);
+}
+
 /** The soak sample the Redis bars compare the end with: the first under load at ≥ 60 s (after warm-up), else the last under load. */
 function referenceSample(samples: SoakSample[]): SoakSample | undefined {
   const load = samples.filter((s) => s.phase === 'load');
@@ -372,8 +459,42 @@ function referenceSample(samples: SoakSample[]): SoakSample | undefined {
 const int = (value: number) => Math.round(value).toLocaleString('en-US');
 const signedMs = (value: number) => `${value >= 0 ? '+' : ''}${value.toFixed(2)} ms`;
 
-function bars(configNames: OverheadConfig[], cells: OverheadCell[], ttft: Record<string, TtftStats>, memory: OverheadMemory | undefined): OverheadBar[] {
+function bars(configNames: OverheadConfig[], cells: OverheadCell[], ttft: Record<string, TtftStats>, memory: OverheadMemory | undefined, keys?: KeysSideBySide): OverheadBar[] {
   const out: OverheadBar[] = [];
+  // The Default account's key costs what a credited key costs (or less: it checks no balance), on the same gateway.
+  // Held to the gateway's own CPU and Redis commands per request: on a machine shared with other tenants req/s
+  // swings by more between two rounds than between the keys (shown beside them, not counted).
+  if (keys) {
+    const own = keys.keys.default!;
+    const credited = keys.keys.credited!;
+    const ratio = own.rps / credited.rps;
+    out.push({
+      config: 'start',
+      name: 'Default account key ÷ credited key, non-stream req/s at 64 connections (same gateway, alternated)',
+      target: '≥ 0.95×',
+      actual: `${ratio.toFixed(3)}× (${int(own.rps)} vs ${int(credited.rps)} req/s)`,
+      pass: ratio >= 0.95,
+      informational: true,
+    });
+    const ownCpu = gatewayCpuUs(own);
+    const creditedCpu = gatewayCpuUs(credited);
+    const cpuRatio = ownCpu !== null && creditedCpu !== null ? ownCpu / creditedCpu : Number.NaN;
+    out.push({
+      config: 'start',
+      name: 'Default account key ÷ credited key, gateway CPU µs per request at 64 connections',
+      target: '≤ 1.05×',
+      actual: `${cpuRatio.toFixed(3)}× (${ownCpu === null ? '-' : int(ownCpu)} vs ${creditedCpu === null ? '-' : int(creditedCpu)} µs)`,
+      pass: cpuRatio <= 1.05,
+    });
+    const added = own.redisCommandsPerRequest - credited.redisCommandsPerRequest;
+    out.push({
+      config: 'start',
+      name: 'Default account key − credited key, Redis commands per request',
+      target: '≤ +0.5',
+      actual: `${added >= 0 ? '+' : ''}${added.toFixed(2)} (${own.redisCommandsPerRequest.toFixed(1)} vs ${credited.redisCommandsPerRequest.toFixed(1)})`,
+      pass: added <= 0.5,
+    });
+  }
   const plain1 = cells.find((c) => !c.stream && c.connections === 1)!.targets;
   const plain64 = cells.find((c) => !c.stream && c.connections === 64)!.targets;
   const floorRps = plain64.floor!.rps;

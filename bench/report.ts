@@ -108,12 +108,26 @@ export interface OverheadBar extends Bar {
   config: string;
 }
 
+/**
+ * Two keys on one gateway (`start`), non-stream, alternated round by round: the Default account's key (made by
+ * `POST /admin/keys` with no account: unlimited, no limits) and a credited account's limited key.
+ */
+export interface KeysSideBySide {
+  target: string;
+  connections: number;
+  /** Each round's order. */
+  orders: string[][];
+  /** `default` and `credited`. */
+  keys: Record<string, CellStats>;
+}
+
 /** The gateway-overhead section: every target side by side, alternated, in one run. */
 export interface OverheadResults {
   settings: OverheadSettings;
   targets: OverheadTarget[];
   cells: OverheadCell[];
   ttft: Record<string, TtftStats>;
+  keys?: KeysSideBySide;
   memory?: OverheadMemory;
   bars: OverheadBar[];
 }
@@ -280,6 +294,39 @@ export function renderOverhead(results: OverheadResults): string {
             return d ? (d.calls / Math.max(1, c.ok)).toFixed(2) : '';
           }),
         ]),
+      ),
+    );
+    out.push('');
+  }
+
+  const keys = results.keys;
+  if (keys) {
+    const credited = keys.keys.credited;
+    out.push(
+      `Keys side by side on ${keys.target}, non-stream, ${keys.connections} connections, ${keys.orders.length} round(s), orders ${keys.orders.map((o) => o.join(' → ')).join('; ')}: ` +
+        `default = the Default account's key (POST /admin/keys with no account), credited = a credited account's key with a limit, rpm and tpm`,
+    );
+    out.push(
+      table(
+        ['key', 'req/s', 'req/s by round', '÷ credited', 'p50', 'p99', 'errors', 'Redis cmds', 'CPU µs (own)', 'CPU µs by process'],
+        Object.entries(keys.keys).map(([name, c]) => {
+          const own = Object.entries(c.cpuUsPerRequest).filter(([n]) => !shared.has(n));
+          const ownSum = own.some(([, v]) => v === null) ? null : own.reduce((sum, [, v]) => sum + (v ?? 0), 0);
+          return [
+            name,
+            int(c.rps),
+            c.rpsByRound.map(int).join(' / '),
+            credited ? `${(c.rps / credited.rps).toFixed(3)}×` : '-',
+            ms(c.latency.p50),
+            ms(c.latency.p99),
+            String(c.errors + c.timeouts + c.non2xx),
+            c.redisCommandsPerRequest.toFixed(1),
+            ownSum === null ? '-' : int(ownSum),
+            Object.entries(c.cpuUsPerRequest)
+              .map(([n, v]) => `${n} ${v === null ? '-' : int(v)}`)
+              .join(', '),
+          ];
+        }),
       ),
     );
     out.push('');

@@ -37,8 +37,8 @@
  * Environment:
  *   BENCH_ONLY            comma-separated sections to run (default: all five)
  *   BENCH_CONFIGS         gateway targets of overhead: start (node dist/bin/start.js as is),
- *                         unlimited (start with an unlimited account's key and no limits, beside start's
- *                         credited, limited key), log-off (start with REQUEST_LOG=off: the request log's cost, side by side),
+ *                         unlimited (start with the Default account's key, made by POST /admin/keys with no
+ *                         account: unlimited, no limits; start's is a credited, limited key), log-off (start with REQUEST_LOG=off: the request log's cost, side by side),
  *                         one-loop (WORKER_PROCESS=off), split (--role=api + --role=worker);
  *                         default start,log-off,one-loop,split (all = one-loop); direct and floor always run.
  *                         Burst runs its one-process configuration if any of start, one-loop,
@@ -49,6 +49,8 @@
  *   BENCH_WARMUP_S        overhead: warm-up seconds before each measurement (default 1)
  *   BENCH_TTFT_REQUESTS   overhead: measured sequential stream requests per target per round,
  *                         after 10 unmeasured (default 100)
+ *   BENCH_KEY_ROUNDS      overhead: rounds of the Default account's key beside a credited account's limited key on
+ *                         start's one gateway, non-stream at 64 connections, the order alternated (default 4; 0 skips)
  *   BENCH_SOAK_S          overhead: soak of `start` at 64 connections, then 30 s idle; 0 skips it (default 300)
  *   BENCH_CPU_PROF        overhead: a directory; gateway processes run with --cpu-prof into it
  *   BENCH_BURST_CAP       burst: OPENAI_MAX_CONCURRENCY and the fake's 429 threshold (default 4)
@@ -143,6 +145,7 @@ const overheadOptions = {
   soakS: envInt('BENCH_SOAK_S', 300, 0),
   ttftRequests: envInt('BENCH_TTFT_REQUESTS', 100, 1),
   ttftWarmup: 10,
+  keyRounds: envInt('BENCH_KEY_ROUNDS', 4, 0),
   configNames: overheadConfigs,
   ...(process.env.BENCH_CPU_PROF ? { cpuProfDir: process.env.BENCH_CPU_PROF } : {}),
 };
