@@ -2,7 +2,6 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { request } from 'node:http';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
 import { onProcessEnd } from '../support/process-end.js';
 import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { rawGet } from '../support/raw-get.js';
 
 /*
  * The compose balancer (deploy/nginx.conf) on Debian's real nginx, in front of a real api: `/metrics` in every
@@ -42,24 +42,8 @@ function substitute(text: string, from: string, to: string): string {
   return text.replace(from, to);
 }
 
-interface Answer {
-  status: number;
-  body: string;
-}
-
 /** A request sent byte for byte (node:http, not fetch, which would tidy the URL first). */
-function raw(port: number, path: string, headers: Record<string, string> = {}): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, method: 'GET', path, headers }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => (body += chunk));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
+const raw = (port: number, path: string, headers: Record<string, string> = {}) => rawGet('127.0.0.1', port, path, headers);
 
 describe('the compose balancer (deploy/nginx.conf) keeps /metrics in, in every spelling', () => {
   let redis: Redis;

@@ -7,8 +7,8 @@ import type { Redis } from 'ioredis';
 import { utcDay } from '../../shared/accounts.js';
 import { billingBucket, billKey, reservationDeadlinesKey, settledKey, usageDayKey, usageStreamKey } from '../../shared/redis-keys.js';
 import { readBill, readKeySpend, releaseExpiredReservations, releaseReservation, reserve, settle, type Reservation } from '../../shared/money/billing.js';
-import type { UsageEntry } from '../../shared/money/usage.js';
 import { freshRedis } from '../support/gateway.js';
+import { usageEntry } from '../support/usage-entry.js';
 
 let redis: Redis;
 let url: string;
@@ -45,25 +45,7 @@ const resv = (requestId: string, micros: number, extra: Partial<Reservation> = {
   ...extra,
 });
 
-const usage = (requestId: string, costMicros: number, extra: Partial<UsageEntry> = {}): UsageEntry => ({
-  request_id: requestId,
-  key_id: 'k1',
-  account_id: 'a1',
-  model: 'gpt-4o-mini',
-  vendor: 'openai',
-  input_tokens: 10,
-  cached_tokens: 0,
-  output_tokens: 5,
-  images: 0,
-  audio_seconds: 0,
-  video_seconds: 0,
-  cost_micros: costMicros,
-  status: 'completed',
-  created: Math.floor(Date.now() / 1000),
-  duration_ms: 12,
-  service_tier: 'default',
-  ...extra,
-});
+const usage = usageEntry;
 
 
 describe('billing: reserve and settle', () => {

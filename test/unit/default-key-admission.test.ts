@@ -8,6 +8,7 @@ import { KeyCache, KeyStore } from '../../api/accounts/key-store.js';
 import { limitsInForce } from '../../api/accounts/spend.js';
 import { freshRedis } from '../support/gateway.js';
 import { testRecord } from '../support/record.js';
+import { usageEntry } from '../support/usage-entry.js';
 
 /*
  * Issue 45, item 6: the Default account's key (made with no account, as `POST /admin/keys {"name":"perf"}` makes it)
@@ -41,24 +42,8 @@ async function commandsOf(run: () => Promise<unknown>): Promise<string[]> {
   return sent;
 }
 
-const usage = (access: KeyAccess, requestId: string, costMicros: number): UsageEntry => ({
-  request_id: requestId,
-  account_id: access.accountId,
-  key_id: access.keyId,
-  model: 'gpt-4o-mini',
-  vendor: 'openai',
-  input_tokens: 10,
-  cached_tokens: 0,
-  output_tokens: 5,
-  images: 0,
-  audio_seconds: 0,
-  video_seconds: 0,
-  cost_micros: costMicros,
-  status: 'completed',
-  service_tier: 'default',
-  created: Math.floor(Date.now() / 1000),
-  duration_ms: 1,
-});
+const usage = (access: KeyAccess, requestId: string, costMicros: number): UsageEntry =>
+  usageEntry(requestId, costMicros, { account_id: access.accountId, key_id: access.keyId, duration_ms: 1 });
 
 /** One request's admission and settlement, as the api and the worker run them. */
 async function request(access: KeyAccess, requestId: string): Promise<void> {

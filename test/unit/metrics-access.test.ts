@@ -1,10 +1,10 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { request } from 'node:http';
 import { networkInterfaces } from 'node:os';
 import { createLogger } from '../../shared/logger.js';
 import { isLoopback, metricsScrapeAllowed, startMetricsListener } from '../../shared/metrics-process.js';
 import { initMetrics } from '../../shared/metrics.js';
+import { rawGet } from '../support/raw-get.js';
 
 /*
  * Who may read a worker's metrics on its METRICS_PORT listener (issue 45): the same rule as the api's /metrics.
@@ -19,18 +19,6 @@ const external = Object.values(networkInterfaces())
   .flat()
   .find((address) => address && address.family === 'IPv4' && !address.internal)?.address;
 
-function get(host: string, port: number, path: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request({ host, port, path, headers }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => (body += chunk));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
 
 describe('who may read the metrics', () => {
   it('loopback is 127.0.0.0/8, ::1 and IPv4 loopback seen by an IPv6 socket; nothing else', () => {
@@ -60,10 +48,10 @@ describe('a worker’s METRICS_PORT listener', () => {
   it('serves only the exact path /metrics', async () => {
     const listener = await startMetricsListener(0, '127.0.0.1', log);
     listeners.push(listener);
-    assert.equal((await get('127.0.0.1', listener.port, '/metrics')).status, 200);
-    assert.equal((await get('127.0.0.1', listener.port, '/metrics?x=1')).status, 200);
+    assert.equal((await rawGet('127.0.0.1', listener.port, '/metrics')).status, 200);
+    assert.equal((await rawGet('127.0.0.1', listener.port, '/metrics?x=1')).status, 200);
     for (const path of ['/metrics/', '//metrics', '/METRICS', '/%6Detrics', '/x/../metrics', '/metrics/.']) {
-      const answer = await get('127.0.0.1', listener.port, path);
+      const answer = await rawGet('127.0.0.1', listener.port, path);
       assert.equal(answer.status, 404, path);
       assert.doesNotMatch(answer.body, /switchyard_/, path);
     }
@@ -72,12 +60,12 @@ describe('a worker’s METRICS_PORT listener', () => {
   it('without METRICS_TOKEN: answers loopback, refuses any other peer 403, whatever X-Forwarded-For says', { skip: external ? false : 'no address off loopback on this machine' }, async () => {
     const listener = await startMetricsListener(0, '0.0.0.0', log);
     listeners.push(listener);
-    const served = await get('127.0.0.1', listener.port, '/metrics');
+    const served = await rawGet('127.0.0.1', listener.port, '/metrics');
     assert.equal(served.status, 200);
     assert.match(served.body, /^# HELP switchyard_/m);
     const forged: Array<Record<string, string>> = [{}, { 'x-forwarded-for': '127.0.0.1' }];
     for (const headers of forged) {
-      const refused = await get(external!, listener.port, '/metrics', headers);
+      const refused = await rawGet(external!, listener.port, '/metrics', headers);
       assert.equal(refused.status, 403, JSON.stringify(headers));
       assert.match(refused.body, /set METRICS_TOKEN/);
     }
@@ -87,9 +75,9 @@ describe('a worker’s METRICS_PORT listener', () => {
     const listener = await startMetricsListener(0, '0.0.0.0', log, 'scrape-token');
     listeners.push(listener);
     for (const host of external ? ['127.0.0.1', external] : ['127.0.0.1']) {
-      assert.equal((await get(host, listener.port, '/metrics')).status, 401, host);
-      assert.equal((await get(host, listener.port, '/metrics', { authorization: 'Bearer wrong' })).status, 401, host);
-      assert.equal((await get(host, listener.port, '/metrics', { authorization: 'Bearer scrape-token' })).status, 200, host);
+      assert.equal((await rawGet(host, listener.port, '/metrics')).status, 401, host);
+      assert.equal((await rawGet(host, listener.port, '/metrics', { authorization: 'Bearer wrong' })).status, 401, host);
+      assert.equal((await rawGet(host, listener.port, '/metrics', { authorization: 'Bearer scrape-token' })).status, 200, host);
     }
   });
 });
