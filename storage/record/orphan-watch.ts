@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { closeSync, openSync, readFileSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readFileSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { engineLayout, processAlive, readOwner, serverPid, stopServer, type EngineLayout } from './embedded-engine.js';
@@ -12,6 +12,8 @@ import { engineLayout, processAlive, readOwner, serverPid, stopServer, type Engi
  * peer has taken the record over for `orphanGraceMs` (peers look every 2 s),
  * it takes the owner file itself, so that nobody adopts a server on its way
  * down, stops the server and leaves. It leaves as well when the server stops.
+ * A server whose DATA_DIR was removed under it (a test run's, a trial's) is
+ * stopped the same way once its last owner is gone.
  */
 
 /** How long a server may run with no owner before its watch stops it (docs/operating.md). */
@@ -38,7 +40,9 @@ export function ensureOrphanWatch(layout: EngineLayout, graceMs = orphanGraceMs)
   const loader = thisFile.endsWith('.ts') ? ['--import', import.meta.resolve('tsx')] : [];
   const log = openSync(layout.logFile, 'a', 0o600);
   try {
-    const child = spawn(process.execPath, [...loader, thisFile, layout.dataDir, String(graceMs)], { detached: true, stdio: ['ignore', log, log] });
+    // The server's pid goes along: the watch knows it even if DATA_DIR is removed before it first looks.
+    const server = String(serverPid(layout) ?? 0);
+    const child = spawn(process.execPath, [...loader, thisFile, layout.dataDir, String(graceMs), server], { detached: true, stdio: ['ignore', log, log] });
     child.unref();
     const temporary = `${layout.watchFile}.${process.pid}`;
     writeFileSync(temporary, String(child.pid), { mode: 0o600 });
@@ -62,19 +66,41 @@ function claim(layout: EngineLayout, gone: number): boolean {
   }
 }
 
-async function watch(layout: EngineLayout, graceMs: number): Promise<void> {
+/** When a process started (clock ticks since boot), to tell it from a later one given the same pid. */
+function startedAt(pid: number): string | undefined {
+  try {
+    return readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ')[19];
+  } catch {
+    return undefined;
+  }
+}
+
+async function watch(layout: EngineLayout, graceMs: number, first: number): Promise<void> {
   let orphanSince: number | undefined;
+  let server: { pid: number; started: string | undefined } | undefined = first > 0 ? { pid: first, started: startedAt(first) } : undefined;
+  let lastOwner = 0;
+  const line = (what: string) => process.stdout.write(`${new Date().toISOString()} switchyard orphan watch: ${what}\n`);
   for (;;) {
     await new Promise((r) => setTimeout(r, pollMs));
-    if (serverPid(layout) === undefined) return;
-    const owner = readOwner(layout);
+    const pid = serverPid(layout);
+    if (pid !== undefined) server = { pid, started: startedAt(pid) };
+    // Stopped; or, with its cluster still there, no longer the server of it.
+    else if (!server || existsSync(layout.cluster) || startedAt(server.pid) !== server.started) return;
+    // Else it runs with its DATA_DIR removed from under it (a test run, a trial): nobody can take that one over.
+    const owner = existsSync(layout.ownerFile) ? readOwner(layout) : lastOwner;
     if (owner !== 0 && processAlive(owner)) {
+      lastOwner = owner;
       orphanSince = undefined;
       continue;
     }
     orphanSince ??= Date.now();
-    if (Date.now() - orphanSince < graceMs || !claim(layout, owner)) continue;
-    const line = (what: string) => process.stdout.write(`${new Date().toISOString()} switchyard orphan watch: ${what}\n`);
+    if (Date.now() - orphanSince < graceMs) continue;
+    if (pid === undefined) {
+      line(`the embedded record's owner (pid ${owner || 'none'}) is gone and its DATA_DIR with it: stopping the server (pid ${server.pid})`);
+      await stopRemoved(server.pid, server.started);
+      return;
+    }
+    if (!claim(layout, owner)) continue;
     line(`the embedded record's owner (pid ${owner || 'none'}) is gone and nobody took it over in ${graceMs / 1000} s: stopping the server`);
     try {
       await stopServer(layout, stopMs);
@@ -85,11 +111,26 @@ async function watch(layout: EngineLayout, graceMs: number): Promise<void> {
   }
 }
 
+/** Stops a server whose cluster is gone (nothing of it to keep): an immediate shutdown, then a kill. */
+async function stopRemoved(pid: number, started: string | undefined): Promise<void> {
+  for (const [signal, waitMs] of [['SIGQUIT', 5000], ['SIGKILL', 2000]] as const) {
+    if (startedAt(pid) !== started) return;
+    try {
+      process.kill(pid, signal);
+    } catch {
+      return;
+    }
+    const until = Date.now() + waitMs;
+    while (Date.now() < until && processAlive(pid)) await new Promise((r) => setTimeout(r, 50));
+    if (!processAlive(pid)) return;
+  }
+}
+
 if (process.argv[1] && resolve(process.argv[1]) === thisFile) {
   const layout = engineLayout(resolve(process.argv[2]!));
   const graceMs = Number(process.argv[3] ?? orphanGraceMs);
   process.title = 'switchyard-record-orphan-watch';
-  watch(layout, graceMs).then(
+  watch(layout, graceMs, Number(process.argv[4] ?? 0)).then(
     () => {
       try {
         if (Number(readFileSync(layout.watchFile, 'utf8')) === process.pid) rmSync(layout.watchFile, { force: true });

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { readFileSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
@@ -79,4 +79,29 @@ describe('the embedded record\'s owner', () => {
     await record.close();
     assert.ok(!processAlive(second), 'stopped on close');
   });
+
+  for (const removed of [false, true]) {
+    it(`killed with no peer to take over${removed ? ', its DATA_DIR then removed' : ''}: the orphan watch stops the server after its grace`, async () => {
+      const dataDir = tempDir('sy-own-');
+      // A second's grace here; 10 s in a gateway.
+      const owner = spawn(
+        process.execPath,
+        ['--import', 'tsx', '--input-type=module', '-e', `const { locateRecord } = await import('./storage/record/embedded.ts'); await locateRecord(undefined, ${JSON.stringify(dataDir)}, { orphanGraceMs: 1000 }); console.log('owner ready'); setInterval(() => {}, 1000);`],
+        { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] },
+      );
+      defer(() => owner.kill('SIGKILL'));
+      let out = '';
+      owner.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
+      await waitFor(() => out.includes('owner ready'), 60_000, 'the owner to start the server');
+      const server = postmaster(dataDir);
+      const watch = Number(readFileSync(join(dataDir, 'postgres.watch'), 'utf8'));
+      assert.ok(processAlive(watch), 'the server has its watch');
+      owner.kill('SIGKILL');
+      await once(owner, 'exit');
+      if (removed) rmSync(dataDir, { recursive: true, force: true });
+      assert.ok(processAlive(server), 'the server outlived its owner');
+      await waitFor(() => !processAlive(server), 15_000, 'the orphaned server to stop');
+      await waitFor(() => !processAlive(watch), 5_000, 'its watch to leave');
+    });
+  }
 });
