@@ -6,6 +6,7 @@ import {
   closeSync,
   cpSync,
   existsSync,
+  lchownSync,
   linkSync,
   lstatSync,
   mkdirSync,
@@ -259,7 +260,14 @@ export function secureDataDir(layout: EngineLayout, user: ServerUser | undefined
   mkdirSync(layout.dataDir, { recursive: true, mode: 0o700 });
   chmodSync(layout.dataDir, 0o700);
   const self = { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
-  if (user && statSync(layout.dataDir).uid !== self.uid) chownSync(layout.dataDir, self.uid, self.gid);
+  if (user && statSync(layout.dataDir).uid !== self.uid) {
+    chownSync(layout.dataDir, self.uid, self.gid);
+    // What the server's user could write here before is taken back too (the cluster is its own, handed over apart).
+    for (const name of readdirSync(layout.dataDir)) {
+      const at = join(layout.dataDir, name);
+      if (at !== layout.cluster && lstatSync(at).uid !== self.uid) lchownSync(at, self.uid, self.gid);
+    }
+  }
   if (!existsSync(layout.passwordFile)) {
     // Written whole before it has its name: a process starting beside this one never reads half a password.
     const temporary = `${layout.passwordFile}.${process.pid}`;

@@ -60,6 +60,31 @@ describe('the embedded record\'s server user', () => {
     }
   });
 
+  it('takes back a DATA_DIR an older gateway gave to the postgres user, and hands its cluster to its own user', async () => {
+    const dataDir = tempDir('sy-ruser-');
+    const first = await locateRecord(undefined, dataDir);
+    const client = new pg.Client({ connectionString: first.url });
+    await client.connect();
+    await client.query('create table kept (n int); insert into kept values (45)');
+    await client.end();
+    await first.close();
+    // As an older gateway left it: everything the postgres user's.
+    assert.equal(spawnSync('chown', ['-R', 'postgres:postgres', dataDir]).status, 0);
+    const record = await locateRecord(undefined, dataDir);
+    defer(() => record.close());
+    assert.equal(lstatSync(dataDir).uid, 0, 'DATA_DIR root\'s again');
+    for (const name of readdirSync(dataDir).filter((entry) => entry !== 'postgres')) assert.equal(lstatSync(join(dataDir, name)).uid, 0, `${name} root's again`);
+    assert.equal(lstatSync(join(dataDir, 'postgres')).uid, id('-u'));
+    assert.equal(lstatSync(join(dataDir, 'postgres', 'PG_VERSION')).uid, id('-u'));
+    const again = new pg.Client({ connectionString: record.url });
+    await again.connect();
+    try {
+      assert.equal((await again.query<{ n: number }>('select n from kept')).rows[0]!.n, 45);
+    } finally {
+      await again.end();
+    }
+  });
+
   it('cannot open the record without its password, even with pg_hba.conf rewritten to trust and the server reloaded', async () => {
     const dataDir = tempDir('sy-ruser-');
     const record = await locateRecord(undefined, dataDir);
