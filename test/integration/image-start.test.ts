@@ -59,8 +59,16 @@ describe("the image's default command, as an unprivileged user with nothing but 
     assert.ok(existsSync(join(root, 'dist/bin/start.js')), 'dist/ is built (npm run build, as the image does)');
     // What the image's /app holds, read-only to the gateway's user.
     mkdirSync(app);
-    symlinkSync(join(root, 'dist'), join(app, 'dist'));
-    symlinkSync(join(root, 'node_modules'), join(app, 'node_modules'));
+    // Links to this checkout's, unless it sits where that user may not go (a clone under root's 0700 home): then
+    // hard links of its files (a copy across file systems), which the image's COPY makes too.
+    const reachable = !user || spawnSync('test', ['-r', join(root, 'node_modules', 'pg', 'package.json')], { ...user }).status === 0;
+    for (const name of ['dist', 'node_modules']) {
+      if (reachable) symlinkSync(join(root, name), join(app, name));
+      else if (spawnSync('cp', ['-al', join(root, name), join(app, name)]).status !== 0) {
+        rmSync(join(app, name), { recursive: true, force: true });
+        assert.equal(spawnSync('cp', ['-a', join(root, name), join(app, name)]).status, 0, `${name} copied for the image's user`);
+      }
+    }
     copyFileSync(join(root, 'package.json'), join(app, 'package.json'));
     chmodSync(app, 0o555);
     // Each VOLUME: a directory the user owns, made as the Dockerfile makes it (mkdir -p under it, then chown -R).
