@@ -4,17 +4,19 @@ import { GatewayError } from '../../shared/errors.js';
 import { endAndLinger } from './linger.js';
 
 /**
- * Answers on a bare socket, for requests Node handles before Koa sees them:
+ * Answers on a bare socket, for requests Node handles before Koa sees them
+ * (and a WebSocket upgrade refused, api/jobs/events.ts), with the error's headers:
  * the same OpenAI-shaped body as every other error, then the socket closes
  * after the same bounded linger as every answer that closes its connection
  * (a client that neither reads nor closes would otherwise keep it half-open).
  */
 export function writeRawError(socket: Duplex, error: GatewayError): void {
   const body = JSON.stringify(error.toBody());
+  const headers = Object.entries(error.headers).map(([name, value]) => `${name}: ${value}\r\n`).join('');
   endAndLinger(
     socket,
     `HTTP/1.1 ${error.status} ${STATUS_CODES[error.status] ?? ''}\r\ncontent-type: application/json\r\n` +
-      `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+      `content-length: ${Buffer.byteLength(body)}\r\n${headers}connection: close\r\n\r\n${body}`,
   );
 }
 

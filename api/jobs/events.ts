@@ -1,8 +1,9 @@
-import { STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
+import type { IncomingMessage, Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Redis } from 'ioredis';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { canonicalPath } from '../http/canonical-path.js';
+import { writeRawError } from '../http/raw-http-errors.js';
 import { GatewayError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
 import { jobEventsChannel } from '../../shared/redis-keys.js';
@@ -62,12 +63,8 @@ export class JobEvents {
   attach(server: Server): void {
     server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
       void this.upgrade(req, socket, head).catch((error: unknown) => {
-        const gateway = error instanceof GatewayError ? error : new GatewayError(500, 'Could not open the event stream.');
-        const body = JSON.stringify(gateway.toBody());
-        const headers = Object.entries(gateway.headers).map(([name, value]) => `${name}: ${value}\r\n`).join('');
-        socket.end(
-          `HTTP/1.1 ${gateway.status} ${STATUS_CODES[gateway.status] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${headers}connection: close\r\n\r\n${body}`,
-        );
+        // The same answer, and the same bounded linger after it, as every refusal on a bare socket.
+        writeRawError(socket, error instanceof GatewayError ? error : new GatewayError(500, 'Could not open the event stream.'));
       });
     });
   }

@@ -3,7 +3,10 @@ import type { Server } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { afterEach, describe, it } from 'node:test';
 import { setTimeout as pause } from 'node:timers/promises';
+import type { Duplex } from 'node:stream';
 import { lingerMs } from '../../api/http/linger.js';
+import { writeRawError } from '../../api/http/raw-http-errors.js';
+import { GatewayError } from '../../shared/errors.js';
 import { createNodeServer } from '../../api/http/node-server.js';
 
 /*
@@ -66,6 +69,16 @@ describe('answers on a bare socket, and the socket after them', () => {
     // The header deadline is the answer here: 1 s, then the linger.
     ['408, headers that never end', 'GET /v1/models HTTP/1.1\r\nHost: gateway\r\nx-slow: ', 408, 1000],
   ];
+
+  it('a refused WebSocket upgrade (api/jobs/events.ts answers it the same way): its headers, then the socket goes after the linger', async () => {
+    await listen(60_000);
+    server.on('upgrade', (_req, socket: Duplex) => writeRawError(socket, new GatewayError(429, 'Too many sockets.', { code: 'too_many_sockets', headers: { 'retry-after': '1' } })));
+    const socket = await silentClient('GET /v1/jobs/job_1/events HTTP/1.1\r\nHost: gateway\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
+    await waitForConnections(server, 0, lingerMs + slack, 'the refused upgrade');
+    const text = await readAll(socket);
+    assert.match(text, /^HTTP\/1\.1 429 /);
+    assert.match(text, /\r\nretry-after: 1\r\n/);
+  });
 
   for (const [name, head, status, headers] of cases) {
     it(`${name}: a client that never reads nor closes loses the socket after the linger`, async () => {
