@@ -19,6 +19,7 @@ import {
   statSync,
   symlinkSync,
   writeFileSync,
+  writeSync,
 } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, relative } from 'node:path';
@@ -92,6 +93,23 @@ export function readOwner(layout: EngineLayout): number {
   } catch {
     return 0;
   }
+}
+
+/** Makes the owner file with this process's pid: false when another process has one there already. */
+export function takeOwnerFile(layout: EngineLayout): boolean {
+  let fd: number;
+  try {
+    fd = openSync(layout.ownerFile, 'wx', 0o600);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'EEXIST') return false;
+    throw error;
+  }
+  try {
+    writeSync(fd, String(process.pid));
+  } finally {
+    closeSync(fd);
+  }
+  return true;
 }
 
 /** The user PostgreSQL runs as, when not this process's own: root's record user. */
@@ -517,14 +535,25 @@ export function processAlive(pid: number): boolean {
 export async function stopServer(layout: EngineLayout, deadlineMs = 20_000): Promise<void> {
   const pid = serverPid(layout);
   if (pid === undefined) return;
-  const steps: Array<[NodeJS.Signals, number]> = [
-    ['SIGINT', deadlineMs * 0.75],
-    ['SIGQUIT', deadlineMs * 0.2],
-    ['SIGKILL', deadlineMs * 0.05],
-  ];
+  await signalUntilGone(
+    pid,
+    [
+      ['SIGINT', deadlineMs * 0.75],
+      ['SIGQUIT', deadlineMs * 0.2],
+      ['SIGKILL', deadlineMs * 0.05],
+    ],
+    () => serverPid(layout) === pid,
+  );
+}
+
+/**
+ * Sends each signal in turn, waiting its share for the process to end. `same`
+ * is asked before each: a pid that ended may have been given to another
+ * process since, which is never signalled.
+ */
+export async function signalUntilGone(pid: number, steps: ReadonlyArray<readonly [NodeJS.Signals, number]>, same: () => boolean): Promise<void> {
   for (const [signal, waitMs] of steps) {
-    // Asked again before each signal: a pid that ended may have been given to another process since.
-    if (serverPid(layout) !== pid) return;
+    if (!same()) return;
     try {
       process.kill(pid, signal);
     } catch {

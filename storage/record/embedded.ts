@@ -1,4 +1,4 @@
-import { closeSync, existsSync, openSync, rmSync, writeSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import {
   binaries,
@@ -15,6 +15,7 @@ import {
   serverUser,
   startServer,
   stopServer,
+  takeOwnerFile,
   type EngineLayout,
   type ServerUser,
 } from './embedded-engine.js';
@@ -70,7 +71,6 @@ export interface LocateOptions {
 export { processAlive } from './embedded-engine.js';
 
 const quiet: RecordLog = { info: () => undefined, warn: () => undefined, error: () => undefined };
-const ownerFile = (layout: EngineLayout) => layout.ownerFile;
 
 /**
  * Becomes the owner (the server started here, or adopted from an owner that
@@ -79,11 +79,7 @@ const ownerFile = (layout: EngineLayout) => layout.ownerFile;
 async function acquire(layout: EngineLayout, user: ServerUser | undefined, log: RecordLog, graceMs: number): Promise<number> {
   const url = () => engineUrl(layout);
   for (let attempt = 0; attempt < 600; attempt++) {
-    let fd: number;
-    try {
-      fd = openSync(ownerFile(layout), 'wx', 0o600);
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    if (!takeOwnerFile(layout)) {
       const owner = readOwner(layout);
       if (owner === process.pid) return owner;
       if (processAlive(owner)) {
@@ -93,11 +89,9 @@ async function acquire(layout: EngineLayout, user: ServerUser | undefined, log: 
         continue;
       }
       // Left by a process that is gone: taken over below, after a second look (another may be taking it too).
-      if (readOwner(layout) === owner) rmSync(ownerFile(layout), { force: true });
+      if (readOwner(layout) === owner) rmSync(layout.ownerFile, { force: true });
       continue;
     }
-    writeSync(fd, String(process.pid));
-    closeSync(fd);
     try {
       if (await serverAnswers(url())) {
         log.warn({ pid: serverPid(layout) }, 'the embedded record was left running by a process that is gone: this process owns it now');
@@ -110,7 +104,7 @@ async function acquire(layout: EngineLayout, user: ServerUser | undefined, log: 
       ensureOrphanWatch(layout, graceMs);
       return process.pid;
     } catch (error) {
-      if (readOwner(layout) === process.pid) rmSync(ownerFile(layout), { force: true });
+      if (readOwner(layout) === process.pid) rmSync(layout.ownerFile, { force: true });
       throw error;
     }
   }
@@ -166,7 +160,7 @@ export async function locateRecord(databaseUrl: string | undefined, dataDir: str
         // already gone
       }
     }
-    if (readOwner(layout) === process.pid) rmSync(ownerFile(layout), { force: true });
+    if (readOwner(layout) === process.pid) rmSync(layout.ownerFile, { force: true });
   };
   process.on('exit', onExit);
 
@@ -228,5 +222,5 @@ export async function locateRecord(databaseUrl: string | undefined, dataDir: str
 
 async function release(layout: EngineLayout, stopMs = 20_000): Promise<void> {
   await stopServer(layout, stopMs);
-  if (readOwner(layout) === process.pid) rmSync(ownerFile(layout), { force: true });
+  if (readOwner(layout) === process.pid) rmSync(layout.ownerFile, { force: true });
 }

@@ -1,8 +1,8 @@
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, openSync, readFileSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { engineLayout, processAlive, readOwner, serverPid, stopServer, type EngineLayout } from './embedded-engine.js';
+import { engineLayout, processAlive, readOwner, serverPid, signalUntilGone, stopServer, takeOwnerFile, type EngineLayout } from './embedded-engine.js';
 
 /**
  * The embedded record's orphan watch: a small process of its own (its own
@@ -57,12 +57,9 @@ function claim(layout: EngineLayout, gone: number): boolean {
   if (readOwner(layout) !== gone) return false;
   rmSync(layout.ownerFile, { force: true });
   try {
-    const fd = openSync(layout.ownerFile, 'wx', 0o600);
-    writeSync(fd, String(process.pid));
-    closeSync(fd);
-    return true;
+    return takeOwnerFile(layout);
   } catch {
-    return false;
+    return false; // DATA_DIR gone meanwhile
   }
 }
 
@@ -112,18 +109,15 @@ async function watch(layout: EngineLayout, graceMs: number, first: number): Prom
 }
 
 /** Stops a server whose cluster is gone (nothing of it to keep): an immediate shutdown, then a kill. */
-async function stopRemoved(pid: number, started: string | undefined): Promise<void> {
-  for (const [signal, waitMs] of [['SIGQUIT', 5000], ['SIGKILL', 2000]] as const) {
-    if (startedAt(pid) !== started) return;
-    try {
-      process.kill(pid, signal);
-    } catch {
-      return;
-    }
-    const until = Date.now() + waitMs;
-    while (Date.now() < until && processAlive(pid)) await new Promise((r) => setTimeout(r, 50));
-    if (!processAlive(pid)) return;
-  }
+function stopRemoved(pid: number, started: string | undefined): Promise<void> {
+  return signalUntilGone(
+    pid,
+    [
+      ['SIGQUIT', 5000],
+      ['SIGKILL', 2000],
+    ],
+    () => startedAt(pid) === started,
+  );
 }
 
 if (process.argv[1] && resolve(process.argv[1]) === thisFile) {
