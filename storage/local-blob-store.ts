@@ -76,7 +76,6 @@ export class LocalBlobStore implements BlobStore {
     // A delete or sweep may remove the (then empty) directory between mkdir and the write: make it again.
     for (let attempt = 1; ; attempt++) {
       try {
-        await this.real();
         await mkdir(dirname(path), { recursive: true, mode: 0o700 });
         await this.writeInside(path, data);
         await this.writeInside(`${path}${metaSuffix}`, JSON.stringify(ref));

@@ -27,7 +27,7 @@ export function startWorkerMetrics(
   config: Pick<Config, 'metrics' | 'workerQueues' | 'queueShards'> & Parameters<typeof resolveChannels>[0],
   router: { restsByChannel(): ReadonlyMap<string, number> },
 ): void {
-  const metrics = initMetrics({ perKey: config.metrics.perKey, perAccount: config.metrics.perAccount });
+  const metrics = initMetrics(config.metrics);
   for (const name of config.workerQueues) {
     for (let shard = 0; shard < Math.max(1, config.queueShards[name] ?? 1); shard++) capabilityOfQueue.set(shardQueueName(name, shard), name);
   }

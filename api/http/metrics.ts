@@ -81,7 +81,7 @@ export interface ApiMetrics {
  * path, a router's pattern), never its raw path, so the labels stay bounded.
  */
 export function apiMetrics(config: Pick<Config, 'metrics'>, depths: QueueDepthSource, routeOf: (ctx: Context) => string | undefined): ApiMetrics {
-  const metrics = initMetrics({ perKey: config.metrics.perKey, perAccount: config.metrics.perAccount });
+  const metrics = initMetrics(config.metrics);
   metrics.queueDepths = () => depths.depths();
   metrics.backlogs = () => depths.backlogs();
   return {
