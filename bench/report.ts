@@ -184,6 +184,12 @@ export function render(results: Results): string {
 /** The processes a target's CPU column sums: its own, not the fake, Redis, the load generator or others. */
 const shared = new Set(['fake', 'redis', 'loadgen', 'others']);
 
+/** CPU µs per request of the gateway's own processes (not the shared ones), or null when one was not measured. */
+function ownCpu(cpuUsPerRequest: Record<string, number | null>): number | null {
+  const own = Object.entries(cpuUsPerRequest).filter(([n]) => !shared.has(n));
+  return own.some(([, v]) => v === null) ? null : own.reduce((sum, [, v]) => sum + (v ?? 0), 0);
+}
+
 export function renderOverhead(results: OverheadResults): string {
   const { settings, targets, cells, ttft } = results;
   const out: string[] = [];
@@ -216,8 +222,7 @@ export function renderOverhead(results: OverheadResults): string {
     const rows = names.map((name) => {
       const c = cell.targets[name];
       if (!c) return [name];
-      const own = Object.entries(c.cpuUsPerRequest).filter(([n]) => !shared.has(n));
-      const ownSum = own.some(([, v]) => v === null) ? null : own.reduce((sum, [, v]) => sum + (v ?? 0), 0);
+      const ownSum = ownCpu(c.cpuUsPerRequest);
       return [
         name,
         int(c.rps),
@@ -310,8 +315,7 @@ export function renderOverhead(results: OverheadResults): string {
       table(
         ['key', 'req/s', 'req/s by round', '÷ credited', 'p50', 'p99', 'errors', 'Redis cmds', 'CPU µs (own)', 'CPU µs by process'],
         Object.entries(keys.keys).map(([name, c]) => {
-          const own = Object.entries(c.cpuUsPerRequest).filter(([n]) => !shared.has(n));
-          const ownSum = own.some(([, v]) => v === null) ? null : own.reduce((sum, [, v]) => sum + (v ?? 0), 0);
+          const ownSum = ownCpu(c.cpuUsPerRequest);
           return [
             name,
             int(c.rps),

@@ -8,7 +8,7 @@ import { engineCopies, processAlive, recordUserName } from '../../storage/record
 import { orphanGraceMs } from '../../storage/record/orphan-watch.js';
 import { buildOnce } from '../support/build.js';
 import { cleanupsAfter } from '../support/cleanups.js';
-import { freshRedis, waitFor } from '../support/gateway.js';
+import { freshRedis, onLines, waitFor } from '../support/gateway.js';
 import { freePort } from '../support/redis-server.js';
 
 /*
@@ -68,17 +68,7 @@ function processesUnder(dir: string): number[] {
 
 function linesOf(proc: ChildProcess): string[] {
   const lines: string[] = [];
-  let buffer = '';
-  const take = (data: Buffer) => {
-    buffer += data.toString();
-    let at: number;
-    while ((at = buffer.indexOf('\n')) >= 0) {
-      lines.push(buffer.slice(0, at));
-      buffer = buffer.slice(at + 1);
-    }
-  };
-  proc.stdout!.on('data', take);
-  proc.stderr!.on('data', take);
+  onLines(proc, (line) => lines.push(line));
   return lines;
 }
 

@@ -9,6 +9,7 @@ import { locateRecord } from '../../storage/record/embedded.js';
 import { LocalBlobStore } from '../../storage/local-blob-store.js';
 import { cleanupsAfter } from '../support/cleanups.js';
 import { waitFor } from '../support/gateway.js';
+import { onDatabase } from '../support/record.js';
 
 /*
  * The embedded record's server runs, as root, as a user of its own (issue 45,
@@ -63,10 +64,7 @@ describe('the embedded record\'s server user', () => {
   it('takes back a DATA_DIR an older gateway gave to the postgres user, and hands its cluster to its own user', async () => {
     const dataDir = tempDir('sy-ruser-');
     const first = await locateRecord(undefined, dataDir);
-    const client = new pg.Client({ connectionString: first.url });
-    await client.connect();
-    await client.query('create table kept (n int); insert into kept values (45)');
-    await client.end();
+    await onDatabase(first.url, (client) => client.query('create table kept (n int); insert into kept values (45)'));
     await first.close();
     // As an older gateway left it: everything the postgres user's.
     assert.equal(spawnSync('chown', ['-R', 'postgres:postgres', dataDir]).status, 0);
@@ -76,13 +74,7 @@ describe('the embedded record\'s server user', () => {
     for (const name of readdirSync(dataDir).filter((entry) => entry !== 'postgres')) assert.equal(lstatSync(join(dataDir, name)).uid, 0, `${name} root's again`);
     assert.equal(lstatSync(join(dataDir, 'postgres')).uid, id('-u'));
     assert.equal(lstatSync(join(dataDir, 'postgres', 'PG_VERSION')).uid, id('-u'));
-    const again = new pg.Client({ connectionString: record.url });
-    await again.connect();
-    try {
-      assert.equal((await again.query<{ n: number }>('select n from kept')).rows[0]!.n, 45);
-    } finally {
-      await again.end();
-    }
+    assert.equal(await onDatabase(record.url, async (client) => (await client.query<{ n: number }>('select n from kept')).rows[0]!.n), 45);
   });
 
   it('cannot open the record without its password, even with pg_hba.conf rewritten to trust and the server reloaded', async () => {
@@ -98,13 +90,7 @@ describe('the embedded record\'s server user', () => {
     await assert.rejects(withoutPassword.connect(), /password authentication failed/);
     await withoutPassword.end().catch(() => undefined);
     // The record itself answers as before, with the password.
-    const client = new pg.Client({ connectionString: record.url });
-    await client.connect();
-    try {
-      assert.equal((await client.query<{ n: number }>('select 1 as n')).rows[0]!.n, 1);
-    } finally {
-      await client.end();
-    }
+    assert.equal(await onDatabase(record.url, async (client) => (await client.query<{ n: number }>('select 1 as n')).rows[0]!.n), 1);
   });
 
   it('cannot reach DATA_DIR: no link in place of the blobs folder, and the gateway\'s blob writes stay in it', async () => {

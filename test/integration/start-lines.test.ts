@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
-import { freshRedis, spawnGateway, startGateway, waitFor, createKey, type GatewayProcess } from '../support/gateway.js';
+import { freshRedis, onLines, spawnGateway, startGateway, waitFor, createKey, type GatewayProcess } from '../support/gateway.js';
 import { freePort } from '../support/redis-server.js';
 import { freshDatabase, recordUrlFor } from '../support/record.js';
 import { prettyLine } from '../../shared/logger.js';
@@ -43,18 +43,10 @@ async function runScript(args: string[], env: Record<string, string>): Promise<{
 /** Collects a process's lines, both streams, as they come. */
 function collectLines(proc: ChildProcess): string[] {
   const lines: string[] = [];
-  let buffer = '';
-  const onData = (data: Buffer) => {
-    buffer += data.toString();
-    let newline: number;
-    while ((newline = buffer.indexOf('\n')) >= 0) {
-      lines.push(buffer.slice(0, newline));
-      if (process.env.TEST_GATEWAY_LOGS) process.stderr.write(`[start] ${buffer.slice(0, newline)}\n`);
-      buffer = buffer.slice(newline + 1);
-    }
-  };
-  proc.stdout!.on('data', onData);
-  proc.stderr!.on('data', onData);
+  onLines(proc, (line) => {
+    lines.push(line);
+    if (process.env.TEST_GATEWAY_LOGS) process.stderr.write(`[start] ${line}\n`);
+  });
   return lines;
 }
 

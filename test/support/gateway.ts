@@ -144,6 +144,21 @@ export async function spawnGateway(role: 'all' | 'api' | 'worker', testEnv: Reco
   return proc;
 }
 
+/** Calls `onLine` with each whole line a process writes, on either stream. */
+export function onLines(proc: ChildProcess, onLine: (line: string) => void): void {
+  let buffer = '';
+  const onData = (data: Buffer) => {
+    buffer += data.toString();
+    let newline: number;
+    while ((newline = buffer.indexOf('\n')) >= 0) {
+      onLine(buffer.slice(0, newline));
+      buffer = buffer.slice(newline + 1);
+    }
+  };
+  proc.stdout!.on('data', onData);
+  proc.stderr!.on('data', onData);
+}
+
 /** Starts the gateway (`spawnGateway`) and waits until it serves. */
 export async function startGateway(options: {
   role?: 'all' | 'api' | 'worker';
@@ -165,17 +180,7 @@ export async function startGateway(options: {
       // `npm start` serves once its workers take jobs ("gateway ready", after its worker process's "workers started").
       if (role === 'worker' ? line.includes('workers started') : port > 0 && line.includes('gateway ready')) resolve();
     };
-    let buffer = '';
-    const onData = (data: Buffer) => {
-      buffer += data.toString();
-      let newline: number;
-      while ((newline = buffer.indexOf('\n')) >= 0) {
-        onLine(buffer.slice(0, newline));
-        buffer = buffer.slice(newline + 1);
-      }
-    };
-    proc.stdout!.on('data', onData);
-    proc.stderr!.on('data', onData);
+    onLines(proc, onLine);
     proc.once('exit', (code) => reject(new Error(`gateway (${role}) exited with ${code} before it was ready:\n${logs.join('\n')}`)));
     // Generous: a start compiles every source through tsx, slow on a 2-core machine running test files side by side.
     setTimeout(() => reject(new Error(`gateway (${role}) not ready after 60 s:\n${logs.join('\n')}`)), 60_000).unref();

@@ -4,10 +4,9 @@ import type { Redis } from 'ioredis';
 import { defaultAccountId, type KeyAccess } from '../../shared/accounts.js';
 import { readBill, readKeySpend, reserve, settle } from '../../shared/money/billing.js';
 import type { UsageEntry } from '../../shared/money/usage.js';
-import { KeyCache, KeyStore } from '../../api/accounts/key-store.js';
+import { KeyCache, type KeyStore } from '../../api/accounts/key-store.js';
 import { limitsInForce } from '../../api/accounts/spend.js';
-import { freshRedis } from '../support/gateway.js';
-import { testRecord } from '../support/record.js';
+import { freshRedis, testKeyStore } from '../support/gateway.js';
 import { usageEntry } from '../support/usage-entry.js';
 
 /*
@@ -22,7 +21,7 @@ let store: KeyStore;
 
 before(async () => {
   redis = (await freshRedis(12)).redis;
-  store = new KeyStore(redis, await testRecord(redis));
+  store = await testKeyStore(redis);
 });
 after(() => redis.disconnect());
 
