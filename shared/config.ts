@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { QueueName } from './queues.js';
 import { queueNames } from './queues.js';
-import { decimalRatio, type ServiceTierPrices } from './service-tier.js';
+import { decimalRatio, serviceTiers, type ServiceTier, type ServiceTierPrices } from './service-tier.js';
 import { vendorDefinitions } from './vendor-definitions.js';
 import {
   type EnvironmentVariable,
@@ -16,6 +16,8 @@ import {
   httpUrl,
   integer,
   keyList,
+  nameList,
+  wordList,
   optionalFlag,
   optionalInteger,
   optionalText,
@@ -33,6 +35,24 @@ import {
  * the entry points; no other module reads the environment: each takes what it
  * needs from this.
  */
+/** The scheduler's policy (shared/scheduling). */
+export interface SchedulingConfig {
+  /** QUEUE_WAITING_FLOOR: the waiting jobs any account may hold in a lane, whatever the others hold. */
+  waitingFloor: number;
+  /** QUEUE_RECOUNT_MS: how often a worker recounts each queue's backlog from the jobs that wait. */
+  recountMs: number;
+  /** SERVICE_TIERS_GRANTED: the tiers an account may use unless an admin set its own. */
+  tiersGranted: ServiceTier[];
+  /** SERVICE_TIER_NOT_GRANTED: a request for a tier not granted is served as `default`, or refused 403. */
+  tierNotGranted: 'downgrade' | 'refuse';
+  /** SERVICE_TIER_PRIORITY_LEAD_TOKENS: how far ahead of its account's fair place a priority request starts. */
+  priorityLeadTokens: number;
+  /** SERVICE_TIER_NATIVE_VENDORS: vendors that sell tiers themselves (sent the tier; their echo is billed). */
+  nativeTierVendors: string[];
+  /** SERVICE_TIER_FLEX_MIN_WAIT_MS: where the vendor does not sell flex, the wait that earns the flex price. */
+  flexMinWaitMs: number;
+}
+
 export interface Config {
   port: number;
   host: string;
@@ -53,8 +73,10 @@ export interface Config {
   /** `npm start` without a role: workers in a child process (`on`), in the api's process (`off`), or by core count. */
   workerProcess: 'auto' | 'on' | 'off';
   concurrency: Record<QueueName, number>;
-  /** Waiting jobs per queue past which the api answers 503. */
+  /** The waiting room of each lane of a queue (its shared lane, each capped vendor's lane): shared out among the accounts waiting. */
   maxWaiting: Record<QueueName, number>;
+  /** The scheduler's policy (shared/scheduling): admission, tiers, the backlog recount. */
+  scheduling: SchedulingConfig;
   /** How long a request may wait and run, per queue. */
   deadlineMs: Record<QueueName, number>;
   /** How long a flex request (`service_tier: "flex"`) may wait and run, in place of its queue's deadline. */
@@ -131,6 +153,8 @@ export interface Config {
     perKey: boolean;
     /** METRICS_PER_ACCOUNT: an `account` label on the queue wait and backlog metrics. */
     perAccount: boolean;
+    /** METRICS_TOP_ACCOUNTS: how many accounts get series of their own (the rest: `account="other"`). */
+    topAccounts: number;
     /** METRICS_TOKEN: the bearer token `/metrics` asks for; undefined: loopback scrapes only. */
     token: string | undefined;
   };
@@ -290,7 +314,9 @@ const fixed = {
   WORKER_QUEUES: setting(queueList(), 'queues a worker process serves'),
   WORKER_PROCESS: setting(choice(['auto', 'on', 'off'], 'auto', switchAliases), '`npm start` (no `--role`): `on` runs the workers in a child process, on their own event loop; `off` keeps them on the api\'s; `auto`: a child process when more than one core is available'),
   WORKER_CONCURRENCY: setting(optionalInteger(1, { kind: 'perQueue', value: queueDefaults.concurrency }), 'jobs in flight per worker process, every queue'),
-  QUEUE_MAX_WAITING: setting(optionalInteger(1, { kind: 'perQueue', value: queueDefaults.maxWaiting }), 'waiting jobs past which the api answers 503, every queue'),
+  QUEUE_MAX_WAITING: setting(optionalInteger(1, { kind: 'perQueue', value: queueDefaults.maxWaiting }), 'the waiting room of each lane of every queue (the shared lane, each capped vendor\'s): shared out among the accounts waiting by weight; an account past its share is refused 429 with `retry-after`, never another account'),
+  QUEUE_WAITING_FLOOR: setting(integer(1, 10, 100_000), 'waiting jobs any account may hold in a lane whatever the others hold (its share of the waiting room is never less)'),
+  QUEUE_RECOUNT_MS: setting(integer(1000, 30_000, 3_600_000), 'how often a worker recounts each queue\'s backlog by account and tier from the jobs that wait, repairing any drift'),
   REQUEST_DEADLINE_MS: setting(optionalInteger(1, { kind: 'perQueue', value: queueDefaults.deadlineMs }), 'how long a request may wait and run, every queue'),
   FLEX_DEADLINE_MS: setting(integer(1, 1_800_000), 'how long a flex request (`service_tier: "flex"`) may wait and run, in place of the chat queue\'s `REQUEST_DEADLINE_MS`: flex takes only capacity nothing else wants, so it may wait long'),
   JOB_ATTEMPTS: setting(integer(1, 4), 'vendor attempts per request (the first included)'),
@@ -310,6 +336,11 @@ const fixed = {
   PRICING_FILE: setting(optionalText({ kind: 'unset', note: 'the catalog prices' }), 'JSON `{"models":{"<id>":{…pricing}}}` replacing the prices of those models'),
   PRICING_MARKUP_PERCENT: setting(integer(0, 0, 1000), 'percent added to every price before it is charged'),
   SERVICE_TIER_PRICE_FLEX: setting(decimalMultiplier('0.5'), 'token prices of a request served as flex (`service_tier: "flex"`), as a multiple of the listed price'),
+  SERVICE_TIERS_GRANTED: setting(nameList(serviceTiers, ['default', 'flex']), 'the service tiers an account may ask for unless an admin set its own (`PATCH /admin/accounts/{id}` `service_tiers`): `priority` only where an admin grants it'),
+  SERVICE_TIER_NOT_GRANTED: setting(choice(['downgrade', 'refuse'], 'downgrade'), 'a request for a tier its account may not use: `downgrade` serves it as `default` (its answer\'s `service_tier` says so), `refuse` answers 403 `service_tier_not_granted`'),
+  SERVICE_TIER_PRIORITY_LEAD_TOKENS: setting(integer(0, 16_384, 1_000_000), 'how far ahead of its account\'s fair place a priority request starts, in tokens of service (priority and default share one band: an account\'s priority requests are still counted in its share, so they cannot starve another account)'),
+  SERVICE_TIER_NATIVE_VENDORS: setting(wordList(['openai']), 'vendors that sell service tiers themselves: they are sent the tier, and the tier their answer says they served is the one billed and echoed; every other vendor never sees `service_tier`'),
+  SERVICE_TIER_FLEX_MIN_WAIT_MS: setting(integer(0, 1000, 3_600_000), 'on a vendor that does not sell flex, a flex request is billed at the flex price only when it waited at least this long for capacity (it was deferred); served at once, it is billed and echoed as `default`'),
   SERVICE_TIER_PRICE_PRIORITY: setting(decimalMultiplier('2'), 'token prices of a request served as priority (`service_tier: "priority"`), as a multiple of the listed price'),
   DEFAULT_KEY_RPM: setting(optionalInteger(1, { kind: 'unset', note: 'unlimited' }), 'requests per minute of a key that sets no `rpm`, and the most a member may set on a key of theirs where an admin set none'),
   DEFAULT_KEY_TPM: setting(optionalInteger(1, { kind: 'unset', note: 'unlimited' }), 'tokens per minute of a key that sets no `tpm`, and the most a member may set on a key of theirs where an admin set none'),
@@ -352,7 +383,8 @@ const fixed = {
   METRICS_PORT: setting(optionalInteger(0, { kind: 'unset', note: 'no listener' }, 65535), 'port of a worker process\'s own `GET /metrics` listener (`--role=worker`; `0` picks a free one); the api serves `/metrics` on `PORT`'),
   METRICS_TOKEN: setting(optionalText({ kind: 'unset', note: '`/metrics` answered to this machine (loopback) only' }), 'when set, `GET /metrics` (the api\'s, and a worker\'s METRICS_PORT listener) asks every scraper for `Authorization: Bearer <token>`; unset, it answers loopback peers only (the socket\'s address, never `X-Forwarded-For`) and refuses others 403'),
   METRICS_PER_KEY: setting(flag(false), '`on` adds a `key_id` label to the request, token, cost and refusal metrics (a series per key: only with few keys)'),
-  METRICS_PER_ACCOUNT: setting(flag(false), '`on` adds an `account` label (the paying account\'s id) to `switchyard_queue_wait_seconds` and `switchyard_queue_backlog` (a series per account that waits: only with few accounts; it shows every account\'s traffic to whoever reads `/metrics`)'),
+  METRICS_PER_ACCOUNT: setting(flag(false), '`on` adds an `account` label (the paying account\'s id) to `switchyard_queue_wait_seconds` and `switchyard_queue_backlog` for the busiest `METRICS_TOP_ACCOUNTS` accounts, the rest under `account="other"` (it shows those accounts\' traffic to whoever reads `/metrics`)'),
+  METRICS_TOP_ACCOUNTS: setting(integer(1, 20, 1000), 'with `METRICS_PER_ACCOUNT=on`: how many accounts (the busiest) get series of their own'),
   OTEL_EXPORTER_OTLP_ENDPOINT: setting(httpUrl({ kind: 'unset', note: 'tracing off' }, true), 'OpenTelemetry collector (OTLP/HTTP) base URL: set, every request is traced and its spans sent to `<url>/v1/traces`'),
   OTEL_SERVICE_NAME: setting(optionalText({ kind: 'derived', text: '`switchyard-api`, `switchyard-worker`, or `switchyard` for both in one process' }), '`service.name` of the exported spans'),
   OTEL_TRACES_SAMPLER: setting(choice(traceSamplers, 'parentbased_always_on'), 'which requests are traced: `parentbased_*` keep the decision of a `traceparent` the client sends and decide the rest by the rest of the name; the others ignore it'),
@@ -373,7 +405,7 @@ const families = {
   maxConcurrency: family('<VENDOR>_MAX_CONCURRENCY', vendorMember('MAX_CONCURRENCY'), optionalInteger(0, { kind: 'unset', note: 'no cap' }), 'calls in flight to that vendor across all workers (`0`: no cap)'),
   rpm: family('<VENDOR>_RPM', vendorMember('RPM'), optionalInteger(0, { kind: 'unset', note: 'no cap' }), 'calls started per rolling minute to that vendor across all workers (`0`: no cap)'),
   concurrency: family('WORKER_CONCURRENCY_<QUEUE>', queueMember('WORKER_CONCURRENCY'), optionalInteger(1, { kind: 'derived', text: '`WORKER_CONCURRENCY`' }), 'jobs in flight per worker process, one queue'),
-  maxWaiting: family('QUEUE_MAX_WAITING_<QUEUE>', queueMember('QUEUE_MAX_WAITING'), optionalInteger(1, { kind: 'derived', text: '`QUEUE_MAX_WAITING`' }), 'waiting jobs past which the api answers 503, one queue'),
+  maxWaiting: family('QUEUE_MAX_WAITING_<QUEUE>', queueMember('QUEUE_MAX_WAITING'), optionalInteger(1, { kind: 'derived', text: '`QUEUE_MAX_WAITING`' }), 'the waiting room of each lane of one queue'),
   queueShards: family('QUEUE_SHARDS_<QUEUE>', queueMember('QUEUE_SHARDS'), optionalInteger(1, { kind: 'derived', text: '`1`: one queue' }), 'BullMQ queues one capability is spread over, each under its own hash tag (a Cluster runs them on different shards); workers serve all of them'),
   deadlineMs: family('REQUEST_DEADLINE_MS_<QUEUE>', queueMember('REQUEST_DEADLINE_MS'), optionalInteger(1, { kind: 'derived', text: '`REQUEST_DEADLINE_MS`' }), 'how long a request may wait and run, one queue'),
 };
@@ -532,6 +564,15 @@ export function loadConfig(env: Env = process.env): Config {
     workerProcess: values.WORKER_PROCESS,
     concurrency: perQueue(all, values.WORKER_CONCURRENCY, families.concurrency, queueDefaults.concurrency),
     maxWaiting: perQueue(all, values.QUEUE_MAX_WAITING, families.maxWaiting, queueDefaults.maxWaiting),
+    scheduling: {
+      waitingFloor: values.QUEUE_WAITING_FLOOR,
+      recountMs: values.QUEUE_RECOUNT_MS,
+      tiersGranted: values.SERVICE_TIERS_GRANTED,
+      tierNotGranted: values.SERVICE_TIER_NOT_GRANTED,
+      priorityLeadTokens: values.SERVICE_TIER_PRIORITY_LEAD_TOKENS,
+      nativeTierVendors: values.SERVICE_TIER_NATIVE_VENDORS,
+      flexMinWaitMs: values.SERVICE_TIER_FLEX_MIN_WAIT_MS,
+    },
     deadlineMs: perQueue(all, values.REQUEST_DEADLINE_MS, families.deadlineMs, queueDefaults.deadlineMs),
     flexDeadlineMs: values.FLEX_DEADLINE_MS,
     jobAttempts: values.JOB_ATTEMPTS,
@@ -588,7 +629,7 @@ export function loadConfig(env: Env = process.env): Config {
     streamResumeGraceMs: values.STREAM_RESUME_GRACE_MS,
     streamResumeGraceMaxMs: values.STREAM_RESUME_GRACE_MAX_MS,
     blobSweepIntervalSeconds: values.BLOB_SWEEP_INTERVAL_S,
-    metrics: { port: values.METRICS_PORT, perKey: values.METRICS_PER_KEY, perAccount: values.METRICS_PER_ACCOUNT, token: values.METRICS_TOKEN },
+    metrics: { port: values.METRICS_PORT, perKey: values.METRICS_PER_KEY, perAccount: values.METRICS_PER_ACCOUNT, topAccounts: values.METRICS_TOP_ACCOUNTS, token: values.METRICS_TOKEN },
     fetchAllowHosts: values.FETCH_ALLOW_HOSTS,
     fetchAllowPrivate: values.FETCH_ALLOW_PRIVATE,
     vendors,

@@ -179,6 +179,28 @@ export const commaList = (raw: string) =>
     .map((entry) => entry.trim())
     .filter(Boolean);
 
+/** A comma-separated list of some of `values` (blank or unset: `fallback`). */
+export function nameList<const T extends string>(values: readonly T[], fallback: readonly T[]): Kind<T[]> {
+  const list = z.string().transform((raw, ctx) => {
+    const names = commaList(raw.toLowerCase());
+    for (const name of names) {
+      if (!(values as readonly string[]).includes(name)) {
+        ctx.addIssue({ code: 'custom', message: `names "${name}"; known: ${values.join(', ')}`, params: quotesValue });
+        return z.NEVER;
+      }
+    }
+    return [...new Set(names)] as T[];
+  });
+  const schema = z.preprocess(unsetIfBlank, list.default([...fallback]));
+  return { type: `a comma-separated list of ${values.join(', ')}`, default: plainDefault(schema), schema };
+}
+
+/** A comma-separated list of lower-case names (blank or unset: `fallback`). */
+export function wordList(fallback: readonly string[]): Kind<string[]> {
+  const schema = z.preprocess(unsetIfBlank, z.string().transform((raw) => commaList(raw.toLowerCase())).default([...fallback]));
+  return { type: 'a comma-separated list of names', default: plainDefault(schema), schema };
+}
+
 export function keyList(): Kind<string[]> {
   return { type: 'comma-separated keys', default: { kind: 'unset' }, schema: z.preprocess(unsetIfBlank, z.string().transform(commaList).default([])) };
 }
