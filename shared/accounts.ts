@@ -1,4 +1,5 @@
 import { usageAmounts } from './money/usage.js';
+import { serviceTiers, type ServiceTier } from './service-tier.js';
 
 /**
  * Accounts and keys as both halves (and the admin API, the CLI and the
@@ -20,8 +21,10 @@ export interface Account {
   reservedMicros: number;
   /** A disabled account cannot sign in to the console and its keys are refused. */
   disabled: boolean;
-  /** Its share of contended capacity against other accounts' (1–100; `shared/scheduler.ts`). */
+  /** Its share of contended capacity against other accounts' (1–100; `shared/scheduling`). */
   weight: number;
+  /** The service tiers an admin granted it; undefined = the configured default (`config.scheduling.tiersGranted`). */
+  serviceTiers?: ServiceTier[];
 }
 
 /** What admission needs to know about a key, cached per api instance (dropped on `accessChangedChannel`). */
@@ -36,8 +39,27 @@ export interface KeyAccess {
   models?: readonly string[];
   /** Unix seconds; undefined = never. */
   expiresAt?: number;
-  /** The account's share of contended capacity against others' (`shared/scheduler.ts`); undefined = 1. */
+  /** The account's share of contended capacity against others' (`shared/scheduling`); undefined = 1. */
   weight?: number;
+  /** The service tiers the key's account may use (an admin's grant); undefined = the configured default (`config.scheduling.tiersGranted`). */
+  tiers?: readonly ServiceTier[];
+}
+
+/**
+ * An account's granted service tiers as the record (`accounts.service_tiers`) and its Redis hash (`tiers`) keep
+ * them: a comma list in the tiers' own order (`priority,default,flex`); '' (NULL in the record) for none set,
+ * i.e. the configured default.
+ */
+export function serviceTiersText(tiers: readonly ServiceTier[] | null | undefined): string {
+  return tiers ? serviceTiers.filter((tier) => tiers.includes(tier)).join(',') : '';
+}
+
+/** The tiers a `serviceTiersText` names; undefined for '' / NULL (the configured default), or for a list naming no tier at all. */
+export function parseServiceTiers(text: string | null | undefined): ServiceTier[] | undefined {
+  if (!text) return undefined;
+  const named = text.split(',').map((name) => name.trim());
+  const tiers = serviceTiers.filter((tier) => named.includes(tier));
+  return tiers.length > 0 ? tiers : undefined;
 }
 
 /** The metrics of one usage entry that the per-day aggregates sum. */

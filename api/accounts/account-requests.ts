@@ -1,10 +1,12 @@
 import { z } from 'zod';
-import { maxWeight, minWeight } from '../../shared/scheduler.js';
+import { maxWeight, minWeight } from '../../shared/scheduling/index.js';
+import { serviceTiers as tierNames } from '../../shared/service-tier.js';
 import { invalidRequest } from '../../shared/errors.js';
 import { storableText } from '../../shared/schemas/common.js';
 import { toValidationError } from '../http/request-body.js';
 import { usdToMicros } from './account-store.js';
 import type { KeyChanges, KeyLimits } from './key-store.js';
+import type { AccountChanges } from './account-store.js';
 
 /*
  * The bodies and queries of the account and key endpoints, shared by the
@@ -28,8 +30,18 @@ export const expiresAt = z.number().int().min(0).max(1e11);
 
 /** Whether the account spends without a balance; left out, its role decides (admins unlimited, members not). */
 export const unlimited = z.boolean();
-/** An account's share of contended capacity against other accounts' (`shared/scheduler.ts`). */
+/** An account's share of contended capacity against other accounts' (`shared/scheduling`). */
 export const weight = z.number().int().min(minWeight).max(maxWeight);
+/**
+ * The service tiers an account may use, granted by an admin: each of `priority`, `default`, `flex` at most once, at
+ * least one; null goes back to the configured default (SERVICE_TIERS_GRANTED).
+ */
+export const serviceTiers = z
+  .array(z.enum(tierNames))
+  .min(1)
+  .max(tierNames.length)
+  .refine((tiers) => new Set(tiers).size === tiers.length, 'each tier may be named only once')
+  .nullable();
 export const createAccountSchema = z.strictObject({ email, name: accountName.optional(), password: password.optional(), role: role.optional(), unlimited: unlimited.optional() });
 export const patchAccountSchema = z.strictObject({
   email: email.optional(),
@@ -39,6 +51,7 @@ export const patchAccountSchema = z.strictObject({
   unlimited: unlimited.optional(),
   disabled: z.boolean().optional(),
   weight: weight.optional(),
+  service_tiers: serviceTiers.optional(),
 });
 export const creditSchema = z.strictObject({
   amount_usd: z
@@ -72,6 +85,12 @@ export function parseStrict<T extends z.ZodType>(schema: T, input: unknown): z.o
     throw invalidRequest(`Unrecognized request argument supplied: ${names}.`, unknown.keys[0]?.slice(0, 64) || null, 'unknown_parameter');
   }
   throw toValidationError(result.error);
+}
+
+/** An account's API fields → store changes: absent stays absent; `service_tiers: null` goes back to the configured default. */
+export function accountChanges<T extends { service_tiers?: z.output<typeof serviceTiers> }>(body: T): Omit<T, 'service_tiers'> & Pick<AccountChanges, 'serviceTiers'> {
+  const { service_tiers: tiers, ...rest } = body;
+  return tiers === undefined ? rest : { ...rest, serviceTiers: tiers };
 }
 
 /** API fields → store changes: absent stays absent, null clears. */

@@ -3,7 +3,8 @@ import { availableParallelism } from 'node:os';
 import type { Redis } from 'ioredis';
 import { withScripts } from '../../shared/redis.js';
 import { readBill, type BillState } from '../../shared/money/billing.js';
-import { defaultAccountId, type Account, type AccountRole } from '../../shared/accounts.js';
+import { defaultAccountId, parseServiceTiers, serviceTiersText, type Account, type AccountRole } from '../../shared/accounts.js';
+import type { ServiceTier } from '../../shared/service-tier.js';
 import { accessChangedChannel, accountEmailsKey, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, billKey } from '../../shared/redis-keys.js';
 import { balanceMicros } from '../../shared/money/balance.js';
 import { creditLua, openBillLua } from '../../shared/money/scripts.js';
@@ -237,8 +238,10 @@ export interface AccountChanges {
   /** null removes the password. */
   password?: string | null;
   disabled?: boolean;
-  /** Its share of contended capacity (1–100): `shared/scheduler.ts`. */
+  /** Its share of contended capacity (1–100): `shared/scheduling`. */
   weight?: number;
+  /** The service tiers it may use (at least one); null goes back to the configured default (SERVICE_TIERS_GRANTED). */
+  serviceTiers?: readonly ServiceTier[] | null;
 }
 
 export interface LedgerEntry {
@@ -259,7 +262,7 @@ const attempts = 5;
 /** An account from its directory hash and its bill (absent: nothing held, no balance yet). */
 function toAccount(row: Record<string, string>, bill: BillState | undefined): Account | undefined {
   if (!row.id || row.deleted === '1') return undefined;
-  return {
+  const account: Account = {
     id: row.id,
     email: row.email ?? '',
     name: row.name ?? '',
@@ -270,6 +273,10 @@ function toAccount(row: Record<string, string>, bill: BillState | undefined): Ac
     disabled: row.disabled === '1',
     weight: Number(row.weight) || 1,
   };
+  // Left out when none is set (the configured default), as the account reads without one.
+  const serviceTiers = parseServiceTiers(row.tiers);
+  if (serviceTiers) account.serviceTiers = serviceTiers;
+  return account;
 }
 
 /** PostgreSQL's unique violation: the email index refused a second live account. */
@@ -378,6 +385,13 @@ export class AccountStore {
     if (changes.email !== undefined) fields.push('email', normalizeEmail(changes.email));
     if (changes.disabled !== undefined) fields.push('disabled', changes.disabled ? '1' : '0');
     if (changes.weight !== undefined) fields.push('weight', String(changes.weight));
+    // '' (NULL in the record): none of its own, the configured default.
+    if (changes.serviceTiers !== undefined) {
+      if (changes.serviceTiers !== null && changes.serviceTiers.length === 0) {
+        throw new GatewayError(400, 'An account needs at least one service tier; null gives it the configured default.', { code: 'invalid_value', param: 'service_tiers' });
+      }
+      fields.push('tiers', serviceTiersText(changes.serviceTiers));
+    }
     if (id === defaultAccountId && changes.unlimited === false) {
       throw new GatewayError(400, 'The default account is always unlimited: give keys that must spend within a balance an account of their own.', { code: 'default_account', param: 'unlimited' });
     }
@@ -389,10 +403,12 @@ export class AccountStore {
     }
     // '' is "no password": a hash never is.
     if (changes.password !== undefined) fields.push('password', changes.password === null ? '' : await hashPassword(changes.password));
-    const row: Record<string, string | boolean | number> = {};
+    const row: Record<string, string | boolean | number | null> = {};
     for (let i = 0; i + 1 < fields.length; i += 2) {
       const [field, value] = [fields[i]!, fields[i + 1]!];
-      row[field] = field === 'unlimited' || field === 'disabled' ? value === '1' : field === 'weight' ? Number(value) : value;
+      // The hash's `tiers` is the record's `service_tiers`, NULL where the hash has ''.
+      if (field === 'tiers') row.service_tiers = value === '' ? null : value;
+      else row[field] = field === 'unlimited' || field === 'disabled' ? value === '1' : field === 'weight' ? Number(value) : value;
     }
     if (Object.keys(row).length > 0) {
       if (id === defaultAccountId) await ensureDefaultRecord(this.record);

@@ -8,6 +8,7 @@ import { readJsonObject } from '../http/request-body.js';
 import { accountNotFound, microsToUsd, usdToMicros } from './account-store.js';
 import type { KeyStore } from './key-store.js';
 import {
+  accountChanges,
   createAccountSchema,
   createKeySchema,
   creditSchema,
@@ -80,7 +81,7 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
 
   router.patch('/accounts/:id', async (ctx) => {
     const body = parseStrict(patchAccountSchema, await readJsonObject(ctx.req, bodyLimit));
-    const account = await accounts.update(ctx.params.id!, body);
+    const account = await accounts.update(ctx.params.id!, accountChanges(body));
     if (!account) throw accountNotFound(ctx.params.id!);
     ctx.body = accountView(account);
   });

@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { withScripts } from '../../shared/redis.js';
-import { defaultAccountId, type AccountRole, type KeyAccess } from '../../shared/accounts.js';
+import { defaultAccountId, parseServiceTiers, type AccountRole, type KeyAccess } from '../../shared/accounts.js';
 import { accessChangedChannel, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, billKey, keyBillField, keyBillFields } from '../../shared/redis-keys.js';
 import { GatewayError } from '../../shared/errors.js';
 import { AccountStore, accountNotFound, ensureDefaultLua, microsToUsd } from './account-store.js';
@@ -194,14 +194,14 @@ local key = redis.call('HMGET', ARGV[2] .. id, 'hash', 'account', 'limit', 'rpm'
 if key[1] ~= ARGV[1] then return false end
 local account = key[2]
 if not account or account == '' then account = ARGV[4] end
-local state = redis.call('HMGET', ARGV[3] .. account, 'id', 'deleted', 'disabled', 'weight')
+local state = redis.call('HMGET', ARGV[3] .. account, 'id', 'deleted', 'disabled', 'weight', 'tiers')
 if state[2] == '1' then return false end
 if state[3] == '1' then return 0 end
 if not state[1] then
   if account ~= ARGV[4] then return false end
   ensureDefault(KEYS[2], KEYS[3], ARGV[4], ARGV[5])
 end
-return {id, account, key[3] or '', key[4] or '', key[5] or '', key[6] or '', key[7] or '', state[4] or ''}`;
+return {id, account, key[3] or '', key[4] or '', key[5] or '', key[6] or '', key[7] or '', state[4] or '', state[5] or ''}`;
 
 interface KeyRedis extends Redis {
   keyCreate(...args: Array<string | number>): Promise<number>;
@@ -436,16 +436,18 @@ export class KeyStore {
 
   /**
    * The access of an account's Playground key (the console's playground bills through it, as any key),
-   * made on first use and again if it was revoked. Its limits are the owner's to set, like any key's.
+   * made on first use and again if it was revoked. Its limits are the owner's to set, like any key's; what
+   * its account carries (weight, granted service tiers) it carries as every key of the account does (`access`).
    */
   async playgroundAccess(accountId: string): Promise<KeyAccess> {
     for (let attempt = 0; attempt < 3; attempt++) {
-      const id = await this.redis.hget(accountKey(accountId), 'playground_key');
+      const [id, weight, tiers] = await this.redis.hmget(accountKey(accountId), 'playground_key', 'weight', 'tiers');
+      const ofAccount = Object.fromEntries(Object.entries({ weight: optionalNumber(weight ?? undefined), tiers: parseServiceTiers(tiers) }).filter(([, value]) => value !== undefined));
       const key = id ? await this.get(id) : undefined;
       if (key && key.accountId === accountId) {
         const { limitMicros, rpm, tpm, models, expiresAt } = key;
         const optional = Object.entries({ limitMicros, rpm, tpm, models, expiresAt }).filter(([, value]) => value !== undefined);
-        return { keyId: key.id, accountId, ...Object.fromEntries(optional) };
+        return { keyId: key.id, accountId, ...ofAccount, ...Object.fromEntries(optional) };
       }
       // Made for the console, not by anyone: no ceilings, and not counted against the account's keys.
       const made = await this.make('Playground', { accountId }, 'member', false);
@@ -459,7 +461,7 @@ export class KeyStore {
       );
       if (won === 1) {
         await this.record.updateTable('accounts').set({ playground_key: made.id }).where('id', '=', accountId).execute();
-        return { keyId: made.id, accountId };
+        return { keyId: made.id, accountId, ...ofAccount };
       }
       await this.revoke(made.id);
     }
@@ -500,9 +502,11 @@ export class KeyStore {
       if (!reloaded && (await this.hot?.ensure())) return this.access(secretHash, true);
       return undefined;
     }
-    const [keyId, accountId, limit, rpm, tpm, models, expires, weight] = row;
+    const [keyId, accountId, limit, rpm, tpm, models, expires, weight, tiers] = row;
     const optional: Omit<KeyAccess, 'keyId' | 'accountId'> = {
       weight: optionalNumber(weight),
+      // The account's granted tiers ('': none of its own, the configured default).
+      tiers: parseServiceTiers(tiers),
       limitMicros: optionalNumber(limit),
       rpm: optionalNumber(rpm),
       tpm: optionalNumber(tpm),

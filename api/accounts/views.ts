@@ -16,6 +16,8 @@ export function accountView(account: Account) {
     unlimited: account.balanceMicros === undefined,
     disabled: account.disabled,
     weight: account.weight,
+    // The service tiers an admin granted it; null: the configured default (SERVICE_TIERS_GRANTED).
+    service_tiers: account.serviceTiers ?? null,
     created: account.created,
   };
 }

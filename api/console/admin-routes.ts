@@ -6,7 +6,7 @@ import { channelCooldownsKey } from '../../shared/redis-keys.js';
 import { parseCooldown, resolveChannels } from '../../shared/vendors.js';
 import { readJsonObject } from '../http/request-body.js';
 import { accountNotFound, microsToUsd, usdToMicros } from '../accounts/account-store.js';
-import { accountName, createAccountSchema, creditSchema, keyChanges, parseStrict, patchKeySchema, role, weight } from '../accounts/account-requests.js';
+import { accountChanges, accountName, createAccountSchema, creditSchema, keyChanges, parseStrict, patchKeySchema, role, serviceTiers, weight } from '../accounts/account-requests.js';
 import { accountView, keyView } from '../accounts/views.js';
 import { bodyLimit } from '../accounts/admin-api.js';
 import { requireSession, type ConsoleContext, type ConsoleDeps } from './console-session.js';
@@ -18,7 +18,13 @@ import { queueDashboardEntry } from './queue-dashboard.js';
  * just a hidden link.
  */
 
-const patchSchema = z.strictObject({ disabled: z.boolean().optional(), name: accountName.optional(), role: role.optional(), weight: weight.optional() });
+const patchSchema = z.strictObject({
+  disabled: z.boolean().optional(),
+  name: accountName.optional(),
+  role: role.optional(),
+  weight: weight.optional(),
+  service_tiers: serviceTiers.optional(),
+});
 
 const reasons = {
   auth: 'the vendor refused its credentials or quota',
@@ -38,7 +44,8 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
 
   router.get('/api/admin/accounts', async (ctx) => {
     await requireAdmin(ctx, deps);
-    ctx.body = { object: 'list', data: (await accounts.list()).map(accountView) };
+    // The tiers an account without its own (`service_tiers: null`) may use, for the page to say (SERVICE_TIERS_GRANTED).
+    ctx.body = { object: 'list', data: (await accounts.list()).map(accountView), default_service_tiers: deps.config.scheduling.tiersGranted };
   });
 
   router.post('/api/admin/accounts', async (ctx) => {
@@ -58,7 +65,7 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
     if (id === defaultAccountId && body.disabled === true) {
       throw new GatewayError(400, 'The default account cannot be disabled here: revoke its keys instead.', { code: 'default_account', param: 'disabled' });
     }
-    const updated = await accounts.update(id, body);
+    const updated = await accounts.update(id, accountChanges(body));
     if (!updated) throw accountNotFound(id);
     // Disabling ends its sessions at once; its keys are refused from the next request on (the update told every api).
     if (body.disabled) await sessions.destroyAll(id);

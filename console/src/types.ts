@@ -14,6 +14,8 @@ export interface Account {
   disabled: boolean;
   /** Its share of contended capacity against other accounts' (1–100). */
   weight: number;
+  /** The service tiers an admin granted it; null: the gateway's default (SERVICE_TIERS_GRANTED). */
+  service_tiers: ServiceTier[] | null;
   created: number;
 }
 

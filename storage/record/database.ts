@@ -29,8 +29,10 @@ export interface AccountsTable {
   /** Sum of the cost of the usage rows written (balance = credits − settled). */
   settled_micros: number;
   playground_key: string | null;
-  /** Its share of contended capacity (1–100, default 1): `shared/scheduler.ts`. */
+  /** Its share of contended capacity (1–100, default 1): `shared/scheduling`. */
   weight: Generated<number>;
+  /** The service tiers an admin granted it, a comma list (`priority,default`); null: the configured default (SERVICE_TIERS_GRANTED). */
+  service_tiers: Generated<string | null>;
 }
 
 export interface ApiKeysTable {

@@ -402,6 +402,8 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
       unlimited: a.unlimited ? '1' : '0',
       disabled: a.disabled ? '1' : '0',
       weight: String(a.weight),
+      // '' : none granted by an admin, the configured default.
+      tiers: a.service_tiers ?? '',
       ...(a.playground_key ? { playground_key: a.playground_key } : {}),
     };
     const bill: Record<string, string> = {

@@ -163,7 +163,7 @@ const migrations: Record<string, Migration> = {
       });
     },
   },
-  // An account's share of contended capacity against the others' (shared/scheduler.ts); set by an admin.
+  // An account's share of contended capacity against the others' (shared/scheduling); set by an admin.
   '0005_account_weight': {
     async up(db: Kysely<unknown>) {
       await sql`alter table accounts add column if not exists weight integer not null default 1 check (weight between 1 and 100)`.execute(db);
@@ -174,6 +174,15 @@ const migrations: Record<string, Migration> = {
   '0006_service_tier': {
     async up(db: Kysely<unknown>) {
       await sql`alter table usage add column if not exists service_tier text not null default 'default'`.execute(db);
+    },
+  },
+  // The service tiers an admin granted an account (shared/service-tier.ts): a comma list in the tiers' order,
+  // `priority,default,flex` at most; NULL (every account before) is the configured default (SERVICE_TIERS_GRANTED).
+  '0007_account_service_tiers': {
+    async up(db: Kysely<unknown>) {
+      await sql`
+        alter table accounts add column if not exists service_tiers text
+          constraint accounts_service_tiers_check check (service_tiers ~ '^(priority|default|flex)(,(priority|default|flex))*$')`.execute(db);
     },
   },
 };

@@ -391,6 +391,30 @@ describe('web console in a real browser', () => {
       await member.getByRole('button', { name: `Change weight, now ${before + 2}`, exact: true }).waitFor();
       const stored = (await (await adminApi('GET', '/admin/accounts')).json()) as { data: Array<{ email: string; weight: number }> };
       assert.equal(stored.data.find((a) => a.email === 'disable-me@browser.test')?.weight, before + 2, `${label}: the weight is kept`);
+      // The account's service tiers: shown under its role, set from it (at least one, or the gateway's default), kept.
+      const tiersButton = () => member.getByRole('button', { name: /^Change service tiers, now / });
+      await tiersButton().click();
+      const tiersDialog = page.getByRole('dialog', { name: /^Service tiers of disable-me@browser\.test/ });
+      await tiersDialog.getByRole('checkbox', { name: 'Use the gateway’s default' }).setChecked(false);
+      for (const tier of ['Priority', 'Default', 'Flex']) await tiersDialog.getByRole('checkbox', { name: tier, exact: true }).setChecked(false);
+      await tiersDialog.getByRole('button', { name: 'Save' }).click();
+      await tiersDialog.getByText('Choose at least one tier, or use the gateway’s default.').waitFor();
+      await tiersDialog.getByRole('checkbox', { name: 'Priority', exact: true }).check();
+      await tiersDialog.getByRole('checkbox', { name: 'Default', exact: true }).check();
+      await shoot(page, `accounts-tiers-${label}`);
+      await tiersDialog.getByRole('button', { name: 'Save' }).click();
+      await tiersDialog.waitFor({ state: 'detached' });
+      await member.getByRole('button', { name: 'Change service tiers, now Priority, Default', exact: true }).waitFor();
+      const granted = (await (await adminApi('GET', '/admin/accounts')).json()) as { data: Array<{ email: string; service_tiers: string[] | null }> };
+      assert.deepEqual(granted.data.find((a) => a.email === 'disable-me@browser.test')?.service_tiers, ['priority', 'default'], `${label}: the tiers are kept`);
+      // And back to the gateway's default.
+      await tiersButton().click();
+      await tiersDialog.getByRole('checkbox', { name: 'Use the gateway’s default' }).check();
+      await tiersDialog.getByRole('button', { name: 'Save' }).click();
+      await tiersDialog.waitFor({ state: 'detached' });
+      await member.getByRole('button', { name: 'Change service tiers, now the gateway’s default', exact: true }).waitFor();
+      const reset = (await (await adminApi('GET', '/admin/accounts')).json()) as { data: Array<{ email: string; service_tiers: string[] | null }> };
+      assert.equal(reset.data.find((a) => a.email === 'disable-me@browser.test')?.service_tiers, null, `${label}: the default again`);
       if (label === 'desktop') {
         await member.getByRole('button', { name: 'Disable' }).click();
         await confirm.getByRole('button', { name: 'Disable account' }).click();

@@ -57,7 +57,7 @@ describe('admin API: accounts, credits, keys and usage', () => {
     assert.equal(created.status, 201);
     const { id, ...rest } = created.json;
     assert.match(String(id), /^acct_/);
-    assert.deepEqual({ ...rest, created: typeof rest.created }, { object: 'account', email: 'Grace@Example.com', name: 'Grace', role: 'admin', balance_usd: null, unlimited: true, disabled: false, weight: 1, created: 'number' });
+    assert.deepEqual({ ...rest, created: typeof rest.created }, { object: 'account', email: 'Grace@Example.com', name: 'Grace', role: 'admin', balance_usd: null, unlimited: true, disabled: false, weight: 1, service_tiers: null, created: 'number' });
     assert.match((await redis.hget(accountKey(String(id)), 'password'))!, /^scrypt\$/);
 
     await expectError(admin('POST', '/admin/accounts', { email: 'grace@EXAMPLE.com' }), 409, { code: 'account_exists', param: 'email' });

@@ -4,7 +4,7 @@ import { api, listOf, messageOf } from '../api';
 import { useApp } from '../app-context';
 import { Dialog, DialogFormActions, EmptyRow, ErrorMessage, PageHeader, SkeletonRows, Spinner, StatusMessage, TableCard, useApi, useTitle } from '../components/ui';
 import { balance, date, dateTime, money } from '../format';
-import { defaultAccountId, type Account, type List, type Role } from '../types';
+import { defaultAccountId, serviceTiers, type Account, type List, type Role, type ServiceTier } from '../types';
 
 function CreateAccountForm({ onCreated }: { onCreated: (account: Account) => void }) {
   const [email, setEmail] = useState('');
@@ -183,20 +183,101 @@ function WeightDialog({ account, onClose, onSaved }: { account: Account; onClose
   );
 }
 
+/** The accounts as the console's admin route answers them: with the tiers an account without its own may use. */
+type AccountList = List<Account> & { default_service_tiers?: ServiceTier[] };
+
+const tierLabel = (tier: ServiceTier) => tier[0]!.toUpperCase() + tier.slice(1);
+const tierHints: Record<ServiceTier, string> = {
+  priority: 'served before anything else waiting',
+  default: 'served after priority',
+  flex: 'served only with capacity nothing else wants',
+};
+/** What an account's row says of its tiers. */
+const tiersText = (tiers: ServiceTier[] | null) => (tiers ? tiers.map(tierLabel).join(', ') : 'gateway default');
+
+function TiersDialog({ account, defaults, onClose, onSaved }: { account: Account; defaults: ServiceTier[] | undefined; onClose: () => void; onSaved: (updated: Account) => void }) {
+  const [useDefault, setUseDefault] = useState(account.service_tiers === null);
+  // Unticking "the gateway's default" starts from what the account has now.
+  const [chosen, setChosen] = useState<ServiceTier[]>(account.service_tiers ?? defaults ?? ['default']);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [busy, setBusy] = useState(false);
+  const toggle = (tier: ServiceTier, on: boolean) => setChosen((previous) => serviceTiers.filter((t) => (t === tier ? on : previous.includes(t))));
+  const submit = async (event: TargetedSubmitEvent<HTMLFormElement>) => {
+    event.preventDefault();
+    if (busy) return;
+    if (!useDefault && chosen.length === 0) {
+      setError('Choose at least one tier, or use the gateway’s default.');
+      return;
+    }
+    setError(undefined);
+    setBusy(true);
+    try {
+      onSaved(await api<Account>('PATCH', `/admin/accounts/${encodeURIComponent(account.id)}`, { service_tiers: useDefault ? null : chosen }));
+    } catch (caught) {
+      setError(messageOf(caught));
+      setBusy(false);
+    }
+  };
+  return (
+    <Dialog title={`Service tiers of ${account.email || account.name || account.id}`} onClose={onClose}>
+      <p class="dialog-lead">
+        The service tiers this account’s requests may ask for with <code>service_tier</code>. Unless set here, an account has the gateway’s default.
+      </p>
+      <form onSubmit={submit} noValidate>
+        <div class="form-stack">
+          <div class="check">
+            <input id="tiers-default" type="checkbox" checked={useDefault} onChange={(e) => setUseDefault(e.currentTarget.checked)} aria-describedby={defaults ? 'tiers-default-hint' : undefined} autoFocus />
+            <label for="tiers-default">Use the gateway’s default</label>
+            {defaults && (
+              <span class="check-hint" id="tiers-default-hint">
+                Now: {defaults.map(tierLabel).join(', ')}.
+              </span>
+            )}
+          </div>
+          <fieldset class="check-group" disabled={useDefault}>
+            <legend>Tiers this account may use</legend>
+            {serviceTiers.map((tier) => (
+              <div class="check" key={tier}>
+                <input
+                  id={`tier-${tier}`}
+                  type="checkbox"
+                  checked={useDefault ? (defaults ?? []).includes(tier) : chosen.includes(tier)}
+                  onChange={(e) => toggle(tier, e.currentTarget.checked)}
+                  aria-describedby={`tier-${tier}-hint`}
+                />
+                <label for={`tier-${tier}`}>{tierLabel(tier)}</label>
+                <span class="check-hint" id={`tier-${tier}-hint`}>
+                  {tierHints[tier]}
+                </span>
+              </div>
+            ))}
+          </fieldset>
+        </div>
+        <ErrorMessage message={error} />
+        <DialogFormActions onCancel={onClose} busy={busy} submit="Save" />
+      </form>
+    </Dialog>
+  );
+}
+
 export function AccountsPage() {
   useTitle('Accounts');
   const { account: me, refreshAccount } = useApp();
-  const accounts = useApi<List<Account> | Account[]>('/admin/accounts');
+  const accounts = useApi<AccountList | Account[]>('/admin/accounts');
   const [crediting, setCrediting] = useState<Account | undefined>(undefined);
   const [weighing, setWeighing] = useState<Account | undefined>(undefined);
+  const [tiering, setTiering] = useState<Account | undefined>(undefined);
   const [disabling, setDisabling] = useState<Account | undefined>(undefined);
   const [busyId, setBusyId] = useState<string | undefined>(undefined);
   const [error, setError] = useState<string | undefined>(undefined);
   const [status, setStatus] = useState<string | undefined>(undefined);
   const list = accounts.data ? listOf(accounts.data) : undefined;
+  const defaultTiers = accounts.data && !Array.isArray(accounts.data) ? accounts.data.default_service_tiers : undefined;
 
-  const replace = (updated: Account) =>
-    accounts.setData((previous) => previous && listOf(previous).map((a) => (a.id === updated.id ? updated : a)));
+  // The list's own fields (the default tiers) are kept through a change of its accounts.
+  const change = (update: (list: Account[]) => Account[]) =>
+    accounts.setData((previous) => previous && (Array.isArray(previous) ? update(previous) : { ...previous, data: update(previous.data) }));
+  const replace = (updated: Account) => change((list) => list.map((a) => (a.id === updated.id ? updated : a)));
 
   const toggle = async (account: Account) => {
     setBusyId(account.id);
@@ -218,7 +299,7 @@ export function AccountsPage() {
       <PageHeader title="Accounts" description="Everyone who can sign in to this console, their balances and roles." />
       <CreateAccountForm
         onCreated={(account) => {
-          accounts.setData((previous) => previous && [...listOf(previous), account]);
+          change((list) => [...list, account]);
           setStatus(`Account ${account.email} created.`);
         }}
       />
@@ -266,6 +347,18 @@ export function AccountsPage() {
                     <button type="button" class="weight-button" onClick={() => setWeighing(account)} aria-label={`Change weight, now ${account.weight}`} title="Weight: this account's share when requests wait for a vendor">
                       ×{account.weight}
                     </button>
+                    {/* The service tiers it may ask for (the gateway's default unless an admin set its own). */}
+                    <span class="cell-sub">
+                      <button
+                        type="button"
+                        class="weight-button tiers-button"
+                        onClick={() => setTiering(account)}
+                        aria-label={`Change service tiers, now ${account.service_tiers ? tiersText(account.service_tiers) : 'the gateway’s default'}`}
+                        title="Service tiers this account's requests may ask for"
+                      >
+                        Tiers: {tiersText(account.service_tiers)}
+                      </button>
+                    </span>
                   </td>
                   <td class="num nowrap">{balance(account.balance_usd)}</td>
                   <td>{account.disabled ? <span class="badge badge-danger">Disabled</span> : <span class="badge badge-ok">Active</span>}</td>
@@ -327,6 +420,18 @@ export function AccountsPage() {
             replace(updated);
             setStatus(`Weight of ${updated.email || updated.id}: ${updated.weight}.`);
             setWeighing(undefined);
+          }}
+        />
+      )}
+      {tiering && (
+        <TiersDialog
+          account={tiering}
+          defaults={defaultTiers}
+          onClose={() => setTiering(undefined)}
+          onSaved={(updated) => {
+            replace(updated);
+            setStatus(`Service tiers of ${updated.email || updated.id}: ${updated.service_tiers ? tiersText(updated.service_tiers) : 'the gateway’s default'}.`);
+            setTiering(undefined);
           }}
         />
       )}
