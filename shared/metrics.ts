@@ -11,8 +11,10 @@ import { AggregatorRegistry, collectDefaultMetrics, Counter, Gauge, Histogram, R
  *
  * Labels are bounded by construction: routes are route templates, models are
  * catalog ids the gateway resolved, vendors and channels come from the
- * configuration (channel ids are hashes, never keys), and key ids appear only
- * with `METRICS_PER_KEY=on`. Nothing a client sends becomes a label value.
+ * configuration (channel ids are hashes, never keys), key ids appear only
+ * with `METRICS_PER_KEY=on`, and account ids only with `METRICS_PER_ACCOUNT=on`,
+ * the busiest `METRICS_TOP_ACCOUNTS` of them, the rest under `account="other"`
+ * (`TopAccounts`). Nothing a client sends becomes a label value.
  */
 
 export const metricsPrefix = 'switchyard_';
@@ -27,13 +29,101 @@ export interface MetricsOptions {
   perKey: boolean;
   /** `METRICS_PER_ACCOUNT`: an `account` label on the queue wait and backlog metrics (off when not given). */
   perAccount?: boolean;
+  /** `METRICS_TOP_ACCOUNTS`: how many accounts that label names, the busiest; the rest are `other` (20 when not given). */
+  topAccounts?: number;
+}
+
+/** The `account` label value of every account outside the busiest. */
+export const otherAccount = 'other';
+
+/**
+ * The `size` largest of `counts`, largest first; a tie goes to the one met first.
+ * `favoured` (the current top) counts `stickiness` times its own, so a place
+ * changes hands only to an account clearly busier, not back and forth.
+ */
+export function busiest(counts: Iterable<[string, number]>, size: number, favoured?: ReadonlySet<string>, stickiness = 1): string[] {
+  const score = ([account, count]: [string, number]) => (favoured?.has(account) ? count * stickiness : count);
+  return [...counts]
+    .sort((a, b) => score(b) - score(a))
+    .slice(0, size)
+    .map(([account]) => account);
+}
+
+/**
+ * The busiest accounts of a stream of jobs (a worker process's), for the
+ * `account` label of the queue waits: a job counts 1, halving every minute
+ * (`halfLifeMs`). `label` counts a job and answers its account while that
+ * account is among the `size` busiest, `other` otherwise. The top is worked
+ * out again at most once a second (`refreshMs`), lazily on a job; until then a
+ * new account takes a free place at once, and only an account busier than
+ * twice a holder's count takes its place. An account that loses its place is
+ * handed to `onDrop` (to remove its series). At most `capacity` accounts are
+ * counted: each refresh (an early one when full) keeps the busiest half.
+ */
+export class TopAccounts {
+  static readonly halfLifeMs = 60_000;
+  static readonly refreshMs = 1000;
+  static readonly stickiness = 2;
+
+  readonly capacity: number;
+  private readonly counts = new Map<string, number>();
+  private top = new Set<string>();
+  private refreshedAt: number;
+
+  constructor(
+    readonly size: number,
+    private readonly onDrop: (account: string) => void = () => {},
+    private readonly now: () => number = () => performance.now(),
+  ) {
+    this.capacity = Math.max(64, 4 * size);
+    this.refreshedAt = now();
+  }
+
+  /** Counts a job of `account`; the label value its series go under. */
+  label(account: string): string {
+    const now = this.now();
+    if (now - this.refreshedAt >= TopAccounts.refreshMs || (this.counts.size >= this.capacity && !this.counts.has(account))) this.refresh(now);
+    this.counts.set(account, (this.counts.get(account) ?? 0) + 1);
+    if (this.top.has(account)) return account;
+    if (this.top.size < this.size) {
+      this.top.add(account);
+      return account;
+    }
+    return otherAccount;
+  }
+
+  /** The accounts with series of their own now. */
+  named(): ReadonlySet<string> {
+    return this.top;
+  }
+
+  /** How many accounts are counted (at most `capacity`). */
+  get tracked(): number {
+    return this.counts.size;
+  }
+
+  /** Decays the counts, keeps the busiest half of `capacity`, and works out the top again. */
+  refresh(now = this.now()): void {
+    const decay = 2 ** (-(now - this.refreshedAt) / TopAccounts.halfLifeMs);
+    this.refreshedAt = now;
+    for (const [account, count] of this.counts) this.counts.set(account, count * decay);
+    const ranked = busiest(this.counts, this.capacity / 2, this.top, TopAccounts.stickiness);
+    const kept = new Set(ranked);
+    for (const account of this.counts.keys()) if (!kept.has(account)) this.counts.delete(account);
+    const top = new Set(ranked.slice(0, this.size));
+    for (const account of this.top) if (!top.has(account)) this.onDrop(account);
+    this.top = top;
+  }
 }
 
 /** Label children by their values, made once: the hot path does a map lookup, not prom-client's label checks. */
 export class Children<T> {
   private readonly made = new Map<string, T>();
 
-  constructor(private readonly make: (values: string[]) => T) {}
+  constructor(
+    private readonly make: (values: string[]) => T,
+    private readonly unmake?: (values: string[]) => void,
+  ) {}
 
   get(...values: string[]): T {
     const key = values.length === 1 ? values[0]! : values.join('\u0001');
@@ -43,6 +133,16 @@ export class Children<T> {
       this.made.set(key, child);
     }
     return child;
+  }
+
+  /** Removes the children whose label values `test` picks, here and from their metric (their series leave /metrics). */
+  remove(test: (values: string[]) => boolean): void {
+    for (const key of this.made.keys()) {
+      const values = key.split('\u0001');
+      if (!test(values)) continue;
+      this.made.delete(key);
+      this.unmake?.(values);
+    }
   }
 }
 
@@ -66,6 +166,8 @@ export class GatewayMetrics {
   // The workers: jobs.
   readonly jobWait: Children<Histogram.Internal<string>>;
   readonly queueWait: Children<Histogram.Internal<string>>;
+  /** The accounts `queueWait` names (METRICS_PER_ACCOUNT=on): this process's busiest; an account dropped loses its series. */
+  readonly waitAccounts: TopAccounts;
   // The api: what waits, by account and tier.
   readonly queueBacklog: Gauge<'queue' | 'tier' | 'account'>;
   readonly jobRun: Children<Histogram.Internal<string>>;
@@ -101,6 +203,7 @@ export class GatewayMetrics {
   constructor(options: MetricsOptions) {
     this.perKey = options.perKey;
     this.perAccount = options.perAccount ?? false;
+    const topAccounts = options.topAccounts ?? 20;
     const registers = [this.registry];
     const keyed = (labels: string[]) => (this.perKey ? [...labels, 'key_id'] : labels);
     // Account ids name who sends what: a label only when the operator asks for it (METRICS_PER_ACCOUNT).
@@ -115,7 +218,10 @@ export class GatewayMetrics {
     };
     const histogramChildren = (name: string, help: string, labelNames: string[]) => {
       const metric = histogram(name, help, labelNames);
-      return new Children((values) => metric.labels(...values));
+      return new Children(
+        (values) => metric.labels(...values),
+        (values) => metric.remove(...values),
+      );
     };
     const gaugeChildren = (name: string, help: string, labelNames: string[]) => {
       const metric = new Gauge({ name: `${metricsPrefix}${name}`, help, labelNames, registers });
@@ -145,10 +251,11 @@ export class GatewayMetrics {
     this.clientDisconnects = counterChildren('client_disconnects_total', 'Clients that left before their answer was complete, by kind: held (a plain request), stream, follow (a resumed or followed stream).', ['kind']);
 
     this.jobWait = histogramChildren('job_wait_seconds', 'Time a job waited in its queue, from its enqueue to the start of its first run.', ['queue']);
-    this.queueWait = histogramChildren('queue_wait_seconds', 'Time a job waited in its queue before its first run, by capability, service tier (priority, default, flex) and (METRICS_PER_ACCOUNT=on) paying account: the fair share and the tiers as each account sees them.', byAccount(['queue', 'tier']));
+    this.queueWait = histogramChildren('queue_wait_seconds', 'Time a job waited in its queue before its first run, by capability, service tier (priority, default, flex) and (METRICS_PER_ACCOUNT=on) paying account: the fair share and the tiers as each account sees them. Only the METRICS_TOP_ACCOUNTS accounts with the most jobs of this worker process lately (a minute\'s half-life) are named, every other under account="other"; an account that drops out loses its series.', byAccount(['queue', 'tier']));
+    this.waitAccounts = new TopAccounts(topAccounts, (account) => this.queueWait.remove((values) => values[2] === account));
     this.queueBacklog = new Gauge({
       name: `${metricsPrefix}queue_backlog`,
-      help: 'Jobs waiting in each capability queue (all its shards and lanes), by service tier and (METRICS_PER_ACCOUNT=on) paying account, as the api last read them (with the queue depths); no Redis command per scrape.',
+      help: 'Jobs waiting in each capability queue (all its shards and lanes), by service tier and (METRICS_PER_ACCOUNT=on) paying account, as the api last read them (with the queue depths); no Redis command per scrape. Only the METRICS_TOP_ACCOUNTS accounts with the most waiting jobs are named, every other added up under account="other".',
       labelNames: byAccount(['queue', 'tier']),
       registers,
       collect() {
@@ -156,7 +263,12 @@ export class GatewayMetrics {
         if (!backlogs) return;
         this.reset();
         if (self.perAccount) {
-          for (const [queue, tier, account, waiting] of backlogs) this.labels(queue, tier, account).set(waiting);
+          // The busiest accounts over the whole metric (all queues and tiers) by name, the rest added up.
+          const rows = [...backlogs];
+          const totals = new Map<string, number>();
+          for (const [, , account, waiting] of rows) totals.set(account, (totals.get(account) ?? 0) + waiting);
+          const named = new Set(busiest(totals, topAccounts));
+          for (const [queue, tier, account, waiting] of rows) this.labels(queue, tier, named.has(account) ? account : otherAccount).inc(waiting);
           return;
         }
         // Without the account label, a tier's accounts added up.

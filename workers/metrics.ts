@@ -56,7 +56,8 @@ export function countJobs(processor: Processor): Processor {
       const waited = (job.processedOn ?? Date.now()) - job.timestamp;
       metrics.jobWait.get(queue).observe(Math.max(0, waited) / 1000);
       const tier = job.data.serviceTier ?? 'default';
-      const byTier = metrics.perAccount ? metrics.queueWait.get(queue, tier, job.data.accountId ?? defaultAccountId) : metrics.queueWait.get(queue, tier);
+      // Per account, only the busiest few by name: the rest under account="other" (bounded series).
+      const byTier = metrics.perAccount ? metrics.queueWait.get(queue, tier, metrics.waitAccounts.label(job.data.accountId ?? defaultAccountId)) : metrics.queueWait.get(queue, tier);
       byTier.observe(Math.max(0, waited) / 1000);
     }
     const started = performance.now();

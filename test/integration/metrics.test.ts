@@ -208,7 +208,8 @@ describe('GET /metrics: one process (WORKER_PROCESS=off), a fake OpenAI vendor',
     const waits = now.series('switchyard_queue_wait_seconds_count');
     assert.ok(waits.length > 0);
     for (const sample of [...waits, ...now.series('switchyard_queue_backlog')]) assert.deepEqual(Object.keys(sample.labels).sort(), ['queue', 'tier'], JSON.stringify(sample));
-    assert.doesNotMatch(now.text, /account="/);
+    // No sample names one (the help texts do say what METRICS_PER_ACCOUNT=on would show: `account="other"`).
+    assert.deepEqual(now.samples.filter((sample) => 'account' in sample.labels), []);
   });
 
   it('a stream: every chunk the client got, and its first byte', async () => {
@@ -498,6 +499,52 @@ describe('npm start with its workers in a child process (WORKER_PROCESS=on), MET
     // Node's process metrics of both processes, merged by prom-client's rules.
     assert.ok(after.value('switchyard_process_cpu_seconds_total') > 0);
     assert.equal(after.series('switchyard_nodejs_version_info').length, 1);
+  });
+});
+
+describe('METRICS_PER_ACCOUNT=on with METRICS_TOP_ACCOUNTS=3: the busiest accounts by name, the rest as other', () => {
+  let redis: Redis;
+  let gateway: GatewayProcess;
+
+  before(async () => {
+    const fresh = await freshRedis(db);
+    redis = fresh.redis;
+    gateway = await startGateway({ env: { REDIS_URL: fresh.url, WORKER_PROCESS: 'off', METRICS_PER_ACCOUNT: 'on', METRICS_TOP_ACCOUNTS: '3', MOCK_STREAM_DELAY_MS: '0' } });
+  });
+
+  after(async () => {
+    await gateway?.stop();
+    redis?.disconnect();
+  });
+
+  it('eight accounts: at most three named plus other, the busiest among them, every job counted once', async () => {
+    const url = `${gateway.url}/metrics`;
+    // Each key on an account of its own; the first is the busiest, and sends first.
+    const accounts = [];
+    for (let i = 0; i < 8; i++) accounts.push(await paidAccountKey(redis, 'unlimited'));
+    const busiest = accounts[0]!;
+    const sends = [5, 1, 1, 1, 1, 1, 1, 1];
+    for (const [i, account] of accounts.entries()) {
+      const client = gateway.client(account.key);
+      for (let n = 0; n < sends[i]!; n++) await client.chat.completions.create({ model: 'mock-chat', messages: [{ role: 'user', content: `account ${i}, request ${n}` }] });
+    }
+    const requests = sends.reduce((a, b) => a + b);
+    let now = await scrape(url);
+    await waitFor(async () => (now = await scrape(url)).value('switchyard_queue_wait_seconds_count') === requests, 5000, 'every queue wait');
+    const waits = now.series('switchyard_queue_wait_seconds_count');
+    const named = new Set(waits.map((sample) => sample.labels.account));
+    assert.ok(named.size <= 4, [...named].join());
+    assert.ok(named.has('other'), [...named].join());
+    assert.ok(named.has(busiest.account), `the busiest account ${busiest.account} named: ${[...named].join()}`);
+    assert.equal(now.value('switchyard_queue_wait_seconds_count', { account: busiest.account }), sends[0]);
+    assert.equal(now.value('switchyard_queue_wait_seconds_count'), requests);
+    // Each account's jobs under one label value: those named have them all, other has the rest.
+    for (const account of accounts.slice(1)) {
+      const own = now.value('switchyard_queue_wait_seconds_count', { account: account.account });
+      assert.ok(own === 0 || own === 1, `${account.account}: ${own}`);
+    }
+    assert.equal(now.value('switchyard_queue_wait_seconds_count', { account: 'other' }), requests - waits.filter((s) => s.labels.account !== 'other').reduce((sum, s) => sum + s.value, 0));
+    assert.ok(now.value('switchyard_queue_wait_seconds_count', { account: 'other' }) >= sends.length - 3);
   });
 });
 
