@@ -11,7 +11,7 @@ import { loadCatalog } from '../shared/catalog.js';
 import { PriceList } from '../shared/money/pricing.js';
 import { GatewayError } from '../shared/errors.js';
 import { replyChannel } from '../shared/redis-keys.js';
-import { cappedVendors } from '../shared/scheduler.js';
+import { cappedVendors } from '../shared/scheduling/index.js';
 import { queueNames } from '../shared/queues.js';
 import { QueueShards } from '../shared/queue-shards.js';
 import { resolveChannels } from '../shared/vendors.js';
@@ -109,7 +109,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   hub.on(accessChangedChannel, (message) => keyCache.forget(message));
   keyStore.onAccessChanged = (message) => keyCache.forget(message);
   hub.onReconnect = () => keyCache.clear();
-  const backpressure = new Backpressure(redis, queues, config.maxWaiting, log);
+  const backpressure = new Backpressure(redis, queues, config.maxWaiting, log, undefined, config.scheduling.waitingFloor);
   const catalog = loadCatalog(config.catalogFile);
   const servingVendors = new Set(resolveChannels(config).keys());
   const models = new ModelResolver(catalog, servingVendors);

@@ -33,12 +33,16 @@ export interface GatewayJobData {
   stream: boolean;
   /** Epoch ms after which nobody is waiting for the answer. */
   deadline: number;
-  /** The band it is served in (chat, completions and Responses requests; absent: `default`), echoed as `service_tier`. */
+  /**
+   * The band it is served in (chat and Responses requests; absent: `default`): the tier it asked for where its
+   * account may use it (`shared/scheduling/tiers.ts`). What it is billed at and echoed as is the tier it was
+   * served in (`workers/served-tier.ts`): the vendor's word where the vendor sells tiers, else what the queue gave it.
+   */
   serviceTier?: ServiceTier;
+  /** Placed where other work of its band waited (`placeJob`): what a priority request's premium buys. */
+  contended?: boolean;
   /** Epoch ms of its first wait on a vendor rate limit (RATE_LIMIT_WAIT_MS bounds them all). */
   rateLimitedSince?: number;
-  /** Queued with a fair tag and counted in its queue's backlog (`shared/scheduler.ts`): its worker reports its take. */
-  fairTagged?: boolean;
   /** How the client reached the gateway (for links to stored files). */
   baseUrl?: string;
   /** Answered through `GET /v1/jobs/{id}` (and job events) rather than a held connection. */
@@ -73,7 +77,7 @@ export interface GatewayJobResult {
 /** Where an async job can be found, and whose it is: kept under `asyncJobKey(id)` for ASYNC_RESULT_TTL_S. */
 export interface AsyncJobRecord {
   queue: QueueName;
-  /** The capped vendor's lane it waits in (`shared/scheduler.ts`); absent: the capability's shared lane. */
+  /** The capped vendor's lane it waits in (`shared/scheduling`); absent: the capability's shared lane. */
   lane?: string;
   keyId: string;
   endpoint: Endpoint;

@@ -5,7 +5,7 @@ import { laneQueueName, queueNames, shardOfJob, shardQueueName, type QueueName }
 /**
  * The api's BullMQ queues: each capability is one queue, or several shards
  * (`QUEUE_SHARDS_<QUEUE>`), each under its own hash tag, and one more queue per
- * capped vendor (its lane, `shared/scheduler.ts`). A job's shard follows from
+ * capped vendor (its lane, `shared/scheduling`). A job's shard follows from
  * its id (`shardOfJob`), so jobs spread evenly and a cancel, a resume or a poll
  * finds the job without asking Redis where it went; its lane is kept with what
  * finds it (an async job's record) or tried in turn.
@@ -13,6 +13,8 @@ import { laneQueueName, queueNames, shardOfJob, shardQueueName, type QueueName }
 export class QueueShards {
   private readonly byName = new Map<QueueName, Queue[]>();
   private readonly lanes = new Map<QueueName, Map<string, Queue>>();
+  /** Each lane's queue name, with its vendor. */
+  private readonly laneByQueue = new Map<string, string>();
 
   constructor(
     connection: Redis,
@@ -28,6 +30,7 @@ export class QueueShards {
         Array.from({ length: count }, (_, shard) => new Queue(shardQueueName(name, shard, count), { connection })),
       );
       this.lanes.set(name, new Map(laneNames.map((lane) => [lane, new Queue(laneQueueName(name, lane), { connection })])));
+      for (const lane of laneNames) this.laneByQueue.set(laneQueueName(name, lane), lane);
     }
   }
 
@@ -44,6 +47,11 @@ export class QueueShards {
     }
     const shards = this.byName.get(name);
     return shards?.[shardOfJob(jobId, shards.length)];
+  }
+
+  /** The capped vendor whose lane a BullMQ queue is; undefined for a shard of a shared lane. */
+  laneOfQueue(queueName: string): string | undefined {
+    return this.laneByQueue.get(queueName);
   }
 
   /** Every queue a job of this capability may be in, its shard first, then the lanes. */

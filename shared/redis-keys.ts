@@ -1,6 +1,5 @@
 import slotOf from 'cluster-key-slot';
 import { createHash } from 'node:crypto';
-import type { ServiceTier } from './service-tier.js';
 
 /** The names of the Redis keys and channels the gateway owns; BullMQ's own keys live under `bull:`. */
 
@@ -50,10 +49,30 @@ export const jobEventsChannel = `${keyPrefix}job-events`;
 
 // ---- scheduling and vendors ----
 
-/** Jobs waiting in a queue by tier and account (hash: `tier|account` -> count, and `total:<tier>`): what `/metrics` shows as the backlog. */
+/**
+ * The scheduler's keys of one queue (`shared/scheduling`), all under the queue's own hash tag (`{chat}`,
+ * `{chat@openai}`): one Cluster slot with the BullMQ keys its scripts touch. In the order the scripts take them.
+ */
+export function fairKeys(queueName: string): string[] {
+  const base = `${keyPrefix}fair:${queueName}`;
+  return [
+    `${base}:tags:default`, // finish tags of the interactive band (priority and default): account -> tag
+    `${base}:tags:flex`, // finish tags of the flex band
+    `${base}:clock:default`, // the interactive band's virtual time
+    `${base}:clock:flex`, // the flex band's virtual time
+    `${base}:count:default`, // jobs of the interactive band waiting or on their way to the queue
+    `${base}:count:flex`, // jobs of the flex band, likewise
+    backlogKey(queueName),
+    `${base}:members`, // every job counted, by id: 'tier|account|cost|placed ms'
+    `${base}:weights`, // the weights of the accounts that wait: account -> weight
+  ];
+}
+/** Jobs waiting in a queue by tier and account (hash: `tier|account` -> count): admission's shares and `/metrics`' backlog. */
 export const backlogKey = (queueName: string) => `${keyPrefix}fair:${queueName}:waiting`;
-/** Where a queue's finish tags of one band are kept: under the queue's own hash tag (`{chat}`, `{chat@openai}`). */
-export const fairTagsKey = (queueName: string, tier: ServiceTier) => `${keyPrefix}fair:${queueName}:${tier}`;
+/** The weights of the accounts waiting in a queue (hash: account -> weight): admission's shares. */
+export const waitingWeightsKey = (queueName: string) => `${keyPrefix}fair:${queueName}:weights`;
+/** Held by the worker recounting a queue's backlog (`QUEUE_RECOUNT_MS`), so one does it per interval. */
+export const recountLockKey = (queueName: string) => `${keyPrefix}fair:${queueName}:recount`;
 /** A vendor's calls in flight: leases (sorted set) scored by their expiry. */
 export const vendorInflightKey = (vendor: string) => `${keyPrefix}limit:{${vendor}}:inflight`;
 /** A vendor's calls started in the rolling minute (sorted set scored by start); beside its leases, on one slot. */
@@ -95,7 +114,8 @@ export const blobUrlSecretKey = `${keyPrefix}blob-url-secret`;
  * `accessChangedChannel`).
  *
  *   sy:account:<id>          hash  id, email, name, role, created, password (scrypt, optional),
- *                                  unlimited ('1': spends without a balance), disabled, deleted ('1'), playground_key
+ *                                  unlimited ('1': spends without a balance), disabled, deleted ('1'), playground_key,
+ *                                  weight (1–100), tiers (the service tiers granted, comma list; '' = the default)
  *   sy:accounts              zset  account id → created
  *   sy:account-emails        hash  lower-cased email → account id
  *   sy:key:<id>              hash  id, name, created, hash, hint, account, limit (micros, '' = none),

@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import type { Config } from '../shared/config.js';
 import { slotFreedChannel, vendorInflightKey, vendorRpmKey } from '../shared/redis-keys.js';
 import { GatewayError, timeoutError } from '../shared/errors.js';
-import { vendorLimits, type VendorLimits } from '../shared/scheduler.js';
+import { vendorLimits, type VendorLimits } from '../shared/scheduling/index.js';
 import { vendorSlotHeld, waitingForSlot } from './metrics.js';
 
 /**

@@ -1,4 +1,4 @@
-import { Queue, type WorkerOptions } from 'bullmq';
+import { DelayedError, Queue, type WorkerOptions } from 'bullmq';
 import { StartingWorker } from './starting-worker.js';
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
@@ -8,8 +8,7 @@ import { loadCatalog } from '../shared/catalog.js';
 import { GatewayError } from '../shared/errors.js';
 import { cancelChannel, slotFreedChannel } from '../shared/redis-keys.js';
 import { laneQueueName, shardQueueName, type QueueName } from '../shared/queues.js';
-import { cappedVendors, leftBacklog, vendorLimits } from '../shared/scheduler.js';
-import { defaultAccountId } from '../shared/accounts.js';
+import { backToBandHead, cappedVendors, jobLeft, laneWidth, recount, vendorLimits } from '../shared/scheduling/index.js';
 import { isFirstRun, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import { CancelRegistry } from './cancel-registry.js';
 import { createProcessor } from './job-run.js';
@@ -82,7 +81,7 @@ export interface Lane {
 }
 
 /**
- * The lanes of the capped vendors (`shared/scheduler.ts`). A lane with a
+ * The lanes of the capped vendors (`shared/scheduling`). A lane with a
  * concurrency cap is capped in BullMQ too (its global concurrency, set by every
  * worker at start: the setting is the same everywhere), so the jobs past the cap
  * wait in the queue in their fair order, not in a worker. A lane that lost its
@@ -106,25 +105,24 @@ async function openLanes(config: Config, redis: ReturnType<typeof createRedis>):
   return lanes;
 }
 
-/**
- * The jobs of a lane BullMQ lets run at once: the vendor's cap and a tenth more (at least one). A job holds its
- * place in BullMQ from its take to its end, settlement and answer included, while the vendor's slot (the limiter's
- * lease, exactly the cap) is held only for the call: the few jobs past the cap wait for a slot in a worker, taken
- * the moment a call ends, so the vendor is not left idle while a finished job writes its bill. Measured: a flood of
- * 1,200 at a cap of 20 drained in 1.13× the vendor's capacity time with the cap alone.
- */
-export const laneWidth = (cap: number) => (cap > 0 ? cap + Math.max(1, Math.ceil(cap / 10)) : 0);
-
 /** One fetch loop per lane: as wide as the vendor's cap (the jobs past it wait in the queue), or as the capability without one. */
 export function laneLoops(name: QueueName, concurrency: number, lanes: readonly Lane[]): Array<{ queue: string; concurrency: number; loop: number }> {
   return lanes.map(({ vendor, cap }) => ({ queue: laneQueueName(name, vendor), concurrency: cap > 0 ? Math.min(cap, concurrency) : concurrency, loop: 0 }));
 }
 
-/** The processor, with each job taken out of its queue's backlog count as its first run starts (`shared/scheduler.ts`). */
-function leavingBacklog(redis: ReturnType<typeof createRedis>, processor: ReturnType<typeof countJobs>): ReturnType<typeof countJobs> {
-  return (job, token) => {
-    if (job.data.fairTagged === true && isFirstRun(job)) {
-      void leftBacklog(redis, job.queueName, job.data.serviceTier ?? 'default', job.data.accountId ?? defaultAccountId, job.queueQualifiedName + ':' + job.id).catch(() => undefined);
+/**
+ * The processor in the fair order (`shared/scheduling`): a job's first run reports its take (it leaves its queue's
+ * backlog and moves its band's virtual time to its tag). A job BullMQ found stalled comes back through the plain
+ * wait list, which BullMQ serves before every prioritized job, so before every band: it is put back, at its own
+ * band's head, before it runs again.
+ */
+function inFairOrder(redis: ReturnType<typeof createRedis>, processor: ReturnType<typeof countJobs>): ReturnType<typeof countJobs> {
+  return async (job, token) => {
+    if (isFirstRun(job)) {
+      void jobLeft(redis, job.queueName, job.id!, job.queueQualifiedName + ':' + job.id).catch(() => undefined);
+    } else if (job.stalledCounter > 0 && token !== undefined && (await backToBandHead(job))) {
+      await job.moveToDelayed(Date.now(), token);
+      throw new DelayedError();
     }
     return processor(job, token);
   };
@@ -209,7 +207,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   const lanes = await openLanes(config, redis);
   const loops = config.workerQueues.flatMap((name) => [...capabilityLoops(name, config.concurrency[name], config.queueShards[name]), ...laneLoops(name, config.concurrency[name], lanes)]);
   const bullWorkers = loops.map(({ queue: name, concurrency, loop }) => {
-    const worker = new StartingWorker<GatewayJobData, GatewayJobResult>(name, leavingBacklog(redis, countJobs(processor)), { connection: redis, ...fetchLoopOptions(config, concurrency, loop) });
+    const worker = new StartingWorker<GatewayJobData, GatewayJobResult>(name, inFairOrder(redis, countJobs(processor)), { connection: redis, ...fetchLoopOptions(config, concurrency, loop) });
     lifecycle.watch(worker, name);
     return worker;
   });
@@ -224,6 +222,17 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     );
   }, reservationSweepMs);
   reservationSweep.unref();
+  // Each queue's backlog count is repaired from the jobs that wait, by one worker per interval.
+  const counted = [...new Set(loops.map((loop) => loop.queue))].map((name) => new Queue(name, { connection: redis }));
+  const recountSweep = setInterval(() => {
+    for (const queue of counted) {
+      recount(redis, queue, config.scheduling.recountMs).then(
+        (healed) => healed && log.warn({ queue: queue.name, healed }, 'the backlog count had drifted: repaired'),
+        (error: unknown) => log.warn({ err: error, queue: queue.name }, 'could not recount the backlog'),
+      );
+    }
+  }, config.scheduling.recountMs);
+  recountSweep.unref();
 
   // Started means taking jobs: every fetch loop has its connection (the api reports ready once this is logged).
   await Promise.all(bullWorkers.map((worker) => worker.waitUntilReady()));
@@ -231,6 +240,8 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   return {
     async close(until = Date.now() + config.shutdownGraceMs) {
       clearInterval(reservationSweep);
+      clearInterval(recountSweep);
+      void Promise.allSettled(counted.map((queue) => queue.close()));
       const givenUp: string[] = [];
       if (!(await settledBy(Promise.allSettled(bullWorkers.map((w) => w.close())), until))) {
         const running = cancels.size;

@@ -2,6 +2,7 @@ import type Router from '@koa/router';
 import { createRouter } from '../http/canonical-path.js';
 import { GatewayError } from '../../shared/errors.js';
 import { asyncJobKey, cancelChannel, payloadKey, videosOfKey } from '../../shared/redis-keys.js';
+import { removeWaitingJob } from '../../shared/scheduling/index.js';
 import { together } from '../../shared/redis.js';
 import { checkBlobSignature } from '../../storage/blob-urls.js';
 import type { ServingBlobStore } from '../../storage/create-blob-store.js';
@@ -96,10 +97,10 @@ export function jobRoutes(deps: JobRoutesDeps): { authed: Router<State>; public:
   router.delete('/videos/:id', async (ctx) => {
     const owned = await loadOwnedJob(redis, queues, ctx.params.id!, ctx.state.keyId, 'video');
     if (owned.job) {
-      const removed = await queues.forJob(owned.record.queue, owned.id, owned.record.lane)!.remove(owned.id).catch(() => 0);
-      if (removed !== 1 && owned.status === 'in_progress') await redis.publish(cancelChannel, owned.id);
+      const removed = await removeWaitingJob(redis, queues.forJob(owned.record.queue, owned.id, owned.record.lane)!, owned.id).catch(() => false);
+      if (!removed && owned.status === 'in_progress') await redis.publish(cancelChannel, owned.id);
       // Removed before a worker took it: nobody will read its reference image now.
-      if (removed === 1) await Promise.allSettled(uploadKeys(owned.record.request ?? {}).map((key) => deps.blobs.delete(key)));
+      if (removed) await Promise.allSettled(uploadKeys(owned.record.request ?? {}).map((key) => deps.blobs.delete(key)));
     }
     if (owned.status === 'completed') {
       const files = await videoFiles(owned, deps.blobs).catch(() => undefined);

@@ -1,21 +1,30 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from '../../shared/logger.js';
-import { readBacklog } from '../../shared/scheduler.js';
-import { overloaded } from '../../shared/errors.js';
+import { accountShare, readBacklogAndWeights, shareExceeded, type WaitingRoom } from '../../shared/scheduling/index.js';
 import type { QueueName } from '../../shared/queues.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
 import { depthStates, sumDepths, type QueueDepth } from '../http/metrics.js';
 
+/** One lane's waiting room as last read: jobs waiting by account, and the weights of the accounts waiting. */
+interface LaneCounts {
+  byAccount: Map<string, number>;
+  weights: Map<string, number>;
+  /** Jobs this process let in since the refresh, by account: a burst into one instance is caught. */
+  added: Map<string, number>;
+}
+
+/** A lane's name in the counts: the capability (its shared lane, all shards together) or `capability@vendor`. */
+const laneKey = (queue: QueueName, lane: string | undefined) => (lane === undefined ? queue : `${queue}@${lane}`);
+
 /**
- * Bounds the waiting jobs of each queue without a Redis round trip per request:
- * counts are refreshed in the background, and jobs this process added since
- * the last refresh are counted on top so a burst into one instance is caught.
+ * Admission to each lane's waiting room (`shared/scheduling/admission.ts`) without a Redis round trip per request:
+ * the counts by account are refreshed in the background (every 200 ms), and the jobs this process let in since are
+ * counted on top. Also keeps each capability's jobs by state and by tier and account, for the metrics.
  */
 export class Backpressure {
-  private readonly waitingCount = new Map<QueueName, number>();
+  private readonly lanes = new Map<string, LaneCounts>();
   /** Every state's count as last read, for the metrics (read at scrape time: no Redis command of its own). */
   private readonly depth = new Map<QueueName, QueueDepth>();
-  private readonly addedSinceRefresh = new Map<QueueName, number>();
   /** Waiting jobs by tier and account, for the metrics. */
   private readonly backlog = new Map<QueueName, Array<[tier: string, account: string, waiting: number]>>();
   private timer: NodeJS.Timeout | undefined;
@@ -26,6 +35,7 @@ export class Backpressure {
     private readonly limits: Record<QueueName, number>,
     private readonly log: Logger,
     private readonly refreshMs = 200,
+    private readonly floor = 10,
   ) {}
 
   async start(): Promise<void> {
@@ -38,18 +48,41 @@ export class Backpressure {
     clearInterval(this.timer);
   }
 
-  /** Throws 503 when the queue is full; counts the job as added otherwise. */
-  claimRoom(queue: QueueName): void {
-    const added = this.addedSinceRefresh.get(queue) ?? 0;
-    if ((this.waitingCount.get(queue) ?? 0) + added >= this.limits[queue]) {
-      throw overloaded(1, `The ${queue} queue is full (${this.limits[queue]} waiting requests). Retry shortly.`);
+  /**
+   * Lets one more job of this account into the lane's waiting room, or throws the 429 that says the account holds
+   * its share (never for another account's flood).
+   */
+  admit(queue: QueueName, lane: string | undefined, accountId: string, weight: number): void {
+    const key = laneKey(queue, lane);
+    let counts = this.lanes.get(key);
+    if (!counts) this.lanes.set(key, (counts = { byAccount: new Map(), weights: new Map(), added: new Map() }));
+    const added = counts.added.get(accountId) ?? 0;
+    const held = (counts.byAccount.get(accountId) ?? 0) + added;
+    const limits: WaitingRoom = { room: this.limits[queue], floor: this.floor };
+    // Cheap first: an account under the floor, or holding under the room's share of the heaviest case, is let in
+    // without adding up the others.
+    if (held >= limits.floor) {
+      let othersWeight = 0;
+      let others = 0;
+      for (const [account, waiting] of counts.byAccount) {
+        if (account === accountId || waiting <= 0) continue;
+        othersWeight += counts.weights.get(account) ?? 1;
+        others++;
+      }
+      for (const [account, waiting] of counts.added) {
+        if (account === accountId || waiting <= 0 || (counts.byAccount.get(account) ?? 0) > 0) continue;
+        othersWeight += 1;
+        others++;
+      }
+      const share = accountShare(limits, weight, othersWeight);
+      if (held >= share) throw shareExceeded(lane === undefined ? `the ${queue} queue` : `${lane} in the ${queue} queue`, held, share, others);
     }
-    this.addedSinceRefresh.set(queue, added + 1);
+    counts.added.set(accountId, added + 1);
   }
 
   /** A capability's waiting jobs (all its shards and lanes) at the last refresh. */
   waiting(queue: QueueName): number {
-    return this.waitingCount.get(queue) ?? 0;
+    return this.depth.get(queue)?.waiting ?? 0;
   }
 
   /** Each queue's waiting jobs by tier and account, as last refreshed. */
@@ -65,25 +98,31 @@ export class Backpressure {
   private async refresh(): Promise<void> {
     try {
       await Promise.all(
-        [...this.queues.entries()].map(async ([name, shards]) => {
-          // The bound is the capability's: its shards' waiting jobs together.
-          // One script call per shard, as for the waiting count alone, reads the other states the metrics show.
-          const [counts, backlogs] = await Promise.all([
-            Promise.all(shards.map((queue) => queue.getJobCounts(...depthStates, 'prioritized'))),
-            Promise.all(shards.map((queue) => readBacklog(this.redis, queue.name))),
+        [...this.queues.entries()].map(async ([name, queues]) => {
+          // One script call per queue, as for the waiting count alone, reads the other states the metrics show.
+          const [counts, read] = await Promise.all([
+            Promise.all(queues.map((queue) => queue.getJobCounts(...depthStates, 'prioritized'))),
+            Promise.all(queues.map((queue) => readBacklogAndWeights(this.redis, queue.name))),
           ]);
-          const depth = sumDepths(counts);
+          this.depth.set(name, sumDepths(counts));
           const byTierAndAccount = new Map<string, [string, string, number]>();
-          for (const [tier, account, waiting] of backlogs.flat()) {
-            const key = `${tier}|${account}`;
-            const sum = byTierAndAccount.get(key);
-            if (sum) sum[2] += waiting;
-            else byTierAndAccount.set(key, [tier, account, waiting]);
-          }
+          const fresh = new Map<string, LaneCounts>();
+          queues.forEach((queue, i) => {
+            const { backlog, weights } = read[i]!;
+            const key = laneKey(name, this.queues.laneOfQueue(queue.name));
+            let lane = fresh.get(key);
+            if (!lane) fresh.set(key, (lane = { byAccount: new Map(), weights: new Map(), added: new Map() }));
+            for (const [account, weight] of weights) lane.weights.set(account, weight);
+            for (const [tier, account, waiting] of backlog) {
+              lane.byAccount.set(account, (lane.byAccount.get(account) ?? 0) + waiting);
+              const field = `${tier}|${account}`;
+              const sum = byTierAndAccount.get(field);
+              if (sum) sum[2] += waiting;
+              else byTierAndAccount.set(field, [tier, account, waiting]);
+            }
+          });
+          for (const [key, lane] of fresh) this.lanes.set(key, lane);
           this.backlog.set(name, [...byTierAndAccount.values()]);
-          this.depth.set(name, depth);
-          this.waitingCount.set(name, depth.waiting);
-          this.addedSinceRefresh.set(name, 0);
         }),
       );
     } catch (error) {

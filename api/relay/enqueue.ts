@@ -14,7 +14,7 @@ import type { BlobStore } from '../../storage/blob-store.js';
 import { uploadKeys } from '../../storage/upload-keys.js';
 import { reserveSpend, type SpendEstimate } from '../accounts/spend.js';
 import type { Backpressure } from './backpressure.js';
-import { bandStart, fairPriority, leftBacklog, type FairClaim } from '../../shared/scheduler.js';
+import { jobLeft, placeJob, type FairClaim } from '../../shared/scheduling/index.js';
 
 /** How the client is answered: held open for the job's answer, at once with a job to poll (async), or at once while the job runs on (background). */
 export type AnswerMode = 'held' | 'async' | 'background';
@@ -52,7 +52,7 @@ export interface EnqueueDeps {
 export interface Beside {
   spend?: { access: KeyAccess; estimate: SpendEstimate };
   /** Its place in the queue: its band, and, when its queue may be contended, its fair tag. */
-  fair: FairClaim & { contended: boolean };
+  fair: FairClaim;
   beforeAdd?: () => Promise<void>;
 }
 
@@ -63,11 +63,11 @@ export interface Enqueued {
   abandon(): void;
 }
 
-/** The queue shard a job goes to, once its capability has room for it (a 503 when not). */
-export function queueFor(deps: Pick<EnqueueDeps, 'queues' | 'backpressure'>, job: Pick<JobPlan, 'id' | 'queue' | 'lane'>): Queue {
+/** The queue a job goes to, once its account has room in its lane's waiting room (a 429 to the account when not). */
+export function queueFor(deps: Pick<EnqueueDeps, 'queues' | 'backpressure'>, job: Pick<JobPlan, 'id' | 'queue' | 'lane'>, payer: { accountId: string; weight: number }): Queue {
   const queue = deps.queues.forJob(job.queue, job.id, job.lane);
   if (!queue) throw new GatewayError(503, `The ${job.queue} capability is not served here.`, { code: 'overloaded' });
-  deps.backpressure.claimRoom(job.queue);
+  deps.backpressure.admit(job.queue, job.lane, payer.accountId, payer.weight);
   return queue;
 }
 
@@ -87,14 +87,13 @@ export async function enqueue(deps: EnqueueDeps, queue: Queue, job: JobPlan, bes
   const gate = spend && job.mode === 'held' && !beside.beforeAdd && !isCluster(redis) ? queue.toKey(job.id) : undefined;
   // Money is the request's: reserved, released and settled under its request id, whatever its job's id.
   const reserve = (gateKey?: string) => reserveSpend(redis, config, spend!.access, job.data.requestId, spend!.estimate, job.deadline, gateKey);
-  // The job's priority: its band, and its fair tag where jobs may wait (read in the same round trip as a reservation
-  // made first). Where nothing waits, the order within the band is moot and the job goes to its band's head untagged.
+  // The job's priority, from its band and, where jobs may wait, its fair tag; it is counted in its lane's backlog
+  // (read in the same round trip as a reservation made first). Where nothing waits, the order within the band is moot
+  // and the job goes to its band's head untagged.
   const { fair: claim } = beside;
-  const tag = claim.contended;
-  const [reservedFirst, tagged] = await Promise.allSettled([spend && !gate ? reserve() : undefined, tag ? fairPriority(redis, queue, claim) : bandStart(claim.tier)]);
-  if (tag) job.data.fairTagged = true;
-  // Counted in its queue's backlog once tagged; a job that never runs leaves it again.
-  const leave = () => void (tag ? leftBacklog(redis, queue.name, claim.tier, claim.accountId).catch(() => undefined) : undefined);
+  const [reservedFirst, tagged] = await Promise.allSettled([spend && !gate ? reserve() : undefined, placeJob(redis, queue, job.id, claim)]);
+  // A job that never runs leaves the backlog again, and its account gets its tag's cost back.
+  const leave = () => void jobLeft(redis, queue.name, job.id).catch((error: unknown) => log.warn({ err: error }, 'could not uncount a job that was not queued (the recount will)'));
   if (tagged.status === 'rejected') {
     if (spend && reservedFirst.status === 'fulfilled' && reservedFirst.value) {
       await releaseReservation(redis, spend.access.accountId, job.data.requestId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a job that was not queued'));
@@ -105,7 +104,9 @@ export async function enqueue(deps: EnqueueDeps, queue: Queue, job: JobPlan, bes
     leave();
     throw reservedFirst.reason;
   }
-  const priority = tagged.value;
+  const { priority, behindOthers } = tagged.value;
+  // Placed where other work of its band waited: what a priority request's premium buys (workers/served-tier.ts).
+  if (behindOthers) job.data.contended = true;
   let headers: Record<string, string> = reservedFirst.value ?? {};
   if (job.storedPayload !== undefined) await redis.set(payloadKey(job.id), job.storedPayload, 'PX', job.deadline - Date.now() + 60_000);
   if (job.asyncRecord) await redis.set(asyncJobKey(job.id), JSON.stringify(job.asyncRecord), 'EX', config.asyncResultTtlSeconds);

@@ -21,7 +21,7 @@ export interface JobOrigin {
   baseUrl: string;
   /** The request's trace context, when tracing is on. */
   trace?: Record<string, string>;
-  /** The capped vendor's lane its job waits in (`shared/scheduler.ts`); absent: the capability's shared lane. */
+  /** The capped vendor's lane its job waits in (`shared/scheduling`); absent: the capability's shared lane. */
   lane?: string;
 }
 

@@ -3,7 +3,8 @@ import { endpoints, type Endpoint, type EndpointRequest } from '../../shared/end
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import { worstCase } from '../../shared/money/charge.js';
 import type { PriceList } from '../../shared/money/pricing.js';
-import { laneOf } from '../../shared/scheduler.js';
+import { grantedTier, laneOf } from '../../shared/scheduling/index.js';
+import { servingTier } from '../../shared/service-tier.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import type { KeyedContext, KeyedState } from './request-context.js';
 import { noteModel } from '../http/metrics.js';
@@ -93,6 +94,11 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
     if (access.models && !access.models.includes(model.id)) {
       throw new GatewayError(403, `This API key may not use the model \`${model.id}\`.`, { type: 'invalid_request_error', code: 'model_not_allowed', param: 'model' });
     }
+    // A tier the account may not use is served as `default` (or refused, as configured) before anything reads it.
+    const asked = (fields as { service_tier?: string | null }).service_tier;
+    if (typeof asked === 'string' && grantedTier(servingTier(asked), access, deps.config.scheduling) !== servingTier(asked)) {
+      (fields as { service_tier?: string | null }).service_tier = 'default';
+    }
     const accepted: Accepted<E> = await handler.accept({ fields, model, files: form?.files ?? [], scope: { redis: deps.redis, blobs: deps.blobs, keyId, config: deps.config } });
     return { model, accepted };
   };
@@ -119,12 +125,15 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
   // The worst case this request may cost, reserved as it is queued; settled by the worker with the actual cost.
   const request = { endpoint: name, payload: accepted.payload } as EndpointRequest;
   const estimate = worstCase(deps.config, deps.prices, request, model.id, model.routes[0]?.vendor, accepted.promptTokens ?? 0);
-  const queue = queueFor(deps, job);
+  // Its lane's waiting room first: an account past its share is refused here, before anything is reserved.
+  const weight = access.weight ?? 1;
+  const queue = queueFor(deps, job, { accountId: access.accountId, weight });
   // Its place in the queue: its tier's band, and its account's fair share within it, counted in its reserved tokens.
   // A capped vendor's lane is where jobs wait; the shared lane, only once its workers are all busy (jobs were
   // waiting at the last count, every 200 ms).
   const contended = job.lane !== undefined || deps.backpressure.waiting(job.queue) > 0;
-  const fair = { accountId: access.accountId, weight: access.weight ?? 1, tokens: estimate.tokens, tier: job.data.serviceTier ?? 'default', contended } as const;
+  const tier = job.data.serviceTier ?? 'default';
+  const fair = { accountId: access.accountId, weight, tokens: estimate.tokens, tier, contended, leadTokens: deps.config.scheduling.priorityLeadTokens };
   // A held request's reply is expected before its job is queued: what the job publishes from its first moment is kept.
   const reply = mode === 'held' ? deps.hub.expect(job.id, stream) : undefined;
   try {

@@ -8,6 +8,7 @@ import { GatewayError, invalidRequest, type WireError } from '../../shared/error
 import { cancelChannel, replayStreamKey, streamAliasKey } from '../../shared/redis-keys.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
 import { releaseReservation } from '../../shared/money/billing.js';
+import { removeWaitingJob } from '../../shared/scheduling/index.js';
 import { isRecord, replayFrames, type ResponseObject } from '../../shared/response-object.js';
 import type { ConversationItem } from '../../shared/responses.js';
 import type { LogEntry } from '../../shared/reply.js';
@@ -141,7 +142,7 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
   async function stop(id: string, accountId: string): Promise<boolean> {
     const found = await queues.locate('chat', id).catch(() => undefined);
     const job = found?.job;
-    const removed = (await found?.queue.remove(id).catch(() => 0)) === 1;
+    const removed = found ? await removeWaitingJob(redis, found.queue, id).catch(() => false) : false;
     if (removed) await releaseReservation(redis, accountId, job?.data.requestId ?? id).catch(() => undefined);
     else await redis.publish(cancelChannel, id);
     return removed;

@@ -10,6 +10,7 @@ import { capabilityLoops, fetchLoopOptions } from '../../workers/worker.js';
 import { StartingWorker } from '../../workers/starting-worker.js';
 import { isFinalFailure, queueSignal, runsNoMore } from '../../workers/failure-policy.js';
 import { decodeAsyncJobFailure } from '../../shared/async-job-failure.js';
+import { backToBandHead, bandStart, leadRoom } from '../../shared/scheduling/index.js';
 import { freshRedis, waitFor } from '../support/gateway.js';
 
 /*
@@ -179,6 +180,39 @@ describe('what the gateway relies on in BullMQ', () => {
     await waitFor(() => processed.includes('stalls'), 10_000, 'the stalled job run again');
     assert.deepEqual(stalled, ['stalls']);
     assert.equal(secondSawStall, false);
+  });
+
+  it('hands a stalled job back through the plain wait list, ahead of every prioritized job, until its priority is set again', async () => {
+    const name = '{reliance-stalled-band}';
+    const chat = queue(name);
+    // A flex job, taken by a worker that dies without a word.
+    await chat.add('chat', { serviceTier: 'flex' }, { jobId: 'flex-stalls', priority: bandStart('flex') + leadRoom });
+    const dying = new Worker(name, null, { connection: redis, lockDuration: 1000 });
+    assert.equal((await dying.getNextJob('dead-token'))?.id, 'flex-stalls');
+    await dying.close();
+    // Meanwhile interactive work waits, prioritized.
+    await chat.add('chat', { serviceTier: 'default' }, { jobId: 'default-waits', priority: bandStart('default') + leadRoom });
+    const checker = new Worker(name, async () => undefined, { connection: redis, ...fetchLoopOptions(config, 1, 0), autorun: false });
+    closing.push(checker);
+    let stalls = 0;
+    checker.on('stalled', () => stalls++);
+    await checker.startStalledCheckTimer();
+    await waitFor(() => stalls === 1, 10_000, 'the stall found');
+    // BullMQ puts it in the wait list (not among the prioritized), which a worker serves first: it jumps every band.
+    assert.equal(await chat.getJobState('flex-stalls'), 'waiting');
+    assert.deepEqual(await redis.lrange(chat.keys.wait!, 0, -1), ['flex-stalls']);
+    const taker = new Worker(name, null, { connection: redis, lockDuration: 5000 });
+    closing.push(taker);
+    const jumped = (await taker.getNextJob('take-1'))!;
+    assert.equal(jumped.id, 'flex-stalls', 'taken before the interactive job');
+    // What the gateway's workers do with it (workers/worker.ts inFairOrder): back to its band's head, then to wait.
+    assert.equal(await backToBandHead(jumped as Job<{ serviceTier?: 'flex' }>), true);
+    await jumped.moveToDelayed(Date.now(), 'take-1');
+    assert.equal((await taker.getNextJob('take-2'))?.id, 'default-waits', 'the interactive band first');
+    const again = (await taker.getNextJob('take-3'))!;
+    assert.equal(again.id, 'flex-stalls');
+    assert.equal(again.priority, bandStart('flex'), 'at its own band\'s head');
+    assert.equal(await backToBandHead(again as Job<{ serviceTier?: 'flex' }>), false, 'once only');
   });
 
   it("fails a job whose worker died twice, attempts left or not, with a reason the gateway's classifier knows", async () => {

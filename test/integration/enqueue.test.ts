@@ -21,6 +21,7 @@ const config = loadConfig({});
 const log = pino({ level: 'silent' });
 const access: KeyAccess = { keyId: 'k1', accountId: 'a1' };
 const fair = { accountId: 'a1', weight: 1, tokens: 10, tier: 'default' as const, contended: false };
+const payer = { accountId: 'a1', weight: 1 };
 
 before(async () => {
   ({ redis } = await freshRedis(2));
@@ -56,7 +57,7 @@ const reserved = async () => (await readBill(redis, 'a1'))?.reservedMicros;
 describe('enqueue', () => {
   it('reserves a held job and adds it in one go: queued, its worst case held against the key and the account', async () => {
     const job = plan('req_held');
-    const queue = queueFor(deps(), job);
+    const queue = queueFor(deps(), job, payer);
     const enqueued = await enqueue(deps(), queue, job, { spend: { access, estimate: { micros: 400, tokens: 10 } }, fair }, log);
     assert.equal(typeof enqueued.headers, 'object');
     const queued = await queue.getJob('req_held');
@@ -69,7 +70,7 @@ describe('enqueue', () => {
 
   it('queues nothing for a refused request, leaves no placeholder under its id, and holds nothing', async () => {
     const job = plan('req_broke');
-    const queue = queueFor(deps(), job);
+    const queue = queueFor(deps(), job, payer);
     const error = await enqueue(deps(), queue, job, { spend: { access, estimate: { micros: 1_001, tokens: 10 } }, fair }, log).then(
       () => assert.fail('queued'),
       (e: unknown) => e,
@@ -88,7 +89,7 @@ describe('enqueue', () => {
       storedPayload: JSON.stringify({ large: true }),
       asyncRecord: { queue: 'chat', keyId: 'k1', endpoint: 'chat.completions', model: 'gpt-4o-mini', created: 1 },
     });
-    const queue = queueFor(deps(), job);
+    const queue = queueFor(deps(), job, payer);
     await enqueue(deps(), queue, job, { spend: { access, estimate: { micros: 10, tokens: 10 } }, fair }, log);
     assert.deepEqual(JSON.parse((await redis.get(asyncJobKey('req_async')))!), job.asyncRecord);
     assert.equal(await redis.get(payloadKey('req_async')), '{"large":true}');
@@ -99,7 +100,7 @@ describe('enqueue', () => {
 
   it('gives the reservation back when a queued job is abandoned (removed while it waited)', async () => {
     const job = plan('req_gone');
-    const queue = queueFor(deps(), job);
+    const queue = queueFor(deps(), job, payer);
     const enqueued = await enqueue(deps(), queue, job, { spend: { access, estimate: { micros: 300, tokens: 10 } }, fair }, log);
     assert.equal(await reserved(), 300);
     enqueued.abandon();
@@ -107,12 +108,14 @@ describe('enqueue', () => {
     assert.equal(await reserved(), 0);
   });
 
-  it('refuses with 503 a capability this api does not serve, and a full queue', async () => {
+  it('refuses with 503 a capability this api does not serve, and with 429 an account that fills its lane\'s waiting room, not another account', async () => {
     const chatOnly = new QueueShards(redis, config.queueShards, ['chat']);
-    const narrow = new Backpressure(redis, chatOnly, { ...config.maxWaiting, chat: 1 }, log);
-    assert.throws(() => queueFor({ queues: chatOnly, backpressure: narrow }, { id: 'x', queue: 'image' }), (e: unknown) => e instanceof GatewayError && e.status === 503);
-    queueFor({ queues: chatOnly, backpressure: narrow }, { id: 'a', queue: 'chat' });
-    assert.throws(() => queueFor({ queues: chatOnly, backpressure: narrow }, { id: 'b', queue: 'chat' }), (e: unknown) => e instanceof GatewayError && e.status === 503);
+    const narrow = new Backpressure(redis, chatOnly, { ...config.maxWaiting, chat: 1 }, log, 200, 1);
+    const on = { queues: chatOnly, backpressure: narrow };
+    assert.throws(() => queueFor(on, { id: 'x', queue: 'image' }, payer), (e: unknown) => e instanceof GatewayError && e.status === 503);
+    queueFor(on, { id: 'a', queue: 'chat' }, payer);
+    assert.throws(() => queueFor(on, { id: 'b', queue: 'chat' }, payer), (e: unknown) => e instanceof GatewayError && e.status === 429 && e.code === 'rate_limit_exceeded' && /waiting/.test(e.message));
+    queueFor(on, { id: 'c', queue: 'chat' }, { accountId: 'a2', weight: 1 });
     await chatOnly.close();
   });
 });

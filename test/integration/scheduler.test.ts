@@ -3,14 +3,16 @@ import assert from 'node:assert/strict';
 import { Queue, Worker, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { createRedis } from '../../shared/redis.js';
-import { bandStart, bandWidth, fairPriority, readBacklog, leftBacklog, tierOfPriority, tokensPerUnit, type FairClaim } from '../../shared/scheduler.js';
+import { bandStart, bandWidth, jobLeft, leadRoom, placeJob, readBacklog, recount, tokensPerUnit, type FairClaim } from '../../shared/scheduling/index.js';
 import { freshRedis, waitFor } from '../support/gateway.js';
 
 /*
- * The queue's order (shared/scheduler.ts) on a real Redis and real BullMQ
- * workers: jobs added with the priority `fairPriority` gives them are served
- * in strict tier bands, and within a band by weighted fair share between
- * accounts, whatever the arrival order.
+ * The queue's order (shared/scheduling/fair-queue.ts) on a real Redis and real
+ * BullMQ workers: jobs added with the priority `placeJob` gives them are served
+ * in two bands (interactive, then flex), within a band by weighted fair share
+ * between accounts whatever the arrival order, priority a bounded lead; and the
+ * backlog count is exact: uncounted once, refunded when a job never ran,
+ * repaired by the recount.
  */
 
 describe('the fair queue', () => {
@@ -39,8 +41,9 @@ describe('the fair queue', () => {
 
   /** Adds a job as the api does: its priority from the scheduler, then the add. */
   async function add(q: Queue, claim: FairClaim, label: string): Promise<number> {
-    const priority = await fairPriority(redis, q, claim);
-    await q.add('job', { label, tier: claim.tier, account: claim.accountId }, { priority });
+    const jobId = `${label}-${++counter}`;
+    const { priority } = await placeJob(redis, q, jobId, claim);
+    await q.add('job', { label, tier: claim.tier, account: claim.accountId }, { priority, jobId });
     return priority;
   }
 
@@ -53,7 +56,7 @@ describe('the fair queue', () => {
       q.name,
       async (job: Job<{ label: string; tier: FairClaim['tier']; account: string }>) => {
         served.push(job.data.label);
-        await leftBacklog(redis, q.name, job.data.tier, job.data.account, q.toKey(job.id!));
+        await jobLeft(redis, q.name, job.id!, q.toKey(job.id!));
       },
       { connection, concurrency: 1 },
     );
@@ -66,7 +69,7 @@ describe('the fair queue', () => {
     return served;
   }
 
-  const claim = (accountId: string, tier: FairClaim['tier'] = 'default', weight = 1, tokens = 1000): FairClaim => ({ accountId, weight, tokens, tier });
+  const claim = (accountId: string, tier: FairClaim['tier'] = 'default', weight = 1, tokens = 1000, leadTokens = 0): FairClaim => ({ accountId, weight, tokens, tier, contended: true, leadTokens });
 
   it('serves an account that arrives during another account’s flood next, not after the flood', async () => {
     const q = queue();
@@ -106,16 +109,25 @@ describe('the fair queue', () => {
     assert.ok(served.indexOf('big-1') > served.indexOf('small-39'), `the second huge request waited for the small ones: ${served.slice(0, 12).join(' ')}`);
   });
 
-  it('serves tiers as strict bands: priority before default before flex, whatever the arrival order', async () => {
+  it('serves flex only when nothing interactive waits, and priority a bounded lead ahead of its account\'s place', async () => {
     const q = queue();
     for (let i = 0; i < 10; i++) await add(q, claim('acct_flex', 'flex'), `flex-${i}`);
     for (let i = 0; i < 10; i++) await add(q, claim('acct_default', 'default'), `default-${i}`);
-    const priorityTag = await add(q, claim('acct_priority', 'priority'), 'priority-0');
-    assert.equal(tierOfPriority(priorityTag), 'priority');
+    const priorityTag = await add(q, claim('acct_priority', 'priority', 1, 1000, 16 * tokensPerUnit), 'priority-0');
+    assert.equal(priorityTag, bandStart('priority') + leadRoom - 16, 'an idle account\'s priority request starts its lead ahead of the band\'s virtual time');
     const served = await serve(q, 21);
     assert.equal(served[0], 'priority-0');
     assert.deepEqual(served.slice(1, 11).every((label) => label.startsWith('default-')), true, served.join(' '));
     assert.deepEqual(served.slice(11).every((label) => label.startsWith('flex-')), true, served.join(' '));
+  });
+
+  it('lets no account starve another with priority: its priority requests count in its share, the lead is bounded', async () => {
+    const q = queue();
+    // 1,000 tokens cost 4 units; a lead of 16 units lets four of them ahead, then the flooder is behind the quiet one.
+    for (let i = 0; i < 40; i++) await add(q, claim('acct_flood', 'priority', 1, 1000, 16 * tokensPerUnit), `p-${i}`);
+    await add(q, claim('acct_quiet', 'default'), 'quiet');
+    const served = await serve(q, 41);
+    assert.ok(served.indexOf('quiet') <= 5, `the quiet account's default request was served at ${served.indexOf('quiet')} of 41`);
   });
 
   it('starts every account level once a band is empty: past service is not held against a later burst', async () => {
@@ -124,8 +136,8 @@ describe('the fair queue', () => {
     await serve(q, 20);
     const first = await add(q, claim('acct_late'), 'late');
     const second = await add(q, claim('acct_early'), 'early-again');
-    assert.equal(first, bandStart('default'), 'the empty band starts at its first priority');
-    assert.equal(second, bandStart('default'), 'the account served before starts level with the new one');
+    assert.equal(first, bandStart('default') + leadRoom, 'the empty band starts at its first tagged place');
+    assert.equal(second, bandStart('default') + leadRoom, 'the account served before starts level with the new one');
   });
 
   it('shifts a busy band down before its tags outgrow it, keeping the order of what waits', async () => {
@@ -138,17 +150,17 @@ describe('the fair queue', () => {
     // The first two are taken (as a worker takes them): the band's virtual time is huge-1's tag, a third of the band in.
     const taken = (await q.getJobs(['prioritized'])).filter((j) => j.data.label !== 'huge-2').sort((x, y) => x.priority - y.priority);
     for (const job of taken) {
-      await leftBacklog(redis, q.name, 'default', 'acct_huge', q.toKey(job.id!));
+      await jobLeft(redis, q.name, job.id!, q.toKey(job.id!));
       await q.remove(job.id!);
     }
-    const virtual = taken[1]!.priority - bandStart('default');
+    const virtual = taken[1]!.priority - bandStart('default') - leadRoom;
     assert.ok(virtual >= bandWidth / 4, 'the virtual time is past a quarter of the band');
     const waiting = (await q.getJobs(['prioritized']))[0]!;
     assert.equal(waiting.data.label, 'huge-2');
     const next = await add(q, claim('acct_next'), 'next');
     const shifted = (await q.getJob(waiting.id!))!;
     assert.equal(shifted.priority, waiting.priority - virtual, 'the waiting job was shifted down by the virtual time, score and job alike');
-    assert.equal(next, bandStart('default'), 'the newcomer starts at the virtual time, now the band’s start');
+    assert.equal(next, bandStart('default') + leadRoom, 'the newcomer starts at the virtual time, now the band’s start');
     // The huge job starts after the one before it finishes (a third of the band later); the newcomer starts now.
     assert.deepEqual(await serve(q, 2), ['next', 'huge-2'], 'each is served by its start tag after the shift');
   });
@@ -157,12 +169,12 @@ describe('the fair queue', () => {
     const q = queue();
     const cost = Math.ceil(0.3 * bandWidth);
     for (let i = 0; i < 4; i++) await add(q, claim('acct_big', 'default', 1, cost * tokensPerUnit), `big-${i}`);
-    const first = bandStart('default');
+    const first = bandStart('default') + leadRoom;
     const byLabel = async () => new Map((await q.getJobs(['prioritized', 'active'])).map((job) => [job.data.label as string, job]));
     // big-0 and big-1 taken and started: the virtual time is big-1's tag, past a quarter of the band.
     for (const label of ['big-0', 'big-1']) {
       const job = (await byLabel()).get(label)!;
-      await leftBacklog(redis, q.name, 'default', 'acct_big', q.toKey(job.id!));
+      await jobLeft(redis, q.name, job.id!, q.toKey(job.id!));
       await q.remove(job.id!);
     }
     // big-2 is taken by a worker (BullMQ moves it to active) but not started yet.
@@ -175,7 +187,7 @@ describe('the fair queue', () => {
       await add(q, claim('acct_new'), 'new');
       assert.equal((await byLabel()).get('big-3')!.priority, first + 2 * cost);
       // big-2 starts now: the virtual time is its shifted tag (cost), not the tag it was taken with (2 × cost).
-      await leftBacklog(redis, q.name, 'default', 'acct_big', q.toKey(taken.id!));
+      await jobLeft(redis, q.name, taken.id!, q.toKey(taken.id!));
       await add(q, claim('acct_later'), 'later');
       assert.equal((await byLabel()).get('big-3')!.priority, first + cost, 'shifted once more by the started job’s tag, not past it');
     } finally {
@@ -184,14 +196,42 @@ describe('the fair queue', () => {
     }
   });
 
-  it('counts the backlog by tier and account, and takes a job out of it when it leaves', async () => {
+  it('counts the backlog by tier and account, and takes a job out of it once, however often its leaving is told', async () => {
     const q = queue();
     await add(q, claim('acct_x', 'flex'), 'x1');
     await add(q, claim('acct_x', 'flex'), 'x2');
     await add(q, claim('acct_y', 'priority'), 'y1');
     const rows = (await readBacklog(redis, q.name)).sort();
     assert.deepEqual(rows, [['flex', 'acct_x', 2], ['priority', 'acct_y', 1]]);
-    await leftBacklog(redis, q.name, 'priority', 'acct_y');
-    assert.deepEqual((await readBacklog(redis, q.name)).sort(), [['flex', 'acct_x', 2]], 'a count that reaches 0 is removed');
+    const y1 = (await q.getJobs(['prioritized'])).find((job) => job.data.label === 'y1')!;
+    await jobLeft(redis, q.name, y1.id!);
+    await jobLeft(redis, q.name, y1.id!);
+    assert.deepEqual((await readBacklog(redis, q.name)).sort(), [['flex', 'acct_x', 2]], 'a count that reaches 0 is removed, and counted down once');
+  });
+
+  it('gives an account back the cost of a job that never ran: a refused or cancelled request does not move its tag', async () => {
+    const q = queue();
+    await add(q, claim('acct_other'), 'other-0');
+    const first = await add(q, claim('acct_retry'), 'retry-0');
+    // Three more placed, then refused or cancelled before they ran.
+    for (let i = 1; i <= 3; i++) await add(q, claim('acct_retry'), `retry-${i}`);
+    for (const job of (await q.getJobs(['prioritized'])).filter((j) => /^retry-[123]$/.test(j.data.label))) {
+      await q.remove(job.id!);
+      await jobLeft(redis, q.name, job.id!);
+    }
+    const next = await add(q, claim('acct_retry'), 'retry-4');
+    assert.equal(next - first, 4, 'the next admitted job starts right after the last one that ran (1,000 tokens: 4 units)');
+  });
+
+  it('repairs a count whose job left without saying so (a lost report, a removal that did not tell)', async () => {
+    const q = queue();
+    await add(q, claim('acct_lost'), 'lost-0');
+    await add(q, claim('acct_lost'), 'lost-1');
+    const lost = (await q.getJobs(['prioritized'])).find((job) => job.data.label === 'lost-0')!;
+    await q.remove(lost.id!);
+    assert.deepEqual(await readBacklog(redis, q.name), [['default', 'acct_lost', 2]], 'the count drifted');
+    assert.equal(await recount(redis, q, 1000, 0), 1, 'one job uncounted');
+    assert.deepEqual(await readBacklog(redis, q.name), [['default', 'acct_lost', 1]]);
+    assert.equal(await recount(redis, q, 1000, 0), undefined, 'one worker recounts per interval');
   });
 });

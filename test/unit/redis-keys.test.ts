@@ -22,7 +22,7 @@ import {
   blobUrlSecretKey,
   cancelChannel,
   channelCooldownsKey,
-  fairTagsKey,
+  fairKeys,
   janitorLockKey,
   jobEventsChannel,
   keyPrefix,
@@ -98,7 +98,11 @@ describe('Redis keys', () => {
     assert.equal(cancelChannel, 'sy:cancel');
     assert.equal(jobEventsChannel, 'sy:job-events');
     assert.equal(backlogKey('{chat}'), 'sy:fair:{chat}:waiting');
-    assert.equal(fairTagsKey('{chat}', 'default'), 'sy:fair:{chat}:default');
+    // The scheduler's keys of a queue, every one on the queue's own hash tag (one Cluster slot with BullMQ's keys).
+    const keys = fairKeys('{chat@openai}');
+    assert.equal(keys.length, 9);
+    assert.equal(new Set(keys).size, 9);
+    for (const key of keys) assert.match(key, /^sy:fair:\{chat@openai\}:/);
     assert.equal(vendorInflightKey('openai'), 'sy:limit:{openai}:inflight');
     assert.equal(vendorRpmKey('openai'), 'sy:limit:{openai}:rpm');
     assert.equal(slotFreedChannel, 'sy:limit-freed');

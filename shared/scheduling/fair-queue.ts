@@ -1,0 +1,192 @@
+import { readFileSync } from 'node:fs';
+import type { Job, Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { backlogKey, fairKeys, recountLockKey, waitingWeightsKey } from '../redis-keys.js';
+import { together, withScripts } from '../redis.js';
+import type { ServiceTier } from '../service-tier.js';
+
+/**
+ * A queue's order and its backlog count: each job's BullMQ priority, from its band and its account's fair share.
+ *
+ * Two bands: the interactive one (`priority` and `default` requests) and, below it, `flex`, which takes only what
+ * nothing else wants. Within a band the priority is the job's virtual start tag (start-time fair queueing): each
+ * account has a finish tag F; a job costing c (its reserved tokens in units of 256, divided by the account's weight)
+ * starts at S = max(V, F) and moves F to S + c, where V, the band's virtual time, is the tag of the last job a worker
+ * took. An account that was idle starts at the head; accounts that keep a backlog are served in proportion to their
+ * weights, whatever number of keys they spread it over. A `priority` request starts a bounded lead ahead of its
+ * place (SERVICE_TIER_PRIORITY_LEAD_TOKENS) and still moves its account's tag by its cost: it jumps the queue, but an
+ * account flooding priority soon has its jobs behind everyone else's, as a default flood would.
+ *
+ * Every job is counted as it is placed, by id (`members`), under its tier and account (`waiting`: what admission
+ * shares out and `/metrics` shows); it leaves the count exactly once, when a worker takes it or when it is removed
+ * before it ran (then its account gets its cost back: a tag moves only for work that ran). A periodic recount
+ * (`recount`) uncounts any job no longer waiting whose leaving was lost. Only a job that may wait is tagged (the api
+ * decides: a capped vendor's lane always, the shared lane once jobs were waiting at its last count); any other goes
+ * to its band's head untagged, where the order is moot. When nothing of a band waits, its tags are dropped: every
+ * account starts level again. Tags grow while a band stays busy; once V is a quarter of the band's width in, the band
+ * is shifted down (O(n) in the backlog, once per quarter width of service).
+ *
+ * The scripts are in `lua/` (fair.lua shared by all), each a few hash reads and writes beside BullMQ's add and take,
+ * on the queue's own hash tag.
+ */
+
+/** Width of one band of BullMQ priorities (both fit under BullMQ's 2^21). */
+export const bandWidth = 2 ** 20;
+/** The lowest priority of a tier's band (BullMQ's priority 0 means "no priority": the bands start at 1). */
+export const bandStart = (tier: ServiceTier) => (tier === 'flex' ? 1 + bandWidth : 1);
+
+/**
+ * A tagged job's place in its band is its start tag plus this room (less a priority request's lead, at most this):
+ * the first tagged place of a band is `bandStart(tier) + leadRoom` (as in lua/fair.lua).
+ */
+export const leadRoom = 2 ** 16;
+
+/** Tokens per unit of cost in the tags: a request reserving fewer costs one unit. */
+export const tokensPerUnit = 256;
+/** Account weights an admin may set. */
+export const minWeight = 1;
+export const maxWeight = 100;
+
+const clampWeight = (weight: number) => Math.min(maxWeight, Math.max(minWeight, Math.floor(weight) || 1));
+
+/** The cost of a request in tag units, for an account of this weight. */
+export function costUnits(reservedTokens: number, weight: number): number {
+  return Math.max(1, Math.ceil(Math.max(0, reservedTokens) / tokensPerUnit)) / clampWeight(weight);
+}
+
+const read = (name: string) => readFileSync(new URL(`./lua/${name}.lua`, import.meta.url), 'utf8');
+const library = read('fair');
+const keyCount = fairKeys('').length;
+const scripts = {
+  fairPlace: { keys: keyCount + 1, lua: `${library}\n${read('place')}` },
+  fairLeft: { keys: keyCount, lua: `${library}\n${read('left')}` },
+  fairRecount: { keys: keyCount + 3, lua: `${library}\n${read('recount')}` },
+};
+
+type FairRedis = Redis & {
+  fairPlace(...args: Array<string | number>): Promise<[priority: number, before: number]>;
+  fairLeft(...args: Array<string | number>): Promise<number>;
+  fairRecount(...args: Array<string | number>): Promise<number>;
+};
+const scripted = (redis: Redis) => withScripts<FairRedis>(redis, scripts);
+
+export interface FairClaim {
+  /** The account that pays: the unit of fairness. */
+  accountId: string;
+  /** The account's weight (default 1). */
+  weight: number;
+  /** The tokens reserved for the request (prompt and most output). */
+  tokens: number;
+  tier: ServiceTier;
+  /** Whether jobs may wait where it goes: tagged for its fair place, else put at its band's head. */
+  contended: boolean;
+  /** A priority request's lead over its account's place, in tokens (SERVICE_TIER_PRIORITY_LEAD_TOKENS). */
+  leadTokens?: number;
+}
+
+/** Where a job was placed: the priority it is added with, and whether other work of its band waited before it. */
+export interface Placed {
+  priority: number;
+  /** Jobs of its band were waiting (or on their way) when it was placed: a priority request's lead bought something. */
+  behindOthers: boolean;
+}
+
+/** Counts a job in its queue's backlog and returns its place: its band and fair share within it. */
+export async function placeJob(redis: Redis, queue: Queue, jobId: string, claim: FairClaim): Promise<Placed> {
+  const weight = clampWeight(claim.weight);
+  const cost = costUnits(claim.tokens, weight);
+  const lead = claim.tier === 'priority' ? (claim.leadTokens ?? 0) / tokensPerUnit / weight : 0;
+  const [priority, before] = await scripted(redis).fairPlace(
+    ...fairKeys(queue.name),
+    queue.keys.prioritized!,
+    jobId,
+    claim.tier,
+    claim.accountId,
+    weight,
+    String(cost),
+    String(lead),
+    claim.contended ? '1' : '0',
+    bandStart(claim.tier),
+    bandWidth,
+    queue.toKey(''),
+    Date.now(),
+  );
+  return { priority, behindOthers: before > 0 };
+}
+
+/**
+ * A job counted in its queue's backlog left it, once whoever reports it: taken by a worker (`jobKey`: the job's hash,
+ * whose priority moves its band's virtual time to its tag), or removed before it ran (its account gets its cost back).
+ */
+export async function jobLeft(redis: Redis, queueName: string, jobId: string, jobKey = ''): Promise<void> {
+  await scripted(redis).fairLeft(...fairKeys(queueName), jobId, jobKey, bandStart('default'), bandStart('flex'), bandWidth);
+}
+
+/** Removes a job that has not run yet, and uncounts it: whether it was removed (false: running, or gone already). */
+export async function removeWaitingJob(redis: Redis, queue: Queue, jobId: string): Promise<boolean> {
+  const removed = (await queue.remove(jobId)) === 1;
+  // Uncounted once whichever path removed it; a crash in between is repaired by the recount.
+  if (removed) await jobLeft(redis, queue.name, jobId);
+  return removed;
+}
+
+/** A queue's backlog by tier and account. */
+export async function readBacklog(redis: Redis, queueName: string): Promise<Array<[tier: ServiceTier, account: string, waiting: number]>> {
+  const fields = await redis.hgetall(backlogKey(queueName));
+  return Object.entries(fields).map(([field, count]) => {
+    const bar = field.indexOf('|');
+    return [field.slice(0, bar) as ServiceTier, field.slice(bar + 1), Number(count)];
+  });
+}
+
+/** A queue's backlog and the weights of the accounts in it, in one round trip (admission reads both). */
+export async function readBacklogAndWeights(redis: Redis, queueName: string): Promise<{ backlog: Array<[tier: ServiceTier, account: string, waiting: number]>; weights: Map<string, number> }> {
+  const [[, waiting], [, weights]] = (await together(redis).hgetall(backlogKey(queueName)).hgetall(waitingWeightsKey(queueName)).exec()) as [[unknown, Record<string, string>], [unknown, Record<string, string>]];
+  return {
+    backlog: Object.entries(waiting ?? {}).map(([field, count]) => {
+      const bar = field.indexOf('|');
+      return [field.slice(0, bar) as ServiceTier, field.slice(bar + 1), Number(count)];
+    }),
+    weights: new Map(Object.entries(weights ?? {}).map(([account, weight]) => [account, Number(weight) || 1])),
+  };
+}
+
+/** Jobs placed this recently may still be on their way to the queue (tagged, not yet added): the recount leaves them be. */
+const recountGraceMs = 10_000;
+const recountBatch = 200;
+
+/**
+ * Repairs a queue's backlog count: every counted job that no longer waits (its leaving lost with a process, or a
+ * path that removed it without saying) is uncounted. One worker per interval does it (a lock of the interval's
+ * length); O(backlog) in batches of 200, each a script of a few commands per job. Returns the jobs uncounted, or
+ * undefined when another worker holds the interval.
+ */
+export async function recount(redis: Redis, queue: Queue, intervalMs: number, graceMs = recountGraceMs): Promise<number | undefined> {
+  const locked = await redis.set(recountLockKey(queue.name), '1', 'PX', Math.max(1000, intervalMs - 100), 'NX');
+  if (locked !== 'OK') return undefined;
+  const keys = [...fairKeys(queue.name), queue.keys.prioritized!, queue.keys.delayed!, queue.keys.wait!];
+  const membersKey = keys[7]!;
+  let healed = 0;
+  let cursor = '0';
+  do {
+    const [next, fields] = await redis.hscan(membersKey, cursor, 'COUNT', recountBatch);
+    cursor = next;
+    const ids = fields.filter((_, i) => i % 2 === 0);
+    if (ids.length > 0) healed += await scripted(redis).fairRecount(...keys, graceMs, Date.now(), ...ids);
+  } while (cursor !== '0');
+  await scripted(redis).fairRecount(...keys, graceMs, Date.now());
+  return healed;
+}
+
+/**
+ * A job coming back to its queue (a retry, a vendor's 429 put back, a stalled job run again) has had its turn in
+ * the fair order: it returns to its band's head, not to a tag a shift or a reset since has made stale. One command,
+ * on these paths only.
+ */
+export async function backToBandHead(job: Job<{ serviceTier?: ServiceTier }>): Promise<boolean> {
+  const head = bandStart(job.data.serviceTier ?? 'default');
+  if (job.priority === head) return false;
+  await job.changePriority({ priority: head });
+  job.priority = head;
+  return true;
+}
