@@ -7,6 +7,7 @@ import { endpoints, type EndpointRequest } from '../shared/endpoints.js';
 import { GatewayError, timeoutError } from '../shared/errors.js';
 import { jobIdOf, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import { apiAliveKey, payloadKey, replayStreamKey } from '../shared/redis-keys.js';
+import { backToBandHead } from '../shared/scheduling/index.js';
 import { lazyChild, type Logger } from '../shared/logger.js';
 import type { ResponsesJob } from '../shared/responses.js';
 import { AnsweredFailure } from './answered-failure.js';
@@ -20,6 +21,7 @@ import { pipelines, type PipelineOutcome } from './pipelines.js';
 import { ReplyPublisher } from './reply-publisher.js';
 import { ResponsesRun } from './responses-run.js';
 import { Meter, settleJob, type SettlementDeps } from './settlement.js';
+import { tierFacts, tierRule, type TierRule } from './served-tier.js';
 import type { Lease, VendorLimiter } from './vendor-limiter.js';
 import type { CallContext, VendorHttp } from './vendors/types.js';
 
@@ -62,6 +64,8 @@ class JobRun {
   private request: EndpointRequest | undefined;
   private model: CatalogModel | undefined;
   private route: ResolvedRoute | undefined;
+  /** How the tier that serves it is decided, once its channel is known (`workers/served-tier.ts`). */
+  private tier: TierRule | undefined;
   private vendor = 'none';
   private responses: ResponsesRun | undefined;
   /** One signal for the vendor call: aborted by a cancel (client gone) or, with a timeout reason, at the deadline. */
@@ -156,6 +160,9 @@ class JobRun {
     const signal = this.controller!.signal;
     const route = (this.route = deps.router.route(this.model!));
     this.vendor = route.channel.vendor;
+    // The channel that answers decides how the tier is: a retry on another channel decides it again.
+    this.tier = tierRule(tierFacts(this.job, route.channel, deps.config.scheduling));
+    this.produced.servedTier = this.tier.before;
     this.lease = await deps.limiter.acquire(route.channel.vendor, data.deadline, signal);
     this.call.started(this.job, route, signal);
   }
@@ -170,6 +177,7 @@ class JobRun {
       ctx: this.callContext(route),
       publisher: this.publisher,
       produced: this.produced,
+      tier: this.tier!,
       media: this.deps.media,
       vendorDone: () => this.freeSlot(),
       vendorDoneBilling: () => {
@@ -193,6 +201,7 @@ class JobRun {
       model: route.model,
       log: this.log,
       http: this.deps.vendorHttp,
+      ...(this.tier?.sent !== undefined ? { serviceTier: this.tier.sent } : {}),
     };
   }
 
@@ -241,10 +250,12 @@ class JobRun {
         log.info({ delay: decision.delay }, 'vendor rate limited; rescheduling');
         // The first wait is remembered with the job: RATE_LIMIT_WAIT_MS bounds them all, whichever worker runs it next.
         if (data.rateLimitedSince === undefined) await job.updateData({ ...data, rateLimitedSince: Date.now() });
+        await backToBandHead(job);
         await job.moveToDelayed(Date.now() + decision.delay, this.token!);
         throw new DelayedError();
       case 'retry':
         log.warn({ status: error.status, delay: decision.delay }, 'vendor call failed; will retry');
+        await backToBandHead(job);
         throw error;
     }
   }
@@ -272,7 +283,7 @@ class JobRun {
   }
 
   private startResponses(job: ResponsesJob): ResponsesRun {
-    this.responses = new ResponsesRun(this.deps.redis, job, this.publisher, this.data.stream, this.deps.config.responseTtlSeconds);
+    this.responses = new ResponsesRun(this.deps.redis, job, this.publisher, this.data.stream, this.deps.config.responseTtlSeconds, this.tier);
     return this.responses;
   }
 

@@ -8,6 +8,7 @@ import { publishJobEvent, runMedia, type MediaDeps } from './media-processor.js'
 import type { ReplyPublisher } from './reply-publisher.js';
 import type { ResponsesRun } from './responses-run.js';
 import type { Meter } from './settlement.js';
+import type { TierRule } from './served-tier.js';
 import { callText, runTextStream } from './text-pipeline.js';
 import type { CallContext } from './vendors/types.js';
 
@@ -18,8 +19,10 @@ export interface PipelineRun {
   protocol: Protocol;
   ctx: CallContext;
   publisher: ReplyPublisher;
-  /** Takes what the answer used, for billing. */
+  /** Takes what the answer used, and the tier that served it, for billing. */
   produced: Meter;
+  /** How the tier that serves it is decided (`workers/served-tier.ts`): said in the answer, billed by settlement. */
+  tier: TierRule;
   media: MediaDeps;
   /** The vendor's part is over: its slot is freed. */
   vendorDone(): Promise<void>;
@@ -44,9 +47,7 @@ const inlineAsyncResultBytes = 256 * 1024;
 export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Promise<PipelineOutcome>> = {
   /** Chat, legacy completions and embeddings: streamed as the client's chunks, or one body. */
   async text(run) {
-    const { job, protocol, request, ctx, publisher, produced } = run;
-    // A job queued before tiers were carried, or of an endpoint without them, was served as `default`.
-    const tier = job.data.serviceTier ?? 'default';
+    const { job, protocol, request, ctx, publisher, produced, tier } = run;
     if (job.data.stream) {
       await runTextStream(protocol, request, ctx, publisher, run.vendorDoneBilling, produced, tier);
       return { answer: 'sent', result: {} };

@@ -9,6 +9,7 @@ import type { Meter } from './settlement.js';
 import { meterEvents } from './text-pipeline.js';
 import { adapterMethod } from './vendors/registry.js';
 import type { CallContext } from './vendors/types.js';
+import type { TierRule } from './served-tier.js';
 
 /**
  * Stores a response object over its record only while the record exists: a
@@ -33,21 +34,28 @@ export class ResponsesRun {
   /** Events go out as they come: the client streams, or the response is background (followed from its log). */
   private readonly visible: boolean;
 
+  /**
+   * `tier`: the rule of the tier that serves it (`workers/served-tier.ts`), once its channel is known: the
+   * object says that tier as `service_tier` (a native vendor's first chunk deciding it), not the one asked.
+   * Without it (the job failed before it had a channel) the object says the band the shell asked for.
+   */
   constructor(
     private readonly redis: Redis,
     private readonly job: ResponsesJob,
     private readonly publisher: ReplyPublisher,
     clientStreams: boolean,
     private readonly ttlSeconds: number,
+    tier?: TierRule,
   ) {
-    this.encoder = new ResponsesStreamEncoder(job.shell);
+    this.encoder = new ResponsesStreamEncoder(job.shell, tier ? { serviceTier: tier.before, answeredTier: tier.answered } : {});
     this.visible = clientStreams || job.shell.background;
   }
 
   /**
    * Runs the vendor stream to its end. Resolves to the body a plain request
    * is answered with, or undefined once a stream has ended. What the answer
-   * used goes to `produced`; `vendorDone` runs once the vendor is done.
+   * used, and the tier that served it, go to `produced`; `vendorDone` runs
+   * once the vendor is done.
    */
   async run(protocol: Protocol, ctx: CallContext, produced: Meter, vendorDone: () => Promise<unknown>): Promise<string | undefined> {
     if (this.job.shell.background) await this.store({ ...this.encoder.current(), status: 'in_progress' });
@@ -61,6 +69,7 @@ export class ResponsesRun {
       }
     } finally {
       produced.usage = this.encoder.usage;
+      produced.servedTier = this.encoder.serviceTier;
     }
     await vendorDone();
     const end = this.encoder.end();

@@ -10,6 +10,7 @@ import type { Config } from '../shared/config.js';
 import { actualCost } from '../shared/money/charge.js';
 import type { Metered, PriceList } from '../shared/money/pricing.js';
 import type { ChannelConfig } from '../shared/vendors.js';
+import type { ServiceTier } from '../shared/service-tier.js';
 import { countChatPromptTokensAsync, countTextTokensAsync } from '../shared/tokens.js';
 import type { Usage } from './vendors/types.js';
 import { settlementOverran, usageSettled } from './metrics.js';
@@ -32,6 +33,12 @@ export class Meter {
   /** For the request log: the answer's own id and its first choice's finish reason, once seen. */
   answerId: string | undefined;
   finishReason: string | undefined;
+  /**
+   * The tier that served the answer (`workers/served-tier.ts`): set once the job has a channel, and again
+   * when a vendor that sells tiers says which it served. What it is billed at and recorded as; unset (it
+   * reached no vendor, and used nothing), the band it was queued in.
+   */
+  servedTier: ServiceTier | undefined;
 }
 
 /** A count from the usage's `prompt_tokens_details` (0 when the vendor reports none). */
@@ -122,6 +129,7 @@ export async function settleJob(
   channel?: Pick<ChannelConfig, 'vendor' | 'protocol'>,
 ): Promise<void> {
   const metered = await meter(request, produced);
+  const tier = produced.servedTier ?? data.serviceTier ?? 'default';
   const entry: UsageEntry = {
     request_id: data.requestId,
     key_id: data.keyId,
@@ -134,9 +142,9 @@ export async function settleJob(
     images: metered.images,
     audio_seconds: metered.audioSeconds,
     video_seconds: metered.videoSeconds,
-    // At the prices of the tier that served it (absent: default), as its reservation was.
-    cost_micros: actualCost(deps.config, deps.prices, data.model, channel, metered, data.serviceTier),
-    service_tier: data.serviceTier ?? 'default',
+    // At the prices of the tier that served it, not the one asked for (its reservation covers every tier it may be billed at).
+    cost_micros: actualCost(deps.config, deps.prices, data.model, channel, metered, tier),
+    service_tier: tier,
     status,
     created: Math.floor(produced.started / 1000),
     duration_ms: Date.now() - produced.started,

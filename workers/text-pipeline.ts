@@ -2,21 +2,22 @@ import { GatewayError } from '../shared/errors.js';
 import type { EndpointRequest } from '../shared/endpoints.js';
 import { streamAliasKey } from '../shared/redis-keys.js';
 import { streamTrailer } from '../shared/reply.js';
-import { ChatStreamEncoder, encodeChatAnswer, usesLegacyFunctions, type ChatEncoderOptions } from './answers/chat-encoder.js';
-import type { ServiceTier } from '../shared/service-tier.js';
+import { answerTier, ChatStreamEncoder, encodeChatAnswer, usesLegacyFunctions, type ChatEncoderOptions } from './answers/chat-encoder.js';
+import type { TierRule } from './served-tier.js';
 import type { Protocol } from '../shared/vendor-definitions.js';
 import type { ReplyPublisher } from './reply-publisher.js';
 import { adapterMethod } from './vendors/registry.js';
 import type { Answer, AnswerEvent, CallContext } from './vendors/types.js';
 import type { Meter } from './settlement.js';
 
-function encoderOptions(request: EndpointRequest, ctx: CallContext, serviceTier: ServiceTier): ChatEncoderOptions {
+function encoderOptions(request: EndpointRequest, ctx: CallContext, tier: TierRule): ChatEncoderOptions {
+  const serviceTier = { serviceTier: tier.before, answeredTier: tier.answered };
   if (request.endpoint === 'chat.completions') {
     const payload = request.payload;
-    return { form: 'chat.completion', model: ctx.model.id, includeUsage: payload.stream_options?.include_usage === true, legacyFunctions: usesLegacyFunctions(payload), serviceTier };
+    return { form: 'chat.completion', model: ctx.model.id, includeUsage: payload.stream_options?.include_usage === true, legacyFunctions: usesLegacyFunctions(payload), ...serviceTier };
   }
   if (request.endpoint === 'completions') {
-    return { form: 'text_completion', model: ctx.model.id, includeUsage: request.payload.stream_options?.include_usage === true, legacyFunctions: false, serviceTier };
+    return { form: 'text_completion', model: ctx.model.id, includeUsage: request.payload.stream_options?.include_usage === true, legacyFunctions: false, ...serviceTier };
   }
   throw new GatewayError(400, `Streaming is not available for ${request.endpoint}.`, { param: 'stream' });
 }
@@ -30,8 +31,9 @@ function streamFor(protocol: Protocol, request: EndpointRequest, ctx: CallContex
 /**
  * A streamed chat or legacy completion: the adapter's events, encoded as the
  * client's chunks, go to the publisher as they come (it sends what one turn
- * of the event loop produced as one message). What it used goes to `produced`;
- * `serviceTier`, the tier that serves it, is said on each chat chunk.
+ * of the event loop produced as one message). What it used, and the tier
+ * that served it, go to `produced`; that tier (`tier`: the gateway's, or a
+ * native vendor's first chunk's word) is said on each chat chunk.
  */
 export async function runTextStream(
   protocol: Protocol,
@@ -40,9 +42,9 @@ export async function runTextStream(
   publisher: ReplyPublisher,
   vendorDone: () => Promise<unknown>,
   produced: Meter,
-  serviceTier: ServiceTier,
+  tier: TierRule,
 ): Promise<void> {
-  const encoder = new ChatStreamEncoder(encoderOptions(request, ctx, serviceTier));
+  const encoder = new ChatStreamEncoder(encoderOptions(request, ctx, tier));
   let named = false;
   try {
     for await (const events of streamFor(protocol, request, ctx)) {
@@ -57,6 +59,7 @@ export async function runTextStream(
     }
   } finally {
     produced.usage = encoder.usage;
+    produced.servedTier = encoder.serviceTier;
   }
   // The vendor is done: free its slot before the client hears the end, so a
   // client that sends its next request at once finds the slot free.
@@ -87,18 +90,19 @@ function keepAnswer(answer: Answer, produced: Meter): void {
   }
 }
 
-/** A plain chat completion, legacy completion or embeddings call: the client's body (a chat completion says `serviceTier`); what it used goes to `produced`. */
-export async function callText(protocol: Protocol, request: EndpointRequest, ctx: CallContext, produced: Meter, serviceTier: ServiceTier): Promise<string> {
+/**
+ * A plain chat completion, legacy completion or embeddings call: the client's body (a chat completion says the
+ * tier that served it: the gateway's, or a native vendor's word in its body); what it used, and that tier, go to `produced`.
+ */
+export async function callText(protocol: Protocol, request: EndpointRequest, ctx: CallContext, produced: Meter, tier: TierRule): Promise<string> {
   switch (request.endpoint) {
-    case 'chat.completions': {
-      const answer = await adapterMethod(protocol, 'chat')(request.payload, ctx);
-      keepAnswer(answer, produced);
-      return encodeChatAnswer(answer, encoderOptions(request, ctx, serviceTier));
-    }
+    case 'chat.completions':
     case 'completions': {
-      const answer = await adapterMethod(protocol, 'complete')(request.payload, ctx);
+      const answer = request.endpoint === 'chat.completions' ? await adapterMethod(protocol, 'chat')(request.payload, ctx) : await adapterMethod(protocol, 'complete')(request.payload, ctx);
       keepAnswer(answer, produced);
-      return encodeChatAnswer(answer, encoderOptions(request, ctx, serviceTier));
+      const options = encoderOptions(request, ctx, tier);
+      produced.servedTier = answerTier(answer, options);
+      return encodeChatAnswer(answer, options);
     }
     case 'embeddings': {
       const answer = await adapterMethod(protocol, 'embed')(request.payload, ctx);

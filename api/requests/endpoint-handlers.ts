@@ -126,7 +126,9 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
       if (body.stream && body.best_of != null && body.best_of > 1) throw invalidRequest('best_of cannot be used with stream.', 'best_of');
       refuseStreamOptionsWithoutStream(body);
       const promptTokens = await checkCompletionContext(model, body);
-      return { payload: body, stream: !!body.stream, promptTokens };
+      // `service_tier` is no part of the legacy completions API: it reaches no vendor, and the job carries no tier (billed `default`).
+      const { service_tier: _tier, ...payload } = body as typeof body & { service_tier?: unknown };
+      return { payload, stream: !!body.stream, promptTokens };
     },
   },
 

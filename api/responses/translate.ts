@@ -512,7 +512,8 @@ export function toChatRequest(
   if (request.temperature != null) chat.temperature = request.temperature;
   if (request.top_p != null) chat.top_p = request.top_p;
   if (request.user != null) chat.user = request.user;
-  // As the client named it: a vendor with tiers of its own (OpenAI) receives it, the others' adapters drop it.
+  // As the client named it; never sent as written: a vendor with tiers of its own (OpenAI) is sent the job's band in its
+  // place, every other vendor none (workers/served-tier.ts). The response object says the tier that served it.
   if (request.service_tier != null) chat.service_tier = request.service_tier;
   if (request.max_output_tokens != null) chat.max_completion_tokens = request.max_output_tokens;
   if (request.reasoning?.effort != null) chat.reasoning_effort = request.reasoning.effort;
@@ -555,6 +556,7 @@ export function buildShell(request: ResponsesRequest, id: string, modelId: strin
     store: request.store ?? true,
     background: request.background ?? false,
     user: request.user ?? null,
+    // The band it asks for; the worker's response object says the tier that served it (workers/served-tier.ts).
     service_tier: servingTier(request.service_tier),
   };
 }

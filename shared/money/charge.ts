@@ -17,7 +17,11 @@ function charged(prices: PriceList, modelId: string, mockAnswered: boolean, mock
   return prices.has(modelId) && (mockBilled || !mockAnswered);
 }
 
-/** The most a request may cost, reserved as it is queued (`tokens` counts against tokens-per-minute even when free). */
+/**
+ * The most a request may cost, reserved as it is queued (`tokens` counts against tokens-per-minute even when free):
+ * a chat or Responses request at the dearest tier it may be billed at (`tiersBilledFor` its band: a flex one at the
+ * default price, a priority one at the priority price), since the tier it is billed at is known only once served.
+ */
 export function worstCase(config: VendorConfig, prices: PriceList, request: EndpointRequest, modelId: string, firstVendor: string | undefined, promptTokens: number): WorstCase {
   // Before routing, the mock answers if it serves the model's first route or stands in for every vendor.
   return charged(prices, modelId, mockAnswers(config, firstVendor), config.mock.billed)
@@ -25,7 +29,7 @@ export function worstCase(config: VendorConfig, prices: PriceList, request: Endp
     : { micros: 0, tokens: promptTokens };
 }
 
-/** What a finished request costs: what it used at its tier's prices, or 0 when it is served free. */
+/** What a finished request costs: what it used at the prices of the tier that served it (`workers/served-tier.ts`), or 0 when it is served free. */
 export function actualCost(
   config: { mock: Pick<Config['mock'], 'billed'> },
   prices: PriceList,

@@ -236,11 +236,23 @@ function completionChoices(payload: Extract<EndpointRequest, { endpoint: 'comple
   return prompts * Math.max(payload.n ?? 1, payload.best_of ?? 1);
 }
 
-/** The tier a request is served in, from what it names (chat: `service_tier`; Responses: its shell's), as its job carries it. */
+/**
+ * The band a request asks to be served in, from what it names (chat: `service_tier`; Responses: its shell's);
+ * every other endpoint (legacy completions included, whose API has no `service_tier`) is `default`.
+ */
 function requestTier(request: EndpointRequest): ServiceTier {
   if (request.endpoint === 'chat.completions') return servingTier(request.payload.service_tier);
   if (request.endpoint === 'responses') return request.payload.shell.service_tier ?? 'default';
   return 'default';
+}
+
+/**
+ * The tiers a request queued in `band` may be billed at (`workers/served-tier.ts`): a flex or default one at
+ * flex or default (flex only when it was served so; where a vendor is not paid for flex, only when it waited),
+ * a priority one at any tier (priority only when it was served so). Never a tier above its band, or `default`.
+ */
+export function tiersBilledFor(band: ServiceTier): readonly ServiceTier[] {
+  return band === 'priority' ? serviceTiers : (['flex', 'default'] as const);
 }
 
 /**
@@ -390,9 +402,12 @@ export class PriceList {
    *   until decoded); a model without `per_minute` reserves its token prices
    *   (prompt plus `max_output_tokens`), which cannot include audio tokens.
    * - videos: `seconds` at the per-second price of the size.
-   * Chat and Responses requests are priced in the tier they name
-   * (`service_tier`, read as `servingTier` reads it for the job), as the
-   * charge will be.
+   * Chat and Responses requests are priced at the dearest tier they may be
+   * billed at (`tiersBilledFor` the band they name, read as `servingTier`
+   * reads it for the job): a flex request at the default price (it is billed
+   * default when it is not served as flex), a priority one at the priority
+   * price, so no tier the worker bills (`workers/served-tier.ts`) passes the
+   * reservation.
    */
   worstCaseMicros(modelId: string, request: EndpointRequest, promptTokens: number, maxAudioSeconds = DEFAULT_MAX_AUDIO_SECONDS): WorstCase {
     const price = this.entry(modelId).compiled;
@@ -409,7 +424,7 @@ export class PriceList {
       return modelMax > 0 ? Math.min(most, modelMax) : most;
     };
     const generating = (maxOutput: number) => ({
-      micros: this.marked(this.tiered(promptCost + mulCeilDiv(maxOutput, rates.output, TOKENS_PER_PRICE), requestTier(request))),
+      micros: this.marked(this.worstTiered(promptCost + mulCeilDiv(maxOutput, rates.output, TOKENS_PER_PRICE), requestTier(request))),
       tokens: prompt + maxOutput,
     });
     const only = (cost: number) => ({ micros: this.marked(cost), tokens: prompt });
@@ -454,6 +469,13 @@ export class PriceList {
   private ratesFor(price: Compiled, promptTokens: number): TokenRates {
     const long = price.longContext;
     return long && promptTokens > long.aboveTokens ? long.rates : price.rates;
+  }
+
+  /** A token cost at the dearest of the tiers a request of `band` may be billed at: its reservation. */
+  private worstTiered(cost: number, band: ServiceTier): number {
+    let worst = 0;
+    for (const tier of tiersBilledFor(band)) worst = Math.max(worst, this.tiered(cost, tier));
+    return worst;
   }
 
   /** A token cost at a tier's prices: times its multiple, one rounding, up. */

@@ -232,7 +232,8 @@ describe("the gateway's own output against the OpenAI OpenAPI spec", () => {
     it('the Responses API: create, stream, tools, retrieve, input items', () => checkResponses(call, 'mock-chat', 'mock', toolPrompt));
 
     it('service_tier: the tier that served each answer, on a chat completion, every chunk, and the Response object and its events', async () => {
-      const served = { priority: 'priority', fast: 'priority', default: 'default', auto: 'default', scale: 'default', flex: 'flex' } as const;
+      // The mock sells no tiers and nothing waits here: priority (not granted) and flex (not deferred) are served as default.
+      const served = { priority: 'default', fast: 'default', default: 'default', auto: 'default', scale: 'default', flex: 'default' } as const;
       for (const [asked, tier] of Object.entries(served)) {
         const messages = [{ role: 'user', content: 'Hello' }];
         const plain = valid('CreateChatCompletionResponse', await call.post('/v1/chat/completions', { model: 'mock-chat', messages, service_tier: asked }), 200, `chat, ${asked}`);
@@ -413,6 +414,8 @@ describe("the gateway's own output against the OpenAI OpenAPI spec", () => {
           REDIS_URL: fresh.url,
           OPENAI_API_KEY: 'sk-openai-test',
           OPENAI_BASE_URL: openai.url,
+          // Every tier granted, so OpenAI is sent priority as asked.
+          SERVICE_TIERS_GRANTED: 'priority,default,flex',
           DEEPSEEK_API_KEY: 'sk-deepseek-test',
           DEEPSEEK_BASE_URL: deepseek.url,
           XAI_API_KEY: 'xai-test',
@@ -455,21 +458,22 @@ describe("the gateway's own output against the OpenAI OpenAPI spec", () => {
       });
     }
 
-    it('service_tier: OpenAI receives the tier as the client named it, and the answer says the tier that served it; the other vendors never receive it', async () => {
+    it('service_tier: OpenAI receives the tier it is queued in, and the answer says the tier that served it; the other vendors never receive it', async () => {
       const messages = [{ role: 'user', content: 'Hello' }];
-      for (const asked of ['flex', 'priority', 'default', 'auto']) {
+      const band = { flex: 'flex', priority: 'priority', default: 'default', auto: 'default' } as const;
+      for (const asked of ['flex', 'priority', 'default', 'auto'] as const) {
         openai.requests.length = 0;
         valid('CreateChatCompletionResponse', await call.post('/v1/chat/completions', { model: 'gpt-4o-mini', messages, service_tier: asked }), 200, `openai chat, ${asked}`);
         checkChatStream(await call.post('/v1/chat/completions', { model: 'gpt-4o-mini', messages, service_tier: asked, stream: true }), `openai chat stream, ${asked}`);
         valid('Response', await call.post('/v1/responses', { model: 'gpt-4o-mini', input: 'Hello', service_tier: asked }), 200, `openai responses, ${asked}`);
         const sent = openai.requests.filter((request) => request.path.startsWith('/v1/chat/completions')).map((request) => (request.body as Json).service_tier);
-        assert.deepEqual(sent, [asked, asked, asked], `what OpenAI received for ${asked}`);
+        assert.deepEqual(sent, [band[asked], band[asked], band[asked]], `what OpenAI received for ${asked}`);
       }
-      // OpenAI's own echo (here the tier it says it used) is replaced by the tier the gateway served and bills.
+      // OpenAI's own echo (here: it served a priority request as default) is the tier echoed and billed.
       openai.requests.length = 0;
       openai.enqueue({ json: { id: 'chatcmpl-tier', object: 'chat.completion', created: 1, model: 'gpt-4o-mini', service_tier: 'default', choices: [{ index: 0, message: { role: 'assistant', content: 'Hi', refusal: null }, logprobs: null, finish_reason: 'stop' }], usage: { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6 } } });
-      const replaced = valid('CreateChatCompletionResponse', await call.post('/v1/chat/completions', { model: 'gpt-4o-mini', messages, service_tier: 'priority' }), 200, 'openai echo replaced');
-      assert.equal(replaced.service_tier, 'priority');
+      const downgraded = valid('CreateChatCompletionResponse', await call.post('/v1/chat/completions', { model: 'gpt-4o-mini', messages, service_tier: 'priority' }), 200, 'openai downgraded');
+      assert.equal(downgraded.service_tier, 'default');
       const chunk = (fields: Json) => `data: ${JSON.stringify({ id: 'chatcmpl-tier', object: 'chat.completion.chunk', created: 1, model: 'gpt-4o-mini', service_tier: null, ...fields })}\n\n`;
       openai.enqueue({
         sse:
@@ -478,17 +482,19 @@ describe("the gateway's own output against the OpenAI OpenAPI spec", () => {
           chunk({ choices: [], usage: { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6 } }) +
           'data: [DONE]\n\n',
       });
-      const flexChunks = checkChatStream(await call.post('/v1/chat/completions', { model: 'gpt-4o-mini', messages, service_tier: 'flex', stream: true, stream_options: { include_usage: true } }), 'openai stream echo replaced');
+      // A stream whose chunks say no tier was served in the tier it was sent.
+      const flexChunks = checkChatStream(await call.post('/v1/chat/completions', { model: 'gpt-4o-mini', messages, service_tier: 'flex', stream: true, stream_options: { include_usage: true } }), 'openai stream without a tier');
       assert.deepEqual(flexChunks.map((c) => c.service_tier), ['flex', 'flex', 'flex']);
 
       for (const [vendor, model] of vendors.filter(([name]) => name !== 'openai')) {
         const fake = { anthropic, google: gemini, deepseek, xai }[vendor as 'anthropic' | 'google' | 'deepseek' | 'xai'];
         fake.requests.length = 0;
         const plain = valid('CreateChatCompletionResponse', await call.post('/v1/chat/completions', { model, messages, service_tier: 'flex' }), 200, `${vendor} chat, flex`);
-        assert.equal(plain.service_tier, 'flex', `${vendor}: the answer says flex`);
+        // Served at once, where nothing waited: neither deferred (flex) nor ahead of anything (priority).
+        assert.equal(plain.service_tier, 'default', `${vendor}: the answer says default`);
         const stream = checkChatStream(await call.post('/v1/chat/completions', { model, messages, service_tier: 'priority', stream: true }), `${vendor} chat stream, priority`);
-        assert.deepEqual([...new Set(stream.map((c) => c.service_tier))], ['priority'], `${vendor}: every chunk says priority`);
-        assert.equal(valid('Response', await call.post('/v1/responses', { model, input: 'Hello', service_tier: 'flex' }), 200, `${vendor} responses, flex`).service_tier, 'flex');
+        assert.deepEqual([...new Set(stream.map((c) => c.service_tier))], ['default'], `${vendor}: every chunk says default`);
+        assert.equal(valid('Response', await call.post('/v1/responses', { model, input: 'Hello', service_tier: 'flex' }), 200, `${vendor} responses, flex`).service_tier, 'default');
         assert.equal(fake.requests.length, 3, `${vendor}: three calls`);
         for (const request of fake.requests) assert.equal((request.body as Json).service_tier, undefined, `${vendor} received no service_tier`);
       }

@@ -7,7 +7,7 @@ import { readFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { buildDefaultResponse } from './fake-openai-defaults.js';
-import type { DefaultOptions } from './fake-openai-defaults.js';
+import type { DefaultAnswer, DefaultOptions } from './fake-openai-defaults.js';
 import { closeServer, FakePauses, listenOnLoopback } from './fake-server.js';
 
 export interface RecordedRequest {
@@ -55,11 +55,25 @@ export type FakeResponse =
 /** Returns the response for a request, or undefined for the built-in OpenAI behaviour. */
 export type FakeHandler = (request: RecordedRequest) => FakeResponse | undefined | Promise<FakeResponse | undefined>;
 
+/**
+ * The `service_tier` the default chat answers say they were served in (the body's, and every chunk's):
+ * a value (null included), or one per request. Unset: they say none, as before tiers.
+ */
+export type FakeServiceTier = string | null | ((request: RecordedRequest) => string | null | undefined);
+
+/** What OpenAI does: it answers the tier it was asked for (`default` when asked none). */
+export const echoServiceTier: FakeServiceTier = (request) => {
+  const asked = (request.body as { service_tier?: unknown } | undefined)?.service_tier;
+  return typeof asked === 'string' ? asked : 'default';
+};
+
 export interface FakeOpenAIOptions extends DefaultOptions {
   /** Record requests in `requests` (default true); benchmarks turn it off to keep memory flat. */
   record?: boolean;
   /** Delay before every default answer. */
   latencyMs?: number;
+  /** The `service_tier` default chat answers say (unset: none). */
+  serviceTier?: FakeServiceTier;
 }
 
 export interface FakeOpenAI {
@@ -74,7 +88,9 @@ export interface FakeOpenAI {
   readonly connections: number;
   enqueue(...responses: FakeResponse[]): void;
   setDefault(handler: FakeHandler | null): void;
-  /** Forgets recorded requests, queued responses, the default handler, and zeroes the counters. */
+  /** The `service_tier` default chat answers say from now on (undefined: back to the option's); `reset` forgets it. */
+  setServiceTier(tier: FakeServiceTier | undefined): void;
+  /** Forgets recorded requests, queued responses, the default handler, the tier set, and zeroes the counters. */
   reset(): void;
   close(): Promise<void>;
 }
@@ -111,6 +127,21 @@ function splitBySize(body: Buffer, size: number): Buffer[] {
   return pieces;
 }
 
+/** A default chat answer saying `tier` as its `service_tier`: the body's, or every chunk's (the answer is cached: a copy is made). */
+function withServiceTier(answer: DefaultAnswer, tier: string | null): DefaultAnswer {
+  const stamp = (json: string) => JSON.stringify({ ...(JSON.parse(json) as Record<string, unknown>), service_tier: tier });
+  if (answer.kind === 'json') {
+    if (answer.status !== 200) return answer;
+    return { ...answer, body: Buffer.from(stamp(answer.body.toString('utf8'))) };
+  }
+  const events = answer.events.map((event) => {
+    const text = event.toString('utf8');
+    const data = /^data: (\{.*\})\n\n$/s.exec(text);
+    return data ? Buffer.from(`data: ${stamp(data[1]!)}\n\n`) : event;
+  });
+  return { kind: 'sse', body: Buffer.concat(events), events };
+}
+
 function mergeHeaders(headers: Record<string, string> | undefined, fallback: Record<string, string>) {
   return { ...fallback, ...headers };
 }
@@ -121,6 +152,7 @@ export async function startFakeOpenAI(options: FakeOpenAIOptions = {}): Promise<
   const pauses = new FakePauses();
   const wait = (ms: number) => pauses.wait(ms);
   let defaultHandler: FakeHandler | null = null;
+  let serviceTier: FakeServiceTier | undefined = options.serviceTier;
   let inFlight = 0;
   let maxInFlight = 0;
   let abortedRequests = 0;
@@ -181,7 +213,11 @@ export async function startFakeOpenAI(options: FakeOpenAIOptions = {}): Promise<
       if ('sseFile' in scripted) return writeSse(res, scripted, await loadSseFile(scripted.sseFile));
     }
 
-    const answer = buildDefaultResponse(request, options);
+    let answer = buildDefaultResponse(request, options);
+    if (serviceTier !== undefined && request.path.split('?')[0] === '/v1/chat/completions') {
+      const tier = typeof serviceTier === 'function' ? serviceTier(request) : serviceTier;
+      if (tier !== undefined) answer = withServiceTier(answer, tier);
+    }
     if (answer.kind === 'json') {
       res.writeHead(answer.status, { 'content-type': 'application/json', 'content-length': String(answer.body.length) });
       res.end(answer.body);
@@ -285,10 +321,14 @@ export async function startFakeOpenAI(options: FakeOpenAIOptions = {}): Promise<
     setDefault(handler) {
       defaultHandler = handler;
     },
+    setServiceTier(tier) {
+      serviceTier = tier === undefined ? options.serviceTier : tier;
+    },
     reset() {
       queue.length = 0;
       requests.length = 0;
       defaultHandler = null;
+      serviceTier = options.serviceTier;
       maxInFlight = inFlight;
       abortedRequests = 0;
       connections = 0;

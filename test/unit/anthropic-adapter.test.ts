@@ -28,7 +28,7 @@ import {
   type FakeAnthropic,
 } from '../support/fake-anthropic.js';
 import { wireFixture } from '../support/fixtures.js';
-import { gatewayError } from '../support/assertions.js';
+import { collect, gatewayError } from '../support/assertions.js';
 import { loadConfig } from '../../shared/config.js';
 import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
 
@@ -160,6 +160,16 @@ describe('anthropic adapter: outgoing request', () => {
     assert.equal(request.headers['anthropic-version'], '2023-06-01');
     assert.equal(request.headers['content-type'], 'application/json');
     assert.equal(request.headers.authorization, undefined);
+  });
+
+  it('never sends service_tier (Anthropic sells no OpenAI tiers): not the request\'s, not the job\'s band', async () => {
+    for (const tier of ['flex', 'priority', 'auto', 'scale'] as const) {
+      fake.reset();
+      assert.deepEqual(await sent(chat({ service_tier: tier }), context({ serviceTier: tier === 'auto' || tier === 'scale' ? 'default' : tier })), bodyWith({}), tier);
+      fake.reset();
+      await collect(anthropicAdapter.streamChat!(chat({ service_tier: tier, stream: true }), context()));
+      assert.equal('service_tier' in (fake.requests[0]!.body as object), false, `${tier}, streamed`);
+    }
   });
 
   it('always sends max_tokens: the client value, else the catalog default, else min(4096, max output)', async () => {

@@ -120,6 +120,40 @@ describe('openai adapter: outgoing requests', () => {
     assert.equal(Buffer.from(body.data[0]!.embedding, 'base64').length, 4 * 4);
     assert.deepEqual(result.usage, { prompt_tokens: 2, completion_tokens: 0, total_tokens: 2 });
   });
+
+  it("sends the job's band as service_tier to a vendor that sells tiers, never the client's word (auto, scale, fast)", async () => {
+    for (const asked of ['auto', 'scale', 'fast', 'flex', undefined]) {
+      fake.reset();
+      const request = chatRequest(asked ? { service_tier: asked } : {});
+      await openaiAdapter.chat!(request, { ...context(), serviceTier: 'flex' });
+      await collect(openaiAdapter.streamChat!({ ...request, stream: true }, { ...context(), serviceTier: 'priority' }));
+      assert.deepEqual(fake.requests.map((sent) => (sent.body as { service_tier?: unknown }).service_tier), ['flex', 'priority'], `asked ${asked}`);
+    }
+  });
+
+  it('sends no service_tier to a vendor that sells none (DeepSeek, xAI, any OpenAI-compatible server), nor on a legacy completion or embeddings', async () => {
+    const compatible = { ...context(), channel: { vendor: 'vllm', baseUrl: fake.url, apiKey: KEY } };
+    await openaiAdapter.chat!(chatRequest({ service_tier: 'flex' }), compatible);
+    await collect(openaiAdapter.streamChat!(chatRequest({ service_tier: 'priority', stream: true }), compatible));
+    const completion = { model: 'instruct', prompt: 'Say hi', max_tokens: 5, service_tier: 'flex' } as CompletionRequest;
+    await openaiAdapter.complete!(completion, { ...context(), serviceTier: 'flex' });
+    await collect(openaiAdapter.streamCompletion!({ ...completion, stream: true }, { ...context(), serviceTier: 'flex' }));
+    await openaiAdapter.embed!({ model: 'emb', input: 'a', service_tier: 'flex' } as EmbeddingRequest, { ...context(), serviceTier: 'flex' });
+    assert.equal(fake.requests.length, 5);
+    for (const sent of fake.requests) assert.equal('service_tier' in (sent.body as object), false, sent.path);
+  });
+
+  it('reads the service_tier the answer says: the body, and a stream from its first chunk', async () => {
+    fake.setServiceTier('default');
+    const answer = await openaiAdapter.chat!(chatRequest(), { ...context(), serviceTier: 'priority' });
+    assert.equal(answer.serviceTier, 'default');
+    fake.setServiceTier(null);
+    assert.equal((await openaiAdapter.chat!(chatRequest(), context())).serviceTier, undefined, 'null says none');
+    const first = (fields: Record<string, unknown>) => ({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'm', ...fields });
+    fake.enqueue({ sse: sseOf(first({ service_tier: 'flex', choices: [{ index: 0, delta: { content: 'a' }, finish_reason: null }] }), first({ service_tier: 'default', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] }), '[DONE]') });
+    const events = (await collect(openaiAdapter.streamChat!(chatRequest({ stream: true }), { ...context(), serviceTier: 'flex' }))).flat();
+    assert.deepEqual(events.filter((event) => event.type === 'start').map((event) => event.type === 'start' && event.serviceTier), ['flex']);
+  });
 });
 
 describe('openai adapter: answers', () => {

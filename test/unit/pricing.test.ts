@@ -15,6 +15,7 @@ import {
   PriceList,
   microsToUsd,
   reservedPromptTokens,
+  tiersBilledFor,
   usdToMicros,
   type Metered,
   type Pricing,
@@ -442,20 +443,33 @@ describe('service tiers', () => {
     assert.equal(huge.costMicros('gpt-4o', use({ outputTokens: 1_000_000_000 }), 'priority'), Number((BigInt(big) * 999_999_999n + 999_999n) / 1_000_000n));
   });
 
-  it('reserves at the tier a chat or Responses request names, rounding up', () => {
+  it('reserves at the dearest tier a chat or Responses request may be billed at: flex at the default price, priority at the priority price, rounding up', () => {
     const listed = tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500 }), 1000);
     assert.deepEqual(listed, { micros: 3_146 + 5_000, tokens: 1_500 });
     assert.deepEqual(tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'auto' }), 1000), listed);
-    assert.deepEqual(tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'flex' }), 1000), { micros: 4_073, tokens: 1_500 });
+    // A flex request is billed default when it is not served as flex: it is reserved at the default price.
+    assert.deepEqual(tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'flex' }), 1000), listed);
     assert.deepEqual(tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'priority' }), 1000), { micros: 16_292, tokens: 1_500 });
     assert.deepEqual(tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'fast' }), 1000), { micros: 16_292, tokens: 1_500 });
-    assert.deepEqual(tiered.worstCaseMicros('gpt-4o', responses('flex', 500), 1000), { micros: 4_073, tokens: 1_500 });
+    assert.deepEqual(tiered.worstCaseMicros('gpt-4o', responses('flex', 500), 1000), listed);
+    assert.deepEqual(tiered.worstCaseMicros('gpt-4o', responses('priority', 500), 1000), { micros: 16_292, tokens: 1_500 });
     assert.deepEqual(tiered.worstCaseMicros('gpt-4o', responses(undefined, 500), 1000), listed);
-    // The reservation covers the charge of the most the request may use, in every tier.
-    for (const tier of ['priority', 'default', 'flex'] as const) {
-      const charge = tiered.costMicros('gpt-4o', use({ inputTokens: reservedPromptTokens(1000), outputTokens: 500 }), tier);
-      assert.ok(tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: tier }), 1000).micros >= charge, tier);
+    // A legacy completion has no tier: listed price, whatever its body says.
+    const completion = { endpoint: 'completions', payload: { model: 'gpt-4o', prompt: 'hi', max_tokens: 500, service_tier: 'priority' } } as unknown as EndpointRequest;
+    assert.deepEqual(tiered.worstCaseMicros('gpt-4o', completion, 1000), listed);
+    // The reservation covers the charge of the most the request may use, at every tier it may be billed at.
+    for (const band of ['priority', 'default', 'flex'] as const) {
+      assert.ok(tiersBilledFor(band).includes('default'), `${band} may be billed default`);
+      for (const tier of tiersBilledFor(band)) {
+        const charge = tiered.costMicros('gpt-4o', use({ inputTokens: reservedPromptTokens(1000), outputTokens: 500 }), tier);
+        assert.ok(tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: band }), 1000).micros >= charge, `${band} billed ${tier}`);
+      }
     }
+    // Whatever the tier prices: a flex price above the default one (an operator's odd choice) is reserved too.
+    const odd = new PriceList(catalog.all(), { tierPrices: { priority: { numerator: 1, denominator: 2 }, default: { numerator: 1, denominator: 1 }, flex: { numerator: 3, denominator: 2 } } });
+    const oddFlex = odd.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'flex' }), 1000).micros;
+    assert.equal(odd.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'priority' }), 1000).micros, oddFlex, 'priority may be billed flex');
+    assert.ok(oddFlex > listed.micros);
   });
 
   it('lists each tier multiple as an exact decimal, from the configuration', () => {

@@ -13,8 +13,16 @@ export interface ChatEncoderOptions {
   includeUsage: boolean;
   /** The client used the deprecated `functions`: one `function_call` instead of `tool_calls`. */
   legacyFunctions: boolean;
-  /** The tier that served the answer: a chat completion and each of its chunks say it as `service_tier` (a text completion has no such field). */
+  /**
+   * The tier that served the answer (`workers/served-tier.ts`): a chat completion and each of its chunks say it as
+   * `service_tier`, in place of the vendor's own word (a text completion has no such field).
+   */
   serviceTier: ServiceTier;
+  /**
+   * Where the vendor's answer decides the tier (a vendor that sells tiers): the tier served, given what the
+   * stream's first chunk says (its `start` event's `serviceTier`). A stream's chunks then all say that tier.
+   */
+  answeredTier?: (said: string | undefined) => ServiceTier;
 }
 
 /**
@@ -75,8 +83,17 @@ export class ChatStreamEncoder {
   answerId: string | undefined;
   private head = '';
   private nextId = 0;
+  private tier: ServiceTier;
+  private heardTier = false;
 
-  constructor(private readonly options: ChatEncoderOptions) {}
+  constructor(private readonly options: ChatEncoderOptions) {
+    this.tier = options.serviceTier;
+  }
+
+  /** The tier the chunks say served the answer: `serviceTier`, or from the first chunk's word (`answeredTier`) once it came. */
+  get serviceTier(): ServiceTier {
+    return this.tier;
+  }
 
   /** The SSE frames of one batch of events ('' when they say nothing the client gets). */
   encode(events: readonly AnswerEvent[]): EncodedFrames {
@@ -84,7 +101,14 @@ export class ChatStreamEncoder {
     const first = this.nextId;
     for (const event of events) {
       if (event.type === 'usage') this.usage = event.usage;
-      else if (event.type === 'start') this.answerId = event.id;
+      else if (event.type === 'start') {
+        this.answerId = event.id;
+        // Before any chunk is written: the start event comes first, carried by (or before) the first chunk.
+        if (this.options.answeredTier && !this.heardTier) {
+          this.heardTier = true;
+          this.tier = this.options.answeredTier(event.serviceTier);
+        }
+      }
       if (event.wire !== undefined) {
         if (event.wire !== '' && (event.type !== 'usage' || this.options.includeUsage)) frames += `id: ${this.nextId++}\ndata: ${this.stamped(event.wire)}\n\n`;
         continue;
@@ -97,7 +121,7 @@ export class ChatStreamEncoder {
 
   /** A vendor's own chunk with the serving tier (chat chunks only). */
   private stamped(wire: string): string {
-    return this.options.form === 'chat.completion' ? withServiceTier(wire, this.options.serviceTier) : wire;
+    return this.options.form === 'chat.completion' ? withServiceTier(wire, this.tier) : wire;
   }
 
   private chunkOf(event: AnswerEvent): string | undefined {
@@ -106,7 +130,7 @@ export class ChatStreamEncoder {
       case 'start': {
         const model = JSON.stringify(event.model ?? this.options.model);
         const fingerprint = event.systemFingerprint === undefined ? '' : `,"system_fingerprint":${JSON.stringify(event.systemFingerprint)}`;
-        const tier = form === 'chat.completion' ? `,${TIER_KEY}"${this.options.serviceTier}"` : '';
+        const tier = form === 'chat.completion' ? `,${TIER_KEY}"${this.tier}"` : '';
         this.head = `{"id":${JSON.stringify(event.id)},"object":"${form === 'chat.completion' ? 'chat.completion.chunk' : 'text_completion'}","created":${event.created},"model":${model}${tier}${fingerprint}`;
         return undefined;
       }
@@ -151,10 +175,16 @@ function functionCallDelta(event: ToolCallEvent): string {
   return `{"function_call":{"name":${JSON.stringify(event.name)},"arguments":${args}}}`;
 }
 
+/** The tier a plain answer says served it: `serviceTier`, or, where the answer decides (`answeredTier`), from what its body says. */
+export function answerTier(answer: Pick<Answer, 'serviceTier'>, options: Pick<ChatEncoderOptions, 'serviceTier' | 'answeredTier'>): ServiceTier {
+  return options.answeredTier ? options.answeredTier(answer.serviceTier) : options.serviceTier;
+}
+
 /** A plain answer as the body of `chat.completion` (or `text_completion`); the vendor's own body when it already is that. */
 export function encodeChatAnswer(answer: Answer, options: Omit<ChatEncoderOptions, 'includeUsage'>): string {
   const { form, legacyFunctions } = options;
-  if (answer.wire !== undefined) return form === 'chat.completion' ? withServiceTier(answer.wire, options.serviceTier) : answer.wire;
+  const tier = answerTier(answer, options);
+  if (answer.wire !== undefined) return form === 'chat.completion' ? withServiceTier(answer.wire, tier) : answer.wire;
   const choices = answer.choices.map((choice) => {
     const finish_reason = finishReasonFor(choice.finishReason, legacyFunctions);
     if (form === 'text_completion') return { text: choice.text ?? '', index: choice.index, logprobs: null, finish_reason };
@@ -171,7 +201,7 @@ export function encodeChatAnswer(answer: Answer, options: Omit<ChatEncoderOption
     object: form,
     created: answer.created,
     model: answer.model ?? options.model,
-    ...(form === 'chat.completion' ? { service_tier: options.serviceTier } : {}),
+    ...(form === 'chat.completion' ? { service_tier: tier } : {}),
     choices,
   };
   if (answer.usage !== undefined) body.usage = answer.usage;

@@ -38,6 +38,12 @@ export interface StartEvent extends Carried {
   /** The model name the answer carries; the encoder uses the client's model id when absent. */
   model?: string;
   systemFingerprint?: string;
+  /**
+   * The `service_tier` the vendor's first chunk says it served the answer in,
+   * as written (`default`, `flex`, `priority`, `scale`, …); absent when it
+   * says none. Read only for a vendor that sells tiers (`workers/served-tier.ts`).
+   */
+  serviceTier?: string;
 }
 
 /** A choice (candidate) begins: the assistant's turn. */
@@ -108,6 +114,8 @@ export interface Answer {
   choices: AnswerChoice[];
   usage?: Usage;
   wire?: string;
+  /** The `service_tier` the vendor's body says it served the answer in, as written; absent when it says none (see `StartEvent`). */
+  serviceTier?: string;
 }
 
 /** A finished embeddings call: the body in the client's form (a list of vectors has one form), and usage for billing. */

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Answer, AnswerEvent, FinishReason, ToolCallEvent, Usage } from './events.js';
 import type { ResponseError, ResponseShell, ResponseStatus } from '../../shared/responses.js';
+import type { ServiceTier } from '../../shared/service-tier.js';
 import {
   CANCELLED,
   frame,
@@ -68,12 +69,25 @@ export class ResponsesStreamEncoder {
   private frames = '';
   private count = 0;
 
-  constructor(
-    private readonly shell: ResponseShell,
-    options: { firstSequence?: number } = {},
-  ) {
+  private shell: ResponseShell;
+  private readonly answeredTier: ((said: string | undefined) => ServiceTier) | undefined;
+
+  /**
+   * `serviceTier`: the tier that serves the response (`workers/served-tier.ts`), said as the object's
+   * `service_tier` in place of the shell's (the band it asked for); `answeredTier`: where the vendor's answer
+   * decides it, the tier served given what its first chunk says (the `start` event, read before
+   * `response.created` is written).
+   */
+  constructor(shell: ResponseShell, options: { firstSequence?: number; serviceTier?: ServiceTier; answeredTier?: (said: string | undefined) => ServiceTier } = {}) {
+    this.shell = options.serviceTier === undefined ? shell : { ...shell, service_tier: options.serviceTier };
+    this.answeredTier = options.answeredTier;
     this.sequence = options.firstSequence ?? 0;
     this.status = shell.background ? 'queued' : 'in_progress';
+  }
+
+  /** The tier the response object says served it. */
+  get serviceTier(): ServiceTier {
+    return this.shell.service_tier ?? 'default';
   }
 
   /** Sequence number the next event gets. */
@@ -158,6 +172,7 @@ export class ResponsesStreamEncoder {
   private onEvent(event: AnswerEvent): void {
     switch (event.type) {
       case 'start':
+        if (this.answeredTier && !this.started) this.shell = { ...this.shell, service_tier: this.answeredTier(event.serviceTier) };
         this.ensureStarted();
         return;
       case 'role':

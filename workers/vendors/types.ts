@@ -8,6 +8,7 @@ import type { CompletionRequest } from '../../shared/schemas/completions.js';
 import type { EmbeddingRequest } from '../../shared/schemas/embeddings.js';
 import type { ImageGenerationRequest } from '../../shared/schemas/images.js';
 import type { ImageEditInput, ImageVariationInput, TranscriptionInput, VideoInput } from '../../shared/schemas/media-inputs.js';
+import type { ServiceTier } from '../../shared/service-tier.js';
 import type { Channel } from '../../shared/vendors.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import type { Answer, AnswerEvent, EmbeddingsAnswer } from '../answers/events.js';
@@ -47,6 +48,11 @@ export interface CallContext {
   model: CatalogModel;
   log: Logger;
   http: VendorHttp;
+  /**
+   * The `service_tier` a chat call sends (`workers/served-tier.ts`): the job's band, only to a vendor that sells
+   * tiers itself (SERVICE_TIER_NATIVE_VENDORS). Absent: the vendor never sees `service_tier`, whatever the request says.
+   */
+  serviceTier?: ServiceTier;
 }
 
 /**

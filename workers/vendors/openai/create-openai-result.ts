@@ -36,6 +36,8 @@ export async function createOpenAIAnswer(path: string, body: string, ctx: CallCo
   };
   if (typeof fields.model === 'string') answer.model = fields.model;
   if (typeof fields.system_fingerprint === 'string') answer.systemFingerprint = fields.system_fingerprint;
+  // The tier the vendor says it served (OpenAI may serve a priority or flex request as `default`).
+  if (typeof fields.service_tier === 'string') answer.serviceTier = fields.service_tier;
   if (usage !== undefined) answer.usage = usage;
   return answer;
 }

@@ -11,14 +11,16 @@ export { mapOpenAIError, scrubSecrets } from './map-openai-error.js';
 
 /**
  * OpenAI and every OpenAI-compatible API (DeepSeek, xAI, vLLM, Ollama):
- * requests pass through with the upstream model id, answers come back in the
- * client's own wire form (carried as `wire`) with the events they mean.
+ * requests pass through with the upstream model id (and `service_tier` only
+ * as `ctx.serviceTier` sets it), answers come back in the client's own wire
+ * form (carried as `wire`) with the events they mean, and the `service_tier`
+ * they say (`serviceTier` of the answer or of its start event).
  */
 export const openaiAdapter: VendorAdapter = {
-  chat: (request, ctx) => createOpenAIAnswer(openaiApi.paths.chat, buildOpenAIBody(request, ctx), ctx),
-  streamChat: (request, ctx) => streamOpenAIEvents(openaiApi.paths.chat, buildOpenAIStreamBody(request, ctx), ctx),
-  complete: (request, ctx) => createOpenAIAnswer(openaiApi.paths.completions, buildOpenAIBody(request, ctx), ctx),
-  streamCompletion: (request, ctx) => streamOpenAIEvents(openaiApi.paths.completions, buildOpenAIStreamBody(request, ctx), ctx),
+  chat: (request, ctx) => createOpenAIAnswer(openaiApi.paths.chat, buildOpenAIBody(request, ctx, 'chat'), ctx),
+  streamChat: (request, ctx) => streamOpenAIEvents(openaiApi.paths.chat, buildOpenAIStreamBody(request, ctx, 'chat'), ctx),
+  complete: (request, ctx) => createOpenAIAnswer(openaiApi.paths.completions, buildOpenAIBody(request, ctx, 'completions'), ctx),
+  streamCompletion: (request, ctx) => streamOpenAIEvents(openaiApi.paths.completions, buildOpenAIStreamBody(request, ctx, 'completions'), ctx),
   embed: (request, ctx) => createOpenAIEmbeddings(buildOpenAIEmbeddingBody(request, ctx), ctx),
   generateImages: generateOpenAIImages,
   editImages: editOpenAIImages,

@@ -17,6 +17,7 @@ interface Chunk {
   created?: unknown;
   model?: unknown;
   system_fingerprint?: unknown;
+  service_tier?: unknown;
   error?: unknown;
   choices?: unknown;
   usage?: unknown;
@@ -52,6 +53,8 @@ function appendEvents(event: SseEvent, progress: StreamProgress, secrets: readon
       created: typeof chunk.created === 'number' ? chunk.created : Math.floor(Date.now() / 1000),
       ...(typeof chunk.model === 'string' ? { model: chunk.model } : {}),
       ...(typeof chunk.system_fingerprint === 'string' ? { systemFingerprint: chunk.system_fingerprint } : {}),
+      // The first chunk's word on the tier that serves the stream is the one that counts.
+      ...(typeof chunk.service_tier === 'string' ? { serviceTier: chunk.service_tier } : {}),
     });
   }
   const first = out.length;

@@ -1,0 +1,107 @@
+import type { Job } from 'bullmq';
+import type { Config } from '../shared/config.js';
+import { isFirstRun, type GatewayJobData } from '../shared/jobs.js';
+import { tiersBilledFor } from '../shared/money/pricing.js';
+import { servingTier, type ServiceTier } from '../shared/service-tier.js';
+import { isMockChannel, type ChannelConfig } from '../shared/vendors.js';
+
+/*
+ * The tier a request was served in: the one its answer says (`service_tier`
+ * of a chat completion and of each of its chunks, of a Responses object), the
+ * one settlement bills it at (`actualCost`) and the one its usage entry, its
+ * request-log row and `/v1/generation` record. Not the tier it asked for.
+ *
+ * - A vendor that sells tiers itself (SERVICE_TIER_NATIVE_VENDORS, by the
+ *   channel's vendor name: OpenAI, not every vendor of its wire protocol) is
+ *   sent the job's band (`priority`, `default` or `flex`; never `auto`,
+ *   `scale` or `fast`), and serves in the tier its answer says: the body's
+ *   `service_tier`, or a stream's first chunk's. `scale`, `auto` or a word
+ *   unknown read as `default` (`fast` as `priority`), none at all as the band
+ *   sent. It is never billed above its band, or `default` (a vendor saying
+ *   `priority` to a flex request is billed `default`): the reservation covers
+ *   no more (`tiersBilledFor`).
+ * - Any other vendor never sees `service_tier` (the mock standing in for a
+ *   vendor included: it sells nothing), and the gateway's queue decides:
+ *   `priority` only when the job was queued where other work waited
+ *   (`data.contended`: its place ahead of it was worth something), `flex` only
+ *   when it waited in the queue at least SERVICE_TIER_FLEX_MIN_WAIT_MS before
+ *   its first run; else `default`.
+ *
+ * The rule is `servedTier`, pure; `tierFacts` gathers what it reads from a job
+ * and its channel, and `tierRule` is the rule as the pipelines use it.
+ */
+
+/** What decides the tier a job is served in, known once its channel is. */
+export interface TierFacts {
+  /** The band it was queued in (`data.serviceTier`; absent, or an endpoint without tiers: `default`). */
+  band: ServiceTier;
+  /** Its vendor sells tiers itself: it is sent the band, and its answer says the tier served. */
+  native: boolean;
+  /** Queued where other work waited (`data.contended`). */
+  contended: boolean;
+  /** How long it waited in the queue before its first run, in ms (0 when not known). */
+  waitedMs: number;
+  /** SERVICE_TIER_FLEX_MIN_WAIT_MS: the wait that earns flex where the vendor does not sell it. */
+  flexMinWaitMs: number;
+}
+
+/**
+ * The tier a job was served in. `answered`: what a native vendor's answer
+ * says as `service_tier` (its body's, or its first chunk's); undefined or
+ * null when it says none, or before it answered. Ignored for other vendors.
+ */
+export function servedTier(facts: TierFacts, answered?: unknown): ServiceTier {
+  const { band } = facts;
+  if (facts.native) {
+    const said = answered == null ? band : servingTier(typeof answered === 'string' ? answered : undefined);
+    return tiersBilledFor(band).includes(said) ? said : 'default';
+  }
+  if (band === 'priority') return facts.contended ? 'priority' : 'default';
+  if (band === 'flex') return facts.waitedMs >= facts.flexMinWaitMs ? 'flex' : 'default';
+  return 'default';
+}
+
+/** The `service_tier` a vendor is sent: the band, to a vendor that sells tiers; none to any other. */
+export function sentTier(facts: TierFacts): ServiceTier | undefined {
+  return facts.native ? facts.band : undefined;
+}
+
+/** Endpoints whose API has a `service_tier` (legacy completions has none: always `default`). */
+const tieredEndpoints = new Set<GatewayJobData['endpoint']>(['chat.completions', 'responses']);
+
+/**
+ * The facts of one run of a job on a channel. The wait is BullMQ's, as
+ * workers/metrics.ts reads it: from the enqueue (`timestamp`) to the move to
+ * active (`processedOn`), on the job's first run only; a later run (a retry,
+ * a rate-limit wait, a stall) cannot tell its first run's start, and earns no
+ * flex for waiting.
+ */
+export function tierFacts(
+  job: Pick<Job<GatewayJobData>, 'data' | 'timestamp' | 'processedOn' | 'attemptsMade' | 'attemptsStarted'>,
+  channel: Pick<ChannelConfig, 'vendor' | 'protocol'>,
+  scheduling: Pick<Config['scheduling'], 'nativeTierVendors' | 'flexMinWaitMs'>,
+  now = Date.now(),
+): TierFacts {
+  const { data } = job;
+  return {
+    band: tieredEndpoints.has(data.endpoint) ? (data.serviceTier ?? 'default') : 'default',
+    native: scheduling.nativeTierVendors.includes(channel.vendor) && !isMockChannel(channel),
+    contended: data.contended === true,
+    waitedMs: isFirstRun(job) ? Math.max(0, (job.processedOn ?? now) - job.timestamp) : 0,
+    flexMinWaitMs: scheduling.flexMinWaitMs,
+  };
+}
+
+/** The rule of one run, as the pipelines and encoders use it. */
+export interface TierRule {
+  /** What the vendor is sent as `service_tier` (none: it never sees the field). */
+  readonly sent: ServiceTier | undefined;
+  /** The tier served before (or without) the answer's word: the gateway's decision, or a native vendor's band. */
+  readonly before: ServiceTier;
+  /** The tier served, given what the answer says as `service_tier` (a native vendor's first word decides). */
+  answered(said: string | undefined): ServiceTier;
+}
+
+export function tierRule(facts: TierFacts): TierRule {
+  return { sent: sentTier(facts), before: servedTier(facts), answered: (said) => servedTier(facts, said) };
+}
