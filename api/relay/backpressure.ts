@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from '../../shared/logger.js';
-import { accountShare, readBacklogAndWeights, shareExceeded, type WaitingRoom } from '../../shared/scheduling/index.js';
+import { Queue } from 'bullmq';
+import { accountShare, laneHeartbeatMs, readBacklogAndWeights, readLanes, shareExceeded, type StrandedLane, type WaitingRoom } from '../../shared/scheduling/index.js';
 import type { QueueName } from '../../shared/queues.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
 import { depthStates, sumDepths, type QueueDepth } from '../http/metrics.js';
@@ -28,6 +29,11 @@ export class Backpressure {
   /** Waiting jobs by tier and account, for the metrics. */
   private readonly backlog = new Map<QueueName, Array<[tier: string, account: string, waiting: number]>>();
   private timer: NodeJS.Timeout | undefined;
+  private laneTimer: NodeJS.Timeout | undefined;
+  /** The known lanes with jobs waiting and no server with a configured cap, as last checked. */
+  private strandedLanes: StrandedLane[] = [];
+  /** Queues of lanes this api does not route to, opened to count a stranded lane's jobs. */
+  private readonly otherLanes = new Map<string, Queue>();
 
   constructor(
     private readonly redis: Redis,
@@ -39,13 +45,40 @@ export class Backpressure {
   ) {}
 
   async start(): Promise<void> {
-    await this.refresh();
+    await Promise.all([this.refresh(), this.checkLanes()]);
     this.timer = setInterval(() => void this.refresh(), this.refreshMs);
     this.timer.unref();
+    this.laneTimer = setInterval(() => void this.checkLanes(), laneHeartbeatMs / 2);
+    this.laneTimer.unref();
   }
 
   stop(): void {
     clearInterval(this.timer);
+    clearInterval(this.laneTimer);
+    for (const queue of this.otherLanes.values()) void queue.close().catch(() => undefined);
+  }
+
+  /** The lanes stranded at the last check: jobs waiting, no server with a configured cap (`shared/scheduling/lanes.ts`). */
+  stranded(): readonly StrandedLane[] {
+    return this.strandedLanes;
+  }
+
+  private async checkLanes(): Promise<void> {
+    try {
+      const lanes = await readLanes(this.redis);
+      const found: StrandedLane[] = [];
+      for (const [name, server] of lanes) {
+        if (server && !server.stranded) continue;
+        let queue = this.queues.laneQueue(name) ?? this.otherLanes.get(name);
+        if (!queue) this.otherLanes.set(name, (queue = new Queue(name, { connection: this.redis })));
+        const counts = await queue.getJobCounts('wait', 'prioritized', 'delayed');
+        const waiting = (counts.wait ?? 0) + (counts.prioritized ?? 0) + (counts.delayed ?? 0);
+        if (waiting > 0) found.push({ queue: name, waiting, draining: server?.stranded === true });
+      }
+      this.strandedLanes = found;
+    } catch (error) {
+      this.log.warn({ err: error }, 'could not check the lanes');
+    }
   }
 
   /**
@@ -61,7 +94,7 @@ export class Backpressure {
     const limits: WaitingRoom = { room: this.limits[queue], floor: this.floor };
     // Cheap first: an account under the floor, or holding under the room's share of the heaviest case, is let in
     // without adding up the others.
-    if (held >= limits.floor) {
+    if (held >= Math.min(limits.floor, limits.room)) {
       let othersWeight = 0;
       let others = 0;
       for (const [account, waiting] of counts.byAccount) {

@@ -213,7 +213,7 @@ describe('full queue', () => {
     redis?.disconnect();
   });
 
-  it('answers 503 with retry-after once the queue holds its bound of waiting jobs', async () => {
+  it('answers 429 with retry-after once the account holds its lane\'s waiting room', async () => {
     const controllers = [new AbortController(), new AbortController()];
     const waiting = controllers.map((c) =>
       fetch(`${api.url}/v1/chat/completions`, {
@@ -232,9 +232,9 @@ describe('full queue', () => {
       headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
       body: JSON.stringify({ model: 'mock-chat', messages: [{ role: 'user', content: 'one too many' }] }),
     });
-    assert.equal(res.status, 503);
+    assert.equal(res.status, 429);
     assert.equal(res.headers.get('retry-after'), '1');
-    assert.equal(((await res.json()) as ErrorBody).error.code, 'overloaded');
+    assert.equal(((await res.json()) as ErrorBody).error.code, 'rate_limit_exceeded');
 
     // Clients that leave take their waiting jobs with them.
     for (const c of controllers) c.abort();
