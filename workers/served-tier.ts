@@ -21,7 +21,8 @@ import { isMockChannel, type ChannelConfig } from '../shared/vendors.js';
  *   `priority` to a flex request is billed `default`): the reservation covers
  *   no more (`tiersBilledFor`).
  * - Any other vendor never sees `service_tier` (the mock standing in for a
- *   vendor included: it sells nothing), and the gateway's queue decides:
+ *   vendor included, unless `mock` is listed: then it serves every tier as
+ *   sent, to try tiers offline), and the gateway's queue decides:
  *   `priority` only when the job was queued where other work waited
  *   (`data.contended`: its place ahead of it was worth something), `flex` only
  *   when it waited in the queue at least SERVICE_TIER_FLEX_MIN_WAIT_MS before
@@ -85,7 +86,8 @@ export function tierFacts(
   const { data } = job;
   return {
     band: tieredEndpoints.has(data.endpoint) ? (data.serviceTier ?? 'default') : 'default',
-    native: scheduling.nativeTierVendors.includes(channel.vendor) && !isMockChannel(channel),
+    // The mock sells tiers only where `mock` is listed (to try tiers offline): then it serves each as sent.
+    native: isMockChannel(channel) ? scheduling.nativeTierVendors.includes('mock') : scheduling.nativeTierVendors.includes(channel.vendor),
     contended: data.contended === true,
     waitedMs: isFirstRun(job) ? Math.max(0, (job.processedOn ?? now) - job.timestamp) : 0,
     flexMinWaitMs: scheduling.flexMinWaitMs,

@@ -70,7 +70,18 @@ describe('console activity page in a real browser', () => {
     const { url, redis } = await freshRedis(7);
     redis.disconnect();
     redisUrl = url;
-    gateway = await startGateway({ env: { REDIS_URL: url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword, ADMIN_TOKEN: adminToken, MOCK_STREAM_DELAY_MS: '20' } });
+    gateway = await startGateway({
+      env: {
+        REDIS_URL: url,
+        ADMIN_EMAIL: adminEmail,
+        ADMIN_PASSWORD: adminPassword,
+        ADMIN_TOKEN: adminToken,
+        MOCK_STREAM_DELAY_MS: '20',
+        // The mock serves every tier as asked, and every tier is granted: the page shows each tier's requests.
+        SERVICE_TIER_NATIVE_VENDORS: 'openai,mock',
+        SERVICE_TIERS_GRANTED: 'priority,default,flex',
+      },
+    });
     browser = await launchChromium();
 
     // A member with credit and a key, and the requests of that key: completions, a stream, a refusal and a failure at the vendor.

@@ -101,6 +101,8 @@ describe('tierFacts', () => {
     assert.equal(tierFacts(job({ serviceTier: 'flex' }), { vendor: 'openai' }, scheduling).native, true);
     for (const vendor of ['deepseek', 'xai', 'anthropic', 'google', 'mock']) assert.equal(tierFacts(job({}), { vendor }, scheduling).native, false, vendor);
     assert.equal(tierFacts(job({}), { vendor: 'openai', protocol: 'mock' }, scheduling).native, false, 'the mock standing in for OpenAI');
+    // Listed as `mock`, the mock serves every tier as sent (to try tiers offline).
+    assert.equal(tierFacts(job({}), { vendor: 'openai', protocol: 'mock' }, { ...scheduling, nativeTierVendors: ['openai', 'mock'] }).native, true);
     assert.equal(tierFacts(job({}), { vendor: 'deepseek' }, { ...scheduling, nativeTierVendors: ['openai', 'deepseek'] }).native, true, 'as configured');
   });
 
