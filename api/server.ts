@@ -11,7 +11,7 @@ import { loadCatalog } from '../shared/catalog.js';
 import { PriceList } from '../shared/money/pricing.js';
 import { GatewayError } from '../shared/errors.js';
 import { replyChannel } from '../shared/redis-keys.js';
-import { cappedVendors } from '../shared/scheduling/index.js';
+import { cappedVendors, knowLanes } from '../shared/scheduling/index.js';
 import { queueNames } from '../shared/queues.js';
 import { QueueShards } from '../shared/queue-shards.js';
 import { resolveChannels } from '../shared/vendors.js';
@@ -110,6 +110,11 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   keyStore.onAccessChanged = (message) => keyCache.forget(message);
   hub.onReconnect = () => keyCache.clear();
   const backpressure = new Backpressure(redis, queues, config.maxWaiting, log, undefined, config.scheduling.waitingFloor);
+  // The lanes this api routes to are known, so that one nobody serves any more is found (shared/scheduling/lanes.ts).
+  if (queues.laneNames.length > 0) {
+    await knowLanes(redis, queues.laneQueueNames());
+    log.info({ lanes: queues.laneNames }, 'capped vendors wait in lanes of their own');
+  }
   const catalog = loadCatalog(config.catalogFile);
   const servingVendors = new Set(resolveChannels(config).keys());
   const models = new ModelResolver(catalog, servingVendors);
@@ -144,6 +149,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     draining: () => draining,
     vendors: servingVendors.size > 0,
     loopStalls,
+    strandedLanes: () => backpressure.stranded(),
   });
 
   // Tracing on: a server span around everything (it sees the status the envelope answers); off, nothing at all.

@@ -170,6 +170,7 @@ export class GatewayMetrics {
   readonly waitAccounts: TopAccounts;
   // The api: what waits, by account and tier.
   readonly queueBacklog: Gauge<'queue' | 'tier' | 'account'>;
+  readonly laneStranded: Gauge<'lane'>;
   readonly jobRun: Children<Histogram.Internal<string>>;
   readonly jobsRetried: Children<Counter.Internal>;
   readonly jobsStalled: Children<Counter.Internal>;
@@ -197,6 +198,8 @@ export class GatewayMetrics {
   queueDepths: (() => Iterable<[queue: string, counts: Readonly<Record<string, number>>]>) | undefined;
   /** Read at each scrape by `queueBacklog` (set by the api's backpressure). */
   backlogs: (() => Iterable<[queue: string, tier: string, account: string, waiting: number]>) | undefined;
+  /** Read at each scrape by `laneStranded` (set by the api's backpressure). */
+  strandedLanes: (() => Iterable<[lane: string, waiting: number]>) | undefined;
   /** Read at each scrape by `channelCoolingDown` (set by the workers' channel router). */
   channelRests: (() => Iterable<[vendor: string, channel: string, rests: number]>) | undefined;
 
@@ -273,6 +276,18 @@ export class GatewayMetrics {
         }
         // Without the account label, a tier's accounts added up.
         for (const [queue, tier, , waiting] of backlogs) this.labels(queue, tier).inc(waiting);
+      },
+    });
+    this.laneStranded = new Gauge({
+      name: `${metricsPrefix}lane_stranded`,
+      help: 'Jobs waiting in a lane that no worker serves with a configured cap (the cap was removed, or is set on the api and not on the workers): the workers drain it at a default; a series only while it has jobs. As the api last read it, every few seconds.',
+      labelNames: ['lane'],
+      registers,
+      collect() {
+        const stranded = self.strandedLanes?.();
+        if (!stranded) return;
+        this.reset();
+        for (const [lane, waiting] of stranded) this.labels(lane).set(waiting);
       },
     });
     this.jobRun = histogramChildren('job_run_seconds', 'Time of each run of a job in a worker (each attempt, and each resumption after a rate-limit wait).', ['queue']);

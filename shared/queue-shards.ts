@@ -49,6 +49,22 @@ export class QueueShards {
     return shards?.[shardOfJob(jobId, shards.length)];
   }
 
+  /** This api's queue of a lane, by its queue name. */
+  laneQueue(queueName: string): Queue | undefined {
+    const lane = this.laneByQueue.get(queueName);
+    if (lane === undefined) return undefined;
+    for (const lanes of this.lanes.values()) {
+      const queue = lanes.get(lane);
+      if (queue?.name === queueName) return queue;
+    }
+    return undefined;
+  }
+
+  /** Every lane's queue name here. */
+  laneQueueNames(): string[] {
+    return [...this.laneByQueue.keys()];
+  }
+
   /** The capped vendor whose lane a BullMQ queue is; undefined for a shard of a shared lane. */
   laneOfQueue(queueName: string): string | undefined {
     return this.laneByQueue.get(queueName);

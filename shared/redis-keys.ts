@@ -73,6 +73,10 @@ export const backlogKey = (queueName: string) => `${keyPrefix}fair:${queueName}:
 export const waitingWeightsKey = (queueName: string) => `${keyPrefix}fair:${queueName}:weights`;
 /** Held by the worker recounting a queue's backlog (`QUEUE_RECOUNT_MS`), so one does it per interval. */
 export const recountLockKey = (queueName: string) => `${keyPrefix}fair:${queueName}:recount`;
+/** The lanes served, by lane queue name: who serves each and with what caps, until when (hash: name -> JSON). */
+export const lanesServedKey = `${keyPrefix}lanes:served`;
+/** Every lane queue an api ever routed requests to (set): a lane nobody serves any more is found from here. */
+export const lanesKnownKey = `${keyPrefix}lanes:known`;
 /** A vendor's calls in flight: leases (sorted set) scored by their expiry. */
 export const vendorInflightKey = (vendor: string) => `${keyPrefix}limit:{${vendor}}:inflight`;
 /** A vendor's calls started in the rolling minute (sorted set scored by start); beside its leases, on one slot. */

@@ -8,7 +8,8 @@ import { loadCatalog } from '../shared/catalog.js';
 import { GatewayError } from '../shared/errors.js';
 import { cancelChannel, slotFreedChannel } from '../shared/redis-keys.js';
 import { laneQueueName, shardQueueName, type QueueName } from '../shared/queues.js';
-import { backToBandHead, cappedVendors, jobLeft, laneWidth, recount, vendorLimits } from '../shared/scheduling/index.js';
+import { backToBandHead, cappedVendors, jobLeft, laneWidth, ratePace, recount, vendorLimits } from '../shared/scheduling/index.js';
+import { LaneKeeper } from './lane-keeper.js';
 import { isFirstRun, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import { CancelRegistry } from './cancel-registry.js';
 import { createProcessor } from './job-run.js';
@@ -76,26 +77,37 @@ export function fetchLoopOptions(config: Config, concurrency: number, loop: numb
 /** A capped vendor's lane: its name and how many of its jobs run at once. */
 export interface Lane {
   vendor: string;
-  /** Jobs of the lane in flight across every worker (its vendor's concurrency cap); 0: no cap in BullMQ (an RPM cap only). */
+  /** Jobs of the lane in flight across every worker (its vendor's concurrency cap and a tenth); 0: no cap in BullMQ (an RPM cap only). */
   cap: number;
+  /** The vendor's caps as configured: calls in flight and per minute (0: none). */
+  maxConcurrency: number;
+  rpm: number;
 }
 
 /**
  * The lanes of the capped vendors (`shared/scheduling`). A lane with a
  * concurrency cap is capped in BullMQ too (its global concurrency, set by every
  * worker at start: the setting is the same everywhere), so the jobs past the cap
- * wait in the queue in their fair order, not in a worker. A lane that lost its
- * cap in the configuration has it removed.
+ * wait in the queue in their fair order, not in a worker; a lane with an RPM cap
+ * is paced by BullMQ (its global rate limit, `ratePace`), likewise. A cap the
+ * configuration no longer has is removed.
  */
 async function openLanes(config: Config, redis: ReturnType<typeof createRedis>): Promise<Lane[]> {
-  const lanes = cappedVendors(config).map((vendor) => ({ vendor, cap: laneWidth(vendorLimits(config, vendor).maxConcurrency) }));
+  const lanes = cappedVendors(config).map((vendor) => {
+    const limits = vendorLimits(config, vendor);
+    return { vendor, cap: laneWidth(limits.maxConcurrency), ...limits };
+  });
   await Promise.all(
     config.workerQueues.flatMap((name) =>
-      lanes.map(async ({ vendor, cap }) => {
+      lanes.map(async ({ vendor, cap, rpm }) => {
         const queue = new Queue(laneQueueName(name, vendor), { connection: redis });
         try {
           if (cap > 0) await queue.setGlobalConcurrency(cap);
           else await queue.removeGlobalConcurrency();
+          if (rpm > 0) {
+            const { max, duration } = ratePace(rpm);
+            await queue.setGlobalRateLimit(max, duration);
+          } else await queue.removeGlobalRateLimit();
         } finally {
           await queue.close();
         }
@@ -206,10 +218,28 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   // Each capped vendor has a lane of its own in every capability, capped in BullMQ itself at the vendor's concurrency.
   const lanes = await openLanes(config, redis);
   const loops = config.workerQueues.flatMap((name) => [...capabilityLoops(name, config.concurrency[name], config.queueShards[name]), ...laneLoops(name, config.concurrency[name], lanes)]);
-  const bullWorkers = loops.map(({ queue: name, concurrency, loop }) => {
+  const fetchLoop = (name: string, concurrency: number, loop: number) => {
     const worker = new StartingWorker<GatewayJobData, GatewayJobResult>(name, inFairOrder(redis, countJobs(processor)), { connection: redis, ...fetchLoopOptions(config, concurrency, loop) });
     lifecycle.watch(worker, name);
     return worker;
+  };
+  const bullWorkers = loops.map(({ queue: name, concurrency, loop }) => fetchLoop(name, concurrency, loop));
+  // The lanes served here are registered; a lane nobody serves any more is drained at a default.
+  const laneKeeper = new LaneKeeper({
+    redis,
+    config,
+    log,
+    lanes: config.workerQueues.flatMap((name) => lanes.map(({ vendor, maxConcurrency, rpm }) => ({ queue: laneQueueName(name, vendor), vendor, cap: maxConcurrency, rpm }))),
+    drain: (name, concurrency) => {
+      const worker = fetchLoop(name, concurrency, 0);
+      bullWorkers.push(worker);
+      return {
+        close: async () => {
+          bullWorkers.splice(bullWorkers.indexOf(worker), 1);
+          await worker.close();
+        },
+      };
+    },
   });
 
   const janitor = new BlobJanitor({ redis, blobs, log, config });
@@ -236,11 +266,21 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
 
   // Started means taking jobs: every fetch loop has its connection (the api reports ready once this is logged).
   await Promise.all(bullWorkers.map((worker) => worker.waitUntilReady()));
-  log.info({ queues: config.workerQueues, concurrency: config.concurrency }, 'workers started');
+  await laneKeeper.start();
+  log.info(
+    {
+      queues: config.workerQueues,
+      concurrency: config.concurrency,
+      ...(lanes.length > 0 ? { lanes: Object.fromEntries(lanes.map(({ vendor, maxConcurrency, rpm }) => [vendor, { max_concurrency: maxConcurrency, rpm }])) } : {}),
+      ...(laneKeeper.drained().length > 0 ? { drainingStrandedLanes: laneKeeper.drained() } : {}),
+    },
+    'workers started',
+  );
   return {
     async close(until = Date.now() + config.shutdownGraceMs) {
       clearInterval(reservationSweep);
       clearInterval(recountSweep);
+      await settledBy(laneKeeper.close(), until);
       void Promise.allSettled(counted.map((queue) => queue.close()));
       const givenUp: string[] = [];
       if (!(await settledBy(Promise.allSettled(bullWorkers.map((w) => w.close())), until))) {

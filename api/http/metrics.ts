@@ -67,6 +67,8 @@ export function sumDepths(shards: ReadonlyArray<Readonly<Record<string, number>>
 export interface QueueDepthSource {
   depths(): Iterable<[QueueName, QueueDepth]>;
   backlogs(): Iterable<[queue: string, tier: string, account: string, waiting: number]>;
+  /** The lanes with jobs waiting that no worker serves with a configured cap. */
+  stranded(): ReadonlyArray<{ queue: string; waiting: number }>;
 }
 
 export interface ApiMetrics {
@@ -84,6 +86,7 @@ export function apiMetrics(config: Pick<Config, 'metrics'>, depths: QueueDepthSo
   const metrics = initMetrics(config.metrics);
   metrics.queueDepths = () => depths.depths();
   metrics.backlogs = () => depths.backlogs();
+  metrics.strandedLanes = () => depths.stranded().map(({ queue, waiting }): [string, number] => [queue, waiting]);
   return {
     requests: async (ctx, next) => {
       const started = performance.now();

@@ -44,6 +44,8 @@ export interface ReadinessChecks {
   vendors: boolean;
   /** The worst event-loop stall since the previous probe: one slow request holds every other one. */
   loopStalls: LoopStallMonitor;
+  /** Lanes with jobs waiting and no server with a configured cap (reported; the workers drain them at a default). */
+  strandedLanes(): ReadonlyArray<{ queue: string; waiting: number; draining: boolean }>;
 }
 
 /** The probes, answered outside `/v1` without a key (and while draining): the root's way to the console, `/healthz`, `/readyz`. */
@@ -66,7 +68,19 @@ export function probeRoutes(checks: ReadinessChecks): Router {
     const ready = redis && record && workers && subscriber && !draining && checks.vendors;
     ctx.status = ready ? 200 : 503;
     const eventLoopMaxMs = checks.loopStalls.takeWorst();
-    ctx.body = { status: ready ? 'ready' : 'not_ready', redis, record, workers, subscriber, draining, vendors: checks.vendors, event_loop_max_ms: eventLoopMaxMs };
+    const stranded = checks.strandedLanes();
+    ctx.body = {
+      status: ready ? 'ready' : 'not_ready',
+      redis,
+      record,
+      workers,
+      subscriber,
+      draining,
+      vendors: checks.vendors,
+      event_loop_max_ms: eventLoopMaxMs,
+      // Not a reason to take this api out of a balancer (it serves every other lane), but an operator's to fix.
+      ...(stranded.length > 0 ? { stranded_lanes: stranded.map(({ queue, waiting, draining: drained }) => ({ lane: queue, waiting, drained_by_workers: drained })) } : {}),
+    };
   });
   return probes;
 }

@@ -11,7 +11,8 @@
  *                 backlog count admission reads: every job counted as placed and uncounted exactly once, a
  *                 periodic recount repairing drift. Its Redis scripts are in lua/.
  * - lanes.ts      A capped vendor's jobs wait in a lane of their own, so its backlog never holds a worker slot
- *                 another vendor needs.
+ *                 another vendor needs; the lanes served are registered in Redis, and a lane nobody serves any
+ *                 more is drained at a default by the workers and reported.
  *
  * The path of a request: the api resolves its tier (tiers.ts), checks its account's share of its lane's room
  * (admission.ts), then places the job (fair-queue.ts `placeJob`, in the same round trip as its reservation) and adds
@@ -23,5 +24,5 @@
  */
 export { accountShare, shareExceeded, type WaitingRoom } from './admission.js';
 export { backToBandHead, bandStart, bandWidth, costUnits, jobLeft, leadRoom, maxWeight, minWeight, placeJob, readBacklog, readBacklogAndWeights, recount, removeWaitingJob, tokensPerUnit, type FairClaim, type Placed } from './fair-queue.js';
-export { cappedVendors, laneOf, laneWidth, vendorLimits, type VendorLimits } from './lanes.js';
+export { announceLanes, cappedVendors, knowLanes, laneEntryMs, laneHeartbeatMs, laneOf, laneWidth, ratePace, readLanes, vendorLimits, type LaneServer, type StrandedLane, type VendorLimits } from './lanes.js';
 export { grantedTier } from './tiers.js';
