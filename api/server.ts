@@ -112,7 +112,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   const backpressure = new Backpressure(redis, queues, config.maxWaiting, log, undefined, config.scheduling.waitingFloor);
   // The lanes this api routes to are known, so that one nobody serves any more is found (shared/scheduling/lanes.ts).
   if (queues.laneNames.length > 0) {
-    await knowLanes(redis, queues.laneQueueNames());
+    await knowLanes(redis, queues.laneQueues().map(([, queue]) => queue.name));
     log.info({ lanes: queues.laneNames }, 'capped vendors wait in lanes of their own');
   }
   const catalog = loadCatalog(config.catalogFile);

@@ -238,7 +238,7 @@ export class GatewayMetrics {
     const self = this;
     this.queueJobs = new Gauge({
       name: `${metricsPrefix}queue_jobs`,
-      help: 'Jobs of each capability queue (all its shards) by state (waiting, active, delayed, failed), as the api last read them (every 200 ms, for its backpressure); no Redis command per scrape.',
+      help: 'Jobs of each capability\'s shared lane (queue="chat": all its shards) and each capped vendor\'s lane (queue="lane@openai": every capability\'s jobs for it) by state (waiting, active, delayed, failed), as the api last read them (every 200 ms, for its backpressure); no Redis command per scrape.',
       labelNames: ['queue', 'state'],
       registers,
       collect() {
@@ -258,7 +258,7 @@ export class GatewayMetrics {
     this.waitAccounts = new TopAccounts(topAccounts, (account) => this.queueWait.remove((values) => values[2] === account));
     this.queueBacklog = new Gauge({
       name: `${metricsPrefix}queue_backlog`,
-      help: 'Jobs waiting in each capability queue (all its shards and lanes), by service tier and (METRICS_PER_ACCOUNT=on) paying account, as the api last read them (with the queue depths); no Redis command per scrape. Only the METRICS_TOP_ACCOUNTS accounts with the most waiting jobs are named, every other added up under account="other".',
+      help: 'Jobs waiting in each capability\'s shared lane and each vendor lane (queue as in switchyard_queue_jobs), by service tier and (METRICS_PER_ACCOUNT=on) paying account, as the api last read them (with the queue depths); no Redis command per scrape. Only the METRICS_TOP_ACCOUNTS accounts with the most waiting jobs are named, every other added up under account="other".',
       labelNames: byAccount(['queue', 'tier']),
       registers,
       collect() {

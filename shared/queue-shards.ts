@@ -1,26 +1,25 @@
 import { Queue, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { laneQueueName, queueNames, shardOfJob, shardQueueName, type QueueName } from './queues.js';
+import { laneQueueName, laneVendor, queueNames, shardOfJob, shardQueueName, type QueueName } from './queues.js';
 
 /**
  * The api's BullMQ queues: each capability is one queue, or several shards
  * (`QUEUE_SHARDS_<QUEUE>`), each under its own hash tag, and one more queue per
- * capped vendor (its lane, `shared/scheduling`). A job's shard follows from
+ * capped vendor (its lane, shared by every capability: `shared/scheduling`). A job's shard follows from
  * its id (`shardOfJob`), so jobs spread evenly and a cancel, a resume or a poll
  * finds the job without asking Redis where it went; its lane is kept with what
  * finds it (an async job's record) or tried in turn.
  */
 export class QueueShards {
   private readonly byName = new Map<QueueName, Queue[]>();
-  private readonly lanes = new Map<QueueName, Map<string, Queue>>();
-  /** Each lane's queue name, with its vendor. */
-  private readonly laneByQueue = new Map<string, string>();
+  /** Each capped vendor's lane, by vendor. */
+  private readonly lanes = new Map<string, Queue>();
 
   constructor(
     connection: Redis,
     shards: Readonly<Record<QueueName, number>>,
     names: readonly QueueName[] = queueNames,
-    /** The capped vendors, each with a lane of its own in every capability. */
+    /** The capped vendors, each with a lane of its own, shared by every capability. */
     readonly laneNames: readonly string[] = [],
   ) {
     for (const name of names) {
@@ -29,9 +28,8 @@ export class QueueShards {
         name,
         Array.from({ length: count }, (_, shard) => new Queue(shardQueueName(name, shard, count), { connection })),
       );
-      this.lanes.set(name, new Map(laneNames.map((lane) => [lane, new Queue(laneQueueName(name, lane), { connection })])));
-      for (const lane of laneNames) this.laneByQueue.set(laneQueueName(name, lane), lane);
     }
+    for (const lane of laneNames) this.lanes.set(lane, new Queue(laneQueueName(lane), { connection }));
   }
 
   /** Whether this capability is served here. */
@@ -41,39 +39,30 @@ export class QueueShards {
 
   /** The queue that holds, or will hold, this job: its vendor's lane, or its shard of the capability's shared lane. */
   forJob(name: QueueName, jobId: string, lane?: string): Queue | undefined {
+    const shards = this.byName.get(name);
+    if (!shards) return undefined;
     if (lane !== undefined) {
-      const queue = this.lanes.get(name)?.get(lane);
+      const queue = this.lanes.get(lane);
       if (queue) return queue;
     }
-    const shards = this.byName.get(name);
-    return shards?.[shardOfJob(jobId, shards.length)];
+    return shards[shardOfJob(jobId, shards.length)];
   }
 
   /** This api's queue of a lane, by its queue name. */
   laneQueue(queueName: string): Queue | undefined {
-    const lane = this.laneByQueue.get(queueName);
-    if (lane === undefined) return undefined;
-    for (const lanes of this.lanes.values()) {
-      const queue = lanes.get(lane);
-      if (queue?.name === queueName) return queue;
-    }
-    return undefined;
+    const vendor = laneVendor(queueName);
+    return vendor === undefined ? undefined : this.lanes.get(vendor);
   }
 
-  /** Every lane's queue name here. */
-  laneQueueNames(): string[] {
-    return [...this.laneByQueue.keys()];
-  }
-
-  /** The capped vendor whose lane a BullMQ queue is; undefined for a shard of a shared lane. */
-  laneOfQueue(queueName: string): string | undefined {
-    return this.laneByQueue.get(queueName);
+  /** Every lane here, by vendor. */
+  laneQueues(): Array<[vendor: string, queue: Queue]> {
+    return [...this.lanes.entries()];
   }
 
   /** Every queue a job of this capability may be in, its shard first, then the lanes. */
   candidates(name: QueueName, jobId: string): Queue[] {
     const first = this.forJob(name, jobId);
-    return first ? [first, ...(this.lanes.get(name)?.values() ?? [])] : [];
+    return first ? [first, ...this.lanes.values()] : [];
   }
 
   /** The job under this id in whichever of the capability's queues holds it (its shard first, then each lane). */
@@ -85,19 +74,19 @@ export class QueueShards {
     return undefined;
   }
 
-  /** Every queue of one capability: its shards, then its lanes. */
+  /** The shards of one capability's shared lane. */
   shardsOf(name: QueueName): readonly Queue[] {
-    return [...(this.byName.get(name) ?? []), ...(this.lanes.get(name)?.values() ?? [])];
+    return this.byName.get(name) ?? [];
   }
 
-  /** Every capability with its queues (shards and lanes). */
+  /** Every capability with its shards (the lanes are apart: `laneQueues`). */
   entries(): IterableIterator<[QueueName, Queue[]]> {
     return [...this.byName.keys()].map((name): [QueueName, Queue[]] => [name, [...this.shardsOf(name)]]).values();
   }
 
-  /** Every BullMQ queue, all shards and lanes of all capabilities. */
+  /** Every BullMQ queue: all shards of all capabilities, then the lanes. */
   all(): Queue[] {
-    return [...this.byName.keys()].flatMap((name) => this.shardsOf(name));
+    return [...[...this.byName.keys()].flatMap((name) => this.shardsOf(name)), ...this.lanes.values()];
   }
 
   async close(): Promise<void> {

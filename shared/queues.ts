@@ -27,12 +27,26 @@ export function shardQueueName(queue: QueueName, shard: number, shards = 1): str
 }
 
 /**
- * The BullMQ queue of a capped vendor's lane of a capability (`{chat@openai}`):
- * a hash tag of its own, so lanes spread over a Cluster too. A lane is one
- * queue (its vendor's cap bounds it, not a shard's throughput).
+ * The BullMQ queue of a capped vendor's lane (`{lane@openai}`), shared by every
+ * capability that calls the vendor, so its cap is one: a hash tag of its own,
+ * so lanes spread over a Cluster too. A lane is one queue (its vendor's cap
+ * bounds it, not a shard's throughput).
  */
-export function laneQueueName(queue: QueueName, lane: string): string {
-  return `{${queue}@${lane}}`;
+export function laneQueueName(vendor: string): string {
+  return `{lane@${vendor}}`;
+}
+
+/** The vendor of a lane's queue name, or undefined for any other queue. */
+export function laneVendor(queueName: string): string | undefined {
+  return /^\{lane@([^}]+)\}$/.exec(queueName)?.[1];
+}
+
+/**
+ * Lanes were per capability (`{chat@openai}`) before they were shared: a worker drains any such queue still
+ * holding jobs (workers/lane-keeper.ts), so an upgrade strands nothing.
+ */
+export function legacyLaneQueueName(queue: QueueName, vendor: string): string {
+  return `{${queue}@${vendor}}`;
 }
 
 /** The shard of a capability a job id belongs to (FNV-1a of the id): the api and every lookup agree without asking Redis. */

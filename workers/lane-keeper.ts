@@ -2,8 +2,10 @@ import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
-import { queueNames, type QueueName } from '../shared/queues.js';
-import { announceLanes, laneHeartbeatMs, readLanes, type LaneServer } from '../shared/scheduling/index.js';
+import { lanesKnownKey } from '../shared/redis-keys.js';
+import { legacyLaneQueueName, laneVendor, queueNames, type QueueName } from '../shared/queues.js';
+import { announceLanes, knowLanes, laneHeartbeatMs, readLanes, type LaneServer } from '../shared/scheduling/index.js';
+import { vendorDefinitions } from '../shared/vendor-definitions.js';
 
 /** A lane this worker serves as configured. */
 export interface ServedLane extends Omit<LaneServer, 'until' | 'stranded'> {
@@ -15,8 +17,8 @@ export interface DrainLoop {
   close(): Promise<void>;
 }
 
-/** The capability of a lane's queue (`{chat@openai}`), when it is one. */
-export function laneCapability(queueName: string): QueueName | undefined {
+/** The capability of a lane's queue from before lanes were shared (`{chat@openai}`), when it is one. */
+export function legacyLaneCapability(queueName: string): QueueName | undefined {
   const match = /^\{([a-z]+)@[^}]+\}$/.exec(queueName);
   const name = match?.[1];
   return name !== undefined && (queueNames as readonly string[]).includes(name) ? (name as QueueName) : undefined;
@@ -30,7 +32,9 @@ const drainConcurrency = 16;
  * the lanes it serves, and looks for stranded ones: a known lane with jobs waiting that nobody serves with a
  * configured cap (its cap removed, or set on an api and not on the workers). It serves such a lane of a capability
  * it serves at a default, with no cap (`drainConcurrency` jobs at once here), saying so in its log and in the
- * registry, until the lane is empty; then it stops. No job waits for a lane nobody serves.
+ * registry, until the lane is empty; then it stops and forgets the lane (an api routing to it records it again).
+ * No job waits for a lane nobody serves. At its start it also looks once for lanes of the per-capability layout
+ * lanes had before they were shared (`{chat@openai}`) that still hold jobs, and drains them likewise.
  */
 export class LaneKeeper {
   private timer: NodeJS.Timeout | undefined;
@@ -50,6 +54,7 @@ export class LaneKeeper {
   ) {}
 
   async start(): Promise<void> {
+    await this.findLegacyLanes().catch((error: unknown) => this.deps.log.warn({ err: error }, 'could not look for lanes of the per-capability layout'));
     await this.sweep();
     this.timer = setInterval(() => void (this.sweeping ??= this.sweep().finally(() => (this.sweeping = undefined))), laneHeartbeatMs);
     this.timer.unref();
@@ -80,8 +85,9 @@ export class LaneKeeper {
           await this.stopDraining(name, 'it is served again');
           continue;
         }
-        const capability = laneCapability(name);
-        if (!capability || !this.deps.config.workerQueues.includes(capability)) continue;
+        // A shared lane holds every capability's jobs; a legacy one, its capability's only.
+        const legacy = laneVendor(name) === undefined ? legacyLaneCapability(name) : undefined;
+        if (laneVendor(name) === undefined && (!legacy || !this.deps.config.workerQueues.includes(legacy))) continue;
         const counts = await this.counter(name).getJobCounts('wait', 'prioritized', 'delayed', 'active');
         const waiting = (counts.wait ?? 0) + (counts.prioritized ?? 0) + (counts.delayed ?? 0);
         const drain = this.draining.get(name);
@@ -95,7 +101,7 @@ export class LaneKeeper {
         const queue = this.counter(name);
         await queue.removeGlobalConcurrency();
         await queue.removeGlobalRateLimit();
-        const concurrency = Math.min(drainConcurrency, this.deps.config.concurrency[capability]);
+        const concurrency = legacy ? Math.min(drainConcurrency, this.deps.config.concurrency[legacy]) : drainConcurrency;
         this.draining.set(name, { loop: this.deps.drain(name, concurrency), idleSweeps: 0 });
         log.warn({ lane: name, waiting, concurrency }, 'a lane with jobs waiting has no server (its vendor\'s cap was removed, or is set on an api and not on the workers): draining it with no cap');
       }
@@ -115,6 +121,24 @@ export class LaneKeeper {
     if (!drain) return;
     this.draining.delete(name);
     await drain.loop.close().catch(() => undefined);
+    // Empty, it is forgotten: an api that still routes to it records it again.
+    if (why === 'it is empty') await this.deps.redis.srem(lanesKnownKey, name).catch(() => 0);
     this.deps.log.info({ lane: name }, `stopped draining a stranded lane: ${why}`);
+  }
+
+  /** The lanes of the per-capability layout that still hold jobs, made known so the sweep drains them. */
+  private async findLegacyLanes(): Promise<void> {
+    const names = this.deps.config.workerQueues.flatMap((queue) => vendorDefinitions.map((vendor) => legacyLaneQueueName(queue, vendor.name)));
+    const holding: string[] = [];
+    for (const name of names) {
+      const queue = new Queue(name, { connection: this.deps.redis });
+      try {
+        const counts = await queue.getJobCounts('wait', 'prioritized', 'delayed');
+        if (Object.values(counts).some((n) => n > 0)) holding.push(name);
+      } finally {
+        await queue.close();
+      }
+    }
+    await knowLanes(this.deps.redis, holding);
   }
 }

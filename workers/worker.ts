@@ -85,7 +85,8 @@ export interface Lane {
 }
 
 /**
- * The lanes of the capped vendors (`shared/scheduling`). A lane with a
+ * The lanes of the capped vendors (`shared/scheduling`), one per vendor, shared
+ * by every capability that calls it. A lane with a
  * concurrency cap is capped in BullMQ too (its global concurrency, set by every
  * worker at start: the setting is the same everywhere), so the jobs past the cap
  * wait in the queue in their fair order, not in a worker; a lane with an RPM cap
@@ -98,28 +99,31 @@ async function openLanes(config: Config, redis: ReturnType<typeof createRedis>):
     return { vendor, cap: laneWidth(limits.maxConcurrency), ...limits };
   });
   await Promise.all(
-    config.workerQueues.flatMap((name) =>
-      lanes.map(async ({ vendor, cap, rpm }) => {
-        const queue = new Queue(laneQueueName(name, vendor), { connection: redis });
-        try {
-          if (cap > 0) await queue.setGlobalConcurrency(cap);
-          else await queue.removeGlobalConcurrency();
-          if (rpm > 0) {
-            const { max, duration } = ratePace(rpm);
-            await queue.setGlobalRateLimit(max, duration);
-          } else await queue.removeGlobalRateLimit();
-        } finally {
-          await queue.close();
-        }
-      }),
-    ),
+    lanes.map(async ({ vendor, cap, rpm }) => {
+      const queue = new Queue(laneQueueName(vendor), { connection: redis });
+      try {
+        if (cap > 0) await queue.setGlobalConcurrency(cap);
+        else await queue.removeGlobalConcurrency();
+        if (rpm > 0) {
+          const { max, duration } = ratePace(rpm);
+          await queue.setGlobalRateLimit(max, duration);
+        } else await queue.removeGlobalRateLimit();
+      } finally {
+        await queue.close();
+      }
+    }),
   );
   return lanes;
 }
 
-/** One fetch loop per lane: as wide as the vendor's cap (the jobs past it wait in the queue), or as the capability without one. */
-export function laneLoops(name: QueueName, concurrency: number, lanes: readonly Lane[]): Array<{ queue: string; concurrency: number; loop: number }> {
-  return lanes.map(({ vendor, cap }) => ({ queue: laneQueueName(name, vendor), concurrency: cap > 0 ? Math.min(cap, concurrency) : concurrency, loop: 0 }));
+/**
+ * One fetch loop per lane, whatever capabilities this process serves (a lane holds every capability's jobs for its
+ * vendor): as wide as the vendor's cap and a tenth (the jobs past it wait in the queue), or, with an RPM cap only,
+ * as the widest capability here.
+ */
+export function laneLoops(concurrency: Readonly<Record<QueueName, number>>, queues: readonly QueueName[], lanes: readonly Lane[]): Array<{ queue: string; concurrency: number; loop: number }> {
+  const widest = Math.max(1, ...queues.map((name) => concurrency[name]));
+  return lanes.map(({ vendor, cap }) => ({ queue: laneQueueName(vendor), concurrency: cap > 0 ? Math.min(cap, widest) : widest, loop: 0 }));
 }
 
 /**
@@ -215,9 +219,9 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
 
   const lifecycle = new JobLifecycle({ redis, blobs, log });
   // BullMQ's worker fetches one job per Redis round trip; a busy queue gets several fetch loops, which share its concurrency.
-  // Each capped vendor has a lane of its own in every capability, capped in BullMQ itself at the vendor's concurrency.
+  // Each capped vendor has a lane of its own, shared by every capability, capped in BullMQ itself at the vendor's concurrency.
   const lanes = await openLanes(config, redis);
-  const loops = config.workerQueues.flatMap((name) => [...capabilityLoops(name, config.concurrency[name], config.queueShards[name]), ...laneLoops(name, config.concurrency[name], lanes)]);
+  const loops = [...config.workerQueues.flatMap((name) => capabilityLoops(name, config.concurrency[name], config.queueShards[name])), ...laneLoops(config.concurrency, config.workerQueues, lanes)];
   const fetchLoop = (name: string, concurrency: number, loop: number) => {
     const worker = new StartingWorker<GatewayJobData, GatewayJobResult>(name, inFairOrder(redis, countJobs(processor)), { connection: redis, ...fetchLoopOptions(config, concurrency, loop) });
     lifecycle.watch(worker, name);
@@ -229,7 +233,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     redis,
     config,
     log,
-    lanes: config.workerQueues.flatMap((name) => lanes.map(({ vendor, maxConcurrency, rpm }) => ({ queue: laneQueueName(name, vendor), vendor, cap: maxConcurrency, rpm }))),
+    lanes: lanes.map(({ vendor, maxConcurrency, rpm }) => ({ queue: laneQueueName(vendor), vendor, cap: maxConcurrency, rpm })),
     drain: (name, concurrency) => {
       const worker = fetchLoop(name, concurrency, 0);
       bullWorkers.push(worker);

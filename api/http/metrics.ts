@@ -3,7 +3,6 @@ import { clientClosedEarly, clientClosedStatus } from './client-closed.js';
 import type { Config } from '../../shared/config.js';
 import { countFrames } from '../../shared/reply.js';
 import { activeMetrics, initMetrics, metricsContentType, renderMetrics, type GatewayMetrics } from '../../shared/metrics.js';
-import type { QueueName } from '../../shared/queues.js';
 import { GatewayError } from '../../shared/errors.js';
 import { metricsLoopbackOnly, metricsScrapeAllowed } from '../../shared/metrics-process.js';
 
@@ -65,7 +64,7 @@ export function sumDepths(shards: ReadonlyArray<Readonly<Record<string, number>>
 
 /** Where the queue depths come from: the backpressure's last refresh. */
 export interface QueueDepthSource {
-  depths(): Iterable<[QueueName, QueueDepth]>;
+  depths(): Iterable<[string, QueueDepth]>;
   backlogs(): Iterable<[queue: string, tier: string, account: string, waiting: number]>;
   /** The lanes with jobs waiting that no worker serves with a configured cap. */
   stranded(): ReadonlyArray<{ queue: string; waiting: number }>;

@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from '../../shared/logger.js';
 import { Queue } from 'bullmq';
-import { accountShare, laneHeartbeatMs, readBacklogAndWeights, readLanes, shareExceeded, type StrandedLane, type WaitingRoom } from '../../shared/scheduling/index.js';
+import { accountShare, knowLanes, laneHeartbeatMs, readBacklogAndWeights, readLanes, shareExceeded, type StrandedLane, type WaitingRoom } from '../../shared/scheduling/index.js';
 import type { QueueName } from '../../shared/queues.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
 import { depthStates, sumDepths, type QueueDepth } from '../http/metrics.js';
@@ -14,8 +14,10 @@ interface LaneCounts {
   added: Map<string, number>;
 }
 
-/** A lane's name in the counts: the capability (its shared lane, all shards together) or `capability@vendor`. */
-const laneKey = (queue: QueueName, lane: string | undefined) => (lane === undefined ? queue : `${queue}@${lane}`);
+/** A lane in the counts: a capability's shared lane (all its shards together), or a capped vendor's (every capability's). */
+const laneKey = (queue: QueueName | undefined, lane: string | undefined) => (lane === undefined ? `${queue}` : `@${lane}`);
+/** A vendor lane's `queue` label in the metrics: `lane@openai`. */
+const laneLabel = (vendor: string) => `lane@${vendor}`;
 
 /**
  * Admission to each lane's waiting room (`shared/scheduling/admission.ts`) without a Redis round trip per request:
@@ -24,10 +26,10 @@ const laneKey = (queue: QueueName, lane: string | undefined) => (lane === undefi
  */
 export class Backpressure {
   private readonly lanes = new Map<string, LaneCounts>();
-  /** Every state's count as last read, for the metrics (read at scrape time: no Redis command of its own). */
-  private readonly depth = new Map<QueueName, QueueDepth>();
-  /** Waiting jobs by tier and account, for the metrics. */
-  private readonly backlog = new Map<QueueName, Array<[tier: string, account: string, waiting: number]>>();
+  /** Every state's count as last read, by capability and by vendor lane (`lane@openai`), for the metrics (read at scrape time: no Redis command of its own). */
+  private readonly depth = new Map<string, QueueDepth>();
+  /** Waiting jobs by tier and account, likewise, for the metrics. */
+  private readonly backlog = new Map<string, Array<[tier: string, account: string, waiting: number]>>();
   private timer: NodeJS.Timeout | undefined;
   private laneTimer: NodeJS.Timeout | undefined;
   /** The known lanes with jobs waiting and no server with a configured cap, as last checked. */
@@ -65,6 +67,8 @@ export class Backpressure {
 
   private async checkLanes(): Promise<void> {
     try {
+      // Recorded again each time: a worker forgets a stranded lane it emptied, and this api may still route to it.
+      await knowLanes(this.redis, this.queues.laneQueues().map(([, queue]) => queue.name));
       const lanes = await readLanes(this.redis);
       const found: StrandedLane[] = [];
       for (const [name, server] of lanes) {
@@ -108,12 +112,12 @@ export class Backpressure {
         others++;
       }
       const share = accountShare(limits, weight, othersWeight);
-      if (held >= share) throw shareExceeded(lane === undefined ? `the ${queue} queue` : `${lane} in the ${queue} queue`, held, share, others);
+      if (held >= share) throw shareExceeded(lane === undefined ? `the ${queue} queue` : `${lane}'s lane`, held, share, others);
     }
     counts.added.set(accountId, added + 1);
   }
 
-  /** A capability's waiting jobs (all its shards and lanes) at the last refresh. */
+  /** A capability's waiting jobs in its shared lane (all its shards) at the last refresh. */
   waiting(queue: QueueName): number {
     return this.depth.get(queue)?.waiting ?? 0;
   }
@@ -123,28 +127,29 @@ export class Backpressure {
     for (const [queue, rows] of this.backlog) for (const [tier, account, waiting] of rows) yield [queue, tier, account, waiting];
   }
 
-  /** Each queue's jobs by state, as last refreshed. */
-  depths(): Iterable<[QueueName, QueueDepth]> {
+  /** Each capability's and each vendor lane's jobs by state, as last refreshed. */
+  depths(): Iterable<[string, QueueDepth]> {
     return this.depth.entries();
   }
 
   private async refresh(): Promise<void> {
     try {
+      // Each capability's shared lane (its shards together), and each capped vendor's lane, shared by every capability.
+      const groups: Array<[label: string, key: string, queues: readonly Queue[]]> = [
+        ...[...this.queues.entries()].map(([name, shards]): [string, string, Queue[]] => [name, laneKey(name, undefined), shards]),
+        ...this.queues.laneQueues().map(([vendor, queue]): [string, string, Queue[]] => [laneLabel(vendor), laneKey(undefined, vendor), [queue]]),
+      ];
       await Promise.all(
-        [...this.queues.entries()].map(async ([name, queues]) => {
+        groups.map(async ([label, key, queues]) => {
           // One script call per queue, as for the waiting count alone, reads the other states the metrics show.
           const [counts, read] = await Promise.all([
             Promise.all(queues.map((queue) => queue.getJobCounts(...depthStates, 'prioritized'))),
             Promise.all(queues.map((queue) => readBacklogAndWeights(this.redis, queue.name))),
           ]);
-          this.depth.set(name, sumDepths(counts));
+          this.depth.set(label, sumDepths(counts));
           const byTierAndAccount = new Map<string, [string, string, number]>();
-          const fresh = new Map<string, LaneCounts>();
-          queues.forEach((queue, i) => {
-            const { backlog, weights } = read[i]!;
-            const key = laneKey(name, this.queues.laneOfQueue(queue.name));
-            let lane = fresh.get(key);
-            if (!lane) fresh.set(key, (lane = { byAccount: new Map(), weights: new Map(), added: new Map() }));
+          const lane: LaneCounts = { byAccount: new Map(), weights: new Map(), added: new Map() };
+          for (const { backlog, weights } of read) {
             for (const [account, weight] of weights) lane.weights.set(account, weight);
             for (const [tier, account, waiting] of backlog) {
               lane.byAccount.set(account, (lane.byAccount.get(account) ?? 0) + waiting);
@@ -153,9 +158,9 @@ export class Backpressure {
               if (sum) sum[2] += waiting;
               else byTierAndAccount.set(field, [tier, account, waiting]);
             }
-          });
-          for (const [key, lane] of fresh) this.lanes.set(key, lane);
-          this.backlog.set(name, [...byTierAndAccount.values()]);
+          }
+          this.lanes.set(key, lane);
+          this.backlog.set(label, [...byTierAndAccount.values()]);
         }),
       );
     } catch (error) {

@@ -65,7 +65,7 @@ describe('fair admission through the gateway', () => {
   };
 
   const waitingOf = async (account: string) =>
-    (await readBacklog(redis, '{chat@openai}')).filter(([, who]) => who === account).reduce((sum, [, , n]) => sum + n, 0);
+    (await readBacklog(redis, '{lane@openai}')).filter(([, who]) => who === account).reduce((sum, [, , n]) => sum + n, 0);
 
   it('refuses a flood to the flooder (429 with retry-after), never to a quiet account on the same vendor or another', async () => {
     const flooder = await paidAccountKey(redis, 'unlimited');
@@ -126,13 +126,13 @@ describe('fair admission through the gateway', () => {
     // The other account keeps the lane busy (its cap and a tenth taken, the rest waiting), so the band's tags are not reset meanwhile.
     const busy = Array.from({ length: 5 }, () => chat(other.key, openaiModel));
     await waitFor(async () => (await waitingOf(other.account)) >= 2, 5_000, 'the lane busy');
-    const clockBefore = Number((await redis.get('sy:fair:{chat@openai}:clock:default')) ?? 0);
+    const clockBefore = Number((await redis.get('sy:fair:{lane@openai}:clock:default')) ?? 0);
     const answers = await Promise.all(Array.from({ length: 10 }, () => chat(limited.key, openaiModel)));
     const statuses = answers.map((r) => r.status);
     assert.equal(statuses.filter((s) => s === 200).length, 2, `statuses: ${statuses.join(' ')}`);
     assert.equal(statuses.filter((s) => s === 429).length, 8);
     // Each request here costs one unit (under 256 tokens reserved): two admitted, two units, whatever the refusals.
-    const tag = Number(await redis.hget('sy:fair:{chat@openai}:tags:default', limited.account));
+    const tag = Number(await redis.hget('sy:fair:{lane@openai}:tags:default', limited.account));
     assert.ok(tag - clockBefore <= 3, `the limited account's tag moved ${tag - clockBefore} units for 2 admitted requests`);
     await Promise.all(busy);
   });

@@ -360,7 +360,7 @@ describe('GET /metrics: one process (WORKER_PROCESS=off), a fake OpenAI vendor',
         during = await scrape(metricsUrl);
         // The vendor's lane lets its cap and one more run (laneWidth): the next waits for the slot in a worker, the
         // third in the queue.
-        return during.value('switchyard_vendor_slot_waiters', openai) === 1 && during.value('switchyard_queue_backlog', { queue: 'chat', tier: 'default' }) === 1;
+        return during.value('switchyard_vendor_slot_waiters', openai) === 1 && during.value('switchyard_queue_backlog', { queue: 'lane@openai', tier: 'default' }) === 1;
       },
       5000,
       'a job to wait for the slot and one in the lane',

@@ -64,7 +64,7 @@ describe('the scheduler through the gateway', () => {
     const done: string[] = [];
     // 24 calls at 2 at a time, 250 ms each: the flood takes about 3 s to drain.
     const flood = Array.from({ length: 24 }, () => ask(gateway.client(flooder.key), openaiModel).then(() => void done.push('flood')));
-    await waitFor(async () => (await redis.zcard('bull:{chat@openai}:prioritized')) >= 12, 10_000, 'the flood to wait in the OpenAI lane');
+    await waitFor(async () => (await redis.zcard('bull:{lane@openai}:prioritized')) >= 12, 10_000, 'the flood to wait in the OpenAI lane');
     const floodDoneBefore = done.length;
     const quietCall = ask(gateway.client(quiet.key), openaiModel).then(() => void done.push('quiet-openai'));
     const otherCall = ask(gateway.client(other.key), anthropicModel).then(() => void done.push('other-anthropic'));
