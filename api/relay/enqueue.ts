@@ -91,20 +91,20 @@ export async function enqueue(deps: EnqueueDeps, queue: Queue, job: JobPlan, bes
   // (read in the same round trip as a reservation made first). Where nothing waits, the order within the band is moot
   // and the job goes to its band's head untagged.
   const { fair: claim } = beside;
-  const [reservedFirst, tagged] = await Promise.allSettled([spend && !gate ? reserve() : undefined, placeJob(redis, queue, job.id, claim)]);
+  const [reservedFirst, placed] = await Promise.allSettled([spend && !gate ? reserve() : undefined, placeJob(redis, queue, job.id, claim)]);
   // A job that never runs leaves the backlog again, and its account gets its tag's cost back.
   const leave = () => void jobLeft(redis, queue.name, job.id).catch((error: unknown) => log.warn({ err: error }, 'could not uncount a job that was not queued (the recount will)'));
-  if (tagged.status === 'rejected') {
+  if (placed.status === 'rejected') {
     if (spend && reservedFirst.status === 'fulfilled' && reservedFirst.value) {
       await releaseReservation(redis, spend.access.accountId, job.data.requestId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a job that was not queued'));
     }
-    throw tagged.reason;
+    throw placed.reason;
   }
   if (reservedFirst.status === 'rejected') {
     leave();
     throw reservedFirst.reason;
   }
-  const { priority, behindOthers } = tagged.value;
+  const { priority, behindOthers } = placed.value;
   // Placed where other work of its band waited: what a priority request's premium buys (workers/served-tier.ts).
   if (behindOthers) job.data.contended = true;
   let headers: Record<string, string> = reservedFirst.value ?? {};

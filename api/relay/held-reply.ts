@@ -86,14 +86,37 @@ export abstract class HeldReply implements ReplyTarget {
     this.res.once('close', onClose);
     // The client may have left while the job was being enqueued: its 'close' has already fired.
     if (this.res.destroyed || this.res.closed) onClose();
-    const timer = setTimeout(() => this.timeout(), Math.max(0, deadline - Date.now()) + 1000);
+    const timer = setTimeout(() => void this.deadlineReached(), Math.max(0, deadline - Date.now()));
     try {
       await this.finished;
     } finally {
       clearTimeout(timer);
+      clearTimeout(this.graceTimer);
       clearTimeout(this.resumeTimer);
       this.res.off('close', onClose);
     }
+  }
+
+  private graceTimer: NodeJS.Timeout | undefined;
+
+  /**
+   * The deadline: a job still waiting in its queue will not run in time, so it is taken out and answered 504 now
+   * (a flex request's short deadline included); a job running is given a second more to answer itself, with what
+   * its worker knows, before the api answers for it.
+   */
+  private async deadlineReached(): Promise<void> {
+    if (this.ended) return;
+    const removed = await this.queue.remove(this.jobId).then(
+      (count) => count === 1,
+      () => false,
+    );
+    if (removed) {
+      this.cancelled ??= Promise.resolve(true);
+      this.log.warn('request deadline passed while its job waited in the queue');
+      this.failWith(timeoutError('The request waited in the queue past its deadline.'));
+      return;
+    }
+    if (!this.ended) this.graceTimer = setTimeout(() => this.timeout(), 1000);
   }
 
   private resumeTimer: NodeJS.Timeout | undefined;

@@ -38,6 +38,8 @@ describe('fair admission through the gateway', () => {
         // A small room, so a flood fills it at once; a floor of 2 for every account.
         QUEUE_MAX_WAITING_CHAT: '20',
         QUEUE_WAITING_FLOOR: '2',
+        // A flex request may wait this long, and no more.
+        FLEX_DEADLINE_MS: '300',
       },
     });
   });
@@ -135,6 +137,22 @@ describe('fair admission through the gateway', () => {
     const tag = Number(await redis.hget('sy:fair:{lane@openai}:tags:default', limited.account));
     assert.ok(tag - clockBefore <= 3, `the limited account's tag moved ${tag - clockBefore} units for 2 admitted requests`);
     await Promise.all(busy);
+  });
+
+  it('answers a flex request still waiting at its deadline at once (504), takes it out of the queue and uncounts it', async () => {
+    const other = await paidAccountKey(redis, 'unlimited');
+    const flexer = await paidAccountKey(redis, 'unlimited');
+    const busy = Array.from({ length: 4 }, () => chat(other.key, openaiModel));
+    await waitFor(async () => (await waitingOf(other.account)) >= 1, 5_000, 'the lane busy');
+    const started = Date.now();
+    const res = await chat(flexer.key, openaiModel, { service_tier: 'flex' });
+    const took = Date.now() - started;
+    assert.equal(res.status, 504);
+    assert.equal(((await res.json()) as { error: { code: string } }).error.code, 'timeout');
+    // Not after the second a running job gets to answer itself: it never ran.
+    assert.ok(took < 1100, `answered after ${took} ms for a deadline of 300 ms`);
+    await waitFor(async () => (await waitingOf(flexer.account)) === 0, 5_000, 'the flex job uncounted');
+    for (const answer of await Promise.all(busy)) assert.equal(answer.status, 200);
   });
 
   it('serves priority as default where no admin granted it, and says so', async () => {
