@@ -48,14 +48,14 @@
  * answered in the phase). Settings: BENCH_SCHED_* (see schedulerSettings and docs/benchmarks.md).
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import type { Redis } from 'ioredis';
 import { Agent, request } from 'undici';
 import { freePort } from '../bin/local-redis.js';
 import { FAKE_REPLY_TEXT } from '../test/support/fake-openai-defaults.js';
-import { recordUrlFor, resetRecordFor } from '../test/support/record.js';
+import { resetRecordFor } from '../test/support/record.js';
 import { commandStats, diffCommandStats, envInt, RssSampler, summariseSorted, type CommandDelta, type LatencySummary } from './measure.js';
 import { cpuTimeMs, root, rssBytes, sleep, spawnChild, waitUntil, type Child } from './procs.js';
 import { discoverProcesses, fakeControl, log, model, plainBody, probe, startFake, startGateway, stopGateway, upstreamKey, type Fake, type Gateway } from './stack.js';
@@ -614,35 +614,7 @@ async function freshGateway(options: { build: BuildInfo; tag: string; fake: Fake
   await resetRecordFor(options.redisUrl);
   const env = { ADMIN_TOKEN: adminToken, ...options.env };
   const logTag = `scheduler-${options.tag}${options.build.label === 'before' ? '-before' : ''}`;
-  if (options.build.label === 'after') return startGateway('start', options.fake.url, options.redisUrl, undefined, { env, logTag });
-  return startBuildGateway(options.build.dir, options.fake.url, options.redisUrl, env, logTag);
-}
-
-/**
- * `node <dir>/dist/bin/start.js` with the environment stack.ts's startGateway gives this build's (its `start`
- * configuration, nothing added), from this checkout's folder as working directory: an older build, run side by side.
- */
-async function startBuildGateway(dir: string, fakeUrl: string, redisUrl: string, extra: Record<string, string>, logTag: string): Promise<Gateway> {
-  const port = await freePort();
-  const env = {
-    PATH: process.env.PATH ?? '',
-    HOME: process.env.HOME ?? '/root',
-    PORT: String(port),
-    HOST: '127.0.0.1',
-    REDIS_URL: redisUrl,
-    DATABASE_URL: await recordUrlFor(redisUrl),
-    OPENAI_API_KEY: upstreamKey,
-    OPENAI_BASE_URL: fakeUrl,
-    MOCK_VENDOR: 'off',
-    LOG_LEVEL: 'warn',
-    ...extra,
-  };
-  const logDir = join(root, 'bench', 'results', 'logs');
-  mkdirSync(logDir, { recursive: true });
-  const child = spawnChild('gateway', [join(dir, 'dist', 'bin', 'start.js')], env, join(logDir, `${logTag}-gateway.log`));
-  const url = `http://127.0.0.1:${port}`;
-  await waitUntil('GET /readyz 200', async () => (await fetch(`${url}/readyz`, { signal: AbortSignal.timeout(1000) })).status === 200, 20_000, [child]);
-  return { config: 'start', url, children: { gateway: child }, pids: { gateway: child.pid }, forked: [] };
+  return startGateway('start', options.fake.url, options.redisUrl, undefined, { env, logTag, ...(options.build.label === 'after' ? {} : { buildDir: options.build.dir }) });
 }
 
 async function ready(gateway: Gateway, key: string): Promise<Record<string, number>> {

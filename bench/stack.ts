@@ -118,6 +118,8 @@ export interface GatewayOptions {
   workers?: number;
   /** Log files are bench/results/logs/<tag>-<process>.log (default: the configuration name). */
   logTag?: string;
+  /** Another checkout's build to run (`<dir>/dist/bin/start.js`), side by side with this one's (default: this one). */
+  buildDir?: string;
 }
 
 export async function startGateway(
@@ -158,15 +160,16 @@ export async function startGateway(
   mkdirSync(logDir, { recursive: true });
   const logFile = (name: string) => join(logDir, `${tag}-${name}.log`);
   const children: Record<string, Child> = {};
+  const script = options.buildDir ? join(options.buildDir, 'dist', 'bin', 'start.js') : 'dist/bin/start.js';
   if (config !== 'split') {
-    children.gateway = spawnChild('gateway', [...nodeArgs('gateway'), 'dist/bin/start.js'], env, logFile('gateway'));
+    children.gateway = spawnChild('gateway', [...nodeArgs('gateway'), script], env, logFile('gateway'));
   } else {
     const workers = Math.max(1, options.workers ?? 1);
     for (let i = 1; i <= workers; i += 1) {
       const name = workers === 1 ? 'worker' : `worker${i}`;
-      children[name] = spawnChild(name, [...nodeArgs(name), 'dist/bin/start.js', '--role=worker'], env, logFile(name));
+      children[name] = spawnChild(name, [...nodeArgs(name), script, '--role=worker'], env, logFile(name));
     }
-    children.api = spawnChild('api', [...nodeArgs('api'), 'dist/bin/start.js', '--role=api'], env, logFile('api'));
+    children.api = spawnChild('api', [...nodeArgs('api'), script, '--role=api'], env, logFile('api'));
   }
   const url = `http://127.0.0.1:${port}`;
   await waitUntil(
