@@ -81,6 +81,8 @@ describe('fuzz: generated input at every endpoint', { timeout: 15 * 60_000 }, ()
   /** Why the gateway had to be restarted between properties (each one a failure of some property). */
   const restarts: string[] = [];
   const worst = { loopMs: 0, loopCase: '', healthMs: 0, healthCase: '' };
+  /** The slowest /healthz during a short stall the same request did not repeat: the shared machine's, not the gateway's. */
+  let forgivenHealthMs = 0;
   let cases = 0;
 
   async function start(): Promise<void> {
@@ -204,8 +206,6 @@ describe('fuzz: generated input at every endpoint', { timeout: 15 * 60_000 }, ()
       const status = outcome.kind === 'answer' ? outcome.status : outcome.kind;
       console.error(`fuzz: ${status} in ${'ms' in outcome ? outcome.ms : '?'} ms, loop ${loop.ms} ms, healthz ${Math.round(healthMs)} ms: ${clip(describeCase(c), 300)}`);
     }
-    if (loop.ms > worst.loopMs) Object.assign(worst, { loopMs: loop.ms, loopCase: describeCase(c) });
-    if (healthMs > worst.healthMs) Object.assign(worst, { healthMs, healthCase: describeCase(c) });
     const stalls: Problem[] = [];
     if (loop.ms >= LOOP_LIMIT_MS) stalls.push({ kind: 'loop-stall', text: `the event loop stalled ${loop.ms} ms (/readyz event_loop_max_ms; limit ${LOOP_LIMIT_MS})` });
     if (healthMs >= HEALTH_LIMIT_MS) stalls.push({ kind: 'health-stall', text: `GET /healthz took ${Math.round(healthMs)} ms during this request (limit ${HEALTH_LIMIT_MS})` });
@@ -213,11 +213,22 @@ describe('fuzz: generated input at every endpoint', { timeout: 15 * 60_000 }, ()
       // A short stall alone may be the shared machine: it counts only if the same request stalls again.
       const again = await exercise(c, stop, true);
       const repeated = again.filter((p) => stallKinds.has(p.kind));
-      if (repeated.length === 0) return again;
+      if (repeated.length === 0) {
+        // Not repeated: the run's worst is the second try's (recorded by it), this one forgiven.
+        forgivenHealthMs = Math.max(forgivenHealthMs, healthMs);
+        return again;
+      }
       const confirmed = stalls.map((p) => ({ ...p, text: `${p.text}; second try: ${repeated.find((r) => r.kind === p.kind)?.text ?? 'under the limit'}` }));
+      noteWorst(loop.ms, healthMs, c);
       return [...confirmed, ...repeated.filter((r) => !stalls.some((p) => p.kind === r.kind)), ...again.filter((p) => !stallKinds.has(p.kind))];
     }
+    noteWorst(loop.ms, healthMs, c);
     return [...problems, ...stalls];
+  }
+
+  function noteWorst(loopMs: number, healthMs: number, c: FuzzCase): void {
+    if (loopMs > worst.loopMs) Object.assign(worst, { loopMs, loopCase: describeCase(c) });
+    if (healthMs > worst.healthMs) Object.assign(worst, { healthMs, healthCase: describeCase(c) });
   }
 
   /**
@@ -391,16 +402,19 @@ describe('fuzz: generated input at every endpoint', { timeout: 15 * 60_000 }, ()
     const loop = await readLoop(10_000);
     const health = poller.stats();
     t.diagnostic(
-      `${cases} requests; /healthz probes ${health.probes} (failed ${health.failures}), slowest ${Math.round(health.maxMs)} ms; ` +
+      `${cases} requests; /healthz probes ${health.probes} (failed ${health.failures}), slowest ${Math.round(health.maxMs)} ms (in a stall not repeated: ${Math.round(forgivenHealthMs)} ms); ` +
         `worst event-loop stall after one request ${worst.loopMs} ms; seed ${seed}`,
     );
     assert.ok(loop.ok, `GET /readyz after the run: ${!loop.ok ? loop.error : ''}`);
     assert.deepEqual(restarts, [], 'the gateway had to be restarted (it crashed or froze; the property that did it failed above)');
     assert.ok(loop.ms < LOOP_LIMIT_MS, `event loop stalled ${loop.ms} ms at the end of the run`);
     assert.equal(health.failures, 0, `${health.failures} /healthz probes failed during the run`);
+    // The rule the cases follow holds for the run too: a slowest probe that fell in a short stall the same request
+    // did not repeat is the shared machine's; every request's own worst must be under the limit still.
+    const slowestCounted = health.maxMs <= forgivenHealthMs ? worst.healthMs : health.maxMs;
     assert.ok(
-      health.maxMs < HEALTH_LIMIT_MS,
-      `the slowest /healthz took ${Math.round(health.maxMs)} ms (limit ${HEALTH_LIMIT_MS}); the worst single case: ${Math.round(worst.healthMs)} ms during ${clip(worst.healthCase, 800)}`,
+      slowestCounted < HEALTH_LIMIT_MS,
+      `the slowest /healthz took ${Math.round(health.maxMs)} ms (limit ${HEALTH_LIMIT_MS}; ${Math.round(forgivenHealthMs)} ms in a stall not repeated); the worst single case: ${Math.round(worst.healthMs)} ms during ${clip(worst.healthCase, 800)}`,
     );
     const chat = await gateway.client(secrets.KEY!).chat.completions.create({ model: 'mock-chat', messages: [{ role: 'user', content: 'still there?' }] });
     assert.equal(chat.object, 'chat.completion');
