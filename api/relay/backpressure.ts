@@ -141,6 +141,9 @@ export class Backpressure {
       ];
       await Promise.all(
         groups.map(async ([label, key, queues]) => {
+          // What this process let in until now was placed before the read below (the same connection, in order): the
+          // read counts it. What it lets in while the read is under way is kept on top of the new counts.
+          const before = new Map(this.lanes.get(key)?.added ?? []);
           // One script call per queue, as for the waiting count alone, reads the other states the metrics show.
           const [counts, read] = await Promise.all([
             Promise.all(queues.map((queue) => queue.getJobCounts(...depthStates, 'prioritized'))),
@@ -158,6 +161,10 @@ export class Backpressure {
               if (sum) sum[2] += waiting;
               else byTierAndAccount.set(field, [tier, account, waiting]);
             }
+          }
+          for (const [account, added] of this.lanes.get(key)?.added ?? []) {
+            const since = added - (before.get(account) ?? 0);
+            if (since > 0) lane.added.set(account, since);
           }
           this.lanes.set(key, lane);
           this.backlog.set(label, [...byTierAndAccount.values()]);
