@@ -130,23 +130,26 @@ export async function removeWaitingJob(redis: Redis, queue: Queue, jobId: string
   return removed;
 }
 
-/** A queue's backlog by tier and account. */
-export async function readBacklog(redis: Redis, queueName: string): Promise<Array<[tier: ServiceTier, account: string, waiting: number]>> {
-  const fields = await redis.hgetall(backlogKey(queueName));
+type BacklogRows = Array<[tier: ServiceTier, account: string, waiting: number]>;
+
+/** The backlog hash's fields (`tier|account` -> count) as rows. */
+function backlogRows(fields: Record<string, string>): BacklogRows {
   return Object.entries(fields).map(([field, count]) => {
     const bar = field.indexOf('|');
     return [field.slice(0, bar) as ServiceTier, field.slice(bar + 1), Number(count)];
   });
 }
 
+/** A queue's backlog by tier and account. */
+export async function readBacklog(redis: Redis, queueName: string): Promise<BacklogRows> {
+  return backlogRows(await redis.hgetall(backlogKey(queueName)));
+}
+
 /** A queue's backlog and the weights of the accounts in it, in one round trip (admission reads both). */
-export async function readBacklogAndWeights(redis: Redis, queueName: string): Promise<{ backlog: Array<[tier: ServiceTier, account: string, waiting: number]>; weights: Map<string, number> }> {
+export async function readBacklogAndWeights(redis: Redis, queueName: string): Promise<{ backlog: BacklogRows; weights: Map<string, number> }> {
   const [[, waiting], [, weights]] = (await together(redis).hgetall(backlogKey(queueName)).hgetall(waitingWeightsKey(queueName)).exec()) as [[unknown, Record<string, string>], [unknown, Record<string, string>]];
   return {
-    backlog: Object.entries(waiting ?? {}).map(([field, count]) => {
-      const bar = field.indexOf('|');
-      return [field.slice(0, bar) as ServiceTier, field.slice(bar + 1), Number(count)];
-    }),
+    backlog: backlogRows(waiting ?? {}),
     weights: new Map(Object.entries(weights ?? {}).map(([account, weight]) => [account, Number(weight) || 1])),
   };
 }
