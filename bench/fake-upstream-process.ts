@@ -30,7 +30,9 @@
  *   GET  /__stats                      per fake: requests, inFlight, maxInFlight, overCap (429s), aborted;
  *                                      with a cap and a latency, how long slots sat idle between answers (slotUse);
  *                                      with --pace-tokens, `paced`: streams started, completed, left by their client, most at once
- *   POST /__reset                      zeroes those counters (and the queued Anthropic streams)
+ *   GET  /__marks                      when each request whose `user` is `bench-mark:<id>` reached the fake OpenAI
+ *                                      (wall clock ms, by id): the bench's measure of a request's wait before its call
+ *   POST /__reset                      zeroes those counters, the marks (and the queued Anthropic streams)
  *   POST /__enqueue?vendor=anthropic&count=K
  *
  * Prints one line `{"url", "pid", "controlUrl", "anthropicUrl"?, "geminiUrl"?}` on
@@ -213,6 +215,9 @@ let geminiRequests = 0;
 /** When each request the fake OpenAI served (not refused) reached it, ms; bounded. */
 const arrivals: number[] = [];
 const MAX_ARRIVALS = 100_000;
+/** When a request whose `user` is `bench-mark:<id>` reached the fake OpenAI (wall clock ms), by id; bounded. */
+const marks = new Map<string, number>();
+const MAX_MARKS = 100_000;
 
 const rateLimited = {
   status: 429,
@@ -228,6 +233,8 @@ const openaiHandler: FakeHandler = (request) => {
     return rateLimited;
   }
   if (latencyMs > 0 && arrivals.length < MAX_ARRIVALS) arrivals.push(performance.now());
+  const user = (request.body as { user?: unknown } | undefined)?.user;
+  if (typeof user === 'string' && user.startsWith('bench-mark:') && marks.size < MAX_MARKS) marks.set(user.slice('bench-mark:'.length), Date.now());
   if (streamChunks > 0 && request.method === 'POST' && request.path.split('?')[0] === '/v1/chat/completions') {
     // The fake's own checks first: only a request it would stream gets the long stream.
     if (buildDefaultResponse(request, {}).kind === 'sse') return { sse: bodies.openai };
@@ -293,6 +300,7 @@ function control(req: IncomingMessage, res: ServerResponse): void {
   };
   req.resume();
   if (req.method === 'GET' && url.pathname === '/__stats') return reply(200, stats());
+  if (req.method === 'GET' && url.pathname === '/__marks') return reply(200, Object.fromEntries(marks));
   if (req.method === 'POST' && url.pathname === '/__reset') {
     openai.reset();
     anthropic?.reset();
@@ -301,6 +309,7 @@ function control(req: IncomingMessage, res: ServerResponse): void {
     openaiOverCap = 0;
     geminiRequests = 0;
     arrivals.length = 0;
+    marks.clear();
     Object.assign(paced, { started: 0, completed: 0, aborted: 0, maxActive: paced.active });
     installHandlers();
     return reply(200, stats());

@@ -185,6 +185,8 @@ export interface Config {
   };
   /** Lease of a vendor slot, renewed while the call runs. */
   vendorLeaseMs: number;
+  /** While a capped vendor is saturated, its calls start at least this fraction of (average call ÷ cap) apart (0: off). */
+  vendorPace: number;
   /** How long a channel rests after failures (the router's cooldown policy). */
   channelCooldowns: {
     /** The vendor refused its credentials or quota. */
@@ -297,6 +299,7 @@ const fixed = {
   CATALOG_FILE: setting(optionalText(), 'JSON `{"models":[…]}` whose entries add to or replace built-in catalog entries by id'),
   CHANNELS_FILE: setting(optionalText(), 'JSON `{"channels":[…]}`: more channels per vendor, with weights, and vendors not built in'),
   VENDOR_LEASE_MS: setting(integer(1, 30_000), "lease of a vendor slot, renewed while the call runs; a dead worker's slot frees after this"),
+  VENDOR_PACE_PERCENT: setting(integer(0, 85, 100), "while a capped vendor's slots are all taken, its calls start at least this percent of (its average call time ÷ its cap) apart, so its slots free one by one rather than in step and a waiter waits for the next of many, not a whole call; 0: off"),
   CHANNEL_AUTH_COOLDOWN_MS: setting(integer(0, 300_000), 'rest for a channel whose credentials the vendor refused'),
   CHANNEL_FAILURE_THRESHOLD: setting(integer(1, 3), 'retryable failures (5xx, network) within 30 s that rest a model on a channel'),
   CHANNEL_COOLDOWN_MS: setting(integer(0, 30_000), 'that rest; a 429 rests it for its `retry-after` (else 5 s)'),
@@ -636,6 +639,7 @@ export function loadConfig(env: Env = process.env): Config {
     channelsFile: values.CHANNELS_FILE,
     mock: { mode: production && values.MOCK_VENDOR === 'auto' ? 'off' : values.MOCK_VENDOR, billed: values.MOCK_BILLING === 'on', streamDelayMs: values.MOCK_STREAM_DELAY_MS, videoMs: values.MOCK_VIDEO_MS },
     vendorLeaseMs: values.VENDOR_LEASE_MS,
+    vendorPace: values.VENDOR_PACE_PERCENT / 100,
     channelCooldowns: {
       authMs: values.CHANNEL_AUTH_COOLDOWN_MS,
       failureMs: values.CHANNEL_COOLDOWN_MS,

@@ -81,6 +81,8 @@ export const lanesKnownKey = `${keyPrefix}lanes:known`;
 export const vendorInflightKey = (vendor: string) => `${keyPrefix}limit:{${vendor}}:inflight`;
 /** A vendor's calls started in the rolling minute (sorted set scored by start); beside its leases, on one slot. */
 export const vendorRpmKey = (vendor: string) => `${keyPrefix}limit:{${vendor}}:rpm`;
+/** A capped vendor's pace (hash beside its leases): `avg` call ms (moving average), `last` start ms, `busy` ms until which its slots count as all taken. */
+export const vendorPaceKey = (vendor: string) => `${keyPrefix}limit:{${vendor}}:pace`;
 /** Every worker hears a released slot here (message: the vendor), so waiters retry at once instead of polling. */
 export const slotFreedChannel = `${keyPrefix}limit-freed`;
 /**

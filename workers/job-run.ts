@@ -73,6 +73,8 @@ class JobRun {
   private deadlineTimer: ReturnType<typeof setTimeout> | undefined;
   private timedOut = false;
   private lease: Lease | undefined;
+  /** When a vendor slot was asked for and got (for the debug log's timings). */
+  private timings: { asked: number; leased: number } | undefined;
   /** A streamed answer's bill, begun once the vendor is done. */
   private billed: Promise<void> | undefined;
 
@@ -163,7 +165,11 @@ class JobRun {
     // The channel that answers decides how the tier is: a retry on another channel decides it again.
     this.tier = tierRule(tierFacts(this.job, route.channel, deps.config.scheduling));
     this.produced.servedTier = this.tier.before;
-    this.lease = await deps.limiter.acquire(route.channel.vendor, data.deadline, signal);
+    // Ranked by its queue priority: of this process's jobs waiting for a slot, the one the queue would serve first goes
+    // first. A priority request is not held back by the vendor's pace (the spreading of its calls' starts).
+    const asked = Date.now();
+    this.lease = await deps.limiter.acquire(route.channel.vendor, data.deadline, signal, this.job.opts.priority ?? 0, data.serviceTier === 'priority');
+    this.timings = { asked, leased: Date.now() };
     this.call.started(this.job, route, signal);
   }
 
@@ -209,11 +215,12 @@ class JobRun {
   private async finish(outcome: PipelineOutcome): Promise<GatewayJobResult> {
     switch (outcome.answer) {
       case 'publish': {
-        const [, kept] = await Promise.all([this.bill('completed'), this.publisher.done(outcome.body)]);
+        // The vendor has answered: its slot is for the next call while this one is billed and delivered.
+        const [, , kept] = await Promise.all([this.freeSlot(), this.bill('completed'), this.publisher.done(outcome.body)]);
         return kept;
       }
       case 'keep':
-        await this.bill('completed');
+        await Promise.all([this.freeSlot(), this.bill('completed')]);
         // Its watchers hear of the end from the worker, once BullMQ has recorded it.
         return outcome.result;
       case 'sent':
@@ -290,6 +297,12 @@ class JobRun {
   /** The vendor's part is over. A slot that cannot be released now expires with its lease; the answer must not wait on it. */
   private async freeSlot(): Promise<void> {
     this.call.vendorDone();
+    if (this.timings && this.log.isLevelEnabled('debug')) {
+      const { asked, leased } = this.timings;
+      this.timings = undefined;
+      const taken = this.job.processedOn ?? asked;
+      this.log.debug({ key: this.data.keyId, queue_ms: taken - this.job.timestamp, before_slot_ms: asked - taken, slot_ms: leased - asked, call_ms: Date.now() - leased, vendor: this.vendor }, 'vendor call timings');
+    }
     await this.lease?.release().catch((e) => this.log.warn({ err: e }, 'could not release vendor slot'));
   }
 

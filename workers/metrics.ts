@@ -157,15 +157,9 @@ export function vendorSlotHeld(vendor: string, change: 1 | -1): void {
   activeMetrics()?.vendorSlotsInUse.get(vendor).inc(change);
 }
 
-/** Counts a job among the waiters for a vendor slot while `waiting` lasts. */
-export async function waitingForSlot<T>(vendor: string, waiting: Promise<T>): Promise<T> {
-  const gauge = activeMetrics()?.vendorSlotWaiters.get(vendor);
-  gauge?.inc();
-  try {
-    return await waiting;
-  } finally {
-    gauge?.dec();
-  }
+/** A job joins (+1) or leaves (-1) this process's line of waiters for a vendor slot. */
+export function slotWaiter(vendor: string, change: 1 | -1): void {
+  activeMetrics()?.vendorSlotWaiters.get(vendor).inc(change);
 }
 
 /** A settlement was applied (once per request): its tokens and cost, by the catalog model the api resolved. */

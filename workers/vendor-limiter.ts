@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { Config } from '../shared/config.js';
-import { slotFreedChannel, vendorInflightKey, vendorRpmKey } from '../shared/redis-keys.js';
+import { slotFreedChannel, vendorInflightKey, vendorPaceKey, vendorRpmKey } from '../shared/redis-keys.js';
 import { GatewayError, timeoutError } from '../shared/errors.js';
 import { vendorLimits, type VendorLimits } from '../shared/scheduling/index.js';
-import { vendorSlotHeld, waitingForSlot } from './metrics.js';
+import { slotWaiter, vendorSlotHeld } from './metrics.js';
 
 /**
  * Vendor limits that hold across every worker process: at most
@@ -12,6 +12,18 @@ import { vendorSlotHeld, waitingForSlot } from './metrics.js';
  * per rolling minute. In-flight calls are leases in a sorted set scored by
  * their expiry, renewed while the call runs: a worker that dies stops
  * renewing, and its slot frees itself once the lease runs out.
+ *
+ * Pace: while every slot is taken (taking the last slot, or being refused one,
+ * marks the vendor busy for one average call), calls start at least `VENDOR_PACE_PERCENT` of (average call ÷
+ * cap) apart. Slots that would otherwise free in step (a burst started together
+ * stays together, call after call) end up spread over the call time, so a
+ * request arriving then waits for the next of many slots, not for a whole
+ * call. Nothing is paced while a slot is free or nothing runs.
+ *
+ * A priority request is not paced: a free slot is its at once (its start still counts for the pace of the rest).
+ *
+ * KEYS: inflight, rpm, pace. ARGV: lease id, lease ms, cap, rpm, pace fraction, 1 when this call is not paced.
+ * Returns {1} or {0, rpm wait ms, slot wait ms, paced (1: sleep the wait, a release will not shorten it)}.
  */
 const acquireScript = `
 local time = redis.call('TIME')
@@ -19,18 +31,32 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local leaseMs = tonumber(ARGV[2])
 local maxConcurrency = tonumber(ARGV[3])
 local rpm = tonumber(ARGV[4])
+local pace = tonumber(ARGV[5])
 if maxConcurrency > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-  if redis.call('ZCARD', KEYS[1]) >= maxConcurrency then
+  local inflight = redis.call('ZCARD', KEYS[1])
+  local avg = tonumber(redis.call('HGET', KEYS[3], 'avg') or '0')
+  if inflight >= maxConcurrency then
+    if pace > 0 and avg > 0 then
+      redis.call('HSET', KEYS[3], 'busy', now + math.ceil(avg))
+      redis.call('PEXPIRE', KEYS[3], 3600000)
+    end
     local soonest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-    return {0, 0, tonumber(soonest[2]) - now}
+    return {0, 0, tonumber(soonest[2]) - now, 0}
+  end
+  if pace > 0 and avg > 0 and inflight > 0 and ARGV[6] ~= '1' then
+    local state = redis.call('HMGET', KEYS[3], 'last', 'busy')
+    local last = tonumber(state[1] or '0')
+    local busy = tonumber(state[2] or '0')
+    local nextStart = last + math.floor(pace * avg / maxConcurrency)
+    if busy > now and nextStart > now then return {0, 0, nextStart - now, 1} end
   end
 end
 if rpm > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - 60000)
   if redis.call('ZCARD', KEYS[2]) >= rpm then
     local oldest = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-    return {0, tonumber(oldest[2]) + 60000 - now, 0}
+    return {0, tonumber(oldest[2]) + 60000 - now, 0, 0}
   end
   redis.call('ZADD', KEYS[2], now, ARGV[1])
   redis.call('PEXPIRE', KEYS[2], 61000)
@@ -38,8 +64,28 @@ end
 if maxConcurrency > 0 then
   redis.call('ZADD', KEYS[1], now + leaseMs, ARGV[1])
   redis.call('PEXPIRE', KEYS[1], leaseMs * 2)
+  if pace > 0 then
+    redis.call('HSET', KEYS[3], 'last', now)
+    -- This call takes the last slot: the vendor is busy (paced) for one average call.
+    local avg = tonumber(redis.call('HGET', KEYS[3], 'avg') or '0')
+    if avg > 0 and redis.call('ZCARD', KEYS[1]) >= maxConcurrency then redis.call('HSET', KEYS[3], 'busy', now + math.ceil(avg)) end
+    redis.call('PEXPIRE', KEYS[3], 3600000)
+  end
 end
-return {1, 0, 0}
+return {1, 0, 0, 0}
+`;
+
+/** KEYS: inflight, pace. ARGV: lease id, the call's ms (-1: not measured). The average moves a fifth of the way to each call. */
+const releaseScript = `
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+local ms = tonumber(ARGV[2])
+if removed == 1 and ms >= 0 then
+  local avg = tonumber(redis.call('HGET', KEYS[2], 'avg') or '0')
+  if avg > 0 then avg = avg + (ms - avg) / 5 else avg = math.max(ms, 1) end
+  redis.call('HSET', KEYS[2], 'avg', avg)
+  redis.call('PEXPIRE', KEYS[2], 3600000)
+end
+return removed
 `;
 
 const renewScript = `
@@ -57,36 +103,58 @@ export interface Lease {
 const noLease: Lease = { release: async () => undefined };
 
 type LimiterRedis = Redis & {
-  vendorAcquire(concurrencyKey: string, rpmKey: string, leaseId: string, leaseMs: number, max: number, rpm: number): Promise<[number, number, number]>;
+  vendorAcquire(concurrencyKey: string, rpmKey: string, paceKey: string, leaseId: string, leaseMs: number, max: number, rpm: number, pace: number, unpaced: 0 | 1): Promise<[number, number, number, number]>;
+  vendorRelease(concurrencyKey: string, paceKey: string, leaseId: string, callMs: number): Promise<number>;
   vendorRenew(concurrencyKey: string, leaseId: string, leaseMs: number): Promise<number>;
 };
+
+/** A job of this process waiting for a vendor slot. */
+interface Waiter {
+  rank: number;
+  /** Not held back by the pace (a priority request). */
+  unpaced: boolean;
+  seq: number;
+  deadline: number;
+  leaseId: string;
+  resolve(lease: Lease): void;
+  reject(error: unknown): void;
+  /** Takes the waiter out (its deadline timer and abort listener too). */
+  leave(): void;
+}
+
+/** This process's waiters for one vendor, best rank first, and the one loop that asks Redis for them. */
+interface VendorLine {
+  waiters: Waiter[];
+  pumping: boolean;
+  /** Cuts the loop's sleep short (a slot was announced free). */
+  kick?: () => void;
+}
 
 export class VendorLimiter {
   private readonly redis: LimiterRedis;
   private readonly limits = new Map<string, VendorLimits>();
-  private readonly waiters = new Map<string, Set<() => void>>();
+  private readonly lines = new Map<string, VendorLine>();
+  private seq = 0;
   /** Without freed-slot messages (no subscriber wired), waiters fall back to short polls. */
   private hearsReleases = false;
 
   constructor(
     redis: Redis,
-    private readonly config: Pick<Config, 'vendors' | 'channelsFile' | 'vendorLeaseMs'>,
+    private readonly config: Pick<Config, 'vendors' | 'channelsFile' | 'vendorLeaseMs'> & Partial<Pick<Config, 'vendorPace'>>,
     private readonly leaseMs = config.vendorLeaseMs,
   ) {
     this.redis = redis as LimiterRedis;
     if (typeof this.redis.vendorAcquire !== 'function') {
-      redis.defineCommand('vendorAcquire', { numberOfKeys: 2, lua: acquireScript });
+      redis.defineCommand('vendorAcquire', { numberOfKeys: 3, lua: acquireScript });
+      redis.defineCommand('vendorRelease', { numberOfKeys: 2, lua: releaseScript });
       redis.defineCommand('vendorRenew', { numberOfKeys: 1, lua: renewScript });
     }
   }
 
-  /** Called for each message on `slotFreedChannel` (the worker's subscriber forwards them). */
+  /** Called for each message on `slotFreedChannel` (the worker's subscriber forwards them): this process's line asks again at once. */
   slotFreed(vendor: string): void {
     this.hearsReleases = true;
-    // One slot freed: wake this process's longest waiter only (FIFO), not all of them, so a
-    // release costs each worker one acquire attempt rather than one per waiter.
-    const first = this.waiters.get(vendor)?.values().next();
-    if (first && !first.done) first.value();
+    this.lines.get(vendor)?.kick?.();
   }
 
   /** Marks that released slots are announced (the subscriber is listening). */
@@ -105,88 +173,142 @@ export class VendorLimiter {
 
   /**
    * Waits for a slot of `vendor` (no Redis round trip when it has no limits),
-   * bounded by the request's deadline and its abort signal.
+   * bounded by the request's deadline and its abort signal. This process's
+   * waiters for a vendor form one line ordered by `rank` (the job's queue
+   * priority: lower first, as BullMQ serves them; arrival among equals), and one
+   * loop asks Redis for the head's slot: the jobs taken past the cap wait in the
+   * order the queue would serve them, tiers and fair tags included. `unpaced`
+   * (a priority request): a free slot is taken at once, whatever the pace.
    */
-  async acquire(vendor: string, deadline: number, signal: AbortSignal): Promise<Lease> {
+  acquire(vendor: string, deadline: number, signal: AbortSignal, rank = 0, unpaced = false): Promise<Lease> {
     const { maxConcurrency, rpm } = this.limitsOf(vendor);
-    if (maxConcurrency <= 0 && rpm <= 0) return noLease;
+    if (maxConcurrency <= 0 && rpm <= 0) return Promise.resolve(noLease);
+    signal.throwIfAborted();
+    const line = this.lines.get(vendor) ?? { waiters: [], pumping: false };
+    this.lines.set(vendor, line);
+    return new Promise<Lease>((resolve, reject) => {
+      const waiter: Waiter = {
+        rank,
+        unpaced,
+        seq: this.seq++,
+        deadline,
+        leaseId: randomUUID(),
+        resolve,
+        reject,
+        leave: () => {
+          clearTimeout(timer);
+          signal.removeEventListener('abort', onAbort);
+          const at = line.waiters.indexOf(waiter);
+          if (at < 0) return;
+          line.waiters.splice(at, 1);
+          slotWaiter(vendor, -1);
+        },
+      };
+      const onAbort = () => {
+        waiter.leave();
+        reject(signal.reason ?? new GatewayError(499, 'aborted'));
+      };
+      // Its deadline holds wherever it stands in the line.
+      const timer = setTimeout(() => {
+        waiter.leave();
+        reject(timeoutError(`The request waited for a free ${vendor} slot past its deadline (vendor limits are configured).`));
+      }, Math.max(0, deadline - Date.now() - 5));
+      signal.addEventListener('abort', onAbort, { once: true });
+      let at = line.waiters.length;
+      while (at > 0 && line.waiters[at - 1]!.rank > rank) at -= 1;
+      line.waiters.splice(at, 0, waiter);
+      slotWaiter(vendor, 1);
+      if (!line.pumping) void this.pump(vendor, line);
+    });
+  }
+
+  /** Asks Redis for the head waiter's slot until the line is empty, sleeping as the answer says between refusals. */
+  private async pump(vendor: string, line: VendorLine): Promise<void> {
+    line.pumping = true;
+    const { maxConcurrency, rpm } = this.limitsOf(vendor);
     const concurrencyKey = vendorInflightKey(vendor);
     const rpmKey = vendorRpmKey(vendor);
-    const leaseId = randomUUID();
-    for (;;) {
-      signal.throwIfAborted();
-      const [ok, rpmWait, slotWait] = await this.redis.vendorAcquire(concurrencyKey, rpmKey, leaseId, this.leaseMs, maxConcurrency, rpm);
-      if (ok === 1) break;
-      // A full minute: wait for its oldest call to age out. Full concurrency: wait for a release
-      // (announced to every worker), checking again anyway by the soonest lease expiry (a dead
-      // holder) or, without announcements, after a short jittered poll.
-      // The window between a refused acquire and listening can miss a release: 250 ms bounds that.
-      const fallback = this.hearsReleases ? 250 : 15 + Math.random() * 20;
-      const wait = rpmWait > 0 ? rpmWait : Math.min(Math.max(slotWait, 5), fallback);
-      const left = deadline - Date.now();
-      if ((rpmWait > 0 && rpmWait >= left) || left <= 5) {
-        throw timeoutError(`The request waited for a free ${vendor} slot past its deadline (vendor limits are configured).`);
+    const paceKey = vendorPaceKey(vendor);
+    const pace = this.config.vendorPace ?? 0;
+    try {
+      while (line.waiters.length > 0) {
+        const head = line.waiters[0]!;
+        let answer: [number, number, number, number];
+        try {
+          answer = await this.redis.vendorAcquire(concurrencyKey, rpmKey, paceKey, head.leaseId, this.leaseMs, maxConcurrency, rpm, pace, head.unpaced ? 1 : 0);
+        } catch (error) {
+          if (line.waiters.includes(head)) {
+            head.leave();
+            head.reject(error);
+          }
+          continue;
+        }
+        const [ok, rpmWait, slotWait, paced] = answer;
+        if (ok === 1) {
+          const lease = this.lease(vendor, head.leaseId, maxConcurrency, concurrencyKey, paceKey);
+          if (line.waiters.includes(head)) {
+            head.leave();
+            head.resolve(lease);
+          } else {
+            await lease.release(); // it left (deadline, abort) while the slot was being taken
+          }
+          continue;
+        }
+        const left = head.deadline - Date.now();
+        if (rpmWait > 0 && rpmWait >= left) {
+          // A full minute that frees past the head's deadline: no point waiting for it.
+          head.leave();
+          head.reject(timeoutError(`The request waited for a free ${vendor} slot past its deadline (vendor limits are configured).`));
+          continue;
+        }
+        // A full minute: wait for its oldest call to age out. Paced: a slot is free but not yet to be taken; only
+        // time changes either. Full concurrency: wait for a release (announced to every worker), checking again
+        // anyway by the soonest lease expiry (a dead holder) or, without announcements, after a short jittered poll.
+        // The window between a refused acquire and listening can miss a release: 250 ms bounds that.
+        const timeOnly = rpmWait > 0 || paced === 1;
+        const fallback = this.hearsReleases ? 250 : 15 + Math.random() * 20;
+        const wait = timeOnly ? Math.max(rpmWait, slotWait, 1) : Math.min(Math.max(slotWait, 5), fallback);
+        await this.nap(line, Math.max(1, Math.min(wait, left - 1)), timeOnly);
       }
-      await waitingForSlot(vendor, this.waitForSlot(vendor, Math.min(wait, left - 1), signal, rpmWait > 0));
+    } finally {
+      line.pumping = false;
+      line.kick = undefined;
     }
+  }
+
+  /** Sleeps `ms`, or less when a slot is announced free (not when only time frees it). */
+  private nap(line: VendorLine, ms: number, timeOnly: boolean): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done() {
+        clearTimeout(timer);
+        line.kick = undefined;
+        resolve();
+      }
+      line.kick = timeOnly ? undefined : done;
+    });
+  }
+
+  /** A held slot: renewed while the call runs, released once (idempotent: media jobs release as soon as the vendor is done, and the processor again at the end). */
+  private lease(vendor: string, leaseId: string, maxConcurrency: number, concurrencyKey: string, paceKey: string): Lease {
     if (maxConcurrency > 0) vendorSlotHeld(vendor, 1);
+    const startedAt = Date.now();
     const renew = setInterval(() => {
       this.redis.vendorRenew(concurrencyKey, leaseId, this.leaseMs).catch(() => undefined);
     }, Math.max(100, Math.floor(this.leaseMs / 3)));
     renew.unref();
     let released = false;
     return {
-      // Idempotent: media jobs release as soon as the vendor is done, and the processor again at the end.
       release: async () => {
         if (released) return;
         released = true;
         clearInterval(renew);
-        if (maxConcurrency > 0) vendorSlotHeld(vendor, -1);
-        if (maxConcurrency > 0) await this.redis.pipeline().zrem(concurrencyKey, leaseId).publish(slotFreedChannel, vendor).exec();
+        if (maxConcurrency <= 0) return;
+        vendorSlotHeld(vendor, -1);
+        const pipeline = this.redis.pipeline() as ReturnType<Redis['pipeline']> & { vendorRelease(...args: [string, string, string, number]): unknown };
+        pipeline.vendorRelease(concurrencyKey, paceKey, leaseId, Date.now() - startedAt);
+        await pipeline.publish(slotFreedChannel, vendor).exec();
       },
     };
   }
-
-  /** Sleeps `ms`, or less when a slot of `vendor` is announced free (not for RPM waits: time is what frees those). */
-  private waitForSlot(vendor: string, ms: number, signal: AbortSignal, timeOnly: boolean): Promise<void> {
-    if (timeOnly) return sleep(ms, signal);
-    return new Promise((resolve, reject) => {
-      const set = this.waiters.get(vendor) ?? new Set<() => void>();
-      this.waiters.set(vendor, set);
-      const done = () => {
-        set.delete(wake);
-        resolve();
-      };
-      const wake = () => {
-        clearTimeout(timer);
-        signal.removeEventListener('abort', onAbort);
-        done();
-      };
-      const timer = setTimeout(() => {
-        signal.removeEventListener('abort', onAbort);
-        done();
-      }, ms);
-      const onAbort = () => {
-        clearTimeout(timer);
-        set.delete(wake);
-        reject(signal.reason ?? new GatewayError(499, 'aborted'));
-      };
-      signal.addEventListener('abort', onAbort, { once: true });
-      set.add(wake);
-    });
-  }
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal.reason ?? new GatewayError(499, 'aborted'));
-    };
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
 }

@@ -8,7 +8,7 @@ import { loadCatalog } from '../shared/catalog.js';
 import { GatewayError } from '../shared/errors.js';
 import { cancelChannel, slotFreedChannel } from '../shared/redis-keys.js';
 import { laneQueueName, shardQueueName, type QueueName } from '../shared/queues.js';
-import { backToBandHead, cappedVendors, jobLeft, laneWidth, ratePace, recount, vendorLimits } from '../shared/scheduling/index.js';
+import { backToBandHead, cappedVendors, jobLeft, ratePace, recount, vendorLimits } from '../shared/scheduling/index.js';
 import { LaneKeeper } from './lane-keeper.js';
 import { isFirstRun, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import { CancelRegistry } from './cancel-registry.js';
@@ -77,7 +77,7 @@ export function fetchLoopOptions(config: Config, concurrency: number, loop: numb
 /** A capped vendor's lane: its name and how many of its jobs run at once. */
 export interface Lane {
   vendor: string;
-  /** Jobs of the lane in flight across every worker (its vendor's concurrency cap and a tenth); 0: no cap in BullMQ (an RPM cap only). */
+  /** Jobs of the lane in flight across every worker (its vendor's concurrency cap, the one number the limiter holds too); 0: no cap in BullMQ (an RPM cap only). */
   cap: number;
   /** The vendor's caps as configured: calls in flight and per minute (0: none). */
   maxConcurrency: number;
@@ -96,7 +96,7 @@ export interface Lane {
 async function openLanes(config: Config, redis: ReturnType<typeof createRedis>): Promise<Lane[]> {
   const lanes = cappedVendors(config).map((vendor) => {
     const limits = vendorLimits(config, vendor);
-    return { vendor, cap: laneWidth(limits.maxConcurrency), ...limits };
+    return { vendor, cap: limits.maxConcurrency, ...limits };
   });
   await Promise.all(
     lanes.map(async ({ vendor, cap, rpm }) => {
@@ -118,7 +118,7 @@ async function openLanes(config: Config, redis: ReturnType<typeof createRedis>):
 
 /**
  * One fetch loop per lane, whatever capabilities this process serves (a lane holds every capability's jobs for its
- * vendor): as wide as the vendor's cap and a tenth (the jobs past it wait in the queue), or, with an RPM cap only,
+ * vendor): as wide as the vendor's cap (the jobs past it wait in the queue), or, with an RPM cap only,
  * as the widest capability here.
  */
 export function laneLoops(concurrency: Readonly<Record<QueueName, number>>, queues: readonly QueueName[], lanes: readonly Lane[]): Array<{ queue: string; concurrency: number; loop: number }> {

@@ -49,15 +49,6 @@ export function laneOf(lanes: readonly string[], model: Pick<CatalogModel, 'rout
 }
 
 /**
- * The jobs of a lane BullMQ lets run at once: the vendor's cap and a tenth more (at least one). A job holds its
- * place in BullMQ from its take to its end, settlement and answer included, while the vendor's slot (the limiter's
- * lease, exactly the cap) is held only for the call: the few jobs past the cap wait for a slot in a worker, taken
- * the moment a call ends, so the vendor is not left idle while a finished job writes its bill. Measured: a flood of
- * 1,200 at a cap of 20 drained in 1.13× the vendor's capacity time with the cap alone.
- */
-export const laneWidth = (cap: number) => (cap > 0 ? cap + Math.max(1, Math.ceil(cap / 10)) : 0);
-
-/**
  * BullMQ's pace for a lane with an RPM cap: at most `max` jobs out of the queue per `duration` ms, `rpm` a minute
  * exactly, in windows of about a second or more. The jobs past it wait in the queue in their fair order (not in
  * workers, in arrival order); the limiter's rolling minute still counts every call to the vendor.

@@ -105,4 +105,64 @@ describe('VendorLimiter', () => {
     await assert.rejects(waiting, /client gone/);
     await held.release();
   });
+
+  it('keeps a moving average of call times and, only while every slot is taken, spreads starts over it', async () => {
+    const config = { ...loadConfig({ BFL_MAX_CONCURRENCY: '2' }), vendorPace: 0.85 };
+    const limiter = new VendorLimiter(redis, config);
+    // Two calls of about 200 ms: the average is kept beside the leases.
+    const [a, b] = await Promise.all([limiter.acquire('bfl', Date.now() + 5000, never), limiter.acquire('bfl', Date.now() + 5000, never)]);
+    await new Promise((r) => setTimeout(r, 200));
+    await Promise.all([a.release(), b.release()]);
+    const avg = Number(await redis.hget('sy:limit:{bfl}:pace', 'avg'));
+    assert.ok(avg >= 190 && avg < 400, `average call ${avg} ms`);
+    // Not saturated: two starts back to back are not paced.
+    let started = Date.now();
+    const c = await limiter.acquire('bfl', Date.now() + 5000, never);
+    const d = await limiter.acquire('bfl', Date.now() + 5000, never);
+    assert.ok(Date.now() - started < 60, 'no pace while a slot was free all along');
+    // A third is refused (every slot taken), which marks the vendor busy; the two slots then free together.
+    const third = limiter.acquire('bfl', Date.now() + 5000, never);
+    await new Promise((r) => setTimeout(r, 50));
+    assert.ok(Number(await redis.hget('sy:limit:{bfl}:pace', 'busy')) > Date.now(), 'marked busy by the refusal');
+    await d.release();
+    const e = await third;
+    started = Date.now();
+    await c.release();
+    const fourth = await limiter.acquire('bfl', Date.now() + 5000, never);
+    const gap = Date.now() - started;
+    // The fourth start waits 0.85 × avg ÷ 2 after the third (about 85 ms), though a slot was free.
+    assert.ok(gap >= Math.floor((0.85 * avg) / 2) - 25, `paced by ${gap} ms (average ${avg} ms)`);
+    await Promise.all([e.release(), fourth.release()]);
+  });
+
+  it('paces nothing with VENDOR_PACE_PERCENT=0', async () => {
+    const limiter = new VendorLimiter(redis, { ...loadConfig({ BFL_MAX_CONCURRENCY: '1' }), vendorPace: 0 });
+    await redis.hset('sy:limit:{bfl}:pace', 'avg', 10_000, 'busy', Date.now() + 60_000, 'last', Date.now());
+    const held = await limiter.acquire('bfl', Date.now() + 5000, never);
+    await held.release();
+    const started = Date.now();
+    await (await limiter.acquire('bfl', Date.now() + 5000, never)).release();
+    assert.ok(Date.now() - started < 100);
+    await redis.del('sy:limit:{bfl}:pace');
+  });
+
+  it('gives a freed slot to the best-ranked waiter of the process, not the first to wait', async () => {
+    const limiter = new VendorLimiter(redis, { ...loadConfig({ BFL_MAX_CONCURRENCY: '1' }), vendorPace: 0 });
+    limiter.listening();
+    const held = await limiter.acquire('bfl', Date.now() + 5000, never);
+    const order: string[] = [];
+    const late = limiter.acquire('bfl', Date.now() + 5000, never, 5_000_000).then((lease) => (order.push('late'), lease));
+    await new Promise((r) => setTimeout(r, 20));
+    const early = limiter.acquire('bfl', Date.now() + 5000, never, 1_000).then((lease) => (order.push('early'), lease));
+    await new Promise((r) => setTimeout(r, 50));
+    await held.release();
+    limiter.slotFreed('bfl');
+    const first = await Promise.race([late, early]);
+    await new Promise((r) => setTimeout(r, 20));
+    assert.deepEqual(order, ['early'], 'the lower rank (the queue would serve it first) gets the slot');
+    await first.release();
+    limiter.slotFreed('bfl');
+    await (await late).release();
+    assert.deepEqual(order, ['early', 'late']);
+  });
 });
