@@ -294,7 +294,7 @@ export interface RoomResults {
   /** p99 during the flood − p50 alone, ms. */
   addedWaitP99: { Q: number; R: number };
   /** Q's wait before its call reached the vendor (`vendorWaits`), alone and during the flood, and p99 during − p50 alone. */
-  qVendorWait: { alone: Spread; flood: Spread; addedP99: number };
+  qVendorWait: { alone: Spread; flood: Spread; addedP99: number; longest: Array<{ sentMs: number; waitMs: number }> };
   /** From F's first request to its last 2xx answer. */
   drainMs: number;
   /** F's 2xx × the vendor's time ÷ cap: the vendor's capacity time for what F got admitted. */
@@ -472,9 +472,14 @@ class Caller {
  * a machine saturated by the flood also slows.
  */
 async function vendorWaits(fake: Fake, done: Done[]): Promise<number[]> {
+  return (await vendorWaitsAt(fake, done)).map(({ waitMs }) => waitMs);
+}
+
+/** The same, each with when it was sent (ms into its phase). */
+async function vendorWaitsAt(fake: Fake, done: Done[]): Promise<Array<{ sentMs: number; waitMs: number }>> {
   const response = await fetch(`${fake.controlUrl}/__marks`, { signal: AbortSignal.timeout(5000) });
   const arrived = (await response.json()) as Record<string, number>;
-  return done.flatMap((d) => (d.ok && d.mark && arrived[d.mark] !== undefined ? [arrived[d.mark]! - d.sentWallMs!] : []));
+  return done.flatMap((d) => (d.ok && d.mark && arrived[d.mark] !== undefined ? [{ sentMs: d.sentMs, waitMs: arrived[d.mark]! - d.sentWallMs! }] : []));
 }
 
 /** `n` requests fired in one tick, the keys taken in turn. */
@@ -1256,7 +1261,9 @@ async function runRoom(settings: SchedulerSettings, redis: Redis, redisUrl: stri
     const stats = await fakeControl(fake, 'GET', '/__stats');
     const { f, q, r } = during.value;
     const qAloneWait = spread(qAloneWaits);
-    const qFloodWait = spread(await vendorWaits(fake, q));
+    const qFloodWaits = await vendorWaitsAt(fake, q);
+    const qFloodWait = spread(qFloodWaits.map(({ waitMs }) => waitMs));
+    const qLongest = [...qFloodWaits].sort((a, b) => b.waitMs - a.waitMs).slice(0, 3);
     const fOk = f.filter((d) => d.ok);
     const drainMs = fOk.length > 0 ? Math.max(...fOk.map((d) => d.doneMs)) - Math.min(...f.map((d) => d.sentMs)) : Number.NaN;
     const capacityMs = (fOk.length * vendorMs) / cap;
@@ -1266,7 +1273,7 @@ async function runRoom(settings: SchedulerSettings, redis: Redis, redisUrl: stri
       alone: { Q: groupStats(alone.value[0]), R: groupStats(alone.value[1]), redis: alone.redis },
       flood: { F: groupStats(f), Q: groupStats(q), R: groupStats(r), redis: during.redis },
       addedWaitP99: { Q: Number.NaN, R: Number.NaN },
-      qVendorWait: { alone: qAloneWait, flood: qFloodWait, addedP99: qFloodWait.p99 - qAloneWait.p50 },
+      qVendorWait: { alone: qAloneWait, flood: qFloodWait, addedP99: qFloodWait.p99 - qAloneWait.p50, longest: qLongest },
       drainMs,
       capacityMs,
       capacityWithQMs: ((fOk.length + qMeanwhile) * vendorMs) / cap,
@@ -1315,6 +1322,7 @@ async function runRoom(settings: SchedulerSettings, redis: Redis, redisUrl: stri
         pass: result.vendor.openaiOverCap === 0,
       },
     );
+    log(`  Q's longest waits before the call during the flood: ${qLongest.map(({ sentMs, waitMs }) => `${ms0(waitMs)} ms (sent at +${ms0(sentMs)} ms)`).join(', ')}`);
     log(
       `  F ${fl.F.ok} admitted, ${f429} × 429, ${f503} × 503; Q ${codes(fl.Q) || 'all 2xx'}, R ${codes(fl.R) || 'all 2xx'}; Q added wait p99 ${ms0(result.qVendorWait.addedP99)} ms before the call, ` +
         `${ms0(result.addedWaitP99.Q)} ms end to end (R ${ms0(result.addedWaitP99.R)} ms); drain ${(drainMs / 1000).toFixed(2)} s (${(drainMs / result.capacityWithQMs).toFixed(3)}× capacity, F's alone ${(drainMs / capacityMs).toFixed(3)}×); load generator's loop delay p99 ${ms0(floodLag.p99)} ms, max ${ms0(floodLag.max)} ms`,

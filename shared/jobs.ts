@@ -1,6 +1,7 @@
 import type { Endpoint, EndpointPayloads } from './endpoints.js';
 import type { QueueName } from './queues.js';
 import type { VideoInput } from './schemas/media-inputs.js';
+import type { FairClaim } from './scheduling/fair-queue.js';
 import type { ServiceTier } from './service-tier.js';
 
 /** The job contract between the api and the workers: what a BullMQ job carries, what it returns, and where an async job is found. */
@@ -41,6 +42,13 @@ export interface GatewayJobData {
   serviceTier?: ServiceTier;
   /** Placed where other work of its band waited (`placeJob`): what a priority request's premium buys. */
   contended?: boolean;
+  /**
+   * Its place's claim (account, weight, tokens, tier), kept so a worker can place it again at the same fair place in
+   * another vendor's lane when its model falls back there (`workers/lane-move.ts`); absent in jobs of older apis.
+   */
+  claim?: FairClaim;
+  /** Times it was moved to another vendor's lane (at most once). */
+  laneMoves?: number;
   /** Epoch ms of its first wait on a vendor rate limit (RATE_LIMIT_WAIT_MS bounds them all). */
   rateLimitedSince?: number;
   /** How the client reached the gateway (for links to stored files). */
@@ -72,6 +80,8 @@ export interface GatewayJobResult {
   /** The response body, or a pointer to it under `resultKey` when large. */
   body?: string;
   bodyRef?: string;
+  /** The run moved the job to this queue (another vendor's lane): this is a stub, removed once recorded. */
+  movedTo?: string;
 }
 
 /** Where an async job can be found, and whose it is: kept under `asyncJobKey(id)` for ASYNC_RESULT_TTL_S. */

@@ -15,6 +15,7 @@ import { isFinalFailure, runsNoMore } from './failure-policy.js';
 import { publishJobEvent } from './media-processor.js';
 import { countStalls } from './metrics.js';
 import { ReplyPublisher } from './reply-publisher.js';
+import { movedStub } from './lane-move.js';
 
 const settledAfterCompletionMs = 60_000;
 
@@ -41,6 +42,11 @@ export class JobLifecycle {
   watch(worker: Worker<GatewayJobData, GatewayJobResult>, queue: string): void {
     const { redis, log } = this.deps;
     worker.on('completed', (job) => {
+      // The stub a move to another vendor's lane left: the job lives on there, its uploads and settlement with it.
+      if (movedStub(job.returnvalue)) {
+        void job.remove().catch((error: unknown) => log.warn({ err: error, reqId: job.data.requestId }, 'could not remove the stub of a job moved to another lane (it expires with its queue\'s completed jobs)'));
+        return;
+      }
       this.forgetSettled(job);
       this.releaseUploads(job, async () => true);
       // An async job's watchers hear of its end once BullMQ has recorded it: what they read then is final.

@@ -22,6 +22,7 @@ import { ReplyPublisher } from './reply-publisher.js';
 import { ResponsesRun } from './responses-run.js';
 import { Meter, settleJob, type SettlementDeps } from './settlement.js';
 import { tierFacts, tierRule, type TierRule } from './served-tier.js';
+import { MovedToLane, type LaneMoves } from './lane-move.js';
 import type { Lease, VendorLimiter } from './vendor-limiter.js';
 import type { CallContext, VendorHttp } from './vendors/types.js';
 
@@ -38,6 +39,8 @@ export interface ProcessorDeps {
   settlement: SettlementDeps;
   /** The vendor calls' connections, shared by the pool. */
   vendorHttp: VendorHttp;
+  /** Moves a job routed to another capped vendor into that vendor's lane (none: it runs where it is). */
+  laneMoves?: LaneMoves;
 }
 
 /** Runs one gateway job: calls the vendor and publishes the answer to the api that holds the client. */
@@ -115,6 +118,10 @@ class JobRun {
         await this.freeSlot();
       }
     } catch (caught) {
+      if (caught instanceof MovedToLane) {
+        this.log.info({ lane: caught.queue, vendor: this.vendor }, 'routed to another capped vendor: moved to its lane');
+        return { movedTo: caught.queue };
+      }
       return await this.fail(caught);
     } finally {
       clearTimeout(this.deadlineTimer);
@@ -162,6 +169,8 @@ class JobRun {
     const signal = this.controller!.signal;
     const route = (this.route = deps.router.route(this.model!));
     this.vendor = route.channel.vendor;
+    // Routed to another capped vendor than its lane's (a fallback): it waits in that vendor's lane, not in this one's slot.
+    if (deps.laneMoves?.wanted(this.job, route.channel.vendor)) throw new MovedToLane(await deps.laneMoves.move(this.job, route.channel.vendor));
     // The channel that answers decides how the tier is: a retry on another channel decides it again.
     this.tier = tierRule(tierFacts(this.job, route.channel, deps.config.scheduling));
     this.produced.servedTier = this.tier.before;

@@ -17,6 +17,7 @@ import { JobLifecycle } from './job-lifecycle.js';
 import { traceJobs } from './job-tracing.js';
 import { retryDelay } from './failure-policy.js';
 import { ChannelRouter } from './channel-router.js';
+import { LaneMoves } from './lane-move.js';
 import { VendorLimiter } from './vendor-limiter.js';
 import { createBlobStore } from '../storage/create-blob-store.js';
 import { resolveUrlSecret } from '../storage/blob-urls.js';
@@ -196,6 +197,9 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   await router.start();
   startWorkerMetrics(config, router);
   const blobs = createBlobStore(config);
+  // Each capped vendor has a lane of its own, shared by every capability, capped in BullMQ itself at the vendor's concurrency.
+  const lanes = await openLanes(config, redis);
+  const laneMoves = new LaneMoves(redis, lanes.map(({ vendor }) => vendor));
   // Tracing on: each run of a job gets its spans (the processor unchanged when off).
   const processor = traceJobs(createProcessor({
     config,
@@ -206,6 +210,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     cancels,
     log,
     vendorHttp,
+    laneMoves,
     media: { config, redis, blobs, urlSecret: await resolveUrlSecret(redis, config.blobUrlSecret) },
     settlement: {
       config,
@@ -219,8 +224,6 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
 
   const lifecycle = new JobLifecycle({ redis, blobs, log });
   // BullMQ's worker fetches one job per Redis round trip; a busy queue gets several fetch loops, which share its concurrency.
-  // Each capped vendor has a lane of its own, shared by every capability, capped in BullMQ itself at the vendor's concurrency.
-  const lanes = await openLanes(config, redis);
   const loops = [...config.workerQueues.flatMap((name) => capabilityLoops(name, config.concurrency[name], config.queueShards[name])), ...laneLoops(config.concurrency, config.workerQueues, lanes)];
   const fetchLoop = (name: string, concurrency: number, loop: number) => {
     const worker = new StartingWorker<GatewayJobData, GatewayJobResult>(name, inFairOrder(redis, countJobs(processor)), { connection: redis, ...fetchLoopOptions(config, concurrency, loop) });
@@ -286,6 +289,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       clearInterval(recountSweep);
       await settledBy(laneKeeper.close(), until);
       void Promise.allSettled(counted.map((queue) => queue.close()));
+      void laneMoves.close();
       const givenUp: string[] = [];
       if (!(await settledBy(Promise.allSettled(bullWorkers.map((w) => w.close())), until))) {
         const running = cancels.size;

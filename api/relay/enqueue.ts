@@ -91,6 +91,8 @@ export async function enqueue(deps: EnqueueDeps, queue: Queue, job: JobPlan, bes
   // (read in the same round trip as a reservation made first). Where nothing waits, the order within the band is moot
   // and the job goes to its band's head untagged.
   const { fair: claim } = beside;
+  // It travels with the job: a worker routing it to another capped vendor places it again there (workers/lane-move.ts).
+  job.data.claim = claim;
   const [reservedFirst, placed] = await Promise.allSettled([spend && !gate ? reserve() : undefined, placeJob(redis, queue, job.id, claim)]);
   // A job that never runs leaves the backlog again, and its account gets its tag's cost back.
   const leave = () => void jobLeft(redis, queue.name, job.id).catch((error: unknown) => log.warn({ err: error }, 'could not uncount a job that was not queued (the recount will)'));

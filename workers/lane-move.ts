@@ -1,0 +1,70 @@
+import { Queue, type Job } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { AsyncJobRecord, GatewayJobData, GatewayJobResult } from '../shared/jobs.js';
+import { jobIdOf } from '../shared/jobs.js';
+import { laneQueueName, laneVendor } from '../shared/queues.js';
+import { asyncJobKey } from '../shared/redis-keys.js';
+import { placeJob } from '../shared/scheduling/index.js';
+
+/**
+ * A job waits in the lane of the vendor its model's first route names (the api cannot know better). When the
+ * worker that takes it routes it elsewhere (a fallback: the first channel resting or failing) and that other
+ * vendor is capped too, the job does not hold its first lane's slot while waiting for the other vendor's: it is
+ * queued again in that vendor's lane, at its account's fair place there (its claim travels with it), under the
+ * same id, data and options, and its run here ends with `{ movedTo }`, a stub removed once BullMQ has recorded it.
+ * A job moves once: a second fallback waits where it is. A fallback to a vendor without a cap runs where it is.
+ */
+export class LaneMoves {
+  private readonly lanes = new Map<string, Queue>();
+
+  constructor(
+    private readonly redis: Redis,
+    /** The capped vendors this worker serves a lane of. */
+    vendors: readonly string[],
+  ) {
+    for (const vendor of vendors) this.lanes.set(vendor, new Queue(laneQueueName(vendor), { connection: redis }));
+  }
+
+  /** Whether a job about to call `vendor` belongs in that vendor's lane instead of where it is. */
+  wanted(job: Job<GatewayJobData>, vendor: string): boolean {
+    return this.lanes.has(vendor) && laneVendor(job.queueName) !== vendor && (job.data.laneMoves ?? 0) === 0 && job.data.claim !== undefined;
+  }
+
+  /** Queues the job in `vendor`'s lane (counted in its backlog, at its fair place); resolves to that queue's name. */
+  async move(job: Job<GatewayJobData>, vendor: string): Promise<string> {
+    const queue = this.lanes.get(vendor)!;
+    const id = jobIdOf(job.data);
+    // A lane is where jobs wait: the job takes its fair place there, whatever its first queue was.
+    const { priority } = await placeJob(this.redis, queue, id, { ...job.data.claim!, contended: true });
+    const { attempts, backoff, removeOnComplete, removeOnFail } = job.opts;
+    // An async job's record says which lane holds it (`GET /v1/jobs`, cancels): it now names the new one, before
+    // the job is there (a reader in between finds the job still active where it was, or waiting here).
+    if (job.data.async) await this.relabel(id, vendor);
+    await queue.add(job.name, { ...job.data, laneMoves: (job.data.laneMoves ?? 0) + 1 }, { jobId: id, priority, attempts, backoff, removeOnComplete, removeOnFail });
+    return queue.name;
+  }
+
+  private async relabel(id: string, vendor: string): Promise<void> {
+    const text = await this.redis.get(asyncJobKey(id));
+    if (text === null) return;
+    const record = JSON.parse(text) as AsyncJobRecord;
+    await this.redis.set(asyncJobKey(id), JSON.stringify({ ...record, lane: vendor }), 'KEEPTTL');
+  }
+
+  close(): Promise<unknown> {
+    return Promise.allSettled([...this.lanes.values()].map((queue) => queue.close()));
+  }
+}
+
+/** The run that moved a job to another lane: it answered nothing, billed nothing. */
+export class MovedToLane extends Error {
+  constructor(readonly queue: string) {
+    super(`moved to ${queue}`);
+    this.name = 'MovedToLane';
+  }
+}
+
+/** Whether a completed job is the stub a move left behind. */
+export function movedStub(result: GatewayJobResult | undefined): boolean {
+  return typeof result?.movedTo === 'string';
+}
