@@ -1322,6 +1322,8 @@ async function runRoom(settings: SchedulerSettings, redis: Redis, redisUrl: stri
         pass: result.vendor.openaiOverCap === 0,
       },
     );
+    const slots = stats.openai?.slotUse;
+    if (slots) log(`  OpenAI's slots: idle between an answer and the next call p50 ${slots.gapMs.p50.toFixed(1)} ms, p90 ${slots.gapMs.p90.toFixed(1)}, p99 ${slots.gapMs.p99.toFixed(1)}, mean ${slots.gapMs.mean.toFixed(1)}; busy ${(100 * slots.utilisation).toFixed(1)} % of cap × span`);
     log(`  Q's longest waits before the call during the flood: ${qLongest.map(({ sentMs, waitMs }) => `${ms0(waitMs)} ms (sent at +${ms0(sentMs)} ms)`).join(', ')}`);
     log(
       `  F ${fl.F.ok} admitted, ${f429} × 429, ${f503} × 503; Q ${codes(fl.Q) || 'all 2xx'}, R ${codes(fl.R) || 'all 2xx'}; Q added wait p99 ${ms0(result.qVendorWait.addedP99)} ms before the call, ` +
