@@ -12,7 +12,14 @@ interface LaneCounts {
   weights: Map<string, number>;
   /** Jobs this process let in since the refresh, by account: a burst into one instance is caught. */
   added: Map<string, number>;
+  /** The accounts with jobs waiting at the refresh, and their weights added up. */
+  accounts: number;
+  weightSum: number;
+  /** Accounts with nothing waiting at the refresh that this process let in since (each counted at weight 1). */
+  newcomers: number;
 }
+
+const emptyLane = (): LaneCounts => ({ byAccount: new Map(), weights: new Map(), added: new Map(), accounts: 0, weightSum: 0, newcomers: 0 });
 
 /** A lane in the counts: a capability's shared lane (all its shards together), or a capped vendor's (every capability's). */
 const laneKey = (queue: QueueName | undefined, lane: string | undefined) => (lane === undefined ? `${queue}` : `@${lane}`);
@@ -92,28 +99,21 @@ export class Backpressure {
   admit(queue: QueueName, lane: string | undefined, accountId: string, weight: number): void {
     const key = laneKey(queue, lane);
     let counts = this.lanes.get(key);
-    if (!counts) this.lanes.set(key, (counts = { byAccount: new Map(), weights: new Map(), added: new Map() }));
+    if (!counts) this.lanes.set(key, (counts = emptyLane()));
     const added = counts.added.get(accountId) ?? 0;
-    const held = (counts.byAccount.get(accountId) ?? 0) + added;
+    const own = counts.byAccount.get(accountId) ?? 0;
+    const held = Math.max(0, own) + added;
     const limits: WaitingRoom = { room: this.limits[queue], floor: this.floor };
-    // Cheap first: an account under the floor, or holding under the room's share of the heaviest case, is let in
-    // without adding up the others.
+    // Under the floor: in. Else its share of the room against the others' weights, kept added up (no walk over accounts).
     if (held >= Math.min(limits.floor, limits.room)) {
-      let othersWeight = 0;
-      let others = 0;
-      for (const [account, waiting] of counts.byAccount) {
-        if (account === accountId || waiting <= 0) continue;
-        othersWeight += counts.weights.get(account) ?? 1;
-        others++;
-      }
-      for (const [account, waiting] of counts.added) {
-        if (account === accountId || waiting <= 0 || (counts.byAccount.get(account) ?? 0) > 0) continue;
-        othersWeight += 1;
-        others++;
-      }
+      const counted = own > 0 || added > 0;
+      const ownWeight = own > 0 ? (counts.weights.get(accountId) ?? 1) : added > 0 ? 1 : 0;
+      const othersWeight = counts.weightSum + counts.newcomers - ownWeight;
+      const others = counts.accounts + counts.newcomers - (counted ? 1 : 0);
       const share = accountShare(limits, weight, othersWeight);
       if (held >= share) throw shareExceeded(lane === undefined ? `the ${queue} queue` : `${lane}'s lane`, held, share, others);
     }
+    if (own <= 0 && added === 0) counts.newcomers++;
     counts.added.set(accountId, added + 1);
   }
 
@@ -151,7 +151,7 @@ export class Backpressure {
           ]);
           this.depth.set(label, sumDepths(counts));
           const byTierAndAccount = new Map<string, [string, string, number]>();
-          const lane: LaneCounts = { byAccount: new Map(), weights: new Map(), added: new Map() };
+          const lane = emptyLane();
           for (const { backlog, weights } of read) {
             for (const [account, weight] of weights) lane.weights.set(account, weight);
             for (const [tier, account, waiting] of backlog) {
@@ -162,9 +162,16 @@ export class Backpressure {
               else byTierAndAccount.set(field, [tier, account, waiting]);
             }
           }
+          for (const [account, waiting] of lane.byAccount) {
+            if (waiting <= 0) continue;
+            lane.accounts++;
+            lane.weightSum += lane.weights.get(account) ?? 1;
+          }
           for (const [account, added] of this.lanes.get(key)?.added ?? []) {
             const since = added - (before.get(account) ?? 0);
-            if (since > 0) lane.added.set(account, since);
+            if (since <= 0) continue;
+            lane.added.set(account, since);
+            if ((lane.byAccount.get(account) ?? 0) <= 0) lane.newcomers++;
           }
           this.lanes.set(key, lane);
           this.backlog.set(label, [...byTierAndAccount.values()]);
