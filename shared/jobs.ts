@@ -84,6 +84,11 @@ export interface GatewayJobResult {
   movedTo?: string;
 }
 
+/** Whether a job's result is the stub a move to another vendor's lane left behind (`workers/lane-move.ts`). */
+export function movedStub(result: GatewayJobResult | null | undefined): result is GatewayJobResult & { movedTo: string } {
+  return typeof result?.movedTo === 'string';
+}
+
 /** Where an async job can be found, and whose it is: kept under `asyncJobKey(id)` for ASYNC_RESULT_TTL_S. */
 export interface AsyncJobRecord {
   queue: QueueName;

@@ -5,7 +5,7 @@ import { settledKey } from '../shared/redis-keys.js';
 import { AsyncJobFailure } from '../shared/async-job-failure.js';
 import { endpoints } from '../shared/endpoints.js';
 import { GatewayError } from '../shared/errors.js';
-import { jobIdOf, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
+import { jobIdOf, movedStub, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
 import type { BlobStore } from '../storage/blob-store.js';
 import { AnsweredFailure } from './answered-failure.js';
@@ -15,7 +15,6 @@ import { isFinalFailure, runsNoMore } from './failure-policy.js';
 import { publishJobEvent } from './media-processor.js';
 import { countStalls } from './metrics.js';
 import { ReplyPublisher } from './reply-publisher.js';
-import { movedStub } from './lane-move.js';
 
 const settledAfterCompletionMs = 60_000;
 

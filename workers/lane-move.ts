@@ -1,6 +1,6 @@
 import { Queue, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
-import type { AsyncJobRecord, GatewayJobData, GatewayJobResult } from '../shared/jobs.js';
+import type { AsyncJobRecord, GatewayJobData } from '../shared/jobs.js';
 import { jobIdOf } from '../shared/jobs.js';
 import { laneQueueName, laneVendor } from '../shared/queues.js';
 import { asyncJobKey } from '../shared/redis-keys.js';
@@ -62,9 +62,4 @@ export class MovedToLane extends Error {
     super(`moved to ${queue}`);
     this.name = 'MovedToLane';
   }
-}
-
-/** Whether a completed job is the stub a move left behind. */
-export function movedStub(result: GatewayJobResult | undefined): boolean {
-  return typeof result?.movedTo === 'string';
 }

@@ -7,16 +7,19 @@ import type { Logger } from '../../shared/logger.js';
 import type { Config } from '../../shared/config.js';
 import { GatewayError, timeoutError } from '../../shared/errors.js';
 import { cancelChannel, resultKey, streamWatchKey } from '../../shared/redis-keys.js';
-import { type GatewayJobResult } from '../../shared/jobs.js';
+import { movedStub, type GatewayJobResult } from '../../shared/jobs.js';
 import { streamTrailer, type ReplyMessage } from '../../shared/reply.js';
 import type { ExpectedReply, ReplyHub, ReplyTarget } from './reply-hub.js';
 import { clientDisconnected } from '../http/metrics.js';
+import type { QueueShards } from '../../shared/queue-shards.js';
 
 /** What an reply uses of the relay's dependencies. */
 export interface HeldReplyDeps {
   config: Config;
   redis: Redis;
   hub: ReplyHub;
+  /** The vendors' lanes, where a job moved by a fallback is followed (workers/lane-move.ts). */
+  queues: QueueShards;
 }
 
 /**
@@ -54,19 +57,22 @@ export abstract class HeldReply implements ReplyTarget {
   });
   protected readonly res: ServerResponse;
   protected readonly jobId: string;
-  /** The job's Redis key: the job is queued by the time its reply is held. */
-  readonly jobKey: string;
+  /** The job's Redis key: the job is queued by the time its reply is held (in another lane once it moved there). */
+  jobKey: string;
+  /** The queue that holds the job: the one it was added to, or the lane a worker moved it to. */
+  protected queue: Queue;
 
   constructor(
     protected readonly ctx: GatewayContext,
     protected readonly deps: HeldReplyDeps,
     /** The hub's entry for the job: what a replay from the job's log is delivered through. */
     private readonly expected: ExpectedReply,
-    protected readonly queue: Queue,
+    queue: Queue,
     protected readonly log: Logger,
   ) {
     this.res = ctx.res;
     this.jobId = expected.jobId;
+    this.queue = queue;
     this.jobKey = queue.toKey(expected.jobId);
   }
 
@@ -204,9 +210,19 @@ export abstract class HeldReply implements ReplyTarget {
       });
   }
 
-  private async check(): Promise<void> {
+  private async check(moves = 0): Promise<void> {
     const job = await this.queue.getJob(this.jobId);
     if (this.ended) return;
+    // Moved to another vendor's lane by a worker (a fallback): the job lives on there, under the same id.
+    const movedTo = job?.returnvalue && movedStub(job.returnvalue as GatewayJobResult) ? (job.returnvalue as GatewayJobResult).movedTo : undefined;
+    if (movedTo !== undefined || (!job && moves === 0)) {
+      const lane = movedTo !== undefined ? this.deps.queues.laneQueue(movedTo) : await this.movedCopy();
+      if (lane && lane !== this.queue && moves < 2) {
+        this.queue = lane;
+        this.jobKey = lane.toKey(this.jobId);
+        return this.check(moves + 1);
+      }
+    }
     if (job) {
       const state = await job.getState();
       // Read after the state: every chunk of a finished stream is in its log by now.
@@ -233,6 +249,15 @@ export abstract class HeldReply implements ReplyTarget {
     this.log.warn('the job is gone from Redis; answering 503 job_lost');
     this.failWith(jobLostError());
     void this.cancel('job lost', true);
+  }
+
+  /** The lane that holds the job when it is not where it was added (its stub there already removed). */
+  private async movedCopy(): Promise<Queue | undefined> {
+    for (const [, lane] of this.deps.queues.laneQueues()) {
+      if (lane === this.queue) continue;
+      if (await lane.getJob(this.jobId)) return lane;
+    }
+    return undefined;
   }
 
   /** Answers as the job's `done` would have. */

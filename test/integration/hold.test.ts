@@ -12,6 +12,8 @@ import { envelope } from '../../api/http/envelope.js';
 import { hold } from '../../api/relay/hold.js';
 import { ReplyHub } from '../../api/relay/reply-hub.js';
 import { loadConfig } from '../../shared/config.js';
+import { QueueShards } from '../../shared/queue-shards.js';
+import type { QueueName } from '../../shared/queues.js';
 import { replyChannel } from '../../shared/redis-keys.js';
 import { ReplyPublisher } from '../../workers/reply-publisher.js';
 import { freshRedis } from '../support/gateway.js';
@@ -53,7 +55,7 @@ before(async () => {
         await new ReplyPublisher(redis, hub.channel, jobId, { stream: false }).done('{"early":true}');
         await sleep(100);
       }
-      await hold(ctx, { config, redis, hub }, expected, queue, {
+      await hold(ctx, { config, redis, hub, queues: new QueueShards(redis, {} as Record<QueueName, number>, [], []) }, expected, queue, {
         stream,
         deadline: Date.now() + Number(ctx.query.ms ?? 10_000),
         notes: { firstChunk: () => undefined, failed: () => undefined },

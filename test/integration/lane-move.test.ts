@@ -1,20 +1,13 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
+import { fallbackCatalogFile, writeJsonFile } from '../support/fallback-catalog.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { FAKE_REPLY_TEXT } from '../support/fake-openai-defaults.js';
 import { createKey, freshRedis, requestRecord, startGateway, type GatewayProcess } from '../support/gateway.js';
 
-const writeJson = (name: string, value: unknown) => {
-  const path = join(mkdtempSync(join(tmpdir(), 'sy-lane-move-')), name);
-  writeFileSync(path, JSON.stringify(value));
-  return path;
-};
 
 // Item 6 of the fair-share issue: a cap is charged to the vendor actually called. A model's requests wait in its
 // first route's lane; when that vendor's channel rests and the worker routes to a fallback on another capped
@@ -34,24 +27,13 @@ describe('a fallback to another capped vendor waits in that vendor’s lane', ()
     backup = await startFakeOpenAI({ latencyMs: 700 });
     const fresh = await freshRedis(9);
     redis = fresh.redis;
-    const channels = writeJson('channels.json', {
+    const channels = writeJsonFile('channels.json', {
       channels: [
         { vendor: 'openai', baseUrl: primary.url, apiKey: 'sk-primary-key-0000' },
         { vendor: 'spare', protocol: 'openai', baseUrl: backup.url, apiKey: 'sk-spare-key-00000' },
       ],
     });
-    const catalog = writeJson('catalog.json', {
-      models: [
-        {
-          id: 'house-model', owned_by: 'openai', capability: 'chat', created: 0, context_window: 128000, max_output_tokens: 4096,
-          input_modalities: ['text'], supports_tools: true, routes: [{ vendor: 'openai', model: 'gpt-4o-mini' }], fallbacks: ['spare-model'],
-        },
-        {
-          id: 'spare-model', owned_by: 'spare', capability: 'chat', created: 0, context_window: 128000, max_output_tokens: 4096,
-          input_modalities: ['text'], supports_tools: true, routes: [{ vendor: 'spare', model: 'spare-upstream' }],
-        },
-      ],
-    });
+    const catalog = fallbackCatalogFile();
     gateway = await startGateway({
       env: {
         REDIS_URL: fresh.url,
@@ -113,6 +95,16 @@ describe('a fallback to another capped vendor waits in that vendor’s lane', ()
     // Both lanes' backlogs are back to nothing.
     assert.deepEqual((await openaiLane.getJobCounts('wait', 'prioritized', 'active', 'delayed')), { wait: 0, prioritized: 0, active: 0, delayed: 0 });
     assert.deepEqual((await spareLane.getJobCounts('wait', 'prioritized', 'active', 'delayed')), { wait: 0, prioritized: 0, active: 0, delayed: 0 });
+  });
+
+  it('a held client follows its job to the other lane: a call that outlasts the api’s liveness sweep is still answered', async () => {
+    // The stub left in OpenAI's lane completes, then goes: the api's sweep (every 5 s) sees both while this call runs.
+    backup.enqueue({ delayMs: 7000 });
+    const { data, response } = await client.chat.completions.create({ model: 'house-model', messages: [{ role: 'user', content: 'hi' }] }).withResponse();
+    assert.equal(data.choices[0]!.message.content, FAKE_REPLY_TEXT);
+    const requestId = response.headers.get('x-request-id')!;
+    assert.equal(await (await spareLane.getJob(requestId))?.getState(), 'completed');
+    assert.equal(await openaiLane.getJob(requestId), undefined);
   });
 
   it('a background response moved to the other lane is still found, read and completed under its id', async () => {

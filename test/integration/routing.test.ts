@@ -1,19 +1,12 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
+import { fallbackCatalogFile, writeJsonFile } from '../support/fallback-catalog.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { FAKE_REPLY_TEXT } from '../support/fake-openai-defaults.js';
 import { createKey, freshRedis, requestRecord, startGateway, type GatewayProcess } from '../support/gateway.js';
 
-const writeJson = (name: string, value: unknown) => {
-  const path = join(mkdtempSync(join(tmpdir(), 'sy-routing-')), name);
-  writeFileSync(path, JSON.stringify(value));
-  return path;
-};
 const ask = (client: OpenAI, model = 'gpt-4o-mini') =>
   client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }] });
 
@@ -30,7 +23,7 @@ describe('channels, cooldowns and fallbacks', () => {
     [heavy, light, backup] = await Promise.all([startFakeOpenAI(), startFakeOpenAI(), startFakeOpenAI()]);
     const fresh = await freshRedis(11);
     redis = fresh.redis;
-    const channels = writeJson('channels.json', {
+    const channels = writeJsonFile('channels.json', {
       channels: [
         { vendor: 'openai', baseUrl: heavy.url, apiKey: 'sk-heavy-key-000000', weight: 3 },
         { vendor: 'openai', baseUrl: light.url, apiKey: 'sk-light-key-000000', weight: 1 },
@@ -38,18 +31,7 @@ describe('channels, cooldowns and fallbacks', () => {
       ],
     });
     // A model of its own whose fallback is served by another vendor.
-    const catalog = writeJson('catalog.json', {
-      models: [
-        {
-          id: 'house-model', owned_by: 'openai', capability: 'chat', created: 0, context_window: 128000, max_output_tokens: 4096,
-          input_modalities: ['text'], supports_tools: true, routes: [{ vendor: 'openai', model: 'gpt-4o-mini' }], fallbacks: ['spare-model'],
-        },
-        {
-          id: 'spare-model', owned_by: 'spare', capability: 'chat', created: 0, context_window: 128000, max_output_tokens: 4096,
-          input_modalities: ['text'], supports_tools: true, routes: [{ vendor: 'spare', model: 'spare-upstream' }],
-        },
-      ],
-    });
+    const catalog = fallbackCatalogFile();
     gateway = await startGateway({
       env: { REDIS_URL: fresh.url, CHANNELS_FILE: channels, CATALOG_FILE: catalog, RETRY_BASE_MS: '10', CHANNEL_COOLDOWN_MS: '60000' },
     });
