@@ -58,8 +58,9 @@ export function messageItem(id: string, status: 'in_progress' | 'completed', con
   return { id, type: 'message', status, content, role: 'assistant' };
 }
 
-export function functionCallItem(id: string, status: 'in_progress' | 'completed', args: string, callId: string, name: string): Record<string, unknown> {
-  return { id, type: 'function_call', status, arguments: args, call_id: callId, name };
+/** A function call item; a call to a namespaced tool says its namespace and its own name (shared/responses-tools.ts). */
+export function functionCallItem(id: string, status: 'in_progress' | 'completed', args: string, callId: string, tool: { name: string; namespace?: string }): Record<string, unknown> {
+  return { id, type: 'function_call', status, arguments: args, call_id: callId, ...(tool.namespace !== undefined && { namespace: tool.namespace }), name: tool.name };
 }
 
 export function isRecord(value: unknown): value is Record<string, unknown> {

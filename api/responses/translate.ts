@@ -5,6 +5,7 @@ import { invalidRequest } from '../../shared/errors.js';
 import type { ConversationItem, ResponseShell } from '../../shared/responses.js';
 import type { ChatCompletionRequest, ChatMessage, ChatTool } from '../../shared/schemas/chat.js';
 import type { ResponsesRequest } from '../../shared/schemas/responses.js';
+import { flatToolName } from '../../shared/responses-tools.js';
 import { servingTier } from '../../shared/service-tier.js';
 import { formatParam, toValidationError } from '../http/request-body.js';
 
@@ -15,7 +16,8 @@ import { formatParam, toValidationError } from '../http/request-body.js';
  * become the messages of a chat request: instructions as a system message,
  * assistant messages and function calls as assistant turns with tool_calls,
  * function call outputs as tool messages. Only function tools exist on the
- * chat side, so every other tool type is refused up front.
+ * chat side: a namespace's functions travel under flat names (shared/responses-tools.ts), built-in tools are
+ * declined (left out) unless the request requires one, and a type this API does not have is refused.
  */
 
 // ---- ids ----
@@ -114,6 +116,7 @@ const functionCallShape = z.looseObject({
   id: itemId,
   call_id: z.string().min(1),
   name: z.string().min(1),
+  namespace: z.string().min(1).nullish(),
   arguments: z.string(),
 });
 const functionCallOutputShape = z.looseObject({
@@ -170,6 +173,7 @@ function normaliseItem(raw: Record<string, unknown>, path: Path): ConversationIt
         type: 'function_call',
         id: call.id ?? randomId('fc'),
         call_id: call.call_id,
+        ...(call.namespace != null && { namespace: call.namespace }),
         name: call.name,
         arguments: call.arguments,
         status: 'completed',
@@ -284,42 +288,109 @@ const functionToolShape = z.looseObject({
   strict: z.boolean().nullish(),
 });
 
-function translateTools(tools: ResponsesRequest['tools']): ChatTool[] {
-  return (tools ?? []).map((tool, i) => {
-    if (tool.type !== 'function') {
-      throw invalidRequest(
-        `The tool type '${tool.type}' is not supported by this gateway: only function tools are.`,
-        `tools[${i}].type`,
-        'unsupported_tool',
-      );
-    }
-    const fn = check(functionToolShape, tool, ['tools', i]);
-    return {
-      type: 'function' as const,
-      function: {
-        name: fn.name,
-        ...(fn.description != null && { description: fn.description }),
-        parameters: fn.parameters ?? { type: 'object', properties: {} },
-        ...(fn.strict != null && { strict: fn.strict }),
-      },
-    };
-  });
+/**
+ * The built-in tools of the Responses API (the vendor runs them: search, files, code, images, computers, shells, MCP)
+ * and the freeform custom tools: the chat side has no form for them, so they are declined, left out of the request
+ * as a model that cannot use a tool would be, unless the request requires one (`tool_choice`).
+ */
+const declinedToolTypes = new Set([
+  'file_search',
+  'computer',
+  'computer_use_preview',
+  'web_search',
+  'web_search_2025_08_26',
+  'web_search_preview',
+  'web_search_preview_2025_03_11',
+  'mcp',
+  'code_interpreter',
+  'programmatic_tool_calling',
+  'image_generation',
+  'local_shell',
+  'shell',
+  'custom',
+  'tool_search',
+  'apply_patch',
+]);
+
+const namespaceToolShape = z.looseObject({
+  type: z.literal('namespace'),
+  name: z.string().min(1).max(64),
+  description: z.string().nullish(),
+  tools: z.array(z.looseObject({ type: z.string() })).min(1).max(128),
+});
+
+function chatFunction(fn: z.output<typeof functionToolShape>, name: string, namespaceDescription?: string | null): ChatTool {
+  const description = [namespaceDescription, fn.description].filter((text): text is string => text != null && text !== '').join('\n\n');
+  return {
+    type: 'function' as const,
+    function: {
+      name,
+      ...(description !== '' && { description }),
+      parameters: fn.parameters ?? { type: 'object', properties: {} },
+      ...(fn.strict != null && { strict: fn.strict }),
+    },
+  };
 }
 
-const toolChoiceFunctionShape = z.looseObject({ type: z.literal('function'), name: z.string().min(1) });
+/** The request's tools as chat functions: function tools as they are, a namespace's functions each under its flat name; built-in tools declined. */
+export function translateTools(tools: ResponsesRequest['tools']): { tools: ChatTool[]; declined: string[] } {
+  const out: ChatTool[] = [];
+  const declined: string[] = [];
+  (tools ?? []).forEach((tool, i) => {
+    if (tool.type === 'function') {
+      const fn = check(functionToolShape, tool, ['tools', i]);
+      out.push(chatFunction(fn, fn.name));
+      return;
+    }
+    if (tool.type === 'namespace') {
+      const space = check(namespaceToolShape, tool, ['tools', i]);
+      space.tools.forEach((inner, j) => {
+        if (inner.type !== 'function') {
+          declined.push(`${space.name}.${inner.type}`);
+          return;
+        }
+        const fn = check(functionToolShape, inner, ['tools', i, 'tools', j]);
+        out.push(chatFunction(fn, flatToolName(space.name, fn.name), space.description));
+      });
+      return;
+    }
+    if (declinedToolTypes.has(tool.type)) {
+      declined.push(tool.type);
+      return;
+    }
+    throw invalidRequest(
+      `The tool type '${tool.type}' is not supported by this gateway: function and namespace tools are (built-in tools are left out).`,
+      `tools[${i}].type`,
+      'unsupported_tool',
+    );
+  });
+  return { tools: out, declined };
+}
 
-function translateToolChoice(choice: ResponsesRequest['tool_choice'], tools: readonly ChatTool[]): ChatCompletionRequest['tool_choice'] {
+const toolChoiceFunctionShape = z.looseObject({ type: z.literal('function'), name: z.string().min(1), namespace: z.string().min(1).nullish() });
+
+function translateToolChoice(choice: ResponsesRequest['tool_choice'], translated: { tools: readonly ChatTool[]; declined: readonly string[] }): ChatCompletionRequest['tool_choice'] {
+  const { tools, declined } = translated;
+  if (choice === 'required' && tools.length === 0 && declined.length > 0) {
+    // Nothing left to call, and the client requires a call: declining would fail it silently.
+    throw invalidRequest(
+      `The tool type '${declined[0]}' is not supported by this gateway, and tool_choice 'required' needs a tool it can call: send function tools, or leave the choice to the model.`,
+      'tool_choice',
+      'unsupported_tool',
+    );
+  }
   if (choice == null || typeof choice === 'string') return choice ?? undefined;
   if (choice.type !== 'function') {
     throw invalidRequest(
       `The tool_choice type '${choice.type}' is not supported by this gateway: use 'none', 'auto', 'required' or {"type": "function", "name": …}.`,
       'tool_choice',
-      'invalid_value',
+      declinedToolTypes.has(choice.type) ? 'unsupported_tool' : 'invalid_value',
     );
   }
-  const { name } = check(toolChoiceFunctionShape, choice, ['tool_choice']);
+  const { name: own, namespace } = check(toolChoiceFunctionShape, choice, ['tool_choice']);
+  const name = namespace != null ? flatToolName(namespace, own) : own;
   if (tools.length > 0 && !tools.some((tool) => tool.type === 'function' && tool.function.name === name)) {
-    throw invalidRequest(`Tool choice names the function '${name}', which is not among the request's tools.`, 'tool_choice.name', 'invalid_value');
+    throw invalidRequest(`Tool choice names the function '${own}', which is not among the request's tools.`, 'tool_choice.name', 'invalid_value');
   }
   return { type: 'function', function: { name } };
 }
@@ -389,7 +460,9 @@ class MessageBuilder {
       case 'function_call': {
         const callId = asString(item.call_id);
         this.callIds.add(callId);
-        this.pendingCalls.push({ id: callId, type: 'function', function: { name: asString(item.name), arguments: asString(item.arguments) } });
+        // A namespaced tool's call goes back to the vendor under the flat name it was called by.
+        const name = typeof item.namespace === 'string' ? flatToolName(item.namespace, asString(item.name)) : asString(item.name);
+        this.pendingCalls.push({ id: callId, type: 'function', function: { name, arguments: asString(item.arguments) } });
         return;
       }
       case 'function_call_output': {
@@ -462,8 +535,9 @@ export function toChatRequest(
   if (request.input === undefined && request.previous_response_id == null) {
     throw invalidRequest("Missing required parameter: 'input'.", 'input', 'missing_required_parameter');
   }
-  const tools = translateTools(request.tools);
-  const toolChoice = translateToolChoice(request.tool_choice, tools);
+  const translated = translateTools(request.tools);
+  const { tools } = translated;
+  const toolChoice = translateToolChoice(request.tool_choice, translated);
 
   const byId = new Map<string, ConversationItem>();
   const remember = (item: ConversationItem) => {

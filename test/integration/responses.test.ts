@@ -16,6 +16,7 @@ import { startFakeAnthropic, FAKE_ANTHROPIC_TEXT, type FakeAnthropic } from '../
 import { startFakeGemini, type FakeGemini } from '../support/fake-gemini.js';
 import { FAKE_TOOL_ARGUMENTS } from '../support/fake-openai-defaults.js';
 import { waitForUsage } from '../support/record.js';
+import { assertMatchesSchema } from '../support/openapi-schemas.js';
 
 /** One SSE frame of a Responses stream, as sent. */
 interface Frame {
@@ -322,11 +323,60 @@ describe('the Responses API against strict vendor fakes', () => {
     assert.equal((await client.responses.retrieve(response.id)).status, 'completed', 'still there for its owner');
   });
 
+  it('serves Codex’s tools: a namespace’s functions under flat names, each call back with its namespace; web_search declined', async () => {
+    // What Codex sends (store: false, include, reasoning summary, prompt_cache_key, client_metadata, developer messages).
+    const codex = {
+      model: 'gpt-4o-mini',
+      store: false,
+      include: ['reasoning.encrypted_content'],
+      reasoning: { summary: 'auto' },
+      prompt_cache_key: 'session-1',
+      client_metadata: { originator: 'codex_exec' },
+      tools: [
+        {
+          type: 'namespace',
+          name: 'multi_agent_v1',
+          description: 'Agents you can start.',
+          tools: [{ type: 'function', name: 'spawn_agent', description: 'Start one.', parameters: { type: 'object', properties: { task: { type: 'string' } } }, strict: false }],
+        },
+        { type: 'function', name: 'shell', parameters: { type: 'object', properties: { command: { type: 'string' } } }, strict: false },
+        { type: 'web_search' },
+      ],
+    };
+    const first = (await (await post({ ...codex, input: [{ type: 'message', role: 'developer', content: 'Be brief.' }, { type: 'message', role: 'user', content: 'Start an agent.' }] })).json()) as Record<string, any>;
+    assertMatchesSchema('Response', first, 'a response with a namespaced call');
+    const call = first.output.find((item: { type: string }) => item.type === 'function_call');
+    assert.equal(call.namespace, 'multi_agent_v1');
+    assert.equal(call.name, 'spawn_agent');
+    const sent = openai.requests.at(-1)!.body as Record<string, any>;
+    assert.deepEqual(sent.tools.map((tool: { function: { name: string } }) => tool.function.name), ['multi_agent_v1__spawn_agent', 'shell'], 'web_search declined, the namespace flattened');
+    assert.deepEqual(first.tools, codex.tools, 'the response echoes the tools as sent');
+
+    // Streamed: the item says its namespace as it opens and as it closes; the client sends the call back (store: false).
+    const frames = await readSse(await post({ ...codex, stream: true, input: 'Start an agent.' }));
+    assertContiguous(frames);
+    for (const frame of frames) assertMatchesSchema('ResponseStreamEvent', frame.data, frame.event ?? 'frame');
+    const done = frames.find((f) => f.event === 'response.output_item.done' && f.data.item.type === 'function_call')!;
+    assert.deepEqual([done.data.item.namespace, done.data.item.name], ['multi_agent_v1', 'spawn_agent']);
+    const back = await client.responses.create({
+      ...(codex as object),
+      input: [
+        { role: 'user', content: 'Start an agent.' },
+        { type: 'function_call', call_id: call.call_id, namespace: 'multi_agent_v1', name: 'spawn_agent', arguments: call.arguments },
+        { type: 'function_call_output', call_id: call.call_id, output: 'agent 7 started' },
+      ],
+    } as unknown as Parameters<typeof client.responses.create>[0]);
+    assert.equal((back as { output_text: string }).output_text, 'Tool said: agent 7 started');
+    const history = (openai.requests.at(-1)!.body as Record<string, any>).messages;
+    assert.equal(history[1].tool_calls[0].function.name, 'multi_agent_v1__spawn_agent', 'the call goes back to the vendor under its flat name');
+  });
+
   it('refuses bad input with a 4xx that names the parameter', async () => {
     const cases: Array<[unknown, number, string]> = [
       [{ model: 'gpt-4o-mini', input: [{ type: 'telepathy', text: 'x' }] }, 400, 'input[0].type'],
       [{ model: 'gpt-4o-mini', input: [{ type: 'function_call_output', call_id: 'call_nowhere', output: 'x' }] }, 400, 'input[0].call_id'],
-      [{ model: 'gpt-4o-mini', input: 'x', tools: [{ type: 'web_search_preview' }] }, 400, 'tools[0].type'],
+      [{ model: 'gpt-4o-mini', input: 'x', tools: [{ type: 'teleport' }] }, 400, 'tools[0].type'],
+      [{ model: 'gpt-4o-mini', input: 'x', tools: [{ type: 'web_search' }], tool_choice: 'required' }, 400, 'tool_choice'],
       [{ model: 'gpt-4o-mini', previous_response_id: 'resp_0123456789abcdef0123', input: 'x' }, 404, 'previous_response_id'],
       [{ model: 'gpt-4o-mini' }, 400, 'input'],
       [{ model: 'gpt-4o-mini', input: 'x', background: true, store: false }, 400, 'store'],
@@ -338,8 +388,8 @@ describe('the Responses API against strict vendor fakes', () => {
       assert.equal(answer.status, status, `${JSON.stringify(body)}: ${error.message}`);
       assert.equal(error.param, param, JSON.stringify(body));
     }
-    const web = await post({ model: 'gpt-4o-mini', input: 'x', tools: [{ type: 'web_search_preview' }] });
-    assert.match(((await web.json()) as { error: { message: string } }).error.message, /web_search_preview/);
+    const web = await post({ model: 'gpt-4o-mini', input: 'x', tools: [{ type: 'web_search' }], tool_choice: 'required' });
+    assert.match(((await web.json()) as { error: { message: string } }).error.message, /web_search/);
 
     const done = await client.responses.create({ model: 'gpt-4o-mini', input: 'x' });
     const past = await getRaw(`/v1/responses/${done.id}?stream=true&starting_after=999`);

@@ -5,6 +5,7 @@ import type { ConversationItem } from '../../shared/responses.js';
 import { chatCompletionRequestSchema } from '../../shared/schemas/chat.js';
 import { responsesRequestSchema, type ResponsesRequest } from '../../shared/schemas/responses.js';
 import { buildShell, newResponseId, normaliseInput, toChatRequest } from '../../api/responses/translate.js';
+import { clientToolName, flatToolName, namespacedTools } from '../../shared/responses-tools.js';
 
 const parse = (body: Record<string, unknown>): ResponsesRequest => responsesRequestSchema.parse({ model: 'm', ...body });
 
@@ -440,15 +441,70 @@ describe('toChatRequest: tools and options', () => {
     }
   });
 
-  it('refuses tools other than functions, and bad function tools', () => {
+  it('declines built-in tools (left out of the chat request) and refuses a tool type the API does not have', () => {
     for (const type of ['web_search', 'web_search_preview', 'file_search', 'code_interpreter', 'image_generation', 'mcp', 'computer_use_preview', 'local_shell', 'custom', 'shell', 'apply_patch']) {
-      rejects(
-        () => translate({ input: 'Hi', tools: [{ type: 'function', name: 'f' }, { type }] }),
-        'tools[1].type',
-        new RegExp(`The tool type '${type}' is not supported by this gateway: only function tools are\\.`),
-        'unsupported_tool',
-      );
+      const chat = translate({ input: 'Hi', tools: [{ type: 'function', name: 'f' }, { type }] });
+      assert.deepEqual(chat.tools?.map((tool) => tool.type === 'function' && tool.function.name), ['f'], type);
+      // Only built-in tools: the chat request has none, and no choice to make.
+      assert.equal('tools' in translate({ input: 'Hi', tools: [{ type }] }), false);
     }
+    rejects(
+      () => translate({ input: 'Hi', tools: [{ type: 'function', name: 'f' }, { type: 'teleport' }] }),
+      'tools[1].type',
+      /The tool type 'teleport' is not supported by this gateway/,
+      'unsupported_tool',
+    );
+    // Required, with nothing left to call: refused rather than silently answered without a call.
+    rejects(() => translate({ input: 'Hi', tools: [{ type: 'web_search' }], tool_choice: 'required' }), 'tool_choice', /'web_search' is not supported/, 'unsupported_tool');
+    rejects(() => translate({ input: 'Hi', tools: [{ type: 'web_search' }], tool_choice: { type: 'web_search' } }), 'tool_choice', /'web_search' is not supported/, 'unsupported_tool');
+  });
+
+  it('flattens a namespace’s functions to chat functions under flat names, and takes calls back by namespace', () => {
+    const tools = [
+      { type: 'function', name: 'shell', parameters: { type: 'object', properties: { cmd: { type: 'string' } } } },
+      {
+        type: 'namespace',
+        name: 'multi_agent_v1',
+        description: 'Agents you can start.',
+        tools: [
+          { type: 'function', name: 'spawn_agent', description: 'Start one.', parameters: { type: 'object', properties: {} } },
+          { type: 'function', name: 'wait', parameters: { type: 'object', properties: {} } },
+          { type: 'custom', name: 'freeform' },
+        ],
+      },
+      { type: 'web_search' },
+    ];
+    const chat = translate({
+      input: [
+        { type: 'message', role: 'user', content: 'Go' },
+        { type: 'function_call', call_id: 'call_1', namespace: 'multi_agent_v1', name: 'spawn_agent', arguments: '{}' },
+        { type: 'function_call_output', call_id: 'call_1', output: 'started' },
+      ],
+      tools,
+      tool_choice: { type: 'function', namespace: 'multi_agent_v1', name: 'wait' },
+    });
+    assert.deepEqual(chat.tools?.map((tool) => tool.type === 'function' && tool.function.name), ['shell', 'multi_agent_v1__spawn_agent', 'multi_agent_v1__wait']);
+    const spawn = chat.tools?.[1];
+    assert.equal(spawn?.type === 'function' && spawn.function.description, 'Agents you can start.\n\nStart one.');
+    assert.deepEqual(chat.tool_choice, { type: 'function', function: { name: 'multi_agent_v1__wait' } });
+    const call = chat.messages.find((message) => message.role === 'assistant');
+    assert.equal(call?.role === 'assistant' && call.tool_calls?.[0]?.type === 'function' && call.tool_calls[0].function.name, 'multi_agent_v1__spawn_agent');
+    rejects(() => translate({ input: 'Hi', tools: [{ type: 'namespace', name: 'n', tools: [] }] }), 'tools[0].tools');
+    rejects(() => translate({ input: 'Hi', tools: [{ type: 'namespace', tools: [{ type: 'function', name: 'f' }] }] }), 'tools[0].name', /Missing required/);
+    rejects(() => translate({ input: 'Hi', tools: [{ type: 'namespace', name: 'n', tools: [{ type: 'function', name: 'bad name' }] }] }), 'tools[0].tools[0].name');
+  });
+
+  it('keeps flat names valid and apart when a namespace and a name are long or odd', () => {
+    const long = flatToolName('n'.repeat(40), 'f'.repeat(40));
+    assert.ok(long.length <= 64 && /^[a-zA-Z0-9_-]+$/.test(long), long);
+    assert.notEqual(long, flatToolName('n'.repeat(40), `${'f'.repeat(39)}g`));
+    assert.match(flatToolName('crm.v2', 'find'), /^[a-zA-Z0-9_-]+$/);
+    const names = namespacedTools([{ type: 'namespace', name: 'n'.repeat(40), tools: [{ type: 'function', name: 'f'.repeat(40) }] }]);
+    assert.deepEqual(clientToolName(long, names), { namespace: 'n'.repeat(40), name: 'f'.repeat(40) });
+    assert.deepEqual(clientToolName('plain', names), { name: 'plain' });
+  });
+
+  it('refuses bad function tools', () => {
     rejects(() => translate({ input: 'Hi', tools: [{ type: 'function', name: 'bad name' }] }), 'tools[0].name', /a-z, A-Z/);
     rejects(() => translate({ input: 'Hi', tools: [{ type: 'function', name: 'x'.repeat(65) }] }), 'tools[0].name');
     rejects(() => translate({ input: 'Hi', tools: [{ type: 'function' }] }), 'tools[0].name', /Missing required/);

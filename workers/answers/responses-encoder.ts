@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Answer, AnswerEvent, FinishReason, ToolCallEvent, Usage } from './events.js';
 import type { ResponseError, ResponseShell, ResponseStatus } from '../../shared/responses.js';
+import { clientToolName, namespacedTools, type NamespacedName } from '../../shared/responses-tools.js';
 import type { ServiceTier } from '../../shared/service-tier.js';
 import {
   CANCELLED,
@@ -70,6 +71,8 @@ export class ResponsesStreamEncoder {
   private count = 0;
 
   private shell: ResponseShell;
+  /** The request's namespaced tools by their flat names: a call comes back under its namespace and name. */
+  private readonly names: ReadonlyMap<string, NamespacedName>;
   private readonly answeredTier: ((said: string | undefined) => ServiceTier) | undefined;
 
   /**
@@ -81,6 +84,7 @@ export class ResponsesStreamEncoder {
   constructor(shell: ResponseShell, options: { firstSequence?: number; serviceTier?: ServiceTier; answeredTier?: (said: string | undefined) => ServiceTier } = {}) {
     this.shell = options.serviceTier === undefined ? shell : { ...shell, service_tier: options.serviceTier };
     this.answeredTier = options.answeredTier;
+    this.names = namespacedTools(shell.tools);
     this.sequence = options.firstSequence ?? 0;
     this.status = shell.background ? 'queued' : 'in_progress';
   }
@@ -245,7 +249,7 @@ export class ResponsesStreamEncoder {
         pieces: [],
       };
       this.call = call;
-      this.emit('response.output_item.added', { output_index: call.outputIndex, item: functionCallItem(call.id, 'in_progress', '', call.callId, call.name) });
+      this.emit('response.output_item.added', { output_index: call.outputIndex, item: functionCallItem(call.id, 'in_progress', '', call.callId, this.toolName(call.name)) });
       this.appendArguments(call, event.arguments);
       return;
     }
@@ -257,6 +261,10 @@ export class ResponsesStreamEncoder {
     if (args === '') return;
     call.pieces.push(args);
     this.emit('response.function_call_arguments.delta', { item_id: call.id, output_index: call.outputIndex, delta: args });
+  }
+
+  private toolName(flat: string): { name: string; namespace?: string } {
+    return clientToolName(flat, this.names);
   }
 
   private closeOpen(): void {
@@ -283,8 +291,9 @@ export class ResponsesStreamEncoder {
     if (call === null) return;
     this.call = null;
     const args = call.pieces.join('');
-    this.emit('response.function_call_arguments.done', { item_id: call.id, output_index: call.outputIndex, name: call.name, arguments: args });
-    const item = functionCallItem(call.id, 'completed', args, call.callId, call.name);
+    const tool = this.toolName(call.name);
+    this.emit('response.function_call_arguments.done', { item_id: call.id, output_index: call.outputIndex, name: tool.name, arguments: args });
+    const item = functionCallItem(call.id, 'completed', args, call.callId, tool);
     this.output.push(item);
     this.emit('response.output_item.done', { output_index: call.outputIndex, item });
   }
@@ -296,8 +305,9 @@ export function responseFromAnswer(answer: Answer, shell: ResponseShell): Respon
   const output: unknown[] = [];
   if (choice !== undefined) {
     if (choice.text !== null && choice.text !== '') output.push(messageItem(randomId('msg_'), 'completed', [textPart(choice.text)]));
+    const names = namespacedTools(shell.tools);
     for (const call of choice.toolCalls) {
-      output.push(functionCallItem(randomId('fc_'), 'completed', call.arguments, call.id || randomId('call_'), call.name));
+      output.push(functionCallItem(randomId('fc_'), 'completed', call.arguments, call.id || randomId('call_'), clientToolName(call.name, names)));
     }
   }
   const incompleteReason = incompleteReasonOf(choice?.finishReason);
