@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { isRecord } from './response-object.js';
 
 /**
  * Namespaced tools of the Responses API (`{"type":"namespace","name":"crm","tools":[…function tools…]}`, as Codex
@@ -24,8 +25,6 @@ export interface NamespacedName {
   namespace: string;
   name: string;
 }
-
-const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /** Each flat name of a request's namespaced function tools (as the client sent them), with its namespace and name. */
 export function namespacedTools(tools: readonly unknown[] | null | undefined): Map<string, NamespacedName> {

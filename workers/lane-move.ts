@@ -1,8 +1,8 @@
-import { Queue, type Job } from 'bullmq';
+import type { Job, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { AsyncJobRecord, GatewayJobData } from '../shared/jobs.js';
 import { jobIdOf } from '../shared/jobs.js';
-import { laneQueueName, laneVendor } from '../shared/queues.js';
+import { laneVendor } from '../shared/queues.js';
 import { asyncJobKey } from '../shared/redis-keys.js';
 import { placeJob } from '../shared/scheduling/index.js';
 
@@ -15,15 +15,11 @@ import { placeJob } from '../shared/scheduling/index.js';
  * A job moves once: a second fallback waits where it is. A fallback to a vendor without a cap runs where it is.
  */
 export class LaneMoves {
-  private readonly lanes = new Map<string, Queue>();
-
   constructor(
     private readonly redis: Redis,
-    /** The capped vendors this worker serves a lane of. */
-    vendors: readonly string[],
-  ) {
-    for (const vendor of vendors) this.lanes.set(vendor, new Queue(laneQueueName(vendor), { connection: redis }));
-  }
+    /** This worker's queue of each capped vendor's lane, by vendor (its owner closes them). */
+    private readonly lanes: ReadonlyMap<string, Queue>,
+  ) {}
 
   /** Whether a job about to call `vendor` belongs in that vendor's lane instead of where it is. */
   wanted(job: Job<GatewayJobData>, vendor: string): boolean {
@@ -49,10 +45,6 @@ export class LaneMoves {
     if (text === null) return;
     const record = JSON.parse(text) as AsyncJobRecord;
     await this.redis.set(asyncJobKey(id), JSON.stringify({ ...record, lane: vendor }), 'KEEPTTL');
-  }
-
-  close(): Promise<unknown> {
-    return Promise.allSettled([...this.lanes.values()].map((queue) => queue.close()));
   }
 }
 

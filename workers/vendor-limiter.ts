@@ -32,22 +32,23 @@ local leaseMs = tonumber(ARGV[2])
 local maxConcurrency = tonumber(ARGV[3])
 local rpm = tonumber(ARGV[4])
 local pace = tonumber(ARGV[5])
+local inflight, avg, last, busy = 0, 0, 0, 0
 if maxConcurrency > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-  local inflight = redis.call('ZCARD', KEYS[1])
-  local avg = tonumber(redis.call('HGET', KEYS[3], 'avg') or '0')
+  inflight = redis.call('ZCARD', KEYS[1])
+  if pace > 0 then
+    local state = redis.call('HMGET', KEYS[3], 'avg', 'last', 'busy')
+    avg, last, busy = tonumber(state[1] or '0'), tonumber(state[2] or '0'), tonumber(state[3] or '0')
+  end
   if inflight >= maxConcurrency then
-    if pace > 0 and avg > 0 then
+    if avg > 0 then
       redis.call('HSET', KEYS[3], 'busy', now + math.ceil(avg))
       redis.call('PEXPIRE', KEYS[3], 3600000)
     end
     local soonest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
     return {0, 0, tonumber(soonest[2]) - now, 0}
   end
-  if pace > 0 and avg > 0 and inflight > 0 and ARGV[6] ~= '1' then
-    local state = redis.call('HMGET', KEYS[3], 'last', 'busy')
-    local last = tonumber(state[1] or '0')
-    local busy = tonumber(state[2] or '0')
+  if avg > 0 and inflight > 0 and ARGV[6] ~= '1' then
     local nextStart = last + math.floor(pace * avg / maxConcurrency)
     if busy > now and nextStart > now then return {0, 0, nextStart - now, 1} end
   end
@@ -67,8 +68,7 @@ if maxConcurrency > 0 then
   if pace > 0 then
     redis.call('HSET', KEYS[3], 'last', now)
     -- This call takes the last slot: the vendor is busy (paced) for one average call.
-    local avg = tonumber(redis.call('HGET', KEYS[3], 'avg') or '0')
-    if avg > 0 and redis.call('ZCARD', KEYS[1]) >= maxConcurrency then redis.call('HSET', KEYS[3], 'busy', now + math.ceil(avg)) end
+    if avg > 0 and inflight + 1 >= maxConcurrency then redis.call('HSET', KEYS[3], 'busy', now + math.ceil(avg)) end
     redis.call('PEXPIRE', KEYS[3], 3600000)
   end
 end
@@ -108,12 +108,13 @@ type LimiterRedis = Redis & {
   vendorRenew(concurrencyKey: string, leaseId: string, leaseMs: number): Promise<number>;
 };
 
+const pastDeadline = (vendor: string) => timeoutError(`The request waited for a free ${vendor} slot past its deadline (vendor limits are configured).`);
+
 /** A job of this process waiting for a vendor slot. */
 interface Waiter {
   rank: number;
   /** Not held back by the pace (a priority request). */
   unpaced: boolean;
-  seq: number;
   deadline: number;
   leaseId: string;
   resolve(lease: Lease): void;
@@ -134,7 +135,6 @@ export class VendorLimiter {
   private readonly redis: LimiterRedis;
   private readonly limits = new Map<string, VendorLimits>();
   private readonly lines = new Map<string, VendorLine>();
-  private seq = 0;
   /** Without freed-slot messages (no subscriber wired), waiters fall back to short polls. */
   private hearsReleases = false;
 
@@ -190,7 +190,6 @@ export class VendorLimiter {
       const waiter: Waiter = {
         rank,
         unpaced,
-        seq: this.seq++,
         deadline,
         leaseId: randomUUID(),
         resolve,
@@ -211,7 +210,7 @@ export class VendorLimiter {
       // Its deadline holds wherever it stands in the line.
       const timer = setTimeout(() => {
         waiter.leave();
-        reject(timeoutError(`The request waited for a free ${vendor} slot past its deadline (vendor limits are configured).`));
+        reject(pastDeadline(vendor));
       }, Math.max(0, deadline - Date.now() - 5));
       signal.addEventListener('abort', onAbort, { once: true });
       let at = line.waiters.length;
@@ -258,7 +257,7 @@ export class VendorLimiter {
         if (rpmWait > 0 && rpmWait >= left) {
           // A full minute that frees past the head's deadline: no point waiting for it.
           head.leave();
-          head.reject(timeoutError(`The request waited for a free ${vendor} slot past its deadline (vendor limits are configured).`));
+          head.reject(pastDeadline(vendor));
           continue;
         }
         // A full minute: wait for its oldest call to age out. Paced: a slot is free but not yet to be taken; only

@@ -199,7 +199,9 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   const blobs = createBlobStore(config);
   // Each capped vendor has a lane of its own, shared by every capability, capped in BullMQ itself at the vendor's concurrency.
   const lanes = await openLanes(config, redis);
-  const laneMoves = new LaneMoves(redis, lanes.map(({ vendor }) => vendor));
+  // One BullMQ Queue per lane in this process: jobs moved there (fallbacks) are added through it, and it is recounted.
+  const laneQueues = new Map(lanes.map(({ vendor }) => [vendor, new Queue(laneQueueName(vendor), { connection: redis })]));
+  const laneMoves = new LaneMoves(redis, laneQueues);
   // Tracing on: each run of a job gets its spans (the processor unchanged when off).
   const processor = traceJobs(createProcessor({
     config,
@@ -260,7 +262,8 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   }, reservationSweepMs);
   reservationSweep.unref();
   // Each queue's backlog count is repaired from the jobs that wait, by one worker per interval.
-  const counted = [...new Set(loops.map((loop) => loop.queue))].map((name) => new Queue(name, { connection: redis }));
+  const laneByName = new Map([...laneQueues.values()].map((queue) => [queue.name, queue]));
+  const counted = [...new Set(loops.map((loop) => loop.queue))].map((name) => laneByName.get(name) ?? new Queue(name, { connection: redis }));
   const recountSweep = setInterval(() => {
     for (const queue of counted) {
       recount(redis, queue, config.scheduling.recountMs).then(
@@ -289,7 +292,6 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       clearInterval(recountSweep);
       await settledBy(laneKeeper.close(), until);
       void Promise.allSettled(counted.map((queue) => queue.close()));
-      void laneMoves.close();
       const givenUp: string[] = [];
       if (!(await settledBy(Promise.allSettled(bullWorkers.map((w) => w.close())), until))) {
         const running = cancels.size;

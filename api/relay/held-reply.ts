@@ -214,7 +214,8 @@ export abstract class HeldReply implements ReplyTarget {
     const job = await this.queue.getJob(this.jobId);
     if (this.ended) return;
     // Moved to another vendor's lane by a worker (a fallback): the job lives on there, under the same id.
-    const movedTo = job?.returnvalue && movedStub(job.returnvalue as GatewayJobResult) ? (job.returnvalue as GatewayJobResult).movedTo : undefined;
+    const result = job?.returnvalue as GatewayJobResult | undefined;
+    const movedTo = movedStub(result) ? result.movedTo : undefined;
     if (movedTo !== undefined || (!job && moves === 0)) {
       const lane = movedTo !== undefined ? this.deps.queues.laneQueue(movedTo) : await this.movedCopy();
       if (lane && lane !== this.queue && moves < 2) {
@@ -227,7 +228,7 @@ export abstract class HeldReply implements ReplyTarget {
       const state = await job.getState();
       // Read after the state: every chunk of a finished stream is in its log by now.
       if (this.stream) await this.deps.hub.replay(this.jobId, this.expected);
-      if (state === 'completed') this.finishFrom(job.returnvalue as GatewayJobResult | undefined);
+      if (state === 'completed') this.finishFrom(result);
       else if (state === 'failed') {
         // The worker published its own error before failing the job; it says more, so it gets to arrive first.
         await pause(lostGraceMs);
