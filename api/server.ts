@@ -117,7 +117,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   }
   const catalog = loadCatalog(config.catalogFile);
   const servingVendors = new Set(resolveChannels(config).keys());
-  const models = new ModelResolver(catalog, servingVendors);
+  const models = new ModelResolver(catalog, servingVendors, config.modelAliases);
   const prices = PriceList.load(catalog, config);
   const unpriced = catalog.all().filter((model) => !prices.has(model.id)).map((model) => model.id);
   if (unpriced.length > 0) log.warn({ models: unpriced }, 'these catalog models have no price: they are served free');

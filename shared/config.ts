@@ -21,6 +21,7 @@ import {
   optionalFlag,
   optionalInteger,
   optionalText,
+  aliasList,
   queueList,
   addressList,
   setting,
@@ -68,6 +69,8 @@ export interface Config {
   /** `pretty`: short lines for a person; `json`: one JSON object a line; `auto`: pretty on a terminal, JSON elsewhere. */
   logFormat: 'auto' | 'json' | 'pretty';
   catalogFile: string | undefined;
+  /** MODEL_ALIASES: a name a client may send → the catalog model id it stands for. */
+  modelAliases: ReadonlyMap<string, string>;
   /** Queues this worker process serves. */
   workerQueues: QueueName[];
   /** `npm start` without a role: workers in a child process (`on`), in the api's process (`off`), or by core count. */
@@ -297,6 +300,7 @@ const fixed = {
   LOG_LEVEL: setting(choice(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info'), 'pino level'),
   LOG_FORMAT: setting(choice(['auto', 'json', 'pretty'], 'auto'), '`json`: one JSON object a line (pino), for log collectors; `pretty`: a short line a person reads; `auto`: pretty when stdout is a terminal, JSON otherwise (a container, a pipe, a file)'),
   CATALOG_FILE: setting(optionalText(), 'JSON `{"models":[…]}` whose entries add to or replace built-in catalog entries by id'),
+  MODEL_ALIASES: setting(aliasList(), 'model names a client may send for catalog models (`claude-sonnet-4-5=gpt-4o-mini,claude-haiku-4-5=deepseek-chat`): a request naming the alias is served, priced and logged as that model, and answers with the name it sent where its API echoes it (`/v1/messages`); an alias of an unknown model fails the start'),
   CHANNELS_FILE: setting(optionalText(), 'JSON `{"channels":[…]}`: more channels per vendor, with weights, and vendors not built in'),
   VENDOR_LEASE_MS: setting(integer(1, 30_000), "lease of a vendor slot, renewed while the call runs; a dead worker's slot frees after this"),
   VENDOR_PACE_PERCENT: setting(integer(0, 85, 100), "while a capped vendor's slots are all taken, its calls start at least this percent of (its average call time ÷ its cap) apart, so its slots free one by one rather than in step and a waiter waits for the next of many, not a whole call; 0: off"),
@@ -563,6 +567,7 @@ export function loadConfig(env: Env = process.env): Config {
     logLevel: values.LOG_LEVEL,
     logFormat: values.LOG_FORMAT,
     catalogFile: values.CATALOG_FILE,
+    modelAliases: new Map(values.MODEL_ALIASES),
     workerQueues: values.WORKER_QUEUES,
     workerProcess: values.WORKER_PROCESS,
     concurrency: perQueue(all, values.WORKER_CONCURRENCY, families.concurrency, queueDefaults.concurrency),

@@ -15,7 +15,9 @@ import {
   type VideoInput,
 } from './schemas/media-inputs.js';
 import { responsesRequestSchema } from './schemas/responses.js';
+import { countTokensRequestSchema, messagesRequestSchema } from './schemas/messages.js';
 import type { ResponsesJob } from './responses.js';
+import type { MessagesJob } from './messages.js';
 
 /**
  * How long a finished job stays in its queue. A waiting client got its answer
@@ -57,9 +59,10 @@ export interface EndpointRow {
   /**
    * Which worker pipeline runs it: text (chat adapters, answered as chunks or one body), responses (chat
    * adapters, always streamed, answered as the Responses API's events or object) or media (image, audio,
-   * video adapters).
+   * video adapters), messages (Anthropic's Messages API: Anthropic's own events relayed, or chat adapters' answers
+   * written as them).
    */
-  pipeline: 'text' | 'responses' | 'media';
+  pipeline: 'text' | 'responses' | 'messages' | 'media';
   /** How long a request may wait and run, in ms. */
   deadlineMs: (config: Pick<Config, 'deadlineMs'>) => number;
   /** How long its finished job is kept when a client waited for it. */
@@ -112,6 +115,35 @@ export const endpoints = {
     uploads: false,
     asyncOnly: false,
     pipeline: 'responses',
+    deadlineMs: queueDeadline('chat'),
+    keep: heldAnswer,
+  },
+  messages: {
+    method: 'POST',
+    path: '/v1/messages',
+    queue: 'chat',
+    capabilities: ['chat', 'reasoning'],
+    body: 'json',
+    schema: messagesRequestSchema,
+    streams: true,
+    uploads: false,
+    asyncOnly: false,
+    pipeline: 'messages',
+    deadlineMs: queueDeadline('chat'),
+    keep: heldAnswer,
+  },
+  /** Counted by Anthropic for its models, by the gateway's tokenizer for the others: through the queue, billed nothing. */
+  'messages.count_tokens': {
+    method: 'POST',
+    path: '/v1/messages/count_tokens',
+    queue: 'chat',
+    capabilities: ['chat', 'reasoning'],
+    body: 'json',
+    schema: countTokensRequestSchema,
+    streams: false,
+    uploads: false,
+    asyncOnly: false,
+    pipeline: 'messages',
     deadlineMs: queueDeadline('chat'),
     keep: heldAnswer,
   },
@@ -214,6 +246,9 @@ export interface EndpointPayloads {
   completions: CompletionRequest;
   /** The chat request the adapters run, and the response object's echo fields. */
   responses: ResponsesJob;
+  /** The request as the client wrote it (for Anthropic), its chat form (for the others), and what the answer echoes. */
+  messages: MessagesJob;
+  'messages.count_tokens': MessagesJob;
   embeddings: EmbeddingRequest;
   'images.generations': ImageGenerationRequest;
   'images.edits': ImageEditInput;

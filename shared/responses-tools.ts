@@ -12,13 +12,22 @@ import { isRecord } from './response-object.js';
 /** Chat's function names: letters, digits, `_` and `-`, at most 64. */
 const maxNameLength = 64;
 
+/**
+ * `name` when chat takes it as a function name; else the name with every character chat refuses made `_`, cut
+ * short, and ended by a hash of `key` (what identifies the tool), so that two tools that read alike once cleaned
+ * still travel under different names. Shared by the Responses API's namespaced tools and the Messages API's
+ * tools (shared/messages-tools.ts).
+ */
+export function chatSafeToolName(name: string, key: string = name): string {
+  if (name.length <= maxNameLength && /^[a-zA-Z0-9_-]+$/.test(name)) return name;
+  const hash = createHash('sha256').update(key).digest('hex').slice(0, 8);
+  const safe = name.replace(/[^a-zA-Z0-9_-]/g, '_');
+  return `${safe.slice(0, maxNameLength - hash.length - 1)}_${hash}`;
+}
+
 /** `<namespace>__<name>`, or, when that is too long or not a valid function name, a shortened form made unique by a hash. */
 export function flatToolName(namespace: string, name: string): string {
-  const joined = `${namespace}__${name}`;
-  if (joined.length <= maxNameLength && /^[a-zA-Z0-9_-]+$/.test(joined)) return joined;
-  const hash = createHash('sha256').update(`${namespace}\u0000${name}`).digest('hex').slice(0, 8);
-  const safe = joined.replace(/[^a-zA-Z0-9_-]/g, '_');
-  return `${safe.slice(0, maxNameLength - hash.length - 1)}_${hash}`;
+  return chatSafeToolName(`${namespace}__${name}`, `${namespace}\u0000${name}`);
 }
 
 export interface NamespacedName {

@@ -238,6 +238,23 @@ export function addressList(): Kind<Array<{ host: string; port: number }> | unde
   return { type: 'comma-separated host:port pairs', default: { kind: 'unset' }, schema: z.preprocess(unsetIfBlank, list.optional()) };
 }
 
+/** `name=model` pairs, comma-separated: names a client may send, each for a catalog model id. */
+export function aliasList(): Kind<Array<[string, string]>> {
+  const list = z.string().transform((raw, ctx) => {
+    const pairs: Array<[string, string]> = [];
+    for (const entry of commaList(raw)) {
+      const match = /^([^=\s]+)=([^=\s]+)$/.exec(entry);
+      if (!match) {
+        ctx.addIssue({ code: 'custom', message: `holds "${entry}", which is not name=model`, params: quotesValue });
+        return z.NEVER;
+      }
+      pairs.push([match[1]!, match[2]!]);
+    }
+    return pairs;
+  });
+  return { type: 'comma-separated name=model pairs', default: { kind: 'unset' }, schema: z.preprocess(unsetIfBlank, list.default([])) };
+}
+
 /** Host names, `*.` wildcards, IP addresses and CIDR ranges; a range that cannot be a range fails at startup. */
 export function hostList(): Kind<string[]> {
   const list = z.string().transform((raw, ctx) => {

@@ -10,6 +10,7 @@ import type { ResponsesRun } from './responses-run.js';
 import type { Meter } from './settlement.js';
 import type { TierRule } from './served-tier.js';
 import { callText, runTextStream } from './text-pipeline.js';
+import { countMessageTokens, runMessages } from './messages-run.js';
 import type { CallContext } from './vendors/types.js';
 
 /** What a pipeline gets from the job run, once its vendor slot is held. */
@@ -63,6 +64,20 @@ export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Pr
     if (request.endpoint !== 'responses') throw new GatewayError(400, `${request.endpoint} is not a Responses endpoint.`);
     const body = await run.startResponses(request.payload).run(run.protocol, run.ctx, run.produced, run.vendorDoneBilling);
     return { answer: 'sent', result: body === undefined ? {} : { body } };
+  },
+
+  /** Anthropic's Messages API: the vendor's own events relayed, or a chat adapter's written as them; or a token count. */
+  async messages(run) {
+    const { request } = run;
+    if (request.endpoint === 'messages.count_tokens') {
+      const body = await countMessageTokens(run.protocol, request.payload, run.ctx);
+      await run.vendorDone();
+      return { answer: 'publish', body };
+    }
+    if (request.endpoint !== 'messages') throw new GatewayError(400, `${request.endpoint} is not a Messages endpoint.`);
+    const streams = run.job.data.stream;
+    const body = await runMessages(run.protocol, request.payload, run.ctx, run.publisher, streams, run.produced, streams ? run.vendorDoneBilling : run.vendorDone);
+    return body === undefined ? { answer: 'sent', result: {} } : { answer: 'publish', body };
   },
 
   /** Images, audio and video: held for a plain request, kept as the job's result for an async one. */

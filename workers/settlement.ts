@@ -54,6 +54,7 @@ async function countPrompt(request: EndpointRequest): Promise<number> {
     case 'chat.completions':
       return countChatPromptTokensAsync(request.payload.messages, request.payload.tools ?? request.payload.functions ?? null);
     case 'responses':
+    case 'messages':
       return countChatPromptTokensAsync(request.payload.chat.messages, request.payload.chat.tools ?? null);
     case 'completions':
     case 'embeddings': {

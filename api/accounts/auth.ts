@@ -9,19 +9,24 @@ export interface AuthState {
   access: KeyAccess;
 }
 
-/** Bearer API key, as the OpenAI clients send it. */
+/**
+ * The API key: `Authorization: Bearer <key>` as the OpenAI clients (and Anthropic's newest SDK) send it, or
+ * `x-api-key: <key>` as Claude Code and the Anthropic SDKs do. Both name the same keys on every /v1 path.
+ */
 export function authenticate(keys: KeyCache): Middleware<AuthState> {
   return async (ctx, next) => {
     const header = ctx.get('authorization');
+    const apiKey = ctx.get('x-api-key').trim();
     const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
-    if (!match) {
+    const key = match?.[1] ?? (header === '' && /^\S+$/.test(apiKey) ? apiKey : undefined);
+    if (key === undefined) {
       throw invalidApiKey(
-        header
-          ? 'The Authorization header must be "Bearer <API key>".'
-          : 'You did not provide an API key. Send it as "Authorization: Bearer <API key>".',
+        header || apiKey
+          ? 'The Authorization header must be "Bearer <API key>" (or send the key alone in x-api-key).'
+          : 'You did not provide an API key. Send it as "Authorization: Bearer <API key>" or in the x-api-key header.',
       );
     }
-    const verdict = await keys.check(match[1]!);
+    const verdict = await keys.check(key);
     if ('refused' in verdict) {
       // Saying a key expired (rather than that it is wrong) tells its owner to ask for a new one, not to check for typos.
       if (verdict.refused === 'expired') {

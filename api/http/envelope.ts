@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Middleware } from 'koa';
 import { GatewayError, queueUnavailable, serverError } from '../../shared/errors.js';
 import { lazyChild, type Logger } from '../../shared/logger.js';
+import { anthropicErrorBody, anthropicStatus, speaksAnthropic } from '../../shared/messages.js';
 import { clientClosedEarly, clientClosedStatus } from './client-closed.js';
 
 export interface RequestIdState {
@@ -33,6 +34,8 @@ export function envelope<S>(log: Logger, notes: EnvelopeNotes<S>): Middleware<Re
     ctx.state.log = requestLog;
     notes.arrived(ctx);
     ctx.set('x-request-id', id);
+    // Anthropic's clients read `request-id`; the same id under both names.
+    ctx.set('request-id', id);
     try {
       await next();
       // A client that hung up before the answer (a held request it gave up on) got nothing: not an unknown URL.
@@ -51,9 +54,15 @@ export function envelope<S>(log: Logger, notes: EnvelopeNotes<S>): Middleware<Re
       else if (log.isLevelEnabled('debug')) requestLog.debug({ status: error.status, code: error.code }, error.message);
       if (!ctx.headerSent && ctx.respond !== false) {
         notes.failed(ctx, error.code ?? error.type);
-        ctx.status = error.status;
         ctx.set(error.headers);
-        ctx.body = error.toBody();
+        // The path is canonical by now (the path guard ran inside): the Messages API answers its errors in Anthropic's shape.
+        if (speaksAnthropic(ctx.path)) {
+          ctx.status = anthropicStatus(error.status);
+          ctx.body = anthropicErrorBody(error.status, error.message, id);
+        } else {
+          ctx.status = error.status;
+          ctx.body = error.toBody();
+        }
       }
     } finally {
       if (accessLog) {

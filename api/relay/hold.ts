@@ -4,7 +4,7 @@ import { traceRelay } from '../http/request-tracing.js';
 import { BodyReply } from './body-reply.js';
 import type { HeldReplyDeps } from './held-reply.js';
 import type { ExpectedReply } from './reply-hub.js';
-import { StreamReply, type StreamNotes } from './stream-reply.js';
+import { StreamReply, type StreamDialect, type StreamNotes } from './stream-reply.js';
 
 /** How a held request is answered: its job's body as one response, or its chunks as server-sent events. */
 export interface HoldOptions {
@@ -19,6 +19,8 @@ export interface HoldOptions {
   notes: StreamNotes;
   /** Gives back what a job that never ran took (its reservation, its uploads). */
   abandon(): void;
+  /** The dialect of a stream's keep-alives and late error (OpenAI's unless said). */
+  dialect?: StreamDialect;
 }
 
 /**
@@ -29,7 +31,7 @@ export interface HoldOptions {
  */
 export async function hold(ctx: GatewayContext, deps: HeldReplyDeps, expected: ExpectedReply, queue: Queue, options: HoldOptions): Promise<void> {
   const { log } = ctx.state;
-  const reply = options.stream ? new StreamReply(ctx, deps, expected, queue, log, options.notes) : new BodyReply(ctx, deps, expected, queue, log, options.contentType);
+  const reply = options.stream ? new StreamReply(ctx, deps, expected, queue, log, options.notes, options.dialect) : new BodyReply(ctx, deps, expected, queue, log, options.contentType);
   reply.resumeGraceMs = options.resumeGraceMs;
   if (ctx.state.trace) traceRelay(ctx.state.trace, reply);
   expected.attach(reply);

@@ -7,6 +7,7 @@ import type { Logger } from '../../shared/logger.js';
 import type { ReplyMessage } from '../../shared/reply.js';
 import { HeldReply, type HeldReplyDeps } from './held-reply.js';
 import type { ExpectedReply } from './reply-hub.js';
+import { anthropicErrorBody } from '../../shared/messages.js';
 
 /** What a stream's relay tells the request's log: its first chunk written, and the error it ended with once its output had begun. */
 export interface StreamNotes {
@@ -14,13 +15,29 @@ export interface StreamNotes {
   failed(code: string): void;
 }
 
+/**
+ * The wire dialect of a stream's own frames (its keep-alives and its error once output began): OpenAI's (a comment,
+ * a `data:` error), or Anthropic's on the Messages API (`event: ping`, `event: error` with its error body).
+ */
+export type StreamDialect = 'openai' | 'anthropic';
+
+const anthropicPing = dataFrame({ type: 'ping' }, 'ping');
+
 /** A request whose job's chunks are relayed to the client as server-sent events as they arrive. */
 export class StreamReply extends HeldReply {
   readonly stream = true;
   private readonly events: EventStream;
   private keepAlive: NodeJS.Timeout | undefined;
 
-  constructor(ctx: GatewayContext, deps: HeldReplyDeps, expected: ExpectedReply, queue: Queue, log: Logger, private readonly notes: StreamNotes) {
+  constructor(
+    ctx: GatewayContext,
+    deps: HeldReplyDeps,
+    expected: ExpectedReply,
+    queue: Queue,
+    log: Logger,
+    private readonly notes: StreamNotes,
+    private readonly dialect: StreamDialect = 'openai',
+  ) {
     super(ctx, deps, expected, queue, log);
     this.events = new EventStream(ctx);
   }
@@ -31,7 +48,9 @@ export class StreamReply extends HeldReply {
     this.keepAlive = setInterval(() => {
       if (this.res.destroyed) return;
       this.events.open();
-      this.events.keepAlive();
+      // Anthropic's clients skip `ping` events wherever they come, as its own streams send them while a model thinks.
+      if (this.dialect === 'anthropic') this.events.write(anthropicPing);
+      else this.events.keepAlive();
     }, this.deps.config.sseKeepAliveMs);
     try {
       await super.run(deadline);
@@ -77,9 +96,9 @@ export class StreamReply extends HeldReply {
       this.end(error);
       return;
     }
-    // Output already started: the stream ends with an error event, as OpenAI's do.
+    // Output already started: the stream ends with an error event, as OpenAI's (and Anthropic's) do.
     this.notes.failed(error.code ?? error.type);
-    this.events.end(dataFrame(error.toBody()));
+    this.events.end(this.dialect === 'anthropic' ? dataFrame(anthropicErrorBody(error.status, error.message, this.ctx.state.requestId), 'error') : dataFrame(error.toBody()));
     this.end();
   }
 }

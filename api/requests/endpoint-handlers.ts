@@ -19,6 +19,8 @@ import { createResponse, loadHistory, storeInput } from '../responses/store.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import type { EventLogs } from '../relay/event-log.js';
 import { followResponse } from '../responses/routes.js';
+import { toMessagesJob } from '../messages/accept.js';
+import { countChatPromptTokensAsync } from '../../shared/tokens.js';
 
 /** What a handler is given: the fields its row's schema validated, the model they name, and the stored uploads. */
 export interface HandlerInput<E extends Endpoint> {
@@ -27,6 +29,8 @@ export interface HandlerInput<E extends Endpoint> {
   files: readonly UploadedFile[];
   /** Who asks, and the store a handler reads earlier state from (stored responses). */
   scope: { redis: Redis; blobs: BlobStore; keyId: string; config: Config };
+  /** A request header ('' when absent). */
+  header(name: string): string;
 }
 
 /** A request the handler let through: what the job carries, and how the client is answered. */
@@ -118,6 +122,24 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
       }
       ctx.status = 200;
       ctx.body = responseObject(shell, { status: 'queued', output: [], usage: null, error: null });
+    },
+  },
+
+  messages: {
+    async accept({ fields: request, model, header }) {
+      const job = toMessagesJob(request, model, header('anthropic-beta'));
+      checkModalities(model, job.chat.messages);
+      const promptTokens = await checkChatContext(model, job.chat);
+      // Exact, whatever the prompt's size: the stream's first event says it, and Claude Code reads its context's size there.
+      job.inputTokens = await countChatPromptTokensAsync(job.chat.messages, job.chat.tools ?? null);
+      return { payload: job, stream: !!request.stream, promptTokens };
+    },
+  },
+
+  'messages.count_tokens': {
+    accept({ fields: request, model, header }) {
+      // No context check: a client asks the count to learn whether its prompt still fits.
+      return { payload: toMessagesJob({ ...request, max_tokens: 1 }, model, header('anthropic-beta')) };
     },
   },
 

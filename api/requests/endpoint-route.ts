@@ -5,6 +5,7 @@ import { worstCase } from '../../shared/money/charge.js';
 import type { PriceList } from '../../shared/money/pricing.js';
 import { grantedTier, laneOf } from '../../shared/scheduling/index.js';
 import { servingTier } from '../../shared/service-tier.js';
+import { speaksAnthropic } from '../../shared/messages.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import type { KeyedContext, KeyedState } from './request-context.js';
 import { noteModel } from '../http/metrics.js';
@@ -99,7 +100,7 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
     if (typeof asked === 'string' && grantedTier(servingTier(asked), access, deps.config.scheduling) !== servingTier(asked)) {
       (fields as { service_tier?: string | null }).service_tier = 'default';
     }
-    const accepted: Accepted<E> = await handler.accept({ fields, model, files: form?.files ?? [], scope: { redis: deps.redis, blobs: deps.blobs, keyId, config: deps.config } });
+    const accepted: Accepted<E> = await handler.accept({ fields, model, files: form?.files ?? [], scope: { redis: deps.redis, blobs: deps.blobs, keyId, config: deps.config }, header: (header) => ctx.get(header) });
     return { model, accepted };
   };
   const { model, accepted } = form ? await refusingDeletesUploads(form, deps.blobs, check) : await check();
@@ -149,6 +150,7 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
         ...(graceMs !== undefined ? { resumeGraceMs: graceMs } : {}),
         notes: { firstChunk: () => noteFirstChunk(ctx), failed: (code) => noteError(ctx, code) },
         abandon: enqueued.abandon,
+        ...(speaksAnthropic(row.path) ? { dialect: 'anthropic' as const } : {}),
       });
     } else if (job.asyncRecord) {
       ctx.status = 202;

@@ -7,10 +7,18 @@ export class ModelResolver {
   private readonly available: CatalogModel[];
   private readonly byId: Map<string, CatalogModel>;
 
-  constructor(catalog: Catalog, configuredVendors: ReadonlySet<string>) {
+  /** `aliases` (MODEL_ALIASES): a name a client may send → the catalog id it stands for; one naming no catalog model fails the start. */
+  constructor(catalog: Catalog, configuredVendors: ReadonlySet<string>, aliases: ReadonlyMap<string, string> = new Map()) {
     // Listed: what a client can actually call here (a configured vendor, and an endpoint for its capability).
     this.available = catalog.all().filter((m) => servedCapabilities.has(m.capability) && m.routes.some((r) => configuredVendors.has(r.vendor)));
     this.byId = new Map(this.available.map((m) => [m.id, m]));
+    for (const [alias, id] of aliases) {
+      if (!catalog.get(id)) throw new Error(`Invalid configuration: MODEL_ALIASES maps "${alias}" to "${id}", which is no catalog model`);
+      const model = this.byId.get(id);
+      // An alias of a model no configured vendor serves resolves to nothing, as the model itself does; one named
+      // like a catalog model stands in for it (the operator maps a name its clients send to what it serves).
+      if (model) this.byId.set(alias, model);
+    }
   }
 
   list(): CatalogModel[] {

@@ -436,7 +436,11 @@ export class PriceList {
       case 'completions':
         return generating(upTo(request.payload.max_tokens) * completionChoices(request.payload));
       case 'responses':
+      case 'messages':
         return generating(upTo(request.payload.chat.max_completion_tokens));
+      case 'messages.count_tokens':
+        // Counting is free at Anthropic and local elsewhere: nothing is reserved, only the fair share's tokens.
+        return only(0);
       case 'embeddings':
         return only(promptCost);
       case 'images.generations':

@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
+import Anthropic from '@anthropic-ai/sdk';
 import OpenAI, { toFile } from 'openai';
 import { sql } from 'kysely';
 import { freshRedis, paidAccountKey, requestRecord, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
@@ -204,6 +205,8 @@ describe('the request log', () => {
     answer: string | RegExp | null;
   }
   type Send = (client: OpenAI, key: string, headers: Record<string, string>) => Promise<Sent>;
+  /** Anthropic's SDK, for the Messages API's rows: it sends the key as x-api-key. */
+  const anthropicClient = (key: string) => new Anthropic({ apiKey: key, baseURL: gateway.url, maxRetries: 0 });
   const sent = (response: Response, answer: Sent['answer']): Sent => ({ requestId: response.headers.get('x-request-id')!, httpStatus: response.status, answer });
   const gray = [120, 120, 120] as const;
   const png = () => toFile(encodeGradientPng(16, 16, [gray, gray, gray, gray]), 'square.png', { type: 'image/png' });
@@ -283,6 +286,27 @@ describe('the request log', () => {
         return sent(response, data.id);
       },
     },
+    messages: {
+      plain: async (_client, key, headers) => {
+        const { data, response } = await anthropicClient(key).messages.create({ model, max_tokens: 16, messages: [{ role: 'user', content: 'one row' }] }, { headers }).withResponse();
+        assert.match(data.id, /^msg_/);
+        return sent(response, data.id);
+      },
+      streamed: async (_client, key, headers) => {
+        const { data: stream, response } = await anthropicClient(key).messages.create({ model, max_tokens: 16, stream: true, messages: [{ role: 'user', content: 'one row' }] }, { headers }).withResponse();
+        let id = '';
+        for await (const event of stream) if (event.type === 'message_start') id = event.message.id;
+        assert.match(id, /^msg_/);
+        return sent(response, id);
+      },
+    },
+    'messages.count_tokens': {
+      plain: async (_client, key, headers) => {
+        const { data, response } = await anthropicClient(key).messages.countTokens({ model, messages: [{ role: 'user', content: 'one row' }] }, { headers }).withResponse();
+        assert.ok(data.input_tokens > 0);
+        return sent(response, null);
+      },
+    },
     videos: {
       plain: async (client, _key, headers) => {
         const { data, response } = await client.videos.create({ model: 'sora-2', prompt: 'one row', seconds: '4', size: '1280x720' }, { headers }).withResponse();
@@ -316,7 +340,9 @@ describe('the request log', () => {
           // The worker's half.
           assert.equal(record.settled, true);
           assert.ok(record.vendor, 'the vendor that served');
-          assert.ok(record.cost_micros > 0, `cost ${record.cost_micros}`);
+          // Counting tokens costs nothing; every other row is billed.
+          if (endpoint === 'messages.count_tokens') assert.equal(record.cost_micros, 0);
+          else assert.ok(record.cost_micros > 0, `cost ${record.cost_micros}`);
           assert.ok(record.attempts === 1 && record.queue_ms !== null, 'the run\'s detail from the worker');
           if (request.answer === null) assert.equal(record.answer_id, null);
           else if (typeof request.answer === 'string') {

@@ -93,6 +93,13 @@ const TOP_LEVEL_FIELDS = new Set([
   'model', 'messages', 'max_tokens', 'system', 'metadata', 'stop_sequences', 'stream', 'temperature', 'top_p', 'top_k',
   'tools', 'tool_choice', 'thinking', 'output_config', 'service_tier', 'container', 'inference_geo', 'cache_control',
 ]);
+/** Fields the API takes only with their beta flag in `anthropic-beta` (Claude Code sends both). */
+const BETA_FIELDS: Record<string, string> = { context_management: 'context-management-', mcp_servers: 'mcp-client-' };
+/** A server tool's versioned type: Anthropic runs it (`web_search_20250305`, `bash_20250124`, …). */
+const SERVER_TOOL_TYPE = /^[a-z_]+_\d{8}$/;
+/** What the fake signs a thinking block with, and checks when it comes back. */
+export const FAKE_THINKING_SIGNATURE = 'sig_fake_thinking_01';
+export const FAKE_THINKING_TEXT = 'Let me think about that.';
 const IMAGE_TYPES = new Set(['image/jpeg', 'image/png', 'image/gif', 'image/webp']);
 const TOOL_ID = /^[a-zA-Z0-9_-]+$/;
 const TOOL_NAME = /^[a-zA-Z0-9_-]{1,128}$/;
@@ -169,6 +176,16 @@ function checkBlocks(message: Json, index: number, previousToolUses: Set<string>
         }
         ids.add(block.tool_use_id);
         break;
+      case 'thinking':
+        if (role !== 'assistant') throw invalid(`${path}: thinking blocks are only allowed in assistant messages`);
+        onlyKeys(block, ['type', 'thinking', 'signature'], path);
+        // A thinking block must come back exactly as it was signed.
+        if (typeof block.signature !== 'string' || block.signature !== FAKE_THINKING_SIGNATURE) throw invalid(`${path}.signature: Invalid \`signature\` in \`thinking\` block`);
+        break;
+      case 'redacted_thinking':
+        if (role !== 'assistant') throw invalid(`${path}: redacted_thinking blocks are only allowed in assistant messages`);
+        onlyKeys(block, ['type', 'data'], path);
+        break;
       default:
         throw invalid(`${path}.type: Input tag '${String(block.type)}' found using 'type' does not match any of the expected tags`);
     }
@@ -176,13 +193,20 @@ function checkBlocks(message: Json, index: number, previousToolUses: Set<string>
   return ids;
 }
 
-function checkMessages(messages: unknown): void {
+function checkMessages(messages: unknown, betas: string): void {
   if (!Array.isArray(messages) || messages.length === 0) throw invalid('messages: Field required');
   let previousRole: unknown;
   let previousToolUses = new Set<string>();
   messages.forEach((message: unknown, index) => {
     if (!isObject(message)) throw invalid(`messages.${index}: Input should be an object`);
     onlyKeys(message, ['role', 'content'], `messages.${index}`);
+    // A system turn in the conversation is taken only with its beta flag; it stands outside the alternation.
+    if (message.role === 'system' && betas.includes('mid-conversation-system-')) {
+      if (typeof message.content !== 'string' && !(Array.isArray(message.content) && message.content.every((block) => isObject(block) && block.type === 'text'))) {
+        throw invalid(`messages.${index}.content: a system message holds text only`);
+      }
+      return;
+    }
     if (message.role !== 'user' && message.role !== 'assistant') {
       throw invalid(`messages.${index}.role: Input should be 'user' or 'assistant'`);
     }
@@ -208,7 +232,13 @@ function checkTools(body: Json): void {
     if (!Array.isArray(body.tools)) throw invalid('tools: Input should be a valid list');
     body.tools.forEach((tool: unknown, index) => {
       if (!isObject(tool)) throw invalid(`tools.${index}: Input should be an object`);
-      onlyKeys(tool, ['name', 'description', 'input_schema', 'strict', 'cache_control'], `tools.${index}`);
+      if (typeof tool.type === 'string' && tool.type !== 'custom') {
+        if (!SERVER_TOOL_TYPE.test(tool.type)) throw invalid(`tools.${index}.type: Input tag '${tool.type}' does not match any of the expected tags`);
+        if (typeof tool.name !== 'string') throw invalid(`tools.${index}.name: Field required`);
+        names.add(tool.name);
+        return;
+      }
+      onlyKeys(tool, ['type', 'name', 'description', 'input_schema', 'strict', 'cache_control'], `tools.${index}`);
       if (typeof tool.name !== 'string' || !TOOL_NAME.test(tool.name)) throw invalid(`tools.${index}.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'`);
       if (!isObject(tool.input_schema) || tool.input_schema.type !== 'object') {
         throw invalid(`tools.${index}.input_schema.type: Input should be 'object'`);
@@ -229,18 +259,53 @@ function checkTools(body: Json): void {
   }
 }
 
+/** `count_tokens` takes the prompt only: nothing about sampling or the answer. */
+const COUNTING_REFUSES = new Set(['max_tokens', 'stream', 'temperature', 'top_p', 'top_k', 'stop_sequences', 'metadata', 'service_tier', 'container', 'inference_geo']);
+
+function checkThinking(body: Json): void {
+  const thinking = body.thinking;
+  if (thinking === undefined) return;
+  if (!isObject(thinking)) throw invalid('thinking: Input should be an object');
+  if (thinking.type === 'enabled') {
+    onlyKeys(thinking, ['type', 'budget_tokens', 'display'], 'thinking');
+    if (!Number.isInteger(thinking.budget_tokens) || (thinking.budget_tokens as number) < 1024) throw invalid('thinking.budget_tokens: Input should be greater than or equal to 1024');
+  } else if (thinking.type === 'adaptive') onlyKeys(thinking, ['type', 'display'], 'thinking');
+  else if (thinking.type === 'disabled') onlyKeys(thinking, ['type'], 'thinking');
+  else throw invalid(`thinking.type: Input tag '${String(thinking.type)}' does not match 'enabled', 'disabled', 'adaptive'`);
+}
+
+/** A rough count, as the fake's answer to `count_tokens`: a token per four characters of the JSON. */
+export function fakeTokenCount(body: Json): number {
+  return Math.ceil(JSON.stringify({ system: body.system, messages: body.messages, tools: body.tools }).length / 4);
+}
+
 function checkRequest(request: RecordedRequest, options: FakeAnthropicOptions): Json {
   const key = request.headers['x-api-key'];
   if (typeof key !== 'string' || key.length === 0) throw new Refusal(401, 'authentication_error', 'x-api-key header is required');
   if (options.apiKey !== undefined && key !== options.apiKey) throw new Refusal(401, 'authentication_error', 'invalid x-api-key');
   if (!request.headers['anthropic-version']) throw invalid('anthropic-version: header is required');
-  if (request.method !== 'POST' || request.path.split('?')[0] !== '/v1/messages') throw new Refusal(404, 'not_found_error', 'Not Found');
+  const path = request.path.split('?')[0];
+  const counting = path === '/v1/messages/count_tokens';
+  if (request.method !== 'POST' || (path !== '/v1/messages' && !counting)) throw new Refusal(404, 'not_found_error', 'Not Found');
   const body = request.body;
   if (!isObject(body)) throw invalid('There was an issue with your request body: it must be a JSON object');
-  for (const field of Object.keys(body)) if (!TOP_LEVEL_FIELDS.has(field)) throw invalid(`${field}: Extra inputs are not permitted`);
+  const betas = String(request.headers['anthropic-beta'] ?? '');
+  for (const field of Object.keys(body)) {
+    const beta = BETA_FIELDS[field];
+    if (beta !== undefined && betas.split(',').some((flag) => flag.trim().startsWith(beta))) continue;
+    if (!TOP_LEVEL_FIELDS.has(field) || (counting && COUNTING_REFUSES.has(field))) throw invalid(`${field}: Extra inputs are not permitted`);
+  }
   if (typeof body.model !== 'string' || body.model.length === 0) throw invalid('model: Field required');
+  checkThinking(body);
+  if (counting) {
+    checkTools(body);
+    checkMessages(body.messages, betas);
+    return body;
+  }
   if (body.max_tokens === undefined) throw invalid('max_tokens: Field required');
   if (!Number.isInteger(body.max_tokens) || (body.max_tokens as number) < 1) throw invalid('max_tokens: Input should be a positive integer');
+  const thinking = body.thinking as Json | undefined;
+  if (thinking?.type === 'enabled' && (thinking.budget_tokens as number) >= (body.max_tokens as number)) throw invalid('max_tokens must be greater than thinking.budget_tokens');
   if (body.stream !== undefined && typeof body.stream !== 'boolean') throw invalid('stream: Input should be a valid boolean');
   checkRange(body, 'temperature');
   checkRange(body, 'top_p');
@@ -268,7 +333,7 @@ function checkRequest(request: RecordedRequest, options: FakeAnthropicOptions): 
     }
   }
   checkTools(body);
-  checkMessages(body.messages);
+  checkMessages(body.messages, betas);
   return body;
 }
 
@@ -292,7 +357,8 @@ function defaultContent(body: Json): Json[] {
 
 /** The events of one default stream: message_start, per block start/ping/deltas/stop, message_delta, message_stop. */
 function defaultEvents(body: Json, content: Json[], outputTokens: number): unknown[] {
-  const block = content[0]!;
+  const block = content.at(-1)!;
+  const at = content.length - 1;
   const events: unknown[] = [
     {
       type: 'message_start',
@@ -302,22 +368,30 @@ function defaultEvents(body: Json, content: Json[], outputTokens: number): unkno
       },
     },
   ];
+  if (content.length > 1) {
+    events.push(
+      { type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '', signature: '' } },
+      { type: 'content_block_delta', index: 0, delta: { type: 'thinking_delta', thinking: FAKE_THINKING_TEXT } },
+      { type: 'content_block_delta', index: 0, delta: { type: 'signature_delta', signature: FAKE_THINKING_SIGNATURE } },
+      { type: 'content_block_stop', index: 0 },
+    );
+  }
   if (block.type === 'text') {
-    events.push({ type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } }, { type: 'ping' });
+    events.push({ type: 'content_block_start', index: at, content_block: { type: 'text', text: '' } }, { type: 'ping' });
     for (const piece of (block.text as string).split(/(?= )/)) {
-      events.push({ type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: piece } });
+      events.push({ type: 'content_block_delta', index: at, delta: { type: 'text_delta', text: piece } });
     }
   } else {
     events.push(
-      { type: 'content_block_start', index: 0, content_block: { ...block, input: {} } },
+      { type: 'content_block_start', index: at, content_block: { ...block, input: {} } },
       { type: 'ping' },
       ...['', '{"city": ', '"Oslo"}'].map((partial_json) => ({
-        type: 'content_block_delta', index: 0, delta: { type: 'input_json_delta', partial_json },
+        type: 'content_block_delta', index: at, delta: { type: 'input_json_delta', partial_json },
       })),
     );
   }
   events.push(
-    { type: 'content_block_stop', index: 0 },
+    { type: 'content_block_stop', index: at },
     {
       type: 'message_delta',
       delta: { stop_reason: block.type === 'tool_use' ? 'tool_use' : 'end_turn', stop_sequence: null },
@@ -389,12 +463,15 @@ export async function startFakeAnthropic(options: FakeAnthropicOptions = {}): Pr
       if ('chunksFile' in scripted) return sendStream(res, await chunksFileEvents(scripted.chunksFile), scripted);
       return; // hang: never answer
     }
+    if (record.path.split('?')[0] === '/v1/messages/count_tokens') return sendJson(res, 200, { input_tokens: fakeTokenCount(body) });
     const content = defaultContent(body);
-    const outputTokens = content[0]!.type === 'text' ? (content[0]!.text as string).split(' ').length : 12;
+    const thinks = isObject(body.thinking) && body.thinking.type !== 'disabled';
+    if (thinks) content.unshift({ type: 'thinking', thinking: FAKE_THINKING_TEXT, signature: FAKE_THINKING_SIGNATURE });
+    const outputTokens = content.at(-1)!.type === 'text' ? (content.at(-1)!.text as string).split(' ').length : 12;
     if (body.stream === true) return sendStream(res, frameAnthropicEvents(defaultEvents(body, content, outputTokens)), {});
     sendJson(res, 200, {
       id: FAKE_ANTHROPIC_MESSAGE_ID, type: 'message', role: 'assistant', model: body.model, content,
-      stop_reason: content[0]!.type === 'tool_use' ? 'tool_use' : 'end_turn', stop_sequence: null,
+      stop_reason: content.at(-1)!.type === 'tool_use' ? 'tool_use' : 'end_turn', stop_sequence: null,
       usage: { ...FAKE_ANTHROPIC_USAGE, output_tokens: outputTokens, service_tier: 'standard' },
     });
   }

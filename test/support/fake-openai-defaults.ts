@@ -101,12 +101,13 @@ export const FAKE_TOOL_ARGUMENTS = '{"city":"Oslo"}';
 
 /**
  * The conversation every fake vendor plays the same way: with tools and a
- * user turn last, call the first tool with `{"city":"Oslo"}`; after a tool
- * result, answer `Tool said: <content>`.
+ * user turn last (system and developer messages after it aside), call the
+ * first tool with `{"city":"Oslo"}`; after a tool result, answer
+ * `Tool said: <content>`.
  */
 function toolAnswer(fields: Record<string, unknown>, model: string, stream: boolean, includeUsage: boolean): DefaultAnswer | null {
   const messages = fields.messages as Array<{ role?: string; content?: unknown }>;
-  const last = messages[messages.length - 1];
+  const last = [...messages].reverse().find((message) => message.role !== 'system' && message.role !== 'developer');
   if (last?.role === 'tool') {
     const content = typeof last.content === 'string' ? last.content : JSON.stringify(last.content);
     return textAnswer(model, stream, includeUsage, `Tool said: ${content}`);

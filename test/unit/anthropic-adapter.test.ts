@@ -1036,8 +1036,8 @@ describe('anthropic adapter: vendor errors', () => {
     assert.equal(fake.requests[0]!.aborted, true);
   });
 
-  it('has chat only: the registry refuses the endpoints Anthropic does not have', () => {
-    assert.deepEqual(Object.keys(anthropicAdapter).sort(), ['chat', 'streamChat']);
+  it('has chat and the Messages API only: the registry refuses the endpoints Anthropic does not have', () => {
+    assert.deepEqual(Object.keys(anthropicAdapter).sort(), ['chat', 'countMessageTokens', 'nativeMessages', 'streamChat']);
     for (const method of ['complete', 'streamCompletion', 'embed'] as const) {
       assert.throws(
         () => adapterMethod('anthropic', method),

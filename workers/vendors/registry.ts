@@ -20,6 +20,8 @@ export const adapters: Record<Protocol, VendorAdapter> = {
 const capabilityNames: Record<keyof VendorAdapter, string> = {
   chat: 'chat completions',
   streamChat: 'streamed chat completions',
+  nativeMessages: 'the Messages API',
+  countMessageTokens: 'token counting',
   complete: 'legacy completions',
   streamCompletion: 'streamed legacy completions',
   embed: 'embeddings',

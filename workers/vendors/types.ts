@@ -12,6 +12,8 @@ import type { ServiceTier } from '../../shared/service-tier.js';
 import type { Channel } from '../../shared/vendors.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import type { Answer, AnswerEvent, EmbeddingsAnswer } from '../answers/events.js';
+import type { MessagesJob } from '../../shared/messages.js';
+
 
 export type { Answer, AnswerChoice, AnswerEvent, EmbeddingsAnswer, FinishReason, Usage } from '../answers/events.js';
 export type { BlobRef };
@@ -99,6 +101,13 @@ export interface VideoResult {
   thumbnail?: BlobRef;
 }
 
+/** One event of a vendor's own Messages stream: as written (`data`, its JSON text), and what it means as answer events. */
+export interface NativeEvent {
+  name: string;
+  data: string;
+  answers: AnswerEvent[];
+}
+
 /**
  * A vendor protocol: what one `workers/vendors/<vendor>/` folder exports. It
  * implements the capabilities its vendor has; the registry answers a clear
@@ -114,6 +123,13 @@ export interface VideoResult {
 export interface VendorAdapter {
   chat?(request: ChatCompletionRequest, ctx: CallContext): Promise<Answer>;
   streamChat?(request: ChatCompletionRequest, ctx: CallContext): AsyncIterable<AnswerEvent[]>;
+  /**
+   * Anthropic's Messages API as the vendor's own (`/v1/messages`): the client's request sent as written, the
+   * vendor's events relayed as they come (`workers/messages-run.ts`). A vendor without it is served the chat form.
+   */
+  nativeMessages?(job: MessagesJob, ctx: CallContext): AsyncIterable<NativeEvent[]>;
+  /** `/v1/messages/count_tokens` counted by the vendor itself (its JSON answer); without it the gateway counts. */
+  countMessageTokens?(job: MessagesJob, ctx: CallContext): Promise<string>;
   complete?(request: CompletionRequest, ctx: CallContext): Promise<Answer>;
   streamCompletion?(request: CompletionRequest, ctx: CallContext): AsyncIterable<AnswerEvent[]>;
   embed?(request: EmbeddingRequest, ctx: CallContext): Promise<EmbeddingsAnswer>;

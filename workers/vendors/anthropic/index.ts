@@ -4,6 +4,7 @@ import type { CallContext, VendorAdapter } from '../types.js';
 import { createAnthropicMessage } from './anthropic-response.js';
 import { streamAnthropicMessage } from './anthropic-stream.js';
 import { buildAnthropicRequest } from './build-anthropic-request.js';
+import { countNativeTokens, streamNativeMessages } from './native-messages.js';
 
 export { AnthropicStreamTranslator } from './anthropic-stream.js';
 export { buildAnthropicRequest, JSON_OBJECT_INSTRUCTION } from './build-anthropic-request.js';
@@ -22,4 +23,6 @@ export const anthropicAdapter: VendorAdapter = {
     // Built inside the stream so a refused request throws from the first `next()`, like an HTTP error.
     return streamAnthropicMessage(() => buildAnthropicRequest(request, ctx, true), ctx);
   },
+  nativeMessages: streamNativeMessages,
+  countMessageTokens: countNativeTokens,
 };
