@@ -35,6 +35,12 @@ export const catalogModelSchema = z.looseObject({
   max_output_tokens: z.number().int().min(0),
   input_modalities: z.array(z.enum(['text', 'image', 'audio'])).default(['text']),
   supports_tools: z.boolean().default(false),
+  /**
+   * The vendor searches the web for this model when asked through chat (`web_search_options`): OpenAI's search
+   * models, Anthropic's web search tool, Gemini's grounding with Google Search. A Responses `web_search` tool or a
+   * Messages `web_search_…` server tool reaches it; for other models it is declined.
+   */
+  web_search: z.boolean().optional(),
   dimensions: z.number().int().positive().optional(),
   supports_dimensions: z.boolean().optional(),
   /** Sizes a generation model accepts (`WIDTHxHEIGHT`, or `auto`). */

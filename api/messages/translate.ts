@@ -270,6 +270,18 @@ interface TranslatedTools {
   client: Set<string>;
   /** The names of the server tools (Anthropic runs them), left out. */
   server: Set<string>;
+  /** Anthropic's web search tool, as the vendor's own search (chat's `web_search_options`). */
+  webSearch?: NonNullable<ChatCompletionRequest['web_search_options']>;
+  /** The name the request gave that tool. */
+  searchName?: string;
+}
+
+/** Anthropic's web search tool's `user_location` in chat's form (its other settings have no chat counterpart). */
+function webSearchOptions(tool: Record<string, unknown>): NonNullable<ChatCompletionRequest['web_search_options']> {
+  const location = tool.user_location;
+  if (!isRecord(location)) return {};
+  const { type: _type, ...approximate } = location;
+  return { user_location: { type: 'approximate', approximate } };
 }
 
 /**
@@ -277,9 +289,15 @@ interface TranslatedTools {
  * such as `web_search_20250305` or `bash_20250124`) are run by Anthropic, or by the client on Anthropic's own
  * protocol: a chat vendor has neither, so they are left out, as the Responses path declines its built-in tools.
  */
-function translateTools(tools: MessagesRequest['tools'], dropped: Set<string>): TranslatedTools {
+function translateTools(tools: MessagesRequest['tools'], dropped: Set<string>, searches: boolean): TranslatedTools {
   const out: TranslatedTools = { tools: [], client: new Set(), server: new Set() };
   for (const tool of tools ?? []) {
+    // Anthropic's web search tool, for a model whose vendor searches the web itself: chat's web_search_options.
+    if (searches && typeof tool.type === 'string' && tool.type.startsWith('web_search_')) {
+      out.webSearch = webSearchOptions(tool);
+      out.searchName = tool.name;
+      continue;
+    }
     if (tool.type != null && tool.type !== 'custom') {
       out.server.add(tool.name);
       dropped.add(`tools[] of type ${tool.type}`);
@@ -301,6 +319,8 @@ function translateTools(tools: MessagesRequest['tools'], dropped: Set<string>): 
 
 function translateToolChoice(choice: MessagesRequest['tool_choice'], tools: TranslatedTools): Pick<ChatCompletionRequest, 'tool_choice' | 'parallel_tool_calls'> {
   if (choice === undefined) return {};
+  // The vendor's own search starts when its model decides: chat has no way to force it.
+  if (choice.type === 'tool' && choice.name === tools.searchName) return {};
   if (choice.type === 'tool' && !tools.client.has(choice.name)) {
     if (tools.server.has(choice.name)) {
       throw invalidRequest(`The tool '${choice.name}' is run by Anthropic and is not available for this model.`, 'tool_choice', 'unsupported_tool');
@@ -359,7 +379,7 @@ const readFields = new Set([
  * The chat request for a (validated) Messages request, for `model` (the catalog's id, and its output limit), with
  * the list of what it leaves out. Not streamed and with no service tier: the worker decides both.
  */
-export function toChatRequest(request: MessagesRequest, model: { id: string; max_output_tokens: number }): MessagesTranslation {
+export function toChatRequest(request: MessagesRequest, model: { id: string; max_output_tokens: number; web_search?: boolean | undefined }): MessagesTranslation {
   const translator = new Translator();
   const { dropped } = translator;
 
@@ -404,9 +424,10 @@ export function toChatRequest(request: MessagesRequest, model: { id: string; max
   const maxTokens = model.max_output_tokens > 0 ? Math.min(request.max_tokens, model.max_output_tokens) : request.max_tokens;
   const chat: ChatCompletionRequest = { model: model.id, messages, max_completion_tokens: maxTokens };
 
-  const tools = translateTools(request.tools, dropped);
+  const tools = translateTools(request.tools, dropped, model.web_search === true);
   const choice = translateToolChoice(request.tool_choice, tools);
   if (tools.tools.length > 0) Object.assign(chat, { tools: tools.tools }, choice);
+  if (tools.webSearch) chat.web_search_options = tools.webSearch;
 
   const stops = request.stop_sequences;
   if (stops !== undefined && stops.length > 0) {

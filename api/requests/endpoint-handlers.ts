@@ -94,7 +94,7 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
       if (request.stream_options && !request.stream) throw invalidRequest('stream_options is only allowed when stream is true.', 'stream_options');
       const input = request.input === undefined ? [] : await normaliseInputSliced(request.input);
       const history = request.previous_response_id ? await loadHistory(scope.redis, scope.blobs, request.previous_response_id, scope.keyId) : [];
-      const chat = toChatRequest({ ...request, model: model.id }, history, input);
+      const chat = toChatRequest({ ...request, model: model.id }, history, input, model.web_search === true);
       checkModalities(model, chat.messages);
       const promptTokens = await checkChatContext(model, chat);
       const id = newResponseId();

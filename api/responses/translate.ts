@@ -6,6 +6,7 @@ import type { ConversationItem, ResponseShell } from '../../shared/responses.js'
 import type { ChatCompletionRequest, ChatMessage, ChatTool } from '../../shared/schemas/chat.js';
 import type { ResponsesRequest } from '../../shared/schemas/responses.js';
 import { flatToolName } from '../../shared/responses-tools.js';
+import { isRecord } from '../../shared/response-object.js';
 import { servingTier } from '../../shared/service-tier.js';
 import { formatParam, toValidationError } from '../http/request-body.js';
 
@@ -332,10 +333,37 @@ function chatFunction(fn: z.output<typeof functionToolShape>, name: string, name
   };
 }
 
-/** The request's tools as chat functions: function tools as they are, a namespace's functions each under its flat name; built-in tools declined. */
-export function translateTools(tools: ResponsesRequest['tools']): { tools: ChatTool[]; declined: string[] } {
+/** The Responses API's web search tools: served by the vendor's own search where the model has one (the catalog's `web_search`). */
+const webSearchToolTypes = new Set(['web_search', 'web_search_2025_08_26', 'web_search_preview', 'web_search_preview_2025_03_11']);
+
+export interface TranslatedResponsesTools {
+  tools: ChatTool[];
+  declined: string[];
+  /** A web search tool the model's vendor runs: chat's `web_search_options`. */
+  webSearch?: NonNullable<ChatCompletionRequest['web_search_options']>;
+}
+
+/** A web search tool's options in chat's form: the context size and the user's approximate place. */
+function webSearchOptions(tool: Record<string, unknown>): NonNullable<ChatCompletionRequest['web_search_options']> {
+  const options: NonNullable<ChatCompletionRequest['web_search_options']> = {};
+  const size = tool.search_context_size;
+  if (size === 'low' || size === 'medium' || size === 'high') options.search_context_size = size;
+  const location = tool.user_location;
+  if (isRecord(location)) {
+    const { type: _type, ...approximate } = location;
+    options.user_location = { type: 'approximate', approximate };
+  }
+  return options;
+}
+
+/**
+ * The request's tools as chat functions: function tools as they are, a namespace's functions each under its flat
+ * name; a web search tool as the vendor's own search when the model has one (`webSearch`); other built-in tools declined.
+ */
+export function translateTools(tools: ResponsesRequest['tools'], searches = false): TranslatedResponsesTools {
   const out: ChatTool[] = [];
   const declined: string[] = [];
+  let webSearch: TranslatedResponsesTools['webSearch'];
   (tools ?? []).forEach((tool, i) => {
     if (tool.type === 'function') {
       const fn = check(functionToolShape, tool, ['tools', i]);
@@ -354,6 +382,10 @@ export function translateTools(tools: ResponsesRequest['tools']): { tools: ChatT
       });
       return;
     }
+    if (searches && webSearchToolTypes.has(tool.type)) {
+      webSearch = webSearchOptions(tool);
+      return;
+    }
     if (declinedToolTypes.has(tool.type)) {
       declined.push(tool.type);
       return;
@@ -364,13 +396,16 @@ export function translateTools(tools: ResponsesRequest['tools']): { tools: ChatT
       'unsupported_tool',
     );
   });
-  return { tools: out, declined };
+  return { tools: out, declined, ...(webSearch ? { webSearch } : {}) };
 }
 
 const toolChoiceFunctionShape = z.looseObject({ type: z.literal('function'), name: z.string().min(1), namespace: z.string().min(1).nullish() });
 
-function translateToolChoice(choice: ResponsesRequest['tool_choice'], translated: { tools: readonly ChatTool[]; declined: readonly string[] }): ChatCompletionRequest['tool_choice'] {
+function translateToolChoice(choice: ResponsesRequest['tool_choice'], translated: TranslatedResponsesTools): ChatCompletionRequest['tool_choice'] {
   const { tools, declined } = translated;
+  // A search the vendor runs is its own to start: chat cannot force it, nor require a call with no function to call.
+  if (translated.webSearch && tools.length === 0 && choice === 'required') return undefined;
+  if (translated.webSearch && choice != null && typeof choice !== 'string' && webSearchToolTypes.has(choice.type)) return undefined;
   if (choice === 'required' && tools.length === 0 && declined.length > 0) {
     // Nothing left to call, and the client requires a call: declining would fail it silently.
     throw invalidRequest(
@@ -531,11 +566,13 @@ export function toChatRequest(
   request: ResponsesRequest,
   history: readonly ConversationItem[],
   input: readonly ConversationItem[],
+  /** The model's vendor searches the web (the catalog's `web_search`): a web search tool goes to it. */
+  searches = false,
 ): ChatCompletionRequest {
   if (request.input === undefined && request.previous_response_id == null) {
     throw invalidRequest("Missing required parameter: 'input'.", 'input', 'missing_required_parameter');
   }
-  const translated = translateTools(request.tools);
+  const translated = translateTools(request.tools, searches);
   const { tools } = translated;
   const toolChoice = translateToolChoice(request.tool_choice, translated);
 
@@ -583,6 +620,7 @@ export function toChatRequest(
     if (toolChoice !== undefined) chat.tool_choice = toolChoice;
     if (request.parallel_tool_calls != null) chat.parallel_tool_calls = request.parallel_tool_calls;
   }
+  if (translated.webSearch) chat.web_search_options = translated.webSearch;
   if (request.temperature != null) chat.temperature = request.temperature;
   if (request.top_p != null) chat.top_p = request.top_p;
   if (request.user != null) chat.user = request.user;

@@ -151,6 +151,13 @@ export const chatCompletionRequestSchema = z.looseObject({
   tool_choice: toolChoiceSchema.nullish(),
   parallel_tool_calls: z.boolean().nullish(),
   service_tier: requestedServiceTierSchema,
+  /** OpenAI's web search for chat: passed to OpenAI's search models, Anthropic's web search tool, Gemini's grounding. */
+  web_search_options: z
+    .looseObject({
+      search_context_size: z.enum(['low', 'medium', 'high']).nullish(),
+      user_location: z.looseObject({ type: z.literal('approximate'), approximate: z.looseObject({}).nullish() }).nullish(),
+    })
+    .nullish(),
   functions: z.array(functionDefinitionSchema).min(1).max(128).nullish(),
   function_call: z.union([z.enum(['none', 'auto']), z.looseObject({ name: z.string() })]).nullish(),
 });

@@ -130,6 +130,9 @@ describe('Claude Code and Codex through the gateway', () => {
       assert.ok(bodies.length >= 2, `${model}: a tool round trip`);
       const names = JSON.stringify(bodies[0]!.tools);
       assert.match(names, /multi_agent/, `${model}: the namespace's tools are offered under flat names`);
+      // Codex's web_search: Anthropic's own search tool for a Claude model; declined for gpt-4o-mini, which has no search.
+      if (model === 'claude-sonnet-4-6') assert.ok(bodies[0]!.tools.some((tool: Record<string, unknown>) => tool.type === 'web_search_20250305'), names);
+      else assert.equal(bodies[0]!.web_search_options, undefined);
     }
   });
 });

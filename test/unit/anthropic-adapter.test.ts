@@ -9,7 +9,7 @@ import { GatewayError } from '../../shared/errors.js';
 import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
 import { usesLegacyFunctions } from '../../workers/answers/chat-encoder.js';
 import type { AnswerEvent, StartEvent } from '../../workers/answers/events.js';
-import { anthropicAdapter, JSON_OBJECT_INSTRUCTION, mapAnthropicStopReason } from '../../workers/vendors/anthropic/index.js';
+import { anthropicAdapter, buildAnthropicRequest, JSON_OBJECT_INSTRUCTION, mapAnthropicStopReason } from '../../workers/vendors/anthropic/index.js';
 import { adapterMethod } from '../../workers/vendors/registry.js';
 import { convertAnthropicUsage } from '../../workers/vendors/anthropic/convert-anthropic-usage.js';
 import { Meter, meter } from '../../workers/settlement.js';
@@ -152,6 +152,11 @@ after(async () => {
 beforeEach(() => fake.reset());
 
 describe('anthropic adapter: outgoing request', () => {
+  it('adds Anthropic’s web search tool for web_search_options, with the user’s place', () => {
+    const body = buildAnthropicRequest(chat({ web_search_options: { search_context_size: 'low', user_location: { type: 'approximate', approximate: { city: 'Oslo', country: 'NO' } } } }), context(), false);
+    assert.deepEqual(body.tools, [{ type: 'web_search_20250305', name: 'web_search', user_location: { type: 'approximate', city: 'Oslo', country: 'NO' } }]);
+  });
+
   it('posts to <base>/v1/messages with x-api-key, anthropic-version and the upstream model', async () => {
     assert.deepEqual(await sent(chat()), bodyWith({}));
     const request = fake.requests[0]!;

@@ -97,6 +97,15 @@ beforeEach(() => {
 });
 
 describe('gemini adapter: outgoing requests', () => {
+  it('asks for grounding with Google Search for web_search_options: beside functions on Gemini 3, alone on Gemini 2', () => {
+    const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: {} } } }];
+    assert.deepEqual(buildGeminiRequest(chat({ web_search_options: {} }), context()).tools, [{ googleSearch: {} }]);
+    const three = buildGeminiRequest(chat({ web_search_options: {}, tools }), context({ upstreamModel: 'gemini-3-pro-preview' })).tools!;
+    assert.deepEqual(three.map((tool) => Object.keys(tool)[0]), ['functionDeclarations', 'googleSearch']);
+    const two = buildGeminiRequest(chat({ web_search_options: {}, tools }), context()).tools!;
+    assert.deepEqual(two.map((tool) => Object.keys(tool)[0]), ['functionDeclarations']);
+  });
+
   it('maps messages, parts and sampling fields to the exact Gemini request', async () => {
     const request = chat({
       messages: [

@@ -13,7 +13,7 @@ const parse = (body: Record<string, unknown>): MessagesRequest =>
   messagesRequestSchema.parse({ model: 'claude-x', max_tokens: 1024, ...body });
 
 /** Parses a Messages body with the request schema, translates it, and checks the chat request against chat's own schema. */
-function translate(body: Record<string, unknown>, target = model): { chat: ChatCompletionRequest; dropped: string[] } {
+function translate(body: Record<string, unknown>, target: { id: string; max_output_tokens: number; web_search?: boolean } = model): { chat: ChatCompletionRequest; dropped: string[] } {
   const result = toChatRequest(parse(body), target);
   chatCompletionRequestSchema.parse(result.chat);
   return result;
@@ -378,6 +378,15 @@ describe('toChatRequest: tools and tool_choice', () => {
     ]);
     assert.deepEqual(dropped, ['tools[] of type web_search_20250305', 'tools[] of type bash_20250124']);
     assert.equal(chat.tool_choice, undefined);
+  });
+
+  it('gives the web search tool to a model whose vendor searches (web_search_options), and lets the model start it', () => {
+    const located = { ...search, user_location: { type: 'approximate', city: 'Oslo', country: 'NO' } };
+    const { chat, dropped } = translate({ tools: [client, located, bash], tool_choice: { type: 'tool', name: search.name }, ...user('news?') }, { ...model, web_search: true });
+    assert.deepEqual(chat.web_search_options, { user_location: { type: 'approximate', approximate: { city: 'Oslo', country: 'NO' } } });
+    assert.deepEqual(chat.tools?.map((tool) => tool.type === 'function' && tool.function.name), ['get_weather']);
+    assert.equal(chat.tool_choice, undefined);
+    assert.deepEqual(dropped, ['tools[] of type bash_20250124']);
   });
 
   it('maps each tool_choice, and disable_parallel_tool_use to parallel_tool_calls false', () => {

@@ -10,9 +10,9 @@ import { clientToolName, flatToolName, namespacedTools } from '../../shared/resp
 const parse = (body: Record<string, unknown>): ResponsesRequest => responsesRequestSchema.parse({ model: 'm', ...body });
 
 /** Normalises and translates a request body, and checks the chat request against chat's own schema. */
-function translate(body: Record<string, unknown>, history: ConversationItem[] = []) {
+function translate(body: Record<string, unknown>, history: ConversationItem[] = [], searches = false) {
   const request = parse(body);
-  const chat = toChatRequest(request, history, normaliseInput(request.input));
+  const chat = toChatRequest(request, history, normaliseInput(request.input), searches);
   chatCompletionRequestSchema.parse(chat);
   return chat;
 }
@@ -457,6 +457,23 @@ describe('toChatRequest: tools and options', () => {
     // Required, with nothing left to call: refused rather than silently answered without a call.
     rejects(() => translate({ input: 'Hi', tools: [{ type: 'web_search' }], tool_choice: 'required' }), 'tool_choice', /'web_search' is not supported/, 'unsupported_tool');
     rejects(() => translate({ input: 'Hi', tools: [{ type: 'web_search' }], tool_choice: { type: 'web_search' } }), 'tool_choice', /'web_search' is not supported/, 'unsupported_tool');
+  });
+
+  it('gives a web search tool to a model whose vendor searches (web_search_options), required or forced included', () => {
+    const location = { type: 'approximate', country: 'NO', city: 'Oslo' };
+    for (const type of ['web_search', 'web_search_preview', 'web_search_2025_08_26']) {
+      const chat = translate({ input: 'News?', tools: [{ type: 'function', name: 'f' }, { type, search_context_size: 'low', user_location: location }] }, [], true);
+      assert.deepEqual(chat.web_search_options, { search_context_size: 'low', user_location: { type: 'approximate', approximate: { country: 'NO', city: 'Oslo' } } });
+      assert.deepEqual(chat.tools?.map((tool) => tool.type === 'function' && tool.function.name), ['f']);
+    }
+    // The search is the vendor's to start: a choice that requires or names it leaves the choice to the model.
+    const required = translate({ input: 'News?', tools: [{ type: 'web_search' }], tool_choice: 'required' }, [], true);
+    assert.deepEqual(required.web_search_options, {});
+    assert.equal(required.tool_choice, undefined);
+    const forced = translate({ input: 'News?', tools: [{ type: 'web_search' }], tool_choice: { type: 'web_search' } }, [], true);
+    assert.equal(forced.tool_choice, undefined);
+    // A model without search: declined, as before.
+    assert.equal(translate({ input: 'News?', tools: [{ type: 'web_search' }] }).web_search_options, undefined);
   });
 
   it('flattens a namespace’s functions to chat functions under flat names, and takes calls back by namespace', () => {

@@ -54,6 +54,13 @@ export interface AnthropicTool {
   strict?: boolean;
 }
 
+/** Anthropic's web search, a tool Anthropic runs itself (its answer's search blocks are Anthropic's own). */
+export interface AnthropicWebSearchTool {
+  type: 'web_search_20250305';
+  name: 'web_search';
+  user_location?: Record<string, unknown>;
+}
+
 export type AnthropicToolChoice =
   | { type: 'auto' | 'any'; disable_parallel_tool_use?: boolean }
   | { type: 'tool'; name: string; disable_parallel_tool_use?: boolean }
@@ -68,7 +75,7 @@ export interface AnthropicRequestBody {
   top_p?: number;
   stop_sequences?: string[];
   metadata?: { user_id: string };
-  tools?: AnthropicTool[];
+  tools?: Array<AnthropicTool | AnthropicWebSearchTool>;
   tool_choice?: AnthropicToolChoice;
   output_config?: { format: { type: 'json_schema'; schema: Record<string, unknown> } };
   /** Extended thinking; `budget_tokens` ≥ 1024 and below `max_tokens`. */

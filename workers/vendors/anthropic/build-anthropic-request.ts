@@ -2,7 +2,7 @@ import { invalidRequest } from '../../../shared/errors.js';
 import type { ChatCompletionRequest } from '../../../shared/schemas/chat.js';
 import type { CallContext } from '../types.js';
 import { planThinking, readReasoningEffort } from './anthropic-thinking.js';
-import type { AnthropicRequestBody, AnthropicTextBlock } from './anthropic-types.js';
+import type { AnthropicRequestBody, AnthropicTextBlock, AnthropicWebSearchTool } from './anthropic-types.js';
 import { convertToAnthropicMessages } from './convert-to-anthropic-messages.js';
 import { convertToAnthropicTools } from './convert-to-anthropic-tools.js';
 
@@ -42,6 +42,7 @@ const MAPPED_FIELDS = new Set([
   'functions',
   'function_call',
   'reasoning_effort',
+  'web_search_options',
 ]);
 
 function maxTokens(request: ChatCompletionRequest, ctx: CallContext): number {
@@ -59,6 +60,12 @@ function droppedFields(request: ChatCompletionRequest): string[] {
     if (!MAPPED_FIELDS.has(key) && request[key] != null) dropped.push(key);
   }
   return dropped;
+}
+
+/** Chat's `web_search_options` as Anthropic's web search tool: the user's approximate place carries over; the context size has no counterpart. */
+function webSearchTool(options: NonNullable<ChatCompletionRequest['web_search_options']>): AnthropicWebSearchTool {
+  const place = options.user_location?.approximate;
+  return { type: 'web_search_20250305', name: 'web_search', ...(place ? { user_location: { type: 'approximate', ...place } } : {}) };
 }
 
 /** One plain text stays a string (what the SDKs send); several keep their order as blocks. */
@@ -133,6 +140,8 @@ export function buildAnthropicRequest(request: ChatCompletionRequest, ctx: CallC
   if (request.stop != null) body.stop_sequences = typeof request.stop === 'string' ? [request.stop] : request.stop;
   if (request.user != null) body.metadata = { user_id: request.user };
   if (tools.tools !== undefined) body.tools = tools.tools;
+  // The vendor's own web search (a Responses web_search tool, chat's web_search_options): Anthropic's search tool.
+  if (request.web_search_options != null) body.tools = [...(body.tools ?? []), webSearchTool(request.web_search_options)];
   if (tools.tool_choice !== undefined) body.tool_choice = tools.tool_choice;
   if (stream) body.stream = true;
 

@@ -17,7 +17,7 @@ interface FunctionCallingConfig {
 }
 
 export interface GeminiRequest extends GeminiPrompt {
-  tools?: Array<{ functionDeclarations: FunctionDeclaration[] }>;
+  tools?: Array<{ functionDeclarations: FunctionDeclaration[] } | { googleSearch: Record<string, never> }>;
   toolConfig?: { functionCallingConfig: FunctionCallingConfig };
   generationConfig?: Record<string, unknown>;
 }
@@ -41,6 +41,7 @@ const MAPPED = new Set([
   'tools',
   'tool_choice',
   'reasoning_effort',
+  'web_search_options',
 ]);
 
 /** Sampling and limits: OpenAI name → Gemini `generationConfig` name. */
@@ -133,6 +134,12 @@ export function buildGeminiRequest(request: ChatCompletionRequest, ctx: CallCont
     if (config !== undefined) body.toolConfig = { functionCallingConfig: config };
   } else if (request.tool_choice != null) {
     dropped.push('tool_choice');
+  }
+  // The vendor's own web search: grounding with Google Search, a tool entry of its own. Gemini 2 models take it
+  // alone, not beside function declarations (combining them came with Gemini 3): there the functions win.
+  if (request.web_search_options != null) {
+    if (declarations.length === 0 || !/^gemini-2\b/.test(ctx.upstreamModel)) body.tools = [...(body.tools ?? []), { googleSearch: {} }];
+    else dropped.push('web_search_options');
   }
 
   const generationConfig = buildGenerationConfig(request, ctx.upstreamModel, schemaDrops);
