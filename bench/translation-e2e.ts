@@ -43,6 +43,10 @@ export interface E2eRow {
   /** Gateway process CPU during the measured gateway requests ÷ (requests × N), in µs. */
   gatewayCpuUsPerChunk: number | null;
   redisCpuUsPerChunk: number | null;
+  /** The same stream through `/v1/messages`: Anthropic's own events relayed, or the others' written as Anthropic's. */
+  messages: E2eTarget;
+  messagesAddedWallUsPerChunkP50: number;
+  messagesGatewayCpuUsPerChunk: number | null;
 }
 
 export interface E2eResults {
@@ -105,6 +109,24 @@ function gatewayAnswerIsComplete(text: string, chunks: number, expected: string)
     }
   }
   return done && contentChunks === chunks && content === expected;
+}
+
+/** A `/v1/messages` stream carries the whole text in N text deltas, and ends with message_stop. */
+function messagesAnswerIsComplete(text: string, chunks: number, expected: string): boolean {
+  let content = '';
+  let deltas = 0;
+  let stopped = false;
+  for (const frame of text.split('\n\n')) {
+    const line = frame.split('\n').find((l) => l.startsWith('data: '));
+    if (line === undefined) continue;
+    const data = JSON.parse(line.slice(6)) as { type: string; delta?: { type?: string; text?: string } };
+    if (data.type === 'message_stop') stopped = true;
+    else if (data.type === 'content_block_delta' && data.delta?.type === 'text_delta' && data.delta.text) {
+      content += data.delta.text;
+      deltas += 1;
+    }
+  }
+  return stopped && deltas === chunks && content === expected;
 }
 
 async function measureTarget(options: {
@@ -186,7 +208,7 @@ export async function runE2e(options: {
       for (const protocol of protocols) {
         await fakeControl(fake, 'POST', '/__reset');
         // The fake Anthropic has no default handler: queue one long stream per request to come.
-        if (protocol === 'anthropic') await fakeControl(fake, 'POST', `/__enqueue?vendor=anthropic&count=${2 * (warmup + requests)}`);
+        if (protocol === 'anthropic') await fakeControl(fake, 'POST', `/__enqueue?vendor=anthropic&count=${3 * (warmup + requests)}`);
         const upstreamBytes = Buffer.byteLength(longStream(protocol, chunks));
         const direct = directRequest(protocol, baseUrls[protocol], keys[protocol]);
         log(`translation e2e, ${protocol}: direct to the fake (${warmup} + ${requests} sequential streams of ${chunks} deltas)`);
@@ -214,6 +236,17 @@ export async function runE2e(options: {
           cpuPids,
           quietWaitMs,
         });
+        log(`translation e2e, ${protocol}: through the gateway's /v1/messages`);
+        const messagesResult = await measureTarget({
+          url: `${gateway.url}/v1/messages`,
+          headers: { 'x-api-key': key, 'anthropic-version': '2023-06-01' },
+          body: JSON.stringify({ model: protocolModels[protocol], max_tokens: 1024, messages: [{ role: 'user', content: 'Say hello.' }], stream: true }),
+          warmup,
+          count: requests,
+          check: (fetched) => messagesAnswerIsComplete(fetched.text, chunks, expected),
+          cpuPids,
+          quietWaitMs,
+        });
         const perChunk = (cpu: number | null | undefined) => (cpu == null ? null : (cpu * 1000) / (requests * chunks));
         rows.push({
           protocol,
@@ -223,6 +256,9 @@ export async function runE2e(options: {
           addedWallUsPerChunkP50: ((gatewayResult.total.p50 - directResult.total.p50) * 1000) / chunks,
           gatewayCpuUsPerChunk: perChunk(gatewayResult.cpuMs.gateway),
           redisCpuUsPerChunk: perChunk(gatewayResult.cpuMs.redis),
+          messages: messagesResult,
+          messagesAddedWallUsPerChunkP50: ((messagesResult.total.p50 - directResult.total.p50) * 1000) / chunks,
+          messagesGatewayCpuUsPerChunk: perChunk(messagesResult.cpuMs.gateway),
         });
       }
       if (child.warnings > 0) log(`gateway logged ${child.warnings} line(s) at warn or above: see bench/results/logs/translation-gateway.log`);

@@ -104,6 +104,27 @@ export function renderTranslation(results: TranslationResults): string {
       ]),
     ),
   );
+  out.push('');
+  out.push(
+    'The Messages API (`/v1/messages`, Anthropic\'s dialect) beside chat completions, the same streams and requests: ' +
+      'an Anthropic model\'s events relayed as the vendor sent them, the others\' answer events written as Anthropic\'s; ms to the last chunk',
+  );
+  out.push(
+    table(
+      ['vendor', 'chat p50', '/v1/messages p50', '/v1/messages p90', 'failed', 'added µs/chunk chat', 'added µs/chunk messages', 'gateway CPU µs/chunk chat', 'gateway CPU µs/chunk messages'],
+      e2e.rows.map((row) => [
+        row.protocol,
+        f2(row.gateway.total.p50),
+        f2(row.messages?.total.p50),
+        f2(row.messages?.total.p90),
+        String(row.messages?.failures ?? '-'),
+        f2(row.addedWallUsPerChunkP50),
+        f2(row.messagesAddedWallUsPerChunkP50),
+        f2(row.gatewayCpuUsPerChunk),
+        f2(row.messagesGatewayCpuUsPerChunk),
+      ]),
+    ),
+  );
   const cpuRows = e2e.rows.flatMap((row) =>
     (['direct', 'gateway'] as const).map((target) => [
       names[row.protocol] ?? row.protocol,
