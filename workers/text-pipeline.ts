@@ -70,7 +70,7 @@ export async function runTextStream(
 /** What a stream produced, kept in case no usage comes (a stream cut short is billed for what it produced). */
 export function meterEvents(events: readonly AnswerEvent[], produced: Meter): void {
   for (const event of events) {
-    if (event.type === 'text') produced.output.push(event.text);
+    if (event.type === 'text' || event.type === 'reasoning') produced.output.push(event.text);
     else if (event.type === 'tool-call') produced.output.push(event.arguments);
     else if (event.type === 'start') produced.answerId ??= event.id;
     else if (event.type === 'finish') produced.finishReason ??= event.reason;

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { invalidRequest } from '../../shared/errors.js';
 import { chatToolName } from '../../shared/messages-tools.js';
@@ -376,6 +377,15 @@ const readFields = new Set([
 ]);
 
 /**
+ * `metadata.user_id` as chat's `user`: as it is when short, else a stable digest of it. Claude Code sends a JSON
+ * object of ids (about 200 characters), where OpenAI takes an end user's id of at most 64; the vendor's abuse
+ * tracking needs the same value for the same user, not the text.
+ */
+function chatUser(userId: string): string {
+  return userId.length <= 64 ? userId : `user-${createHash('sha256').update(userId).digest('hex').slice(0, 32)}`;
+}
+
+/**
  * The chat request for a (validated) Messages request, for `model` (the catalog's id, and its output limit), with
  * the list of what it leaves out. Not streamed and with no service tier: the worker decides both.
  */
@@ -439,7 +449,7 @@ export function toChatRequest(request: MessagesRequest, model: { id: string; max
   if (request.top_k !== undefined) dropped.add('top_k');
   const metadata = request.metadata;
   if (metadata !== undefined) {
-    if (typeof metadata.user_id === 'string') chat.user = metadata.user_id;
+    if (typeof metadata.user_id === 'string') chat.user = chatUser(metadata.user_id);
     for (const [key, value] of Object.entries(metadata)) if (key !== 'user_id' && value != null) dropped.add(`metadata.${key}`);
   }
 

@@ -278,6 +278,20 @@ describe('the Messages API (/v1/messages) with the official Anthropic SDK agains
     assert.equal(events.at(-1)!.data.type, 'error');
   });
 
+  it('runs as an async job (Prefer: respond-async) whose result is the message', async () => {
+    const res = await post('/v1/messages', { model: 'gpt-4o-mini', max_tokens: 32, messages: [{ role: 'user', content: 'Later' }] }, { prefer: 'respond-async' });
+    assert.equal(res.status, 202);
+    const { id } = (await res.json()) as { id: string };
+    let job: Record<string, any> = {};
+    await waitFor(async () => {
+      job = (await (await fetch(`${gateway.url}/v1/jobs/${id}`, { headers: { 'x-api-key': apiKey } })).json()) as Record<string, any>;
+      return job.status === 'completed';
+    }, 10_000, 'the async message');
+    assert.equal(job.result.type, 'message');
+    assert.match(job.result.id, /^msg_/);
+    assert.equal(job.result.content[0].type, 'text');
+  });
+
   it('applies the key’s rate limit with Anthropic’s 429 and retry-after', async () => {
     const limited = (await paidAccountKey(redis, 5_000_000, { rpm: 1 })).key;
     const send = () => fetch(`${gateway.url}/v1/messages`, { method: 'POST', headers: { 'x-api-key': limited, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'mock-chat', max_tokens: 8, messages: [{ role: 'user', content: 'x' }] }) });

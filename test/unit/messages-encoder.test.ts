@@ -100,6 +100,18 @@ describe('messageIdOf', () => {
 });
 
 describe('MessagesStreamEncoder', () => {
+  it('writes a vendor’s reasoning as an unsigned thinking block before the text', () => {
+    const reasoning = (t: string): AnswerEvent => ({ type: 'reasoning', choice: 0, text: t });
+    const { encoder, frames } = run([[start, role, reasoning('First, '), reasoning('think.')], [text('Answer.'), finish('stop'), usage({})]]);
+    assert.deepEqual(names(frames), ['message_start', 'ping', 'content_block_start', 'delta:thinking_delta', 'delta:thinking_delta', 'content_block_stop', 'content_block_start', 'delta:text_delta', 'content_block_stop', 'message_delta', 'message_stop']);
+    assert.deepEqual(frames[2]!.data.content_block, { type: 'thinking', thinking: '', signature: '' });
+    assert.deepEqual(encoder.message().content, [
+      { type: 'thinking', thinking: 'First, think.', signature: '' },
+      { type: 'text', text: 'Answer.' },
+    ]);
+    assert.deepEqual(foldFrames(frames).content, encoder.message().content);
+  });
+
   it('streams a text answer in Anthropic order', () => {
     const { encoder, sse, frames } = run([
       [start, role, text('Hel')],

@@ -6,6 +6,7 @@ import { flatToolName } from '../../shared/responses-tools.js';
 import { chatCompletionRequestSchema, type ChatCompletionRequest } from '../../shared/schemas/chat.js';
 import { messagesRequestSchema, type MessagesRequest } from '../../shared/schemas/messages.js';
 import { effortForBudget, toChatRequest } from '../../api/messages/translate.js';
+import { withoutUnsignedThinking } from '../../workers/vendors/anthropic/native-messages.js';
 
 const model = { id: 'gpt-test', max_output_tokens: 16_384 };
 
@@ -450,6 +451,11 @@ describe('toChatRequest: sampling, limits and other fields', () => {
     assert.equal('stream' in chat, false);
     assert.equal('service_tier' in chat, false);
     assert.deepEqual(dropped, ['stop_sequences[4:] (chat takes at most 4)', 'top_k']);
+    // Claude Code's user id is a JSON object of ids, longer than chat's user takes: a stable digest goes instead.
+    const long = JSON.stringify({ device_id: 'b'.repeat(64), account_uuid: '', session_id: 'e1a5cd6e-4efc-4e59-b75d-a37ae835a5b6' });
+    const first = translate({ metadata: { user_id: long }, ...user('hi') }).chat.user!;
+    assert.match(first, /^user-[0-9a-f]{32}$/);
+    assert.equal(translate({ metadata: { user_id: long }, ...user('again') }).chat.user, first);
   });
 
   it('sets no sampling field the client left out, and no stop for an empty list', () => {
@@ -628,5 +634,23 @@ describe('toChatRequest: size', () => {
     assert.equal(chat.messages.length, 60_001);
     // Generous: a quadratic pass over 60,000 messages would take minutes, a linear one tens of milliseconds.
     assert.ok(elapsed < 2_000, `took ${elapsed.toFixed(0)} ms`);
+  });
+});
+
+describe('withoutUnsignedThinking (what an Anthropic model is sent)', () => {
+  it('leaves out the thinking blocks no one signed and keeps Anthropic’s own exactly, copying only when needed', () => {
+    const signed = { type: 'thinking', thinking: 'mine', signature: 'sig' };
+    const messages = parse({
+      messages: [
+        { role: 'user', content: 'hi' },
+        { role: 'assistant', content: [{ type: 'thinking', thinking: 'another vendor’s', signature: '' }, signed, { type: 'text', text: 'Hello' }] },
+        { role: 'user', content: 'again' },
+      ],
+    }).messages;
+    const sent = withoutUnsignedThinking(messages);
+    assert.deepEqual(sent[1]!.content, [signed, { type: 'text', text: 'Hello' }]);
+    assert.equal(sent[0], messages[0]);
+    const clean = parse({ messages: [{ role: 'user', content: 'hi' }] }).messages;
+    assert.equal(withoutUnsignedThinking(clean), clean);
   });
 });

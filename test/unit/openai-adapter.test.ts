@@ -16,6 +16,7 @@ import {
 import { loadCatalog } from '../../shared/catalog.js';
 import { loadConfig } from '../../shared/config.js';
 import type { AnswerEvent, CallContext, VendorHttp } from '../../workers/vendors/types.js';
+import { readOpenAIChoice } from '../../workers/vendors/openai/read-openai-answer.js';
 import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
 import { withServiceTier } from '../../workers/answers/chat-encoder.js';
 import { encodeAnswer, encodeStream } from '../support/answers.js';
@@ -516,5 +517,21 @@ describe('mapOpenAIError and scrubSecrets', () => {
     assert.equal(scrubSecrets('key xai-AbCdEfGhIjKl12 here'), 'key [redacted] here');
     assert.equal(scrubSecrets('Incorrect API key provided: sk-abc***********wxyz.'), 'Incorrect API key provided: [redacted].');
     assert.equal(scrubSecrets('secret=mysecretvalue!', ['mysecretvalue!']), 'secret=[redacted]');
+  });
+});
+
+describe('readOpenAIChoice: a vendor’s visible reasoning', () => {
+  it('reads reasoning_content (DeepSeek, xAI) and reasoning as reasoning events, before the text of the same delta', () => {
+    for (const field of ['reasoning_content', 'reasoning']) {
+      const out: AnswerEvent[] = [];
+      readOpenAIChoice({ index: 0, delta: { [field]: 'Thinking…', content: 'Hi' }, finish_reason: null }, out);
+      assert.deepEqual(out, [
+        { type: 'reasoning', choice: 0, text: 'Thinking…' },
+        { type: 'text', choice: 0, text: 'Hi' },
+      ], field);
+    }
+    const none: AnswerEvent[] = [];
+    readOpenAIChoice({ index: 0, delta: { reasoning_content: null, content: 'Hi' } }, none);
+    assert.deepEqual(none, [{ type: 'text', choice: 0, text: 'Hi' }]);
   });
 });

@@ -138,6 +138,9 @@ export class ChatStreamEncoder {
         return this.options.includeUsage ? `${this.requireHead()},"choices":[],"usage":${JSON.stringify(event.usage)}}` : undefined;
       case 'role':
         return form === 'chat.completion' ? this.delta(event.choice, '{"role":"assistant","content":""}') : undefined;
+      case 'reasoning':
+        // Chat has no standard field for it: only a vendor's own chunk (`wire`, sent above) carries it.
+        return undefined;
       case 'text':
         if (form === 'text_completion') return `${this.requireHead()},"choices":[{"text":${JSON.stringify(event.text)},"index":${event.choice}${OPEN}`;
         return this.delta(event.choice, `{"content":${JSON.stringify(event.text)}}`);

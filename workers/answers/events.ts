@@ -59,6 +59,17 @@ export interface TextEvent extends Carried {
 }
 
 /**
+ * A piece of the model's visible reasoning, where its vendor shows it (DeepSeek's and xAI's `reasoning_content`,
+ * Gemini's thought parts): Anthropic's Messages API writes it as a thinking block; the chat encoder sends it only
+ * inside the vendor's own chunk (`wire`).
+ */
+export interface ReasoningEvent extends Carried {
+  type: 'reasoning';
+  choice: number;
+  text: string;
+}
+
+/**
  * A piece of one tool call. The first piece of a call has its `id` and
  * `name`; the following ones only more `arguments` text (JSON, in pieces).
  * `index` counts calls within the choice, from 0.
@@ -84,7 +95,7 @@ export interface UsageEvent extends Carried {
   usage: Usage;
 }
 
-export type AnswerEvent = StartEvent | RoleEvent | TextEvent | ToolCallEvent | FinishEvent | UsageEvent;
+export type AnswerEvent = StartEvent | RoleEvent | TextEvent | ReasoningEvent | ToolCallEvent | FinishEvent | UsageEvent;
 
 /** One complete tool call of a plain answer. */
 export interface ToolCall {

@@ -32,7 +32,8 @@ interface MessageCounts {
 }
 
 interface TextBlock {
-  kind: 'text';
+  /** `thinking`: a vendor's visible reasoning, as Anthropic's thinking block (unsigned: only Anthropic signs its own). */
+  kind: 'text' | 'thinking';
   index: number;
   pieces: string[];
   /** The JSON of a text delta up to its text, built once per block: a delta then costs one stringify of its text. */
@@ -207,7 +208,11 @@ export class MessagesStreamEncoder {
    */
   message(): AnthropicMessage {
     const content: AnthropicContentBlock[] = [...this.blocks, ...this.waiting].map((block) =>
-      block.kind === 'text' ? { type: 'text', text: block.pieces.join('') } : { type: 'tool_use', id: block.id, name: block.name, input: toolInput(block.pieces.join('')) },
+      block.kind === 'tool'
+        ? { type: 'tool_use', id: block.id, name: block.name, input: toolInput(block.pieces.join('')) }
+        : block.kind === 'thinking'
+          ? { type: 'thinking', thinking: block.pieces.join(''), signature: '' }
+          : { type: 'text', text: block.pieces.join('') },
     );
     return {
       id: this.id,
@@ -247,9 +252,10 @@ export class MessagesStreamEncoder {
         if (this.finished) this.stop();
         return;
       case 'text':
+      case 'reasoning':
         if (event.choice !== CHOICE || event.text === '' || this.finished) return;
         this.requireStart();
-        this.appendText(event.text);
+        this.appendText(event.text, event.type === 'text' ? 'text' : 'thinking');
         return;
       case 'tool-call':
         if (event.choice !== CHOICE || this.finished) return;
@@ -290,15 +296,18 @@ export class MessagesStreamEncoder {
     if (!this.started) throw new Error('answer event before the start event');
   }
 
-  private appendText(text: string): void {
+  /** Text, or a vendor's reasoning as a thinking block: appended to the open block of its kind, else a new block. */
+  private appendText(text: string, kind: 'text' | 'thinking'): void {
     let block = this.open;
-    if (block === null || block.kind !== 'text') {
+    if (block === null || block.kind !== kind) {
       this.closeBlocks();
       const index = this.nextIndex++;
-      block = { kind: 'text', index, pieces: [], deltaHead: `{"type":"content_block_delta","index":${index},"delta":{"type":"text_delta","text":` };
+      const delta = kind === 'text' ? '"type":"text_delta","text":' : '"type":"thinking_delta","thinking":';
+      block = { kind, index, pieces: [], deltaHead: `{"type":"content_block_delta","index":${index},"delta":{${delta}` };
       this.blocks.push(block);
       this.open = block;
-      this.emit('content_block_start', `{"type":"content_block_start","index":${index},"content_block":{"type":"text","text":""}}`);
+      const start = kind === 'text' ? '{"type":"text","text":""}' : '{"type":"thinking","thinking":"","signature":""}';
+      this.emit('content_block_start', `{"type":"content_block_start","index":${index},"content_block":${start}}`);
     }
     block.pieces.push(text);
     // The hot path: the frame written around the text, one stringify.

@@ -180,6 +180,8 @@ export class ResponsesStreamEncoder {
         this.ensureStarted();
         return;
       case 'role':
+      case 'reasoning':
+        // A vendor's visible reasoning has no item here yet (a response's reasoning items are OpenAI's own).
         return;
       case 'usage':
         this.usage = event.usage;

@@ -21,12 +21,29 @@ function withBetas(request: VendorRequest, betas: string | undefined): VendorReq
 }
 
 /**
+ * The conversation without the thinking blocks no one signed: the gateway writes another vendor's reasoning as
+ * a thinking block with an empty signature, and a client that switches to an Anthropic model replays it, which
+ * Anthropic refuses. Anthropic's own blocks (signed) stay exactly as they are; the array is copied only when
+ * there is something to leave out.
+ */
+export function withoutUnsignedThinking(messages: MessagesJob['anthropic']['messages']): MessagesJob['anthropic']['messages'] {
+  const unsigned = (block: unknown) => {
+    const fields = block as { type?: unknown; signature?: unknown };
+    return fields.type === 'thinking' && (typeof fields.signature !== 'string' || fields.signature === '');
+  };
+  if (!messages.some((message) => message.role === 'assistant' && Array.isArray(message.content) && message.content.some(unsigned))) return messages;
+  return messages.map((message) =>
+    message.role === 'assistant' && Array.isArray(message.content) && message.content.some(unsigned) ? { ...message, content: message.content.filter((block) => !unsigned(block)) } : message,
+  );
+}
+
+/**
  * The vendor's stream, one array per network read. The request is sent (and
  * a refusal thrown) on the first `next()`. `message_start` carries the model
  * name the client asked for (an alias as it wrote it), not the vendor's id.
  */
 export async function* streamNativeMessages(job: MessagesJob, ctx: CallContext): AsyncGenerator<NativeEvent[]> {
-  const body = JSON.stringify({ ...job.anthropic, model: ctx.upstreamModel, stream: true });
+  const body = JSON.stringify({ ...job.anthropic, messages: withoutUnsignedThinking(job.anthropic.messages), model: ctx.upstreamModel, stream: true });
   const request = withBetas(vendorRequest(anthropicApi, ctx, anthropicApi.paths.messages, body), job.betas);
   const sse = await postSse(ctx, request, mapAnthropicError, (payload, secrets) =>
     (payload as { type?: unknown } | null)?.type === 'error' ? mapAnthropicStreamError(payload, secrets) : null,

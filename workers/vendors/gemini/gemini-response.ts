@@ -45,6 +45,11 @@ export function readBlockReason(payload: Record<string, unknown>): string | unde
   return isObject(feedback) && typeof feedback.blockReason === 'string' ? feedback.blockReason : undefined;
 }
 
+/** A thought summary's text (a part Gemini marks `thought`, sent when thoughts are asked for), or undefined. */
+export function readThought(part: unknown): string | undefined {
+  return isObject(part) && part.thought === true && typeof part.text === 'string' && part.text !== '' ? part.text : undefined;
+}
+
 /** Answer text, or undefined for a part that is not visible text (thoughts are the model's scratchpad). */
 export function readText(part: unknown): string | undefined {
   if (!isObject(part) || typeof part.text !== 'string' || part.thought === true) return undefined;

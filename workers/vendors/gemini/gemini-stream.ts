@@ -6,7 +6,7 @@ import type { AnswerEvent, CallContext } from '../types.js';
 import { geminiApi } from './api.js';
 import { buildGeminiRequest } from './build-gemini-request.js';
 import { convertGeminiUsage } from './convert-gemini-usage.js';
-import { createChatCompletionId, nowInSeconds, readBlockReason, readCandidates, readText, readToolCall } from './gemini-response.js';
+import { createChatCompletionId, nowInSeconds, readBlockReason, readCandidates, readText, readThought, readToolCall } from './gemini-response.js';
 import { mapGeminiFinishReason } from './map-gemini-finish-reason.js';
 import { mapGeminiError, mapGeminiInlineError, readGeminiError } from './map-gemini-error.js';
 
@@ -59,6 +59,13 @@ export class GeminiStreamConverter {
         const piece = readText(part);
         if (piece !== undefined) {
           text += piece;
+          continue;
+        }
+        const thought = readThought(part);
+        if (thought !== undefined) {
+          if (text.length > 0) out.push({ type: 'text', choice, text });
+          text = '';
+          out.push({ type: 'reasoning', choice, text: thought });
           continue;
         }
         const call = readToolCall(part);

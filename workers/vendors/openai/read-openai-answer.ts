@@ -52,6 +52,9 @@ export function readOpenAIChoice(value: unknown, out: AnswerEvent[]): boolean {
   const delta = value.delta;
   if (isObject(delta)) {
     if (delta.role === 'assistant') out.push({ type: 'role', choice });
+    // DeepSeek and xAI name the model's reasoning `reasoning_content`; some compatible APIs `reasoning`.
+    const reasoning = text(delta.reasoning_content) ?? text(delta.reasoning);
+    if (reasoning !== undefined && reasoning !== '') out.push({ type: 'reasoning', choice, text: reasoning });
     const content = text(delta.content);
     if (content !== undefined && content !== '') out.push({ type: 'text', choice, text: content });
     if (Array.isArray(delta.tool_calls)) {
