@@ -33,6 +33,7 @@ import { endpointDispatch } from './requests/endpoint-route.js';
 import { jobRoutes } from './jobs/routes.js';
 import { responseRoutes } from './responses/routes.js';
 import { EventLogs } from './relay/event-log.js';
+import { AnswerCache } from './relay/answer-cache.js';
 import { JobEvents } from './jobs/events.js';
 import { LoopStallMonitor } from './http/loop-stall.js';
 import { createNodeServer } from './http/node-server.js';
@@ -163,7 +164,9 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   // Every guard and route below sees the one canonical path (api/http/canonical-path.ts).
   app.use(canonicalizePath());
   const logs = new EventLogs(redis, log);
-  const relayDeps = { config, redis, queues, hub, backpressure, models, prices, logs };
+  const cache = new AnswerCache(redis, config, log);
+  cache.listen(hub);
+  const relayDeps = { config, redis, queues, hub, backpressure, models, prices, logs, cache };
   const endpointDeps = { ...relayDeps, blobs };
   const jobs = jobRoutes({ ...relayDeps, blobs, urlSecret });
   const assets = new ConsoleAssets(options.consoleDir ?? defaultConsoleDir());

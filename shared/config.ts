@@ -69,6 +69,8 @@ export interface Config {
   /** `pretty`: short lines for a person; `json`: one JSON object a line; `auto`: pretty on a terminal, JSON elsewhere. */
   logFormat: 'auto' | 'json' | 'pretty';
   catalogFile: string | undefined;
+  /** The response cache (shared/cache.ts): CACHE_*. */
+  cache: { hitPrice: number; defaultTtlS: number; maxTtlS: number; maxEntryBytes: number; maxAccountBytes: number; maxRequestBytes: number };
   /** MODEL_ALIASES: a name a client may send → the catalog model id it stands for. */
   modelAliases: ReadonlyMap<string, string>;
   /** Queues this worker process serves. */
@@ -300,6 +302,12 @@ const fixed = {
   LOG_LEVEL: setting(choice(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info'), 'pino level'),
   LOG_FORMAT: setting(choice(['auto', 'json', 'pretty'], 'auto'), '`json`: one JSON object a line (pino), for log collectors; `pretty`: a short line a person reads; `auto`: pretty when stdout is a terminal, JSON otherwise (a container, a pipe, a file)'),
   CATALOG_FILE: setting(optionalText(), 'JSON `{"models":[…]}` whose entries add to or replace built-in catalog entries by id'),
+  CACHE_HIT_PRICE: setting(fraction(0), 'what a cache hit (or a request that shared an identical request\'s vendor call) costs, as a fraction of the stored answer\'s price: 0, free, by default; 1, the full price'),
+  CACHE_DEFAULT_TTL_S: setting(integer(0, 3600, 2_592_000), 'how long the answer of a `Cache-Control: no-cache` request (which names no `max-age`) is kept, in seconds'),
+  CACHE_MAX_TTL_S: setting(integer(0, 86_400, 2_592_000), 'the longest an answer is kept whatever `max-age` a request names, in seconds; 0 turns the cache off'),
+  CACHE_MAX_ENTRY_BYTES: setting(integer(1024, 1_048_576, 64 * 1_048_576), 'the largest answer kept, in bytes as stored (gzipped past 2 KiB): a larger one is answered, not kept'),
+  CACHE_MAX_ACCOUNT_BYTES: setting(integer(1024, 67_108_864, 2 ** 40), 'the most bytes of answers one account keeps; past it the entries that expire soonest go first'),
+  CACHE_MAX_REQUEST_BYTES: setting(integer(1024, 262_144, 64 * 1_048_576), 'requests larger than this (their body, in bytes) are not cached: hashing them would hold the event loop'),
   MODEL_ALIASES: setting(aliasList(), 'model names a client may send for catalog models (`claude-sonnet-4-5=gpt-4o-mini,claude-haiku-4-5=deepseek-chat`): a request naming the alias is served, priced and logged as that model, and answers with the name it sent where its API echoes it (`/v1/messages`); an alias of an unknown model fails the start'),
   CHANNELS_FILE: setting(optionalText(), 'JSON `{"channels":[…]}`: more channels per vendor, with weights, and vendors not built in'),
   VENDOR_LEASE_MS: setting(integer(1, 30_000), "lease of a vendor slot, renewed while the call runs; a dead worker's slot frees after this"),
@@ -568,6 +576,14 @@ export function loadConfig(env: Env = process.env): Config {
     logFormat: values.LOG_FORMAT,
     catalogFile: values.CATALOG_FILE,
     modelAliases: new Map(values.MODEL_ALIASES),
+    cache: {
+      hitPrice: values.CACHE_HIT_PRICE,
+      defaultTtlS: values.CACHE_DEFAULT_TTL_S,
+      maxTtlS: values.CACHE_MAX_TTL_S,
+      maxEntryBytes: values.CACHE_MAX_ENTRY_BYTES,
+      maxAccountBytes: values.CACHE_MAX_ACCOUNT_BYTES,
+      maxRequestBytes: values.CACHE_MAX_REQUEST_BYTES,
+    },
     workerQueues: values.WORKER_QUEUES,
     workerProcess: values.WORKER_PROCESS,
     concurrency: perQueue(all, values.WORKER_CONCURRENCY, families.concurrency, queueDefaults.concurrency),

@@ -188,6 +188,11 @@ export class GatewayMetrics {
   readonly costMicros: Children<Counter.Internal>;
   readonly overruns: Children<Counter.Internal>;
   readonly overrunMicros: Children<Counter.Internal>;
+  // The response cache: requests by how the cache served them (api), what hits saved (api), answers kept (workers).
+  readonly cacheRequests: Children<Counter.Internal>;
+  readonly cacheSavedMicros: Children<Counter.Internal>;
+  readonly cacheStored: Children<Counter.Internal>;
+  readonly cacheStoredBytes: Children<Counter.Internal>;
   // The workers: usage on its way to the record.
   readonly usageBuffered: Gauge;
   readonly usageWritten: Counter;
@@ -317,6 +322,10 @@ export class GatewayMetrics {
     this.costMicros = counterChildren('cost_micros_total', 'Cost billed, in micro-dollars (1e-6 USD), by catalog model.', keyed(['model']));
     this.overruns = counterChildren('settlement_overruns_total', 'Requests whose answer cost more than their reservation (a vendor past max_tokens, an estimate too low): a key limit or balance can be passed by the difference.', ['model', 'vendor']);
     this.overrunMicros = counterChildren('settlement_overrun_micros_total', 'What answers cost past their reservations, in micro-dollars.', ['model', 'vendor']);
+    this.cacheRequests = counterChildren('cache_requests_total', 'Requests that opted into the response cache, by catalog model and result: hit (answered from the cache), coalesced (shared an identical request\'s vendor call), miss (asked the vendor).', ['model', 'result']);
+    this.cacheSavedMicros = counterChildren('cache_saved_micros_total', 'What hits and coalesced requests saved their accounts, in micro-dollars: the stored answer\'s price less what they were billed.', ['model']);
+    this.cacheStored = counterChildren('cache_entries_stored_total', 'Answers kept in the response cache, by catalog model.', ['model']);
+    this.cacheStoredBytes = counterChildren('cache_stored_bytes_total', 'Bytes of answers kept in the response cache (as stored: gzipped past 2 KiB), by catalog model.', ['model']);
     this.usageBuffered = new Gauge({ name: `${metricsPrefix}usage_buffer_records`, help: 'Settled usage entries waiting in Redis to be written to the record (PostgreSQL); grows while the database is away.', registers });
     this.usageWritten = counter('usage_records_written_total', 'Usage entries written to the record (PostgreSQL) by this process.', []);
     this.usageWriteFailures = counter('usage_write_failures_total', 'Batches of usage entries the record (PostgreSQL) refused or did not answer; they are written again later.', []);

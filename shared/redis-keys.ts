@@ -17,6 +17,20 @@ export const keyPrefix = 'sy:';
  */
 export const accountsPrefix = `${keyPrefix}{acct}:`;
 
+// ---- the response cache (shared/cache.ts): each account's entries under its own hash tag ----
+
+/** One stored answer: the account's, for one request hash (a hash of the request's canonical form). */
+export const cacheEntryKey = (accountId: string, hash: string) => `${keyPrefix}cache:{${accountId}}:e:${hash}`;
+/** Set while a job answers that request: identical requests that opted in wait for it instead of queuing their own. */
+export const cacheFlightKey = (accountId: string, hash: string) => `${keyPrefix}cache:{${accountId}}:f:${hash}`;
+/** The account's entries by expiry (member `hash keyId model`, score epoch ms) and their total size, for its bound and purges. */
+export const cacheIndexKey = (accountId: string) => `${keyPrefix}cache:{${accountId}}:index`;
+export const cacheBytesKey = (accountId: string) => `${keyPrefix}cache:{${accountId}}:bytes`;
+/** Each entry's stored size, key and model (`size keyId model`), by hash: what the bound and a purge read. */
+export const cacheMetaKey = (accountId: string) => `${keyPrefix}cache:{${accountId}}:meta`;
+/** Where a worker says a cached request's job ended (stored, or failed): the waiting apis hear it. */
+export const cacheEventsChannel = `${keyPrefix}cache-events`;
+
 // ---- a request's own keys ----
 
 /** A job's request body, when too large to ride in the job itself. */

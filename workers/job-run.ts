@@ -20,6 +20,7 @@ import type { MediaDeps } from './media-processor.js';
 import { pipelines, type PipelineOutcome } from './pipelines.js';
 import { ReplyPublisher } from './reply-publisher.js';
 import { ResponsesRun } from './responses-run.js';
+import { endFlight, keepAnswer, type AnswerCacheDeps } from './answer-cache.js';
 import { Meter, settleJob, type SettlementDeps } from './settlement.js';
 import { tierFacts, tierRule, type TierRule } from './served-tier.js';
 import { MovedToLane, type LaneMoves } from './lane-move.js';
@@ -80,6 +81,8 @@ class JobRun {
   private timings: { asked: number; leased: number } | undefined;
   /** A streamed answer's bill, begun once the vendor is done. */
   private billed: Promise<void> | undefined;
+  /** The answer's keeping in the response cache, once begun. */
+  private kept: Promise<void> | undefined;
 
   constructor(
     private readonly deps: ProcessorDeps,
@@ -202,6 +205,7 @@ class JobRun {
         return this.freeSlot();
       },
       startResponses: (job: ResponsesJob) => this.startResponses(job),
+      keepAnswer: () => this.keepInCache(),
     });
   }
 
@@ -224,6 +228,14 @@ class JobRun {
   private async finish(outcome: PipelineOutcome): Promise<GatewayJobResult> {
     switch (outcome.answer) {
       case 'publish': {
+        if (this.data.cache) {
+          // A request that opted into the cache: billed (the entry keeps its price) and stored before the answer goes,
+          // so the client's next identical request finds it.
+          await this.freeSlot();
+          this.billed = this.bill('completed');
+          await this.keepInCache();
+          return this.publisher.done(outcome.body);
+        }
         // The vendor has answered: its slot is for the next call while this one is billed and delivered.
         const [, , kept] = await Promise.all([this.freeSlot(), this.bill('completed'), this.publisher.done(outcome.body)]);
         return kept;
@@ -235,6 +247,7 @@ class JobRun {
       case 'sent':
         // Begun when the vendor was done, beside the stream's end.
         await this.billed;
+        await this.keepInCache();
         return outcome.result;
     }
   }
@@ -279,6 +292,7 @@ class JobRun {
   /** The client left (or cancelled) while the job ran: the vendor call was aborted, and what it produced is billed. */
   private async drop(): Promise<never> {
     this.log.info('client left or cancelled; vendor call aborted');
+    await endFlight(this.cacheDeps, this.data, 'failed');
     await this.responses?.cancel().catch((e: unknown) => this.log.warn({ err: e }, 'could not end the cancelled response'));
     await this.bill('cancelled');
     throw new ClientGoneError();
@@ -288,6 +302,7 @@ class JobRun {
   private async answerFailure(error: GatewayError): Promise<never> {
     const { data, request, log } = this;
     await this.bill('failed', error.code ?? error.type);
+    await endFlight(this.cacheDeps, data, 'failed');
     // The failure is the job's result: GET /v1/jobs/{id} reads it from the failed job's reason (and the
     // worker tells the job's watchers once BullMQ has recorded it).
     if (data.async) throw new AsyncJobFailure(error.toWire());
@@ -296,6 +311,19 @@ class JobRun {
     const answered = responses ? await responses.fail(error).catch((e: unknown) => (log.warn({ err: e }, 'could not end the response'), false)) : false;
     if (!answered) await this.publisher.error(error.toWire()).catch((e) => log.warn({ err: e }, 'could not publish error'));
     throw new AnsweredFailure(error.toWire());
+  }
+
+  /** Keeps the answer once its settlement has said its price; once per run. */
+  private keepInCache(): Promise<void> {
+    this.kept ??= (async () => {
+      await this.billed;
+      await keepAnswer(this.cacheDeps, this.data, this.produced);
+    })();
+    return this.kept;
+  }
+
+  private get cacheDeps(): AnswerCacheDeps {
+    return { redis: this.deps.redis, config: this.deps.config, log: this.log };
   }
 
   private startResponses(job: ResponsesJob): ResponsesRun {

@@ -9,6 +9,7 @@ import type { ReplyPublisher } from './reply-publisher.js';
 import type { Meter } from './settlement.js';
 import { meterEvents } from './text-pipeline.js';
 import type { CallContext } from './vendors/types.js';
+import { storedEvents } from './answers/answer-forms.js';
 
 /**
  * One `/v1/messages` job. A vendor that speaks the Messages API itself
@@ -28,14 +29,20 @@ export async function runMessages(
   clientStreams: boolean,
   produced: Meter,
   vendorDone: () => Promise<unknown>,
+  /** Keep the answer's forms for the response cache (`produced.cacheable`) once it ended well. */
+  keep = false,
+  /** Stores them before a stream's end goes out, so the client's next identical request finds them. */
+  beforeEnd?: () => Promise<void>,
 ): Promise<string | undefined> {
   const native = adapters[protocol].nativeMessages;
-  if (native) return relayNative(native.bind(adapters[protocol]), job, ctx, publisher, clientStreams, produced, vendorDone);
+  if (native) return relayNative(native.bind(adapters[protocol]), job, ctx, publisher, clientStreams, produced, vendorDone, keep, beforeEnd);
   const encoder = new MessagesStreamEncoder({ model: job.model, inputTokens: job.inputTokens, toolNames: toolNamesBack(job.anthropic.tools) });
+  let kept = '';
   try {
     for await (const events of adapterMethod(protocol, 'streamChat')(job.chat, ctx)) {
       const { frames, count } = encoder.encode(events);
       if (clientStreams && count > 0) publisher.chunk(frames, count);
+      if (keep) kept += frames;
       meterEvents(events, produced);
     }
   } finally {
@@ -45,7 +52,10 @@ export async function runMessages(
   }
   await vendorDone();
   const end = encoder.end();
-  if (!clientStreams) return JSON.stringify(encoder.message());
+  const body = JSON.stringify(encoder.message());
+  if (keep) produced.cacheable = { body, events: storedEvents(kept + end.frames) };
+  if (!clientStreams) return body;
+  if (keep) await beforeEnd?.();
   publisher.chunk(end.frames, end.count);
   await publisher.endStream('');
   return undefined;
@@ -59,8 +69,11 @@ async function relayNative(
   clientStreams: boolean,
   produced: Meter,
   vendorDone: () => Promise<unknown>,
+  keep: boolean,
+  beforeEnd: (() => Promise<void>) | undefined,
 ): Promise<string | undefined> {
-  const fold = clientStreams ? undefined : new AnthropicEventFold();
+  const fold = clientStreams && !keep ? undefined : new AnthropicEventFold();
+  const kept: Array<{ e: string; d: string }> = [];
   let frameId = 0;
   let usage: Meter['usage'];
   try {
@@ -71,7 +84,8 @@ async function relayNative(
         for (const answer of event.answers) if (answer.type === 'usage') usage = answer.usage;
         meterEvents(event.answers, produced);
         if (fold) fold.add(event.name, JSON.parse(event.data));
-        else frames += `id: ${frameId++}\nevent: ${event.name}\ndata: ${event.data}\n\n`;
+        if (keep) kept.push({ e: event.name, d: event.data });
+        if (clientStreams) frames += `id: ${frameId++}\nevent: ${event.name}\ndata: ${event.data}\n\n`;
       }
       if (frames !== '') publisher.chunk(frames, frameId - first);
     }
@@ -81,7 +95,10 @@ async function relayNative(
     if (produced.answerId !== undefined) produced.answerId = produced.answerId.replace(/^chatcmpl-/, '');
   }
   await vendorDone();
-  if (fold) return JSON.stringify(fold.message());
+  const body = fold ? JSON.stringify(fold.message()) : '';
+  if (keep) produced.cacheable = { body, events: kept };
+  if (!clientStreams) return body;
+  if (keep) await beforeEnd?.();
   await publisher.endStream('');
   return undefined;
 }

@@ -162,6 +162,14 @@ export function slotWaiter(vendor: string, change: 1 | -1): void {
   activeMetrics()?.vendorSlotWaiters.get(vendor).inc(change);
 }
 
+/** An answer was kept in the response cache: how many, and their bytes as stored, by model. */
+export function answerCached(model: string, bytes: number): void {
+  const metrics = activeMetrics();
+  if (!metrics) return;
+  metrics.cacheStored.get(model).inc();
+  metrics.cacheStoredBytes.get(model).inc(bytes);
+}
+
 /** A settlement was applied (once per request): its tokens and cost, by the catalog model the api resolved. */
 export function usageSettled(record: Pick<UsageEntry, 'model' | 'key_id' | 'input_tokens' | 'output_tokens' | 'cost_micros'>): void {
   const metrics = activeMetrics();

@@ -29,6 +29,8 @@ export interface PipelineRun {
   vendorDone(): Promise<void>;
   /** The vendor's part of an answer the pipeline ends itself is over: billing starts (beside the answer's end), and the slot is freed. */
   vendorDoneBilling(): Promise<void>;
+  /** Keeps the answer in the response cache (a request that opted in), billed first: a stream calls it before its end goes out. */
+  keepAnswer(): Promise<void>;
   /** The run's Responses encoder for this response, kept so a failure or a cancel ends the same response. */
   startResponses(job: ResponsesJob): ResponsesRun;
 }
@@ -49,11 +51,12 @@ export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Pr
   /** Chat, legacy completions and embeddings: streamed as the client's chunks, or one body. */
   async text(run) {
     const { job, protocol, request, ctx, publisher, produced, tier } = run;
+    const keep = job.data.cache !== undefined && !job.data.async;
     if (job.data.stream) {
-      await runTextStream(protocol, request, ctx, publisher, run.vendorDoneBilling, produced, tier);
+      await runTextStream(protocol, request, ctx, publisher, run.vendorDoneBilling, produced, tier, keep, run.keepAnswer);
       return { answer: 'sent', result: {} };
     }
-    const body = await callText(protocol, request, ctx, produced, tier);
+    const body = await callText(protocol, request, ctx, produced, tier, keep);
     await run.vendorDone();
     return { answer: 'publish', body };
   },
@@ -76,7 +79,8 @@ export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Pr
     }
     if (request.endpoint !== 'messages') throw new GatewayError(400, `${request.endpoint} is not a Messages endpoint.`);
     const streams = run.job.data.stream;
-    const body = await runMessages(run.protocol, request.payload, run.ctx, run.publisher, streams, run.produced, streams ? run.vendorDoneBilling : run.vendorDone);
+    const keep = run.job.data.cache !== undefined && !run.job.data.async;
+    const body = await runMessages(run.protocol, request.payload, run.ctx, run.publisher, streams, run.produced, streams ? run.vendorDoneBilling : run.vendorDone, keep, run.keepAnswer);
     return body === undefined ? { answer: 'sent', result: {} } : { answer: 'publish', body };
   },
 

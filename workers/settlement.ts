@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { CacheableAnswer } from '../shared/cache.js';
 import type { Redis } from 'ioredis';
 import { defaultAccountId } from '../shared/accounts.js';
 import { settle, type SettlePolicy } from '../shared/money/billing.js';
@@ -39,6 +40,10 @@ export class Meter {
    * reached no vendor, and used nothing), the band it was queued in.
    */
   servedTier: ServiceTier | undefined;
+  /** The answer in both client forms, for the response cache: set by a pipeline when the job's answer may be kept. */
+  cacheable: CacheableAnswer | undefined;
+  /** What the settlement billed (for the cache entry: what a hit saves). */
+  billed: { costMicros: number; input: number; cached: number; output: number } | undefined;
 }
 
 /** A count from the usage's `prompt_tokens_details` (0 when the vendor reports none). */
@@ -147,11 +152,14 @@ export async function settleJob(
     cost_micros: actualCost(deps.config, deps.prices, data.model, channel, metered, tier),
     service_tier: tier,
     status,
+    // A request that opted into the cache and went to the vendor (hits and shared calls are billed by the api).
+    ...(data.cache ? { cache: 'miss' as const } : {}),
     created: Math.floor(produced.started / 1000),
     duration_ms: Date.now() - produced.started,
     // The run's detail with what the meter saw of the answer.
     ...(detail ? { ...detail, answer_id: produced.answerId, finish_reason: produced.finishReason } : {}),
   };
+  produced.billed = { costMicros: entry.cost_micros, input: entry.input_tokens, cached: entry.cached_tokens, output: entry.output_tokens };
   for (let attempt = 1; ; attempt++) {
     try {
       // Marked settled until well past the job's deadline, when no attempt of it can run any more.

@@ -9,6 +9,7 @@ import type { ReplyPublisher } from './reply-publisher.js';
 import { adapterMethod } from './vendors/registry.js';
 import type { Answer, AnswerEvent, CallContext } from './vendors/types.js';
 import type { Meter } from './settlement.js';
+import { chatForms, foldAnswer } from './answers/answer-forms.js';
 
 function encoderOptions(request: EndpointRequest, ctx: CallContext, tier: TierRule): ChatEncoderOptions {
   const serviceTier = { serviceTier: tier.before, answeredTier: tier.answered };
@@ -43,11 +44,18 @@ export async function runTextStream(
   vendorDone: () => Promise<unknown>,
   produced: Meter,
   tier: TierRule,
+  /** Keep the answer's forms for the response cache (`produced.cacheable`) once the stream ended well. */
+  keep = false,
+  /** Stores them before the stream's end goes out, so the client's next identical request finds them. */
+  beforeEnd?: () => Promise<void>,
 ): Promise<void> {
-  const encoder = new ChatStreamEncoder(encoderOptions(request, ctx, tier));
+  const options = encoderOptions(request, ctx, tier);
+  const encoder = new ChatStreamEncoder(options);
+  const kept: AnswerEvent[] | undefined = keep ? [] : undefined;
   let named = false;
   try {
     for await (const events of streamFor(protocol, request, ctx)) {
+      if (kept) for (const event of events) kept.push(event);
       const { frames, count } = encoder.encode(events);
       if (!named && encoder.answerId !== undefined) {
         // A client may resume by the id its chunks carry as well as by the request id.
@@ -61,9 +69,11 @@ export async function runTextStream(
     produced.usage = encoder.usage;
     produced.servedTier = encoder.serviceTier;
   }
+  if (kept) produced.cacheable = chatForms(foldAnswer(kept), options);
   // The vendor is done: free its slot before the client hears the end, so a
   // client that sends its next request at once finds the slot free.
   await vendorDone();
+  if (keep) await beforeEnd?.();
   await publisher.endStream(streamTrailer);
 }
 
@@ -94,7 +104,7 @@ function keepAnswer(answer: Answer, produced: Meter): void {
  * A plain chat completion, legacy completion or embeddings call: the client's body (a chat completion says the
  * tier that served it: the gateway's, or a native vendor's word in its body); what it used, and that tier, go to `produced`.
  */
-export async function callText(protocol: Protocol, request: EndpointRequest, ctx: CallContext, produced: Meter, tier: TierRule): Promise<string> {
+export async function callText(protocol: Protocol, request: EndpointRequest, ctx: CallContext, produced: Meter, tier: TierRule, keep = false): Promise<string> {
   switch (request.endpoint) {
     case 'chat.completions':
     case 'completions': {
@@ -102,11 +112,16 @@ export async function callText(protocol: Protocol, request: EndpointRequest, ctx
       keepAnswer(answer, produced);
       const options = encoderOptions(request, ctx, tier);
       produced.servedTier = answerTier(answer, options);
+      if (keep) {
+        produced.cacheable = chatForms(answer, options);
+        return produced.cacheable.body;
+      }
       return encodeChatAnswer(answer, options);
     }
     case 'embeddings': {
       const answer = await adapterMethod(protocol, 'embed')(request.payload, ctx);
       produced.usage = answer.usage;
+      if (keep) produced.cacheable = { body: answer.body };
       return answer.body;
     }
     default:

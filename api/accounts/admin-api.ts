@@ -24,6 +24,16 @@ import { accountView, keyView, ledgerView } from './views.js';
 import { readUsage, usageQuerySchema } from './admin-usage.js';
 import { listRequests } from '../../storage/record/request-log.js';
 import { requestListQuerySchema } from './admin-requests.js';
+import { accountsWithEntries, purgeEntries } from '../../shared/cache.js';
+import { storableText } from '../../shared/schemas/common.js';
+import { z } from 'zod';
+
+/** `DELETE /admin/cache`: whose stored answers go (no filter: every account's). */
+const cachePurgeQuerySchema = z.strictObject({
+  account_id: storableText().min(1).max(200).optional(),
+  key_id: storableText().min(1).max(200).optional(),
+  model: storableText().min(1).max(200).optional(),
+});
 
 /*
  * Accounts, credits, keys and usage behind `Authorization: Bearer $ADMIN_TOKEN`
@@ -151,6 +161,16 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
   router.get('/usage', async (ctx) => {
     const query = parseStrict(usageQuerySchema, ctx.query);
     ctx.body = { object: 'list', data: await readUsage(store.record, query) };
+  });
+
+  // ---- the response cache: an account's stored answers, all or one key's or one model's, purged ----
+  router.delete('/cache', async (ctx) => {
+    const { account_id: accountId, key_id: keyId, model } = parseStrict(cachePurgeQuerySchema, ctx.query);
+    const filter = { ...(keyId !== undefined ? { keyId } : {}), ...(model !== undefined ? { model } : {}) };
+    const accountIds = accountId !== undefined ? [accountId] : await accountsWithEntries(store.redis);
+    let purged = 0;
+    for (const id of accountIds) purged += await purgeEntries(store.redis, id, filter);
+    ctx.body = { object: 'cache.purge', purged };
   });
 
   return router;

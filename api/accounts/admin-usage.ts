@@ -108,6 +108,7 @@ export function groupUsage(loaded: readonly UsageDailyTable[], query: Omit<Usage
       audio_seconds: totals.audio_seconds,
       video_seconds: totals.video_seconds,
       cost_usd: totals.cost_micros / 1e6,
+      saved_micros: totals.saved_micros,
     };
     return row;
   });

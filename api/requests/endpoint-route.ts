@@ -6,6 +6,8 @@ import type { PriceList } from '../../shared/money/pricing.js';
 import { grantedTier, laneOf } from '../../shared/scheduling/index.js';
 import { servingTier } from '../../shared/service-tier.js';
 import { speaksAnthropic } from '../../shared/messages.js';
+import { activeMetrics } from '../../shared/metrics.js';
+import { missStatus, type AnswerCache } from '../relay/answer-cache.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import type { KeyedContext, KeyedState } from './request-context.js';
 import { noteModel } from '../http/metrics.js';
@@ -25,6 +27,8 @@ import { noteEnqueued, noteError, noteFirstChunk, noteLoggedModel, watchRequest,
 
 export interface EndpointRouteDeps extends EnqueueDeps, HeldReplyDeps {
   models: ModelResolver;
+  /** The response cache's api half. */
+  cache: AnswerCache;
   blobs: BlobStore;
   prices: PriceList;
   logs: EventLogs;
@@ -123,12 +127,34 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
   const lane = laneOf(deps.queues.laneNames, model);
   if (lane !== undefined) origin.lane = lane;
   const job = buildJob(name, accepted, origin, mode, deps.config);
-  // The worst case this request may cost, reserved as it is queued; settled by the worker with the actual cost.
   const request = { endpoint: name, payload: accepted.payload } as EndpointRequest;
+  // A request that opted into the response cache: answered from it when a fresh answer is there (never queued), or
+  // from an identical request's call in flight; else its job keeps its answer (shared/cache.ts).
+  const cache = mode === 'held' ? deps.cache.plan(ctx, request, model.id, access, { async: false, bodyBytes: Number(ctx.get('content-length')) || 0 }) : undefined;
+  if (cache) {
+    cache.job.hash = cache.hash;
+    const hit = await deps.cache.read(cache);
+    if (hit) {
+      await deps.cache.answer(ctx, hit, request, { stream, result: 'hit', access, keyId, modelId: model.id });
+      return;
+    }
+  }
+  // The worst case this request may cost, reserved as it is queued; settled by the worker with the actual cost.
   const estimate = worstCase(deps.config, deps.prices, request, model.id, model.routes[0]?.vendor, accepted.promptTokens ?? 0);
   // Its lane's waiting room first: an account past its share is refused here, before anything is reserved.
   const weight = access.weight ?? 1;
   const queue = queueFor(deps, job, { accountId: access.accountId, weight });
+  if (cache) {
+    // Admitted: it may share an identical request's call in flight, or become the one the next ones share.
+    const shared = await deps.cache.share(cache, job.id, stream, job.deadline);
+    if (shared) {
+      await deps.cache.answer(ctx, shared, request, { stream, result: 'coalesced', access, keyId, modelId: model.id });
+      return;
+    }
+    job.data.cache = cache.job;
+    ctx.set('cache-status', missStatus(cache));
+    activeMetrics()?.cacheRequests.get(model.id, 'miss').inc();
+  }
   // Its place in the queue: its tier's band, and its account's fair share within it, counted in its reserved tokens.
   // A capped vendor's lane is where jobs wait; the shared lane, only once its workers are all busy (jobs were
   // waiting at the last count, every 200 ms).
@@ -138,7 +164,11 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
   // A held request's reply is expected before its job is queued: what the job publishes from its first moment is kept.
   const reply = mode === 'held' ? deps.hub.expect(job.id, stream) : undefined;
   try {
-    const enqueued = await enqueue(deps, queue, job, { spend: { access, estimate }, fair, ...(accepted.beforeAdd ? { beforeAdd: accepted.beforeAdd } : {}) }, log);
+    const enqueued = await enqueue(deps, queue, job, { spend: { access, estimate }, fair, ...(accepted.beforeAdd ? { beforeAdd: accepted.beforeAdd } : {}) }, log).catch(async (error: unknown) => {
+      // Refused (or Redis away): the requests waiting on this one's call run their own.
+      if (cache) await deps.cache.abandon(cache, job.id);
+      throw error;
+    });
     ctx.set(enqueued.headers);
     noteEnqueued(ctx);
     if (ctx.state.trace) traceQueued(ctx.state.trace, job.data, job.queue);

@@ -18,6 +18,14 @@ export type RequestStatus = (typeof requestStatuses)[number];
 export type SettledStatus = Exclude<RequestStatus, 'refused'>;
 
 /**
+ * How the response cache took part in a request: answered from it (`hit`), shared another identical
+ * request's vendor call (`coalesced`), or went to the vendor and had its answer stored (`miss`). A
+ * request that did not use the cache has none (absent in the usage entry, null in the record).
+ */
+export const cacheMarks = ['hit', 'miss', 'coalesced'] as const;
+export type CacheMark = (typeof cacheMarks)[number];
+
+/**
  * The worker's part of the request log, carried in the settlement's usage
  * entry (a field left out, or undefined, is not written).
  */
@@ -59,6 +67,10 @@ export interface UsageEntry extends UsageColumns, RunDetail {
   status: SettledStatus;
   /** The tier that served it, whose prices it cost. */
   service_tier: ServiceTier;
+  /** How the response cache took part, when it did. */
+  cache?: CacheMark;
+  /** Integer micro-dollars the cache saved it: the stored answer's price less what this request was billed (0 or absent when none). */
+  saved_micros?: number;
 }
 
 /** What the request log knows of how a request ran, each null until one of its halves says (the api's log event, the worker's settlement). */
@@ -91,6 +103,10 @@ export interface RequestView extends UsageAmounts, RequestLogColumns {
   service_tier: ServiceTier | string;
   cost_usd: number;
   cost_micros: number;
+  /** How the response cache took part (`hit`, `miss`, `coalesced`); null when it did not. */
+  cache: CacheMark | null;
+  /** Integer micro-dollars the cache saved it (0 when none). */
+  saved_micros: number;
   /** Whether what it used and cost is in yet (a request still running, or refused, has none). */
   settled: boolean;
 }
@@ -103,6 +119,8 @@ export interface UsageTotals extends UsageAmounts {
   key_id?: string;
   requests: number;
   cost_usd: number;
+  /** Integer micro-dollars the response cache saved these requests. */
+  saved_micros: number;
 }
 
 /** A report's row by key, with the key's name (kept when it was revoked, and marked) and its account. */

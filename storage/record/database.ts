@@ -77,6 +77,10 @@ export interface UsageTable extends UsageColumns, RequestLogColumns {
   settled: Generated<boolean>;
   /** The tier that served it (priority, default or flex): its token prices were that tier's. */
   service_tier: Generated<string>;
+  /** How the response cache took part (`hit`, `miss`, `coalesced`, shared/money/usage.ts `cacheMarks`); null when it did not. */
+  cache: string | null;
+  /** Integer micro-dollars the response cache saved the request (0 when none). */
+  saved_micros: Generated<number>;
 }
 
 /** One row per UTC day, account, key and model: the sums of its usage rows, one column per usage metric. */

@@ -185,6 +185,25 @@ const migrations: Record<string, Migration> = {
           constraint accounts_service_tiers_check check (service_tiers ~ '^(priority|default|flex)(,(priority|default|flex))*$')`.execute(db);
     },
   },
+  // How the response cache took part in each request (`cache`: hit, miss or coalesced; NULL, as every row before,
+  // when it did not) and what it saved (`saved_micros`), summed in the day totals too. Nullable or with a constant
+  // default: added without rewriting either table. The check is added NOT VALID, so the usage table is not scanned
+  // under the lock: every row before is NULL, and every row written after is checked.
+  '0008_cache_marks': {
+    async up(db: Kysely<unknown>) {
+      await db.transaction().execute(async (db) => {
+        await sql`
+          alter table usage
+            add column if not exists cache text,
+            add column if not exists saved_micros bigint not null default 0`.execute(db);
+        const checked = await sql`select 1 from pg_constraint where conname = 'usage_cache_check'`.execute(db);
+        if (checked.rows.length === 0) {
+          await sql`alter table usage add constraint usage_cache_check check (cache in ('hit', 'miss', 'coalesced')) not valid`.execute(db);
+        }
+        await sql`alter table usage_daily add column if not exists saved_micros bigint not null default 0`.execute(db);
+      });
+    },
+  },
 };
 
 /** The request log's indexes: name and definition (after `on usage`). */

@@ -1,5 +1,5 @@
 import { sql, type Selectable } from 'kysely';
-import type { RequestView } from '../../shared/money/usage.js';
+import { cacheMarks, type CacheMark, type RequestView } from '../../shared/money/usage.js';
 import type { ServiceTier } from '../../shared/service-tier.js';
 import type { RecordDb, UsageTable } from './database.js';
 
@@ -54,6 +54,8 @@ export function requestView(row: Selectable<UsageTable>): RequestView {
     video_seconds: row.video_seconds,
     cost_usd: row.cost_micros / 1_000_000,
     cost_micros: row.cost_micros,
+    cache: cacheMarks.includes(row.cache as CacheMark) ? (row.cache as CacheMark) : null,
+    saved_micros: row.saved_micros,
     settled: row.settled,
   };
 }

@@ -6,7 +6,7 @@ import { isCluster } from '../../shared/redis.js';
 import type { Logger } from '../../shared/logger.js';
 import { activeMetrics } from '../../shared/metrics.js';
 import type { RecordDb, RecordTables, UsageDailyTable, UsageTable } from './database.js';
-import { requestStatuses, type RequestStatus, type RunDetail } from '../../shared/money/usage.js';
+import { cacheMarks, requestStatuses, type CacheMark, type RequestStatus, type RunDetail } from '../../shared/money/usage.js';
 import { logField } from '../../shared/request-log.js';
 import { serviceTiers, type ServiceTier } from '../../shared/service-tier.js';
 
@@ -76,6 +76,10 @@ const num = (value: unknown) => (Number.isFinite(Number(value)) ? Number(value) 
 const text = (value: unknown) => (typeof value === 'string' && value !== '' ? value.slice(0, 200) : null);
 /** A tier as the record keeps it: one the gateway serves in, else (a record from before tiers) `default`. */
 const tier = (value: unknown): ServiceTier => (serviceTiers.includes(value as ServiceTier) ? (value as ServiceTier) : 'default');
+/** How the response cache took part, as the record keeps it: one of `cacheMarks`, else (none, or a value this code does not know) null. */
+const cacheMark = (value: unknown): CacheMark | null => (cacheMarks.includes(value as CacheMark) ? (value as CacheMark) : null);
+/** Micro-dollars the cache saved: a non-negative safe integer, else 0. */
+const savedMicros = (value: unknown): number => (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 ? value : 0);
 const count = (value: unknown) => (value === undefined || value === null || !Number.isFinite(Number(value)) ? null : Math.max(0, Math.min(2_147_483_647, Math.round(Number(value)))));
 
 /**
@@ -132,6 +136,8 @@ export function usageRow(fields: readonly string[]): UsageRow | undefined {
     queue_ms: count(parsed.queue_ms),
     error_code: text(parsed.error_code),
     service_tier: tier(parsed.service_tier),
+    cache: cacheMark(parsed.cache),
+    saved_micros: savedMicros(parsed.saved_micros),
   };
 }
 
@@ -162,10 +168,11 @@ export function logRow(fields: readonly string[]): LogRow | undefined {
  * A settlement's row: every column but `settled` and the api's own, which it
  * carries too when its request's log event came in the same batch (then
  * `arrived`, the log's `created`, is the row's time; the day totals keep the
- * settlement's).
+ * settlement's). The cache's columns are the worker's alone, as the tier's
+ * are (left out: no cache use, nothing saved).
  */
-export type UsageRow = Omit<UsageTable, 'settled' | 'service_tier' | LogOnly | UsageDetailColumn> &
-  Partial<Pick<UsageTable, UsageDetailColumn | LogOnly>> & { arrived?: number; service_tier?: ServiceTier };
+export type UsageRow = Omit<UsageTable, 'settled' | 'service_tier' | 'cache' | 'saved_micros' | LogOnly | UsageDetailColumn> &
+  Partial<Pick<UsageTable, UsageDetailColumn | LogOnly>> & { arrived?: number; service_tier?: ServiceTier; cache?: CacheMark | null; saved_micros?: number };
 type LogOnly = 'stream' | 'http_status' | 'latency_ms' | 'ttft_ms';
 /** The worker's part of the request log, as the settlement's usage entry carries it. */
 type UsageDetailColumn = keyof RunDetail;
@@ -283,6 +290,8 @@ export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly U
           finish_reason: eb.ref('excluded.finish_reason'),
           queue_ms: eb.ref('excluded.queue_ms'),
           service_tier: eb.ref('excluded.service_tier'),
+          cache: eb.ref('excluded.cache'),
+          saved_micros: eb.ref('excluded.saved_micros'),
           endpoint: sql`coalesce(usage.endpoint, excluded.endpoint)`,
           error_code: sql`coalesce(usage.error_code, excluded.error_code)`,
           // A settlement that brought its log event (a delivery again of both, after a log row of an earlier one).
@@ -320,6 +329,7 @@ export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly U
     t.audio_seconds += Math.round(row.audio_seconds);
     t.video_seconds += Math.round(row.video_seconds);
     t.cost_micros += row.cost_micros;
+    t.saved_micros += row.saved_micros ?? 0;
     lastUsed.set(row.key_id, Math.max(lastUsed.get(row.key_id) ?? 0, row.created));
     if (row.cost_micros !== 0) {
       accounts.set(row.account_id, (accounts.get(row.account_id) ?? 0) + row.cost_micros);

@@ -10,7 +10,7 @@ import { buildOnce } from '../support/build.js';
 import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { followsMoneyRule } from '../support/money-rule.js';
 import { testRecord } from '../support/record.js';
-import { writeLog, type LogRow } from '../../storage/record/usage-writer.js';
+import { writeLog, writeUsage, type LogRow, type UsageRow } from '../../storage/record/usage-writer.js';
 
 /*
  * The console's Activity page (the request log) and the Usage page's latency
@@ -471,5 +471,70 @@ describe('console activity page in a real browser', () => {
     assert.equal(await page.getByLabel('Tier').inputValue(), '');
     await shoot(page, 'activity-tiers-desktop');
     await closeClean(context, 'tiers, desktop');
+  });
+
+  it('marks a request answered from the response cache and one that shared a vendor call, and the Usage page says what the cache saved', async () => {
+    // A member of their own whose settlements are written as the usage writer writes them: a hit, a shared call, a miss and one without the cache.
+    const email = 'cache@activity-browser.test';
+    const password = 'cache-password';
+    const account = (await (await adminApi('POST', '/admin/accounts', { email, password, role: 'member' })).json()) as { id: string };
+    const key = (await (await adminApi('POST', '/admin/keys', { name: 'cache key', account_id: account.id })).json()) as { id: string };
+    const now = Math.floor(Date.now() / 1000);
+    const marks = [
+      ['hit', 1234, 0],
+      ['coalesced', 0, 900],
+      ['miss', 0, 900],
+      [undefined, 0, 900],
+    ] as const;
+    const rows: UsageRow[] = marks.map(([cache, saved, cost], i) => ({
+      request_id: `req_cache_${cache ?? 'none'}`,
+      account_id: account.id,
+      key_id: key.id,
+      model,
+      vendor: 'mock',
+      input_tokens: 10,
+      cached_tokens: 0,
+      output_tokens: 5,
+      images: 0,
+      audio_seconds: 0,
+      video_seconds: 0,
+      cost_micros: cost,
+      status: 'completed',
+      created: now - 10 * (i + 1),
+      duration_ms: 12,
+      endpoint: 'chat.completions',
+      ...(cache ? { cache } : {}),
+      saved_micros: saved,
+    }));
+    const record = await testRecord(redisUrl);
+    await record.transaction().execute((tx) => writeUsage(tx, rows));
+
+    const context = await newContext();
+    const page = await context.newPage();
+    await signIn(page, email, password);
+    await page.goto('/console/activity');
+    await rowsShown(page, 4, 'the cache\'s requests');
+    // Newest first: the hit, the shared call, then the miss and the request without the cache, unmarked.
+    const badges = await bodyRows(page).evaluateAll((trs) => trs.map((tr) => tr.querySelector('.cache-badge')?.textContent?.trim() ?? ''));
+    assert.deepEqual(badges, ['cached', 'shared', '', '']);
+    assert.ok((await tableOverflow(page)) <= 1, 'at 1280 px every column is in sight, the cache badges included');
+    await shoot(page, 'activity-cache-desktop');
+    await bodyRows(page).first().getByRole('button').click();
+    const dialog = page.getByRole('dialog', { name: 'Request details' });
+    await dialog.waitFor();
+    const detail = async (label: string) => (await dialog.locator('.detail').filter({ has: page.getByText(label, { exact: true }) }).locator('dd').innerText()).trim();
+    assert.match(await detail('Cost'), /saved \$0\.001234/);
+    assert.equal(await detail('Response cache'), 'Hit');
+    await shoot(page, 'activity-cache-detail-desktop');
+    await page.keyboard.press('Escape');
+    await dialog.waitFor({ state: 'detached' });
+
+    await page.goto('/console/usage');
+    const spend = page.locator('.stat').filter({ has: page.getByText('Spend', { exact: true }) });
+    await spend.locator('.stat-note').waitFor();
+    assert.equal((await spend.locator('.stat-note').innerText()).trim(), 'saved $0.001234');
+    assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth));
+    await shoot(page, 'usage-cache-saved-desktop');
+    await closeClean(context, 'cache, desktop');
   });
 });

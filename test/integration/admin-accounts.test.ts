@@ -239,8 +239,8 @@ describe('admin API: accounts, credits, keys and usage', () => {
 
     const usage = async (query: string) => ((await admin('GET', `/admin/usage?${query}`)).json.data as Json[]).map(({ cached_tokens: _, ...row }) => row);
     assert.deepEqual(await usage('group_by=day&account_id=acct_u'), [
-      { day: yesterday, requests: 3, input_tokens: 30, output_tokens: 0, images: 0, audio_seconds: 0, video_seconds: 0, cost_usd: 1.25 },
-      { day: today, requests: 1, input_tokens: 0, output_tokens: 0, images: 2, audio_seconds: 0, video_seconds: 0, cost_usd: 0.04 },
+      { day: yesterday, requests: 3, input_tokens: 30, output_tokens: 0, images: 0, audio_seconds: 0, video_seconds: 0, cost_usd: 1.25, saved_micros: 0 },
+      { day: today, requests: 1, input_tokens: 0, output_tokens: 0, images: 2, audio_seconds: 0, video_seconds: 0, cost_usd: 0.04, saved_micros: 0 },
     ]);
     assert.deepEqual(
       (await usage('group_by=model')).map((r) => [r.model, r.requests]),

@@ -8,7 +8,8 @@ import OpenAI, { toFile } from 'openai';
 import { sql } from 'kysely';
 import { freshRedis, paidAccountKey, requestRecord, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { testRecord, usageRows, waitForUsage } from '../support/record.js';
-import { mergeHalves, writeLog, writeUsage, type LogRow, type UsageRow } from '../../storage/record/usage-writer.js';
+import { mergeHalves, usageRow, writeLog, writeUsage, type LogRow, type UsageRow } from '../../storage/record/usage-writer.js';
+import { findRequest, requestView } from '../../storage/record/request-log.js';
 import type { RecordDb } from '../../storage/record/database.js';
 import type { RequestView } from '../../shared/money/usage.js';
 import { loadHotState } from '../../storage/record/hot-state.js';
@@ -603,5 +604,74 @@ describe('the request log writer: the two halves in either order', () => {
     await redis.xadd(usageStreamKey(billingBucket('acct_h')), '*', 'usage', JSON.stringify(pending));
     await loadHotState(redis, db);
     assert.equal((await readBill(redis, 'acct_h'))?.balanceMicros, 5_000_000 - 1234);
+  });
+
+  it('keeps how the response cache took part and what it saved, from the settlement\'s entry to the request\'s view and the day totals', async () => {
+    const applied = await sql<{ name: string }>`select name from record_migrations order by name`.execute(db);
+    assert.ok(applied.rows.some((row) => row.name === '0008_cache_marks'), applied.rows.map((row) => row.name).join(' '));
+    await sql`insert into accounts (id, created) values ('acct_c', 0)`.execute(db);
+    await sql`insert into api_keys (id, account_id, created, hash) values ('key_c', 'acct_c', 0, 'hc')`.execute(db);
+    // The settlement's usage entry as the stream carries it (JSON in its `usage` field).
+    const entry = (id: string, extra: Record<string, unknown>) =>
+      usageRow(['usage', JSON.stringify({ ...usage(id, 500), account_id: 'acct_c', key_id: 'key_c', service_tier: 'default', ...extra })])!;
+    const hit = entry('rc-hit', { cache: 'hit', saved_micros: 1234, cost_micros: 0 });
+    const shared = entry('rc-shared', { cache: 'coalesced', saved_micros: 0 });
+    const miss = entry('rc-miss', { cache: 'miss' });
+    const none = entry('rc-none', {});
+    // What this code does not know is no mark, and nothing saved.
+    const odd = entry('rc-odd', { cache: 'warm', saved_micros: -5 });
+    const fraction = entry('rc-fraction', { cache: 'HIT', saved_micros: 1.5 });
+    const huge = entry('rc-huge', { cache: null, saved_micros: 2 ** 53 });
+    const text = entry('rc-text', { cache: ['hit'], saved_micros: '1234' });
+    assert.deepEqual(
+      [hit, shared, miss, none, odd, fraction, huge, text].map((row) => [row.request_id, row.cache, row.saved_micros]),
+      [
+        ['rc-hit', 'hit', 1234],
+        ['rc-shared', 'coalesced', 0],
+        ['rc-miss', 'miss', 0],
+        ['rc-none', null, 0],
+        ['rc-odd', null, 0],
+        ['rc-fraction', null, 0],
+        ['rc-huge', null, 0],
+        ['rc-text', null, 0],
+      ],
+    );
+
+    // The api's half of the hit first; the halves of the miss in one batch; the odd one's log after its settlement.
+    const logOf = (id: string) => ({ ...logged(id), account_id: 'acct_c', key_id: 'key_c' });
+    await db.transaction().execute((tx) => writeLog(tx, [logOf('rc-hit')]));
+    const batch = mergeHalves([hit, shared, miss, none, odd], [logOf('rc-miss')]);
+    assert.deepEqual(batch.logs, []);
+    assert.equal(await db.transaction().execute((tx) => writeUsage(tx, batch.rows)), 5);
+    await db.transaction().execute((tx) => writeLog(tx, [logOf('rc-odd'), logOf('rc-hit')]));
+    // Delivered again: nothing changes, nothing is counted twice.
+    assert.equal(await db.transaction().execute((tx) => writeUsage(tx, [hit])), 0);
+
+    const ids = ['rc-hit', 'rc-miss', 'rc-none', 'rc-odd', 'rc-shared'];
+    const views = (await db.selectFrom('usage').selectAll().where('request_id', 'in', ids).orderBy('request_id').execute()).map(requestView);
+    assert.deepEqual(
+      views.map((view) => [view.id, view.cache, view.saved_micros, view.settled, view.http_status, view.cost_micros]),
+      [
+        ['rc-hit', 'hit', 1234, true, 200, 0],
+        ['rc-miss', 'miss', 0, true, 200, 500],
+        ['rc-none', null, 0, true, null, 500],
+        ['rc-odd', null, 0, true, 200, 500],
+        ['rc-shared', 'coalesced', 0, true, null, 500],
+      ],
+    );
+    // As `GET /v1/generation` reads it, by request id and by answer id.
+    const generation = await findRequest(db, 'rc-hit', 'key_c');
+    assert.equal(generation?.cache, 'hit');
+    assert.equal(generation?.saved_micros, 1234);
+    assert.equal(generation?.cost_usd, 0);
+    assert.equal((await findRequest(db, 'chatcmpl-rc-hit', 'key_c'))?.saved_micros, 1234);
+
+    // The day totals sum what was saved, as they sum the cost.
+    const daily = await db.selectFrom('usage_daily').select([sql<number>`sum(saved_micros)`.as('saved'), sql<number>`sum(requests)`.as('requests')]).where('account_id', '=', 'acct_c').executeTakeFirstOrThrow();
+    assert.deepEqual([Number(daily.saved), Number(daily.requests)], [1234, 5]);
+
+    // The record itself takes no other mark, and no NULL saving.
+    await assert.rejects(sql`update usage set cache = 'warm' where request_id = 'rc-none'`.execute(db), (error: { code?: string }) => error.code === '23514');
+    await assert.rejects(sql`update usage set saved_micros = null where request_id = 'rc-none'`.execute(db), (error: { code?: string }) => error.code === '23502');
   });
 });

@@ -82,6 +82,23 @@ function StatusBadge({ status }: { status: string }) {
 
 const tierLabel = (tier: string) => tier[0]!.toUpperCase() + tier.slice(1);
 
+/** How the response cache took part: a badge for an answer from it or a shared vendor call (a miss is a request as any other). */
+const cacheBadges: Partial<Record<string, { label: string; title: string }>> = {
+  hit: { label: 'cached', title: 'Answered from the response cache' },
+  coalesced: { label: 'shared', title: "Shared an identical request's vendor call" },
+};
+
+function CacheBadge({ cache }: { cache: string | null | undefined }) {
+  const badge = cache ? cacheBadges[cache] : undefined;
+  return badge ? (
+    <span class="badge cache-badge" title={badge.title}>
+      {badge.label}
+    </span>
+  ) : null;
+}
+
+const cacheLabels: Record<string, string> = { hit: 'Hit', miss: 'Miss', coalesced: 'Shared' };
+
 /** What a request cost: nothing for a refusal, "—" while its settlement is still to come. */
 function cost(row: RequestView): string {
   if (row.settled || row.status === 'refused') return money(row.cost_usd);
@@ -132,11 +149,13 @@ function RequestDetails({ row, keyName, accountName, onClose }: { row: RequestVi
         <Detail label="Cost">
           {cost(row)}
           {!row.settled && row.status !== 'refused' && <span class="muted small"> (not settled yet)</span>}
+          {row.saved_micros > 0 && <span class="muted small"> (saved {money(row.saved_micros / 1_000_000)})</span>}
         </Detail>
         <Detail label="Input tokens">{row.settled ? count(row.input_tokens) : '—'}</Detail>
         <Detail label="Cached tokens">{row.settled ? count(row.cached_tokens) : '—'}</Detail>
         <Detail label="Output tokens">{row.settled ? count(row.output_tokens) : '—'}</Detail>
         <Detail label="Media">{row.settled ? media(row) : '—'}</Detail>
+        {row.cache && <Detail label="Response cache">{cacheLabels[row.cache] ?? row.cache}</Detail>}
       </dl>
       <h3 class="detail-heading">Outcome</h3>
       <dl class="details">
@@ -489,6 +508,7 @@ export function ActivityPage() {
                         {row.service_tier}
                       </span>
                     )}
+                    <CacheBadge cache={row.cache} />
                   </td>
                   <td class="num col-detail col-http">{row.http_status ?? '—'}</td>
                   <td class="num col-latency">{duration(row.latency_ms)}</td>

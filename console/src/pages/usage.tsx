@@ -9,7 +9,7 @@ import type { Account, Key, List, UsageReport, UsageTotals, KeyUsageTotals } fro
 
 const palette = ['#6366f1', '#10b981', '#f59e0b', '#ef4444', '#06b6d4', '#8b5cf6', '#ec4899', '#84cc16'];
 const otherColor = '#cbd5e1';
-const zero: UsageTotals = { requests: 0, input_tokens: 0, cached_tokens: 0, output_tokens: 0, images: 0, audio_seconds: 0, video_seconds: 0, cost_usd: 0 };
+const zero: UsageTotals = { requests: 0, input_tokens: 0, cached_tokens: 0, output_tokens: 0, images: 0, audio_seconds: 0, video_seconds: 0, cost_usd: 0, saved_micros: 0 };
 
 function media(row: UsageTotals): string {
   const parts: string[] = [];
@@ -24,11 +24,13 @@ function axisMoney(value: number): string {
   return money(value);
 }
 
-function Stat({ label, value, loading }: { label: string; value: string; loading: boolean }) {
+function Stat({ label, value, loading, note }: { label: string; value: string; loading: boolean; note?: string | undefined }) {
   return (
     <div class="stat">
       <dt class="stat-label">{label}</dt>
       <dd class="stat-value">{loading ? <span class="skeleton skeleton-stat" aria-hidden="true" /> : value}</dd>
+      {/* Under the value: beside it, a stat's narrow box would cut it off. */}
+      {note && !loading && <dd class="stat-note muted small">{note}</dd>}
     </div>
   );
 }
@@ -191,7 +193,8 @@ export function UsagePage() {
       </div>
       <ErrorMessage message={report.error} />
       <dl class="stats" aria-busy={loading}>
-        <Stat label="Spend" value={money(totals.cost_usd)} loading={loading} />
+        {/* What the response cache saved (its hits billed less than the answers they reused), when it saved anything. */}
+        <Stat label="Spend" value={money(totals.cost_usd)} note={(totals.saved_micros ?? 0) > 0 ? `saved ${money(totals.saved_micros / 1_000_000)}` : undefined} loading={loading} />
         <Stat label="Requests" value={count(totals.requests)} loading={loading} />
         <Stat label="Input tokens" value={count(totals.input_tokens)} loading={loading} />
         <Stat label="Output tokens" value={count(totals.output_tokens)} loading={loading} />

@@ -1,0 +1,279 @@
+import { createHash } from 'node:crypto';
+import { promisify } from 'node:util';
+import { gunzip, gzip } from 'node:zlib';
+import type { Redis } from 'ioredis';
+import type { Endpoint, EndpointRequest } from './endpoints.js';
+import { cacheBytesKey, cacheEntryKey, cacheFlightKey, cacheIndexKey, cacheMetaKey } from './redis-keys.js';
+
+/**
+ * The response cache: an exact answer cache per account, opted into per
+ * request with the standard `Cache-Control` request header, and the
+ * coalescing of identical requests in flight. The api reads entries (a hit
+ * never enters the queue) and marks a job that may store its answer; the
+ * worker writes the entry once the answer ended well. An entry holds the
+ * answer in both forms, the body and the stream's events, so a stream can be
+ * replayed to a client that asked for a body and the reverse.
+ */
+
+/** What a request's `Cache-Control` asks (RFC 9111 §5.2.1): absent fields ask nothing. */
+export interface CacheDirective {
+  /** `max-age=N`: an answer up to N seconds old will do (and the answer is kept that long). */
+  maxAgeS?: number;
+  /** `no-cache`: ask the vendor again, and store its answer. */
+  noCache: boolean;
+  /** `no-store`: neither read nor write. */
+  noStore: boolean;
+}
+
+/** Reads a `Cache-Control` request header; directives this cache has no use for are ignored, as RFC 9111 says. */
+export function readCacheControl(header: string): CacheDirective {
+  const directive: CacheDirective = { noCache: false, noStore: false };
+  for (const part of header.split(',')) {
+    const [name = '', value] = part.trim().split('=', 2) as [string, string | undefined];
+    const key = name.trim().toLowerCase();
+    if (key === 'no-cache') directive.noCache = true;
+    else if (key === 'no-store') directive.noStore = true;
+    else if (key === 'max-age' && value !== undefined) {
+      // delta-seconds: digits only (RFC 9111 §1.2.2), quoted or not; an empty value means nothing.
+      const digits = value.trim().replace(/^"(.*)"$/, '$1');
+      if (/^\d{1,20}$/.test(digits)) directive.maxAgeS = Math.min(Number(digits), 2 ** 31 - 1);
+    }
+  }
+  return directive;
+}
+
+/** The endpoints whose answers are cached: text answers, whose request says all that shapes them. */
+export const cachedEndpoints: ReadonlySet<Endpoint> = new Set(['chat.completions', 'completions', 'embeddings', 'messages']);
+
+/** Fields that do not change an answer: left out of a request's hash, so requests that differ only there share one. */
+const answerNeutral: Readonly<Record<string, ReadonlySet<string>>> = {
+  'chat.completions': new Set(['stream', 'stream_options', 'user', 'service_tier', 'metadata', 'store', 'safety_identifier', 'prompt_cache_key']),
+  completions: new Set(['stream', 'stream_options', 'user', 'service_tier']),
+  embeddings: new Set(['user']),
+  messages: new Set(['stream', 'metadata', 'service_tier', 'model']),
+};
+
+/** JSON with every object's keys in order: two requests that differ only in key order or spacing write the same text. */
+export function canonicalJson(value: unknown): string {
+  if (value === null || typeof value !== 'object') return JSON.stringify(value) ?? 'null';
+  if (Array.isArray(value)) return `[${value.map((item) => canonicalJson(item === undefined ? null : item)).join(',')}]`;
+  const record = value as Record<string, unknown>;
+  const keys = Object.keys(record)
+    .filter((key) => record[key] !== undefined)
+    .sort();
+  return `{${keys.map((key) => `${JSON.stringify(key)}:${canonicalJson(record[key])}`).join(',')}}`;
+}
+
+/**
+ * The hash a request is stored and found by: its endpoint, the catalog model it resolved to, and its payload in
+ * canonical form without the fields that do not change the answer. The account is in the key's name, never here:
+ * entries are never shared across accounts.
+ */
+export function requestHash(request: EndpointRequest, modelId: string): string {
+  const payload = (request.endpoint === 'messages' ? request.payload.anthropic : request.payload) as Record<string, unknown>;
+  const neutral = answerNeutral[request.endpoint] ?? new Set<string>();
+  const kept: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(payload)) if (!neutral.has(key) && key !== 'model') kept[key] = value;
+  return createHash('sha256').update(`${request.endpoint}\n${modelId}\n${canonicalJson(kept)}`).digest('hex');
+}
+
+/** One event of a stored stream: its `event:` name where the dialect has one (Anthropic's), and its data. */
+export interface StoredEvent {
+  e?: string;
+  d: string;
+}
+
+/** The two forms of a stored answer, as the worker makes them from what the vendor answered. */
+export interface CacheableAnswer {
+  /** The body a client that asked for no stream gets. */
+  body: string;
+  /** The stream's events, without the usage chunk and the `[DONE]` trailer of OpenAI's streams (absent: no stream form, embeddings). */
+  events?: StoredEvent[];
+  /** OpenAI's usage chunk, sent to a client that asked `stream_options.include_usage`. */
+  usage?: string;
+  /** The trailer an OpenAI stream ends with (`data: [DONE]`); Anthropic's streams have none. */
+  trailer?: string;
+}
+
+/** An entry as stored: the answer, and what a hit needs to say and bill. */
+export interface CacheEntry extends CacheableAnswer {
+  v: 1;
+  /** Epoch ms it was stored. */
+  created: number;
+  /** Epoch ms it expires. */
+  expires: number;
+  endpoint: Endpoint;
+  model: string;
+  /** What the answer cost when it was asked for: what a hit saves. */
+  costMicros: number;
+  /** The answer's usage as billed (input, cached, output tokens), for the hit's record. */
+  tokens: { input: number; cached: number; output: number };
+}
+
+/** What the job of a request that opted in carries (`GatewayJobData.cache`). */
+export interface JobCachePlan {
+  hash: string;
+  /** Milliseconds the answer is kept; 0: not stored (a `max-age=0` request shares calls in flight only). */
+  ttlMs: number;
+  /** It holds the flight mark: identical requests wait for it, and hear of its end. */
+  flight: boolean;
+}
+
+const gzipAsync = promisify(gzip);
+const gunzipAsync = promisify(gunzip);
+/** Smaller entries are stored as JSON; larger ones gzipped, which pays on text (a first byte 0x1f says which). */
+const compressFrom = 2048;
+
+export async function encodeEntry(entry: CacheEntry): Promise<Buffer> {
+  const json = Buffer.from(JSON.stringify(entry));
+  return json.length < compressFrom ? json : gzipAsync(json);
+}
+
+export async function decodeEntry(stored: Buffer): Promise<CacheEntry | undefined> {
+  try {
+    const json = stored[0] === 0x1f ? await gunzipAsync(stored) : stored;
+    const entry = JSON.parse(json.toString('utf8')) as CacheEntry;
+    return entry?.v === 1 && typeof entry.body === 'string' ? entry : undefined;
+  } catch {
+    // An entry that does not read is a miss, never a failure.
+    return undefined;
+  }
+}
+
+/**
+ * Stores an entry and keeps the account's total under its bound, in one script over the account's slot: the
+ * index's expired members are dropped (their entries expired by themselves), a replaced entry's size is taken
+ * back, and past the bound the entries that expire soonest go first (never the one just stored).
+ */
+const storeScript = `
+local now = tonumber(ARGV[4])
+local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 100)
+for _, h in ipairs(gone) do
+  local size = redis.call('HGET', KEYS[4], h)
+  if size then redis.call('DECRBY', KEYS[3], tonumber(string.match(size, '^(%d+)'))) end
+  redis.call('HDEL', KEYS[4], h)
+  redis.call('ZREM', KEYS[2], h)
+end
+local old = redis.call('HGET', KEYS[4], ARGV[5])
+if old then redis.call('DECRBY', KEYS[3], tonumber(string.match(old, '^(%d+)'))) end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[5])
+redis.call('HSET', KEYS[4], ARGV[5], ARGV[6])
+local total = redis.call('INCRBY', KEYS[3], string.len(ARGV[1]))
+local evicted = 0
+while total > tonumber(ARGV[3]) do
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  if not first or first == ARGV[5] then break end
+  local size = redis.call('HGET', KEYS[4], first)
+  if size then total = redis.call('DECRBY', KEYS[3], tonumber(string.match(size, '^(%d+)'))) end
+  redis.call('DEL', ARGV[7] .. first)
+  redis.call('HDEL', KEYS[4], first)
+  redis.call('ZREM', KEYS[2], first)
+  evicted = evicted + 1
+end
+local keep = tonumber(ARGV[2]) + 60000
+for i = 2, 4 do if redis.call('PTTL', KEYS[i]) < keep then redis.call('PEXPIRE', KEYS[i], keep) end end
+return evicted`;
+
+
+export interface StoreLimits {
+  /** Largest entry stored, in bytes as stored (compressed or not). */
+  maxEntryBytes: number;
+  /** Most bytes of entries one account keeps. */
+  maxAccountBytes: number;
+}
+
+/**
+ * Stores an answer; resolves to its stored size, or 0 when it is past the entry bound (not stored). It is served
+ * until `entry.expires`; Redis keeps it `keepMs` at least (the requests that shared its call read it after that).
+ */
+export async function storeEntry(redis: Redis, accountId: string, keyId: string, hash: string, entry: CacheEntry, limits: StoreLimits, keepMs = 0): Promise<number> {
+  const stored = await encodeEntry(entry);
+  if (stored.length > limits.maxEntryBytes) return 0;
+  const ttlMs = Math.max(1, entry.expires - Date.now(), keepMs);
+  await redis.eval(
+    storeScript,
+    4,
+    cacheEntryKey(accountId, hash),
+    cacheIndexKey(accountId),
+    cacheBytesKey(accountId),
+    cacheMetaKey(accountId),
+    stored,
+    ttlMs,
+    limits.maxAccountBytes,
+    Date.now(),
+    hash,
+    `${stored.length} ${keyId} ${entry.model}`,
+    cacheEntryKey(accountId, ''),
+  );
+  return stored.length;
+}
+
+/** The stored entry of a request, if any. */
+export async function readEntry(redis: Redis, accountId: string, hash: string): Promise<CacheEntry | undefined> {
+  const stored = await redis.getBuffer(cacheEntryKey(accountId, hash));
+  return stored ? decodeEntry(stored) : undefined;
+}
+
+/** Takes the flight mark for a job (resolves to '') or names the job that holds it (`<jobId> <stream 1|0>`). */
+const flightScript = `
+local held = redis.call('GET', KEYS[1])
+if held then return held end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return ''`;
+
+export async function takeFlight(redis: Redis, accountId: string, hash: string, holder: string, ttlMs: number): Promise<string> {
+  return (await redis.eval(flightScript, 1, cacheFlightKey(accountId, hash), holder, Math.max(1, ttlMs))) as string;
+}
+
+/** Drops the flight mark if this job holds it. */
+const landScript = `
+local held = redis.call('GET', KEYS[1])
+if held and string.sub(held, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ' ' then redis.call('DEL', KEYS[1]) return 1 end
+return 0`;
+
+export async function landFlight(redis: Redis, accountId: string, hash: string, jobId: string): Promise<boolean> {
+  return (await redis.eval(landScript, 1, cacheFlightKey(accountId, hash), jobId)) === 1;
+}
+
+/** What a worker says on `cacheEventsChannel` when a cached request's job ends. */
+export interface CacheEvent {
+  account: string;
+  hash: string;
+  status: 'stored' | 'failed';
+}
+
+/**
+ * Removes an account's entries, all or those of one key or one model; resolves to how many went. The index names
+ * every live entry with its key and model, so a purge reads the account's index only.
+ */
+export async function purgeEntries(redis: Redis, accountId: string, filter: { keyId?: string; model?: string } = {}): Promise<number> {
+  const meta = await redis.hgetall(cacheMetaKey(accountId));
+  let removed = 0;
+  const batch = redis.multi();
+  for (const [hash, value] of Object.entries(meta)) {
+    const [size = '0', keyId, model] = value.split(' ');
+    if ((filter.keyId !== undefined && keyId !== filter.keyId) || (filter.model !== undefined && model !== filter.model)) continue;
+    batch.del(cacheEntryKey(accountId, hash)).hdel(cacheMetaKey(accountId), hash).zrem(cacheIndexKey(accountId), hash).decrby(cacheBytesKey(accountId), Number(size));
+    removed += 1;
+  }
+  if (removed > 0) await batch.exec();
+  else batch.discard();
+  return removed;
+}
+
+/** The accounts that have entries (for a purge of every account by model): their index keys, found with SCAN. */
+export async function accountsWithEntries(redis: Redis): Promise<string[]> {
+  const accounts = new Set<string>();
+  const pattern = cacheIndexKey('*');
+  let cursor = '0';
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 500);
+    cursor = next;
+    for (const key of keys) {
+      const match = /\{([^}]+)\}:index$/.exec(key);
+      if (match) accounts.add(match[1]!);
+    }
+  } while (cursor !== '0');
+  return [...accounts];
+}

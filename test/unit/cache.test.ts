@@ -1,0 +1,44 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { canonicalJson, decodeEntry, encodeEntry, readCacheControl, requestHash, type CacheEntry } from '../../shared/cache.js';
+import type { EndpointRequest } from '../../shared/endpoints.js';
+
+const chat = (payload: Record<string, unknown>) => ({ endpoint: 'chat.completions', payload: { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'Hi' }], ...payload } }) as unknown as EndpointRequest;
+
+describe('readCacheControl', () => {
+  it('reads max-age, no-cache and no-store in any case and order, and ignores the rest', () => {
+    assert.deepEqual(readCacheControl('max-age=60'), { maxAgeS: 60, noCache: false, noStore: false });
+    assert.deepEqual(readCacheControl(' No-Cache , MAX-AGE="30", private'), { maxAgeS: 30, noCache: true, noStore: false });
+    assert.deepEqual(readCacheControl('no-store'), { noCache: false, noStore: true });
+    for (const bad of ['max-age=', 'max-age=-1', 'max-age=1.5', 'max-age=abc', 'maxage=5']) assert.equal(readCacheControl(bad).maxAgeS, undefined, bad);
+    assert.equal(readCacheControl('max-age=99999999999').maxAgeS, 2 ** 31 - 1);
+  });
+});
+
+describe('requestHash', () => {
+  it('is the same whatever the key order, and leaves out what does not change the answer', () => {
+    const base = requestHash(chat({ temperature: 0 }), 'gpt-4o-mini');
+    assert.equal(canonicalJson({ b: 1, a: [1, { d: 2, c: 3 }] }), '{"a":[1,{"c":3,"d":2}],"b":1}');
+    assert.equal(requestHash(chat({ temperature: 0, stream: true, stream_options: { include_usage: true }, user: 'u', service_tier: 'flex' }), 'gpt-4o-mini'), base);
+    // What may change the answer is in: sampling, the model it resolved to, the endpoint.
+    assert.notEqual(requestHash(chat({ temperature: 1 }), 'gpt-4o-mini'), base);
+    assert.notEqual(requestHash(chat({ temperature: 0 }), 'gpt-4o'), base);
+    assert.notEqual(requestHash({ ...chat({ temperature: 0 }), endpoint: 'completions' } as EndpointRequest, 'gpt-4o-mini'), base);
+    // The model the client named (an alias) is not: the resolved model is.
+    assert.equal(requestHash(chat({ temperature: 0, model: 'an-alias' }), 'gpt-4o-mini'), base);
+  });
+});
+
+describe('cache entries as stored', () => {
+  it('are JSON when small and gzipped when large, and read back the same; what does not read is a miss', async () => {
+    const entry = (body: string): CacheEntry => ({ v: 1, created: 1, expires: 2, endpoint: 'chat.completions', model: 'm', costMicros: 5, tokens: { input: 1, cached: 0, output: 1 }, body });
+    const small = await encodeEntry(entry('{}'));
+    assert.equal(small[0], '{'.charCodeAt(0));
+    const large = await encodeEntry(entry('x'.repeat(10_000)));
+    assert.equal(large[0], 0x1f);
+    assert.ok(large.length < 1000);
+    assert.deepEqual(await decodeEntry(large), entry('x'.repeat(10_000)));
+    assert.equal(await decodeEntry(Buffer.from([0x1f, 0x8b, 1, 2])), undefined);
+    assert.equal(await decodeEntry(Buffer.from('{"v":2}')), undefined);
+  });
+});
