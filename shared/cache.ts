@@ -3,7 +3,7 @@ import { promisify } from 'node:util';
 import { gunzip, gzip } from 'node:zlib';
 import type { Redis } from 'ioredis';
 import type { Endpoint, EndpointRequest } from './endpoints.js';
-import { cacheBytesKey, cacheEntryKey, cacheFlightKey, cacheIndexKey, cacheMetaKey } from './redis-keys.js';
+import { cacheBytesKey, cacheEntryKey, cacheEventsChannel, cacheFlightKey, cacheIndexKey, cacheMetaKey } from './redis-keys.js';
 
 /**
  * The response cache: an exact answer cache per account, opted into per
@@ -50,7 +50,7 @@ const answerNeutral: Readonly<Record<string, ReadonlySet<string>>> = {
   'chat.completions': new Set(['stream', 'stream_options', 'user', 'service_tier', 'metadata', 'store', 'safety_identifier', 'prompt_cache_key']),
   completions: new Set(['stream', 'stream_options', 'user', 'service_tier']),
   embeddings: new Set(['user']),
-  messages: new Set(['stream', 'metadata', 'service_tier', 'model']),
+  messages: new Set(['stream', 'metadata', 'service_tier']),
 };
 
 /** JSON with every object's keys in order: two requests that differ only in key order or spacing write the same text. */
@@ -226,21 +226,24 @@ export async function takeFlight(redis: Redis, accountId: string, hash: string, 
   return (await redis.eval(flightScript, 1, cacheFlightKey(accountId, hash), holder, Math.max(1, ttlMs))) as string;
 }
 
-/** Drops the flight mark if this job holds it. */
-const landScript = `
-local held = redis.call('GET', KEYS[1])
-if held and string.sub(held, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ' ' then redis.call('DEL', KEYS[1]) return 1 end
-return 0`;
-
-export async function landFlight(redis: Redis, accountId: string, hash: string, jobId: string): Promise<boolean> {
-  return (await redis.eval(landScript, 1, cacheFlightKey(accountId, hash), jobId)) === 1;
-}
-
 /** What a worker says on `cacheEventsChannel` when a cached request's job ends. */
 export interface CacheEvent {
   account: string;
   hash: string;
   status: 'stored' | 'failed';
+}
+
+/** Drops the flight mark if this job holds it, and tells every api how the job ended: one round trip. */
+const landScript = `
+local held = redis.call('GET', KEYS[1])
+if held and string.sub(held, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ' ' then redis.call('DEL', KEYS[1]) end
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return 0`;
+
+/** The job holding a request's flight mark ended (or was never queued): the mark goes, and the requests waiting on it hear how. */
+export async function landFlight(redis: Redis, accountId: string, hash: string, jobId: string, status: CacheEvent['status']): Promise<void> {
+  const event: CacheEvent = { account: accountId, hash, status };
+  await redis.eval(landScript, 1, cacheFlightKey(accountId, hash), jobId, cacheEventsChannel, JSON.stringify(event));
 }
 
 /**

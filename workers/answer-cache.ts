@@ -4,7 +4,6 @@ import { landFlight, storeEntry, type CacheEvent } from '../shared/cache.js';
 import type { Config } from '../shared/config.js';
 import type { GatewayJobData } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
-import { cacheEventsChannel } from '../shared/redis-keys.js';
 import { answerCached } from './metrics.js';
 import type { Meter } from './settlement.js';
 
@@ -63,11 +62,8 @@ export async function keepAnswer(deps: AnswerCacheDeps, data: GatewayJobData, pr
 export async function endFlight(deps: AnswerCacheDeps, data: GatewayJobData, status: CacheEvent['status']): Promise<void> {
   const plan = data.cache;
   if (!plan?.flight) return;
-  const account = data.accountId ?? defaultAccountId;
-  const event: CacheEvent = { account, hash: plan.hash, status };
   try {
-    await landFlight(deps.redis, account, plan.hash, data.jobId ?? data.requestId);
-    await deps.redis.publish(cacheEventsChannel, JSON.stringify(event));
+    await landFlight(deps.redis, data.accountId ?? defaultAccountId, plan.hash, data.jobId ?? data.requestId, status);
   } catch (error) {
     // The mark expires at the job's deadline; the waiters give up then, or sooner at their own.
     deps.log.warn({ err: error }, 'could not tell the requests sharing this call that it ended');

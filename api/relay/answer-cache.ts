@@ -137,10 +137,7 @@ export class AnswerCache {
   /** A job that took the flight mark was never queued (refused): the requests waiting on it run their own. */
   async abandon(plan: CachePlan, jobId: string): Promise<void> {
     if (!plan.job.flight) return;
-    const event: CacheEvent = { account: plan.accountId, hash: plan.hash, status: 'failed' };
-    await landFlight(this.redis, plan.accountId, plan.hash, jobId)
-      .then(() => this.redis.publish(cacheEventsChannel, JSON.stringify(event)))
-      .catch((error: unknown) => this.log.warn({ err: error }, 'could not release a refused request’s flight mark'));
+    await landFlight(this.redis, plan.accountId, plan.hash, jobId, 'failed').catch((error: unknown) => this.log.warn({ err: error }, 'could not release a refused request’s flight mark'));
   }
 
   /**
