@@ -1,6 +1,7 @@
 import type { Account } from '../shared/accounts.js';
 import { KeyStore, type KeyOptions } from '../api/accounts/key-store.js';
 import { usdToMicros, type AccountStore } from '../api/accounts/account-store.js';
+import { maxCacheTtlS } from '../api/accounts/account-requests.js';
 import { connectStores, parseCommandLine, runCli, UsageError } from './cli.js';
 import { loadConfig } from '../shared/config.js';
 
@@ -13,6 +14,8 @@ const usage = `usage:
       --rpm N, --tpm N    requests / tokens per minute
       --models a,b        the only models it may use
       --expires-at UNIX   when it stops working (unix seconds)
+      --cache-ttl-s N     its default response-cache TTL: requests without
+                          Cache-Control are cached as with max-age=N
   npm run keys -- list [--account ID|EMAIL]      list keys (no secrets)
   npm run keys -- revoke ID                      revoke a key
   npm run keys -- --help                         this text`;
@@ -41,6 +44,7 @@ function keyOptions(values: Record<string, string | boolean | undefined>): KeyOp
     tpm: number('tpm', text('tpm'), isRateLimit, 'a whole number from 1 to 1000000000'),
     models: models ? [...new Set(models)] : undefined,
     expiresAt: number('expires-at', text('expires-at'), (n) => Number.isSafeInteger(n) && n >= 0, 'unix seconds'),
+    cacheTtlS: number('cache-ttl-s', text('cache-ttl-s'), (n) => Number.isSafeInteger(n) && n >= 0 && n <= maxCacheTtlS, `a whole number of seconds from 0 to ${maxCacheTtlS}`),
   };
 }
 
@@ -58,6 +62,7 @@ async function main(): Promise<number> {
       tpm: { type: 'string' },
       models: { type: 'string' },
       'expires-at': { type: 'string' },
+      'cache-ttl-s': { type: 'string' },
     },
   });
   const [command, arg] = positionals;

@@ -25,6 +25,11 @@ export interface Account {
   weight: number;
   /** The service tiers an admin granted it; undefined = the configured default (`config.scheduling.tiersGranted`). */
   serviceTiers?: ServiceTier[];
+  /**
+   * The longest its answers are kept in the response cache, seconds, set by an admin (below `CACHE_MAX_TTL_S`,
+   * which bounds it too); 0: its requests are never cached; undefined: no cap of its own.
+   */
+  cacheMaxTtlS?: number;
 }
 
 /** What admission needs to know about a key, cached per api instance (dropped on `accessChangedChannel`). */
@@ -43,6 +48,16 @@ export interface KeyAccess {
   weight?: number;
   /** The service tiers the key's account may use (an admin's grant); undefined = the configured default (`config.scheduling.tiersGranted`). */
   tiers?: readonly ServiceTier[];
+  /**
+   * The key's default response-cache TTL, seconds (set by its owner or an admin): a request of the key that sends
+   * no `Cache-Control` is cached as if it sent `max-age=<cacheTtlS>`; undefined = none (the key set none, or 0).
+   */
+  cacheTtlS?: number;
+  /**
+   * The key's account's cap on the response cache's TTL, seconds (an admin's); 0 = caching forbidden for the
+   * account; undefined = no cap of its own (`CACHE_MAX_TTL_S` still bounds every TTL).
+   */
+  cacheMaxTtlS?: number;
 }
 
 /**

@@ -135,11 +135,13 @@ export const blobUrlSecretKey = `${keyPrefix}blob-url-secret`;
  *
  *   sy:account:<id>          hash  id, email, name, role, created, password (scrypt, optional),
  *                                  unlimited ('1': spends without a balance), disabled, deleted ('1'), playground_key,
- *                                  weight (1–100), tiers (the service tiers granted, comma list; '' = the default)
+ *                                  weight (1–100), tiers (the service tiers granted, comma list; '' = the default),
+ *                                  cache_max_ttl (the response cache's cap, s; '' = none of its own, '0' = no caching)
  *   sy:accounts              zset  account id → created
  *   sy:account-emails        hash  lower-cased email → account id
  *   sy:key:<id>              hash  id, name, created, hash, hint, account, limit (micros, '' = none),
- *                                  rpm, tpm ('' = none), models (JSON array, '' = all), expires ('' = never)
+ *                                  rpm, tpm ('' = none), models (JSON array, '' = all), expires ('' = never),
+ *                                  cache_ttl (default response-cache TTL, s; '' = none)
  *   sy:keyhash               hash  sha256(secret) → key id
  *   sy:keyids                set   key ids
  *   sy:account-keys:<id>     set   key ids of one account

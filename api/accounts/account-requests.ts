@@ -5,7 +5,7 @@ import { invalidRequest } from '../../shared/errors.js';
 import { storableText } from '../../shared/schemas/common.js';
 import { toValidationError } from '../http/request-body.js';
 import { usdToMicros } from './account-store.js';
-import type { KeyChanges, KeyLimits } from './key-store.js';
+import type { KeyChanges, KeySettings } from './key-store.js';
 import type { AccountChanges } from './account-store.js';
 
 /*
@@ -27,6 +27,10 @@ export const limitUsd = z.number().min(0).max(maxUsd);
 export const perMinute = z.number().int().min(1).max(1e9);
 export const models = z.array(storableText().trim().min(1).max(256)).min(1).max(1000);
 export const expiresAt = z.number().int().min(0).max(1e11);
+/** The most seconds a cache TTL may name here (a year); `CACHE_MAX_TTL_S` bounds what is kept. */
+export const maxCacheTtlS = 31_536_000;
+/** Seconds of the response cache: a key's default TTL (`cache_ttl_s`, 0 = none) or an account's cap (`cache_max_ttl_s`, 0 = no caching). */
+export const cacheTtlS = z.number().int().min(0).max(maxCacheTtlS);
 
 /** Whether the account spends without a balance; left out, its role decides (admins unlimited, members not). */
 export const unlimited = z.boolean();
@@ -52,6 +56,7 @@ export const patchAccountSchema = z.strictObject({
   disabled: z.boolean().optional(),
   weight: weight.optional(),
   service_tiers: serviceTiers.optional(),
+  cache_max_ttl_s: cacheTtlS.nullable().optional(),
 });
 export const creditSchema = z.strictObject({
   amount_usd: z
@@ -70,8 +75,13 @@ export const keyLimits = {
   models: models.nullable().optional(),
   expires_at: expiresAt.nullable().optional(),
 };
-export const createKeySchema = z.strictObject({ name: keyName, account_id: id.optional(), ...keyLimits });
-export const patchKeySchema = z.strictObject({ name: keyName.optional(), ...keyLimits });
+/** A key's settings: its limits, and its default cache TTL (no limit: no ceiling applies to it). */
+export const keySettings = {
+  ...keyLimits,
+  cache_ttl_s: cacheTtlS.nullable().optional(),
+};
+export const createKeySchema = z.strictObject({ name: keyName, account_id: id.optional(), ...keySettings });
+export const patchKeySchema = z.strictObject({ name: keyName.optional(), ...keySettings });
 export const listKeysSchema = z.strictObject({ account_id: id.optional() });
 
 /** A strict schema's verdict as an OpenAI-shaped 400; unknown fields are named in the message and `param`. */
@@ -87,10 +97,15 @@ export function parseStrict<T extends z.ZodType>(schema: T, input: unknown): z.o
   throw toValidationError(result.error);
 }
 
-/** An account's API fields → store changes: absent stays absent; `service_tiers: null` goes back to the configured default. */
-export function accountChanges<T extends { service_tiers?: z.output<typeof serviceTiers> }>(body: T): Omit<T, 'service_tiers'> & Pick<AccountChanges, 'serviceTiers'> {
-  const { service_tiers: tiers, ...rest } = body;
-  return tiers === undefined ? rest : { ...rest, serviceTiers: tiers };
+/**
+ * An account's API fields → store changes: absent stays absent; `service_tiers: null` goes back to the configured
+ * default, `cache_max_ttl_s: null` lifts the account's cache cap.
+ */
+export function accountChanges<T extends { service_tiers?: z.output<typeof serviceTiers>; cache_max_ttl_s?: number | null }>(
+  body: T,
+): Omit<T, 'service_tiers' | 'cache_max_ttl_s'> & Pick<AccountChanges, 'serviceTiers' | 'cacheMaxTtlS'> {
+  const { service_tiers: tiers, cache_max_ttl_s: cacheMaxTtlS, ...rest } = body;
+  return { ...rest, ...(tiers === undefined ? {} : { serviceTiers: tiers }), ...(cacheMaxTtlS === undefined ? {} : { cacheMaxTtlS }) };
 }
 
 /** API fields → store changes: absent stays absent, null clears. */
@@ -102,17 +117,19 @@ export function keyChanges(body: z.output<typeof patchKeySchema>): KeyChanges {
   if (body.tpm !== undefined) changes.tpm = body.tpm;
   if (body.models !== undefined) changes.models = body.models === null ? null : [...new Set(body.models)];
   if (body.expires_at !== undefined) changes.expiresAt = body.expires_at;
+  if (body.cache_ttl_s !== undefined) changes.cacheTtlS = body.cache_ttl_s;
   return changes;
 }
 
 
-/** A new key's limits as the key store takes them: USD to micros, a repeated model named once, null as none. */
-export function newKeyLimits(body: { [K in keyof typeof keyLimits]?: z.output<(typeof keyLimits)[K]> }): KeyLimits {
+/** A new key's settings as the key store takes them: USD to micros, a repeated model named once, null as none. */
+export function newKeyLimits(body: { [K in keyof typeof keySettings]?: z.output<(typeof keySettings)[K]> }): KeySettings {
   return {
     limitMicros: body.limit_usd == null ? undefined : usdToMicros(body.limit_usd),
     rpm: body.rpm ?? undefined,
     tpm: body.tpm ?? undefined,
     models: body.models ? [...new Set(body.models)] : undefined,
     expiresAt: body.expires_at ?? undefined,
+    cacheTtlS: body.cache_ttl_s ?? undefined,
   };
 }

@@ -242,6 +242,8 @@ export interface AccountChanges {
   weight?: number;
   /** The service tiers it may use (at least one); null goes back to the configured default (SERVICE_TIERS_GRANTED). */
   serviceTiers?: readonly ServiceTier[] | null;
+  /** The longest its answers stay in the response cache, seconds; 0 forbids caching; null lifts its own cap (CACHE_MAX_TTL_S still holds). */
+  cacheMaxTtlS?: number | null;
 }
 
 export interface LedgerEntry {
@@ -276,6 +278,8 @@ function toAccount(row: Record<string, string>, bill: BillState | undefined): Ac
   // Left out when none is set (the configured default), as the account reads without one.
   const serviceTiers = parseServiceTiers(row.tiers);
   if (serviceTiers) account.serviceTiers = serviceTiers;
+  // '' (or missing, in a hash older than the field): no cap of its own; '0' forbids caching.
+  if (row.cache_max_ttl) account.cacheMaxTtlS = Number(row.cache_max_ttl);
   return account;
 }
 
@@ -392,6 +396,8 @@ export class AccountStore {
       }
       fields.push('tiers', serviceTiersText(changes.serviceTiers));
     }
+    // '' (NULL in the record): no cap of its own.
+    if (changes.cacheMaxTtlS !== undefined) fields.push('cache_max_ttl', changes.cacheMaxTtlS === null ? '' : String(changes.cacheMaxTtlS));
     if (id === defaultAccountId && changes.unlimited === false) {
       throw new GatewayError(400, 'The default account is always unlimited: give keys that must spend within a balance an account of their own.', { code: 'default_account', param: 'unlimited' });
     }
@@ -408,6 +414,8 @@ export class AccountStore {
       const [field, value] = [fields[i]!, fields[i + 1]!];
       // The hash's `tiers` is the record's `service_tiers`, NULL where the hash has ''.
       if (field === 'tiers') row.service_tiers = value === '' ? null : value;
+      // And its `cache_max_ttl` is the record's `cache_max_ttl_s`.
+      else if (field === 'cache_max_ttl') row.cache_max_ttl_s = value === '' ? null : Number(value);
       else row[field] = field === 'unlimited' || field === 'disabled' ? value === '1' : field === 'weight' ? Number(value) : value;
     }
     if (Object.keys(row).length > 0) {

@@ -13,8 +13,8 @@ import { readKeySpend, type KeySpend } from '../../shared/money/billing.js';
  * API keys: random, prefixed, shown once, stored only as a SHA-256 hash, in
  * the record (PostgreSQL) first and then in their hot copy in Redis (layout
  * in shared/accounts.ts), which admission reads. Each key belongs to an account (`default` when none
- * is named) and may carry a spending limit, rate limits, a model allow-list and
- * an expiry. Every change publishes the key id on `accessChangedChannel`, so
+ * is named) and may carry a spending limit, rate limits, a model allow-list,
+ * an expiry and a default response-cache TTL. Every change publishes the key id on `accessChangedChannel`, so
  * every api instance drops what it cached.
  *
  * Who sets a limit matters. What an admin sets (the admin API, `npm run keys`,
@@ -35,12 +35,22 @@ export interface KeyLimits {
   expiresAt?: number;
 }
 
-export interface KeyOptions extends KeyLimits {
+/**
+ * A key's settings: its limits, and its default response-cache TTL. That one is no limit: whoever may change
+ * the key sets it (no ceiling, no operator default); its account's cap (`cache_max_ttl_s`) and `CACHE_MAX_TTL_S`
+ * bound it when a request is cached.
+ */
+export interface KeySettings extends KeyLimits {
+  /** Seconds: a request of the key without `Cache-Control` is cached as if it sent `max-age=<cacheTtlS>`; 0 = none. */
+  cacheTtlS?: number;
+}
+
+export interface KeyOptions extends KeySettings {
   accountId?: string;
 }
 
-/** A change to a key: null clears a limit. */
-export type KeyChanges = { name?: string } & { [K in keyof KeyLimits]?: KeyLimits[K] | null };
+/** A change to a key: null clears a limit (or the default cache TTL). */
+export type KeyChanges = { name?: string } & { [K in keyof KeySettings]?: KeySettings[K] | null };
 
 /**
  * Who makes or changes a key: an admin sets and lifts anything (and what it sets becomes the key's ceilings);
@@ -58,7 +68,7 @@ export interface KeyPolicy {
   defaultKeyTpm?: number;
 }
 
-export interface ApiKeyRecord extends KeyLimits {
+export interface ApiKeyRecord extends KeySettings {
   id: string;
   name: string;
   created: number;
@@ -190,18 +200,18 @@ return 1`;
 const accessScript = `${ensureDefaultLua}
 local id = redis.call('HGET', KEYS[1], ARGV[1])
 if not id then return false end
-local key = redis.call('HMGET', ARGV[2] .. id, 'hash', 'account', 'limit', 'rpm', 'tpm', 'models', 'expires')
+local key = redis.call('HMGET', ARGV[2] .. id, 'hash', 'account', 'limit', 'rpm', 'tpm', 'models', 'expires', 'cache_ttl')
 if key[1] ~= ARGV[1] then return false end
 local account = key[2]
 if not account or account == '' then account = ARGV[4] end
-local state = redis.call('HMGET', ARGV[3] .. account, 'id', 'deleted', 'disabled', 'weight', 'tiers')
+local state = redis.call('HMGET', ARGV[3] .. account, 'id', 'deleted', 'disabled', 'weight', 'tiers', 'cache_max_ttl')
 if state[2] == '1' then return false end
 if state[3] == '1' then return 0 end
 if not state[1] then
   if account ~= ARGV[4] then return false end
   ensureDefault(KEYS[2], KEYS[3], ARGV[4], ARGV[5])
 end
-return {id, account, key[3] or '', key[4] or '', key[5] or '', key[6] or '', key[7] or '', state[4] or '', state[5] or ''}`;
+return {id, account, key[3] or '', key[4] or '', key[5] or '', key[6] or '', key[7] or '', state[4] or '', state[5] or '', key[8] or '', state[6] or ''}`;
 
 interface KeyRedis extends Redis {
   keyCreate(...args: Array<string | number>): Promise<number>;
@@ -221,6 +231,8 @@ const scripted = (redis: Redis) =>
 // ---- record fields: '' means none, as the billing scripts read them ----
 
 const optionalNumber = (text: string | undefined): number | undefined => (text === undefined || text === '' ? undefined : Number(text));
+/** A key's default cache TTL as its access carries it: left out where it sets none ('') or 0 (no default either). */
+const cacheTtlOf = (text: string | null | undefined): number | undefined => optionalNumber(text ?? undefined) || undefined;
 
 function parseModels(text: string | undefined): readonly string[] | undefined {
   if (text === undefined || text === '') return undefined;
@@ -243,6 +255,7 @@ function limitFields(changes: KeyChanges): string[] {
   put('rpm', changes.rpm);
   put('tpm', changes.tpm);
   put('expires', changes.expiresAt);
+  put('cache_ttl', changes.cacheTtlS);
   if (changes.models !== undefined) fields.push('models', changes.models === null ? '' : JSON.stringify(changes.models));
   if (changes.name !== undefined) fields.push('name', changes.name);
   return fields;
@@ -262,6 +275,7 @@ function toRecord(row: Record<string, string>, spend: KeySpend | undefined): Api
     tpm: optionalNumber(row.tpm),
     models: parseModels(row.models),
     expiresAt: optionalNumber(row.expires),
+    cacheTtlS: optionalNumber(row.cache_ttl),
     spentMicros: spend?.spentMicros ?? 0,
     lastUsedAt: spend?.lastUsedAt,
   };
@@ -309,10 +323,11 @@ export class KeyStore {
     const hash = hashSecret(secret);
     const fields = ['id', id, 'name', name, 'created', String(created), 'hash', hash, 'hint', hint, 'account', accountId];
     // Every limit field is written, '' when unset, so the record shows the whole layout.
-    const { limitMicros = null, rpm = null, tpm = null, models = null, expiresAt = null } = options;
+    const { limitMicros = null, rpm = null, tpm = null, models = null, expiresAt = null, cacheTtlS = null } = options;
     const limits = { limitMicros, rpm, tpm, models, expiresAt };
     if (by === 'member') checkMemberLimits(options, {}, this.policy);
-    fields.push(...limitFields(limits));
+    // The default cache TTL beside the limits, but never a ceiling (adminRow takes the limits only).
+    fields.push(...limitFields({ ...limits, cacheTtlS }));
     // The default account is made on first use, in the record as in Redis (idempotent).
     if (accountId === defaultAccountId) await ensureDefaultRecord(this.record);
     const max = counted ? this.policy.maxKeysPerAccount : undefined;
@@ -345,6 +360,7 @@ export class KeyStore {
           tpm,
           models: models === null ? null : JSON.stringify(models),
           expires: expiresAt,
+          cache_ttl_s: cacheTtlS,
           spent_micros: 0,
           last_used: null,
           revoked: null,
@@ -410,6 +426,8 @@ export class KeyStore {
       ...(changes.tpm !== undefined ? { tpm: changes.tpm } : {}),
       ...(changes.expiresAt !== undefined ? { expires: changes.expiresAt } : {}),
       ...(changes.models !== undefined ? { models: changes.models === null ? null : JSON.stringify(changes.models) } : {}),
+      // Not a limit: no ceiling checks it (checkMemberLimits) and none is kept of it (adminRow).
+      ...(changes.cacheTtlS !== undefined ? { cache_ttl_s: changes.cacheTtlS } : {}),
     };
     // The key's ceilings after the change, from the query that makes it (none to make: read), so its answer needs no other.
     let ceilings: Pick<ApiKeysTable, (typeof adminColumns)[number]> | undefined;
@@ -437,16 +455,19 @@ export class KeyStore {
   /**
    * The access of an account's Playground key (the console's playground bills through it, as any key),
    * made on first use and again if it was revoked. Its limits are the owner's to set, like any key's; what
-   * its account carries (weight, granted service tiers) it carries as every key of the account does (`access`).
+   * its account carries (weight, granted service tiers, cache cap) it carries as every key of the account does (`access`).
    */
   async playgroundAccess(accountId: string): Promise<KeyAccess> {
     for (let attempt = 0; attempt < 3; attempt++) {
-      const [id, weight, tiers] = await this.redis.hmget(accountKey(accountId), 'playground_key', 'weight', 'tiers');
-      const ofAccount = Object.fromEntries(Object.entries({ weight: optionalNumber(weight ?? undefined), tiers: parseServiceTiers(tiers) }).filter(([, value]) => value !== undefined));
+      const [id, weight, tiers, cacheMaxTtl] = await this.redis.hmget(accountKey(accountId), 'playground_key', 'weight', 'tiers', 'cache_max_ttl');
+      const ofAccount = Object.fromEntries(
+        Object.entries({ weight: optionalNumber(weight ?? undefined), tiers: parseServiceTiers(tiers), cacheMaxTtlS: optionalNumber(cacheMaxTtl ?? undefined) }).filter(([, value]) => value !== undefined),
+      );
       const key = id ? await this.get(id) : undefined;
       if (key && key.accountId === accountId) {
         const { limitMicros, rpm, tpm, models, expiresAt } = key;
-        const optional = Object.entries({ limitMicros, rpm, tpm, models, expiresAt }).filter(([, value]) => value !== undefined);
+        const cacheTtlS = key.cacheTtlS || undefined;
+        const optional = Object.entries({ limitMicros, rpm, tpm, models, expiresAt, cacheTtlS }).filter(([, value]) => value !== undefined);
         return { keyId: key.id, accountId, ...ofAccount, ...Object.fromEntries(optional) };
       }
       // Made for the console, not by anyone: no ceilings, and not counted against the account's keys.
@@ -502,11 +523,14 @@ export class KeyStore {
       if (!reloaded && (await this.hot?.ensure())) return this.access(secretHash, true);
       return undefined;
     }
-    const [keyId, accountId, limit, rpm, tpm, models, expires, weight, tiers] = row;
+    const [keyId, accountId, limit, rpm, tpm, models, expires, weight, tiers, cacheTtl, cacheMaxTtl] = row;
     const optional: Omit<KeyAccess, 'keyId' | 'accountId'> = {
       weight: optionalNumber(weight),
       // The account's granted tiers ('': none of its own, the configured default).
       tiers: parseServiceTiers(tiers),
+      // The account's cache cap ('': none of its own; '0': caching forbidden, kept as 0).
+      cacheMaxTtlS: optionalNumber(cacheMaxTtl),
+      cacheTtlS: cacheTtlOf(cacheTtl),
       limitMicros: optionalNumber(limit),
       rpm: optionalNumber(rpm),
       tpm: optionalNumber(tpm),

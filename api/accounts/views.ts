@@ -18,6 +18,8 @@ export function accountView(account: Account) {
     weight: account.weight,
     // The service tiers an admin granted it; null: the configured default (SERVICE_TIERS_GRANTED).
     service_tiers: account.serviceTiers ?? null,
+    // The longest its answers stay in the response cache, seconds (an admin's cap); 0: never cached; null: no cap of its own.
+    cache_max_ttl_s: account.cacheMaxTtlS ?? null,
     created: account.created,
   };
 }
@@ -35,6 +37,8 @@ export function keyView(key: ApiKeyRecord) {
     tpm: key.tpm ?? null,
     models: key.models ?? null,
     expires_at: key.expiresAt ?? null,
+    // Its default response-cache TTL, seconds: a request without Cache-Control is cached as with max-age=<this> (null, 0: none).
+    cache_ttl_s: key.cacheTtlS ?? null,
     spent_usd: microsToUsd(key.spentMicros),
     last_used_at: key.lastUsedAt ?? null,
     // The limits an admin set: ceilings the account's members may lower a limit below, never raise or remove (null: none).

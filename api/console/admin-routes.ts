@@ -6,7 +6,7 @@ import { channelCooldownsKey } from '../../shared/redis-keys.js';
 import { parseCooldown, resolveChannels } from '../../shared/vendors.js';
 import { readJsonObject } from '../http/request-body.js';
 import { accountNotFound, microsToUsd, usdToMicros } from '../accounts/account-store.js';
-import { accountChanges, accountName, createAccountSchema, creditSchema, keyChanges, parseStrict, patchKeySchema, role, serviceTiers, weight } from '../accounts/account-requests.js';
+import { accountChanges, accountName, cacheTtlS, createAccountSchema, creditSchema, keyChanges, parseStrict, patchKeySchema, role, serviceTiers, weight } from '../accounts/account-requests.js';
 import { accountView, keyView } from '../accounts/views.js';
 import { bodyLimit } from '../accounts/admin-api.js';
 import { requireSession, type ConsoleContext, type ConsoleDeps } from './console-session.js';
@@ -24,6 +24,7 @@ const patchSchema = z.strictObject({
   role: role.optional(),
   weight: weight.optional(),
   service_tiers: serviceTiers.optional(),
+  cache_max_ttl_s: cacheTtlS.nullable().optional(),
 });
 
 const reasons = {
@@ -44,8 +45,14 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
 
   router.get('/api/admin/accounts', async (ctx) => {
     await requireAdmin(ctx, deps);
-    // The tiers an account without its own (`service_tiers: null`) may use, for the page to say (SERVICE_TIERS_GRANTED).
-    ctx.body = { object: 'list', data: (await accounts.list()).map(accountView), default_service_tiers: deps.config.scheduling.tiersGranted };
+    // The tiers an account without its own (`service_tiers: null`) may use, for the page to say (SERVICE_TIERS_GRANTED);
+    // and the gateway's own cache cap (CACHE_MAX_TTL_S), which holds beside each account's (`cache_max_ttl_s`).
+    ctx.body = {
+      object: 'list',
+      data: (await accounts.list()).map(accountView),
+      default_service_tiers: deps.config.scheduling.tiersGranted,
+      gateway_cache_max_ttl_s: deps.config.cache.maxTtlS,
+    };
   });
 
   router.post('/api/admin/accounts', async (ctx) => {

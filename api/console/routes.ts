@@ -7,7 +7,7 @@ import { GatewayError } from '../../shared/errors.js';
 import { storableText } from '../../shared/schemas/common.js';
 import { readJsonObject } from '../http/request-body.js';
 import { usdToMicros } from '../accounts/account-store.js';
-import { accountName, email, keyChanges, keyLimits, keyName, newKeyLimits, parseStrict, patchKeySchema, password } from '../accounts/account-requests.js';
+import { accountName, email, keyChanges, keyName, keySettings, newKeyLimits, parseStrict, patchKeySchema, password } from '../accounts/account-requests.js';
 import { accountView, keyView } from '../accounts/views.js';
 import { bodyLimit } from '../accounts/admin-api.js';
 import type { AuthState } from '../accounts/auth.js';
@@ -42,7 +42,7 @@ const contentSecurityPolicy = [
 
 const signInSchema = z.strictObject({ email: storableText().max(320), password: z.string().max(1024) });
 const signUpSchema = z.strictObject({ email, password, name: accountName.optional() });
-const createOwnKeySchema = z.strictObject({ name: keyName, ...keyLimits });
+const createOwnKeySchema = z.strictObject({ name: keyName, ...keySettings });
 
 /** A console request's state: the gateway's, with the signed-in session once it is loaded. */
 type State = RequestState & ConsoleState;

@@ -16,6 +16,8 @@ export interface Account {
   weight: number;
   /** The service tiers an admin granted it; null: the gateway's default (SERVICE_TIERS_GRANTED). */
   service_tiers: ServiceTier[] | null;
+  /** The longest its answers stay in the response cache, seconds (an admin's cap); 0: never cached; null: no cap of its own. */
+  cache_max_ttl_s: number | null;
   created: number;
 }
 
@@ -55,6 +57,8 @@ export interface Key {
   tpm: number | null;
   models: string[] | null;
   expires_at: number | null;
+  /** Its default response-cache TTL, seconds: requests without Cache-Control are cached this long (null or 0: none). */
+  cache_ttl_s: number | null;
   spent_usd: number;
   last_used_at: number | null;
   /** The limits an admin set (null where none): a member may lower them, never raise or remove them. */

@@ -33,6 +33,8 @@ export interface AccountsTable {
   weight: Generated<number>;
   /** The service tiers an admin granted it, a comma list (`priority,default`); null: the configured default (SERVICE_TIERS_GRANTED). */
   service_tiers: Generated<string | null>;
+  /** The longest its answers stay in the response cache, seconds (an admin's cap); 0: never cached; null: no cap of its own. */
+  cache_max_ttl_s: Generated<number | null>;
 }
 
 export interface ApiKeysTable {
@@ -59,6 +61,8 @@ export interface ApiKeysTable {
   admin_tpm: number | null;
   admin_models: string | null;
   admin_expires: number | null;
+  /** Its default response-cache TTL, seconds (a request without Cache-Control is cached as with `max-age=<it>`); null or 0: none. Not a limit: no `admin_` ceiling. */
+  cache_ttl_s: Generated<number | null>;
 }
 
 export interface LedgerTable {

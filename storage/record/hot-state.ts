@@ -404,6 +404,8 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
       weight: String(a.weight),
       // '' : none granted by an admin, the configured default.
       tiers: a.service_tiers ?? '',
+      // '' : no cache cap of its own; '0' forbids caching.
+      cache_max_ttl: a.cache_max_ttl_s === null ? '' : String(a.cache_max_ttl_s),
       ...(a.playground_key ? { playground_key: a.playground_key } : {}),
     };
     const bill: Record<string, string> = {
@@ -434,6 +436,7 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
       tpm: k.tpm === null ? '' : String(k.tpm),
       models: k.models ?? '',
       expires: k.expires === null ? '' : String(k.expires),
+      cache_ttl: k.cache_ttl_s === null ? '' : String(k.cache_ttl_s),
     };
     const spend: Record<string, string> = {
       [keyBillField(k.id, 'spent')]: String(k.spent_micros + (pendingKeys.get(k.id) ?? 0)),

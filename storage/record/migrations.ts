@@ -204,6 +204,22 @@ const migrations: Record<string, Migration> = {
       });
     },
   },
+  // The response cache's two settings: a key's default TTL (`api_keys.cache_ttl_s`, set by its owner: a request of
+  // the key without Cache-Control is cached as with `max-age=<it>`) and an account's cap (`accounts.cache_max_ttl_s`,
+  // an admin's; 0 forbids caching). Seconds; NULL (every row before) is none. Nullable without a default: added
+  // without rewriting either table (their checks read the rows once: accounts and keys, never the large usage tables).
+  '0009_cache_settings': {
+    async up(db: Kysely<unknown>) {
+      await db.transaction().execute(async (db) => {
+        await sql`
+          alter table api_keys add column if not exists cache_ttl_s integer
+            constraint api_keys_cache_ttl_s_check check (cache_ttl_s >= 0)`.execute(db);
+        await sql`
+          alter table accounts add column if not exists cache_max_ttl_s integer
+            constraint accounts_cache_max_ttl_s_check check (cache_max_ttl_s >= 0)`.execute(db);
+      });
+    },
+  },
 };
 
 /** The request log's indexes: name and definition (after `on usage`). */

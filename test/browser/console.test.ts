@@ -415,6 +415,34 @@ describe('web console in a real browser', () => {
       await member.getByRole('button', { name: 'Change service tiers, now the gateway’s default', exact: true }).waitFor();
       const reset = (await (await adminApi('GET', '/admin/accounts')).json()) as { data: Array<{ email: string; service_tiers: string[] | null }> };
       assert.equal(reset.data.find((a) => a.email === 'disable-me@browser.test')?.service_tiers, null, `${label}: the default again`);
+      // The account's cache cap: shown under its role, set from it (whole seconds; 0 turns caching off; empty: none), kept.
+      type Capped = { data: Array<{ email: string; cache_max_ttl_s: number | null }> };
+      const capOf = async () => ((await (await adminApi('GET', '/admin/accounts')).json()) as Capped).data.find((a) => a.email === 'disable-me@browser.test')?.cache_max_ttl_s;
+      await member.getByRole('button', { name: 'Change cache cap, now none', exact: true }).click();
+      const capDialog = page.getByRole('dialog', { name: /^Cache cap of disable-me@browser\.test/ });
+      await capDialog.getByText(/the gateway’s 86,400 s still holds/).waitFor();
+      await capDialog.getByLabel('Cache cap (s)').fill('-1');
+      await capDialog.getByRole('button', { name: 'Save' }).click();
+      await capDialog.getByText(/^Enter a whole number of seconds from 0 to 31,536,000/).waitFor();
+      await capDialog.getByLabel('Cache cap (s)').fill('0');
+      await shoot(page, `accounts-cache-cap-${label}`);
+      await capDialog.getByRole('button', { name: 'Save' }).click();
+      await capDialog.waitFor({ state: 'detached' });
+      await member.getByRole('button', { name: 'Change cache cap, now off', exact: true }).waitFor();
+      assert.equal(await capOf(), 0, `${label}: 0, caching off, is kept`);
+      await member.getByRole('button', { name: 'Change cache cap, now off', exact: true }).click();
+      assert.equal(await capDialog.getByLabel('Cache cap (s)').inputValue(), '0');
+      await capDialog.getByLabel('Cache cap (s)').fill('3600');
+      await capDialog.getByRole('button', { name: 'Save' }).click();
+      await capDialog.waitFor({ state: 'detached' });
+      await member.getByRole('button', { name: 'Change cache cap, now 3,600 s', exact: true }).waitFor();
+      assert.equal(await capOf(), 3600, `${label}: the cap is kept`);
+      await member.getByRole('button', { name: /^Change cache cap, now / }).click();
+      await capDialog.getByLabel('Cache cap (s)').fill('');
+      await capDialog.getByRole('button', { name: 'Save' }).click();
+      await capDialog.waitFor({ state: 'detached' });
+      await member.getByRole('button', { name: 'Change cache cap, now none', exact: true }).waitFor();
+      assert.equal(await capOf(), null, `${label}: no cap again`);
       if (label === 'desktop') {
         await member.getByRole('button', { name: 'Disable' }).click();
         await confirm.getByRole('button', { name: 'Disable account' }).click();
@@ -482,11 +510,40 @@ describe('web console in a real browser', () => {
       if (label !== 'small-phone') {
         await page.getByRole('button', { name: 'New key' }).click();
         await page.getByLabel('Name').fill(`${label} key`);
+        // The key's default cache TTL: a whole number of seconds, said before anything is sent.
+        if (label === 'desktop') {
+          await page.getByLabel('Cache TTL (s)').fill('1.5');
+          await page.getByRole('button', { name: 'Create key' }).click();
+          await page.getByText(/^The cache TTL must be a whole number of seconds/).waitFor();
+          await page.getByLabel('Cache TTL (s)').fill('600');
+        }
         await shoot(page, `keys-new-dialog-${label}`);
         await page.getByRole('button', { name: 'Create key' }).click();
         if (label === 'phone') await checkSecretDialog(page, 'keys-created-phone');
         await page.getByRole('button', { name: 'Done' }).click();
         await page.getByRole('cell', { name: `${label} key` }).waitFor();
+      }
+      if (label === 'desktop') {
+        type Listed = { data: Array<{ name: string; cache_ttl_s: number | null }> };
+        const ttlOf = async (name: string) => ((await (await adminApi('GET', '/admin/keys')).json()) as Listed).data.find((key) => key.name === name)?.cache_ttl_s;
+        const row = page.getByRole('table', { name: 'Your keys' }).getByRole('row').filter({ hasText: 'desktop key' });
+        assert.match(await row.innerText(), /Cache TTL: 600 s/, 'the list shows the cache TTL, under the name');
+        assert.equal(await ttlOf('desktop key'), 600);
+        // Changed from Edit, then cleared (empty: none).
+        await row.getByRole('button', { name: 'Edit' }).click();
+        const edit = page.getByRole('dialog', { name: 'Edit desktop key' });
+        assert.equal(await edit.getByLabel('Cache TTL (s)').inputValue(), '600');
+        await edit.getByLabel('Cache TTL (s)').fill('7200');
+        await edit.getByRole('button', { name: 'Save' }).click();
+        await edit.waitFor({ state: 'detached' });
+        await row.getByText('Cache TTL: 7,200 s').waitFor();
+        assert.equal(await ttlOf('desktop key'), 7200);
+        await row.getByRole('button', { name: 'Edit' }).click();
+        await edit.getByLabel('Cache TTL (s)').fill('');
+        await edit.getByRole('button', { name: 'Save' }).click();
+        await edit.waitFor({ state: 'detached' });
+        await waitFor(async () => !/Cache TTL/.test(await row.innerText()), 2000, 'the cleared TTL gone from the row');
+        assert.equal(await ttlOf('desktop key'), null);
       }
       await context.close();
     }

@@ -9,7 +9,9 @@ import { accountKey, apiKeyHashesKey, apiKeyRecordKey, billKey } from '../../sha
 import { hashSecret } from '../../api/accounts/key-store.js';
 import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
 import { adminClient, expectAdminError, type ErrorBody, type Json } from '../support/admin-client.js';
-import { recordUrlFor, testRecord } from '../support/record.js';
+import { freshDatabase, recordUrlFor, testRecord } from '../support/record.js';
+import { sql } from 'kysely';
+import { openRecord } from '../../storage/record/database.js';
 
 const run = promisify(execFile);
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -57,7 +59,7 @@ describe('admin API: accounts, credits, keys and usage', () => {
     assert.equal(created.status, 201);
     const { id, ...rest } = created.json;
     assert.match(String(id), /^acct_/);
-    assert.deepEqual({ ...rest, created: typeof rest.created }, { object: 'account', email: 'Grace@Example.com', name: 'Grace', role: 'admin', balance_usd: null, unlimited: true, disabled: false, weight: 1, service_tiers: null, created: 'number' });
+    assert.deepEqual({ ...rest, created: typeof rest.created }, { object: 'account', email: 'Grace@Example.com', name: 'Grace', role: 'admin', balance_usd: null, unlimited: true, disabled: false, weight: 1, service_tiers: null, cache_max_ttl_s: null, created: 'number' });
     assert.match((await redis.hget(accountKey(String(id)), 'password'))!, /^scrypt\$/);
 
     await expectError(admin('POST', '/admin/accounts', { email: 'grace@EXAMPLE.com' }), 409, { code: 'account_exists', param: 'email' });
@@ -136,6 +138,7 @@ describe('admin API: accounts, credits, keys and usage', () => {
       tpm: 10000,
       models: ['mock-chat', 'mock-embedding'],
       expires_at: 4_000_000_000,
+      cache_ttl_s: 3600,
     });
     assert.equal(created.status, 201);
     const keyId = String(created.json.id);
@@ -155,6 +158,7 @@ describe('admin API: accounts, credits, keys and usage', () => {
         tpm: 10000,
         models: ['mock-chat', 'mock-embedding'],
         expires_at: 4_000_000_000,
+        cache_ttl_s: 3600,
         spent_usd: 0,
         last_used_at: null,
         // Set by an admin: ceilings for the account's members too.
@@ -162,10 +166,11 @@ describe('admin API: accounts, credits, keys and usage', () => {
       },
     );
     assert.equal(await redis.hget(apiKeyRecordKey(keyId), 'limit'), '5000000');
+    assert.equal(await redis.hget(apiKeyRecordKey(keyId), 'cache_ttl'), '3600');
 
     const plain = await admin('POST', '/admin/keys', { name: 'plain' });
     assert.equal(plain.json.account_id, defaultAccountId);
-    assert.deepEqual([plain.json.limit_usd, plain.json.rpm, plain.json.models, plain.json.expires_at], [null, null, null, null]);
+    assert.deepEqual([plain.json.limit_usd, plain.json.rpm, plain.json.models, plain.json.expires_at, plain.json.cache_ttl_s], [null, null, null, null, null]);
 
     const filtered = (await admin('GET', `/admin/keys?account_id=${account.id}`)).json.data as Json[];
     assert.deepEqual(filtered.map((k) => k.id), [keyId]);
@@ -175,10 +180,115 @@ describe('admin API: accounts, credits, keys and usage', () => {
     const patched = await admin('PATCH', `/admin/keys/${keyId}`, { rpm: null, models: null, limit_usd: 7.5, name: 'renamed' });
     assert.equal(patched.status, 200);
     assert.deepEqual([patched.json.rpm, patched.json.models, patched.json.limit_usd, patched.json.name, patched.json.tpm], [null, null, 7.5, 'renamed', 10000]);
+    assert.equal(patched.json.cache_ttl_s, 3600, 'left alone by a change of other fields');
     await expectError(admin('PATCH', `/admin/keys/${keyId}`, { limit_usd: -0.5 }), 400, { param: 'limit_usd' });
     await expectError(admin('PATCH', `/admin/keys/${keyId}`, { account_id: 'acct_x' }), 400, { param: 'account_id' });
     await expectError(admin('PATCH', '/admin/keys/key_nope', { rpm: 5 }), 404, { code: 'key_not_found' });
     await expectError(admin('GET', '/admin/keys/key_nope'), 404, { code: 'key_not_found' });
+  });
+
+  it('the migration 0009 adds api_keys.cache_ttl_s and accounts.cache_max_ttl_s: nullable integers, never negative, NULL on every row before', async () => {
+    const url = await freshDatabase('cache_settings_migration');
+    const db = await openRecord(url, { max: 1 });
+    try {
+      const applied = await sql<{ name: string }>`select name from record_migrations order by name`.execute(db);
+      assert.ok(applied.rows.some((row) => row.name === '0009_cache_settings'), applied.rows.map((row) => row.name).join(' '));
+      const columns = await sql<{ table_name: string; column_name: string; data_type: string; is_nullable: string; column_default: string | null }>`
+        select table_name, column_name, data_type, is_nullable, column_default from information_schema.columns
+        where (table_name, column_name) in (('api_keys', 'cache_ttl_s'), ('accounts', 'cache_max_ttl_s')) order by table_name`.execute(db);
+      assert.deepEqual(columns.rows, [
+        { table_name: 'accounts', column_name: 'cache_max_ttl_s', data_type: 'integer', is_nullable: 'YES', column_default: null },
+        { table_name: 'api_keys', column_name: 'cache_ttl_s', data_type: 'integer', is_nullable: 'YES', column_default: null },
+      ]);
+      await sql`insert into accounts (id, created) values ('acct_before', 1)`.execute(db);
+      await sql`insert into api_keys (id, account_id, created, hash) values ('key_before', 'acct_before', 1, 'h1')`.execute(db);
+      await sql`insert into accounts (id, created, cache_max_ttl_s) values ('acct_off', 1, 0)`.execute(db);
+      await sql`insert into api_keys (id, account_id, created, hash, cache_ttl_s) values ('key_ttl', 'acct_off', 1, 'h2', 3600)`.execute(db);
+      const negative = (error: { code?: string }) => error.code === '23514';
+      await assert.rejects(sql`insert into accounts (id, created, cache_max_ttl_s) values ('acct_bad', 1, -1)`.execute(db), negative);
+      await assert.rejects(sql`insert into api_keys (id, account_id, created, hash, cache_ttl_s) values ('key_bad', 'acct_off', 1, 'h3', -1)`.execute(db), negative);
+      assert.deepEqual(await db.selectFrom('accounts').select(['id', 'cache_max_ttl_s']).orderBy('id').execute(), [
+        { id: 'acct_before', cache_max_ttl_s: null },
+        { id: 'acct_off', cache_max_ttl_s: 0 },
+      ]);
+      assert.deepEqual(await db.selectFrom('api_keys').select(['id', 'cache_ttl_s']).orderBy('id').execute(), [
+        { id: 'key_before', cache_ttl_s: null },
+        { id: 'key_ttl', cache_ttl_s: 3600 },
+      ]);
+      // Applied once: opening the record again migrates nothing more.
+      const again = await openRecord(url, { max: 1 });
+      await again.destroy();
+    } finally {
+      await db.destroy();
+    }
+  });
+
+  it("sets and clears an account's cache cap (cache_max_ttl_s) and a key's default cache TTL (cache_ttl_s); refuses what is not whole seconds", async () => {
+    const record = await testRecord(redis);
+    const { json: account } = await admin('POST', '/admin/accounts', { email: 'cache-cap@example.com' });
+    const id = String(account.id);
+    assert.equal(account.cache_max_ttl_s, null, 'no cap of its own');
+    const cap = async () => (await record.selectFrom('accounts').select('cache_max_ttl_s').where('id', '=', id).executeTakeFirstOrThrow()).cache_max_ttl_s;
+    for (const [value, hash] of [
+      [600, '600'],
+      [0, '0'],
+      [31_536_000, '31536000'],
+    ] as const) {
+      const patched = await admin('PATCH', `/admin/accounts/${id}`, { cache_max_ttl_s: value });
+      assert.equal(patched.status, 200, JSON.stringify(patched.json));
+      assert.equal(patched.json.cache_max_ttl_s, value);
+      assert.equal((await admin('GET', `/admin/accounts/${id}`)).json.cache_max_ttl_s, value);
+      assert.equal(await cap(), value, 'kept in the record');
+      assert.equal(await redis.hget(accountKey(id), 'cache_max_ttl'), hash, 'and in the account’s hash');
+    }
+    // Another change leaves it alone; null lifts it.
+    assert.equal((await admin('PATCH', `/admin/accounts/${id}`, { name: 'Capped' })).json.cache_max_ttl_s, 31_536_000);
+    assert.equal((await admin('PATCH', `/admin/accounts/${id}`, { cache_max_ttl_s: 0, weight: 2 })).json.cache_max_ttl_s, 0);
+    for (const [value, code] of [
+      [-1, 'invalid_value'],
+      // Not whole: said as zod's int (as rpm's).
+      [1.5, 'invalid_type'],
+      [31_536_001, 'invalid_value'],
+      ['60', 'invalid_type'],
+      [true, 'invalid_type'],
+    ] as const) {
+      const error = await expectError(admin('PATCH', `/admin/accounts/${id}`, { cache_max_ttl_s: value }), 400, { type: 'invalid_request_error', code, param: 'cache_max_ttl_s' });
+      assert.match(error.message, /cache_max_ttl_s/, JSON.stringify(value));
+    }
+    assert.equal((await admin('GET', `/admin/accounts/${id}`)).json.cache_max_ttl_s, 0, 'unchanged by what was refused');
+    const lifted = await admin('PATCH', `/admin/accounts/${id}`, { cache_max_ttl_s: null });
+    assert.equal(lifted.json.cache_max_ttl_s, null);
+    assert.equal(await cap(), null);
+    assert.equal(await redis.hget(accountKey(id), 'cache_max_ttl'), '');
+    // Only PATCH sets it, as the weight and the tiers.
+    await expectError(admin('POST', '/admin/accounts', { email: 'capped-at-birth@example.com', cache_max_ttl_s: 60 }), 400, { code: 'unknown_parameter', param: 'cache_max_ttl_s' });
+
+    // A key's default TTL: set on creation, changed, 0 kept as set, null clears; bounded as whole seconds.
+    const made = await admin('POST', '/admin/keys', { name: 'cached', account_id: id, cache_ttl_s: 120 });
+    assert.equal(made.status, 201, JSON.stringify(made.json));
+    assert.equal(made.json.cache_ttl_s, 120);
+    // Not a limit: no ceiling is kept of it.
+    assert.deepEqual(made.json.admin_limits, { limit_usd: null, rpm: null, tpm: null, models: null, expires_at: null });
+    const keyId = String(made.json.id);
+    const ttl = async () => (await record.selectFrom('api_keys').select('cache_ttl_s').where('id', '=', keyId).executeTakeFirstOrThrow()).cache_ttl_s;
+    assert.equal(await ttl(), 120);
+    assert.equal((await admin('PATCH', `/admin/keys/${keyId}`, { cache_ttl_s: 86_400 })).json.cache_ttl_s, 86_400);
+    assert.equal(await redis.hget(apiKeyRecordKey(keyId), 'cache_ttl'), '86400');
+    assert.equal((await admin('PATCH', `/admin/keys/${keyId}`, { cache_ttl_s: 0 })).json.cache_ttl_s, 0);
+    assert.equal(await ttl(), 0);
+    for (const [value, code] of [
+      [-5, 'invalid_value'],
+      [2.5, 'invalid_type'],
+      [31_536_001, 'invalid_value'],
+      ['3600', 'invalid_type'],
+    ] as const) {
+      await expectError(admin('PATCH', `/admin/keys/${keyId}`, { cache_ttl_s: value }), 400, { type: 'invalid_request_error', code, param: 'cache_ttl_s' });
+      await expectError(admin('POST', '/admin/keys', { name: 'bad ttl', cache_ttl_s: value }), 400, { type: 'invalid_request_error', code, param: 'cache_ttl_s' });
+    }
+    const cleared = await admin('PATCH', `/admin/keys/${keyId}`, { cache_ttl_s: null });
+    assert.equal(cleared.json.cache_ttl_s, null);
+    assert.equal(await ttl(), null);
+    assert.equal(await redis.hget(apiKeyRecordKey(keyId), 'cache_ttl'), '');
   });
 
   it("refuses a deleted account's keys on every api within a second", async () => {
@@ -284,12 +394,16 @@ describe('admin API: accounts, credits, keys and usage', () => {
     await assert.rejects(cli('accounts', ['create', '--email', 'CLI@example.com']), /already exists/);
     await assert.rejects(cli('accounts', ['credit', accountId, 'lots']), /non-zero amount/);
 
-    const key = await cli('keys', ['create', '--name', 'cli key', '--account', accountId, '--limit-usd', '5', '--rpm', '60', '--models', 'mock-chat,mock-embedding', '--expires-at', '4000000000']);
+    const key = await cli('keys', ['create', '--name', 'cli key', '--account', accountId, '--limit-usd', '5', '--rpm', '60', '--models', 'mock-chat,mock-embedding', '--expires-at', '4000000000', '--cache-ttl-s', '300']);
     const keyId = await redis.hget(apiKeyHashesKey, hashSecret(key.stdout.trim()));
     const view = (await admin('GET', `/admin/keys/${keyId}`)).json;
-    assert.deepEqual([view.account_id, view.limit_usd, view.rpm, view.tpm, view.models, view.expires_at], [accountId, 5, 60, null, ['mock-chat', 'mock-embedding'], 4_000_000_000]);
+    assert.deepEqual(
+      [view.account_id, view.limit_usd, view.rpm, view.tpm, view.models, view.expires_at, view.cache_ttl_s],
+      [accountId, 5, 60, null, ['mock-chat', 'mock-embedding'], 4_000_000_000, 300],
+    );
     assert.equal((await models(api, key.stdout.trim())).status, 200);
     await assert.rejects(cli('keys', ['create', '--name', 'bad', '--rpm', '1.5']), /--rpm must be a whole number/);
+    await assert.rejects(cli('keys', ['create', '--name', 'bad', '--cache-ttl-s', '1.5']), /--cache-ttl-s must be a whole number of seconds/);
     await assert.rejects(cli('keys', ['create', '--name', 'orphan', '--account', 'acct_nope']), /switchyard keys: no account with the id acct_nope \(npm run accounts -- list shows them\)\n$/);
   });
 });

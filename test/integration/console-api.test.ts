@@ -18,8 +18,8 @@ const adminPassword = 'root-password-1';
 const adminToken = 'console-api-admin-token';
 
 type Json = Record<string, unknown>;
-type Key = { id: string; name: string; hint: string; key?: string; account_id: string; rpm: number | null; spent_usd: number };
-type Account = { id: string; email: string; role: string; balance_usd: number | null; disabled: boolean };
+type Key = { id: string; name: string; hint: string; key?: string; account_id: string; rpm: number | null; cache_ttl_s: number | null; spent_usd: number; admin_limits?: Json };
+type Account = { id: string; email: string; role: string; balance_usd: number | null; disabled: boolean; cache_max_ttl_s: number | null };
 
 function expectError(res: ConsoleResponse, status: number, code: string): void {
   assert.equal(res.status, status, JSON.stringify(res.json));
@@ -306,6 +306,41 @@ describe('console API', () => {
       assert.ok(Date.now() - start < 1000);
     });
 
+    it('lets a member set, change and clear a key’s default cache TTL (cache_ttl_s), with no ceiling; refuses what is not whole seconds', async () => {
+      const { console, account } = await member('cache-ttl@console.test', 'cache-ttl-password');
+      assert.equal(account.cache_max_ttl_s, null);
+      const created = await console.request<Key>('POST', '/console/api/keys', { name: 'cached', cache_ttl_s: 300, rpm: 10 });
+      assert.equal(created.status, 201, JSON.stringify(created.json));
+      assert.equal(created.json.cache_ttl_s, 300);
+      // Not a limit: nothing of it among the ceilings.
+      assert.deepEqual(created.json.admin_limits, { limit_usd: null, rpm: null, tpm: null, models: null, expires_at: null });
+      const listed = await console.request<{ data: Key[] }>('GET', '/console/api/keys');
+      assert.equal(listed.json.data.find((key) => key.id === created.json.id)?.cache_ttl_s, 300);
+      const path = `/console/api/keys/${created.json.id}`;
+      // Raised past what it was (a limit could not be), lowered to 0 (kept as set: no default), cleared.
+      for (const value of [86_400, 0, null, 45]) {
+        const edited = await console.request<Key>('PATCH', path, { cache_ttl_s: value });
+        assert.deepEqual([edited.status, edited.json.cache_ttl_s, edited.json.rpm], [200, value, 10], JSON.stringify(edited.json));
+      }
+      assert.equal((await console.request<Key>('PATCH', path, { name: 'renamed' })).json.cache_ttl_s, 45, 'another change leaves it alone');
+      for (const [value, code] of [
+        [-1, 'invalid_value'],
+        [31_536_001, 'invalid_value'],
+        [1.5, 'invalid_type'],
+        ['60', 'invalid_type'],
+      ] as const) {
+        for (const res of [await console.request('PATCH', path, { cache_ttl_s: value }), await console.request('POST', '/console/api/keys', { name: 'bad', cache_ttl_s: value })]) {
+          expectError(res, 400, code);
+          assert.equal(res.json.error?.param, 'cache_ttl_s');
+        }
+      }
+      assert.equal((await console.request<{ data: Key[] }>('GET', '/console/api/keys')).json.data.find((key) => key.id === created.json.id)?.cache_ttl_s, 45, 'unchanged by what was refused');
+      // An admin sets it too, from the console's admin route.
+      const byAdmin = await admin.request<Key>('PATCH', `/console/api/admin/keys/${created.json.id}`, { cache_ttl_s: 600 });
+      assert.deepEqual([byAdmin.status, byAdmin.json.cache_ttl_s], [200, 600]);
+      assert.equal((await console.request<Key>('PATCH', path, { cache_ttl_s: 1200 })).json.cache_ttl_s, 1200, 'and the member still changes it');
+    });
+
     it('never lets a member read or act on another account’s keys, usage or admin data', async () => {
       const { console: alice } = await member('alice@console.test', 'alice-password', 1);
       const { console: bob } = await member('bob@console.test', 'bob-password', 1);
@@ -360,6 +395,33 @@ describe('console API', () => {
       await sdk.models.list();
       assert.equal((await client().signIn('carol@console.test', 'carol-password')).status, 200);
       expectError(await admin.request('PATCH', `/console/api/admin/accounts/${((await admin.request('GET', '/console/api/session')).json.account as Account).id}`, { disabled: true }), 400, 'own_account');
+    });
+
+    it('sets an account’s cache cap (cache_max_ttl_s): 0 forbids caching, null lifts it; the member sees it and cannot change it', async () => {
+      const { console: dave, account } = await member('cache-cap@console.test', 'dave-password');
+      const list = await admin.request<{ data: Account[]; gateway_cache_max_ttl_s: number }>('GET', '/console/api/admin/accounts');
+      assert.equal(list.json.gateway_cache_max_ttl_s, 86_400, 'CACHE_MAX_TTL_S, for the page to say');
+      assert.equal(list.json.data.find((a) => a.id === account.id)?.cache_max_ttl_s, null);
+      const path = `/console/api/admin/accounts/${account.id}`;
+      for (const value of [900, 0]) {
+        const patched = await admin.request<Account>('PATCH', path, { cache_max_ttl_s: value });
+        assert.deepEqual([patched.status, patched.json.cache_max_ttl_s], [200, value], JSON.stringify(patched.json));
+      }
+      // The member's own session shows it (read-only).
+      assert.equal(((await dave.request('GET', '/console/api/session')).json.account as Account).cache_max_ttl_s, 0);
+      expectError(await dave.request('PATCH', path, { cache_max_ttl_s: 3600 }), 403, 'admin_only');
+      for (const [value, code] of [
+        [-1, 'invalid_value'],
+        [2.5, 'invalid_type'],
+        ['3600', 'invalid_type'],
+      ] as const) {
+        const refused = await admin.request('PATCH', path, { cache_max_ttl_s: value });
+        expectError(refused, 400, code);
+        assert.equal(refused.json.error?.param, 'cache_max_ttl_s');
+      }
+      const lifted = await admin.request<Account>('PATCH', path, { cache_max_ttl_s: null });
+      assert.deepEqual([lifted.status, lifted.json.cache_max_ttl_s], [200, null]);
+      assert.equal(((await dave.request('GET', '/console/api/session')).json.account as Account).cache_max_ttl_s, null);
     });
 
     it('lists every account and key, channels and queue depths', async () => {
@@ -568,6 +630,7 @@ describe('console API', () => {
       expectError(await console.request('POST', '/console/api/keys', '{"name":'), 400, 'invalid_json');
       expectError(await console.request('POST', '/console/api/keys', { name: 'x', account_id: 'acct_default' }), 400, 'unknown_parameter');
       expectError(await console.request('POST', '/console/api/keys', { name: 'x', rpm: -1 }), 400, 'invalid_value');
+      expectError(await console.request('POST', '/console/api/keys', { name: 'x', cache_ttl_s: -1 }), 400, 'invalid_value');
       expectError(await console.request('POST', '/console/api/keys', { name: 'x'.repeat(100_000) }), 413, 'request_too_large');
       expectError(await console.request('GET', '/console/api/usage?days=365'), 400, 'invalid_value');
       expectError(await console.request('GET', '/console/api/nothing-here'), 404, 'unknown_url');

@@ -64,7 +64,11 @@ describe('the record survives a flushed Redis', () => {
     const accountId = String(account.id);
     assert.equal((await admin('POST', `/admin/accounts/${accountId}/credits`, { amount_usd: 5, note: 'first' })).status, 200);
     assert.equal((await admin('POST', `/admin/accounts/${accountId}/credits`, { amount_usd: -1.5, note: 'correction' })).status, 200);
-    const kept = (await admin('POST', '/admin/keys', { name: 'kept', account_id: accountId, limit_usd: 2, rpm: 1000 })).json;
+    // The response cache's settings come back too: the key's default TTL, and the account's cap at 0 (caching
+    // forbidden, which must not come back as "no cap"), so the key's default changes nothing of what is counted below.
+    assert.equal((await admin('PATCH', `/admin/accounts/${accountId}`, { cache_max_ttl_s: 0 })).json.cache_max_ttl_s, 0);
+    const kept = (await admin('POST', '/admin/keys', { name: 'kept', account_id: accountId, limit_usd: 2, rpm: 1000, cache_ttl_s: 900 })).json;
+    assert.equal(kept.cache_ttl_s, 900);
     const revoked = (await admin('POST', '/admin/keys', { name: 'revoked', account_id: accountId })).json;
     assert.equal((await admin('DELETE', `/admin/keys/${revoked.id}`)).status, 200);
 
@@ -112,6 +116,7 @@ describe('the record survives a flushed Redis', () => {
     const { last_used_at: usedAfter, ...keyAfter } = after.key;
     assert.ok(Math.abs(Number(usedAfter) - Number(usedBefore)) <= 2, `last used ${String(usedAfter)} ≈ ${String(usedBefore)}`);
     assert.deepEqual({ ...after, key: keyAfter }, { ...before, key: keyBefore }, 'account, balance, key spend, ledger and usage as they were');
+    assert.deepEqual([after.account.cache_max_ttl_s, after.key.cache_ttl_s, after.key.rpm], [0, 900, 1000], 'the cache settings with the limits');
 
     // The key still works and spends from where it was; the revoked one stays revoked.
     const again = gateway.client(String(kept.key));

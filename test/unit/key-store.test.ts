@@ -12,6 +12,7 @@ import { hashSecret, KeyCache, KeyStore } from '../../api/accounts/key-store.js'
 import { readUsage, usageQuerySchema } from '../../api/accounts/admin-usage.js';
 import { freshRedis } from '../support/gateway.js';
 import { emptyRecord, testRecord } from '../support/record.js';
+import { loadHotState } from '../../storage/record/hot-state.js';
 
 // Against a real Redis: the store is Lua scripts whose point is to hold together under races.
 let redis: Redis;
@@ -181,6 +182,73 @@ describe('KeyStore', () => {
     assert.equal(await store.update('key_nope', { rpm: 1 }), undefined);
     assert.equal(await redis.exists(apiKeyRecordKey('key_nope')), 0, 'an update does not make a half record');
     assert.deepEqual((await store.list({ accountId: a.id })).map((k) => k.id), [created.id]);
+  });
+
+  it("carries the key's default cache TTL and its account's cache cap on the access: set, cleared, 0, and reloaded from the record", async () => {
+    const a = await store.accounts.create({ email: 'cache-settings@example.com' });
+    const made = await store.create('cached', { accountId: a.id, rpm: 5, cacheTtlS: 600 }, 'member');
+    assert.equal(made.cacheTtlS, 600);
+    assert.equal(await redis.hget(apiKeyRecordKey(made.id), 'cache_ttl'), '600');
+    const row = () => store.record.selectFrom('api_keys').select(['cache_ttl_s', 'admin_rpm']).where('id', '=', made.id).executeTakeFirstOrThrow();
+    assert.deepEqual(await row(), { cache_ttl_s: 600, admin_rpm: null });
+    const hash = hashSecret(made.key);
+    assert.deepEqual(await store.access(hash), { keyId: made.id, accountId: a.id, rpm: 5, cacheTtlS: 600 });
+
+    // The account's cap: a number, 0 (caching forbidden: kept on the access as 0), or none (left out).
+    const messages: string[] = [];
+    store.onAccessChanged = (message) => void messages.push(message);
+    try {
+      assert.equal((await store.accounts.update(a.id, { cacheMaxTtlS: 60 }))!.cacheMaxTtlS, 60);
+      assert.deepEqual(messages, [`account:${a.id}`], 'every api drops the cached access of the account’s keys');
+      assert.deepEqual(await store.access(hash), { keyId: made.id, accountId: a.id, rpm: 5, cacheTtlS: 600, cacheMaxTtlS: 60 });
+      assert.equal((await store.accounts.update(a.id, { cacheMaxTtlS: 0 }))!.cacheMaxTtlS, 0);
+      assert.equal(await redis.hget(accountKey(a.id), 'cache_max_ttl'), '0');
+      assert.equal((await store.access(hash) as { cacheMaxTtlS?: number }).cacheMaxTtlS, 0);
+      const cap = async () => (await store.record.selectFrom('accounts').select('cache_max_ttl_s').where('id', '=', a.id).executeTakeFirstOrThrow()).cache_max_ttl_s;
+      assert.equal(await cap(), 0);
+
+      // A member changes the key's default as freely as it likes: no ceiling applies (none is kept of it either).
+      messages.length = 0;
+      assert.equal((await store.update(made.id, { cacheTtlS: 7200 }, 'member'))!.cacheTtlS, 7200);
+      assert.deepEqual(messages, [made.id]);
+      assert.deepEqual(await row(), { cache_ttl_s: 7200, admin_rpm: null });
+      // 0 is kept as set, and means no default: the access leaves it out.
+      assert.equal((await store.update(made.id, { cacheTtlS: 0 }, 'member'))!.cacheTtlS, 0);
+      assert.equal('cacheTtlS' in ((await store.access(hash)) as object), false);
+      assert.equal((await store.update(made.id, { cacheTtlS: 30 }, 'admin'))!.cacheTtlS, 30);
+      assert.deepEqual(await store.withAdminLimits([(await store.get(made.id))!]).then(([key]) => key!.adminLimits), {}, 'an admin’s TTL is no ceiling');
+
+      // Redis loses both (an older snapshot): the record's load brings them back.
+      await redis.hdel(apiKeyRecordKey(made.id), 'cache_ttl');
+      await redis.hdel(accountKey(a.id), 'cache_max_ttl');
+      assert.deepEqual(await store.access(hash), { keyId: made.id, accountId: a.id, rpm: 5 });
+      await loadHotState(redis, store.record);
+      // (The load writes the account's weight too, 1, which the account made here had not.)
+      assert.deepEqual(await store.access(hash), { keyId: made.id, accountId: a.id, weight: 1, rpm: 5, cacheTtlS: 30, cacheMaxTtlS: 0 });
+      assert.deepEqual([(await store.playgroundAccess(a.id)).cacheMaxTtlS, (await store.playgroundAccess(a.id)).cacheTtlS], [0, undefined], 'the Playground key carries the account’s cap');
+
+      // Cleared: null in the record, '' in Redis, left out of the access.
+      await store.update(made.id, { cacheTtlS: null });
+      assert.equal((await store.accounts.update(a.id, { cacheMaxTtlS: null }))!.cacheMaxTtlS, undefined);
+      assert.deepEqual([await redis.hget(apiKeyRecordKey(made.id), 'cache_ttl'), await redis.hget(accountKey(a.id), 'cache_max_ttl')], ['', '']);
+      assert.deepEqual(await row(), { cache_ttl_s: null, admin_rpm: null });
+      assert.equal(await cap(), null);
+      assert.deepEqual(await store.access(hash), { keyId: made.id, accountId: a.id, weight: 1, rpm: 5 });
+      await loadHotState(redis, store.record);
+      assert.deepEqual(await store.access(hash), { keyId: made.id, accountId: a.id, weight: 1, rpm: 5 });
+    } finally {
+      store.onAccessChanged = undefined;
+    }
+  });
+
+  it('gives the Playground key its own default cache TTL, as any key', async () => {
+    const a = await store.accounts.create({ email: 'playground-cache@example.com' });
+    await store.accounts.update(a.id, { cacheMaxTtlS: 120 });
+    const first = await store.playgroundAccess(a.id);
+    assert.deepEqual([first.cacheMaxTtlS, 'cacheTtlS' in first], [120, false]);
+    await store.update(first.keyId, { cacheTtlS: 90 }, 'member');
+    const again = await store.playgroundAccess(a.id);
+    assert.deepEqual([again.keyId, again.cacheTtlS, again.cacheMaxTtlS], [first.keyId, 90, 120]);
   });
 
   it('makes records the billing admission accepts: the account balance decides', async () => {

@@ -183,8 +183,72 @@ function WeightDialog({ account, onClose, onSaved }: { account: Account; onClose
   );
 }
 
-/** The accounts as the console's admin route answers them: with the tiers an account without its own may use. */
-type AccountList = List<Account> & { default_service_tiers?: ServiceTier[] };
+/**
+ * The accounts as the console's admin route answers them: with the tiers an account without its own may use, and
+ * the gateway's cache cap (CACHE_MAX_TTL_S), which holds beside each account's.
+ */
+type AccountList = List<Account> & { default_service_tiers?: ServiceTier[]; gateway_cache_max_ttl_s?: number };
+
+/** The most seconds an account's cache cap may name (a year; the API's bound). */
+const maxCacheTtlS = 31_536_000;
+/** What an account's row says of its cache cap. */
+const cacheCapText = (cap: number | null) => (cap === null ? 'none' : cap === 0 ? 'off' : `${cap.toLocaleString()} s`);
+
+function CacheCapDialog({ account, gatewayCap, onClose, onSaved }: { account: Account; gatewayCap: number | undefined; onClose: () => void; onSaved: (updated: Account) => void }) {
+  const [cap, setCap] = useState(account.cache_max_ttl_s === null ? '' : String(account.cache_max_ttl_s));
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [busy, setBusy] = useState(false);
+  const submit = async (event: TargetedSubmitEvent<HTMLFormElement>) => {
+    event.preventDefault();
+    if (busy) return;
+    const text = cap.trim();
+    const value = text === '' ? null : Number(text);
+    if (value !== null && (!Number.isInteger(value) || value < 0 || value > maxCacheTtlS)) {
+      setError(`Enter a whole number of seconds from 0 to ${maxCacheTtlS.toLocaleString()}, or leave it empty.`);
+      return;
+    }
+    setError(undefined);
+    setBusy(true);
+    try {
+      onSaved(await api<Account>('PATCH', `/admin/accounts/${encodeURIComponent(account.id)}`, { cache_max_ttl_s: value }));
+    } catch (caught) {
+      setError(messageOf(caught));
+      setBusy(false);
+    }
+  };
+  return (
+    <Dialog title={`Cache cap of ${account.email || account.name || account.id}`} onClose={onClose}>
+      <p class="dialog-lead">
+        The longest this account’s answers are kept in the response cache, whatever <code>max-age</code> its requests or its keys’ default TTL name. 0 turns caching off for the account.
+      </p>
+      <form onSubmit={submit} noValidate>
+        <div class="form-stack">
+          <div class="field">
+            <label for="account-cache-cap">Cache cap (s)</label>
+            <input
+              id="account-cache-cap"
+              type="number"
+              min={0}
+              max={maxCacheTtlS}
+              step={1}
+              inputMode="numeric"
+              value={cap}
+              onInput={(e) => setCap(e.currentTarget.value)}
+              placeholder="No cap"
+              aria-describedby="account-cache-cap-hint"
+              autoFocus
+            />
+            <p class="field-hint" id="account-cache-cap-hint">
+              Empty: no cap of its own{gatewayCap === undefined ? '' : ` (the gateway’s ${gatewayCap.toLocaleString()} s still holds)`}. 0: never cached.
+            </p>
+          </div>
+        </div>
+        <ErrorMessage message={error} />
+        <DialogFormActions onCancel={onClose} busy={busy} submit="Save" />
+      </form>
+    </Dialog>
+  );
+}
 
 const tierLabel = (tier: ServiceTier) => tier[0]!.toUpperCase() + tier.slice(1);
 const tierHints: Record<ServiceTier, string> = {
@@ -267,12 +331,14 @@ export function AccountsPage() {
   const [crediting, setCrediting] = useState<Account | undefined>(undefined);
   const [weighing, setWeighing] = useState<Account | undefined>(undefined);
   const [tiering, setTiering] = useState<Account | undefined>(undefined);
+  const [capping, setCapping] = useState<Account | undefined>(undefined);
   const [disabling, setDisabling] = useState<Account | undefined>(undefined);
   const [busyId, setBusyId] = useState<string | undefined>(undefined);
   const [error, setError] = useState<string | undefined>(undefined);
   const [status, setStatus] = useState<string | undefined>(undefined);
   const list = accounts.data ? listOf(accounts.data) : undefined;
   const defaultTiers = accounts.data && !Array.isArray(accounts.data) ? accounts.data.default_service_tiers : undefined;
+  const gatewayCacheCap = accounts.data && !Array.isArray(accounts.data) ? accounts.data.gateway_cache_max_ttl_s : undefined;
 
   // The list's own fields (the default tiers) are kept through a change of its accounts.
   const change = (update: (list: Account[]) => Account[]) =>
@@ -359,6 +425,18 @@ export function AccountsPage() {
                         Tiers: {tiersText(account.service_tiers)}
                       </button>
                     </span>
+                    {/* The response cache's cap for its answers (none unless an admin set one; 0: never cached). */}
+                    <span class="cell-sub">
+                      <button
+                        type="button"
+                        class="weight-button tiers-button"
+                        onClick={() => setCapping(account)}
+                        aria-label={`Change cache cap, now ${cacheCapText(account.cache_max_ttl_s)}`}
+                        title="The longest this account's answers stay in the response cache"
+                      >
+                        Cache cap: {cacheCapText(account.cache_max_ttl_s)}
+                      </button>
+                    </span>
                   </td>
                   <td class="num nowrap">{balance(account.balance_usd)}</td>
                   <td>{account.disabled ? <span class="badge badge-danger">Disabled</span> : <span class="badge badge-ok">Active</span>}</td>
@@ -432,6 +510,18 @@ export function AccountsPage() {
             replace(updated);
             setStatus(`Service tiers of ${updated.email || updated.id}: ${updated.service_tiers ? tiersText(updated.service_tiers) : 'the gateway’s default'}.`);
             setTiering(undefined);
+          }}
+        />
+      )}
+      {capping && (
+        <CacheCapDialog
+          account={capping}
+          gatewayCap={gatewayCacheCap}
+          onClose={() => setCapping(undefined)}
+          onSaved={(updated) => {
+            replace(updated);
+            setStatus(`Cache cap of ${updated.email || updated.id}: ${cacheCapText(updated.cache_max_ttl_s)}.`);
+            setCapping(undefined);
           }}
         />
       )}

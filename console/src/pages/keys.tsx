@@ -13,9 +13,13 @@ interface KeyDraft {
   tpm: string;
   models: string;
   expires: string;
+  cacheTtl: string;
 }
 
-const emptyDraft: KeyDraft = { name: '', limit: '', rpm: '', tpm: '', models: '', expires: '' };
+const emptyDraft: KeyDraft = { name: '', limit: '', rpm: '', tpm: '', models: '', expires: '', cacheTtl: '' };
+
+/** The most seconds a key's default cache TTL may name (a year; the API's bound). */
+const maxCacheTtlS = 31_536_000;
 
 function draftOf(key: Key): KeyDraft {
   return {
@@ -25,6 +29,7 @@ function draftOf(key: Key): KeyDraft {
     tpm: key.tpm == null ? '' : String(key.tpm),
     models: key.models?.join(', ') ?? '',
     expires: dateInputValue(key.expires_at),
+    cacheTtl: key.cache_ttl_s == null ? '' : String(key.cache_ttl_s),
   };
 }
 
@@ -35,6 +40,7 @@ interface KeyFieldsValue {
   tpm: number | null;
   models: string[] | null;
   expires_at: number | null;
+  cache_ttl_s: number | null;
 }
 
 /** The draft as API fields (null for "none"), or the first problem with it. */
@@ -52,6 +58,8 @@ function parseDraft(draft: KeyDraft): KeyFieldsValue | string {
   if (typeof rpm === 'string') return rpm;
   const tpm = perMinute(draft.tpm, 'TPM');
   if (typeof tpm === 'string') return tpm;
+  const cacheTtl = optionalNumber(draft.cacheTtl);
+  if (cacheTtl !== undefined && (!Number.isInteger(cacheTtl) || cacheTtl < 0 || cacheTtl > maxCacheTtlS)) return `The cache TTL must be a whole number of seconds from 0 to ${maxCacheTtlS.toLocaleString()}.`;
   let expires: number | null = null;
   if (draft.expires) {
     const at = endOfLocalDay(draft.expires);
@@ -59,7 +67,7 @@ function parseDraft(draft: KeyDraft): KeyFieldsValue | string {
     if (at * 1000 < Date.now()) return 'The expiry date has passed already.';
     expires = at;
   }
-  return { name, limit_usd: limit ?? null, rpm, tpm, models: modelList(draft.models) ?? null, expires_at: expires };
+  return { name, limit_usd: limit ?? null, rpm, tpm, models: modelList(draft.models) ?? null, expires_at: expires, cache_ttl_s: cacheTtl ?? null };
 }
 
 /**
@@ -99,7 +107,28 @@ function ceilingProblem(parsed: KeyFieldsValue, ceilings: KeyCeilings | undefine
 
 const labels = { limit_usd: 'The spend limit', rpm: 'RPM', tpm: 'TPM', expires_at: 'The expiry', models: 'The models' } as const;
 
-function KeyFields({ idPrefix, draft, onChange, autoFocus, ceilings }: { idPrefix: string; draft: KeyDraft; onChange: (draft: KeyDraft) => void; autoFocus?: boolean; ceilings?: KeyCeilings }) {
+/** What a key's cache TTL field says of its account's cap (an admin's): none, caching off, or at most so many seconds. */
+function cacheCapText(cap: number | null | undefined): string {
+  if (cap == null) return '';
+  return cap === 0 ? ' Caching is off for this account.' : ` This account keeps answers at most ${cap.toLocaleString()} s.`;
+}
+
+function KeyFields({
+  idPrefix,
+  draft,
+  onChange,
+  autoFocus,
+  ceilings,
+  cacheCap,
+}: {
+  idPrefix: string;
+  draft: KeyDraft;
+  onChange: (draft: KeyDraft) => void;
+  autoFocus?: boolean;
+  ceilings?: KeyCeilings;
+  /** The cache cap of the key's account, when known (the member's own). */
+  cacheCap?: number | null;
+}) {
   const set = (field: keyof KeyDraft) => (event: TargetedEvent<HTMLInputElement>) => onChange({ ...draft, [field]: event.currentTarget.value });
   const id = (field: string) => `${idPrefix}-${field}`;
   const admin = ceilings?.admin ?? {};
@@ -148,6 +177,13 @@ function KeyFields({ idPrefix, draft, onChange, autoFocus, ceilings }: { idPrefi
           {admin.models ? `Set by an administrator: only ${admin.models.join(', ')}; you can narrow the list.` : 'Comma separated, e.g. gpt-4o-mini, claude-sonnet-4-5. Empty: every model.'}
         </p>
       </div>
+      <div class="field">
+        <label for={id('cache-ttl')}>Cache TTL (s)</label>
+        <input id={id('cache-ttl')} type="number" min="0" max={maxCacheTtlS} step="1" inputMode="numeric" value={draft.cacheTtl} onInput={set('cacheTtl')} placeholder="None" aria-describedby={id('cache-ttl-hint')} />
+        <p class="field-hint" id={id('cache-ttl-hint')}>
+          Requests that send no Cache-Control are cached this long. Empty: none.{cacheCapText(cacheCap)}
+        </p>
+      </div>
     </div>
   );
 }
@@ -182,6 +218,7 @@ function CreateKeyDialog({ onCreated, onClose }: { onCreated: (key: CreatedKey) 
       if (parsed.tpm !== null) body.tpm = parsed.tpm;
       if (parsed.models !== null) body.models = parsed.models;
       if (parsed.expires_at !== null) body.expires_at = parsed.expires_at;
+      if (parsed.cache_ttl_s !== null) body.cache_ttl_s = parsed.cache_ttl_s;
       const created = await api<CreatedKey>('POST', '/keys', body);
       setDraft(emptyDraft);
       onCreated(created);
@@ -195,7 +232,7 @@ function CreateKeyDialog({ onCreated, onClose }: { onCreated: (key: CreatedKey) 
   return (
     <Dialog title="New key" onClose={onClose} wide>
       <form onSubmit={submit} class="key-form" noValidate>
-        <KeyFields idPrefix="new-key" draft={draft} onChange={setDraft} autoFocus ceilings={ceilings} />
+        <KeyFields idPrefix="new-key" draft={draft} onChange={setDraft} autoFocus ceilings={ceilings} cacheCap={account?.cache_max_ttl_s} />
         <ErrorMessage message={error} />
         <DialogFormActions onCancel={onClose} busy={busy} submit="Create key" />
       </form>
@@ -343,6 +380,7 @@ function EditKeyDialog({ keyRecord, onClose, onSaved, base = '/keys' }: { keyRec
     if (draft.tpm !== initial.tpm) body.tpm = parsed.tpm;
     if (draft.models !== initial.models) body.models = parsed.models;
     if (draft.expires !== initial.expires) body.expires_at = parsed.expires_at;
+    if (draft.cacheTtl !== initial.cacheTtl) body.cache_ttl_s = parsed.cache_ttl_s;
     if (Object.keys(body).length === 0) {
       onClose();
       return;
@@ -365,7 +403,7 @@ function EditKeyDialog({ keyRecord, onClose, onSaved, base = '/keys' }: { keyRec
   return (
     <Dialog title={`Edit ${keyRecord.name}`} onClose={onClose} wide>
       <form onSubmit={submit} noValidate>
-        <KeyFields idPrefix="edit-key" draft={draft} onChange={setDraft} ceilings={ceilings} />
+        <KeyFields idPrefix="edit-key" draft={draft} onChange={setDraft} ceilings={ceilings} cacheCap={keyRecord.account_id === account?.id ? account.cache_max_ttl_s : undefined} />
         <ErrorMessage message={error} />
         <DialogFormActions onCancel={onClose} busy={busy} submit="Save" />
       </form>
@@ -456,7 +494,11 @@ export function ExpiresCell({ at, adminSet }: { at: number | null; adminSet?: un
   );
 }
 
-/** A key's cells as every key table shows them: name, hint, created, last used, spend / limit, rpm, tpm, models, expiry. */
+/**
+ * A key's cells as every key table shows them: name (with its default cache TTL under it, where it has one: no
+ * column of its own, so the tables keep fitting 1280 px), hint, created, last used, spend / limit, rpm, tpm,
+ * models, expiry.
+ */
 /** The headers of KeyCells' columns, in their order. */
 export function KeyHeaderCells() {
   return (
@@ -477,7 +519,14 @@ export function KeyHeaderCells() {
 export function KeyCells({ keyRecord: key }: { keyRecord: Key }) {
   return (
     <>
-      <td class="cell-strong">{key.name}</td>
+      <td class="cell-strong">
+        {key.name}
+        {key.cache_ttl_s ? (
+          <span class="cell-sub muted" title="Requests of this key without Cache-Control are cached this long">
+            Cache TTL: {key.cache_ttl_s.toLocaleString()} s
+          </span>
+        ) : null}
+      </td>
       <td class="mono nowrap">{key.hint}</td>
       <td class="nowrap" title={dateTime(key.created)}>
         {shortDate(key.created)}
