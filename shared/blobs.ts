@@ -4,4 +4,6 @@ export interface BlobRef {
   contentType: string;
   size: number;
   filename?: string;
+  /** An upload's SHA-256 (hex), digested as it arrived: what the response cache knows it by. */
+  sha256?: string;
 }

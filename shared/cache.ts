@@ -43,7 +43,20 @@ export function readCacheControl(header: string): CacheDirective {
 }
 
 /** The endpoints whose answers are cached: text answers, whose request says all that shapes them. */
-export const cachedEndpoints: ReadonlySet<Endpoint> = new Set(['chat.completions', 'completions', 'embeddings', 'messages']);
+export const cachedEndpoints: ReadonlySet<Endpoint> = new Set([
+  'chat.completions',
+  'completions',
+  'embeddings',
+  'messages',
+  'responses',
+  'images.generations',
+  'images.edits',
+  'images.variations',
+  'audio.transcriptions',
+]);
+
+/** The endpoints whose requests carry uploads: an upload is in a request's hash by its bytes' digest, not its stored name. */
+const uploadEndpoints: ReadonlySet<Endpoint> = new Set(['images.edits', 'images.variations', 'audio.transcriptions']);
 
 /** Fields that do not change an answer: left out of a request's hash, so requests that differ only there share one. */
 const answerNeutral: Readonly<Record<string, ReadonlySet<string>>> = {
@@ -51,7 +64,34 @@ const answerNeutral: Readonly<Record<string, ReadonlySet<string>>> = {
   completions: new Set(['stream', 'stream_options', 'user', 'service_tier']),
   embeddings: new Set(['user']),
   messages: new Set(['stream', 'metadata', 'service_tier']),
+  // A Responses job's chat form (always streamed to the vendor) beside its shell: the shell's id and time are the
+  // response's own, `store` and `background` are never cached, `user` changes nothing.
+  responses: new Set(['id', 'created_at', 'store', 'background', 'user', 'service_tier', 'stream', 'stream_options']),
+  'images.generations': new Set(['user']),
+  'images.edits': new Set(['user']),
+  'images.variations': new Set(['user']),
+  'audio.transcriptions': new Set(['user']),
 };
+
+/** An upload as a request's hash knows it: its bytes' digest, size and type (its stored name is the request's own). */
+function uploadContent(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(uploadContent);
+  if (value === null || typeof value !== 'object' || !('key' in value) || !('size' in value)) return value;
+  const { sha256, size, contentType } = value as unknown as { sha256?: string; size: number; contentType: string };
+  if (typeof sha256 !== 'string') throw new Error('an upload without its digest cannot be cached');
+  return { sha256, size, contentType };
+}
+
+/** Whether a request can be cached at all: every upload it carries was digested as it arrived. */
+export function hashable(request: EndpointRequest): boolean {
+  if (!uploadEndpoints.has(request.endpoint)) return true;
+  try {
+    for (const value of Object.values(request.payload as Record<string, unknown>)) uploadContent(value);
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 /** JSON with every object's keys in order: two requests that differ only in key order or spacing write the same text. */
 export function canonicalJson(value: unknown): string {
@@ -70,11 +110,21 @@ export function canonicalJson(value: unknown): string {
  * entries are never shared across accounts.
  */
 export function requestHash(request: EndpointRequest, modelId: string): string {
-  const payload = (request.endpoint === 'messages' ? request.payload.anthropic : request.payload) as Record<string, unknown>;
   const neutral = answerNeutral[request.endpoint] ?? new Set<string>();
-  const kept: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries(payload)) if (!neutral.has(key) && key !== 'model') kept[key] = value;
-  return createHash('sha256').update(`${request.endpoint}\n${modelId}\n${canonicalJson(kept)}`).digest('hex');
+  const kept = (payload: Record<string, unknown>) => {
+    const out: Record<string, unknown> = {};
+    for (const [key, value] of Object.entries(payload)) if (!neutral.has(key) && key !== 'model') out[key] = value;
+    return out;
+  };
+  const form =
+    request.endpoint === 'messages'
+      ? kept(request.payload.anthropic as unknown as Record<string, unknown>)
+      : request.endpoint === 'responses'
+        ? { chat: kept(request.payload.chat as unknown as Record<string, unknown>), shell: kept(request.payload.shell as unknown as Record<string, unknown>) }
+        : uploadEndpoints.has(request.endpoint)
+          ? Object.fromEntries(Object.entries(kept(request.payload as Record<string, unknown>)).map(([key, value]) => [key, uploadContent(value)]))
+          : kept(request.payload as Record<string, unknown>);
+  return createHash('sha256').update(`${request.endpoint}\n${modelId}\n${canonicalJson(form)}`).digest('hex');
 }
 
 /** One event of a stored stream: its `event:` name where the dialect has one (Anthropic's), and its data. */
@@ -215,7 +265,7 @@ export async function readEntry(redis: Redis, accountId: string, hash: string): 
   return stored ? decodeEntry(stored) : undefined;
 }
 
-/** Takes the flight mark for a job (resolves to '') or names the job that holds it (`<jobId> <stream 1|0>`). */
+/** Takes the flight mark for a job (resolves to '') or names the job that holds it (`flightHolder`). */
 const flightScript = `
 local held = redis.call('GET', KEYS[1])
 if held then return held end
@@ -231,6 +281,32 @@ export interface CacheEvent {
   account: string;
   hash: string;
   status: 'stored' | 'failed';
+  /** What the answer cost (micros), when it ended well: a request that followed its stream is billed from it. */
+  cost?: number;
+}
+
+/**
+ * The flight mark's value: the job holding it, the form its client reads (`streamForm`, '-' for a body: a client
+ * that streams the same form follows that job's stream as it comes), and its key (the owner of the stream's log).
+ */
+export function flightHolder(jobId: string, form: string | undefined, keyId: string): string {
+  return `${jobId} ${form ?? '-'} ${keyId}`;
+}
+
+export function readFlightHolder(value: string): { jobId: string; form: string | undefined; keyId: string } {
+  const [jobId = '', form = '-', keyId = ''] = value.split(' ');
+  return { jobId, form: form === '-' ? undefined : form, keyId };
+}
+
+/**
+ * The form of a request's stream, when it streams: two streamed requests with one hash and one form read the same
+ * frames (an OpenAI stream differs in its usage chunk, sent only when `stream_options.include_usage` asks).
+ */
+export function streamForm(request: EndpointRequest, stream: boolean): string | undefined {
+  if (!stream) return undefined;
+  if (request.endpoint !== 'chat.completions' && request.endpoint !== 'completions') return 'events';
+  const usage = (request.payload as { stream_options?: { include_usage?: boolean | null } | null }).stream_options?.include_usage === true;
+  return usage ? 'chunks+usage' : 'chunks';
 }
 
 /** Drops the flight mark if this job holds it, and tells every api how the job ended: one round trip. */
@@ -241,8 +317,8 @@ redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 0`;
 
 /** The job holding a request's flight mark ended (or was never queued): the mark goes, and the requests waiting on it hear how. */
-export async function landFlight(redis: Redis, accountId: string, hash: string, jobId: string, status: CacheEvent['status']): Promise<void> {
-  const event: CacheEvent = { account: accountId, hash, status };
+export async function landFlight(redis: Redis, accountId: string, hash: string, jobId: string, status: CacheEvent['status'], costMicros?: number): Promise<void> {
+  const event: CacheEvent = { account: accountId, hash, status, ...(costMicros !== undefined ? { cost: costMicros } : {}) };
   await redis.eval(landScript, 1, cacheFlightKey(accountId, hash), jobId, cacheEventsChannel, JSON.stringify(event));
 }
 

@@ -32,11 +32,13 @@ export async function keepAnswer(deps: AnswerCacheDeps, data: GatewayJobData, pr
   const plan = data.cache;
   if (!plan) return;
   let status: CacheEvent['status'] = 'failed';
+  let cost: number | undefined;
   try {
     const forms = produced.cacheable;
     const keepMs = plan.flight ? sharedAnswerMs : 0;
     if (forms && produced.finishReason !== 'content_filter' && Math.max(plan.ttlMs, keepMs) > 0 && deps.config.cache.maxTtlS > 0) {
       const billed = produced.billed ?? { costMicros: 0, input: 0, cached: 0, output: 0 };
+      cost = billed.costMicros;
       const now = Date.now();
       const size = await storeEntry(
         deps.redis,
@@ -55,15 +57,15 @@ export async function keepAnswer(deps: AnswerCacheDeps, data: GatewayJobData, pr
   } catch (error) {
     deps.log.warn({ err: error }, 'could not keep the answer in the cache');
   }
-  await endFlight(deps, data, status);
+  await endFlight(deps, data, status, cost);
 }
 
 /** The job holding a request's flight mark ended: the mark goes, and the requests waiting on it hear how. */
-export async function endFlight(deps: AnswerCacheDeps, data: GatewayJobData, status: CacheEvent['status']): Promise<void> {
+export async function endFlight(deps: AnswerCacheDeps, data: GatewayJobData, status: CacheEvent['status'], costMicros?: number): Promise<void> {
   const plan = data.cache;
   if (!plan?.flight) return;
   try {
-    await landFlight(deps.redis, data.accountId ?? defaultAccountId, plan.hash, data.jobId ?? data.requestId, status);
+    await landFlight(deps.redis, data.accountId ?? defaultAccountId, plan.hash, data.jobId ?? data.requestId, status, costMicros);
   } catch (error) {
     // The mark expires at the job's deadline; the waiters give up then, or sooner at their own.
     deps.log.warn({ err: error }, 'could not tell the requests sharing this call that it ended');

@@ -43,6 +43,13 @@ export interface PipelineRun {
  */
 export type PipelineOutcome = { answer: 'publish'; body: string } | { answer: 'keep'; result: GatewayJobResult } | { answer: 'sent'; result: GatewayJobResult };
 
+/** Whether a media answer names files by URL (images rendered as `url`, as asked or as the model's default): never cached. */
+function linksFiles(run: PipelineRun): boolean {
+  const { request } = run;
+  if (request.endpoint !== 'images.generations' && request.endpoint !== 'images.edits' && request.endpoint !== 'images.variations') return false;
+  return (request.payload.response_format ?? run.ctx.model.default_response_format ?? 'b64_json') === 'url';
+}
+
 /** Async results past this size are kept in the blob store for their whole lifetime, not in Redis. */
 const inlineAsyncResultBytes = 256 * 1024;
 
@@ -65,7 +72,8 @@ export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Pr
   async responses(run) {
     const { request } = run;
     if (request.endpoint !== 'responses') throw new GatewayError(400, `${request.endpoint} is not a Responses endpoint.`);
-    const body = await run.startResponses(request.payload).run(run.protocol, run.ctx, run.produced, run.vendorDoneBilling);
+    const keep = run.job.data.cache !== undefined && !run.job.data.async;
+    const body = await run.startResponses(request.payload).run(run.protocol, run.ctx, run.produced, run.vendorDoneBilling, keep ? { keep: run.keepAnswer } : undefined);
     return { answer: 'sent', result: body === undefined ? {} : { body } };
   },
 
@@ -93,7 +101,11 @@ export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Pr
     if (run.request.endpoint === 'videos') run.produced.answerId = jobId;
     if (data.async) await publishJobEvent(media.redis, jobId, { type: 'progress', status: 'in_progress', progress: 0 });
     const { body } = await runMedia(job, run.protocol, run.request, run.ctx, media, run.vendorDone, run.produced);
-    if (!data.async) return { answer: 'publish', body };
+    if (!data.async) {
+      // Kept by the response cache unless it links to files (an image's `url`): links expire, the entry would outlive them.
+      if (data.cache && !linksFiles(run)) run.produced.cacheable = { body };
+      return { answer: 'publish', body };
+    }
     const result: GatewayJobResult =
       body.length > inlineAsyncResultBytes
         ? { bodyRef: (await media.blobs.put(`results/${jobId}.json`, Buffer.from(body), 'application/json')).key }

@@ -7,6 +7,7 @@ import { ResponsesStreamEncoder, type ResponseObject } from './answers/responses
 import type { ReplyPublisher } from './reply-publisher.js';
 import type { Meter } from './settlement.js';
 import { meterEvents } from './text-pipeline.js';
+import { storedEvents } from './answers/answer-forms.js';
 import { adapterMethod } from './vendors/registry.js';
 import type { CallContext } from './vendors/types.js';
 import type { TierRule } from './served-tier.js';
@@ -57,14 +58,17 @@ export class ResponsesRun {
    * used, and the tier that served it, go to `produced`; `vendorDone` runs
    * once the vendor is done.
    */
-  async run(protocol: Protocol, ctx: CallContext, produced: Meter, vendorDone: () => Promise<unknown>): Promise<string | undefined> {
+  async run(protocol: Protocol, ctx: CallContext, produced: Meter, vendorDone: () => Promise<unknown>, cache?: { keep: () => Promise<void> }): Promise<string | undefined> {
     if (this.job.shell.background) await this.store({ ...this.encoder.current(), status: 'in_progress' });
     // The request log names a response by its own id (set first: the chat stream's id under it is the vendor's).
     produced.answerId = this.job.shell.id;
+    // A request that opted into the response cache keeps the events it was written as, whether its client reads them or not.
+    let kept = '';
     try {
       for await (const events of adapterMethod(protocol, 'streamChat')(this.job.chat, ctx)) {
         const { frames, count } = this.encoder.encode(events);
         if (this.visible && count > 0) this.publisher.chunk(frames, count);
+        if (cache) kept += frames;
         meterEvents(events, produced);
       }
     } finally {
@@ -74,6 +78,11 @@ export class ResponsesRun {
     await vendorDone();
     const end = this.encoder.end();
     const final = this.encoder.current();
+    if (cache && (final.status === 'completed' || final.status === 'incomplete')) {
+      // Stored before the answer goes, so the client's next identical request finds it.
+      produced.cacheable = { body: JSON.stringify(final), events: storedEvents(kept + end.frames), trailer: '' };
+      await cache.keep();
+    }
     if (!this.visible) {
       const [, kept] = await Promise.all([this.store(final), this.publisher.done(JSON.stringify(final))]);
       return kept.body ?? '';

@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http';
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import busboy from 'busboy';
 import type { BlobRef } from '../../shared/blobs.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
@@ -102,17 +102,23 @@ export function readMultipart(
       }
       const slot = slots.push(undefined) - 1;
       const chunks: Buffer[] = [];
-      stream.on('data', (chunk: Buffer) => chunks.push(chunk));
+      // Digested piece by piece as it arrives (never all at once, which would hold the event loop on a large file).
+      const digest = createHash('sha256');
+      stream.on('data', (chunk: Buffer) => {
+        chunks.push(chunk);
+        digest.update(chunk);
+      });
       stream.on('limit', () => fail(uploadTooLarge(maxFileBytes)));
       stream.on('end', () => {
         if (failed) return;
         const safeName = (info.filename || 'upload').replace(/[^A-Za-z0-9._-]/g, '_').slice(-100);
         const bytes = Buffer.concat(chunks);
+        const sha256 = digest.digest('hex');
         stores.push(
           blobs
             .put(`uploads/${requestId}/${slot}-${randomUUID().slice(0, 8)}-${safeName}`, bytes, info.mimeType || 'application/octet-stream', info.filename)
             .then((ref) => {
-              slots[slot] = { field, ref, head: Buffer.from(bytes.subarray(0, 32)), bytes: bytes.length };
+              slots[slot] = { field, ref: { ...ref, sha256 }, head: Buffer.from(bytes.subarray(0, 32)), bytes: bytes.length };
             }),
         );
       });

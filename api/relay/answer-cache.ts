@@ -1,14 +1,18 @@
 import type { Redis } from 'ioredis';
 import { defaultAccountId, type KeyAccess } from '../../shared/accounts.js';
-import { cachedEndpoints, landFlight, readCacheControl, readEntry, requestHash, takeFlight, type CacheEntry, type CacheEvent, type JobCachePlan } from '../../shared/cache.js';
+import { cachedEndpoints, flightHolder, hashable, landFlight, readCacheControl, readEntry, readFlightHolder, requestHash, takeFlight, type CacheEntry, type CacheEvent, type JobCachePlan } from '../../shared/cache.js';
 import type { Config } from '../../shared/config.js';
 import type { EndpointRequest } from '../../shared/endpoints.js';
+import { GatewayError, type WireError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
+import { anthropicErrorBody } from '../../shared/messages.js';
+import type { LogEntry } from '../../shared/reply.js';
 import { activeMetrics } from '../../shared/metrics.js';
 import { settle } from '../../shared/money/billing.js';
 import { cacheEventsChannel } from '../../shared/redis-keys.js';
-import { EventStream } from '../http/event-stream.js';
+import { dataFrame, EventStream } from '../http/event-stream.js';
 import type { GatewayContext } from '../http/context.js';
+import type { EventLogs } from './event-log.js';
 import type { ReplyHub } from './reply-hub.js';
 
 /**
@@ -28,12 +32,28 @@ export interface CachePlan {
   share: boolean;
 }
 
+/** How long a request following another's stream waits for that stream's end after hearing its job failed. */
+const followerGraceMs = 2000;
+
+/** How a request shares an identical one's call: served its stored answer, or following its stream as it comes. */
+export type Shared = { entry: CacheEntry } | { follow: { jobId: string; owner: string } };
+
+/** What a request following another's stream needs to be answered and billed. */
+export interface FollowingOptions {
+  access: KeyAccess;
+  keyId: string;
+  modelId: string;
+  deadline: number;
+  keepAliveMs: number;
+  dialect: 'openai' | 'anthropic';
+}
+
 /** How a request was served, as `Cache-Status` says it (RFC 9211). */
 export type CacheResult = 'hit' | 'coalesced' | 'miss' | 'bypass';
 
 export class AnswerCache {
   /** The requests waiting on another's job, by `account hash`. */
-  private readonly waiting = new Map<string, Set<(status: CacheEvent['status']) => void>>();
+  private readonly waiting = new Map<string, Set<(event: CacheEvent) => void>>();
 
   constructor(
     private readonly redis: Redis,
@@ -52,28 +72,34 @@ export class AnswerCache {
       }
       const waiters = this.waiting.get(`${event.account} ${event.hash}`);
       if (!waiters) return;
-      for (const wake of [...waiters]) wake(event.status);
+      for (const wake of [...waiters]) wake(event);
     });
   }
 
   /**
-   * The plan of a request that opted in with `Cache-Control` (`max-age`, `no-cache`), or undefined: not opted in,
-   * `no-store`, an endpoint or form the cache does not keep (an async job, a background or stored response), a
-   * body past CACHE_MAX_REQUEST_BYTES, or the cache turned off (CACHE_MAX_TTL_S=0).
+   * The plan of a request that opted in, or undefined. A request opts in with `Cache-Control` (`max-age`,
+   * `no-cache`), or by its key's default (`cache_ttl_s`, as if it sent `max-age` of it) when it sends no
+   * `Cache-Control`; `no-store` opts out whatever the key says. Never for an endpoint or form the cache does not
+   * keep (an async job, a background or stored response), a body past CACHE_MAX_REQUEST_BYTES, an account an admin
+   * forbade it (`cache_max_ttl_s: 0`) or the cache turned off (CACHE_MAX_TTL_S=0). The account's cap bounds both
+   * the age read and the time kept, as CACHE_MAX_TTL_S does.
    */
   plan(headers: { get(name: string): string }, request: EndpointRequest, modelId: string, access: KeyAccess, options: { async: boolean; bodyBytes: number }): CachePlan | undefined {
-    const header = headers.get('cache-control');
-    if (header === '' || options.async || !cachedEndpoints.has(request.endpoint)) return undefined;
+    if (options.async || !cachedEndpoints.has(request.endpoint)) return undefined;
+    if (request.endpoint === 'responses' && (request.payload.shell.store || request.payload.shell.background)) return undefined;
+    if (!hashable(request)) return undefined;
     const { maxTtlS, defaultTtlS, maxRequestBytes } = this.config.cache;
-    if (maxTtlS === 0 || !(options.bodyBytes <= maxRequestBytes)) return undefined;
-    const directive = readCacheControl(header);
+    const capS = Math.min(maxTtlS, access.cacheMaxTtlS ?? maxTtlS);
+    if (capS <= 0 || !(options.bodyBytes <= maxRequestBytes)) return undefined;
+    const header = headers.get('cache-control');
+    const directive = header === '' ? { maxAgeS: access.cacheTtlS, noCache: false, noStore: false } : readCacheControl(header);
     if (directive.noStore || (directive.maxAgeS === undefined && !directive.noCache)) return undefined;
-    const keptS = Math.min(maxTtlS, directive.maxAgeS ?? defaultTtlS);
+    const askedS = directive.maxAgeS ?? access.cacheTtlS ?? defaultTtlS;
     return {
       accountId: access.accountId ?? defaultAccountId,
       hash: requestHash(request, modelId),
-      maxAgeS: directive.noCache ? undefined : directive.maxAgeS,
-      job: { hash: '', ttlMs: keptS * 1000, flight: false },
+      maxAgeS: directive.noCache ? undefined : Math.min(capS, directive.maxAgeS!),
+      job: { hash: '', ttlMs: Math.min(capS, askedS) * 1000, flight: false },
       share: !directive.noCache,
     };
   }
@@ -91,11 +117,13 @@ export class AnswerCache {
   }
 
   /**
-   * Takes the flight mark for this request's job, or, when an identical request's job holds it, waits for that
-   * job's end: resolves to the stored answer (the request is served it, `coalesced`), or undefined when this
-   * request runs its own call (it took the mark, the other's call failed, or its answer could not be kept).
+   * Takes the flight mark for this request's job, or, when an identical request's job holds it, shares that job's
+   * call: a request streaming the same form as that job's client follows its stream as it comes (`follow`, from the
+   * job's event log); any other waits for the job's end and is served the stored answer (`entry`). Resolves to
+   * undefined when this request runs its own call: it took the mark, the other's call failed or its answer could
+   * not be kept, or the cache could not be reached.
    */
-  async share(plan: CachePlan, jobId: string, stream: boolean, deadline: number): Promise<CacheEntry | undefined> {
+  async share(plan: CachePlan, self: { jobId: string; form: string | undefined; keyId: string }, deadline: number): Promise<Shared | undefined> {
     if (!plan.share) return undefined;
     const key = `${plan.accountId} ${plan.hash}`;
     let heard: CacheEvent['status'] | undefined;
@@ -103,35 +131,95 @@ export class AnswerCache {
     const ended = new Promise<CacheEvent['status'] | 'timeout'>((resolve) => {
       wake = resolve;
     });
-    const waiter = (status: CacheEvent['status']) => {
-      heard = status;
-      wake!(status);
+    const waiter = (event: CacheEvent) => {
+      heard = event.status;
+      wake!(event.status);
     };
     // Listening before the mark is read: an end published in between is not missed.
-    let waiters = this.waiting.get(key);
-    if (!waiters) this.waiting.set(key, (waiters = new Set()));
-    waiters.add(waiter);
+    const stop = this.hear(key, waiter);
     const timer = setTimeout(() => wake!('timeout'), Math.max(0, deadline - Date.now()));
     timer.unref();
     try {
-      const holder = await takeFlight(this.redis, plan.accountId, plan.hash, `${jobId} ${stream ? 1 : 0}`, deadline - Date.now());
-      if (holder === '') {
+      const value = await takeFlight(this.redis, plan.accountId, plan.hash, flightHolder(self.jobId, self.form, self.keyId), deadline - Date.now());
+      if (value === '') {
         plan.job.flight = true;
         return undefined;
       }
+      const holder = readFlightHolder(value);
+      if (self.form !== undefined && holder.form === self.form && heard === undefined) return { follow: { jobId: holder.jobId, owner: holder.keyId } };
       // Another job holds the mark: its end is heard (the listener was in place before the mark was read; an end
       // published before that dropped the mark, which this request would then have taken).
       const status = heard ?? (await ended);
       if (status !== 'stored') return undefined;
-      return await readEntry(this.redis, plan.accountId, plan.hash);
+      const entry = await readEntry(this.redis, plan.accountId, plan.hash);
+      return entry && { entry };
     } catch (error) {
       this.log.warn({ err: error }, 'could not share an identical request’s call: running its own');
       return undefined;
     } finally {
       clearTimeout(timer);
-      waiters.delete(waiter);
-      if (waiters.size === 0) this.waiting.delete(key);
+      stop();
     }
+  }
+
+  /** Calls `listener` with each end a worker tells of this `account hash` until the returned stop is called. */
+  private hear(key: string, listener: (event: CacheEvent) => void): () => void {
+    let listeners = this.waiting.get(key);
+    if (!listeners) this.waiting.set(key, (listeners = new Set()));
+    listeners.add(listener);
+    return () => {
+      listeners.delete(listener);
+      if (listeners.size === 0 && this.waiting.get(key) === listeners) this.waiting.delete(key);
+    };
+  }
+
+  /**
+   * Answers a streamed request with an identical request's stream as that one's job writes it (from its event log,
+   * from the first frame): its end, or its failure as an error event, included. Billed as a coalesced request at the
+   * answer's price the worker tells when the job ends (nothing when it failed).
+   */
+  async follow(ctx: GatewayContext, logs: EventLogs, leader: { jobId: string; owner: string }, plan: CachePlan, request: EndpointRequest, options: FollowingOptions): Promise<void> {
+    ctx.set('cache-status', 'Switchyard; fwd=miss; collapsed');
+    ctx.set('age', '0');
+    let cost: number | undefined;
+    // A job that ends in failure writes its error to the log just after it says so; one whose client left and
+    // was cancelled writes nothing more: its followers stop a moment after hearing that it failed.
+    const gone = new AbortController();
+    let giveUp: NodeJS.Timeout | undefined;
+    const stop = this.hear(`${plan.accountId} ${plan.hash}`, (event) => {
+      if (event.status === 'stored' && event.cost !== undefined) cost = event.cost;
+      if (event.status === 'failed') giveUp ??= setTimeout(() => gone.abort(), followerGraceMs);
+    });
+    const errorFrame = (error: GatewayError) =>
+      options.dialect === 'anthropic' ? dataFrame(anthropicErrorBody(error.status, error.message, ctx.state.requestId), 'error') : dataFrame(error.toBody());
+    let last: LogEntry | undefined;
+    try {
+      await logs.follow(ctx, {
+        jobId: leader.jobId,
+        named: leader.jobId,
+        owner: leader.owner,
+        after: -1,
+        afterParam: 'after',
+        whenMissing: 'wait',
+        until: options.deadline,
+        keepAliveMs: options.keepAliveMs,
+        onEnd: (entry) => {
+          last = entry;
+          if (entry.end !== 'error') return entry.payload ?? '';
+          const error = GatewayError.fromWire(JSON.parse(entry.payload ?? '{}') as WireError);
+          return errorFrame(error);
+        },
+        stop: { signal: gone.signal, onStop: () => errorFrame(new GatewayError(502, 'The identical request whose call this one shared ended before its answer did; send it again.', { type: 'api_error', code: 'shared_call_failed' })) },
+      });
+    } finally {
+      clearTimeout(giveUp);
+      stop();
+    }
+    if (last?.end !== 'done') return;
+    // The end was told before the stream's last entry; an answer too large to keep is billed from its entry if any.
+    cost ??= (await readEntry(this.redis, plan.accountId, plan.hash).catch(() => undefined))?.costMicros ?? 0;
+    activeMetrics()?.cacheRequests.get(options.modelId, 'coalesced').inc();
+    await this.bill(ctx, request, cost, { ...options, result: 'coalesced' });
   }
 
   /** A job that took the flight mark was never queued (refused): the requests waiting on it run their own. */
@@ -145,17 +233,13 @@ export class AnswerCache {
    * when the request asked for it, and its trailer), with `Cache-Status` and `Age`; then bills it (CACHE_HIT_PRICE
    * of the stored answer's price, no tokens: a hit uses no vendor and no token rate) and records it.
    */
-  async answer(ctx: GatewayContext, entry: CacheEntry, request: EndpointRequest, options: { stream: boolean; result: 'hit' | 'coalesced'; access: KeyAccess; keyId: string; modelId: string }): Promise<void> {
+  async answer(ctx: GatewayContext, entry: CacheEntry, request: EndpointRequest, options: { stream: boolean; result: 'hit' | 'coalesced'; access: KeyAccess; keyId: string; modelId: string; contentType?: string }): Promise<void> {
     const now = Date.now();
     const age = Math.max(0, Math.floor((now - entry.created) / 1000));
     const ttl = Math.max(0, Math.floor((entry.expires - now) / 1000));
     ctx.set('cache-status', options.result === 'hit' ? `Switchyard; hit; ttl=${ttl}` : 'Switchyard; fwd=miss; collapsed');
     ctx.set('age', String(age));
-    const costMicros = Math.ceil(entry.costMicros * this.config.cache.hitPrice);
-    const saved = Math.max(0, entry.costMicros - costMicros);
-    const metrics = activeMetrics();
-    metrics?.cacheRequests.get(options.modelId, options.result).inc();
-    metrics?.cacheSavedMicros.get(options.modelId).inc(saved);
+    activeMetrics()?.cacheRequests.get(options.modelId, options.result).inc();
     if (options.stream && entry.events) {
       const includeUsage = (request.payload as { stream_options?: { include_usage?: boolean | null } | null }).stream_options?.include_usage === true;
       let frames = '';
@@ -167,9 +251,19 @@ export class AnswerCache {
       events.end(frames + (entry.trailer ?? ''));
     } else {
       ctx.status = 200;
-      ctx.type = 'application/json';
+      // A transcription's text forms (`response_format` is in the hash, so the entry is of the form asked).
+      ctx.type = options.contentType ?? 'application/json';
       ctx.body = entry.body;
     }
+    await this.bill(ctx, request, entry.costMicros, options);
+  }
+
+  /** Bills a request served another's answer: CACHE_HIT_PRICE of that answer's price, no tokens (no vendor, no token rate), and records it. */
+  private async bill(ctx: GatewayContext, request: EndpointRequest, answerMicros: number, options: { result: 'hit' | 'coalesced'; access: KeyAccess; keyId: string; modelId: string }): Promise<void> {
+    const costMicros = Math.ceil(answerMicros * this.config.cache.hitPrice);
+    const saved = Math.max(0, answerMicros - costMicros);
+    activeMetrics()?.cacheSavedMicros.get(options.modelId).inc(saved);
+    const now = Date.now();
     const accountId = options.access.accountId ?? defaultAccountId;
     await settle(this.redis, {
       request_id: ctx.state.requestId,

@@ -33,6 +33,8 @@ export interface FollowOptions {
   keepAliveMs: number;
   /** What the client gets for the log's terminal entry. */
   onEnd(entry: LogEntry): string;
+  /** Stops following before the log's end (its writer is known gone): the client gets `onStop`'s frame. */
+  stop?: { signal: AbortSignal; onStop(): string };
 }
 
 function compareIds(a: string, b: string): number {
@@ -129,9 +131,11 @@ export class EventLogs {
       const watching = setInterval(watch, watchTtlMs / 3);
       const keepAlive = setInterval(() => events.keepAlive(), options.keepAliveMs);
       const deadline = setTimeout(() => finish(''), Math.max(0, options.until - Date.now()));
+      const stopped = () => finish(options.stop!.onStop());
       const finish = (last: string) => {
         if (finished) return;
         finished = true;
+        options.stop?.signal.removeEventListener('abort', stopped);
         clearInterval(watching);
         clearInterval(keepAlive);
         clearTimeout(deadline);
@@ -147,6 +151,8 @@ export class EventLogs {
       res.once('close', onClose);
       this.followers.set(key, (this.followers.get(key) ?? new Set()).add(follower));
       void this.loop();
+      if (options.stop?.signal.aborted) stopped();
+      else options.stop?.signal.addEventListener('abort', stopped);
     });
   }
 

@@ -28,6 +28,8 @@ export interface HeldReplyDeps {
  * before it is declared lost.
  */
 const lostGraceMs = 1000;
+/** How often a followed stream whose client left checks that someone still follows it (followers mark it every 2 s). */
+const followCheckMs = 3000;
 /** How long a forced shutdown waits for each aborted request's answer to be written. */
 const abortFlushMs = 2000;
 
@@ -79,6 +81,8 @@ export abstract class HeldReply implements ReplyTarget {
   abstract readonly stream: boolean;
   /** What the request asked for with `x-stream-resume-grace-ms` (already capped); undefined: the configured default. */
   resumeGraceMs: number | undefined;
+  /** Identical requests may follow this stream's log: its client leaving cancels it only once nobody does. */
+  followed = false;
   abstract deliver(message: ReplyMessage): void;
 
   async run(deadline: number): Promise<void> {
@@ -87,6 +91,8 @@ export abstract class HeldReply implements ReplyTarget {
       clientDisconnected(this.stream ? 'stream' : 'held');
       const grace = this.resumeGraceMs ?? this.deps.config.streamResumeGraceMs;
       if (this.stream && grace > 0) this.awaitResume(grace);
+      // Followed (or soon to be): checked now and every few seconds, as the followers mark it every 2 s.
+      else if (this.stream && this.followed) this.awaitResume(0, followCheckMs);
       else void this.cancel();
     };
     this.res.once('close', onClose);
@@ -132,12 +138,12 @@ export abstract class HeldReply implements ReplyTarget {
    * reconnect (to any api instance) and resume it from its event log. It is
    * cancelled once the grace has passed with nobody following the log.
    */
-  private awaitResume(graceMs: number): void {
+  private awaitResume(graceMs: number, againMs = graceMs): void {
     const check = async () => {
       if (this.ended) return;
       const followed = await this.deps.redis.exists(streamWatchKey(this.jobId)).catch(() => 0);
       if (this.ended) return;
-      if (followed === 1) this.resumeTimer = setTimeout(() => void check(), graceMs);
+      if (followed === 1) this.resumeTimer = setTimeout(() => void check(), againMs);
       else void this.cancel('client left and did not resume');
     };
     this.resumeTimer = setTimeout(() => void check(), graceMs);

@@ -21,6 +21,8 @@ export interface HoldOptions {
   abandon(): void;
   /** The dialect of a stream's keep-alives and late error (OpenAI's unless said). */
   dialect?: StreamDialect;
+  /** Identical requests may follow this stream's log (the response cache's coalescing): it runs on while one does. */
+  followed?: boolean;
 }
 
 /**
@@ -33,6 +35,7 @@ export async function hold(ctx: GatewayContext, deps: HeldReplyDeps, expected: E
   const { log } = ctx.state;
   const reply = options.stream ? new StreamReply(ctx, deps, expected, queue, log, options.notes, options.dialect) : new BodyReply(ctx, deps, expected, queue, log, options.contentType);
   reply.resumeGraceMs = options.resumeGraceMs;
+  reply.followed = options.followed === true;
   if (ctx.state.trace) traceRelay(ctx.state.trace, reply);
   expected.attach(reply);
   try {

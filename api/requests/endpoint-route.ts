@@ -7,6 +7,7 @@ import { grantedTier, laneOf } from '../../shared/scheduling/index.js';
 import { servingTier } from '../../shared/service-tier.js';
 import { speaksAnthropic } from '../../shared/messages.js';
 import { activeMetrics } from '../../shared/metrics.js';
+import { streamForm } from '../../shared/cache.js';
 import { missStatus, type AnswerCache } from '../relay/answer-cache.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import type { KeyedContext, KeyedState } from './request-context.js';
@@ -130,12 +131,18 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
   const request = { endpoint: name, payload: accepted.payload } as EndpointRequest;
   // A request that opted into the response cache: answered from it when a fresh answer is there (never queued), or
   // from an identical request's call in flight; else its job keeps its answer (shared/cache.ts).
-  const cache = mode === 'held' ? deps.cache.plan(ctx, request, model.id, access, { async: false, bodyBytes: Number(ctx.get('content-length')) || 0 }) : undefined;
+  // A multipart request's uploads were digested as they came: only its text fields are hashed here.
+  const bodyBytes = form ? Object.values(form.fields).reduce((sum, value) => sum + [value].flat().reduce((n, v) => n + v.length, 0), 0) : Number(ctx.get('content-length')) || 0;
+  const cache = mode === 'held' ? deps.cache.plan(ctx, request, model.id, access, { async: false, bodyBytes }) : undefined;
+  // Served from the cache, the request's uploads are read by no job.
+  const dropUploads = () => (form ? void Promise.allSettled(form.files.map((file) => deps.blobs.delete(file.ref.key))) : undefined);
+  const served = { access, keyId, modelId: model.id, ...(accepted.contentType ? { contentType: accepted.contentType } : {}) };
   if (cache) {
     cache.job.hash = cache.hash;
     const hit = await deps.cache.read(cache);
     if (hit) {
-      await deps.cache.answer(ctx, hit, request, { stream, result: 'hit', access, keyId, modelId: model.id });
+      dropUploads();
+      await deps.cache.answer(ctx, hit, request, { stream, result: 'hit', ...served });
       return;
     }
   }
@@ -146,9 +153,15 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
   const queue = queueFor(deps, job, { accountId: access.accountId, weight });
   if (cache) {
     // Admitted: it may share an identical request's call in flight, or become the one the next ones share.
-    const shared = await deps.cache.share(cache, job.id, stream, job.deadline);
+    const shared = await deps.cache.share(cache, { jobId: job.id, form: streamForm(request, stream), keyId }, job.deadline);
+    if (shared && 'entry' in shared) {
+      dropUploads();
+      await deps.cache.answer(ctx, shared.entry, request, { stream, result: 'coalesced', ...served });
+      return;
+    }
     if (shared) {
-      await deps.cache.answer(ctx, shared, request, { stream, result: 'coalesced', access, keyId, modelId: model.id });
+      const dialect = speaksAnthropic(row.path) ? 'anthropic' : 'openai';
+      await deps.cache.follow(ctx, deps.logs, shared.follow, cache, request, { access, keyId, modelId: model.id, deadline: job.deadline, keepAliveMs: deps.config.sseKeepAliveMs, dialect });
       return;
     }
     job.data.cache = cache.job;
@@ -178,6 +191,8 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
         deadline: job.deadline,
         ...(accepted.contentType ? { contentType: accepted.contentType } : {}),
         ...(graceMs !== undefined ? { resumeGraceMs: graceMs } : {}),
+        // Identical requests may follow this stream: its client leaving does not end it while one does.
+        ...(cache?.job.flight && stream ? { followed: true } : {}),
         notes: { firstChunk: () => noteFirstChunk(ctx), failed: (code) => noteError(ctx, code) },
         abandon: enqueued.abandon,
         ...(speaksAnthropic(row.path) ? { dialect: 'anthropic' as const } : {}),

@@ -1,16 +1,30 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
-import OpenAI from 'openai';
+import OpenAI, { toFile } from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
 import { freshRedis, paidAccountKey, requestRecord, startGateway, type GatewayProcess } from '../support/gateway.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
+import { createFakeOpenAIImages } from '../support/fake-openai-images.js';
+import { createFakeOpenAIMedia, type FakeOpenAIMedia } from '../support/fake-openai-media.js';
 import { startFakeAnthropic, type FakeAnthropic } from '../support/fake-anthropic.js';
 import { assertMatchesSchema } from '../support/openapi-schemas.js';
 import { cacheBytesKey, cacheEntryKey } from '../../shared/redis-keys.js';
 import { readEntry, requestHash } from '../../shared/cache.js';
 
 const model = 'gpt-4o-mini';
+
+/** A chat completions stream as the OpenAI-compatible vendor sends it (the fake writes one event per `chunkDelayMs`). */
+function slowStream(pieces: string[]): string {
+  const base = { id: 'chatcmpl-slow', object: 'chat.completion.chunk', created: 1, model, system_fingerprint: 'fp' };
+  const chunks = [
+    { ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] },
+    ...pieces.map((content) => ({ ...base, choices: [{ index: 0, delta: { content }, finish_reason: null }] })),
+    { ...base, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] },
+    { ...base, choices: [], usage: { prompt_tokens: 9, completion_tokens: pieces.length, total_tokens: 9 + pieces.length } },
+  ];
+  return [...chunks.map((chunk) => `data: ${JSON.stringify(chunk)}\n\n`), 'data: [DONE]\n\n'].join('');
+}
 const cached = (maxAge: number | string) => ({ headers: { 'cache-control': typeof maxAge === 'number' ? `max-age=${maxAge}` : maxAge } });
 
 describe('the response cache, and identical requests in flight sharing one vendor call', () => {
@@ -18,6 +32,7 @@ describe('the response cache, and identical requests in flight sharing one vendo
   let redis: Redis;
   let openai: FakeOpenAI;
   let anthropic: FakeAnthropic;
+  let media: FakeOpenAIMedia;
   let key: string;
   let account: string;
   let client: OpenAI;
@@ -25,6 +40,7 @@ describe('the response cache, and identical requests in flight sharing one vendo
 
   before(async () => {
     [openai, anthropic] = await Promise.all([startFakeOpenAI(), startFakeAnthropic()]);
+    media = createFakeOpenAIMedia();
     const fresh = await freshRedis(13);
     redis = fresh.redis;
     ({ key, account } = await paidAccountKey(redis, 50_000_000));
@@ -36,7 +52,7 @@ describe('the response cache, and identical requests in flight sharing one vendo
 
   after(async () => {
     await gateway?.stop();
-    await Promise.all([openai?.close(), anthropic?.close()]);
+    await Promise.all([openai?.close(), anthropic?.close(), media?.close()]);
     redis?.disconnect();
   });
 
@@ -145,6 +161,68 @@ describe('the response cache, and identical requests in flight sharing one vendo
     assert.equal(answers.filter((answer) => answer.status === 'Switchyard; fwd=miss; collapsed').length, 11);
   });
 
+  it('streams a running call to an identical streamed request as it comes, from its first token', async () => {
+    openai.reset();
+    const pieces = ['one', ' two', ' three', ' four', ' five', ' six', ' seven', ' eight'];
+    openai.enqueue({ sse: slowStream(pieces), chunkDelayMs: 200 });
+    const started = Date.now();
+    const read = async (stream: AsyncIterable<OpenAI.Chat.Completions.ChatCompletionChunk>, onFirst?: () => void) => {
+      let text = '';
+      let first: number | undefined;
+      for await (const chunk of stream) {
+        assertMatchesSchema('CreateChatCompletionStreamResponse', chunk, 'a followed chunk');
+        const piece = chunk.choices[0]?.delta.content ?? '';
+        if (piece !== '' && first === undefined) {
+          first = Date.now() - started;
+          onFirst?.();
+        }
+        text += piece;
+      }
+      return { text, first: first ?? Number.NaN, end: Date.now() - started };
+    };
+    let leaderStarted!: () => void;
+    const leaderFirst = new Promise<void>((resolve) => (leaderStarted = resolve));
+    const leaderCall = await client.chat.completions.create({ ...ask('Follow me'), stream: true }, cached(60)).withResponse();
+    const leader = read(leaderCall.data, leaderStarted);
+    await leaderFirst;
+    const followerCall = await client.chat.completions.create({ ...ask('Follow me'), stream: true }, cached(60)).withResponse();
+    assert.equal(followerCall.response.headers.get('cache-status'), 'Switchyard; fwd=miss; collapsed');
+    const [led, followed] = await Promise.all([leader, read(followerCall.data)]);
+    assert.equal(followed.text, pieces.join(''));
+    assert.equal(led.text, followed.text);
+    assert.equal(calls(), 1);
+    // The leader's stream takes 1.8 s; the follower joined after its first token and had its own at once, not at the end.
+    assert.ok(followed.first < led.end - 800, `follower's first token at ${followed.first} ms, the stream ended at ${led.end} ms`);
+    const record = await requestRecord(gateway.url, key, followerCall.response.headers.get('x-request-id')!);
+    assert.equal(record.cache, 'coalesced');
+  });
+
+  it('keeps a followed stream running when its own client leaves', async () => {
+    openai.reset();
+    const pieces = ['a', 'b', 'c', 'd', 'e', 'f'];
+    openai.enqueue({ sse: slowStream(pieces), chunkDelayMs: 200 });
+    const leaving = new AbortController();
+    const leader = await fetch(`${gateway.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'cache-control': 'max-age=60' },
+      body: JSON.stringify({ ...ask('Leave me'), stream: true }),
+      signal: leaving.signal,
+    });
+    const reader = leader.body!.getReader();
+    await reader.read();
+    const followerCall = await client.chat.completions.create({ ...ask('Leave me'), stream: true }, cached(60)).withResponse();
+    let text = '';
+    const following = (async () => {
+      for await (const chunk of followerCall.data) text += chunk.choices[0]?.delta.content ?? '';
+    })();
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    leaving.abort();
+    await following;
+    assert.equal(text, pieces.join(''), 'the follower got the whole answer');
+    assert.equal(calls(), 1);
+    assert.equal(openai.requests.at(-1)!.aborted, false, 'the vendor call was not cut');
+  });
+
   it('lets the requests sharing a call that failed run their own', async () => {
     openai.reset();
     openai.enqueue({ delayMs: 500, status: 400, json: { error: { message: 'nope', type: 'invalid_request_error', param: null, code: null } } });
@@ -164,6 +242,113 @@ describe('the response cache, and identical requests in flight sharing one vendo
     const replayed = await stream.finalMessage();
     assert.deepEqual(replayed.content, first.content);
     assert.equal(anthropic.requests.length, 1);
+  });
+
+  it('caches a Responses request that is neither stored nor background, replayed as a valid stream; a stored one is not cached', async () => {
+    openai.reset();
+    const params = { model, input: 'Respond once', store: false, max_output_tokens: 32 };
+    const first = await client.responses.create(params, cached(60)).withResponse();
+    assert.equal(first.response.headers.get('cache-status'), 'Switchyard; fwd=miss; stored');
+    const replay = await client.responses.create({ ...params, stream: true }, cached(60)).withResponse();
+    assert.match(replay.response.headers.get('cache-status') ?? '', /^Switchyard; hit; /);
+    let completed: OpenAI.Responses.Response | undefined;
+    for await (const event of replay.data) {
+      assertMatchesSchema('ResponseStreamEvent', event, 'a replayed Responses event');
+      if (event.type === 'response.completed') completed = event.response;
+    }
+    assert.deepEqual(completed?.output, first.data.output);
+    assert.equal(calls(), 1);
+    const stored = await client.responses.create({ ...params, store: true }, cached(60)).withResponse();
+    assert.equal(stored.response.headers.get('cache-status'), null, 'a stored response is never cached');
+    assert.equal(calls(), 2);
+  });
+
+  it('caches a transcription by its file’s bytes, in the form asked, and an image generation unless it links its files', async () => {
+    openai.reset();
+    const images = createFakeOpenAIImages();
+    openai.setDefault(async (request) => (request.path.includes('/images') ? images(request) : media.handler(request)));
+    const vendorCalls = (path: string) => openai.requests.filter((request) => request.path.startsWith(path)).length;
+    const speech = (fill: number) => toFile(Buffer.alloc(32_000, fill), 'speech.wav', { type: 'audio/wav' });
+    const first = await client.audio.transcriptions.create({ model: 'whisper-1', file: await speech(1), response_format: 'json' }, cached(60)).withResponse();
+    assert.equal(first.response.headers.get('cache-status'), 'Switchyard; fwd=miss; stored');
+    // The same bytes under another name: the same request.
+    const again = await client.audio.transcriptions.create({ model: 'whisper-1', file: await toFile(Buffer.alloc(32_000, 1), 'other-name.wav', { type: 'audio/wav' }), response_format: 'json' }, cached(60)).withResponse();
+    assert.match(again.response.headers.get('cache-status') ?? '', /^Switchyard; hit; /);
+    assert.deepEqual(again.data, first.data);
+    assert.equal(vendorCalls('/v1/audio/transcriptions'), 1);
+    // Other bytes, or another form of the answer: another request.
+    const other = await client.audio.transcriptions.create({ model: 'whisper-1', file: await speech(2), response_format: 'json' }, cached(60)).withResponse();
+    assert.equal(other.response.headers.get('cache-status'), 'Switchyard; fwd=miss; stored');
+    const asText = async () => {
+      const form = new FormData();
+      form.set('model', 'whisper-1');
+      form.set('response_format', 'text');
+      form.set('file', new Blob([Buffer.alloc(32_000, 1)], { type: 'audio/wav' }), 'speech.wav');
+      return fetch(`${gateway.url}/v1/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'cache-control': 'max-age=60' }, body: form });
+    };
+    const text = await asText();
+    assert.match(text.headers.get('cache-status') ?? '', /fwd=miss/);
+    const textHit = await asText();
+    assert.match(textHit.headers.get('cache-status') ?? '', /^Switchyard; hit; /);
+    assert.match(textHit.headers.get('content-type') ?? '', /^text\/plain/);
+    assert.equal(await textHit.text(), await text.text());
+    assert.equal(vendorCalls('/v1/audio/transcriptions'), 3);
+
+    const picture = { model: 'gpt-image-1', prompt: 'a lighthouse, cached', size: '1024x1024' as const };
+    const drawn = await client.images.generate(picture, cached(60)).withResponse();
+    const redrawn = await client.images.generate(picture, cached(60)).withResponse();
+    assert.match(redrawn.response.headers.get('cache-status') ?? '', /^Switchyard; hit; /);
+    assert.equal(redrawn.data.data![0]!.b64_json, drawn.data.data![0]!.b64_json);
+    assert.equal(vendorCalls('/v1/images/generations'), 1);
+    // Rendered as links to the gateway's files, which expire: asked again, never kept.
+    const linked = { model: 'dall-e-2', prompt: 'a lighthouse, linked', size: '256x256' as const, response_format: 'url' as const };
+    await client.images.generate(linked, cached(60));
+    const relinked = await client.images.generate(linked, cached(60)).withResponse();
+    assert.match(relinked.response.headers.get('cache-status') ?? '', /fwd=miss/);
+    assert.equal(vendorCalls('/v1/images/generations'), 3);
+  });
+
+  it('caches a key’s requests by its default TTL, and bounds or forbids caching by an admin’s cap on the account', async () => {
+    openai.reset();
+    const own = await paidAccountKey(redis, 5_000_000);
+    const mine = gateway.client(own.key);
+    const admin = async (path: string, body: unknown) => {
+      const response = await fetch(`${gateway.url}${path}`, { method: 'PATCH', headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      assert.equal(response.status, 200, await response.text());
+      // Every api drops the key's cached access when it hears the change.
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    };
+    const status = async (content: string, options?: { headers: Record<string, string> }) => (await mine.chat.completions.create(ask(content), options).withResponse()).response.headers.get('cache-status');
+    const keptMs = async (content: string) => {
+      const entry = await readEntry(redis, own.account, requestHash({ endpoint: 'chat.completions', payload: ask(content) } as never, model));
+      return entry ? entry.expires - entry.created : undefined;
+    };
+
+    await admin(`/admin/keys/${own.id}`, { cache_ttl_s: 120 });
+    // No Cache-Control: the key's default opts in, as max-age=120.
+    assert.equal(await status('By default'), 'Switchyard; fwd=miss; stored');
+    assert.match((await status('By default')) ?? '', /^Switchyard; hit; ttl=1[01]\d$/);
+    assert.equal(await keptMs('By default'), 120_000);
+    // A request's own Cache-Control wins over the key's: no-store neither reads nor writes.
+    assert.equal(await status('By default', { headers: { 'cache-control': 'no-store' } }), null);
+    assert.equal(calls(), 2);
+
+    // The account's cap bounds what is kept and how old an answer may be, whatever the key or the request asks.
+    await admin(`/admin/accounts/${own.account}`, { cache_max_ttl_s: 5 });
+    assert.equal(await status('Capped', { headers: { 'cache-control': 'max-age=600' } }), 'Switchyard; fwd=miss; stored');
+    assert.equal(await keptMs('Capped'), 5_000);
+    assert.match((await status('Capped')) ?? '', /^Switchyard; hit; ttl=[0-5]$/);
+
+    // 0 forbids it: every request goes to the vendor, and nothing is stored.
+    await admin(`/admin/accounts/${own.account}`, { cache_max_ttl_s: 0 });
+    const before = calls();
+    assert.equal(await status('Forbidden', { headers: { 'cache-control': 'max-age=60' } }), null);
+    assert.equal(await status('Forbidden', { headers: { 'cache-control': 'max-age=60' } }), null);
+    assert.equal(calls(), before + 2);
+    assert.equal(await keptMs('Forbidden'), undefined);
+    // Lifted: the key's default applies again.
+    await admin(`/admin/accounts/${own.account}`, { cache_max_ttl_s: null });
+    assert.equal(await status('Forbidden'), 'Switchyard; fwd=miss; stored');
   });
 
   it('purges an account’s entries for an admin, by model or all', async () => {

@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { canonicalJson, decodeEntry, encodeEntry, readCacheControl, requestHash, type CacheEntry } from '../../shared/cache.js';
+import { canonicalJson, decodeEntry, encodeEntry, flightHolder, readCacheControl, readFlightHolder, requestHash, streamForm, type CacheEntry } from '../../shared/cache.js';
 import type { EndpointRequest } from '../../shared/endpoints.js';
 
 const chat = (payload: Record<string, unknown>) => ({ endpoint: 'chat.completions', payload: { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'Hi' }], ...payload } }) as unknown as EndpointRequest;
@@ -26,6 +26,37 @@ describe('requestHash', () => {
     assert.notEqual(requestHash({ ...chat({ temperature: 0 }), endpoint: 'completions' } as EndpointRequest, 'gpt-4o-mini'), base);
     // The model the client named (an alias) is not: the resolved model is.
     assert.equal(requestHash(chat({ temperature: 0, model: 'an-alias' }), 'gpt-4o-mini'), base);
+  });
+});
+
+describe('a Responses request’s hash', () => {
+  const responses = (shell: Record<string, unknown>, chat: Record<string, unknown> = {}) =>
+    ({
+      endpoint: 'responses',
+      payload: {
+        chat: { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }], stream: true, ...chat },
+        shell: { id: 'resp_1', created_at: 1, model: 'gpt-4o-mini', instructions: null, store: false, background: false, user: null, metadata: {}, ...shell },
+      },
+    }) as unknown as EndpointRequest;
+  it('leaves out the response’s own id and time, and keeps what shapes the answer', () => {
+    const base = requestHash(responses({}), 'gpt-4o-mini');
+    assert.equal(requestHash(responses({ id: 'resp_2', created_at: 2, user: 'u' }), 'gpt-4o-mini'), base);
+    assert.notEqual(requestHash(responses({ instructions: 'Be brief.' }), 'gpt-4o-mini'), base);
+    assert.notEqual(requestHash(responses({}, { temperature: 1 }), 'gpt-4o-mini'), base);
+    assert.notEqual(requestHash(responses({ metadata: { a: 'b' } }), 'gpt-4o-mini'), base, 'the object echoes its metadata');
+  });
+});
+
+describe('the flight mark', () => {
+  it('names the job, the form its client reads and its key, and reads back', () => {
+    assert.deepEqual(readFlightHolder(flightHolder('job-1', 'chunks+usage', 'key_9')), { jobId: 'job-1', form: 'chunks+usage', keyId: 'key_9' });
+    assert.deepEqual(readFlightHolder(flightHolder('job-2', undefined, 'key_9')), { jobId: 'job-2', form: undefined, keyId: 'key_9' });
+  });
+  it('tells streams apart by what their frames hold: OpenAI’s usage chunk, or another dialect’s events', () => {
+    assert.equal(streamForm(chat({}), false), undefined);
+    assert.equal(streamForm(chat({ stream: true }), true), 'chunks');
+    assert.equal(streamForm(chat({ stream: true, stream_options: { include_usage: true } }), true), 'chunks+usage');
+    assert.equal(streamForm({ endpoint: 'messages', payload: {} } as unknown as EndpointRequest, true), 'events');
   });
 });
 
