@@ -3,6 +3,7 @@ import { promisify } from 'node:util';
 import { gunzip, gzip } from 'node:zlib';
 import type { Redis } from 'ioredis';
 import type { Endpoint, EndpointRequest } from './endpoints.js';
+import { withScripts } from './redis.js';
 import { cacheBytesKey, cacheEntryKey, cacheEventsChannel, cacheFlightKey, cacheIndexKey, cacheMetaKey } from './redis-keys.js';
 
 /**
@@ -241,9 +242,7 @@ export async function storeEntry(redis: Redis, accountId: string, keyId: string,
   const stored = await encodeEntry(entry);
   if (stored.length > limits.maxEntryBytes) return 0;
   const ttlMs = Math.max(1, entry.expires - Date.now(), keepMs);
-  await redis.eval(
-    storeScript,
-    4,
+  await scripted(redis).cacheStore(
     cacheEntryKey(accountId, hash),
     cacheIndexKey(accountId),
     cacheBytesKey(accountId),
@@ -273,7 +272,7 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return ''`;
 
 export async function takeFlight(redis: Redis, accountId: string, hash: string, holder: string, ttlMs: number): Promise<string> {
-  return (await redis.eval(flightScript, 1, cacheFlightKey(accountId, hash), holder, Math.max(1, ttlMs))) as string;
+  return scripted(redis).cacheFlight(cacheFlightKey(accountId, hash), holder, Math.max(1, ttlMs));
 }
 
 /** What a worker says on `cacheEventsChannel` when a cached request's job ends. */
@@ -316,10 +315,20 @@ if held and string.sub(held, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ' ' then 
 redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 0`;
 
+interface CacheRedis extends Redis {
+  cacheStore(...args: Array<string | number | Buffer>): Promise<number>;
+  cacheFlight(key: string, holder: string, ttlMs: number): Promise<string>;
+  cacheLand(key: string, jobId: string, channel: string, event: string): Promise<number>;
+}
+
+/** The connection with the cache's scripts as commands (EVALSHA: their text is not sent on every call). */
+const scripted = (redis: Redis) =>
+  withScripts<CacheRedis>(redis, { cacheStore: { keys: 4, lua: storeScript }, cacheFlight: { keys: 1, lua: flightScript }, cacheLand: { keys: 1, lua: landScript } });
+
 /** The job holding a request's flight mark ended (or was never queued): the mark goes, and the requests waiting on it hear how. */
 export async function landFlight(redis: Redis, accountId: string, hash: string, jobId: string, status: CacheEvent['status'], costMicros?: number): Promise<void> {
   const event: CacheEvent = { account: accountId, hash, status, ...(costMicros !== undefined ? { cost: costMicros } : {}) };
-  await redis.eval(landScript, 1, cacheFlightKey(accountId, hash), jobId, cacheEventsChannel, JSON.stringify(event));
+  await scripted(redis).cacheLand(cacheFlightKey(accountId, hash), jobId, cacheEventsChannel, JSON.stringify(event));
 }
 
 /**
