@@ -1,5 +1,5 @@
 /**
- * `npm run bench`: what the gateway costs on top of a vendor, and how it schedules, in five sections.
+ * `npm run bench`: what the gateway costs on top of a vendor, and how it schedules, in six sections.
  *
  *   overhead     the gateway side by side with a direct call to a zero-latency fake
  *                OpenAI upstream and with the floor, a bare BullMQ loop
@@ -24,6 +24,14 @@
  *                time, broken streams, CPU per 1,000 tokens and RSS peak by process, Redis
  *                commands per token. Also writes bench/results/latest-streams.json in a run of
  *                several sections
+ *   cache        the response cache (bench/cache.ts): at 1 connection a hit, a miss (a new body
+ *                each request, Cache-Control: max-age=600), the plain path, the floor and Portkey
+ *                against a direct call to a zero-latency fake; hits at 64 connections against the
+ *                floor, the plain path and Portkey (its open-source build has no cache); 200
+ *                identical requests at once, plain and streamed, against 200 different ones on a
+ *                fake answering in 1 s (vendor calls, time to answer and to first token,
+ *                Cache-Status counts); Redis commands per request of a miss against a plain request.
+ *                Also writes bench/results/latest-cache.json in a run of several sections
  *
  * `npm run bench -- --topology` runs only the topology section instead (bench/topology.ts):
  * the floor, 1 api + 1 worker and 2 apis + 2 workers on one Redis, then 1 api + 1 worker on a
@@ -35,7 +43,7 @@
  * bench/results/latest-<sections>.json (so a quick run does not replace the full figures).
  *
  * Environment:
- *   BENCH_ONLY            comma-separated sections to run (default: all five)
+ *   BENCH_ONLY            comma-separated sections to run (default: all six)
  *   BENCH_CONFIGS         gateway targets of overhead: start (node dist/bin/start.js as is),
  *                         unlimited (start with the Default account's key, made by POST /admin/keys with no
  *                         account: unlimited, no limits; start's is a credited, limited key), log-off (start with REQUEST_LOG=off: the request log's cost, side by side),
@@ -78,12 +86,20 @@
  *   BENCH_STREAMS_TOKENS  streams: text deltas per stream (default 300)
  *   BENCH_STREAMS_PACE_MS streams: the fake's pause between two deltas of a stream (default 20)
  *   BENCH_STREAMS_WARMUP  streams: streams of an unmeasured warm-up wave per target (default 20; 0: none)
- *   BENCH_QUIET_WAIT_S    burst, translation, streams: before each measurement, wait up to this long for a second in
- *                         which the machine uses < 25 % of a core (default 10; 0: do not check)
+ *   BENCH_CACHE_REQUESTS  cache: measured sequential requests per target at 1 connection (default 2000, after 100 unmeasured)
+ *   BENCH_CACHE_ROUNDS    cache: rounds those are spread over, the order of the targets rotated each round (default 4)
+ *   BENCH_CACHE_DURATION_S cache: measured seconds per target at 64 connections (default 5, after 1 s warm-up)
+ *   BENCH_CACHE_BURST     cache: requests at once per coalescing sitting (default 200)
+ *   BENCH_CACHE_LATENCY_MS cache: the coalescing fake's answer time (default 1000)
+ *   BENCH_CACHE_PACE_TOKENS cache: the coalescing fake's stream deltas after that time (default 50)
+ *   BENCH_CACHE_PACE_MS   cache: one delta every this many ms (default 20)
+ *   BENCH_QUIET_WAIT_S    burst, translation, streams, cache: before each measurement (cache: each part), wait up to this
+ *                         long for a second in which the machine uses < 25 % of a core (default 10; 0: do not check)
  *   BENCH_REDIS_URL       Redis database to use; it is FLUSHDB'd (default: database 15 of a private
  *                         redis-server this run starts and stops, like the tests'). The overhead
  *                         section also uses (and FLUSHDBs) the databases just below it, one per
- *                         target with a queue (14, 13, 12, 11 for floor, start, one-loop, split)
+ *                         target with a queue (14, 13, 12, 11 for floor, start, one-loop, split); the cache
+ *                         section 14, 13, 12 (floor, its gateway, the coalescing gateway)
  *   BENCH_STRICT          1: exit with status 1 when a target bar fails (informational bars do not count)
  *   BENCH_TOPOLOGY_DURATION_S   --topology: measured seconds per cell and round (default 8)
  *   BENCH_TOPOLOGY_WARMUP_S     --topology: warm-up seconds before each measurement (default 2)
@@ -101,6 +117,7 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { benchRedisUrl } from '../test/support/redis-server.js';
 import { runBurst } from './burst.js';
+import { cacheSettings, renderCache, runCache, type CacheResults } from './cache.js';
 import { envInt, machineFacts, redisVersion } from './measure.js';
 import { runOverhead, type OverheadConfig } from './overhead.js';
 import { runScheduler, schedulerSettings } from './scheduler.js';
@@ -115,12 +132,12 @@ function envList(name: string, fallback: string): string[] {
   return (process.env[name] || fallback).split(',').map((s) => s.trim()).filter(Boolean);
 }
 
-/** The sections of this run: report.ts's, and streams (rendered by bench/paced-streams.ts). */
-type RunSection = Section | 'streams';
-/** A run's results: report.ts's, with the streams section beside them. */
-type RunResults = Omit<Results, 'sections'> & { sections: RunSection[]; streams?: StreamsResults };
+/** The sections of this run: report.ts's, streams (rendered by bench/paced-streams.ts) and cache (bench/cache.ts). */
+type RunSection = Section | 'streams' | 'cache';
+/** A run's results: report.ts's, with the streams and cache sections beside them. */
+type RunResults = Omit<Results, 'sections'> & { sections: RunSection[]; streams?: StreamsResults; cache?: CacheResults };
 
-const allSections: RunSection[] = ['overhead', 'burst', 'translation', 'scheduler', 'streams'];
+const allSections: RunSection[] = ['overhead', 'burst', 'translation', 'scheduler', 'streams', 'cache'];
 const onlyList = envList('BENCH_ONLY', allSections.join(','));
 for (const name of onlyList) {
   if (!allSections.includes(name as RunSection)) throw new Error(`BENCH_ONLY: unknown section "${name}" (${allSections.join(', ')})`);
@@ -174,6 +191,7 @@ const streamsSettings: StreamsSettings = {
   warmupStreams: envInt('BENCH_STREAMS_WARMUP', 20, 0),
   quietWaitMs,
 };
+const cacheRunSettings = cacheSettings(quietWaitMs);
 const translationSettings = {
   chunks: envInt('BENCH_STREAM_CHUNKS', 2000, 1),
   microRuns: envInt('BENCH_TRANSLATION_RUNS', 21, 1),
@@ -213,8 +231,9 @@ async function main(): Promise<void> {
     const translation = sections.includes('translation') ? await runTranslation({ settings: translationSettings, redis, redisUrl }) : undefined;
     const scheduler = sections.includes('scheduler') ? await runScheduler({ settings: schedSettings, redis, redisUrl }) : undefined;
     const streams = sections.includes('streams') ? await runPacedStreams({ settings: streamsSettings, redis, redisUrl }) : undefined;
+    const cache = sections.includes('cache') ? await runCache({ settings: cacheRunSettings, redis, redisUrl }) : undefined;
 
-    const bars = [...(overhead?.bars ?? []), ...(burst?.configs ?? []).flatMap((c) => c.bars), ...(scheduler?.bars ?? []), ...(streams?.bars ?? [])].filter(
+    const bars = [...(overhead?.bars ?? []), ...(burst?.configs ?? []).flatMap((c) => c.bars), ...(scheduler?.bars ?? []), ...(streams?.bars ?? []), ...(cache?.bars ?? [])].filter(
       (b) => !b.informational,
     );
     const results: RunResults = {
@@ -227,6 +246,7 @@ async function main(): Promise<void> {
       ...(translation ? { translation } : {}),
       ...(scheduler ? { scheduler } : {}),
       ...(streams ? { streams } : {}),
+      ...(cache ? { cache } : {}),
       passed: bars.every((b) => b.pass),
     };
     const outDir = join(root, 'bench', 'results');
@@ -244,10 +264,15 @@ async function main(): Promise<void> {
       const alone: RunResults = { startedAt: results.startedAt, finishedAt: results.finishedAt, machine: results.machine, sections: ['streams'], streams, passed };
       writeFileSync(join(outDir, 'latest-streams.json'), `${JSON.stringify(alone, null, 2)}\n`);
     }
-    // report.ts renders its own sections (and their bars); the streams section follows with its bars.
-    const { streams: _streams, ...reported } = results;
-    const rendered = render({ ...reported, sections: results.sections.filter((s): s is Section => s !== 'streams') });
-    process.stdout.write(`\n${rendered}${streams ? `\n\n${renderStreams(streams)}` : ''}\n\nResults written to bench/results/${file}\n`);
+    if (cache && file !== 'latest-cache.json') {
+      const passed = cache.bars.filter((b) => !b.informational).every((b) => b.pass);
+      const alone: RunResults = { startedAt: results.startedAt, finishedAt: results.finishedAt, machine: results.machine, sections: ['cache'], cache, passed };
+      writeFileSync(join(outDir, 'latest-cache.json'), `${JSON.stringify(alone, null, 2)}\n`);
+    }
+    // report.ts renders its own sections (and their bars); the streams and cache sections follow with theirs.
+    const { streams: _streams, cache: _cache, ...reported } = results;
+    const rendered = render({ ...reported, sections: results.sections.filter((s): s is Section => s !== 'streams' && s !== 'cache') });
+    process.stdout.write(`\n${rendered}${streams ? `\n\n${renderStreams(streams)}` : ''}${cache ? `\n\n${renderCache(cache)}` : ''}\n\nResults written to bench/results/${file}\n`);
     if (process.env.BENCH_STRICT === '1' && !results.passed) process.exitCode = 1;
   } finally {
     await stopAll();

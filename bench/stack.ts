@@ -31,6 +31,9 @@ export interface FakeOptions {
   streamChunks?: number;
   /** The fake Anthropic answers this late (with `vendors` including anthropic). */
   anthropicLatencyMs?: number;
+  /** Chat streams are answered as a model writes them: this many deltas, one every `paceMs` (after `latencyMs`). */
+  paceTokens?: number;
+  paceMs?: number;
 }
 
 export interface Fake {
@@ -50,6 +53,7 @@ export async function startFake(options: FakeOptions = {}): Promise<Fake> {
   if (options.vendors) args.push(`--vendors=${options.vendors.join(',')}`);
   if (options.streamChunks) args.push(`--stream-chunks=${options.streamChunks}`);
   if (options.anthropicLatencyMs) args.push(`--anthropic-latency-ms=${options.anthropicLatencyMs}`);
+  if (options.paceTokens) args.push(`--pace-tokens=${options.paceTokens}`, `--pace-ms=${options.paceMs ?? 20}`);
   const child = spawnChild('fake', args, baseEnv());
   const line = await Promise.race([
     child.firstLine,
