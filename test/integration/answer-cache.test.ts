@@ -33,6 +33,7 @@ describe('the response cache, and identical requests in flight sharing one vendo
   let openai: FakeOpenAI;
   let anthropic: FakeAnthropic;
   let media: FakeOpenAIMedia;
+  let gatewayEnv: Record<string, string>;
   let key: string;
   let account: string;
   let client: OpenAI;
@@ -44,9 +45,8 @@ describe('the response cache, and identical requests in flight sharing one vendo
     const fresh = await freshRedis(13);
     redis = fresh.redis;
     ({ key, account } = await paidAccountKey(redis, 50_000_000));
-    gateway = await startGateway({
-      env: { REDIS_URL: fresh.url, OPENAI_API_KEY: 'sk-openai-test', OPENAI_BASE_URL: openai.url, ANTHROPIC_API_KEY: 'sk-ant-test', ANTHROPIC_BASE_URL: anthropic.url, ADMIN_TOKEN: adminToken },
-    });
+    gatewayEnv = { REDIS_URL: fresh.url, OPENAI_API_KEY: 'sk-openai-test', OPENAI_BASE_URL: openai.url, ANTHROPIC_API_KEY: 'sk-ant-test', ANTHROPIC_BASE_URL: anthropic.url, ADMIN_TOKEN: adminToken };
+    gateway = await startGateway({ env: gatewayEnv });
     client = gateway.client(key);
   });
 
@@ -351,12 +351,41 @@ describe('the response cache, and identical requests in flight sharing one vendo
     assert.equal(await status('Forbidden'), 'Switchyard; fwd=miss; stored');
   });
 
+  it('bills a hit CACHE_HIT_PRICE of the stored answer’s price, as configured, and logs what it saved', async () => {
+    openai.reset();
+    // A second api and worker on the same Redis, pricing hits at a quarter.
+    const priced = await startGateway({ env: { ...gatewayEnv, CACHE_HIT_PRICE: '0.25' } });
+    try {
+      const own = await paidAccountKey(redis, 5_000_000);
+      const payer = priced.client(own.key);
+      const first = await payer.chat.completions.create(ask('Priced hit'), cached(60)).withResponse();
+      const missed = await requestRecord(priced.url, own.key, first.response.headers.get('x-request-id')!);
+      assert.ok(missed.cost_micros > 0);
+      const hit = await payer.chat.completions.create(ask('Priced hit'), cached(60)).withResponse();
+      assert.match(hit.response.headers.get('cache-status') ?? '', /^Switchyard; hit; /);
+      const record = await requestRecord(priced.url, own.key, hit.response.headers.get('x-request-id')!);
+      assert.equal(record.cache, 'hit');
+      assert.equal(record.cost_micros, Math.ceil(missed.cost_micros * 0.25));
+      assert.equal(record.saved_micros, missed.cost_micros - record.cost_micros);
+      assert.equal(record.input_tokens, 0, 'no tokens: a hit takes nothing of the token rate');
+      assert.equal(calls(), 1);
+    } finally {
+      await priced.stop();
+    }
+  });
+
   it('purges an account’s entries for an admin, by model or all', async () => {
     await client.chat.completions.create(ask('Purge me'), cached(60));
     assert.ok(Number(await redis.get(cacheBytesKey(account))) > 0);
     const purge = (query: string) => fetch(`${gateway.url}/admin/cache?${query}`, { method: 'DELETE', headers: { authorization: `Bearer ${adminToken}` } });
     const none = (await (await purge(`account_id=${account}&model=no-such-model`)).json()) as { purged: number };
     assert.equal(none.purged, 0);
+    // By key: another key's answers go, this one's stay.
+    const other = await paidAccountKey(redis, 1_000_000);
+    await gateway.client(other.key).chat.completions.create(ask('Purge me too'), cached(60));
+    const byKey = (await (await purge(`account_id=${other.account}&key_id=${other.id}`)).json()) as { purged: number };
+    assert.equal(byKey.purged, 1);
+    assert.equal((await (await purge(`account_id=${account}&key_id=${other.id}`)).json() as { purged: number }).purged, 0);
     const all = (await (await purge(`account_id=${account}`)).json()) as { purged: number };
     assert.ok(all.purged >= 1);
     assert.equal(Number(await redis.get(cacheBytesKey(account))), 0);
