@@ -31,14 +31,11 @@
  * Writes nothing itself: bench/run.ts writes bench/results/latest-cache.json and prints renderCache's tables.
  */
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { StringDecoder } from 'node:string_decoder';
 import { Redis } from 'ioredis';
 import { Agent, request, type Dispatcher } from 'undici';
 import { KeyStore } from '../api/accounts/key-store.js';
-import { freePort } from '../bin/local-redis.js';
 import { FAKE_REPLY_TEXT } from '../test/support/fake-openai-defaults.js';
 import { resetRecordFor, testRecord } from '../test/support/record.js';
 import {
@@ -55,7 +52,7 @@ import {
   type LatencySummary,
 } from './measure.js';
 import { dbUrl, targetDbs } from './overhead.js';
-import { cpuWindow, root, sleep, spawnChild, waitForQuiet, waitUntil, type Child } from './procs.js';
+import { cpuWindow, sleep, waitForQuiet, waitUntil } from './procs.js';
 import {
   discoverProcesses,
   fakeControl,
@@ -66,11 +63,13 @@ import {
   startFake,
   startFloor,
   startGateway,
+  startPortkey,
   stopGateway,
   upstreamKey,
   type Fake,
   type Floor,
   type Gateway,
+  type Portkey,
 } from './stack.js';
 import { table, type Bar } from './table.js';
 
@@ -237,32 +236,6 @@ const chatBody = (content: string, stream = false, user?: string) =>
 
 // ---------------------------------------------------------------- Portkey
 
-interface Portkey {
-  child: Child;
-  url: string;
-  version: string;
-}
-
-/** Portkey's gateway from its npm package, as its `start:node` script runs it (headless: no UI), as bench/scheduler.ts starts it. */
-async function startPortkey(): Promise<Portkey> {
-  const dir = join(root, 'node_modules', '@portkey-ai', 'gateway');
-  let version: string;
-  try {
-    version = (JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { version: string }).version;
-  } catch {
-    throw new Error('@portkey-ai/gateway is not installed: run `npm install` (it is a devDependency)');
-  }
-  const port = await freePort();
-  const child = spawnChild(
-    'portkey',
-    [join(dir, 'build', 'start-server.js'), `--port=${port}`, '--headless'],
-    { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', NODE_ENV: 'production' },
-    join(root, 'bench', 'results', 'logs', 'cache-portkey.log'),
-  );
-  const url = `http://127.0.0.1:${port}`;
-  await waitUntil('Portkey GET / 200', async () => (await fetch(`${url}/`, { signal: AbortSignal.timeout(1000) })).status === 200, 30_000, [child]);
-  return { child, url, version };
-}
 
 const portkeyHeaders = (fake: Fake) => ({ 'x-portkey-provider': 'openai', 'x-portkey-custom-host': fake.url, authorization: `Bearer ${upstreamKey}` });
 
@@ -460,7 +433,7 @@ export async function runCache(options: { settings: CacheSettings; redis: Redis;
     const made = await gatewayWithKey(fake, redisUrl, gatewayDb, 'cache');
     gateway = made.gateway;
     connections.push(made.redis);
-    portkey = await startPortkey();
+    portkey = await startPortkey('cache-portkey');
     log(`cache: Portkey ${portkey.version} (pid ${portkey.child.pid})`);
     processes.fake = { fake: fake.child.pid };
     processes.floor = { floor: floor.child.pid };

@@ -48,17 +48,16 @@
  * answered in the phase). Settings: BENCH_SCHED_* (see schedulerSettings and docs/benchmarks.md).
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import type { Redis } from 'ioredis';
 import { Agent, request } from 'undici';
-import { freePort } from '../bin/local-redis.js';
 import { FAKE_REPLY_TEXT } from '../test/support/fake-openai-defaults.js';
 import { resetRecordFor } from '../test/support/record.js';
 import { commandStats, diffCommandStats, envInt, RssSampler, summariseSorted, type CommandDelta, type LatencySummary } from './measure.js';
-import { cpuTimeMs, root, rssBytes, sleep, spawnChild, waitUntil, type Child } from './procs.js';
-import { discoverProcesses, fakeControl, log, model, plainBody, probe, startFake, startGateway, stopGateway, upstreamKey, type Fake, type Gateway } from './stack.js';
+import { cpuTimeMs, root, rssBytes, sleep, waitUntil } from './procs.js';
+import { discoverProcesses, fakeControl, log, model, plainBody, probe, startFake, startGateway, startPortkey, stopGateway, upstreamKey, type Fake, type Gateway, type Portkey } from './stack.js';
 import { table, type Bar } from './table.js';
 
 export type SchedulerScenario = 'latency' | 'noisy' | 'shares' | 'tiers' | 'room' | 'priority' | 'retry';
@@ -757,32 +756,6 @@ async function closedLoop(o: {
   return result;
 }
 
-interface Portkey {
-  child: Child;
-  url: string;
-  version: string;
-}
-
-/** Portkey's gateway from its npm package, as its `start:node` script runs it (headless: no UI). */
-async function startPortkey(): Promise<Portkey> {
-  const dir = join(root, 'node_modules', '@portkey-ai', 'gateway');
-  let version: string;
-  try {
-    version = (JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { version: string }).version;
-  } catch {
-    throw new Error('@portkey-ai/gateway is not installed: run `npm install` (it is a devDependency)');
-  }
-  const port = await freePort();
-  const child = spawnChild(
-    'portkey',
-    [join(dir, 'build', 'start-server.js'), `--port=${port}`, '--headless'],
-    { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', NODE_ENV: 'production' },
-    join(root, 'bench', 'results', 'logs', 'scheduler-portkey.log'),
-  );
-  const url = `http://127.0.0.1:${port}`;
-  await waitUntil('Portkey GET / 200', async () => (await fetch(`${url}/`, { signal: AbortSignal.timeout(1000) })).status === 200, 30_000, [child]);
-  return { child, url, version };
-}
 
 async function runLatency(settings: SchedulerSettings, redis: Redis, redisUrl: string, build: BuildInfo): Promise<LatencyResults> {
   const fake = await startFake({ latencyMs: settings.latencyMs });
@@ -800,7 +773,7 @@ async function runLatency(settings: SchedulerSettings, redis: Redis, redisUrl: s
       gateway: { url: `${gateway.url}/v1/chat/completions`, headers: { authorization: `Bearer ${account.keys[0]!}` } },
     };
     if (!gatewayOnly) {
-      portkey = await startPortkey();
+      portkey = await startPortkey('scheduler-portkey');
       const portkeyHeaders = { 'x-portkey-provider': 'openai', 'x-portkey-custom-host': fake.url, authorization: `Bearer ${upstreamKey}` };
       const probeDirect = await fetch(`${portkey.url}/v1/chat/completions`, {
         method: 'POST',

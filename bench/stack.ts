@@ -332,3 +332,30 @@ export async function waitForQueueWorkers(redis: Redis, db: number, queue: strin
     watched,
   );
 }
+
+export interface Portkey {
+  child: Child;
+  url: string;
+  version: string;
+}
+
+/** Portkey's gateway from its npm package, as its `start:node` script runs it (headless: no UI); its log under bench/results/logs/<logName>.log. */
+export async function startPortkey(logName: string): Promise<Portkey> {
+  const dir = join(root, 'node_modules', '@portkey-ai', 'gateway');
+  let version: string;
+  try {
+    version = (JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { version: string }).version;
+  } catch {
+    throw new Error('@portkey-ai/gateway is not installed: run `npm install` (it is a devDependency)');
+  }
+  const port = await freePort();
+  const child = spawnChild(
+    'portkey',
+    [join(dir, 'build', 'start-server.js'), `--port=${port}`, '--headless'],
+    { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', NODE_ENV: 'production' },
+    join(root, 'bench', 'results', 'logs', `${logName}.log`),
+  );
+  const url = `http://127.0.0.1:${port}`;
+  await waitUntil('Portkey GET / 200', async () => (await fetch(`${url}/`, { signal: AbortSignal.timeout(1000) })).status === 200, 30_000, [child]);
+  return { child, url, version };
+}

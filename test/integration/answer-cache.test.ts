@@ -5,6 +5,7 @@ import OpenAI, { toFile } from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
 import { freshRedis, paidAccountKey, requestRecord, startGateway, type GatewayProcess } from '../support/gateway.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
+import { chatStreamSse } from '../support/fake-openai-defaults.js';
 import { createFakeOpenAIImages } from '../support/fake-openai-images.js';
 import { createFakeOpenAIMedia, type FakeOpenAIMedia } from '../support/fake-openai-media.js';
 import { startFakeAnthropic, type FakeAnthropic } from '../support/fake-anthropic.js';
@@ -13,18 +14,6 @@ import { cacheBytesKey, cacheEntryKey } from '../../shared/redis-keys.js';
 import { readEntry, requestHash } from '../../shared/cache.js';
 
 const model = 'gpt-4o-mini';
-
-/** A chat completions stream as the OpenAI-compatible vendor sends it (the fake writes one event per `chunkDelayMs`). */
-function slowStream(pieces: string[]): string {
-  const base = { id: 'chatcmpl-slow', object: 'chat.completion.chunk', created: 1, model, system_fingerprint: 'fp' };
-  const chunks = [
-    { ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] },
-    ...pieces.map((content) => ({ ...base, choices: [{ index: 0, delta: { content }, finish_reason: null }] })),
-    { ...base, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] },
-    { ...base, choices: [], usage: { prompt_tokens: 9, completion_tokens: pieces.length, total_tokens: 9 + pieces.length } },
-  ];
-  return [...chunks.map((chunk) => `data: ${JSON.stringify(chunk)}\n\n`), 'data: [DONE]\n\n'].join('');
-}
 const cached = (maxAge: number | string) => ({ headers: { 'cache-control': typeof maxAge === 'number' ? `max-age=${maxAge}` : maxAge } });
 
 describe('the response cache, and identical requests in flight sharing one vendor call', () => {
@@ -164,7 +153,7 @@ describe('the response cache, and identical requests in flight sharing one vendo
   it('streams a running call to an identical streamed request as it comes, from its first token', async () => {
     openai.reset();
     const pieces = ['one', ' two', ' three', ' four', ' five', ' six', ' seven', ' eight'];
-    openai.enqueue({ sse: slowStream(pieces), chunkDelayMs: 200 });
+    openai.enqueue({ sse: chatStreamSse(pieces, { model, usage: true }), chunkDelayMs: 200 });
     const started = Date.now();
     const read = async (stream: AsyncIterable<OpenAI.Chat.Completions.ChatCompletionChunk>, onFirst?: () => void) => {
       let text = '';
@@ -200,7 +189,7 @@ describe('the response cache, and identical requests in flight sharing one vendo
   it('keeps a followed stream running when its own client leaves', async () => {
     openai.reset();
     const pieces = ['a', 'b', 'c', 'd', 'e', 'f'];
-    openai.enqueue({ sse: slowStream(pieces), chunkDelayMs: 200 });
+    openai.enqueue({ sse: chatStreamSse(pieces, { model, usage: true }), chunkDelayMs: 200 });
     const leaving = new AbortController();
     const leader = await fetch(`${gateway.url}/v1/chat/completions`, {
       method: 'POST',

@@ -7,7 +7,7 @@ import OpenAI from 'openai';
 import { loadCatalog } from '../../shared/catalog.js';
 import { PriceList } from '../../shared/money/pricing.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
-import { FAKE_REPLY_TEXT, FAKE_USAGE } from '../support/fake-openai-defaults.js';
+import { chatStreamSse, FAKE_REPLY_TEXT, FAKE_USAGE } from '../support/fake-openai-defaults.js';
 import { createKey, freshRedis, paidAccountKey, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 
 /**
@@ -105,17 +105,6 @@ const usageCost = prices.costMicros(model, {
   videoSeconds: 0,
 });
 const small = { model, messages: [{ role: 'user' as const, content: 'Count me.' }], max_tokens: 16 };
-
-/** A chat completions stream, as the OpenAI-compatible vendor sends it, one event per `chunkDelayMs`. */
-function slowStream(pieces: string[]): string {
-  const base = { id: 'chatcmpl-slow', object: 'chat.completion.chunk', created: 1, model, system_fingerprint: 'fp' };
-  const chunks = [
-    { ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] },
-    ...pieces.map((content) => ({ ...base, choices: [{ index: 0, delta: { content }, finish_reason: null }] })),
-    { ...base, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] },
-  ];
-  return [...chunks.map((c) => `data: ${JSON.stringify(c)}\n\n`), 'data: [DONE]\n\n'].join('');
-}
 
 describe('GET /metrics: one process (WORKER_PROCESS=off), a fake OpenAI vendor', () => {
   let fake: FakeOpenAI;
@@ -308,7 +297,7 @@ describe('GET /metrics: one process (WORKER_PROCESS=off), a fake OpenAI vendor',
 
   it('a client that leaves a stream, then resumes it', async () => {
     const pieces = ['one', ' two', ' three', ' four', ' five', ' six'];
-    fake.enqueue({ sse: slowStream(pieces), chunkDelayMs: 120 });
+    fake.enqueue({ sse: chatStreamSse(pieces, { model }), chunkDelayMs: 120 });
     const before = await scrape(metricsUrl);
     const { key } = await createKey(redis, 'resumer');
     const abort = new AbortController();

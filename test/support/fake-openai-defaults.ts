@@ -96,6 +96,22 @@ function chatAnswer(model: string, stream: boolean, includeUsage: boolean): Defa
   return sse(chunks);
 }
 
+/**
+ * A chat completions stream as an OpenAI-compatible vendor writes it, one SSE event per piece (the fake writes one
+ * event per `chunkDelayMs` when it is enqueued with one): the role, the pieces, the finish, the usage chunk when
+ * asked, and `[DONE]`.
+ */
+export function chatStreamSse(pieces: readonly string[], options: { model?: string; usage?: boolean } = {}): string {
+  const base = { id: 'chatcmpl-slow', object: 'chat.completion.chunk', created: 1, model: options.model ?? 'gpt-4o-mini', system_fingerprint: 'fp' };
+  const chunks = [
+    { ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] },
+    ...pieces.map((content) => ({ ...base, choices: [{ index: 0, delta: { content }, finish_reason: null }] })),
+    { ...base, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] },
+    ...(options.usage ? [{ ...base, choices: [], usage: { prompt_tokens: 9, completion_tokens: pieces.length, total_tokens: 9 + pieces.length } }] : []),
+  ];
+  return [...chunks.map((chunk) => `data: ${JSON.stringify(chunk)}\n\n`), 'data: [DONE]\n\n'].join('');
+}
+
 export const FAKE_TOOL_CALL_ID = 'call_fake_01';
 export const FAKE_TOOL_ARGUMENTS = '{"city":"Oslo"}';
 

@@ -143,27 +143,39 @@ function CreditDialog({ account, onClose, onCredited }: { account: Account; onCl
   );
 }
 
-function WeightDialog({ account, onClose, onSaved }: { account: Account; onClose: () => void; onSaved: (updated: Account) => void }) {
-  const [weight, setWeight] = useState(String(account.weight));
+/**
+ * A dialog's change to one account: `change` reads its form into the fields to PATCH, or the message of what is
+ * wrong with it; the saved account goes to `onSaved`, a refusal to the dialog's error.
+ */
+function useAccountChange(account: Account, onSaved: (updated: Account) => void, change: () => Record<string, unknown> | string) {
   const [error, setError] = useState<string | undefined>(undefined);
   const [busy, setBusy] = useState(false);
   const submit = async (event: TargetedSubmitEvent<HTMLFormElement>) => {
     event.preventDefault();
     if (busy) return;
-    const value = Number(weight);
-    if (!Number.isInteger(value) || value < 1 || value > 100) {
-      setError('Enter a whole number from 1 to 100.');
+    const fields = change();
+    if (typeof fields === 'string') {
+      setError(fields);
       return;
     }
     setError(undefined);
     setBusy(true);
     try {
-      onSaved(await api<Account>('PATCH', `/admin/accounts/${encodeURIComponent(account.id)}`, { weight: value }));
+      onSaved(await api<Account>('PATCH', `/admin/accounts/${encodeURIComponent(account.id)}`, fields));
     } catch (caught) {
       setError(messageOf(caught));
       setBusy(false);
     }
   };
+  return { error, busy, submit };
+}
+
+function WeightDialog({ account, onClose, onSaved }: { account: Account; onClose: () => void; onSaved: (updated: Account) => void }) {
+  const [weight, setWeight] = useState(String(account.weight));
+  const { error, busy, submit } = useAccountChange(account, onSaved, () => {
+    const value = Number(weight);
+    return Number.isInteger(value) && value >= 1 && value <= 100 ? { weight: value } : 'Enter a whole number from 1 to 100.';
+  });
   return (
     <Dialog title={`Weight of ${account.email || account.name || account.id}`} onClose={onClose}>
       <p class="dialog-lead">
@@ -196,26 +208,12 @@ const cacheCapText = (cap: number | null) => (cap === null ? 'none' : cap === 0 
 
 function CacheCapDialog({ account, gatewayCap, onClose, onSaved }: { account: Account; gatewayCap: number | undefined; onClose: () => void; onSaved: (updated: Account) => void }) {
   const [cap, setCap] = useState(account.cache_max_ttl_s === null ? '' : String(account.cache_max_ttl_s));
-  const [error, setError] = useState<string | undefined>(undefined);
-  const [busy, setBusy] = useState(false);
-  const submit = async (event: TargetedSubmitEvent<HTMLFormElement>) => {
-    event.preventDefault();
-    if (busy) return;
+  const { error, busy, submit } = useAccountChange(account, onSaved, () => {
     const text = cap.trim();
     const value = text === '' ? null : Number(text);
-    if (value !== null && (!Number.isInteger(value) || value < 0 || value > maxCacheTtlS)) {
-      setError(`Enter a whole number of seconds from 0 to ${maxCacheTtlS.toLocaleString()}, or leave it empty.`);
-      return;
-    }
-    setError(undefined);
-    setBusy(true);
-    try {
-      onSaved(await api<Account>('PATCH', `/admin/accounts/${encodeURIComponent(account.id)}`, { cache_max_ttl_s: value }));
-    } catch (caught) {
-      setError(messageOf(caught));
-      setBusy(false);
-    }
-  };
+    if (value !== null && (!Number.isInteger(value) || value < 0 || value > maxCacheTtlS)) return `Enter a whole number of seconds from 0 to ${maxCacheTtlS.toLocaleString()}, or leave it empty.`;
+    return { cache_max_ttl_s: value };
+  });
   return (
     <Dialog title={`Cache cap of ${account.email || account.name || account.id}`} onClose={onClose}>
       <p class="dialog-lead">
