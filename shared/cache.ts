@@ -37,7 +37,11 @@ export function readCacheControl(header: string): CacheDirective {
     else if (key === 'max-age' && value !== undefined) {
       // delta-seconds: digits only (RFC 9111 §1.2.2), quoted or not; an empty value means nothing.
       const digits = value.trim().replace(/^"(.*)"$/, '$1');
-      if (/^\d{1,20}$/.test(digits)) directive.maxAgeS = Math.min(Number(digits), 2 ** 31 - 1);
+      // A value past what is represented is 2^31 (RFC 9111 §1.2.2), however many digits it has.
+      if (/^\d+$/.test(digits)) {
+        const significant = digits.replace(/^0+(?=\d)/, '');
+        directive.maxAgeS = significant.length > 10 ? 2 ** 31 : Math.min(Number(significant), 2 ** 31);
+      }
     }
   }
   return directive;

@@ -11,7 +11,10 @@ describe('readCacheControl', () => {
     assert.deepEqual(readCacheControl(' No-Cache , MAX-AGE="30", private'), { maxAgeS: 30, noCache: true, noStore: false });
     assert.deepEqual(readCacheControl('no-store'), { noCache: false, noStore: true });
     for (const bad of ['max-age=', 'max-age=-1', 'max-age=1.5', 'max-age=abc', 'maxage=5']) assert.equal(readCacheControl(bad).maxAgeS, undefined, bad);
-    assert.equal(readCacheControl('max-age=99999999999').maxAgeS, 2 ** 31 - 1);
+    // Past what is represented: 2^31, as RFC 9111 says, however long the number.
+    assert.equal(readCacheControl('max-age=99999999999').maxAgeS, 2 ** 31);
+    assert.equal(readCacheControl(`max-age=${'9'.repeat(5000)}`).maxAgeS, 2 ** 31);
+    assert.equal(readCacheControl('max-age=0000000000060').maxAgeS, 60, 'leading zeros are no overflow');
   });
 });
 
