@@ -17,6 +17,17 @@ export const keyPrefix = 'sy:';
  */
 export const accountsPrefix = `${keyPrefix}{acct}:`;
 
+// ---- Message Batches (shared/batches.ts): each batch's keys under its own hash tag, so one script records a result ----
+
+/** A batch: who made it, when it expires, its status and its request counts (a hash). */
+export const batchKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}`;
+/** The requests of a batch whose result is recorded (a hash: index → its outcome), so each is counted once. */
+export const batchDoneKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}:done`;
+/** A batch's results as they came (a stream: `custom_id`, `result` JSON), read page by page by `…/results`. */
+export const batchResultsKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}:results`;
+/** An account's batches by creation time (a sorted set, ms), for the list. */
+export const accountBatchesKey = (accountId: string) => `${keyPrefix}batches:{${accountId}}`;
+
 // ---- the response cache (shared/cache.ts): each account's entries under its own hash tag ----
 
 /** One stored answer: the account's, for one request hash (a hash of the request's canonical form). */
