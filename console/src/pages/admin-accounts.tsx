@@ -261,25 +261,10 @@ function TiersDialog({ account, defaults, onClose, onSaved }: { account: Account
   const [useDefault, setUseDefault] = useState(account.service_tiers === null);
   // Unticking "the gateway's default" starts from what the account has now.
   const [chosen, setChosen] = useState<ServiceTier[]>(account.service_tiers ?? defaults ?? ['default']);
-  const [error, setError] = useState<string | undefined>(undefined);
-  const [busy, setBusy] = useState(false);
   const toggle = (tier: ServiceTier, on: boolean) => setChosen((previous) => serviceTiers.filter((t) => (t === tier ? on : previous.includes(t))));
-  const submit = async (event: TargetedSubmitEvent<HTMLFormElement>) => {
-    event.preventDefault();
-    if (busy) return;
-    if (!useDefault && chosen.length === 0) {
-      setError('Choose at least one tier, or use the gateway’s default.');
-      return;
-    }
-    setError(undefined);
-    setBusy(true);
-    try {
-      onSaved(await api<Account>('PATCH', `/admin/accounts/${encodeURIComponent(account.id)}`, { service_tiers: useDefault ? null : chosen }));
-    } catch (caught) {
-      setError(messageOf(caught));
-      setBusy(false);
-    }
-  };
+  const { error, busy, submit } = useAccountChange(account, onSaved, () =>
+    !useDefault && chosen.length === 0 ? 'Choose at least one tier, or use the gateway’s default.' : { service_tiers: useDefault ? null : chosen },
+  );
   return (
     <Dialog title={`Service tiers of ${account.email || account.name || account.id}`} onClose={onClose}>
       <p class="dialog-lead">
