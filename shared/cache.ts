@@ -228,6 +228,11 @@ while total > tonumber(ARGV[3]) do
 end
 local keep = tonumber(ARGV[2]) + 60000
 for i = 2, 4 do if redis.call('PTTL', KEYS[i]) < keep then redis.call('PEXPIRE', KEYS[i], keep) end end
+if ARGV[8] ~= '' then
+  local held = redis.call('GET', KEYS[5])
+  if held and string.sub(held, 1, string.len(ARGV[8]) + 1) == ARGV[8] .. ' ' then redis.call('DEL', KEYS[5]) end
+  redis.call('PUBLISH', ARGV[9], ARGV[10])
+end
 return evicted`;
 
 
@@ -241,16 +246,20 @@ export interface StoreLimits {
 /**
  * Stores an answer; resolves to its stored size, or 0 when it is past the entry bound (not stored). It is served
  * until `entry.expires`; Redis keeps it `keepMs` at least (the requests that shared its call read it after that).
+ * With `landing` (the job holding the request's flight mark), the mark is dropped and the waiting apis told it is
+ * stored in the same script (the mark shares the entries' hash tag): one round trip, not two.
  */
-export async function storeEntry(redis: Redis, accountId: string, keyId: string, hash: string, entry: CacheEntry, limits: StoreLimits, keepMs = 0): Promise<number> {
+export async function storeEntry(redis: Redis, accountId: string, keyId: string, hash: string, entry: CacheEntry, limits: StoreLimits, keepMs = 0, landing?: { jobId: string }): Promise<number> {
   const stored = await encodeEntry(entry);
   if (stored.length > limits.maxEntryBytes) return 0;
   const ttlMs = Math.max(1, entry.expires - Date.now(), keepMs);
+  const event: CacheEvent = { account: accountId, hash, status: 'stored', cost: entry.costMicros };
   await scripted(redis).cacheStore(
     cacheEntryKey(accountId, hash),
     cacheIndexKey(accountId),
     cacheBytesKey(accountId),
     cacheMetaKey(accountId),
+    cacheFlightKey(accountId, hash),
     stored,
     ttlMs,
     limits.maxAccountBytes,
@@ -258,6 +267,9 @@ export async function storeEntry(redis: Redis, accountId: string, keyId: string,
     hash,
     `${stored.length} ${keyId} ${entry.model}`,
     cacheEntryKey(accountId, ''),
+    landing?.jobId ?? '',
+    cacheEventsChannel,
+    landing ? JSON.stringify(event) : '',
   );
   return stored.length;
 }
@@ -327,7 +339,7 @@ interface CacheRedis extends Redis {
 
 /** The connection with the cache's scripts as commands (EVALSHA: their text is not sent on every call). */
 const scripted = (redis: Redis) =>
-  withScripts<CacheRedis>(redis, { cacheStore: { keys: 4, lua: storeScript }, cacheFlight: { keys: 1, lua: flightScript }, cacheLand: { keys: 1, lua: landScript } });
+  withScripts<CacheRedis>(redis, { cacheStore: { keys: 5, lua: storeScript }, cacheFlight: { keys: 1, lua: flightScript }, cacheLand: { keys: 1, lua: landScript } });
 
 /** The job holding a request's flight mark ended (or was never queued): the mark goes, and the requests waiting on it hear how. */
 export async function landFlight(redis: Redis, accountId: string, hash: string, jobId: string, status: CacheEvent['status'], costMicros?: number): Promise<void> {

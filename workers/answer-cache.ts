@@ -31,14 +31,11 @@ const sharedAnswerMs = 30_000;
 export async function keepAnswer(deps: AnswerCacheDeps, data: GatewayJobData, produced: Meter): Promise<void> {
   const plan = data.cache;
   if (!plan) return;
-  let status: CacheEvent['status'] = 'failed';
-  let cost: number | undefined;
   try {
     const forms = produced.cacheable;
     const keepMs = plan.flight ? sharedAnswerMs : 0;
     if (forms && produced.finishReason !== 'content_filter' && Math.max(plan.ttlMs, keepMs) > 0 && deps.config.cache.maxTtlS > 0) {
       const billed = produced.billed ?? { costMicros: 0, input: 0, cached: 0, output: 0 };
-      cost = billed.costMicros;
       const now = Date.now();
       const size = await storeEntry(
         deps.redis,
@@ -48,16 +45,19 @@ export async function keepAnswer(deps: AnswerCacheDeps, data: GatewayJobData, pr
         { v: 1, created: now, expires: now + plan.ttlMs, endpoint: data.endpoint, model: data.model, costMicros: billed.costMicros, tokens: { input: billed.input, cached: billed.cached, output: billed.output }, ...forms },
         deps.config.cache,
         keepMs,
+        // The flight mark's end goes in the same script as the entry.
+        plan.flight ? { jobId: data.jobId ?? data.requestId } : undefined,
       );
       if (size > 0) {
-        status = 'stored';
         answerCached(data.model, size);
-      } else deps.log.debug({ hash: plan.hash }, 'answer larger than CACHE_MAX_ENTRY_BYTES: not cached');
+        return;
+      }
+      deps.log.debug({ hash: plan.hash }, 'answer larger than CACHE_MAX_ENTRY_BYTES: not cached');
     }
   } catch (error) {
     deps.log.warn({ err: error }, 'could not keep the answer in the cache');
   }
-  await endFlight(deps, data, status, cost);
+  await endFlight(deps, data, 'failed');
 }
 
 /** The job holding a request's flight mark ended: the mark goes, and the requests waiting on it hear how. */
