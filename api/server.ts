@@ -30,6 +30,8 @@ import { queuedEndpoint, routeTemplate } from './requests/endpoint-paths.js';
 import { noteArrival, noteError } from './requests/request-log.js';
 import { adminRoutes } from './accounts/admin-api.js';
 import { endpointDispatch } from './requests/endpoint-route.js';
+import { batchRoutes } from './batches/routes.js';
+import { startBatchSweeps } from './batches/sweep.js';
 import { jobRoutes } from './jobs/routes.js';
 import { responseRoutes } from './responses/routes.js';
 import { EventLogs } from './relay/event-log.js';
@@ -189,6 +191,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     authenticate(keyCache),
     endpointDispatch(endpointDeps),
     jobs.authed.routes(),
+    batchRoutes(endpointDeps, log).routes(),
     responseRoutes(endpointDeps).routes(),
     v1.routes(),
     v1.allowedMethods(),
@@ -205,6 +208,8 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
 
   await hub.start();
   hub.startHeartbeat(config.orphanAfterMs);
+  // Batches canceled or past their deadline are ended by a sweep (one api at a time).
+  const batchSweeps = startBatchSweeps({ redis, queues, config, log }, config.batches.sweepIntervalMs);
   await backpressure.start();
 
   const server = createNodeServer(config.clientTimeouts, app.callback());
@@ -225,7 +230,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
       return hub.size;
     },
     shutdown: (until = Date.now() + config.shutdownGraceMs) =>
-      shutdownApi({ log, server, hub, jobEvents, logs, loopStalls, backpressure, queues, redis, subscriber, closeRecord, drain: () => (draining = true) }, until),
+      shutdownApi({ log, server, hub, jobEvents, logs, loopStalls, backpressure, queues, redis, subscriber, closeRecord, drain: () => ((draining = true), batchSweeps.stop()) }, until),
   };
 }
 

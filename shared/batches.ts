@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { withScripts } from './redis.js';
-import { accountBatchesKey, batchDoneKey, batchKey, batchResultsKey } from './redis-keys.js';
+import { activeMetrics } from './metrics.js';
+import { together, withScripts } from './redis.js';
+import { accountBatchesKey, batchDoneKey, batchKey, batchQueuesKey, batchResultsKey, openBatchesKey } from './redis-keys.js';
 
 /**
  * Message Batches (Anthropic's API, on every chat model): a batch's record in Redis, and each of its requests'
@@ -36,6 +37,20 @@ export interface BatchRecord {
   /** Epoch ms, once ended / once a cancel was asked. */
   endedAt?: number;
   cancelAt?: number;
+  /** What its requests cost so far, in integer micro-dollars (each added as it is settled). */
+  costMicros: number;
+}
+
+/** What a batch's request carries in its job: its batch, its place and name there, and the most it may cost. */
+export interface BatchJob {
+  id: string;
+  index: number;
+  customId: string;
+  /**
+   * Reserved by the worker just before the vendor is called (a request the balance cannot cover is `errored`): its
+   * worst case, and its key's spending limit as it was when the batch was made.
+   */
+  reserve: { micros: number; tokens: number; keyLimitMicros?: number };
 }
 
 /** A batch's id, in Anthropic's form (`msgbatch_` and 24 letters and digits). */
@@ -55,19 +70,23 @@ export function batchRequestJobId(batchId: string, index: number): string {
 
 /**
  * Records one request's result once: a request already recorded is left as it is (a retried or re-run request never
- * counts twice). Moves the request from `processing` to its outcome, and ends the batch when none is left processing.
- * KEYS: batch, done, results. ARGV: index, outcome, custom_id, result JSON, now (ms), results' TTL (ms).
- * Returns 1 when recorded, 0 when the request was recorded before, -1 for a batch that is gone.
+ * counts twice). Moves the request from `processing` to its outcome, adds its cost, and ends the batch when none is
+ * left processing (its results then kept for their time, its queue map dropped).
+ * KEYS: batch, done, results, queues. ARGV: index, outcome, custom_id, result JSON, now (ms), results' TTL (ms), cost (µ$).
+ * Returns 1 when recorded (2: and that ended the batch), 0 when the request was recorded before, -1 for a batch that is gone.
  */
 const recordScript = `
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 0 then return 0 end
 redis.call('XADD', KEYS[3], '*', 'custom_id', ARGV[3], 'result', ARGV[4])
 redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
+if tonumber(ARGV[7]) > 0 then redis.call('HINCRBY', KEYS[1], 'cost', ARGV[7]) end
 local left = redis.call('HINCRBY', KEYS[1], 'processing', -1)
 if left <= 0 and redis.call('HGET', KEYS[1], 'status') ~= 'ended' then
   redis.call('HSET', KEYS[1], 'status', 'ended', 'ended_at', ARGV[5])
   for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[6]) end
+  redis.call('DEL', KEYS[4])
+  return 2
 end
 return 1`;
 
@@ -82,28 +101,110 @@ end
 return status`;
 
 interface BatchRedis extends Redis {
-  batchRecord(batch: string, done: string, results: string, index: number, outcome: BatchOutcome, customId: string, result: string, now: number, ttlMs: number): Promise<number>;
+  batchRecord(batch: string, done: string, results: string, queues: string, index: number, outcome: BatchOutcome, customId: string, result: string, now: number, ttlMs: number, costMicros: number): Promise<number>;
   batchCancel(batch: string, now: number): Promise<string | null>;
 }
 
-const scripted = (redis: Redis) => withScripts<BatchRedis>(redis, { batchRecord: { keys: 3, lua: recordScript }, batchCancel: { keys: 1, lua: cancelScript } });
+const scripted = (redis: Redis) => withScripts<BatchRedis>(redis, { batchRecord: { keys: 4, lua: recordScript }, batchCancel: { keys: 1, lua: cancelScript } });
 
-/** Stores a new batch (every request processing) and lists it under its account; kept until `keepMs` past its expiry. */
-export async function createBatch(redis: Redis, batch: Omit<BatchRecord, 'status' | 'counts'>, keepMs: number): Promise<void> {
+/**
+ * Stores a new batch (every request processing), where each request's job waits (`queues`, by index: the queue
+ * names; omitted in tests of the record alone), lists it under its account and among the open batches; kept until
+ * `keepMs` past its expiry.
+ */
+export async function createBatch(redis: Redis, batch: Omit<BatchRecord, 'status' | 'counts' | 'costMicros'>, keepMs: number, queues?: readonly string[]): Promise<void> {
   const ttl = Math.max(1, batch.expires - Date.now() + keepMs);
-  await redis
+  const write = redis
     .multi()
-    .hset(batchKey(batch.id), { id: batch.id, account: batch.accountId, key: batch.keyId, created: batch.created, expires: batch.expires, total: batch.total, status: batch.total > 0 ? 'in_progress' : 'ended', processing: batch.total, succeeded: 0, errored: 0, canceled: 0, expired: 0 })
-    .pexpire(batchKey(batch.id), ttl)
-    .exec();
-  await redis.zadd(accountBatchesKey(batch.accountId), batch.created, batch.id);
+    .hset(batchKey(batch.id), { id: batch.id, account: batch.accountId, key: batch.keyId, created: batch.created, expires: batch.expires, total: batch.total, status: batch.total > 0 ? 'in_progress' : 'ended', processing: batch.total, succeeded: 0, errored: 0, canceled: 0, expired: 0, cost: 0 })
+    .pexpire(batchKey(batch.id), ttl);
+  if (queues && queues.length > 0) {
+    // By runs of one queue name: `0` → name, and the indices that differ from their predecessor's (a batch on one model is one field).
+    const fields: Record<string, string> = {};
+    queues.forEach((name, index) => {
+      if (index === 0 || queues[index - 1] !== name) fields[index] = name;
+    });
+    write.hset(batchQueuesKey(batch.id), fields).pexpire(batchQueuesKey(batch.id), ttl);
+  }
+  await write.exec();
+  await together(redis).zadd(accountBatchesKey(batch.accountId), batch.created, batch.id).zadd(openBatchesKey, batch.expires, batch.id).exec();
 }
 
-/** Records a request's result once (see recordScript); resolves to whether this call recorded it. */
-export async function recordBatchResult(redis: Redis, batchId: string, index: number, customId: string, result: BatchResult, keepMs: number): Promise<'recorded' | 'already' | 'gone'> {
-  const line = JSON.stringify(result);
-  const done = await scripted(redis).batchRecord(batchKey(batchId), batchDoneKey(batchId), batchResultsKey(batchId), index, result.type, customId, line, Date.now(), keepMs);
-  return done === 1 ? 'recorded' : done === 0 ? 'already' : 'gone';
+/** The queue each request of a batch waits in (index → name), as `createBatch` stored it; empty once the batch ended. */
+export async function readBatchQueues(redis: Redis, batchId: string, total: number): Promise<string[]> {
+  const runs = await redis.hgetall(batchQueuesKey(batchId));
+  const starts = Object.keys(runs).map(Number).filter(Number.isInteger).sort((a, b) => a - b);
+  if (starts.length === 0) return [];
+  const names = new Array<string>(total);
+  for (let i = 0; i < starts.length; i++) {
+    const end = Math.min(total, starts[i + 1] ?? total);
+    names.fill(runs[starts[i]!]!, starts[i]!, end);
+  }
+  return names;
+}
+
+/**
+ * Records a request's result once (see recordScript); resolves to whether this call recorded it. `result` may be its
+ * JSON already (a message as the worker has it, not parsed to be written again). `costMicros`: what it was billed.
+ */
+export async function recordBatchResult(redis: Redis, batchId: string, index: number, customId: string, result: BatchResult | { type: BatchOutcome; json: string }, keepMs: number, costMicros = 0): Promise<'recorded' | 'already' | 'gone'> {
+  const line = 'json' in result ? result.json : JSON.stringify(result);
+  const done = await scripted(redis).batchRecord(batchKey(batchId), batchDoneKey(batchId), batchResultsKey(batchId), batchQueuesKey(batchId), index, result.type, customId, line, Date.now(), keepMs, Math.max(0, Math.round(costMicros)));
+  if (done > 0) {
+    activeMetrics()?.batchRequests.get(result.type).inc();
+    if (done === 2) activeMetrics()?.batches.get('ended').inc();
+  }
+  return done > 0 ? 'recorded' : done === 0 ? 'already' : 'gone';
+}
+
+/** Where a worker stands with a batch's request: its batch's status (undefined: gone), and whether it is recorded already. One round trip. */
+export async function batchRequestState(redis: Redis, batchId: string, index: number): Promise<{ status: BatchStatus | undefined; recorded: boolean }> {
+  const [[, status], [, recorded]] = (await together(redis).hget(batchKey(batchId), 'status').hexists(batchDoneKey(batchId), String(index)).exec()) as [[unknown, string | null], [unknown, number]];
+  return { status: (status ?? undefined) as BatchStatus | undefined, recorded: recorded === 1 };
+}
+
+/** Which of a batch's requests have their result (the done hash's indices). */
+export async function recordedIndices(redis: Redis, batchId: string): Promise<Set<number>> {
+  return new Set((await redis.hkeys(batchDoneKey(batchId))).map(Number));
+}
+
+/** A batch's keys gone (its DELETE): every trace but its id in its account's list, which the list drops when it reads it. */
+export async function deleteBatch(redis: Redis, batchId: string, accountId: string): Promise<void> {
+  await redis.del(batchKey(batchId), batchDoneKey(batchId), batchResultsKey(batchId), batchQueuesKey(batchId));
+  await together(redis).zrem(accountBatchesKey(accountId), batchId).zrem(openBatchesKey, batchId).exec();
+}
+
+/** An account's batches, newest first: a page of `limit` after `afterId` / before `beforeId` (Anthropic's cursors), gone ones dropped. */
+export async function listBatches(redis: Redis, accountId: string, page: { limit: number; afterId?: string; beforeId?: string }): Promise<{ batches: BatchRecord[]; hasMore: boolean }> {
+  const key = accountBatchesKey(accountId);
+  // Newest first, as Anthropic lists them: `after_id` pages toward older batches, `before_id` toward newer ones.
+  const ids = await redis.zrevrange(key, '0', '-1');
+  const at = (id: string | undefined) => (id === undefined ? undefined : ids.indexOf(id));
+  const after = at(page.afterId);
+  const before = at(page.beforeId);
+  let start = 0;
+  let end = ids.length;
+  if (after !== undefined) start = after < 0 ? ids.length : after + 1;
+  if (before !== undefined) {
+    end = before < 0 ? 0 : before;
+    start = Math.max(0, end - page.limit);
+  }
+  const chosen = ids.slice(start, Math.min(end, start + page.limit));
+  const records = await Promise.all(chosen.map((id) => readBatch(redis, id)));
+  const gone = chosen.filter((_, i) => !records[i]);
+  if (gone.length > 0) await redis.zrem(key, ...gone);
+  const hasMore = before !== undefined ? start > 0 : start + page.limit < end;
+  return { batches: records.filter((record): record is BatchRecord => record !== undefined), hasMore };
+}
+
+/** How many of an account's batches have not ended (an open batch's limit). */
+export async function openBatchCount(redis: Redis, accountId: string): Promise<number> {
+  const ids = await redis.zrange(accountBatchesKey(accountId), '0', '-1');
+  if (ids.length === 0) return 0;
+  const read = together(redis);
+  for (const id of ids) read.hget(batchKey(id), 'status');
+  const statuses = ((await read.exec()) ?? []).map(([, status]) => status as string | null);
+  return statuses.filter((status) => status === 'in_progress' || status === 'canceling').length;
 }
 
 /** Asks a batch to stop: its status after (`canceling`, or `ended` already), or undefined for a batch that is gone. */
@@ -125,6 +226,7 @@ export async function readBatch(redis: Redis, batchId: string): Promise<BatchRec
     total: number('total'),
     status: row.status === 'canceling' || row.status === 'ended' ? row.status : 'in_progress',
     counts: { processing: Math.max(0, number('processing')), succeeded: number('succeeded'), errored: number('errored'), canceled: number('canceled'), expired: number('expired') },
+    costMicros: number('cost'),
   };
   if (row.ended_at) record.endedAt = number('ended_at');
   if (row.cancel_at) record.cancelAt = number('cancel_at');

@@ -54,6 +54,20 @@ export interface SchedulingConfig {
   flexMinWaitMs: number;
 }
 
+/** Message Batches' limits (BATCH_*). */
+export interface BatchLimits {
+  maxRequests: number;
+  maxBytes: number;
+  /** Batches in progress (or canceling) per account. */
+  maxOpen: number;
+  /** How long a batch runs. */
+  deadlineMs: number;
+  /** How long a batch and its results are kept once ended. */
+  resultsKeepMs: number;
+  /** Between sweeps of the open batches. */
+  sweepIntervalMs: number;
+}
+
 export interface Config {
   port: number;
   host: string;
@@ -142,6 +156,8 @@ export interface Config {
   asyncResultTtlSeconds: number;
   /** How long a stored response stays retrievable (and chainable). */
   responseTtlSeconds: number;
+  /** Message Batches (`/v1/messages/batches`): its limits, and how long a batch runs and its results are kept. */
+  batches: BatchLimits;
   /** How long a stream's event log outlives its last event: the window to resume or replay it. */
   streamReplayTtlSeconds: number;
   /** How long a stream whose client left keeps running, waiting for a resume, when the request asks for no grace (0: cancelled at once). */
@@ -390,6 +406,12 @@ const fixed = {
   MAX_AUDIO_BYTES: setting(integer(1, 25 * 1024 * 1024), 'largest audio upload; over → 413'),
   MAX_IMAGE_BYTES: setting(integer(1, 50 * 1024 * 1024), 'largest image upload per file'),
   ASYNC_RESULT_TTL_S: setting(integer(60, 86_400), 'how long async job results and videos stay retrievable'),
+  BATCH_MAX_REQUESTS: setting(integer(1, 10_000, 100_000), 'the most requests a message batch (`POST /v1/messages/batches`) may hold; more → 400'),
+  BATCH_MAX_BYTES: setting(integer(1024, 32 * 1024 * 1024, 256 * 1024 * 1024), 'the largest body of a message batch; over → 413'),
+  BATCH_MAX_OPEN: setting(integer(1, 20, 10_000), 'the most batches an account may have in progress (or canceling) at once; one more → 429'),
+  BATCH_DEADLINE_S: setting(integer(1, 86_400, 86_400), 'how long a message batch runs: its requests not answered by then are `expired` (Anthropic\'s `expires_at`, 24 h)'),
+  BATCH_SWEEP_INTERVAL_S: setting(integer(1, 10, 3600), 'seconds between sweeps of the open batches (one api at a time): a batch past its deadline has its waiting requests `expired` and ends, a canceled one whose api died midway is finished'),
+  BATCH_RESULTS_TTL_S: setting(integer(60, 29 * 86_400, 60 * 86_400), 'how long a batch and its results stay retrievable after it ends (Anthropic keeps them 29 days)'),
   RESPONSE_TTL_S: setting(integer(60, 30 * 86_400), 'how long a stored response (`store`, the default) can be retrieved and chained with `previous_response_id`'),
   STREAM_REPLAY_TTL_S: setting(integer(10, 600), 'how long after its last event a stream (chat, completions, Responses) can still be resumed or replayed from its event log'),
   STREAM_RESUME_GRACE_MS: setting(integer(0, 0), 'a streaming client that disconnects leaves its request running this long for a resume unless the request asks otherwise (`x-stream-resume-grace-ms`); `0` cancels it (and its spend) within a second, as clients expect of closing a stream'),
@@ -649,6 +671,14 @@ export function loadConfig(env: Env = process.env): Config {
     maxImageBytes: values.MAX_IMAGE_BYTES,
     asyncResultTtlSeconds: values.ASYNC_RESULT_TTL_S,
     responseTtlSeconds: values.RESPONSE_TTL_S,
+    batches: {
+      maxRequests: values.BATCH_MAX_REQUESTS,
+      maxBytes: values.BATCH_MAX_BYTES,
+      maxOpen: values.BATCH_MAX_OPEN,
+      deadlineMs: values.BATCH_DEADLINE_S * 1000,
+      resultsKeepMs: values.BATCH_RESULTS_TTL_S * 1000,
+      sweepIntervalMs: values.BATCH_SWEEP_INTERVAL_S * 1000,
+    },
     streamReplayTtlSeconds: values.STREAM_REPLAY_TTL_S,
     streamResumeGraceMs: values.STREAM_RESUME_GRACE_MS,
     streamResumeGraceMaxMs: values.STREAM_RESUME_GRACE_MAX_MS,

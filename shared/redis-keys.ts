@@ -25,6 +25,12 @@ export const batchKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}`;
 export const batchDoneKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}:done`;
 /** A batch's results as they came (a stream: `custom_id`, `result` JSON), read page by page by `…/results`. */
 export const batchResultsKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}:results`;
+/** Where each request of a batch waits (a hash: index → its BullMQ queue's name), for a cancel or an expiry to remove it. */
+export const batchQueuesKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}:queues`;
+/** Batches not yet ended, by their expiry (a sorted set, ms): what the sweep ends at their deadline or after a cancel. */
+export const openBatchesKey = `${keyPrefix}batches:open`;
+/** The sweep's lock: one api at a time walks the open batches. */
+export const batchSweepLockKey = `${keyPrefix}batches:sweep-lock`;
 /** An account's batches by creation time (a sorted set, ms), for the list. */
 export const accountBatchesKey = (accountId: string) => `${keyPrefix}batches:{${accountId}}`;
 

@@ -24,6 +24,7 @@ import { endFlight, keepAnswer, type AnswerCacheDeps } from './answer-cache.js';
 import { Meter, settleJob, type SettlementDeps } from './settlement.js';
 import { tierFacts, tierRule, type TierRule } from './served-tier.js';
 import { MovedToLane, type LaneMoves } from './lane-move.js';
+import { batchGate, isBatchJob, recordErrored, recordSucceeded, type BatchRunDeps } from './batch-run.js';
 import type { Lease, VendorLimiter } from './vendor-limiter.js';
 import type { CallContext, VendorHttp } from './vendors/types.js';
 
@@ -83,6 +84,8 @@ class JobRun {
   private billed: Promise<void> | undefined;
   /** The answer's keeping in the response cache, once begun. */
   private kept: Promise<void> | undefined;
+  /** When this run gives up: the job's deadline, or for a batch's request (whose job's deadline is its batch's) its endpoint's time from its start. */
+  private readonly runDeadline: number;
 
   constructor(
     private readonly deps: ProcessorDeps,
@@ -93,7 +96,9 @@ class JobRun {
     const jobId = (this.jobId = jobIdOf(data));
     this.log = lazyChild(deps.log, () => ({ reqId: data.requestId, ...(jobId !== data.requestId ? { jobId } : {}), queue: job.queueName, attempt: job.attemptsMade + 1 }));
     // An async or background job's answer is kept for later readers; any other job's answer is for its api alone.
-    const detached = data.async === true || data.background === true;
+    const detached = data.async === true || data.background === true || data.batch !== undefined;
+    // A batch's request that starts before its batch's deadline runs to its end (only one not started by then expires).
+    this.runDeadline = data.batch ? Date.now() + endpoints[data.endpoint].deadlineMs(deps.config) : data.deadline;
     this.orphan = detached ? undefined : { afterMs: deps.config.orphanAfterMs, onOrphaned: () => deps.cancels.cancel(jobId) };
     this.publisher = new ReplyPublisher(deps.redis, data.replyTo, jobId, {
       ...(this.orphan ? { orphan: this.orphan } : {}),
@@ -111,6 +116,8 @@ class JobRun {
 
   /** The steps in order. The vendor slot is freed before an error is handled, so a failed or cancelled call bills after its slot is back. */
   async run(): Promise<GatewayJobResult> {
+    // A batch's request canceled, expired, recorded before or refused by its account's money ends here, recorded.
+    if (isBatchJob(this.data) && (await batchGate(this.batchDeps, this.data, this.runDeadline))) return {};
     const remaining = await this.preflight();
     this.startClock(remaining);
     try {
@@ -136,7 +143,7 @@ class JobRun {
   /** Whether the job may run at all, and what it runs on: resolves to the time left before its deadline. */
   private async preflight(): Promise<number> {
     const { data, job, orphan, deps } = this;
-    const remaining = data.deadline - Date.now();
+    const remaining = this.runDeadline - Date.now();
     if (remaining <= 0) return this.answerFailure(timeoutError('The request waited in the queue past its deadline.'));
     if (orphan && Date.now() - job.timestamp > orphan.afterMs && (await deps.redis.exists(apiAliveKey(data.replyTo))) === 0) {
       // It waited long, and the api that took it is gone: nobody would read the answer, so the vendor is not called.
@@ -180,7 +187,7 @@ class JobRun {
     // Ranked by its queue priority: of this process's jobs waiting for a slot, the one the queue would serve first goes
     // first. A priority request is not held back by the vendor's pace (the spreading of its calls' starts).
     const asked = Date.now();
-    this.lease = await deps.limiter.acquire(route.channel.vendor, data.deadline, signal, this.job.opts.priority ?? 0, data.serviceTier === 'priority');
+    this.lease = await deps.limiter.acquire(route.channel.vendor, this.runDeadline, signal, this.job.opts.priority ?? 0, data.serviceTier === 'priority');
     this.timings = { asked, leased: Date.now() };
     this.call.started(this.job, route, signal);
   }
@@ -228,6 +235,12 @@ class JobRun {
   private async finish(outcome: PipelineOutcome): Promise<GatewayJobResult> {
     switch (outcome.answer) {
       case 'publish': {
+        if (isBatchJob(this.data)) {
+          // No client: the answer is recorded in its batch with what it was billed.
+          await Promise.all([this.freeSlot(), this.bill('completed')]);
+          await recordSucceeded(this.batchDeps, this.data, outcome.body, this.produced.billed?.costMicros ?? 0);
+          return {};
+        }
         if (this.data.cache) {
           // A request that opted into the cache: billed (the entry keeps its price) and stored before the answer goes,
           // so the client's next identical request finds it.
@@ -302,6 +315,11 @@ class JobRun {
   private async answerFailure(error: GatewayError): Promise<never> {
     const { data, request, log } = this;
     await this.bill('failed', error.code ?? error.type);
+    if (isBatchJob(data)) {
+      // Its retries spent: the failure is the request's result in its batch (nothing is published: no client waits).
+      await recordErrored(this.batchDeps, data, error, this.produced.billed?.costMicros ?? 0);
+      throw new AnsweredFailure(error.toWire());
+    }
     await endFlight(this.cacheDeps, data, 'failed');
     // The failure is the job's result: GET /v1/jobs/{id} reads it from the failed job's reason (and the
     // worker tells the job's watchers once BullMQ has recorded it).
@@ -320,6 +338,10 @@ class JobRun {
       await keepAnswer(this.cacheDeps, this.data, this.produced);
     })();
     return this.kept;
+  }
+
+  private get batchDeps(): BatchRunDeps {
+    return { redis: this.deps.redis, config: this.deps.config, log: this.log };
   }
 
   private get cacheDeps(): AnswerCacheDeps {

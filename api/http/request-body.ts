@@ -117,8 +117,12 @@ function readBytes(req: IncomingMessage, limit: number): Promise<{ chunks: Buffe
   });
 }
 
-/** Reads and parses a JSON object body (see readBytes for the limits of the reading). */
-export async function readJsonObject(req: IncomingMessage, limit: number): Promise<Record<string, unknown>> {
+/**
+ * Reads a JSON body as text (see readBytes for the limits of the reading), refusing another content type, an empty
+ * body, and an inline image larger than any vendor takes; `large`: it was past `largeBodyBytes`, and each later step
+ * on it should get a turn of the loop of its own.
+ */
+export async function readJsonText(req: IncomingMessage, limit: number): Promise<{ text: string; large: boolean }> {
   const type = req.headers['content-type'] ?? '';
   if (type && !/^application\/(?:[\w.+-]*\+)?json\b/i.test(type)) {
     throw invalidRequest(`Unsupported content type '${type.split(';')[0]}': send the body as application/json.`);
@@ -142,6 +146,12 @@ export async function readJsonObject(req: IncomingMessage, limit: number): Promi
   const text = bytes.toString('utf8');
   if (text.trim() === '') throw invalidRequest('The request body is empty: send a JSON object.');
   if (large) await yieldToLoop();
+  return { text, large };
+}
+
+/** Reads and parses a JSON object body (see readBytes for the limits of the reading). */
+export async function readJsonObject(req: IncomingMessage, limit: number): Promise<Record<string, unknown>> {
+  const { text, large } = await readJsonText(req, limit);
   // Also refuses an inline image past the vendors' limit (one short of the cut), naming where it is, before it is parsed.
   checkJsonShape(text, maxJsonDepth);
   if (large) await yieldToLoop();

@@ -155,7 +155,8 @@ export class Backpressure {
           for (const { backlog, weights } of read) {
             for (const [account, weight] of weights) lane.weights.set(account, weight);
             for (const [tier, account, waiting] of backlog) {
-              lane.byAccount.set(account, (lane.byAccount.get(account) ?? 0) + waiting);
+              // A batch's requests are not in the waiting room (they have limits of their own): shown, not admitted against.
+              if (tier !== 'batch') lane.byAccount.set(account, (lane.byAccount.get(account) ?? 0) + waiting);
               const field = `${tier}|${account}`;
               const sum = byTierAndAccount.get(field);
               if (sum) sum[2] += waiting;

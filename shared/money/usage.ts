@@ -104,6 +104,8 @@ export interface RequestView extends UsageAmounts, RequestLogColumns {
   cost_usd: number;
   cost_micros: number;
   /** How the response cache took part (`hit`, `miss`, `coalesced`); null when it did not. */
+  /** The Message Batch it was part of, if any (`msgbatch_…`). */
+  batch_id: string | null;
   cache: CacheMark | null;
   /** Integer micro-dollars the cache saved it (0 when none). */
   saved_micros: number;

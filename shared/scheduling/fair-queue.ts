@@ -32,8 +32,15 @@ import type { ServiceTier } from '../service-tier.js';
 
 /** Width of one band of BullMQ priorities (both fit under BullMQ's 2^21). */
 export const bandWidth = 2 ** 20;
+/**
+ * What a job is counted under in its lane's backlog: its tier, or `batch` for a Message Batch's request, which waits
+ * in the flex band but apart from it in the count (a lane's waiting room is for requests someone holds open: a batch
+ * has limits of its own, and its thousands of requests never refuse its account's, or anyone's, interactive ones).
+ */
+export type BacklogTier = ServiceTier | 'batch';
+
 /** The lowest priority of a tier's band (BullMQ's priority 0 means "no priority": the bands start at 1). */
-export const bandStart = (tier: ServiceTier) => (tier === 'flex' ? 1 + bandWidth : 1);
+export const bandStart = (tier: BacklogTier) => (tier === 'flex' || tier === 'batch' ? 1 + bandWidth : 1);
 
 /**
  * A tagged job's place in its band is its start tag plus this room (less a priority request's lead, at most this):
@@ -77,7 +84,7 @@ export interface FairClaim {
   weight: number;
   /** The tokens reserved for the request (prompt and most output). */
   tokens: number;
-  tier: ServiceTier;
+  tier: BacklogTier;
   /** Whether jobs may wait where it goes: tagged for its fair place, else put at its band's head. */
   contended: boolean;
   /** A priority request's lead over its account's place, in tokens (SERVICE_TIER_PRIORITY_LEAD_TOKENS). */
@@ -130,13 +137,13 @@ export async function removeWaitingJob(redis: Redis, queue: Queue, jobId: string
   return removed;
 }
 
-type BacklogRows = Array<[tier: ServiceTier, account: string, waiting: number]>;
+type BacklogRows = Array<[tier: BacklogTier, account: string, waiting: number]>;
 
 /** The backlog hash's fields (`tier|account` -> count) as rows. */
 function backlogRows(fields: Record<string, string>): BacklogRows {
   return Object.entries(fields).map(([field, count]) => {
     const bar = field.indexOf('|');
-    return [field.slice(0, bar) as ServiceTier, field.slice(bar + 1), Number(count)];
+    return [field.slice(0, bar) as BacklogTier, field.slice(bar + 1), Number(count)];
   });
 }
 

@@ -23,6 +23,6 @@
  * (workers/served-tier.ts). docs/scaling.md says what each knob does.
  */
 export { accountShare, shareExceeded, type WaitingRoom } from './admission.js';
-export { backToBandHead, bandStart, bandWidth, costUnits, jobLeft, leadRoom, maxWeight, minWeight, placeJob, readBacklog, readBacklogAndWeights, recount, removeWaitingJob, tokensPerUnit, type FairClaim, type Placed } from './fair-queue.js';
+export { backToBandHead, bandStart, bandWidth, costUnits, jobLeft, leadRoom, maxWeight, minWeight, placeJob, readBacklog, readBacklogAndWeights, recount, removeWaitingJob, tokensPerUnit, type BacklogTier, type FairClaim, type Placed } from './fair-queue.js';
 export { announceLanes, cappedVendors, knowLanes, laneEntryMs, laneHeartbeatMs, laneOf, ratePace, readLanes, vendorLimits, type LaneServer, type StrandedLane, type VendorLimits } from './lanes.js';
 export { grantedTier } from './tiers.js';

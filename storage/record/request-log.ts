@@ -56,8 +56,15 @@ export function requestView(row: Selectable<UsageTable>): RequestView {
     cost_micros: row.cost_micros,
     cache: cacheMarks.includes(row.cache as CacheMark) ? (row.cache as CacheMark) : null,
     saved_micros: row.saved_micros,
+    batch_id: batchOfRequest(row.request_id),
     settled: row.settled,
   };
+}
+
+/** The Message Batch a request belongs to: its request id is its batch's id and its index there (`msgbatch_….7`). */
+export function batchOfRequest(requestId: string): string | null {
+  const dot = requestId.lastIndexOf('.');
+  return requestId.startsWith('msgbatch_') && dot > 0 ? requestId.slice(0, dot) : null;
 }
 
 /** One request by its request id or its answer's id, only if `keyId` made it (undefined otherwise, as for an unknown id). */

@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
-import { batchRequestJobId, batchView, cancelBatch, createBatch, newBatchId, readBatch, readBatchResults, recordBatchResult } from '../../shared/batches.js';
+import { batchRequestJobId, batchRequestState, batchView, cancelBatch, createBatch, deleteBatch, listBatches, newBatchId, openBatchCount, readBatch, readBatchQueues, readBatchResults, recordBatchResult } from '../../shared/batches.js';
 import { accountBatchesKey, batchKey } from '../../shared/redis-keys.js';
 import { freshRedis } from '../support/gateway.js';
 
@@ -96,5 +96,57 @@ describe('a Message Batch’s record', () => {
     assert.equal(await readBatch(redis, 'msgbatch_none'), undefined);
     assert.equal(await cancelBatch(redis, 'msgbatch_none'), undefined);
     assert.equal(await recordBatchResult(redis, 'msgbatch_none', 0, 'x', { type: 'canceled' }, keepMs), 'gone');
+  });
+});
+
+describe('a Message Batch’s queues, cost, listing and deletion', () => {
+  let redis: Redis;
+  const keepMs = 86_400_000;
+  before(async () => {
+    redis = (await freshRedis(10)).redis;
+  });
+  after(() => {
+    redis?.disconnect();
+  });
+
+  it('keeps where each request waits in runs, adds each result’s cost once, and forgets its queues when it ends', async () => {
+    const id = newBatchId();
+    const now = Date.now();
+    const names = ['bull:{chat}', 'bull:{chat}', 'bull:{lane:openai}', 'bull:{chat}'];
+    await createBatch(redis, { id, accountId: 'acct_q', keyId: 'key_q', created: now, expires: now + keepMs, total: 4 }, keepMs, names);
+    assert.deepEqual(await readBatchQueues(redis, id, 4), names);
+    assert.equal(await openBatchCount(redis, 'acct_q'), 1);
+    assert.deepEqual(await batchRequestState(redis, id, 2), { status: 'in_progress', recorded: false });
+    for (let index = 0; index < 4; index++) {
+      await recordBatchResult(redis, id, index, `c${index}`, { type: 'canceled' }, keepMs, 100 + index);
+      await recordBatchResult(redis, id, index, `c${index}`, { type: 'canceled' }, keepMs, 1_000);
+    }
+    const batch = (await readBatch(redis, id))!;
+    assert.equal(batch.costMicros, 100 + 101 + 102 + 103);
+    assert.equal(batch.status, 'ended');
+    assert.deepEqual(await batchRequestState(redis, id, 2), { status: 'ended', recorded: true });
+    assert.deepEqual(await readBatchQueues(redis, id, 4), [], 'the queue map goes with the end');
+    assert.equal(await openBatchCount(redis, 'acct_q'), 0);
+  });
+
+  it('lists an account’s batches newest first, paged both ways, and drops deleted ones', async () => {
+    const ids: string[] = [];
+    for (let n = 0; n < 5; n++) {
+      const id = newBatchId();
+      ids.push(id);
+      await createBatch(redis, { id, accountId: 'acct_list', keyId: 'k', created: 1_000 + n, expires: Date.now() + keepMs, total: 1 }, keepMs);
+    }
+    const newest = [...ids].reverse();
+    const first = await listBatches(redis, 'acct_list', { limit: 2 });
+    assert.deepEqual(first.batches.map((b) => b.id), newest.slice(0, 2));
+    assert.equal(first.hasMore, true);
+    const next = await listBatches(redis, 'acct_list', { limit: 2, afterId: newest[1] });
+    assert.deepEqual(next.batches.map((b) => b.id), newest.slice(2, 4));
+    const back = await listBatches(redis, 'acct_list', { limit: 2, beforeId: newest[2] });
+    assert.deepEqual(back.batches.map((b) => b.id), newest.slice(0, 2));
+    assert.equal(back.hasMore, false);
+    await deleteBatch(redis, newest[0]!, 'acct_list');
+    assert.equal(await readBatch(redis, newest[0]!), undefined);
+    assert.deepEqual((await listBatches(redis, 'acct_list', { limit: 10 })).batches.map((b) => b.id), newest.slice(1));
   });
 });

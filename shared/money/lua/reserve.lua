@@ -12,6 +12,8 @@ local function decide()
   local bill = redis.call('HMGET', KEYS[1], 'balance', 'reserved', 'unlimited', k .. '.spent', k .. '.reserved', k .. '.rpm', k .. '.tpm')
   -- A key revoked or an account deleted left the bill (or Redis lost it, until it is loaded again).
   if not bill[4] or (not bill[1] and bill[3] ~= '1') then return {5,0,0,0,0,0,0,0} end
+  -- Reserved already under this request id (a batch's request run again after its worker died): held once, not twice.
+  if redis.call('HEXISTS', KEYS[1], reservation_field(ARGV[1])) == 1 then return {0,0,0,0,0,0,0,0} end
   local micros = tonumber(ARGV[2])
   local tokens = tonumber(ARGV[3])
   local now = tonumber(ARGV[4])

@@ -12,7 +12,8 @@
 local leadRoom = 65536
 
 local function bandKeys(tier)
-  if tier == 'flex' then return KEYS[2], KEYS[4], KEYS[6] end
+  -- A batch's requests wait in the flex band (counted apart: `batch|account`).
+  if tier == 'flex' or tier == 'batch' then return KEYS[2], KEYS[4], KEYS[6] end
   return KEYS[1], KEYS[3], KEYS[5]
 end
 

@@ -9,7 +9,7 @@ if ARGV[2] == '' then
   refund(tier, account, cost)
   return 1
 end
-local first = tonumber(tier == 'flex' and ARGV[4] or ARGV[3])
+local first = tonumber((tier == 'flex' or tier == 'batch') and ARGV[4] or ARGV[3])
 local width = tonumber(ARGV[5])
 local priority = tonumber(redis.call('HGET', ARGV[2], 'priority') or '0')
 if priority < first or priority >= first + width then return 1 end

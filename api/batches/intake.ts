@@ -1,0 +1,172 @@
+import type { JobsOptions, Queue } from 'bullmq';
+import { z } from 'zod';
+import { batchRequestJobId, cancelBatch, createBatch, newBatchId, type BatchJob } from '../../shared/batches.js';
+import { endpoints, type EndpointRequest } from '../../shared/endpoints.js';
+import { GatewayError, invalidRequest } from '../../shared/errors.js';
+import type { GatewayJobData } from '../../shared/jobs.js';
+import { worstCase } from '../../shared/money/charge.js';
+import { payloadKey } from '../../shared/redis-keys.js';
+import { laneOf, placeJob } from '../../shared/scheduling/index.js';
+import { messagesRequestSchema } from '../../shared/schemas/messages.js';
+import type { MessagesJob } from '../../shared/messages.js';
+import { checkJsonShape, maxJsonDepth, parseBody, yieldToLoop } from '../http/request-body.js';
+import { handlers } from '../requests/endpoint-handlers.js';
+import type { KeyedContext } from '../requests/request-context.js';
+import type { EndpointRouteDeps } from '../requests/endpoint-route.js';
+import { splitBatchBody } from './split-body.js';
+
+/**
+ * A Message Batch comes in: its body split into its requests without parsing it whole (split-body.ts), each request
+ * checked as `POST /v1/messages` checks one (schema, model, the key's models, the model's context and modalities),
+ * and the batch refused whole, naming the request, at the first that fails. Then its record, and a job per request in
+ * the flex band of its model's lane, counted apart from the waiting room (`batch`), fair between accounts like every
+ * other job, added a few hundred at a time. Nothing of it stays in the api once the answer has gone.
+ */
+
+const envelopeSchema = z.strictObject({ requests: z.array(z.unknown()) });
+const requestSchema = z.strictObject({
+  custom_id: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, 'custom_id must be 1 to 64 letters, digits, underscores or hyphens'),
+  params: z.record(z.string(), z.unknown()),
+});
+
+/** Requests checked per turn of the loop (each about 0.1 ms: its parse, schema, and token count). */
+const checkedPerTurn = 32;
+/** Jobs placed and added per round trip. */
+const addedPerRound = 250;
+
+/** A checked request, as its job will carry it. */
+interface Checked {
+  customId: string;
+  modelId: string;
+  lane: string | undefined;
+  payload: MessagesJob;
+  micros: number;
+  tokens: number;
+}
+
+/** A request's problem as the batch's: its index and its param in front (`requests.3.params.max_tokens`). */
+function inRequest(index: number, error: unknown, where = 'params'): never {
+  if (!(error instanceof GatewayError)) throw error;
+  const param = `requests.${index}.${where}${error.param ? `.${error.param}` : ''}`;
+  throw new GatewayError(error.status, `requests.${index}: ${error.message}`, { param, code: error.code, type: error.type });
+}
+
+async function checkRequests(ctx: KeyedContext, deps: EndpointRouteDeps, items: string[]): Promise<Checked[]> {
+  const { access, keyId } = ctx.state;
+  const checked: Checked[] = [];
+  const seen = new Set<string>();
+  for (let index = 0; index < items.length; index++) {
+    if (index % checkedPerTurn === 0 && index > 0) await yieldToLoop();
+    const text = items[index]!;
+    items[index] = '';
+    let request: z.output<typeof requestSchema>;
+    try {
+      checkJsonShape(text, maxJsonDepth);
+      request = parseBody(requestSchema, JSON.parse(text));
+    } catch (error) {
+      if (error instanceof SyntaxError) throw invalidRequest(`requests.${index}: we could not parse it (${error.message}).`, `requests.${index}`, 'invalid_json');
+      inRequest(index, error, '');
+    }
+    if (seen.has(request.custom_id)) throw invalidRequest(`requests.${index}: the custom_id \`${request.custom_id}\` is used twice; each request of a batch needs its own.`, `requests.${index}.custom_id`);
+    seen.add(request.custom_id);
+    try {
+      const fields = parseBody(messagesRequestSchema, request.params);
+      if (fields.stream === true) throw invalidRequest('A batch request cannot stream: its result is read from the batch.', 'stream');
+      const model = deps.models.resolve(fields.model, 'messages');
+      if (access.models && !access.models.includes(model.id)) {
+        throw new GatewayError(403, `This API key may not use the model \`${model.id}\`.`, { type: 'invalid_request_error', code: 'model_not_allowed', param: 'model' });
+      }
+      const accepted = await handlers.messages.accept({ fields, model, files: [], scope: { redis: deps.redis, blobs: deps.blobs, keyId, config: deps.config }, header: (name) => ctx.get(name) });
+      const request_ = { endpoint: 'messages', payload: accepted.payload } as EndpointRequest;
+      const estimate = worstCase(deps.config, deps.prices, request_, model.id, model.routes[0]?.vendor, accepted.promptTokens ?? 0);
+      checked.push({ customId: request.custom_id, modelId: model.id, lane: laneOf(deps.queues.laneNames, model), payload: accepted.payload, micros: estimate.micros, tokens: estimate.tokens });
+    } catch (error) {
+      inRequest(index, error);
+    }
+  }
+  return checked;
+}
+
+/** `POST /v1/messages/batches`: the batch checked whole, recorded, and its requests queued; answers its record. */
+export async function intakeBatch(ctx: KeyedContext, deps: EndpointRouteDeps, text: string, openBatches: () => Promise<number>): Promise<{ id: string; created: number; expires: number; total: number }> {
+  const { access, keyId, log } = ctx.state;
+  const limits = deps.config.batches;
+  const { envelope, items } = await splitBatchBody(text, limits.maxRequests);
+  let parsedEnvelope: unknown;
+  try {
+    // Small once the requests are out; a body without a `requests` array is refused before it is parsed whole.
+    if (envelope.length > 64 * 1024) throw invalidRequest('The body must be {"requests": [...]}.', 'requests', 'missing_required_parameter');
+    parsedEnvelope = JSON.parse(envelope);
+  } catch (error) {
+    if (error instanceof SyntaxError) throw invalidRequest(`We could not parse the JSON body of your request (${error.message}). Send valid JSON.`, null, 'invalid_json');
+    throw error;
+  }
+  parseBody(envelopeSchema, parsedEnvelope);
+  if (items.length === 0) throw invalidRequest('A batch needs at least one request.', 'requests');
+  const checked = await checkRequests(ctx, deps, items);
+  if ((await openBatches()) >= limits.maxOpen) {
+    throw new GatewayError(429, `This account has ${limits.maxOpen} batches in progress, the most it may have (BATCH_MAX_OPEN). Retry when one has ended.`, { code: 'rate_limit_exceeded', type: 'requests' });
+  }
+
+  const id = newBatchId();
+  const created = Date.now();
+  const expires = created + limits.deadlineMs;
+  const row = endpoints.messages;
+  const queueOf = (index: number): Queue => {
+    const queue = deps.queues.forJob(row.queue, batchRequestJobId(id, index), checked[index]!.lane);
+    if (!queue) throw new GatewayError(503, `The ${row.queue} capability is not served here.`, { code: 'overloaded' });
+    return queue;
+  };
+  const queues = checked.map((_, index) => queueOf(index));
+  await createBatch(deps.redis, { id, accountId: access.accountId, keyId, created, expires, total: checked.length }, limits.resultsKeepMs, queues.map((queue) => queue.name));
+  const weight = access.weight ?? 1;
+  // Kept as long as the batch runs; a retried job finds its payload until then.
+  const options: JobsOptions = { attempts: deps.config.jobAttempts, backoff: { type: 'gateway' }, removeOnComplete: true, removeOnFail: true };
+  try {
+    for (let from = 0; from < checked.length; from += addedPerRound) {
+      await yieldToLoop();
+      const round = checked.slice(from, from + addedPerRound);
+      const byQueue = new Map<Queue, Array<{ name: string; data: GatewayJobData; opts: JobsOptions }>>();
+      const stored: Array<[string, string]> = [];
+      await Promise.all(
+        round.map(async (request, offset) => {
+          const index = from + offset;
+          const jobId = batchRequestJobId(id, index);
+          const queue = queues[index]!;
+          const claim = { accountId: access.accountId, weight, tokens: request.tokens, tier: 'batch' as const, contended: true };
+          const placed = await placeJob(deps.redis, queue, jobId, claim);
+          const batch: BatchJob = { id, index, customId: request.customId, reserve: { micros: request.micros, tokens: request.tokens, ...(access.limitMicros !== undefined ? { keyLimitMicros: access.limitMicros } : {}) } };
+          const data: GatewayJobData = {
+            requestId: jobId,
+            jobId,
+            replyTo: deps.hub.channel,
+            keyId,
+            accountId: access.accountId,
+            endpoint: 'messages',
+            model: request.modelId,
+            stream: false,
+            deadline: expires,
+            serviceTier: 'flex',
+            batch,
+            claim,
+          };
+          const serialized = JSON.stringify(request.payload);
+          if (serialized.length > deps.config.inlinePayloadBytes) stored.push([payloadKey(jobId), serialized]);
+          else data.payload = request.payload;
+          let list = byQueue.get(queue);
+          if (!list) byQueue.set(queue, (list = []));
+          list.push({ name: 'messages', data, opts: { ...options, jobId, priority: placed.priority } });
+        }),
+      );
+      // A payload kept apart is written before its job can be taken.
+      await Promise.all(stored.map(([key, value]) => deps.redis.set(key, value, 'PX', expires - Date.now() + 60_000)));
+      await Promise.all([...byQueue].map(([queue, jobs]) => queue.addBulk(jobs)));
+    }
+  } catch (error) {
+    // Part of it queued: it is canceled, and the sweep records what never runs; the client is told it failed.
+    log.error({ err: error, batch: id }, 'a batch could not be queued whole; it is canceled');
+    await cancelBatch(deps.redis, id).catch(() => undefined);
+    throw new GatewayError(503, 'The batch could not be queued; it was canceled. Try again.', { code: 'queue_unavailable' });
+  }
+  return { id, created, expires, total: checked.length };
+}

@@ -1,0 +1,110 @@
+import { Readable } from 'node:stream';
+import type Router from '@koa/router';
+import { batchView, cancelBatch, deleteBatch, listBatches, openBatchCount, readBatch, readBatchResults, type BatchRecord } from '../../shared/batches.js';
+import { GatewayError, invalidRequest } from '../../shared/errors.js';
+import type { Logger } from '../../shared/logger.js';
+import { activeMetrics } from '../../shared/metrics.js';
+import { createRouter } from '../http/canonical-path.js';
+import { readJsonText } from '../http/request-body.js';
+import type { EndpointRouteDeps } from '../requests/endpoint-route.js';
+import type { KeyedContext, KeyedState } from '../requests/request-context.js';
+import { intakeBatch } from './intake.js';
+import { sweepBatch } from './sweep.js';
+
+/**
+ * Anthropic's Message Batches API (`/v1/messages/batches`), on every chat model of every vendor: a batch is its
+ * account's (any of its keys sees it), and answers in Anthropic's dialect (errors included: the path is under
+ * `/v1/messages`). See intake.ts for how a batch comes in, shared/batches.ts for its record, workers/batch-run.ts
+ * for how its requests run, sweep.ts for how a cancel and an expiry end it.
+ */
+
+const resultsPage = 500;
+const batchIdPattern = /^msgbatch_[A-Za-z0-9]{1,64}$/;
+
+const notFound = (id: string) => new GatewayError(404, `No message batch with id '${id.slice(0, 80)}'.`, { type: 'not_found_error', code: 'not_found' });
+
+/** The caller's account's batch, or a 404 (another account's included: its existence is not told). */
+async function ownedBatch(ctx: KeyedContext, deps: EndpointRouteDeps, id: string): Promise<BatchRecord> {
+  if (!batchIdPattern.test(id)) throw notFound(id);
+  const batch = await readBatch(deps.redis, id);
+  if (!batch || batch.accountId !== ctx.state.access.accountId) throw notFound(id);
+  return batch;
+}
+
+function view(ctx: KeyedContext, batch: BatchRecord) {
+  return batchView(batch, `${ctx.protocol}://${ctx.host}/v1/messages/batches/${batch.id}/results`);
+}
+
+/** Anthropic's page cursor or limit as the query says it. */
+function pageQuery(query: Record<string, unknown>): { limit: number; afterId?: string; beforeId?: string } {
+  const text = (name: string) => (typeof query[name] === 'string' ? (query[name] as string) : undefined);
+  const limit = text('limit') === undefined ? 20 : Number(text('limit'));
+  if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw invalidRequest('limit must be a whole number from 1 to 1000.', 'limit');
+  const afterId = text('after_id');
+  const beforeId = text('before_id');
+  if (afterId !== undefined && beforeId !== undefined) throw invalidRequest('Give after_id or before_id, not both.', 'before_id');
+  return { limit, ...(afterId !== undefined ? { afterId } : {}), ...(beforeId !== undefined ? { beforeId } : {}) };
+}
+
+export function batchRoutes(deps: EndpointRouteDeps, log: Logger): Router<KeyedState> {
+  const router = createRouter<KeyedState>('/v1/messages/batches');
+  const sweepDeps = { redis: deps.redis, queues: deps.queues, config: deps.config, log };
+
+  router.post('/', async (ctx) => {
+    const { text } = await readJsonText(ctx.req, deps.config.batches.maxBytes);
+    const made = await intakeBatch(ctx, deps, text, () => openBatchCount(deps.redis, ctx.state.access.accountId));
+    activeMetrics()?.batches.get('created').inc();
+    ctx.state.log.info({ batch: made.id, requests: made.total }, 'message batch created');
+    const batch = await readBatch(deps.redis, made.id);
+    ctx.body = view(ctx, batch!);
+  });
+
+  router.get('/', async (ctx) => {
+    const page = pageQuery(ctx.query);
+    const { batches, hasMore } = await listBatches(deps.redis, ctx.state.access.accountId, page);
+    const data = batches.map((batch) => view(ctx, batch));
+    ctx.body = { data, has_more: hasMore, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null };
+  });
+
+  router.get('/:id', async (ctx) => {
+    ctx.body = view(ctx, await ownedBatch(ctx, deps, ctx.params.id!));
+  });
+
+  router.post('/:id/cancel', async (ctx) => {
+    const batch = await ownedBatch(ctx, deps, ctx.params.id!);
+    const status = await cancelBatch(deps.redis, batch.id);
+    if (status === 'canceling' && batch.status === 'in_progress') {
+      activeMetrics()?.batches.get('canceled').inc();
+      // What still waits is removed now, after the answer; a worker's request under way ends as it will.
+      void sweepBatch(sweepDeps, (await readBatch(deps.redis, batch.id)) ?? batch).catch((error: unknown) => ctx.state.log.warn({ err: error, batch: batch.id }, 'could not sweep a canceled batch (the periodic sweep will)'));
+    }
+    ctx.body = view(ctx, (await readBatch(deps.redis, batch.id)) ?? batch);
+  });
+
+  router.delete('/:id', async (ctx) => {
+    const batch = await ownedBatch(ctx, deps, ctx.params.id!);
+    if (batch.status !== 'ended') throw invalidRequest(`The batch ${batch.id} is still ${batch.status}: cancel it, and delete it once it has ended.`, 'id');
+    await deleteBatch(deps.redis, batch.id, batch.accountId);
+    ctx.body = { id: batch.id, type: 'message_batch_deleted' };
+  });
+
+  router.get('/:id/results', async (ctx) => {
+    const batch = await ownedBatch(ctx, deps, ctx.params.id!);
+    if (batch.status !== 'ended') throw invalidRequest(`The batch ${batch.id} is still ${batch.status}: its results can be read once it has ended.`, 'id');
+    const { redis } = deps;
+    // Page by page from Redis as the client reads: a batch of any size streams in constant memory.
+    async function* lines() {
+      let after = '0';
+      for (;;) {
+        const page = await readBatchResults(redis, batch.id, after, resultsPage);
+        if (page.lines.length > 0) yield `${page.lines.join('\n')}\n`;
+        if (page.lines.length < resultsPage || !page.last) return;
+        after = page.last;
+      }
+    }
+    ctx.type = 'application/x-jsonl';
+    ctx.body = Readable.from(lines());
+  });
+
+  return router;
+}

@@ -1,0 +1,306 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Redis } from 'ioredis';
+import Anthropic from '@anthropic-ai/sdk';
+import { readBill } from '../../shared/money/billing.js';
+import { freshRedis, paidAccountKey, requestRecord, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { startFakeOpenAI, type FakeOpenAI, type RecordedRequest } from '../support/fake-openai.js';
+import { startFakeAnthropic, FAKE_ANTHROPIC_TEXT, type FakeAnthropic } from '../support/fake-anthropic.js';
+import { startFakeGemini, FAKE_GEMINI_TEXT, type FakeGemini } from '../support/fake-gemini.js';
+import { usageRows } from '../support/record.js';
+import { chatStreamSse } from '../support/fake-openai-defaults.js';
+
+type BatchRequest = Anthropic.Messages.Batches.BatchCreateParams.Request;
+
+const ask = (customId: string, model: string, text: string, maxTokens = 64): BatchRequest => ({ custom_id: customId, params: { model, max_tokens: maxTokens, messages: [{ role: 'user', content: text }] } });
+const lastUserText = (request: RecordedRequest) => JSON.stringify((request.body as { messages?: unknown[] }).messages ?? '');
+
+async function ended(client: Anthropic, id: string, timeoutMs = 30_000): Promise<Anthropic.Messages.Batches.MessageBatch> {
+  let batch: Anthropic.Messages.Batches.MessageBatch | undefined;
+  await waitFor(async () => (batch = await client.messages.batches.retrieve(id)).processing_status === 'ended', timeoutMs, `batch ${id} to end`);
+  return batch!;
+}
+
+async function resultsOf(client: Anthropic, id: string): Promise<Map<string, Anthropic.Messages.Batches.MessageBatchResult>> {
+  const results = new Map<string, Anthropic.Messages.Batches.MessageBatchResult>();
+  for await (const line of await client.messages.batches.results(id)) {
+    assert.ok(!results.has(line.custom_id), `${line.custom_id} has one result`);
+    results.set(line.custom_id, line.result);
+  }
+  return results;
+}
+
+/** The settled usage rows of a batch's requests (request ids `<batch>.<index>`), as the record has them. */
+async function batchRows(redis: Redis, id: string) {
+  return (await usageRows(redis)).filter((row) => row.settled && row.request_id.startsWith(`${id}.`));
+}
+
+describe('Message Batches (/v1/messages/batches) with the official Anthropic SDK against strict vendor fakes', () => {
+  let gateway: GatewayProcess;
+  let redis: Redis;
+  let openai: FakeOpenAI;
+  let anthropic: FakeAnthropic;
+  let gemini: FakeGemini;
+  let client: Anthropic;
+  let account: string;
+  let apiKey: string;
+  const balance = 50_000_000;
+
+  before(async () => {
+    [openai, anthropic, gemini] = await Promise.all([startFakeOpenAI(), startFakeAnthropic(), startFakeGemini()]);
+    // A request that asks to fail is refused by the vendor, as a bad request (not retried); a slow one takes 400 ms.
+    openai.setDefault((request) => {
+      const text = lastUserText(request);
+      if (text.includes('please fail')) return { status: 400, json: { error: { message: 'This request was refused upstream.', type: 'invalid_request_error', param: null, code: null } } };
+      if (text.includes('slowly')) return { delayMs: 400 };
+      // Used all it may: 2,000 tokens out.
+      if (text.includes('Count to')) return (request.body as { stream?: boolean }).stream ? { sse: chatStreamSse(Array.from({ length: 2_000 }, () => 'x'), { usage: true }) } : { json: { id: 'chatcmpl-count', object: 'chat.completion', created: 1, model: 'gpt-4o-mini', choices: [{ index: 0, message: { role: 'assistant', content: 'x', refusal: null }, finish_reason: 'length', logprobs: null }], usage: { prompt_tokens: 9, completion_tokens: 2_000, total_tokens: 2_009 } } };
+      return undefined;
+    });
+    const fresh = await freshRedis(11);
+    redis = fresh.redis;
+    ({ key: apiKey, account } = await paidAccountKey(redis, balance));
+    gateway = await startGateway({
+      env: {
+        REDIS_URL: fresh.url,
+        OPENAI_API_KEY: 'sk-openai-test',
+        OPENAI_BASE_URL: openai.url,
+        ANTHROPIC_API_KEY: 'sk-ant-test',
+        ANTHROPIC_BASE_URL: anthropic.url,
+        GEMINI_API_KEY: 'gemini-test-key',
+        GEMINI_BASE_URL: gemini.url,
+        // OpenAI's requests wait in a lane of two at a time: a batch of slow requests is still running when it is canceled.
+        OPENAI_MAX_CONCURRENCY: '2',
+        BATCH_MAX_REQUESTS: '40',
+        BATCH_MAX_BYTES: '65536',
+        BATCH_SWEEP_INTERVAL_S: '1',
+      },
+    });
+    client = new Anthropic({ apiKey, baseURL: gateway.url, maxRetries: 0, timeout: 20_000 });
+  });
+
+  after(async () => {
+    await gateway?.stop();
+    await Promise.all([openai?.close(), anthropic?.close(), gemini?.close()]);
+    redis?.disconnect();
+  });
+
+  it('runs a batch across three vendors: each result once, a vendor’s refusal errored among successes, billed once at the flex price', async () => {
+    const start = (await readBill(redis, account))!.balanceMicros!;
+    const made = await client.messages.batches.create({
+      requests: [
+        ask('openai-1', 'gpt-4o-mini', 'Hello OpenAI'),
+        ask('anthropic-1', 'claude-sonnet-4-5', 'Hello Anthropic'),
+        ask('gemini-1', 'gemini-2.5-flash', 'Hello Gemini'),
+        ask('refused', 'gpt-4o-mini', 'please fail'),
+      ],
+    });
+    assert.match(made.id, /^msgbatch_[A-Za-z0-9]{24}$/);
+    assert.equal(made.type, 'message_batch');
+    assert.equal(made.processing_status, 'in_progress');
+    assert.equal(made.request_counts.processing, 4);
+    assert.equal(made.results_url, null);
+    assert.ok(Date.parse(made.expires_at) - Date.parse(made.created_at) === 86_400_000, 'expires 24 h after it was made');
+
+    const done = await ended(client, made.id);
+    assert.deepEqual(done.request_counts, { processing: 0, succeeded: 3, errored: 1, canceled: 0, expired: 0 });
+    assert.ok(done.ended_at && done.results_url?.endsWith(`/v1/messages/batches/${made.id}/results`));
+
+    const results = await resultsOf(client, made.id);
+    assert.deepEqual([...results.keys()].sort(), ['anthropic-1', 'gemini-1', 'openai-1', 'refused']);
+    const text = (id: string) => {
+      const result = results.get(id)!;
+      assert.equal(result.type, 'succeeded', `${id}: ${JSON.stringify(result)}`);
+      const message = (result as Anthropic.Messages.Batches.MessageBatchSucceededResult).message;
+      assert.equal(message.type, 'message');
+      assert.equal(message.role, 'assistant');
+      return (message.content[0] as Anthropic.TextBlock).text;
+    };
+    assert.ok(text('openai-1').length > 0);
+    assert.equal(text('anthropic-1'), FAKE_ANTHROPIC_TEXT);
+    assert.equal(text('gemini-1'), FAKE_GEMINI_TEXT);
+    const refused = results.get('refused')!;
+    assert.equal(refused.type, 'errored');
+    assert.equal((refused as Anthropic.Messages.Batches.MessageBatchErroredResult).error.error.type, 'invalid_request_error');
+    // Each vendor was called once per request (the refused one once: a vendor's 400 is not retried), Anthropic natively.
+    assert.equal(anthropic.requests.filter((r) => JSON.stringify(r.body).includes('Hello Anthropic')).length, 1);
+    assert.equal(openai.requests.filter((r) => lastUserText(r).includes('please fail')).length, 1);
+
+    // Billed once each at the flex price: half of what the same request costs served at once.
+    const direct = await client.messages.create({ model: 'gpt-4o-mini', max_tokens: 64, messages: [{ role: 'user', content: 'Hello OpenAI' }] }).withResponse();
+    const directCost = (await requestRecord(gateway.url, apiKey, direct.response.headers.get('request-id')!)).cost_micros;
+    let rows: Awaited<ReturnType<typeof batchRows>> = [];
+    await waitFor(async () => (rows = await batchRows(redis, made.id)).length >= 4, 10_000, 'the batch’s usage rows');
+    assert.equal(new Set(rows.map((row) => row.request_id)).size, rows.length, 'one row per request');
+    assert.equal(rows.length, 4);
+    for (const row of rows) assert.equal(row.service_tier, 'flex');
+    const openaiRow = rows.find((row) => row.request_id === `${made.id}.0`)!;
+    assert.ok(directCost > 0);
+    assert.ok(Math.abs(Number(openaiRow.cost_micros) * 2 - directCost) <= 1, `flex ${openaiRow.cost_micros} is half of ${directCost}`);
+    const batchCost = rows.reduce((sum, row) => sum + Number(row.cost_micros), 0);
+    const after = (await readBill(redis, account))!;
+    assert.equal(after.balanceMicros, start - batchCost - directCost, 'the balance moved by what the rows say, once');
+    assert.equal(after.reservedMicros, 0);
+    // The request log has each request under its batch.
+    const found = await fetch(`${gateway.url}/v1/generation?id=${made.id}.1`, { headers: { authorization: `Bearer ${apiKey}` } });
+    assert.equal(found.status, 200);
+    const logged = ((await found.json()) as { data: { model: string; batch_id: string | null; service_tier: string } }).data;
+    assert.equal(logged.service_tier, 'flex');
+    assert.equal(logged.model, 'claude-sonnet-4-5');
+    assert.equal(logged.batch_id, made.id);
+
+    // Listed (newest first, paged), and deleted once ended.
+    const listed: string[] = [];
+    for await (const batch of client.messages.batches.list({ limit: 1 })) listed.push(batch.id);
+    assert.ok(listed.includes(made.id));
+    const deleted = await client.messages.batches.delete(made.id);
+    assert.deepEqual(deleted, { id: made.id, type: 'message_batch_deleted' });
+    await assert.rejects(client.messages.batches.retrieve(made.id), Anthropic.NotFoundError);
+  });
+
+  it('cancels a batch mid-way: what ran is kept and billed, what waited is canceled and costs nothing', async () => {
+    const start = (await readBill(redis, account))!.balanceMicros!;
+    const made = await client.messages.batches.create({ requests: Array.from({ length: 12 }, (_, i) => ask(`slow-${i}`, 'gpt-4o-mini', `Answer slowly ${i}`)) });
+    await waitFor(async () => (await client.messages.batches.retrieve(made.id)).request_counts.succeeded >= 2, 15_000, 'two answers');
+    const canceling = await client.messages.batches.cancel(made.id);
+    assert.ok(canceling.processing_status === 'canceling' || canceling.processing_status === 'ended');
+    assert.ok(canceling.cancel_initiated_at);
+    const done = await ended(client, made.id);
+    const counts = done.request_counts;
+    assert.equal(counts.succeeded + counts.canceled, 12, JSON.stringify(counts));
+    assert.ok(counts.canceled >= 6, `most were still waiting: ${JSON.stringify(counts)}`);
+    const results = await resultsOf(client, made.id);
+    assert.equal(results.size, 12);
+    assert.equal([...results.values()].filter((r) => r.type === 'canceled').length, counts.canceled);
+    // Only what ran is billed.
+    let rows: Awaited<ReturnType<typeof batchRows>> = [];
+    await waitFor(async () => (rows = await batchRows(redis, made.id)).length >= counts.succeeded, 10_000, 'the rows of what ran');
+    assert.equal(rows.length, counts.succeeded, 'canceled requests have no usage row');
+    const after = (await readBill(redis, account))!;
+    assert.equal(after.balanceMicros, start - rows.reduce((sum, row) => sum + Number(row.cost_micros), 0));
+    assert.equal(after.reservedMicros, 0);
+  });
+
+  it('refuses a batch whole, naming the request, when one request is invalid, and keeps batches to their account', async () => {
+    const refusal = async (body: unknown) => {
+      const response = await fetch(`${gateway.url}/v1/messages/batches`, { method: 'POST', headers: { 'x-api-key': apiKey, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+      return { status: response.status, body: (await response.json()) as { type: string; error: { type: string; message: string } } };
+    };
+    const countBefore = (await client.messages.batches.list({ limit: 100 })).data.length;
+    const invalid = await refusal({ requests: [ask('ok', 'gpt-4o-mini', 'fine'), { custom_id: 'bad', params: { model: 'gpt-4o-mini', max_tokens: 0, messages: [{ role: 'user', content: 'x' }] } }] });
+    assert.equal(invalid.status, 400);
+    assert.equal(invalid.body.type, 'error');
+    assert.equal(invalid.body.error.type, 'invalid_request_error');
+    assert.match(invalid.body.error.message, /^requests\.1: .*max_tokens/);
+    assert.equal((await refusal({ requests: [ask('same', 'gpt-4o-mini', 'a'), ask('same', 'gpt-4o-mini', 'b')] })).status, 400);
+    assert.match((await refusal({ requests: [{ custom_id: 's', params: { model: 'gpt-4o-mini', max_tokens: 5, stream: true, messages: [{ role: 'user', content: 'x' }] } }] })).body.error.message, /cannot stream/);
+    assert.match((await refusal({ requests: [ask('m', 'no-such-model', 'x')] })).body.error.message, /^requests\.0: /);
+    assert.match((await refusal({ requests: [] })).body.error.message, /at least one/);
+    assert.match((await refusal({ requests: [ask('a', 'gpt-4o-mini', 'x')], extra: 1 })).body.error.message, /extra/);
+    assert.equal((await refusal('{"requests": [{"custom_id": "a", "params": {}},]}')).status, 400);
+    assert.equal((await refusal('{"requests": [{"custom_id": "a", "params": {"model": "gpt-4o-mini"')).status, 400);
+    assert.match((await refusal({ requests: [1, 2] })).body.error.message, /must be an object/);
+    assert.match((await refusal({ requests: Array.from({ length: 41 }, (_, i) => ask(`n${i}`, 'gpt-4o-mini', 'x')) })).body.error.message, /at most 40/);
+    assert.equal((await refusal({ requests: [ask('big', 'gpt-4o-mini', 'x'.repeat(70_000))] })).status, 413);
+    assert.equal((await client.messages.batches.list({ limit: 100 })).data.length, countBefore, 'no batch was made by a refused one');
+
+    // Another account sees none of this account's batches; one in progress is not deleted; results wait for its end.
+    const made = await client.messages.batches.create({ requests: [ask('slow', 'gpt-4o-mini', 'Answer slowly please')] });
+    const other = new Anthropic({ apiKey: (await paidAccountKey(redis, 1_000_000)).key, baseURL: gateway.url, maxRetries: 0 });
+    await assert.rejects(other.messages.batches.retrieve(made.id), Anthropic.NotFoundError);
+    await assert.rejects(other.messages.batches.cancel(made.id), Anthropic.NotFoundError);
+    assert.equal((await other.messages.batches.list()).data.length, 0);
+    await assert.rejects(client.messages.batches.delete(made.id), Anthropic.BadRequestError);
+    await assert.rejects(client.messages.batches.retrieve('msgbatch_nope'), Anthropic.NotFoundError);
+    await ended(client, made.id);
+  });
+
+  it('refuses requests one by one once the account’s balance cannot cover them, and never spends past it', async () => {
+    // Each request may cost up to its reservation; the vendor says it used all of max_tokens.
+    const poor = await paidAccountKey(redis, 2_000);
+    const poorClient = new Anthropic({ apiKey: poor.key, baseURL: gateway.url, maxRetries: 0 });
+    const made = await poorClient.messages.batches.create({ requests: Array.from({ length: 8 }, (_, i) => ask(`p${i}`, 'gpt-4o-mini', `Count to ${i}`, 2_000)) });
+    const done = await ended(poorClient, made.id);
+    const results = await resultsOf(poorClient, made.id);
+    const errored = [...results.values()].filter((r) => r.type === 'errored') as Anthropic.Messages.Batches.MessageBatchErroredResult[];
+    assert.ok(errored.length >= 1, `some were refused: ${JSON.stringify(done.request_counts)}`);
+    for (const result of errored) assert.equal(result.error.error.type, 'billing_error', JSON.stringify(result));
+    assert.equal(done.request_counts.succeeded + errored.length, 8);
+    const bill = (await readBill(redis, poor.account))!;
+    assert.ok(bill.balanceMicros! >= 0, `never below zero: ${bill.balanceMicros}`);
+    assert.equal(bill.reservedMicros, 0);
+    let rows: Awaited<ReturnType<typeof batchRows>> = [];
+    await waitFor(async () => (rows = await batchRows(redis, made.id)).length >= done.request_counts.succeeded, 10_000, 'rows');
+    assert.equal(rows.length, done.request_counts.succeeded, 'a refused request is not billed');
+    assert.equal(bill.balanceMicros, 2_000 - rows.reduce((sum, row) => sum + Number(row.cost_micros), 0));
+  });
+});
+
+describe('Message Batches across faults: a worker killed mid-batch, a batch past its deadline', () => {
+  const processes: GatewayProcess[] = [];
+  let redis: Redis;
+  let url: string;
+  let openai: FakeOpenAI;
+
+  before(async () => {
+    // Every chat answer takes 300 ms: a batch is under way long enough to kill its worker, or to outlive its deadline.
+    openai = await startFakeOpenAI({ latencyMs: 300 });
+    const fresh = await freshRedis(12);
+    redis = fresh.redis;
+    url = fresh.url;
+  });
+
+  after(async () => {
+    await Promise.all(processes.splice(0).map((p) => p.stop('SIGKILL')));
+    await openai?.close();
+    redis?.disconnect();
+  });
+
+  const env = () => ({ REDIS_URL: url, OPENAI_API_KEY: 'sk-openai-test', OPENAI_BASE_URL: openai.url, OPENAI_MAX_CONCURRENCY: '2', WORKER_LOCK_MS: '2000', BATCH_SWEEP_INTERVAL_S: '1' });
+
+  it('loses nothing and bills nothing twice when the worker running a batch is SIGKILLed and another takes over', async () => {
+    const { key, account } = await paidAccountKey(redis, 10_000_000);
+    const api = await startGateway({ role: 'api', env: env() });
+    processes.push(api);
+    const doomed = await startGateway({ role: 'worker', env: env() });
+    processes.push(doomed);
+    const client = new Anthropic({ apiKey: key, baseURL: api.url, maxRetries: 0 });
+    const made = await client.messages.batches.create({ requests: Array.from({ length: 10 }, (_, i) => ask(`k${i}`, 'gpt-4o-mini', `Question ${i}`)) });
+    await waitFor(async () => (await client.messages.batches.retrieve(made.id)).request_counts.succeeded >= 2, 15_000, 'two answers');
+    await doomed.stop('SIGKILL');
+    processes.push(await startGateway({ role: 'worker', env: env() }));
+    const done = await ended(client, made.id, 60_000);
+    assert.deepEqual(done.request_counts, { processing: 0, succeeded: 10, errored: 0, canceled: 0, expired: 0 });
+    const results = await resultsOf(client, made.id);
+    assert.deepEqual([...results.keys()].sort(), Array.from({ length: 10 }, (_, i) => `k${i}`).sort());
+    let rows: Awaited<ReturnType<typeof batchRows>> = [];
+    await waitFor(async () => (rows = await batchRows(redis, made.id)).length >= 10, 30_000, 'ten rows');
+    assert.equal(rows.length, 10, 'one usage row per request');
+    assert.equal(new Set(rows.map((row) => row.request_id)).size, 10);
+    const bill = (await readBill(redis, account))!;
+    assert.equal(bill.balanceMicros, 10_000_000 - rows.reduce((sum, row) => sum + Number(row.cost_micros), 0));
+    await waitFor(async () => (await readBill(redis, account))!.reservedMicros === 0, 10_000, 'no reservation left');
+  });
+
+  it('expires what has not run by the batch’s deadline, ends the batch then, and bills nothing for it', async () => {
+    for (const process of processes.splice(0)) await process.stop('SIGKILL');
+    const { key, account } = await paidAccountKey(redis, 10_000_000);
+    const gateway = await startGateway({ env: { ...env(), BATCH_DEADLINE_S: '2' } });
+    processes.push(gateway);
+    const client = new Anthropic({ apiKey: key, baseURL: gateway.url, maxRetries: 0 });
+    const made = await client.messages.batches.create({ requests: Array.from({ length: 30 }, (_, i) => ask(`e${i}`, 'gpt-4o-mini', `Expiring ${i}`)) });
+    assert.equal(Date.parse(made.expires_at) - Date.parse(made.created_at), 2_000);
+    const done = await ended(client, made.id, 15_000);
+    const counts = done.request_counts;
+    assert.equal(counts.succeeded + counts.expired, 30, JSON.stringify(counts));
+    assert.ok(counts.expired >= 10, `most never ran: ${JSON.stringify(counts)}`);
+    assert.ok(Date.parse(done.ended_at!) - Date.parse(made.expires_at) < 5_000, 'ended soon after its deadline');
+    const results = await resultsOf(client, made.id);
+    assert.equal([...results.values()].filter((r) => r.type === 'expired').length, counts.expired);
+    let rows: Awaited<ReturnType<typeof batchRows>> = [];
+    await waitFor(async () => (rows = await batchRows(redis, made.id)).length >= counts.succeeded, 10_000, 'rows');
+    assert.equal(rows.length, counts.succeeded, 'expired requests have no usage row');
+    await waitFor(async () => (await readBill(redis, account))!.reservedMicros === 0, 10_000, 'no reservation left');
+    assert.equal((await readBill(redis, account))!.balanceMicros, 10_000_000 - rows.reduce((sum, row) => sum + Number(row.cost_micros), 0));
+  });
+});

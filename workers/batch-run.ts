@@ -1,0 +1,86 @@
+import type { Redis } from 'ioredis';
+import { batchRequestState, recordBatchResult, type BatchJob, type BatchOutcome, type BatchResult } from '../shared/batches.js';
+import type { Config } from '../shared/config.js';
+import type { GatewayError } from '../shared/errors.js';
+import type { GatewayJobData } from '../shared/jobs.js';
+import type { Logger } from '../shared/logger.js';
+import { anthropicErrorType } from '../shared/messages.js';
+import { reserve } from '../shared/money/billing.js';
+
+/**
+ * A Message Batch's request in a worker (shared/batches.ts): it has no client, so its answer, or its failure, is
+ * recorded in its batch, once, however often it runs. Before the vendor is called the batch is asked whether the
+ * request still should run (its batch canceled, or past its deadline: recorded `canceled` / `expired`, nothing
+ * billed; recorded already by an earlier run that died before its job ended: nothing more), and its worst case is
+ * reserved: a request the account's balance (or its key's limit) can no longer cover is `errored` with a
+ * `billing_error`, and the batch goes on. Batches are billed at the flex price (settlement).
+ */
+
+export interface BatchRunDeps {
+  redis: Redis;
+  config: Pick<Config, 'batches'>;
+  log: Logger;
+}
+
+export type BatchData = GatewayJobData & { batch: BatchJob };
+
+export function isBatchJob(data: GatewayJobData): data is BatchData {
+  return data.batch !== undefined;
+}
+
+/** Records a request's outcome in its batch; a batch gone (deleted, its results' time over) has nothing to record. */
+function record(deps: BatchRunDeps, batch: BatchJob, result: BatchResult | { type: BatchOutcome; json: string }, costMicros = 0): Promise<unknown> {
+  return recordBatchResult(deps.redis, batch.id, batch.index, batch.customId, result, deps.config.batches.resultsKeepMs, costMicros);
+}
+
+/** An error as a batch's result says it: Anthropic's error body. */
+export function erroredResult(error: GatewayError, requestId: string): BatchResult {
+  return { type: 'errored', error: { type: 'error', error: { type: anthropicErrorType(error.status), message: error.message }, request_id: requestId } };
+}
+
+/**
+ * Whether the request is done before any vendor call: true when it was recorded now or before (canceled, expired,
+ * refused by the balance), false when it goes on to its vendor with its worst case reserved until `runDeadline`.
+ */
+export async function batchGate(deps: BatchRunDeps, data: BatchData, runDeadline: number): Promise<boolean> {
+  const { batch } = data;
+  const { status, recorded } = await batchRequestState(deps.redis, batch.id, batch.index);
+  // Recorded by an earlier run (its worker died before its job ended), or its batch is gone: nothing left to do.
+  if (recorded || status === undefined || status === 'ended') return true;
+  if (status === 'canceling') {
+    await record(deps, batch, { type: 'canceled' });
+    return true;
+  }
+  if (Date.now() >= data.deadline) {
+    await record(deps, batch, { type: 'expired' });
+    return true;
+  }
+  if (!data.accountId) return false;
+  const outcome = await reserve(
+    deps.redis,
+    { requestId: data.requestId, keyId: data.keyId, accountId: data.accountId, micros: batch.reserve.micros, tokens: batch.reserve.tokens, deadline: runDeadline },
+    // A batch's requests count against the key's spending limit and the balance, not against its rate limits.
+    batch.reserve.keyLimitMicros !== undefined ? { limitMicros: batch.reserve.keyLimitMicros } : {},
+  );
+  if (outcome.ok) return false;
+  const message =
+    outcome.reason === 'key_limit'
+      ? "This request could cost more than the API key's spending limit has left."
+      : outcome.reason === 'account_balance'
+        ? "This request could cost more than the account's balance has left: add credits to the account."
+        : 'The API key that made this batch no longer has access (its account was deleted or the key revoked).';
+  const type = outcome.reason === 'no_access' ? 'authentication_error' : 'billing_error';
+  deps.log.info({ batch: batch.id, index: batch.index, reason: outcome.reason }, "a batch's request was refused by its account's money");
+  await record(deps, batch, { type: 'errored', error: { type: 'error', error: { type, message }, request_id: data.requestId } });
+  return true;
+}
+
+/** The request's message, as the worker has its JSON, recorded with what it was billed. */
+export function recordSucceeded(deps: BatchRunDeps, data: BatchData, messageJson: string, costMicros: number): Promise<unknown> {
+  return record(deps, data.batch, { type: 'succeeded', json: `{"type":"succeeded","message":${messageJson}}` }, costMicros);
+}
+
+/** The request failed for good (its retries spent): recorded `errored` with what it was billed (what the vendor produced). */
+export function recordErrored(deps: BatchRunDeps, data: BatchData, error: GatewayError, costMicros: number): Promise<unknown> {
+  return record(deps, data.batch, erroredResult(error, data.requestId), costMicros);
+}
