@@ -6,7 +6,8 @@ import { z } from 'zod';
 import { GatewayError } from '../../shared/errors.js';
 import { storableText } from '../../shared/schemas/common.js';
 import { readJsonObject } from '../http/request-body.js';
-import { usdToMicros } from '../accounts/account-store.js';
+import { microsToUsd, usdToMicros } from '../accounts/account-store.js';
+import { listBatches, type BatchRecord } from '../../shared/batches.js';
 import { accountName, email, keyChanges, keyName, keySettings, newKeyLimits, parseStrict, patchKeySchema, password } from '../accounts/account-requests.js';
 import { accountView, keyView } from '../accounts/views.js';
 import { bodyLimit } from '../accounts/admin-api.js';
@@ -43,6 +44,38 @@ const contentSecurityPolicy = [
 const signInSchema = z.strictObject({ email: storableText().max(320), password: z.string().max(1024) });
 const signUpSchema = z.strictObject({ email, password, name: accountName.optional() });
 const createOwnKeySchema = z.strictObject({ name: keyName, ...keySettings });
+
+/** The batches page's query: a page size, Anthropic's `after_id` cursor, and (an admin's only) the account it reads. */
+const batchListQuerySchema = z.strictObject({
+  limit: z
+    .string()
+    .regex(/^\d{1,4}$/, 'expected a whole number')
+    .transform(Number)
+    .pipe(z.number().int().min(1).max(100))
+    .optional(),
+  after_id: storableText().min(1).max(256).optional(),
+  // An admin reads the account this names (their own unless it names one); a member always their own, whatever it names.
+  account_id: storableText().min(1).max(256).optional(),
+});
+
+/** A batch as the console's batches page shows it: times in unix seconds, its cost so far, where its results are read (once ended). */
+function consoleBatchView(batch: BatchRecord) {
+  const seconds = (ms: number | undefined) => (ms === undefined ? null : Math.floor(ms / 1000));
+  return {
+    id: batch.id,
+    status: batch.status,
+    created_at: seconds(batch.created),
+    expires_at: seconds(batch.expires),
+    ended_at: seconds(batch.endedAt),
+    cancel_initiated_at: seconds(batch.cancelAt),
+    total: batch.total,
+    counts: { processing: batch.counts.processing, succeeded: batch.counts.succeeded, errored: batch.counts.errored, canceled: batch.counts.canceled, expired: batch.counts.expired },
+    cost_usd: microsToUsd(batch.costMicros),
+    cost_micros: batch.costMicros,
+    // Read with an API key of the account (`GET /v1/messages/batches/{id}/results`), not with the console's session.
+    results_path: batch.status === 'ended' ? `/v1/messages/batches/${batch.id}/results` : null,
+  };
+}
 
 /** A console request's state: the gateway's, with the signed-in session once it is loaded. */
 type State = RequestState & ConsoleState;
@@ -229,6 +262,16 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
   router.get('/api/requests/histogram', async (ctx) => {
     const { account } = await requireSession(ctx, deps);
     ctx.body = await requestHistogramReport(keyStore.record, account, ctx.query);
+  });
+
+  // ---- message batches: the account's own (an admin's, or the one `account_id` names), newest first ----
+
+  router.get('/api/batches', async (ctx) => {
+    const { account } = await requireSession(ctx, deps);
+    const query = parseStrict(batchListQuerySchema, ctx.query);
+    const accountId = account.role === 'admin' ? (query.account_id ?? account.id) : account.id;
+    const { batches, hasMore } = await listBatches(deps.redis, accountId, { limit: query.limit ?? 20, ...(query.after_id !== undefined ? { afterId: query.after_id } : {}) });
+    ctx.body = { object: 'list', account_id: accountId, data: batches.map(consoleBatchView), has_more: hasMore };
   });
 
   // ---- playground: the same endpoint route as /v1, billed to the account's own playground key ----

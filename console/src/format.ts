@@ -76,6 +76,15 @@ export function ago(seconds: number | null | undefined): string {
   return shortDate(seconds);
 }
 
+const shortDateTimeFormat = new Intl.DateTimeFormat(undefined, { month: 'short', day: 'numeric', hour: 'numeric', minute: '2-digit' });
+
+/** Unix seconds → a compact date and time ("Mar 4, 2:05 PM"; with the year when it is not this one), for a narrow column. */
+export function shortDateTime(seconds: number | null | undefined): string {
+  if (seconds == null) return '—';
+  const when = new Date(seconds * 1000);
+  return when.getFullYear() === new Date().getFullYear() ? shortDateTimeFormat.format(when) : dateTimeFormat.format(when);
+}
+
 /** Unix seconds → date and time. */
 export function dateTime(seconds: number | null | undefined): string {
   return seconds == null ? '—' : dateTimeFormat.format(new Date(seconds * 1000));

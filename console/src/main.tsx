@@ -10,6 +10,7 @@ import { SignInPage } from './pages/sign-in';
 import { KeysPage } from './pages/keys';
 import { UsagePage } from './pages/usage';
 import { ActivityPage } from './pages/activity';
+import { BatchesPage } from './pages/batches';
 import { PricingPage } from './pages/pricing';
 import { PlaygroundPage } from './pages/playground';
 import { AccountsPage } from './pages/admin-accounts';
@@ -27,6 +28,7 @@ const memberPages: Record<string, Page> = {
   '/console/keys': KeysPage,
   '/console/usage': UsagePage,
   '/console/activity': ActivityPage,
+  '/console/batches': BatchesPage,
   '/console/pricing': PricingPage,
   '/console/playground': PlaygroundPage,
 };

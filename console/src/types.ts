@@ -189,3 +189,29 @@ export interface List<T> {
 
 /** The built-in account that keys made without one (and older keys) belong to: unlimited, never signed in to. */
 export const defaultAccountId = 'acct_default';
+
+export type BatchStatus = 'in_progress' | 'canceling' | 'ended';
+
+/** A message batch as the batches page reads it (`GET /console/api/batches`): times in unix seconds. */
+export interface Batch {
+  id: string;
+  status: BatchStatus;
+  created_at: number;
+  expires_at: number;
+  ended_at: number | null;
+  cancel_initiated_at: number | null;
+  total: number;
+  counts: { processing: number; succeeded: number; errored: number; canceled: number; expired: number };
+  /** Billed so far. */
+  cost_usd: number;
+  cost_micros: number;
+  /** `/v1/messages/batches/{id}/results` once ended (read with an API key), else null. */
+  results_path: string | null;
+}
+
+export interface BatchPage {
+  object: 'list';
+  account_id: string;
+  data: Batch[];
+  has_more: boolean;
+}

@@ -5,7 +5,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
 import OpenAI from 'openai';
+import type { Redis } from 'ioredis';
 import { type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { createBatch, newBatchId, recordBatchResult } from '../../shared/batches.js';
 import { launchChromium } from '../support/browser.js';
 import { adminRequest } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';
@@ -36,13 +38,16 @@ const widths = [
 describe('web console in a real browser', () => {
   let gateway: GatewayProcess;
   let browser: Browser;
+  /** The gateway's Redis: message batches are written into it as the api writes them. */
+  let redis: Redis;
 
   before(async () => {
     // The same build `npm start` runs: the console's bundle is part of it.
     await buildOnce();
     mkdirSync(shots, { recursive: true });
-    const { url, redis } = await freshRedis(8);
-    redis.disconnect();
+    const fresh = await freshRedis(8);
+    const url = fresh.url;
+    redis = fresh.redis;
     gateway = await startGateway({
       env: { REDIS_URL: url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword, ADMIN_TOKEN: adminToken, MOCK_STREAM_DELAY_MS: '30' },
     });
@@ -55,6 +60,7 @@ describe('web console in a real browser', () => {
   after(async () => {
     await browser?.close();
     await gateway?.stop();
+    redis?.disconnect();
   });
 
   const adminApi = adminRequest(() => gateway.url, adminToken);
@@ -582,6 +588,83 @@ describe('web console in a real browser', () => {
     }
   });
 
+  it('lists the account’s batches newest first with their progress, counts and cost so far, the results line of an ended one, and more on request', async () => {
+    const accountId = await memberAccount('batches@browser.test', 'member-password');
+    const dayMs = 86_400_000;
+    const now = Date.now();
+    const batchOf = async (created: number, total: number, results: Array<['succeeded' | 'errored', number]> = []) => {
+      const id = newBatchId();
+      await createBatch(redis, { id, accountId, keyId: 'key_browser_batches', created, expires: now + dayMs, total }, dayMs);
+      for (const [index, [outcome, cost]] of results.entries()) {
+        const result = outcome === 'succeeded' ? { type: 'succeeded' as const, message: { id: `msg_${index}`, type: 'message', role: 'assistant', content: [] } } : { type: 'errored' as const, error: { type: 'error' as const, error: { type: 'api_error', message: 'failed' }, request_id: null } };
+        assert.equal(await recordBatchResult(redis, id, index, `req-${index}`, result, dayMs, cost), 'recorded');
+      }
+      return id;
+    };
+    // 20 older ones, nothing run yet: the first page's 20 rows end among them, the rest behind "Load more".
+    const older: string[] = [];
+    for (let i = 0; i < 20; i++) older.push(await batchOf(now - 3_600_000 + i * 1000, 1));
+    const ended = await batchOf(now - 120_000, 2, [['succeeded', 500], ['errored', 0]]);
+    const running = await batchOf(now - 60_000, 4, [['succeeded', 1_000_000], ['succeeded', 250_000], ['errored', 0]]);
+
+    for (const [label, viewport] of widths) {
+      const context = await newContext(viewport);
+      const page = await context.newPage();
+      await signIn(page, 'batches@browser.test', 'member-password');
+      await page.waitForURL('**/console/keys');
+      if (label === 'phone') await page.getByRole('button', { name: 'Menu' }).click();
+      await page.getByRole('link', { name: 'Batches' }).click();
+      await page.waitForURL('**/console/batches');
+      const table = page.getByRole('table', { name: 'Batches' });
+      await table.getByRole('cell', { name: running, exact: true }).waitFor();
+
+      // Newest first: the one under way, then the ended one, then the older ones.
+      const ids = await table.locator('tbody tr.batch-row td:first-child').allInnerTexts();
+      assert.deepEqual(ids.slice(0, 2), [running, ended], `${label}: ${ids.join(', ')}`);
+      assert.equal(ids.length, 20, `${label}: one page of 20`);
+
+      // The one under way: 3 of 4 done, by outcome, $1.25 billed so far, no results yet.
+      const runningRow = table.getByRole('row').filter({ has: page.getByRole('cell', { name: running, exact: true }) });
+      const runningText = await runningRow.innerText();
+      assert.match(runningText, /in progress/);
+      assert.match(runningText, /3\/4/);
+      assert.match(runningText, /2 succeeded · 1 errored · 1 processing/);
+      assert.deepEqual(amountsIn(runningText), ['$1.25'], runningText);
+      assert.match(runningText, /\bexpires\b/);
+      const bar = page.getByRole('progressbar', { name: `${running}: 3 of 4 requests done` });
+      assert.deepEqual([await bar.getAttribute('value'), await bar.getAttribute('max')], ['3', '4']);
+      assert.equal(await page.getByRole('button', { name: `Copy the results command of ${running}` }).count(), 0, 'no results before it ends');
+
+      // The ended one: 2 of 2, $0.0005, and its results path in a curl line read with an API key, copied whole.
+      const endedRow = table.getByRole('row').filter({ has: page.getByRole('cell', { name: ended, exact: true }) });
+      const endedText = await endedRow.innerText();
+      assert.match(endedText, /\bended\b/);
+      assert.match(endedText, /2\/2/);
+      assert.match(endedText, /1 succeeded · 1 errored/);
+      assert.deepEqual(amountsIn(endedText), ['$0.0005'], endedText);
+      assert.match(endedText, /\bended\b[^]*\bended\b/, 'its status, and when it ended');
+      const curl = `curl ${gateway.url}/v1/messages/batches/${ended}/results -H "x-api-key: $SWITCHYARD_API_KEY"`;
+      assert.equal(await page.getByLabel(`Results of ${ended}`).innerText(), curl);
+      await page.getByText('read with an API key of this account').first().waitFor();
+      assert.equal(await copiedBy(page, page.getByRole('button', { name: `Copy the results command of ${ended}` })), curl);
+
+      const amounts = amountsIn(await page.locator('main').innerText());
+      assert.deepEqual(amounts.filter((amount) => !followsMoneyRule(amount)), [], `${label}: amounts off the rule`);
+      await shoot(page, `batches-list-${label}`);
+      const wide = await overflow(page);
+      assert.ok(wide.page <= 1, `${label}: the page is ${wide.page}px wider than the screen`);
+      if (label === 'desktop') assert.ok(wide.boxes.every((px) => px <= 1), `batches at 1280px: the table is wider than its box by ${wide.boxes.join(', ')}px`);
+
+      // More: the two oldest come after the first page, and nothing is listed twice.
+      await page.getByRole('button', { name: 'Load more' }).click();
+      await table.getByRole('cell', { name: older[0]!, exact: true }).waitFor();
+      const all = await table.locator('tbody tr.batch-row td:first-child').allInnerTexts();
+      assert.deepEqual(all, [running, ended, ...[...older].reverse()]);
+      assert.equal(await page.getByRole('button', { name: 'Load more' }).count(), 0, 'no more after the last page');
+      await context.close();
+    }
+  });
+
   it('keeps members out of admin pages and admin endpoints; refuses CSRF-less POSTs', async () => {
     await memberAccount('member@browser.test', 'member-password');
     const context = await newContext();
@@ -636,7 +719,7 @@ describe('web console in a real browser', () => {
       assert.ok(focused && focused !== 'BODY', 'Tab moves focus into the page');
       await signIn(page, adminEmail, adminPassword);
       await page.waitForURL('**/console/keys');
-      for (const path of ['keys', 'usage', 'activity', 'pricing', 'playground', 'admin/accounts', 'admin/keys', 'admin/channels', 'admin/queues']) {
+      for (const path of ['keys', 'usage', 'activity', 'batches', 'pricing', 'playground', 'admin/accounts', 'admin/keys', 'admin/channels', 'admin/queues']) {
         await page.goto(`/console/${path}`);
         await page.getByRole('heading', { level: 1 }).waitFor();
         await page.waitForLoadState('networkidle');

@@ -5,6 +5,7 @@ import OpenAI from 'openai';
 import { Queue } from 'bullmq';
 import { shardQueueName } from '../../shared/queues.js';
 import { accountSessionsKey, sessionKey } from '../../shared/redis-keys.js';
+import { createBatch, newBatchId, recordBatchResult } from '../../shared/batches.js';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
@@ -377,6 +378,113 @@ describe('console API', () => {
         await anonymous.open();
         expectError(await anonymous.request(method, path, body), 401, 'not_signed_in');
       }
+    });
+  });
+
+  describe('batches', () => {
+    type Batch = {
+      id: string;
+      status: string;
+      created_at: number;
+      expires_at: number;
+      ended_at: number | null;
+      cancel_initiated_at: number | null;
+      total: number;
+      counts: Record<'processing' | 'succeeded' | 'errored' | 'canceled' | 'expired', number>;
+      cost_usd: number;
+      cost_micros: number;
+      results_path: string | null;
+    };
+    type BatchPage = { data: Batch[]; has_more: boolean };
+    const dayMs = 86_400_000;
+
+    /** A batch of `total` requests written as the api writes one, created `created` ms, with the results given (outcome, cost in µ$). */
+    async function batchOf(accountId: string, created: number, total: number, results: Array<['succeeded' | 'errored', number]> = []): Promise<string> {
+      const id = newBatchId();
+      await createBatch(redis, { id, accountId, keyId: 'key_batches_test', created, expires: Date.now() + dayMs, total }, dayMs);
+      for (const [index, [outcome, cost]] of results.entries()) {
+        const result = outcome === 'succeeded' ? { type: 'succeeded' as const, message: { id: `msg_${index}`, type: 'message', role: 'assistant', content: [] } } : { type: 'errored' as const, error: { type: 'error' as const, error: { type: 'api_error', message: 'upstream failed' }, request_id: null } };
+        assert.equal(await recordBatchResult(redis, id, index, `req-${index}`, result, dayMs, cost), 'recorded');
+      }
+      return id;
+    }
+
+    it("lists the member's own batches only, newest first, a page at a time, with counts, cost so far and the results path once ended", async () => {
+      const { console: dana, account: danaAccount } = await member('dana@console.test', 'dana-password');
+      const { console: eve, account: eveAccount } = await member('eve@console.test', 'eve-password');
+      const t0 = Date.now() - 60_000;
+      // Oldest: ended (2 succeeded, 1 errored), 4,000 µ$ billed. Then one under way, 1,234 µ$ so far. Newest: nothing run yet.
+      const ended = await batchOf(danaAccount.id, t0, 3, [['succeeded', 1500], ['succeeded', 2500], ['errored', 0]]);
+      const running = await batchOf(danaAccount.id, t0 + 1000, 2, [['succeeded', 1234]]);
+      const fresh = await batchOf(danaAccount.id, t0 + 2000, 1);
+      const eves = await batchOf(eveAccount.id, t0 + 1500, 1, [['succeeded', 99]]);
+
+      const first = await dana.request<BatchPage>('GET', '/console/api/batches?limit=2');
+      assert.equal(first.status, 200, JSON.stringify(first.json));
+      assert.deepEqual(first.json.data.map((b) => b.id), [fresh, running]);
+      assert.equal(first.json.has_more, true);
+      const [newest, under] = first.json.data as [Batch, Batch];
+      assert.deepEqual(newest, {
+        id: fresh,
+        status: 'in_progress',
+        created_at: Math.floor((t0 + 2000) / 1000),
+        expires_at: newest.expires_at,
+        ended_at: null,
+        cancel_initiated_at: null,
+        total: 1,
+        counts: { processing: 1, succeeded: 0, errored: 0, canceled: 0, expired: 0 },
+        cost_usd: 0,
+        cost_micros: 0,
+        results_path: null,
+      });
+      assert.ok(Math.abs(newest.expires_at - (Date.now() + dayMs) / 1000) < 120, `expires_at ${newest.expires_at}`);
+      assert.deepEqual([under.status, under.counts, under.cost_micros, under.cost_usd, under.results_path], ['in_progress', { processing: 1, succeeded: 1, errored: 0, canceled: 0, expired: 0 }, 1234, 0.001234, null]);
+
+      const second = await dana.request<BatchPage>('GET', `/console/api/batches?limit=2&after_id=${running}`);
+      assert.equal(second.status, 200, JSON.stringify(second.json));
+      assert.deepEqual(second.json.data.map((b) => b.id), [ended]);
+      assert.equal(second.json.has_more, false);
+      const done = second.json.data[0]!;
+      assert.equal(done.status, 'ended');
+      assert.deepEqual(done.counts, { processing: 0, succeeded: 2, errored: 1, canceled: 0, expired: 0 });
+      assert.deepEqual([done.cost_micros, done.cost_usd], [4000, 0.004]);
+      assert.equal(done.results_path, `/v1/messages/batches/${ended}/results`);
+      assert.equal(typeof done.ended_at, 'number');
+      assert.ok(done.ended_at! >= done.created_at && done.ended_at! <= Date.now() / 1000 + 1, `ended_at ${done.ended_at}`);
+
+      // The results path is read with an API key of the account, as the page says: its three lines.
+      const key = (await dana.request<Key>('POST', '/console/api/keys', { name: 'batch reader' })).json.key!;
+      const results = await fetch(`${gateway.url}${done.results_path}`, { headers: { 'x-api-key': key, 'anthropic-version': '2023-06-01' } });
+      assert.equal(results.status, 200);
+      const lines = (await results.text()).trim().split('\n').map((line) => JSON.parse(line) as { custom_id: string; result: { type: string } });
+      assert.deepEqual(lines.map((line) => [line.custom_id, line.result.type]), [['req-0', 'succeeded'], ['req-1', 'succeeded'], ['req-2', 'errored']]);
+
+      // The default page holds all three; another account's batch is never among them, whatever account_id a member names.
+      const all = await dana.request<BatchPage>('GET', '/console/api/batches');
+      assert.deepEqual(all.json.data.map((b) => b.id), [fresh, running, ended]);
+      assert.equal(all.json.has_more, false);
+      const nosy = await dana.request<BatchPage>('GET', `/console/api/batches?account_id=${eveAccount.id}`);
+      assert.deepEqual(nosy.json.data.map((b) => b.id), [fresh, running, ended]);
+      const eveList = await eve.request<BatchPage>('GET', '/console/api/batches');
+      assert.deepEqual(eveList.json.data.map((b) => [b.id, b.cost_micros]), [[eves, 99]]);
+
+      // An admin reads their own account's unless they name one.
+      const adminOwn = await admin.request<BatchPage>('GET', '/console/api/batches');
+      assert.equal(adminOwn.status, 200);
+      assert.equal(adminOwn.json.data.some((b) => [fresh, running, ended, eves].includes(b.id)), false);
+      const adminOfDana = await admin.request<BatchPage>('GET', `/console/api/batches?account_id=${danaAccount.id}&limit=1&after_id=${fresh}`);
+      assert.deepEqual([adminOfDana.json.data.map((b) => b.id), adminOfDana.json.has_more], [[running], true]);
+    });
+
+    it('refuses a bad page size or an unknown parameter, and anyone signed out', async () => {
+      const { console } = await member('frank@console.test', 'frank-password');
+      expectError(await console.request('GET', '/console/api/batches?limit=0'), 400, 'invalid_value');
+      expectError(await console.request('GET', '/console/api/batches?limit=101'), 400, 'invalid_value');
+      expectError(await console.request('GET', '/console/api/batches?limit=ten'), 400, 'invalid_value');
+      expectError(await console.request('GET', '/console/api/batches?before=x'), 400, 'unknown_parameter');
+      const anonymous = client();
+      await anonymous.open();
+      expectError(await anonymous.request('GET', '/console/api/batches'), 401, 'not_signed_in');
     });
   });
 

@@ -21,6 +21,7 @@ const icons: Record<string, string> = {
   keys: 'M9.2 10.8L16 4m-2.5 2.5l2 2M10 13a3 3 0 1 1-6 0 3 3 0 0 1 6 0z',
   usage: 'M4 16V9m4 7V5m4 11v-5m4 5V7',
   activity: 'M2.5 10h3l2-5.5 5 11 2-5.5h3',
+  batches: 'M10 3l7 3.5-7 3.5-7-3.5L10 3zm-7 7l7 3.5 7-3.5M3 13.5L10 17l7-3.5',
   pricing: 'M10 3v14m3.5-11.5H8.25a2.25 2.25 0 0 0 0 4.5h3.5a2.25 2.25 0 0 1 0 4.5H6',
   playground: 'M6 5l-3 5 3 5m8-10l3 5-3 5M11.5 4l-3 12',
   accounts: 'M7.5 9a3 3 0 1 0 0-6 3 3 0 0 0 0 6zm-5 8a5 5 0 0 1 10 0m1-8.5a2.5 2.5 0 1 0 0-5m1.5 13.5a4.5 4.5 0 0 0-2-3.7',
@@ -104,6 +105,9 @@ export function Shell({ path, children }: { path: string; children: ComponentChi
               </NavLink>
               <NavLink href="/console/activity" path={path} icon="activity" onNavigate={close}>
                 Activity
+              </NavLink>
+              <NavLink href="/console/batches" path={path} icon="batches" onNavigate={close}>
+                Batches
               </NavLink>
               <NavLink href="/console/pricing" path={path} icon="pricing" onNavigate={close}>
                 Pricing
