@@ -1,10 +1,10 @@
 import type { ComponentChildren } from 'preact';
-import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
-import { api, isAbort, messageOf } from '../api';
+import { useMemo, useRef, useState } from 'preact/hooks';
 import { useAccount } from '../app-context';
 import { BarChart, type Series } from '../components/bar-chart';
 import { Dialog, EmptyRow, ErrorMessage, PageHeader, SkeletonRows, Spinner, TableCard, useApi, useTitle } from '../components/ui';
 import { barLabel, compactCount, count, duration, fullTime, money, number, requestTime } from '../format';
+import { usePagedList } from '../paged-list';
 import { navigate, useSearch } from '../router';
 import { requestStatuses, serviceTiers, type Account, type Key, type List, type RequestHistogram, type RequestPage, type RequestView } from '../types';
 
@@ -195,13 +195,6 @@ function RequestDetails({ row, keyName, accountName, onClose }: { row: RequestVi
   );
 }
 
-interface Loaded {
-  /** The list's path the rows are of: rows of other filters are never shown as these. */
-  path: string;
-  rows: RequestView[];
-  cursor: string | null;
-}
-
 export function ActivityPage() {
   useTitle('Activity');
   const me = useAccount();
@@ -223,39 +216,12 @@ export function ActivityPage() {
   const listPath = `/requests?${query}&limit=${pageSize}`;
   const histogram = useApi<RequestHistogram>(`/requests/histogram?${query}`);
 
-  const [loaded, setLoaded] = useState<Loaded | undefined>(undefined);
-  const [error, setError] = useState<string | undefined>(undefined);
-  const [more, setMore] = useState<{ busy: boolean; error?: string }>({ busy: false });
+  const { current, rows, error, loading, more, loadMore, dismissMoreError } = usePagedList(listPath, refreshes, {
+    rows: (page: RequestPage) => page.data,
+    hasMore: (page) => !!page.next_cursor,
+    next: (page) => (page.next_cursor ? `cursor=${encodeURIComponent(page.next_cursor)}` : undefined),
+  });
   const [open, setOpen] = useState<RequestView | undefined>(undefined);
-
-  useEffect(() => {
-    const controller = new AbortController();
-    setError(undefined);
-    setMore({ busy: false });
-    api<RequestPage>('GET', listPath, undefined, { signal: controller.signal })
-      .then((page) => {
-        if (!controller.signal.aborted) setLoaded({ path: listPath, rows: page.data, cursor: page.next_cursor });
-      })
-      .catch((caught: unknown) => {
-        if (!isAbort(caught) && !controller.signal.aborted) setError(messageOf(caught));
-      });
-    return () => controller.abort();
-  }, [listPath, refreshes]);
-
-  const current = loaded?.path === listPath ? loaded : undefined;
-  const rows = current?.rows ?? [];
-
-  const loadMore = async () => {
-    if (!current?.cursor || more.busy) return;
-    setMore({ busy: true });
-    try {
-      const page = await api<RequestPage>('GET', `${listPath}&cursor=${encodeURIComponent(current.cursor)}`);
-      setLoaded((previous) => (previous?.path === listPath ? { path: listPath, rows: [...previous.rows, ...page.data], cursor: page.next_cursor } : previous));
-      setMore({ busy: false });
-    } catch (caught) {
-      setMore({ busy: false, error: messageOf(caught) });
-    }
-  };
 
   const refresh = () => {
     setRefreshes((n) => n + 1);
@@ -315,7 +281,6 @@ export function ActivityPage() {
   }, [histogram.data]);
 
   const bucketName = bucketNames[chart.bucket] ?? `${chart.bucket} s`;
-  const loading = !current && !error;
   const columns = admin ? 9 : 8;
 
   return (
@@ -434,7 +399,7 @@ export function ActivityPage() {
         <div class="section-head">
           <h2 id="requests-heading">Requests</h2>
           <p class="muted small" aria-live="polite">
-            {current ? `${count(rows.length)}${current.cursor ? '+' : ''} shown, newest first` : ''}
+            {current ? `${count(rows.length)}${current.hasMore ? '+' : ''} shown, newest first` : ''}
           </p>
         </div>
         <TableCard labelledBy="requests-heading" class="activity-card">
@@ -521,8 +486,8 @@ export function ActivityPage() {
           </table>
         </TableCard>
         {error && current && <ErrorMessage message={`Could not refresh the requests: ${error}`} />}
-        {more.error && <ErrorMessage message={`Could not load more: ${more.error}`} onDismiss={() => setMore({ busy: false })} />}
-        {current?.cursor && (
+        {more.error && <ErrorMessage message={`Could not load more: ${more.error}`} onDismiss={dismissMoreError} />}
+        {current?.hasMore && (
           <div class="load-more">
             <button type="button" class="button button-secondary" onClick={loadMore} disabled={more.busy}>
               {more.busy && <Spinner />}

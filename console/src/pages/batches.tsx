@@ -1,9 +1,9 @@
 import { Fragment } from 'preact';
-import { useEffect, useState } from 'preact/hooks';
-import { api, isAbort, messageOf } from '../api';
+import { useState } from 'preact/hooks';
 import { useAccount, useApp } from '../app-context';
 import { EmptyRow, ErrorMessage, PageHeader, SkeletonRows, Spinner, TableCard, useApi, useCopy, useTitle } from '../components/ui';
 import { count, fullTime, money, shortDateTime } from '../format';
+import { usePagedList } from '../paged-list';
 import type { Account, Batch, BatchPage, BatchStatus, List } from '../types';
 
 /*
@@ -95,13 +95,6 @@ function Results({ batch, baseUrl }: { batch: Batch; baseUrl: string }) {
   );
 }
 
-interface Loaded {
-  /** The list's path the rows are of: another account's rows are never shown as these. */
-  path: string;
-  rows: Batch[];
-  hasMore: boolean;
-}
-
 export function BatchesPage() {
   useTitle('Batches');
   const me = useAccount();
@@ -115,40 +108,14 @@ export function BatchesPage() {
   const listPath = `/batches?${query}`;
 
   const [refreshes, setRefreshes] = useState(0);
-  const [loaded, setLoaded] = useState<Loaded | undefined>(undefined);
-  const [error, setError] = useState<string | undefined>(undefined);
-  const [more, setMore] = useState<{ busy: boolean; error?: string }>({ busy: false });
-
-  useEffect(() => {
-    const controller = new AbortController();
-    setError(undefined);
-    setMore({ busy: false });
-    api<BatchPage>('GET', listPath, undefined, { signal: controller.signal })
-      .then((page) => {
-        if (!controller.signal.aborted) setLoaded({ path: listPath, rows: page.data, hasMore: page.has_more });
-      })
-      .catch((caught: unknown) => {
-        if (!isAbort(caught) && !controller.signal.aborted) setError(messageOf(caught));
-      });
-    return () => controller.abort();
-  }, [listPath, refreshes]);
-
-  const current = loaded?.path === listPath ? loaded : undefined;
-  const rows = current?.rows ?? [];
-  const loading = !current && !error;
-
-  const loadMore = async () => {
-    const last = current?.rows.at(-1);
-    if (!current?.hasMore || !last || more.busy) return;
-    setMore({ busy: true });
-    try {
-      const page = await api<BatchPage>('GET', `${listPath}&after_id=${encodeURIComponent(last.id)}`);
-      setLoaded((previous) => (previous?.path === listPath ? { path: listPath, rows: [...previous.rows, ...page.data], hasMore: page.has_more } : previous));
-      setMore({ busy: false });
-    } catch (caught) {
-      setMore({ busy: false, error: messageOf(caught) });
-    }
-  };
+  const { current, rows, error, loading, more, loadMore, dismissMoreError } = usePagedList(listPath, refreshes, {
+    rows: (page: BatchPage) => page.data,
+    hasMore: (page) => page.has_more,
+    next: (_page, loadedRows) => {
+      const last = loadedRows.at(-1);
+      return last ? `after_id=${encodeURIComponent(last.id)}` : undefined;
+    },
+  });
 
   const others = (accounts.data?.data ?? []).filter((account) => account.id !== me.id);
 
@@ -247,7 +214,7 @@ export function BatchesPage() {
           </table>
         </TableCard>
         {error && current && <ErrorMessage message={`Could not refresh the batches: ${error}`} />}
-        {more.error && <ErrorMessage message={`Could not load more: ${more.error}`} onDismiss={() => setMore({ busy: false })} />}
+        {more.error && <ErrorMessage message={`Could not load more: ${more.error}`} onDismiss={dismissMoreError} />}
         {current?.hasMore && (
           <div class="load-more">
             <button type="button" class="button button-secondary" onClick={loadMore} disabled={more.busy}>
