@@ -10,7 +10,7 @@ import { yieldToLoop } from '../http/request-body.js';
  * (`{"requests":[]}`) too, so that the body as a whole is exactly as valid as JSON.parse would find it.
  */
 
-const sliceChars = 256 * 1024;
+const sliceChars = 64 * 1024;
 const structural = /["{}[\],:]/g;
 
 export interface SplitBody {
