@@ -5,7 +5,7 @@ import type { GatewayError } from '../shared/errors.js';
 import type { GatewayJobData } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
 import { anthropicErrorType } from '../shared/messages.js';
-import { reserve } from '../shared/money/billing.js';
+import { releaseReservation, reserve } from '../shared/money/billing.js';
 
 /**
  * A Message Batch's request in a worker (shared/batches.ts): it has no client, so its answer, or its failure, is
@@ -44,25 +44,30 @@ export function erroredResult(error: GatewayError, requestId: string): BatchResu
  */
 export async function batchGate(deps: BatchRunDeps, data: BatchData, runDeadline: number): Promise<boolean> {
   const { batch } = data;
-  const { status, recorded } = await batchRequestState(deps.redis, batch.id, batch.index);
-  // Recorded by an earlier run (its worker died before its job ended), or its batch is gone: nothing left to do.
-  if (recorded || status === undefined || status === 'ended') return true;
-  if (status === 'canceling') {
-    await record(deps, batch, { type: 'canceled' });
+  // Its batch's word and its reservation side by side (one round trip before the call, not two): a reservation made
+  // for a request that turns out not to run is given back at once.
+  const [{ status, recorded }, outcome] = await Promise.all([
+    batchRequestState(deps.redis, batch.id, batch.index),
+    data.accountId
+      ? reserve(
+          deps.redis,
+          { requestId: data.requestId, keyId: data.keyId, accountId: data.accountId, micros: batch.reserve.micros, tokens: batch.reserve.tokens, deadline: runDeadline },
+          // A batch's requests count against the key's spending limit and the balance, not against its rate limits.
+          batch.reserve.keyLimitMicros !== undefined ? { limitMicros: batch.reserve.keyLimitMicros } : {},
+        )
+      : undefined,
+  ]);
+  const giveBack = () => (outcome?.ok && data.accountId ? releaseReservation(deps.redis, data.accountId, data.requestId) : undefined);
+  // Recorded by an earlier run (its worker died before its job ended: its settlement came first), or its batch is gone.
+  if (recorded || status === undefined || status === 'ended') {
+    await giveBack();
     return true;
   }
-  if (Date.now() >= data.deadline) {
-    await record(deps, batch, { type: 'expired' });
+  if (status === 'canceling' || Date.now() >= data.deadline) {
+    await Promise.all([giveBack(), record(deps, batch, status === 'canceling' ? { type: 'canceled' } : { type: 'expired' })]);
     return true;
   }
-  if (!data.accountId) return false;
-  const outcome = await reserve(
-    deps.redis,
-    { requestId: data.requestId, keyId: data.keyId, accountId: data.accountId, micros: batch.reserve.micros, tokens: batch.reserve.tokens, deadline: runDeadline },
-    // A batch's requests count against the key's spending limit and the balance, not against its rate limits.
-    batch.reserve.keyLimitMicros !== undefined ? { limitMicros: batch.reserve.keyLimitMicros } : {},
-  );
-  if (outcome.ok) return false;
+  if (!outcome || outcome.ok) return false;
   const message =
     outcome.reason === 'key_limit'
       ? "This request could cost more than the API key's spending limit has left."

@@ -103,10 +103,11 @@ export async function intakeBatch(ctx: KeyedContext, deps: EndpointRouteDeps, te
   }
   parseBody(envelopeSchema, parsedEnvelope);
   if (items.length === 0) throw invalidRequest('A batch needs at least one request.', 'requests');
-  const checked = await checkRequests(ctx, deps, items);
+  // Before the requests are checked (the costly part): a batch the account may not open now is refused at once.
   if ((await openBatches()) >= limits.maxOpen) {
     throw new GatewayError(429, `This account has ${limits.maxOpen} batches in progress, the most it may have (BATCH_MAX_OPEN). Retry when one has ended.`, { code: 'rate_limit_exceeded', type: 'requests' });
   }
+  const checked = await checkRequests(ctx, deps, items);
 
   const id = newBatchId();
   const created = Date.now();

@@ -73,6 +73,7 @@ describe('Message Batches (/v1/messages/batches) with the official Anthropic SDK
         OPENAI_MAX_CONCURRENCY: '2',
         BATCH_MAX_REQUESTS: '40',
         BATCH_MAX_BYTES: '65536',
+        BATCH_MAX_OPEN: '3',
         BATCH_SWEEP_INTERVAL_S: '1',
       },
     });
@@ -213,6 +214,19 @@ describe('Message Batches (/v1/messages/batches) with the official Anthropic SDK
     await assert.rejects(client.messages.batches.delete(made.id), Anthropic.BadRequestError);
     await assert.rejects(client.messages.batches.retrieve('msgbatch_nope'), Anthropic.NotFoundError);
     await ended(client, made.id);
+  });
+
+  it('holds an account to BATCH_MAX_OPEN batches in progress at once, and lets it make more as they end', async () => {
+    const open = await Promise.all([1, 2, 3].map((n) => client.messages.batches.create({ requests: [ask(`open-${n}`, 'gpt-4o-mini', `Answer slowly ${n}`)] })));
+    const refused = await client.messages.batches.create({ requests: [ask('one-more', 'gpt-4o-mini', 'x')] }).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    assert.ok(refused instanceof Anthropic.RateLimitError, String(refused));
+    assert.equal((refused.error as { error: { type: string } }).error.type, 'rate_limit_error');
+    for (const batch of open) await ended(client, batch.id);
+    const later = await client.messages.batches.create({ requests: [ask('later', 'gpt-4o-mini', 'x')] });
+    assert.equal((await ended(client, later.id)).request_counts.succeeded, 1);
   });
 
   it('refuses requests one by one once the account’s balance cannot cover them, and never spends past it', async () => {
