@@ -1,5 +1,5 @@
 /**
- * `npm run bench`: what the gateway costs on top of a vendor, and how it schedules, in six sections.
+ * `npm run bench`: what the gateway costs on top of a vendor, and how it schedules, in seven sections.
  *
  *   overhead     the gateway side by side with a direct call to a zero-latency fake
  *                OpenAI upstream and with the floor, a bare BullMQ loop
@@ -32,6 +32,11 @@
  *                fake answering in 1 s (vendor calls, time to answer and to first token,
  *                Cache-Status counts); Redis commands per request of a miss against a plain request.
  *                Also writes bench/results/latest-cache.json in a run of several sections
+ *   batches      Message Batches (bench/batches.ts): one batch of 10,000 /v1/messages requests against a fake
+ *                capped at 50 in flight answering in 200 ms, through a split gateway: time to accept, time to
+ *                finish against the vendor's capacity time, api and worker RSS, Redis memory per queued
+ *                request, every result line checked; another account's default-tier requests alone and during
+ *                the batch (p50/p95). Also writes bench/results/latest-batches.json in a run of several sections
  *
  * `npm run bench -- --topology` runs only the topology section instead (bench/topology.ts):
  * the floor, 1 api + 1 worker and 2 apis + 2 workers on one Redis, then 1 api + 1 worker on a
@@ -43,7 +48,7 @@
  * bench/results/latest-<sections>.json (so a quick run does not replace the full figures).
  *
  * Environment:
- *   BENCH_ONLY            comma-separated sections to run (default: all six)
+ *   BENCH_ONLY            comma-separated sections to run (default: all seven)
  *   BENCH_CONFIGS         gateway targets of overhead: start (node dist/bin/start.js as is),
  *                         unlimited (start with the Default account's key, made by POST /admin/keys with no
  *                         account: unlimited, no limits; start's is a credited, limited key), log-off (start with REQUEST_LOG=off: the request log's cost, side by side),
@@ -93,7 +98,14 @@
  *   BENCH_CACHE_LATENCY_MS cache: the coalescing fake's answer time (default 1000)
  *   BENCH_CACHE_PACE_TOKENS cache: the coalescing fake's stream deltas after that time (default 50)
  *   BENCH_CACHE_PACE_MS   cache: one delta every this many ms (default 20)
- *   BENCH_QUIET_WAIT_S    burst, translation, streams, cache: before each measurement (cache: each part), wait up to this
+ *   BENCH_BATCH_REQUESTS  batches: requests in the batch (default 10000; over 10,000 raises BATCH_MAX_REQUESTS to match)
+ *   BENCH_BATCH_CAP       batches: OPENAI_MAX_CONCURRENCY and the fake's 429 threshold (default 50)
+ *   BENCH_BATCH_VENDOR_MS batches: the fake's answer time (default 200)
+ *   BENCH_BATCH_INTERACTIVE batches: the other account's requests alone, and again during the batch (default 100)
+ *   BENCH_BATCH_CONCURRENCY batches: its requests in flight at once (default 4)
+ *   BENCH_BATCH_POLL_MS   batches: between two polls of the batch (default 250)
+ *   BENCH_BATCH_PACE      batches: VENDOR_PACE_PERCENT of the gateway under test (default: the gateway's, 85)
+ *   BENCH_QUIET_WAIT_S    burst, translation, streams, cache, batches: before each measurement (cache: each part), wait up to this
  *                         long for a second in which the machine uses < 25 % of a core (default 10; 0: do not check)
  *   BENCH_REDIS_URL       Redis database to use; it is FLUSHDB'd (default: database 15 of a private
  *                         redis-server this run starts and stops, like the tests'). The overhead
@@ -117,6 +129,7 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { benchRedisUrl } from '../test/support/redis-server.js';
 import { runBurst } from './burst.js';
+import { batchesSettings, renderBatches, runBatches, type BatchesResults } from './batches.js';
 import { cacheSettings, renderCache, runCache, type CacheResults } from './cache.js';
 import { envInt, machineFacts, redisVersion } from './measure.js';
 import { runOverhead, type OverheadConfig } from './overhead.js';
@@ -132,12 +145,12 @@ function envList(name: string, fallback: string): string[] {
   return (process.env[name] || fallback).split(',').map((s) => s.trim()).filter(Boolean);
 }
 
-/** The sections of this run: report.ts's, streams (rendered by bench/paced-streams.ts) and cache (bench/cache.ts). */
-type RunSection = Section | 'streams' | 'cache';
-/** A run's results: report.ts's, with the streams and cache sections beside them. */
-type RunResults = Omit<Results, 'sections'> & { sections: RunSection[]; streams?: StreamsResults; cache?: CacheResults };
+/** The sections of this run: report.ts's, streams (rendered by bench/paced-streams.ts), cache (bench/cache.ts) and batches (bench/batches.ts). */
+type RunSection = Section | 'streams' | 'cache' | 'batches';
+/** A run's results: report.ts's, with the streams, cache and batches sections beside them. */
+type RunResults = Omit<Results, 'sections'> & { sections: RunSection[]; streams?: StreamsResults; cache?: CacheResults; batches?: BatchesResults };
 
-const allSections: RunSection[] = ['overhead', 'burst', 'translation', 'scheduler', 'streams', 'cache'];
+const allSections: RunSection[] = ['overhead', 'burst', 'translation', 'scheduler', 'streams', 'cache', 'batches'];
 const onlyList = envList('BENCH_ONLY', allSections.join(','));
 for (const name of onlyList) {
   if (!allSections.includes(name as RunSection)) throw new Error(`BENCH_ONLY: unknown section "${name}" (${allSections.join(', ')})`);
@@ -192,6 +205,7 @@ const streamsSettings: StreamsSettings = {
   quietWaitMs,
 };
 const cacheRunSettings = cacheSettings(quietWaitMs);
+const batchesRunSettings = batchesSettings(quietWaitMs);
 const translationSettings = {
   chunks: envInt('BENCH_STREAM_CHUNKS', 2000, 1),
   microRuns: envInt('BENCH_TRANSLATION_RUNS', 21, 1),
@@ -232,8 +246,9 @@ async function main(): Promise<void> {
     const scheduler = sections.includes('scheduler') ? await runScheduler({ settings: schedSettings, redis, redisUrl }) : undefined;
     const streams = sections.includes('streams') ? await runPacedStreams({ settings: streamsSettings, redis, redisUrl }) : undefined;
     const cache = sections.includes('cache') ? await runCache({ settings: cacheRunSettings, redis, redisUrl }) : undefined;
+    const batches = sections.includes('batches') ? await runBatches({ settings: batchesRunSettings, redis, redisUrl }) : undefined;
 
-    const bars = [...(overhead?.bars ?? []), ...(burst?.configs ?? []).flatMap((c) => c.bars), ...(scheduler?.bars ?? []), ...(streams?.bars ?? []), ...(cache?.bars ?? [])].filter(
+    const bars = [...(overhead?.bars ?? []), ...(burst?.configs ?? []).flatMap((c) => c.bars), ...(scheduler?.bars ?? []), ...(streams?.bars ?? []), ...(cache?.bars ?? []), ...(batches?.bars ?? [])].filter(
       (b) => !b.informational,
     );
     const results: RunResults = {
@@ -247,6 +262,7 @@ async function main(): Promise<void> {
       ...(scheduler ? { scheduler } : {}),
       ...(streams ? { streams } : {}),
       ...(cache ? { cache } : {}),
+      ...(batches ? { batches } : {}),
       passed: bars.every((b) => b.pass),
     };
     const outDir = join(root, 'bench', 'results');
@@ -269,10 +285,17 @@ async function main(): Promise<void> {
       const alone: RunResults = { startedAt: results.startedAt, finishedAt: results.finishedAt, machine: results.machine, sections: ['cache'], cache, passed };
       writeFileSync(join(outDir, 'latest-cache.json'), `${JSON.stringify(alone, null, 2)}\n`);
     }
-    // report.ts renders its own sections (and their bars); the streams and cache sections follow with theirs.
-    const { streams: _streams, cache: _cache, ...reported } = results;
-    const rendered = render({ ...reported, sections: results.sections.filter((s): s is Section => s !== 'streams' && s !== 'cache') });
-    process.stdout.write(`\n${rendered}${streams ? `\n\n${renderStreams(streams)}` : ''}${cache ? `\n\n${renderCache(cache)}` : ''}\n\nResults written to bench/results/${file}\n`);
+    if (batches && file !== 'latest-batches.json') {
+      const passed = batches.bars.filter((b) => !b.informational).every((b) => b.pass);
+      const alone: RunResults = { startedAt: results.startedAt, finishedAt: results.finishedAt, machine: results.machine, sections: ['batches'], batches, passed };
+      writeFileSync(join(outDir, 'latest-batches.json'), `${JSON.stringify(alone, null, 2)}\n`);
+    }
+    // report.ts renders its own sections (and their bars); the streams, cache and batches sections follow with theirs.
+    const { streams: _streams, cache: _cache, batches: _batches, ...reported } = results;
+    const rendered = render({ ...reported, sections: results.sections.filter((s): s is Section => s !== 'streams' && s !== 'cache' && s !== 'batches') });
+    process.stdout.write(
+      `\n${rendered}${streams ? `\n\n${renderStreams(streams)}` : ''}${cache ? `\n\n${renderCache(cache)}` : ''}${batches ? `\n\n${renderBatches(batches)}` : ''}\n\nResults written to bench/results/${file}\n`,
+    );
     if (process.env.BENCH_STRICT === '1' && !results.passed) process.exitCode = 1;
   } finally {
     await stopAll();
