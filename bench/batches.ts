@@ -33,7 +33,7 @@ import { Agent, request } from 'undici';
 import { KeyStore } from '../api/accounts/key-store.js';
 import { FAKE_REPLY_TEXT } from '../test/support/fake-openai-defaults.js';
 import { resetRecordFor, testRecord } from '../test/support/record.js';
-import { envInt, redisProcessId, redisUsedMemory, RssSampler, summariseSorted, type LatencySummary } from './measure.js';
+import { envInt, outcomes, redisProcessId, redisUsedMemory, RssSampler, summariseSorted, type LatencySummary } from './measure.js';
 import { cpuWindow, sleep, waitForQuiet, waitUntil } from './procs.js';
 import { fakeControl, log, model, plainBody, probe, startFake, startGateway, stopGateway, type Fake, type Gateway, type SlotUse } from './stack.js';
 import { table, type Bar } from './table.js';
@@ -182,13 +182,7 @@ async function loops(concurrency: number, more: (sent: number) => boolean, fire:
 }
 
 function stats(done: Done[]): InteractiveStats {
-  const ok = done.filter((d) => d.ok);
-  const statusCodes: Record<string, number> = {};
-  const tiers: Record<string, number> = {};
-  for (const d of done) statusCodes[d.status === 0 ? 'error' : String(d.status)] = (statusCodes[d.status === 0 ? 'error' : String(d.status)] ?? 0) + 1;
-  for (const d of ok) tiers[d.tier ?? '(none)'] = (tiers[d.tier ?? '(none)'] ?? 0) + 1;
-  const firstFailure = done.find((d) => !d.ok)?.failure;
-  return { sent: done.length, ok: ok.length, failed: done.length - ok.length, statusCodes, ...(firstFailure ? { firstFailure } : {}), latency: spread(ok.map((d) => d.ms)), tiers };
+  return { ...outcomes(done), latency: spread(done.filter((d) => d.ok).map((d) => d.ms)) };
 }
 
 interface BatchView {

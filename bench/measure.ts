@@ -566,3 +566,29 @@ export function machineFacts(redisVersionText: string) {
     redis: redisVersionText,
   };
 }
+
+/** What became of a set of requests: how many were sent, answered and failed, by status and by echoed tier, and the first failure. */
+export interface Outcomes {
+  sent: number;
+  ok: number;
+  failed: number;
+  statusCodes: Record<string, number>;
+  firstFailure?: string;
+  tiers: Record<string, number>;
+}
+
+/** Counts requests' outcomes (`status` 0: no answer at all). */
+export function outcomes(done: ReadonlyArray<{ status: number; ok: boolean; tier?: string; failure?: string }>): Outcomes {
+  const statusCodes: Record<string, number> = {};
+  const tiers: Record<string, number> = {};
+  let ok = 0;
+  for (const d of done) {
+    const code = d.status === 0 ? 'error' : String(d.status);
+    statusCodes[code] = (statusCodes[code] ?? 0) + 1;
+    if (!d.ok) continue;
+    ok++;
+    tiers[d.tier ?? '(none)'] = (tiers[d.tier ?? '(none)'] ?? 0) + 1;
+  }
+  const firstFailure = done.find((d) => !d.ok)?.failure;
+  return { sent: done.length, ok, failed: done.length - ok, statusCodes, ...(firstFailure ? { firstFailure } : {}), tiers };
+}

@@ -55,7 +55,7 @@ import type { Redis } from 'ioredis';
 import { Agent, request } from 'undici';
 import { FAKE_REPLY_TEXT } from '../test/support/fake-openai-defaults.js';
 import { resetRecordFor } from '../test/support/record.js';
-import { commandStats, diffCommandStats, envInt, RssSampler, summariseSorted, type CommandDelta, type LatencySummary } from './measure.js';
+import { commandStats, diffCommandStats, envInt, outcomes, RssSampler, summariseSorted, type CommandDelta, type LatencySummary } from './measure.js';
 import { cpuTimeMs, root, rssBytes, sleep, waitUntil } from './procs.js';
 import { discoverProcesses, fakeControl, log, model, plainBody, probe, startFake, startGateway, startPortkey, stopGateway, upstreamKey, type Fake, type Gateway, type Portkey } from './stack.js';
 import { table, type Bar } from './table.js';
@@ -557,20 +557,10 @@ export function jainIndex(values: number[]): number {
 
 function groupStats(done: Done[], phaseStartMs = 0): GroupStats {
   const ok = done.filter((d) => d.ok);
-  const statusCodes: Record<string, number> = {};
-  const tiers: Record<string, number> = {};
-  for (const d of done) statusCodes[d.status === 0 ? 'error' : String(d.status)] = (statusCodes[d.status === 0 ? 'error' : String(d.status)] ?? 0) + 1;
-  for (const d of ok) tiers[d.tier ?? '(none)'] = (tiers[d.tier ?? '(none)'] ?? 0) + 1;
-  const firstFailure = done.find((d) => !d.ok)?.failure;
   return {
-    sent: done.length,
-    ok: ok.length,
-    failed: done.length - ok.length,
-    statusCodes,
-    ...(firstFailure ? { firstFailure } : {}),
+    ...outcomes(done),
     latency: spread(ok.map((d) => d.doneMs - d.sentMs)),
     completion: spread(ok.map((d) => d.doneMs - phaseStartMs)),
-    tiers,
   };
 }
 

@@ -284,3 +284,34 @@ export function modelList(text: string): string[] | undefined {
   const models = [...new Set(text.split(',').map((m) => m.trim()).filter(Boolean))];
   return models.length ? models : undefined;
 }
+
+/** A button that copies `text`, and says so; each snippet has its own. */
+export function CopyButton({ text, label }: { text: string; label: string }) {
+  const [copied, copy, copyError] = useCopy();
+  return (
+    <>
+      <button type="button" class="button button-secondary button-small" onClick={() => void copy(text)} aria-label={label}>
+        {copied ? 'Copied' : 'Copy'}
+      </button>
+      {copyError ? <span class="visually-hidden" role="alert">{copyError}</span> : null}
+    </>
+  );
+}
+
+/** Under a paged table: why a refresh or the next page failed, and the button that asks for the next page while there is one. */
+export function PagedFooter({ what, error, refreshed, more, hasMore, onMore, onDismiss }: { what: string; error: string | undefined; refreshed: boolean; more: { busy: boolean; error?: string }; hasMore: boolean; onMore: () => void; onDismiss: () => void }) {
+  return (
+    <>
+      {error && refreshed && <ErrorMessage message={`Could not refresh the ${what}: ${error}`} />}
+      {more.error && <ErrorMessage message={`Could not load more: ${more.error}`} onDismiss={onDismiss} />}
+      {hasMore && (
+        <div class="load-more">
+          <button type="button" class="button button-secondary" onClick={onMore} disabled={more.busy}>
+            {more.busy && <Spinner />}
+            Load more
+          </button>
+        </div>
+      )}
+    </>
+  );
+}

@@ -2,7 +2,7 @@ import type { ComponentChildren } from 'preact';
 import { useMemo, useRef, useState } from 'preact/hooks';
 import { useAccount } from '../app-context';
 import { BarChart, type Series } from '../components/bar-chart';
-import { Dialog, EmptyRow, ErrorMessage, PageHeader, SkeletonRows, Spinner, TableCard, useApi, useTitle } from '../components/ui';
+import { Dialog, EmptyRow, ErrorMessage, PageHeader, PagedFooter, SkeletonRows, TableCard, useApi, useTitle } from '../components/ui';
 import { barLabel, compactCount, count, duration, fullTime, money, number, requestTime } from '../format';
 import { usePagedList } from '../paged-list';
 import { navigate, useSearch } from '../router';
@@ -485,16 +485,7 @@ export function ActivityPage() {
             </tbody>
           </table>
         </TableCard>
-        {error && current && <ErrorMessage message={`Could not refresh the requests: ${error}`} />}
-        {more.error && <ErrorMessage message={`Could not load more: ${more.error}`} onDismiss={dismissMoreError} />}
-        {current?.hasMore && (
-          <div class="load-more">
-            <button type="button" class="button button-secondary" onClick={loadMore} disabled={more.busy}>
-              {more.busy && <Spinner />}
-              Load more
-            </button>
-          </div>
-        )}
+        <PagedFooter what="requests" error={error} refreshed={!!current} more={more} hasMore={!!current?.hasMore} onMore={() => void loadMore()} onDismiss={dismissMoreError} />
       </section>
       {open && (
         <RequestDetails

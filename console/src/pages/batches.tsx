@@ -1,7 +1,7 @@
 import { Fragment } from 'preact';
 import { useState } from 'preact/hooks';
 import { useAccount, useApp } from '../app-context';
-import { EmptyRow, ErrorMessage, PageHeader, SkeletonRows, Spinner, TableCard, useApi, useCopy, useTitle } from '../components/ui';
+import { CopyButton, EmptyRow, ErrorMessage, PageHeader, PagedFooter, SkeletonRows, TableCard, useApi, useTitle } from '../components/ui';
 import { count, fullTime, money, shortDateTime } from '../format';
 import { usePagedList } from '../paged-list';
 import type { Account, Batch, BatchPage, BatchStatus, List } from '../types';
@@ -65,17 +65,6 @@ function Ends({ batch }: { batch: Batch }) {
   );
 }
 
-function CopyButton({ text, label }: { text: string; label: string }) {
-  const [copied, copy, copyError] = useCopy();
-  return (
-    <>
-      <button type="button" class="button button-secondary button-small" onClick={() => void copy(text)} aria-label={label}>
-        {copied ? 'Copied' : 'Copy'}
-      </button>
-      {copyError ? <span class="visually-hidden" role="alert">{copyError}</span> : null}
-    </>
-  );
-}
 
 /** An ended batch's results: its path in a curl line to copy, read with an API key of the account. */
 function Results({ batch, baseUrl }: { batch: Batch; baseUrl: string }) {
@@ -213,16 +202,7 @@ export function BatchesPage() {
             </tbody>
           </table>
         </TableCard>
-        {error && current && <ErrorMessage message={`Could not refresh the batches: ${error}`} />}
-        {more.error && <ErrorMessage message={`Could not load more: ${more.error}`} onDismiss={dismissMoreError} />}
-        {current?.hasMore && (
-          <div class="load-more">
-            <button type="button" class="button button-secondary" onClick={loadMore} disabled={more.busy}>
-              {more.busy && <Spinner />}
-              Load more
-            </button>
-          </div>
-        )}
+        <PagedFooter what="batches" error={error} refreshed={!!current} more={more} hasMore={!!current?.hasMore} onMore={() => void loadMore()} onDismiss={dismissMoreError} />
       </section>
     </>
   );

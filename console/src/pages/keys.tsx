@@ -2,7 +2,7 @@ import { Fragment, type TargetedEvent, type TargetedSubmitEvent } from 'preact';
 import { useState } from 'preact/hooks';
 import { api, messageOf } from '../api';
 import { useAccount, useApp } from '../app-context';
-import { Dialog, DialogFormActions, EmptyRow, ErrorMessage, PageHeader, SkeletonRows, Spinner, StatusMessage, TableCard, modelList, optionalNumber, useApi, useCopy, useTitle } from '../components/ui';
+import { CopyButton, Dialog, DialogFormActions, EmptyRow, ErrorMessage, PageHeader, SkeletonRows, Spinner, StatusMessage, TableCard, modelList, optionalNumber, useApi, useCopy, useTitle } from '../components/ui';
 import { ago, dateInputValue, dateTime, endOfLocalDay, money, shortDate, todayInputValue } from '../format';
 import type { CreatedKey, Key, KeyLimitValues, List } from '../types';
 
@@ -240,18 +240,6 @@ function CreateKeyDialog({ onCreated, onClose }: { onCreated: (key: CreatedKey) 
   );
 }
 
-/** A button that copies `text`, and says so; each snippet has its own. */
-function CopyButton({ text, label }: { text: string; label: string }) {
-  const [copied, copy, copyError] = useCopy();
-  return (
-    <>
-      <button type="button" class="button button-secondary button-small" onClick={() => void copy(text)} aria-label={label}>
-        {copied ? 'Copied' : 'Copy'}
-      </button>
-      {copyError ? <span class="visually-hidden" role="alert">{copyError}</span> : null}
-    </>
-  );
-}
 
 function Snippet({ title, label, code, secret }: { title: string; label: string; code: string; secret: string }) {
   // The key in one piece where it fits on a line (it moves down whole), broken only where it cannot fit at all (a phone).
