@@ -80,15 +80,21 @@ export function checkModalities(model: CatalogModel, messages: readonly ChatMess
  * the real count, so a reservation always covers the prompt).
  */
 export async function checkChatContext(model: CatalogModel, body: ChatCompletionRequest): Promise<number> {
+  return (await chatContext(model, body)).tokens;
+}
+
+/** As `checkChatContext`, saying too whether the tokens were counted (`exact`) or are the byte bound. */
+export async function chatContext(model: CatalogModel, body: ChatCompletionRequest): Promise<{ tokens: number; exact: boolean }> {
   const completion = body.max_completion_tokens ?? body.max_tokens ?? 0;
   const tools = body.tools ?? body.functions ?? null;
   const bound = byteBound(body.messages, tools);
   if (!model.context_window || bound + completion <= model.context_window) {
-    return bound <= exactCountBytes ? countChatPromptTokensAsync(body.messages, tools) : bound;
+    return bound <= exactCountBytes ? { tokens: await countChatPromptTokensAsync(body.messages, tools), exact: true } : { tokens: bound, exact: false };
   }
+  // Counted up to what fits: a prompt that fits was counted whole.
   const prompt = await countChatPromptTokensAsync(body.messages, tools, model.context_window - completion);
   if (prompt + completion > model.context_window) throw contextError(model, prompt, completion, 'messages');
-  return prompt;
+  return { tokens: prompt, exact: true };
 }
 
 /** Byte bounds of a list of prompts or inputs (token arrays are their own count). */

@@ -9,7 +9,7 @@ import { invalidRequest } from '../../shared/errors.js';
 import { servingTier, type ServiceTier } from '../../shared/service-tier.js';
 import { videosOfKey } from '../../shared/redis-keys.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
-import { checkChatContext, checkCompletionContext, checkEmbeddingContext, checkModalities } from './context-window.js';
+import { chatContext, checkChatContext, checkCompletionContext, checkEmbeddingContext, checkModalities } from './context-window.js';
 import { checkEditable, checkEditUploads, checkImageRequest, checkVariable, checkVariationUpload } from './image-rules.js';
 import { loadOwnedJob, renderVideo } from '../jobs/views.js';
 import type { UploadedFile } from '../http/multipart.js';
@@ -129,9 +129,10 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
     async accept({ fields: request, model, header }) {
       const job = toMessagesJob(request, model, header('anthropic-beta'));
       checkModalities(model, job.chat.messages);
-      const promptTokens = await checkChatContext(model, job.chat);
-      // Exact, whatever the prompt's size: the stream's first event says it, and Claude Code reads its context's size there.
-      job.inputTokens = await countChatPromptTokensAsync(job.chat.messages, job.chat.tools ?? null);
+      const { tokens: promptTokens, exact } = await chatContext(model, job.chat);
+      // Exact, whatever the prompt's size: the stream's first event says it, and Claude Code reads its context's size there
+      // (counted once: the context check counted a small prompt already).
+      job.inputTokens = exact ? promptTokens : await countChatPromptTokensAsync(job.chat.messages, job.chat.tools ?? null);
       return { payload: job, stream: !!request.stream, promptTokens };
     },
   },
