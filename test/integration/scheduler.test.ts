@@ -4,6 +4,7 @@ import { Queue, Worker, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { createRedis } from '../../shared/redis.js';
 import { bandStart, bandWidth, jobLeft, leadRoom, placeJob, readBacklog, recount, tokensPerUnit, type FairClaim } from '../../shared/scheduling/index.js';
+import { recountLockKey } from '../../shared/redis-keys.js';
 import { freshRedis, waitFor } from '../support/gateway.js';
 
 /*
@@ -233,5 +234,26 @@ describe('the fair queue', () => {
     assert.equal(await recount(redis, q, 1000, 0), 1, 'one job uncounted');
     assert.deepEqual(await readBacklog(redis, q.name), [['default', 'acct_lost', 1]]);
     assert.equal(await recount(redis, q, 1000, 0), undefined, 'one worker recounts per interval');
+  });
+
+  it('leaves counted a job a worker has taken and not yet reported, and repairs it once it finished unreported', async () => {
+    const q = queue();
+    await add(q, claim('acct_taken'), 'taken-0');
+    const connection = createRedis(url, { connectionName: 'scheduler-taker' });
+    const taker = new Worker(q.name, null, { connection, autorun: false });
+    try {
+      const job = (await taker.getNextJob('token-1'))!;
+      assert.equal(job.data.label, 'taken-0');
+      assert.equal(await recount(redis, q, 1, 0), 0, 'taken, its report on its way: not drift');
+      assert.deepEqual(await readBacklog(redis, q.name), [['default', 'acct_taken', 1]]);
+      await job.moveToFailed(new Error('its worker never reported it'), 'token-1', false);
+      // The next interval's recount (one per interval: its lock taken off here rather than waited out).
+      await redis.del(recountLockKey(q.name));
+      assert.equal(await recount(redis, q, 1, 0), 1, 'finished without a report: repaired');
+      assert.deepEqual(await readBacklog(redis, q.name), []);
+    } finally {
+      await taker.close();
+      connection.disconnect();
+    }
   });
 });
