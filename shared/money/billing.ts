@@ -22,7 +22,7 @@ interface BillingRedis extends Redis {
 
 const billing = (redis: Redis) =>
   withScripts<BillingRedis>(redis, {
-    billingReserve: { keys: 3, lua: reserveLua },
+    billingReserve: { keys: 4, lua: reserveLua },
     billingSettle: { keys: 4, lua: settleLua },
     billingRelease: { keys: 3, lua: releaseLua },
   });
@@ -70,6 +70,7 @@ export async function reserve(redis: Redis, resv: Reservation, limits: KeyLimits
     billKey(resv.accountId),
     reservationDeadlinesKey(billingBucket(resv.accountId)),
     resv.gate ?? billKey(resv.accountId),
+    settledKey(resv.accountId, resv.requestId),
     resv.requestId,
     resv.micros,
     resv.tokens,

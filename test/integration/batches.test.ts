@@ -270,7 +270,8 @@ describe('Message Batches across faults: a worker killed mid-batch, a batch past
     redis?.disconnect();
   });
 
-  const env = () => ({ REDIS_URL: url, OPENAI_API_KEY: 'sk-openai-test', OPENAI_BASE_URL: openai.url, OPENAI_MAX_CONCURRENCY: '2', WORKER_LOCK_MS: '2000', BATCH_SWEEP_INTERVAL_S: '1' });
+  // A dead worker's jobs run again after WORKER_LOCK_MS, and the vendor slots it held free after VENDOR_LEASE_MS.
+  const env = () => ({ REDIS_URL: url, OPENAI_API_KEY: 'sk-openai-test', OPENAI_BASE_URL: openai.url, OPENAI_MAX_CONCURRENCY: '2', WORKER_LOCK_MS: '2000', VENDOR_LEASE_MS: '3000', BATCH_SWEEP_INTERVAL_S: '1' });
 
   it('loses nothing and bills nothing twice when the worker running a batch is SIGKILLed and another takes over', async () => {
     const { key, account } = await paidAccountKey(redis, 10_000_000);

@@ -79,6 +79,21 @@ describe('billing: reserve and settle', () => {
     assert.equal(await redis.exists(usageDayKey(utcDay(Date.now()))), 0, 'day totals are summed in the record, not in Redis');
   });
 
+  it('holds one reservation per request id, and makes none for a request settled already (a job run again after its worker died)', async () => {
+    await account('a1', 1_000_000);
+    await key('k1');
+    assert.deepEqual(await reserve(redis, resv('again', 300_000), {}), { ok: true });
+    assert.deepEqual(await reserve(redis, resv('again', 300_000), {}), { ok: true });
+    assert.equal(await accountReserved(), 300_000, 'reserved once');
+    assert.equal((await settle(redis, usage('again', 1_000), policy)).applied, true);
+    assert.equal(await accountReserved(), 0);
+    // Its worker died after the settlement: the run again reserves nothing that no settlement would take back.
+    assert.deepEqual(await reserve(redis, resv('again', 300_000), {}), { ok: true });
+    assert.equal(await accountReserved(), 0);
+    assert.equal(await keyReserved(), 0);
+    assert.equal(await redis.hexists(billKey('a1'), 'r:again'), 0);
+  });
+
   it('settles and releases a free model (a reservation of 0 micros) like any other', async () => {
     await account('a1', 0);
     await key('k1');

@@ -1,5 +1,5 @@
 -- Admission: checks the key's rate limits, its limit and the account's balance, and reserves the worst case.
--- KEYS: the account's bill, its bucket's reservation deadlines, the job's queue key
+-- KEYS: the account's bill, its bucket's reservation deadlines, the job's queue key, the request's settled marker
 -- ARGV: request id, micros, tokens, now ms, deadline ms, key id, the key's limit (micros, '' = none),
 --       rpm, tpm ('' = none), '1' when the job is being added right behind this call (a refusal then blocks
 --       its id with a placeholder), the reservation's deadline member
@@ -13,7 +13,8 @@ local function decide()
   -- A key revoked or an account deleted left the bill (or Redis lost it, until it is loaded again).
   if not bill[4] or (not bill[1] and bill[3] ~= '1') then return {5,0,0,0,0,0,0,0} end
   -- Reserved already under this request id (a batch's request run again after its worker died): held once, not twice.
-  if redis.call('HEXISTS', KEYS[1], reservation_field(ARGV[1])) == 1 then return {0,0,0,0,0,0,0,0} end
+  -- Settled already (it died after its settlement): nothing will settle a new reservation, so none is made.
+  if redis.call('HEXISTS', KEYS[1], reservation_field(ARGV[1])) == 1 or redis.call('EXISTS', KEYS[4]) == 1 then return {0,0,0,0,0,0,0,0} end
   local micros = tonumber(ARGV[2])
   local tokens = tonumber(ARGV[3])
   local now = tonumber(ARGV[4])
