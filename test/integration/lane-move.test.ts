@@ -85,7 +85,7 @@ describe('a fallback to another capped vendor waits in that vendor’s lane', ()
       assert.match(record.channel ?? '', /^spare:/);
       assert.ok((record.input_tokens ?? 0) > 0, 'settled with its usage');
       // Each is in the spare lane's record of completed jobs, and the stub it left in OpenAI's lane is gone.
-      assert.equal(await (await spareLane.getJob(requestId))?.getState(), 'completed');
+      await waitFor(async () => (await (await spareLane.getJob(requestId))?.getState()) === 'completed', 5_000, 'the moved job completed');
       assert.equal(await openaiLane.getJob(requestId), undefined, 'the stub in the first lane was removed');
     }
     // Settled, each: no reservation is left held.
@@ -117,7 +117,7 @@ describe('a fallback to another capped vendor waits in that vendor’s lane', ()
     }
     assert.equal(latest.status, 'completed');
     assert.equal(latest.output_text, FAKE_REPLY_TEXT);
-    assert.equal(await (await spareLane.getJob(created.id))?.getState(), 'completed');
+    await waitFor(async () => (await (await spareLane.getJob(created.id))?.getState()) === 'completed', 5_000, 'the moved job completed');
     assert.equal(await openaiLane.getJob(created.id), undefined);
   });
 });
