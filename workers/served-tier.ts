@@ -28,6 +28,10 @@ import { isMockChannel, type ChannelConfig } from '../shared/vendors.js';
  *   when it waited in the queue at least SERVICE_TIER_FLEX_MIN_WAIT_MS before
  *   its first run; else `default`.
  *
+ * - A Message Batch's request is served as `flex`, always: it waited for
+ *   idle capacity by its nature (its job's band is flex too, so a run that
+ *   fails before any channel is billed the same).
+ *
  * The rule is `servedTier`, pure; `tierFacts` gathers what it reads from a job
  * and its channel, and `tierRule` is the rule as the pipelines use it.
  */
@@ -44,6 +48,8 @@ export interface TierFacts {
   waitedMs: number;
   /** SERVICE_TIER_FLEX_MIN_WAIT_MS: the wait that earns flex where the vendor does not sell it. */
   flexMinWaitMs: number;
+  /** A Message Batch's request (`data.batch`): deferred work by its nature, served (and billed) as flex whatever its wait or its vendor's word. */
+  batch?: true;
 }
 
 /**
@@ -53,6 +59,7 @@ export interface TierFacts {
  */
 export function servedTier(facts: TierFacts, answered?: unknown): ServiceTier {
   const { band } = facts;
+  if (facts.batch) return 'flex';
   if (facts.native) {
     const said = answered == null ? band : servingTier(typeof answered === 'string' ? answered : undefined);
     return tiersBilledFor(band).includes(said) ? said : 'default';
@@ -91,6 +98,7 @@ export function tierFacts(
     contended: data.contended === true,
     waitedMs: isFirstRun(job) ? Math.max(0, (job.processedOn ?? now) - job.timestamp) : 0,
     flexMinWaitMs: scheduling.flexMinWaitMs,
+    ...(data.batch ? { batch: true as const } : {}),
   };
 }
 

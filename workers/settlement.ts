@@ -135,8 +135,7 @@ export async function settleJob(
   channel?: Pick<ChannelConfig, 'vendor' | 'protocol'>,
 ): Promise<void> {
   const metered = await meter(request, produced);
-  // A batch's request is billed at the flex price: deferred work by its nature, taken only where capacity is idle.
-  const tier = data.batch ? 'flex' : (produced.servedTier ?? data.serviceTier ?? 'default');
+  const tier = produced.servedTier ?? data.serviceTier ?? 'default';
   const entry: UsageEntry = {
     request_id: data.requestId,
     key_id: data.keyId,

@@ -63,6 +63,9 @@ describe('servedTier: any other vendor', () => {
     assert.equal(servedTier(facts({ band: 'flex', waitedMs: 999 })), 'default');
     assert.equal(servedTier(facts({ band: 'flex', waitedMs: 1000 })), 'flex');
     assert.equal(servedTier(facts({ band: 'flex', waitedMs: 60_000, flexMinWaitMs: 200 })), 'flex');
+    // A batch's request is flex however soon it ran and whatever a native vendor says.
+    assert.equal(servedTier(facts({ batch: true })), 'flex');
+    assert.equal(servedTier(facts({ batch: true, native: true }), 'default'), 'flex');
     // Contention is no wait.
     assert.equal(servedTier(facts({ band: 'flex', contended: true })), 'default');
   });
