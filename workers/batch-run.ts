@@ -5,7 +5,7 @@ import type { GatewayError } from '../shared/errors.js';
 import type { GatewayJobData } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
 import { anthropicErrorType } from '../shared/messages.js';
-import { releaseReservation, reserve } from '../shared/money/billing.js';
+import { moneyRefusal, releaseReservation, reserve } from '../shared/money/billing.js';
 
 /**
  * A Message Batch's request in a worker (shared/batches.ts): it has no client, so its answer, or its failure, is
@@ -68,13 +68,10 @@ export async function batchGate(deps: BatchRunDeps, data: BatchData, runDeadline
     return true;
   }
   if (!outcome || outcome.ok) return false;
-  const message =
-    outcome.reason === 'key_limit'
-      ? "This request could cost more than the API key's spending limit has left."
-      : outcome.reason === 'account_balance'
-        ? "This request could cost more than the account's balance has left: add credits to the account."
-        : 'The API key that made this batch no longer has access (its account was deleted or the key revoked).';
-  const type = outcome.reason === 'no_access' ? 'authentication_error' : 'billing_error';
+  // A batch's requests are not held to rate limits: only the money (or the key's access) refuses one here.
+  const reason = outcome.reason === 'key_limit' || outcome.reason === 'account_balance' ? outcome.reason : 'no_access';
+  const message = moneyRefusal(reason);
+  const type = reason === 'no_access' ? 'authentication_error' : 'billing_error';
   deps.log.info({ batch: batch.id, index: batch.index, reason: outcome.reason }, "a batch's request was refused by its account's money");
   await record(deps, batch, { type: 'errored', error: { type: 'error', error: { type, message }, request_id: data.requestId } });
   return true;

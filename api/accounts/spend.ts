@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { KeyAccess } from '../../shared/accounts.js';
-import { reserve, type KeyLimitsInForce, type RateLimitState, type ReserveOutcome } from '../../shared/money/billing.js';
+import { moneyRefusal, reserve, type KeyLimitsInForce, type RateLimitState, type ReserveOutcome } from '../../shared/money/billing.js';
 import type { Config } from '../../shared/config.js';
 import { GatewayError, invalidApiKey } from '../../shared/errors.js';
 import { admissionRefused } from '../http/metrics.js';
@@ -84,14 +84,8 @@ export async function reserveSpend(
     }
     case 'key_limit':
     case 'account_balance':
-      throw new GatewayError(
-        429,
-        outcome.reason === 'key_limit'
-          ? "You exceeded this API key's spending limit: the request could cost more than the key has left. Raise the key's limit_usd."
-          : "You exceeded your current quota: the request could cost more than the account's balance. Add credits to the account.",
-        { type: 'insufficient_quota', code: 'insufficient_quota', headers: { ...headers, 'x-should-retry': 'false' } },
-      );
+      throw new GatewayError(429, moneyRefusal(outcome.reason), { type: 'insufficient_quota', code: 'insufficient_quota', headers: { ...headers, 'x-should-retry': 'false' } });
     default:
-      throw invalidApiKey('This API key no longer has access (its account was deleted or the key revoked).');
+      throw invalidApiKey(moneyRefusal('no_access'));
   }
 }

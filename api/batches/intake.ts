@@ -12,7 +12,8 @@ import type { MessagesJob } from '../../shared/messages.js';
 import { checkJsonShape, maxJsonDepth, parseBody, yieldToLoop } from '../http/request-body.js';
 import { handlers } from '../requests/endpoint-handlers.js';
 import type { KeyedContext } from '../requests/request-context.js';
-import type { EndpointRouteDeps } from '../requests/endpoint-route.js';
+import { checkModelAllowed, type EndpointRouteDeps } from '../requests/endpoint-route.js';
+import { jobQueue } from '../relay/enqueue.js';
 import { splitBatchBody } from './split-body.js';
 
 /**
@@ -73,9 +74,7 @@ async function checkRequests(ctx: KeyedContext, deps: EndpointRouteDeps, items: 
       const fields = parseBody(messagesRequestSchema, request.params);
       if (fields.stream === true) throw invalidRequest('A batch request cannot stream: its result is read from the batch.', 'stream');
       const model = deps.models.resolve(fields.model, 'messages');
-      if (access.models && !access.models.includes(model.id)) {
-        throw new GatewayError(403, `This API key may not use the model \`${model.id}\`.`, { type: 'invalid_request_error', code: 'model_not_allowed', param: 'model' });
-      }
+      checkModelAllowed(access, model.id);
       const accepted = await handlers.messages.accept({ fields, model, files: [], scope: { redis: deps.redis, blobs: deps.blobs, keyId, config: deps.config }, header: (name) => ctx.get(name) });
       const request_ = { endpoint: 'messages', payload: accepted.payload } as EndpointRequest;
       const estimate = worstCase(deps.config, deps.prices, request_, model.id, model.routes[0]?.vendor, accepted.promptTokens ?? 0);
@@ -113,12 +112,8 @@ export async function intakeBatch(ctx: KeyedContext, deps: EndpointRouteDeps, te
   const created = Date.now();
   const expires = created + limits.deadlineMs;
   const row = endpoints.messages;
-  const queueOf = (index: number): Queue => {
-    const queue = deps.queues.forJob(row.queue, batchRequestJobId(id, index), checked[index]!.lane);
-    if (!queue) throw new GatewayError(503, `The ${row.queue} capability is not served here.`, { code: 'overloaded' });
-    return queue;
-  };
-  const queues = checked.map((_, index) => queueOf(index));
+  // A batch's jobs are not admitted to the waiting room (they have limits of their own): only their queues are found.
+  const queues = checked.map((request, index) => jobQueue(deps.queues, { id: batchRequestJobId(id, index), queue: row.queue, lane: request.lane }));
   await createBatch(deps.redis, { id, accountId: access.accountId, keyId, created, expires, total: checked.length }, limits.resultsKeepMs, queues.map((queue) => queue.name));
   const weight = access.weight ?? 1;
   // Kept as long as the batch runs; a retried job finds its payload until then.

@@ -73,12 +73,13 @@ export function batchRoutes(deps: EndpointRouteDeps, log: Logger): Router<KeyedS
   router.post('/:id/cancel', async (ctx) => {
     const batch = await ownedBatch(ctx, deps, ctx.params.id!);
     const status = await cancelBatch(deps.redis, batch.id);
+    const now = (await readBatch(deps.redis, batch.id)) ?? batch;
     if (status === 'canceling' && batch.status === 'in_progress') {
       activeMetrics()?.batches.get('canceled').inc();
       // What still waits is removed now, after the answer; a worker's request under way ends as it will.
-      void sweepBatch(sweepDeps, (await readBatch(deps.redis, batch.id)) ?? batch).catch((error: unknown) => ctx.state.log.warn({ err: error, batch: batch.id }, 'could not sweep a canceled batch (the periodic sweep will)'));
+      void sweepBatch(sweepDeps, now).catch((error: unknown) => ctx.state.log.warn({ err: error, batch: batch.id }, 'could not sweep a canceled batch (the periodic sweep will)'));
     }
-    ctx.body = view(ctx, (await readBatch(deps.redis, batch.id)) ?? batch);
+    ctx.body = view(ctx, now);
   });
 
   router.delete('/:id', async (ctx) => {

@@ -63,10 +63,16 @@ export interface Enqueued {
   abandon(): void;
 }
 
+/** The queue shard (or vendor lane) a job goes to: a 503 when this api serves no queue of its capability. */
+export function jobQueue(queues: QueueShards, job: Pick<JobPlan, 'id' | 'queue' | 'lane'>): Queue {
+  const queue = queues.forJob(job.queue, job.id, job.lane);
+  if (!queue) throw new GatewayError(503, `The ${job.queue} capability is not served here.`, { code: 'overloaded' });
+  return queue;
+}
+
 /** The queue a job goes to, once its account has room in its lane's waiting room (a 429 to the account when not). */
 export function queueFor(deps: Pick<EnqueueDeps, 'queues' | 'backpressure'>, job: Pick<JobPlan, 'id' | 'queue' | 'lane'>, payer: { accountId: string; weight: number }): Queue {
-  const queue = deps.queues.forJob(job.queue, job.id, job.lane);
-  if (!queue) throw new GatewayError(503, `The ${job.queue} capability is not served here.`, { code: 'overloaded' });
+  const queue = jobQueue(deps.queues, job);
   deps.backpressure.admit(job.queue, job.lane, payer.accountId, payer.weight);
   return queue;
 }

@@ -1,4 +1,5 @@
 import type { Middleware } from 'koa';
+import type { KeyAccess } from '../../shared/accounts.js';
 import { endpoints, type Endpoint, type EndpointRequest } from '../../shared/endpoints.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import { worstCase } from '../../shared/money/charge.js';
@@ -33,6 +34,13 @@ export interface EndpointRouteDeps extends EnqueueDeps, HeldReplyDeps {
   blobs: BlobStore;
   prices: PriceList;
   logs: EventLogs;
+}
+
+/** A key limited to some models may use only those: a 403 naming the model otherwise. */
+export function checkModelAllowed(access: Pick<KeyAccess, 'models'>, modelId: string): void {
+  if (access.models && !access.models.includes(modelId)) {
+    throw new GatewayError(403, `This API key may not use the model \`${modelId}\`.`, { type: 'invalid_request_error', code: 'model_not_allowed', param: 'model' });
+  }
 }
 
 /** `Prefer: respond-async` (RFC 7240) asks for a 202 and a job to poll. */
@@ -97,9 +105,7 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
     const model = deps.models.resolve((fields as { model: string }).model, name);
     noteModel(ctx, model.id);
     noteLoggedModel(ctx, model.id);
-    if (access.models && !access.models.includes(model.id)) {
-      throw new GatewayError(403, `This API key may not use the model \`${model.id}\`.`, { type: 'invalid_request_error', code: 'model_not_allowed', param: 'model' });
-    }
+    checkModelAllowed(access, model.id);
     // A tier the account may not use is served as `default` (or refused, as configured) before anything reads it.
     const asked = (fields as { service_tier?: string | null }).service_tier;
     if (typeof asked === 'string' && grantedTier(servingTier(asked), access, deps.config.scheduling) !== servingTier(asked)) {

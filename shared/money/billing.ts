@@ -64,6 +64,18 @@ export interface KeyLimitsInForce {
   tpm?: number;
 }
 
+/** Why a reservation was refused for money (or access), as the client is told: the api's 429 (or 401), a batch's `errored` result. */
+export function moneyRefusal(reason: 'key_limit' | 'account_balance' | 'no_access'): string {
+  switch (reason) {
+    case 'key_limit':
+      return "You exceeded this API key's spending limit: the request could cost more than the key has left. Raise the key's limit_usd.";
+    case 'account_balance':
+      return "You exceeded your current quota: the request could cost more than the account's balance. Add credits to the account.";
+    default:
+      return 'This API key no longer has access (its account was deleted or the key revoked).';
+  }
+}
+
 /** Checks rate limits and quota and reserves the worst case, in one round trip. */
 export async function reserve(redis: Redis, resv: Reservation, limits: KeyLimitsInForce, now = Date.now()): Promise<ReserveOutcome> {
   const result = await billing(redis).billingReserve(

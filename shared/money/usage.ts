@@ -103,9 +103,9 @@ export interface RequestView extends UsageAmounts, RequestLogColumns {
   service_tier: ServiceTier | string;
   cost_usd: number;
   cost_micros: number;
-  /** How the response cache took part (`hit`, `miss`, `coalesced`); null when it did not. */
   /** The Message Batch it was part of, if any (`msgbatch_…`). */
   batch_id: string | null;
+  /** How the response cache took part (`hit`, `miss`, `coalesced`); null when it did not. */
   cache: CacheMark | null;
   /** Integer micro-dollars the cache saved it (0 when none). */
   saved_micros: number;

@@ -65,7 +65,6 @@ function Ends({ batch }: { batch: Batch }) {
   );
 }
 
-
 /** An ended batch's results: its path in a curl line to copy, read with an API key of the account. */
 function Results({ batch, baseUrl }: { batch: Batch; baseUrl: string }) {
   const curl = `curl ${baseUrl.replace(/\/+$/, '')}${batch.results_path} -H "x-api-key: $SWITCHYARD_API_KEY"`;
