@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { activeMetrics } from './metrics.js';
 import { together, withScripts } from './redis.js';
-import { accountBatchesKey, batchDoneKey, batchKey, batchQueuesKey, batchResultsKey, openBatchesKey } from './redis-keys.js';
+import { accountBatchesKey, batchDoneKey, batchKey, batchPendingKey, batchQueuedKey, batchResultsKey, openBatchesKey } from './redis-keys.js';
 
 /**
  * Message Batches (Anthropic's API, on every chat model): a batch's record in Redis, and each of its requests'
@@ -68,16 +68,46 @@ export function batchRequestJobId(batchId: string, index: number): string {
   return `${batchId}.${index}`;
 }
 
+// A batch's window filled: while it is in progress and before its deadline, its next requests (from `next`, up to
+// those stored so far) are let in until `window` are queued, once at least `least` may be (all that is left, at the
+// end), each noted queued (at `now`) and returned with its pending entry. Shared by the record and the release
+// scripts (KEYS[1] the batch, then its pending and queued keys).
+const releaseLua = (pending: string, queued: string, now: string, least: string) => `
+local function release()
+  local out = {}
+  if redis.call('HGET', KEYS[1], 'status') ~= 'in_progress' then return out end
+  local batch = redis.call('HMGET', KEYS[1], 'expires', 'next', 'stored', 'window')
+  if tonumber(${now}) >= tonumber(batch[1] or '0') then return out end
+  local from = tonumber(batch[2] or '0')
+  local left = tonumber(batch[3] or '0') - from
+  local room = tonumber(batch[4] or '0') - redis.call('ZCARD', ${queued})
+  if left <= 0 or room <= 0 or room < math.min(tonumber(${least}), left) then return out end
+  local to = from + math.min(room, left)
+  redis.call('HSET', KEYS[1], 'next', to)
+  for index = from, to - 1 do
+    redis.call('ZADD', ${queued}, ${now}, index)
+    out[#out + 1] = index
+    out[#out + 1] = redis.call('HGET', ${pending}, index) or ''
+  end
+  if redis.call('PTTL', ${queued}) < 0 then redis.call('PEXPIRE', ${queued}, redis.call('PTTL', KEYS[1])) end
+  return out
+end`;
+
 /**
  * Records one request's result once: a request already recorded is left as it is (a retried or re-run request never
- * counts twice). Moves the request from `processing` to its outcome, adds its cost, and ends the batch when none is
- * left processing (its results then kept for their time, its queue map dropped).
- * KEYS: batch, done, results, queues. ARGV: index, outcome, custom_id, result JSON, now (ms), results' TTL (ms), cost (µ$).
- * Returns 1 when recorded (2: and that ended the batch), 0 when the request was recorded before, -1 for a batch that is gone.
+ * counts twice). Moves the request from `processing` to its outcome, adds its cost, takes it out of the pending and
+ * queued keys, and either ends the batch when none is left processing (its results then kept for their time) or
+ * fills its window again once `refill` of it are free (so its requests are queued that many at a time, not one by
+ * one): those to queue, returned with their entries.
+ * KEYS: batch, done, results, pending, queued. ARGV: index, outcome, custom_id, result JSON, now (ms), results' TTL
+ * (ms), cost (µ$). Returns {1, index, entry, index, entry, …} when recorded ({2}: and that ended the batch), {0}
+ * when the request was recorded before, {-1} for a batch that is gone.
  */
-const recordScript = `
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 0 then return 0 end
+const recordScript = `${releaseLua('KEYS[4]', 'KEYS[5]', 'ARGV[5]', "redis.call('HGET', KEYS[1], 'refill') or '1'")}
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 0 then return {0} end
+redis.call('HDEL', KEYS[4], ARGV[1])
+redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('XADD', KEYS[3], '*', 'custom_id', ARGV[3], 'result', ARGV[4])
 redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
 if tonumber(ARGV[7]) > 0 then redis.call('HINCRBY', KEYS[1], 'cost', ARGV[7]) end
@@ -85,10 +115,16 @@ local left = redis.call('HINCRBY', KEYS[1], 'processing', -1)
 if left <= 0 and redis.call('HGET', KEYS[1], 'status') ~= 'ended' then
   redis.call('HSET', KEYS[1], 'status', 'ended', 'ended_at', ARGV[5])
   for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[6]) end
-  redis.call('DEL', KEYS[4])
-  return 2
+  redis.call('DEL', KEYS[4], KEYS[5])
+  return {2}
 end
-return 1`;
+local moved = release()
+table.insert(moved, 1, 1)
+return moved`;
+
+/** Fills a batch's window (at intake, as its requests are stored). KEYS: batch, pending, queued. ARGV: now. Returns index, entry pairs. */
+const releaseScript = `${releaseLua('KEYS[2]', 'KEYS[3]', 'ARGV[1]', '1')}
+return release()`;
 
 /** Marks a cancel asked: `in_progress` becomes `canceling` (any other status stays). Returns the status after. */
 const cancelScript = `
@@ -101,46 +137,78 @@ end
 return status`;
 
 interface BatchRedis extends Redis {
-  batchRecord(batch: string, done: string, results: string, queues: string, index: number, outcome: BatchOutcome, customId: string, result: string, now: number, ttlMs: number, costMicros: number): Promise<number>;
+  batchRecord(batch: string, done: string, results: string, pending: string, queued: string, index: number, outcome: BatchOutcome, customId: string, result: string, now: number, ttlMs: number, costMicros: number): Promise<[number, ...Array<number | string>]>;
+  batchRelease(batch: string, pending: string, queued: string, now: number): Promise<Array<number | string>>;
   batchCancel(batch: string, now: number): Promise<string | null>;
 }
 
-const scripted = (redis: Redis) => withScripts<BatchRedis>(redis, { batchRecord: { keys: 4, lua: recordScript }, batchCancel: { keys: 1, lua: cancelScript } });
+const scripted = (redis: Redis) =>
+  withScripts<BatchRedis>(redis, { batchRecord: { keys: 5, lua: recordScript }, batchRelease: { keys: 3, lua: releaseScript }, batchCancel: { keys: 1, lua: cancelScript } });
+
+/** A request of a batch released to its queue: its index, and its pending entry ('' when none was stored). */
+export interface ReleasedRequest {
+  index: number;
+  entry: string;
+}
+
+function releasedPairs(flat: ReadonlyArray<number | string>, from = 0): ReleasedRequest[] {
+  const out: ReleasedRequest[] = [];
+  for (let i = from; i + 1 < flat.length; i += 2) out.push({ index: Number(flat[i]), entry: String(flat[i + 1]) });
+  return out;
+}
 
 /**
- * Stores a new batch (every request processing), where each request's job waits (`queues`, by index: the queue
- * names; omitted in tests of the record alone), lists it under its account and among the open batches; kept until
- * `keepMs` past its expiry.
+ * Stores a new batch (every request processing), lists it under its account and among the open batches; kept until
+ * `keepMs` past its expiry. With a `window`, its requests are run by the queue, that many at once, refilled an eighth
+ * of it at a time: the caller stores each one's entry (`storeBatchEntries`) and fills the window as they are stored
+ * (`releaseBatchRequests`); without, nothing is ever released (a record alone, as tests make one).
  */
-export async function createBatch(redis: Redis, batch: Omit<BatchRecord, 'status' | 'counts' | 'costMicros'>, keepMs: number, queues?: readonly string[]): Promise<void> {
+export async function createBatch(redis: Redis, batch: Omit<BatchRecord, 'status' | 'counts' | 'costMicros'>, keepMs: number, options: { window?: number } = {}): Promise<void> {
   const ttl = Math.max(1, batch.expires - Date.now() + keepMs);
-  const write = redis
+  const window = options.window ?? 0;
+  const refill = Math.max(1, Math.floor(window / 8));
+  await redis
     .multi()
-    .hset(batchKey(batch.id), { id: batch.id, account: batch.accountId, key: batch.keyId, created: batch.created, expires: batch.expires, total: batch.total, status: batch.total > 0 ? 'in_progress' : 'ended', processing: batch.total, succeeded: 0, errored: 0, canceled: 0, expired: 0, cost: 0 })
-    .pexpire(batchKey(batch.id), ttl);
-  if (queues && queues.length > 0) {
-    // By runs of one queue name: `0` → name, and the indices that differ from their predecessor's (a batch on one model is one field).
-    const fields: Record<string, string> = {};
-    queues.forEach((name, index) => {
-      if (index === 0 || queues[index - 1] !== name) fields[index] = name;
-    });
-    write.hset(batchQueuesKey(batch.id), fields).pexpire(batchQueuesKey(batch.id), ttl);
-  }
-  await write.exec();
+    .hset(batchKey(batch.id), { id: batch.id, account: batch.accountId, key: batch.keyId, created: batch.created, expires: batch.expires, total: batch.total, next: 0, stored: 0, window, refill, status: batch.total > 0 ? 'in_progress' : 'ended', processing: batch.total, succeeded: 0, errored: 0, canceled: 0, expired: 0, cost: 0 })
+    .pexpire(batchKey(batch.id), ttl)
+    .exec();
   await together(redis).zadd(accountBatchesKey(batch.accountId), batch.created, batch.id).zadd(openBatchesKey, batch.expires, batch.id).exec();
 }
 
-/** The queue each request of a batch waits in (index → name), as `createBatch` stored it; empty once the batch ended. */
-export async function readBatchQueues(redis: Redis, batchId: string, total: number): Promise<string[]> {
-  const runs = await redis.hgetall(batchQueuesKey(batchId));
-  const starts = Object.keys(runs).map(Number).filter(Number.isInteger).sort((a, b) => a - b);
-  if (starts.length === 0) return [];
-  const names = new Array<string>(total);
-  for (let i = 0; i < starts.length; i++) {
-    const end = Math.min(total, starts[i + 1] ?? total);
-    names.fill(runs[starts[i]!]!, starts[i]!, end);
-  }
-  return names;
+/**
+ * Stores the entries of a batch's requests `from`, `from + 1`, … (what each one's job will be), kept `ttlMs`, in order:
+ * the window lets in only requests stored.
+ */
+export async function storeBatchEntries(redis: Redis, batchId: string, from: number, entries: readonly string[], ttlMs: number): Promise<void> {
+  const fields: Record<string, string> = {};
+  entries.forEach((entry, offset) => (fields[from + offset] = entry));
+  await redis
+    .multi()
+    .hset(batchPendingKey(batchId), fields)
+    .pexpire(batchPendingKey(batchId), Math.max(1, ttlMs))
+    .hset(batchKey(batchId), 'stored', from + entries.length)
+    .exec();
+}
+
+/** Fills a batch's window: the requests now to be queued (none once it is canceled, expired or all out). */
+export async function releaseBatchRequests(redis: Redis, batchId: string): Promise<ReleasedRequest[]> {
+  return releasedPairs(await scripted(redis).batchRelease(batchKey(batchId), batchPendingKey(batchId), batchQueuedKey(batchId), Date.now()));
+}
+
+/** The requests of a batch queued (released) and not yet recorded, queued before `before` (epoch ms). */
+export async function queuedIndices(redis: Redis, batchId: string, before = Number.POSITIVE_INFINITY): Promise<number[]> {
+  return (await redis.zrangebyscore(batchQueuedKey(batchId), '-inf', Number.isFinite(before) ? `(${before}` : '+inf')).map(Number).sort((a, b) => a - b);
+}
+
+/** How far the batch's window has reached: its requests from this index on were never queued. */
+export async function releasedCount(redis: Redis, batchId: string): Promise<number> {
+  return Number((await redis.hget(batchKey(batchId), 'next')) ?? 0) || 0;
+}
+
+/** The pending entries of some of a batch's requests ('' for one recorded already, or never stored). */
+export async function pendingEntries(redis: Redis, batchId: string, indices: readonly number[]): Promise<string[]> {
+  if (indices.length === 0) return [];
+  return (await redis.hmget(batchPendingKey(batchId), ...indices.map(String))).map((entry) => entry ?? '');
 }
 
 /**
@@ -148,13 +216,19 @@ export async function readBatchQueues(redis: Redis, batchId: string, total: numb
  * JSON already (a message as the worker has it, not parsed to be written again). `costMicros`: what it was billed.
  */
 export async function recordBatchResult(redis: Redis, batchId: string, index: number, customId: string, result: BatchResult | { type: BatchOutcome; json: string }, keepMs: number, costMicros = 0): Promise<'recorded' | 'already' | 'gone'> {
+  return (await recordAndMoveOn(redis, batchId, index, customId, result, keepMs, costMicros)).state;
+}
+
+/** As `recordBatchResult`, and the requests let into the batch's window by it, if any: the caller queues them. */
+export async function recordAndMoveOn(redis: Redis, batchId: string, index: number, customId: string, result: BatchResult | { type: BatchOutcome; json: string }, keepMs: number, costMicros = 0): Promise<{ state: 'recorded' | 'already' | 'gone'; next: ReleasedRequest[] }> {
   const line = 'json' in result ? result.json : JSON.stringify(result);
-  const done = await scripted(redis).batchRecord(batchKey(batchId), batchDoneKey(batchId), batchResultsKey(batchId), batchQueuesKey(batchId), index, result.type, customId, line, Date.now(), keepMs, Math.max(0, Math.round(costMicros)));
+  const reply = await scripted(redis).batchRecord(batchKey(batchId), batchDoneKey(batchId), batchResultsKey(batchId), batchPendingKey(batchId), batchQueuedKey(batchId), index, result.type, customId, line, Date.now(), keepMs, Math.max(0, Math.round(costMicros)));
+  const done = Number(reply[0]);
   if (done > 0) {
     activeMetrics()?.batchRequests.get(result.type).inc();
     if (done === 2) activeMetrics()?.batches.get('ended').inc();
   }
-  return done > 0 ? 'recorded' : done === 0 ? 'already' : 'gone';
+  return { state: done > 0 ? 'recorded' : done === 0 ? 'already' : 'gone', next: releasedPairs(reply, 1) };
 }
 
 /** Where a worker stands with a batch's request: its batch's status (undefined: gone), and whether it is recorded already. One round trip. */
@@ -163,14 +237,9 @@ export async function batchRequestState(redis: Redis, batchId: string, index: nu
   return { status: (status ?? undefined) as BatchStatus | undefined, recorded: recorded === 1 };
 }
 
-/** Which of a batch's requests have their result (the done hash's indices). */
-export async function recordedIndices(redis: Redis, batchId: string): Promise<Set<number>> {
-  return new Set((await redis.hkeys(batchDoneKey(batchId))).map(Number));
-}
-
 /** A batch's keys gone (its DELETE): every trace but its id in its account's list, which the list drops when it reads it. */
 export async function deleteBatch(redis: Redis, batchId: string, accountId: string): Promise<void> {
-  await redis.del(batchKey(batchId), batchDoneKey(batchId), batchResultsKey(batchId), batchQueuesKey(batchId));
+  await redis.del(batchKey(batchId), batchDoneKey(batchId), batchResultsKey(batchId), batchPendingKey(batchId), batchQueuedKey(batchId));
   await together(redis).zrem(accountBatchesKey(accountId), batchId).zrem(openBatchesKey, batchId).exec();
 }
 

@@ -25,8 +25,13 @@ export const batchKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}`;
 export const batchDoneKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}:done`;
 /** A batch's results as they came (a stream: `custom_id`, `result` JSON), read page by page by `…/results`. */
 export const batchResultsKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}:results`;
-/** Where each request of a batch waits (a hash: index → its BullMQ queue's name), for a cancel or an expiry to remove it. */
-export const batchQueuesKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}:queues`;
+/**
+ * A batch's requests not yet recorded, as their jobs will be queued (a hash: index → its queue's name and its job's
+ * data, JSON): each leaves it when its result is recorded, so it shrinks as the batch runs.
+ */
+export const batchPendingKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}:pending`;
+/** A batch's requests queued and not yet recorded (a sorted set: index by when it was queued, ms): its window. */
+export const batchQueuedKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}:queued`;
 /** Batches not yet ended, by their expiry (a sorted set, ms): what the sweep ends at their deadline or after a cancel. */
 export const openBatchesKey = `${keyPrefix}batches:open`;
 /** The sweep's lock: one api at a time walks the open batches. */

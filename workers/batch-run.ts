@@ -1,5 +1,7 @@
 import type { Redis } from 'ioredis';
-import { batchRequestState, recordBatchResult, type BatchJob, type BatchOutcome, type BatchResult } from '../shared/batches.js';
+import type { Queue } from 'bullmq';
+import { queueBatchRequests, queuesByName } from '../shared/batch-queue.js';
+import { batchRequestState, recordAndMoveOn, type BatchJob, type BatchOutcome, type BatchResult } from '../shared/batches.js';
 import type { Config } from '../shared/config.js';
 import type { GatewayError } from '../shared/errors.js';
 import type { GatewayJobData } from '../shared/jobs.js';
@@ -28,9 +30,23 @@ export function isBatchJob(data: GatewayJobData): data is BatchData {
   return data.batch !== undefined;
 }
 
-/** Records a request's outcome in its batch; a batch gone (deleted, its results' time over) has nothing to record. */
-function record(deps: BatchRunDeps, batch: BatchJob, result: BatchResult | { type: BatchOutcome; json: string }, costMicros = 0): Promise<unknown> {
-  return recordBatchResult(deps.redis, batch.id, batch.index, batch.customId, result, deps.config.batches.resultsKeepMs, costMicros);
+const queuesOf = new WeakMap<Redis, (name: string) => Queue>();
+
+/**
+ * Records a request's outcome in its batch (a batch gone, deleted or its results' time over, has nothing to record),
+ * and queues the requests that refill the batch's window, when it lets some in (an eighth of the window at a time).
+ * They are queued on the side: the job ends without waiting for them (the window holds others to run meanwhile);
+ * any lost with this process are queued again by the sweep.
+ */
+async function record(deps: BatchRunDeps, batch: BatchJob, result: BatchResult | { type: BatchOutcome; json: string }, costMicros = 0): Promise<void> {
+  const { next } = await recordAndMoveOn(deps.redis, batch.id, batch.index, batch.customId, result, deps.config.batches.resultsKeepMs, costMicros);
+  if (next.length === 0) return;
+  let queues = queuesOf.get(deps.redis);
+  if (!queues) queuesOf.set(deps.redis, (queues = queuesByName(deps.redis)));
+  const indices = next.map(({ index }) => index);
+  void queueBatchRequests(deps.redis, queues, batch.id, next)
+    .then((missed) => missed.length > 0 && deps.log.warn({ batch: batch.id, missed }, "a batch's next requests have no entry to queue (the sweep records them)"))
+    .catch((error: unknown) => deps.log.warn({ err: error, batch: batch.id, indices }, "could not queue a batch's next requests (the sweep will)"));
 }
 
 /** An error as a batch's result says it: Anthropic's error body. */

@@ -1,12 +1,11 @@
-import type { JobsOptions, Queue } from 'bullmq';
 import { z } from 'zod';
-import { batchRequestJobId, cancelBatch, createBatch, newBatchId, type BatchJob } from '../../shared/batches.js';
+import { encodeBatchEntry, queueBatchRequests, queuesByName, type BatchEntry } from '../../shared/batch-queue.js';
+import { batchRequestJobId, cancelBatch, createBatch, newBatchId, releaseBatchRequests, storeBatchEntries, type BatchJob } from '../../shared/batches.js';
 import { endpoints, type EndpointRequest } from '../../shared/endpoints.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
-import type { GatewayJobData } from '../../shared/jobs.js';
 import { worstCase } from '../../shared/money/charge.js';
 import { payloadKey } from '../../shared/redis-keys.js';
-import { laneOf, placeJob } from '../../shared/scheduling/index.js';
+import { laneOf, vendorLimits } from '../../shared/scheduling/index.js';
 import { messagesRequestSchema } from '../../shared/schemas/messages.js';
 import type { MessagesJob } from '../../shared/messages.js';
 import { checkJsonShape, maxJsonDepth, parseBody, yieldToLoop } from '../http/request-body.js';
@@ -19,9 +18,10 @@ import { splitBatchBody } from './split-body.js';
 /**
  * A Message Batch comes in: its body split into its requests without parsing it whole (split-body.ts), each request
  * checked as `POST /v1/messages` checks one (schema, model, the key's models, the model's context and modalities),
- * and the batch refused whole, naming the request, at the first that fails. Then its record, and a job per request in
- * the flex band of its model's lane, counted apart from the waiting room (`batch`), fair between accounts like every
- * other job, added a few hundred at a time. Nothing of it stays in the api once the answer has gone.
+ * and the batch refused whole, naming the request, at the first that fails. Then its record, each request stored as
+ * the job it will be, and its first window queued (shared/batch-queue.ts): jobs in the flex band of their model's
+ * lane, counted apart from the waiting room (`batch`), fair between accounts like every other job. Nothing of it
+ * stays in the api once the answer has gone.
  */
 
 const envelopeSchema = z.strictObject({ requests: z.array(z.unknown()) });
@@ -32,8 +32,8 @@ const requestSchema = z.strictObject({
 
 /** Requests checked per turn of the loop (each about 0.3 ms: its parse, schema, translation and token count). */
 const checkedPerTurn = 8;
-/** Jobs placed and added per round trip. */
-const addedPerRound = 50;
+/** Requests stored per round trip. */
+const storedPerRound = 200;
 
 /** A checked request, as its job will carry it. */
 interface Checked {
@@ -107,62 +107,63 @@ export async function intakeBatch(ctx: KeyedContext, deps: EndpointRouteDeps, te
     throw new GatewayError(429, `This account has ${limits.maxOpen} batches in progress, the most it may have (BATCH_MAX_OPEN). Retry when one has ended.`, { code: 'rate_limit_exceeded', type: 'requests' });
   }
   const checked = await checkRequests(ctx, deps, items);
+  const total = checked.length;
 
   const id = newBatchId();
   const created = Date.now();
   const expires = created + limits.deadlineMs;
   const row = endpoints.messages;
-  // A batch's jobs are not admitted to the waiting room (they have limits of their own): only their queues are found.
-  const queues = checked.map((request, index) => jobQueue(deps.queues, { id: batchRequestJobId(id, index), queue: row.queue, lane: request.lane }));
-  await createBatch(deps.redis, { id, accountId: access.accountId, keyId, created, expires, total: checked.length }, limits.resultsKeepMs, queues.map((queue) => queue.name));
   const weight = access.weight ?? 1;
-  // Kept as long as the batch runs; a retried job finds its payload until then.
-  const options: JobsOptions = { attempts: deps.config.jobAttempts, backoff: { type: 'gateway' }, removeOnComplete: true, removeOnFail: true };
+  const keptMs = expires - created + 60_000;
+  // Enough of the batch queued at once to fill the widest lane it uses twice over (a capped vendor never waits on it).
+  const window = Math.max(limits.window, ...[...new Set(checked.map((request) => request.lane))].map((lane) => (lane ? 2 * vendorLimits(deps.config, lane).maxConcurrency : 0)));
+  await createBatch(deps.redis, { id, accountId: access.accountId, keyId, created, expires, total }, limits.resultsKeepMs, { window });
+  const queues = queuesByName(deps.redis, deps.queues.all());
+  const missed: number[] = [];
   try {
-    for (let from = 0; from < checked.length; from += addedPerRound) {
+    // Taken out round by round, so what the api holds of the batch shrinks as it is stored.
+    for (let from = 0; checked.length > 0; from += storedPerRound) {
       await yieldToLoop();
-      const round = checked.slice(from, from + addedPerRound);
-      const byQueue = new Map<Queue, Array<{ name: string; data: GatewayJobData; opts: JobsOptions }>>();
-      const stored: Array<[string, string]> = [];
-      await Promise.all(
-        round.map(async (request, offset) => {
-          const index = from + offset;
-          const jobId = batchRequestJobId(id, index);
-          const queue = queues[index]!;
-          const claim = { accountId: access.accountId, weight, tokens: request.tokens, tier: 'batch' as const, contended: true };
-          const placed = await placeJob(deps.redis, queue, jobId, claim);
-          const batch: BatchJob = { id, index, customId: request.customId, reserve: { micros: request.micros, tokens: request.tokens, ...(access.limitMicros !== undefined ? { keyLimitMicros: access.limitMicros } : {}) } };
-          const data: GatewayJobData = {
-            requestId: jobId,
-            jobId,
-            replyTo: deps.hub.channel,
-            keyId,
-            accountId: access.accountId,
-            endpoint: 'messages',
-            model: request.modelId,
-            stream: false,
-            deadline: expires,
-            serviceTier: 'flex',
-            batch,
-            claim,
-          };
-          const serialized = JSON.stringify(request.payload);
-          if (serialized.length > deps.config.inlinePayloadBytes) stored.push([payloadKey(jobId), serialized]);
-          else data.payload = request.payload;
-          let list = byQueue.get(queue);
-          if (!list) byQueue.set(queue, (list = []));
-          list.push({ name: 'messages', data, opts: { ...options, jobId, priority: placed.priority } });
-        }),
-      );
+      const entries: string[] = [];
+      const payloads: Array<[string, string]> = [];
+      checked.splice(0, storedPerRound).forEach((request, offset) => {
+        const index = from + offset;
+        const jobId = batchRequestJobId(id, index);
+        const batch: BatchJob = { id, index, customId: request.customId, reserve: { micros: request.micros, tokens: request.tokens, ...(access.limitMicros !== undefined ? { keyLimitMicros: access.limitMicros } : {}) } };
+        // A batch's jobs are not admitted to the waiting room (they have limits of their own): only their queues are found.
+        const queue = jobQueue(deps.queues, { id: jobId, queue: row.queue, lane: request.lane });
+        const data: BatchEntry['data'] = {
+          requestId: jobId,
+          jobId,
+          replyTo: deps.hub.channel,
+          keyId,
+          accountId: access.accountId,
+          endpoint: 'messages',
+          model: request.modelId,
+          stream: false,
+          deadline: expires,
+          serviceTier: 'flex',
+          batch,
+          claim: { accountId: access.accountId, weight, tokens: request.tokens, tier: 'batch', contended: true },
+        };
+        const serialized = JSON.stringify(request.payload);
+        if (serialized.length > deps.config.inlinePayloadBytes) payloads.push([payloadKey(jobId), serialized]);
+        else data.payload = request.payload;
+        entries.push(encodeBatchEntry({ queue: queue.name, attempts: deps.config.jobAttempts, data }));
+      });
       // A payload kept apart is written before its job can be taken.
-      await Promise.all(stored.map(([key, value]) => deps.redis.set(key, value, 'PX', expires - Date.now() + 60_000)));
-      await Promise.all([...byQueue].map(([queue, jobs]) => queue.addBulk(jobs)));
+      await Promise.all(payloads.map(([key, value]) => deps.redis.set(key, value, 'PX', keptMs)));
+      await storeBatchEntries(deps.redis, id, from, entries, keptMs);
+      // The window filled as soon as its requests are stored (the vendor starts on the batch while the rest is stored):
+      // at once after the first round, then whatever room the answers meanwhile could not fill with requests not yet stored.
+      missed.push(...(await queueBatchRequests(deps.redis, queues, id, await releaseBatchRequests(deps.redis, id))));
     }
+    if (missed.length > 0) throw new Error(`requests ${missed.join(', ')} of the batch could not be queued`);
   } catch (error) {
     // Part of it queued: it is canceled, and the sweep records what never runs; the client is told it failed.
     log.error({ err: error, batch: id }, 'a batch could not be queued whole; it is canceled');
     await cancelBatch(deps.redis, id).catch(() => undefined);
     throw new GatewayError(503, 'The batch could not be queued; it was canceled. Try again.', { code: 'queue_unavailable' });
   }
-  return { id, created, expires, total: checked.length };
+  return { id, created, expires, total };
 }

@@ -1,6 +1,6 @@
-import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { batchRequestJobId, readBatch, readBatchQueues, recordBatchResult, recordedIndices, type BatchRecord } from '../../shared/batches.js';
+import { decodeBatchEntry, entryCustomId, queueBatchRequests, queuesByName } from '../../shared/batch-queue.js';
+import { batchRequestJobId, pendingEntries, queuedIndices, readBatch, recordBatchResult, releasedCount, type BatchRecord, type BatchResult } from '../../shared/batches.js';
 import type { Config } from '../../shared/config.js';
 import type { Logger } from '../../shared/logger.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
@@ -9,12 +9,14 @@ import { removeWaitingJob } from '../../shared/scheduling/index.js';
 import { yieldToLoop } from '../http/request-body.js';
 
 /**
- * Ends what a batch will not run: after a cancel, each request still waiting is removed from its queue and recorded
- * `canceled`; past the batch's deadline, `expired`. A request a worker holds is left to it (it records its own
- * outcome: a cancel does not stop a call under way, as Anthropic's does not). A request whose job is gone without a
- * result (an api that died while queuing it) is recorded too. The api that takes a cancel sweeps the batch at once;
- * every api sweeps the open batches periodically (one at a time, under a lock), which ends an expired batch at its
- * deadline and finishes a cancel whose api died midway. Idempotent: each result is recorded once whoever sweeps.
+ * Ends what a batch will not run, and queues again what was lost on the way. After a cancel, each request queued and
+ * still waiting is removed from its queue and recorded `canceled`, and those never queued (past its window) too;
+ * past the batch's deadline, `expired`. A request a worker holds is left to it (it records its own outcome: a cancel
+ * does not stop a call under way, as Anthropic's does not). In a batch running, a request released to the queue
+ * whose job is not there a while later (its worker died between recording the one before and queuing it) is queued
+ * again from its entry. The api that takes a cancel sweeps the batch at once; every api sweeps the open batches
+ * periodically (one at a time, under a lock). Idempotent: each result is recorded once whoever sweeps, and a job
+ * queued twice is one job (its id).
  */
 
 export interface SweepDeps {
@@ -24,38 +26,63 @@ export interface SweepDeps {
   log: Logger;
 }
 
-const removedPerRound = 200;
+const perRound = 200;
+/** A request released this long ago without a job was lost on the way (queuing it takes milliseconds). */
+export const lostAfterMs = 5_000;
 
-/** Sweeps one batch (see above): canceled after a cancel, expired past its deadline; returns the requests recorded. */
+/** Sweeps one batch (see above); returns the requests it recorded or queued again. */
 export async function sweepBatch(deps: SweepDeps, batch: BatchRecord): Promise<number> {
+  if (batch.status === 'ended') return 0;
   const outcome = batch.status === 'canceling' ? 'canceled' : batch.expires <= Date.now() ? 'expired' : undefined;
-  if (!outcome || batch.status === 'ended') return 0;
-  const byName = new Map<string, Queue>(deps.queues.all().map((queue) => [queue.name, queue]));
-  const [names, done] = await Promise.all([readBatchQueues(deps.redis, batch.id, batch.total), recordedIndices(deps.redis, batch.id)]);
-  const open: number[] = [];
-  for (let index = 0; index < batch.total; index++) if (!done.has(index)) open.push(index);
-  let recorded = 0;
-  const record = async (index: number) => {
-    // The custom_id is in the job: a request recorded without its job says its index instead.
-    const queue = byName.get(names[index] ?? '');
-    const jobId = batchRequestJobId(batch.id, index);
-    const job = queue ? await queue.getJob(jobId) : undefined;
-    const customId = (job?.data as { batch?: { customId?: string } } | undefined)?.batch?.customId ?? `#${index}`;
-    if (queue && job) {
-      // A job a worker holds records its own outcome.
-      if (!(await removeWaitingJob(deps.redis, queue, jobId))) return;
-    }
-    if ((await recordBatchResult(deps.redis, batch.id, index, customId, outcome === 'canceled' ? { type: 'canceled' } : { type: 'expired' }, deps.config.batches.resultsKeepMs)) === 'recorded') recorded++;
+  const queueNamed = queuesByName(deps.redis, deps.queues.all());
+  const result: BatchResult = outcome === 'canceled' ? { type: 'canceled' } : { type: 'expired' };
+  let swept = 0;
+  const record = async (index: number, entry: string, what: BatchResult = result) => {
+    if ((await recordBatchResult(deps.redis, batch.id, index, entryCustomId(entry, index), what, deps.config.batches.resultsKeepMs)) === 'recorded') swept++;
   };
-  for (let from = 0; from < open.length; from += removedPerRound) {
+  // The queued ones: running (left to their worker), waiting (removed and recorded), or gone without a result.
+  const queued = await queuedIndices(deps.redis, batch.id, outcome ? undefined : Date.now() - lostAfterMs);
+  for (let from = 0; from < queued.length; from += perRound) {
     if (from > 0) await yieldToLoop();
-    await Promise.all(open.slice(from, from + removedPerRound).map(record));
+    const indices = queued.slice(from, from + perRound);
+    const entries = await pendingEntries(deps.redis, batch.id, indices);
+    const lost: Array<{ index: number; entry: string }> = [];
+    await Promise.all(
+      indices.map(async (index, i) => {
+        const entry = entries[i]!;
+        const queue = queueNamed(decodeBatchEntry(entry)?.queue ?? '');
+        const jobId = batchRequestJobId(batch.id, index);
+        const waiting = entry !== '' && (await deps.redis.exists(queue.toKey(jobId))) === 1;
+        if (!outcome) {
+          if (!waiting) lost.push({ index, entry });
+          return;
+        }
+        // A job a worker holds records its own outcome.
+        if (waiting && !(await removeWaitingJob(deps.redis, queue, jobId))) return;
+        await record(index, entry);
+      }),
+    );
+    if (lost.length === 0) continue;
+    deps.log.warn({ batch: batch.id, requests: lost.map(({ index }) => index) }, "a batch's requests were released without a job; queued again");
+    const missed = await queueBatchRequests(deps.redis, queueNamed, batch.id, lost);
+    swept += lost.length - missed.length;
+    const lostResult: BatchResult = { type: 'errored', error: { type: 'error', error: { type: 'api_error', message: 'This request of the batch was lost before it could run.' }, request_id: null } };
+    await Promise.all(missed.map((index) => record(index, '', lostResult)));
   }
-  if (recorded > 0) deps.log.info({ batch: batch.id, outcome, recorded }, 'batch requests ended without running');
-  return recorded;
+  if (!outcome) return swept;
+  // The ones never queued: past the window when the batch stopped.
+  const next = await releasedCount(deps.redis, batch.id);
+  for (let from = next; from < batch.total; from += perRound) {
+    await yieldToLoop();
+    const indices = Array.from({ length: Math.min(perRound, batch.total - from) }, (_, i) => from + i);
+    const entries = await pendingEntries(deps.redis, batch.id, indices);
+    await Promise.all(indices.map((index, i) => record(index, entries[i]!)));
+  }
+  if (swept > 0) deps.log.info({ batch: batch.id, outcome, swept }, 'batch requests ended without running');
+  return swept;
 }
 
-/** Every open batch once: the ended or gone ones leave the open set, the canceling and expired ones are swept. */
+/** Every open batch once: the ended or gone ones leave the open set, the others are swept. */
 export async function sweepOpenBatches(deps: SweepDeps, lockMs: number): Promise<void> {
   if ((await deps.redis.set(batchSweepLockKey, '1', 'PX', String(lockMs), 'NX')) !== 'OK') return;
   const ids = await deps.redis.zrange(openBatchesKey, '0', '-1');

@@ -1,6 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
+import { Queue } from 'bullmq';
 import Anthropic from '@anthropic-ai/sdk';
 import { readBill } from '../../shared/money/billing.js';
 import { freshRedis, paidAccountKey, requestRecord, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
@@ -9,6 +10,8 @@ import { startFakeAnthropic, FAKE_ANTHROPIC_TEXT, type FakeAnthropic } from '../
 import { startFakeGemini, FAKE_GEMINI_TEXT, type FakeGemini } from '../support/fake-gemini.js';
 import { usageRows } from '../support/record.js';
 import { chatStreamSse } from '../support/fake-openai-defaults.js';
+import { laneQueueName } from '../../shared/queues.js';
+import { removeWaitingJob } from '../../shared/scheduling/index.js';
 
 type BatchRequest = Anthropic.Messages.Batches.BatchCreateParams.Request;
 
@@ -53,6 +56,7 @@ describe('Message Batches (/v1/messages/batches) with the official Anthropic SDK
       const text = lastUserText(request);
       if (text.includes('please fail')) return { status: 400, json: { error: { message: 'This request was refused upstream.', type: 'invalid_request_error', param: null, code: null } } };
       if (text.includes('slowly')) return { delayMs: 400 };
+      if (text.includes('briefly')) return { delayMs: 50 };
       // Used all it may: 2,000 tokens out.
       if (text.includes('Count to')) return (request.body as { stream?: boolean }).stream ? { sse: chatStreamSse(Array.from({ length: 2_000 }, () => 'x'), { usage: true }) } : { json: { id: 'chatcmpl-count', object: 'chat.completion', created: 1, model: 'gpt-4o-mini', choices: [{ index: 0, message: { role: 'assistant', content: 'x', refusal: null }, finish_reason: 'length', logprobs: null }], usage: { prompt_tokens: 9, completion_tokens: 2_000, total_tokens: 2_009 } } };
       return undefined;
@@ -75,6 +79,8 @@ describe('Message Batches (/v1/messages/batches) with the official Anthropic SDK
         BATCH_MAX_BYTES: '65536',
         BATCH_MAX_OPEN: '3',
         BATCH_SWEEP_INTERVAL_S: '1',
+        // Four of a batch's requests queued at once (twice OpenAI's cap of two).
+        BATCH_WINDOW: '4',
       },
     });
     client = new Anthropic({ apiKey, baseURL: gateway.url, maxRetries: 0, timeout: 20_000 });
@@ -180,6 +186,38 @@ describe('Message Batches (/v1/messages/batches) with the official Anthropic SDK
     const after = (await readBill(redis, account))!;
     assert.equal(after.balanceMicros, start - rows.reduce((sum, row) => sum + Number(row.cost_micros), 0));
     assert.equal(after.reservedMicros, 0);
+  });
+
+  it('shares one account’s turns between its batches: a batch made second is not served after the whole first, and only a window of each is queued', async () => {
+    const size = 24;
+    const made = async (tag: string) => client.messages.batches.create({ requests: Array.from({ length: size }, (_, i) => ask(`${tag}-${i}`, 'gpt-4o-mini', `Answer briefly ${tag}${i}.`)) });
+    const calls = () => openai.requests.map(lastUserText).filter((text) => text.includes('briefly'));
+    const before = calls().length;
+    const lane = `bull:${laneQueueName('openai')}:prioritized`;
+    let mostQueued = 0;
+    let sampling = true;
+    const sampler = (async () => {
+      while (sampling) {
+        mostQueued = Math.max(mostQueued, await redis.zcard(lane));
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+    })();
+    const first = await made('A');
+    const second = await made('B');
+    const [doneFirst, doneSecond] = await Promise.all([ended(client, first.id), ended(client, second.id)]);
+    sampling = false;
+    await sampler;
+    assert.equal(doneFirst.request_counts.succeeded, size);
+    assert.equal(doneSecond.request_counts.succeeded, size);
+    const order = calls().slice(before).map((text) => (text.includes('briefly A') ? 'A' : 'B'));
+    assert.equal(order.length, 2 * size, 'each request called once');
+    // Served in turns once both wait: in the calls made while the first still had half of its requests to go, the
+    // second has about as many (in order, first come first served, it would have none).
+    const early = order.slice(0, size);
+    const secondEarly = early.filter((batch) => batch === 'B').length;
+    assert.ok(secondEarly >= size / 3, `the second batch had ${secondEarly} of the first ${size} calls: ${order.join('')}`);
+    assert.ok(mostQueued <= 2 * 4, `at most a window of each batch waits as jobs (saw ${mostQueued})`);
+    assert.ok(mostQueued > 0, 'the sampler saw the queue');
   });
 
   it('refuses a batch whole, naming the request, when one request is invalid, and keeps batches to their account', async () => {
@@ -289,12 +327,41 @@ describe('Message Batches across faults: a worker killed mid-batch, a batch past
     const results = await resultsOf(client, made.id);
     assert.deepEqual([...results.keys()].sort(), Array.from({ length: 10 }, (_, i) => `k${i}`).sort());
     let rows: Awaited<ReturnType<typeof batchRows>> = [];
-    await waitFor(async () => (rows = await batchRows(redis, made.id)).length >= 10, 30_000, 'ten rows');
+    // A row the killed worker's writer had read but not written is claimed by another writer once idle 30 s.
+    await waitFor(async () => (rows = await batchRows(redis, made.id)).length >= 10, 60_000, 'ten rows');
     assert.equal(rows.length, 10, 'one usage row per request');
     assert.equal(new Set(rows.map((row) => row.request_id)).size, 10);
     const bill = (await readBill(redis, account))!;
     assert.equal(bill.balanceMicros, 10_000_000 - rows.reduce((sum, row) => sum + Number(row.cost_micros), 0));
     await waitFor(async () => (await readBill(redis, account))!.reservedMicros === 0, 10_000, 'no reservation left');
+  });
+
+  it('queues again a request let into the queue whose job never arrived (its worker died between the two), and runs it once', async () => {
+    for (const process of processes.splice(0)) await process.stop('SIGKILL');
+    const { key } = await paidAccountKey(redis, 10_000_000);
+    // The api alone first: the batch's jobs wait, and one is taken out as a worker dying at the wrong moment leaves it.
+    const api = await startGateway({ role: 'api', env: { ...env(), BATCH_WINDOW: '3' } });
+    processes.push(api);
+    const client = new Anthropic({ apiKey: key, baseURL: api.url, maxRetries: 0 });
+    const made = await client.messages.batches.create({ requests: Array.from({ length: 6 }, (_, i) => ask(`l${i}`, 'gpt-4o-mini', `Lost and found ${i}`)) });
+    const lane = new Queue(laneQueueName('openai'), { connection: redis });
+    try {
+      const queued = (await lane.getJobs(['prioritized', 'wait'])).filter((job) => job.id?.startsWith(`${made.id}.`));
+      // BATCH_WINDOW is 3, raised to twice the lane's cap of two.
+      assert.deepEqual(queued.map((job) => job.id).sort(), [0, 1, 2, 3].map((i) => `${made.id}.${i}`), 'a window of four queued');
+      assert.ok(await removeWaitingJob(redis, lane, `${made.id}.1`));
+      const calledBefore = openai.requests.filter((r) => lastUserText(r).includes('Lost and found')).length;
+      processes.push(await startGateway({ role: 'worker', env: env() }));
+      const done = await ended(client, made.id, 30_000);
+      assert.deepEqual(done.request_counts, { processing: 0, succeeded: 6, errored: 0, canceled: 0, expired: 0 });
+      const results = await resultsOf(client, made.id);
+      assert.equal(results.get('l1')?.type, 'succeeded');
+      const calls = openai.requests.filter((r) => lastUserText(r).includes('Lost and found'));
+      assert.equal(calls.length - calledBefore, 6, 'each request called once');
+      assert.ok(api.logs.some((line) => line.includes('queued again')), 'the sweep said it queued one again');
+    } finally {
+      await lane.close();
+    }
   });
 
   it('expires what has not run by the batch’s deadline, ends the batch then, and bills nothing for it', async () => {

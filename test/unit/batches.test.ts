@@ -1,8 +1,8 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
-import { batchRequestJobId, batchRequestState, batchView, cancelBatch, createBatch, deleteBatch, listBatches, newBatchId, openBatchCount, readBatch, readBatchQueues, readBatchResults, recordBatchResult } from '../../shared/batches.js';
-import { accountBatchesKey, batchKey } from '../../shared/redis-keys.js';
+import { batchRequestJobId, batchRequestState, batchView, cancelBatch, createBatch, deleteBatch, listBatches, newBatchId, openBatchCount, pendingEntries, queuedIndices, readBatch, readBatchResults, recordAndMoveOn, recordBatchResult, releaseBatchRequests, releasedCount, storeBatchEntries } from '../../shared/batches.js';
+import { accountBatchesKey, batchKey, batchPendingKey, batchQueuedKey } from '../../shared/redis-keys.js';
 import { freshRedis } from '../support/gateway.js';
 
 // Against a real Redis: the results of one batch are recorded by many workers at once.
@@ -109,24 +109,68 @@ describe('a Message Batch’s queues, cost, listing and deletion', () => {
     redis?.disconnect();
   });
 
-  it('keeps where each request waits in runs, adds each result’s cost once, and forgets its queues when it ends', async () => {
+  it('queues a window of its requests and lets the next in as each is recorded, until it is canceled; adds each result’s cost once', async () => {
     const id = newBatchId();
     const now = Date.now();
-    const names = ['bull:{chat}', 'bull:{chat}', 'bull:{lane:openai}', 'bull:{chat}'];
-    await createBatch(redis, { id, accountId: 'acct_q', keyId: 'key_q', created: now, expires: now + keepMs, total: 4 }, keepMs, names);
-    assert.deepEqual(await readBatchQueues(redis, id, 4), names);
+    await createBatch(redis, { id, accountId: 'acct_q', keyId: 'key_q', created: now, expires: now + keepMs, total: 6 }, keepMs, { window: 2 });
+    // Only what is stored is let in.
+    await storeBatchEntries(redis, id, 0, ['e0'], keepMs);
+    assert.deepEqual(await releaseBatchRequests(redis, id), [{ index: 0, entry: 'e0' }]);
+    await storeBatchEntries(redis, id, 1, ['e1', 'e2'], keepMs);
+    assert.deepEqual(await releaseBatchRequests(redis, id), [{ index: 1, entry: 'e1' }]);
+    assert.deepEqual(await releaseBatchRequests(redis, id), [], 'the window is full');
+    await storeBatchEntries(redis, id, 3, ['e3', 'e4', 'e5'], keepMs);
+    assert.deepEqual(await queuedIndices(redis, id), [0, 1]);
     assert.equal(await openBatchCount(redis, 'acct_q'), 1);
-    assert.deepEqual(await batchRequestState(redis, id, 2), { status: 'in_progress', recorded: false });
-    for (let index = 0; index < 4; index++) {
-      await recordBatchResult(redis, id, index, `c${index}`, { type: 'canceled' }, keepMs, 100 + index);
-      await recordBatchResult(redis, id, index, `c${index}`, { type: 'canceled' }, keepMs, 1_000);
-    }
+    assert.deepEqual(await batchRequestState(redis, id, 1), { status: 'in_progress', recorded: false });
+    // Each recorded request lets exactly one more in, once however often it is recorded.
+    assert.deepEqual(await recordAndMoveOn(redis, id, 1, 'c1', { type: 'errored', error: { type: 'error', error: { type: 'api_error', message: 'x' }, request_id: null } }, keepMs, 100), { state: 'recorded', next: [{ index: 2, entry: 'e2' }] });
+    assert.deepEqual(await recordAndMoveOn(redis, id, 1, 'c1', { type: 'canceled' }, keepMs, 1_000), { state: 'already', next: [] });
+    assert.deepEqual(await recordAndMoveOn(redis, id, 0, 'c0', { type: 'canceled' }, keepMs, 101), { state: 'recorded', next: [{ index: 3, entry: 'e3' }] });
+    assert.deepEqual(await queuedIndices(redis, id), [2, 3]);
+    assert.deepEqual(await pendingEntries(redis, id, [0, 1, 2, 5]), ['', '', 'e2', 'e5'], 'a recorded request’s entry is dropped');
+    assert.equal(await releasedCount(redis, id), 4);
+    // Canceled: nothing more is let in; what is left is recorded by the sweep.
+    assert.equal(await cancelBatch(redis, id), 'canceling');
+    assert.deepEqual(await recordAndMoveOn(redis, id, 2, 'c2', { type: 'canceled' }, keepMs, 102), { state: 'recorded', next: [] });
+    assert.deepEqual(await releaseBatchRequests(redis, id), []);
+    for (const index of [3, 4, 5]) assert.equal(await recordBatchResult(redis, id, index, `c${index}`, { type: 'canceled' }, keepMs, index === 3 ? 103 : 0), 'recorded');
     const batch = (await readBatch(redis, id))!;
     assert.equal(batch.costMicros, 100 + 101 + 102 + 103);
     assert.equal(batch.status, 'ended');
     assert.deepEqual(await batchRequestState(redis, id, 2), { status: 'ended', recorded: true });
-    assert.deepEqual(await readBatchQueues(redis, id, 4), [], 'the queue map goes with the end');
+    assert.equal(await redis.exists(batchPendingKey(id), batchQueuedKey(id)), 0, 'its pending and queued keys go with the end');
     assert.equal(await openBatchCount(redis, 'acct_q'), 0);
+  });
+
+  it('refills a wide window an eighth at a time, and lets the last ones in however few', async () => {
+    const id = newBatchId();
+    const now = Date.now();
+    await createBatch(redis, { id, accountId: 'acct_r', keyId: 'key_r', created: now, expires: now + keepMs, total: 20 }, keepMs, { window: 16 });
+    await storeBatchEntries(redis, id, 0, Array.from({ length: 20 }, (_, i) => `r${i}`), keepMs);
+    assert.equal((await releaseBatchRequests(redis, id)).length, 16);
+    const canceled = { type: 'canceled' as const };
+    // An eighth of 16: every second result lets two in.
+    assert.deepEqual((await recordAndMoveOn(redis, id, 0, 'r0', canceled, keepMs)).next, []);
+    assert.deepEqual((await recordAndMoveOn(redis, id, 1, 'r1', canceled, keepMs)).next, [{ index: 16, entry: 'r16' }, { index: 17, entry: 'r17' }]);
+    // Two left and two free: both in, though fewer than an eighth; then nothing more.
+    assert.deepEqual((await recordAndMoveOn(redis, id, 2, 'r2', canceled, keepMs)).next, []);
+    assert.deepEqual((await recordAndMoveOn(redis, id, 3, 'r3', canceled, keepMs)).next, [{ index: 18, entry: 'r18' }, { index: 19, entry: 'r19' }]);
+    assert.equal(await releasedCount(redis, id), 20);
+    assert.deepEqual(await queuedIndices(redis, id), [4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19]);
+    assert.deepEqual((await recordAndMoveOn(redis, id, 4, 'r4', canceled, keepMs)).next, []);
+  });
+
+  it('lets nothing in past its deadline, nor from a batch recorded alone', async () => {
+    const id = newBatchId();
+    const now = Date.now();
+    await createBatch(redis, { id, accountId: 'acct_d', keyId: 'key_d', created: now - 10, expires: now - 1, total: 3 }, keepMs, { window: 3 });
+    await storeBatchEntries(redis, id, 0, ['a', 'b', 'c'], keepMs);
+    assert.deepEqual(await releaseBatchRequests(redis, id), []);
+    const alone = newBatchId();
+    await createBatch(redis, { id: alone, accountId: 'acct_d', keyId: 'key_d', created: now, expires: now + keepMs, total: 3 }, keepMs);
+    assert.deepEqual(await releaseBatchRequests(redis, alone), []);
+    assert.deepEqual(await recordAndMoveOn(redis, alone, 0, 'a', { type: 'canceled' }, keepMs), { state: 'recorded', next: [] });
   });
 
   it('lists an account’s batches newest first, paged both ways, and drops deleted ones', async () => {

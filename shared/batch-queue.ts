@@ -1,0 +1,76 @@
+import { Queue, type JobsOptions } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { batchRequestJobId, type ReleasedRequest } from './batches.js';
+import type { GatewayJobData } from './jobs.js';
+import { placeJob } from './scheduling/index.js';
+
+/**
+ * A Message Batch's requests go to the queue a window at a time: only `window` of a batch are jobs at once (its
+ * first window at intake; then each request recorded lets the next one in, `recordAndMoveOn`), the rest wait as
+ * entries in the batch's pending hash. So each job gets its account's fair tag when it is queued, not all at intake:
+ * two batches of one account share its turns as two accounts share a lane's, and a batch of 10,000 holds a window of
+ * BullMQ jobs, not 10,000. A request released whose job never arrived (its worker died between the two) is queued
+ * again from its entry by the sweep (api/batches/sweep.ts).
+ */
+
+/** A request of a batch as it waits to be queued: its queue, its attempts, and its job's data. */
+export interface BatchEntry {
+  queue: string;
+  attempts: number;
+  data: GatewayJobData & { claim: NonNullable<GatewayJobData['claim']> };
+}
+
+export const encodeBatchEntry = (entry: BatchEntry): string => JSON.stringify(entry);
+
+export function decodeBatchEntry(text: string): BatchEntry | undefined {
+  if (!text) return undefined;
+  try {
+    const entry = JSON.parse(text) as BatchEntry;
+    return typeof entry.queue === 'string' && entry.data?.claim ? entry : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The custom_id an entry carries (`#<index>` when it has none to say). */
+export function entryCustomId(text: string, index: number): string {
+  return decodeBatchEntry(text)?.data.batch?.customId ?? `#${index}`;
+}
+
+/**
+ * Queues released requests: each placed at its account's fair place in its lane, then added (by queue, in one
+ * round trip each). Returns the indices it could not queue (no entry, or a queue this process does not know): the
+ * sweep finds them as queued without a job.
+ */
+export async function queueBatchRequests(redis: Redis, queueNamed: (name: string) => Queue | undefined, batchId: string, released: readonly ReleasedRequest[]): Promise<number[]> {
+  const missed: number[] = [];
+  const byQueue = new Map<Queue, Array<{ name: string; data: GatewayJobData; opts: JobsOptions }>>();
+  await Promise.all(
+    released.map(async ({ index, entry: text }) => {
+      const entry = decodeBatchEntry(text);
+      const queue = entry && queueNamed(entry.queue);
+      if (!entry || !queue) {
+        missed.push(index);
+        return;
+      }
+      const jobId = batchRequestJobId(batchId, index);
+      const { priority } = await placeJob(redis, queue, jobId, entry.data.claim);
+      let list = byQueue.get(queue);
+      if (!list) byQueue.set(queue, (list = []));
+      // Removed as it ends: its result is in its batch. A retry finds its payload (kept as long as the batch runs).
+      list.push({ name: entry.data.endpoint, data: entry.data, opts: { attempts: entry.attempts, backoff: { type: 'gateway' }, removeOnComplete: true, removeOnFail: true, jobId, priority } });
+    }),
+  );
+  await Promise.all([...byQueue].map(([queue, jobs]) => queue.addBulk(jobs)));
+  return missed;
+}
+
+/** A process's queues by name, made as first asked (a worker queues a batch's next request in whatever lane it waits). */
+export function queuesByName(redis: Redis, known: readonly Queue[] = []): (name: string) => Queue {
+  const queues = new Map(known.map((queue) => [queue.name, queue]));
+  return (name) => {
+    let queue = queues.get(name);
+    if (!queue) queues.set(name, (queue = new Queue(name, { connection: redis })));
+    return queue;
+  };
+}
