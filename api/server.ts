@@ -32,6 +32,8 @@ import { adminRoutes } from './accounts/admin-api.js';
 import { endpointDispatch } from './requests/endpoint-route.js';
 import { batchRoutes } from './batches/routes.js';
 import { startBatchSweeps } from './batches/sweep.js';
+import { listenForRefills } from './batches/refill.js';
+import { queuesByName } from '../shared/batch-queue.js';
 import { jobRoutes } from './jobs/routes.js';
 import { responseRoutes } from './responses/routes.js';
 import { EventLogs } from './relay/event-log.js';
@@ -168,6 +170,8 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   const logs = new EventLogs(redis, log);
   const cache = new AnswerCache(redis, config, log);
   cache.listen(hub);
+  // Batches' windows refilled when a worker asks (api/batches/refill.ts).
+  listenForRefills(hub, redis, queuesByName(redis, queues.all()), log);
   const relayDeps = { config, redis, queues, hub, backpressure, models, prices, logs, cache };
   const endpointDeps = { ...relayDeps, blobs };
   const jobs = jobRoutes({ ...relayDeps, blobs, urlSecret });

@@ -1,16 +1,18 @@
 import { Queue, type JobsOptions } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { batchRequestJobId, type ReleasedRequest } from './batches.js';
+import { batchRequestJobId, releaseBatchRequests, type ReleasedRequest } from './batches.js';
 import type { GatewayJobData } from './jobs.js';
 import { placeJob } from './scheduling/index.js';
 
 /**
- * A Message Batch's requests go to the queue a window at a time: only `window` of a batch are jobs at once (its
- * first window at intake; then each request recorded lets the next one in, `recordAndMoveOn`), the rest wait as
- * entries in the batch's pending hash. So each job gets its account's fair tag when it is queued, not all at intake:
- * two batches of one account share its turns as two accounts share a lane's, and a batch of 10,000 holds a window of
- * BullMQ jobs, not 10,000. A request released whose job never arrived (its worker died between the two) is queued
- * again from its entry by the sweep (api/batches/sweep.ts).
+ * A Message Batch's requests go to the queue a window at a time: only `window` of a batch are jobs at once, the rest
+ * wait as entries in the batch's pending hash. The api fills the window at intake as the entries are stored; then,
+ * each time an eighth of it is free, the worker that recorded the last result asks the apis (`batchRefillChannel`)
+ * and one of them fills it again (api/batches/refill.ts), off the workers' path; the periodic sweep fills any whose
+ * asking was lost. So each job gets its account's fair tag when it is queued, not all at intake: two batches of one
+ * account share its turns as two accounts share a lane's, and a batch of 10,000 holds a window of BullMQ jobs, not
+ * 10,000. A request let in whose job never arrived (its api died between the two) is queued again from its entry by
+ * the sweep (api/batches/sweep.ts).
  */
 
 /** A request of a batch as it waits to be queued: its queue, its attempts, and its job's data. */
@@ -65,7 +67,13 @@ export async function queueBatchRequests(redis: Redis, queueNamed: (name: string
   return missed;
 }
 
-/** A process's queues by name, made as first asked (a worker queues a batch's next request in whatever lane it waits). */
+/** Fills a batch's window (none once it is canceled, expired or all in) and queues what came in; returns the indices it could not queue. */
+export async function fillBatchWindow(redis: Redis, queueNamed: (name: string) => Queue | undefined, batchId: string): Promise<number[]> {
+  const released = await releaseBatchRequests(redis, batchId);
+  return released.length > 0 ? queueBatchRequests(redis, queueNamed, batchId, released) : [];
+}
+
+/** A process's queues by name: those it knows, and others made as first asked (a batch's request waits in its model's lane). */
 export function queuesByName(redis: Redis, known: readonly Queue[] = []): (name: string) => Queue {
   const queues = new Map(known.map((queue) => [queue.name, queue]));
   return (name) => {

@@ -68,42 +68,17 @@ export function batchRequestJobId(batchId: string, index: number): string {
   return `${batchId}.${index}`;
 }
 
-// A batch's window filled: while it is in progress and before its deadline, its next requests (from `next`, up to
-// those stored so far) are let in until `window` are queued, once at least `least` may be (all that is left, at the
-// end), each noted queued (at `now`) and returned with its pending entry. Shared by the record and the release
-// scripts (KEYS[1] the batch, then its pending and queued keys).
-const releaseLua = (pending: string, queued: string, now: string, least: string) => `
-local function release()
-  local out = {}
-  if redis.call('HGET', KEYS[1], 'status') ~= 'in_progress' then return out end
-  local batch = redis.call('HMGET', KEYS[1], 'expires', 'next', 'stored', 'window')
-  if tonumber(${now}) >= tonumber(batch[1] or '0') then return out end
-  local from = tonumber(batch[2] or '0')
-  local left = tonumber(batch[3] or '0') - from
-  local room = tonumber(batch[4] or '0') - redis.call('ZCARD', ${queued})
-  if left <= 0 or room <= 0 or room < math.min(tonumber(${least}), left) then return out end
-  local to = from + math.min(room, left)
-  redis.call('HSET', KEYS[1], 'next', to)
-  for index = from, to - 1 do
-    redis.call('ZADD', ${queued}, ${now}, index)
-    out[#out + 1] = index
-    out[#out + 1] = redis.call('HGET', ${pending}, index) or ''
-  end
-  if redis.call('PTTL', ${queued}) < 0 then redis.call('PEXPIRE', ${queued}, redis.call('PTTL', KEYS[1])) end
-  return out
-end`;
-
 /**
  * Records one request's result once: a request already recorded is left as it is (a retried or re-run request never
  * counts twice). Moves the request from `processing` to its outcome, adds its cost, takes it out of the pending and
- * queued keys, and either ends the batch when none is left processing (its results then kept for their time) or
- * fills its window again once `refill` of it are free (so its requests are queued that many at a time, not one by
- * one): those to queue, returned with their entries.
+ * queued keys, and ends the batch when none is left processing (its results then kept for their time). Otherwise it
+ * says whether the batch's window wants refilling: `refill` of it free (all that is left, at the end) while the batch
+ * is in progress and before its deadline, and no refill asked in the last second (one asked and not yet done).
  * KEYS: batch, done, results, pending, queued. ARGV: index, outcome, custom_id, result JSON, now (ms), results' TTL
- * (ms), cost (µ$). Returns {1, index, entry, index, entry, …} when recorded ({2}: and that ended the batch), {0}
- * when the request was recorded before, {-1} for a batch that is gone.
+ * (ms), cost (µ$). Returns {1, 1} when recorded and a refill is to be asked ({1, 0}: not), {2} when recorded and that
+ * ended the batch, {0} when the request was recorded before, {-1} for a batch that is gone.
  */
-const recordScript = `${releaseLua('KEYS[4]', 'KEYS[5]', 'ARGV[5]', "redis.call('HGET', KEYS[1], 'refill') or '1'")}
+const recordScript = `
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
 if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 0 then return {0} end
 redis.call('HDEL', KEYS[4], ARGV[1])
@@ -112,19 +87,43 @@ redis.call('XADD', KEYS[3], '*', 'custom_id', ARGV[3], 'result', ARGV[4])
 redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
 if tonumber(ARGV[7]) > 0 then redis.call('HINCRBY', KEYS[1], 'cost', ARGV[7]) end
 local left = redis.call('HINCRBY', KEYS[1], 'processing', -1)
-if left <= 0 and redis.call('HGET', KEYS[1], 'status') ~= 'ended' then
+local batch = redis.call('HMGET', KEYS[1], 'status', 'expires', 'next', 'stored', 'window', 'refill', 'asked')
+if left <= 0 and batch[1] ~= 'ended' then
   redis.call('HSET', KEYS[1], 'status', 'ended', 'ended_at', ARGV[5])
   for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[6]) end
   redis.call('DEL', KEYS[4], KEYS[5])
   return {2}
 end
-local moved = release()
-table.insert(moved, 1, 1)
-return moved`;
+local now = tonumber(ARGV[5])
+if batch[1] ~= 'in_progress' or now >= tonumber(batch[2] or '0') then return {1, 0} end
+local unqueued = tonumber(batch[4] or '0') - tonumber(batch[3] or '0')
+local room = tonumber(batch[5] or '0') - redis.call('ZCARD', KEYS[5])
+if unqueued <= 0 or room < math.min(tonumber(batch[6] or '1'), unqueued) then return {1, 0} end
+if now - tonumber(batch[7] or '0') < 1000 then return {1, 0} end
+redis.call('HSET', KEYS[1], 'asked', ARGV[5])
+return {1, 1}`;
 
-/** Fills a batch's window (at intake, as its requests are stored). KEYS: batch, pending, queued. ARGV: now. Returns index, entry pairs. */
-const releaseScript = `${releaseLua('KEYS[2]', 'KEYS[3]', 'ARGV[1]', '1')}
-return release()`;
+/**
+ * Fills a batch's window: while it is in progress and before its deadline, its next requests (from `next`, up to
+ * those stored so far) are let in until `window` are queued, each noted queued (at `now`) and returned with its
+ * pending entry; a refill asked is done. KEYS: batch, pending, queued. ARGV: now. Returns index, entry pairs.
+ */
+const releaseScript = `
+local out = {}
+local batch = redis.call('HMGET', KEYS[1], 'status', 'expires', 'next', 'stored', 'window')
+if batch[1] ~= 'in_progress' or tonumber(ARGV[1]) >= tonumber(batch[2] or '0') then return out end
+redis.call('HSET', KEYS[1], 'asked', 0)
+local from = tonumber(batch[3] or '0')
+local to = math.min(tonumber(batch[4] or '0'), from + tonumber(batch[5] or '0') - redis.call('ZCARD', KEYS[3]))
+if to <= from then return out end
+redis.call('HSET', KEYS[1], 'next', to)
+for index = from, to - 1 do
+  redis.call('ZADD', KEYS[3], ARGV[1], index)
+  out[#out + 1] = index
+  out[#out + 1] = redis.call('HGET', KEYS[2], index) or ''
+end
+if redis.call('PTTL', KEYS[3]) < 0 then redis.call('PEXPIRE', KEYS[3], redis.call('PTTL', KEYS[1])) end
+return out`;
 
 /** Marks a cancel asked: `in_progress` becomes `canceling` (any other status stays). Returns the status after. */
 const cancelScript = `
@@ -137,7 +136,7 @@ end
 return status`;
 
 interface BatchRedis extends Redis {
-  batchRecord(batch: string, done: string, results: string, pending: string, queued: string, index: number, outcome: BatchOutcome, customId: string, result: string, now: number, ttlMs: number, costMicros: number): Promise<[number, ...Array<number | string>]>;
+  batchRecord(batch: string, done: string, results: string, pending: string, queued: string, index: number, outcome: BatchOutcome, customId: string, result: string, now: number, ttlMs: number, costMicros: number): Promise<[number, number?]>;
   batchRelease(batch: string, pending: string, queued: string, now: number): Promise<Array<number | string>>;
   batchCancel(batch: string, now: number): Promise<string | null>;
 }
@@ -151,17 +150,12 @@ export interface ReleasedRequest {
   entry: string;
 }
 
-function releasedPairs(flat: ReadonlyArray<number | string>, from = 0): ReleasedRequest[] {
-  const out: ReleasedRequest[] = [];
-  for (let i = from; i + 1 < flat.length; i += 2) out.push({ index: Number(flat[i]), entry: String(flat[i + 1]) });
-  return out;
-}
 
 /**
  * Stores a new batch (every request processing), lists it under its account and among the open batches; kept until
- * `keepMs` past its expiry. With a `window`, its requests are run by the queue, that many at once, refilled an eighth
- * of it at a time: the caller stores each one's entry (`storeBatchEntries`) and fills the window as they are stored
- * (`releaseBatchRequests`); without, nothing is ever released (a record alone, as tests make one).
+ * `keepMs` past its expiry. With a `window`, its requests are run by the queue, that many at once, refilled once an
+ * eighth of it is free: the caller stores each one's entry (`storeBatchEntries`) and fills the window as they are
+ * stored (`releaseBatchRequests`); without, nothing is ever released (a record alone, as tests make one).
  */
 export async function createBatch(redis: Redis, batch: Omit<BatchRecord, 'status' | 'counts' | 'costMicros'>, keepMs: number, options: { window?: number } = {}): Promise<void> {
   const ttl = Math.max(1, batch.expires - Date.now() + keepMs);
@@ -169,7 +163,7 @@ export async function createBatch(redis: Redis, batch: Omit<BatchRecord, 'status
   const refill = Math.max(1, Math.floor(window / 8));
   await redis
     .multi()
-    .hset(batchKey(batch.id), { id: batch.id, account: batch.accountId, key: batch.keyId, created: batch.created, expires: batch.expires, total: batch.total, next: 0, stored: 0, window, refill, status: batch.total > 0 ? 'in_progress' : 'ended', processing: batch.total, succeeded: 0, errored: 0, canceled: 0, expired: 0, cost: 0 })
+    .hset(batchKey(batch.id), { id: batch.id, account: batch.accountId, key: batch.keyId, created: batch.created, expires: batch.expires, total: batch.total, next: 0, stored: 0, window, refill, asked: 0, status: batch.total > 0 ? 'in_progress' : 'ended', processing: batch.total, succeeded: 0, errored: 0, canceled: 0, expired: 0, cost: 0 })
     .pexpire(batchKey(batch.id), ttl)
     .exec();
   await together(redis).zadd(accountBatchesKey(batch.accountId), batch.created, batch.id).zadd(openBatchesKey, batch.expires, batch.id).exec();
@@ -192,7 +186,10 @@ export async function storeBatchEntries(redis: Redis, batchId: string, from: num
 
 /** Fills a batch's window: the requests now to be queued (none once it is canceled, expired or all out). */
 export async function releaseBatchRequests(redis: Redis, batchId: string): Promise<ReleasedRequest[]> {
-  return releasedPairs(await scripted(redis).batchRelease(batchKey(batchId), batchPendingKey(batchId), batchQueuedKey(batchId), Date.now()));
+  const flat = await scripted(redis).batchRelease(batchKey(batchId), batchPendingKey(batchId), batchQueuedKey(batchId), Date.now());
+  const out: ReleasedRequest[] = [];
+  for (let i = 0; i + 1 < flat.length; i += 2) out.push({ index: Number(flat[i]), entry: String(flat[i + 1]) });
+  return out;
 }
 
 /** The requests of a batch queued (released) and not yet recorded, queued before `before` (epoch ms). */
@@ -216,11 +213,11 @@ export async function pendingEntries(redis: Redis, batchId: string, indices: rea
  * JSON already (a message as the worker has it, not parsed to be written again). `costMicros`: what it was billed.
  */
 export async function recordBatchResult(redis: Redis, batchId: string, index: number, customId: string, result: BatchResult | { type: BatchOutcome; json: string }, keepMs: number, costMicros = 0): Promise<'recorded' | 'already' | 'gone'> {
-  return (await recordAndMoveOn(redis, batchId, index, customId, result, keepMs, costMicros)).state;
+  return (await recordInBatch(redis, batchId, index, customId, result, keepMs, costMicros)).state;
 }
 
-/** As `recordBatchResult`, and the requests let into the batch's window by it, if any: the caller queues them. */
-export async function recordAndMoveOn(redis: Redis, batchId: string, index: number, customId: string, result: BatchResult | { type: BatchOutcome; json: string }, keepMs: number, costMicros = 0): Promise<{ state: 'recorded' | 'already' | 'gone'; next: ReleasedRequest[] }> {
+/** As `recordBatchResult`, and whether the batch's window now wants refilling (the caller asks the apis to). */
+export async function recordInBatch(redis: Redis, batchId: string, index: number, customId: string, result: BatchResult | { type: BatchOutcome; json: string }, keepMs: number, costMicros = 0): Promise<{ state: 'recorded' | 'already' | 'gone'; refill: boolean }> {
   const line = 'json' in result ? result.json : JSON.stringify(result);
   const reply = await scripted(redis).batchRecord(batchKey(batchId), batchDoneKey(batchId), batchResultsKey(batchId), batchPendingKey(batchId), batchQueuedKey(batchId), index, result.type, customId, line, Date.now(), keepMs, Math.max(0, Math.round(costMicros)));
   const done = Number(reply[0]);
@@ -228,7 +225,7 @@ export async function recordAndMoveOn(redis: Redis, batchId: string, index: numb
     activeMetrics()?.batchRequests.get(result.type).inc();
     if (done === 2) activeMetrics()?.batches.get('ended').inc();
   }
-  return { state: done > 0 ? 'recorded' : done === 0 ? 'already' : 'gone', next: releasedPairs(reply, 1) };
+  return { state: done > 0 ? 'recorded' : done === 0 ? 'already' : 'gone', refill: reply[1] === 1 };
 }
 
 /** Where a worker stands with a batch's request: its batch's status (undefined: gone), and whether it is recorded already. One round trip. */
@@ -243,32 +240,38 @@ export async function deleteBatch(redis: Redis, batchId: string, accountId: stri
   await together(redis).zrem(accountBatchesKey(accountId), batchId).zrem(openBatchesKey, batchId).exec();
 }
 
-/** An account's batches, newest first: a page of `limit` after `afterId` / before `beforeId` (Anthropic's cursors), gone ones dropped. */
+/**
+ * An account's batches, newest first: a page of `limit` after `afterId` / before `beforeId` (Anthropic's cursors),
+ * gone ones dropped. Reads the page, not the account's whole list: the cursor's rank, then its neighbours.
+ */
 export async function listBatches(redis: Redis, accountId: string, page: { limit: number; afterId?: string; beforeId?: string }): Promise<{ batches: BatchRecord[]; hasMore: boolean }> {
   const key = accountBatchesKey(accountId);
   // Newest first, as Anthropic lists them: `after_id` pages toward older batches, `before_id` toward newer ones.
-  const ids = await redis.zrevrange(key, '0', '-1');
-  const at = (id: string | undefined) => (id === undefined ? undefined : ids.indexOf(id));
-  const after = at(page.afterId);
-  const before = at(page.beforeId);
+  const [[, total], [, after], [, before]] = (await together(redis)
+    .zcard(key)
+    .zrevrank(key, page.afterId ?? '')
+    .zrevrank(key, page.beforeId ?? '')
+    .exec()) as [[unknown, number], [unknown, number | null], [unknown, number | null]];
   let start = 0;
-  let end = ids.length;
-  if (after !== undefined) start = after < 0 ? ids.length : after + 1;
-  if (before !== undefined) {
-    end = before < 0 ? 0 : before;
+  let end = total;
+  // A cursor that is not (or no longer) listed has nothing beyond it.
+  if (page.afterId !== undefined) start = after === null ? total : after + 1;
+  if (page.beforeId !== undefined) {
+    end = before ?? 0;
     start = Math.max(0, end - page.limit);
   }
-  const chosen = ids.slice(start, Math.min(end, start + page.limit));
+  const stop = Math.min(end, start + page.limit);
+  const chosen = stop > start ? await redis.zrevrange(key, start, stop - 1) : [];
   const records = await Promise.all(chosen.map((id) => readBatch(redis, id)));
   const gone = chosen.filter((_, i) => !records[i]);
   if (gone.length > 0) await redis.zrem(key, ...gone);
-  const hasMore = before !== undefined ? start > 0 : start + page.limit < end;
+  const hasMore = page.beforeId !== undefined ? start > 0 : start + page.limit < end;
   return { batches: records.filter((record): record is BatchRecord => record !== undefined), hasMore };
 }
 
-/** How many of an account's batches have not ended (an open batch's limit). */
-export async function openBatchCount(redis: Redis, accountId: string): Promise<number> {
-  const ids = await redis.zrange(accountBatchesKey(accountId), '0', '-1');
+/** How many of an account's batches made since `since` (epoch ms: one older is past its deadline) have not ended. */
+export async function openBatchCount(redis: Redis, accountId: string, since = 0): Promise<number> {
+  const ids = await redis.zrangebyscore(accountBatchesKey(accountId), since, '+inf');
   if (ids.length === 0) return 0;
   const read = together(redis);
   for (const id of ids) read.hget(batchKey(id), 'status');

@@ -413,7 +413,7 @@ const fixed = {
   BATCH_MAX_OPEN: setting(integer(1, 20, 10_000), 'the most batches an account may have in progress (or canceling) at once; one more → 429'),
   BATCH_DEADLINE_S: setting(integer(1, 86_400, 86_400), 'how long a message batch runs: its requests not answered by then are `expired` (Anthropic\'s `expires_at`, 24 h)'),
   BATCH_SWEEP_INTERVAL_S: setting(integer(1, 10, 3600), 'seconds between sweeps of the open batches (one api at a time): a batch past its deadline has its waiting requests `expired` and ends, a canceled one whose api died midway is finished'),
-  BATCH_WINDOW: setting(integer(1, 256, 100_000), 'the requests of one message batch queued at once (at least twice the cap of the widest capped vendor it uses): the rest wait in Redis and each answer lets the next in, so one account\'s batches share its turns'),
+  BATCH_WINDOW: setting(integer(1, 256, 100_000), 'the requests of one message batch queued at once (at least twice the cap of the widest capped vendor it uses): the rest wait in Redis and an api queues an eighth more each time that many are answered, so one account\'s batches share its turns'),
   BATCH_RESULTS_TTL_S: setting(integer(60, 29 * 86_400, 60 * 86_400), 'how long a batch and its results stay retrievable after it ends (Anthropic keeps them 29 days)'),
   RESPONSE_TTL_S: setting(integer(60, 30 * 86_400), 'how long a stored response (`store`, the default) can be retrieved and chained with `previous_response_id`'),
   STREAM_REPLAY_TTL_S: setting(integer(10, 600), 'how long after its last event a stream (chat, completions, Responses) can still be resumed or replayed from its event log'),

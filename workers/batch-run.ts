@@ -1,13 +1,12 @@
 import type { Redis } from 'ioredis';
-import type { Queue } from 'bullmq';
-import { queueBatchRequests, queuesByName } from '../shared/batch-queue.js';
-import { batchRequestState, recordAndMoveOn, type BatchJob, type BatchOutcome, type BatchResult } from '../shared/batches.js';
+import { batchRequestState, recordInBatch, type BatchJob, type BatchOutcome, type BatchResult } from '../shared/batches.js';
 import type { Config } from '../shared/config.js';
 import type { GatewayError } from '../shared/errors.js';
 import type { GatewayJobData } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
 import { anthropicErrorType } from '../shared/messages.js';
 import { moneyRefusal, releaseReservation, reserve } from '../shared/money/billing.js';
+import { batchRefillChannel } from '../shared/redis-keys.js';
 
 /**
  * A Message Batch's request in a worker (shared/batches.ts): it has no client, so its answer, or its failure, is
@@ -30,23 +29,14 @@ export function isBatchJob(data: GatewayJobData): data is BatchData {
   return data.batch !== undefined;
 }
 
-const queuesOf = new WeakMap<Redis, (name: string) => Queue>();
-
 /**
- * Records a request's outcome in its batch (a batch gone, deleted or its results' time over, has nothing to record),
- * and queues the requests that refill the batch's window, when it lets some in (an eighth of the window at a time).
- * They are queued on the side: the job ends without waiting for them (the window holds others to run meanwhile);
- * any lost with this process are queued again by the sweep.
+ * Records a request's outcome in its batch (a batch gone, deleted or its results' time over, has nothing to record).
+ * When that leaves an eighth of the batch's window free, the apis are asked to refill it (shared/batch-queue.ts): one
+ * PUBLISH, not sent waited on; a lost one is made up by the sweep.
  */
 async function record(deps: BatchRunDeps, batch: BatchJob, result: BatchResult | { type: BatchOutcome; json: string }, costMicros = 0): Promise<void> {
-  const { next } = await recordAndMoveOn(deps.redis, batch.id, batch.index, batch.customId, result, deps.config.batches.resultsKeepMs, costMicros);
-  if (next.length === 0) return;
-  let queues = queuesOf.get(deps.redis);
-  if (!queues) queuesOf.set(deps.redis, (queues = queuesByName(deps.redis)));
-  const indices = next.map(({ index }) => index);
-  void queueBatchRequests(deps.redis, queues, batch.id, next)
-    .then((missed) => missed.length > 0 && deps.log.warn({ batch: batch.id, missed }, "a batch's next requests have no entry to queue (the sweep records them)"))
-    .catch((error: unknown) => deps.log.warn({ err: error, batch: batch.id, indices }, "could not queue a batch's next requests (the sweep will)"));
+  const { refill } = await recordInBatch(deps.redis, batch.id, batch.index, batch.customId, result, deps.config.batches.resultsKeepMs, costMicros);
+  if (refill) void deps.redis.publish(batchRefillChannel, batch.id).catch((error: unknown) => deps.log.warn({ err: error, batch: batch.id }, "could not ask for a batch's window to be refilled (the sweep will)"));
 }
 
 /** An error as a batch's result says it: Anthropic's error body. */

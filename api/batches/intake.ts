@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { encodeBatchEntry, queueBatchRequests, queuesByName, type BatchEntry } from '../../shared/batch-queue.js';
+import { encodeBatchEntry, queueBatchRequests, queuesByName } from '../../shared/batch-queue.js';
 import { batchRequestJobId, cancelBatch, createBatch, newBatchId, releaseBatchRequests, storeBatchEntries, type BatchJob } from '../../shared/batches.js';
 import { endpoints, type EndpointRequest } from '../../shared/endpoints.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
@@ -7,9 +7,9 @@ import { worstCase } from '../../shared/money/charge.js';
 import { payloadKey } from '../../shared/redis-keys.js';
 import { laneOf, vendorLimits } from '../../shared/scheduling/index.js';
 import { messagesRequestSchema } from '../../shared/schemas/messages.js';
-import type { MessagesJob } from '../../shared/messages.js';
 import { checkJsonShape, maxJsonDepth, parseBody, yieldToLoop } from '../http/request-body.js';
-import { handlers } from '../requests/endpoint-handlers.js';
+import { handlers, type Accepted } from '../requests/endpoint-handlers.js';
+import { jobData } from '../requests/build-job.js';
 import type { KeyedContext } from '../requests/request-context.js';
 import { checkModelAllowed, type EndpointRouteDeps } from '../requests/endpoint-route.js';
 import { jobQueue } from '../relay/enqueue.js';
@@ -40,7 +40,7 @@ interface Checked {
   customId: string;
   modelId: string;
   lane: string | undefined;
-  payload: MessagesJob;
+  accepted: Accepted<'messages'>;
   micros: number;
   tokens: number;
 }
@@ -78,7 +78,7 @@ async function checkRequests(ctx: KeyedContext, deps: EndpointRouteDeps, items: 
       const accepted = await handlers.messages.accept({ fields, model, files: [], scope: { redis: deps.redis, blobs: deps.blobs, keyId, config: deps.config }, header: (name) => ctx.get(name) });
       const request_ = { endpoint: 'messages', payload: accepted.payload } as EndpointRequest;
       const estimate = worstCase(deps.config, deps.prices, request_, model.id, model.routes[0]?.vendor, accepted.promptTokens ?? 0);
-      checked.push({ customId: request.custom_id, modelId: model.id, lane: laneOf(deps.queues.laneNames, model), payload: accepted.payload, micros: estimate.micros, tokens: estimate.tokens });
+      checked.push({ customId: request.custom_id, modelId: model.id, lane: laneOf(deps.queues.laneNames, model), accepted: { payload: accepted.payload, serviceTier: 'flex' }, micros: estimate.micros, tokens: estimate.tokens });
     } catch (error) {
       inRequest(index, error);
     }
@@ -132,24 +132,11 @@ export async function intakeBatch(ctx: KeyedContext, deps: EndpointRouteDeps, te
         const batch: BatchJob = { id, index, customId: request.customId, reserve: { micros: request.micros, tokens: request.tokens, ...(access.limitMicros !== undefined ? { keyLimitMicros: access.limitMicros } : {}) } };
         // A batch's jobs are not admitted to the waiting room (they have limits of their own): only their queues are found.
         const queue = jobQueue(deps.queues, { id: jobId, queue: row.queue, lane: request.lane });
-        const data: BatchEntry['data'] = {
-          requestId: jobId,
-          jobId,
-          replyTo: deps.hub.channel,
-          keyId,
-          accountId: access.accountId,
-          endpoint: 'messages',
-          model: request.modelId,
-          stream: false,
-          deadline: expires,
-          serviceTier: 'flex',
-          batch,
-          claim: { accountId: access.accountId, weight, tokens: request.tokens, tier: 'batch', contended: true },
-        };
-        const serialized = JSON.stringify(request.payload);
-        if (serialized.length > deps.config.inlinePayloadBytes) payloads.push([payloadKey(jobId), serialized]);
-        else data.payload = request.payload;
-        entries.push(encodeBatchEntry({ queue: queue.name, attempts: deps.config.jobAttempts, data }));
+        const origin = { requestId: jobId, replyTo: deps.hub.channel, keyId, accountId: access.accountId, model: request.modelId, baseUrl: '' };
+        const { data, storedPayload } = jobData('messages', request.accepted, origin, 'batch', expires, deps.config);
+        if (storedPayload !== undefined) payloads.push([payloadKey(jobId), storedPayload]);
+        const claim = { accountId: access.accountId, weight, tokens: request.tokens, tier: 'batch' as const, contended: true };
+        entries.push(encodeBatchEntry({ queue: queue.name, attempts: deps.config.jobAttempts, data: { ...data, batch, claim } }));
       });
       // A payload kept apart is written before its job can be taken.
       await Promise.all(payloads.map(([key, value]) => deps.redis.set(key, value, 'PX', keptMs)));

@@ -52,7 +52,7 @@ export function batchRoutes(deps: EndpointRouteDeps, log: Logger): Router<KeyedS
 
   router.post('/', async (ctx) => {
     const { text } = await readJsonText(ctx.req, deps.config.batches.maxBytes);
-    const made = await intakeBatch(ctx, deps, text, () => openBatchCount(deps.redis, ctx.state.access.accountId));
+    const made = await intakeBatch(ctx, deps, text, () => openBatchCount(deps.redis, ctx.state.access.accountId, Date.now() - deps.config.batches.deadlineMs));
     activeMetrics()?.batches.get('created').inc();
     ctx.state.log.info({ batch: made.id, requests: made.total }, 'message batch created');
     const batch = await readBatch(deps.redis, made.id);

@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { decodeBatchEntry, entryCustomId, queueBatchRequests, queuesByName } from '../../shared/batch-queue.js';
+import { decodeBatchEntry, entryCustomId, fillBatchWindow, queueBatchRequests, queuesByName } from '../../shared/batch-queue.js';
 import { batchRequestJobId, pendingEntries, queuedIndices, readBatch, recordBatchResult, releasedCount, type BatchRecord, type BatchResult } from '../../shared/batches.js';
 import type { Config } from '../../shared/config.js';
 import type { Logger } from '../../shared/logger.js';
@@ -13,8 +13,8 @@ import { yieldToLoop } from '../http/request-body.js';
  * still waiting is removed from its queue and recorded `canceled`, and those never queued (past its window) too;
  * past the batch's deadline, `expired`. A request a worker holds is left to it (it records its own outcome: a cancel
  * does not stop a call under way, as Anthropic's does not). In a batch running, a request released to the queue
- * whose job is not there a while later (its worker died between recording the one before and queuing it) is queued
- * again from its entry. The api that takes a cancel sweeps the batch at once; every api sweeps the open batches
+ * whose job is not there a while later (its api died between letting it in and queuing it) is queued again from its
+ * entry, and a window whose refill was asked but never done is filled. The api that takes a cancel sweeps the batch at once; every api sweeps the open batches
  * periodically (one at a time, under a lock). Idempotent: each result is recorded once whoever sweeps, and a job
  * queued twice is one job (its id).
  */
@@ -69,7 +69,12 @@ export async function sweepBatch(deps: SweepDeps, batch: BatchRecord): Promise<n
     const lostResult: BatchResult = { type: 'errored', error: { type: 'error', error: { type: 'api_error', message: 'This request of the batch was lost before it could run.' }, request_id: null } };
     await Promise.all(missed.map((index) => record(index, '', lostResult)));
   }
-  if (!outcome) return swept;
+  if (!outcome) {
+    // A window whose refill was asked and not done (the ask lost, its api gone) is filled here.
+    const missed = await fillBatchWindow(deps.redis, queueNamed, batch.id);
+    if (missed.length > 0) deps.log.warn({ batch: batch.id, missed }, "a batch's requests could not be queued (the next sweep records them)");
+    return swept;
+  }
   // The ones never queued: past the window when the batch stopped.
   const next = await releasedCount(deps.redis, batch.id);
   for (let from = next; from < batch.total; from += perRound) {

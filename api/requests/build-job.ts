@@ -26,14 +26,14 @@ export interface JobOrigin {
 }
 
 
-export function buildJob<E extends Endpoint>(name: E, accepted: Accepted<E>, origin: JobOrigin, mode: AnswerMode, config: Config): JobPlan {
-  const row = endpoints[name];
-  const id = accepted.jobId ?? origin.requestId;
-  // Flex takes only capacity nothing else wants and may wait long: its own deadline replaces its queue's.
-  const deadline = Date.now() + (accepted.serviceTier === 'flex' ? config.flexDeadlineMs : row.deadlineMs(config));
+/**
+ * A job's data, and its payload's JSON when that is kept apart (past INLINE_PAYLOAD_BYTES): a request's job
+ * (`buildJob`) and each of a Message Batch's (api/batches/intake.ts, `mode` 'batch': no reply, its batch's deadline).
+ */
+export function jobData<E extends Endpoint>(name: E, accepted: Accepted<E>, origin: JobOrigin, mode: AnswerMode | 'batch', deadline: number, config: Config): { data: GatewayJobData; storedPayload?: string } {
   const data: GatewayJobData = {
     requestId: origin.requestId,
-    jobId: id,
+    jobId: accepted.jobId ?? origin.requestId,
     replyTo: origin.replyTo,
     keyId: origin.keyId,
     endpoint: name,
@@ -53,8 +53,18 @@ export function buildJob<E extends Endpoint>(name: E, accepted: Accepted<E>, ori
   // a multipart one only its uploads' keys); an inline payload is serialised again inside BullMQ's add, at most
   // 64 KiB of it: about 35 µs at that size, 0.3 µs for a short chat, against about 1 ms of CPU per request.
   const serialized = JSON.stringify(accepted.payload);
-  const stored = serialized.length > config.inlinePayloadBytes;
-  if (!stored) data.payload = accepted.payload;
+  if (serialized.length > config.inlinePayloadBytes) return { data, storedPayload: serialized };
+  data.payload = accepted.payload;
+  return { data };
+}
+
+export function buildJob<E extends Endpoint>(name: E, accepted: Accepted<E>, origin: JobOrigin, mode: AnswerMode, config: Config): JobPlan {
+  const row = endpoints[name];
+  const id = accepted.jobId ?? origin.requestId;
+  // Flex takes only capacity nothing else wants and may wait long: its own deadline replaces its queue's.
+  const deadline = Date.now() + (accepted.serviceTier === 'flex' ? config.flexDeadlineMs : row.deadlineMs(config));
+  const { data, storedPayload } = jobData(name, accepted, origin, mode, deadline, config);
+  const stored = storedPayload !== undefined ? { storedPayload } : {};
   const retries = { jobId: id, attempts: config.jobAttempts, backoff: { type: 'gateway' } };
   if (mode === 'async') {
     const ttl = config.asyncResultTtlSeconds;
@@ -69,7 +79,7 @@ export function buildJob<E extends Endpoint>(name: E, accepted: Accepted<E>, ori
       ...(name === 'videos' ? { request: accepted.payload as VideoInput } : {}),
     };
     const options = { ...retries, removeOnComplete: { age: ttl }, removeOnFail: { age: ttl } };
-    return { id, queue: row.queue, ...(origin.lane ? { lane: origin.lane } : {}), mode, data, payload: accepted.payload, options, deadline, asyncRecord, ...(stored ? { storedPayload: serialized } : {}) };
+    return { id, queue: row.queue, ...(origin.lane ? { lane: origin.lane } : {}), mode, data, payload: accepted.payload, options, deadline, asyncRecord, ...stored };
   }
   // A job answered through pub/sub (or run in the background): kept briefly once finished, as its row says.
   const options = {
@@ -77,5 +87,5 @@ export function buildJob<E extends Endpoint>(name: E, accepted: Accepted<E>, ori
     removeOnComplete: { age: row.keep.completedSeconds, count: row.keep.completedCount },
     removeOnFail: { age: row.keep.failedSeconds, count: row.keep.failedCount },
   };
-  return { id, queue: row.queue, ...(origin.lane ? { lane: origin.lane } : {}), mode, data, payload: accepted.payload, options, deadline, ...(stored ? { storedPayload: serialized } : {}) };
+  return { id, queue: row.queue, ...(origin.lane ? { lane: origin.lane } : {}), mode, data, payload: accepted.payload, options, deadline, ...stored };
 }

@@ -12,6 +12,7 @@ import { usageRows } from '../support/record.js';
 import { chatStreamSse } from '../support/fake-openai-defaults.js';
 import { laneQueueName } from '../../shared/queues.js';
 import { removeWaitingJob } from '../../shared/scheduling/index.js';
+import { batchKey } from '../../shared/redis-keys.js';
 
 type BatchRequest = Anthropic.Messages.Batches.BatchCreateParams.Request;
 
@@ -336,10 +337,10 @@ describe('Message Batches across faults: a worker killed mid-batch, a batch past
     await waitFor(async () => (await readBill(redis, account))!.reservedMicros === 0, 10_000, 'no reservation left');
   });
 
-  it('queues again a request let into the queue whose job never arrived (its worker died between the two), and runs it once', async () => {
+  it('queues again a request let into the queue whose job never arrived (its api died between the two), and runs it once', async () => {
     for (const process of processes.splice(0)) await process.stop('SIGKILL');
     const { key } = await paidAccountKey(redis, 10_000_000);
-    // The api alone first: the batch's jobs wait, and one is taken out as a worker dying at the wrong moment leaves it.
+    // The api alone first: the batch's jobs wait, and one is taken out as an api dying at the wrong moment leaves it.
     const api = await startGateway({ role: 'api', env: { ...env(), BATCH_WINDOW: '3' } });
     processes.push(api);
     const client = new Anthropic({ apiKey: key, baseURL: api.url, maxRetries: 0 });
@@ -362,6 +363,25 @@ describe('Message Batches across faults: a worker killed mid-batch, a batch past
     } finally {
       await lane.close();
     }
+  });
+
+  it('goes on when no api heard its worker ask for a refill: the next api’s sweep fills the window', async () => {
+    for (const process of processes.splice(0)) await process.stop('SIGKILL');
+    const { key } = await paidAccountKey(redis, 10_000_000);
+    // A window of four (BATCH_WINDOW 1, raised to twice the lane's cap of two).
+    const first = await startGateway({ role: 'api', env: { ...env(), BATCH_WINDOW: '1' } });
+    processes.push(first);
+    const made = await new Anthropic({ apiKey: key, baseURL: first.url, maxRetries: 0 }).messages.batches.create({ requests: Array.from({ length: 10 }, (_, i) => ask(`w${i}`, 'gpt-4o-mini', `Window ${i}`)) });
+    // No api while the worker runs the first window (four: twice the cap) and asks for more.
+    await first.stop('SIGKILL');
+    processes.push(await startGateway({ role: 'worker', env: env() }));
+    await waitFor(async () => Number(await redis.hget(batchKey(made.id), 'succeeded')) === 4, 15_000, 'the first window answered');
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(Number(await redis.hget(batchKey(made.id), 'succeeded')), 4, 'nothing more ran without an api');
+    const api = await startGateway({ role: 'api', env: { ...env(), BATCH_WINDOW: '1' } });
+    processes.push(api);
+    const done = await ended(new Anthropic({ apiKey: key, baseURL: api.url, maxRetries: 0 }), made.id, 30_000);
+    assert.deepEqual(done.request_counts, { processing: 0, succeeded: 10, errored: 0, canceled: 0, expired: 0 });
   });
 
   it('expires what has not run by the batch’s deadline, ends the batch then, and bills nothing for it', async () => {

@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
-import { batchRequestJobId, batchRequestState, batchView, cancelBatch, createBatch, deleteBatch, listBatches, newBatchId, openBatchCount, pendingEntries, queuedIndices, readBatch, readBatchResults, recordAndMoveOn, recordBatchResult, releaseBatchRequests, releasedCount, storeBatchEntries } from '../../shared/batches.js';
+import { batchRequestJobId, batchRequestState, batchView, cancelBatch, createBatch, deleteBatch, listBatches, newBatchId, openBatchCount, pendingEntries, queuedIndices, readBatch, readBatchResults, recordBatchResult, recordInBatch, releaseBatchRequests, releasedCount, storeBatchEntries } from '../../shared/batches.js';
 import { accountBatchesKey, batchKey, batchPendingKey, batchQueuedKey } from '../../shared/redis-keys.js';
 import { freshRedis } from '../support/gateway.js';
 
@@ -123,16 +123,17 @@ describe('a Message Batch’s queues, cost, listing and deletion', () => {
     assert.deepEqual(await queuedIndices(redis, id), [0, 1]);
     assert.equal(await openBatchCount(redis, 'acct_q'), 1);
     assert.deepEqual(await batchRequestState(redis, id, 1), { status: 'in_progress', recorded: false });
-    // Each recorded request lets exactly one more in, once however often it is recorded.
-    assert.deepEqual(await recordAndMoveOn(redis, id, 1, 'c1', { type: 'errored', error: { type: 'error', error: { type: 'api_error', message: 'x' }, request_id: null } }, keepMs, 100), { state: 'recorded', next: [{ index: 2, entry: 'e2' }] });
-    assert.deepEqual(await recordAndMoveOn(redis, id, 1, 'c1', { type: 'canceled' }, keepMs, 1_000), { state: 'already', next: [] });
-    assert.deepEqual(await recordAndMoveOn(redis, id, 0, 'c0', { type: 'canceled' }, keepMs, 101), { state: 'recorded', next: [{ index: 3, entry: 'e3' }] });
+    // A result that frees the window's refill asks for it, once until it is done, however often it is recorded.
+    assert.deepEqual(await recordInBatch(redis, id, 1, 'c1', { type: 'errored', error: { type: 'error', error: { type: 'api_error', message: 'x' }, request_id: null } }, keepMs, 100), { state: 'recorded', refill: true });
+    assert.deepEqual(await recordInBatch(redis, id, 1, 'c1', { type: 'canceled' }, keepMs, 1_000), { state: 'already', refill: false });
+    assert.deepEqual(await recordInBatch(redis, id, 0, 'c0', { type: 'canceled' }, keepMs, 101), { state: 'recorded', refill: false }, 'asked already');
+    assert.deepEqual(await releaseBatchRequests(redis, id), [{ index: 2, entry: 'e2' }, { index: 3, entry: 'e3' }]);
     assert.deepEqual(await queuedIndices(redis, id), [2, 3]);
     assert.deepEqual(await pendingEntries(redis, id, [0, 1, 2, 5]), ['', '', 'e2', 'e5'], 'a recorded request’s entry is dropped');
     assert.equal(await releasedCount(redis, id), 4);
     // Canceled: nothing more is let in; what is left is recorded by the sweep.
     assert.equal(await cancelBatch(redis, id), 'canceling');
-    assert.deepEqual(await recordAndMoveOn(redis, id, 2, 'c2', { type: 'canceled' }, keepMs, 102), { state: 'recorded', next: [] });
+    assert.deepEqual(await recordInBatch(redis, id, 2, 'c2', { type: 'canceled' }, keepMs, 102), { state: 'recorded', refill: false });
     assert.deepEqual(await releaseBatchRequests(redis, id), []);
     for (const index of [3, 4, 5]) assert.equal(await recordBatchResult(redis, id, index, `c${index}`, { type: 'canceled' }, keepMs, index === 3 ? 103 : 0), 'recorded');
     const batch = (await readBatch(redis, id))!;
@@ -143,22 +144,24 @@ describe('a Message Batch’s queues, cost, listing and deletion', () => {
     assert.equal(await openBatchCount(redis, 'acct_q'), 0);
   });
 
-  it('refills a wide window an eighth at a time, and lets the last ones in however few', async () => {
+  it('asks for a wide window to be refilled an eighth at a time, and for the last ones however few', async () => {
     const id = newBatchId();
     const now = Date.now();
     await createBatch(redis, { id, accountId: 'acct_r', keyId: 'key_r', created: now, expires: now + keepMs, total: 20 }, keepMs, { window: 16 });
     await storeBatchEntries(redis, id, 0, Array.from({ length: 20 }, (_, i) => `r${i}`), keepMs);
     assert.equal((await releaseBatchRequests(redis, id)).length, 16);
     const canceled = { type: 'canceled' as const };
-    // An eighth of 16: every second result lets two in.
-    assert.deepEqual((await recordAndMoveOn(redis, id, 0, 'r0', canceled, keepMs)).next, []);
-    assert.deepEqual((await recordAndMoveOn(redis, id, 1, 'r1', canceled, keepMs)).next, [{ index: 16, entry: 'r16' }, { index: 17, entry: 'r17' }]);
-    // Two left and two free: both in, though fewer than an eighth; then nothing more.
-    assert.deepEqual((await recordAndMoveOn(redis, id, 2, 'r2', canceled, keepMs)).next, []);
-    assert.deepEqual((await recordAndMoveOn(redis, id, 3, 'r3', canceled, keepMs)).next, [{ index: 18, entry: 'r18' }, { index: 19, entry: 'r19' }]);
-    assert.equal(await releasedCount(redis, id), 20);
-    assert.deepEqual(await queuedIndices(redis, id), [4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19]);
-    assert.deepEqual((await recordAndMoveOn(redis, id, 4, 'r4', canceled, keepMs)).next, []);
+    const refill = async (index: number) => (await recordInBatch(redis, id, index, `r${index}`, canceled, keepMs)).refill;
+    // An eighth of 16 is two.
+    assert.equal(await refill(0), false);
+    assert.equal(await refill(1), true);
+    assert.equal(await refill(2), false, 'asked, not yet done');
+    assert.deepEqual((await releaseBatchRequests(redis, id)).map(({ index }) => index), [16, 17, 18]);
+    // One left: one free is enough.
+    assert.equal(await refill(3), true);
+    assert.deepEqual(await releaseBatchRequests(redis, id), [{ index: 19, entry: 'r19' }]);
+    assert.equal(await refill(4), false, 'nothing left to let in');
+    assert.deepEqual(await queuedIndices(redis, id), [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19]);
   });
 
   it('lets nothing in past its deadline, nor from a batch recorded alone', async () => {
@@ -170,7 +173,7 @@ describe('a Message Batch’s queues, cost, listing and deletion', () => {
     const alone = newBatchId();
     await createBatch(redis, { id: alone, accountId: 'acct_d', keyId: 'key_d', created: now, expires: now + keepMs, total: 3 }, keepMs);
     assert.deepEqual(await releaseBatchRequests(redis, alone), []);
-    assert.deepEqual(await recordAndMoveOn(redis, alone, 0, 'a', { type: 'canceled' }, keepMs), { state: 'recorded', next: [] });
+    assert.deepEqual(await recordInBatch(redis, alone, 0, 'a', { type: 'canceled' }, keepMs), { state: 'recorded', refill: false });
   });
 
   it('lists an account’s batches newest first, paged both ways, and drops deleted ones', async () => {
@@ -189,6 +192,13 @@ describe('a Message Batch’s queues, cost, listing and deletion', () => {
     const back = await listBatches(redis, 'acct_list', { limit: 2, beforeId: newest[2] });
     assert.deepEqual(back.batches.map((b) => b.id), newest.slice(0, 2));
     assert.equal(back.hasMore, false);
+    const last = await listBatches(redis, 'acct_list', { limit: 2, afterId: newest[3] });
+    assert.deepEqual(last.batches.map((b) => b.id), newest.slice(4));
+    assert.equal(last.hasMore, false);
+    assert.deepEqual(await listBatches(redis, 'acct_list', { limit: 2, afterId: 'msgbatch_notlisted' }), { batches: [], hasMore: false });
+    // Only the batches made since a time are asked (one older is past its deadline).
+    assert.equal(await openBatchCount(redis, 'acct_list'), 5);
+    assert.equal(await openBatchCount(redis, 'acct_list', 1_003), 2);
     await deleteBatch(redis, newest[0]!, 'acct_list');
     assert.equal(await readBatch(redis, newest[0]!), undefined);
     assert.deepEqual((await listBatches(redis, 'acct_list', { limit: 10 })).batches.map((b) => b.id), newest.slice(1));

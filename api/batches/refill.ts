@@ -1,0 +1,33 @@
+import type { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { fillBatchWindow } from '../../shared/batch-queue.js';
+import type { Logger } from '../../shared/logger.js';
+import { batchRefillChannel } from '../../shared/redis-keys.js';
+import type { ReplyHub } from '../relay/reply-hub.js';
+
+/**
+ * An api's part in running batches: when a worker says a batch's window has room (shared/batch-queue.ts), the api
+ * fills it, so the placing and adding of its next jobs is done here and not on the workers' path between two vendor
+ * calls. Every api hears every ask and the fill is one script, so whichever comes first fills it and the others find
+ * nothing to do. One fill at a time per batch in this api; an ask that comes during one is done after it.
+ */
+export function listenForRefills(hub: ReplyHub, redis: Redis, queueNamed: (name: string) => Queue | undefined, log: Logger): void {
+  const filling = new Map<string, boolean>();
+  const fill = async (batchId: string): Promise<void> => {
+    filling.set(batchId, false);
+    try {
+      const missed = await fillBatchWindow(redis, queueNamed, batchId);
+      if (missed.length > 0) log.warn({ batch: batchId, missed }, "a batch's requests could not be queued (the sweep will see them)");
+    } catch (error) {
+      log.warn({ err: error, batch: batchId }, "could not refill a batch's window (the sweep will)");
+    }
+    const again = filling.get(batchId) === true;
+    filling.delete(batchId);
+    if (again) await fill(batchId);
+  };
+  hub.on(batchRefillChannel, (batchId) => {
+    if (!batchId.startsWith('msgbatch_')) return;
+    if (filling.has(batchId)) filling.set(batchId, true);
+    else void fill(batchId);
+  });
+}
