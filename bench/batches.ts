@@ -4,7 +4,7 @@
  * BENCH_BATCH_VENDOR_MS (200 ms), with interactive traffic from another account on the same model meanwhile.
  *
  * One fake OpenAI (bench/fake-upstream-process.ts, `--latency-ms`, `--cap`: 429 beyond the cap, counted) and a split
- * gateway (`--role=api` + one `--role=worker`) with `OPENAI_MAX_CONCURRENCY` = the cap (the vendor's own lane) and the
+ * gateway (`--role=api` + BENCH_BATCH_WORKERS (1) `--role=worker`) with `OPENAI_MAX_CONCURRENCY` = the cap (the vendor's own lane) and the
  * default worker concurrency (4,096 chat jobs in flight per worker: never the bottleneck at 50), on an emptied Redis
  * database and an empty record. Two credited accounts, A (the batch) and B (interactive), their keys made with the
  * key store as the cache section makes its own.
@@ -51,6 +51,8 @@ export interface BatchesSettings {
   concurrency: number;
   /** Between two polls of the batch, ms. */
   pollMs: number;
+  /** Worker processes of the split gateway. */
+  workers: number;
   /** Before the measurement, wait up to this long for a quiet second (ms; 0: do not check). */
   quietWaitMs: number;
 }
@@ -63,6 +65,7 @@ export function batchesSettings(quietWaitMs: number): BatchesSettings {
     interactive: envInt('BENCH_BATCH_INTERACTIVE', 100, 1),
     concurrency: envInt('BENCH_BATCH_CONCURRENCY', 4, 1),
     pollMs: envInt('BENCH_BATCH_POLL_MS', 250, 10),
+    workers: envInt('BENCH_BATCH_WORKERS', 1, 1),
     quietWaitMs,
   };
 }
@@ -269,7 +272,7 @@ export async function runBatches(options: { settings: BatchesSettings; redis: Re
     if (settings.requests > 10_000) env.BATCH_MAX_REQUESTS = String(settings.requests);
     // The vendor's pace (VENDOR_PACE_PERCENT, 85 by default) as the run asks: how much call spreading costs the batch.
     if (process.env.BENCH_BATCH_PACE !== undefined) env.VENDOR_PACE_PERCENT = process.env.BENCH_BATCH_PACE;
-    gateway = await startGateway('split', fake.url, redisUrl, process.env.BENCH_CPU_PROF || undefined, { env, logTag: 'batches' });
+    gateway = await startGateway('split', fake.url, redisUrl, process.env.BENCH_CPU_PROF || undefined, { env, logTag: 'batches', workers: settings.workers });
     await probe(gateway.url, keyB, Object.values(gateway.children));
     const pids = { ...gateway.pids };
     log(`batches: gateway ready: ${Object.entries(pids).map(([n, pid]) => `${n} ${pid}`).join(', ')}`);
@@ -474,7 +477,7 @@ export function renderBatches(r: BatchesResults): string {
   const s = r.settings;
   const out: string[] = [];
   out.push(
-    `Message Batches: a fake OpenAI answering in ${s.vendorMs} ms, 429 beyond ${s.cap} in flight; a split gateway (api + 1 worker) with OPENAI_MAX_CONCURRENCY=${s.cap}. ` +
+    `Message Batches: a fake OpenAI answering in ${s.vendorMs} ms, 429 beyond ${s.cap} in flight; a split gateway (api + ${s.workers} worker${s.workers === 1 ? '' : 's'}) with OPENAI_MAX_CONCURRENCY=${s.cap}. ` +
       `A posts one batch of ${s.requests.toLocaleString('en-US')} /v1/messages requests on ${model} (${mib(r.bodyBytes)} MiB, ${r.batchId}); ` +
       `B sends default-tier chat completions on the same model, ${s.concurrency} at a time: ${s.interactive} alone, loops while the POST is under way, then ${s.interactive} from its answer.`,
   );

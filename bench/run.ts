@@ -105,6 +105,7 @@
  *   BENCH_BATCH_CONCURRENCY batches: its requests in flight at once (default 4)
  *   BENCH_BATCH_POLL_MS   batches: between two polls of the batch (default 250)
  *   BENCH_BATCH_PACE      batches: VENDOR_PACE_PERCENT of the gateway under test (default: the gateway's, 85)
+ *   BENCH_BATCH_WORKERS   batches: worker processes of the split gateway (default 1)
  *   BENCH_QUIET_WAIT_S    burst, translation, streams, cache, batches: before each measurement (cache: each part), wait up to this
  *                         long for a second in which the machine uses < 25 % of a core (default 10; 0: do not check)
  *   BENCH_REDIS_URL       Redis database to use; it is FLUSHDB'd (default: database 15 of a private
