@@ -19,7 +19,8 @@ export function createLogger(level: string, name: string, format: LogFormat = 'j
     redact: { paths: ['apiKey', '*.apiKey', 'authorization', '*.authorization', 'headers.authorization'], censor: '[redacted]' },
   };
   const pretty = format === 'pretty' || (format === 'auto' && process.stdout.isTTY === true);
-  // In this process and synchronous, as pino's own stdout is: no worker thread, and nothing lost at process.exit.
+  // In this process, no worker thread: pino's own stdout destination, written asynchronously and flushed at exit (two
+  // processes sharing one stdout, as `npm start`'s do, may see their lines arrive out of the order they were logged in).
   return pretty ? pino(options, prettyLines(name)) : pino(options);
 }
 

@@ -88,9 +88,14 @@ describe('ready means ready: /readyz waits for the workers and the record', () =
     await waitFor(async () => (ready = await readyz(url).catch(() => undefined))?.status === 200, 60_000, '/readyz to say ready');
     assert.equal(ready!.body.workers, true);
     assert.equal(ready!.body.record, true);
-    const at = (text: string) => gateway.lines.findIndex((line) => line.includes(text));
-    await waitFor(() => at('gateway ready') >= 0, 5000, 'the ready line');
-    assert.ok(at('workers started') >= 0 && at('workers started') < at('gateway ready'), 'ready is said after the workers started');
+    // Each process writes its lines asynchronously (pino's stdout), so the pipe may carry the worker process's line after
+    // the api's: the order is read from the times they were logged at, not from the order they arrived in.
+    const loggedAt = (text: string) => {
+      const line = gateway.lines.find((entry) => entry.includes(text));
+      return line === undefined ? undefined : Number((JSON.parse(line) as { time: number }).time);
+    };
+    await waitFor(() => loggedAt('gateway ready') !== undefined && loggedAt('workers started') !== undefined, 5000, 'the ready line and the workers line');
+    assert.ok(loggedAt('workers started')! <= loggedAt('gateway ready')!, `ready is said after the workers started:\n${gateway.lines.join('\n')}`);
 
     const res = await fetch(`${url}/v1/chat/completions`, {
       method: 'POST',
