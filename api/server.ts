@@ -33,7 +33,6 @@ import { endpointDispatch } from './requests/endpoint-route.js';
 import { batchRoutes } from './batches/routes.js';
 import { startBatchSweeps } from './batches/sweep.js';
 import { listenForRefills } from './batches/refill.js';
-import { queuesByName } from '../shared/batch-queue.js';
 import { jobRoutes } from './jobs/routes.js';
 import { responseRoutes } from './responses/routes.js';
 import { EventLogs } from './relay/event-log.js';
@@ -171,7 +170,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   const cache = new AnswerCache(redis, config, log);
   cache.listen(hub);
   // Batches' windows refilled when a worker asks (api/batches/refill.ts).
-  listenForRefills(hub, redis, queuesByName(redis, queues.all()), log);
+  listenForRefills(hub, redis, (name) => queues.named(name), log);
   const relayDeps = { config, redis, queues, hub, backpressure, models, prices, logs, cache };
   const endpointDeps = { ...relayDeps, blobs };
   const jobs = jobRoutes({ ...relayDeps, blobs, urlSecret });

@@ -1,4 +1,4 @@
-import { Queue, type JobsOptions } from 'bullmq';
+import type { JobsOptions, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { batchRequestJobId, releaseBatchRequests, type ReleasedRequest } from './batches.js';
 import type { GatewayJobData } from './jobs.js';
@@ -41,20 +41,20 @@ export function entryCustomId(text: string, index: number): string {
 
 /**
  * Queues released requests: each placed at its account's fair place in its lane, then added (by queue, in one
- * round trip each). Returns the indices it could not queue (no entry, or a queue this process does not know): the
+ * round trip each). Returns the indices it could not queue (no entry to queue them from): the
  * sweep finds them as queued without a job.
  */
-export async function queueBatchRequests(redis: Redis, queueNamed: (name: string) => Queue | undefined, batchId: string, released: readonly ReleasedRequest[]): Promise<number[]> {
+export async function queueBatchRequests(redis: Redis, queueNamed: (name: string) => Queue, batchId: string, released: readonly ReleasedRequest[]): Promise<number[]> {
   const missed: number[] = [];
   const byQueue = new Map<Queue, Array<{ name: string; data: GatewayJobData; opts: JobsOptions }>>();
   await Promise.all(
     released.map(async ({ index, entry: text }) => {
       const entry = decodeBatchEntry(text);
-      const queue = entry && queueNamed(entry.queue);
-      if (!entry || !queue) {
+      if (!entry) {
         missed.push(index);
         return;
       }
+      const queue = queueNamed(entry.queue);
       const jobId = batchRequestJobId(batchId, index);
       const { priority } = await placeJob(redis, queue, jobId, entry.data.claim);
       let list = byQueue.get(queue);
@@ -68,17 +68,7 @@ export async function queueBatchRequests(redis: Redis, queueNamed: (name: string
 }
 
 /** Fills a batch's window (none once it is canceled, expired or all in) and queues what came in; returns the indices it could not queue. */
-export async function fillBatchWindow(redis: Redis, queueNamed: (name: string) => Queue | undefined, batchId: string): Promise<number[]> {
+export async function fillBatchWindow(redis: Redis, queueNamed: (name: string) => Queue, batchId: string): Promise<number[]> {
   const released = await releaseBatchRequests(redis, batchId);
   return released.length > 0 ? queueBatchRequests(redis, queueNamed, batchId, released) : [];
-}
-
-/** A process's queues by name: those it knows, and others made as first asked (a batch's request waits in its model's lane). */
-export function queuesByName(redis: Redis, known: readonly Queue[] = []): (name: string) => Queue {
-  const queues = new Map(known.map((queue) => [queue.name, queue]));
-  return (name) => {
-    let queue = queues.get(name);
-    if (!queue) queues.set(name, (queue = new Queue(name, { connection: redis })));
-    return queue;
-  };
 }

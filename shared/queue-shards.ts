@@ -14,9 +14,11 @@ export class QueueShards {
   private readonly byName = new Map<QueueName, Queue[]>();
   /** Each capped vendor's lane, by vendor. */
   private readonly lanes = new Map<string, Queue>();
+  /** Every queue above by its name, and any other asked for by name (`named`). */
+  private readonly byQueueName = new Map<string, Queue>();
 
   constructor(
-    connection: Redis,
+    private readonly connection: Redis,
     shards: Readonly<Record<QueueName, number>>,
     names: readonly QueueName[] = queueNames,
     /** The capped vendors, each with a lane of its own, shared by every capability. */
@@ -30,6 +32,7 @@ export class QueueShards {
       );
     }
     for (const lane of laneNames) this.lanes.set(lane, new Queue(laneQueueName(lane), { connection }));
+    for (const queue of this.all()) this.byQueueName.set(queue.name, queue);
   }
 
   /** Whether this capability is served here. */
@@ -89,7 +92,17 @@ export class QueueShards {
     return [...[...this.byName.keys()].flatMap((name) => this.shardsOf(name)), ...this.lanes.values()];
   }
 
+  /**
+   * A queue by its name, as a job's record kept it (a Message Batch's pending request): this api's own, or, for a
+   * lane another process's configuration has and this one does not, one made for it once and kept.
+   */
+  named(queueName: string): Queue {
+    let queue = this.byQueueName.get(queueName);
+    if (!queue) this.byQueueName.set(queueName, (queue = new Queue(queueName, { connection: this.connection })));
+    return queue;
+  }
+
   async close(): Promise<void> {
-    await Promise.allSettled(this.all().map((queue) => queue.close()));
+    await Promise.allSettled([...this.byQueueName.values()].map((queue) => queue.close()));
   }
 }

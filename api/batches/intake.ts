@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { encodeBatchEntry, queueBatchRequests, queuesByName } from '../../shared/batch-queue.js';
+import { encodeBatchEntry, queueBatchRequests } from '../../shared/batch-queue.js';
 import { batchRequestJobId, cancelBatch, createBatch, newBatchId, releaseBatchRequests, storeBatchEntries, type BatchJob } from '../../shared/batches.js';
 import { endpoints, type EndpointRequest } from '../../shared/endpoints.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
@@ -118,7 +118,7 @@ export async function intakeBatch(ctx: KeyedContext, deps: EndpointRouteDeps, te
   // Enough of the batch queued at once to fill the widest lane it uses twice over (a capped vendor never waits on it).
   const window = Math.max(limits.window, ...[...new Set(checked.map((request) => request.lane))].map((lane) => (lane ? 2 * vendorLimits(deps.config, lane).maxConcurrency : 0)));
   await createBatch(deps.redis, { id, accountId: access.accountId, keyId, created, expires, total }, limits.resultsKeepMs, { window });
-  const queues = queuesByName(deps.redis, deps.queues.all());
+  const queues = (name: string) => deps.queues.named(name);
   const missed: number[] = [];
   try {
     // Taken out round by round, so what the api holds of the batch shrinks as it is stored.

@@ -11,7 +11,7 @@ import type { ReplyHub } from '../relay/reply-hub.js';
  * calls. Every api hears every ask and the fill is one script, so whichever comes first fills it and the others find
  * nothing to do. One fill at a time per batch in this api; an ask that comes during one is done after it.
  */
-export function listenForRefills(hub: ReplyHub, redis: Redis, queueNamed: (name: string) => Queue | undefined, log: Logger): void {
+export function listenForRefills(hub: ReplyHub, redis: Redis, queueNamed: (name: string) => Queue, log: Logger): void {
   const filling = new Map<string, boolean>();
   const fill = async (batchId: string): Promise<void> => {
     filling.set(batchId, false);

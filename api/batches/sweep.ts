@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { decodeBatchEntry, entryCustomId, fillBatchWindow, queueBatchRequests, queuesByName } from '../../shared/batch-queue.js';
+import { decodeBatchEntry, entryCustomId, fillBatchWindow, queueBatchRequests } from '../../shared/batch-queue.js';
 import { batchRequestJobId, pendingEntries, queuedIndices, readBatch, recordBatchResult, releasedCount, type BatchRecord, type BatchResult } from '../../shared/batches.js';
 import type { Config } from '../../shared/config.js';
 import type { Logger } from '../../shared/logger.js';
@@ -14,8 +14,8 @@ import { yieldToLoop } from '../http/request-body.js';
  * past the batch's deadline, `expired`. A request a worker holds is left to it (it records its own outcome: a cancel
  * does not stop a call under way, as Anthropic's does not). In a batch running, a request released to the queue
  * whose job is not there a while later (its api died between letting it in and queuing it) is queued again from its
- * entry, and a window whose refill was asked but never done is filled. The api that takes a cancel sweeps the batch at once; every api sweeps the open batches
- * periodically (one at a time, under a lock). Idempotent: each result is recorded once whoever sweeps, and a job
+ * entry, and a window whose refill was asked but never done is filled. The api that takes a cancel sweeps the batch
+ * at once; every api sweeps the open batches periodically (one at a time, under a lock). Idempotent: each result is recorded once whoever sweeps, and a job
  * queued twice is one job (its id).
  */
 
@@ -34,7 +34,7 @@ export const lostAfterMs = 5_000;
 export async function sweepBatch(deps: SweepDeps, batch: BatchRecord): Promise<number> {
   if (batch.status === 'ended') return 0;
   const outcome = batch.status === 'canceling' ? 'canceled' : batch.expires <= Date.now() ? 'expired' : undefined;
-  const queueNamed = queuesByName(deps.redis, deps.queues.all());
+  const queueNamed = (name: string) => deps.queues.named(name);
   const result: BatchResult = outcome === 'canceled' ? { type: 'canceled' } : { type: 'expired' };
   let swept = 0;
   const record = async (index: number, entry: string, what: BatchResult = result) => {
@@ -50,15 +50,16 @@ export async function sweepBatch(deps: SweepDeps, batch: BatchRecord): Promise<n
     await Promise.all(
       indices.map(async (index, i) => {
         const entry = entries[i]!;
-        const queue = queueNamed(decodeBatchEntry(entry)?.queue ?? '');
+        const decoded = decodeBatchEntry(entry);
+        const queue = decoded && queueNamed(decoded.queue);
         const jobId = batchRequestJobId(batch.id, index);
-        const waiting = entry !== '' && (await deps.redis.exists(queue.toKey(jobId))) === 1;
+        const waiting = queue !== undefined && (await deps.redis.exists(queue.toKey(jobId))) === 1 ? queue : undefined;
         if (!outcome) {
           if (!waiting) lost.push({ index, entry });
           return;
         }
         // A job a worker holds records its own outcome.
-        if (waiting && !(await removeWaitingJob(deps.redis, queue, jobId))) return;
+        if (waiting && !(await removeWaitingJob(deps.redis, waiting, jobId))) return;
         await record(index, entry);
       }),
     );
