@@ -1,5 +1,5 @@
 import type { Job } from 'bullmq';
-import { context, SpanKind, trace, type HrTime, type Span } from '@opentelemetry/api';
+import { context, SpanKind, trace, type Span } from '@opentelemetry/api';
 import { endpoints } from '../shared/endpoints.js';
 import type { GatewayError } from '../shared/errors.js';
 import { isFirstRun, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
@@ -31,7 +31,10 @@ export function traceJobs(processor: Processor): Processor {
     const data = job.data;
     const queue = endpoints[data.endpoint]?.queue ?? job.queueName;
     const parent = contextOf(data.trace);
-    const startTime = hrNow();
+    // The wall clock, as the job's timestamp (the api's Date.now()) and the SDK's span starts are: a clock of
+    // timeOrigin + performance.now() drifts from it by a millisecond or more over a process's life, which could put
+    // the wait's end before its start (the SDK then ends it at its start, apart from the run's).
+    const startTime = Date.now();
     if (isFirstRun(job)) {
       const waited = tracer.startSpan('queue wait', { startTime: job.timestamp }, parent);
       if (waited.isRecording()) waited.setAttributes({ 'switchyard.queue': queue, 'switchyard.request_id': data.requestId });
@@ -93,7 +96,7 @@ export function startVendorAttempt(job: Job<GatewayJobData>, route: ResolvedRout
 }
 
 class TracedAttempt implements VendorAttempt {
-  private doneAt: HrTime | undefined;
+  private doneAt: number | undefined;
   private failure = false;
   private ended = false;
 
@@ -122,7 +125,7 @@ class TracedAttempt implements VendorAttempt {
   }
 
   vendorDone(): void {
-    this.doneAt ??= hrNow();
+    this.doneAt ??= Date.now();
   }
 
   failed(error: GatewayError): void {
@@ -153,9 +156,4 @@ function hostOf(baseUrl: string): string | undefined {
   } catch {
     return undefined;
   }
-}
-
-function hrNow(): HrTime {
-  const ns = BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6));
-  return [Number(ns / 1_000_000_000n), Number(ns % 1_000_000_000n)];
 }

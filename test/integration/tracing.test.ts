@@ -160,12 +160,18 @@ describe('tracing across the api and worker processes', () => {
     // overlap the queue wait and the run. Span times are the wall clock at the span's start (to the millisecond)
     // plus a monotonic duration, so two spans' instants compare within a clock grain.
     const before = (a: bigint, b: bigint) => a <= b + CLOCK_GRAIN_NS;
-    assert.ok(before(root.startNs, admission.startNs) && before(admission.endNs, relay.endNs), 'admission ends before the relay does');
-    assert.ok(before(admission.startNs, waited.startNs) && before(waited.startNs, admission.endNs), 'the job is enqueued during admission, and waits from then');
-    assert.equal(waited.endNs, processed.startNs, 'the queue wait ends as the run starts');
-    assert.ok(before(processed.startNs, attempt.startNs) && before(attempt.endNs, processed.endNs), 'the vendor attempt lies inside the run');
-    assert.ok(before(relay.endNs, root.endNs), 'the relay ends within the request');
-    assert.ok(before(attempt.endNs, relay.endNs), `the relay lasts until the vendor has answered (${relay.endNs - attempt.endNs} ns after)`);
+    const times = () =>
+      spans.map((s) => `${s.name} ${Number(s.startNs - root.startNs) / 1e6}..${Number(s.endNs - root.startNs) / 1e6} ms`).join('; ');
+    const inOrder = (a: bigint, b: bigint, what: string) => assert.ok(before(a, b), `${what} (${times()})`);
+    inOrder(root.startNs, admission.startNs, 'the admission starts within the request');
+    inOrder(admission.endNs, relay.endNs, 'admission ends before the relay does');
+    inOrder(admission.startNs, waited.startNs, 'the job is enqueued during admission');
+    inOrder(waited.startNs, admission.endNs, 'the job waits from its enqueue, within admission');
+    assert.equal(waited.endNs, processed.startNs, `the queue wait ends as the run starts (${times()})`);
+    inOrder(processed.startNs, attempt.startNs, 'the vendor attempt starts inside the run');
+    inOrder(attempt.endNs, processed.endNs, 'the vendor attempt ends inside the run');
+    inOrder(relay.endNs, root.endNs, 'the relay ends within the request');
+    inOrder(attempt.endNs, relay.endNs, 'the relay lasts until the vendor has answered');
 
     // No secret reaches the traces, and the vendor saw no trace context.
     assert.ok(!JSON.stringify(collector.spans.map((s) => s.attributes)).includes(vendorKey));

@@ -187,6 +187,29 @@ describe('tracing on, in process (InMemorySpanExporter)', () => {
     assert.ok(waited.startTime[0] * 1e3 + waited.startTime[1] / 1e6 <= job.timestamp + 1);
   });
 
+  it("the queue wait is read on the wall clock, as the job's timestamp is: a monotonic clock drifted from it changes nothing", async () => {
+    // performance.timeOrigin + performance.now() drifts from Date.now() over a process's life (by a millisecond or
+    // more in a minute on a VM); read against the api's Date.now() timestamp, a run that starts in the enqueue's
+    // millisecond could end its wait before the wait began. The drift is exaggerated here to 50 ms.
+    exporter.reset();
+    const now = performance.now.bind(performance);
+    performance.now = () => now() - 50;
+    try {
+      const job = fakeJob({ trace: { traceparent: traceparent() } });
+      (job as { timestamp: number }).timestamp = Date.now();
+      await traceJobs(async () => ({ body: '{}' }))(job);
+      const spans = exporter.getFinishedSpans();
+      const waited = byName(spans, 'queue wait')[0]!;
+      const run = byName(spans, 'process chat')[0]!;
+      const ms = ([s, ns]: [number, number]) => s * 1e3 + ns / 1e6;
+      assert.equal(ms(waited.startTime), job.timestamp);
+      assert.deepEqual(waited.endTime, run.startTime, 'the wait ends as the run starts');
+      assert.ok(ms(waited.endTime) >= ms(waited.startTime), 'and not before it began');
+    } finally {
+      performance.now = now;
+    }
+  });
+
   it('a failed vendor attempt and the run it fails: errors, outcome retry; a rate-limit delay is no error', async () => {
     exporter.reset();
     const job = fakeJob({ trace: { traceparent: traceparent() } }, { attemptsMade: 1, attemptsStarted: 2 });
