@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { activeMetrics } from './metrics.js';
 import { together, withScripts } from './redis.js';
-import { accountBatchesKey, batchDoneKey, batchKey, batchPendingKey, batchQueuedKey, batchResultsKey, openBatchesKey } from './redis-keys.js';
+import { accountBatchesKey, batchDoneKey, batchIntakeKey, batchKey, batchPendingKey, batchQueuedKey, batchResultsKey, openBatchesKey } from './redis-keys.js';
 
 /**
  * Message Batches (Anthropic's API, on every chat model): a batch's record in Redis, and each of its requests'
@@ -135,14 +135,27 @@ if status == 'in_progress' then
 end
 return status`;
 
+/**
+ * Cancels a batch whose intake died: `in_progress`, stored by an intake (`intake` set), not every request stored, and
+ * the intake's lease gone (its api stopped renewing it mid-way). Returns 1 when it canceled it. Atomic with the
+ * intake's rounds, which store and renew the lease in one transaction.
+ */
+const abandonedScript = `
+local batch = redis.call('HMGET', KEYS[1], 'status', 'intake', 'stored', 'total')
+if batch[1] ~= 'in_progress' or batch[2] ~= '1' then return 0 end
+if tonumber(batch[3]) >= tonumber(batch[4]) or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'canceling', 'cancel_at', ARGV[1])
+return 1`;
+
 interface BatchRedis extends Redis {
   batchRecord(batch: string, done: string, results: string, pending: string, queued: string, index: number, outcome: BatchOutcome, customId: string, result: string, now: number, ttlMs: number, costMicros: number): Promise<[number, number?]>;
   batchRelease(batch: string, pending: string, queued: string, now: number): Promise<Array<number | string>>;
   batchCancel(batch: string, now: number): Promise<string | null>;
+  batchAbandoned(batch: string, intake: string, now: number): Promise<number>;
 }
 
 const scripted = (redis: Redis) =>
-  withScripts<BatchRedis>(redis, { batchRecord: { keys: 5, lua: recordScript }, batchRelease: { keys: 3, lua: releaseScript }, batchCancel: { keys: 1, lua: cancelScript } });
+  withScripts<BatchRedis>(redis, { batchRecord: { keys: 5, lua: recordScript }, batchRelease: { keys: 3, lua: releaseScript }, batchCancel: { keys: 1, lua: cancelScript }, batchAbandoned: { keys: 2, lua: abandonedScript } });
 
 /** A request of a batch released to its queue: its index, and its pending entry ('' when none was stored). */
 export interface ReleasedRequest {
@@ -155,33 +168,42 @@ export interface ReleasedRequest {
  * Stores a new batch (every request processing), lists it under its account and among the open batches; kept until
  * `keepMs` past its expiry. With a `window`, its requests are run by the queue, that many at once, refilled once an
  * eighth of it is free: the caller stores each one's entry (`storeBatchEntries`) and fills the window as they are
- * stored (`releaseBatchRequests`); without, nothing is ever released (a record alone, as tests make one).
+ * stored (`releaseBatchRequests`); without, nothing is ever released (a record alone, as tests make one). With an
+ * `intakeMs`, the caller holds the intake's lease that long, renewed by each `storeBatchEntries`: a batch whose lease
+ * runs out before all its requests are stored is canceled by the sweep (`cancelAbandonedIntake`).
  */
-export async function createBatch(redis: Redis, batch: Omit<BatchRecord, 'status' | 'counts' | 'costMicros'>, keepMs: number, options: { window?: number } = {}): Promise<void> {
+export async function createBatch(redis: Redis, batch: Omit<BatchRecord, 'status' | 'counts' | 'costMicros'>, keepMs: number, options: { window?: number; intakeMs?: number } = {}): Promise<void> {
   const ttl = Math.max(1, batch.expires - Date.now() + keepMs);
   const window = options.window ?? 0;
   const refill = Math.max(1, Math.floor(window / 8));
-  await redis
+  const transaction = redis
     .multi()
     .hset(batchKey(batch.id), { id: batch.id, account: batch.accountId, key: batch.keyId, created: batch.created, expires: batch.expires, total: batch.total, next: 0, stored: 0, window, refill, asked: 0, status: batch.total > 0 ? 'in_progress' : 'ended', processing: batch.total, succeeded: 0, errored: 0, canceled: 0, expired: 0, cost: 0 })
-    .pexpire(batchKey(batch.id), ttl)
-    .exec();
+    .pexpire(batchKey(batch.id), ttl);
+  if (options.intakeMs !== undefined) transaction.hset(batchKey(batch.id), 'intake', 1).set(batchIntakeKey(batch.id), '1', 'PX', options.intakeMs);
+  await transaction.exec();
   await together(redis).zadd(accountBatchesKey(batch.accountId), batch.created, batch.id).zadd(openBatchesKey, batch.expires, batch.id).exec();
 }
 
 /**
  * Stores the entries of a batch's requests `from`, `from + 1`, … (what each one's job will be), kept `ttlMs`, in order:
- * the window lets in only requests stored.
+ * the window lets in only requests stored. `intakeMs`: the intake's lease renewed for that long (see `createBatch`).
  */
-export async function storeBatchEntries(redis: Redis, batchId: string, from: number, entries: readonly string[], ttlMs: number): Promise<void> {
+export async function storeBatchEntries(redis: Redis, batchId: string, from: number, entries: readonly string[], ttlMs: number, intakeMs?: number): Promise<void> {
   const fields: Record<string, string> = {};
   entries.forEach((entry, offset) => (fields[from + offset] = entry));
-  await redis
+  const transaction = redis
     .multi()
     .hset(batchPendingKey(batchId), fields)
     .pexpire(batchPendingKey(batchId), Math.max(1, ttlMs))
-    .hset(batchKey(batchId), 'stored', from + entries.length)
-    .exec();
+    .hset(batchKey(batchId), 'stored', from + entries.length);
+  if (intakeMs !== undefined) transaction.set(batchIntakeKey(batchId), '1', 'PX', intakeMs);
+  await transaction.exec();
+}
+
+/** Cancels the batch when its intake died before storing every request (see abandonedScript); true when it did. */
+export async function cancelAbandonedIntake(redis: Redis, batchId: string): Promise<boolean> {
+  return (await scripted(redis).batchAbandoned(batchKey(batchId), batchIntakeKey(batchId), Date.now())) === 1;
 }
 
 /** Fills a batch's window: the requests now to be queued (none once it is canceled, expired or all out). */
@@ -236,7 +258,7 @@ export async function batchRequestState(redis: Redis, batchId: string, index: nu
 
 /** A batch's keys gone (its DELETE): every trace but its id in its account's list, which the list drops when it reads it. */
 export async function deleteBatch(redis: Redis, batchId: string, accountId: string): Promise<void> {
-  await redis.del(batchKey(batchId), batchDoneKey(batchId), batchResultsKey(batchId), batchPendingKey(batchId), batchQueuedKey(batchId));
+  await redis.del(batchKey(batchId), batchDoneKey(batchId), batchResultsKey(batchId), batchPendingKey(batchId), batchQueuedKey(batchId), batchIntakeKey(batchId));
   await together(redis).zrem(accountBatchesKey(accountId), batchId).zrem(openBatchesKey, batchId).exec();
 }
 

@@ -32,6 +32,8 @@ export const batchResultsKey = (batchId: string) => `${keyPrefix}batch:{${batchI
 export const batchPendingKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}:pending`;
 /** A batch's requests queued and not yet recorded (a sorted set: index by when it was queued, ms): its window. */
 export const batchQueuedKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}:queued`;
+/** Held by the api storing a batch's requests while it stores them (a string with a TTL, renewed each round). */
+export const batchIntakeKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}:intake`;
 /** Where a worker asks the apis to refill a batch's window (the message: the batch's id); any api that hears it does. */
 export const batchRefillChannel = `${keyPrefix}batches:refill`;
 /** Batches not yet ended, by their expiry (a sorted set, ms): what the sweep ends at their deadline or after a cancel. */

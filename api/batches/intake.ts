@@ -34,6 +34,11 @@ const requestSchema = z.strictObject({
 const checkedPerTurn = 8;
 /** Requests stored per round trip. */
 const storedPerRound = 200;
+/**
+ * The intake's lease on its batch, renewed at each round of storing (rounds are milliseconds apart): once it runs out
+ * with requests not stored (the api died mid-way: its client had no answer), the sweep cancels the batch.
+ */
+export const intakeLeaseMs = 15_000;
 
 /** A checked request, as its job will carry it. */
 interface Checked {
@@ -117,7 +122,7 @@ export async function intakeBatch(ctx: KeyedContext, deps: EndpointRouteDeps, te
   const keptMs = expires - created + 60_000;
   // Enough of the batch queued at once to fill the widest lane it uses twice over (a capped vendor never waits on it).
   const window = Math.max(limits.window, ...[...new Set(checked.map((request) => request.lane))].map((lane) => (lane ? 2 * vendorLimits(deps.config, lane).maxConcurrency : 0)));
-  await createBatch(deps.redis, { id, accountId: access.accountId, keyId, created, expires, total }, limits.resultsKeepMs, { window });
+  await createBatch(deps.redis, { id, accountId: access.accountId, keyId, created, expires, total }, limits.resultsKeepMs, { window, intakeMs: intakeLeaseMs });
   const queues = (name: string) => deps.queues.named(name);
   const missed: number[] = [];
   try {
@@ -140,7 +145,7 @@ export async function intakeBatch(ctx: KeyedContext, deps: EndpointRouteDeps, te
       });
       // A payload kept apart is written before its job can be taken.
       await Promise.all(payloads.map(([key, value]) => deps.redis.set(key, value, 'PX', keptMs)));
-      await storeBatchEntries(deps.redis, id, from, entries, keptMs);
+      await storeBatchEntries(deps.redis, id, from, entries, keptMs, intakeLeaseMs);
       // The window filled as soon as its requests are stored (the vendor starts on the batch while the rest is stored):
       // at once after the first round, then whatever room the answers meanwhile could not fill with requests not yet stored.
       missed.push(...(await queueBatchRequests(deps.redis, queues, id, await releaseBatchRequests(deps.redis, id))));

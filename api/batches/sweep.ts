@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { decodeBatchEntry, entryCustomId, fillBatchWindow, queueBatchRequests } from '../../shared/batch-queue.js';
-import { batchRequestJobId, pendingEntries, queuedIndices, readBatch, recordBatchResult, releasedCount, type BatchRecord, type BatchResult } from '../../shared/batches.js';
+import { batchRequestJobId, cancelAbandonedIntake, pendingEntries, queuedIndices, readBatch, recordBatchResult, releasedCount, type BatchRecord, type BatchResult } from '../../shared/batches.js';
 import type { Config } from '../../shared/config.js';
 import type { Logger } from '../../shared/logger.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
@@ -14,7 +14,9 @@ import { yieldToLoop } from '../http/request-body.js';
  * past the batch's deadline, `expired`. A request a worker holds is left to it (it records its own outcome: a cancel
  * does not stop a call under way, as Anthropic's does not). In a batch running, a request released to the queue
  * whose job is not there a while later (its api died between letting it in and queuing it) is queued again from its
- * entry, and a window whose refill was asked but never done is filled. The api that takes a cancel sweeps the batch
+ * entry, and a window whose refill was asked but never done is filled. A batch whose api died while storing its
+ * requests (its intake's lease ran out with some not stored; its client had no answer and will send it again) is
+ * canceled: what was stored and not yet run, and what never was, is recorded `canceled`. The api that takes a cancel sweeps the batch
  * at once; every api sweeps the open batches periodically (one at a time, under a lock). Idempotent: each result is recorded once whoever sweeps, and a job
  * queued twice is one job (its id).
  */
@@ -33,6 +35,10 @@ export const lostAfterMs = 5_000;
 /** Sweeps one batch (see above); returns the requests it recorded or queued again. */
 export async function sweepBatch(deps: SweepDeps, batch: BatchRecord): Promise<number> {
   if (batch.status === 'ended') return 0;
+  if (batch.status === 'in_progress' && (await cancelAbandonedIntake(deps.redis, batch.id))) {
+    deps.log.warn({ batch: batch.id }, "a batch's api stopped while storing its requests; the batch is canceled");
+    batch = { ...batch, status: 'canceling' };
+  }
   const outcome = batch.status === 'canceling' ? 'canceled' : batch.expires <= Date.now() ? 'expired' : undefined;
   const queueNamed = (name: string) => deps.queues.named(name);
   const result: BatchResult = outcome === 'canceled' ? { type: 'canceled' } : { type: 'expired' };

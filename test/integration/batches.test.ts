@@ -12,7 +12,7 @@ import { usageRows } from '../support/record.js';
 import { chatStreamSse } from '../support/fake-openai-defaults.js';
 import { laneQueueName } from '../../shared/queues.js';
 import { removeWaitingJob } from '../../shared/scheduling/index.js';
-import { batchKey } from '../../shared/redis-keys.js';
+import { accountBatchesKey, batchKey } from '../../shared/redis-keys.js';
 
 type BatchRequest = Anthropic.Messages.Batches.BatchCreateParams.Request;
 
@@ -382,6 +382,44 @@ describe('Message Batches across faults: a worker killed mid-batch, a batch past
     processes.push(api);
     const done = await ended(new Anthropic({ apiKey: key, baseURL: api.url, maxRetries: 0 }), made.id, 30_000);
     assert.deepEqual(done.request_counts, { processing: 0, succeeded: 10, errored: 0, canceled: 0, expired: 0 });
+  });
+
+  it('cancels a batch whose api was SIGKILLed while storing its requests (its client had no answer): what was not run is canceled, what ran is billed once', async () => {
+    for (const process of processes.splice(0)) await process.stop('SIGKILL');
+    const { key, account } = await paidAccountKey(redis, 10_000_000);
+    // A batch big enough that its requests are stored over many round trips, and a second api whose sweep finds it.
+    const apiEnv = { ...env(), BATCH_WINDOW: '1', BATCH_MAX_REQUESTS: '30000' };
+    const [doomed, survivor, worker] = await Promise.all([startGateway({ role: 'api', env: apiEnv }), startGateway({ role: 'api', env: apiEnv }), startGateway({ role: 'worker', env: env() })]);
+    processes.push(doomed, survivor, worker);
+    const total = 30_000;
+    const body = JSON.stringify({ requests: Array.from({ length: total }, (_, i) => ask(`i${i}`, 'gpt-4o-mini', `Intake ${i}`)) });
+    // A raw POST (an SDK would send the batch again when the connection drops, as a client may).
+    const posted = fetch(`${doomed.url}/v1/messages/batches`, { method: 'POST', headers: { 'x-api-key': key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' }, body }).then(
+      (response) => `answered ${response.status}`,
+      () => 'dropped',
+    );
+    let id: string | undefined;
+    await waitFor(async () => (id ??= (await redis.zrange(accountBatchesKey(account), '0', '-1'))[0]) !== undefined && Number(await redis.hget(batchKey(id), 'stored')) > 0, 30_000, 'the batch being stored');
+    await doomed.stop('SIGKILL');
+    assert.equal(await posted, 'dropped', 'its client had no answer');
+    const storedAtKill = Number(await redis.hget(batchKey(id!), 'stored'));
+    assert.ok(storedAtKill < total, `killed mid-way (${storedAtKill} stored)`);
+    const client = new Anthropic({ apiKey: key, baseURL: survivor.url, maxRetries: 0 });
+    // The intake's lease (15 s) runs out, then the survivor's next sweep (every second) cancels the batch.
+    const done = await ended(client, id!, 45_000);
+    const counts = done.request_counts;
+    assert.equal(counts.succeeded + counts.canceled, total, JSON.stringify(counts));
+    assert.ok(counts.canceled >= total - storedAtKill, `every request not stored is canceled: ${JSON.stringify(counts)}`);
+    assert.ok(done.cancel_initiated_at !== null, 'ended as a cancel');
+    assert.ok(survivor.logs.some((line) => line.includes('stopped while storing')), 'the sweep said why');
+    const results = await resultsOf(client, id!);
+    assert.equal(results.size, total, 'a result for each request');
+    assert.ok(results.has(`#${total - 1}`), 'a request never stored is named by its index');
+    let rows: Awaited<ReturnType<typeof batchRows>> = [];
+    await waitFor(async () => (rows = await batchRows(redis, id!)).length >= counts.succeeded, 10_000, 'rows');
+    assert.equal(rows.length, counts.succeeded, 'canceled requests have no usage row');
+    await waitFor(async () => (await readBill(redis, account))!.reservedMicros === 0, 10_000, 'no reservation left');
+    assert.equal((await readBill(redis, account))!.balanceMicros, 10_000_000 - rows.reduce((sum, row) => sum + Number(row.cost_micros), 0));
   });
 
   it('expires what has not run by the batch’s deadline, ends the batch then, and bills nothing for it', async () => {

@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
-import { batchRequestJobId, batchRequestState, batchView, cancelBatch, createBatch, deleteBatch, listBatches, newBatchId, openBatchCount, pendingEntries, queuedIndices, readBatch, readBatchResults, recordBatchResult, recordInBatch, releaseBatchRequests, releasedCount, storeBatchEntries } from '../../shared/batches.js';
+import { batchRequestJobId, batchRequestState, batchView, cancelAbandonedIntake, cancelBatch, createBatch, deleteBatch, listBatches, newBatchId, openBatchCount, pendingEntries, queuedIndices, readBatch, readBatchResults, recordBatchResult, recordInBatch, releaseBatchRequests, releasedCount, storeBatchEntries } from '../../shared/batches.js';
 import { accountBatchesKey, batchKey, batchPendingKey, batchQueuedKey } from '../../shared/redis-keys.js';
 import { freshRedis } from '../support/gateway.js';
 
@@ -90,6 +90,43 @@ describe('a Message Batch’s record', () => {
     assert.deepEqual(ended.counts, { processing: 0, succeeded: 1, errored: 0, canceled: 1, expired: 1 });
     assert.equal(await cancelBatch(redis, id), 'ended', 'an ended batch stays ended');
     assert.equal(batchView(ended, 'url').results_url, 'url');
+  });
+
+  it('is canceled as abandoned only when its intake’s lease ran out with requests not stored', async () => {
+    const now = Date.now();
+    const batch = (total: number) => ({ id: newBatchId(), accountId: 'acct_1', keyId: 'key_1', created: now, expires: now + day, total });
+    const entry = (i: number) => JSON.stringify({ queue: '{chat}', attempts: 1, data: { i } });
+    const leaseMs = 1_000;
+    const wait = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+    // Stored in part: held while the intake renews its lease, canceled once the lease is out.
+    const partial = batch(10);
+    await createBatch(redis, partial, keepMs, { window: 4, intakeMs: leaseMs });
+    await storeBatchEntries(redis, partial.id, 0, [0, 1, 2].map(entry), keepMs, leaseMs);
+    await wait(600);
+    await storeBatchEntries(redis, partial.id, 3, [3, 4].map(entry), keepMs, leaseMs);
+    await wait(600);
+    assert.equal(await cancelAbandonedIntake(redis, partial.id), false, 'the lease renewed by the last round holds (the first has run out)');
+    await wait(leaseMs + 20);
+    assert.equal(await cancelAbandonedIntake(redis, partial.id), true);
+    const canceled = (await readBatch(redis, partial.id))!;
+    assert.equal(canceled.status, 'canceling');
+    assert.ok(canceled.cancelAt !== undefined);
+    assert.equal(await cancelAbandonedIntake(redis, partial.id), false, 'once');
+
+    // Stored whole: its lease may run out, it runs on.
+    const whole = batch(3);
+    await createBatch(redis, whole, keepMs, { window: 4, intakeMs: leaseMs });
+    await storeBatchEntries(redis, whole.id, 0, [0, 1, 2].map(entry), keepMs, leaseMs);
+    await wait(leaseMs + 20);
+    assert.equal(await cancelAbandonedIntake(redis, whole.id), false);
+    assert.equal((await readBatch(redis, whole.id))!.status, 'in_progress');
+
+    // A record made without an intake (nothing stored, no lease) is not an abandoned intake.
+    const alone = batch(3);
+    await createBatch(redis, alone, keepMs);
+    assert.equal(await cancelAbandonedIntake(redis, alone.id), false);
+    assert.equal(await cancelAbandonedIntake(redis, 'msgbatch_none'), false);
   });
 
   it('answers nothing for a batch that is not there, and records nothing into one', async () => {
