@@ -170,7 +170,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   const cache = new AnswerCache(redis, config, log);
   cache.listen(hub);
   // Batches' windows refilled when a worker asks (api/batches/refill.ts).
-  listenForRefills(hub, redis, (name) => queues.named(name), log);
+  listenForRefills(hub, redis, queues, log);
   const relayDeps = { config, redis, queues, hub, backpressure, models, prices, logs, cache };
   const endpointDeps = { ...relayDeps, blobs };
   const jobs = jobRoutes({ ...relayDeps, blobs, urlSecret });

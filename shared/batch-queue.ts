@@ -2,6 +2,7 @@ import type { JobsOptions, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { batchRequestJobId, releaseBatchRequests, type ReleasedRequest } from './batches.js';
 import type { GatewayJobData } from './jobs.js';
+import type { QueueShards } from './queue-shards.js';
 import { placeJob } from './scheduling/index.js';
 
 /**
@@ -39,12 +40,15 @@ export function entryCustomId(text: string, index: number): string {
   return decodeBatchEntry(text)?.data.batch?.customId ?? `#${index}`;
 }
 
+/** Where a batch's requests are queued: the queue its entry names (shared/queue-shards.ts `named`). */
+export type BatchQueues = Pick<QueueShards, 'named'>;
+
 /**
  * Queues released requests: each placed at its account's fair place in its lane, then added (by queue, in one
  * round trip each). Returns the indices it could not queue (no entry to queue them from): the
  * sweep finds them as queued without a job.
  */
-export async function queueBatchRequests(redis: Redis, queueNamed: (name: string) => Queue, batchId: string, released: readonly ReleasedRequest[]): Promise<number[]> {
+export async function queueBatchRequests(redis: Redis, queues: BatchQueues, batchId: string, released: readonly ReleasedRequest[]): Promise<number[]> {
   const missed: number[] = [];
   const byQueue = new Map<Queue, Array<{ name: string; data: GatewayJobData; opts: JobsOptions }>>();
   await Promise.all(
@@ -54,7 +58,7 @@ export async function queueBatchRequests(redis: Redis, queueNamed: (name: string
         missed.push(index);
         return;
       }
-      const queue = queueNamed(entry.queue);
+      const queue = queues.named(entry.queue);
       const jobId = batchRequestJobId(batchId, index);
       const { priority } = await placeJob(redis, queue, jobId, entry.data.claim);
       let list = byQueue.get(queue);
@@ -68,7 +72,7 @@ export async function queueBatchRequests(redis: Redis, queueNamed: (name: string
 }
 
 /** Fills a batch's window (none once it is canceled, expired or all in) and queues what came in; returns the indices it could not queue. */
-export async function fillBatchWindow(redis: Redis, queueNamed: (name: string) => Queue, batchId: string): Promise<number[]> {
+export async function fillBatchWindow(redis: Redis, queues: BatchQueues, batchId: string): Promise<number[]> {
   const released = await releaseBatchRequests(redis, batchId);
-  return released.length > 0 ? queueBatchRequests(redis, queueNamed, batchId, released) : [];
+  return released.length > 0 ? queueBatchRequests(redis, queues, batchId, released) : [];
 }

@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { encodeBatchEntry, queueBatchRequests } from '../../shared/batch-queue.js';
-import { batchRequestJobId, cancelBatch, createBatch, newBatchId, releaseBatchRequests, storeBatchEntries, type BatchJob } from '../../shared/batches.js';
+import { encodeBatchEntry, fillBatchWindow } from '../../shared/batch-queue.js';
+import { batchRequestJobId, cancelBatch, createBatch, newBatchId, storeBatchEntries, type BatchJob } from '../../shared/batches.js';
 import { endpoints, type EndpointRequest } from '../../shared/endpoints.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import { worstCase } from '../../shared/money/charge.js';
@@ -123,7 +123,6 @@ export async function intakeBatch(ctx: KeyedContext, deps: EndpointRouteDeps, te
   // Enough of the batch queued at once to fill the widest lane it uses twice over (a capped vendor never waits on it).
   const window = Math.max(limits.window, ...[...new Set(checked.map((request) => request.lane))].map((lane) => (lane ? 2 * vendorLimits(deps.config, lane).maxConcurrency : 0)));
   await createBatch(deps.redis, { id, accountId: access.accountId, keyId, created, expires, total }, limits.resultsKeepMs, { window, intakeMs: intakeLeaseMs });
-  const queues = (name: string) => deps.queues.named(name);
   const missed: number[] = [];
   try {
     // Taken out round by round, so what the api holds of the batch shrinks as it is stored.
@@ -148,7 +147,7 @@ export async function intakeBatch(ctx: KeyedContext, deps: EndpointRouteDeps, te
       await storeBatchEntries(deps.redis, id, from, entries, keptMs, intakeLeaseMs);
       // The window filled as soon as its requests are stored (the vendor starts on the batch while the rest is stored):
       // at once after the first round, then whatever room the answers meanwhile could not fill with requests not yet stored.
-      missed.push(...(await queueBatchRequests(deps.redis, queues, id, await releaseBatchRequests(deps.redis, id))));
+      missed.push(...(await fillBatchWindow(deps.redis, deps.queues, id)));
     }
     if (missed.length > 0) throw new Error(`requests ${missed.join(', ')} of the batch could not be queued`);
   } catch (error) {

@@ -1,6 +1,5 @@
-import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { fillBatchWindow } from '../../shared/batch-queue.js';
+import { fillBatchWindow, type BatchQueues } from '../../shared/batch-queue.js';
 import type { Logger } from '../../shared/logger.js';
 import { batchRefillChannel } from '../../shared/redis-keys.js';
 import type { ReplyHub } from '../relay/reply-hub.js';
@@ -11,12 +10,12 @@ import type { ReplyHub } from '../relay/reply-hub.js';
  * calls. Every api hears every ask and the fill is one script, so whichever comes first fills it and the others find
  * nothing to do. One fill at a time per batch in this api; an ask that comes during one is done after it.
  */
-export function listenForRefills(hub: ReplyHub, redis: Redis, queueNamed: (name: string) => Queue, log: Logger): void {
+export function listenForRefills(hub: ReplyHub, redis: Redis, queues: BatchQueues, log: Logger): void {
   const filling = new Map<string, boolean>();
   const fill = async (batchId: string): Promise<void> => {
     filling.set(batchId, false);
     try {
-      const missed = await fillBatchWindow(redis, queueNamed, batchId);
+      const missed = await fillBatchWindow(redis, queues, batchId);
       if (missed.length > 0) log.warn({ batch: batchId, missed }, "a batch's requests could not be queued (the sweep will see them)");
     } catch (error) {
       log.warn({ err: error, batch: batchId }, "could not refill a batch's window (the sweep will)");

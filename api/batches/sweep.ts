@@ -40,7 +40,6 @@ export async function sweepBatch(deps: SweepDeps, batch: BatchRecord): Promise<n
     batch = { ...batch, status: 'canceling' };
   }
   const outcome = batch.status === 'canceling' ? 'canceled' : batch.expires <= Date.now() ? 'expired' : undefined;
-  const queueNamed = (name: string) => deps.queues.named(name);
   const result: BatchResult = outcome === 'canceled' ? { type: 'canceled' } : { type: 'expired' };
   let swept = 0;
   const record = async (index: number, entry: string, what: BatchResult = result) => {
@@ -57,7 +56,7 @@ export async function sweepBatch(deps: SweepDeps, batch: BatchRecord): Promise<n
       indices.map(async (index, i) => {
         const entry = entries[i]!;
         const decoded = decodeBatchEntry(entry);
-        const queue = decoded && queueNamed(decoded.queue);
+        const queue = decoded && deps.queues.named(decoded.queue);
         const jobId = batchRequestJobId(batch.id, index);
         const waiting = queue !== undefined && (await deps.redis.exists(queue.toKey(jobId))) === 1 ? queue : undefined;
         if (!outcome) {
@@ -71,14 +70,14 @@ export async function sweepBatch(deps: SweepDeps, batch: BatchRecord): Promise<n
     );
     if (lost.length === 0) continue;
     deps.log.warn({ batch: batch.id, requests: lost.map(({ index }) => index) }, "a batch's requests were released without a job; queued again");
-    const missed = await queueBatchRequests(deps.redis, queueNamed, batch.id, lost);
+    const missed = await queueBatchRequests(deps.redis, deps.queues, batch.id, lost);
     swept += lost.length - missed.length;
     const lostResult: BatchResult = { type: 'errored', error: { type: 'error', error: { type: 'api_error', message: 'This request of the batch was lost before it could run.' }, request_id: null } };
     await Promise.all(missed.map((index) => record(index, '', lostResult)));
   }
   if (!outcome) {
     // A window whose refill was asked and not done (the ask lost, its api gone) is filled here.
-    const missed = await fillBatchWindow(deps.redis, queueNamed, batch.id);
+    const missed = await fillBatchWindow(deps.redis, deps.queues, batch.id);
     if (missed.length > 0) deps.log.warn({ batch: batch.id, missed }, "a batch's requests could not be queued (the next sweep records them)");
     return swept;
   }
