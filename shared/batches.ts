@@ -39,6 +39,11 @@ export interface BatchRecord {
   cancelAt?: number;
   /** What its requests cost so far, in integer micro-dollars (each added as it is settled). */
   costMicros: number;
+  /**
+   * The catalog ids of the models its requests use, each once: a key limited to models sees only the batches whose
+   * every model it may use (`seesBatch`). Undefined for a batch made before they were recorded.
+   */
+  models?: string[];
 }
 
 /** What a batch's request carries in its job: its batch, its place and name there, and the most it may cost. */
@@ -176,9 +181,11 @@ export async function createBatch(redis: Redis, batch: Omit<BatchRecord, 'status
   const ttl = Math.max(1, batch.expires - Date.now() + keepMs);
   const window = options.window ?? 0;
   const refill = Math.max(1, Math.floor(window / 8));
+  // Each model once: a batch of 10,000 requests keeps the one to three it uses, not a model per request.
+  const models = batch.models === undefined ? {} : { models: JSON.stringify([...new Set(batch.models)].sort()) };
   const transaction = redis
     .multi()
-    .hset(batchKey(batch.id), { id: batch.id, account: batch.accountId, key: batch.keyId, created: batch.created, expires: batch.expires, total: batch.total, next: 0, stored: 0, window, refill, asked: 0, status: batch.total > 0 ? 'in_progress' : 'ended', processing: batch.total, succeeded: 0, errored: 0, canceled: 0, expired: 0, cost: 0 })
+    .hset(batchKey(batch.id), { id: batch.id, account: batch.accountId, key: batch.keyId, created: batch.created, expires: batch.expires, total: batch.total, next: 0, stored: 0, window, refill, asked: 0, status: batch.total > 0 ? 'in_progress' : 'ended', processing: batch.total, succeeded: 0, errored: 0, canceled: 0, expired: 0, cost: 0, ...models })
     .pexpire(batchKey(batch.id), ttl);
   if (options.intakeMs !== undefined) transaction.hset(batchKey(batch.id), 'intake', 1).set(batchIntakeKey(batch.id), '1', 'PX', options.intakeMs);
   await transaction.exec();
@@ -263,10 +270,32 @@ export async function deleteBatch(redis: Redis, batchId: string, accountId: stri
 }
 
 /**
- * An account's batches, newest first: a page of `limit` after `afterId` / before `beforeId` (Anthropic's cursors),
- * gone ones dropped. Reads the page, not the account's whole list: the cursor's rank, then its neighbours.
+ * Whether a key may see a batch: one with no model limit (`allowedModels` undefined) sees every batch of its
+ * account; one limited to models sees a batch only when it may use every model the batch uses, so a key kept off a
+ * model reads neither the prompts nor the answers of that model's batches.
  */
-export async function listBatches(redis: Redis, accountId: string, page: { limit: number; afterId?: string; beforeId?: string }): Promise<{ batches: BatchRecord[]; hasMore: boolean }> {
+export function seesBatch(allowedModels: readonly string[] | undefined, batch: Pick<BatchRecord, 'models'>): boolean {
+  if (allowedModels === undefined) return true;
+  // A batch made before its models were recorded may have used any: only a key without a model limit sees it.
+  if (batch.models === undefined) return false;
+  return batch.models.every((model) => allowedModels.includes(model));
+}
+
+/**
+ * The most of an account's listed batches one page reads past those its key may not see: a page that meets that many
+ * in a row ends there, short, with `has_more` (no id it could page on is the key's to be told).
+ */
+export const listScanMost = 10_000;
+/** The most batches read in one round trip while a page is filled. */
+const listChunkMost = 1_000;
+
+/**
+ * An account's batches a key sees (`seesBatch`), newest first: a page of `limit` after `afterId` / before `beforeId`
+ * (Anthropic's cursors), gone ones dropped. Reads from the cursor's rank on, not the account's whole list, and
+ * further while batches the key may not see (or gone ones) leave the page short, so a page is full and `hasMore` true
+ * exactly when the key sees another batch beyond it, as if the others were not there (bounded by `listScanMost`).
+ */
+export async function listBatches(redis: Redis, accountId: string, page: { limit: number; afterId?: string; beforeId?: string }, allowedModels?: readonly string[]): Promise<{ batches: BatchRecord[]; hasMore: boolean }> {
   const key = accountBatchesKey(accountId);
   // Newest first, as Anthropic lists them: `after_id` pages toward older batches, `before_id` toward newer ones.
   const [[, total], [, after], [, before]] = (await together(redis)
@@ -274,21 +303,39 @@ export async function listBatches(redis: Redis, accountId: string, page: { limit
     .zrevrank(key, page.afterId ?? '')
     .zrevrank(key, page.beforeId ?? '')
     .exec()) as [[unknown, number], [unknown, number | null], [unknown, number | null]];
-  let start = 0;
-  let end = total;
-  // A cursor that is not (or no longer) listed has nothing beyond it.
-  if (page.afterId !== undefined) start = after === null ? total : after + 1;
-  if (page.beforeId !== undefined) {
-    end = before ?? 0;
-    start = Math.max(0, end - page.limit);
+  const backward = page.beforeId !== undefined;
+  // The ranks still to read, nearest the cursor first; a cursor that is not (or no longer) listed has nothing beyond it.
+  let next = backward ? (before ?? 0) - 1 : page.afterId === undefined ? 0 : after === null ? total : after + 1;
+  const left = () => (backward ? next + 1 : total - next);
+  const found: BatchRecord[] = [];
+  const gone: string[] = [];
+  let scanned = 0;
+  // One more than the page, to know whether the key sees anything beyond it.
+  let chunk = page.limit + 1;
+  while (found.length <= page.limit && left() > 0 && scanned < listScanMost) {
+    const size = Math.min(chunk, left(), listScanMost - scanned);
+    const ids = backward ? (await redis.zrevrange(key, next - size + 1, next)).reverse() : await redis.zrevrange(key, next, next + size - 1);
+    next += backward ? -size : size;
+    scanned += size;
+    // A list that shrank under the read (a batch deleted meanwhile) has nothing more in this direction to trust.
+    if (ids.length === 0) break;
+    const read = together(redis);
+    for (const id of ids) read.hgetall(batchKey(id));
+    const records = ((await read.exec()) ?? []).map(([error, row]) => {
+      // A read that failed is not a batch gone: it must not be dropped from the list.
+      if (error) throw error;
+      return batchFromRow(row as Record<string, string>);
+    });
+    gone.push(...ids.filter((_, i) => !records[i]));
+    for (const record of records) if (record && found.length <= page.limit && seesBatch(allowedModels, record)) found.push(record);
+    // Many the key may not see: read further in larger steps.
+    chunk = Math.min(listChunkMost, chunk * 2);
   }
-  const stop = Math.min(end, start + page.limit);
-  const chosen = stop > start ? await redis.zrevrange(key, start, stop - 1) : [];
-  const records = await Promise.all(chosen.map((id) => readBatch(redis, id)));
-  const gone = chosen.filter((_, i) => !records[i]);
+  // Dropped once read through: dropped as met, they would move the ranks still to read.
   if (gone.length > 0) await redis.zrem(key, ...gone);
-  const hasMore = page.beforeId !== undefined ? start > 0 : start + page.limit < end;
-  return { batches: records.filter((record): record is BatchRecord => record !== undefined), hasMore };
+  const hasMore = found.length > page.limit || (left() > 0 && scanned >= listScanMost);
+  const batches = found.slice(0, page.limit);
+  return { batches: backward ? batches.reverse() : batches, hasMore };
 }
 
 /** How many of an account's batches made since `since` (epoch ms: one older is past its deadline) have not ended. */
@@ -308,7 +355,11 @@ export async function cancelBatch(redis: Redis, batchId: string): Promise<BatchS
 
 /** A batch's record, or undefined when there is none (never made, deleted, or its results' time is over). */
 export async function readBatch(redis: Redis, batchId: string): Promise<BatchRecord | undefined> {
-  const row = await redis.hgetall(batchKey(batchId));
+  return batchFromRow(await redis.hgetall(batchKey(batchId)));
+}
+
+/** A batch's record from its hash as Redis answers it (undefined for an empty one: the batch is gone). */
+function batchFromRow(row: Record<string, string>): BatchRecord | undefined {
   if (!row.id) return undefined;
   const number = (field: string) => Number(row[field] ?? 0) || 0;
   const record: BatchRecord = {
@@ -324,7 +375,20 @@ export async function readBatch(redis: Redis, batchId: string): Promise<BatchRec
   };
   if (row.ended_at) record.endedAt = number('ended_at');
   if (row.cancel_at) record.cancelAt = number('cancel_at');
+  const models = modelsOf(row.models);
+  if (models) record.models = models;
   return record;
+}
+
+/** The models a batch recorded; undefined when it recorded none (made before they were) or they cannot be read. */
+function modelsOf(text: string | undefined): string[] | undefined {
+  if (text === undefined) return undefined;
+  try {
+    const models: unknown = JSON.parse(text);
+    return Array.isArray(models) && models.every((model) => typeof model === 'string') ? models : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** Up to `count` result lines after the stream entry `after` ('0' from the start), and the last entry read. */

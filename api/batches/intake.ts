@@ -113,6 +113,8 @@ export async function intakeBatch(ctx: KeyedContext, deps: EndpointRouteDeps, te
   }
   const checked = await checkRequests(ctx, deps, items);
   const total = checked.length;
+  // Which keys of the account see the batch (a key limited to models sees it only if it may use them all).
+  const models = [...new Set(checked.map((request) => request.modelId))];
 
   const id = newBatchId();
   const created = Date.now();
@@ -122,7 +124,7 @@ export async function intakeBatch(ctx: KeyedContext, deps: EndpointRouteDeps, te
   const keptMs = expires - created + 60_000;
   // Enough of the batch queued at once to fill the widest lane it uses twice over (a capped vendor never waits on it).
   const window = Math.max(limits.window, ...[...new Set(checked.map((request) => request.lane))].map((lane) => (lane ? 2 * vendorLimits(deps.config, lane).maxConcurrency : 0)));
-  await createBatch(deps.redis, { id, accountId: access.accountId, keyId, created, expires, total }, limits.resultsKeepMs, { window, intakeMs: intakeLeaseMs });
+  await createBatch(deps.redis, { id, accountId: access.accountId, keyId, created, expires, total, models }, limits.resultsKeepMs, { window, intakeMs: intakeLeaseMs });
   const missed: number[] = [];
   try {
     // Taken out round by round, so what the api holds of the batch shrinks as it is stored.

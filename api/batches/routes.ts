@@ -1,6 +1,6 @@
 import { Readable } from 'node:stream';
 import type Router from '@koa/router';
-import { batchView, cancelBatch, deleteBatch, listBatches, openBatchCount, readBatch, readBatchResults, type BatchRecord } from '../../shared/batches.js';
+import { batchView, cancelBatch, deleteBatch, listBatches, openBatchCount, readBatch, readBatchResults, seesBatch, type BatchRecord } from '../../shared/batches.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
 import { activeMetrics } from '../../shared/metrics.js';
@@ -13,9 +13,11 @@ import { sweepBatch } from './sweep.js';
 
 /**
  * Anthropic's Message Batches API (`/v1/messages/batches`), on every chat model of every vendor: a batch is its
- * account's (any of its keys sees it), and answers in Anthropic's dialect (errors included: the path is under
- * `/v1/messages`). See intake.ts for how a batch comes in, shared/batches.ts for its record, workers/batch-run.ts
- * for how its requests run, sweep.ts for how a cancel and an expiry end it.
+ * account's, not its key's (as Anthropic's is its Workspace's and OpenAI's its Project's: a team rotates its keys
+ * while a batch runs and reads its results weeks later), though a key limited to models sees only the batches whose
+ * every model it may use. Answers in Anthropic's dialect (errors included: the path is under `/v1/messages`). See
+ * intake.ts for how a batch comes in, shared/batches.ts for its record, workers/batch-run.ts for how its requests
+ * run, sweep.ts for how a cancel and an expiry end it.
  */
 
 const resultsPage = 500;
@@ -23,11 +25,15 @@ const batchIdPattern = /^msgbatch_[A-Za-z0-9]{1,64}$/;
 
 const notFound = (id: string) => new GatewayError(404, `No message batch with id '${id.slice(0, 80)}'.`, { type: 'not_found_error', code: 'not_found' });
 
-/** The caller's account's batch, or a 404 (another account's included: its existence is not told). */
+/**
+ * The caller's account's batch, or a 404 (another account's included: its existence is not told; one using a model
+ * the caller's key may not use too, for the same reason).
+ */
 async function ownedBatch(ctx: KeyedContext, deps: EndpointRouteDeps, id: string): Promise<BatchRecord> {
   if (!batchIdPattern.test(id)) throw notFound(id);
   const batch = await readBatch(deps.redis, id);
-  if (!batch || batch.accountId !== ctx.state.access.accountId) throw notFound(id);
+  const { access } = ctx.state;
+  if (!batch || batch.accountId !== access.accountId || !seesBatch(access.models, batch)) throw notFound(id);
   return batch;
 }
 
@@ -61,7 +67,7 @@ export function batchRoutes(deps: EndpointRouteDeps, log: Logger): Router<KeyedS
 
   router.get('/', async (ctx) => {
     const page = pageQuery(ctx.query);
-    const { batches, hasMore } = await listBatches(deps.redis, ctx.state.access.accountId, page);
+    const { batches, hasMore } = await listBatches(deps.redis, ctx.state.access.accountId, page, ctx.state.access.models);
     const data = batches.map((batch) => view(ctx, batch));
     ctx.body = { data, has_more: hasMore, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null };
   });

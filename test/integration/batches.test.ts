@@ -4,7 +4,7 @@ import type { Redis } from 'ioredis';
 import { Queue } from 'bullmq';
 import Anthropic from '@anthropic-ai/sdk';
 import { readBill } from '../../shared/money/billing.js';
-import { freshRedis, paidAccountKey, requestRecord, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { freshRedis, paidAccountKey, paidKeyIn, requestRecord, startGateway, testKeyStore, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { startFakeOpenAI, type FakeOpenAI, type RecordedRequest } from '../support/fake-openai.js';
 import { startFakeAnthropic, FAKE_ANTHROPIC_TEXT, type FakeAnthropic } from '../support/fake-anthropic.js';
 import { startFakeGemini, FAKE_GEMINI_TEXT, type FakeGemini } from '../support/fake-gemini.js';
@@ -253,6 +253,76 @@ describe('Message Batches (/v1/messages/batches) with the official Anthropic SDK
     await assert.rejects(client.messages.batches.delete(made.id), Anthropic.BadRequestError);
     await assert.rejects(client.messages.batches.retrieve('msgbatch_nope'), Anthropic.NotFoundError);
     await ended(client, made.id);
+  });
+
+  it('shows a key limited to models only its account’s batches whose every model it may use: any other is a 404 to it, and left out of its list', async () => {
+    // One account, three keys: A with no model limit, B limited to gpt-4o-mini, C to claude-sonnet-4-5.
+    const keys = await testKeyStore(redis);
+    const a = await paidKeyIn(keys, 10_000_000);
+    const keyed = (key: string) => new Anthropic({ apiKey: key, baseURL: gateway.url, maxRetries: 0 });
+    const clientA = keyed(a.key);
+    const bKey = (await keys.create('b', { accountId: a.account, models: ['gpt-4o-mini'] })).key;
+    const clientB = keyed(bKey);
+    const clientC = keyed((await keys.create('c', { accountId: a.account, models: ['claude-sonnet-4-5'] })).key);
+    const other = keyed((await paidAccountKey(redis, 1_000_000)).key);
+    // Made second, the batch B may not see is the newest: B's pages of one must read past it.
+    const onlyX = await clientA.messages.batches.create({ requests: [ask('x-1', 'gpt-4o-mini', 'Hello X'), ask('x-2', 'gpt-4o-mini', 'Hello X again')] });
+    const both = await clientA.messages.batches.create({ requests: [ask('x', 'gpt-4o-mini', 'Hello X'), ask('y', 'claude-sonnet-4-5', 'Hello Y')] });
+    await Promise.all([ended(clientA, onlyX.id), ended(clientA, both.id)]);
+
+    const listed = async (client: Anthropic) => {
+      const ids: string[] = [];
+      for await (const batch of client.messages.batches.list({ limit: 1 })) ids.push(batch.id);
+      return ids;
+    };
+    const notFound = async (call: Promise<unknown>, what: string) => {
+      const error = await call.then(
+        () => undefined,
+        (thrown: unknown) => thrown,
+      );
+      assert.ok(error instanceof Anthropic.NotFoundError, `${what}: ${String(error)}`);
+      assert.equal((error.error as { error: { type: string } }).error.type, 'not_found_error', what);
+    };
+    // The results path itself (the SDK reads the batch first, which would answer before it).
+    const rawResults = async (key: string, id: string) => {
+      const response = await fetch(`${gateway.url}/v1/messages/batches/${id}/results`, { headers: { 'x-api-key': key, 'anthropic-version': '2023-06-01' } });
+      return { status: response.status, text: await response.text() };
+    };
+
+    // A sees both, newest first.
+    assert.deepEqual(await listed(clientA), [both.id, onlyX.id]);
+    assert.equal((await clientA.messages.batches.retrieve(both.id)).id, both.id);
+
+    // B sees the batch of its model alone: retrieved, listed (paged: the page after the hidden one is not empty), read.
+    assert.equal((await clientB.messages.batches.retrieve(onlyX.id)).processing_status, 'ended');
+    assert.deepEqual(await listed(clientB), [onlyX.id]);
+    const firstPage = await clientB.messages.batches.list({ limit: 1 });
+    assert.deepEqual([firstPage.data.map((batch) => batch.id), firstPage.has_more, firstPage.first_id, firstPage.last_id], [[onlyX.id], false, onlyX.id, onlyX.id]);
+    assert.deepEqual((await clientB.messages.batches.list({ before_id: onlyX.id })).data, [], 'the newer batch it may not see is not before it either');
+    assert.deepEqual([...(await resultsOf(clientB, onlyX.id)).keys()].sort(), ['x-1', 'x-2']);
+    // …and the batch that also uses a model it may not use is as one of another account: 404 for each of its paths.
+    await notFound(clientB.messages.batches.retrieve(both.id), 'B retrieves');
+    await notFound(clientB.messages.batches.results(both.id), 'B reads the results');
+    const raw = await rawResults(bKey, both.id);
+    assert.equal(raw.status, 404, raw.text);
+    assert.equal((JSON.parse(raw.text) as { error: { type: string } }).error.type, 'not_found_error');
+    assert.equal((await rawResults(a.key, both.id)).status, 200);
+    await notFound(clientB.messages.batches.cancel(both.id), 'B cancels');
+    await notFound(clientB.messages.batches.delete(both.id), 'B deletes');
+
+    // C may use one of the second batch's models, not both: it sees neither.
+    assert.deepEqual(await listed(clientC), []);
+    for (const id of [onlyX.id, both.id]) {
+      await notFound(clientC.messages.batches.retrieve(id), `C retrieves ${id}`);
+      await notFound(clientC.messages.batches.delete(id), `C deletes ${id}`);
+    }
+    // Another account sees neither.
+    assert.deepEqual(await listed(other), []);
+    await notFound(other.messages.batches.retrieve(onlyX.id), 'another account retrieves');
+
+    // Nothing B or C did touched the batches: A still has both, and deletes them.
+    assert.deepEqual(await listed(clientA), [both.id, onlyX.id]);
+    for (const id of [both.id, onlyX.id]) assert.deepEqual(await clientA.messages.batches.delete(id), { id, type: 'message_batch_deleted' });
   });
 
   it('holds an account to BATCH_MAX_OPEN batches in progress at once, and lets it make more as they end', async () => {

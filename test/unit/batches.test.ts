@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
-import { batchRequestJobId, batchRequestState, batchView, cancelAbandonedIntake, cancelBatch, createBatch, deleteBatch, listBatches, newBatchId, openBatchCount, pendingEntries, queuedIndices, readBatch, readBatchResults, recordBatchResult, recordInBatch, releaseBatchRequests, releasedCount, storeBatchEntries } from '../../shared/batches.js';
+import { batchRequestJobId, batchRequestState, batchView, cancelAbandonedIntake, cancelBatch, createBatch, deleteBatch, listBatches, newBatchId, openBatchCount, pendingEntries, queuedIndices, readBatch, readBatchResults, recordBatchResult, recordInBatch, releaseBatchRequests, releasedCount, seesBatch, storeBatchEntries } from '../../shared/batches.js';
 import { accountBatchesKey, batchKey, batchPendingKey, batchQueuedKey } from '../../shared/redis-keys.js';
 import { freshRedis } from '../support/gateway.js';
 
@@ -239,5 +239,63 @@ describe('a Message Batch’s queues, cost, listing and deletion', () => {
     await deleteBatch(redis, newest[0]!, 'acct_list');
     assert.equal(await readBatch(redis, newest[0]!), undefined);
     assert.deepEqual((await listBatches(redis, 'acct_list', { limit: 10 })).batches.map((b) => b.id), newest.slice(1));
+  });
+
+  it('keeps the models a batch uses, each once, and shows a key limited to models only the batches whose every model it may use', async () => {
+    const id = newBatchId();
+    await createBatch(redis, { id, accountId: 'acct_m', keyId: 'k', created: 1, expires: Date.now() + keepMs, total: 3, models: ['y', 'x', 'y'] }, keepMs);
+    assert.deepEqual((await readBatch(redis, id))!.models, ['x', 'y']);
+    assert.equal(seesBatch(undefined, { models: ['x', 'y'] }), true, 'a key with no model limit sees every batch');
+    assert.equal(seesBatch(['x', 'y', 'z'], { models: ['x', 'y'] }), true);
+    assert.equal(seesBatch(['x'], { models: ['x', 'y'] }), false, 'one model it may not use hides the batch');
+    assert.equal(seesBatch([], { models: ['x'] }), false);
+    // A batch made before its models were recorded.
+    assert.equal(seesBatch(undefined, {}), true);
+    assert.equal(seesBatch(['x'], {}), false);
+  });
+
+  it('pages a key’s batches as if those it may not see (and gone ones) were not listed', async () => {
+    const account = 'acct_seen';
+    // Newest first: what a key limited to `x` sees among them, by the model each uses.
+    const uses: Array<string[] | undefined> = [['x'], ['y'], ['y'], ['x'], ['x', 'y'], undefined, ['x'], ['y'], ['y'], ['y'], ['x'], ['x'], ['y']];
+    const ids: string[] = [];
+    for (const [n, models] of uses.entries()) {
+      const id = newBatchId();
+      ids.push(id);
+      await createBatch(redis, { id, accountId: account, keyId: 'k', created: 10_000 - n, expires: Date.now() + keepMs, total: 1, ...(models ? { models } : {}) }, keepMs);
+    }
+    const seen = ids.filter((_, n) => uses[n]?.every((model) => model === 'x'));
+    assert.equal(seen.length, 5);
+    // `models` null: a key with no model limit.
+    const page = async (cursor: { afterId?: string; beforeId?: string }, limit = 2, models: readonly string[] | null = ['x']) => {
+      const listed = await listBatches(redis, account, { limit, ...cursor }, models ?? undefined);
+      return { ids: listed.batches.map((b) => b.id), hasMore: listed.hasMore };
+    };
+
+    // Forward, page by page on the last id, as the SDK pages.
+    assert.deepEqual(await page({}), { ids: seen.slice(0, 2), hasMore: true });
+    assert.deepEqual(await page({ afterId: seen[1] }), { ids: seen.slice(2, 4), hasMore: true });
+    assert.deepEqual(await page({ afterId: seen[3] }), { ids: seen.slice(4), hasMore: false }, 'nothing it sees is left, though other batches are');
+    assert.deepEqual(await page({ afterId: seen[4] }), { ids: [], hasMore: false });
+    assert.deepEqual(await page({}, 5), { ids: seen, hasMore: false }, 'a page exactly as long as what it sees');
+    assert.deepEqual(await page({}, 1000), { ids: seen, hasMore: false });
+    // Backward, on the first id, newest first within a page.
+    assert.deepEqual(await page({ beforeId: seen[4] }), { ids: seen.slice(2, 4), hasMore: true });
+    assert.deepEqual(await page({ beforeId: seen[2] }), { ids: seen.slice(0, 2), hasMore: false }, 'only batches it may not see are newer');
+    assert.deepEqual(await page({ beforeId: seen[0] }), { ids: [], hasMore: false });
+    // A cursor on a batch the key may not see still places the page (it learns nothing of that batch from it).
+    assert.deepEqual(await page({ afterId: ids[1] }), { ids: seen.slice(1, 3), hasMore: true });
+
+    // A key with no model limit sees every batch, the one made before models were recorded included.
+    assert.deepEqual(await page({}, 20, null), { ids, hasMore: false });
+    assert.deepEqual(await page({ afterId: ids[4] }, 3, null), { ids: ids.slice(5, 8), hasMore: true });
+    // One may use none of them.
+    assert.deepEqual(await page({}, 3, ['z']), { ids: [], hasMore: false });
+
+    // A gone batch is dropped from the list, and the page filled past it.
+    await redis.del(batchKey(seen[1]!));
+    assert.deepEqual(await page({}), { ids: [seen[0], seen[2]], hasMore: true });
+    assert.equal(await redis.zscore(accountBatchesKey(account), seen[1]!), null, 'dropped from the account’s list');
+    assert.deepEqual(await page({ afterId: seen[2] }, 3), { ids: seen.slice(3), hasMore: false });
   });
 });
