@@ -7,6 +7,7 @@
  *
  * Env: BENCH_DURATION_S (default 10), BENCH_CONNECTIONS (default 64),
  * BENCH_PROFILE_STREAM=1 (stream requests instead of plain ones),
+ * BENCH_PROFILE_CACHE=1 (every request sends `Cache-Control: max-age=600`: after the first, the hit path),
  * BENCH_REDIS_URL (FLUSHDB'd; default: database 15 of a private redis-server
  * this run starts and stops).
  * Writes bench/results/profile/gateway-*.cpuprofile and summary.txt.
@@ -44,7 +45,7 @@ async function main(): Promise<void> {
     await probe(gateway.url, key, [child]);
     log(`profiling the gateway (pid ${child.pid}) under ${connections} connections for ${durationS} s`);
     const result = await measureLoad({
-      target: { url: `${gateway.url}/v1/chat/completions`, headers: { authorization: `Bearer ${key}` }, body: JSON.stringify(process.env.BENCH_PROFILE_STREAM ? { ...plainBody, stream: true } : plainBody) },
+      target: { url: `${gateway.url}/v1/chat/completions`, headers: { authorization: `Bearer ${key}`, ...(process.env.BENCH_PROFILE_CACHE ? { 'cache-control': 'max-age=600' } : {}) }, body: JSON.stringify(process.env.BENCH_PROFILE_STREAM ? { ...plainBody, stream: true } : plainBody) },
       connections,
       durationS,
       warmupS: 2,
