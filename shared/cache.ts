@@ -123,13 +123,25 @@ export function requestHash(request: EndpointRequest, modelId: string): string {
   };
   const form =
     request.endpoint === 'messages'
-      ? kept(request.payload.anthropic as unknown as Record<string, unknown>)
+      ? { ...kept(request.payload.anthropic as unknown as Record<string, unknown>), [betasField]: betaSet(request.payload.betas) }
       : request.endpoint === 'responses'
         ? { chat: kept(request.payload.chat as unknown as Record<string, unknown>), shell: kept(request.payload.shell as unknown as Record<string, unknown>) }
         : uploadEndpoints.has(request.endpoint)
           ? Object.fromEntries(Object.entries(kept(request.payload as Record<string, unknown>)).map(([key, value]) => [key, uploadContent(value)]))
           : kept(request.payload as Record<string, unknown>);
   return createHash('sha256').update(`${request.endpoint}\n${modelId}\n${canonicalJson(form)}`).digest('hex');
+}
+
+/**
+ * Where a Messages request's `anthropic-beta` flags stand in its hashed form: a header, but one that changes the
+ * answer (longer output, interleaved thinking…). A name no body field can have, so it never meets one.
+ */
+const betasField = ' anthropic-beta';
+
+/** The flags as a set: their order and spacing in the header change nothing; their spelling is kept as sent. */
+function betaSet(header: string | undefined): string[] | undefined {
+  const flags = [...new Set((header ?? '').split(',').map((flag) => flag.trim()).filter((flag) => flag !== ''))].sort();
+  return flags.length > 0 ? flags : undefined;
 }
 
 /** One event of a stored stream: its `event:` name where the dialect has one (Anthropic's), and its data. */
@@ -249,13 +261,16 @@ export interface StoreLimits {
  * With `landing` (the job holding the request's flight mark), the mark is dropped and the waiting apis told it is
  * stored in the same script (the mark shares the entries' hash tag): one round trip, not two.
  */
-export async function storeEntry(redis: Redis, accountId: string, keyId: string, hash: string, entry: CacheEntry, limits: StoreLimits, keepMs = 0, landing?: { jobId: string }): Promise<number> {
+export async function storeEntry(redis: Redis, accountId: string, keyId: string, hash: string, entry: CacheEntry, limits: StoreLimits, keepMs = 0, landing?: { jobId: string; name?: string }): Promise<number> {
   const stored = await encodeEntry(entry);
   if (stored.length > limits.maxEntryBytes) return 0;
   const ttlMs = Math.max(1, entry.expires - Date.now(), keepMs);
-  const event: CacheEvent = { account: accountId, hash, status: 'stored', cost: entry.costMicros };
+  // An answer kept only for the requests sharing its call is stored under a name of its own: the request's entry,
+  // which others may have stored fresh, is left as it was.
+  const name = landing?.name ?? hash;
+  const event: CacheEvent = { account: accountId, hash, status: 'stored', cost: entry.costMicros, ...(landing ? { job: landing.jobId } : {}), ...(name !== hash ? { entry: name } : {}) };
   await scripted(redis).cacheStore(
-    cacheEntryKey(accountId, hash),
+    cacheEntryKey(accountId, name),
     cacheIndexKey(accountId),
     cacheBytesKey(accountId),
     cacheMetaKey(accountId),
@@ -264,7 +279,7 @@ export async function storeEntry(redis: Redis, accountId: string, keyId: string,
     ttlMs,
     limits.maxAccountBytes,
     Date.now(),
-    hash,
+    name,
     `${stored.length} ${keyId} ${entry.model}`,
     cacheEntryKey(accountId, ''),
     landing?.jobId ?? '',
@@ -295,9 +310,22 @@ export async function takeFlight(redis: Redis, accountId: string, hash: string, 
 export interface CacheEvent {
   account: string;
   hash: string;
-  status: 'stored' | 'failed';
+  /** The job whose end it tells (absent from a worker of an older version: taken as the end of whichever job). */
+  job?: string;
+  /**
+   * `stored`: its answer is kept for them; `failed`: its call failed (each request waiting on it runs its own);
+   * `gone`: it never ran (refused, or taken out of its queue): the requests waiting on it contend for the mark again.
+   */
+  status: 'stored' | 'failed' | 'gone';
   /** What the answer cost (micros), when it ended well: a request that followed its stream is billed from it. */
   cost?: number;
+  /** The name its answer is stored under when not the request's hash (kept only for the requests sharing its call). */
+  entry?: string;
+}
+
+/** The name a job's answer is kept under for the requests sharing its call when it is not to be served later (`max-age=0`). */
+export function sharedOnlyName(hash: string, jobId: string): string {
+  return `${hash}.${jobId}`;
 }
 
 /**
@@ -343,7 +371,7 @@ const scripted = (redis: Redis) =>
 
 /** The job holding a request's flight mark ended (or was never queued): the mark goes, and the requests waiting on it hear how. */
 export async function landFlight(redis: Redis, accountId: string, hash: string, jobId: string, status: CacheEvent['status'], costMicros?: number): Promise<void> {
-  const event: CacheEvent = { account: accountId, hash, status, ...(costMicros !== undefined ? { cost: costMicros } : {}) };
+  const event: CacheEvent = { account: accountId, hash, job: jobId, status, ...(costMicros !== undefined ? { cost: costMicros } : {}) };
   await scripted(redis).cacheLand(cacheFlightKey(accountId, hash), jobId, cacheEventsChannel, JSON.stringify(event));
 }
 

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { defaultAccountId } from '../shared/accounts.js';
-import { landFlight, storeEntry, type CacheEvent } from '../shared/cache.js';
+import { landFlight, sharedOnlyName, storeEntry, type CacheEvent } from '../shared/cache.js';
 import type { Config } from '../shared/config.js';
 import type { GatewayJobData } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
@@ -34,6 +34,7 @@ export async function keepAnswer(deps: AnswerCacheDeps, data: GatewayJobData, pr
   try {
     const forms = produced.cacheable;
     const keepMs = plan.flight ? sharedAnswerMs : 0;
+    const jobId = data.jobId ?? data.requestId;
     if (forms && produced.finishReason !== 'content_filter' && Math.max(plan.ttlMs, keepMs) > 0 && deps.config.cache.maxTtlS > 0) {
       const billed = produced.billed ?? { costMicros: 0, input: 0, cached: 0, output: 0 };
       const now = Date.now();
@@ -46,7 +47,7 @@ export async function keepAnswer(deps: AnswerCacheDeps, data: GatewayJobData, pr
         deps.config.cache,
         keepMs,
         // The flight mark's end goes in the same script as the entry.
-        plan.flight ? { jobId: data.jobId ?? data.requestId } : undefined,
+        plan.flight ? { jobId, ...(plan.ttlMs > 0 ? {} : { name: sharedOnlyName(plan.hash, jobId) }) } : undefined,
       );
       if (size > 0) {
         answerCached(data.model, size);

@@ -148,6 +148,7 @@ class JobRun {
     if (orphan && Date.now() - job.timestamp > orphan.afterMs && (await deps.redis.exists(apiAliveKey(data.replyTo))) === 0) {
       // It waited long, and the api that took it is gone: nobody would read the answer, so the vendor is not called.
       this.log.info('the api holding this request is gone; job dropped');
+      await endFlight(this.cacheDeps, data, 'gone');
       await this.bill('cancelled');
       throw new ClientGoneError();
     }

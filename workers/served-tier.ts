@@ -1,81 +1,18 @@
 import type { Job } from 'bullmq';
 import type { Config } from '../shared/config.js';
 import { isFirstRun, type GatewayJobData } from '../shared/jobs.js';
-import { tiersBilledFor } from '../shared/money/pricing.js';
-import { servingTier, type ServiceTier } from '../shared/service-tier.js';
+import { servedTier, tieredEndpoints, type TierFacts } from '../shared/served-tier.js';
+import type { ServiceTier } from '../shared/service-tier.js';
 import { isMockChannel, type ChannelConfig } from '../shared/vendors.js';
 
-/*
- * The tier a request was served in: the one its answer says (`service_tier`
- * of a chat completion and of each of its chunks, of a Responses object), the
- * one settlement bills it at (`actualCost`) and the one its usage entry, its
- * request-log row and `/v1/generation` record. Not the tier it asked for.
- *
- * - A vendor that sells tiers itself (SERVICE_TIER_NATIVE_VENDORS, by the
- *   channel's vendor name: OpenAI, not every vendor of its wire protocol) is
- *   sent the job's band (`priority`, `default` or `flex`; never `auto`,
- *   `scale` or `fast`), and serves in the tier its answer says: the body's
- *   `service_tier`, or a stream's first chunk's. `scale`, `auto` or a word
- *   unknown read as `default` (`fast` as `priority`), none at all as the band
- *   sent. It is never billed above its band, or `default` (a vendor saying
- *   `priority` to a flex request is billed `default`): the reservation covers
- *   no more (`tiersBilledFor`).
- * - Any other vendor never sees `service_tier` (the mock standing in for a
- *   vendor included, unless `mock` is listed: then it serves every tier as
- *   sent, to try tiers offline), and the gateway's queue decides:
- *   `priority` only when the job was queued where other work waited
- *   (`data.contended`: its place ahead of it was worth something), `flex` only
- *   when it waited in the queue at least SERVICE_TIER_FLEX_MIN_WAIT_MS before
- *   its first run; else `default`.
- *
- * - A Message Batch's request is served as `flex`, always: it waited for
- *   idle capacity by its nature (its job's band is flex too, so a run that
- *   fails before any channel is billed the same).
- *
- * The rule is `servedTier`, pure; `tierFacts` gathers what it reads from a job
- * and its channel, and `tierRule` is the rule as the pipelines use it.
- */
-
-/** What decides the tier a job is served in, known once its channel is. */
-export interface TierFacts {
-  /** The band it was queued in (`data.serviceTier`; absent, or an endpoint without tiers: `default`). */
-  band: ServiceTier;
-  /** Its vendor sells tiers itself: it is sent the band, and its answer says the tier served. */
-  native: boolean;
-  /** Queued where other work waited (`data.contended`). */
-  contended: boolean;
-  /** How long it waited in the queue before its first run, in ms (0 when not known). */
-  waitedMs: number;
-  /** SERVICE_TIER_FLEX_MIN_WAIT_MS: the wait that earns flex where the vendor does not sell it. */
-  flexMinWaitMs: number;
-  /** A Message Batch's request (`data.batch`): deferred work by its nature, served (and billed) as flex whatever its wait or its vendor's word. */
-  batch?: true;
-}
-
-/**
- * The tier a job was served in. `answered`: what a native vendor's answer
- * says as `service_tier` (its body's, or its first chunk's); undefined or
- * null when it says none, or before it answered. Ignored for other vendors.
- */
-export function servedTier(facts: TierFacts, answered?: unknown): ServiceTier {
-  const { band } = facts;
-  if (facts.batch) return 'flex';
-  if (facts.native) {
-    const said = answered == null ? band : servingTier(typeof answered === 'string' ? answered : undefined);
-    return tiersBilledFor(band).includes(said) ? said : 'default';
-  }
-  if (band === 'priority') return facts.contended ? 'priority' : 'default';
-  if (band === 'flex') return facts.waitedMs >= facts.flexMinWaitMs ? 'flex' : 'default';
-  return 'default';
-}
+// The rule is shared/served-tier.ts (a cache hit's answer says a tier by it too); here, how a worker applies it to a
+// run of a job on its channel.
+export { servedTier, type TierFacts };
 
 /** The `service_tier` a vendor is sent: the band, to a vendor that sells tiers; none to any other. */
 export function sentTier(facts: TierFacts): ServiceTier | undefined {
   return facts.native ? facts.band : undefined;
 }
-
-/** Endpoints whose API has a `service_tier` (legacy completions has none: always `default`). */
-const tieredEndpoints = new Set<GatewayJobData['endpoint']>(['chat.completions', 'responses']);
 
 /**
  * The facts of one run of a job on a channel. The wait is BullMQ's, as

@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { KeyAccess } from '../../shared/accounts.js';
-import { moneyRefusal, reserve, type KeyLimitsInForce, type RateLimitState, type ReserveOutcome } from '../../shared/money/billing.js';
+import { charge, moneyRefusal, reserve, type KeyLimitsInForce, type RateLimitState, type ReserveOutcome, type SettlePolicy } from '../../shared/money/billing.js';
+import type { UsageEntry } from '../../shared/money/usage.js';
 import type { Config } from '../../shared/config.js';
 import { GatewayError, invalidApiKey } from '../../shared/errors.js';
 import { admissionRefused } from '../http/metrics.js';
@@ -39,6 +40,12 @@ export function limitsInForce(access: KeyAccess, config: Pick<Config, 'defaultKe
   return { ...(access.limitMicros !== undefined ? { limitMicros: access.limitMicros } : {}), ...(rpm ? { rpm } : {}), ...(tpm ? { tpm } : {}) };
 }
 
+/** Which of the key's rates a reservation counts: a request that shares another's call uses no tokens; one counted already is not counted twice. */
+export interface CountedRates {
+  requests: boolean;
+  tokens: boolean;
+}
+
 /**
  * Reserves a request's worst-case cost against its key's limit and its
  * account's balance, together with the key's rate limits, in one Redis
@@ -57,12 +64,29 @@ export async function reserveSpend(
   deadline: number,
   /** The job's queue key when its add is sent right behind (see `Reservation.gate`). */
   gate?: string,
+  counted: CountedRates = { requests: true, tokens: true },
 ): Promise<Record<string, string>> {
+  const { rpm, tpm, ...money } = limitsInForce(access, config);
+  const limits = { ...money, ...(counted.requests && rpm ? { rpm } : {}), ...(counted.tokens && tpm ? { tpm } : {}) };
   const outcome = await reserve(
     redis,
-    { requestId, keyId: access.keyId, accountId: access.accountId, micros: estimate.micros, tokens: estimate.tokens, deadline, ...(gate ? { gate } : {}) },
-    limitsInForce(access, config),
+    { requestId, keyId: access.keyId, accountId: access.accountId, micros: estimate.micros, tokens: counted.tokens ? estimate.tokens : 0, deadline, ...(gate ? { gate } : {}) },
+    limits,
   );
+  return admitted(outcome, access);
+}
+
+/**
+ * Admits and bills in one step a request whose price is known before it is served (a cache hit): the key's rate of
+ * requests, its limit and the balance hold as for any request; refused, the same 429s as `reserveSpend`.
+ */
+export async function chargeSpend(redis: Redis, config: Pick<Config, 'defaultKeyRpm' | 'defaultKeyTpm'>, access: KeyAccess, usage: UsageEntry, policy: SettlePolicy): Promise<Record<string, string>> {
+  const { tpm: _tokens, ...limits } = limitsInForce(access, config);
+  return admitted(await charge(redis, usage, limits, policy), access);
+}
+
+/** The rate-limit headers of an admitted request, or the refusal the client gets. */
+function admitted(outcome: ReserveOutcome, access: KeyAccess): Record<string, string> {
   const headers = rateHeaders(outcome);
   if (outcome.ok) return headers;
   admissionRefused(outcome.reason, access.keyId);

@@ -122,7 +122,7 @@ function readBytes(req: IncomingMessage, limit: number): Promise<{ chunks: Buffe
  * body, and an inline image larger than any vendor takes; `large`: it was past `largeBodyBytes`, and each later step
  * on it should get a turn of the loop of its own.
  */
-export async function readJsonText(req: IncomingMessage, limit: number): Promise<{ text: string; large: boolean }> {
+export async function readJsonText(req: IncomingMessage, limit: number): Promise<{ text: string; large: boolean; bytes: number }> {
   const type = req.headers['content-type'] ?? '';
   if (type && !/^application\/(?:[\w.+-]*\+)?json\b/i.test(type)) {
     throw invalidRequest(`Unsupported content type '${type.split(';')[0]}': send the body as application/json.`);
@@ -146,12 +146,20 @@ export async function readJsonText(req: IncomingMessage, limit: number): Promise
   const text = bytes.toString('utf8');
   if (text.trim() === '') throw invalidRequest('The request body is empty: send a JSON object.');
   if (large) await yieldToLoop();
-  return { text, large };
+  return { text, large, bytes: size };
 }
 
 /** Reads and parses a JSON object body (see readBytes for the limits of the reading). */
 export async function readJsonObject(req: IncomingMessage, limit: number): Promise<Record<string, unknown>> {
-  const { text, large } = await readJsonText(req, limit);
+  return (await readJsonBody(req, limit)).body;
+}
+
+/**
+ * Reads and parses a JSON object body, with the bytes it had as they were read: a chunked body (no
+ * `Content-Length`) is as large as what arrived, and so is one whose `Content-Length` the client misstated.
+ */
+export async function readJsonBody(req: IncomingMessage, limit: number): Promise<{ body: Record<string, unknown>; bytes: number }> {
+  const { text, large, bytes } = await readJsonText(req, limit);
   // Also refuses an inline image past the vendors' limit (one short of the cut), naming where it is, before it is parsed.
   checkJsonShape(text, maxJsonDepth);
   if (large) await yieldToLoop();
@@ -168,7 +176,7 @@ export async function readJsonObject(req: IncomingMessage, limit: number): Promi
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw invalidRequest('The request body must be a JSON object.', null, 'invalid_json');
   }
-  return body as Record<string, unknown>;
+  return { body: body as Record<string, unknown>, bytes };
 }
 
 /** Deeper than any real request (a JSON schema ten levels deep is about 25), far below what recursion in the stack can take. */

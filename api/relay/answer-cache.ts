@@ -9,10 +9,14 @@ import { anthropicErrorBody } from '../../shared/messages.js';
 import type { LogEntry } from '../../shared/reply.js';
 import { activeMetrics } from '../../shared/metrics.js';
 import { settle } from '../../shared/money/billing.js';
+import type { UsageEntry } from '../../shared/money/usage.js';
+import { chargeSpend } from '../accounts/spend.js';
 import { cacheEventsChannel } from '../../shared/redis-keys.js';
 import { dataFrame, EventStream } from '../http/event-stream.js';
 import type { GatewayContext } from '../http/context.js';
-import type { EventLogs } from './event-log.js';
+import type { EventLogs, FollowOutcome } from './event-log.js';
+import { echoFor, type EchoSource } from './cache-echo.js';
+import type { ServiceTier } from '../../shared/service-tier.js';
 import type { ReplyHub } from './reply-hub.js';
 
 /**
@@ -32,6 +36,9 @@ export interface CachePlan {
   share: boolean;
 }
 
+/** How many times a request waiting on a holder of the flight mark that never ran contends for it again. */
+const shareRounds = 3;
+
 /** How long a request following another's stream waits for that stream's end after hearing its job failed. */
 const followerGraceMs = 2000;
 
@@ -46,7 +53,12 @@ export interface FollowingOptions {
   deadline: number;
   keepAliveMs: number;
   dialect: 'openai' | 'anthropic';
+  /** The request it answers: the frames followed echo it, not the request whose stream they are (api/relay/cache-echo.ts). */
+  echo?: EchoSource;
 }
+
+/** How following another's stream ended: billed (its answer came whole), unbilled, or unstarted (nothing written). */
+export type FollowedCall = 'billed' | 'unbilled' | 'unstarted';
 
 /** How a request was served, as `Cache-Status` says it (RFC 9211). */
 export type CacheResult = 'hit' | 'coalesced' | 'miss' | 'bypass';
@@ -57,7 +69,7 @@ export class AnswerCache {
 
   constructor(
     private readonly redis: Redis,
-    private readonly config: Pick<Config, 'cache' | 'usageBufferRecords'>,
+    private readonly config: Pick<Config, 'cache' | 'usageBufferRecords' | 'defaultKeyRpm' | 'defaultKeyTpm'>,
     private readonly log: Logger,
   ) {}
 
@@ -123,37 +135,48 @@ export class AnswerCache {
    * undefined when this request runs its own call: it took the mark, the other's call failed or its answer could
    * not be kept, or the cache could not be reached.
    */
-  async share(plan: CachePlan, self: { jobId: string; form: string | undefined; keyId: string }, deadline: number): Promise<Shared | undefined> {
+  async share(plan: CachePlan, self: { jobId: string; form: string | undefined; keyId: string }, deadline: number, admit: () => Promise<void>): Promise<Shared | undefined> {
     if (!plan.share) return undefined;
-    const key = `${plan.accountId} ${plan.hash}`;
-    let heard: CacheEvent['status'] | undefined;
-    let wake: ((status: CacheEvent['status'] | 'timeout') => void) | undefined;
-    const ended = new Promise<CacheEvent['status'] | 'timeout'>((resolve) => {
-      wake = resolve;
+    // Every end heard of this request's hash, by job: listening before the mark is read, an end published in between
+    // is not missed (an end published before that dropped the mark, which this request would then have taken).
+    const ends = new Map<string, CacheEvent>();
+    let heardOne: (() => void) | undefined;
+    const stop = this.hear(`${plan.accountId} ${plan.hash}`, (event) => {
+      ends.set(event.job ?? '', event);
+      heardOne?.();
     });
-    const waiter = (event: CacheEvent) => {
-      heard = event.status;
-      wake!(event.status);
-    };
-    // Listening before the mark is read: an end published in between is not missed.
-    const stop = this.hear(key, waiter);
-    const timer = setTimeout(() => wake!('timeout'), Math.max(0, deadline - Date.now()));
+    let late = false;
+    const timer = setTimeout(() => {
+      late = true;
+      heardOne?.();
+    }, Math.max(0, deadline - Date.now()));
     timer.unref();
+    let admitted = false;
     try {
-      const value = await takeFlight(this.redis, plan.accountId, plan.hash, flightHolder(self.jobId, self.form, self.keyId), deadline - Date.now());
-      if (value === '') {
-        plan.job.flight = true;
-        return undefined;
+      // A holder that never ran (refused, or taken out of its queue) frees the mark: the waiting contend for it again,
+      // one taking it and the others sharing its call. A few rounds at most: then each runs its own.
+      for (let round = 0; round < shareRounds; round++) {
+        const value = await takeFlight(this.redis, plan.accountId, plan.hash, flightHolder(self.jobId, self.form, self.keyId), deadline - Date.now());
+        if (value === '') {
+          plan.job.flight = true;
+          return undefined;
+        }
+        const holder = readFlightHolder(value);
+        // Sharing another's call is a request like any other: admitted (its key's rate, its price held) before it waits.
+        if (!admitted) await admit();
+        admitted = true;
+        const endOf = () => ends.get(holder.jobId) ?? ends.get('');
+        if (self.form !== undefined && holder.form === self.form && !endOf()) return { follow: { jobId: holder.jobId, owner: holder.keyId } };
+        while (!endOf() && !late) await new Promise<void>((resolve) => (heardOne = resolve));
+        const end = endOf();
+        if (!end || end.status === 'failed') return undefined;
+        if (end.status === 'gone') continue;
+        const entry = await readEntry(this.redis, plan.accountId, end.entry ?? plan.hash);
+        return entry && { entry };
       }
-      const holder = readFlightHolder(value);
-      if (self.form !== undefined && holder.form === self.form && heard === undefined) return { follow: { jobId: holder.jobId, owner: holder.keyId } };
-      // Another job holds the mark: its end is heard (the listener was in place before the mark was read; an end
-      // published before that dropped the mark, which this request would then have taken).
-      const status = heard ?? (await ended);
-      if (status !== 'stored') return undefined;
-      const entry = await readEntry(this.redis, plan.accountId, plan.hash);
-      return entry && { entry };
+      return undefined;
     } catch (error) {
+      if (error instanceof GatewayError) throw error;
       this.log.warn({ err: error }, 'could not share an identical request’s call: running its own');
       return undefined;
     } finally {
@@ -176,25 +199,33 @@ export class AnswerCache {
   /**
    * Answers a streamed request with an identical request's stream as that one's job writes it (from its event log,
    * from the first frame): its end, or its failure as an error event, included. Billed as a coalesced request at the
-   * answer's price the worker tells when the job ends (nothing when it failed).
+   * answer's price the worker tells when the job ends (nothing when it failed): resolves to whether it was billed
+   * (when not, its reservation is the caller's to give back), or `unstarted` when the call ended before its first
+   * frame (never ran, or its deadline passed first): nothing was written, and the request is the caller's to run.
    */
-  async follow(ctx: GatewayContext, logs: EventLogs, leader: { jobId: string; owner: string }, plan: CachePlan, request: EndpointRequest, options: FollowingOptions): Promise<void> {
+  async follow(ctx: GatewayContext, logs: EventLogs, leader: { jobId: string; owner: string }, plan: CachePlan, request: EndpointRequest, options: FollowingOptions): Promise<FollowedCall> {
     ctx.set('cache-status', 'Switchyard; fwd=miss; collapsed');
     ctx.set('age', '0');
     let cost: number | undefined;
     // A job that ends in failure writes its error to the log just after it says so; one whose client left and
-    // was cancelled writes nothing more: its followers stop a moment after hearing that it failed.
+    // was cancelled writes nothing more: its followers stop a moment after hearing that it failed. One that never
+    // ran writes nothing at all: they stop at once, before anything was written to their clients.
     const gone = new AbortController();
     let giveUp: NodeJS.Timeout | undefined;
     const stop = this.hear(`${plan.accountId} ${plan.hash}`, (event) => {
+      if (event.job !== undefined && event.job !== leader.jobId) return;
       if (event.status === 'stored' && event.cost !== undefined) cost = event.cost;
-      if (event.status === 'failed') giveUp ??= setTimeout(() => gone.abort(), followerGraceMs);
+      if (event.status === 'gone') gone.abort();
+      else if (event.status === 'failed') giveUp ??= setTimeout(() => gone.abort(), followerGraceMs);
     });
     const errorFrame = (error: GatewayError) =>
       options.dialect === 'anthropic' ? dataFrame(anthropicErrorBody(error.status, error.message, ctx.state.requestId), 'error') : dataFrame(error.toBody());
     let last: LogEntry | undefined;
+    // The leader's frames as a miss would have answered this request (its ids, its tier, its model name).
+    const echo = echoFor(request, ctx.state.requestId, options.echo);
+    let outcome: FollowOutcome;
     try {
-      await logs.follow(ctx, {
+      outcome = await logs.follow(ctx, {
         jobId: leader.jobId,
         named: leader.jobId,
         owner: leader.owner,
@@ -203,49 +234,70 @@ export class AnswerCache {
         whenMissing: 'wait',
         until: options.deadline,
         keepAliveMs: options.keepAliveMs,
+        ...(options.echo ? { rewrite: echo.sse } : {}),
         onEnd: (entry) => {
           last = entry;
-          if (entry.end !== 'error') return entry.payload ?? '';
+          if (entry.end !== 'error') return echo.sse(entry.payload ?? '');
           const error = GatewayError.fromWire(JSON.parse(entry.payload ?? '{}') as WireError);
           return errorFrame(error);
         },
         stop: { signal: gone.signal, onStop: () => errorFrame(new GatewayError(502, 'The identical request whose call this one shared ended before its answer did; send it again.', { type: 'api_error', code: 'shared_call_failed' })) },
+        // Its client hears nothing until the shared call's first frame: a call that never starts leaves it free to
+        // run its own.
+        openOnFirst: true,
       });
     } finally {
       clearTimeout(giveUp);
       stop();
     }
-    if (last?.end !== 'done') return;
+    if (outcome === 'unstarted') {
+      ctx.remove('cache-status');
+      ctx.remove('age');
+      return 'unstarted';
+    }
+    if (last?.end !== 'done') return 'unbilled';
     // The end was told before the stream's last entry; an answer too large to keep is billed from its entry if any.
     cost ??= (await readEntry(this.redis, plan.accountId, plan.hash).catch(() => undefined))?.costMicros ?? 0;
+    const price = this.priced(cost);
     activeMetrics()?.cacheRequests.get(options.modelId, 'coalesced').inc();
-    await this.bill(ctx, request, cost, { ...options, result: 'coalesced' });
+    activeMetrics()?.cacheSavedMicros.get(options.modelId).inc(price.saved);
+    await this.settle(ctx, request, price, { ...options, result: 'coalesced' }, echo.tier);
+    return 'billed';
   }
 
-  /** A job that took the flight mark was never queued (refused): the requests waiting on it run their own. */
+  /** A job that took the flight mark never ran (refused, or taken out of its queue): the requests waiting on it contend for the mark again. */
   async abandon(plan: CachePlan, jobId: string): Promise<void> {
     if (!plan.job.flight) return;
-    await landFlight(this.redis, plan.accountId, plan.hash, jobId, 'failed').catch((error: unknown) => this.log.warn({ err: error }, 'could not release a refused request’s flight mark'));
+    await landFlight(this.redis, plan.accountId, plan.hash, jobId, 'gone').catch((error: unknown) => this.log.warn({ err: error }, 'could not release a refused request’s flight mark'));
   }
 
   /**
    * Answers a request from a stored entry: the body, or the stream replayed (numbered frames, OpenAI's usage chunk
-   * when the request asked for it, and its trailer), with `Cache-Status` and `Age`; then bills it (CACHE_HIT_PRICE
-   * of the stored answer's price, no tokens: a hit uses no vendor and no token rate) and records it.
+   * when the request asked for it, and its trailer), with `Cache-Status` and `Age`, as a miss would answer this
+   * request (api/relay/cache-echo.ts). It costs CACHE_HIT_PRICE of the stored answer's price, no tokens (no vendor,
+   * no token rate): a hit is admitted and billed in one step before it is answered (429 where its key's rate, its
+   * key's limit or the balance refuse it); a request that shared another's call settles the price it held.
    */
-  async answer(ctx: GatewayContext, entry: CacheEntry, request: EndpointRequest, options: { stream: boolean; result: 'hit' | 'coalesced'; access: KeyAccess; keyId: string; modelId: string; contentType?: string }): Promise<void> {
+  async answer(ctx: GatewayContext, entry: CacheEntry, request: EndpointRequest, options: { stream: boolean; result: 'hit' | 'coalesced'; access: KeyAccess; keyId: string; modelId: string; contentType?: string; echo?: EchoSource }): Promise<void> {
+    const price = this.priced(entry.costMicros);
+    // A hit is admitted and billed in one step before it is answered (its price is known): refused, the client gets
+    // the 429 any request of its key would. A request that shared another's call was admitted before it waited.
     const now = Date.now();
+    // Answered as a miss would answer this request (its ids, its tier, its model name): api/relay/cache-echo.ts.
+    const echo = echoFor(request, ctx.state.requestId, options.echo, now);
+    if (options.result === 'hit') ctx.set(await chargeSpend(this.redis, this.config, options.access, this.usage(ctx, request, price, options, echo.tier), { bufferRecords: this.config.usageBufferRecords }));
     const age = Math.max(0, Math.floor((now - entry.created) / 1000));
     const ttl = Math.max(0, Math.floor((entry.expires - now) / 1000));
     ctx.set('cache-status', options.result === 'hit' ? `Switchyard; hit; ttl=${ttl}` : 'Switchyard; fwd=miss; collapsed');
     ctx.set('age', String(age));
     activeMetrics()?.cacheRequests.get(options.modelId, options.result).inc();
+    activeMetrics()?.cacheSavedMicros.get(options.modelId).inc(price.saved);
     if (options.stream && entry.events) {
       const includeUsage = (request.payload as { stream_options?: { include_usage?: boolean | null } | null }).stream_options?.include_usage === true;
       let frames = '';
       let id = 0;
-      for (const event of entry.events) frames += `id: ${id++}\n${event.e === undefined ? '' : `event: ${event.e}\n`}data: ${event.d}\n\n`;
-      if (includeUsage && entry.usage !== undefined) frames += `id: ${id++}\ndata: ${entry.usage}\n\n`;
+      for (const event of entry.events) frames += `id: ${id++}\n${event.e === undefined ? '' : `event: ${event.e}\n`}data: ${echo.event(event.d, event.e)}\n\n`;
+      if (includeUsage && entry.usage !== undefined) frames += `id: ${id++}\ndata: ${echo.usage(entry.usage)}\n\n`;
       const events = new EventStream(ctx);
       events.open();
       events.end(frames + (entry.trailer ?? ''));
@@ -253,21 +305,30 @@ export class AnswerCache {
       ctx.status = 200;
       // A transcription's text forms (`response_format` is in the hash, so the entry is of the form asked).
       ctx.type = options.contentType ?? 'application/json';
-      ctx.body = entry.body;
+      ctx.body = echo.body(entry.body);
     }
-    await this.bill(ctx, request, entry.costMicros, options);
+    if (options.result === 'coalesced') await this.settle(ctx, request, price, options, echo.tier);
   }
 
-  /** Bills a request served another's answer: CACHE_HIT_PRICE of that answer's price, no tokens (no vendor, no token rate), and records it. */
-  private async bill(ctx: GatewayContext, request: EndpointRequest, answerMicros: number, options: { result: 'hit' | 'coalesced'; access: KeyAccess; keyId: string; modelId: string }): Promise<void> {
+  /**
+   * What a request that shares an identical one's call holds while it waits: CACHE_HIT_PRICE of the worst case its
+   * own call would have cost (the one it shares is the same request), and no tokens.
+   */
+  sharedEstimate(estimate: { micros: number }): { micros: number; tokens: number } {
+    return { micros: Math.ceil(estimate.micros * this.config.cache.hitPrice), tokens: 0 };
+  }
+
+  /** What a request served another's answer costs: CACHE_HIT_PRICE of that answer's price; and what it saved. */
+  private priced(answerMicros: number): { costMicros: number; saved: number } {
     const costMicros = Math.ceil(answerMicros * this.config.cache.hitPrice);
-    const saved = Math.max(0, answerMicros - costMicros);
-    activeMetrics()?.cacheSavedMicros.get(options.modelId).inc(saved);
-    const now = Date.now();
-    const accountId = options.access.accountId ?? defaultAccountId;
-    await settle(this.redis, {
+    return { costMicros, saved: Math.max(0, answerMicros - costMicros) };
+  }
+
+  /** The usage entry of a request served another's answer: no tokens (no vendor, no token rate). */
+  private usage(ctx: GatewayContext, request: EndpointRequest, price: { costMicros: number; saved: number }, options: { result: 'hit' | 'coalesced'; access: KeyAccess; keyId: string; modelId: string }, tier: ServiceTier): UsageEntry {
+    return {
       request_id: ctx.state.requestId,
-      account_id: accountId,
+      account_id: options.access.accountId ?? defaultAccountId,
       key_id: options.keyId,
       model: options.modelId,
       vendor: 'cache',
@@ -277,15 +338,24 @@ export class AnswerCache {
       images: 0,
       audio_seconds: 0,
       video_seconds: 0,
-      cost_micros: costMicros,
-      service_tier: 'default',
+      cost_micros: price.costMicros,
+      // The tier its answer says; its price is the hit's whatever the tier (a hit takes no place in any band).
+      service_tier: tier,
       status: 'completed',
-      created: Math.floor(now / 1000),
+      created: Math.floor(Date.now() / 1000),
       duration_ms: 0,
       endpoint: request.endpoint,
       cache: options.result,
-      saved_micros: saved,
-    }, { bufferRecords: this.config.usageBufferRecords }).catch((error: unknown) => this.log.warn({ err: error }, 'could not bill a cache hit'));
+      saved_micros: price.saved,
+    };
+  }
+
+  /** Settles a request that shared another's call: its reservation (made before it waited) becomes its price. */
+  private async settle(ctx: GatewayContext, request: EndpointRequest, price: { costMicros: number; saved: number }, options: { result: 'hit' | 'coalesced'; access: KeyAccess; keyId: string; modelId: string }, tier: ServiceTier): Promise<void> {
+    await settle(this.redis, this.usage(ctx, request, price, options, tier), { bufferRecords: this.config.usageBufferRecords }).catch((error: unknown) =>
+      // Unsettled, its reservation is released at its deadline.
+      this.log.warn({ err: error }, 'could not bill a request that shared another’s call'),
+    );
   }
 }
 

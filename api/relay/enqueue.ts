@@ -50,7 +50,8 @@ export interface EnqueueDeps {
 
 /** What goes into Redis with a job: who pays and the most it may cost, and a record written just before the add (a stored response's). */
 export interface Beside {
-  spend?: { access: KeyAccess; estimate: SpendEstimate };
+  /** `requestsCounted`: the key's rate of requests counted this request already (it first waited to share another's call). */
+  spend?: { access: KeyAccess; estimate: SpendEstimate; requestsCounted?: boolean };
   /** Its place in the queue: its band, and, when its queue may be contended, its fair tag. */
   fair: FairClaim;
   beforeAdd?: () => Promise<void>;
@@ -92,7 +93,8 @@ export async function enqueue(deps: EnqueueDeps, queue: Queue, job: JobPlan, bes
   const { spend } = beside;
   const gate = spend && job.mode === 'held' && !beside.beforeAdd && !isCluster(redis) ? queue.toKey(job.id) : undefined;
   // Money is the request's: reserved, released and settled under its request id, whatever its job's id.
-  const reserve = (gateKey?: string) => reserveSpend(redis, config, spend!.access, job.data.requestId, spend!.estimate, job.deadline, gateKey);
+  const counted = { requests: spend?.requestsCounted !== true, tokens: true };
+  const reserve = (gateKey?: string) => reserveSpend(redis, config, spend!.access, job.data.requestId, spend!.estimate, job.deadline, gateKey, counted);
   // The job's priority, from its band and, where jobs may wait, its fair tag; it is counted in its lane's backlog
   // (read in the same round trip as a reservation made first). Where nothing waits, the order within the band is moot
   // and the job goes to its band's head untagged.

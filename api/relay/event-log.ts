@@ -33,9 +33,19 @@ export interface FollowOptions {
   keepAliveMs: number;
   /** What the client gets for the log's terminal entry. */
   onEnd(entry: LogEntry): string;
+  /** Rewrites the log's frames before they are written (whole frames, one or more at a time); absent: written as logged. */
+  rewrite?: (text: string) => string;
   /** Stops following before the log's end (its writer is known gone): the client gets `onStop`'s frame. */
   stop?: { signal: AbortSignal; onStop(): string };
+  /**
+   * With `whenMissing: 'wait'`: nothing is written (not even the headers) until the log's first entry. Stopped or
+   * past `until` before it, the follow resolves `unstarted` and the response is the caller's to answer.
+   */
+  openOnFirst?: boolean;
 }
+
+/** How a follow ended: `ended` (the log's end, a stop, the deadline, or the client left), or `unstarted` (see `openOnFirst`). */
+export type FollowOutcome = 'ended' | 'unstarted';
 
 function compareIds(a: string, b: string): number {
   const [am = 0, as = 0] = a.split('-').map(Number);
@@ -73,7 +83,7 @@ export class EventLogs {
   }
 
   /** Answers the client with the log's frames after `options.after`, live ones included, until the end. */
-  async follow(ctx: GatewayContext, options: FollowOptions): Promise<void> {
+  async follow(ctx: GatewayContext, options: FollowOptions): Promise<FollowOutcome> {
     const key = replayStreamKey(options.jobId);
     const entries = (await this.redis.xrange(key, '-', '+')).map(([id, fields]) => parseLogEntry(id, fields));
     // Missing, another key's, or one whose start was trimmed from the log: the same answer, naming only what the client named.
@@ -103,24 +113,31 @@ export class EventLogs {
 
     const res = ctx.res;
     const events = new EventStream(ctx);
-    events.open();
-    markFirstByte(ctx);
+    let open = false;
+    const openNow = () => {
+      if (open) return;
+      open = true;
+      events.open();
+      markFirstByte(ctx);
+    };
+    if (entries.length > 0 || !options.openOnFirst) openNow();
     const flush = () => {
-      if (text !== '') events.write(text);
+      if (text !== '') events.write(options.rewrite ? options.rewrite(text) : text);
       text = '';
     };
-    flush();
+    if (open) flush();
     if (ended) {
       events.end(options.onEnd(ended));
-      return;
+      return 'ended';
     }
 
     // Live: every entry after the last one read.
-    await new Promise<void>((resolve) => {
+    return new Promise<FollowOutcome>((resolve) => {
       let finished = false;
       const follower: Follower = {
         cursor: entries.at(-1)?.id ?? '0-0',
         push: (batch) => {
+          openNow();
           take(batch);
           flush();
           if (ended) finish(options.onEnd(ended));
@@ -129,10 +146,10 @@ export class EventLogs {
       const watch = () => void this.redis.set(streamWatchKey(options.jobId), '1', 'PX', watchTtlMs).catch(() => undefined);
       watch();
       const watching = setInterval(watch, watchTtlMs / 3);
-      const keepAlive = setInterval(() => events.keepAlive(), options.keepAliveMs);
+      const keepAlive = setInterval(() => open && events.keepAlive(), options.keepAliveMs);
       const deadline = setTimeout(() => finish(''), Math.max(0, options.until - Date.now()));
-      const stopped = () => finish(options.stop!.onStop());
-      const finish = (last: string) => {
+      const stopped = () => finish(open ? options.stop!.onStop() : '');
+      const finish = (last: string, left = false) => {
         if (finished) return;
         finished = true;
         options.stop?.signal.removeEventListener('abort', stopped);
@@ -141,12 +158,13 @@ export class EventLogs {
         clearTimeout(deadline);
         res.off('close', onClose);
         this.unfollow(key, follower);
-        if (!res.destroyed) events.end(last);
-        resolve();
+        if (!open && !left) return resolve('unstarted');
+        if (open && !res.destroyed) events.end(last);
+        resolve('ended');
       };
       const onClose = () => {
         clientDisconnected('follow');
-        finish('');
+        finish('', true);
       };
       res.once('close', onClose);
       this.followers.set(key, (this.followers.get(key) ?? new Set()).add(follower));

@@ -9,14 +9,16 @@ import { servingTier } from '../../shared/service-tier.js';
 import { speaksAnthropic } from '../../shared/messages.js';
 import { activeMetrics } from '../../shared/metrics.js';
 import { streamForm } from '../../shared/cache.js';
-import { missStatus, type AnswerCache } from '../relay/answer-cache.js';
+import { missStatus, type AnswerCache, type FollowedCall } from '../relay/answer-cache.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import type { KeyedContext, KeyedState } from './request-context.js';
 import { noteModel } from '../http/metrics.js';
 import { readMultipart, refusingDeletesUploads, type MultipartForm } from '../http/multipart.js';
-import { largeBodyBytes, parseBody, readJsonObject, yieldToLoop } from '../http/request-body.js';
+import { largeBodyBytes, parseBody, readJsonBody, yieldToLoop } from '../http/request-body.js';
 import { jobTraceCarrier, traceQueued } from '../http/request-tracing.js';
 import { enqueue, queueFor, type EnqueueDeps } from '../relay/enqueue.js';
+import { reserveSpend } from '../accounts/spend.js';
+import { releaseReservation } from '../../shared/money/billing.js';
 import type { EventLogs } from '../relay/event-log.js';
 import type { HeldReplyDeps } from '../relay/held-reply.js';
 import { hold } from '../relay/hold.js';
@@ -57,6 +59,9 @@ export function asyncMode(ctx: { get(name: string): string }, stream: boolean): 
 
 const resumeGraceHeader = 'x-stream-resume-grace-ms';
 
+/** How many identical requests' streams in turn a request may set out to follow when each ends before it starts. */
+const followRounds = 3;
+
 /**
  * How long a stream keeps running for a resume after its client leaves, as
  * the request asks (`x-stream-resume-grace-ms`, cut to
@@ -93,13 +98,16 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
   if (deps.config.requestLog) watchRequest(ctx, name, shape, access, { redis: deps.redis, bufferRecords: deps.config.usageBufferRecords, log });
   const multipart = row.body === 'multipart' || (row.body === 'json-or-multipart' && /^multipart\/form-data/i.test(ctx.get('content-type')));
   const form = multipart && row.uploads ? await readMultipart(ctx.req, deps.blobs, requestId, deps.config[row.uploads.maxBytes]) : undefined;
-  const raw = form ? formFields(form) : await readJsonObject(ctx.req, deps.config.maxBodyBytes);
+  const read = form ? undefined : await readJsonBody(ctx.req, deps.config.maxBodyBytes);
+  const raw = form ? formFields(form) : read!.body;
+  // What was read decides, however it arrived (a chunked body has no Content-Length; a client may misstate one).
+  const bodyBytes = read ? read.bytes : Object.values(form!.fields).reduce((sum, value) => sum + [value].flat().reduce((n, v) => n + Buffer.byteLength(v), 0), 0);
   if (typeof raw.model === 'string') noteLoggedModel(ctx, raw.model);
   if (raw.stream === true) shape.stream = true;
   const handler: EndpointHandler<E> = handlers[name];
   const check = async () => {
     // Parsing ended the previous turn of the loop; validating a large body is a turn of its own.
-    if (!form && !(Number(ctx.get('content-length')) <= largeBodyBytes)) await yieldToLoop();
+    if (!form && bodyBytes > largeBodyBytes) await yieldToLoop();
     // TypeScript cannot follow a generic row to its schema's output: this is where the two are tied, once.
     const fields = parseBody(row.schema, raw) as HandlerInput<E>['fields'];
     const model = deps.models.resolve((fields as { model: string }).model, name);
@@ -137,12 +145,12 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
   const request = { endpoint: name, payload: accepted.payload } as EndpointRequest;
   // A request that opted into the response cache: answered from it when a fresh answer is there (never queued), or
   // from an identical request's call in flight; else its job keeps its answer (shared/cache.ts).
-  // A multipart request's uploads were digested as they came: only its text fields are hashed here.
-  const bodyBytes = form ? Object.values(form.fields).reduce((sum, value) => sum + [value].flat().reduce((n, v) => n + v.length, 0), 0) : Number(ctx.get('content-length')) || 0;
+  // A multipart request's uploads were digested as they came: only its text fields (bodyBytes) are hashed here.
   const cache = mode === 'held' ? deps.cache.plan(ctx, request, model.id, access, { async: false, bodyBytes }) : undefined;
   // Served from the cache, the request's uploads are read by no job.
   const dropUploads = () => (form ? void Promise.allSettled(form.files.map((file) => deps.blobs.delete(file.ref.key))) : undefined);
-  const served = { access, keyId, modelId: model.id, ...(accepted.contentType ? { contentType: accepted.contentType } : {}) };
+  // What a stored answer echoes of the request it serves is this request's (api/relay/cache-echo.ts).
+  const served = { access, keyId, modelId: model.id, ...(accepted.contentType ? { contentType: accepted.contentType } : {}), echo: { job, model, config: deps.config } };
   if (cache) {
     cache.job.hash = cache.hash;
     const hit = await deps.cache.read(cache);
@@ -157,18 +165,42 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
   // Its lane's waiting room first: an account past its share is refused here, before anything is reserved.
   const weight = access.weight ?? 1;
   const queue = queueFor(deps, job, { accountId: access.accountId, weight });
+  // Counted once: a request that first waited to share another's call and then runs its own is not counted again.
+  let requestsCounted = false;
   if (cache) {
-    // Admitted: it may share an identical request's call in flight, or become the one the next ones share.
-    const shared = await deps.cache.share(cache, { jobId: job.id, form: streamForm(request, stream), keyId }, job.deadline);
-    if (shared && 'entry' in shared) {
-      dropUploads();
-      await deps.cache.answer(ctx, shared.entry, request, { stream, result: 'coalesced', ...served });
-      return;
+    // It may share an identical request's call in flight, or become the one the next ones share. Sharing, it is
+    // admitted first as any request is (its key's rate of requests, and its price held: CACHE_HIT_PRICE of its own
+    // worst case), the reservation settled at the price of the answer it gets, or given back when it gets none.
+    let sharing = false;
+    const admitShared = async () => {
+      ctx.set(await reserveSpend(deps.redis, deps.config, access, requestId, deps.cache.sharedEstimate(estimate), job.deadline, undefined, { requests: true, tokens: false }));
+      sharing = true;
+    };
+    const giveBack = () => releaseReservation(deps.redis, access.accountId, requestId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a request that shared another’s call'));
+    const dialect = speaksAnthropic(row.path) ? 'anthropic' : 'openai';
+    for (let round = 1; ; round++) {
+      const shared = await deps.cache.share(cache, { jobId: job.id, form: streamForm(request, stream), keyId }, job.deadline, admitShared);
+      if (!shared) break;
+      if ('entry' in shared) {
+        dropUploads();
+        await deps.cache.answer(ctx, shared.entry, request, { stream, result: 'coalesced', ...served });
+        return;
+      }
+      let followed: FollowedCall = 'unbilled';
+      try {
+        followed = await deps.cache.follow(ctx, deps.logs, shared.follow, cache, request, { ...served, deadline: job.deadline, keepAliveMs: deps.config.sseKeepAliveMs, dialect });
+      } finally {
+        if (followed === 'unbilled') await giveBack();
+      }
+      if (followed !== 'unstarted') return;
+      // The call it followed never started (refused, or taken out of its queue), and nothing was written: it contends
+      // for the mark again (admitted already), and after a few rounds runs its own.
+      if (round >= followRounds || Date.now() >= job.deadline) break;
     }
-    if (shared) {
-      const dialect = speaksAnthropic(row.path) ? 'anthropic' : 'openai';
-      await deps.cache.follow(ctx, deps.logs, shared.follow, cache, request, { access, keyId, modelId: model.id, deadline: job.deadline, keepAliveMs: deps.config.sseKeepAliveMs, dialect });
-      return;
+    if (sharing) {
+      // The call it waited on ended without an answer to share: it runs its own, reserved as any call is.
+      await giveBack();
+      requestsCounted = true;
     }
     job.data.cache = cache.job;
     ctx.set('cache-status', missStatus(cache));
@@ -183,7 +215,7 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
   // A held request's reply is expected before its job is queued: what the job publishes from its first moment is kept.
   const reply = mode === 'held' ? deps.hub.expect(job.id, stream) : undefined;
   try {
-    const enqueued = await enqueue(deps, queue, job, { spend: { access, estimate }, fair, ...(accepted.beforeAdd ? { beforeAdd: accepted.beforeAdd } : {}) }, log).catch(async (error: unknown) => {
+    const enqueued = await enqueue(deps, queue, job, { spend: { access, estimate, requestsCounted }, fair, ...(accepted.beforeAdd ? { beforeAdd: accepted.beforeAdd } : {}) }, log).catch(async (error: unknown) => {
       // Refused (or Redis away): the requests waiting on this one's call run their own.
       if (cache) await deps.cache.abandon(cache, job.id);
       throw error;
@@ -200,7 +232,14 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
         // Identical requests may follow this stream: its client leaving does not end it while one does.
         ...(cache?.job.flight && stream ? { followed: true } : {}),
         notes: { firstChunk: () => noteFirstChunk(ctx), failed: (code) => noteError(ctx, code) },
-        abandon: enqueued.abandon,
+        // A job taken out before it ran (its client left, its deadline passed) gives back what it took, and the flight
+        // mark it held goes with it: the identical requests waiting on it run their own calls at once.
+        abandon: cache?.job.flight
+          ? () => {
+              enqueued.abandon();
+              void deps.cache.abandon(cache, job.id);
+            }
+          : enqueued.abandon,
         ...(speaksAnthropic(row.path) ? { dialect: 'anthropic' as const } : {}),
       });
     } else if (job.asyncRecord) {

@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { UsageEntry } from './usage.js';
 import { withScripts } from '../redis.js';
-import { releaseLua, reserveLua, settleLua } from './scripts.js';
+import { chargeLua, releaseLua, reserveLua, settleLua } from './scripts.js';
 import { billingBuckets, billKey, deadlineMember, keyBillField, reservationDeadlinesKey, billingBucket, settledKey, usageStreamKey } from '../redis-keys.js';
 
 /**
@@ -18,6 +18,7 @@ interface BillingRedis extends Redis {
   billingReserve(...args: Array<string | number>): Promise<number[]>;
   billingSettle(...args: Array<string | number>): Promise<[number, number]>;
   billingRelease(...args: Array<string | number>): Promise<number>;
+  billingCharge(...args: Array<string | number>): Promise<number[]>;
 }
 
 const billing = (redis: Redis) =>
@@ -25,6 +26,7 @@ const billing = (redis: Redis) =>
     billingReserve: { keys: 4, lua: reserveLua },
     billingSettle: { keys: 4, lua: settleLua },
     billingRelease: { keys: 3, lua: releaseLua },
+    billingCharge: { keys: 3, lua: chargeLua },
   });
 
 export interface Reservation {
@@ -95,12 +97,41 @@ export async function reserve(redis: Redis, resv: Reservation, limits: KeyLimits
     resv.gate ? '1' : '',
     deadlineMember(resv.accountId, resv.requestId),
   );
+  return readOutcome(result);
+}
+
+/** A verdict of the admission rules (money.lua's `admit`) as the api reads it. */
+function readOutcome(result: number[]): ReserveOutcome {
   const [code, rl, rr, rs, tl, tr, ts, retry] = result.map(Number) as [number, number, number, number, number, number, number, number];
   const requests = rl > 0 ? { limit: rl, remaining: Math.max(0, rr), resetMs: Math.max(0, rs) } : undefined;
   const tokens = tl > 0 ? { limit: tl, remaining: Math.max(0, tr), resetMs: Math.max(0, ts) } : undefined;
   const states = { ...(requests ? { requests } : {}), ...(tokens ? { tokens } : {}) };
   if (code === 0) return { ok: true, ...states };
   return { ok: false, reason: reasons[code as keyof typeof reasons] ?? 'no_access', retryAfterMs: Math.max(0, retry), ...states };
+}
+
+/**
+ * Admits a request whose price is known before it is served (a cache hit) and settles it, in one step: the key's
+ * rate of requests (no tokens were used: its tokens per minute are not counted), its limit and the account's
+ * balance are checked against the price as a reservation's would be; admitted, the price is taken and the usage
+ * entry appended, at most once per request id. Refused, nothing is written.
+ */
+export async function charge(redis: Redis, usage: UsageEntry, limits: Omit<KeyLimitsInForce, 'tpm'>, policy: SettlePolicy, now = Date.now(), keepSettledMs = 600_000): Promise<ReserveOutcome> {
+  const result = await billing(redis).billingCharge(
+    billKey(usage.account_id),
+    settledKey(usage.account_id, usage.request_id),
+    usageStreamKey(billingBucket(usage.account_id)),
+    usage.request_id,
+    usage.cost_micros,
+    now,
+    usage.key_id,
+    limits.limitMicros ?? '',
+    limits.rpm ?? '',
+    policy.bufferRecords,
+    Math.max(60, Math.ceil(keepSettledMs / 1000)),
+    JSON.stringify(usage),
+  );
+  return readOutcome(result);
 }
 
 export interface SettlePolicy {

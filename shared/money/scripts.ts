@@ -14,6 +14,8 @@ const script = (name: string) => `${library}\n${read(name)}`;
 export const reserveLua = script('reserve');
 /** Replaces a reservation by the actual cost once per request id, and appends the usage entry: `settle()`. */
 export const settleLua = script('settle');
+/** Admits and settles at once a request whose price is known before it is served (a cache hit): `charge()`. */
+export const chargeLua = script('charge');
 /** Gives back a reservation nothing will settle: `releaseReservation()`. */
 export const releaseLua = script('release');
 /** Applies one ledger entry to the account's bill, idempotently: the account store's credit. */

@@ -30,6 +30,24 @@ local function gcra_give_back(tat, unused, limit, now)
   return new_tat
 end
 
+-- The rules every request is admitted by, on its account's bill as read by
+-- HMGET 'balance', 'reserved', 'unlimited', '<key>.spent', '<key>.reserved', '<key>.rpm', '<key>.tpm':
+-- the key's rates (a nil limit is none), then the key's limit ('' none) and the account's balance with `micros`
+-- more held against them. Returns the verdict {code, rpm limit, rpm remaining, rpm reset ms, tpm limit,
+-- tpm remaining, tpm reset ms, retry after ms} (code 0 admitted, 1 rpm, 2 tpm, 3 the key's limit, 4 the balance)
+-- and, when admitted, the two rates' new arrival times.
+local function admit(bill, micros, tokens, now, key_limit, rpm_limit, tpm_limit)
+  local rpm_ok, rl, rr, rs, rretry, rpm_tat = gcra_take(bill[6], rpm_limit, 1, now)
+  local tpm_ok, tl, tr, ts, tretry, tpm_tat = gcra_take(bill[7], tpm_limit, tokens, now)
+  if not rpm_ok then return {1, rl, rr, rs, tl, tr, ts, rretry} end
+  if not tpm_ok then return {2, rl, rr, rs, tl, tr, ts, tretry} end
+  if key_limit ~= '' and tonumber(bill[4]) + tonumber(bill[5] or '0') + micros > tonumber(key_limit) then
+    return {3, rl, rr, rs, tl, tr, ts, 0}
+  end
+  if bill[3] ~= '1' and tonumber(bill[1]) - tonumber(bill[2] or '0') - micros < 0 then return {4, rl, rr, rs, tl, tr, ts, 0} end
+  return {0, rl, rr, rs, tl, tr, ts, 0}, rpm_tat, tpm_tat
+end
+
 -- A reservation is the field 'r:<request id>' of its account's bill, holding
 -- '<key id> <micros> <tokens> <tpm limit, empty for none>': what settlement gives back and to whom.
 local function reservation_field(request_id) return 'r:' .. request_id end

@@ -21,19 +21,10 @@ local function decide()
 
   local rpm_limit = tonumber(ARGV[8])
   local tpm_limit = tonumber(ARGV[9])
-  local rpm_ok, rl, rr, rs, rretry, rpm_tat = gcra_take(bill[6], rpm_limit, 1, now)
-  local tpm_ok, tl, tr, ts, tretry, tpm_tat = gcra_take(bill[7], tpm_limit, tokens, now)
-  if not rpm_ok then return {1, rl, rr, rs, tl, tr, ts, rretry} end
-  if not tpm_ok then return {2, rl, rr, rs, tl, tr, ts, tretry} end
-
+  local verdict, rpm_tat, tpm_tat = admit(bill, micros, tokens, now, ARGV[7], rpm_limit, tpm_limit)
+  if verdict[1] ~= 0 then return verdict end
   local key_reserved = tonumber(bill[5] or '0')
-  if ARGV[7] ~= '' then
-    if tonumber(bill[4]) + key_reserved + micros > tonumber(ARGV[7]) then return {3, rl, rr, rs, tl, tr, ts, 0} end
-  end
   local reserved = tonumber(bill[2] or '0')
-  if bill[3] ~= '1' then
-    if tonumber(bill[1]) - reserved - micros < 0 then return {4, rl, rr, rs, tl, tr, ts, 0} end
-  end
 
   local fields = {'reserved', int(reserved + micros), k .. '.reserved', int(key_reserved + micros), k .. '.used', int(math.floor(now / 1000)),
     reservation_field(ARGV[1]), encode_reservation(k, micros, tokens, ARGV[9])}
@@ -41,7 +32,7 @@ local function decide()
   if tpm_limit then fields[#fields + 1] = k .. '.tpm'; fields[#fields + 1] = tostring(tpm_tat) end
   redis.call('HSET', KEYS[1], unpack(fields))
   redis.call('ZADD', KEYS[2], ARGV[5], ARGV[11])
-  return {0, rl, rr, rs, tl, tr, ts, 0}
+  return verdict
 end
 local verdict = decide()
 -- Refused with a job key given: a placeholder under that key keeps the job (sent right behind this call) out of the queue.

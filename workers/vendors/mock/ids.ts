@@ -1,12 +1,6 @@
-import { createHash } from 'node:crypto';
+import { chatCompletionId, completionId, digest } from '../../../shared/answer-ids.js';
 
-/** Short stable digest: the same request id always yields the same ids, so a retried job answers identically. */
-export function digest(...parts: Array<string | number>): string {
-  return createHash('sha256').update(parts.join('\u0000')).digest('base64url').replace(/[-_]/g, '').slice(0, 24);
-}
-
-export const chatCompletionId = (requestId: string) => `chatcmpl-${digest('chat', requestId)}`;
-export const completionId = (requestId: string) => `cmpl-${digest('completion', requestId)}`;
+export { chatCompletionId, completionId, digest };
 export const toolCallId = (requestId: string, choiceIndex: number, callIndex: number) =>
   `call_${digest('call', requestId, choiceIndex, callIndex)}`;
 
