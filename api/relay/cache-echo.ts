@@ -4,7 +4,6 @@ import type { Endpoint, EndpointRequest } from '../../shared/endpoints.js';
 import type { ResponseShell } from '../../shared/responses.js';
 import type { ServiceTier } from '../../shared/service-tier.js';
 import { servedTier, tieredEndpoints } from '../../shared/served-tier.js';
-import { chatCompletionId, completionId, digest } from '../../shared/answer-ids.js';
 import { mockAnswers, type VendorConfig } from '../../shared/vendors.js';
 
 /**
@@ -15,9 +14,9 @@ import { mockAnswers, type VendorConfig } from '../../shared/vendors.js';
  * passed on unchanged, and fields already right are not written again.
  *
  * What each endpoint's answer echoes, and where a miss takes it from:
- * - chat completions (body, chunks, the usage chunk): `id` (`chatcmpl-…` of the request id, as the worker's mock
- *   makes it), `created` (now), `service_tier` (the tier a hit is served in, `hitTier`); `model` is the vendor's
- *   word for the catalog model the request resolved to (the client's name for it never reaches the answer), so
+ * - chat completions (body, chunks, the usage chunk): `id` (`chatcmpl-…` of the request id's digits), `created`
+ *   (now), `service_tier` (the tier a hit is served in, `hitTier`); `model` is the vendor's word for the catalog
+ *   model the request resolved to (the client's name for it never reaches the answer), so
  *   the stored one stands. Legacy completions: `id` (`cmpl-…`) and `created`; no tier.
  * - Messages (body, `message_start`): `id` (`msg_…`) and `model`: the name the client sent, an alias as written.
  * - Responses (body, every event's `response`, `item` and `item_id`): the shell the api built for this request
@@ -25,6 +24,14 @@ import { mockAnswers, type VendorConfig } from '../../shared/vendors.js';
  *   `completed_at` (now), and its output items' ids (fresh, the same in the body and every event).
  * - Images: `created` (now). Embeddings and transcriptions echo nothing of the request: their bytes stand.
  */
+
+/**
+ * The id part of a new answer made for a request: its request id's (`req_` and 32 hex digits, made by the api, never
+ * the client's), so each hit's answer has an id of its own, found in the request log by the same digits.
+ */
+function answerId(requestId: string): string {
+  return requestId.startsWith('req_') ? requestId.slice(4) : requestId;
+}
 
 /** What the api knows of the request a stored answer now serves, as its route hands it over. */
 export interface EchoSource {
@@ -184,7 +191,7 @@ function objectEcho(target: EchoTarget): ObjectEcho | undefined {
   const nowS = Math.floor(target.now / 1000);
   switch (target.endpoint) {
     case 'chat.completions': {
-      const id = chatCompletionId(target.requestId);
+      const id = `chatcmpl-${answerId(target.requestId)}`;
       return {
         ...envelopes(['id', 'created', 'service_tier']),
         rewrite: (object) => {
@@ -196,7 +203,7 @@ function objectEcho(target: EchoTarget): ObjectEcho | undefined {
       };
     }
     case 'completions': {
-      const id = completionId(target.requestId);
+      const id = `cmpl-${answerId(target.requestId)}`;
       return {
         ...envelopes(['id', 'created']),
         rewrite: (object) => {
@@ -207,8 +214,7 @@ function objectEcho(target: EchoTarget): ObjectEcho | undefined {
       };
     }
     case 'messages': {
-      // As the worker names a chat vendor's answer (`messageIdOf` of the mock's `chatcmpl-` id).
-      const id = `msg_${digest('chat', target.requestId)}`;
+      const id = `msg_${answerId(target.requestId)}`;
       const message = (object: Json) => {
         if (object.type !== 'message' || typeof object.id !== 'string') return false;
         const changed = [set(object, 'id', id), target.model !== undefined && set(object, 'model', target.model)];

@@ -111,12 +111,19 @@ function readOutcome(result: number[]): ReserveOutcome {
 }
 
 /**
+ * How long a charged request id stays marked: long enough for a connection that lost the reply to send the call
+ * again after it reconnects (ioredis resends what was unanswered) and be told it was charged; a hit has no retry of
+ * its own, so no longer (one mark per hit adds up).
+ */
+const chargeMarkMs = 60_000;
+
+/**
  * Admits a request whose price is known before it is served (a cache hit) and settles it, in one step: the key's
  * rate of requests (no tokens were used: its tokens per minute are not counted), its limit and the account's
  * balance are checked against the price as a reservation's would be; admitted, the price is taken and the usage
  * entry appended, at most once per request id. Refused, nothing is written.
  */
-export async function charge(redis: Redis, usage: UsageEntry, limits: Omit<KeyLimitsInForce, 'tpm'>, policy: SettlePolicy, now = Date.now(), keepSettledMs = 600_000): Promise<ReserveOutcome> {
+export async function charge(redis: Redis, usage: UsageEntry, limits: Omit<KeyLimitsInForce, 'tpm'>, policy: SettlePolicy, now = Date.now(), keepSettledMs = chargeMarkMs): Promise<ReserveOutcome> {
   const result = await billing(redis).billingCharge(
     billKey(usage.account_id),
     settledKey(usage.account_id, usage.request_id),

@@ -6,7 +6,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
 import { utcDay } from '../../shared/accounts.js';
 import { billingBucket, billKey, reservationDeadlinesKey, settledKey, usageDayKey, usageStreamKey } from '../../shared/redis-keys.js';
-import { readBill, readKeySpend, releaseExpiredReservations, releaseReservation, reserve, settle, type Reservation } from '../../shared/money/billing.js';
+import { charge, readBill, readKeySpend, releaseExpiredReservations, releaseReservation, reserve, settle, type Reservation } from '../../shared/money/billing.js';
 import { freshRedis } from '../support/gateway.js';
 import { usageEntry } from '../support/usage-entry.js';
 
@@ -201,13 +201,59 @@ describe('billing: reserve and settle', () => {
   });
 });
 
+describe('billing: a cache hit, admitted and billed in one step', () => {
+  const hit = (requestId: string, micros: number, keyId = 'k1') => usage(requestId, micros, { key_id: keyId, vendor: 'cache', cache: 'hit', input_tokens: 0, output_tokens: 0 });
+
+  it('takes the price once, with its usage entry, and refuses what the key limit or the balance (less what is reserved) cannot pay, writing nothing', async () => {
+    await account('a1', 10_000);
+    await key('k1');
+    assert.deepEqual(await charge(redis, hit('h1', 3000), { limitMicros: 7000 }, policy), { ok: true });
+    assert.deepEqual(await charge(redis, hit('h1', 3000), { limitMicros: 7000 }, policy), { ok: true }, 'sent again (a reconnect’s resend): charged once');
+    assert.equal(await spent(), 3000);
+    assert.equal(await balance(), 7000);
+    assert.equal(await redis.xlen(stream), 1);
+    assert.equal(await keyReserved(), 0, 'nothing held: there is nothing between admission and settlement');
+    const overKey = await charge(redis, hit('h2', 4001), { limitMicros: 7000 }, policy);
+    assert.equal(!overKey.ok && overKey.reason, 'key_limit');
+    // Another request's reservation holds part of the balance: a hit may not take it.
+    assert.deepEqual(await reserve(redis, resv('r1', 5000), {}), { ok: true });
+    const overBalance = await charge(redis, hit('h3', 2001), {}, policy);
+    assert.equal(!overBalance.ok && overBalance.reason, 'account_balance');
+    assert.equal(await balance(), 7000, 'a refusal takes nothing');
+    assert.equal(await spent(), 3000);
+    assert.equal(await redis.xlen(stream), 1, 'and records nothing');
+    assert.equal(await redis.exists(settledKey('a1', 'h3')), 0, 'nor marks the request charged');
+    assert.deepEqual(await charge(redis, hit('h4', 2000), {}, policy), { ok: true }, 'exactly what is left fits');
+    assert.equal(await balance(), 5000);
+    assert.equal((await readBill(redis, 'a1'))!.reservedMicros, 5000);
+  });
+
+  it('counts against the key’s requests per minute, not its tokens per minute; a free hit passes where its price fits', async () => {
+    await account('a1', 0);
+    await key('k1');
+    const first = await charge(redis, hit('h1', 0), { rpm: 2 }, policy);
+    assert.equal(first.ok, true);
+    assert.equal(first.requests?.remaining, 1);
+    assert.equal((await charge(redis, hit('h2', 0), { rpm: 2 }, policy)).ok, true, 'free: an empty balance covers it');
+    const third = await charge(redis, hit('h3', 0), { rpm: 2 }, policy);
+    assert.equal(!third.ok && third.reason, 'rpm');
+    assert.ok(!third.ok && third.retryAfterMs > 0);
+    assert.equal(await redis.hget(billKey('a1'), 'k1.tpm'), null, 'no tokens counted');
+  });
+
+  it('refuses a key or account that does not exist', async () => {
+    const outcome = await charge(redis, hit('h1', 0), {}, policy);
+    assert.equal(!outcome.ok && outcome.reason, 'no_access');
+  });
+});
+
 describe('billing: concurrency across processes', () => {
   const worker = fileURLToPath(new URL('../support/reserve-race.ts', import.meta.url));
 
   /** 1,000 reservations of 1,000 micros each, 250 from each of four processes, all fired at once. */
-  async function race(keys: string, limit = ''): Promise<{ k1: number; k2: number }> {
+  async function race(keys: string, limit = '', mode = ''): Promise<{ k1: number; k2: number }> {
     const children = [0, 1, 2, 3].map((index) =>
-      fork(worker, [url, String(index), '250', keys, limit], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'ignore', 'inherit', 'ipc'] }),
+      fork(worker, [url, String(index), '250', keys, limit, mode], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'ignore', 'inherit', 'ipc'] }),
     );
     const results = await Promise.all(
       children.map(async (child) => {
@@ -252,6 +298,20 @@ describe('billing: concurrency across processes', () => {
     await settleAll();
     assert.equal(await balance(), 0, 'never below zero');
     assert.equal(await accountReserved(), 0);
+  });
+
+  it('admits exactly what a key limit and a balance cover when cache hits race reservations from four processes', async () => {
+    await account('a1', 150 * 1000);
+    await key('k1');
+    await key('k2');
+    const admitted = await race('k1,k2', String(100 * 1000), 'mixed');
+    assert.equal(admitted.k1 + admitted.k2, 150, 'the balance covers 150 of 1,000');
+    assert.ok(admitted.k1 <= 100 && admitted.k2 <= 100, `each key within its limit: ${admitted.k1}, ${admitted.k2}`);
+    await settleAll();
+    assert.equal(await balance(), 0, 'never below zero');
+    assert.equal(await accountReserved(), 0);
+    assert.equal((await spent('k1'))! + (await spent('k2'))!, 150 * 1000);
+    assert.equal(await redis.xlen(stream), 150, 'one usage entry per admitted request, hit or not');
   });
 });
 

@@ -17,10 +17,12 @@ type Json = Record<string, any>;
 
 const now = 1_800_000_123_456;
 const nowS = Math.floor(now / 1000);
+/** The request a stored answer now serves: its id as the api makes one. */
+const second = `req_${'2'.repeat(32)}`;
 
 /** A target as `echoTarget` makes it, for a request of `endpoint` with `payload`. */
 function target(endpoint: Endpoint, payload: unknown, extra: Partial<EchoTarget> = {}): EchoTarget {
-  return { endpoint, payload: payload as EchoTarget['payload'], model: undefined, requestId: 'req-second', jobId: 'req-second', serviceTier: 'default', now, ...extra };
+  return { endpoint, payload: payload as EchoTarget['payload'], model: undefined, requestId: second, jobId: second, serviceTier: 'default', now, ...extra };
 }
 
 /** SSE frames as the replay writes a stored stream (numbered; Anthropic's named). */
@@ -46,7 +48,7 @@ describe('chat completions', () => {
   it('the body: a fresh id of the request, its time and tier; the vendor’s model, the content and usage as stored', () => {
     const stored = JSON.parse(entry.body) as Json;
     const body = JSON.parse(echo().body(entry.body)) as Json;
-    assert.match(body.id, /^chatcmpl-[A-Za-z0-9]{24}$/);
+    assert.equal(body.id, `chatcmpl-${'2'.repeat(32)}`, 'the request id’s digits');
     assert.notEqual(body.id, stored.id);
     assert.equal(body.created, nowS);
     assert.equal(body.service_tier, 'flex');
@@ -57,7 +59,7 @@ describe('chat completions', () => {
     assertMatchesSchema('CreateChatCompletionResponse', body, 'an echoed chat body');
     // Made of the request id: the same for the same request, another for another.
     assert.equal(JSON.parse(echo().body(entry.body)).id, body.id);
-    assert.notEqual(JSON.parse(cacheEcho(target('chat.completions', {}, { requestId: 'req-third' })).body(entry.body)).id, body.id);
+    assert.notEqual(JSON.parse(cacheEcho(target('chat.completions', {}, { requestId: `req_${'3'.repeat(32)}` })).body(entry.body)).id, body.id);
   });
 
   it('every chunk and the usage chunk say the same id, time and tier; their choices unchanged', () => {
@@ -102,7 +104,7 @@ describe('chat completions', () => {
     const forms = chatForms({ ...chatAnswer, choices: [{ index: 0, text: 'Once upon', toolCalls: [], finishReason: 'length' }] }, { form: 'text_completion', model: 'gpt-3.5-turbo-instruct', legacyFunctions: false, serviceTier: 'default' });
     const e = cacheEcho(target('completions', {}, { serviceTier: 'priority' }));
     const body = JSON.parse(e.body(forms.body)) as Json;
-    assert.match(body.id, /^cmpl-[A-Za-z0-9]{24}$/);
+    assert.equal(body.id, `cmpl-${'2'.repeat(32)}`);
     assert.equal(body.created, nowS);
     assert.equal('service_tier' in body, false);
     assertMatchesSchema('CreateCompletionResponse', body, 'an echoed completion');
@@ -128,7 +130,7 @@ describe('messages', () => {
     const body = JSON.parse(e.body(entry.body)) as Json;
     const stored = JSON.parse(entry.body) as Json;
     assert.equal(body.model, 'claude-alias');
-    assert.match(body.id, /^msg_[A-Za-z0-9]{24}$/);
+    assert.equal(body.id, `msg_${'2'.repeat(32)}`);
     assert.notEqual(body.id, stored.id);
     assert.deepEqual(body.content, stored.content);
     assert.deepEqual(body.usage, stored.usage);
