@@ -341,12 +341,13 @@ export interface Portkey {
 
 /** Portkey's gateway from its npm package, as its `start:node` script runs it (headless: no UI); its log under bench/results/logs/<logName>.log. */
 export async function startPortkey(logName: string): Promise<Portkey> {
-  const dir = join(root, 'node_modules', '@portkey-ai', 'gateway');
+  // A test tool (test/tools): `npm run bench` installs it, the gateway's own install does not.
+  const dir = join(root, 'test', 'tools', 'node_modules', '@portkey-ai', 'gateway');
   let version: string;
   try {
     version = (JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { version: string }).version;
   } catch {
-    throw new Error('@portkey-ai/gateway is not installed: run `npm install` (it is a devDependency)');
+    throw new Error('@portkey-ai/gateway is not installed: run `node bin/test-setup.mjs --tools` (it is a test tool, test/tools)');
   }
   const port = await freePort();
   const child = spawnChild(

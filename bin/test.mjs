@@ -1,9 +1,10 @@
-// The test files behind `npm test`, in two rounds of `node --test`. Most files run side by side (each has its own
-// redis-server, its own databases and free ports); then the files that time the machine, or stop and restart servers
-// on a fixed port, run one at a time with nothing beside them. TEST_CONCURRENCY sets how many run side by side
-// (default 2); options are passed to both rounds (`npm test -- --test-reporter=dot`).
+// The test files behind `npm test`, after its set-up and the type check, in two rounds of `node --test`. Most files
+// run side by side (each has its own redis-server, its own databases and free ports); then the files that time the
+// machine, or stop and restart servers on a fixed port, run one at a time with nothing beside them. TEST_CONCURRENCY
+// sets how many run side by side (default 2); options are passed to both rounds (`npm test -- --test-reporter=dot`).
 import { spawnSync } from 'node:child_process';
 import { existsSync, globSync } from 'node:fs';
+import { prepareTests } from './test-setup.mjs';
 
 const alone = [
   // /healthz under hostile bodies, with a 250 ms bar and event-loop stall limits.
@@ -45,12 +46,24 @@ const apart = files.filter((file) => alone.includes(file));
 const sharedRedis = process.env.TEST_REDIS_URL || process.env.TEST_REDIS_HOST || process.env.TEST_REDIS_PORT;
 const concurrency = sharedRedis ? '1' : process.env.TEST_CONCURRENCY || '2';
 
+// Before any test: the test tools, the programs the tests start and a PostgreSQL, brought or named (bin/test-setup.mjs).
+const prepared = await prepareTests();
+
 function round(what, list, n) {
   if (list.length === 0) return 0;
   console.log(`\n${list.length} test files ${what}\n`);
-  const run = spawnSync(process.execPath, ['--import', 'tsx', '--test', `--test-concurrency=${n}`, ...options, ...list], { stdio: 'inherit' });
+  const run = spawnSync(process.execPath, ['--import', 'tsx', '--test', `--test-concurrency=${n}`, ...options, ...list], { stdio: 'inherit', env: prepared.env });
   return run.status ?? 1;
 }
 
-const failed = [round(`${concurrency} at a time`, together, concurrency), round('one at a time', apart, 1)].some((status) => status !== 0);
-process.exitCode = failed ? 1 : 0;
+try {
+  // The whole suite type-checks first (the test files' own imports included, now that their tools are installed).
+  if (folders.length === 0 && spawnSync('npm', ['run', '--silent', 'typecheck'], { stdio: 'inherit' }).status !== 0) {
+    process.exitCode = 1;
+  } else {
+    const failed = [round(`${concurrency} at a time`, together, concurrency), round('one at a time', apart, 1)].some((status) => status !== 0);
+    process.exitCode = failed ? 1 : 0;
+  }
+} finally {
+  await prepared.close();
+}

@@ -12,7 +12,8 @@ import { startFakeAnthropic, type FakeAnthropic } from '../support/fake-anthropi
 import { usageRows } from '../support/record.js';
 
 const run = promisify(execFile);
-const bin = (name: string) => join(process.cwd(), 'node_modules', '.bin', name);
+// The agents are test tools (test/tools), installed by npm test, not with the gateway.
+const bin = (name: string) => join(process.cwd(), 'test', 'tools', 'node_modules', '.bin', name);
 
 /**
  * The coding agents themselves, unchanged, pointed at the gateway: Claude Code (`claude -p`) on the Messages
