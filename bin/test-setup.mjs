@@ -78,21 +78,6 @@ export function missingLine(parts) {
   return `npm test needs ${parts.map((part) => `${part.program} (${part.why})`).join(', ')}; install ${parts.length === 1 ? 'it' : 'them'} with: sudo apt-get install -y ${packages.join(' ')}`;
 }
 
-/** Whether a PostgreSQL answers at `url` within two seconds. */
-async function postgresAnswers(url) {
-  const { default: pg } = await import('pg');
-  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 2000 });
-  try {
-    await client.connect();
-    await client.query('select 1');
-    return true;
-  } catch {
-    return false;
-  } finally {
-    await client.end().catch(() => undefined);
-  }
-}
-
 export const defaultTestDatabase = 'postgres://postgres@127.0.0.1:5432/postgres';
 
 /**
@@ -100,13 +85,16 @@ export const defaultTestDatabase = 'postgres://postgres@127.0.0.1:5432/postgres'
  * embedded server the gateway ships, started for this run under .data/test-record and stopped with it.
  */
 async function testDatabase() {
-  const url = process.env.TEST_DATABASE_URL || defaultTestDatabase;
-  if (await postgresAnswers(url)) return { url, close: async () => undefined };
-  if (process.env.TEST_DATABASE_URL) throw new Error(`npm test: no PostgreSQL answers at TEST_DATABASE_URL (${url})`);
-  console.log(`npm test: no PostgreSQL answers at ${url}: starting the embedded one under .data/test-record`);
+  // The record's own code, from its sources (the runner is plain JavaScript): whether a server answers, and the embedded one.
   const { register } = await import('tsx/esm/api');
   register();
-  const { locateRecord } = await import(pathToFileURL(join(root, 'storage', 'record', 'embedded.ts')).href);
+  const source = (file) => import(pathToFileURL(join(root, 'storage', 'record', file)).href);
+  const { serverAnswers } = await source('embedded-engine.ts');
+  const url = process.env.TEST_DATABASE_URL || defaultTestDatabase;
+  if (await serverAnswers(url)) return { url, close: async () => undefined };
+  if (process.env.TEST_DATABASE_URL) throw new Error(`npm test: no PostgreSQL answers at TEST_DATABASE_URL (${url})`);
+  console.log(`npm test: no PostgreSQL answers at ${url}: starting the embedded one under .data/test-record`);
+  const { locateRecord } = await source('embedded.ts');
   const record = await locateRecord(undefined, join(root, '.data', 'test-record'), { watchMs: 0 });
   return { url: record.url, close: () => record.close() };
 }

@@ -39,6 +39,7 @@ describe('the response cache passes admission, and frees the requests waiting on
         // One chat job at a time: a request queued behind a slow one stays queued, deterministically.
         WORKER_CONCURRENCY_CHAT: '1',
         REQUEST_DEADLINE_MS_CHAT: String(deadlineMs),
+        FLEX_DEADLINE_MS: String(4 * deadlineMs),
       },
     });
   });
@@ -73,6 +74,28 @@ describe('the response cache passes admission, and frees the requests waiting on
     );
     assert.equal(seen[3]!.body.error?.code, 'rate_limit_exceeded');
     assert.equal(calls(), 1);
+  });
+
+  it('refuses a hit past the key’s rate on /v1/messages in Anthropic’s dialect', async () => {
+    anthropic.reset();
+    const { key } = await paidAccountKey(redis, 50_000_000, { rpm: 2 });
+    const ask = () =>
+      fetch(`${gateway.url}/v1/messages`, {
+        method: 'POST',
+        headers: { 'x-api-key': key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json', 'cache-control': 'max-age=600' },
+        body: JSON.stringify({ model: 'claude-sonnet-4-5', max_tokens: 16, messages: [{ role: 'user', content: 'Rate my messages' }] }),
+      });
+    const first = await ask();
+    const second = await ask();
+    const third = await ask();
+    assert.deepEqual([first.status, second.status, third.status], [200, 200, 429]);
+    assert.match(second.headers.get('cache-status') ?? '', /hit/);
+    const refused = (await third.json()) as { type: string; error: { type: string; message: string }; request_id: string };
+    assert.equal(refused.type, 'error');
+    assert.equal(refused.error.type, 'rate_limit_error');
+    assert.match(refused.error.message, /Rate limit reached for this API key: 2 requests per minute/);
+    assert.equal(refused.request_id, third.headers.get('request-id'));
+    assert.ok(Number(third.headers.get('retry-after')) >= 1);
   });
 
   it('counts a request sharing another’s call against the key’s requests per minute', async () => {
@@ -173,10 +196,9 @@ describe('the response cache passes admission, and frees the requests waiting on
   });
 
   /** Keeps the one chat worker busy for `ms` with a call of its own (not cached). */
-  const occupy = (key: string, ms: number) => {
+  const occupy = (key: string, ms: number, extra: Record<string, unknown> = {}) => {
     openai.setDefault((request) => (JSON.stringify(request.body).includes('Occupy') ? { delayMs: ms } : undefined));
-    const busy = post(key, body(`Occupy ${Math.random()}`), {}).then(answered);
-    return busy;
+    return post(key, body(`Occupy ${Math.random()}`, extra), {}).then(answered);
   };
 
   it('lets an identical request run at once when the queued leader’s client leaves', async () => {
@@ -197,20 +219,22 @@ describe('the response cache passes admission, and frees the requests waiting on
     assert.equal((await busy).status, 200);
   });
 
-  it('lets an identical request run at once when the queued leader’s deadline passes', async () => {
+  it('wakes the identical request waiting on a queued leader when the leader’s deadline passes: it runs its own call', async () => {
     openai.reset();
     const { key } = await paidAccountKey(redis, 50_000_000);
-    // Busy past the deadline: the leader waits in the queue until its deadline takes it out.
-    const busy = occupy(key, deadlineMs + 2000);
+    // A flex call (its own, longer deadline) holds the one worker past the leader's deadline.
+    const busy = occupy(key, deadlineMs + 1000, { service_tier: 'flex' });
     await waitFor(() => calls() === 1, 5000, 'the worker to be busy');
     const text = body('Leader expires');
-    const leader = await answered(await post(key, text));
-    assert.equal(leader.status, 504);
-    assert.equal((await busy).status, 504);
-    openai.setDefault(null);
-    const again = await answered(await post(key, text));
-    assert.equal(again.status, 200, 'answered, not left waiting on a job that expired');
-    assert.equal(again.cache, 'Switchyard; fwd=miss; stored');
+    const leader = post(key, text).then(answered);
+    await new Promise((resolve) => setTimeout(resolve, deadlineMs / 2));
+    // Identical, sent while the leader waits: it waits on the leader's call (its own deadline is half a deadline later).
+    const follower = post(key, text).then(answered);
+    assert.equal((await leader).status, 504, 'the leader waited in the queue past its deadline');
+    const followed = await follower;
+    assert.equal(followed.status, 200, 'woken when the leader was taken out, it ran its own call once the worker was free');
+    assert.equal(followed.cache, 'Switchyard; fwd=miss; stored');
+    assert.equal((await busy).status, 200);
   });
 
   it('lets an identical request run when the leader is refused, and the requests waiting on a leader whose call failed run their own', async () => {
