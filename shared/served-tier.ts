@@ -67,5 +67,13 @@ export function servedTier(facts: TierFacts, answered?: unknown): ServiceTier {
   return 'default';
 }
 
+/**
+ * Whether a vendor sells tiers itself (SERVICE_TIER_NATIVE_VENDORS): by its name, not its wire protocol; the mock (its
+ * own models, or standing in for every vendor) only where `mock` is listed, to try tiers offline.
+ */
+export function sellsTiers(vendor: string | undefined, mock: boolean, nativeTierVendors: readonly string[]): boolean {
+  return mock ? nativeTierVendors.includes('mock') : vendor !== undefined && nativeTierVendors.includes(vendor);
+}
+
 /** Endpoints whose API has a `service_tier` (legacy completions has none: always `default`). */
 export const tieredEndpoints: ReadonlySet<Endpoint> = new Set<Endpoint>(['chat.completions', 'responses']);

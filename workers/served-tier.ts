@@ -1,7 +1,7 @@
 import type { Job } from 'bullmq';
 import type { Config } from '../shared/config.js';
 import { isFirstRun, type GatewayJobData } from '../shared/jobs.js';
-import { servedTier, tieredEndpoints, type TierFacts } from '../shared/served-tier.js';
+import { sellsTiers, servedTier, tieredEndpoints, type TierFacts } from '../shared/served-tier.js';
 import type { ServiceTier } from '../shared/service-tier.js';
 import { isMockChannel, type ChannelConfig } from '../shared/vendors.js';
 
@@ -30,8 +30,7 @@ export function tierFacts(
   const { data } = job;
   return {
     band: tieredEndpoints.has(data.endpoint) ? (data.serviceTier ?? 'default') : 'default',
-    // The mock sells tiers only where `mock` is listed (to try tiers offline): then it serves each as sent.
-    native: isMockChannel(channel) ? scheduling.nativeTierVendors.includes('mock') : scheduling.nativeTierVendors.includes(channel.vendor),
+    native: sellsTiers(channel.vendor, isMockChannel(channel), scheduling.nativeTierVendors),
     contended: data.contended === true,
     waitedMs: isFirstRun(job) ? Math.max(0, (job.processedOn ?? now) - job.timestamp) : 0,
     flexMinWaitMs: scheduling.flexMinWaitMs,

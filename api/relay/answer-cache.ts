@@ -36,8 +36,11 @@ export interface CachePlan {
   share: boolean;
 }
 
-/** How many times a request waiting on a holder of the flight mark that never ran contends for it again. */
-const shareRounds = 3;
+/**
+ * How many times a request contends for the flight mark when the holder it waited on (or set out to follow) never
+ * ran: then it runs its own call.
+ */
+export const shareRounds = 3;
 
 /** How long a request following another's stream waits for that stream's end after hearing its job failed. */
 const followerGraceMs = 2000;
@@ -133,7 +136,8 @@ export class AnswerCache {
    * call: a request streaming the same form as that job's client follows its stream as it comes (`follow`, from the
    * job's event log); any other waits for the job's end and is served the stored answer (`entry`). Resolves to
    * undefined when this request runs its own call: it took the mark, the other's call failed or its answer could
-   * not be kept, or the cache could not be reached.
+   * not be kept, or the cache could not be reached. `admit` runs before it shares (each round it contends again: it
+   * is the caller's to admit once).
    */
   async share(plan: CachePlan, self: { jobId: string; form: string | undefined; keyId: string }, deadline: number, admit: () => Promise<void>): Promise<Shared | undefined> {
     if (!plan.share) return undefined;
@@ -151,7 +155,6 @@ export class AnswerCache {
       heardOne?.();
     }, Math.max(0, deadline - Date.now()));
     timer.unref();
-    let admitted = false;
     try {
       // A holder that never ran (refused, or taken out of its queue) frees the mark: the waiting contend for it again,
       // one taking it and the others sharing its call. A few rounds at most: then each runs its own.
@@ -163,8 +166,7 @@ export class AnswerCache {
         }
         const holder = readFlightHolder(value);
         // Sharing another's call is a request like any other: admitted (its key's rate, its price held) before it waits.
-        if (!admitted) await admit();
-        admitted = true;
+        await admit();
         const endOf = () => ends.get(holder.jobId) ?? ends.get('');
         if (self.form !== undefined && holder.form === self.form && !endOf()) return { follow: { jobId: holder.jobId, owner: holder.keyId } };
         while (!endOf() && !late) await new Promise<void>((resolve) => (heardOne = resolve));

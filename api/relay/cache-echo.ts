@@ -3,7 +3,7 @@ import type { Config } from '../../shared/config.js';
 import type { Endpoint, EndpointRequest } from '../../shared/endpoints.js';
 import type { ResponseShell } from '../../shared/responses.js';
 import type { ServiceTier } from '../../shared/service-tier.js';
-import { servedTier, tieredEndpoints } from '../../shared/served-tier.js';
+import { sellsTiers, servedTier, tieredEndpoints } from '../../shared/served-tier.js';
 import { mockAnswers, type VendorConfig } from '../../shared/vendors.js';
 
 /**
@@ -74,8 +74,7 @@ export function hitTier(endpoint: Endpoint, band: ServiceTier | undefined, facts
 export function echoTarget(request: EndpointRequest, requestId: string, source: EchoSource, now = Date.now()): EchoTarget {
   const vendor = source.model.routes[0]?.vendor;
   const { nativeTierVendors, flexMinWaitMs } = source.config.scheduling;
-  // As tierFacts reads a channel: the mock (its own models, or standing in for every vendor) sells tiers only where listed.
-  const native = mockAnswers(source.config, vendor) ? nativeTierVendors.includes('mock') : vendor !== undefined && nativeTierVendors.includes(vendor);
+  const native = sellsTiers(vendor, mockAnswers(source.config, vendor), nativeTierVendors);
   const model = request.endpoint === 'messages' ? request.payload.model : request.endpoint === 'responses' ? request.payload.shell.model : undefined;
   return { endpoint: request.endpoint, payload: request.payload, model, requestId, jobId: source.job.id, serviceTier: hitTier(request.endpoint, source.job.data.serviceTier, { native, flexMinWaitMs }), now };
 }

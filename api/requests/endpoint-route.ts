@@ -9,7 +9,7 @@ import { servingTier } from '../../shared/service-tier.js';
 import { speaksAnthropic } from '../../shared/messages.js';
 import { activeMetrics } from '../../shared/metrics.js';
 import { streamForm } from '../../shared/cache.js';
-import { missStatus, type AnswerCache, type FollowedCall } from '../relay/answer-cache.js';
+import { missStatus, shareRounds, type AnswerCache, type FollowedCall } from '../relay/answer-cache.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import type { KeyedContext, KeyedState } from './request-context.js';
 import { noteModel } from '../http/metrics.js';
@@ -58,9 +58,6 @@ export function asyncMode(ctx: { get(name: string): string }, stream: boolean): 
 }
 
 const resumeGraceHeader = 'x-stream-resume-grace-ms';
-
-/** How many identical requests' streams in turn a request may set out to follow when each ends before it starts. */
-const followRounds = 3;
 
 /**
  * How long a stream keeps running for a resume after its client leaves, as
@@ -173,6 +170,8 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
     // worst case), the reservation settled at the price of the answer it gets, or given back when it gets none.
     let sharing = false;
     const admitShared = async () => {
+      // Once: a request contending again after a followed call never started holds its reservation still.
+      if (sharing) return;
       ctx.set(await reserveSpend(deps.redis, deps.config, access, requestId, deps.cache.sharedEstimate(estimate), job.deadline, undefined, { requests: true, tokens: false }));
       sharing = true;
     };
@@ -195,7 +194,7 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
       if (followed !== 'unstarted') return;
       // The call it followed never started (refused, or taken out of its queue), and nothing was written: it contends
       // for the mark again (admitted already), and after a few rounds runs its own.
-      if (round >= followRounds || Date.now() >= job.deadline) break;
+      if (round >= shareRounds || Date.now() >= job.deadline) break;
     }
     if (sharing) {
       // The call it waited on ended without an answer to share: it runs its own, reserved as any call is.
