@@ -30,6 +30,7 @@ import { queuedEndpoint, routeTemplate } from './requests/endpoint-paths.js';
 import { noteArrival, noteError } from './requests/request-log.js';
 import { adminRoutes } from './accounts/admin-api.js';
 import { endpointDispatch } from './requests/endpoint-route.js';
+import { geminiMethodRoutes, googleModelRoutes } from './gemini/routes.js';
 import { batchRoutes } from './batches/routes.js';
 import { startBatchSweeps } from './batches/sweep.js';
 import { listenForRefills } from './batches/refill.js';
@@ -190,8 +191,11 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   // /v1 past the API key: a POST to an endpoint row goes to the route every row gets (one lookup by path, the
   // hot path); every other /v1 URL goes through the routers.
   const v1 = v1Routes({ models, record });
+  // Google's model methods (`…/models/{model}:{method}`), under /v1beta and, as the GenAI SDKs call them, under /v1.
+  const geminiMethods = geminiMethodRoutes(endpointDeps);
   const keyed = compose<Koa.Context>([
     authenticate(keyCache),
+    geminiMethods,
     endpointDispatch(endpointDeps),
     jobs.authed.routes(),
     batchRoutes(endpointDeps, log).routes(),
@@ -199,12 +203,15 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     v1.routes(),
     v1.allowedMethods(),
   ] as Koa.Middleware[]);
+  // /v1beta, Google's Gemini API, past the API key: the model methods, the models list, Google's 404 for the rest.
+  const google = compose<Koa.Context>([authenticate(keyCache), geminiMethods, googleModelRoutes({ models })] as Koa.Middleware[]);
   const signedFiles = jobs.public.routes() as Koa.Middleware;
   app.use(async (ctx, next) => {
     if (ctx.req.httpVersion === '1.1' && !ctx.req.headers.host) {
       throw new GatewayError(400, 'An HTTP/1.1 request must carry a Host header.', { code: 'invalid_http_request' });
     }
     const path = ctx.path;
+    if (path.startsWith('/v1beta/') || path === '/v1beta') return refuseNew(ctx, () => google(ctx, next));
     if (!path.startsWith('/v1/') && path !== '/v1') return elsewhere(ctx, next);
     return refuseNew(ctx, () => (path.startsWith('/v1/files/') ? signedFiles(ctx, next) : keyed(ctx, next)));
   });

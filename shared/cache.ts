@@ -58,7 +58,17 @@ export const cachedEndpoints: ReadonlySet<Endpoint> = new Set([
   'images.edits',
   'images.variations',
   'audio.transcriptions',
+  'gemini.generate',
+  'gemini.embed',
+  'gemini.batch_embed',
 ]);
+
+/**
+ * Google's Gemini API: its request as the client wrote it is what shapes the answer (the path's model is the
+ * catalog model the hash names; whether it streams, and in which form, is the path's too), so it is hashed alone:
+ * `streamGenerateContent` in either form and `generateContent` of one body share one entry.
+ */
+const geminiEndpoints: ReadonlySet<Endpoint> = new Set(['gemini.generate', 'gemini.embed', 'gemini.batch_embed']);
 
 /** The endpoints whose requests carry uploads: an upload is in a request's hash by its bytes' digest, not its stored name. */
 const uploadEndpoints: ReadonlySet<Endpoint> = new Set(['images.edits', 'images.variations', 'audio.transcriptions']);
@@ -126,6 +136,8 @@ export function requestHash(request: EndpointRequest, modelId: string): string {
       ? { ...kept(request.payload.anthropic as unknown as Record<string, unknown>), [betasField]: betaSet(request.payload.betas) }
       : request.endpoint === 'responses'
         ? { chat: kept(request.payload.chat as unknown as Record<string, unknown>), shell: kept(request.payload.shell as unknown as Record<string, unknown>) }
+        : geminiEndpoints.has(request.endpoint)
+          ? kept((request.payload as { gemini: Record<string, unknown> }).gemini)
         : uploadEndpoints.has(request.endpoint)
           ? Object.fromEntries(Object.entries(kept(request.payload as Record<string, unknown>)).map(([key, value]) => [key, uploadContent(value)]))
           : kept(request.payload as Record<string, unknown>);
@@ -347,6 +359,8 @@ export function readFlightHolder(value: string): { jobId: string; form: string |
  */
 export function streamForm(request: EndpointRequest, stream: boolean): string | undefined {
   if (!stream) return undefined;
+  // Google's two forms carry the same chunks in different framings: a stream follows only one of its own form.
+  if (request.endpoint === 'gemini.generate') return `gemini-${request.payload.form ?? 'array'}`;
   if (request.endpoint !== 'chat.completions' && request.endpoint !== 'completions') return 'events';
   const usage = (request.payload as { stream_options?: { include_usage?: boolean | null } | null }).stream_options?.include_usage === true;
   return usage ? 'chunks+usage' : 'chunks';

@@ -18,6 +18,13 @@ import { responsesRequestSchema } from './schemas/responses.js';
 import { countTokensRequestSchema, messagesRequestSchema } from './schemas/messages.js';
 import type { ResponsesJob } from './responses.js';
 import type { MessagesJob } from './messages.js';
+import type { GeminiEmbedJob, GeminiJob } from './gemini.js';
+import {
+  geminiBatchEmbedContentsRequestSchema,
+  geminiCountTokensRequestSchema,
+  geminiEmbedContentRequestSchema,
+  geminiGenerateRequestSchema,
+} from './schemas/gemini.js';
 
 /**
  * How long a finished job stays in its queue. A waiting client got its answer
@@ -60,9 +67,10 @@ export interface EndpointRow {
    * Which worker pipeline runs it: text (chat adapters, answered as chunks or one body), responses (chat
    * adapters, always streamed, answered as the Responses API's events or object) or media (image, audio,
    * video adapters), messages (Anthropic's Messages API: Anthropic's own events relayed, or chat adapters' answers
-   * written as them).
+   * written as them), gemini (Google's Gemini API: Gemini's own chunks relayed, or chat adapters' answers written as
+   * them; its token counts and embeddings).
    */
-  pipeline: 'text' | 'responses' | 'messages' | 'media';
+  pipeline: 'text' | 'responses' | 'messages' | 'gemini' | 'media';
   /** How long a request may wait and run, in ms. */
   deadlineMs: (config: Pick<Config, 'deadlineMs'>) => number;
   /** How long its finished job is kept when a client waited for it. */
@@ -145,6 +153,68 @@ export const endpoints = {
     asyncOnly: false,
     pipeline: 'messages',
     deadlineMs: queueDeadline('chat'),
+    keep: heldAnswer,
+  },
+  /**
+   * Google's Gemini API: `models/{model}:generateContent` and `:streamGenerateContent` (one row: the method says
+   * whether it streams). Its path is a template: `api/gemini/` finds the row from the URL (`/v1beta/…` or the
+   * GenAI SDKs' `/v1/…`), the model from the path.
+   */
+  'gemini.generate': {
+    method: 'POST',
+    path: '/v1beta/models/{model}:generateContent',
+    queue: 'chat',
+    capabilities: ['chat', 'reasoning'],
+    body: 'json',
+    schema: geminiGenerateRequestSchema,
+    streams: true,
+    uploads: false,
+    asyncOnly: false,
+    pipeline: 'gemini',
+    deadlineMs: queueDeadline('chat'),
+    keep: heldAnswer,
+  },
+  /** Counted by Gemini for its models, by the gateway's tokenizer for the others: through the queue, billed nothing. */
+  'gemini.count_tokens': {
+    method: 'POST',
+    path: '/v1beta/models/{model}:countTokens',
+    queue: 'chat',
+    capabilities: ['chat', 'reasoning'],
+    body: 'json',
+    schema: geminiCountTokensRequestSchema,
+    streams: false,
+    uploads: false,
+    asyncOnly: false,
+    pipeline: 'gemini',
+    deadlineMs: queueDeadline('chat'),
+    keep: heldAnswer,
+  },
+  'gemini.embed': {
+    method: 'POST',
+    path: '/v1beta/models/{model}:embedContent',
+    queue: 'embeddings',
+    capabilities: ['embedding'],
+    body: 'json',
+    schema: geminiEmbedContentRequestSchema,
+    streams: false,
+    uploads: false,
+    asyncOnly: false,
+    pipeline: 'gemini',
+    deadlineMs: queueDeadline('embeddings'),
+    keep: heldAnswer,
+  },
+  'gemini.batch_embed': {
+    method: 'POST',
+    path: '/v1beta/models/{model}:batchEmbedContents',
+    queue: 'embeddings',
+    capabilities: ['embedding'],
+    body: 'json',
+    schema: geminiBatchEmbedContentsRequestSchema,
+    streams: false,
+    uploads: false,
+    asyncOnly: false,
+    pipeline: 'gemini',
+    deadlineMs: queueDeadline('embeddings'),
     keep: heldAnswer,
   },
   embeddings: {
@@ -249,6 +319,11 @@ export interface EndpointPayloads {
   /** The request as the client wrote it (for Anthropic), its chat form (for the others), and what the answer echoes. */
   messages: MessagesJob;
   'messages.count_tokens': MessagesJob;
+  /** Google's Gemini API: the request as the client wrote it (for Gemini), its chat form (for the others), and how a stream is written. */
+  'gemini.generate': GeminiJob;
+  'gemini.count_tokens': GeminiJob;
+  'gemini.embed': GeminiEmbedJob;
+  'gemini.batch_embed': GeminiEmbedJob;
   embeddings: EmbeddingRequest;
   'images.generations': ImageGenerationRequest;
   'images.edits': ImageEditInput;

@@ -1,4 +1,5 @@
 import type { ResponseError, ResponseShell, ResponseStatus } from './responses.js';
+import { sseJson } from './sse.js';
 
 /**
  * The Responses API's response object and its event frames, as both halves
@@ -185,7 +186,7 @@ export function responsesUsage(usage: ChatStyleUsage): ResponsesUsage {
 
 /** One SSE frame: `type` first, then `sequence_number`, then the event's fields. */
 export function frame(type: string, sequence: number, fields: Record<string, unknown>): string {
-  return `event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: sequence, ...fields })}\n\n`;
+  return sseJson({ type, sequence_number: sequence, ...fields }, type);
 }
 
 /**

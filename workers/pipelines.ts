@@ -11,6 +11,8 @@ import type { Meter } from './settlement.js';
 import type { TierRule } from './served-tier.js';
 import { callText, runTextStream } from './text-pipeline.js';
 import { countMessageTokens, runMessages } from './messages-run.js';
+import { countGeminiTokens, embedGemini, runGemini } from './gemini-run.js';
+import type { StreamedJob } from './answers/stream-run.js';
 import type { CallContext } from './vendors/types.js';
 
 /** What a pipeline gets from the job run, once its vendor slot is held. */
@@ -50,6 +52,26 @@ function linksFiles(run: PipelineRun): boolean {
   return (request.payload.response_format ?? run.ctx.model.default_response_format ?? 'b64_json') === 'url';
 }
 
+/**
+ * A job of a dialect's pipeline as its run takes it: a stream's vendor part ends by beginning its billing (the
+ * pipeline ends the answer itself), a plain answer's by freeing the slot only (billed with the answer); the answer
+ * is kept in the response cache when the request opted in and waits for it.
+ */
+function streamedJob<Job>(run: PipelineRun, job: Job): StreamedJob<Job> {
+  const { data } = run.job;
+  return {
+    protocol: run.protocol,
+    job,
+    ctx: run.ctx,
+    publisher: run.publisher,
+    clientStreams: data.stream,
+    produced: run.produced,
+    vendorDone: data.stream ? run.vendorDoneBilling : run.vendorDone,
+    keep: data.cache !== undefined && !data.async,
+    beforeEnd: run.keepAnswer,
+  };
+}
+
 /** Async results past this size are kept in the blob store for their whole lifetime, not in Redis. */
 const inlineAsyncResultBytes = 256 * 1024;
 
@@ -57,10 +79,10 @@ const inlineAsyncResultBytes = 256 * 1024;
 export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Promise<PipelineOutcome>> = {
   /** Chat, legacy completions and embeddings: streamed as the client's chunks, or one body. */
   async text(run) {
-    const { job, protocol, request, ctx, publisher, produced, tier } = run;
+    const { job, protocol, request, ctx, produced, tier } = run;
     const keep = job.data.cache !== undefined && !job.data.async;
     if (job.data.stream) {
-      await runTextStream(protocol, request, ctx, publisher, run.vendorDoneBilling, produced, tier, keep, run.keepAnswer);
+      await runTextStream(streamedJob(run, request), tier);
       return { answer: 'sent', result: {} };
     }
     const body = await callText(protocol, request, ctx, produced, tier, keep);
@@ -86,10 +108,33 @@ export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Pr
       return { answer: 'publish', body };
     }
     if (request.endpoint !== 'messages') throw new GatewayError(400, `${request.endpoint} is not a Messages endpoint.`);
-    const streams = run.job.data.stream;
-    const keep = run.job.data.cache !== undefined && !run.job.data.async;
-    const body = await runMessages(run.protocol, request.payload, run.ctx, run.publisher, streams, run.produced, streams ? run.vendorDoneBilling : run.vendorDone, keep, run.keepAnswer);
+    const body = await runMessages(streamedJob(run, request.payload));
     return body === undefined ? { answer: 'sent', result: {} } : { answer: 'publish', body };
+  },
+
+  /** Google's Gemini API: the vendor's own chunks relayed, or a chat adapter's written as them; a token count; embeddings. */
+  async gemini(run) {
+    const { request } = run;
+    const keep = run.job.data.cache !== undefined && !run.job.data.async;
+    switch (request.endpoint) {
+      case 'gemini.count_tokens': {
+        const body = await countGeminiTokens(run.protocol, request.payload, run.ctx);
+        await run.vendorDone();
+        return { answer: 'publish', body };
+      }
+      case 'gemini.embed':
+      case 'gemini.batch_embed': {
+        const body = await embedGemini(run.protocol, request.payload, run.ctx, run.produced, keep);
+        await run.vendorDone();
+        return { answer: 'publish', body };
+      }
+      case 'gemini.generate': {
+        const body = await runGemini(streamedJob(run, request.payload));
+        return body === undefined ? { answer: 'sent', result: {} } : { answer: 'publish', body };
+      }
+      default:
+        throw new GatewayError(400, `${request.endpoint} is not a Gemini endpoint.`);
+    }
   },
 
   /** Images, audio and video: held for a plain request, kept as the job's result for an async one. */

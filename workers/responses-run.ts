@@ -6,8 +6,8 @@ import type { Protocol } from '../shared/vendor-definitions.js';
 import { ResponsesStreamEncoder, type ResponseObject } from './answers/responses-encoder.js';
 import type { ReplyPublisher } from './reply-publisher.js';
 import type { Meter } from './settlement.js';
-import { meterEvents } from './text-pipeline.js';
 import { storedEvents } from './answers/answer-forms.js';
+import { runStream } from './answers/stream-run.js';
 import { adapterMethod } from './vendors/registry.js';
 import type { CallContext } from './vendors/types.js';
 import type { TierRule } from './served-tier.js';
@@ -27,8 +27,9 @@ return 0`;
  * the Responses encoder writes them as the API's events (published when the
  * client streams or the response runs in the background, so it can be
  * followed and resumed), and the final object is stored for retrieval and
- * for `previous_response_id`. The vendor is always streamed: the events are
- * the same whether the client reads them or only the final object.
+ * for `previous_response_id`. The vendor is always streamed (through the one
+ * stream runner, workers/answers/stream-run.ts): the events are the same
+ * whether the client reads them or only the final object.
  */
 export class ResponsesRun {
   private readonly encoder: ResponsesStreamEncoder;
@@ -59,37 +60,40 @@ export class ResponsesRun {
    * once the vendor is done.
    */
   async run(protocol: Protocol, ctx: CallContext, produced: Meter, vendorDone: () => Promise<unknown>, cache?: { keep: () => Promise<void> }): Promise<string | undefined> {
-    if (this.job.shell.background) await this.store({ ...this.encoder.current(), status: 'in_progress' });
+    const { encoder } = this;
+    if (this.job.shell.background) await this.store({ ...encoder.current(), status: 'in_progress' });
     // The request log names a response by its own id (set first: the chat stream's id under it is the vendor's).
     produced.answerId = this.job.shell.id;
-    // A request that opted into the response cache keeps the events it was written as, whether its client reads them or not.
-    let kept = '';
-    try {
-      for await (const events of adapterMethod(protocol, 'streamChat')(this.job.chat, ctx)) {
-        const { frames, count } = this.encoder.encode(events);
-        if (this.visible && count > 0) this.publisher.chunk(frames, count);
-        if (cache) kept += frames;
-        meterEvents(events, produced);
-      }
-    } finally {
-      produced.usage = this.encoder.usage;
-      produced.servedTier = this.encoder.serviceTier;
-    }
-    await vendorDone();
-    const end = this.encoder.end();
-    const final = this.encoder.current();
-    if (cache && (final.status === 'completed' || final.status === 'incomplete')) {
-      // Stored before the answer goes, so the client's next identical request finds it.
-      produced.cacheable = { body: JSON.stringify(final), events: storedEvents(kept + end.frames), trailer: '' };
-      await cache.keep();
-    }
-    if (!this.visible) {
-      const [, kept] = await Promise.all([this.store(final), this.publisher.done(JSON.stringify(final))]);
-      return kept.body ?? '';
-    }
-    this.publisher.chunk(end.frames, end.count);
-    await Promise.all([this.store(final), this.publisher.endStream('')]);
-    return undefined;
+    let final: ResponseObject | undefined;
+    // The object is whole once the encoder ended: built once, for the store, the client and the cache alike.
+    const finalObject = () => (final ??= encoder.current());
+    const sent = await runStream({
+      source: adapterMethod(protocol, 'streamChat')(this.job.chat, ctx),
+      encoder,
+      publisher: this.publisher,
+      produced,
+      visible: this.visible,
+      vendorDone,
+      settle: (meter) => {
+        meter.servedTier = encoder.serviceTier;
+      },
+      // A request that opted into the response cache keeps the events it was written as, whether its client reads
+      // them or not; only an answer that completed (or stopped at its limit) is kept.
+      cache: cache && {
+        keepsFrames: true,
+        forms: (frames) => {
+          const response = finalObject();
+          if (response.status !== 'completed' && response.status !== 'incomplete') return undefined;
+          return { body: JSON.stringify(response), events: storedEvents(frames), trailer: '' };
+        },
+        store: cache.keep,
+      },
+      alongEnd: () => this.store(finalObject()),
+    });
+    if (sent) return undefined;
+    const response = finalObject();
+    const [, kept] = await Promise.all([this.store(response), this.publisher.done(JSON.stringify(response))]);
+    return kept.body ?? '';
   }
 
   /**

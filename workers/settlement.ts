@@ -60,10 +60,13 @@ async function countPrompt(request: EndpointRequest): Promise<number> {
       return countChatPromptTokensAsync(request.payload.messages, request.payload.tools ?? request.payload.functions ?? null);
     case 'responses':
     case 'messages':
+    case 'gemini.generate':
       return countChatPromptTokensAsync(request.payload.chat.messages, request.payload.chat.tools ?? null);
     case 'completions':
-    case 'embeddings': {
-      const input = request.endpoint === 'completions' ? request.payload.prompt : request.payload.input;
+    case 'embeddings':
+    case 'gemini.embed':
+    case 'gemini.batch_embed': {
+      const input = request.endpoint === 'completions' ? request.payload.prompt : request.endpoint === 'embeddings' ? request.payload.input : request.payload.embedding.input;
       if (typeof input === 'string') return countTextTokensAsync(input);
       let total = 0;
       for (const item of input as Array<string | number | number[]>) total += typeof item === 'string' ? await countTextTokensAsync(item) : Array.isArray(item) ? item.length : 1;

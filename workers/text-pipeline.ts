@@ -5,11 +5,11 @@ import { streamTrailer } from '../shared/reply.js';
 import { answerTier, ChatStreamEncoder, encodeChatAnswer, usesLegacyFunctions, type ChatEncoderOptions } from './answers/chat-encoder.js';
 import type { TierRule } from './served-tier.js';
 import type { Protocol } from '../shared/vendor-definitions.js';
-import type { ReplyPublisher } from './reply-publisher.js';
 import { adapterMethod } from './vendors/registry.js';
 import type { Answer, AnswerEvent, CallContext } from './vendors/types.js';
 import type { Meter } from './settlement.js';
 import { chatForms, foldAnswer } from './answers/answer-forms.js';
+import { runStream, type StreamedJob } from './answers/stream-run.js';
 
 function encoderOptions(request: EndpointRequest, ctx: CallContext, tier: TierRule): ChatEncoderOptions {
   const serviceTier = { serviceTier: tier.before, answeredTier: tier.answered };
@@ -36,55 +36,36 @@ function streamFor(protocol: Protocol, request: EndpointRequest, ctx: CallContex
  * that served it, go to `produced`; that tier (`tier`: the gateway's, or a
  * native vendor's first chunk's word) is said on each chat chunk.
  */
-export async function runTextStream(
-  protocol: Protocol,
-  request: EndpointRequest,
-  ctx: CallContext,
-  publisher: ReplyPublisher,
-  vendorDone: () => Promise<unknown>,
-  produced: Meter,
-  tier: TierRule,
-  /** Keep the answer's forms for the response cache (`produced.cacheable`) once the stream ended well. */
-  keep = false,
-  /** Stores them before the stream's end goes out, so the client's next identical request finds them. */
-  beforeEnd?: () => Promise<void>,
-): Promise<void> {
+export async function runTextStream(run: StreamedJob<EndpointRequest>, tier: TierRule): Promise<void> {
+  const { protocol, job: request, ctx, publisher, keep = false } = run;
   const options = encoderOptions(request, ctx, tier);
   const encoder = new ChatStreamEncoder(options);
+  // The cache keeps the answer's events, not its chunks: its forms are written anew from them (chatForms), the
+  // vendor's own chunks and the usage chunk apart.
   const kept: AnswerEvent[] | undefined = keep ? [] : undefined;
   let named = false;
-  try {
-    for await (const events of streamFor(protocol, request, ctx)) {
+  await runStream({
+    source: streamFor(protocol, request, ctx),
+    encoder,
+    publisher,
+    produced: run.produced,
+    // Only a streaming chat or completion comes here: a plain one is `callText`'s.
+    visible: true,
+    vendorDone: run.vendorDone,
+    trailer: streamTrailer,
+    onBatch: (events) => {
       if (kept) for (const event of events) kept.push(event);
-      const { frames, count } = encoder.encode(events);
       if (!named && encoder.answerId !== undefined) {
         // A client may resume by the id its chunks carry as well as by the request id.
         named = true;
         publisher.alias(streamAliasKey(encoder.answerId));
       }
-      if (count > 0) publisher.chunk(frames, count);
-      meterEvents(events, produced);
-    }
-  } finally {
-    produced.usage = encoder.usage;
-    produced.servedTier = encoder.serviceTier;
-  }
-  if (kept) produced.cacheable = chatForms(foldAnswer(kept), options);
-  // The vendor is done: free its slot before the client hears the end, so a
-  // client that sends its next request at once finds the slot free.
-  await vendorDone();
-  if (keep) await beforeEnd?.();
-  await publisher.endStream(streamTrailer);
-}
-
-/** What a stream produced, kept in case no usage comes (a stream cut short is billed for what it produced). */
-export function meterEvents(events: readonly AnswerEvent[], produced: Meter): void {
-  for (const event of events) {
-    if (event.type === 'text' || event.type === 'reasoning') produced.output.push(event.text);
-    else if (event.type === 'tool-call') produced.output.push(event.arguments);
-    else if (event.type === 'start') produced.answerId ??= event.id;
-    else if (event.type === 'finish') produced.finishReason ??= event.reason;
-  }
+    },
+    settle: (meter) => {
+      meter.servedTier = encoder.serviceTier;
+    },
+    cache: kept && { forms: () => chatForms(foldAnswer(kept), options), store: run.beforeEnd },
+  });
 }
 
 function keepAnswer(answer: Answer, produced: Meter): void {

@@ -3,6 +3,7 @@ import type { Middleware } from 'koa';
 import { GatewayError, queueUnavailable, serverError } from '../../shared/errors.js';
 import { lazyChild, type Logger } from '../../shared/logger.js';
 import { anthropicErrorBody, anthropicStatus, speaksAnthropic } from '../../shared/messages.js';
+import { geminiErrorBody, speaksGoogle } from '../../shared/gemini.js';
 import { clientClosedEarly, clientClosedStatus } from './client-closed.js';
 
 export interface RequestIdState {
@@ -14,6 +15,35 @@ export interface RequestIdState {
 export interface EnvelopeNotes<S> {
   arrived(ctx: { state: S }): void;
   failed(ctx: { state: S }, code: string): void;
+}
+
+/**
+ * Whether a request is answered in Google's shape: a path of Google's dialect (`/v1beta/…`, a model's
+ * `/v1/models/{model}:{method}`), or the model list and model of `/v1` asked with Google's key header, as the
+ * GenAI SDKs ask them (an `anthropic-version` header picks Anthropic's shape there the same way).
+ */
+export function answersGoogle(ctx: { path: string; method: string; get(name: string): string }): boolean {
+  if (speaksGoogle(ctx.path)) return true;
+  return (ctx.path === '/v1/models' || ctx.path.startsWith('/v1/models/')) && ctx.get('x-goog-api-key') !== '';
+}
+
+/**
+ * An error in Google's shape: its status name, a `RetryInfo` where a `Retry-After` says when to try again, an
+ * `ErrorInfo` naming a key the gateway does not know (`API_KEY_INVALID`, as Google names it), and a
+ * `QuotaFailure` describing a refusal of the key's limit or the account's balance.
+ */
+export function googleErrorBody(error: GatewayError): { error: Record<string, unknown> } {
+  const retryAfter = Number(error.headers['retry-after']);
+  const body = geminiErrorBody(error.status, error.message, Number.isFinite(retryAfter) && error.headers['retry-after'] !== undefined ? retryAfter : undefined);
+  const details = (body.error.details as unknown[] | undefined) ?? [];
+  if (error.code === 'invalid_api_key' && error.status === 403) {
+    details.push({ '@type': 'type.googleapis.com/google.rpc.ErrorInfo', reason: 'API_KEY_INVALID', domain: 'googleapis.com', metadata: { service: 'generativelanguage.googleapis.com' } });
+  }
+  if (error.code === 'insufficient_quota') {
+    details.push({ '@type': 'type.googleapis.com/google.rpc.QuotaFailure', violations: [{ subject: 'api_key', description: error.message }] });
+  }
+  if (details.length > 0) body.error.details = details;
+  return body;
 }
 
 /**
@@ -55,8 +85,12 @@ export function envelope<S>(log: Logger, notes: EnvelopeNotes<S>): Middleware<Re
       if (!ctx.headerSent && ctx.respond !== false) {
         notes.failed(ctx, error.code ?? error.type);
         ctx.set(error.headers);
-        // The path is canonical by now (the path guard ran inside): the Messages API answers its errors in Anthropic's shape.
-        if (speaksAnthropic(ctx.path)) {
+        // The path is canonical by now (the path guard ran inside): the Messages API answers its errors in Anthropic's
+        // shape, Google's paths in Google's (a 503 stays a 503 there: UNAVAILABLE, which its clients retry).
+        if (answersGoogle(ctx)) {
+          ctx.status = error.status;
+          ctx.body = googleErrorBody(error);
+        } else if (speaksAnthropic(ctx.path)) {
           ctx.status = anthropicStatus(error.status);
           ctx.body = anthropicErrorBody(error.status, error.message, id);
         } else {

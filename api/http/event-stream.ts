@@ -1,32 +1,39 @@
 import type { ServerResponse } from 'node:http';
+import { sseJson, sseKeepAlive } from '../../shared/sse.js';
 
-/** The headers of every server-sent event stream the api answers with. */
-const eventStreamHeaders = {
-  'content-type': 'text/event-stream; charset=utf-8',
-  'cache-control': 'no-cache',
-  'x-accel-buffering': 'no',
-};
+/**
+ * How a stream's bytes are labelled and kept alive: server-sent events (every dialect's `text/event-stream`, a
+ * comment as the keep-alive), or another streamed form that shares the relay (Google's streamed JSON array).
+ */
+export interface StreamFraming {
+  /** The response's content type. */
+  contentType: string;
+  /** What is written while nothing else is, so the connection (and each proxy on the way) sees bytes. */
+  keepAlive: string;
+}
 
-/** A comment line: every SSE client skips it, and the connection (and each proxy on the way) sees bytes. */
-const keepAliveFrame = ': keep-alive\n\n';
+/** Server-sent events as every client reads them. */
+export const sseFraming: StreamFraming = { contentType: 'text/event-stream; charset=utf-8', keepAlive: sseKeepAlive };
 
-/** One event carrying `value` as JSON, under its `event:` name when it has one. */
+/** One event carrying `value` as JSON, under its `event:` name when it has one (shared/sse.ts frames it). */
 export function dataFrame(value: unknown, event?: string): string {
-  return `${event === undefined ? '' : `event: ${event}\n`}data: ${JSON.stringify(value)}\n\n`;
+  return sseJson(value, event);
 }
 
 /**
- * The one way the api answers with server-sent events: a 200 with the SSE
- * headers, after which Koa leaves the response alone (`ctx.respond = false`)
- * and frames go out as they come, already in their wire form (a worker's
- * chunks, a log's replay) or made by `dataFrame`. The x-request-id the
- * envelope set stays: it is this request's, whatever stream it carries.
+ * The one way the api answers with a stream: a 200 with the stream's headers, after which Koa leaves the
+ * response alone (`ctx.respond = false`) and frames go out as they come, already in their wire form (a worker's
+ * chunks, a log's replay) or made by `dataFrame`. The x-request-id the envelope set stays: it is this
+ * request's, whatever stream it carries.
  */
 export class EventStream {
   private opened = false;
   private readonly res: ServerResponse;
 
-  constructor(private readonly ctx: { res: ServerResponse; respond?: boolean }) {
+  constructor(
+    private readonly ctx: { res: ServerResponse; respond?: boolean },
+    private readonly framing: StreamFraming = sseFraming,
+  ) {
     this.res = ctx.res;
   }
 
@@ -40,7 +47,7 @@ export class EventStream {
     if (this.opened) return;
     this.opened = true;
     this.ctx.respond = false;
-    this.res.writeHead(200, eventStreamHeaders);
+    this.res.writeHead(200, { 'content-type': this.framing.contentType, 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
   }
 
   write(frames: string): void {
@@ -48,7 +55,7 @@ export class EventStream {
   }
 
   keepAlive(): void {
-    this.res.write(keepAliveFrame);
+    this.res.write(this.framing.keepAlive);
   }
 
   /** Ends the stream, with its last frames when it has some. */

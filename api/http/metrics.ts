@@ -152,12 +152,22 @@ export function markFirstByte(ctx: Noted): void {
   if (s.metricsFirstByte === undefined && s.metricsStarted !== undefined) s.metricsFirstByte = performance.now();
 }
 
-/** A batch of SSE frames a worker published was written to the client. */
-export function streamChunksRelayed(ctx: Noted, frames: string): void {
+/**
+ * A batch of frames a worker published was written to the client: SSE frames, counted by their blank lines, or
+ * the elements of a streamed JSON array (Google's default stream form: `[` opens the first, `,\r\n` each next).
+ */
+export function streamChunksRelayed(ctx: Noted, frames: string, form: 'sse' | 'array' = 'sse'): void {
   const metrics = activeMetrics();
   if (!metrics) return;
   markFirstByte(ctx);
-  metrics.streamChunks.inc(countFrames(frames));
+  metrics.streamChunks.inc(form === 'sse' ? countFrames(frames) : countArrayElements(frames));
+}
+
+/** The elements a piece of a streamed JSON array begins: its opening one, and one after each separator. */
+function countArrayElements(piece: string): number {
+  let count = piece.startsWith('[') ? 1 : 0;
+  for (let at = piece.indexOf(',\r\n'); at >= 0; at = piece.indexOf(',\r\n', at + 3)) count++;
+  return count;
 }
 
 export type DisconnectKind = 'held' | 'stream' | 'follow';

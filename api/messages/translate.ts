@@ -1,12 +1,13 @@
 import { createHash } from 'node:crypto';
-import { z } from 'zod';
-import { invalidRequest } from '../../shared/errors.js';
 import { chatToolName } from '../../shared/messages-tools.js';
 import { isRecord } from '../../shared/response-object.js';
-import type { ChatCompletionRequest, ChatMessage, ChatTool } from '../../shared/schemas/chat.js';
+import type { ChatCompletionRequest, ChatMessage } from '../../shared/schemas/chat.js';
 import { messagesContentBlockSchema, type MessagesRequest } from '../../shared/schemas/messages.js';
-import { THINKING_BUDGETS, type ReasoningEffort } from '../../shared/thinking-budgets.js';
-import { formatParam, toValidationError } from '../http/request-body.js';
+import { applyChatSettings, chatResponseFormat, effortForBudget, type ChatToolCall, type ChatUserPart, type DeclaredOutput } from '../dialects/chat-request.js';
+import { chatToolFields, type ChoiceWording, type DeclaredChoice, type DeclaredTools } from '../dialects/chat-tools.js';
+import { invalidAt, parseAt, type FieldPath } from '../dialects/field-path.js';
+
+export { effortForBudget } from '../dialects/chat-request.js';
 
 /*
  * Anthropic's Messages API over the chat adapters: a Messages request as the chat request the adapters of every
@@ -14,7 +15,9 @@ import { formatParam, toValidationError } from '../http/request-body.js';
  * prompt becomes a system message, `tool_use` blocks assistant tool calls, `tool_result` blocks tool messages,
  * and the sampling fields their chat counterparts. What chat has no form for (thinking blocks, Anthropic's server
  * tools, `top_k`, `context_management`…) is left out and named in `dropped`, for the worker to log; what the
- * client clearly needs and chat cannot carry (documents by URL or file id, a forced server tool) is a 400.
+ * client clearly needs and chat cannot carry (documents by URL or file id, a forced server tool) is a 400. This file
+ * reads Anthropic's shapes; what chat gets for the tools, the choice and the settings is the dialect layer's policy
+ * (api/dialects/), the same for every dialect.
  *
  * It runs on the api's event loop for requests of up to 100,000 messages, so every step is one pass over the
  * request: names are looked up in sets, nothing is searched per message.
@@ -26,27 +29,9 @@ export interface MessagesTranslation {
   dropped: string[];
 }
 
-type Path = readonly (string | number)[];
+type Path = FieldPath;
 type Block = Record<string, unknown>;
-type UserPart = Exclude<Extract<ChatMessage, { role: 'user' }>['content'], string>[number];
-type ToolCall = { id: string; type: 'function'; function: { name: string; arguments: string } };
-type Effort = Exclude<ReasoningEffort, 'none'>;
-
-// ---- thinking ----
-
-/** The presets from the smallest budget up: the same table the Anthropic adapter turns an effort into a budget with. */
-const presets = (Object.entries(THINKING_BUDGETS) as [Effort, number][]).sort((a, b) => a[1] - b[1]);
-
-/**
- * The `reasoning_effort` for an extended-thinking budget: the largest preset at or below it, so a budget is never
- * turned into more thinking than the client allowed. Below the smallest preset (Anthropic refuses budgets under
- * 1024 itself, the schema does not) it is the smallest, `minimal`: the client asked for some thinking.
- */
-export function effortForBudget(budget: number): Effort {
-  let effort = presets[0]![0];
-  for (const [name, tokens] of presets) if (budget >= tokens) effort = name;
-  return effort;
-}
+type UserPart = ChatUserPart;
 
 // ---- blocks of a known type with the wrong fields ----
 
@@ -59,12 +44,8 @@ const knownBlock = messagesContentBlockSchema.options[0];
  * the one the request body parser gives.
  */
 function malformed(block: unknown, path: Path): never {
-  const result = knownBlock.safeParse(block, { reportInput: true });
-  if (!result.success) {
-    throw toValidationError(new z.ZodError(result.error.issues.map((issue) => ({ ...issue, path: [...path, ...issue.path] }))));
-  }
-  const param = formatParam(path);
-  throw invalidRequest(`Invalid '${param}': a '${String((block as Block).type)}' block of a shape this gateway cannot read.`, param, 'invalid_value');
+  parseAt(knownBlock, block, path);
+  throw invalidAt(path, `a '${String((block as Block).type)}' block of a shape this gateway cannot read.`);
 }
 
 const text = (block: Block, path: Path): string => (typeof block.text === 'string' ? block.text : malformed(block, path));
@@ -92,10 +73,7 @@ class Translator {
     if (source.type === 'url' && typeof source.url === 'string') {
       // The vendor, or the gateway for a vendor that wants inline data, fetches the image: only web URLs, as
       // Anthropic itself takes, and as chat's own schema allows.
-      if (!/^https?:\/\//i.test(source.url)) {
-        const param = formatParam([...path, 'source', 'url']);
-        throw invalidRequest(`Invalid '${param}': expected an http(s) URL.`, param, 'invalid_value');
-      }
+      if (!/^https?:\/\//i.test(source.url)) throw invalidAt([...path, 'source', 'url'], 'expected an http(s) URL.');
       return { type: 'image_url', image_url: { url: source.url } };
     }
     if (source.type === 'file') throw byFile(path);
@@ -143,14 +121,8 @@ class Translator {
         });
         return;
       }
-      case 'url': {
-        const param = formatParam([...path, 'source']);
-        throw invalidRequest(
-          `Invalid '${param}': documents given by URL are only served for Anthropic models; send the document's content as base64 data.`,
-          param,
-          'unsupported_parameter',
-        );
-      }
+      case 'url':
+        throw invalidAt([...path, 'source'], "documents given by URL are only served for Anthropic models; send the document's content as base64 data.", 'unsupported_parameter');
       case 'file':
         throw byFile(path);
       default:
@@ -180,10 +152,8 @@ class Translator {
         case 'tool_result':
           this.toolResult(block, blockPath, attachments);
           return;
-        case 'tool_use': {
-          const param = formatParam([...blockPath, 'type']);
-          throw invalidRequest(`Invalid '${param}': 'tool_use' blocks belong in assistant turns.`, param, 'invalid_value');
-        }
+        case 'tool_use':
+          throw invalidAt([...blockPath, 'type'], "'tool_use' blocks belong in assistant turns.");
         default:
           // Thinking blocks, search results, and whatever Anthropic adds: nothing a chat vendor can read.
           this.drop(blockKind('messages[].content[]', block.type));
@@ -224,7 +194,7 @@ class Translator {
   /** An assistant turn: its text as the content (Anthropic splits one answer into blocks, at citations for one, so the pieces are joined as they are), its `tool_use` blocks as tool calls. */
   assistantTurn(blocks: readonly Block[], path: Path): void {
     let content = '';
-    const calls: ToolCall[] = [];
+    const calls: ChatToolCall[] = [];
     blocks.forEach((block, j) => {
       const blockPath = [...path, 'content', j];
       switch (block.type) {
@@ -238,10 +208,8 @@ class Translator {
           calls.push({ id: block.id, type: 'function', function: { name: chatToolName(block.name), arguments: JSON.stringify(block.input ?? {}) } });
           return;
         }
-        case 'tool_result': {
-          const param = formatParam([...blockPath, 'type']);
-          throw invalidRequest(`Invalid '${param}': 'tool_result' blocks belong in user turns.`, param, 'invalid_value');
-        }
+        case 'tool_result':
+          throw invalidAt([...blockPath, 'type'], "'tool_result' blocks belong in user turns.");
         default:
           // Thinking and redacted thinking are Anthropic's signed reasoning, which no other vendor takes back;
           // server tool blocks (`server_tool_use`, `web_search_tool_result`…) were Anthropic's own calls.
@@ -254,108 +222,60 @@ class Translator {
   }
 }
 
-const byFile = (path: Path) => {
-  const param = formatParam([...path, 'source']);
-  return invalidRequest(
-    `Invalid '${param}': files given by 'file_id' are not supported by this gateway (it has no Files API); send the content as base64 data.`,
-    param,
-    'unsupported_parameter',
-  );
-};
+const byFile = (path: Path) =>
+  invalidAt([...path, 'source'], "files given by 'file_id' are not supported by this gateway (it has no Files API); send the content as base64 data.", 'unsupported_parameter');
 
 // ---- tools ----
 
-interface TranslatedTools {
-  tools: ChatTool[];
-  /** The client's names of its own tools (those that go to the vendor). */
-  client: Set<string>;
-  /** The names of the server tools (Anthropic runs them), left out. */
-  server: Set<string>;
-  /** Anthropic's web search tool, as the vendor's own search (chat's `web_search_options`). */
-  webSearch?: NonNullable<ChatCompletionRequest['web_search_options']>;
-  /** The name the request gave that tool. */
-  searchName?: string;
-}
-
-/** Anthropic's web search tool's `user_location` in chat's form (its other settings have no chat counterpart). */
-function webSearchOptions(tool: Record<string, unknown>): NonNullable<ChatCompletionRequest['web_search_options']> {
-  const location = tool.user_location;
-  if (!isRecord(location)) return {};
-  const { type: _type, ...approximate } = location;
-  return { user_location: { type: 'approximate', approximate } };
-}
+/** How the Messages API says a tool choice, for a refusal in its terms. */
+const choiceWording: ChoiceWording = {
+  path: ['tool_choice'],
+  namePath: ['tool_choice', 'name'],
+  required: "tool_choice 'any'",
+  declined: 'is run by Anthropic',
+};
 
 /**
- * Client tools (no `type`, or `custom`) as chat functions under their chat names. Server tools (a versioned type
- * such as `web_search_20250305` or `bash_20250124`) are run by Anthropic, or by the client on Anthropic's own
- * protocol: a chat vendor has neither, so they are left out, as the Responses path declines its built-in tools.
+ * The request's tools in the dialect layer's terms. Client tools (no `type`, or `custom`) are functions under their
+ * chat names. Anthropic's web search tool is the vendor's own search for a model whose vendor searches the web
+ * (its `user_location`; its other settings have no chat counterpart). Server tools (a versioned type such as
+ * `web_search_20250305` or `bash_20250124`) are run by Anthropic, or by the client on Anthropic's own protocol: a
+ * chat vendor has neither, so they are declined, as the Responses path declines its built-in tools.
  */
-function translateTools(tools: MessagesRequest['tools'], dropped: Set<string>, searches: boolean): TranslatedTools {
-  const out: TranslatedTools = { tools: [], client: new Set(), server: new Set() };
+function declareTools(tools: MessagesRequest['tools'], dropped: Set<string>, searches: boolean): DeclaredTools {
+  const declared: DeclaredTools = { functions: [], declined: [] };
   for (const tool of tools ?? []) {
-    // Anthropic's web search tool, for a model whose vendor searches the web itself: chat's web_search_options.
     if (searches && typeof tool.type === 'string' && tool.type.startsWith('web_search_')) {
-      out.webSearch = webSearchOptions(tool);
-      out.searchName = tool.name;
+      declared.search = { name: tool.name, settings: { userLocation: tool.user_location } };
       continue;
     }
     if (tool.type != null && tool.type !== 'custom') {
-      out.server.add(tool.name);
+      declared.declined.push(tool.name);
       dropped.add(`tools[] of type ${tool.type}`);
       continue;
     }
-    out.client.add(tool.name);
-    out.tools.push({
-      type: 'function',
-      function: {
-        name: chatToolName(tool.name),
-        ...(tool.description != null && tool.description !== '' && { description: tool.description }),
-        parameters: tool.input_schema ?? { type: 'object', properties: {} },
-        ...(typeof tool.strict === 'boolean' && { strict: tool.strict }),
-      },
-    });
+    declared.functions.push({ name: chatToolName(tool.name), description: tool.description, parameters: tool.input_schema, strict: typeof tool.strict === 'boolean' ? tool.strict : undefined });
   }
-  return out;
+  return declared;
 }
 
-function translateToolChoice(choice: MessagesRequest['tool_choice'], tools: TranslatedTools): Pick<ChatCompletionRequest, 'tool_choice' | 'parallel_tool_calls'> {
+/** The request's tool choice in the dialect layer's terms, and whether calls may run in parallel. */
+function declareChoice(choice: MessagesRequest['tool_choice']): { choice?: DeclaredChoice; parallel?: boolean } {
   if (choice === undefined) return {};
-  // The vendor's own search starts when its model decides: chat has no way to force it.
-  if (choice.type === 'tool' && choice.name === tools.searchName) return {};
-  if (choice.type === 'tool' && !tools.client.has(choice.name)) {
-    if (tools.server.has(choice.name)) {
-      throw invalidRequest(`The tool '${choice.name}' is run by Anthropic and is not available for this model.`, 'tool_choice', 'unsupported_tool');
-    }
-    throw invalidRequest(`Invalid 'tool_choice.name': the tool '${choice.name}' is not among the request's tools.`, 'tool_choice.name', 'invalid_value');
-  }
-  if (choice.type === 'any' && tools.tools.length === 0 && tools.server.size > 0) {
-    // The client requires a tool call and every tool it sent is one this model cannot have: answering without one
-    // would fail the request silently.
-    throw invalidRequest(
-      "tool_choice 'any' needs a tool this model can call, and every tool of the request is run by Anthropic: send client tools, or leave the choice to the model.",
-      'tool_choice',
-      'unsupported_tool',
-    );
-  }
-  // Without tools a choice means nothing, and some vendors refuse one.
-  if (tools.tools.length === 0) return {};
-  const parallel = 'disable_parallel_tool_use' in choice && choice.disable_parallel_tool_use === true ? { parallel_tool_calls: false } : {};
+  const parallel = 'disable_parallel_tool_use' in choice && choice.disable_parallel_tool_use === true ? { parallel: false } : {};
   switch (choice.type) {
     case 'auto':
-      return { tool_choice: 'auto', ...parallel };
+      return { choice: 'auto', ...parallel };
     case 'any':
-      return { tool_choice: 'required', ...parallel };
+      return { choice: 'required', ...parallel };
     case 'none':
-      return { tool_choice: 'none' };
+      return { choice: 'none' };
     case 'tool':
-      return { tool_choice: { type: 'function', function: { name: chatToolName(choice.name) } }, ...parallel };
+      return { choice: { tool: choice.name, function: chatToolName(choice.name) }, ...parallel };
   }
 }
 
 // ---- the request ----
-
-/** Chat allows at most this many stop sequences. */
-const maxStops = 4;
 
 /** The top-level fields read here (or, for `stream` and `service_tier`, decided by the worker); any other is dropped. */
 const readFields = new Set([
@@ -383,6 +303,25 @@ const readFields = new Set([
  */
 function chatUser(userId: string): string {
   return userId.length <= 64 ? userId : `user-${createHash('sha256').update(userId).digest('hex').slice(0, 32)}`;
+}
+
+/**
+ * `output_config.format`'s JSON schema as the structured output chat has (under the name `output`, strict: what
+ * Anthropic enforces). Its other settings (`effort`…) have no chat form and are named in `dropped`.
+ */
+function structuredOutput(outputConfig: unknown, dropped: Set<string>): DeclaredOutput | undefined {
+  if (!isRecord(outputConfig)) {
+    if (outputConfig != null) dropped.add('output_config');
+    return undefined;
+  }
+  let output: DeclaredOutput | undefined;
+  for (const [key, value] of Object.entries(outputConfig)) {
+    if (value == null) continue;
+    if (key === 'format' && isRecord(value) && value.type === 'json_schema' && isRecord(value.schema)) {
+      output = { type: 'schema', name: 'output', schema: value.schema, strict: true };
+    } else dropped.add(`output_config.${key}`);
+  }
+  return output;
 }
 
 /**
@@ -422,51 +361,39 @@ export function toChatRequest(request: MessagesRequest, model: { id: string; max
     else translator.assistantTurn(blocks, path);
   });
   if (translator.messages.length === 0) {
-    throw invalidRequest(
-      "Invalid 'messages': nothing is left to send to this model once the blocks only Anthropic's models read (thinking, server tool results) are left out.",
-      'messages',
-      'invalid_value',
-    );
+    throw invalidAt(['messages'], "nothing is left to send to this model once the blocks only Anthropic's models read (thinking, server tool results) are left out.");
   }
   // One push per message: spreading a 100,000-message array into push() would pass that many arguments.
   for (const message of translator.messages) messages.push(message);
 
-  const maxTokens = model.max_output_tokens > 0 ? Math.min(request.max_tokens, model.max_output_tokens) : request.max_tokens;
-  const chat: ChatCompletionRequest = { model: model.id, messages, max_completion_tokens: maxTokens };
+  const chat: ChatCompletionRequest = { model: model.id, messages, max_completion_tokens: request.max_tokens };
 
-  const tools = translateTools(request.tools, dropped, model.web_search === true);
-  const choice = translateToolChoice(request.tool_choice, tools);
-  if (tools.tools.length > 0) Object.assign(chat, { tools: tools.tools }, choice);
-  if (tools.webSearch) chat.web_search_options = tools.webSearch;
+  const tools = declareTools(request.tools, dropped, model.web_search === true);
+  const { choice, parallel } = declareChoice(request.tool_choice);
+  Object.assign(chat, chatToolFields(tools, choice, parallel, choiceWording));
 
-  const stops = request.stop_sequences;
-  if (stops !== undefined && stops.length > 0) {
-    chat.stop = stops.slice(0, maxStops);
-    if (stops.length > maxStops) dropped.add(`stop_sequences[${maxStops}:] (chat takes at most ${maxStops})`);
-  }
-  if (request.temperature !== undefined) chat.temperature = request.temperature;
-  if (request.top_p !== undefined) chat.top_p = request.top_p;
-  if (request.top_k !== undefined) dropped.add('top_k');
   const metadata = request.metadata;
+  const thinking = request.thinking;
+  applyChatSettings(
+    chat,
+    {
+      stop: request.stop_sequences && { sequences: request.stop_sequences, field: 'stop_sequences' },
+      temperature: request.temperature,
+      topP: request.top_p,
+      user: typeof metadata?.user_id === 'string' ? chatUser(metadata.user_id) : undefined,
+      maxTokens: request.max_tokens,
+      modelMaxTokens: model.max_output_tokens,
+      // Adaptive: the model decides how much to think; chat's default effort, which is OpenAI's default too.
+      effort: thinking?.type === 'enabled' ? effortForBudget(thinking.budget_tokens) : thinking?.type === 'adaptive' ? 'medium' : undefined,
+    },
+    dropped,
+  );
+  if (request.top_k !== undefined) dropped.add('top_k');
   if (metadata !== undefined) {
-    if (typeof metadata.user_id === 'string') chat.user = chatUser(metadata.user_id);
     for (const [key, value] of Object.entries(metadata)) if (key !== 'user_id' && value != null) dropped.add(`metadata.${key}`);
   }
-
-  const thinking = request.thinking;
-  if (thinking?.type === 'enabled') chat.reasoning_effort = effortForBudget(thinking.budget_tokens);
-  // The model decides how much to think: chat's default effort, which is OpenAI's default too.
-  else if (thinking?.type === 'adaptive') chat.reasoning_effort = 'medium';
-
-  const outputConfig = (request as Record<string, unknown>).output_config;
-  if (isRecord(outputConfig)) {
-    for (const [key, value] of Object.entries(outputConfig)) {
-      if (value == null) continue;
-      if (key === 'format' && isRecord(value) && value.type === 'json_schema' && isRecord(value.schema)) {
-        chat.response_format = { type: 'json_schema', json_schema: { name: 'output', schema: value.schema, strict: true } };
-      } else dropped.add(`output_config.${key}`);
-    }
-  } else if (outputConfig != null) dropped.add('output_config');
+  const output = structuredOutput((request as Record<string, unknown>).output_config, dropped);
+  if (output) chat.response_format = chatResponseFormat(output);
 
   for (const [key, value] of Object.entries(request)) if (!readFields.has(key) && value != null) dropped.add(key);
 

@@ -5,14 +5,15 @@ import type { Config } from '../../shared/config.js';
 import type { EndpointRequest } from '../../shared/endpoints.js';
 import { GatewayError, type WireError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
-import { anthropicErrorBody } from '../../shared/messages.js';
 import type { LogEntry } from '../../shared/reply.js';
 import { activeMetrics } from '../../shared/metrics.js';
 import { settle } from '../../shared/money/billing.js';
 import type { UsageEntry } from '../../shared/money/usage.js';
 import { chargeSpend } from '../accounts/spend.js';
 import { cacheEventsChannel } from '../../shared/redis-keys.js';
-import { dataFrame, EventStream } from '../http/event-stream.js';
+import { EventStream } from '../http/event-stream.js';
+import { sseFrame } from '../../shared/sse.js';
+import { arrayEnd, framingOf, lateErrorFrame, type StreamDialect } from './stream-dialects.js';
 import type { GatewayContext } from '../http/context.js';
 import type { EventLogs, FollowOutcome } from './event-log.js';
 import { echoFor, type EchoSource } from './cache-echo.js';
@@ -55,7 +56,7 @@ export interface FollowingOptions {
   modelId: string;
   deadline: number;
   keepAliveMs: number;
-  dialect: 'openai' | 'anthropic';
+  dialect: StreamDialect;
   /** The request it answers: the frames followed echo it, not the request whose stream they are (api/relay/cache-echo.ts). */
   echo?: EchoSource;
 }
@@ -220,11 +221,17 @@ export class AnswerCache {
       if (event.status === 'gone') gone.abort();
       else if (event.status === 'failed') giveUp ??= setTimeout(() => gone.abort(), followerGraceMs);
     });
-    const errorFrame = (error: GatewayError) =>
-      options.dialect === 'anthropic' ? dataFrame(anthropicErrorBody(error.status, error.message, ctx.state.requestId), 'error') : dataFrame(error.toBody());
+    // Whether any of the leader's frames went out: a Google array's late error or end closes the array they opened.
+    let wrote = false;
+    const errorFrame = (error: GatewayError) => lateErrorFrame(options.dialect, error, ctx.state.requestId, wrote);
     let last: LogEntry | undefined;
     // The leader's frames as a miss would have answered this request (its ids, its tier, its model name).
     const echo = echoFor(request, ctx.state.requestId, options.echo);
+    const array = options.dialect === 'google-array';
+    const rewrite = (text: string) => {
+      wrote = true;
+      return array ? echo.array(text) : echo.sse(text);
+    };
     let outcome: FollowOutcome;
     try {
       outcome = await logs.follow(ctx, {
@@ -236,10 +243,11 @@ export class AnswerCache {
         whenMissing: 'wait',
         until: options.deadline,
         keepAliveMs: options.keepAliveMs,
-        ...(options.echo ? { rewrite: echo.sse } : {}),
+        framing: framingOf(options.dialect),
+        rewrite,
         onEnd: (entry) => {
           last = entry;
-          if (entry.end !== 'error') return echo.sse(entry.payload ?? '');
+          if (entry.end !== 'error') return array ? arrayEnd(entry.payload ?? '', wrote) : echo.sse(entry.payload ?? '');
           const error = GatewayError.fromWire(JSON.parse(entry.payload ?? '{}') as WireError);
           return errorFrame(error);
         },
@@ -280,7 +288,7 @@ export class AnswerCache {
    * no token rate): a hit is admitted and billed in one step before it is answered (429 where its key's rate, its
    * key's limit or the balance refuse it); a request that shared another's call settles the price it held.
    */
-  async answer(ctx: GatewayContext, entry: CacheEntry, request: EndpointRequest, options: { stream: boolean; result: 'hit' | 'coalesced'; access: KeyAccess; keyId: string; modelId: string; contentType?: string; echo?: EchoSource }): Promise<void> {
+  async answer(ctx: GatewayContext, entry: CacheEntry, request: EndpointRequest, options: { stream: boolean; result: 'hit' | 'coalesced'; access: KeyAccess; keyId: string; modelId: string; contentType?: string; echo?: EchoSource; dialect?: StreamDialect }): Promise<void> {
     const price = this.priced(entry.costMicros);
     // A hit is admitted and billed in one step before it is answered (its price is known): refused, the client gets
     // the 429 any request of its key would. A request that shared another's call was admitted before it waited.
@@ -294,12 +302,21 @@ export class AnswerCache {
     ctx.set('age', String(age));
     activeMetrics()?.cacheRequests.get(options.modelId, options.result).inc();
     activeMetrics()?.cacheSavedMicros.get(options.modelId).inc(price.saved);
-    if (options.stream && entry.events) {
+    const google = options.dialect === 'google-sse' || options.dialect === 'google-array';
+    if (options.stream && google) {
+      // Google's chunks, in the request's form (both forms of a request share one entry: only the framing differs);
+      // an answer kept only as a body is one chunk, which a GenerateContentResponse is.
+      const events = entry.events ?? [{ d: entry.body }];
+      const chunks = events.map((event) => echo.event(event.d));
+      const stream = new EventStream(ctx, framingOf(options.dialect!));
+      stream.open();
+      stream.end(options.dialect === 'google-array' ? `[${chunks.join(',\r\n')}]` : chunks.map((chunk) => sseFrame(chunk)).join(''));
+    } else if (options.stream && entry.events) {
       const includeUsage = (request.payload as { stream_options?: { include_usage?: boolean | null } | null }).stream_options?.include_usage === true;
       let frames = '';
       let id = 0;
-      for (const event of entry.events) frames += `id: ${id++}\n${event.e === undefined ? '' : `event: ${event.e}\n`}data: ${echo.event(event.d, event.e)}\n\n`;
-      if (includeUsage && entry.usage !== undefined) frames += `id: ${id++}\ndata: ${echo.usage(entry.usage)}\n\n`;
+      for (const event of entry.events) frames += sseFrame(echo.event(event.d, event.e), event.e, id++);
+      if (includeUsage && entry.usage !== undefined) frames += sseFrame(echo.usage(entry.usage), undefined, id++);
       const events = new EventStream(ctx);
       events.open();
       events.end(frames + (entry.trailer ?? ''));

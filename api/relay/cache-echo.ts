@@ -22,7 +22,10 @@ import { mockAnswers, type VendorConfig } from '../../shared/vendors.js';
  * - Responses (body, every event's `response`, `item` and `item_id`): the shell the api built for this request
  *   (`id`: its job id, `created_at`, `model`: the catalog id, `user`, `metadata`, `store`, `background`), the tier,
  *   `completed_at` (now), and its output items' ids (fresh, the same in the body and every event).
- * - Images: `created` (now). Embeddings and transcriptions echo nothing of the request: their bytes stand.
+ * - Gemini's `generateContent` (body, every chunk): `responseId` (the request id's digits) and `modelVersion`: the
+ *   name the client's path gave, an alias as written. A stream's chunks are SSE frames or the elements of Google's
+ *   streamed JSON array, as its form is (`array`).
+ * - Images: `created` (now). Embeddings (Gemini's too) and transcriptions echo nothing of the request: their bytes stand.
  */
 
 /**
@@ -75,7 +78,12 @@ export function echoTarget(request: EndpointRequest, requestId: string, source: 
   const vendor = source.model.routes[0]?.vendor;
   const { nativeTierVendors, flexMinWaitMs } = source.config.scheduling;
   const native = sellsTiers(vendor, mockAnswers(source.config, vendor), nativeTierVendors);
-  const model = request.endpoint === 'messages' ? request.payload.model : request.endpoint === 'responses' ? request.payload.shell.model : undefined;
+  const model =
+    request.endpoint === 'messages' || request.endpoint === 'gemini.generate'
+      ? request.payload.model
+      : request.endpoint === 'responses'
+        ? request.payload.shell.model
+        : undefined;
   return { endpoint: request.endpoint, payload: request.payload, model, requestId, jobId: source.job.id, serviceTier: hitTier(request.endpoint, source.job.data.serviceTier, { native, flexMinWaitMs }), now };
 }
 
@@ -91,9 +99,11 @@ export interface CacheEcho {
   usage(data: string): string;
   /** SSE text as a stream's log holds it (whole frames: `id:`, maybe `event:`, `data:` lines, a blank line after each). */
   sse(text: string): string;
+  /** Elements of Google's streamed JSON array as a stream's log holds them (`[` before the first, `,\r\n` between). */
+  array(text: string): string;
 }
 
-const identity: CacheEcho = { tier: 'default', body: (text) => text, event: (data) => data, usage: (data) => data, sse: (text) => text };
+const identity: CacheEcho = { tier: 'default', body: (text) => text, event: (data) => data, usage: (data) => data, sse: (text) => text, array: (text) => text };
 
 type Json = Record<string, unknown>;
 
@@ -151,7 +161,7 @@ export function cacheEcho(target: EchoTarget): CacheEcho {
       return text;
     }
   };
-  return { tier: target.serviceTier, body, event, usage: (text) => event(text), sse: (text) => rewriteFrames(text, event) };
+  return { tier: target.serviceTier, body, event, usage: (text) => event(text), sse: (text) => rewriteFrames(text, event), array: (text) => rewriteElements(text, event) };
 }
 
 /** A chat chunk's choices: the fields before them are its envelope. */
@@ -227,6 +237,17 @@ function objectEcho(target: EchoTarget): ObjectEcho | undefined {
     }
     case 'responses':
       return responsesEcho(target, nowS);
+    case 'gemini.generate': {
+      const id = answerId(target.requestId);
+      return {
+        // A GenerateContentResponse (the body, or a chunk): an error element passes as it is.
+        rewrite: (object) => {
+          if (typeof object.responseId !== 'string' && typeof object.modelVersion !== 'string') return false;
+          const changed = [typeof object.responseId === 'string' && set(object, 'responseId', id), target.model !== undefined && set(object, 'modelVersion', target.model)];
+          return changed.includes(true);
+        },
+      };
+    }
     case 'images.generations':
     case 'images.edits':
     case 'images.variations':
@@ -337,6 +358,21 @@ function rewriteFrame(frame: string, event: (data: string, name?: string) => str
   if (rewritten === value) return frame;
   lines[data] = `data: ${rewritten}`;
   return lines.join('\n');
+}
+
+/**
+ * The elements of a streamed JSON array rewritten one by one: each is one JSON object on one line (the worker writes
+ * them so), after the array's `[` or the `,\r\n` before it; whitespace and the closing `]` stand.
+ */
+function rewriteElements(text: string, event: (data: string) => string): string {
+  return text
+    .split(',\r\n')
+    .map((piece) => {
+      const match = /^(\s*\[?\s*)([\s\S]*?)(\s*\]?\s*)$/.exec(piece);
+      if (!match || match[2] === '') return piece;
+      return `${match[1]}${event(match[2]!)}${match[3]}`;
+    })
+    .join(',\r\n');
 }
 
 /** The echo of a request served a stored answer; with no source, the stored answer as it is. */

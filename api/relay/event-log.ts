@@ -5,7 +5,7 @@ import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
 import { replayStreamKey, streamWatchKey } from '../../shared/redis-keys.js';
 import { framesAfter, parseLogEntry, type LogEntry } from '../../shared/reply.js';
-import { EventStream } from '../http/event-stream.js';
+import { EventStream, type StreamFraming } from '../http/event-stream.js';
 import { clientDisconnected, markFirstByte } from '../http/metrics.js';
 
 /** Set while someone follows a stream's log: a stream whose first client left is kept running while it exists. */
@@ -31,6 +31,8 @@ export interface FollowOptions {
   /** Epoch ms after which a stream still running is left (the client may resume again). */
   until: number;
   keepAliveMs: number;
+  /** How the stream is labelled and kept alive (server-sent events unless said: a Google array stream follows in its own form). */
+  framing?: StreamFraming;
   /** What the client gets for the log's terminal entry. */
   onEnd(entry: LogEntry): string;
   /** Rewrites the log's frames before they are written (whole frames, one or more at a time); absent: written as logged. */
@@ -112,7 +114,7 @@ export class EventLogs {
     }
 
     const res = ctx.res;
-    const events = new EventStream(ctx);
+    const events = new EventStream(ctx, options.framing);
     let open = false;
     const openNow = () => {
       if (open) return;

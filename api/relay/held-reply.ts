@@ -79,6 +79,10 @@ export abstract class HeldReply implements ReplyTarget {
   }
 
   abstract readonly stream: boolean;
+  /** How a stream ends when the api answers for a job it could not hear end: OpenAI's `[DONE]` unless the stream's dialect says. */
+  protected get trailer(): string {
+    return streamTrailer;
+  }
   /** What the request asked for with `x-stream-resume-grace-ms` (already capped); undefined: the configured default. */
   resumeGraceMs: number | undefined;
   /** Identical requests may follow this stream's log: its client leaving cancels it only once nobody does. */
@@ -270,7 +274,7 @@ export abstract class HeldReply implements ReplyTarget {
   /** Answers as the job's `done` would have. */
   private finishFrom(result: GatewayJobResult | undefined): void {
     const reply = { jobId: this.jobId, seq: 0 };
-    if (this.stream) this.deliver({ kind: 'done', ...reply, payload: streamTrailer });
+    if (this.stream) this.deliver({ kind: 'done', ...reply, payload: this.trailer });
     else if (result?.body !== undefined) this.deliver({ kind: 'done', ...reply, payload: result.body });
     else if (result?.bodyRef) this.deliver({ kind: 'done-ref', ...reply, payload: result.bodyRef });
     else this.failWith(new GatewayError(502, 'The request finished without a result.', { code: 'server_error' }));

@@ -1,13 +1,15 @@
 import type { Queue } from 'bullmq';
 import type { GatewayContext } from '../http/context.js';
-import { dataFrame, EventStream } from '../http/event-stream.js';
+import { EventStream } from '../http/event-stream.js';
 import { streamChunksRelayed } from '../http/metrics.js';
 import { GatewayError, type WireError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
 import type { ReplyMessage } from '../../shared/reply.js';
 import { HeldReply, type HeldReplyDeps } from './held-reply.js';
 import type { ExpectedReply } from './reply-hub.js';
-import { anthropicErrorBody } from '../../shared/messages.js';
+import { arrayEnd, framingOf, lateErrorFrame, trailerOf, type StreamDialect } from './stream-dialects.js';
+
+export type { StreamDialect } from './stream-dialects.js';
 
 /** What a stream's relay tells the request's log: its first chunk written, and the error it ended with once its output had begun. */
 export interface StreamNotes {
@@ -16,18 +18,15 @@ export interface StreamNotes {
 }
 
 /**
- * The wire dialect of a stream's own frames (its keep-alives and its error once output began): OpenAI's (a comment,
- * a `data:` error), or Anthropic's on the Messages API (`event: ping`, `event: error` with its error body).
+ * A request whose job's chunks are relayed to the client as they arrive, in its dialect's stream form (its own
+ * keep-alives and late error: `stream-dialects.ts`).
  */
-export type StreamDialect = 'openai' | 'anthropic';
-
-const anthropicPing = dataFrame({ type: 'ping' }, 'ping');
-
-/** A request whose job's chunks are relayed to the client as server-sent events as they arrive. */
 export class StreamReply extends HeldReply {
   readonly stream = true;
   private readonly events: EventStream;
   private keepAlive: NodeJS.Timeout | undefined;
+  /** A chunk of the job's went out (a Google array's element, whose `[` opened the array). */
+  private wroteChunk = false;
 
   constructor(
     ctx: GatewayContext,
@@ -39,7 +38,11 @@ export class StreamReply extends HeldReply {
     private readonly dialect: StreamDialect = 'openai',
   ) {
     super(ctx, deps, expected, queue, log);
-    this.events = new EventStream(ctx);
+    this.events = new EventStream(ctx, framingOf(dialect));
+  }
+
+  protected override get trailer(): string {
+    return trailerOf(this.dialect);
   }
 
   override async run(deadline: number): Promise<void> {
@@ -48,9 +51,7 @@ export class StreamReply extends HeldReply {
     this.keepAlive = setInterval(() => {
       if (this.res.destroyed) return;
       this.events.open();
-      // Anthropic's clients skip `ping` events wherever they come, as its own streams send them while a model thinks.
-      if (this.dialect === 'anthropic') this.events.write(anthropicPing);
-      else this.events.keepAlive();
+      this.events.keepAlive();
     }, this.deps.config.sseKeepAliveMs);
     try {
       await super.run(deadline);
@@ -71,11 +72,12 @@ export class StreamReply extends HeldReply {
         this.events.open();
         this.notes.firstChunk();
         this.events.write(message.payload);
-        streamChunksRelayed(this.ctx, message.payload);
+        this.wroteChunk = true;
+        streamChunksRelayed(this.ctx, message.payload, this.dialect === 'google-array' ? 'array' : 'sse');
         break;
       case 'done':
         this.events.open();
-        this.events.end(message.payload);
+        this.events.end(this.dialect === 'google-array' ? arrayEnd(message.payload, this.wroteChunk) : message.payload);
         this.end();
         break;
       case 'error':
@@ -96,9 +98,9 @@ export class StreamReply extends HeldReply {
       this.end(error);
       return;
     }
-    // Output already started: the stream ends with an error event, as OpenAI's (and Anthropic's) do.
+    // Output already started: the stream ends with an error in its own form, as each vendor's streams do.
     this.notes.failed(error.code ?? error.type);
-    this.events.end(this.dialect === 'anthropic' ? dataFrame(anthropicErrorBody(error.status, error.message, this.ctx.state.requestId), 'error') : dataFrame(error.toBody()));
+    this.events.end(lateErrorFrame(this.dialect, error, this.ctx.state.requestId, this.wroteChunk));
     this.end();
   }
 }

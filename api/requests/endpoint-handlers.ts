@@ -21,6 +21,8 @@ import type { EventLogs } from '../relay/event-log.js';
 import { followResponse } from '../responses/routes.js';
 import { toMessagesJob } from '../messages/accept.js';
 import { countChatPromptTokensAsync } from '../../shared/tokens.js';
+import { requirePath, toCountTokensJob, toGeminiJob, type GeminiPathFields } from '../gemini/accept.js';
+import { toEmbedJob } from '../gemini/translate-embeddings.js';
 
 /** What a handler is given: the fields its row's schema validated, the model they name, and the stored uploads. */
 export interface HandlerInput<E extends Endpoint> {
@@ -31,6 +33,8 @@ export interface HandlerInput<E extends Endpoint> {
   scope: { redis: Redis; blobs: BlobStore; keyId: string; config: Config };
   /** A request header ('' when absent). */
   header(name: string): string;
+  /** What the path says for an endpoint whose path names its model (Google's `models/{model}:{method}`). */
+  path?: GeminiPathFields;
 }
 
 /** A request the handler let through: what the job carries, and how the client is answered. */
@@ -141,6 +145,43 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
     accept({ fields: request, model, header }) {
       // No context check: a client asks the count to learn whether its prompt still fits.
       return { payload: toMessagesJob({ ...request, max_tokens: 1 }, model, header('anthropic-beta')) };
+    },
+  },
+
+  'gemini.generate': {
+    async accept({ fields: request, model, path, scope }) {
+      const named = requirePath(path);
+      const job = toGeminiJob(request, model, named, scope.config);
+      checkModalities(model, job.chat.messages);
+      const { tokens: promptTokens, exact } = await chatContext(model, job.chat);
+      // Exact, whatever the prompt's size, as the Messages API counts it: `usageMetadata.promptTokenCount` says it
+      // when a vendor does not.
+      job.inputTokens = exact ? promptTokens : await countChatPromptTokensAsync(job.chat.messages, job.chat.tools ?? null);
+      return { payload: job, stream: named.stream, promptTokens };
+    },
+  },
+
+  'gemini.count_tokens': {
+    async accept({ fields: request, model, path, scope }) {
+      // No context check: a client asks the count to learn whether its prompt still fits. Counted here, so a vendor
+      // without a counting API answers with the gateway's count.
+      const job = toCountTokensJob(request, model, requirePath(path), scope.config);
+      job.inputTokens = await countChatPromptTokensAsync(job.chat.messages, job.chat.tools ?? null);
+      return { payload: job };
+    },
+  },
+
+  'gemini.embed': {
+    async accept({ fields: request, model, path }) {
+      const job = toEmbedJob(request, model, requirePath(path).model, false);
+      return { payload: job, promptTokens: await checkEmbeddingContext(model, job.embedding) };
+    },
+  },
+
+  'gemini.batch_embed': {
+    async accept({ fields: request, model, path }) {
+      const job = toEmbedJob(request, model, requirePath(path).model, true);
+      return { payload: job, promptTokens: await checkEmbeddingContext(model, job.embedding) };
     },
   },
 

@@ -23,6 +23,8 @@ import type { EventLogs } from '../relay/event-log.js';
 import type { HeldReplyDeps } from '../relay/held-reply.js';
 import { hold } from '../relay/hold.js';
 import type { AnswerMode } from '../relay/enqueue.js';
+import type { StreamDialect } from '../relay/stream-dialects.js';
+import type { GeminiPathFields } from '../gemini/accept.js';
 import { buildJob, type JobOrigin } from './build-job.js';
 import { queuedEndpoint } from './endpoint-paths.js';
 import { handlers, type Accepted, type EndpointHandler, type HandlerInput } from './endpoint-handlers.js';
@@ -80,6 +82,14 @@ function formFields(form: MultipartForm): Record<string, unknown> {
 }
 
 /**
+ * What a request's path carries that its body does not (Google's `models/{model}:{method}`: the model, whether it
+ * streams and in which form), and the dialect its stream speaks.
+ */
+export interface PathFields extends GeminiPathFields {
+  dialect: StreamDialect;
+}
+
+/**
  * The one route every row of the endpoint table gets: read the body the row
  * says (JSON, multipart, or either), validate it with the row's schema,
  * resolve the model for the row's capabilities, let the endpoint's handler
@@ -87,7 +97,7 @@ function formFields(form: MultipartForm): Record<string, unknown> {
  * (held open, streamed, async or in the background). A refused multipart
  * request's stored files are deleted at once.
  */
-export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps: EndpointRouteDeps): Promise<void> {
+export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps: EndpointRouteDeps, path?: PathFields): Promise<void> {
   const row = endpoints[name];
   const { access, keyId, requestId, log } = ctx.state;
   // Every keyed request gets its log record, whatever becomes of it (a body too large or malformed included).
@@ -99,24 +109,25 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
   const raw = form ? formFields(form) : read!.body;
   // What was read decides, however it arrived (a chunked body has no Content-Length; a client may misstate one).
   const bodyBytes = read ? read.bytes : Object.values(form!.fields).reduce((sum, value) => sum + [value].flat().reduce((n, v) => n + Buffer.byteLength(v), 0), 0);
-  if (typeof raw.model === 'string') noteLoggedModel(ctx, raw.model);
-  if (raw.stream === true) shape.stream = true;
+  const asked = path ? path.model : raw.model;
+  if (typeof asked === 'string') noteLoggedModel(ctx, asked);
+  if (path ? path.stream : raw.stream === true) shape.stream = true;
   const handler: EndpointHandler<E> = handlers[name];
   const check = async () => {
     // Parsing ended the previous turn of the loop; validating a large body is a turn of its own.
     if (!form && bodyBytes > largeBodyBytes) await yieldToLoop();
     // TypeScript cannot follow a generic row to its schema's output: this is where the two are tied, once.
     const fields = parseBody(row.schema, raw) as HandlerInput<E>['fields'];
-    const model = deps.models.resolve((fields as { model: string }).model, name);
+    const model = deps.models.resolve(path ? path.model : (fields as { model: string }).model, name);
     noteModel(ctx, model.id);
     noteLoggedModel(ctx, model.id);
     checkModelAllowed(access, model.id);
     // A tier the account may not use is served as `default` (or refused, as configured) before anything reads it.
-    const asked = (fields as { service_tier?: string | null }).service_tier;
-    if (typeof asked === 'string' && grantedTier(servingTier(asked), access, deps.config.scheduling) !== servingTier(asked)) {
+    const tier = (fields as { service_tier?: string | null }).service_tier;
+    if (typeof tier === 'string' && grantedTier(servingTier(tier), access, deps.config.scheduling) !== servingTier(tier)) {
       (fields as { service_tier?: string | null }).service_tier = 'default';
     }
-    const accepted: Accepted<E> = await handler.accept({ fields, model, files: form?.files ?? [], scope: { redis: deps.redis, blobs: deps.blobs, keyId, config: deps.config }, header: (header) => ctx.get(header) });
+    const accepted: Accepted<E> = await handler.accept({ fields, model, files: form?.files ?? [], scope: { redis: deps.redis, blobs: deps.blobs, keyId, config: deps.config }, header: (header) => ctx.get(header), ...(path ? { path } : {}) });
     return { model, accepted };
   };
   const { model, accepted } = form ? await refusingDeletesUploads(form, deps.blobs, check) : await check();
@@ -147,7 +158,9 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
   // Served from the cache, the request's uploads are read by no job.
   const dropUploads = () => (form ? void Promise.allSettled(form.files.map((file) => deps.blobs.delete(file.ref.key))) : undefined);
   // What a stored answer echoes of the request it serves is this request's (api/relay/cache-echo.ts).
-  const served = { access, keyId, modelId: model.id, ...(accepted.contentType ? { contentType: accepted.contentType } : {}), echo: { job, model, config: deps.config } };
+  // The dialect of its stream: the path's (Google's two forms), else the row's.
+  const dialect: StreamDialect = path?.dialect ?? (speaksAnthropic(row.path) ? 'anthropic' : 'openai');
+  const served = { access, keyId, modelId: model.id, dialect, ...(accepted.contentType ? { contentType: accepted.contentType } : {}), echo: { job, model, config: deps.config } };
   if (cache) {
     cache.job.hash = cache.hash;
     const hit = await deps.cache.read(cache);
@@ -176,7 +189,6 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
       sharing = true;
     };
     const giveBack = () => releaseReservation(deps.redis, access.accountId, requestId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a request that shared another’s call'));
-    const dialect = speaksAnthropic(row.path) ? 'anthropic' : 'openai';
     for (let round = 1; ; round++) {
       const shared = await deps.cache.share(cache, { jobId: job.id, form: streamForm(request, stream), keyId }, job.deadline, admitShared);
       if (!shared) break;
@@ -187,7 +199,7 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
       }
       let followed: FollowedCall = 'unbilled';
       try {
-        followed = await deps.cache.follow(ctx, deps.logs, shared.follow, cache, request, { ...served, deadline: job.deadline, keepAliveMs: deps.config.sseKeepAliveMs, dialect });
+        followed = await deps.cache.follow(ctx, deps.logs, shared.follow, cache, request, { ...served, deadline: job.deadline, keepAliveMs: deps.config.sseKeepAliveMs });
       } finally {
         if (followed === 'unbilled') await giveBack();
       }
@@ -239,7 +251,7 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
               void deps.cache.abandon(cache, job.id);
             }
           : enqueued.abandon,
-        ...(speaksAnthropic(row.path) ? { dialect: 'anthropic' as const } : {}),
+        dialect,
       });
     } else if (job.asyncRecord) {
       ctx.status = 202;
@@ -252,11 +264,14 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
   await handler.respond?.(ctx, accepted, deps);
 }
 
-/** The keyed /v1 requests that name an endpoint row go to its route; every other one goes on to the routers. */
+/**
+ * The keyed /v1 requests that name an endpoint row go to its route; every other one goes on to the routers
+ * (Google's model methods among them: their path carries fields the route is given, `api/gemini/routes.ts`).
+ */
 export function endpointDispatch(deps: EndpointRouteDeps): Middleware<KeyedState> {
   return (ctx, next) => {
     const name = queuedEndpoint(ctx.method, ctx.path);
-    if (!name) return next();
+    if (!name || endpoints[name].pipeline === 'gemini') return next();
     ctx.state.route = endpoints[name].path;
     return serve(name, ctx, deps);
   };

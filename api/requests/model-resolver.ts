@@ -34,8 +34,10 @@ export class ModelResolver {
     const model = this.byId.get(id);
     if (!model) throw modelNotFound(id);
     if (!(endpoints[endpoint].capabilities as readonly string[]).includes(model.capability)) {
-      const suggestion = endpointNames.find((e) =>
-        (endpoints[e].capabilities as readonly string[]).includes(model.capability),
+      // An endpoint of the same dialect: Google's rows answer a Gemini client, the others everyone else.
+      const google = endpoints[endpoint].pipeline === 'gemini';
+      const suggestion = endpointNames.find(
+        (e) => (endpoints[e].pipeline === 'gemini') === google && (endpoints[e].capabilities as readonly string[]).includes(model.capability),
       );
       throw new GatewayError(
         400,

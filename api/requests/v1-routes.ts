@@ -9,6 +9,7 @@ import { generationNotFound, generationQuerySchema } from '../accounts/admin-req
 import type { KeyedState } from './request-context.js';
 import type { CatalogModel } from '../../shared/catalog.js';
 import { invalidRequest } from '../../shared/errors.js';
+import { googleModel, googleModelPage } from '../gemini/routes.js';
 
 type State = KeyedState;
 
@@ -20,15 +21,21 @@ type State = KeyedState;
 export function v1Routes(deps: { models: ModelResolver; record: RecordDb }): Router<State> {
   const router = createRouter<State>('/v1');
 
-  // An Anthropic client (it sends `anthropic-version`) gets Anthropic's model objects and paging; any other, OpenAI's list.
+  // An Anthropic client (it sends `anthropic-version`) gets Anthropic's model objects and paging, a Google client (it
+  // sends `x-goog-api-key`, as the GenAI SDKs list models under /v1) Google's; any other, OpenAI's list.
   router.get('/models', (ctx) => {
     const models = deps.models.list();
-    ctx.body = ctx.get('anthropic-version') ? anthropicModelPage(models, ctx.query) : { object: 'list', data: models.map(toOpenAIModel) };
+    if (ctx.get('x-goog-api-key')) ctx.body = googleModelPage(models, ctx.query);
+    else ctx.body = ctx.get('anthropic-version') ? anthropicModelPage(models, ctx.query) : { object: 'list', data: models.map(toOpenAIModel) };
   });
 
   router.get('/models/*model', (ctx) => {
     const raw = ctx.params.model as string | string[];
     const id = Array.isArray(raw) ? raw.join('/') : raw;
+    if (ctx.get('x-goog-api-key')) {
+      ctx.body = googleModel(deps.models, id, 'v1');
+      return;
+    }
     const model = deps.models.get(id);
     if (!model) throw modelNotFound(id);
     ctx.body = ctx.get('anthropic-version') ? toAnthropicModel(model) : toOpenAIModel(model);

@@ -3,12 +3,13 @@ import { z } from 'zod';
 import { loopSlices } from '../../shared/loop-slices.js';
 import { invalidRequest } from '../../shared/errors.js';
 import type { ConversationItem, ResponseShell } from '../../shared/responses.js';
-import type { ChatCompletionRequest, ChatMessage, ChatTool } from '../../shared/schemas/chat.js';
+import type { ChatCompletionRequest, ChatMessage } from '../../shared/schemas/chat.js';
 import type { ResponsesRequest } from '../../shared/schemas/responses.js';
 import { flatToolName } from '../../shared/responses-tools.js';
-import { isRecord } from '../../shared/response-object.js';
 import { servingTier } from '../../shared/service-tier.js';
-import { formatParam, toValidationError } from '../http/request-body.js';
+import { applyChatSettings, type ChatToolCall, type ChatUserPart } from '../dialects/chat-request.js';
+import { chatToolFields, type ChoiceWording, type DeclaredChoice, type DeclaredFunction, type DeclaredTools } from '../dialects/chat-tools.js';
+import { invalidAt, paramOf, parseAt, type FieldPath } from '../dialects/field-path.js';
 
 /*
  * The Responses API over the chat adapters. A request's input items are
@@ -18,7 +19,9 @@ import { formatParam, toValidationError } from '../http/request-body.js';
  * assistant messages and function calls as assistant turns with tool_calls,
  * function call outputs as tool messages. Only function tools exist on the
  * chat side: a namespace's functions travel under flat names (shared/responses-tools.ts), built-in tools are
- * declined (left out) unless the request requires one, and a type this API does not have is refused.
+ * declined (left out) unless the request requires one, and a type this API does not have is refused. This file
+ * reads the Responses API's shapes; what chat gets for its tools, choice and settings is the dialect layer's
+ * policy (api/dialects/), the same for every dialect.
  */
 
 // ---- ids ----
@@ -30,23 +33,9 @@ export function newResponseId(): string {
   return randomId('resp');
 }
 
-// ---- checking a piece of the request against a small schema ----
+// ---- refusals ----
 
-type Path = readonly (string | number)[];
-
-/** Parses `value` with `schema`; a failure is the 400 the request body parser would give, its param rooted at `path`. */
-function check<T extends z.ZodType>(schema: T, value: unknown, path: Path): z.output<T> {
-  const result = schema.safeParse(value, { reportInput: true });
-  if (result.success) return result.data;
-  const issues = result.error.issues.map((issue) => ({ ...issue, path: [...path, ...issue.path] }));
-  const first = issues[0];
-  // An enum or a union reports a missing field as a bad value: it is a missing one.
-  if (first && 'input' in first && first.input === undefined) {
-    const param = formatParam(first.path);
-    throw invalidRequest(`Missing required parameter: '${param}'.`, param, 'missing_required_parameter');
-  }
-  throw toValidationError(new z.ZodError(issues));
-}
+type Path = FieldPath;
 
 const quoteList = (values: readonly string[]) => {
   const quoted = values.map((value) => `'${value}'`);
@@ -55,8 +44,8 @@ const quoteList = (values: readonly string[]) => {
 
 const unsupportedValue = (value: string, path: Path, where: string, supported: readonly string[]) =>
   invalidRequest(
-    `Invalid value for '${formatParam(path)}': '${value}' is not supported in ${where}. Supported values are: ${quoteList(supported)}.`,
-    formatParam(path),
+    `Invalid value for '${paramOf(path)}': '${value}' is not supported in ${where}. Supported values are: ${quoteList(supported)}.`,
+    paramOf(path),
     'invalid_value',
   );
 
@@ -159,7 +148,7 @@ export async function normaliseInputSliced(input: ResponsesRequest['input']): Pr
 }
 
 function normaliseItem(raw: Record<string, unknown>, path: Path): ConversationItem {
-  const { type } = check(itemTypeShape, raw, path);
+  const { type } = parseAt(itemTypeShape, raw, path);
   if (type == null) {
     // An item reference may leave out its type; an easy message may too, but it has a role and content.
     if (raw.role === undefined && raw.content === undefined && raw.id !== undefined) return normaliseReference(raw, path);
@@ -169,7 +158,7 @@ function normaliseItem(raw: Record<string, unknown>, path: Path): ConversationIt
     case 'message':
       return normaliseMessage(raw, path);
     case 'function_call': {
-      const call = check(functionCallShape, raw, path);
+      const call = parseAt(functionCallShape, raw, path);
       return {
         type: 'function_call',
         id: call.id ?? randomId('fc'),
@@ -181,7 +170,7 @@ function normaliseItem(raw: Record<string, unknown>, path: Path): ConversationIt
       };
     }
     case 'function_call_output': {
-      const result = check(functionCallOutputShape, raw, path);
+      const result = parseAt(functionCallOutputShape, raw, path);
       const output =
         typeof result.output === 'string'
           ? result.output
@@ -191,7 +180,7 @@ function normaliseItem(raw: Record<string, unknown>, path: Path): ConversationIt
     case 'item_reference':
       return normaliseReference(raw, path);
     case 'reasoning': {
-      const { id } = check(reasoningShape, raw, path);
+      const { id } = parseAt(reasoningShape, raw, path);
       return { ...raw, type: 'reasoning', id: id ?? randomId('rs') };
     }
     default:
@@ -200,36 +189,33 @@ function normaliseItem(raw: Record<string, unknown>, path: Path): ConversationIt
 }
 
 function normaliseReference(raw: Record<string, unknown>, path: Path): ConversationItem {
-  const { id } = check(itemReferenceShape, raw, path);
+  const { id } = parseAt(itemReferenceShape, raw, path);
   return { type: 'item_reference', id };
 }
 
 function normaliseMessage(raw: Record<string, unknown>, path: Path): ConversationItem {
-  const message = check(messageShape, raw, path);
+  const message = parseAt(messageShape, raw, path);
   const role = message.role;
   let content: Record<string, unknown>[];
   if (typeof message.content === 'string') {
     content = [role === 'assistant' ? { type: 'output_text', text: message.content, annotations: [] } : { type: 'input_text', text: message.content }];
   } else {
-    if (message.content.length === 0) {
-      const param = formatParam([...path, 'content']);
-      throw invalidRequest(`Invalid '${param}': empty array. Expected an array with minimum length 1.`, param, 'invalid_value');
-    }
+    if (message.content.length === 0) throw invalidAt([...path, 'content'], 'empty array. Expected an array with minimum length 1.');
     content = message.content.map((part, j) => normalisePart(part, partsFor[role], [...path, 'content', j], `a '${role}' message`));
   }
   return { type: 'message', id: message.id ?? randomId('msg'), role, status: 'completed', content };
 }
 
 function normalisePart(raw: unknown, allowed: readonly string[], path: Path, where: string): Record<string, unknown> {
-  const { type } = check(typeShape, raw, path);
+  const { type } = parseAt(typeShape, raw, path);
   if (!allowed.includes(type)) throw unsupportedValue(type, [...path, 'type'], where, allowed);
   switch (type) {
     case 'input_text':
-      return { type, text: check(textShape, raw, path).text };
+      return { type, text: parseAt(textShape, raw, path).text };
     case 'output_text':
-      return { type, text: check(textShape, raw, path).text, annotations: [] };
+      return { type, text: parseAt(textShape, raw, path).text, annotations: [] };
     case 'refusal':
-      return { type, refusal: check(refusalShape, raw, path).refusal };
+      return { type, refusal: parseAt(refusalShape, raw, path).refusal };
     case 'input_image':
       return normaliseImage(raw, path);
     case 'input_file':
@@ -241,41 +227,37 @@ function normalisePart(raw: unknown, allowed: readonly string[], path: Path, whe
 }
 
 function normaliseImage(raw: unknown, path: Path): Record<string, unknown> {
-  const image = check(imageShape, raw, path);
-  const param = formatParam([...path, 'image_url']);
+  const image = parseAt(imageShape, raw, path);
+  const param = paramOf([...path, 'image_url']);
   if (image.image_url == null) {
     if (image.file_id != null) {
       throw invalidRequest(
         `Images given by 'file_id' are not supported by this gateway: send the image in 'image_url', as an http(s) URL or a data: URL.`,
-        formatParam([...path, 'file_id']),
+        paramOf([...path, 'file_id']),
         'unsupported_parameter',
       );
     }
     throw invalidRequest(`Missing required parameter: '${param}'.`, param, 'missing_required_parameter');
   }
-  if (!fetchableImageUrl.test(image.image_url)) {
-    throw invalidRequest(`Invalid '${param}': expected an http(s) URL, a data: URL or a gs:// URI.`, param, 'invalid_value');
-  }
+  if (!fetchableImageUrl.test(image.image_url)) throw invalidAt([...path, 'image_url'], 'expected an http(s) URL, a data: URL or a gs:// URI.');
   return { type: 'input_image', image_url: image.image_url, detail: image.detail ?? 'auto' };
 }
 
 function normaliseFile(raw: unknown, path: Path): Record<string, unknown> {
-  const file = check(fileShape, raw, path);
-  const param = formatParam([...path, 'file_data']);
+  const file = parseAt(fileShape, raw, path);
+  const param = paramOf([...path, 'file_data']);
   if (file.file_data == null) {
     const by = file.file_id != null ? 'file_id' : file.file_url != null ? 'file_url' : undefined;
     if (by) {
       throw invalidRequest(
         `Files given by '${by}' are not supported by this gateway: send the file's content in 'file_data', as base64 data or a data: URL.`,
-        formatParam([...path, by]),
+        paramOf([...path, by]),
         'unsupported_parameter',
       );
     }
     throw invalidRequest(`Missing required parameter: '${param}'.`, param, 'missing_required_parameter');
   }
-  if (urlScheme.test(file.file_data) && !/^data:/i.test(file.file_data)) {
-    throw invalidRequest(`Invalid '${param}': expected base64 data or a data: URL.`, param, 'invalid_value');
-  }
+  if (urlScheme.test(file.file_data) && !/^data:/i.test(file.file_data)) throw invalidAt([...path, 'file_data'], 'expected base64 data or a data: URL.');
   return { type: 'input_file', file_data: file.file_data, ...(file.filename != null && { filename: file.filename }) };
 }
 
@@ -320,74 +302,46 @@ const namespaceToolShape = z.looseObject({
   tools: z.array(z.looseObject({ type: z.string() })).min(1).max(128),
 });
 
-function chatFunction(fn: z.output<typeof functionToolShape>, name: string, namespaceDescription?: string | null): ChatTool {
+/** A function tool in the dialect layer's terms, under `name` (a namespace's function under its flat name, its description after the namespace's). */
+function declareFunction(fn: z.output<typeof functionToolShape>, name: string, namespaceDescription?: string | null): DeclaredFunction {
   const description = [namespaceDescription, fn.description].filter((text): text is string => text != null && text !== '').join('\n\n');
-  return {
-    type: 'function' as const,
-    function: {
-      name,
-      ...(description !== '' && { description }),
-      parameters: fn.parameters ?? { type: 'object', properties: {} },
-      ...(fn.strict != null && { strict: fn.strict }),
-    },
-  };
+  return { name, description, parameters: fn.parameters, strict: fn.strict };
 }
 
 /** The Responses API's web search tools: served by the vendor's own search where the model has one (the catalog's `web_search`). */
 const webSearchToolTypes = new Set(['web_search', 'web_search_2025_08_26', 'web_search_preview', 'web_search_preview_2025_03_11']);
 
-export interface TranslatedResponsesTools {
-  tools: ChatTool[];
-  declined: string[];
-  /** A web search tool the model's vendor runs: chat's `web_search_options`. */
-  webSearch?: NonNullable<ChatCompletionRequest['web_search_options']>;
-}
-
-/** A web search tool's options in chat's form: the context size and the user's approximate place. */
-function webSearchOptions(tool: Record<string, unknown>): NonNullable<ChatCompletionRequest['web_search_options']> {
-  const options: NonNullable<ChatCompletionRequest['web_search_options']> = {};
-  const size = tool.search_context_size;
-  if (size === 'low' || size === 'medium' || size === 'high') options.search_context_size = size;
-  const location = tool.user_location;
-  if (isRecord(location)) {
-    const { type: _type, ...approximate } = location;
-    options.user_location = { type: 'approximate', approximate };
-  }
-  return options;
-}
-
 /**
- * The request's tools as chat functions: function tools as they are, a namespace's functions each under its flat
- * name; a web search tool as the vendor's own search when the model has one (`webSearch`); other built-in tools declined.
+ * The request's tools in the dialect layer's terms: function tools as they are, a namespace's functions each under
+ * its flat name; a web search tool as the vendor's own search when the model has one; other built-in tools
+ * declined (by their type, or `<namespace>.<type>` inside a namespace); a type this API does not have refused.
  */
-export function translateTools(tools: ResponsesRequest['tools'], searches = false): TranslatedResponsesTools {
-  const out: ChatTool[] = [];
-  const declined: string[] = [];
-  let webSearch: TranslatedResponsesTools['webSearch'];
+function declareTools(tools: ResponsesRequest['tools'], searches: boolean): DeclaredTools {
+  const declared: DeclaredTools = { functions: [], declined: [] };
   (tools ?? []).forEach((tool, i) => {
     if (tool.type === 'function') {
-      const fn = check(functionToolShape, tool, ['tools', i]);
-      out.push(chatFunction(fn, fn.name));
+      const fn = parseAt(functionToolShape, tool, ['tools', i]);
+      declared.functions.push(declareFunction(fn, fn.name));
       return;
     }
     if (tool.type === 'namespace') {
-      const space = check(namespaceToolShape, tool, ['tools', i]);
+      const space = parseAt(namespaceToolShape, tool, ['tools', i]);
       space.tools.forEach((inner, j) => {
         if (inner.type !== 'function') {
-          declined.push(`${space.name}.${inner.type}`);
+          declared.declined.push(`${space.name}.${inner.type}`);
           return;
         }
-        const fn = check(functionToolShape, inner, ['tools', i, 'tools', j]);
-        out.push(chatFunction(fn, flatToolName(space.name, fn.name), space.description));
+        const fn = parseAt(functionToolShape, inner, ['tools', i, 'tools', j]);
+        declared.functions.push(declareFunction(fn, flatToolName(space.name, fn.name), space.description));
       });
       return;
     }
     if (searches && webSearchToolTypes.has(tool.type)) {
-      webSearch = webSearchOptions(tool);
+      declared.search = { name: tool.type, settings: { contextSize: tool.search_context_size, userLocation: tool.user_location } };
       return;
     }
     if (declinedToolTypes.has(tool.type)) {
-      declined.push(tool.type);
+      declared.declined.push(tool.type);
       return;
     }
     throw invalidRequest(
@@ -396,25 +350,26 @@ export function translateTools(tools: ResponsesRequest['tools'], searches = fals
       'unsupported_tool',
     );
   });
-  return { tools: out, declined, ...(webSearch ? { webSearch } : {}) };
+  return declared;
 }
 
 const toolChoiceFunctionShape = z.looseObject({ type: z.literal('function'), name: z.string().min(1), namespace: z.string().min(1).nullish() });
 
-function translateToolChoice(choice: ResponsesRequest['tool_choice'], translated: TranslatedResponsesTools): ChatCompletionRequest['tool_choice'] {
-  const { tools, declined } = translated;
-  // A search the vendor runs is its own to start: chat cannot force it, nor require a call with no function to call.
-  if (translated.webSearch && tools.length === 0 && choice === 'required') return undefined;
-  if (translated.webSearch && choice != null && typeof choice !== 'string' && webSearchToolTypes.has(choice.type)) return undefined;
-  if (choice === 'required' && tools.length === 0 && declined.length > 0) {
-    // Nothing left to call, and the client requires a call: declining would fail it silently.
-    throw invalidRequest(
-      `The tool type '${declined[0]}' is not supported by this gateway, and tool_choice 'required' needs a tool it can call: send function tools, or leave the choice to the model.`,
-      'tool_choice',
-      'unsupported_tool',
-    );
-  }
+/** How the Responses API says a tool choice, for a refusal in its terms. */
+const choiceWording: ChoiceWording = {
+  path: ['tool_choice'],
+  namePath: ['tool_choice', 'name'],
+  required: "tool_choice 'required'",
+  declined: 'is not supported by this gateway',
+};
+
+/**
+ * The request's tool choice in the dialect layer's terms. Of the choice objects only a function (by its flat name,
+ * when namespaced) has a chat form, and a web search the vendor runs (left to the model); any other is refused.
+ */
+function declareChoice(choice: ResponsesRequest['tool_choice'], tools: DeclaredTools): DeclaredChoice | undefined {
   if (choice == null || typeof choice === 'string') return choice ?? undefined;
+  if (tools.search !== undefined && webSearchToolTypes.has(choice.type)) return { tool: tools.search.name, function: '' };
   if (choice.type !== 'function') {
     throw invalidRequest(
       `The tool_choice type '${choice.type}' is not supported by this gateway: use 'none', 'auto', 'required' or {"type": "function", "name": …}.`,
@@ -422,12 +377,8 @@ function translateToolChoice(choice: ResponsesRequest['tool_choice'], translated
       declinedToolTypes.has(choice.type) ? 'unsupported_tool' : 'invalid_value',
     );
   }
-  const { name: own, namespace } = check(toolChoiceFunctionShape, choice, ['tool_choice']);
-  const name = namespace != null ? flatToolName(namespace, own) : own;
-  if (tools.length > 0 && !tools.some((tool) => tool.type === 'function' && tool.function.name === name)) {
-    throw invalidRequest(`Tool choice names the function '${own}', which is not among the request's tools.`, 'tool_choice.name', 'invalid_value');
-  }
-  return { type: 'function', function: { name } };
+  const { name, namespace } = parseAt(toolChoiceFunctionShape, choice, ['tool_choice']);
+  return { tool: name, function: namespace != null ? flatToolName(namespace, name) : name };
 }
 
 // ---- conversation → chat messages ----
@@ -438,7 +389,7 @@ const asParts = (value: unknown): Part[] =>
   Array.isArray(value) ? value.filter((part): part is Part => typeof part === 'object' && part !== null) : [];
 
 /** A part of a stored user, system or developer message as a chat content part (none for what chat cannot carry). */
-type UserPart = Exclude<Extract<ChatMessage, { role: 'user' }>['content'], string>[number];
+type UserPart = ChatUserPart;
 
 function chatPart(part: Part): UserPart | undefined {
   switch (part.type) {
@@ -458,7 +409,6 @@ function chatPart(part: Part): UserPart | undefined {
   }
 }
 
-type ToolCall = { id: string; type: 'function'; function: { name: string; arguments: string } };
 
 /**
  * Builds the chat messages item by item. Assistant messages and function
@@ -470,7 +420,7 @@ class MessageBuilder {
   readonly messages: ChatMessage[] = [];
   readonly callIds = new Set<string>();
   private pendingTexts: Part[][] = [];
-  private pendingCalls: ToolCall[] = [];
+  private pendingCalls: ChatToolCall[] = [];
 
   /** `param` names the item's place in the request's input; null for an item of the stored conversation. */
   add(item: ConversationItem, param: string | null): void {
@@ -534,7 +484,7 @@ class MessageBuilder {
 }
 
 /** An assistant turn from the content of its message items (and its tool calls); undefined if it says nothing. */
-function assistantMessage(contents: Part[][], calls: ToolCall[] = []): ChatMessage | undefined {
+function assistantMessage(contents: Part[][], calls: ChatToolCall[] = []): ChatMessage | undefined {
   const texts: string[] = [];
   const refusals: string[] = [];
   for (const content of contents) {
@@ -572,9 +522,9 @@ export function toChatRequest(
   if (request.input === undefined && request.previous_response_id == null) {
     throw invalidRequest("Missing required parameter: 'input'.", 'input', 'missing_required_parameter');
   }
-  const translated = translateTools(request.tools, searches);
-  const { tools } = translated;
-  const toolChoice = translateToolChoice(request.tool_choice, translated);
+  // The tools are checked first: a request whose tools or choice cannot be had is refused before its input is read.
+  const tools = declareTools(request.tools, searches);
+  const toolFields = chatToolFields(tools, declareChoice(request.tool_choice, tools), request.parallel_tool_calls, choiceWording);
 
   const byId = new Map<string, ConversationItem>();
   const remember = (item: ConversationItem) => {
@@ -599,13 +549,7 @@ export function toChatRequest(
   });
   builder.flush();
 
-  if (builder.messages.length === 0) {
-    throw invalidRequest(
-      "Invalid 'input': there is nothing to send to the model (no messages, function calls or function call outputs).",
-      'input',
-      'invalid_value',
-    );
-  }
+  if (builder.messages.length === 0) throw invalidAt(['input'], 'there is nothing to send to the model (no messages, function calls or function call outputs).');
   const messages: ChatMessage[] = request.instructions ? [{ role: 'system', content: request.instructions }] : [];
   messages.push(...builder.messages);
 
@@ -614,35 +558,25 @@ export function toChatRequest(
     messages,
     stream: true,
     stream_options: { include_usage: true },
+    ...toolFields,
   };
-  if (tools.length > 0) {
-    chat.tools = tools;
-    if (toolChoice !== undefined) chat.tool_choice = toolChoice;
-    if (request.parallel_tool_calls != null) chat.parallel_tool_calls = request.parallel_tool_calls;
-  }
-  if (translated.webSearch) chat.web_search_options = translated.webSearch;
-  if (request.temperature != null) chat.temperature = request.temperature;
-  if (request.top_p != null) chat.top_p = request.top_p;
-  if (request.user != null) chat.user = request.user;
   // As the client named it; never sent as written: a vendor with tiers of its own (OpenAI) is sent the job's band in its
   // place, every other vendor none (workers/served-tier.ts). The response object says the tier that served it.
   if (request.service_tier != null) chat.service_tier = request.service_tier;
-  if (request.max_output_tokens != null) chat.max_completion_tokens = request.max_output_tokens;
-  if (request.reasoning?.effort != null) chat.reasoning_effort = request.reasoning.effort;
-
   const format = request.text?.format;
-  if (format?.type === 'json_object') chat.response_format = { type: 'json_object' };
-  if (format?.type === 'json_schema') {
-    chat.response_format = {
-      type: 'json_schema',
-      json_schema: {
-        name: format.name,
-        schema: format.schema,
-        ...(format.strict != null && { strict: format.strict }),
-        ...(format.description != null && { description: format.description }),
-      },
-    };
-  }
+  applyChatSettings(chat, {
+    temperature: request.temperature,
+    topP: request.top_p,
+    user: request.user,
+    maxTokens: request.max_output_tokens,
+    effort: request.reasoning?.effort,
+    output:
+      format?.type === 'json_object'
+        ? { type: 'json' }
+        : format?.type === 'json_schema'
+          ? { type: 'schema', name: format.name, schema: format.schema, strict: format.strict, description: format.description }
+          : undefined,
+  });
   return chat;
 }
 

@@ -438,10 +438,16 @@ export class PriceList {
       case 'responses':
       case 'messages':
         return generating(upTo(request.payload.chat.max_completion_tokens));
+      case 'gemini.generate':
+        // `candidateCount` is chat's `n`: each candidate may write up to the limit.
+        return generating(upTo(request.payload.chat.max_completion_tokens) * whole('candidateCount', request.payload.chat.n ?? 1));
       case 'messages.count_tokens':
-        // Counting is free at Anthropic and local elsewhere: nothing is reserved, only the fair share's tokens.
+      case 'gemini.count_tokens':
+        // Counting is free at Anthropic and Gemini and local elsewhere: nothing is reserved, only the fair share's tokens.
         return only(0);
       case 'embeddings':
+      case 'gemini.embed':
+      case 'gemini.batch_embed':
         return only(promptCost);
       case 'images.generations':
       case 'images.edits':

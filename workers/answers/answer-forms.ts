@@ -85,7 +85,11 @@ export function answerEvents(answer: Answer): AnswerEvent[] {
   return events;
 }
 
-/** SSE frames as the encoders write them (`id:`, maybe `event:`, `data:`), as stored events without their numbers. */
+/**
+ * SSE frames as the encoders write them (`shared/sse.ts`: `id:`, maybe `event:`, one `data:` line of JSON), as
+ * stored events without their numbers. Only such frames: JSON text holds no line break, so a blank line always
+ * ends a frame.
+ */
 export function storedEvents(frames: string): StoredEvent[] {
   const events: StoredEvent[] = [];
   for (const frame of frames.split('\n\n')) {

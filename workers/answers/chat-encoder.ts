@@ -1,6 +1,10 @@
 import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
 import type { ServiceTier } from '../../shared/service-tier.js';
+import { sseFrame } from '../../shared/sse.js';
 import type { Answer, AnswerEvent, FinishReason, ToolCallEvent, Usage } from './events.js';
+import { noFrames, type EncodedFrames, type StreamEncoder } from './stream-run.js';
+
+export type { EncodedFrames } from './stream-run.js';
 
 /** Which OpenAI wire form an encoder writes: chat completions, or legacy text completions. */
 export type ChatWireForm = 'chat.completion' | 'text_completion';
@@ -62,21 +66,15 @@ function finishReasonFor(reason: FinishReason, legacyFunctions: boolean): Finish
   return legacyFunctions && reason === 'tool_calls' ? 'function_call' : reason;
 }
 
-/** SSE frames and how many they are: every frame is numbered, so a stream can be resumed after any of them. */
-export interface EncodedFrames {
-  frames: string;
-  count: number;
-}
-
 /**
  * Writes answer events as SSE frames in the chat-completion (or text-completion)
- * chunk form. Each chunk is JSON text around an envelope built once, on the
+ * chunk form (the stream runner's encoder for chat, workers/answers/stream-run.ts). Each chunk is JSON text around an envelope built once, on the
  * `start` event, so a text delta costs one `JSON.stringify` of its text. A
  * vendor chunk that already is this form (`wire`) is sent untouched. Every
  * frame carries an `id:` line (0, 1, 2, …): a client that lost its connection
  * resumes after the last one it saw (`Last-Event-ID`).
  */
-export class ChatStreamEncoder {
+export class ChatStreamEncoder implements StreamEncoder {
   /** The answer's usage, once the vendor reported it. */
   usage: Usage | undefined;
   /** The answer's own id (the `start` event's), once known. */
@@ -110,13 +108,18 @@ export class ChatStreamEncoder {
         }
       }
       if (event.wire !== undefined) {
-        if (event.wire !== '' && (event.type !== 'usage' || this.options.includeUsage)) frames += `id: ${this.nextId++}\ndata: ${this.stamped(event.wire)}\n\n`;
+        if (event.wire !== '' && (event.type !== 'usage' || this.options.includeUsage)) frames += sseFrame(this.stamped(event.wire), undefined, this.nextId++);
         continue;
       }
       const chunk = this.chunkOf(event);
-      if (chunk !== undefined) frames += `id: ${this.nextId++}\ndata: ${chunk}\n\n`;
+      if (chunk !== undefined) frames += sseFrame(chunk, undefined, this.nextId++);
     }
     return { frames, count: this.nextId - first };
+  }
+
+  /** Nothing: a chat stream is ended by its trailer (`data: [DONE]`), which the publisher writes. */
+  end(): EncodedFrames {
+    return noFrames;
   }
 
   /** A vendor's own chunk with the serving tier (chat chunks only). */

@@ -1,5 +1,6 @@
+import { sseFrame } from '../../shared/sse.js';
 import type { AnswerEvent, FinishReason, ToolCallEvent, Usage } from './events.js';
-import type { EncodedFrames } from './chat-encoder.js';
+import type { EncodedFrames, StreamEncoder } from './stream-run.js';
 import { toolInput, type AnthropicContentBlock, type AnthropicMessage, type AnthropicStopReason } from './messages-fold.js';
 
 export { AnthropicEventFold, toolInput, type AnthropicContentBlock, type AnthropicMessage, type AnthropicStopReason, type AnthropicUsage } from './messages-fold.js';
@@ -59,6 +60,9 @@ type Block = TextBlock | ToolBlock;
 const CHOICE = 0;
 
 const PING = '{"type":"ping"}';
+
+/** The keep-alive frame: no `id:` line (see `ping()`). */
+const PING_FRAME = sseFrame(PING, 'ping');
 
 function stopReasonOf(reason: FinishReason, calledTools: boolean): AnthropicStopReason {
   switch (reason) {
@@ -121,7 +125,7 @@ export function messageIdOf(vendorId: string): string {
  * finish or when text comes. Calls sent in order (OpenAI) all stream live;
  * interleaved ones come out right, later calls arriving in one piece.
  */
-export class MessagesStreamEncoder {
+export class MessagesStreamEncoder implements StreamEncoder {
   private vendorUsage: Usage | undefined;
 
   private id = '';
@@ -150,6 +154,11 @@ export class MessagesStreamEncoder {
   /** The vendor's usage (OpenAI-shaped, for billing), once the `usage` event came. */
   get usage(): Usage | undefined {
     return this.vendorUsage;
+  }
+
+  /** The message's id as the client got it (`msg_…`), once the stream started ('' before). */
+  get messageId(): string {
+    return this.id;
   }
 
   /** The SSE frames of one batch of events ('' when they say nothing the client gets). */
@@ -194,7 +203,7 @@ export class MessagesStreamEncoder {
    * so numbering and resumption are untouched by however many pings were sent.
    */
   ping(): string {
-    return `event: ping\ndata: ${PING}\n\n`;
+    return PING_FRAME;
   }
 
   /**
@@ -234,7 +243,7 @@ export class MessagesStreamEncoder {
   }
 
   private emit(type: string, json: string): void {
-    this.frames += `id: ${this.nextFrame++}\nevent: ${type}\ndata: ${json}\n\n`;
+    this.frames += sseFrame(json, type, this.nextFrame++);
     this.count += 1;
   }
 

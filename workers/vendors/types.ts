@@ -13,6 +13,7 @@ import type { Channel } from '../../shared/vendors.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import type { Answer, AnswerEvent, EmbeddingsAnswer } from '../answers/events.js';
 import type { MessagesJob } from '../../shared/messages.js';
+import type { GeminiEmbedJob, GeminiJob } from '../../shared/gemini.js';
 
 
 export type { Answer, AnswerChoice, AnswerEvent, EmbeddingsAnswer, FinishReason, Usage } from '../answers/events.js';
@@ -109,6 +110,16 @@ export interface NativeEvent {
 }
 
 /**
+ * One chunk of a vendor's own Gemini stream (a `GenerateContentResponse`): as written (`data`, its JSON text), as
+ * parsed (`payload`, read by the plain answer's fold, never changed), and what it means as answer events.
+ */
+export interface NativeGeminiChunk {
+  data: string;
+  payload: Record<string, unknown>;
+  answers: AnswerEvent[];
+}
+
+/**
  * A vendor protocol: what one `workers/vendors/<vendor>/` folder exports. It
  * implements the capabilities its vendor has; the registry answers a clear
  * 400 for the others.
@@ -130,6 +141,19 @@ export interface VendorAdapter {
   nativeMessages?(job: MessagesJob, ctx: CallContext): AsyncIterable<NativeEvent[]>;
   /** `/v1/messages/count_tokens` counted by the vendor itself (its JSON answer); without it the gateway counts. */
   countMessageTokens?(job: MessagesJob, ctx: CallContext): Promise<string>;
+  /**
+   * Google's Gemini API as the vendor's own (`:streamGenerateContent`): the client's request sent as written, only
+   * the model renamed, the vendor's chunks relayed as they come (`workers/gemini-run.ts`). A vendor without it is
+   * served the chat form.
+   */
+  nativeGemini?(job: GeminiJob, ctx: CallContext): AsyncIterable<NativeGeminiChunk[]>;
+  /** Gemini's `:countTokens` counted by the vendor itself (its JSON answer); without it the gateway counts. */
+  countGeminiTokens?(job: GeminiJob, ctx: CallContext): Promise<string>;
+  /**
+   * Gemini's `:embedContent` and `:batchEmbedContents` as the vendor's own: the client's body as written, its
+   * answer as sent. A vendor without it is served the request's embeddings form (`embed`).
+   */
+  embedGemini?(job: GeminiEmbedJob, ctx: CallContext): Promise<EmbeddingsAnswer>;
   complete?(request: CompletionRequest, ctx: CallContext): Promise<Answer>;
   streamCompletion?(request: CompletionRequest, ctx: CallContext): AsyncIterable<AnswerEvent[]>;
   embed?(request: EmbeddingRequest, ctx: CallContext): Promise<EmbeddingsAnswer>;

@@ -15,8 +15,8 @@ interface StreamPayload {
   type?: unknown;
   message?: { id?: unknown; usage?: unknown } | null;
   index?: unknown;
-  content_block?: { type?: unknown; id?: unknown; name?: unknown; text?: unknown } | null;
-  delta?: { type?: unknown; text?: unknown; partial_json?: unknown; stop_reason?: unknown } | null;
+  content_block?: { type?: unknown; id?: unknown; name?: unknown; text?: unknown; thinking?: unknown } | null;
+  delta?: { type?: unknown; text?: unknown; thinking?: unknown; partial_json?: unknown; stop_reason?: unknown } | null;
   usage?: unknown;
 }
 
@@ -122,6 +122,10 @@ export class AnthropicStreamTranslator {
       if (typeof block.text === 'string' && block.text.length > 0) out.push({ type: 'text', choice: CHOICE, text: block.text });
       return;
     }
+    if (block?.type === 'thinking') {
+      if (typeof block.thinking === 'string' && block.thinking.length > 0) out.push({ type: 'reasoning', choice: CHOICE, text: block.thinking });
+      return;
+    }
     if (block?.type !== 'tool_use' || typeof block.id !== 'string' || typeof block.name !== 'string') return;
     const tool: ToolBlock = { index: this.toolCount, sawArguments: false };
     this.toolCount += 1;
@@ -136,7 +140,12 @@ export class AnthropicStreamTranslator {
       if (typeof delta.text === 'string' && delta.text.length > 0) out.push({ type: 'text', choice: CHOICE, text: delta.text });
       return;
     }
-    if (delta?.type !== 'input_json_delta') return; // thinking, signature and citation deltas have no OpenAI form
+    if (delta?.type === 'thinking_delta') {
+      // Visible reasoning: a dialect that shows it (Gemini's thought parts, a thinking block) writes it; chat has no field for it.
+      if (typeof delta.thinking === 'string' && delta.thinking.length > 0) out.push({ type: 'reasoning', choice: CHOICE, text: delta.thinking });
+      return;
+    }
+    if (delta?.type !== 'input_json_delta') return; // signature and citation deltas have no form beyond Anthropic's own
     const tool = this.toolBlocks.get(payload.index as number);
     // The first piece is often empty: it would be an event that says nothing.
     if (tool === undefined || typeof delta.partial_json !== 'string' || delta.partial_json.length === 0) return;

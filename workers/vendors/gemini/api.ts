@@ -22,5 +22,8 @@ export const geminiApi = {
     // Without `alt=sse` the stream is one JSON array sent in pieces, which no SSE parser can read.
     stream: (upstreamModel: string) => `${modelRoute(upstreamModel, 'streamGenerateContent')}?alt=sse`,
     embed: (upstreamModel: string) => modelRoute(upstreamModel, 'batchEmbedContents'),
+    // The routes a Gemini client's own requests go to (`native-gemini.ts`), sent as the client wrote them.
+    embedOne: (upstreamModel: string) => modelRoute(upstreamModel, 'embedContent'),
+    countTokens: (upstreamModel: string) => modelRoute(upstreamModel, 'countTokens'),
   },
 } satisfies VendorApi;

@@ -114,7 +114,8 @@ export class GeminiStreamConverter {
   }
 }
 
-function parsePayload(data: string, secrets: readonly string[]): Record<string, unknown> | undefined {
+/** One SSE event's JSON, or undefined for an empty one; Google's error envelope mid-stream is thrown as the vendor's error. */
+export function parsePayload(data: string, secrets: readonly string[]): Record<string, unknown> | undefined {
   if (data.length === 0) return undefined;
   let payload: unknown;
   try {

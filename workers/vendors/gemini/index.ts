@@ -3,6 +3,8 @@ import { createGeminiEmbeddings } from './gemini-embeddings.js';
 import { createGeminiChatCompletion } from './gemini-response.js';
 import { streamGeminiChatCompletion } from './gemini-stream.js';
 import { generateGeminiImages } from './images.js';
+import { embedNativeGemini } from './native-gemini-embeddings.js';
+import { countNativeGeminiTokens, streamNativeGemini } from './native-gemini.js';
 
 export { buildGeminiRequest } from './build-gemini-request.js';
 export { convertJsonSchema } from './convert-json-schema.js';
@@ -15,12 +17,18 @@ export { createToolCallId, readThoughtSignature, SKIP_THOUGHT_SIGNATURE } from '
  * Google Gemini (Generative Language API): OpenAI chat requests become
  * `generateContent` / `streamGenerateContent` calls answered as answer events,
  * embeddings go through `batchEmbedContents`, and images through the image
- * models' `generateContent`. Legacy completions are not served: Gemini has no
- * raw-prompt endpoint, so the registry refuses them.
+ * models' `generateContent`. A client that speaks Gemini's own API is sent
+ * its request as written and gets Gemini's own chunks, token counts and
+ * embeddings (`native-gemini.ts`, `native-gemini-embeddings.ts`). Legacy
+ * completions are not served: Gemini has no raw-prompt endpoint, so the
+ * registry refuses them.
  */
 export const geminiAdapter: VendorAdapter = {
   chat: createGeminiChatCompletion,
   streamChat: streamGeminiChatCompletion,
+  nativeGemini: streamNativeGemini,
+  countGeminiTokens: countNativeGeminiTokens,
+  embedGemini: embedNativeGemini,
   embed: createGeminiEmbeddings,
   generateImages: generateGeminiImages,
 };
