@@ -58,7 +58,7 @@ function run(command, args, options = {}) {
 /** Installs the test tools from their lockfile when they are missing or not as it pins them. */
 function installTools() {
   if (toolsInstalled()) return true;
-  console.log('npm test: installing the test tools (test/tools: Claude Code, Codex, Portkey) from test/tools/package-lock.json');
+  console.log('npm test: installing the test tools (test/tools: Claude Code, Codex, Gemini CLI, Portkey) from test/tools/package-lock.json');
   return run('npm', ['ci', '--prefix', toolsDir, '--no-audit', '--no-fund', '--loglevel=error']);
 }
 

@@ -209,6 +209,16 @@ describe('the request log', () => {
   /** Anthropic's SDK, for the Messages API's rows: it sends the key as x-api-key. */
   const anthropicClient = (key: string) => new Anthropic({ apiKey: key, baseURL: gateway.url, maxRetries: 0 });
   const sent = (response: Response, answer: Sent['answer']): Sent => ({ requestId: response.headers.get('x-request-id')!, httpStatus: response.status, answer });
+  /** One call of Google's Gemini API (`/v1beta/models/{model}:{method}`, the key as the GenAI SDKs send it), answered 200. */
+  const googleCall = async (key: string, headers: Record<string, string>, method: string, body: unknown, modelName = model) => {
+    const response = await fetch(`${gateway.url}/v1beta/models/${modelName}:${method}`, {
+      method: 'POST',
+      headers: { ...headers, 'x-goog-api-key': key, 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    assert.equal(response.status, 200, `${method}: ${response.status}`);
+    return response;
+  };
   const gray = [120, 120, 120] as const;
   const png = () => toFile(encodeGradientPng(16, 16, [gray, gray, gray, gray]), 'square.png', { type: 'image/png' });
 
@@ -308,6 +318,41 @@ describe('the request log', () => {
         return sent(response, null);
       },
     },
+    'gemini.generate': {
+      plain: async (_client, key, headers) => {
+        const response = await googleCall(key, headers, 'generateContent', { contents: [{ role: 'user', parts: [{ text: 'one row' }] }], generationConfig: { maxOutputTokens: 16 } });
+        const body = (await response.json()) as { responseId: string };
+        return sent(response, body.responseId);
+      },
+      streamed: async (_client, key, headers) => {
+        const response = await googleCall(key, headers, 'streamGenerateContent?alt=sse', { contents: [{ role: 'user', parts: [{ text: 'one row' }] }], generationConfig: { maxOutputTokens: 16 } });
+        const ids = new Set([...(await response.text()).matchAll(/"responseId":"([^"]+)"/g)].map((match) => match[1]));
+        assert.equal(ids.size, 1, 'one response id on every chunk');
+        return sent(response, [...ids][0]!);
+      },
+    },
+    'gemini.count_tokens': {
+      plain: async (_client, key, headers) => {
+        const response = await googleCall(key, headers, 'countTokens', { contents: [{ role: 'user', parts: [{ text: 'one row' }] }] });
+        assert.ok(((await response.json()) as { totalTokens: number }).totalTokens > 0);
+        return sent(response, null);
+      },
+    },
+    'gemini.embed': {
+      plain: async (_client, key, headers) => {
+        const response = await googleCall(key, headers, 'embedContent', { content: { parts: [{ text: 'one row' }] } }, 'text-embedding-3-small');
+        assert.ok(((await response.json()) as { embedding: { values: number[] } }).embedding.values.length > 0);
+        return sent(response, null);
+      },
+    },
+    'gemini.batch_embed': {
+      plain: async (_client, key, headers) => {
+        const requests = ['one row', 'two rows'].map((text) => ({ model: 'models/text-embedding-3-small', content: { parts: [{ text }] } }));
+        const response = await googleCall(key, headers, 'batchEmbedContents', { requests }, 'text-embedding-3-small');
+        assert.equal(((await response.json()) as { embeddings: unknown[] }).embeddings.length, 2);
+        return sent(response, null);
+      },
+    },
     videos: {
       plain: async (client, _key, headers) => {
         const { data, response } = await client.videos.create({ model: 'sora-2', prompt: 'one row', seconds: '4', size: '1280x720' }, { headers }).withResponse();
@@ -342,7 +387,7 @@ describe('the request log', () => {
           assert.equal(record.settled, true);
           assert.ok(record.vendor, 'the vendor that served');
           // Counting tokens costs nothing; every other row is billed.
-          if (endpoint === 'messages.count_tokens') assert.equal(record.cost_micros, 0);
+          if (endpoint === 'messages.count_tokens' || endpoint === 'gemini.count_tokens') assert.equal(record.cost_micros, 0);
           else assert.ok(record.cost_micros > 0, `cost ${record.cost_micros}`);
           assert.ok(record.attempts === 1 && record.queue_ms !== null, 'the run\'s detail from the worker');
           if (request.answer === null) assert.equal(record.answer_id, null);

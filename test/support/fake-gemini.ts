@@ -1,15 +1,25 @@
 /**
- * A strict fake of the Gemini API (Generative Language API, v1beta) for tests.
- * It refuses what the real API refuses, with Google's error envelope, before
- * any scripted answer is used: so every test also checks the outgoing request.
- * By default it answers text, or a function call (with a thought signature)
- * when tools are declared, or echoes a function response.
+ * A strict fake of the Gemini API (Generative Language API, `/v1beta`, and the `/v1` spelling) for tests.
+ * It refuses what the real API refuses, with Google's error envelope, before any scripted answer is used
+ * (`fake-gemini-requests.ts` holds the checks): so every test also checks the outgoing request, and a gateway
+ * passing a client's request through is held to what Google takes. It keeps every request as it arrived
+ * (`requests`: a thought signature or a safety setting can be compared byte for byte).
+ *
+ * By default it plays the conversation every fake vendor plays: a request that offers function declarations
+ * and has no function response last is answered by a call of the first one (`{"city":"Oslo"}`, or the
+ * arguments `toolArguments` names for it), carrying a thought signature on a thinking model (Gemini 2.5 and 3,
+ * which later accept only the signatures issued); a function response is answered `Tool said: <response>`;
+ * anything else with text. `countTokens` counts a quarter token per character, `embedContent` and
+ * `batchEmbedContents` answer `fakeEmbedding` of each text on an embedding model. A stream is answered in the
+ * form asked: SSE events with `alt=sse`, else Google's default, one JSON array sent in pieces.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { closeServer, FakePauses, listenOnLoopback } from './fake-server.js';
+import { checkBatchEmbedRequest, checkCountRequest, checkEmbedContent, checkGenerateRequest, declarationsOf, invalid, isObject, Refusal } from './fake-gemini-requests.js';
+import type { Json } from './fake-gemini-requests.js';
 
 export interface RecordedRequest {
   method: string;
@@ -40,7 +50,7 @@ interface SseOptions extends Timing {
 export type FakeGeminiResponse =
   | (Timing & { status?: number; headers?: Record<string, string>; json: unknown })
   | (Timing & { status: number; headers?: Record<string, string>; text: string })
-  /** Payloads framed as Gemini frames them: `data: <json>\r\n\r\n`, no terminator. */
+  /** Payloads framed as Gemini frames them: `data: <json>\r\n\r\n`, no terminator, with `alt=sse`; else elements of one JSON array. */
   | (SseOptions & { chunks: unknown[] })
   /** A recorded `.chunks.jsonl` fixture, one payload per line, framed like `chunks`. */
   | (SseOptions & { chunksFile: string })
@@ -69,7 +79,6 @@ export const FAKE_GEMINI_PIECES = ['Hello', ' from', ' fake', ' upstream'] as co
 export const FAKE_GEMINI_TEXT = FAKE_GEMINI_PIECES.join('');
 export const FAKE_GEMINI_USAGE = { promptTokenCount: 12, candidatesTokenCount: 4, totalTokenCount: 16 };
 export const FAKE_TOOL_ARGS = { city: 'Oslo' };
-const BYPASS_SIGNATURES = new Set(['skip_thought_signature_validator', 'context_engineering_is_the_way_to_go']);
 
 /** Deterministic vector for a text: what the fake's `batchEmbedContents` returns. */
 export function fakeEmbedding(text: string, dimensions = 8): number[] {
@@ -81,178 +90,31 @@ export const geminiError = (code: number, status: string, message: string, detai
   error: { code, message, status, ...(details ? { details } : {}) },
 });
 
-class Refusal {
-  constructor(
-    readonly code: number,
-    readonly status: string,
-    readonly message: string,
-    readonly details?: unknown[],
-  ) {}
-}
-const invalid = (message: string) => new Refusal(400, 'INVALID_ARGUMENT', message);
-const unknownName = (name: string, at?: string) =>
-  invalid(`Invalid JSON payload received. Unknown name "${name}"${at ? ` at '${at}'` : ''}: Cannot find field.`);
+/** The fake's count of a text: a quarter token per character, rounded up (what `countTokens` and no other answer says). */
+export const fakeTokenCount = (text: string) => Math.ceil(text.length / 4);
 
-type Json = Record<string, unknown>;
-const isObject = (value: unknown): value is Json => typeof value === 'object' && value !== null && !Array.isArray(value);
+/** Models that think, and so sign their function calls: Gemini 2.5 and 3, and the aliases that name them. */
+export const isThinkingModel = (model: string) => /^gemini-(2\.5|3)|^gemini-(flash|pro|flash-lite)-latest$/.test(model);
 
-function allowOnly(value: Json, allowed: ReadonlySet<string>, at?: string): void {
-  for (const key of Object.keys(value)) if (!allowed.has(key)) throw unknownName(key, at);
-}
+/** Models that embed (and only embed): Google's embedding models. */
+const isEmbeddingModel = (model: string) => /embedding/.test(model);
 
-const TOP_LEVEL = new Set(['contents', 'systemInstruction', 'tools', 'toolConfig', 'generationConfig', 'safetySettings', 'cachedContent']);
-const GENERATION = new Set([
-  'stopSequences', 'responseMimeType', 'responseSchema', 'responseJsonSchema', 'responseModalities', 'candidateCount',
-  'maxOutputTokens', 'temperature', 'topP', 'topK', 'seed', 'presencePenalty', 'frequencyPenalty', 'responseLogprobs',
-  'logprobs', 'thinkingConfig', 'mediaResolution', 'imageConfig', 'speechConfig',
-]);
-const PART = new Set(['text', 'inlineData', 'fileData', 'functionCall', 'functionResponse', 'thought', 'thoughtSignature', 'executableCode', 'codeExecutionResult', 'videoMetadata']);
-const PART_DATA = ['text', 'inlineData', 'fileData', 'functionCall', 'functionResponse', 'executableCode', 'codeExecutionResult'];
-const SCHEMA = new Set([
-  'type', 'format', 'title', 'description', 'nullable', 'enum', 'maxItems', 'minItems', 'properties', 'required',
-  'minProperties', 'maxProperties', 'minLength', 'maxLength', 'pattern', 'example', 'anyOf', 'propertyOrdering',
-  'default', 'items', 'minimum', 'maximum',
-]);
-const TYPES = new Set(['string', 'number', 'integer', 'boolean', 'array', 'object', 'null']);
-const DECLARATION = new Set(['name', 'description', 'parameters', 'parametersJsonSchema', 'response', 'behavior']);
-const EMBED_REQUEST = new Set(['model', 'content', 'taskType', 'title', 'outputDimensionality']);
-
-function checkSchema(schema: unknown, at: string): void {
-  if (!isObject(schema)) throw invalid(`Invalid value at '${at}': expected a schema object.`);
-  allowOnly(schema, SCHEMA, at);
-  if (schema.type !== undefined && !(typeof schema.type === 'string' && TYPES.has(schema.type.toLowerCase()))) {
-    throw invalid(`Invalid value at '${at}.type' (type.googleapis.com/google.ai.generativelanguage.v1beta.Type), ${JSON.stringify(schema.type)}`);
-  }
-  if (schema.enum !== undefined && !(Array.isArray(schema.enum) && schema.enum.every((value) => typeof value === 'string'))) {
-    throw invalid(`Invalid value at '${at}.enum': only strings are allowed.`);
-  }
-  if (isObject(schema.properties)) for (const [name, value] of Object.entries(schema.properties)) checkSchema(value, `${at}.properties[${name}]`);
-  if (schema.items !== undefined) checkSchema(schema.items, `${at}.items`);
-  if (Array.isArray(schema.anyOf)) schema.anyOf.forEach((member, index) => checkSchema(member, `${at}.any_of[${index}]`));
+export interface FakeGeminiOptions {
+  /** The one key accepted (x-goog-api-key or ?key=); any key when unset. */
+  apiKey?: string;
+  /** Record requests in `requests` (default true). */
+  record?: boolean;
+  /** The arguments the default answer calls a function with, by its name (default `FAKE_TOOL_ARGS`). */
+  toolArguments?: Record<string, Json>;
 }
 
-function checkPart(part: unknown, at: string): Json {
-  if (!isObject(part)) throw invalid(`Invalid value at '${at}': expected a part object.`);
-  allowOnly(part, PART, at);
-  const data = PART_DATA.filter((key) => part[key] !== undefined);
-  if (data.length !== 1) throw invalid(`* GenerateContentRequest.${at}.data: required oneof field 'data' must have one initialized field`);
-  if (part.text === '') throw invalid('Unable to submit request because it has an empty text parameter. Add a value to the parameter and try again.');
-  if (part.inlineData !== undefined && !(isObject(part.inlineData) && part.inlineData.mimeType && part.inlineData.data)) {
-    throw invalid(`* GenerateContentRequest.${at}.inline_data: mime_type and data are required`);
-  }
-  if (part.fileData !== undefined && !(isObject(part.fileData) && part.fileData.fileUri)) throw invalid(`* GenerateContentRequest.${at}.file_data.file_uri: is required`);
-  return part;
+/** An embedding answer for one request: `fakeEmbedding` of its texts, as long as it asked (default 8). */
+function embeddingOf(request: Json): { values: number[] } {
+  const text = ((request.content as Json).parts as Json[]).map((part) => part.text ?? '').join('');
+  return { values: fakeEmbedding(text, Number(request.outputDimensionality ?? 8)) };
 }
 
-function checkContents(contents: unknown, model: string, issued: ReadonlySet<string>): Json[] {
-  if (!Array.isArray(contents) || contents.length === 0) throw invalid('* GenerateContentRequest.contents: contents is not specified');
-  const turns = contents.map((content: unknown, index) => {
-    if (!isObject(content)) throw invalid(`Invalid value at 'contents[${index}]'`);
-    allowOnly(content, new Set(['role', 'parts']), `contents[${index}]`);
-    if (content.role !== 'user' && content.role !== 'model') throw invalid('Please use a valid role: user, model.');
-    if (!Array.isArray(content.parts) || content.parts.length === 0) {
-      throw invalid(`* GenerateContentRequest.contents[${index}].parts: contents.parts must not be empty.`);
-    }
-    return { role: content.role, parts: content.parts.map((part: unknown, p) => checkPart(part, `contents[${index}].parts[${p}]`)) };
-  });
-  turns.forEach((turn, index) => {
-    const calls = turn.parts.filter((part) => part.functionCall !== undefined);
-    const responses = turn.parts.filter((part) => part.functionResponse !== undefined);
-    if (turn.role === 'user' && calls.length > 0) throw invalid('Please ensure that function call turns come from the model.');
-    if (turn.role === 'model' && responses.length > 0) throw invalid('Please ensure that function responses come in a user turn.');
-    if (responses.length > 0) {
-      const previous = turns[index - 1];
-      const called = previous?.role === 'model' ? previous.parts.filter((part) => part.functionCall !== undefined) : [];
-      const calledNames = new Set(called.map((part) => (part.functionCall as Json).name));
-      if (called.length === 0 || responses.some((part) => !calledNames.has((part.functionResponse as Json).name))) {
-        throw invalid('Please ensure that function response turn comes immediately after a function call turn.');
-      }
-      if (called.length !== responses.length) {
-        throw invalid('Please ensure that the number of function response parts is equal to the number of function call parts of the function call turn.');
-      }
-    }
-    // Gemini 3 checks the first call of every replayed step for the signature it issued with it.
-    if (model.includes('gemini-3') && calls.length > 0) {
-      const signature = calls[0]!.thoughtSignature;
-      if (typeof signature !== 'string') {
-        const name = (calls[0]!.functionCall as Json).name as string;
-        throw invalid(
-          `Function call is missing a thought_signature in functionCall parts. This is required for tools to work correctly, and missing thought_signature may lead to degraded model performance. Additional data, function call \`default_api:${name}\` , position ${index + 1}. Please refer to https://ai.google.dev/gemini-api/docs/thought-signatures for more details.`,
-        );
-      }
-      if (!issued.has(signature) && !BYPASS_SIGNATURES.has(signature)) throw invalid('Corrupted thought signature.');
-    }
-  });
-  return turns;
-}
-
-function checkGenerateRequest(body: Json, model: string, issued: ReadonlySet<string>): Json[] {
-  allowOnly(body, TOP_LEVEL);
-  const turns = checkContents(body.contents, model, issued);
-  if (body.systemInstruction !== undefined) {
-    const instruction = body.systemInstruction;
-    if (!isObject(instruction) || !Array.isArray(instruction.parts) || instruction.parts.length === 0) {
-      throw invalid('* GenerateContentRequest.system_instruction.parts: contents.parts must not be empty.');
-    }
-    if (instruction.role !== undefined && instruction.role !== 'user' && instruction.role !== 'system') throw invalid('Please use a valid role: user, model.');
-    instruction.parts.forEach((part: unknown, index) => checkPart(part, `system_instruction.parts[${index}]`));
-  }
-  if (body.generationConfig !== undefined) {
-    if (!isObject(body.generationConfig)) throw invalid("Invalid value at 'generation_config'");
-    allowOnly(body.generationConfig, GENERATION, 'generation_config');
-    if (body.generationConfig.responseSchema !== undefined) checkSchema(body.generationConfig.responseSchema, 'generation_config.response_schema');
-  }
-  const names = declarationsOf(body).map((declaration, index) => {
-    allowOnly(declaration, DECLARATION, `tools[0].function_declarations[${index}]`);
-    if (typeof declaration.name !== 'string' || !/^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$/.test(declaration.name)) {
-      throw invalid(`* GenerateContentRequest.tools[0].function_declarations[${index}].name: Invalid function name.`);
-    }
-    if (declaration.parameters !== undefined) checkSchema(declaration.parameters, `tools[0].function_declarations[${index}].parameters`);
-    return declaration.name;
-  });
-  const config = isObject(body.toolConfig) ? body.toolConfig.functionCallingConfig : undefined;
-  if (isObject(config)) {
-    allowOnly(config, new Set(['mode', 'allowedFunctionNames']), 'tool_config.function_calling_config');
-    if (!['AUTO', 'ANY', 'NONE', 'VALIDATED'].includes(config.mode as string)) throw invalid("Invalid value at 'tool_config.function_calling_config.mode'");
-    const allowed = config.allowedFunctionNames;
-    if (allowed !== undefined && config.mode !== 'ANY' && config.mode !== 'VALIDATED') {
-      throw invalid('* GenerateContentRequest.tool_config.function_calling_config.allowed_function_names: only allowed when mode is ANY.');
-    }
-    if (Array.isArray(allowed) && allowed.some((name) => !names.includes(name as string))) {
-      throw invalid('* GenerateContentRequest.tool_config.function_calling_config.allowed_function_names: unknown function name.');
-    }
-  }
-  return turns;
-}
-
-function declarationsOf(body: Json): Json[] {
-  if (body.tools === undefined) return [];
-  if (!Array.isArray(body.tools)) throw invalid("Invalid value at 'tools'");
-  return body.tools.flatMap((tool: unknown) => {
-    if (!isObject(tool)) throw invalid("Invalid value at 'tools'");
-    allowOnly(tool, new Set(['functionDeclarations', 'googleSearch', 'codeExecution', 'urlContext']), 'tools[0]');
-    return Array.isArray(tool.functionDeclarations) ? tool.functionDeclarations.filter(isObject) : [];
-  });
-}
-
-function checkEmbedRequest(body: Json, modelPath: string): Json[] {
-  allowOnly(body, new Set(['requests']));
-  if (!Array.isArray(body.requests) || body.requests.length === 0) throw invalid('* BatchEmbedContentsRequest.requests: is required');
-  if (body.requests.length > 100) throw invalid('* BatchEmbedContentsRequest.requests: at most 100 requests can be in one batch\n');
-  return body.requests.map((request: unknown, index) => {
-    if (!isObject(request)) throw invalid(`Invalid value at 'requests[${index}]'`);
-    allowOnly(request, EMBED_REQUEST, `requests[${index}]`);
-    if (request.model !== modelPath) throw invalid(`* BatchEmbedContentsRequest.requests[${index}].model: model must be ${modelPath}.`);
-    const parts = isObject(request.content) ? request.content.parts : undefined;
-    if (!Array.isArray(parts) || parts.length === 0) throw invalid(`* BatchEmbedContentsRequest.requests[${index}].content.parts: must not be empty`);
-    parts.forEach((part: unknown, p) => checkPart(part, `requests[${index}].content.parts[${p}]`));
-    return request;
-  });
-}
-
-const sseOf = (payloads: readonly unknown[]) => payloads.map((payload) => `data: ${JSON.stringify(payload)}\r\n\r\n`).join('');
-
-export async function startFakeGemini(options: { apiKey?: string; record?: boolean } = {}): Promise<FakeGemini> {
+export async function startFakeGemini(options: FakeGeminiOptions = {}): Promise<FakeGemini> {
   const queue: FakeGeminiResponse[] = [];
   const requests: RecordedRequest[] = [];
   const issued = new Set<string>();
@@ -276,9 +138,13 @@ export async function startFakeGemini(options: { apiKey?: string; record?: boole
 
     if (answered === undefined && declarations.length > 0 && config?.mode !== 'NONE') {
       const allowed = config?.allowedFunctionNames as string[] | undefined;
-      const thoughtSignature = randomBytes(48).toString('base64');
-      issued.add(thoughtSignature);
-      const call = { functionCall: { name: allowed?.[0] ?? declarations[0]!.name, args: FAKE_TOOL_ARGS }, thoughtSignature };
+      const name = allowed?.[0] ?? (declarations[0]!.name as string);
+      const call: Json = { functionCall: { name, args: options.toolArguments?.[name] ?? FAKE_TOOL_ARGS } };
+      if (isThinkingModel(model)) {
+        const thoughtSignature = randomBytes(48).toString('base64');
+        issued.add(thoughtSignature);
+        call.thoughtSignature = thoughtSignature;
+      }
       const usage = { ...FAKE_GEMINI_USAGE, candidatesTokenCount: 8, totalTokenCount: 20 };
       return {
         chunks: [{ candidates: candidates([call]), ...envelope }, { candidates: candidates([{ text: '' }], 'STOP'), usageMetadata: usage, ...envelope }],
@@ -305,37 +171,43 @@ export async function startFakeGemini(options: { apiKey?: string; record?: boole
         { '@type': 'type.googleapis.com/google.rpc.ErrorInfo', reason: 'API_KEY_INVALID', domain: 'googleapis.com' },
       ]);
     }
-    const route = /^\/v1beta\/((?:models|tunedModels)\/[^/:]+):(\w+)$/.exec(url.pathname);
+    const route = /^\/(v1beta|v1)\/((?:models|tunedModels)\/[^/:]+):(\w+)$/.exec(url.pathname);
     if (request.method !== 'POST' || route === null) throw new Refusal(404, 'NOT_FOUND', `Method not found: ${url.pathname}`);
-    const [, modelPath, method] = route as unknown as [string, string, string];
-    if (!/^models\/(gemini|gemma|text-embedding|embedding)/.test(modelPath)) {
-      throw new Refusal(404, 'NOT_FOUND', `${modelPath} is not found for API version v1beta, or is not supported for ${method}. Call ListModels to see the list of available models and their supported methods.`);
+    const [, version, modelPath, method] = route as unknown as [string, string, string, string];
+    const model = modelPath.slice(modelPath.indexOf('/') + 1);
+    const embeds = method === 'embedContent' || method === 'batchEmbedContents';
+    const generates = method === 'generateContent' || method === 'streamGenerateContent' || method === 'countTokens';
+    if (!embeds && !generates) throw new Refusal(404, 'NOT_FOUND', `Method not found: ${method}`);
+    if (!/^models\/(gemini|gemma|text-embedding|embedding)/.test(modelPath) || (embeds && !isEmbeddingModel(model)) || (generates && isEmbeddingModel(model))) {
+      throw new Refusal(404, 'NOT_FOUND', `${modelPath} is not found for API version ${version}, or is not supported for ${method}. Call ListModels to see the list of available models and their supported methods.`);
     }
-    if (!isObject(request.body)) throw invalid('Invalid JSON payload received. Expected an object.');
-    const model = modelPath.slice('models/'.length);
+    if (!isObject(request.body)) throw invalid(request.rawBody.trim() === '' ? '* contents: contents is not specified' : 'Invalid JSON payload received. Expected an object.');
     if (method === 'batchEmbedContents') {
-      const embeds = checkEmbedRequest(request.body, modelPath);
-      const embeddings = embeds.map((embed) => {
-        const text = ((embed.content as Json).parts as Json[]).map((part) => part.text ?? '').join('');
-        return { values: fakeEmbedding(text, (embed.outputDimensionality as number | undefined) ?? 8) };
-      });
-      return { json: { embeddings } };
+      return { json: { embeddings: checkBatchEmbedRequest(request.body, modelPath).map(embeddingOf) } };
     }
-    if (method !== 'generateContent' && method !== 'streamGenerateContent') throw new Refusal(404, 'NOT_FOUND', `Method not found: ${method}`);
-    if (method === 'streamGenerateContent' && url.searchParams.get('alt') !== 'sse') throw invalid('fake-gemini serves streams only with alt=sse');
+    if (method === 'embedContent') return { json: { embedding: embeddingOf(checkEmbedContent(request.body, undefined, modelPath)) } };
+    if (method === 'countTokens') {
+      const turns = checkCountRequest(request.body, model, issued);
+      const inner = request.body.generateContentRequest as Json | undefined;
+      const texts = [...turns, ...(isObject(inner?.systemInstruction) ? [inner.systemInstruction] : [])].flatMap((turn) => (turn.parts as Json[]).map((part) => (typeof part.text === 'string' ? part.text : JSON.stringify(part))));
+      const totalTokens = texts.reduce((sum, text) => sum + fakeTokenCount(text), 0);
+      return { json: { totalTokens, promptTokensDetails: [{ modality: 'TEXT', tokenCount: totalTokens }] } };
+    }
     const reply = generate(model, checkGenerateRequest(request.body, model, issued), request.body);
     return method === 'generateContent' ? { json: reply.whole } : { chunks: reply.chunks };
   }
 
-  async function writeSse(res: ServerResponse, response: SseOptions, body: Buffer, events: number): Promise<void> {
-    res.writeHead(response.status ?? 200, { 'content-type': 'text/event-stream', ...response.headers });
+  /** Writes a stream's pieces: each event on its own after a pause (`chunkDelayMs`), or the whole cut every `chunkSize` bytes. */
+  async function writeStream(res: ServerResponse, response: SseOptions, events: readonly string[], contentType: string): Promise<void> {
+    res.writeHead(response.status ?? 200, { 'content-type': contentType, ...response.headers });
     const delay = response.chunkDelayMs ?? 0;
+    const body = Buffer.from(events.join(''));
     let pieces = [body];
     if (response.chunkSize !== undefined) {
       pieces = [];
       for (let offset = 0; offset < body.length; offset += response.chunkSize) pieces.push(body.subarray(offset, offset + response.chunkSize));
-    } else if (delay > 0 && events > 1) {
-      pieces = body.toString('utf8').split(/(?<=\r\n\r\n)/).map((piece) => Buffer.from(piece));
+    } else if (delay > 0) {
+      pieces = events.map((event) => Buffer.from(event));
     }
     for (let index = 0; index < pieces.length; index += 1) {
       if (res.destroyed) return;
@@ -347,7 +219,15 @@ export async function startFakeGemini(options: { apiKey?: string; record?: boole
     else res.end();
   }
 
-  async function respond(res: ServerResponse, response: FakeGeminiResponse): Promise<void> {
+  /** Chunks in the form the request asked: SSE events (`alt=sse`), or Google's default, one JSON array sent element by element. */
+  function writeChunks(res: ServerResponse, response: SseOptions, payloads: readonly string[], form: 'sse' | 'array'): Promise<void> {
+    if (form === 'sse') return writeStream(res, response, payloads.map((payload) => `data: ${payload}\r\n\r\n`), 'text/event-stream');
+    const pretty = payloads.map((payload) => JSON.stringify(JSON.parse(payload), null, 2));
+    const events = pretty.map((payload, index) => `${index === 0 ? '[' : ',\r\n'}${payload}\n`);
+    return writeStream(res, response, [...events, ...(events.length === 0 ? ['['] : []), ']'], 'application/json; charset=UTF-8');
+  }
+
+  async function respond(res: ServerResponse, response: FakeGeminiResponse, form: 'sse' | 'array'): Promise<void> {
     if (response.delayMs) await wait(response.delayMs);
     if (res.destroyed || pauses.closed) return;
     if ('destroy' in response) return void res.socket?.destroy();
@@ -359,12 +239,12 @@ export async function startFakeGemini(options: { apiKey?: string; record?: boole
       res.writeHead(response.status, { 'content-type': 'text/plain', ...response.headers });
       return void res.end(response.text);
     }
-    if ('chunks' in response) return writeSse(res, response, Buffer.from(sseOf(response.chunks)), response.chunks.length);
+    if ('chunks' in response) return writeChunks(res, response, response.chunks.map((chunk) => JSON.stringify(chunk)), form);
     if ('chunksFile' in response) {
       const lines = (await readFile(response.chunksFile, 'utf8')).split('\n').filter((line) => line.trim().length > 0);
-      return writeSse(res, response, Buffer.from(lines.map((line) => `data: ${line}\r\n\r\n`).join('')), lines.length);
+      return writeChunks(res, response, lines, form);
     }
-    if ('sse' in response) return writeSse(res, response, Buffer.from(response.sse), 2);
+    if ('sse' in response) return writeStream(res, response, response.sse.split(/(?<=\r\n\r\n)/), 'text/event-stream');
     // `hang`: never answer.
   }
 
@@ -399,7 +279,8 @@ export async function startFakeGemini(options: { apiKey?: string; record?: boole
       response = { status: error.code, json: geminiError(error.code, error.status, error.message, error.details) };
     }
     droppedByFake = 'destroy' in response || ('destroyAtEnd' in response && response.destroyAtEnd === true);
-    await respond(res, response);
+    const asked = new URL(record.path, 'http://fake');
+    await respond(res, response, asked.pathname.endsWith(':streamGenerateContent') && asked.searchParams.get('alt') !== 'sse' ? 'array' : 'sse');
   }
 
   const server = createServer({ keepAliveTimeout: 60_000, requestTimeout: 0 }, (req, res) => {
