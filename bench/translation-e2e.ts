@@ -47,6 +47,10 @@ export interface E2eRow {
   messages: E2eTarget;
   messagesAddedWallUsPerChunkP50: number;
   messagesGatewayCpuUsPerChunk: number | null;
+  /** The same stream through Google's `:streamGenerateContent?alt=sse`: Gemini's own chunks relayed, or the others' written as Gemini's. */
+  gemini: E2eTarget;
+  geminiAddedWallUsPerChunkP50: number;
+  geminiGatewayCpuUsPerChunk: number | null;
 }
 
 export interface E2eResults {
@@ -127,6 +131,26 @@ function messagesAnswerIsComplete(text: string, chunks: number, expected: string
     }
   }
   return stopped && deltas === chunks && content === expected;
+}
+
+/** A `:streamGenerateContent?alt=sse` stream carries the whole text in N chunks of text parts, the last with its finishReason. */
+function geminiAnswerIsComplete(text: string, chunks: number, expected: string): boolean {
+  let content = '';
+  let pieces = 0;
+  let finished = false;
+  for (const frame of text.split(/\r?\n\r?\n/)) {
+    const line = frame.split(/\r?\n/).find((l) => l.startsWith('data: '));
+    if (line === undefined) continue;
+    const data = JSON.parse(line.slice(6)) as { candidates?: Array<{ content?: { parts?: Array<{ text?: string; thought?: boolean }> }; finishReason?: string }> };
+    const candidate = data.candidates?.[0];
+    if (candidate?.finishReason) finished = true;
+    for (const part of candidate?.content?.parts ?? []) {
+      if (part.thought || !part.text) continue;
+      content += part.text;
+      pieces += 1;
+    }
+  }
+  return finished && pieces >= chunks && content === expected;
 }
 
 async function measureTarget(options: {
@@ -247,6 +271,17 @@ export async function runE2e(options: {
           cpuPids,
           quietWaitMs,
         });
+        log(`translation e2e, ${protocol}: through the gateway's :streamGenerateContent`);
+        const geminiResult = await measureTarget({
+          url: `${gateway.url}/v1beta/models/${protocolModels[protocol]}:streamGenerateContent?alt=sse`,
+          headers: { 'x-goog-api-key': key },
+          body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: 'Say hello.' }] }] }),
+          warmup,
+          count: requests,
+          check: (fetched) => geminiAnswerIsComplete(fetched.text, chunks, expected),
+          cpuPids,
+          quietWaitMs,
+        });
         const perChunk = (cpu: number | null | undefined) => (cpu == null ? null : (cpu * 1000) / (requests * chunks));
         rows.push({
           protocol,
@@ -259,6 +294,9 @@ export async function runE2e(options: {
           messages: messagesResult,
           messagesAddedWallUsPerChunkP50: ((messagesResult.total.p50 - directResult.total.p50) * 1000) / chunks,
           messagesGatewayCpuUsPerChunk: perChunk(messagesResult.cpuMs.gateway),
+          gemini: geminiResult,
+          geminiAddedWallUsPerChunkP50: ((geminiResult.total.p50 - directResult.total.p50) * 1000) / chunks,
+          geminiGatewayCpuUsPerChunk: perChunk(geminiResult.cpuMs.gateway),
         });
       }
       if (child.warnings > 0) log(`gateway logged ${child.warnings} line(s) at warn or above: see bench/results/logs/translation-gateway.log`);

@@ -125,6 +125,30 @@ export function renderTranslation(results: TranslationResults): string {
       ]),
     ),
   );
+  out.push('');
+  out.push(
+    "Google's Gemini API (`:streamGenerateContent?alt=sse`) beside chat completions and the Messages API, the same streams and requests: " +
+      "a Gemini model's chunks relayed as the vendor sent them, the others' answer events written as Gemini's; ms to the last chunk",
+  );
+  out.push(
+    table(
+      ['vendor', 'chat p50', 'messages p50', 'gemini p50', 'gemini p90', 'failed', 'added µs/chunk chat', 'messages', 'gemini', 'gateway CPU µs/chunk chat', 'messages', 'gemini'],
+      e2e.rows.map((row) => [
+        row.protocol,
+        f2(row.gateway.total.p50),
+        f2(row.messages?.total.p50),
+        f2(row.gemini?.total.p50),
+        f2(row.gemini?.total.p90),
+        String(row.gemini?.failures ?? '-'),
+        f2(row.addedWallUsPerChunkP50),
+        f2(row.messagesAddedWallUsPerChunkP50),
+        f2(row.geminiAddedWallUsPerChunkP50),
+        f2(row.gatewayCpuUsPerChunk),
+        f2(row.messagesGatewayCpuUsPerChunk),
+        f2(row.geminiGatewayCpuUsPerChunk),
+      ]),
+    ),
+  );
   const cpuRows = e2e.rows.flatMap((row) =>
     (['direct', 'gateway'] as const).map((target) => [
       names[row.protocol] ?? row.protocol,
