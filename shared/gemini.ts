@@ -100,9 +100,13 @@ export function geminiErrorBody(status: number, message: string, retryAfterSecon
   return { error: { code: status, message, status: googleErrorStatus(status), ...(details ? { details } : {}) } };
 }
 
-/** `/v1beta/...`, or `/v1/models/{model}:{method}` (a canonical path): the paths that speak Google's dialect. */
+/**
+ * `/v1beta/...`, or `/v1/models/{model}:{method}` (a canonical path; the colon may come as `%3A`, a trailing slash
+ * is the same path, and an empty model or method is still a method call the client hears of in Google's shape):
+ * the paths that speak Google's dialect.
+ */
 export function speaksGoogle(path: string): boolean {
-  return path === '/v1beta' || path.startsWith('/v1beta/') || /^\/v1\/models\/[^/]+:[A-Za-z]+$/.test(path);
+  return path === '/v1beta' || path.startsWith('/v1beta/') || /^\/v1\/models\/[^/]*(?::|%3A)[A-Za-z]*\/?$/.test(path);
 }
 
 /**

@@ -7,7 +7,10 @@ import { geminiMethods, type GeminiMethod, type GeminiStreamForm } from '../../s
  * the `:method` suffix tells them apart from every OpenAI path (none has a colon). The model is the rest of the
  * path after `models/` (under `/v1beta` a catalog id may hold a `/`; under `/v1` it is one segment),
  * percent-decoded; a client that already wrote `models/` into its model name (`models/models/x`) is read the
- * same. Tuned models (`tunedModels/…`) are no part of the gateway.
+ * same. The colon may come percent-encoded (`%3A`, as some HTTP libraries escape it; Google reads it as the colon).
+ * A path with a colon after `models/` is a method call even when its model or method is empty or malformed, so the
+ * client hears that (Google's 404) rather than that POST is not allowed on a model. Tuned models (`tunedModels/…`)
+ * are no part of the gateway.
  */
 
 /** Each method's endpoint row; both generate methods are one row (the method says whether it streams). */
@@ -31,7 +34,8 @@ export interface GeminiCall {
   endpoint?: Endpoint;
 }
 
-const methodPath = /^\/(v1beta|v1)\/models\/(.+):([A-Za-z]+)$/;
+/** The model is everything up to the last colon (`:` or `%3A`); the method is what follows, whatever it is. */
+const methodPath = /^\/(v1beta|v1)\/models\/(.*)(?::|%3A)([^/:%]*)$/;
 
 /** The model and method a path names, or undefined when it names none (any other path). */
 export function readGeminiPath(path: string): GeminiCall | undefined {
@@ -39,8 +43,9 @@ export function readGeminiPath(path: string): GeminiCall | undefined {
   const match = methodPath.exec(path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path);
   if (!match) return undefined;
   const [, version, encoded, method] = match as unknown as [string, 'v1beta' | 'v1', string, string];
-  // Under /v1 a model is one segment, as `speaksGoogle` (which picks the errors' shape) reads the path.
-  if (version === 'v1' && encoded.includes('/')) return undefined;
+  // Under /v1 a model is one segment and a method a word, as `speaksGoogle` (which picks the errors' shape) reads the
+  // path: OpenAI's fine-tuned model ids hold colons (`ft:gpt-4o-mini:org::id`), and /v1 is OpenAI's namespace too.
+  if (version === 'v1' && (encoded.includes('/') || !/^[A-Za-z]*$/.test(method))) return undefined;
   const model = modelNameOf(encoded);
   const endpoint = (geminiMethods as readonly string[]).includes(method) ? methodEndpoints[method as GeminiMethod] : undefined;
   return { version, model, method, ...(endpoint ? { endpoint } : {}) };

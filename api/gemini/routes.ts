@@ -47,7 +47,13 @@ export function geminiMethodRoutes(deps: EndpointRouteDeps): Middleware<KeyedSta
     const call = readGeminiPath(ctx.path);
     if (!call) return next();
     if (ctx.method !== 'POST') {
+      // Under /v1 a GET of `models/{id}` with a colon and no method of Google's is OpenAI's model retrieval
+      // (fine-tuned ids hold colons: `ft:gpt-4o-mini:org::id`).
+      if (call.version === 'v1' && !call.endpoint) return next();
       throw new GatewayError(405, `Method ${ctx.method} is not allowed on ${ctx.path}: a model's methods are called with POST.`, { code: 'method_not_allowed', headers: { allow: 'POST' } });
+    }
+    if (call.model === '') {
+      throw new GatewayError(404, `The path names no model: a model's methods are called as models/{model}:{method} (API version ${call.version}).`, { code: 'model_not_found', param: 'model' });
     }
     if (!call.endpoint) {
       throw new GatewayError(404, `Method '${call.method.slice(0, 80)}' is not found for models/${call.model.slice(0, 200)} in API version ${call.version}: the methods served are ${served}.`, {

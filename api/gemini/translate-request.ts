@@ -20,8 +20,11 @@ import { declareOutput, geminiToolFields } from './translate-tools.js';
  *
  * Function calls are paired with their responses by id; a call without one (Gemini 2.5 gives none) gets an id
  * made from its place in the request, and the response is matched to the oldest call of its name not yet
- * answered, as Gemini pairs them. One pass over the request: it runs on the api's event loop for requests of up
- * to 100,000 turns.
+ * answered, as Gemini pairs them. Gemini takes a call the next turn does not answer (a history a client trimmed, a
+ * response sent under another id and name); chat does not (every tool call is followed by its tool message, or
+ * OpenAI and Anthropic refuse the request): such a call is answered, where its answer was due, by a tool message
+ * saying none was sent. One pass over the request: it runs on the api's event loop for requests of up to 100,000
+ * turns.
  */
 
 /** The chat request, and what of the Gemini request it leaves out (deduplicated, in the order met). */
@@ -51,13 +54,19 @@ const imageTypes = new Set(['image/png', 'image/jpeg', 'image/jpg', 'image/webp'
 const audioFormats: Readonly<Record<string, 'wav' | 'mp3'>> = { 'audio/wav': 'wav', 'audio/x-wav': 'wav', 'audio/wave': 'wav', 'audio/mp3': 'mp3', 'audio/mpeg': 'mp3' };
 const servedInline = 'an image (PNG, JPEG, WebP, GIF, HEIC), application/pdf, audio/wav, audio/mp3, or text';
 
+/** Google takes URL-safe and unpadded base64 too; a data URL and chat's audio are read standard and padded. */
+function standardBase64(data: string): string {
+  const standard = /[-_]/.test(data) ? data.replaceAll('-', '+').replaceAll('_', '/') : data;
+  return standard.length % 4 === 0 ? standard : standard + '='.repeat(4 - (standard.length % 4));
+}
+
 const mediaType = (mimeType: string) => mimeType.split(';', 1)[0]!.trim().toLowerCase();
 const isText = (type: string) => type.startsWith('text/') || type === 'application/json';
 
 class Translator {
   readonly dropped = new Set<string>();
   readonly messages: ChatMessage[] = [];
-  /** Calls made and not yet answered, oldest first: their chat ids and the client's names. */
+  /** The last model turn's calls not yet answered, oldest first: their chat ids and the client's names. */
   private readonly unanswered: Array<{ id: string; name: string }> = [];
 
   constructor(
@@ -84,7 +93,8 @@ class Translator {
   /** Inline data as chat parts: images, PDFs, wav and mp3 audio, text. */
   private inline(part: NonNullable<GeminiPart['inlineData']>, path: string, target: ChatUserPart[]): void {
     const type = mediaType(part.mimeType);
-    const url = `data:${type};base64,${part.data}`;
+    const data = standardBase64(part.data);
+    const url = `data:${type};base64,${data}`;
     if (imageTypes.has(type)) {
       this.needs('image', `${path}.inlineData`);
       target.push({ type: 'image_url', image_url: { url } });
@@ -92,11 +102,11 @@ class Translator {
       target.push({ type: 'file', file: { file_data: url, filename: 'document.pdf' } });
     } else if (audioFormats[type] !== undefined) {
       this.needs('audio', `${path}.inlineData`);
-      target.push({ type: 'input_audio', input_audio: { data: part.data, format: audioFormats[type] } });
+      target.push({ type: 'input_audio', input_audio: { data, format: audioFormats[type] } });
     } else if (isText(type)) {
-      target.push({ type: 'text', text: Buffer.from(part.data, 'base64').toString('utf8') });
+      target.push({ type: 'text', text: Buffer.from(data, 'base64').toString('utf8') });
     } else {
-      this.unserved(`${path}.inlineData.mimeType`, `inline ${type} is served for Gemini models only; this model takes ${servedInline}.`);
+      this.unserved(`${path}.inlineData.mimeType`, `inline ${type === '' ? 'data without a media type' : type} is served for Gemini models only; this model takes ${servedInline}.`);
     }
   }
 
@@ -149,6 +159,17 @@ class Translator {
     else this.dropOther(part);
   }
 
+  /**
+   * The last model turn's calls its answer left unanswered, each given a tool message saying so (into `target`),
+   * so the chat form stays one chat vendors take; a response that comes later reads as text (`functionResponse`).
+   */
+  closeCalls(target: ChatMessage[] = this.messages): void {
+    for (const call of this.unanswered) {
+      target.push({ role: 'tool', tool_call_id: call.id, content: `No result was sent for this call of the function ${call.name}.` });
+    }
+    this.unanswered.length = 0;
+  }
+
   /** A user turn: its function responses as tool messages first, then the rest as one user message. */
   userTurn(parts: readonly GeminiPart[], path: string): void {
     const content: ChatUserPart[] = [];
@@ -157,6 +178,7 @@ class Translator {
     const attachments: ChatUserPart[] = [];
     const orphans: ChatUserPart[] = [];
     parts.forEach((part, j) => this.userPart(part, `${path}.parts[${j}]`, content, tools, attachments, orphans));
+    this.closeCalls(tools);
     for (const message of tools) this.messages.push(message);
     const all = [...attachments, ...orphans, ...content];
     if (all.length > 0) this.messages.push({ role: 'user', content: all });
@@ -164,6 +186,8 @@ class Translator {
 
   /** A model turn: its text as the content (thoughts left out), its function calls as tool calls. */
   modelTurn(parts: readonly GeminiPart[], path: string, turn: number): void {
+    // Two model turns in a row: the first one's calls got no answer.
+    this.closeCalls();
     let content = '';
     const calls: ChatToolCall[] = [];
     parts.forEach((part, j) => {
@@ -320,6 +344,8 @@ export function toChatRequest(request: GenerateFields, model: TranslatedModel, o
     if (content.role === 'model') translator.modelTurn(parts, `contents[${i}]`, i);
     else translator.userTurn(parts, `contents[${i}]`);
   });
+  // A request that ends on a model turn's calls (the model asked to go on without their results).
+  translator.closeCalls();
   if (translator.messages.length === 0) {
     throw invalidRequest(
       "Invalid value at 'contents': nothing is left to send to this model once the parts only Gemini reads (thoughts, code execution) are left out.",

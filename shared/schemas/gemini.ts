@@ -59,24 +59,43 @@ export function camelCaseFields(value: unknown): unknown {
 /** A body in camelCase before its schema reads it. */
 const camelCased = <T extends z.ZodType>(schema: T) => z.preprocess((body) => camelCaseFields(body), schema);
 
-const blob = z.looseObject({ mimeType: z.string().min(1), data: z.string() });
+/**
+ * Bytes as Google's JSON carries them: base64, in the standard or the URL-safe alphabet, padded or not (what
+ * Google's parser takes). Anything else is refused as Google refuses it, before a chat vendor is sent a data URL
+ * it cannot read (or, for text, the garbage a lenient decoder makes of it). One linear scan, even of 50 MB.
+ */
+const base64 = z.string().refine((data) => /^[A-Za-z0-9+/_-]*={0,2}$/.test(data) && data.replace(/=+$/, '').length % 4 !== 1, {
+  message: 'Base64 decoding failed: expected base64 (A-Z, a-z, 0-9 and + / or - _, = padding).',
+});
+const blob = z.looseObject({ mimeType: z.string().min(1), data: base64 });
 const fileData = z.looseObject({ mimeType: z.string().optional(), fileUri: z.string().min(1) });
 const functionCall = z.looseObject({ id: z.string().optional(), name: z.string().min(1), args: z.record(z.string(), z.unknown()).nullish() });
 const functionResponse = z.looseObject({ id: z.string().optional(), name: z.string().min(1), response: z.record(z.string(), z.unknown()).nullish() });
 
+/** A part's data fields: Google's `data` oneof, of which a part holds one. */
+const partData = ['text', 'inlineData', 'fileData', 'functionCall', 'functionResponse', 'executableCode', 'codeExecutionResult'] as const;
+
 /**
  * One part: text (a thought when `thought` is true), inline data, a file by URI, a function call or its response,
- * Gemini's code execution. A part carries one of them; one with none (a bare `thoughtSignature`) is kept for Gemini.
+ * Gemini's code execution. A part carries one of them, as Google requires (a translation would read one and
+ * silently lose the other); one with none (a bare `thoughtSignature`) is kept for Gemini.
  */
-export const geminiPartSchema = z.looseObject({
-  text: z.string().optional(),
-  thought: z.boolean().optional(),
-  thoughtSignature: z.string().optional(),
-  inlineData: blob.optional(),
-  fileData: fileData.optional(),
-  functionCall: functionCall.optional(),
-  functionResponse: functionResponse.optional(),
-});
+export const geminiPartSchema = z
+  .looseObject({
+    text: z.string().optional(),
+    thought: z.boolean().optional(),
+    thoughtSignature: z.string().optional(),
+    inlineData: blob.optional(),
+    fileData: fileData.optional(),
+    functionCall: functionCall.optional(),
+    functionResponse: functionResponse.optional(),
+  })
+  .superRefine((part, ctx) => {
+    const held = partData.filter((field) => part[field] != null);
+    if (held.length > 1) {
+      ctx.addIssue({ code: 'custom', message: `a part holds one of ${partData.join(', ')}; this one has ${held.join(' and ')}: send each in a part of its own.` });
+    }
+  });
 
 /** A turn: `user` (the default) or `model`; `function` is the older name of a user turn of function responses. */
 export const geminiContentSchema = z.looseObject({

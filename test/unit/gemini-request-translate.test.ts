@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { GatewayError } from '../../shared/errors.js';
-import { geminiToolNamesBack } from '../../shared/gemini.js';
+import { geminiToolNamesBack, speaksGoogle } from '../../shared/gemini.js';
 import { chatToolName } from '../../shared/messages-tools.js';
 import { chatCompletionRequestSchema, type ChatCompletionRequest } from '../../shared/schemas/chat.js';
 import {
@@ -157,6 +157,48 @@ describe('Gemini request → chat', () => {
       { role: 'tool', tool_call_id: 'call_1_1', content: 'A' },
       { role: 'tool', tool_call_id: 'call_1_2', content: '{"output":"B","error":null}' },
     ]);
+  });
+
+  it('answers a call no response answers where its answer was due, so chat vendors take the history', () => {
+    // A response under another id and name (read as text), a call the user's next turn leaves unanswered, two
+    // model turns in a row, and a request that ends on a model's calls: each call gets its tool message.
+    const { chat } = translate({
+      contents: [
+        user({ text: 'q' }),
+        modelTurn({ functionCall: { id: 'A', name: 'f', args: {} } }, { functionCall: { id: 'B', name: 'f', args: {} } }),
+        user({ functionResponse: { id: 'B', name: 'f', response: { output: 'b' } } }, { functionResponse: { id: 'Z', name: 'g', response: { output: 'z' } } }),
+        modelTurn({ functionCall: { id: 'C', name: 'f', args: {} } }),
+        modelTurn({ text: 'Moving on.' }, { functionCall: { id: 'D', name: 'f', args: {} } }),
+      ],
+    });
+    const none = (id: string) => ({ role: 'tool', tool_call_id: id, content: 'No result was sent for this call of the function f.' });
+    assert.deepEqual(chat.messages.slice(2), [
+      { role: 'tool', tool_call_id: 'B', content: 'b' },
+      none('A'),
+      { role: 'user', content: [{ type: 'text', text: 'The result of the function g: z' }] },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'C', type: 'function', function: { name: 'f', arguments: '{}' } }] },
+      none('C'),
+      { role: 'assistant', content: 'Moving on.', tool_calls: [{ id: 'D', type: 'function', function: { name: 'f', arguments: '{}' } }] },
+      none('D'),
+    ]);
+    // A response that comes a turn late is text: its call was closed when its answer was due.
+    const late = translate({ contents: [user({ text: 'q' }), modelTurn({ functionCall: { id: 'A', name: 'f', args: {} } }), user({ text: 'wait' }), user({ functionResponse: { id: 'A', name: 'f', response: { output: 'a' } } })] });
+    assert.deepEqual(late.chat.messages.slice(2), [
+      none('A'),
+      { role: 'user', content: [{ type: 'text', text: 'wait' }] },
+      { role: 'user', content: [{ type: 'text', text: 'The result of the function f: a' }] },
+    ]);
+  });
+
+  it('sends URL-safe or unpadded base64 as the standard, padded base64 a data URL takes', () => {
+    const { chat } = translate({ contents: [user({ inlineData: { mimeType: 'image/png', data: 'iVBO-w_KGgo' } }, { inlineData: { mimeType: 'text/plain', data: 'aGk' } })] });
+    assert.deepEqual(chat.messages[0], {
+      role: 'user',
+      content: [
+        { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBO+w/KGgo=' } },
+        { type: 'text', text: 'hi' },
+      ],
+    });
   });
 
   it('is deterministic: the same request gets the same synthesized call ids', () => {
@@ -430,6 +472,26 @@ describe('Gemini schemas', () => {
     assert.throws(() => parseBody(geminiGenerateRequestSchema, { contents: [] }), (error: GatewayError) => error.param === 'contents');
   });
 
+  it('refuses a part holding two data fields, and inline data that is not base64, as Google does', () => {
+    for (const part of [
+      { text: 'a', inlineData: { mimeType: 'image/png', data: png } },
+      { text: '', functionCall: { name: 'f', args: {} } },
+      { inline_data: { mime_type: 'image/png', data: png }, file_data: { file_uri: 'https://x/y.png' } },
+    ]) {
+      assert.throws(() => parseBody(geminiGenerateRequestSchema, { contents: [{ parts: [part] }] }), (error: GatewayError) => error.status === 400 && error.param === 'contents[0].parts[0]' && /holds one of/.test(error.message));
+    }
+    for (const data of ['!!!not base64!!!', 'abcde', 'ab=c', 'a b']) {
+      assert.throws(
+        () => parseBody(geminiGenerateRequestSchema, { contents: [{ parts: [{ inlineData: { mimeType: 'image/png', data } }] }] }),
+        (error: GatewayError) => error.status === 400 && error.param === 'contents[0].parts[0].inlineData.data' && /Base64 decoding failed/.test(error.message),
+        data,
+      );
+    }
+    // Both alphabets, padded or not, and a thought's text beside its signature, are Google's own.
+    for (const data of [png, 'iVBO-w_KGgo', 'aGk', '']) assert.ok(parseBody(geminiGenerateRequestSchema, { contents: [{ parts: [{ inlineData: { mimeType: 'image/png', data } }] }] }));
+    assert.ok(parseBody(geminiGenerateRequestSchema, { contents: [{ role: 'model', parts: [{ text: 't', thought: true, thoughtSignature: 'c2ln' }, { functionCall: { name: 'f' }, thoughtSignature: 'c2ln' }] }] }));
+  });
+
   it('keeps fields it does not read, for Gemini', () => {
     const body = parseBody(geminiGenerateRequestSchema, {
       contents: [{ role: 'model', parts: [{ functionCall: { name: 'f', args: { some_arg: 1 } }, thoughtSignature: 'c2ln' }] }],
@@ -495,6 +557,16 @@ describe('Gemini paths and models', () => {
     assert.equal(readGeminiPath('/v1/models/gpt-4o'), undefined);
     assert.equal(readGeminiPath('/v1/chat/completions'), undefined);
     assert.equal(readGeminiPath('/v1beta/tunedModels/x:generateContent'), undefined);
+    // The colon percent-encoded (canonical paths upper-case the escape), an empty model or method: still a call.
+    assert.deepEqual(readGeminiPath('/v1beta/models/gpt-4o%3AgenerateContent'), { version: 'v1beta', model: 'gpt-4o', method: 'generateContent', endpoint: 'gemini.generate' });
+    assert.deepEqual(readGeminiPath('/v1/models/gpt-4o%3AstreamGenerateContent'), { version: 'v1', model: 'gpt-4o', method: 'streamGenerateContent', endpoint: 'gemini.generate' });
+    assert.deepEqual(readGeminiPath('/v1beta/models/:generateContent'), { version: 'v1beta', model: '', method: 'generateContent', endpoint: 'gemini.generate' });
+    assert.deepEqual(readGeminiPath('/v1beta/models/x:'), { version: 'v1beta', model: 'x', method: '' });
+    assert.deepEqual(readGeminiPath('/v1beta/models/x:generate-content'), { version: 'v1beta', model: 'x', method: 'generate-content' });
+    // /v1 is OpenAI's too: a fine-tuned model's id holds colons and ends in no word of Google's.
+    assert.equal(readGeminiPath('/v1/models/ft:gpt-4o-mini:acme::9xYz-1'), undefined);
+    for (const path of ['/v1/models/x%3AgenerateContent', '/v1/models/x:generateContent/', '/v1/models/:generateContent', '/v1beta/models/x']) assert.ok(speaksGoogle(path), path);
+    for (const path of ['/v1/models/x', '/v1/models/a/b:generateContent', '/v1/chat/completions', '/v1/models/ft:gpt-4o-mini:acme::9xYz-1']) assert.ok(!speaksGoogle(path), path);
     assert.equal(streamFormOf('sse'), 'sse');
     assert.equal(streamFormOf(undefined), 'array');
     assert.equal(streamFormOf('json'), 'array');
