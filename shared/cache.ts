@@ -58,6 +58,7 @@ export const cachedEndpoints: ReadonlySet<Endpoint> = new Set([
   'images.edits',
   'images.variations',
   'audio.transcriptions',
+  'audio.translations',
   'gemini.generate',
   'gemini.embed',
   'gemini.batch_embed',
@@ -71,7 +72,7 @@ export const cachedEndpoints: ReadonlySet<Endpoint> = new Set([
 const geminiEndpoints: ReadonlySet<Endpoint> = new Set(['gemini.generate', 'gemini.embed', 'gemini.batch_embed']);
 
 /** The endpoints whose requests carry uploads: an upload is in a request's hash by its bytes' digest, not its stored name. */
-const uploadEndpoints: ReadonlySet<Endpoint> = new Set(['images.edits', 'images.variations', 'audio.transcriptions']);
+const uploadEndpoints: ReadonlySet<Endpoint> = new Set(['images.edits', 'images.variations', 'audio.transcriptions', 'audio.translations']);
 
 /** Fields that do not change an answer: left out of a request's hash, so requests that differ only there share one. */
 const answerNeutral: Readonly<Record<string, ReadonlySet<string>>> = {

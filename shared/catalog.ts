@@ -53,6 +53,8 @@ export const catalogModelSchema = z.looseObject({
   supports_edits: z.boolean().optional(),
   /** Whether `/v1/images/variations` serves this model (dall-e-2, and the mock). */
   supports_variations: z.boolean().optional(),
+  /** Whether `/v1/audio/translations` serves this transcription model (whisper-1 at OpenAI, and the mock). */
+  supports_translation: z.boolean().optional(),
   /** What an edit upload must be: formats (by content, not name), size cap, squareness, how many images. */
   edit_input: z
     .object({

@@ -8,10 +8,12 @@ import { embeddingRequestSchema, type EmbeddingRequest } from './schemas/embeddi
 import { imageEditFieldsSchema, imageGenerationRequestSchema, imageVariationFieldsSchema, type ImageGenerationRequest } from './schemas/images.js';
 import {
   transcriptionFieldsSchema,
+  translationFieldsSchema,
   videoRequestSchema,
   type ImageEditInput,
   type ImageVariationInput,
   type TranscriptionInput,
+  type TranslationInput,
   type VideoInput,
 } from './schemas/media-inputs.js';
 import { responsesRequestSchema } from './schemas/responses.js';
@@ -287,6 +289,21 @@ export const endpoints = {
     deadlineMs: queueDeadline('audio'),
     keep: heldAnswer,
   },
+  /** Speech in any language written in English: a transcription's models (those the catalog says translate), forms and limits. */
+  'audio.translations': {
+    method: 'POST',
+    path: '/v1/audio/translations',
+    queue: 'audio',
+    capabilities: ['transcription'],
+    body: 'multipart',
+    schema: translationFieldsSchema,
+    streams: false,
+    uploads: { maxBytes: 'maxAudioBytes' },
+    asyncOnly: false,
+    pipeline: 'media',
+    deadlineMs: queueDeadline('audio'),
+    keep: heldAnswer,
+  },
   videos: {
     method: 'POST',
     path: '/v1/videos',
@@ -329,6 +346,7 @@ export interface EndpointPayloads {
   'images.edits': ImageEditInput;
   'images.variations': ImageVariationInput;
   'audio.transcriptions': TranscriptionInput;
+  'audio.translations': TranslationInput;
   videos: VideoInput;
 }
 

@@ -83,8 +83,13 @@ export async function runMedia(
       await vendorDone();
       return { body: await renderImages(result, input.response_format ?? base.model.default_response_format ?? 'b64_json', ctx, deps, baseUrl) };
     }
-    case 'audio.transcriptions': {
-      const result = await adapterMethod(protocol, 'transcribe')(request.payload, ctx);
+    case 'audio.transcriptions':
+    case 'audio.translations': {
+      const result =
+        request.endpoint === 'audio.transcriptions'
+          ? await adapterMethod(protocol, 'transcribe')(request.payload, ctx)
+          : await adapterMethod(protocol, 'translate')(request.payload, ctx);
+      // A translation is billed as a transcription is: by the length of the audio heard.
       if (produced) produced.audioSeconds = transcribedSeconds(result.body, request.payload.file.size);
       await vendorDone();
       return { body: result.body };
@@ -104,7 +109,7 @@ export async function runMedia(
 const assumedAudioBytesPerSecond = 16_000;
 
 /**
- * How long the transcribed audio was, for billing: the vendor's own figure
+ * How long the transcribed (or translated) audio was, for billing: the vendor's own figure
  * (`usage.seconds`, or `duration` of verbose_json) when the answer has one,
  * else estimated from the upload's size.
  */

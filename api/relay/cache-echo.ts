@@ -25,7 +25,7 @@ import { mockAnswers, type VendorConfig } from '../../shared/vendors.js';
  * - Gemini's `generateContent` (body, every chunk): `responseId` (the request id's digits) and `modelVersion`: the
  *   name the client's path gave, an alias as written. A stream's chunks are SSE frames or the elements of Google's
  *   streamed JSON array, as its form is (`array`).
- * - Images: `created` (now). Embeddings (Gemini's too) and transcriptions echo nothing of the request: their bytes stand.
+ * - Images: `created` (now). Embeddings (Gemini's too), transcriptions and translations echo nothing of the request: their bytes stand.
  */
 
 /**
@@ -195,7 +195,7 @@ function envelopes(keys: readonly string[]): Pick<ObjectEcho, 'quick' | 'learn'>
 /** A Responses text or arguments delta as the encoder writes it (most of a stream): only its `item_id` echoes anything. */
 const deltaHead = /^\{"type":"response\.(?:output_text|function_call_arguments)\.delta","sequence_number":\d+,"item_id":"([^"\\]*)"/;
 
-/** The rewriter of the endpoint's objects, or undefined when its answers echo nothing (embeddings, transcriptions). */
+/** The rewriter of the endpoint's objects, or undefined when its answers echo nothing (embeddings, transcriptions, translations). */
 function objectEcho(target: EchoTarget): ObjectEcho | undefined {
   const nowS = Math.floor(target.now / 1000);
   switch (target.endpoint) {

@@ -23,14 +23,16 @@ import { toMessagesJob } from '../messages/accept.js';
 import { countChatPromptTokensAsync } from '../../shared/tokens.js';
 import { requirePath, toCountTokensJob, toGeminiJob, type GeminiPathFields } from '../gemini/accept.js';
 import { toEmbedJob } from '../gemini/translate-embeddings.js';
+import type { ModelResolver } from './model-resolver.js';
+import type { AudioTextFormat } from '../../shared/schemas/media-inputs.js';
 
 /** What a handler is given: the fields its row's schema validated, the model they name, and the stored uploads. */
 export interface HandlerInput<E extends Endpoint> {
   fields: z.output<(typeof endpoints)[E]['schema']>;
   model: CatalogModel;
   files: readonly UploadedFile[];
-  /** Who asks, and the store a handler reads earlier state from (stored responses). */
-  scope: { redis: Redis; blobs: BlobStore; keyId: string; config: Config };
+  /** Who asks, the store a handler reads earlier state from (stored responses), and the models served here. */
+  scope: { redis: Redis; blobs: BlobStore; keyId: string; config: Config; models: ModelResolver };
   /** A request header ('' when absent). */
   header(name: string): string;
   /** What the path says for an endpoint whose path names its model (Google's `models/{model}:{method}`). */
@@ -75,6 +77,43 @@ export interface EndpointHandler<E extends Endpoint> {
 }
 
 const transcriptTextTypes: Record<string, string> = { text: 'text/plain; charset=utf-8', srt: 'text/plain; charset=utf-8', vtt: 'text/plain; charset=utf-8' };
+
+/** The audio of a transcription or a translation: its `file` part, which OpenAI requires. */
+function requireAudioFile(files: readonly UploadedFile[]) {
+  const file = files.find((f) => f.field === 'file')?.ref;
+  if (!file) throw invalidRequest("Missing required parameter: 'file' (send the audio file as a multipart part).", 'file');
+  return file;
+}
+
+/**
+ * What a transcription and a translation share of their payload: the file and the fields that shape the text
+ * (each left out when not sent, so the vendor's own default applies), and the answer's content type.
+ */
+function audioTextJob(fields: { prompt?: string | undefined; response_format: AudioTextFormat; temperature?: number | undefined }, files: readonly UploadedFile[]) {
+  return {
+    payload: {
+      file: requireAudioFile(files),
+      response_format: fields.response_format,
+      ...(fields.prompt ? { prompt: fields.prompt } : {}),
+      ...(fields.temperature !== undefined ? { temperature: fields.temperature } : {}),
+    },
+    contentType: transcriptTextTypes[fields.response_format] ?? 'application/json',
+  };
+}
+
+/**
+ * Only some transcription models translate (at OpenAI, whisper-1 alone: its gpt-4o transcribe models have no
+ * translations), as the catalog's `supports_translation` says; another is refused naming those served here that do.
+ */
+function checkTranslatable(model: CatalogModel, models: ModelResolver): void {
+  if (model.supports_translation) return;
+  const translating = models.list().filter((candidate) => candidate.supports_translation).map((candidate) => candidate.id);
+  throw invalidRequest(
+    `\`${model.id}\` does not translate audio; ` + (translating.length > 0 ? `use ${translating.join(' or ')}.` : 'no model served here does.'),
+    'model',
+    'model_not_supported',
+  );
+}
 
 function refuseStreamOptionsWithoutStream(body: { stream?: boolean | null; stream_options?: unknown }): void {
   if (body.stream_options && !body.stream) throw invalidRequest('stream_options is only allowed when stream is true.', 'stream_options');
@@ -240,23 +279,27 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
 
   'audio.transcriptions': {
     accept({ fields, files }) {
-      const file = files.find((f) => f.field === 'file')?.ref;
-      if (!file) throw invalidRequest("Missing required parameter: 'file' (send the audio file as a multipart part).", 'file');
+      const { payload, contentType } = audioTextJob(fields, files);
       const granularities = fields['timestamp_granularities[]'];
       if (granularities && fields.response_format !== 'verbose_json') {
         throw invalidRequest('timestamp_granularities requires response_format verbose_json.', 'timestamp_granularities');
       }
       return {
         payload: {
-          file,
-          response_format: fields.response_format,
+          ...payload,
           ...(fields.language ? { language: fields.language } : {}),
-          ...(fields.prompt ? { prompt: fields.prompt } : {}),
-          ...(fields.temperature !== undefined ? { temperature: fields.temperature } : {}),
           ...(granularities ? { timestamp_granularities: granularities } : {}),
         },
-        contentType: transcriptTextTypes[fields.response_format] ?? 'application/json',
+        contentType,
       };
+    },
+  },
+
+  'audio.translations': {
+    accept({ fields, model, files, scope }) {
+      checkTranslatable(model, scope.models);
+      // Always to English: a translation takes no language, and its text has no word timings to ask for.
+      return audioTextJob(fields, files);
     },
   },
 

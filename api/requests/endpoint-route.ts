@@ -127,7 +127,7 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
     if (typeof tier === 'string' && grantedTier(servingTier(tier), access, deps.config.scheduling) !== servingTier(tier)) {
       (fields as { service_tier?: string | null }).service_tier = 'default';
     }
-    const accepted: Accepted<E> = await handler.accept({ fields, model, files: form?.files ?? [], scope: { redis: deps.redis, blobs: deps.blobs, keyId, config: deps.config }, header: (header) => ctx.get(header), ...(path ? { path } : {}) });
+    const accepted: Accepted<E> = await handler.accept({ fields, model, files: form?.files ?? [], scope: { redis: deps.redis, blobs: deps.blobs, keyId, config: deps.config, models: deps.models }, header: (header) => ctx.get(header), ...(path ? { path } : {}) });
     return { model, accepted };
   };
   const { model, accepted } = form ? await refusingDeletesUploads(form, deps.blobs, check) : await check();

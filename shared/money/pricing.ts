@@ -398,7 +398,7 @@ export class PriceList {
    * - images: `n` images at the asked size/quality (size default: the model's
    *   `default_size`); an unknown or `auto` size or quality takes the priciest
    *   candidate. A prompt is added at the input price when the model has one.
-   * - transcription: `maxAudioSeconds` at `per_minute` (the length is unknown
+   * - transcription and translation: `maxAudioSeconds` at `per_minute` (the length is unknown
    *   until decoded); a model without `per_minute` reserves its token prices
    *   (prompt plus `max_output_tokens`), which cannot include audio tokens.
    * - videos: `seconds` at the per-second price of the size.
@@ -457,7 +457,8 @@ export class PriceList {
         const each = imageMicros(price.perImage, 'priciest', payload.size ?? model?.default_size, quality);
         return only(promptCost + whole('n', payload.n ?? 1) * each);
       }
-      case 'audio.transcriptions': {
+      case 'audio.transcriptions':
+      case 'audio.translations': {
         if (price.perMinute === undefined) return { ...generating(upTo(undefined)), tokens: prompt };
         return only(mulCeilDiv(whole('maxAudioSeconds', maxAudioSeconds), price.perMinute, 60));
       }

@@ -18,12 +18,20 @@ export interface ImageVariationInput extends ImageVariationFields {
   image: BlobRef;
 }
 
-export interface TranscriptionInput {
+/** The forms a transcript or a translation is written in: JSON (plain or with timings), plain text, or subtitles. */
+export type AudioTextFormat = 'json' | 'text' | 'srt' | 'verbose_json' | 'vtt';
+
+/** A translation job (to English): the uploaded audio and the fields that shape its text. */
+export interface TranslationInput {
   file: BlobRef;
-  language?: string;
   prompt?: string;
-  response_format: 'json' | 'text' | 'srt' | 'verbose_json' | 'vtt';
+  response_format: AudioTextFormat;
   temperature?: number;
+}
+
+/** A transcription job: a translation's fields, and the spoken language and timing detail a transcript may be asked. */
+export interface TranscriptionInput extends TranslationInput {
+  language?: string;
   timestamp_granularities?: Array<'word' | 'segment'>;
 }
 
@@ -34,13 +42,17 @@ export interface VideoInput {
   input_reference?: BlobRef;
 }
 
-/** The text fields of `POST /v1/audio/transcriptions` (multipart); the file arrives apart. */
-export const transcriptionFieldsSchema = z.looseObject({
+/** The text fields of `POST /v1/audio/translations` (multipart); the file arrives apart. */
+export const translationFieldsSchema = z.looseObject({
   model: modelSchema,
-  language: z.string().min(2).max(16).optional(),
   prompt: z.string().optional(),
   response_format: z.enum(['json', 'text', 'srt', 'verbose_json', 'vtt']).default('json'),
   temperature: formNumber().pipe(z.number().min(0).max(1)).optional(),
+});
+
+/** The text fields of `POST /v1/audio/transcriptions` (multipart): a translation's, with the language and the timings. */
+export const transcriptionFieldsSchema = translationFieldsSchema.extend({
+  language: z.string().min(2).max(16).optional(),
   'timestamp_granularities[]': z.array(z.enum(['word', 'segment'])).optional(),
 });
 

@@ -225,8 +225,9 @@ describe("the gateway's own output against the OpenAI OpenAPI spec", () => {
       valid('ImagesResponse', await call.form('/v1/images/edits', edit), 200, 'image edit');
     });
 
-    it('audio transcription, json and verbose_json', async () => {
+    it('audio transcription and translation, json and verbose_json', async () => {
       await checkTranscriptions(call, 'mock-transcribe', 'mock');
+      await checkTranslations(call, 'mock-transcribe', 'mock');
     });
 
     it('the Responses API: create, stream, tools, retrieve, input items', () => checkResponses(call, 'mock-chat', 'mock', toolPrompt));
@@ -510,8 +511,9 @@ describe("the gateway's own output against the OpenAI OpenAPI spec", () => {
       await checkEmbeddings(call, 'gemini-embedding-001', 'google');
     });
 
-    it('openai: audio transcription and videos, one of them failing', async () => {
+    it('openai: audio transcription and translation, and videos, one of them failing', async () => {
       await checkTranscriptions(call, 'whisper-1', 'openai');
+      await checkTranslations(call, 'whisper-1', 'openai');
       const created = valid('VideoResource', await call.post('/v1/videos', { model: 'sora-2', prompt: 'a paper boat', seconds: '4', size: '720x1280' }), 200, 'sora (queued)');
       await waitFor(async () => json(await call.get(`/v1/videos/${created.id}`), 200, 'sora poll').status === 'completed', 10_000, 'the video');
       valid('VideoResource', await call.get(`/v1/videos/${created.id}`), 200, 'sora (completed)');
@@ -589,5 +591,16 @@ async function checkTranscriptions(call: Calls, model: string, where: string): P
     form.set('response_format', format);
     form.set('file', new Blob([Buffer.from('ID3fake-audio-bytes')], { type: 'audio/mpeg' }), 'clip.mp3');
     valid(schema, await call.form('/v1/audio/transcriptions', form), 200, `${where} transcription ${format}`);
+  }
+}
+
+async function checkTranslations(call: Calls, model: string, where: string): Promise<void> {
+  for (const [format, schema] of [['json', 'CreateTranslationResponseJson'], ['verbose_json', 'CreateTranslationResponseVerboseJson']] as const) {
+    const form = new FormData();
+    form.set('model', model);
+    form.set('response_format', format);
+    form.set('file', new Blob([Buffer.from('ID3fake-audio-bytes')], { type: 'audio/mpeg' }), 'clip.mp3');
+    const body = valid(schema, await call.form('/v1/audio/translations', form), 200, `${where} translation ${format}`);
+    if (format === 'verbose_json') assert.equal(body.language, 'english', `${where}: a translation is in English`);
   }
 }

@@ -279,6 +279,13 @@ describe('the request log', () => {
         return sent(response, null);
       },
     },
+    'audio.translations': {
+      plain: async (client, _key, headers) => {
+        const file = await toFile(Buffer.alloc(48_000, 1), 'speech.wav', { type: 'audio/wav' });
+        const { response } = await client.audio.translations.create({ model: 'whisper-1', file, response_format: 'json' }, { headers }).withResponse();
+        return sent(response, null);
+      },
+    },
     responses: {
       plain: async (client, _key, headers) => {
         const { data, response } = await client.responses.create({ model, input: 'one row', max_output_tokens: 16 }, { headers }).withResponse();

@@ -1,6 +1,8 @@
 /**
- * OpenAI's media endpoints for the fake upstream: `/v1/audio/transcriptions`
- * and `/v1/videos` (create, retrieve, content). Plug it in with
+ * OpenAI's media endpoints for the fake upstream: `/v1/audio/transcriptions`,
+ * `/v1/audio/translations` (whisper-1 alone, the fields of the spec's
+ * `CreateTranslationRequest` and no other) and `/v1/videos` (create,
+ * retrieve, content). Plug it in with
  * `fake.setDefault(media.handler)`; other paths fall through to the fake's
  * built-in answers.
  *
@@ -27,6 +29,15 @@ const VIDEO_SECONDS = ['4', '8', '12'];
 
 export const FAKE_SRT = '1\n00:00:00,000 --> 00:00:02,500\nHello from the fake\n\n2\n00:00:02,500 --> 00:00:04,000\ntranscription upstream.\n\n';
 export const FAKE_VTT = 'WEBVTT\n\n00:00:00.000 --> 00:00:02.500\nHello from the fake\n\n00:00:02.500 --> 00:00:04.000\ntranscription upstream.\n\n';
+
+export const FAKE_TRANSLATION_TEXT = 'Hello from the fake translation upstream.';
+/** The one model OpenAI translates with. */
+export const FAKE_TRANSLATION_MODELS = ['whisper-1'];
+export const FAKE_TRANSLATION_SRT = '1\n00:00:00,000 --> 00:00:02,500\nHello from the fake\n\n2\n00:00:02,500 --> 00:00:04,000\ntranslation upstream.\n\n';
+export const FAKE_TRANSLATION_VTT = 'WEBVTT\n\n00:00:00.000 --> 00:00:02.500\nHello from the fake\n\n00:00:02.500 --> 00:00:04.000\ntranslation upstream.\n\n';
+/** The fields a translation request may carry (`CreateTranslationRequest` allows no others). */
+const TRANSLATION_FIELDS = ['file', 'model', 'prompt', 'response_format', 'temperature'];
+const AUDIO_TEXT_FORMATS = ['json', 'text', 'srt', 'verbose_json', 'vtt'];
 
 /** One part of a received multipart body, in the order it came. */
 export type FakeFormPart =
@@ -62,6 +73,8 @@ export interface FakeOpenAIMedia {
   videos: Map<string, FakeVideo>;
   /** The parts of each transcription request, in arrival order. */
   transcriptions: FakeFormPart[][];
+  /** The parts of each translation request, in arrival order. */
+  translations: FakeFormPart[][];
   /** The next created video fails with this error once its polls are done. */
   failNextVideo(failure: { code: string; message: string }): void;
   reset(): void;
@@ -149,6 +162,29 @@ function transcriptionAnswer(model: string, format: string, granularities: strin
   }
 }
 
+/** A translation as whisper-1 writes it: no usage in any form, and a verbose form with segments only. */
+function translationAnswer(format: string): FakeResponse {
+  const plain = (text: string): FakeResponse => ({ status: 200, headers: { 'content-type': 'text/plain; charset=utf-8' }, text });
+  switch (format) {
+    case 'json':
+      return prettyJson({ text: FAKE_TRANSLATION_TEXT });
+    case 'text':
+      return plain(`${FAKE_TRANSLATION_TEXT}\n`);
+    case 'srt':
+      return plain(FAKE_TRANSLATION_SRT);
+    case 'vtt':
+      return plain(FAKE_TRANSLATION_VTT);
+    default:
+      return prettyJson({
+        task: 'translate',
+        language: 'english',
+        duration: 4,
+        text: FAKE_TRANSLATION_TEXT,
+        segments: [{ ...FAKE_SEGMENT, text: ` ${FAKE_TRANSLATION_TEXT}` }],
+      });
+  }
+}
+
 function videoObject(video: FakeVideo) {
   return {
     id: video.id,
@@ -171,6 +207,7 @@ export function createFakeOpenAIMedia(options: FakeOpenAIMediaOptions = {}): Fak
   const pollsToComplete = Math.max(1, options.pollsToComplete ?? 3);
   const videos = new Map<string, FakeVideo>();
   const transcriptions: FakeFormPart[][] = [];
+  const translations: FakeFormPart[][] = [];
   let created = 0;
   let polls = 0;
   let nextFailure: FakeVideo['failure'];
@@ -205,6 +242,32 @@ export function createFakeOpenAIMedia(options: FakeOpenAIMediaOptions = {}): Fak
     }
     const granularities = parts.flatMap((part) => (part.name === 'timestamp_granularities[]' && 'value' in part ? [part.value] : []));
     return transcriptionAnswer(model, format, granularities);
+  }
+
+  async function translate(request: RecordedRequest): Promise<FakeResponse> {
+    if (!header(request, 'content-type').startsWith('multipart/form-data')) {
+      return error(400, 'Expected a multipart/form-data body.', null, 'invalid_content_type');
+    }
+    const parts = await readParts(request);
+    translations.push(parts);
+    const unknown = parts.find((part) => !TRANSLATION_FIELDS.includes(part.name));
+    if (unknown !== undefined) return error(400, `Unrecognized request argument supplied: ${unknown.name}`, unknown.name, 'unknown_parameter');
+    const file = parts.find((part) => part.name === 'file');
+    if (file === undefined || !('bytes' in file) || file.bytes.length === 0) {
+      return error(400, "Missing required parameter: 'file'.", 'file', 'missing_required_parameter');
+    }
+    const model = field(parts, 'model');
+    if (model === undefined) return error(400, "Missing required parameter: 'model'.", 'model', 'missing_required_parameter');
+    if (!FAKE_TRANSLATION_MODELS.includes(model)) {
+      return error(400, `Invalid model ${model}: translations are served by ${FAKE_TRANSLATION_MODELS.join(', ')} only.`, 'model', 'model_not_found');
+    }
+    const format = field(parts, 'response_format') ?? 'json';
+    if (!AUDIO_TEXT_FORMATS.includes(format)) return error(400, `Invalid response_format '${format}'.`, 'response_format', 'invalid_value');
+    const temperature = field(parts, 'temperature');
+    if (temperature !== undefined && !(Number(temperature) >= 0 && Number(temperature) <= 1)) {
+      return error(400, `Invalid temperature '${temperature}': a number from 0 to 1.`, 'temperature', 'invalid_value');
+    }
+    return translationAnswer(format);
   }
 
   async function createVideo(request: RecordedRequest): Promise<FakeResponse> {
@@ -267,11 +330,12 @@ export function createFakeOpenAIMedia(options: FakeOpenAIMediaOptions = {}): Fak
 
   const handler: FakeHandler = async (request) => {
     const url = new URL(request.path, 'http://fake.invalid');
-    const isMedia = url.pathname === '/v1/audio/transcriptions' || url.pathname.startsWith('/v1/videos');
+    const isMedia = url.pathname === '/v1/audio/transcriptions' || url.pathname === '/v1/audio/translations' || url.pathname.startsWith('/v1/videos');
     if (!isMedia) return undefined;
     if (!/^Bearer \S+/.test(header(request, 'authorization'))) return error(401, 'You must provide an API key.', null, 'invalid_api_key');
 
     if (url.pathname === '/v1/audio/transcriptions' && request.method === 'POST') return transcribe(request);
+    if (url.pathname === '/v1/audio/translations' && request.method === 'POST') return translate(request);
     if (url.pathname === '/v1/videos' && request.method === 'POST') return createVideo(request);
     const match = /^\/v1\/videos\/([^/]+)(\/content)?$/.exec(url.pathname);
     if (match && request.method === 'GET') {
@@ -292,12 +356,14 @@ export function createFakeOpenAIMedia(options: FakeOpenAIMediaOptions = {}): Fak
     },
     videos,
     transcriptions,
+    translations,
     failNextVideo(failure) {
       nextFailure = failure;
     },
     reset() {
       videos.clear();
       transcriptions.length = 0;
+      translations.length = 0;
       created = 0;
       polls = 0;
       nextFailure = undefined;

@@ -10,11 +10,20 @@ import { LocalBlobStore } from '../../storage/local-blob-store.js';
 import type { BlobRef, MediaContext } from '../../workers/vendors/types.js';
 import type { TranscriptionInput, VideoInput } from '../../shared/schemas/media-inputs.js';
 import { buildMp4 } from '../../workers/vendors/mock/mp4.js';
-import { transcribeMock } from '../../workers/vendors/mock/transcriptions.js';
+import { transcribeMock, translateMock } from '../../workers/vendors/mock/transcriptions.js';
 import { generateMockVideo } from '../../workers/vendors/mock/videos.js';
 import { openaiAdapter } from '../../workers/vendors/openai/index.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
-import { createFakeOpenAIMedia, FAKE_SRT, FAKE_TRANSCRIPT_TEXT, FAKE_VTT, fakeVideoBytes, type FakeOpenAIMedia } from '../support/fake-openai-media.js';
+import {
+  createFakeOpenAIMedia,
+  FAKE_SRT,
+  FAKE_TRANSCRIPT_TEXT,
+  FAKE_TRANSLATION_SRT,
+  FAKE_TRANSLATION_TEXT,
+  FAKE_VTT,
+  fakeVideoBytes,
+  type FakeOpenAIMedia,
+} from '../support/fake-openai-media.js';
 import { gatewayError } from '../support/assertions.js';
 import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
 
@@ -171,6 +180,30 @@ describe('openai transcriptions', () => {
   });
 });
 
+describe('openai translations', () => {
+  it('sends the upload and the translation\'s fields to /audio/translations, and hands the answer on as sent', async () => {
+    const file = await upload('rede.wav', 'audio/wav');
+    const result = await openaiAdapter.translate!({ file, prompt: 'A talk.', response_format: 'srt', temperature: 0.4 }, harness({ model: 'whisper-1' }).ctx);
+    assert.equal(fake.requests[0]!.path, '/v1/audio/translations');
+    assert.deepEqual(media.translations[0], [
+      { name: 'file', filename: 'rede.wav', type: 'audio/wav', bytes: AUDIO },
+      { name: 'model', value: 'whisper-1' },
+      { name: 'prompt', value: 'A talk.' },
+      { name: 'response_format', value: 'srt' },
+      { name: 'temperature', value: '0.4' },
+    ]);
+    assert.deepEqual(result, { body: FAKE_TRANSLATION_SRT, contentType: 'text/plain; charset=utf-8' });
+    const json = await openaiAdapter.translate!({ file, response_format: 'json' }, harness({ model: 'whisper-1' }).ctx);
+    assert.equal(json.body, JSON.stringify({ text: FAKE_TRANSLATION_TEXT }, null, 2));
+  });
+
+  it("maps the vendor's refusal the OpenAI way", async () => {
+    const file = await upload('rede.wav', 'audio/wav');
+    const refused = await gatewayError(openaiAdapter.translate!({ file, response_format: 'json' }, harness({ model: 'gpt-4o-transcribe' }).ctx));
+    assert.deepEqual([refused.status, refused.param, refused.retryable], [400, 'model', false]);
+  });
+});
+
 const videoInput = (extra: Partial<VideoInput> = {}): VideoInput => ({ prompt: 'A lighthouse at dusk', seconds: '8', size: '1280x720', ...extra });
 
 describe('openai videos', () => {
@@ -311,6 +344,32 @@ describe('mock transcriptions', () => {
     const error = await gatewayError(transcribeMock(transcription(marked), harness({ vendor: 'mock' }).ctx));
     assert.deepEqual([error.status, error.retryable], [503, true]);
     assert.equal((await gatewayError(run({ prompt: '[mock:error:400]' }))).status, 400);
+  });
+});
+
+describe('mock translations', () => {
+  const file: BlobRef = { key: 'uploads/x/file', contentType: 'audio/wav', size: 48_000, filename: 'rede.wav' };
+  const text = 'Mock translation into English of rede.wav (48000 bytes).';
+  const run = (extra: Partial<TranscriptionInput>) => translateMock(transcription(file, extra), harness({ model: 'whisper-1', vendor: 'mock' }).ctx);
+
+  it('answers json with the English text alone, as OpenAI writes a translation', async () => {
+    assert.deepEqual(JSON.parse((await run({})).body), { text });
+  });
+
+  it('answers verbose_json in English with segments and the duration, no words and no usage', async () => {
+    const verbose = JSON.parse((await run({ response_format: 'verbose_json' })).body);
+    assert.deepEqual([verbose.task, verbose.language, verbose.duration, verbose.text], ['translate', 'english', 3, text]);
+    assert.equal(verbose.segments.length, 2);
+    assert.equal(verbose.segments.at(-1).end, 3);
+    assert.equal(verbose.words, undefined);
+    assert.equal(verbose.usage, undefined);
+  });
+
+  it('answers text, srt and vtt in their own syntax, and heeds the markers', async () => {
+    assert.equal((await run({ response_format: 'text' })).body, `${text}\n`);
+    assert.match((await run({ response_format: 'srt' })).body, /^1\n00:00:00,000 --> 00:00:01,500\nMock translation into English\n\n2\n/);
+    assert.match((await run({ response_format: 'vtt' })).body, /^WEBVTT\n\n00:00:00\.000 --> 00:00:01\.500\nMock translation into English\n\n/);
+    assert.equal((await gatewayError(run({ prompt: '[mock:error:503]' }))).status, 503);
   });
 });
 

@@ -387,7 +387,7 @@ describe('mock answer events', () => {
   const completion: CompletionRequest = { model: 'mock-instruct', prompt: ['Once upon a time', 'Far away'], n: 2, echo: true, max_tokens: 50 };
 
   it('implements every capability in one adapter', () => {
-    const methods = ['chat', 'streamChat', 'complete', 'streamCompletion', 'embed', 'generateImages', 'editImages', 'transcribe', 'generateVideo'];
+    const methods = ['chat', 'streamChat', 'complete', 'streamCompletion', 'embed', 'generateImages', 'editImages', 'transcribe', 'translate', 'generateVideo'];
     for (const method of methods) assert.equal(typeof mockAdapter[method as keyof VendorAdapter], 'function', method);
   });
 

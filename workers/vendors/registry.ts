@@ -32,6 +32,7 @@ const capabilityNames: Record<keyof VendorAdapter, string> = {
   editImages: 'image edits',
   varyImages: 'image variations',
   transcribe: 'audio transcription',
+  translate: 'audio translation',
   generateVideo: 'video generation',
 };
 

@@ -7,7 +7,7 @@ import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
 import type { CompletionRequest } from '../../shared/schemas/completions.js';
 import type { EmbeddingRequest } from '../../shared/schemas/embeddings.js';
 import type { ImageGenerationRequest } from '../../shared/schemas/images.js';
-import type { ImageEditInput, ImageVariationInput, TranscriptionInput, VideoInput } from '../../shared/schemas/media-inputs.js';
+import type { ImageEditInput, ImageVariationInput, TranscriptionInput, TranslationInput, VideoInput } from '../../shared/schemas/media-inputs.js';
 import type { ServiceTier } from '../../shared/service-tier.js';
 import type { Channel } from '../../shared/vendors.js';
 import type { BlobStore } from '../../storage/blob-store.js';
@@ -91,7 +91,7 @@ export interface ImageResult {
 
 export type ImageGenerationInput = ImageGenerationRequest;
 
-/** The exact body the client gets, in the format it asked for. */
+/** The exact body the client gets, in the format it asked for (a transcript, or a translation into English). */
 export interface TranscriptionResult {
   body: string;
   contentType: string;
@@ -161,5 +161,7 @@ export interface VendorAdapter {
   editImages?(input: ImageEditInput, ctx: MediaContext): Promise<ImageResult>;
   varyImages?(input: ImageVariationInput, ctx: MediaContext): Promise<ImageResult>;
   transcribe?(input: TranscriptionInput, ctx: MediaContext): Promise<TranscriptionResult>;
+  /** Speech in any language written in English, in a transcript's forms. */
+  translate?(input: TranslationInput, ctx: MediaContext): Promise<TranscriptionResult>;
   generateVideo?(input: VideoInput, ctx: MediaContext): Promise<VideoResult>;
 }

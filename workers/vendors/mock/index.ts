@@ -1,6 +1,6 @@
 /**
  * The built-in offline vendor: deterministic answers for chat, legacy
- * completions, embeddings, images, transcriptions and videos, so a fresh
+ * completions, embeddings, images, transcriptions, translations and videos, so a fresh
  * checkout runs (and is tested) with no keys. Token counts are real
  * (o200k_base), so billing paths see real numbers.
  *
@@ -29,7 +29,7 @@ import { streamChatCompletion } from './chat-stream.js';
 import { createCompletion, streamCompletion } from './completions.js';
 import { createEmbeddings } from './embeddings.js';
 import { editMockImages, generateMockImages, varyMockImages } from './images.js';
-import { transcribeMock } from './transcriptions.js';
+import { transcribeMock, translateMock } from './transcriptions.js';
 import { generateMockVideo } from './videos.js';
 import { sleep } from '../sleep.js';
 
@@ -49,6 +49,7 @@ export const mockAdapter: VendorAdapter = {
   editImages: editMockImages,
   varyImages: varyMockImages,
   transcribe: transcribeMock,
+  translate: translateMock,
   generateVideo: generateMockVideo,
 };
 

@@ -1,7 +1,9 @@
 /**
- * The mock's transcriptions: a sentence made from the upload's name and size,
- * in every response format OpenAI offers, with timings spread over a length
- * guessed from the size. The same upload always gives the same bytes.
+ * The mock's transcriptions and translations: a sentence made from the
+ * upload's name and size, in every response format OpenAI offers, with
+ * timings spread over a length guessed from the size. The same upload always
+ * gives the same bytes. A translation is that sentence in English, written as
+ * OpenAI writes one: `task: "translate"`, no word timings, no usage.
  *
  * Markers in the file name or the prompt:
  *   [mock:error:<status>]  fail with that status before any work.
@@ -9,7 +11,7 @@
  */
 import { encodeText } from '../../../shared/tokens.js';
 import type { MediaContext, TranscriptionResult } from '../types.js';
-import type { TranscriptionInput } from '../../../shared/schemas/media-inputs.js';
+import type { TranscriptionInput, TranslationInput } from '../../../shared/schemas/media-inputs.js';
 import { readMockMarkers, throwIfErrorMarker } from './markers.js';
 import { sleep } from '../sleep.js';
 
@@ -47,7 +49,16 @@ const roundMs = (seconds: number) => Math.round(seconds * 1000) / 1000;
 
 /** The transcript of an upload: its text, and word and segment timings spread evenly over the guessed length. */
 export function planMockTranscript(filename: string, size: number): MockTranscript {
-  const text = `Mock transcription of ${filename} (${size} bytes).`;
+  return planMockSpeech(`Mock transcription of ${filename} (${size} bytes).`, size);
+}
+
+/** The English translation of an upload: what a transcript of it says, in English, with the same timings. */
+export function planMockTranslation(filename: string, size: number): MockTranscript {
+  return planMockSpeech(`Mock translation into English of ${filename} (${size} bytes).`, size);
+}
+
+/** A text heard over the length an upload of `size` bytes plays for, its words and segments timed evenly. */
+function planMockSpeech(text: string, size: number): MockTranscript {
   const duration = roundMs(Math.max(1, size / BYTES_PER_SECOND));
   const tokens = text.split(' ');
   const slot = duration / tokens.length;
@@ -96,11 +107,14 @@ function renderVtt(transcript: MockTranscript): string {
   return `WEBVTT\n\n${cues.join('')}`;
 }
 
-function renderVerboseJson(transcript: MockTranscript, input: TranscriptionInput): string {
+/** What OpenAI does with the audio: writes what was said, or writes it in English (no language, no words, no usage). */
+type Task = 'transcribe' | 'translate';
+
+function renderVerboseJson(transcript: MockTranscript, input: TranscriptionInput, task: Task): string {
   const granularities = input.timestamp_granularities?.length ? input.timestamp_granularities : ['segment'];
   const language = input.language ? (LANGUAGE_NAMES[input.language.toLowerCase()] ?? input.language) : 'english';
   return JSON.stringify({
-    task: 'transcribe',
+    task,
     language,
     duration: transcript.duration,
     text: transcript.text,
@@ -122,22 +136,25 @@ function renderVerboseJson(transcript: MockTranscript, input: TranscriptionInput
           })),
         }
       : {}),
-    usage: { type: 'duration', seconds: Math.ceil(transcript.duration) },
+    ...(task === 'transcribe' ? { usage: { type: 'duration', seconds: Math.ceil(transcript.duration) } } : {}),
   });
 }
 
 const PLAIN_TEXT = 'text/plain; charset=utf-8';
 
-/** Renders the transcript in the format asked for, as OpenAI's transcription endpoint would. */
-export function renderMockTranscript(transcript: MockTranscript, input: TranscriptionInput): TranscriptionResult {
+/** Renders the transcript in the format asked for, as OpenAI's transcription (or translation) endpoint would. */
+export function renderMockTranscript(transcript: MockTranscript, input: TranscriptionInput, task: Task = 'transcribe'): TranscriptionResult {
   switch (input.response_format) {
     case 'json':
       return {
-        body: JSON.stringify({ text: transcript.text, usage: { type: 'duration', seconds: Math.ceil(transcript.duration) } }),
+        body: JSON.stringify({
+          text: transcript.text,
+          ...(task === 'transcribe' ? { usage: { type: 'duration', seconds: Math.ceil(transcript.duration) } } : {}),
+        }),
         contentType: 'application/json',
       };
     case 'verbose_json':
-      return { body: renderVerboseJson(transcript, input), contentType: 'application/json' };
+      return { body: renderVerboseJson(transcript, input, task), contentType: 'application/json' };
     case 'text':
       return { body: `${transcript.text}\n`, contentType: PLAIN_TEXT };
     case 'srt':
@@ -148,10 +165,21 @@ export function renderMockTranscript(transcript: MockTranscript, input: Transcri
 }
 
 export async function transcribeMock(input: TranscriptionInput, ctx: MediaContext): Promise<TranscriptionResult> {
+  const filename = await heedMarkers(input, ctx);
+  return renderMockTranscript(planMockTranscript(filename, input.file.size), input);
+}
+
+export async function translateMock(input: TranslationInput, ctx: MediaContext): Promise<TranscriptionResult> {
+  const filename = await heedMarkers(input, ctx);
+  return renderMockTranscript(planMockTranslation(filename, input.file.size), input, 'translate');
+}
+
+/** The upload's name, once the markers in it and in the prompt were obeyed (a failure, a delay). */
+async function heedMarkers(input: TranslationInput, ctx: MediaContext): Promise<string> {
   ctx.signal.throwIfAborted();
   const filename = input.file.filename ?? 'audio';
   const markers = readMockMarkers([filename, input.prompt ?? '']);
   throwIfErrorMarker(markers);
   if (markers.slowMs !== undefined) await sleep(markers.slowMs, ctx.signal);
-  return renderMockTranscript(planMockTranscript(filename, input.file.size), input);
+  return filename;
 }

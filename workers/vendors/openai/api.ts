@@ -12,6 +12,7 @@ export const openaiApi = {
     imageEdits: '/images/edits',
     imageVariations: '/images/variations',
     transcriptions: '/audio/transcriptions',
+    translations: '/audio/translations',
     videos: '/videos',
     video: (id: string) => `/videos/${encodeURIComponent(id)}`,
     videoContent: (id: string, variant: 'video' | 'thumbnail') =>

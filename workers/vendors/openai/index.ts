@@ -4,7 +4,7 @@ import { buildOpenAIBody, buildOpenAIEmbeddingBody, buildOpenAIStreamBody } from
 import { createOpenAIAnswer, createOpenAIEmbeddings } from './create-openai-result.js';
 import { editOpenAIImages, generateOpenAIImages, varyOpenAIImages } from './images.js';
 import { streamOpenAIEvents } from './stream-openai-events.js';
-import { transcribeWithOpenAI } from './transcriptions.js';
+import { transcribeWithOpenAI, translateWithOpenAI } from './transcriptions.js';
 import { generateVideoWithOpenAI } from './videos.js';
 
 export { mapOpenAIError, scrubSecrets } from './map-openai-error.js';
@@ -26,5 +26,6 @@ export const openaiAdapter: VendorAdapter = {
   editImages: editOpenAIImages,
   varyImages: varyOpenAIImages,
   transcribe: transcribeWithOpenAI,
+  translate: translateWithOpenAI,
   generateVideo: generateVideoWithOpenAI,
 };

@@ -2,24 +2,22 @@ import { Blob } from 'node:buffer';
 import { FormData } from 'undici';
 import { invalidRequest } from '../../../shared/errors.js';
 import type { BlobRef, MediaContext, TranscriptionResult } from '../types.js';
-import type { TranscriptionInput } from '../../../shared/schemas/media-inputs.js';
+import type { AudioTextFormat, TranscriptionInput, TranslationInput } from '../../../shared/schemas/media-inputs.js';
 import { parseJsonObject, postVendor, readBodyText, vendorRequest, type VendorResponse } from '../http.js';
 import { openaiApi } from './api.js';
 import { mapOpenAIError } from './map-openai-error.js';
 
-type TranscriptionFormat = TranscriptionInput['response_format'];
-
-const ALL_FORMATS: readonly TranscriptionFormat[] = ['json', 'text', 'srt', 'verbose_json', 'vtt'];
+const ALL_FORMATS: readonly AudioTextFormat[] = ['json', 'text', 'srt', 'verbose_json', 'vtt'];
 // OpenAI documents `json` only for the gpt-4o transcribe family, but it answers `text` too
 // (its own speech-to-text guide uses it); subtitles and verbose_json it refuses.
-const GPT_TRANSCRIBE_FORMATS: readonly TranscriptionFormat[] = ['json', 'text'];
+const GPT_TRANSCRIBE_FORMATS: readonly AudioTextFormat[] = ['json', 'text'];
 
 /** The response formats an upstream transcription model accepts. */
-export function allowedTranscriptionFormats(upstreamModel: string): readonly TranscriptionFormat[] {
+export function allowedTranscriptionFormats(upstreamModel: string): readonly AudioTextFormat[] {
   return /^gpt-.*transcribe/.test(upstreamModel) ? GPT_TRANSCRIBE_FORMATS : ALL_FORMATS;
 }
 
-const FALLBACK_CONTENT_TYPES: Record<TranscriptionFormat, string> = {
+const FALLBACK_CONTENT_TYPES: Record<AudioTextFormat, string> = {
   json: 'application/json',
   verbose_json: 'application/json',
   text: 'text/plain; charset=utf-8',
@@ -61,7 +59,8 @@ export async function readUploadPart(file: BlobRef, ctx: MediaContext): Promise<
   return new Blob([bytes], { type: file.contentType });
 }
 
-function buildTranscriptionForm(input: TranscriptionInput, audio: Blob, ctx: MediaContext): FormData {
+/** The multipart body of a transcription or a translation (which has no language and no timings: none is sent). */
+function buildAudioTextForm(input: TranscriptionInput, audio: Blob, ctx: MediaContext): FormData {
   const form = new FormData();
   form.append('file', audio, uploadFilename(input.file, 'audio'));
   form.append('model', ctx.upstreamModel);
@@ -95,8 +94,21 @@ export async function transcribeWithOpenAI(input: TranscriptionInput, ctx: Media
     );
   }
 
-  const form = buildTranscriptionForm(input, await readUploadPart(input.file, ctx), ctx);
-  const response = await postVendor(ctx, vendorRequest(openaiApi, ctx, openaiApi.paths.transcriptions, form), mapOpenAIError);
+  return sendAudioText(openaiApi.paths.transcriptions, input, ctx);
+}
+
+/**
+ * `POST /audio/translations`: the audio written in English, handed on as a transcript is. Which models translate is
+ * the catalog's to say (`supports_translation`, checked before the job is queued); each takes every format.
+ */
+export function translateWithOpenAI(input: TranslationInput, ctx: MediaContext): Promise<TranscriptionResult> {
+  return sendAudioText(openaiApi.paths.translations, input, ctx);
+}
+
+/** Sends the upload and its fields to a speech-to-text path; its answer is handed on with the vendor's content type. */
+async function sendAudioText(path: string, input: TranscriptionInput, ctx: MediaContext): Promise<TranscriptionResult> {
+  const form = buildAudioTextForm(input, await readUploadPart(input.file, ctx), ctx);
+  const response = await postVendor(ctx, vendorRequest(openaiApi, ctx, path, form), mapOpenAIError);
 
   const body = await readBodyText(response, ctx);
   // Checked, not rewritten: a proxy's HTML page behind a 200 must not reach the client as its transcript.
