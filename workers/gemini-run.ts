@@ -37,7 +37,6 @@ export async function runGemini(run: StreamedJob<GeminiJob>): Promise<string | u
     model: job.model,
     inputTokens: job.inputTokens,
     ...(form ? { form } : {}),
-    // `Pick` of an index signature makes `tools` required in the helper's type: passed as the one field it reads.
     toolNames: geminiToolNamesBack(job.gemini),
     keep,
     log: ctx.log,
