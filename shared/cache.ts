@@ -59,6 +59,8 @@ export const cachedEndpoints: ReadonlySet<Endpoint> = new Set([
   'images.variations',
   'audio.transcriptions',
   'audio.translations',
+  // Speech: the same text, voice, format, speed and instructions give the same audio (voice menus, read-aloud pages).
+  'audio.speech',
   'gemini.generate',
   'gemini.embed',
   'gemini.batch_embed',
@@ -362,6 +364,9 @@ export function streamForm(request: EndpointRequest, stream: boolean): string | 
   if (!stream) return undefined;
   // Google's two forms carry the same chunks in different framings: a stream follows only one of its own form.
   if (request.endpoint === 'gemini.generate') return `gemini-${request.payload.form ?? 'array'}`;
+  // Speech's events are followed as any; its audio bytes are not (a follower could not read the log's base64 as
+  // audio): an identical request waits for the answer to be stored, and is answered from it.
+  if (request.endpoint === 'audio.speech') return request.payload.stream_format === 'sse' ? 'events' : undefined;
   if (request.endpoint !== 'chat.completions' && request.endpoint !== 'completions') return 'events';
   const usage = (request.payload as { stream_options?: { include_usage?: boolean | null } | null }).stream_options?.include_usage === true;
   return usage ? 'chunks+usage' : 'chunks';

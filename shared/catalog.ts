@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import builtIn from './catalog.json' with { type: 'json' };
 
-export const capabilitySchema = z.enum(['chat', 'reasoning', 'completion', 'embedding', 'image', 'video', 'transcription']);
+export const capabilitySchema = z.enum(['chat', 'reasoning', 'completion', 'embedding', 'image', 'video', 'transcription', 'speech']);
 export type Capability = z.infer<typeof capabilitySchema>;
 
 export const routeSchema = z.object({
@@ -24,6 +24,11 @@ export const pricingSchema = z.looseObject({
   per_second: z.number().min(0).optional(),
   /** USD per minute of transcribed audio. */
   per_minute: z.number().min(0).optional(),
+  /** USD per 1M characters of speech input (`tts-1`, `tts-1-hd`). */
+  per_1m_characters: z.number().min(0).optional(),
+  /** USD per 1M audio tokens in and out (speech models). */
+  audio_input_per_1m: z.number().min(0).optional(),
+  audio_output_per_1m: z.number().min(0).optional(),
 });
 
 export const catalogModelSchema = z.looseObject({

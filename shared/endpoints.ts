@@ -17,6 +17,7 @@ import {
   type VideoInput,
 } from './schemas/media-inputs.js';
 import { responsesRequestSchema } from './schemas/responses.js';
+import { speechRequestSchema, type SpeechJob } from './schemas/speech.js';
 import { countTokensRequestSchema, messagesRequestSchema } from './schemas/messages.js';
 import type { ResponsesJob } from './responses.js';
 import type { MessagesJob } from './messages.js';
@@ -304,6 +305,24 @@ export const endpoints = {
     deadlineMs: queueDeadline('audio'),
     keep: heldAnswer,
   },
+  /**
+   * Text spoken, on the audio queue: its bytes relayed as the vendor sends them (the audio itself, or OpenAI's
+   * `speech.audio.*` events); kept in the blob store for an async job.
+   */
+  'audio.speech': {
+    method: 'POST',
+    path: '/v1/audio/speech',
+    queue: 'audio',
+    capabilities: ['speech'],
+    body: 'json',
+    schema: speechRequestSchema,
+    streams: true,
+    uploads: false,
+    asyncOnly: false,
+    pipeline: 'media',
+    deadlineMs: queueDeadline('audio'),
+    keep: heldAnswer,
+  },
   videos: {
     method: 'POST',
     path: '/v1/videos',
@@ -347,6 +366,7 @@ export interface EndpointPayloads {
   'images.variations': ImageVariationInput;
   'audio.transcriptions': TranscriptionInput;
   'audio.translations': TranslationInput;
+  'audio.speech': SpeechJob;
   videos: VideoInput;
 }
 

@@ -13,6 +13,7 @@ import { callText, runTextStream } from './text-pipeline.js';
 import { countMessageTokens, runMessages } from './messages-run.js';
 import { countGeminiTokens, embedGemini, runGemini } from './gemini-run.js';
 import type { StreamedJob } from './answers/stream-run.js';
+import { runSpeech } from './speech-run.js';
 import type { CallContext } from './vendors/types.js';
 
 /** What a pipeline gets from the job run, once its vendor slot is held. */
@@ -137,11 +138,15 @@ export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Pr
     }
   },
 
-  /** Images, audio and video: held for a plain request, kept as the job's result for an async one. */
+  /** Images, audio and video: held for a plain request, kept as the job's result for an async one; speech streamed as it comes. */
   async media(run) {
     const { job, media } = run;
     const data = job.data;
     const jobId = jobIdOf(data);
+    if (run.request.endpoint === 'audio.speech') {
+      if (data.async) await publishJobEvent(media.redis, jobId, { type: 'progress', status: 'in_progress', progress: 0 });
+      return runSpeech({ ...run, data }, run.request.payload);
+    }
     // A video's id is its job's: the answer's id, as the request log keeps it.
     if (run.request.endpoint === 'videos') run.produced.answerId = jobId;
     if (data.async) await publishJobEvent(media.redis, jobId, { type: 'progress', status: 'in_progress', progress: 0 });

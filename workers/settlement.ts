@@ -30,6 +30,8 @@ export class Meter {
   images = 0;
   audioSeconds = 0;
   videoSeconds = 0;
+  /** Characters of text spoken (speech billed by the character): set once the vendor began to speak them. */
+  characters = 0;
   readonly started = Date.now();
   /** For the request log: the answer's own id and its first choice's finish reason, once seen. */
   answerId: string | undefined;
@@ -89,6 +91,16 @@ export async function meter(request: EndpointRequest | undefined, produced: Mete
   // A variation is billed as a generation of its size (dall-e-2 prices images by size alone).
   if (request.endpoint === 'images.variations' && request.payload.size) metered.imageSize = request.payload.size;
   if (request.endpoint === 'videos') metered.videoSize = request.payload.size;
+  if (request.endpoint === 'audio.speech') {
+    // Speech is billed by its characters (tts-1), or by its text and audio tokens: every output token is audio.
+    metered.characters = produced.characters;
+    if (produced.usage) {
+      metered.inputTokens = produced.usage.prompt_tokens;
+      metered.outputTokens = produced.usage.completion_tokens;
+      metered.audioOutputTokens = produced.usage.completion_tokens;
+    }
+    return metered;
+  }
   if (produced.usage) {
     metered.inputTokens = produced.usage.prompt_tokens;
     metered.cachedTokens = promptDetail(produced.usage, 'cached_tokens');

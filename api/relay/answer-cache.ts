@@ -324,7 +324,8 @@ export class AnswerCache {
       ctx.status = 200;
       // A transcription's text forms (`response_format` is in the hash, so the entry is of the form asked).
       ctx.type = options.contentType ?? 'application/json';
-      ctx.body = echo.body(entry.body);
+      // Speech's audio is kept as its bytes in base64 (an entry is text), and answered as those bytes.
+      ctx.body = request.endpoint === 'audio.speech' ? Buffer.from(entry.body, 'base64') : echo.body(entry.body);
     }
     if (options.result === 'coalesced') await this.settle(ctx, request, price, options, echo.tier);
   }

@@ -1,6 +1,7 @@
 import type { Queue } from 'bullmq';
 import type { GatewayContext } from '../http/context.js';
 import { traceRelay } from '../http/request-tracing.js';
+import { AudioReply } from './audio-reply.js';
 import { BodyReply } from './body-reply.js';
 import type { HeldReplyDeps } from './held-reply.js';
 import type { ExpectedReply } from './reply-hub.js';
@@ -33,7 +34,11 @@ export interface HoldOptions {
  */
 export async function hold(ctx: GatewayContext, deps: HeldReplyDeps, expected: ExpectedReply, queue: Queue, options: HoldOptions): Promise<void> {
   const { log } = ctx.state;
-  const reply = options.stream ? new StreamReply(ctx, deps, expected, queue, log, options.notes, options.dialect) : new BodyReply(ctx, deps, expected, queue, log, options.contentType);
+  const reply = !options.stream
+    ? new BodyReply(ctx, deps, expected, queue, log, options.contentType)
+    : options.dialect === 'audio'
+      ? new AudioReply(ctx, deps, expected, queue, log, options.notes, options.contentType ?? 'application/octet-stream')
+      : new StreamReply(ctx, deps, expected, queue, log, options.notes, options.dialect);
   reply.resumeGraceMs = options.resumeGraceMs;
   reply.followed = options.followed === true;
   if (ctx.state.trace) traceRelay(ctx.state.trace, reply);

@@ -14,10 +14,15 @@ import { googleErrorBody } from '../http/envelope.js';
  * `event:` (Gemini CLI's reader matches `data:` at the start of what it has; the Python SDK parses every other
  * line as JSON): a Google stream keeps alive with a line break, which SSE reads as an empty event and JSON as
  * whitespace between elements.
+ *
+ * Speech's audio form (`audio`) is no event stream at all: the audio's own bytes, chunked as they come, under the
+ * format's content type (`api/relay/audio-reply.ts` writes them; the worker sends them base64 on the text reply
+ * channel). Nothing can keep it alive (any byte would be audio) and nothing can end it with an error: a failure
+ * once its bytes began cuts the response short, so the client never takes truncated audio for whole.
  */
 
-/** A stream's dialect: OpenAI's, Anthropic's (the Messages API), or Google's in its SSE or array form. */
-export type StreamDialect = 'openai' | 'anthropic' | 'google-sse' | 'google-array';
+/** A stream's dialect: OpenAI's, Anthropic's (the Messages API), Google's in its SSE or array form, or speech's audio. */
+export type StreamDialect = 'openai' | 'anthropic' | 'google-sse' | 'google-array' | 'audio';
 
 /** Google's keep-alive: a blank line (see above). */
 const googleKeepAlive = '\n';
@@ -28,9 +33,14 @@ const googleArray: StreamFraming = { contentType: 'application/json; charset=utf
 const anthropicPing = sseJson({ type: 'ping' }, 'ping');
 const anthropicFraming: StreamFraming = { ...sseFraming, keepAlive: anthropicPing };
 
+/** Speech's audio: labelled by its format where it is written (the content type here is only a fallback), never kept alive. */
+const audioFraming: StreamFraming = { contentType: 'application/octet-stream', keepAlive: '' };
+
 /** How a stream of this dialect is labelled and kept alive. */
 export function framingOf(dialect: StreamDialect): StreamFraming {
   switch (dialect) {
+    case 'audio':
+      return audioFraming;
     case 'google-sse':
       return googleSse;
     case 'google-array':
@@ -49,6 +59,9 @@ export function framingOf(dialect: StreamDialect): StreamFraming {
  */
 export function lateErrorFrame(dialect: StreamDialect, error: GatewayError, requestId: string, wroteChunk: boolean): string {
   switch (dialect) {
+    // Audio has no error frame: its response is cut short instead (see above).
+    case 'audio':
+      return '';
     case 'anthropic':
       return sseJson(anthropicErrorBody(error.status, error.message, requestId), 'error');
     case 'google-sse':

@@ -42,7 +42,8 @@ export function jobData<E extends Endpoint>(name: E, accepted: Accepted<E>, orig
     deadline,
     ...(origin.accountId ? { accountId: origin.accountId } : {}),
     // Stored images are linked from the answer: X-Forwarded-Proto/Host count only with TRUST_PROXY; PUBLIC_BASE_URL overrides both.
-    ...(name.startsWith('images.') ? { baseUrl: config.publicBaseUrl ?? origin.baseUrl } : {}),
+    // An async speech job's audio is linked the same way.
+    ...(name.startsWith('images.') || name === 'audio.speech' ? { baseUrl: config.publicBaseUrl ?? origin.baseUrl } : {}),
     ...(origin.trace ? { trace: origin.trace } : {}),
     ...(mode === 'async' ? { async: true } : {}),
     ...(mode === 'background' ? { background: true } : {}),

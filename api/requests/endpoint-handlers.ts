@@ -25,6 +25,8 @@ import { requirePath, toCountTokensJob, toGeminiJob, type GeminiPathFields } fro
 import { toEmbedJob } from '../gemini/translate-embeddings.js';
 import type { ModelResolver } from './model-resolver.js';
 import type { AudioTextFormat } from '../../shared/schemas/media-inputs.js';
+import type { StreamDialect } from '../relay/stream-dialects.js';
+import { checkSpeechRequest } from './speech-rules.js';
 
 /** What a handler is given: the fields its row's schema validated, the model they name, and the stored uploads. */
 export interface HandlerInput<E extends Endpoint> {
@@ -55,6 +57,8 @@ export interface Accepted<E extends Endpoint> {
   detached?: boolean;
   /** The band it is served in (chat and Responses requests name it with `service_tier`). */
   serviceTier?: ServiceTier;
+  /** The form its stream is written in, when not its row's dialect (speech's audio bytes). */
+  dialect?: StreamDialect;
 }
 
 export interface HandlerDeps {
@@ -300,6 +304,12 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
       checkTranslatable(model, scope.models);
       // Always to English: a translation takes no language, and its text has no word timings to ask for.
       return audioTextJob(fields, files);
+    },
+  },
+
+  'audio.speech': {
+    accept({ fields, model, header }) {
+      return checkSpeechRequest(fields, model, header('prefer'));
     },
   },
 

@@ -159,7 +159,7 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
   const dropUploads = () => (form ? void Promise.allSettled(form.files.map((file) => deps.blobs.delete(file.ref.key))) : undefined);
   // What a stored answer echoes of the request it serves is this request's (api/relay/cache-echo.ts).
   // The dialect of its stream: the path's (Google's two forms), else the row's.
-  const dialect: StreamDialect = path?.dialect ?? (speaksAnthropic(row.path) ? 'anthropic' : 'openai');
+  const dialect: StreamDialect = accepted.dialect ?? path?.dialect ?? (speaksAnthropic(row.path) ? 'anthropic' : 'openai');
   const served = { access, keyId, modelId: model.id, dialect, ...(accepted.contentType ? { contentType: accepted.contentType } : {}), echo: { job, model, config: deps.config } };
   if (cache) {
     cache.job.hash = cache.hash;

@@ -100,7 +100,10 @@ export function watchRequest(ctx: Context & { state: RequestLogState & { request
     const now = performance.now();
     const finished = res.writableFinished;
     const failed = res.statusCode >= 400 || (n.errorCode !== undefined && n.errorCode !== null);
-    const left = !finished && !(shape.resumable && n.enqueued);
+    // A response the gateway cut short itself after a failure it noted (speech's audio, which no byte can end with an
+    // error) failed: the client did not leave.
+    const cut = n.enqueued && n.errorCode !== undefined && n.errorCode !== null;
+    const left = !finished && !(shape.resumable && n.enqueued) && !cut;
     const status: RequestStatus = left ? 'cancelled' : failed ? (n.enqueued ? 'failed' : 'refused') : 'completed';
     const streamed = shape.stream;
     const event: RequestLogEvent = {

@@ -4,6 +4,7 @@ import type { Catalog, CatalogModel } from '../catalog.js';
 import type { Config } from '../config.js';
 import type { EndpointRequest } from '../endpoints.js';
 import { ratioText, servingTier, serviceTiers, unitPrices, type ServiceTier, type ServiceTierPrices } from '../service-tier.js';
+import { mostSpeechSeconds, speechCharacters, speechFacts } from '../schemas/speech.js';
 
 /*
  * Exact billing in integer micro-dollars (1 USD = 1,000,000 micros): a sum
@@ -47,6 +48,8 @@ export const priceSchema = z.strictObject({
   per_second_by_size: z.record(z.string().min(1), usd).optional(),
   /** USD per minute of transcribed audio. */
   per_minute: usd.optional(),
+  /** USD per 1M characters of text spoken (OpenAI's tts-1 and tts-1-hd). */
+  per_1m_characters: usd.optional(),
 });
 export type Pricing = z.infer<typeof priceSchema>;
 
@@ -73,6 +76,8 @@ export interface Metered {
   audioInputTokens?: number;
   /** Audio output tokens: part of `outputTokens`, billed at `audio_output_per_1m`. */
   audioOutputTokens?: number;
+  /** Characters of text spoken, billed at `per_1m_characters`. */
+  characters?: number;
 }
 
 /** Micros per 1M tokens; an absent price already resolved to the one a vendor falls back on. */
@@ -93,6 +98,7 @@ interface Compiled {
   perSecond: number | undefined;
   perSecondBySize: Map<string, number>;
   perMinute: number | undefined;
+  perMillionCharacters: number | undefined;
 }
 
 /** A reservation in micros, and the tokens it counts against a tokens-per-minute limit. */
@@ -199,6 +205,7 @@ function compile(pricing: Pricing): Compiled {
     perSecond: single(pricing.per_second),
     perSecondBySize: table(pricing.per_second_by_size),
     perMinute: single(pricing.per_minute),
+    perMillionCharacters: single(pricing.per_1m_characters),
   };
 }
 
@@ -370,6 +377,7 @@ export class PriceList {
     const images = whole('images', metered.images);
     const audioSeconds = whole('audioSeconds', metered.audioSeconds);
     const videoSeconds = whole('videoSeconds', metered.videoSeconds);
+    const characters = whole('characters', metered.characters);
     const tokenCost =
       tokens(input - cached - cacheWrite - audioIn, rates.input) +
       tokens(cached, rates.cached) +
@@ -381,7 +389,8 @@ export class PriceList {
       this.tiered(tokenCost, tier) +
       (images === 0 ? 0 : images * imageMicros(price.perImage, 'cheapest', metered.imageSize ?? this.models.get(modelId)?.default_size, metered.imageQuality)) +
       (audioSeconds === 0 ? 0 : mulCeilDiv(audioSeconds, price.perMinute ?? 0, 60)) +
-      (videoSeconds === 0 ? 0 : videoSeconds * videoMicros(price, 'cheapest', metered.videoSize));
+      (videoSeconds === 0 ? 0 : videoSeconds * videoMicros(price, 'cheapest', metered.videoSize)) +
+      (characters === 0 ? 0 : mulCeilDiv(characters, price.perMillionCharacters ?? 0, 1_000_000));
     return this.marked(cost);
   }
 
@@ -402,6 +411,9 @@ export class PriceList {
    *   until decoded); a model without `per_minute` reserves its token prices
    *   (prompt plus `max_output_tokens`), which cannot include audio tokens.
    * - videos: `seconds` at the per-second price of the size.
+   * - speech: the input's characters at `per_1m_characters` (exact: what is billed), plus, for a model billed by
+   *   the token, the prompt (input and instructions, counted) and the most audio tokens the text can yield: its
+   *   longest speaking (`mostSpeechSeconds`, at the speed asked) times the model's audio tokens a second.
    * Chat and Responses requests are priced at the dearest tier they may be
    * billed at (`tiersBilledFor` the band they name, read as `servingTier`
    * reads it for the job): a flex request at the default price (it is billed
@@ -461,6 +473,15 @@ export class PriceList {
       case 'audio.translations': {
         if (price.perMinute === undefined) return { ...generating(upTo(undefined)), tokens: prompt };
         return only(mulCeilDiv(whole('maxAudioSeconds', maxAudioSeconds), price.perMinute, 60));
+      }
+      case 'audio.speech': {
+        const { payload } = request;
+        const characters = speechCharacters(payload.input);
+        const perSecond = model ? speechFacts(model).audioTokensPerSecond : 0;
+        const audioTokens = Math.ceil(mostSpeechSeconds(characters, payload.speed) * perSecond);
+        const characterCost = mulCeilDiv(characters, price.perMillionCharacters ?? 0, 1_000_000);
+        const tokenCost = audioTokens === 0 && rates.input === 0 ? 0 : promptCost + mulCeilDiv(audioTokens, rates.audioOutput, TOKENS_PER_PRICE);
+        return { micros: this.marked(characterCost + tokenCost), tokens: prompt + audioTokens };
       }
       case 'videos': {
         const { payload } = request;

@@ -286,6 +286,13 @@ describe('the request log', () => {
         return sent(response, null);
       },
     },
+    'audio.speech': {
+      plain: async (client, _key, headers) => {
+        const { data, response } = await client.audio.speech.create({ model: 'mock-speech', input: 'one row', voice: 'alloy' }, { headers }).withResponse();
+        assert.ok((await data.arrayBuffer()).byteLength > 0, 'audio');
+        return sent(response, null);
+      },
+    },
     responses: {
       plain: async (client, _key, headers) => {
         const { data, response } = await client.responses.create({ model, input: 'one row', max_output_tokens: 16 }, { headers }).withResponse();

@@ -254,6 +254,8 @@ describe('models listed with the seed vendors configured', () => {
         return typeof p?.per_second === 'number';
       case 'transcription':
         return typeof p?.per_minute === 'number';
+      case 'speech':
+        return typeof p?.per_1m_characters === 'number' || (typeof p?.input_per_1m === 'number' && typeof p.audio_output_per_1m === 'number');
     }
   };
 

@@ -48,7 +48,8 @@ export async function postVendor(
   ctx: CallContext,
   { url, headers, body }: VendorRequest,
   mapError: VendorErrorMapper,
-  accept: 'application/json' | 'text/event-stream' = 'application/json',
+  /** What the answer is: JSON, an event stream, or bytes of a media type (speech's audio). */
+  accept: 'application/json' | 'text/event-stream' | `audio/${string}` = 'application/json',
 ): Promise<VendorResponse> {
   ctx.signal.throwIfAborted();
   const sent = { ...headers, ...(typeof body === 'string' ? { 'content-type': 'application/json' } : {}), accept };

@@ -34,6 +34,7 @@ const capabilityNames: Record<keyof VendorAdapter, string> = {
   transcribe: 'audio transcription',
   translate: 'audio translation',
   generateVideo: 'video generation',
+  speak: 'speech',
 };
 
 /**

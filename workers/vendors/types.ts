@@ -14,6 +14,7 @@ import type { BlobStore } from '../../storage/blob-store.js';
 import type { Answer, AnswerEvent, EmbeddingsAnswer } from '../answers/events.js';
 import type { MessagesJob } from '../../shared/messages.js';
 import type { GeminiEmbedJob, GeminiJob } from '../../shared/gemini.js';
+import type { SpeechJob } from '../../shared/schemas/speech.js';
 
 
 export type { Answer, AnswerChoice, AnswerEvent, EmbeddingsAnswer, FinishReason, Usage } from '../answers/events.js';
@@ -102,6 +103,16 @@ export interface VideoResult {
   thumbnail?: BlobRef;
 }
 
+/**
+ * What a speech call yields, one array per upstream read: audio bytes in the asked format as they come (written
+ * by the gateway where the vendor speaks another, `workers/audio/`), and, once, what the speech used: the vendor's
+ * own token counts when it reports them, and the audio's length when it is known.
+ */
+export type SpeechEvent =
+  | { type: 'audio'; bytes: Buffer }
+  | { type: 'usage'; inputTokens: number; outputTokens: number }
+  | { type: 'duration'; seconds: number };
+
 /** One event of a vendor's own Messages stream: as written (`data`, its JSON text), and what it means as answer events. */
 export interface NativeEvent {
   name: string;
@@ -164,4 +175,10 @@ export interface VendorAdapter {
   /** Speech in any language written in English, in a transcript's forms. */
   translate?(input: TranslationInput, ctx: MediaContext): Promise<TranscriptionResult>;
   generateVideo?(input: VideoInput, ctx: MediaContext): Promise<VideoResult>;
+  /**
+   * Text spoken (`/v1/audio/speech`): the audio as the vendor sends it. The request goes out, and a refusal
+   * throws, on the first `next()`, before any audio is yielded.
+   */
+  speak?(input: SpeechJob, ctx: CallContext): AsyncIterable<SpeechEvent[]>;
 }
+

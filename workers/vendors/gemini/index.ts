@@ -5,6 +5,7 @@ import { streamGeminiChatCompletion } from './gemini-stream.js';
 import { generateGeminiImages } from './images.js';
 import { embedNativeGemini } from './native-gemini-embeddings.js';
 import { countNativeGeminiTokens, streamNativeGemini } from './native-gemini.js';
+import { speakWithGemini } from './speech.js';
 
 export { buildGeminiRequest } from './build-gemini-request.js';
 export { convertJsonSchema } from './convert-json-schema.js';
@@ -31,4 +32,5 @@ export const geminiAdapter: VendorAdapter = {
   embedGemini: embedNativeGemini,
   embed: createGeminiEmbeddings,
   generateImages: generateGeminiImages,
+  speak: speakWithGemini,
 };

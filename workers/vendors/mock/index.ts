@@ -1,6 +1,6 @@
 /**
  * The built-in offline vendor: deterministic answers for chat, legacy
- * completions, embeddings, images, transcriptions, translations and videos, so a fresh
+ * completions, embeddings, images, transcriptions, translations, speech and videos, so a fresh
  * checkout runs (and is tested) with no keys. Token counts are real
  * (o200k_base), so billing paths see real numbers.
  *
@@ -31,6 +31,7 @@ import { createEmbeddings } from './embeddings.js';
 import { editMockImages, generateMockImages, varyMockImages } from './images.js';
 import { transcribeMock, translateMock } from './transcriptions.js';
 import { generateMockVideo } from './videos.js';
+import { speakMock } from './speech.js';
 import { sleep } from '../sleep.js';
 
 async function createChatCompletion(request: ChatCompletionRequest, ctx: CallContext): Promise<Answer> {
@@ -51,6 +52,7 @@ export const mockAdapter: VendorAdapter = {
   transcribe: transcribeMock,
   translate: translateMock,
   generateVideo: generateMockVideo,
+  speak: speakMock,
 };
 
 export { MOCK_EMBEDDING_DIMENSIONS } from './embeddings.js';

@@ -13,6 +13,7 @@ export const openaiApi = {
     imageVariations: '/images/variations',
     transcriptions: '/audio/transcriptions',
     translations: '/audio/translations',
+    speech: '/audio/speech',
     videos: '/videos',
     video: (id: string) => `/videos/${encodeURIComponent(id)}`,
     videoContent: (id: string, variant: 'video' | 'thumbnail') =>

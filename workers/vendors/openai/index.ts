@@ -6,6 +6,7 @@ import { editOpenAIImages, generateOpenAIImages, varyOpenAIImages } from './imag
 import { streamOpenAIEvents } from './stream-openai-events.js';
 import { transcribeWithOpenAI, translateWithOpenAI } from './transcriptions.js';
 import { generateVideoWithOpenAI } from './videos.js';
+import { speakWithOpenAI } from './speech.js';
 
 export { mapOpenAIError, scrubSecrets } from './map-openai-error.js';
 
@@ -28,4 +29,5 @@ export const openaiAdapter: VendorAdapter = {
   transcribe: transcribeWithOpenAI,
   translate: translateWithOpenAI,
   generateVideo: generateVideoWithOpenAI,
+  speak: speakWithOpenAI,
 };
