@@ -39,6 +39,7 @@ import { responseRoutes } from './responses/routes.js';
 import { EventLogs } from './relay/event-log.js';
 import { AnswerCache } from './relay/answer-cache.js';
 import { JobEvents } from './jobs/events.js';
+import { RealtimeGateway } from './realtime/upgrade.js';
 import { LoopStallMonitor } from './http/loop-stall.js';
 import { createNodeServer } from './http/node-server.js';
 import { probeRoutes, recordProbe, refuseWhileDraining } from './http/readiness.js';
@@ -224,6 +225,9 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
 
   const server = createNodeServer(config.clientTimeouts, app.callback());
   jobEvents.attach(server);
+  // `GET /v1/realtime` (api/realtime/): its upgrades taken before the job events' listener sees them.
+  const realtime = new RealtimeGateway({ config, redis, subscriber, queues, backpressure, keys: keyCache, catalog, servingVendors, models, prices, replyTo: hub.channel, log });
+  realtime.attach(server);
 
   return {
     server,
@@ -240,7 +244,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
       return hub.size;
     },
     shutdown: (until = Date.now() + config.shutdownGraceMs) =>
-      shutdownApi({ log, server, hub, jobEvents, logs, loopStalls, backpressure, queues, redis, subscriber, closeRecord, drain: () => ((draining = true), batchSweeps.stop()) }, until),
+      shutdownApi({ log, server, hub, jobEvents, logs, loopStalls, backpressure, queues, redis, subscriber, closeRecord, drain: () => ((draining = true), batchSweeps.stop(), realtime.close()) }, until),
   };
 }
 

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import builtIn from './catalog.json' with { type: 'json' };
 
-export const capabilitySchema = z.enum(['chat', 'reasoning', 'completion', 'embedding', 'image', 'video', 'transcription', 'speech']);
+export const capabilitySchema = z.enum(['chat', 'reasoning', 'completion', 'embedding', 'image', 'video', 'transcription', 'speech', 'realtime']);
 export type Capability = z.infer<typeof capabilitySchema>;
 
 export const routeSchema = z.object({
@@ -26,9 +26,10 @@ export const pricingSchema = z.looseObject({
   per_minute: z.number().min(0).optional(),
   /** USD per 1M characters of speech input (`tts-1`, `tts-1-hd`). */
   per_1m_characters: z.number().min(0).optional(),
-  /** USD per 1M audio tokens in and out (speech models). */
+  /** USD per 1M audio tokens in and out (speech and realtime models), and cached audio input (realtime). */
   audio_input_per_1m: z.number().min(0).optional(),
   audio_output_per_1m: z.number().min(0).optional(),
+  cached_audio_input_per_1m: z.number().min(0).optional(),
 });
 
 export const catalogModelSchema = z.looseObject({

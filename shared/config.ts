@@ -94,6 +94,15 @@ export interface Config {
   /** `npm start` without a role: workers in a child process (`on`), in the api's process (`off`), or by core count. */
   workerProcess: 'auto' | 'on' | 'off';
   concurrency: Record<QueueName, number>;
+  /** The Realtime API's worker side (workers/realtime/): sessions per worker, each vendor's session cap, a session's longest life. */
+  realtimeWorker: {
+    /** REALTIME_SESSIONS_PER_WORKER: the realtime queue's concurrency per worker process (unless WORKER_CONCURRENCY_REALTIME says). */
+    sessionsPerWorker: number;
+    /** REALTIME_VENDOR_SESSIONS_<VENDOR> as set, by vendor prefix (0: no cap); shared/realtime-queue.ts applies the defaults. */
+    vendorSessions: Record<string, number>;
+    /** REALTIME_MAX_SESSION_MS: a session is closed this long after it opened, whatever it does. */
+    maxSessionMs: number;
+  };
   /** The waiting room of each lane of a queue (its shared lane, each capped vendor's lane): shared out among the accounts waiting. */
   maxWaiting: Record<QueueName, number>;
   /** The scheduler's policy (shared/scheduling): admission, tiers, the backlog recount. */
@@ -115,6 +124,8 @@ export interface Config {
   clientTimeouts: { headersMs: number; requestMs: number; bodyIdleMs: number; keepAliveMs: number };
   /** Job-event WebSockets one API key may hold open on one api process. */
   maxEventSocketsPerKey: number;
+  /** The Realtime API's client side (api/realtime/): the start wait, frame bounds, idle close, sessions per key. */
+  realtimeClient: { startWaitMs: number; maxFrameBytes: number; maxFramesPerSecond: number; idleMs: number; maxSessionsPerKey: number };
   /** Bodies larger than this travel beside the job (Redis key), not inside it. */
   inlinePayloadBytes: number;
   shutdownGraceMs: number;
@@ -301,9 +312,9 @@ const vendorMember = (suffix: string) => new RegExp(`^([A-Z][A-Z0-9_]*)_${suffix
 const queueMember = (prefix: string) => new RegExp(`^${prefix}_(${queueNames.map((q) => q.toUpperCase()).join('|')})$`);
 
 const queueDefaults = {
-  concurrency: { chat: 4096, embeddings: 1024, image: 128, audio: 64, video: 256 },
-  maxWaiting: { chat: 10_000, embeddings: 10_000, image: 5_000, audio: 1_000, video: 5_000 },
-  deadlineMs: { chat: 600_000, embeddings: 120_000, image: 600_000, audio: 600_000, video: 3_600_000 },
+  concurrency: { chat: 4096, embeddings: 1024, image: 128, audio: 64, video: 256, realtime: 100 },
+  maxWaiting: { chat: 10_000, embeddings: 10_000, image: 5_000, audio: 1_000, video: 5_000, realtime: 1_000 },
+  deadlineMs: { chat: 600_000, embeddings: 120_000, image: 600_000, audio: 600_000, video: 3_600_000, realtime: 3_700_000 },
 } as const satisfies Record<string, Record<QueueName, number>>;
 
 const builtInBaseUrls = Object.fromEntries(vendorDefinitions.filter((v) => v.defaultBaseUrl).map((v) => [`${v.envPrefix}_BASE_URL`, v.defaultBaseUrl]));
@@ -345,6 +356,8 @@ const fixed = {
   VENDOR_FIRST_BYTE_TIMEOUT_MS: setting(integer(0, 120_000), 'vendor response-headers timeout; undici times it in steps of about a second, so a value under 1000 acts as about 1 s'),
   VENDOR_IDLE_TIMEOUT_MS: setting(integer(0, 120_000), 'longest silence between vendor body chunks (about a second\'s resolution, as above)'),
   WORKER_QUEUES: setting(queueList(), 'queues a worker process serves'),
+  REALTIME_SESSIONS_PER_WORKER: setting(integer(1, 100, 100_000), 'Realtime sessions one worker process holds at once (the `realtime` queue\'s concurrency; `WORKER_CONCURRENCY` does not set it, `WORKER_CONCURRENCY_REALTIME` does)'),
+  REALTIME_MAX_SESSION_MS: setting(integer(1000, 3_600_000, 86_400_000), 'a Realtime session is closed this long after it opened (1000, with an `error` event saying why), whatever it does: OpenAI\'s own limit is 60 minutes'),
   WORKER_PROCESS: setting(choice(['auto', 'on', 'off'], 'auto', switchAliases), '`npm start` (no `--role`): `on` runs the workers in a child process, on their own event loop; `off` keeps them on the api\'s; `auto`: a child process when more than one core is available'),
   WORKER_CONCURRENCY: setting(optionalInteger(1, { kind: 'perQueue', value: queueDefaults.concurrency }), 'jobs in flight per worker process, every queue'),
   QUEUE_MAX_WAITING: setting(optionalInteger(1, { kind: 'perQueue', value: queueDefaults.maxWaiting }), 'the waiting room of each lane of every queue (the shared lane, each capped vendor\'s): shared out among the accounts waiting by weight; an account past its share is refused 429 with `retry-after`, never another account'),
@@ -362,6 +375,11 @@ const fixed = {
   BODY_IDLE_TIMEOUT_MS: setting(integer(100, 30_000), 'longest silence while a request body is read; then 408 and the socket is closed'),
   KEEPALIVE_TIMEOUT_MS: setting(integer(100, 65_000), 'an idle keep-alive connection is closed after this; keep it above the idle timeout of the balancer in front (60 s on most), so that the balancer closes first and never sends a request on a connection the gateway is closing'),
   MAX_EVENT_SOCKETS_PER_KEY: setting(integer(1, 100), 'job-event WebSockets (`/v1/jobs/{id}/events`, `/v1/videos/{id}/events`) one API key may hold open on one api process; one more is refused with a 429 before the upgrade'),
+  REALTIME_START_WAIT_MS: setting(integer(100, 10_000, 600_000), 'how long a Realtime upgrade (`GET /v1/realtime`) waits for a worker to take the session and open the vendor; then 503 with `retry-after` and the session is taken out of the queue'),
+  REALTIME_MAX_FRAME_BYTES: setting(integer(1024, 1024 * 1024, 64 * 1024 * 1024), 'largest client event on a Realtime socket; a larger one gets an `error` event and is dropped (one past twice this closes the socket with 1009 unread)'),
+  REALTIME_MAX_FRAMES_PER_SECOND: setting(integer(1, 100, 100_000), 'client events one Realtime socket may send in a second; past it they get an `error` event and are dropped'),
+  REALTIME_IDLE_MS: setting(integer(1000, 600_000), 'a Realtime session with no client event for this long is closed (1000)'),
+  MAX_REALTIME_SESSIONS_PER_KEY: setting(integer(1, 100), 'Realtime sessions one API key may hold open (or be opening) on one api process; one more is refused with 429 `too_many_sessions` at the upgrade'),
   INLINE_PAYLOAD_BYTES: setting(integer(0, 64 * 1024), 'bodies larger than this are stored beside the job, not in it'),
   SHUTDOWN_GRACE_MS: setting(integer(0, 25_000), 'on SIGTERM or Ctrl-C, how long in-flight requests may finish (new ones get a 503 meanwhile); a hard deadline: what has not finished then is given up (the log says what) and the process exits within 4 s more, Redis there or not; keep it 5 s below the orchestrator\'s own grace (Kubernetes: 30 s, compose: `stop_grace_period`); a second Ctrl-C exits at once'),
   ORPHAN_AFTER_MS: setting(integer(1000, 15_000), 'an api gone this long (no reply subscriber, no heartbeat) has its jobs cancelled by the workers'),
@@ -447,6 +465,12 @@ const families = {
   concurrency: family('WORKER_CONCURRENCY_<QUEUE>', queueMember('WORKER_CONCURRENCY'), optionalInteger(1, { kind: 'derived', text: '`WORKER_CONCURRENCY`' }), 'jobs in flight per worker process, one queue'),
   maxWaiting: family('QUEUE_MAX_WAITING_<QUEUE>', queueMember('QUEUE_MAX_WAITING'), optionalInteger(1, { kind: 'derived', text: '`QUEUE_MAX_WAITING`' }), 'the waiting room of each lane of one queue'),
   queueShards: family('QUEUE_SHARDS_<QUEUE>', queueMember('QUEUE_SHARDS'), optionalInteger(1, { kind: 'derived', text: '`1`: one queue' }), 'BullMQ queues one capability is spread over, each under its own hash tag (a Cluster runs them on different shards); workers serve all of them'),
+  realtimeVendorSessions: family(
+    'REALTIME_VENDOR_SESSIONS_<VENDOR>',
+    /^REALTIME_VENDOR_SESSIONS_([A-Z][A-Z0-9_]*)$/,
+    optionalInteger(0, { kind: 'derived', text: '`100`; the mock: no cap' }),
+    "Realtime sessions open at once with that vendor across all workers (`0`: no cap): each holds a slot for its life, and starts past the cap wait in the queue, fair between accounts",
+  ),
   deadlineMs: family('REQUEST_DEADLINE_MS_<QUEUE>', queueMember('REQUEST_DEADLINE_MS'), optionalInteger(1, { kind: 'derived', text: '`REQUEST_DEADLINE_MS`' }), 'how long a request may wait and run, one queue'),
 };
 
@@ -544,6 +568,12 @@ function describeIssues(issues: readonly z.core.$ZodIssue[], env: Env): string {
   return [...lines.values()].join('; ');
 }
 
+/** The realtime queue's concurrency: WORKER_CONCURRENCY_REALTIME when set, else REALTIME_SESSIONS_PER_WORKER (WORKER_CONCURRENCY sets the other queues). */
+function realtimeSessionsPerWorker(values: Record<string, unknown>, sessions: number, concurrency: Record<QueueName, number>): Record<QueueName, number> {
+  const own = members(values, families.concurrency).find(([queue, value]) => queue === 'REALTIME' && value !== undefined);
+  return { ...concurrency, realtime: own ? (own[1] as number) : sessions };
+}
+
 /** Cluster when nodes are named (by `REDIS_CLUSTER_NODES` or a `redis+cluster://` URL), else Sentinel when Sentinels are, else one server. */
 function redisTarget(values: FixedValues): RedisTarget {
   const url = values.REDIS_URL;
@@ -594,7 +624,7 @@ export function loadConfig(env: Env = process.env): Config {
     host: values.HOST,
     redisUrl: values.REDIS_URL,
     redis: redisTarget(values),
-    queueShards: perQueue(all, undefined, families.queueShards, { chat: 1, embeddings: 1, image: 1, audio: 1, video: 1 }),
+    queueShards: perQueue(all, undefined, families.queueShards, { chat: 1, embeddings: 1, image: 1, audio: 1, video: 1, realtime: 1 }),
     adminToken: values.ADMIN_TOKEN,
     queueDashboardWrite: values.QUEUE_DASHBOARD_WRITE,
     logLevel: values.LOG_LEVEL,
@@ -611,7 +641,12 @@ export function loadConfig(env: Env = process.env): Config {
     },
     workerQueues: values.WORKER_QUEUES,
     workerProcess: values.WORKER_PROCESS,
-    concurrency: perQueue(all, values.WORKER_CONCURRENCY, families.concurrency, queueDefaults.concurrency),
+    concurrency: realtimeSessionsPerWorker(all, values.REALTIME_SESSIONS_PER_WORKER, perQueue(all, values.WORKER_CONCURRENCY, families.concurrency, queueDefaults.concurrency)),
+    realtimeWorker: {
+      sessionsPerWorker: values.REALTIME_SESSIONS_PER_WORKER,
+      vendorSessions: Object.fromEntries(members(all, families.realtimeVendorSessions).filter((entry): entry is [string, number] => entry[1] !== undefined)),
+      maxSessionMs: values.REALTIME_MAX_SESSION_MS,
+    },
     maxWaiting: perQueue(all, values.QUEUE_MAX_WAITING, families.maxWaiting, queueDefaults.maxWaiting),
     scheduling: {
       waitingFloor: values.QUEUE_WAITING_FLOOR,
@@ -637,6 +672,13 @@ export function loadConfig(env: Env = process.env): Config {
       keepAliveMs: values.KEEPALIVE_TIMEOUT_MS,
     },
     maxEventSocketsPerKey: values.MAX_EVENT_SOCKETS_PER_KEY,
+    realtimeClient: {
+      startWaitMs: values.REALTIME_START_WAIT_MS,
+      maxFrameBytes: values.REALTIME_MAX_FRAME_BYTES,
+      maxFramesPerSecond: values.REALTIME_MAX_FRAMES_PER_SECOND,
+      idleMs: values.REALTIME_IDLE_MS,
+      maxSessionsPerKey: values.MAX_REALTIME_SESSIONS_PER_KEY,
+    },
     inlinePayloadBytes: values.INLINE_PAYLOAD_BYTES,
     shutdownGraceMs: values.SHUTDOWN_GRACE_MS,
     orphanAfterMs: values.ORPHAN_AFTER_MS,

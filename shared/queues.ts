@@ -1,7 +1,7 @@
 import slotOf from 'cluster-key-slot';
 
-/** One BullMQ queue per capability; a capability's workers scale alone. */
-export const queueNames = ['chat', 'embeddings', 'image', 'audio', 'video'] as const;
+/** One BullMQ queue per capability; a capability's workers scale alone. `realtime` holds Realtime sessions (a job each, for its life). */
+export const queueNames = ['chat', 'embeddings', 'image', 'audio', 'video', 'realtime'] as const;
 export type QueueName = (typeof queueNames)[number];
 
 const clusterSlots = 16_384;
@@ -34,6 +34,21 @@ export function shardQueueName(queue: QueueName, shard: number, shards = 1): str
  */
 export function laneQueueName(vendor: string): string {
   return `{lane@${vendor}}`;
+}
+
+/**
+ * The BullMQ queue of a vendor's Realtime sessions when its concurrent sessions are capped
+ * (`REALTIME_VENDOR_SESSIONS_<VENDOR>`, shared/realtime-queue.ts): a session holds its slot for its life, so these
+ * lanes are apart from the vendor's call lane (`{lane@…}`), capped in BullMQ at the session cap. Not of the
+ * `{<queue>@<vendor>}` form legacy lanes had (workers/lane-keeper.ts drains those).
+ */
+export function realtimeLaneQueueName(vendor: string): string {
+  return `{realtime-lane@${vendor}}`;
+}
+
+/** The vendor of a Realtime lane's queue name, or undefined for any other queue. */
+export function realtimeLaneVendor(queueName: string): string | undefined {
+  return /^\{realtime-lane@([^}]+)\}$/.exec(queueName)?.[1];
 }
 
 /** The vendor of a lane's queue name, or undefined for any other queue. */

@@ -84,6 +84,9 @@ export const replyChannel = (apiInstanceId: string) => `${keyPrefix}reply:${apiI
 export const apiAliveKey = (replyTo: string) => `${keyPrefix}alive:${replyTo}`;
 /** Every worker hears here the job ids whose requests were cancelled or abandoned. */
 export const cancelChannel = `${keyPrefix}cancel`;
+/** A Realtime session's channels (shared/realtime.ts): the api's client events up to the worker, the worker's down. */
+export const realtimeUpChannel = (sessionId: string) => `${keyPrefix}rt:{${sessionId}}:up`;
+export const realtimeDownChannel = (sessionId: string) => `${keyPrefix}rt:{${sessionId}}:down`;
 /** Job lifecycle events (queued, progress, completed, failed) of async jobs, for WebSocket watchers. */
 export const jobEventsChannel = `${keyPrefix}job-events`;
 

@@ -5,7 +5,7 @@ import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import { janitorLockKey, payloadKey } from '../shared/redis-keys.js';
 import { jobIdOf, type GatewayJobData } from '../shared/jobs.js';
-import { endpoints } from '../shared/endpoints.js';
+import { endpointNames, endpoints } from '../shared/endpoints.js';
 import type { BlobStore } from '../storage/blob-store.js';
 import { uploadKeys } from '../storage/upload-keys.js';
 
@@ -23,7 +23,9 @@ export interface RetentionRule {
 /** How long each kind of blob is kept, from when it was written. */
 export function retentionRules(config: JanitorConfig): RetentionRule[] {
   const asyncTtlMs = config.asyncResultTtlSeconds * 1000;
-  const longestDeadlineMs = Math.max(...Object.values(config.deadlineMs));
+  // The queues of endpoints, which may hold uploads (a Realtime session's queue stores none: its deadline, a session's
+  // longest life, does not keep them).
+  const longestDeadlineMs = Math.max(...endpointNames.map((name) => config.deadlineMs[endpoints[name].queue]));
   return [
     // A backstop: a job's uploads are deleted when it ends. Never while a job could still read them.
     { prefix: 'uploads/', maxAgeMs: Math.max(asyncTtlMs, longestDeadlineMs + graceMs) },

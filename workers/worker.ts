@@ -31,6 +31,7 @@ import { PriceList } from '../shared/money/pricing.js';
 import { countJobs, startWorkerMetrics } from './metrics.js';
 import { OverrunReport } from './overrun-report.js';
 import { closeMarginMs, closeRedisBy, settledBy } from '../shared/stop-deadline.js';
+import { startRealtimeWorkers, type RealtimeWorkers } from './realtime/session-worker.js';
 
 const reservationSweepMs = 10_000;
 const reservationGraceMs = 60_000;
@@ -193,6 +194,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   usageWriter.start();
 
   const catalog = loadCatalog(config.catalogFile);
+  const prices = PriceList.load(catalog, config);
   const router = new ChannelRouter(redis, catalog, log, config);
   await router.start();
   startWorkerMetrics(config, router);
@@ -217,7 +219,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     settlement: {
       config,
       redis,
-      prices: PriceList.load(catalog, config),
+      prices,
       policy: { bufferRecords: config.usageBufferRecords },
       log,
       overruns: new OverrunReport(log),
@@ -226,7 +228,9 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
 
   const lifecycle = new JobLifecycle({ redis, blobs, log });
   // BullMQ's worker fetches one job per Redis round trip; a busy queue gets several fetch loops, which share its concurrency.
-  const loops = [...config.workerQueues.flatMap((name) => capabilityLoops(name, config.concurrency[name], config.queueShards[name])), ...laneLoops(config.concurrency, config.workerQueues, lanes)];
+  // Realtime sessions are jobs of their own kind (workers/realtime/): their queues have loops of their own.
+  const jobQueues = config.workerQueues.filter((name) => name !== 'realtime');
+  const loops = [...jobQueues.flatMap((name) => capabilityLoops(name, config.concurrency[name], config.queueShards[name])), ...laneLoops(config.concurrency, jobQueues, lanes)];
   const fetchLoop = (name: string, concurrency: number, loop: number) => {
     const worker = new StartingWorker<GatewayJobData, GatewayJobResult>(name, inFairOrder(redis, countJobs(processor)), { connection: redis, ...fetchLoopOptions(config, concurrency, loop) });
     lifecycle.watch(worker, name);
@@ -274,6 +278,19 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   }, config.scheduling.recountMs);
   recountSweep.unref();
 
+  const realtime: RealtimeWorkers | undefined = config.workerQueues.includes('realtime')
+    ? await startRealtimeWorkers({
+        config,
+        redis,
+        catalog,
+        router,
+        cancels,
+        vendorHttp,
+        log,
+        billing: { redis, prices, log },
+        workerName: `worker-${process.pid}`,
+      })
+    : undefined;
   // Started means taking jobs: every fetch loop has its connection (the api reports ready once this is logged).
   await Promise.all(bullWorkers.map((worker) => worker.waitUntilReady()));
   await laneKeeper.start();
@@ -290,6 +307,8 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     async close(until = Date.now() + config.shutdownGraceMs) {
       clearInterval(reservationSweep);
       clearInterval(recountSweep);
+      // Realtime sessions end at once (1012, their clients reconnect), beside the other jobs finishing.
+      const realtimeClosed = realtime?.close(until);
       await settledBy(laneKeeper.close(), until);
       void Promise.allSettled(counted.map((queue) => queue.close()));
       const givenUp: string[] = [];
@@ -308,6 +327,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       const step = async (what: string, work: Promise<unknown>) => {
         if (!(await settledBy(work, closeBy))) givenUp.push(what);
       };
+      if (realtimeClosed) await step('ending the realtime sessions', realtimeClosed);
       await step('the upload cleanup', janitor.close().then(() => lifecycle.close()));
       // What settled until now is written before the process goes (else another worker's writer claims it later).
       await step('writing the settled usage to the record (it stays in Redis for the next writer)', usageWriter.close());

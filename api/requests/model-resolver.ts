@@ -9,8 +9,11 @@ export class ModelResolver {
 
   /** `aliases` (MODEL_ALIASES): a name a client may send → the catalog id it stands for; one naming no catalog model fails the start. */
   constructor(catalog: Catalog, configuredVendors: ReadonlySet<string>, aliases: ReadonlyMap<string, string> = new Map()) {
-    // Listed: what a client can actually call here (a configured vendor, and an endpoint for its capability).
-    this.available = catalog.all().filter((m) => servedCapabilities.has(m.capability) && m.routes.some((r) => configuredVendors.has(r.vendor)));
+    // Listed: what a client can actually call here (a configured vendor, and an endpoint for its capability, or the
+    // Realtime API's WebSocket for a realtime model).
+    this.available = catalog
+      .all()
+      .filter((m) => (servedCapabilities.has(m.capability) || m.capability === 'realtime') && m.routes.some((r) => configuredVendors.has(r.vendor)));
     this.byId = new Map(this.available.map((m) => [m.id, m]));
     for (const [alias, id] of aliases) {
       if (!catalog.get(id)) throw new Error(`Invalid configuration: MODEL_ALIASES maps "${alias}" to "${id}", which is no catalog model`);
@@ -39,10 +42,10 @@ export class ModelResolver {
       const suggestion = endpointNames.find(
         (e) => (endpoints[e].pipeline === 'gemini') === google && (endpoints[e].capabilities as readonly string[]).includes(model.capability),
       );
+      const instead = model.capability === 'realtime' && !google ? 'the Realtime API (a WebSocket to /v1/realtime)' : suggestion ? endpoints[suggestion].path : undefined;
       throw new GatewayError(
         400,
-        `The model \`${id}\` is a ${model.capability} model and is not supported by ${endpoints[endpoint].path}` +
-          (suggestion ? `; use ${endpoints[suggestion].path}.` : '.'),
+        `The model \`${id}\` is a ${model.capability} model and is not supported by ${endpoints[endpoint].path}` + (instead ? `; use ${instead}.` : '.'),
         { param: 'model', code: 'model_not_supported' },
       );
     }

@@ -50,6 +50,8 @@ export const priceSchema = z.strictObject({
   per_minute: usd.optional(),
   /** USD per 1M characters of text spoken (OpenAI's tts-1 and tts-1-hd). */
   per_1m_characters: usd.optional(),
+  /** USD per 1M cached audio input tokens (Realtime models: shared/money/realtime.ts prices them). */
+  cached_audio_input_per_1m: usd.optional(),
 });
 export type Pricing = z.infer<typeof priceSchema>;
 

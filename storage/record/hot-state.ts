@@ -383,7 +383,8 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
       const pendingAccounts = new Map<string, number>();
       const pendingKeys = new Map<string, number>();
       for (const row of buffered) {
-        if (written.has(row.request_id)) continue;
+        // A rollup (a Realtime session's row) sums responses counted on their own rows.
+        if (written.has(row.request_id) || row.rollup) continue;
         pendingAccounts.set(row.account_id, (pendingAccounts.get(row.account_id) ?? 0) + row.cost_micros);
         pendingKeys.set(row.key_id, (pendingKeys.get(row.key_id) ?? 0) + row.cost_micros);
       }

@@ -138,6 +138,8 @@ export function usageRow(fields: readonly string[]): UsageRow | undefined {
     service_tier: tier(parsed.service_tier),
     cache: cacheMark(parsed.cache),
     saved_micros: savedMicros(parsed.saved_micros),
+    // A Realtime session's own row: its amounts are its responses', each settled on a row of its own (shared/money/realtime.ts).
+    ...(parsed.rollup === true ? { rollup: true } : {}),
   };
 }
 
@@ -172,7 +174,7 @@ export function logRow(fields: readonly string[]): LogRow | undefined {
  * are (left out: no cache use, nothing saved).
  */
 export type UsageRow = Omit<UsageTable, 'settled' | 'service_tier' | 'cache' | 'saved_micros' | LogOnly | UsageDetailColumn> &
-  Partial<Pick<UsageTable, UsageDetailColumn | LogOnly>> & { arrived?: number; service_tier?: ServiceTier; cache?: CacheMark | null; saved_micros?: number };
+  Partial<Pick<UsageTable, UsageDetailColumn | LogOnly>> & { arrived?: number; service_tier?: ServiceTier; cache?: CacheMark | null; saved_micros?: number; rollup?: boolean };
 type LogOnly = 'stream' | 'http_status' | 'latency_ms' | 'ttft_ms';
 /** The worker's part of the request log, as the settlement's usage entry carries it. */
 type UsageDetailColumn = keyof RunDetail;
@@ -268,7 +270,7 @@ export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly U
   // `settled` turns true; a settlement written before changes nothing.
   const inserted = await tx
     .insertInto('usage')
-    .values(unique.map(({ arrived, ...row }) => ({ ...row, created: arrived ?? row.created, settled: true })))
+    .values(unique.map(({ arrived, rollup: _rollup, ...row }) => ({ ...row, created: arrived ?? row.created, settled: true })))
     .onConflict((oc) =>
       oc
         .column('request_id')
@@ -313,7 +315,8 @@ export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly U
   const keys = new Map<string, number>();
   const lastUsed = new Map<string, number>();
   for (const row of unique) {
-    if (!fresh.has(row.request_id)) continue;
+    // A rollup's amounts were counted with the rows it sums.
+    if (!fresh.has(row.request_id) || row.rollup) continue;
     const day = utcDay(row.created * 1000);
     const id = [row.account_id, day, row.key_id, row.model].join('\u0000');
     let t = days.get(id);
@@ -338,15 +341,18 @@ export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly U
   }
   // Rows in one order in every transaction, so two writers never wait on each other in a circle.
   const dayRows = [...days.entries()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([, row]) => row);
-  await tx
-    .insertInto('usage_daily')
-    .values(dayRows)
-    .onConflict((oc) =>
-      oc.columns(['account_id', 'day', 'key_id', 'model']).doUpdateSet((eb) =>
-        Object.fromEntries(usageMetrics.map((m) => [m, eb(`usage_daily.${m}`, '+', eb.ref(`excluded.${m}`))])) as never,
-      ),
-    )
-    .execute();
+  // None when every new row was a rollup.
+  if (dayRows.length > 0) {
+    await tx
+      .insertInto('usage_daily')
+      .values(dayRows)
+      .onConflict((oc) =>
+        oc.columns(['account_id', 'day', 'key_id', 'model']).doUpdateSet((eb) =>
+          Object.fromEntries(usageMetrics.map((m) => [m, eb(`usage_daily.${m}`, '+', eb.ref(`excluded.${m}`))])) as never,
+        ),
+      )
+      .execute();
+  }
   if (accounts.size > 0) {
     const values = sql.join([...accounts].sort(([a], [b]) => (a < b ? -1 : 1)).map(([id, micros]) => sql`(${id}::text, ${micros}::bigint)`));
     await sql`update accounts a set settled_micros = a.settled_micros + v.micros from (values ${values}) as v(id, micros) where a.id = v.id`.execute(tx);

@@ -165,7 +165,7 @@ describe('queue dashboard', () => {
       assert.equal(list.status, 200, list.text);
       const queues = list.json.queues as BoardQueue[];
       const names = queues.map((queue) => queue.displayName ?? queue.name).sort();
-      assert.deepEqual(names, ['audio', 'chat', 'embeddings', 'image', 'video']);
+      assert.deepEqual(names, ['audio', 'chat', 'embeddings', 'image', 'realtime', 'video']);
       assert.ok(queues.every((queue) => queue.readOnlyMode), 'read-only by default');
       // BullMQ 6 has no paused job state: the board offers no such tab, and says whether the queue is paused instead.
       for (const queue of queues) {

@@ -256,6 +256,8 @@ describe('models listed with the seed vendors configured', () => {
         return typeof p?.per_minute === 'number';
       case 'speech':
         return typeof p?.per_1m_characters === 'number' || (typeof p?.input_per_1m === 'number' && typeof p.audio_output_per_1m === 'number');
+      case 'realtime':
+        return typeof p?.input_per_1m === 'number' && typeof p.output_per_1m === 'number' && typeof p.audio_input_per_1m === 'number' && typeof p.audio_output_per_1m === 'number';
     }
   };
 
@@ -279,7 +281,7 @@ describe('models listed with the seed vendors configured', () => {
       if (withContext.has(m.capability)) assert.ok(m.context_window > 0, `${m.id} has no context window`);
       if (withContext.has(m.capability) && m.capability !== 'embedding') assert.ok(m.max_output_tokens > 0, `${m.id} has no output limit`);
       assert.ok(m.routes.some((r) => configured.has(r.vendor)), `${m.id} has no route to a configured vendor`);
-      assert.ok(servedCapabilities.has(m.capability), `${m.id}: no endpoint serves ${m.capability}`);
+      assert.ok(servedCapabilities.has(m.capability) || m.capability === 'realtime', `${m.id}: no endpoint (nor the Realtime API) serves ${m.capability}`);
       assert.equal(resolver.get(m.id), m, `${m.id} resolves`);
     }
   });

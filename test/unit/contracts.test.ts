@@ -77,7 +77,8 @@ describe('validation errors', () => {
 describe('config', () => {
   it('reads per-queue settings with a shared fallback', () => {
     const config = loadConfig({ WORKER_CONCURRENCY: '8', WORKER_CONCURRENCY_EMBEDDINGS: '3', QUEUE_MAX_WAITING_CHAT: '5' });
-    assert.deepEqual(config.concurrency, { chat: 8, embeddings: 3, image: 8, audio: 8, video: 8 });
+    // The realtime queue's concurrency is REALTIME_SESSIONS_PER_WORKER's (sessions, not calls), not WORKER_CONCURRENCY's.
+    assert.deepEqual(config.concurrency, { chat: 8, embeddings: 3, image: 8, audio: 8, video: 8, realtime: 100 });
     assert.equal(config.maxWaiting.chat, 5);
     assert.equal(config.port, 8080);
   });

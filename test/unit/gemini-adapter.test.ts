@@ -780,6 +780,6 @@ describe('gemini adapter: vendor errors', () => {
   it('offers no legacy completions, so the registry refuses them before any request', () => {
     assert.equal(geminiAdapter.complete, undefined);
     assert.equal(geminiAdapter.streamCompletion, undefined);
-    assert.deepEqual(Object.keys(geminiAdapter).sort(), ['chat', 'countGeminiTokens', 'embed', 'embedGemini', 'generateImages', 'nativeGemini', 'speak', 'streamChat']);
+    assert.deepEqual(Object.keys(geminiAdapter).sort(), ['chat', 'countGeminiTokens', 'embed', 'embedGemini', 'generateImages', 'nativeGemini', 'openRealtime', 'speak', 'streamChat']);
   });
 });

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { GatewayError } from '../../shared/errors.js';
 import type { Dispatcher } from 'undici';
 import type { Config } from '../../shared/config.js';
 import type { BlobRef } from '../../shared/blobs.js';
@@ -180,5 +181,70 @@ export interface VendorAdapter {
    * throws, on the first `next()`, before any audio is yielded.
    */
   speak?(input: SpeechJob, ctx: CallContext): AsyncIterable<SpeechEvent[]>;
+  /**
+   * A Realtime session (below): resolves once the vendor's socket is open and its
+   * handshake done; throws GatewayError when it cannot be (refused credentials, unreachable, the deadline).
+   */
+  openRealtime?(ctx: RealtimeOpenContext, events: RealtimeVendorEvents): Promise<RealtimeVendorSession>;
 }
 
+/**
+ * A live session with a vendor, spoken in OpenAI's GA Realtime protocol whatever the vendor speaks.
+ *
+ * The worker holding a session (`workers/realtime/`) opens it through its channel's adapter (`openRealtime` below), hands it the client's events as they arrive over Redis, and relays what it reports.
+ * OpenAI's adapter passes events through; another vendor's (Gemini Live) translates both ways, so the relay, the
+ * billing and the record read one protocol.
+ */
+
+/** A client event of OpenAI's GA Realtime protocol, parsed (the relay checked it is an object with a string `type`). */
+export interface RealtimeClientEvent {
+  type: string;
+  event_id?: string;
+  [field: string]: unknown;
+}
+
+/** A server event of OpenAI's GA Realtime protocol. */
+export interface RealtimeServerEvent {
+  type: string;
+  event_id: string;
+  [field: string]: unknown;
+}
+
+/** What a session reports. Called in the order the vendor's frames arrive; never after `closed`. */
+export interface RealtimeVendorEvents {
+  /**
+   * One server event for the client, in OpenAI's GA shape. A `response.done` carries `response.usage` as OpenAI
+   * writes it (`input_tokens`, `output_tokens`, `input_token_details.{text_tokens, audio_tokens, cached_tokens,
+   * cached_tokens_details.{text_tokens, audio_tokens}}`, `output_token_details.{text_tokens, audio_tokens}`): the
+   * relay settles each response from it.
+   */
+  event(event: RealtimeServerEvent): void;
+  /** The vendor ended the session: its socket closed or failed (`error` when it failed, in the gateway's terms). */
+  closed(end: { code: number; reason: string; error?: GatewayError }): void;
+}
+
+/** An open vendor session. */
+export interface RealtimeVendorSession {
+  /** One client event, in OpenAI's GA shape (translated for a vendor that speaks another protocol). */
+  send(event: RealtimeClientEvent): void;
+  /** Closes the vendor's socket (idempotent); `events.closed` is not called for a close asked here. */
+  close(): void;
+}
+
+export interface RealtimeOpenContext {
+  /** The session's id (the job's): for logs and the ids of events a translated vendor writes. */
+  sessionId: string;
+  channel: Channel;
+  /** Model id to send upstream. */
+  upstreamModel: string;
+  /** The catalog entry the client asked for. */
+  model: CatalogModel;
+  /** The model as the client named it: the events' `session.model` say it. */
+  clientModel: string;
+  log: Logger;
+  http: VendorHttp;
+  /** Aborted when the session must not open any more (the client left, the wait ran out, shutdown). */
+  signal: AbortSignal;
+  /** How long connecting to the vendor and its handshake (`session.created`, Gemini's `setupComplete`) may take. */
+  connectTimeoutMs: number;
+}

@@ -3,6 +3,7 @@ import { createGeminiEmbeddings } from './gemini-embeddings.js';
 import { createGeminiChatCompletion } from './gemini-response.js';
 import { streamGeminiChatCompletion } from './gemini-stream.js';
 import { generateGeminiImages } from './images.js';
+import { openGeminiLive } from './live.js';
 import { embedNativeGemini } from './native-gemini-embeddings.js';
 import { countNativeGeminiTokens, streamNativeGemini } from './native-gemini.js';
 import { speakWithGemini } from './speech.js';
@@ -32,5 +33,6 @@ export const geminiAdapter: VendorAdapter = {
   embedGemini: embedNativeGemini,
   embed: createGeminiEmbeddings,
   generateImages: generateGeminiImages,
+  openRealtime: (ctx, events) => openGeminiLive(ctx, events),
   speak: speakWithGemini,
 };

@@ -1,6 +1,6 @@
 /**
  * The built-in offline vendor: deterministic answers for chat, legacy
- * completions, embeddings, images, transcriptions, translations, speech and videos, so a fresh
+ * completions, embeddings, images, transcriptions, translations, speech, videos and Realtime sessions (realtime.ts), so a fresh
  * checkout runs (and is tested) with no keys. Token counts are real
  * (o200k_base), so billing paths see real numbers.
  *
@@ -31,6 +31,7 @@ import { createEmbeddings } from './embeddings.js';
 import { editMockImages, generateMockImages, varyMockImages } from './images.js';
 import { transcribeMock, translateMock } from './transcriptions.js';
 import { generateMockVideo } from './videos.js';
+import { openMockRealtime } from './realtime.js';
 import { speakMock } from './speech.js';
 import { sleep } from '../sleep.js';
 
@@ -53,6 +54,7 @@ export const mockAdapter: VendorAdapter = {
   translate: translateMock,
   generateVideo: generateMockVideo,
   speak: speakMock,
+  openRealtime: openMockRealtime,
 };
 
 export { MOCK_EMBEDDING_DIMENSIONS } from './embeddings.js';

@@ -3,6 +3,7 @@ import { openaiApi } from './api.js';
 import { buildOpenAIBody, buildOpenAIEmbeddingBody, buildOpenAIStreamBody } from './build-openai-body.js';
 import { createOpenAIAnswer, createOpenAIEmbeddings } from './create-openai-result.js';
 import { editOpenAIImages, generateOpenAIImages, varyOpenAIImages } from './images.js';
+import { openOpenAIRealtime } from './realtime.js';
 import { streamOpenAIEvents } from './stream-openai-events.js';
 import { transcribeWithOpenAI, translateWithOpenAI } from './transcriptions.js';
 import { generateVideoWithOpenAI } from './videos.js';
@@ -30,4 +31,5 @@ export const openaiAdapter: VendorAdapter = {
   translate: translateWithOpenAI,
   generateVideo: generateVideoWithOpenAI,
   speak: speakWithOpenAI,
+  openRealtime: (ctx, events) => openOpenAIRealtime(ctx, events),
 };

@@ -1,0 +1,209 @@
+import { readFileSync } from 'node:fs';
+import type { Redis } from 'ioredis';
+import type { CatalogModel } from '../catalog.js';
+import type { Config } from '../config.js';
+import { billKey, billingBucket, deadlineMember, reservationDeadlinesKey, settledKey, usageStreamKey } from '../redis-keys.js';
+import { withScripts } from '../redis.js';
+import { isMockChannel, mockAnswers, type ChannelConfig, type VendorConfig } from '../vendors.js';
+import { usdToMicros, type PriceList, type Pricing } from './pricing.js';
+import type { UsageEntry } from './usage.js';
+
+/**
+ * A Realtime session's money: each response is billed as its `response.done` arrives, from the usage the vendor
+ * reports (OpenAI's GA shape: text, audio and cached tokens, each at its price), once per response however often the
+ * event comes; the session's reservation, taken by the api for the first response, is renewed for the next in the
+ * same Redis step (`lua/realtime-settle.lua`), or, when the account or key cannot cover one more response, not:
+ * the session is then closed before another response can start, so the balance never goes below zero.
+ *
+ * The worst case of one response (`realtimeResponseWorstCaseMicros`): the model's whole context window read at its
+ * dearest input price (a response reads at most the conversation, which the window bounds), plus its most output
+ * (`max_output_tokens`) at its dearest output price, markup included. The api reserves it at the upgrade
+ * (`realtimeReservationMicros`) and the worker again after each response.
+ */
+
+/** The context a response is taken to read when the catalog gives none (OpenAI's realtime models' window). */
+export const realtimeDefaultContextTokens = 32_000;
+/** The output a response is taken to write when the catalog gives none (OpenAI's `max_response_output_tokens` default, `inf`, capped as its models are). */
+export const realtimeDefaultMaxOutputTokens = 4_096;
+
+/** One response's usage, split as it is priced. */
+export interface RealtimeTokens {
+  textInput: number;
+  cachedTextInput: number;
+  audioInput: number;
+  cachedAudioInput: number;
+  textOutput: number;
+  audioOutput: number;
+}
+
+/** Totals as the usage row keeps them. */
+export function realtimeTotals(tokens: RealtimeTokens): { input: number; cached: number; output: number } {
+  const cached = tokens.cachedTextInput + tokens.cachedAudioInput;
+  return { input: tokens.textInput + tokens.audioInput + cached, cached, output: tokens.textOutput + tokens.audioOutput };
+}
+
+const maxCount = 100_000_000;
+const count = (value: unknown): number => (typeof value === 'number' && Number.isFinite(value) && value > 0 ? Math.min(maxCount, Math.floor(value)) : 0);
+const object = (value: unknown): Record<string, unknown> => (value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : {});
+
+/**
+ * A `response.done`'s `response.usage` as OpenAI writes it, read defensively (a vendor's or a translator's numbers:
+ * anything not a non-negative number counts 0). Image input tokens are priced as text. Where the details are missing
+ * the totals are taken as text.
+ */
+export function readRealtimeUsage(usage: unknown): RealtimeTokens {
+  const u = object(usage);
+  const input = object(u.input_token_details);
+  const cachedDetails = object(input.cached_tokens_details);
+  const output = object(u.output_token_details);
+  const hasInputDetails = 'text_tokens' in input || 'audio_tokens' in input;
+  const cachedAudio = count(cachedDetails.audio_tokens);
+  const cachedText = 'text_tokens' in cachedDetails || 'image_tokens' in cachedDetails ? count(cachedDetails.text_tokens) + count(cachedDetails.image_tokens) : Math.max(0, count(input.cached_tokens) - cachedAudio);
+  const textAll = hasInputDetails ? count(input.text_tokens) + count(input.image_tokens) : count(u.input_tokens);
+  const audioAll = count(input.audio_tokens);
+  const hasOutputDetails = 'text_tokens' in output || 'audio_tokens' in output;
+  return {
+    cachedTextInput: Math.min(cachedText, textAll),
+    textInput: Math.max(0, textAll - cachedText),
+    cachedAudioInput: Math.min(cachedAudio, audioAll),
+    audioInput: Math.max(0, audioAll - cachedAudio),
+    textOutput: hasOutputDetails ? count(output.text_tokens) : count(u.output_tokens),
+    audioOutput: hasOutputDetails ? count(output.audio_tokens) : 0,
+  };
+}
+
+/** Micros per 1M tokens of each kind, an absent price falling back as the vendor's does. */
+interface RealtimeRates {
+  textInput: number;
+  cachedTextInput: number;
+  audioInput: number;
+  cachedAudioInput: number;
+  textOutput: number;
+  audioOutput: number;
+}
+
+function realtimeRates(pricing: Pricing & { cached_audio_input_per_1m?: number }): RealtimeRates {
+  const text = pricing.input_per_1m ?? 0;
+  const audio = pricing.audio_input_per_1m ?? text;
+  const output = pricing.output_per_1m ?? 0;
+  return {
+    textInput: usdToMicros(text),
+    cachedTextInput: usdToMicros(pricing.cached_input_per_1m ?? text),
+    audioInput: usdToMicros(audio),
+    cachedAudioInput: usdToMicros(pricing.cached_audio_input_per_1m ?? pricing.cached_input_per_1m ?? audio),
+    textOutput: usdToMicros(output),
+    audioOutput: usdToMicros(pricing.audio_output_per_1m ?? output),
+  };
+}
+
+/** ceil(tokens × micros per 1M ÷ 1M), exact. */
+function tokenMicros(tokens: number, rate: number): number {
+  if (tokens === 0 || rate === 0) return 0;
+  const product = BigInt(tokens) * BigInt(rate);
+  return Number((product + 999_999n) / 1_000_000n);
+}
+
+function marked(prices: PriceList, micros: number): number {
+  const markup = prices.markupPercent;
+  return markup === 0 ? micros : Number((BigInt(micros) * BigInt(100 + markup) + 99n) / 100n);
+}
+
+/** What one response costs at the model's prices (markup included), in integer micro-dollars. */
+export function realtimeResponseCostMicros(prices: PriceList, modelId: string, tokens: RealtimeTokens): number {
+  const rates = realtimeRates(prices.pricing(modelId));
+  const cost =
+    tokenMicros(tokens.textInput, rates.textInput) +
+    tokenMicros(tokens.cachedTextInput, rates.cachedTextInput) +
+    tokenMicros(tokens.audioInput, rates.audioInput) +
+    tokenMicros(tokens.cachedAudioInput, rates.cachedAudioInput) +
+    tokenMicros(tokens.textOutput, rates.textOutput) +
+    tokenMicros(tokens.audioOutput, rates.audioOutput);
+  return marked(prices, cost);
+}
+
+/** The most one response can cost: its context window at the dearest input price, its most output at the dearest output price. */
+export function realtimeResponseWorstCaseMicros(prices: PriceList, model: Pick<CatalogModel, 'id' | 'context_window' | 'max_output_tokens'>): number {
+  const rates = realtimeRates(prices.pricing(model.id));
+  const context = model.context_window > 0 ? model.context_window : realtimeDefaultContextTokens;
+  const output = model.max_output_tokens > 0 ? model.max_output_tokens : realtimeDefaultMaxOutputTokens;
+  return marked(prices, tokenMicros(context, Math.max(rates.textInput, rates.audioInput)) + tokenMicros(output, Math.max(rates.textOutput, rates.audioOutput)));
+}
+
+/** Whether a session's responses are charged: a priced model, not answered by the mock (unless MOCK_BILLING). */
+export function realtimeCharged(config: { mock: Pick<Config['mock'], 'billed'> }, prices: PriceList, modelId: string, mockAnswered: boolean): boolean {
+  return prices.has(modelId) && (config.mock.billed || !mockAnswered);
+}
+
+/** What the api reserves at the upgrade for a session's first response (0 when its responses are free). */
+export function realtimeReservationMicros(config: VendorConfig, prices: PriceList, model: CatalogModel): number {
+  return realtimeCharged(config, prices, model.id, mockAnswers(config, model.routes[0]?.vendor)) ? realtimeResponseWorstCaseMicros(prices, model) : 0;
+}
+
+/** As `realtimeReservationMicros`, once the session's channel is known (the worker's renewals). */
+export function realtimeChannelReservationMicros(config: { mock: Pick<Config['mock'], 'billed'> }, prices: PriceList, model: CatalogModel, channel: Pick<ChannelConfig, 'vendor' | 'protocol'>): number {
+  return realtimeCharged(config, prices, model.id, isMockChannel(channel)) ? realtimeResponseWorstCaseMicros(prices, model) : 0;
+}
+
+interface RealtimeRedis extends Redis {
+  realtimeSettle(...args: Array<string | number>): Promise<[number, number]>;
+}
+
+const read = (name: string) => readFileSync(new URL(`./lua/${name}.lua`, import.meta.url), 'utf8');
+const settleLua = `${read('money')}\n${read('realtime-settle')}`;
+const scripted = (redis: Redis) => withScripts<RealtimeRedis>(redis, { realtimeSettle: { keys: 4, lua: settleLua } });
+
+/** What a response's settlement did. */
+export interface RealtimeSettlement {
+  /** False when the response was settled before (the same `response.done` again). */
+  applied: boolean;
+  /** Whether the next response is reserved: `held`, `refused` (the account cannot cover it), or `none` asked. */
+  next: 'held' | 'refused' | 'none';
+}
+
+/**
+ * Settles one response (its usage entry's `request_id` is the response's own, `<session request id>:<response id>`)
+ * and renews the session's reservation (under `sessionRequestId`) for `nextMicros`, in one script.
+ */
+export async function settleRealtimeResponse(
+  redis: Redis,
+  sessionRequestId: string,
+  entry: UsageEntry,
+  nextMicros: number,
+  nextDeadline: number,
+  keyLimitMicros: number | undefined,
+  policy: { bufferRecords: number; keepSettledMs: number },
+): Promise<RealtimeSettlement> {
+  const [applied, renewed] = await scripted(redis).realtimeSettle(
+    settledKey(entry.account_id, entry.request_id),
+    billKey(entry.account_id),
+    reservationDeadlinesKey(billingBucket(entry.account_id)),
+    usageStreamKey(billingBucket(entry.account_id)),
+    sessionRequestId,
+    entry.cost_micros,
+    entry.key_id,
+    policy.bufferRecords,
+    Math.max(60, Math.ceil(policy.keepSettledMs / 1000)),
+    JSON.stringify(entry),
+    deadlineMember(entry.account_id, sessionRequestId),
+    Math.max(0, Math.floor(nextMicros)),
+    nextDeadline,
+    keyLimitMicros ?? '',
+  );
+  return { applied: Number(applied) === 1, next: Number(renewed) === 1 ? 'held' : Number(renewed) === 0 ? 'refused' : 'none' };
+}
+
+/**
+ * Moves the session's reservation's deadline on (the reservation sweep gives back one past its deadline by a minute):
+ * a live session's stays held, a dead worker's is given back soon after it stops touching it.
+ */
+export async function touchRealtimeReservation(redis: Redis, accountId: string, sessionRequestId: string, deadline: number): Promise<void> {
+  await redis.zadd(reservationDeadlinesKey(billingBucket(accountId)), 'XX', deadline, deadlineMember(accountId, sessionRequestId));
+}
+
+/**
+ * The session's own row in the request log (`rollup`: its amounts are its responses', each settled and counted on
+ * its own row, so the record's writer adds it to no total), appended to the account's usage stream as a settlement's entry.
+ */
+export async function appendRealtimeSessionRow(redis: Redis, entry: UsageEntry & { rollup: true; responses: number }, bufferRecords: number): Promise<void> {
+  await redis.xadd(usageStreamKey(billingBucket(entry.account_id)), 'MAXLEN', '~', bufferRecords, '*', 'usage', JSON.stringify(entry));
+}

@@ -1,0 +1,122 @@
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import OpenAI from 'openai';
+import { OpenAIRealtimeWS } from 'openai/realtime/ws';
+import { assertMatchesSchema } from './openapi-schemas.js';
+
+/**
+ * A Realtime client for the tests: the official SDK's `OpenAIRealtimeWS` pointed at a gateway's plain HTTP port (it
+ * builds a `wss://` URL from the base URL; the connection is made here, in the clear), every event it gets kept and
+ * checked against the spec's schema for its type, and waits on the next event of a type.
+ */
+
+/** The spec's schema of each GA server event, by its type. */
+export const serverEventSchemas: Record<string, string> = {
+  error: 'RealtimeServerEventError',
+  'session.created': 'RealtimeServerEventSessionCreated',
+  'session.updated': 'RealtimeServerEventSessionUpdated',
+  'input_audio_buffer.committed': 'RealtimeServerEventInputAudioBufferCommitted',
+  'input_audio_buffer.cleared': 'RealtimeServerEventInputAudioBufferCleared',
+  'conversation.item.added': 'RealtimeServerEventConversationItemAdded',
+  'conversation.item.done': 'RealtimeServerEventConversationItemDone',
+  'response.created': 'RealtimeServerEventResponseCreated',
+  'response.done': 'RealtimeServerEventResponseDone',
+  'rate_limits.updated': 'RealtimeServerEventRateLimitsUpdated',
+  'response.output_item.added': 'RealtimeServerEventResponseOutputItemAdded',
+  'response.output_item.done': 'RealtimeServerEventResponseOutputItemDone',
+  'response.content_part.added': 'RealtimeServerEventResponseContentPartAdded',
+  'response.content_part.done': 'RealtimeServerEventResponseContentPartDone',
+  'response.output_text.delta': 'RealtimeServerEventResponseTextDelta',
+  'response.output_text.done': 'RealtimeServerEventResponseTextDone',
+  'response.output_audio.delta': 'RealtimeServerEventResponseAudioDelta',
+  'response.output_audio.done': 'RealtimeServerEventResponseAudioDone',
+  'response.output_audio_transcript.delta': 'RealtimeServerEventResponseAudioTranscriptDelta',
+  'response.output_audio_transcript.done': 'RealtimeServerEventResponseAudioTranscriptDone',
+  'response.function_call_arguments.delta': 'RealtimeServerEventResponseFunctionCallArgumentsDelta',
+  'response.function_call_arguments.done': 'RealtimeServerEventResponseFunctionCallArgumentsDone',
+  'conversation.created': 'RealtimeServerEventConversationCreated',
+  'conversation.item.created': 'RealtimeServerEventConversationItemCreated',
+  'conversation.item.deleted': 'RealtimeServerEventConversationItemDeleted',
+  'conversation.item.retrieved': 'RealtimeServerEventConversationItemRetrieved',
+  'conversation.item.truncated': 'RealtimeServerEventConversationItemTruncated',
+  'conversation.item.input_audio_transcription.delta': 'RealtimeServerEventConversationItemInputAudioTranscriptionDelta',
+  'conversation.item.input_audio_transcription.completed': 'RealtimeServerEventConversationItemInputAudioTranscriptionCompleted',
+  'conversation.item.input_audio_transcription.failed': 'RealtimeServerEventConversationItemInputAudioTranscriptionFailed',
+  'conversation.item.input_audio_transcription.segment': 'RealtimeServerEventConversationItemInputAudioTranscriptionSegment',
+  'input_audio_buffer.speech_started': 'RealtimeServerEventInputAudioBufferSpeechStarted',
+  'input_audio_buffer.speech_stopped': 'RealtimeServerEventInputAudioBufferSpeechStopped',
+  'input_audio_buffer.timeout_triggered': 'RealtimeServerEventInputAudioBufferTimeoutTriggered',
+  'output_audio_buffer.started': 'RealtimeServerEventOutputAudioBufferStarted',
+  'output_audio_buffer.stopped': 'RealtimeServerEventOutputAudioBufferStopped',
+  'output_audio_buffer.cleared': 'RealtimeServerEventOutputAudioBufferCleared',
+};
+
+/** Checks a server event against the spec: its own schema, and the union of server events. */
+export function assertServerEvent(event: { type: string }, where: string): void {
+  const schema = serverEventSchemas[event.type];
+  assert.ok(schema, `${where}: an event of a type the tests do not know: ${event.type}`);
+  assertMatchesSchema(schema, event, `${where} ${event.type}`);
+}
+
+export type ServerEvent = Record<string, unknown> & { type: string };
+
+export interface RealtimeTestClient {
+  rt: OpenAIRealtimeWS;
+  events: ServerEvent[];
+  /** The next event of this type (one already received and not yet taken counts). */
+  next(type: string, timeoutMs?: number): Promise<ServerEvent>;
+  /** Resolves with the close code and reason once the socket closes. */
+  closed: Promise<{ code: number; reason: string }>;
+  /** Resolves once the socket is open (the gateway answered 101); rejects with the HTTP status when refused. */
+  opened: Promise<void>;
+}
+
+export function openRealtime(gatewayUrl: string, apiKey: string, model = 'mock-realtime'): RealtimeTestClient {
+  const port = Number(new URL(gatewayUrl).port);
+  const client = new OpenAI({ apiKey, baseURL: `${gatewayUrl}/v1` });
+  const rt = new OpenAIRealtimeWS({ model, options: { createConnection: () => net.connect(port, '127.0.0.1') } }, client);
+  const events: ServerEvent[] = [];
+  const taken = new Set<ServerEvent>();
+  const waiters: Array<{ type: string; resolve: (event: ServerEvent) => void }> = [];
+  rt.on('event', (event) => {
+    const e = event as unknown as ServerEvent;
+    assertServerEvent(e, 'gateway');
+    events.push(e);
+    const at = waiters.findIndex((w) => w.type === e.type);
+    if (at >= 0) {
+      taken.add(e);
+      waiters.splice(at, 1)[0]!.resolve(e);
+    }
+  });
+  // Error events are kept with the rest; the SDK throws them when nobody listens.
+  rt.on('error', () => undefined);
+  const closed = new Promise<{ code: number; reason: string }>((resolve) => rt.socket.once('close', (code, reason) => resolve({ code, reason: reason.toString() })));
+  const opened = new Promise<void>((resolve, reject) => {
+    rt.socket.once('open', () => resolve());
+    rt.socket.once('unexpected-response', (_req, res) => reject(new Error(`refused with ${res.statusCode}`)));
+    rt.socket.once('error', (error) => reject(error));
+  });
+  opened.catch(() => undefined);
+  const next = (type: string, timeoutMs = 15_000) =>
+    new Promise<ServerEvent>((resolve, reject) => {
+      const ready = events.find((e) => e.type === type && !taken.has(e));
+      if (ready) {
+        taken.add(ready);
+        return resolve(ready);
+      }
+      const timer = setTimeout(() => reject(new Error(`no ${type} within ${timeoutMs} ms; got ${events.map((e) => e.type).join(', ')}`)), timeoutMs);
+      waiters.push({
+        type,
+        resolve: (event) => {
+          clearTimeout(timer);
+          resolve(event);
+        },
+      });
+    });
+  return { rt, events, next, closed, opened };
+}
+
+/** The user's text as a conversation item. */
+export function userText(text: string) {
+  return { type: 'conversation.item.create' as const, item: { type: 'message' as const, role: 'user' as const, content: [{ type: 'input_text' as const, text }] } };
+}

@@ -1,0 +1,203 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Redis } from 'ioredis';
+import type { CatalogModel } from '../../shared/catalog.js';
+import type { Config } from '../../shared/config.js';
+import type { Logger } from '../../shared/logger.js';
+import { releaseReservation } from '../../shared/money/billing.js';
+import type { PriceList } from '../../shared/money/pricing.js';
+import {
+  appendRealtimeSessionRow,
+  readRealtimeUsage,
+  realtimeChannelReservationMicros,
+  realtimeCharged,
+  realtimeResponseCostMicros,
+  realtimeTotals,
+  settleRealtimeResponse,
+  touchRealtimeReservation,
+} from '../../shared/money/realtime.js';
+import type { SettledStatus, UsageEntry } from '../../shared/money/usage.js';
+import type { RealtimeJobData } from '../../shared/realtime.js';
+import { isMockChannel, type ChannelConfig } from '../../shared/vendors.js';
+import { usageSettled } from '../metrics.js';
+
+/**
+ * A session's bill (shared/money/realtime.ts): each `response.done` settled as it arrives, once per response id
+ * (here, and in Redis by the response's own settled mark, so the same event twice or a run again changes nothing),
+ * each on a usage row of its own (`<request id>:<response id>`, endpoint `realtime.response`) that the record's
+ * writer moves to PostgreSQL as every settlement; the session's reservation renewed for the next response in the
+ * same step, and its deadline kept fresh while the session lives (a dead worker's is given back by the reservation
+ * sweep about two minutes after). At the end: the reservation given back and the session's own row written (its
+ * sums, duration, responses and why it closed; a rollup the writer adds to no total).
+ */
+
+/** How far ahead a live session's reservation deadline is kept (touched every `reservationTouchMs`). */
+export const reservationHoldMs = 60_000;
+export const reservationTouchMs = 10_000;
+const settleAttempts = 6;
+
+export interface SessionBillingDeps {
+  config: Pick<Config, 'mock' | 'usageBufferRecords' | 'realtimeWorker'>;
+  redis: Redis;
+  prices: PriceList;
+  log: Logger;
+}
+
+export interface SessionSums {
+  responses: number;
+  input: number;
+  cached: number;
+  output: number;
+  costMicros: number;
+}
+
+/** What one settlement said of the session's next response. */
+export type NextResponse = 'covered' | 'not_covered';
+
+export class SessionBilling {
+  readonly sums: SessionSums = { responses: 0, input: 0, cached: 0, output: 0, costMicros: 0 };
+  private readonly settled = new Set<string>();
+  private readonly charged: boolean;
+  private readonly nextMicros: number;
+  private readonly started = new Map<string, number>();
+  private touch: NodeJS.Timeout | undefined;
+  private unnamed = 0;
+
+  constructor(
+    private readonly deps: SessionBillingDeps,
+    private readonly data: RealtimeJobData,
+    private readonly model: CatalogModel,
+    private readonly channel: Pick<ChannelConfig, 'vendor' | 'protocol' | 'id'>,
+  ) {
+    this.charged = realtimeCharged(deps.config, deps.prices, model.id, isMockChannel(channel));
+    this.nextMicros = realtimeChannelReservationMicros(deps.config, deps.prices, model, channel);
+  }
+
+  /** Keeps the reservation held while the session lives. */
+  hold(): void {
+    const touch = () =>
+      touchRealtimeReservation(this.deps.redis, this.data.accountId, this.data.requestId, Date.now() + reservationHoldMs).catch((error: unknown) =>
+        this.deps.log.debug({ err: error }, 'could not touch the realtime reservation'),
+      );
+    void touch();
+    this.touch = setInterval(() => void touch(), reservationTouchMs);
+    this.touch.unref();
+  }
+
+  /** A response began (its `response.created`): its row's duration counts from here. */
+  responseCreated(event: Record<string, unknown>): void {
+    const id = responseIdOf(event);
+    if (id !== undefined && !this.started.has(id)) this.started.set(id, Date.now());
+  }
+
+  /**
+   * Settles one `response.done` (once per response id) and renews the reservation for the next. Resolves to whether
+   * the account covers the next response; `undefined` when this event changed nothing (seen before).
+   */
+  async settle(event: Record<string, unknown>): Promise<NextResponse | undefined> {
+    const response = (event.response ?? {}) as Record<string, unknown>;
+    const id = responseIdOf(event) ?? `r${++this.unnamed}`;
+    if (this.settled.has(id)) return undefined;
+    this.settled.add(id);
+    const tokens = readRealtimeUsage(response.usage);
+    const totals = realtimeTotals(tokens);
+    const cost = this.charged ? realtimeResponseCostMicros(this.deps.prices, this.model.id, tokens) : 0;
+    const startedAt = this.started.get(id) ?? Date.now();
+    this.started.delete(id);
+    const status = typeof response.status === 'string' ? response.status : 'completed';
+    const entry: UsageEntry = {
+      request_id: `${this.data.requestId}:${id}`,
+      key_id: this.data.keyId,
+      account_id: this.data.accountId,
+      model: this.data.model,
+      vendor: this.channel.vendor,
+      input_tokens: totals.input,
+      cached_tokens: totals.cached,
+      output_tokens: totals.output,
+      images: 0,
+      audio_seconds: 0,
+      video_seconds: 0,
+      cost_micros: cost,
+      service_tier: 'default',
+      status: settledStatus(status),
+      created: Math.floor(startedAt / 1000),
+      duration_ms: Date.now() - startedAt,
+      endpoint: 'realtime.response',
+      answer_id: id,
+      channel: this.channel.id,
+      finish_reason: status,
+    };
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const result = await settleRealtimeResponse(this.deps.redis, this.data.requestId, entry, this.nextMicros, Date.now() + reservationHoldMs, this.data.keyLimitMicros, {
+          bufferRecords: this.deps.config.usageBufferRecords,
+          keepSettledMs: this.deps.config.realtimeWorker.maxSessionMs + 15 * 60_000,
+        });
+        if (result.applied) {
+          this.sums.responses += 1;
+          this.sums.input += totals.input;
+          this.sums.cached += totals.cached;
+          this.sums.output += totals.output;
+          this.sums.costMicros += cost;
+          usageSettled(entry);
+        }
+        return result.next === 'refused' ? 'not_covered' : 'covered';
+      } catch (error) {
+        if (attempt >= settleAttempts) {
+          this.deps.log.error({ err: error, response: id }, 'could not settle a realtime response');
+          // Unsettled money is not spent on: the session ends as if the next response were not covered.
+          return 'not_covered';
+        }
+        this.deps.log.warn({ err: error, attempt }, 'realtime settlement failed; retrying');
+        await sleep(Math.min(200 * 2 ** attempt, 4_000));
+      }
+    }
+  }
+
+  /** The session is over: its reservation given back, its row written. */
+  async end(summary: { opened: number; queueMs: number; reason: string; status: SettledStatus; errorCode?: string | undefined }): Promise<void> {
+    clearInterval(this.touch);
+    const { redis, log, config } = this.deps;
+    await releaseReservation(redis, this.data.accountId, this.data.requestId).catch((error: unknown) => log.warn({ err: error }, 'could not release the realtime reservation (the sweep will)'));
+    const row = {
+      request_id: this.data.requestId,
+      key_id: this.data.keyId,
+      account_id: this.data.accountId,
+      model: this.data.model,
+      vendor: this.channel.vendor,
+      input_tokens: this.sums.input,
+      cached_tokens: this.sums.cached,
+      output_tokens: this.sums.output,
+      images: 0,
+      audio_seconds: 0,
+      video_seconds: 0,
+      cost_micros: this.sums.costMicros,
+      service_tier: 'default' as const,
+      status: summary.status,
+      created: Math.floor(summary.opened / 1000),
+      duration_ms: Date.now() - summary.opened,
+      endpoint: 'realtime',
+      answer_id: this.data.jobId,
+      channel: this.channel.id,
+      attempts: 1,
+      queue_ms: Math.max(0, summary.queueMs),
+      finish_reason: summary.reason,
+      ...(summary.errorCode !== undefined ? { error_code: summary.errorCode } : {}),
+      rollup: true as const,
+      responses: this.sums.responses,
+    };
+    await appendRealtimeSessionRow(redis, row, config.usageBufferRecords).catch((error: unknown) => log.warn({ err: error }, 'could not write the realtime session row'));
+  }
+}
+
+function responseIdOf(event: Record<string, unknown>): string | undefined {
+  const response = event.response as Record<string, unknown> | undefined;
+  const id = response?.id;
+  // The id names the settlement's mark and row: kept short and plain, whatever a vendor writes.
+  return typeof id === 'string' && /^[\w.-]{1,100}$/.test(id) ? id : undefined;
+}
+
+function settledStatus(status: string): SettledStatus {
+  if (status === 'cancelled') return 'cancelled';
+  if (status === 'failed') return 'failed';
+  return 'completed';
+}
