@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { z } from 'zod';
 import { utcDay, type Account } from '../../shared/accounts.js';
 import { invalidRequest } from '../../shared/errors.js';
@@ -34,8 +35,21 @@ export function pricingList(models: ModelResolver, prices: PriceList) {
     input_modalities: model.input_modalities,
     ...(model.image_sizes ? { image_sizes: model.image_sizes } : {}),
     ...(model.image_qualities ? { image_qualities: model.image_qualities } : {}),
+    // A speech model's formats, voices and options (the Playground's Speech tab offers only what it takes).
+    ...speechFields(model),
     prices: prices.has(model.id) ? prices.listedPricing(model.id) : null,
   }));
+}
+
+const speechFieldNames = ['speech_formats', 'speech_voices', 'speech_options'] as const;
+
+function speechFields(model: Record<string, unknown>): Partial<Record<(typeof speechFieldNames)[number], string[]>> {
+  const fields: Partial<Record<(typeof speechFieldNames)[number], string[]>> = {};
+  for (const name of speechFieldNames) {
+    const value = model[name];
+    if (Array.isArray(value) && value.every((item) => typeof item === 'string')) fields[name] = value;
+  }
+  return fields;
 }
 
 export const usageRequestSchema = z.strictObject({
@@ -139,7 +153,43 @@ function scoped(account: Account, filter: RequestFilter): RequestFilter {
 /** A page of requests, newest first, as `GET /admin/requests` answers it. */
 export async function requestList(record: RecordDb, account: Account, query: unknown) {
   const { filter, limit, cursor } = parseStrict(requestListQuerySchema, query);
-  return listRequests(record, scoped(account, filter), limit, cursor);
+  const page = await listRequests(record, scoped(account, filter), limit, cursor);
+  const sessions = await sessionFacts(record, page.data.filter((row) => row.endpoint === 'realtime').map((row) => row.id));
+  if (sessions.size === 0) return page;
+  return { ...page, data: page.data.map((row) => (sessions.has(row.id) ? { ...row, session: sessions.get(row.id)! } : row)) };
+}
+
+/** What the Activity page shows of a Realtime session beyond a request's columns: how long it lasted, how many responses it billed. */
+export interface SessionFacts {
+  duration_ms: number;
+  responses: number;
+}
+
+/**
+ * A session's row (endpoint `realtime`, written by its worker at its end) sums its responses, each settled on a row
+ * of its own (`<session's request id>:<response id>`, endpoint `realtime.response`): the responses are counted from
+ * those, the duration is the worker's.
+ */
+async function sessionFacts(record: RecordDb, ids: string[]): Promise<Map<string, SessionFacts>> {
+  const facts = new Map<string, SessionFacts>();
+  if (ids.length === 0) return facts;
+  const rows = await record
+    .selectFrom('usage as s')
+    .select((eb) => [
+      's.request_id',
+      's.duration_ms',
+      eb
+        .selectFrom('usage as r')
+        .select((inner) => inner.fn.countAll<number>().as('n'))
+        .where('r.account_id', '=', eb.ref('s.account_id'))
+        .where('r.endpoint', '=', 'realtime.response')
+        .where(sql<boolean>`starts_with(r.request_id, s.request_id || ':')`)
+        .as('responses'),
+    ])
+    .where('s.request_id', 'in', ids)
+    .execute();
+  for (const row of rows) facts.set(row.request_id, { duration_ms: Number(row.duration_ms), responses: Number(row.responses ?? 0) });
+  return facts;
 }
 
 /** The histogram's bar sizes: round ones, the smallest that keeps a range within `maxHistogramBars`. */

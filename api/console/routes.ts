@@ -33,6 +33,8 @@ const contentSecurityPolicy = [
   "script-src 'self'",
   "style-src 'self'",
   "img-src 'self' data: blob:",
+  // The Playground's Speech tab plays its audio from a blob URL.
+  "media-src 'self' blob:",
   "connect-src 'self'",
   "font-src 'self'",
   "object-src 'none'",
@@ -279,6 +281,7 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
   const playgroundKey = authenticatePlayground(deps);
   router.post<AuthState>('/api/playground/chat/completions', playgroundKey, (ctx) => serve('chat.completions', ctx, deps));
   router.post<AuthState>('/api/playground/images/generations', playgroundKey, (ctx) => serve('images.generations', ctx, deps));
+  router.post<AuthState>('/api/playground/audio/speech', playgroundKey, (ctx) => serve('audio.speech', ctx, deps));
 
   // ---- admin ----
 

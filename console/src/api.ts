@@ -15,6 +15,8 @@ export class ApiError extends Error {
     readonly status: number,
     readonly code: string | null = null,
     readonly param: string | null = null,
+    /** The gateway's id of the request that failed (its `x-request-id`), when the answer named one. */
+    readonly requestId: string | null = null,
   ) {
     super(message);
     this.name = 'ApiError';
@@ -55,7 +57,7 @@ export async function errorFrom(response: Response): Promise<ApiError> {
       message += ` Try again in ${retry} second${retry === 1 ? '' : 's'}.`;
     }
   }
-  return new ApiError(message, response.status, code, param);
+  return new ApiError(message, response.status, code, param, response.headers.get('x-request-id'));
 }
 
 export function isNotSignedIn(error: unknown): boolean {
@@ -128,6 +130,24 @@ export function isAbort(error: unknown): boolean {
   return error instanceof DOMException && error.name === 'AbortError';
 }
 
+/** A POST whose answer is not JSON (a stream, audio): retried once on a CSRF refusal; an error answer thrown as ApiError. */
+async function post(path: string, body: unknown, signal: AbortSignal): Promise<Response> {
+  let response = await send('POST', path, body, { signal });
+  if (response.status === 403) {
+    const error = await errorFrom(response.clone());
+    if (error.code === 'csrf_failed') {
+      await refreshCsrf();
+      response = await send('POST', path, body, { signal });
+    }
+  }
+  if (!response.ok) {
+    const error = await errorFrom(response);
+    if (error.status === 401 && error.code === 'not_signed_in') notSignedInHandler?.();
+    throw error;
+  }
+  return response;
+}
+
 export interface ChatMessage {
   role: 'user' | 'assistant' | 'system';
   content: string;
@@ -143,20 +163,7 @@ export async function streamChat(
   onDelta: (text: string) => void,
   signal: AbortSignal,
 ): Promise<void> {
-  const payload = { ...body, stream: true };
-  let response = await send('POST', '/playground/chat/completions', payload, { signal });
-  if (response.status === 403) {
-    const error = await errorFrom(response.clone());
-    if (error.code === 'csrf_failed') {
-      await refreshCsrf();
-      response = await send('POST', '/playground/chat/completions', payload, { signal });
-    }
-  }
-  if (!response.ok) {
-    const error = await errorFrom(response);
-    if (error.status === 401 && error.code === 'not_signed_in') notSignedInHandler?.();
-    throw error;
-  }
+  const response = await post('/playground/chat/completions', { ...body, stream: true }, signal);
   if (!response.body) throw new ApiError('The server sent no stream.', response.status, 'bad_response');
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = '';
@@ -189,4 +196,70 @@ export async function streamChat(
   } finally {
     reader.cancel().catch(() => {});
   }
+}
+
+/** What the playground's Speech tab sends: `POST /v1/audio/speech`'s body, audio answered as bytes. */
+export interface SpeechRequest {
+  model: string;
+  input: string;
+  voice: string;
+  response_format: string;
+  speed?: number;
+  instructions?: string;
+}
+
+export interface SpokenAudio {
+  /** The audio, typed as the gateway answered it (raw PCM made a WAV, which a browser can play). */
+  audio: Blob;
+  /** The request's id (`x-request-id`): its request-log row, with what it cost, is found by it. */
+  requestId: string | null;
+  /** The answer's Date header: the server's clock. */
+  date: string | null;
+}
+
+/**
+ * Speaks text through the playground (billed to the account's Playground
+ * key) and reads the whole audio. An audio stream cut short (a vendor that
+ * failed mid-way) is an ApiError naming the request, not a shorter clip.
+ */
+export async function speak(body: SpeechRequest, signal: AbortSignal): Promise<SpokenAudio> {
+  const response = await post('/playground/audio/speech', body, signal);
+  const requestId = response.headers.get('x-request-id');
+  const date = response.headers.get('date');
+  let bytes: ArrayBuffer;
+  try {
+    bytes = await response.arrayBuffer();
+  } catch (error) {
+    if (isAbort(error)) throw error;
+    throw new ApiError('The audio stopped before its end: the model failed while it spoke.', response.status, 'stream_interrupted', null, requestId);
+  }
+  if (bytes.byteLength === 0) throw new ApiError('The server sent no audio.', response.status, 'bad_response', null, requestId);
+  const type = (response.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase();
+  if (body.response_format === 'pcm' || type === 'audio/pcm') return { audio: wavOfPcm(bytes), requestId, date };
+  return { audio: new Blob([bytes], { type: type || 'application/octet-stream' }), requestId, date };
+}
+
+/** OpenAI's `pcm`: 24 kHz, 16-bit little-endian, mono, no header. A 44-byte RIFF header makes it a WAV. */
+const pcmRate = 24_000;
+
+function wavOfPcm(pcm: ArrayBuffer): Blob {
+  const header = new DataView(new ArrayBuffer(44));
+  const ascii = (at: number, text: string) => {
+    for (let i = 0; i < text.length; i++) header.setUint8(at + i, text.charCodeAt(i));
+  };
+  const length = pcm.byteLength - (pcm.byteLength % 2);
+  ascii(0, 'RIFF');
+  header.setUint32(4, 36 + length, true);
+  ascii(8, 'WAVE');
+  ascii(12, 'fmt ');
+  header.setUint32(16, 16, true);
+  header.setUint16(20, 1, true); // PCM
+  header.setUint16(22, 1, true); // mono
+  header.setUint32(24, pcmRate, true);
+  header.setUint32(28, pcmRate * 2, true);
+  header.setUint16(32, 2, true);
+  header.setUint16(34, 16, true);
+  ascii(36, 'data');
+  header.setUint32(40, length, true);
+  return new Blob([header.buffer, pcm.slice(0, length)], { type: 'audio/wav' });
 }

@@ -16,6 +16,7 @@ export function sortPrice(model: PricedModel): number | undefined {
   if (model.capability === 'image') return cheapest(p.per_image) ?? p.input_per_1m;
   if (model.capability === 'transcription') return p.per_minute ?? p.input_per_1m ?? p.audio_input_per_1m;
   if (model.capability === 'video') return p.per_second ?? cheapest(p.per_second_by_size);
+  if (model.capability === 'speech') return p.per_1m_characters ?? p.input_per_1m;
   return p.input_per_1m ?? cheapest(p.per_image) ?? p.per_minute ?? p.per_second ?? cheapest(p.per_second_by_size);
 }
 
@@ -55,7 +56,9 @@ export function otherPrices(p: Prices | null): PriceLine[] {
   }
   if (p.cache_write_per_1m !== undefined) lines.push({ label: 'Cache write', value: `${price(p.cache_write_per_1m)} / 1M` });
   if (p.audio_input_per_1m !== undefined) lines.push({ label: 'Audio in', value: `${price(p.audio_input_per_1m)} / 1M` });
+  if (p.cached_audio_input_per_1m !== undefined) lines.push({ label: 'Cached audio in', value: `${price(p.cached_audio_input_per_1m)} / 1M` });
   if (p.audio_output_per_1m !== undefined) lines.push({ label: 'Audio out', value: `${price(p.audio_output_per_1m)} / 1M` });
+  if (p.per_1m_characters !== undefined) lines.push({ label: 'Speech', value: `${price(p.per_1m_characters)} / 1M characters` });
   if (p.long_context) {
     const lc = p.long_context;
     const parts = [
@@ -75,6 +78,8 @@ export const capabilityNames: Record<string, string> = {
   image: 'Image',
   video: 'Video',
   transcription: 'Transcription',
+  speech: 'Speech',
+  realtime: 'Realtime',
 };
 
 export function capabilityName(capability: string): string {

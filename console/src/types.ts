@@ -91,9 +91,12 @@ export interface Prices {
   per_second?: number;
   per_second_by_size?: Record<string, number>;
   per_minute?: number;
+  /** Speech input billed by the character (`tts-1`, `tts-1-hd`). */
+  per_1m_characters?: number;
+  cached_audio_input_per_1m?: number;
 }
 
-export type Capability = 'chat' | 'reasoning' | 'completion' | 'embedding' | 'image' | 'video' | 'transcription';
+export type Capability = 'chat' | 'reasoning' | 'completion' | 'embedding' | 'image' | 'video' | 'transcription' | 'speech' | 'realtime';
 
 export interface PricedModel {
   id: string;
@@ -104,6 +107,10 @@ export interface PricedModel {
   input_modalities: string[];
   image_sizes?: string[];
   image_qualities?: string[];
+  /** Speech models: the `response_format`s it can be given, the voices it takes (absent: its vendor's), and what else it takes (`instructions`, `speed`, `sse`). */
+  speech_formats?: string[];
+  speech_voices?: string[];
+  speech_options?: string[];
   prices: Prices | null;
 }
 
@@ -144,9 +151,18 @@ export type ServiceTier = (typeof serviceTiers)[number];
 export type TierMultiples = Record<ServiceTier, string>;
 
 
+/** A Realtime session's row (endpoint `realtime`) as the activity list gives it: how long it lasted, how many responses it billed. */
+export interface SessionFacts {
+  duration_ms: number;
+  responses: number;
+}
+
+/** A row of the activity list: a request, or a whole Realtime session with its facts. */
+export type ActivityRow = RequestView & { session?: SessionFacts };
+
 export interface RequestPage {
   object: 'list';
-  data: RequestView[];
+  data: ActivityRow[];
   has_more: boolean;
   next_cursor: string | null;
 }

@@ -4,6 +4,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Browser, type BrowserContext, type Page } from 'playwright-core';
+import WebSocket from 'ws';
 import { launchChromium } from '../support/browser.js';
 import { adminRequest } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';
@@ -536,5 +537,148 @@ describe('console activity page in a real browser', () => {
     assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth));
     await shoot(page, 'usage-cache-saved-desktop');
     await closeClean(context, 'cache, desktop');
+  });
+
+  it('shows a Realtime session as one row of its own: its length, responses, tokens, cost and why it closed; each response beside it', async () => {
+    // A member of their own, with one session on the mock: two responses, then the client closes it.
+    const email = 'realtime@activity-browser.test';
+    const password = 'realtime-password';
+    const account = (await (await adminApi('POST', '/admin/accounts', { email, password, role: 'member' })).json()) as { id: string };
+    assert.equal((await adminApi('POST', `/admin/accounts/${account.id}/credits`, { amount_usd: 5 })).status, 200);
+    const { key } = (await (await adminApi('POST', '/admin/keys', { name: 'realtime key', account_id: account.id })).json()) as { key: string };
+    const socket = new WebSocket(`${gateway.url.replace(/^http/, 'ws')}/v1/realtime?model=mock-realtime`, { headers: { authorization: `Bearer ${key}` }, handshakeTimeout: 15_000 });
+    const events: Array<{ type: string; [field: string]: unknown }> = [];
+    socket.on('message', (data) => events.push(JSON.parse(String(data)) as { type: string }));
+    const closed = new Promise<number>((resolve) => socket.once('close', (code) => resolve(code)));
+    await new Promise<void>((resolve, reject) => {
+      socket.once('open', () => resolve());
+      socket.once('error', reject);
+    });
+    const seen = (type: string, n: number) => waitFor(() => events.filter((event) => event.type === type).length >= n, 15_000, `${n} × ${type}: saw ${events.map((event) => event.type).join(', ')}`);
+    await seen('session.created', 1);
+    for (const [i, text] of ['Hello there', 'And once more'].entries()) {
+      socket.send(JSON.stringify({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text }] } }));
+      socket.send(JSON.stringify({ type: 'response.create', response: { output_modalities: ['text'] } }));
+      await seen('response.done', i + 1);
+    }
+    socket.close(1000);
+    await closed;
+
+    interface SessionRow extends Row {
+      endpoint: string | null;
+      input_tokens: number;
+      output_tokens: number;
+      cost_micros: number;
+      cost_usd: number;
+      finish_reason: string | null;
+    }
+    let rows: SessionRow[] = [];
+    await waitFor(
+      async () => {
+        rows = ((await (await adminApi('GET', `/admin/requests?account_id=${account.id}`)).json()) as { data: SessionRow[] }).data;
+        return rows.length === 3 && rows.every((row) => row.settled);
+      },
+      20_000,
+      'the session and its two responses in the record',
+    ).catch((error: unknown) => {
+      throw new Error(`${(error as Error).message}: ${JSON.stringify(rows)}`);
+    });
+    const session = rows.find((row) => row.endpoint === 'realtime')!;
+    assert.ok(session, JSON.stringify(rows));
+    const responses = rows.filter((row) => row.endpoint === 'realtime.response');
+    assert.equal(responses.length, 2);
+    assert.ok(session.input_tokens > 0 && session.output_tokens > 0, JSON.stringify(session));
+
+    for (const viewport of [desktop, phone]) {
+      const context = await newContext(viewport);
+      const page = await context.newPage();
+      await signIn(page, email, password);
+      await page.goto('/console/activity');
+      await rowsShown(page, 3, 'the session and its responses');
+      // The session reads as one: its endpoint named, its length where a request's latency is.
+      const sessionRow = bodyRows(page).filter({ hasText: 'Realtime session' });
+      assert.equal(await sessionRow.count(), 1);
+      assert.equal(await bodyRows(page).filter({ hasText: 'Realtime response' }).count(), 2);
+      const length = sessionRow.locator('.col-duration');
+      assert.match((await length.innerText()).trim(), /^\d[\d,.]* (ms|s)$/);
+      // On a phone each cell says what it is: a session's length is its duration, not a latency.
+      if (viewport === phone) assert.equal(await length.evaluate((cell) => getComputedStyle(cell, '::before').content), '"Duration "');
+      assert.match((await length.getAttribute('title')) ?? '', /, 2 responses$/);
+      assert.ok((await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)) <= 0, 'no sideways scroll');
+      if (viewport === desktop) assert.ok((await tableOverflow(page)) <= 1, 'at 1280 px every column is in sight');
+      await shoot(page, `activity-realtime-${viewport === phone ? 'phone' : 'desktop'}`);
+
+      await sessionRow.getByRole('button').click();
+      const dialog = page.getByRole('dialog', { name: 'Session details' });
+      await dialog.waitFor();
+      const detail = async (label: string) => (await dialog.locator('.detail').filter({ has: page.getByText(label, { exact: true }) }).locator('dd').innerText()).trim();
+      assert.equal(await detail('Session ID'), session.id);
+      assert.equal(await detail('Endpoint'), 'Realtime session (realtime)');
+      assert.match(await detail('Duration'), /^\d[\d,.]* (ms|s)$/);
+      assert.equal(await detail('Responses'), '2');
+      assert.equal(await detail('Input tokens'), session.input_tokens.toLocaleString('en-US'));
+      assert.equal(await detail('Output tokens'), session.output_tokens.toLocaleString('en-US'));
+      const cost = await detail('Cost');
+      assert.ok(followsMoneyRule(cost.split(' ')[0]!), cost);
+      assert.equal(Number(cost.split(' ')[0]!.slice(1)), Number(session.cost_usd.toFixed(6)));
+      assert.equal(await detail('Close reason'), 'Closed by the client (client_closed)');
+      if (viewport === phone) {
+        const box = (await dialog.boundingBox())!;
+        assert.ok(box.x >= 0 && box.x + box.width <= phone.width, `the dialog fits: ${JSON.stringify(box)}`);
+      }
+      await shoot(page, `activity-realtime-detail-${viewport === phone ? 'phone' : 'desktop'}`);
+      await page.keyboard.press('Escape');
+      await dialog.waitFor({ state: 'detached' });
+
+      // A response: its own row, naming its session.
+      await bodyRows(page).filter({ hasText: 'Realtime response' }).first().getByRole('button').click();
+      const response = page.getByRole('dialog', { name: 'Request details' });
+      await response.waitFor();
+      assert.equal((await response.locator('.detail').filter({ has: page.getByText('Session', { exact: true }) }).locator('dd').innerText()).trim(), session.id);
+      await page.keyboard.press('Escape');
+      await closeClean(context, `realtime session, ${viewport === phone ? 'phone' : 'desktop'}`);
+    }
+
+    // A session that billed no response, written as the worker writes its row: its length is the worker's, and a
+    // response row of another account whose id happens to start with the session's is not counted as one of its.
+    const now = Math.floor(Date.now() / 1000);
+    const written = (fields: Partial<UsageRow> & Pick<UsageRow, 'request_id' | 'account_id' | 'key_id' | 'endpoint'>): UsageRow => ({
+      model: 'mock-realtime',
+      vendor: 'mock',
+      input_tokens: 0,
+      cached_tokens: 0,
+      output_tokens: 0,
+      images: 0,
+      audio_seconds: 0,
+      video_seconds: 0,
+      cost_micros: 0,
+      status: 'completed',
+      created: now - 5,
+      duration_ms: 65_000,
+      finish_reason: 'insufficient_quota',
+      ...fields,
+    });
+    const record = await testRecord(redisUrl);
+    await record.transaction().execute((tx) =>
+      writeUsage(tx, [
+        written({ request_id: 'sess_quiet', account_id: account.id, key_id: 'key_quiet', endpoint: 'realtime' }),
+        written({ request_id: 'sess_quiet:resp_elsewhere', account_id: bulkAccount, key_id: 'key_bulk', endpoint: 'realtime.response', duration_ms: 10 }),
+      ]),
+    );
+    const context = await newContext();
+    const page = await context.newPage();
+    await signIn(page, email, password);
+    await page.goto('/console/activity');
+    await rowsShown(page, 4, 'both sessions and the responses');
+    const quiet = bodyRows(page).filter({ hasText: 'Realtime session' }).first();
+    assert.equal((await quiet.locator('.col-duration').innerText()).trim(), '1 min 5 s');
+    await quiet.getByRole('button').click();
+    const dialog = page.getByRole('dialog', { name: 'Session details' });
+    await dialog.waitFor();
+    const detail = async (label: string) => (await dialog.locator('.detail').filter({ has: page.getByText(label, { exact: true }) }).locator('dd').innerText()).trim();
+    assert.equal(await detail('Session ID'), 'sess_quiet');
+    assert.equal(await detail('Responses'), '0');
+    assert.equal(await detail('Close reason'), 'Out of credit (insufficient_quota)');
+    await closeClean(context, 'a quiet session');
   });
 });

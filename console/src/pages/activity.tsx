@@ -1,12 +1,12 @@
 import type { ComponentChildren } from 'preact';
-import { useMemo, useRef, useState } from 'preact/hooks';
+import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { useAccount } from '../app-context';
 import { BarChart, type Series } from '../components/bar-chart';
 import { Dialog, EmptyRow, ErrorMessage, PageHeader, PagedFooter, SkeletonRows, TableCard, useApi, useTitle } from '../components/ui';
 import { barLabel, compactCount, count, duration, fullTime, money, number, requestTime } from '../format';
 import { usePagedList } from '../paged-list';
 import { navigate, useSearch } from '../router';
-import { requestStatuses, serviceTiers, type Account, type Key, type List, type RequestHistogram, type RequestPage, type RequestView } from '../types';
+import { requestStatuses, serviceTiers, type Account, type Key, type List, type RequestHistogram, type ActivityRow, type RequestPage } from '../types';
 
 /*
  * The request log: every request of the account's keys (every account's, for
@@ -99,18 +99,61 @@ function CacheBadge({ cache }: { cache: string | null | undefined }) {
 
 const cacheLabels: Record<string, string> = { hit: 'Hit', miss: 'Miss', coalesced: 'Shared' };
 
+/**
+ * Endpoints whose rows read better by name than by the log's key. A Realtime session is one row for its whole
+ * life (endpoint `realtime`, its amounts the sum of its responses'), and each response it billed a row of its own.
+ */
+const endpointLabels: Record<string, string> = { realtime: 'Realtime session', 'realtime.response': 'Realtime response', 'audio.speech': 'Speech' };
+
+function endpointLabel(endpoint: string | null): string {
+  return endpoint === null ? '—' : (endpointLabels[endpoint] ?? endpoint);
+}
+
+const isSession = (row: ActivityRow) => row.endpoint === 'realtime';
+const isSpeech = (row: ActivityRow) => row.endpoint === 'audio.speech';
+
+/** How long a session lasted: its worker's count, else the api's. */
+const sessionLength = (row: ActivityRow) => row.session?.duration_ms ?? row.latency_ms;
+
+/** Why a Realtime session ended, as its row's finish reason says it. */
+const closeReasons: Record<string, string> = {
+  client_closed: 'Closed by the client',
+  api_gone: 'The gateway lost the client',
+  vendor_closed: 'Closed by the vendor',
+  vendor_failed: 'The vendor failed',
+  insufficient_quota: 'Out of credit',
+  max_duration: 'Reached the longest session',
+  idle: 'Idle too long',
+  cancelled: 'Cancelled',
+  worker_shutdown: 'The worker shut down',
+  worker_lost: 'The worker was lost',
+  start_wait_over: 'Waited too long to start',
+  refused: 'Refused',
+};
+
+/** A speech request's audio: its length, and the audio tokens billed for it when the model bills by the token. */
+function audioOut(row: ActivityRow): string {
+  if (!row.settled) return '—';
+  const parts: string[] = [];
+  if (row.audio_seconds) parts.push(`${number(row.audio_seconds)} s`);
+  if (row.output_tokens) parts.push(`${count(row.output_tokens)} audio tokens`);
+  return parts.join(' · ') || '—';
+}
+
 /** What a request cost: nothing for a refusal, "—" while its settlement is still to come. */
-function cost(row: RequestView): string {
+function cost(row: ActivityRow): string {
   if (row.settled || row.status === 'refused') return money(row.cost_usd);
   return '—';
 }
 
-function tokens(row: RequestView): string {
+function tokens(row: ActivityRow): string {
   if (!row.settled) return '—';
+  // Speech: the text's tokens in (none counted for a model billed by the character), its audio's length out.
+  if (isSpeech(row)) return `${row.input_tokens ? count(row.input_tokens) : '—'} / ${row.audio_seconds ? `${number(row.audio_seconds)} s audio` : count(row.output_tokens)}`;
   return `${count(row.input_tokens)} / ${count(row.output_tokens)}`;
 }
 
-function media(row: RequestView): string {
+function media(row: ActivityRow): string {
   const parts: string[] = [];
   if (row.images) parts.push(`${count(row.images)} image${row.images === 1 ? '' : 's'}`);
   if (row.audio_seconds) parts.push(`${number(row.audio_seconds)} s audio`);
@@ -127,46 +170,84 @@ function Detail({ label, children, mono }: { label: string; children: ComponentC
   );
 }
 
-function RequestDetails({ row, keyName, accountName, onClose }: { row: RequestView; keyName: string | undefined; accountName: string | undefined; onClose: () => void }) {
+function RequestDetails({ row, keyName, accountName, onClose }: { row: ActivityRow; keyName: string | undefined; accountName: string | undefined; onClose: () => void }) {
   const text = (value: string | number | null | undefined) => (value === null || value === undefined || value === '' ? '—' : String(value));
+  const session = isSession(row);
+  const speech = isSpeech(row);
+  const label = endpointLabel(row.endpoint);
+  // A response of a session: its row's id is the session's and the response's (`<session>:<response>`).
+  const partOf = row.endpoint === 'realtime.response' && row.id.includes(':') ? row.id.slice(0, row.id.indexOf(':')) : undefined;
+  const reason = row.finish_reason ?? '';
   return (
-    <Dialog title="Request details" onClose={onClose} wide>
+    <Dialog title={session ? 'Session details' : 'Request details'} onClose={onClose} wide>
       <p class="dialog-lead request-lead">
         <StatusBadge status={row.status} />
         <span class="mono">{row.model || 'no model'}</span>
         <span class="muted">{fullTime(row.created)}</span>
       </p>
       <h3 class="detail-heading">Timing</h3>
-      <dl class="details">
-        <Detail label="Latency">{duration(row.latency_ms)}</Detail>
-        <Detail label="Time to first token">{duration(row.ttft_ms)}</Detail>
-        <Detail label="Queue time">{duration(row.queue_ms)}</Detail>
-        <Detail label="Service tier">{tierLabel(row.service_tier)}</Detail>
-        <Detail label="Attempts">{text(row.attempts)}</Detail>
-      </dl>
+      {session ? (
+        <dl class="details">
+          <Detail label="Duration">{duration(sessionLength(row))}</Detail>
+          <Detail label="Wait to start">{duration(row.queue_ms)}</Detail>
+          <Detail label="Service tier">{tierLabel(row.service_tier)}</Detail>
+        </dl>
+      ) : (
+        <dl class="details">
+          <Detail label="Latency">{duration(row.latency_ms)}</Detail>
+          <Detail label={speech ? 'Time to first audio' : 'Time to first token'}>{duration(row.ttft_ms)}</Detail>
+          <Detail label="Queue time">{duration(row.queue_ms)}</Detail>
+          <Detail label="Service tier">{tierLabel(row.service_tier)}</Detail>
+          <Detail label="Attempts">{text(row.attempts)}</Detail>
+        </dl>
+      )}
       <h3 class="detail-heading">Usage</h3>
       <dl class="details">
         <Detail label="Cost">
           {cost(row)}
           {!row.settled && row.status !== 'refused' && <span class="muted small"> (not settled yet)</span>}
           {row.saved_micros > 0 && <span class="muted small"> (saved {money(row.saved_micros / 1_000_000)})</span>}
+          {session && row.settled && <span class="muted small"> (its responses’ sum)</span>}
         </Detail>
-        <Detail label="Input tokens">{row.settled ? count(row.input_tokens) : '—'}</Detail>
-        <Detail label="Cached tokens">{row.settled ? count(row.cached_tokens) : '—'}</Detail>
-        <Detail label="Output tokens">{row.settled ? count(row.output_tokens) : '—'}</Detail>
-        <Detail label="Media">{row.settled ? media(row) : '—'}</Detail>
+        {session && <Detail label="Responses">{row.session ? count(row.session.responses) : '—'}</Detail>}
+        {speech ? (
+          <>
+            <Detail label="Text in">{row.settled ? (row.input_tokens ? `${count(row.input_tokens)} tokens` : 'Billed by the character') : '—'}</Detail>
+            <Detail label="Audio out">{audioOut(row)}</Detail>
+          </>
+        ) : (
+          <>
+            <Detail label="Input tokens">{row.settled ? count(row.input_tokens) : '—'}</Detail>
+            <Detail label="Cached tokens">{row.settled ? count(row.cached_tokens) : '—'}</Detail>
+            <Detail label="Output tokens">{row.settled ? count(row.output_tokens) : '—'}</Detail>
+          </>
+        )}
+        {!session && !speech && <Detail label="Media">{row.settled ? media(row) : '—'}</Detail>}
         {row.cache && <Detail label="Response cache">{cacheLabels[row.cache] ?? row.cache}</Detail>}
       </dl>
       <h3 class="detail-heading">Outcome</h3>
       <dl class="details">
-        <Detail label="Endpoint" mono>
-          {text(row.endpoint)}
+        <Detail label="Endpoint" mono={label === row.endpoint}>
+          {label === row.endpoint || row.endpoint === null ? text(row.endpoint) : `${label} (${row.endpoint})`}
         </Detail>
-        <Detail label="Stream">{row.stream === null ? '—' : row.stream ? 'Yes' : 'No'}</Detail>
+        {!session && <Detail label="Stream">{row.stream === null ? '—' : row.stream ? 'Yes' : 'No'}</Detail>}
         <Detail label="HTTP status">{text(row.http_status)}</Detail>
-        <Detail label="Finish reason" mono>
-          {text(row.finish_reason)}
-        </Detail>
+        {session ? (
+          <Detail label="Close reason">
+            {reason ? (
+              <>
+                {closeReasons[reason] ?? reason}
+                {closeReasons[reason] && <span class="muted small mono"> ({reason})</span>}
+              </>
+            ) : (
+              '—'
+            )}
+          </Detail>
+        ) : (
+          <Detail label="Finish reason" mono>
+            {text(row.finish_reason)}
+          </Detail>
+        )}
         <Detail label="Error code" mono>
           {text(row.error_code)}
         </Detail>
@@ -174,16 +255,23 @@ function RequestDetails({ row, keyName, accountName, onClose }: { row: RequestVi
         <Detail label="Channel" mono>
           {text(row.channel)}
         </Detail>
-        <Detail label="Fallback" mono>
-          {text(row.fallback)}
-        </Detail>
+        {!session && (
+          <Detail label="Fallback" mono>
+            {text(row.fallback)}
+          </Detail>
+        )}
       </dl>
       <h3 class="detail-heading">Identifiers</h3>
       <dl class="details details-wide">
-        <Detail label="Request ID" mono>
+        <Detail label={session ? 'Session ID' : 'Request ID'} mono>
           {row.id}
         </Detail>
-        <Detail label="Answer ID" mono>
+        {partOf && (
+          <Detail label="Session" mono>
+            {partOf}
+          </Detail>
+        )}
+        <Detail label={session ? 'Job ID' : partOf ? 'Response ID' : 'Answer ID'} mono>
           {text(row.answer_id)}
         </Detail>
         <Detail label="Key">
@@ -221,7 +309,21 @@ export function ActivityPage() {
     hasMore: (page) => !!page.next_cursor,
     next: (page) => (page.next_cursor ? `cursor=${encodeURIComponent(page.next_cursor)}` : undefined),
   });
-  const [open, setOpen] = useState<RequestView | undefined>(undefined);
+  const [open, setOpen] = useState<ActivityRow | undefined>(undefined);
+  // `?request=<id>` (the Playground's link to a request it made): its row marked, its details opened once it is listed.
+  const wanted = useMemo(() => new URLSearchParams(search).get('request') ?? '', [search]);
+  const opened = useRef('');
+  useEffect(() => {
+    if (!wanted || opened.current === wanted) return;
+    const row = rows.find((r) => r.id === wanted);
+    if (!row) return;
+    opened.current = wanted;
+    setOpen(row);
+  }, [rows, wanted]);
+  const close = () => {
+    setOpen(undefined);
+    if (wanted) navigate(addressOf(filters), { replace: true });
+  };
 
   const refresh = () => {
     setRefreshes((n) => n + 1);
@@ -441,7 +543,7 @@ export function ActivityPage() {
                 </EmptyRow>
               )}
               {rows.map((row) => (
-                <tr key={row.id} class="clickable-row" onClick={() => setOpen(row)}>
+                <tr key={row.id} class={`clickable-row ${row.id === wanted ? 'row-target' : ''}`} onClick={() => setOpen(row)}>
                   <td class="nowrap col-time">
                     <button
                       type="button"
@@ -463,7 +565,7 @@ export function ActivityPage() {
                   {/* The endpoint under the model, not a column of its own: an admin's table fits 1280 px with long names. */}
                   <td class="mono cell-strong cell-clip col-model" title={row.endpoint ? `${row.model} (${row.endpoint})` : row.model}>
                     {row.model || <span class="muted">—</span>}
-                    <span class="cell-sub muted endpoint-cell">{row.endpoint ?? '—'}</span>
+                    <span class="cell-sub muted endpoint-cell">{endpointLabel(row.endpoint)}</span>
                   </td>
                   <td class="nowrap col-status">
                     <StatusBadge status={row.status} />
@@ -476,7 +578,13 @@ export function ActivityPage() {
                     <CacheBadge cache={row.cache} />
                   </td>
                   <td class="num col-detail col-http">{row.http_status ?? '—'}</td>
-                  <td class="num col-latency">{duration(row.latency_ms)}</td>
+                  {isSession(row) ? (
+                    <td class="num col-latency col-duration" title={`Session of ${duration(sessionLength(row))}${row.session ? `, ${count(row.session.responses)} response${row.session.responses === 1 ? '' : 's'}` : ''}`}>
+                      {duration(sessionLength(row))}
+                    </td>
+                  ) : (
+                    <td class="num col-latency">{duration(row.latency_ms)}</td>
+                  )}
                   <td class="num col-detail col-ttft">{duration(row.ttft_ms)}</td>
                   <td class="num col-detail col-tokens">{tokens(row)}</td>
                   <td class={`num col-cost ${row.settled || row.status === 'refused' ? 'cell-strong' : 'muted'}`}>{cost(row)}</td>
@@ -492,7 +600,7 @@ export function ActivityPage() {
           row={open}
           keyName={keyNames.get(open.key_id)}
           accountName={admin ? (accountNames.get(open.account_id) ?? open.account_id) : undefined}
-          onClose={() => setOpen(undefined)}
+          onClose={close}
         />
       )}
     </>

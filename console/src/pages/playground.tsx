@@ -4,30 +4,11 @@ import { api, isAbort, messageOf, streamChat, type ChatMessage } from '../api';
 import { useApp } from '../app-context';
 import { ErrorMessage, PageHeader, Spinner, useApi, useTitle } from '../components/ui';
 import { size } from '../format';
+import { ModelSelect, preferred } from '../components/model-select';
+import { Speech, useSpeechState } from './playground-speech';
 import type { List, PricedModel } from '../types';
 
-type Mode = 'chat' | 'image';
-
-function preferred(models: PricedModel[], names: string[]): string {
-  for (const name of names) if (models.some((m) => m.id === name)) return name;
-  return models[0]?.id ?? '';
-}
-
-function ModelSelect({ id, models, value, onChange, loading }: { id: string; models: PricedModel[]; value: string; onChange: (id: string) => void; loading: boolean }) {
-  return (
-    <div class="field">
-      <label for={id}>Model</label>
-      <select id={id} value={value} onChange={(e) => onChange(e.currentTarget.value)} disabled={loading && models.length === 0}>
-        {models.length === 0 && <option value="">{loading ? 'Loading models…' : 'No models available'}</option>}
-        {models.map((m) => (
-          <option value={m.id} key={m.id}>
-            {m.id}
-          </option>
-        ))}
-      </select>
-    </div>
-  );
-}
+type Mode = 'chat' | 'image' | 'speech';
 
 interface Turn extends ChatMessage {
   id: number;
@@ -37,7 +18,7 @@ interface Turn extends ChatMessage {
 
 let turnIds = 0;
 
-/** The chat's state, kept by the page so it outlives a switch to Image and back. */
+/** The chat's state, kept by the page so it outlives a switch to another tab and back. */
 function useChatState() {
   const [model, setModel] = useState('');
   const [turns, setTurns] = useState<Turn[]>([]);
@@ -246,7 +227,7 @@ interface GeneratedImage {
   revised?: string;
 }
 
-/** The image form's state, kept by the page so it outlives a switch to Chat and back. */
+/** The image form's state, kept by the page so it outlives a switch to another tab and back. */
 function useImageState() {
   const [model, setModel] = useState('');
   const [prompt, setPrompt] = useState('');
@@ -369,9 +350,11 @@ export function PlaygroundPage() {
   const [mode, setMode] = useState<Mode>('chat');
   const chat = useChatState();
   const image = useImageState();
+  const speech = useSpeechState();
   const all = pricing.data?.data ?? [];
   const chatModels = useMemo(() => all.filter((m) => m.capability === 'chat' || m.capability === 'reasoning').sort((a, b) => a.id.localeCompare(b.id)), [pricing.data]);
   const imageModels = useMemo(() => all.filter((m) => m.capability === 'image').sort((a, b) => a.id.localeCompare(b.id)), [pricing.data]);
+  const speechModels = useMemo(() => all.filter((m) => m.capability === 'speech').sort((a, b) => a.id.localeCompare(b.id)), [pricing.data]);
 
   return (
     <>
@@ -386,16 +369,17 @@ export function PlaygroundPage() {
             <button type="button" aria-pressed={mode === 'image'} onClick={() => setMode('image')}>
               Image
             </button>
+            <button type="button" aria-pressed={mode === 'speech'} onClick={() => setMode('speech')}>
+              Speech
+            </button>
           </div>
         }
       />
       <ErrorMessage message={pricing.error} />
       {/* Only the chosen mode is rendered: each has its own field labelled Model. */}
-      {mode === 'chat' ? (
-        <Chat models={chatModels} loading={pricing.loading} state={chat} />
-      ) : (
-        <Images models={imageModels} loading={pricing.loading} state={image} />
-      )}
+      {mode === 'chat' && <Chat models={chatModels} loading={pricing.loading} state={chat} />}
+      {mode === 'image' && <Images models={imageModels} loading={pricing.loading} state={image} />}
+      {mode === 'speech' && <Speech models={speechModels} loading={pricing.loading} state={speech} />}
     </>
   );
 }
