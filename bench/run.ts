@@ -37,6 +37,13 @@
  *                finish against the vendor's capacity time, api and worker RSS, Redis memory per queued
  *                request, every result line checked; another account's default-tier requests alone and during
  *                the batch (p50/p95). Also writes bench/results/latest-batches.json in a run of several sections
+ *   speech       POST /v1/audio/speech (bench/speech.ts): time to the first byte of audio and to the last through
+ *                the gateway (npm start, mock-speech) against the same mock speech served directly by a process of
+ *                its own, at 1 and 64 connections, every answer checked byte for byte
+ *   realtime     the Realtime API (bench/realtime.ts): 50 sessions each appending 20 ms pcm16 frames 50 times a
+ *                second and asking for a response every second, against a vendor that echoes each frame: the
+ *                latency added each way (p50, p99) over the vendor directly, CPU per 1,000 frames, api and worker
+ *                RSS per session; then sessions added until the added p99 passes 50 ms; Portkey's route beside it
  *
  * `npm run bench -- --topology` runs only the topology section instead (bench/topology.ts):
  * the floor, 1 api + 1 worker and 2 apis + 2 workers on one Redis, then 1 api + 1 worker on a
@@ -48,7 +55,7 @@
  * bench/results/latest-<sections>.json (so a quick run does not replace the full figures).
  *
  * Environment:
- *   BENCH_ONLY            comma-separated sections to run (default: all seven)
+ *   BENCH_ONLY            comma-separated sections to run (default: all nine)
  *   BENCH_CONFIGS         gateway targets of overhead: start (node dist/bin/start.js as is),
  *                         unlimited (start with the Default account's key, made by POST /admin/keys with no
  *                         account: unlimited, no limits; start's is a credited, limited key), log-off (start with REQUEST_LOG=off: the request log's cost, side by side),
@@ -106,6 +113,17 @@
  *   BENCH_BATCH_POLL_MS   batches: between two polls of the batch (default 250)
  *   BENCH_BATCH_PACE      batches: VENDOR_PACE_PERCENT of the gateway under test (default: the gateway's, 85)
  *   BENCH_BATCH_WORKERS   batches: worker processes of the split gateway (default 1)
+ *   BENCH_SPEECH_CONNECTIONS speech: connection counts measured (default 1,64)
+ *   BENCH_SPEECH_REQUESTS speech: measured requests per connection count (default 256, at least one per connection)
+ *   BENCH_SPEECH_WARMUP   speech: unmeasured requests per connection first (default 2)
+ *   BENCH_SPEECH_DELAY_MS speech: the mock's pause between chunks, directly and in the gateway (default 20)
+ *   BENCH_SPEECH_FORMAT   speech: mp3, wav or pcm (default mp3)
+ *   BENCH_RT_SESSIONS     realtime: sessions of the main measurement (default 50)
+ *   BENCH_RT_DURATION_S   realtime: measured seconds per target (default 10, after BENCH_RT_WARMUP_S, default 3)
+ *   BENCH_RT_STEPS        realtime: session counts tried for the capacity, in order (default 50,100,150,200,300,400,600)
+ *   BENCH_RT_STEP_S       realtime: measured seconds per capacity step and target (default 5)
+ *   BENCH_RT_LIMIT_MS     realtime: added p99 (either way) under which a step counts as held (default 50)
+ *   BENCH_RT_PORTKEY      realtime: 0 leaves Portkey out (default: measured)
  *   BENCH_QUIET_WAIT_S    burst, translation, streams, cache, batches: before each measurement (cache: each part), wait up to this
  *                         long for a second in which the machine uses < 25 % of a core (default 10; 0: do not check)
  *   BENCH_REDIS_URL       Redis database to use; it is FLUSHDB'd (default: database 15 of a private
@@ -141,17 +159,19 @@ import { render, type Results, type Section } from './report.js';
 import { log } from './stack.js';
 import { runTopologySection } from './topology.js';
 import { runTranslation } from './translation.js';
+import { renderSpeech, runSpeechBench, speechSettings, type SpeechResults } from './speech.js';
+import { realtimeSettings, renderRealtime, runRealtimeBench, type RealtimeResults } from './realtime.js';
 
 function envList(name: string, fallback: string): string[] {
   return (process.env[name] || fallback).split(',').map((s) => s.trim()).filter(Boolean);
 }
 
-/** The sections of this run: report.ts's, streams (rendered by bench/paced-streams.ts), cache (bench/cache.ts) and batches (bench/batches.ts). */
-type RunSection = Section | 'streams' | 'cache' | 'batches';
-/** A run's results: report.ts's, with the streams, cache and batches sections beside them. */
-type RunResults = Omit<Results, 'sections'> & { sections: RunSection[]; streams?: StreamsResults; cache?: CacheResults; batches?: BatchesResults };
+/** The sections of this run: report.ts's, streams (rendered by bench/paced-streams.ts), cache (bench/cache.ts), batches (bench/batches.ts) and speech (bench/speech.ts). */
+type RunSection = Section | 'streams' | 'cache' | 'batches' | 'speech' | 'realtime';
+/** A run's results: report.ts's, with the streams, cache, batches and speech sections beside them. */
+type RunResults = Omit<Results, 'sections'> & { sections: RunSection[]; streams?: StreamsResults; cache?: CacheResults; batches?: BatchesResults; speech?: SpeechResults; realtime?: RealtimeResults };
 
-const allSections: RunSection[] = ['overhead', 'burst', 'translation', 'scheduler', 'streams', 'cache', 'batches'];
+const allSections: RunSection[] = ['overhead', 'burst', 'translation', 'scheduler', 'streams', 'cache', 'batches', 'speech', 'realtime'];
 const onlyList = envList('BENCH_ONLY', allSections.join(','));
 for (const name of onlyList) {
   if (!allSections.includes(name as RunSection)) throw new Error(`BENCH_ONLY: unknown section "${name}" (${allSections.join(', ')})`);
@@ -207,6 +227,8 @@ const streamsSettings: StreamsSettings = {
 };
 const cacheRunSettings = cacheSettings(quietWaitMs);
 const batchesRunSettings = batchesSettings(quietWaitMs);
+const speechRunSettings = speechSettings(process.env, quietWaitMs);
+const realtimeRunSettings = realtimeSettings(process.env, quietWaitMs);
 const translationSettings = {
   chunks: envInt('BENCH_STREAM_CHUNKS', 2000, 1),
   microRuns: envInt('BENCH_TRANSLATION_RUNS', 21, 1),
@@ -248,6 +270,8 @@ async function main(): Promise<void> {
     const streams = sections.includes('streams') ? await runPacedStreams({ settings: streamsSettings, redis, redisUrl }) : undefined;
     const cache = sections.includes('cache') ? await runCache({ settings: cacheRunSettings, redis, redisUrl }) : undefined;
     const batches = sections.includes('batches') ? await runBatches({ settings: batchesRunSettings, redis, redisUrl }) : undefined;
+    const speech = sections.includes('speech') ? await runSpeechBench({ settings: speechRunSettings, redis, redisUrl }) : undefined;
+    const realtime = sections.includes('realtime') ? await runRealtimeBench({ settings: realtimeRunSettings, redis, redisUrl }) : undefined;
 
     const bars = [...(overhead?.bars ?? []), ...(burst?.configs ?? []).flatMap((c) => c.bars), ...(scheduler?.bars ?? []), ...(streams?.bars ?? []), ...(cache?.bars ?? []), ...(batches?.bars ?? [])].filter(
       (b) => !b.informational,
@@ -264,6 +288,8 @@ async function main(): Promise<void> {
       ...(streams ? { streams } : {}),
       ...(cache ? { cache } : {}),
       ...(batches ? { batches } : {}),
+      ...(speech ? { speech } : {}),
+      ...(realtime ? { realtime } : {}),
       passed: bars.every((b) => b.pass),
     };
     const outDir = join(root, 'bench', 'results');
@@ -292,10 +318,10 @@ async function main(): Promise<void> {
       writeFileSync(join(outDir, 'latest-batches.json'), `${JSON.stringify(alone, null, 2)}\n`);
     }
     // report.ts renders its own sections (and their bars); the streams, cache and batches sections follow with theirs.
-    const { streams: _streams, cache: _cache, batches: _batches, ...reported } = results;
-    const rendered = render({ ...reported, sections: results.sections.filter((s): s is Section => s !== 'streams' && s !== 'cache' && s !== 'batches') });
+    const { streams: _streams, cache: _cache, batches: _batches, speech: _speech, realtime: _realtime, ...reported } = results;
+    const rendered = render({ ...reported, sections: results.sections.filter((s): s is Section => s !== 'streams' && s !== 'cache' && s !== 'batches' && s !== 'speech' && s !== 'realtime') });
     process.stdout.write(
-      `\n${rendered}${streams ? `\n\n${renderStreams(streams)}` : ''}${cache ? `\n\n${renderCache(cache)}` : ''}${batches ? `\n\n${renderBatches(batches)}` : ''}\n\nResults written to bench/results/${file}\n`,
+      `\n${rendered}${streams ? `\n\n${renderStreams(streams)}` : ''}${cache ? `\n\n${renderCache(cache)}` : ''}${batches ? `\n\n${renderBatches(batches)}` : ''}${speech ? `\n\n${renderSpeech(speech)}` : ''}${realtime ? `\n\n${renderRealtime(realtime)}` : ''}\n\nResults written to bench/results/${file}\n`,
     );
     if (process.env.BENCH_STRICT === '1' && !results.passed) process.exitCode = 1;
   } finally {
