@@ -73,14 +73,9 @@ export function readRealtimeUsage(usage: unknown): RealtimeTokens {
 }
 
 /** Micros per 1M tokens of each kind, an absent price falling back as the vendor's does. */
-interface RealtimeRates {
-  textInput: number;
-  cachedTextInput: number;
-  audioInput: number;
-  cachedAudioInput: number;
-  textOutput: number;
-  audioOutput: number;
-}
+type RealtimeRates = RealtimeTokens;
+/** Every kind of token a response is priced by. */
+const tokenKinds = ['textInput', 'cachedTextInput', 'audioInput', 'cachedAudioInput', 'textOutput', 'audioOutput'] as const satisfies ReadonlyArray<keyof RealtimeTokens>;
 
 function realtimeRates(pricing: Pricing & { cached_audio_input_per_1m?: number }): RealtimeRates {
   const text = pricing.input_per_1m ?? 0;
@@ -111,13 +106,8 @@ function marked(prices: PriceList, micros: number): number {
 /** What one response costs at the model's prices (markup included), in integer micro-dollars. */
 export function realtimeResponseCostMicros(prices: PriceList, modelId: string, tokens: RealtimeTokens): number {
   const rates = realtimeRates(prices.pricing(modelId));
-  const cost =
-    tokenMicros(tokens.textInput, rates.textInput) +
-    tokenMicros(tokens.cachedTextInput, rates.cachedTextInput) +
-    tokenMicros(tokens.audioInput, rates.audioInput) +
-    tokenMicros(tokens.cachedAudioInput, rates.cachedAudioInput) +
-    tokenMicros(tokens.textOutput, rates.textOutput) +
-    tokenMicros(tokens.audioOutput, rates.audioOutput);
+  let cost = 0;
+  for (const kind of tokenKinds) cost += tokenMicros(tokens[kind], rates[kind]);
   return marked(prices, cost);
 }
 

@@ -1,14 +1,10 @@
 import { after, afterEach, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import net from 'node:net';
 import type { Redis } from 'ioredis';
-import OpenAI from 'openai';
-import { OpenAIRealtimeWS } from 'openai/realtime/ws';
-import { freshRedis, paidAccountKey, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
-import { SERVER_SCHEMAS, startFakeOpenAIRealtime, type FakeOpenAIRealtime } from '../support/fake-openai-realtime.js';
-import { assertMatchesSchema } from '../support/openapi-schemas.js';
+import { freshRedis, paidAccountKey, requestRecord, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { startFakeOpenAIRealtime, type FakeOpenAIRealtime } from '../support/fake-openai-realtime.js';
+import { openRealtime, userText, type RealtimeRefusal } from '../support/realtime-client.js';
 import { readBill } from '../../shared/money/billing.js';
-import type { RequestView } from '../../shared/money/usage.js';
 
 /*
  * OpenAI's realtime models through the gateway: the official SDK's `OpenAIRealtimeWS` against the gateway, the
@@ -28,9 +24,6 @@ const PRICES = {
 
 type ServerEvent = Record<string, any> & { type: string };
 
-/** Events the clients got that did not match the spec: checked after each test. */
-const eventProblems: string[] = [];
-
 /** What a response costs in micro-dollars: each kind of token at its price, each rounded up (a part-micro is a micro). */
 function expectedMicros(model: keyof typeof PRICES, usage: any): number {
   const price = PRICES[model];
@@ -48,103 +41,6 @@ function expectedMicros(model: keyof typeof PRICES, usage: any): number {
   );
 }
 
-interface Client {
-  rt: OpenAIRealtimeWS;
-  events: ServerEvent[];
-  /** The gateway's session id (the upgrade's `x-request-id`). */
-  sessionId: Promise<string>;
-  opened: Promise<void>;
-  closed: Promise<{ code: number; reason: string }>;
-  next(type: string): Promise<ServerEvent>;
-  send(event: Record<string, unknown>): void;
-}
-
-/** The official SDK on the gateway's plain port; every event it gets is checked against the spec as it comes. */
-function connect(gatewayUrl: string, key: string, model: string): Client {
-  const client = new OpenAI({ apiKey: key, baseURL: `${gatewayUrl}/v1` });
-  const port = Number(new URL(gatewayUrl).port);
-  const rt = new OpenAIRealtimeWS({ model, options: { createConnection: () => net.connect(port, '127.0.0.1') } }, client);
-  const events: ServerEvent[] = [];
-  const taken = new Set<ServerEvent>();
-  const problems = eventProblems;
-  let wake: (() => void) | undefined;
-  rt.on('event', (event) => {
-    const e = event as unknown as ServerEvent;
-    const schema = SERVER_SCHEMAS[e.type];
-    if (!schema) problems.push(`an event of no known schema: ${e.type}`);
-    else {
-      try {
-        assertMatchesSchema(schema, e, 'gateway');
-      } catch (error) {
-        problems.push(String(error));
-      }
-    }
-    events.push(e);
-    wake?.();
-  });
-  // Error events stay in `events`; the SDK throws them when nobody listens.
-  rt.on('error', () => undefined);
-  const sessionId = new Promise<string>((resolve) => rt.socket.once('upgrade', (response) => resolve(String(response.headers['x-request-id']))));
-  const opened = new Promise<void>((resolve, reject) => {
-    rt.socket.once('open', () => resolve());
-    rt.socket.once('unexpected-response', (_request, response) => {
-      let body = '';
-      response.on('data', (chunk: Buffer) => (body += chunk.toString()));
-      response.on('end', () => reject(Object.assign(new Error(`refused with ${response.statusCode}`), { status: response.statusCode, headers: response.headers, body })));
-    });
-    rt.socket.once('error', (error) => reject(error));
-  });
-  opened.catch(() => undefined);
-  const closed = new Promise<{ code: number; reason: string }>((resolve) => rt.socket.once('close', (code, reason) => resolve({ code, reason: reason.toString() })));
-  return {
-    rt,
-    events,
-    sessionId,
-    opened,
-    closed,
-    async next(type) {
-      const until = Date.now() + 20_000;
-      for (;;) {
-        assert.deepEqual(problems, [], 'every event matches the spec');
-        const found = events.find((event) => event.type === type && !taken.has(event));
-        if (found) {
-          taken.add(found);
-          return found;
-        }
-        if (Date.now() > until) throw new Error(`no ${type} event; got ${events.map((event) => event.type).join(', ')}`);
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, 250);
-          wake = () => {
-            clearTimeout(timer);
-            resolve();
-          };
-        });
-      }
-    },
-    send(event) {
-      rt.send(event as never);
-    },
-  };
-}
-
-const userText = (text: string) => ({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text }] } });
-
-/** The session's request-log row, once the worker has settled it. */
-async function sessionRow(gatewayUrl: string, key: string, id: string): Promise<RequestView> {
-  let found: RequestView | undefined;
-  await waitFor(
-    async () => {
-      const res = await fetch(`${gatewayUrl}/v1/generation?id=${encodeURIComponent(id)}`, { headers: { authorization: `Bearer ${key}` } });
-      if (res.status !== 200) return false;
-      found = ((await res.json()) as { data: RequestView }).data;
-      return found.settled;
-    },
-    15_000,
-    `the row of ${id}`,
-  );
-  return found!;
-}
-
 describe("OpenAI's realtime models through the gateway", () => {
   let fake: FakeOpenAIRealtime;
   let redis: Redis;
@@ -159,7 +55,6 @@ describe("OpenAI's realtime models through the gateway", () => {
     });
   });
   afterEach(() => {
-    assert.deepEqual(eventProblems.splice(0), [], 'every event the clients got matches the spec');
     assert.deepEqual(fake.problems, []);
   });
   after(async () => {
@@ -171,7 +66,7 @@ describe("OpenAI's realtime models through the gateway", () => {
   /** A started session on `model`: open, session.created seen, the vendor's session found. */
   async function start(key: string, model = 'gpt-realtime') {
     const before = fake.opened;
-    const client = connect(gateway.url, key, model);
+    const client = openRealtime<ServerEvent>(gateway.url, key, model);
     await client.opened;
     const created = await client.next('session.created');
     assert.equal(created.session.model, model, 'session.model is the model as the client named it');
@@ -179,7 +74,7 @@ describe("OpenAI's realtime models through the gateway", () => {
     const vendor = fake.sessions.at(-1)!;
     assert.equal(vendor.model, model);
     assert.equal(vendor.headers.authorization, `Bearer ${fake.key}`, "the channel's key, never the client's");
-    return { client, vendor, sessionId: await client.sessionId };
+    return { client, vendor, sessionId: await client.requestId };
   }
 
   it('answers text, the client events reaching OpenAI as sent, billed at gpt-realtime prices', async () => {
@@ -208,7 +103,7 @@ describe("OpenAI's realtime models through the gateway", () => {
     await waitFor(async () => (await readBill(redis, account))?.balanceMicros === 50_000_000 - cost, 10_000, 'both responses settled');
     client.rt.close();
     await client.closed;
-    const row = await sessionRow(gateway.url, key, sessionId);
+    const row = await requestRecord(gateway.url, key, sessionId, 'session');
     assert.deepEqual([row.endpoint, row.model, row.cost_micros], ['realtime', 'gpt-realtime', cost]);
     const bill = await readBill(redis, account);
     assert.deepEqual([bill!.balanceMicros, bill!.reservedMicros], [50_000_000 - cost, 0]);
@@ -309,17 +204,17 @@ describe("OpenAI's realtime models through the gateway", () => {
     const { key } = await paidAccountKey(redis, 50_000_000);
     fake.refuseUpgrades({ status: 429, retryAfterSeconds: 9 });
     try {
-      const refused = await connect(gateway.url, key, 'gpt-realtime').opened.then(
+      const refused = await openRealtime(gateway.url, key, 'gpt-realtime').opened.then(
         () => assert.fail('the upgrade was accepted'),
-        (error: { status: number; headers: Record<string, string>; body: string }) => error,
+        (error: RealtimeRefusal) => error,
       );
       assert.equal(refused.status, 429);
       assert.ok(Number(refused.headers['retry-after']) >= 1, 'Retry-After');
       assert.match(refused.body, /"error"/);
       fake.refuseUpgrades({ status: 401 });
-      const misconfigured = await connect(gateway.url, key, 'gpt-realtime').opened.then(
+      const misconfigured = await openRealtime(gateway.url, key, 'gpt-realtime').opened.then(
         () => assert.fail('the upgrade was accepted'),
-        (error: { status: number; body: string }) => error,
+        (error: RealtimeRefusal) => error,
       );
       assert.equal(misconfigured.status, 502, "a key OpenAI refuses is the gateway's fault, not the client's");
       assert.match(misconfigured.body, /vendor_auth_failed/);
@@ -335,7 +230,7 @@ describe("OpenAI's realtime models through the gateway", () => {
     const error = await client.next('error');
     assert.equal(error.error.type, 'server_error');
     assert.equal((await client.closed).code, 1011);
-    const row = await sessionRow(gateway.url, key, sessionId);
+    const row = await requestRecord(gateway.url, key, sessionId, 'session');
     assert.equal(row.status, 'failed');
   });
 });

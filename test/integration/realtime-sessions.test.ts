@@ -5,14 +5,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { freshRedis, paidAccountKey, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { freshRedis, paidAccountKey, requestRecord, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { openRealtime, userText, type RealtimeTestClient, type ServerEvent } from '../support/realtime-client.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { readBill, reserve } from '../../shared/money/billing.js';
 import { PriceList } from '../../shared/money/pricing.js';
 import { readRealtimeUsage, realtimeResponseCostMicros, realtimeResponseWorstCaseMicros, settleRealtimeResponse } from '../../shared/money/realtime.js';
 import { realtimeLaneQueueName, shardQueueName } from '../../shared/queues.js';
-import type { RequestView } from '../../shared/money/usage.js';
 
 /**
  * Realtime sessions end to end (api/realtime/ and workers/realtime/ in one gateway, the official SDK's
@@ -30,22 +29,6 @@ const pricingFile = join(mkdtempSync(join(tmpdir(), 'sy-rt-')), 'prices.json');
 writeFileSync(pricingFile, JSON.stringify({ models: { 'mock-realtime': pricing } }));
 
 const costOf = (done: ServerEvent) => realtimeResponseCostMicros(prices, 'mock-realtime', readRealtimeUsage((done.response as { usage: unknown }).usage));
-
-/** A request-log row once the worker's settlement of it is in. */
-async function sessionRow(gatewayUrl: string, key: string, id: string): Promise<RequestView> {
-  let found: RequestView | undefined;
-  await waitFor(
-    async () => {
-      const res = await fetch(`${gatewayUrl}/v1/generation?id=${encodeURIComponent(id)}`, { headers: { authorization: `Bearer ${key}` } });
-      if (res.status !== 200) return false;
-      found = ((await res.json()) as { data: RequestView }).data;
-      return found.settled;
-    },
-    15_000,
-    `the row of ${id}`,
-  );
-  return found!;
-}
 
 async function started(gatewayUrl: string, key: string): Promise<RealtimeTestClient & { sessionId: string }> {
   const client = openRealtime(gatewayUrl, key);
@@ -152,7 +135,7 @@ describe('Realtime sessions through the gateway on the mock', () => {
     assert.equal((done.response as { status: string }).status, 'cancelled');
     client.rt.close();
     await client.closed;
-    const row = await sessionRow(gateway.url, key, client.sessionId);
+    const row = await requestRecord(gateway.url, key, client.sessionId, 'session');
     assert.equal(row.cost_micros, costOf(done));
     const bill = await readBill(redis, account);
     assert.equal(bill!.balanceMicros, 10_000_000 - costOf(done));
@@ -177,7 +160,7 @@ describe('Realtime sessions through the gateway on the mock', () => {
     client.rt.close();
     await client.closed;
 
-    const row = await sessionRow(gateway.url, key, client.sessionId);
+    const row = await requestRecord(gateway.url, key, client.sessionId, 'session');
     assert.equal(row.endpoint, 'realtime');
     assert.equal(row.model, 'mock-realtime');
     assert.equal(row.cost_micros, sum);
@@ -191,7 +174,7 @@ describe('Realtime sessions through the gateway on the mock', () => {
     assert.deepEqual({ balance: bill!.balanceMicros, reserved: bill!.reservedMicros }, { balance: 10_000_000 - sum, reserved: 0 });
     // Each response is a settlement of its own, under the session's id and the response's.
     for (const done of dones) {
-      const part = await sessionRow(gateway.url, key, `${client.sessionId}:${(done.response as { id: string }).id}`);
+      const part = await requestRecord(gateway.url, key, `${client.sessionId}:${(done.response as { id: string }).id}`, 'session');
       assert.equal(part.endpoint, 'realtime.response');
       assert.equal(part.cost_micros, costOf(done));
     }
@@ -205,7 +188,7 @@ describe('Realtime sessions through the gateway on the mock', () => {
     const error = await client.next('error');
     assert.equal((error.error as { type: string }).type, 'server_error');
     assert.equal((await client.closed).code, 1011);
-    const row = await sessionRow(gateway.url, key, client.sessionId);
+    const row = await requestRecord(gateway.url, key, client.sessionId, 'session');
     assert.equal(row.finish_reason, 'vendor_failed');
     assert.equal(row.status, 'failed');
   });
@@ -226,7 +209,7 @@ describe('Realtime sessions through the gateway on the mock', () => {
     assert.equal(bill!.balanceMicros, worst + 1 - costOf(done));
     assert.ok(bill!.balanceMicros! >= 0);
     assert.equal(bill!.reservedMicros, 0);
-    const row = await sessionRow(gateway.url, key, client.sessionId);
+    const row = await requestRecord(gateway.url, key, client.sessionId, 'session');
     assert.equal(row.finish_reason, 'insufficient_quota');
     assert.equal(row.cost_micros, costOf(done));
   });

@@ -75,6 +75,8 @@ export interface FakeGeminiLiveOptions {
   audioChunks?: number;
   /** Reports `cachedContentTokenCount` of this many text tokens per turn. */
   cachedTokens?: number;
+  /** False: pings go unanswered, as from a vendor that hangs (default true). */
+  answerPings?: boolean;
 }
 
 export interface FakeGeminiLive {
@@ -130,7 +132,7 @@ function checkContent(value: unknown, where: string): Json {
   return content;
 }
 
-function checkSetup(value: unknown, options: Required<Omit<FakeGeminiLiveOptions, 'cachedTokens'>>): Json {
+function checkSetup(value: unknown, options: Required<Omit<FakeGeminiLiveOptions, 'cachedTokens' | 'answerPings'>>): Json {
   const setup = only(value, 'setup', [
     'model', 'generationConfig', 'systemInstruction', 'tools', 'realtimeInputConfig', 'sessionResumption',
     'contextWindowCompression', 'inputAudioTranscription', 'outputAudioTranscription', 'proactivity',
@@ -213,7 +215,7 @@ export async function startFakeGeminiLive(options: FakeGeminiLiveOptions = {}): 
     response.writeHead(404, { 'content-type': 'application/json' });
     response.end(JSON.stringify({ error: { code: 404, message: 'Not Found', status: 'NOT_FOUND' } }));
   });
-  const wss = new WebSocketServer({ noServer: true, perMessageDeflate: false });
+  const wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, autoPong: options.answerPings ?? true });
 
   server.on('upgrade', (request: IncomingMessage, socket: Duplex, head: Buffer) => {
     const url = new URL(request.url ?? '/', 'http://fake');

@@ -29,6 +29,7 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import type { ErrorObject } from 'ajv/dist/2020.js';
 import { closeServer, listenOnLoopback } from './fake-server.js';
 import { openApiSchema } from './openapi-schemas.js';
+import { serverEventSchemas } from './realtime-client.js';
 
 export const FAKE_REALTIME_KEY = 'sk-openai-realtime-test';
 export const FAKE_REALTIME_MODELS = [
@@ -57,36 +58,6 @@ const CLIENT_EVENTS: Record<string, { schema: string; fields: readonly string[] 
   'response.cancel': { schema: 'RealtimeClientEventResponseCancel', fields: ['response_id'] },
   'response.create': { schema: 'RealtimeClientEventResponseCreate', fields: ['response'] },
   'session.update': { schema: 'RealtimeClientEventSessionUpdate', fields: ['session'] },
-};
-
-/** The schema of each server event type the fake sends. */
-export const SERVER_SCHEMAS: Record<string, string> = {
-  'session.created': 'RealtimeServerEventSessionCreated',
-  'session.updated': 'RealtimeServerEventSessionUpdated',
-  error: 'RealtimeServerEventError',
-  'input_audio_buffer.committed': 'RealtimeServerEventInputAudioBufferCommitted',
-  'input_audio_buffer.cleared': 'RealtimeServerEventInputAudioBufferCleared',
-  'conversation.item.added': 'RealtimeServerEventConversationItemAdded',
-  'conversation.item.done': 'RealtimeServerEventConversationItemDone',
-  'conversation.item.deleted': 'RealtimeServerEventConversationItemDeleted',
-  'conversation.item.retrieved': 'RealtimeServerEventConversationItemRetrieved',
-  'conversation.item.truncated': 'RealtimeServerEventConversationItemTruncated',
-  'conversation.item.input_audio_transcription.completed': 'RealtimeServerEventConversationItemInputAudioTranscriptionCompleted',
-  'response.created': 'RealtimeServerEventResponseCreated',
-  'response.done': 'RealtimeServerEventResponseDone',
-  'rate_limits.updated': 'RealtimeServerEventRateLimitsUpdated',
-  'response.output_item.added': 'RealtimeServerEventResponseOutputItemAdded',
-  'response.output_item.done': 'RealtimeServerEventResponseOutputItemDone',
-  'response.content_part.added': 'RealtimeServerEventResponseContentPartAdded',
-  'response.content_part.done': 'RealtimeServerEventResponseContentPartDone',
-  'response.output_text.delta': 'RealtimeServerEventResponseTextDelta',
-  'response.output_text.done': 'RealtimeServerEventResponseTextDone',
-  'response.output_audio.delta': 'RealtimeServerEventResponseAudioDelta',
-  'response.output_audio.done': 'RealtimeServerEventResponseAudioDone',
-  'response.output_audio_transcript.delta': 'RealtimeServerEventResponseAudioTranscriptDelta',
-  'response.output_audio_transcript.done': 'RealtimeServerEventResponseAudioTranscriptDone',
-  'response.function_call_arguments.delta': 'RealtimeServerEventResponseFunctionCallArgumentsDelta',
-  'response.function_call_arguments.done': 'RealtimeServerEventResponseFunctionCallArgumentsDone',
 };
 
 // The fields the spec names in a session and a response's parameters.
@@ -328,7 +299,7 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
   }
 
   private check(event: Json): void {
-    const name = SERVER_SCHEMAS[event.type as string];
+    const name = serverEventSchemas[event.type as string];
     if (!name) {
       if (event.type !== undefined) this.deps.problems.push(`sent an event of no known schema: ${String(event.type)}`);
       return;

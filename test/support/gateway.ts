@@ -212,18 +212,20 @@ export async function startGateway(options: {
 /**
  * A request's record as `GET /v1/generation` answers the key that made it,
  * once the api's half is in and (with `settled`, the default) the worker's
- * settlement too: the record appears a moment after the answer.
+ * settlement too: the record appears a moment after the answer. A Realtime
+ * session's rows (`'session'`) are its worker's alone, written as it ends,
+ * with no latency to wait for: their settlement is waited for, a while longer.
  */
-export async function requestRecord(gatewayUrl: string, key: string, id: string, settled = true): Promise<RequestView> {
+export async function requestRecord(gatewayUrl: string, key: string, id: string, settled: boolean | 'session' = true): Promise<RequestView> {
   let found: RequestView | undefined;
   await waitFor(
     async () => {
       const res = await fetch(`${gatewayUrl}/v1/generation?id=${encodeURIComponent(id)}`, { headers: { authorization: `Bearer ${key}` } });
       if (res.status !== 200) return false;
       found = ((await res.json()) as { data: RequestView }).data;
-      return found.latency_ms !== null && (!settled || found.settled);
+      return settled === 'session' ? found.settled : found.latency_ms !== null && (!settled || found.settled);
     },
-    10_000,
+    settled === 'session' ? 15_000 : 10_000,
     `the record of ${id}`,
   );
   return found!;

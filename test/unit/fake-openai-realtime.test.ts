@@ -1,13 +1,9 @@
 import { after, afterEach, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
-import {
-  FAKE_REALTIME_KEY,
-  SERVER_SCHEMAS,
-  startFakeOpenAIRealtime,
-  type FakeOpenAIRealtime,
-} from '../support/fake-openai-realtime.js';
+import { FAKE_REALTIME_KEY, startFakeOpenAIRealtime, type FakeOpenAIRealtime } from '../support/fake-openai-realtime.js';
 import { assertMatchesSchema } from '../support/openapi-schemas.js';
+import { EventInbox, serverEventSchemas } from '../support/realtime-client.js';
 
 /*
  * The strict fake of OpenAI's Realtime API, checked on its own: refusals at the upgrade as HTTP statuses, the GA
@@ -30,34 +26,12 @@ function connect(fake: FakeOpenAIRealtime, options: { model?: string; key?: stri
   const url = `ws://127.0.0.1:${fake.port}/v1/realtime?model=${options.model ?? 'gpt-realtime'}`;
   const headers: Record<string, string> = options.protocols ? {} : { authorization: `Bearer ${options.key ?? fake.key}` };
   const socket = new WebSocket(url, options.protocols ?? [], { headers });
-  const events: Event[] = [];
-  const taken = new Set<Event>();
-  const waiters: Array<() => void> = [];
-  socket.on('message', (data) => {
-    events.push(JSON.parse(data.toString()) as Event);
-    for (const wake of waiters.splice(0)) wake();
-  });
+  const inbox = new EventInbox<Event & { type: string }>();
+  socket.on('message', (data) => inbox.push(JSON.parse(data.toString()) as Event & { type: string }));
   const client: TestClient = {
     socket,
-    events,
-    async next(type) {
-      const until = Date.now() + 10_000;
-      for (;;) {
-        const found = events.find((event) => event.type === type && !taken.has(event));
-        if (found) {
-          taken.add(found);
-          return found;
-        }
-        if (Date.now() > until) throw new Error(`no ${type} event; got ${events.map((event) => event.type).join(', ')}`);
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, 200);
-          waiters.push(() => {
-            clearTimeout(timer);
-            resolve();
-          });
-        });
-      }
-    },
+    events: inbox.events,
+    next: (type) => inbox.next(type, 10_000),
     send(event) {
       socket.send(typeof event === 'string' ? event : JSON.stringify(event));
     },
@@ -96,7 +70,7 @@ function refusal(fake: FakeOpenAIRealtime, options: { model?: string; key?: stri
 function assertAllSentMatch(fake: FakeOpenAIRealtime): void {
   assert.deepEqual(fake.problems, []);
   for (const session of fake.sessions) {
-    for (const event of session.sent) assertMatchesSchema(SERVER_SCHEMAS[event.type as string]!, event, `sent ${String(event.type)}`);
+    for (const event of session.sent) assertMatchesSchema(serverEventSchemas[event.type as string]!, event, `sent ${String(event.type)}`);
   }
 }
 

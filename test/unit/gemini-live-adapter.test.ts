@@ -454,4 +454,17 @@ describe('Gemini Live adapter (OpenAI GA events ↔ Gemini Live)', () => {
     await eventually(() => fake.sessions.at(-1)!.closed);
     await eventually(() => fake.openSessions() === 0);
   });
+
+  it('ends a session whose Gemini stops answering pings, and closes its socket', async () => {
+    const mute = await startFakeGeminiLive({ answerPings: false });
+    try {
+      const probe = await open(mute, NATIVE, { pingIntervalMs: 50 });
+      const ended = await probe.until(() => probe.closed);
+      assert.equal(ended.code, 1011);
+      assert.deepEqual([ended.error?.status, ended.error?.code], [502, 'vendor_timeout']);
+      await eventually(() => mute.sessions.at(-1)!.closed);
+    } finally {
+      await mute.close();
+    }
+  });
 });

@@ -131,9 +131,10 @@ export async function postSse(
 /**
  * Some vendors answer a stream request with a 2xx JSON body: an error report,
  * or garbage. Throws it as the vendor's error (`toError` reads the protocol's
- * envelope) or as malformed; returns for an SSE answer.
+ * envelope) or as malformed; returns for an SSE answer (or any other that is not
+ * JSON, such as the audio a speech request streams).
  */
-async function rejectJsonStreamAnswer(response: VendorResponse, ctx: CallContext, toError: InlineErrorReader): Promise<void> {
+export async function rejectJsonStreamAnswer(response: VendorResponse, ctx: CallContext, toError: InlineErrorReader): Promise<void> {
   const contentType = response.headers['content-type'];
   if (typeof contentType !== 'string' || !contentType.includes('application/json')) return;
   const text = await readCappedText(response, ctx);

@@ -1,6 +1,6 @@
 import WebSocket, { type RawData } from 'ws';
-import type { IncomingMessage } from 'node:http';
-import { GatewayError, isGatewayError } from '../../../shared/errors.js';
+import { GatewayError } from '../../../shared/errors.js';
+import { boundOpening, closeThenTerminate, openRealtimeSocket, pingRealtimeSocket, realtimeSocketDefaults, realtimeSocketUrl, realtimeTransportError, sendUnlessStalled, type RealtimeSocketOptions } from '../realtime-socket.js';
 import type { RealtimeClientEvent, RealtimeOpenContext, RealtimeVendorEvents, RealtimeVendorSession } from '../types.js';
 import { geminiApi, GEMINI_API_VERSION } from './api.js';
 import { mapLiveClose } from './live-errors.js';
@@ -46,38 +46,18 @@ import { mapGeminiError } from './map-gemini-error.js';
  * `live-usage.ts`.
  */
 
-export interface GeminiLiveOptions extends LiveTranslatorOptions {
-  /** How often Gemini is pinged; a ping unanswered by the next one ends the session. */
-  pingIntervalMs?: number;
-  /** How long a close asked here may take before the socket is destroyed. */
-  closeGraceMs?: number;
-  /** Bytes written but not yet taken by Gemini past which it is taken for stuck. */
-  maxBufferedBytes?: number;
+export interface GeminiLiveOptions extends LiveTranslatorOptions, RealtimeSocketOptions {
   /** How long the session may last, for `session.expires_at`. */
   maxSessionMs?: number;
 }
 
-const DEFAULTS = { pingIntervalMs: 15_000, closeGraceMs: 3_000, maxBufferedBytes: 16 * 1024 * 1024 };
 /** The largest frame taken from Gemini (its audio chunks are a few kilobytes). */
 const MAX_VENDOR_FRAME_BYTES = 16 * 1024 * 1024;
-const MAX_REFUSAL_BODY_BYTES = 64 * 1024;
 
 /** `https://generativelanguage.googleapis.com` → `wss://…/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent`. */
 export function geminiLiveUrl(baseUrl: string): string {
-  const url = new URL(baseUrl);
-  if (url.protocol === 'https:') url.protocol = 'wss:';
-  else if (url.protocol === 'http:') url.protocol = 'ws:';
-  url.pathname = `${url.pathname.replace(/\/+$/, '')}/ws/google.ai.generativelanguage.${GEMINI_API_VERSION}.GenerativeService.BidiGenerateContent`;
-  return url.toString();
+  return realtimeSocketUrl(baseUrl, `/ws/google.ai.generativelanguage.${GEMINI_API_VERSION}.GenerativeService.BidiGenerateContent`).toString();
 }
-
-function transportError(error: unknown): GatewayError {
-  if (isGatewayError(error)) return error;
-  return new GatewayError(502, 'The upstream vendor could not be reached.', { type: 'server_error', code: 'vendor_unreachable', retryable: true, cause: error });
-}
-
-const timeoutError = () =>
-  new GatewayError(504, 'The upstream vendor did not open the realtime session in time.', { type: 'server_error', code: 'vendor_timeout', retryable: true });
 
 const badFrame = () =>
   new GatewayError(502, 'The upstream vendor sent a frame that is not a Gemini Live message.', { type: 'server_error', code: 'vendor_bad_response', retryable: false });
@@ -91,33 +71,6 @@ function parseFrame(data: RawData): Record<string, unknown> | undefined {
   }
 }
 
-/** Reads a refused upgrade's answer (bounded in size and time) and maps it as any Gemini HTTP error. */
-function readRefusal(response: IncomingMessage, secrets: readonly string[], deadlineMs: number): Promise<GatewayError> {
-  return new Promise((resolve) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let done = false;
-    const finish = () => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      response.removeAllListeners('data');
-      response.destroy();
-      resolve(mapGeminiError({ status: response.statusCode ?? 502, headers: response.headers, bodyText: Buffer.concat(chunks).toString('utf8') }, secrets));
-    };
-    const timer = setTimeout(finish, deadlineMs);
-    response.on('data', (chunk: Buffer) => {
-      if (size >= MAX_REFUSAL_BODY_BYTES) return;
-      chunks.push(chunk);
-      size += chunk.length;
-      if (size >= MAX_REFUSAL_BODY_BYTES) finish();
-    });
-    response.once('end', finish);
-    response.once('error', finish);
-    response.once('close', finish);
-  });
-}
-
 /**
  * Opens a socket and completes `setup` on it within the connect deadline. Resolves with the socket once
  * `setupComplete` came; rejects with the GatewayError for a refused upgrade, a close, a failure, the deadline or
@@ -127,21 +80,12 @@ function connectLive(ctx: RealtimeOpenContext, setup: Record<string, unknown>, s
   if (ctx.signal.aborted) return Promise.reject(ctx.signal.reason);
   return new Promise((resolve, reject) => {
     let settled = false;
-    const socket = new WebSocket(geminiLiveUrl(ctx.channel.baseUrl), {
-      headers: geminiApi.headers(ctx.channel.apiKey),
-      maxPayload: MAX_VENDOR_FRAME_BYTES,
-      // Base64 audio barely compresses; deflating it would only cost CPU on both ends.
-      perMessageDeflate: false,
-      followRedirects: false,
-    });
-    const deadline = setTimeout(() => fail(timeoutError()), ctx.connectTimeoutMs);
-    const onAbort = () => fail(ctx.signal.reason);
-    ctx.signal.addEventListener('abort', onAbort, { once: true });
+    const socket = openRealtimeSocket(geminiLiveUrl(ctx.channel.baseUrl), geminiApi.headers(ctx.channel.apiKey), MAX_VENDOR_FRAME_BYTES);
+    const stopBounding = boundOpening(socket, ctx, secrets, mapGeminiError, fail);
 
     function settle() {
       settled = true;
-      clearTimeout(deadline);
-      ctx.signal.removeEventListener('abort', onAbort);
+      stopBounding();
       socket.removeAllListeners('open').removeAllListeners('message').removeAllListeners('close').removeAllListeners('unexpected-response');
       socket.removeAllListeners('error');
     }
@@ -154,10 +98,7 @@ function connectLive(ctx: RealtimeOpenContext, setup: Record<string, unknown>, s
       reject(error);
     }
 
-    socket.once('unexpected-response', (_request, response) => {
-      void readRefusal(response, secrets, Math.min(ctx.connectTimeoutMs, 5_000)).then(fail);
-    });
-    socket.on('error', (error) => fail(transportError(error)));
+    socket.on('error', (error) => fail(realtimeTransportError(error)));
     socket.once('open', () => socket.send(JSON.stringify({ setup })));
     socket.on('close', (code, reason) => fail(mapLiveClose(code, reason.toString(), secrets)));
     socket.on('message', (data) => {
@@ -176,12 +117,11 @@ export async function openGeminiLive(
   events: RealtimeVendorEvents,
   options: GeminiLiveOptions = {},
 ): Promise<RealtimeVendorSession> {
-  const settings = { ...DEFAULTS, ...options };
+  const settings = { ...realtimeSocketDefaults, ...options };
   const secrets = ctx.channel.apiKey ? [ctx.channel.apiKey] : [];
   let socket: WebSocket;
   let ended = false;
   let closeAsked = false;
-  let awaitingPong = false;
   let goAwayLeft: string | undefined;
   /** Aborts a reconfiguration's connect when the session ends meanwhile. */
   const ending = new AbortController();
@@ -191,11 +131,9 @@ export async function openGeminiLive(
     {
       vendor: (message) => {
         if (ended) return;
-        if (socket.bufferedAmount > settings.maxBufferedBytes) {
+        if (!sendUnlessStalled(socket, JSON.stringify(message), settings.maxBufferedBytes)) {
           endSession(1011, 'vendor not reading', new GatewayError(502, 'The upstream vendor stopped taking the session\'s audio.', { type: 'server_error', code: 'vendor_stalled', retryable: false }));
-          return;
         }
-        socket.send(JSON.stringify(message));
       },
       emit: (event) => {
         if (!ended) events.event(event);
@@ -210,8 +148,7 @@ export async function openGeminiLive(
         const previous = socket;
         previous.removeAllListeners('message').removeAllListeners('close');
         previous.on('error', () => {});
-        previous.close(1000, 'settings changed');
-        setTimeout(() => previous.terminate(), settings.closeGraceMs).unref();
+        closeThenTerminate(previous, settings.closeGraceMs, 1000, 'settings changed');
         attach(next);
       },
     },
@@ -219,22 +156,16 @@ export async function openGeminiLive(
   );
 
   socket = await connectLive(ctx, translator.initialSetup(), secrets);
+  const pinger = pingRealtimeSocket(settings.pingIntervalMs, () => socket.ping(), () =>
+    endSession(1011, 'vendor stopped answering', new GatewayError(502, 'The upstream vendor stopped answering.', { type: 'server_error', code: 'vendor_timeout', retryable: false })),
+  );
   attach(socket);
-  const pingTimer = setInterval(() => {
-    if (awaitingPong) {
-      endSession(1011, 'vendor stopped answering', new GatewayError(502, 'The upstream vendor stopped answering.', { type: 'server_error', code: 'vendor_timeout', retryable: false }));
-      return;
-    }
-    awaitingPong = true;
-    socket.ping();
-  }, settings.pingIntervalMs);
-  pingTimer.unref();
 
   function attach(next: WebSocket) {
     socket = next;
-    awaitingPong = false;
+    pinger.answered();
     next.on('pong', () => {
-      if (socket === next) awaitingPong = false;
+      if (socket === next) pinger.answered();
     });
     next.on('message', (data) => {
       if (ended || socket !== next) return;
@@ -248,7 +179,7 @@ export async function openGeminiLive(
       translator.fromVendor(message);
     });
     next.on('error', (error) => {
-      if (socket === next) endSession(1011, 'vendor connection failed', transportError(error));
+      if (socket === next) endSession(1011, 'vendor connection failed', realtimeTransportError(error));
     });
     next.on('close', (code, reasonBytes) => {
       if (socket !== next) return;
@@ -264,7 +195,7 @@ export async function openGeminiLive(
     if (ended) return;
     ended = true;
     ending.abort();
-    clearInterval(pingTimer);
+    pinger.stop();
     translator.dispose();
     socket.removeAllListeners('message');
     if (socket.readyState !== WebSocket.CLOSED) socket.terminate();
@@ -282,14 +213,12 @@ export async function openGeminiLive(
       closeAsked = true;
       ended = true;
       ending.abort();
-      clearInterval(pingTimer);
+      pinger.stop();
       translator.dispose();
       socket.removeAllListeners('message');
       socket.on('error', () => {});
-      if (socket.readyState === WebSocket.OPEN) {
-        socket.close(1000, 'session ended');
-        setTimeout(() => socket.terminate(), settings.closeGraceMs).unref();
-      } else socket.terminate();
+      if (socket.readyState === WebSocket.OPEN) closeThenTerminate(socket, settings.closeGraceMs, 1000, 'session ended');
+      else socket.terminate();
     },
   };
 }

@@ -1,6 +1,5 @@
 import WebSocket, { type RawData } from 'ws';
-import type { IncomingMessage } from 'node:http';
-import { GatewayError, isGatewayError } from '../../../shared/errors.js';
+import { GatewayError } from '../../../shared/errors.js';
 import type {
   RealtimeClientEvent,
   RealtimeOpenContext,
@@ -8,6 +7,7 @@ import type {
   RealtimeVendorEvents,
   RealtimeVendorSession,
 } from '../types.js';
+import { boundOpening, closeThenTerminate, openRealtimeSocket, pingRealtimeSocket, realtimeSocketDefaults, realtimeSocketUrl, realtimeTransportError, sendUnlessStalled, type RealtimePinger, type RealtimeSocketOptions } from '../realtime-socket.js';
 import { openaiApi } from './api.js';
 import { mapOpenAIError, readVendorError, scrubSecrets } from './map-openai-error.js';
 
@@ -22,32 +22,14 @@ import { mapOpenAIError, readVendorError, scrubSecrets } from './map-openai-erro
  * stops reading what is sent ends the session with an error, so no session outlives its socket unnoticed.
  */
 
-export interface OpenAIRealtimeOptions {
-  /** How often the vendor is pinged; a ping unanswered by the next one ends the session. */
-  pingIntervalMs?: number;
-  /** How long a close asked here may take before the socket is destroyed. */
-  closeGraceMs?: number;
-  /** Bytes written but not yet taken by the vendor past which it is taken for stuck. */
-  maxBufferedBytes?: number;
-}
-
-const DEFAULTS: Required<OpenAIRealtimeOptions> = {
-  pingIntervalMs: 15_000,
-  closeGraceMs: 3_000,
-  maxBufferedBytes: 16 * 1024 * 1024,
-};
+export type OpenAIRealtimeOptions = RealtimeSocketOptions;
 
 /** The largest frame accepted from the vendor: OpenAI's own cap on an appended chunk is 15 MiB. */
 const MAX_VENDOR_FRAME_BYTES = 32 * 1024 * 1024;
-/** Enough of a refused upgrade's body for any error message. */
-const MAX_REFUSAL_BODY_BYTES = 64 * 1024;
 
 /** `https://api.openai.com/v1` → `wss://api.openai.com/v1/realtime?model=<model>` (http → ws for local servers). */
 export function openAIRealtimeUrl(baseUrl: string, upstreamModel: string): string {
-  const url = new URL(baseUrl);
-  if (url.protocol === 'https:') url.protocol = 'wss:';
-  else if (url.protocol === 'http:') url.protocol = 'ws:';
-  url.pathname = `${url.pathname.replace(/\/+$/, '')}/realtime`;
+  const url = realtimeSocketUrl(baseUrl, '/realtime');
   url.searchParams.set('model', upstreamModel);
   return url.toString();
 }
@@ -72,53 +54,6 @@ function mapOpeningErrorEvent(event: RealtimeServerEvent, secrets: readonly stri
   return mapOpenAIError({ status, headers: {}, bodyText: JSON.stringify({ error: fields }) }, secrets);
 }
 
-/** Reads a refused upgrade's answer (bounded in size and time) and maps it as any OpenAI HTTP error. */
-function readRefusal(response: IncomingMessage, secrets: readonly string[], deadlineMs: number): Promise<GatewayError> {
-  return new Promise((resolve) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let done = false;
-    const finish = () => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      response.removeAllListeners('data');
-      response.destroy();
-      const bodyText = Buffer.concat(chunks).toString('utf8');
-      resolve(mapOpenAIError({ status: response.statusCode ?? 502, headers: response.headers, bodyText }, secrets));
-    };
-    const timer = setTimeout(finish, deadlineMs);
-    response.on('data', (chunk: Buffer) => {
-      if (size >= MAX_REFUSAL_BODY_BYTES) return;
-      chunks.push(chunk);
-      size += chunk.length;
-      if (size >= MAX_REFUSAL_BODY_BYTES) finish();
-    });
-    response.once('end', finish);
-    response.once('error', finish);
-    response.once('close', finish);
-  });
-}
-
-function transportError(error: unknown): GatewayError {
-  if (isGatewayError(error)) return error;
-  // Host names stay out of the message: base URLs can be internal.
-  return new GatewayError(502, 'The upstream vendor could not be reached.', {
-    type: 'server_error',
-    code: 'vendor_unreachable',
-    retryable: true,
-    cause: error,
-  });
-}
-
-function timeoutError(): GatewayError {
-  return new GatewayError(504, 'The upstream vendor did not open the realtime session in time.', {
-    type: 'server_error',
-    code: 'vendor_timeout',
-    retryable: true,
-  });
-}
-
 function parseFrame(data: RawData): RealtimeServerEvent | undefined {
   try {
     const value: unknown = JSON.parse(typeof data === 'string' ? data : data.toString());
@@ -136,7 +71,7 @@ export function openOpenAIRealtime(
   events: RealtimeVendorEvents,
   options: OpenAIRealtimeOptions = {},
 ): Promise<RealtimeVendorSession> {
-  const settings = { ...DEFAULTS, ...options };
+  const settings = { ...realtimeSocketDefaults, ...options };
   const secrets = ctx.channel.apiKey ? [ctx.channel.apiKey] : [];
   if (ctx.signal.aborted) return Promise.reject(ctx.signal.reason);
 
@@ -144,26 +79,15 @@ export function openOpenAIRealtime(
     let opening = true;
     let ended = false;
     let closeAsked = false;
-    let awaitingPong = false;
-    let pingTimer: NodeJS.Timeout | undefined;
+    let pinger: RealtimePinger | undefined;
     let graceTimer: NodeJS.Timeout | undefined;
 
-    const socket = new WebSocket(openAIRealtimeUrl(ctx.channel.baseUrl, ctx.upstreamModel), {
-      headers: openaiApi.headers(ctx.channel.apiKey),
-      maxPayload: MAX_VENDOR_FRAME_BYTES,
-      // Base64 audio barely compresses; deflating it would only cost CPU on both ends.
-      perMessageDeflate: false,
-      followRedirects: false,
-    });
-
-    const openDeadline = setTimeout(() => failOpening(timeoutError()), ctx.connectTimeoutMs);
-    const onAbort = () => failOpening(ctx.signal.reason);
-    ctx.signal.addEventListener('abort', onAbort, { once: true });
+    const socket = openRealtimeSocket(openAIRealtimeUrl(ctx.channel.baseUrl, ctx.upstreamModel), openaiApi.headers(ctx.channel.apiKey), MAX_VENDOR_FRAME_BYTES);
+    const stopBounding = boundOpening(socket, ctx, secrets, mapOpenAIError, failOpening);
 
     function stopOpening() {
       opening = false;
-      clearTimeout(openDeadline);
-      ctx.signal.removeEventListener('abort', onAbort);
+      stopBounding();
     }
 
     function failOpening(error: unknown) {
@@ -179,22 +103,15 @@ export function openOpenAIRealtime(
     function endSession(code: number, reason: string, error?: GatewayError) {
       if (ended) return;
       ended = true;
-      clearInterval(pingTimer);
+      pinger?.stop();
       socket.removeAllListeners('message');
       if (socket.readyState !== WebSocket.CLOSED) socket.terminate();
       if (!closeAsked) events.closed(error === undefined ? { code, reason } : { code, reason, error });
     }
 
-    socket.once('unexpected-response', (_request, response) => {
-      void readRefusal(response, secrets, Math.min(ctx.connectTimeoutMs, 5_000)).then((error) => {
-        ctx.log.debug({ upstreamStatus: response.statusCode, err: error }, 'upstream vendor refused the realtime session');
-        failOpening(error);
-      });
-    });
-
     socket.on('error', (error) => {
-      if (opening) failOpening(transportError(error));
-      else endSession(1011, 'vendor connection failed', transportError(error));
+      if (opening) failOpening(realtimeTransportError(error));
+      else endSession(1011, 'vendor connection failed', realtimeTransportError(error));
     });
 
     socket.on('close', (code, reasonBytes) => {
@@ -213,9 +130,7 @@ export function openOpenAIRealtime(
       else endSession(UNSENDABLE_CODES.has(code) ? 1011 : code, reason, vendorClosedError(code, reason, secrets));
     });
 
-    socket.on('pong', () => {
-      awaitingPong = false;
-    });
+    socket.on('pong', () => pinger?.answered());
 
     socket.on('message', (data, isBinary) => {
       const event = isBinary ? undefined : parseFrame(data);
@@ -241,43 +156,33 @@ export function openOpenAIRealtime(
     });
 
     function startPinging() {
-      pingTimer = setInterval(() => {
-        if (awaitingPong) {
-          endSession(1011, 'vendor stopped answering', new GatewayError(502, 'The upstream vendor stopped answering the realtime session.', {
-            type: 'server_error',
-            code: 'vendor_timeout',
-            retryable: false,
-          }));
-          return;
-        }
-        awaitingPong = true;
-        socket.ping();
-      }, settings.pingIntervalMs);
-      pingTimer.unref();
+      pinger = pingRealtimeSocket(settings.pingIntervalMs, () => socket.ping(), () =>
+        endSession(1011, 'vendor stopped answering', new GatewayError(502, 'The upstream vendor stopped answering the realtime session.', {
+          type: 'server_error',
+          code: 'vendor_timeout',
+          retryable: false,
+        })),
+      );
     }
 
     const session: RealtimeVendorSession = {
       send(event: RealtimeClientEvent) {
         if (ended || closeAsked) return;
-        if (socket.bufferedAmount > settings.maxBufferedBytes) {
+        if (!sendUnlessStalled(socket, JSON.stringify(event), settings.maxBufferedBytes)) {
           endSession(1011, 'vendor stopped reading', new GatewayError(502, 'The upstream vendor stopped reading the realtime session.', {
             type: 'server_error',
             code: 'vendor_timeout',
             retryable: false,
           }));
-          return;
         }
-        socket.send(JSON.stringify(event));
       },
       close() {
         if (closeAsked) return;
         closeAsked = true;
-        clearInterval(pingTimer);
+        pinger?.stop();
         if (ended || socket.readyState === WebSocket.CLOSED) return;
-        socket.close(1000);
         // A vendor that never answers the close frame is not waited on.
-        graceTimer = setTimeout(() => socket.terminate(), settings.closeGraceMs);
-        graceTimer.unref();
+        graceTimer = closeThenTerminate(socket, settings.closeGraceMs, 1000);
       },
     };
   });

@@ -1,6 +1,6 @@
 import { speechContentTypes, speechFacts, type SpeechJob } from '../../../shared/schemas/speech.js';
-import { discardBody, malformedResponse, mapTransportError, postVendor, readCappedText, vendorRequest, type VendorResponse } from '../http.js';
-import { postSse, streamEndedEarly } from '../sse-body.js';
+import { discardBody, malformedResponse, mapTransportError, postVendor, vendorRequest } from '../http.js';
+import { postSse, rejectJsonStreamAnswer, streamEndedEarly, type InlineErrorReader } from '../sse-body.js';
 import type { SseEvent } from '../sse-parser.js';
 import type { CallContext, SpeechEvent } from '../types.js';
 import { openaiApi } from './api.js';
@@ -38,7 +38,7 @@ export async function* speakWithOpenAI(input: SpeechJob, ctx: CallContext): Asyn
   }
   const accept = speechContentTypes[input.response_format] as `audio/${string}`;
   const response = await postVendor(ctx, request, mapOpenAIError, accept);
-  await rejectJsonAnswer(response, ctx);
+  await rejectJsonStreamAnswer(response, ctx, readInlineError);
   const reader = (response.body as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
   let ended = false;
   try {
@@ -60,24 +60,13 @@ export async function* speakWithOpenAI(input: SpeechJob, ctx: CallContext): Asyn
   }
 }
 
-/** A 2xx JSON answer where audio was asked: an error envelope (thrown as OpenAI's error), or garbage. */
-async function rejectJsonAnswer(response: VendorResponse, ctx: CallContext): Promise<void> {
-  const contentType = response.headers['content-type'];
-  if (typeof contentType !== 'string' || !contentType.includes('application/json')) return;
-  const text = await readCappedText(response, ctx);
-  let payload: unknown = null;
-  try {
-    payload = JSON.parse(text);
-  } catch {
-    // Not even JSON: malformed.
-  }
-  throw readVendorError(payload) !== null ? mapOpenAIInlineError(payload, [ctx.channel.apiKey]) : malformedResponse();
-}
+/** OpenAI's error envelope in a 2xx answer (a JSON body where audio was asked, an event of the stream); null when it is not one. */
+const readInlineError: InlineErrorReader = (payload, secrets) => (readVendorError(payload) !== null ? mapOpenAIInlineError(payload, secrets) : null);
 
 /** The events of a speech stream: audio deltas decoded, the done event's usage; anything else is ignored, an error thrown. */
 async function* readSpeechEvents(request: ReturnType<typeof vendorRequest>, ctx: CallContext): AsyncGenerator<SpeechEvent[]> {
   const secrets = [ctx.channel.apiKey];
-  const sse = await postSse(ctx, request, mapOpenAIError, (payload, known) => (readVendorError(payload) !== null ? mapOpenAIInlineError(payload, known) : null));
+  const sse = await postSse(ctx, request, mapOpenAIError, readInlineError);
   const done = yield* sse.translate<SpeechEvent>((event, out) => readSpeechEvent(event, out, secrets));
   if (!done) throw streamEndedEarly();
 }
