@@ -96,9 +96,30 @@ function withRequestId(error: GatewayError, requestId: string): GatewayError {
   return new GatewayError(error.status, error.message, { type: error.type, code: error.code, param: error.param, headers: { ...error.headers, 'x-request-id': requestId } });
 }
 
-/** Whether an upgrade request is one for the Realtime API (the canonical path, any query). */
+/** The longest model name the upgrade reads: catalog ids are far shorter, and an error echoes at most this. */
+const maxModelChars = 256;
+
+/**
+ * The `model` of the upgrade's query, read from the query string alone (a URL parser would take a path starting
+ * `//` for a host, and refuse some as one): exactly once, non-empty, without NUL, of a name's length. A name given
+ * twice is refused rather than one of them picked, so that the gateway and anything in front of it cannot read
+ * different models out of one request.
+ */
+function askedModel(url: string): string {
+  const at = url.indexOf('?');
+  const named = at < 0 ? [] : new URLSearchParams(url.slice(at + 1)).getAll('model');
+  if (named.length > 1) throw new GatewayError(400, "The parameter 'model' was given more than once; name one model.", { param: 'model', code: 'invalid_value' });
+  const asked = named[0];
+  if (asked === undefined || asked === '') throw new GatewayError(400, "Missing required parameter: 'model'.", { param: 'model', code: 'missing_required_parameter' });
+  if (asked.includes('\0')) throw new GatewayError(400, "Invalid 'model': it must not contain a NUL character.", { param: 'model', code: 'invalid_value' });
+  if (asked.length > maxModelChars) throw new GatewayError(400, `Invalid 'model': a model name is at most ${maxModelChars} characters.`, { param: 'model', code: 'invalid_value' });
+  return asked;
+}
+
+/** Whether an upgrade request is one for the Realtime API (the canonical path, a trailing slash as the routers allow it, any query). */
 export function isRealtimeUpgrade(req: IncomingMessage): boolean {
-  return canonicalPath((req.url ?? '/').split('?', 1)[0]!) === realtimePath;
+  const path = canonicalPath((req.url ?? '/').split('?', 1)[0]!);
+  return path === realtimePath || path === `${realtimePath}/`;
 }
 
 export class RealtimeGateway {
@@ -194,7 +215,9 @@ export class RealtimeGateway {
       if (!(caught instanceof GatewayError)) log.error({ err: caught }, 'realtime upgrade failed');
       else log.info({ status: error.status, code: error.code }, 'realtime upgrade refused');
       upgradeRefused(error.status);
-      if (!socket.destroyed) writeRawError(socket, withRequestId(error, sessionId));
+      // A client that left (499) is not answered: its socket is only let go.
+      if (error.status === 499) socket.destroy();
+      else if (!socket.destroyed) writeRawError(socket, withRequestId(error, sessionId));
     }
   }
 
@@ -229,8 +252,7 @@ export class RealtimeGateway {
     const { access } = verdict;
 
     // The model: a realtime one, and one the key may use.
-    const asked = new URL(req.url ?? '/', 'http://gateway').searchParams.get('model');
-    if (asked === null || asked === '') throw new GatewayError(400, "Missing required parameter: 'model'.", { param: 'model', code: 'missing_required_parameter' });
+    const asked = askedModel(req.url ?? '/');
     const model = this.realtimeModels.get(asked);
     if (!model) {
       const other = this.deps.models.get(asked);
@@ -334,8 +356,11 @@ export class RealtimeGateway {
         }),
       Math.max(0, startBy - Date.now()),
     );
+    // Gone is closed, or half-closed: a WebSocket client never ends its side before the 101, and ws would refuse the
+    // socket then (without a word to this wait, which would hold the key's count for ever).
     const onClientGone = () => stop({ reason: 'the client left during the start' });
     socket.once('close', onClientGone);
+    socket.once('end', onClientGone);
     const abort = (error: GatewayError) => stop({ error, reason: 'the api is shutting down' });
     this.waiting.add(abort);
     let enqueued: Enqueued | undefined;
@@ -358,8 +383,10 @@ export class RealtimeGateway {
       if ('started' in result) {
         this.upgradeHeaders.set(req, { ...enqueued.headers, 'x-request-id': sessionId });
         const ws = await new Promise<WebSocket | undefined>((resolve) => {
-          if (socket.destroyed) return resolve(undefined);
+          if (socket.destroyed || !socket.readable || !socket.writable) return resolve(undefined);
           this.wss.handleUpgrade(req, socket, head, resolve);
+          // ws destroys a socket it finds closing without calling back (it completes the upgrade synchronously).
+          if (socket.destroyed) resolve(undefined);
         });
         if (!ws) {
           // The worker opened the vendor's socket for a client that is gone: it closes it at once.
@@ -385,6 +412,7 @@ export class RealtimeGateway {
     } finally {
       clearTimeout(timer);
       socket.off('close', onClientGone);
+      socket.off('end', onClientGone);
       this.waiting.delete(abort);
     }
   }

@@ -48,6 +48,14 @@ export function v1Routes(deps: { models: ModelResolver; record: RecordDb }): Rou
     ctx.body = { data: found };
   });
 
+  // The Realtime API answers only a WebSocket upgrade (api/realtime/); a plain request to it is told so.
+  router.all('/realtime', (ctx) => {
+    throw new GatewayError(426, `The Realtime API is a WebSocket: open ${ctx.method === 'GET' ? 'this URL' : 'GET /v1/realtime?model=…'} with \`Upgrade: websocket\`.`, {
+      code: 'upgrade_required',
+      headers: { upgrade: 'websocket' },
+    });
+  });
+
   router.all('/{*rest}', (ctx) => {
     throw new GatewayError(404, `Unknown request URL: ${ctx.method} ${ctx.path}.`, { code: 'unknown_url' });
   });

@@ -540,7 +540,7 @@ describe('console API', () => {
       const channels = await admin.request<{ data: Array<{ id: string; vendor: string; status: string }> }>('GET', '/console/api/admin/channels');
       assert.ok(channels.json.data.some((c) => c.vendor === 'mock' && c.status === 'ok'), JSON.stringify(channels.json));
       const queues = await admin.request<{ data: Array<{ name: string; waiting: number }> }>('GET', '/console/api/admin/queues');
-      assert.deepEqual(queues.json.data.map((q) => q.name).sort(), ['audio', 'chat', 'embeddings', 'image', 'video']);
+      assert.deepEqual(queues.json.data.map((q) => q.name).sort(), ['audio', 'chat', 'embeddings', 'image', 'realtime', 'video']);
       assert.ok(queues.json.data.every((q) => Number.isInteger(q.waiting)));
     });
 

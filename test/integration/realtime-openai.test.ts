@@ -185,6 +185,27 @@ describe("OpenAI's realtime models through the gateway", () => {
     await client.closed;
   });
 
+  it('runs one response at a time: an out-of-band response.create OpenAI would run beside one under way is refused, never run unreserved', async () => {
+    const { key, account } = await paidAccountKey(redis, 50_000_000);
+    const { client, vendor } = await start(key);
+    client.send(userText('Keep talking [hold]'));
+    client.send({ type: 'response.create' });
+    const created = await client.next('response.created');
+    // OpenAI runs an out-of-band response beside the conversation's; the session's reservation covers one response.
+    client.send({ type: 'response.create', event_id: 'evt_second', response: { conversation: 'none', output_modalities: ['text'] } });
+    const refused = await client.next('error');
+    assert.deepEqual([refused.error.code, refused.error.event_id], ['conversation_already_has_active_response', 'evt_second']);
+    client.send({ type: 'response.cancel', response_id: created.response.id });
+    const done = await client.next('response.done');
+    await waitFor(async () => (await readBill(redis, account))?.balanceMicros === 50_000_000 - expectedMicros('gpt-realtime', done.response.usage), 10_000, 'the one response settled');
+    assert.equal(vendor.received.filter((event: any) => event.type === 'response.create').length, 1, 'the second never reached OpenAI');
+    // The next response, once the first is done, runs.
+    client.send({ type: 'response.create', response: { output_modalities: ['text'] } });
+    assert.equal((await client.next('response.done')).response.status, 'completed');
+    client.rt.close();
+    await client.closed;
+  });
+
   it("relays OpenAI's error events and refusals of bad events without ending the session", async () => {
     const { key } = await paidAccountKey(redis, 50_000_000);
     const { client } = await start(key);

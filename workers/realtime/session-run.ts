@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { Job } from 'bullmq';
 import type { Catalog, CatalogModel } from '../../shared/catalog.js';
 import type { Config } from '../../shared/config.js';
@@ -71,6 +72,10 @@ export class SessionRun {
   private readonly early: RealtimeServerEvent[] = [];
   /** Client events held while a settlement decides whether the next response is covered. */
   private held: RealtimeClientEvent[] | undefined;
+  /** A client's `response.create` passed on and not yet answered (`response.created`, or an error). */
+  private asked = false;
+  /** Responses under way: from their `response.created` to their `response.done`. */
+  private responding = 0;
   private settling: Promise<void> = Promise.resolve();
   private lastHeard = Date.now();
   private readonly timers: NodeJS.Timeout[] = [];
@@ -240,6 +245,15 @@ export class SessionRun {
 
   private toVendor(event: RealtimeClientEvent, stampMs: number | undefined): void {
     if (!this.vendorSession || !this.started) return;
+    if (event.type === 'response.create') {
+      // One response at a time: the reservation covers one response's worst case, so a second asked for while one
+      // is asked or under way (an out-of-band response, say) is refused as OpenAI refuses one in its conversation.
+      if (this.asked || this.responding > 0) {
+        this.refuseEvent(event, 'conversation_already_has_active_response', 'The session already has a response in progress; through this gateway a session runs one response at a time. Wait for its response.done (or cancel it) and ask again.');
+        return;
+      }
+      this.asked = true;
+    }
     this.vendorSession.send(event);
     frameRelayed('up', stampMs === undefined ? undefined : realtimeClockMs() - stampMs);
   }
@@ -254,10 +268,23 @@ export class SessionRun {
     if ((event.type === 'session.created' || event.type === 'session.updated') && event.session && typeof event.session === 'object') {
       (event.session as Record<string, unknown>).model = this.data.clientModel ?? this.data.model;
     }
-    if (event.type === 'response.created') this.billing?.responseCreated(event);
+    if (event.type === 'response.created') {
+      this.billing?.responseCreated(event);
+      this.asked = false;
+      this.responding += 1;
+    } else if (event.type === 'response.done') this.responding = Math.max(0, this.responding - 1);
+    // A refused `response.create` never starts: an error while one is asked for frees the next.
+    else if (event.type === 'error') this.asked = false;
     void this.deps.bus.send(this.sessionId, 'event', JSON.stringify(event), realtimeClockMs());
     frameRelayed('down');
     if (event.type === 'response.done') this.settle(event);
+  }
+
+  /** An `error` event of the gateway's own for a client event it did not pass on. */
+  private refuseEvent(event: RealtimeClientEvent, code: string, message: string): void {
+    const error = { type: 'invalid_request_error', code, message, param: null, event_id: typeof event.event_id === 'string' ? event.event_id : null };
+    void this.deps.bus.send(this.sessionId, 'event', JSON.stringify({ type: 'error', event_id: `event_${randomUUID().replaceAll('-', '').slice(0, 22)}`, error }), realtimeClockMs());
+    frameRelayed('down');
   }
 
   /**

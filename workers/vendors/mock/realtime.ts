@@ -29,6 +29,12 @@ const msPerWord = 150;
 type Json = Record<string, unknown>;
 type Item = Json & { id: string; type: string };
 
+/**
+ * Text of an item read exactly when counting its tokens; past it the count is scaled from this much (a 1 MiB item
+ * would otherwise hold the worker's loop for tens of ms, and a conversation of them for seconds, every response).
+ */
+const countedChars = 16_384;
+
 interface FunctionTool {
   name: string;
   parameters?: Record<string, unknown>;
@@ -69,6 +75,9 @@ class MockRealtimeSession implements RealtimeVendorSession {
   private closed = false;
   private counter = 0;
   private readonly items: Item[] = [];
+  /** Each item's text tokens, counted once when it joined (the conversation's total kept beside them). */
+  private readonly itemTokens = new WeakMap<Item, number>();
+  private conversationTokens = 0;
   /** Audio bytes appended and not yet committed. */
   private buffered = 0;
   private response: ActiveResponse | undefined;
@@ -148,7 +157,7 @@ class MockRealtimeSession implements RealtimeVendorSession {
     this.buffered = 0;
     const previous = this.items.at(-1)?.id ?? null;
     const item: Item = { id: this.id('item'), type: 'message', object: 'realtime.item', status: 'completed', role: 'user', content: [{ type: 'input_audio' }], audio_ms: ms };
-    this.items.push(item);
+    this.remember(item);
     this.emit({ type: 'input_audio_buffer.committed', previous_item_id: previous, item_id: item.id });
     this.emit({ type: 'conversation.item.added', previous_item_id: previous, item: this.wire(item) });
     this.emit({ type: 'conversation.item.done', previous_item_id: previous, item: this.wire(item) });
@@ -158,8 +167,10 @@ class MockRealtimeSession implements RealtimeVendorSession {
     const given = isRecord(event.item) ? event.item : undefined;
     if (!given || typeof given.type !== 'string') return this.error('invalid_request_error', 'missing_required_parameter', "Missing required parameter: 'item'.", event.event_id, 'item');
     const previous = this.items.at(-1)?.id ?? null;
-    const item: Item = { ...given, id: typeof given.id === 'string' && given.id !== '' ? given.id : this.id('item'), type: given.type, object: 'realtime.item', status: 'completed' };
-    this.items.push(item);
+    // `audio_ms` is the mock's own note of committed audio (what usage counts): a client's item cannot bring one.
+    const { audio_ms: _notTheClients, ...fields } = given;
+    const item: Item = { ...fields, id: typeof given.id === 'string' && given.id !== '' ? given.id : this.id('item'), type: given.type, object: 'realtime.item', status: 'completed' };
+    this.remember(item);
     this.emit({ type: 'conversation.item.added', previous_item_id: previous, item: this.wire(item) });
     this.emit({ type: 'conversation.item.done', previous_item_id: previous, item: this.wire(item) });
   }
@@ -250,7 +261,7 @@ class MockRealtimeSession implements RealtimeVendorSession {
       item = { ...started, status: response.cancelled ? 'incomplete' : 'completed', content: [audio ? { type: 'output_audio', transcript: said } : { type: 'output_text', text: said }] };
     }
     if (this.closed) return;
-    this.items.push(item);
+    this.remember(item);
     this.emit({ type: 'response.output_item.done', response_id: response.id, output_index: 0, item });
     this.emit({ type: 'conversation.item.done', previous_item_id: previous, item });
     const usage = {
@@ -278,13 +289,28 @@ class MockRealtimeSession implements RealtimeVendorSession {
     }).then((going) => (going as boolean) && !this.closed);
   }
 
+  /**
+   * An item joins the conversation, its tokens counted once. The conversation keeps to the model's context window as
+   * OpenAI's does (its oldest items dropped: `truncation: auto`), so neither its memory nor a response's count grows
+   * with the session's length.
+   */
+  private remember(item: Item): void {
+    const tokens = boundedTokens(textOf(item)) + (typeof item.audio_ms === 'number' ? Math.ceil(item.audio_ms / 100) : 0);
+    this.itemTokens.set(item, tokens);
+    this.items.push(item);
+    this.conversationTokens += tokens;
+    const window = this.ctx.model.context_window > 0 ? this.ctx.model.context_window : 16_000;
+    while (this.conversationTokens > window && this.items.length > 1) this.conversationTokens -= this.itemTokens.get(this.items.shift()!) ?? 0;
+  }
+
   /** What a response reads: the instructions and every item, text counted, audio at 10 tokens a second. */
   private inputUsage(instructions: string): { text: number; audio: number; total: number } {
-    let text = countTextTokens(instructions);
+    let text = boundedTokens(instructions);
     let audio = 0;
     for (const item of this.items) {
-      if (typeof item.audio_ms === 'number') audio += Math.ceil(item.audio_ms / 100);
-      text += countTextTokens(textOf(item));
+      const itemAudio = typeof item.audio_ms === 'number' ? Math.ceil(item.audio_ms / 100) : 0;
+      audio += itemAudio;
+      text += (this.itemTokens.get(item) ?? 0) - itemAudio;
     }
     return { text, audio, total: text + audio };
   }
@@ -300,8 +326,9 @@ class MockRealtimeSession implements RealtimeVendorSession {
     });
   }
 
-  private error(type: string, code: string, message: string, eventId: string | undefined, param: string | null = null): void {
-    this.emit({ type: 'error', error: { type, code, message, param, event_id: eventId ?? null } });
+  private error(type: string, code: string, message: string, eventId: unknown, param: string | null = null): void {
+    // The client event's id as OpenAI echoes it: a string, else null (a number or an object is not an id).
+    this.emit({ type: 'error', error: { type, code, message, param, event_id: typeof eventId === 'string' ? eventId : null } });
   }
 
   private get conversationId(): string {
@@ -351,6 +378,12 @@ class MockRealtimeSession implements RealtimeVendorSession {
       for (const each of out) if (!this.closed) this.events.event(each);
     });
   }
+}
+
+/** Tokens of a text, counted exactly up to `countedChars` and scaled past it. */
+function boundedTokens(text: string): number {
+  if (text.length <= countedChars) return countTextTokens(text);
+  return Math.ceil((countTextTokens(text.slice(0, countedChars)) * text.length) / countedChars);
 }
 
 /** The text of an item: a message's text parts, a function call's arguments or output. */
