@@ -52,6 +52,8 @@ export const cachedEndpoints: ReadonlySet<Endpoint> = new Set([
   'chat.completions',
   'completions',
   'embeddings',
+  // Moderations: the same input to the same model gets the same judgement (a hit's answer has an id of its own).
+  'moderations',
   'messages',
   'responses',
   'images.generations',

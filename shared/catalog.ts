@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import builtIn from './catalog.json' with { type: 'json' };
 
-export const capabilitySchema = z.enum(['chat', 'reasoning', 'completion', 'embedding', 'image', 'video', 'transcription', 'speech', 'realtime']);
+export const capabilitySchema = z.enum(['chat', 'reasoning', 'completion', 'embedding', 'image', 'video', 'transcription', 'speech', 'realtime', 'moderation']);
 export type Capability = z.infer<typeof capabilitySchema>;
 
 export const routeSchema = z.object({

@@ -18,6 +18,7 @@ import {
 } from './schemas/media-inputs.js';
 import { responsesRequestSchema } from './schemas/responses.js';
 import { speechRequestSchema, type SpeechJob } from './schemas/speech.js';
+import { moderationRequestSchema, type ModerationRequest } from './schemas/moderations.js';
 import { countTokensRequestSchema, messagesRequestSchema } from './schemas/messages.js';
 import type { ResponsesJob } from './responses.js';
 import type { MessagesJob } from './messages.js';
@@ -234,6 +235,25 @@ export const endpoints = {
     deadlineMs: queueDeadline('embeddings'),
     keep: heldAnswer,
   },
+  /**
+   * Text and images judged against OpenAI's harm categories: a short JSON call like an embedding, on its queue (the
+   * same short deadline and CPU-light workers; a queue of its own would be a lane, a concurrency and a deadline more
+   * to configure for calls that cost nothing).
+   */
+  moderations: {
+    method: 'POST',
+    path: '/v1/moderations',
+    queue: 'embeddings',
+    capabilities: ['moderation'],
+    body: 'json',
+    schema: moderationRequestSchema,
+    streams: false,
+    uploads: false,
+    asyncOnly: false,
+    pipeline: 'text',
+    deadlineMs: queueDeadline('embeddings'),
+    keep: heldAnswer,
+  },
   'images.generations': {
     method: 'POST',
     path: '/v1/images/generations',
@@ -361,6 +381,8 @@ export interface EndpointPayloads {
   'gemini.embed': GeminiEmbedJob;
   'gemini.batch_embed': GeminiEmbedJob;
   embeddings: EmbeddingRequest;
+  /** The request with the spec's fields alone, `model` the client's or the default. */
+  moderations: ModerationRequest;
   'images.generations': ImageGenerationRequest;
   'images.edits': ImageEditInput;
   'images.variations': ImageVariationInput;

@@ -15,6 +15,8 @@ import { countGeminiTokens, embedGemini, runGemini } from './gemini-run.js';
 import type { StreamedJob } from './answers/stream-run.js';
 import { runSpeech } from './speech-run.js';
 import type { CallContext } from './vendors/types.js';
+import { adapterMethod } from './vendors/registry.js';
+import { countModerationTokens } from '../shared/schemas/moderations.js';
 
 /** What a pipeline gets from the job run, once its vendor slot is held. */
 export interface PipelineRun {
@@ -78,10 +80,23 @@ const inlineAsyncResultBytes = 256 * 1024;
 
 /** The worker's pipelines, by the endpoint row's `pipeline`. */
 export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Promise<PipelineOutcome>> = {
-  /** Chat, legacy completions and embeddings: streamed as the client's chunks, or one body. */
+  /** Chat, legacy completions, embeddings and moderations: streamed as the client's chunks, or one body. */
   async text(run) {
     const { job, protocol, request, ctx, produced, tier } = run;
     const keep = job.data.cache !== undefined && !job.data.async;
+    if (request.endpoint === 'moderations') {
+      const answer = await adapterMethod(protocol, 'moderate')(request.payload, ctx);
+      produced.answerId = answer.id;
+      // Free at OpenAI, and reported with no usage: counted by the gateway all the same, for the log and the key's tokens.
+      if (answer.usage) produced.usage = answer.usage;
+      else {
+        const tokens = await countModerationTokens(request.payload.input);
+        produced.usage = { prompt_tokens: tokens, completion_tokens: 0, total_tokens: tokens };
+      }
+      if (keep) produced.cacheable = { body: answer.body };
+      await run.vendorDone();
+      return { answer: 'publish', body: answer.body };
+    }
     if (job.data.stream) {
       await runTextStream(streamedJob(run, request), tier);
       return { answer: 'sent', result: {} };

@@ -25,7 +25,7 @@ import { mockAnswers, type VendorConfig } from '../../shared/vendors.js';
  * - Gemini's `generateContent` (body, every chunk): `responseId` (the request id's digits) and `modelVersion`: the
  *   name the client's path gave, an alias as written. A stream's chunks are SSE frames or the elements of Google's
  *   streamed JSON array, as its form is (`array`).
- * - Images: `created` (now). Embeddings (Gemini's too), transcriptions and translations echo nothing of the request: their bytes stand.
+ * - Images: `created` (now). Moderations: `id` (`modr-…`). Embeddings (Gemini's too), transcriptions and translations echo nothing of the request: their bytes stand.
  */
 
 /**
@@ -252,6 +252,8 @@ function objectEcho(target: EchoTarget): ObjectEcho | undefined {
     case 'images.edits':
     case 'images.variations':
       return { rewrite: (object) => typeof object.created === 'number' && Array.isArray(object.data) && set(object, 'created', nowS) };
+    case 'moderations':
+      return { rewrite: (object) => typeof object.id === 'string' && Array.isArray(object.results) && set(object, 'id', `modr-${answerId(target.requestId)}`) };
     default:
       return undefined;
   }

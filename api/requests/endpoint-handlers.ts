@@ -27,6 +27,8 @@ import type { ModelResolver } from './model-resolver.js';
 import type { AudioTextFormat } from '../../shared/schemas/media-inputs.js';
 import type { StreamDialect } from '../relay/stream-dialects.js';
 import { checkSpeechRequest } from './speech-rules.js';
+import type { EmbeddingRequest } from '../../shared/schemas/embeddings.js';
+import { isPartList, maxModerationImages, moderationImages, moderationTexts } from '../../shared/schemas/moderations.js';
 
 /** What a handler is given: the fields its row's schema validated, the model they name, and the stored uploads. */
 export interface HandlerInput<E extends Endpoint> {
@@ -249,6 +251,25 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
       }
       const promptTokens = await checkEmbeddingContext(model, body);
       return { payload: body, promptTokens };
+    },
+  },
+
+  moderations: {
+    async accept({ fields: request, model, scope }) {
+      const images = moderationImages(request.input);
+      if (images.length > 0 && !model.input_modalities.includes('image')) {
+        const seeing = scope.models.list().filter((candidate) => candidate.capability === 'moderation' && candidate.input_modalities.includes('image')).map((candidate) => candidate.id);
+        throw invalidRequest(
+          `The model \`${model.id}\` moderates text only; ` + (seeing.length > 0 ? `send images to ${seeing.join(' or ')}.` : 'no model served here moderates images.'),
+          'input',
+          'unsupported_content_type',
+        );
+      }
+      if (images.length > maxModerationImages) throw invalidRequest(`Number of images (${images.length}) exceeds maximum of ${maxModerationImages}.`, 'input', 'too_many_images');
+      // A list of parts is one input (one result): its texts are judged, and bounded by the context, together.
+      const texts = moderationTexts(request.input);
+      const promptTokens = await checkEmbeddingContext(model, { model: model.id, input: isPartList(request.input) ? [texts.join('\n')] : texts } as EmbeddingRequest);
+      return { payload: request, promptTokens };
     },
   },
 

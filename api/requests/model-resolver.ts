@@ -43,9 +43,13 @@ export class ModelResolver {
         (e) => (endpoints[e].pipeline === 'gemini') === google && (endpoints[e].capabilities as readonly string[]).includes(model.capability),
       );
       const instead = model.capability === 'realtime' && !google ? 'the Realtime API (a WebSocket to /v1/realtime)' : suggestion ? endpoints[suggestion].path : undefined;
+      // Moderation is served by a few models (OpenAI's and the mock): they are named, so a client knows which to send.
+      const moderators = endpoint === 'moderations' ? this.available.filter((m) => m.capability === 'moderation').map((m) => m.id) : [];
       throw new GatewayError(
         400,
-        `The model \`${id}\` is a ${model.capability} model and is not supported by ${endpoints[endpoint].path}` + (instead ? `; use ${instead}.` : '.'),
+        `The model \`${id}\` is a ${model.capability} model and is not supported by ${endpoints[endpoint].path}` +
+          (instead ? `; use ${instead}.` : '.') +
+          (moderators.length > 0 ? ` ${endpoints[endpoint].path} serves ${moderators.join(', ')}.` : ''),
         { param: 'model', code: 'model_not_supported' },
       );
     }

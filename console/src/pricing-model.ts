@@ -80,6 +80,7 @@ export const capabilityNames: Record<string, string> = {
   transcription: 'Transcription',
   speech: 'Speech',
   realtime: 'Realtime',
+  moderation: 'Moderation',
 };
 
 export function capabilityName(capability: string): string {

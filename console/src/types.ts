@@ -96,7 +96,7 @@ export interface Prices {
   cached_audio_input_per_1m?: number;
 }
 
-export type Capability = 'chat' | 'reasoning' | 'completion' | 'embedding' | 'image' | 'video' | 'transcription' | 'speech' | 'realtime';
+export type Capability = 'chat' | 'reasoning' | 'completion' | 'embedding' | 'image' | 'video' | 'transcription' | 'speech' | 'realtime' | 'moderation';
 
 export interface PricedModel {
   id: string;

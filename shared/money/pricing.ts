@@ -405,7 +405,7 @@ export class PriceList {
    *   a vendor writes no more) for each choice (`n`; completions: `best_of` if
    *   larger, times the prompts of a batch), all priced as uncached (cache
    *   writes and audio tokens, dearer, are not foreseen).
-   * - embeddings: the prompt.
+   * - embeddings and moderations: the prompt (moderation models are priced at 0: OpenAI charges nothing).
    * - images: `n` images at the asked size/quality (size default: the model's
    *   `default_size`); an unknown or `auto` size or quality takes the priciest
    *   candidate. A prompt is added at the input price when the model has one.
@@ -462,6 +462,7 @@ export class PriceList {
       case 'embeddings':
       case 'gemini.embed':
       case 'gemini.batch_embed':
+      case 'moderations':
         return only(promptCost);
       case 'images.generations':
       case 'images.edits':

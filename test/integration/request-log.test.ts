@@ -254,6 +254,13 @@ describe('the request log', () => {
         return sent(response, null);
       },
     },
+    moderations: {
+      plain: async (client, _key, headers) => {
+        const { data, response } = await client.moderations.create({ model: 'omni-moderation-latest', input: 'one row' }, { headers }).withResponse();
+        assert.match(data.id, /^modr-/);
+        return sent(response, data.id);
+      },
+    },
     'images.generations': {
       plain: async (client, _key, headers) => {
         const { response } = await client.images.generate({ model: 'dall-e-2', prompt: 'one row', size: '256x256', response_format: 'b64_json' }, { headers }).withResponse();
@@ -400,8 +407,8 @@ describe('the request log', () => {
           // The worker's half.
           assert.equal(record.settled, true);
           assert.ok(record.vendor, 'the vendor that served');
-          // Counting tokens costs nothing; every other row is billed.
-          if (endpoint === 'messages.count_tokens' || endpoint === 'gemini.count_tokens') assert.equal(record.cost_micros, 0);
+          // Counting tokens and moderating (free at OpenAI) cost nothing; every other row is billed.
+          if (endpoint === 'messages.count_tokens' || endpoint === 'gemini.count_tokens' || endpoint === 'moderations') assert.equal(record.cost_micros, 0);
           else assert.ok(record.cost_micros > 0, `cost ${record.cost_micros}`);
           assert.ok(record.attempts === 1 && record.queue_ms !== null, 'the run\'s detail from the worker');
           if (request.answer === null) assert.equal(record.answer_id, null);

@@ -258,6 +258,9 @@ describe('models listed with the seed vendors configured', () => {
         return typeof p?.per_1m_characters === 'number' || (typeof p?.input_per_1m === 'number' && typeof p.audio_output_per_1m === 'number');
       case 'realtime':
         return typeof p?.input_per_1m === 'number' && typeof p.output_per_1m === 'number' && typeof p.audio_input_per_1m === 'number' && typeof p.audio_output_per_1m === 'number';
+      case 'moderation':
+        // Free at OpenAI: priced 0 per 1M input tokens, still counted and logged.
+        return p?.input_per_1m === 0;
     }
   };
 

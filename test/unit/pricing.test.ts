@@ -63,6 +63,8 @@ describe('catalog prices', () => {
         return has(pricing.per_1m_characters) || (has(pricing.input_per_1m) && has(pricing.audio_output_per_1m));
       case 'realtime':
         return has(pricing.input_per_1m) && has(pricing.output_per_1m) && has(pricing.audio_input_per_1m) && has(pricing.audio_output_per_1m);
+      case 'moderation':
+        return has(pricing.input_per_1m);
       default: {
         const unhandled: never = model.capability;
         throw new Error(`no pricing rule for capability ${String(unhandled)}`);

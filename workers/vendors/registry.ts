@@ -35,6 +35,7 @@ const capabilityNames: Record<keyof VendorAdapter, string> = {
   translate: 'audio translation',
   generateVideo: 'video generation',
   speak: 'speech',
+  moderate: 'moderation',
   openRealtime: 'Realtime sessions',
 };
 

@@ -12,10 +12,11 @@ import type { ImageEditInput, ImageVariationInput, TranscriptionInput, Translati
 import type { ServiceTier } from '../../shared/service-tier.js';
 import type { Channel } from '../../shared/vendors.js';
 import type { BlobStore } from '../../storage/blob-store.js';
-import type { Answer, AnswerEvent, EmbeddingsAnswer } from '../answers/events.js';
+import type { Answer, AnswerEvent, EmbeddingsAnswer, Usage } from '../answers/events.js';
 import type { MessagesJob } from '../../shared/messages.js';
 import type { GeminiEmbedJob, GeminiJob } from '../../shared/gemini.js';
 import type { SpeechJob } from '../../shared/schemas/speech.js';
+import type { ModerationRequest } from '../../shared/schemas/moderations.js';
 
 
 export type { Answer, AnswerChoice, AnswerEvent, EmbeddingsAnswer, FinishReason, Usage } from '../answers/events.js';
@@ -114,6 +115,16 @@ export type SpeechEvent =
   | { type: 'usage'; inputTokens: number; outputTokens: number }
   | { type: 'duration'; seconds: number };
 
+/**
+ * A finished moderation: the body as the client gets it (`{id, model, results}`, OpenAI's shape), its id for the
+ * request log, and the usage when the vendor reports one (OpenAI's does not: the gateway counts the texts).
+ */
+export interface ModerationAnswer {
+  body: string;
+  id: string;
+  usage?: Usage;
+}
+
 /** One event of a vendor's own Messages stream: as written (`data`, its JSON text), and what it means as answer events. */
 export interface NativeEvent {
   name: string;
@@ -181,6 +192,8 @@ export interface VendorAdapter {
    * throws, on the first `next()`, before any audio is yielded.
    */
   speak?(input: SpeechJob, ctx: CallContext): AsyncIterable<SpeechEvent[]>;
+  /** Text and images judged against the harm categories (`/v1/moderations`): one result per text of a list, one for a single text or for all the parts. */
+  moderate?(request: ModerationRequest, ctx: CallContext): Promise<ModerationAnswer>;
   /**
    * A Realtime session (below): resolves once the vendor's socket is open and its
    * handshake done; throws GatewayError when it cannot be (refused credentials, unreachable, the deadline).

@@ -1,6 +1,6 @@
 /**
  * The built-in offline vendor: deterministic answers for chat, legacy
- * completions, embeddings, images, transcriptions, translations, speech, videos and Realtime sessions (realtime.ts), so a fresh
+ * completions, embeddings, moderations, images, transcriptions, translations, speech, videos and Realtime sessions (realtime.ts), so a fresh
  * checkout runs (and is tested) with no keys. Token counts are real
  * (o200k_base), so billing paths see real numbers.
  *
@@ -33,6 +33,7 @@ import { transcribeMock, translateMock } from './transcriptions.js';
 import { generateMockVideo } from './videos.js';
 import { openMockRealtime } from './realtime.js';
 import { speakMock } from './speech.js';
+import { moderateMock } from './moderations.js';
 import { sleep } from '../sleep.js';
 
 async function createChatCompletion(request: ChatCompletionRequest, ctx: CallContext): Promise<Answer> {
@@ -54,6 +55,7 @@ export const mockAdapter: VendorAdapter = {
   translate: translateMock,
   generateVideo: generateMockVideo,
   speak: speakMock,
+  moderate: moderateMock,
   openRealtime: openMockRealtime,
 };
 

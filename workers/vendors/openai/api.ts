@@ -8,6 +8,7 @@ export const openaiApi = {
     chat: '/chat/completions',
     completions: '/completions',
     embeddings: '/embeddings',
+    moderations: '/moderations',
     imageGenerations: '/images/generations',
     imageEdits: '/images/edits',
     imageVariations: '/images/variations',

@@ -8,6 +8,7 @@ import { streamOpenAIEvents } from './stream-openai-events.js';
 import { transcribeWithOpenAI, translateWithOpenAI } from './transcriptions.js';
 import { generateVideoWithOpenAI } from './videos.js';
 import { speakWithOpenAI } from './speech.js';
+import { moderateWithOpenAI } from './moderations.js';
 
 export { mapOpenAIError, scrubSecrets } from './map-openai-error.js';
 
@@ -31,5 +32,6 @@ export const openaiAdapter: VendorAdapter = {
   translate: translateWithOpenAI,
   generateVideo: generateVideoWithOpenAI,
   speak: speakWithOpenAI,
+  moderate: moderateWithOpenAI,
   openRealtime: (ctx, events) => openOpenAIRealtime(ctx, events),
 };
