@@ -51,7 +51,9 @@ import { queueDashboard } from './console/queue-dashboard.js';
 import { SessionStore, SigninThrottle } from './console/sessions.js';
 import { ConsoleAssets, defaultConsoleDir } from './console/assets.js';
 import type { AccountStore } from './accounts/account-store.js';
-import { resolveUrlSecret } from '../storage/blob-urls.js';
+import { isSignedBlobPath, resolveUrlSecret } from '../storage/blob-urls.js';
+import { AccountFileStore } from '../storage/account-files.js';
+import { fileRoutes } from './files/routes.js';
 import { closeMarginMs, closeRedisBy, settledBy } from '../shared/stop-deadline.js';
 
 export interface ApiServer {
@@ -199,6 +201,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     geminiMethods,
     endpointDispatch(endpointDeps),
     jobs.authed.routes(),
+    fileRoutes({ config, files: new AccountFileStore(redis, blobs) }).routes(),
     batchRoutes(endpointDeps, log).routes(),
     responseRoutes(endpointDeps).routes(),
     v1.routes(),
@@ -214,7 +217,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     const path = ctx.path;
     if (path.startsWith('/v1beta/') || path === '/v1beta') return refuseNew(ctx, () => google(ctx, next));
     if (!path.startsWith('/v1/') && path !== '/v1') return elsewhere(ctx, next);
-    return refuseNew(ctx, () => (path.startsWith('/v1/files/') ? signedFiles(ctx, next) : keyed(ctx, next)));
+    return refuseNew(ctx, () => (isSignedBlobPath(path, ctx.querystring) ? signedFiles(ctx, next) : keyed(ctx, next)));
   });
 
   await hub.start();

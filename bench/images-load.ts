@@ -104,7 +104,7 @@ export async function fireImages(options: FireOptions): Promise<FireResult> {
           try {
             const parsed = JSON.parse(buffer.toString('utf8')) as { data?: Array<{ url?: unknown }> };
             const url = parsed.data?.[0]?.url;
-            if (typeof url === 'string' && url.includes('/v1/files/')) {
+            if (typeof url === 'string' && url.includes('/v1/blobs/')) {
               outcome.url = url;
               outcome.valid = true;
             }

@@ -171,6 +171,8 @@ export interface Config {
   responseTtlSeconds: number;
   /** Message Batches (`/v1/messages/batches`): its limits, and how long a batch runs and its results are kept. */
   batches: BatchLimits;
+  /** OpenAI's Files API (`/v1/files`): the largest file of each purpose, and the most requests a batch input file holds. */
+  files: { maxBytes: number; batchMaxBytes: number; batchMaxRequests: number };
   /** How long a stream's event log outlives its last event: the window to resume or replay it. */
   streamReplayTtlSeconds: number;
   /** How long a stream whose client left keeps running, waiting for a resume, when the request asks for no grace (0: cancelled at once). */
@@ -433,6 +435,9 @@ const fixed = {
   BATCH_SWEEP_INTERVAL_S: setting(integer(1, 10, 3600), 'seconds between sweeps of the open batches (one api at a time): a batch past its deadline has its waiting requests `expired` and ends, a canceled one whose api died midway is finished'),
   BATCH_WINDOW: setting(integer(1, 256, 100_000), 'the requests of one message batch queued at once (at least twice the cap of the widest capped vendor it uses): the rest wait in Redis and an api queues an eighth more each time that many are answered, so one account\'s batches share its turns'),
   BATCH_RESULTS_TTL_S: setting(integer(60, 29 * 86_400, 60 * 86_400), 'how long a batch and its results stay retrievable after it ends (Anthropic keeps them 29 days)'),
+  FILES_MAX_BYTES: setting(integer(1, 512 * 1024 * 1024), 'the largest file `POST /v1/files` stores (`purpose: user_data`; OpenAI\'s 512 MB); over → 413, nothing kept'),
+  FILES_BATCH_MAX_BYTES: setting(integer(1, 200 * 1024 * 1024), 'the largest batch input file (`purpose: batch`; OpenAI\'s 200 MB); over → 413, nothing kept'),
+  FILES_BATCH_MAX_REQUESTS: setting(integer(1, 50_000), 'the most requests (lines) a batch input file may hold (OpenAI\'s 50,000): more fails the batch at validation'),
   RESPONSE_TTL_S: setting(integer(60, 30 * 86_400), 'how long a stored response (`store`, the default) can be retrieved and chained with `previous_response_id`'),
   STREAM_REPLAY_TTL_S: setting(integer(10, 600), 'how long after its last event a stream (chat, completions, Responses) can still be resumed or replayed from its event log'),
   STREAM_RESUME_GRACE_MS: setting(integer(0, 0), 'a streaming client that disconnects leaves its request running this long for a resume unless the request asks otherwise (`x-stream-resume-grace-ms`); `0` cancels it (and its spend) within a second, as clients expect of closing a stream'),
@@ -725,6 +730,7 @@ export function loadConfig(env: Env = process.env): Config {
       sweepIntervalMs: values.BATCH_SWEEP_INTERVAL_S * 1000,
       window: values.BATCH_WINDOW,
     },
+    files: { maxBytes: values.FILES_MAX_BYTES, batchMaxBytes: values.FILES_BATCH_MAX_BYTES, batchMaxRequests: values.FILES_BATCH_MAX_REQUESTS },
     streamReplayTtlSeconds: values.STREAM_REPLAY_TTL_S,
     streamResumeGraceMs: values.STREAM_RESUME_GRACE_MS,
     streamResumeGraceMaxMs: values.STREAM_RESUME_GRACE_MAX_MS,

@@ -43,6 +43,24 @@ export const batchSweepLockKey = `${keyPrefix}batches:sweep-lock`;
 /** An account's batches by creation time (a sorted set, ms), for the list. */
 export const accountBatchesKey = (accountId: string) => `${keyPrefix}batches:{${accountId}}`;
 
+// ---- an account's files (`/v1/files`, storage/account-files.ts): each account's under its own hash tag ----
+
+/**
+ * A file's object (a hash: the file object's fields, its place `seq` and its blob's key). A deleted file leaves its
+ * place alone here for a day (`deleted`), so a list cursor naming it still pages on.
+ */
+export const accountFileKey = (accountId: string, fileId: string) => `${keyPrefix}files:{${accountId}}:file:${fileId}`;
+/** An account's files by place (a sorted set scored by `seq`, which grows with creation): all, or one purpose's. */
+export const accountFilesKey = (accountId: string, purpose?: string) => `${keyPrefix}files:{${accountId}}:${purpose === undefined ? 'all' : `purpose:${purpose}`}`;
+/** An account's file counter: each new file's place in its lists. */
+export const accountFilesSeqKey = (accountId: string) => `${keyPrefix}files:{${accountId}}:seq`;
+/** Files that expire, by when (a sorted set, epoch ms; member `fileMember`): the blob janitor deletes them when due. */
+export const expiringFilesKey = `${keyPrefix}files:expiring`;
+/** Uploads under way, by start (a sorted set, epoch ms; member `fileMember`): the bytes of one whose api died are swept. */
+export const fileUploadsKey = `${keyPrefix}files:uploading`;
+/** A file's member in the two gateway-wide sets above. */
+export const fileMember = (accountId: string, fileId: string) => `${accountId} ${fileId}`;
+
 // ---- the response cache (shared/cache.ts): each account's entries under its own hash tag ----
 
 /** One stored answer: the account's, for one request hash (a hash of the request's canonical form). */

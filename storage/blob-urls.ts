@@ -17,9 +17,18 @@ function signature(secret: string, blobKey: string, expires: number): string {
   return createHmac('sha256', secret).update(`${blobKey}\n${expires}`).digest('base64url');
 }
 
+/**
+ * A link under `/v1/blobs/`. Links signed before it had a path of its own were under `/v1/files/`, which is now
+ * OpenAI's Files API: they are still served there while they last, told apart by their `signature` parameter.
+ */
 export function signBlobUrl(baseUrl: string, secret: string, blobKey: string, ttlSeconds: number): string {
   const expires = Math.floor(Date.now() / 1000) + ttlSeconds;
-  return `${baseUrl.replace(/\/+$/, '')}/v1/files/${blobKey}?expires=${expires}&signature=${signature(secret, blobKey, expires)}`;
+  return `${baseUrl.replace(/\/+$/, '')}/v1/blobs/${blobKey}?expires=${expires}&signature=${signature(secret, blobKey, expires)}`;
+}
+
+/** Whether a request is for a signed blob link: any path under `/v1/blobs/`, or an old link under `/v1/files/`. */
+export function isSignedBlobPath(path: string, querystring: string): boolean {
+  return path.startsWith('/v1/blobs/') || (path.startsWith('/v1/files/') && /(?:^|&)signature=/.test(querystring));
 }
 
 /** 'ok', or why the link is refused. */

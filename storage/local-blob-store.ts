@@ -1,7 +1,8 @@
-import { constants, createReadStream } from 'node:fs';
+import { constants, createReadStream, createWriteStream } from 'node:fs';
 import { mkdir, open, readdir, realpath, rm, rmdir, stat, type FileHandle } from 'node:fs/promises';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import type { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import type { BlobRef } from '../shared/blobs.js';
 import { GatewayError } from '../shared/errors.js';
 import type { BlobListing, BlobStore } from './blob-store.js';
@@ -83,6 +84,37 @@ export class LocalBlobStore implements BlobStore {
       } catch (error) {
         if (attempt >= 3 || (error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
       }
+    }
+  }
+
+  async putStream(key: string, body: AsyncIterable<Buffer | string>, contentType: string, filename?: string): Promise<BlobRef> {
+    const path = this.path(key);
+    let file: FileHandle | undefined;
+    for (let attempt = 1; !file; attempt++) {
+      try {
+        await mkdir(dirname(path), { recursive: true, mode: 0o700 });
+        file = await this.openInside(path, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC);
+      } catch (error) {
+        if (attempt >= 3 || (error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+      }
+    }
+    let size = 0;
+    async function* counted() {
+      for await (const chunk of body) {
+        const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+        size += bytes.length;
+        yield bytes;
+      }
+    }
+    try {
+      // The stream owns the handle from here: it closes it when done or failed.
+      await pipeline(counted(), createWriteStream('', { fd: file }));
+      const ref: BlobRef = { key, contentType, size, ...(filename ? { filename } : {}) };
+      await this.writeInside(`${path}${metaSuffix}`, JSON.stringify(ref));
+      return ref;
+    } catch (error) {
+      await this.delete(key).catch(() => undefined);
+      throw error;
     }
   }
 

@@ -8,6 +8,7 @@ import { jobIdOf, type GatewayJobData } from '../shared/jobs.js';
 import { endpointNames, endpoints } from '../shared/endpoints.js';
 import type { BlobStore } from '../storage/blob-store.js';
 import { uploadKeys } from '../storage/upload-keys.js';
+import { AccountFileStore } from '../storage/account-files.js';
 
 export type JanitorConfig = Pick<Config, 'blobSweepIntervalSeconds' | 'blobUrlTtlSeconds' | 'asyncResultTtlSeconds' | 'deadlineMs' | 'responseTtlSeconds'>;
 
@@ -46,6 +47,8 @@ export interface SweepReport {
   failed: number;
   /** Empty directories removed (local store). */
   directories: number;
+  /** The accounts' files (`/v1/files`) deleted at their `expires_at`, and the bytes of uploads abandoned mid-way. */
+  files: { expired: number; abandoned: number };
   ms: number;
 }
 
@@ -106,7 +109,7 @@ export class BlobJanitor {
     if (taken !== 'OK') return undefined;
 
     const started = Date.now();
-    const report: SweepReport = { deleted: {}, failed: 0, directories: 0, ms: 0 };
+    const report: SweepReport = { deleted: {}, failed: 0, directories: 0, files: { expired: 0, abandoned: 0 }, ms: 0 };
     for (const rule of retentionRules(this.deps.config)) {
       if (this.stopped) break;
       const cutoff = started - rule.maxAgeMs;
@@ -131,6 +134,19 @@ export class BlobJanitor {
         this.log.error({ err: error, prefix: rule.prefix }, 'could not sweep blobs');
       }
       report.deleted[rule.prefix] = deleted;
+    }
+    // Files are kept by their own record, not by age: an expired one goes whole (object and bytes), a batch's output with its retention.
+    if (!this.stopped) {
+      try {
+        const files = new AccountFileStore(this.deps.redis, this.deps.blobs);
+        const expired = await files.sweepExpired(started);
+        const abandoned = await files.sweepAbandonedUploads();
+        report.files = { expired: expired.deleted, abandoned: abandoned.deleted };
+        report.failed += expired.failed + abandoned.failed;
+      } catch (error) {
+        report.failed += 1;
+        this.log.error({ err: error }, 'could not sweep expired files');
+      }
     }
     report.ms = Date.now() - started;
     this.log.info(report, 'blob sweep');

@@ -110,9 +110,10 @@ export function jobRoutes(deps: JobRoutesDeps): { authed: Router<State>; public:
     ctx.body = { id: owned.id, object: 'video.deleted', deleted: true };
   });
 
-  // Signed links: fetchable without an API key, until they expire.
+  // Signed links: fetchable without an API key, until they expire. Under `/v1/blobs/`; those signed before were
+  // under `/v1/files/` (now the Files API's path: the api sends only links with a signature here, isSignedBlobPath).
   const files = createRouter();
-  files.get('/v1/files/{*key}', async (ctx) => {
+  files.get(['/v1/blobs/{*key}', '/v1/files/{*key}'], async (ctx) => {
     const raw = (ctx.params as Record<string, string | string[]>).key!;
     const key = Array.isArray(raw) ? raw.join('/') : raw;
     const verdict = checkBlobSignature(deps.urlSecret, key, ctx.query.expires as string | undefined, ctx.query.signature as string | undefined);

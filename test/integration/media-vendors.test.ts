@@ -91,7 +91,7 @@ describe('image families behind their vendors', () => {
   it('returns the gateway URL for a URL answer, and the link serves the image', async () => {
     const result = await client.images.generate({ model: 'dall-e-2', prompt: 'fox', size: '256x256', response_format: 'url' });
     const url = result.data![0]!.url!;
-    assert.ok(url.startsWith(`${api.url}/v1/files/`), url);
+    assert.ok(url.startsWith(`${api.url}/v1/blobs/`), url);
     const res = await fetch(url);
     assert.equal(res.status, 200);
     assert.equal(Buffer.from(await res.arrayBuffer()).subarray(0, 8).toString('hex'), pngSignature);

@@ -65,8 +65,8 @@ for (const storage of ['local', 's3'] as const) describe(`media through the queu
 
     const linked = await client.images.generate({ model: 'mock-image', prompt: 'a red fox', size: '1792x1024', response_format: 'url' });
     const url = linked.data![0]!.url!;
-    assert.match(url, /\/v1\/files\/images\/.+\?expires=\d+&signature=/);
-    assert.ok(url.startsWith(`${gateway.url}/v1/files/`), `the link points at the gateway the client called: ${url}`);
+    assert.match(url, /\/v1\/blobs\/images\/.+\?expires=\d+&signature=/);
+    assert.ok(url.startsWith(`${gateway.url}/v1/blobs/`), `the link points at the gateway the client called: ${url}`);
     const local = url;
     const fetched = await fetch(local);
     assert.equal(fetched.status, 200);

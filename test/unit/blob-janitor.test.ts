@@ -178,6 +178,7 @@ describe('BlobJanitor', () => {
     // The real store, except that listing results fails and one delete is refused.
     const failing: BlobStore = {
       put: (...args) => blobs.put(...args),
+      putStream: (...args) => blobs.putStream(...args),
       get: (key) => blobs.get(key),
       stream: (key) => blobs.stream(key),
       delete: async (key) => {

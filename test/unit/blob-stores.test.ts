@@ -205,7 +205,7 @@ describe('S3 blob store listing', () => {
 describe('signed blob URLs', () => {
   it('accept their own signature until they expire, and nothing else', () => {
     const url = new URL(signBlobUrl('http://gw.example', 'secret', 'images/a/0.png', 60));
-    assert.equal(url.pathname, '/v1/files/images/a/0.png');
+    assert.equal(url.pathname, '/v1/blobs/images/a/0.png');
     const expires = url.searchParams.get('expires')!;
     const signature = url.searchParams.get('signature')!;
     assert.equal(checkBlobSignature('secret', 'images/a/0.png', expires, signature), 'ok');
