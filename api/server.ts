@@ -34,6 +34,8 @@ import { geminiMethodRoutes, googleModelRoutes } from './gemini/routes.js';
 import { batchRoutes } from './batches/routes.js';
 import { startBatchSweeps } from './batches/sweep.js';
 import { listenForRefills } from './batches/refill.js';
+import { openAIBatchRoutes } from './batches/openai-routes.js';
+import { startFinalize } from './batches/openai-finalize.js';
 import { jobRoutes } from './jobs/routes.js';
 import { responseRoutes } from './responses/routes.js';
 import { EventLogs } from './relay/event-log.js';
@@ -173,10 +175,12 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   const logs = new EventLogs(redis, log);
   const cache = new AnswerCache(redis, config, log);
   cache.listen(hub);
-  // Batches' windows refilled when a worker asks (api/batches/refill.ts).
-  listenForRefills(hub, redis, queues, log);
   const relayDeps = { config, redis, queues, hub, backpressure, models, prices, logs, cache };
   const endpointDeps = { ...relayDeps, blobs };
+  // OpenAI's Batch API on the batch engine, over the account's files (api/batches/openai-*.ts).
+  const openaiBatchDeps = { ...endpointDeps, files: new AccountFileStore(redis, blobs), log };
+  // Batches' windows refilled when a worker asks, an OpenAI batch's files written once it ends (api/batches/refill.ts).
+  listenForRefills(hub, redis, queues, log, { keepMs: config.batches.resultsKeepMs, finalize: (id) => startFinalize(openaiBatchDeps, id) });
   const jobs = jobRoutes({ ...relayDeps, blobs, urlSecret });
   const assets = new ConsoleAssets(options.consoleDir ?? defaultConsoleDir());
   if (!assets.built) log.warn({ dir: assets.dir }, 'the console is not built: /console answers 503 until `npm run build` runs');
@@ -203,6 +207,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     jobs.authed.routes(),
     fileRoutes({ config, files: new AccountFileStore(redis, blobs) }).routes(),
     batchRoutes(endpointDeps, log).routes(),
+    openAIBatchRoutes(openaiBatchDeps).routes(),
     responseRoutes(endpointDeps).routes(),
     v1.routes(),
     v1.allowedMethods(),
@@ -223,7 +228,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   await hub.start();
   hub.startHeartbeat(config.orphanAfterMs);
   // Batches canceled or past their deadline are ended by a sweep (one api at a time).
-  const batchSweeps = startBatchSweeps({ redis, queues, config, log }, config.batches.sweepIntervalMs);
+  const batchSweeps = startBatchSweeps({ redis, queues, config, log, openai: openaiBatchDeps }, config.batches.sweepIntervalMs);
   await backpressure.start();
 
   const server = createNodeServer(config.clientTimeouts, app.callback());

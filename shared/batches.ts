@@ -1,18 +1,29 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
+import { anthropicErrorType } from './messages.js';
 import { activeMetrics } from './metrics.js';
 import { together, withScripts } from './redis.js';
 import { accountBatchesKey, batchDoneKey, batchIntakeKey, batchKey, batchPendingKey, batchQueuedKey, batchResultsKey, openBatchesKey } from './redis-keys.js';
 
 /**
- * Message Batches (Anthropic's API, on every chat model): a batch's record in Redis, and each of its requests'
- * results recorded exactly once, however often a worker runs or retries that request. A batch is a hash under its
- * own hash tag (`batchKey`), with its results (`batchResultsKey`, a stream in the order they came) and which of its
- * requests are done (`batchDoneKey`) beside it, so one script records a result, moves the counts and ends the batch
- * when nothing is left processing.
+ * The batch engine's record (Anthropic's Message Batches and OpenAI's Batch API, on every model): a batch's record
+ * in Redis, and each of its requests' results recorded exactly once, however often a worker runs or retries that
+ * request. A batch is a hash under its own hash tag (`batchKey`), with its results (`batchResultsKey`, a stream in
+ * the order they came) and which of its requests are done (`batchDoneKey`) beside it, so one script records a
+ * result, moves the counts and ends the batch when nothing is left processing. The two dialects share all of it;
+ * an OpenAI batch (`batch_…`) keeps the fields of its own dialect beside the engine's in the same hash
+ * (api/batches/openai-record.ts), and is `validating` while its input file is read, before the engine runs it.
  */
 
-export type BatchStatus = 'in_progress' | 'canceling' | 'ended';
+/** `validating`: an OpenAI batch whose input file is being read; the engine has not started it (nothing is released). */
+export type BatchStatus = 'validating' | 'in_progress' | 'canceling' | 'ended';
+/** Which API a batch was made with: Anthropic's (`msgbatch_…`) or OpenAI's (`batch_…`). */
+export type BatchDialect = 'anthropic' | 'openai';
+
+/** A batch's dialect, as its id says it. */
+export function dialectOf(batchId: string): BatchDialect {
+  return batchId.startsWith('msgbatch_') ? 'anthropic' : 'openai';
+}
 export type BatchOutcome = 'succeeded' | 'errored' | 'canceled' | 'expired';
 export const batchOutcomes: readonly BatchOutcome[] = ['succeeded', 'errored', 'canceled', 'expired'];
 
@@ -39,6 +50,11 @@ export interface BatchRecord {
   cancelAt?: number;
   /** What its requests cost so far, in integer micro-dollars (each added as it is settled). */
   costMicros: number;
+  /** The tokens its requests were billed for so far (each added as it is settled). */
+  tokens: { input: number; cached: number; output: number };
+  dialect: BatchDialect;
+  /** The hash as stored: what a dialect keeps of its own beside the engine's fields (api/batches/openai-record.ts). */
+  row: Readonly<Record<string, string>>;
   /**
    * The catalog ids of the models its requests use, each once: a key limited to models sees only the batches whose
    * every model it may use (`seesBatch`). Undefined for a batch made before they were recorded.
@@ -56,6 +72,16 @@ export interface BatchJob {
    * worst case, and its key's spending limit as it was when the batch was made.
    */
   reserve: { micros: number; tokens: number; keyLimitMicros?: number };
+  /** The batch's API, which says how its results are written: absent for Anthropic's (jobs queued before OpenAI's existed too). */
+  dialect?: 'openai';
+}
+
+/** What a request was billed, as its result adds it to its batch's totals. */
+export interface BatchBilled {
+  costMicros: number;
+  input?: number;
+  cached?: number;
+  output?: number;
 }
 
 /** A batch's id, in Anthropic's form (`msgbatch_` and 24 letters and digits). */
@@ -66,6 +92,26 @@ export function newBatchId(): string {
   // Unique, not secret: the slight lean of a byte modulo 62 toward the first letters costs it nothing.
   for (const byte of bytes) id += alphabet[byte % 62];
   return id;
+}
+
+/** A batch's id in OpenAI's form (`batch_` and 32 hex digits). */
+export function newOpenAIBatchId(): string {
+  return `batch_${randomBytes(16).toString('hex')}`;
+}
+
+/**
+ * An OpenAI batch's result as recorded: its outcome and its output line's `response` (`{status_code, request_id,
+ * body}`), the body's JSON spliced in as it is (an embeddings answer of a few hundred kilobytes is not parsed to be
+ * written again). api/batches/openai-finalize.ts copies the `response` into the output or error file by its prefix.
+ */
+export function openAIBatchResult(outcome: 'succeeded' | 'errored', status: number, requestId: string | null, bodyJson: string): string {
+  return `{"type":"${outcome}","response":{"status_code":${status},"request_id":${JSON.stringify(requestId)},"body":${bodyJson}}}`;
+}
+
+/** An error as the body of an OpenAI batch's failed line: its endpoint's own error body (Anthropic's on `/v1/messages`, OpenAI's elsewhere). */
+export function openAIBatchErrorBody(error: { status: number; message: string; type: string; code: string | null; param: string | null }, endpoint: string): string {
+  if (endpoint === 'messages') return JSON.stringify({ type: 'error', error: { type: anthropicErrorType(error.status), message: error.message } });
+  return JSON.stringify({ error: { message: error.message, type: error.type, param: error.param, code: error.code } });
 }
 
 /** The job id of a batch's request: found again from the batch and its index (a cancel removes the waiting ones). */
@@ -80,7 +126,7 @@ export function batchRequestJobId(batchId: string, index: number): string {
  * says whether the batch's window wants refilling: `refill` of it free (all that is left, at the end) while the batch
  * is in progress and before its deadline, and no refill asked in the last second (one asked and not yet done).
  * KEYS: batch, done, results, pending, queued. ARGV: index, outcome, custom_id, result JSON, now (ms), results' TTL
- * (ms), cost (µ$). Returns {1, 1} when recorded and a refill is to be asked ({1, 0}: not), {2} when recorded and that
+ * (ms), cost (µ$), input, cached and output tokens billed. Returns {1, 1} when recorded and a refill is to be asked ({1, 0}: not), {2} when recorded and that
  * ended the batch, {0} when the request was recorded before, {-1} for a batch that is gone.
  */
 const recordScript = `
@@ -91,6 +137,9 @@ redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('XADD', KEYS[3], '*', 'custom_id', ARGV[3], 'result', ARGV[4])
 redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
 if tonumber(ARGV[7]) > 0 then redis.call('HINCRBY', KEYS[1], 'cost', ARGV[7]) end
+if tonumber(ARGV[8]) > 0 then redis.call('HINCRBY', KEYS[1], 'input_tokens', ARGV[8]) end
+if tonumber(ARGV[9]) > 0 then redis.call('HINCRBY', KEYS[1], 'cached_tokens', ARGV[9]) end
+if tonumber(ARGV[10]) > 0 then redis.call('HINCRBY', KEYS[1], 'output_tokens', ARGV[10]) end
 local left = redis.call('HINCRBY', KEYS[1], 'processing', -1)
 local batch = redis.call('HMGET', KEYS[1], 'status', 'expires', 'next', 'stored', 'window', 'refill', 'asked')
 if left <= 0 and batch[1] ~= 'ended' then
@@ -130,7 +179,10 @@ end
 if redis.call('PTTL', KEYS[3]) < 0 then redis.call('PEXPIRE', KEYS[3], redis.call('PTTL', KEYS[1])) end
 return out`;
 
-/** Marks a cancel asked: `in_progress` becomes `canceling` (any other status stays). Returns the status after. */
+/**
+ * Marks a cancel asked: `in_progress` becomes `canceling`; a batch still `validating` (nothing of it released) ends
+ * at once, canceled. Any other status stays. Returns the status after.
+ */
 const cancelScript = `
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return false end
@@ -138,7 +190,23 @@ if status == 'in_progress' then
   redis.call('HSET', KEYS[1], 'status', 'canceling', 'cancel_at', ARGV[1])
   return 'canceling'
 end
+if status == 'validating' then
+  redis.call('HSET', KEYS[1], 'status', 'ended', 'cancel_at', ARGV[1], 'ended_at', ARGV[1], 'processing', 0)
+  return 'ended'
+end
 return status`;
+
+/**
+ * Starts a batch that was `validating` (its fields as ARGV pairs after the TTL): nothing happens to one no longer
+ * validating (canceled meanwhile). KEYS: batch, intake. ARGV: TTL (ms), intake lease (ms, 0: none), field, value, …
+ * Returns 1 when it started it.
+ */
+const startValidatedScript = `
+if redis.call('HGET', KEYS[1], 'status') ~= 'validating' then return 0 end
+for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+if tonumber(ARGV[2]) > 0 then redis.call('SET', KEYS[2], '1', 'PX', ARGV[2]) end
+return 1`;
 
 /**
  * Cancels a batch whose intake died: `in_progress`, stored by an intake (`intake` set), not every request stored, and
@@ -153,14 +221,21 @@ redis.call('HSET', KEYS[1], 'status', 'canceling', 'cancel_at', ARGV[1])
 return 1`;
 
 interface BatchRedis extends Redis {
-  batchRecord(batch: string, done: string, results: string, pending: string, queued: string, index: number, outcome: BatchOutcome, customId: string, result: string, now: number, ttlMs: number, costMicros: number): Promise<[number, number?]>;
+  batchRecord(batch: string, done: string, results: string, pending: string, queued: string, index: number, outcome: BatchOutcome, customId: string, result: string, now: number, ttlMs: number, costMicros: number, input: number, cached: number, output: number): Promise<[number, number?]>;
+  batchStartValidated(batch: string, intake: string, ttlMs: number, intakeMs: number, ...fields: Array<string | number>): Promise<number>;
   batchRelease(batch: string, pending: string, queued: string, now: number): Promise<Array<number | string>>;
   batchCancel(batch: string, now: number): Promise<string | null>;
   batchAbandoned(batch: string, intake: string, now: number): Promise<number>;
 }
 
 const scripted = (redis: Redis) =>
-  withScripts<BatchRedis>(redis, { batchRecord: { keys: 5, lua: recordScript }, batchRelease: { keys: 3, lua: releaseScript }, batchCancel: { keys: 1, lua: cancelScript }, batchAbandoned: { keys: 2, lua: abandonedScript } });
+  withScripts<BatchRedis>(redis, {
+    batchRecord: { keys: 5, lua: recordScript },
+    batchRelease: { keys: 3, lua: releaseScript },
+    batchCancel: { keys: 1, lua: cancelScript },
+    batchAbandoned: { keys: 2, lua: abandonedScript },
+    batchStartValidated: { keys: 2, lua: startValidatedScript },
+  });
 
 /** A request of a batch released to its queue: its index, and its pending entry ('' when none was stored). */
 export interface ReleasedRequest {
@@ -177,19 +252,30 @@ export interface ReleasedRequest {
  * `intakeMs`, the caller holds the intake's lease that long, renewed by each `storeBatchEntries`: a batch whose lease
  * runs out before all its requests are stored is canceled by the sweep (`cancelAbandonedIntake`).
  */
-export async function createBatch(redis: Redis, batch: Omit<BatchRecord, 'status' | 'counts' | 'costMicros'>, keepMs: number, options: { window?: number; intakeMs?: number } = {}): Promise<void> {
+export async function createBatch(
+  redis: Redis,
+  batch: Omit<BatchRecord, 'status' | 'counts' | 'costMicros' | 'tokens' | 'dialect' | 'row'>,
+  keepMs: number,
+  options: { window?: number; intakeMs?: number; fromValidating?: boolean } = {},
+): Promise<boolean> {
   const ttl = Math.max(1, batch.expires - Date.now() + keepMs);
   const window = options.window ?? 0;
   const refill = Math.max(1, Math.floor(window / 8));
   // Each model once: a batch of 10,000 requests keeps the one to three it uses, not a model per request.
   const models = batch.models === undefined ? {} : { models: JSON.stringify([...new Set(batch.models)].sort()) };
-  const transaction = redis
-    .multi()
-    .hset(batchKey(batch.id), { id: batch.id, account: batch.accountId, key: batch.keyId, created: batch.created, expires: batch.expires, total: batch.total, next: 0, stored: 0, window, refill, asked: 0, status: batch.total > 0 ? 'in_progress' : 'ended', processing: batch.total, succeeded: 0, errored: 0, canceled: 0, expired: 0, cost: 0, ...models })
-    .pexpire(batchKey(batch.id), ttl);
-  if (options.intakeMs !== undefined) transaction.hset(batchKey(batch.id), 'intake', 1).set(batchIntakeKey(batch.id), '1', 'PX', options.intakeMs);
-  await transaction.exec();
+  const fields = { id: batch.id, account: batch.accountId, key: batch.keyId, created: batch.created, expires: batch.expires, total: batch.total, next: 0, stored: 0, window, refill, asked: 0, status: batch.total > 0 ? 'in_progress' : 'ended', processing: batch.total, succeeded: 0, errored: 0, canceled: 0, expired: 0, cost: 0, ...models, ...(batch.total > 0 ? {} : { ended_at: Date.now() }), ...(options.intakeMs !== undefined ? { intake: 1 } : {}) };
+  if (options.fromValidating) {
+    // Started only if still validating (a cancel meanwhile ended it): its dialect's fields stay beside these.
+    const flat = Object.entries(fields).flatMap(([name, value]) => [name, value]);
+    const started = await scripted(redis).batchStartValidated(batchKey(batch.id), batchIntakeKey(batch.id), ttl, options.intakeMs ?? 0, ...flat);
+    if (started !== 1) return false;
+  } else {
+    const transaction = redis.multi().hset(batchKey(batch.id), fields).pexpire(batchKey(batch.id), ttl);
+    if (options.intakeMs !== undefined) transaction.set(batchIntakeKey(batch.id), '1', 'PX', options.intakeMs);
+    await transaction.exec();
+  }
   await together(redis).zadd(accountBatchesKey(batch.accountId), batch.created, batch.id).zadd(openBatchesKey, batch.expires, batch.id).exec();
+  return true;
 }
 
 /**
@@ -241,20 +327,26 @@ export async function pendingEntries(redis: Redis, batchId: string, indices: rea
  * Records a request's result once (see recordScript); resolves to whether this call recorded it. `result` may be its
  * JSON already (a message as the worker has it, not parsed to be written again). `costMicros`: what it was billed.
  */
-export async function recordBatchResult(redis: Redis, batchId: string, index: number, customId: string, result: BatchResult | { type: BatchOutcome; json: string }, keepMs: number, costMicros = 0): Promise<'recorded' | 'already' | 'gone'> {
-  return (await recordInBatch(redis, batchId, index, customId, result, keepMs, costMicros)).state;
+export async function recordBatchResult(redis: Redis, batchId: string, index: number, customId: string, result: BatchResult | { type: BatchOutcome; json: string }, keepMs: number, billed: number | BatchBilled = 0): Promise<'recorded' | 'already' | 'gone'> {
+  return (await recordInBatch(redis, batchId, index, customId, result, keepMs, billed)).state;
 }
 
-/** As `recordBatchResult`, and whether the batch's window now wants refilling (the caller asks the apis to). */
-export async function recordInBatch(redis: Redis, batchId: string, index: number, customId: string, result: BatchResult | { type: BatchOutcome; json: string }, keepMs: number, costMicros = 0): Promise<{ state: 'recorded' | 'already' | 'gone'; refill: boolean }> {
+/**
+ * As `recordBatchResult`, and whether the batch's window now wants refilling (the caller asks the apis to) and
+ * whether this result ended the batch. `billed`: its cost (µ$), or its cost and the tokens it was billed for.
+ */
+export async function recordInBatch(redis: Redis, batchId: string, index: number, customId: string, result: BatchResult | { type: BatchOutcome; json: string }, keepMs: number, billed: number | BatchBilled = 0): Promise<{ state: 'recorded' | 'already' | 'gone'; refill: boolean; ended: boolean }> {
   const line = 'json' in result ? result.json : JSON.stringify(result);
-  const reply = await scripted(redis).batchRecord(batchKey(batchId), batchDoneKey(batchId), batchResultsKey(batchId), batchPendingKey(batchId), batchQueuedKey(batchId), index, result.type, customId, line, Date.now(), keepMs, Math.max(0, Math.round(costMicros)));
+  const bill: BatchBilled = typeof billed === 'number' ? { costMicros: billed } : billed;
+  const whole = (value: number | undefined) => Math.max(0, Math.round(value ?? 0));
+  const reply = await scripted(redis).batchRecord(batchKey(batchId), batchDoneKey(batchId), batchResultsKey(batchId), batchPendingKey(batchId), batchQueuedKey(batchId), index, result.type, customId, line, Date.now(), keepMs, whole(bill.costMicros), whole(bill.input), whole(bill.cached), whole(bill.output));
   const done = Number(reply[0]);
   if (done > 0) {
-    activeMetrics()?.batchRequests.get(result.type).inc();
-    if (done === 2) activeMetrics()?.batches.get('ended').inc();
+    const dialect = dialectOf(batchId);
+    activeMetrics()?.batchRequests.get(result.type, dialect).inc();
+    if (done === 2) activeMetrics()?.batches.get('ended', dialect).inc();
   }
-  return { state: done > 0 ? 'recorded' : done === 0 ? 'already' : 'gone', refill: reply[1] === 1 };
+  return { state: done > 0 ? 'recorded' : done === 0 ? 'already' : 'gone', refill: reply[1] === 1, ended: done === 2 };
 }
 
 /** Where a worker stands with a batch's request: its batch's status (undefined: gone), and whether it is recorded already. One round trip. */
@@ -295,7 +387,7 @@ const listChunkMost = 1_000;
  * further while batches the key may not see (or gone ones) leave the page short, so a page is full and `hasMore` true
  * exactly when the key sees another batch beyond it, as if the others were not there (bounded by `listScanMost`).
  */
-export async function listBatches(redis: Redis, accountId: string, page: { limit: number; afterId?: string; beforeId?: string }, allowedModels?: readonly string[]): Promise<{ batches: BatchRecord[]; hasMore: boolean }> {
+export async function listBatches(redis: Redis, accountId: string, page: { limit: number; afterId?: string; beforeId?: string; dialect?: BatchDialect }, allowedModels?: readonly string[]): Promise<{ batches: BatchRecord[]; hasMore: boolean }> {
   const key = accountBatchesKey(accountId);
   // Newest first, as Anthropic lists them: `after_id` pages toward older batches, `before_id` toward newer ones.
   const [[, total], [, after], [, before]] = (await together(redis)
@@ -327,7 +419,8 @@ export async function listBatches(redis: Redis, accountId: string, page: { limit
       return batchFromRow(row as Record<string, string>);
     });
     gone.push(...ids.filter((_, i) => !records[i]));
-    for (const record of records) if (record && found.length <= page.limit && seesBatch(allowedModels, record)) found.push(record);
+    // A dialect's list holds its own batches only (the console's, both): the others are passed as unseen ones are.
+    for (const record of records) if (record && found.length <= page.limit && seesBatch(allowedModels, record) && (page.dialect === undefined || record.dialect === page.dialect)) found.push(record);
     // Many the key may not see: read further in larger steps.
     chunk = Math.min(listChunkMost, chunk * 2);
   }
@@ -345,10 +438,10 @@ export async function openBatchCount(redis: Redis, accountId: string, since = 0)
   const read = together(redis);
   for (const id of ids) read.hget(batchKey(id), 'status');
   const statuses = ((await read.exec()) ?? []).map(([, status]) => status as string | null);
-  return statuses.filter((status) => status === 'in_progress' || status === 'canceling').length;
+  return statuses.filter((status) => status === 'validating' || status === 'in_progress' || status === 'canceling').length;
 }
 
-/** Asks a batch to stop: its status after (`canceling`, or `ended` already), or undefined for a batch that is gone. */
+/** Asks a batch to stop: its status after (`canceling`; `ended` already, or at once for one still validating), or undefined for a batch that is gone. */
 export async function cancelBatch(redis: Redis, batchId: string): Promise<BatchStatus | undefined> {
   return ((await scripted(redis).batchCancel(batchKey(batchId), Date.now())) ?? undefined) as BatchStatus | undefined;
 }
@@ -369,9 +462,12 @@ function batchFromRow(row: Record<string, string>): BatchRecord | undefined {
     created: number('created'),
     expires: number('expires'),
     total: number('total'),
-    status: row.status === 'canceling' || row.status === 'ended' ? row.status : 'in_progress',
+    status: row.status === 'validating' || row.status === 'canceling' || row.status === 'ended' ? row.status : 'in_progress',
     counts: { processing: Math.max(0, number('processing')), succeeded: number('succeeded'), errored: number('errored'), canceled: number('canceled'), expired: number('expired') },
     costMicros: number('cost'),
+    tokens: { input: number('input_tokens'), cached: number('cached_tokens'), output: number('output_tokens') },
+    dialect: dialectOf(row.id),
+    row,
   };
   if (row.ended_at) record.endedAt = number('ended_at');
   if (row.cancel_at) record.cancelAt = number('cancel_at');
@@ -413,7 +509,8 @@ export function batchView(batch: BatchRecord, resultsUrl: string): Record<string
   return {
     id: batch.id,
     type: 'message_batch',
-    processing_status: batch.status,
+    // Never validating (only OpenAI's batches are, and Anthropic's paths do not serve them).
+    processing_status: batch.status === 'validating' ? 'in_progress' : batch.status,
     request_counts: { processing: batch.counts.processing, succeeded: batch.counts.succeeded, errored: batch.counts.errored, canceled: batch.counts.canceled, expired: batch.counts.expired },
     ended_at: time(batch.endedAt),
     created_at: time(batch.created),

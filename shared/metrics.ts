@@ -193,7 +193,7 @@ export class GatewayMetrics {
   readonly cacheSavedMicros: Children<Counter.Internal>;
   readonly cacheStored: Children<Counter.Internal>;
   readonly cacheStoredBytes: Children<Counter.Internal>;
-  // Message Batches: batches by what became of them (api), their requests by outcome (whoever recorded it).
+  // Batches of both dialects: batches by what became of them (api), their requests by outcome (whoever recorded it).
   readonly batches: Children<Counter.Internal>;
   readonly batchRequests: Children<Counter.Internal>;
   // The workers: usage on its way to the record.
@@ -329,8 +329,8 @@ export class GatewayMetrics {
     this.cacheSavedMicros = counterChildren('cache_saved_micros_total', 'What hits and coalesced requests saved their accounts, in micro-dollars: the stored answer\'s price less what they were billed.', ['model']);
     this.cacheStored = counterChildren('cache_entries_stored_total', 'Answers kept in the response cache, by catalog model.', ['model']);
     this.cacheStoredBytes = counterChildren('cache_stored_bytes_total', 'Bytes of answers kept in the response cache (as stored: gzipped past 2 KiB), by catalog model.', ['model']);
-    this.batches = counterChildren('batches_total', 'Message Batches by event: created, canceled (a cancel asked), ended (every request has its result).', ['event']);
-    this.batchRequests = counterChildren('batch_requests_total', 'Requests of Message Batches by outcome as recorded in their batch: succeeded, errored, canceled, expired.', ['outcome']);
+    this.batches = counterChildren('batches_total', 'Batches by event and dialect (anthropic: Message Batches, openai: the Batch API): created, canceled (a cancel asked), ended (every request has its result), failed (an OpenAI batch whose file could not run).', ['event', 'dialect']);
+    this.batchRequests = counterChildren('batch_requests_total', 'Requests of batches by outcome as recorded in their batch, and dialect: succeeded, errored, canceled, expired.', ['outcome', 'dialect']);
     this.usageBuffered = new Gauge({ name: `${metricsPrefix}usage_buffer_records`, help: 'Settled usage entries waiting in Redis to be written to the record (PostgreSQL); grows while the database is away.', registers });
     this.usageWritten = counter('usage_records_written_total', 'Usage entries written to the record (PostgreSQL) by this process.', []);
     this.usageWriteFailures = counter('usage_write_failures_total', 'Batches of usage entries the record (PostgreSQL) refused or did not answer; they are written again later.', []);

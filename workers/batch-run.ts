@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
-import { batchRequestState, recordInBatch, type BatchJob, type BatchOutcome, type BatchResult } from '../shared/batches.js';
+import { batchRequestState, openAIBatchErrorBody, openAIBatchResult, recordInBatch, type BatchBilled, type BatchJob, type BatchOutcome, type BatchResult } from '../shared/batches.js';
 import type { Config } from '../shared/config.js';
-import type { GatewayError } from '../shared/errors.js';
+import { GatewayError } from '../shared/errors.js';
 import type { GatewayJobData } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
 import { anthropicErrorType } from '../shared/messages.js';
@@ -9,12 +9,18 @@ import { moneyRefusal, releaseReservation, reserve } from '../shared/money/billi
 import { batchRefillChannel } from '../shared/redis-keys.js';
 
 /**
- * A Message Batch's request in a worker (shared/batches.ts): it has no client, so its answer, or its failure, is
+ * A batch's request in a worker (shared/batches.ts): it has no client, so its answer, or its failure, is
  * recorded in its batch, once, however often it runs. Before the vendor is called the batch is asked whether the
  * request still should run (its batch canceled, or past its deadline: recorded `canceled` / `expired`, nothing
  * billed; recorded already by an earlier run that died before its job ended: nothing more), and its worst case is
  * reserved: a request the account's balance (or its key's limit) can no longer cover is `errored` with a
- * `billing_error`, and the batch goes on. Batches are billed at the flex price (settlement).
+ * `billing_error` (OpenAI's batches: a 429 `insufficient_quota`), and the batch goes on. Batches are billed at the
+ * flex price (settlement).
+ *
+ * The result is written in its batch's dialect: a Message Batch's as Anthropic's results say it (`{type,
+ * message}`), an OpenAI batch's as the `response` of its output line (`{status_code, request_id, body}`, the
+ * endpoint's own answer or error body: `openAIBatchResult`), which api/batches/openai-finalize.ts copies into the
+ * output and error files as it is, never parsed again.
  */
 
 export interface BatchRunDeps {
@@ -34,14 +40,16 @@ export function isBatchJob(data: GatewayJobData): data is BatchData {
  * When that leaves an eighth of the batch's window free, the apis are asked to refill it (shared/batch-queue.ts): one
  * PUBLISH, not sent waited on; a lost one is made up by the sweep.
  */
-async function record(deps: BatchRunDeps, batch: BatchJob, result: BatchResult | { type: BatchOutcome; json: string }, costMicros = 0): Promise<void> {
-  const { refill } = await recordInBatch(deps.redis, batch.id, batch.index, batch.customId, result, deps.config.batches.resultsKeepMs, costMicros);
-  if (refill) void deps.redis.publish(batchRefillChannel, batch.id).catch((error: unknown) => deps.log.warn({ err: error, batch: batch.id }, "could not ask for a batch's window to be refilled (the sweep will)"));
+async function record(deps: BatchRunDeps, batch: BatchJob, result: BatchResult | { type: BatchOutcome; json: string }, billed: BatchBilled = { costMicros: 0 }): Promise<void> {
+  const { refill, ended } = await recordInBatch(deps.redis, batch.id, batch.index, batch.customId, result, deps.config.batches.resultsKeepMs, billed);
+  // An OpenAI batch that ended has files to write: the apis are told at once (the sweep would find it later).
+  if (refill || (ended && batch.dialect === 'openai')) void deps.redis.publish(batchRefillChannel, batch.id).catch((error: unknown) => deps.log.warn({ err: error, batch: batch.id }, "could not ask for a batch's window to be refilled (the sweep will)"));
 }
 
-/** An error as a batch's result says it: Anthropic's error body. */
-export function erroredResult(error: GatewayError, requestId: string): BatchResult {
-  return { type: 'errored', error: { type: 'error', error: { type: anthropicErrorType(error.status), message: error.message }, request_id: requestId } };
+/** An error as a batch's result says it: Anthropic's error body, or an OpenAI batch's response with its endpoint's error status and body. */
+export function erroredResult(error: GatewayError, data: BatchData): BatchResult | { type: 'errored'; json: string } {
+  if (data.batch.dialect === 'openai') return { type: 'errored', json: openAIBatchResult('errored', error.status, data.requestId, openAIBatchErrorBody(error, data.endpoint)) };
+  return { type: 'errored', error: { type: 'error', error: { type: anthropicErrorType(error.status), message: error.message }, request_id: data.requestId } };
 }
 
 /**
@@ -77,18 +85,28 @@ export async function batchGate(deps: BatchRunDeps, data: BatchData, runDeadline
   // A batch's requests are not held to rate limits: only the money (or the key's access) refuses one here.
   const reason = outcome.reason === 'key_limit' || outcome.reason === 'account_balance' ? outcome.reason : 'no_access';
   const message = moneyRefusal(reason);
-  const type = reason === 'no_access' ? 'authentication_error' : 'billing_error';
   deps.log.info({ batch: batch.id, index: batch.index, reason: outcome.reason }, "a batch's request was refused by its account's money");
+  if (batch.dialect === 'openai') {
+    // As OpenAI's API refuses a request its quota cannot cover (or a key that may no longer use it).
+    const refusal = reason === 'no_access' ? new GatewayError(401, message, { code: 'invalid_api_key' }) : new GatewayError(429, message, { type: 'insufficient_quota', code: 'insufficient_quota' });
+    await record(deps, batch, erroredResult(refusal, data));
+    return true;
+  }
+  const type = reason === 'no_access' ? 'authentication_error' : 'billing_error';
   await record(deps, batch, { type: 'errored', error: { type: 'error', error: { type, message }, request_id: data.requestId } });
   return true;
 }
 
-/** The request's message, as the worker has its JSON, recorded with what it was billed. */
-export function recordSucceeded(deps: BatchRunDeps, data: BatchData, messageJson: string, costMicros: number): Promise<unknown> {
-  return record(deps, data.batch, { type: 'succeeded', json: `{"type":"succeeded","message":${messageJson}}` }, costMicros);
+/** What settlement billed a request, as its batch adds it up (nothing: it was not billed). */
+type Billed = { costMicros: number; input?: number; cached?: number; output?: number } | undefined;
+
+/** The request's answer (a message, or an OpenAI batch's endpoint's body), as the worker has its JSON, recorded with what it was billed. */
+export function recordSucceeded(deps: BatchRunDeps, data: BatchData, bodyJson: string, billed: Billed): Promise<unknown> {
+  const json = data.batch.dialect === 'openai' ? openAIBatchResult('succeeded', 200, data.requestId, bodyJson) : `{"type":"succeeded","message":${bodyJson}}`;
+  return record(deps, data.batch, { type: 'succeeded', json }, billed ?? { costMicros: 0 });
 }
 
 /** The request failed for good (its retries spent): recorded `errored` with what it was billed (what the vendor produced). */
-export function recordErrored(deps: BatchRunDeps, data: BatchData, error: GatewayError, costMicros: number): Promise<unknown> {
-  return record(deps, data.batch, erroredResult(error, data.requestId), costMicros);
+export function recordErrored(deps: BatchRunDeps, data: BatchData, error: GatewayError, billed: Billed): Promise<unknown> {
+  return record(deps, data.batch, erroredResult(error, data), billed ?? { costMicros: 0 });
 }

@@ -239,7 +239,7 @@ class JobRun {
         if (isBatchJob(this.data)) {
           // No client: the answer is recorded in its batch with what it was billed.
           await Promise.all([this.freeSlot(), this.bill('completed')]);
-          await recordSucceeded(this.batchDeps, this.data, outcome.body, this.produced.billed?.costMicros ?? 0);
+          await recordSucceeded(this.batchDeps, this.data, outcome.body, this.produced.billed);
           return {};
         }
         if (this.data.cache) {
@@ -261,6 +261,11 @@ class JobRun {
       case 'sent':
         // Begun when the vendor was done, beside the stream's end.
         await this.billed;
+        if (isBatchJob(this.data)) {
+          // A batch's Responses request: its final object is its result.
+          await recordSucceeded(this.batchDeps, this.data, outcome.result.body ?? 'null', this.produced.billed);
+          return {};
+        }
         await this.keepInCache();
         return outcome.result;
     }
@@ -318,7 +323,7 @@ class JobRun {
     await this.bill('failed', error.code ?? error.type);
     if (isBatchJob(data)) {
       // Its retries spent: the failure is the request's result in its batch (nothing is published: no client waits).
-      await recordErrored(this.batchDeps, data, error, this.produced.billed?.costMicros ?? 0);
+      await recordErrored(this.batchDeps, data, error, this.produced.billed);
       throw new AnsweredFailure(error.toWire());
     }
     await endFlight(this.cacheDeps, data, 'failed');

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { encodeBatchEntry, fillBatchWindow } from '../../shared/batch-queue.js';
 import { batchRequestJobId, cancelBatch, createBatch, newBatchId, storeBatchEntries, type BatchJob } from '../../shared/batches.js';
-import { endpoints, type EndpointRequest } from '../../shared/endpoints.js';
+import { endpoints, type Endpoint, type EndpointRequest } from '../../shared/endpoints.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import { worstCase } from '../../shared/money/charge.js';
 import { payloadKey } from '../../shared/redis-keys.js';
@@ -41,13 +41,42 @@ const storedPerRound = 200;
 export const intakeLeaseMs = 15_000;
 
 /** A checked request, as its job will carry it. */
-interface Checked {
+export interface Checked<E extends Endpoint = 'messages'> {
   customId: string;
   modelId: string;
   lane: string | undefined;
-  accepted: Accepted<'messages'>;
+  accepted: Accepted<E>;
   micros: number;
   tokens: number;
+}
+
+/** Who a batch's requests are made for: its account, its key, and what of the key's access its jobs carry. */
+export interface BatchOwner {
+  accountId: string;
+  keyId: string;
+  weight: number;
+  limitMicros?: number;
+}
+
+/** Enough of a batch queued at once to fill the widest lane it uses twice over (a capped vendor never waits on it). */
+export function batchWindow(config: EndpointRouteDeps['config'], lanes: Iterable<string | undefined>): number {
+  return Math.max(config.batches.window, ...[...new Set(lanes)].map((lane) => (lane ? 2 * vendorLimits(config, lane).maxConcurrency : 0)));
+}
+
+/**
+ * The entry of a checked request of either dialect (what its job will be, shared/batch-queue.ts), and its payload's
+ * key and JSON when that is kept apart (the caller writes it before the entry is stored: before its job can be taken).
+ */
+export function batchJobEntry<E extends Endpoint>(deps: Pick<EndpointRouteDeps, 'queues' | 'hub' | 'config'>, batch: { id: string; expires: number; dialect?: 'openai' }, owner: BatchOwner, endpoint: E, index: number, request: Checked<E>): { entry: string; payload?: [string, string] } {
+  const jobId = batchRequestJobId(batch.id, index);
+  const job: BatchJob = { id: batch.id, index, customId: request.customId, reserve: { micros: request.micros, tokens: request.tokens, ...(owner.limitMicros !== undefined ? { keyLimitMicros: owner.limitMicros } : {}) }, ...(batch.dialect ? { dialect: batch.dialect } : {}) };
+  // A batch's jobs are not admitted to the waiting room (they have limits of their own): only their queues are found.
+  const queue = jobQueue(deps.queues, { id: jobId, queue: endpoints[endpoint].queue, lane: request.lane });
+  const origin = { requestId: jobId, replyTo: deps.hub.channel, keyId: owner.keyId, accountId: owner.accountId, model: request.modelId, baseUrl: '' };
+  const { data, storedPayload } = jobData(endpoint, request.accepted, origin, 'batch', batch.expires, deps.config);
+  const claim = { accountId: owner.accountId, weight: owner.weight, tokens: request.tokens, tier: 'batch' as const, contended: true };
+  const entry = encodeBatchEntry({ queue: queue.name, attempts: deps.config.jobAttempts, data: { ...data, batch: job, claim } });
+  return storedPayload !== undefined ? { entry, payload: [payloadKey(jobId), storedPayload] } : { entry };
 }
 
 /** A request's problem as the batch's: its index and its param in front (`requests.3.params.max_tokens`). */
@@ -119,11 +148,9 @@ export async function intakeBatch(ctx: KeyedContext, deps: EndpointRouteDeps, te
   const id = newBatchId();
   const created = Date.now();
   const expires = created + limits.deadlineMs;
-  const row = endpoints.messages;
-  const weight = access.weight ?? 1;
+  const owner: BatchOwner = { accountId: access.accountId, keyId, weight: access.weight ?? 1, ...(access.limitMicros !== undefined ? { limitMicros: access.limitMicros } : {}) };
   const keptMs = expires - created + 60_000;
-  // Enough of the batch queued at once to fill the widest lane it uses twice over (a capped vendor never waits on it).
-  const window = Math.max(limits.window, ...[...new Set(checked.map((request) => request.lane))].map((lane) => (lane ? 2 * vendorLimits(deps.config, lane).maxConcurrency : 0)));
+  const window = batchWindow(deps.config, checked.map((request) => request.lane));
   await createBatch(deps.redis, { id, accountId: access.accountId, keyId, created, expires, total, models }, limits.resultsKeepMs, { window, intakeMs: intakeLeaseMs });
   const missed: number[] = [];
   try {
@@ -133,23 +160,16 @@ export async function intakeBatch(ctx: KeyedContext, deps: EndpointRouteDeps, te
       const entries: string[] = [];
       const payloads: Array<[string, string]> = [];
       checked.splice(0, storedPerRound).forEach((request, offset) => {
-        const index = from + offset;
-        const jobId = batchRequestJobId(id, index);
-        const batch: BatchJob = { id, index, customId: request.customId, reserve: { micros: request.micros, tokens: request.tokens, ...(access.limitMicros !== undefined ? { keyLimitMicros: access.limitMicros } : {}) } };
-        // A batch's jobs are not admitted to the waiting room (they have limits of their own): only their queues are found.
-        const queue = jobQueue(deps.queues, { id: jobId, queue: row.queue, lane: request.lane });
-        const origin = { requestId: jobId, replyTo: deps.hub.channel, keyId, accountId: access.accountId, model: request.modelId, baseUrl: '' };
-        const { data, storedPayload } = jobData('messages', request.accepted, origin, 'batch', expires, deps.config);
-        if (storedPayload !== undefined) payloads.push([payloadKey(jobId), storedPayload]);
-        const claim = { accountId: access.accountId, weight, tokens: request.tokens, tier: 'batch' as const, contended: true };
-        entries.push(encodeBatchEntry({ queue: queue.name, attempts: deps.config.jobAttempts, data: { ...data, batch, claim } }));
+        const { entry, payload } = batchJobEntry(deps, { id, expires }, owner, 'messages', from + offset, request);
+        entries.push(entry);
+        if (payload) payloads.push(payload);
       });
       // A payload kept apart is written before its job can be taken.
       await Promise.all(payloads.map(([key, value]) => deps.redis.set(key, value, 'PX', keptMs)));
       await storeBatchEntries(deps.redis, id, from, entries, keptMs, intakeLeaseMs);
       // The window filled as soon as its requests are stored (the vendor starts on the batch while the rest is stored):
       // at once after the first round, then whatever room the answers meanwhile could not fill with requests not yet stored.
-      missed.push(...(await fillBatchWindow(deps.redis, deps.queues, id)));
+      missed.push(...(await fillBatchWindow(deps.redis, deps.queues, id, limits.resultsKeepMs)));
     }
     if (missed.length > 0) throw new Error(`requests ${missed.join(', ')} of the batch could not be queued`);
   } catch (error) {

@@ -3,20 +3,29 @@ import { fillBatchWindow, type BatchQueues } from '../../shared/batch-queue.js';
 import type { Logger } from '../../shared/logger.js';
 import { batchRefillChannel } from '../../shared/redis-keys.js';
 import type { ReplyHub } from '../relay/reply-hub.js';
+import { readBatch } from '../../shared/batches.js';
+import { awaitsFinal } from './openai-record.js';
 
 /**
  * An api's part in running batches: when a worker says a batch's window has room (shared/batch-queue.ts), the api
  * fills it, so the placing and adding of its next jobs is done here and not on the workers' path between two vendor
  * calls. Every api hears every ask and the fill is one script, so whichever comes first fills it and the others find
  * nothing to do. One fill at a time per batch in this api; an ask that comes during one is done after it.
+ *
+ * An OpenAI batch's last result is said on the same channel: the api that finds it ended writes its files
+ * (`finalize`, api/batches/openai-finalize.ts; one api does, under a lease).
  */
-export function listenForRefills(hub: ReplyHub, redis: Redis, queues: BatchQueues, log: Logger): void {
+export function listenForRefills(hub: ReplyHub, redis: Redis, queues: BatchQueues, log: Logger, options: { keepMs: number; finalize?: (batchId: string) => void }): void {
   const filling = new Map<string, boolean>();
   const fill = async (batchId: string): Promise<void> => {
     filling.set(batchId, false);
     try {
-      const missed = await fillBatchWindow(redis, queues, batchId);
+      const missed = await fillBatchWindow(redis, queues, batchId, options.keepMs);
       if (missed.length > 0) log.warn({ batch: batchId, missed }, "a batch's requests could not be queued (the sweep will see them)");
+      if (options.finalize && batchId.startsWith('batch_')) {
+        const batch = await readBatch(redis, batchId);
+        if (batch && awaitsFinal(batch)) options.finalize(batchId);
+      }
     } catch (error) {
       log.warn({ err: error, batch: batchId }, "could not refill a batch's window (the sweep will)");
     }
@@ -25,7 +34,7 @@ export function listenForRefills(hub: ReplyHub, redis: Redis, queues: BatchQueue
     if (again) await fill(batchId);
   };
   hub.on(batchRefillChannel, (batchId) => {
-    if (!batchId.startsWith('msgbatch_')) return;
+    if (!batchId.startsWith('msgbatch_') && !batchId.startsWith('batch_')) return;
     if (filling.has(batchId)) filling.set(batchId, true);
     else void fill(batchId);
   });

@@ -59,7 +59,7 @@ export function batchRoutes(deps: EndpointRouteDeps, log: Logger): Router<KeyedS
   router.post('/', async (ctx) => {
     const { text } = await readJsonText(ctx.req, deps.config.batches.maxBytes);
     const made = await intakeBatch(ctx, deps, text, () => openBatchCount(deps.redis, ctx.state.access.accountId, Date.now() - deps.config.batches.deadlineMs));
-    activeMetrics()?.batches.get('created').inc();
+    activeMetrics()?.batches.get('created', 'anthropic').inc();
     ctx.state.log.info({ batch: made.id, requests: made.total }, 'message batch created');
     const batch = await readBatch(deps.redis, made.id);
     ctx.body = view(ctx, batch!);
@@ -67,7 +67,7 @@ export function batchRoutes(deps: EndpointRouteDeps, log: Logger): Router<KeyedS
 
   router.get('/', async (ctx) => {
     const page = pageQuery(ctx.query);
-    const { batches, hasMore } = await listBatches(deps.redis, ctx.state.access.accountId, page, ctx.state.access.models);
+    const { batches, hasMore } = await listBatches(deps.redis, ctx.state.access.accountId, { ...page, dialect: 'anthropic' }, ctx.state.access.models);
     const data = batches.map((batch) => view(ctx, batch));
     ctx.body = { data, has_more: hasMore, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null };
   });
@@ -81,7 +81,7 @@ export function batchRoutes(deps: EndpointRouteDeps, log: Logger): Router<KeyedS
     const status = await cancelBatch(deps.redis, batch.id);
     const now = (await readBatch(deps.redis, batch.id)) ?? batch;
     if (status === 'canceling' && batch.status === 'in_progress') {
-      activeMetrics()?.batches.get('canceled').inc();
+      activeMetrics()?.batches.get('canceled', 'anthropic').inc();
       // What still waits is removed now, after the answer; a worker's request under way ends as it will.
       void sweepBatch(sweepDeps, now).catch((error: unknown) => ctx.state.log.warn({ err: error, batch: batch.id }, 'could not sweep a canceled batch (the periodic sweep will)'));
     }

@@ -7,6 +7,9 @@ import type { QueueShards } from '../../shared/queue-shards.js';
 import { batchSweepLockKey, openBatchesKey } from '../../shared/redis-keys.js';
 import { removeWaitingJob } from '../../shared/scheduling/index.js';
 import { yieldToLoop } from '../http/request-body.js';
+import { startFinalize } from './openai-finalize.js';
+import { startValidation, type OpenAIBatchDeps } from './openai-intake.js';
+import { awaitsFinal, takeValidation } from './openai-record.js';
 
 /**
  * Ends what a batch will not run, and queues again what was lost on the way. After a cancel, each request queued and
@@ -26,6 +29,8 @@ export interface SweepDeps {
   queues: QueueShards;
   config: Pick<Config, 'batches'>;
   log: Logger;
+  /** What OpenAI's batches need of the api beyond this: to read a file again whose api died validating it, and to write an ended one's files. */
+  openai?: OpenAIBatchDeps;
 }
 
 const perRound = 200;
@@ -34,7 +39,8 @@ export const lostAfterMs = 5_000;
 
 /** Sweeps one batch (see above); returns the requests it recorded or queued again. */
 export async function sweepBatch(deps: SweepDeps, batch: BatchRecord): Promise<number> {
-  if (batch.status === 'ended') return 0;
+  // A batch still validating has nothing released yet (its file is read again, below, if its api died).
+  if (batch.status === 'ended' || batch.status === 'validating') return 0;
   if (batch.status === 'in_progress' && (await cancelAbandonedIntake(deps.redis, batch.id))) {
     deps.log.warn({ batch: batch.id }, "a batch's api stopped while storing its requests; the batch is canceled");
     batch = { ...batch, status: 'canceling' };
@@ -70,14 +76,14 @@ export async function sweepBatch(deps: SweepDeps, batch: BatchRecord): Promise<n
     );
     if (lost.length === 0) continue;
     deps.log.warn({ batch: batch.id, requests: lost.map(({ index }) => index) }, "a batch's requests were released without a job; queued again");
-    const missed = await queueBatchRequests(deps.redis, deps.queues, batch.id, lost);
+    const missed = await queueBatchRequests(deps.redis, deps.queues, batch.id, lost, deps.config.batches.resultsKeepMs);
     swept += lost.length - missed.length;
     const lostResult: BatchResult = { type: 'errored', error: { type: 'error', error: { type: 'api_error', message: 'This request of the batch was lost before it could run.' }, request_id: null } };
     await Promise.all(missed.map((index) => record(index, '', lostResult)));
   }
   if (!outcome) {
     // A window whose refill was asked and not done (the ask lost, its api gone) is filled here.
-    const missed = await fillBatchWindow(deps.redis, deps.queues, batch.id);
+    const missed = await fillBatchWindow(deps.redis, deps.queues, batch.id, deps.config.batches.resultsKeepMs);
     if (missed.length > 0) deps.log.warn({ batch: batch.id, missed }, "a batch's requests could not be queued (the next sweep records them)");
     return swept;
   }
@@ -93,14 +99,30 @@ export async function sweepBatch(deps: SweepDeps, batch: BatchRecord): Promise<n
   return swept;
 }
 
-/** Every open batch once: the ended or gone ones leave the open set, the others are swept. */
+/**
+ * Every open batch once: the ended or gone ones leave the open set, the others are swept. An OpenAI batch stays
+ * until its files are written: one ended whose files are not is finalized here (its api died writing them, or
+ * never heard it end), and one validating whose api died (its validation's lease out) has its file read again.
+ */
 export async function sweepOpenBatches(deps: SweepDeps, lockMs: number): Promise<void> {
   if ((await deps.redis.set(batchSweepLockKey, '1', 'PX', String(lockMs), 'NX')) !== 'OK') return;
   const ids = await deps.redis.zrange(openBatchesKey, '0', '-1');
   for (const id of ids) {
     const batch = await readBatch(deps.redis, id);
+    if (batch && awaitsFinal(batch)) {
+      // Leaves the open set once written (openai-record.ts `noteFinal`).
+      if (deps.openai) startFinalize(deps.openai, id);
+      continue;
+    }
     if (!batch || batch.status === 'ended') {
       await deps.redis.zrem(openBatchesKey, id);
+      continue;
+    }
+    if (batch.status === 'validating') {
+      if (deps.openai && (await takeValidation(deps.redis, id))) {
+        deps.log.warn({ batch: id }, "an OpenAI batch's validation stopped with its api; its file is read again");
+        startValidation(deps.openai, id);
+      }
       continue;
     }
     await sweepBatch(deps, batch);

@@ -8,6 +8,7 @@ import { storableText } from '../../shared/schemas/common.js';
 import { readJsonObject } from '../http/request-body.js';
 import { microsToUsd, usdToMicros } from '../accounts/account-store.js';
 import { listBatches, type BatchRecord } from '../../shared/batches.js';
+import { openAIFields, openAIStatus } from '../batches/openai-record.js';
 import { accountName, email, keyChanges, keyName, keySettings, newKeyLimits, parseStrict, patchKeySchema, password } from '../accounts/account-requests.js';
 import { accountView, keyView } from '../accounts/views.js';
 import { bodyLimit } from '../accounts/admin-api.js';
@@ -60,12 +61,21 @@ const batchListQuerySchema = z.strictObject({
   account_id: storableText().min(1).max(256).optional(),
 });
 
-/** A batch as the console's batches page shows it: times in unix seconds, its cost so far, where its results are read (once ended). */
+/**
+ * A batch as the console's batches page shows it, of either dialect: times in unix seconds, its cost so far, where
+ * its results are read (once ended); an OpenAI batch's own status and its files (input, output, error) too.
+ */
 function consoleBatchView(batch: BatchRecord) {
   const seconds = (ms: number | undefined) => (ms === undefined ? null : Math.floor(ms / 1000));
+  const openai = batch.dialect === 'openai' ? openAIFields(batch) : undefined;
+  const file = (named: { id: string; name: string | null } | null) => (named ? { id: named.id, filename: named.name } : null);
   return {
     id: batch.id,
+    dialect: batch.dialect,
+    endpoint: openai ? openai.endpoint : '/v1/messages',
     status: batch.status,
+    openai_status: openai ? openAIStatus(batch, openai) : null,
+    files: openai ? { input: { id: openai.inputFileId, filename: openai.inputName }, output: file(openai.outputFile), error: file(openai.errorFile) } : null,
     created_at: seconds(batch.created),
     expires_at: seconds(batch.expires),
     ended_at: seconds(batch.endedAt),
@@ -74,8 +84,9 @@ function consoleBatchView(batch: BatchRecord) {
     counts: { processing: batch.counts.processing, succeeded: batch.counts.succeeded, errored: batch.counts.errored, canceled: batch.counts.canceled, expired: batch.counts.expired },
     cost_usd: microsToUsd(batch.costMicros),
     cost_micros: batch.costMicros,
-    // Read with an API key of the account (`GET /v1/messages/batches/{id}/results`), not with the console's session.
-    results_path: batch.status === 'ended' ? `/v1/messages/batches/${batch.id}/results` : null,
+    // Read with an API key of the account (`GET /v1/messages/batches/{id}/results`, an OpenAI batch's output file's
+    // `GET /v1/files/{id}/content`), not with the console's session.
+    results_path: openai ? (openai.outputFile ? `/v1/files/${openai.outputFile.id}/content` : null) : batch.status === 'ended' ? `/v1/messages/batches/${batch.id}/results` : null,
   };
 }
 
@@ -266,7 +277,7 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     ctx.body = await requestHistogramReport(keyStore.record, account, ctx.query);
   });
 
-  // ---- message batches: the account's own (an admin's, or the one `account_id` names), newest first ----
+  // ---- batches of both dialects: the account's own (an admin's, or the one `account_id` names), newest first ----
 
   router.get('/api/batches', async (ctx) => {
     const { account } = await requireSession(ctx, deps);

@@ -206,12 +206,26 @@ export interface List<T> {
 /** The built-in account that keys made without one (and older keys) belong to: unlimited, never signed in to. */
 export const defaultAccountId = 'acct_default';
 
-export type BatchStatus = 'in_progress' | 'canceling' | 'ended';
+export type BatchStatus = 'validating' | 'in_progress' | 'canceling' | 'ended';
+/** OpenAI's statuses of a batch made with `POST /v1/batches`. */
+export type OpenAIBatchStatus = 'validating' | 'failed' | 'in_progress' | 'finalizing' | 'completed' | 'expired' | 'cancelling' | 'cancelled';
+export interface BatchFile {
+  id: string;
+  filename: string | null;
+}
 
-/** A message batch as the batches page reads it (`GET /console/api/batches`): times in unix seconds. */
+/** A batch of either API as the batches page reads it (`GET /console/api/batches`): times in unix seconds. */
 export interface Batch {
   id: string;
+  /** `anthropic`: made with `POST /v1/messages/batches`; `openai`: with `POST /v1/batches` over a file. */
+  dialect: 'anthropic' | 'openai';
+  /** The endpoint its requests call. */
+  endpoint: string;
   status: BatchStatus;
+  /** An OpenAI batch's own status (null for a message batch). */
+  openai_status: OpenAIBatchStatus | null;
+  /** An OpenAI batch's input file and, once written, its output and error files (null for a message batch). */
+  files: { input: BatchFile; output: BatchFile | null; error: BatchFile | null } | null;
   created_at: number;
   expires_at: number;
   ended_at: number | null;
@@ -221,7 +235,7 @@ export interface Batch {
   /** Billed so far. */
   cost_usd: number;
   cost_micros: number;
-  /** `/v1/messages/batches/{id}/results` once ended (read with an API key), else null. */
+  /** `/v1/messages/batches/{id}/results` once ended, an OpenAI batch's `/v1/files/{output}/content` once written (read with an API key), else null. */
   results_path: string | null;
 }
 

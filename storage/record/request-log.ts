@@ -61,10 +61,10 @@ export function requestView(row: Selectable<UsageTable>): RequestView {
   };
 }
 
-/** The Message Batch a request belongs to: its request id is its batch's id and its index there (`msgbatch_….7`). */
+/** The batch a request belongs to: its request id is its batch's id and its index there (`msgbatch_….7`, `batch_….7`). */
 export function batchOfRequest(requestId: string): string | null {
   const dot = requestId.lastIndexOf('.');
-  return requestId.startsWith('msgbatch_') && dot > 0 ? requestId.slice(0, dot) : null;
+  return (requestId.startsWith('msgbatch_') || requestId.startsWith('batch_')) && dot > 0 ? requestId.slice(0, dot) : null;
 }
 
 /** One request by its request id or its answer's id, only if `keyId` made it (undefined otherwise, as for an unknown id). */

@@ -426,7 +426,11 @@ describe('console API', () => {
       const [newest, under] = first.json.data as [Batch, Batch];
       assert.deepEqual(newest, {
         id: fresh,
+        dialect: 'anthropic',
+        endpoint: '/v1/messages',
         status: 'in_progress',
+        openai_status: null,
+        files: null,
         created_at: Math.floor((t0 + 2000) / 1000),
         expires_at: newest.expires_at,
         ended_at: null,

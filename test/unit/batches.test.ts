@@ -161,16 +161,16 @@ describe('a Message Batch’s queues, cost, listing and deletion', () => {
     assert.equal(await openBatchCount(redis, 'acct_q'), 1);
     assert.deepEqual(await batchRequestState(redis, id, 1), { status: 'in_progress', recorded: false });
     // A result that frees the window's refill asks for it, once until it is done, however often it is recorded.
-    assert.deepEqual(await recordInBatch(redis, id, 1, 'c1', { type: 'errored', error: { type: 'error', error: { type: 'api_error', message: 'x' }, request_id: null } }, keepMs, 100), { state: 'recorded', refill: true });
-    assert.deepEqual(await recordInBatch(redis, id, 1, 'c1', { type: 'canceled' }, keepMs, 1_000), { state: 'already', refill: false });
-    assert.deepEqual(await recordInBatch(redis, id, 0, 'c0', { type: 'canceled' }, keepMs, 101), { state: 'recorded', refill: false }, 'asked already');
+    assert.deepEqual(await recordInBatch(redis, id, 1, 'c1', { type: 'errored', error: { type: 'error', error: { type: 'api_error', message: 'x' }, request_id: null } }, keepMs, 100), { state: 'recorded', refill: true, ended: false });
+    assert.deepEqual(await recordInBatch(redis, id, 1, 'c1', { type: 'canceled' }, keepMs, 1_000), { state: 'already', refill: false, ended: false });
+    assert.deepEqual(await recordInBatch(redis, id, 0, 'c0', { type: 'canceled' }, keepMs, 101), { state: 'recorded', refill: false, ended: false }, 'asked already');
     assert.deepEqual(await releaseBatchRequests(redis, id), [{ index: 2, entry: 'e2' }, { index: 3, entry: 'e3' }]);
     assert.deepEqual(await queuedIndices(redis, id), [2, 3]);
     assert.deepEqual(await pendingEntries(redis, id, [0, 1, 2, 5]), ['', '', 'e2', 'e5'], 'a recorded request’s entry is dropped');
     assert.equal(await releasedCount(redis, id), 4);
     // Canceled: nothing more is let in; what is left is recorded by the sweep.
     assert.equal(await cancelBatch(redis, id), 'canceling');
-    assert.deepEqual(await recordInBatch(redis, id, 2, 'c2', { type: 'canceled' }, keepMs, 102), { state: 'recorded', refill: false });
+    assert.deepEqual(await recordInBatch(redis, id, 2, 'c2', { type: 'canceled' }, keepMs, 102), { state: 'recorded', refill: false, ended: false });
     assert.deepEqual(await releaseBatchRequests(redis, id), []);
     for (const index of [3, 4, 5]) assert.equal(await recordBatchResult(redis, id, index, `c${index}`, { type: 'canceled' }, keepMs, index === 3 ? 103 : 0), 'recorded');
     const batch = (await readBatch(redis, id))!;
@@ -210,7 +210,7 @@ describe('a Message Batch’s queues, cost, listing and deletion', () => {
     const alone = newBatchId();
     await createBatch(redis, { id: alone, accountId: 'acct_d', keyId: 'key_d', created: now, expires: now + keepMs, total: 3 }, keepMs);
     assert.deepEqual(await releaseBatchRequests(redis, alone), []);
-    assert.deepEqual(await recordInBatch(redis, alone, 0, 'a', { type: 'canceled' }, keepMs), { state: 'recorded', refill: false });
+    assert.deepEqual(await recordInBatch(redis, alone, 0, 'a', { type: 'canceled' }, keepMs), { state: 'recorded', refill: false, ended: false });
   });
 
   it('lists an account’s batches newest first, paged both ways, and drops deleted ones', async () => {

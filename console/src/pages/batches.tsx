@@ -4,20 +4,54 @@ import { useAccount, useApp } from '../app-context';
 import { CopyButton, EmptyRow, ErrorMessage, PageHeader, PagedFooter, SkeletonRows, TableCard, useApi, useTitle } from '../components/ui';
 import { count, fullTime, money, shortDateTime } from '../format';
 import { usePagedList } from '../paged-list';
-import type { Account, Batch, BatchPage, BatchStatus, List } from '../types';
+import type { Account, Batch, BatchPage, BatchStatus, List, OpenAIBatchStatus } from '../types';
 
 /*
- * The account's message batches (`POST /v1/messages/batches`), newest first,
- * a page at a time: how far each has come, by outcome, what it has cost so
- * far, and, once ended, where its results are read (with an API key: the
- * console's session does not read them). An admin picks the account.
+ * The account's batches of both APIs (`POST /v1/messages/batches`, and
+ * OpenAI's `POST /v1/batches` over a file), newest first, a page at a time:
+ * which API and endpoint, an OpenAI batch's files by name, how far each has
+ * come, by outcome, what it has cost so far, and, once ended, where its
+ * results are read (with an API key: the console's session does not read
+ * them). An admin picks the account.
  */
 
 const pageSize = 20;
 const columns = 6;
 
-const statusLabel: Record<BatchStatus, string> = { in_progress: 'in progress', canceling: 'canceling', ended: 'ended' };
-const statusBadge: Record<BatchStatus, string> = { in_progress: 'badge-accent', canceling: 'badge-warn', ended: 'badge-ok' };
+const statusLabel: Record<BatchStatus, string> = { validating: 'validating', in_progress: 'in progress', canceling: 'canceling', ended: 'ended' };
+const statusBadge: Record<BatchStatus, string> = { validating: 'badge-accent', in_progress: 'badge-accent', canceling: 'badge-warn', ended: 'badge-ok' };
+const openAIStatusBadge: Record<OpenAIBatchStatus, string> = {
+  validating: 'badge-accent',
+  in_progress: 'badge-accent',
+  finalizing: 'badge-accent',
+  cancelling: 'badge-warn',
+  completed: 'badge-ok',
+  expired: 'badge-warn',
+  cancelled: 'badge-warn',
+  failed: 'badge-danger',
+};
+
+/** Its status as its own API says it (OpenAI's: `completed`, `failed`, …). */
+function Status({ batch }: { batch: Batch }) {
+  if (batch.openai_status) return <span class={`badge badge-cap ${openAIStatusBadge[batch.openai_status]}`}>{batch.openai_status.replace('_', ' ')}</span>;
+  return <span class={`badge badge-cap ${statusBadge[batch.status]}`}>{statusLabel[batch.status]}</span>;
+}
+
+/** Under its status: the API it was made with, the endpoint its requests call, and an OpenAI batch's input file. */
+function Made({ batch }: { batch: Batch }) {
+  const input = batch.files?.input;
+  return (
+    <span class="cell-sub muted">
+      {batch.dialect === 'openai' ? 'Batch API' : 'Message Batches'} · <span class="mono">{batch.endpoint}</span>
+      {input && (
+        <>
+          {' · '}
+          <span title={input.id}>{input.filename ?? input.id}</span>
+        </>
+      )}
+    </span>
+  );
+}
 
 /** The outcomes a batch has so far, the ones with none left out: "3 succeeded · 1 errored · 2 processing" (wrapped between them only). */
 function Outcomes({ batch }: { batch: Batch }) {
@@ -65,23 +99,43 @@ function Ends({ batch }: { batch: Batch }) {
   );
 }
 
-/** An ended batch's results: its path in a curl line to copy, read with an API key of the account. */
+/** One results file: its path in a curl line to copy, read with an API key of the account. */
+function ResultsLine({ batch, path, what, baseUrl }: { batch: Batch; path: string; what: string; baseUrl: string }) {
+  const header = batch.dialect === 'openai' ? '-H "Authorization: Bearer $SWITCHYARD_API_KEY"' : '-H "x-api-key: $SWITCHYARD_API_KEY"';
+  const curl = `curl ${baseUrl.replace(/\/+$/, '')}${path} ${header}`;
+  return (
+    <div class="batch-results">
+      <span class="muted small">{what} (JSONL), read with an API key of this account:</span>
+      <code class="batch-curl" aria-label={`${what} of ${batch.id}`}>
+        {curl}
+      </code>
+      <CopyButton text={curl} label={`Copy the ${what.toLowerCase()} command of ${batch.id}`} />
+    </div>
+  );
+}
+
+/** An ended batch's results: a message batch's results, an OpenAI batch's output and error files (by name). */
 function Results({ batch, baseUrl }: { batch: Batch; baseUrl: string }) {
-  const curl = `curl ${baseUrl.replace(/\/+$/, '')}${batch.results_path} -H "x-api-key: $SWITCHYARD_API_KEY"`;
+  const output = batch.files?.output;
+  const errors = batch.files?.error;
   return (
     <tr class="batch-results-row">
       <td colSpan={columns}>
-        <div class="batch-results">
-          <span class="muted small">Results (JSONL), read with an API key of this account:</span>
-          <code class="batch-curl" aria-label={`Results of ${batch.id}`}>
-            {curl}
-          </code>
-          <CopyButton text={curl} label={`Copy the results command of ${batch.id}`} />
-        </div>
+        {batch.dialect === 'openai' ? (
+          <>
+            {output && <ResultsLine batch={batch} path={`/v1/files/${output.id}/content`} what={`Output ${output.filename ?? output.id}`} baseUrl={baseUrl} />}
+            {errors && <ResultsLine batch={batch} path={`/v1/files/${errors.id}/content`} what={`Errors ${errors.filename ?? errors.id}`} baseUrl={baseUrl} />}
+          </>
+        ) : (
+          batch.results_path && <ResultsLine batch={batch} path={batch.results_path} what="Results" baseUrl={baseUrl} />
+        )}
       </td>
     </tr>
   );
 }
+
+/** Whether the batch has anything to read yet. */
+const hasResults = (batch: Batch) => (batch.dialect === 'openai' ? !!(batch.files?.output || batch.files?.error) : !!batch.results_path);
 
 export function BatchesPage() {
   useTitle('Batches');
@@ -113,7 +167,7 @@ export function BatchesPage() {
         title="Batches"
         description={
           <>
-            Message batches made with <code>POST /v1/messages/batches</code>{admin && accountId ? ' by this account’s keys' : ' by your keys'}, newest first. A batch’s results are read with an API key once it has ended.
+            Batches made with <code>POST /v1/messages/batches</code> or <code>POST /v1/batches</code>{admin && accountId ? ' by this account’s keys' : ' by your keys'}, newest first. A batch’s results are read with an API key once it has ended.
           </>
         }
         actions={
@@ -176,13 +230,14 @@ export function BatchesPage() {
                   </td>
                 </tr>
               )}
-              {current && rows.length === 0 && <EmptyRow columns={columns}>No batches yet: make one with POST /v1/messages/batches and an API key.</EmptyRow>}
+              {current && rows.length === 0 && <EmptyRow columns={columns}>No batches yet: make one with POST /v1/messages/batches or POST /v1/batches and an API key.</EmptyRow>}
               {rows.map((batch) => (
                 <Fragment key={batch.id}>
-                  <tr class={batch.results_path ? 'batch-row has-results' : 'batch-row'}>
+                  <tr class={hasResults(batch) ? 'batch-row has-results' : 'batch-row'}>
                     <td class="mono cell-strong nowrap">{batch.id}</td>
-                    <td class="nowrap">
-                      <span class={`badge badge-cap ${statusBadge[batch.status]}`}>{statusLabel[batch.status]}</span>
+                    <td>
+                      <Status batch={batch} />
+                      <Made batch={batch} />
                     </td>
                     <td class="batch-progress-cell">
                       <Progress batch={batch} />
@@ -195,7 +250,7 @@ export function BatchesPage() {
                       <Ends batch={batch} />
                     </td>
                   </tr>
-                  {batch.results_path && <Results batch={batch} baseUrl={config.base_url} />}
+                  {hasResults(batch) && <Results batch={batch} baseUrl={config.base_url} />}
                 </Fragment>
               ))}
             </tbody>
