@@ -98,7 +98,7 @@ describe('image variations', () => {
   it('answers a signed URL the client can fetch', async () => {
     const answer = await client.images.createVariation({ image: await toFile(png(32, 32), 'a.png', { type: 'image/png' }), model: 'dall-e-2', response_format: 'url' });
     const url = answer.data![0]!.url!;
-    assert.match(url, /\/v1\/files\//);
+    assert.match(url, /\/v1\/blobs\//);
     const file = await fetch(url);
     assert.equal(file.status, 200);
     assert.equal(file.headers.get('content-type'), 'image/png');
