@@ -80,7 +80,7 @@ export function receiveUpload(req: IncomingMessage, files: AccountFileStore, acc
     let staging: Promise<StagedFile> | undefined;
     let failed = false;
     // A client that goes silent mid-body gets a 408 (and its connection closed) after BODY_IDLE_TIMEOUT_MS.
-    const idle = watchBodyIdle(() => fail(bodyStalled()));
+    const idle = watchBodyIdle(req, () => fail(bodyStalled()));
     req.on('data', idle.bytes);
     const fail = (error: unknown) => {
       idle.stop();

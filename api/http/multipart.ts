@@ -62,7 +62,7 @@ export function readMultipart(
     const stores: Promise<void>[] = [];
     let failed = false;
     // A client that goes silent mid-body gets a 408 (and its connection closed) after BODY_IDLE_TIMEOUT_MS.
-    const idle = watchBodyIdle(() => fail(bodyStalled()));
+    const idle = watchBodyIdle(req, () => fail(bodyStalled()));
     req.on('data', idle.bytes);
     const fail = (error: unknown) => {
       idle.stop();

@@ -1,4 +1,5 @@
 import type { IncomingMessage } from 'node:http';
+import type { Readable } from 'node:stream';
 import type { Middleware } from 'koa';
 import type { z } from 'zod';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
@@ -31,11 +32,17 @@ export const bodyStalled = () =>
 
 /**
  * Watches a body being read: `onStall` runs once the client has sent nothing
- * for BODY_IDLE_TIMEOUT_MS. The returned `bytes` (call it on every chunk)
- * starts the silence over; `stop` ends the watch.
+ * for BODY_IDLE_TIMEOUT_MS while we were waiting for it. The returned `bytes`
+ * (call it on every chunk) starts the silence over; `stop` ends the watch.
+ * Time the body spends paused by our own backpressure (a slow disk or S3
+ * holding a piped upload) or with bytes still unread in its buffer is ours,
+ * not the client's: the watch starts over instead of refusing it.
  */
-export function watchBodyIdle(onStall: () => void): { bytes: () => void; stop: () => void } {
-  const timer = setTimeout(onStall, bodyIdleMs);
+export function watchBodyIdle(req: Readable, onStall: () => void): { bytes: () => void; stop: () => void } {
+  const timer = setTimeout(() => {
+    if (req.readableFlowing === false || req.readableLength > 0) timer.refresh();
+    else onStall();
+  }, bodyIdleMs);
   return { bytes: () => timer.refresh(), stop: () => clearTimeout(timer) };
 }
 
@@ -109,7 +116,7 @@ function readBytes(req: IncomingMessage, limit: number): Promise<{ chunks: Buffe
     };
     const onEnd = () => finish();
     const onClose = () => finish(invalidRequest('The request body ended before it was complete.', null, 'incomplete_body'));
-    const idle = watchBodyIdle(() => finish(bodyStalled()));
+    const idle = watchBodyIdle(req, () => finish(bodyStalled()));
     req.on('data', onData);
     req.on('end', onEnd);
     req.on('error', finish);

@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, writeFileSync, type Dirent } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -90,10 +90,23 @@ describe('the Files API (/v1/files) with the official SDK', () => {
   let apiKey: string;
   let account: string;
 
-  const filesOnDisk = (): string[] => {
-    const root = join(blobDir, 'files');
-    if (!existsSync(root)) return [];
-    return readdirSync(root, { recursive: true, withFileTypes: true }).filter((entry) => entry.isFile() && !entry.name.endsWith('.meta.json')).map((entry) => entry.name);
+  /** The stored files' names (their ids), walked a folder at a time: one the gateway removes meanwhile is empty, not an error. */
+  const filesOnDisk = (dir = join(blobDir, 'files')): string[] => {
+    let entries: Dirent[];
+    try {
+      entries = readdirSync(dir, { withFileTypes: true });
+    } catch {
+      return [];
+    }
+    return entries.flatMap((entry) => (entry.isDirectory() ? filesOnDisk(join(dir, entry.name)) : entry.name.endsWith('.meta.json') ? [] : [entry.name]));
+  };
+  /** Waits until the files on disk are `count` again, naming those left over and the uploads still marked under way. */
+  const untilFilesOnDisk = async (count: number, what: string) => {
+    try {
+      await waitFor(() => filesOnDisk().length === count, 10_000, what);
+    } catch (error) {
+      throw new Error(`${(error as Error).message}: ${filesOnDisk().length} files where ${count} were (${filesOnDisk().join(', ')}); uploads under way: ${(await redis.zrange(fileUploadsKey, '0', '-1')).join(', ') || 'none'}`);
+    }
   };
 
   before(async () => {
@@ -111,7 +124,7 @@ describe('the Files API (/v1/files) with the official SDK', () => {
         FILES_BATCH_MAX_BYTES: String(batchCap),
         FILES_MAX_BYTES: String(userDataCap),
         BLOB_SWEEP_INTERVAL_S: '1',
-        BODY_IDLE_TIMEOUT_MS: '1500',
+        BODY_IDLE_TIMEOUT_MS: '3000',
       },
     });
     client = gateway.client(apiKey, { timeout: 60_000 });
@@ -271,7 +284,7 @@ describe('the Files API (/v1/files) with the official SDK', () => {
     });
     assert.equal(cut.status, 400);
 
-    await waitFor(() => filesOnDisk().length === stored, 5000, 'the refused uploads deleted');
+    await untilFilesOnDisk(stored, 'the refused uploads deleted');
   });
 
   it('keeps nothing of an upload whose client goes away or goes silent mid-file (408)', async () => {
@@ -299,7 +312,7 @@ describe('the Files API (/v1/files) with the official SDK', () => {
     const answered = silent as { status: number; body: string };
     assert.equal(answered.status, 408);
     assert.equal((JSON.parse(answered.body) as { error: { code: string } }).error.code, 'request_timeout');
-    await waitFor(() => filesOnDisk().length === stored, 5000, 'the partial uploads deleted');
+    await untilFilesOnDisk(stored, 'the partial uploads deleted');
     await waitFor(async () => (await redis.zcard(fileUploadsKey)) === 0, 5000, 'no upload left marked under way');
   });
 
@@ -322,7 +335,7 @@ describe('the Files API (/v1/files) with the official SDK', () => {
     const exact = await client.files.create({ file: await toFile(big.subarray(0, batchCap), 'exact.jsonl'), purpose: 'batch' });
     assert.equal(exact.bytes, batchCap);
     await client.files.delete(exact.id);
-    await waitFor(() => filesOnDisk().length === stored, 5000, 'the refused uploads deleted');
+    await untilFilesOnDisk(stored, 'the refused uploads deleted');
     assert.equal((await client.files.list()).data.length, listed);
   });
 
