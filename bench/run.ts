@@ -37,6 +37,11 @@
  *                finish against the vendor's capacity time, api and worker RSS, Redis memory per queued
  *                request, every result line checked; another account's default-tier requests alone and during
  *                the batch (p50/p95). Also writes bench/results/latest-batches.json in a run of several sections
+ *   openai-batches  OpenAI's Batch API (bench/openai-batches.ts): a 50,000-line /v1/embeddings file (about 60 MB)
+ *                uploaded to /v1/files and run with /v1/batches against a fake capped at 50 answering in 200 ms:
+ *                upload and validation times with the api's RSS peak and longest event-loop turn, finish against
+ *                the vendor's capacity time, Redis bytes per waiting request, the output file checked line by line;
+ *                another account's embeddings alone and during the batch (p50/p95)
  *   speech       POST /v1/audio/speech (bench/speech.ts): time to the first byte of audio and to the last through
  *                the gateway (npm start, mock-speech) against the same mock speech served directly by a process of
  *                its own, at 1 and 64 connections, every answer checked byte for byte
@@ -55,7 +60,7 @@
  * bench/results/latest-<sections>.json (so a quick run does not replace the full figures).
  *
  * Environment:
- *   BENCH_ONLY            comma-separated sections to run (default: all nine)
+ *   BENCH_ONLY            comma-separated sections to run (default: all ten)
  *   BENCH_CONFIGS         gateway targets of overhead: start (node dist/bin/start.js as is),
  *                         unlimited (start with the Default account's key, made by POST /admin/keys with no
  *                         account: unlimited, no limits; start's is a credited, limited key), log-off (start with REQUEST_LOG=off: the request log's cost, side by side),
@@ -161,17 +166,18 @@ import { runTopologySection } from './topology.js';
 import { runTranslation } from './translation.js';
 import { renderSpeech, runSpeechBench, speechSettings, type SpeechResults } from './speech.js';
 import { realtimeSettings, renderRealtime, runRealtimeBench, type RealtimeResults } from './realtime.js';
+import { openAIBatchSettings, renderOpenAIBatches, runOpenAIBatches, type OpenAIBatchResults } from './openai-batches.js';
 
 function envList(name: string, fallback: string): string[] {
   return (process.env[name] || fallback).split(',').map((s) => s.trim()).filter(Boolean);
 }
 
 /** The sections of this run: report.ts's, streams (rendered by bench/paced-streams.ts), cache (bench/cache.ts), batches (bench/batches.ts) and speech (bench/speech.ts). */
-type RunSection = Section | 'streams' | 'cache' | 'batches' | 'speech' | 'realtime';
+type RunSection = Section | 'streams' | 'cache' | 'batches' | 'openai-batches' | 'speech' | 'realtime';
 /** A run's results: report.ts's, with the streams, cache, batches and speech sections beside them. */
-type RunResults = Omit<Results, 'sections'> & { sections: RunSection[]; streams?: StreamsResults; cache?: CacheResults; batches?: BatchesResults; speech?: SpeechResults; realtime?: RealtimeResults };
+type RunResults = Omit<Results, 'sections'> & { sections: RunSection[]; streams?: StreamsResults; cache?: CacheResults; batches?: BatchesResults; 'openai-batches'?: OpenAIBatchResults; speech?: SpeechResults; realtime?: RealtimeResults };
 
-const allSections: RunSection[] = ['overhead', 'burst', 'translation', 'scheduler', 'streams', 'cache', 'batches', 'speech', 'realtime'];
+const allSections: RunSection[] = ['overhead', 'burst', 'translation', 'scheduler', 'streams', 'cache', 'batches', 'openai-batches', 'speech', 'realtime'];
 const onlyList = envList('BENCH_ONLY', allSections.join(','));
 for (const name of onlyList) {
   if (!allSections.includes(name as RunSection)) throw new Error(`BENCH_ONLY: unknown section "${name}" (${allSections.join(', ')})`);
@@ -227,6 +233,7 @@ const streamsSettings: StreamsSettings = {
 };
 const cacheRunSettings = cacheSettings(quietWaitMs);
 const batchesRunSettings = batchesSettings(quietWaitMs);
+const openAIBatchRunSettings = openAIBatchSettings(quietWaitMs);
 const speechRunSettings = speechSettings(process.env, quietWaitMs);
 const realtimeRunSettings = realtimeSettings(process.env, quietWaitMs);
 const translationSettings = {
@@ -270,10 +277,11 @@ async function main(): Promise<void> {
     const streams = sections.includes('streams') ? await runPacedStreams({ settings: streamsSettings, redis, redisUrl }) : undefined;
     const cache = sections.includes('cache') ? await runCache({ settings: cacheRunSettings, redis, redisUrl }) : undefined;
     const batches = sections.includes('batches') ? await runBatches({ settings: batchesRunSettings, redis, redisUrl }) : undefined;
+    const openAIBatches = sections.includes('openai-batches') ? await runOpenAIBatches({ settings: openAIBatchRunSettings, redis, redisUrl }) : undefined;
     const speech = sections.includes('speech') ? await runSpeechBench({ settings: speechRunSettings, redis, redisUrl }) : undefined;
     const realtime = sections.includes('realtime') ? await runRealtimeBench({ settings: realtimeRunSettings, redis, redisUrl }) : undefined;
 
-    const bars = [...(overhead?.bars ?? []), ...(burst?.configs ?? []).flatMap((c) => c.bars), ...(scheduler?.bars ?? []), ...(streams?.bars ?? []), ...(cache?.bars ?? []), ...(batches?.bars ?? [])].filter(
+    const bars = [...(overhead?.bars ?? []), ...(burst?.configs ?? []).flatMap((c) => c.bars), ...(scheduler?.bars ?? []), ...(streams?.bars ?? []), ...(cache?.bars ?? []), ...(batches?.bars ?? []), ...(openAIBatches?.bars ?? [])].filter(
       (b) => !b.informational,
     );
     const results: RunResults = {
@@ -288,6 +296,7 @@ async function main(): Promise<void> {
       ...(streams ? { streams } : {}),
       ...(cache ? { cache } : {}),
       ...(batches ? { batches } : {}),
+      ...(openAIBatches ? { 'openai-batches': openAIBatches } : {}),
       ...(speech ? { speech } : {}),
       ...(realtime ? { realtime } : {}),
       passed: bars.every((b) => b.pass),
@@ -318,10 +327,10 @@ async function main(): Promise<void> {
       writeFileSync(join(outDir, 'latest-batches.json'), `${JSON.stringify(alone, null, 2)}\n`);
     }
     // report.ts renders its own sections (and their bars); the streams, cache and batches sections follow with theirs.
-    const { streams: _streams, cache: _cache, batches: _batches, speech: _speech, realtime: _realtime, ...reported } = results;
-    const rendered = render({ ...reported, sections: results.sections.filter((s): s is Section => s !== 'streams' && s !== 'cache' && s !== 'batches' && s !== 'speech' && s !== 'realtime') });
+    const { streams: _streams, cache: _cache, batches: _batches, 'openai-batches': _openAIBatches, speech: _speech, realtime: _realtime, ...reported } = results;
+    const rendered = render({ ...reported, sections: results.sections.filter((s): s is Section => s !== 'streams' && s !== 'cache' && s !== 'batches' && s !== 'openai-batches' && s !== 'speech' && s !== 'realtime') });
     process.stdout.write(
-      `\n${rendered}${streams ? `\n\n${renderStreams(streams)}` : ''}${cache ? `\n\n${renderCache(cache)}` : ''}${batches ? `\n\n${renderBatches(batches)}` : ''}${speech ? `\n\n${renderSpeech(speech)}` : ''}${realtime ? `\n\n${renderRealtime(realtime)}` : ''}\n\nResults written to bench/results/${file}\n`,
+      `\n${rendered}${streams ? `\n\n${renderStreams(streams)}` : ''}${cache ? `\n\n${renderCache(cache)}` : ''}${batches ? `\n\n${renderBatches(batches)}` : ''}${openAIBatches ? `\n\n${renderOpenAIBatches(openAIBatches)}` : ''}${speech ? `\n\n${renderSpeech(speech)}` : ''}${realtime ? `\n\n${renderRealtime(realtime)}` : ''}\n\nResults written to bench/results/${file}\n`,
     );
     if (process.env.BENCH_STRICT === '1' && !results.passed) process.exitCode = 1;
   } finally {
