@@ -35,7 +35,7 @@ import { batchRoutes } from './batches/routes.js';
 import { startBatchSweeps } from './batches/sweep.js';
 import { listenForRefills } from './batches/refill.js';
 import { openAIBatchRoutes } from './batches/openai-routes.js';
-import { startFinalize } from './batches/openai-finalize.js';
+import { advanceOpenAIBatch } from './batches/openai-finalize.js';
 import { jobRoutes } from './jobs/routes.js';
 import { responseRoutes } from './responses/routes.js';
 import { EventLogs } from './relay/event-log.js';
@@ -180,7 +180,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   // OpenAI's Batch API on the batch engine, over the account's files (api/batches/openai-*.ts).
   const openaiBatchDeps = { ...endpointDeps, files: new AccountFileStore(redis, blobs), log };
   // Batches' windows refilled when a worker asks, an OpenAI batch's files written once it ends (api/batches/refill.ts).
-  listenForRefills(hub, redis, queues, log, { keepMs: config.batches.resultsKeepMs, finalize: (id) => startFinalize(openaiBatchDeps, id) });
+  listenForRefills(hub, redis, queues, log, { keepMs: config.batches.resultsKeepMs, advance: (id) => advanceOpenAIBatch(openaiBatchDeps, id) });
   const jobs = jobRoutes({ ...relayDeps, blobs, urlSecret });
   const assets = new ConsoleAssets(options.consoleDir ?? defaultConsoleDir());
   if (!assets.built) log.warn({ dir: assets.dir }, 'the console is not built: /console answers 503 until `npm run build` runs');

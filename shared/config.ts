@@ -68,6 +68,8 @@ export interface BatchLimits {
   sweepIntervalMs: number;
   /** The fewest requests of one batch queued at once (more where a lane it uses has a wider cap). */
   window: number;
+  /** An OpenAI batch's results held in Redis before they are written out as a part of its files. */
+  spillResults: number;
 }
 
 export interface Config {
@@ -438,6 +440,7 @@ const fixed = {
   FILES_MAX_BYTES: setting(integer(1, 512 * 1024 * 1024), 'the largest file `POST /v1/files` stores (`purpose: user_data`; OpenAI\'s 512 MB); over → 413, nothing kept'),
   FILES_BATCH_MAX_BYTES: setting(integer(1, 200 * 1024 * 1024), 'the largest batch input file (`purpose: batch`; OpenAI\'s 200 MB); over → 413, nothing kept'),
   FILES_BATCH_MAX_REQUESTS: setting(integer(1, 50_000), 'the most requests (lines) a batch input file may hold (OpenAI\'s 50,000): more fails the batch at validation'),
+  FILES_BATCH_SPILL_RESULTS: setting(integer(10, 1000, 1_000_000), 'the results of an OpenAI batch (`/v1/batches`) held in Redis before an api writes them out to its output and error files as a part: Redis holds at most about this many of a batch\'s results (an embedding\'s is about 20 KB), whatever its size'),
   RESPONSE_TTL_S: setting(integer(60, 30 * 86_400), 'how long a stored response (`store`, the default) can be retrieved and chained with `previous_response_id`'),
   STREAM_REPLAY_TTL_S: setting(integer(10, 600), 'how long after its last event a stream (chat, completions, Responses) can still be resumed or replayed from its event log'),
   STREAM_RESUME_GRACE_MS: setting(integer(0, 0), 'a streaming client that disconnects leaves its request running this long for a resume unless the request asks otherwise (`x-stream-resume-grace-ms`); `0` cancels it (and its spend) within a second, as clients expect of closing a stream'),
@@ -729,6 +732,7 @@ export function loadConfig(env: Env = process.env): Config {
       resultsKeepMs: values.BATCH_RESULTS_TTL_S * 1000,
       sweepIntervalMs: values.BATCH_SWEEP_INTERVAL_S * 1000,
       window: values.BATCH_WINDOW,
+      spillResults: values.FILES_BATCH_SPILL_RESULTS,
     },
     files: { maxBytes: values.FILES_MAX_BYTES, batchMaxBytes: values.FILES_BATCH_MAX_BYTES, batchMaxRequests: values.FILES_BATCH_MAX_REQUESTS },
     streamReplayTtlSeconds: values.STREAM_REPLAY_TTL_S,

@@ -10,7 +10,7 @@ import type { BlobStore } from '../storage/blob-store.js';
 import { uploadKeys } from '../storage/upload-keys.js';
 import { AccountFileStore } from '../storage/account-files.js';
 
-export type JanitorConfig = Pick<Config, 'blobSweepIntervalSeconds' | 'blobUrlTtlSeconds' | 'asyncResultTtlSeconds' | 'deadlineMs' | 'responseTtlSeconds'>;
+export type JanitorConfig = Pick<Config, 'blobSweepIntervalSeconds' | 'blobUrlTtlSeconds' | 'asyncResultTtlSeconds' | 'deadlineMs' | 'responseTtlSeconds'> & { batches: Pick<Config['batches'], 'deadlineMs'> };
 
 /** Kept past the end of a blob's advertised life (clock skew between processes, a link signed just after the write). */
 const graceMs = 10 * 60_000;
@@ -37,6 +37,9 @@ export function retentionRules(config: JanitorConfig): RetentionRule[] {
     { prefix: 'results/', maxAgeMs: asyncTtlMs + graceMs },
     // The input items of large stored responses live as long as the response (RESPONSE_TTL_S).
     { prefix: 'responses/', maxAgeMs: config.responseTtlSeconds * 1000 + graceMs },
+    // A backstop: an OpenAI batch's parts are deleted once its files are written, which is by its deadline (and the
+    // sweep after it).
+    { prefix: 'batch-parts/', maxAgeMs: config.batches.deadlineMs + 3_600_000 + graceMs },
   ];
 }
 

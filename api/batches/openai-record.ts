@@ -1,8 +1,9 @@
+import { readFileSync } from 'node:fs';
 import type { Redis } from 'ioredis';
 import type { BatchRecord } from '../../shared/batches.js';
 import type { Endpoint } from '../../shared/endpoints.js';
-import { together } from '../../shared/redis.js';
-import { accountBatchesKey, batchIntakeKey, batchKey, openBatchesKey } from '../../shared/redis-keys.js';
+import { together, withScripts } from '../../shared/redis.js';
+import { accountBatchesKey, batchIntakeKey, batchKey, batchResultsKey, openBatchesKey } from '../../shared/redis-keys.js';
 
 /**
  * What an OpenAI batch (`/v1/batches`) keeps of its own dialect beside the engine's record, in the same hash
@@ -80,6 +81,9 @@ const field = {
   errorFile: 'oa_error_file',
   outputName: 'oa_output_name',
   errorName: 'oa_error_name',
+  /** Parts of its results written out to the blob store (lua/spilled.lua), and the last result they hold. */
+  parts: 'oa_parts',
+  partsThrough: 'oa_parts_through',
 } as const;
 
 /** The lease of whoever validates (then stores) a batch: the engine's intake lease, taken earlier. */
@@ -162,6 +166,31 @@ export async function noteFinal(redis: Redis, batchId: string, final: Exclude<Fi
   // Only while the batch is there: one deleted meanwhile is not brought back as a hash of these fields alone.
   await redis.eval(`if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], unpack(ARGV)) end return 0`, 1, batchKey(batchId), ...Object.entries(fields).flat());
   await redis.zrem(openBatchesKey, batchId);
+}
+
+/** The parts of its results already written out (openai-finalize.ts): how many, and the last result's id they hold. */
+export function spilledOf(batch: BatchRecord): { parts: number; through: string | undefined } {
+  return { parts: Number(batch.row[field.parts] ?? 0), through: batch.row[field.partsThrough] || undefined };
+}
+
+interface SpillRedis extends Redis {
+  batchSpilled(batchKey: string, resultsKey: string, partsBefore: number, through: string, after: string): Promise<number>;
+}
+const spilledLua = readFileSync(new URL('./lua/spilled.lua', import.meta.url), 'utf8');
+
+/** The stream id just after `id` (`ms-seq`): the first one a trim to it keeps. */
+const nextStreamId = (id: string) => {
+  const [ms, seq] = id.split('-');
+  return `${ms}-${Number(seq) + 1}`;
+};
+
+/**
+ * Notes a part written out, holding the results up to `through`, and drops those results from Redis, in one step;
+ * false when the batch is gone or its parts are no longer `partsBefore` (another api noted one meanwhile).
+ */
+export async function noteSpilled(redis: Redis, batchId: string, partsBefore: number, through: string): Promise<boolean> {
+  const scripted = withScripts<SpillRedis>(redis, { batchSpilled: { keys: 2, lua: spilledLua } });
+  return (await scripted.batchSpilled(batchKey(batchId), batchResultsKey(batchId), partsBefore, through, nextStreamId(through))) === 1;
 }
 
 /** This dialect's fields of a batch, read from its record. */

@@ -3,8 +3,6 @@ import { fillBatchWindow, type BatchQueues } from '../../shared/batch-queue.js';
 import type { Logger } from '../../shared/logger.js';
 import { batchRefillChannel } from '../../shared/redis-keys.js';
 import type { ReplyHub } from '../relay/reply-hub.js';
-import { readBatch } from '../../shared/batches.js';
-import { awaitsFinal } from './openai-record.js';
 
 /**
  * An api's part in running batches: when a worker says a batch's window has room (shared/batch-queue.ts), the api
@@ -12,20 +10,34 @@ import { awaitsFinal } from './openai-record.js';
  * calls. Every api hears every ask and the fill is one script, so whichever comes first fills it and the others find
  * nothing to do. One fill at a time per batch in this api; an ask that comes during one is done after it.
  *
- * An OpenAI batch's last result is said on the same channel: the api that finds it ended writes its files
- * (`finalize`, api/batches/openai-finalize.ts; one api does, under a lease).
+ * An OpenAI batch's last result is said on the same channel: the api that finds it ended writes its files, and one
+ * that finds many results waiting writes them out as a part (`advance`, api/batches/openai-finalize.ts; one api
+ * does, under a lease).
  */
-export function listenForRefills(hub: ReplyHub, redis: Redis, queues: BatchQueues, log: Logger, options: { keepMs: number; finalize?: (batchId: string) => void }): void {
+export function listenForRefills(hub: ReplyHub, redis: Redis, queues: BatchQueues, log: Logger, options: { keepMs: number; advance?: (batchId: string) => Promise<void> }): void {
   const filling = new Map<string, boolean>();
+  // An OpenAI batch's step (a part written out, or its files) runs beside its fills, never holding them up; one at a
+  // time per batch, an ask during one makes one more after it.
+  const advancing = new Map<string, boolean>();
+  const advance = (batchId: string): void => {
+    if (!options.advance) return;
+    if (advancing.has(batchId)) {
+      advancing.set(batchId, true);
+      return;
+    }
+    advancing.set(batchId, false);
+    void options.advance(batchId).finally(() => {
+      const again = advancing.get(batchId) === true;
+      advancing.delete(batchId);
+      if (again) advance(batchId);
+    });
+  };
   const fill = async (batchId: string): Promise<void> => {
     filling.set(batchId, false);
     try {
       const missed = await fillBatchWindow(redis, queues, batchId, options.keepMs);
       if (missed.length > 0) log.warn({ batch: batchId, missed }, "a batch's requests could not be queued (the sweep will see them)");
-      if (options.finalize && batchId.startsWith('batch_')) {
-        const batch = await readBatch(redis, batchId);
-        if (batch && awaitsFinal(batch)) options.finalize(batchId);
-      }
+      if (batchId.startsWith('batch_')) advance(batchId);
     } catch (error) {
       log.warn({ err: error, batch: batchId }, "could not refill a batch's window (the sweep will)");
     }

@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, readFileSync, readdirSync, writeFileSync, type Dirent } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,6 +13,7 @@ import { blobUrlSecretKey, fileUploadsKey } from '../../shared/redis-keys.js';
 import { AccountFileStore, fileBlobKey } from '../../storage/account-files.js';
 import { signBlobUrl } from '../../storage/blob-urls.js';
 import { LocalBlobStore } from '../../storage/local-blob-store.js';
+import { filesUnder } from '../support/blob-dir.js';
 import { freshRedis, paidAccountKey, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { assertMatchesSchema } from '../support/openapi-schemas.js';
 
@@ -90,16 +91,8 @@ describe('the Files API (/v1/files) with the official SDK', () => {
   let apiKey: string;
   let account: string;
 
-  /** The stored files' names (their ids), walked a folder at a time: one the gateway removes meanwhile is empty, not an error. */
-  const filesOnDisk = (dir = join(blobDir, 'files')): string[] => {
-    let entries: Dirent[];
-    try {
-      entries = readdirSync(dir, { withFileTypes: true });
-    } catch {
-      return [];
-    }
-    return entries.flatMap((entry) => (entry.isDirectory() ? filesOnDisk(join(dir, entry.name)) : entry.name.endsWith('.meta.json') ? [] : [entry.name]));
-  };
+  /** The stored files' names (their ids). */
+  const filesOnDisk = () => filesUnder(join(blobDir, 'files'));
   /** Waits until the files on disk are `count` again, naming those left over and the uploads still marked under way. */
   const untilFilesOnDisk = async (count: number, what: string) => {
     try {

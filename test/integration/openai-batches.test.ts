@@ -1,10 +1,14 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import OpenAI, { toFile } from 'openai';
 import { readBill } from '../../shared/money/billing.js';
-import { batchIntakeKey, batchKey } from '../../shared/redis-keys.js';
+import { batchIntakeKey, batchKey, batchResultsKey } from '../../shared/redis-keys.js';
 import { createValidatingBatch } from '../../api/batches/openai-record.js';
+import { filesUnder } from '../support/blob-dir.js';
 import { freshRedis, paidAccountKey, requestRecord, startGateway, testKeyStore, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { startFakeOpenAI, type FakeOpenAI, type RecordedRequest } from '../support/fake-openai.js';
 import { startFakeAnthropic, FAKE_ANTHROPIC_TEXT, type FakeAnthropic } from '../support/fake-anthropic.js';
@@ -87,8 +91,10 @@ describe('OpenAI Batch API (/v1/batches) with the official openai SDK over /v1/f
   let client: OpenAI;
   let account: string;
   let apiKey: string;
+  let blobDir: string;
 
   before(async () => {
+    blobDir = await mkdtemp(join(tmpdir(), 'sy-openai-batches-'));
     [openai, anthropic, gemini] = await Promise.all([startFakeOpenAI(), startFakeAnthropic(), startFakeGemini()]);
     openai.setDefault((request) => {
       const text = lastUserText(request);
@@ -114,6 +120,9 @@ describe('OpenAI Batch API (/v1/batches) with the official openai SDK over /v1/f
         BATCH_WINDOW: '4',
         BATCH_MAX_OPEN: '5',
         FILES_BATCH_MAX_REQUESTS: '40',
+        // Every batch of more than a few lines writes its results out as parts while it runs.
+        FILES_BATCH_SPILL_RESULTS: '10',
+        BLOB_DIR: blobDir,
         ADMIN_EMAIL: 'root@batches.test',
         ADMIN_PASSWORD: 'root-password-1',
       },
@@ -125,6 +134,7 @@ describe('OpenAI Batch API (/v1/batches) with the official openai SDK over /v1/f
     await gateway?.stop();
     await Promise.all([openai?.close(), anthropic?.close(), gemini?.close()]);
     redis?.disconnect();
+    if (blobDir) await rm(blobDir, { recursive: true, force: true });
   });
 
   it('runs a chat batch over an OpenAI, an Anthropic and a Gemini model to completed: one output line each, billed once at the flex price', async () => {
@@ -314,6 +324,42 @@ describe('OpenAI Batch API (/v1/batches) with the official openai SDK over /v1/f
     assert.equal((await readBill(redis, account))!.reservedMicros, 0);
   });
 
+  it('writes the results of a running batch out as parts (Redis keeps no more than a part of them), its files whole from the parts, the parts gone after', async () => {
+    const lines = Array.from({ length: 40 }, (_, i) => line(`c${i}`, '/v1/embeddings', { model: 'text-embedding-3-small', input: i % 8 === 5 ? `please fail ${i}` : `passage ${i}` }));
+    const input = await upload(client, lines);
+    const made = await client.batches.create({ input_file_id: input.id, endpoint: '/v1/embeddings', completion_window: '24h' });
+    // Watched as it runs: the results waiting in Redis, and the parts noted.
+    let mostWaiting = 0;
+    let batch: Batch | undefined;
+    await waitFor(
+      async () => {
+        mostWaiting = Math.max(mostWaiting, await redis.xlen(batchResultsKey(made.id)));
+        return finalStatuses.has((batch = await client.batches.retrieve(made.id)).status);
+      },
+      30_000,
+      'the batch to end',
+    );
+    assert.equal(batch!.status, 'completed', JSON.stringify(batch));
+    assert.deepEqual(batch!.request_counts, { total: 40, completed: 35, failed: 5 });
+    const parts = Number(await redis.hget(batchKey(made.id), 'oa_parts'));
+    assert.ok(parts >= 2, `its results went out in parts (${parts})`);
+    assert.ok(mostWaiting < 40, `Redis never held them all (${mostWaiting} at most)`);
+    // The files: every line once, each where it belongs, with ids of their own.
+    const output = await linesOf(client, batch!.output_file_id);
+    const errors = await linesOf(client, batch!.error_file_id);
+    const outputs = byCustomId(output);
+    const failures = byCustomId(errors);
+    assert.equal(outputs.size, 35);
+    assert.deepEqual([...failures.keys()].sort(), ['c13', 'c21', 'c29', 'c37', 'c5']);
+    for (const [, found] of outputs) assert.equal(found.response!.status_code, 200);
+    for (const [, found] of failures) assert.equal(found.response!.status_code, 400);
+    assert.equal(new Set([...output, ...errors].map((found) => found.id)).size, 40, 'each line its own batch_req_ id');
+    // Once written, the parts and the results in Redis are gone.
+    await waitFor(() => filesUnder(join(blobDir, 'batch-parts')).length === 0, 10_000, 'the parts deleted');
+    assert.equal(await redis.exists(batchResultsKey(made.id)), 0);
+    await rowsBilled(redis, made.id, 40);
+  });
+
   it('ends a batch whose every line is refused (more of them than its window) with each in the error file and nothing billed', async () => {
     const input = await upload(client, Array.from({ length: 13 }, (_, i) => chat(`r${i}`, `no-such-model-${i}`, 'x')));
     const made = await client.batches.create({ input_file_id: input.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
@@ -476,8 +522,9 @@ describe('OpenAI batches across faults: a worker killed mid-batch, a batch past 
     redis?.disconnect();
   });
 
-  // A dead worker's jobs run again after WORKER_LOCK_MS, and the vendor slots it held free after VENDOR_LEASE_MS.
-  const env = () => ({ REDIS_URL: url, OPENAI_API_KEY: 'sk-openai-test', OPENAI_BASE_URL: openai.url, OPENAI_MAX_CONCURRENCY: '2', WORKER_LOCK_MS: '2000', VENDOR_LEASE_MS: '3000', BATCH_SWEEP_INTERVAL_S: '1' });
+  // A dead worker's jobs run again after WORKER_LOCK_MS, and the vendor slots it held free after VENDOR_LEASE_MS;
+  // results are written out as parts every ten.
+  const env = () => ({ REDIS_URL: url, OPENAI_API_KEY: 'sk-openai-test', OPENAI_BASE_URL: openai.url, OPENAI_MAX_CONCURRENCY: '2', WORKER_LOCK_MS: '2000', VENDOR_LEASE_MS: '3000', BATCH_SWEEP_INTERVAL_S: '1', FILES_BATCH_SPILL_RESULTS: '10' });
 
   it('loses nothing and bills nothing twice when the worker running a batch is SIGKILLed and another takes over', async () => {
     const { key, account } = await paidAccountKey(redis, 10_000_000);

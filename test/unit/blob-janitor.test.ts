@@ -82,6 +82,9 @@ describe('BlobJanitor', () => {
     // The input of a large stored response lives RESPONSE_TTL_S (30 days) + 10 min.
     await blob('responses/resp_old/input.json', 30 * day + 600 + 60);
     await blob('responses/resp_new/input.json', 29 * day);
+    // An OpenAI batch's parts outlive its run (BATCH_DEADLINE_S, a day) by an hour and 10 min.
+    await blob('batch-parts/batch_old/0-output.jsonl', day + hour + 600 + 60);
+    await blob('batch-parts/batch_new/0-output.jsonl', day + 600);
     await blob('elsewhere/old.bin', 10 * day); // no rule: kept
     // Directories left empty earlier (e.g. by a crash): old ones go, a fresh one may be about to receive a put.
     await mkdir(join(dir, 'uploads/req_gone'));
@@ -90,11 +93,11 @@ describe('BlobJanitor', () => {
 
     const report = await janitor().sweep();
     assert.ok(report, 'swept');
-    assert.deepEqual(report.deleted, { 'uploads/': 1, 'images/': 2, 'videos/': 2, 'results/': 1, 'responses/': 1 });
+    assert.deepEqual(report.deleted, { 'uploads/': 1, 'images/': 2, 'videos/': 2, 'results/': 1, 'responses/': 1, 'batch-parts/': 1 });
     assert.equal(report.failed, 0);
     assert.equal(report.directories, 1);
 
-    for (const gone of ['uploads/req_old', 'images/req_old', 'videos/video_old', 'results/req_old.json', 'uploads/req_gone', 'responses/resp_old/input.json']) {
+    for (const gone of ['uploads/req_old', 'images/req_old', 'videos/video_old', 'results/req_old.json', 'uploads/req_gone', 'responses/resp_old/input.json', 'batch-parts/batch_old/0-output.jsonl']) {
       assert.ok(!exists(gone), `${gone} is gone`);
     }
     for (const kept of [
@@ -103,6 +106,7 @@ describe('BlobJanitor', () => {
       'videos/video_new/video.mp4',
       'results/req_new.json',
       'responses/resp_new/input.json',
+      'batch-parts/batch_new/0-output.jsonl',
       'elsewhere/old.bin',
       'uploads/req_starting',
     ]) {
@@ -122,6 +126,8 @@ describe('BlobJanitor', () => {
     assert.equal(rules.find((rule) => rule.prefix === 'results/')!.maxAgeMs, 60_000 + 600_000);
     // A large stored response's input lives as long as the response.
     assert.equal(rules.find((rule) => rule.prefix === 'responses/')!.maxAgeMs, 30 * 86_400_000 + 600_000);
+    // An OpenAI batch's parts outlive the batch's run (BATCH_DEADLINE_S) and the sweep that finalizes it after.
+    assert.equal(retentionRules(loadConfig({ BATCH_DEADLINE_S: '7200' })).find((rule) => rule.prefix === 'batch-parts/')!.maxAgeMs, 7_200_000 + 3_600_000 + 600_000);
   });
 
   it('sweeps once per interval when two processes race for it', async () => {
@@ -156,7 +162,7 @@ describe('BlobJanitor', () => {
     const sweeps = [...first.sweeps(), ...second.sweeps()];
     assert.equal(sweeps.length, 1);
     assert.equal(sweeps[0]!.level, 30, 'logged at info');
-    assert.deepEqual(sweeps[0]!.deleted, { 'uploads/': 0, 'images/': 0, 'videos/': 1, 'results/': 0, 'responses/': 0 });
+    assert.deepEqual(sweeps[0]!.deleted, { 'uploads/': 0, 'images/': 0, 'videos/': 1, 'results/': 0, 'responses/': 0, 'batch-parts/': 0 });
     assert.ok(!exists('videos/video_old'));
   });
 
@@ -194,7 +200,7 @@ describe('BlobJanitor', () => {
     const report = await janitor({}, { blobs: failing, log }).sweep();
     assert.ok(report);
     assert.equal(report.failed, 2);
-    assert.deepEqual(report.deleted, { 'uploads/': 1, 'images/': 1, 'videos/': 0, 'results/': 0, 'responses/': 0 });
+    assert.deepEqual(report.deleted, { 'uploads/': 1, 'images/': 1, 'videos/': 0, 'results/': 0, 'responses/': 0, 'batch-parts/': 0 });
     assert.ok(lines.some((line) => line.msg === 'could not sweep blobs' && line.prefix === 'results/'));
     assert.ok(lines.some((line) => line.msg === 'could not delete an expired blob' && line.key === 'images/req_old/1.png'));
   });
