@@ -133,7 +133,7 @@ export interface BatchesResults {
 }
 
 const headers = (key: string) => ({ authorization: `Bearer ${key}`, 'content-type': 'application/json' });
-const spread = (values: number[]): LatencySummary => summariseSorted(Float64Array.from(values).sort());
+export const spread = (values: number[]): LatencySummary => summariseSorted(Float64Array.from(values).sort());
 
 interface Done {
   ms: number;
@@ -169,8 +169,8 @@ async function interactive(agent: Agent, url: string, key: string, body: string)
 }
 
 /** `concurrency` loops sending B's requests, each its next when its last is answered, while `more(sent)` says so. */
-async function loops(concurrency: number, more: (sent: number) => boolean, fire: () => Promise<Done>): Promise<Done[]> {
-  const done: Done[] = [];
+export async function loops<T extends { status: number }>(concurrency: number, more: (sent: number) => boolean, fire: () => Promise<T>): Promise<T[]> {
+  const done: T[] = [];
   let sent = 0;
   const loop = async () => {
     while (more(sent)) {
@@ -465,13 +465,13 @@ function batchesBars(r: BatchesResults): Bar[] {
   return bars;
 }
 
-const mib = (bytes: number | null | undefined) => (bytes == null || Number.isNaN(bytes) ? '-' : (bytes / 1024 / 1024).toFixed(1));
-const ms0 = (v: number) => (Number.isNaN(v) ? '-' : Math.round(v).toLocaleString('en-US'));
+export const mib = (bytes: number | null | undefined) => (bytes == null || Number.isNaN(bytes) ? '-' : (bytes / 1024 / 1024).toFixed(1));
+export const ms0 = (v: number) => (Number.isNaN(v) ? '-' : Math.round(v).toLocaleString('en-US'));
 const codes = (s: InteractiveStats) =>
   Object.entries(s.statusCodes)
     .map(([c, k]) => `${c}×${k}`)
     .join(' ');
-const result = (b: Bar) => (b.informational ? `(${b.pass ? 'PASS' : 'FAIL'})` : b.pass ? 'PASS' : 'FAIL');
+export const result = (b: Bar) => (b.informational ? `(${b.pass ? 'PASS' : 'FAIL'})` : b.pass ? 'PASS' : 'FAIL');
 
 export function renderBatches(r: BatchesResults): string {
   const s = r.settings;

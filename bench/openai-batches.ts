@@ -3,7 +3,8 @@
  * `/v1/batches`; api/files/, api/batches/openai-*.ts) with a file of BENCH_OAI_BATCH_LINES (50,000) `/v1/embeddings`
  * requests on text-embedding-3-small, about 60 MB (each line's input about 1,150 characters), run on the Message
  * Batches engine against a fake OpenAI capped at BENCH_OAI_BATCH_CAP (50) in flight answering in
- * BENCH_OAI_BATCH_VENDOR_MS (200 ms, as the batches section's vendor) with vectors of BENCH_OAI_BATCH_DIMENSIONS (8; the request's `dimensions`).
+ * BENCH_OAI_BATCH_VENDOR_MS (200 ms, as the batches section's vendor) with vectors of BENCH_OAI_BATCH_DIMENSIONS (8; the request's `dimensions`);
+ * each input BENCH_OAI_BATCH_INPUT_CHARS (1,150) characters: 3,900 makes the file about 200 MB, OpenAI's largest.
  *
  * One fake OpenAI (bench/fake-upstream-process.ts) and a split gateway (`--role=api` + one `--role=worker`) with
  * `OPENAI_MAX_CONCURRENCY` = the cap, on an emptied Redis database and an empty record. Two credited accounts: A (the
@@ -34,7 +35,8 @@ import { Agent, request } from 'undici';
 import { KeyStore } from '../api/accounts/key-store.js';
 import { batchKey, batchPendingKey, batchResultsKey } from '../shared/redis-keys.js';
 import { resetRecordFor, testRecord } from '../test/support/record.js';
-import { envInt, outcomes, redisUsedMemory, RssSampler, summariseSorted, type LatencySummary } from './measure.js';
+import { loops, mib, ms0, result, spread } from './batches.js';
+import { envInt, outcomes, redisUsedMemory, RssSampler, type LatencySummary } from './measure.js';
 import { sleep, waitForQuiet, waitUntil } from './procs.js';
 import { fakeControl, log, probe, startFake, startGateway, stopGateway, type Fake, type Gateway, type SlotUse } from './stack.js';
 import { table, type Bar } from './table.js';
@@ -43,6 +45,8 @@ const embeddingModel = 'text-embedding-3-small';
 
 export interface OpenAIBatchSettings {
   lines: number;
+  /** Characters of each line's input. */
+  inputChars: number;
   cap: number;
   vendorMs: number;
   dimensions: number;
@@ -54,6 +58,7 @@ export interface OpenAIBatchSettings {
 export function openAIBatchSettings(quietWaitMs: number): OpenAIBatchSettings {
   return {
     lines: envInt('BENCH_OAI_BATCH_LINES', 50_000, 1),
+    inputChars: envInt('BENCH_OAI_BATCH_INPUT_CHARS', 1150, 20),
     cap: envInt('BENCH_OAI_BATCH_CAP', 50, 1),
     vendorMs: envInt('BENCH_OAI_BATCH_VENDOR_MS', 200, 1),
     dimensions: envInt('BENCH_OAI_BATCH_DIMENSIONS', 8, 1),
@@ -127,14 +132,13 @@ export interface OpenAIBatchResults {
 }
 
 const auth = (key: string) => ({ authorization: `Bearer ${key}` });
-const spread = (values: number[]): LatencySummary => summariseSorted(Float64Array.from(values).sort());
 
-/** A line's input: about 1,150 characters of words, different on every line (so no two requests are the same). */
-function inputOf(i: number): string {
+/** A line's input: about `chars` characters of words, different on every line (so no two requests are the same). */
+function inputOf(i: number, chars: number): string {
   const words = ['gateway', 'queue', 'vendor', 'token', 'account', 'budget', 'window', 'stream', 'result', 'record', 'worker', 'redis'];
   const parts: string[] = [`Document ${i}.`];
   let length = parts[0]!.length;
-  for (let j = 0; length < 1150; j++) {
+  for (let j = 0; length < chars; j++) {
     const word = words[(i * 7 + j * 13) % words.length]!;
     parts.push(word);
     length += word.length + 1;
@@ -143,10 +147,10 @@ function inputOf(i: number): string {
 }
 
 /** The batch input file: `lines` embeddings requests. */
-function batchFile(lines: number, dimensions: number, tag: string): Buffer {
+function batchFile(lines: number, dimensions: number, tag: string, chars: number): Buffer {
   const out: string[] = [];
   for (let i = 0; i < lines; i++) {
-    out.push(JSON.stringify({ custom_id: `${tag}-${i}`, method: 'POST', url: '/v1/embeddings', body: { model: embeddingModel, input: inputOf(i), dimensions } }));
+    out.push(JSON.stringify({ custom_id: `${tag}-${i}`, method: 'POST', url: '/v1/embeddings', body: { model: embeddingModel, input: inputOf(i, chars), dimensions } }));
   }
   return Buffer.from(`${out.join('\n')}\n`);
 }
@@ -206,21 +210,6 @@ async function embed(agent: Agent, url: string, key: string, body: string): Prom
   } catch (error) {
     return { ms: performance.now() - sent, status: 0, ok: false, at: performance.now(), failure: (error as Error).message };
   }
-}
-
-async function loops(concurrency: number, more: (sent: number) => boolean, fire: () => Promise<Done>): Promise<Done[]> {
-  const done: Done[] = [];
-  let sent = 0;
-  const loop = async () => {
-    while (more(sent)) {
-      sent += 1;
-      const d = await fire();
-      done.push(d);
-      if (d.status === 0) await sleep(50);
-    }
-  };
-  await Promise.all(Array.from({ length: concurrency }, loop));
-  return done;
 }
 
 const stats = (done: Done[]): InteractiveStats => {
@@ -329,7 +318,7 @@ export async function runOpenAIBatches(options: { settings: OpenAIBatchSettings;
     const warmFailed = warm.filter((d) => !d.ok);
     if (warmFailed.length > 0) throw new Error(`warm-up: ${warmFailed.length} of ${warm.length} failed, e.g. ${warmFailed[0]!.failure}`);
     {
-      const small = multipart(batchFile(100, settings.dimensions, 'warm'), 'warm.jsonl');
+      const small = multipart(batchFile(100, settings.dimensions, 'warm', settings.inputChars), 'warm.jsonl');
       const file = await json<{ id: string }>(agent, 'POST', `${url}/v1/files`, keyA, small.body, small.type);
       const batch = await json<BatchView>(agent, 'POST', `${url}/v1/batches`, keyA, JSON.stringify({ input_file_id: file.id, endpoint: '/v1/embeddings', completion_window: '24h' }));
       await untilStatus(agent, gateway, keyA, batch.id, 100, 60_000, (view) => view.status === 'completed');
@@ -341,7 +330,7 @@ export async function runOpenAIBatches(options: { settings: OpenAIBatchSettings;
     const alone = stats(await loops(settings.concurrency, (n) => n < settings.interactive, fireB));
     await fakeControl(fake, 'POST', '/__reset');
 
-    const file = batchFile(lines, settings.dimensions, 'req');
+    const file = batchFile(lines, settings.dimensions, 'req', settings.inputChars);
     const upload = multipart(file, 'corpus.jsonl');
     log(`openai-batches: A uploads ${lines.toLocaleString('en-US')} lines (${(file.length / 1024 / 1024).toFixed(1)} MiB)`);
     const rssBefore = new RssSampler(pids).snapshot();
@@ -529,10 +518,6 @@ function bars(r: OpenAIBatchResults): Bar[] {
   return out;
 }
 
-const mib = (bytes: number | null | undefined) => (bytes == null || Number.isNaN(bytes) ? '-' : (bytes / 1024 / 1024).toFixed(1));
-const ms0 = (v: number) => (Number.isNaN(v) ? '-' : Math.round(v).toLocaleString('en-US'));
-const verdict = (b: Bar) => (b.informational ? `(${b.pass ? 'PASS' : 'FAIL'})` : b.pass ? 'PASS' : 'FAIL');
-
 export function renderOpenAIBatches(r: OpenAIBatchResults): string {
   const s = r.settings;
   const out: string[] = [];
@@ -590,6 +575,6 @@ export function renderOpenAIBatches(r: OpenAIBatchResults): string {
   );
   out.push('');
   out.push('Bars of the openai-batches section (in parentheses: informational)');
-  out.push(table(['bar', 'target', 'actual', 'result'], r.bars.map((b) => [b.name, b.target, b.actual, verdict(b)])));
+  out.push(table(['bar', 'target', 'actual', 'result'], r.bars.map((b) => [b.name, b.target, b.actual, result(b)])));
   return out.join('\n');
 }
