@@ -34,6 +34,8 @@ export const batchPendingKey = (batchId: string) => `${keyPrefix}batch:{${batchI
 export const batchQueuedKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}:queued`;
 /** Held by the api storing a batch's requests while it stores them (a string with a TTL, renewed each round). */
 export const batchIntakeKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}:intake`;
+/** Held by the api writing an OpenAI batch's files or a part of its results (api/batches/openai-finalize.ts). */
+export const batchFinalizeLeaseKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}:finalize`;
 /** Where a worker asks the apis to refill a batch's window (the message: the batch's id); any api that hears it does. */
 export const batchRefillChannel = `${keyPrefix}batches:refill`;
 /** Batches not yet ended, by their expiry (a sorted set, ms): what the sweep ends at their deadline or after a cancel. */

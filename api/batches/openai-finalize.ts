@@ -4,7 +4,7 @@ import { readBatch, type BatchRecord } from '../../shared/batches.js';
 import type { Config } from '../../shared/config.js';
 import type { AccountFiles } from '../../shared/files.js';
 import type { Logger } from '../../shared/logger.js';
-import { batchKey, batchResultsKey } from '../../shared/redis-keys.js';
+import { batchFinalizeLeaseKey, batchResultsKey } from '../../shared/redis-keys.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import { yieldToLoop } from '../http/request-body.js';
 import { awaitsFinal, finalStatusOf, noteFinal, noteFinalizing, noteSpilled, openAIFields, spilledOf } from './openai-record.js';
@@ -39,7 +39,6 @@ export interface FinalizeDeps {
 }
 
 const leaseMs = 60_000;
-const finalizeLeaseKey = (batchId: string) => `${batchKey(batchId)}:finalize`;
 /** Results read per round trip: an embeddings answer may be tens of kilobytes. */
 const resultsPage = 100;
 
@@ -121,13 +120,13 @@ async function* fileLines(deps: FinalizeDeps, batch: BatchRecord, which: 'output
  * read under it and a way to keep the lease; false, without running it, when another holds the lease or the batch is gone.
  */
 async function underLease(redis: Redis, batchId: string, step: (batch: BatchRecord, keepLease: () => Promise<unknown>) => Promise<boolean>): Promise<boolean> {
-  if ((await redis.set(finalizeLeaseKey(batchId), '1', 'PX', leaseMs, 'NX')) !== 'OK') return false;
+  if ((await redis.set(batchFinalizeLeaseKey(batchId), '1', 'PX', leaseMs, 'NX')) !== 'OK') return false;
   try {
     // Read under the lease: the parts it names are all that were noted.
     const batch = await readBatch(redis, batchId);
-    return batch ? await step(batch, () => redis.pexpire(finalizeLeaseKey(batchId), leaseMs)) : false;
+    return batch ? await step(batch, () => redis.pexpire(batchFinalizeLeaseKey(batchId), leaseMs)) : false;
   } finally {
-    await redis.del(finalizeLeaseKey(batchId)).catch(() => undefined);
+    await redis.del(batchFinalizeLeaseKey(batchId)).catch(() => undefined);
   }
 }
 

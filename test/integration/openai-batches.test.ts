@@ -6,7 +6,8 @@ import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import OpenAI, { toFile } from 'openai';
 import { readBill } from '../../shared/money/billing.js';
-import { batchIntakeKey, batchKey, batchResultsKey } from '../../shared/redis-keys.js';
+import { readBatch } from '../../shared/batches.js';
+import { batchFinalizeLeaseKey, batchIntakeKey, batchKey, batchResultsKey } from '../../shared/redis-keys.js';
 import { createValidatingBatch } from '../../api/batches/openai-record.js';
 import { filesUnder } from '../support/blob-dir.js';
 import { freshRedis, paidAccountKey, requestRecord, startGateway, testKeyStore, waitFor, type GatewayProcess } from '../support/gateway.js';
@@ -550,6 +551,31 @@ describe('OpenAI batches across faults: a worker killed mid-batch, a batch past 
     assert.equal(new Set(rows.map((row) => row.request_id)).size, 10);
     await waitFor(async () => (await readBill(redis, account))!.reservedMicros === 0, 10_000, 'no reservation left');
     assert.equal((await readBill(redis, account))!.balanceMicros, 10_000_000 - rows.reduce((sum, row) => sum + Number(row.cost_micros), 0));
+  });
+
+  it('writes the files of a batch that ended with no api to hear it, once the lease of an api that died writing them is out', async () => {
+    for (const process of processes.splice(0)) await process.stop('SIGKILL');
+    const { key } = await paidAccountKey(redis, 10_000_000);
+    const first = await startGateway({ role: 'api', env: env() });
+    processes.push(first, await startGateway({ role: 'worker', env: env() }));
+    const input = await upload(first.client(key), Array.from({ length: 12 }, (_, i) => chat(`f${i}`, 'gpt-4o-mini', `Finalized later ${i}`)));
+    const made = await first.client(key).batches.create({ input_file_id: input.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    await waitFor(async () => Number(await redis.hget(batchKey(made.id), 'succeeded')) >= 1, 15_000, 'the first answer');
+    // The only api goes; the worker runs every line (all queued: one window) and ends the batch with nobody to write its files.
+    await first.stop('SIGKILL');
+    await waitFor(async () => (await readBatch(redis, made.id))?.status === 'ended', 30_000, 'the batch ended by the worker');
+    // What an api SIGKILLed while writing them leaves: the writing lease, for what is left of it.
+    await redis.set(batchFinalizeLeaseKey(made.id), '1', 'PX', 8000);
+    const second = await startGateway({ role: 'api', env: env() });
+    processes.push(second);
+    const client = second.client(key);
+    assert.equal((await client.batches.retrieve(made.id)).status, 'finalizing', 'ended, its files not yet written');
+    const done = await settled(client, made.id, 30_000);
+    assert.equal(done.status, 'completed');
+    assert.deepEqual(done.request_counts, { total: 12, completed: 12, failed: 0 });
+    const output = byCustomId(await linesOf(client, done.output_file_id));
+    assert.deepEqual([...output.keys()].sort(), Array.from({ length: 12 }, (_, i) => `f${i}`).sort());
+    await rowsBilled(redis, made.id, 12);
   });
 
   it('reads the file again of a batch whose api died while validating it (its lease out), and runs it once', async () => {
