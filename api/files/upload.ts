@@ -1,10 +1,9 @@
 import type { IncomingMessage } from 'node:http';
 import type { Readable } from 'node:stream';
-import busboy from 'busboy';
 import { invalidRequest, type GatewayError } from '../../shared/errors.js';
 import type { FileObject, FilePurpose } from '../../shared/files.js';
 import { fileTooLarge, type AccountFileStore, type StagedFile } from '../../storage/account-files.js';
-import { bodyStalled, watchBodyIdle } from '../http/request-body.js';
+import { readMultipartBody } from '../http/multipart.js';
 
 /**
  * `POST /v1/files`: OpenAI's CreateFileRequest (multipart `file`, `purpose`, `expires_after[anchor]` and
@@ -63,37 +62,10 @@ const cleanFilename = (name: string | undefined) => (name ?? '').replace(/[\u000
 
 /** Reads an upload into the account's files; resolves with the file object, or rejects with an OpenAI-shaped 4xx. */
 export function receiveUpload(req: IncomingMessage, files: AccountFileStore, accountId: string, limits: UploadLimits): Promise<FileObject> {
-  const type = req.headers['content-type'] ?? '';
-  if (!/^multipart\/form-data/i.test(type)) {
-    return Promise.reject(invalidRequest(`Send this request as multipart/form-data, not '${type.split(';')[0] || 'nothing'}'.`));
-  }
-  return new Promise((resolve, reject) => {
-    let parser: busboy.Busboy;
-    try {
-      parser = busboy({ headers: req.headers, limits: { files: 1, fields: 10, fieldSize: 1024 } });
-    } catch (error) {
-      reject(invalidRequest(`Malformed multipart body: ${(error as Error).message}.`, null, 'invalid_multipart'));
-      return;
-    }
+  return readMultipartBody(req, { files: 1, fields: 10, fieldSize: 1024 }, (fail) => {
     const fields = new Map<string, string>();
     let part: Readable | undefined;
     let staging: Promise<StagedFile> | undefined;
-    let failed = false;
-    // A client that goes silent mid-body gets a 408 (and its connection closed) after BODY_IDLE_TIMEOUT_MS.
-    const idle = watchBodyIdle(req, () => fail(bodyStalled()));
-    req.on('data', idle.bytes);
-    const fail = (error: unknown) => {
-      idle.stop();
-      if (failed) return;
-      failed = true;
-      req.unpipe(parser);
-      // Keep reading (and dropping) what the client still sends, so it can read our answer.
-      req.resume();
-      part?.destroy();
-      // Whatever was stored is deleted once its write has settled.
-      void staging?.then((staged) => files.discard(staged)).catch(() => undefined);
-      reject(error);
-    };
     // The 413 is told before the part stops being read: a part cut short must not read as a malformed body.
     async function* limited(stream: Readable, maxBytes: number): AsyncIterable<Buffer> {
       let total = 0;
@@ -107,42 +79,6 @@ export function receiveUpload(req: IncomingMessage, files: AccountFileStore, acc
         yield chunk;
       }
     }
-    const malformed = (error: Error) => fail(invalidRequest(`Malformed multipart body: ${error.message}.`, null, 'invalid_multipart'));
-
-    parser.on('field', (name, value, info) => {
-      if (failed) return;
-      if (info.valueTruncated) return fail(invalidRequest(`The field '${name.slice(0, 40)}' is too long.`, name.slice(0, 40), 'field_too_long'));
-      if (!fieldNames.has(name)) return fail(invalidRequest(`Unrecognized request argument supplied: ${name.slice(0, 40)}`, name.slice(0, 40), 'unknown_parameter'));
-      if (fields.has(name)) return fail(invalidRequest(`The field '${name}' is sent twice.`, name, 'duplicate_parameter'));
-      // A purpose refused before the file arrives: none of its bytes are stored.
-      if (name === 'purpose' && !isUploadPurpose(value)) return fail(refusePurpose(value));
-      fields.set(name, value);
-    });
-    parser.on('file', (name, stream, info) => {
-      // A body that ends inside the file makes its stream fail as well as the parser: both are the same 400.
-      stream.on('error', malformed);
-      if (failed) return void stream.resume();
-      if (name !== 'file') {
-        stream.resume();
-        return fail(invalidRequest(`Unrecognized file field '${String(name).slice(0, 40)}': the file goes in the part named 'file'.`, 'file', 'unknown_parameter'));
-      }
-      part = stream;
-      const purpose = fields.get('purpose') as UploadPurpose | undefined;
-      const maxBytes = purpose ? capOf(purpose, limits) : Math.max(limits.maxBytes, limits.batchMaxBytes);
-      staging = files.stage(accountId, { filename: cleanFilename(info.filename), body: limited(stream, maxBytes), maxBytes });
-      staging.catch(fail);
-    });
-    parser.on('filesLimit', () => fail(invalidRequest('One file per upload: send the others in requests of their own.', 'file', 'too_many_files')));
-    parser.on('fieldsLimit', () => fail(invalidRequest('Too many fields in this upload.', null, 'too_many_fields')));
-    parser.on('error', malformed);
-    parser.on('close', () => {
-      idle.stop();
-      if (failed) return;
-      void finish().then(resolve, fail);
-    });
-    req.on('error', fail);
-    req.on('aborted', () => fail(invalidRequest('The request body ended before it was complete.', null, 'invalid_multipart')));
-    req.pipe(parser);
 
     /** The body has ended: the file is recorded if its fields allow, else deleted. */
     async function finish(): Promise<FileObject> {
@@ -158,11 +94,41 @@ export function receiveUpload(req: IncomingMessage, files: AccountFileStore, acc
         const expiresAt = expiryOf(fields, Math.floor(Date.now() / 1000), purpose);
         return await files.commit(staged, purpose, expiresAt);
       } catch (error) {
-        // Deleted here, so the `fail` this refusal reaches next finds nothing left to delete.
+        // Deleted here, so the `discard` this refusal reaches next finds nothing left to delete.
         staging = undefined;
         await files.discard(staged).catch(() => undefined);
         throw error;
       }
     }
+
+    return {
+      field(name, value, info) {
+        if (info.valueTruncated) return fail(invalidRequest(`The field '${name.slice(0, 40)}' is too long.`, name.slice(0, 40), 'field_too_long'));
+        if (!fieldNames.has(name)) return fail(invalidRequest(`Unrecognized request argument supplied: ${name.slice(0, 40)}`, name.slice(0, 40), 'unknown_parameter'));
+        if (fields.has(name)) return fail(invalidRequest(`The field '${name}' is sent twice.`, name, 'duplicate_parameter'));
+        // A purpose refused before the file arrives: none of its bytes are stored.
+        if (name === 'purpose' && !isUploadPurpose(value)) return fail(refusePurpose(value));
+        fields.set(name, value);
+      },
+      file(name, stream, info) {
+        if (name !== 'file') {
+          stream.resume();
+          return fail(invalidRequest(`Unrecognized file field '${String(name).slice(0, 40)}': the file goes in the part named 'file'.`, 'file', 'unknown_parameter'));
+        }
+        part = stream;
+        const purpose = fields.get('purpose') as UploadPurpose | undefined;
+        const maxBytes = purpose ? capOf(purpose, limits) : Math.max(limits.maxBytes, limits.batchMaxBytes);
+        staging = files.stage(accountId, { filename: cleanFilename(info.filename), body: limited(stream, maxBytes), maxBytes });
+        staging.catch(fail);
+      },
+      tooManyFiles: () => invalidRequest('One file per upload: send the others in requests of their own.', 'file', 'too_many_files'),
+      tooManyFields: () => invalidRequest('Too many fields in this upload.', null, 'too_many_fields'),
+      discard() {
+        part?.destroy();
+        // Whatever was stored is deleted once its write has settled.
+        void staging?.then((staged) => files.discard(staged)).catch(() => undefined);
+      },
+      end: finish,
+    };
   });
 }
