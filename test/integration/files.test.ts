@@ -93,12 +93,18 @@ describe('the Files API (/v1/files) with the official SDK', () => {
 
   /** The stored files' names (their ids). */
   const filesOnDisk = () => filesUnder(join(blobDir, 'files'));
-  /** Waits until the files on disk are `count` again, naming those left over and the uploads still marked under way. */
-  const untilFilesOnDisk = async (count: number, what: string) => {
+  /**
+   * Waits until no file is on disk but those of `before` (a test's refusals keep nothing of theirs; a file of an
+   * earlier test deleted meanwhile is not this test's) and no upload is marked under way (a refused upload's file may
+   * be written, then deleted, after its answer: its mark goes once it is deleted); names what is left when it waits
+   * in vain.
+   */
+  const untilNothingBut = async (before: ReadonlySet<string>, what: string) => {
+    const added = () => filesOnDisk().filter((name) => !before.has(name));
     try {
-      await waitFor(() => filesOnDisk().length === count, 10_000, what);
+      await waitFor(async () => added().length === 0 && (await redis.zcard(fileUploadsKey)) === 0, 10_000, what);
     } catch (error) {
-      throw new Error(`${(error as Error).message}: ${filesOnDisk().length} files where ${count} were (${filesOnDisk().join(', ')}); uploads under way: ${(await redis.zrange(fileUploadsKey, '0', '-1')).join(', ') || 'none'}`);
+      throw new Error(`${(error as Error).message}: left ${added().join(', ') || 'no file'}; uploads under way: ${(await redis.zrange(fileUploadsKey, '0', '-1')).join(', ') || 'none'}`);
     }
   };
 
@@ -155,8 +161,9 @@ describe('the Files API (/v1/files) with the official SDK', () => {
     const deleted = await client.files.delete(made.id);
     assertMatchesSchema('DeleteFileResponse', deleted, 'DELETE /v1/files/{id}');
     assert.deepEqual(deleted, { id: made.id, object: 'file', deleted: true });
-    for (const call of [client.files.retrieve(made.id), client.files.content(made.id), client.files.delete(made.id)]) {
-      const error = await refusal(call);
+    // One at a time: a refusal that came while the one before was awaited would be an unhandled rejection.
+    for (const call of [() => client.files.retrieve(made.id), () => client.files.content(made.id), () => client.files.delete(made.id)]) {
+      const error = await refusal(call());
       assert.equal(error.status, 404);
       assert.equal(error.message, `404 No such File object: ${made.id}`);
     }
@@ -167,8 +174,8 @@ describe('the Files API (/v1/files) with the official SDK', () => {
   it("answers another account's file as unknown (404), and lists only the account's own", async () => {
     const mine = await client.files.create({ file: await toFile(Buffer.from('private'), 'notes.txt'), purpose: 'user_data' });
     assert.equal(mine.expires_at, null, 'a user_data file is kept until deleted');
-    for (const call of [other.files.retrieve(mine.id), other.files.content(mine.id), other.files.delete(mine.id)]) {
-      const error = await refusal(call);
+    for (const call of [() => other.files.retrieve(mine.id), () => other.files.content(mine.id), () => other.files.delete(mine.id)]) {
+      const error = await refusal(call());
       assert.equal(error.status, 404);
       assert.equal(error.message, `404 No such File object: ${mine.id}`);
     }
@@ -224,7 +231,7 @@ describe('the Files API (/v1/files) with the official SDK', () => {
   });
 
   it('refuses a missing or unserved purpose, a missing file, stray fields and a body that is not multipart, keeping nothing', async () => {
-    const stored = filesOnDisk().length;
+    const stored = new Set(filesOnDisk());
     const post = (form: FormData) => fetch(`${gateway.url}/v1/files`, { method: 'POST', headers: { authorization: `Bearer ${apiKey}` }, body: form });
     const refused = async (res: Response, param: string | null, pattern: RegExp) => {
       assert.equal(res.status, 400);
@@ -277,11 +284,11 @@ describe('the Files API (/v1/files) with the official SDK', () => {
     });
     assert.equal(cut.status, 400);
 
-    await untilFilesOnDisk(stored, 'the refused uploads deleted');
+    await untilNothingBut(stored, 'the refused uploads deleted');
   });
 
   it('keeps nothing of an upload whose client goes away or goes silent mid-file (408)', async () => {
-    const stored = filesOnDisk().length;
+    const stored = new Set(filesOnDisk());
     const boundary = 'gonegonegone';
     const head = `--${boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nuser_data\r\n--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="half.bin"\r\n\r\n`;
     /** Sends the head and 2 MiB of file, then `then` (hang up, or fall silent); resolves with the answer, if any. */
@@ -305,12 +312,12 @@ describe('the Files API (/v1/files) with the official SDK', () => {
     const answered = silent as { status: number; body: string };
     assert.equal(answered.status, 408);
     assert.equal((JSON.parse(answered.body) as { error: { code: string } }).error.code, 'request_timeout');
-    await untilFilesOnDisk(stored, 'the partial uploads deleted');
+    await untilNothingBut(stored, 'the partial uploads deleted');
     await waitFor(async () => (await redis.zcard(fileUploadsKey)) === 0, 5000, 'no upload left marked under way');
   });
 
   it('refuses a file past its purpose limit with 413 and keeps nothing, whichever part comes first', async () => {
-    const stored = filesOnDisk().length;
+    const stored = new Set(filesOnDisk());
     const listed = (await client.files.list()).data.length;
     const big = Buffer.alloc(batchCap + 1, 0x61);
     // The SDK's order (file first): read to its end against the larger limit, then refused for a batch file.
@@ -328,7 +335,7 @@ describe('the Files API (/v1/files) with the official SDK', () => {
     const exact = await client.files.create({ file: await toFile(big.subarray(0, batchCap), 'exact.jsonl'), purpose: 'batch' });
     assert.equal(exact.bytes, batchCap);
     await client.files.delete(exact.id);
-    await untilFilesOnDisk(stored, 'the refused uploads deleted');
+    await untilNothingBut(stored, 'the refused uploads deleted');
     assert.equal((await client.files.list()).data.length, listed);
   });
 
