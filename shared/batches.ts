@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { anthropicErrorType } from './messages.js';
 import { activeMetrics } from './metrics.js';
-import { together, withScripts } from './redis.js';
+import { inOneWrite, withScripts } from './redis.js';
 import { accountBatchesKey, batchDoneKey, batchIntakeKey, batchKey, batchPendingKey, batchQueuedKey, batchResultsKey, openBatchesKey } from './redis-keys.js';
 
 /**
@@ -274,7 +274,7 @@ export async function createBatch(
     if (options.intakeMs !== undefined) transaction.set(batchIntakeKey(batch.id), '1', 'PX', options.intakeMs);
     await transaction.exec();
   }
-  await together(redis).zadd(accountBatchesKey(batch.accountId), batch.created, batch.id).zadd(openBatchesKey, batch.expires, batch.id).exec();
+  await inOneWrite(redis).zadd(accountBatchesKey(batch.accountId), batch.created, batch.id).zadd(openBatchesKey, batch.expires, batch.id).exec();
   return true;
 }
 
@@ -351,14 +351,14 @@ export async function recordInBatch(redis: Redis, batchId: string, index: number
 
 /** Where a worker stands with a batch's request: its batch's status (undefined: gone), and whether it is recorded already. One round trip. */
 export async function batchRequestState(redis: Redis, batchId: string, index: number): Promise<{ status: BatchStatus | undefined; recorded: boolean }> {
-  const [[, status], [, recorded]] = (await together(redis).hget(batchKey(batchId), 'status').hexists(batchDoneKey(batchId), String(index)).exec()) as [[unknown, string | null], [unknown, number]];
+  const [[, status], [, recorded]] = (await inOneWrite(redis).hget(batchKey(batchId), 'status').hexists(batchDoneKey(batchId), String(index)).exec()) as [[unknown, string | null], [unknown, number]];
   return { status: (status ?? undefined) as BatchStatus | undefined, recorded: recorded === 1 };
 }
 
 /** A batch's keys gone (its DELETE): every trace but its id in its account's list, which the list drops when it reads it. */
 export async function deleteBatch(redis: Redis, batchId: string, accountId: string): Promise<void> {
   await redis.del(batchKey(batchId), batchDoneKey(batchId), batchResultsKey(batchId), batchPendingKey(batchId), batchQueuedKey(batchId), batchIntakeKey(batchId));
-  await together(redis).zrem(accountBatchesKey(accountId), batchId).zrem(openBatchesKey, batchId).exec();
+  await inOneWrite(redis).zrem(accountBatchesKey(accountId), batchId).zrem(openBatchesKey, batchId).exec();
 }
 
 /**
@@ -390,7 +390,7 @@ const listChunkMost = 1_000;
 export async function listBatches(redis: Redis, accountId: string, page: { limit: number; afterId?: string; beforeId?: string; dialect?: BatchDialect }, allowedModels?: readonly string[]): Promise<{ batches: BatchRecord[]; hasMore: boolean }> {
   const key = accountBatchesKey(accountId);
   // Newest first, as Anthropic lists them: `after_id` pages toward older batches, `before_id` toward newer ones.
-  const [[, total], [, after], [, before]] = (await together(redis)
+  const [[, total], [, after], [, before]] = (await inOneWrite(redis)
     .zcard(key)
     .zrevrank(key, page.afterId ?? '')
     .zrevrank(key, page.beforeId ?? '')
@@ -411,7 +411,7 @@ export async function listBatches(redis: Redis, accountId: string, page: { limit
     scanned += size;
     // A list that shrank under the read (a batch deleted meanwhile) has nothing more in this direction to trust.
     if (ids.length === 0) break;
-    const read = together(redis);
+    const read = inOneWrite(redis);
     for (const id of ids) read.hgetall(batchKey(id));
     const records = ((await read.exec()) ?? []).map(([error, row]) => {
       // A read that failed is not a batch gone: it must not be dropped from the list.
@@ -435,7 +435,7 @@ export async function listBatches(redis: Redis, accountId: string, page: { limit
 export async function openBatchCount(redis: Redis, accountId: string, since = 0): Promise<number> {
   const ids = await redis.zrangebyscore(accountBatchesKey(accountId), since, '+inf');
   if (ids.length === 0) return 0;
-  const read = together(redis);
+  const read = inOneWrite(redis);
   for (const id of ids) read.hget(batchKey(id), 'status');
   const statuses = ((await read.exec()) ?? []).map(([, status]) => status as string | null);
   return statuses.filter((status) => status === 'validating' || status === 'in_progress' || status === 'canceling').length;

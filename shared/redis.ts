@@ -255,7 +255,7 @@ type Pipeline = ReturnType<Redis['pipeline']>;
  * Cluster each command goes to its own shard (a pipeline may not span shards):
  * commands to one shard keep their order; across shards there is none.
  */
-export function together(redis: Redis): Pipeline {
+export function inOneWrite(redis: Redis): Pipeline {
   const calls: Array<() => Promise<unknown>> = [];
   const commands = redis as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>;
   const batch: Pipeline = new Proxy({} as Pipeline, {

@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { isCluster, together } from '../shared/redis.js';
+import { isCluster, inOneWrite } from '../shared/redis.js';
 import { encodeReply, replayLogIntervalMs } from '../shared/reply.js';
 import { apiAliveKey, replayStreamKey, resultKey } from '../shared/redis-keys.js';
 import type { WireError } from '../shared/errors.js';
@@ -104,7 +104,7 @@ export class ReplyPublisher {
   /** Publishes the buffered frames as one batch, and appends the unlogged batches to the log when due (or `logNow`). */
   private send(logNow: boolean): void {
     this.scheduled = false;
-    const batch = together(this.redis);
+    const batch = inOneWrite(this.redis);
     const published = this.buffer !== '';
     if (published) {
       const frames = this.buffer;
@@ -135,7 +135,7 @@ export class ReplyPublisher {
   }
 
   /** One log entry for the batches not yet logged (`from` and `lens` when there are several). */
-  private appendLog(batch: ReturnType<typeof together>): void {
+  private appendLog(batch: ReturnType<typeof inOneWrite>): void {
     const key = replayStreamKey(this.jobId);
     const opening = this.logFrom === 1;
     const several = this.logLens.length > 1 ? ['from', this.logFrom, 'lens', this.logLens.join(',')] : [];
@@ -207,7 +207,7 @@ export class ReplyPublisher {
   private async terminal(kind: 'done' | 'error', payload: string): Promise<void> {
     this.ended = true;
     const key = replayStreamKey(this.jobId);
-    const pipeline = together(this.redis)[this.publish](this.channel, encodeReply(kind, this.jobId, this.seq, payload));
+    const pipeline = inOneWrite(this.redis)[this.publish](this.channel, encodeReply(kind, this.jobId, this.seq, payload));
     // A stream's log records its end; a plain request leaves no log behind.
     if (this.options.stream) {
       pipeline.xadd(key, 'MAXLEN', '~', replayMaxLength, '*', 'seq', this.seq, 'end', kind, 'payload', payload, ...(this.seq === 0 && this.options.owner ? ['owner', this.options.owner] : []));

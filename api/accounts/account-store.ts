@@ -7,7 +7,7 @@ import { defaultAccountId, parseServiceTiers, serviceTiersText, type Account, ty
 import type { ServiceTier } from '../../shared/service-tier.js';
 import { accessChangedChannel, accountEmailsKey, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, billKey } from '../../shared/redis-keys.js';
 import { balanceMicros } from '../../shared/money/balance.js';
-import { creditLua, openBillLua } from '../../shared/money/scripts.js';
+import { creditScript, openBillScript } from '../../shared/money/scripts.js';
 import { GatewayError } from '../../shared/errors.js';
 import type { RecordDb } from '../../storage/record/database.js';
 import { ensureDefaultRecord, type HotState } from '../../storage/record/hot-state.js';
@@ -115,8 +115,6 @@ interface AccountRedis extends Redis {
   accountCreate(...args: Array<string | number>): Promise<number>;
   accountUpdate(...args: Array<string | number>): Promise<number>;
   accountDelete(...args: Array<string | number>): Promise<number>;
-  accountCredit(...args: Array<string | number>): Promise<[number, number]>;
-  billOpen(...args: Array<string | number>): Promise<number>;
 }
 
 const scripted = (redis: Redis) =>
@@ -125,8 +123,6 @@ const scripted = (redis: Redis) =>
     accountCreate: { keys: 3, lua: createScript },
     accountUpdate: { keys: 2, lua: updateScript },
     accountDelete: { keys: 6, lua: deleteScript },
-    accountCredit: { keys: 1, lua: creditLua },
-    billOpen: { keys: 1, lua: openBillLua },
   });
 
 // ---- passwords: scrypt, salted, with its parameters stored so they can be raised later ----
@@ -306,7 +302,7 @@ export class AccountStore {
    */
   async ensureDefault(): Promise<void> {
     await this.redis.accountEnsureDefault(accountKey(defaultAccountId), accountsIndexKey, defaultAccountId, nowSeconds());
-    await this.redis.billOpen(billKey(defaultAccountId), defaultAccountId, '1');
+    await openBillScript(this.redis, { bill: billKey(defaultAccountId), accountId: defaultAccountId, unlimited: '1' });
   }
 
   async create(input: NewAccount): Promise<Account> {
@@ -351,7 +347,7 @@ export class AccountStore {
       await this.record.deleteFrom('accounts').where('id', '=', id).execute();
       throw accountExists(email);
     }
-    await this.redis.billOpen(billKey(id), id, fields.unlimited!);
+    await openBillScript(this.redis, { bill: billKey(id), accountId: id, unlimited: fields.unlimited! });
     return toAccount(fields, undefined)!;
   }
 
@@ -438,7 +434,7 @@ export class AccountStore {
       if (result === 1) {
         this.onAccessChanged?.(`account:${id}`);
         const unlimited = fields.indexOf('unlimited');
-        if (unlimited >= 0) await this.redis.billOpen(billKey(id), id, fields[unlimited + 1]!);
+        if (unlimited >= 0) await openBillScript(this.redis, { bill: billKey(id), accountId: id, unlimited: fields[unlimited + 1]! });
         return this.get(id);
       }
     }
@@ -517,11 +513,11 @@ export class AccountStore {
   private async applyCredit(id: string, entry: { id: number; credits: number }, amount: number): Promise<number> {
     for (let attempt = 1; ; attempt++) {
       try {
-        let [status, balance] = await this.redis.accountCredit(billKey(id), entry.credits, entry.id, amount);
+        let [status, balance] = await creditScript(this.redis, { bill: billKey(id), credits: entry.credits, ledgerId: entry.id, amount });
         if (status === 0 && this.hot) {
           await this.hot.ensure();
           // Loaded again (here or by another process) from a snapshot that may predate the entry: applied once more, idempotently.
-          [status, balance] = await this.redis.accountCredit(billKey(id), entry.credits, entry.id, amount);
+          [status, balance] = await creditScript(this.redis, { bill: billKey(id), credits: entry.credits, ledgerId: entry.id, amount });
         }
         if (status !== 1) {
           // No bill to move (the CLI beside no gateway, or one not loaded yet): the balance is the record's.

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import type { Redis } from 'ioredis';
 import type { BatchRecord } from '../../shared/batches.js';
 import type { Endpoint } from '../../shared/endpoints.js';
-import { together, withScripts } from '../../shared/redis.js';
+import { inOneWrite, withScripts } from '../../shared/redis.js';
 import { accountBatchesKey, batchIntakeKey, batchKey, batchResultsKey, openBatchesKey } from '../../shared/redis-keys.js';
 
 /**
@@ -121,7 +121,7 @@ export async function createValidatingBatch(redis: Redis, batch: NewOpenAIBatch,
     .pexpire(batchKey(batch.id), ttl)
     .set(batchIntakeKey(batch.id), '1', 'PX', validationLeaseMs)
     .exec();
-  await together(redis).zadd(accountBatchesKey(batch.accountId), batch.created, batch.id).zadd(openBatchesKey, batch.expires, batch.id).exec();
+  await inOneWrite(redis).zadd(accountBatchesKey(batch.accountId), batch.created, batch.id).zadd(openBatchesKey, batch.expires, batch.id).exec();
 }
 
 /** Takes a validating batch's lease when nobody holds it (its api died mid-way); true when taken. */

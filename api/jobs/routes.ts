@@ -3,7 +3,7 @@ import { createRouter } from '../http/canonical-path.js';
 import { GatewayError } from '../../shared/errors.js';
 import { asyncJobKey, cancelChannel, payloadKey, videosOfKey } from '../../shared/redis-keys.js';
 import { removeWaitingJob } from '../../shared/scheduling/index.js';
-import { together } from '../../shared/redis.js';
+import { inOneWrite } from '../../shared/redis.js';
 import { checkBlobSignature } from '../../storage/blob-urls.js';
 import type { ServingBlobStore } from '../../storage/create-blob-store.js';
 import { uploadKeys } from '../../storage/upload-keys.js';
@@ -27,7 +27,7 @@ export interface JobRoutesDeps {
 
 /** Which of these async jobs still have their record (one round trip; the keys may lie in different slots). */
 async function liveAsyncJobs(redis: Redis, ids: readonly string[]): Promise<Set<string>> {
-  const batch = together(redis);
+  const batch = inOneWrite(redis);
   for (const id of ids) batch.exists(asyncJobKey(id));
   const replies = (await batch.exec()) ?? [];
   return new Set(ids.filter((_, i) => replies[i]?.[1] === 1));
@@ -106,7 +106,7 @@ export function jobRoutes(deps: JobRoutesDeps): { authed: Router<State>; public:
       const files = await videoFiles(owned, deps.blobs).catch(() => undefined);
       for (const file of [files?.video, files?.thumbnail]) if (file) await deps.blobs.delete(file.key);
     }
-    await together(redis).del(asyncJobKey(owned.id)).del(payloadKey(owned.id)).exec();
+    await inOneWrite(redis).del(asyncJobKey(owned.id)).del(payloadKey(owned.id)).exec();
     ctx.body = { id: owned.id, object: 'video.deleted', deleted: true };
   });
 

@@ -4,7 +4,7 @@ import { setTimeout as pause } from 'node:timers/promises';
 import { GatewayError } from '../../shared/errors.js';
 import { decodeReply, framesAfterBatch, parseLogEntry, replayLogLagMs, type ReplyMessage } from '../../shared/reply.js';
 import { apiAliveKey, replayStreamKey } from '../../shared/redis-keys.js';
-import { isCluster, together } from '../../shared/redis.js';
+import { isCluster, inOneWrite } from '../../shared/redis.js';
 
 /** What answers a held request once its job is queued (api/relay/held-reply.ts): what arrives for the job is handed to it. */
 export interface ReplyTarget {
@@ -283,7 +283,7 @@ export class ReplyHub {
     if (watched.length === 0) return;
     this.sweeping = true;
     try {
-      const pipeline = together(this.redis);
+      const pipeline = inOneWrite(this.redis);
       // `name` is set on every BullMQ job hash; `finishedOn` once it completed or finally failed.
       for (const pending of watched) pipeline.hmget(pending.jobKey!, 'name', 'finishedOn');
       const results = (await pipeline.exec()) ?? [];

@@ -1,7 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { UsageEntry } from './usage.js';
-import { withScripts } from '../redis.js';
-import { chargeLua, releaseLua, reserveLua, settleLua } from './scripts.js';
+import { chargeScript, releaseScript, reserveScript, settleScript } from './scripts.js';
 import { billingBuckets, billKey, deadlineMember, keyBillField, reservationDeadlinesKey, billingBucket, settledKey, usageStreamKey } from '../redis-keys.js';
 
 /**
@@ -13,21 +12,6 @@ import { billingBuckets, billKey, deadlineMember, keyBillField, reservationDeadl
  * spend and rate-limit state and its reservations are fields of one hash:
  * admission reads it once and writes it once.
  */
-
-interface BillingRedis extends Redis {
-  billingReserve(...args: Array<string | number>): Promise<number[]>;
-  billingSettle(...args: Array<string | number>): Promise<[number, number]>;
-  billingRelease(...args: Array<string | number>): Promise<number>;
-  billingCharge(...args: Array<string | number>): Promise<number[]>;
-}
-
-const billing = (redis: Redis) =>
-  withScripts<BillingRedis>(redis, {
-    billingReserve: { keys: 4, lua: reserveLua },
-    billingSettle: { keys: 4, lua: settleLua },
-    billingRelease: { keys: 3, lua: releaseLua },
-    billingCharge: { keys: 3, lua: chargeLua },
-  });
 
 export interface Reservation {
   requestId: string;
@@ -80,23 +64,23 @@ export function moneyRefusal(reason: 'key_limit' | 'account_balance' | 'no_acces
 
 /** Checks rate limits and quota and reserves the worst case, in one round trip. */
 export async function reserve(redis: Redis, resv: Reservation, limits: KeyLimitsInForce, now = Date.now()): Promise<ReserveOutcome> {
-  const result = await billing(redis).billingReserve(
-    billKey(resv.accountId),
-    reservationDeadlinesKey(billingBucket(resv.accountId)),
-    resv.gate ?? billKey(resv.accountId),
-    settledKey(resv.accountId, resv.requestId),
-    resv.requestId,
-    resv.micros,
-    resv.tokens,
-    now,
-    resv.deadline,
-    resv.keyId,
-    limits.limitMicros ?? '',
-    limits.rpm ?? '',
-    limits.tpm ?? '',
-    resv.gate ? '1' : '',
-    deadlineMember(resv.accountId, resv.requestId),
-  );
+  const result = await reserveScript(redis, {
+    bill: billKey(resv.accountId),
+    deadlines: reservationDeadlinesKey(billingBucket(resv.accountId)),
+    gate: resv.gate ?? billKey(resv.accountId),
+    settled: settledKey(resv.accountId, resv.requestId),
+    requestId: resv.requestId,
+    micros: resv.micros,
+    tokens: resv.tokens,
+    nowMs: now,
+    deadlineMs: resv.deadline,
+    keyId: resv.keyId,
+    keyLimitMicros: limits.limitMicros ?? '',
+    rpm: limits.rpm ?? '',
+    tpm: limits.tpm ?? '',
+    gated: resv.gate ? '1' : '',
+    deadlineMember: deadlineMember(resv.accountId, resv.requestId),
+  });
   return readOutcome(result);
 }
 
@@ -124,20 +108,20 @@ const chargeMarkMs = 60_000;
  * entry appended, at most once per request id. Refused, nothing is written.
  */
 export async function charge(redis: Redis, usage: UsageEntry, limits: Omit<KeyLimitsInForce, 'tpm'>, policy: SettlePolicy, now = Date.now(), keepSettledMs = chargeMarkMs): Promise<ReserveOutcome> {
-  const result = await billing(redis).billingCharge(
-    billKey(usage.account_id),
-    settledKey(usage.account_id, usage.request_id),
-    usageStreamKey(billingBucket(usage.account_id)),
-    usage.request_id,
-    usage.cost_micros,
-    now,
-    usage.key_id,
-    limits.limitMicros ?? '',
-    limits.rpm ?? '',
-    policy.bufferRecords,
-    Math.max(60, Math.ceil(keepSettledMs / 1000)),
-    JSON.stringify(usage),
-  );
+  const result = await chargeScript(redis, {
+    bill: billKey(usage.account_id),
+    settled: settledKey(usage.account_id, usage.request_id),
+    usageStream: usageStreamKey(billingBucket(usage.account_id)),
+    requestId: usage.request_id,
+    micros: usage.cost_micros,
+    nowMs: now,
+    keyId: usage.key_id,
+    keyLimitMicros: limits.limitMicros ?? '',
+    rpm: limits.rpm ?? '',
+    streamMaxLength: policy.bufferRecords,
+    keepSettledS: Math.max(60, Math.ceil(keepSettledMs / 1000)),
+    usage: JSON.stringify(usage),
+  });
   return readOutcome(result);
 }
 
@@ -161,33 +145,33 @@ export interface Settlement {
  * outlive the deadline only (kept short: one mark per request adds up).
  */
 export async function settle(redis: Redis, usage: UsageEntry, policy: SettlePolicy, now = Date.now(), keepSettledMs = 86_400_000): Promise<Settlement> {
-  const [applied, reserved] = await billing(redis).billingSettle(
-    settledKey(usage.account_id, usage.request_id),
-    billKey(usage.account_id),
-    reservationDeadlinesKey(billingBucket(usage.account_id)),
-    usageStreamKey(billingBucket(usage.account_id)),
-    usage.request_id,
-    usage.cost_micros,
-    usage.input_tokens + usage.output_tokens,
-    now,
-    usage.key_id,
-    policy.bufferRecords,
-    Math.max(60, Math.ceil(keepSettledMs / 1000)),
-    JSON.stringify(usage),
-    deadlineMember(usage.account_id, usage.request_id),
-  );
+  const [applied, reserved] = await settleScript(redis, {
+    settled: settledKey(usage.account_id, usage.request_id),
+    bill: billKey(usage.account_id),
+    deadlines: reservationDeadlinesKey(billingBucket(usage.account_id)),
+    usageStream: usageStreamKey(billingBucket(usage.account_id)),
+    requestId: usage.request_id,
+    micros: usage.cost_micros,
+    tokens: usage.input_tokens + usage.output_tokens,
+    nowMs: now,
+    keyId: usage.key_id,
+    streamMaxLength: policy.bufferRecords,
+    keepSettledS: Math.max(60, Math.ceil(keepSettledMs / 1000)),
+    usage: JSON.stringify(usage),
+    deadlineMember: deadlineMember(usage.account_id, usage.request_id),
+  });
   return { applied: Number(applied) === 1, reservedMicros: Number(reserved) >= 0 ? Number(reserved) : null };
 }
 
 /** Gives back a reservation that nothing will settle (the request was refused after admission, or its job never ran). */
 export async function releaseReservation(redis: Redis, accountId: string, requestId: string): Promise<boolean> {
-  const released = await billing(redis).billingRelease(
-    billKey(accountId),
-    reservationDeadlinesKey(billingBucket(accountId)),
-    settledKey(accountId, requestId),
+  const released = await releaseScript(redis, {
+    bill: billKey(accountId),
+    deadlines: reservationDeadlinesKey(billingBucket(accountId)),
+    settled: settledKey(accountId, requestId),
     requestId,
-    deadlineMember(accountId, requestId),
-  );
+    deadlineMember: deadlineMember(accountId, requestId),
+  });
   return released === 1;
 }
 

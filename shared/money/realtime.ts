@@ -1,11 +1,10 @@
-import { readFileSync } from 'node:fs';
 import type { Redis } from 'ioredis';
 import type { CatalogModel } from '../catalog.js';
 import type { Config } from '../config.js';
 import { billKey, billingBucket, deadlineMember, reservationDeadlinesKey, settledKey, usageStreamKey } from '../redis-keys.js';
-import { withScripts } from '../redis.js';
 import { isMockChannel, mockAnswers, type ChannelConfig, type VendorConfig } from '../vendors.js';
 import { usdToMicros, type PriceList, type Pricing } from './pricing.js';
+import { realtimeSettleScript } from './scripts.js';
 import type { UsageEntry } from './usage.js';
 
 /**
@@ -134,14 +133,6 @@ export function realtimeChannelReservationMicros(config: { mock: Pick<Config['mo
   return realtimeCharged(config, prices, model.id, isMockChannel(channel)) ? realtimeResponseWorstCaseMicros(prices, model) : 0;
 }
 
-interface RealtimeRedis extends Redis {
-  realtimeSettle(...args: Array<string | number>): Promise<[number, number]>;
-}
-
-const read = (name: string) => readFileSync(new URL(`./lua/${name}.lua`, import.meta.url), 'utf8');
-const settleLua = `${read('money')}\n${read('realtime-settle')}`;
-const scripted = (redis: Redis) => withScripts<RealtimeRedis>(redis, { realtimeSettle: { keys: 4, lua: settleLua } });
-
 /** What a response's settlement did. */
 export interface RealtimeSettlement {
   /** False when the response was settled before (the same `response.done` again). */
@@ -163,22 +154,22 @@ export async function settleRealtimeResponse(
   keyLimitMicros: number | undefined,
   policy: { bufferRecords: number; keepSettledMs: number },
 ): Promise<RealtimeSettlement> {
-  const [applied, renewed] = await scripted(redis).realtimeSettle(
-    settledKey(entry.account_id, entry.request_id),
-    billKey(entry.account_id),
-    reservationDeadlinesKey(billingBucket(entry.account_id)),
-    usageStreamKey(billingBucket(entry.account_id)),
+  const [applied, renewed] = await realtimeSettleScript(redis, {
+    settled: settledKey(entry.account_id, entry.request_id),
+    bill: billKey(entry.account_id),
+    deadlines: reservationDeadlinesKey(billingBucket(entry.account_id)),
+    usageStream: usageStreamKey(billingBucket(entry.account_id)),
     sessionRequestId,
-    entry.cost_micros,
-    entry.key_id,
-    policy.bufferRecords,
-    Math.max(60, Math.ceil(policy.keepSettledMs / 1000)),
-    JSON.stringify(entry),
-    deadlineMember(entry.account_id, sessionRequestId),
-    Math.max(0, Math.floor(nextMicros)),
-    nextDeadline,
-    keyLimitMicros ?? '',
-  );
+    micros: entry.cost_micros,
+    keyId: entry.key_id,
+    streamMaxLength: policy.bufferRecords,
+    keepSettledS: Math.max(60, Math.ceil(policy.keepSettledMs / 1000)),
+    usage: JSON.stringify(entry),
+    deadlineMember: deadlineMember(entry.account_id, sessionRequestId),
+    nextMicros: Math.max(0, Math.floor(nextMicros)),
+    nextDeadlineMs: nextDeadline,
+    keyLimitMicros: keyLimitMicros ?? '',
+  });
   return { applied: Number(applied) === 1, next: Number(renewed) === 1 ? 'held' : Number(renewed) === 0 ? 'refused' : 'none' };
 }
 

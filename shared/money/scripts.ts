@@ -1,24 +1,74 @@
-import { readFileSync } from 'node:fs';
+import { as, luaFiles, redisScript } from '../redis-script.js';
 
 /**
- * The money's Redis scripts, kept as `.lua` files beside this module (the
- * build copies them into dist/) and read once, at the first import. Each is
- * sent with `money.lua` before it: the reservation's encoding, the GCRA
- * arithmetic and the integer formatting are written there once and shared.
+ * The money's Redis scripts, kept as `.lua` files beside this module and declared here once each: their keys and
+ * arguments by name, in the order the Lua reads them. Each is sent with `money.lua` before it: the reservation's
+ * encoding, the GCRA arithmetic and the integer formatting are written there once and shared.
  */
-const read = (name: string) => readFileSync(new URL(`./lua/${name}.lua`, import.meta.url), 'utf8');
-const library = read('money');
-const script = (name: string) => `${library}\n${read(name)}`;
+const files = (name: string) => luaFiles(import.meta.url, 'money', name);
+
+/** A verdict of the admission rules (money.lua's `admit`): code, rpm limit/remaining/reset, tpm limit/remaining/reset, retry after. */
+export type AdmissionVerdict = number[];
 
 /** Checks rate limits, the key's limit and the balance, and reserves the worst case: `reserve()`. */
-export const reserveLua = script('reserve');
+export const reserveScript = redisScript({
+  reply: as<AdmissionVerdict>(),
+  name: 'money_reserve',
+  files: files('reserve'),
+  keys: ['bill', 'deadlines', 'gate', 'settled'],
+  args: ['requestId', 'micros', 'tokens', 'nowMs', 'deadlineMs', 'keyId', 'keyLimitMicros', 'rpm', 'tpm', 'gated', 'deadlineMember'],
+});
+
 /** Replaces a reservation by the actual cost once per request id, and appends the usage entry: `settle()`. */
-export const settleLua = script('settle');
+export const settleScript = redisScript({
+  reply: as<[applied: number, reservedMicros: number]>(),
+  name: 'money_settle',
+  files: files('settle'),
+  keys: ['settled', 'bill', 'deadlines', 'usageStream'],
+  args: ['requestId', 'micros', 'tokens', 'nowMs', 'keyId', 'streamMaxLength', 'keepSettledS', 'usage', 'deadlineMember'],
+});
+
 /** Admits and settles at once a request whose price is known before it is served (a cache hit): `charge()`. */
-export const chargeLua = script('charge');
+export const chargeScript = redisScript({
+  reply: as<AdmissionVerdict>(),
+  name: 'money_charge',
+  files: files('charge'),
+  keys: ['bill', 'settled', 'usageStream'],
+  args: ['requestId', 'micros', 'nowMs', 'keyId', 'keyLimitMicros', 'rpm', 'streamMaxLength', 'keepSettledS', 'usage'],
+});
+
 /** Gives back a reservation nothing will settle: `releaseReservation()`. */
-export const releaseLua = script('release');
+export const releaseScript = redisScript({
+  reply: as<number>(),
+  name: 'money_release',
+  files: files('release'),
+  keys: ['bill', 'deadlines', 'settled'],
+  args: ['requestId', 'deadlineMember'],
+});
+
 /** Applies one ledger entry to the account's bill, idempotently: the account store's credit. */
-export const creditLua = script('credit');
+export const creditScript = redisScript({
+  reply: as<[status: number, balance: number]>(),
+  name: 'money_credit',
+  files: files('credit'),
+  keys: ['bill'],
+  args: ['credits', 'ledgerId', 'amount'],
+});
+
 /** Opens an account's bill, or sets whether it is unlimited. */
-export const openBillLua = script('open-bill');
+export const openBillScript = redisScript({
+  reply: as<number>(),
+  name: 'money_open_bill',
+  files: files('open-bill'),
+  keys: ['bill'],
+  args: ['accountId', 'unlimited'],
+});
+
+/** Settles one Realtime response and renews the session's reservation for the next: `settleRealtimeResponse()`. */
+export const realtimeSettleScript = redisScript({
+  reply: as<[applied: number, renewed: number]>(),
+  name: 'money_realtime_settle',
+  files: files('realtime-settle'),
+  keys: ['settled', 'bill', 'deadlines', 'usageStream'],
+  args: ['sessionRequestId', 'micros', 'keyId', 'streamMaxLength', 'keepSettledS', 'usage', 'deadlineMember', 'nextMicros', 'nextDeadlineMs', 'keyLimitMicros'],
+});

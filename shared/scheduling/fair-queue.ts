@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import type { Job, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { backlogKey, fairKeys, recountLockKey, waitingWeightsKey } from '../redis-keys.js';
-import { together, withScripts } from '../redis.js';
+import { inOneWrite, withScripts } from '../redis.js';
 import type { ServiceTier } from '../service-tier.js';
 
 /**
@@ -154,7 +154,7 @@ export async function readBacklog(redis: Redis, queueName: string): Promise<Back
 
 /** A queue's backlog and the weights of the accounts in it, in one round trip (admission reads both). */
 export async function readBacklogAndWeights(redis: Redis, queueName: string): Promise<{ backlog: BacklogRows; weights: Map<string, number> }> {
-  const [[, waiting], [, weights]] = (await together(redis).hgetall(backlogKey(queueName)).hgetall(waitingWeightsKey(queueName)).exec()) as [[unknown, Record<string, string>], [unknown, Record<string, string>]];
+  const [[, waiting], [, weights]] = (await inOneWrite(redis).hgetall(backlogKey(queueName)).hgetall(waitingWeightsKey(queueName)).exec()) as [[unknown, Record<string, string>], [unknown, Record<string, string>]];
   return {
     backlog: backlogRows(waiting ?? {}),
     weights: new Map(Object.entries(weights ?? {}).map(([account, weight]) => [account, Number(weight) || 1])),

@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { CatalogModel } from '../catalog.js';
 import { lanesKnownKey, lanesServedKey } from '../redis-keys.js';
-import { together } from '../redis.js';
+import { inOneWrite } from '../redis.js';
 import type { Config } from '../config.js';
 import { vendorDefinitions } from '../vendor-definitions.js';
 import { extraVendors, vendorDefinition } from '../vendors.js';
@@ -80,7 +80,7 @@ export const laneEntryMs = 3 * laneHeartbeatMs;
 export async function announceLanes(redis: Redis, lanes: ReadonlyArray<{ queue: string } & Omit<LaneServer, 'until'>>): Promise<void> {
   if (lanes.length === 0) return;
   const until = Date.now() + laneEntryMs;
-  await together(redis)
+  await inOneWrite(redis)
     .hset(lanesServedKey, Object.fromEntries(lanes.map(({ queue, ...server }) => [queue, JSON.stringify({ ...server, until })])))
     .sadd(lanesKnownKey, ...lanes.map((lane) => lane.queue))
     .exec();
@@ -93,7 +93,7 @@ export async function knowLanes(redis: Redis, queues: readonly string[]): Promis
 
 /** Every known lane with its server's entry (undefined: nobody serves it, or its entry ran out). */
 export async function readLanes(redis: Redis, now = Date.now()): Promise<Map<string, LaneServer | undefined>> {
-  const [[, known], [, served]] = (await together(redis).smembers(lanesKnownKey).hgetall(lanesServedKey).exec()) as [[unknown, string[]], [unknown, Record<string, string>]];
+  const [[, known], [, served]] = (await inOneWrite(redis).smembers(lanesKnownKey).hgetall(lanesServedKey).exec()) as [[unknown, string[]], [unknown, Record<string, string>]];
   const lanes = new Map<string, LaneServer | undefined>();
   for (const queue of known ?? []) {
     let entry: LaneServer | undefined;

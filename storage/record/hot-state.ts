@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { defaultAccountId, usageMetrics, type UsageMetric } from '../../shared/accounts.js';
 import { accountEmailsKey, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, accessChangedChannel, billKey, keyBillField, keyBillFields, legacyUsageStreamKey, ledgerKey, recordEpochKey, recordLoadedKey, recordLoadingKey, usageDayKey, usageSetAsideKey, usageStreamKeys } from '../../shared/redis-keys.js';
 import type { Logger } from '../../shared/logger.js';
-import { together } from '../../shared/redis.js';
+import { inOneWrite } from '../../shared/redis.js';
 import { balanceMicros, settledMicrosFor } from '../../shared/money/balance.js';
 import { sql } from 'kysely';
 import { openRecord, type RecordDb, type UsageDailyTable } from './database.js';
@@ -50,7 +50,7 @@ type PipelineCommand = (p: ReturnType<Redis['pipeline']>) => void;
 /** Sends commands a thousand at a time; bills sit in other slots than the directory, which `together` sends apart on a Cluster. */
 async function sendInChunks(redis: Redis, commands: readonly PipelineCommand[]): Promise<void> {
   for (let i = 0; i < commands.length; i += pipelineChunk) {
-    const batch = together(redis);
+    const batch = inOneWrite(redis);
     for (const command of commands.slice(i, i + pipelineChunk)) command(batch);
     for (const [error] of (await batch.exec()) ?? []) if (error) throw error;
   }
@@ -220,7 +220,7 @@ export class HotState {
       const imported = await importRedisOnce(this.redis, this.record);
       const loaded = await loadHotState(this.redis, this.record);
       // The record's mark as of the load, lowered too when a restore had put Redis's ahead.
-      await together(this.redis).set(recordEpochKey, String(now.raised)).set(recordLoadedKey, stampText(now)).exec();
+      await inOneWrite(this.redis).set(recordEpochKey, String(now.raised)).set(recordLoadedKey, stampText(now)).exec();
       const ms = Date.now() - started;
       const to = { record: now.record, system: now.system, database: now.database, epoch: now.raised };
       if (why.reason === 'missing') {
@@ -271,7 +271,7 @@ async function dropHotState(redis: Redis, fromStamp: string, setAside: boolean):
     for (;;) {
       const entries = await redis.xrange(stream, '-', '+', 'COUNT', 1000);
       if (entries.length === 0) break;
-      const aside = together(redis);
+      const aside = inOneWrite(redis);
       for (const [id, fields] of entries) aside.xadd(usageSetAsideKey, '*', 'record', fromStamp, 'stream', stream, 'id', id, ...fields);
       aside.expire(usageSetAsideKey, setAsideSeconds);
       for (const [error] of (await aside.exec()) ?? []) if (error) throw error;
