@@ -22,7 +22,7 @@ import { authenticate } from './accounts/auth.js';
 import { KeyCache, KeyStore } from './accounts/key-store.js';
 import { accessChangedChannel } from '../shared/redis-keys.js';
 import { ReplyHub } from './relay/reply-hub.js';
-import { Backpressure } from './relay/backpressure.js';
+import { Backpressure } from '../shared/scheduling/backpressure.js';
 import { apiMetrics } from './http/metrics.js';
 import { ModelResolver } from './requests/model-resolver.js';
 import { v1Routes } from './requests/v1-routes.js';

@@ -1,5 +1,5 @@
 import { usageAmounts } from './money/usage.js';
-import { serviceTiers, type ServiceTier } from './service-tier.js';
+import { serviceTiers, type ServiceTier } from './scheduling/service-tier.js';
 
 /**
  * Accounts and keys as both halves (and the admin API, the CLI and the

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { QueueName } from './queues.js';
 import { queueNames } from './queues.js';
-import { decimalRatio, serviceTiers, type ServiceTier, type ServiceTierPrices } from './service-tier.js';
+import { decimalRatio, serviceTiers, type ServiceTier, type ServiceTierPrices } from './scheduling/service-tier.js';
 import { vendorDefinitions } from './vendor-definitions.js';
 import {
   type EnvironmentVariable,

@@ -3,7 +3,7 @@ import type { Endpoint, EndpointPayloads } from './endpoints.js';
 import type { QueueName } from './queues.js';
 import type { VideoInput } from './schemas/media-inputs.js';
 import type { FairClaim } from './scheduling/fair-queue.js';
-import type { ServiceTier } from './service-tier.js';
+import type { ServiceTier } from './scheduling/service-tier.js';
 import type { JobCachePlan } from './cache.js';
 
 /** The job contract between the api and the workers: what a BullMQ job carries, what it returns, and where an async job is found. */

@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { billingBucket, usageStreamKey } from './redis-keys.js';
 import type { RequestStatus } from './money/usage.js';
-import type { ServiceTier } from './service-tier.js';
+import type { ServiceTier } from './scheduling/service-tier.js';
 
 /**
  * The request log: one record per keyed request, made of two halves that

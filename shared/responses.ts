@@ -1,5 +1,5 @@
 import type { ChatCompletionRequest } from './schemas/chat.js';
-import type { ServiceTier } from './service-tier.js';
+import type { ServiceTier } from './scheduling/service-tier.js';
 
 /**
  * The Responses API (`/v1/responses`) over the chat queue: the api turns a

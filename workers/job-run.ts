@@ -22,10 +22,10 @@ import { ReplyPublisher } from './reply-publisher.js';
 import { ResponsesRun } from './responses-run.js';
 import { endFlight, keepAnswer, type AnswerCacheDeps } from './answer-cache.js';
 import { Meter, settleJob, type SettlementDeps } from './settlement.js';
-import { tierFacts, tierRule, type TierRule } from './served-tier.js';
-import { MovedToLane, type LaneMoves } from './lane-move.js';
+import { tierFacts, tierRule, type TierRule } from '../shared/scheduling/served-tier.js';
+import { MovedToLane, type LaneMoves } from '../shared/scheduling/lane-move.js';
 import { batchGate, isBatchJob, recordErrored, recordSucceeded, type BatchRunDeps } from './batch-run.js';
-import type { Lease, VendorLimiter } from './vendor-limiter.js';
+import type { Lease, VendorLimiter } from '../shared/scheduling/vendor-slots.js';
 import type { CallContext, VendorHttp } from './vendors/types.js';
 
 export interface ProcessorDeps {

@@ -152,16 +152,6 @@ export function channelRested(channel: Pick<ChannelConfig, 'vendor' | 'id'>, rea
   activeMetrics()?.channelCooldowns.get(channel.vendor, channel.id, reason).inc();
 }
 
-/** A slot of a vendor's concurrency cap is held by this process (+1) or given back (-1). */
-export function vendorSlotHeld(vendor: string, change: 1 | -1): void {
-  activeMetrics()?.vendorSlotsInUse.get(vendor).inc(change);
-}
-
-/** A job joins (+1) or leaves (-1) this process's line of waiters for a vendor slot. */
-export function slotWaiter(vendor: string, change: 1 | -1): void {
-  activeMetrics()?.vendorSlotWaiters.get(vendor).inc(change);
-}
-
 /** An answer was kept in the response cache: how many, and their bytes as stored, by model. */
 export function answerCached(model: string, bytes: number): void {
   const metrics = activeMetrics();

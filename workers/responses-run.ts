@@ -10,7 +10,7 @@ import { storedEvents } from './answers/answer-forms.js';
 import { runStream } from './answers/stream-run.js';
 import { adapterMethod } from './vendors/registry.js';
 import type { CallContext } from './vendors/types.js';
-import type { TierRule } from './served-tier.js';
+import type { TierRule } from '../shared/scheduling/served-tier.js';
 
 /**
  * Stores a response object over its record only while the record exists: a

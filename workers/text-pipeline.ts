@@ -3,7 +3,7 @@ import type { EndpointRequest } from '../shared/endpoints.js';
 import { streamAliasKey } from '../shared/redis-keys.js';
 import { streamTrailer } from '../shared/reply.js';
 import { answerTier, ChatStreamEncoder, encodeChatAnswer, usesLegacyFunctions, type ChatEncoderOptions } from './answers/chat-encoder.js';
-import type { TierRule } from './served-tier.js';
+import type { TierRule } from '../shared/scheduling/served-tier.js';
 import type { Protocol } from '../shared/vendor-definitions.js';
 import { adapterMethod } from './vendors/registry.js';
 import type { Answer, AnswerEvent, CallContext } from './vendors/types.js';

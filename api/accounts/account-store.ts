@@ -4,7 +4,7 @@ import type { Redis } from 'ioredis';
 import { withScripts } from '../../shared/redis.js';
 import { readBill, type BillState } from '../../shared/money/billing.js';
 import { defaultAccountId, parseServiceTiers, serviceTiersText, type Account, type AccountRole } from '../../shared/accounts.js';
-import type { ServiceTier } from '../../shared/service-tier.js';
+import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
 import { accessChangedChannel, accountEmailsKey, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, billKey } from '../../shared/redis-keys.js';
 import { balanceMicros } from '../../shared/money/balance.js';
 import { creditScript, openBillScript } from '../../shared/money/scripts.js';

@@ -1,4 +1,5 @@
 import type { Context, Middleware } from 'koa';
+import type { QueueDepth } from '../../shared/scheduling/backpressure.js';
 import { clientClosedEarly, clientClosedStatus } from './client-closed.js';
 import type { Config } from '../../shared/config.js';
 import { countFrames } from '../../shared/reply.js';
@@ -36,31 +37,6 @@ const statusClass = (status: number) => (status >= 100 && status < 600 ? `${Math
 const chatResume = '/v1/chat/completions/:id/stream';
 const responseRead = '/v1/responses/:id';
 
-/**
- * The states a queue's depth is read in. A paused queue is not a state of its
- * jobs: BullMQ keeps them waiting, so `waiting` counts them too.
- */
-export const depthStates = ['waiting', 'active', 'delayed', 'failed'] as const;
-
-export type QueueDepth = {
-  waiting: number;
-  active: number;
-  delayed: number;
-  failed: number;
-};
-
-/** The depths of a capability's shards (BullMQ's `getJobCounts` of each) added up. */
-export function sumDepths(shards: ReadonlyArray<Readonly<Record<string, number>>>): QueueDepth {
-  const depth: QueueDepth = { waiting: 0, active: 0, delayed: 0, failed: 0 };
-  for (const counts of shards) {
-    // Every job waits with a priority (its band and fair tag): BullMQ counts those apart from the plain waiting list.
-    depth.waiting += (counts.waiting ?? 0) + (counts.prioritized ?? 0);
-    depth.active += counts.active ?? 0;
-    depth.delayed += counts.delayed ?? 0;
-    depth.failed += counts.failed ?? 0;
-  }
-  return depth;
-}
 
 /** Where the queue depths come from: the backpressure's last refresh. */
 export interface QueueDepthSource {

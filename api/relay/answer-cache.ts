@@ -17,7 +17,7 @@ import { arrayEnd, framingOf, lateErrorFrame, type StreamDialect } from './strea
 import type { GatewayContext } from '../http/context.js';
 import type { EventLogs, FollowOutcome } from './event-log.js';
 import { echoFor, type EchoSource } from './cache-echo.js';
-import type { ServiceTier } from '../../shared/service-tier.js';
+import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
 import type { ReplyHub } from './reply-hub.js';
 
 /**

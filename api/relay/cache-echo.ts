@@ -2,8 +2,8 @@ import { createHash } from 'node:crypto';
 import type { Config } from '../../shared/config.js';
 import type { Endpoint, EndpointRequest } from '../../shared/endpoints.js';
 import type { ResponseShell } from '../../shared/responses.js';
-import type { ServiceTier } from '../../shared/service-tier.js';
-import { sellsTiers, servedTier, tieredEndpoints } from '../../shared/served-tier.js';
+import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
+import { sellsTiers, servedTier, tieredEndpoints } from '../../shared/scheduling/served-tier.js';
 import { mockAnswers, type VendorConfig } from '../../shared/vendors.js';
 
 /**

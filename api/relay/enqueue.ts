@@ -13,7 +13,7 @@ import { isCluster } from '../../shared/redis.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import { uploadKeys } from '../../storage/upload-keys.js';
 import { reserveSpend, type SpendEstimate } from '../accounts/spend.js';
-import type { Backpressure } from './backpressure.js';
+import type { Backpressure } from '../../shared/scheduling/backpressure.js';
 import { jobLeft, placeJob, type FairClaim } from '../../shared/scheduling/index.js';
 
 /** How the client is answered: held open for the job's answer, at once with a job to poll (async), or at once while the job runs on (background). */

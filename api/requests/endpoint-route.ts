@@ -5,7 +5,7 @@ import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import { worstCase } from '../../shared/money/charge.js';
 import type { PriceList } from '../../shared/money/pricing.js';
 import { grantedTier, laneOf } from '../../shared/scheduling/index.js';
-import { servingTier } from '../../shared/service-tier.js';
+import { servingTier } from '../../shared/scheduling/service-tier.js';
 import { speaksAnthropic } from '../../shared/messages.js';
 import { activeMetrics } from '../../shared/metrics.js';
 import { streamForm } from '../../shared/cache.js';

@@ -6,7 +6,7 @@ import type { ConversationItem, ResponseShell } from '../../shared/responses.js'
 import type { ChatCompletionRequest, ChatMessage } from '../../shared/schemas/chat.js';
 import type { ResponsesRequest } from '../../shared/schemas/responses.js';
 import { flatToolName } from '../../shared/responses-tools.js';
-import { servingTier } from '../../shared/service-tier.js';
+import { servingTier } from '../../shared/scheduling/service-tier.js';
 import { applyChatSettings, type ChatToolCall, type ChatUserPart } from '../dialects/chat-request.js';
 import { chatToolFields, type ChoiceWording, type DeclaredChoice, type DeclaredFunction, type DeclaredTools } from '../dialects/chat-tools.js';
 import { invalidAt, paramOf, parseAt, type FieldPath } from '../dialects/field-path.js';

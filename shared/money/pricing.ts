@@ -3,7 +3,7 @@ import { z } from 'zod';
 import type { Catalog, CatalogModel } from '../catalog.js';
 import type { Config } from '../config.js';
 import type { EndpointRequest } from '../endpoints.js';
-import { ratioText, servingTier, serviceTiers, unitPrices, type ServiceTier, type ServiceTierPrices } from '../service-tier.js';
+import { ratioText, servingTier, serviceTiers, unitPrices, type ServiceTier, type ServiceTierPrices } from '../scheduling/service-tier.js';
 import { mostSpeechSeconds, speechCharacters, speechFacts } from '../schemas/speech.js';
 
 /*

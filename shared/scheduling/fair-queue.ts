@@ -3,7 +3,7 @@ import type { Job, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { backlogKey, fairKeys, recountLockKey, waitingWeightsKey } from '../redis-keys.js';
 import { inOneWrite, withScripts } from '../redis.js';
-import type { ServiceTier } from '../service-tier.js';
+import type { ServiceTier } from './service-tier.js';
 
 /**
  * A queue's order and its backlog count: each job's BullMQ priority, from its band and its account's fair share.

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { requestedServiceTierSchema } from '../service-tier.js';
+import { requestedServiceTierSchema } from '../scheduling/service-tier.js';
 import {
   choiceCountSchema,
   logitBiasSchema,

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { requestedServiceTierSchema } from '../service-tier.js';
+import { requestedServiceTierSchema } from '../scheduling/service-tier.js';
 import { boundedArray, modelSchema, temperatureSchema, topPSchema, userSchema } from './common.js';
 
 /*

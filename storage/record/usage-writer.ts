@@ -8,7 +8,7 @@ import { activeMetrics } from '../../shared/metrics.js';
 import type { RecordDb, RecordTables, UsageDailyTable, UsageTable } from './database.js';
 import { cacheMarks, requestStatuses, type CacheMark, type RequestStatus, type RunDetail } from '../../shared/money/usage.js';
 import { logField } from '../../shared/request-log.js';
-import { serviceTiers, type ServiceTier } from '../../shared/service-tier.js';
+import { serviceTiers, type ServiceTier } from '../../shared/scheduling/service-tier.js';
 
 /**
  * Moves settled usage from Redis to the record. Settlement appends one

@@ -3,7 +3,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
 import pino from 'pino';
 import { enqueue, queueFor, type JobPlan } from '../../api/relay/enqueue.js';
-import { Backpressure } from '../../api/relay/backpressure.js';
+import { Backpressure } from '../../shared/scheduling/backpressure.js';
 import type { KeyAccess } from '../../shared/accounts.js';
 import { loadConfig } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';

@@ -31,7 +31,7 @@ import { ChannelRouter } from '../../workers/channel-router.js';
 import { createProcessor } from '../../workers/job-run.js';
 import { OverrunReport } from '../../workers/overrun-report.js';
 import { StartingWorker } from '../../workers/starting-worker.js';
-import { VendorLimiter } from '../../workers/vendor-limiter.js';
+import { VendorLimiter } from '../../shared/scheduling/vendor-slots.js';
 import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
 import { fetchLoopOptions, listenForSignals } from '../../workers/worker.js';
 import { cleanupsAfter } from '../support/cleanups.js';

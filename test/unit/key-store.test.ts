@@ -85,7 +85,7 @@ describe('AccountStore', () => {
     assert.equal(await store.accounts.credit(a.id, usdToMicros(10), 'first'), 10_000_000);
     const [first] = await store.accounts.ledger(a.id, 1);
     // Two later entries (ids first+1 and first+2), the second applied before the first: their Lua calls as the store makes them.
-    const credit = (bill: string, credits: number, ledgerId: number, amount: number) => creditScript(redis, { bill, credits, ledgerId, amount });
+    const credit = (bill: string, credits: number, ledgerId: number | string, amount: number) => creditScript(redis, { bill, credits, ledgerId, amount });
     const bill = billKey(a.id);
     assert.deepEqual(await credit(bill, 13_000_000, first!.id + 2, 2_000_000), [1, 13_000_000]);
     assert.deepEqual(await credit(bill, 11_000_000, first!.id + 1, 1_000_000), [1, 11_000_000], 'the overtaken entry: the balance right after it');

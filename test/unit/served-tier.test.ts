@@ -3,11 +3,11 @@ import { describe, it } from 'node:test';
 import type { Job } from 'bullmq';
 import type { GatewayJobData } from '../../shared/jobs.js';
 import { tiersBilledFor } from '../../shared/money/pricing.js';
-import { serviceTiers, type ServiceTier } from '../../shared/service-tier.js';
+import { serviceTiers, type ServiceTier } from '../../shared/scheduling/service-tier.js';
 import { ChatStreamEncoder, encodeChatAnswer } from '../../workers/answers/chat-encoder.js';
 import type { Answer, AnswerEvent } from '../../workers/answers/events.js';
 import { ResponsesStreamEncoder } from '../../workers/answers/responses-encoder.js';
-import { sentTier, servedTier, tierFacts, tierRule, type TierFacts } from '../../workers/served-tier.js';
+import { sentTier, servedTier, tierFacts, tierRule, type TierFacts } from '../../shared/scheduling/served-tier.js';
 
 /*
  * The tier a request was served in (workers/served-tier.ts): a vendor that

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { buildJob, type JobOrigin } from '../../api/requests/build-job.js';
 import { loadConfig } from '../../shared/config.js';
 import { withServiceTier } from '../../workers/answers/chat-encoder.js';
-import { decimalRatio, ratioText, servingTier } from '../../shared/service-tier.js';
+import { decimalRatio, ratioText, servingTier } from '../../shared/scheduling/service-tier.js';
 
 const origin: JobOrigin = { requestId: 'req_1', replyTo: 'reply', keyId: 'key_1', model: 'mock-gpt', baseUrl: 'http://localhost' };
 const chat = { model: 'mock-gpt', messages: [{ role: 'user' as const, content: 'hi' }] };

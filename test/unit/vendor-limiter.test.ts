@@ -2,7 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
 import { loadConfig } from '../../shared/config.js';
-import { VendorLimiter } from '../../workers/vendor-limiter.js';
+import { VendorLimiter } from '../../shared/scheduling/vendor-slots.js';
 import { freshRedis } from '../support/gateway.js';
 
 // Against a real Redis: the limiter is a Lua script, and its point is to hold across processes.

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Answer, AnswerEvent, FinishReason, ToolCallEvent, Usage } from './events.js';
 import type { ResponseError, ResponseShell, ResponseStatus } from '../../shared/responses.js';
 import { clientToolName, namespacedTools, type NamespacedName } from '../../shared/responses-tools.js';
-import type { ServiceTier } from '../../shared/service-tier.js';
+import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
 import { sseFrame } from '../../shared/sse.js';
 import type { EncodedFrames, StreamEncoder } from './stream-run.js';
 import {

@@ -9,7 +9,7 @@ import type { CompletionRequest } from '../../shared/schemas/completions.js';
 import type { EmbeddingRequest } from '../../shared/schemas/embeddings.js';
 import type { ImageGenerationRequest } from '../../shared/schemas/images.js';
 import type { ImageEditInput, ImageVariationInput, TranscriptionInput, TranslationInput, VideoInput } from '../../shared/schemas/media-inputs.js';
-import type { ServiceTier } from '../../shared/service-tier.js';
+import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
 import type { Channel } from '../../shared/vendors.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import type { Answer, AnswerEvent, EmbeddingsAnswer, Usage } from '../answers/events.js';

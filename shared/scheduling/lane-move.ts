@@ -1,10 +1,10 @@
 import type { Job, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import type { AsyncJobRecord, GatewayJobData } from '../shared/jobs.js';
-import { jobIdOf } from '../shared/jobs.js';
-import { laneVendor } from '../shared/queues.js';
-import { asyncJobKey } from '../shared/redis-keys.js';
-import { placeJob } from '../shared/scheduling/index.js';
+import type { AsyncJobRecord, GatewayJobData } from '../jobs.js';
+import { jobIdOf } from '../jobs.js';
+import { laneVendor } from '../queues.js';
+import { asyncJobKey } from '../redis-keys.js';
+import { placeJob } from './fair-queue.js';
 
 /**
  * A job waits in the lane of the vendor its model's first route names (the api cannot know better). When the

@@ -1,6 +1,10 @@
-import type { Endpoint } from './endpoints.js';
-import { tiersBilledFor } from './money/pricing.js';
+import type { Endpoint } from '../endpoints.js';
+import { tiersBilledFor } from '../money/pricing.js';
 import { servingTier, type ServiceTier } from './service-tier.js';
+import type { Job } from 'bullmq';
+import type { Config } from '../config.js';
+import { isFirstRun, type GatewayJobData } from '../jobs.js';
+import { isMockChannel, type ChannelConfig } from '../vendors.js';
 
 /*
  * The tier a request was served in: the one its answer says (`service_tier`
@@ -77,3 +81,48 @@ export function sellsTiers(vendor: string | undefined, mock: boolean, nativeTier
 
 /** Endpoints whose API has a `service_tier` (legacy completions has none: always `default`). */
 export const tieredEndpoints: ReadonlySet<Endpoint> = new Set<Endpoint>(['chat.completions', 'responses']);
+
+// ---- how a worker applies the rule to one run of a job on its channel ----
+
+/** The `service_tier` a vendor is sent: the band, to a vendor that sells tiers; none to any other. */
+export function sentTier(facts: TierFacts): ServiceTier | undefined {
+  return facts.native ? facts.band : undefined;
+}
+
+/**
+ * The facts of one run of a job on a channel. The wait is BullMQ's, as
+ * workers/metrics.ts reads it: from the enqueue (`timestamp`) to the move to
+ * active (`processedOn`), on the job's first run only; a later run (a retry,
+ * a rate-limit wait, a stall) cannot tell its first run's start, and earns no
+ * flex for waiting.
+ */
+export function tierFacts(
+  job: Pick<Job<GatewayJobData>, 'data' | 'timestamp' | 'processedOn' | 'attemptsMade' | 'attemptsStarted'>,
+  channel: Pick<ChannelConfig, 'vendor' | 'protocol'>,
+  scheduling: Pick<Config['scheduling'], 'nativeTierVendors' | 'flexMinWaitMs'>,
+  now = Date.now(),
+): TierFacts {
+  const { data } = job;
+  return {
+    band: tieredEndpoints.has(data.endpoint) ? (data.serviceTier ?? 'default') : 'default',
+    native: sellsTiers(channel.vendor, isMockChannel(channel), scheduling.nativeTierVendors),
+    contended: data.contended === true,
+    waitedMs: isFirstRun(job) ? Math.max(0, (job.processedOn ?? now) - job.timestamp) : 0,
+    flexMinWaitMs: scheduling.flexMinWaitMs,
+    ...(data.batch ? { batch: true as const } : {}),
+  };
+}
+
+/** The rule of one run, as the pipelines and encoders use it. */
+export interface TierRule {
+  /** What the vendor is sent as `service_tier` (none: it never sees the field). */
+  readonly sent: ServiceTier | undefined;
+  /** The tier served before (or without) the answer's word: the gateway's decision, or a native vendor's band. */
+  readonly before: ServiceTier;
+  /** The tier served, given what the answer says as `service_tier` (a native vendor's first word decides). */
+  answered(said: string | undefined): ServiceTier;
+}
+
+export function tierRule(facts: TierFacts): TierRule {
+  return { sent: sentTier(facts), before: servedTier(facts), answered: (said) => servedTier(facts, said) };
+}

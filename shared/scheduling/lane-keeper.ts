@@ -1,11 +1,11 @@
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import type { Config } from '../shared/config.js';
-import type { Logger } from '../shared/logger.js';
-import { lanesKnownKey } from '../shared/redis-keys.js';
-import { legacyLaneQueueName, laneVendor, queueNames, type QueueName } from '../shared/queues.js';
-import { announceLanes, knowLanes, laneHeartbeatMs, readLanes, type LaneServer } from '../shared/scheduling/index.js';
-import { vendorDefinitions } from '../shared/vendor-definitions.js';
+import type { Config } from '../config.js';
+import type { Logger } from '../logger.js';
+import { lanesKnownKey } from '../redis-keys.js';
+import { legacyLaneQueueName, laneVendor, queueNames, type QueueName } from '../queues.js';
+import { announceLanes, knowLanes, laneHeartbeatMs, readLanes, type LaneServer } from './lanes.js';
+import { vendorDefinitions } from '../vendor-definitions.js';
 
 /** A lane this worker serves as configured. */
 export interface ServedLane extends Omit<LaneServer, 'until' | 'stranded'> {

@@ -1,10 +1,37 @@
 import type { Redis } from 'ioredis';
-import type { Logger } from '../../shared/logger.js';
+import type { Logger } from '../logger.js';
 import { Queue } from 'bullmq';
-import { accountShare, knowLanes, laneHeartbeatMs, readBacklogAndWeights, readLanes, shareExceeded, type StrandedLane, type WaitingRoom } from '../../shared/scheduling/index.js';
-import type { QueueName } from '../../shared/queues.js';
-import type { QueueShards } from '../../shared/queue-shards.js';
-import { depthStates, sumDepths, type QueueDepth } from '../http/metrics.js';
+import { accountShare, shareExceeded, type WaitingRoom } from './admission.js';
+import { readBacklogAndWeights } from './fair-queue.js';
+import { knowLanes, laneHeartbeatMs, readLanes, type StrandedLane } from './lanes.js';
+import type { QueueName } from '../queues.js';
+import type { QueueShards } from '../queue-shards.js';
+
+/**
+ * The states a queue's depth is read in. A paused queue is not a state of its
+ * jobs: BullMQ keeps them waiting, so `waiting` counts them too.
+ */
+export const depthStates = ['waiting', 'active', 'delayed', 'failed'] as const;
+
+export type QueueDepth = {
+  waiting: number;
+  active: number;
+  delayed: number;
+  failed: number;
+};
+
+/** The depths of a capability's shards (BullMQ's `getJobCounts` of each) added up. */
+export function sumDepths(shards: ReadonlyArray<Readonly<Record<string, number>>>): QueueDepth {
+  const depth: QueueDepth = { waiting: 0, active: 0, delayed: 0, failed: 0 };
+  for (const counts of shards) {
+    // Every job waits with a priority (its band and fair tag): BullMQ counts those apart from the plain waiting list.
+    depth.waiting += (counts.waiting ?? 0) + (counts.prioritized ?? 0);
+    depth.active += counts.active ?? 0;
+    depth.delayed += counts.delayed ?? 0;
+    depth.failed += counts.failed ?? 0;
+  }
+  return depth;
+}
 
 /** One lane's waiting room as last read: jobs waiting by account, and the weights of the accounts waiting. */
 interface LaneCounts {

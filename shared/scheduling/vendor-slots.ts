@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import type { Config } from '../shared/config.js';
-import { slotFreedChannel, vendorInflightKey, vendorPaceKey, vendorRpmKey } from '../shared/redis-keys.js';
-import { GatewayError, timeoutError } from '../shared/errors.js';
-import { vendorLimits, type VendorLimits } from '../shared/scheduling/index.js';
-import { slotWaiter, vendorSlotHeld } from './metrics.js';
+import type { Config } from '../config.js';
+import { slotFreedChannel, vendorInflightKey, vendorPaceKey, vendorRpmKey } from '../redis-keys.js';
+import { GatewayError, timeoutError } from '../errors.js';
+import { vendorLimits, type VendorLimits } from './lanes.js';
+import { activeMetrics } from '../metrics.js';
+import { vendorAcquireScript, vendorReleaseScript, vendorRenewScript } from './scripts.js';
 
 /**
  * Vendor limits that hold across every worker process: at most
@@ -22,79 +23,10 @@ import { slotWaiter, vendorSlotHeld } from './metrics.js';
  *
  * A priority request is not paced: a free slot is its at once (its start still counts for the pace of the rest).
  *
- * KEYS: inflight, rpm, pace. ARGV: lease id, lease ms, cap, rpm, pace fraction, 1 when this call is not paced.
- * Returns {1} or {0, rpm wait ms, slot wait ms, paced (1: sleep the wait, a release will not shorten it)}.
+ * The scripts are lua/vendor-acquire.lua, vendor-release.lua and vendor-renew.lua (scripts.ts declares them).
  */
-const acquireScript = `
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local leaseMs = tonumber(ARGV[2])
-local maxConcurrency = tonumber(ARGV[3])
-local rpm = tonumber(ARGV[4])
-local pace = tonumber(ARGV[5])
-local inflight, avg, last, busy = 0, 0, 0, 0
-if maxConcurrency > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-  inflight = redis.call('ZCARD', KEYS[1])
-  if pace > 0 then
-    local state = redis.call('HMGET', KEYS[3], 'avg', 'last', 'busy')
-    avg, last, busy = tonumber(state[1] or '0'), tonumber(state[2] or '0'), tonumber(state[3] or '0')
-  end
-  if inflight >= maxConcurrency then
-    if avg > 0 then
-      redis.call('HSET', KEYS[3], 'busy', now + math.ceil(avg))
-      redis.call('PEXPIRE', KEYS[3], 3600000)
-    end
-    local soonest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-    return {0, 0, tonumber(soonest[2]) - now, 0}
-  end
-  if avg > 0 and inflight > 0 and ARGV[6] ~= '1' then
-    local nextStart = last + math.floor(pace * avg / maxConcurrency)
-    if busy > now and nextStart > now then return {0, 0, nextStart - now, 1} end
-  end
-end
-if rpm > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - 60000)
-  if redis.call('ZCARD', KEYS[2]) >= rpm then
-    local oldest = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-    return {0, tonumber(oldest[2]) + 60000 - now, 0, 0}
-  end
-  redis.call('ZADD', KEYS[2], now, ARGV[1])
-  redis.call('PEXPIRE', KEYS[2], 61000)
-end
-if maxConcurrency > 0 then
-  redis.call('ZADD', KEYS[1], now + leaseMs, ARGV[1])
-  redis.call('PEXPIRE', KEYS[1], leaseMs * 2)
-  if pace > 0 then
-    redis.call('HSET', KEYS[3], 'last', now)
-    -- This call takes the last slot: the vendor is busy (paced) for one average call.
-    if avg > 0 and inflight + 1 >= maxConcurrency then redis.call('HSET', KEYS[3], 'busy', now + math.ceil(avg)) end
-    redis.call('PEXPIRE', KEYS[3], 3600000)
-  end
-end
-return {1, 0, 0, 0}
-`;
 
-/** KEYS: inflight, pace. ARGV: lease id, the call's ms (-1: not measured). The average moves a fifth of the way to each call. */
-const releaseScript = `
-local removed = redis.call('ZREM', KEYS[1], ARGV[1])
-local ms = tonumber(ARGV[2])
-if removed == 1 and ms >= 0 then
-  local avg = tonumber(redis.call('HGET', KEYS[2], 'avg') or '0')
-  if avg > 0 then avg = avg + (ms - avg) / 5 else avg = math.max(ms, 1) end
-  redis.call('HSET', KEYS[2], 'avg', avg)
-  redis.call('PEXPIRE', KEYS[2], 3600000)
-end
-return removed
-`;
 
-const renewScript = `
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
-return 1
-`;
 
 export interface Lease {
   release(): Promise<void>;
@@ -102,11 +34,6 @@ export interface Lease {
 
 const noLease: Lease = { release: async () => undefined };
 
-type LimiterRedis = Redis & {
-  vendorAcquire(concurrencyKey: string, rpmKey: string, paceKey: string, leaseId: string, leaseMs: number, max: number, rpm: number, pace: number, unpaced: 0 | 1): Promise<[number, number, number, number]>;
-  vendorRelease(concurrencyKey: string, paceKey: string, leaseId: string, callMs: number): Promise<number>;
-  vendorRenew(concurrencyKey: string, leaseId: string, leaseMs: number): Promise<number>;
-};
 
 const pastDeadline = (vendor: string) => timeoutError(`The request waited for a free ${vendor} slot past its deadline (vendor limits are configured).`);
 
@@ -132,23 +59,16 @@ interface VendorLine {
 }
 
 export class VendorLimiter {
-  private readonly redis: LimiterRedis;
-  private readonly limits = new Map<string, VendorLimits>();
+    private readonly limits = new Map<string, VendorLimits>();
   private readonly lines = new Map<string, VendorLine>();
   /** Without freed-slot messages (no subscriber wired), waiters fall back to short polls. */
   private hearsReleases = false;
 
   constructor(
-    redis: Redis,
+    private readonly redis: Redis,
     private readonly config: Pick<Config, 'vendors' | 'channelsFile' | 'vendorLeaseMs'> & Partial<Pick<Config, 'vendorPace'>>,
     private readonly leaseMs = config.vendorLeaseMs,
   ) {
-    this.redis = redis as LimiterRedis;
-    if (typeof this.redis.vendorAcquire !== 'function') {
-      redis.defineCommand('vendorAcquire', { numberOfKeys: 3, lua: acquireScript });
-      redis.defineCommand('vendorRelease', { numberOfKeys: 2, lua: releaseScript });
-      redis.defineCommand('vendorRenew', { numberOfKeys: 1, lua: renewScript });
-    }
   }
 
   /** Called for each message on `slotFreedChannel` (the worker's subscriber forwards them): this process's line asks again at once. */
@@ -234,7 +154,7 @@ export class VendorLimiter {
         const head = line.waiters[0]!;
         let answer: [number, number, number, number];
         try {
-          answer = await this.redis.vendorAcquire(concurrencyKey, rpmKey, paceKey, head.leaseId, this.leaseMs, maxConcurrency, rpm, pace, head.unpaced ? 1 : 0);
+          answer = await vendorAcquireScript(this.redis, { inflight: concurrencyKey, rpmWindow: rpmKey, pace: paceKey, leaseId: head.leaseId, leaseMs: this.leaseMs, cap: maxConcurrency, rpm, paceFraction: pace, unpaced: head.unpaced ? 1 : 0 });
         } catch (error) {
           if (line.waiters.includes(head)) {
             head.leave();
@@ -293,7 +213,7 @@ export class VendorLimiter {
     if (maxConcurrency > 0) vendorSlotHeld(vendor, 1);
     const startedAt = Date.now();
     const renew = setInterval(() => {
-      this.redis.vendorRenew(concurrencyKey, leaseId, this.leaseMs).catch(() => undefined);
+      vendorRenewScript(this.redis, { inflight: concurrencyKey, leaseId, leaseMs: this.leaseMs }).catch(() => undefined);
     }, Math.max(100, Math.floor(this.leaseMs / 3)));
     renew.unref();
     let released = false;
@@ -304,10 +224,20 @@ export class VendorLimiter {
         clearInterval(renew);
         if (maxConcurrency <= 0) return;
         vendorSlotHeld(vendor, -1);
-        const pipeline = this.redis.pipeline() as ReturnType<Redis['pipeline']> & { vendorRelease(...args: [string, string, string, number]): unknown };
-        pipeline.vendorRelease(concurrencyKey, paceKey, leaseId, Date.now() - startedAt);
-        await pipeline.publish(slotFreedChannel, vendor).exec();
+        // Issued in one turn: one write, the release before the announcement (a failed one is left to the lease's expiry).
+        const giveBack = vendorReleaseScript(this.redis, { inflight: concurrencyKey, pace: paceKey, leaseId, callMs: Date.now() - startedAt });
+        await Promise.all([giveBack.catch(() => 0), this.redis.publish(slotFreedChannel, vendor).catch(() => 0)]);
       },
     };
   }
+}
+
+/** A vendor slot taken (+1) or given back (-1) by this process. */
+function vendorSlotHeld(vendor: string, change: 1 | -1): void {
+  activeMetrics()?.vendorSlotsInUse.get(vendor).inc(change);
+}
+
+/** A job joins (+1) or leaves (-1) this process's line of waiters for a vendor slot. */
+function slotWaiter(vendor: string, change: 1 | -1): void {
+  activeMetrics()?.vendorSlotWaiters.get(vendor).inc(change);
 }
