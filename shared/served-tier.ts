@@ -31,7 +31,7 @@ import { servingTier, type ServiceTier } from './service-tier.js';
  *
  * The rule is `servedTier`, pure; workers/served-tier.ts gathers what it
  * reads from a job and its channel (`tierFacts`), and a cache hit answers by it
- * as a job served at once (api/relay/cache-echo.ts).
+ * as a job served at once (api/cache/answer-echo.ts).
  */
 
 /** What decides the tier a job is served in, known once its channel is. */
