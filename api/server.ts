@@ -39,7 +39,7 @@ import { advanceOpenAIBatch } from './batches/openai-finalize.js';
 import { jobRoutes } from './jobs/routes.js';
 import { responseRoutes } from './responses/routes.js';
 import { EventLogs } from './relay/event-log.js';
-import { AnswerCache } from './relay/answer-cache.js';
+import { ResponseCache } from './cache/response-cache.js';
 import { JobEvents } from './jobs/events.js';
 import { RealtimeGateway } from './realtime/upgrade.js';
 import { LoopStallMonitor } from './http/loop-stall.js';
@@ -173,7 +173,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   // Every guard and route below sees the one canonical path (api/http/canonical-path.ts).
   app.use(canonicalizePath());
   const logs = new EventLogs(redis, log);
-  const cache = new AnswerCache(redis, config, log);
+  const cache = new ResponseCache(redis, config, log);
   cache.listen(hub);
   const relayDeps = { config, redis, queues, hub, backpressure, models, prices, logs, cache };
   const endpointDeps = { ...relayDeps, blobs };

@@ -1,13 +1,13 @@
 /**
- * The cache section of `npm run bench` (`BENCH_ONLY=cache`): the response cache (shared/cache.ts,
- * api/relay/answer-cache.ts, workers/answer-cache.ts) side by side with the paths it skips, in one run.
+ * The cache section of `npm run bench` (`BENCH_ONLY=cache`): the response cache (shared/cache/,
+ * api/cache/, workers/cached-job-end.ts) side by side with the paths it skips, in one run.
  *
  *   1. one connection   a zero-latency fake OpenAI; sequential chat completions, in rounds (the order
  *                       rotated by one each round): direct (the fake itself), the floor (the bare BullMQ
  *                       loop, bench/floor-process.ts), a default `start` without `Cache-Control` (plain),
  *                       the same body with `Cache-Control: max-age=600` once primed (hit: read from Redis,
  *                       never queued), a body that differs each request with `max-age=600` (miss: the
- *                       lookup, the flight mark, the store and the flight's end are paid), and Portkey's
+ *                       lookup, the lead's claim, the store and the lead's outcome are paid), and Portkey's
  *                       gateway (`@portkey-ai/gateway`, headless, pointed at the fake). p50/p99 and what
  *                       each adds over direct; Redis commands per request (INFO commandstats delta, whole
  *                       server, one target at a time) and CPU µs per request of each target's processes
@@ -454,7 +454,7 @@ export async function runCache(options: { settings: CacheSettings; redis: Redis;
       { name: 'hit', description: 'start, the same body with Cache-Control: max-age=600, primed once (read from Redis, never queued)', url: `${gateway.url}/v1/chat/completions`, headers: { ...gwHeaders, ...cacheHeader }, body: () => plainJson, statusHeader: 'cache-status', pids: made.pids, dispatcher: agent(), sent: 0 },
       {
         name: 'miss',
-        description: 'start, a different body each request with Cache-Control: max-age=600 (lookup, flight mark, queue, store, flight end)',
+        description: 'start, a different body each request with Cache-Control: max-age=600 (lookup, lead claim, queue, store, lead outcome)',
         url: `${gateway.url}/v1/chat/completions`,
         headers: { ...gwHeaders, ...cacheHeader },
         body: (n) => chatBody(`Say hello. ${nonce} miss ${n}`),

@@ -87,7 +87,7 @@ export interface Config {
   /** `pretty`: short lines for a person; `json`: one JSON object a line; `auto`: pretty on a terminal, JSON elsewhere. */
   logFormat: 'auto' | 'json' | 'pretty';
   catalogFile: string | undefined;
-  /** The response cache (shared/cache.ts): CACHE_*. */
+  /** The response cache (shared/cache/): CACHE_*. */
   cache: { hitPrice: number; defaultTtlS: number; maxTtlS: number; maxEntryBytes: number; maxAccountBytes: number; maxRequestBytes: number };
   /** MODEL_ALIASES: a name a client may send → the catalog model id it stands for. */
   modelAliases: ReadonlyMap<string, string>;

@@ -4,7 +4,7 @@ import type { QueueName } from './queues.js';
 import type { VideoInput } from './schemas/media-inputs.js';
 import type { FairClaim } from './scheduling/fair-queue.js';
 import type { ServiceTier } from './scheduling/service-tier.js';
-import type { JobCachePlan } from './cache.js';
+import type { JobCachePlan } from './cache/index.js';
 
 /** The job contract between the api and the workers: what a BullMQ job carries, what it returns, and where an async job is found. */
 
@@ -55,7 +55,7 @@ export interface GatewayJobData {
   laneMoves?: number;
   /** Epoch ms of its first wait on a vendor rate limit (RATE_LIMIT_WAIT_MS bounds them all). */
   rateLimitedSince?: number;
-  /** The request opted into the response cache (shared/cache.ts): its hash, how long its answer is kept, whether it holds the flight mark. */
+  /** The request opted into the response cache (shared/cache/): its hash, how long its answer is kept, whether its job leads. */
   cache?: JobCachePlan;
   /** How the client reached the gateway (for links to stored files). */
   baseUrl?: string;

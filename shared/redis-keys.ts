@@ -63,19 +63,19 @@ export const fileUploadsKey = `${keyPrefix}files:uploading`;
 /** A file's member in the two gateway-wide sets above. */
 export const fileMember = (accountId: string, fileId: string) => `${accountId} ${fileId}`;
 
-// ---- the response cache (shared/cache.ts): each account's entries under its own hash tag ----
+// ---- the response cache (shared/cache/): each account's entries under its own hash tag ----
 
 /** One stored answer: the account's, for one request hash (a hash of the request's canonical form). */
 export const cacheEntryKey = (accountId: string, hash: string) => `${keyPrefix}cache:{${accountId}}:e:${hash}`;
-/** Set while a job answers that request: identical requests that opted in wait for it instead of queuing their own. */
-export const cacheFlightKey = (accountId: string, hash: string) => `${keyPrefix}cache:{${accountId}}:f:${hash}`;
+/** The lead mark, set while a job answers that request (its leader): identical requests that opted in follow it instead of queuing their own. */
+export const cacheLeadKey = (accountId: string, hash: string) => `${keyPrefix}cache:{${accountId}}:f:${hash}`;
 /** The account's entries by expiry (member `hash keyId model`, score epoch ms) and their total size, for its bound and purges. */
 export const cacheIndexKey = (accountId: string) => `${keyPrefix}cache:{${accountId}}:index`;
 export const cacheBytesKey = (accountId: string) => `${keyPrefix}cache:{${accountId}}:bytes`;
 /** Each entry's stored size, key and model (`size keyId model`), by hash: what the bound and a purge read. */
 export const cacheMetaKey = (accountId: string) => `${keyPrefix}cache:{${accountId}}:meta`;
-/** Where a worker says a cached request's job ended (stored, or failed): the waiting apis hear it. */
-export const cacheEventsChannel = `${keyPrefix}cache-events`;
+/** Where a leading job tells how it ended (stored, failed, gone): the apis of its followers hear it. */
+export const cacheOutcomesChannel = `${keyPrefix}cache-events`;
 
 // ---- a request's own keys ----
 

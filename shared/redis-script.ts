@@ -15,7 +15,8 @@ import type { Cluster, Redis } from 'ioredis';
  * number of keys or arguments: it is spread in its place.
  */
 
-export type ScriptValue = string | number;
+/** A key or an argument: a Buffer is sent as its bytes (a stored answer, compressed or not). */
+export type ScriptValue = string | number | Buffer;
 type Value = ScriptValue | readonly ScriptValue[];
 
 export type ScriptInput<K extends string, A extends string> = { readonly [P in K]: string | readonly string[] } & { readonly [P in A]: Value };

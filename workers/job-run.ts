@@ -20,7 +20,7 @@ import type { MediaDeps } from './media-processor.js';
 import { pipelines, type PipelineOutcome } from './pipelines.js';
 import { ReplyPublisher } from './reply-publisher.js';
 import { ResponsesRun } from './responses-run.js';
-import { endFlight, keepAnswer, type AnswerCacheDeps } from './answer-cache.js';
+import { reportLeadOutcome, storeAnswer, type CachedJobEndDeps } from './cached-job-end.js';
 import { Meter, settleJob, type SettlementDeps } from './settlement.js';
 import { tierFacts, tierRule, type TierRule } from '../shared/scheduling/served-tier.js';
 import { MovedToLane, type LaneMoves } from '../shared/scheduling/lane-move.js';
@@ -148,7 +148,7 @@ class JobRun {
     if (orphan && Date.now() - job.timestamp > orphan.afterMs && (await deps.redis.exists(apiAliveKey(data.replyTo))) === 0) {
       // It waited long, and the api that took it is gone: nobody would read the answer, so the vendor is not called.
       this.log.info('the api holding this request is gone; job dropped');
-      await endFlight(this.cacheDeps, data, 'gone');
+      await reportLeadOutcome(this.cacheDeps, data, 'gone');
       await this.bill('cancelled');
       throw new ClientGoneError();
     }
@@ -311,7 +311,7 @@ class JobRun {
   /** The client left (or cancelled) while the job ran: the vendor call was aborted, and what it produced is billed. */
   private async drop(): Promise<never> {
     this.log.info('client left or cancelled; vendor call aborted');
-    await endFlight(this.cacheDeps, this.data, 'failed');
+    await reportLeadOutcome(this.cacheDeps, this.data, 'failed');
     await this.responses?.cancel().catch((e: unknown) => this.log.warn({ err: e }, 'could not end the cancelled response'));
     await this.bill('cancelled');
     throw new ClientGoneError();
@@ -326,7 +326,7 @@ class JobRun {
       await recordErrored(this.batchDeps, data, error, this.produced.billed);
       throw new AnsweredFailure(error.toWire());
     }
-    await endFlight(this.cacheDeps, data, 'failed');
+    await reportLeadOutcome(this.cacheDeps, data, 'failed');
     // The failure is the job's result: GET /v1/jobs/{id} reads it from the failed job's reason (and the
     // worker tells the job's watchers once BullMQ has recorded it).
     if (data.async) throw new AsyncJobFailure(error.toWire());
@@ -341,7 +341,7 @@ class JobRun {
   private keepInCache(): Promise<void> {
     this.kept ??= (async () => {
       await this.billed;
-      await keepAnswer(this.cacheDeps, this.data, this.produced);
+      await storeAnswer(this.cacheDeps, this.data, this.produced);
     })();
     return this.kept;
   }
@@ -350,7 +350,7 @@ class JobRun {
     return { redis: this.deps.redis, config: this.deps.config, log: this.log };
   }
 
-  private get cacheDeps(): AnswerCacheDeps {
+  private get cacheDeps(): CachedJobEndDeps {
     return { redis: this.deps.redis, config: this.deps.config, log: this.log };
   }
 

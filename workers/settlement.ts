@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { CacheableAnswer } from '../shared/cache.js';
+import type { CacheableAnswer } from '../shared/cache/index.js';
 import type { Redis } from 'ioredis';
 import { defaultAccountId } from '../shared/accounts.js';
 import { settle, type SettlePolicy } from '../shared/money/billing.js';

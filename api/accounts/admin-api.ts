@@ -24,7 +24,7 @@ import { accountView, keyView, ledgerView } from './views.js';
 import { readUsage, usageQuerySchema } from './admin-usage.js';
 import { listRequests } from '../../storage/record/request-log.js';
 import { requestListQuerySchema } from './admin-requests.js';
-import { accountsWithEntries, purgeEntries } from '../../shared/cache.js';
+import { accountsWithEntries, purgeEntries } from '../../shared/cache/index.js';
 import { storableText } from '../../shared/schemas/common.js';
 import { z } from 'zod';
 

@@ -8,8 +8,8 @@ import { grantedTier, laneOf } from '../../shared/scheduling/index.js';
 import { servingTier } from '../../shared/scheduling/service-tier.js';
 import { speaksAnthropic } from '../../shared/messages.js';
 import { activeMetrics } from '../../shared/metrics.js';
-import { streamForm } from '../../shared/cache.js';
-import { missStatus, shareRounds, type AnswerCache, type FollowedCall } from '../relay/answer-cache.js';
+import { streamForm } from '../../shared/cache/index.js';
+import { claimRounds, missStatus, type FollowedCall, type ResponseCache } from '../cache/response-cache.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import type { KeyedContext, KeyedState } from './request-context.js';
 import { noteModel } from '../http/metrics.js';
@@ -34,7 +34,7 @@ import { noteEnqueued, noteError, noteFirstChunk, noteLoggedModel, watchRequest,
 export interface EndpointRouteDeps extends EnqueueDeps, HeldReplyDeps {
   models: ModelResolver;
   /** The response cache's api half. */
-  cache: AnswerCache;
+  cache: ResponseCache;
   blobs: BlobStore;
   prices: PriceList;
   logs: EventLogs;
@@ -152,12 +152,12 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
   const job = buildJob(name, accepted, origin, mode, deps.config);
   const request = { endpoint: name, payload: accepted.payload } as EndpointRequest;
   // A request that opted into the response cache: answered from it when a fresh answer is there (never queued), or
-  // from an identical request's call in flight; else its job keeps its answer (shared/cache.ts).
+  // from an identical request's call in flight; else its job keeps its answer (shared/cache/).
   // A multipart request's uploads were digested as they came: only its text fields (bodyBytes) are hashed here.
   const cache = mode === 'held' ? deps.cache.plan(ctx, request, model.id, access, { async: false, bodyBytes }) : undefined;
   // Served from the cache, the request's uploads are read by no job.
   const dropUploads = () => (form ? void Promise.allSettled(form.files.map((file) => deps.blobs.delete(file.ref.key))) : undefined);
-  // What a stored answer echoes of the request it serves is this request's (api/relay/cache-echo.ts).
+  // What a stored answer echoes of the request it serves is this request's (api/cache/answer-echo.ts).
   // The dialect of its stream: the path's (Google's two forms), else the row's.
   const dialect: StreamDialect = accepted.dialect ?? path?.dialect ?? (speaksAnthropic(row.path) ? 'anthropic' : 'openai');
   const served = { access, keyId, modelId: model.id, dialect, ...(accepted.contentType ? { contentType: accepted.contentType } : {}), echo: { job, model, config: deps.config } };
@@ -185,12 +185,12 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
     const admitShared = async () => {
       // Once: a request contending again after a followed call never started holds its reservation still.
       if (sharing) return;
-      ctx.set(await reserveSpend(deps.redis, deps.config, access, requestId, deps.cache.sharedEstimate(estimate), job.deadline, undefined, { requests: true, tokens: false }));
+      ctx.set(await reserveSpend(deps.redis, deps.config, access, requestId, deps.cache.followerEstimate(estimate), job.deadline, undefined, { requests: true, tokens: false }));
       sharing = true;
     };
     const giveBack = () => releaseReservation(deps.redis, access.accountId, requestId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a request that shared another’s call'));
     for (let round = 1; ; round++) {
-      const shared = await deps.cache.share(cache, { jobId: job.id, form: streamForm(request, stream), keyId }, job.deadline, admitShared);
+      const shared = await deps.cache.claimLeadOrFollow(cache, { jobId: job.id, form: streamForm(request, stream), keyId }, job.deadline, admitShared);
       if (!shared) break;
       if ('entry' in shared) {
         dropUploads();
@@ -199,14 +199,14 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
       }
       let followed: FollowedCall = 'unbilled';
       try {
-        followed = await deps.cache.follow(ctx, deps.logs, shared.follow, cache, request, { ...served, deadline: job.deadline, keepAliveMs: deps.config.sseKeepAliveMs });
+        followed = await deps.cache.followLeaderStream(ctx, deps.logs, shared.follow, cache, request, { ...served, deadline: job.deadline, keepAliveMs: deps.config.sseKeepAliveMs });
       } finally {
         if (followed === 'unbilled') await giveBack();
       }
       if (followed !== 'unstarted') return;
       // The call it followed never started (refused, or taken out of its queue), and nothing was written: it contends
-      // for the mark again (admitted already), and after a few rounds runs its own.
-      if (round >= shareRounds || Date.now() >= job.deadline) break;
+      // for the lead again (admitted already), and after a few rounds runs its own.
+      if (round >= claimRounds || Date.now() >= job.deadline) break;
     }
     if (sharing) {
       // The call it waited on ended without an answer to share: it runs its own, reserved as any call is.
@@ -228,7 +228,7 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
   try {
     const enqueued = await enqueue(deps, queue, job, { spend: { access, estimate, requestsCounted }, fair, ...(accepted.beforeAdd ? { beforeAdd: accepted.beforeAdd } : {}) }, log).catch(async (error: unknown) => {
       // Refused (or Redis away): the requests waiting on this one's call run their own.
-      if (cache) await deps.cache.abandon(cache, job.id);
+      if (cache) await deps.cache.releaseLead(cache, job.id);
       throw error;
     });
     ctx.set(enqueued.headers);
@@ -243,12 +243,12 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
         // Identical requests may follow this stream: its client leaving does not end it while one does.
         ...(cache?.job.flight && stream ? { followed: true } : {}),
         notes: { firstChunk: () => noteFirstChunk(ctx), failed: (code) => noteError(ctx, code) },
-        // A job taken out before it ran (its client left, its deadline passed) gives back what it took, and the flight
-        // mark it held goes with it: the identical requests waiting on it run their own calls at once.
+        // A job taken out before it ran (its client left, its deadline passed) gives back what it took, and the lead
+        // it held goes with it: its followers run their own calls at once.
         abandon: cache?.job.flight
           ? () => {
               enqueued.abandon();
-              void deps.cache.abandon(cache, job.id);
+              void deps.cache.releaseLead(cache, job.id);
             }
           : enqueued.abandon,
         dialect,

@@ -35,7 +35,7 @@ import { isMockChannel, type ChannelConfig } from '../vendors.js';
  *
  * The rule is `servedTier`, pure; workers/served-tier.ts gathers what it
  * reads from a job and its channel (`tierFacts`), and a cache hit answers by it
- * as a job served at once (api/relay/cache-echo.ts).
+ * as a job served at once (api/cache/answer-echo.ts).
  */
 
 /** What decides the tier a job is served in, known once its channel is. */

@@ -11,7 +11,7 @@ import { createFakeOpenAIMedia, type FakeOpenAIMedia } from '../support/fake-ope
 import { startFakeAnthropic, type FakeAnthropic } from '../support/fake-anthropic.js';
 import { assertMatchesSchema } from '../support/openapi-schemas.js';
 import { cacheBytesKey, cacheEntryKey } from '../../shared/redis-keys.js';
-import { readEntry, requestHash } from '../../shared/cache.js';
+import { readEntry, requestHash } from '../../shared/cache/index.js';
 
 const model = 'gpt-4o-mini';
 const cached = (maxAge: number | string) => ({ headers: { 'cache-control': typeof maxAge === 'number' ? `max-age=${maxAge}` : maxAge } });
@@ -62,7 +62,7 @@ describe('the response cache, and identical requests in flight sharing one vendo
     assert.match(again.headers.get('cache-status') ?? '', /^Switchyard; hit; ttl=\d+$/);
     assert.match(again.headers.get('age') ?? '', /^\d+$/);
     const body = (await again.json()) as Record<string, unknown>;
-    // The same answer, under an id and a time of its own (a miss's would be: api/relay/cache-echo.ts).
+    // The same answer, under an id and a time of its own (a miss's would be: api/cache/answer-echo.ts).
     assert.deepEqual({ ...body, id: '', created: 0 }, { ...(first.data as unknown as Record<string, unknown>), id: '', created: 0 });
     assert.notEqual(body.id, first.data.id);
     assert.equal(calls(), 1, 'one vendor call');

@@ -11,7 +11,7 @@ import { assertMatchesSchema } from '../support/openapi-schemas.js';
 
 /*
  * A request answered from the response cache (a hit, or a call it shared) answers as a miss would have answered
- * it: the content and usage are the stored answer's, what echoes the request is its own (api/relay/cache-echo.ts).
+ * it: the content and usage are the stored answer's, what echoes the request is its own (api/cache/answer-echo.ts).
  */
 
 const model = 'gpt-4o-mini';

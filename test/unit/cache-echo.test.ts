@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { cacheEcho, echoFor, echoTarget, hitTier, type EchoSource, type EchoTarget } from '../../api/relay/cache-echo.js';
-import type { CacheableAnswer } from '../../shared/cache.js';
+import { cacheEcho, echoFor, echoTarget, hitTier, type EchoSource, type EchoTarget } from '../../api/cache/answer-echo.js';
+import type { CacheableAnswer } from '../../shared/cache/index.js';
 import { loadConfig } from '../../shared/config.js';
 import type { Endpoint, EndpointRequest } from '../../shared/endpoints.js';
 import type { ResponseShell } from '../../shared/responses.js';

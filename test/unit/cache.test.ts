@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { canonicalJson, decodeEntry, encodeEntry, flightHolder, readCacheControl, readFlightHolder, requestHash, streamForm, type CacheEntry } from '../../shared/cache.js';
+import { canonicalJson, decodeEntry, encodeEntry, leadHolder, readCacheControl, readLeadHolder, requestHash, streamForm, type CacheEntry } from '../../shared/cache/index.js';
 import type { EndpointRequest } from '../../shared/endpoints.js';
 
 const chat = (payload: Record<string, unknown>) => ({ endpoint: 'chat.completions', payload: { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'Hi' }], ...payload } }) as unknown as EndpointRequest;
@@ -52,8 +52,8 @@ describe('a Responses request’s hash', () => {
 
 describe('the flight mark', () => {
   it('names the job, the form its client reads and its key, and reads back', () => {
-    assert.deepEqual(readFlightHolder(flightHolder('job-1', 'chunks+usage', 'key_9')), { jobId: 'job-1', form: 'chunks+usage', keyId: 'key_9' });
-    assert.deepEqual(readFlightHolder(flightHolder('job-2', undefined, 'key_9')), { jobId: 'job-2', form: undefined, keyId: 'key_9' });
+    assert.deepEqual(readLeadHolder(leadHolder('job-1', 'chunks+usage', 'key_9')), { jobId: 'job-1', form: 'chunks+usage', keyId: 'key_9' });
+    assert.deepEqual(readLeadHolder(leadHolder('job-2', undefined, 'key_9')), { jobId: 'job-2', form: undefined, keyId: 'key_9' });
   });
   it('tells streams apart by what their frames hold: OpenAI’s usage chunk, or another dialect’s events', () => {
     assert.equal(streamForm(chat({}), false), undefined);

@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { GatewayError } from '../../shared/errors.js';
-import { requestHash, streamForm } from '../../shared/cache.js';
+import { requestHash, streamForm } from '../../shared/cache/index.js';
 import type { EndpointRequest } from '../../shared/endpoints.js';
 import type { GeminiJob } from '../../shared/gemini.js';
 import { answersGoogle, googleErrorBody } from '../../api/http/envelope.js';
 import { arrayEnd, framingOf, lateErrorFrame, trailerOf } from '../../api/relay/stream-dialects.js';
-import { cacheEcho, type EchoTarget } from '../../api/relay/cache-echo.js';
+import { cacheEcho, type EchoTarget } from '../../api/cache/answer-echo.js';
 
 /** A request as the api sees it: its path, method and headers. */
 const at = (path: string, headers: Record<string, string> = {}, method = 'POST') => ({ path, method, get: (name: string) => headers[name] ?? '' });

@@ -1,4 +1,4 @@
-import type { CacheableAnswer, StoredEvent } from '../../shared/cache.js';
+import type { CacheableAnswer, StoredEvent } from '../../shared/cache/index.js';
 import { streamTrailer } from '../../shared/reply.js';
 import { ChatStreamEncoder, encodeChatAnswer, type ChatEncoderOptions } from './chat-encoder.js';
 import type { Answer, AnswerChoice, AnswerEvent } from './events.js';

@@ -1,4 +1,4 @@
-import type { CacheableAnswer, StoredEvent } from '../../shared/cache.js';
+import type { CacheableAnswer, StoredEvent } from '../../shared/cache/index.js';
 import type { Protocol } from '../../shared/vendor-definitions.js';
 import type { ReplyPublisher } from '../reply-publisher.js';
 import type { Meter } from '../settlement.js';

@@ -7,9 +7,9 @@ import { sellsTiers, servedTier, tieredEndpoints } from '../../shared/scheduling
 import { mockAnswers, type VendorConfig } from '../../shared/vendors.js';
 
 /**
- * A stored answer (shared/cache.ts) as a miss would have answered the request it now serves: the answer's content
+ * A stored answer (shared/cache/) as a miss would have answered the request it now serves: the answer's content
  * and usage are the stored call's, the fields that echo the request or name the answer are this request's. A hit,
- * a request served an identical request's answer (coalesced) and one following that request's stream all go
+ * and a follower of an identical request's call (served its leader's stored answer, or following its stream), all go
  * through here. Pure: no I/O, nothing thrown; a body or event that does not read as its endpoint writes it is
  * passed on unchanged, and fields already right are not written again.
  *

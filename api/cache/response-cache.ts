@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { defaultAccountId, type KeyAccess } from '../../shared/accounts.js';
-import { cachedEndpoints, flightHolder, hashable, landFlight, readCacheControl, readEntry, readFlightHolder, requestHash, takeFlight, type CacheEntry, type CacheEvent, type JobCachePlan } from '../../shared/cache.js';
+import { announceOutcome, cachedEndpoints, claimLead, collapsedStatus, forwardedStatus, hashable, hitStatus, leadHolder, readCacheControl, readEntry, readLeadHolder, requestHash, type CacheEntry, type JobCachePlan, type LeadOutcome } from '../../shared/cache/index.js';
 import type { Config } from '../../shared/config.js';
 import type { EndpointRequest } from '../../shared/endpoints.js';
 import { GatewayError, type WireError } from '../../shared/errors.js';
@@ -10,19 +10,21 @@ import { activeMetrics } from '../../shared/metrics.js';
 import { settle } from '../../shared/money/billing.js';
 import type { UsageEntry } from '../../shared/money/usage.js';
 import { chargeSpend } from '../accounts/spend.js';
-import { cacheEventsChannel } from '../../shared/redis-keys.js';
+import { cacheOutcomesChannel } from '../../shared/redis-keys.js';
 import { EventStream } from '../http/event-stream.js';
 import { sseFrame } from '../../shared/sse.js';
-import { arrayEnd, framingOf, lateErrorFrame, type StreamDialect } from './stream-dialects.js';
+import { arrayEnd, framingOf, lateErrorFrame, type StreamDialect } from '../relay/stream-dialects.js';
 import type { GatewayContext } from '../http/context.js';
-import type { EventLogs, FollowOutcome } from './event-log.js';
-import { echoFor, type EchoSource } from './cache-echo.js';
+import type { EventLogs, FollowOutcome } from '../relay/event-log.js';
+import { echoFor, type EchoSource } from './answer-echo.js';
 import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
-import type { ReplyHub } from './reply-hub.js';
+import type { ReplyHub } from '../relay/reply-hub.js';
 
 /**
- * The api's half of the response cache (shared/cache.ts): whether a request opted in, its answer read from the
- * cache (a hit never enters the queue), and the waiting of a request whose identical twin's job is running.
+ * The api's half of the response cache (shared/cache/): whether a request opted in, its answer read from the cache (a
+ * hit never enters the queue), and coalescing: a request claims the lead of its identical requests, or follows the
+ * job that holds it (its stream as it comes, or its stored answer once it ends). Answers not asked of the vendor are
+ * echoed as a miss would answer the request (answer-echo.ts) and billed at CACHE_HIT_PRICE of the answer's price.
  */
 
 /** What a request that opted in may do with the cache. */
@@ -31,45 +33,45 @@ export interface CachePlan {
   hash: string;
   /** Read: an answer at most this many seconds old will do (undefined: do not read, `no-cache`). */
   maxAgeS: number | undefined;
-  /** What its job carries: the hash, how long its answer is kept, whether it holds the flight mark. */
+  /** What its job carries: the hash, how long its answer is kept, whether it leads. */
   job: JobCachePlan;
-  /** May share an identical request's vendor call in flight (not for `no-cache`, which asks the vendor itself). */
-  share: boolean;
+  /** May follow an identical request's leader (not for `no-cache`, which asks the vendor itself). */
+  mayFollow: boolean;
 }
 
 /**
- * How many times a request contends for the flight mark when the holder it waited on (or set out to follow) never
- * ran: then it runs its own call.
+ * How many times a request contends for the lead when the leader it waited on (or set out to follow) never ran: then
+ * it runs its own call.
  */
-export const shareRounds = 3;
+export const claimRounds = 3;
 
-/** How long a request following another's stream waits for that stream's end after hearing its job failed. */
+/** How long a follower of a leader's stream waits for that stream's end after hearing its job failed. */
 const followerGraceMs = 2000;
 
-/** How a request shares an identical one's call: served its stored answer, or following its stream as it comes. */
-export type Shared = { entry: CacheEntry } | { follow: { jobId: string; owner: string } };
+/** How a follower is answered: the leader's stored answer, or the leader's stream as it comes. */
+export type Following = { entry: CacheEntry } | { follow: { jobId: string; owner: string } };
 
-/** What a request following another's stream needs to be answered and billed. */
-export interface FollowingOptions {
+/** What a follower of a leader's stream needs to be answered and billed. */
+export interface FollowerOptions {
   access: KeyAccess;
   keyId: string;
   modelId: string;
   deadline: number;
   keepAliveMs: number;
   dialect: StreamDialect;
-  /** The request it answers: the frames followed echo it, not the request whose stream they are (api/relay/cache-echo.ts). */
+  /** The request it answers: the frames followed echo it, not the leader's (answer-echo.ts). */
   echo?: EchoSource;
 }
 
-/** How following another's stream ended: billed (its answer came whole), unbilled, or unstarted (nothing written). */
+/** How following a leader's stream ended: billed (its answer came whole), unbilled, or unstarted (nothing written). */
 export type FollowedCall = 'billed' | 'unbilled' | 'unstarted';
 
 /** How a request was served, as `Cache-Status` says it (RFC 9211). */
 export type CacheResult = 'hit' | 'coalesced' | 'miss' | 'bypass';
 
-export class AnswerCache {
-  /** The requests waiting on another's job, by `account hash`. */
-  private readonly waiting = new Map<string, Set<(event: CacheEvent) => void>>();
+export class ResponseCache {
+  /** The followers waiting for a leading job's outcome, by `account hash`. */
+  private readonly followers = new Map<string, Set<(outcome: LeadOutcome) => void>>();
 
   constructor(
     private readonly redis: Redis,
@@ -77,18 +79,18 @@ export class AnswerCache {
     private readonly log: Logger,
   ) {}
 
-  /** Hears the workers say a cached request's job ended (every api hears every such end). */
+  /** Hears the workers announce how leading jobs ended (every api hears every outcome) and passes each to its followers. */
   listen(hub: ReplyHub): void {
-    hub.on(cacheEventsChannel, (message) => {
-      let event: CacheEvent;
+    hub.on(cacheOutcomesChannel, (message) => {
+      let outcome: LeadOutcome;
       try {
-        event = JSON.parse(message) as CacheEvent;
+        outcome = JSON.parse(message) as LeadOutcome;
       } catch {
         return;
       }
-      const waiters = this.waiting.get(`${event.account} ${event.hash}`);
-      if (!waiters) return;
-      for (const wake of [...waiters]) wake(event);
+      const waiting = this.followers.get(`${outcome.account} ${outcome.hash}`);
+      if (!waiting) return;
+      for (const wake of [...waiting]) wake(outcome);
     });
   }
 
@@ -116,7 +118,7 @@ export class AnswerCache {
       hash: requestHash(request, modelId),
       maxAgeS: directive.noCache ? undefined : Math.min(capS, directive.maxAgeS!),
       job: { hash: '', ttlMs: Math.min(capS, askedS) * 1000, flight: false },
-      share: !directive.noCache,
+      mayFollow: !directive.noCache,
     };
   }
 
@@ -133,21 +135,21 @@ export class AnswerCache {
   }
 
   /**
-   * Takes the flight mark for this request's job, or, when an identical request's job holds it, shares that job's
-   * call: a request streaming the same form as that job's client follows its stream as it comes (`follow`, from the
-   * job's event log); any other waits for the job's end and is served the stored answer (`entry`). Resolves to
-   * undefined when this request runs its own call: it took the mark, the other's call failed or its answer could
-   * not be kept, or the cache could not be reached. `admit` runs before it shares (each round it contends again: it
-   * is the caller's to admit once).
+   * Claims the lead for this request's job, or, when an identical request's job holds it, follows that leader: a
+   * request streaming the same form as the leader's client follows its stream as it comes (`follow`, from the job's
+   * event log); any other waits for the job's end and is served the stored answer (`entry`). Resolves to undefined
+   * when this request runs its own call: it claimed the lead, the leader's call failed or its answer could not be
+   * kept, or the cache could not be reached. `admit` runs before it follows (each round it contends again: it is the
+   * caller's to admit once).
    */
-  async share(plan: CachePlan, self: { jobId: string; form: string | undefined; keyId: string }, deadline: number, admit: () => Promise<void>): Promise<Shared | undefined> {
-    if (!plan.share) return undefined;
-    // Every end heard of this request's hash, by job: listening before the mark is read, an end published in between
-    // is not missed (an end published before that dropped the mark, which this request would then have taken).
-    const ends = new Map<string, CacheEvent>();
+  async claimLeadOrFollow(plan: CachePlan, self: { jobId: string; form: string | undefined; keyId: string }, deadline: number, admit: () => Promise<void>): Promise<Following | undefined> {
+    if (!plan.mayFollow) return undefined;
+    // Every outcome heard of this request's hash, by job: listening before the mark is read, an outcome announced in
+    // between is not missed (one announced before that dropped the mark, which this request would then have claimed).
+    const ends = new Map<string, LeadOutcome>();
     let heardOne: (() => void) | undefined;
-    const stop = this.hear(`${plan.accountId} ${plan.hash}`, (event) => {
-      ends.set(event.job ?? '', event);
+    const stop = this.onOutcome(`${plan.accountId} ${plan.hash}`, (outcome) => {
+      ends.set(outcome.job ?? '', outcome);
       heardOne?.();
     });
     let late = false;
@@ -157,19 +159,19 @@ export class AnswerCache {
     }, Math.max(0, deadline - Date.now()));
     timer.unref();
     try {
-      // A holder that never ran (refused, or taken out of its queue) frees the mark: the waiting contend for it again,
-      // one taking it and the others sharing its call. A few rounds at most: then each runs its own.
-      for (let round = 0; round < shareRounds; round++) {
-        const value = await takeFlight(this.redis, plan.accountId, plan.hash, flightHolder(self.jobId, self.form, self.keyId), deadline - Date.now());
+      // A leader that never ran (refused, or taken out of its queue) frees the mark: its followers contend for it
+      // again, one claiming it and the others following it. A few rounds at most: then each runs its own.
+      for (let round = 0; round < claimRounds; round++) {
+        const value = await claimLead(this.redis, plan.accountId, plan.hash, leadHolder(self.jobId, self.form, self.keyId), deadline - Date.now());
         if (value === '') {
           plan.job.flight = true;
           return undefined;
         }
-        const holder = readFlightHolder(value);
-        // Sharing another's call is a request like any other: admitted (its key's rate, its price held) before it waits.
+        const leader = readLeadHolder(value);
+        // Following a leader is a request like any other: admitted (its key's rate, its price held) before it waits.
         await admit();
-        const endOf = () => ends.get(holder.jobId) ?? ends.get('');
-        if (self.form !== undefined && holder.form === self.form && !endOf()) return { follow: { jobId: holder.jobId, owner: holder.keyId } };
+        const endOf = () => ends.get(leader.jobId) ?? ends.get('');
+        if (self.form !== undefined && leader.form === self.form && !endOf()) return { follow: { jobId: leader.jobId, owner: leader.keyId } };
         while (!endOf() && !late) await new Promise<void>((resolve) => (heardOne = resolve));
         const end = endOf();
         if (!end || end.status === 'failed') return undefined;
@@ -180,7 +182,7 @@ export class AnswerCache {
       return undefined;
     } catch (error) {
       if (error instanceof GatewayError) throw error;
-      this.log.warn({ err: error }, 'could not share an identical request’s call: running its own');
+      this.log.warn({ err: error }, 'could not follow an identical request’s call: running its own');
       return undefined;
     } finally {
       clearTimeout(timer);
@@ -188,26 +190,26 @@ export class AnswerCache {
     }
   }
 
-  /** Calls `listener` with each end a worker tells of this `account hash` until the returned stop is called. */
-  private hear(key: string, listener: (event: CacheEvent) => void): () => void {
-    let listeners = this.waiting.get(key);
-    if (!listeners) this.waiting.set(key, (listeners = new Set()));
+  /** Calls `listener` with each outcome a worker announces of this `account hash` until the returned stop is called. */
+  private onOutcome(key: string, listener: (outcome: LeadOutcome) => void): () => void {
+    let listeners = this.followers.get(key);
+    if (!listeners) this.followers.set(key, (listeners = new Set()));
     listeners.add(listener);
     return () => {
       listeners.delete(listener);
-      if (listeners.size === 0 && this.waiting.get(key) === listeners) this.waiting.delete(key);
+      if (listeners.size === 0 && this.followers.get(key) === listeners) this.followers.delete(key);
     };
   }
 
   /**
-   * Answers a streamed request with an identical request's stream as that one's job writes it (from its event log,
-   * from the first frame): its end, or its failure as an error event, included. Billed as a coalesced request at the
-   * answer's price the worker tells when the job ends (nothing when it failed): resolves to whether it was billed
-   * (when not, its reservation is the caller's to give back), or `unstarted` when the call ended before its first
-   * frame (never ran, or its deadline passed first): nothing was written, and the request is the caller's to run.
+   * Answers a streamed request with its leader's stream as the leading job writes it (from its event log, from the
+   * first frame): its end, or its failure as an error event, included. Billed as a coalesced request at the answer's
+   * price the worker announces when the job ends (nothing when it failed): resolves to whether it was billed (when
+   * not, its reservation is the caller's to give back), or `unstarted` when the call ended before its first frame
+   * (never ran, or its deadline passed first): nothing was written, and the request is the caller's to run.
    */
-  async follow(ctx: GatewayContext, logs: EventLogs, leader: { jobId: string; owner: string }, plan: CachePlan, request: EndpointRequest, options: FollowingOptions): Promise<FollowedCall> {
-    ctx.set('cache-status', 'Switchyard; fwd=miss; collapsed');
+  async followLeaderStream(ctx: GatewayContext, logs: EventLogs, leader: { jobId: string; owner: string }, plan: CachePlan, request: EndpointRequest, options: FollowerOptions): Promise<FollowedCall> {
+    ctx.set('cache-status', collapsedStatus);
     ctx.set('age', '0');
     let cost: number | undefined;
     // A job that ends in failure writes its error to the log just after it says so; one whose client left and
@@ -215,11 +217,11 @@ export class AnswerCache {
     // ran writes nothing at all: they stop at once, before anything was written to their clients.
     const gone = new AbortController();
     let giveUp: NodeJS.Timeout | undefined;
-    const stop = this.hear(`${plan.accountId} ${plan.hash}`, (event) => {
-      if (event.job !== undefined && event.job !== leader.jobId) return;
-      if (event.status === 'stored' && event.cost !== undefined) cost = event.cost;
-      if (event.status === 'gone') gone.abort();
-      else if (event.status === 'failed') giveUp ??= setTimeout(() => gone.abort(), followerGraceMs);
+    const stop = this.onOutcome(`${plan.accountId} ${plan.hash}`, (outcome) => {
+      if (outcome.job !== undefined && outcome.job !== leader.jobId) return;
+      if (outcome.status === 'stored' && outcome.cost !== undefined) cost = outcome.cost;
+      if (outcome.status === 'gone') gone.abort();
+      else if (outcome.status === 'failed') giveUp ??= setTimeout(() => gone.abort(), followerGraceMs);
     });
     // Whether any of the leader's frames went out: a Google array's late error or end closes the array they opened.
     let wrote = false;
@@ -252,8 +254,8 @@ export class AnswerCache {
           return errorFrame(error);
         },
         stop: { signal: gone.signal, onStop: () => errorFrame(new GatewayError(502, 'The identical request whose call this one shared ended before its answer did; send it again.', { type: 'api_error', code: 'shared_call_failed' })) },
-        // Its client hears nothing until the shared call's first frame: a call that never starts leaves it free to
-        // run its own.
+        // Its client hears nothing until the leader's first frame: a call that never starts leaves it free to run
+        // its own.
         openOnFirst: true,
       });
     } finally {
@@ -266,7 +268,7 @@ export class AnswerCache {
       return 'unstarted';
     }
     if (last?.end !== 'done') return 'unbilled';
-    // The end was told before the stream's last entry; an answer too large to keep is billed from its entry if any.
+    // The outcome was announced before the stream's last entry; an answer too large to keep is billed from its entry if any.
     cost ??= (await readEntry(this.redis, plan.accountId, plan.hash).catch(() => undefined))?.costMicros ?? 0;
     const price = this.priced(cost);
     activeMetrics()?.cacheRequests.get(options.modelId, 'coalesced').inc();
@@ -275,30 +277,30 @@ export class AnswerCache {
     return 'billed';
   }
 
-  /** A job that took the flight mark never ran (refused, or taken out of its queue): the requests waiting on it contend for the mark again. */
-  async abandon(plan: CachePlan, jobId: string): Promise<void> {
+  /** A job that claimed the lead never ran (refused, or taken out of its queue): its followers contend for the lead again. */
+  async releaseLead(plan: CachePlan, jobId: string): Promise<void> {
     if (!plan.job.flight) return;
-    await landFlight(this.redis, plan.accountId, plan.hash, jobId, 'gone').catch((error: unknown) => this.log.warn({ err: error }, 'could not release a refused request’s flight mark'));
+    await announceOutcome(this.redis, plan.accountId, plan.hash, jobId, 'gone').catch((error: unknown) => this.log.warn({ err: error }, 'could not release a refused request’s lead'));
   }
 
   /**
    * Answers a request from a stored entry: the body, or the stream replayed (numbered frames, OpenAI's usage chunk
    * when the request asked for it, and its trailer), with `Cache-Status` and `Age`, as a miss would answer this
-   * request (api/relay/cache-echo.ts). It costs CACHE_HIT_PRICE of the stored answer's price, no tokens (no vendor,
-   * no token rate): a hit is admitted and billed in one step before it is answered (429 where its key's rate, its
-   * key's limit or the balance refuse it); a request that shared another's call settles the price it held.
+   * request (answer-echo.ts). It costs CACHE_HIT_PRICE of the stored answer's price, no tokens (no vendor, no token
+   * rate): a hit is admitted and billed in one step before it is answered (429 where its key's rate, its key's limit
+   * or the balance refuse it); a follower settles the price it held.
    */
   async answer(ctx: GatewayContext, entry: CacheEntry, request: EndpointRequest, options: { stream: boolean; result: 'hit' | 'coalesced'; access: KeyAccess; keyId: string; modelId: string; contentType?: string; echo?: EchoSource; dialect?: StreamDialect }): Promise<void> {
     const price = this.priced(entry.costMicros);
     // A hit is admitted and billed in one step before it is answered (its price is known): refused, the client gets
-    // the 429 any request of its key would. A request that shared another's call was admitted before it waited.
+    // the 429 any request of its key would. A follower was admitted before it waited.
     const now = Date.now();
-    // Answered as a miss would answer this request (its ids, its tier, its model name): api/relay/cache-echo.ts.
+    // Answered as a miss would answer this request (its ids, its tier, its model name): answer-echo.ts.
     const echo = echoFor(request, ctx.state.requestId, options.echo, now);
     if (options.result === 'hit') ctx.set(await chargeSpend(this.redis, this.config, options.access, this.usage(ctx, request, price, options, echo.tier), { bufferRecords: this.config.usageBufferRecords }));
     const age = Math.max(0, Math.floor((now - entry.created) / 1000));
     const ttl = Math.max(0, Math.floor((entry.expires - now) / 1000));
-    ctx.set('cache-status', options.result === 'hit' ? `Switchyard; hit; ttl=${ttl}` : 'Switchyard; fwd=miss; collapsed');
+    ctx.set('cache-status', options.result === 'hit' ? hitStatus(ttl) : collapsedStatus);
     ctx.set('age', String(age));
     activeMetrics()?.cacheRequests.get(options.modelId, options.result).inc();
     activeMetrics()?.cacheSavedMicros.get(options.modelId).inc(price.saved);
@@ -331,10 +333,10 @@ export class AnswerCache {
   }
 
   /**
-   * What a request that shares an identical one's call holds while it waits: CACHE_HIT_PRICE of the worst case its
-   * own call would have cost (the one it shares is the same request), and no tokens.
+   * What a follower holds while it waits: CACHE_HIT_PRICE of the worst case its own call would have cost (its leader's
+   * is the same request), and no tokens.
    */
-  sharedEstimate(estimate: { micros: number }): { micros: number; tokens: number } {
+  followerEstimate(estimate: { micros: number }): { micros: number; tokens: number } {
     return { micros: Math.ceil(estimate.micros * this.config.cache.hitPrice), tokens: 0 };
   }
 
@@ -370,16 +372,19 @@ export class AnswerCache {
     };
   }
 
-  /** Settles a request that shared another's call: its reservation (made before it waited) becomes its price. */
+  /** Settles a follower: its reservation (made before it waited) becomes its price. */
   private async settle(ctx: GatewayContext, request: EndpointRequest, price: { costMicros: number; saved: number }, options: { result: 'hit' | 'coalesced'; access: KeyAccess; keyId: string; modelId: string }, tier: ServiceTier): Promise<void> {
     await settle(this.redis, this.usage(ctx, request, price, options, tier), { bufferRecords: this.config.usageBufferRecords }).catch((error: unknown) =>
       // Unsettled, its reservation is released at its deadline.
-      this.log.warn({ err: error }, 'could not bill a request that shared another’s call'),
+      this.log.warn({ err: error }, 'could not bill a request that followed another’s call'),
     );
   }
 }
 
-/** `Cache-Status` of a request that went to the vendor: its answer is stored (when it ends well) unless it only shares calls in flight. */
+/**
+ * `Cache-Status` of a request that went to the vendor: asked to (`no-cache`) or not, and its answer stored (when it
+ * ends well) unless it is kept only for its followers (`max-age=0`).
+ */
 export function missStatus(plan: CachePlan): string {
-  return plan.maxAgeS === undefined ? 'Switchyard; fwd=request; stored' : plan.job.ttlMs > 0 ? 'Switchyard; fwd=miss; stored' : 'Switchyard; fwd=miss';
+  return plan.maxAgeS === undefined ? forwardedStatus('request', true) : forwardedStatus('miss', plan.job.ttlMs > 0);
 }
