@@ -39,7 +39,7 @@ export interface GatewayJobData {
   /**
    * The band it is served in (chat and Responses requests; absent: `default`): the tier it asked for where its
    * account may use it (`shared/scheduling/tiers.ts`). What it is billed at and echoed as is the tier it was
-   * served in (`workers/served-tier.ts`): the vendor's word where the vendor sells tiers, else what the queue gave it.
+   * served in (`shared/scheduling/served-tier.ts`): the vendor's word where the vendor sells tiers, else what the queue gave it.
    */
   serviceTier?: ServiceTier;
   /** A request of a Message Batch (shared/batches.ts): its result is recorded in its batch, not sent to a client. */
@@ -48,7 +48,7 @@ export interface GatewayJobData {
   contended?: boolean;
   /**
    * Its place's claim (account, weight, tokens, tier), kept so a worker can place it again at the same fair place in
-   * another vendor's lane when its model falls back there (`workers/lane-move.ts`); absent in jobs of older apis.
+   * another vendor's lane when its model falls back there (`shared/scheduling/lane-move.ts`); absent in jobs of older apis.
    */
   claim?: FairClaim;
   /** Times it was moved to another vendor's lane (at most once). */
@@ -90,7 +90,7 @@ export interface GatewayJobResult {
   movedTo?: string;
 }
 
-/** Whether a job's result is the stub a move to another vendor's lane left behind (`workers/lane-move.ts`). */
+/** Whether a job's result is the stub a move to another vendor's lane left behind (`shared/scheduling/lane-move.ts`). */
 export function movedStub(result: GatewayJobResult | null | undefined): result is GatewayJobResult & { movedTo: string } {
   return typeof result?.movedTo === 'string';
 }

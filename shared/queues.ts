@@ -40,7 +40,7 @@ export function laneQueueName(vendor: string): string {
  * The BullMQ queue of a vendor's Realtime sessions when its concurrent sessions are capped
  * (`REALTIME_VENDOR_SESSIONS_<VENDOR>`, shared/realtime-queue.ts): a session holds its slot for its life, so these
  * lanes are apart from the vendor's call lane (`{lane@…}`), capped in BullMQ at the session cap. Not of the
- * `{<queue>@<vendor>}` form legacy lanes had (workers/lane-keeper.ts drains those).
+ * `{<queue>@<vendor>}` form legacy lanes had (shared/scheduling/lane-keeper.ts drains those).
  */
 export function realtimeLaneQueueName(vendor: string): string {
   return `{realtime-lane@${vendor}}`;
@@ -58,7 +58,7 @@ export function laneVendor(queueName: string): string | undefined {
 
 /**
  * Lanes were per capability (`{chat@openai}`) before they were shared: a worker drains any such queue still
- * holding jobs (workers/lane-keeper.ts), so an upgrade strands nothing.
+ * holding jobs (shared/scheduling/lane-keeper.ts), so an upgrade strands nothing.
  */
 export function legacyLaneQueueName(queue: QueueName, vendor: string): string {
   return `{${queue}@${vendor}}`;

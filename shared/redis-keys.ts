@@ -126,10 +126,12 @@ export function fairKeys(queueName: string): string[] {
     `${base}:count:default`, // jobs of the interactive band waiting or on their way to the queue
     `${base}:count:flex`, // jobs of the flex band, likewise
     backlogKey(queueName),
-    `${base}:members`, // every job counted, by id: 'tier|account|cost|placed ms'
+    fairMembersKey(queueName), // every job counted, by id: its member encoding (lua/fair.lua)
     `${base}:weights`, // the weights of the accounts that wait: account -> weight
   ];
 }
+/** Every job counted in a queue's backlog, by id (hash: job id -> its member encoding, shared/scheduling/lua/fair.lua). */
+export const fairMembersKey = (queueName: string) => `${keyPrefix}fair:${queueName}:members`;
 /** Jobs waiting in a queue by tier and account (hash: `tier|account` -> count): admission's shares and `/metrics`' backlog. */
 export const backlogKey = (queueName: string) => `${keyPrefix}fair:${queueName}:waiting`;
 /** The weights of the accounts waiting in a queue (hash: account -> weight): admission's shares. */

@@ -69,7 +69,7 @@ class JobRun {
   private request: EndpointRequest | undefined;
   private model: CatalogModel | undefined;
   private route: ResolvedRoute | undefined;
-  /** How the tier that serves it is decided, once its channel is known (`workers/served-tier.ts`). */
+  /** How the tier that serves it is decided, once its channel is known (`shared/scheduling/served-tier.ts`). */
   private tier: TierRule | undefined;
   private vendor = 'none';
   private responses: ResponsesRun | undefined;

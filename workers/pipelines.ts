@@ -27,7 +27,7 @@ export interface PipelineRun {
   publisher: ReplyPublisher;
   /** Takes what the answer used, and the tier that served it, for billing. */
   produced: Meter;
-  /** How the tier that serves it is decided (`workers/served-tier.ts`): said in the answer, billed by settlement. */
+  /** How the tier that serves it is decided (`shared/scheduling/served-tier.ts`): said in the answer, billed by settlement. */
   tier: TierRule;
   media: MediaDeps;
   /** The vendor's part is over: its slot is freed. */

@@ -37,7 +37,7 @@ export class ResponsesRun {
   private readonly visible: boolean;
 
   /**
-   * `tier`: the rule of the tier that serves it (`workers/served-tier.ts`), once its channel is known: the
+   * `tier`: the rule of the tier that serves it (`shared/scheduling/served-tier.ts`), once its channel is known: the
    * object says that tier as `service_tier` (a native vendor's first chunk deciding it), not the one asked.
    * Without it (the job failed before it had a channel) the object says the band the shell asked for.
    */

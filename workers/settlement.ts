@@ -37,7 +37,7 @@ export class Meter {
   answerId: string | undefined;
   finishReason: string | undefined;
   /**
-   * The tier that served the answer (`workers/served-tier.ts`): set once the job has a channel, and again
+   * The tier that served the answer (`shared/scheduling/served-tier.ts`): set once the job has a channel, and again
    * when a vendor that sells tiers says which it served. What it is billed at and recorded as; unset (it
    * reached no vendor, and used nothing), the band it was queued in.
    */

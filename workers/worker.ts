@@ -8,7 +8,7 @@ import { loadCatalog } from '../shared/catalog.js';
 import { GatewayError } from '../shared/errors.js';
 import { cancelChannel, slotFreedChannel } from '../shared/redis-keys.js';
 import { laneQueueName, shardQueueName, type QueueName } from '../shared/queues.js';
-import { backToBandHead, cappedVendors, jobLeft, ratePace, recount, vendorLimits } from '../shared/scheduling/index.js';
+import { backToBandHead, cappedVendors, leaveBacklog, ratePace, recount, vendorLimits } from '../shared/scheduling/index.js';
 import { LaneKeeper } from '../shared/scheduling/lane-keeper.js';
 import { isFirstRun, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import { CancelRegistry } from './cancel-registry.js';
@@ -137,7 +137,7 @@ export function laneLoops(concurrency: Readonly<Record<QueueName, number>>, queu
 function inFairOrder(redis: ReturnType<typeof createRedis>, processor: ReturnType<typeof countJobs>): ReturnType<typeof countJobs> {
   return async (job, token) => {
     if (isFirstRun(job)) {
-      void jobLeft(redis, job.queueName, job.id!, job.queueQualifiedName + ':' + job.id).catch(() => undefined);
+      void leaveBacklog(redis, job.queueName, job.id!, job.queueQualifiedName + ':' + job.id).catch(() => undefined);
     } else if (job.stalledCounter > 0 && token !== undefined && (await backToBandHead(job))) {
       await job.moveToDelayed(Date.now(), token);
       throw new DelayedError();

@@ -63,7 +63,7 @@ export interface EchoTarget {
 }
 
 /**
- * The tier a request served a stored answer is served in: by the tier rule (shared/served-tier.ts) for a job served
+ * The tier a request served a stored answer is served in: by the tier rule (shared/scheduling/served-tier.ts) for a job served
  * at once, uncontended, in the band it was granted (the api has already served a tier the account may not use as
  * `default`): a vendor that sells tiers serves the band; for any other an uncontended request that did not wait
  * earns neither `priority` nor (unless SERVICE_TIER_FLEX_MIN_WAIT_MS is 0) `flex`.

@@ -14,7 +14,7 @@ import type { BlobStore } from '../../storage/blob-store.js';
 import { uploadKeys } from '../../storage/upload-keys.js';
 import { reserveSpend, type SpendEstimate } from '../accounts/spend.js';
 import type { Backpressure } from '../../shared/scheduling/backpressure.js';
-import { jobLeft, placeJob, type FairClaim } from '../../shared/scheduling/index.js';
+import { leaveBacklog, placeJob, type FairClaim } from '../../shared/scheduling/index.js';
 
 /** How the client is answered: held open for the job's answer, at once with a job to poll (async), or at once while the job runs on (background). */
 export type AnswerMode = 'held' | 'async' | 'background';
@@ -99,11 +99,11 @@ export async function enqueue(deps: EnqueueDeps, queue: Queue, job: JobPlan, bes
   // (read in the same round trip as a reservation made first). Where nothing waits, the order within the band is moot
   // and the job goes to its band's head untagged.
   const { fair: claim } = beside;
-  // It travels with the job: a worker routing it to another capped vendor places it again there (workers/lane-move.ts).
+  // It travels with the job: a worker routing it to another capped vendor places it again there (shared/scheduling/lane-move.ts).
   job.data.claim = claim;
   const [reservedFirst, placed] = await Promise.allSettled([spend && !gate ? reserve() : undefined, placeJob(redis, queue, job.id, claim)]);
   // A job that never runs leaves the backlog again, and its account gets its tag's cost back.
-  const leave = () => void jobLeft(redis, queue.name, job.id).catch((error: unknown) => log.warn({ err: error }, 'could not uncount a job that was not queued (the recount will)'));
+  const leave = () => void leaveBacklog(redis, queue.name, job.id).catch((error: unknown) => log.warn({ err: error }, 'could not uncount a job that was not queued (the recount will)'));
   if (placed.status === 'rejected') {
     if (spend && reservedFirst.status === 'fulfilled' && reservedFirst.value) {
       await releaseReservation(redis, spend.access.accountId, job.data.requestId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a job that was not queued'));
@@ -115,7 +115,7 @@ export async function enqueue(deps: EnqueueDeps, queue: Queue, job: JobPlan, bes
     throw reservedFirst.reason;
   }
   const { priority, behindOthers } = placed.value;
-  // Placed where other work of its band waited: what a priority request's premium buys (workers/served-tier.ts).
+  // Placed where other work of its band waited: what a priority request's premium buys (shared/scheduling/served-tier.ts).
   if (behindOthers) job.data.contended = true;
   let headers: Record<string, string> = reservedFirst.value ?? {};
   if (job.storedPayload !== undefined) await redis.set(payloadKey(job.id), job.storedPayload, 'PX', job.deadline - Date.now() + 60_000);

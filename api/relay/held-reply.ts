@@ -18,7 +18,7 @@ export interface HeldReplyDeps {
   config: Config;
   redis: Redis;
   hub: ReplyHub;
-  /** The vendors' lanes, where a job moved by a fallback is followed (workers/lane-move.ts). */
+  /** The vendors' lanes, where a job moved by a fallback is followed (shared/scheduling/lane-move.ts). */
   queues: QueueShards;
 }
 

@@ -561,7 +561,7 @@ export function toChatRequest(
     ...toolFields,
   };
   // As the client named it; never sent as written: a vendor with tiers of its own (OpenAI) is sent the job's band in its
-  // place, every other vendor none (workers/served-tier.ts). The response object says the tier that served it.
+  // place, every other vendor none (shared/scheduling/served-tier.ts). The response object says the tier that served it.
   if (request.service_tier != null) chat.service_tier = request.service_tier;
   const format = request.text?.format;
   applyChatSettings(chat, {
@@ -602,7 +602,7 @@ export function buildShell(request: ResponsesRequest, id: string, modelId: strin
     store: request.store ?? true,
     background: request.background ?? false,
     user: request.user ?? null,
-    // The band it asks for; the worker's response object says the tier that served it (workers/served-tier.ts).
+    // The band it asks for; the worker's response object says the tier that served it (shared/scheduling/served-tier.ts).
     service_tier: servingTier(request.service_tier),
   };
 }

@@ -29,7 +29,7 @@ export function worstCase(config: VendorConfig, prices: PriceList, request: Endp
     : { micros: 0, tokens: promptTokens };
 }
 
-/** What a finished request costs: what it used at the prices of the tier that served it (`workers/served-tier.ts`), or 0 when it is served free. */
+/** What a finished request costs: what it used at the prices of the tier that served it (`shared/scheduling/served-tier.ts`), or 0 when it is served free. */
 export function actualCost(
   config: { mock: Pick<Config['mock'], 'billed'> },
   prices: PriceList,

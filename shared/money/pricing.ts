@@ -256,7 +256,7 @@ function requestTier(request: EndpointRequest): ServiceTier {
 }
 
 /**
- * The tiers a request queued in `band` may be billed at (`workers/served-tier.ts`): a flex or default one at
+ * The tiers a request queued in `band` may be billed at (`shared/scheduling/served-tier.ts`): a flex or default one at
  * flex or default (flex only when it was served so; where a vendor is not paid for flex, only when it waited),
  * a priority one at any tier (priority only when it was served so). Never a tier above its band, or `default`.
  */
@@ -420,7 +420,7 @@ export class PriceList {
    * billed at (`tiersBilledFor` the band they name, read as `servingTier`
    * reads it for the job): a flex request at the default price (it is billed
    * default when it is not served as flex), a priority one at the priority
-   * price, so no tier the worker bills (`workers/served-tier.ts`) passes the
+   * price, so no tier the worker bills (`shared/scheduling/served-tier.ts`) passes the
    * reservation.
    */
   worstCaseMicros(modelId: string, request: EndpointRequest, promptTokens: number, maxAudioSeconds = DEFAULT_MAX_AUDIO_SECONDS): WorstCase {

@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import type { Logger } from '../logger.js';
 import { Queue } from 'bullmq';
 import { accountShare, shareExceeded, type WaitingRoom } from './admission.js';
-import { readBacklogAndWeights } from './fair-queue.js';
+import { backlogField, readBacklogAndWeights } from './fair-queue.js';
 import { knowLanes, laneHeartbeatMs, readLanes, type StrandedLane } from './lanes.js';
 import type { QueueName } from '../queues.js';
 import type { QueueShards } from '../queue-shards.js';
@@ -184,7 +184,7 @@ export class Backpressure {
             for (const [tier, account, waiting] of backlog) {
               // A batch's requests are not in the waiting room (they have limits of their own): shown, not admitted against.
               if (tier !== 'batch') lane.byAccount.set(account, (lane.byAccount.get(account) ?? 0) + waiting);
-              const field = `${tier}|${account}`;
+              const field = backlogField.encode(tier, account);
               const sum = byTierAndAccount.get(field);
               if (sum) sum[2] += waiting;
               else byTierAndAccount.set(field, [tier, account, waiting]);

@@ -1,8 +1,8 @@
-import { readFileSync } from 'node:fs';
 import type { Job, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { backlogKey, fairKeys, recountLockKey, waitingWeightsKey } from '../redis-keys.js';
-import { inOneWrite, withScripts } from '../redis.js';
+import { backlogKey, fairKeys, fairMembersKey, recountLockKey, waitingWeightsKey } from '../redis-keys.js';
+import { inOneWrite } from '../redis.js';
+import { leaveScript, placeScript, recountScript } from './scripts.js';
 import type { ServiceTier } from './service-tier.js';
 
 /**
@@ -61,21 +61,6 @@ export function costUnits(reservedTokens: number, weight: number): number {
   return Math.max(1, Math.ceil(Math.max(0, reservedTokens) / tokensPerUnit)) / clampWeight(weight);
 }
 
-const read = (name: string) => readFileSync(new URL(`./lua/${name}.lua`, import.meta.url), 'utf8');
-const library = read('fair');
-const keyCount = fairKeys('').length;
-const scripts = {
-  fairPlace: { keys: keyCount + 1, lua: `${library}\n${read('place')}` },
-  fairLeft: { keys: keyCount, lua: `${library}\n${read('left')}` },
-  fairRecount: { keys: keyCount + 3, lua: `${library}\n${read('recount')}` },
-};
-
-type FairRedis = Redis & {
-  fairPlace(...args: Array<string | number>): Promise<[priority: number, before: number]>;
-  fairLeft(...args: Array<string | number>): Promise<number>;
-  fairRecount(...args: Array<string | number>): Promise<number>;
-};
-const scripted = (redis: Redis) => withScripts<FairRedis>(redis, scripts);
 
 export interface FairClaim {
   /** The account that pays: the unit of fairness. */
@@ -103,21 +88,21 @@ export async function placeJob(redis: Redis, queue: Queue, jobId: string, claim:
   const weight = clampWeight(claim.weight);
   const cost = costUnits(claim.tokens, weight);
   const lead = claim.tier === 'priority' ? (claim.leadTokens ?? 0) / tokensPerUnit / weight : 0;
-  const [priority, before] = await scripted(redis).fairPlace(
-    ...fairKeys(queue.name),
-    queue.keys.prioritized!,
+  const [priority, before] = await placeScript(redis, {
+    fair: fairKeys(queue.name),
+    prioritized: queue.keys.prioritized!,
     jobId,
-    claim.tier,
-    claim.accountId,
+    tier: claim.tier,
+    accountId: claim.accountId,
     weight,
-    String(cost),
-    String(lead),
-    claim.contended ? '1' : '0',
-    bandStart(claim.tier),
+    costUnits: String(cost),
+    leadUnits: String(lead),
+    tagged: claim.contended ? '1' : '0',
+    bandStart: bandStart(claim.tier),
     bandWidth,
-    queue.toKey(''),
-    Date.now(),
-  );
+    queuePrefix: queue.toKey(''),
+    nowMs: Date.now(),
+  });
   return { priority, behindOthers: before > 0 };
 }
 
@@ -125,25 +110,37 @@ export async function placeJob(redis: Redis, queue: Queue, jobId: string, claim:
  * A job counted in its queue's backlog left it, once whoever reports it: taken by a worker (`jobKey`: the job's hash,
  * whose priority moves its band's virtual time to its tag), or removed before it ran (its account gets its cost back).
  */
-export async function jobLeft(redis: Redis, queueName: string, jobId: string, jobKey = ''): Promise<void> {
-  await scripted(redis).fairLeft(...fairKeys(queueName), jobId, jobKey, bandStart('default'), bandStart('flex'), bandWidth);
+export async function leaveBacklog(redis: Redis, queueName: string, jobId: string, jobKey = ''): Promise<void> {
+  await leaveScript(redis, { fair: fairKeys(queueName), jobId, takenJobKey: jobKey, interactiveBandStart: bandStart('default'), flexBandStart: bandStart('flex'), bandWidth });
 }
 
 /** Removes a job that has not run yet, and uncounts it: whether it was removed (false: running, or gone already). */
 export async function removeWaitingJob(redis: Redis, queue: Queue, jobId: string): Promise<boolean> {
   const removed = (await queue.remove(jobId)) === 1;
   // Uncounted once whichever path removed it; a crash in between is repaired by the recount.
-  if (removed) await jobLeft(redis, queue.name, jobId);
+  if (removed) await leaveBacklog(redis, queue.name, jobId);
   return removed;
 }
 
 type BacklogRows = Array<[tier: BacklogTier, account: string, waiting: number]>;
 
-/** The backlog hash's fields (`tier|account` -> count) as rows. */
+/**
+ * A backlog hash field, encoding version 1: `tier|account` (written by lua/fair.lua's `backlog_field`). An account id
+ * may hold `|`: the tier is the part before the first one.
+ */
+export const backlogField = {
+  encode: (tier: BacklogTier, accountId: string) => `${tier}|${accountId}`,
+  decode(field: string): { tier: BacklogTier; accountId: string } {
+    const bar = field.indexOf('|');
+    return { tier: field.slice(0, bar) as BacklogTier, accountId: field.slice(bar + 1) };
+  },
+};
+
+/** The backlog hash's fields (tier and account -> count) as rows. */
 function backlogRows(fields: Record<string, string>): BacklogRows {
   return Object.entries(fields).map(([field, count]) => {
-    const bar = field.indexOf('|');
-    return [field.slice(0, bar) as BacklogTier, field.slice(bar + 1), Number(count)];
+    const { tier, accountId } = backlogField.decode(field);
+    return [tier, accountId, Number(count)];
   });
 }
 
@@ -174,17 +171,17 @@ const recountBatch = 200;
 export async function recount(redis: Redis, queue: Queue, intervalMs: number, graceMs = recountGraceMs): Promise<number | undefined> {
   const locked = await redis.set(recountLockKey(queue.name), '1', 'PX', Math.max(1000, intervalMs - 100), 'NX');
   if (locked !== 'OK') return undefined;
-  const keys = [...fairKeys(queue.name), queue.keys.prioritized!, queue.keys.delayed!, queue.keys.wait!];
-  const membersKey = keys[7]!;
+  const keys = { fair: fairKeys(queue.name), prioritized: queue.keys.prioritized!, delayed: queue.keys.delayed!, wait: queue.keys.wait! };
+  const membersKey = fairMembersKey(queue.name);
   let healed = 0;
   let cursor = '0';
   do {
     const [next, fields] = await redis.hscan(membersKey, cursor, 'COUNT', recountBatch);
     cursor = next;
     const ids = fields.filter((_, i) => i % 2 === 0);
-    if (ids.length > 0) healed += await scripted(redis).fairRecount(...keys, graceMs, Date.now(), ...ids);
+    if (ids.length > 0) healed += await recountScript(redis, { ...keys, graceMs, nowMs: Date.now(), jobIds: ids });
   } while (cursor !== '0');
-  await scripted(redis).fairRecount(...keys, graceMs, Date.now());
+  await recountScript(redis, { ...keys, graceMs, nowMs: Date.now(), jobIds: [] });
   return healed;
 }
 

@@ -3,7 +3,7 @@
  *
  * - admission.ts  Each lane's waiting room (QUEUE_MAX_WAITING_<QUEUE>) is shared out among the accounts waiting in
  *                 it by weight, with a floor: a flood is refused 429 to the flooder, never to a quiet account. The
- *                 api checks it from counts it refreshes every 200 ms (api/relay/backpressure.ts), no round trip.
+ *                 api checks it from counts it refreshes every 200 ms (shared/scheduling/backpressure.ts), no round trip.
  * - tiers.ts      The tier a request is queued in: what it asks for where an admin granted it to its account
  *                 (`priority` only when granted), else `default` or a 403, as configured.
  * - fair-queue.ts The order within a lane: two bands (interactive, then flex), and within a band start-time fair
@@ -16,13 +16,13 @@
  *
  * The path of a request: the api resolves its tier (tiers.ts), checks its account's share of its lane's room
  * (admission.ts), then places the job (fair-queue.ts `placeJob`, in the same round trip as its reservation) and adds
- * it with that priority. A worker taking it reports it (`jobLeft` with its key: the band's virtual time moves to its
+ * it with that priority. A worker taking it reports it (`leaveBacklog` with its key: the band's virtual time moves to its
  * tag); a job removed before it ran is uncounted and its account given its cost back (`removeWaitingJob`, or
- * `jobLeft` without a key). A job coming back (a retry, a vendor's 429 put back, a stalled job) returns to its
+ * `leaveBacklog` without a key). A job coming back (a retry, a vendor's 429 put back, a stalled job) returns to its
  * band's head: it has had its turn. What it is billed and echoed as is the tier it was served in
- * (workers/served-tier.ts). docs/scaling.md says what each knob does.
+ * (shared/scheduling/served-tier.ts). docs/scaling.md says what each knob does.
  */
 export { accountShare, shareExceeded, type WaitingRoom } from './admission.js';
-export { backToBandHead, bandStart, bandWidth, costUnits, jobLeft, leadRoom, maxWeight, minWeight, placeJob, readBacklog, readBacklogAndWeights, recount, removeWaitingJob, tokensPerUnit, type BacklogTier, type FairClaim, type Placed } from './fair-queue.js';
+export { backToBandHead, bandStart, bandWidth, costUnits, leaveBacklog, leadRoom, maxWeight, minWeight, placeJob, readBacklog, readBacklogAndWeights, recount, removeWaitingJob, tokensPerUnit, type BacklogTier, type FairClaim, type Placed } from './fair-queue.js';
 export { announceLanes, cappedVendors, knowLanes, laneEntryMs, laneHeartbeatMs, laneOf, ratePace, readLanes, vendorLimits, type LaneServer, type StrandedLane, type VendorLimits } from './lanes.js';
 export { grantedTier } from './tiers.js';

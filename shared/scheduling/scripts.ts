@@ -32,3 +32,36 @@ export const vendorRenewScript = redisScript({
   args: ['leaseId', 'leaseMs'],
   reply: as<number>(),
 });
+
+/** The fair queue's scripts share `fair.lua` (its keys' meaning, the member encoding, leaving and refunds). */
+const fairFiles = (name: string) => luaFiles(import.meta.url, 'fair', name);
+
+/**
+ * Counts a job in its queue's backlog and gives it its place (fair-queue.ts `placeJob`). `fair`: the queue's nine
+ * scheduler keys (redis-keys.ts `fairKeys`), in their order.
+ */
+export const placeScript = redisScript({
+  name: 'fair_place',
+  files: fairFiles('place'),
+  keys: ['fair', 'prioritized'],
+  args: ['jobId', 'tier', 'accountId', 'weight', 'costUnits', 'leadUnits', 'tagged', 'bandStart', 'bandWidth', 'queuePrefix', 'nowMs'],
+  reply: as<[priority: number, before: number]>(),
+});
+
+/** A counted job left its queue's backlog: taken (its hash's key) or removed (fair-queue.ts `uncountJob`). */
+export const leaveScript = redisScript({
+  name: 'fair_leave',
+  files: fairFiles('leave'),
+  keys: ['fair'],
+  args: ['jobId', 'takenJobKey', 'interactiveBandStart', 'flexBandStart', 'bandWidth'],
+  reply: as<number>(),
+});
+
+/** Uncounts the given jobs that no longer wait (fair-queue.ts `recount`). */
+export const recountScript = redisScript({
+  name: 'fair_recount',
+  files: fairFiles('recount'),
+  keys: ['fair', 'prioritized', 'delayed', 'wait'],
+  args: ['graceMs', 'nowMs', 'jobIds'],
+  reply: as<number>(),
+});

@@ -33,7 +33,7 @@ import { isMockChannel, type ChannelConfig } from '../vendors.js';
  *   idle capacity by its nature (its job's band is flex too, so a run that
  *   fails before any channel is billed the same).
  *
- * The rule is `servedTier`, pure; workers/served-tier.ts gathers what it
+ * The rule is `servedTier`, pure; shared/scheduling/served-tier.ts gathers what it
  * reads from a job and its channel (`tierFacts`), and a cache hit answers by it
  * as a job served at once (api/cache/answer-echo.ts).
  */

@@ -9,7 +9,7 @@ import type { ServiceTier } from './service-tier.js';
  * SERVICE_TIERS_GRANTED (`default,flex`: `priority` is not granted unless an admin grants it). A request for a tier
  * not granted is served as `default` (SERVICE_TIER_NOT_GRANTED=downgrade, and its answer's `service_tier` says
  * `default`) or refused 403 `service_tier_not_granted` (`refuse`). What it is then billed at and echoed as is the
- * tier it was served in (`workers/served-tier.ts`).
+ * tier it was served in (`shared/scheduling/served-tier.ts`).
  */
 export function grantedTier(asked: ServiceTier, access: Pick<KeyAccess, 'tiers'>, config: Pick<SchedulingConfig, 'tiersGranted' | 'tierNotGranted'>): ServiceTier {
   if (asked === 'default') return asked;

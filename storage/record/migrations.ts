@@ -176,7 +176,7 @@ const migrations: Record<string, Migration> = {
       await sql`alter table usage add column if not exists service_tier text not null default 'default'`.execute(db);
     },
   },
-  // The service tiers an admin granted an account (shared/service-tier.ts): a comma list in the tiers' order,
+  // The service tiers an admin granted an account (shared/scheduling/service-tier.ts): a comma list in the tiers' order,
   // `priority,default,flex` at most; NULL (every account before) is the configured default (SERVICE_TIERS_GRANTED).
   '0007_account_service_tiers': {
     async up(db: Kysely<unknown>) {

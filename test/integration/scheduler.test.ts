@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { Queue, Worker, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { createRedis } from '../../shared/redis.js';
-import { bandStart, bandWidth, jobLeft, leadRoom, placeJob, readBacklog, recount, tokensPerUnit, type FairClaim } from '../../shared/scheduling/index.js';
+import { bandStart, bandWidth, leaveBacklog, leadRoom, placeJob, readBacklog, recount, tokensPerUnit, type FairClaim } from '../../shared/scheduling/index.js';
 import { recountLockKey } from '../../shared/redis-keys.js';
 import { freshRedis, waitFor } from '../support/gateway.js';
 
@@ -57,7 +57,7 @@ describe('the fair queue', () => {
       q.name,
       async (job: Job<{ label: string; tier: FairClaim['tier']; account: string }>) => {
         served.push(job.data.label);
-        await jobLeft(redis, q.name, job.id!, q.toKey(job.id!));
+        await leaveBacklog(redis, q.name, job.id!, q.toKey(job.id!));
       },
       { connection, concurrency: 1 },
     );
@@ -151,7 +151,7 @@ describe('the fair queue', () => {
     // The first two are taken (as a worker takes them): the band's virtual time is huge-1's tag, a third of the band in.
     const taken = (await q.getJobs(['prioritized'])).filter((j) => j.data.label !== 'huge-2').sort((x, y) => x.priority - y.priority);
     for (const job of taken) {
-      await jobLeft(redis, q.name, job.id!, q.toKey(job.id!));
+      await leaveBacklog(redis, q.name, job.id!, q.toKey(job.id!));
       await q.remove(job.id!);
     }
     const virtual = taken[1]!.priority - bandStart('default') - leadRoom;
@@ -175,7 +175,7 @@ describe('the fair queue', () => {
     // big-0 and big-1 taken and started: the virtual time is big-1's tag, past a quarter of the band.
     for (const label of ['big-0', 'big-1']) {
       const job = (await byLabel()).get(label)!;
-      await jobLeft(redis, q.name, job.id!, q.toKey(job.id!));
+      await leaveBacklog(redis, q.name, job.id!, q.toKey(job.id!));
       await q.remove(job.id!);
     }
     // big-2 is taken by a worker (BullMQ moves it to active) but not started yet.
@@ -188,7 +188,7 @@ describe('the fair queue', () => {
       await add(q, claim('acct_new'), 'new');
       assert.equal((await byLabel()).get('big-3')!.priority, first + 2 * cost);
       // big-2 starts now: the virtual time is its shifted tag (cost), not the tag it was taken with (2 × cost).
-      await jobLeft(redis, q.name, taken.id!, q.toKey(taken.id!));
+      await leaveBacklog(redis, q.name, taken.id!, q.toKey(taken.id!));
       await add(q, claim('acct_later'), 'later');
       assert.equal((await byLabel()).get('big-3')!.priority, first + cost, 'shifted once more by the started job’s tag, not past it');
     } finally {
@@ -205,8 +205,8 @@ describe('the fair queue', () => {
     const rows = (await readBacklog(redis, q.name)).sort();
     assert.deepEqual(rows, [['flex', 'acct_x', 2], ['priority', 'acct_y', 1]]);
     const y1 = (await q.getJobs(['prioritized'])).find((job) => job.data.label === 'y1')!;
-    await jobLeft(redis, q.name, y1.id!);
-    await jobLeft(redis, q.name, y1.id!);
+    await leaveBacklog(redis, q.name, y1.id!);
+    await leaveBacklog(redis, q.name, y1.id!);
     assert.deepEqual((await readBacklog(redis, q.name)).sort(), [['flex', 'acct_x', 2]], 'a count that reaches 0 is removed, and counted down once');
   });
 
@@ -218,7 +218,7 @@ describe('the fair queue', () => {
     for (let i = 1; i <= 3; i++) await add(q, claim('acct_retry'), `retry-${i}`);
     for (const job of (await q.getJobs(['prioritized'])).filter((j) => /^retry-[123]$/.test(j.data.label))) {
       await q.remove(job.id!);
-      await jobLeft(redis, q.name, job.id!);
+      await leaveBacklog(redis, q.name, job.id!);
     }
     const next = await add(q, claim('acct_retry'), 'retry-4');
     assert.equal(next - first, 4, 'the next admitted job starts right after the last one that ran (1,000 tokens: 4 units)');

@@ -9,7 +9,7 @@ import type { RequestView } from '../../shared/money/usage.js';
 
 /*
  * `service_tier` past the answer: the tier a request was served in
- * (workers/served-tier.ts) is what its answer says, what it is charged at
+ * (shared/scheduling/served-tier.ts) is what its answer says, what it is charged at
  * and what its request-log row (`GET /v1/generation`, `GET /admin/requests`
  * with its `service_tier` filter) records; its reservation covers the
  * dearest tier it may be billed at. OpenAI sells tiers: it is sent the band

@@ -10,7 +10,7 @@ import { ResponsesStreamEncoder } from '../../workers/answers/responses-encoder.
 import { sentTier, servedTier, tierFacts, tierRule, type TierFacts } from '../../shared/scheduling/served-tier.js';
 
 /*
- * The tier a request was served in (workers/served-tier.ts): a vendor that
+ * The tier a request was served in (shared/scheduling/served-tier.ts): a vendor that
  * sells tiers says it, the gateway's queue decides it for the others; the
  * encoders say it on every chunk and in the response object.
  */

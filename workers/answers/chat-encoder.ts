@@ -18,7 +18,7 @@ export interface ChatEncoderOptions {
   /** The client used the deprecated `functions`: one `function_call` instead of `tool_calls`. */
   legacyFunctions: boolean;
   /**
-   * The tier that served the answer (`workers/served-tier.ts`): a chat completion and each of its chunks say it as
+   * The tier that served the answer (`shared/scheduling/served-tier.ts`): a chat completion and each of its chunks say it as
    * `service_tier`, in place of the vendor's own word (a text completion has no such field).
    */
   serviceTier: ServiceTier;

@@ -41,7 +41,7 @@ export interface StartEvent extends Carried {
   /**
    * The `service_tier` the vendor's first chunk says it served the answer in,
    * as written (`default`, `flex`, `priority`, `scale`, …); absent when it
-   * says none. Read only for a vendor that sells tiers (`workers/served-tier.ts`).
+   * says none. Read only for a vendor that sells tiers (`shared/scheduling/served-tier.ts`).
    */
   serviceTier?: string;
 }

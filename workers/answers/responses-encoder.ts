@@ -84,7 +84,7 @@ export class ResponsesStreamEncoder implements StreamEncoder {
   private readonly answeredTier: ((said: string | undefined) => ServiceTier) | undefined;
 
   /**
-   * `serviceTier`: the tier that serves the response (`workers/served-tier.ts`), said as the object's
+   * `serviceTier`: the tier that serves the response (`shared/scheduling/served-tier.ts`), said as the object's
    * `service_tier` in place of the shell's (the band it asked for); `answeredTier`: where the vendor's answer
    * decides it, the tier served given what its first chunk says (the `start` event, read before
    * `response.created` is written).

@@ -6,7 +6,7 @@ import { realtimeLaneQueueName, shardQueueName } from '../../shared/queues.js';
 import { realtimeLaneVendors, realtimeSessionCap } from '../../shared/realtime-queue.js';
 import type { RealtimeJobData } from '../../shared/realtime.js';
 import { createRedis } from '../../shared/redis.js';
-import { jobLeft, recount } from '../../shared/scheduling/index.js';
+import { leaveBacklog, recount } from '../../shared/scheduling/index.js';
 import { settledBy } from '../../shared/stop-deadline.js';
 import { StartingWorker } from '../starting-worker.js';
 import { SessionBus } from './session-bus.js';
@@ -49,7 +49,7 @@ export async function startRealtimeWorkers(deps: RealtimeWorkerDeps): Promise<Re
 
   const processor = async (job: Job<RealtimeJobData, RealtimeJobResult>): Promise<RealtimeJobResult> => {
     // Taken in the fair order: it leaves its queue's backlog, and its band's virtual time moves to its tag.
-    if (isFirstRun(job)) void jobLeft(redis, job.queueName, job.id!, `${job.queueQualifiedName}:${job.id}`).catch(() => undefined);
+    if (isFirstRun(job)) void leaveBacklog(redis, job.queueName, job.id!, `${job.queueQualifiedName}:${job.id}`).catch(() => undefined);
     const run = new SessionRun({ ...deps, bus }, job);
     running.add(run);
     if (stopping) run.stop(shutdownCode, 'worker shutting down');

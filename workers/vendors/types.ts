@@ -55,7 +55,7 @@ export interface CallContext {
   log: Logger;
   http: VendorHttp;
   /**
-   * The `service_tier` a chat call sends (`workers/served-tier.ts`): the job's band, only to a vendor that sells
+   * The `service_tier` a chat call sends (`shared/scheduling/served-tier.ts`): the job's band, only to a vendor that sells
    * tiers itself (SERVICE_TIER_NATIVE_VENDORS). Absent: the vendor never sees `service_tier`, whatever the request says.
    */
   serviceTier?: ServiceTier;

@@ -14,12 +14,12 @@ local two32 = 4294967296
 
 local before = tonumber(redis.call('GET', count) or '0')
 -- Counted once: a job placed again (a retried add) is not counted twice.
-if redis.call('HSETNX', KEYS[8], jobId, tier .. '|' .. account .. '|' .. ARGV[5] .. '|' .. ARGV[11]) == 1 then
+if redis.call('HSETNX', KEYS[8], jobId, encode_member(tier, account, ARGV[5], ARGV[11])) == 1 then
   if redis.call('INCR', count) == 1 then
     -- Nothing of this band waited or was on its way: every account starts level.
     redis.call('DEL', tags, clock)
   end
-  redis.call('HINCRBY', KEYS[7], tier .. '|' .. account, 1)
+  redis.call('HINCRBY', KEYS[7], backlog_field(tier, account), 1)
   redis.call('HSET', KEYS[9], account, ARGV[4])
 end
 if ARGV[7] ~= '1' then return { first, before } end

@@ -37,7 +37,7 @@ export type TextApi = 'chat' | 'completions';
 
 /**
  * `service_tier` is the gateway's, never the client's as written: a vendor
- * that sells tiers (`ctx.serviceTier` set, `workers/served-tier.ts`) is sent
+ * that sells tiers (`ctx.serviceTier` set, `shared/scheduling/served-tier.ts`) is sent
  * the job's band on a chat call (`priority`, `default` or `flex`: never
  * `auto`, `scale` or `fast`); every other vendor, and every legacy completion
  * or embeddings call, is sent none. Dropped before the quirks: it is not the
