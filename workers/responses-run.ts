@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { GatewayError } from '../shared/errors.js';
 import { responseKey } from '../shared/redis-keys.js';
+import { as, luaFiles, redisScript } from '../shared/redis-script.js';
 import type { ResponsesJob } from '../shared/responses.js';
 import type { Protocol } from '../shared/vendor-definitions.js';
 import { ResponsesStreamEncoder, type ResponseObject } from './answers/responses-encoder.js';
@@ -16,11 +17,13 @@ import type { TierRule } from '../shared/scheduling/served-tier.js';
  * Stores a response object over its record only while the record exists: a
  * response deleted while it ran is not brought back by its end.
  */
-const storeScript = `if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('HSET', KEYS[1], 'response', ARGV[1])
-  redis.call('EXPIRE', KEYS[1], ARGV[2])
-end
-return 0`;
+const storeScript = redisScript({
+  reply: as<number>(),
+  name: 'response_store',
+  files: luaFiles(import.meta.url, 'store-response'),
+  keys: ['record'],
+  args: ['response', 'ttlSeconds'],
+});
 
 /**
  * One `responses` job: the model's chat adapter streams the answer events,
@@ -129,6 +132,6 @@ export class ResponsesRun {
 
   private async store(response: ResponseObject): Promise<void> {
     if (!this.job.shell.store) return;
-    await this.redis.eval(storeScript, 1, responseKey(this.job.shell.id), JSON.stringify(response), this.ttlSeconds);
+    await storeScript(this.redis, { record: responseKey(this.job.shell.id), response: JSON.stringify(response), ttlSeconds: this.ttlSeconds });
   }
 }

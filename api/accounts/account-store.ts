@@ -1,13 +1,13 @@
 import { randomBytes, scrypt, timingSafeEqual } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import type { Redis } from 'ioredis';
-import { withScripts } from '../../shared/redis.js';
 import { readBill, type BillState } from '../../shared/money/billing.js';
 import { defaultAccountId, parseServiceTiers, serviceTiersText, type Account, type AccountRole } from '../../shared/accounts.js';
 import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
 import { accessChangedChannel, accountEmailsKey, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, billKey } from '../../shared/redis-keys.js';
 import { balanceMicros } from '../../shared/money/balance.js';
 import { creditScript, openBillScript } from '../../shared/money/scripts.js';
+import { createAccountScript, deleteAccountScript, ensureDefaultScript, rehashPasswordScript, updateAccountScript } from './scripts.js';
 import { GatewayError } from '../../shared/errors.js';
 import type { RecordDb } from '../../storage/record/database.js';
 import { ensureDefaultRecord, type HotState } from '../../storage/record/hot-state.js';
@@ -18,8 +18,9 @@ import { ensureDefaultRecord, type HotState } from '../../storage/record/hot-sta
  * read and which is loaded again from the record when Redis loses it. In
  * Redis, every change that must
  * hold together (claiming an email, crediting with its ledger entry, deleting
- * with its keys) is one Lua script, so two admins racing never leave an email
- * owned twice or a balance without its ledger line.
+ * with its keys) is one Lua script (`lua/`, declared in scripts.ts), so two
+ * admins racing never leave an email owned twice or a balance without its
+ * ledger line.
  */
 
 export const accountNotFound = (id: string) => new GatewayError(404, `No account with id '${id}'.`, { code: 'account_not_found' });
@@ -36,94 +37,6 @@ export const accountExists = (email: string) =>
 
 // USD as the API takes it ↔ integer micro-dollars as Redis keeps it: the price list's conversion, exact to the decimal written.
 export { microsToUsd, usdToMicros } from '../../shared/money/pricing.js';
-
-/**
- * Creates the built-in default account if it is not complete (HSETNX: a field
- * an admin changed, or `reserved` a settlement already counted, is kept).
- * Shared with the key scripts, so a key of the default account never finds it missing.
- */
-export const ensureDefaultLua = `
-local function ensureDefault(accountKey, indexKey, id, now)
-  if redis.call('HGET', accountKey, 'unlimited') == '1' then return end
-  for field, value in pairs({id = id, email = '', name = 'Default', role = 'admin', created = now}) do
-    redis.call('HSETNX', accountKey, field, value)
-  end
-  redis.call('HSET', accountKey, 'unlimited', '1')
-  redis.call('ZADD', indexKey, 'NX', now, id)
-end
-`;
-
-const ensureScript = `${ensureDefaultLua}
-ensureDefault(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
-return 1`;
-
-/* KEYS: emails, account, index. ARGV: lower-cased email, id, created, then field/value pairs. 0 = email taken. */
-const createScript = `
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
-redis.call('HSET', KEYS[2], unpack(ARGV, 4))
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
-return 1`;
-
-/*
- * KEYS: account, emails. ARGV: id, email read before (the script refuses, -2, if it changed since),
- * its lower case, the new lower case ('' = unchanged), the access-changed channel, then field/value pairs.
- * Publishes `account:<id>` so every api drops the keys of the account it cached (a disable takes effect at once).
- * 1 done, 0 no such account, -1 email taken, -2 changed meanwhile (retry).
- */
-const updateScript = `
-local cur = redis.call('HMGET', KEYS[1], 'id', 'deleted', 'email')
-if not cur[1] or cur[2] == '1' then return 0 end
-if (cur[3] or '') ~= ARGV[2] then return -2 end
-if ARGV[4] ~= '' and ARGV[4] ~= ARGV[3] then
-  local owner = redis.call('HGET', KEYS[2], ARGV[4])
-  if owner and owner ~= ARGV[1] then return -1 end
-  redis.call('HSET', KEYS[2], ARGV[4], ARGV[1])
-  if ARGV[3] ~= '' and redis.call('HGET', KEYS[2], ARGV[3]) == ARGV[1] then redis.call('HDEL', KEYS[2], ARGV[3]) end
-end
-if #ARGV > 5 then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 6))
-  redis.call('PUBLISH', ARGV[5], 'account:' .. ARGV[1])
-end
-return 1`;
-
-/*
- * KEYS: account, emails, index, account keys, key hashes, key ids.
- * ARGV: id, email read before, its lower case, key record prefix, channel.
- * Marks the account deleted (the record stays: settlements in flight still find it), frees its
- * email and revokes every key of it. Returns the number of keys revoked, -1 no such account, -2 retry.
- */
-const deleteScript = `
-local cur = redis.call('HMGET', KEYS[1], 'id', 'deleted', 'email')
-if not cur[1] or cur[2] == '1' then return -1 end
-if (cur[3] or '') ~= ARGV[2] then return -2 end
-redis.call('HSET', KEYS[1], 'deleted', '1')
-if ARGV[3] ~= '' and redis.call('HGET', KEYS[2], ARGV[3]) == ARGV[1] then redis.call('HDEL', KEYS[2], ARGV[3]) end
-redis.call('ZREM', KEYS[3], ARGV[1])
-local ids = redis.call('SMEMBERS', KEYS[4])
-for _, keyId in ipairs(ids) do
-  local hash = redis.call('HGET', ARGV[4] .. keyId, 'hash')
-  if hash then redis.call('HDEL', KEYS[5], hash) end
-  redis.call('DEL', ARGV[4] .. keyId)
-  redis.call('SREM', KEYS[6], keyId)
-end
-redis.call('DEL', KEYS[4])
-redis.call('PUBLISH', ARGV[5], 'account:' .. ARGV[1])
-return #ids`;
-
-interface AccountRedis extends Redis {
-  accountEnsureDefault(...args: Array<string | number>): Promise<number>;
-  accountCreate(...args: Array<string | number>): Promise<number>;
-  accountUpdate(...args: Array<string | number>): Promise<number>;
-  accountDelete(...args: Array<string | number>): Promise<number>;
-}
-
-const scripted = (redis: Redis) =>
-  withScripts<AccountRedis>(redis, {
-    accountEnsureDefault: { keys: 2, lua: ensureScript },
-    accountCreate: { keys: 3, lua: createScript },
-    accountUpdate: { keys: 2, lua: updateScript },
-    accountDelete: { keys: 6, lua: deleteScript },
-  });
 
 // ---- passwords: scrypt, salted, with its parameters stored so they can be raised later ----
 
@@ -201,12 +114,6 @@ export function needsRehash(stored: string): boolean {
  */
 const decoyHash = `scrypt$${scryptParams.N}$${scryptParams.r}$${scryptParams.p}$${randomBytes(16).toString('base64')}$${randomBytes(64).toString('base64')}`;
 
-/* KEYS: account. ARGV: the hash read, the new one. Replaced only if unchanged since (a password set meanwhile wins). */
-const rehashScript = `
-if redis.call('HGET', KEYS[1], 'password') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'password', ARGV[2])
-return 1`;
-
 // ---- the store ----
 
 export interface NewAccount {
@@ -283,7 +190,7 @@ function toAccount(row: Record<string, string>, bill: BillState | undefined): Ac
 const isUniqueViolation = (error: unknown) => (error as { code?: string } | null)?.code === '23505';
 
 export class AccountStore {
-  private readonly redis: AccountRedis;
+  private readonly redis: Redis;
   /** See KeyStore.onAccessChanged. */
   onAccessChanged: ((message: string) => void) | undefined;
 
@@ -293,7 +200,7 @@ export class AccountStore {
     /** Loads Redis again from the record when it finds it lost (optional: the CLI runs without one). */
     private readonly hot?: HotState,
   ) {
-    this.redis = scripted(redis);
+    this.redis = redis;
   }
 
   /**
@@ -301,7 +208,7 @@ export class AccountStore {
    * record is made where the record needs it (a key for it, a change to it, a load of Redis).
    */
   async ensureDefault(): Promise<void> {
-    await this.redis.accountEnsureDefault(accountKey(defaultAccountId), accountsIndexKey, defaultAccountId, nowSeconds());
+    await ensureDefaultScript(this.redis, { account: accountKey(defaultAccountId), index: accountsIndexKey, accountId: defaultAccountId, now: nowSeconds() });
     await openBillScript(this.redis, { bill: billKey(defaultAccountId), accountId: defaultAccountId, unlimited: '1' });
   }
 
@@ -341,7 +248,15 @@ export class AccountStore {
       if (isUniqueViolation(error)) throw accountExists(email);
       throw error;
     }
-    const made = await this.redis.accountCreate(accountEmailsKey, accountKey(id), accountsIndexKey, emailIndex(email), id, created, ...Object.entries(fields).flat());
+    const made = await createAccountScript(this.redis, {
+      emails: accountEmailsKey,
+      account: accountKey(id),
+      index: accountsIndexKey,
+      emailIndex: emailIndex(email),
+      accountId: id,
+      created,
+      fields: Object.entries(fields).flat(),
+    });
     if (made === 0) {
       // Redis still names the email (a hot copy older than the record): the record decides, so the new row goes.
       await this.record.deleteFrom('accounts').where('id', '=', id).execute();
@@ -428,7 +343,16 @@ export class AccountStore {
       const current = await this.get(id);
       if (!current) return undefined;
       const newIndex = changes.email === undefined ? '' : emailIndex(changes.email);
-      const result = await this.redis.accountUpdate(accountKey(id), accountEmailsKey, id, current.email, emailIndex(current.email), newIndex, accessChangedChannel, ...fields);
+      const result = await updateAccountScript(this.redis, {
+        account: accountKey(id),
+        emails: accountEmailsKey,
+        accountId: id,
+        email: current.email,
+        emailIndex: emailIndex(current.email),
+        newEmailIndex: newIndex,
+        channel: accessChangedChannel,
+        fields,
+      });
       if (result === 0) return undefined;
       if (result === -1) throw accountExists(normalizeEmail(changes.email!));
       if (result === 1) {
@@ -457,19 +381,19 @@ export class AccountStore {
     for (let attempt = 0; attempt < attempts; attempt++) {
       const current = await this.get(id);
       if (!current) return 0;
-      const result = await this.redis.accountDelete(
-        accountKey(id),
-        accountEmailsKey,
-        accountsIndexKey,
-        accountKeysKey(id),
-        apiKeyHashesKey,
-        apiKeyIdsKey,
-        id,
-        current.email,
-        emailIndex(current.email),
-        apiKeyRecordKey(''),
-        accessChangedChannel,
-      );
+      const result = await deleteAccountScript(this.redis, {
+        account: accountKey(id),
+        emails: accountEmailsKey,
+        index: accountsIndexKey,
+        accountKeys: accountKeysKey(id),
+        keyHashes: apiKeyHashesKey,
+        keyIds: apiKeyIdsKey,
+        accountId: id,
+        email: current.email,
+        emailIndex: emailIndex(current.email),
+        keyRecordPrefix: apiKeyRecordKey(''),
+        channel: accessChangedChannel,
+      });
       // Its bill goes with it: nothing is admitted for it any more.
       if (result >= -1) await this.redis.del(billKey(id));
       this.onAccessChanged?.(`account:${id}`);
@@ -589,7 +513,7 @@ export class AccountStore {
       const fresh = await hashPassword(password);
       const updated = await this.record.updateTable('accounts').set({ password: fresh }).where('id', '=', id).where('password', '=', stored).executeTakeFirst();
       if (Number(updated.numUpdatedRows) === 0) return;
-      await this.redis.eval(rehashScript, 1, accountKey(id), stored, fresh);
+      await rehashPasswordScript(this.redis, { account: accountKey(id), stored, fresh });
     } catch {
       // Kept as it was: it still verifies.
     }

@@ -1,10 +1,10 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { withScripts } from '../../shared/redis.js';
 import { defaultAccountId, parseServiceTiers, type AccountRole, type KeyAccess } from '../../shared/accounts.js';
 import { accessChangedChannel, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, billKey, keyBillField, keyBillFields } from '../../shared/redis-keys.js';
 import { GatewayError } from '../../shared/errors.js';
-import { AccountStore, accountNotFound, ensureDefaultLua, microsToUsd } from './account-store.js';
+import { AccountStore, accountNotFound, microsToUsd } from './account-store.js';
+import { claimPlaygroundKeyScript, createKeyScript, keyAccessScript, revokeKeyScript, updateKeyScript } from './scripts.js';
 import type { ApiKeysTable, RecordDb } from '../../storage/record/database.js';
 import { ensureDefaultRecord, type HotState } from '../../storage/record/hot-state.js';
 import { readKeySpend, type KeySpend } from '../../shared/money/billing.js';
@@ -160,74 +160,6 @@ export function hashSecret(secret: string): string {
   return createHash('sha256').update(secret).digest('hex');
 }
 
-/* KEYS: account, key record, key hashes, key ids, account keys. ARGV: hash, key id, then field/value pairs. 0 = no such account. */
-const createScript = `
-local account = redis.call('HMGET', KEYS[1], 'id', 'deleted')
-if not account[1] or account[2] == '1' then return 0 end
-redis.call('HSET', KEYS[2], unpack(ARGV, 3))
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
-redis.call('SADD', KEYS[4], ARGV[2])
-redis.call('SADD', KEYS[5], ARGV[2])
-return 1`;
-
-/* KEYS: key record. ARGV: channel, key id, then field/value pairs. Checked in the script so a revoked key is not brought back half-made. */
-const updateScript = `
-if redis.call('HEXISTS', KEYS[1], 'hash') == 0 then return 0 end
-if #ARGV > 2 then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 3))
-  redis.call('PUBLISH', ARGV[1], ARGV[2])
-end
-return 1`;
-
-/* KEYS: key record, key hashes, key ids. ARGV: key id, account keys prefix, channel, default account id. */
-const revokeScript = `
-local key = redis.call('HMGET', KEYS[1], 'hash', 'account')
-if not key[1] then return 0 end
-redis.call('HDEL', KEYS[2], key[1])
-redis.call('DEL', KEYS[1])
-redis.call('SREM', KEYS[3], ARGV[1])
-local account = key[2]
-if not account or account == '' then account = ARGV[4] end
-redis.call('SREM', ARGV[2] .. account, ARGV[1])
-redis.call('PUBLISH', ARGV[3], ARGV[1])
-return 1`;
-
-/*
- * KEYS: key hashes, default account, accounts index. ARGV: secret hash, key record prefix, account prefix, default account id, unix s.
- * What admission needs of a presented key, in one round trip: nil for an unknown key or one of a deleted account, 0 for a key of a disabled one.
- * Keys made before accounts existed name none: they belong to the default account, made here if missing.
- */
-const accessScript = `${ensureDefaultLua}
-local id = redis.call('HGET', KEYS[1], ARGV[1])
-if not id then return false end
-local key = redis.call('HMGET', ARGV[2] .. id, 'hash', 'account', 'limit', 'rpm', 'tpm', 'models', 'expires', 'cache_ttl')
-if key[1] ~= ARGV[1] then return false end
-local account = key[2]
-if not account or account == '' then account = ARGV[4] end
-local state = redis.call('HMGET', ARGV[3] .. account, 'id', 'deleted', 'disabled', 'weight', 'tiers', 'cache_max_ttl')
-if state[2] == '1' then return false end
-if state[3] == '1' then return 0 end
-if not state[1] then
-  if account ~= ARGV[4] then return false end
-  ensureDefault(KEYS[2], KEYS[3], ARGV[4], ARGV[5])
-end
-return {id, account, key[3] or '', key[4] or '', key[5] or '', key[6] or '', key[7] or '', state[4] or '', state[5] or '', key[8] or '', state[6] or ''}`;
-
-interface KeyRedis extends Redis {
-  keyCreate(...args: Array<string | number>): Promise<number>;
-  keyUpdate(...args: Array<string | number>): Promise<number>;
-  keyRevoke(...args: Array<string | number>): Promise<number>;
-  keyAccess(...args: Array<string | number>): Promise<string[] | number | null>;
-}
-
-const scripted = (redis: Redis) =>
-  withScripts<KeyRedis>(redis, {
-    keyCreate: { keys: 5, lua: createScript },
-    keyUpdate: { keys: 1, lua: updateScript },
-    keyRevoke: { keys: 3, lua: revokeScript },
-    keyAccess: { keys: 3, lua: accessScript },
-  });
-
 // ---- record fields: '' means none, as the billing scripts read them ----
 
 const optionalNumber = (text: string | undefined): number | undefined => (text === undefined || text === '' ? undefined : Number(text));
@@ -283,7 +215,6 @@ function toRecord(row: Record<string, string>, spend: KeySpend | undefined): Api
 
 export class KeyStore {
   readonly accounts: AccountStore;
-  private readonly scripts: KeyRedis;
   /**
    * Told (with the message `accessChangedChannel` carries) when a key or account changes through this store: this
    * process's own cache drops it at once, before the change is answered, without waiting for the message to come back.
@@ -302,7 +233,6 @@ export class KeyStore {
     /** The operator's bounds: the keys cap and the default rates, ceilings of members' keys. None by default. */
     readonly policy: KeyPolicy = {},
   ) {
-    this.scripts = scripted(redis);
     this.accounts = new AccountStore(redis, record, hot);
   }
 
@@ -372,7 +302,16 @@ export class KeyStore {
     if (accountId === defaultAccountId) await this.accounts.ensureDefault();
     // Its spend first: a key admission can find has a bill to count against.
     await this.redis.hset(billKey(accountId), keyBillField(id, 'spent'), '0', keyBillField(id, 'reserved'), '0');
-    const made = await this.scripts.keyCreate(accountKey(accountId), apiKeyRecordKey(id), apiKeyHashesKey, apiKeyIdsKey, accountKeysKey(accountId), hash, id, ...fields);
+    const made = await createKeyScript(this.redis, {
+      account: accountKey(accountId),
+      record: apiKeyRecordKey(id),
+      hashes: apiKeyHashesKey,
+      ids: apiKeyIdsKey,
+      accountKeys: accountKeysKey(accountId),
+      hash,
+      keyId: id,
+      fields,
+    });
     // Refused because Redis lost the account (flushed): loading it from the record brings this key with it.
     if (made === 0 && !(await this.hot?.ensure())) {
       await this.redis.hdel(billKey(accountId), ...keyBillFields(id));
@@ -446,7 +385,7 @@ export class KeyStore {
             });
       if (!ceilings) return undefined;
     }
-    const done = await this.scripts.keyUpdate(apiKeyRecordKey(id), accessChangedChannel, id, ...limitFields(changes));
+    const done = await updateKeyScript(this.redis, { record: apiKeyRecordKey(id), channel: accessChangedChannel, keyId: id, fields: limitFields(changes) });
     this.changed?.(id);
     const key = done === 1 ? await this.get(id) : undefined;
     return key && { ...key, adminLimits: ceilings ? adminLimitsOf(ceilings) : {} };
@@ -473,13 +412,7 @@ export class KeyStore {
       // Made for the console, not by anyone: no ceilings, and not counted against the account's keys.
       const made = await this.make('Playground', { accountId }, 'member', false);
       // Two first uses at once: one key wins, the other is revoked.
-      const won = await this.redis.eval(
-        "if (redis.call('HGET', KEYS[1], 'playground_key') or '') == ARGV[1] then redis.call('HSET', KEYS[1], 'playground_key', ARGV[2]) return 1 end return 0",
-        1,
-        accountKey(accountId),
-        id ?? '',
-        made.id,
-      );
+      const won = await claimPlaygroundKeyScript(this.redis, { account: accountKey(accountId), current: id ?? '', made: made.id });
       if (won === 1) {
         await this.record.updateTable('accounts').set({ playground_key: made.id }).where('id', '=', accountId).execute();
         return { keyId: made.id, accountId, ...ofAccount };
@@ -495,7 +428,15 @@ export class KeyStore {
     const accountId = revoked[0]?.account_id ?? ((await this.redis.hget(apiKeyRecordKey(id), 'account')) || defaultAccountId);
     // Out of its account's bill first: admission refuses it from here on, whatever an api still caches.
     await this.redis.hdel(billKey(accountId), ...keyBillFields(id));
-    const done = await this.scripts.keyRevoke(apiKeyRecordKey(id), apiKeyHashesKey, apiKeyIdsKey, id, accountKeysKey(''), accessChangedChannel, defaultAccountId);
+    const done = await revokeKeyScript(this.redis, {
+      record: apiKeyRecordKey(id),
+      hashes: apiKeyHashesKey,
+      ids: apiKeyIdsKey,
+      keyId: id,
+      accountKeysPrefix: accountKeysKey(''),
+      channel: accessChangedChannel,
+      defaultAccountId,
+    });
     this.changed?.(id);
     return done === 1 || revoked.length > 0;
   }
@@ -507,16 +448,16 @@ export class KeyStore {
 
   /** What admission needs of a presented key, in one round trip; undefined for an unknown key or one of a deleted account. Expiry is the caller's to check. */
   async access(secretHash: string, reloaded = false): Promise<KeyAccess | 'disabled' | undefined> {
-    const row = await this.scripts.keyAccess(
-      apiKeyHashesKey,
-      accountKey(defaultAccountId),
-      accountsIndexKey,
-      secretHash,
-      apiKeyRecordKey(''),
-      accountKey(''),
+    const row = await keyAccessScript(this.redis, {
+      hashes: apiKeyHashesKey,
+      defaultAccount: accountKey(defaultAccountId),
+      index: accountsIndexKey,
+      hash: secretHash,
+      keyRecordPrefix: apiKeyRecordKey(''),
+      accountPrefix: accountKey(''),
       defaultAccountId,
-      Math.floor(Date.now() / 1000),
-    );
+      now: Math.floor(Date.now() / 1000),
+    });
     if (typeof row === 'number') return 'disabled';
     if (!row) {
       // Unknown here: perhaps Redis lost its hot state (flushed). Loaded again from the record, asked once more.

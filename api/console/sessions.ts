@@ -2,6 +2,7 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { accountSessionsKey, sessionKey, signinFailuresKey } from '../../shared/redis-keys.js';
 import { GatewayError } from '../../shared/errors.js';
+import { as, luaFiles, redisScript } from '../../shared/redis-script.js';
 
 /*
  * Console sessions, server-side in Redis so that signing out (or an admin
@@ -104,37 +105,26 @@ export interface ThrottleLimits {
 
 export const defaultThrottle: ThrottleLimits = { perEmail: 5, perIp: 20, windowSeconds: 900 };
 
-/*
- * Takes one sign-in attempt for every counter, or none: KEYS are the
- * counters, ARGV[1] the window in seconds, ARGV[2..] each counter's limit.
- * Returns 0 when the attempt may run (every counter was below its limit and
- * now counts it), else the seconds until the first full counter's window
- * ends. Deciding and counting in one step is what makes the limit hold for a
- * burst: with a read before and a write after the password check, 100
- * concurrent tries all read "below the limit" and all get checked.
+/**
+ * Takes one sign-in attempt for every counter, or none (`lua/take-attempt.lua`): 0 when it may run, else the seconds
+ * until the first full counter's window ends. Each counter's limit goes in the order of the counters.
  */
-const takeAttemptScript = `
-for i = 1, #KEYS do
-  if tonumber(redis.call('GET', KEYS[i]) or '0') >= tonumber(ARGV[i + 1]) then
-    local ttl = redis.call('TTL', KEYS[i])
-    if ttl < 1 then ttl = tonumber(ARGV[1]) end
-    return ttl
-  end
-end
-for i = 1, #KEYS do
-  redis.call('INCR', KEYS[i])
-  redis.call('EXPIRE', KEYS[i], ARGV[1], 'NX')
-end
-return 0
-`;
+const takeAttemptScript = redisScript({
+  reply: as<number>(),
+  name: 'signin_take_attempt',
+  files: luaFiles(import.meta.url, 'take-attempt'),
+  keys: ['counters'],
+  args: ['windowSeconds', 'limits'],
+});
 
-/* Gives an attempt back (it succeeded): KEYS the counters; never below zero. */
-const giveBackScript = `
-for i = 1, #KEYS do
-  if tonumber(redis.call('GET', KEYS[i]) or '0') > 0 then redis.call('DECR', KEYS[i]) end
-end
-return 0
-`;
+/** Gives an attempt back (it succeeded): every counter down by one, never below zero. */
+const giveBackScript = redisScript({
+  reply: as<number>(),
+  name: 'signin_give_back',
+  files: luaFiles(import.meta.url, 'give-back'),
+  keys: ['counters'],
+  args: [],
+});
 
 /**
  * Sign-in attempts counted per email (whether or not an account has it, so
@@ -161,7 +151,7 @@ export class SigninThrottle {
   async attempt(email: string | undefined, ip: string): Promise<void> {
     const keys = this.keys(email, ip);
     const wait = Number(
-      await this.redis.eval(takeAttemptScript, keys.length, ...keys.map(({ key }) => key), this.limits.windowSeconds, ...keys.map(({ limit }) => limit)),
+      await takeAttemptScript(this.redis, { counters: keys.map(({ key }) => key), windowSeconds: this.limits.windowSeconds, limits: keys.map(({ limit }) => limit) }),
     );
     if (wait === 0) return;
     const seconds = Math.max(1, wait);
@@ -178,8 +168,7 @@ export class SigninThrottle {
    * the middle of a burst open more places for the guesses beside it.
    */
   async succeeded(email: string, ip: string): Promise<void> {
-    const keys = this.keys(email, ip).map(({ key }) => key);
-    await this.redis.eval(giveBackScript, keys.length, ...keys);
+    await giveBackScript(this.redis, { counters: this.keys(email, ip).map(({ key }) => key) });
   }
 
   private keys(email: string | undefined, ip: string): Array<{ key: string; limit: number }> {

@@ -4,6 +4,7 @@ import { defaultAccountId, usageMetrics, type UsageMetric } from '../../shared/a
 import { accountEmailsKey, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, accessChangedChannel, billKey, keyBillField, keyBillFields, legacyUsageStreamKey, ledgerKey, recordEpochKey, recordLoadedKey, recordLoadingKey, usageDayKey, usageSetAsideKey, usageStreamKeys } from '../../shared/redis-keys.js';
 import type { Logger } from '../../shared/logger.js';
 import { inOneWrite } from '../../shared/redis.js';
+import { as, luaFiles, redisScript } from '../../shared/redis-script.js';
 import { balanceMicros, settledMicrosFor } from '../../shared/money/balance.js';
 import { sql } from 'kysely';
 import { openRecord, type RecordDb, type UsageDailyTable } from './database.js';
@@ -55,6 +56,14 @@ async function sendInChunks(redis: Redis, commands: readonly PipelineCommand[]):
     for (const [error] of (await batch.exec()) ?? []) if (error) throw error;
   }
 }
+
+/**
+ * Runs a script once per item, a thousand at a time. A script is called on the connection, not queued in a batch:
+ * each thousand is issued in one turn, so the connection's write batching sends it in one write all the same.
+ */
+async function inChunks<T>(items: readonly T[], run: (item: T) => Promise<unknown>): Promise<void> {
+  for (let i = 0; i < items.length; i += pipelineChunk) await Promise.all(items.slice(i, i + pipelineChunk).map(run));
+}
 /** How long usage entries set aside from another record's timeline are kept. */
 const setAsideSeconds = 30 * 86_400;
 
@@ -105,11 +114,32 @@ async function readRecordStamp(record: RecordDb, raise: boolean): Promise<Record
   return { record: row.id, system: row.system ?? '-', database: row.database, epoch: Number(row.before), raised: Number(row.epoch) };
 }
 
-// Raises Redis's high-water mark, only while the hot state carries this record's stamp.
-const raiseEpochLua = `if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-local seen = tonumber(redis.call('GET', KEYS[2]) or '0')
-if seen < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
-return 1`;
+/** Raises Redis's high-water mark, only while the hot state carries this record's stamp. */
+const raiseEpochScript = redisScript({
+  reply: as<number>(),
+  name: 'record_raise_epoch',
+  files: luaFiles(import.meta.url, 'raise-epoch'),
+  keys: ['loaded', 'epoch'],
+  args: ['stamp', 'raised'],
+});
+
+/** Releases the loading lock, only if it is still this load's. */
+const releaseLoadLockScript = redisScript({
+  reply: as<number>(),
+  name: 'record_release_load_lock',
+  files: luaFiles(import.meta.url, 'release-load-lock'),
+  keys: ['lock'],
+  args: ['token'],
+});
+
+/** Removes a revoked key's hash from the key hashes, only while it still names that key. */
+const unhashRevokedKeyScript = redisScript({
+  reply: as<number>(),
+  name: 'record_unhash_revoked_key',
+  files: luaFiles(import.meta.url, 'unhash-revoked-key'),
+  keys: ['hashes'],
+  args: ['hash', 'keyId'],
+});
 
 export class HotState {
   private loading: Promise<boolean> | undefined;
@@ -159,7 +189,7 @@ export class HotState {
   /** Raises the record's high-water mark and Redis's once more (a process that stops: what it wrote is behind the mark). */
   async mark(): Promise<void> {
     const now = await readRecordStamp(this.record, true);
-    await this.redis.eval(raiseEpochLua, 2, recordLoadedKey, recordEpochKey, stampText(now), now.raised);
+    await raiseEpochScript(this.redis, { loaded: recordLoadedKey, epoch: recordEpochKey, stamp: stampText(now), raised: now.raised });
   }
 
   private async compare(): Promise<boolean> {
@@ -180,7 +210,7 @@ export class HotState {
     this.foreign = undefined;
     const loaded = verdict === 'ok' ? false : await this.load(verdict);
     this.checked = now;
-    if (!loaded) await this.redis.eval(raiseEpochLua, 2, recordLoadedKey, recordEpochKey, stampText(now), now.raised);
+    if (!loaded) await raiseEpochScript(this.redis, { loaded: recordLoadedKey, epoch: recordEpochKey, stamp: stampText(now), raised: now.raised });
     return loaded;
   }
 
@@ -231,7 +261,7 @@ export class HotState {
       }
       return true;
     } finally {
-      await this.redis.eval("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0", 1, recordLoadingKey, token).catch(() => undefined);
+      await releaseLoadLockScript(this.redis, { lock: recordLoadingKey, token }).catch(() => undefined);
     }
   }
 
@@ -452,10 +482,12 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
       p.sadd(accountKeysKey(k.account_id), k.id);
     });
   }
-  // A revoked key stays revoked, whatever a Redis restored from an old snapshot says.
+  await sendInChunks(redis, commands);
+  // A revoked key stays revoked, whatever a Redis restored from an old snapshot says: its hash first, then the rest of it.
+  await inChunks(revoked, (k) => unhashRevokedKeyScript(redis, { hashes: apiKeyHashesKey, hash: k.hash, keyId: k.id }));
+  const dropped: PipelineCommand[] = [];
   for (const k of revoked) {
-    commands.push((p) => {
-      p.eval("if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then redis.call('HDEL', KEYS[1], ARGV[1]) end return 1", 1, apiKeyHashesKey, k.hash, k.id);
+    dropped.push((p) => {
       p.del(apiKeyRecordKey(k.id));
       p.hdel(billKey(k.account_id), ...keyBillFields(k.id));
       p.srem(apiKeyIdsKey, k.id);
@@ -463,8 +495,8 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
     });
   }
   // A deleted account bills nothing more.
-  for (const a of deleted) commands.push((p) => p.del(billKey(a.id)));
-  await sendInChunks(redis, commands);
+  for (const a of deleted) dropped.push((p) => p.del(billKey(a.id)));
+  await sendInChunks(redis, dropped);
   return { accounts: accounts.length, keys: keys.length };
 }
 

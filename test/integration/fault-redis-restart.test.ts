@@ -6,6 +6,7 @@ import { createKey, startGateway, waitFor, type GatewayProcess } from '../suppor
 import { startPrivateRedis } from '../support/redis-server.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
 import { recordUrlFor } from '../support/record.js';
+import { luaFixture } from '../support/fixtures.js';
 import {
   assertAnsweredWithin,
   assertHttpError,
@@ -98,7 +99,7 @@ describe('Redis restarted under load', () => {
   it('with AOF: every accepted job completes, waiting or mid-stream, with its full output', async () => {
     const { redis, apiKey, api } = await setUp(true, 2);
     // Enough data that the restarted Redis spends a while loading (answering LOADING): no job may be declared lost meanwhile.
-    await redis.eval("for i=1,300000 do redis.call('SET','filler:'..i,'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx') end return 1", 0);
+    await redis.eval(luaFixture('filler'), 0);
 
     const expected = (await chat(api.url, apiKey, 'reference', { messages: [{ role: 'user', content: slowPrompt('mid', 250) }] }, answerBoundMs).outcome);
     assert.equal(expected.status, 200, summarize(expected));

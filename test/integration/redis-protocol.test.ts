@@ -8,6 +8,7 @@ import { AccountStore } from '../../api/accounts/account-store.js';
 import { reserve } from '../../shared/money/billing.js';
 import { freshRedis, waitFor } from '../support/gateway.js';
 import { testRecord } from '../support/record.js';
+import { luaFixture } from '../support/fixtures.js';
 
 /*
  * The protocol every connection speaks (RESP3, ioredis 6's default, kept
@@ -63,9 +64,9 @@ describe('the Redis protocol', () => {
     await accounts.update(account.id, { disabled: true });
     assert.equal(await keys.access(hashSecret(made.key)), 'disabled');
     // Raw shapes: false and nil alone and inside an array, beside numbers.
-    assert.equal(await redis.eval('return false', 0), null);
-    assert.equal(await redis.eval("return redis.call('GET', KEYS[1])", 1, 'protocol:none'), null);
-    assert.deepEqual(await redis.eval('return {1, false, 2}', 0), [1, null, 2]);
+    assert.equal(await redis.eval(luaFixture('return-false'), 0), null);
+    assert.equal(await redis.eval(luaFixture('get-key'), 1, 'protocol:none'), null);
+    assert.deepEqual(await redis.eval(luaFixture('false-in-array'), 0), [1, null, 2]);
     // Admission's reply: a member at $0 is refused for its balance, the code read from the reply's numbers.
     const refused = await reserve(redis, { requestId: 'req_protocol', keyId: made.id, accountId: account.id, micros: 1, tokens: 1, deadline: Date.now() + 60_000 }, {});
     assert.deepEqual(refused, { ok: false, reason: 'account_balance', retryAfterMs: 0 });

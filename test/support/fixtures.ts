@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -21,4 +21,12 @@ export function wireFixture(name: string): string {
   const path = join(vendorFixturesDir(vendor), name);
   if (!existsSync(path)) throw new Error(`wireFixture("${name}"): no such recorded stream at ${path}`);
   return path;
+}
+
+/**
+ * The text of a small Lua script the tests evaluate to check Redis itself (`test/fixtures/lua/<name>.lua`): kept as a
+ * file, as the gateway's own scripts are, so no test holds Lua in a string.
+ */
+export function luaFixture(name: string): string {
+  return readFileSync(join(fixturesDir, 'lua', `${name}.lua`), 'utf8');
 }

@@ -1,0 +1,8 @@
+-- Claims a new account's email and writes its directory entry.
+-- KEYS: the accounts' emails, the account, the accounts index.
+-- ARGV: lower-cased email, id, created (unix s), then field/value pairs.
+-- Returns 1 done, 0 the email is taken.
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+redis.call('HSET', KEYS[2], unpack(ARGV, 4))
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
+return 1

@@ -1,0 +1,20 @@
+-- What admission needs of a presented key, in one round trip (default-account.lua before it).
+-- KEYS: the key hashes, the default account, the accounts index.
+-- ARGV: the secret's hash, the key record prefix, the account prefix, the default account's id, now (unix s).
+-- Returns false for an unknown key or one of a deleted account, 0 for a key of a disabled one, else
+-- {key id, account id, limit, rpm, tpm, models, expires, weight, tiers, cache ttl, cache max ttl} ('' = none).
+-- Keys made before accounts existed name none: they belong to the default account, made here if missing.
+local id = redis.call('HGET', KEYS[1], ARGV[1])
+if not id then return false end
+local key = redis.call('HMGET', ARGV[2] .. id, 'hash', 'account', 'limit', 'rpm', 'tpm', 'models', 'expires', 'cache_ttl')
+if key[1] ~= ARGV[1] then return false end
+local account = key[2]
+if not account or account == '' then account = ARGV[4] end
+local state = redis.call('HMGET', ARGV[3] .. account, 'id', 'deleted', 'disabled', 'weight', 'tiers', 'cache_max_ttl')
+if state[2] == '1' then return false end
+if state[3] == '1' then return 0 end
+if not state[1] then
+  if account ~= ARGV[4] then return false end
+  ensureDefault(KEYS[2], KEYS[3], ARGV[4], ARGV[5])
+end
+return {id, account, key[3] or '', key[4] or '', key[5] or '', key[6] or '', key[7] or '', state[4] or '', state[5] or '', key[8] or '', state[6] or ''}
