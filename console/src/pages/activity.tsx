@@ -305,7 +305,7 @@ export function ActivityPage() {
   const histogram = useApi<RequestHistogram>(`/requests/histogram?${query}`);
 
   const { current, rows, error, loading, more, loadMore, dismissMoreError } = usePagedList(listPath, refreshes, {
-    rows: (page: RequestPage) => page.data,
+    rows: (page: RequestPage<ActivityRow>) => page.data,
     hasMore: (page) => !!page.next_cursor,
     next: (page) => (page.next_cursor ? `cursor=${encodeURIComponent(page.next_cursor)}` : undefined),
   });

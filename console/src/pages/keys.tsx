@@ -452,7 +452,7 @@ export function SpendCell({ keyRecord }: { keyRecord: Key }) {
   );
 }
 
-export function ModelsCell({ models, adminSet }: { models: string[] | null; adminSet?: unknown }) {
+export function ModelsCell({ models, adminSet }: { models: readonly string[] | null; adminSet?: unknown }) {
   if (!models || models.length === 0) return <td class="muted">All</td>;
   const shown = models.slice(0, 1);
   return (
