@@ -5,23 +5,22 @@ import { count } from '../format';
 import type { QueueCounts, QueueList } from '../types';
 import { useUpdatedAt } from './admin-channels';
 
+/** A queue's name, marked when it is paused. */
+function QueueName({ queue }: { queue: QueueCounts }) {
+  return (
+    <>
+      {queue.name}
+      {queue.paused && (
+        <span class="badge badge-warn" title="Paused from the queue dashboard: its jobs wait until it is resumed">
+          paused
+        </span>
+      )}
+    </>
+  );
+}
+
 const queueColumns: Column<QueueCounts>[] = [
-  {
-    id: 'name',
-    label: 'Name',
-    lead: true,
-    class: 'mono cell-strong',
-    cell: (queue) => (
-      <>
-        {queue.name}
-        {queue.paused && (
-          <span class="badge badge-warn" title="Paused from the queue dashboard: its jobs wait until it is resumed">
-            paused
-          </span>
-        )}
-      </>
-    ),
-  },
+  { id: 'name', label: 'Name', lead: true, class: 'mono cell-strong', cell: (queue) => <QueueName queue={queue} /> },
   { id: 'waiting', label: 'Waiting', numeric: true, cell: (queue) => count(queue.waiting) },
   { id: 'active', label: 'Active', numeric: true, cell: (queue) => count(queue.active) },
   { id: 'delayed', label: 'Delayed', numeric: true, cell: (queue) => count(queue.delayed) },
