@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import type { BatchDialect, BatchStatus } from './batch-status.js';
 import type { Redis } from 'ioredis';
 import { anthropicErrorType } from './messages.js';
 import { activeMetrics } from './metrics.js';
@@ -15,10 +16,7 @@ import { accountBatchesKey, batchDoneKey, batchIntakeKey, batchKey, batchPending
  * (api/batches/openai-record.ts), and is `validating` while its input file is read, before the engine runs it.
  */
 
-/** `validating`: an OpenAI batch whose input file is being read; the engine has not started it (nothing is released). */
-export type BatchStatus = 'validating' | 'in_progress' | 'canceling' | 'ended';
-/** Which API a batch was made with: Anthropic's (`msgbatch_…`) or OpenAI's (`batch_…`). */
-export type BatchDialect = 'anthropic' | 'openai';
+export type { BatchDialect, BatchStatus } from './batch-status.js';
 
 /** A batch's dialect, as its id says it. */
 export function dialectOf(batchId: string): BatchDialect {

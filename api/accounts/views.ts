@@ -1,10 +1,11 @@
 import type { Account } from '../../shared/accounts.js';
+import type { AccountView, KeyLimitValues, KeyView } from '../../shared/console-api.js';
 import { microsToUsd, type LedgerEntry } from './account-store.js';
 import type { ApiKeyRecord, KeyLimits } from './key-store.js';
 
 /** Accounts, keys and ledger entries as the admin API and the console answer them: USD numbers, unix seconds, null for "none". */
 
-export function accountView(account: Account) {
+export function accountView(account: Account): AccountView {
   return {
     id: account.id,
     object: 'account',
@@ -24,7 +25,7 @@ export function accountView(account: Account) {
   };
 }
 
-export function keyView(key: ApiKeyRecord) {
+export function keyView(key: ApiKeyRecord): KeyView {
   return {
     id: key.id,
     object: 'api_key',
@@ -46,7 +47,7 @@ export function keyView(key: ApiKeyRecord) {
   };
 }
 
-function adminLimitsView(limits: KeyLimits) {
+function adminLimitsView(limits: KeyLimits): KeyLimitValues {
   return {
     limit_usd: limits.limitMicros === undefined ? null : microsToUsd(limits.limitMicros),
     rpm: limits.rpm ?? null,

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { Redis } from 'ioredis';
 import type { BatchRecord } from '../../shared/batches.js';
+import type { OpenAIBatchStatus } from '../../shared/batch-status.js';
 import type { Endpoint } from '../../shared/endpoints.js';
 import { inOneWrite, withScripts } from '../../shared/redis.js';
 import { accountBatchesKey, batchIntakeKey, batchKey, batchResultsKey, openBatchesKey } from '../../shared/redis-keys.js';
@@ -26,7 +27,6 @@ export const batchEndpoints = {
 export type BatchEndpointPath = keyof typeof batchEndpoints;
 export type BatchEndpoint = (typeof batchEndpoints)[BatchEndpointPath];
 
-export type OpenAIBatchStatus = 'validating' | 'failed' | 'in_progress' | 'finalizing' | 'completed' | 'expired' | 'cancelling' | 'cancelled';
 type FinalStatus = 'completed' | 'failed' | 'expired' | 'cancelled';
 
 /** A line or a file that keeps a batch from running (OpenAI's BatchError). */

@@ -8,6 +8,7 @@ import { readJsonObject } from '../http/request-body.js';
 import { accountNotFound, microsToUsd, usdToMicros } from '../accounts/account-store.js';
 import { accountChanges, accountName, cacheTtlS, createAccountSchema, creditSchema, keyChanges, parseStrict, patchKeySchema, role, serviceTiers, weight } from '../accounts/account-requests.js';
 import { accountView, keyView } from '../accounts/views.js';
+import type { AccountList, ChannelView, List, OwnedKeyView, QueueCounts, QueueList } from '../../shared/console-api.js';
 import { bodyLimit } from '../accounts/admin-api.js';
 import { requireSession, type ConsoleContext, type ConsoleDeps } from './console-session.js';
 import { queueDashboardEntry } from './queue-dashboard.js';
@@ -52,7 +53,7 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
       data: (await accounts.list()).map(accountView),
       default_service_tiers: deps.config.scheduling.tiersGranted,
       gateway_cache_max_ttl_s: deps.config.cache.maxTtlS,
-    };
+    } satisfies AccountList;
   });
 
   router.post('/api/admin/accounts', async (ctx) => {
@@ -93,11 +94,11 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
     const owners = new Map((await accounts.list()).map((account) => [account.id, account]));
     ctx.body = {
       object: 'list',
-      data: (await keyStore.withAdminLimits(await keyStore.list())).map((key) => {
+      data: (await keyStore.withAdminLimits(await keyStore.list())).map((key): OwnedKeyView => {
         const owner = owners.get(key.accountId);
         return { ...keyView(key), account_email: owner?.email || null, account_name: owner?.name || null };
       }),
-    };
+    } satisfies List<OwnedKeyView>;
   });
 
   // Any key's limits, as the admin API sets them: in force, and ceilings its account's members may only tighten.
@@ -122,7 +123,7 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
     await requireAdmin(ctx, deps);
     const cooldowns = await deps.redis.hgetall(channelCooldownsKey);
     const now = Date.now();
-    const data = [...resolveChannels(deps.config).values()].flat().map((channel) => {
+    const data = [...resolveChannels(deps.config).values()].flat().map((channel): ChannelView => {
       const rests = Object.entries(cooldowns)
         .filter(([id]) => id === channel.id || id.startsWith(`${channel.id}|`))
         .map(([id, raw]) => ({ model: id.includes('|') ? id.slice(id.indexOf('|') + 1) : null, ...parseCooldown(raw) }))
@@ -141,13 +142,13 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
         cooldowns: rests.map((rest) => ({ model: rest.model, until: rest.until, reason: rest.reason, status: rest.status || null })),
       };
     });
-    ctx.body = { object: 'list', data };
+    ctx.body = { object: 'list', data } satisfies List<ChannelView>;
   });
 
   router.get('/api/admin/queues', async (ctx) => {
     await requireAdmin(ctx, deps);
     const data = await Promise.all(
-      [...deps.queues.entries()].map(async ([name, shards]) => {
+      [...deps.queues.entries()].map(async ([name, shards]): Promise<QueueCounts> => {
         // A capability's shards count as one queue. Pausing (from the queue dashboard) is the queue's, not a state
         // of its jobs: they stay waiting, and the queue says it is paused when any of its shards is.
         const [counts, paused] = await Promise.all([
@@ -157,9 +158,9 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
         const total: Record<string, number> = {};
         // Jobs wait with a priority (their band and fair tag), which BullMQ counts apart: to a reader they are waiting.
         for (const count of counts) for (const [state, n] of Object.entries(count)) total[state === 'prioritized' ? 'waiting' : state] = (total[state === 'prioritized' ? 'waiting' : state] ?? 0) + n;
-        return { name, ...total, paused: paused.some(Boolean) };
+        return { name, waiting: total.waiting ?? 0, active: total.active ?? 0, delayed: total.delayed ?? 0, failed: total.failed ?? 0, completed: total.completed ?? 0, paused: paused.some(Boolean) };
       }),
     );
-    ctx.body = { object: 'list', data, dashboard: queueDashboardEntry };
+    ctx.body = { object: 'list', data, dashboard: queueDashboardEntry } satisfies QueueList;
   });
 }

@@ -6,6 +6,7 @@ import { GatewayError } from '../../shared/errors.js';
 import type { KeyStore } from '../accounts/key-store.js';
 import type { EndpointRouteDeps } from '../requests/endpoint-route.js';
 import { accountView } from '../accounts/views.js';
+import type { SessionAnswer } from '../../shared/console-api.js';
 import type { ConsoleAssets } from './assets.js';
 import { sameSecret, type Session, type SessionStore, type SigninThrottle } from './sessions.js';
 
@@ -111,7 +112,7 @@ export async function checkCsrf(ctx: ConsoleContext, deps: ConsoleDeps): Promise
   throw csrfFailed();
 }
 
-export async function startSession(ctx: ConsoleContext, deps: ConsoleDeps, account: Account) {
+export async function startSession(ctx: ConsoleContext, deps: ConsoleDeps, account: Account): Promise<SessionAnswer> {
   // A new token at every sign-in: a token planted before it (session fixation) is never the one that signs in.
   const previous = await deps.sessions.get(ctx.cookies.get(sessionCookie));
   if (previous) await deps.sessions.destroy(previous);

@@ -11,6 +11,7 @@ import { parseStrict } from '../accounts/account-requests.js';
 import type { KeyStore } from '../accounts/key-store.js';
 import type { ModelResolver } from '../requests/model-resolver.js';
 import type { KeyUsageTotals, UsageTotals } from '../../shared/money/usage.js';
+import type { ActivityRow, RequestHistogram, RequestPage, SessionFacts, UsageReport } from '../../shared/console-api.js';
 import { groupUsage, loadUsageDays, type Grouping } from '../accounts/admin-usage.js';
 import { requestFilterQuerySchema, requestListQuerySchema } from '../accounts/admin-requests.js';
 
@@ -105,7 +106,7 @@ async function keyNames(keyStore: KeyStore, ids: string[]): Promise<Map<string, 
  * over the same days. A member's account's; an admin's every account's
  * (`account_id: null`, no balance), or the one `account_id` names.
  */
-export async function usageReport(keyStore: KeyStore, account: Account, request: UsageRequest) {
+export async function usageReport(keyStore: KeyStore, account: Account, request: UsageRequest): Promise<UsageReport> {
   const accountId = usageAccount(account, request);
   const { days, group, daily } = await usageDays(keyStore, accountId, request);
   const since = Date.parse(`${days[0]}T00:00:00Z`) / 1000;
@@ -128,8 +129,8 @@ export async function usageReport(keyStore: KeyStore, account: Account, request:
   return {
     object: 'usage',
     account_id: accountId ?? null,
-    from: days[0],
-    to: days.at(-1),
+    from: days[0]!,
+    to: days.at(-1)!,
     balance_usd: current?.balanceMicros === undefined ? null : microsToUsd(current.balanceMicros),
     totals: group([])[0],
     daily,
@@ -151,18 +152,12 @@ function scoped(account: Account, filter: RequestFilter): RequestFilter {
 }
 
 /** A page of requests, newest first, as `GET /admin/requests` answers it. */
-export async function requestList(record: RecordDb, account: Account, query: unknown) {
+export async function requestList(record: RecordDb, account: Account, query: unknown): Promise<RequestPage<ActivityRow>> {
   const { filter, limit, cursor } = parseStrict(requestListQuerySchema, query);
   const page = await listRequests(record, scoped(account, filter), limit, cursor);
   const sessions = await sessionFacts(record, page.data.filter((row) => row.endpoint === 'realtime').map((row) => row.id));
   if (sessions.size === 0) return page;
   return { ...page, data: page.data.map((row) => (sessions.has(row.id) ? { ...row, session: sessions.get(row.id)! } : row)) };
-}
-
-/** What the Activity page shows of a Realtime session beyond a request's columns: how long it lasted, how many responses it billed. */
-export interface SessionFacts {
-  duration_ms: number;
-  responses: number;
 }
 
 /**
@@ -214,7 +209,7 @@ export function bucketSecondsFor(rangeSeconds: number): number {
  * Bars start at multiples of their size (UTC); bars without a request are
  * left out, for the page to draw as zero.
  */
-export async function requestHistogramReport(record: RecordDb, account: Account, query: Record<string, unknown>) {
+export async function requestHistogramReport(record: RecordDb, account: Account, query: Record<string, unknown>): Promise<RequestHistogram> {
   const { filter } = parseStrict(requestFilterQuerySchema, query);
   // Exclusive: a request of this very second is in.
   const until = filter.until ?? Math.floor(Date.now() / 1000) + 1;

@@ -11,6 +11,7 @@ import { listBatches, type BatchRecord } from '../../shared/batches.js';
 import { openAIFields, openAIStatus } from '../batches/openai-record.js';
 import { accountName, email, keyChanges, keyName, keySettings, newKeyLimits, parseStrict, patchKeySchema, password } from '../accounts/account-requests.js';
 import { accountView, keyView } from '../accounts/views.js';
+import type { BatchPage, ConsoleBatch, ConsoleConfig, CreatedKeyView, KeyView, List, SessionAnswer } from '../../shared/console-api.js';
 import { bodyLimit } from '../accounts/admin-api.js';
 import type { AuthState } from '../accounts/auth.js';
 import { serve } from '../requests/endpoint-route.js';
@@ -65,8 +66,9 @@ const batchListQuerySchema = z.strictObject({
  * A batch as the console's batches page shows it, of either dialect: times in unix seconds, its cost so far, where
  * its results are read (once ended); an OpenAI batch's own status and its files (input, output, error) too.
  */
-function consoleBatchView(batch: BatchRecord) {
-  const seconds = (ms: number | undefined) => (ms === undefined ? null : Math.floor(ms / 1000));
+function consoleBatchView(batch: BatchRecord): ConsoleBatch {
+  const seconds = (ms: number) => Math.floor(ms / 1000);
+  const secondsOrNull = (ms: number | undefined) => (ms === undefined ? null : seconds(ms));
   const openai = batch.dialect === 'openai' ? openAIFields(batch) : undefined;
   const file = (named: { id: string; name: string | null } | null) => (named ? { id: named.id, filename: named.name } : null);
   return {
@@ -78,8 +80,8 @@ function consoleBatchView(batch: BatchRecord) {
     files: openai ? { input: { id: openai.inputFileId, filename: openai.inputName }, output: file(openai.outputFile), error: file(openai.errorFile) } : null,
     created_at: seconds(batch.created),
     expires_at: seconds(batch.expires),
-    ended_at: seconds(batch.endedAt),
-    cancel_initiated_at: seconds(batch.cancelAt),
+    ended_at: secondsOrNull(batch.endedAt),
+    cancel_initiated_at: secondsOrNull(batch.cancelAt),
     total: batch.total,
     counts: { processing: batch.counts.processing, succeeded: batch.counts.succeeded, errored: batch.counts.errored, canceled: batch.counts.canceled, expired: batch.counts.expired },
     cost_usd: microsToUsd(batch.costMicros),
@@ -160,12 +162,12 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
       queue_dashboard: queueDashboardEntry,
       // What a member's own keys may set at most where an admin set nothing (null: unlimited).
       key_defaults: { rpm: config.defaultKeyRpm ?? null, tpm: config.defaultKeyTpm ?? null },
-    };
+    } satisfies ConsoleConfig;
   });
 
   router.get('/api/session', async (ctx) => {
     const found = await loadSession(ctx, deps);
-    ctx.body = found ? { account: accountView(found.account), csrf_token: found.session.csrf } : { account: null, csrf_token: preSessionToken(ctx) };
+    ctx.body = (found ? { account: accountView(found.account), csrf_token: found.session.csrf } : { account: null, csrf_token: preSessionToken(ctx) }) satisfies SessionAnswer;
   });
 
   router.post('/api/session', async (ctx) => {
@@ -221,7 +223,7 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
 
   router.get('/api/keys', async (ctx) => {
     const { account } = await requireSession(ctx, deps);
-    ctx.body = { object: 'list', data: (await keyStore.withAdminLimits(await keyStore.list({ accountId: account.id }))).map(keyView) };
+    ctx.body = { object: 'list', data: (await keyStore.withAdminLimits(await keyStore.list({ accountId: account.id }))).map(keyView) } satisfies List<KeyView>;
   });
 
   router.post('/api/keys', async (ctx) => {
@@ -230,7 +232,7 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     // A member's own key: its rates at most the operator's defaults. An admin's is an admin's.
     const created = await keyStore.create(body.name, { accountId: account.id, ...newKeyLimits(body) }, account.role);
     ctx.status = 201;
-    ctx.body = { ...keyView(created), key: created.key };
+    ctx.body = { ...keyView(created), key: created.key } satisfies CreatedKeyView;
   });
 
   router.patch('/api/keys/:id', async (ctx) => {
@@ -284,7 +286,7 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     const query = parseStrict(batchListQuerySchema, ctx.query);
     const accountId = account.role === 'admin' ? (query.account_id ?? account.id) : account.id;
     const { batches, hasMore } = await listBatches(deps.redis, accountId, { limit: query.limit ?? 20, ...(query.after_id !== undefined ? { afterId: query.after_id } : {}) });
-    ctx.body = { object: 'list', account_id: accountId, data: batches.map(consoleBatchView), has_more: hasMore };
+    ctx.body = { object: 'list', account_id: accountId, data: batches.map(consoleBatchView), has_more: hasMore } satisfies BatchPage;
   });
 
   // ---- playground: the same endpoint route as /v1, billed to the account's own playground key ----

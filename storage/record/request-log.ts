@@ -1,6 +1,7 @@
 import { sql, type Selectable } from 'kysely';
 import { cacheMarks, type CacheMark, type RequestView } from '../../shared/money/usage.js';
 import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
+import type { HistogramBar, ModelLatency, RequestPage } from '../../shared/console-api.js';
 import type { RecordDb, UsageTable } from './database.js';
 
 /**
@@ -106,13 +107,6 @@ function filtered(db: RecordDb, filter: RequestFilter) {
   return query;
 }
 
-export interface RequestPage {
-  object: 'list';
-  data: RequestView[];
-  has_more: boolean;
-  next_cursor: string | null;
-}
-
 /** Newest first, `limit` at a time, after `cursor` when given. */
 export async function listRequests(db: RecordDb, filter: RequestFilter, limit: number, cursor?: { created: number; requestId: string }): Promise<RequestPage> {
   let query = filtered(db, filter).selectAll();
@@ -129,7 +123,7 @@ export async function requestHistogram(
   db: RecordDb,
   filter: RequestFilter & { since: number; until: number },
   bucketSeconds: number,
-): Promise<Array<{ start: number; requests: number; errors: number }>> {
+): Promise<HistogramBar[]> {
   const rows = await filtered(db, filter)
     .select([
       sql<number>`(created / ${bucketSeconds}) * ${bucketSeconds}`.as('start'),
@@ -140,17 +134,6 @@ export async function requestHistogram(
     .orderBy(sql`1`)
     .execute();
   return rows.map((row) => ({ start: Number(row.start), requests: Number(row.requests), errors: Number(row.errors) }));
-}
-
-export interface ModelLatency {
-  model: string;
-  requests: number;
-  errors: number;
-  error_rate: number;
-  latency_p50_ms: number | null;
-  latency_p95_ms: number | null;
-  ttft_p50_ms: number | null;
-  ttft_p95_ms: number | null;
 }
 
 /** Latency, time to first token and error rate per model over a range (refusals count as errors; rows the api never logged are left out of the percentiles). */

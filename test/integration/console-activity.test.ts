@@ -6,7 +6,7 @@ import { ConsoleClient, type ConsoleResponse } from '../support/console-client.j
 import { testRecord, usageRows } from '../support/record.js';
 import { writeLog, type LogRow } from '../../storage/record/usage-writer.js';
 import type { RequestView } from '../../shared/money/usage.js';
-import type { ModelLatency, RequestPage } from '../../storage/record/request-log.js';
+import type { ModelLatency, RequestPage } from '../../shared/console-api.js';
 
 /*
  * The console's Activity API (the request log as a signed-in person reads it)

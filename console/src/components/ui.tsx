@@ -163,76 +163,6 @@ export function Dialog({ title, onClose, children, wide, alert }: DialogProps) {
   );
 }
 
-/** Rows of grey bars standing in for a table's data, the height of real rows. */
-export function SkeletonRows({ columns, rows = 4 }: { columns: number; rows?: number }) {
-  return (
-    <>
-      {Array.from({ length: rows }, (_, r) => (
-        <tr key={r} class="skeleton-row" aria-hidden="true">
-          {Array.from({ length: columns }, (_, c) => (
-            <td key={c}>
-              <span class="skeleton" />
-            </td>
-          ))}
-        </tr>
-      ))}
-    </>
-  );
-}
-
-export function EmptyRow({ columns, children }: { columns: number; children: ComponentChildren }) {
-  return (
-    <tr class="empty-row">
-      <td colSpan={columns}>
-        <span class="empty-text">{children}</span>
-      </td>
-    </tr>
-  );
-}
-
-/**
- * A table in a card that scrolls sideways when the table is wider than the
- * card. While it can scroll, a shadow on the side with more columns and a
- * line under the table say so (a phone shows no scroll bar until touched).
- * A caption-less table gets its name from a heading: pass the heading's id.
- */
-export function TableCard({ children, labelledBy, label, class: className }: { children: ComponentChildren; labelledBy?: string; label?: string; class?: string }) {
-  const scroller = useRef<HTMLDivElement>(null);
-  const [more, setMore] = useState<{ left: boolean; right: boolean }>({ left: false, right: false });
-  useEffect(() => {
-    const box = scroller.current;
-    if (!box) return;
-    const update = () => {
-      const hidden = box.scrollWidth - box.clientWidth;
-      const left = hidden > 1 && box.scrollLeft > 1;
-      const right = hidden > 1 && hidden - box.scrollLeft > 1;
-      setMore((previous) => (previous.left === left && previous.right === right ? previous : { left, right }));
-    };
-    update();
-    box.addEventListener('scroll', update, { passive: true });
-    // The box as the window resizes; the table as its rows come in.
-    const observer = new ResizeObserver(update);
-    observer.observe(box);
-    for (const child of Array.from(box.children)) observer.observe(child);
-    return () => {
-      box.removeEventListener('scroll', update);
-      observer.disconnect();
-    };
-  }, []);
-  const scrolls = more.left || more.right;
-  return (
-    <div class={`table-card ${more.left ? 'more-left' : ''} ${more.right ? 'more-right' : ''} ${className ?? ''}`}>
-      <div class="table-scroll" ref={scroller} tabIndex={0} role="group" aria-labelledby={labelledBy} aria-label={labelledBy ? undefined : label}>
-        {children}
-      </div>
-      {scrolls && (
-        <p class="scroll-hint" aria-hidden="true">
-          {more.left && more.right ? '\u2190 Scroll sideways for more columns \u2192' : more.right ? 'Scroll sideways for more columns \u2192' : '\u2190 More columns to the left'}
-        </p>
-      )}
-    </div>
-  );
-}
 
 export function Spinner() {
   return <span class="spinner" aria-hidden="true" />;
@@ -294,24 +224,6 @@ export function CopyButton({ text, label }: { text: string; label: string }) {
         {copied ? 'Copied' : 'Copy'}
       </button>
       {copyError ? <span class="visually-hidden" role="alert">{copyError}</span> : null}
-    </>
-  );
-}
-
-/** Under a paged table: why a refresh or the next page failed, and the button that asks for the next page while there is one. */
-export function PagedFooter({ what, error, refreshed, more, hasMore, onMore, onDismiss }: { what: string; error: string | undefined; refreshed: boolean; more: { busy: boolean; error?: string }; hasMore: boolean; onMore: () => void; onDismiss: () => void }) {
-  return (
-    <>
-      {error && refreshed && <ErrorMessage message={`Could not refresh the ${what}: ${error}`} />}
-      {more.error && <ErrorMessage message={`Could not load more: ${more.error}`} onDismiss={onDismiss} />}
-      {hasMore && (
-        <div class="load-more">
-          <button type="button" class="button button-secondary" onClick={onMore} disabled={more.busy}>
-            {more.busy && <Spinner />}
-            Load more
-          </button>
-        </div>
-      )}
     </>
   );
 }

@@ -2,7 +2,8 @@ import type { ComponentChildren } from 'preact';
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { useAccount } from '../app-context';
 import { BarChart, type Series } from '../components/bar-chart';
-import { Dialog, EmptyRow, ErrorMessage, PageHeader, PagedFooter, SkeletonRows, TableCard, useApi, useTitle } from '../components/ui';
+import { type Column, PagedTable } from '../components/data-table';
+import { Dialog, ErrorMessage, PageHeader, useApi, useTitle } from '../components/ui';
 import { barLabel, compactCount, count, duration, fullTime, money, number, requestTime } from '../format';
 import { usePagedList } from '../paged-list';
 import { navigate, useSearch } from '../router';
@@ -283,6 +284,84 @@ function RequestDetails({ row, keyName, accountName, onClose }: { row: ActivityR
   );
 }
 
+/**
+ * The request list's columns; an admin's name each row's account (`accountNames`). The endpoint is under the model,
+ * not a column of its own: an admin's table fits 1280 px with long names.
+ */
+function requestColumns({ accountNames, open }: { accountNames: Map<string, string> | undefined; open: (row: ActivityRow) => void }): Array<Column<ActivityRow> | false> {
+  return [
+    {
+      id: 'time',
+      label: 'Time',
+      class: 'nowrap col-time',
+      cell: (row) => (
+        <button
+          type="button"
+          class="link-button row-open"
+          aria-label={`Details of the ${row.status} request at ${fullTime(row.created)}`}
+          onClick={(event) => {
+            event.stopPropagation();
+            open(row);
+          }}
+        >
+          {requestTime(row.created)}
+        </button>
+      ),
+    },
+    !!accountNames && {
+      id: 'account',
+      label: 'Account',
+      class: 'cell-clip account-cell col-account',
+      title: (row) => accountNames.get(row.account_id) ?? row.account_id,
+      cell: (row) => accountNames.get(row.account_id) ?? <span class="mono">{row.account_id}</span>,
+    },
+    {
+      id: 'model',
+      label: 'Model',
+      note: 'endpoint',
+      lead: true,
+      class: 'mono cell-strong cell-clip col-model',
+      title: (row) => (row.endpoint ? `${row.model} (${row.endpoint})` : row.model),
+      cell: (row) => (
+        <>
+          {row.model || <span class="muted">—</span>}
+          <span class="cell-sub muted endpoint-cell">{endpointLabel(row.endpoint)}</span>
+        </>
+      ),
+    },
+    {
+      id: 'status',
+      label: 'Status',
+      class: 'nowrap col-status',
+      cell: (row) => (
+        <>
+          <StatusBadge status={row.status} />
+          {/* The tier, when not the default one (the details always say it). */}
+          {row.service_tier !== 'default' && (
+            <span class="badge tier-badge" title={`Served as ${row.service_tier}`}>
+              {row.service_tier}
+            </span>
+          )}
+          <CacheBadge cache={row.cache} />
+        </>
+      ),
+    },
+    { id: 'http', label: 'HTTP', numeric: true, class: 'col-detail col-http', cell: (row) => row.http_status ?? '—' },
+    {
+      id: 'latency',
+      label: 'Latency',
+      numeric: true,
+      // A session's row: how long it lasted, and how many responses it billed.
+      class: (row) => (isSession(row) ? 'col-latency col-duration' : 'col-latency'),
+      title: (row) => (isSession(row) ? `Session of ${duration(sessionLength(row))}${row.session ? `, ${count(row.session.responses)} response${row.session.responses === 1 ? '' : 's'}` : ''}` : undefined),
+      cell: (row) => duration(isSession(row) ? sessionLength(row) : row.latency_ms),
+    },
+    { id: 'ttft', label: 'TTFT', numeric: true, class: 'col-detail col-ttft', cell: (row) => duration(row.ttft_ms) },
+    { id: 'tokens', label: 'Tokens', note: 'in / out', numeric: true, headerClass: 'wrap-head', class: 'col-detail col-tokens', cell: tokens },
+    { id: 'cost', label: 'Cost', numeric: true, class: (row) => `col-cost ${row.settled || row.status === 'refused' ? 'cell-strong' : 'muted'}`, cell: cost },
+  ];
+}
+
 export function ActivityPage() {
   useTitle('Activity');
   const me = useAccount();
@@ -304,11 +383,12 @@ export function ActivityPage() {
   const listPath = `/requests?${query}&limit=${pageSize}`;
   const histogram = useApi<RequestHistogram>(`/requests/histogram?${query}`);
 
-  const { current, rows, error, loading, more, loadMore, dismissMoreError } = usePagedList(listPath, refreshes, {
-    rows: (page: RequestPage) => page.data,
+  const list = usePagedList(listPath, refreshes, {
+    rows: (page: RequestPage<ActivityRow>) => page.data,
     hasMore: (page) => !!page.next_cursor,
     next: (page) => (page.next_cursor ? `cursor=${encodeURIComponent(page.next_cursor)}` : undefined),
   });
+  const { current, rows } = list;
   const [open, setOpen] = useState<ActivityRow | undefined>(undefined);
   // `?request=<id>` (the Playground's link to a request it made): its row marked, its details opened once it is listed.
   const wanted = useMemo(() => new URLSearchParams(search).get('request') ?? '', [search]);
@@ -383,7 +463,7 @@ export function ActivityPage() {
   }, [histogram.data]);
 
   const bucketName = bucketNames[chart.bucket] ?? `${chart.bucket} s`;
-  const columns = admin ? 9 : 8;
+  const columns = requestColumns({ accountNames: admin ? accountNames : undefined, open: setOpen });
 
   return (
     <>
@@ -504,96 +584,20 @@ export function ActivityPage() {
             {current ? `${count(rows.length)}${current.hasMore ? '+' : ''} shown, newest first` : ''}
           </p>
         </div>
-        <TableCard labelledBy="requests-heading" class="activity-card">
-          <table class="table table-compact activity-table" aria-labelledby="requests-heading">
-            <thead>
-              <tr>
-                <th scope="col">Time</th>
-                {admin && <th scope="col">Account</th>}
-                <th scope="col">
-                  Model <span class="th-note">endpoint</span>
-                </th>
-                <th scope="col">Status</th>
-                <th scope="col" class="num">HTTP</th>
-                <th scope="col" class="num">Latency</th>
-                <th scope="col" class="num">TTFT</th>
-                <th scope="col" class="num wrap-head">
-                  Tokens <span class="th-note">in / out</span>
-                </th>
-                <th scope="col" class="num">Cost</th>
-              </tr>
-            </thead>
-            <tbody>
-              {loading && <SkeletonRows columns={columns} rows={6} />}
-              {error && !current && (
-                <tr class="error-row">
-                  <td colSpan={columns}>
-                    <div class="retry-row">
-                      <ErrorMessage message={`Could not load the requests: ${error}`} />
-                      <button type="button" class="button button-secondary" onClick={refresh}>
-                        Try again
-                      </button>
-                    </div>
-                  </td>
-                </tr>
-              )}
-              {current && rows.length === 0 && (
-                <EmptyRow columns={columns}>
-                  No requests in this range{filtered ? ' match these filters' : ''}.
-                </EmptyRow>
-              )}
-              {rows.map((row) => (
-                <tr key={row.id} class={`clickable-row ${row.id === wanted ? 'row-target' : ''}`} onClick={() => setOpen(row)}>
-                  <td class="nowrap col-time">
-                    <button
-                      type="button"
-                      class="link-button row-open"
-                      aria-label={`Details of the ${row.status} request at ${fullTime(row.created)}`}
-                      onClick={(event) => {
-                        event.stopPropagation();
-                        setOpen(row);
-                      }}
-                    >
-                      {requestTime(row.created)}
-                    </button>
-                  </td>
-                  {admin && (
-                    <td class="cell-clip account-cell col-account" title={accountNames.get(row.account_id) ?? row.account_id}>
-                      {accountNames.get(row.account_id) ?? <span class="mono">{row.account_id}</span>}
-                    </td>
-                  )}
-                  {/* The endpoint under the model, not a column of its own: an admin's table fits 1280 px with long names. */}
-                  <td class="mono cell-strong cell-clip col-model" title={row.endpoint ? `${row.model} (${row.endpoint})` : row.model}>
-                    {row.model || <span class="muted">—</span>}
-                    <span class="cell-sub muted endpoint-cell">{endpointLabel(row.endpoint)}</span>
-                  </td>
-                  <td class="nowrap col-status">
-                    <StatusBadge status={row.status} />
-                    {/* The tier, when not the default one (the details always say it). */}
-                    {row.service_tier !== 'default' && (
-                      <span class="badge tier-badge" title={`Served as ${row.service_tier}`}>
-                        {row.service_tier}
-                      </span>
-                    )}
-                    <CacheBadge cache={row.cache} />
-                  </td>
-                  <td class="num col-detail col-http">{row.http_status ?? '—'}</td>
-                  {isSession(row) ? (
-                    <td class="num col-latency col-duration" title={`Session of ${duration(sessionLength(row))}${row.session ? `, ${count(row.session.responses)} response${row.session.responses === 1 ? '' : 's'}` : ''}`}>
-                      {duration(sessionLength(row))}
-                    </td>
-                  ) : (
-                    <td class="num col-latency">{duration(row.latency_ms)}</td>
-                  )}
-                  <td class="num col-detail col-ttft">{duration(row.ttft_ms)}</td>
-                  <td class="num col-detail col-tokens">{tokens(row)}</td>
-                  <td class={`num col-cost ${row.settled || row.status === 'refused' ? 'cell-strong' : 'muted'}`}>{cost(row)}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </TableCard>
-        <PagedFooter what="requests" error={error} refreshed={!!current} more={more} hasMore={!!current?.hasMore} onMore={() => void loadMore()} onDismiss={dismissMoreError} />
+        <PagedTable
+          labelledBy="requests-heading"
+          class="table-compact activity-table"
+          cardClass="activity-card"
+          columns={columns}
+          list={list}
+          what="requests"
+          onRetry={refresh}
+          rowKey={(row) => row.id}
+          skeletonRows={6}
+          onRowClick={setOpen}
+          selected={(row) => row.id === wanted}
+          empty={`No requests in this range${filtered ? ' match these filters' : ''}.`}
+        />
       </section>
       {open && (
         <RequestDetails

@@ -2,9 +2,10 @@ import type { TargetedSubmitEvent } from 'preact';
 import { useState } from 'preact/hooks';
 import { api, listOf, messageOf } from '../api';
 import { useApp } from '../app-context';
-import { Dialog, DialogFormActions, EmptyRow, ErrorMessage, PageHeader, SkeletonRows, Spinner, StatusMessage, TableCard, useApi, useTitle } from '../components/ui';
+import { type Column, DataTable } from '../components/data-table';
+import { Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, useApi, useTitle } from '../components/ui';
 import { balance, date, dateTime, money } from '../format';
-import { defaultAccountId, serviceTiers, type Account, type List, type Role, type ServiceTier } from '../types';
+import { defaultAccountId, serviceTiers, type Account, type AccountList, type Role, type ServiceTier } from '../types';
 
 function CreateAccountForm({ onCreated }: { onCreated: (account: Account) => void }) {
   const [email, setEmail] = useState('');
@@ -195,12 +196,6 @@ function WeightDialog({ account, onClose, onSaved }: { account: Account; onClose
   );
 }
 
-/**
- * The accounts as the console's admin route answers them: with the tiers an account without its own may use, and
- * the gateway's cache cap (CACHE_MAX_TTL_S), which holds beside each account's.
- */
-type AccountList = List<Account> & { default_service_tiers?: ServiceTier[]; gateway_cache_max_ttl_s?: number };
-
 /** The most seconds an account's cache cap may name (a year; the API's bound). */
 const maxCacheTtlS = 31_536_000;
 /** What an account's row says of its cache cap. */
@@ -342,7 +337,93 @@ export function AccountsPage() {
     }
   };
 
-  const columns = 7;
+  const columns: Column<Account>[] = [
+    {
+      id: 'email',
+      label: 'Email',
+      lead: true,
+      class: 'cell-strong',
+      cell: (account) => (
+        <>
+          {account.email || <span class="muted">{account.id}</span>}
+          {me?.id === account.id && <span class="badge">You</span>}
+        </>
+      ),
+    },
+    { id: 'name', label: 'Name', cell: (account) => account.name || <span class="muted">—</span> },
+    {
+      id: 'role',
+      label: 'Role',
+      cell: (account) => (
+        <>
+          {account.id === defaultAccountId ? (
+            <span class="badge" title="Keys made without an account belong to it">
+              System
+            </span>
+          ) : (
+            <span class={`badge ${account.role === 'admin' ? 'badge-accent' : ''}`}>{account.role === 'admin' ? 'Admin' : 'Member'}</span>
+          )}
+          {/* Its weight: its share of contended capacity against other accounts' (1 unless an admin set it). */}
+          <button type="button" class="weight-button" onClick={() => setWeighing(account)} aria-label={`Change weight, now ${account.weight}`} title="Weight: this account's share when requests wait for a vendor">
+            ×{account.weight}
+          </button>
+          {/* The service tiers it may ask for (the gateway's default unless an admin set its own). */}
+          <span class="cell-sub">
+            <button
+              type="button"
+              class="weight-button tiers-button"
+              onClick={() => setTiering(account)}
+              aria-label={`Change service tiers, now ${account.service_tiers ? tiersText(account.service_tiers) : 'the gateway’s default'}`}
+              title="Service tiers this account's requests may ask for"
+            >
+              Tiers: {tiersText(account.service_tiers)}
+            </button>
+          </span>
+          {/* The response cache's cap for its answers (none unless an admin set one; 0: never cached). */}
+          <span class="cell-sub">
+            <button
+              type="button"
+              class="weight-button tiers-button"
+              onClick={() => setCapping(account)}
+              aria-label={`Change cache cap, now ${cacheCapText(account.cache_max_ttl_s)}`}
+              title="The longest this account's answers stay in the response cache"
+            >
+              Cache cap: {cacheCapText(account.cache_max_ttl_s)}
+            </button>
+          </span>
+        </>
+      ),
+    },
+    { id: 'balance', label: 'Balance', numeric: true, class: 'nowrap', cell: (account) => balance(account.balance_usd) },
+    { id: 'status', label: 'Status', cell: (account) => (account.disabled ? <span class="badge badge-danger">Disabled</span> : <span class="badge badge-ok">Active</span>) },
+    { id: 'created', label: 'Created', class: 'nowrap', title: (account) => dateTime(account.created), cell: (account) => date(account.created) },
+    {
+      id: 'actions',
+      label: 'Actions',
+      hideLabel: true,
+      class: 'row-actions',
+      cell: (account) => (
+        <>
+          {/* An unlimited account takes no credit; nobody disables their own account or the system's. */}
+          {account.balance_usd !== null && (
+            <button type="button" class="button button-secondary button-small" onClick={() => setCrediting(account)}>
+              Add credit
+            </button>
+          )}
+          {me?.id !== account.id && account.id !== defaultAccountId && (
+            <button
+              type="button"
+              class={`button button-small ${account.disabled ? 'button-secondary' : 'button-ghost-danger'}`}
+              onClick={() => (account.disabled ? void toggle(account) : setDisabling(account))}
+              disabled={busyId === account.id}
+            >
+              {account.disabled ? 'Enable' : 'Disable'}
+            </button>
+          )}
+        </>
+      ),
+    },
+  ];
   return (
     <>
       <PageHeader title="Accounts" description="Everyone who can sign in to this console, their balances and roles." />
@@ -359,96 +440,7 @@ export function AccountsPage() {
         </div>
         <StatusMessage message={status} />
         <ErrorMessage message={error ?? accounts.error} onDismiss={error ? () => setError(undefined) : undefined} />
-        <TableCard labelledBy="accounts-heading">
-          <table class="table" aria-labelledby="accounts-heading">
-            <thead>
-              <tr>
-                <th scope="col">Email</th>
-                <th scope="col">Name</th>
-                <th scope="col">Role</th>
-                <th scope="col" class="num">
-                  Balance
-                </th>
-                <th scope="col">Status</th>
-                <th scope="col">Created</th>
-                <th scope="col">
-                  <span class="visually-hidden">Actions</span>
-                </th>
-              </tr>
-            </thead>
-            <tbody>
-              {!list && <SkeletonRows columns={columns} rows={3} />}
-              {list && list.length === 0 && <EmptyRow columns={columns}>No accounts yet.</EmptyRow>}
-              {list?.map((account) => (
-                <tr key={account.id}>
-                  <td class="cell-strong">
-                    {account.email || <span class="muted">{account.id}</span>}
-                    {me?.id === account.id && <span class="badge">You</span>}
-                  </td>
-                  <td>{account.name || <span class="muted">—</span>}</td>
-                  <td>
-                    {account.id === defaultAccountId ? (
-                      <span class="badge" title="Keys made without an account belong to it">System</span>
-                    ) : (
-                      <span class={`badge ${account.role === 'admin' ? 'badge-accent' : ''}`}>{account.role === 'admin' ? 'Admin' : 'Member'}</span>
-                    )}
-                    {/* Its weight: its share of contended capacity against other accounts' (1 unless an admin set it). */}
-                    <button type="button" class="weight-button" onClick={() => setWeighing(account)} aria-label={`Change weight, now ${account.weight}`} title="Weight: this account's share when requests wait for a vendor">
-                      ×{account.weight}
-                    </button>
-                    {/* The service tiers it may ask for (the gateway's default unless an admin set its own). */}
-                    <span class="cell-sub">
-                      <button
-                        type="button"
-                        class="weight-button tiers-button"
-                        onClick={() => setTiering(account)}
-                        aria-label={`Change service tiers, now ${account.service_tiers ? tiersText(account.service_tiers) : 'the gateway’s default'}`}
-                        title="Service tiers this account's requests may ask for"
-                      >
-                        Tiers: {tiersText(account.service_tiers)}
-                      </button>
-                    </span>
-                    {/* The response cache's cap for its answers (none unless an admin set one; 0: never cached). */}
-                    <span class="cell-sub">
-                      <button
-                        type="button"
-                        class="weight-button tiers-button"
-                        onClick={() => setCapping(account)}
-                        aria-label={`Change cache cap, now ${cacheCapText(account.cache_max_ttl_s)}`}
-                        title="The longest this account's answers stay in the response cache"
-                      >
-                        Cache cap: {cacheCapText(account.cache_max_ttl_s)}
-                      </button>
-                    </span>
-                  </td>
-                  <td class="num nowrap">{balance(account.balance_usd)}</td>
-                  <td>{account.disabled ? <span class="badge badge-danger">Disabled</span> : <span class="badge badge-ok">Active</span>}</td>
-                  <td class="nowrap" title={dateTime(account.created)}>
-                    {date(account.created)}
-                  </td>
-                  <td class="row-actions">
-                    {/* An unlimited account takes no credit; nobody disables their own account or the system's. */}
-                    {account.balance_usd !== null && (
-                      <button type="button" class="button button-secondary button-small" onClick={() => setCrediting(account)}>
-                        Add credit
-                      </button>
-                    )}
-                    {me?.id !== account.id && account.id !== defaultAccountId && (
-                      <button
-                        type="button"
-                        class={`button button-small ${account.disabled ? 'button-secondary' : 'button-ghost-danger'}`}
-                        onClick={() => (account.disabled ? void toggle(account) : setDisabling(account))}
-                        disabled={busyId === account.id}
-                      >
-                        {account.disabled ? 'Enable' : 'Disable'}
-                      </button>
-                    )}
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </TableCard>
+        <DataTable labelledBy="accounts-heading" columns={columns} rows={list} rowKey={(account) => account.id} skeletonRows={3} empty="No accounts yet." />
       </section>
       {disabling && (
         <Dialog title="Disable this account?" onClose={() => setDisabling(undefined)} alert>

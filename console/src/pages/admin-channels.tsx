@@ -1,5 +1,6 @@
 import { listOf } from '../api';
-import { EmptyRow, ErrorMessage, PageHeader, SkeletonRows, TableCard, useApi, useTitle } from '../components/ui';
+import { type Column, DataTable } from '../components/data-table';
+import { ErrorMessage, PageHeader, useApi, useTitle } from '../components/ui';
 import { count, moment, timeOfDay } from '../format';
 import type { Channel, List } from '../types';
 import { useEffect, useState } from 'preact/hooks';
@@ -13,13 +14,22 @@ export function useUpdatedAt(data: unknown): string {
   return at ? `Updated ${timeOfDay(at)} · refreshes every 5 s` : 'Refreshes every 5 s';
 }
 
+const channelColumns: Column<Channel>[] = [
+  { id: 'id', label: 'ID', lead: true, class: 'mono cell-strong', cell: (channel) => channel.id },
+  { id: 'vendor', label: 'Vendor', cell: (channel) => channel.vendor },
+  { id: 'base-url', label: 'Base URL', class: 'mono small', cell: (channel) => channel.base_url ?? <span class="muted">default</span> },
+  { id: 'models', label: 'Models', numeric: true, cell: (channel) => count(channel.models) },
+  { id: 'status', label: 'Status', cell: (channel) => (channel.status === 'ok' ? <span class="badge badge-ok">OK</span> : <span class="badge badge-warn">Cooling down</span>) },
+  { id: 'cooling-until', label: 'Cooling until', class: 'nowrap', cell: (channel) => (channel.cooling_until == null ? <span class="muted">—</span> : moment(channel.cooling_until)) },
+  { id: 'reason', label: 'Reason', cell: (channel) => channel.reason ?? <span class="muted">—</span> },
+];
+
 export function ChannelsPage() {
   useTitle('Channels');
   const channels = useApi<List<Channel> | Channel[]>('/admin/channels', 5000);
   const list = channels.data ? listOf(channels.data) : undefined;
   const updated = useUpdatedAt(channels.data);
   const cooling = list?.filter((c) => c.status !== 'ok').length ?? 0;
-  const columns = 7;
   return (
     <>
       <PageHeader title="Channels" description="The vendor connections requests are routed over. A channel that failed rests until its cool-down ends." />
@@ -31,40 +41,7 @@ export function ChannelsPage() {
         </span>
       </div>
       <ErrorMessage message={channels.error} />
-      <TableCard label="Channels">
-        <table class="table" aria-label="Channels">
-          <thead>
-            <tr>
-              <th scope="col">ID</th>
-              <th scope="col">Vendor</th>
-              <th scope="col">Base URL</th>
-              <th scope="col" class="num">
-                Models
-              </th>
-              <th scope="col">Status</th>
-              <th scope="col">Cooling until</th>
-              <th scope="col">Reason</th>
-            </tr>
-          </thead>
-          <tbody>
-            {!list && <SkeletonRows columns={columns} rows={4} />}
-            {list && list.length === 0 && <EmptyRow columns={columns}>No channels are configured.</EmptyRow>}
-            {list?.map((channel) => (
-              <tr key={channel.id}>
-                <td class="mono cell-strong">
-                  {channel.id}
-                </td>
-                <td>{channel.vendor}</td>
-                <td class="mono small">{channel.base_url ?? <span class="muted">default</span>}</td>
-                <td class="num">{count(channel.models)}</td>
-                <td>{channel.status === 'ok' ? <span class="badge badge-ok">OK</span> : <span class="badge badge-warn">Cooling down</span>}</td>
-                <td class="nowrap">{channel.cooling_until == null ? <span class="muted">—</span> : moment(channel.cooling_until)}</td>
-                <td>{channel.reason ?? <span class="muted">—</span>}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      </TableCard>
+      <DataTable label="Channels" columns={channelColumns} rows={list} rowKey={(channel) => channel.id} skeletonRows={4} empty="No channels are configured." />
     </>
   );
 }

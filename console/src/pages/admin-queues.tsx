@@ -1,23 +1,40 @@
 import { useApp } from '../app-context';
-import { EmptyRow, ErrorMessage, PageHeader, SkeletonRows, TableCard, useApi, useTitle } from '../components/ui';
+import { type Column, DataTable } from '../components/data-table';
+import { ErrorMessage, PageHeader, useApi, useTitle } from '../components/ui';
 import { count } from '../format';
-import type { QueueCounts } from '../types';
+import type { QueueCounts, QueueList } from '../types';
 import { useUpdatedAt } from './admin-channels';
 
-interface QueuesAnswer {
-  object: 'list';
-  data: QueueCounts[];
-  dashboard: string | null;
+/** A queue's name, marked when it is paused. */
+function QueueName({ queue }: { queue: QueueCounts }) {
+  return (
+    <>
+      {queue.name}
+      {queue.paused && (
+        <span class="badge badge-warn" title="Paused from the queue dashboard: its jobs wait until it is resumed">
+          paused
+        </span>
+      )}
+    </>
+  );
 }
+
+const queueColumns: Column<QueueCounts>[] = [
+  { id: 'name', label: 'Name', lead: true, class: 'mono cell-strong', cell: (queue) => <QueueName queue={queue} /> },
+  { id: 'waiting', label: 'Waiting', numeric: true, cell: (queue) => count(queue.waiting) },
+  { id: 'active', label: 'Active', numeric: true, cell: (queue) => count(queue.active) },
+  { id: 'delayed', label: 'Delayed', numeric: true, cell: (queue) => count(queue.delayed) },
+  { id: 'failed', label: 'Failed', numeric: true, class: (queue) => (queue.failed ? 'text-danger' : undefined), cell: (queue) => count(queue.failed) },
+  { id: 'completed', label: 'Completed', numeric: true, cell: (queue) => count(queue.completed) },
+];
 
 export function QueuesPage() {
   useTitle('Queues');
   const { config } = useApp();
-  const queues = useApi<QueuesAnswer>('/admin/queues', 5000);
+  const queues = useApi<QueueList>('/admin/queues', 5000);
   const list = queues.data?.data;
   const updated = useUpdatedAt(queues.data);
   const dashboard = queues.data ? queues.data.dashboard : config.queue_dashboard;
-  const columns = 6;
   return (
     <>
       <PageHeader
@@ -39,51 +56,7 @@ export function QueuesPage() {
         </span>
       </div>
       <ErrorMessage message={queues.error} />
-      <TableCard label="Queues">
-        <table class="table" aria-label="Queues">
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col" class="num">
-                Waiting
-              </th>
-              <th scope="col" class="num">
-                Active
-              </th>
-              <th scope="col" class="num">
-                Delayed
-              </th>
-              <th scope="col" class="num">
-                Failed
-              </th>
-              <th scope="col" class="num">
-                Completed
-              </th>
-            </tr>
-          </thead>
-          <tbody>
-            {!list && <SkeletonRows columns={columns} rows={5} />}
-            {list && list.length === 0 && <EmptyRow columns={columns}>No queues.</EmptyRow>}
-            {list?.map((queue) => (
-              <tr key={queue.name}>
-                <td class="mono cell-strong">
-                  {queue.name}
-                  {queue.paused && (
-                    <span class="badge badge-warn" title="Paused from the queue dashboard: its jobs wait until it is resumed">
-                      paused
-                    </span>
-                  )}
-                </td>
-                <td class="num">{count(queue.waiting)}</td>
-                <td class="num">{count(queue.active)}</td>
-                <td class="num">{count(queue.delayed)}</td>
-                <td class={`num ${queue.failed ? 'text-danger' : ''}`}>{count(queue.failed)}</td>
-                <td class="num">{count(queue.completed)}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      </TableCard>
+      <DataTable label="Queues" columns={queueColumns} rows={list} rowKey={(queue) => queue.name} skeletonRows={5} empty="No queues." />
     </>
   );
 }

@@ -1,7 +1,8 @@
 import { Fragment } from 'preact';
 import { useState } from 'preact/hooks';
 import { useAccount, useApp } from '../app-context';
-import { CopyButton, EmptyRow, ErrorMessage, PageHeader, PagedFooter, SkeletonRows, TableCard, useApi, useTitle } from '../components/ui';
+import { type Column, PagedTable } from '../components/data-table';
+import { CopyButton, PageHeader, useApi, useTitle } from '../components/ui';
 import { count, fullTime, money, shortDateTime } from '../format';
 import { usePagedList } from '../paged-list';
 import type { Account, Batch, BatchPage, BatchStatus, List, OpenAIBatchStatus } from '../types';
@@ -16,7 +17,6 @@ import type { Account, Batch, BatchPage, BatchStatus, List, OpenAIBatchStatus } 
  */
 
 const pageSize = 20;
-const columns = 6;
 
 const statusLabel: Record<BatchStatus, string> = { validating: 'validating', in_progress: 'in progress', canceling: 'canceling', ended: 'ended' };
 const statusBadge: Record<BatchStatus, string> = { validating: 'badge-accent', in_progress: 'badge-accent', canceling: 'badge-warn', ended: 'badge-ok' };
@@ -114,28 +114,40 @@ function ResultsLine({ batch, path, what, baseUrl }: { batch: Batch; path: strin
   );
 }
 
-/** An ended batch's results: a message batch's results, an OpenAI batch's output and error files (by name). */
+/** An ended batch's results, on a line under its row: a message batch's results, an OpenAI batch's output and error files (by name). */
 function Results({ batch, baseUrl }: { batch: Batch; baseUrl: string }) {
   const output = batch.files?.output;
   const errors = batch.files?.error;
-  return (
-    <tr class="batch-results-row">
-      <td colSpan={columns}>
-        {batch.dialect === 'openai' ? (
-          <>
-            {output && <ResultsLine batch={batch} path={`/v1/files/${output.id}/content`} what={`Output ${output.filename ?? output.id}`} baseUrl={baseUrl} />}
-            {errors && <ResultsLine batch={batch} path={`/v1/files/${errors.id}/content`} what={`Errors ${errors.filename ?? errors.id}`} baseUrl={baseUrl} />}
-          </>
-        ) : (
-          batch.results_path && <ResultsLine batch={batch} path={batch.results_path} what="Results" baseUrl={baseUrl} />
-        )}
-      </td>
-    </tr>
+  return batch.dialect === 'openai' ? (
+    <>
+      {output && <ResultsLine batch={batch} path={`/v1/files/${output.id}/content`} what={`Output ${output.filename ?? output.id}`} baseUrl={baseUrl} />}
+      {errors && <ResultsLine batch={batch} path={`/v1/files/${errors.id}/content`} what={`Errors ${errors.filename ?? errors.id}`} baseUrl={baseUrl} />}
+    </>
+  ) : (
+    batch.results_path && <ResultsLine batch={batch} path={batch.results_path} what="Results" baseUrl={baseUrl} />
   );
 }
 
 /** Whether the batch has anything to read yet. */
 const hasResults = (batch: Batch) => (batch.dialect === 'openai' ? !!(batch.files?.output || batch.files?.error) : !!batch.results_path);
+
+const batchColumns: Column<Batch>[] = [
+  { id: 'id', label: 'Batch', lead: true, class: 'mono cell-strong nowrap', cell: (batch) => batch.id },
+  {
+    id: 'status',
+    label: 'Status',
+    cell: (batch) => (
+      <>
+        <Status batch={batch} />
+        <Made batch={batch} />
+      </>
+    ),
+  },
+  { id: 'progress', label: 'Progress', note: 'done / total', class: 'batch-progress-cell', cell: (batch) => <Progress batch={batch} /> },
+  { id: 'cost', label: 'Cost', note: 'so far', numeric: true, class: 'cell-strong', cell: (batch) => money(batch.cost_usd) },
+  { id: 'created', label: 'Created', class: 'nowrap', title: (batch) => fullTime(batch.created_at), cell: (batch) => shortDateTime(batch.created_at) },
+  { id: 'ends', label: 'Ends', note: 'ended or expires', class: 'nowrap', cell: (batch) => <Ends batch={batch} /> },
+];
 
 export function BatchesPage() {
   useTitle('Batches');
@@ -150,7 +162,7 @@ export function BatchesPage() {
   const listPath = `/batches?${query}`;
 
   const [refreshes, setRefreshes] = useState(0);
-  const { current, rows, error, loading, more, loadMore, dismissMoreError } = usePagedList(listPath, refreshes, {
+  const list = usePagedList(listPath, refreshes, {
     rows: (page: BatchPage) => page.data,
     hasMore: (page) => page.has_more,
     next: (_page, loadedRows) => {
@@ -158,6 +170,7 @@ export function BatchesPage() {
       return last ? `after_id=${encodeURIComponent(last.id)}` : undefined;
     },
   });
+  const { current, rows } = list;
 
   const others = (accounts.data?.data ?? []).filter((account) => account.id !== me.id);
 
@@ -198,65 +211,20 @@ export function BatchesPage() {
             {current ? `${count(rows.length)}${current.hasMore ? '+' : ''} shown, newest first` : ''}
           </p>
         </div>
-        <TableCard labelledBy="batches-heading">
-          <table class="table batches-table" aria-labelledby="batches-heading">
-            <thead>
-              <tr>
-                <th scope="col">Batch</th>
-                <th scope="col">Status</th>
-                <th scope="col">
-                  Progress <span class="th-note">done / total</span>
-                </th>
-                <th scope="col" class="num">
-                  Cost <span class="th-note">so far</span>
-                </th>
-                <th scope="col">Created</th>
-                <th scope="col">
-                  Ends <span class="th-note">ended or expires</span>
-                </th>
-              </tr>
-            </thead>
-            <tbody>
-              {loading && <SkeletonRows columns={columns} rows={3} />}
-              {error && !current && (
-                <tr class="error-row">
-                  <td colSpan={columns}>
-                    <div class="retry-row">
-                      <ErrorMessage message={`Could not load the batches: ${error}`} />
-                      <button type="button" class="button button-secondary" onClick={() => setRefreshes((n) => n + 1)}>
-                        Try again
-                      </button>
-                    </div>
-                  </td>
-                </tr>
-              )}
-              {current && rows.length === 0 && <EmptyRow columns={columns}>No batches yet: make one with POST /v1/messages/batches or POST /v1/batches and an API key.</EmptyRow>}
-              {rows.map((batch) => (
-                <Fragment key={batch.id}>
-                  <tr class={hasResults(batch) ? 'batch-row has-results' : 'batch-row'}>
-                    <td class="mono cell-strong nowrap">{batch.id}</td>
-                    <td>
-                      <Status batch={batch} />
-                      <Made batch={batch} />
-                    </td>
-                    <td class="batch-progress-cell">
-                      <Progress batch={batch} />
-                    </td>
-                    <td class="num cell-strong">{money(batch.cost_usd)}</td>
-                    <td class="nowrap" title={fullTime(batch.created_at)}>
-                      {shortDateTime(batch.created_at)}
-                    </td>
-                    <td class="nowrap">
-                      <Ends batch={batch} />
-                    </td>
-                  </tr>
-                  {hasResults(batch) && <Results batch={batch} baseUrl={config.base_url} />}
-                </Fragment>
-              ))}
-            </tbody>
-          </table>
-        </TableCard>
-        <PagedFooter what="batches" error={error} refreshed={!!current} more={more} hasMore={!!current?.hasMore} onMore={() => void loadMore()} onDismiss={dismissMoreError} />
+        <PagedTable
+          labelledBy="batches-heading"
+          class="batches-table"
+          columns={batchColumns}
+          list={list}
+          what="batches"
+          onRetry={() => setRefreshes((n) => n + 1)}
+          rowKey={(batch) => batch.id}
+          skeletonRows={3}
+          rowClass={(batch) => (hasResults(batch) ? 'batch-row has-results' : 'batch-row')}
+          rowDetail={(batch) => hasResults(batch) && <Results batch={batch} baseUrl={config.base_url} />}
+          rowDetailClass="batch-results-row"
+          empty="No batches yet: make one with POST /v1/messages/batches or POST /v1/batches and an API key."
+        />
       </section>
     </>
   );

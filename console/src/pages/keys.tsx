@@ -2,7 +2,8 @@ import { Fragment, type TargetedEvent, type TargetedSubmitEvent } from 'preact';
 import { useState } from 'preact/hooks';
 import { api, messageOf } from '../api';
 import { useAccount, useApp } from '../app-context';
-import { CopyButton, Dialog, DialogFormActions, EmptyRow, ErrorMessage, PageHeader, SkeletonRows, Spinner, StatusMessage, TableCard, modelList, optionalNumber, useApi, useCopy, useTitle } from '../components/ui';
+import { type Column, DataTable } from '../components/data-table';
+import { CopyButton, Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, modelList, optionalNumber, useApi, useCopy, useTitle } from '../components/ui';
 import { ago, dateInputValue, dateTime, endOfLocalDay, money, shortDate, todayInputValue } from '../format';
 import type { CreatedKey, Key, KeyLimitValues, List } from '../types';
 
@@ -436,10 +437,11 @@ export function limitsText(key: Key): string {
   return `${money(key.spent_usd)} / ${key.limit_usd == null ? 'no limit' : money(key.limit_usd)}`;
 }
 
-export function SpendCell({ keyRecord }: { keyRecord: Key }) {
+/** A key's spend against its limit, with a meter while it has one. */
+function Spend({ keyRecord }: { keyRecord: Key }) {
   const share = keyRecord.limit_usd ? Math.min(1, keyRecord.spent_usd / keyRecord.limit_usd) : undefined;
   return (
-    <td class="spend-cell">
+    <>
       <span class="nowrap">{money(keyRecord.spent_usd)}</span>{' '}
       <span class="muted nowrap">/ {keyRecord.limit_usd == null ? 'no limit' : money(keyRecord.limit_usd)}</span>
       <AdminSet value={keyRecord.admin_limits?.limit_usd} />
@@ -448,15 +450,15 @@ export function SpendCell({ keyRecord }: { keyRecord: Key }) {
           <span class="meter-fill" style={{ width: `${Math.round(share * 100)}%` }} />
         </span>
       )}
-    </td>
+    </>
   );
 }
 
-export function ModelsCell({ models, adminSet }: { models: string[] | null; adminSet?: unknown }) {
-  if (!models || models.length === 0) return <td class="muted">All</td>;
+function Models({ models, adminSet }: { models: readonly string[] | null; adminSet?: unknown }) {
+  if (!models || models.length === 0) return <>All</>;
   const shown = models.slice(0, 1);
   return (
-    <td title={models.join(', ')}>
+    <>
       <span class="tags">
         {shown.map((m) => (
           <span class="tag" key={m}>
@@ -466,76 +468,94 @@ export function ModelsCell({ models, adminSet }: { models: string[] | null; admi
         {models.length > shown.length && <span class="tag tag-more">+{models.length - shown.length}</span>}
       </span>
       <AdminSet value={adminSet} />
-    </td>
-  );
-}
-
-export function ExpiresCell({ at, adminSet }: { at: number | null; adminSet?: unknown }) {
-  if (at == null) return <td class="muted">Never</td>;
-  const expired = at * 1000 <= Date.now();
-  return (
-    <td class="nowrap" title={dateTime(at)}>
-      {shortDate(at)}
-      {expired && <span class="badge badge-danger">Expired</span>}
-      <AdminSet value={adminSet} />
-    </td>
-  );
-}
-
-/**
- * A key's cells as every key table shows them: name (with its default cache TTL under it, where it has one: no
- * column of its own, so the tables keep fitting 1280 px), hint, created, last used, spend / limit, rpm, tpm,
- * models, expiry.
- */
-/** The headers of KeyCells' columns, in their order. */
-export function KeyHeaderCells() {
-  return (
-    <>
-      <th scope="col">Name</th>
-      <th scope="col">Key</th>
-      <th scope="col">Created</th>
-      <th scope="col">Last used</th>
-      <th scope="col">Spent / Limit</th>
-      <th scope="col" class="num">RPM</th>
-      <th scope="col" class="num">TPM</th>
-      <th scope="col">Models</th>
-      <th scope="col">Expires</th>
     </>
   );
 }
 
-export function KeyCells({ keyRecord: key }: { keyRecord: Key }) {
+function Expires({ at, adminSet }: { at: number | null; adminSet?: unknown }) {
+  if (at == null) return <>Never</>;
+  const expired = at * 1000 <= Date.now();
   return (
     <>
-      <td class="cell-strong">
+      {shortDate(at)}
+      {expired && <span class="badge badge-danger">Expired</span>}
+      <AdminSet value={adminSet} />
+    </>
+  );
+}
+
+/**
+ * A key's columns as every key table shows them: name (with its default cache TTL under it, where it has one: no
+ * column of its own, so the tables keep fitting 1280 px), hint, created, last used, spend / limit, rpm, tpm,
+ * models, expiry.
+ */
+export const keyColumns: Column<Key>[] = [
+  {
+    id: 'name',
+    label: 'Name',
+    lead: true,
+    class: 'cell-strong',
+    cell: (key) => (
+      <>
         {key.name}
         {key.cache_ttl_s ? (
           <span class="cell-sub muted" title="Requests of this key without Cache-Control are cached this long">
             Cache TTL: {key.cache_ttl_s.toLocaleString()} s
           </span>
         ) : null}
-      </td>
-      <td class="mono nowrap">{key.hint}</td>
-      <td class="nowrap" title={dateTime(key.created)}>
-        {shortDate(key.created)}
-      </td>
-      <td class="nowrap" title={key.last_used_at == null ? undefined : dateTime(key.last_used_at)}>
-        {key.last_used_at == null ? <span class="muted">Never</span> : ago(key.last_used_at)}
-      </td>
-      <SpendCell keyRecord={key} />
-      <td class="num">
+      </>
+    ),
+  },
+  { id: 'hint', label: 'Key', class: 'mono nowrap', cell: (key) => key.hint },
+  { id: 'created', label: 'Created', class: 'nowrap', title: (key) => dateTime(key.created), cell: (key) => shortDate(key.created) },
+  {
+    id: 'last-used',
+    label: 'Last used',
+    class: 'nowrap',
+    title: (key) => (key.last_used_at == null ? undefined : dateTime(key.last_used_at)),
+    cell: (key) => (key.last_used_at == null ? <span class="muted">Never</span> : ago(key.last_used_at)),
+  },
+  { id: 'spend', label: 'Spent / Limit', class: 'spend-cell', cell: (key) => <Spend keyRecord={key} /> },
+  {
+    id: 'rpm',
+    label: 'RPM',
+    numeric: true,
+    cell: (key) => (
+      <>
         {limitText(key.rpm)}
         <AdminSet value={key.admin_limits?.rpm} />
-      </td>
-      <td class="num">
+      </>
+    ),
+  },
+  {
+    id: 'tpm',
+    label: 'TPM',
+    numeric: true,
+    cell: (key) => (
+      <>
         {limitText(key.tpm)}
         <AdminSet value={key.admin_limits?.tpm} />
-      </td>
-      <ModelsCell models={key.models} adminSet={key.admin_limits?.models} />
-      <ExpiresCell at={key.expires_at} adminSet={key.admin_limits?.expires_at} />
-    </>
-  );
-}
+      </>
+    ),
+  },
+  {
+    id: 'models',
+    label: 'Models',
+    class: (key) => (key.models?.length ? undefined : 'muted'),
+    title: (key) => (key.models?.length ? key.models.join(', ') : undefined),
+    cell: (key) => <Models models={key.models} adminSet={key.admin_limits?.models} />,
+  },
+  {
+    id: 'expires',
+    label: 'Expires',
+    class: (key) => (key.expires_at == null ? 'muted' : 'nowrap'),
+    title: (key) => (key.expires_at == null ? undefined : dateTime(key.expires_at)),
+    cell: (key) => <Expires at={key.expires_at} adminSet={key.admin_limits?.expires_at} />,
+  },
+];
+
+/** The column of a key's account, on an admin's tables: cut short, whole in its tooltip. */
+export const keyAccountColumn: Column<Key> = { id: 'account', label: 'Account', class: 'cell-clip account-cell', title: (key) => ownerOf(key), cell: (key) => ownerOf(key) };
 
 /** A mark beside a limit an administrator set: the member may lower it, not lift it. */
 function AdminSet({ value }: { value: unknown }) {
@@ -571,17 +591,23 @@ export function KeysPage() {
 
   const list = keys.data?.data;
   const others = all.data?.data.filter((key) => key.account_id !== me.id);
-  const columns = 10;
-  const keyActions = (key: Key, base: KeysBase) => (
-    <td class="row-actions sticky-end">
-      <button type="button" class="button button-secondary button-small" onClick={() => setEditing({ key, base })}>
-        Edit
-      </button>
-      <button type="button" class="button button-ghost-danger button-small" onClick={() => setRevoking({ key, base })}>
-        Revoke
-      </button>
-    </td>
-  );
+  const actions = (base: KeysBase): Column<Key> => ({
+    id: 'actions',
+    label: 'Actions',
+    hideLabel: true,
+    sticky: 'end',
+    class: 'row-actions',
+    cell: (key) => (
+      <>
+        <button type="button" class="button button-secondary button-small" onClick={() => setEditing({ key, base })}>
+          Edit
+        </button>
+        <button type="button" class="button button-ghost-danger button-small" onClick={() => setRevoking({ key, base })}>
+          Revoke
+        </button>
+      </>
+    ),
+  });
   return (
     <>
       <PageHeader title="Keys" description="API keys for the OpenAI-compatible endpoint. Each key can have its own spend limit, rate limits, models and expiry." />
@@ -595,32 +621,15 @@ export function KeysPage() {
         </div>
         <StatusMessage message={status} />
         <ErrorMessage message={keys.error} />
-        <TableCard labelledBy="keys-heading">
-          <table class="table table-compact" aria-labelledby="keys-heading">
-            <thead>
-              <tr>
-                <KeyHeaderCells />
-                <th scope="col" class="sticky-end">
-                  <span class="visually-hidden">Actions</span>
-                </th>
-              </tr>
-            </thead>
-            <tbody>
-              {!list && <SkeletonRows columns={columns} rows={3} />}
-              {list && list.length === 0 && (
-                <EmptyRow columns={columns}>
-                  {admin ? 'No keys of your own yet. Every other account’s keys, the command line’s among them, are below.' : 'No keys yet. Make one with “New key” to call the API.'}
-                </EmptyRow>
-              )}
-              {list?.map((key) => (
-                <tr key={key.id}>
-                  <KeyCells keyRecord={key} />
-                  {keyActions(key, '/keys')}
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </TableCard>
+        <DataTable
+          labelledBy="keys-heading"
+          class="table-compact"
+          columns={[...keyColumns, actions('/keys')]}
+          rows={list}
+          rowKey={(key) => key.id}
+          skeletonRows={3}
+          empty={admin ? 'No keys of your own yet. Every other account’s keys, the command line’s among them, are below.' : 'No keys yet. Make one with “New key” to call the API.'}
+        />
       </section>
       {admin && (
         <section aria-labelledby="other-keys-heading" class="section">
@@ -632,32 +641,15 @@ export function KeysPage() {
             Keys made with <code>npm run keys -- create</code> belong to the Default account unless <code>--account</code> names another.
           </p>
           <ErrorMessage message={all.error} />
-          <TableCard labelledBy="other-keys-heading">
-            <table class="table table-compact" aria-labelledby="other-keys-heading">
-              <thead>
-                <tr>
-                  <th scope="col">Account</th>
-                  <KeyHeaderCells />
-                  <th scope="col" class="sticky-end">
-                    <span class="visually-hidden">Actions</span>
-                  </th>
-                </tr>
-              </thead>
-              <tbody>
-                {!others && <SkeletonRows columns={columns + 1} rows={2} />}
-                {others && others.length === 0 && <EmptyRow columns={columns + 1}>No other account has a key.</EmptyRow>}
-                {others?.map((key) => (
-                  <tr key={key.id}>
-                    <td class="cell-clip account-cell" title={ownerOf(key)}>
-                      {ownerOf(key)}
-                    </td>
-                    <KeyCells keyRecord={key} />
-                    {keyActions(key, '/admin/keys')}
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          </TableCard>
+          <DataTable
+            labelledBy="other-keys-heading"
+            class="table-compact"
+            columns={[keyAccountColumn, ...keyColumns, actions('/admin/keys')]}
+            rows={others}
+            rowKey={(key) => key.id}
+            skeletonRows={2}
+            empty="No other account has a key."
+          />
         </section>
       )}
       {creating && (

@@ -1,5 +1,6 @@
 import { useMemo, useState } from 'preact/hooks';
-import { EmptyRow, ErrorMessage, PageHeader, SkeletonRows, TableCard, useApi, useTitle } from '../components/ui';
+import { type Column, DataTable } from '../components/data-table';
+import { ErrorMessage, PageHeader, useApi, useTitle } from '../components/ui';
 import { contextWindow, price } from '../format';
 import { capabilityName, otherPrices, sortPrice, type PriceLine } from '../pricing-model';
 import type { List, PricedModel, TierMultiples } from '../types';
@@ -32,6 +33,33 @@ function PriceLines({ lines, unit }: { lines: PriceLine[]; unit: string | undefi
     </details>
   );
 }
+
+/** A model's name, what it does, and its prices: per 1M tokens in their own columns, the rest (per image, per second…) in one. */
+const priceColumns: Column<PricedModel>[] = [
+  { id: 'model', label: 'Model', lead: true, sticky: 'start', class: 'cell-strong model-cell', cell: (m) => m.id },
+  { id: 'vendor', label: 'Vendor', cell: (m) => m.vendor },
+  { id: 'capability', label: 'Capability', cell: (m) => <span class={`badge badge-cap badge-${m.capability}`}>{capabilityName(m.capability)}</span> },
+  {
+    id: 'context',
+    label: 'Context window',
+    numeric: true,
+    headerClass: 'wrap-head',
+    title: (m) => (m.context_window > 0 ? `${m.context_window.toLocaleString()} tokens` : undefined),
+    cell: (m) => contextWindow(m.context_window),
+  },
+  { id: 'input', label: 'Input / 1M', numeric: true, cell: (m) => <Price value={m.prices?.input_per_1m} /> },
+  { id: 'cached-input', label: 'Cached input / 1M', numeric: true, headerClass: 'wrap-head', cell: (m) => <Price value={m.prices?.cached_input_per_1m} /> },
+  { id: 'output', label: 'Output / 1M', numeric: true, cell: (m) => <Price value={m.prices?.output_per_1m} /> },
+  {
+    id: 'other',
+    label: 'Other prices',
+    class: (m) => `other-prices ${otherPrices(m.prices).length === 0 ? 'other-empty' : ''}`,
+    cell: (m) => {
+      const other = otherPrices(m.prices);
+      return other.length === 0 ? <span class="muted">{m.prices ? '—' : 'Not priced'}</span> : <PriceLines lines={other} unit={m.capability === 'image' ? 'image' : undefined} />;
+    },
+  },
+];
 
 export function PricingPage() {
   useTitle('Pricing');
@@ -66,7 +94,6 @@ export function PricingPage() {
     });
   }, [all, search, vendor, capability, sort]);
 
-  const columns = 8;
   return (
     <>
       <PageHeader title="Pricing" description="What this gateway bills per model, markup included, in US dollars. Token prices are per million tokens." />
@@ -115,66 +142,7 @@ export function PricingPage() {
         {all ? `Showing ${shown.length} of ${all.length} models` : '\u00a0'}
       </p>
       <ErrorMessage message={models.error} />
-      <TableCard label="Model prices" class="pricing-card">
-        <table class="table pricing-table" aria-label="Model prices">
-          <thead>
-            <tr>
-              <th scope="col" class="sticky-col">
-                Model
-              </th>
-              <th scope="col">Vendor</th>
-              <th scope="col">Capability</th>
-              <th scope="col" class="num wrap-head">
-                Context window
-              </th>
-              <th scope="col" class="num">
-                Input / 1M
-              </th>
-              <th scope="col" class="num wrap-head">
-                Cached input / 1M
-              </th>
-              <th scope="col" class="num">
-                Output / 1M
-              </th>
-              <th scope="col">Other prices</th>
-            </tr>
-          </thead>
-          <tbody>
-            {!all && <SkeletonRows columns={columns} rows={8} />}
-            {all && shown.length === 0 && <EmptyRow columns={columns}>No model matches these filters.</EmptyRow>}
-            {shown.map((m) => {
-              const p = m.prices;
-              const other = otherPrices(p);
-              return (
-                <tr key={m.id}>
-                  <td class="cell-strong sticky-col model-cell">
-                    {m.id}
-                  </td>
-                  <td data-label="Vendor">{m.vendor}</td>
-                  <td data-label="Capability">
-                    <span class={`badge badge-cap badge-${m.capability}`}>{capabilityName(m.capability)}</span>
-                  </td>
-                  <td class="num" data-label="Context window" title={m.context_window > 0 ? `${m.context_window.toLocaleString()} tokens` : undefined}>
-                    {contextWindow(m.context_window)}
-                  </td>
-                  <td class="num" data-label="Input / 1M">
-                    <Price value={p?.input_per_1m} />
-                  </td>
-                  <td class="num" data-label="Cached input / 1M">
-                    <Price value={p?.cached_input_per_1m} />
-                  </td>
-                  <td class="num" data-label="Output / 1M">
-                    <Price value={p?.output_per_1m} />
-                  </td>
-                  <td class={`other-prices ${other.length === 0 ? 'other-empty' : ''}`} data-label="Other prices">
-                    {other.length === 0 ? <span class="muted">{p ? '—' : 'Not priced'}</span> : <PriceLines lines={other} unit={m.capability === 'image' ? 'image' : undefined} />}
-                  </td>
-                </tr>
-              );
-            })}
-          </tbody>
-        </table>
-      </TableCard>
+      <DataTable label="Model prices" class="pricing-table" cardClass="pricing-card" columns={priceColumns} rows={all && shown} rowKey={(m) => m.id} skeletonRows={8} empty="No model matches these filters." />
     </>
   );
 }

@@ -1,11 +1,12 @@
 import { useMemo, useRef, useState } from 'preact/hooks';
 import { apiBase } from '../api';
 import { BarChart, type Series } from '../components/bar-chart';
-import { EmptyRow, ErrorMessage, PageHeader, SkeletonRows, TableCard, useApi, useTitle } from '../components/ui';
+import { type Column, DataTable } from '../components/data-table';
+import { ErrorMessage, PageHeader, useApi, useTitle } from '../components/ui';
 import { balance, compactCount, count, dayLabel, daysBetween, duration, money, number, percent } from '../format';
 import { useAccount } from '../app-context';
 import { Link } from '../router';
-import type { Account, Key, List, UsageReport, UsageTotals, KeyUsageTotals } from '../types';
+import type { Account, Key, List, ModelLatency, UsageReport, UsageTotals, KeyUsageTotals } from '../types';
 
 const palette = ['#6366f1', '#10b981', '#f59e0b', '#ef4444', '#06b6d4', '#8b5cf6', '#ec4899', '#84cc16'];
 const otherColor = '#cbd5e1';
@@ -49,6 +50,31 @@ function KeyName({ row, account }: { row: KeyUsageTotals; account?: string }) {
     </>
   );
 }
+
+/** The sums every breakdown shows of its rows, after the row's name. */
+const amountColumns: Column<UsageTotals>[] = [
+  { id: 'requests', label: 'Requests', numeric: true, cell: (row) => count(row.requests) },
+  { id: 'input', label: 'Input tokens', numeric: true, cell: (row) => count(row.input_tokens) },
+  { id: 'cached', label: 'Cached tokens', numeric: true, cell: (row) => count(row.cached_tokens) },
+  { id: 'output', label: 'Output tokens', numeric: true, cell: (row) => count(row.output_tokens) },
+  { id: 'media', label: 'Media', class: 'muted nowrap', cell: media },
+  { id: 'spend', label: 'Spend', numeric: true, class: 'cell-strong', cell: (row) => money(row.cost_usd) },
+];
+
+const byModelColumns: Column<UsageTotals>[] = [{ id: 'model', label: 'Model', lead: true, class: 'mono cell-strong nowrap', cell: (row) => row.model }, ...amountColumns];
+
+/** By key: the same sums but the cached tokens. */
+const byKeyColumns: Column<KeyUsageTotals>[] = amountColumns.filter((column) => column.id !== 'cached');
+
+const latencyColumns: Column<ModelLatency>[] = [
+  { id: 'model', label: 'Model', lead: true, class: 'mono cell-strong nowrap', cell: (row) => row.model || <span class="muted">Unknown model</span> },
+  { id: 'requests', label: 'Requests', numeric: true, cell: (row) => count(row.requests) },
+  { id: 'error-rate', label: 'Error rate', numeric: true, class: (row) => (row.errors > 0 ? 'text-danger' : undefined), cell: (row) => percent(row.error_rate) },
+  { id: 'latency-p50', label: 'p50 latency', numeric: true, cell: (row) => duration(row.latency_p50_ms) },
+  { id: 'latency-p95', label: 'p95 latency', numeric: true, cell: (row) => duration(row.latency_p95_ms) },
+  { id: 'ttft-p50', label: 'p50 TTFT', numeric: true, cell: (row) => duration(row.ttft_p50_ms) },
+  { id: 'ttft-p95', label: 'p95 TTFT', numeric: true, cell: (row) => duration(row.ttft_p95_ms) },
+];
 
 export function UsagePage() {
   useTitle('Usage');
@@ -241,71 +267,27 @@ export function UsagePage() {
       </div>
       <section class="section" aria-labelledby="by-model-heading">
         <h2 id="by-model-heading">By model</h2>
-        <TableCard labelledBy="by-model-heading">
-          <table class="table" aria-labelledby="by-model-heading">
-            <thead>
-              <tr>
-                <th scope="col">Model</th>
-                <th scope="col" class="num">Requests</th>
-                <th scope="col" class="num">Input tokens</th>
-                <th scope="col" class="num">Cached tokens</th>
-                <th scope="col" class="num">Output tokens</th>
-                <th scope="col">Media</th>
-                <th scope="col" class="num">Spend</th>
-              </tr>
-            </thead>
-            <tbody>
-              {loading && <SkeletonRows columns={7} rows={3} />}
-              {!loading && byModel.length === 0 && <EmptyRow columns={7}>No usage in this range.</EmptyRow>}
-              {byModel.map((row) => (
-                <tr key={row.model}>
-                  <td class="mono cell-strong nowrap">
-                    {row.model}
-                  </td>
-                  <td class="num">{count(row.requests)}</td>
-                  <td class="num">{count(row.input_tokens)}</td>
-                  <td class="num">{count(row.cached_tokens)}</td>
-                  <td class="num">{count(row.output_tokens)}</td>
-                  <td class="muted nowrap">{media(row)}</td>
-                  <td class="num cell-strong">{money(row.cost_usd)}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </TableCard>
+        <DataTable labelledBy="by-model-heading" columns={byModelColumns} rows={data && byModel} rowKey={(row) => row.model ?? ''} skeletonRows={3} empty="No usage in this range." />
       </section>
       <section class="section" aria-labelledby="by-key-heading">
         <h2 id="by-key-heading">By key</h2>
-        <TableCard labelledBy="by-key-heading">
-          <table class="table" aria-labelledby="by-key-heading">
-            <thead>
-              <tr>
-                <th scope="col">Key</th>
-                <th scope="col" class="num">Requests</th>
-                <th scope="col" class="num">Input tokens</th>
-                <th scope="col" class="num">Output tokens</th>
-                <th scope="col">Media</th>
-                <th scope="col" class="num">Spend</th>
-              </tr>
-            </thead>
-            <tbody>
-              {loading && <SkeletonRows columns={6} rows={2} />}
-              {!loading && byKey.length === 0 && <EmptyRow columns={6}>No usage in this range.</EmptyRow>}
-              {byKey.map((row) => (
-                <tr key={row.key_id}>
-                  <td class="cell-strong">
-                    <KeyName row={row} account={allAccounts && row.key_account_id ? (accountNames.get(row.key_account_id) ?? row.key_account_id) : undefined} />
-                  </td>
-                  <td class="num">{count(row.requests)}</td>
-                  <td class="num">{count(row.input_tokens)}</td>
-                  <td class="num">{count(row.output_tokens)}</td>
-                  <td class="muted nowrap">{media(row)}</td>
-                  <td class="num cell-strong">{money(row.cost_usd)}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </TableCard>
+        <DataTable
+          labelledBy="by-key-heading"
+          columns={[
+            {
+              id: 'key',
+              label: 'Key',
+              lead: true,
+              class: 'cell-strong',
+              cell: (row) => <KeyName row={row} account={allAccounts && row.key_account_id ? (accountNames.get(row.key_account_id) ?? row.key_account_id) : undefined} />,
+            },
+            ...byKeyColumns,
+          ]}
+          rows={data && byKey}
+          rowKey={(row) => row.key_id ?? ''}
+          skeletonRows={2}
+          empty="No usage in this range."
+        />
       </section>
       <section class="section" aria-labelledby="latency-heading">
         <div class="section-head">
@@ -314,36 +296,7 @@ export function UsagePage() {
             View activity
           </Link>
         </div>
-        <TableCard labelledBy="latency-heading">
-          <table class="table" aria-labelledby="latency-heading">
-            <thead>
-              <tr>
-                <th scope="col">Model</th>
-                <th scope="col" class="num">Requests</th>
-                <th scope="col" class="num">Error rate</th>
-                <th scope="col" class="num">p50 latency</th>
-                <th scope="col" class="num">p95 latency</th>
-                <th scope="col" class="num">p50 TTFT</th>
-                <th scope="col" class="num">p95 TTFT</th>
-              </tr>
-            </thead>
-            <tbody>
-              {loading && <SkeletonRows columns={7} rows={2} />}
-              {!loading && latency.length === 0 && <EmptyRow columns={7}>No requests in this range.</EmptyRow>}
-              {latency.map((row) => (
-                <tr key={row.model}>
-                  <td class="mono cell-strong nowrap">{row.model || <span class="muted">Unknown model</span>}</td>
-                  <td class="num">{count(row.requests)}</td>
-                  <td class={`num ${row.errors > 0 ? 'text-danger' : ''}`}>{percent(row.error_rate)}</td>
-                  <td class="num">{duration(row.latency_p50_ms)}</td>
-                  <td class="num">{duration(row.latency_p95_ms)}</td>
-                  <td class="num">{duration(row.ttft_p50_ms)}</td>
-                  <td class="num">{duration(row.ttft_p95_ms)}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </TableCard>
+        <DataTable labelledBy="latency-heading" columns={latencyColumns} rows={data && latency} rowKey={(row) => row.model} skeletonRows={2} empty="No requests in this range." />
         <p class="table-note muted small">Over the same days, keys and models as above. Refused requests count as errors; TTFT is measured on streams only.</p>
       </section>
     </>

@@ -1,0 +1,259 @@
+import { Fragment, type ComponentChildren } from 'preact';
+import { useEffect, useRef, useState } from 'preact/hooks';
+import type { PagedList } from '../paged-list';
+import { ErrorMessage, Spinner } from './ui';
+
+/*
+ * Every table of the console: its columns declared as data, its rows written
+ * here. A page says what each column is called and how a row's cell reads;
+ * this writes the header, the rows (keyed), the grey rows while they load,
+ * the line that says there are none or that they could not be read, an
+ * optional total, and under a paged list its "Load more". How a table fits a
+ * narrow screen is decided here too, from the columns, not on each page.
+ */
+
+type Classes = string | undefined;
+
+export interface Column<Row> {
+  /** Unique within its table: the column's key. */
+  id: string;
+  /** Its name in plain text: the header's text, and the name a cell is given where the header is out of sight. */
+  label: string;
+  /** A few words under the name, in the header ("in / out"). */
+  note?: string;
+  /** Its name heard, not seen (a column of buttons). */
+  hideLabel?: boolean;
+  /** A row's cell. */
+  cell: (row: Row) => ComponentChildren;
+  /** Numbers: right-aligned, in the header too. */
+  numeric?: boolean;
+  /** Stays in sight while the table scrolls sideways: the first column (`start`) or the last (`end`). */
+  sticky?: 'start' | 'end';
+  /** The row's name (the model, the account): its cell is not labelled with the column's name. */
+  lead?: boolean;
+  /** Classes of its cells: the same for each row, or by row. */
+  class?: Classes | ((row: Row) => Classes);
+  /** Classes of its header cell. */
+  headerClass?: string;
+  /** A cell's tooltip (the whole of a value the cell cuts short). */
+  title?: (row: Row) => string | undefined;
+  /** Its cell in a total row under the rows; no column with one, no total row. */
+  footer?: (rows: readonly Row[]) => ComponentChildren;
+}
+
+export interface DataTableProps<Row> {
+  columns: ReadonlyArray<Column<Row> | false | undefined>;
+  /** The rows, or undefined until they are read (grey rows stand in for them). */
+  rows: readonly Row[] | undefined;
+  rowKey: (row: Row) => string;
+  /** The table's name: the id of the heading that names it, or a name of its own. */
+  labelledBy?: string;
+  label?: string;
+  /** Classes of the table (beside `table`) and of its card. */
+  class?: string;
+  cardClass?: string;
+  /** What an empty table says. */
+  empty: ComponentChildren;
+  /** How many grey rows stand in while the rows load. */
+  skeletonRows?: number;
+  /** Why the rows could not be read, and how to try again: said in the table instead of its rows. */
+  failure?: { message: string; onRetry: () => void };
+  /** Classes of a row. */
+  rowClass?: (row: Row) => Classes;
+  /** A click anywhere on a row (the row also needs a button that does the same, for the keyboard). */
+  onRowClick?: (row: Row) => void;
+  /** The row marked as the one asked for (a link to it). */
+  selected?: (row: Row) => boolean;
+  /** A line under a row, across every column (a batch's results), when the row has one. */
+  rowDetail?: (row: Row) => ComponentChildren;
+  rowDetailClass?: string;
+}
+
+const classes = (...names: Array<string | false | undefined | null>) => names.filter(Boolean).join(' ') || undefined;
+
+/** Where a column's cells sit, in its header and every row alike: aligned right, kept in sight. */
+function placing<Row>(column: Column<Row>): Array<string | false | undefined> {
+  return [column.numeric && 'num', column.sticky === 'start' && 'sticky-col', column.sticky === 'end' && 'sticky-end'];
+}
+
+function cellClasses<Row>(column: Column<Row>, row: Row): Classes {
+  return classes(...placing(column), typeof column.class === 'function' ? column.class(row) : column.class);
+}
+
+/** A table of rows, its columns declared by the page. */
+export function DataTable<Row>(props: DataTableProps<Row>) {
+  const { rows, rowKey, failure, rowClass, onRowClick, selected, rowDetail } = props;
+  const columns = props.columns.filter((column): column is Column<Row> => !!column);
+  const span = columns.length;
+  const hasFooter = columns.some((column) => column.footer);
+  return (
+    <TableCard labelledBy={props.labelledBy} label={props.label} class={props.cardClass}>
+      <table class={classes('table', props.class)} aria-labelledby={props.labelledBy} aria-label={props.labelledBy ? undefined : props.label}>
+        <thead>
+          <tr>
+            {columns.map((column) => (
+              <th scope="col" key={column.id} class={classes(...placing(column), column.headerClass)}>
+                {column.hideLabel ? (
+                  <span class="visually-hidden">{column.label}</span>
+                ) : (
+                  <>
+                    {column.label}
+                    {column.note && (
+                      <>
+                        {' '}
+                        <span class="th-note">{column.note}</span>
+                      </>
+                    )}
+                  </>
+                )}
+              </th>
+            ))}
+          </tr>
+        </thead>
+        <tbody>
+          {failure && !rows ? (
+            <tr class="error-row">
+              <td colSpan={span}>
+                <div class="retry-row">
+                  <ErrorMessage message={failure.message} />
+                  <button type="button" class="button button-secondary" onClick={failure.onRetry}>
+                    Try again
+                  </button>
+                </div>
+              </td>
+            </tr>
+          ) : !rows ? (
+            <SkeletonRows columns={span} rows={props.skeletonRows} />
+          ) : rows.length === 0 ? (
+            <EmptyRow columns={span}>{props.empty}</EmptyRow>
+          ) : (
+            rows.map((row) => {
+              const detail = rowDetail?.(row);
+              return (
+                <Fragment key={rowKey(row)}>
+                  <tr class={classes(onRowClick && 'clickable-row', selected?.(row) && 'row-target', rowClass?.(row))} onClick={onRowClick && (() => onRowClick(row))}>
+                    {columns.map((column) => (
+                      <td key={column.id} class={cellClasses(column, row)} title={column.title?.(row)} data-label={column.lead || column.hideLabel ? undefined : column.label}>
+                        {column.cell(row)}
+                      </td>
+                    ))}
+                  </tr>
+                  {detail ? (
+                    <tr class={props.rowDetailClass}>
+                      <td colSpan={span}>{detail}</td>
+                    </tr>
+                  ) : null}
+                </Fragment>
+              );
+            })
+          )}
+        </tbody>
+        {hasFooter && rows && rows.length > 0 && (
+          <tfoot>
+            <tr>
+              {columns.map((column) => (
+                <td key={column.id} class={classes(...placing(column))}>
+                  {column.footer?.(rows)}
+                </td>
+              ))}
+            </tr>
+          </tfoot>
+        )}
+      </table>
+    </TableCard>
+  );
+}
+
+/**
+ * A list read a page at a time (usePagedList) in a table: its rows once the first page is in, what went wrong
+ * reading it, and under it why a refresh or the next page failed and the button that asks for the next page.
+ */
+export function PagedTable<Row>({ list, what, onRetry, ...table }: Omit<DataTableProps<Row>, 'rows' | 'failure'> & { list: PagedList<unknown, Row>; what: string; onRetry: () => void }) {
+  const { current, rows, error, more } = list;
+  return (
+    <>
+      <DataTable {...table} rows={current ? rows : undefined} failure={error && !current ? { message: `Could not load the ${what}: ${error}`, onRetry } : undefined} />
+      {error && current && <ErrorMessage message={`Could not refresh the ${what}: ${error}`} />}
+      {more.error && <ErrorMessage message={`Could not load more: ${more.error}`} onDismiss={list.dismissMoreError} />}
+      {current?.hasMore && (
+        <div class="load-more">
+          <button type="button" class="button button-secondary" onClick={() => void list.loadMore()} disabled={more.busy}>
+            {more.busy && <Spinner />}
+            Load more
+          </button>
+        </div>
+      )}
+    </>
+  );
+}
+
+/** Rows of grey bars standing in for a table's data, the height of real rows. */
+function SkeletonRows({ columns, rows = 4 }: { columns: number; rows?: number | undefined }) {
+  return (
+    <>
+      {Array.from({ length: rows }, (_, r) => (
+        <tr key={r} class="skeleton-row" aria-hidden="true">
+          {Array.from({ length: columns }, (_, c) => (
+            <td key={c}>
+              <span class="skeleton" />
+            </td>
+          ))}
+        </tr>
+      ))}
+    </>
+  );
+}
+
+function EmptyRow({ columns, children }: { columns: number; children: ComponentChildren }) {
+  return (
+    <tr class="empty-row">
+      <td colSpan={columns}>
+        <span class="empty-text">{children}</span>
+      </td>
+    </tr>
+  );
+}
+
+/**
+ * A table in a card that scrolls sideways when the table is wider than the
+ * card. While it can scroll, a shadow on the side with more columns and a
+ * line under the table say so (a phone shows no scroll bar until touched).
+ * A caption-less table gets its name from a heading: pass the heading's id.
+ */
+function TableCard({ children, labelledBy, label, class: className }: { children: ComponentChildren; labelledBy?: string | undefined; label?: string | undefined; class?: string | undefined }) {
+  const scroller = useRef<HTMLDivElement>(null);
+  const [more, setMore] = useState<{ left: boolean; right: boolean }>({ left: false, right: false });
+  useEffect(() => {
+    const box = scroller.current;
+    if (!box) return;
+    const update = () => {
+      const hidden = box.scrollWidth - box.clientWidth;
+      const left = hidden > 1 && box.scrollLeft > 1;
+      const right = hidden > 1 && hidden - box.scrollLeft > 1;
+      setMore((previous) => (previous.left === left && previous.right === right ? previous : { left, right }));
+    };
+    update();
+    box.addEventListener('scroll', update, { passive: true });
+    // The box as the window resizes; the table as its rows come in.
+    const observer = new ResizeObserver(update);
+    observer.observe(box);
+    for (const child of Array.from(box.children)) observer.observe(child);
+    return () => {
+      box.removeEventListener('scroll', update);
+      observer.disconnect();
+    };
+  }, []);
+  const scrolls = more.left || more.right;
+  return (
+    <div class={`table-card ${more.left ? 'more-left' : ''} ${more.right ? 'more-right' : ''} ${className ?? ''}`}>
+      <div class="table-scroll" ref={scroller} tabIndex={0} role="group" aria-labelledby={labelledBy} aria-label={labelledBy ? undefined : label}>
+        {children}
+      </div>
+      {scrolls && (
+        <p class="scroll-hint" aria-hidden="true">
+          {more.left && more.right ? '\u2190 Scroll sideways for more columns \u2192' : more.right ? 'Scroll sideways for more columns \u2192' : '\u2190 More columns to the left'}
+        </p>
+      )}
+    </div>
+  );
+}
