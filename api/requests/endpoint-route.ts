@@ -9,7 +9,7 @@ import { servingTier } from '../../shared/scheduling/service-tier.js';
 import { speaksAnthropic } from '../../shared/messages.js';
 import { activeMetrics } from '../../shared/metrics.js';
 import { streamForm } from '../../shared/cache/index.js';
-import { claimRounds, missStatus, type FollowedCall, type ResponseCache } from '../cache/response-cache.js';
+import { claimRounds, missStatus, type FollowedCall, type FollowerOptions, type ResponseCache } from '../cache/response-cache.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import type { KeyedContext, KeyedState } from './request-context.js';
 import { noteModel } from '../http/metrics.js';
@@ -90,178 +90,294 @@ export interface PathFields extends GeminiPathFields {
 }
 
 /**
- * The one route every row of the endpoint table gets: read the body the row
- * says (JSON, multipart, or either), validate it with the row's schema,
- * resolve the model for the row's capabilities, let the endpoint's handler
- * check and shape the payload, build the job once, then queue it and answer
- * (held open, streamed, async or in the background). A refused multipart
- * request's stored files are deleted at once.
+ * The one route every row of the endpoint table gets, as a list of named steps (`ServedRequest`): read the body the
+ * row says (JSON, multipart, or either), validate it and let the endpoint's handler shape it, plan its job, answer it
+ * from the response cache, check its lane's waiting room, follow an identical request's call in flight, then reserve,
+ * queue and answer it (held open, streamed, async or in the background). A step that answers the request ends it.
  */
 export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps: EndpointRouteDeps, path?: PathFields): Promise<void> {
-  const row = endpoints[name];
-  const { access, keyId, requestId, log } = ctx.state;
-  // Every keyed request gets its log record, whatever becomes of it (a body too large or malformed included).
-  const shape: RequestShape = { stream: false, resumable: false };
-  if (deps.config.requestLog) watchRequest(ctx, name, shape, access, { redis: deps.redis, bufferRecords: deps.config.usageBufferRecords, log });
-  const multipart = row.body === 'multipart' || (row.body === 'json-or-multipart' && /^multipart\/form-data/i.test(ctx.get('content-type')));
-  const form = multipart && row.uploads ? await readMultipart(ctx.req, deps.blobs, requestId, deps.config[row.uploads.maxBytes]) : undefined;
-  const read = form ? undefined : await readJsonBody(ctx.req, deps.config.maxBodyBytes);
-  const raw = form ? formFields(form) : read!.body;
-  // What was read decides, however it arrived (a chunked body has no Content-Length; a client may misstate one).
-  const bodyBytes = read ? read.bytes : Object.values(form!.fields).reduce((sum, value) => sum + [value].flat().reduce((n, v) => n + Buffer.byteLength(v), 0), 0);
-  const asked = path ? path.model : raw.model;
-  if (typeof asked === 'string') noteLoggedModel(ctx, asked);
-  if (path ? path.stream : raw.stream === true) shape.stream = true;
-  const handler: EndpointHandler<E> = handlers[name];
-  const check = async () => {
-    // Parsing ended the previous turn of the loop; validating a large body is a turn of its own.
-    if (!form && bodyBytes > largeBodyBytes) await yieldToLoop();
-    // TypeScript cannot follow a generic row to its schema's output: this is where the two are tied, once.
-    const fields = parseBody(row.schema, raw) as HandlerInput<E>['fields'];
-    const model = deps.models.resolve(path ? path.model : (fields as { model: string }).model, name);
-    noteModel(ctx, model.id);
-    noteLoggedModel(ctx, model.id);
-    checkModelAllowed(access, model.id);
-    // A tier the account may not use is served as `default` (or refused, as configured) before anything reads it.
-    const tier = (fields as { service_tier?: string | null }).service_tier;
-    if (typeof tier === 'string' && grantedTier(servingTier(tier), access, deps.config.scheduling) !== servingTier(tier)) {
-      (fields as { service_tier?: string | null }).service_tier = 'default';
-    }
-    const accepted: Accepted<E> = await handler.accept({ fields, model, files: form?.files ?? [], scope: { redis: deps.redis, blobs: deps.blobs, keyId, config: deps.config, models: deps.models }, header: (header) => ctx.get(header), ...(path ? { path } : {}) });
-    return { model, accepted };
-  };
-  const { model, accepted } = form ? await refusingDeletesUploads(form, deps.blobs, check) : await check();
-  const stream = accepted.stream ?? false;
-  const graceMs = stream ? resumeGrace(ctx, deps.config.streamResumeGraceMaxMs) : undefined;
-  shape.stream = stream;
-  shape.resumable = (graceMs ?? 0) > 0;
-  if (accepted.serviceTier !== undefined) shape.serviceTier = accepted.serviceTier;
-  const mode: AnswerMode = row.asyncOnly || asyncMode(ctx, stream) ? 'async' : accepted.detached ? 'background' : 'held';
-  const origin: JobOrigin = {
-    requestId,
-    replyTo: deps.hub.channel,
-    keyId,
-    accountId: access.accountId,
-    model: model.id,
-    baseUrl: `${ctx.protocol}://${ctx.host}`,
-    ...(ctx.state.trace ? { trace: jobTraceCarrier(ctx.state.trace) } : {}),
-  };
-  // A capped vendor's requests wait in its lane: its backlog holds no worker slot another vendor's request needs.
-  const lane = laneOf(deps.queues.laneNames, model);
-  if (lane !== undefined) origin.lane = lane;
-  const job = buildJob(name, accepted, origin, mode, deps.config);
-  const request = { endpoint: name, payload: accepted.payload } as EndpointRequest;
-  // A request that opted into the response cache: answered from it when a fresh answer is there (never queued), or
-  // from an identical request's call in flight; else its job keeps its answer (shared/cache/).
-  // A multipart request's uploads were digested as they came: only its text fields (bodyBytes) are hashed here.
-  const cache = mode === 'held' ? deps.cache.plan(ctx, request, model.id, access, { async: false, bodyBytes }) : undefined;
-  // Served from the cache, the request's uploads are read by no job.
-  const dropUploads = () => (form ? void Promise.allSettled(form.files.map((file) => deps.blobs.delete(file.ref.key))) : undefined);
-  // What a stored answer echoes of the request it serves is this request's (api/cache/answer-echo.ts).
-  // The dialect of its stream: the path's (Google's two forms), else the row's.
-  const dialect: StreamDialect = accepted.dialect ?? path?.dialect ?? (speaksAnthropic(row.path) ? 'anthropic' : 'openai');
-  const served = { access, keyId, modelId: model.id, dialect, ...(accepted.contentType ? { contentType: accepted.contentType } : {}), echo: { job, model, config: deps.config } };
-  if (cache) {
-    cache.job.hash = cache.hash;
-    const hit = await deps.cache.read(cache);
-    if (hit) {
-      dropUploads();
-      await deps.cache.answer(ctx, hit, request, { stream, result: 'hit', ...served });
-      return;
-    }
+  const request = new ServedRequest(name, ctx, deps, path);
+  const body = await request.readBody();
+  const checked = await request.validate(body);
+  const plan = request.planJob(body, checked);
+  if (await request.answerFromCache(plan)) return;
+  const admitted = request.admitToLane(plan, checked);
+  if (await request.followIdenticalCall(plan, admitted)) return;
+  await request.enqueueAndAnswer(plan, admitted, checked);
+  await request.respond(checked);
+}
+
+/** A request's body as read: its multipart form (files stored as they came) or its JSON, and the bytes of its fields. */
+export interface ReadBody {
+  form: MultipartForm | undefined;
+  raw: Record<string, unknown>;
+  bodyBytes: number;
+}
+
+/** A request validated and accepted by its endpoint's handler, for the model it resolved to. */
+export interface CheckedRequest<E extends Endpoint> {
+  model: ReturnType<ModelResolver['resolve']>;
+  accepted: Accepted<E>;
+}
+
+/** How a request is to be served: its job built once, how it is answered, and what the cache may do with it. */
+export interface JobPlan {
+  job: ReturnType<typeof buildJob>;
+  request: EndpointRequest;
+  /** Its multipart form, whose stored files go when the request is answered without a job. */
+  form: MultipartForm | undefined;
+  stream: boolean;
+  graceMs: number | undefined;
+  mode: AnswerMode;
+  /** Set when the request opted into the response cache (held requests only). */
+  cache: ReturnType<ResponseCache['plan']>;
+  dialect: StreamDialect;
+  /** Who a stored or followed answer is for, and what it echoes of the request it serves (api/cache/answer-echo.ts). */
+  served: Omit<FollowerOptions, 'deadline' | 'keepAliveMs'> & { contentType?: string };
+}
+
+/** A request past its lane's waiting room: the queue it goes to, the worst case it may cost, and its fair claim. */
+export interface AdmittedRequest {
+  queue: ReturnType<typeof queueFor>;
+  estimate: ReturnType<typeof worstCase>;
+  weight: number;
+  /** Its request was counted against the key's rate already (it waited to share a call, then runs its own). */
+  requestsCounted: boolean;
+}
+
+/** One request through `serve`, step by step; each step is a method a test or a profile can name. */
+export class ServedRequest<E extends Endpoint> {
+  private readonly row: (typeof endpoints)[E];
+  private readonly shape: RequestShape = { stream: false, resumable: false };
+
+  constructor(
+    private readonly name: E,
+    private readonly ctx: KeyedContext,
+    private readonly deps: EndpointRouteDeps,
+    private readonly path?: PathFields,
+  ) {
+    this.row = endpoints[name];
+    const { access, log } = ctx.state;
+    // Every keyed request gets its log record, whatever becomes of it (a body too large or malformed included).
+    if (deps.config.requestLog) watchRequest(ctx, name, this.shape, access, { redis: deps.redis, bufferRecords: deps.config.usageBufferRecords, log });
   }
-  // The worst case this request may cost, reserved as it is queued; settled by the worker with the actual cost.
-  const estimate = worstCase(deps.config, deps.prices, request, model.id, model.routes[0]?.vendor, accepted.promptTokens ?? 0);
-  // Its lane's waiting room first: an account past its share is refused here, before anything is reserved.
-  const weight = access.weight ?? 1;
-  const queue = queueFor(deps, job, { accountId: access.accountId, weight });
-  // Counted once: a request that first waited to share another's call and then runs its own is not counted again.
-  let requestsCounted = false;
-  if (cache) {
-    // It may share an identical request's call in flight, or become the one the next ones share. Sharing, it is
-    // admitted first as any request is (its key's rate of requests, and its price held: CACHE_HIT_PRICE of its own
-    // worst case), the reservation settled at the price of the answer it gets, or given back when it gets none.
-    let sharing = false;
-    const admitShared = async () => {
-      // Once: a request contending again after a followed call never started holds its reservation still.
-      if (sharing) return;
-      ctx.set(await reserveSpend(deps.redis, deps.config, access, requestId, deps.cache.followerEstimate(estimate), job.deadline, undefined, { requests: true, tokens: false }));
-      sharing = true;
+
+  /** Reads the body the row says (JSON, multipart, or either) within its limits; notes the model and stream asked. */
+  async readBody(): Promise<ReadBody> {
+    const { row, ctx, deps, path } = this;
+    const multipart = row.body === 'multipart' || (row.body === 'json-or-multipart' && /^multipart\/form-data/i.test(ctx.get('content-type')));
+    const form = multipart && row.uploads ? await readMultipart(ctx.req, deps.blobs, ctx.state.requestId, deps.config[row.uploads.maxBytes]) : undefined;
+    const read = form ? undefined : await readJsonBody(ctx.req, deps.config.maxBodyBytes);
+    const raw = form ? formFields(form) : read!.body;
+    // What was read decides, however it arrived (a chunked body has no Content-Length; a client may misstate one).
+    const bodyBytes = read ? read.bytes : Object.values(form!.fields).reduce((sum, value) => sum + [value].flat().reduce((n, v) => n + Buffer.byteLength(v), 0), 0);
+    const asked = path ? path.model : raw.model;
+    if (typeof asked === 'string') noteLoggedModel(ctx, asked);
+    if (path ? path.stream : raw.stream === true) this.shape.stream = true;
+    return { form, raw, bodyBytes };
+  }
+
+  /**
+   * Validates the body with the row's schema, resolves the model, checks the key may use it, serves a tier the
+   * account may not use as `default`, and lets the endpoint's handler check and shape the payload. A refused
+   * multipart request's stored files are deleted at once.
+   */
+  async validate({ form, raw, bodyBytes }: ReadBody): Promise<CheckedRequest<E>> {
+    const { row, ctx, deps, path, name } = this;
+    const { access, keyId } = ctx.state;
+    const handler: EndpointHandler<E> = handlers[name];
+    const check = async () => {
+      // Parsing ended the previous turn of the loop; validating a large body is a turn of its own.
+      if (!form && bodyBytes > largeBodyBytes) await yieldToLoop();
+      // TypeScript cannot follow a generic row to its schema's output: this is where the two are tied, once.
+      const fields = parseBody(row.schema, raw) as HandlerInput<E>['fields'];
+      const model = deps.models.resolve(path ? path.model : (fields as { model: string }).model, name);
+      noteModel(ctx, model.id);
+      noteLoggedModel(ctx, model.id);
+      checkModelAllowed(access, model.id);
+      // A tier the account may not use is served as `default` (or refused, as configured) before anything reads it.
+      const tier = (fields as { service_tier?: string | null }).service_tier;
+      if (typeof tier === 'string' && grantedTier(servingTier(tier), access, deps.config.scheduling) !== servingTier(tier)) {
+        (fields as { service_tier?: string | null }).service_tier = 'default';
+      }
+      const accepted: Accepted<E> = await handler.accept({ fields, model, files: form?.files ?? [], scope: { redis: deps.redis, blobs: deps.blobs, keyId, config: deps.config, models: deps.models }, header: (header) => ctx.get(header), ...(path ? { path } : {}) });
+      return { model, accepted };
     };
-    const giveBack = () => releaseReservation(deps.redis, access.accountId, requestId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a request that shared another’s call'));
+    return form ? await refusingDeletesUploads(form, deps.blobs, check) : await check();
+  }
+
+  /** Decides how the request is answered and builds its job once: its mode, its lane, its cache plan, its dialect. */
+  planJob({ form, bodyBytes }: ReadBody, { model, accepted }: CheckedRequest<E>): JobPlan {
+    const { row, ctx, deps, path, name, shape } = this;
+    const { access, keyId, requestId } = ctx.state;
+    const stream = accepted.stream ?? false;
+    const graceMs = stream ? resumeGrace(ctx, deps.config.streamResumeGraceMaxMs) : undefined;
+    shape.stream = stream;
+    shape.resumable = (graceMs ?? 0) > 0;
+    if (accepted.serviceTier !== undefined) shape.serviceTier = accepted.serviceTier;
+    const mode: AnswerMode = row.asyncOnly || asyncMode(ctx, stream) ? 'async' : accepted.detached ? 'background' : 'held';
+    const origin: JobOrigin = {
+      requestId,
+      replyTo: deps.hub.channel,
+      keyId,
+      accountId: access.accountId,
+      model: model.id,
+      baseUrl: `${ctx.protocol}://${ctx.host}`,
+      ...(ctx.state.trace ? { trace: jobTraceCarrier(ctx.state.trace) } : {}),
+    };
+    // A capped vendor's requests wait in its lane: its backlog holds no worker slot another vendor's request needs.
+    const lane = laneOf(deps.queues.laneNames, model);
+    if (lane !== undefined) origin.lane = lane;
+    const job = buildJob(name, accepted, origin, mode, deps.config);
+    const request = { endpoint: name, payload: accepted.payload } as EndpointRequest;
+    // A request that opted into the response cache: answered from it when a fresh answer is there (never queued), or
+    // from an identical request's call in flight; else its job keeps its answer (shared/cache/).
+    // A multipart request's uploads were digested as they came: only its text fields (bodyBytes) are hashed here.
+    const cache = mode === 'held' ? deps.cache.plan(ctx, request, model.id, access, { async: false, bodyBytes }) : undefined;
+    // What a stored answer echoes of the request it serves is this request's (api/cache/answer-echo.ts).
+    // The dialect of its stream: the path's (Google's two forms), else the row's.
+    const dialect: StreamDialect = accepted.dialect ?? path?.dialect ?? (speaksAnthropic(row.path) ? 'anthropic' : 'openai');
+    const served: JobPlan['served'] = { access, keyId, modelId: model.id, dialect, ...(accepted.contentType ? { contentType: accepted.contentType } : {}), echo: { job, model, config: deps.config } };
+    return { job, request, stream, graceMs, mode, cache, dialect, served, form };
+  }
+
+  /** Served from the cache, the request's uploads are read by no job. */
+  private dropUploads(form: MultipartForm | undefined): void {
+    if (form) void Promise.allSettled(form.files.map((file) => this.deps.blobs.delete(file.ref.key)));
+  }
+
+  /** A fresh stored answer, when the request opted in and one is there: answered at once, never queued. */
+  async answerFromCache(plan: JobPlan): Promise<boolean> {
+    const { cache } = plan;
+    if (!cache) return false;
+    cache.job.hash = cache.hash;
+    const hit = await this.deps.cache.read(cache);
+    if (!hit) return false;
+    this.dropUploads(plan.form);
+    await this.deps.cache.answer(this.ctx, hit, plan.request, { stream: plan.stream, result: 'hit', ...plan.served });
+    return true;
+  }
+
+  /**
+   * The worst case the request may cost (reserved as it is queued; settled by the worker with the actual cost), and
+   * its lane's waiting room: an account past its share is refused here, before anything is reserved.
+   */
+  admitToLane({ job, request }: JobPlan, { model, accepted }: CheckedRequest<E>): AdmittedRequest {
+    const { deps } = this;
+    const { access } = this.ctx.state;
+    const estimate = worstCase(deps.config, deps.prices, request, model.id, model.routes[0]?.vendor, accepted.promptTokens ?? 0);
+    const weight = access.weight ?? 1;
+    const queue = queueFor(deps, job, { accountId: access.accountId, weight });
+    return { queue, estimate, weight, requestsCounted: false };
+  }
+
+  /**
+   * A request that opted into the cache may follow an identical request's call in flight, or become the one the next
+   * ones follow (the lead). Following, it is admitted first as any request is (its key's rate of requests, and its
+   * price held: CACHE_HIT_PRICE of its own worst case), the reservation settled at the price of the answer it gets,
+   * or given back when it gets none. True when it was answered so; false when it runs its own call.
+   */
+  async followIdenticalCall(plan: JobPlan, admitted: AdmittedRequest): Promise<boolean> {
+    const { cache, job, request, stream, served } = plan;
+    if (!cache) return false;
+    const { ctx, deps } = this;
+    const { access, keyId, requestId, log } = ctx.state;
+    let following = false;
+    const admitFollower = async () => {
+      // Once: a request contending again after a followed call never started holds its reservation still.
+      if (following) return;
+      ctx.set(await reserveSpend(deps.redis, deps.config, access, requestId, deps.cache.followerEstimate(admitted.estimate), job.deadline, undefined, { requests: true, tokens: false }));
+      following = true;
+    };
+    const giveBack = () => releaseReservation(deps.redis, access.accountId, requestId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a request that followed another’s call'));
     for (let round = 1; ; round++) {
-      const shared = await deps.cache.claimLeadOrFollow(cache, { jobId: job.id, form: streamForm(request, stream), keyId }, job.deadline, admitShared);
-      if (!shared) break;
-      if ('entry' in shared) {
-        dropUploads();
-        await deps.cache.answer(ctx, shared.entry, request, { stream, result: 'coalesced', ...served });
-        return;
+      const outcome = await deps.cache.claimLeadOrFollow(cache, { jobId: job.id, form: streamForm(request, stream), keyId }, job.deadline, admitFollower);
+      if (!outcome) break;
+      if ('entry' in outcome) {
+        this.dropUploads(plan.form);
+        await deps.cache.answer(ctx, outcome.entry, request, { stream, result: 'coalesced', ...served });
+        return true;
       }
       let followed: FollowedCall = 'unbilled';
       try {
-        followed = await deps.cache.followLeaderStream(ctx, deps.logs, shared.follow, cache, request, { ...served, deadline: job.deadline, keepAliveMs: deps.config.sseKeepAliveMs });
+        followed = await deps.cache.followLeaderStream(ctx, deps.logs, outcome.follow, cache, request, { ...served, deadline: job.deadline, keepAliveMs: deps.config.sseKeepAliveMs });
       } finally {
         if (followed === 'unbilled') await giveBack();
       }
-      if (followed !== 'unstarted') return;
+      if (followed !== 'unstarted') return true;
       // The call it followed never started (refused, or taken out of its queue), and nothing was written: it contends
       // for the lead again (admitted already), and after a few rounds runs its own.
       if (round >= claimRounds || Date.now() >= job.deadline) break;
     }
-    if (sharing) {
+    if (following) {
       // The call it waited on ended without an answer to share: it runs its own, reserved as any call is.
       await giveBack();
-      requestsCounted = true;
+      admitted.requestsCounted = true;
     }
     job.data.cache = cache.job;
     ctx.set('cache-status', missStatus(cache));
-    activeMetrics()?.cacheRequests.get(model.id, 'miss').inc();
+    activeMetrics()?.cacheRequests.get(plan.served.modelId, 'miss').inc();
+    return false;
   }
-  // Its place in the queue: its tier's band, and its account's fair share within it, counted in its reserved tokens.
-  // A capped vendor's lane is where jobs wait; the shared lane, only once its workers are all busy (jobs were
-  // waiting at the last count, every 200 ms).
-  const contended = job.lane !== undefined || deps.backpressure.waiting(job.queue) > 0;
-  const tier = job.data.serviceTier ?? 'default';
-  const fair = { accountId: access.accountId, weight, tokens: estimate.tokens, tier, contended, leadTokens: deps.config.scheduling.priorityLeadTokens };
-  // A held request's reply is expected before its job is queued: what the job publishes from its first moment is kept.
-  const reply = mode === 'held' ? deps.hub.expect(job.id, stream) : undefined;
-  try {
-    const enqueued = await enqueue(deps, queue, job, { spend: { access, estimate, requestsCounted }, fair, ...(accepted.beforeAdd ? { beforeAdd: accepted.beforeAdd } : {}) }, log).catch(async (error: unknown) => {
-      // Refused (or Redis away): the requests waiting on this one's call run their own.
-      if (cache) await deps.cache.releaseLead(cache, job.id);
-      throw error;
-    });
-    ctx.set(enqueued.headers);
-    noteEnqueued(ctx);
-    if (ctx.state.trace) traceQueued(ctx.state.trace, job.data, job.queue);
-    if (reply) {
-      await hold(ctx, deps, reply, queue, {
-        stream,
-        deadline: job.deadline,
-        ...(accepted.contentType ? { contentType: accepted.contentType } : {}),
-        ...(graceMs !== undefined ? { resumeGraceMs: graceMs } : {}),
-        // Identical requests may follow this stream: its client leaving does not end it while one does.
-        ...(cache?.job.flight && stream ? { followed: true } : {}),
-        notes: { firstChunk: () => noteFirstChunk(ctx), failed: (code) => noteError(ctx, code) },
-        // A job taken out before it ran (its client left, its deadline passed) gives back what it took, and the lead
-        // it held goes with it: its followers run their own calls at once.
-        abandon: cache?.job.flight
-          ? () => {
-              enqueued.abandon();
-              void deps.cache.releaseLead(cache, job.id);
-            }
-          : enqueued.abandon,
-        dialect,
+
+  /**
+   * Places the job (its tier's band, its account's fair share within it, counted in its reserved tokens), reserves
+   * its worst case and queues it in one round trip, then answers: held open until its reply (or streamed), or a 202
+   * with the job to poll.
+   */
+  async enqueueAndAnswer(plan: JobPlan, admitted: AdmittedRequest, { accepted }: CheckedRequest<E>): Promise<void> {
+    const { ctx, deps } = this;
+    const { access, log } = ctx.state;
+    const { job, cache, stream, graceMs, mode, dialect } = plan;
+    // A capped vendor's lane is where jobs wait; the shared lane, only once its workers are all busy (jobs were
+    // waiting at the last count, every 200 ms).
+    const contended = job.lane !== undefined || deps.backpressure.waiting(job.queue) > 0;
+    const tier = job.data.serviceTier ?? 'default';
+    const fair = { accountId: access.accountId, weight: admitted.weight, tokens: admitted.estimate.tokens, tier, contended, leadTokens: deps.config.scheduling.priorityLeadTokens };
+    // A held request's reply is expected before its job is queued: what the job publishes from its first moment is kept.
+    const reply = mode === 'held' ? deps.hub.expect(job.id, stream) : undefined;
+    try {
+      const enqueued = await enqueue(deps, admitted.queue, job, { spend: { access, estimate: admitted.estimate, requestsCounted: admitted.requestsCounted }, fair, ...(accepted.beforeAdd ? { beforeAdd: accepted.beforeAdd } : {}) }, log).catch(async (error: unknown) => {
+        // Refused (or Redis away): the requests waiting on this one's call run their own.
+        if (cache) await deps.cache.releaseLead(cache, job.id);
+        throw error;
       });
-    } else if (job.asyncRecord) {
-      ctx.status = 202;
-      ctx.set('location', `/v1/jobs/${job.id}`);
-      ctx.body = { id: job.id, object: 'job', status: 'queued', created: job.asyncRecord.created };
+      ctx.set(enqueued.headers);
+      noteEnqueued(ctx);
+      if (ctx.state.trace) traceQueued(ctx.state.trace, job.data, job.queue);
+      if (reply) {
+        await hold(ctx, deps, reply, admitted.queue, {
+          stream,
+          deadline: job.deadline,
+          ...(accepted.contentType ? { contentType: accepted.contentType } : {}),
+          ...(graceMs !== undefined ? { resumeGraceMs: graceMs } : {}),
+          // Identical requests may follow this stream: its client leaving does not end it while one does.
+          ...(cache?.job.flight && stream ? { followed: true } : {}),
+          notes: { firstChunk: () => noteFirstChunk(ctx), failed: (code) => noteError(ctx, code) },
+          // A job taken out before it ran (its client left, its deadline passed) gives back what it took, and the lead
+          // it held goes with it: its followers run their own calls at once.
+          abandon: cache?.job.flight
+            ? () => {
+                enqueued.abandon();
+                void deps.cache.releaseLead(cache, job.id);
+              }
+            : enqueued.abandon,
+          dialect,
+        });
+      } else if (job.asyncRecord) {
+        ctx.status = 202;
+        ctx.set('location', `/v1/jobs/${job.id}`);
+        ctx.body = { id: job.id, object: 'job', status: 'queued', created: job.asyncRecord.created };
+      }
+    } finally {
+      reply?.release();
     }
-  } finally {
-    reply?.release();
   }
-  await handler.respond?.(ctx, accepted, deps);
+
+  /** The endpoint's own last word, when it has one (e.g. a file's upload answered after its job). */
+  async respond({ accepted }: CheckedRequest<E>): Promise<void> {
+    await handlers[this.name].respond?.(this.ctx, accepted, this.deps);
+  }
 }
 
 /**
