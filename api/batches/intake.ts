@@ -1,6 +1,5 @@
 import { z } from 'zod';
-import { encodeBatchEntry, fillBatchWindow } from '../../shared/batch-queue.js';
-import { batchRequestJobId, cancelBatch, createBatch, newBatchId, storeBatchEntries, type BatchJob } from '../../shared/batches.js';
+import { batchRequestJobId, cancelBatch, createBatch, encodeBatchEntry, fillBatchWindow, newBatchId, storeBatchEntries, type BatchJob } from '../../shared/batches/index.js';
 import { endpoints, type Endpoint, type EndpointRequest } from '../../shared/endpoints.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import { worstCase } from '../../shared/money/charge.js';
@@ -19,7 +18,7 @@ import { splitBatchBody } from './split-body.js';
  * A Message Batch comes in: its body split into its requests without parsing it whole (split-body.ts), each request
  * checked as `POST /v1/messages` checks one (schema, model, the key's models, the model's context and modalities),
  * and the batch refused whole, naming the request, at the first that fails. Then its record, each request stored as
- * the job it will be, and its first window queued (shared/batch-queue.ts): jobs in the flex band of their model's
+ * the job it will be, and its first window queued (shared/batches/queueing.ts): jobs in the flex band of their model's
  * lane, counted apart from the waiting room (`batch`), fair between accounts like every other job. Nothing of it
  * stays in the api once the answer has gone.
  */
@@ -64,7 +63,7 @@ export function batchWindow(config: EndpointRouteDeps['config'], lanes: Iterable
 }
 
 /**
- * The entry of a checked request of either dialect (what its job will be, shared/batch-queue.ts), and its payload's
+ * The entry of a checked request of either dialect (what its job will be, shared/batches/entries.ts), and its payload's
  * key and JSON when that is kept apart (the caller writes it before the entry is stored: before its job can be taken).
  */
 export function batchJobEntry<E extends Endpoint>(deps: Pick<EndpointRouteDeps, 'queues' | 'hub' | 'config'>, batch: { id: string; expires: number; dialect?: 'openai' }, owner: BatchOwner, endpoint: E, index: number, request: Checked<E>): { entry: string; payload?: [string, string] } {

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { readBatch, type BatchRecord } from '../../shared/batches.js';
+import { readBatch, type BatchRecord } from '../../shared/batches/index.js';
 import type { Config } from '../../shared/config.js';
 import type { AccountFiles } from '../../shared/files.js';
 import type { Logger } from '../../shared/logger.js';

@@ -1,13 +1,13 @@
 import { readFileSync } from 'node:fs';
 import type { Redis } from 'ioredis';
-import type { BatchRecord } from '../../shared/batches.js';
+import type { BatchRecord } from '../../shared/batches/index.js';
 import type { Endpoint } from '../../shared/endpoints.js';
 import { inOneWrite, withScripts } from '../../shared/redis.js';
 import { accountBatchesKey, batchIntakeKey, batchKey, batchResultsKey, openBatchesKey } from '../../shared/redis-keys.js';
 
 /**
  * What an OpenAI batch (`/v1/batches`) keeps of its own dialect beside the engine's record, in the same hash
- * (shared/batches.ts): its endpoint, input file, metadata, the policy of its output files, the key's access its
+ * (shared/batches/hash.ts): its endpoint, input file, metadata, the policy of its output files, the key's access its
  * requests are checked against (so another api can validate it again after this one dies), the lifecycle's times,
  * the errors of a file that could not run, and its output and error files once written. The engine's status is
  * read as OpenAI's: `validating` while the file is read, `in_progress`, `cancelling` (canceling, or ended after a
