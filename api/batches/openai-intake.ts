@@ -12,7 +12,7 @@ import { laneOf } from '../../shared/scheduling/index.js';
 import { checkJsonShape, maxJsonDepth, parseBody, yieldToLoop } from '../http/request-body.js';
 import { handlers, type EndpointHandler } from '../requests/endpoint-handlers.js';
 import { checkModelAllowed, type EndpointRouteDeps } from '../requests/endpoint-route.js';
-import { batchJobEntry, batchWindow, intakeLeaseMs, type BatchOwner, type Checked } from './intake.js';
+import { batchJobEntry, batchWindow, intakeLeaseMs, type BatchOwner, type Checked } from './job-entry.js';
 import { LineTooLong, readJsonlLines } from './jsonl-lines.js';
 import { batchEndpoints, failValidation, noteStarted, openAIFields, renewValidation, type BatchEndpoint, type BatchLineError, type OpenAIBatchFields } from './openai-record.js';
 

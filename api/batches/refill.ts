@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { fillBatchWindow, type BatchQueues } from '../../shared/batches/index.js';
+import { dialectOf, fillBatchWindow, isBatchId, type BatchQueues } from '../../shared/batches/index.js';
 import type { Logger } from '../../shared/logger.js';
 import { batchRefillChannel } from '../../shared/redis-keys.js';
 import type { ReplyHub } from '../relay/reply-hub.js';
@@ -37,7 +37,7 @@ export function listenForRefills(hub: ReplyHub, redis: Redis, queues: BatchQueue
     try {
       const missed = await fillBatchWindow(redis, queues, batchId, options.keepMs);
       if (missed.length > 0) log.warn({ batch: batchId, missed }, "a batch's requests could not be queued (the sweep will see them)");
-      if (batchId.startsWith('batch_')) advance(batchId);
+      if (dialectOf(batchId) === 'openai') advance(batchId);
     } catch (error) {
       log.warn({ err: error, batch: batchId }, "could not refill a batch's window (the sweep will)");
     }
@@ -46,7 +46,7 @@ export function listenForRefills(hub: ReplyHub, redis: Redis, queues: BatchQueue
     if (again) await fill(batchId);
   };
   hub.on(batchRefillChannel, (batchId) => {
-    if (!batchId.startsWith('msgbatch_') && !batchId.startsWith('batch_')) return;
+    if (!isBatchId(batchId)) return;
     if (filling.has(batchId)) filling.set(batchId, true);
     else void fill(batchId);
   });

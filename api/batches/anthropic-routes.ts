@@ -8,7 +8,7 @@ import { createRouter } from '../http/canonical-path.js';
 import { readJsonText } from '../http/request-body.js';
 import type { EndpointRouteDeps } from '../requests/endpoint-route.js';
 import type { KeyedContext, KeyedState } from '../requests/request-context.js';
-import { intakeBatch } from './intake.js';
+import { intakeBatch } from './anthropic-intake.js';
 import { sweepBatch } from './sweep.js';
 
 /**
@@ -16,7 +16,7 @@ import { sweepBatch } from './sweep.js';
  * account's, not its key's (as Anthropic's is its Workspace's and OpenAI's its Project's: a team rotates its keys
  * while a batch runs and reads its results weeks later), though a key limited to models sees only the batches whose
  * every model it may use. Answers in Anthropic's dialect (errors included: the path is under `/v1/messages`). See
- * intake.ts for how a batch comes in, shared/batches/ for its record, workers/batch-run.ts for how its requests
+ * anthropic-intake.ts for how a batch comes in, shared/batches/ for its record, workers/batch-run.ts for how its requests
  * run, sweep.ts for how a cancel and an expiry end it.
  */
 
