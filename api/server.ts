@@ -31,7 +31,7 @@ import { noteArrival, noteError } from './requests/request-log.js';
 import { adminRoutes } from './accounts/admin-api.js';
 import { endpointDispatch } from './requests/endpoint-route.js';
 import { geminiMethodRoutes, googleModelRoutes } from './gemini/routes.js';
-import { batchRoutes } from './batches/routes.js';
+import { batchRoutes } from './batches/anthropic-routes.js';
 import { startBatchSweeps } from './batches/sweep.js';
 import { listenForRefills } from './batches/refill.js';
 import { openAIBatchRoutes } from './batches/openai-routes.js';

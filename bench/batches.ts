@@ -1,6 +1,6 @@
 /**
  * The batches section of `npm run bench` (`BENCH_ONLY=batches`): a Message Batch (`POST /v1/messages/batches`,
- * api/batches/intake.ts, workers/batch-run.ts) against a vendor capped at BENCH_BATCH_CAP (50) in flight answering in
+ * api/batches/anthropic-intake.ts, workers/batch-run.ts) against a vendor capped at BENCH_BATCH_CAP (50) in flight answering in
  * BENCH_BATCH_VENDOR_MS (200 ms), with interactive traffic from another account on the same model meanwhile.
  *
  * One fake OpenAI (bench/fake-upstream-process.ts, `--latency-ms`, `--cap`: 429 beyond the cap, counted) and a split

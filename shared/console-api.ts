@@ -1,5 +1,5 @@
 import type { AccountRole } from './accounts.js';
-import type { BatchDialect, BatchStatus, OpenAIBatchStatus } from './batch-status.js';
+import type { BatchDialect, BatchStatus, OpenAIBatchStatus } from './batches/types.js';
 import type { KeyUsageTotals, RequestView, UsageTotals } from './money/usage.js';
 import type { ServiceTier } from './scheduling/service-tier.js';
 

@@ -1,4 +1,4 @@
-import type { BatchJob } from './batches.js';
+import type { BatchJob } from './batches/types.js';
 import type { Endpoint, EndpointPayloads } from './endpoints.js';
 import type { QueueName } from './queues.js';
 import type { VideoInput } from './schemas/media-inputs.js';
@@ -42,7 +42,7 @@ export interface GatewayJobData {
    * served in (`shared/scheduling/served-tier.ts`): the vendor's word where the vendor sells tiers, else what the queue gave it.
    */
   serviceTier?: ServiceTier;
-  /** A request of a Message Batch (shared/batches.ts): its result is recorded in its batch, not sent to a client. */
+  /** A request of a Message Batch (shared/batches/): its result is recorded in its batch, not sent to a client. */
   batch?: BatchJob;
   /** Placed where other work of its band waited (`placeJob`): what a priority request's premium buys. */
   contended?: boolean;

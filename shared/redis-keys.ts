@@ -17,7 +17,7 @@ export const keyPrefix = 'sy:';
  */
 export const accountsPrefix = `${keyPrefix}{acct}:`;
 
-// ---- Message Batches (shared/batches.ts): each batch's keys under its own hash tag, so one script records a result ----
+// ---- Message Batches (shared/batches/): each batch's keys under its own hash tag, so one script records a result ----
 
 /** A batch: who made it, when it expires, its status and its request counts (a hash). */
 export const batchKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}`;

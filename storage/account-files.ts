@@ -11,7 +11,7 @@ import type { BlobStore } from './blob-store.js';
  * (`BlobStore.putStream`) and out, never whole in memory; the file object in Redis beside the account's batches.
  *
  * Why Redis and not the record: the files are the batch engine's inputs and outputs, and that engine keeps every
- * batch in Redis (shared/batches.ts); a batch and its files are written and read by the same processes, live as long
+ * batch in Redis (shared/batches/); a batch and its files are written and read by the same processes, live as long
  * as each other (a batch's output files expire with its retention) and need no second store to be reachable. Redis
  * lists them well: each account has a counter and sorted sets (all its files, and one per purpose) scored by a place
  * that grows with creation, so a page after any id, in either order, is one O(log n) range read, under the account's

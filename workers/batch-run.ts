@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { batchRequestState, openAIBatchErrorBody, openAIBatchResult, recordInBatch, type BatchBilled, type BatchJob, type BatchOutcome, type BatchResult } from '../shared/batches.js';
+import { batchRequestState, openAIBatchErrorBody, openAIBatchResult, recordInBatch, type BatchBilled, type BatchJob, type BatchOutcome, type BatchResult } from '../shared/batches/index.js';
 import type { Config } from '../shared/config.js';
 import { GatewayError } from '../shared/errors.js';
 import type { GatewayJobData } from '../shared/jobs.js';
@@ -9,7 +9,7 @@ import { moneyRefusal, releaseReservation, reserve } from '../shared/money/billi
 import { batchRefillChannel } from '../shared/redis-keys.js';
 
 /**
- * A batch's request in a worker (shared/batches.ts): it has no client, so its answer, or its failure, is
+ * A batch's request in a worker (shared/batches/record.ts): it has no client, so its answer, or its failure, is
  * recorded in its batch, once, however often it runs. Before the vendor is called the batch is asked whether the
  * request still should run (its batch canceled, or past its deadline: recorded `canceled` / `expired`, nothing
  * billed; recorded already by an earlier run that died before its job ended: nothing more), and its worst case is
@@ -37,7 +37,7 @@ export function isBatchJob(data: GatewayJobData): data is BatchData {
 
 /**
  * Records a request's outcome in its batch (a batch gone, deleted or its results' time over, has nothing to record).
- * When that leaves an eighth of the batch's window free, the apis are asked to refill it (shared/batch-queue.ts): one
+ * When that leaves an eighth of the batch's window free, the apis are asked to refill it (shared/batches/queueing.ts): one
  * PUBLISH, not sent waited on; a lost one is made up by the sweep.
  */
 async function record(deps: BatchRunDeps, batch: BatchJob, result: BatchResult | { type: BatchOutcome; json: string }, billed: BatchBilled = { costMicros: 0 }): Promise<void> {

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { readBatch, type BatchRecord } from '../../shared/batches.js';
+import { openAIRecordedResponse, readBatch, readResultEntry, type BatchRecord } from '../../shared/batches/index.js';
 import type { Config } from '../../shared/config.js';
 import type { AccountFiles } from '../../shared/files.js';
 import type { Logger } from '../../shared/logger.js';
@@ -42,9 +42,6 @@ const leaseMs = 60_000;
 /** Results read per round trip: an embeddings answer may be tens of kilobytes. */
 const resultsPage = 100;
 
-const succeededHead = '{"type":"succeeded","response":';
-const erroredHead = '{"type":"errored","response":';
-
 /** What a request a cancel or the deadline kept from running (or that was lost on the way) says in the error file. */
 function errorOf(result: string): { code: string; message: string } {
   let parsed: { type?: string; error?: { error?: { message?: unknown } } } = {};
@@ -61,12 +58,11 @@ function errorOf(result: string): { code: string; message: string } {
 
 /** A result's line in the output file (`which` 'output') or the error file, or undefined when it belongs to the other. */
 function lineOf(customId: string, result: string, which: 'output' | 'error'): string | undefined {
-  const succeeded = result.startsWith(succeededHead);
-  if (succeeded !== (which === 'output')) return undefined;
+  const recorded = openAIRecordedResponse(result);
+  if ((recorded?.outcome === 'succeeded') !== (which === 'output')) return undefined;
   const head = `{"id":"batch_req_${randomBytes(16).toString('hex')}","custom_id":${JSON.stringify(customId)},`;
   // The recorded response is spliced in as it is, never parsed again.
-  if (succeeded) return `${head}"response":${result.slice(succeededHead.length, -1)},"error":null}`;
-  if (result.startsWith(erroredHead)) return `${head}"response":${result.slice(erroredHead.length, -1)},"error":null}`;
+  if (recorded) return `${head}"response":${recorded.response},"error":null}`;
   return `${head}"response":null,"error":${JSON.stringify(errorOf(result))}}`;
 }
 
@@ -83,12 +79,7 @@ async function* resultLines(redis: Redis, batchId: string, which: 'output' | 'er
     const entries = await redis.xrange(batchResultsKey(batchId), after === undefined ? '-' : `(${after}`, through, 'COUNT', resultsPage);
     let text = '';
     for (const [, fields] of entries) {
-      let customId = '';
-      let result = '';
-      for (let i = 0; i + 1 < fields.length; i += 2) {
-        if (fields[i] === 'custom_id') customId = fields[i + 1]!;
-        else if (fields[i] === 'result') result = fields[i + 1]!;
-      }
+      const { customId, result = '' } = readResultEntry(fields);
       const line = lineOf(customId, result, which);
       if (line !== undefined) text += `${line}\n`;
     }

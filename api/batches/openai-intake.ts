@@ -1,5 +1,4 @@
-import { encodeBatchEntry, fillBatchWindow } from '../../shared/batch-queue.js';
-import { cancelBatch, createBatch, openAIBatchErrorBody, openAIBatchResult, readBatch, storeBatchEntries, type BatchRecord } from '../../shared/batches.js';
+import { batchField, cancelBatch, createBatch, encodeBatchEntry, fillBatchWindow, openAIBatchErrorBody, openAIBatchResult, readBatch, storeBatchEntries, type BatchRecord } from '../../shared/batches/index.js';
 import type { CatalogModel } from '../../shared/catalog.js';
 import type { Endpoint, EndpointRequest } from '../../shared/endpoints.js';
 import { endpoints } from '../../shared/endpoints.js';
@@ -13,7 +12,7 @@ import { laneOf } from '../../shared/scheduling/index.js';
 import { checkJsonShape, maxJsonDepth, parseBody, yieldToLoop } from '../http/request-body.js';
 import { handlers, type EndpointHandler } from '../requests/endpoint-handlers.js';
 import { checkModelAllowed, type EndpointRouteDeps } from '../requests/endpoint-route.js';
-import { batchJobEntry, batchWindow, intakeLeaseMs, type BatchOwner, type Checked } from './intake.js';
+import { batchJobEntry, batchWindow, intakeLeaseMs, type BatchOwner, type Checked } from './job-entry.js';
 import { LineTooLong, readJsonlLines } from './jsonl-lines.js';
 import { batchEndpoints, failValidation, noteStarted, openAIFields, renewValidation, type BatchEndpoint, type BatchLineError, type OpenAIBatchFields } from './openai-record.js';
 
@@ -26,7 +25,7 @@ import { batchEndpoints, failValidation, noteStarted, openAIFields, renewValidat
  *   JSON object, one without a `custom_id`, a `method` other than POST, a `url` other than the batch's endpoint, a
  *   `custom_id` used twice, more lines than FILES_BATCH_MAX_REQUESTS (OpenAI's 50,000), an empty file, a file that
  *   is not the account's `batch` file or past FILES_BATCH_MAX_BYTES (OpenAI's 200 MB): the batch is `failed`, `errors.data` naming each line (up to ten) and its code, and nothing runs.
- * - The second starts the batch on the engine (shared/batches.ts, shared/batch-queue.ts) and checks each line's
+ * - The second starts the batch on the engine (shared/batches/) and checks each line's
  *   `body` as its endpoint checks a request (the endpoint row's schema, the model, the key's models, the model's
  *   context and modalities): one that passes is stored as the job it will be, in the flex band of its model's
  *   lane, and the window is filled as they are stored, exactly as a Message Batch's requests are; one that does not
@@ -74,7 +73,7 @@ function leaseKeeper(deps: OpenAIBatchDeps, batchId: string): () => Promise<bool
     if (Date.now() - last < renewEveryMs) return true;
     last = Date.now();
     await renewValidation(deps.redis, batchId);
-    return (await deps.redis.hget(batchKey(batchId), 'status')) === 'validating';
+    return (await deps.redis.hget(batchKey(batchId), batchField.status)) === 'validating';
   };
 }
 

@@ -1,14 +1,13 @@
-import { readFileSync } from 'node:fs';
 import type { Redis } from 'ioredis';
-import type { BatchRecord } from '../../shared/batches.js';
-import type { OpenAIBatchStatus } from '../../shared/batch-status.js';
+import { openingFields, type BatchRecord, type OpenAIBatchStatus } from '../../shared/batches/index.js';
 import type { Endpoint } from '../../shared/endpoints.js';
-import { inOneWrite, withScripts } from '../../shared/redis.js';
+import { inOneWrite } from '../../shared/redis.js';
+import { as, luaFiles, redisScript } from '../../shared/redis-script.js';
 import { accountBatchesKey, batchIntakeKey, batchKey, batchResultsKey, openBatchesKey } from '../../shared/redis-keys.js';
 
 /**
  * What an OpenAI batch (`/v1/batches`) keeps of its own dialect beside the engine's record, in the same hash
- * (shared/batches.ts): its endpoint, input file, metadata, the policy of its output files, the key's access its
+ * (shared/batches/hash.ts): its endpoint, input file, metadata, the policy of its output files, the key's access its
  * requests are checked against (so another api can validate it again after this one dies), the lifecycle's times,
  * the errors of a file that could not run, and its output and error files once written. The engine's status is
  * read as OpenAI's: `validating` while the file is read, `in_progress`, `cancelling` (canceling, or ended after a
@@ -64,7 +63,10 @@ export interface NewOpenAIBatch {
   access: BatchAccess;
 }
 
-/** The hash's fields of this dialect (`oa_…`), apart from the engine's. */
+/**
+ * The hash's fields of this dialect (`oa_…`), apart from the engine's (shared/batches/hash.ts). The scripts in lua/
+ * name some as they are here (`oa_final`, `oa_final_at`, `oa_errors`, `oa_parts`, `oa_parts_through`).
+ */
 const field = {
   endpoint: 'oa_endpoint',
   inputFile: 'oa_input_file',
@@ -99,19 +101,8 @@ export async function createValidatingBatch(redis: Redis, batch: NewOpenAIBatch,
   await redis
     .multi()
     .hset(batchKey(batch.id), {
-      id: batch.id,
-      account: batch.accountId,
-      key: batch.keyId,
-      created: batch.created,
-      expires: batch.expires,
-      total: 0,
-      processing: 0,
-      status: 'validating',
-      succeeded: 0,
-      errored: 0,
-      canceled: 0,
-      expired: 0,
-      cost: 0,
+      // No request yet: the engine counts them once the file is read (`createBatch`, `fromValidating`).
+      ...openingFields({ ...batch, total: 0 }, 'validating'),
       [field.endpoint]: batch.endpoint,
       [field.inputFile]: batch.inputFileId,
       [field.metadata]: batch.metadata === null ? '' : JSON.stringify(batch.metadata),
@@ -134,16 +125,21 @@ export async function renewValidation(redis: Redis, batchId: string): Promise<vo
   await redis.set(batchIntakeKey(batchId), '1', 'PX', validationLeaseMs);
 }
 
-/** Ends a validating batch `failed`, with the errors that name why; nothing when it is no longer validating. */
-const failScript = `
-if redis.call('HGET', KEYS[1], 'status') ~= 'validating' then return 0 end
-redis.call('HSET', KEYS[1], 'status', 'ended', 'ended_at', ARGV[1], '${field.final}', 'failed', '${field.finalAt}', ARGV[1], '${field.errors}', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('DEL', KEYS[2])
-return 1`;
+/**
+ * Ends a validating batch `failed` (lua/fail-validation.lua, which names this dialect's fields as `field` does: the
+ * Lua cannot import them) and lets go of its validation's lease; true when it did.
+ */
+const failValidationScript = redisScript({
+  reply: (failed: number) => failed === 1,
+  name: 'openai_batch_fail_validation',
+  files: luaFiles(import.meta.url, 'fail-validation'),
+  keys: ['batch', 'lease'],
+  args: ['nowMs', 'errors', 'keepMs'],
+});
 
+/** Ends a validating batch `failed`, with the errors that name why; nothing when it is no longer validating. */
 export async function failValidation(redis: Redis, batchId: string, errors: readonly BatchLineError[], keepMs: number): Promise<boolean> {
-  const failed = (await redis.eval(failScript, 2, batchKey(batchId), batchIntakeKey(batchId), Date.now(), JSON.stringify(errors), keepMs)) === 1;
+  const failed = await failValidationScript(redis, { batch: batchKey(batchId), lease: batchIntakeKey(batchId), nowMs: Date.now(), errors: JSON.stringify(errors), keepMs });
   if (failed) await redis.zrem(openBatchesKey, batchId);
   return failed;
 }
@@ -158,13 +154,22 @@ export async function noteFinalizing(redis: Redis, batchId: string): Promise<voi
   await redis.hsetnx(batchKey(batchId), field.finalizingAt, Date.now());
 }
 
+/** Sets fields of a batch only while it is there (lua/note-final.lua). */
+const noteFinalScript = redisScript({
+  reply: as<number>(),
+  name: 'openai_batch_note_final',
+  files: luaFiles(import.meta.url, 'note-final'),
+  keys: ['batch'],
+  args: ['fields'],
+});
+
 /** Its final status and files, once written: it leaves the open batches. */
 export async function noteFinal(redis: Redis, batchId: string, final: Exclude<FinalStatus, 'failed'>, files: { output?: { id: string; name: string }; error?: { id: string; name: string } }): Promise<void> {
   const fields: Record<string, string | number> = { [field.final]: final, [field.finalAt]: Date.now() };
   if (files.output) Object.assign(fields, { [field.outputFile]: files.output.id, [field.outputName]: files.output.name });
   if (files.error) Object.assign(fields, { [field.errorFile]: files.error.id, [field.errorName]: files.error.name });
   // Only while the batch is there: one deleted meanwhile is not brought back as a hash of these fields alone.
-  await redis.eval(`if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], unpack(ARGV)) end return 0`, 1, batchKey(batchId), ...Object.entries(fields).flat());
+  await noteFinalScript(redis, { batch: batchKey(batchId), fields: Object.entries(fields).flat() });
   await redis.zrem(openBatchesKey, batchId);
 }
 
@@ -173,10 +178,17 @@ export function spilledOf(batch: BatchRecord): { parts: number; through: string 
   return { parts: Number(batch.row[field.parts] ?? 0), through: batch.row[field.partsThrough] || undefined };
 }
 
-interface SpillRedis extends Redis {
-  batchSpilled(batchKey: string, resultsKey: string, partsBefore: number, through: string, after: string): Promise<number>;
-}
-const spilledLua = readFileSync(new URL('./lua/spilled.lua', import.meta.url), 'utf8');
+/**
+ * Notes a part written out and trims the results it holds from the stream, in one step (lua/spilled.lua, which
+ * names the `parts` fields as `field` does); true when noted.
+ */
+const spilledScript = redisScript({
+  reply: (noted: number) => noted === 1,
+  name: 'openai_batch_spilled',
+  files: luaFiles(import.meta.url, 'spilled'),
+  keys: ['batch', 'results'],
+  args: ['partsBefore', 'through', 'trimFrom'],
+});
 
 /** The stream id just after `id` (`ms-seq`): the first one a trim to it keeps. */
 const nextStreamId = (id: string) => {
@@ -189,8 +201,7 @@ const nextStreamId = (id: string) => {
  * false when the batch is gone or its parts are no longer `partsBefore` (another api noted one meanwhile).
  */
 export async function noteSpilled(redis: Redis, batchId: string, partsBefore: number, through: string): Promise<boolean> {
-  const scripted = withScripts<SpillRedis>(redis, { batchSpilled: { keys: 2, lua: spilledLua } });
-  return (await scripted.batchSpilled(batchKey(batchId), batchResultsKey(batchId), partsBefore, through, nextStreamId(through))) === 1;
+  return spilledScript(redis, { batch: batchKey(batchId), results: batchResultsKey(batchId), partsBefore, through, trimFrom: nextStreamId(through) });
 }
 
 /** This dialect's fields of a batch, read from its record. */

@@ -1,6 +1,6 @@
 import type Router from '@koa/router';
 import { z } from 'zod';
-import { cancelBatch, listBatches, newOpenAIBatchId, openBatchCount, readBatch, seesBatch, type BatchRecord } from '../../shared/batches.js';
+import { cancelBatch, listBatches, newOpenAIBatchId, openBatchCount, readBatch, seesBatch, type BatchRecord } from '../../shared/batches/index.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import { activeMetrics } from '../../shared/metrics.js';
 import { createRouter } from '../http/canonical-path.js';

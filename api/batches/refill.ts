@@ -1,11 +1,11 @@
 import type { Redis } from 'ioredis';
-import { fillBatchWindow, type BatchQueues } from '../../shared/batch-queue.js';
+import { dialectOf, fillBatchWindow, isBatchId, type BatchQueues } from '../../shared/batches/index.js';
 import type { Logger } from '../../shared/logger.js';
 import { batchRefillChannel } from '../../shared/redis-keys.js';
 import type { ReplyHub } from '../relay/reply-hub.js';
 
 /**
- * An api's part in running batches: when a worker says a batch's window has room (shared/batch-queue.ts), the api
+ * An api's part in running batches: when a worker says a batch's window has room (shared/batches/queueing.ts), the api
  * fills it, so the placing and adding of its next jobs is done here and not on the workers' path between two vendor
  * calls. Every api hears every ask and the fill is one script, so whichever comes first fills it and the others find
  * nothing to do. One fill at a time per batch in this api; an ask that comes during one is done after it.
@@ -37,7 +37,7 @@ export function listenForRefills(hub: ReplyHub, redis: Redis, queues: BatchQueue
     try {
       const missed = await fillBatchWindow(redis, queues, batchId, options.keepMs);
       if (missed.length > 0) log.warn({ batch: batchId, missed }, "a batch's requests could not be queued (the sweep will see them)");
-      if (batchId.startsWith('batch_')) advance(batchId);
+      if (dialectOf(batchId) === 'openai') advance(batchId);
     } catch (error) {
       log.warn({ err: error, batch: batchId }, "could not refill a batch's window (the sweep will)");
     }
@@ -46,7 +46,7 @@ export function listenForRefills(hub: ReplyHub, redis: Redis, queues: BatchQueue
     if (again) await fill(batchId);
   };
   hub.on(batchRefillChannel, (batchId) => {
-    if (!batchId.startsWith('msgbatch_') && !batchId.startsWith('batch_')) return;
+    if (!isBatchId(batchId)) return;
     if (filling.has(batchId)) filling.set(batchId, true);
     else void fill(batchId);
   });

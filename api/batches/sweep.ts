@@ -1,6 +1,5 @@
 import type { Redis } from 'ioredis';
-import { decodeBatchEntry, entryCustomId, fillBatchWindow, queueBatchRequests } from '../../shared/batch-queue.js';
-import { batchRequestJobId, cancelAbandonedIntake, pendingEntries, queuedIndices, readBatch, recordBatchResult, releasedCount, type BatchRecord, type BatchResult } from '../../shared/batches.js';
+import { batchRequestJobId, cancelAbandonedIntake, decodeBatchEntry, entryCustomId, fillBatchWindow, pendingEntries, queueBatchRequests, queuedIndices, readBatch, recordBatchResult, releasedCount, type BatchRecord, type BatchResult } from '../../shared/batches/index.js';
 import type { Config } from '../../shared/config.js';
 import type { Logger } from '../../shared/logger.js';
 import type { QueueShards } from '../../shared/queue-shards.js';

@@ -7,7 +7,7 @@ import { GatewayError } from '../../shared/errors.js';
 import { storableText } from '../../shared/schemas/common.js';
 import { readJsonObject } from '../http/request-body.js';
 import { microsToUsd, usdToMicros } from '../accounts/account-store.js';
-import { listBatches, type BatchRecord } from '../../shared/batches.js';
+import { listBatches, type BatchRecord } from '../../shared/batches/index.js';
 import { openAIFields, openAIStatus } from '../batches/openai-record.js';
 import { accountName, email, keyChanges, keyName, keySettings, newKeyLimits, parseStrict, patchKeySchema, password } from '../accounts/account-requests.js';
 import { accountView, keyView } from '../accounts/views.js';

@@ -28,7 +28,7 @@ export interface JobOrigin {
 
 /**
  * A job's data, and its payload's JSON when that is kept apart (past INLINE_PAYLOAD_BYTES): a request's job
- * (`buildJob`) and each of a Message Batch's (api/batches/intake.ts, `mode` 'batch': no reply, its batch's deadline).
+ * (`buildJob`) and each of a Message Batch's (api/batches/job-entry.ts, `mode` 'batch': no reply, its batch's deadline).
  */
 export function jobData<E extends Endpoint>(name: E, accepted: Accepted<E>, origin: JobOrigin, mode: AnswerMode | 'batch', deadline: number, config: Config): { data: GatewayJobData; storedPayload?: string } {
   const data: GatewayJobData = {

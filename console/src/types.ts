@@ -2,7 +2,7 @@ import type { AccountView, KeyView, OwnedKeyView } from '../../shared/console-ap
 import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
 export { requestStatuses, type KeyUsageTotals, type RequestStatus, type RequestView, type UsageTotals } from '../../shared/money/usage.js';
 export type { AccountRole as Role } from '../../shared/accounts.js';
-export type { BatchStatus, OpenAIBatchStatus } from '../../shared/batch-status.js';
+export type { BatchStatus, OpenAIBatchStatus } from '../../shared/batches/types.js';
 export type {
   AccountList,
   ActivityRow,

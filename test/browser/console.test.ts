@@ -7,7 +7,7 @@ import { gzipSync } from 'node:zlib';
 import OpenAI from 'openai';
 import type { Redis } from 'ioredis';
 import { type Browser, type BrowserContext, type Page } from 'playwright-core';
-import { createBatch, newBatchId, recordBatchResult } from '../../shared/batches.js';
+import { createBatch, newBatchId, recordBatchResult } from '../../shared/batches/index.js';
 import { launchChromium } from '../support/browser.js';
 import { adminRequest } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';

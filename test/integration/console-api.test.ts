@@ -5,7 +5,7 @@ import OpenAI from 'openai';
 import { Queue } from 'bullmq';
 import { shardQueueName } from '../../shared/queues.js';
 import { accountSessionsKey, sessionKey } from '../../shared/redis-keys.js';
-import { createBatch, newBatchId, recordBatchResult } from '../../shared/batches.js';
+import { createBatch, newBatchId, recordBatchResult } from '../../shared/batches/index.js';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import OpenAI, { toFile } from 'openai';
 import { readBill } from '../../shared/money/billing.js';
-import { readBatch } from '../../shared/batches.js';
+import { readBatch } from '../../shared/batches/index.js';
 import { batchFinalizeLeaseKey, batchIntakeKey, batchKey, batchResultsKey } from '../../shared/redis-keys.js';
 import { createValidatingBatch } from '../../api/batches/openai-record.js';
 import { filesUnder } from '../support/blob-dir.js';

@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
-import { batchRequestJobId, batchRequestState, batchView, cancelAbandonedIntake, cancelBatch, createBatch, deleteBatch, listBatches, newBatchId, openBatchCount, pendingEntries, queuedIndices, readBatch, readBatchResults, recordBatchResult, recordInBatch, releaseBatchRequests, releasedCount, seesBatch, storeBatchEntries } from '../../shared/batches.js';
+import { batchRequestJobId, batchRequestState, batchView, cancelAbandonedIntake, cancelBatch, createBatch, deleteBatch, listBatches, newBatchId, openBatchCount, pendingEntries, queuedIndices, readBatch, readBatchResults, recordBatchResult, recordInBatch, releaseBatchRequests, releasedCount, seesBatch, storeBatchEntries } from '../../shared/batches/index.js';
 import { accountBatchesKey, batchKey, batchPendingKey, batchQueuedKey } from '../../shared/redis-keys.js';
 import { freshRedis } from '../support/gateway.js';
 

@@ -1,6 +1,6 @@
 import { Readable } from 'node:stream';
 import type Router from '@koa/router';
-import { batchView, cancelBatch, deleteBatch, listBatches, openBatchCount, readBatch, readBatchResults, seesBatch, type BatchRecord } from '../../shared/batches.js';
+import { batchView, cancelBatch, deleteBatch, listBatches, openBatchCount, readBatch, readBatchResults, seesBatch, type BatchRecord } from '../../shared/batches/index.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
 import { activeMetrics } from '../../shared/metrics.js';
@@ -8,7 +8,7 @@ import { createRouter } from '../http/canonical-path.js';
 import { readJsonText } from '../http/request-body.js';
 import type { EndpointRouteDeps } from '../requests/endpoint-route.js';
 import type { KeyedContext, KeyedState } from '../requests/request-context.js';
-import { intakeBatch } from './intake.js';
+import { intakeBatch } from './anthropic-intake.js';
 import { sweepBatch } from './sweep.js';
 
 /**
@@ -16,7 +16,7 @@ import { sweepBatch } from './sweep.js';
  * account's, not its key's (as Anthropic's is its Workspace's and OpenAI's its Project's: a team rotates its keys
  * while a batch runs and reads its results weeks later), though a key limited to models sees only the batches whose
  * every model it may use. Answers in Anthropic's dialect (errors included: the path is under `/v1/messages`). See
- * intake.ts for how a batch comes in, shared/batches.ts for its record, workers/batch-run.ts for how its requests
+ * anthropic-intake.ts for how a batch comes in, shared/batches/ for its record, workers/batch-run.ts for how its requests
  * run, sweep.ts for how a cancel and an expiry end it.
  */
 

@@ -1,27 +1,24 @@
 import { z } from 'zod';
-import { encodeBatchEntry, fillBatchWindow } from '../../shared/batch-queue.js';
-import { batchRequestJobId, cancelBatch, createBatch, newBatchId, storeBatchEntries, type BatchJob } from '../../shared/batches.js';
-import { endpoints, type Endpoint, type EndpointRequest } from '../../shared/endpoints.js';
+import { cancelBatch, createBatch, fillBatchWindow, newBatchId, storeBatchEntries } from '../../shared/batches/index.js';
+import type { EndpointRequest } from '../../shared/endpoints.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import { worstCase } from '../../shared/money/charge.js';
-import { payloadKey } from '../../shared/redis-keys.js';
-import { laneOf, vendorLimits } from '../../shared/scheduling/index.js';
+import { laneOf } from '../../shared/scheduling/index.js';
 import { messagesRequestSchema } from '../../shared/schemas/messages.js';
 import { checkJsonShape, maxJsonDepth, parseBody, yieldToLoop } from '../http/request-body.js';
-import { handlers, type Accepted } from '../requests/endpoint-handlers.js';
-import { jobData } from '../requests/build-job.js';
+import { handlers } from '../requests/endpoint-handlers.js';
 import type { KeyedContext } from '../requests/request-context.js';
 import { checkModelAllowed, type EndpointRouteDeps } from '../requests/endpoint-route.js';
-import { jobQueue } from '../relay/enqueue.js';
+import { batchJobEntry, batchWindow, intakeLeaseMs, type BatchOwner, type Checked } from './job-entry.js';
 import { splitBatchBody } from './split-body.js';
 
 /**
  * A Message Batch comes in: its body split into its requests without parsing it whole (split-body.ts), each request
  * checked as `POST /v1/messages` checks one (schema, model, the key's models, the model's context and modalities),
  * and the batch refused whole, naming the request, at the first that fails. Then its record, each request stored as
- * the job it will be, and its first window queued (shared/batch-queue.ts): jobs in the flex band of their model's
- * lane, counted apart from the waiting room (`batch`), fair between accounts like every other job. Nothing of it
- * stays in the api once the answer has gone.
+ * the job it will be (job-entry.ts), and its first window queued (shared/batches/queueing.ts): jobs in the flex band
+ * of their model's lane, counted apart from the waiting room (`batch`), fair between accounts like every other job.
+ * Nothing of it stays in the api once the answer has gone.
  */
 
 const envelopeSchema = z.strictObject({ requests: z.array(z.unknown()) });
@@ -34,50 +31,6 @@ const requestSchema = z.strictObject({
 const checkedPerTurn = 8;
 /** Requests stored per round trip. */
 const storedPerRound = 200;
-/**
- * The intake's lease on its batch, renewed at each round of storing (rounds are milliseconds apart): once it runs out
- * with requests not stored (the api died mid-way: its client had no answer), the sweep cancels the batch.
- */
-export const intakeLeaseMs = 15_000;
-
-/** A checked request, as its job will carry it. */
-export interface Checked<E extends Endpoint = 'messages'> {
-  customId: string;
-  modelId: string;
-  lane: string | undefined;
-  accepted: Accepted<E>;
-  micros: number;
-  tokens: number;
-}
-
-/** Who a batch's requests are made for: its account, its key, and what of the key's access its jobs carry. */
-export interface BatchOwner {
-  accountId: string;
-  keyId: string;
-  weight: number;
-  limitMicros?: number;
-}
-
-/** Enough of a batch queued at once to fill the widest lane it uses twice over (a capped vendor never waits on it). */
-export function batchWindow(config: EndpointRouteDeps['config'], lanes: Iterable<string | undefined>): number {
-  return Math.max(config.batches.window, ...[...new Set(lanes)].map((lane) => (lane ? 2 * vendorLimits(config, lane).maxConcurrency : 0)));
-}
-
-/**
- * The entry of a checked request of either dialect (what its job will be, shared/batch-queue.ts), and its payload's
- * key and JSON when that is kept apart (the caller writes it before the entry is stored: before its job can be taken).
- */
-export function batchJobEntry<E extends Endpoint>(deps: Pick<EndpointRouteDeps, 'queues' | 'hub' | 'config'>, batch: { id: string; expires: number; dialect?: 'openai' }, owner: BatchOwner, endpoint: E, index: number, request: Checked<E>): { entry: string; payload?: [string, string] } {
-  const jobId = batchRequestJobId(batch.id, index);
-  const job: BatchJob = { id: batch.id, index, customId: request.customId, reserve: { micros: request.micros, tokens: request.tokens, ...(owner.limitMicros !== undefined ? { keyLimitMicros: owner.limitMicros } : {}) }, ...(batch.dialect ? { dialect: batch.dialect } : {}) };
-  // A batch's jobs are not admitted to the waiting room (they have limits of their own): only their queues are found.
-  const queue = jobQueue(deps.queues, { id: jobId, queue: endpoints[endpoint].queue, lane: request.lane });
-  const origin = { requestId: jobId, replyTo: deps.hub.channel, keyId: owner.keyId, accountId: owner.accountId, model: request.modelId, baseUrl: '' };
-  const { data, storedPayload } = jobData(endpoint, request.accepted, origin, 'batch', batch.expires, deps.config);
-  const claim = { accountId: owner.accountId, weight: owner.weight, tokens: request.tokens, tier: 'batch' as const, contended: true };
-  const entry = encodeBatchEntry({ queue: queue.name, attempts: deps.config.jobAttempts, data: { ...data, batch: job, claim } });
-  return storedPayload !== undefined ? { entry, payload: [payloadKey(jobId), storedPayload] } : { entry };
-}
 
 /** A request's problem as the batch's: its index and its param in front (`requests.3.params.max_tokens`). */
 function inRequest(index: number, error: unknown, where = 'params'): never {

@@ -1,10 +1,13 @@
 import type { JobsOptions, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { batchRequestJobId, dialectOf, recordInBatch, releaseBatchRequests, type ReleasedRequest } from './batches.js';
-import type { GatewayJobData } from './jobs.js';
-import type { QueueShards } from './queue-shards.js';
-import { placeJob } from './scheduling/index.js';
-import { batchRefillChannel } from './redis-keys.js';
+import type { GatewayJobData } from '../jobs.js';
+import type { QueueShards } from '../queue-shards.js';
+import { batchRefillChannel } from '../redis-keys.js';
+import { placeJob } from '../scheduling/index.js';
+import { decodeEntry } from './entries.js';
+import { batchRequestJobId, dialectOf } from './ids.js';
+import { recordInBatch } from './record.js';
+import { releaseBatchRequests, type ReleasedRequest } from './window.js';
 
 /**
  * A batch's requests (of either dialect) go to the queue a window at a time: only `window` of a batch are jobs at once, the rest
@@ -16,53 +19,9 @@ import { batchRefillChannel } from './redis-keys.js';
  * 10,000. A request let in whose job never arrived (its api died between the two) is queued again from its entry by
  * the sweep (api/batches/sweep.ts).
  *
- * A request refused when its batch came in (an OpenAI batch's line whose body or model is refused: a failure of that
- * request, not of its batch, as OpenAI has it) waits as a refused entry, its result already written: let in, it is
- * recorded at once instead of queued, and takes no room in the window.
+ * A request refused when its batch came in waits as a refused entry (entries.ts), its result already written: let
+ * in, it is recorded at once instead of queued, and takes no room in the window.
  */
-
-/** A request of a batch as it waits to be queued: its queue, its attempts, and its job's data. */
-export interface BatchEntry {
-  queue: string;
-  attempts: number;
-  data: GatewayJobData & { claim: NonNullable<GatewayJobData['claim']> };
-}
-
-/** A request refused at intake: its custom_id, and its result (`errored`) as its batch records it. */
-export interface RefusedEntry {
-  refused: { customId: string; result: string };
-}
-
-export const encodeBatchEntry = (entry: BatchEntry | RefusedEntry): string => JSON.stringify(entry);
-
-/** An entry's parts, undefined for text that is no entry ('' included). */
-function parseEntry(text: string): Partial<BatchEntry & RefusedEntry> | undefined {
-  if (!text) return undefined;
-  try {
-    const entry = JSON.parse(text) as Partial<BatchEntry & RefusedEntry> | null;
-    return entry !== null && typeof entry === 'object' ? entry : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-const asJobEntry = (entry: Partial<BatchEntry & RefusedEntry> | undefined): BatchEntry | undefined => (typeof entry?.queue === 'string' && entry.data?.claim ? (entry as BatchEntry) : undefined);
-const asRefused = (entry: Partial<BatchEntry & RefusedEntry> | undefined): RefusedEntry['refused'] | undefined => {
-  const refused = entry?.refused;
-  return typeof refused?.customId === 'string' && typeof refused.result === 'string' ? refused : undefined;
-};
-
-/** The entry of a request to queue (undefined for a refused one, or text that is no entry). */
-export function decodeBatchEntry(text: string): BatchEntry | undefined {
-  return asJobEntry(parseEntry(text));
-}
-
-/** The custom_id an entry carries (`#<index>` when it has none to say). */
-export function entryCustomId(text: string, index: number): string {
-  const entry = parseEntry(text);
-  const customId = entry?.data?.batch?.customId ?? entry?.refused?.customId;
-  return typeof customId === 'string' ? customId : `#${index}`;
-}
 
 /** Where a batch's requests are queued: the queue its entry names (shared/queue-shards.ts `named`). */
 export type BatchQueues = Pick<QueueShards, 'named'>;
@@ -86,15 +45,13 @@ export async function queueReleased(redis: Redis, queues: BatchQueues, batchId: 
   const byQueue = new Map<Queue, Array<{ name: string; data: GatewayJobData; opts: JobsOptions }>>();
   await Promise.all(
     released.map(async ({ index, entry: text }) => {
-      const parsed = parseEntry(text);
-      const refused = asRefused(parsed);
+      const { job: entry, refused } = decodeEntry(text);
       if (refused) {
         const recorded = await recordInBatch(redis, batchId, index, refused.customId, { type: 'errored', json: refused.result }, keepMs);
         if (recorded.state === 'recorded') out.recorded++;
         if (recorded.ended) out.ended = true;
         return;
       }
-      const entry = asJobEntry(parsed);
       if (!entry) {
         out.missed.push(index);
         return;
