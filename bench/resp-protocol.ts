@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 /**
  * RESP2 against RESP3 for the kinds of traffic the gateway sends, on one
  * Redis, in one process: what each costs the client (CPU µs per operation,
@@ -23,7 +24,7 @@ interface Kind {
 }
 
 // A reply shaped like admission's: an array of numbers from a script.
-const scriptReply = `return {0, 60, 59, 1000, 100000, 99000, 1000, 0}`;
+const scriptReply = readFileSync(new URL('./lua/admission-reply.lua', import.meta.url), 'utf8');
 const value = 'x'.repeat(200);
 const chunk = JSON.stringify({ id: 'chatcmpl-1', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: 'hello there' } }] });
 
