@@ -6,6 +6,9 @@
 -- (`bull:{chat}:`), now (ms).
 -- Returns the job's priority and how many jobs of its band were waiting or on their way before it (what a priority
 -- request's lead was worth).
+-- A band's shift rewrites BullMQ's own state: a prioritized job's score is its priority times 2^32 plus BullMQ's
+-- counter, its hash's `priority` field, and the jobs taken are the list `<queue prefix>active`.
+-- Checked against BullMQ 6.7.0 (test/integration/bullmq-place-internals.test.ts pins it to the lockfile's).
 local jobId, tier, account = ARGV[1], ARGV[2], ARGV[3]
 local cost, lead = tonumber(ARGV[5]), tonumber(ARGV[6])
 local first, width = tonumber(ARGV[8]), tonumber(ARGV[9])
