@@ -14,7 +14,7 @@ export class QueueShards {
   private readonly byName = new Map<QueueName, Queue[]>();
   /** Each capped vendor's lane, by vendor. */
   private readonly lanes = new Map<string, Queue>();
-  /** Every queue above by its name, and any other asked for by name (`named`). */
+  /** Every queue above by its name, and any other asked for by name (`queueNamed`). */
   private readonly byQueueName = new Map<string, Queue>();
 
   constructor(
@@ -96,7 +96,7 @@ export class QueueShards {
    * A queue by its name, as a job's record kept it (a Message Batch's pending request): this api's own, or, for a
    * lane another process's configuration has and this one does not, one made for it once and kept.
    */
-  named(queueName: string): Queue {
+  queueNamed(queueName: string): Queue {
     let queue = this.byQueueName.get(queueName);
     if (!queue) this.byQueueName.set(queueName, (queue = new Queue(queueName, { connection: this.connection })));
     return queue;

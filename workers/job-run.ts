@@ -25,7 +25,7 @@ import { Meter, settleJob, type SettlementDeps } from './settlement.js';
 import { tierFacts, tierRule, type TierRule } from '../shared/scheduling/served-tier.js';
 import { MovedToLane, type LaneMoves } from '../shared/scheduling/lane-move.js';
 import { batchGate, isBatchJob, recordErrored, recordSucceeded, type BatchRunDeps } from './batch-run.js';
-import type { Lease, VendorLimiter } from '../shared/scheduling/vendor-slots.js';
+import type { Lease, VendorSlots } from '../shared/scheduling/vendor-slots.js';
 import type { CallContext, VendorHttp } from './vendors/types.js';
 
 export interface ProcessorDeps {
@@ -34,7 +34,7 @@ export interface ProcessorDeps {
   redis: Redis;
   catalog: Catalog;
   router: ChannelRouter;
-  limiter: VendorLimiter;
+  limiter: VendorSlots;
   cancels: CancelRegistry;
   log: Logger;
   media: MediaDeps;

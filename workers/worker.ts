@@ -18,7 +18,7 @@ import { traceJobs } from './job-tracing.js';
 import { retryDelay } from './failure-policy.js';
 import { ChannelRouter } from './channel-router.js';
 import { LaneMoves } from '../shared/scheduling/lane-move.js';
-import { VendorLimiter } from '../shared/scheduling/vendor-slots.js';
+import { VendorSlots } from '../shared/scheduling/vendor-slots.js';
 import { createBlobStore } from '../storage/create-blob-store.js';
 import { resolveUrlSecret } from '../storage/blob-urls.js';
 import { createVendorHttp } from './vendors/vendor-http.js';
@@ -161,7 +161,7 @@ export interface WorkerPool {
  * The worker's one subscription: cancels (a client gone) abort their job's vendor call, and a freed vendor slot
  * wakes the calls waiting for one at once.
  */
-export async function listenForSignals(subscriber: Redis, cancels: CancelRegistry, limiter: VendorLimiter): Promise<void> {
+export async function listenForSignals(subscriber: Redis, cancels: CancelRegistry, limiter: VendorSlots): Promise<void> {
   subscriber.on('message', (channel: string, message: string) => {
     if (channel === slotFreedChannel) limiter.slotFreed(message);
     else cancels.cancel(message);
@@ -177,7 +177,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   const redis = createRedis(config.redis, { connectionName: 'worker' });
   const subscriber = createRedis(config.redis, { connectionName: 'worker-cancel' });
   const cancels = new CancelRegistry();
-  const limiter = new VendorLimiter(redis, config);
+  const limiter = new VendorSlots(redis, config);
   await listenForSignals(subscriber, cancels, limiter);
 
   // The record: Redis's hot state is loaded from it if Redis lost it, and settled usage is written to it from here.

@@ -5,7 +5,7 @@ import { vendorLimits } from '../../shared/scheduling/index.js';
 import type { Accepted } from '../requests/endpoint-handlers.js';
 import { jobData } from '../requests/build-job.js';
 import type { EndpointRouteDeps } from '../requests/endpoint-route.js';
-import { jobQueue } from '../relay/enqueue.js';
+import { jobQueue } from '../requests/enqueue.js';
 
 /**
  * What both dialects' intakes (anthropic-intake.ts, openai-intake.ts) make of a request they have checked: the entry

@@ -61,7 +61,7 @@ export async function sweepBatch(deps: SweepDeps, batch: BatchRecord): Promise<n
       indices.map(async (index, i) => {
         const entry = entries[i]!;
         const decoded = decodeBatchEntry(entry);
-        const queue = decoded && deps.queues.named(decoded.queue);
+        const queue = decoded && deps.queues.queueNamed(decoded.queue);
         const jobId = batchRequestJobId(batch.id, index);
         const waiting = queue !== undefined && (await deps.redis.exists(queue.toKey(jobId))) === 1 ? queue : undefined;
         if (!outcome) {

@@ -22,7 +22,7 @@ import type { SpendEstimate } from '../accounts/spend.js';
 import { canonicalPath } from '../http/canonical-path.js';
 import { writeRawError } from '../http/raw-http-errors.js';
 import type { Backpressure } from '../../shared/scheduling/backpressure.js';
-import { enqueue, type Enqueued, type JobPlan } from '../relay/enqueue.js';
+import { enqueue, type Enqueued, type JobPlan } from '../requests/enqueue.js';
 import { checkModelAllowed } from '../requests/endpoint-route.js';
 import type { ModelResolver } from '../requests/model-resolver.js';
 import { SessionChannels } from './channels.js';
@@ -312,7 +312,7 @@ export class RealtimeGateway {
     // The waiting room of the realtime queue: an account past its share is refused here, before anything is reserved.
     this.deps.backpressure.admit('realtime', undefined, access.accountId, weight);
     // Its vendor's Realtime lane when the vendor's sessions are capped, else its shard of the `realtime` queue.
-    const queue = queues.named(realtimeQueueName(config, model, sessionId));
+    const queue = queues.queueNamed(realtimeQueueName(config, model, sessionId));
     const estimate = this.firstResponseEstimate(model);
     const data: RealtimeJobData = {
       requestId: sessionId,

@@ -2,7 +2,7 @@ import type { Config } from '../../shared/config.js';
 import { endpoints, type Endpoint } from '../../shared/endpoints.js';
 import type { AsyncJobRecord, GatewayJobData } from '../../shared/jobs.js';
 import type { VideoInput } from '../../shared/schemas/media-inputs.js';
-import type { AnswerMode, JobPlan } from '../relay/enqueue.js';
+import type { AnswerMode, JobPlan } from './enqueue.js';
 import type { Accepted } from './endpoint-handlers.js';
 
 

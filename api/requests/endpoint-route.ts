@@ -16,13 +16,13 @@ import { noteModel } from '../http/metrics.js';
 import { readMultipart, refusingDeletesUploads, type MultipartForm } from '../http/multipart.js';
 import { largeBodyBytes, parseBody, readJsonBody, yieldToLoop } from '../http/request-body.js';
 import { jobTraceCarrier, traceQueued } from '../http/request-tracing.js';
-import { enqueue, queueFor, type EnqueueDeps } from '../relay/enqueue.js';
+import { enqueue, queueFor, type EnqueueDeps } from './enqueue.js';
 import { reserveSpend } from '../accounts/spend.js';
 import { releaseReservation } from '../../shared/money/billing.js';
 import type { EventLogs } from '../relay/event-log.js';
 import type { HeldReplyDeps } from '../relay/held-reply.js';
-import { hold } from '../relay/hold.js';
-import type { AnswerMode } from '../relay/enqueue.js';
+import { holdForReply } from '../relay/hold-for-reply.js';
+import type { AnswerMode } from './enqueue.js';
 import type { StreamDialect } from '../relay/stream-dialects.js';
 import type { GeminiPathFields } from '../gemini/accept.js';
 import { buildJob, type JobOrigin } from './build-job.js';
@@ -121,7 +121,7 @@ export interface CheckedRequest<E extends Endpoint> {
 }
 
 /** How a request is to be served: its job built once, how it is answered, and what the cache may do with it. */
-export interface JobPlan {
+export interface ServePlan {
   job: ReturnType<typeof buildJob>;
   request: EndpointRequest;
   /** Its multipart form, whose stored files go when the request is answered without a job. */
@@ -207,7 +207,7 @@ export class ServedRequest<E extends Endpoint> {
   }
 
   /** Decides how the request is answered and builds its job once: its mode, its lane, its cache plan, its dialect. */
-  planJob({ form, bodyBytes }: ReadBody, { model, accepted }: CheckedRequest<E>): JobPlan {
+  planJob({ form, bodyBytes }: ReadBody, { model, accepted }: CheckedRequest<E>): ServePlan {
     const { row, ctx, deps, path, name, shape } = this;
     const { access, keyId, requestId } = ctx.state;
     const stream = accepted.stream ?? false;
@@ -237,7 +237,7 @@ export class ServedRequest<E extends Endpoint> {
     // What a stored answer echoes of the request it serves is this request's (api/cache/answer-echo.ts).
     // The dialect of its stream: the path's (Google's two forms), else the row's.
     const dialect: StreamDialect = accepted.dialect ?? path?.dialect ?? (speaksAnthropic(row.path) ? 'anthropic' : 'openai');
-    const served: JobPlan['served'] = { access, keyId, modelId: model.id, dialect, ...(accepted.contentType ? { contentType: accepted.contentType } : {}), echo: { job, model, config: deps.config } };
+    const served: ServePlan['served'] = { access, keyId, modelId: model.id, dialect, ...(accepted.contentType ? { contentType: accepted.contentType } : {}), echo: { job, model, config: deps.config } };
     return { job, request, stream, graceMs, mode, cache, dialect, served, form };
   }
 
@@ -247,7 +247,7 @@ export class ServedRequest<E extends Endpoint> {
   }
 
   /** A fresh stored answer, when the request opted in and one is there: answered at once, never queued. */
-  async answerFromCache(plan: JobPlan): Promise<boolean> {
+  async answerFromCache(plan: ServePlan): Promise<boolean> {
     const { cache } = plan;
     if (!cache) return false;
     cache.job.hash = cache.hash;
@@ -262,7 +262,7 @@ export class ServedRequest<E extends Endpoint> {
    * The worst case the request may cost (reserved as it is queued; settled by the worker with the actual cost), and
    * its lane's waiting room: an account past its share is refused here, before anything is reserved.
    */
-  admitToLane({ job, request }: JobPlan, { model, accepted }: CheckedRequest<E>): AdmittedRequest {
+  admitToLane({ job, request }: ServePlan, { model, accepted }: CheckedRequest<E>): AdmittedRequest {
     const { deps } = this;
     const { access } = this.ctx.state;
     const estimate = worstCase(deps.config, deps.prices, request, model.id, model.routes[0]?.vendor, accepted.promptTokens ?? 0);
@@ -277,7 +277,7 @@ export class ServedRequest<E extends Endpoint> {
    * price held: CACHE_HIT_PRICE of its own worst case), the reservation settled at the price of the answer it gets,
    * or given back when it gets none. True when it was answered so; false when it runs its own call.
    */
-  async followIdenticalCall(plan: JobPlan, admitted: AdmittedRequest): Promise<boolean> {
+  async followIdenticalCall(plan: ServePlan, admitted: AdmittedRequest): Promise<boolean> {
     const { cache, job, request, stream, served } = plan;
     if (!cache) return false;
     const { ctx, deps } = this;
@@ -325,7 +325,7 @@ export class ServedRequest<E extends Endpoint> {
    * its worst case and queues it in one round trip, then answers: held open until its reply (or streamed), or a 202
    * with the job to poll.
    */
-  async enqueueAndAnswer(plan: JobPlan, admitted: AdmittedRequest, { accepted }: CheckedRequest<E>): Promise<void> {
+  async enqueueAndAnswer(plan: ServePlan, admitted: AdmittedRequest, { accepted }: CheckedRequest<E>): Promise<void> {
     const { ctx, deps } = this;
     const { access, log } = ctx.state;
     const { job, cache, stream, graceMs, mode, dialect } = plan;
@@ -346,7 +346,7 @@ export class ServedRequest<E extends Endpoint> {
       noteEnqueued(ctx);
       if (ctx.state.trace) traceQueued(ctx.state.trace, job.data, job.queue);
       if (reply) {
-        await hold(ctx, deps, reply, admitted.queue, {
+        await holdForReply(ctx, deps, reply, admitted.queue, {
           stream,
           deadline: job.deadline,
           ...(accepted.contentType ? { contentType: accepted.contentType } : {}),

@@ -24,7 +24,7 @@ import { releaseBatchRequests, type ReleasedRequest } from './window.js';
  */
 
 /** Where a batch's requests are queued: the queue its entry names (shared/queue-shards.ts `named`). */
-export type BatchQueues = Pick<QueueShards, 'named'>;
+export type BatchQueues = Pick<QueueShards, 'queueNamed'>;
 
 /** What queuing a batch's released requests did: the indices it could not queue, and how many refused ones it recorded. */
 export interface QueuedRequests {
@@ -56,7 +56,7 @@ export async function queueReleased(redis: Redis, queues: BatchQueues, batchId: 
         out.missed.push(index);
         return;
       }
-      const queue = queues.named(entry.queue);
+      const queue = queues.queueNamed(entry.queue);
       const jobId = batchRequestJobId(batchId, index);
       const { priority } = await placeJob(redis, queue, jobId, entry.data.claim);
       let list = byQueue.get(queue);

@@ -44,9 +44,9 @@ export const bandStart = (tier: BacklogTier) => (tier === 'flex' || tier === 'ba
 
 /**
  * A tagged job's place in its band is its start tag plus this room (less a priority request's lead, at most this):
- * the first tagged place of a band is `bandStart(tier) + leadRoom` (as in lua/fair.lua).
+ * the first tagged place of a band is `bandStart(tier) + maxPriorityLead` (as in lua/fair.lua).
  */
-export const leadRoom = 2 ** 16;
+export const maxPriorityLead = 2 ** 16;
 
 /** Tokens per unit of cost in the tags: a request reserving fewer costs one unit. */
 export const tokensPerUnit = 256;

@@ -1,28 +1,41 @@
 /**
- * The scheduler: who gets in, in what order, in which tier, on which lane. A newcomer's map:
+ * The scheduler: who gets in, in what order, in which tier, on which lane, and when a vendor call may start. Every
+ * step a request's job passes, in order, and the one file that decides it:
  *
- * - admission.ts  Each lane's waiting room (QUEUE_MAX_WAITING_<QUEUE>) is shared out among the accounts waiting in
- *                 it by weight, with a floor: a flood is refused 429 to the flooder, never to a quiet account. The
- *                 api checks it from counts it refreshes every 200 ms (shared/scheduling/backpressure.ts), no round trip.
- * - tiers.ts      The tier a request is queued in: what it asks for where an admin granted it to its account
- *                 (`priority` only when granted), else `default` or a 403, as configured.
- * - fair-queue.ts The order within a lane: two bands (interactive, then flex), and within a band start-time fair
- *                 queueing by account, weighted, counted in reserved tokens; priority as a bounded lead. Also the
- *                 backlog count admission reads: every job counted as placed and uncounted exactly once, a
- *                 periodic recount repairing drift. Its Redis scripts are in lua/.
- * - lanes.ts      A capped vendor's jobs wait in a lane of their own, so its backlog never holds a worker slot
- *                 another vendor needs; the lanes served are registered in Redis, and a lane nobody serves any
- *                 more is drained at a default by the workers and reported.
+ *  1. Its tier.          service-tier.ts reads the tier asked (`service_tier`, its aliases); tiers.ts grants it:
+ *                        `priority` only where an admin granted it to the account, else `default` (or a 403, as
+ *                        configured). The api's `ServedRequest.validate` applies it before anything reads the tier.
+ *  2. Its lane.          lanes.ts `laneOf`: a capped vendor's requests wait in a lane of their own, so its backlog never
+ *                        holds a worker slot another vendor needs; every other request in its capability's shared lane.
+ *  3. Its waiting room.  admission.ts shares each lane's room (QUEUE_MAX_WAITING_<QUEUE>) among the accounts waiting in
+ *                        it by weight, with a floor: a flood is refused 429 to the flooder, never to a quiet account.
+ *                        backpressure.ts keeps the counts it reads (every 200 ms, no round trip per request) and whether
+ *                        a lane is contended.
+ *  4. Its money.         shared/money/ (reserve.lua): the key's rate limits, its limit and the balance checked and the
+ *                        worst case reserved, in the same round trip as the next step. Not the scheduler's: named here
+ *                        because a refused reservation queues nothing.
+ *  5. Its place.         fair-queue.ts `placeJob` (lua/place.lua): its band (interactive, or flex below it) and, within
+ *                        it, start-time fair queueing by account, weighted, counted in reserved tokens; a priority
+ *                        request a bounded lead. The job is added to BullMQ with that priority and counted in the
+ *                        backlog the waiting room reads.
+ *  6. Its take.          A worker takes the job in priority order (BullMQ) and reports it: fair-queue.ts
+ *                        `leaveBacklog` (lua/leave.lua) uncounts it and moves its band's virtual time to its tag. A job
+ *                        removed before it ran is uncounted and its account given its cost back; a job coming back (a
+ *                        retry, a vendor's 429 put back, a stalled job) returns to its band's head (`backToBandHead`).
+ *  7. Its lane again.    The worker's channel router may fall back to a model another vendor serves: lane-move.ts moves
+ *                        the job to that vendor's lane, placed again there, and leaves a stub the api follows.
+ *  8. Its vendor slot.   vendor-slots.ts (lua/vendor-acquire.lua, -release, -renew): at most <VENDOR>_MAX_CONCURRENCY
+ *                        calls in flight and <VENDOR>_RPM started per minute across every worker, leases that free
+ *                        themselves when a worker dies, starts paced apart while every slot is taken (a priority
+ *                        request is not paced). This is where a job waits once a worker holds it.
+ *  9. Its served tier.   served-tier.ts: the tier it was served in (the vendor's word where the vendor sells tiers, else
+ *                        what its band gave it), which its answer says and settlement bills.
  *
- * The path of a request: the api resolves its tier (tiers.ts), checks its account's share of its lane's room
- * (admission.ts), then places the job (fair-queue.ts `placeJob`, in the same round trip as its reservation) and adds
- * it with that priority. A worker taking it reports it (`leaveBacklog` with its key: the band's virtual time moves to its
- * tag); a job removed before it ran is uncounted and its account given its cost back (`removeWaitingJob`, or
- * `leaveBacklog` without a key). A job coming back (a retry, a vendor's 429 put back, a stalled job) returns to its
- * band's head: it has had its turn. What it is billed and echoed as is the tier it was served in
- * (shared/scheduling/served-tier.ts). docs/scaling.md says what each knob does.
+ * Kept in the background: lane-keeper.ts registers the lanes each worker serves and drains, at `default`, a lane
+ * nobody serves any more (reported by the api in `/readyz`); fair-queue.ts `recount` uncounts jobs whose leaving was
+ * lost. The Redis scripts are in lua/, declared once in scripts.ts. docs/scaling.md says what each knob does.
  */
 export { accountShare, shareExceeded, type WaitingRoom } from './admission.js';
-export { backToBandHead, bandStart, bandWidth, costUnits, leaveBacklog, leadRoom, maxWeight, minWeight, placeJob, readBacklog, readBacklogAndWeights, recount, removeWaitingJob, tokensPerUnit, type BacklogTier, type FairClaim, type Placed } from './fair-queue.js';
+export { backlogField, backToBandHead, bandStart, bandWidth, costUnits, leaveBacklog, maxPriorityLead, maxWeight, minWeight, placeJob, readBacklog, readBacklogAndWeights, recount, removeWaitingJob, tokensPerUnit, type BacklogTier, type FairClaim, type Placed } from './fair-queue.js';
 export { announceLanes, cappedVendors, knowLanes, laneEntryMs, laneHeartbeatMs, laneOf, ratePace, readLanes, vendorLimits, type LaneServer, type StrandedLane, type VendorLimits } from './lanes.js';
 export { grantedTier } from './tiers.js';

@@ -58,7 +58,7 @@ interface VendorLine {
   kick?: () => void;
 }
 
-export class VendorLimiter {
+export class VendorSlots {
     private readonly limits = new Map<string, VendorLimits>();
   private readonly lines = new Map<string, VendorLine>();
   /** Without freed-slot messages (no subscriber wired), waiters fall back to short polls. */

@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { Queue, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { createRedis } from '../../shared/redis.js';
-import { bandStart, bandWidth, leadRoom, placeJob } from '../../shared/scheduling/index.js';
+import { bandStart, bandWidth, maxPriorityLead, placeJob } from '../../shared/scheduling/index.js';
 import { fairKeys } from '../../shared/redis-keys.js';
 import { freshRedis, waitFor } from '../support/gateway.js';
 
@@ -60,7 +60,7 @@ describe("the BullMQ internals place.lua rewrites, pinned to the lockfile's Bull
     const prefix = queue.toKey('');
     // Placed as the api places a job, then added with that priority.
     const placed = await placeJob(redis, queue, 'job-a', { accountId: 'acct_a', weight: 1, tokens: 512, tier: 'default', contended: true });
-    assert.ok(placed.priority >= bandStart('default') + leadRoom && placed.priority < bandStart('default') + bandWidth);
+    assert.ok(placed.priority >= bandStart('default') + maxPriorityLead && placed.priority < bandStart('default') + bandWidth);
     await queue.add('chat', { n: 1 }, { jobId: 'job-a', priority: placed.priority });
     const score = Number(await redis.zscore(queue.keys.prioritized!, 'job-a'));
     assert.equal(Math.floor(score / 2 ** 32), placed.priority, "the score's high bits are the priority");

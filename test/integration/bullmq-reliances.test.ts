@@ -10,7 +10,7 @@ import { capabilityLoops, fetchLoopOptions } from '../../workers/worker.js';
 import { StartingWorker } from '../../workers/starting-worker.js';
 import { isFinalFailure, queueSignal, runsNoMore } from '../../workers/failure-policy.js';
 import { decodeAsyncJobFailure } from '../../shared/async-job-failure.js';
-import { backToBandHead, bandStart, leadRoom } from '../../shared/scheduling/index.js';
+import { backToBandHead, bandStart, maxPriorityLead } from '../../shared/scheduling/index.js';
 import { freshRedis, waitFor } from '../support/gateway.js';
 
 /*
@@ -70,7 +70,7 @@ describe('what the gateway relies on in BullMQ', () => {
     const chat = queue('{reliance-gate}');
     await chat.waitUntilReady();
     const jobId = 'req_refused';
-    // As api/relay/enqueue.ts sends them: the gated reservation and the add in the same turn, on one connection.
+    // As api/requests/enqueue.ts sends them: the gated reservation and the add in the same turn, on one connection.
     const [outcome, added] = await Promise.all([
       reserve(redis, { requestId: jobId, keyId: 'key_missing', accountId: 'acct_missing', micros: 10, tokens: 1, deadline: Date.now() + 60_000, gate: chat.toKey(jobId) }, {}),
       chat.add('chat', { n: 1 }, { jobId }),
@@ -186,12 +186,12 @@ describe('what the gateway relies on in BullMQ', () => {
     const name = '{reliance-stalled-band}';
     const chat = queue(name);
     // A flex job, taken by a worker that dies without a word.
-    await chat.add('chat', { serviceTier: 'flex' }, { jobId: 'flex-stalls', priority: bandStart('flex') + leadRoom });
+    await chat.add('chat', { serviceTier: 'flex' }, { jobId: 'flex-stalls', priority: bandStart('flex') + maxPriorityLead });
     const dying = new Worker(name, null, { connection: redis, lockDuration: 1000 });
     assert.equal((await dying.getNextJob('dead-token'))?.id, 'flex-stalls');
     await dying.close();
     // Meanwhile interactive work waits, prioritized.
-    await chat.add('chat', { serviceTier: 'default' }, { jobId: 'default-waits', priority: bandStart('default') + leadRoom });
+    await chat.add('chat', { serviceTier: 'default' }, { jobId: 'default-waits', priority: bandStart('default') + maxPriorityLead });
     const checker = new Worker(name, async () => undefined, { connection: redis, ...fetchLoopOptions(config, 1, 0), autorun: false });
     closing.push(checker);
     let stalls = 0;

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
 import pino from 'pino';
-import { enqueue, queueFor, type JobPlan } from '../../api/relay/enqueue.js';
+import { enqueue, queueFor, type JobPlan } from '../../api/requests/enqueue.js';
 import { Backpressure } from '../../shared/scheduling/backpressure.js';
 import type { KeyAccess } from '../../shared/accounts.js';
 import { loadConfig } from '../../shared/config.js';
@@ -13,7 +13,7 @@ import { QueueShards } from '../../shared/queue-shards.js';
 import { queueNames } from '../../shared/queues.js';
 import { freshRedis } from '../support/gateway.js';
 
-/** The api's enqueue (`api/relay/enqueue.ts`): the reservation and the add, on a real Redis and real BullMQ queues. */
+/** The api's enqueue (`api/requests/enqueue.ts`): the reservation and the add, on a real Redis and real BullMQ queues. */
 
 let redis: Redis;
 let queues: QueueShards;

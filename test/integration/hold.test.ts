@@ -9,7 +9,7 @@ import { Redis } from 'ioredis';
 import Koa from 'koa';
 import pino from 'pino';
 import { envelope } from '../../api/http/envelope.js';
-import { hold } from '../../api/relay/hold.js';
+import { holdForReply } from '../../api/relay/hold-for-reply.js';
 import { ReplyHub } from '../../api/relay/reply-hub.js';
 import { loadConfig } from '../../shared/config.js';
 import { QueueShards } from '../../shared/queue-shards.js';
@@ -19,7 +19,7 @@ import { ReplyPublisher } from '../../workers/reply-publisher.js';
 import { freshRedis } from '../support/gateway.js';
 
 /**
- * The api's hold (`api/relay/hold.ts`): a client held open for its queued job's answer, on a real Redis and a real
+ * The api's hold (`api/relay/hold-for-reply.ts`): a client held open for its queued job's answer, on a real Redis and a real
  * BullMQ queue, answered by the worker's own publisher. No worker runs: the tests publish as one would.
  */
 
@@ -55,7 +55,7 @@ before(async () => {
         await new ReplyPublisher(redis, hub.channel, jobId, { stream: false }).done('{"early":true}');
         await sleep(100);
       }
-      await hold(ctx, { config, redis, hub, queues: new QueueShards(redis, {} as Record<QueueName, number>, [], []) }, expected, queue, {
+      await holdForReply(ctx, { config, redis, hub, queues: new QueueShards(redis, {} as Record<QueueName, number>, [], []) }, expected, queue, {
         stream,
         deadline: Date.now() + Number(ctx.query.ms ?? 10_000),
         notes: { firstChunk: () => undefined, failed: () => undefined },

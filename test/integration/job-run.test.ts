@@ -31,7 +31,7 @@ import { ChannelRouter } from '../../workers/channel-router.js';
 import { createProcessor } from '../../workers/job-run.js';
 import { OverrunReport } from '../../workers/overrun-report.js';
 import { StartingWorker } from '../../workers/starting-worker.js';
-import { VendorLimiter } from '../../shared/scheduling/vendor-slots.js';
+import { VendorSlots } from '../../shared/scheduling/vendor-slots.js';
 import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
 import { fetchLoopOptions, listenForSignals } from '../../workers/worker.js';
 import { cleanupsAfter } from '../support/cleanups.js';
@@ -85,7 +85,7 @@ describe('a job run (workers/job-run.ts) on a real queue', () => {
     const vendorHttp = createVendorHttp(config);
     cleanups.defer(() => vendorHttp.close());
     const cancels = new CancelRegistry();
-    const limiter = new VendorLimiter(workerRedis, config);
+    const limiter = new VendorSlots(workerRedis, config);
     await listenForSignals(cancelSubscriber, cancels, limiter);
     const catalog = loadCatalog(config.catalogFile);
     const router = new ChannelRouter(workerRedis, catalog, log, config);

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { Queue, Worker, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { createRedis } from '../../shared/redis.js';
-import { bandStart, bandWidth, leaveBacklog, leadRoom, placeJob, readBacklog, recount, tokensPerUnit, type FairClaim } from '../../shared/scheduling/index.js';
+import { bandStart, bandWidth, leaveBacklog, maxPriorityLead, placeJob, readBacklog, recount, tokensPerUnit, type FairClaim } from '../../shared/scheduling/index.js';
 import { recountLockKey } from '../../shared/redis-keys.js';
 import { freshRedis, waitFor } from '../support/gateway.js';
 
@@ -115,7 +115,7 @@ describe('the fair queue', () => {
     for (let i = 0; i < 10; i++) await add(q, claim('acct_flex', 'flex'), `flex-${i}`);
     for (let i = 0; i < 10; i++) await add(q, claim('acct_default', 'default'), `default-${i}`);
     const priorityTag = await add(q, claim('acct_priority', 'priority', 1, 1000, 16 * tokensPerUnit), 'priority-0');
-    assert.equal(priorityTag, bandStart('priority') + leadRoom - 16, 'an idle account\'s priority request starts its lead ahead of the band\'s virtual time');
+    assert.equal(priorityTag, bandStart('priority') + maxPriorityLead - 16, 'an idle account\'s priority request starts its lead ahead of the band\'s virtual time');
     const served = await serve(q, 21);
     assert.equal(served[0], 'priority-0');
     assert.deepEqual(served.slice(1, 11).every((label) => label.startsWith('default-')), true, served.join(' '));
@@ -137,8 +137,8 @@ describe('the fair queue', () => {
     await serve(q, 20);
     const first = await add(q, claim('acct_late'), 'late');
     const second = await add(q, claim('acct_early'), 'early-again');
-    assert.equal(first, bandStart('default') + leadRoom, 'the empty band starts at its first tagged place');
-    assert.equal(second, bandStart('default') + leadRoom, 'the account served before starts level with the new one');
+    assert.equal(first, bandStart('default') + maxPriorityLead, 'the empty band starts at its first tagged place');
+    assert.equal(second, bandStart('default') + maxPriorityLead, 'the account served before starts level with the new one');
   });
 
   it('shifts a busy band down before its tags outgrow it, keeping the order of what waits', async () => {
@@ -154,14 +154,14 @@ describe('the fair queue', () => {
       await leaveBacklog(redis, q.name, job.id!, q.toKey(job.id!));
       await q.remove(job.id!);
     }
-    const virtual = taken[1]!.priority - bandStart('default') - leadRoom;
+    const virtual = taken[1]!.priority - bandStart('default') - maxPriorityLead;
     assert.ok(virtual >= bandWidth / 4, 'the virtual time is past a quarter of the band');
     const waiting = (await q.getJobs(['prioritized']))[0]!;
     assert.equal(waiting.data.label, 'huge-2');
     const next = await add(q, claim('acct_next'), 'next');
     const shifted = (await q.getJob(waiting.id!))!;
     assert.equal(shifted.priority, waiting.priority - virtual, 'the waiting job was shifted down by the virtual time, score and job alike');
-    assert.equal(next, bandStart('default') + leadRoom, 'the newcomer starts at the virtual time, now the band’s start');
+    assert.equal(next, bandStart('default') + maxPriorityLead, 'the newcomer starts at the virtual time, now the band’s start');
     // The huge job starts after the one before it finishes (a third of the band later); the newcomer starts now.
     assert.deepEqual(await serve(q, 2), ['next', 'huge-2'], 'each is served by its start tag after the shift');
   });
@@ -170,7 +170,7 @@ describe('the fair queue', () => {
     const q = queue();
     const cost = Math.ceil(0.3 * bandWidth);
     for (let i = 0; i < 4; i++) await add(q, claim('acct_big', 'default', 1, cost * tokensPerUnit), `big-${i}`);
-    const first = bandStart('default') + leadRoom;
+    const first = bandStart('default') + maxPriorityLead;
     const byLabel = async () => new Map((await q.getJobs(['prioritized', 'active'])).map((job) => [job.data.label as string, job]));
     // big-0 and big-1 taken and started: the virtual time is big-1's tag, past a quarter of the band.
     for (const label of ['big-0', 'big-1']) {

@@ -9,7 +9,7 @@
 --   KEYS[9]           the weights of the accounts that wait (hash: account -> weight)
 -- A tagged job's slot in its band is its start tag plus this room, less its lead: a priority request may start up to
 -- this far ahead of the band's virtual time (a job untagged, where nothing waited, goes to the band's head, slot 0).
-local leadRoom = 65536
+local maxPriorityLead = 65536
 
 local function bandKeys(tier)
   -- A batch's requests wait in the flex band (counted apart: `batch|account`).

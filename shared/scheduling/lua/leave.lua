@@ -14,6 +14,6 @@ local width = tonumber(ARGV[5])
 local priority = tonumber(redis.call('HGET', ARGV[2], 'priority') or '0')
 if priority < first or priority >= first + width then return 1 end
 local _, clock = bandKeys(tier)
-local tag = priority - first - leadRoom
+local tag = priority - first - maxPriorityLead
 if tag > tonumber(redis.call('GET', clock) or '0') then redis.call('SET', clock, tag) end
 return 1

@@ -60,6 +60,6 @@ local start = math.max(virtual, finish)
 redis.call('HSET', tags, account, start + cost)
 redis.call('PEXPIRE', tags, 86400000)
 -- A priority job starts `lead` ahead of its place: its account still pays the cost.
-local slot = math.floor(leadRoom + start - math.min(lead, leadRoom))
+local slot = math.floor(maxPriorityLead + start - math.min(lead, maxPriorityLead))
 if slot > width - 1 then slot = width - 1 end
 return { first + slot, before }

@@ -32,7 +32,7 @@ export interface HoldOptions {
  * channel until the answer, the deadline, the client leaving or a forced
  * shutdown. A job the client's leaving removed before it ran is abandoned.
  */
-export async function hold(ctx: GatewayContext, deps: HeldReplyDeps, expected: ExpectedReply, queue: Queue, options: HoldOptions): Promise<void> {
+export async function holdForReply(ctx: GatewayContext, deps: HeldReplyDeps, expected: ExpectedReply, queue: Queue, options: HoldOptions): Promise<void> {
   const { log } = ctx.state;
   const reply = !options.stream
     ? new BodyReply(ctx, deps, expected, queue, log, options.contentType)

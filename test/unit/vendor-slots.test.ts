@@ -2,11 +2,11 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
 import { loadConfig } from '../../shared/config.js';
-import { VendorLimiter } from '../../shared/scheduling/vendor-slots.js';
+import { VendorSlots } from '../../shared/scheduling/vendor-slots.js';
 import { freshRedis } from '../support/gateway.js';
 
 // Against a real Redis: the limiter is a Lua script, and its point is to hold across processes.
-describe('VendorLimiter', () => {
+describe('VendorSlots', () => {
   let redis: Redis;
 
   before(async () => {
@@ -18,7 +18,7 @@ describe('VendorLimiter', () => {
   const never = new AbortController().signal;
 
   it('costs nothing for a vendor without limits', async () => {
-    const limiter = new VendorLimiter(redis, loadConfig({}));
+    const limiter = new VendorSlots(redis, loadConfig({}));
     const lease = await limiter.acquire('openai', Date.now() + 1000, never);
     await lease.release();
     assert.equal(await redis.exists('sy:limit:{openai}:inflight'), 0);
@@ -26,8 +26,8 @@ describe('VendorLimiter', () => {
 
   it('holds the concurrency cap across limiter instances (processes) and lets a waiter in on release', async () => {
     const env = { OPENAI_MAX_CONCURRENCY: '2' };
-    const a = new VendorLimiter(redis, loadConfig(env));
-    const b = new VendorLimiter(redis, loadConfig(env));
+    const a = new VendorSlots(redis, loadConfig(env));
+    const b = new VendorSlots(redis, loadConfig(env));
     const first = await a.acquire('openai', Date.now() + 5000, never);
     const second = await b.acquire('openai', Date.now() + 5000, never);
     let thirdIn = false;
@@ -47,7 +47,7 @@ describe('VendorLimiter', () => {
   it('frees the slot of a dead holder once its lease runs out', async () => {
     // A worker killed mid-call leaves its lease behind and never renews it.
     await redis.zadd('sy:limit:{xai}:inflight', Date.now() + 300, 'lease-of-a-dead-worker');
-    const limiter = new VendorLimiter(redis, loadConfig({ XAI_MAX_CONCURRENCY: '1' }), 300);
+    const limiter = new VendorSlots(redis, loadConfig({ XAI_MAX_CONCURRENCY: '1' }), 300);
     const started = Date.now();
     const lease = await limiter.acquire('xai', Date.now() + 5000, never);
     assert.ok(Date.now() - started >= 200, 'waited for the stale lease to expire');
@@ -55,7 +55,7 @@ describe('VendorLimiter', () => {
   });
 
   it('renews a long call so its slot is not taken while it runs', async () => {
-    const limiter = new VendorLimiter(redis, loadConfig({ DEEPSEEK_MAX_CONCURRENCY: '1' }), 300);
+    const limiter = new VendorSlots(redis, loadConfig({ DEEPSEEK_MAX_CONCURRENCY: '1' }), 300);
     const long = await limiter.acquire('deepseek', Date.now() + 5000, never);
     await new Promise((r) => setTimeout(r, 700));
     await assert.rejects(
@@ -67,7 +67,7 @@ describe('VendorLimiter', () => {
   });
 
   it('counts calls per rolling minute and waits (bounded by the deadline) past the RPM', async () => {
-    const limiter = new VendorLimiter(redis, loadConfig({ GEMINI_RPM: '3' }));
+    const limiter = new VendorSlots(redis, loadConfig({ GEMINI_RPM: '3' }));
     for (let i = 0; i < 3; i++) await (await limiter.acquire('google', Date.now() + 1000, never)).release();
     const started = Date.now();
     await assert.rejects(
@@ -79,7 +79,7 @@ describe('VendorLimiter', () => {
   });
 
   it('wakes a waiter when a release is announced, and still gets in when the announcement was missed', async () => {
-    const limiter = new VendorLimiter(redis, loadConfig({ MOCK_MAX_CONCURRENCY: '1' }));
+    const limiter = new VendorSlots(redis, loadConfig({ MOCK_MAX_CONCURRENCY: '1' }));
     limiter.listening(); // as in a worker, whose subscriber forwards freed-slot messages
     const held = await limiter.acquire('mock', Date.now() + 5000, never);
     const woken = limiter.acquire('mock', Date.now() + 5000, never);
@@ -97,7 +97,7 @@ describe('VendorLimiter', () => {
   });
 
   it('stops waiting when the client leaves', async () => {
-    const limiter = new VendorLimiter(redis, loadConfig({ ANTHROPIC_MAX_CONCURRENCY: '1' }));
+    const limiter = new VendorSlots(redis, loadConfig({ ANTHROPIC_MAX_CONCURRENCY: '1' }));
     const held = await limiter.acquire('anthropic', Date.now() + 5000, never);
     const controller = new AbortController();
     const waiting = limiter.acquire('anthropic', Date.now() + 5000, controller.signal);
@@ -108,7 +108,7 @@ describe('VendorLimiter', () => {
 
   it('keeps a moving average of call times and, only while every slot is taken, spreads starts over it', async () => {
     const config = { ...loadConfig({ BFL_MAX_CONCURRENCY: '2' }), vendorPace: 0.85 };
-    const limiter = new VendorLimiter(redis, config);
+    const limiter = new VendorSlots(redis, config);
     // Two calls of about 200 ms: the average is kept beside the leases.
     const [a, b] = await Promise.all([limiter.acquire('bfl', Date.now() + 5000, never), limiter.acquire('bfl', Date.now() + 5000, never)]);
     await new Promise((r) => setTimeout(r, 200));
@@ -136,7 +136,7 @@ describe('VendorLimiter', () => {
   });
 
   it('paces nothing with VENDOR_PACE_PERCENT=0', async () => {
-    const limiter = new VendorLimiter(redis, { ...loadConfig({ BFL_MAX_CONCURRENCY: '1' }), vendorPace: 0 });
+    const limiter = new VendorSlots(redis, { ...loadConfig({ BFL_MAX_CONCURRENCY: '1' }), vendorPace: 0 });
     await redis.hset('sy:limit:{bfl}:pace', 'avg', 10_000, 'busy', Date.now() + 60_000, 'last', Date.now());
     const held = await limiter.acquire('bfl', Date.now() + 5000, never);
     await held.release();
@@ -147,7 +147,7 @@ describe('VendorLimiter', () => {
   });
 
   it('gives a freed slot to the best-ranked waiter of the process, not the first to wait', async () => {
-    const limiter = new VendorLimiter(redis, { ...loadConfig({ BFL_MAX_CONCURRENCY: '1' }), vendorPace: 0 });
+    const limiter = new VendorSlots(redis, { ...loadConfig({ BFL_MAX_CONCURRENCY: '1' }), vendorPace: 0 });
     limiter.listening();
     const held = await limiter.acquire('bfl', Date.now() + 5000, never);
     const order: string[] = [];
