@@ -17,13 +17,7 @@ import type { TierRule } from '../shared/scheduling/served-tier.js';
  * Stores a response object over its record only while the record exists: a
  * response deleted while it ran is not brought back by its end.
  */
-const storeScript = redisScript({
-  reply: as<number>(),
-  name: 'response_store',
-  files: luaFiles(import.meta.url, 'store-response'),
-  keys: ['record'],
-  args: ['response', 'ttlSeconds'],
-});
+const storeScript = redisScript({ name: 'response_store', files: luaFiles(import.meta.url, 'store-response'), keys: ['record'], args: ['response', 'ttlSeconds'], reply: as<number>() });
 
 /**
  * One `responses` job: the model's chat adapter streams the answer events,

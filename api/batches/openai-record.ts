@@ -129,13 +129,7 @@ export async function renewValidation(redis: Redis, batchId: string): Promise<vo
  * Ends a validating batch `failed` (lua/fail-validation.lua, which names this dialect's fields as `field` does: the
  * Lua cannot import them) and lets go of its validation's lease; true when it did.
  */
-const failValidationScript = redisScript({
-  reply: (failed: number) => failed === 1,
-  name: 'openai_batch_fail_validation',
-  files: luaFiles(import.meta.url, 'fail-validation'),
-  keys: ['batch', 'lease'],
-  args: ['nowMs', 'errors', 'keepMs'],
-});
+const failValidationScript = redisScript({ reply: (failed: number) => failed === 1, name: 'openai_batch_fail_validation', files: luaFiles(import.meta.url, 'fail-validation'), keys: ['batch', 'lease'], args: ['nowMs', 'errors', 'keepMs'] });
 
 /** Ends a validating batch `failed`, with the errors that name why; nothing when it is no longer validating. */
 export async function failValidation(redis: Redis, batchId: string, errors: readonly BatchLineError[], keepMs: number): Promise<boolean> {
@@ -155,13 +149,7 @@ export async function noteFinalizing(redis: Redis, batchId: string): Promise<voi
 }
 
 /** Sets fields of a batch only while it is there (lua/note-final.lua). */
-const noteFinalScript = redisScript({
-  reply: as<number>(),
-  name: 'openai_batch_note_final',
-  files: luaFiles(import.meta.url, 'note-final'),
-  keys: ['batch'],
-  args: ['fields'],
-});
+const noteFinalScript = redisScript({ name: 'openai_batch_note_final', files: luaFiles(import.meta.url, 'note-final'), keys: ['batch'], args: ['fields'], reply: as<number>() });
 
 /** Its final status and files, once written: it leaves the open batches. */
 export async function noteFinal(redis: Redis, batchId: string, final: Exclude<FinalStatus, 'failed'>, files: { output?: { id: string; name: string }; error?: { id: string; name: string } }): Promise<void> {
@@ -182,13 +170,7 @@ export function spilledOf(batch: BatchRecord): { parts: number; through: string 
  * Notes a part written out and trims the results it holds from the stream, in one step (lua/spilled.lua, which
  * names the `parts` fields as `field` does); true when noted.
  */
-const spilledScript = redisScript({
-  reply: (noted: number) => noted === 1,
-  name: 'openai_batch_spilled',
-  files: luaFiles(import.meta.url, 'spilled'),
-  keys: ['batch', 'results'],
-  args: ['partsBefore', 'through', 'trimFrom'],
-});
+const spilledScript = redisScript({ reply: (noted: number) => noted === 1, name: 'openai_batch_spilled', files: luaFiles(import.meta.url, 'spilled'), keys: ['batch', 'results'], args: ['partsBefore', 'through', 'trimFrom'] });
 
 /** The stream id just after `id` (`ms-seq`): the first one a trim to it keeps. */
 const nextStreamId = (id: string) => {

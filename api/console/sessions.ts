@@ -109,22 +109,10 @@ export const defaultThrottle: ThrottleLimits = { perEmail: 5, perIp: 20, windowS
  * Takes one sign-in attempt for every counter, or none (`lua/take-attempt.lua`): 0 when it may run, else the seconds
  * until the first full counter's window ends. Each counter's limit goes in the order of the counters.
  */
-const takeAttemptScript = redisScript({
-  reply: as<number>(),
-  name: 'signin_take_attempt',
-  files: luaFiles(import.meta.url, 'take-attempt'),
-  keys: ['counters'],
-  args: ['windowSeconds', 'limits'],
-});
+const takeAttemptScript = redisScript({ name: 'signin_take_attempt', files: luaFiles(import.meta.url, 'take-attempt'), keys: ['counters'], args: ['windowSeconds', 'limits'], reply: as<number>() });
 
 /** Gives an attempt back (it succeeded): every counter down by one, never below zero. */
-const giveBackScript = redisScript({
-  reply: as<number>(),
-  name: 'signin_give_back',
-  files: luaFiles(import.meta.url, 'give-back'),
-  keys: ['counters'],
-  args: [],
-});
+const giveBackScript = redisScript({ name: 'signin_give_back', files: luaFiles(import.meta.url, 'give-back'), keys: ['counters'], args: [], reply: as<number>() });
 
 /**
  * Sign-in attempts counted per email (whether or not an account has it, so

@@ -11,64 +11,22 @@ const files = (name: string) => luaFiles(import.meta.url, 'money', name);
 export type AdmissionVerdict = number[];
 
 /** Checks rate limits, the key's limit and the balance, and reserves the worst case: `reserve()`. */
-export const reserveScript = redisScript({
-  reply: as<AdmissionVerdict>(),
-  name: 'money_reserve',
-  files: files('reserve'),
-  keys: ['bill', 'deadlines', 'gate', 'settled'],
-  args: ['requestId', 'micros', 'tokens', 'nowMs', 'deadlineMs', 'keyId', 'keyLimitMicros', 'rpm', 'tpm', 'gated', 'deadlineMember'],
-});
+export const reserveScript = redisScript({ name: 'money_reserve', files: files('reserve'), keys: ['bill', 'deadlines', 'gate', 'settled'], args: ['requestId', 'micros', 'tokens', 'nowMs', 'deadlineMs', 'keyId', 'keyLimitMicros', 'rpm', 'tpm', 'gated', 'deadlineMember'], reply: as<AdmissionVerdict>() });
 
 /** Replaces a reservation by the actual cost once per request id, and appends the usage entry: `settle()`. */
-export const settleScript = redisScript({
-  reply: as<[applied: number, reservedMicros: number]>(),
-  name: 'money_settle',
-  files: files('settle'),
-  keys: ['settled', 'bill', 'deadlines', 'usageStream'],
-  args: ['requestId', 'micros', 'tokens', 'nowMs', 'keyId', 'streamMaxLength', 'keepSettledS', 'usage', 'deadlineMember'],
-});
+export const settleScript = redisScript({ name: 'money_settle', files: files('settle'), keys: ['settled', 'bill', 'deadlines', 'usageStream'], args: ['requestId', 'micros', 'tokens', 'nowMs', 'keyId', 'streamMaxLength', 'keepSettledS', 'usage', 'deadlineMember'], reply: as<[applied: number, reservedMicros: number]>() });
 
 /** Admits and settles at once a request whose price is known before it is served (a cache hit): `charge()`. */
-export const chargeScript = redisScript({
-  reply: as<AdmissionVerdict>(),
-  name: 'money_charge',
-  files: files('charge'),
-  keys: ['bill', 'settled', 'usageStream'],
-  args: ['requestId', 'micros', 'nowMs', 'keyId', 'keyLimitMicros', 'rpm', 'streamMaxLength', 'keepSettledS', 'usage'],
-});
+export const chargeScript = redisScript({ name: 'money_charge', files: files('charge'), keys: ['bill', 'settled', 'usageStream'], args: ['requestId', 'micros', 'nowMs', 'keyId', 'keyLimitMicros', 'rpm', 'streamMaxLength', 'keepSettledS', 'usage'], reply: as<AdmissionVerdict>() });
 
 /** Gives back a reservation nothing will settle: `releaseReservation()`. */
-export const releaseScript = redisScript({
-  reply: as<number>(),
-  name: 'money_release',
-  files: files('release'),
-  keys: ['bill', 'deadlines', 'settled'],
-  args: ['requestId', 'deadlineMember'],
-});
+export const releaseScript = redisScript({ name: 'money_release', files: files('release'), keys: ['bill', 'deadlines', 'settled'], args: ['requestId', 'deadlineMember'], reply: as<number>() });
 
 /** Applies one ledger entry to the account's bill, idempotently: the account store's credit. */
-export const creditScript = redisScript({
-  reply: as<[status: number, balance: number]>(),
-  name: 'money_credit',
-  files: files('credit'),
-  keys: ['bill'],
-  args: ['credits', 'ledgerId', 'amount'],
-});
+export const creditScript = redisScript({ name: 'money_credit', files: files('credit'), keys: ['bill'], args: ['credits', 'ledgerId', 'amount'], reply: as<[status: number, balance: number]>() });
 
 /** Opens an account's bill, or sets whether it is unlimited. */
-export const openBillScript = redisScript({
-  reply: as<number>(),
-  name: 'money_open_bill',
-  files: files('open-bill'),
-  keys: ['bill'],
-  args: ['accountId', 'unlimited'],
-});
+export const openBillScript = redisScript({ name: 'money_open_bill', files: files('open-bill'), keys: ['bill'], args: ['accountId', 'unlimited'], reply: as<number>() });
 
 /** Settles one Realtime response and renews the session's reservation for the next: `settleRealtimeResponse()`. */
-export const realtimeSettleScript = redisScript({
-  reply: as<[applied: number, renewed: number]>(),
-  name: 'money_realtime_settle',
-  files: files('realtime-settle'),
-  keys: ['settled', 'bill', 'deadlines', 'usageStream'],
-  args: ['sessionRequestId', 'micros', 'keyId', 'streamMaxLength', 'keepSettledS', 'usage', 'deadlineMember', 'nextMicros', 'nextDeadlineMs', 'keyLimitMicros'],
-});
+export const realtimeSettleScript = redisScript({ name: 'money_realtime_settle', files: files('realtime-settle'), keys: ['settled', 'bill', 'deadlines', 'usageStream'], args: ['sessionRequestId', 'micros', 'keyId', 'streamMaxLength', 'keepSettledS', 'usage', 'deadlineMember', 'nextMicros', 'nextDeadlineMs', 'keyLimitMicros'], reply: as<[applied: number, renewed: number]>() });

@@ -115,31 +115,13 @@ async function readRecordStamp(record: RecordDb, raise: boolean): Promise<Record
 }
 
 /** Raises Redis's high-water mark, only while the hot state carries this record's stamp. */
-const raiseEpochScript = redisScript({
-  reply: as<number>(),
-  name: 'record_raise_epoch',
-  files: luaFiles(import.meta.url, 'raise-epoch'),
-  keys: ['loaded', 'epoch'],
-  args: ['stamp', 'raised'],
-});
+const raiseEpochScript = redisScript({ name: 'record_raise_epoch', files: luaFiles(import.meta.url, 'raise-epoch'), keys: ['loaded', 'epoch'], args: ['stamp', 'raised'], reply: as<number>() });
 
 /** Releases the loading lock, only if it is still this load's. */
-const releaseLoadLockScript = redisScript({
-  reply: as<number>(),
-  name: 'record_release_load_lock',
-  files: luaFiles(import.meta.url, 'release-load-lock'),
-  keys: ['lock'],
-  args: ['token'],
-});
+const releaseLoadLockScript = redisScript({ name: 'record_release_load_lock', files: luaFiles(import.meta.url, 'release-load-lock'), keys: ['lock'], args: ['token'], reply: as<number>() });
 
 /** Removes a revoked key's hash from the key hashes, only while it still names that key. */
-const unhashRevokedKeyScript = redisScript({
-  reply: as<number>(),
-  name: 'record_unhash_revoked_key',
-  files: luaFiles(import.meta.url, 'unhash-revoked-key'),
-  keys: ['hashes'],
-  args: ['hash', 'keyId'],
-});
+const unhashRevokedKeyScript = redisScript({ name: 'record_unhash_revoked_key', files: luaFiles(import.meta.url, 'unhash-revoked-key'), keys: ['hashes'], args: ['hash', 'keyId'], reply: as<number>() });
 
 export class HotState {
   private loading: Promise<boolean> | undefined;
