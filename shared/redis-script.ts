@@ -53,12 +53,16 @@ export function luaFiles(moduleUrl: string, ...names: string[]): URL[] {
   return names.map((name) => new URL(`./lua/${name}.lua`, moduleUrl));
 }
 
-const registered = new Set<string>();
+const registered = new Map<string, RedisScript<string, string, unknown>>();
+
+/** Every script declared so far (by the modules imported): what a test checks the `.lua` files against. */
+export function declaredScripts(): ReadonlyArray<RedisScript<string, string, unknown>> {
+  return [...registered.values()];
+}
 
 /** Declares a script: its files, its keys' and arguments' names, and how its reply is read. */
 export function redisScript<const K extends string, const A extends string, R>(spec: ScriptSpec<K, A, R>): RedisScript<K, A, R> {
   if (registered.has(spec.name)) throw new Error(`redis script ${spec.name} declared twice`);
-  registered.add(spec.name);
   const lua = spec.files.map((file) => readFileSync(file, 'utf8')).join('\n');
   const command = `sy_${spec.name}`;
   const flat = (names: readonly string[], input: Record<string, Value>): ScriptValue[] => {
@@ -82,5 +86,7 @@ export function redisScript<const K extends string, const A extends string, R>(s
     if (typeof commands[command] !== 'function') redis.defineCommand(command, { lua });
     return commands[command]!(...positional(input)).then(spec.reply);
   }) as RedisScript<K, A, R>;
-  return Object.assign(run, { command, lua, keys: spec.keys, args: spec.args, positional });
+  const script = Object.assign(run, { command, lua, keys: spec.keys, args: spec.args, positional });
+  registered.set(spec.name, script as unknown as RedisScript<string, string, unknown>);
+  return script;
 }
