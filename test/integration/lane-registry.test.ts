@@ -40,9 +40,12 @@ describe('lanes registered in Redis', () => {
     const fresh = await freshRedis(14);
     redises.push(fresh.redis);
     const vendor = { REDIS_URL: fresh.url, OPENAI_API_KEY: 'sk-lanes', OPENAI_BASE_URL: openai.url };
-    const worker = await gateway('worker', vendor);
     // The api routes OpenAI's requests to its lane; no worker has the cap, so nobody serves that lane as configured.
+    // The api starts first: it looks at the lanes every 5 s and a worker every 10 s from its start, so with the worker
+    // started last (its requests sent right after) the api's next look always comes before the worker's. Started the
+    // other way round, a start of the api slower than 5 s let the worker drain the lane before the api saw it.
     const api = await gateway('api', { ...vendor, OPENAI_MAX_CONCURRENCY: '1' });
+    const worker = await gateway('worker', vendor);
     const { key } = await paidAccountKey(fresh.redis, 'unlimited');
     const client = api.client(key, { timeout: 60_000 });
     const answers = Array.from({ length: 3 }, () => client.chat.completions.create({ model, messages: [{ role: 'user', content: 'stranded?' }], max_tokens: 8 }));
