@@ -39,6 +39,14 @@ export interface Column<Row> {
   title?: (row: Row) => string | undefined;
   /** Its cell in a total row under the rows; no column with one, no total row. */
   footer?: (rows: readonly Row[]) => ComponentChildren;
+  /**
+   * How much room the column is worth. `always` (the default): a column at every width, a line of the card on a
+   * phone. `wide`: a column where the content box is wide (over 1100 px of window), in the row's details below
+   * that. `detail`: never a column, always in the row's details (opened by the row's "Details" button).
+   */
+  priority?: 'always' | 'wide' | 'detail';
+  /** The column of the row's buttons: in a card on a phone, the card's last line, unlabelled. */
+  actions?: boolean;
 }
 
 export interface DataTableProps<Row> {
@@ -67,7 +75,16 @@ export interface DataTableProps<Row> {
   /** A line under a row, across every column (a batch's results), when the row has one. */
   rowDetail?: (row: Row) => ComponentChildren;
   rowDetailClass?: string;
+  /**
+   * How the table reads on a phone (640 px and under): `cards` (the default), a card a row: the lead column its
+   * title, each other column a labelled line, the buttons last; `own`, the page's own stylesheet decides (Activity's
+   * grid, Pricing's); `scroll`, a table that scrolls sideways in its box.
+   */
+  phone?: 'cards' | 'own' | 'scroll';
 }
+
+/** A row's key as an element id. */
+const idFor = (key: string) => key.replace(/[^A-Za-z0-9_-]/g, '_');
 
 const classes = (...names: Array<string | false | undefined | null>) => names.filter(Boolean).join(' ') || undefined;
 
@@ -76,23 +93,88 @@ function placing<Row>(column: Column<Row>): Array<string | false | undefined> {
   return [column.numeric && 'num', column.sticky === 'start' && 'sticky-col', column.sticky === 'end' && 'sticky-end'];
 }
 
+/** Where a column shows: `dt-wide` columns leave the table for the row's details on a narrower screen. */
+function showing<Row>(column: Column<Row>): string | false {
+  return column.priority === 'wide' ? 'dt-wide' : !!column.actions && 'dt-actions';
+}
+
 function cellClasses<Row>(column: Column<Row>, row: Row): Classes {
-  return classes(...placing(column), typeof column.class === 'function' ? column.class(row) : column.class);
+  return classes(...placing(column), showing(column), column.lead && 'dt-lead', typeof column.class === 'function' ? column.class(row) : column.class);
+}
+
+/** The label-and-value lines of a row's details: its `detail` columns, and its `wide` ones where they are hidden. */
+function DetailList<Row>({ columns, row }: { columns: ReadonlyArray<Column<Row>>; row: Row }) {
+  return (
+    <dl class="dt-detail-list">
+      {columns.map((column) => (
+        <div key={column.id} class={classes('dt-detail-item', column.priority === 'wide' && 'dt-wide-detail')}>
+          <dt>{column.label}</dt>
+          <dd class={typeof column.class === 'function' ? column.class(row) : column.class}>{column.cell(row)}</dd>
+        </div>
+      ))}
+    </dl>
+  );
 }
 
 /** A table of rows, its columns declared by the page. */
 export function DataTable<Row>(props: DataTableProps<Row>) {
   const { rows, rowKey, failure, rowClass, onRowClick, selected, rowDetail } = props;
-  const columns = props.columns.filter((column): column is Column<Row> => !!column);
+  const declared = props.columns.filter((column): column is Column<Row> => !!column);
+  const shown = declared.filter((column) => column.priority !== 'detail');
+  // The columns a row's details hold; with any, each row gets a button that opens them.
+  const inDetails = declared.filter((column) => column.priority === 'detail' || column.priority === 'wide');
+  const onlyWide = inDetails.every((column) => column.priority === 'wide');
+  const [opened, setOpened] = useState<ReadonlySet<string>>(() => new Set());
+  const toggle = (key: string) =>
+    setOpened((previous) => {
+      const next = new Set(previous);
+      if (!next.delete(key)) next.add(key);
+      return next;
+    });
+  const detailsColumn: Column<Row> | undefined =
+    inDetails.length > 0
+      ? {
+          id: 'dt-details',
+          label: 'Details',
+          hideLabel: true,
+          actions: true,
+          class: classes('dt-toggle-cell', onlyWide && 'dt-wide-toggle'),
+          headerClass: classes('dt-toggle-cell', onlyWide && 'dt-wide-toggle'),
+          cell: (row) => {
+            const key = rowKey(row);
+            const open = opened.has(key);
+            return (
+              <button
+                type="button"
+                class="button button-secondary button-small dt-toggle"
+                aria-expanded={open}
+                aria-controls={`dt-${idFor(key)}`}
+                onClick={(event) => {
+                  event.stopPropagation();
+                  toggle(key);
+                }}
+              >
+                {open ? 'Less' : 'Details'}
+              </button>
+            );
+          },
+        }
+      : undefined;
+  const columns = detailsColumn ? [...shown, detailsColumn] : shown;
   const span = columns.length;
   const hasFooter = columns.some((column) => column.footer);
+  const phone = props.phone ?? 'cards';
   return (
-    <TableCard labelledBy={props.labelledBy} label={props.label} class={props.cardClass}>
-      <table class={classes('table', props.class)} aria-labelledby={props.labelledBy} aria-label={props.labelledBy ? undefined : props.label}>
+    <TableCard labelledBy={props.labelledBy} label={props.label} class={classes(props.cardClass, phone === 'cards' && 'dt-cards-card')}>
+      <table
+        class={classes('table', 'data-table', phone === 'cards' && 'dt-cards', props.class)}
+        aria-labelledby={props.labelledBy}
+        aria-label={props.labelledBy ? undefined : props.label}
+      >
         <thead>
           <tr>
             {columns.map((column) => (
-              <th scope="col" key={column.id} class={classes(...placing(column), column.headerClass)}>
+              <th scope="col" key={column.id} class={classes(...placing(column), showing(column), column.headerClass)}>
                 {column.hideLabel ? (
                   <span class="visually-hidden">{column.label}</span>
                 ) : (
@@ -129,8 +211,9 @@ export function DataTable<Row>(props: DataTableProps<Row>) {
           ) : (
             rows.map((row) => {
               const detail = rowDetail?.(row);
+              const key = rowKey(row);
               return (
-                <Fragment key={rowKey(row)}>
+                <Fragment key={key}>
                   <tr class={classes(onRowClick && 'clickable-row', selected?.(row) && 'row-target', rowClass?.(row))} onClick={onRowClick && (() => onRowClick(row))}>
                     {columns.map((column) => (
                       <td key={column.id} class={cellClasses(column, row)} title={column.title?.(row)} data-label={column.lead || column.hideLabel ? undefined : column.label}>
@@ -138,6 +221,13 @@ export function DataTable<Row>(props: DataTableProps<Row>) {
                       </td>
                     ))}
                   </tr>
+                  {detailsColumn && opened.has(key) ? (
+                    <tr class={classes('dt-details-row', onlyWide && 'dt-wide-details')} id={`dt-${idFor(key)}`}>
+                      <td colSpan={span}>
+                        <DetailList columns={inDetails} row={row} />
+                      </td>
+                    </tr>
+                  ) : null}
                   {detail ? (
                     <tr class={props.rowDetailClass}>
                       <td colSpan={span}>{detail}</td>
@@ -152,7 +242,7 @@ export function DataTable<Row>(props: DataTableProps<Row>) {
           <tfoot>
             <tr>
               {columns.map((column) => (
-                <td key={column.id} class={classes(...placing(column))}>
+                <td key={column.id} class={classes(...placing(column), showing(column))} data-label={column.footer && !column.lead ? column.label : undefined}>
                   {column.footer?.(rows)}
                 </td>
               ))}
