@@ -1,0 +1,184 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { launchChromium } from '../support/browser.js';
+import { adminRequest } from '../support/admin-client.js';
+import { buildOnce } from '../support/build.js';
+import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+
+/*
+ * The whole console as an operator lives in it, in a real Chromium against a
+ * real gateway that served real traffic: an admin and three members with long
+ * emails and thirteen keys; chat and Messages requests on seven models, with
+ * refusals (an unknown model, a bad temperature), vendor failures, cache hits;
+ * images; Message Batches (one running, one canceling). Every page at 1280×800
+ * and at 390×844: no table wider than its box, the page never wider than the
+ * screen, a screenshot of each kept in test-artifacts/console/screens/.
+ */
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const shots = join(root, 'test-artifacts', 'console', 'screens');
+const adminEmail = 'operations-administrator@screens-browser.example-company.test';
+const adminPassword = 'screens-admin-pw';
+const adminToken = 'screens-browser-admin-token';
+const memberPassword = 'screens-member-pw';
+const members = [
+  'alexandra.konstantinopoulou-vanderberg@platform-engineering.example-company.test',
+  'bartholomew.oyelaran-fitzgerald@data-science.example-company.test',
+  'chidinma.nakamura@research.example-company.test',
+] as const;
+const widths = [
+  ['desktop', { width: 1280, height: 800 }],
+  ['phone', { width: 390, height: 844 }],
+] as const;
+/** The seven models the traffic calls. */
+const chatModels = ['gpt-4o-mini', 'gpt-4o', 'deepseek-chat', 'grok-3', 'mock-chat'] as const;
+const messagesModels = ['claude-sonnet-4-5', 'claude-haiku-4-5'] as const;
+/** The pages a member sees, and the ones only an admin does. */
+const memberPages = ['keys', 'usage', 'activity', 'batches', 'playground', 'pricing'] as const;
+const adminPages = ['admin/accounts', 'admin/keys', 'admin/channels', 'admin/queues'] as const;
+
+interface Member {
+  email: string;
+  account: string;
+  keys: Array<{ id: string; key: string; name: string }>;
+}
+
+describe('every console page fits its screen, with real traffic behind it', () => {
+  let gateway: GatewayProcess;
+  let browser: Browser;
+  const people: Member[] = [];
+  /** Every request sent, by its id and the status the client got. */
+  const sent: Array<{ id: string; status: number }> = [];
+
+  const adminApi = adminRequest(() => gateway.url, adminToken);
+
+  async function call(path: string, key: string, body: unknown, headers: Record<string, string> = {}): Promise<number> {
+    const res = await fetch(`${gateway.url}${path}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'x-api-key': key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json', ...headers },
+      body: JSON.stringify(body),
+    });
+    await res.arrayBuffer();
+    const id = res.headers.get('x-request-id');
+    assert.ok(id, `${path}: a request id`);
+    sent.push({ id, status: res.status });
+    return res.status;
+  }
+
+  before(async () => {
+    await buildOnce();
+    mkdirSync(shots, { recursive: true });
+    const { url, redis } = await freshRedis(11);
+    redis.disconnect();
+    gateway = await startGateway({ env: { REDIS_URL: url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword, ADMIN_TOKEN: adminToken, MOCK_STREAM_DELAY_MS: '2' } });
+    browser = await launchChromium();
+
+    // Three members with long emails, credit, and thirteen keys between them with long names and limits.
+    for (const [m, email] of members.entries()) {
+      const made = (await (await adminApi('POST', '/admin/accounts', { email, password: memberPassword, role: 'member' })).json()) as { id: string };
+      assert.equal((await adminApi('POST', `/admin/accounts/${made.id}/credits`, { amount_usd: 25 })).status, 200);
+      const person: Member = { email, account: made.id, keys: [] };
+      for (let k = 0; k < [5, 4, 4][m]!; k++) {
+        const name = `${['production', 'staging', 'nightly evaluation', 'notebook', 'ci'][k]} key of ${email.split('@')[0]} for the ${['search', 'support-bot', 'summaries', 'agents', 'reports'][k]} service`;
+        const limits = k % 2 === 0 ? { limit_usd: 10 + k, rpm: 600, tpm: 200_000, models: ['gpt-4o-mini', 'gpt-4o', 'claude-sonnet-4-5', 'claude-haiku-4-5', 'deepseek-chat', 'grok-3', 'mock-chat', 'gpt-image-1'] } : {};
+        const key = (await (await adminApi('POST', '/admin/keys', { name, account_id: made.id, ...limits })).json()) as { id: string; key: string };
+        assert.ok(key.key, `key ${name} made`);
+        person.keys.push({ id: key.id, key: key.key, name });
+      }
+      people.push(person);
+    }
+
+    // Traffic: chat and Messages on seven models, refusals, vendor failures, cache hits, images.
+    for (const [m, person] of people.entries()) {
+      const [key, other] = [person.keys[0]!.key, person.keys[1]!.key];
+      for (const [i, model] of chatModels.entries()) {
+        for (let n = 0; n < 2; n++) assert.equal(await call('/v1/chat/completions', n ? other : key, { model, messages: [{ role: 'user', content: `Hello ${m} ${i} ${n}` }], max_tokens: 8 }), 200);
+      }
+      for (const model of messagesModels) assert.equal(await call('/v1/messages', key, { model, max_tokens: 16, messages: [{ role: 'user', content: `Hi from ${m}` }] }), 200);
+      assert.equal(await call('/v1/chat/completions', key, { model: 'no-such-model-xyz', messages: [{ role: 'user', content: 'Hi' }] }), 404);
+      assert.equal(await call('/v1/chat/completions', key, { model: 'gpt-4o-mini', temperature: 3, messages: [{ role: 'user', content: 'Hi' }] }), 400);
+      assert.equal(await call('/v1/chat/completions', key, { model: 'gpt-4o', messages: [{ role: 'user', content: 'Fail [mock:error:502]' }] }), 502);
+      // The same question twice with Cache-Control: a miss stored, then a hit.
+      for (let n = 0; n < 2; n++) assert.equal(await call('/v1/chat/completions', key, { model: 'gpt-4o-mini', messages: [{ role: 'user', content: `Cached question of ${m}` }], max_tokens: 8 }, { 'cache-control': 'max-age=600' }), 200);
+      if (m < 2) assert.equal(await call('/v1/images/generations', key, { model: 'gpt-image-1', prompt: `a lighthouse ${m}`, size: '1024x1024' }), 200);
+    }
+    await waitFor(
+      async () => {
+        const page = (await (await adminApi('GET', '/admin/requests?limit=100')).json()) as { data: unknown[] };
+        return page.data.length >= sent.length;
+      },
+      20_000,
+      'every request in the record',
+    );
+  });
+
+  after(async () => {
+    await browser?.close();
+    await gateway?.stop();
+  });
+
+  async function newContext(viewport: { width: number; height: number }): Promise<BrowserContext> {
+    return browser.newContext({ viewport, baseURL: gateway.url, locale: 'en-US' });
+  }
+
+  async function signIn(page: Page, email: string, password: string): Promise<void> {
+    await page.goto('/console');
+    await page.getByLabel('Email').fill(email);
+    await page.getByLabel('Password').fill(password);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.waitForURL('**/console/keys');
+  }
+
+  async function shoot(page: Page, name: string): Promise<void> {
+    const height = await page.evaluate(() => document.documentElement.scrollHeight);
+    const { width } = page.viewportSize()!;
+    await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true, clip: { x: 0, y: 0, width, height: Math.min(height, 6000) } });
+  }
+
+  /** Each table's overrun of its box, by the table's name, and the page's past the window (px). */
+  async function overruns(page: Page): Promise<{ page: number; tables: Array<[string, number]> }> {
+    return page.evaluate(() => ({
+      page: Math.max(0, document.documentElement.scrollWidth - window.innerWidth),
+      tables: [...document.querySelectorAll('.table-scroll')].map((box): [string, number] => {
+        const table = box.querySelector('table');
+        const name = table?.getAttribute('aria-label') ?? document.getElementById(table?.getAttribute('aria-labelledby') ?? '')?.textContent ?? '?';
+        return [name.trim(), box.scrollWidth - box.clientWidth];
+      }),
+    }));
+  }
+
+  /** A page once its tables hold rows (or say they have none): no grey rows left. */
+  async function settled(page: Page): Promise<void> {
+    await page.locator('main').waitFor();
+    await waitFor(async () => (await page.locator('.skeleton-row').count()) === 0, 10_000, `${page.url()}: its tables loaded`);
+  }
+
+  for (const [label, viewport] of widths) {
+    it(`at ${viewport.width} px: no table wider than its box and no page wider than the screen, for a member and for the admin`, async () => {
+      const problems: string[] = [];
+      for (const [who, email, password, pages] of [
+        ['member', members[0], memberPassword, memberPages],
+        ['admin', adminEmail, adminPassword, [...memberPages, ...adminPages]],
+      ] as const) {
+        const context = await newContext(viewport);
+        const page = await context.newPage();
+        page.on('pageerror', (error) => problems.push(`${who} page error: ${error.message}`));
+        await signIn(page, email, password);
+        for (const path of pages) {
+          await page.goto(`/console/${path}`);
+          await settled(page);
+          const over = await overruns(page);
+          if (over.page > 1) problems.push(`${who} ${path} at ${viewport.width}: the page is ${over.page}px wider than the screen`);
+          for (const [name, px] of over.tables) if (px > 1) problems.push(`${who} ${path} at ${viewport.width}: table "${name}" is ${px}px wider than its box`);
+          await shoot(page, `${who}-${path.replace('/', '-')}-${label}`);
+        }
+        await context.close();
+      }
+      assert.deepEqual(problems, []);
+    });
+  }
+});
