@@ -53,6 +53,8 @@ describe('every console page fits its screen, with real traffic behind it', () =
   const people: Member[] = [];
   /** Every request sent, by its id and the status the client got. */
   const sent: Array<{ id: string; status: number }> = [];
+  /** The batches by what becomes of them. */
+  const batches = { ended: '', running: '', canceling: '', toCancel: '' };
 
   const adminApi = adminRequest(() => gateway.url, adminToken);
 
@@ -114,11 +116,39 @@ describe('every console page fits its screen, with real traffic behind it', () =
       20_000,
       'every request in the record',
     );
+
+    // Message Batches: one ended, and three whose requests take minutes at the mock: one left running, one canceled
+    // here (canceling while its requests finish), one for the page to cancel.
+    const owner = people[1]!;
+    const batch = async (slow: boolean, n = 3) => {
+      const res = await fetch(`${gateway.url}/v1/messages/batches`, {
+        method: 'POST',
+        headers: { 'x-api-key': owner.keys[0]!.key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' },
+        body: JSON.stringify({
+          requests: Array.from({ length: n }, (_, i) => ({
+            custom_id: `row-${i}`,
+            params: { model: i % 2 ? 'claude-haiku-4-5' : 'claude-sonnet-4-5', max_tokens: 16, messages: [{ role: 'user', content: `Summarise item ${i}${slow ? ' [mock:slow:180000]' : ''}` }] },
+          })),
+        }),
+      });
+      assert.equal(res.status, 200, await res.clone().text());
+      return ((await res.json()) as { id: string }).id;
+    };
+    const status = async (id: string) => ((await (await fetch(`${gateway.url}/v1/messages/batches/${id}`, { headers: { 'x-api-key': owner.keys[0]!.key, 'anthropic-version': '2023-06-01' } })).json()) as { processing_status: string }).processing_status;
+    batches.ended = await batch(false, 2);
+    await waitFor(async () => (await status(batches.ended)) === 'ended', 20_000, 'the quick batch ended');
+    batches.running = await batch(true);
+    batches.canceling = await batch(true);
+    batches.toCancel = await batch(true);
+    const cancel = await fetch(`${gateway.url}/v1/messages/batches/${batches.canceling}/cancel`, { method: 'POST', headers: { 'x-api-key': owner.keys[0]!.key, 'anthropic-version': '2023-06-01' } });
+    assert.equal(cancel.status, 200);
+    assert.equal(await status(batches.canceling), 'canceling');
   });
 
   after(async () => {
     await browser?.close();
-    await gateway?.stop();
+    // Batch requests are still at the mock for minutes: no drain.
+    await gateway?.stop('SIGKILL');
   });
 
   async function newContext(viewport: { width: number; height: number }): Promise<BrowserContext> {
