@@ -49,16 +49,18 @@ export function RequestErrorMessage({ failure, onDismiss }: { failure: Failure |
         <circle cx="10" cy="10" r="8" fill="none" stroke="currentColor" stroke-width="1.6" />
         <path d="M10 5.8v5.2M10 13.6v.1" stroke="currentColor" stroke-width="1.8" stroke-linecap="round" />
       </svg>
-      <span class="alert-text" role="alert">
-        {failure.message}
-        {id && (
-          <span class="request-error-id">
-            {' '}
-            (request <code data-request-id={id}>{id}</code>)
-          </span>
-        )}
-      </span>
-      {id && <CopyId id={id} />}
+      <div class="request-error-body">
+        <span class="alert-text" role="alert">
+          {failure.message}
+          {id && (
+            <span class="request-error-id">
+              {' '}
+              (request <code data-request-id={id}>{id}</code>)
+            </span>
+          )}
+        </span>
+        {id && <CopyId id={id} />}
+      </div>
       {onDismiss && (
         <button type="button" class="alert-close" onClick={onDismiss} aria-label="Dismiss">
           ×

@@ -180,7 +180,8 @@ export function Speech({ models, loading, state }: { models: PricedModel[]; load
   const { model, setModel, voice, setVoice, format, setFormat, speed, setSpeed, instructions, setInstructions, text, setText, error, setError, busy, setBusy, spoken, setSpoken, cost, setCost, abort } = state;
 
   useEffect(() => {
-    if (!model || !models.some((m) => m.id === model)) setModel(preferred(models, ['mock-speech', 'mock-tts', 'gpt-4o-mini-tts', 'tts-1']));
+    // The one chosen kept (read as it is now: a choice made before this ran is not undone), else the preferred.
+    setModel((current) => (current && models.some((m) => m.id === current) ? current : preferred(models, ['mock-speech', 'mock-tts', 'gpt-4o-mini-tts', 'tts-1'])));
   }, [models]);
   const chosen = models.find((m) => m.id === model);
   const voices = voicesOf(chosen);

@@ -61,9 +61,14 @@ function AnswerMeta({ answer }: { answer: AnswerFacts }) {
   }
   return (
     <p class="answer-meta" aria-live="polite">
-      {tokens && (
+      {tokens && (tokens.in > 0 || tokens.out > 0) && (
         <span class="answer-tokens" data-input-tokens={tokens.in} data-output-tokens={tokens.out}>
           {count(tokens.in)} tokens in / {count(tokens.out)} out
+        </span>
+      )}
+      {row && row.images > 0 && (
+        <span class="answer-images">
+          {count(row.images)} image{row.images === 1 ? '' : 's'}
         </span>
       )}
       {amount}
@@ -108,7 +113,8 @@ function Chat({ models, loading, state }: { models: PricedModel[]; loading: bool
   const log = useRef<HTMLDivElement>(null);
 
   useEffect(() => {
-    if (!model || !models.some((m) => m.id === model)) setModel(preferred(models, ['mock-chat', 'gpt-4o-mini', 'gpt-4.1-mini']));
+    // The one chosen kept (read as it is now: a choice made before this ran is not undone), else the preferred.
+    setModel((current) => (current && models.some((m) => m.id === current) ? current : preferred(models, ['mock-chat', 'gpt-4o-mini', 'gpt-4.1-mini'])));
   }, [models]);
   useEffect(() => {
     const el = log.current;
@@ -326,7 +332,8 @@ function Images({ models, loading, state }: { models: PricedModel[]; loading: bo
   const { model, setModel, prompt, setPrompt, imageSize, setImageSize, quality, setQuality, images, setImages, error, setError, busy, setBusy, reading } = state;
 
   useEffect(() => {
-    if (!model || !models.some((m) => m.id === model)) setModel(preferred(models, ['mock-image', 'gpt-image-1', 'dall-e-3']));
+    // The one chosen kept (read as it is now: a choice made before this ran is not undone), else the preferred.
+    setModel((current) => (current && models.some((m) => m.id === current) ? current : preferred(models, ['mock-image', 'gpt-image-1', 'dall-e-3'])));
   }, [models]);
   const chosen = models.find((m) => m.id === model);
   const sizes = chosen?.image_sizes ?? [];
