@@ -90,6 +90,9 @@ describe('the mock vendor and money, and the mock in production', () => {
     assert.equal(body.vendors, false);
     assert.equal(body.redis, true);
     assert.ok(gateway.logs.some((line) => line.includes('no vendor key is set and the mock is off')), 'the start says what is wrong and what to do');
+    // The console is told the mock is off: no badge.
+    const config = (await (await fetch(`${gateway.url}/console/api/config`)).json()) as { mock: { on: boolean } };
+    assert.equal(config.mock.on, false);
     await gateway.stop();
   });
 
@@ -98,6 +101,11 @@ describe('the mock vendor and money, and the mock in production', () => {
     // The start says the mock's own models answer, and free; not that it answers for every model.
     assert.ok(gateway.logs.some((line) => line.includes('MOCK_VENDOR=on: the mock vendor serves its own models (mock-chat, …), free (MOCK_BILLING is off)')), 'the start names the mock and its price');
     assert.ok(!gateway.logs.some((line) => line.includes('answers for every model')));
+    // The console is told the same: the mock on, free, answering for its own models only (counted).
+    const { mock } = (await (await fetch(`${gateway.url}/console/api/config`)).json()) as { mock: { on: boolean; billed: boolean; models: 'all' | number } };
+    assert.equal(mock.on, true);
+    assert.equal(mock.billed, false);
+    assert.ok(typeof mock.models === 'number' && mock.models > 0, JSON.stringify(mock));
     const paid = await paidAccountKey(redis, 1_000_000);
     const client = gateway.client(paid.key);
     const { response } = await client.chat.completions.create({ model: 'mock-chat', messages: [{ role: 'user', content: 'hi' }] }).withResponse();
