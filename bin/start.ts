@@ -8,7 +8,7 @@ import { loadConfig, type Config } from '../shared/config.js';
 import { createLogger, type Logger } from '../shared/logger.js';
 import { createApiServer } from '../api/server.js';
 import { startWorkers } from '../workers/worker.js';
-import { isMockStandingIn, resolveChannels } from '../shared/vendors.js';
+import { isMockEnabled, isMockStandingIn, resolveChannels } from '../shared/vendors.js';
 import { locateRedis } from './local-redis.js';
 import { reachRedis, redisAddresses } from '../shared/redis.js';
 import { reachRecord, recordAddress } from './cli.js';
@@ -105,7 +105,9 @@ async function main(): Promise<void> {
   }
 
   if (isMockStandingIn(config) && !child) {
-    log.warn('no vendor key is set: running offline, the mock vendor answers for every model, free (set a vendor key to reach real vendors)');
+    log.warn(`no vendor key is set: running offline, the mock vendor answers for every model, ${mockPrice(config)}; set a vendor key to reach real vendors`);
+  } else if (isMockEnabled(config) && !child) {
+    log.info(`MOCK_VENDOR=on: the mock vendor serves its own models (mock-chat, …), ${mockPrice(config)}`);
   } else if (resolveChannels(config).size === 0 && !child) {
     log.error('no vendor key is set and the mock is off (NODE_ENV=production turns MOCK_VENDOR=auto off): every model answers 404 and /readyz says not ready; set a vendor key (OPENAI_API_KEY, …), or MOCK_VENDOR=on to serve the mock models');
   }
@@ -251,6 +253,11 @@ async function ensurePortFree(port: number, host: string): Promise<void> {
     throw error;
   }
   await new Promise((resolve) => probe.close(resolve));
+}
+
+/** What the start line says of the mock's answers and money: billed at the listed prices with MOCK_BILLING=on, else free. */
+function mockPrice(config: Pick<Config, 'mock'>): string {
+  return config.mock.billed ? "billed at each model's listed price (MOCK_BILLING=on)" : 'free (MOCK_BILLING is off)';
 }
 
 /** The address to print for a bind address: a wildcard is reached as localhost. */

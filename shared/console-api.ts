@@ -98,6 +98,12 @@ export interface ConsoleConfig {
   queue_dashboard: string | null;
   /** The most a member's own key may set where an admin set nothing (null: unlimited). */
   key_defaults: { rpm: number | null; tpm: number | null };
+  /**
+   * The built-in mock vendor: whether it answers here at all (`on`), whether its answers are billed
+   * (`MOCK_BILLING=on`) or free, and for which models: `'all'` when it stands in for every vendor (no vendor
+   * key set), else the number of its own models (`mock-chat`, …) it serves beside the real vendors.
+   */
+  mock: { on: boolean; billed: boolean; models: 'all' | number };
 }
 
 // ---- usage and activity ----

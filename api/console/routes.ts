@@ -20,6 +20,7 @@ import type { RequestState } from '../requests/request-context.js';
 import { pricingList, requestHistogramReport, requestList, usageReport, usageCsv, usageRequestSchema } from './reports.js';
 import { addAdminConsoleRoutes } from './admin-routes.js';
 import { queueDashboardEntry } from './queue-dashboard.js';
+import { isMockEnabled, isMockStandingIn } from '../../shared/vendors.js';
 
 /*
  * The web console: its built pages at /console/*, its JSON API at
@@ -162,6 +163,12 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
       queue_dashboard: queueDashboardEntry,
       // What a member's own keys may set at most where an admin set nothing (null: unlimited).
       key_defaults: { rpm: config.defaultKeyRpm ?? null, tpm: config.defaultKeyTpm ?? null },
+      // Whether answers may come from the built-in mock, and whether they are billed: the console's header says so.
+      mock: {
+        on: isMockEnabled(config),
+        billed: config.mock.billed,
+        models: isMockStandingIn(config) ? 'all' : isMockEnabled(config) ? deps.models.list().filter((model) => model.owned_by === 'mock').length : 0,
+      },
     } satisfies ConsoleConfig;
   });
 

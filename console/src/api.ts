@@ -153,18 +153,42 @@ export interface ChatMessage {
   content: string;
 }
 
+/** The usage an OpenAI answer reports (`usage`, or a stream's last chunk with `stream_options.include_usage`). */
+export interface AnswerUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+}
+
+/** What a playground answer says of itself besides its content: the request's id, the server's clock, its usage. */
+export interface AnswerFacts {
+  /** The request's id (`x-request-id`): its request-log row, with what it cost, is found by it. */
+  requestId: string | null;
+  /** The answer's Date header: the server's clock. */
+  date: string | null;
+  /** The usage the answer reported, when it did. */
+  usage: AnswerUsage | null;
+}
+
+function usageOf(value: unknown): AnswerUsage | null {
+  const usage = value as { prompt_tokens?: unknown; completion_tokens?: unknown } | null | undefined;
+  if (!usage || typeof usage.prompt_tokens !== 'number' || typeof usage.completion_tokens !== 'number') return null;
+  return { prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens };
+}
+
 /**
  * Streams a playground chat completion: reads the SSE body line by line and
  * hands each `choices[0].delta.content` to onDelta, until `data: [DONE]`. An
- * error object in the stream is thrown as ApiError.
+ * error object in the stream is thrown as ApiError naming the request. The
+ * usage comes in the stream's last chunk (`stream_options.include_usage`).
  */
 export async function streamChat(
   body: { model: string; messages: ChatMessage[]; temperature?: number; max_tokens?: number },
   onDelta: (text: string) => void,
   signal: AbortSignal,
-): Promise<void> {
-  const response = await post('/playground/chat/completions', { ...body, stream: true }, signal);
-  if (!response.body) throw new ApiError('The server sent no stream.', response.status, 'bad_response');
+): Promise<AnswerFacts> {
+  const response = await post('/playground/chat/completions', { ...body, stream: true, stream_options: { include_usage: true } }, signal);
+  const facts: AnswerFacts = { requestId: response.headers.get('x-request-id'), date: response.headers.get('date'), usage: null };
+  if (!response.body) throw new ApiError('The server sent no stream.', response.status, 'bad_response', null, facts.requestId);
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = '';
   const handle = (line: string): boolean => {
@@ -172,15 +196,16 @@ export async function streamChat(
     const data = line.slice(5).trim();
     if (data === '[DONE]') return true;
     if (!data) return false;
-    let chunk: { error?: { message?: string; code?: string }; choices?: { delta?: { content?: unknown } }[] };
+    let chunk: { error?: { message?: string; code?: string }; choices?: { delta?: { content?: unknown } }[]; usage?: unknown };
     try {
       chunk = JSON.parse(data);
     } catch {
       return false;
     }
-    if (chunk.error) throw new ApiError(chunk.error.message || 'The model failed to answer.', response.status, chunk.error.code ?? null);
+    if (chunk.error) throw new ApiError(chunk.error.message || 'The model failed to answer.', response.status, chunk.error.code ?? null, null, facts.requestId);
     const content = chunk.choices?.[0]?.delta?.content;
     if (typeof content === 'string' && content) onDelta(content);
+    facts.usage = usageOf(chunk.usage) ?? facts.usage;
     return false;
   };
   try {
@@ -190,12 +215,27 @@ export async function streamChat(
       buffer += value;
       const lines = buffer.split(/\r?\n/);
       buffer = lines.pop() ?? '';
-      for (const line of lines) if (handle(line)) return;
+      for (const line of lines) if (handle(line)) return facts;
     }
     if (buffer) handle(buffer);
+    return facts;
   } finally {
     reader.cancel().catch(() => {});
   }
+}
+
+/** A playground POST answered in JSON, with what the answer says of itself (its request id, the server's clock). */
+export async function playgroundJson<T>(path: string, body: unknown, signal: AbortSignal): Promise<{ body: T } & AnswerFacts> {
+  const response = await post(path, body, signal);
+  const requestId = response.headers.get('x-request-id');
+  let answer: T;
+  try {
+    answer = (await response.json()) as T;
+  } catch (error) {
+    if (isAbort(error)) throw error;
+    throw new ApiError('The server sent an answer the console cannot read.', response.status, 'bad_response', null, requestId);
+  }
+  return { body: answer, requestId, date: response.headers.get('date'), usage: usageOf((answer as { usage?: unknown } | null)?.usage) };
 }
 
 /** What the playground's Speech tab sends: `POST /v1/audio/speech`'s body, audio answered as bytes. */

@@ -30,6 +30,11 @@ describe('the mock vendor and money, and the mock in production', () => {
   it('answers offline for a priced model at no cost: nothing reserved, a usage row of 0 micro-dollars, the balance untouched', async () => {
     // MOCK_BILLING unset: the default every `npm start` gets (the test support turns it on for the money tests).
     const gateway = await start({ MOCK_BILLING: 'off' });
+    // The start line says the mock answers, and free.
+    const line = gateway.logs.find((l) => l.includes('no vendor key is set: running offline'));
+    assert.ok(line, 'the start says it runs offline on the mock');
+    assert.match(line, /the mock vendor answers for every model, free \(MOCK_BILLING is off\)/);
+    assert.doesNotMatch(line, /billed/);
     const paid = await paidAccountKey(redis, 1_000_000);
     const { data: completion, response } = await gateway
       .client(paid.key)
@@ -49,6 +54,11 @@ describe('the mock vendor and money, and the mock in production', () => {
 
   it('with MOCK_BILLING=on bills the mock at the price of the model it answers for', async () => {
     const gateway = await start({ MOCK_BILLING: 'on' });
+    // The start line no longer says free: it says billed, and at what.
+    const line = gateway.logs.find((l) => l.includes('no vendor key is set: running offline'));
+    assert.ok(line, 'the start says it runs offline on the mock');
+    assert.match(line, /the mock vendor answers for every model, billed at each model's listed price \(MOCK_BILLING=on\)/);
+    assert.doesNotMatch(line, /\bfree\b/);
     const paid = await paidAccountKey(redis, 1_000_000);
     const { response } = await gateway
       .client(paid.key)
@@ -80,11 +90,22 @@ describe('the mock vendor and money, and the mock in production', () => {
     assert.equal(body.vendors, false);
     assert.equal(body.redis, true);
     assert.ok(gateway.logs.some((line) => line.includes('no vendor key is set and the mock is off')), 'the start says what is wrong and what to do');
+    // The console is told the mock is off: no badge.
+    const config = (await (await fetch(`${gateway.url}/console/api/config`)).json()) as { mock: { on: boolean } };
+    assert.equal(config.mock.on, false);
     await gateway.stop();
   });
 
   it('under NODE_ENV=production serves the mock models only when MOCK_VENDOR=on names them, free, and ready', async () => {
     const gateway = await start({ NODE_ENV: 'production', MOCK_VENDOR: 'on', MOCK_BILLING: 'off' });
+    // The start says the mock's own models answer, and free; not that it answers for every model.
+    assert.ok(gateway.logs.some((line) => line.includes('MOCK_VENDOR=on: the mock vendor serves its own models (mock-chat, …), free (MOCK_BILLING is off)')), 'the start names the mock and its price');
+    assert.ok(!gateway.logs.some((line) => line.includes('answers for every model')));
+    // The console is told the same: the mock on, free, answering for its own models only (counted).
+    const { mock } = (await (await fetch(`${gateway.url}/console/api/config`)).json()) as { mock: { on: boolean; billed: boolean; models: 'all' | number } };
+    assert.equal(mock.on, true);
+    assert.equal(mock.billed, false);
+    assert.ok(typeof mock.models === 'number' && mock.models > 0, JSON.stringify(mock));
     const paid = await paidAccountKey(redis, 1_000_000);
     const client = gateway.client(paid.key);
     const { response } = await client.chat.completions.create({ model: 'mock-chat', messages: [{ role: 'user', content: 'hi' }] }).withResponse();

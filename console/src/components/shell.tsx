@@ -3,6 +3,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { useApp } from '../app-context';
 import { balance } from '../format';
 import { Link } from '../router';
+import type { ConsoleConfig } from '../types';
 
 export function Logo() {
   return (
@@ -50,9 +51,32 @@ function NavLink({ href, path, icon, children, onNavigate }: { href: string; pat
   );
 }
 
+/**
+ * Whether answers may come from the built-in mock vendor, and whether they are billed, said on every page (nothing when
+ * the mock is off): a badge, a line in plain words, and a tooltip with the settings behind it.
+ */
+export function MockNotice({ mock }: { mock: ConsoleConfig['mock'] }) {
+  if (!mock.on) return null;
+  const price = mock.billed ? 'billed' : 'free';
+  const which =
+    mock.models === 'all'
+      ? 'Answers come from the built-in mock, not a real model: no vendor key is set, so the mock answers for every model.'
+      : `Answers of the mock-… models come from the built-in mock, not a real model; the other models reach their vendors.`;
+  const money = mock.billed ? 'Its answers are billed at the listed prices (MOCK_BILLING=on).' : 'Its answers are free: nothing is charged for them (MOCK_BILLING is off).';
+  const short = mock.models === 'all' ? 'Answers come from the built-in mock, not a real model' : 'mock-… models answer from the built-in mock, not a real model';
+  return (
+    <div class={`mock-notice mock-notice-${price}`} role="note" aria-label="Mock vendor" title={`${which} ${money}`}>
+      <span class={`badge ${mock.billed ? 'badge-warn' : 'badge-accent'} mock-badge`}>Mock vendor · {price}</span>
+      <span class="mock-notice-text">
+        {short}; {mock.billed ? 'billed at list prices' : 'nothing is charged'}.
+      </span>
+    </div>
+  );
+}
+
 /** The signed-in frame: a sidebar (a menu on a phone) with the pages, the account and sign out; the page in <main>. */
 export function Shell({ path, children }: { path: string; children: ComponentChildren }) {
-  const { account, signOut } = useApp();
+  const { account, config, signOut } = useApp();
   const [menuOpen, setMenuOpen] = useState(false);
   const [signingOut, setSigningOut] = useState(false);
 
@@ -172,6 +196,7 @@ export function Shell({ path, children }: { path: string; children: ComponentChi
         </div>
       </aside>
       <main id="main" class="main" tabIndex={-1}>
+        <MockNotice mock={config.mock} />
         <div class="page">{children}</div>
       </main>
     </div>

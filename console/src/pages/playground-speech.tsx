@@ -1,9 +1,10 @@
 import type { TargetedSubmitEvent } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { ApiError, api, isAbort, messageOf, speak } from '../api';
+import { api, isAbort, messageOf, speak } from '../api';
 import { useApp } from '../app-context';
 import { ModelSelect, preferred } from '../components/model-select';
-import { ErrorMessage, Spinner } from '../components/ui';
+import { Spinner } from '../components/ui';
+import { failureOf, RequestErrorMessage, type Failure } from '../components/request-error';
 import { count, money, number } from '../format';
 import { Link } from '../router';
 import type { PricedModel, RequestPage, RequestView } from '../types';
@@ -63,7 +64,7 @@ interface Spoken {
 }
 
 /** What the request log says of it: still to come, in and settled, or not in by the deadline. */
-type CostState = { state: 'pending' } | { state: 'settled'; row: RequestView } | { state: 'late' } | { state: 'failed'; message: string };
+export type CostState = { state: 'pending' } | { state: 'settled'; row: RequestView } | { state: 'late' } | { state: 'failed'; message: string };
 
 /** How long the page waits for the request's row to be settled (it is written a moment after the answer). */
 const costDeadlineMs = 20_000;
@@ -76,7 +77,7 @@ export function useSpeechState() {
   const [speed, setSpeed] = useState('');
   const [instructions, setInstructions] = useState('');
   const [text, setText] = useState('');
-  const [error, setError] = useState<string | undefined>(undefined);
+  const [error, setError] = useState<Failure | undefined>(undefined);
   const [busy, setBusy] = useState(false);
   const [spoken, setSpokenState] = useState<Spoken | undefined>(undefined);
   const [cost, setCost] = useState<CostState | undefined>(undefined);
@@ -110,8 +111,21 @@ const sleep = (ms: number, signal: AbortSignal) =>
     );
   });
 
+/** An answer whose cost is read from the request log: its model, its request's id, and when the server answered (unix seconds). */
+export interface Answered {
+  model: string;
+  requestId: string | null;
+  answeredAt: number;
+}
+
+/** The server's clock of an answer (its Date header) in unix seconds, else the browser's. */
+export function answeredAt(date: string | null): number {
+  const parsed = Date.parse(date ?? '');
+  return Math.floor((Number.isFinite(parsed) ? parsed : Date.now()) / 1000);
+}
+
 /** The request's row once settled, read from the request log as the Activity page reads it; undefined when not in by the deadline. */
-async function settledRow(spoken: Spoken, signal: AbortSignal): Promise<RequestView | undefined> {
+export async function settledRow(spoken: Answered, signal: AbortSignal): Promise<RequestView | undefined> {
   if (!spoken.requestId) return undefined;
   const query = new URLSearchParams({ since: String(spoken.answeredAt - 60), model: spoken.model, limit: '100' });
   const deadline = Date.now() + costDeadlineMs;
@@ -166,7 +180,8 @@ export function Speech({ models, loading, state }: { models: PricedModel[]; load
   const { model, setModel, voice, setVoice, format, setFormat, speed, setSpeed, instructions, setInstructions, text, setText, error, setError, busy, setBusy, spoken, setSpoken, cost, setCost, abort } = state;
 
   useEffect(() => {
-    if (!model || !models.some((m) => m.id === model)) setModel(preferred(models, ['mock-speech', 'mock-tts', 'gpt-4o-mini-tts', 'tts-1']));
+    // The one chosen kept (read as it is now: a choice made before this ran is not undone), else the preferred.
+    setModel((current) => (current && models.some((m) => m.id === current) ? current : preferred(models, ['mock-speech', 'mock-tts', 'gpt-4o-mini-tts', 'tts-1'])));
   }, [models]);
   const chosen = models.find((m) => m.id === model);
   const voices = voicesOf(chosen);
@@ -183,21 +198,21 @@ export function Speech({ models, loading, state }: { models: PricedModel[]; load
     if (busy) return;
     const input = text.trim();
     if (!model) {
-      setError('Pick a model first.');
+      setError({ message: 'Pick a model first.' });
       return;
     }
     if (!input) {
-      setError('Type the text to speak.');
+      setError({ message: 'Type the text to speak.' });
       document.getElementById('speech-text')?.focus();
       return;
     }
     if (text.length > maxSpeechCharacters) {
-      setError(`The text may be at most ${count(maxSpeechCharacters)} characters.`);
+      setError({ message: `The text may be at most ${count(maxSpeechCharacters)} characters.` });
       return;
     }
     const pace = !paced || speed.trim() === '' ? undefined : Number(speed);
     if (pace !== undefined && !(Number.isFinite(pace) && pace >= 0.25 && pace <= 4)) {
-      setError('Speed must be a number from 0.25 to 4.');
+      setError({ message: 'Speed must be a number from 0.25 to 4.' });
       return;
     }
     abort.current?.abort();
@@ -218,7 +233,6 @@ export function Speech({ models, loading, state }: { models: PricedModel[]; load
         },
         controller.signal,
       );
-      const date = Date.parse(answer.date ?? '');
       made = {
         url: URL.createObjectURL(answer.audio),
         format,
@@ -226,15 +240,12 @@ export function Speech({ models, loading, state }: { models: PricedModel[]; load
         voice,
         characters: [...input].length,
         requestId: answer.requestId,
-        answeredAt: Math.floor((Number.isFinite(date) ? date : Date.now()) / 1000),
+        answeredAt: answeredAt(answer.date),
       };
       setSpoken(made);
       setCost(made.requestId ? { state: 'pending' } : { state: 'late' });
     } catch (caught) {
-      if (!isAbort(caught)) {
-        const id = caught instanceof ApiError ? caught.requestId : null;
-        setError(id ? `${messageOf(caught)} (request ${id})` : messageOf(caught));
-      }
+      if (!isAbort(caught)) setError(failureOf(caught));
     } finally {
       setBusy(false);
       refreshAccount();
@@ -323,7 +334,7 @@ export function Speech({ models, loading, state }: { models: PricedModel[]; load
             {count(text.length)} / {count(maxSpeechCharacters)} characters
           </p>
         </div>
-        <ErrorMessage message={error} onDismiss={() => setError(undefined)} />
+        <RequestErrorMessage failure={error} onDismiss={() => setError(undefined)} />
         <div class="form-actions">
           {busy && (
             <button type="button" class="button button-secondary" onClick={() => abort.current?.abort()}>

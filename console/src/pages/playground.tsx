@@ -1,11 +1,13 @@
 import type { TargetedKeyboardEvent, TargetedSubmitEvent } from 'preact';
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
-import { api, isAbort, messageOf, streamChat, type ChatMessage } from '../api';
+import { isAbort, messageOf, playgroundJson, streamChat, type AnswerUsage, type ChatMessage } from '../api';
 import { useApp } from '../app-context';
 import { ErrorMessage, PageHeader, Spinner, useApi, useTitle } from '../components/ui';
-import { size } from '../format';
+import { failureOf, RequestErrorMessage, type Failure } from '../components/request-error';
+import { count, money, size } from '../format';
 import { ModelSelect, preferred } from '../components/model-select';
-import { Speech, useSpeechState } from './playground-speech';
+import { Link } from '../router';
+import { activityAddress, answeredAt, settledRow, Speech, useSpeechState, type Answered, type CostState } from './playground-speech';
 import type { List, PricedModel } from '../types';
 
 type Mode = 'chat' | 'image' | 'speech';
@@ -14,6 +16,70 @@ interface Turn extends ChatMessage {
   id: number;
   model?: string;
   failed?: boolean;
+  /** An answer's request, usage (from the stream's last chunk) and cost (from the request log). */
+  answer?: AnswerFacts;
+}
+
+/** What an answer shows under it: the tokens, the cost as the request log has it, and a link to its Activity row. */
+interface AnswerFacts extends Answered {
+  usage: AnswerUsage | null;
+  cost: CostState;
+}
+
+/**
+ * Reads an answer's request-log row until it is settled, then hands it over (or says it was not in by the deadline).
+ * The cost is the log's, so what the page shows is what Activity and Usage show; the stream's own usage is shown
+ * meanwhile, and the log's tokens replace it once in.
+ */
+async function readCost(answer: Answered, signal: AbortSignal, update: (cost: CostState) => void, settled: () => void): Promise<void> {
+  if (!answer.requestId) return update({ state: 'late' });
+  try {
+    const row = await settledRow(answer, signal);
+    update(row ? { state: 'settled', row } : { state: 'late' });
+    if (row) settled();
+  } catch (caught) {
+    if (!isAbort(caught)) update({ state: 'failed', message: messageOf(caught) });
+  }
+}
+
+/** The line under an answer: tokens in and out, its cost, and a link to its row on the Activity page. */
+function AnswerMeta({ answer }: { answer: AnswerFacts }) {
+  const { cost } = answer;
+  const row = cost.state === 'settled' ? cost.row : undefined;
+  const tokens = row ? { in: row.input_tokens, out: row.output_tokens } : answer.usage ? { in: answer.usage.prompt_tokens, out: answer.usage.completion_tokens } : undefined;
+  let amount = <span class="muted">Cost: reading…</span>;
+  if (row) {
+    amount = (
+      <strong class="answer-cost" data-cost-micros={row.cost_micros}>
+        Cost: {money(row.cost_usd)}
+      </strong>
+    );
+  } else if (cost.state === 'late') {
+    amount = <span class="muted">Cost: not in the log yet</span>;
+  } else if (cost.state === 'failed') {
+    amount = <span class="muted">Cost: could not be read ({cost.message})</span>;
+  }
+  return (
+    <p class="answer-meta" aria-live="polite">
+      {tokens && (tokens.in > 0 || tokens.out > 0) && (
+        <span class="answer-tokens" data-input-tokens={tokens.in} data-output-tokens={tokens.out}>
+          {count(tokens.in)} tokens in / {count(tokens.out)} out
+        </span>
+      )}
+      {row && row.images > 0 && (
+        <span class="answer-images">
+          {count(row.images)} image{row.images === 1 ? '' : 's'}
+        </span>
+      )}
+      {amount}
+      {row?.cache === 'hit' && <span class="muted">from the response cache</span>}
+      {answer.requestId && (
+        <Link href={activityAddress(answer.model, answer.requestId)} class="answer-activity">
+          See it in Activity
+        </Link>
+      )}
+    </p>
+  );
 }
 
 let turnIds = 0;
@@ -23,23 +89,32 @@ function useChatState() {
   const [model, setModel] = useState('');
   const [turns, setTurns] = useState<Turn[]>([]);
   const [draft, setDraft] = useState('');
-  const [error, setError] = useState<string | undefined>(undefined);
+  const [error, setError] = useState<Failure | undefined>(undefined);
   const [streaming, setStreaming] = useState(false);
   const [system, setSystem] = useState('');
   const [temperature, setTemperature] = useState('');
   const [maxTokens, setMaxTokens] = useState('');
   const abort = useRef<AbortController | undefined>(undefined);
-  useEffect(() => () => abort.current?.abort(), []);
-  return { model, setModel, turns, setTurns, draft, setDraft, error, setError, streaming, setStreaming, abort, system, setSystem, temperature, setTemperature, maxTokens, setMaxTokens };
+  // The answers' costs are read for as long as the page is open (a Stop or a Clear stops only the stream).
+  const reading = useRef(new AbortController());
+  useEffect(
+    () => () => {
+      abort.current?.abort();
+      reading.current.abort();
+    },
+    [],
+  );
+  return { model, setModel, turns, setTurns, draft, setDraft, error, setError, streaming, setStreaming, abort, reading, system, setSystem, temperature, setTemperature, maxTokens, setMaxTokens };
 }
 
 function Chat({ models, loading, state }: { models: PricedModel[]; loading: boolean; state: ReturnType<typeof useChatState> }) {
   const { refreshAccount } = useApp();
-  const { model, setModel, turns, setTurns, draft, setDraft, error, setError, streaming, setStreaming, abort, system, setSystem, temperature, setTemperature, maxTokens, setMaxTokens } = state;
+  const { model, setModel, turns, setTurns, draft, setDraft, error, setError, streaming, setStreaming, abort, reading, system, setSystem, temperature, setTemperature, maxTokens, setMaxTokens } = state;
   const log = useRef<HTMLDivElement>(null);
 
   useEffect(() => {
-    if (!model || !models.some((m) => m.id === model)) setModel(preferred(models, ['mock-chat', 'gpt-4o-mini', 'gpt-4.1-mini']));
+    // The one chosen kept (read as it is now: a choice made before this ran is not undone), else the preferred.
+    setModel((current) => (current && models.some((m) => m.id === current) ? current : preferred(models, ['mock-chat', 'gpt-4o-mini', 'gpt-4.1-mini'])));
   }, [models]);
   useEffect(() => {
     const el = log.current;
@@ -54,18 +129,18 @@ function Chat({ models, loading, state }: { models: PricedModel[]; loading: bool
       return;
     }
     if (!model) {
-      setError('Pick a model first.');
+      setError({ message: 'Pick a model first.' });
       return;
     }
     // The settings, checked here with the limits the API holds them to.
     const temp = temperature.trim() === '' ? undefined : Number(temperature);
     if (temp !== undefined && !(Number.isFinite(temp) && temp >= 0 && temp <= 2)) {
-      setError('Temperature must be a number from 0 to 2.');
+      setError({ message: 'Temperature must be a number from 0 to 2.' });
       return;
     }
     const max = maxTokens.trim() === '' ? undefined : Number(maxTokens);
     if (max !== undefined && !(Number.isInteger(max) && max >= 1)) {
-      setError('Max tokens must be a whole number of at least 1.');
+      setError({ message: 'Max tokens must be a whole number of at least 1.' });
       return;
     }
     setError(undefined);
@@ -82,9 +157,12 @@ function Chat({ models, loading, state }: { models: PricedModel[]; loading: bool
       received += delta;
       setTurns((current) => current.map((t) => (t.id === reply.id ? { ...t, content: t.content + delta } : t)));
     };
+    const setAnswer = (change: (answer: AnswerFacts) => AnswerFacts) =>
+      setTurns((current) => current.map((t) => (t.id === reply.id && t.answer ? { ...t, answer: change(t.answer) } : t)));
+    let answered: AnswerFacts | undefined;
     try {
       const instructions: ChatMessage[] = system.trim() ? [{ role: 'system', content: system.trim() }] : [];
-      await streamChat(
+      const facts = await streamChat(
         {
           model,
           messages: [...instructions, ...history, { role: 'user', content: text }],
@@ -94,11 +172,14 @@ function Chat({ models, loading, state }: { models: PricedModel[]; loading: bool
         append,
         controller.signal,
       );
+      answered = { model, requestId: facts.requestId, answeredAt: answeredAt(facts.date), usage: facts.usage, cost: { state: 'pending' } };
+      const answer = answered;
+      setTurns((current) => current.map((t) => (t.id === reply.id ? { ...t, answer } : t)));
     } catch (caught) {
       if (isAbort(caught)) {
         if (!received) setTurns((current) => current.filter((t) => t.id !== reply.id));
       } else {
-        setError(messageOf(caught));
+        setError(failureOf(caught));
         // A reply that never started is dropped with its question, which goes back into the box.
         if (received) {
           setTurns((current) => current.map((t) => (t.id === reply.id ? { ...t, failed: true } : t)));
@@ -112,6 +193,8 @@ function Chat({ models, loading, state }: { models: PricedModel[]; loading: bool
       abort.current = undefined;
       refreshAccount();
     }
+    // Its cost, from the request log once the request is settled; the balance beside the account then too.
+    if (answered) await readCost(answered, reading.current.signal, (cost) => setAnswer((a) => ({ ...a, cost })), refreshAccount);
   };
 
   const onSubmit = (event: TargetedSubmitEvent<HTMLFormElement>) => {
@@ -180,11 +263,12 @@ function Chat({ models, loading, state }: { models: PricedModel[]; loading: bool
                 {turn.content}
                 {turn.role === 'assistant' && streaming && turn.id === turns[turns.length - 1]?.id && <span class="caret" aria-hidden="true" />}
               </div>
+              {turn.answer && <AnswerMeta answer={turn.answer} />}
             </div>
           ))}
         </div>
         <form class="chat-form" onSubmit={onSubmit}>
-          <ErrorMessage message={error} onDismiss={() => setError(undefined)} />
+          <RequestErrorMessage failure={error} onDismiss={() => setError(undefined)} />
           <div class="field">
             <label for="chat-message">Message</label>
             <textarea id="chat-message" rows={3} value={draft} onInput={(e) => setDraft(e.currentTarget.value)} onKeyDown={onKeyDown} placeholder="Ask anything…" aria-describedby="chat-message-hint" />
@@ -225,6 +309,8 @@ interface GeneratedImage {
   src: string;
   prompt: string;
   revised?: string;
+  /** The request that made it (one request may make several): its tokens, cost and Activity row. */
+  answer: AnswerFacts;
 }
 
 /** The image form's state, kept by the page so it outlives a switch to another tab and back. */
@@ -234,17 +320,20 @@ function useImageState() {
   const [imageSize, setImageSize] = useState('');
   const [quality, setQuality] = useState('');
   const [images, setImages] = useState<GeneratedImage[]>([]);
-  const [error, setError] = useState<string | undefined>(undefined);
+  const [error, setError] = useState<Failure | undefined>(undefined);
   const [busy, setBusy] = useState(false);
-  return { model, setModel, prompt, setPrompt, imageSize, setImageSize, quality, setQuality, images, setImages, error, setError, busy, setBusy };
+  const reading = useRef(new AbortController());
+  useEffect(() => () => reading.current.abort(), []);
+  return { model, setModel, prompt, setPrompt, imageSize, setImageSize, quality, setQuality, images, setImages, error, setError, busy, setBusy, reading };
 }
 
 function Images({ models, loading, state }: { models: PricedModel[]; loading: boolean; state: ReturnType<typeof useImageState> }) {
   const { refreshAccount } = useApp();
-  const { model, setModel, prompt, setPrompt, imageSize, setImageSize, quality, setQuality, images, setImages, error, setError, busy, setBusy } = state;
+  const { model, setModel, prompt, setPrompt, imageSize, setImageSize, quality, setQuality, images, setImages, error, setError, busy, setBusy, reading } = state;
 
   useEffect(() => {
-    if (!model || !models.some((m) => m.id === model)) setModel(preferred(models, ['mock-image', 'gpt-image-1', 'dall-e-3']));
+    // The one chosen kept (read as it is now: a choice made before this ran is not undone), else the preferred.
+    setModel((current) => (current && models.some((m) => m.id === current) ? current : preferred(models, ['mock-image', 'gpt-image-1', 'dall-e-3'])));
   }, [models]);
   const chosen = models.find((m) => m.id === model);
   const sizes = chosen?.image_sizes ?? [];
@@ -259,31 +348,41 @@ function Images({ models, loading, state }: { models: PricedModel[]; loading: bo
     const text = prompt.trim();
     if (busy) return;
     if (!text) {
-      setError('Describe the image to generate.');
+      setError({ message: 'Describe the image to generate.' });
       return;
     }
     setBusy(true);
     setError(undefined);
+    let answered: AnswerFacts | undefined;
     try {
       const body: Record<string, unknown> = { model, prompt: text, n: 1 };
       if (imageSize) body.size = imageSize;
       if (quality) body.quality = quality;
       // GPT image models always answer base64 and take no response_format; the others are asked for it.
       if (!/^gpt-image/.test(model)) body.response_format = 'b64_json';
-      const answer = await api<{ data: { url?: string; b64_json?: string; revised_prompt?: string }[] }>('POST', '/playground/images/generations', body);
-      const made = answer.data
+      const answer = await playgroundJson<{ data: { url?: string; b64_json?: string; revised_prompt?: string }[] }>('/playground/images/generations', body, reading.current.signal);
+      const facts: AnswerFacts = { model, requestId: answer.requestId, answeredAt: answeredAt(answer.date), usage: null, cost: { state: 'pending' } };
+      answered = facts;
+      const made = answer.body.data
         .map((item) => ({
           src: item.url ?? (item.b64_json ? `data:image/png;base64,${item.b64_json}` : ''),
           prompt: text,
           ...(item.revised_prompt ? { revised: item.revised_prompt } : {}),
+          answer: facts,
         }))
         .filter((item) => item.src);
       setImages((current) => [...made, ...current].slice(0, 12));
     } catch (caught) {
-      setError(messageOf(caught));
+      if (!isAbort(caught)) setError(failureOf(caught));
     } finally {
       setBusy(false);
       refreshAccount();
+    }
+    // Its cost, from the request log once settled, on each image the request made.
+    if (answered) {
+      const requestId = answered.requestId;
+      const update = (cost: CostState) => setImages((current) => current.map((image) => (image.answer.requestId === requestId ? { ...image, answer: { ...image.answer, cost } } : image)));
+      await readCost(answered, reading.current.signal, update, refreshAccount);
     }
   };
 
@@ -319,7 +418,7 @@ function Images({ models, loading, state }: { models: PricedModel[]; loading: bo
             </select>
           </div>
         )}
-        <ErrorMessage message={error} />
+        <RequestErrorMessage failure={error} />
         <button type="submit" class="button button-primary button-block" disabled={busy || !model}>
           {busy && <Spinner />}
           Generate
@@ -335,7 +434,10 @@ function Images({ models, loading, state }: { models: PricedModel[]; loading: bo
         {images.map((image, i) => (
           <figure class="image-tile" key={`${i}-${image.src.slice(-24)}`}>
             <img src={image.src} alt={image.prompt} loading="lazy" decoding="async" />
-            <figcaption>{image.revised ?? image.prompt}</figcaption>
+            <figcaption>
+              {image.revised ?? image.prompt}
+              <AnswerMeta answer={image.answer} />
+            </figcaption>
           </figure>
         ))}
         {!busy && images.length === 0 && <p class="chat-empty">Generated images appear here.</p>}
