@@ -4,7 +4,7 @@ import { api, isAbort, messageOf } from '../api';
 import { useAccount, useApp } from '../app-context';
 import { type Column, PagedTable } from '../components/data-table';
 import { CopyButton, Dialog, ErrorMessage, PageHeader, Spinner, useApi, useTitle } from '../components/ui';
-import { count, fullTime, money, shortDateTime, timeOfDay } from '../format';
+import { count, fullTime, moment, money, shortDateTime, timeOfDay } from '../format';
 import type { PagedList } from '../paged-list';
 import { Link, navigate, useSearch } from '../router';
 import type { Account, Batch, BatchPage, BatchStatus, List, OpenAIBatchStatus } from '../types';
@@ -92,14 +92,14 @@ function Progress({ batch }: { batch: Batch }) {
   );
 }
 
-/** When it ended; before that, when it expires (a canceling one: when the cancel was asked, under it). */
+/** When it ended; before that, when it expires (when a cancel was asked is said under a canceling batch's row). */
 function Ends({ batch }: { batch: Batch }) {
   const ended = batch.ended_at !== null;
   const at = batch.ended_at ?? batch.expires_at;
   return (
     <>
       <span title={fullTime(at)}>{shortDateTime(at)}</span>
-      <span class="cell-sub muted">{ended ? 'ended' : batch.cancel_initiated_at !== null ? `cancel asked ${shortDateTime(batch.cancel_initiated_at)}` : 'expires'}</span>
+      <span class="cell-sub muted">{ended ? 'ended' : 'expires'}</span>
     </>
   );
 }
@@ -148,9 +148,9 @@ function CancelingNote({ batch }: { batch: Batch }) {
   const left = batch.counts.processing;
   return (
     <p class="batch-canceling-note small">
-      <strong>Canceling.</strong> Requests that had not started are canceled and cost nothing.{' '}
+      <strong>Canceling</strong> (asked {moment((batch.cancel_initiated_at ?? 0) * 1000)}). Requests that had not started are canceled and cost nothing.{' '}
       {left > 0
-        ? `The ${count(left)} still shown as processing were already handed to a worker: each one either finishes (and is billed) or is canceled when a worker reaches it. The batch ends when none is left.`
+        ? `The ${count(left)} still shown as processing were already queued or sent to a vendor: those a vendor is answering finish (and are billed), the others are canceled when a worker reaches them. The batch ends when none is left.`
         : 'The batch ends in a moment.'}
     </p>
   );
@@ -200,7 +200,7 @@ function ConfirmAction({ acting, accountName, onClose, onDone }: { acting: Actin
         <span class="mono">{batch.id}</span>
         {whose}
         {action === 'cancel'
-          ? `: its ${count(batch.counts.processing)} requests not yet done stop. Requests already handed to a worker finish (and are billed) or are canceled when a worker reaches them; what has finished keeps its results. This cannot be undone.`
+          ? `: its ${count(batch.counts.processing)} requests not yet done stop. Those a vendor is already answering finish (and are billed); the rest are canceled. What has finished keeps its results. This cannot be undone.`
           : batch.dialect === 'openai'
             ? ': the batch is removed from the list and can no longer be read through the API. Its input, output and error files stay among the account’s files. This cannot be undone.'
             : ': the batch and its results are removed: its results can no longer be read through the API. This cannot be undone.'}
@@ -318,21 +318,33 @@ function batchColumns({ accountNames, showAccount, act }: { accountNames: Map<st
     {
       id: 'id',
       label: 'Batch',
+      // Every account's: whose each is, under its id (cut short; whole in its title and its details).
+      ...(showAccount ? { note: 'and account' } : {}),
       lead: true,
       class: 'batch-id-cell',
+      title: showAccount ? (batch) => `${batch.id} · ${accountOf(batch)}` : undefined,
       cell: (batch) => (
         <>
           <span class="mono cell-strong batch-id" id={`batch-${batch.id}`}>
             {batch.id}
           </span>
+          {showAccount && <span class="cell-sub muted batch-account">{accountOf(batch)}</span>}
+        </>
+      ),
+    },
+    {
+      id: 'status',
+      label: 'Status',
+      class: 'nowrap',
+      cell: (batch) => (
+        <>
+          <Status batch={batch} />
           <Link href={`/console/activity?batch=${encodeURIComponent(batch.id)}`} class="cell-sub batch-requests-link" aria-label={`Requests of ${batch.id} in Activity`}>
-            Requests in Activity
+            Requests
           </Link>
         </>
       ),
     },
-    showAccount && { id: 'account', label: 'Account', class: 'cell-clip account-cell', title: accountOf, cell: accountOf },
-    { id: 'status', label: 'Status', class: 'nowrap', cell: (batch) => <Status batch={batch} /> },
     { id: 'model', label: 'Model', class: 'cell-clip batch-model-cell', title: (batch) => batch.models?.join(', '), cell: (batch) => <ModelCell batch={batch} /> },
     { id: 'progress', label: 'Progress', note: 'done / total', class: 'batch-progress-cell', cell: (batch) => <Progress batch={batch} /> },
     { id: 'cost', label: 'Cost', note: 'so far', numeric: true, class: 'cell-strong', cell: (batch) => money(batch.cost_usd) },
@@ -347,16 +359,19 @@ function batchColumns({ accountNames, showAccount, act }: { accountNames: Map<st
       hideLabel: true,
       actions: true,
       class: 'batch-actions nowrap',
-      cell: (batch) =>
-        canCancel(batch) ? (
-          <button type="button" class="button button-secondary button-small" aria-label={`Cancel ${batch.id}`} onClick={() => act({ batch, action: 'cancel' })}>
-            Cancel
-          </button>
-        ) : canDelete(batch) ? (
-          <button type="button" class="button button-ghost-danger button-small" aria-label={`Delete ${batch.id}`} onClick={() => act({ batch, action: 'delete' })}>
-            Delete
-          </button>
-        ) : null,
+      cell: (batch) => (
+        <span class="batch-actions-line">
+          {canCancel(batch) ? (
+            <button type="button" class="button button-secondary button-small" aria-label={`Cancel ${batch.id}`} onClick={() => act({ batch, action: 'cancel' })}>
+              Cancel
+            </button>
+          ) : canDelete(batch) ? (
+            <button type="button" class="button button-ghost-danger button-small" aria-label={`Delete ${batch.id}`} onClick={() => act({ batch, action: 'delete' })}>
+              Delete
+            </button>
+          ) : null}
+        </span>
+      ),
     },
   ];
 }
