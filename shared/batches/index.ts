@@ -20,7 +20,8 @@
  *    recorded ends it (record.ts again).
  * 5. Results read back (results.ts): as the lines of a Message Batch's results, or written into an OpenAI batch's
  *    output and error files (api/batches/openai-finalize.ts). The batch itself is read, listed and counted by
- *    read.ts, shown as Anthropic's `MessageBatch` by view.ts, and deleted by delete.ts.
+ *    read.ts (every account's batches as one list by list-all.ts, for the console's admin), shown as Anthropic's
+ *    `MessageBatch` by view.ts, and deleted by delete.ts.
  *
  * What the record's hash holds, field by field, is hash.ts; its scripts are declared in scripts.ts, their Lua in
  * lua/. The two dialects share all of it: a dialect's own fields sit beside the engine's in the same hash.
