@@ -249,6 +249,15 @@ describe('console batches page in a real browser', () => {
     await row(page, quick).waitFor();
     assert.match((await row(page, quick).getAttribute('class')) ?? '', /\brow-target\b/);
     assert.deepEqual(await listedIds(page), [quick, openaiBatch]);
+    await shoot(page, 'batches-admin-linked-desktop');
+
+    // Every account's on a phone: cards, each with its account under its id.
+    await page.setViewportSize(phone);
+    await page.goto('/console/batches');
+    await row(page, running).waitFor();
+    assert.equal(await row(page, openaiBatch).locator('.batch-account').innerText(), bob.email);
+    await shoot(page, 'batches-admin-all-phone');
+    await checkFit(page, 'admin at 390');
     await closeClean(context, 'admin');
   });
 
