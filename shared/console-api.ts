@@ -178,6 +178,8 @@ export interface BatchFile {
 /** A batch of either API as the batches page reads it: times in unix seconds. */
 export interface ConsoleBatch {
   id: string;
+  /** The account it is billed to (its keys made it). */
+  account_id: string;
   /** `anthropic`: made with `POST /v1/messages/batches`; `openai`: with `POST /v1/batches` over a file. */
   dialect: BatchDialect;
   /** The endpoint its requests call. */
@@ -187,6 +189,8 @@ export interface ConsoleBatch {
   openai_status: OpenAIBatchStatus | null;
   /** An OpenAI batch's input file and, once written, its output and error files (null for a message batch). */
   files: { input: BatchFile; output: BatchFile | null; error: BatchFile | null } | null;
+  /** The catalog ids of the models its requests name, each once, sorted (null for a batch made before they were kept). */
+  models: string[] | null;
   created_at: number;
   expires_at: number;
   ended_at: number | null;
@@ -201,8 +205,20 @@ export interface ConsoleBatch {
 }
 
 export interface BatchPage extends List<ConsoleBatch> {
-  account_id: string;
+  /** The account listed; null for an admin's list of every account's batches. */
+  account_id: string | null;
   has_more: boolean;
+  /** Ask for the next page with `cursor=<this>`; null when there is none. */
+  next_cursor: string | null;
+  /** Batch requests are billed at the flex price: the listed token prices times this (0.5: half). */
+  flex_price_multiple: number;
+}
+
+/** A batch deleted from the console. */
+export interface ConsoleBatchDeleted {
+  id: string;
+  object: 'batch';
+  deleted: true;
 }
 
 // ---- the operator's pages ----

@@ -1,6 +1,6 @@
 import { Readable } from 'node:stream';
 import type Router from '@koa/router';
-import { batchView, cancelBatch, deleteBatch, listBatches, openBatchCount, readBatch, readBatchResults, seesBatch, type BatchRecord } from '../../shared/batches/index.js';
+import { batchView, deleteBatch, listBatches, openBatchCount, readBatch, readBatchResults, seesBatch, type BatchRecord } from '../../shared/batches/index.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
 import { activeMetrics } from '../../shared/metrics.js';
@@ -9,7 +9,7 @@ import { readJsonText } from '../http/request-body.js';
 import type { EndpointRouteDeps } from '../requests/endpoint-route.js';
 import type { KeyedContext, KeyedState } from '../requests/request-context.js';
 import { intakeBatch } from './anthropic-intake.js';
-import { sweepBatch } from './sweep.js';
+import { cancelMessageBatch } from './cancel.js';
 
 /**
  * Anthropic's Message Batches API (`/v1/messages/batches`), on every chat model of every vendor: a batch is its
@@ -78,14 +78,7 @@ export function batchRoutes(deps: EndpointRouteDeps, log: Logger): Router<KeyedS
 
   router.post('/:id/cancel', async (ctx) => {
     const batch = await ownedBatch(ctx, deps, ctx.params.id!);
-    const status = await cancelBatch(deps.redis, batch.id);
-    const now = (await readBatch(deps.redis, batch.id)) ?? batch;
-    if (status === 'canceling' && batch.status === 'in_progress') {
-      activeMetrics()?.batches.get('canceled', 'anthropic').inc();
-      // What still waits is removed now, after the answer; a worker's request under way ends as it will.
-      void sweepBatch(sweepDeps, now).catch((error: unknown) => ctx.state.log.warn({ err: error, batch: batch.id }, 'could not sweep a canceled batch (the periodic sweep will)'));
-    }
-    ctx.body = view(ctx, now);
+    ctx.body = view(ctx, await cancelMessageBatch(sweepDeps, batch, ctx.state.log));
   });
 
   router.delete('/:id', async (ctx) => {

@@ -1,15 +1,14 @@
 import type Router from '@koa/router';
 import { z } from 'zod';
-import { cancelBatch, listBatches, newOpenAIBatchId, openBatchCount, readBatch, seesBatch, type BatchRecord } from '../../shared/batches/index.js';
+import { listBatches, newOpenAIBatchId, openBatchCount, readBatch, seesBatch, type BatchRecord } from '../../shared/batches/index.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import { activeMetrics } from '../../shared/metrics.js';
 import { createRouter } from '../http/canonical-path.js';
 import { parseBody, readJsonObject } from '../http/request-body.js';
 import type { KeyedContext, KeyedState } from '../requests/request-context.js';
-import { startFinalize } from './openai-finalize.js';
+import { cancelOpenAIBatch } from './cancel.js';
 import { startValidation, type OpenAIBatchDeps } from './openai-intake.js';
-import { awaitsFinal, batchEndpoints, createValidatingBatch, openAIBatchView, openAIStatus, type BatchEndpointPath } from './openai-record.js';
-import { sweepBatch } from './sweep.js';
+import { batchEndpoints, createValidatingBatch, openAIBatchView, type BatchEndpointPath } from './openai-record.js';
 
 /**
  * OpenAI's Batch API (`/v1/batches`) on the batch engine that runs Anthropic's Message Batches: `POST` makes a
@@ -62,7 +61,6 @@ function pageQuery(query: Record<string, unknown>): { limit: number; afterId?: s
 
 export function openAIBatchRoutes(deps: OpenAIBatchDeps): Router<KeyedState> {
   const router = createRouter<KeyedState>('/v1/batches');
-  const sweepDeps = { redis: deps.redis, queues: deps.queues, config: deps.config, log: deps.log };
 
   router.post('/', async (ctx) => {
     const body = parseBody(createSchema, await readJsonObject(ctx.req, maxCreateBytes));
@@ -114,24 +112,7 @@ export function openAIBatchRoutes(deps: OpenAIBatchDeps): Router<KeyedState> {
 
   router.post('/:id/cancel', async (ctx) => {
     const batch = await ownedBatch(ctx, deps, ctx.params.id!);
-    const status = openAIStatus(batch);
-    if (status === 'completed' || status === 'failed' || status === 'expired' || status === 'cancelled') {
-      throw invalidRequest(`The batch ${batch.id} is ${status}: it cannot be cancelled.`, null, 'batch_not_cancellable');
-    }
-    const after = await cancelBatch(deps.redis, batch.id);
-    const now = (await readBatch(deps.redis, batch.id)) ?? batch;
-    if (batch.status === 'in_progress' || batch.status === 'validating') activeMetrics()?.batches.get('canceled', 'openai').inc();
-    const log = ctx.state.log;
-    if (after === 'canceling' && batch.status === 'in_progress') {
-      // After the answer: what still waits is recorded cancelled (a worker's request under way ends as it will, and
-      // the batch with it), then, if that ended it, its files are written.
-      void (async () => {
-        await sweepBatch(sweepDeps, now);
-        const swept = await readBatch(deps.redis, batch.id);
-        if (swept && awaitsFinal(swept)) startFinalize(deps, batch.id);
-      })().catch((error: unknown) => log.warn({ err: error, batch: batch.id }, 'could not sweep a cancelled batch (the periodic sweep will)'));
-    } else if (awaitsFinal(now)) startFinalize(deps, batch.id);
-    ctx.body = openAIBatchView(now);
+    ctx.body = openAIBatchView(await cancelOpenAIBatch(deps, batch, ctx.state.log));
   });
 
   return router;

@@ -6,12 +6,10 @@ import { z } from 'zod';
 import { GatewayError } from '../../shared/errors.js';
 import { storableText } from '../../shared/schemas/common.js';
 import { readJsonObject } from '../http/request-body.js';
-import { microsToUsd, usdToMicros } from '../accounts/account-store.js';
-import { listBatches, type BatchRecord } from '../../shared/batches/index.js';
-import { openAIFields, openAIStatus } from '../batches/openai-record.js';
+import { usdToMicros } from '../accounts/account-store.js';
 import { accountName, email, keyChanges, keyName, keySettings, newKeyLimits, parseStrict, patchKeySchema, password } from '../accounts/account-requests.js';
 import { accountView, keyView } from '../accounts/views.js';
-import type { BatchPage, ConsoleBatch, ConsoleConfig, CreatedKeyView, KeyView, List, SessionAnswer } from '../../shared/console-api.js';
+import type { ConsoleConfig, CreatedKeyView, KeyView, List, SessionAnswer } from '../../shared/console-api.js';
 import { bodyLimit } from '../accounts/admin-api.js';
 import type { AuthState } from '../accounts/auth.js';
 import { serve } from '../requests/endpoint-route.js';
@@ -19,6 +17,7 @@ import { checkCsrf, cookieOptions, loadSession, preSessionToken, requireSession,
 import type { RequestState } from '../requests/request-context.js';
 import { pricingList, requestHistogramReport, requestList, usageReport, usageCsv, usageRequestSchema } from './reports.js';
 import { addAdminConsoleRoutes } from './admin-routes.js';
+import { addBatchConsoleRoutes } from './batch-routes.js';
 import { queueDashboardEntry } from './queue-dashboard.js';
 import { isMockEnabled, isMockStandingIn } from '../../shared/vendors.js';
 
@@ -49,49 +48,6 @@ const contentSecurityPolicy = [
 const signInSchema = z.strictObject({ email: storableText().max(320), password: z.string().max(1024) });
 const signUpSchema = z.strictObject({ email, password, name: accountName.optional() });
 const createOwnKeySchema = z.strictObject({ name: keyName, ...keySettings });
-
-/** The batches page's query: a page size, Anthropic's `after_id` cursor, and (an admin's only) the account it reads. */
-const batchListQuerySchema = z.strictObject({
-  limit: z
-    .string()
-    .regex(/^\d{1,4}$/, 'expected a whole number')
-    .transform(Number)
-    .pipe(z.number().int().min(1).max(100))
-    .optional(),
-  after_id: storableText().min(1).max(256).optional(),
-  // An admin reads the account this names (their own unless it names one); a member always their own, whatever it names.
-  account_id: storableText().min(1).max(256).optional(),
-});
-
-/**
- * A batch as the console's batches page shows it, of either dialect: times in unix seconds, its cost so far, where
- * its results are read (once ended); an OpenAI batch's own status and its files (input, output, error) too.
- */
-function consoleBatchView(batch: BatchRecord): ConsoleBatch {
-  const seconds = (ms: number) => Math.floor(ms / 1000);
-  const secondsOrNull = (ms: number | undefined) => (ms === undefined ? null : seconds(ms));
-  const openai = batch.dialect === 'openai' ? openAIFields(batch) : undefined;
-  const file = (named: { id: string; name: string | null } | null) => (named ? { id: named.id, filename: named.name } : null);
-  return {
-    id: batch.id,
-    dialect: batch.dialect,
-    endpoint: openai ? openai.endpoint : '/v1/messages',
-    status: batch.status,
-    openai_status: openai ? openAIStatus(batch, openai) : null,
-    files: openai ? { input: { id: openai.inputFileId, filename: openai.inputName }, output: file(openai.outputFile), error: file(openai.errorFile) } : null,
-    created_at: seconds(batch.created),
-    expires_at: seconds(batch.expires),
-    ended_at: secondsOrNull(batch.endedAt),
-    cancel_initiated_at: secondsOrNull(batch.cancelAt),
-    total: batch.total,
-    counts: { processing: batch.counts.processing, succeeded: batch.counts.succeeded, errored: batch.counts.errored, canceled: batch.counts.canceled, expired: batch.counts.expired },
-    cost_usd: microsToUsd(batch.costMicros),
-    cost_micros: batch.costMicros,
-    // Read with an API key of the account (`GET /v1/messages/batches/{id}/results`, an OpenAI batch's output file's
-    // `GET /v1/files/{id}/content`), not with the console's session.
-    results_path: openai ? (openai.outputFile ? `/v1/files/${openai.outputFile.id}/content` : null) : batch.status === 'ended' ? `/v1/messages/batches/${batch.id}/results` : null,
-  };
-}
 
 /** A console request's state: the gateway's, with the signed-in session once it is loaded. */
 type State = RequestState & ConsoleState;
@@ -286,15 +242,9 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     ctx.body = await requestHistogramReport(keyStore.record, account, ctx.query);
   });
 
-  // ---- batches of both dialects: the account's own (an admin's, or the one `account_id` names), newest first ----
+  // ---- batches of both dialects: listed, read, canceled and deleted (batch-routes.ts) ----
 
-  router.get('/api/batches', async (ctx) => {
-    const { account } = await requireSession(ctx, deps);
-    const query = parseStrict(batchListQuerySchema, ctx.query);
-    const accountId = account.role === 'admin' ? (query.account_id ?? account.id) : account.id;
-    const { batches, hasMore } = await listBatches(deps.redis, accountId, { limit: query.limit ?? 20, ...(query.after_id !== undefined ? { afterId: query.after_id } : {}) });
-    ctx.body = { object: 'list', account_id: accountId, data: batches.map(consoleBatchView), has_more: hasMore } satisfies BatchPage;
-  });
+  addBatchConsoleRoutes(router, deps);
 
   // ---- playground: the same endpoint route as /v1, billed to the account's own playground key ----
 

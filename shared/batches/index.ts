@@ -20,7 +20,8 @@
  *    recorded ends it (record.ts again).
  * 5. Results read back (results.ts): as the lines of a Message Batch's results, or written into an OpenAI batch's
  *    output and error files (api/batches/openai-finalize.ts). The batch itself is read, listed and counted by
- *    read.ts, shown as Anthropic's `MessageBatch` by view.ts, and deleted by delete.ts.
+ *    read.ts (every account's batches as one list by list-all.ts, for the console's admin), shown as Anthropic's
+ *    `MessageBatch` by view.ts, and deleted by delete.ts.
  *
  * What the record's hash holds, field by field, is hash.ts; its scripts are declared in scripts.ts, their Lua in
  * lua/. The two dialects share all of it: a dialect's own fields sit beside the engine's in the same hash.
@@ -34,6 +35,7 @@ export { batchField, openingFields } from './hash.js';
 export { batchRequestJobId, dialectOf, isBatchId, newBatchId, newOpenAIBatchId } from './ids.js';
 export { fillBatchWindow, queueBatchRequests, queueReleased, type BatchQueues, type QueuedRequests } from './queueing.js';
 export { listBatches, listScanMost, openBatchCount, readBatch, seesBatch } from './read.js';
+export { cursorText, listEveryBatch, parseCursor, type AllBatchesCursor } from './list-all.js';
 export { batchRequestState, recordBatchResult, recordInBatch } from './record.js';
 export { openAIBatchErrorBody, openAIBatchResult, openAIRecordedResponse, readBatchResults, readResultEntry } from './results.js';
 export { batchOutcomes, type BatchBilled, type BatchDialect, type BatchJob, type BatchOutcome, type BatchRecord, type BatchResult, type BatchStatus, type OpenAIBatchStatus } from './types.js';

@@ -643,7 +643,7 @@ describe('web console in a real browser', () => {
       assert.match(endedText, /1 succeeded · 1 errored/);
       assert.deepEqual(amountsIn(endedText), ['$0.0005'], endedText);
       assert.match(endedText, /\bended\b[^]*\bended\b/, 'its status, and when it ended');
-      const curl = `curl ${gateway.url}/v1/messages/batches/${ended}/results -H "x-api-key: $SWITCHYARD_API_KEY"`;
+      const curl = `curl ${gateway.url}/v1/messages/batches/${ended}/results -H "x-api-key: $SWITCHYARD_KEY"`;
       assert.equal(await page.getByLabel(`Results of ${ended}`).innerText(), curl);
       await page.getByText('read with an API key of this account').first().waitFor();
       assert.equal(await copiedBy(page, page.getByRole('button', { name: `Copy the results command of ${ended}` })), curl);

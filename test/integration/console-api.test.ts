@@ -426,11 +426,13 @@ describe('console API', () => {
       const [newest, under] = first.json.data as [Batch, Batch];
       assert.deepEqual(newest, {
         id: fresh,
+        account_id: danaAccount.id,
         dialect: 'anthropic',
         endpoint: '/v1/messages',
         status: 'in_progress',
         openai_status: null,
         files: null,
+        models: null,
         created_at: Math.floor((t0 + 2000) / 1000),
         expires_at: newest.expires_at,
         ended_at: null,
@@ -472,12 +474,28 @@ describe('console API', () => {
       const eveList = await eve.request<BatchPage>('GET', '/console/api/batches');
       assert.deepEqual(eveList.json.data.map((b) => [b.id, b.cost_micros]), [[eves, 99]]);
 
-      // An admin reads their own account's unless they name one.
-      const adminOwn = await admin.request<BatchPage>('GET', '/console/api/batches');
-      assert.equal(adminOwn.status, 200);
-      assert.equal(adminOwn.json.data.some((b) => [fresh, running, ended, eves].includes(b.id)), false);
+      // An admin reads every account's, newest first, unless they name one: a page at a time by its next_cursor.
+      type AllPage = BatchPage & { account_id: string | null; next_cursor: string | null };
+      const walked: Array<[string, string]> = [];
+      let cursor: string | null = null;
+      for (let pages = 0; pages < 50; pages++) {
+        const page: ConsoleResponse<AllPage> = await admin.request<AllPage>('GET', `/console/api/batches?limit=2${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+        assert.equal(page.status, 200, JSON.stringify(page.json));
+        assert.equal(page.json.account_id, null);
+        walked.push(...page.json.data.map((b) => [b.id, (b as Batch & { account_id: string }).account_id] as [string, string]));
+        assert.equal(page.json.has_more, page.json.next_cursor !== null);
+        cursor = page.json.next_cursor;
+        if (!cursor) break;
+      }
+      assert.equal(cursor, null, 'the pages end');
+      assert.equal(new Set(walked.map(([id]) => id)).size, walked.length, 'nothing listed twice');
+      const mine = new Set([fresh, running, ended, eves]);
+      assert.deepEqual(walked.filter(([id]) => mine.has(id)), [[fresh, danaAccount.id], [eves, eveAccount.id], [running, danaAccount.id], [ended, danaAccount.id]]);
+      expectError(await admin.request('GET', '/console/api/batches?cursor=nonsense'), 400, 'invalid_value');
       const adminOfDana = await admin.request<BatchPage>('GET', `/console/api/batches?account_id=${danaAccount.id}&limit=1&after_id=${fresh}`);
       assert.deepEqual([adminOfDana.json.data.map((b) => b.id), adminOfDana.json.has_more], [[running], true]);
+      // The flex price's multiple, which the page says batch requests cost.
+      assert.equal((adminOfDana.json as BatchPage & { flex_price_multiple: number }).flex_price_multiple, 0.5);
     });
 
     it('refuses a bad page size or an unknown parameter, and anyone signed out', async () => {
