@@ -109,6 +109,15 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
 
   async function newContext(viewport: { width: number; height: number }): Promise<BrowserContext> {
     const context = await browser.newContext({ viewport, baseURL: gateway.url, locale: 'en-US' });
+    // Layout shift, as console.test.ts measures it: nothing moves as the numbers come in.
+    await context.addInitScript(() => {
+      (window as unknown as { __cls: number }).__cls = 0;
+      new PerformanceObserver((list) => {
+        for (const entry of list.getEntries() as Array<PerformanceEntry & { value: number; hadRecentInput: boolean }>) {
+          if (!entry.hadRecentInput) (window as unknown as { __cls: number }).__cls += entry.value;
+        }
+      }).observe({ type: 'layout-shift', buffered: true });
+    });
     const seen: string[] = [];
     problems.set(context, seen);
     context.on('page', (page) => page.on('pageerror', (error) => seen.push(`page error: ${error.message}`)));
@@ -138,6 +147,15 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
   async function tablesLoaded(page: Page, what: string): Promise<void> {
     await page.locator('table').first().waitFor();
     await waitFor(async () => (await page.locator('.skeleton-row').count()) === 0, 20_000, `the tables of ${what}`);
+  }
+
+  /** A page opened afresh (its layout shift counted from its start): no shift once its numbers are in. */
+  async function openSteady(page: Page, path: string, what: string): Promise<void> {
+    await page.goto(path);
+    await tablesLoaded(page, what);
+    await page.waitForLoadState('networkidle');
+    const cls = await page.evaluate(() => (window as unknown as { __cls: number }).__cls);
+    assert.ok(cls < 0.1, `${what}: cumulative layout shift ${cls.toFixed(3)}`);
   }
 
   /** Each table's width beyond its box (px), by its name; and whether the page scrolls sideways. */
@@ -176,8 +194,7 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
     const context = await newContext(desktop);
     const page = await context.newPage();
     await signIn(page);
-    await page.goto('/console/usage');
-    await tablesLoaded(page, 'usage');
+    await openSteady(page, '/console/usage', 'usage at 1280 px');
     const report = await page.evaluate(async () => (await fetch('/console/api/usage?days=30')).json() as Promise<{ from: string; to: string }>);
     const rows = await usageRows(redisUrl);
     const since = Date.parse(`${report.from}T00:00:00Z`) / 1000;
@@ -256,8 +273,7 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
     const context = await newContext(phone);
     const page = await context.newPage();
     await signIn(page);
-    await page.goto('/console/usage');
-    await tablesLoaded(page, 'usage on a phone');
+    await openSteady(page, '/console/usage', 'usage at 390 px');
     await page.locator('canvas[aria-label^="Requests per day"][data-x-labels]').waitFor();
     assertFits(await overflow(page), 'usage at 390 px');
     // Every table a card a row: its rows are blocks, not table rows.
@@ -280,8 +296,7 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
       const context = await newContext(viewport);
       const page = await context.newPage();
       await signIn(page);
-      await page.goto('/console/admin/queues');
-      await tablesLoaded(page, 'queues');
+      await openSteady(page, '/console/admin/queues', `queues, ${name}`);
       const table = page.getByRole('table', { name: 'Queues' });
       const chat = (await tableRows(table)).find((row) => row.lead === 'chat');
       assert.ok(chat, 'the chat queue is listed');

@@ -78,13 +78,15 @@ export function QueuesPage() {
       </div>
       <ErrorMessage message={queues.error} />
       <DataTable label="Queues" columns={queueColumns(queues.data?.keeps)} rows={list} rowKey={(queue) => queue.name} skeletonRows={5} empty="No queues." />
-      <p class="table-note muted small queue-keeps-note">
-        Kept completed and kept failed count the finished jobs BullMQ still holds, not every job that ran: a waiting client’s job is dropped{' '}
-        {queues.data?.keeps
-          ? `${span(queues.data.keeps.completed_seconds)} after it completes (${span(queues.data.keeps.failed_seconds)} after it fails), and beyond the last ${count(queues.data.keeps.completed_count)} completed (${count(queues.data.keeps.failed_count)} failed); an async job after ${span(queues.data.keeps.async_seconds)}`
-          : 'soon after it finishes'}
-        . The request log has every request: see <Link href="/console/activity">Activity</Link> and <Link href="/console/usage">Usage</Link>.
-      </p>
+      {/* With the rows (in the same render), so it never moves as they come in. */}
+      {queues.data && (
+        <p class="table-note muted small queue-keeps-note">
+          Kept completed and kept failed count the finished jobs BullMQ still holds, not every job that ran: a waiting client’s job is dropped{' '}
+          {span(queues.data.keeps.completed_seconds)} after it completes ({span(queues.data.keeps.failed_seconds)} after it fails), and beyond the last{' '}
+          {count(queues.data.keeps.completed_count)} completed ({count(queues.data.keeps.failed_count)} failed); an async job after {span(queues.data.keeps.async_seconds)}. The
+          request log has every request: see <Link href="/console/activity">Activity</Link> and <Link href="/console/usage">Usage</Link>.
+        </p>
+      )}
     </>
   );
 }
