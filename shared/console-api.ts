@@ -108,13 +108,38 @@ export interface ConsoleConfig {
 
 // ---- usage and activity ----
 
-/** Latency, time to first token and error rate of one model over the report's days (from the request log). */
+/**
+ * How the requests of a report's row ended, beside `requests` (every request the log holds, refusals included: see
+ * `requestCount` in api/console/reports.ts), and what the response cache did for them.
+ */
+export interface RequestTally {
+  /** Turned away before any vendor was asked (an unknown model, a bad parameter, a limit): nothing billed. */
+  refused: number;
+  /** Accepted, then failed (a vendor's error, a timeout). */
+  failed: number;
+  cancelled: number;
+  /** Answered from the response cache. */
+  cache_hits: number;
+}
+
+/** A usage report's row: what its requests used and cost (the record's day totals) and how they ended (the request log). */
+export type UsageRow = UsageTotals & RequestTally;
+export type KeyUsageRow = KeyUsageTotals & RequestTally;
+
+/**
+ * Latency, time to first token and error rate of one model over the report's days (from the request log). Requests
+ * naming no model the gateway serves (refused with `model_not_found`) are one row with model `''`.
+ */
 export interface ModelLatency {
   model: string;
+  /** Every logged request, as the usage report's `by_model` counts them. */
   requests: number;
+  /** Not completed: refused, failed or cancelled. */
   errors: number;
+  refused: number;
   /** 0–1; refusals count as errors. */
   error_rate: number;
+  /** Over the completed requests only (a refusal's few milliseconds say nothing of a model). */
   latency_p50_ms: number | null;
   latency_p95_ms: number | null;
   ttft_p50_ms: number | null;
@@ -128,11 +153,13 @@ export interface UsageReport {
   from: string;
   to: string;
   balance_usd: number | null;
-  totals: UsageTotals | undefined;
-  daily: UsageTotals[];
-  by_model: UsageTotals[];
-  by_key: KeyUsageTotals[];
+  totals: UsageRow | undefined;
+  daily: UsageRow[];
+  by_model: UsageRow[];
+  by_key: KeyUsageRow[];
   latency: ModelLatency[];
+  /** An admin's report of every account: how many accounts exist, and how many made a request in the range; null otherwise. */
+  accounts: { total: number; active: number } | null;
 }
 
 /** A Realtime session's row (endpoint `realtime`) as the activity list gives it: how long it lasted, how many responses it billed. */
@@ -260,4 +287,9 @@ export interface QueueCounts {
 export interface QueueList extends List<QueueCounts> {
   /** Where the queue dashboard is served, or null when it is not. */
   dashboard: string | null;
+  /**
+   * How long BullMQ keeps a finished job of a waiting client (BullMQ's removeOnComplete and removeOnFail): the
+   * completed and failed counts are of the jobs still kept, not totals. An async job is kept `async_seconds`.
+   */
+  keeps: { completed_seconds: number; completed_count: number; failed_seconds: number; failed_count: number; async_seconds: number };
 }

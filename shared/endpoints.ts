@@ -44,7 +44,7 @@ export interface ResultKeeping {
   failedCount: number;
 }
 
-const heldAnswer: ResultKeeping = { completedSeconds: 60, failedSeconds: 3600, completedCount: 1000, failedCount: 5000 };
+export const heldAnswer: ResultKeeping = { completedSeconds: 60, failedSeconds: 3600, completedCount: 1000, failedCount: 5000 };
 
 /** Every queue's deadline: how long a request may wait and run (`REQUEST_DEADLINE_MS_<QUEUE>`). */
 const queueDeadline = (queue: QueueName) => (config: Pick<Config, 'deadlineMs'>) => config.deadlineMs[queue];

@@ -4,6 +4,7 @@ import { GatewayError } from '../../shared/errors.js';
 import { defaultAccountId } from '../../shared/accounts.js';
 import { channelCooldownsKey } from '../../shared/redis-keys.js';
 import { parseCooldown, resolveChannels } from '../../shared/vendors.js';
+import { heldAnswer } from '../../shared/endpoints.js';
 import { readJsonObject } from '../http/request-body.js';
 import { accountNotFound, microsToUsd, usdToMicros } from '../accounts/account-store.js';
 import { accountChanges, accountName, cacheTtlS, createAccountSchema, creditSchema, keyChanges, parseStrict, patchKeySchema, role, serviceTiers, weight } from '../accounts/account-requests.js';
@@ -161,6 +162,14 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
         return { name, waiting: total.waiting ?? 0, active: total.active ?? 0, delayed: total.delayed ?? 0, failed: total.failed ?? 0, completed: total.completed ?? 0, paused: paused.some(Boolean) };
       }),
     );
-    ctx.body = { object: 'list', data, dashboard: queueDashboardEntry } satisfies QueueList;
+    // The completed and failed counts are of the finished jobs BullMQ still keeps (removeOnComplete, removeOnFail): the page says how long.
+    const keeps = {
+      completed_seconds: heldAnswer.completedSeconds,
+      completed_count: heldAnswer.completedCount,
+      failed_seconds: heldAnswer.failedSeconds,
+      failed_count: heldAnswer.failedCount,
+      async_seconds: deps.config.asyncResultTtlSeconds,
+    };
+    ctx.body = { object: 'list', data, dashboard: queueDashboardEntry, keeps } satisfies QueueList;
   });
 }

@@ -5,20 +5,21 @@ import { invalidRequest } from '../../shared/errors.js';
 import { storableText } from '../../shared/schemas/common.js';
 import type { PriceList } from '../../shared/money/pricing.js';
 import type { RecordDb } from '../../storage/record/database.js';
-import { latencyByModel, listRequests, requestHistogram, type RequestFilter } from '../../storage/record/request-log.js';
+import { filteredRequests, listRequests, type RequestFilter } from '../../storage/record/request-log.js';
 import { microsToUsd } from '../accounts/account-store.js';
 import { parseStrict } from '../accounts/account-requests.js';
 import type { KeyStore } from '../accounts/key-store.js';
 import type { ModelResolver } from '../requests/model-resolver.js';
-import type { KeyUsageTotals, UsageTotals } from '../../shared/money/usage.js';
-import type { ActivityRow, RequestHistogram, RequestPage, SessionFacts, UsageReport } from '../../shared/console-api.js';
-import { groupUsage, loadUsageDays, type Grouping } from '../accounts/admin-usage.js';
+import type { ActivityRow, HistogramBar, KeyUsageRow, ModelLatency, RequestHistogram, RequestPage, SessionFacts, UsageReport, UsageRow } from '../../shared/console-api.js';
+import { groupUsage, loadUsageDays } from '../accounts/admin-usage.js';
 import { requestFilterQuerySchema, requestListQuerySchema } from '../accounts/admin-requests.js';
 
 /*
- * What the console's pricing, usage and activity pages read. Usage is summed
- * by the same code as `GET /admin/usage` (groupUsage over the record's day
- * totals), so the two agree to the micro-dollar; the activity page's list is
+ * What the console's pricing, usage and activity pages read. Usage's amounts
+ * (tokens, media, spend) are summed by the same code as `GET /admin/usage`
+ * (groupUsage over the record's day totals), so the two agree to the
+ * micro-dollar; its request counts are the request log's, counted as
+ * Activity counts them (`requestCount` below); the activity page's list is
  * `GET /admin/requests`'s, read through the same query schema.
  */
 
@@ -73,13 +74,179 @@ function usageAccount(account: Account, request: UsageRequest): string | undefin
   return account.role === 'admin' ? request.account_id : account.id;
 }
 
-/** An account's (or, undefined, every account's) usage over the last 7, 30 or 90 UTC days, read from the record's day totals and summed by `groupUsage`. */
-async function usageDays(keyStore: KeyStore, accountId: string | undefined, request: UsageRequest) {
+/**
+ * What the console counts as a request, on every page that counts them (Usage's totals, its By model, By key and
+ * Latency tables, its CSV, and Activity's chart): every row of the request log (the record's `usage` table), each
+ * request once (the api's half and the worker's half of a request are one row), refusals included (turned away
+ * before any vendor was asked: the api logged them, nothing was settled). The record's day totals count settled
+ * requests only, so no request count is read from them.
+ */
+export const requestCount = sql<number>`count(*)`;
+/** Of those, the ones that did not complete (refused, failed or cancelled): Activity's "not completed". */
+const notCompletedCount = sql<number>`count(*) filter (where status <> 'completed')`;
+/** How a report's requests ended, and what the response cache did: counted over the same rows as `requestCount`. */
+const tallies = {
+  refused: sql<number>`count(*) filter (where status = 'refused')`,
+  failed: sql<number>`count(*) filter (where status = 'failed')`,
+  cancelled: sql<number>`count(*) filter (where status = 'cancelled')`,
+  cache_hits: sql<number>`count(*) filter (where cache = 'hit')`,
+  saved_micros: sql<number>`coalesce(sum(saved_micros), 0)`,
+};
+/**
+ * The model a report lists a request under: a request refused because it named no model this gateway serves
+ * (`model_not_found`) is under `''`, "Unknown model", so a name a client made up is never listed as a model.
+ */
+const reportedModel = sql<string>`case when error_code = 'model_not_found' then '' else model end`;
+const utcDayOf = sql<string>`to_char(to_timestamp(created) at time zone 'UTC', 'YYYY-MM-DD')`;
+
+type Tally = Pick<UsageRow, 'requests' | 'refused' | 'failed' | 'cancelled' | 'cache_hits' | 'saved_micros'>;
+const noTally = (): Tally => ({ requests: 0, refused: 0, failed: 0, cancelled: 0, cache_hits: 0, saved_micros: 0 });
+
+/** The request log's counts of a report's days, by UTC day, model (as `reportedModel`) and key. */
+async function requestTallies(record: RecordDb, filter: RequestFilter & { since: number; until: number }) {
+  const rows = await filteredRequests(record, filter)
+    .select([
+      utcDayOf.as('day'),
+      reportedModel.as('model'),
+      'key_id',
+      requestCount.as('requests'),
+      tallies.refused.as('refused'),
+      tallies.failed.as('failed'),
+      tallies.cancelled.as('cancelled'),
+      tallies.cache_hits.as('cache_hits'),
+      tallies.saved_micros.as('saved_micros'),
+    ])
+    .groupBy([sql`1`, sql`2`, 'key_id'])
+    .execute();
+  return rows.map((row) => ({
+    day: row.day,
+    model: row.model,
+    key_id: row.key_id,
+    requests: Number(row.requests),
+    refused: Number(row.refused),
+    failed: Number(row.failed),
+    cancelled: Number(row.cancelled),
+    cache_hits: Number(row.cache_hits),
+    saved_micros: Number(row.saved_micros),
+  }));
+}
+
+const amountFields = ['input_tokens', 'cached_tokens', 'output_tokens', 'images', 'audio_seconds', 'video_seconds', 'cost_usd'] as const;
+const tallyFields = ['requests', 'refused', 'failed', 'cancelled', 'cache_hits', 'saved_micros'] as const;
+
+/** A row's sums from cells (day, model, key): the amounts the day totals hold, the counts the request log's. */
+function sumCells(cells: readonly UsageRow[], dims: Pick<UsageRow, 'day' | 'model' | 'key_id'>): UsageRow {
+  const row: UsageRow = { ...dims, input_tokens: 0, cached_tokens: 0, output_tokens: 0, images: 0, audio_seconds: 0, video_seconds: 0, cost_usd: 0, ...noTally() };
+  let micros = 0;
+  for (const cell of cells) {
+    for (const field of amountFields) if (field !== 'cost_usd') row[field] += cell[field];
+    for (const field of tallyFields) row[field] += cell[field];
+    micros += Math.round(cell.cost_usd * 1e6);
+  }
+  row.cost_usd = micros / 1e6;
+  return row;
+}
+
+function groupCells(cells: readonly UsageRow[], by: ReadonlyArray<'day' | 'model' | 'key_id'>): UsageRow[] {
+  const groups = new Map<string, UsageRow[]>();
+  for (const cell of cells) {
+    const id = JSON.stringify(by.map((dim) => cell[dim] ?? ''));
+    const group = groups.get(id);
+    if (group) group.push(cell);
+    else groups.set(id, [cell]);
+  }
+  const rows = [...groups.values()].map((group) => sumCells(group, Object.fromEntries(by.map((dim) => [dim, group[0]![dim] ?? ''])) as Pick<UsageRow, 'day' | 'model' | 'key_id'>));
+  const order = (row: UsageRow) => [row.day ?? '', row.model ?? '', row.key_id ?? ''].join('\u0000');
+  return rows.sort((a, b) => (order(a) < order(b) ? -1 : order(a) > order(b) ? 1 : 0));
+}
+
+/** The first second of a report's days and the first after them. */
+function rangeOf(days: readonly string[]) {
+  return { since: Date.parse(`${days[0]}T00:00:00Z`) / 1000, until: Date.parse(`${days.at(-1)}T00:00:00Z`) / 1000 + 86_400 };
+}
+
+function logFilter(accountId: string | undefined, request: UsageRequest, days: readonly string[]): RequestFilter & { since: number; until: number } {
+  return {
+    ...(accountId !== undefined ? { accountId } : {}),
+    ...(request.key_id !== undefined ? { keyId: request.key_id } : {}),
+    ...(request.model !== undefined ? { model: request.model } : {}),
+    ...rangeOf(days),
+  };
+}
+
+/**
+ * An account's (or, undefined, every account's) usage over the last 7, 30 or 90 UTC days, as cells of a day, model
+ * and key: the amounts from the record's day totals (summed by `groupUsage`), the request counts from the request
+ * log (`requestTallies`); a cell only one of them has is zero in the other.
+ */
+async function usageCells(keyStore: KeyStore, accountId: string | undefined, request: UsageRequest) {
   const days = daysOf(request);
   const loaded = await loadUsageDays(keyStore.record, days, accountId);
-  const filter = { accountId, keyId: request.key_id, model: request.model };
-  const group = (groupBy: Grouping[]) => groupUsage(loaded, { ...filter, groupBy });
+  const amounts = groupUsage(loaded, { accountId, keyId: request.key_id, model: request.model, groupBy: ['day', 'model', 'key'] });
+  const counted = await requestTallies(keyStore.record, logFilter(accountId, request, days));
+  const cells = new Map<string, UsageRow>();
+  const cellOf = (day: string, model: string, keyId: string) => {
+    const id = [day, model, keyId].join('\u0000');
+    let cell = cells.get(id);
+    if (!cell) cells.set(id, (cell = sumCells([], { day, model, key_id: keyId })));
+    return cell;
+  };
+  for (const row of amounts) {
+    const cell = cellOf(row.day ?? '', row.model ?? '', row.key_id ?? '');
+    for (const field of amountFields) cell[field] = row[field];
+  }
+  for (const row of counted) {
+    const cell = cellOf(row.day, row.model, row.key_id);
+    for (const field of tallyFields) cell[field] = row[field];
+  }
+  const all = [...cells.values()];
+  const group = (by: ReadonlyArray<'day' | 'model' | 'key_id'>) => groupCells(all, by);
   return { days, group, daily: group(['day', 'model']).filter((row) => row.requests > 0 || row.cost_usd > 0) };
+}
+
+/**
+ * Latency, time to first token and error rate per model (as `reportedModel`), counting requests as `requestCount`
+ * does (so each model's count is By model's); the percentiles are over completed requests only.
+ */
+async function latencyByModel(record: RecordDb, filter: RequestFilter & { since: number; until: number }): Promise<ModelLatency[]> {
+  const answered = (column: 'latency_ms' | 'ttft_ms', fraction: number) =>
+    sql<number | null>`percentile_cont(${sql.lit(fraction)}) within group (order by ${sql.ref(column)}) filter (where status = 'completed')`;
+  const rows = await filteredRequests(record, filter)
+    .select([
+      reportedModel.as('model'),
+      requestCount.as('requests'),
+      notCompletedCount.as('errors'),
+      tallies.refused.as('refused'),
+      answered('latency_ms', 0.5).as('latency_p50_ms'),
+      answered('latency_ms', 0.95).as('latency_p95_ms'),
+      answered('ttft_ms', 0.5).as('ttft_p50_ms'),
+      answered('ttft_ms', 0.95).as('ttft_p95_ms'),
+    ])
+    .groupBy(sql`1`)
+    .orderBy(sql`1`)
+    .execute();
+  const round = (value: number | null) => (value === null || value === undefined ? null : Math.round(Number(value)));
+  return rows.map((row) => ({
+    model: row.model,
+    requests: Number(row.requests),
+    errors: Number(row.errors),
+    refused: Number(row.refused),
+    error_rate: Number(row.requests) > 0 ? Number(row.errors) / Number(row.requests) : 0,
+    latency_p50_ms: round(row.latency_p50_ms),
+    latency_p95_ms: round(row.latency_p95_ms),
+    ttft_p50_ms: round(row.ttft_p50_ms),
+    ttft_p95_ms: round(row.ttft_p95_ms),
+  }));
+}
+
+/** Every account, and those that made a request (as `requestCount` counts them) over a report's days. */
+async function accountCounts(keyStore: KeyStore, days: readonly string[]) {
+  const { since, until } = rangeOf(days);
+  const [all, active] = await Promise.all([
+    keyStore.accounts.list(),
+    filteredRequests(keyStore.record, { since, until }).select(sql<number>`count(distinct account_id)`.as('n')).executeTakeFirst(),
+  ]);
+  return { total: all.length, active: Number(active?.n ?? 0) };
 }
 
 /**
@@ -108,35 +275,29 @@ async function keyNames(keyStore: KeyStore, ids: string[]): Promise<Map<string, 
  */
 export async function usageReport(keyStore: KeyStore, account: Account, request: UsageRequest): Promise<UsageReport> {
   const accountId = usageAccount(account, request);
-  const { days, group, daily } = await usageDays(keyStore, accountId, request);
-  const since = Date.parse(`${days[0]}T00:00:00Z`) / 1000;
-  const until = Date.parse(`${days.at(-1)}T00:00:00Z`) / 1000 + 86_400;
-  const latency = await latencyByModel(keyStore.record, {
-    ...(accountId !== undefined ? { accountId } : {}),
-    ...(request.key_id !== undefined ? { keyId: request.key_id } : {}),
-    ...(request.model !== undefined ? { model: request.model } : {}),
-    since,
-    until,
-  });
-  const byKey = group(['key']);
+  const { days, group, daily } = await usageCells(keyStore, accountId, request);
+  const latency = await latencyByModel(keyStore.record, logFilter(accountId, request, days));
+  const byKey = group(['key_id']);
   const names = await keyNames(keyStore, [...new Set(byKey.map((row) => row.key_id).filter((id): id is string => Boolean(id)))]);
   // Re-read: the balance shown is as of this report, not of the sign-in.
   const current = accountId === undefined ? undefined : accountId === account.id ? ((await keyStore.accounts.get(account.id)) ?? account) : await keyStore.accounts.get(accountId);
-  const withName = (row: UsageTotals): KeyUsageTotals => {
+  const withName = (row: UsageRow): KeyUsageRow => {
     const named = names.get(row.key_id ?? '');
     return { ...row, key_name: named?.name ?? null, key_revoked: named?.revoked ?? false, key_account_id: named?.accountId ?? null };
   };
+  const { day: _day, model: _model, key_id: _key, ...totals } = sumCells(group([]), {});
   return {
     object: 'usage',
     account_id: accountId ?? null,
     from: days[0]!,
     to: days.at(-1)!,
     balance_usd: current?.balanceMicros === undefined ? null : microsToUsd(current.balanceMicros),
-    totals: group([])[0],
+    totals,
     daily,
-    by_model: group(['model']),
-    by_key: byKey.map(withName),
+    by_model: group(['model']).map(({ day: _d, key_id: _k, ...row }) => row),
+    by_key: byKey.map(({ day: _d, model: _m, ...row }) => withName(row)),
     latency,
+    accounts: account.role === 'admin' && accountId === undefined ? await accountCounts(keyStore, days) : null,
   };
 }
 
@@ -217,8 +378,18 @@ export async function requestHistogramReport(record: RecordDb, account: Account,
   if (since >= until) throw invalidRequest('`since` must be before `until`.', 'since', 'invalid_value');
   if (until - since > maxHistogramSeconds) throw invalidRequest('The range may span at most 31 days: narrow `since` and `until`.', 'since', 'invalid_value');
   const bucketSeconds = bucketSecondsFor(until - since);
-  const data = await requestHistogram(record, { ...scoped(account, filter), since, until }, bucketSeconds);
+  const data = await histogramBars(record, { ...scoped(account, filter), since, until }, bucketSeconds);
   return { object: 'histogram', bucket_seconds: bucketSeconds, since, until, data };
+}
+
+/** The requests of a range (as `requestCount` counts them) per bar of `bucketSeconds`, and how many did not complete; bars without a request left out. */
+async function histogramBars(record: RecordDb, filter: RequestFilter & { since: number; until: number }, bucketSeconds: number): Promise<HistogramBar[]> {
+  const rows = await filteredRequests(record, filter)
+    .select([sql<number>`(created / ${bucketSeconds}) * ${bucketSeconds}`.as('start'), requestCount.as('requests'), notCompletedCount.as('errors')])
+    .groupBy(sql`1`)
+    .orderBy(sql`1`)
+    .execute();
+  return rows.map((row) => ({ start: Number(row.start), requests: Number(row.requests), errors: Number(row.errors) }));
 }
 
 const csvColumns = ['day', 'model', 'requests', 'input_tokens', 'cached_tokens', 'output_tokens', 'images', 'audio_seconds', 'video_seconds', 'cost_usd'] as const;
@@ -233,7 +404,7 @@ function csvField(value: string | number | undefined): string {
 /** The daily rows of the usage page as CSV. */
 export async function usageCsv(keyStore: KeyStore, account: Account, request: UsageRequest) {
   // The day totals alone: none of the report's latency, key names or balance.
-  const { days, daily } = await usageDays(keyStore, usageAccount(account, request), request);
+  const { days, daily } = await usageCells(keyStore, usageAccount(account, request), request);
   const lines = [csvColumns.join(',')];
   for (const row of daily) lines.push(csvColumns.map((column) => csvField(row[column])).join(','));
   return { filename: `usage-${days[0]}-to-${days.at(-1)}.csv`, csv: `${lines.join('\r\n')}\r\n` };

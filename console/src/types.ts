@@ -22,6 +22,8 @@ export type {
   SessionAnswer,
   SessionFacts,
   UsageReport,
+  UsageRow,
+  KeyUsageRow,
 } from '../../shared/console-api.js';
 export type { ServiceTier };
 

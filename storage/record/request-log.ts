@@ -1,13 +1,13 @@
 import { sql, type Selectable } from 'kysely';
 import { cacheMarks, type CacheMark, type RequestView } from '../../shared/money/usage.js';
 import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
-import type { HistogramBar, ModelLatency, RequestPage } from '../../shared/console-api.js';
+import type { RequestPage } from '../../shared/console-api.js';
 import type { RecordDb, UsageTable } from './database.js';
 
 /**
  * Reads of the request log (the record's usage rows): one request by id, a
- * page of them newest first, the requests per minute of a range, and latency
- * by model. Every list is ordered by (created, request_id) descending and
+ * page of them newest first (the console's counts of them are in
+ * api/console/reports.ts). Every list is ordered by (created, request_id) descending and
  * paged by keyset (the last row's pair is the cursor), which the indexes
  * `usage_log_*` serve for each filter that narrows it alone.
  */
@@ -95,7 +95,8 @@ export function decodeCursor(cursor: string): { created: number; requestId: stri
   return match ? { created: Number(match[1]), requestId: match[2]! } : undefined;
 }
 
-function filtered(db: RecordDb, filter: RequestFilter) {
+/** The request log's rows a filter picks: what every list and count of requests reads. */
+export function filteredRequests(db: RecordDb, filter: RequestFilter) {
   let query = db.selectFrom('usage');
   if (filter.accountId !== undefined) query = query.where('account_id', '=', filter.accountId);
   if (filter.keyId !== undefined) query = query.where('key_id', '=', filter.keyId);
@@ -109,57 +110,11 @@ function filtered(db: RecordDb, filter: RequestFilter) {
 
 /** Newest first, `limit` at a time, after `cursor` when given. */
 export async function listRequests(db: RecordDb, filter: RequestFilter, limit: number, cursor?: { created: number; requestId: string }): Promise<RequestPage> {
-  let query = filtered(db, filter).selectAll();
+  let query = filteredRequests(db, filter).selectAll();
   if (cursor) query = query.where(sql<boolean>`(created, request_id) < (${cursor.created}, ${cursor.requestId})`);
   const rows = await query.orderBy('created', 'desc').orderBy('request_id', 'desc').limit(limit + 1).execute();
   const page = rows.slice(0, limit);
   const last = page.at(-1);
   const hasMore = rows.length > limit;
   return { object: 'list', data: page.map(requestView), has_more: hasMore, next_cursor: hasMore && last ? encodeCursor(last.created, last.request_id) : null };
-}
-
-/** The requests of a range counted per bucket of `bucketSeconds` (buckets without requests left out), oldest first. */
-export async function requestHistogram(
-  db: RecordDb,
-  filter: RequestFilter & { since: number; until: number },
-  bucketSeconds: number,
-): Promise<HistogramBar[]> {
-  const rows = await filtered(db, filter)
-    .select([
-      sql<number>`(created / ${bucketSeconds}) * ${bucketSeconds}`.as('start'),
-      sql<number>`count(*)`.as('requests'),
-      sql<number>`count(*) filter (where status <> 'completed')`.as('errors'),
-    ])
-    .groupBy(sql`1`)
-    .orderBy(sql`1`)
-    .execute();
-  return rows.map((row) => ({ start: Number(row.start), requests: Number(row.requests), errors: Number(row.errors) }));
-}
-
-/** Latency, time to first token and error rate per model over a range (refusals count as errors; rows the api never logged are left out of the percentiles). */
-export async function latencyByModel(db: RecordDb, filter: RequestFilter & { since: number; until: number }): Promise<ModelLatency[]> {
-  const rows = await filtered(db, filter)
-    .select([
-      'model',
-      sql<number>`count(*)`.as('requests'),
-      sql<number>`count(*) filter (where status <> 'completed')`.as('errors'),
-      sql<number | null>`percentile_cont(0.5) within group (order by latency_ms)`.as('latency_p50_ms'),
-      sql<number | null>`percentile_cont(0.95) within group (order by latency_ms)`.as('latency_p95_ms'),
-      sql<number | null>`percentile_cont(0.5) within group (order by ttft_ms)`.as('ttft_p50_ms'),
-      sql<number | null>`percentile_cont(0.95) within group (order by ttft_ms)`.as('ttft_p95_ms'),
-    ])
-    .groupBy('model')
-    .orderBy('model')
-    .execute();
-  const round = (value: number | null) => (value === null || value === undefined ? null : Math.round(Number(value)));
-  return rows.map((row) => ({
-    model: row.model,
-    requests: Number(row.requests),
-    errors: Number(row.errors),
-    error_rate: Number(row.requests) > 0 ? Number(row.errors) / Number(row.requests) : 0,
-    latency_p50_ms: round(row.latency_p50_ms),
-    latency_p95_ms: round(row.latency_p95_ms),
-    ttft_p50_ms: round(row.ttft_p50_ms),
-    ttft_p95_ms: round(row.ttft_p95_ms),
-  }));
 }

@@ -361,7 +361,8 @@ describe('console activity API', () => {
     const report = await alice.console.request<{ latency: Latency[] }>('GET', '/console/api/usage?days=7');
     assert.equal(report.status, 200);
     const byModel = new Map(report.json.latency.map((row) => [row.model, row]));
-    assert.deepEqual([...byModel.keys()].sort(), ['gpt-4o', model, 'no-such-model']);
+    // A model no vendor serves is never listed by its name: its refusals are the "Unknown model" row ('').
+    assert.deepEqual([...byModel.keys()].sort(), ['', 'gpt-4o', model]);
     const mini = byModel.get(model)!;
     // Three completions, the stream, the invalid body and the vendor's failure.
     assert.deepEqual([mini.requests, mini.errors], [6, 2]);
@@ -370,7 +371,7 @@ describe('console activity API', () => {
     assert.ok(mini.ttft_p50_ms !== null && mini.ttft_p50_ms >= 0, 'the stream gives a time to first token');
     const gpt4o = byModel.get('gpt-4o')!;
     assert.deepEqual([gpt4o.requests, gpt4o.errors, gpt4o.error_rate, gpt4o.ttft_p50_ms], [2, 0, 0, null]);
-    assert.deepEqual([byModel.get('no-such-model')!.requests, byModel.get('no-such-model')!.error_rate], [1, 1]);
+    assert.deepEqual([byModel.get('')!.requests, byModel.get('')!.refused, byModel.get('')!.error_rate, byModel.get('')!.latency_p50_ms], [1, 1, 1, null]);
     // The report's filters hold for it too.
     const oneKey = await alice.console.request<{ latency: Latency[] }>('GET', `/console/api/usage?days=7&key_id=${alice.keys[1]!.id}`);
     assert.deepEqual(

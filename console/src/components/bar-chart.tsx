@@ -15,7 +15,7 @@ interface Props {
   label: string;
   format: (value: number) => string;
   axisFormat?: (value: number) => string;
-  /** A cumulative line over the bars, on its own axis at the right (the spend chart's running total). */
+  /** A cumulative line over the bars, read on the bars' own axis (the spend chart's running total). */
   runningTotal?: { label: string; color: string };
   empty?: boolean;
   emptyText?: string;
@@ -24,9 +24,36 @@ interface Props {
   class?: string;
 }
 
-/** The value axis's ticks, on the canvas (`data-y-ticks`): what a reader of the axis sees, for a test to read too. */
-function markTicks(instance: Chart<'bar' | 'line', number[], string>, element: HTMLCanvasElement): void {
+/** The most category labels the x axis writes: one per this many pixels of its width. */
+const pixelsPerLabel = 64;
+
+/**
+ * Which bars the x axis labels: every `step`th counted back from the last, so the axis always names the range's
+ * last bar (today on Usage, now on Activity) and the labels never crowd; a chart of a few bars labels each.
+ */
+export function labelledIndexes(count: number, width: number): Set<number> {
+  const room = Math.max(2, Math.floor(width / pixelsPerLabel));
+  const step = Math.max(1, Math.ceil(count / room));
+  const shown = new Set<number>();
+  for (let i = count - 1; i >= 0; i -= step) shown.add(i);
+  return shown;
+}
+
+/**
+ * What a reader of the axes sees, on the canvas for a test to read too: the value axis's ticks (`data-y-ticks`),
+ * how many value axes are drawn (`data-value-axes`), the x axis's labels in order (`data-x-labels`, joined by "|"),
+ * and the label of the last bar with a value (`data-last-bar`, empty when none has).
+ */
+function markAxes(instance: Chart<'bar' | 'line', number[], string>, element: HTMLCanvasElement, p: Props): void {
   element.dataset.yTicks = (instance.scales.y?.ticks ?? []).map((tick) => tick.value).join(',');
+  element.dataset.valueAxes = String(Object.values(instance.scales).filter((scale) => scale.axis === 'y' && scale.options.display !== false).length);
+  const shown = labelledIndexes(p.labels.length, instance.width);
+  element.dataset.xLabels = p.labels.filter((_, i) => shown.has(i)).join('|');
+  let last = -1;
+  p.labels.forEach((_, i) => {
+    if (p.series.some((s) => (s.values[i] ?? 0) !== 0)) last = i;
+  });
+  element.dataset.lastBar = last >= 0 ? p.labels[last]! : '';
 }
 
 /**
@@ -51,7 +78,8 @@ export function BarChart(props: Props) {
         type: 'line' as const,
         label: p.runningTotal.label,
         data,
-        yAxisID: 'total',
+        // The bars' axis (one axis, on the left): a stack of its own, so it is not piled on the bars.
+        stack: 'running-total',
         borderColor: p.runningTotal.color,
         backgroundColor: p.runningTotal.color,
         borderWidth: 2,
@@ -89,21 +117,24 @@ export function BarChart(props: Props) {
           animation: false,
           interaction: { mode: 'index', intersect: false },
           scales: {
-            x: { stacked: !!p.stacked, grid: { display: false }, ticks: { maxRotation: 0, autoSkip: true, autoSkipPadding: 12 } },
+            x: {
+              stacked: !!p.stacked,
+              grid: { display: false },
+              // Labelled from the last bar back (labelledIndexes), never skipped by Chart.js's own choice, which may end the axis days before the last bar.
+              ticks: {
+                maxRotation: 0,
+                autoSkip: false,
+                callback(value, index) {
+                  const shown = labelledIndexes(latest.current.labels.length, this.chart.width);
+                  return shown.has(index) ? (latest.current.labels[index] ?? '') : null;
+                },
+              },
+            },
             y: {
               stacked: !!p.stacked,
               beginAtZero: true,
               border: { display: false },
               ticks: { maxTicksLimit: 5, ...(p.wholeNumbers ? { precision: 0 } : {}), callback: (value) => (latest.current.axisFormat ?? latest.current.format)(Number(value)) },
-            },
-            total: {
-              // Its own axis on a wide screen; on a phone the line reads against the tooltip (two axes would crowd the bars).
-              display: !!p.runningTotal && window.matchMedia('(min-width: 640px)').matches,
-              position: 'right',
-              beginAtZero: true,
-              grid: { display: false },
-              border: { display: false },
-              ticks: { maxTicksLimit: 5, callback: (value) => (latest.current.axisFormat ?? latest.current.format)(Number(value)) },
             },
           },
           plugins: {
@@ -132,7 +163,11 @@ export function BarChart(props: Props) {
         },
       };
       chart.current = new ChartClass(canvas.current, config);
-      markTicks(chart.current, canvas.current);
+      markAxes(chart.current, canvas.current, p);
+      // The labels the axis shows depend on its width: marked again after each resize.
+      chart.current.options.onResize = (instance) => {
+        if (canvas.current) markAxes(instance as Chart<'bar' | 'line', number[], string>, canvas.current, latest.current);
+      };
     });
     return () => {
       dead = true;
@@ -148,7 +183,7 @@ export function BarChart(props: Props) {
     instance.data.datasets = datasets(props);
     if (instance.options.plugins?.legend) instance.options.plugins.legend.display = props.series.length > 1 || !!props.runningTotal;
     instance.update();
-    if (canvas.current) markTicks(instance, canvas.current);
+    if (canvas.current) markAxes(instance, canvas.current, props);
   }, [props.labels, props.series]);
 
   return (

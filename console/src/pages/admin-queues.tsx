@@ -2,6 +2,7 @@ import { useApp } from '../app-context';
 import { type Column, DataTable } from '../components/data-table';
 import { ErrorMessage, PageHeader, useApi, useTitle } from '../components/ui';
 import { count } from '../format';
+import { Link } from '../router';
 import type { QueueCounts, QueueList } from '../types';
 import { useUpdatedAt } from './admin-channels';
 
@@ -19,14 +20,34 @@ function QueueName({ queue }: { queue: QueueCounts }) {
   );
 }
 
-const queueColumns: Column<QueueCounts>[] = [
-  { id: 'name', label: 'Name', lead: true, class: 'mono cell-strong', cell: (queue) => <QueueName queue={queue} /> },
-  { id: 'waiting', label: 'Waiting', numeric: true, cell: (queue) => count(queue.waiting) },
-  { id: 'active', label: 'Active', numeric: true, cell: (queue) => count(queue.active) },
-  { id: 'delayed', label: 'Delayed', numeric: true, cell: (queue) => count(queue.delayed) },
-  { id: 'failed', label: 'Failed', numeric: true, class: (queue) => (queue.failed ? 'text-danger' : undefined), cell: (queue) => count(queue.failed) },
-  { id: 'completed', label: 'Completed', numeric: true, cell: (queue) => count(queue.completed) },
-];
+/** A keeping time as it is configured: "60 s", "1 h", "1 d". */
+function span(seconds: number): string {
+  if (seconds < 120) return `${count(seconds)} s`;
+  if (seconds < 3600) return `${count(Math.round(seconds / 60))} min`;
+  if (seconds < 2 * 86_400) return `${count(Math.round(seconds / 3600))} h`;
+  return `${count(Math.round(seconds / 86_400))} d`;
+}
+
+/** The columns; the finished jobs' are of the jobs BullMQ still keeps (`keeps`), not totals: the request log has every request. */
+function queueColumns(keeps: QueueList['keeps'] | undefined): Column<QueueCounts>[] {
+  const kept = (seconds: number | undefined, most: number | undefined) => (seconds !== undefined && most !== undefined ? `last ${span(seconds)}, at most ${count(most)}` : 'recent only');
+  return [
+    { id: 'name', label: 'Name', lead: true, class: 'mono cell-strong', cell: (queue) => <QueueName queue={queue} /> },
+    { id: 'waiting', label: 'Waiting', numeric: true, cell: (queue) => count(queue.waiting) },
+    { id: 'active', label: 'Active', numeric: true, cell: (queue) => count(queue.active) },
+    { id: 'delayed', label: 'Delayed', numeric: true, cell: (queue) => count(queue.delayed) },
+    {
+      id: 'failed',
+      label: 'Kept failed',
+      note: kept(keeps?.failed_seconds, keeps?.failed_count),
+      numeric: true,
+      headerClass: 'wrap-head',
+      class: (queue) => (queue.failed ? 'text-danger' : undefined),
+      cell: (queue) => count(queue.failed),
+    },
+    { id: 'completed', label: 'Kept completed', note: kept(keeps?.completed_seconds, keeps?.completed_count), numeric: true, headerClass: 'wrap-head', cell: (queue) => count(queue.completed) },
+  ];
+}
 
 export function QueuesPage() {
   useTitle('Queues');
@@ -39,7 +60,7 @@ export function QueuesPage() {
     <>
       <PageHeader
         title="Queues"
-        description="Jobs per capability queue: waiting for a worker (a paused queue's jobs wait too), running, delayed for a retry, failed and completed."
+        description="Jobs per capability queue: waiting for a worker (a paused queue's jobs wait too), running, delayed for a retry, and the finished jobs BullMQ still keeps."
         actions={
           dashboard ? (
             <a class="button button-secondary" href={dashboard}>
@@ -56,7 +77,16 @@ export function QueuesPage() {
         </span>
       </div>
       <ErrorMessage message={queues.error} />
-      <DataTable label="Queues" columns={queueColumns} rows={list} rowKey={(queue) => queue.name} skeletonRows={5} empty="No queues." />
+      <DataTable label="Queues" columns={queueColumns(queues.data?.keeps)} rows={list} rowKey={(queue) => queue.name} skeletonRows={5} empty="No queues." />
+      {/* With the rows (in the same render), so it never moves as they come in. */}
+      {queues.data && (
+        <p class="table-note muted small queue-keeps-note">
+          Kept completed and kept failed count the finished jobs BullMQ still holds, not every job that ran: a waiting client’s job is dropped{' '}
+          {span(queues.data.keeps.completed_seconds)} after it completes ({span(queues.data.keeps.failed_seconds)} after it fails), and beyond the last{' '}
+          {count(queues.data.keeps.completed_count)} completed ({count(queues.data.keeps.failed_count)} failed); an async job after {span(queues.data.keeps.async_seconds)}. The
+          request log has every request: see <Link href="/console/activity">Activity</Link> and <Link href="/console/usage">Usage</Link>.
+        </p>
+      )}
     </>
   );
 }

@@ -6,13 +6,41 @@ import { ErrorMessage, PageHeader, useApi, useTitle } from '../components/ui';
 import { balance, compactCount, count, dayLabel, daysBetween, duration, money, number, percent } from '../format';
 import { useAccount } from '../app-context';
 import { Link } from '../router';
-import type { Account, Key, List, ModelLatency, UsageReport, UsageTotals, KeyUsageTotals } from '../types';
+import type { Account, Key, KeyUsageRow, List, ModelLatency, UsageReport, UsageRow } from '../types';
 
 const palette = ['#6366f1', '#10b981', '#f59e0b', '#ef4444', '#06b6d4', '#8b5cf6', '#ec4899', '#84cc16'];
 const otherColor = '#cbd5e1';
-const zero: UsageTotals = { requests: 0, input_tokens: 0, cached_tokens: 0, output_tokens: 0, images: 0, audio_seconds: 0, video_seconds: 0, cost_usd: 0, saved_micros: 0 };
+const zero: UsageRow = {
+  requests: 0,
+  input_tokens: 0,
+  cached_tokens: 0,
+  output_tokens: 0,
+  images: 0,
+  audio_seconds: 0,
+  video_seconds: 0,
+  cost_usd: 0,
+  saved_micros: 0,
+  refused: 0,
+  failed: 0,
+  cancelled: 0,
+  cache_hits: 0,
+};
 
-function media(row: UsageTotals): string {
+/** How many of some requests did not complete, as a note: "2 refused · 1 failed" (nothing when all completed). */
+function outcomes(row: UsageRow): string {
+  const parts: string[] = [];
+  if (row.refused) parts.push(`${count(row.refused)} refused`);
+  if (row.failed) parts.push(`${count(row.failed)} failed`);
+  if (row.cancelled) parts.push(`${count(row.cancelled)} cancelled`);
+  return parts.join(' · ');
+}
+
+/** What the response cache saved some requests, and on how many hits: "$0.000036 on 4 hits". */
+function cacheSaving(row: UsageRow): string {
+  return `${money(row.saved_micros / 1_000_000)} on ${count(row.cache_hits)} hit${row.cache_hits === 1 ? '' : 's'}`;
+}
+
+function media(row: UsageRow): string {
   const parts: string[] = [];
   if (row.images) parts.push(`${count(row.images)} image${row.images === 1 ? '' : 's'}`);
   if (row.audio_seconds) parts.push(`${number(row.audio_seconds)} s audio`);
@@ -37,7 +65,7 @@ function Stat({ label, value, loading, note }: { label: string; value: string; l
 }
 
 /** A key's name in the by-key table: a revoked key keeps it, marked; on an admin's report of every account, its account under it. */
-function KeyName({ row, account }: { row: KeyUsageTotals; account?: string }) {
+function KeyName({ row, account }: { row: KeyUsageRow; account?: string }) {
   return (
     <>
       {row.key_name ?? <span class="muted mono">{row.key_id || 'Unknown key'}</span>}
@@ -51,29 +79,59 @@ function KeyName({ row, account }: { row: KeyUsageTotals; account?: string }) {
   );
 }
 
-/** The sums every breakdown shows of its rows, after the row's name. */
-const amountColumns: Column<UsageTotals>[] = [
-  { id: 'requests', label: 'Requests', numeric: true, cell: (row) => count(row.requests) },
-  { id: 'input', label: 'Input tokens', numeric: true, cell: (row) => count(row.input_tokens) },
-  { id: 'cached', label: 'Cached tokens', numeric: true, cell: (row) => count(row.cached_tokens) },
-  { id: 'output', label: 'Output tokens', numeric: true, cell: (row) => count(row.output_tokens) },
-  { id: 'media', label: 'Media', class: 'muted nowrap', cell: media },
+/**
+ * The sums every breakdown shows of its rows, after the row's name. Requests are every request the log holds,
+ * refusals included (as Activity counts them); the amounts and spend are the settled requests'.
+ */
+const amountColumns: Column<UsageRow>[] = [
+  {
+    id: 'requests',
+    label: 'Requests',
+    numeric: true,
+    cell: (row) => (
+      <>
+        {count(row.requests)}
+        {outcomes(row) && <span class="cell-sub muted">{outcomes(row)}</span>}
+      </>
+    ),
+  },
+  { id: 'input', label: 'Input tokens', numeric: true, headerClass: 'wrap-head', cell: (row) => count(row.input_tokens) },
+  { id: 'output', label: 'Output tokens', numeric: true, headerClass: 'wrap-head', cell: (row) => count(row.output_tokens) },
+  // The vendor's prompt caching (input billed at the cached price), not the gateway's response cache: read apart from the hits.
+  { id: 'cached', label: 'Prompt-cache tokens', note: 'vendor’s prompt caching', numeric: true, priority: 'detail', cell: (row) => count(row.cached_tokens) },
+  { id: 'media', label: 'Media', class: 'muted nowrap', priority: 'detail', cell: media },
+  { id: 'cache-hits', label: 'Cache hits', note: 'response cache', numeric: true, headerClass: 'wrap-head', cell: (row) => count(row.cache_hits) },
+  { id: 'saved', label: 'Saved', note: 'by cache hits', numeric: true, headerClass: 'wrap-head', cell: (row) => money(row.saved_micros / 1_000_000) },
   { id: 'spend', label: 'Spend', numeric: true, class: 'cell-strong', cell: (row) => money(row.cost_usd) },
 ];
 
-const byModelColumns: Column<UsageTotals>[] = [{ id: 'model', label: 'Model', lead: true, class: 'mono cell-strong nowrap', cell: (row) => row.model }, ...amountColumns];
+/** A model's name; requests that named no model this gateway serves are one row. */
+function ModelName({ model }: { model: string | undefined }) {
+  return model ? <>{model}</> : <span class="unknown-model" title="Requests refused because they named no model this gateway serves">Unknown model</span>;
+}
 
-/** By key: the same sums but the cached tokens. */
-const byKeyColumns: Column<KeyUsageTotals>[] = amountColumns.filter((column) => column.id !== 'cached');
+const byModelColumns: Column<UsageRow>[] = [{ id: 'model', label: 'Model', lead: true, class: 'mono cell-strong cell-clip', title: (row) => row.model || undefined, cell: (row) => <ModelName model={row.model} /> }, ...amountColumns];
+
+/** By key: the same sums but the prompt-cache tokens. */
+const byKeyColumns: Column<KeyUsageRow>[] = amountColumns.filter((column) => column.id !== 'cached');
 
 const latencyColumns: Column<ModelLatency>[] = [
-  { id: 'model', label: 'Model', lead: true, class: 'mono cell-strong nowrap', cell: (row) => row.model || <span class="muted">Unknown model</span> },
+  { id: 'model', label: 'Model', lead: true, class: 'mono cell-strong cell-clip', title: (row) => row.model || undefined, cell: (row) => <ModelName model={row.model} /> },
   { id: 'requests', label: 'Requests', numeric: true, cell: (row) => count(row.requests) },
-  { id: 'error-rate', label: 'Error rate', numeric: true, class: (row) => (row.errors > 0 ? 'text-danger' : undefined), cell: (row) => percent(row.error_rate) },
-  { id: 'latency-p50', label: 'p50 latency', numeric: true, cell: (row) => duration(row.latency_p50_ms) },
-  { id: 'latency-p95', label: 'p95 latency', numeric: true, cell: (row) => duration(row.latency_p95_ms) },
-  { id: 'ttft-p50', label: 'p50 TTFT', numeric: true, cell: (row) => duration(row.ttft_p50_ms) },
-  { id: 'ttft-p95', label: 'p95 TTFT', numeric: true, cell: (row) => duration(row.ttft_p95_ms) },
+  {
+    id: 'error-rate',
+    label: 'Error rate',
+    note: 'not completed',
+    numeric: true,
+    headerClass: 'wrap-head',
+    class: (row) => (row.errors > 0 ? 'text-danger' : undefined),
+    title: (row) => `${count(row.errors)} of ${count(row.requests)} not completed (${count(row.refused)} refused)`,
+    cell: (row) => percent(row.error_rate),
+  },
+  { id: 'latency-p50', label: 'p50 latency', note: 'completed', numeric: true, headerClass: 'wrap-head', cell: (row) => duration(row.latency_p50_ms) },
+  { id: 'latency-p95', label: 'p95 latency', note: 'completed', numeric: true, headerClass: 'wrap-head', cell: (row) => duration(row.latency_p95_ms) },
+  { id: 'ttft-p50', label: 'p50 TTFT', note: 'streams', numeric: true, headerClass: 'wrap-head', cell: (row) => duration(row.ttft_p50_ms) },
+  { id: 'ttft-p95', label: 'p95 TTFT', note: 'streams', numeric: true, headerClass: 'wrap-head', cell: (row) => duration(row.ttft_p95_ms) },
 ];
 
 export function UsagePage() {
@@ -114,30 +172,39 @@ export function UsagePage() {
   }, [keys.data, data, admin, accountId, allAccounts]);
 
   const chart = useMemo(() => {
-    if (!data) return { labels: [] as string[], spend: [] as Series[], requests: [] as Series[], empty: true };
+    if (!data) return { labels: [] as string[], spend: [] as Series[], requests: [] as Series[], empty: true, noSpend: true };
     const dayList = daysBetween(data.from, data.to);
     const index = new Map(dayList.map((day, i) => [day, i]));
     const totalsByModel = new Map<string, number>();
     for (const row of data.daily) totalsByModel.set(row.model ?? '', (totalsByModel.get(row.model ?? '') ?? 0) + row.cost_usd);
-    const ranked = [...totalsByModel].sort((a, b) => b[1] - a[1]).map(([name]) => name);
+    // Models that cost something (a model only refused, or only answered from the cache for free, has no bar).
+    const ranked = [...totalsByModel].filter(([, usd]) => usd > 0).sort((a, b) => b[1] - a[1]).map(([name]) => name);
     const shown = ranked.length > palette.length ? ranked.slice(0, palette.length - 1) : ranked;
     const spend: Series[] = shown.map((name, i) => ({ label: name || 'Unknown model', color: palette[i % palette.length]!, values: dayList.map(() => 0) }));
     const other: Series = { label: 'Other models', color: otherColor, values: dayList.map(() => 0) };
-    const requests = dayList.map(() => 0);
+    const completed = dayList.map(() => 0);
+    const notCompleted = dayList.map(() => 0);
     for (const row of data.daily) {
       const i = index.get(row.day ?? '');
       if (i === undefined) continue;
       const at = shown.indexOf(row.model ?? '');
       const series = at >= 0 ? spend[at]! : other;
       series.values[i] = (series.values[i] ?? 0) + row.cost_usd;
-      requests[i] = (requests[i] ?? 0) + row.requests;
+      const failed = row.refused + row.failed + row.cancelled;
+      completed[i] = (completed[i] ?? 0) + row.requests - failed;
+      notCompleted[i] = (notCompleted[i] ?? 0) + failed;
     }
     if (ranked.length > shown.length) spend.push(other);
     return {
       labels: dayList.map(dayLabel),
       spend,
-      requests: [{ label: 'Requests', color: '#6366f1', values: requests }],
+      // As Activity's chart: the requests that completed, and those refused, failed or cancelled.
+      requests: [
+        { label: 'Completed', color: '#6366f1', values: completed },
+        { label: 'Not completed', color: '#ef4444', values: notCompleted },
+      ],
       empty: data.daily.length === 0,
+      noSpend: !data.daily.some((row) => row.cost_usd > 0),
     };
   }, [data]);
 
@@ -219,13 +286,24 @@ export function UsagePage() {
       </div>
       <ErrorMessage message={report.error} />
       <dl class="stats" aria-busy={loading}>
-        {/* What the response cache saved (its hits billed less than the answers they reused), when it saved anything. */}
-        <Stat label="Spend" value={money(totals.cost_usd)} note={(totals.saved_micros ?? 0) > 0 ? `saved ${money(totals.saved_micros / 1_000_000)}` : undefined} loading={loading} />
-        <Stat label="Requests" value={count(totals.requests)} loading={loading} />
+        {/* What the response cache saved (its hits billed less than the answers they reused), when it answered any. */}
+        <Stat
+          label="Spend"
+          value={money(totals.cost_usd)}
+          note={totals.cache_hits > 0 || totals.saved_micros > 0 ? `saved by the response cache: ${cacheSaving(totals)}` : undefined}
+          loading={loading}
+        />
+        {/* Every request, refusals included: the number Activity counts for the same days. */}
+        <Stat label="Requests" value={count(totals.requests)} note={outcomes(totals) ? `of which ${outcomes(totals)}` : undefined} loading={loading} />
         <Stat label="Input tokens" value={count(totals.input_tokens)} loading={loading} />
         <Stat label="Output tokens" value={count(totals.output_tokens)} loading={loading} />
         {allAccounts ? (
-          <Stat label="Accounts" value={data ? count(new Set(data.by_key.map((row) => row.key_account_id ?? row.key_id)).size) : ''} loading={loading} />
+          <Stat
+            label="Accounts"
+            value={data?.accounts ? count(data.accounts.total) : ''}
+            note={data?.accounts ? `${count(data.accounts.active)} with requests in range` : undefined}
+            loading={loading}
+          />
         ) : (
           <Stat label="Balance" value={balance(data?.balance_usd ?? null)} loading={loading} />
         )}
@@ -244,7 +322,7 @@ export function UsagePage() {
             format={money}
             axisFormat={axisMoney}
             label={`Spend per day by model, with the running total${rangeText ? `, ${rangeText}` : ''}. The numbers are in the By model table below.`}
-            empty={!loading && chart.empty}
+            empty={!loading && chart.noSpend}
             emptyText="No spend in this range"
           />
         </section>
@@ -256,10 +334,11 @@ export function UsagePage() {
             class="chart-short"
             labels={chart.labels}
             series={chart.requests}
+            stacked
             format={count}
             wholeNumbers
             axisFormat={compactCount}
-            label={`Requests per day${rangeText ? `, ${rangeText}` : ''}: ${count(totals.requests)} in total.`}
+            label={`Requests per day${rangeText ? `, ${rangeText}` : ''}: ${count(totals.requests)} in total, ${count(totals.refused + totals.failed + totals.cancelled)} not completed.`}
             empty={!loading && chart.empty}
             emptyText="No requests in this range"
           />
@@ -268,6 +347,10 @@ export function UsagePage() {
       <section class="section" aria-labelledby="by-model-heading">
         <h2 id="by-model-heading">By model</h2>
         <DataTable labelledBy="by-model-heading" columns={byModelColumns} rows={data && byModel} rowKey={(row) => row.model ?? ''} skeletonRows={3} empty="No usage in this range." />
+        <p class="table-note muted small">
+          Requests: every request logged, refused ones included (Activity counts the same). Tokens and spend are the vendors’; prompt-cache tokens (the vendor’s
+          prompt caching) are in a row’s details. Saved: what the response cache’s hits would have cost without it.
+        </p>
       </section>
       <section class="section" aria-labelledby="by-key-heading">
         <h2 id="by-key-heading">By key</h2>
@@ -297,7 +380,10 @@ export function UsagePage() {
           </Link>
         </div>
         <DataTable labelledBy="latency-heading" columns={latencyColumns} rows={data && latency} rowKey={(row) => row.model} skeletonRows={2} empty="No requests in this range." />
-        <p class="table-note muted small">Over the same days, keys and models as above. Refused requests count as errors; TTFT is measured on streams only.</p>
+        <p class="table-note muted small">
+          Over the same days, keys and models as above, with the same request counts as By model. Refused requests count as errors; latency is over completed
+          requests only, TTFT over completed streams. Requests naming a model no vendor here serves are under “Unknown model”.
+        </p>
       </section>
     </>
   );
