@@ -5,13 +5,13 @@ import { invalidRequest } from '../../shared/errors.js';
 import { storableText } from '../../shared/schemas/common.js';
 import type { PriceList } from '../../shared/money/pricing.js';
 import type { RecordDb } from '../../storage/record/database.js';
-import { latencyByModel, listRequests, requestHistogram, type RequestFilter } from '../../storage/record/request-log.js';
+import { filteredRequests, latencyByModel, listRequests, requestHistogram, type RequestFilter } from '../../storage/record/request-log.js';
 import { microsToUsd } from '../accounts/account-store.js';
 import { parseStrict } from '../accounts/account-requests.js';
 import type { KeyStore } from '../accounts/key-store.js';
 import type { ModelResolver } from '../requests/model-resolver.js';
 import type { KeyUsageTotals, UsageTotals } from '../../shared/money/usage.js';
-import type { ActivityRow, RequestHistogram, RequestPage, SessionFacts, UsageReport } from '../../shared/console-api.js';
+import type { ActivityPage, RequestCounts, RequestHistogram, SessionFacts, UsageReport } from '../../shared/console-api.js';
 import { groupUsage, loadUsageDays, type Grouping } from '../accounts/admin-usage.js';
 import { requestFilterQuerySchema, requestListQuerySchema } from '../accounts/admin-requests.js';
 
@@ -151,13 +151,36 @@ function scoped(account: Account, filter: RequestFilter): RequestFilter {
   return account.role === 'admin' ? filter : { ...filter, accountId: account.id };
 }
 
-/** A page of requests, newest first, as `GET /admin/requests` answers it. */
-export async function requestList(record: RecordDb, account: Account, query: unknown): Promise<RequestPage<ActivityRow>> {
+/**
+ * What a request is, wherever the console counts requests: a row of the request log (one per request id, refusals
+ * and failures included), but not a Realtime session's own row (endpoint `realtime`), which sums its responses, each
+ * a row, and a request, of its own. A condition on the `usage` table.
+ */
+export const countedRequest = sql<boolean>`(endpoint is null or endpoint <> 'realtime')`;
+
+/** The requests a filter of the log holds (as `countedRequest` counts them), by how each ended. */
+export async function requestCounts(record: RecordDb, filter: RequestFilter): Promise<RequestCounts> {
+  const row = await filteredRequests(record, filter)
+    .where(countedRequest)
+    .select([
+      sql<string>`count(*)`.as('requests'),
+      sql<string>`count(*) filter (where status = 'completed')`.as('completed'),
+      sql<string>`count(*) filter (where status = 'failed')`.as('failed'),
+      sql<string>`count(*) filter (where status = 'cancelled')`.as('cancelled'),
+      sql<string>`count(*) filter (where status = 'refused')`.as('refused'),
+    ])
+    .executeTakeFirstOrThrow();
+  return { requests: Number(row.requests), completed: Number(row.completed), failed: Number(row.failed), cancelled: Number(row.cancelled), refused: Number(row.refused) };
+}
+
+/** A page of requests, newest first, as `GET /admin/requests` answers it; the first page with the counts of the whole filter. */
+export async function requestList(record: RecordDb, account: Account, query: unknown): Promise<ActivityPage> {
   const { filter, limit, cursor } = parseStrict(requestListQuerySchema, query);
-  const page = await listRequests(record, scoped(account, filter), limit, cursor);
+  const whose = scoped(account, filter);
+  const [page, counts] = await Promise.all([listRequests(record, whose, limit, cursor), cursor ? undefined : requestCounts(record, whose)]);
   const sessions = await sessionFacts(record, page.data.filter((row) => row.endpoint === 'realtime').map((row) => row.id));
-  if (sessions.size === 0) return page;
-  return { ...page, data: page.data.map((row) => (sessions.has(row.id) ? { ...row, session: sessions.get(row.id)! } : row)) };
+  const data = sessions.size === 0 ? page.data : page.data.map((row) => (sessions.has(row.id) ? { ...row, session: sessions.get(row.id)! } : row));
+  return { ...page, data, ...(counts ? { counts } : {}) };
 }
 
 /**

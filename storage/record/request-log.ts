@@ -23,6 +23,10 @@ export interface RequestFilter {
   since?: number;
   /** Unix seconds, exclusive. */
   until?: number;
+  /** How the response cache took part (`none`: it did not). */
+  cache?: CacheMark | 'none';
+  /** The batch it was part of (its request id is the batch's id, a dot and its index). */
+  batch?: string;
 }
 
 export function requestView(row: Selectable<UsageTable>): RequestView {
@@ -40,6 +44,7 @@ export function requestView(row: Selectable<UsageTable>): RequestView {
     status: row.status,
     http_status: row.http_status,
     error_code: row.error_code,
+    error_message: row.error_message ?? null,
     finish_reason: row.finish_reason,
     latency_ms: row.latency_ms,
     ttft_ms: row.ttft_ms,
@@ -58,6 +63,7 @@ export function requestView(row: Selectable<UsageTable>): RequestView {
     cache: cacheMarks.includes(row.cache as CacheMark) ? (row.cache as CacheMark) : null,
     saved_micros: row.saved_micros,
     batch_id: batchOfRequest(row.request_id),
+    duration_ms: Number(row.duration_ms),
     settled: row.settled,
   };
 }
@@ -95,7 +101,8 @@ export function decodeCursor(cursor: string): { created: number; requestId: stri
   return match ? { created: Number(match[1]), requestId: match[2]! } : undefined;
 }
 
-function filtered(db: RecordDb, filter: RequestFilter) {
+/** The log's rows a filter keeps, for a list, a count or a chart. */
+export function filteredRequests(db: RecordDb, filter: RequestFilter) {
   let query = db.selectFrom('usage');
   if (filter.accountId !== undefined) query = query.where('account_id', '=', filter.accountId);
   if (filter.keyId !== undefined) query = query.where('key_id', '=', filter.keyId);
@@ -104,12 +111,15 @@ function filtered(db: RecordDb, filter: RequestFilter) {
   if (filter.serviceTier !== undefined) query = query.where('service_tier', '=', filter.serviceTier);
   if (filter.since !== undefined) query = query.where('created', '>=', filter.since);
   if (filter.until !== undefined) query = query.where('created', '<', filter.until);
+  if (filter.cache === 'none') query = query.where('cache', 'is', null);
+  else if (filter.cache !== undefined) query = query.where('cache', '=', filter.cache);
+  if (filter.batch !== undefined) query = query.where(sql<boolean>`starts_with(request_id, ${`${filter.batch}.`})`);
   return query;
 }
 
 /** Newest first, `limit` at a time, after `cursor` when given. */
 export async function listRequests(db: RecordDb, filter: RequestFilter, limit: number, cursor?: { created: number; requestId: string }): Promise<RequestPage> {
-  let query = filtered(db, filter).selectAll();
+  let query = filteredRequests(db, filter).selectAll();
   if (cursor) query = query.where(sql<boolean>`(created, request_id) < (${cursor.created}, ${cursor.requestId})`);
   const rows = await query.orderBy('created', 'desc').orderBy('request_id', 'desc').limit(limit + 1).execute();
   const page = rows.slice(0, limit);
@@ -124,7 +134,7 @@ export async function requestHistogram(
   filter: RequestFilter & { since: number; until: number },
   bucketSeconds: number,
 ): Promise<HistogramBar[]> {
-  const rows = await filtered(db, filter)
+  const rows = await filteredRequests(db, filter)
     .select([
       sql<number>`(created / ${bucketSeconds}) * ${bucketSeconds}`.as('start'),
       sql<number>`count(*)`.as('requests'),
@@ -138,7 +148,7 @@ export async function requestHistogram(
 
 /** Latency, time to first token and error rate per model over a range (refusals count as errors; rows the api never logged are left out of the percentiles). */
 export async function latencyByModel(db: RecordDb, filter: RequestFilter & { since: number; until: number }): Promise<ModelLatency[]> {
-  const rows = await filtered(db, filter)
+  const rows = await filteredRequests(db, filter)
     .select([
       'model',
       sql<number>`count(*)`.as('requests'),
