@@ -108,10 +108,12 @@ describe('the request log', () => {
       body: JSON.stringify({ model, messages: 'not a list' }),
     });
     assert.equal(invalid.status, 400);
+    const invalidMessage = ((await invalid.json()) as { error: { message: string } }).error.message;
     const refused = await recordOf(key, invalid.headers.get('x-request-id')!, false);
     assert.equal(refused.status, 'refused');
     assert.equal(refused.http_status, 400);
     assert.ok(refused.error_code, 'the error the client got');
+    assert.equal(refused.error_message, invalidMessage, 'and its message');
     assert.equal(refused.model, model);
     assert.equal(refused.settled, false);
     assert.equal(refused.cost_micros, 0);
@@ -125,7 +127,20 @@ describe('the request log', () => {
     assert.equal(record.status, 'failed');
     assert.equal(record.http_status, 400);
     assert.equal(record.error_code, 'mock_error');
+    assert.equal(record.error_message, (failed.error as { message: string }).message);
     assert.equal(record.attempts, 1);
+
+    // Out of credit: refused, with the message the client read.
+    const { key: broke } = await paidAccountKey(redis, 0);
+    const unpaid = await fetch(`${gateway.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${broke}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    const unpaidError = ((await unpaid.json()) as { error: { message: string; code: string } }).error;
+    assert.equal(unpaidError.code, 'insufficient_quota', JSON.stringify(unpaidError));
+    const quota = await recordOf(broke, unpaid.headers.get('x-request-id')!, false);
+    assert.deepEqual([quota.status, quota.error_code, quota.error_message], ['refused', 'insufficient_quota', unpaidError.message]);
   });
 
   it('records every request of a rate-limited burst, the refusals as refused with their code', async () => {
@@ -141,7 +156,7 @@ describe('the request log', () => {
     );
     const limited = answers.filter((res) => res.status === 429);
     assert.ok(limited.length >= 9, `${limited.length} of 12 were limited`);
-    await Promise.all(answers.map((res) => res.arrayBuffer()));
+    const bodies = new Map(await Promise.all(answers.map(async (res) => [res.headers.get('x-request-id')!, await res.text()] as const)));
     let page: { data: Generation[] } = { data: [] };
     await waitFor(async () => {
       page = (await (await admin(`?key_id=${keyId}&limit=100`)).json()) as { data: Generation[] };
@@ -150,6 +165,8 @@ describe('the request log', () => {
     const refused = page.data.filter((row) => row.status === 'refused');
     assert.equal(refused.length, limited.length);
     assert.ok(refused.every((row) => row.error_code === 'rate_limit_exceeded' && row.http_status === 429));
+    // Each with the message its client read.
+    assert.ok(refused.every((row) => row.error_message === (JSON.parse(bodies.get(row.id)!) as { error: { message: string } }).error.message), JSON.stringify(refused.map((row) => row.error_message)));
     assert.deepEqual(new Set(page.data.map((row) => row.id)), new Set(answers.map((res) => res.headers.get('x-request-id'))));
   });
 
