@@ -43,6 +43,8 @@ export interface RunDetail {
   queue_ms?: number;
   /** The error the job ended with, when it failed. */
   error_code?: string | undefined;
+  /** That error's message (its first 500 characters): a batch request's, whose result says it, or a job's the api did not answer. */
+  error_message?: string | undefined;
 }
 
 /** Whose request it was, what it used and cost, and how long it took: what every settled usage row has. */

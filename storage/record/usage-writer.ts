@@ -137,6 +137,7 @@ export function usageRow(fields: readonly string[]): UsageRow | undefined {
     finish_reason: text(parsed.finish_reason),
     queue_ms: count(parsed.queue_ms),
     error_code: text(parsed.error_code),
+    error_message: message(parsed.error_message),
     service_tier: tier(parsed.service_tier),
     cache: cacheMark(parsed.cache),
     saved_micros: savedMicros(parsed.saved_micros),

@@ -792,7 +792,7 @@ describe('console activity page in a real browser', () => {
     const key = (await (await adminApi('POST', '/admin/keys', { name: 'batch key', account_id: account.id })).json()) as { id: string };
     const now = Math.floor(Date.now() / 1000);
     // Settled as the worker settles a batch's requests: no HTTP answer, no api latency, its run's time (0: none recorded).
-    const line = (request_id: string, status: string, duration_ms: number, created: number, error_code?: string): UsageRow => ({
+    const line = (request_id: string, status: string, duration_ms: number, created: number, error?: { code: string; message: string }): UsageRow => ({
       request_id,
       account_id: account.id,
       key_id: key.id,
@@ -809,12 +809,12 @@ describe('console activity page in a real browser', () => {
       created,
       duration_ms,
       endpoint: 'messages',
-      ...(error_code ? { error_code } : {}),
+      ...(error ? { error_code: error.code, error_message: error.message } : {}),
     });
     const batch = 'msgbatch_activity01';
     const record = await testRecord(redisUrl);
     await record.transaction().execute((tx) =>
-      writeUsage(tx, [line(`${batch}.0`, 'completed', 1234, now - 30), line(`${batch}.1`, 'failed', 0, now - 20, 'mock_error'), line('msgbatch_other02.0', 'completed', 800, now - 10)]),
+      writeUsage(tx, [line(`${batch}.0`, 'completed', 1234, now - 30), line(`${batch}.1`, 'failed', 0, now - 20, { code: 'mock_error', message: 'Mock vendor failed on purpose with status 500.' }), line('msgbatch_other02.0', 'completed', 800, now - 10)]),
     );
 
     const context = await newContext();
@@ -840,6 +840,13 @@ describe('console activity page in a real browser', () => {
     const detail = async (label: string) => (await dialog.locator('.detail').filter({ has: page.getByText(label, { exact: true }) }).locator('dd').innerText()).trim();
     assert.equal((await detail('Batch')).replace(/\s+/g, ''), batch);
     assert.match(await detail('Latency'), /^1\.23 s \(a batch request/);
+    await page.keyboard.press('Escape');
+    await dialog.waitFor({ state: 'detached' });
+    // The failed one's: what its result told the client, as the worker noted it.
+    await ours.first().locator('.col-time').getByRole('button').click();
+    await dialog.waitFor();
+    assert.equal(await detail('HTTP status'), 'None (a batch request)');
+    assert.equal(await detail('Message'), 'Mock vendor failed on purpose with status 500.');
     await page.keyboard.press('Escape');
     await dialog.waitFor({ state: 'detached' });
 

@@ -8,7 +8,7 @@ import OpenAI, { toFile } from 'openai';
 import { sql } from 'kysely';
 import { freshRedis, paidAccountKey, requestRecord, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { testRecord, usageRows, waitForUsage } from '../support/record.js';
-import { mergeHalves, usageRow, writeLog, writeUsage, type LogRow, type UsageRow } from '../../storage/record/usage-writer.js';
+import { logRow, mergeHalves, usageRow, writeLog, writeUsage, type LogRow, type UsageRow } from '../../storage/record/usage-writer.js';
 import { findRequest, requestView } from '../../storage/record/request-log.js';
 import type { RecordDb } from '../../storage/record/database.js';
 import type { RequestView } from '../../shared/money/usage.js';
@@ -756,5 +756,38 @@ describe('the request log writer: the two halves in either order', () => {
     // The record itself takes no other mark, and no NULL saving.
     await assert.rejects(sql`update usage set cache = 'warm' where request_id = 'rc-none'`.execute(db), (error: { code?: string }) => error.code === '23514');
     await assert.rejects(sql`update usage set saved_micros = null where request_id = 'rc-none'`.execute(db), (error: { code?: string }) => error.code === '23502');
+  });
+  it('keeps the message an error told its client: the api\'s over the worker\'s, cut at 500 characters, without NUL', async () => {
+    const applied = await sql<{ name: string }>`select name from record_migrations order by name`.execute(db);
+    assert.ok(applied.rows.some((row) => row.name === '0010_error_message'), applied.rows.map((row) => row.name).join(' '));
+    await sql`insert into accounts (id, created) values ('acct_m', 0) on conflict do nothing`.execute(db);
+    const whose = { account_id: 'acct_m', key_id: 'key_m' };
+    // The two halves as the stream carries them.
+    const log = (id: string, message: unknown) => logRow(['log', JSON.stringify({ ...logged(id, 'failed'), ...whose, http_status: 502, error_code: 'mock_error', error_message: message })])!;
+    const settlement = (id: string, message: unknown) => usageRow(['usage', JSON.stringify({ ...usage(id, 0), ...whose, status: 'failed', error_code: 'mock_error', error_message: message })])!;
+    const long = `${'x'.repeat(498)}\u0000yz and more`;
+    assert.equal(log('rm-long', long).error_message, `${'x'.repeat(498)}\uFFFDy`);
+    assert.equal(log('rm-none', 42).error_message, null);
+    assert.equal(settlement('rm-none', '').error_message, null);
+
+    // Both halves in one batch; the log first, then its settlement; the settlement first, then its log; a settlement alone (a batch request's).
+    const batch = mergeHalves([settlement('rm-batch', 'worker said')], [log('rm-batch', 'client read')]);
+    await db.transaction().execute((tx) => writeUsage(tx, batch.rows));
+    await db.transaction().execute((tx) => writeLog(tx, [log('rm-log-first', 'client read')]));
+    await db.transaction().execute((tx) => writeUsage(tx, [settlement('rm-log-first', 'worker said')]));
+    await db.transaction().execute((tx) => writeUsage(tx, [settlement('rm-settled-first', 'worker said')]));
+    await db.transaction().execute((tx) => writeLog(tx, [log('rm-settled-first', 'client read')]));
+    await db.transaction().execute((tx) => writeUsage(tx, [settlement('rm-alone', 'worker said')]));
+    const ids = ['rm-alone', 'rm-batch', 'rm-log-first', 'rm-settled-first'];
+    const views = (await db.selectFrom('usage').selectAll().where('request_id', 'in', ids).orderBy('request_id').execute()).map(requestView);
+    assert.deepEqual(
+      views.map((view) => [view.id, view.error_message]),
+      [
+        ['rm-alone', 'worker said'],
+        ['rm-batch', 'client read'],
+        ['rm-log-first', 'client read'],
+        ['rm-settled-first', 'client read'],
+      ],
+    );
   });
 });
