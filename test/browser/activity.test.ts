@@ -872,6 +872,9 @@ describe('console activity page in a real browser', () => {
     await phonePage.goto(`/console/activity?batch=${batch}`);
     await rowsShown(phonePage, 2, 'the batch on a phone');
     assert.ok((await phonePage.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)) <= 0, 'nothing wider than a phone');
+    // A card says "Latency 1.23 s" for the timed one, plain "batch" for the one not timed.
+    const latencies = await bodyRows(phonePage).locator('.col-latency').evaluateAll((cells) => cells.map((cell) => `${getComputedStyle(cell, '::before').content}|${cell.textContent!.trim()}`));
+    assert.deepEqual(latencies, ['none|batch', '"Latency "|1.23 s']);
     await shoot(phonePage, 'activity-batch-phone');
     await closeClean(phoneContext, 'batches, phone');
   });

@@ -460,7 +460,7 @@ function requestColumns({ accountNames, keyNames, open }: { accountNames: Map<st
       label: 'Latency',
       numeric: true,
       // A session's row: how long it lasted, and how many responses it billed; a batch request's: its worker's run.
-      class: (row) => (isSession(row) ? 'col-latency col-duration' : 'col-latency'),
+      class: (row) => (isSession(row) ? 'col-latency col-duration' : isBatch(row) && row.latency_ms === null && !(row.duration_ms > 0) ? 'col-latency col-untimed' : 'col-latency'),
       title: (row) =>
         isSession(row)
           ? `Session of ${duration(sessionLength(row))}${row.session ? `, ${count(row.session.responses)} response${row.session.responses === 1 ? '' : 's'}` : ''}`
@@ -686,7 +686,7 @@ export function ActivityPage() {
         <div class="field field-inline field-short">
           <label for="activity-status">Status</label>
           <select id="activity-status" value={filters.status} onChange={(e) => set('status', e.currentTarget.value)}>
-            <option value="">Any status</option>
+            <option value="">Any</option>
             {requestStatuses.map((s) => (
               <option value={s} key={s}>
                 {s[0]!.toUpperCase() + s.slice(1)}
@@ -697,7 +697,7 @@ export function ActivityPage() {
         <div class="field field-inline field-short">
           <label for="activity-tier">Tier</label>
           <select id="activity-tier" value={filters.service_tier} onChange={(e) => set('service_tier', e.currentTarget.value)}>
-            <option value="">Any tier</option>
+            <option value="">Any</option>
             {serviceTiers.map((tier) => (
               <option value={tier} key={tier}>
                 {tierLabel(tier)}
@@ -708,7 +708,7 @@ export function ActivityPage() {
         <div class="field field-inline field-short">
           <label for="activity-cache">Cache</label>
           <select id="activity-cache" value={filters.cache} onChange={(e) => set('cache', e.currentTarget.value)}>
-            <option value="">Any cache use</option>
+            <option value="">Any</option>
             {cacheChoices.map((c) => (
               <option value={c.value} key={c.value}>
                 {c.label}
