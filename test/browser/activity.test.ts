@@ -237,6 +237,18 @@ describe('console activity page in a real browser', () => {
     assert.ok((await pageOverflow(page)) <= 0, 'the page is no wider than the screen');
     assert.ok((await tableOverflow(page)) <= 1, 'at 1280 px every column is in sight');
     await shoot(page, 'activity-member-desktop');
+    // A narrower window (1024 px): the key, HTTP status and tokens move to the row's details, and the table still fits.
+    await page.setViewportSize({ width: 1024, height: 800 });
+    await waitFor(async () => (await bodyRows(page).first().locator('.col-key').isHidden()), 5000, 'the key out of the row');
+    assert.ok((await tableOverflow(page)) <= 1, 'at 1024 px every column is in sight');
+    await bodyRows(page).first().getByRole('button', { name: 'Details', exact: true }).click();
+    const more = table(page).locator('tr.dt-details-row');
+    await more.waitFor();
+    assert.match(await more.innerText(), /Key\s+activity key/);
+    assert.equal(await page.getByRole('dialog').count(), 0, 'Details opens the row, not the dialog');
+    await shoot(page, 'activity-member-narrow');
+    await bodyRows(page).first().getByRole('button', { name: 'Less', exact: true }).click();
+    await page.setViewportSize(desktop);
 
     // Status filter: in the address, and the rows follow.
     await page.getByLabel('Status').selectOption('refused');
