@@ -179,6 +179,23 @@ export interface RequestPage<Row extends RequestView = RequestView> {
   next_cursor: string | null;
 }
 
+/**
+ * How many requests a filter of the log holds, by how each ended: every logged request, refusals included, counted
+ * once (a Realtime session's own row is not one: each of its responses is). Usage and Activity count alike.
+ */
+export interface RequestCounts {
+  requests: number;
+  completed: number;
+  failed: number;
+  cancelled: number;
+  refused: number;
+}
+
+/** A page of the Activity list; the first page (no cursor) also counts the whole filter's requests. */
+export interface ActivityPage extends RequestPage<ActivityRow> {
+  counts?: RequestCounts;
+}
+
 /** The requests of a bar starting at `start` (unix seconds), and how many of them did not complete. */
 export interface HistogramBar {
   start: number;

@@ -27,6 +27,8 @@ export interface RequestLogEvent {
   /** Null when the client left before any header was written. */
   http_status: number | null;
   error_code: string | null;
+  /** The error's message as the client read it (at most 500 characters); absent when it was answered without one. */
+  error_message?: string;
   /** From the request's arrival to its last byte (or to the moment the client left). */
   latency_ms: number;
   /** A stream's first chunk written, from the arrival; null for a plain answer or a stream with no output. */

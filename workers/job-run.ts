@@ -320,7 +320,7 @@ class JobRun {
   /** The job fails for good with this error: billed, then answered, and failed with an error that says it was answered. */
   private async answerFailure(error: GatewayError): Promise<never> {
     const { data, request, log } = this;
-    await this.bill('failed', error.code ?? error.type);
+    await this.bill('failed', error.code ?? error.type, error.message);
     if (isBatchJob(data)) {
       // Its retries spent: the failure is the request's result in its batch (nothing is published: no client waits).
       await recordErrored(this.batchDeps, data, error, this.produced.billed);
@@ -375,7 +375,7 @@ class JobRun {
    * Every final outcome is billed once: what was produced (nothing, for a request that never reached a vendor),
    * with what the request log wants to know of the run.
    */
-  private bill(status: 'completed' | 'failed' | 'cancelled', errorCode?: string): Promise<void> {
+  private bill(status: 'completed' | 'failed' | 'cancelled', errorCode?: string, errorMessage?: string): Promise<void> {
     const { data, job, route } = this;
     return settleJob(this.deps.settlement, data, this.request, this.vendor, this.produced, status, {
       endpoint: data.endpoint,
@@ -384,6 +384,8 @@ class JobRun {
       channel: route?.channel.id,
       fallback: route && route.model.id !== data.model ? route.model.id : undefined,
       error_code: errorCode,
+      // Its first 500 characters: the api's, when it answered the client, is the one the log keeps.
+      error_message: errorMessage?.slice(0, 500),
     }, route?.channel);
   }
 }

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
-import { requestStatuses } from '../../shared/money/usage.js';
+import { cacheMarks, requestStatuses } from '../../shared/money/usage.js';
 import { storableText } from '../../shared/schemas/common.js';
 import { serviceTiers } from '../../shared/scheduling/service-tier.js';
 import { decodeCursor, type RequestFilter } from '../../storage/record/request-log.js';
@@ -38,6 +38,10 @@ const filterFields = {
   service_tier: z.enum(serviceTiers).optional(),
   since: instant.optional(),
   until: instant.optional(),
+  /** How the response cache took part: `hit`, `miss` (stored for later), `coalesced`, or `none` (not cached). */
+  cache: z.enum([...cacheMarks, 'none']).optional(),
+  /** A batch's id: its requests alone. */
+  batch: id.optional(),
 };
 
 function toFilter(query: z.output<z.ZodObject<typeof filterFields>>): RequestFilter {
@@ -49,6 +53,8 @@ function toFilter(query: z.output<z.ZodObject<typeof filterFields>>): RequestFil
     ...(query.service_tier !== undefined ? { serviceTier: query.service_tier } : {}),
     ...(query.since !== undefined ? { since: query.since } : {}),
     ...(query.until !== undefined ? { until: query.until } : {}),
+    ...(query.cache !== undefined ? { cache: query.cache } : {}),
+    ...(query.batch !== undefined ? { batch: query.batch } : {}),
   };
 }
 

@@ -10,7 +10,7 @@ import { microsToUsd } from '../accounts/account-store.js';
 import { parseStrict } from '../accounts/account-requests.js';
 import type { KeyStore } from '../accounts/key-store.js';
 import type { ModelResolver } from '../requests/model-resolver.js';
-import type { ActivityRow, HistogramBar, KeyUsageRow, ModelLatency, RequestHistogram, RequestPage, SessionFacts, UsageReport, UsageRow } from '../../shared/console-api.js';
+import type { ActivityPage, HistogramBar, KeyUsageRow, ModelLatency, RequestCounts, RequestHistogram, SessionFacts, UsageReport, UsageRow } from '../../shared/console-api.js';
 import { groupUsage, loadUsageDays } from '../accounts/admin-usage.js';
 import { requestFilterQuerySchema, requestListQuerySchema } from '../accounts/admin-requests.js';
 
@@ -76,11 +76,21 @@ function usageAccount(account: Account, request: UsageRequest): string | undefin
 
 /**
  * What the console counts as a request, on every page that counts them (Usage's totals, its By model, By key and
- * Latency tables, its CSV, and Activity's chart): every row of the request log (the record's `usage` table), each
- * request once (the api's half and the worker's half of a request are one row), refusals included (turned away
- * before any vendor was asked: the api logged them, nothing was settled). The record's day totals count settled
- * requests only, so no request count is read from them.
+ * Latency tables, its CSV, Activity's count line and chart, the Accounts card): every row of the request log (the
+ * record's `usage` table), each request once (the api's half and the worker's half of a request are one row),
+ * refusals and failures included (a refusal was turned away before any vendor was asked: the api logged it, nothing
+ * was settled), but not a Realtime session's own row (endpoint `realtime`), which sums its responses, each a row and
+ * a request of its own. The record's day totals count settled requests only, so no request count is read from them.
+ * Every count reads its rows through `countedRows`.
  */
+const countedRequest = sql<boolean>`(endpoint is null or endpoint <> 'realtime')`;
+
+/** The log's rows a filter keeps, as requests are counted (`countedRequest`). */
+function countedRows(record: RecordDb, filter: RequestFilter) {
+  return filteredRequests(record, filter).where(countedRequest);
+}
+
+/** How many requests the rows hold. */
 export const requestCount = sql<number>`count(*)`;
 /** Of those, the ones that did not complete (refused, failed or cancelled): Activity's "not completed". */
 const notCompletedCount = sql<number>`count(*) filter (where status <> 'completed')`;
@@ -89,6 +99,7 @@ const tallies = {
   refused: sql<number>`count(*) filter (where status = 'refused')`,
   failed: sql<number>`count(*) filter (where status = 'failed')`,
   cancelled: sql<number>`count(*) filter (where status = 'cancelled')`,
+  completed: sql<number>`count(*) filter (where status = 'completed')`,
   cache_hits: sql<number>`count(*) filter (where cache = 'hit')`,
   saved_micros: sql<number>`coalesce(sum(saved_micros), 0)`,
 };
@@ -104,7 +115,7 @@ const noTally = (): Tally => ({ requests: 0, refused: 0, failed: 0, cancelled: 0
 
 /** The request log's counts of a report's days, by UTC day, model (as `reportedModel`) and key. */
 async function requestTallies(record: RecordDb, filter: RequestFilter & { since: number; until: number }) {
-  const rows = await filteredRequests(record, filter)
+  const rows = await countedRows(record, filter)
     .select([
       utcDayOf.as('day'),
       reportedModel.as('model'),
@@ -211,7 +222,7 @@ async function usageCells(keyStore: KeyStore, accountId: string | undefined, req
 async function latencyByModel(record: RecordDb, filter: RequestFilter & { since: number; until: number }): Promise<ModelLatency[]> {
   const answered = (column: 'latency_ms' | 'ttft_ms', fraction: number) =>
     sql<number | null>`percentile_cont(${sql.lit(fraction)}) within group (order by ${sql.ref(column)}) filter (where status = 'completed')`;
-  const rows = await filteredRequests(record, filter)
+  const rows = await countedRows(record, filter)
     .select([
       reportedModel.as('model'),
       requestCount.as('requests'),
@@ -244,7 +255,7 @@ async function accountCounts(keyStore: KeyStore, days: readonly string[]) {
   const { since, until } = rangeOf(days);
   const [all, active] = await Promise.all([
     keyStore.accounts.list(),
-    filteredRequests(keyStore.record, { since, until }).select(sql<number>`count(distinct account_id)`.as('n')).executeTakeFirst(),
+    countedRows(keyStore.record, { since, until }).select(sql<number>`count(distinct account_id)`.as('n')).executeTakeFirst(),
   ]);
   return { total: all.length, active: Number(active?.n ?? 0) };
 }
@@ -312,13 +323,22 @@ function scoped(account: Account, filter: RequestFilter): RequestFilter {
   return account.role === 'admin' ? filter : { ...filter, accountId: account.id };
 }
 
-/** A page of requests, newest first, as `GET /admin/requests` answers it. */
-export async function requestList(record: RecordDb, account: Account, query: unknown): Promise<RequestPage<ActivityRow>> {
+/** The requests a filter of the log holds (as `countedRequest` counts them), by how each ended. */
+export async function requestCounts(record: RecordDb, filter: RequestFilter): Promise<RequestCounts> {
+  const row = await countedRows(record, filter)
+    .select([requestCount.as('requests'), tallies.completed.as('completed'), tallies.failed.as('failed'), tallies.cancelled.as('cancelled'), tallies.refused.as('refused')])
+    .executeTakeFirstOrThrow();
+  return { requests: Number(row.requests), completed: Number(row.completed), failed: Number(row.failed), cancelled: Number(row.cancelled), refused: Number(row.refused) };
+}
+
+/** A page of requests, newest first, as `GET /admin/requests` answers it; the first page with the counts of the whole filter. */
+export async function requestList(record: RecordDb, account: Account, query: unknown): Promise<ActivityPage> {
   const { filter, limit, cursor } = parseStrict(requestListQuerySchema, query);
-  const page = await listRequests(record, scoped(account, filter), limit, cursor);
+  const whose = scoped(account, filter);
+  const [page, counts] = await Promise.all([listRequests(record, whose, limit, cursor), cursor ? undefined : requestCounts(record, whose)]);
   const sessions = await sessionFacts(record, page.data.filter((row) => row.endpoint === 'realtime').map((row) => row.id));
-  if (sessions.size === 0) return page;
-  return { ...page, data: page.data.map((row) => (sessions.has(row.id) ? { ...row, session: sessions.get(row.id)! } : row)) };
+  const data = sessions.size === 0 ? page.data : page.data.map((row) => (sessions.has(row.id) ? { ...row, session: sessions.get(row.id)! } : row));
+  return { ...page, data, ...(counts ? { counts } : {}) };
 }
 
 /**
@@ -384,7 +404,7 @@ export async function requestHistogramReport(record: RecordDb, account: Account,
 
 /** The requests of a range (as `requestCount` counts them) per bar of `bucketSeconds`, and how many did not complete; bars without a request left out. */
 async function histogramBars(record: RecordDb, filter: RequestFilter & { since: number; until: number }, bucketSeconds: number): Promise<HistogramBar[]> {
-  const rows = await filteredRequests(record, filter)
+  const rows = await countedRows(record, filter)
     .select([sql<number>`(created / ${bucketSeconds}) * ${bucketSeconds}`.as('start'), requestCount.as('requests'), notCompletedCount.as('errors')])
     .groupBy(sql`1`)
     .orderBy(sql`1`)

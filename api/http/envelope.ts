@@ -14,7 +14,7 @@ export interface RequestIdState {
 /** What the envelope tells the rest of the api of a request (the request log): that it arrived, and the error it was answered with. */
 export interface EnvelopeNotes<S> {
   arrived(ctx: { state: S }): void;
-  failed(ctx: { state: S }, code: string): void;
+  failed(ctx: { state: S }, code: string, message: string): void;
 }
 
 /**
@@ -83,7 +83,7 @@ export function envelope<S>(log: Logger, notes: EnvelopeNotes<S>): Middleware<Re
       else if (error.status >= 500) requestLog.error({ err: caught }, error.message);
       else if (log.isLevelEnabled('debug')) requestLog.debug({ status: error.status, code: error.code }, error.message);
       if (!ctx.headerSent && ctx.respond !== false) {
-        notes.failed(ctx, error.code ?? error.type);
+        notes.failed(ctx, error.code ?? error.type, error.message);
         ctx.set(error.headers);
         // The path is canonical by now (the path guard ran inside): the Messages API answers its errors in Anthropic's
         // shape, Google's paths in Google's (a 503 stays a 503 there: UNAVAILABLE, which its clients retry).

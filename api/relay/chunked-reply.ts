@@ -9,7 +9,8 @@ import type { ExpectedReply } from './reply-hub.js';
 /** What a stream's relay tells the request's log: its first chunk written, and the error it ended with once its output had begun. */
 export interface StreamNotes {
   firstChunk(): void;
-  failed(code: string): void;
+  /** The error the stream ended with: its code, and the message its error event told the client. */
+  failed(code: string, message: string): void;
 }
 
 /**
@@ -75,7 +76,7 @@ export abstract class ChunkedReply extends HeldReply {
       this.end(error);
       return;
     }
-    this.notes.failed(error.code ?? error.type);
+    this.notes.failed(error.code ?? error.type, error.message);
     this.endLate(error);
     this.end();
   }

@@ -353,7 +353,7 @@ export class ServedRequest<E extends Endpoint> {
           ...(graceMs !== undefined ? { resumeGraceMs: graceMs } : {}),
           // Identical requests may follow this stream: its client leaving does not end it while one does.
           ...(cache?.job.flight && stream ? { followed: true } : {}),
-          notes: { firstChunk: () => noteFirstChunk(ctx), failed: (code) => noteError(ctx, code) },
+          notes: { firstChunk: () => noteFirstChunk(ctx), failed: (code, message) => noteError(ctx, code, message) },
           // A job taken out before it ran (its client left, its deadline passed) gives back what it took, and the lead
           // it held goes with it: its followers run their own calls at once.
           abandon: cache?.job.flight

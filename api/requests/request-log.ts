@@ -26,6 +26,8 @@ export interface RequestLogNotes {
   firstChunk?: number;
   /** The error the client was answered with (as a status, or as a stream's error event). */
   errorCode?: string | null;
+  /** That error's message, as the client read it. */
+  errorMessage?: string;
 }
 
 /** What the request log adds to a request's state: its notes, from the envelope on. */
@@ -50,7 +52,7 @@ export function noteArrival(ctx: Noted): void {
  */
 export function noteLoggedModel(ctx: Noted, model: string): void {
   const n = notes(ctx);
-  if (n) n.model = model.slice(0, 200).replaceAll('\u0000', '\uFFFD');
+  if (n) n.model = loggedText(model, 200);
 }
 
 export function noteEnqueued(ctx: Pick<Context, 'state'>): void {
@@ -63,9 +65,20 @@ export function noteFirstChunk(ctx: Pick<Context, 'state'>): void {
   if (n && n.firstChunk === undefined) n.firstChunk = performance.now();
 }
 
-export function noteError(ctx: Noted, code: string | null | undefined): void {
+/** The longest error message the log keeps: what the client read, cut here. */
+export const loggedMessageChars = 500;
+
+/** The first error a request was answered with: its code, and its message as the client read it (the log keeps its first 500 characters). */
+export function noteError(ctx: Noted, code: string | null | undefined, message?: string): void {
   const n = notes(ctx);
-  if (n && n.errorCode === undefined) n.errorCode = code ?? null;
+  if (!n || n.errorCode !== undefined) return;
+  n.errorCode = code ?? null;
+  if (message) n.errorMessage = loggedText(message, loggedMessageChars);
+}
+
+/** Text as the log keeps it: at most `chars` characters, a NUL (which the record cannot store) written as U+FFFD. */
+function loggedText(text: string, chars: number): string {
+  return text.slice(0, chars).replaceAll('\u0000', '\uFFFD');
 }
 
 export interface RequestLogDeps {
@@ -116,6 +129,7 @@ export function watchRequest(ctx: Context & { state: RequestLogState & { request
       status,
       http_status: res.headersSent ? res.statusCode : null,
       error_code: n.errorCode ?? null,
+      ...(n.errorMessage !== undefined ? { error_message: n.errorMessage } : {}),
       latency_ms: Math.round(now - n.arrived),
       ttft_ms: streamed && n.firstChunk !== undefined ? Math.round(n.firstChunk - n.arrived) : null,
       created,

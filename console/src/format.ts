@@ -101,15 +101,15 @@ export function moment(ms: number | null | undefined): string {
   return when.toDateString() === new Date().toDateString() ? timeFormat.format(when) : dateTimeFormat.format(when);
 }
 
-const clockFormat = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit' });
 const dayClockFormat = new Intl.DateTimeFormat(undefined, { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit' });
+const yearClockFormat = new Intl.DateTimeFormat(undefined, { year: 'numeric', month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit' });
 const fullFormat = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'medium' });
 
-/** Unix seconds → the time to the second, with the date unless it is today (a request's time in a list). */
+/** Unix seconds → the date and the time to the second, the year only when not this year (a request's time in a list: today's rows dated too). */
 export function requestTime(seconds: number | null | undefined): string {
   if (seconds == null) return '—';
   const when = new Date(seconds * 1000);
-  return when.toDateString() === new Date().toDateString() ? clockFormat.format(when) : dayClockFormat.format(when);
+  return when.getFullYear() === new Date().getFullYear() ? dayClockFormat.format(when) : yearClockFormat.format(when);
 }
 
 /** Unix seconds → date and time to the second. */

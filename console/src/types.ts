@@ -5,6 +5,7 @@ export type { AccountRole as Role } from '../../shared/accounts.js';
 export type { BatchStatus, OpenAIBatchStatus } from '../../shared/batches/types.js';
 export type {
   AccountList,
+  ActivityPage,
   ActivityRow,
   BatchFile,
   BatchPage,
@@ -17,6 +18,7 @@ export type {
   ModelLatency,
   QueueCounts,
   QueueList,
+  RequestCounts,
   RequestHistogram,
   RequestPage,
   SessionAnswer,

@@ -43,6 +43,8 @@ export interface RunDetail {
   queue_ms?: number;
   /** The error the job ended with, when it failed. */
   error_code?: string | undefined;
+  /** That error's message (its first 500 characters): a batch request's, whose result says it, or a job's the api did not answer. */
+  error_message?: string | undefined;
 }
 
 /** Whose request it was, what it used and cost, and how long it took: what every settled usage row has. */
@@ -81,6 +83,8 @@ export interface RequestLogColumns {
   stream: boolean | null;
   http_status: number | null;
   error_code: string | null;
+  /** The error's message as the client read it (its first 500 characters), for a request answered with an error. */
+  error_message: string | null;
   finish_reason: string | null;
   latency_ms: number | null;
   ttft_ms: number | null;
@@ -109,6 +113,8 @@ export interface RequestView extends UsageAmounts, RequestLogColumns {
   cache: CacheMark | null;
   /** Integer micro-dollars the cache saved it (0 when none). */
   saved_micros: number;
+  /** How long its worker ran it, ms (a batch request's only timing); 0 until settled. */
+  duration_ms: number;
   /** Whether what it used and cost is in yet (a request still running, or refused, has none). */
   settled: boolean;
 }

@@ -220,6 +220,14 @@ const migrations: Record<string, Migration> = {
       });
     },
   },
+  // The message a request's error told its client (`error_message`, its first 500 characters), beside its code: the
+  // console's Activity shows what the client read. Nullable without a default (every row before has none): added
+  // without rewriting the table.
+  '0010_error_message': {
+    async up(db: Kysely<unknown>) {
+      await sql`alter table usage add column if not exists error_message text`.execute(db);
+    },
+  },
 };
 
 /** The request log's indexes: name and definition (after `on usage`). */

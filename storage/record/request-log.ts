@@ -23,6 +23,10 @@ export interface RequestFilter {
   since?: number;
   /** Unix seconds, exclusive. */
   until?: number;
+  /** How the response cache took part (`none`: it did not). */
+  cache?: CacheMark | 'none';
+  /** The batch it was part of (its request id is the batch's id, a dot and its index). */
+  batch?: string;
 }
 
 export function requestView(row: Selectable<UsageTable>): RequestView {
@@ -40,6 +44,7 @@ export function requestView(row: Selectable<UsageTable>): RequestView {
     status: row.status,
     http_status: row.http_status,
     error_code: row.error_code,
+    error_message: row.error_message ?? null,
     finish_reason: row.finish_reason,
     latency_ms: row.latency_ms,
     ttft_ms: row.ttft_ms,
@@ -58,6 +63,7 @@ export function requestView(row: Selectable<UsageTable>): RequestView {
     cache: cacheMarks.includes(row.cache as CacheMark) ? (row.cache as CacheMark) : null,
     saved_micros: row.saved_micros,
     batch_id: batchOfRequest(row.request_id),
+    duration_ms: Number(row.duration_ms),
     settled: row.settled,
   };
 }
@@ -105,6 +111,9 @@ export function filteredRequests(db: RecordDb, filter: RequestFilter) {
   if (filter.serviceTier !== undefined) query = query.where('service_tier', '=', filter.serviceTier);
   if (filter.since !== undefined) query = query.where('created', '>=', filter.since);
   if (filter.until !== undefined) query = query.where('created', '<', filter.until);
+  if (filter.cache === 'none') query = query.where('cache', 'is', null);
+  else if (filter.cache !== undefined) query = query.where('cache', '=', filter.cache);
+  if (filter.batch !== undefined) query = query.where(sql<boolean>`starts_with(request_id, ${`${filter.batch}.`})`);
   return query;
 }
 

@@ -74,6 +74,8 @@ const retentionEveryMs = 3_600_000;
 const int = (value: unknown) => (Number.isFinite(Number(value)) ? Math.round(Number(value)) : 0);
 const num = (value: unknown) => (Number.isFinite(Number(value)) ? Number(value) : 0);
 const text = (value: unknown) => (typeof value === 'string' && value !== '' ? value.slice(0, 200) : null);
+/** An error's message as the log keeps it: its first 500 characters, without NUL (which the record cannot store). */
+const message = (value: unknown) => (typeof value === 'string' && value !== '' ? value.slice(0, 500).replaceAll('\u0000', '\uFFFD') : null);
 /** A tier as the record keeps it: one the gateway serves in, else (a record from before tiers) `default`. */
 const tier = (value: unknown): ServiceTier => (serviceTiers.includes(value as ServiceTier) ? (value as ServiceTier) : 'default');
 /** How the response cache took part, as the record keeps it: one of `cacheMarks`, else (none, or a value this code does not know) null. */
@@ -135,6 +137,7 @@ export function usageRow(fields: readonly string[]): UsageRow | undefined {
     finish_reason: text(parsed.finish_reason),
     queue_ms: count(parsed.queue_ms),
     error_code: text(parsed.error_code),
+    error_message: message(parsed.error_message),
     service_tier: tier(parsed.service_tier),
     cache: cacheMark(parsed.cache),
     saved_micros: savedMicros(parsed.saved_micros),
@@ -158,6 +161,7 @@ export function logRow(fields: readonly string[]): LogRow | undefined {
     status,
     http_status: count(parsed.http_status),
     error_code: text(parsed.error_code),
+    error_message: message(parsed.error_message),
     latency_ms: count(parsed.latency_ms),
     ttft_ms: count(parsed.ttft_ms),
     created: int(parsed.created) || Math.floor(Date.now() / 1000),
@@ -175,11 +179,14 @@ export function logRow(fields: readonly string[]): LogRow | undefined {
  */
 export type UsageRow = Omit<UsageTable, 'settled' | 'service_tier' | 'cache' | 'saved_micros' | LogOnly | UsageDetailColumn> &
   Partial<Pick<UsageTable, UsageDetailColumn | LogOnly>> & { arrived?: number; service_tier?: ServiceTier; cache?: CacheMark | null; saved_micros?: number; rollup?: boolean };
-type LogOnly = 'stream' | 'http_status' | 'latency_ms' | 'ttft_ms';
+type LogOnly = 'stream' | 'http_status' | 'latency_ms' | 'ttft_ms' | 'error_message';
 /** The worker's part of the request log, as the settlement's usage entry carries it. */
 type UsageDetailColumn = keyof RunDetail;
 /** What the api's log event writes. */
-export type LogRow = Pick<UsageTable, 'request_id' | 'account_id' | 'key_id' | 'model' | 'endpoint' | 'stream' | 'status' | 'http_status' | 'error_code' | 'latency_ms' | 'ttft_ms' | 'created'> & { service_tier?: ServiceTier };
+export type LogRow = Pick<UsageTable, 'request_id' | 'account_id' | 'key_id' | 'model' | 'endpoint' | 'stream' | 'status' | 'http_status' | 'error_code' | 'latency_ms' | 'ttft_ms' | 'created'> & {
+  service_tier?: ServiceTier;
+  error_message?: string | null;
+};
 
 /**
  * When the two halves disagree on the status, the one that says more about
@@ -215,6 +222,7 @@ export function mergeHalves(rows: readonly UsageRow[], logs: readonly LogRow[]):
       arrived: log.created,
       endpoint: log.endpoint ?? row.endpoint ?? null,
       error_code: log.error_code ?? row.error_code ?? null,
+      error_message: log.error_message ?? row.error_message ?? null,
       status: rank(log.status) > rank(row.status) ? log.status : row.status,
       model: row.model === '' ? log.model : row.model,
     };
@@ -243,6 +251,7 @@ export async function writeLog(tx: Transaction<RecordTables>, rows: readonly Log
         created: eb.ref('excluded.created'),
         // The error the client saw, else the one the worker noted.
         error_code: sql`coalesce(excluded.error_code, usage.error_code)`,
+        error_message: sql`coalesce(excluded.error_message, usage.error_message)`,
         status: mergedStatus,
         model: sql`case when usage.model = '' then excluded.model else usage.model end`,
       })),
@@ -296,6 +305,7 @@ export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly U
           saved_micros: eb.ref('excluded.saved_micros'),
           endpoint: sql`coalesce(usage.endpoint, excluded.endpoint)`,
           error_code: sql`coalesce(usage.error_code, excluded.error_code)`,
+          error_message: sql`coalesce(usage.error_message, excluded.error_message)`,
           // A settlement that brought its log event (a delivery again of both, after a log row of an earlier one).
           stream: sql`coalesce(excluded.stream, usage.stream)`,
           http_status: sql`coalesce(excluded.http_status, usage.http_status)`,

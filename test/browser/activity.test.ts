@@ -47,8 +47,10 @@ describe('console activity page in a real browser', () => {
   let redisUrl: string;
   let member: { account: string; key: string; keyId: string };
   let bulkAccount: string;
-  /** The member's requests by what became of them. */
-  const requests: Record<'completed' | 'stream' | 'refused' | 'failed', string[]> = { completed: [], stream: [], refused: [], failed: [] };
+  /** The member's requests by what became of them: `invalid` refused by validation, `vendor` failed at the (mock) vendor with a 502. */
+  const requests: Record<'completed' | 'stream' | 'refused' | 'failed' | 'invalid' | 'vendor', string[]> = { completed: [], stream: [], refused: [], failed: [], invalid: [], vendor: [] };
+  /** The message each request's client got with its error, by request id. */
+  const messages = new Map<string, string>();
   /** What each context saw break the CSP (or throw), read at its end. */
   const problems = new Map<BrowserContext, string[]>();
 
@@ -60,9 +62,11 @@ describe('console activity page in a real browser', () => {
       headers: { authorization: `Bearer ${member.key}`, 'content-type': 'application/json' },
       body: JSON.stringify(body),
     });
-    await res.arrayBuffer();
-    assert.equal(res.status, status);
-    requests[into].push(res.headers.get('x-request-id')!);
+    const text = await res.text();
+    assert.equal(res.status, status, text);
+    const id = res.headers.get('x-request-id')!;
+    requests[into].push(id);
+    if (status >= 400) messages.set(id, (JSON.parse(text) as { error: { message: string } }).error.message);
   }
 
   before(async () => {
@@ -81,6 +85,8 @@ describe('console activity page in a real browser', () => {
         // The mock serves every tier as asked, and every tier is granted: the page shows each tier's requests.
         SERVICE_TIER_NATIVE_VENDORS: 'openai,mock',
         SERVICE_TIERS_GRANTED: 'priority,default,flex',
+        // The vendor's 502 is answered at its first attempt (no retries to wait through).
+        JOB_ATTEMPTS: '1',
       },
     });
     browser = await launchChromium();
@@ -94,6 +100,10 @@ describe('console activity page in a real browser', () => {
     await chat({ model, stream: true, messages: [{ role: 'user', content: 'Count slowly [mock:slow:25]' }], max_tokens: 6 }, 'stream', 200);
     await chat({ model: 'no-such-model', messages: [{ role: 'user', content: 'Hi' }] }, 'refused', 404);
     await chat({ model, messages: [{ role: 'user', content: 'Fail [mock:error:400]' }] }, 'failed', 400);
+    // On another model, so gpt-4o-mini's counts on the Usage page stay those above: a refusal by validation, a vendor's 502.
+    await chat({ model: 'mock-chat', temperature: 5, messages: [{ role: 'user', content: 'Hi' }] }, 'invalid', 400);
+    await chat({ model: 'mock-chat', messages: [{ role: 'user', content: 'Fail [mock:error:502]' }] }, 'vendor', 502);
+    assert.equal(messages.get(requests.invalid[0]!), "Invalid 'temperature': expected a value ≤ 2.");
     const total = Object.values(requests).flat().length;
     await waitFor(
       async () => {
@@ -204,27 +214,52 @@ describe('console activity page in a real browser', () => {
     assert.equal(texts.filter((text) => /\bfailed\b/.test(text) && /\b400\b/.test(text)).length, 1, texts.join('\n'));
     assert.equal(texts.filter((text) => /no-such-model[\s\S]*refused[\s\S]*\b404\b/.test(text)).length, 1, texts.join('\n'));
     assert.equal(texts.filter((text) => /gpt-4o-mini[\s\S]*chat\.completions[\s\S]*completed[\s\S]*\b200\b/.test(text)).length, 4, texts.join('\n'));
+    assert.equal(texts.filter((text) => /mock-chat[\s\S]*refused[\s\S]*\b400\b/.test(text)).length, 1, texts.join('\n'));
+    assert.equal(texts.filter((text) => /mock-chat[\s\S]*failed[\s\S]*\b502\b/.test(text)).length, 1, texts.join('\n'));
     for (const text of texts) {
       const amounts = text.match(/\$[\d,]*\.\d+/g) ?? [];
       assert.ok(amounts.every(followsMoneyRule), text);
     }
-    // The chart of the range counts them all, the refusal and the failure as not completed.
-    await page.getByText(`${total} requests · 2 not completed`).waitFor();
+    // Every row dated, today's too ("Nov 28, 06:14:03 AM"), the whole date and time in its tooltip.
+    const today = new Date().toLocaleDateString('en-US', { month: 'short', day: 'numeric' });
+    const times = await bodyRows(page).locator('.col-time').allInnerTexts();
+    assert.ok(times.every((text) => text.trim().startsWith(`${today}, `) && /\d{2}:\d{2}:\d{2}/.test(text)), JSON.stringify(times));
+    // The key of each: its name, its id in the tooltip.
+    const keys = await bodyRows(page).locator('.col-key').evaluateAll((cells) => cells.map((cell) => [(cell as HTMLElement).innerText.trim(), cell.getAttribute('title')]));
+    assert.ok(keys.length === total && keys.every(([name, title]) => name === 'activity key' && title === `activity key (${member.keyId})`), JSON.stringify(keys));
+    assert.equal((await table(page).locator('thead th').allInnerTexts()).filter((text) => text.trim() === 'Key').length, 1, 'a Key column');
+    // The count line: every request, refusals included, and how many did not complete.
+    await page.getByText(`${total} requests, 2 of them refused and 2 failed · ${total} shown, newest first`).waitFor();
+    // The chart of the range counts them all, the refusals and the failures as not completed.
+    await page.getByText(`${total} requests · 4 not completed`).waitFor();
     const chart = page.locator('canvas[aria-label^="Requests per 15 minutes"]');
     await waitFor(async () => ((await chart.getAttribute('data-y-ticks')) ?? '') !== '', 5000, 'the chart');
     assert.ok((await pageOverflow(page)) <= 0, 'the page is no wider than the screen');
     assert.ok((await tableOverflow(page)) <= 1, 'at 1280 px every column is in sight');
     await shoot(page, 'activity-member-desktop');
+    // A narrower window (1024 px): the key, HTTP status and tokens move to the row's details, and the table still fits.
+    await page.setViewportSize({ width: 1024, height: 800 });
+    await waitFor(async () => (await bodyRows(page).first().locator('.col-key').isHidden()), 5000, 'the key out of the row');
+    assert.ok((await tableOverflow(page)) <= 1, 'at 1024 px every column is in sight');
+    await bodyRows(page).first().getByRole('button', { name: 'Details', exact: true }).click();
+    const more = table(page).locator('tr.dt-details-row');
+    await more.waitFor();
+    assert.match(await more.innerText(), /Key\s+activity key/);
+    assert.equal(await page.getByRole('dialog').count(), 0, 'Details opens the row, not the dialog');
+    await shoot(page, 'activity-member-narrow');
+    await bodyRows(page).first().getByRole('button', { name: 'Less', exact: true }).click();
+    await page.setViewportSize(desktop);
 
     // Status filter: in the address, and the rows follow.
     await page.getByLabel('Status').selectOption('refused');
     await page.waitForURL(/\/console\/activity\?status=refused$/);
-    await rowsShown(page, 1, 'the refusal');
-    assert.match(await bodyRows(page).first().innerText(), /refused/);
-    // A reload keeps it.
+    await rowsShown(page, 2, 'the refusals');
+    assert.ok((await bodyRows(page).allInnerTexts()).every((text) => /refused/.test(text)));
+    // A reload keeps it, and the count line says what it counts.
     await page.reload();
-    await rowsShown(page, 1, 'the refusal after a reload');
+    await rowsShown(page, 2, 'the refusals after a reload');
     assert.equal(await page.getByLabel('Status').inputValue(), 'refused');
+    await page.getByText('2 requests, 2 of them refused · 2 shown, newest first').waitFor();
     // A second filter, then back: one step at a time.
     await page.getByLabel('Range').selectOption('1h');
     await page.waitForURL(/\?range=1h&status=refused$/);
@@ -236,12 +271,9 @@ describe('console activity page in a real browser', () => {
     await rowsShown(page, total, 'every request again');
     assert.equal(await page.getByLabel('Status').inputValue(), '');
 
-    // The stream's details: its time to first token, latency, cost, tokens and ids.
+    // The stream's details (opened by its link, `?request=<id>`): its time to first token, latency, cost, tokens and ids.
     const [streamId] = requests.stream;
-    const ttftCells = await bodyRows(page).evaluateAll((trs) => trs.map((tr) => (tr.querySelector('.col-ttft') as HTMLElement).innerText.trim()));
-    const streamRow = ttftCells.findIndex((text) => text !== '—');
-    assert.ok(streamRow >= 0, `a row with a time to first token: ${JSON.stringify(ttftCells)}`);
-    await bodyRows(page).nth(streamRow).click();
+    await page.goto(`/console/activity?request=${streamId}`);
     const dialog = page.getByRole('dialog', { name: 'Request details' });
     await dialog.waitFor();
     const detail = async (label: string) => (await dialog.locator('.detail').filter({ has: page.getByText(label, { exact: true }) }).locator('dd').innerText()).trim();
@@ -264,13 +296,33 @@ describe('console activity page in a real browser', () => {
     await shoot(page, 'activity-detail-desktop');
     await page.keyboard.press('Escape');
     await dialog.waitFor({ state: 'detached' });
-    // The refusal's: its error, no cost settled but nothing owed.
-    await bodyRows(page).filter({ hasText: 'refused' }).getByRole('button').click();
+    await page.waitForURL(/\/console\/activity$/);
+    await rowsShown(page, total, 'every request after the link');
+    // The refusal's: its error and the message its client got, no cost settled but nothing owed.
+    await bodyRows(page).filter({ hasText: 'no-such-model' }).getByRole('button').click();
     assert.equal(await detail('HTTP status'), '404');
     assert.equal(await detail('Error code'), 'model_not_found');
+    assert.equal(await detail('Message'), messages.get(requests.refused[0]!));
     assert.equal(await detail('Cost'), '$0.00');
     assert.equal(await detail('Input tokens'), '—');
     await page.keyboard.press('Escape');
+    await dialog.waitFor({ state: 'detached' });
+    // A refusal by validation: the message the client read, not only the code.
+    await bodyRows(page).filter({ hasText: 'mock-chat' }).filter({ hasText: 'refused' }).getByRole('button').click();
+    assert.equal(await detail('HTTP status'), '400');
+    assert.equal(await detail('Message'), "Invalid 'temperature': expected a value ≤ 2.");
+    await page.keyboard.press('Escape');
+    await dialog.waitFor({ state: 'detached' });
+    // The vendor's failure (the mock's 502): its code and its message.
+    await bodyRows(page).filter({ hasText: 'mock-chat' }).filter({ hasText: 'failed' }).getByRole('button').click();
+    assert.equal(await detail('HTTP status'), '502');
+    assert.equal(await detail('Error code'), 'mock_error');
+    const vendorMessage = messages.get(requests.vendor[0]!)!;
+    assert.match(vendorMessage, /Mock vendor failed on purpose/);
+    assert.equal(await detail('Message'), vendorMessage);
+    await shoot(page, 'activity-failure-detail-desktop');
+    await page.keyboard.press('Escape');
+    await dialog.waitFor({ state: 'detached' });
 
     // A filter nothing matches: the empty state, in the table and the chart.
     await page.getByLabel('Status').selectOption('cancelled');
@@ -316,8 +368,11 @@ describe('console activity page in a real browser', () => {
     assert.ok((await bodyRows(page).allInnerTexts()).every((text) => text.includes(bulkEmail) && !text.includes(memberEmail)));
     // The admin's Account column too: every column in sight at 1280 px, the filters on one line.
     assert.ok((await tableOverflow(page)) <= 1, 'at 1280 px every column is in sight');
-    const filterTops = await page.getByRole('group', { name: 'Filters' }).locator('select, button').evaluateAll((elements) => elements.map((element) => Math.round(element.getBoundingClientRect().top)));
-    assert.ok(Math.max(...filterTops) - Math.min(...filterTops) <= 4, `the filters on one line: tops at ${filterTops.join(', ')} px`);
+    // An admin's seven filters: on two lines at most, none cut to less than its choices need.
+    const filterBoxes = await page.getByRole('group', { name: 'Filters' }).locator('select').evaluateAll((elements) => elements.map((element) => ({ top: Math.round(element.getBoundingClientRect().top), width: element.getBoundingClientRect().width })));
+    assert.equal(filterBoxes.length, 7);
+    assert.ok(new Set(filterBoxes.map((box) => box.top)).size <= 2, `the filters on two lines at most: ${JSON.stringify(filterBoxes)}`);
+    assert.ok(filterBoxes.every((box) => box.width >= 96), `no filter squeezed: ${JSON.stringify(filterBoxes)}`);
     await shoot(page, 'activity-admin-desktop');
     await page.getByRole('button', { name: 'Load more' }).click();
     await rowsShown(page, 62, 'both pages');
@@ -392,6 +447,38 @@ describe('console activity page in a real browser', () => {
       assert.ok(fits.table.hidden <= 1 && fits.table.right <= phone.width, `${who}: nothing to scroll sideways for: ${JSON.stringify(fits)}`);
       assert.ok(fits.cells.every((cell) => cell.width > 0 && cell.left >= 0 && cell.right <= phone.width), `${who}: time, model, status and cost in sight: ${JSON.stringify(fits)}`);
       await shoot(page, `activity-${who}-phone`);
+      if (who === 'admin') {
+        // The request dialog wraps an email after its @ or at a dot or hyphen, never inside a word.
+        await bodyRows(page).filter({ hasText: memberEmail }).first().locator('.col-time').getByRole('button').click();
+        const dialog = page.getByRole('dialog', { name: 'Request details' });
+        await dialog.waitFor();
+        const account = dialog.locator('.detail').filter({ has: page.getByText('Account', { exact: true }) }).locator('dd');
+        assert.equal((await account.innerText()).replace(/\s+/g, ''), memberEmail);
+        // The email's lines as laid out: where each character sits.
+        const lines = await account.evaluate((dd) => {
+          const text = dd.textContent ?? '';
+          const tops: number[] = [];
+          const walker = document.createTreeWalker(dd, NodeFilter.SHOW_TEXT);
+          for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+            for (let i = 0; i < (node.textContent ?? '').length; i++) {
+              const range = document.createRange();
+              range.setStart(node, i);
+              range.setEnd(node, i + 1);
+              tops.push(Math.round(range.getBoundingClientRect().top));
+            }
+          }
+          const out: string[] = [];
+          tops.forEach((top, i) => {
+            if (i === 0 || top !== tops[i - 1]) out.push('');
+            out[out.length - 1] = `${out.at(-1) ?? ''}${text[i] ?? ''}`;
+          });
+          return out;
+        });
+        assert.ok(lines.length > 1, `the email wraps in a phone's dialog: ${JSON.stringify(lines)}`);
+        assert.ok(lines.every((line, i) => i === lines.length - 1 || /@$|-$/.test(line) || lines[i + 1]!.startsWith('.')), `wrapped after @ or -, or before a dot: ${JSON.stringify(lines)}`);
+        await shoot(page, 'activity-admin-detail-phone');
+        await page.keyboard.press('Escape');
+      }
       if (who === 'member') {
         await bodyRows(page).first().getByRole('button').click();
         const dialog = page.getByRole('dialog', { name: 'Request details' });
@@ -517,17 +604,44 @@ describe('console activity page in a real browser', () => {
     await signIn(page, email, password);
     await page.goto('/console/activity');
     await rowsShown(page, 4, 'the cache\'s requests');
-    // Newest first: the hit, the shared call, then the miss and the request without the cache, unmarked.
+    // Newest first: the hit, the shared call, the miss (its answer stored), and the request without the cache, unmarked.
     const badges = await bodyRows(page).evaluateAll((trs) => trs.map((tr) => tr.querySelector('.cache-badge')?.textContent?.trim() ?? ''));
-    assert.deepEqual(badges, ['cached', 'shared', '', '']);
-    assert.ok((await tableOverflow(page)) <= 1, 'at 1280 px every column is in sight, the cache badges included');
+    assert.deepEqual(badges, ['cache hit', 'shared call', 'cache miss', '']);
+    // The hit's saving in its row, beside its cost; its tokens not read as billed ones.
+    const hitRow = bodyRows(page).first();
+    assert.equal((await hitRow.locator('.col-cost').innerText()).replace(/\s+/g, ' ').trim(), '$0.00 saved $0.001234');
+    assert.equal((await hitRow.locator('.col-tokens').innerText()).trim(), '—');
+    assert.equal(await hitRow.locator('.col-tokens').getAttribute('title'), 'Answered from the cache: no tokens billed');
+    assert.equal(await bodyRows(page).locator('.activity-saved').count(), 1, 'a saving only where there is one');
+    assert.ok((await tableOverflow(page)) <= 1, 'at 1280 px every column is in sight, the cache badges and the saving included');
     await shoot(page, 'activity-cache-desktop');
+    // The cache filter, in the address: a reload keeps it.
+    for (const [choice, badge] of [
+      ['hit', 'cache hit'],
+      ['miss', 'cache miss'],
+      ['coalesced', 'shared call'],
+    ] as const) {
+      await page.getByLabel('Cache').selectOption(choice);
+      await page.waitForURL(new RegExp(`/console/activity\\?cache=${choice}$`));
+      await rowsShown(page, 1, `the ${choice}`);
+      assert.equal((await bodyRows(page).first().locator('.cache-badge').innerText()).trim(), badge);
+    }
+    await page.getByLabel('Cache').selectOption('none');
+    await page.waitForURL(/\/console\/activity\?cache=none$/);
+    await page.reload();
+    await rowsShown(page, 1, 'the one not cached, after a reload');
+    assert.equal(await page.getByLabel('Cache').inputValue(), 'none');
+    assert.equal(await bodyRows(page).first().locator('.cache-badge').count(), 0);
+    await page.getByText('1 request · 1 shown, newest first').waitFor();
+    await page.getByRole('button', { name: 'Clear filters' }).click();
+    await page.waitForURL(/\/console\/activity$/);
+    await rowsShown(page, 4, 'every request of the cache again');
     await bodyRows(page).first().getByRole('button').click();
     const dialog = page.getByRole('dialog', { name: 'Request details' });
     await dialog.waitFor();
     const detail = async (label: string) => (await dialog.locator('.detail').filter({ has: page.getByText(label, { exact: true }) }).locator('dd').innerText()).trim();
     assert.match(await detail('Cost'), /saved \$0\.001234/);
-    assert.equal(await detail('Response cache'), 'Hit');
+    assert.equal(await detail('Response cache'), 'Hit (answered from the cache)');
     await shoot(page, 'activity-cache-detail-desktop');
     await page.keyboard.press('Escape');
     await dialog.waitFor({ state: 'detached' });
@@ -684,5 +798,98 @@ describe('console activity page in a real browser', () => {
     assert.equal(await detail('Responses'), '0');
     assert.equal(await detail('Close reason'), 'Out of credit (insufficient_quota)');
     await closeClean(context, 'a quiet session');
+  });
+  it('shows a batch request with what its line has (its outcome, its worker\'s time), links it to its batch, and filters by batch in the address', async () => {
+    const email = 'batch@activity-browser.test';
+    const password = 'batch-password';
+    const account = (await (await adminApi('POST', '/admin/accounts', { email, password, role: 'member' })).json()) as { id: string };
+    const key = (await (await adminApi('POST', '/admin/keys', { name: 'batch key', account_id: account.id })).json()) as { id: string };
+    const now = Math.floor(Date.now() / 1000);
+    // Settled as the worker settles a batch's requests: no HTTP answer, no api latency, its run's time (0: none recorded).
+    const line = (request_id: string, status: string, duration_ms: number, created: number, error?: { code: string; message: string }): UsageRow => ({
+      request_id,
+      account_id: account.id,
+      key_id: key.id,
+      model,
+      vendor: 'mock',
+      input_tokens: 10,
+      cached_tokens: 0,
+      output_tokens: status === 'completed' ? 5 : 0,
+      images: 0,
+      audio_seconds: 0,
+      video_seconds: 0,
+      cost_micros: status === 'completed' ? 450 : 0,
+      status,
+      created,
+      duration_ms,
+      endpoint: 'messages',
+      ...(error ? { error_code: error.code, error_message: error.message } : {}),
+    });
+    const batch = 'msgbatch_activity01';
+    const record = await testRecord(redisUrl);
+    await record.transaction().execute((tx) =>
+      writeUsage(tx, [line(`${batch}.0`, 'completed', 1234, now - 30), line(`${batch}.1`, 'failed', 0, now - 20, { code: 'mock_error', message: 'Mock vendor failed on purpose with status 500.' }), line('msgbatch_other02.0', 'completed', 800, now - 10)]),
+    );
+
+    const context = await newContext();
+    const page = await context.newPage();
+    await signIn(page, email, password);
+    await page.goto('/console/activity');
+    await rowsShown(page, 3, 'the batch requests');
+    const ours = bodyRows(page).filter({ has: page.locator(`a[href="/console/batches?batch=${batch}"]`) });
+    assert.equal(await ours.count(), 2, 'each of its requests links to its batch');
+    // HTTP: what a batch line has (its outcome's code, else "batch"); latency: its worker's time, else "batch".
+    const cells = await ours.evaluateAll((trs) => trs.map((tr) => [tr.querySelector('.col-http')!.textContent!.trim(), tr.querySelector('.col-latency')!.textContent!.trim()]));
+    assert.deepEqual(cells, [
+      ['mock_error', 'batch'],
+      ['batch', '1.23 s'],
+    ]);
+    assert.ok((await tableOverflow(page)) <= 1, 'at 1280 px every column is in sight, the batch links included');
+    await shoot(page, 'activity-batch-desktop');
+
+    // Its details: the batch, linked.
+    await ours.last().locator('.col-time').getByRole('button').click();
+    const dialog = page.getByRole('dialog', { name: 'Request details' });
+    await dialog.waitFor();
+    const detail = async (label: string) => (await dialog.locator('.detail').filter({ has: page.getByText(label, { exact: true }) }).locator('dd').innerText()).trim();
+    assert.equal((await detail('Batch')).replace(/\s+/g, ''), batch);
+    assert.match(await detail('Latency'), /^1\.23 s \(a batch request/);
+    await page.keyboard.press('Escape');
+    await dialog.waitFor({ state: 'detached' });
+    // The failed one's: what its result told the client, as the worker noted it.
+    await ours.first().locator('.col-time').getByRole('button').click();
+    await dialog.waitFor();
+    assert.equal(await detail('HTTP status'), 'None (a batch request)');
+    assert.equal(await detail('Message'), 'Mock vendor failed on purpose with status 500.');
+    await page.keyboard.press('Escape');
+    await dialog.waitFor({ state: 'detached' });
+
+    // The link opens the Batches page at the batch.
+    await ours.first().getByRole('link').click();
+    await page.waitForURL(`**/console/batches?batch=${batch}`);
+
+    // `batch=<id>` (the Batches page's link here): its requests alone, kept by a reload, counted.
+    await page.goto(`/console/activity?batch=${batch}`);
+    await rowsShown(page, 2, 'the batch\'s requests');
+    await page.getByText('2 requests, 1 of them failed · 2 shown, newest first').waitFor();
+    await page.reload();
+    await rowsShown(page, 2, 'the batch\'s requests after a reload');
+    assert.equal(await bodyRows(page).filter({ hasText: 'other02' }).count(), 0);
+    await page.getByRole('button', { name: "Show every batch's requests" }).click();
+    await page.waitForURL(/\/console\/activity$/);
+    await rowsShown(page, 3, 'every batch request again');
+    await closeClean(context, 'batches, desktop');
+
+    const phoneContext = await newContext(phone);
+    const phonePage = await phoneContext.newPage();
+    await signIn(phonePage, email, password);
+    await phonePage.goto(`/console/activity?batch=${batch}`);
+    await rowsShown(phonePage, 2, 'the batch on a phone');
+    assert.ok((await phonePage.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)) <= 0, 'nothing wider than a phone');
+    // A card says "Latency 1.23 s" for the timed one, plain "batch" for the one not timed.
+    const latencies = await bodyRows(phonePage).locator('.col-latency').evaluateAll((cells) => cells.map((cell) => `${getComputedStyle(cell, '::before').content}|${cell.textContent!.trim()}`));
+    assert.deepEqual(latencies, ['none|batch', '"Latency "|1.23 s']);
+    await shoot(phonePage, 'activity-batch-phone');
+    await closeClean(phoneContext, 'batches, phone');
   });
 });

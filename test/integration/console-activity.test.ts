@@ -6,7 +6,7 @@ import { ConsoleClient, type ConsoleResponse } from '../support/console-client.j
 import { testRecord, usageRows } from '../support/record.js';
 import { writeLog, type LogRow } from '../../storage/record/usage-writer.js';
 import type { RequestView } from '../../shared/money/usage.js';
-import type { ModelLatency, RequestPage } from '../../shared/console-api.js';
+import type { ActivityPage, ModelLatency } from '../../shared/console-api.js';
 
 /*
  * The console's Activity API (the request log as a signed-in person reads it)
@@ -23,7 +23,7 @@ const model = 'gpt-4o-mini';
 type Key = { id: string; key: string };
 type Account = { id: string };
 type Row = RequestView;
-type Page = RequestPage;
+type Page = ActivityPage;
 interface Histogram {
   object: 'histogram';
   bucket_seconds: number;
@@ -182,7 +182,7 @@ describe('console activity API', () => {
     assert.deepEqual(ids(bobs.json.data), madeBy(bob));
     // Another account's key, or its time range, is not a way in either.
     const aliceKey = await list(bob.console, `?key_id=${alice.keys[0]!.id}`);
-    assert.deepEqual(aliceKey.json, { object: 'list', data: [], has_more: false, next_cursor: null });
+    assert.deepEqual(aliceKey.json, { object: 'list', data: [], has_more: false, next_cursor: null, counts: { requests: 0, completed: 0, failed: 0, cancelled: 0, refused: 0 } });
     const carolsHours = await list(bob.console, `?account_id=${carol.account.id}&since=${base}&until=${base + 4 * 3600}`);
     assert.deepEqual(carolsHours.json.data, []);
     // Their histogram counts theirs only.
@@ -205,6 +205,12 @@ describe('console activity API', () => {
       ['req_carol_4', 'req_carol_3', 'req_carol_2', 'req_carol_1'],
     );
     assert.deepEqual((await list(admin, '?account_id=acct_nobody')).json.data, []);
+    // The first page counts the whole filter's requests by how each ended, refusals included; a page after it does not.
+    const firstTwo = await list(admin, `?account_id=${carol.account.id}&limit=2`);
+    assert.deepEqual(firstTwo.json.counts, { requests: 4, completed: 2, failed: 1, cancelled: 0, refused: 1 });
+    const lastTwo = await list(admin, `?account_id=${carol.account.id}&limit=2&cursor=${encodeURIComponent(firstTwo.json.next_cursor!)}`);
+    assert.equal(lastTwo.json.counts, undefined);
+    assert.deepEqual((await list(admin, `?account_id=${carol.account.id}&status=refused`)).json.counts, { requests: 1, completed: 0, failed: 0, cancelled: 0, refused: 1 });
   });
 
   it('filters by key, model, status and time', async () => {
@@ -347,6 +353,8 @@ describe('console activity API', () => {
     expectError(await list(alice.console, '?colour=blue'), 400, 'unknown_parameter', 'colour');
     expectError(await list(alice.console, '?cursor=not-a-cursor'), 400, null, 'cursor');
     expectError(await list(alice.console, '?model=a&model=b'), 400, 'invalid_type', 'model');
+    expectError(await list(alice.console, '?cache=sometimes'), 400, 'invalid_value', 'cache');
+    expectError(await histogram(alice.console, '?cache=sometimes'), 400, 'invalid_value', 'cache');
     const now = Math.floor(Date.now() / 1000);
     expectError(await histogram(alice.console, `?since=${now}&until=${now}`), 400, 'invalid_value', 'since');
     expectError(await histogram(alice.console, `?since=${now - 32 * 86_400}`), 400, 'invalid_value', 'since');

@@ -243,6 +243,8 @@ describe('a job run (workers/job-run.ts) on a real queue', () => {
     const entry = await settledOnce(submitted, 0);
     assert.equal(entry.status, 'failed');
     assert.equal(entry.error_code, 'invalid_value');
+    // Its message too, for the request log (a batch request's only record of it).
+    assert.equal(entry.error_message, wire.error.message);
     assert.equal(entry.vendor, 'openai');
     assert.equal(entry.attempts, 1);
     assert.equal(await slotsHeld(), 0);

@@ -8,7 +8,7 @@ import OpenAI, { toFile } from 'openai';
 import { sql } from 'kysely';
 import { freshRedis, paidAccountKey, requestRecord, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { testRecord, usageRows, waitForUsage } from '../support/record.js';
-import { mergeHalves, usageRow, writeLog, writeUsage, type LogRow, type UsageRow } from '../../storage/record/usage-writer.js';
+import { logRow, mergeHalves, usageRow, writeLog, writeUsage, type LogRow, type UsageRow } from '../../storage/record/usage-writer.js';
 import { findRequest, requestView } from '../../storage/record/request-log.js';
 import type { RecordDb } from '../../storage/record/database.js';
 import type { RequestView } from '../../shared/money/usage.js';
@@ -108,10 +108,12 @@ describe('the request log', () => {
       body: JSON.stringify({ model, messages: 'not a list' }),
     });
     assert.equal(invalid.status, 400);
+    const invalidMessage = ((await invalid.json()) as { error: { message: string } }).error.message;
     const refused = await recordOf(key, invalid.headers.get('x-request-id')!, false);
     assert.equal(refused.status, 'refused');
     assert.equal(refused.http_status, 400);
     assert.ok(refused.error_code, 'the error the client got');
+    assert.equal(refused.error_message, invalidMessage, 'and its message');
     assert.equal(refused.model, model);
     assert.equal(refused.settled, false);
     assert.equal(refused.cost_micros, 0);
@@ -125,7 +127,20 @@ describe('the request log', () => {
     assert.equal(record.status, 'failed');
     assert.equal(record.http_status, 400);
     assert.equal(record.error_code, 'mock_error');
+    assert.equal(record.error_message, (failed.error as { message: string }).message);
     assert.equal(record.attempts, 1);
+
+    // Out of credit: refused, with the message the client read.
+    const { key: broke } = await paidAccountKey(redis, 0);
+    const unpaid = await fetch(`${gateway.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${broke}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    const unpaidError = ((await unpaid.json()) as { error: { message: string; code: string } }).error;
+    assert.equal(unpaidError.code, 'insufficient_quota', JSON.stringify(unpaidError));
+    const quota = await recordOf(broke, unpaid.headers.get('x-request-id')!, false);
+    assert.deepEqual([quota.status, quota.error_code, quota.error_message], ['refused', 'insufficient_quota', unpaidError.message]);
   });
 
   it('records every request of a rate-limited burst, the refusals as refused with their code', async () => {
@@ -141,7 +156,7 @@ describe('the request log', () => {
     );
     const limited = answers.filter((res) => res.status === 429);
     assert.ok(limited.length >= 9, `${limited.length} of 12 were limited`);
-    await Promise.all(answers.map((res) => res.arrayBuffer()));
+    const bodies = new Map(await Promise.all(answers.map(async (res) => [res.headers.get('x-request-id')!, await res.text()] as const)));
     let page: { data: Generation[] } = { data: [] };
     await waitFor(async () => {
       page = (await (await admin(`?key_id=${keyId}&limit=100`)).json()) as { data: Generation[] };
@@ -150,6 +165,8 @@ describe('the request log', () => {
     const refused = page.data.filter((row) => row.status === 'refused');
     assert.equal(refused.length, limited.length);
     assert.ok(refused.every((row) => row.error_code === 'rate_limit_exceeded' && row.http_status === 429));
+    // Each with the message its client read.
+    assert.ok(refused.every((row) => row.error_message === (JSON.parse(bodies.get(row.id)!) as { error: { message: string } }).error.message), JSON.stringify(refused.map((row) => row.error_message)));
     assert.deepEqual(new Set(page.data.map((row) => row.id)), new Set(answers.map((res) => res.headers.get('x-request-id'))));
   });
 
@@ -739,5 +756,38 @@ describe('the request log writer: the two halves in either order', () => {
     // The record itself takes no other mark, and no NULL saving.
     await assert.rejects(sql`update usage set cache = 'warm' where request_id = 'rc-none'`.execute(db), (error: { code?: string }) => error.code === '23514');
     await assert.rejects(sql`update usage set saved_micros = null where request_id = 'rc-none'`.execute(db), (error: { code?: string }) => error.code === '23502');
+  });
+  it('keeps the message an error told its client: the api\'s over the worker\'s, cut at 500 characters, without NUL', async () => {
+    const applied = await sql<{ name: string }>`select name from record_migrations order by name`.execute(db);
+    assert.ok(applied.rows.some((row) => row.name === '0010_error_message'), applied.rows.map((row) => row.name).join(' '));
+    await sql`insert into accounts (id, created) values ('acct_m', 0) on conflict do nothing`.execute(db);
+    const whose = { account_id: 'acct_m', key_id: 'key_m' };
+    // The two halves as the stream carries them.
+    const log = (id: string, message: unknown) => logRow(['log', JSON.stringify({ ...logged(id, 'failed'), ...whose, http_status: 502, error_code: 'mock_error', error_message: message })])!;
+    const settlement = (id: string, message: unknown) => usageRow(['usage', JSON.stringify({ ...usage(id, 0), ...whose, status: 'failed', error_code: 'mock_error', error_message: message })])!;
+    const long = `${'x'.repeat(498)}\u0000yz and more`;
+    assert.equal(log('rm-long', long).error_message, `${'x'.repeat(498)}\uFFFDy`);
+    assert.equal(log('rm-none', 42).error_message, null);
+    assert.equal(settlement('rm-none', '').error_message, null);
+
+    // Both halves in one batch; the log first, then its settlement; the settlement first, then its log; a settlement alone (a batch request's).
+    const batch = mergeHalves([settlement('rm-batch', 'worker said')], [log('rm-batch', 'client read')]);
+    await db.transaction().execute((tx) => writeUsage(tx, batch.rows));
+    await db.transaction().execute((tx) => writeLog(tx, [log('rm-log-first', 'client read')]));
+    await db.transaction().execute((tx) => writeUsage(tx, [settlement('rm-log-first', 'worker said')]));
+    await db.transaction().execute((tx) => writeUsage(tx, [settlement('rm-settled-first', 'worker said')]));
+    await db.transaction().execute((tx) => writeLog(tx, [log('rm-settled-first', 'client read')]));
+    await db.transaction().execute((tx) => writeUsage(tx, [settlement('rm-alone', 'worker said')]));
+    const ids = ['rm-alone', 'rm-batch', 'rm-log-first', 'rm-settled-first'];
+    const views = (await db.selectFrom('usage').selectAll().where('request_id', 'in', ids).orderBy('request_id').execute()).map(requestView);
+    assert.deepEqual(
+      views.map((view) => [view.id, view.error_message]),
+      [
+        ['rm-alone', 'worker said'],
+        ['rm-batch', 'client read'],
+        ['rm-log-first', 'client read'],
+        ['rm-settled-first', 'client read'],
+      ],
+    );
   });
 });

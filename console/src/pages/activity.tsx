@@ -1,4 +1,4 @@
-import type { ComponentChildren } from 'preact';
+import { Fragment, type ComponentChildren } from 'preact';
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { useAccount } from '../app-context';
 import { BarChart, type Series } from '../components/bar-chart';
@@ -6,8 +6,8 @@ import { type Column, PagedTable } from '../components/data-table';
 import { Dialog, ErrorMessage, PageHeader, useApi, useTitle } from '../components/ui';
 import { barLabel, compactCount, count, duration, fullTime, money, number, requestTime } from '../format';
 import { usePagedList } from '../paged-list';
-import { navigate, useSearch } from '../router';
-import { requestStatuses, serviceTiers, type Account, type Key, type List, type RequestHistogram, type ActivityRow, type RequestPage } from '../types';
+import { Link, navigate, useSearch } from '../router';
+import { requestStatuses, serviceTiers, type Account, type ActivityPage, type ActivityRow, type Key, type List, type RequestCounts, type RequestHistogram } from '../types';
 
 /*
  * The request log: every request of the account's keys (every account's, for
@@ -34,7 +34,19 @@ interface Filters {
   status: string;
   service_tier: string;
   account_id: string;
+  /** How the response cache took part: `hit`, `miss`, `coalesced`, or `none` (not cached). */
+  cache: string;
+  /** A batch's id: its requests alone (the Batches page links here). */
+  batch: string;
 }
+
+/** The cache filter's choices, as the address and the server name them. */
+const cacheChoices = [
+  { value: 'hit', label: 'Hits' },
+  { value: 'coalesced', label: 'Shared calls' },
+  { value: 'miss', label: 'Misses (stored)' },
+  { value: 'none', label: 'Not cached' },
+] as const;
 
 /** The filters a query string holds; anything unknown reads as its default. */
 function filtersOf(search: string): Filters {
@@ -49,6 +61,8 @@ function filtersOf(search: string): Filters {
     status: (requestStatuses as readonly string[]).includes(status) ? status : '',
     service_tier: (serviceTiers as readonly string[]).includes(tier) ? tier : '',
     account_id: query.get('account_id') ?? '',
+    cache: cacheChoices.some((c) => c.value === query.get('cache')) ? query.get('cache')! : '',
+    batch: query.get('batch') ?? '',
   };
 }
 
@@ -56,7 +70,7 @@ function filtersOf(search: string): Filters {
 function addressOf(filters: Filters): string {
   const query = new URLSearchParams();
   if (filters.range !== defaultRange) query.set('range', filters.range);
-  for (const name of ['account_id', 'key_id', 'model', 'status', 'service_tier'] as const) if (filters[name]) query.set(name, filters[name]);
+  for (const name of ['account_id', 'key_id', 'model', 'status', 'service_tier', 'cache', 'batch'] as const) if (filters[name]) query.set(name, filters[name]);
   const text = query.toString();
   return text ? `${pagePath}?${text}` : pagePath;
 }
@@ -83,22 +97,50 @@ function StatusBadge({ status }: { status: string }) {
 
 const tierLabel = (tier: string) => tier[0]!.toUpperCase() + tier.slice(1);
 
-/** How the response cache took part: a badge for an answer from it or a shared vendor call (a miss is a request as any other). */
-const cacheBadges: Partial<Record<string, { label: string; title: string }>> = {
-  hit: { label: 'cached', title: 'Answered from the response cache' },
-  coalesced: { label: 'shared', title: "Shared an identical request's vendor call" },
+/** How the response cache took part: answered from it, shared another request's vendor call, or missed it and stored its answer. */
+const cacheBadges: Partial<Record<string, { label: string; title: string; class: string }>> = {
+  hit: { label: 'cache hit', title: 'Answered from the response cache: no vendor call', class: 'cache-hit' },
+  coalesced: { label: 'shared call', title: "Shared an identical request's vendor call", class: 'cache-shared' },
+  miss: { label: 'cache miss', title: 'Not in the response cache: the vendor answered, and the answer was stored for later', class: 'cache-miss' },
 };
 
 function CacheBadge({ cache }: { cache: string | null | undefined }) {
   const badge = cache ? cacheBadges[cache] : undefined;
   return badge ? (
-    <span class="badge cache-badge" title={badge.title}>
+    <span class={`badge cache-badge ${badge.class}`} title={badge.title}>
       {badge.label}
     </span>
   ) : null;
 }
 
-const cacheLabels: Record<string, string> = { hit: 'Hit', miss: 'Miss', coalesced: 'Shared' };
+const cacheLabels: Record<string, string> = { hit: 'Hit (answered from the cache)', miss: 'Miss (answer stored)', coalesced: 'Shared a vendor call' };
+
+/** What the cache saved a request, as its row says it: what the call would have cost. */
+const savedText = (row: ActivityRow) => (row.saved_micros > 0 ? `saved ${money(row.saved_micros / 1_000_000)}` : undefined);
+
+/** A request of a batch: no HTTP answer of its own, timed by its worker alone. */
+const isBatch = (row: ActivityRow) => row.batch_id !== null;
+
+/** The Batches page, its batch marked. */
+const batchAddress = (id: string) => `/console/batches?batch=${encodeURIComponent(id)}`;
+
+/** A batch id, short enough for a cell: its last 8 characters after an ellipsis (the whole in the link's name). */
+const shortBatch = (id: string) => (id.length > 16 ? `…${id.slice(-8)}` : id);
+
+/** A long name or email with places to wrap after its @ and before its dots, never inside a word. */
+function Breakable({ text }: { text: string }) {
+  const parts = text.split(/(?<=@)|(?=\.)/);
+  return (
+    <span class="activity-breakable">
+      {parts.map((part, i) => (
+        <Fragment key={i}>
+          {i > 0 && <wbr />}
+          {part}
+        </Fragment>
+      ))}
+    </span>
+  );
+}
 
 /**
  * Endpoints whose rows read better by name than by the log's key. A Realtime session is one row for its whole
@@ -147,8 +189,18 @@ function cost(row: ActivityRow): string {
   return '—';
 }
 
+/** The time a row shows: its latency, a session's length, or a batch request's run on its worker ("batch" when not timed). */
+function rowLatency(row: ActivityRow): string {
+  if (isSession(row)) return duration(sessionLength(row));
+  if (row.latency_ms !== null) return duration(row.latency_ms);
+  if (isBatch(row)) return row.duration_ms > 0 ? duration(row.duration_ms) : 'batch';
+  return '—';
+}
+
 function tokens(row: ActivityRow): string {
   if (!row.settled) return '—';
+  // A hit billed no tokens: its row says what it saved instead (the stored answer's tokens are not recorded).
+  if (row.cache === 'hit') return '—';
   // Speech: the text's tokens in (none counted for a model billed by the character), its audio's length out.
   if (isSpeech(row)) return `${row.input_tokens ? count(row.input_tokens) : '—'} / ${row.audio_seconds ? `${number(row.audio_seconds)} s audio` : count(row.output_tokens)}`;
   return `${count(row.input_tokens)} / ${count(row.output_tokens)}`;
@@ -162,9 +214,9 @@ function media(row: ActivityRow): string {
   return parts.join(' · ') || '—';
 }
 
-function Detail({ label, children, mono }: { label: string; children: ComponentChildren; mono?: boolean }) {
+function Detail({ label, children, mono, class: className }: { label: string; children: ComponentChildren; mono?: boolean; class?: string }) {
   return (
-    <div class="detail">
+    <div class={className ? `detail ${className}` : 'detail'}>
       <dt>{label}</dt>
       <dd class={mono ? 'mono' : undefined}>{children ?? '—'}</dd>
     </div>
@@ -195,7 +247,16 @@ function RequestDetails({ row, keyName, accountName, onClose }: { row: ActivityR
         </dl>
       ) : (
         <dl class="details">
-          <Detail label="Latency">{duration(row.latency_ms)}</Detail>
+          <Detail label="Latency">
+            {isBatch(row) && row.latency_ms === null ? (
+              <>
+                {row.duration_ms > 0 ? duration(row.duration_ms) : '—'}
+                <span class="muted small"> (a batch request: its run on the worker)</span>
+              </>
+            ) : (
+              duration(row.latency_ms)
+            )}
+          </Detail>
           <Detail label={speech ? 'Time to first audio' : 'Time to first token'}>{duration(row.ttft_ms)}</Detail>
           <Detail label="Queue time">{duration(row.queue_ms)}</Detail>
           <Detail label="Service tier">{tierLabel(row.service_tier)}</Detail>
@@ -207,7 +268,7 @@ function RequestDetails({ row, keyName, accountName, onClose }: { row: ActivityR
         <Detail label="Cost">
           {cost(row)}
           {!row.settled && row.status !== 'refused' && <span class="muted small"> (not settled yet)</span>}
-          {row.saved_micros > 0 && <span class="muted small"> (saved {money(row.saved_micros / 1_000_000)})</span>}
+          {row.saved_micros > 0 && <span class="muted small"> ({savedText(row)}: what the call would have cost)</span>}
           {session && row.settled && <span class="muted small"> (its responses’ sum)</span>}
         </Detail>
         {session && <Detail label="Responses">{row.session ? count(row.session.responses) : '—'}</Detail>}
@@ -232,7 +293,7 @@ function RequestDetails({ row, keyName, accountName, onClose }: { row: ActivityR
           {label === row.endpoint || row.endpoint === null ? text(row.endpoint) : `${label} (${row.endpoint})`}
         </Detail>
         {!session && <Detail label="Stream">{row.stream === null ? '—' : row.stream ? 'Yes' : 'No'}</Detail>}
-        <Detail label="HTTP status">{text(row.http_status)}</Detail>
+        <Detail label="HTTP status">{row.http_status === null && isBatch(row) ? <span class="muted">None (a batch request)</span> : text(row.http_status)}</Detail>
         {session ? (
           <Detail label="Close reason">
             {reason ? (
@@ -252,6 +313,11 @@ function RequestDetails({ row, keyName, accountName, onClose }: { row: ActivityR
         <Detail label="Error code" mono>
           {text(row.error_code)}
         </Detail>
+        {row.error_message && (
+          <Detail label="Message" class="activity-message">
+            {row.error_message}
+          </Detail>
+        )}
         <Detail label="Vendor">{text(row.vendor)}</Detail>
         <Detail label="Channel" mono>
           {text(row.channel)}
@@ -275,25 +341,39 @@ function RequestDetails({ row, keyName, accountName, onClose }: { row: ActivityR
         <Detail label={session ? 'Job ID' : partOf ? 'Response ID' : 'Answer ID'} mono>
           {text(row.answer_id)}
         </Detail>
-        <Detail label="Key">
-          {keyName ?? <span class="mono">{row.key_id}</span>}
+        {row.batch_id && (
+          <Detail label="Batch" mono>
+            <Link href={batchAddress(row.batch_id)} aria-label={`Batch ${row.batch_id} on the Batches page`}>
+              <Breakable text={row.batch_id} />
+            </Link>
+          </Detail>
+        )}
+        <Detail label="Key" class="activity-words">
+          {keyName !== undefined ? <Breakable text={keyName} /> : <span class="mono">{row.key_id}</span>}
         </Detail>
-        {accountName !== undefined && <Detail label="Account">{accountName}</Detail>}
+        {accountName !== undefined && (
+          <Detail label="Account" class="activity-words">
+            <Breakable text={accountName} />
+          </Detail>
+        )}
       </dl>
     </Dialog>
   );
 }
 
 /**
- * The request list's columns; an admin's name each row's account (`accountNames`). The endpoint is under the model,
- * not a column of its own: an admin's table fits 1280 px with long names.
+ * The request list's columns; an admin's name each row's account (`accountNames`), every list its key (`keyNames`).
+ * The endpoint is under the model, not a column of its own. Within 1280 px: the account, key, HTTP status and tokens
+ * are `wide` (below 1100 px of window they are in the row's details); time to first token is in the request's dialog.
+ * On a phone the page's own grid (styles.css, `.activity-table`) shows time, status, model, cost, key and latency.
  */
-function requestColumns({ accountNames, open }: { accountNames: Map<string, string> | undefined; open: (row: ActivityRow) => void }): Array<Column<ActivityRow> | false> {
+function requestColumns({ accountNames, keyNames, open }: { accountNames: Map<string, string> | undefined; keyNames: Map<string, string>; open: (row: ActivityRow) => void }): Array<Column<ActivityRow> | false> {
   return [
     {
       id: 'time',
       label: 'Time',
       class: 'nowrap col-time',
+      title: (row) => fullTime(row.created),
       cell: (row) => (
         <button
           type="button"
@@ -311,9 +391,19 @@ function requestColumns({ accountNames, open }: { accountNames: Map<string, stri
     !!accountNames && {
       id: 'account',
       label: 'Account',
+      priority: 'wide',
       class: 'cell-clip account-cell col-account',
       title: (row) => accountNames.get(row.account_id) ?? row.account_id,
       cell: (row) => accountNames.get(row.account_id) ?? <span class="mono">{row.account_id}</span>,
+    },
+    {
+      id: 'key',
+      label: 'Key',
+      priority: 'wide',
+      class: 'cell-clip col-key',
+      // The key's id in the tooltip, its name in the cell (a key not listed, as one of another account's, by its id).
+      title: (row) => (keyNames.has(row.key_id) ? `${keyNames.get(row.key_id)} (${row.key_id})` : row.key_id),
+      cell: (row) => keyNames.get(row.key_id) ?? <span class="mono">{row.key_id || '—'}</span>,
     },
     {
       id: 'model',
@@ -332,34 +422,95 @@ function requestColumns({ accountNames, open }: { accountNames: Map<string, stri
     {
       id: 'status',
       label: 'Status',
-      class: 'nowrap col-status',
+      class: 'col-status',
       cell: (row) => (
         <>
-          <StatusBadge status={row.status} />
-          {/* The tier, when not the default one (the details always say it). */}
-          {row.service_tier !== 'default' && (
-            <span class="badge tier-badge" title={`Served as ${row.service_tier}`}>
-              {row.service_tier}
+          <span class="activity-badges">
+            <StatusBadge status={row.status} />
+            {/* The tier, when not the default one (the details always say it). */}
+            {row.service_tier !== 'default' && (
+              <span class="badge tier-badge" title={`Served as ${row.service_tier}`}>
+                {row.service_tier}
+              </span>
+            )}
+            <CacheBadge cache={row.cache} />
+          </span>
+          {row.batch_id && (
+            <span class="cell-sub activity-batch">
+              <Link href={batchAddress(row.batch_id)} aria-label={`Batch ${row.batch_id}`} onClick={(event) => event.stopPropagation()}>
+                batch {shortBatch(row.batch_id)}
+              </Link>
             </span>
           )}
-          <CacheBadge cache={row.cache} />
         </>
       ),
     },
-    { id: 'http', label: 'HTTP', numeric: true, class: 'col-detail col-http', cell: (row) => row.http_status ?? '—' },
+    {
+      id: 'http',
+      label: 'HTTP',
+      numeric: true,
+      priority: 'wide',
+      class: 'col-http',
+      // A batch request has no HTTP answer of its own: its outcome's code, or "batch".
+      title: (row) => (row.http_status === null && isBatch(row) ? 'A batch request: no HTTP answer of its own' : undefined),
+      cell: (row) => row.http_status ?? (isBatch(row) ? <span class="muted mono small">{row.error_code ?? 'batch'}</span> : '—'),
+    },
     {
       id: 'latency',
       label: 'Latency',
       numeric: true,
-      // A session's row: how long it lasted, and how many responses it billed.
-      class: (row) => (isSession(row) ? 'col-latency col-duration' : 'col-latency'),
-      title: (row) => (isSession(row) ? `Session of ${duration(sessionLength(row))}${row.session ? `, ${count(row.session.responses)} response${row.session.responses === 1 ? '' : 's'}` : ''}` : undefined),
-      cell: (row) => duration(isSession(row) ? sessionLength(row) : row.latency_ms),
+      // A session's row: how long it lasted, and how many responses it billed; a batch request's: its worker's run.
+      class: (row) => (isSession(row) ? 'col-latency col-duration' : isBatch(row) && row.latency_ms === null && !(row.duration_ms > 0) ? 'col-latency col-untimed' : 'col-latency'),
+      title: (row) =>
+        isSession(row)
+          ? `Session of ${duration(sessionLength(row))}${row.session ? `, ${count(row.session.responses)} response${row.session.responses === 1 ? '' : 's'}` : ''}`
+          : isBatch(row) && row.latency_ms === null
+            ? row.duration_ms > 0
+              ? "A batch request: its run on the worker"
+              : 'A batch request: not timed'
+            : undefined,
+      cell: rowLatency,
     },
-    { id: 'ttft', label: 'TTFT', numeric: true, class: 'col-detail col-ttft', cell: (row) => duration(row.ttft_ms) },
-    { id: 'tokens', label: 'Tokens', note: 'in / out', numeric: true, headerClass: 'wrap-head', class: 'col-detail col-tokens', cell: tokens },
-    { id: 'cost', label: 'Cost', numeric: true, class: (row) => `col-cost ${row.settled || row.status === 'refused' ? 'cell-strong' : 'muted'}`, cell: cost },
+    {
+      id: 'tokens',
+      label: 'Tokens',
+      note: 'in / out',
+      numeric: true,
+      priority: 'wide',
+      headerClass: 'wrap-head',
+      class: 'col-tokens',
+      title: (row) => (row.cache === 'hit' && row.settled ? 'Answered from the cache: no tokens billed' : undefined),
+      cell: tokens,
+    },
+    {
+      id: 'cost',
+      label: 'Cost',
+      numeric: true,
+      class: (row) => `col-cost ${row.settled || row.status === 'refused' ? 'cell-strong' : 'muted'}`,
+      title: (row) => (row.saved_micros > 0 ? `The response cache saved ${money(row.saved_micros / 1_000_000)}: what the call would have cost` : undefined),
+      cell: (row) => (
+        <>
+          {cost(row)}
+          {row.saved_micros > 0 && <span class="cell-sub activity-saved">{savedText(row)}</span>}
+        </>
+      ),
+    },
   ];
+}
+
+/** What the count line says: the requests, and how many of them did not complete ("87 requests, 6 of them refused"). */
+function countLine(counts: RequestCounts): string {
+  const head = `${count(counts.requests)} ${counts.requests === 1 ? 'request' : 'requests'}`;
+  const ended = ([
+    [counts.refused, 'refused'],
+    [counts.failed, 'failed'],
+    [counts.cancelled, 'cancelled'],
+  ] as const)
+    .filter(([n]) => n > 0)
+    .map(([n, how], i) => `${count(n)}${i === 0 ? ' of them' : ''} ${how}`);
+  if (ended.length === 0) return head;
+  const last = ended.pop()!;
+  return `${head}, ${ended.length > 0 ? `${ended.join(', ')} and ${last}` : last}`;
 }
 
 export function ActivityPage() {
@@ -380,15 +531,21 @@ export function ActivityPage() {
   if (filters.model) query.set('model', filters.model);
   if (filters.status) query.set('status', filters.status);
   if (filters.service_tier) query.set('service_tier', filters.service_tier);
+  if (filters.cache) query.set('cache', filters.cache);
+  if (filters.batch) query.set('batch', filters.batch);
   const listPath = `/requests?${query}&limit=${pageSize}`;
   const histogram = useApi<RequestHistogram>(`/requests/histogram?${query}`);
 
   const list = usePagedList(listPath, refreshes, {
-    rows: (page: RequestPage<ActivityRow>) => page.data,
+    rows: (page: ActivityPage) => page.data,
     hasMore: (page) => !!page.next_cursor,
     next: (page) => (page.next_cursor ? `cursor=${encodeURIComponent(page.next_cursor)}` : undefined),
   });
   const { current, rows } = list;
+  // The filter's counts come with its first page (a page after it has none): kept while more pages load.
+  const countsOf = useRef<{ path: string; counts: RequestCounts } | undefined>(undefined);
+  if (current?.page.counts && countsOf.current?.path !== current.path) countsOf.current = { path: current.path, counts: current.page.counts };
+  const counts = current && countsOf.current?.path === current.path ? countsOf.current.counts : undefined;
   const [open, setOpen] = useState<ActivityRow | undefined>(undefined);
   // `?request=<id>` (the Playground's link to a request it made): its row marked, its details opened once it is listed.
   const wanted = useMemo(() => new URLSearchParams(search).get('request') ?? '', [search]);
@@ -429,7 +586,7 @@ export function ActivityPage() {
     if (name === 'account_id') next.key_id = '';
     navigate(addressOf(next));
   };
-  const filtered = !!(filters.key_id || filters.model || filters.status || filters.service_tier || (admin && filters.account_id));
+  const filtered = !!(filters.key_id || filters.model || filters.status || filters.service_tier || filters.cache || filters.batch || (admin && filters.account_id));
 
   const chart = useMemo(() => {
     const data = histogram.data;
@@ -463,7 +620,7 @@ export function ActivityPage() {
   }, [histogram.data]);
 
   const bucketName = bucketNames[chart.bucket] ?? `${chart.bucket} s`;
-  const columns = requestColumns({ accountNames: admin ? accountNames : undefined, open: setOpen });
+  const columns = requestColumns({ accountNames: admin ? accountNames : undefined, keyNames, open: setOpen });
 
   return (
     <>
@@ -526,10 +683,10 @@ export function ActivityPage() {
             ))}
           </select>
         </div>
-        <div class="field field-inline">
+        <div class="field field-inline field-short">
           <label for="activity-status">Status</label>
           <select id="activity-status" value={filters.status} onChange={(e) => set('status', e.currentTarget.value)}>
-            <option value="">Any status</option>
+            <option value="">Any</option>
             {requestStatuses.map((s) => (
               <option value={s} key={s}>
                 {s[0]!.toUpperCase() + s.slice(1)}
@@ -540,7 +697,7 @@ export function ActivityPage() {
         <div class="field field-inline field-short">
           <label for="activity-tier">Tier</label>
           <select id="activity-tier" value={filters.service_tier} onChange={(e) => set('service_tier', e.currentTarget.value)}>
-            <option value="">Any tier</option>
+            <option value="">Any</option>
             {serviceTiers.map((tier) => (
               <option value={tier} key={tier}>
                 {tierLabel(tier)}
@@ -548,6 +705,28 @@ export function ActivityPage() {
             ))}
           </select>
         </div>
+        <div class="field field-inline field-short">
+          <label for="activity-cache">Cache</label>
+          <select id="activity-cache" value={filters.cache} onChange={(e) => set('cache', e.currentTarget.value)}>
+            <option value="">Any</option>
+            {cacheChoices.map((c) => (
+              <option value={c.value} key={c.value}>
+                {c.label}
+              </option>
+            ))}
+          </select>
+        </div>
+        {filters.batch && (
+          <span class="activity-batch-filter">
+            <span class="muted small">Batch</span>{' '}
+            <Link href={batchAddress(filters.batch)} class="mono small" aria-label={`Batch ${filters.batch} on the Batches page`}>
+              {shortBatch(filters.batch)}
+            </Link>
+            <button type="button" class="link-button small" aria-label="Show every batch's requests" onClick={() => set('batch', '')}>
+              ×
+            </button>
+          </span>
+        )}
         {filtered && (
           <button type="button" class="link-button filters-clear" onClick={() => navigate(addressOf({ ...filtersOf(''), range: filters.range }))}>
             Clear filters
@@ -580,14 +759,15 @@ export function ActivityPage() {
       <section class="section" aria-labelledby="requests-heading">
         <div class="section-head">
           <h2 id="requests-heading">Requests</h2>
-          <p class="muted small" aria-live="polite">
-            {current ? `${count(rows.length)}${current.hasMore ? '+' : ''} shown, newest first` : ''}
+          <p class="muted small activity-count" aria-live="polite" title="Every logged request of the range and filters, refusals included, each counted once (a Realtime session's responses, not the session)">
+            {current ? `${counts ? `${countLine(counts)} · ` : ''}${count(rows.length)}${current.hasMore ? '+' : ''} shown, newest first` : ''}
           </p>
         </div>
         <PagedTable
           labelledBy="requests-heading"
           class="table-compact activity-table"
           cardClass="activity-card"
+          phone="own"
           columns={columns}
           list={list}
           what="requests"
