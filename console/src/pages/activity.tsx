@@ -619,7 +619,8 @@ export function ActivityPage() {
     };
   }, [histogram.data]);
 
-  const bucketName = bucketNames[chart.bucket] ?? `${chart.bucket} s`;
+  // Until the chart's bars are in, its bucket is not known: the heading says "Requests", never "per 0 s".
+  const bucketName = chart.bucket > 0 ? (bucketNames[chart.bucket] ?? `${chart.bucket} s`) : undefined;
   const columns = requestColumns({ accountNames: admin ? accountNames : undefined, keyNames, open: setOpen });
 
   return (
@@ -736,7 +737,7 @@ export function ActivityPage() {
       <section class="card chart-card activity-chart" aria-labelledby="activity-chart-heading">
         <div class="chart-head">
           <h2 id="activity-chart-heading" class="card-title">
-            Requests per {bucketName}
+            {bucketName ? `Requests per ${bucketName}` : 'Requests'}
           </h2>
           <p class="muted small" aria-live="polite">
             {histogram.data ? `${count(chart.requests)} requests · ${count(chart.errors)} not completed` : histogram.error ? '' : 'Loading…'}
@@ -751,7 +752,7 @@ export function ActivityPage() {
           format={count}
           wholeNumbers
           axisFormat={compactCount}
-          label={`Requests per ${bucketName}, ${range.label.toLowerCase()}: ${count(chart.requests)} in total, ${count(chart.errors)} not completed. Each request is in the table below.`}
+          label={`${bucketName ? `Requests per ${bucketName}` : 'Requests'}, ${range.label.toLowerCase()}: ${count(chart.requests)} in total, ${count(chart.errors)} not completed. Each request is in the table below.`}
           empty={!!histogram.data && chart.requests === 0}
           emptyText="No requests in this range"
         />
