@@ -740,7 +740,8 @@ export function KeysPage() {
         />
         {hasAdminLimits(list) && <AdminSetNote />}
       </section>
-      {admin && (
+      {/* Once the admin's own keys are in: drawn before, it would jump down the page as they came. */}
+      {admin && (list || keys.error) && (
         <section aria-labelledby="other-keys-heading" class="section">
           <div class="section-head">
             <h2 id="other-keys-heading">Other accounts’ keys</h2>
