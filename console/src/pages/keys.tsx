@@ -5,7 +5,7 @@ import { useAccount, useApp } from '../app-context';
 import { type Column, DataTable } from '../components/data-table';
 import { CopyButton, Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, modelList, optionalNumber, useApi, useCopy, useTitle } from '../components/ui';
 import { ago, dateInputValue, dateTime, endOfLocalDay, money, shortDate, todayInputValue } from '../format';
-import type { CreatedKey, Key, KeyLimitValues, List } from '../types';
+import { defaultAccountId, type CreatedKey, type Key, type KeyLimitValues, type List } from '../types';
 
 interface KeyDraft {
   name: string;
@@ -630,7 +630,7 @@ export function AdminSetNote() {
 
 /** A key's account as the admin's tables name it: its email, else its name (the default account's is "Default"), else its id. */
 export function ownerOf(key: Key): string {
-  return key.account_email || key.account_name || key.account_id || '—';
+  return key.account_email || key.account_name || (key.account_id === defaultAccountId ? 'Default' : key.account_id) || '—';
 }
 
 /** The dialogs a key table opens (Edit, Revoke), as the member's Keys page and the admin's All keys use them. */
