@@ -709,6 +709,7 @@ export function KeysPage() {
 
   const list = keys.data?.data;
   const others = all.data?.data.filter((key) => key.account_id !== me.id);
+  const othersLive = others?.filter((key) => !revoked.has(key.id)).length;
   const live = list?.filter((key) => !revoked.has(key.id)).length;
   const options = (base: KeysBase, capOf: KeyTableOptions['capOf']): KeyTableOptions => ({
     capOf,
@@ -745,7 +746,7 @@ export function KeysPage() {
         <section aria-labelledby="other-keys-heading" class="section">
           <div class="section-head">
             <h2 id="other-keys-heading">Other accounts’ keys</h2>
-            <span class="muted">{others ? `${others.length} key${others.length === 1 ? '' : 's'}` : '\u00a0'}</span>
+            <span class="muted">{othersLive !== undefined ? `${othersLive} key${othersLive === 1 ? '' : 's'}` : '\u00a0'}</span>
           </div>
           <p class="section-note muted small">
             Keys made with <code>npm run keys -- create</code> belong to the Default account unless <code>--account</code> names another.
