@@ -401,5 +401,19 @@ describe('the admin pages (keys, all keys, accounts, channels, pricing) in a rea
       await shoot(page, `admin-pages-pricing-${label}`);
       await context.close();
     }
+    // Signed out (public pricing), the header sticks under the public page's own bar, not behind it.
+    const context = await newContext(desktop);
+    const page = await context.newPage();
+    await page.goto('/console/pricing');
+    await tablesLoaded(page, 'public pricing');
+    await page.evaluate(() => window.scrollTo(0, 2500));
+    const under = await page.evaluate(() => ({
+      bar: document.querySelector('.public-bar')!.getBoundingClientRect().bottom,
+      header: document.querySelector('.pricing-table thead th')!.getBoundingClientRect().top,
+      scrolled: window.scrollY,
+    }));
+    assert.ok(under.scrolled >= 2000 && under.header >= under.bar - 1 && under.header <= under.bar + 2, `signed out: ${JSON.stringify(under)}`);
+    await page.screenshot({ path: join(shots, 'admin-pages-pricing-public-scrolled-desktop.png') });
+    await context.close();
   });
 });
