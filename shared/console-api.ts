@@ -75,6 +75,8 @@ export interface KeyView extends KeyLimitValues {
 export interface OwnedKeyView extends KeyView {
   account_email: string | null;
   account_name: string | null;
+  /** Its account's cache cap (`AccountView.cache_max_ttl_s`): 0, its answers are never cached; null, no cap of its own. */
+  account_cache_max_ttl_s: number | null;
 }
 
 /** A key just made: its secret, shown this once. */
@@ -287,6 +289,21 @@ export interface ChannelView {
   cooling_until: number | null;
   reason: string | null;
   cooldowns: ChannelCooldown[];
+  /** Its failed vendor calls in the last `failure_window_min` minutes, all models. */
+  failures: number;
+  failure_window_min: number;
+  /** Each model with a failure in that window or resting now: its count, and its cool-down if it rests. */
+  model_health: ChannelModelHealth[];
+}
+
+/** One model on a channel: its recent failures, and its cool-down while it rests (null: none now). */
+export interface ChannelModelHealth {
+  /** The model as the channel's vendor names it. */
+  model: string;
+  failures: number;
+  /** unix ms */
+  cooling_until: number | null;
+  reason: string | null;
 }
 
 /** A capability's queue (its shards as one): its jobs by state. */

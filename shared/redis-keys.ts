@@ -155,6 +155,12 @@ export const slotFreedChannel = `${keyPrefix}limit-freed`;
  * for a rest of one model on it → `<until ms>:<reason>:<status>`.
  */
 export const channelCooldownsKey = `${keyPrefix}cooldowns`;
+/**
+ * A channel's failed vendor calls, one hash a minute (unix minute): `<channel id>|<upstream model>` → how many failed
+ * in it. Every worker adds to it, the console's channel page sums the last quarter hour; each hash expires soon after.
+ * One hash tag, so the page reads them all from one slot on a Cluster.
+ */
+export const channelFailuresKey = (minute: number) => `${keyPrefix}{channel-health}:failures:${minute}`;
 
 // ---- console sign-in, beside the accounts (one slot) ----
 

@@ -3,6 +3,7 @@ import type { Catalog, CatalogModel } from '../shared/catalog.js';
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import { GatewayError } from '../shared/errors.js';
+import { recordChannelFailure } from '../shared/channel-health.js';
 import { channelCooldownsKey as cooldownsKey } from '../shared/redis-keys.js';
 import { formatCooldown, parseCooldown, resolveChannels, vendorDefinition, type ChannelConfig, type VendorConfig } from '../shared/vendors.js';
 import { type Protocol } from '../shared/vendor-definitions.js';
@@ -149,6 +150,10 @@ export class ChannelRouter {
     const now = Date.now();
     let coolMs = 0;
     const rateLimited = !channelWide && error.status === 429;
+    // A fault of the vendor's side (not a request it rightly refused) counts toward the channel's health, as every worker sees it.
+    if (channelWide || rateLimited || error.retryable) {
+      recordChannelFailure(this.redis, route.channel.id, route.upstreamModel, now).catch((e) => this.log.warn({ err: e }, 'could not record a channel failure'));
+    }
     if (channelWide) coolMs = this.policy.authMs;
     else if (rateLimited) coolMs = error.retryAfterMs ?? this.policy.rateLimitMs;
     else if (error.retryable) {

@@ -2,6 +2,7 @@ import type Router from '@koa/router';
 import { z } from 'zod';
 import { GatewayError } from '../../shared/errors.js';
 import { defaultAccountId } from '../../shared/accounts.js';
+import { channelFailureWindowMin, readChannelFailures } from '../../shared/channel-health.js';
 import { channelCooldownsKey } from '../../shared/redis-keys.js';
 import { parseCooldown, resolveChannels } from '../../shared/vendors.js';
 import { heldAnswer } from '../../shared/endpoints.js';
@@ -9,7 +10,7 @@ import { readJsonObject } from '../http/request-body.js';
 import { accountNotFound, microsToUsd, usdToMicros } from '../accounts/account-store.js';
 import { accountChanges, accountName, cacheTtlS, createAccountSchema, creditSchema, keyChanges, parseStrict, patchKeySchema, role, serviceTiers, weight } from '../accounts/account-requests.js';
 import { accountView, keyView } from '../accounts/views.js';
-import type { AccountList, ChannelView, List, OwnedKeyView, QueueCounts, QueueList } from '../../shared/console-api.js';
+import type { AccountList, ChannelModelHealth, ChannelView, List, OwnedKeyView, QueueCounts, QueueList } from '../../shared/console-api.js';
 import { bodyLimit } from '../accounts/admin-api.js';
 import { requireSession, type ConsoleContext, type ConsoleDeps } from './console-session.js';
 import { queueDashboardEntry } from './queue-dashboard.js';
@@ -97,7 +98,7 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
       object: 'list',
       data: (await keyStore.withAdminLimits(await keyStore.list())).map((key): OwnedKeyView => {
         const owner = owners.get(key.accountId);
-        return { ...keyView(key), account_email: owner?.email || null, account_name: owner?.name || null };
+        return { ...keyView(key), account_email: owner?.email || null, account_name: owner?.name || null, account_cache_max_ttl_s: owner?.cacheMaxTtlS ?? null };
       }),
     } satisfies List<OwnedKeyView>;
   });
@@ -122,7 +123,7 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
 
   router.get('/api/admin/channels', async (ctx) => {
     await requireAdmin(ctx, deps);
-    const cooldowns = await deps.redis.hgetall(channelCooldownsKey);
+    const [cooldowns, failures] = await Promise.all([deps.redis.hgetall(channelCooldownsKey), readChannelFailures(deps.redis)]);
     const now = Date.now();
     const data = [...resolveChannels(deps.config).values()].flat().map((channel): ChannelView => {
       const rests = Object.entries(cooldowns)
@@ -131,6 +132,21 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
         .filter((rest) => rest.until > now)
         .sort((a, b) => b.until - a.until);
       const longest = rests[0];
+      const reasonOf = (rest: (typeof rests)[number]) => `${reasons[rest.reason]}${rest.status ? ` (HTTP ${rest.status})` : ''}`;
+      // Each model that failed lately or rests now: its failures, its cool-down (a model's own; the channel's is the channel's).
+      const health = new Map<string, ChannelModelHealth>();
+      for (const [id, n] of failures) {
+        if (!id.startsWith(`${channel.id}|`)) continue;
+        const model = id.slice(channel.id.length + 1);
+        health.set(model, { model, failures: n, cooling_until: null, reason: null });
+      }
+      for (const rest of rests) {
+        if (rest.model === null) continue;
+        const entry = health.get(rest.model) ?? { model: rest.model, failures: 0, cooling_until: null, reason: null };
+        if (entry.cooling_until === null || rest.until > entry.cooling_until) Object.assign(entry, { cooling_until: rest.until, reason: reasonOf(rest) });
+        health.set(rest.model, entry);
+      }
+      const modelHealth = [...health.values()].sort((a, b) => Number(b.cooling_until !== null) - Number(a.cooling_until !== null) || b.failures - a.failures || a.model.localeCompare(b.model));
       return {
         id: channel.id,
         vendor: channel.vendor,
@@ -139,8 +155,11 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
         models: deps.models.list().filter((model) => model.routes.some((route) => route.vendor === channel.vendor)).length,
         status: longest ? 'cooling_down' : 'ok',
         cooling_until: longest?.until ?? null,
-        reason: longest ? `${reasons[longest.reason]}${longest.status ? ` (HTTP ${longest.status})` : ''}${longest.model ? ` for ${longest.model}` : ''}` : null,
+        reason: longest ? `${reasonOf(longest)}${longest.model ? ` for ${longest.model}` : ''}` : null,
         cooldowns: rests.map((rest) => ({ model: rest.model, until: rest.until, reason: rest.reason, status: rest.status || null })),
+        failures: modelHealth.reduce((sum, entry) => sum + entry.failures, 0),
+        failure_window_min: channelFailureWindowMin,
+        model_health: modelHealth,
       };
     });
     ctx.body = { object: 'list', data } satisfies List<ChannelView>;

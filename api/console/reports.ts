@@ -30,7 +30,8 @@ export function pricingList(models: ModelResolver, prices: PriceList) {
   return models.list().map((model) => ({
     id: model.id,
     object: 'model',
-    vendor: model.owned_by,
+    // The vendor that serves it, as Channels and Activity name it (`bfl`), not its maker (`black-forest-labs`).
+    vendor: model.routes[0]?.vendor ?? model.owned_by,
     capability: model.capability,
     context_window: model.context_window,
     max_output_tokens: model.max_output_tokens,

@@ -195,7 +195,7 @@ describe('web console in a real browser', () => {
     await page.getByRole('link', { name: 'Keys' }).click();
     await page.getByRole('row').filter({ hasText: 'browser key' }).getByRole('button', { name: 'Revoke' }).click();
     await page.getByRole('button', { name: 'Revoke key' }).click();
-    await page.getByRole('cell', { name: 'browser key' }).waitFor({ state: 'detached' });
+    await page.getByRole('row').filter({ hasText: 'browser key' }).getByText('Revoked', { exact: true }).waitFor();
     await waitFor(
       async () => {
         try {
@@ -361,7 +361,7 @@ describe('web console in a real browser', () => {
       assert.equal(await mine.getByRole('button', { name: 'Add credit' }).count(), 0, `${label}: an unlimited admin takes no credit`);
       assert.match(await mine.innerText(), /Unlimited/);
       // The default account: what it is ("System"), not an admin; unlimited, so no credit; never disabled from here.
-      const system = rowOf('acct_default');
+      const system = rowOf('system account');
       const systemText = await system.innerText();
       assert.match(systemText, /System/);
       assert.match(systemText, /Unlimited/);
@@ -386,7 +386,7 @@ describe('web console in a real browser', () => {
       assert.match(await member.innerText(), /Active/, `${label}: cancel leaves it active`);
       // The account's weight (its share of contended capacity): shown in its row, set from it, kept.
       const weight = member.getByRole('button', { name: /^Change weight, now \d+$/ });
-      const before = Number((await weight.innerText()).replace('×', ''));
+      const before = Number((await weight.innerText()).replace(/\D/g, ''));
       await weight.click();
       const dialog = page.getByRole('dialog', { name: /^Weight of disable-me@browser\.test/ });
       await dialog.getByLabel('Weight (1–100)').fill('101');
@@ -425,7 +425,7 @@ describe('web console in a real browser', () => {
       // The account's cache cap: shown under its role, set from it (whole seconds; 0 turns caching off; empty: none), kept.
       type Capped = { data: Array<{ email: string; cache_max_ttl_s: number | null }> };
       const capOf = async () => ((await (await adminApi('GET', '/admin/accounts')).json()) as Capped).data.find((a) => a.email === 'disable-me@browser.test')?.cache_max_ttl_s;
-      await member.getByRole('button', { name: 'Change cache cap, now none', exact: true }).click();
+      await member.getByRole('button', { name: 'Change cache cap, now no cap', exact: true }).click();
       const capDialog = page.getByRole('dialog', { name: /^Cache cap of disable-me@browser\.test/ });
       await capDialog.getByText(/the gateway’s 86,400 s still holds/).waitFor();
       await capDialog.getByLabel('Cache cap (s)').fill('-1');
@@ -448,7 +448,7 @@ describe('web console in a real browser', () => {
       await capDialog.getByLabel('Cache cap (s)').fill('');
       await capDialog.getByRole('button', { name: 'Save' }).click();
       await capDialog.waitFor({ state: 'detached' });
-      await member.getByRole('button', { name: 'Change cache cap, now none', exact: true }).waitFor();
+      await member.getByRole('button', { name: 'Change cache cap, now no cap', exact: true }).waitFor();
       assert.equal(await capOf(), null, `${label}: no cap again`);
       if (label === 'desktop') {
         await member.getByRole('button', { name: 'Disable' }).click();
@@ -491,10 +491,10 @@ describe('web console in a real browser', () => {
       await signIn(page, adminEmail, adminPassword);
       await page.waitForURL('**/console/keys');
       await page.goto('/console/admin/keys');
-      const row = page.getByRole('row').filter({ hasText: 'no-account key' });
-      assert.equal((await row.getByRole('cell').first().innerText()).trim(), 'Default', label);
-      // Every row names its account: none blank.
-      const blank = await page.locator('tbody tr').evaluateAll((trs) => trs.filter((tr) => !(tr.querySelector('td') as HTMLElement).innerText.trim()).length);
+      // Its keys under the Default account's heading, their table named by it.
+      await page.getByRole('table', { name: 'Default', exact: true }).getByRole('row').filter({ hasText: 'no-account key' }).waitFor();
+      // Every account's heading names it: none blank.
+      const blank = await page.locator('.key-group-title').evaluateAll((headings) => headings.filter((h) => !(h as HTMLElement).innerText.trim()).length);
       assert.equal(blank, 0);
       await shoot(page, `admin-keys-default-${label}`);
       await context.close();

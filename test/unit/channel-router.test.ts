@@ -5,6 +5,7 @@ import { Catalog, loadCatalog } from '../../shared/catalog.js';
 import { loadConfig } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
 import { createLogger } from '../../shared/logger.js';
+import { readChannelFailures, recordChannelFailure } from '../../shared/channel-health.js';
 import { ChannelRouter } from '../../workers/channel-router.js';
 import { channelFaultCodes } from '../../workers/failure-policy.js';
 import { freshRedis, waitFor } from '../support/gateway.js';
@@ -98,6 +99,24 @@ describe('ChannelRouter', () => {
     a.reportFailure(first, boom);
     await waitFor(async () => (await redis.hlen('sy:cooldowns')) === 1, 5000, 'the third failure starts a shared cooldown');
     for (let i = 0; i < 20; i++) assert.notEqual(a.route(model('gpt-4o-mini')).channel.id, first.channel.id);
+  });
+
+  it("counts a model's vendor faults on its channel where every worker reads them (the console's Channels page), not a request the vendor refused", async () => {
+    const a = await router({ OPENAI_API_KEY: 'sk-one', CHANNEL_FAILURE_THRESHOLD: '3' });
+    const route = a.route(model('gpt-4o'));
+    const field = `${route.channel.id}|${route.upstreamModel}`;
+    const before = (await readChannelFailures(redis)).get(field) ?? 0;
+    // The refusal first: its write, were there one, would land before the others' on the one connection.
+    a.reportFailure(route, new GatewayError(400, 'bad request', { code: 'invalid_request_error' }));
+    a.reportFailure(route, new GatewayError(502, 'upstream 500', { retryable: true }));
+    a.reportFailure(route, rateLimit(50));
+    await waitFor(async () => ((await readChannelFailures(redis)).get(field) ?? 0) >= before + 2, 5000, 'the two faults counted');
+    assert.equal((await readChannelFailures(redis)).get(field), before + 2);
+    // Counted over the last 15 minutes: one of 20 minutes ago is not.
+    await recordChannelFailure(redis, route.channel.id, 'an-old-model', Date.now() - 20 * 60_000);
+    assert.equal((await readChannelFailures(redis)).get(`${route.channel.id}|an-old-model`), undefined);
+    await recordChannelFailure(redis, route.channel.id, 'an-old-model', Date.now() - 10 * 60_000);
+    assert.equal((await readChannelFailures(redis)).get(`${route.channel.id}|an-old-model`), 1);
   });
 
   it('says no route (not a wait) for a model no configured vendor serves', async () => {

@@ -4,8 +4,11 @@ import { api, listOf, messageOf } from '../api';
 import { useApp } from '../app-context';
 import { type Column, DataTable } from '../components/data-table';
 import { Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, useApi, useTitle } from '../components/ui';
-import { balance, date, dateTime, money } from '../format';
+import { balance, dateTime, money } from '../format';
 import { defaultAccountId, serviceTiers, type Account, type AccountList, type Role, type ServiceTier } from '../types';
+
+/** An account as dialogs and messages name it: its email, else its name (the Default account's). */
+const accountLabel = (account: Account) => account.email || account.name || account.id;
 
 function CreateAccountForm({ onCreated }: { onCreated: (account: Account) => void }) {
   const [email, setEmail] = useState('');
@@ -122,7 +125,7 @@ function CreditDialog({ account, onClose, onCredited }: { account: Account; onCl
     }
   };
   return (
-    <Dialog title={`Add credit to ${account.email || account.name || account.id}`} onClose={onClose}>
+    <Dialog title={`Add credit to ${accountLabel(account)}`} onClose={onClose}>
       <p class="dialog-lead">
         Current balance: <strong>{balance(account.balance_usd)}</strong>
       </p>
@@ -178,7 +181,7 @@ function WeightDialog({ account, onClose, onSaved }: { account: Account; onClose
     return Number.isInteger(value) && value >= 1 && value <= 100 ? { weight: value } : 'Enter a whole number from 1 to 100.';
   });
   return (
-    <Dialog title={`Weight of ${account.email || account.name || account.id}`} onClose={onClose}>
+    <Dialog title={`Weight of ${accountLabel(account)}`} onClose={onClose}>
       <p class="dialog-lead">
         When requests wait for a vendor, each account waiting gets its weight's share of what is free: an account of weight 3 is served three times as much as one of weight 1. Every account starts at 1.
       </p>
@@ -198,8 +201,10 @@ function WeightDialog({ account, onClose, onSaved }: { account: Account; onClose
 
 /** The most seconds an account's cache cap may name (a year; the API's bound). */
 const maxCacheTtlS = 31_536_000;
-/** What an account's row says of its cache cap. */
-const cacheCapText = (cap: number | null) => (cap === null ? 'none' : cap === 0 ? 'off' : `${cap.toLocaleString()} s`);
+/** What an account's row says of its cache cap: no cap of its own, off (never cached), or its seconds. */
+const cacheCapText = (cap: number | null) => (cap === null ? 'no cap' : cap === 0 ? 'off' : `${cap.toLocaleString()} s`);
+/** The same as the row's button reads it. */
+const cacheCapLine = (cap: number | null) => (cap === null ? 'Cache: no cap' : cap === 0 ? 'Cache: off (never cached)' : `Cache: at most ${cap.toLocaleString()} s`);
 
 function CacheCapDialog({ account, gatewayCap, onClose, onSaved }: { account: Account; gatewayCap: number | undefined; onClose: () => void; onSaved: (updated: Account) => void }) {
   const [cap, setCap] = useState(account.cache_max_ttl_s === null ? '' : String(account.cache_max_ttl_s));
@@ -210,7 +215,7 @@ function CacheCapDialog({ account, gatewayCap, onClose, onSaved }: { account: Ac
     return { cache_max_ttl_s: value };
   });
   return (
-    <Dialog title={`Cache cap of ${account.email || account.name || account.id}`} onClose={onClose}>
+    <Dialog title={`Cache cap of ${accountLabel(account)}`} onClose={onClose}>
       <p class="dialog-lead">
         The longest this account’s answers are kept in the response cache, whatever <code>max-age</code> its requests or its keys’ default TTL name. 0 turns caching off for the account.
       </p>
@@ -261,7 +266,7 @@ function TiersDialog({ account, defaults, onClose, onSaved }: { account: Account
     !useDefault && chosen.length === 0 ? 'Choose at least one tier, or use the gateway’s default.' : { service_tiers: useDefault ? null : chosen },
   );
   return (
-    <Dialog title={`Service tiers of ${account.email || account.name || account.id}`} onClose={onClose}>
+    <Dialog title={`Service tiers of ${accountLabel(account)}`} onClose={onClose}>
       <p class="dialog-lead">
         The service tiers this account’s requests may ask for with <code>service_tier</code>. Unless set here, an account has the gateway’s default.
       </p>
@@ -329,7 +334,7 @@ export function AccountsPage() {
     try {
       const updated = await api<Account>('PATCH', `/admin/accounts/${encodeURIComponent(account.id)}`, { disabled: !account.disabled });
       replace(updated);
-      setStatus(`${updated.email || updated.id} ${updated.disabled ? 'disabled' : 'enabled'}.`);
+      setStatus(`${accountLabel(updated)} ${updated.disabled ? 'disabled' : 'enabled'}.`);
     } catch (caught) {
       setError(messageOf(caught));
     } finally {
@@ -337,25 +342,38 @@ export function AccountsPage() {
     }
   };
 
+  /*
+   * In sight at 1280 px beside the sidebar: who (the email, cut short, whole in its tooltip), role and status, balance,
+   * how it is served (weight, tiers, cache cap: a line each), and its buttons whole; its name and when it was made in
+   * its details. On a phone, a card an account.
+   */
   const columns: Column<Account>[] = [
     {
       id: 'email',
       label: 'Email',
       lead: true,
-      class: 'cell-strong',
+      class: 'cell-strong account-email-cell',
+      title: (account) => account.email || undefined,
       cell: (account) => (
         <>
-          {account.email || <span class="muted">{account.id}</span>}
-          {me?.id === account.id && <span class="badge">You</span>}
+          <span class="account-email-line">
+            {account.email ? (
+              <span class="account-email">{account.email}</span>
+            ) : (
+              // The Default account has no email: it is the system's (the command line's keys), named by its name.
+              <span class="muted account-email">{account.name || 'Default'} (system account)</span>
+            )}
+            {me?.id === account.id && <span class="badge account-you">You</span>}
+          </span>
         </>
       ),
     },
-    { id: 'name', label: 'Name', cell: (account) => account.name || <span class="muted">—</span> },
     {
       id: 'role',
       label: 'Role',
+      class: 'account-role-cell',
       cell: (account) => (
-        <>
+        <span class="account-badges">
           {account.id === defaultAccountId ? (
             <span class="badge" title="Keys made without an account belong to it">
               System
@@ -363,44 +381,52 @@ export function AccountsPage() {
           ) : (
             <span class={`badge ${account.role === 'admin' ? 'badge-accent' : ''}`}>{account.role === 'admin' ? 'Admin' : 'Member'}</span>
           )}
-          {/* Its weight: its share of contended capacity against other accounts' (1 unless an admin set it). */}
-          <button type="button" class="weight-button" onClick={() => setWeighing(account)} aria-label={`Change weight, now ${account.weight}`} title="Weight: this account's share when requests wait for a vendor">
-            ×{account.weight}
-          </button>
-          {/* The service tiers it may ask for (the gateway's default unless an admin set its own). */}
-          <span class="cell-sub">
-            <button
-              type="button"
-              class="weight-button tiers-button"
-              onClick={() => setTiering(account)}
-              aria-label={`Change service tiers, now ${account.service_tiers ? tiersText(account.service_tiers) : 'the gateway’s default'}`}
-              title="Service tiers this account's requests may ask for"
-            >
-              Tiers: {tiersText(account.service_tiers)}
-            </button>
-          </span>
-          {/* The response cache's cap for its answers (none unless an admin set one; 0: never cached). */}
-          <span class="cell-sub">
-            <button
-              type="button"
-              class="weight-button tiers-button"
-              onClick={() => setCapping(account)}
-              aria-label={`Change cache cap, now ${cacheCapText(account.cache_max_ttl_s)}`}
-              title="The longest this account's answers stay in the response cache"
-            >
-              Cache cap: {cacheCapText(account.cache_max_ttl_s)}
-            </button>
-          </span>
-        </>
+          {account.disabled ? <span class="badge badge-danger">Disabled</span> : <span class="badge badge-ok">Active</span>}
+        </span>
       ),
     },
     { id: 'balance', label: 'Balance', numeric: true, class: 'nowrap', cell: (account) => balance(account.balance_usd) },
-    { id: 'status', label: 'Status', cell: (account) => (account.disabled ? <span class="badge badge-danger">Disabled</span> : <span class="badge badge-ok">Active</span>) },
-    { id: 'created', label: 'Created', class: 'nowrap', title: (account) => dateTime(account.created), cell: (account) => date(account.created) },
+    {
+      id: 'serving',
+      label: 'Serving',
+      class: 'account-serving-cell',
+      cell: (account) => (
+        <>
+          {/* Its weight: its share of contended capacity against other accounts' (1 unless an admin set it). */}
+          <button type="button" class="weight-button tiers-button account-setting" onClick={() => setWeighing(account)} aria-label={`Change weight, now ${account.weight}`} title="Its fair share when requests wait for a vendor: weight 3 is served three times as much as weight 1">
+            Weight: {account.weight}
+          </button>
+          {/* The service tiers it may ask for (the gateway's default unless an admin set its own). */}
+          <button
+            type="button"
+            class="weight-button tiers-button account-setting"
+            onClick={() => setTiering(account)}
+            aria-label={`Change service tiers, now ${account.service_tiers ? tiersText(account.service_tiers) : 'the gateway’s default'}`}
+            title="Service tiers this account's requests may ask for"
+          >
+            Tiers: {tiersText(account.service_tiers)}
+          </button>
+          {/* The response cache's cap for its answers: no cap of its own, off (never cached), or so many seconds. */}
+          <button
+            type="button"
+            class="weight-button tiers-button account-setting"
+            onClick={() => setCapping(account)}
+            aria-label={`Change cache cap, now ${cacheCapText(account.cache_max_ttl_s)}`}
+            title="The longest this account's answers stay in the response cache"
+          >
+            {cacheCapLine(account.cache_max_ttl_s)}
+          </button>
+        </>
+      ),
+    },
+    { id: 'name', label: 'Name', priority: 'detail', cell: (account) => account.name || <span class="muted">—</span> },
+    { id: 'id', label: 'Account id', priority: 'detail', class: 'mono', cell: (account) => account.id },
+    { id: 'created', label: 'Created', priority: 'detail', cell: (account) => dateTime(account.created) },
     {
       id: 'actions',
       label: 'Actions',
       hideLabel: true,
+      actions: true,
       class: 'row-actions',
       cell: (account) => (
         <>
@@ -440,12 +466,12 @@ export function AccountsPage() {
         </div>
         <StatusMessage message={status} />
         <ErrorMessage message={error ?? accounts.error} onDismiss={error ? () => setError(undefined) : undefined} />
-        <DataTable labelledBy="accounts-heading" columns={columns} rows={list} rowKey={(account) => account.id} skeletonRows={3} empty="No accounts yet." />
+        <DataTable labelledBy="accounts-heading" class="table-compact account-table" columns={columns} rows={list} rowKey={(account) => account.id} skeletonRows={3} empty="No accounts yet." />
       </section>
       {disabling && (
         <Dialog title="Disable this account?" onClose={() => setDisabling(undefined)} alert>
           <p class="dialog-lead">
-            <strong>{disabling.email || disabling.id}</strong> is signed out everywhere and cannot sign in, and every one of its keys is refused at once. You can enable it again later.
+            <strong>{accountLabel(disabling)}</strong> is signed out everywhere and cannot sign in, and every one of its keys is refused at once. You can enable it again later.
           </p>
           <div class="dialog-actions">
             <button type="button" class="button button-secondary" onClick={() => setDisabling(undefined)} autoFocus>
@@ -471,7 +497,7 @@ export function AccountsPage() {
           onClose={() => setWeighing(undefined)}
           onSaved={(updated) => {
             replace(updated);
-            setStatus(`Weight of ${updated.email || updated.id}: ${updated.weight}.`);
+            setStatus(`Weight of ${accountLabel(updated)}: ${updated.weight}.`);
             setWeighing(undefined);
           }}
         />
@@ -483,7 +509,7 @@ export function AccountsPage() {
           onClose={() => setTiering(undefined)}
           onSaved={(updated) => {
             replace(updated);
-            setStatus(`Service tiers of ${updated.email || updated.id}: ${updated.service_tiers ? tiersText(updated.service_tiers) : 'the gateway’s default'}.`);
+            setStatus(`Service tiers of ${accountLabel(updated)}: ${updated.service_tiers ? tiersText(updated.service_tiers) : 'the gateway’s default'}.`);
             setTiering(undefined);
           }}
         />
@@ -495,7 +521,7 @@ export function AccountsPage() {
           onClose={() => setCapping(undefined)}
           onSaved={(updated) => {
             replace(updated);
-            setStatus(`Cache cap of ${updated.email || updated.id}: ${cacheCapText(updated.cache_max_ttl_s)}.`);
+            setStatus(`Cache cap of ${accountLabel(updated)}: ${cacheCapText(updated.cache_max_ttl_s)}.`);
             setCapping(undefined);
           }}
         />
@@ -506,7 +532,7 @@ export function AccountsPage() {
           onClose={() => setCrediting(undefined)}
           onCredited={(balanceUsd) => {
             replace({ ...crediting, balance_usd: balanceUsd });
-            setStatus(`New balance of ${crediting.email || crediting.id}: ${money(balanceUsd)}.`);
+            setStatus(`New balance of ${accountLabel(crediting)}: ${money(balanceUsd)}.`);
             setCrediting(undefined);
             if (crediting.id === me?.id) refreshAccount();
           }}

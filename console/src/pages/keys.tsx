@@ -5,7 +5,7 @@ import { useAccount, useApp } from '../app-context';
 import { type Column, DataTable } from '../components/data-table';
 import { CopyButton, Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, modelList, optionalNumber, useApi, useCopy, useTitle } from '../components/ui';
 import { ago, dateInputValue, dateTime, endOfLocalDay, money, shortDate, todayInputValue } from '../format';
-import type { CreatedKey, Key, KeyLimitValues, List } from '../types';
+import { defaultAccountId, type CreatedKey, type Key, type KeyLimitValues, type List } from '../types';
 
 interface KeyDraft {
   name: string;
@@ -128,7 +128,7 @@ function KeyFields({
   autoFocus?: boolean;
   ceilings?: KeyCeilings;
   /** The cache cap of the key's account, when known (the member's own). */
-  cacheCap?: number | null;
+  cacheCap?: number | null | undefined;
 }) {
   const set = (field: keyof KeyDraft) => (event: TargetedEvent<HTMLInputElement>) => onChange({ ...draft, [field]: event.currentTarget.value });
   const id = (field: string) => `${idPrefix}-${field}`;
@@ -345,7 +345,20 @@ function SecretDialog({ created, onClose }: { created: CreatedKey; onClose: () =
 /** Where a key is changed: the account's own keys at /keys, any key (an admin's) at /admin/keys. */
 type KeysBase = '/keys' | '/admin/keys';
 
-function EditKeyDialog({ keyRecord, onClose, onSaved, base = '/keys' }: { keyRecord: Key; onClose: () => void; onSaved: (key: Key) => void; base?: KeysBase }) {
+function EditKeyDialog({
+  keyRecord,
+  onClose,
+  onSaved,
+  base = '/keys',
+  cacheCap,
+}: {
+  keyRecord: Key;
+  onClose: () => void;
+  onSaved: (key: Key) => void;
+  base?: KeysBase;
+  /** The cache cap of the key's account, where known (null: none; 0: caching off). */
+  cacheCap?: number | null | undefined;
+}) {
   const { account, config } = useApp();
   const ceilings = ceilingsFor(account?.role, keyRecord, config.key_defaults);
   const initial = draftOf(keyRecord);
@@ -392,7 +405,7 @@ function EditKeyDialog({ keyRecord, onClose, onSaved, base = '/keys' }: { keyRec
   return (
     <Dialog title={`Edit ${keyRecord.name}`} onClose={onClose} wide>
       <form onSubmit={submit} noValidate>
-        <KeyFields idPrefix="edit-key" draft={draft} onChange={setDraft} ceilings={ceilings} cacheCap={keyRecord.account_id === account?.id ? account.cache_max_ttl_s : undefined} />
+        <KeyFields idPrefix="edit-key" draft={draft} onChange={setDraft} ceilings={ceilings} cacheCap={cacheCap !== undefined ? cacheCap : keyRecord.account_id === account?.id ? account.cache_max_ttl_s : undefined} />
         <ErrorMessage message={error} />
         <DialogFormActions onCancel={onClose} busy={busy} submit="Save" />
       </form>
@@ -433,15 +446,11 @@ function RevokeDialog({ keyRecord, onClose, onRevoked, base = '/keys' }: { keyRe
   );
 }
 
-export function limitsText(key: Key): string {
-  return `${money(key.spent_usd)} / ${key.limit_usd == null ? 'no limit' : money(key.limit_usd)}`;
-}
-
 /** A key's spend against its limit, with a meter while it has one. */
 function Spend({ keyRecord }: { keyRecord: Key }) {
   const share = keyRecord.limit_usd ? Math.min(1, keyRecord.spent_usd / keyRecord.limit_usd) : undefined;
   return (
-    <>
+    <span class="key-spend">
       <span class="nowrap">{money(keyRecord.spent_usd)}</span>{' '}
       <span class="muted nowrap">/ {keyRecord.limit_usd == null ? 'no limit' : money(keyRecord.limit_usd)}</span>
       <AdminSet value={keyRecord.admin_limits?.limit_usd} />
@@ -450,130 +459,237 @@ function Spend({ keyRecord }: { keyRecord: Key }) {
           <span class="meter-fill" style={{ width: `${Math.round(share * 100)}%` }} />
         </span>
       )}
-    </>
+    </span>
   );
 }
 
-function Models({ models, adminSet }: { models: readonly string[] | null; adminSet?: unknown }) {
-  if (!models || models.length === 0) return <>All</>;
-  const shown = models.slice(0, 1);
+/** A key's rate limits and models in one short line: only what it limits ("60 RPM · gpt-4o-mini"), else nothing. */
+function LimitLine({ keyRecord: key }: { keyRecord: Key }) {
+  const admin = key.admin_limits;
+  const parts: Array<{ id: string; text: string; admin: unknown; title?: string }> = [];
+  if (key.rpm != null) parts.push({ id: 'rpm', text: `${key.rpm.toLocaleString()} RPM`, admin: admin?.rpm });
+  if (key.tpm != null) parts.push({ id: 'tpm', text: `${key.tpm.toLocaleString()} TPM`, admin: admin?.tpm });
+  if (key.models?.length) {
+    parts.push({ id: 'models', text: key.models.length === 1 ? key.models[0]! : `${key.models.length} models`, admin: admin?.models, title: key.models.join(', ') });
+  }
+  if (parts.length === 0) return null;
   return (
-    <>
-      <span class="tags">
-        {shown.map((m) => (
-          <span class="tag" key={m}>
-            {m}
+    <span class="cell-sub muted key-limit-line">
+      {parts.map((part, i) => (
+        <Fragment key={part.id}>
+          {i > 0 && ' · '}
+          <span class="nowrap" title={part.title}>
+            {part.text}
+            <AdminSet value={part.admin} />
           </span>
-        ))}
-        {models.length > shown.length && <span class="tag tag-more">+{models.length - shown.length}</span>}
-      </span>
-      <AdminSet value={adminSet} />
-    </>
-  );
-}
-
-function Expires({ at, adminSet }: { at: number | null; adminSet?: unknown }) {
-  if (at == null) return <>Never</>;
-  const expired = at * 1000 <= Date.now();
-  return (
-    <>
-      {shortDate(at)}
-      {expired && <span class="badge badge-danger">Expired</span>}
-      <AdminSet value={adminSet} />
-    </>
+        </Fragment>
+      ))}
+    </span>
   );
 }
 
 /**
- * A key's columns as every key table shows them: name (with its default cache TTL under it, where it has one: no
- * column of its own, so the tables keep fitting 1280 px), hint, created, last used, spend / limit, rpm, tpm,
- * models, expiry.
+ * What a key's row says of the response cache, read against its account's cap (`cap`: 0, never cached; null, no
+ * cap; undefined, not known here): caching off for the account whatever the key names, else the key's default TTL
+ * (and the cap, where that holds it shorter). Nothing for a key without one in an account that caches.
  */
-export const keyColumns: Column<Key>[] = [
-  {
-    id: 'name',
-    label: 'Name',
-    lead: true,
-    class: 'cell-strong',
-    cell: (key) => (
-      <>
-        {key.name}
-        {key.cache_ttl_s ? (
-          <span class="cell-sub muted" title="Requests of this key without Cache-Control are cached this long">
-            Cache TTL: {key.cache_ttl_s.toLocaleString()} s
-          </span>
-        ) : null}
-      </>
-    ),
-  },
-  { id: 'hint', label: 'Key', class: 'mono nowrap', cell: (key) => key.hint },
-  { id: 'created', label: 'Created', class: 'nowrap', title: (key) => dateTime(key.created), cell: (key) => shortDate(key.created) },
-  {
-    id: 'last-used',
-    label: 'Last used',
-    class: 'nowrap',
-    title: (key) => (key.last_used_at == null ? undefined : dateTime(key.last_used_at)),
-    cell: (key) => (key.last_used_at == null ? <span class="muted">Never</span> : ago(key.last_used_at)),
-  },
-  { id: 'spend', label: 'Spent / Limit', class: 'spend-cell', cell: (key) => <Spend keyRecord={key} /> },
-  {
-    id: 'rpm',
-    label: 'RPM',
-    numeric: true,
-    cell: (key) => (
-      <>
-        {limitText(key.rpm)}
-        <AdminSet value={key.admin_limits?.rpm} />
-      </>
-    ),
-  },
-  {
-    id: 'tpm',
-    label: 'TPM',
-    numeric: true,
-    cell: (key) => (
-      <>
-        {limitText(key.tpm)}
-        <AdminSet value={key.admin_limits?.tpm} />
-      </>
-    ),
-  },
-  {
-    id: 'models',
-    label: 'Models',
-    class: (key) => (key.models?.length ? undefined : 'muted'),
-    title: (key) => (key.models?.length ? key.models.join(', ') : undefined),
-    cell: (key) => <Models models={key.models} adminSet={key.admin_limits?.models} />,
-  },
-  {
-    id: 'expires',
-    label: 'Expires',
-    class: (key) => (key.expires_at == null ? 'muted' : 'nowrap'),
-    title: (key) => (key.expires_at == null ? undefined : dateTime(key.expires_at)),
-    cell: (key) => <Expires at={key.expires_at} adminSet={key.admin_limits?.expires_at} />,
-  },
-];
+export function keyCacheText(key: Key, cap: number | null | undefined): string | undefined {
+  if (cap === 0) return 'Cache: off for this account';
+  if (!key.cache_ttl_s) return undefined;
+  const ttl = `Cache TTL: ${key.cache_ttl_s.toLocaleString()} s`;
+  return cap != null && key.cache_ttl_s > cap ? `${ttl} (account cap ${cap.toLocaleString()} s)` : ttl;
+}
 
-/** The column of a key's account, on an admin's tables: cut short, whole in its tooltip. */
-export const keyAccountColumn: Column<Key> = { id: 'account', label: 'Account', class: 'cell-clip account-cell', title: (key) => ownerOf(key), cell: (key) => ownerOf(key) };
+/** A key's state: revoked (here, just now), expired, or active (until its expiry, where it has one). */
+function KeyStatus({ keyRecord: key, revoked }: { keyRecord: Key; revoked: boolean }) {
+  if (revoked) return <span class="badge badge-danger">Revoked</span>;
+  const at = key.expires_at;
+  if (at != null && at * 1000 <= Date.now()) {
+    return (
+      <>
+        <span class="badge badge-danger">Expired</span>
+        <span class="cell-sub muted nowrap">{shortDate(at)}</span>
+      </>
+    );
+  }
+  return (
+    <>
+      <span class="badge badge-ok">Active</span>
+      {at != null && (
+        <span class="cell-sub muted">
+          Expires {shortDate(at)}
+          <AdminSet value={key.admin_limits?.expires_at} />
+        </span>
+      )}
+    </>
+  );
+}
 
-/** A mark beside a limit an administrator set: the member may lower it, not lift it. */
+/** What a key table needs beyond its rows: each key's account's cache cap, the keys revoked here, its buttons. */
+export interface KeyTableOptions {
+  capOf: (key: Key) => number | null | undefined;
+  revoked?: ReadonlySet<string>;
+  onEdit: (key: Key) => void;
+  onRevoke: (key: Key) => void;
+}
+
+/**
+ * A key's columns as every key table shows them. In sight at 1280 px beside the sidebar: its name (with what the
+ * cache does for it under it), its status (Expired, whatever the width), its limits in short, and Edit and Revoke;
+ * its hint and last use where the window is wide; when it was made and its whole list of models in its details.
+ * On a phone, a card a key.
+ */
+export function keyColumns({ capOf, revoked, onEdit, onRevoke }: KeyTableOptions): Column<Key>[] {
+  const isRevoked = (key: Key) => revoked?.has(key.id) ?? false;
+  return [
+    {
+      id: 'name',
+      label: 'Name',
+      lead: true,
+      class: 'cell-strong key-name-cell',
+      title: (key) => key.name,
+      cell: (key) => {
+        const cache = keyCacheText(key, capOf(key));
+        return (
+          <>
+            <span class="key-name">{key.name}</span>
+            {cache && <span class="cell-sub muted key-cache">{cache}</span>}
+          </>
+        );
+      },
+    },
+    { id: 'status', label: 'Status', headerClass: 'kt-status', class: 'key-status-cell', title: (key) => (key.expires_at == null ? undefined : `Expires ${dateTime(key.expires_at)}`), cell: (key) => <KeyStatus keyRecord={key} revoked={isRevoked(key)} /> },
+    {
+      id: 'limits', headerClass: 'kt-limits',
+      label: 'Spent / limits',
+      class: 'spend-cell key-limits-cell',
+      cell: (key) => (
+        <>
+          <Spend keyRecord={key} />
+          <LimitLine keyRecord={key} />
+        </>
+      ),
+    },
+    { id: 'hint', label: 'Key', headerClass: 'kt-hint', priority: 'wide', class: 'mono nowrap', cell: (key) => key.hint },
+    {
+      id: 'last-used', headerClass: 'kt-used',
+      label: 'Last used',
+      priority: 'wide',
+      class: 'nowrap',
+      title: (key) => (key.last_used_at == null ? undefined : dateTime(key.last_used_at)),
+      cell: (key) => (key.last_used_at == null ? <span class="muted">Never</span> : ago(key.last_used_at)),
+    },
+    { id: 'created', label: 'Created', priority: 'detail', cell: (key) => dateTime(key.created) },
+    { id: 'models', label: 'Models', priority: 'detail', class: 'key-models-detail', cell: (key) => (key.models?.length ? key.models.join(', ') : 'All models') },
+    { id: 'expires', label: 'Expires', priority: 'detail', cell: (key) => (key.expires_at == null ? 'Never' : dateTime(key.expires_at)) },
+    {
+      id: 'actions',
+      label: 'Actions',
+      hideLabel: true,
+      actions: true,
+      class: 'row-actions',
+      headerClass: 'kt-actions',
+      cell: (key) =>
+        isRevoked(key) ? null : (
+          <>
+            <button type="button" class="button button-secondary button-small" onClick={() => onEdit(key)}>
+              Edit
+            </button>
+            <button type="button" class="button button-ghost-danger button-small" onClick={() => onRevoke(key)}>
+              Revoke
+            </button>
+          </>
+        ),
+    },
+  ];
+}
+
+/** A mark beside a limit an administrator set: the member may lower it, not lift it. What it means is said under the table (AdminSetNote). */
 function AdminSet({ value }: { value: unknown }) {
   if (value === null || value === undefined) return null;
   return (
-    <span class="badge badge-cap" title="Set by an administrator: you can lower it, not raise or remove it">
+    <span class="badge badge-cap key-admin-chip" title="Set by an administrator: you can lower it, not raise or remove it">
       admin
     </span>
   );
 }
 
-export function limitText(value: number | null): string {
-  return value == null ? '—' : value.toLocaleString();
+/** Whether any of the keys has a limit an administrator set (a chip in its row). */
+export function hasAdminLimits(keys: readonly Key[] | undefined): boolean {
+  return !!keys?.some((key) => key.admin_limits && Object.values(key.admin_limits).some((value) => value !== null && value !== undefined));
+}
+
+/** The legend of the "admin" chips, under a table that shows any. */
+export function AdminSetNote() {
+  return (
+    <p class="key-table-note muted small">
+      <span class="badge badge-cap">admin</span> beside a limit: an administrator set it. The key’s account can lower it, not raise or remove it.
+    </p>
+  );
 }
 
 /** A key's account as the admin's tables name it: its email, else its name (the default account's is "Default"), else its id. */
 export function ownerOf(key: Key): string {
-  return key.account_email || key.account_name || key.account_id || '—';
+  return key.account_email || key.account_name || (key.account_id === defaultAccountId ? 'Default' : key.account_id) || '—';
+}
+
+/** The dialogs a key table opens (Edit, Revoke), as the member's Keys page and the admin's All keys use them. */
+export { EditKeyDialog, RevokeDialog, type KeysBase };
+
+/** A row's key as an element id. */
+const idFor = (text: string) => text.replace(/[^A-Za-z0-9_-]/g, '_');
+
+/** The keys of several accounts, by account: its keys' table a group, under a heading that names the account. */
+interface AccountGroup {
+  accountId: string;
+  owner: string;
+  /** The Default account: the command line's keys (it has a name, no email). */
+  system: boolean;
+  keys: Key[];
+}
+
+function groupByAccount(keys: readonly Key[]): AccountGroup[] {
+  const groups = new Map<string, AccountGroup>();
+  for (const key of keys) {
+    const group = groups.get(key.account_id) ?? { accountId: key.account_id, owner: ownerOf(key), system: !key.account_email, keys: [] };
+    group.keys.push(key);
+    groups.set(key.account_id, group);
+  }
+  // People's accounts by email, the system's (the command line's keys) last.
+  return [...groups.values()].sort((a, b) => Number(a.system) - Number(b.system) || a.owner.localeCompare(b.owner));
+}
+
+/**
+ * Every key of several accounts (an admin's lists): a heading per account (its email, else its name, "Default"),
+ * under it the account's keys in the key table every page uses, with Edit and Revoke on each row.
+ */
+export function AccountKeyGroups({ keys, idPrefix, options, skeletonRows = 2, empty }: { keys: readonly Key[] | undefined; idPrefix: string; options: KeyTableOptions; skeletonRows?: number; empty: string }) {
+  if (!keys) return <DataTable label="Keys" class="table-compact key-table" columns={keyColumns(options)} rows={undefined} rowKey={(key) => key.id} skeletonRows={skeletonRows} empty={empty} />;
+  if (keys.length === 0) return <DataTable label="Keys" class="table-compact key-table" columns={keyColumns(options)} rows={[]} rowKey={(key) => key.id} empty={empty} />;
+  const groups = groupByAccount(keys);
+  return (
+    <>
+      {groups.map((group) => {
+        const heading = `${idPrefix}-${idFor(group.accountId)}`;
+        const live = group.keys.filter((key) => !options.revoked?.has(key.id)).length;
+        return (
+          <div class="key-group" key={group.accountId}>
+            <div class="key-group-head">
+              <h3 id={heading} class="key-group-title" title={group.owner}>
+                {group.owner}
+              </h3>
+              <span class="muted small key-group-count">
+                {group.system ? 'System account · ' : ''}
+                {live} key{live === 1 ? '' : 's'}
+              </span>
+            </div>
+            <DataTable labelledBy={heading} class="table-compact key-table" columns={keyColumns(options)} rows={group.keys} rowKey={(key) => key.id} empty={empty} />
+          </div>
+        );
+      })}
+      {hasAdminLimits(keys) && <AdminSetNote />}
+    </>
+  );
 }
 
 export function KeysPage() {
@@ -587,26 +703,19 @@ export function KeysPage() {
   const [creating, setCreating] = useState(false);
   const [editing, setEditing] = useState<{ key: Key; base: KeysBase } | undefined>(undefined);
   const [revoking, setRevoking] = useState<{ key: Key; base: KeysBase } | undefined>(undefined);
+  // Keys revoked on this page: shown as revoked, without buttons, until the page is read again.
+  const [revoked, setRevoked] = useState<ReadonlySet<string>>(() => new Set());
   const [status, setStatus] = useState<string | undefined>(undefined);
 
   const list = keys.data?.data;
   const others = all.data?.data.filter((key) => key.account_id !== me.id);
-  const actions = (base: KeysBase): Column<Key> => ({
-    id: 'actions',
-    label: 'Actions',
-    hideLabel: true,
-    sticky: 'end',
-    class: 'row-actions',
-    cell: (key) => (
-      <>
-        <button type="button" class="button button-secondary button-small" onClick={() => setEditing({ key, base })}>
-          Edit
-        </button>
-        <button type="button" class="button button-ghost-danger button-small" onClick={() => setRevoking({ key, base })}>
-          Revoke
-        </button>
-      </>
-    ),
+  const othersLive = others?.filter((key) => !revoked.has(key.id)).length;
+  const live = list?.filter((key) => !revoked.has(key.id)).length;
+  const options = (base: KeysBase, capOf: KeyTableOptions['capOf']): KeyTableOptions => ({
+    capOf,
+    revoked,
+    onEdit: (key) => setEditing({ key, base }),
+    onRevoke: (key) => setRevoking({ key, base }),
   });
   return (
     <>
@@ -614,7 +723,7 @@ export function KeysPage() {
       <section aria-labelledby="keys-heading" class="section">
         <div class="section-head">
           <h2 id="keys-heading">Your keys</h2>
-          <span class="muted">{list ? `${list.length} key${list.length === 1 ? '' : 's'}` : '\u00a0'}</span>
+          <span class="muted">{live !== undefined ? `${live} key${live === 1 ? '' : 's'}` : '\u00a0'}</span>
           <button type="button" class="button button-primary section-action" onClick={() => setCreating(true)}>
             New key
           </button>
@@ -623,33 +732,27 @@ export function KeysPage() {
         <ErrorMessage message={keys.error} />
         <DataTable
           labelledBy="keys-heading"
-          class="table-compact"
-          columns={[...keyColumns, actions('/keys')]}
+          class="table-compact key-table"
+          columns={keyColumns(options('/keys', () => me.cache_max_ttl_s))}
           rows={list}
           rowKey={(key) => key.id}
           skeletonRows={3}
           empty={admin ? 'No keys of your own yet. Every other account’s keys, the command line’s among them, are below.' : 'No keys yet. Make one with “New key” to call the API.'}
         />
+        {hasAdminLimits(list) && <AdminSetNote />}
       </section>
-      {admin && (
+      {/* Once the admin's own keys are in: drawn before, it would jump down the page as they came. */}
+      {admin && (list || keys.error) && (
         <section aria-labelledby="other-keys-heading" class="section">
           <div class="section-head">
             <h2 id="other-keys-heading">Other accounts’ keys</h2>
-            <span class="muted">{others ? `${others.length} key${others.length === 1 ? '' : 's'}` : '\u00a0'}</span>
+            <span class="muted">{othersLive !== undefined ? `${othersLive} key${othersLive === 1 ? '' : 's'}` : '\u00a0'}</span>
           </div>
           <p class="section-note muted small">
             Keys made with <code>npm run keys -- create</code> belong to the Default account unless <code>--account</code> names another.
           </p>
           <ErrorMessage message={all.error} />
-          <DataTable
-            labelledBy="other-keys-heading"
-            class="table-compact"
-            columns={[keyAccountColumn, ...keyColumns, actions('/admin/keys')]}
-            rows={others}
-            rowKey={(key) => key.id}
-            skeletonRows={2}
-            empty="No other account has a key."
-          />
+          <AccountKeyGroups keys={others} idPrefix="other-keys" options={options('/admin/keys', (key) => key.account_cache_max_ttl_s)} empty="No other account has a key." />
         </section>
       )}
       {creating && (
@@ -669,6 +772,7 @@ export function KeysPage() {
         <EditKeyDialog
           keyRecord={editing.key}
           base={editing.base}
+          cacheCap={editing.base === '/keys' ? me.cache_max_ttl_s : editing.key.account_cache_max_ttl_s}
           onClose={() => setEditing(undefined)}
           onSaved={(saved) => {
             const keep = (previous: List<Key> | undefined) => previous && { ...previous, data: previous.data.map((k) => (k.id === saved.id ? { ...k, ...saved } : k)) };
@@ -685,9 +789,7 @@ export function KeysPage() {
           base={revoking.base}
           onClose={() => setRevoking(undefined)}
           onRevoked={() => {
-            const drop = (previous: List<Key> | undefined) => previous && { ...previous, data: previous.data.filter((k) => k.id !== revoking.key.id) };
-            keys.setData(drop);
-            all.setData(drop);
+            setRevoked((previous) => new Set(previous).add(revoking.key.id));
             setStatus(`Key “${revoking.key.name}” revoked.`);
             setRevoking(undefined);
           }}

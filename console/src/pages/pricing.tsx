@@ -37,7 +37,7 @@ function PriceLines({ lines, unit }: { lines: PriceLine[]; unit: string | undefi
 /** A model's name, what it does, and its prices: per 1M tokens in their own columns, the rest (per image, per second…) in one. */
 const priceColumns: Column<PricedModel>[] = [
   { id: 'model', label: 'Model', lead: true, sticky: 'start', class: 'cell-strong model-cell', cell: (m) => m.id },
-  { id: 'vendor', label: 'Vendor', cell: (m) => m.vendor },
+  { id: 'vendor', label: 'Vendor', class: 'pricing-vendor', cell: (m) => m.vendor },
   { id: 'capability', label: 'Capability', cell: (m) => <span class={`badge badge-cap badge-${m.capability}`}>{capabilityName(m.capability)}</span> },
   {
     id: 'context',
