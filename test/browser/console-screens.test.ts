@@ -169,14 +169,15 @@ describe('every console page fits its screen, with real traffic behind it', () =
     await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true, clip: { x: 0, y: 0, width, height: Math.min(height, 6000) } });
   }
 
-  /** Each table's overrun of its box, by the table's name, and the page's past the window (px). */
+  /** Each table's overrun of its box, by the table's name with its columns' widths, and the page's past the window (px). */
   async function overruns(page: Page): Promise<{ page: number; tables: Array<[string, number]> }> {
     return page.evaluate(() => ({
       page: Math.max(0, document.documentElement.scrollWidth - window.innerWidth),
       tables: [...document.querySelectorAll('.table-scroll')].map((box): [string, number] => {
         const table = box.querySelector('table');
         const name = table?.getAttribute('aria-label') ?? document.getElementById(table?.getAttribute('aria-labelledby') ?? '')?.textContent ?? '?';
-        return [name.trim(), box.scrollWidth - box.clientWidth];
+        const widths = [...(table?.querySelectorAll('thead th') ?? [])].map((th) => `${th.textContent?.trim() || '·'} ${Math.round(th.getBoundingClientRect().width)}`);
+        return [`${name.trim()}" (${widths.join(', ')} in ${box.clientWidth})`, box.scrollWidth - box.clientWidth];
       }),
     }));
   }
@@ -203,7 +204,7 @@ describe('every console page fits its screen, with real traffic behind it', () =
           await settled(page);
           const over = await overruns(page);
           if (over.page > 1) problems.push(`${who} ${path} at ${viewport.width}: the page is ${over.page}px wider than the screen`);
-          for (const [name, px] of over.tables) if (px > 1) problems.push(`${who} ${path} at ${viewport.width}: table "${name}" is ${px}px wider than its box`);
+          for (const [name, px] of over.tables) if (px > 1) problems.push(`${who} ${path} at ${viewport.width}: table "${name} is ${px}px wider than its box`);
           await shoot(page, `${who}-${path.replace('/', '-')}-${label}`);
         }
         await context.close();

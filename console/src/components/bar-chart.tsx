@@ -24,15 +24,19 @@ interface Props {
   class?: string;
 }
 
-/** The most category labels the x axis writes: one per this many pixels of its width. */
-const pixelsPerLabel = 64;
+/** The room an x-axis label takes: this many pixels a character of its longest (12 px type), and a gap. */
+const pixelsPerCharacter = 7;
+const labelGap = 20;
 
 /**
  * Which bars the x axis labels: every `step`th counted back from the last, so the axis always names the range's
- * last bar (today on Usage, now on Activity) and the labels never crowd; a chart of a few bars labels each.
+ * last bar (today on Usage, now on Activity) and the labels never crowd, however long they are ("Nov 27" or
+ * "Nov 27, 08:00 AM"); a chart of a few bars labels each.
  */
-export function labelledIndexes(count: number, width: number): Set<number> {
-  const room = Math.max(2, Math.floor(width / pixelsPerLabel));
+export function labelledIndexes(labels: readonly string[], width: number): Set<number> {
+  const count = labels.length;
+  const longest = labels.reduce((most, label) => Math.max(most, label.length), 0);
+  const room = Math.max(2, Math.floor(width / (longest * pixelsPerCharacter + labelGap)));
   const step = Math.max(1, Math.ceil(count / room));
   const shown = new Set<number>();
   for (let i = count - 1; i >= 0; i -= step) shown.add(i);
@@ -47,7 +51,7 @@ export function labelledIndexes(count: number, width: number): Set<number> {
 function markAxes(instance: Chart<'bar' | 'line', number[], string>, element: HTMLCanvasElement, p: Props): void {
   element.dataset.yTicks = (instance.scales.y?.ticks ?? []).map((tick) => tick.value).join(',');
   element.dataset.valueAxes = String(Object.values(instance.scales).filter((scale) => scale.axis === 'y' && scale.options.display !== false).length);
-  const shown = labelledIndexes(p.labels.length, instance.width);
+  const shown = labelledIndexes(p.labels, instance.width);
   element.dataset.xLabels = p.labels.filter((_, i) => shown.has(i)).join('|');
   let last = -1;
   p.labels.forEach((_, i) => {
@@ -125,7 +129,7 @@ export function BarChart(props: Props) {
                 maxRotation: 0,
                 autoSkip: false,
                 callback(value, index) {
-                  const shown = labelledIndexes(latest.current.labels.length, this.chart.width);
+                  const shown = labelledIndexes(latest.current.labels, this.chart.width);
                   return shown.has(index) ? (latest.current.labels[index] ?? '') : null;
                 },
               },

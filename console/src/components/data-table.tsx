@@ -98,8 +98,11 @@ function showing<Row>(column: Column<Row>): string | false {
   return column.priority === 'wide' ? 'dt-wide' : !!column.actions && 'dt-actions';
 }
 
+/** Every cell of a column, its header's too, is classed `dt-col-<id>`: a page's stylesheet sizes a column by it. */
+const columnClass = <Row,>(column: Column<Row>) => `dt-col-${column.id}`;
+
 function cellClasses<Row>(column: Column<Row>, row: Row): Classes {
-  return classes(...placing(column), showing(column), column.lead && 'dt-lead', typeof column.class === 'function' ? column.class(row) : column.class);
+  return classes(columnClass(column), ...placing(column), showing(column), column.lead && 'dt-lead', typeof column.class === 'function' ? column.class(row) : column.class);
 }
 
 /** The label-and-value lines of a row's details: its `detail` columns, and its `wide` ones where they are hidden. */
@@ -174,7 +177,7 @@ export function DataTable<Row>(props: DataTableProps<Row>) {
         <thead>
           <tr>
             {columns.map((column) => (
-              <th scope="col" key={column.id} class={classes(...placing(column), showing(column), column.headerClass)}>
+              <th scope="col" key={column.id} class={classes(columnClass(column), ...placing(column), showing(column), column.headerClass)}>
                 {column.hideLabel ? (
                   <span class="visually-hidden">{column.label}</span>
                 ) : (
