@@ -41,6 +41,12 @@ const messagesModels = ['claude-sonnet-4-5', 'claude-haiku-4-5'] as const;
 const memberPages = ['keys', 'usage', 'activity', 'batches', 'playground', 'pricing'] as const;
 const adminPages = ['admin/accounts', 'admin/keys', 'admin/channels', 'admin/queues'] as const;
 
+interface LogRow {
+  id: string;
+  endpoint: string | null;
+  status: string;
+}
+
 interface Member {
   email: string;
   account: string;
@@ -137,6 +143,8 @@ describe('every console page fits its screen, with real traffic behind it', () =
     const status = async (id: string) => ((await (await fetch(`${gateway.url}/v1/messages/batches/${id}`, { headers: { 'x-api-key': owner.keys[0]!.key, 'anthropic-version': '2023-06-01' } })).json()) as { processing_status: string }).processing_status;
     batches.ended = await batch(false, 2);
     await waitFor(async () => (await status(batches.ended)) === 'ended', 20_000, 'the quick batch ended');
+    // Its two requests are in the log too (the usage writer's pace), before any page is read against it.
+    await waitFor(async () => (await requestLog()).length === sent.length + 2, 20_000, 'the ended batch’s requests in the record');
     batches.running = await batch(true);
     batches.canceling = await batch(true);
     batches.toCancel = await batch(true);
@@ -186,6 +194,114 @@ describe('every console page fits its screen, with real traffic behind it', () =
   async function settled(page: Page): Promise<void> {
     await page.locator('main').waitFor();
     await waitFor(async () => (await page.locator('.skeleton-row').count()) === 0, 10_000, `${page.url()}: its tables loaded`);
+  }
+
+  /** The request log as the admin API lists it, every page: what each page's numbers are checked against. */
+  async function requestLog(): Promise<LogRow[]> {
+    const rows: LogRow[] = [];
+    let cursor = '';
+    for (;;) {
+      const page = (await (await adminApi('GET', `/admin/requests?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`)).json()) as { data: LogRow[]; next_cursor: string | null };
+      rows.push(...page.data);
+      if (!page.next_cursor) return rows;
+      cursor = page.next_cursor;
+    }
+  }
+
+  /** The whole number a text starts with ("1,234 requests" → 1234). */
+  const leadingCount = (text: string) => Number(/^\s*([\d,]+)/.exec(text)?.[1]?.replaceAll(',', '') ?? NaN);
+  const stat = (page: Page, label: string) => page.locator('.stat').filter({ has: page.locator('.stat-label', { hasText: new RegExp(`^${label}$`) }) });
+
+  for (const [label, viewport] of widths) {
+    it(`at ${viewport.width} px: Usage, Activity and Accounts count what the request log holds; a failure's message and a hit's saving shown; revoke from All keys and cancel a batch work`, async () => {
+      const log = await requestLog();
+      // A request is a row of the log, refusals included; a Realtime session's own row is not (none here).
+      const requests = log.filter((row) => row.endpoint !== 'realtime');
+      const refused = requests.filter((row) => row.status === 'refused').length;
+      const failed = requests.filter((row) => row.status === 'failed').length;
+      assert.ok(refused >= 6 && failed >= 3, `the traffic's refusals and failures are in the log: ${refused} refused, ${failed} failed`);
+      const accounts = ((await (await adminApi('GET', '/admin/accounts')).json()) as { data: unknown[] }).data.length;
+
+      const context = await newContext(viewport);
+      const page = await context.newPage();
+      await signIn(page, adminEmail, adminPassword);
+      if (label === 'phone') assert.ok(await page.getByRole('note', { name: 'Mock vendor' }).isVisible(), 'the mock said on a phone too');
+      assert.match(await page.getByRole('note', { name: 'Mock vendor' }).innerText(), /Mock vendor · billed/);
+
+      // Usage: every account's requests over its range (30 days) are the log's, refusals and failures said.
+      await page.goto('/console/usage');
+      await settled(page);
+      const total = stat(page, 'Requests');
+      await waitFor(async () => !Number.isNaN(leadingCount(await total.locator('.stat-value').innerText())), 10_000, 'Usage’s request count');
+      assert.equal(leadingCount(await total.locator('.stat-value').innerText()), requests.length, 'Usage counts the log’s requests');
+      assert.equal((await total.locator('.stat-note').innerText()).trim(), `of which ${refused} refused · ${failed} failed`);
+      assert.equal(leadingCount(await stat(page, 'Accounts').locator('.stat-value').innerText()), accounts, 'the Accounts card counts every account');
+      assert.match(await stat(page, 'Spend').locator('.stat-note').innerText(), /saved by the response cache: \$0\.\d+ on 3 hits/);
+
+      // Activity over the same days: the same count, the same refusals and failures.
+      await page.goto('/console/activity?range=30d');
+      await settled(page);
+      const line = page.locator('#activity-chart-heading ~ p');
+      await waitFor(async () => /requests/.test(await line.innerText()), 10_000, 'Activity’s count line');
+      assert.equal(leadingCount(await line.innerText()), requests.length, await line.innerText());
+      const countLine = await page.getByText(/^\d[\d,]* requests, \d+ of them refused/).innerText();
+      assert.match(countLine, new RegExp(`^${requests.length} requests, ${refused} of them refused and ${failed} failed`), countLine);
+
+      // A cache hit's row says what it saved; a refusal's details say what the client was told.
+      const rows = page.getByRole('table', { name: 'Requests' }).locator('tbody tr:not(.skeleton-row)');
+      const hit = rows.filter({ hasText: 'cache hit' }).first();
+      assert.match(await hit.innerText(), /saved \$0\.\d+/, 'a hit’s saving in its row');
+      await rows.filter({ hasText: /\b400\b|refused/ }).filter({ hasText: 'gpt-4o-mini' }).filter({ hasNotText: 'cache' }).first().locator('.row-open').click();
+      const dialog = page.getByRole('dialog', { name: 'Request details' });
+      await dialog.waitFor();
+      assert.match(await dialog.innerText(), /Invalid 'temperature': expected a value ≤ 2\./);
+      await shoot(page, `admin-activity-refusal-detail-${label}`);
+      await page.keyboard.press('Escape');
+      await dialog.waitFor({ state: 'detached' });
+
+      // Accounts: every account listed, as many as the card counts.
+      await page.goto('/console/admin/accounts');
+      await settled(page);
+      assert.equal(await page.getByRole('table', { name: 'All accounts' }).locator('tbody tr:not(.dt-details-row)').count(), accounts);
+
+      // Queues: what its finished column counts is said, so it is not read against the log.
+      await page.goto('/console/admin/queues');
+      await settled(page);
+      assert.match(await page.locator('.queue-keeps-note').innerText(), /request log has every request/);
+
+      // All keys: a member's key revoked where it is listed, and refused at /v1 after.
+      const doomed = people[2]!.keys[label === 'desktop' ? 3 : 2]!;
+      const works = () => fetch(`${gateway.url}/v1/models`, { headers: { authorization: `Bearer ${doomed.key}` } }).then(async (res) => (await res.arrayBuffer(), res.status));
+      assert.equal(await works(), 200);
+      await page.goto('/console/admin/keys');
+      await settled(page);
+      const keyRow = page.locator('tbody tr').filter({ hasText: doomed.name });
+      await keyRow.getByRole('button', { name: 'Revoke' }).click();
+      const confirm = page.getByRole('alertdialog', { name: 'Revoke this key?' });
+      await confirm.getByRole('button', { name: 'Revoke key' }).click();
+      await confirm.waitFor({ state: 'detached' });
+      await keyRow.getByText('Revoked', { exact: true }).waitFor();
+      await waitFor(async () => (await works()) === 401, 5000, 'the revoked key refused at /v1');
+
+      // Batches: the admin sees every account's; one canceled from its row, and the API agrees.
+      const target = label === 'desktop' ? batches.toCancel : batches.running;
+      await page.goto('/console/batches');
+      await settled(page);
+      for (const id of Object.values(batches)) await page.locator(`[id="batch-${id}"]`).waitFor();
+      await page.getByRole('button', { name: `Cancel ${target}` }).click();
+      const sure = page.getByRole('alertdialog', { name: 'Cancel this batch?' });
+      await sure.getByRole('button', { name: 'Cancel batch' }).click();
+      await sure.waitFor({ state: 'detached' });
+      const owner = people[1]!.keys[0]!.key;
+      const state = async () => ((await (await fetch(`${gateway.url}/v1/messages/batches/${target}`, { headers: { 'x-api-key': owner, 'anthropic-version': '2023-06-01' } })).json()) as { processing_status: string }).processing_status;
+      await waitFor(async () => (await state()) !== 'in_progress', 5000, 'the batch canceled');
+      const batchRow = page.locator('tbody tr').filter({ has: page.locator(`[id="batch-${target}"]`) });
+      await waitFor(async () => /cancel/i.test(await batchRow.innerText()), 10_000, 'the row says it is canceling');
+      const over = await overruns(page);
+      assert.ok(over.page <= 1 && over.tables.every(([, px]) => px <= 1), JSON.stringify(over));
+      await shoot(page, `admin-batches-after-cancel-${label}`);
+      await context.close();
+    });
   }
 
   for (const [label, viewport] of widths) {
