@@ -186,7 +186,7 @@ describe('console batches page in a real browser', () => {
     assert.deepEqual(cut, [], `${label}: cells cut short`);
     if (page.viewportSize()!.width < 640) {
       const display = await table(page).locator('tbody tr.batch-row').first().evaluate((tr) => getComputedStyle(tr).display);
-      assert.equal(display, 'block', `${label}: a row is a card`);
+      assert.equal(display, 'flex', `${label}: a row is a card (a column of its lines)`);
       const badges = await table(page)
         .locator('tbody tr.batch-row .badge')
         .evaluateAll((all) => all.map((badge) => {
