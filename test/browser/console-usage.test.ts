@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Browser, type BrowserContext, type Locator, type Page } from 'playwright-core';
 import { launchChromium } from '../support/browser.js';
-import { assertFits, closeClean, leadingCount, openContext, screenshots, signIn, stat, tablesLoaded } from '../support/console-browser.js';
+import { assertFits, closeClean, countLayoutShift, layoutShift, leadingCount, openContext, screenshots, signIn, stat, tablesLoaded } from '../support/console-browser.js';
 import { adminRequest } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';
 import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
@@ -109,14 +109,7 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
   async function newContext(viewport: { width: number; height: number }): Promise<BrowserContext> {
     const context = await openContext(browser, gateway.url, viewport);
     // Layout shift, as console.test.ts measures it: nothing moves as the numbers come in.
-    await context.addInitScript(() => {
-      (window as unknown as { __cls: number }).__cls = 0;
-      new PerformanceObserver((list) => {
-        for (const entry of list.getEntries() as Array<PerformanceEntry & { value: number; hadRecentInput: boolean }>) {
-          if (!entry.hadRecentInput) (window as unknown as { __cls: number }).__cls += entry.value;
-        }
-      }).observe({ type: 'layout-shift', buffered: true });
-    });
+    await countLayoutShift(context);
     return context;
   }
 
@@ -125,7 +118,7 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
     await page.goto(path);
     await tablesLoaded(page, what);
     await page.waitForLoadState('networkidle');
-    const cls = await page.evaluate(() => (window as unknown as { __cls: number }).__cls);
+    const cls = await layoutShift(page);
     assert.ok(cls < 0.1, `${what}: cumulative layout shift ${cls.toFixed(3)}`);
   }
 

@@ -9,7 +9,7 @@ import type { Redis } from 'ioredis';
 import { type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { createBatch, newBatchId, recordBatchResult } from '../../shared/batches/index.js';
 import { launchChromium } from '../support/browser.js';
-import { boxFits, openContext, pageOverrun, screenshots, signIn } from '../support/console-browser.js';
+import { boxFits, countLayoutShift, layoutShift, openContext, pageOverrun, screenshots, signIn } from '../support/console-browser.js';
 import { adminRequest } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';
 import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
@@ -682,14 +682,7 @@ describe('web console in a real browser', () => {
   it('renders every page at desktop and phone width without layout shift, keyboard reachable', async () => {
     for (const [label, viewport] of widths) {
       const context = await newContext(viewport);
-      await context.addInitScript(() => {
-        (window as unknown as { __cls: number }).__cls = 0;
-        new PerformanceObserver((list) => {
-          for (const entry of list.getEntries() as Array<PerformanceEntry & { value: number; hadRecentInput: boolean }>) {
-            if (!entry.hadRecentInput) (window as unknown as { __cls: number }).__cls += entry.value;
-          }
-        }).observe({ type: 'layout-shift', buffered: true });
-      });
+      await countLayoutShift(context);
       const page = await context.newPage();
       await page.goto('/console');
       await shoot(page, `signin-${label}`);
@@ -702,7 +695,7 @@ describe('web console in a real browser', () => {
         await page.goto(`/console/${path}`);
         await page.getByRole('heading', { level: 1 }).waitFor();
         await page.waitForLoadState('networkidle');
-        const cls = await page.evaluate(() => (window as unknown as { __cls: number }).__cls);
+        const cls = await layoutShift(page);
         assert.ok(cls < 0.1, `${path} at ${label}: cumulative layout shift ${cls.toFixed(3)}`);
         const wide = await overflow(page);
         assert.ok(wide.page <= 1, `${path} at ${label}: the page is ${wide.page}px wider than the screen`);

@@ -144,3 +144,20 @@ export const leadingCount = (text: string): number => Number(/^\s*([\d,]+)/.exec
 
 /** The stat card whose label is exactly `label`. */
 export const stat = (page: Page, label: string): Locator => page.locator('.stat').filter({ has: page.locator('.stat-label', { hasText: new RegExp(`^${label}$`) }) });
+
+/** Makes the context's pages count their cumulative layout shift (shifts after input left out), read by layoutShift. */
+export async function countLayoutShift(context: BrowserContext): Promise<void> {
+  await context.addInitScript(() => {
+    (window as unknown as { __cls: number }).__cls = 0;
+    new PerformanceObserver((list) => {
+      for (const entry of list.getEntries() as Array<PerformanceEntry & { value: number; hadRecentInput: boolean }>) {
+        if (!entry.hadRecentInput) (window as unknown as { __cls: number }).__cls += entry.value;
+      }
+    }).observe({ type: 'layout-shift', buffered: true });
+  });
+}
+
+/** The page's cumulative layout shift so far (its context made by countLayoutShift). */
+export function layoutShift(page: Page): Promise<number> {
+  return page.evaluate(() => (window as unknown as { __cls: number }).__cls);
+}
