@@ -3,9 +3,10 @@ import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { type Browser, type Page } from 'playwright-core';
 import WebSocket from 'ws';
 import { launchChromium } from '../support/browser.js';
+import { boxOverrun, closeClean, openContext, pageOverrun, screenshots, signIn } from '../support/console-browser.js';
 import { adminRequest } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';
 import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
@@ -23,6 +24,7 @@ import { writeLog, writeUsage, type LogRow, type UsageRow } from '../../storage/
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const shots = join(root, 'test-artifacts', 'console');
+const shoot = screenshots(shots);
 const adminEmail = 'admin@activity-browser.test';
 const adminPassword = 'activity-admin-pw';
 const adminToken = 'activity-browser-admin-token';
@@ -51,8 +53,6 @@ describe('console activity page in a real browser', () => {
   const requests: Record<'completed' | 'stream' | 'refused' | 'failed' | 'invalid' | 'vendor', string[]> = { completed: [], stream: [], refused: [], failed: [], invalid: [], vendor: [] };
   /** The message each request's client got with its error, by request id. */
   const messages = new Map<string, string>();
-  /** What each context saw break the CSP (or throw), read at its end. */
-  const problems = new Map<BrowserContext, string[]>();
 
   const adminApi = adminRequest(() => gateway.url, adminToken);
 
@@ -140,52 +140,6 @@ describe('console activity page in a real browser', () => {
     await gateway?.stop();
   });
 
-  /** A context that notes every CSP violation, console error about the CSP and uncaught error of its pages. */
-  async function newContext(viewport: { width: number; height: number } = desktop): Promise<BrowserContext> {
-    const context = await browser.newContext({ viewport, baseURL: gateway.url, locale: 'en-US' });
-    const seen: string[] = [];
-    problems.set(context, seen);
-    await context.exposeBinding('__cspViolation', (_source, text: string) => {
-      seen.push(text);
-    });
-    await context.addInitScript(() => {
-      document.addEventListener('securitypolicyviolation', (event) => {
-        void (window as unknown as { __cspViolation: (text: string) => Promise<void> }).__cspViolation(`${event.violatedDirective}: ${event.blockedURI} ${event.sample}`);
-      });
-    });
-    context.on('page', (page) => {
-      page.on('pageerror', (error) => seen.push(`page error: ${error.message}`));
-      page.on('console', (message) => {
-        if (message.type() === 'error' && /content security policy/i.test(message.text())) seen.push(message.text());
-      });
-    });
-    return context;
-  }
-
-  async function closeClean(context: BrowserContext, what: string): Promise<void> {
-    const seen = problems.get(context) ?? [];
-    await context.close();
-    assert.deepEqual(seen, [], `${what}: CSP violations or page errors`);
-  }
-
-  async function signIn(page: Page, email: string, password: string): Promise<void> {
-    await page.goto('/console');
-    await page.getByLabel('Email').fill(email);
-    await page.getByLabel('Password').fill(password);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.waitForURL('**/console/keys');
-  }
-
-  async function shoot(page: Page, name: string): Promise<void> {
-    if (await page.locator('dialog[open]').count()) {
-      await page.screenshot({ path: join(shots, `${name}.png`) });
-      return;
-    }
-    const height = await page.evaluate(() => document.documentElement.scrollHeight);
-    const { width } = page.viewportSize()!;
-    await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true, clip: { x: 0, y: 0, width, height: Math.min(height, 4000) } });
-  }
-
   const table = (page: Page) => page.getByRole('table', { name: 'Requests' });
   const bodyRows = (page: Page) => table(page).locator('tbody tr:not(.skeleton-row)');
   /** The rows once `n` are shown (the list loads after the page). */
@@ -194,11 +148,9 @@ describe('console activity page in a real browser', () => {
       throw new Error(`${(error as Error).message}; shown: ${JSON.stringify(await bodyRows(page).allInnerTexts())}`);
     });
   }
-  const pageOverflow = (page: Page) => page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-  const tableOverflow = (page: Page) => table(page).evaluate((element) => element.closest('.table-scroll')!.scrollWidth - element.closest('.table-scroll')!.clientWidth);
 
   it('lists a member’s requests from the nav, filters them in the address (reload and back keep step), details one, and shows an empty range', async () => {
-    const context = await newContext();
+    const context = await openContext(browser, gateway.url, desktop);
     const page = await context.newPage();
     await signIn(page, memberEmail, memberPassword);
     // Beside Usage in the nav.
@@ -234,13 +186,13 @@ describe('console activity page in a real browser', () => {
     await page.getByText(`${total} requests · 4 not completed`).waitFor();
     const chart = page.locator('canvas[aria-label^="Requests per 15 minutes"]');
     await waitFor(async () => ((await chart.getAttribute('data-y-ticks')) ?? '') !== '', 5000, 'the chart');
-    assert.ok((await pageOverflow(page)) <= 0, 'the page is no wider than the screen');
-    assert.ok((await tableOverflow(page)) <= 1, 'at 1280 px every column is in sight');
+    assert.ok((await pageOverrun(page)) <= 0, 'the page is no wider than the screen');
+    assert.ok((await boxOverrun(table(page))) <= 1, 'at 1280 px every column is in sight');
     await shoot(page, 'activity-member-desktop');
     // A narrower window (1024 px): the key, HTTP status and tokens move to the row's details, and the table still fits.
     await page.setViewportSize({ width: 1024, height: 800 });
     await waitFor(async () => (await bodyRows(page).first().locator('.col-key').isHidden()), 5000, 'the key out of the row');
-    assert.ok((await tableOverflow(page)) <= 1, 'at 1024 px every column is in sight');
+    assert.ok((await boxOverrun(table(page))) <= 1, 'at 1024 px every column is in sight');
     await bodyRows(page).first().getByRole('button', { name: 'Details', exact: true }).click();
     const more = table(page).locator('tr.dt-details-row');
     await more.waitFor();
@@ -354,7 +306,7 @@ describe('console activity page in a real browser', () => {
   });
 
   it('shows an admin every account, narrows to one with the account filter, and loads more a page at a time', async () => {
-    const context = await newContext();
+    const context = await openContext(browser, gateway.url, desktop);
     const page = await context.newPage();
     await signIn(page, adminEmail, adminPassword);
     await page.goto('/console/activity');
@@ -367,7 +319,7 @@ describe('console activity page in a real browser', () => {
     await rowsShown(page, 50, 'the first page of the bulk account');
     assert.ok((await bodyRows(page).allInnerTexts()).every((text) => text.includes(bulkEmail) && !text.includes(memberEmail)));
     // The admin's Account column too: every column in sight at 1280 px, the filters on one line.
-    assert.ok((await tableOverflow(page)) <= 1, 'at 1280 px every column is in sight');
+    assert.ok((await boxOverrun(table(page))) <= 1, 'at 1280 px every column is in sight');
     // An admin's seven filters: on two lines at most, none cut to less than its choices need.
     const filterBoxes = await page.getByRole('group', { name: 'Filters' }).locator('select').evaluateAll((elements) => elements.map((element) => ({ top: Math.round(element.getBoundingClientRect().top), width: element.getBoundingClientRect().width })));
     assert.equal(filterBoxes.length, 7);
@@ -390,7 +342,7 @@ describe('console activity page in a real browser', () => {
   });
 
   it('says when the list cannot load and loads it on Try again; shows placeholder rows while loading', async () => {
-    const context = await newContext();
+    const context = await openContext(browser, gateway.url, desktop);
     const page = await context.newPage();
     await signIn(page, memberEmail, memberPassword);
     let failing = true;
@@ -424,7 +376,7 @@ describe('console activity page in a real browser', () => {
       ['member', memberEmail, memberPassword],
       ['admin', adminEmail, adminPassword],
     ] as const) {
-      const context = await newContext(phone);
+      const context = await openContext(browser, gateway.url, phone);
       const page = await context.newPage();
       await signIn(page, email, password);
       await page.goto('/console/activity');
@@ -524,7 +476,7 @@ describe('console activity page in a real browser', () => {
       'the tiered requests in the record',
     );
 
-    const context = await newContext();
+    const context = await openContext(browser, gateway.url, desktop);
     const page = await context.newPage();
     await signIn(page, email, password);
     await page.goto('/console/activity');
@@ -532,7 +484,7 @@ describe('console activity page in a real browser', () => {
     // A tier other than the default one is a badge beside the status.
     const tiers = await bodyRows(page).evaluateAll((trs) => trs.map((tr) => tr.querySelector('.tier-badge')?.textContent?.trim() ?? 'default'));
     assert.deepEqual([...tiers].sort(), ['default', 'flex', 'priority']);
-    assert.ok((await tableOverflow(page)) <= 1, 'at 1280 px every column is in sight, the tier badges included');
+    assert.ok((await boxOverrun(table(page))) <= 1, 'at 1280 px every column is in sight, the tier badges included');
 
     await page.getByLabel('Tier').selectOption('flex');
     await page.waitForURL(/\/console\/activity\?service_tier=flex$/);
@@ -599,7 +551,7 @@ describe('console activity page in a real browser', () => {
     const record = await testRecord(redisUrl);
     await record.transaction().execute((tx) => writeUsage(tx, rows));
 
-    const context = await newContext();
+    const context = await openContext(browser, gateway.url, desktop);
     const page = await context.newPage();
     await signIn(page, email, password);
     await page.goto('/console/activity');
@@ -613,7 +565,7 @@ describe('console activity page in a real browser', () => {
     assert.equal((await hitRow.locator('.col-tokens').innerText()).trim(), '—');
     assert.equal(await hitRow.locator('.col-tokens').getAttribute('title'), 'Answered from the cache: no tokens billed');
     assert.equal(await bodyRows(page).locator('.activity-saved').count(), 1, 'a saving only where there is one');
-    assert.ok((await tableOverflow(page)) <= 1, 'at 1280 px every column is in sight, the cache badges and the saving included');
+    assert.ok((await boxOverrun(table(page))) <= 1, 'at 1280 px every column is in sight, the cache badges and the saving included');
     await shoot(page, 'activity-cache-desktop');
     // The cache filter, in the address: a reload keeps it.
     for (const [choice, badge] of [
@@ -706,7 +658,7 @@ describe('console activity page in a real browser', () => {
     assert.ok(session.input_tokens > 0 && session.output_tokens > 0, JSON.stringify(session));
 
     for (const viewport of [desktop, phone]) {
-      const context = await newContext(viewport);
+      const context = await openContext(browser, gateway.url, viewport);
       const page = await context.newPage();
       await signIn(page, email, password);
       await page.goto('/console/activity');
@@ -721,7 +673,7 @@ describe('console activity page in a real browser', () => {
       if (viewport === phone) assert.equal(await length.evaluate((cell) => getComputedStyle(cell, '::before').content), '"Duration "');
       assert.match((await length.getAttribute('title')) ?? '', /, 2 responses$/);
       assert.ok((await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)) <= 0, 'no sideways scroll');
-      if (viewport === desktop) assert.ok((await tableOverflow(page)) <= 1, 'at 1280 px every column is in sight');
+      if (viewport === desktop) assert.ok((await boxOverrun(table(page))) <= 1, 'at 1280 px every column is in sight');
       await shoot(page, `activity-realtime-${viewport === phone ? 'phone' : 'desktop'}`);
 
       await sessionRow.getByRole('button').click();
@@ -781,7 +733,7 @@ describe('console activity page in a real browser', () => {
         written({ request_id: 'sess_quiet:resp_elsewhere', account_id: bulkAccount, key_id: 'key_bulk', endpoint: 'realtime.response', duration_ms: 10 }),
       ]),
     );
-    const context = await newContext();
+    const context = await openContext(browser, gateway.url, desktop);
     const page = await context.newPage();
     await signIn(page, email, password);
     await page.goto('/console/activity');
@@ -831,7 +783,7 @@ describe('console activity page in a real browser', () => {
       writeUsage(tx, [line(`${batch}.0`, 'completed', 1234, now - 30), line(`${batch}.1`, 'failed', 0, now - 20, { code: 'mock_error', message: 'Mock vendor failed on purpose with status 500.' }), line('msgbatch_other02.0', 'completed', 800, now - 10)]),
     );
 
-    const context = await newContext();
+    const context = await openContext(browser, gateway.url, desktop);
     const page = await context.newPage();
     await signIn(page, email, password);
     await page.goto('/console/activity');
@@ -844,7 +796,7 @@ describe('console activity page in a real browser', () => {
       ['mock_error', 'batch'],
       ['batch', '1.23 s'],
     ]);
-    assert.ok((await tableOverflow(page)) <= 1, 'at 1280 px every column is in sight, the batch links included');
+    assert.ok((await boxOverrun(table(page))) <= 1, 'at 1280 px every column is in sight, the batch links included');
     await shoot(page, 'activity-batch-desktop');
 
     // Its details: the batch, linked.
@@ -880,7 +832,7 @@ describe('console activity page in a real browser', () => {
     await rowsShown(page, 3, 'every batch request again');
     await closeClean(context, 'batches, desktop');
 
-    const phoneContext = await newContext(phone);
+    const phoneContext = await openContext(browser, gateway.url, phone);
     const phonePage = await phoneContext.newPage();
     await signIn(phonePage, email, password);
     await phonePage.goto(`/console/activity?batch=${batch}`);

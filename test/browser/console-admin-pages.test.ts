@@ -4,8 +4,9 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
-import { type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { type Browser, type Page } from 'playwright-core';
 import { launchChromium } from '../support/browser.js';
+import { assertFits, openContext, screenshots, signIn, tablesLoaded } from '../support/console-browser.js';
 import { adminRequest } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';
 import { ConsoleClient } from '../support/console-client.js';
@@ -25,6 +26,7 @@ import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../suppo
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const shots = join(root, 'test-artifacts', 'console');
+const shoot = screenshots(shots);
 const adminToken = 'admin-pages-browser-admin-token';
 const adminEmail = 'the-administrator-with-a-rather-long-address@admin-pages.browser.test';
 const adminPassword = 'admin-pages-admin-pw';
@@ -120,56 +122,11 @@ describe('the admin pages (keys, all keys, accounts, channels, pricing) in a rea
     redis?.disconnect();
   });
 
-  async function newContext(viewport: { width: number; height: number }): Promise<BrowserContext> {
-    return browser.newContext({ viewport, baseURL: gateway.url, locale: 'en-US' });
-  }
-
-  async function signIn(page: Page, email: string, password: string): Promise<void> {
-    await page.goto('/console');
-    await page.getByLabel('Email').fill(email);
-    await page.getByLabel('Password').fill(password);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.waitForURL('**/console/keys');
-  }
-
-  async function shoot(page: Page, name: string): Promise<void> {
-    if (await page.locator('dialog[open]').count()) {
-      await page.screenshot({ path: join(shots, `${name}.png`) });
-      return;
-    }
-    const height = await page.evaluate(() => document.documentElement.scrollHeight);
-    const { width } = page.viewportSize()!;
-    await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true, clip: { x: 0, y: 0, width, height: Math.min(height, 4000) } });
-  }
-
-  /** A page's tables once their rows are in (no grey placeholder row left). */
-  async function tablesLoaded(page: Page, what: string): Promise<void> {
-    await page.locator('table').first().waitFor();
-    await waitFor(async () => (await page.locator('.skeleton-row').count()) === 0, 20_000, `the tables of ${what}`);
-  }
-
-  /** Every table no wider than its scroll box, the page no wider than the window. */
-  async function assertFits(page: Page, what: string): Promise<void> {
-    const fit = await page.evaluate(() => ({
-      page: document.documentElement.scrollWidth - window.innerWidth,
-      tables: [...document.querySelectorAll('.table-scroll')].map((box) => ({
-        name: box.querySelector('table')?.getAttribute('aria-label') ?? document.getElementById(box.querySelector('table')?.getAttribute('aria-labelledby') ?? '')?.textContent ?? '?',
-        over: box.scrollWidth - box.clientWidth,
-        table: (box.querySelector('table') as HTMLElement).scrollWidth - box.clientWidth,
-        // Each column's width, to say which is too wide.
-        columns: [...box.querySelectorAll('thead th')].map((th) => `${th.textContent?.trim() || '·'} ${Math.round(th.getBoundingClientRect().width)}`).join(', '),
-      })),
-    }));
-    assert.ok(fit.tables.length > 0, `${what}: a table`);
-    assert.ok(fit.page <= 0, `${what}: the page is ${fit.page}px wider than the window`);
-    for (const table of fit.tables) assert.ok(table.over <= 0 && table.table <= 0, `${what}, ${table.name}: ${JSON.stringify(table)}`);
-  }
-
   const rowOf = (page: Page, text: string) => page.locator('tbody tr').filter({ hasText: text });
 
   it("a member's Keys: fits, the Expired badge in sight, the admin chips said in words", async () => {
     for (const [label, viewport] of widths) {
-      const context = await newContext(viewport);
+      const context = await openContext(browser, gateway.url, viewport);
       const page = await context.newPage();
       await signIn(page, memberEmail, memberPassword);
       await tablesLoaded(page, 'keys');
@@ -198,7 +155,7 @@ describe('the admin pages (keys, all keys, accounts, channels, pricing) in a rea
 
   it('All keys: by account (the Default account by its name), fits, caching off where the account never caches', async () => {
     for (const [label, viewport] of widths) {
-      const context = await newContext(viewport);
+      const context = await openContext(browser, gateway.url, viewport);
       const page = await context.newPage();
       await signIn(page, adminEmail, adminPassword);
       await page.goto('/console/admin/keys');
@@ -226,7 +183,7 @@ describe('the admin pages (keys, all keys, accounts, channels, pricing) in a rea
   });
 
   it('All keys: Edit renames a member’s key, Revoke revokes it (refused at /v1 after), with the dialogs of the Keys page', async () => {
-    const context = await newContext(desktop);
+    const context = await openContext(browser, gateway.url, desktop);
     const page = await context.newPage();
     await signIn(page, adminEmail, adminPassword);
     await page.goto('/console/admin/keys');
@@ -263,7 +220,7 @@ describe('the admin pages (keys, all keys, accounts, channels, pricing) in a rea
 
   it('Accounts: fits, Add credit whole, rows a few lines high, weight in words, the Default account never acct_default', async () => {
     for (const [label, viewport] of widths) {
-      const context = await newContext(viewport);
+      const context = await openContext(browser, gateway.url, viewport);
       const page = await context.newPage();
       await signIn(page, adminEmail, adminPassword);
       await page.goto('/console/admin/accounts');
@@ -326,7 +283,7 @@ describe('the admin pages (keys, all keys, accounts, channels, pricing) in a rea
     assert.ok(channel.cooldowns.every((rest) => rest.model === 'gpt-4o'), 'the model rests, not the channel');
 
     for (const [label, viewport] of widths) {
-      const context = await newContext(viewport);
+      const context = await openContext(browser, gateway.url, viewport);
       const page = await context.newPage();
       await signIn(page, adminEmail, adminPassword);
       await page.goto('/console/admin/channels');
@@ -348,7 +305,7 @@ describe('the admin pages (keys, all keys, accounts, channels, pricing) in a rea
 
     // The rest ended (cleared where every worker reads it, as an operator would): OK, with its count.
     await redis.hdel('sy:cooldowns', `${channel.id}|gpt-4o`);
-    const context = await newContext(desktop);
+    const context = await openContext(browser, gateway.url, desktop);
     const page = await context.newPage();
     await signIn(page, adminEmail, adminPassword);
     await page.goto('/console/admin/channels');
@@ -365,7 +322,7 @@ describe('the admin pages (keys, all keys, accounts, channels, pricing) in a rea
 
   it('Pricing: fits, vendors named as Channels names them, the header in sight after scrolling', async () => {
     for (const [label, viewport] of widths) {
-      const context = await newContext(viewport);
+      const context = await openContext(browser, gateway.url, viewport);
       const page = await context.newPage();
       await signIn(page, adminEmail, adminPassword);
       await page.goto('/console/pricing');
@@ -402,7 +359,7 @@ describe('the admin pages (keys, all keys, accounts, channels, pricing) in a rea
       await context.close();
     }
     // Signed out (public pricing), the header sticks under the public page's own bar, not behind it.
-    const context = await newContext(desktop);
+    const context = await openContext(browser, gateway.url, desktop);
     const page = await context.newPage();
     await page.goto('/console/pricing');
     await tablesLoaded(page, 'public pricing');

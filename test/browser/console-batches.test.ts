@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { toFile } from 'openai';
 import { type Browser, type BrowserContext, type Locator, type Page } from 'playwright-core';
 import { launchChromium } from '../support/browser.js';
+import { boxFits, closeClean, openContext, pageOverrun, screenshots, signIn } from '../support/console-browser.js';
 import { adminRequest } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';
 import { ConsoleClient } from '../support/console-client.js';
@@ -22,6 +23,7 @@ import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../suppo
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const shots = join(root, 'test-artifacts', 'console');
+const shoot = screenshots(shots);
 const adminEmail = 'admin@batches-browser.test';
 const adminPassword = 'batches-admin-pw';
 const adminToken = 'batches-browser-admin-token';
@@ -49,7 +51,6 @@ describe('console batches page in a real browser', () => {
   let quick: string;
   let running: string;
   let openaiBatch: string;
-  const problems = new Map<BrowserContext, string[]>();
   const adminApi = adminRequest(() => gateway.url, adminToken);
 
   /** A Message Batch made with the member's key; each request's text as given. */
@@ -118,47 +119,6 @@ describe('console batches page in a real browser', () => {
     await gateway?.stop();
   });
 
-  /** A context that notes every CSP violation and uncaught error of its pages. */
-  async function newContext(viewport: { width: number; height: number } = desktop): Promise<BrowserContext> {
-    const context = await browser.newContext({ viewport, baseURL: gateway.url, locale: 'en-US' });
-    const seen: string[] = [];
-    problems.set(context, seen);
-    await context.exposeBinding('__cspViolation', (_source, text: string) => {
-      seen.push(text);
-    });
-    await context.addInitScript(() => {
-      document.addEventListener('securitypolicyviolation', (event) => {
-        void (window as unknown as { __cspViolation: (text: string) => Promise<void> }).__cspViolation(`${event.violatedDirective}: ${event.blockedURI}`);
-      });
-    });
-    context.on('page', (page) => page.on('pageerror', (error) => seen.push(`page error: ${error.message}`)));
-    return context;
-  }
-
-  async function closeClean(context: BrowserContext, what: string): Promise<void> {
-    const seen = problems.get(context) ?? [];
-    await context.close();
-    assert.deepEqual(seen, [], `${what}: CSP violations or page errors`);
-  }
-
-  async function signIn(page: Page, email: string, password: string): Promise<void> {
-    await page.goto('/console');
-    await page.getByLabel('Email').fill(email);
-    await page.getByLabel('Password').fill(password);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.waitForURL('**/console/keys');
-  }
-
-  async function shoot(page: Page, name: string): Promise<void> {
-    if (await page.locator('dialog[open]').count()) {
-      await page.screenshot({ path: join(shots, `${name}.png`) });
-      return;
-    }
-    const height = await page.evaluate(() => document.documentElement.scrollHeight);
-    const { width } = page.viewportSize()!;
-    await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true, clip: { x: 0, y: 0, width, height: Math.min(height, 4000) } });
-  }
-
   const table = (page: Page) => page.getByRole('table', { name: 'Batches' });
   const row = (page: Page, id: string): Locator => table(page).locator('tbody tr.batch-row').filter({ has: page.locator(`[id="batch-${id}"]`) });
   const listedIds = (page: Page) => table(page).locator('tbody tr.batch-row .batch-id').allInnerTexts();
@@ -167,13 +127,10 @@ describe('console batches page in a real browser', () => {
 
   /** The page no wider than the screen, no table wider than its box, and at 390 px every row a card with its status whole. */
   async function checkFit(page: Page, label: string): Promise<void> {
-    const sizes = await page.evaluate(() => ({
-      page: document.documentElement.scrollWidth - window.innerWidth,
-      tables: [...document.querySelectorAll('table')].map((t) => t.scrollWidth - (t.closest('.table-scroll') as HTMLElement).clientWidth),
-      columns: [...document.querySelectorAll('table thead th')].map((th) => `${th.textContent}:${Math.round(th.getBoundingClientRect().width)}`).join(' '),
-    }));
-    assert.ok(sizes.page <= 0, `${label}: the page is ${sizes.page}px wider than the screen`);
-    assert.ok(sizes.tables.every((px) => px <= 0), `${label}: a table is wider than its box by ${sizes.tables.join(', ')}px (${sizes.columns})`);
+    const overrun = await pageOverrun(page);
+    assert.ok(overrun <= 0, `${label}: the page is ${overrun}px wider than the screen`);
+    const boxes = await boxFits(page);
+    assert.ok(boxes.every((box) => box.table <= 0), `${label}: a table is wider than its box by ${boxes.map((box) => box.table).join(', ')}px (${boxes.map((box) => box.columns).join('; ')})`);
     // Every cell's content whole in its cell (the canceling batch's Ends, a status badge): nothing cut.
     const cut = await table(page)
       .locator('tbody tr.batch-row td')
@@ -199,7 +156,7 @@ describe('console batches page in a real browser', () => {
   }
 
   it('shows an admin every account’s batches by default, live, with their models, accounts and links, and the batch a link names', async () => {
-    const context = await newContext();
+    const context = await openContext(browser, gateway.url, desktop);
     const page = await context.newPage();
     await signIn(page, adminEmail, adminPassword);
     await page.getByRole('link', { name: 'Batches' }).click();
@@ -263,7 +220,7 @@ describe('console batches page in a real browser', () => {
 
   it('lets a member cancel a running batch and delete an ended one from the rows, as the API then reads them', async () => {
     for (const [label, viewport] of [['desktop', desktop], ['phone', phone]] as const) {
-      const context = await newContext(viewport);
+      const context = await openContext(browser, gateway.url, viewport);
       const page = await context.newPage();
       await signIn(page, ann.email, ann.password);
       await page.goto('/console/batches');
@@ -275,7 +232,7 @@ describe('console batches page in a real browser', () => {
       await closeClean(context, `member ${label}`);
     }
 
-    const context = await newContext();
+    const context = await openContext(browser, gateway.url, desktop);
     const page = await context.newPage();
     await signIn(page, ann.email, ann.password);
     await page.goto('/console/batches');
@@ -326,7 +283,7 @@ describe('console batches page in a real browser', () => {
     await closeClean(context, 'member');
 
     async function newContextSignedIn(viewport: { width: number; height: number }): Promise<BrowserContext> {
-      const made = await newContext(viewport);
+      const made = await openContext(browser, gateway.url, viewport);
       const signing = await made.newPage();
       await signIn(signing, ann.email, ann.password);
       await signing.close();

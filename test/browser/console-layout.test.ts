@@ -5,8 +5,9 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { type Browser } from 'playwright-core';
 import { launchChromium } from '../support/browser.js';
+import { openContext, screenshots, signIn, tablesLoaded } from '../support/console-browser.js';
 import { adminRequest } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';
 import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
@@ -26,6 +27,7 @@ import { recordUrlFor } from '../support/record.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const shots = join(root, 'test-artifacts', 'console');
+const shoot = screenshots(shots);
 const adminToken = 'layout-browser-admin-token';
 const adminEmail = 'first-admin-with-a-rather-long-address@layout-browser.test';
 const adminPassword = 'layout-admin-pw';
@@ -69,32 +71,8 @@ describe('console layout and the first admin in a real browser', () => {
     await gateway?.stop();
   });
 
-  async function newContext(viewport: { width: number; height: number }): Promise<BrowserContext> {
-    return browser.newContext({ viewport, baseURL: gateway.url, locale: 'en-US' });
-  }
-
-  async function signIn(page: Page, email: string, password: string): Promise<void> {
-    await page.goto('/console');
-    await page.getByLabel('Email').fill(email);
-    await page.getByLabel('Password').fill(password);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.waitForURL('**/console/keys');
-  }
-
-  async function shoot(page: Page, name: string): Promise<void> {
-    const height = await page.evaluate(() => document.documentElement.scrollHeight);
-    const { width } = page.viewportSize()!;
-    await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true, clip: { x: 0, y: 0, width, height: Math.min(height, 4000) } });
-  }
-
-  /** A page's tables once their rows are in (no placeholder row left). */
-  async function tablesLoaded(page: Page, what: string): Promise<void> {
-    await page.locator('table').first().waitFor();
-    await waitFor(async () => (await page.locator('.skeleton-row').count()) === 0, 20_000, `the tables of ${what}`);
-  }
-
   it('says on the sign-in page how the first admin is made, while there is none', async () => {
-    const context = await newContext(phone);
+    const context = await openContext(browser, gateway.url, phone);
     const page = await context.newPage();
     await page.goto('/console');
     const hint = page.getByRole('region', { name: 'No administrator yet' });
@@ -144,7 +122,7 @@ describe('console layout and the first admin in a real browser', () => {
   });
 
   it('shows the admin the command line’s key on the Keys page, with its account, and counts it in Usage as Activity does', async () => {
-    const context = await newContext(desktop);
+    const context = await openContext(browser, gateway.url, desktop);
     const page = await context.newPage();
     await signIn(page, adminEmail, adminPassword);
     // No hint once an admin exists.
@@ -184,7 +162,7 @@ describe('console layout and the first admin in a real browser', () => {
   });
 
   it('keeps every table’s last column in sight at 1280 px, and the sidebar down to the bottom of a long page', async () => {
-    const context = await newContext(desktop);
+    const context = await openContext(browser, gateway.url, desktop);
     const page = await context.newPage();
     await signIn(page, adminEmail, adminPassword);
     for (const path of tablePages) {
@@ -222,7 +200,7 @@ describe('console layout and the first admin in a real browser', () => {
   });
 
   it('on a 390 px phone shows Activity’s time, model, status and cost, and Keys as cards inside the screen, nothing to scroll sideways', async () => {
-    const context = await newContext(phone);
+    const context = await openContext(browser, gateway.url, phone);
     const page = await context.newPage();
     await signIn(page, adminEmail, adminPassword);
 

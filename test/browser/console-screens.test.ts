@@ -3,8 +3,9 @@ import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { type Browser } from 'playwright-core';
 import { launchChromium } from '../support/browser.js';
+import { boxFits, leadingCount, openContext, pageOverrun, screenshots, settled, signIn, stat } from '../support/console-browser.js';
 import { adminRequest } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';
 import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
@@ -21,6 +22,7 @@ import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../suppo
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const shots = join(root, 'test-artifacts', 'console', 'screens');
+const shoot = screenshots(shots, 6000);
 const adminEmail = 'operations-administrator@screens-browser.example-company.test';
 const adminPassword = 'screens-admin-pw';
 const adminToken = 'screens-browser-admin-token';
@@ -159,43 +161,6 @@ describe('every console page fits its screen, with real traffic behind it', () =
     await gateway?.stop('SIGKILL');
   });
 
-  async function newContext(viewport: { width: number; height: number }): Promise<BrowserContext> {
-    return browser.newContext({ viewport, baseURL: gateway.url, locale: 'en-US' });
-  }
-
-  async function signIn(page: Page, email: string, password: string): Promise<void> {
-    await page.goto('/console');
-    await page.getByLabel('Email').fill(email);
-    await page.getByLabel('Password').fill(password);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.waitForURL('**/console/keys');
-  }
-
-  async function shoot(page: Page, name: string): Promise<void> {
-    const height = await page.evaluate(() => document.documentElement.scrollHeight);
-    const { width } = page.viewportSize()!;
-    await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true, clip: { x: 0, y: 0, width, height: Math.min(height, 6000) } });
-  }
-
-  /** Each table's overrun of its box, by the table's name with its columns' widths, and the page's past the window (px). */
-  async function overruns(page: Page): Promise<{ page: number; tables: Array<[string, number]> }> {
-    return page.evaluate(() => ({
-      page: Math.max(0, document.documentElement.scrollWidth - window.innerWidth),
-      tables: [...document.querySelectorAll('.table-scroll')].map((box): [string, number] => {
-        const table = box.querySelector('table');
-        const name = table?.getAttribute('aria-label') ?? document.getElementById(table?.getAttribute('aria-labelledby') ?? '')?.textContent ?? '?';
-        const widths = [...(table?.querySelectorAll('thead th') ?? [])].map((th) => `${th.textContent?.trim() || '·'} ${Math.round(th.getBoundingClientRect().width)}`);
-        return [`${name.trim()}" (${widths.join(', ')} in ${box.clientWidth})`, box.scrollWidth - box.clientWidth];
-      }),
-    }));
-  }
-
-  /** A page once its tables hold rows (or say they have none): no grey rows left. */
-  async function settled(page: Page): Promise<void> {
-    await page.locator('main').waitFor();
-    await waitFor(async () => (await page.locator('.skeleton-row').count()) === 0, 10_000, `${page.url()}: its tables loaded`);
-  }
-
   /** The request log as the admin API lists it, every page: what each page's numbers are checked against. */
   async function requestLog(): Promise<LogRow[]> {
     const rows: LogRow[] = [];
@@ -208,10 +173,6 @@ describe('every console page fits its screen, with real traffic behind it', () =
     }
   }
 
-  /** The whole number a text starts with ("1,234 requests" → 1234). */
-  const leadingCount = (text: string) => Number(/^\s*([\d,]+)/.exec(text)?.[1]?.replaceAll(',', '') ?? NaN);
-  const stat = (page: Page, label: string) => page.locator('.stat').filter({ has: page.locator('.stat-label', { hasText: new RegExp(`^${label}$`) }) });
-
   for (const [label, viewport] of widths) {
     it(`at ${viewport.width} px: Usage, Activity and Accounts count what the request log holds; a failure's message and a hit's saving shown; revoke from All keys and cancel a batch work`, async () => {
       const log = await requestLog();
@@ -222,7 +183,7 @@ describe('every console page fits its screen, with real traffic behind it', () =
       assert.ok(refused >= 6 && failed >= 3, `the traffic's refusals and failures are in the log: ${refused} refused, ${failed} failed`);
       const accounts = ((await (await adminApi('GET', '/admin/accounts')).json()) as { data: unknown[] }).data.length;
 
-      const context = await newContext(viewport);
+      const context = await openContext(browser, gateway.url, viewport);
       const page = await context.newPage();
       await signIn(page, adminEmail, adminPassword);
       if (label === 'phone') assert.ok(await page.getByRole('note', { name: 'Mock vendor' }).isVisible(), 'the mock said on a phone too');
@@ -297,8 +258,8 @@ describe('every console page fits its screen, with real traffic behind it', () =
       await waitFor(async () => (await state()) !== 'in_progress', 5000, 'the batch canceled');
       const batchRow = page.locator('tbody tr').filter({ has: page.locator(`[id="batch-${target}"]`) });
       await waitFor(async () => /cancel/i.test(await batchRow.innerText()), 10_000, 'the row says it is canceling');
-      const over = await overruns(page);
-      assert.ok(over.page <= 1 && over.tables.every(([, px]) => px <= 1), JSON.stringify(over));
+      const over = { page: await pageOverrun(page), tables: await boxFits(page) };
+      assert.ok(over.page <= 1 && over.tables.every((box) => box.box <= 1), JSON.stringify(over));
       await shoot(page, `admin-batches-after-cancel-${label}`);
       await context.close();
     });
@@ -311,16 +272,16 @@ describe('every console page fits its screen, with real traffic behind it', () =
         ['member', members[0], memberPassword, memberPages],
         ['admin', adminEmail, adminPassword, [...memberPages, ...adminPages]],
       ] as const) {
-        const context = await newContext(viewport);
+        const context = await openContext(browser, gateway.url, viewport);
         const page = await context.newPage();
         page.on('pageerror', (error) => problems.push(`${who} page error: ${error.message}`));
         await signIn(page, email, password);
         for (const path of pages) {
           await page.goto(`/console/${path}`);
           await settled(page);
-          const over = await overruns(page);
-          if (over.page > 1) problems.push(`${who} ${path} at ${viewport.width}: the page is ${over.page}px wider than the screen`);
-          for (const [name, px] of over.tables) if (px > 1) problems.push(`${who} ${path} at ${viewport.width}: table "${name} is ${px}px wider than its box`);
+          const over = await pageOverrun(page);
+          if (over > 1) problems.push(`${who} ${path} at ${viewport.width}: the page is ${over}px wider than the screen`);
+          for (const box of await boxFits(page)) if (box.box > 1) problems.push(`${who} ${path} at ${viewport.width}: table "${box.name}" (${box.columns} in ${box.width}) is ${box.box}px wider than its box`);
           await shoot(page, `${who}-${path.replace('/', '-')}-${label}`);
         }
         await context.close();

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Browser, type BrowserContext, type Locator, type Page } from 'playwright-core';
 import { launchChromium } from '../support/browser.js';
+import { assertFits, closeClean, countLayoutShift, layoutShift, leadingCount, openContext, screenshots, signIn, stat, tablesLoaded } from '../support/console-browser.js';
 import { adminRequest } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';
 import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
@@ -25,6 +26,7 @@ import { usageRows } from '../support/record.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const shots = join(root, 'test-artifacts', 'console');
+const shoot = screenshots(shots, 5000);
 const adminEmail = 'admin@usage-browser.test';
 const adminPassword = 'usage-admin-pw';
 const adminToken = 'usage-browser-admin-token';
@@ -34,15 +36,12 @@ const unknownModel = 'no-such-model-xyz';
 
 /** A UTC day as the console labels it ("Nov 27"). */
 const dayLabel = (seconds: number) => new Intl.DateTimeFormat('en-US', { month: 'short', day: 'numeric', timeZone: 'UTC' }).format(new Date(seconds * 1000));
-/** The whole number a cell or stat starts with ("1,234" → 1234). */
-const leadingCount = (text: string) => Number(/^\s*([\d,]+)/.exec(text)?.[1]?.replaceAll(',', '') ?? Number.NaN);
 
 describe('usage and queues pages: counts defined once, in a real browser', () => {
   let gateway: GatewayProcess;
   let browser: Browser;
   let redisUrl: string;
   const statuses: number[] = [];
-  const problems = new Map<BrowserContext, string[]>();
   const adminApi = adminRequest(() => gateway.url, adminToken);
 
   async function chat(key: string, body: Record<string, unknown>, headers: Record<string, string> = {}): Promise<number> {
@@ -108,45 +107,10 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
   });
 
   async function newContext(viewport: { width: number; height: number }): Promise<BrowserContext> {
-    const context = await browser.newContext({ viewport, baseURL: gateway.url, locale: 'en-US' });
+    const context = await openContext(browser, gateway.url, viewport);
     // Layout shift, as console.test.ts measures it: nothing moves as the numbers come in.
-    await context.addInitScript(() => {
-      (window as unknown as { __cls: number }).__cls = 0;
-      new PerformanceObserver((list) => {
-        for (const entry of list.getEntries() as Array<PerformanceEntry & { value: number; hadRecentInput: boolean }>) {
-          if (!entry.hadRecentInput) (window as unknown as { __cls: number }).__cls += entry.value;
-        }
-      }).observe({ type: 'layout-shift', buffered: true });
-    });
-    const seen: string[] = [];
-    problems.set(context, seen);
-    context.on('page', (page) => page.on('pageerror', (error) => seen.push(`page error: ${error.message}`)));
+    await countLayoutShift(context);
     return context;
-  }
-
-  async function closeClean(context: BrowserContext, what: string): Promise<void> {
-    const seen = problems.get(context) ?? [];
-    await context.close();
-    assert.deepEqual(seen, [], `${what}: page errors`);
-  }
-
-  async function signIn(page: Page): Promise<void> {
-    await page.goto('/console');
-    await page.getByLabel('Email').fill(adminEmail);
-    await page.getByLabel('Password').fill(adminPassword);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.waitForURL('**/console/keys');
-  }
-
-  async function shoot(page: Page, name: string): Promise<void> {
-    const height = await page.evaluate(() => document.documentElement.scrollHeight);
-    const { width } = page.viewportSize()!;
-    await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true, clip: { x: 0, y: 0, width, height: Math.min(height, 5000) } });
-  }
-
-  async function tablesLoaded(page: Page, what: string): Promise<void> {
-    await page.locator('table').first().waitFor();
-    await waitFor(async () => (await page.locator('.skeleton-row').count()) === 0, 20_000, `the tables of ${what}`);
   }
 
   /** A page opened afresh (its layout shift counted from its start): no shift once its numbers are in. */
@@ -154,31 +118,9 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
     await page.goto(path);
     await tablesLoaded(page, what);
     await page.waitForLoadState('networkidle');
-    const cls = await page.evaluate(() => (window as unknown as { __cls: number }).__cls);
+    const cls = await layoutShift(page);
     assert.ok(cls < 0.1, `${what}: cumulative layout shift ${cls.toFixed(3)}`);
   }
-
-  /** Each table's width beyond its box (px), by its name; and whether the page scrolls sideways. */
-  async function overflow(page: Page): Promise<{ tables: Record<string, number>; page: number }> {
-    return page.evaluate(() => ({
-      tables: Object.fromEntries(
-        [...document.querySelectorAll('.table-scroll')].map((box, i) => {
-          const table = box.querySelector('table')!;
-          const name = table.getAttribute('aria-label') ?? document.getElementById(table.getAttribute('aria-labelledby') ?? '')?.textContent ?? `table ${i}`;
-          return [name.trim(), table.scrollWidth - (box as HTMLElement).clientWidth];
-        }),
-      ),
-      page: document.documentElement.scrollWidth - window.innerWidth,
-    }));
-  }
-
-  function assertFits(fit: { tables: Record<string, number>; page: number }, what: string): void {
-    assert.ok(Object.keys(fit.tables).length > 0, `${what}: tables found`);
-    for (const [name, beyond] of Object.entries(fit.tables)) assert.ok(beyond <= 1, `${what}: "${name}" is ${beyond} px wider than its box`);
-    assert.ok(fit.page <= 0, `${what}: the page scrolls sideways by ${fit.page} px`);
-  }
-
-  const stat = (page: Page, label: string): Locator => page.locator('.stat').filter({ has: page.locator('.stat-label', { hasText: new RegExp(`^${label}$`) }) });
 
   /** A table's rows as { lead, cells }: the lead cell's text and each labelled cell's, by its column's label. */
   async function tableRows(table: Locator): Promise<Array<{ lead: string; cells: Record<string, string> }>> {
@@ -193,7 +135,7 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
   it('counts on Usage every request the record holds for its days, as Activity does, refusals and failures said', async () => {
     const context = await newContext(desktop);
     const page = await context.newPage();
-    await signIn(page);
+    await signIn(page, adminEmail, adminPassword);
     await openSteady(page, '/console/usage', 'usage at 1280 px');
     const report = await page.evaluate(async () => (await fetch('/console/api/usage?days=30')).json() as Promise<{ from: string; to: string }>);
     const rows = await usageRows(redisUrl);
@@ -258,7 +200,7 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
       assert.equal(await canvas.getAttribute('data-value-axes'), '1', `${name}: one value axis`);
     }
 
-    assertFits(await overflow(page), 'usage at 1280 px');
+    await assertFits(page, 'usage at 1280 px', 1);
     await shoot(page, 'usage-counts-desktop');
 
     // Activity counts the same requests over the same days.
@@ -272,10 +214,10 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
   it('shows Usage on a phone as cards, the page never wider than the screen', async () => {
     const context = await newContext(phone);
     const page = await context.newPage();
-    await signIn(page);
+    await signIn(page, adminEmail, adminPassword);
     await openSteady(page, '/console/usage', 'usage at 390 px');
     await page.locator('canvas[aria-label^="Requests per day"][data-x-labels]').waitFor();
-    assertFits(await overflow(page), 'usage at 390 px');
+    await assertFits(page, 'usage at 390 px', 1);
     // Every table a card a row: its rows are blocks, not table rows.
     const displays = await page.locator('table.data-table tbody tr:not(.dt-details-row)').evaluateAll((trs) => trs.map((tr) => getComputedStyle(tr).display));
     assert.ok(displays.length > 0 && displays.every((display) => display !== 'table-row'), JSON.stringify(displays));
@@ -295,7 +237,7 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
     ] as const) {
       const context = await newContext(viewport);
       const page = await context.newPage();
-      await signIn(page);
+      await signIn(page, adminEmail, adminPassword);
       await openSteady(page, '/console/admin/queues', `queues, ${name}`);
       const table = page.getByRole('table', { name: 'Queues' });
       const chat = (await tableRows(table)).find((row) => row.lead === 'chat');
@@ -307,7 +249,7 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
       assert.match(note, /60 s after it completes/);
       assert.match(note, /request log has every request/);
       if (name === 'desktop') assert.match(await table.getByRole('columnheader', { name: /Kept completed/ }).innerText(), /last 60 s, at most 1,000/);
-      assertFits(await overflow(page), `queues, ${name}`);
+      await assertFits(page, `queues, ${name}`, 1);
       await shoot(page, `queues-kept-${name}`);
       await closeClean(context, `queues, ${name}`);
     }

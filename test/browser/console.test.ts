@@ -9,6 +9,7 @@ import type { Redis } from 'ioredis';
 import { type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { createBatch, newBatchId, recordBatchResult } from '../../shared/batches/index.js';
 import { launchChromium } from '../support/browser.js';
+import { boxFits, countLayoutShift, layoutShift, openContext, pageOverrun, screenshots, signIn } from '../support/console-browser.js';
 import { adminRequest } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';
 import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
@@ -23,6 +24,8 @@ import { amountsIn, followsMoneyRule } from '../support/money-rule.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const shots = join(root, 'test-artifacts', 'console');
+/** The whole page, cut at 4,000 px (the pricing page lists 200+ models). */
+const shoot = screenshots(shots);
 const adminEmail = 'admin@browser.test';
 const adminPassword = 'browser-admin-pw';
 const adminToken = 'browser-test-admin-token';
@@ -64,39 +67,14 @@ describe('web console in a real browser', () => {
   });
 
   const adminApi = adminRequest(() => gateway.url, adminToken);
+  /** How far the page, and each table's own scroll box, run past their width (px). */
+  const overflow = async (page: Page) => ({ page: await pageOverrun(page), boxes: (await boxFits(page)).map((box) => box.box) });
 
   async function newContext(viewport: { width: number; height: number } = desktop): Promise<BrowserContext> {
     // en-US: the money rule is checked on the page's own digits and separators.
-    const context = await browser.newContext({ viewport, baseURL: gateway.url, locale: 'en-US' });
+    const context = await openContext(browser, gateway.url, viewport);
     await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: gateway.url });
     return context;
-  }
-
-  async function signIn(page: Page, email: string, password: string): Promise<void> {
-    await page.goto('/console');
-    await page.getByLabel('Email').fill(email);
-    await page.getByLabel('Password').fill(password);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-  }
-
-  /** The whole page, cut at 4,000 px (the pricing page lists 200+ models). */
-  async function shoot(page: Page, name: string): Promise<void> {
-    // A modal dialog as the screen shows it: a full-page shot would draw the sticky top bar and the backdrop out of place.
-    if (await page.locator('dialog[open]').count()) {
-      await page.screenshot({ path: join(shots, `${name}.png`) });
-      return;
-    }
-    const height = await page.evaluate(() => document.documentElement.scrollHeight);
-    const { width } = page.viewportSize()!;
-    await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true, clip: { x: 0, y: 0, width, height: Math.min(height, 4000) } });
-  }
-
-  /** How far the page, and each table's own scroll box, run past their width (px). */
-  async function overflow(page: Page): Promise<{ page: number; boxes: number[] }> {
-    return page.evaluate(() => ({
-      page: Math.max(0, document.documentElement.scrollWidth - window.innerWidth),
-      boxes: [...document.querySelectorAll('.table-scroll')].map((box) => box.scrollWidth - box.clientWidth),
-    }));
   }
 
   /** What a Copy button put on the clipboard: emptied first, so a button that copies nothing is caught. */
@@ -692,10 +670,10 @@ describe('web console in a real browser', () => {
     const context = await newContext();
     const page = await context.newPage();
     for (let i = 0; i < 5; i++) {
-      await signIn(page, 'throttle@browser.test', `wrong-password-${i}`);
+      await signIn(page, 'throttle@browser.test', `wrong-password-${i}`, null);
       await page.getByRole('alert').filter({ hasText: /incorrect email or password/i }).waitFor();
     }
-    await signIn(page, 'throttle@browser.test', 'throttle-password');
+    await signIn(page, 'throttle@browser.test', 'throttle-password', null);
     await page.getByRole('alert').filter({ hasText: /too many sign-in attempts/i }).waitFor();
     await shoot(page, 'signin-throttled-desktop');
     await context.close();
@@ -704,14 +682,7 @@ describe('web console in a real browser', () => {
   it('renders every page at desktop and phone width without layout shift, keyboard reachable', async () => {
     for (const [label, viewport] of widths) {
       const context = await newContext(viewport);
-      await context.addInitScript(() => {
-        (window as unknown as { __cls: number }).__cls = 0;
-        new PerformanceObserver((list) => {
-          for (const entry of list.getEntries() as Array<PerformanceEntry & { value: number; hadRecentInput: boolean }>) {
-            if (!entry.hadRecentInput) (window as unknown as { __cls: number }).__cls += entry.value;
-          }
-        }).observe({ type: 'layout-shift', buffered: true });
-      });
+      await countLayoutShift(context);
       const page = await context.newPage();
       await page.goto('/console');
       await shoot(page, `signin-${label}`);
@@ -724,7 +695,7 @@ describe('web console in a real browser', () => {
         await page.goto(`/console/${path}`);
         await page.getByRole('heading', { level: 1 }).waitFor();
         await page.waitForLoadState('networkidle');
-        const cls = await page.evaluate(() => (window as unknown as { __cls: number }).__cls);
+        const cls = await layoutShift(page);
         assert.ok(cls < 0.1, `${path} at ${label}: cumulative layout shift ${cls.toFixed(3)}`);
         const wide = await overflow(page);
         assert.ok(wide.page <= 1, `${path} at ${label}: the page is ${wide.page}px wider than the screen`);

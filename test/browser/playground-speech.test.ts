@@ -3,8 +3,9 @@ import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { type Browser, type Page } from 'playwright-core';
 import { launchChromium } from '../support/browser.js';
+import { closeClean, openContext, screenshots, signIn } from '../support/console-browser.js';
 import { adminRequest } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';
 import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
@@ -22,6 +23,7 @@ import { followsMoneyRule } from '../support/money-rule.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const shots = join(root, 'test-artifacts', 'console');
+const shoot = screenshots(shots);
 const adminEmail = 'admin@speech-browser.test';
 const adminPassword = 'speech-admin-pw';
 const adminToken = 'speech-browser-admin-token';
@@ -56,7 +58,6 @@ describe('the Playground’s Speech tab in a real browser', () => {
   let gateway: GatewayProcess;
   let browser: Browser;
   let member: string;
-  const problems = new Map<BrowserContext, string[]>();
   const adminApi = adminRequest(() => gateway.url, adminToken);
 
   before(async () => {
@@ -78,52 +79,10 @@ describe('the Playground’s Speech tab in a real browser', () => {
     await gateway?.stop();
   });
 
-  /** A context that notes every CSP violation and uncaught error of its pages. */
-  async function newContext(viewport: { width: number; height: number }): Promise<BrowserContext> {
-    const context = await browser.newContext({ viewport, baseURL: gateway.url, locale: 'en-US' });
-    const seen: string[] = [];
-    problems.set(context, seen);
-    await context.exposeBinding('__cspViolation', (_source, text: string) => {
-      seen.push(text);
-    });
-    await context.addInitScript(() => {
-      document.addEventListener('securitypolicyviolation', (event) => {
-        void (window as unknown as { __cspViolation: (text: string) => Promise<void> }).__cspViolation(`${event.violatedDirective}: ${event.blockedURI}`);
-      });
-    });
-    context.on('page', (page) => {
-      page.on('pageerror', (error) => seen.push(`page error: ${error.message}`));
-      page.on('console', (message) => {
-        if (message.type() === 'error' && /content security policy/i.test(message.text())) seen.push(message.text());
-      });
-    });
-    return context;
-  }
-
-  async function closeClean(context: BrowserContext, what: string): Promise<void> {
-    const seen = problems.get(context) ?? [];
-    await context.close();
-    assert.deepEqual(seen, [], `${what}: CSP violations or page errors`);
-  }
-
-  async function signIn(page: Page, email: string, password: string): Promise<void> {
-    await page.goto('/console');
-    await page.getByLabel('Email').fill(email);
-    await page.getByLabel('Password').fill(password);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.waitForURL('**/console/keys');
-  }
-
   async function openSpeech(page: Page): Promise<void> {
     await page.goto('/console/playground');
     await page.getByRole('group', { name: 'Mode' }).getByRole('button', { name: 'Speech' }).click();
     await page.getByLabel('Model').selectOption(mockSpeech!.id);
-  }
-
-  async function shoot(page: Page, name: string): Promise<void> {
-    const height = await page.evaluate(() => document.documentElement.scrollHeight);
-    const { width } = page.viewportSize()!;
-    await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true, clip: { x: 0, y: 0, width, height: Math.min(height, 4000) } });
   }
 
   /** The audio element's duration once its metadata is in (the browser decoded the source), or the media error it met. */
@@ -196,7 +155,7 @@ describe('the Playground’s Speech tab in a real browser', () => {
       ['desktop', desktop],
       ['phone', phone],
     ] as const) {
-      const context = await newContext(viewport);
+      const context = await openContext(browser, gateway.url, viewport);
       const page = await context.newPage();
       await signIn(page, memberEmail, memberPassword);
       await openSpeech(page);
@@ -235,7 +194,7 @@ describe('the Playground’s Speech tab in a real browser', () => {
   it('plays every other format the mock claims (raw PCM made a WAV by the page), and keeps the audio across tabs', async () => {
     const formats = (mockSpeech!.speech_formats ?? ['mp3', 'wav', 'pcm']).filter((format) => format !== 'mp3');
     assert.ok(formats.includes('wav') && formats.includes('pcm'), `the mock claims wav and pcm: ${formats.join(', ')}`);
-    const context = await newContext(desktop);
+    const context = await openContext(browser, gateway.url, desktop);
     const page = await context.newPage();
     await signIn(page, memberEmail, memberPassword);
     await openSpeech(page);
@@ -267,7 +226,7 @@ describe('the Playground’s Speech tab in a real browser', () => {
   });
 
   it('says what went wrong with the request’s id, and checks the speed and the text before sending', async () => {
-    const context = await newContext(phone);
+    const context = await openContext(browser, gateway.url, phone);
     const page = await context.newPage();
     await signIn(page, brokeEmail, brokePassword);
     await openSpeech(page);

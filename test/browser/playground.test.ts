@@ -3,8 +3,9 @@ import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { type Browser, type Page } from 'playwright-core';
 import { launchChromium } from '../support/browser.js';
+import { closeClean, noSidewaysScroll, openContext, screenshots, signIn } from '../support/console-browser.js';
 import { adminRequest } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
@@ -24,6 +25,7 @@ import { followsMoneyRule } from '../support/money-rule.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const shots = join(root, 'test-artifacts', 'console');
+const shoot = screenshots(shots);
 const adminEmail = 'admin@playground-browser.test';
 const adminPassword = 'playground-admin-pw';
 const adminToken = 'playground-browser-admin-token';
@@ -54,7 +56,6 @@ describe('the Playground’s answers and the mock badge in a real browser', () =
   let gateway: GatewayProcess;
   let browser: Browser;
   let member: string;
-  const problems = new Map<BrowserContext, string[]>();
   const adminApi = adminRequest(() => gateway.url, adminToken);
 
   before(async () => {
@@ -73,53 +74,6 @@ describe('the Playground’s answers and the mock badge in a real browser', () =
     await browser?.close();
     await gateway?.stop();
   });
-
-  /** A context that notes every CSP violation and uncaught error of its pages. */
-  async function newContext(base: string, viewport: { width: number; height: number }): Promise<BrowserContext> {
-    const context = await browser.newContext({ viewport, baseURL: base, locale: 'en-US' });
-    const seen: string[] = [];
-    problems.set(context, seen);
-    await context.exposeBinding('__cspViolation', (_source, text: string) => {
-      seen.push(text);
-    });
-    await context.addInitScript(() => {
-      document.addEventListener('securitypolicyviolation', (event) => {
-        void (window as unknown as { __cspViolation: (text: string) => Promise<void> }).__cspViolation(`${event.violatedDirective}: ${event.blockedURI}`);
-      });
-    });
-    context.on('page', (page) => {
-      page.on('pageerror', (error) => seen.push(`page error: ${error.message}`));
-      page.on('console', (message) => {
-        if (message.type() === 'error' && /content security policy/i.test(message.text())) seen.push(message.text());
-      });
-    });
-    return context;
-  }
-
-  async function closeClean(context: BrowserContext, what: string): Promise<void> {
-    const seen = problems.get(context) ?? [];
-    await context.close();
-    assert.deepEqual(seen, [], `${what}: CSP violations or page errors`);
-  }
-
-  async function signIn(page: Page, email: string, password: string): Promise<void> {
-    await page.goto('/console');
-    await page.getByLabel('Email').fill(email);
-    await page.getByLabel('Password').fill(password);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.waitForURL('**/console/keys');
-  }
-
-  async function shoot(page: Page, name: string): Promise<void> {
-    const height = await page.evaluate(() => document.documentElement.scrollHeight);
-    const { width } = page.viewportSize()!;
-    await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true, clip: { x: 0, y: 0, width, height: Math.min(height, 4000) } });
-  }
-
-  async function noSidewaysScroll(page: Page, label: string): Promise<void> {
-    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-    assert.ok(overflow <= 0, `${label}: the page scrolls sideways by ${overflow}px`);
-  }
 
   /** The member's request with this id as the request log has it, once `done` says it is in as wanted. */
   async function loggedRow(id: string, done: (row: Row) => boolean = (row) => row.settled): Promise<Row> {
@@ -148,7 +102,7 @@ describe('the Playground’s answers and the mock badge in a real browser', () =
 
   it('shows a chat answer’s tokens and cost as the request log has them, and opens its Activity row, at 1280×800 and 390×844', async () => {
     for (const [label, viewport] of viewports) {
-      const context = await newContext(gateway.url, viewport);
+      const context = await openContext(browser, gateway.url, viewport);
       const page = await context.newPage();
       await signIn(page, memberEmail, memberPassword);
       await openChat(page);
@@ -224,7 +178,7 @@ describe('the Playground’s answers and the mock badge in a real browser', () =
 
   it('shows a failed request’s id beside its message, the id the log has, copyable; a setting the page refuses sends nothing and names no request', async () => {
     for (const [label, viewport] of viewports) {
-      const context = await newContext(gateway.url, viewport);
+      const context = await openContext(browser, gateway.url, viewport);
       await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: gateway.url });
       const page = await context.newPage();
       await signIn(page, memberEmail, memberPassword);
@@ -277,7 +231,7 @@ describe('the Playground’s answers and the mock badge in a real browser', () =
     if (expected === 'none') assert.equal(config.mock.on, false);
     else assert.deepEqual(config.mock, { on: true, billed: expected === 'billed', models: 'all' });
     for (const [label, viewport] of viewports) {
-      const context = await newContext(base, viewport);
+      const context = await openContext(browser, base, viewport);
       const page = await context.newPage();
       await signIn(page, adminEmail, adminPassword);
       for (const path of ['/console/keys', '/console/usage', '/console/playground']) {

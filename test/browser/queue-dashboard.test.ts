@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Browser, type Page } from 'playwright-core';
 import { launchChromium } from '../support/browser.js';
+import { noSidewaysScroll, signIn } from '../support/console-browser.js';
 import { AccountStore } from '../../api/accounts/account-store.js';
 import { buildOnce } from '../support/build.js';
 import { createKey, freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
@@ -90,8 +91,7 @@ describe('queue dashboard in a real browser', () => {
       assert.deepEqual(await look(page, 'main', 'a.button'), signInLook, 'the same card, type and button as the console sign-in');
       const link = page.getByRole('link', { name: 'Sign in to the console' });
       assert.equal(await link.getAttribute('href'), '/console/queue-dashboard');
-      const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-      assert.ok(overflow <= 0, `${overflow}px wider than the screen`);
+      await noSidewaysScroll(page, 'signed out');
       await page.screenshot({ path: join(shots, `signed-out-${viewport.width}.png`) });
       // The link leads to the console's sign-in, and once signed in as an admin, to the dashboard.
       await link.click();
@@ -106,11 +106,7 @@ describe('queue dashboard in a real browser', () => {
       // A member signed in to the console: refused with a 403, on the same card, back to the console.
       const memberContext = await browser.newContext({ viewport, baseURL: gateway.url });
       const memberPage = await memberContext.newPage();
-      await memberPage.goto('/console');
-      await memberPage.getByLabel('Email').fill(memberEmail);
-      await memberPage.getByLabel('Password').fill(memberPassword);
-      await memberPage.getByRole('button', { name: 'Sign in' }).click();
-      await memberPage.waitForURL('**/console/keys');
+      await signIn(memberPage, memberEmail, memberPassword);
       const refused = await memberPage.goto('/console/queue-dashboard');
       assert.equal(refused!.status(), 403);
       await memberPage.getByRole('heading', { name: 'Administrators only' }).waitFor();
@@ -135,11 +131,7 @@ describe('queue dashboard in a real browser', () => {
       if (message.type() === 'error' && !/fonts\.googleapis\.com/.test(message.text())) problems.push(message.text());
     });
 
-    await page.goto('/console');
-    await page.getByLabel('Email').fill(adminEmail);
-    await page.getByLabel('Password').fill(adminPassword);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.waitForURL('**/console/keys');
+    await signIn(page, adminEmail, adminPassword);
     await page.goto('/console/admin/queues');
     await page.getByRole('link', { name: 'Queue dashboard' }).click();
     await page.waitForURL('**/admin/queues');
