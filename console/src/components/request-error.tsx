@@ -1,5 +1,6 @@
 import { useEffect, useState } from 'preact/hooks';
 import { ApiError, messageOf } from '../api';
+import { ErrorMessage } from './ui';
 
 /*
  * A failed request as the Playground shows it: the message the client got and,
@@ -41,31 +42,15 @@ function CopyId({ id }: { id: string }) {
 
 /** The error banner of a Playground tab: the message, then the request's id and a copy button when there is one. */
 export function RequestErrorMessage({ failure, onDismiss }: { failure: Failure | undefined; onDismiss?: () => void }) {
-  if (!failure?.message) return null;
-  const id = failure.requestId;
+  const id = failure?.requestId;
   return (
-    <div class="alert alert-error request-error">
-      <svg class="alert-icon" viewBox="0 0 20 20" aria-hidden="true">
-        <circle cx="10" cy="10" r="8" fill="none" stroke="currentColor" stroke-width="1.6" />
-        <path d="M10 5.8v5.2M10 13.6v.1" stroke="currentColor" stroke-width="1.8" stroke-linecap="round" />
-      </svg>
-      <div class="request-error-body">
-        <span class="alert-text" role="alert">
-          {failure.message}
-          {id && (
-            <span class="request-error-id">
-              {' '}
-              (request <code data-request-id={id}>{id}</code>)
-            </span>
-          )}
+    <ErrorMessage message={failure?.message} onDismiss={onDismiss} class="request-error" actions={id && <CopyId id={id} />}>
+      {id && (
+        <span class="request-error-id">
+          {' '}
+          (request <code data-request-id={id}>{id}</code>)
         </span>
-        {id && <CopyId id={id} />}
-      </div>
-      {onDismiss && (
-        <button type="button" class="alert-close" onClick={onDismiss} aria-label="Dismiss">
-          ×
-        </button>
       )}
-    </div>
+    </ErrorMessage>
   );
 }

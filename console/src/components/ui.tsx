@@ -59,18 +59,44 @@ export function useApi<T>(path: string | null, refreshMs?: number): Loaded<T> {
   return { data, error, loading, reload, setData };
 }
 
-/** An error the user must see: announced by screen readers at once. */
-export function ErrorMessage({ message, onDismiss }: { message: string | undefined | null; onDismiss?: () => void }) {
+/**
+ * An error the user must see: announced by screen readers at once. `children` follow the message in its text (the
+ * request it was, say), and `actions` sit beside the text (a Copy button).
+ */
+export function ErrorMessage({
+  message,
+  onDismiss,
+  children,
+  actions,
+  class: className,
+}: {
+  message: string | undefined | null;
+  onDismiss?: (() => void) | undefined;
+  children?: ComponentChildren;
+  actions?: ComponentChildren;
+  class?: string;
+}) {
   if (!message) return null;
+  const text = (
+    <span class="alert-text" role="alert">
+      {message}
+      {children}
+    </span>
+  );
   return (
-    <div class="alert alert-error">
+    <div class={className ? `alert alert-error ${className}` : 'alert alert-error'}>
       <svg class="alert-icon" viewBox="0 0 20 20" aria-hidden="true">
         <circle cx="10" cy="10" r="8" fill="none" stroke="currentColor" stroke-width="1.6" />
         <path d="M10 5.8v5.2M10 13.6v.1" stroke="currentColor" stroke-width="1.8" stroke-linecap="round" />
       </svg>
-      <span class="alert-text" role="alert">
-        {message}
-      </span>
+      {actions ? (
+        <div class="alert-body">
+          {text}
+          {actions}
+        </div>
+      ) : (
+        text
+      )}
       {onDismiss && (
         <button type="button" class="alert-close" onClick={onDismiss} aria-label="Dismiss">
           ×
