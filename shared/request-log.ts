@@ -39,6 +39,14 @@ export interface RequestLogEvent {
   service_tier?: ServiceTier;
 }
 
+/** The longest error message the log keeps: what the client read, cut here. */
+export const loggedMessageChars = 500;
+
+/** Text as the log keeps it: at most `chars` characters, a NUL (which the record cannot store) written as U+FFFD. */
+export function loggedText(text: string, chars: number): string {
+  return text.slice(0, chars).replaceAll('\u0000', '\uFFFD');
+}
+
 /** The stream entry's field that carries a log event (a settlement carries `usage`). */
 export const logField = 'log';
 

@@ -3,6 +3,7 @@ import type { Redis } from 'ioredis';
 import { AsyncJobFailure } from '../shared/async-job-failure.js';
 import type { Catalog, CatalogModel } from '../shared/catalog.js';
 import type { Config } from '../shared/config.js';
+import { loggedMessageChars, loggedText } from '../shared/request-log.js';
 import { endpoints, type EndpointRequest } from '../shared/endpoints.js';
 import { GatewayError, timeoutError } from '../shared/errors.js';
 import { jobIdOf, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
@@ -384,8 +385,8 @@ class JobRun {
       channel: route?.channel.id,
       fallback: route && route.model.id !== data.model ? route.model.id : undefined,
       error_code: errorCode,
-      // Its first 500 characters: the api's, when it answered the client, is the one the log keeps.
-      error_message: errorMessage?.slice(0, 500),
+      // The api's, when it answered the client, is the one the log keeps.
+      error_message: errorMessage === undefined ? undefined : loggedText(errorMessage, loggedMessageChars),
     }, route?.channel);
   }
 }

@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import type { Endpoint } from '../../shared/endpoints.js';
 import type { KeyAccess } from '../../shared/accounts.js';
 import type { RequestStatus } from '../../shared/money/usage.js';
-import { appendRequestLog, type RequestLogEvent } from '../../shared/request-log.js';
+import { appendRequestLog, loggedMessageChars, loggedText, type RequestLogEvent } from '../../shared/request-log.js';
 import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
 
 /**
@@ -65,20 +65,12 @@ export function noteFirstChunk(ctx: Pick<Context, 'state'>): void {
   if (n && n.firstChunk === undefined) n.firstChunk = performance.now();
 }
 
-/** The longest error message the log keeps: what the client read, cut here. */
-export const loggedMessageChars = 500;
-
 /** The first error a request was answered with: its code, and its message as the client read it (the log keeps its first 500 characters). */
 export function noteError(ctx: Noted, code: string | null | undefined, message?: string): void {
   const n = notes(ctx);
   if (!n || n.errorCode !== undefined) return;
   n.errorCode = code ?? null;
   if (message) n.errorMessage = loggedText(message, loggedMessageChars);
-}
-
-/** Text as the log keeps it: at most `chars` characters, a NUL (which the record cannot store) written as U+FFFD. */
-function loggedText(text: string, chars: number): string {
-  return text.slice(0, chars).replaceAll('\u0000', '\uFFFD');
 }
 
 export interface RequestLogDeps {

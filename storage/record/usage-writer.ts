@@ -7,7 +7,7 @@ import type { Logger } from '../../shared/logger.js';
 import { activeMetrics } from '../../shared/metrics.js';
 import type { RecordDb, RecordTables, UsageDailyTable, UsageTable } from './database.js';
 import { cacheMarks, requestStatuses, type CacheMark, type RequestStatus, type RunDetail } from '../../shared/money/usage.js';
-import { logField } from '../../shared/request-log.js';
+import { logField, loggedMessageChars, loggedText } from '../../shared/request-log.js';
 import { serviceTiers, type ServiceTier } from '../../shared/scheduling/service-tier.js';
 
 /**
@@ -75,7 +75,7 @@ const int = (value: unknown) => (Number.isFinite(Number(value)) ? Math.round(Num
 const num = (value: unknown) => (Number.isFinite(Number(value)) ? Number(value) : 0);
 const text = (value: unknown) => (typeof value === 'string' && value !== '' ? value.slice(0, 200) : null);
 /** An error's message as the log keeps it: its first 500 characters, without NUL (which the record cannot store). */
-const message = (value: unknown) => (typeof value === 'string' && value !== '' ? value.slice(0, 500).replaceAll('\u0000', '\uFFFD') : null);
+const message = (value: unknown) => (typeof value === 'string' && value !== '' ? loggedText(value, loggedMessageChars) : null);
 /** A tier as the record keeps it: one the gateway serves in, else (a record from before tiers) `default`. */
 const tier = (value: unknown): ServiceTier => (serviceTiers.includes(value as ServiceTier) ? (value as ServiceTier) : 'default');
 /** How the response cache took part, as the record keeps it: one of `cacheMarks`, else (none, or a value this code does not know) null. */
