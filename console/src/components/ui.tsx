@@ -242,11 +242,11 @@ export function modelList(text: string): string[] | undefined {
 }
 
 /** A button that copies `text`, and says so; each snippet has its own. */
-export function CopyButton({ text, label }: { text: string; label: string }) {
+export function CopyButton({ text, label, class: className }: { text: string; label: string; class?: string }) {
   const [copied, copy, copyError] = useCopy();
   return (
     <>
-      <button type="button" class="button button-secondary button-small" onClick={() => void copy(text)} aria-label={label}>
+      <button type="button" class={className ? `button button-secondary button-small ${className}` : 'button button-secondary button-small'} onClick={() => void copy(text)} aria-label={label}>
         {copied ? 'Copied' : 'Copy'}
       </button>
       {copyError ? <span class="visually-hidden" role="alert">{copyError}</span> : null}
