@@ -699,19 +699,22 @@ describe('console API', () => {
       assert.ok(playground, 'the Playground key is listed');
       type Row = { model?: string; key_id?: string; requests: number; cost_usd: number; input_tokens: number; output_tokens: number };
       let usage!: ConsoleResponse<{ totals: Row; by_model: Row[]; by_key: Array<Row & { key_name: string }>; daily: Row[]; balance_usd: number }>;
+      let adminRows: Row[] = [];
+      // The console counts a request from its log row, which the api writes before the worker settles it; /admin/usage
+      // counts settled requests: both say 2 once both requests are settled.
       await waitFor(async () => {
         usage = await console.request('GET', '/console/api/usage?days=7');
-        return usage.json.totals.requests === 2;
+        const { from } = usage.json as unknown as { from: string };
+        const adminUsage = await fetch(`${gateway.url}/admin/usage?account_id=${account.id}&group_by=model&from=${from}`, {
+          headers: { authorization: `Bearer ${adminToken}` },
+        });
+        adminRows = ((await adminUsage.json()) as { data: Row[] }).data;
+        return usage.json.totals.requests === 2 && adminRows.reduce((sum, row) => sum + row.requests, 0) === 2;
       }, 5000, 'both playground requests to be settled').catch((error: unknown) => {
-        throw new Error(`${(error as Error).message}: ${JSON.stringify(usage.json)}`);
+        throw new Error(`${(error as Error).message}: ${JSON.stringify({ usage: usage.json, admin: adminRows })}`);
       });
       assert.equal(usage.json.by_key[0]!.key_name, 'Playground');
       assert.equal(usage.json.by_key[0]!.key_id, playground.id);
-      const { from } = usage.json as unknown as { from: string };
-      const adminUsage = await fetch(`${gateway.url}/admin/usage?account_id=${account.id}&group_by=model&from=${from}`, {
-        headers: { authorization: `Bearer ${adminToken}` },
-      });
-      const adminRows = ((await adminUsage.json()) as { data: Row[] }).data;
       assert.deepEqual(
         usage.json.by_model.map(({ model, requests, cost_usd, input_tokens, output_tokens }) => ({ model, requests, cost_usd, input_tokens, output_tokens })),
         adminRows.map(({ model, requests, cost_usd, input_tokens, output_tokens }) => ({ model, requests, cost_usd, input_tokens, output_tokens })),
