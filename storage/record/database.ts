@@ -35,6 +35,32 @@ export interface AccountsTable {
   service_tiers: Generated<string | null>;
   /** The longest its answers stay in the response cache, seconds (an admin's cap); 0: never cached; null: no cap of its own. */
   cache_max_ttl_s: Generated<number | null>;
+  /** 'person' (someone who signs in; every account before teams) or 'team' (shared by the people in `team_members`). */
+  kind: Generated<'person' | 'team'>;
+  /** The team's budget per `budget_period`, micros; null: none (the balance alone bounds it). */
+  budget_micros: Generated<number | null>;
+  budget_period: Generated<BudgetPeriod | null>;
+  /** A person signed in through OpenID Connect: its provider's issuer and its subject there. */
+  oidc_issuer: Generated<string | null>;
+  oidc_subject: Generated<string | null>;
+}
+
+/** How often a budget starts again: at 00:00 UTC each day, each Monday, each month's first day. */
+export type BudgetPeriod = 'day' | 'week' | 'month';
+export type TeamRole = 'owner' | 'member' | 'viewer';
+
+/** Who besides its own person is in a team (a person's own account is a team of one it owns, without a row here). */
+export interface TeamMembersTable {
+  team_id: string;
+  /** A person's account id. */
+  member_id: string;
+  role: TeamRole;
+  /** What the keys this member made in the team may spend per `cap_period`, micros; null: no cap of their own. */
+  cap_micros: number | null;
+  cap_period: BudgetPeriod | null;
+  /** Who put them there: the console (a team owner), an admin, or the identity provider's groups at sign-in. */
+  source: Generated<'console' | 'admin' | 'oidc'>;
+  created: number;
 }
 
 export interface ApiKeysTable {
@@ -63,6 +89,11 @@ export interface ApiKeysTable {
   admin_expires: number | null;
   /** Its default response-cache TTL, seconds (a request without Cache-Control is cached as with `max-age=<it>`); null or 0: none. Not a limit: no `admin_` ceiling. */
   cache_ttl_s: Generated<number | null>;
+  /** The person (account id) who made it; null for keys made before teams (their account's own) and by the admin API. */
+  created_by: Generated<string | null>;
+  /** Its budget per `budget_period`, micros, beside the lifetime `limit_micros`; null: none. */
+  budget_micros: Generated<number | null>;
+  budget_period: Generated<BudgetPeriod | null>;
 }
 
 export interface LedgerTable {
@@ -98,6 +129,7 @@ export interface RecordMetaTable {
 export interface RecordTables {
   accounts: AccountsTable;
   api_keys: ApiKeysTable;
+  team_members: TeamMembersTable;
   ledger: LedgerTable;
   usage: UsageTable;
   usage_daily: UsageDailyTable;

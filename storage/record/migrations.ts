@@ -228,6 +228,51 @@ const migrations: Record<string, Migration> = {
       await sql`alter table usage add column if not exists error_message text`.execute(db);
     },
   },
+  // Teams, the people in them, and budgets that reset. An account is a team: it holds the money (balance, keys,
+  // weight, tiers, history) as before. A person is an account of kind 'person' (every account before this one is,
+  // each the one owner of its own team of one, with nothing to move); a team made for several people is an account of
+  // kind 'team', with no email or password of its own. `team_members` names who else is in a team and their role
+  // (owner: members, keys, limits; member: own keys, own usage; viewer: usage only), with an optional cap on what
+  // the keys they made may spend per period. A key remembers who made it (`created_by`, a person's account id; NULL
+  // for keys from before, which are their account's own). A team's and a key's budget per day, week or month sit
+  // beside the key's lifetime limit. A person signed in through OpenID Connect is found again by its issuer and
+  // subject. Every column is nullable or has a constant default: nothing is rewritten.
+  '0011_teams': {
+    async up(db: Kysely<unknown>) {
+      await db.transaction().execute(async (db) => {
+        await sql`
+          alter table accounts
+            add column if not exists kind text not null default 'person'
+              constraint accounts_kind_check check (kind in ('person', 'team')),
+            add column if not exists budget_micros bigint
+              constraint accounts_budget_micros_check check (budget_micros >= 0),
+            add column if not exists budget_period text
+              constraint accounts_budget_period_check check (budget_period in ('day', 'week', 'month')),
+            add column if not exists oidc_issuer text,
+            add column if not exists oidc_subject text`.execute(db);
+        await sql`create unique index if not exists accounts_oidc on accounts (oidc_issuer, oidc_subject) where oidc_subject is not null`.execute(db);
+        await sql`
+          alter table api_keys
+            add column if not exists created_by text,
+            add column if not exists budget_micros bigint
+              constraint api_keys_budget_micros_check check (budget_micros >= 0),
+            add column if not exists budget_period text
+              constraint api_keys_budget_period_check check (budget_period in ('day', 'week', 'month'))`.execute(db);
+        await sql`
+          create table if not exists team_members (
+            team_id text not null references accounts (id),
+            member_id text not null references accounts (id),
+            role text not null check (role in ('owner', 'member', 'viewer')),
+            cap_micros bigint check (cap_micros >= 0),
+            cap_period text check (cap_period in ('day', 'week', 'month')),
+            source text not null default 'console' check (source in ('console', 'admin', 'oidc')),
+            created bigint not null,
+            primary key (team_id, member_id)
+          )`.execute(db);
+        await sql`create index if not exists team_members_member on team_members (member_id)`.execute(db);
+      });
+    },
+  },
 };
 
 /** The request log's indexes: name and definition (after `on usage`). */
