@@ -28,6 +28,9 @@ import {
   switchAliases,
   text,
   usdAmount,
+  teamMap,
+  textList,
+  type TeamMapEntry,
 } from './setting-kinds.js';
 
 /**
@@ -261,6 +264,34 @@ export interface ConsoleConfig {
   sessionIdleSeconds: number;
   /** A session ends this long after sign-in, however busy. */
   sessionMaxSeconds: number;
+  /** Sign-in through an OpenID Connect provider; undefined: off (OIDC_ISSUER unset). */
+  oidc: OidcConfig | undefined;
+}
+
+/** The console's sign-in through an OpenID Connect provider (api/console/oidc.ts, docs/sso.md). */
+export interface OidcConfig {
+  /** The provider's issuer URL; its metadata is read from `<issuer>/.well-known/openid-configuration`. */
+  issuer: string;
+  clientId: string;
+  /** Undefined: a public client (PKCE alone proves the code's exchange). */
+  clientSecret: string | undefined;
+  /** Undefined: `<PUBLIC_BASE_URL or the request's origin>/console/api/oidc/callback`. */
+  redirectUrl: string | undefined;
+  scopes: string;
+  /** The claim (in the ID token, else from userinfo) that lists a person's groups. */
+  groupsClaim: string;
+  /** Which group makes a person what in which team. */
+  teamMap: TeamMapEntry[];
+  /** Groups whose people are admins of the gateway; empty: roles are not taken from the provider. */
+  adminGroups: string[];
+  /** Password sign-in refused but for `breakGlass`, and sign-up closed. */
+  only: boolean;
+  /** Lower-cased emails of the admins who may still sign in with a password under `only`. */
+  breakGlass: string[];
+  /** The sign-in button's label. */
+  name: string;
+  /** The most each call to the provider (discovery, token, keys, userinfo) may take. */
+  timeoutMs: number;
 }
 
 /** A vendor's settings from its `<VENDOR>_*` variables; a prefix none of them names has no entry. */
@@ -412,6 +443,18 @@ const fixed = {
   ADMIN_PASSWORD: setting(optionalText(), 'password of `ADMIN_EMAIL` (at least 8 characters)'),
   CONSOLE_SESSION_IDLE_S: setting(integer(60, 86_400), 'a console session unused this long ends'),
   CONSOLE_SESSION_MAX_S: setting(integer(60, 7 * 86_400), 'a console session ends this long after sign-in, however busy'),
+  OIDC_ISSUER: setting(httpUrl({ kind: 'unset', note: 'sign-in through a provider off' }, true), 'the OpenID Connect provider the console signs people in with (its metadata from `/.well-known/openid-configuration`): docs/sso.md'),
+  OIDC_CLIENT_ID: setting(optionalText(), 'the gateway\'s client id at the provider (needed with `OIDC_ISSUER`)'),
+  OIDC_CLIENT_SECRET: setting(optionalText({ kind: 'unset', note: 'a public client: PKCE alone' }), 'the client\'s secret at the provider'),
+  OIDC_REDIRECT_URL: setting(httpUrl({ kind: 'derived', text: '`<PUBLIC_BASE_URL or the request\'s origin>/console/api/oidc/callback`' }, false), 'the redirect URL registered at the provider'),
+  OIDC_SCOPES: setting(text('openid email profile'), 'the scopes asked of the provider (space-separated; `openid` is always asked)'),
+  OIDC_GROUPS_CLAIM: setting(text('groups'), 'the claim of the ID token (else of userinfo) that lists a person\'s groups'),
+  OIDC_TEAM_MAP: setting(teamMap(), 'which group makes a person what in which team: `group=Team name:role` entries (role `owner`, `member` or `viewer`), comma-separated; a team is made when first named'),
+  OIDC_ADMIN_GROUPS: setting(textList('comma-separated group names'), 'groups whose people are the gateway\'s admins (set at each sign-in); empty: roles stay as the gateway has them'),
+  OIDC_ONLY: setting(flag(false), '`on`: password sign-in is refused but for `OIDC_BREAK_GLASS`, and sign-up is closed'),
+  OIDC_BREAK_GLASS: setting(textList('comma-separated emails'), 'emails of admin accounts that may still sign in with a password under `OIDC_ONLY`'),
+  OIDC_NAME: setting(text('Sign in with SSO'), 'the label of the console\'s sign-in button'),
+  OIDC_TIMEOUT_MS: setting(integer(100, 10_000, 120_000), 'the most each call to the provider may take; past it the sign-in is refused'),
   QUEUE_DASHBOARD_WRITE: setting(flag(false), '`on` lets the queue dashboard (`/admin/queues`) act on jobs and queues (retry a failed job, remove, promote, pause, empty…); `off`: read-only'),
   BLOB_DIR: setting(optionalText({ kind: 'unset', note: '`DATA_DIR/blobs`' }), 'local blob store directory'),
   S3_BUCKET: setting(optionalText(), 'use S3-compatible storage instead of `BLOB_DIR`'),
@@ -597,6 +640,37 @@ function redisTarget(values: FixedValues): RedisTarget {
   return { kind: 'single', url };
 }
 
+/** OIDC_*: undefined when OIDC_ISSUER is unset; a setting that means nothing without it, or a missing client id, fails the start. */
+function oidcConfig(values: FixedValues): OidcConfig | undefined {
+  const issuer = values.OIDC_ISSUER;
+  if (issuer === undefined) {
+    const stray = (['OIDC_CLIENT_ID', 'OIDC_CLIENT_SECRET', 'OIDC_REDIRECT_URL'] as const).filter((name) => values[name] !== undefined);
+    if (values.OIDC_ONLY) stray.unshift('OIDC_ONLY');
+    if (values.OIDC_TEAM_MAP.length > 0) stray.push('OIDC_TEAM_MAP');
+    if (values.OIDC_ADMIN_GROUPS.length > 0) stray.push('OIDC_ADMIN_GROUPS');
+    if (stray.length > 0) throw new Error(`Invalid configuration: ${stray.join(', ')} ${stray.length > 1 ? 'are' : 'is'} set without OIDC_ISSUER (the provider to sign in with)`);
+    return undefined;
+  }
+  if (values.OIDC_CLIENT_ID === undefined) throw new Error('Invalid configuration: OIDC_ISSUER is set without OIDC_CLIENT_ID (the gateway\'s client id at the provider)');
+  // `openid` makes it OpenID Connect: asked whatever the list says.
+  const scopes = values.OIDC_SCOPES.split(/\s+/).filter(Boolean);
+  if (!scopes.includes('openid')) scopes.unshift('openid');
+  return {
+    issuer,
+    clientId: values.OIDC_CLIENT_ID,
+    clientSecret: values.OIDC_CLIENT_SECRET,
+    redirectUrl: values.OIDC_REDIRECT_URL,
+    scopes: scopes.join(' '),
+    groupsClaim: values.OIDC_GROUPS_CLAIM,
+    teamMap: values.OIDC_TEAM_MAP,
+    adminGroups: values.OIDC_ADMIN_GROUPS,
+    only: values.OIDC_ONLY,
+    breakGlass: values.OIDC_BREAK_GLASS.map((email) => email.toLowerCase()),
+    name: values.OIDC_NAME,
+    timeoutMs: values.OIDC_TIMEOUT_MS,
+  };
+}
+
 /** Reads and validates the whole environment; a bad value throws one line naming the variable. */
 export function loadConfig(env: Env = process.env): Config {
   const parsed = environmentSchema(env).safeParse(env);
@@ -613,6 +687,8 @@ export function loadConfig(env: Env = process.env): Config {
   for (const [prefix, url] of members(all, families.baseUrl)) vendor(prefix).baseUrl = url;
   for (const [prefix, max] of members(all, families.maxConcurrency)) vendor(prefix).maxConcurrency = max;
   for (const [prefix, rpm] of members(all, families.rpm)) vendor(prefix).rpm = rpm;
+
+  const oidc = oidcConfig(values);
 
   const s3: S3Config | undefined =
     values.S3_BUCKET === undefined
@@ -714,6 +790,7 @@ export function loadConfig(env: Env = process.env): Config {
       adminPassword: values.ADMIN_PASSWORD,
       sessionIdleSeconds: values.CONSOLE_SESSION_IDLE_S,
       sessionMaxSeconds: values.CONSOLE_SESSION_MAX_S,
+      oidc,
     },
     blobDir: values.BLOB_DIR ?? `${values.DATA_DIR.replace(/\/+$/, '')}/blobs`,
     publicBaseUrl: values.PUBLIC_BASE_URL,

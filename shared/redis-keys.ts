@@ -164,12 +164,17 @@ export const channelFailuresKey = (minute: number) => `${keyPrefix}{channel-heal
 
 // ---- console sign-in, beside the accounts (one slot) ----
 
-/** A console session (hash: account, csrf, created), under the SHA-256 of its token; TTL = its idle expiry. */
+/** A console session (hash: account, csrf, created, and for a sign-in through a provider: ends, id_token), under the SHA-256 of its token; TTL = its idle expiry. */
 export const sessionKey = (tokenHash: string) => `${accountsPrefix}session:${tokenHash}`;
 /** The session hashes of one account (set), to end them all at once. */
 export const accountSessionsKey = (accountId: string) => `${accountsPrefix}account-sessions:${accountId}`;
 /** Failed sign-ins of one email or address in the current window (TTL = the window), under a hash of the value. */
 export const signinFailuresKey = (scope: 'email' | 'ip', value: string) => `${accountsPrefix}signin-fail:${scope}:${createHash('sha256').update(value).digest('hex').slice(0, 32)}`;
+/**
+ * One OpenID Connect sign-in under way (a string, JSON: the browser it is bound to, its PKCE verifier, its nonce,
+ * its redirect URL), under its `state`; taken once (GETDEL) by the callback; TTL = the time a sign-in may take.
+ */
+export const oidcAttemptKey = (state: string) => `${accountsPrefix}oidc-attempt:${createHash('sha256').update(state).digest('hex')}`;
 
 // ---- one for the whole gateway ----
 
@@ -202,9 +207,11 @@ export const blobUrlSecretKey = `${keyPrefix}blob-url-secret`;
  *   sy:keyhash               hash  sha256(secret) → key id
  *   sy:keyids                set   key ids
  *   sy:account-keys:<id>     set   key ids of one account
- *   sy:session:<sha256(token)> hash account, csrf, created (ms): a console session, TTL = its idle expiry
+ *   sy:session:<sha256(token)> hash account, csrf, created (ms), ends (ms) and id_token (signed in through a
+ *                                  provider): a console session, TTL = its idle expiry
  *   sy:account-sessions:<id> set   session hashes of one account, to end them all at once
  *   sy:signin-fail:<email|ip> string sign-in attempts in the current window, counted before the password check (TTL = the window)
+ *   sy:oidc-attempt:<sha256(state)> string an OpenID Connect sign-in under way (JSON), taken once by its callback (TTL)
  *   sy:record-loaded         string set once the hot state was loaded from the record (PostgreSQL), to the stamp of
  *                                  that record ('<record id> <system id> <database oid>'): missing after a flush, which
  *                                  makes the next start or first use load it again; another stamp makes a start reload

@@ -281,3 +281,45 @@ export function hostList(): Kind<string[]> {
 
 export const setting = <T>(kind: Kind<T>, description: string): Setting<T> => ({ ...kind, description });
 export const family = <T>(name: string, pattern: RegExp, kind: Kind<T>, description: string): Family<T> => ({ name, pattern, ...kind, description });
+
+/** Comma-separated values kept as written (an identity provider's group names are case-sensitive). */
+export function textList(type: string): Kind<string[]> {
+  const schema = z.preprocess(unsetIfBlank, z.string().transform(commaList).default([]));
+  return { type, default: plainDefault(schema), schema };
+}
+
+/** The roles a group may give in a team (the record's `team_members.role`). */
+export const teamMapRoles = ['owner', 'member', 'viewer'] as const;
+export type TeamMapRole = (typeof teamMapRoles)[number];
+
+/** One entry of OIDC_TEAM_MAP: people in `group` at the provider are `role` in the team named `team`. */
+export interface TeamMapEntry {
+  group: string;
+  team: string;
+  role: TeamMapRole;
+}
+
+/**
+ * `group=Team name:role` entries, comma-separated (`eng=Engineering:member,eng-leads=Engineering:owner`). The role
+ * is after the last colon, so a team's name may hold colons but no comma; a group's name holds neither `=` nor a
+ * comma. A bad entry fails the start, quoted.
+ */
+export function teamMap(): Kind<TeamMapEntry[]> {
+  const list = z.string().transform((raw, ctx) => {
+    const entries: TeamMapEntry[] = [];
+    for (const entry of commaList(raw)) {
+      const match = /^([^=]+)=(.+):([^:]*)$/.exec(entry);
+      const group = match?.[1]!.trim() ?? '';
+      const team = match?.[2]!.trim() ?? '';
+      const role = match?.[3]!.trim().toLowerCase() ?? '';
+      if (!match || group === '' || team === '' || !(teamMapRoles as readonly string[]).includes(role)) {
+        ctx.addIssue({ code: 'custom', message: `holds "${entry}", which is not group=Team name:role (role: ${teamMapRoles.join(', ')})`, params: quotesValue });
+        return z.NEVER;
+      }
+      entries.push({ group, team, role: role as TeamMapRole });
+    }
+    return entries;
+  });
+  const schema = z.preprocess(unsetIfBlank, list.default([]));
+  return { type: 'comma-separated group=Team name:role entries', default: plainDefault(schema), schema };
+}

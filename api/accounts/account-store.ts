@@ -123,6 +123,8 @@ export interface NewAccount {
   role?: AccountRole;
   /** Spends without a balance; undefined: as its role has it (`unlimitedByRole`). */
   unlimited?: boolean;
+  /** A person signed in through an OpenID Connect provider: found again by its issuer and its subject there. */
+  oidc?: { issuer: string; subject: string };
 }
 
 /**
@@ -242,6 +244,7 @@ export class AccountStore {
           credits_micros: 0,
           settled_micros: 0,
           playground_key: null,
+          ...(input.oidc ? { oidc_issuer: input.oidc.issuer, oidc_subject: input.oidc.subject } : {}),
         })
         .execute();
     } catch (error) {

@@ -8,7 +8,7 @@ import type { EndpointRouteDeps } from '../requests/endpoint-route.js';
 import { accountView } from '../accounts/views.js';
 import type { SessionAnswer } from '../../shared/console-api.js';
 import type { ConsoleAssets } from './assets.js';
-import { sameSecret, type Session, type SessionStore, type SigninThrottle } from './sessions.js';
+import { sameSecret, type Session, type SessionExtras, type SessionStore, type SigninThrottle } from './sessions.js';
 
 /** The console's session cookie and its CSRF tokens: who is signed in, and whether a state-changing call came from this console. */
 
@@ -112,12 +112,14 @@ export async function checkCsrf(ctx: ConsoleContext, deps: ConsoleDeps): Promise
   throw csrfFailed();
 }
 
-export async function startSession(ctx: ConsoleContext, deps: ConsoleDeps, account: Account): Promise<SessionAnswer> {
+/** Signs `account` in on this browser; `extras` (a sign-in through a provider) may end the session early and keep its ID token. */
+export async function startSession(ctx: ConsoleContext, deps: ConsoleDeps, account: Account, extras: SessionExtras = {}): Promise<SessionAnswer> {
   // A new token at every sign-in: a token planted before it (session fixation) is never the one that signs in.
   const previous = await deps.sessions.get(ctx.cookies.get(sessionCookie));
   if (previous) await deps.sessions.destroy(previous);
-  const { token, session } = await deps.sessions.create(account.id);
-  ctx.cookies.set(sessionCookie, token, cookieOptions(ctx, deps.config.console.sessionMaxSeconds * 1000));
+  const { token, session } = await deps.sessions.create(account.id, extras);
+  const maxAgeMs = Math.min(deps.config.console.sessionMaxSeconds * 1000, extras.ends === undefined ? Infinity : Math.max(0, extras.ends - Date.now()));
+  ctx.cookies.set(sessionCookie, token, cookieOptions(ctx, maxAgeMs));
   // The pre-session CSRF token ends with the sign-in: from here on only the session's own token is accepted.
   ctx.cookies.set(csrfCookie, '', { ...cookieOptions(ctx), maxAge: 0 });
   return { account: accountView(account), csrf_token: session.csrf };

@@ -9,7 +9,8 @@ import { as, luaFiles, redisScript } from '../../shared/redis-script.js';
  * disabling an account) ends them at once, wherever the cookie went. The
  * cookie holds a random token; Redis holds only its SHA-256, so a copy of the
  * database signs nobody in. Each session has an idle expiry (the key's TTL,
- * renewed as it is used) and an absolute one (`created` + the maximum),
+ * renewed as it is used) and an absolute one (`created` + the maximum, or
+ * earlier: a sign-in through a provider ends when its ID token does),
  * whichever comes first, and its own CSRF token.
  */
 
@@ -19,6 +20,16 @@ export interface Session {
   csrf: string;
   /** Epoch ms of the sign-in. */
   created: number;
+  /** Epoch ms it ends at the latest, before `created` + the maximum (a provider's ID token's expiry); undefined: none. */
+  ends?: number;
+  /** The provider's ID token it was signed in with: the hint of the provider's sign-out. */
+  idToken?: string;
+}
+
+/** What a session may carry besides its account: an earlier end, and the ID token of a sign-in through a provider. */
+export interface SessionExtras {
+  ends?: number;
+  idToken?: string;
 }
 
 const hashToken = (token: string) => createHash('sha256').update(token).digest('hex');
@@ -43,13 +54,17 @@ export class SessionStore {
     private readonly maxSeconds: number,
   ) {}
 
-  async create(accountId: string): Promise<{ token: string; session: Session }> {
+  /** A new session; with `extras.ends`, it is gone from then on even if the maximum is later (undefined: already past). */
+  async create(accountId: string, extras: SessionExtras = {}): Promise<{ token: string; session: Session }> {
     const token = newToken();
-    const session: Session = { tokenHash: hashToken(token), accountId, csrf: newToken(), created: Date.now() };
-    const ttl = Math.min(this.idleSeconds, this.maxSeconds);
+    const session: Session = { tokenHash: hashToken(token), accountId, csrf: newToken(), created: Date.now(), ...extras };
+    const ttl = Math.max(1, Math.min(this.idleSeconds, this.maxSeconds, extras.ends === undefined ? Infinity : Math.floor((extras.ends - session.created) / 1000)));
+    const fields = ['account', accountId, 'csrf', session.csrf, 'created', String(session.created)];
+    if (extras.ends !== undefined) fields.push('ends', String(extras.ends));
+    if (extras.idToken !== undefined) fields.push('id_token', extras.idToken);
     await this.redis
       .multi()
-      .hset(sessionKey(session.tokenHash), 'account', accountId, 'csrf', session.csrf, 'created', String(session.created))
+      .hset(sessionKey(session.tokenHash), ...fields)
       .expire(sessionKey(session.tokenHash), ttl)
       .sadd(accountSessionsKey(accountId), session.tokenHash)
       // The index lives as long as the longest session it can name.
@@ -65,8 +80,10 @@ export class SessionStore {
     const row = await this.redis.hgetall(sessionKey(tokenHash));
     if (!row.account || !row.csrf) return undefined;
     const session: Session = { tokenHash, accountId: row.account, csrf: row.csrf, created: Number(row.created) || 0 };
+    if (row.ends) session.ends = Number(row.ends) || 0;
+    if (row.id_token) session.idToken = row.id_token;
     const now = Date.now();
-    const leftMs = session.created + this.maxSeconds * 1000 - now;
+    const leftMs = Math.min(session.created + this.maxSeconds * 1000, session.ends ?? Infinity) - now;
     if (leftMs <= 0) {
       await this.destroy(session);
       return undefined;
