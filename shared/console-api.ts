@@ -1,4 +1,4 @@
-import type { AccountRole } from './accounts.js';
+import type { AccountKind, AccountRole } from './accounts.js';
 import type { BatchDialect, BatchStatus, OpenAIBatchStatus } from './batches/types.js';
 import type { KeyUsageTotals, RequestView, UsageTotals } from './money/usage.js';
 import type { ServiceTier } from './scheduling/service-tier.js';
@@ -21,6 +21,8 @@ export interface List<T> {
 export interface AccountView {
   id: string;
   object: 'account';
+  /** 'person': someone who signs in; 'team': an account several people share, with no email. */
+  kind: AccountKind;
   email: string;
   name: string;
   role: AccountRole;
