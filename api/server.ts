@@ -89,6 +89,26 @@ export async function ensureConsoleAdmin(accounts: AccountStore, config: Config,
   }
 }
 
+/**
+ * OIDC_ONLY leaves passwords to the break-glass admins: said at start when there are none (allowed: the provider is
+ * then the only way in), and for each break-glass email that names no admin with a password.
+ */
+export async function warnBreakGlass(accounts: AccountStore, config: Config, log: Logger): Promise<void> {
+  const oidc = config.console.oidc;
+  if (!oidc?.only) return;
+  if (oidc.breakGlass.length === 0) {
+    log.warn('OIDC_ONLY is on with no OIDC_BREAK_GLASS admin: nobody can sign in to the console while the identity provider is unreachable');
+    return;
+  }
+  for (const email of oidc.breakGlass) {
+    const account = await accounts.findByEmail(email);
+    const hasPassword = account ? await accounts.record.selectFrom('accounts').select('password').where('id', '=', account.id).executeTakeFirst() : undefined;
+    if (!account || account.role !== 'admin' || account.disabled || !hasPassword?.password) {
+      log.warn({ email }, 'this OIDC_BREAK_GLASS email is not an enabled admin account with a password: it cannot sign in with a password');
+    }
+  }
+}
+
 export interface ApiServerOptions {
   /** The built console (default: dist/console beside the code). */
   consoleDir?: string;
@@ -114,6 +134,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   // Keys made with no account (and every key made before accounts existed) bill the unlimited default account.
   await keyStore.accounts.ensureDefault();
   await ensureConsoleAdmin(keyStore.accounts, config, log);
+  await warnBreakGlass(keyStore.accounts, config, log);
   const keyCache = new KeyCache(keyStore, config.keyCacheTtlMs);
   const hub = new ReplyHub(subscriber, redis, replyChannel(instanceId), log);
   hub.on(accessChangedChannel, (message) => keyCache.forget(message));

@@ -644,7 +644,7 @@ function redisTarget(values: FixedValues): RedisTarget {
 function oidcConfig(values: FixedValues): OidcConfig | undefined {
   const issuer = values.OIDC_ISSUER;
   if (issuer === undefined) {
-    const stray = (['OIDC_CLIENT_ID', 'OIDC_CLIENT_SECRET', 'OIDC_REDIRECT_URL'] as const).filter((name) => values[name] !== undefined);
+    const stray: string[] = (['OIDC_CLIENT_ID', 'OIDC_CLIENT_SECRET', 'OIDC_REDIRECT_URL'] as const).filter((name) => values[name] !== undefined);
     if (values.OIDC_ONLY) stray.unshift('OIDC_ONLY');
     if (values.OIDC_TEAM_MAP.length > 0) stray.push('OIDC_TEAM_MAP');
     if (values.OIDC_ADMIN_GROUPS.length > 0) stray.push('OIDC_ADMIN_GROUPS');

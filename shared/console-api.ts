@@ -108,6 +108,18 @@ export interface ConsoleConfig {
    * key set), else the number of its own models (`mock-chat`, …) it serves beside the real vendors.
    */
   mock: { on: boolean; billed: boolean; models: 'all' | number };
+  /** Sign-in through an OpenID Connect provider (OIDC_ISSUER): on or off, and its button's label (OIDC_NAME). */
+  sso: { on: boolean; label: string };
+  /** False under OIDC_ONLY: the password form is only for the break-glass administrators (OIDC_BREAK_GLASS). */
+  password_signin: boolean;
+}
+
+/** `DELETE /console/api/session`'s answer. */
+export interface SignOutAnswer {
+  signed_out: true;
+  csrf_token: string;
+  /** The provider's sign-out page to go to next (a session signed in through a provider that has one), else null. */
+  end_session_url: string | null;
 }
 
 // ---- usage and activity ----

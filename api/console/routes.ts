@@ -9,7 +9,7 @@ import { readJsonObject } from '../http/request-body.js';
 import { usdToMicros } from '../accounts/account-store.js';
 import { accountName, email, keyChanges, keyName, keySettings, newKeyLimits, parseStrict, patchKeySchema, password } from '../accounts/account-requests.js';
 import { accountView, keyView } from '../accounts/views.js';
-import type { ConsoleConfig, CreatedKeyView, KeyView, List, SessionAnswer } from '../../shared/console-api.js';
+import type { ConsoleConfig, CreatedKeyView, KeyView, List, SessionAnswer, SignOutAnswer } from '../../shared/console-api.js';
 import { bodyLimit } from '../accounts/admin-api.js';
 import type { AuthState } from '../accounts/auth.js';
 import { serve } from '../requests/endpoint-route.js';
@@ -20,6 +20,7 @@ import { addAdminConsoleRoutes } from './admin-routes.js';
 import { addBatchConsoleRoutes } from './batch-routes.js';
 import { queueDashboardEntry } from './queue-dashboard.js';
 import { isMockEnabled, isMockStandingIn } from '../../shared/vendors.js';
+import { OidcSignIn } from './oidc.js';
 
 /*
  * The web console: its built pages at /console/*, its JSON API at
@@ -77,6 +78,12 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
   const router = createRouter<State>('/console');
   const { config, keyStore, sessions, throttle } = deps;
   const accounts = keyStore.accounts;
+  const oidcSettings = config.console.oidc;
+  // Sign-in through the provider, when OIDC_ISSUER names one (api/console/oidc.ts).
+  const oidc = oidcSettings ? new OidcSignIn(oidcSettings, deps) : undefined;
+  const passwordsOnlyForBreakGlass = oidcSettings?.only === true;
+  const passwordSigninDisabled = () =>
+    new GatewayError(403, `Password sign-in is turned off on this gateway: use "${oidcSettings?.name ?? 'Sign in with SSO'}".`, { code: 'password_signin_disabled' });
 
   router.use(async (ctx: ConsoleContext, next: Next) => {
     ctx.set('content-security-policy', contentSecurityPolicy);
@@ -113,7 +120,7 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
   router.get('/api/config', async (ctx) => {
     ctx.body = {
       has_admin: await hasAdmin(),
-      signup: config.console.signup === 'open',
+      signup: config.console.signup === 'open' && !passwordsOnlyForBreakGlass,
       public_pricing: config.console.publicPricing,
       base_url: config.publicBaseUrl ?? `${ctx.protocol}://${ctx.host}`,
       queue_dashboard: queueDashboardEntry,
@@ -125,6 +132,8 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
         billed: config.mock.billed,
         models: isMockStandingIn(config) ? 'all' : isMockEnabled(config) ? deps.models.list().filter((model) => model.owned_by === 'mock').length : 0,
       },
+      sso: { on: oidc !== undefined, label: oidcSettings?.name ?? '' },
+      password_signin: !passwordsOnlyForBreakGlass,
     } satisfies ConsoleConfig;
   });
 
@@ -135,12 +144,17 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
 
   router.post('/api/session', async (ctx) => {
     const body = parseStrict(signInSchema, await readJsonObject(ctx.req, bodyLimit));
+    // Under OIDC_ONLY a password signs in only the break-glass admins: anyone else is told so before any password is checked.
+    const breakGlass = passwordsOnlyForBreakGlass && oidcSettings.breakGlass.includes(body.email.trim().toLowerCase());
+    if (passwordsOnlyForBreakGlass && !breakGlass) throw passwordSigninDisabled();
     // Counted before the password is checked, atomically: a burst cannot run more checks than the limit.
     await throttle.attempt(body.email, ctx.ip);
     const account = await accounts.signIn(body.email, body.password);
     if (!account) {
       throw new GatewayError(401, 'Incorrect email or password.', { code: 'invalid_credentials' });
     }
+    // A break-glass email that is no admin's account is no way in.
+    if (breakGlass && account.role !== 'admin') throw passwordSigninDisabled();
     if (account.disabled) throw new GatewayError(403, 'This account is disabled. Ask an administrator to enable it.', { code: 'account_disabled' });
     await throttle.succeeded(body.email, ctx.ip);
     ctx.body = await startSession(ctx, deps, account);
@@ -150,12 +164,20 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     const found = await loadSession(ctx, deps);
     if (found) await sessions.destroy(found.session);
     ctx.cookies.set(sessionCookie, '', { ...cookieOptions(ctx), maxAge: 0 });
+    // Signed in through the provider: its own session ends too when the console goes to its sign-out page.
+    const idToken = found?.session.idToken;
+    const endSessionUrl = oidc && idToken ? await oidc.endSessionUrl(ctx, idToken) : undefined;
     // A new pre-session token: the one used before this session is never good again.
-    ctx.body = { signed_out: true, csrf_token: preSessionToken(ctx, true) };
+    ctx.body = { signed_out: true, csrf_token: preSessionToken(ctx, true), end_session_url: endSessionUrl ?? null } satisfies SignOutAnswer;
   });
 
+  if (oidc) {
+    router.get('/api/oidc/login', (ctx) => oidc.login(ctx));
+    router.get('/api/oidc/callback', (ctx) => oidc.callback(ctx));
+  }
+
   router.post('/api/signup', async (ctx) => {
-    if (config.console.signup !== 'open') {
+    if (config.console.signup !== 'open' || passwordsOnlyForBreakGlass) {
       throw new GatewayError(403, 'Sign-up is closed on this gateway: ask an administrator for an account.', { code: 'signup_disabled' });
     }
     const body = parseStrict(signUpSchema, await readJsonObject(ctx.req, bodyLimit));
