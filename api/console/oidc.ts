@@ -65,24 +65,29 @@ class Refused extends Error {
   }
 }
 
-/** A failed call to the provider as a refusal: no answer in time or no connection, else a check that failed. */
+/** oauth4webapi's codes for an answer that is not the provider's protocol at all (a 5xx, an HTML error page): it is not reachable as a provider. */
+const notAProviderAnswer = new Set(['OAUTH_RESPONSE_IS_NOT_CONFORM', 'OAUTH_RESPONSE_IS_NOT_JSON']);
+
+/**
+ * A failed call to the provider as a refusal: no answer in time, no connection or no protocol answer is
+ * `provider_unreachable`; an OAuth error the provider answered is `provider_denied`; anything else is a check that
+ * failed (`token_invalid`: signature, issuer, audience, expiry, nonce, a malformed token).
+ */
 function providerFailure(error: unknown, step: string): Refused {
-  const seen = new Set<unknown>();
-  for (let cause: unknown = error; cause instanceof Error && !seen.has(cause); cause = cause.cause) {
-    seen.add(cause);
-    if (cause.name === 'TimeoutError' || cause.name === 'AbortError' || /fetch failed|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENOTFOUND|socket/i.test(cause.message)) {
-      return new Refused('provider_unreachable', `${step}: ${cause.message}`);
+  const causes: unknown[] = [];
+  for (let cause: unknown = error; cause instanceof Error && !causes.includes(cause); cause = cause.cause) causes.push(cause);
+  const detail = causes.map((cause) => `${(cause as Error).message}${(cause as { code?: unknown }).code ? ` [${String((cause as { code?: unknown }).code)}]` : ''}`).join(': ');
+  for (const cause of causes) {
+    const { name, code } = cause as Error & { code?: unknown };
+    // fetch's own failures: a TypeError ("fetch failed") over the socket's error, or the timeout's abort.
+    if (name === 'TimeoutError' || name === 'AbortError' || (cause instanceof TypeError && /fetch failed/.test(cause.message)) || notAProviderAnswer.has(String(code))) {
+      return new Refused('provider_unreachable', `${step}: ${detail}`);
     }
   }
   if (error instanceof client.ResponseBodyError || error instanceof client.AuthorizationResponseError) {
     return new Refused('provider_denied', `${step}: ${error.error}${error.error_description ? ` (${error.error_description})` : ''}`);
   }
-  const message = error instanceof Error ? error.message : String(error);
-  // A provider that answers something else than its metadata or a token response (an HTML error page, a 5xx) is not reachable as a provider.
-  if (error instanceof client.ClientError && /response|status|content-type|JSON/i.test(message) && !/claim|signature|nonce|audience|issuer|expired|"exp"|"iat"/i.test(message)) {
-    return new Refused('provider_unreachable', `${step}: ${message}`);
-  }
-  return new Refused('token_invalid', `${step}: ${message}`);
+  return new Refused('token_invalid', `${step}: ${detail}`);
 }
 
 export class OidcSignIn {
@@ -111,7 +116,7 @@ export class OidcSignIn {
   }
 
   private redirectUrl(ctx: ConsoleContext): string {
-    return this.settings.redirectUrl ?? `${this.deps.config.publicBaseUrl ?? ctx.origin}${oidcCallbackPath}`;
+    return this.settings.redirectUrl ?? `${this.deps.config.publicBaseUrl ?? `${ctx.protocol}://${ctx.host}`}${oidcCallbackPath}`;
   }
 
   /** `GET /console/api/oidc/login`: off to the provider. */
@@ -285,7 +290,7 @@ export class OidcSignIn {
     try {
       const configuration = await this.configuration();
       if (!configuration.serverMetadata().end_session_endpoint) return undefined;
-      const base = this.deps.config.publicBaseUrl ?? ctx.origin;
+      const base = this.deps.config.publicBaseUrl ?? `${ctx.protocol}://${ctx.host}`;
       return client.buildEndSessionUrl(configuration, { id_token_hint: idToken, post_logout_redirect_uri: `${base}/console/` }).href;
     } catch {
       return undefined;

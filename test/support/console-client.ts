@@ -39,15 +39,7 @@ export class ConsoleClient {
     const token = options.csrf === undefined ? this.csrf : options.csrf;
     if (token && method !== 'GET') headers['x-csrf-token'] = token;
     const res = await fetch(`${this.baseUrl}${path}`, { method, headers, body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body) });
-    const setCookies = res.headers.getSetCookie();
-    for (const line of setCookies) {
-      const [pair] = line.split(';');
-      const at = pair!.indexOf('=');
-      const name = pair!.slice(0, at).trim();
-      const value = pair!.slice(at + 1).trim();
-      if (value === '' || /max-age=0|expires=Thu, 01 Jan 1970/i.test(line)) this.cookies.delete(name);
-      else this.cookies.set(name, value);
-    }
+    const setCookies = this.keepCookies(res);
     const text = await res.text();
     let json: ConsoleResponse<T>['json'];
     try {
@@ -58,6 +50,41 @@ export class ConsoleClient {
     const fresh = (json as { csrf_token?: unknown }).csrf_token;
     if (typeof fresh === 'string') this.csrf = fresh;
     return { status: res.status, headers: res.headers, json, setCookies };
+  }
+
+  /** Keeps what an answer's Set-Cookie lines set (and drops what they clear); returns the lines. */
+  private keepCookies(res: Response): string[] {
+    const setCookies = res.headers.getSetCookie();
+    for (const line of setCookies) {
+      const [pair] = line.split(';');
+      const at = pair!.indexOf('=');
+      const name = pair!.slice(0, at).trim();
+      const value = pair!.slice(at + 1).trim();
+      if (value === '' || /max-age=0|expires=Thu, 01 Jan 1970/i.test(line)) this.cookies.delete(name);
+      else this.cookies.set(name, value);
+    }
+    return setCookies;
+  }
+
+  /**
+   * Goes to `url` as a browser's address bar does, following redirects (to other origins too: an identity
+   * provider's pages), with this jar's cookies (their names do not clash with the provider's), until an answer is
+   * not a redirect or `stopAt` says the next place is where to stop; returns that place, not fetched.
+   */
+  async navigate(url: string, stopAt: (next: URL) => boolean = () => false): Promise<{ url: URL; status: number }> {
+    let at = new URL(url, this.baseUrl);
+    for (let hop = 0; hop < 20; hop++) {
+      const cookie = this.cookieHeader();
+      const res = await fetch(at, { redirect: 'manual', headers: cookie ? { cookie } : {}, signal: AbortSignal.timeout(20_000) });
+      this.keepCookies(res);
+      await res.arrayBuffer();
+      const location = res.headers.get('location');
+      if (res.status < 300 || res.status >= 400 || !location) return { url: at, status: res.status };
+      const next = new URL(location, at);
+      if (stopAt(next)) return { url: next, status: res.status };
+      at = next;
+    }
+    throw new Error(`more than 20 redirects from ${url}`);
   }
 
   /** Fetches the pre-session CSRF token, as the sign-in page does on load. */
