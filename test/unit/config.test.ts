@@ -269,3 +269,31 @@ describe('loadConfig', () => {
     );
   });
 });
+
+describe('OpenID Connect settings', () => {
+  const issuer = { OIDC_ISSUER: 'https://idp.example.com/realms/main', OIDC_CLIENT_ID: 'switchyard' };
+
+  it('reads the team map, admin groups and break-glass emails', () => {
+    const oidc = loadConfig({ ...issuer, OIDC_TEAM_MAP: 'eng=Engineering:member, eng-leads=Engineering:OWNER,/finance=Money: Team:viewer', OIDC_ADMIN_GROUPS: 'Ops,ops', OIDC_BREAK_GLASS: 'Root@Example.com', OIDC_SCOPES: 'email groups' }).console.oidc;
+    assert.deepEqual(oidc?.teamMap, [
+      { group: 'eng', team: 'Engineering', role: 'member' },
+      { group: 'eng-leads', team: 'Engineering', role: 'owner' },
+      { group: '/finance', team: 'Money: Team', role: 'viewer' },
+    ]);
+    assert.deepEqual(oidc?.adminGroups, ['Ops', 'ops']);
+    assert.deepEqual(oidc?.breakGlass, ['root@example.com']);
+    assert.equal(oidc?.scopes, 'openid email groups');
+    assert.equal(loadConfig({}).console.oidc, undefined);
+  });
+
+  it('names the bad entry of a team map', () => {
+    assert.match(failure({ ...issuer, OIDC_TEAM_MAP: 'eng=Engineering:member,finance=Finance:auditor' }), /OIDC_TEAM_MAP holds "finance=Finance:auditor", which is not group=Team name:role/);
+    assert.match(failure({ ...issuer, OIDC_TEAM_MAP: 'Engineering:member' }), /OIDC_TEAM_MAP holds "Engineering:member"/);
+  });
+
+  it('refuses settings that mean nothing without a provider, and a provider without a client id', () => {
+    assert.match(failure({ OIDC_ONLY: 'on' }), /OIDC_ONLY is set without OIDC_ISSUER/);
+    assert.match(failure({ OIDC_CLIENT_ID: 'x', OIDC_TEAM_MAP: 'a=A:member' }), /OIDC_CLIENT_ID, OIDC_TEAM_MAP are set without OIDC_ISSUER/);
+    assert.match(failure({ OIDC_ISSUER: 'https://idp.example.com' }), /OIDC_ISSUER is set without OIDC_CLIENT_ID/);
+  });
+});
