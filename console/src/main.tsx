@@ -5,7 +5,7 @@ import { api, messageOf, onNotSignedIn, setCsrfToken } from './api';
 import { AppContext, type AppState } from './app-context';
 import { PublicShell, Shell, Logo } from './components/shell';
 import { navigate, usePath, Link } from './router';
-import type { Account, ConsoleConfig, SessionAnswer } from './types';
+import type { Account, ConsoleConfig, SessionAnswer, SignOutAnswer } from './types';
 import { SignInPage } from './pages/sign-in';
 import { KeysPage } from './pages/keys';
 import { UsagePage } from './pages/usage';
@@ -142,8 +142,13 @@ function App() {
 
   const signOut = useCallback(async () => {
     try {
-      const answer = await api<{ csrf_token: string }>('DELETE', '/session');
+      const answer = await api<SignOutAnswer>('DELETE', '/session');
       setCsrfToken(answer.csrf_token);
+      // Signed in through the identity provider: its own session ends too, on its sign-out page, which sends the browser back here.
+      if (answer.end_session_url) {
+        window.location.assign(answer.end_session_url);
+        return;
+      }
     } catch {
       // the session may be gone already: signed out either way
     }

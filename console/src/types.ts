@@ -23,6 +23,7 @@ export type {
   RequestPage,
   SessionAnswer,
   SessionFacts,
+  SignOutAnswer,
   UsageReport,
   UsageRow,
   KeyUsageRow,
