@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { sql, type Kysely, type Selectable } from 'kysely';
+import type { AuditAction, AuditPage, AuditRowView } from '../../shared/audit-actions.js';
 import type { AuditLogTable, RecordDb, RecordTables } from './database.js';
 
 /**
@@ -19,28 +20,7 @@ import type { AuditLogTable, RecordDb, RecordTables } from './database.js';
  * secret, token, hash) is kept as `[redacted]`, whoever passes it.
  */
 
-/** Every action the log records; a feature that adds one adds it here (the console's filter lists them). */
-export const auditActions = [
-  'signin.succeeded',
-  'signin.failed',
-  'account.created',
-  'account.updated',
-  'account.deleted',
-  'credit.granted',
-  'key.created',
-  'key.updated',
-  'key.revoked',
-  'cache.purged',
-  'channel.updated',
-  'team.created',
-  'team.updated',
-  'team.member_added',
-  'team.member_updated',
-  'team.member_removed',
-  'budget.updated',
-  'audit.pruned',
-] as const;
-export type AuditAction = (typeof auditActions)[number];
+export { auditActions, type AuditAction } from '../../shared/audit-actions.js';
 
 /** Who acted when it was no signed-in person: the admin API's token, a command line, the gateway itself, nobody known. */
 export type AuditActorKind = 'admin-token' | 'cli' | 'system' | 'anonymous';
@@ -64,21 +44,7 @@ export interface AuditEntry {
 }
 
 /** A row as the console, the export and the CLI show it. */
-export interface AuditRow {
-  id: number;
-  time: number;
-  actor: string;
-  actor_email: string | null;
-  team_id: string | null;
-  action: string;
-  target: string | null;
-  ip: string | null;
-  user_agent: string | null;
-  before: unknown;
-  after: unknown;
-  prev_hash: string;
-  hash: string;
-}
+export type AuditRow = AuditRowView;
 
 /** The record, or a transaction of it (a change and its audit row committed together). */
 type Recordable = Kysely<RecordTables>;
@@ -93,7 +59,8 @@ const pruneBatch = 5000;
 
 // ---- the canonical form of a row, which its hash is over ----
 
-const secretName = /pass(word)?|secret|token|hash|^key$/i;
+/** Names of fields that hold a secret, whole (`password`, `key`) or as a suffix (`client_secret`, `session_token`). */
+const secretName = /^(password|passwd|secret|token|hash|key)$|_(password|secret|token|hash)$/i;
 
 /** A value as the log stores it: plain JSON, keys sorted, no NUL, secrets redacted, nothing undefined. */
 function canonicalValue(value: unknown, depth = 0): unknown {
@@ -358,13 +325,6 @@ function filtered(record: RecordDb, filter: AuditFilter) {
   if (filter.since !== undefined) query = query.where('time', '>=', filter.since);
   if (filter.until !== undefined) query = query.where('time', '<', filter.until);
   return query;
-}
-
-export interface AuditPage {
-  object: 'list';
-  data: AuditRow[];
-  has_more: boolean;
-  next_cursor: string | null;
 }
 
 /** A page's position: the last row's id, as an opaque string. */
