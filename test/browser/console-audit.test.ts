@@ -64,7 +64,7 @@ describe('the audit log page in a real browser', () => {
       await signIn(page, adminEmail, adminPassword);
       await page.goto('/console/audit');
       await tablesLoaded(page, 'the audit log');
-      await page.getByText('credit.granted').first().waitFor();
+      await page.locator('tbody tr', { hasText: 'credit.granted' }).first().waitFor();
       await assertFits(page, `audit ${label}`);
       await shoot(page, `audit-${label}`);
 
