@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { AccountStore, microsToUsd, usdToMicros } from '../api/accounts/account-store.js';
-import { connectStores, parseCommandLine, runCli, UsageError } from './cli.js';
+import { auditCli, connectStores, parseCommandLine, runCli, UsageError } from './cli.js';
+import { accountAuditFields } from '../api/accounts/views.js';
 
 const usage = `usage:
   npm run accounts -- create --email E [--name N] [--password P] [--role admin|member]
@@ -56,6 +57,7 @@ async function main(): Promise<number> {
     if (command === 'create') {
       const role = values.role === 'admin' ? 'admin' : 'member';
       const account = await store.create({ email: values.email!, name: values.name?.trim(), password: values.password, role });
+      await auditCli(stores.record, { action: 'account.created', teamId: account.id, target: account.id, after: accountAuditFields(account) });
       console.log(account.id);
       console.error(`created ${account.id} <${account.email}> (${account.role})`);
     } else if (command === 'list') {
@@ -65,6 +67,7 @@ async function main(): Promise<number> {
       }
     } else if (command === 'credit') {
       const balance = await store.credit(id!, micros, values.note ?? '');
+      await auditCli(stores.record, { action: 'credit.granted', teamId: id!, target: id!, after: { amount_micros: micros, note: values.note ?? '', balance_micros: balance } });
       console.log(microsToUsd(balance));
       console.error(`${id}: ${micros > 0 ? 'credited' : 'debited'} ${Math.abs(micros) / 1e6} USD; balance ${microsToUsd(balance)} USD`);
     } else if (command === 'ledger') {
@@ -75,6 +78,7 @@ async function main(): Promise<number> {
     } else {
       const revoked = await store.delete(id!);
       if (revoked === undefined) return notFound(id!);
+      await auditCli(stores.record, { action: 'account.deleted', teamId: id!, target: id!, before: { deleted: false }, after: { deleted: true, keys_revoked: revoked } });
       console.error(`deleted ${id}; ${revoked} key(s) revoked`);
     }
     return 0;

@@ -7,6 +7,8 @@ import { locateRedis } from './local-redis.js';
 import { openRecord, type RecordDb } from '../storage/record/database.js';
 import { locateRecord } from '../storage/record/embedded.js';
 import { HotState } from '../storage/record/hot-state.js';
+import { userInfo, hostname } from 'node:os';
+import { appendAudit, type AuditEntry } from '../storage/record/audit-log.js';
 
 /**
  * What `npm run keys` and `npm run accounts` share: their command-line
@@ -133,6 +135,26 @@ export async function connectStores(env: Record<string, string | undefined>): Pr
     await located?.close();
     await release();
     throw error;
+  }
+}
+
+/**
+ * Appends a command line's change to the audit log, after the change: the actor is `cli`, and who ran it is the
+ * operating system's user on this host (kept as the row's user agent; there is no address). A failed append fails
+ * the command (exit 1, the change made and said so), never passes silently.
+ */
+export async function auditCli(record: RecordDb, entry: Omit<AuditEntry, 'actor' | 'ip' | 'userAgent'>): Promise<void> {
+  let who = 'unknown';
+  try {
+    who = `${userInfo().username}@${hostname()}`;
+  } catch {
+    // No passwd entry for this uid (a container): the host alone.
+    who = `uid ${process.getuid?.() ?? '?'}@${hostname()}`;
+  }
+  try {
+    await appendAudit(record, { ...entry, actor: 'cli', userAgent: `switchyard-cli ${process.argv[1]?.split('/').pop() ?? ''} (${who})` });
+  } catch (error) {
+    throw new Error(`the change was made, but the audit log could not record it (${entry.action}${entry.target ? ` ${entry.target}` : ''}): ${(error as Error).message}`);
   }
 }
 

@@ -2,7 +2,8 @@ import type { Account } from '../shared/accounts.js';
 import { KeyStore, type KeyOptions } from '../api/accounts/key-store.js';
 import { usdToMicros, type AccountStore } from '../api/accounts/account-store.js';
 import { maxCacheTtlS } from '../api/accounts/account-requests.js';
-import { connectStores, parseCommandLine, runCli, UsageError } from './cli.js';
+import { auditCli, connectStores, parseCommandLine, runCli, UsageError } from './cli.js';
+import { keyAuditFields } from '../api/accounts/views.js';
 import { loadConfig } from '../shared/config.js';
 
 const usage = `usage:
@@ -87,6 +88,7 @@ async function main(): Promise<number> {
     const owner = values.account === undefined ? undefined : await findAccount(store.accounts, values.account);
     if (command === 'create') {
       const key = await store.create(values.name!.trim(), { ...options, accountId: owner?.id }, 'admin');
+      await auditCli(stores.record, { action: 'key.created', teamId: key.accountId, target: key.id, after: keyAuditFields(key) });
       const account = owner ?? (await store.accounts.get(key.accountId));
       const balance = account?.balanceMicros === undefined ? 'unlimited' : `${account.balanceMicros / 1e6} USD`;
       console.log(key.key);
@@ -99,10 +101,12 @@ async function main(): Promise<number> {
         console.log(`${key.id}\t${key.hint}\t${new Date(key.created * 1000).toISOString()}\t${key.accountId}\t${limits}\texpires=${expires}\tmodels=${key.models?.join(',') ?? 'all'}\t${key.name}`);
       }
     } else {
+      const before = await store.get(arg!);
       if (!(await store.revoke(arg!))) {
         console.error(`no key with id ${arg}`);
         return 1;
       }
+      await auditCli(stores.record, { action: 'key.revoked', teamId: before?.accountId ?? null, target: arg!, before: { revoked: false }, after: { revoked: true } });
       console.error(`revoked ${arg}`);
     }
     return 0;

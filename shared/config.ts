@@ -153,6 +153,8 @@ export interface Config {
   /** Where the embedded record keeps its files. */
   dataDir: string;
   usageRetentionDays: number;
+  /** Days of audit log rows kept; undefined: every row (storage/record/audit-log.ts). */
+  auditRetentionDays: number | undefined;
   /** Settled usage entries Redis holds at most while they wait to be written to the record. */
   usageBufferRecords: number;
   /** One record per keyed request (how it was answered) beside its usage; off: usage rows only. */
@@ -434,6 +436,7 @@ const fixed = {
   DATABASE_URL: setting(optionalText({ kind: 'unset', note: 'the embedded database under `DATA_DIR`' }), 'the record — accounts, keys, credits, ledger, usage — in PostgreSQL (`postgres://user:password@host:5432/db`); unset: a PostgreSQL server the gateway runs itself under `DATA_DIR`, for one machine (`npm run record -- copy` moves it to a server)'),
   DATA_DIR: setting(text('.data'), 'what `npm start` keeps: the private Redis when `REDIS_URL` is unset (`redis.url`, its append-only file), the blobs when `BLOB_DIR` is unset (`DATA_DIR/blobs`), and the embedded record when `DATABASE_URL` is unset: the cluster (`DATA_DIR/postgres`, its socket inside), its password file and its log; made 0700, its files 0600, whatever the umask, and as root all root\'s but the cluster folder, which is the record\'s own user\'s (`switchyard-record`) (at most about 75 characters: a socket path is limited)'),
   USAGE_RETENTION_DAYS: setting(integer(1, 30, 3650), 'days of per-request usage rows kept in the record (older ones are deleted in small batches; daily totals stay)'),
+  AUDIT_RETENTION_DAYS: setting(optionalInteger(1, { kind: 'unset', note: 'kept for ever' }), 'days of audit log rows kept (older ones are pruned hourly by the workers, and the chain anchored at the last one pruned, so `npm run audit -- verify` still passes); unset: every row is kept'),
   USAGE_BUFFER_RECORDS: setting(integer(1000, 1_000_000, 100_000_000), 'settled usage entries each of the 16 billing buckets holds at most while the record (PostgreSQL) is away; past it the oldest are dropped'),
   REQUEST_LOG: setting(flag(true), 'the request log: each keyed request\'s status, HTTP status, error, latency and time to first token recorded beside its usage (`GET /v1/generation`, `GET /admin/requests`, the console\'s Activity page); `off` keeps the usage rows only'),
   CONSOLE_SIGNUP: setting(choice(['off', 'open'], 'off', { ...switchAliases, on: 'open', true: 'open', '1': 'open', yes: 'open' }), '`open` (or any word for on) lets anyone create a `member` account in the console; `off`: accounts come from an admin'),
@@ -780,6 +783,7 @@ export function loadConfig(env: Env = process.env): Config {
     databaseUrl: values.DATABASE_URL,
     dataDir: values.DATA_DIR,
     usageRetentionDays: values.USAGE_RETENTION_DAYS,
+    auditRetentionDays: values.AUDIT_RETENTION_DAYS,
     usageBufferRecords: values.USAGE_BUFFER_RECORDS,
     requestLog: values.REQUEST_LOG,
     console: {

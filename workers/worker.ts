@@ -190,6 +190,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     log,
     consumer: `worker-${randomBytes(6).toString('hex')}`,
     retentionDays: config.usageRetentionDays,
+    auditRetentionDays: config.auditRetentionDays,
   });
   usageWriter.start();
 

@@ -20,7 +20,9 @@ import {
   patchAccountSchema,
   patchKeySchema,
 } from './account-requests.js';
-import { accountView, keyView, ledgerView } from './views.js';
+import { accountAuditFields, accountView, keyAuditFields, keyView, ledgerView } from './views.js';
+import { recordChange } from './audit-trail.js';
+import { auditSource, changedFields } from '../../storage/record/audit-log.js';
 import { readUsage, usageQuerySchema } from './admin-usage.js';
 import { listRequests } from '../../storage/record/request-log.js';
 import { requestListQuerySchema } from './admin-requests.js';
@@ -66,6 +68,9 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
     await next();
   });
 
+  // Every change here is the admin token's: who holds it is not known, where it came from is.
+  const audit = (ctx: { ip: string; get(field: string): string }) => ({ record: store.record, source: auditSource(ctx, 'admin-token') });
+
   const existingAccount = async (accountId: string): Promise<Account> => {
     const account = await accounts.get(accountId);
     if (!account) throw accountNotFound(accountId);
@@ -77,6 +82,8 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
   router.post('/accounts', async (ctx) => {
     const body = parseStrict(createAccountSchema, await readJsonObject(ctx.req, bodyLimit));
     const account = await accounts.create(body);
+    const { record, source } = audit(ctx);
+    await recordChange(record, { ...source, action: 'account.created', teamId: account.id, target: account.id, after: accountAuditFields(account) });
     ctx.status = 201;
     ctx.body = accountView(account);
   });
@@ -91,20 +98,31 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
 
   router.patch('/accounts/:id', async (ctx) => {
     const body = parseStrict(patchAccountSchema, await readJsonObject(ctx.req, bodyLimit));
+    const before = await accounts.get(ctx.params.id!);
     const account = await accounts.update(ctx.params.id!, accountChanges(body));
     if (!account) throw accountNotFound(ctx.params.id!);
+    const { record, source } = audit(ctx);
+    const changed = changedFields(before ? accountAuditFields(before) : {}, accountAuditFields(account));
+    // A new password is a change to record, never its value.
+    if (body.password !== undefined) Object.assign(changed.after, { password_changed: true });
+    await recordChange(record, { ...source, action: 'account.updated', teamId: account.id, target: account.id, ...changed });
     ctx.body = accountView(account);
   });
 
   router.delete('/accounts/:id', async (ctx) => {
     const revoked = await accounts.delete(ctx.params.id!);
     if (revoked === undefined) throw accountNotFound(ctx.params.id!);
+    const { record, source } = audit(ctx);
+    await recordChange(record, { ...source, action: 'account.deleted', teamId: ctx.params.id!, target: ctx.params.id!, before: { deleted: false }, after: { deleted: true, keys_revoked: revoked } });
     ctx.body = { id: ctx.params.id!, object: 'account', deleted: true, keys_revoked: revoked };
   });
 
   router.post('/accounts/:id/credits', async (ctx) => {
     const body = parseStrict(creditSchema, await readJsonObject(ctx.req, bodyLimit));
-    const balance = await accounts.credit(ctx.params.id!, usdToMicros(body.amount_usd), body.note ?? '');
+    const micros = usdToMicros(body.amount_usd);
+    const balance = await accounts.credit(ctx.params.id!, micros, body.note ?? '');
+    const { record, source } = audit(ctx);
+    await recordChange(record, { ...source, action: 'credit.granted', teamId: ctx.params.id!, target: ctx.params.id!, after: { amount_micros: micros, note: body.note ?? '', balance_micros: balance } });
     ctx.body = { object: 'account.balance', account_id: ctx.params.id!, balance_usd: microsToUsd(balance) };
   });
 
@@ -120,6 +138,8 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
     const body = parseStrict(createKeySchema, await readJsonObject(ctx.req, bodyLimit));
     // An admin's limits: in force, and ceilings the account's members may only tighten.
     const created = await store.create(body.name, { accountId: body.account_id, ...newKeyLimits(body) }, 'admin');
+    const { record, source } = audit(ctx);
+    await recordChange(record, { ...source, action: 'key.created', teamId: created.accountId, target: created.id, after: keyAuditFields(created) });
     ctx.status = 201;
     ctx.body = { ...keyView(created), key: created.key };
   });
@@ -139,14 +159,21 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
   router.patch('/keys/:id', async (ctx) => {
     const body = parseStrict(patchKeySchema, await readJsonObject(ctx.req, bodyLimit));
     // An admin sets and lifts anything; what it sets becomes the key's ceilings (null lifts one).
+    const before = await store.get(ctx.params.id!);
     const key = await store.update(ctx.params.id!, keyChanges(body), 'admin');
     if (!key) throw keyNotFound(ctx.params.id!);
+    const { record, source } = audit(ctx);
+    const [was] = before ? await store.withAdminLimits([before]) : [];
+    await recordChange(record, { ...source, action: 'key.updated', teamId: key.accountId, target: key.id, ...changedFields(was ? keyAuditFields(was) : {}, keyAuditFields(key)) });
     ctx.body = keyView(key);
   });
 
   router.delete('/keys/:id', async (ctx) => {
     const keyId = ctx.params.id!;
+    const before = await store.get(keyId);
     if (!(await store.revoke(keyId))) throw keyNotFound(keyId);
+    const { record, source } = audit(ctx);
+    await recordChange(record, { ...source, action: 'key.revoked', teamId: before?.accountId ?? null, target: keyId, before: { revoked: false }, after: { revoked: true } });
     ctx.body = { id: keyId, object: 'api_key', deleted: true };
   });
 
@@ -170,6 +197,14 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
     const accountIds = accountId !== undefined ? [accountId] : await accountsWithEntries(store.redis);
     let purged = 0;
     for (const id of accountIds) purged += await purgeEntries(store.redis, id, filter);
+    const { record, source } = audit(ctx);
+    await recordChange(record, {
+      ...source,
+      action: 'cache.purged',
+      teamId: accountId ?? null,
+      target: accountId ?? 'all accounts',
+      after: { purged, ...(accountId !== undefined ? { account_id: accountId } : {}), ...(keyId !== undefined ? { key_id: keyId } : {}), ...(model !== undefined ? { model } : {}) },
+    });
     ctx.body = { object: 'cache.purge', purged };
   });
 

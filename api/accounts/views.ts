@@ -69,3 +69,15 @@ export function ledgerView(entry: LedgerEntry) {
   };
 }
 
+
+/** An account as the audit log compares it before and after a change: its settings, not its balance (which moves by itself). */
+export function accountAuditFields(account: Account): Record<string, unknown> {
+  const { balance_usd: _balance, object: _object, ...fields } = accountView(account);
+  return fields;
+}
+
+/** A key as the audit log compares it: its settings and limits, not what it spent or when it was last used, never its secret. */
+export function keyAuditFields(key: ApiKeyRecord): Record<string, unknown> {
+  const { spent_usd: _spent, last_used_at: _used, object: _object, ...fields } = keyView(key);
+  return fields;
+}

@@ -9,7 +9,9 @@ import { heldAnswer } from '../../shared/endpoints.js';
 import { readJsonObject } from '../http/request-body.js';
 import { accountNotFound, microsToUsd, usdToMicros } from '../accounts/account-store.js';
 import { accountChanges, accountName, cacheTtlS, createAccountSchema, creditSchema, keyChanges, parseStrict, patchKeySchema, role, serviceTiers, weight } from '../accounts/account-requests.js';
-import { accountView, keyView } from '../accounts/views.js';
+import { accountAuditFields, accountView, keyAuditFields, keyView } from '../accounts/views.js';
+import { recordChange } from '../accounts/audit-trail.js';
+import { auditSource, changedFields } from '../../storage/record/audit-log.js';
 import type { AccountList, ChannelModelHealth, ChannelView, List, OwnedKeyView, QueueCounts, QueueList } from '../../shared/console-api.js';
 import { bodyLimit } from '../accounts/admin-api.js';
 import { requireSession, type ConsoleContext, type ConsoleDeps } from './console-session.js';
@@ -59,10 +61,12 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
   });
 
   router.post('/api/admin/accounts', async (ctx) => {
-    await requireAdmin(ctx, deps);
+    const { account: me } = await requireAdmin(ctx, deps);
     const body = parseStrict(createAccountSchema, await readJsonObject(ctx.req, bodyLimit));
+    const account = await accounts.create(body);
+    await recordChange(keyStore.record, { ...auditSource(ctx, me), action: 'account.created', teamId: account.id, target: account.id, after: accountAuditFields(account) });
     ctx.status = 201;
-    ctx.body = accountView(await accounts.create(body));
+    ctx.body = accountView(account);
   });
 
   router.patch('/api/admin/accounts/:id', async (ctx) => {
@@ -75,18 +79,28 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
     if (id === defaultAccountId && body.disabled === true) {
       throw new GatewayError(400, 'The default account cannot be disabled here: revoke its keys instead.', { code: 'default_account', param: 'disabled' });
     }
+    const before = await accounts.get(id);
     const updated = await accounts.update(id, accountChanges(body));
     if (!updated) throw accountNotFound(id);
+    await recordChange(keyStore.record, {
+      ...auditSource(ctx, me),
+      action: 'account.updated',
+      teamId: id,
+      target: id,
+      ...changedFields(before ? accountAuditFields(before) : {}, accountAuditFields(updated)),
+    });
     // Disabling ends its sessions at once; its keys are refused from the next request on (the update told every api).
     if (body.disabled) await sessions.destroyAll(id);
     ctx.body = accountView(updated);
   });
 
   router.post('/api/admin/accounts/:id/credits', async (ctx) => {
-    await requireAdmin(ctx, deps);
+    const { account: me } = await requireAdmin(ctx, deps);
     const body = parseStrict(creditSchema, await readJsonObject(ctx.req, bodyLimit));
     const id = String(ctx.params.id);
-    const balance = await accounts.credit(id, usdToMicros(body.amount_usd), body.note ?? '');
+    const micros = usdToMicros(body.amount_usd);
+    const balance = await accounts.credit(id, micros, body.note ?? '');
+    await recordChange(keyStore.record, { ...auditSource(ctx, me), action: 'credit.granted', teamId: id, target: id, after: { amount_micros: micros, note: body.note ?? '', balance_micros: balance } });
     ctx.body = { object: 'account.balance', account_id: id, balance_usd: microsToUsd(balance) };
   });
 
@@ -105,19 +119,24 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
 
   // Any key's limits, as the admin API sets them: in force, and ceilings its account's members may only tighten.
   router.patch('/api/admin/keys/:id', async (ctx) => {
-    await requireAdmin(ctx, deps);
+    const { account: me } = await requireAdmin(ctx, deps);
     const body = parseStrict(patchKeySchema, await readJsonObject(ctx.req, bodyLimit));
     const id = String(ctx.params.id);
+    const before = await keyStore.get(id);
+    const [was] = before ? await keyStore.withAdminLimits([before]) : [];
     const updated = await keyStore.update(id, keyChanges(body), 'admin');
     if (!updated) throw new GatewayError(404, `No API key with id '${id.slice(0, 100)}'.`, { code: 'key_not_found' });
+    await recordChange(keyStore.record, { ...auditSource(ctx, me), action: 'key.updated', teamId: updated.accountId, target: id, ...changedFields(was ? keyAuditFields(was) : {}, keyAuditFields(updated)) });
     ctx.body = keyView(updated);
   });
 
   // Any key revoked, as `DELETE /admin/keys/{id}` does: the keys of the default account (the CLI's) have no member to do it.
   router.delete('/api/admin/keys/:id', async (ctx) => {
-    await requireAdmin(ctx, deps);
+    const { account: me } = await requireAdmin(ctx, deps);
     const id = String(ctx.params.id);
+    const before = await keyStore.get(id);
     if (!(await keyStore.revoke(id))) throw new GatewayError(404, `No API key with id '${id.slice(0, 100)}'.`, { code: 'key_not_found' });
+    await recordChange(keyStore.record, { ...auditSource(ctx, me), action: 'key.revoked', teamId: before?.accountId ?? null, target: id, before: { revoked: false }, after: { revoked: true } });
     ctx.body = { id, object: 'api_key', deleted: true };
   });
 

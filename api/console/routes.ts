@@ -8,7 +8,9 @@ import { storableText } from '../../shared/schemas/common.js';
 import { readJsonObject } from '../http/request-body.js';
 import { usdToMicros } from '../accounts/account-store.js';
 import { accountName, email, keyChanges, keyName, keySettings, newKeyLimits, parseStrict, patchKeySchema, password } from '../accounts/account-requests.js';
-import { accountView, keyView } from '../accounts/views.js';
+import { accountAuditFields, accountView, keyAuditFields, keyView } from '../accounts/views.js';
+import { recordChange } from '../accounts/audit-trail.js';
+import { auditSource, changedFields } from '../../storage/record/audit-log.js';
 import type { ConsoleConfig, CreatedKeyView, KeyView, List, SessionAnswer, SignOutAnswer } from '../../shared/console-api.js';
 import { bodyLimit } from '../accounts/admin-api.js';
 import type { AuthState } from '../accounts/auth.js';
@@ -18,6 +20,7 @@ import type { RequestState } from '../requests/request-context.js';
 import { pricingList, requestHistogramReport, requestList, usageReport, usageCsv, usageRequestSchema } from './reports.js';
 import { addAdminConsoleRoutes } from './admin-routes.js';
 import { addBatchConsoleRoutes } from './batch-routes.js';
+import { addAuditConsoleRoutes } from './audit-routes.js';
 import { queueDashboardEntry } from './queue-dashboard.js';
 import { isMockEnabled, isMockStandingIn } from '../../shared/vendors.js';
 import { OidcSignIn } from './oidc.js';
@@ -150,6 +153,18 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     // Counted before the password is checked, atomically: a burst cannot run more checks than the limit.
     await throttle.attempt(body.email, ctx.ip);
     const account = await accounts.signIn(body.email, body.password);
+    if (!account || account.disabled) {
+      // Who tried: the account the email names, when one does (the address tried is kept either way, never the password).
+      const named = account ?? (await accounts.findByEmail(body.email));
+      await recordChange(keyStore.record, {
+        ...auditSource(ctx, named ? { id: named.id, email: named.email } : 'anonymous'),
+        ...(named ? {} : { actorEmail: body.email }),
+        action: 'signin.failed',
+        teamId: named?.id ?? null,
+        target: named?.id ?? null,
+        after: { method: 'password', reason: account ? 'account_disabled' : 'invalid_credentials' },
+      });
+    }
     if (!account) {
       throw new GatewayError(401, 'Incorrect email or password.', { code: 'invalid_credentials' });
     }
@@ -157,6 +172,7 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     if (breakGlass && account.role !== 'admin') throw passwordSigninDisabled();
     if (account.disabled) throw new GatewayError(403, 'This account is disabled. Ask an administrator to enable it.', { code: 'account_disabled' });
     await throttle.succeeded(body.email, ctx.ip);
+    await recordChange(keyStore.record, { ...auditSource(ctx, account), action: 'signin.succeeded', teamId: account.id, target: account.id, after: { method: 'password' } });
     ctx.body = await startSession(ctx, deps, account);
   });
 
@@ -184,8 +200,14 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     // Sign-ups count against the address like failed sign-ins: one client cannot mint accounts without end.
     await throttle.attempt(undefined, ctx.ip);
     const account = await accounts.create({ email: body.email, password: body.password, name: body.name ?? '', role: 'member' });
+    const source = auditSource(ctx, account);
+    await recordChange(keyStore.record, { ...source, action: 'account.created', teamId: account.id, target: account.id, after: { ...accountAuditFields(account), signup: true } });
     const credit = usdToMicros(config.console.signupCreditUsd);
-    if (credit > 0) await accounts.credit(account.id, credit, 'sign-up credit');
+    if (credit > 0) {
+      const balance = await accounts.credit(account.id, credit, 'sign-up credit');
+      // The gateway's grant (SIGNUP_CREDIT_USD), not the person's.
+      await recordChange(keyStore.record, { ...source, actor: 'system', actorEmail: null, action: 'credit.granted', teamId: account.id, target: account.id, after: { amount_micros: credit, note: 'sign-up credit', balance_micros: balance } });
+    }
     ctx.status = 201;
     ctx.body = await startSession(ctx, deps, (await accounts.get(account.id)) ?? account);
   });
@@ -216,6 +238,7 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     const body = parseStrict(createOwnKeySchema, await readJsonObject(ctx.req, bodyLimit));
     // A member's own key: its rates at most the operator's defaults. An admin's is an admin's.
     const created = await keyStore.create(body.name, { accountId: account.id, ...newKeyLimits(body) }, account.role);
+    await recordChange(keyStore.record, { ...auditSource(ctx, account), action: 'key.created', teamId: account.id, target: created.id, after: keyAuditFields(created) });
     ctx.status = 201;
     ctx.body = { ...keyView(created), key: created.key } satisfies CreatedKeyView;
   });
@@ -225,8 +248,10 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     const body = parseStrict(patchKeySchema, await readJsonObject(ctx.req, bodyLimit));
     const key = await ownKey(ctx, account.id);
     // A member only tightens: below what an admin set on the key, and the operator's default rates (403 otherwise).
+    const [was] = await keyStore.withAdminLimits([key]);
     const updated = await keyStore.update(key.id, keyChanges(body), account.role);
     if (!updated) throw new GatewayError(404, `No API key with id '${key.id}'.`, { code: 'key_not_found' });
+    await recordChange(keyStore.record, { ...auditSource(ctx, account), action: 'key.updated', teamId: updated.accountId, target: key.id, ...changedFields(keyAuditFields(was!), keyAuditFields(updated)) });
     ctx.body = keyView(updated);
   });
 
@@ -234,6 +259,7 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     const { account } = await requireSession(ctx, deps);
     const key = await ownKey(ctx, account.id);
     await keyStore.revoke(key.id);
+    await recordChange(keyStore.record, { ...auditSource(ctx, account), action: 'key.revoked', teamId: key.accountId, target: key.id, before: { revoked: false }, after: { revoked: true } });
     ctx.body = { id: key.id, object: 'api_key', deleted: true };
   });
 
@@ -278,6 +304,10 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
   // ---- admin ----
 
   addAdminConsoleRoutes(router, deps);
+
+  // ---- the audit log: every row for an admin, the rows of the teams they own for anyone else ----
+
+  addAuditConsoleRoutes(router, deps);
 
   router.all('/api/{*rest}', (ctx) => {
     throw new GatewayError(404, `Unknown request URL: ${ctx.method} ${ctx.path.slice(0, 300)}.`, { code: 'unknown_url' });

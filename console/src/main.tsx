@@ -17,6 +17,7 @@ import { AccountsPage } from './pages/admin-accounts';
 import { AllKeysPage } from './pages/admin-keys';
 import { ChannelsPage } from './pages/admin-channels';
 import { QueuesPage } from './pages/admin-queues';
+import { AuditPage } from './pages/audit';
 import { PageHeader, useTitle } from './components/ui';
 
 const signInPath = '/console';
@@ -31,6 +32,7 @@ const memberPages: Record<string, Page> = {
   '/console/batches': BatchesPage,
   '/console/pricing': PricingPage,
   '/console/playground': PlaygroundPage,
+  '/console/audit': AuditPage,
 };
 const adminPages: Record<string, Page> = {
   '/console/admin/accounts': AccountsPage,

@@ -126,6 +126,28 @@ export interface RecordMetaTable {
   value: string;
 }
 
+/** One change, as the audit log keeps it (storage/record/audit-log.ts): append-only, chained by `prev_hash` and `hash`. */
+export interface AuditLogTable {
+  id: Generated<number>;
+  /** Unix milliseconds. */
+  time: number;
+  /** An account id, or `admin-token`, `cli`, `system`, `anonymous`. */
+  actor: string;
+  actor_email: string | null;
+  /** The team (account) the change concerns. */
+  team_id: string | null;
+  action: string;
+  /** What it concerns: a key id, an account id, a channel. */
+  target: string | null;
+  ip: string | null;
+  user_agent: string | null;
+  /** The changed fields only, before and after. */
+  before: unknown;
+  after: unknown;
+  prev_hash: string;
+  hash: string;
+}
+
 export interface RecordTables {
   accounts: AccountsTable;
   api_keys: ApiKeysTable;
@@ -134,6 +156,7 @@ export interface RecordTables {
   usage: UsageTable;
   usage_daily: UsageDailyTable;
   record_meta: RecordMetaTable;
+  audit_log: AuditLogTable;
 }
 
 export type RecordDb = Kysely<RecordTables>;

@@ -273,6 +273,53 @@ const migrations: Record<string, Migration> = {
       });
     },
   },
+  // The audit log (storage/record/audit-log.ts): who changed what, when and from where, one row per change, each row
+  // chained to the one before by a SHA-256 hash. Append-only: a trigger refuses every UPDATE, every TRUNCATE, and every
+  // DELETE but the retention's, which names (in a setting local to its own transaction) the newest id it prunes and may
+  // delete only rows up to it. The trigger stops the gateway's own code and a careless hand; an attacker who owns the
+  // database can disable it, and `npm run audit -- verify` is what finds what they did.
+  '0012_audit_log': {
+    async up(db: Kysely<unknown>) {
+      await db.transaction().execute(async (db) => {
+        await sql`
+          create table if not exists audit_log (
+            id bigserial primary key,
+            time bigint not null,
+            actor text not null,
+            actor_email text,
+            team_id text,
+            action text not null,
+            target text,
+            ip text,
+            user_agent text,
+            before jsonb,
+            after jsonb,
+            prev_hash text not null,
+            hash text not null
+          )`.execute(db);
+        await sql`create index if not exists audit_log_team on audit_log (team_id, id desc) where team_id is not null`.execute(db);
+        await sql`create index if not exists audit_log_action on audit_log (action, id desc)`.execute(db);
+        await sql`create index if not exists audit_log_time on audit_log (time)`.execute(db);
+        await sql`
+          create or replace function audit_log_guard() returns trigger language plpgsql as $$
+          declare
+            through text := current_setting('switchyard.audit_prune_through', true);
+          begin
+            if tg_op = 'DELETE' and coalesce(through, '') ~ '^[0-9]{1,18}$' then
+              if old.id <= through::bigint then
+                return old;
+              end if;
+            end if;
+            raise exception 'audit_log is append-only: % refused', tg_op using errcode = 'insufficient_privilege';
+          end
+          $$`.execute(db);
+        await sql`drop trigger if exists audit_log_append_only on audit_log`.execute(db);
+        await sql`create trigger audit_log_append_only before update or delete on audit_log for each row execute function audit_log_guard()`.execute(db);
+        await sql`drop trigger if exists audit_log_no_truncate on audit_log`.execute(db);
+        await sql`create trigger audit_log_no_truncate before truncate on audit_log for each statement execute function audit_log_guard()`.execute(db);
+      });
+    },
+  },
 };
 
 /** The request log's indexes: name and definition (after `on usage`). */

@@ -18,7 +18,7 @@ export interface Queryable {
 /** The migrator's own bookkeeping: each side keeps its own. */
 const ownTables = new Set(['record_migrations', 'record_migrations_lock']);
 /** Where money and keys are: a target holding any row in these is not empty. */
-export const recordTables = ['accounts', 'api_keys', 'ledger', 'usage', 'usage_daily'];
+export const recordTables = ['accounts', 'api_keys', 'ledger', 'usage', 'usage_daily', 'audit_log'];
 const batchRows = 2000;
 
 const quote = (name: string) => `"${name.replace(/"/g, '""')}"`;

@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import { sql, type Transaction } from 'kysely';
 import { usageMetrics, utcDay, type UsageMetric } from '../../shared/accounts.js';
 import { usageDeadLetterKey, usageStreamKeys } from '../../shared/redis-keys.js';
+import { pruneAuditOlderThanDays } from './audit-log.js';
 import { isCluster } from '../../shared/redis.js';
 import type { Logger } from '../../shared/logger.js';
 import { activeMetrics } from '../../shared/metrics.js';
@@ -59,6 +60,8 @@ export interface UsageWriterOptions {
   claimIdleMs?: number;
   /** Usage rows older than this many days are deleted, in small batches. */
   retentionDays?: number;
+  /** Audit log rows older than this many days are pruned (storage/record/audit-log.ts); undefined: kept. */
+  auditRetentionDays?: number;
   /** Times an entry the record refuses is written alone before it is moved to its dead-letter stream (default 5). */
   deadLetterAfter?: number;
   /** The wait before a refused entry is written alone again, doubled at each refusal up to 10 s (default 1 s). */
@@ -603,6 +606,12 @@ export class UsageWriter {
       void deleteOldUsage(this.options.record, this.options.retentionDays).catch((error: unknown) =>
         this.options.log.warn({ err: error }, 'could not delete usage rows past their retention'),
       );
+      // The audit log's retention rides on the same hourly round: each prune takes the chain's lock, so workers pruning at once take turns.
+      if (this.options.auditRetentionDays) {
+        void pruneAuditOlderThanDays(this.options.record, this.options.auditRetentionDays).catch((error: unknown) =>
+          this.options.log.warn({ err: error }, 'could not prune audit log rows past their retention'),
+        );
+      }
     }
   }
 }

@@ -29,6 +29,7 @@ const icons: Record<string, string> = {
   allkeys: 'M3 5h14M3 10h14M3 15h9',
   channels: 'M3 6h9m0 0l-3-3m3 3l-3 3m8 5H8m0 0l3-3m-3 3l3 3',
   queues: 'M4 4h12v4H4zm0 8h12v4H4z',
+  audit: 'M6 3h8l2 2v12H4V5l2-2zm1 5h6m-6 3h6m-6 3h4',
 };
 
 function NavIcon({ name }: { name: string }) {
@@ -138,6 +139,10 @@ export function Shell({ path, children }: { path: string; children: ComponentChi
               </NavLink>
               <NavLink href="/console/playground" path={path} icon="playground" onNavigate={close}>
                 Playground
+              </NavLink>
+              {/* Every person owns at least their own team (their account), so everyone reads the log of what they own. */}
+              <NavLink href="/console/audit" path={path} icon="audit" onNavigate={close}>
+                Audit log
               </NavLink>
             </ul>
             {admin && (
