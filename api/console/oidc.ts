@@ -6,6 +6,8 @@ import { oidcAttemptKey } from '../../shared/redis-keys.js';
 import { ensureTeam, findOidcPerson, linkedSubject, linkOidcPerson, syncOidcMemberships, teamsForGroups } from '../accounts/oidc-people.js';
 import { cookieOptions, startSession, type ConsoleContext, type ConsoleDeps } from './console-session.js';
 import { sameSecret } from './sessions.js';
+import { recordChange } from '../accounts/audit-trail.js';
+import { auditSource } from '../../storage/record/audit-log.js';
 
 /*
  * The console's sign-in through an OpenID Connect provider, any provider by its issuer URL. `GET /console/api/oidc/login`
@@ -164,12 +166,29 @@ export class OidcSignIn {
    */
   private async concludeSignIn(ctx: ConsoleContext, outcome: SignInOutcome): Promise<void> {
     const { log } = ctx.state;
+    const record = this.deps.keyStore.record;
     if (outcome.ok) {
       log.info({ account: outcome.account.id, subject: outcome.subject }, 'console sign-in through the identity provider');
+      await recordChange(record, {
+        ...auditSource(ctx, outcome.account),
+        action: 'signin.succeeded',
+        teamId: outcome.account.id,
+        target: outcome.account.id,
+        after: { method: 'oidc', issuer: this.settings.issuer, subject: outcome.subject },
+      });
       ctx.redirect('/console/');
       return;
     }
     log.warn({ refusal: outcome.refusal, detail: outcome.detail.slice(0, 500) }, 'console sign-in through the identity provider refused');
+    // A callback no sign-in of this browser started (no state, unknown or used) is no attempt: logged, not audited,
+    // so anyone calling the URL cannot fill the audit log.
+    if (outcome.refusal !== 'state_invalid') await recordChange(record, {
+      ...auditSource(ctx, 'anonymous'),
+      action: 'signin.failed',
+      teamId: null,
+      target: null,
+      after: { method: 'oidc', issuer: this.settings.issuer, reason: outcome.refusal, detail: outcome.detail.slice(0, 300) },
+    });
     ctx.redirect(`/console/?sso_error=${outcome.refusal}`);
   }
 

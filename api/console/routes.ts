@@ -149,7 +149,11 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     const body = parseStrict(signInSchema, await readJsonObject(ctx.req, bodyLimit));
     // Under OIDC_ONLY a password signs in only the break-glass admins: anyone else is told so before any password is checked.
     const breakGlass = passwordsOnlyForBreakGlass && oidcSettings.breakGlass.includes(body.email.trim().toLowerCase());
-    if (passwordsOnlyForBreakGlass && !breakGlass) throw passwordSigninDisabled();
+    const refusedPassword = async () => {
+      await recordChange(keyStore.record, { ...auditSource(ctx, 'anonymous'), actorEmail: body.email, action: 'signin.failed', teamId: null, target: null, after: { method: 'password', reason: 'password_signin_disabled' } });
+      return passwordSigninDisabled();
+    };
+    if (passwordsOnlyForBreakGlass && !breakGlass) throw await refusedPassword();
     // Counted before the password is checked, atomically: a burst cannot run more checks than the limit.
     await throttle.attempt(body.email, ctx.ip);
     const account = await accounts.signIn(body.email, body.password);
@@ -169,7 +173,7 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
       throw new GatewayError(401, 'Incorrect email or password.', { code: 'invalid_credentials' });
     }
     // A break-glass email that is no admin's account is no way in.
-    if (breakGlass && account.role !== 'admin') throw passwordSigninDisabled();
+    if (breakGlass && account.role !== 'admin') throw await refusedPassword();
     if (account.disabled) throw new GatewayError(403, 'This account is disabled. Ask an administrator to enable it.', { code: 'account_disabled' });
     await throttle.succeeded(body.email, ctx.ip);
     await recordChange(keyStore.record, { ...auditSource(ctx, account), action: 'signin.succeeded', teamId: account.id, target: account.id, after: { method: 'password' } });
