@@ -225,7 +225,7 @@ describe('teams', () => {
     expectError(await owner.console.request('POST', '/console/api/teams', { name: 'Mine' }), 403, 'permission_denied');
     // Teams need no email: many are made, none signs in or is found by an empty email.
     for (const name of ['Alpha', 'Beta']) assert.equal((await admin.request('POST', '/console/api/teams', { name })).status, 201);
-    expectError(await client().signIn('', 'anything-at-all'), 400, 'invalid_value');
+    expectError(await client().signIn('', 'anything-at-all'), 401, 'invalid_credentials');
   });
 
   it('lets the admin API make teams and put members in and out', async () => {
