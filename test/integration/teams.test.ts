@@ -56,7 +56,8 @@ describe('teams', () => {
     gateway = await startGateway({ env: { REDIS_URL: url, TRUST_PROXY: 'on', ADMIN_TOKEN: adminToken, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword, MOCK_BILLING: 'on' } });
     admin = client();
     assert.equal((await admin.signIn(adminEmail, adminPassword)).status, 200);
-    [owner, ana, ben, vic, outsider] = await Promise.all(['owner@teams.test', 'ana@teams.test', 'ben@teams.test', 'vic@teams.test', 'out@teams.test'].map(person));
+    const people = await Promise.all(['owner@teams.test', 'ana@teams.test', 'ben@teams.test', 'vic@teams.test', 'out@teams.test'].map(person));
+    [owner, ana, ben, vic, outsider] = people as [typeof owner, typeof ana, typeof ben, typeof vic, typeof outsider];
     const made = await admin.request<Team>('POST', '/console/api/teams', { name: 'Research', owner_email: ' OWNER@teams.test ' });
     assert.equal(made.status, 201, JSON.stringify(made.json));
     team = made.json;
