@@ -63,7 +63,7 @@ function AddMemberForm({ teamId, onAdded }: { teamId: string; onAdded: (member: 
   };
 
   return (
-    <section class="card" aria-labelledby="add-member-heading">
+    <section class="card team-form" aria-labelledby="add-member-heading">
       <h2 id="add-member-heading" class="card-title">
         Add member
       </h2>
@@ -122,7 +122,7 @@ function NewTeamForm({ onCreated }: { onCreated: (team: TeamDetail) => void }) {
   };
 
   return (
-    <section class="card" aria-labelledby="new-team-heading">
+    <section class="card team-form" aria-labelledby="new-team-heading">
       <h2 id="new-team-heading" class="card-title">
         New team
       </h2>
