@@ -196,7 +196,9 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
       throw new GatewayError(404, `Nobody has the email '${body.owner_email}'.`, { code: 'account_not_found', param: 'owner_email' });
     }
     const team = await accounts.createTeam({ name: body.name });
-    if (body.owner_email !== undefined) await teams.add(team, body.owner_email, 'owner', 'admin');
+    const by = auditSource(ctx, 'admin-token');
+    await recordChange(store.record, { ...by, action: 'team.created', teamId: team.id, target: team.id, before: null, after: { name: team.name } });
+    if (body.owner_email !== undefined) await teams.add(team, body.owner_email, 'owner', 'admin', by);
     ctx.status = 201;
     ctx.body = { ...accountView(team), members: await teams.members(team) };
   });
@@ -209,13 +211,13 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
     const team = await existingTeam(String(ctx.params.id));
     const body = parseStrict(addMemberSchema, await readJsonObject(ctx.req, bodyLimit));
     ctx.status = 201;
-    ctx.body = await teams.add(team, body.email, body.role, 'admin');
+    ctx.body = await teams.add(team, body.email, body.role, 'admin', auditSource(ctx, 'admin-token'));
   });
 
   router.delete('/teams/:id/members/:member', async (ctx) => {
     const team = await existingTeam(String(ctx.params.id));
     const member = String(ctx.params.member).slice(0, 256);
-    await teams.remove(team, member);
+    await teams.remove(team, member, auditSource(ctx, 'admin-token'));
     ctx.body = { id: member, object: 'team.member', deleted: true };
   });
 

@@ -1,3 +1,4 @@
+import { appendAudit, type AuditEntry } from '../../storage/record/audit-log.js';
 import type { Account } from '../../shared/accounts.js';
 import type { TeamMapEntry } from '../../shared/setting-kinds.js';
 import type { RecordDb, TeamRole } from '../../storage/record/database.js';
@@ -58,11 +59,13 @@ export async function linkOidcPerson(record: RecordDb, accountId: string, issuer
 }
 
 /** The live team of that name, made when it is first named (two sign-ins naming it at once still make one). */
-export async function ensureTeam(accounts: AccountStore, name: string): Promise<Account> {
+export async function ensureTeam(accounts: AccountStore, name: string, by: AuditBy): Promise<Account> {
   const found = await accounts.findTeamByName(name);
   if (found) return found;
   try {
-    return await accounts.createTeam({ name });
+    const made = await accounts.createTeam({ name });
+    await appendAudit(accounts.record, { ...by, action: 'team.created', teamId: made.id, target: made.id, before: null, after: { name: made.name, via: 'oidc' } });
+    return made;
   } catch (error) {
     // Another sign-in made it meanwhile: it is the one.
     const made = await accounts.findTeamByName(name);
@@ -71,12 +74,15 @@ export async function ensureTeam(accounts: AccountStore, name: string): Promise<
   }
 }
 
+/** Who made a change, for its audit row: where it came from (`auditSource`). */
+export type AuditBy = Pick<AuditEntry, 'actor' | 'actorEmail' | 'ip' | 'userAgent'>;
+
 /**
  * Makes the person's memberships of source 'oidc' exactly `teams` (team id → role): added, their role changed,
  * or removed; in one transaction, so two sign-ins at once leave one of their answers, whole. A team where an owner
  * or an admin put the person already keeps that row as it is.
  */
-export async function syncOidcMemberships(record: RecordDb, personId: string, teams: ReadonlyMap<string, TeamRole>): Promise<void> {
+export async function syncOidcMemberships(record: RecordDb, personId: string, teams: ReadonlyMap<string, TeamRole>, by: AuditBy): Promise<void> {
   const now = Math.floor(Date.now() / 1000);
   await record.transaction().execute(async (tx) => {
     const rows = await tx.selectFrom('team_members').select(['team_id', 'role', 'source']).where('member_id', '=', personId).forUpdate().execute();
@@ -84,18 +90,22 @@ export async function syncOidcMemberships(record: RecordDb, personId: string, te
     for (const row of rows) {
       if (row.source === 'oidc' && !teams.has(row.team_id)) {
         await tx.deleteFrom('team_members').where('team_id', '=', row.team_id).where('member_id', '=', personId).where('source', '=', 'oidc').execute();
+        await appendAudit(tx, { ...by, action: 'team.member_removed', teamId: row.team_id, target: personId, before: { role: row.role, source: 'oidc' }, after: null });
       }
     }
     for (const [teamId, role] of teams) {
       const row = held.get(teamId);
       if (!row) {
-        await tx
+        const added = await tx
           .insertInto('team_members')
           .values({ team_id: teamId, member_id: personId, role, source: 'oidc', cap_micros: null, cap_period: null, created: now })
           .onConflict((conflict) => conflict.columns(['team_id', 'member_id']).doNothing())
-          .execute();
+          .returning('member_id')
+          .executeTakeFirst();
+        if (added) await appendAudit(tx, { ...by, action: 'team.member_added', teamId, target: personId, before: null, after: { role, source: 'oidc' } });
       } else if (row.source === 'oidc' && row.role !== role) {
         await tx.updateTable('team_members').set({ role }).where('team_id', '=', teamId).where('member_id', '=', personId).where('source', '=', 'oidc').execute();
+        await appendAudit(tx, { ...by, action: 'team.member_updated', teamId, target: personId, before: { role: row.role }, after: { role } });
       }
     }
   });

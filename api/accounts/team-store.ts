@@ -2,6 +2,8 @@ import type { Account } from '../../shared/accounts.js';
 import { GatewayError } from '../../shared/errors.js';
 import type { RecordDb, TeamRole } from '../../storage/record/database.js';
 import { accountNotFound, type AccountStore } from './account-store.js';
+import { appendAudit } from '../../storage/record/audit-log.js';
+import type { AuditBy } from './oidc-people.js';
 
 /*
  * Who is in which team, and as what (roles: team-roles.ts). A person's own account is a team of one they own, with
@@ -9,7 +11,8 @@ import { accountNotFound, type AccountStore } from './account-store.js';
  * can be neither removed nor demoted. Everybody else in a team has a row. Only the record holds memberships:
  * admission never reads them (a key spends its account's money whoever made it), and the console reads a role
  * afresh on every request, so a change takes effect at the next request of the person it concerns, with nothing
- * cached to drop and their session left as it is.
+ * cached to drop and their session left as it is. Each change is in the audit log, appended in the change's own
+ * transaction (`by`: who made it).
  */
 
 export type MemberSource = 'console' | 'admin' | 'oidc';
@@ -102,7 +105,7 @@ export class TeamStore {
    * Puts the person with this email (any letter case; 404 when nobody has it) in the team, or changes their role
    * when they are in it already (keeping who first put them there).
    */
-  async add(team: Account, email: string, role: TeamRole, source: MemberSource): Promise<TeamMember> {
+  async add(team: Account, email: string, role: TeamRole, source: MemberSource, by: AuditBy): Promise<TeamMember> {
     const person = await this.accounts.findByEmail(email);
     if (!person) throw new GatewayError(404, `Nobody has the email '${email.slice(0, 320)}': they sign up (or an admin makes their account) first.`, { code: 'account_not_found', param: 'email' });
     if (person.id === team.id) throw ownAccount();
@@ -114,15 +117,17 @@ export class TeamStore {
       if (current) {
         if (current.role === 'owner' && role !== 'owner') await this.lastOwnerCheck(tx, team);
         await tx.updateTable('team_members').set({ role }).where('team_id', '=', team.id).where('member_id', '=', person.id).execute();
+        if (current.role !== role) await appendAudit(tx, { ...by, action: 'team.member_updated', teamId: team.id, target: person.id, before: { role: current.role }, after: { role } });
       } else {
         await tx.insertInto('team_members').values({ team_id: team.id, member_id: person.id, role, cap_micros: null, cap_period: null, source, created }).execute();
+        await appendAudit(tx, { ...by, action: 'team.member_added', teamId: team.id, target: person.id, before: null, after: { email: person.email, role, source } });
       }
     });
     return (await this.members(team)).find((m) => m.id === person.id)!;
   }
 
   /** Changes a member's role; 404 for someone not in the team, 409 when it would leave the team without an owner. */
-  async setRole(team: Account, memberId: string, role: TeamRole): Promise<TeamMember> {
+  async setRole(team: Account, memberId: string, role: TeamRole, by: AuditBy): Promise<TeamMember> {
     if (memberId === team.id) throw ownAccount();
     await this.record.transaction().execute(async (tx) => {
       await this.lockTeam(tx, team.id);
@@ -130,6 +135,7 @@ export class TeamStore {
       if (!current) throw memberNotFound(memberId);
       if (current.role === 'owner' && role !== 'owner') await this.lastOwnerCheck(tx, team);
       await tx.updateTable('team_members').set({ role }).where('team_id', '=', team.id).where('member_id', '=', memberId).execute();
+      if (current.role !== role) await appendAudit(tx, { ...by, action: 'team.member_updated', teamId: team.id, target: memberId, before: { role: current.role }, after: { role } });
     });
     const member = (await this.members(team)).find((m) => m.id === memberId);
     if (!member) throw memberNotFound(memberId);
@@ -137,7 +143,7 @@ export class TeamStore {
   }
 
   /** Takes a member out of the team (their keys stay the team's); 404 for someone not in it, 409 for its last owner. */
-  async remove(team: Account, memberId: string): Promise<void> {
+  async remove(team: Account, memberId: string, by: AuditBy): Promise<void> {
     if (memberId === team.id) throw ownAccount();
     await this.record.transaction().execute(async (tx) => {
       await this.lockTeam(tx, team.id);
@@ -145,6 +151,7 @@ export class TeamStore {
       if (!current) throw memberNotFound(memberId);
       if (current.role === 'owner') await this.lastOwnerCheck(tx, team);
       await tx.deleteFrom('team_members').where('team_id', '=', team.id).where('member_id', '=', memberId).execute();
+      await appendAudit(tx, { ...by, action: 'team.member_removed', teamId: team.id, target: memberId, before: { role: current.role }, after: null });
     });
   }
 

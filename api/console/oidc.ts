@@ -3,11 +3,11 @@ import * as client from 'openid-client';
 import type { Account } from '../../shared/accounts.js';
 import type { OidcConfig } from '../../shared/config.js';
 import { oidcAttemptKey } from '../../shared/redis-keys.js';
-import { ensureTeam, findOidcPerson, linkedSubject, linkOidcPerson, syncOidcMemberships, teamsForGroups } from '../accounts/oidc-people.js';
+import { ensureTeam, findOidcPerson, linkedSubject, linkOidcPerson, syncOidcMemberships, teamsForGroups, type AuditBy } from '../accounts/oidc-people.js';
 import { cookieOptions, startSession, type ConsoleContext, type ConsoleDeps } from './console-session.js';
 import { sameSecret } from './sessions.js';
 import { recordChange } from '../accounts/audit-trail.js';
-import { auditSource } from '../../storage/record/audit-log.js';
+import { auditSource, changedFields } from '../../storage/record/audit-log.js';
 
 /*
  * The console's sign-in through an OpenID Connect provider, any provider by its issuer URL. `GET /console/api/oidc/login`
@@ -220,7 +220,7 @@ export class OidcSignIn {
     const claims = tokens.claims();
     if (!claims || !tokens.id_token) throw new Refused('token_invalid', 'no ID token');
     const person = await this.personClaims(configuration, claims, tokens.access_token);
-    const account = await this.admit(configuration.serverMetadata().issuer, person);
+    const account = await this.admit(configuration.serverMetadata().issuer, person, auditSource(ctx, 'system'));
     await startSession(ctx, this.deps, account, { ends: claims.exp * 1000, idToken: tokens.id_token });
     return { account, subject: person.subject };
   }
@@ -264,7 +264,7 @@ export class OidcSignIn {
    * of theirs with that email linked when the provider vouches for the email (`email_verified`), else made; its role
    * set by OIDC_ADMIN_GROUPS (when set) and its teams by OIDC_TEAM_MAP. A person no group lets in is refused.
    */
-  private async admit(issuer: string, person: PersonClaims): Promise<Account> {
+  private async admit(issuer: string, person: PersonClaims, by: AuditBy): Promise<Account> {
     const { teamMap, adminGroups, breakGlass } = this.settings;
     const accounts = this.deps.keyStore.accounts;
     if (person.email === '') throw new Refused('email_missing', `subject ${person.subject} has no email`);
@@ -296,11 +296,13 @@ export class OidcSignIn {
     }
     if (account.disabled) throw new Refused('account_disabled', `account ${account.id} is disabled`);
     if (account.role !== role || (person.name !== '' && account.name !== person.name)) {
+      const was = account;
       account = (await accounts.update(account.id, { role, ...(person.name === '' ? {} : { name: person.name }) })) ?? account;
+      await recordChange(accounts.record, { ...by, action: 'account.updated', teamId: account.id, target: account.id, ...changedFields({ role: was.role, name: was.name }, { role: account.role, name: account.name }) });
     }
     const memberships = new Map<string, 'owner' | 'member' | 'viewer'>();
-    for (const { team, role: teamRole } of teams.values()) memberships.set((await ensureTeam(accounts, team)).id, teamRole);
-    await syncOidcMemberships(accounts.record, account.id, memberships);
+    for (const { team, role: teamRole } of teams.values()) memberships.set((await ensureTeam(accounts, team, by)).id, teamRole);
+    await syncOidcMemberships(accounts.record, account.id, memberships, by);
     return account;
   }
 

@@ -7,6 +7,8 @@ import { bodyLimit } from '../accounts/admin-api.js';
 import { addMemberSchema, createTeamSchema, parseStrict, patchMemberSchema } from '../accounts/account-requests.js';
 import { may, type TeamRole } from '../accounts/team-roles.js';
 import { TeamStore, type TeamMember } from '../accounts/team-store.js';
+import { recordChange } from '../accounts/audit-trail.js';
+import { auditSource } from '../../storage/record/audit-log.js';
 import { requireSession, requireTeam, type ConsoleDeps, type TeamNeed } from './console-session.js';
 
 /*
@@ -53,7 +55,9 @@ export function addTeamConsoleRoutes(router: Router, deps: ConsoleDeps): void {
       throw new GatewayError(404, `Nobody has the email '${body.owner_email}': they sign up (or an admin makes their account) first.`, { code: 'account_not_found', param: 'owner_email' });
     }
     const team = await deps.keyStore.accounts.createTeam({ name: body.name });
-    if (body.owner_email !== undefined) await teams.add(team, body.owner_email, 'owner', 'admin');
+    const by = auditSource(ctx, account);
+    await recordChange(deps.keyStore.record, { ...by, action: 'team.created', teamId: team.id, target: team.id, before: null, after: { name: team.name } });
+    if (body.owner_email !== undefined) await teams.add(team, body.owner_email, 'owner', 'admin', by);
     ctx.status = 201;
     ctx.body = { ...teamView(team, 'owner'), members: (await teams.members(team)).map(memberView) } satisfies TeamDetail;
   });
@@ -64,22 +68,22 @@ export function addTeamConsoleRoutes(router: Router, deps: ConsoleDeps): void {
   });
 
   router.post('/api/teams/:id/members', async (ctx) => {
-    const { team } = await requireTeam(ctx, deps, manager, String(ctx.params.id));
+    const { team, account } = await requireTeam(ctx, deps, manager, String(ctx.params.id));
     const body = parseStrict(addMemberSchema, await readJsonObject(ctx.req, bodyLimit));
     ctx.status = 201;
-    ctx.body = memberView(await teams.add(team, body.email, body.role, 'console'));
+    ctx.body = memberView(await teams.add(team, body.email, body.role, 'console', auditSource(ctx, account)));
   });
 
   router.patch('/api/teams/:id/members/:member', async (ctx) => {
-    const { team } = await requireTeam(ctx, deps, manager, String(ctx.params.id));
+    const { team, account } = await requireTeam(ctx, deps, manager, String(ctx.params.id));
     const body = parseStrict(patchMemberSchema, await readJsonObject(ctx.req, bodyLimit));
-    ctx.body = memberView(await teams.setRole(team, memberId(ctx.params.member), body.role));
+    ctx.body = memberView(await teams.setRole(team, memberId(ctx.params.member), body.role, auditSource(ctx, account)));
   });
 
   router.delete('/api/teams/:id/members/:member', async (ctx) => {
-    const { team } = await requireTeam(ctx, deps, manager, String(ctx.params.id));
+    const { team, account } = await requireTeam(ctx, deps, manager, String(ctx.params.id));
     const id = memberId(ctx.params.member);
-    await teams.remove(team, id);
+    await teams.remove(team, id, auditSource(ctx, account));
     ctx.body = { id, object: 'team.member', deleted: true };
   });
 }
