@@ -193,7 +193,8 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     const { account } = await requireSession(ctx, deps);
     const body = parseStrict(createOwnKeySchema, await readJsonObject(ctx.req, bodyLimit));
     // A member's own key: its rates at most the operator's defaults. An admin's is an admin's.
-    const created = await keyStore.create(body.name, { accountId: account.id, ...newKeyLimits(body) }, account.role);
+    // Made by the signed-in person: their cap in the team holds what it spends.
+    const created = await keyStore.create(body.name, { accountId: account.id, ...newKeyLimits(body), createdBy: account.id }, account.role);
     ctx.status = 201;
     ctx.body = { ...keyView(created), key: created.key } satisfies CreatedKeyView;
   });
