@@ -64,8 +64,9 @@ local function hold_budgets(bill_key, budgets, micros, spent)
       end
       redis.call('HSET', bill_key, name, b[1])
     end
-    if micros ~= 0 then redis.call('HINCRBY', bill_key, b[1] .. '.reserved', int(micros)) end
-    if spent ~= 0 then redis.call('HINCRBY', bill_key, b[1] .. '.spent', int(spent)) end
+    -- Both fields exist from the counter's first use: settlement counts on a counter it finds, never makes one up.
+    redis.call('HINCRBY', bill_key, b[1] .. '.reserved', int(micros))
+    redis.call('HINCRBY', bill_key, b[1] .. '.spent', int(spent))
   end
 end
 
