@@ -11,8 +11,16 @@ export const defaultAccountId = 'acct_default';
 
 export type AccountRole = 'admin' | 'member';
 
+/**
+ * 'person': someone who signs in (every account made before teams), the owner of its own team of one; 'team': an
+ * account made for several people (`team_members`), with no email or password, never signed in to.
+ */
+export type AccountKind = 'person' | 'team';
+
 export interface Account {
   id: string;
+  kind: AccountKind;
+  /** '' for a team. */
   email: string;
   name: string;
   role: AccountRole;

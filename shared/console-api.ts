@@ -1,4 +1,4 @@
-import type { AccountRole } from './accounts.js';
+import type { AccountKind, AccountRole } from './accounts.js';
 import type { BatchDialect, BatchStatus, OpenAIBatchStatus } from './batches/types.js';
 import type { KeyUsageTotals, RequestView, UsageTotals } from './money/usage.js';
 import type { ServiceTier } from './scheduling/service-tier.js';
@@ -21,6 +21,8 @@ export interface List<T> {
 export interface AccountView {
   id: string;
   object: 'account';
+  /** 'person': someone who signs in; 'team': an account several people share, with no email. */
+  kind: AccountKind;
   email: string;
   name: string;
   role: AccountRole;
@@ -69,6 +71,17 @@ export interface KeyView extends KeyLimitValues {
   last_used_at: number | null;
   /** The limits an admin set (null where none): a member may lower them, never raise or remove them. */
   admin_limits?: KeyLimitValues;
+  /**
+   * Who made it (the console's keys only): a person's account id, email and name; null for a key of a team made
+   * by no one in the console (the admin API, the CLI). A key made before teams in a person's own account is theirs.
+   */
+  created_by?: KeyCreatorView | null;
+}
+
+export interface KeyCreatorView {
+  id: string;
+  email: string;
+  name: string;
 }
 
 /** A key on the admin's list: with its account's email, and its name (the default account has only a name). */
@@ -327,3 +340,42 @@ export interface QueueList extends List<QueueCounts> {
    */
   keeps: { completed_seconds: number; completed_count: number; failed_seconds: number; failed_count: number; async_seconds: number };
 }
+
+/** A team as the console's team switcher and Team page show it, with the signed-in person's role in it. */
+export interface TeamView {
+  id: string;
+  object: 'team';
+  /** 'person': someone's own account (a team of one they own); 'team': one made for several people. */
+  kind: AccountKind;
+  name: string;
+  /** A person's own account's email; '' for a team. */
+  email: string;
+  role: TeamRole;
+}
+
+/** Someone in a team. */
+export interface TeamMemberView {
+  id: string;
+  object: 'team.member';
+  email: string;
+  name: string;
+  role: TeamRole;
+  /** Who put them there (the console, an admin, the identity provider); null for a person in their own account. */
+  source: 'console' | 'admin' | 'oidc' | null;
+  created: number;
+}
+
+/** `GET /console/api/teams`: the person's teams (their own first); for an admin, every team with its member count too. */
+export interface TeamList {
+  object: 'list';
+  data: TeamView[];
+  /** null but for an admin. */
+  all_teams: Array<{ id: string; name: string; members: number; created: number }> | null;
+}
+
+/** `GET /console/api/teams/:id`: a team and who is in it. */
+export interface TeamDetail extends TeamView {
+  members: TeamMemberView[];
+}
+
+export type TeamRole = 'owner' | 'member' | 'viewer';

@@ -22,6 +22,14 @@ export const email = storableText().trim().max(320).pipe(z.email());
 export const password = z.string().min(8).max(1024);
 export const role = z.enum(['admin', 'member']);
 export const id = storableText().min(1).max(256);
+/** A role in a team (team-roles.ts). */
+export const teamRole = z.enum(['owner', 'member', 'viewer']);
+/** A team's name: an identity provider's group names it, so it is kept short and on one line. */
+export const teamName = storableText().trim().min(1).max(200).regex(/^[^\r\n]*$/, 'a team name is one line');
+/** A new team (an admin's), with its first owner if one is named. */
+export const createTeamSchema = z.strictObject({ name: teamName, owner_email: email.optional() });
+export const addMemberSchema = z.strictObject({ email, role: teamRole });
+export const patchMemberSchema = z.strictObject({ role: teamRole });
 /** Bounded so micros stay exact integers (2^53 is about 9e9 USD). */
 export const maxUsd = 1e9;
 export const limitUsd = z.number().min(0).max(maxUsd);

@@ -9,6 +9,7 @@ import { balanceMicros } from '../../shared/money/balance.js';
 import { creditScript, openBillScript } from '../../shared/money/scripts.js';
 import { createAccountScript, deleteAccountScript, ensureDefaultScript, rehashPasswordScript, updateAccountScript } from './scripts.js';
 import { GatewayError } from '../../shared/errors.js';
+import { sql } from 'kysely';
 import type { RecordDb } from '../../storage/record/database.js';
 import { ensureDefaultRecord, type HotState } from '../../storage/record/hot-state.js';
 
@@ -32,6 +33,8 @@ export const unlimitedBalance = (id: string) =>
       : `Account '${id}' has an unlimited balance: it takes no credits. Update it with "unlimited": false to give it a balance first.`,
     { code: 'unlimited_balance' },
   );
+export const teamExists = (name: string) =>
+  new GatewayError(409, `A team named '${name}' already exists.`, { code: 'team_exists', param: 'name' });
 export const accountExists = (email: string) =>
   new GatewayError(409, `An account with the email '${email}' already exists.`, { code: 'account_exists', param: 'email' });
 
@@ -169,6 +172,8 @@ function toAccount(row: Record<string, string>, bill: BillState | undefined): Ac
   if (!row.id || row.deleted === '1') return undefined;
   const account: Account = {
     id: row.id,
+    // Missing in a hash written before teams: a person.
+    kind: row.kind === 'team' ? 'team' : 'person',
     email: row.email ?? '',
     name: row.name ?? '',
     role: row.role === 'admin' ? 'admin' : 'member',
@@ -185,6 +190,16 @@ function toAccount(row: Record<string, string>, bill: BillState | undefined): Ac
   if (row.cache_max_ttl) account.cacheMaxTtlS = Number(row.cache_max_ttl);
   return account;
 }
+
+/** The live team named `name` in any letter case. */
+const teamNamed = (record: RecordDb, name: string) =>
+  record
+    .selectFrom('accounts')
+    .select('id')
+    .where('kind', '=', 'team')
+    .where('deleted', '=', false)
+    .where(sql<string>`lower(name)`, '=', name.toLowerCase())
+    .executeTakeFirst();
 
 /** PostgreSQL's unique violation: the email index refused a second live account. */
 const isUniqueViolation = (error: unknown) => (error as { code?: string } | null)?.code === '23505';
@@ -264,6 +279,59 @@ export class AccountStore {
     }
     await openBillScript(this.redis, { bill: billKey(id), accountId: id, unlimited: fields.unlimited! });
     return toAccount(fields, undefined)!;
+  }
+
+  /**
+   * A team: an account of kind 'team' for several people, holding their money, with no email (it claims none in
+   * Redis's email index) and no password (never signed in to). Its name is unique among live teams in any letter
+   * case, so an identity provider's group names one team (`findTeamByName`); names are checked under a lock in the
+   * record, so two admins naming two teams alike at once still make one. Its members are `TeamStore`'s.
+   */
+  async createTeam(input: { name: string }): Promise<Account> {
+    const id = `acct_${randomBytes(8).toString('hex')}`;
+    const name = input.name.trim();
+    if (name === '') throw new GatewayError(400, 'A team needs a name.', { code: 'invalid_value', param: 'name' });
+    const created = nowSeconds();
+    const fields: Record<string, string> = { id, kind: 'team', email: '', name, role: 'member', created: String(created), unlimited: '0' };
+    await this.record.transaction().execute(async (tx) => {
+      await sql`select pg_advisory_xact_lock(hashtext('switchyard team names'))`.execute(tx);
+      if (await teamNamed(tx, name)) throw teamExists(name);
+      await tx
+        .insertInto('accounts')
+        .values({
+          id,
+          kind: 'team',
+          email: '',
+          name,
+          role: 'member',
+          created,
+          password: '',
+          unlimited: false,
+          disabled: false,
+          deleted: false,
+          credits_micros: 0,
+          settled_micros: 0,
+          playground_key: null,
+        })
+        .execute();
+    });
+    await createAccountScript(this.redis, {
+      emails: accountEmailsKey,
+      account: accountKey(id),
+      index: accountsIndexKey,
+      emailIndex: '',
+      accountId: id,
+      created,
+      fields: Object.entries(fields).flat(),
+    });
+    await openBillScript(this.redis, { bill: billKey(id), accountId: id, unlimited: '0' });
+    return toAccount(fields, undefined)!;
+  }
+
+  /** The live team with this name in any letter case (spaces around it ignored), or undefined. */
+  async findTeamByName(name: string): Promise<Account | undefined> {
+    const row = await teamNamed(this.record, name.trim());
+    return row ? this.get(row.id) : undefined;
   }
 
   /** Undefined for an unknown or deleted account. */
@@ -484,7 +552,9 @@ export class AccountStore {
   /** The live account owning an email (any letter case), or undefined. */
   async findByEmail(email: string): Promise<Account | undefined> {
     const id = await this.redis.hget(accountEmailsKey, emailIndex(email));
-    return id ? this.get(id) : undefined;
+    const account = id ? await this.get(id) : undefined;
+    // A team has no email; one given to it by hand still does not make it someone.
+    return account?.kind === 'person' ? account : undefined;
   }
 
   /**
@@ -500,7 +570,8 @@ export class AccountStore {
     }
     if (!(await verifyPassword(password, stored))) return undefined;
     if (needsRehash(stored)) await this.rehash(id, stored, password);
-    return this.get(id);
+    const account = await this.get(id);
+    return account?.kind === 'person' ? account : undefined;
   }
 
   /**

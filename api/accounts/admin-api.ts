@@ -11,6 +11,8 @@ import {
   accountChanges,
   budgetChange,
   budgetFields,
+  addMemberSchema,
+  createTeamSchema,
   createAccountSchema,
   id as idSchema,
   createKeySchema,
@@ -24,6 +26,7 @@ import {
   patchKeySchema,
 } from './account-requests.js';
 import { accountView, keyView, ledgerView } from './views.js';
+import { TeamStore, teamNotFound } from './team-store.js';
 import { readUsage, usageQuerySchema } from './admin-usage.js';
 import { listRequests } from '../../storage/record/request-log.js';
 import { requestListQuerySchema } from './admin-requests.js';
@@ -183,6 +186,45 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
     const keyId = ctx.params.id!;
     if (!(await store.revoke(keyId))) throw keyNotFound(keyId);
     ctx.body = { id: keyId, object: 'api_key', deleted: true };
+  });
+
+  // ---- teams: made, and their members put in and taken out (the console's Team page does the same for owners) ----
+
+  const teams = new TeamStore(accounts, store.record);
+  const existingTeam = async (teamId: string): Promise<Account> => {
+    const team = await accounts.get(teamId);
+    if (!team) throw teamNotFound(teamId);
+    return team;
+  };
+
+  router.post('/teams', async (ctx) => {
+    const body = parseStrict(createTeamSchema, await readJsonObject(ctx.req, bodyLimit));
+    // The first owner is looked up before the team is made: an unknown email makes no team.
+    if (body.owner_email !== undefined && !(await accounts.findByEmail(body.owner_email))) {
+      throw new GatewayError(404, `Nobody has the email '${body.owner_email}'.`, { code: 'account_not_found', param: 'owner_email' });
+    }
+    const team = await accounts.createTeam({ name: body.name });
+    if (body.owner_email !== undefined) await teams.add(team, body.owner_email, 'owner', 'admin');
+    ctx.status = 201;
+    ctx.body = { ...accountView(team), members: await teams.members(team) };
+  });
+
+  router.get('/teams/:id/members', async (ctx) => {
+    ctx.body = { object: 'list', data: await teams.members(await existingTeam(String(ctx.params.id))) };
+  });
+
+  router.post('/teams/:id/members', async (ctx) => {
+    const team = await existingTeam(String(ctx.params.id));
+    const body = parseStrict(addMemberSchema, await readJsonObject(ctx.req, bodyLimit));
+    ctx.status = 201;
+    ctx.body = await teams.add(team, body.email, body.role, 'admin');
+  });
+
+  router.delete('/teams/:id/members/:member', async (ctx) => {
+    const team = await existingTeam(String(ctx.params.id));
+    const member = String(ctx.params.member).slice(0, 256);
+    await teams.remove(team, member);
+    ctx.body = { id: member, object: 'team.member', deleted: true };
   });
 
   // ---- usage ----

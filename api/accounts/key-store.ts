@@ -50,8 +50,15 @@ export interface KeySettings extends KeyLimits {
 
 export interface KeyOptions extends KeySettings {
   accountId?: string;
-  /** The person (account id) who made it: their cap in the key's team holds its spend. */
+  /** The person (account id) making it in the console; none for the admin API and the CLI. */
   createdBy?: string;
+}
+
+/** Who made a key: a person. */
+export interface KeyCreator {
+  id: string;
+  email: string;
+  name: string;
 }
 
 /** A change to a key: null clears a limit (or the default cache TTL). */
@@ -345,6 +352,36 @@ export class KeyStore {
     return keys.map((key) => ({ ...key, adminLimits: found.get(key.id) ?? {} }));
   }
 
+  /**
+   * Who made each key: the person `created_by` names, or for a key made before teams (or by the admin API) in a
+   * person's own account, that person (it is their account's own); null for such a key of a team.
+   */
+  async creators(keys: readonly ApiKeyRecord[]): Promise<Map<string, KeyCreator | null>> {
+    const found = new Map<string, KeyCreator | null>();
+    if (keys.length === 0) return found;
+    const rows = await this.record
+      .selectFrom('api_keys')
+      .innerJoin('accounts as owner', 'owner.id', 'api_keys.account_id')
+      .leftJoin('accounts as maker', 'maker.id', 'api_keys.created_by')
+      .select(['api_keys.id', 'api_keys.created_by', 'owner.kind', 'owner.email as owner_email', 'owner.name as owner_name', 'maker.email as maker_email', 'maker.name as maker_name'])
+      .where('api_keys.id', 'in', keys.map((key) => key.id))
+      .execute();
+    const byId = new Map(rows.map((row) => [row.id, row]));
+    for (const key of keys) {
+      const row = byId.get(key.id);
+      if (row?.created_by) found.set(key.id, { id: row.created_by, email: row.maker_email ?? '', name: row.maker_name ?? '' });
+      else if (row && row.kind === 'person' && key.accountId !== defaultAccountId) found.set(key.id, { id: key.accountId, email: row.owner_email, name: row.owner_name });
+      else found.set(key.id, null);
+    }
+    return found;
+  }
+
+  /** The ids of every key (revoked ones too) `person` made in an account: a member's share of a team's usage. */
+  async keysMadeBy(accountId: string, person: string): Promise<string[]> {
+    const rows = await this.record.selectFrom('api_keys').select('id').where('account_id', '=', accountId).where('created_by', '=', person).execute();
+    return rows.map((row) => row.id);
+  }
+
   async list(filter: { accountId?: string } = {}): Promise<ApiKeyRecord[]> {
     // One account's keys from its own set (a console page must not read every key of the gateway); the default
     // account's from all, since keys made before accounts existed are in no account's set.
@@ -412,9 +449,27 @@ export class KeyStore {
    * made on first use and again if it was revoked. Its limits are the owner's to set, like any key's; what
    * its account carries (weight, granted service tiers, cache cap) it carries as every key of the account does (`access`).
    */
-  async playgroundAccess(accountId: string): Promise<KeyAccess> {
+  async playgroundAccess(accountId: string, person: string = accountId): Promise<KeyAccess> {
+    // Each person in a team has a Playground key of their own there (made by them, so a member's Playground usage
+    // is theirs): the account's own person's is named by `playground_key` (the record's `accounts.playground_key`),
+    // another's by `playground_key:<person>` in Redis only. Redis lost, that one is found again in the record as the
+    // newest live key named Playground the person made in the team.
+    const field = person === accountId ? 'playground_key' : `playground_key:${person}`;
     for (let attempt = 0; attempt < 3; attempt++) {
-      const [id, weight, tiers, cacheMaxTtl] = await this.redis.hmget(accountKey(accountId), 'playground_key', 'weight', 'tiers', 'cache_max_ttl');
+      let [id, weight, tiers, cacheMaxTtl] = await this.redis.hmget(accountKey(accountId), field, 'weight', 'tiers', 'cache_max_ttl');
+      if (!id && person !== accountId) {
+        const kept = await this.record
+          .selectFrom('api_keys')
+          .select('id')
+          .where('account_id', '=', accountId)
+          .where('created_by', '=', person)
+          .where('name', '=', 'Playground')
+          .where('revoked', 'is', null)
+          .orderBy('created', 'desc')
+          .limit(1)
+          .executeTakeFirst();
+        if (kept && (await claimPlaygroundKeyScript(this.redis, { account: accountKey(accountId), current: '', made: kept.id, field })) === 1) id = kept.id;
+      }
       const ofAccount = Object.fromEntries(
         Object.entries({ weight: optionalNumber(weight ?? undefined), tiers: parseServiceTiers(tiers), cacheMaxTtlS: optionalNumber(cacheMaxTtl ?? undefined) }).filter(([, value]) => value !== undefined),
       );
@@ -426,11 +481,11 @@ export class KeyStore {
         return { keyId: key.id, accountId, ...ofAccount, ...Object.fromEntries(optional) };
       }
       // Made for the console, not by anyone: no ceilings, and not counted against the account's keys.
-      const made = await this.make('Playground', { accountId }, 'member', false);
+      const made = await this.make('Playground', { accountId, ...(person === accountId ? {} : { createdBy: person }) }, 'member', false);
       // Two first uses at once: one key wins, the other is revoked.
-      const won = await claimPlaygroundKeyScript(this.redis, { account: accountKey(accountId), current: id ?? '', made: made.id });
+      const won = await claimPlaygroundKeyScript(this.redis, { account: accountKey(accountId), current: id ?? '', made: made.id, field });
       if (won === 1) {
-        await this.record.updateTable('accounts').set({ playground_key: made.id }).where('id', '=', accountId).execute();
+        if (person === accountId) await this.record.updateTable('accounts').set({ playground_key: made.id }).where('id', '=', accountId).execute();
         return { keyId: made.id, accountId, ...ofAccount };
       }
       await this.revoke(made.id);

@@ -39,4 +39,4 @@ export const revokeKeyScript = redisScript({ name: 'api_key_revoke', files: file
 export const keyAccessScript = redisScript({ name: 'api_key_access', files: files('default-account', 'key-access'), keys: ['hashes', 'defaultAccount', 'index'], args: ['hash', 'keyRecordPrefix', 'accountPrefix', 'defaultAccountId', 'now'], reply: as<string[] | number | null>() });
 
 /** Names an account's Playground key if the one named is still the one read: 1 claimed, 0 another won. */
-export const claimPlaygroundKeyScript = redisScript({ name: 'api_key_claim_playground', files: files('claim-playground-key'), keys: ['account'], args: ['current', 'made'], reply: as<number>() });
+export const claimPlaygroundKeyScript = redisScript({ name: 'api_key_claim_playground', files: files('claim-playground-key'), keys: ['account'], args: ['current', 'made', 'field'], reply: as<number>() });

@@ -9,6 +9,7 @@ export function accountView(account: Account): AccountView {
   return {
     id: account.id,
     object: 'account',
+    kind: account.kind,
     email: account.email,
     name: account.name,
     role: account.role,

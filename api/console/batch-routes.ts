@@ -10,11 +10,14 @@ import { parseStrict } from '../accounts/account-requests.js';
 import { cancelMessageBatch, cancelOpenAIBatch } from '../batches/cancel.js';
 import { openAIFields, openAIStatus } from '../batches/openai-record.js';
 import { AccountFileStore } from '../../storage/account-files.js';
-import { requireSession, type ConsoleContext, type ConsoleDeps } from './console-session.js';
+import { requireTeam, withoutTeam, type ConsoleContext, type ConsoleDeps, type TeamNeed, type TeamScope } from './console-session.js';
+import { may } from '../accounts/team-roles.js';
 
 /*
- * The console's batches (both dialects: Message Batches and OpenAI's Batch API), session-authenticated: a member's
- * own account's, an admin's every account's (or the one `account_id` names). One batch read, canceled or deleted by
+ * The console's batches (both dialects: Message Batches and OpenAI's Batch API), session-authenticated, in the
+ * request's team (`requireTeam`): an owner's are the team's, a team member's those made with the keys they made (a
+ * batch remembers its key), a viewer's none (403). In a person's own account, as before teams: an admin's every
+ * account's (or the one `account_id` names). One batch read, canceled or deleted by
  * its id: a member's own only (another's is a 404, as an unknown id: ids are not a way to probe), an admin's any.
  * Cancel and delete are the /v1 APIs' own (api/batches/cancel.ts, shared/batches/delete.ts), and like every console
  * POST and DELETE they need the session's CSRF token (routes.ts checks it before any route).
@@ -76,22 +79,40 @@ function deletable(batch: BatchRecord): boolean {
   return batch.dialect !== 'openai' || openAIStatus(batch) !== 'finalizing';
 }
 
+/** Batches are made with keys: owners and members. */
+const batchUser: TeamNeed = { allows: may.ownKeys, roles: 'an owner or a member' };
+
+/** The most pages of a team's batches read to fill one page of a member's own (whose batches are filtered from the team's). */
+const memberPagesMost = 20;
+
 export function addBatchConsoleRoutes(router: Router, deps: ConsoleDeps): void {
   const { redis, keyStore } = deps;
   /** The price multiple of flex, which every batch request is billed at (docs/api.md). */
   const flexMultiple = () => Number(deps.prices.tierMultiples().flex);
 
-  /** The batch `:id` names, if the signed-in account may act on it: a member's own, any for an admin; a 404 otherwise. */
-  const batchFor = async (ctx: ConsoleContext, account: Account): Promise<BatchRecord> => {
+  /** The keys whose batches a team member sees: those they made; undefined for an owner (every key of the team). */
+  const keysOf = async (scope: TeamScope): Promise<Set<string> | undefined> =>
+    may.manageAllKeys(scope.role) ? undefined : new Set(await keyStore.keysMadeBy(scope.team.id, scope.account.id));
+
+  /**
+   * The batch `:id` names, if the signed-in person may act on it: the team's for its owner (any for an admin in their
+   * own account), one of their keys' for a member; a 404 otherwise.
+   */
+  const batchFor = async (ctx: ConsoleContext, scope: TeamScope): Promise<BatchRecord> => {
     const id = String(ctx.params.id);
     const batch = batchIdPattern.test(id) ? await readBatch(redis, id) : undefined;
-    if (!batch || (account.role !== 'admin' && batch.accountId !== account.id)) throw notFound(id);
+    const anyAccount = scope.account.role === 'admin' && scope.team.id === scope.account.id;
+    if (!batch || (!anyAccount && batch.accountId !== scope.team.id)) throw notFound(id);
+    const keys = await keysOf(scope);
+    if (keys && !keys.has(batch.keyId)) throw notFound(id);
     return batch;
   };
 
   router.get('/api/batches', async (ctx) => {
-    const { account } = await requireSession(ctx, deps);
-    const query = parseStrict(batchListQuerySchema, ctx.query);
+    const scope = await requireTeam(ctx, deps, batchUser);
+    // In another team than their own, even an admin reads that team's alone.
+    const account: Account = scope.team.id === scope.account.id ? scope.account : { ...scope.team, role: 'member' };
+    const query = parseStrict(batchListQuerySchema, withoutTeam(ctx.query));
     const limit = query.limit ?? 20;
     const flex = flexMultiple();
     const everyAccount = account.role === 'admin' && query.account_id === undefined;
@@ -109,21 +130,33 @@ export function addBatchConsoleRoutes(router: Router, deps: ConsoleDeps): void {
     }
     const accountId = account.role === 'admin' ? (query.account_id ?? account.id) : account.id;
     const afterId = query.after_id ?? query.cursor;
-    const { batches, hasMore } = await listBatches(redis, accountId, { limit, ...(afterId !== undefined ? { afterId } : {}) });
-    const last = batches.at(-1);
+    const keys = await keysOf(scope);
+    let { batches, hasMore } = await listBatches(redis, accountId, { limit, ...(afterId !== undefined ? { afterId } : {}) });
+    // The page goes on after this one.
+    let last = batches.at(-1);
+    if (keys) {
+      // A member's: the team's pages read on, filtered, until one is full or a bounded number were read (then
+      // `has_more` with the cursor of the last one read, which may show none of theirs).
+      const mine = batches.filter((batch) => keys.has(batch.keyId));
+      for (let pages = 1; mine.length < limit && hasMore && pages < memberPagesMost; pages++) {
+        ({ batches, hasMore } = await listBatches(redis, accountId, { limit: 100, afterId: last!.id }));
+        last = batches.at(-1) ?? last;
+        mine.push(...batches.filter((batch) => keys.has(batch.keyId)));
+      }
+      if (mine.length > limit) [hasMore, last] = [true, mine[limit - 1]];
+      batches = mine.slice(0, limit);
+    }
     ctx.body = { object: 'list', account_id: accountId, data: batches.map(consoleBatchView), has_more: hasMore, next_cursor: hasMore && last ? last.id : null, flex_price_multiple: flex } satisfies BatchPage;
   });
 
   router.get('/api/batches/:id', async (ctx) => {
-    const { account } = await requireSession(ctx, deps);
-    ctx.body = consoleBatchView(await batchFor(ctx, account));
+    ctx.body = consoleBatchView(await batchFor(ctx, await requireTeam(ctx, deps, batchUser)));
   });
 
   // The API's own cancel: the batch turns canceling, what still waits is canceled, what a vendor has ends as it will.
   // A message batch that has ended is answered as it is (as the API does); an ended OpenAI batch is a 400 (as OpenAI's).
   router.post('/api/batches/:id/cancel', async (ctx) => {
-    const { account } = await requireSession(ctx, deps);
-    const batch = await batchFor(ctx, account);
+    const batch = await batchFor(ctx, await requireTeam(ctx, deps, batchUser));
     const log = ctx.state.log;
     if (batch.dialect === 'openai') {
       ctx.body = consoleBatchView(await cancelOpenAIBatch({ ...deps, files: new AccountFileStore(redis, deps.blobs), log }, batch, log));
@@ -134,8 +167,7 @@ export function addBatchConsoleRoutes(router: Router, deps: ConsoleDeps): void {
 
   // Ended batches only, as the API's DELETE: a running one is canceled first. An OpenAI batch's files stay the account's.
   router.delete('/api/batches/:id', async (ctx) => {
-    const { account } = await requireSession(ctx, deps);
-    const batch = await batchFor(ctx, account);
+    const batch = await batchFor(ctx, await requireTeam(ctx, deps, batchUser));
     if (!deletable(batch)) throw invalidRequest(`The batch ${batch.id} has not ended: cancel it, and delete it once it has ended.`, 'id', 'batch_not_ended');
     await deleteBatch(redis, batch.id, batch.accountId);
     ctx.body = { id: batch.id, object: 'batch', deleted: true } satisfies ConsoleBatchDeleted;

@@ -9,6 +9,7 @@ import { accountView } from '../accounts/views.js';
 import type { SessionAnswer } from '../../shared/console-api.js';
 import type { ConsoleAssets } from './assets.js';
 import { sameSecret, type Session, type SessionStore, type SigninThrottle } from './sessions.js';
+import { teamRole, type TeamRole } from '../accounts/team-roles.js';
 
 /** The console's session cookie and its CSRF tokens: who is signed in, and whether a state-changing call came from this console. */
 
@@ -123,3 +124,49 @@ export async function startSession(ctx: ConsoleContext, deps: ConsoleDeps, accou
   return { account: accountView(account), csrf_token: session.csrf };
 }
 
+
+/** The header naming the team a console request works in (a GET download may name it as the `team` query parameter). */
+export const teamHeader = 'x-team';
+
+/** A signed-in person working in a team, with their role there. */
+export interface TeamScope {
+  session: Session;
+  /** The signed-in person. */
+  account: Account;
+  team: Account;
+  role: TeamRole;
+}
+
+/** What a console request needs of the person's role in its team, and how a refusal names it. */
+export interface TeamNeed {
+  allows: (role: TeamRole | undefined) => boolean;
+  /** The roles that may, as a refusal says them ("an owner or a member"). */
+  roles: string;
+}
+
+const teamNotFound = (id: string) => new GatewayError(404, `No team with id '${id.slice(0, 100)}'.`, { code: 'team_not_found' });
+
+/**
+ * The team a console request works in: the one its path names (`/teams/:id`), or its `x-team` header (or `team`
+ * query parameter), else the person's own account; and their role there (`teamRole`, read afresh each request). A team they are not in is
+ * a 404, as an unknown one (ids are not a way to probe); a role that may not do what the route does is a 403
+ * `permission_denied` naming the roles that may.
+ */
+export async function requireTeam(ctx: ConsoleContext, deps: ConsoleDeps, need: TeamNeed, teamIdInPath?: string): Promise<TeamScope> {
+  const { session, account } = await requireSession(ctx, deps);
+  const named = teamIdInPath ?? (ctx.get(teamHeader) || (typeof ctx.query.team === 'string' ? ctx.query.team : ''));
+  const teamId = named === '' ? account.id : named;
+  const role = teamId.length > 256 ? undefined : await teamRole(deps.keyStore.record, teamId, account);
+  const team = role === undefined ? undefined : teamId === account.id ? account : await deps.keyStore.accounts.get(teamId);
+  if (!team || role === undefined) throw teamNotFound(teamId);
+  if (!need.allows(role)) {
+    throw new GatewayError(403, `This needs ${need.roles} of the team '${team.name || team.email || team.id}'; you are ${role === 'owner' ? 'an' : 'a'} ${role} there.`, { code: 'permission_denied' });
+  }
+  return { session, account, team, role };
+}
+
+/** A console query without the `team` parameter `requireTeam` read, for the strict schema of the route's own. */
+export function withoutTeam(query: Record<string, unknown>): Record<string, unknown> {
+  const { team: _team, ...rest } = query;
+  return rest;
+}

@@ -177,9 +177,10 @@ function rangeOf(days: readonly string[]) {
   return { since: Date.parse(`${days[0]}T00:00:00Z`) / 1000, until: Date.parse(`${days.at(-1)}T00:00:00Z`) / 1000 + 86_400 };
 }
 
-function logFilter(accountId: string | undefined, request: UsageRequest, days: readonly string[]): RequestFilter & { since: number; until: number } {
+function logFilter(accountId: string | undefined, request: UsageRequest, days: readonly string[], keyIds?: readonly string[]): RequestFilter & { since: number; until: number } {
   return {
     ...(accountId !== undefined ? { accountId } : {}),
+    ...(keyIds !== undefined ? { keyIds } : {}),
     ...(request.key_id !== undefined ? { keyId: request.key_id } : {}),
     ...(request.model !== undefined ? { model: request.model } : {}),
     ...rangeOf(days),
@@ -191,11 +192,13 @@ function logFilter(accountId: string | undefined, request: UsageRequest, days: r
  * and key: the amounts from the record's day totals (summed by `groupUsage`), the request counts from the request
  * log (`requestTallies`); a cell only one of them has is zero in the other.
  */
-async function usageCells(keyStore: KeyStore, accountId: string | undefined, request: UsageRequest) {
+async function usageCells(keyStore: KeyStore, accountId: string | undefined, request: UsageRequest, keyIds?: readonly string[]) {
   const days = daysOf(request);
   const loaded = await loadUsageDays(keyStore.record, days, accountId);
-  const amounts = groupUsage(loaded, { accountId, keyId: request.key_id, model: request.model, groupBy: ['day', 'model', 'key'] });
-  const counted = await requestTallies(keyStore.record, logFilter(accountId, request, days));
+  // A team member's share: the day totals of the keys they made only.
+  const mine = keyIds === undefined ? loaded : loaded.filter((row) => keyIds.includes(row.key_id));
+  const amounts = groupUsage(mine, { accountId, keyId: request.key_id, model: request.model, groupBy: ['day', 'model', 'key'] });
+  const counted = await requestTallies(keyStore.record, logFilter(accountId, request, days, keyIds));
   const cells = new Map<string, UsageRow>();
   const cellOf = (day: string, model: string, keyId: string) => {
     const id = [day, model, keyId].join('\u0000');
@@ -285,10 +288,10 @@ async function keyNames(keyStore: KeyStore, ids: string[]): Promise<Map<string, 
  * over the same days. A member's account's; an admin's every account's
  * (`account_id: null`, no balance), or the one `account_id` names.
  */
-export async function usageReport(keyStore: KeyStore, account: Account, request: UsageRequest): Promise<UsageReport> {
+export async function usageReport(keyStore: KeyStore, account: Account, request: UsageRequest, keyIds?: readonly string[]): Promise<UsageReport> {
   const accountId = usageAccount(account, request);
-  const { days, group, daily } = await usageCells(keyStore, accountId, request);
-  const latency = await latencyByModel(keyStore.record, logFilter(accountId, request, days));
+  const { days, group, daily } = await usageCells(keyStore, accountId, request, keyIds);
+  const latency = await latencyByModel(keyStore.record, logFilter(accountId, request, days, keyIds));
   const byKey = group(['key_id']);
   const names = await keyNames(keyStore, [...new Set(byKey.map((row) => row.key_id).filter((id): id is string => Boolean(id)))]);
   // Re-read: the balance shown is as of this report, not of the sign-in.
@@ -320,8 +323,10 @@ export async function usageReport(keyStore: KeyStore, account: Account, request:
  * `account_id` it names (another account's rows are never a filter away); an
  * admin every account's, or the one it names.
  */
-function scoped(account: Account, filter: RequestFilter): RequestFilter {
-  return account.role === 'admin' ? filter : { ...filter, accountId: account.id };
+function scoped(account: Account, filter: RequestFilter, keyIds?: readonly string[]): RequestFilter {
+  const whose = account.role === 'admin' ? filter : { ...filter, accountId: account.id };
+  // A team member: the requests of the keys they made only.
+  return keyIds === undefined ? whose : { ...whose, keyIds };
 }
 
 /** The requests a filter of the log holds (as `countedRequest` counts them), by how each ended. */
@@ -333,9 +338,9 @@ export async function requestCounts(record: RecordDb, filter: RequestFilter): Pr
 }
 
 /** A page of requests, newest first, as `GET /admin/requests` answers it; the first page with the counts of the whole filter. */
-export async function requestList(record: RecordDb, account: Account, query: unknown): Promise<ActivityPage> {
+export async function requestList(record: RecordDb, account: Account, query: unknown, keyIds?: readonly string[]): Promise<ActivityPage> {
   const { filter, limit, cursor } = parseStrict(requestListQuerySchema, query);
-  const whose = scoped(account, filter);
+  const whose = scoped(account, filter, keyIds);
   const [page, counts] = await Promise.all([listRequests(record, whose, limit, cursor), cursor ? undefined : requestCounts(record, whose)]);
   const sessions = await sessionFacts(record, page.data.filter((row) => row.endpoint === 'realtime').map((row) => row.id));
   const data = sessions.size === 0 ? page.data : page.data.map((row) => (sessions.has(row.id) ? { ...row, session: sessions.get(row.id)! } : row));
@@ -391,7 +396,7 @@ export function bucketSecondsFor(rangeSeconds: number): number {
  * Bars start at multiples of their size (UTC); bars without a request are
  * left out, for the page to draw as zero.
  */
-export async function requestHistogramReport(record: RecordDb, account: Account, query: Record<string, unknown>): Promise<RequestHistogram> {
+export async function requestHistogramReport(record: RecordDb, account: Account, query: Record<string, unknown>, keyIds?: readonly string[]): Promise<RequestHistogram> {
   const { filter } = parseStrict(requestFilterQuerySchema, query);
   // Exclusive: a request of this very second is in.
   const until = filter.until ?? Math.floor(Date.now() / 1000) + 1;
@@ -399,7 +404,7 @@ export async function requestHistogramReport(record: RecordDb, account: Account,
   if (since >= until) throw invalidRequest('`since` must be before `until`.', 'since', 'invalid_value');
   if (until - since > maxHistogramSeconds) throw invalidRequest('The range may span at most 31 days: narrow `since` and `until`.', 'since', 'invalid_value');
   const bucketSeconds = bucketSecondsFor(until - since);
-  const data = await histogramBars(record, { ...scoped(account, filter), since, until }, bucketSeconds);
+  const data = await histogramBars(record, { ...scoped(account, filter, keyIds), since, until }, bucketSeconds);
   return { object: 'histogram', bucket_seconds: bucketSeconds, since, until, data };
 }
 
@@ -423,9 +428,9 @@ function csvField(value: string | number | undefined): string {
 }
 
 /** The daily rows of the usage page as CSV. */
-export async function usageCsv(keyStore: KeyStore, account: Account, request: UsageRequest) {
+export async function usageCsv(keyStore: KeyStore, account: Account, request: UsageRequest, keyIds?: readonly string[]) {
   // The day totals alone: none of the report's latency, key names or balance.
-  const { days, daily } = await usageCells(keyStore, usageAccount(account, request), request);
+  const { days, daily } = await usageCells(keyStore, usageAccount(account, request), request, keyIds);
   const lines = [csvColumns.join(',')];
   for (const row of daily) lines.push(csvColumns.map((column) => csvField(row[column])).join(','));
   return { filename: `usage-${days[0]}-to-${days.at(-1)}.csv`, csv: `${lines.join('\r\n')}\r\n` };

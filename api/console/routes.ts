@@ -13,11 +13,15 @@ import type { ConsoleConfig, CreatedKeyView, KeyView, List, SessionAnswer } from
 import { bodyLimit } from '../accounts/admin-api.js';
 import type { AuthState } from '../accounts/auth.js';
 import { serve } from '../requests/endpoint-route.js';
-import { checkCsrf, cookieOptions, loadSession, preSessionToken, requireSession, sessionCookie, startSession, type ConsoleContext, type ConsoleDeps, type ConsoleState } from './console-session.js';
+import { checkCsrf, cookieOptions, loadSession, preSessionToken, requireSession, requireTeam, sessionCookie, startSession, withoutTeam, type ConsoleContext, type ConsoleDeps, type ConsoleState, type TeamNeed, type TeamScope } from './console-session.js';
+import { may } from '../accounts/team-roles.js';
+import type { Account } from '../../shared/accounts.js';
+import type { ApiKeyRecord } from '../accounts/key-store.js';
 import type { RequestState } from '../requests/request-context.js';
 import { pricingList, requestHistogramReport, requestList, usageReport, usageCsv, usageRequestSchema } from './reports.js';
 import { addAdminConsoleRoutes } from './admin-routes.js';
 import { addBatchConsoleRoutes } from './batch-routes.js';
+import { addTeamConsoleRoutes } from './team-routes.js';
 import { queueDashboardEntry } from './queue-dashboard.js';
 import { isMockEnabled, isMockStandingIn } from '../../shared/vendors.js';
 
@@ -49,6 +53,22 @@ const signInSchema = z.strictObject({ email: storableText().max(320), password: 
 const signUpSchema = z.strictObject({ email, password, name: accountName.optional() });
 const createOwnKeySchema = z.strictObject({ name: keyName, ...keySettings });
 
+/** Keys of one's own and the Playground: owners and members. */
+const keyUser: TeamNeed = { allows: may.ownKeys, roles: 'an owner or a member' };
+/** Usage and the request log: every role. */
+const usageReader: TeamNeed = { allows: may.readUsage, roles: 'any role' };
+
+/**
+ * Whose usage and requests a team's page reads. In a person's own account, as before teams: theirs (an admin's,
+ * every account's unless a query names one). In another team, the team's alone (an admin's too): all of it for an
+ * owner or a viewer, a member's own keys' share (`keyIds`, revoked keys too) for a member.
+ */
+async function readerOf(deps: ConsoleDeps, scope: TeamScope): Promise<{ account: Account; keyIds?: string[] }> {
+  const keyIds = scope.role === 'member' ? await deps.keyStore.keysMadeBy(scope.team.id, scope.account.id) : undefined;
+  if (scope.team.id === scope.account.id) return { account: scope.account };
+  return { account: { ...scope.team, role: 'member' }, ...(keyIds ? { keyIds } : {}) };
+}
+
 /** A console request's state: the gateway's, with the signed-in session once it is loaded. */
 type State = RequestState & ConsoleState;
 
@@ -60,8 +80,8 @@ type State = RequestState & ConsoleState;
  */
 function authenticatePlayground(deps: ConsoleDeps): RouterMiddleware<State & AuthState> {
   return async (ctx, next) => {
-    const { account } = await requireSession(ctx, deps);
-    const access = await deps.keyStore.playgroundAccess(account.id);
+    const { account, team } = await requireTeam(ctx, deps, keyUser);
+    const access = await deps.keyStore.playgroundAccess(team.id, account.id);
     if (access.expiresAt !== undefined && access.expiresAt * 1000 <= Date.now()) {
       throw new GatewayError(401, 'The Playground key has expired: extend or revoke it on the keys page (a new one is made on the next use).', {
         code: 'invalid_api_key',
@@ -174,73 +194,82 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     ctx.body = { object: 'list', data: pricingList(deps.models, deps.prices), service_tiers: deps.prices.tierMultiples() };
   });
 
-  // ---- the member's own keys and usage ----
+  // ---- the team's keys (a member's own, an owner's every one) and usage ----
 
-  const ownKey = async (ctx: ConsoleContext, accountId: string) => {
+  /** Keys as the console shows them: with the ceilings an admin set and who made each. */
+  const keyViews = async (keys: ApiKeyRecord[]): Promise<KeyView[]> => {
+    const [limited, creators] = await Promise.all([keyStore.withAdminLimits(keys), keyStore.creators(keys)]);
+    return limited.map((key) => ({ ...keyView(key), created_by: creators.get(key.id) ?? null }));
+  };
+
+  /** The key `:id` names, if the person may change it: any of the team's for an owner, their own for a member; 404 otherwise. */
+  const teamKey = async (ctx: ConsoleContext, scope: TeamScope) => {
     const id = String(ctx.params.id);
     const key = await keyStore.get(id);
-    // Another account's key is reported missing, exactly as an unknown one: ids are not a way to probe.
-    if (!key || key.accountId !== accountId) throw new GatewayError(404, `No API key with id '${id.slice(0, 100)}'.`, { code: 'key_not_found' });
+    // Another account's key, or another member's, is reported missing exactly as an unknown one: ids are not a way to probe.
+    const mine = key && key.accountId === scope.team.id && (may.manageAllKeys(scope.role) || (await keyStore.creators([key])).get(key.id)?.id === scope.account.id);
+    if (!key || !mine) throw new GatewayError(404, `No API key with id '${id.slice(0, 100)}'.`, { code: 'key_not_found' });
     return key;
   };
 
   router.get('/api/keys', async (ctx) => {
-    const { account } = await requireSession(ctx, deps);
-    ctx.body = { object: 'list', data: (await keyStore.withAdminLimits(await keyStore.list({ accountId: account.id }))).map(keyView) } satisfies List<KeyView>;
+    const scope = await requireTeam(ctx, deps, keyUser);
+    const keys = await keyViews(await keyStore.list({ accountId: scope.team.id }));
+    ctx.body = { object: 'list', data: may.manageAllKeys(scope.role) ? keys : keys.filter((key) => key.created_by?.id === scope.account.id) } satisfies List<KeyView>;
   });
 
   router.post('/api/keys', async (ctx) => {
-    const { account } = await requireSession(ctx, deps);
+    const { account, team } = await requireTeam(ctx, deps, keyUser);
     const body = parseStrict(createOwnKeySchema, await readJsonObject(ctx.req, bodyLimit));
-    // A member's own key: its rates at most the operator's defaults. An admin's is an admin's.
-    // Made by the signed-in person: their cap in the team holds what it spends.
-    const created = await keyStore.create(body.name, { accountId: account.id, ...newKeyLimits(body), createdBy: account.id }, account.role);
+    // A member's own key: its rates at most the operator's defaults. An admin's is an admin's. It spends the team's
+    // money, and the signed-in person made it: their cap in the team holds what it spends.
+    const created = await keyStore.create(body.name, { accountId: team.id, createdBy: account.id, ...newKeyLimits(body) }, account.role);
     ctx.status = 201;
-    ctx.body = { ...keyView(created), key: created.key } satisfies CreatedKeyView;
+    ctx.body = { ...(await keyViews([created]))[0]!, key: created.key } satisfies CreatedKeyView;
   });
 
   router.patch('/api/keys/:id', async (ctx) => {
-    const { account } = await requireSession(ctx, deps);
+    const scope = await requireTeam(ctx, deps, keyUser);
     const body = parseStrict(patchKeySchema, await readJsonObject(ctx.req, bodyLimit));
-    const key = await ownKey(ctx, account.id);
+    const key = await teamKey(ctx, scope);
     // A member only tightens: below what an admin set on the key, and the operator's default rates (403 otherwise).
-    const updated = await keyStore.update(key.id, keyChanges(body), account.role);
+    const updated = await keyStore.update(key.id, keyChanges(body), scope.account.role);
     if (!updated) throw new GatewayError(404, `No API key with id '${key.id}'.`, { code: 'key_not_found' });
-    ctx.body = keyView(updated);
+    ctx.body = (await keyViews([updated]))[0]!;
   });
 
   router.delete('/api/keys/:id', async (ctx) => {
-    const { account } = await requireSession(ctx, deps);
-    const key = await ownKey(ctx, account.id);
+    const scope = await requireTeam(ctx, deps, keyUser);
+    const key = await teamKey(ctx, scope);
     await keyStore.revoke(key.id);
     ctx.body = { id: key.id, object: 'api_key', deleted: true };
   });
 
   router.get('/api/usage', async (ctx) => {
-    const { account } = await requireSession(ctx, deps);
-    const request = parseStrict(usageRequestSchema, ctx.query);
-    ctx.body = await usageReport(keyStore, account, request);
+    const reader = await readerOf(deps, await requireTeam(ctx, deps, usageReader));
+    const request = parseStrict(usageRequestSchema, withoutTeam(ctx.query));
+    ctx.body = await usageReport(keyStore, reader.account, request, reader.keyIds);
   });
 
   router.get('/api/usage.csv', async (ctx) => {
-    const { account } = await requireSession(ctx, deps);
-    const request = parseStrict(usageRequestSchema, ctx.query);
-    const { filename, csv } = await usageCsv(keyStore, account, request);
+    const reader = await readerOf(deps, await requireTeam(ctx, deps, usageReader));
+    const request = parseStrict(usageRequestSchema, withoutTeam(ctx.query));
+    const { filename, csv } = await usageCsv(keyStore, reader.account, request, reader.keyIds);
     ctx.type = 'text/csv; charset=utf-8';
     ctx.attachment(filename);
     ctx.body = csv;
   });
 
-  // ---- activity: the request log, the account's own (every account's for an admin) ----
+  // ---- activity: the request log, the team's (every account's for an admin in their own) ----
 
   router.get('/api/requests', async (ctx) => {
-    const { account } = await requireSession(ctx, deps);
-    ctx.body = await requestList(keyStore.record, account, ctx.query);
+    const reader = await readerOf(deps, await requireTeam(ctx, deps, usageReader));
+    ctx.body = await requestList(keyStore.record, reader.account, withoutTeam(ctx.query), reader.keyIds);
   });
 
   router.get('/api/requests/histogram', async (ctx) => {
-    const { account } = await requireSession(ctx, deps);
-    ctx.body = await requestHistogramReport(keyStore.record, account, ctx.query);
+    const reader = await readerOf(deps, await requireTeam(ctx, deps, usageReader));
+    ctx.body = await requestHistogramReport(keyStore.record, reader.account, withoutTeam(ctx.query), reader.keyIds);
   });
 
   // ---- batches of both dialects: listed, read, canceled and deleted (batch-routes.ts) ----
@@ -257,6 +286,10 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
   // ---- admin ----
 
   addAdminConsoleRoutes(router, deps);
+
+  // ---- teams: their members and roles (team-routes.ts) ----
+
+  addTeamConsoleRoutes(router, deps);
 
   router.all('/api/{*rest}', (ctx) => {
     throw new GatewayError(404, `Unknown request URL: ${ctx.method} ${ctx.path.slice(0, 300)}.`, { code: 'unknown_url' });

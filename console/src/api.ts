@@ -25,6 +25,9 @@ export class ApiError extends Error {
 
 let csrfToken = '';
 let notSignedInHandler: (() => void) | undefined;
+let teamLostHandler: (() => void) | undefined;
+/** The team every call works in (its id), or '' for the person's own account, which the server takes when none is named. */
+let currentTeam = '';
 
 /** The newest CSRF token (from the session, sign-in, sign-up and sign-out answers). */
 export function setCsrfToken(token: string | undefined): void {
@@ -34,6 +37,24 @@ export function setCsrfToken(token: string | undefined): void {
 /** Called whenever the server says the session is gone (401 not_signed_in). */
 export function onNotSignedIn(handler: () => void): void {
   notSignedInHandler = handler;
+}
+
+/**
+ * The team the console works in from now on: sent as `x-team` on every call ('' for the person's own account), so a
+ * page's reads and changes are always the chosen team's, and never a mix.
+ */
+export function setCurrentTeam(id: string): void {
+  currentTeam = id;
+}
+
+/** `team=<id>` for a link the browser follows itself (a CSV download), which sends no header; '' in the person's own account. */
+export function teamQuery(): string {
+  return currentTeam ? `team=${encodeURIComponent(currentTeam)}` : '';
+}
+
+/** Called when the server says the current team is not one the person is in (any more): the console drops the choice. */
+export function onTeamLost(handler: () => void): void {
+  teamLostHandler = handler;
 }
 
 const unreachable = () => new ApiError('Could not reach the server. Check your connection and try again.', 0, 'network_error');
@@ -69,6 +90,7 @@ export async function send(method: string, path: string, body?: unknown, init: R
   const headers: Record<string, string> = { accept: 'application/json' };
   if (body !== undefined) headers['content-type'] = 'application/json';
   if (method !== 'GET' && method !== 'HEAD') headers['x-csrf-token'] = csrfToken;
+  if (currentTeam) headers['x-team'] = currentTeam;
   try {
     return await fetch(`${apiBase}${path}`, {
       ...init,
@@ -106,6 +128,7 @@ export async function api<T>(method: string, path: string, body?: unknown, init:
   if (!response.ok) {
     const error = await errorFrom(response);
     if (error.status === 401 && error.code === 'not_signed_in') notSignedInHandler?.();
+    if (error.status === 404 && error.code === 'team_not_found' && currentTeam) teamLostHandler?.();
     throw error;
   }
   try {
@@ -143,6 +166,7 @@ async function post(path: string, body: unknown, signal: AbortSignal): Promise<R
   if (!response.ok) {
     const error = await errorFrom(response);
     if (error.status === 401 && error.code === 'not_signed_in') notSignedInHandler?.();
+    if (error.status === 404 && error.code === 'team_not_found' && currentTeam) teamLostHandler?.();
     throw error;
   }
   return response;

@@ -1,11 +1,12 @@
 import { render, type JSX } from 'preact';
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import './styles.css';
-import { api, messageOf, onNotSignedIn, setCsrfToken } from './api';
+import { api, messageOf, onNotSignedIn, onTeamLost, setCsrfToken, setCurrentTeam } from './api';
 import { AppContext, type AppState } from './app-context';
 import { PublicShell, Shell, Logo } from './components/shell';
 import { navigate, usePath, Link } from './router';
-import type { Account, ConsoleConfig, SessionAnswer } from './types';
+import type { Account, ConsoleConfig, SessionAnswer, TeamList } from './types';
+import { keyPages, ownTeam, rememberTeam, rememberedTeam, switchableTeams } from './teams';
 import { SignInPage } from './pages/sign-in';
 import { KeysPage } from './pages/keys';
 import { UsagePage } from './pages/usage';
@@ -13,6 +14,7 @@ import { ActivityPage } from './pages/activity';
 import { BatchesPage } from './pages/batches';
 import { PricingPage } from './pages/pricing';
 import { PlaygroundPage } from './pages/playground';
+import { TeamPage } from './pages/team';
 import { AccountsPage } from './pages/admin-accounts';
 import { AllKeysPage } from './pages/admin-keys';
 import { ChannelsPage } from './pages/admin-channels';
@@ -21,6 +23,8 @@ import { PageHeader, useTitle } from './components/ui';
 
 const signInPath = '/console';
 const homePath = '/console/keys';
+/** Where a viewer goes instead of a page their role is not given (Keys, Batches, the Playground). */
+const viewerHomePath = '/console/usage';
 
 type Page = () => JSX.Element;
 
@@ -31,6 +35,7 @@ const memberPages: Record<string, Page> = {
   '/console/batches': BatchesPage,
   '/console/pricing': PricingPage,
   '/console/playground': PlaygroundPage,
+  '/console/team': TeamPage,
 };
 const adminPages: Record<string, Page> = {
   '/console/admin/accounts': AccountsPage,
@@ -102,6 +107,9 @@ function App() {
   const [account, setAccount] = useState<Account | null | undefined>(undefined);
   const [bootError, setBootError] = useState<string | undefined>(undefined);
   const [attempt, setAttempt] = useState(0);
+  const [teams, setTeams] = useState<TeamList | undefined>(undefined);
+  /** The team picked in the switcher (or remembered by this browser); '' for the person's own account. */
+  const [teamId, setTeamId] = useState('');
   /** Where a signed-out visit wanted to go: the sign-in leads there. */
   const wanted = useRef<string | undefined>(undefined);
 
@@ -133,6 +141,49 @@ function App() {
       .catch(() => {});
   }, []);
 
+  const accountId = account?.id;
+  const refreshTeams = useCallback(() => {
+    if (!accountId) return;
+    api<TeamList>('GET', '/teams')
+      .then((list) => setTeams(list))
+      // Unread, the person works in their own account, which the server takes when no team is named.
+      .catch(() => setTeams((previous) => previous ?? { object: 'list', data: [], all_teams: null }));
+  }, [accountId]);
+
+  // A person signing in starts in the team this browser remembers for them, once the list says they are still in it.
+  useEffect(() => {
+    setTeams(undefined);
+    setTeamId(accountId ? rememberedTeam(accountId) : '');
+    refreshTeams();
+  }, [accountId]);
+
+  const switchTeam = useCallback(
+    (id: string) => {
+      if (!accountId) return;
+      rememberTeam(accountId, id);
+      setTeamId(id);
+    },
+    [accountId],
+  );
+
+  useEffect(() => {
+    // The server no longer knows the person in the current team (removed since): back to their own account.
+    onTeamLost(() => {
+      if (accountId) rememberTeam(accountId, '');
+      setTeamId('');
+      refreshTeams();
+    });
+  }, [accountId, refreshTeams]);
+
+  const teamChoices = useMemo(() => (account && teams ? [ownTeam(account), ...switchableTeams(teams).filter((team) => team.id !== account.id)] : undefined), [account, teams]);
+  const team = teamChoices ? (teamChoices.find((choice) => choice.id === teamId) ?? teamChoices[0]) : undefined;
+  // A remembered team the person is no longer in is forgotten.
+  useEffect(() => {
+    if (accountId && teamChoices && teamId && !teamChoices.some((choice) => choice.id === teamId)) rememberTeam(accountId, '');
+  }, [accountId, teamChoices, teamId]);
+  // Set while rendering, not in an effect: the pages below read their data in their own effects, which run first.
+  setCurrentTeam(team && account && team.id !== account.id ? team.id : '');
+
   useEffect(() => {
     onNotSignedIn(() => {
       if (location.pathname.replace(/\/+$/, '') !== signInPath) wanted.current = location.pathname + location.search;
@@ -159,7 +210,10 @@ function App() {
       firstPath.current = false;
       return;
     }
-    if (account) refreshAccount();
+    if (account) {
+      refreshAccount();
+      refreshTeams();
+    }
     window.scrollTo(0, 0);
     // Move focus to the new page's heading, as a page load would.
     window.requestAnimationFrame(() => {
@@ -169,8 +223,8 @@ function App() {
   }, [path]);
 
   const state = useMemo<AppState | null>(
-    () => (config && account !== undefined ? { config, account, refreshAccount, setAccount, signOut } : null),
-    [config, account, refreshAccount, signOut],
+    () => (config && account !== undefined ? { config, account, refreshAccount, setAccount, signOut, teams, team, switchTeam, refreshTeams } : null),
+    [config, account, refreshAccount, signOut, teams, team, switchTeam, refreshTeams],
   );
 
   // Redirects that depend on the session.
@@ -182,6 +236,7 @@ function App() {
     if (path === signInPath && signedIn) redirect = wanted.current ?? homePath;
     else if (!signedIn && path !== signInPath && !publicPricing && path.startsWith('/console')) redirect = signInPath;
     else if (!path.startsWith('/console')) redirect = signedIn ? homePath : signInPath;
+    else if (signedIn && team?.role === 'viewer' && keyPages.has(path)) redirect = viewerHomePath;
   }
   useEffect(() => {
     if (!redirect) return;
@@ -191,7 +246,8 @@ function App() {
   }, [redirect]);
 
   if (bootError) return <BootFailed message={bootError} retry={() => setAttempt((a) => a + 1)} />;
-  if (!state || redirect) return <Loading />;
+  // Signed in, the pages wait for the team they work in: read before it, they would read the wrong team's data.
+  if (!state || redirect || (signedIn && !team)) return <Loading />;
 
   let content;
   if (!signedIn) {
@@ -202,7 +258,8 @@ function App() {
     const body = Member ? <Member /> : Admin ? account.role === 'admin' ? <Admin /> : <AdminOnly /> : <NotFound />;
     content = (
       <Shell path={path} key="shell">
-        <div key={path}>{body}</div>
+        {/* Keyed by the team too: switching team draws the page afresh, reading its data again in the new team. */}
+        <div key={`${path} ${team?.id ?? ''}`}>{body}</div>
       </Shell>
     );
   }

@@ -411,6 +411,7 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
   for (const a of accounts) {
     const fields: Record<string, string> = {
       id: a.id,
+      kind: a.kind,
       email: a.email,
       name: a.name,
       role: a.role,

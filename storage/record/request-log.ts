@@ -15,6 +15,8 @@ import type { RecordDb, UsageTable } from './database.js';
 export interface RequestFilter {
   accountId?: string;
   keyId?: string;
+  /** Only the requests of these keys (a team member's own); none at all when empty. */
+  keyIds?: readonly string[];
   model?: string;
   status?: string;
   /** The tier that served it. */
@@ -106,6 +108,7 @@ export function filteredRequests(db: RecordDb, filter: RequestFilter) {
   let query = db.selectFrom('usage');
   if (filter.accountId !== undefined) query = query.where('account_id', '=', filter.accountId);
   if (filter.keyId !== undefined) query = query.where('key_id', '=', filter.keyId);
+  if (filter.keyIds !== undefined) query = filter.keyIds.length === 0 ? query.where(sql<boolean>`false`) : query.where('key_id', 'in', filter.keyIds);
   if (filter.model !== undefined) query = query.where('model', '=', filter.model);
   if (filter.status !== undefined) query = query.where('status', '=', filter.status);
   if (filter.serviceTier !== undefined) query = query.where('service_tier', '=', filter.serviceTier);

@@ -3,6 +3,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { useApp } from '../app-context';
 import { balance } from '../format';
 import { Link } from '../router';
+import { mayUseKeys, ownTeam, roleNames, switchableTeams, teamName } from '../teams';
 import type { ConsoleConfig } from '../types';
 
 export function Logo() {
@@ -29,6 +30,7 @@ const icons: Record<string, string> = {
   allkeys: 'M3 5h14M3 10h14M3 15h9',
   channels: 'M3 6h9m0 0l-3-3m3 3l-3 3m8 5H8m0 0l3-3m-3 3l3 3',
   queues: 'M4 4h12v4H4zm0 8h12v4H4z',
+  team: 'M7 8.5a2.75 2.75 0 1 0 0-5.5 2.75 2.75 0 0 0 0 5.5zm-4.5 8a4.5 4.5 0 0 1 9 0M13 8.5a2.5 2.5 0 1 0 0-5M14.5 12a4.5 4.5 0 0 1 3 4.5',
 };
 
 function NavIcon({ name }: { name: string }) {
@@ -74,9 +76,38 @@ export function MockNotice({ mock }: { mock: ConsoleConfig['mock'] }) {
   );
 }
 
+/**
+ * The team the console works in, and the signed-in person's role there: a select of their teams (their own account
+ * first). Shown once there is another team to pick; twice in the page (the sidebar's head on a wide screen, the top
+ * bar on a phone), only one of them in sight at a time.
+ */
+function TeamSwitcher({ place }: { place: 'sidebar' | 'topbar' }) {
+  const { account, teams, team, switchTeam } = useApp();
+  if (!account || !team || !teams) return null;
+  const options = [ownTeam(account), ...switchableTeams(teams).filter((choice) => choice.id !== account.id)];
+  if (options.length < 2) return null;
+  // The person's own account first, then the teams by name.
+  options.sort((a, b) => Number(b.id === account.id) - Number(a.id === account.id) || teamName(a, account.id).localeCompare(teamName(b, account.id)));
+  const id = `team-switcher-${place}`;
+  return (
+    <div class={`team-switcher team-switcher-${place}`}>
+      <label for={id} class={place === 'topbar' ? 'visually-hidden' : 'team-switcher-label'}>
+        Team
+      </label>
+      <select id={id} value={team.id} title={`${teamName(team, account.id)} · ${roleNames[team.role]}`} onChange={(event) => switchTeam(event.currentTarget.value)}>
+        {options.map((option) => (
+          <option key={option.id} value={option.id}>
+            {teamName(option, account.id)} · {roleNames[option.role]}
+          </option>
+        ))}
+      </select>
+    </div>
+  );
+}
+
 /** The signed-in frame: a sidebar (a menu on a phone) with the pages, the account and sign out; the page in <main>. */
 export function Shell({ path, children }: { path: string; children: ComponentChildren }) {
-  const { account, config, signOut } = useApp();
+  const { account, config, signOut, team } = useApp();
   const [menuOpen, setMenuOpen] = useState(false);
   const [signingOut, setSigningOut] = useState(false);
 
@@ -92,6 +123,8 @@ export function Shell({ path, children }: { path: string; children: ComponentChi
   if (!account) return null;
   const close = () => setMenuOpen(false);
   const admin = account.role === 'admin';
+  // A viewer reads the team's usage and who is in it; keys, batches and the Playground are refused them.
+  const keys = !team || mayUseKeys(team.role);
   return (
     <div class={`shell ${menuOpen ? 'menu-open' : ''}`}>
       <a class="skip-link" href="#main">
@@ -101,6 +134,7 @@ export function Shell({ path, children }: { path: string; children: ComponentChi
         <Link href="/console/keys" class="brand-link" aria-label="Switchyard home">
           <Logo />
         </Link>
+        <TeamSwitcher place="topbar" />
         <button type="button" class="menu-button" aria-expanded={menuOpen} aria-controls="sidebar" onClick={() => setMenuOpen((open) => !open)}>
           <svg viewBox="0 0 20 20" aria-hidden="true">
             {menuOpen ? (
@@ -118,26 +152,36 @@ export function Shell({ path, children }: { path: string; children: ComponentChi
             <Link href="/console/keys" class="brand-link" aria-label="Switchyard home">
               <Logo />
             </Link>
+            <TeamSwitcher place="sidebar" />
           </div>
           <nav aria-label="Console" class="nav">
             <ul class="nav-list">
-              <NavLink href="/console/keys" path={path} icon="keys" onNavigate={close}>
-                Keys
-              </NavLink>
+              {keys && (
+                <NavLink href="/console/keys" path={path} icon="keys" onNavigate={close}>
+                  Keys
+                </NavLink>
+              )}
               <NavLink href="/console/usage" path={path} icon="usage" onNavigate={close}>
                 Usage
               </NavLink>
               <NavLink href="/console/activity" path={path} icon="activity" onNavigate={close}>
                 Activity
               </NavLink>
-              <NavLink href="/console/batches" path={path} icon="batches" onNavigate={close}>
-                Batches
-              </NavLink>
+              {keys && (
+                <NavLink href="/console/batches" path={path} icon="batches" onNavigate={close}>
+                  Batches
+                </NavLink>
+              )}
               <NavLink href="/console/pricing" path={path} icon="pricing" onNavigate={close}>
                 Pricing
               </NavLink>
-              <NavLink href="/console/playground" path={path} icon="playground" onNavigate={close}>
-                Playground
+              {keys && (
+                <NavLink href="/console/playground" path={path} icon="playground" onNavigate={close}>
+                  Playground
+                </NavLink>
+              )}
+              <NavLink href="/console/team" path={path} icon="team" onNavigate={close}>
+                Team
               </NavLink>
             </ul>
             {admin && (

@@ -1,7 +1,8 @@
 import { Fragment, type TargetedEvent, type TargetedSubmitEvent } from 'preact';
 import { useState } from 'preact/hooks';
 import { api, messageOf } from '../api';
-import { useAccount, useApp } from '../app-context';
+import { useAccount, useApp, useTeam } from '../app-context';
+import { teamName } from '../teams';
 import { type Column, DataTable } from '../components/data-table';
 import { CopyButton, Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, modelList, optionalNumber, useApi, useCopy, useTitle } from '../components/ui';
 import { ago, dateInputValue, dateTime, endOfLocalDay, money, shortDate, todayInputValue } from '../format';
@@ -531,6 +532,8 @@ export interface KeyTableOptions {
   revoked?: ReadonlySet<string>;
   onEdit: (key: Key) => void;
   onRevoke: (key: Key) => void;
+  /** A "Made by" column: in a team, where the keys are several people's. */
+  madeBy?: boolean;
 }
 
 /**
@@ -539,9 +542,9 @@ export interface KeyTableOptions {
  * its hint and last use where the window is wide; when it was made and its whole list of models in its details.
  * On a phone, a card a key.
  */
-export function keyColumns({ capOf, revoked, onEdit, onRevoke }: KeyTableOptions): Column<Key>[] {
+export function keyColumns({ capOf, revoked, onEdit, onRevoke, madeBy }: KeyTableOptions): Column<Key>[] {
   const isRevoked = (key: Key) => revoked?.has(key.id) ?? false;
-  return [
+  const columns: Array<Column<Key> | false | undefined> = [
     {
       id: 'name',
       label: 'Name',
@@ -569,6 +572,14 @@ export function keyColumns({ capOf, revoked, onEdit, onRevoke }: KeyTableOptions
           <LimitLine keyRecord={key} />
         </>
       ),
+    },
+    madeBy && {
+      id: 'made-by',
+      label: 'Made by',
+      priority: 'wide',
+      class: 'key-made-by-cell',
+      title: (key) => key.created_by?.email || undefined,
+      cell: (key) => (key.created_by ? key.created_by.name || key.created_by.email : <span class="muted">Not in the console</span>),
     },
     { id: 'hint', label: 'Key', headerClass: 'kt-hint', priority: 'wide', class: 'mono nowrap', cell: (key) => key.hint },
     {
@@ -602,6 +613,7 @@ export function keyColumns({ capOf, revoked, onEdit, onRevoke }: KeyTableOptions
         ),
     },
   ];
+  return columns.filter((column): column is Column<Key> => !!column);
 }
 
 /** A mark beside a limit an administrator set: the member may lower it, not lift it. What it means is said under the table (AdminSetNote). */
@@ -695,6 +707,7 @@ export function AccountKeyGroups({ keys, idPrefix, options, skeletonRows = 2, em
 export function KeysPage() {
   useTitle('Keys');
   const me = useAccount();
+  const team = useTeam();
   const admin = me.role === 'admin';
   const keys = useApi<List<Key>>('/keys');
   // An admin sees every key: the others' below its own (the CLI's keys are the Default account's).
@@ -708,7 +721,11 @@ export function KeysPage() {
   const [status, setStatus] = useState<string | undefined>(undefined);
 
   const list = keys.data?.data;
-  const others = all.data?.data.filter((key) => key.account_id !== me.id);
+  const others = all.data?.data.filter((key) => key.account_id !== me.id && key.account_id !== team.id);
+  // In a team the keys are several people's; in one's own account they are one's own, unless others were let in.
+  const inTeam = team.id !== me.id;
+  const madeBy = inTeam || !!list?.some((key) => key.created_by && key.created_by.id !== me.id);
+  const heading = !inTeam ? 'Your keys' : team.role === 'owner' ? `Keys of ${teamName(team, me.id)}` : `Your keys in ${teamName(team, me.id)}`;
   const othersLive = others?.filter((key) => !revoked.has(key.id)).length;
   const live = list?.filter((key) => !revoked.has(key.id)).length;
   const options = (base: KeysBase, capOf: KeyTableOptions['capOf']): KeyTableOptions => ({
@@ -716,13 +733,14 @@ export function KeysPage() {
     revoked,
     onEdit: (key) => setEditing({ key, base }),
     onRevoke: (key) => setRevoking({ key, base }),
+    madeBy: base === '/keys' && madeBy,
   });
   return (
     <>
       <PageHeader title="Keys" description="API keys for the OpenAI-compatible endpoint. Each key can have its own spend limit, rate limits, models and expiry." />
       <section aria-labelledby="keys-heading" class="section">
         <div class="section-head">
-          <h2 id="keys-heading">Your keys</h2>
+          <h2 id="keys-heading">{heading}</h2>
           <span class="muted">{live !== undefined ? `${live} key${live === 1 ? '' : 's'}` : '\u00a0'}</span>
           <button type="button" class="button button-primary section-action" onClick={() => setCreating(true)}>
             New key

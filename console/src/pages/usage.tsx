@@ -1,5 +1,5 @@
 import { useMemo, useRef, useState } from 'preact/hooks';
-import { apiBase } from '../api';
+import { apiBase, teamQuery } from '../api';
 import { BarChart, type Series } from '../components/bar-chart';
 import { type Column, DataTable } from '../components/data-table';
 import { ErrorMessage, PageHeader, useApi, useTitle } from '../components/ui';
@@ -221,7 +221,7 @@ export function UsagePage() {
         title="Usage"
         description={allAccounts ? 'Spend and traffic of every key of this gateway, of every account, per UTC day.' : admin ? 'Spend and traffic of one account’s keys per UTC day.' : 'Spend and traffic of your keys per UTC day.'}
         actions={
-          <a class="button button-secondary" href={`${apiBase}/usage.csv?${query}`} download>
+          <a class="button button-secondary" href={`${apiBase}/usage.csv?${[query, teamQuery()].filter(Boolean).join('&')}`} download>
             <svg viewBox="0 0 20 20" aria-hidden="true" class="button-icon">
               <path d="M10 3v9m0 0l-3.5-3.5M10 12l3.5-3.5M4 15v1.5h12V15" fill="none" stroke="currentColor" stroke-width="1.7" stroke-linecap="round" stroke-linejoin="round" />
             </svg>

@@ -1,0 +1,170 @@
+import type { Account } from '../../shared/accounts.js';
+import { GatewayError } from '../../shared/errors.js';
+import type { RecordDb, TeamRole } from '../../storage/record/database.js';
+import { accountNotFound, type AccountStore } from './account-store.js';
+
+/*
+ * Who is in which team, and as what (roles: team-roles.ts). A person's own account is a team of one they own, with
+ * no row in `team_members`: it is listed first among their teams and first among its members, always as owner, and
+ * can be neither removed nor demoted. Everybody else in a team has a row. Only the record holds memberships:
+ * admission never reads them (a key spends its account's money whoever made it), and the console reads a role
+ * afresh on every request, so a change takes effect at the next request of the person it concerns, with nothing
+ * cached to drop and their session left as it is.
+ */
+
+export type MemberSource = 'console' | 'admin' | 'oidc';
+
+/** A team a person is in, with their role there. */
+export interface Membership {
+  team: Account;
+  role: TeamRole;
+}
+
+/** Someone in a team. */
+export interface TeamMember {
+  id: string;
+  email: string;
+  name: string;
+  role: TeamRole;
+  /** Who put them there; null for a person's own account, which has them without a row. */
+  source: MemberSource | null;
+  /** Unix seconds; a person's own account's creation for its owner. */
+  created: number;
+}
+
+export const memberNotFound = (id: string) => new GatewayError(404, `No member with id '${id.slice(0, 100)}' in this team.`, { code: 'member_not_found' });
+export const teamNotFound = (id: string) => new GatewayError(404, `No team with id '${id.slice(0, 100)}'.`, { code: 'team_not_found' });
+const lastOwner = () => new GatewayError(409, 'A team keeps at least one owner: make another member owner first.', { code: 'last_owner' });
+const ownAccount = () =>
+  new GatewayError(409, "A person always owns their own account: their role there cannot change and they cannot be removed from it.", { code: 'own_account' });
+
+const nowSeconds = () => Math.floor(Date.now() / 1000);
+
+export class TeamStore {
+  constructor(
+    private readonly accounts: AccountStore,
+    private readonly record: RecordDb,
+  ) {}
+
+  /** The live team (an account of either kind) an id names; 404 otherwise. */
+  async team(id: string): Promise<Account> {
+    const team = await this.accounts.get(id);
+    if (!team) throw teamNotFound(id);
+    return team;
+  }
+
+  /** The teams a person is in: their own account first (as owner), then the others by name. */
+  async teamsOf(person: Account): Promise<Membership[]> {
+    const rows = await this.record
+      .selectFrom('team_members')
+      .innerJoin('accounts', 'accounts.id', 'team_members.team_id')
+      .select(['team_members.team_id', 'team_members.role'])
+      .where('team_members.member_id', '=', person.id)
+      .where('accounts.deleted', '=', false)
+      .execute();
+    const teams = await Promise.all(rows.map(async (row) => ({ team: await this.accounts.get(row.team_id), role: row.role })));
+    const others = teams.filter((m): m is Membership => m.team !== undefined).sort((a, b) => a.team.name.localeCompare(b.team.name) || a.team.id.localeCompare(b.team.id));
+    const own = (await this.accounts.get(person.id)) ?? person;
+    return [{ team: own, role: 'owner' }, ...others];
+  }
+
+  /** Every live team of kind 'team' with its number of members (an admin's list). */
+  async listTeams(): Promise<Array<{ team: Account; members: number }>> {
+    const rows = await this.record
+      .selectFrom('accounts')
+      .leftJoin('team_members', 'team_members.team_id', 'accounts.id')
+      .select(['accounts.id', (eb) => eb.fn.count<number>('team_members.member_id').as('members')])
+      .where('accounts.kind', '=', 'team')
+      .where('accounts.deleted', '=', false)
+      .groupBy('accounts.id')
+      .execute();
+    const teams = await Promise.all(rows.map(async (row) => ({ team: await this.accounts.get(row.id), members: Number(row.members) })));
+    return teams.filter((t): t is { team: Account; members: number } => t.team !== undefined).sort((a, b) => a.team.name.localeCompare(b.team.name));
+  }
+
+  /** A team's members: for a person's own account, that person first (as owner); then the rows, owners first. */
+  async members(team: Account): Promise<TeamMember[]> {
+    const rows = await this.record
+      .selectFrom('team_members')
+      .innerJoin('accounts', 'accounts.id', 'team_members.member_id')
+      .select(['accounts.id', 'accounts.email', 'accounts.name', 'team_members.role', 'team_members.source', 'team_members.created'])
+      .where('team_members.team_id', '=', team.id)
+      .where('accounts.deleted', '=', false)
+      .execute();
+    const rank = { owner: 0, member: 1, viewer: 2 } as const;
+    const members: TeamMember[] = rows
+      .map((row) => ({ id: row.id, email: row.email, name: row.name, role: row.role, source: row.source, created: row.created }))
+      .sort((a, b) => rank[a.role] - rank[b.role] || a.email.localeCompare(b.email));
+    return team.kind === 'person' ? [{ id: team.id, email: team.email, name: team.name, role: 'owner', source: null, created: team.created }, ...members] : members;
+  }
+
+  /**
+   * Puts the person with this email (any letter case; 404 when nobody has it) in the team, or changes their role
+   * when they are in it already (keeping who first put them there).
+   */
+  async add(team: Account, email: string, role: TeamRole, source: MemberSource): Promise<TeamMember> {
+    const person = await this.accounts.findByEmail(email);
+    if (!person) throw new GatewayError(404, `Nobody has the email '${email.slice(0, 320)}': they sign up (or an admin makes their account) first.`, { code: 'account_not_found', param: 'email' });
+    if (person.id === team.id) throw ownAccount();
+    const created = nowSeconds();
+    await this.record.transaction().execute(async (tx) => {
+      // The team's row locked: two changes to its owners at once are made one after the other (`lastOwnerCheck`).
+      await this.lockTeam(tx, team.id);
+      const current = await tx.selectFrom('team_members').select('role').where('team_id', '=', team.id).where('member_id', '=', person.id).executeTakeFirst();
+      if (current) {
+        if (current.role === 'owner' && role !== 'owner') await this.lastOwnerCheck(tx, team);
+        await tx.updateTable('team_members').set({ role }).where('team_id', '=', team.id).where('member_id', '=', person.id).execute();
+      } else {
+        await tx.insertInto('team_members').values({ team_id: team.id, member_id: person.id, role, cap_micros: null, cap_period: null, source, created }).execute();
+      }
+    });
+    return (await this.members(team)).find((m) => m.id === person.id)!;
+  }
+
+  /** Changes a member's role; 404 for someone not in the team, 409 when it would leave the team without an owner. */
+  async setRole(team: Account, memberId: string, role: TeamRole): Promise<TeamMember> {
+    if (memberId === team.id) throw ownAccount();
+    await this.record.transaction().execute(async (tx) => {
+      await this.lockTeam(tx, team.id);
+      const current = await tx.selectFrom('team_members').select('role').where('team_id', '=', team.id).where('member_id', '=', memberId).executeTakeFirst();
+      if (!current) throw memberNotFound(memberId);
+      if (current.role === 'owner' && role !== 'owner') await this.lastOwnerCheck(tx, team);
+      await tx.updateTable('team_members').set({ role }).where('team_id', '=', team.id).where('member_id', '=', memberId).execute();
+    });
+    const member = (await this.members(team)).find((m) => m.id === memberId);
+    if (!member) throw memberNotFound(memberId);
+    return member;
+  }
+
+  /** Takes a member out of the team (their keys stay the team's); 404 for someone not in it, 409 for its last owner. */
+  async remove(team: Account, memberId: string): Promise<void> {
+    if (memberId === team.id) throw ownAccount();
+    await this.record.transaction().execute(async (tx) => {
+      await this.lockTeam(tx, team.id);
+      const current = await tx.selectFrom('team_members').select('role').where('team_id', '=', team.id).where('member_id', '=', memberId).executeTakeFirst();
+      if (!current) throw memberNotFound(memberId);
+      if (current.role === 'owner') await this.lastOwnerCheck(tx, team);
+      await tx.deleteFrom('team_members').where('team_id', '=', team.id).where('member_id', '=', memberId).execute();
+    });
+  }
+
+  private async lockTeam(tx: RecordDb, teamId: string): Promise<void> {
+    const row = await tx.selectFrom('accounts').select('deleted').where('id', '=', teamId).forUpdate().executeTakeFirst();
+    if (!row || row.deleted) throw accountNotFound(teamId);
+  }
+
+  /**
+   * Called before an owner's row stops being one: a team of kind 'team' keeps one owner at least. A person's own
+   * account always has its person as owner, so its rows may all go.
+   */
+  private async lastOwnerCheck(tx: RecordDb, team: Account): Promise<void> {
+    if (team.kind === 'person') return;
+    const { n } = await tx
+      .selectFrom('team_members')
+      .select((eb) => eb.fn.countAll<number>().as('n'))
+      .where('team_id', '=', team.id)
+      .where('role', '=', 'owner')
+      .executeTakeFirstOrThrow();
+    if (Number(n) <= 1) throw lastOwner();
+  }
+}
