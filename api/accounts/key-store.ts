@@ -393,15 +393,23 @@ export class KeyStore {
     const rows = ((await pipeline.exec()) ?? []).map(([, value]) => value as Record<string, string>);
     // Spend lives in the accounts' bills (other slots): read apart from the directory's pipeline.
     const spends = await Promise.all(rows.map((row) => (row.id ? readKeySpend(this.redis, row.account || defaultAccountId, row.id) : undefined)));
-    return rows
+    const keys = rows
       .map((row, i) => toRecord(row, spends[i]))
       .filter((key): key is ApiKeyRecord => key !== undefined && (!filter.accountId || key.accountId === filter.accountId))
       .sort((a, b) => a.created - b.created || a.id.localeCompare(b.id));
+    return Promise.all(keys.map((key) => this.withBudgetSpend(key)));
   }
 
   async get(id: string): Promise<ApiKeyRecord | undefined> {
     const row = await this.redis.hgetall(apiKeyRecordKey(id));
-    return toRecord(row, row.id ? await readKeySpend(this.redis, row.account || defaultAccountId, id) : undefined);
+    const key = toRecord(row, row.id ? await readKeySpend(this.redis, row.account || defaultAccountId, id) : undefined);
+    return key && this.withBudgetSpend(key);
+  }
+
+  /** A key with a budget, with what it spent in the budget's current period (its counter in the bill). */
+  private async withBudgetSpend(key: ApiKeyRecord): Promise<ApiKeyRecord> {
+    if (!key.budget) return key;
+    return { ...key, budgetSpentMicros: await this.periodSpent(key.accountId, { scope: 'key', ownerId: key.id, ...key.budget }) };
   }
 
   /**

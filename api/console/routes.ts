@@ -22,6 +22,7 @@ import { pricingList, requestHistogramReport, requestList, usageReport, usageCsv
 import { addAdminConsoleRoutes } from './admin-routes.js';
 import { addBatchConsoleRoutes } from './batch-routes.js';
 import { addTeamConsoleRoutes } from './team-routes.js';
+import { addBudgetConsoleRoutes } from './budget-routes.js';
 import { queueDashboardEntry } from './queue-dashboard.js';
 import { isMockEnabled, isMockStandingIn } from '../../shared/vendors.js';
 
@@ -290,6 +291,10 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
   // ---- teams: their members and roles (team-routes.ts) ----
 
   addTeamConsoleRoutes(router, deps);
+
+  // ---- budgets: a team's, its members' caps, and its alerts (budget-routes.ts) ----
+
+  addBudgetConsoleRoutes(router, deps);
 
   router.all('/api/{*rest}', (ctx) => {
     throw new GatewayError(404, `Unknown request URL: ${ctx.method} ${ctx.path.slice(0, 300)}.`, { code: 'unknown_url' });
