@@ -1,5 +1,6 @@
 import { usageAmounts } from './money/usage.js';
 import { serviceTiers, type ServiceTier } from './scheduling/service-tier.js';
+import type { BudgetInForce, BudgetPeriod } from './money/budgets.js';
 
 /**
  * Accounts and keys as both halves (and the admin API, the CLI and the
@@ -38,6 +39,8 @@ export interface Account {
    * which bounds it too); 0: its requests are never cached; undefined: no cap of its own.
    */
   cacheMaxTtlS?: number;
+  /** The team's budget per period (shared/money/budgets.ts); undefined: none. */
+  budget?: { micros: number; period: BudgetPeriod };
 }
 
 /** What admission needs to know about a key, cached per api instance (dropped on `accessChangedChannel`). */
@@ -66,6 +69,13 @@ export interface KeyAccess {
    * account; undefined = no cap of its own (`CACHE_MAX_TTL_S` still bounds every TTL).
    */
   cacheMaxTtlS?: number;
+  /**
+   * The budgets per period that hold the key's requests, those set: its account's (the team's), its own, and the cap
+   * of the member who made it in that team (shared/money/budgets.ts). Undefined: none.
+   */
+  budgets?: readonly BudgetInForce[];
+  /** The account's name, for a refusal that names the team a member's cap is in. */
+  accountName?: string;
 }
 
 /**

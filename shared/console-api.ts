@@ -2,6 +2,7 @@ import type { AccountKind, AccountRole } from './accounts.js';
 import type { BatchDialect, BatchStatus, OpenAIBatchStatus } from './batches/types.js';
 import type { KeyUsageTotals, RequestView, UsageTotals } from './money/usage.js';
 import type { ServiceTier } from './scheduling/service-tier.js';
+import type { BudgetPeriod } from './money/budgets.js';
 
 /*
  * What the console's API (/console/api, and for accounts and keys the admin
@@ -58,7 +59,18 @@ export interface KeyLimitValues {
   expires_at: number | null;
 }
 
-export interface KeyView extends KeyLimitValues {
+/**
+ * A budget per period (a key's beside its lifetime limit, a team's, a member's cap): the amount, the period ('day',
+ * 'week', 'month', UTC), what was spent in the current period and when it ends (ISO); all null when there is none.
+ */
+export interface BudgetValues {
+  budget_usd: number | null;
+  budget_period: BudgetPeriod | null;
+  budget_spent_usd: number | null;
+  budget_resets_at: string | null;
+}
+
+export interface KeyView extends KeyLimitValues, BudgetValues {
   id: string;
   object: 'api_key';
   name: string;
@@ -391,3 +403,55 @@ export interface TeamDetail extends TeamView {
 }
 
 export type TeamRole = 'owner' | 'member' | 'viewer';
+
+/** A member's cap in a team as the Budgets page shows it: what the keys they made there may spend per period. */
+export interface MemberCapView {
+  id: string;
+  object: 'team.member_cap';
+  email: string;
+  name: string;
+  role: TeamRole;
+  cap_usd: number | null;
+  cap_period: BudgetPeriod | null;
+  /** What their keys spent in the cap's current period; null without a cap (no period to count in). */
+  cap_spent_usd: number | null;
+  cap_resets_at: string | null;
+}
+
+/** `GET /console/api/teams/:id/budget`: the team's budget per period and its members' caps, with this period's spend. */
+export interface TeamBudgetView extends BudgetValues {
+  object: 'team.budget';
+  team_id: string;
+  /** The signed-in person's role there: an owner (or an admin) may change the budget and the caps. */
+  role: TeamRole;
+  members: MemberCapView[];
+}
+
+/** A member's cap just set (`PUT /console/api/teams/:id/members/:member/cap`). */
+export type MemberCapAnswer = MemberCapView;
+
+/** An alert: a budget, a cap or a key's lifetime limit crossing a threshold, and how its delivery went. */
+export interface AlertView {
+  id: string;
+  object: 'alert';
+  team_id: string;
+  /** Whose budget: the team's, a key's (its budget or lifetime limit), a member's cap. */
+  scope: 'team' | 'key' | 'member';
+  /** The key's or the member's id; null for the team's. */
+  subject_id: string | null;
+  threshold_percent: number;
+  /** The period's start (ISO); null for a key's lifetime limit. */
+  period_start: string | null;
+  created: number;
+  /** 'unsent': no webhook configured (recorded and shown all the same). */
+  delivery_status: 'pending' | 'delivered' | 'failed' | 'unsent';
+  attempts: number;
+  last_status: number | null;
+  last_error: string | null;
+  delivered_at: number | null;
+}
+
+/** `GET /console/api/teams/:id/alerts`: newest first; `next_before` pages on (null at the end). */
+export interface AlertList extends List<AlertView> {
+  next_before: string | null;
+}

@@ -19,6 +19,7 @@
  */
 
 export { realtimeDownChannel, realtimeUpChannel } from './redis-keys.js';
+import type { BudgetInForce } from './money/budgets.js';
 
 export type RealtimeUpKind = 'event' | 'close' | 'beat';
 export type RealtimeDownKind = 'started' | 'refused' | 'event' | 'close' | 'beat';
@@ -91,4 +92,8 @@ export interface RealtimeJobData {
   arrived?: number;
   /** The key's spending limit in force at the upgrade (micro-dollars), if it has one: each renewal of the reservation is held to it too. */
   keyLimitMicros?: number;
+  /** The budgets per period in force at the upgrade: each renewal is held to them too, in the period it is made in. */
+  budgets?: readonly BudgetInForce[];
+  /** The key's account's name, for a refusal by a member's cap in it. */
+  accountName?: string;
 }

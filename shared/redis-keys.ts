@@ -230,7 +230,13 @@ export const blobUrlSecretKey = `${keyPrefix}blob-url-secret`;
  *                                  credits (the record's credits the balance counts) and credits_at (as of which ledger entry);
  *                                  per key: <key>.spent, <key>.reserved, <key>.used (unix s), <key>.rpm and <key>.tpm
  *                                  (GCRA theoretical arrival times, ms); per request in flight:
- *                                  r:<request> = '<key> <micros> <tokens> <tpm limit>', what admission holds for it
+ *                                  r:<request> = '<key> <micros> <tokens> <tpm limit> <budgets> <key limit>', what
+ *                                  admission holds for it (budgets: '<counter>=<micros>,…', the counters it held);
+ *                                  per budget (shared/money/budgets.ts): b:t (the team's), b:k:<key>, b:m:<member> =
+ *                                  its current counter '<budget>:<d|w|m><period start, unix s>', and per counter
+ *                                  <counter>.spent, <counter>.reserved, <counter>.alerted (highest alert % sent); a
+ *                                  past period's counter is deleted once nothing is held in it; <key>.alerted likewise
+ *                                  for a key's lifetime limit
  *   sy:{b}:resv-deadlines    zset  '<account> <request>' → deadline (ms), to release reservations of lost jobs
  *   sy:{b}:settled:<request> string set once a request is settled (kept 1 min once its job completes, else until
  *                                  15 min past its deadline): settlement runs once

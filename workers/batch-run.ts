@@ -6,6 +6,7 @@ import type { GatewayJobData } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
 import { anthropicErrorType } from '../shared/messages.js';
 import { moneyRefusal, releaseReservation, reserve } from '../shared/money/billing.js';
+import { budgetRefusal } from '../shared/money/budgets.js';
 import { batchRefillChannel } from '../shared/redis-keys.js';
 
 /**
@@ -67,7 +68,7 @@ export async function batchGate(deps: BatchRunDeps, data: BatchData, runDeadline
           deps.redis,
           { requestId: data.requestId, keyId: data.keyId, accountId: data.accountId, micros: batch.reserve.micros, tokens: batch.reserve.tokens, deadline: runDeadline },
           // A batch's requests count against the key's spending limit and the balance, not against its rate limits.
-          batch.reserve.keyLimitMicros !== undefined ? { limitMicros: batch.reserve.keyLimitMicros } : {},
+          { ...(batch.reserve.keyLimitMicros !== undefined ? { limitMicros: batch.reserve.keyLimitMicros } : {}), ...(batch.reserve.budgets ? { budgets: batch.reserve.budgets } : {}) },
         )
       : undefined,
   ]);
@@ -83,8 +84,8 @@ export async function batchGate(deps: BatchRunDeps, data: BatchData, runDeadline
   }
   if (!outcome || outcome.ok) return false;
   // A batch's requests are not held to rate limits: only the money (or the key's access) refuses one here.
-  const reason = outcome.reason === 'key_limit' || outcome.reason === 'account_balance' ? outcome.reason : 'no_access';
-  const message = moneyRefusal(reason);
+  const reason = outcome.reason === 'key_limit' || outcome.reason === 'account_balance' || outcome.reason === 'budget' ? outcome.reason : 'no_access';
+  const message = reason === 'budget' && outcome.budget ? budgetRefusal(outcome.budget, Date.now()) : moneyRefusal(reason === 'budget' ? 'account_balance' : reason);
   deps.log.info({ batch: batch.id, index: batch.index, reason: outcome.reason }, "a batch's request was refused by its account's money");
   if (batch.dialect === 'openai') {
     // As OpenAI's API refuses a request its quota cannot cover (or a key that may no longer use it).

@@ -7,6 +7,7 @@ import { toValidationError } from '../http/request-body.js';
 import { usdToMicros } from './account-store.js';
 import type { KeyChanges, KeySettings } from './key-store.js';
 import type { AccountChanges } from './account-store.js';
+import { budgetPeriodSchema, type BudgetPeriod } from '../../shared/money/budgets.js';
 
 /*
  * The bodies and queries of the account and key endpoints, shared by the
@@ -54,6 +55,26 @@ export const serviceTiers = z
   .max(tierNames.length)
   .refine((tiers) => new Set(tiers).size === tiers.length, 'each tier may be named only once')
   .nullable();
+/**
+ * A budget per period as the APIs take it: `budget_usd` (null clears it) and `budget_period` (`day`, `week`, `month`),
+ * named together when one is set; a team's, a key's (beside its lifetime `limit_usd`), or a member's cap.
+ */
+export const budgetFields = {
+  budget_usd: limitUsd.nullable().optional(),
+  budget_period: budgetPeriodSchema.optional(),
+};
+
+/** The budget the fields set: undefined when absent, null when cleared; a 400 when one is named without the other. */
+export function budgetChange(body: { budget_usd?: number | null | undefined; budget_period?: BudgetPeriod | undefined }): { micros: number; period: BudgetPeriod } | null | undefined {
+  if (body.budget_usd === undefined) {
+    if (body.budget_period !== undefined) throw invalidRequest('budget_period needs budget_usd beside it (the amount per period; null clears the budget).', 'budget_usd', 'missing_required_parameter');
+    return undefined;
+  }
+  if (body.budget_usd === null) return null;
+  if (body.budget_period === undefined) throw invalidRequest("budget_usd needs budget_period beside it: 'day', 'week' or 'month' (periods start at 00:00 UTC).", 'budget_period', 'missing_required_parameter');
+  return { micros: usdToMicros(body.budget_usd), period: body.budget_period };
+}
+
 export const createAccountSchema = z.strictObject({ email, name: accountName.optional(), password: password.optional(), role: role.optional(), unlimited: unlimited.optional() });
 export const patchAccountSchema = z.strictObject({
   email: email.optional(),
@@ -65,6 +86,7 @@ export const patchAccountSchema = z.strictObject({
   weight: weight.optional(),
   service_tiers: serviceTiers.optional(),
   cache_max_ttl_s: cacheTtlS.nullable().optional(),
+  ...budgetFields,
 });
 export const creditSchema = z.strictObject({
   amount_usd: z
@@ -87,6 +109,7 @@ export const keyLimits = {
 export const keySettings = {
   ...keyLimits,
   cache_ttl_s: cacheTtlS.nullable().optional(),
+  ...budgetFields,
 };
 export const createKeySchema = z.strictObject({ name: keyName, account_id: id.optional(), ...keySettings });
 export const patchKeySchema = z.strictObject({ name: keyName.optional(), ...keySettings });
@@ -109,10 +132,10 @@ export function parseStrict<T extends z.ZodType>(schema: T, input: unknown): z.o
  * An account's API fields → store changes: absent stays absent; `service_tiers: null` goes back to the configured
  * default, `cache_max_ttl_s: null` lifts the account's cache cap.
  */
-export function accountChanges<T extends { service_tiers?: z.output<typeof serviceTiers>; cache_max_ttl_s?: number | null }>(
+export function accountChanges<T extends { service_tiers?: z.output<typeof serviceTiers>; cache_max_ttl_s?: number | null; budget_usd?: number | null; budget_period?: BudgetPeriod }>(
   body: T,
-): Omit<T, 'service_tiers' | 'cache_max_ttl_s'> & Pick<AccountChanges, 'serviceTiers' | 'cacheMaxTtlS'> {
-  const { service_tiers: tiers, cache_max_ttl_s: cacheMaxTtlS, ...rest } = body;
+): Omit<T, 'service_tiers' | 'cache_max_ttl_s' | 'budget_usd' | 'budget_period'> & Pick<AccountChanges, 'serviceTiers' | 'cacheMaxTtlS'> {
+  const { service_tiers: tiers, cache_max_ttl_s: cacheMaxTtlS, budget_usd: _usd, budget_period: _period, ...rest } = body;
   return { ...rest, ...(tiers === undefined ? {} : { serviceTiers: tiers }), ...(cacheMaxTtlS === undefined ? {} : { cacheMaxTtlS }) };
 }
 
@@ -126,6 +149,8 @@ export function keyChanges(body: z.output<typeof patchKeySchema>): KeyChanges {
   if (body.models !== undefined) changes.models = body.models === null ? null : [...new Set(body.models)];
   if (body.expires_at !== undefined) changes.expiresAt = body.expires_at;
   if (body.cache_ttl_s !== undefined) changes.cacheTtlS = body.cache_ttl_s;
+  const budget = budgetChange(body);
+  if (budget !== undefined) changes.budget = budget;
   return changes;
 }
 
@@ -139,5 +164,6 @@ export function newKeyLimits(body: { [K in keyof typeof keySettings]?: z.output<
     models: body.models ? [...new Set(body.models)] : undefined,
     expiresAt: body.expires_at ?? undefined,
     cacheTtlS: body.cache_ttl_s ?? undefined,
+    budget: budgetChange(body) ?? undefined,
   };
 }

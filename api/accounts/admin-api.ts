@@ -9,9 +9,12 @@ import { accountNotFound, microsToUsd, usdToMicros } from './account-store.js';
 import type { KeyStore } from './key-store.js';
 import {
   accountChanges,
+  budgetChange,
+  budgetFields,
   addMemberSchema,
   createTeamSchema,
   createAccountSchema,
+  id as idSchema,
   createKeySchema,
   creditSchema,
   keyChanges,
@@ -32,6 +35,19 @@ import { requestListQuerySchema } from './admin-requests.js';
 import { accountsWithEntries, purgeEntries } from '../../shared/cache/index.js';
 import { storableText } from '../../shared/schemas/common.js';
 import { z } from 'zod';
+import { accountKey } from '../../shared/redis-keys.js';
+import { parseBudgetText, periodEnd, type BudgetPeriod } from '../../shared/money/budgets.js';
+
+/** `POST /admin/keys`: a key's fields, and who made it (their cap in its team holds it). */
+const adminCreateKeySchema = createKeySchema.extend({ created_by: idSchema.optional() });
+/** `PUT /admin/accounts/:id/members/:member/cap`: a member's cap; `{"budget_usd": null}` clears it. */
+const capSchema = z.strictObject(budgetFields);
+
+/** A budget or cap as the APIs show it: amount, period, and when the current period ends. */
+function capView(budget: { micros: number; period: BudgetPeriod } | null): { budget_usd: number | null; budget_period: BudgetPeriod | null; resets_at: string | null } {
+  if (!budget) return { budget_usd: null, budget_period: null, resets_at: null };
+  return { budget_usd: microsToUsd(budget.micros), budget_period: budget.period, resets_at: new Date(periodEnd(budget.period, Date.now()) * 1000).toISOString() };
+}
 
 /** `DELETE /admin/cache`: whose stored answers go (no filter: every account's). */
 const cachePurgeQuerySchema = z.strictObject({
@@ -101,15 +117,24 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
 
   router.patch('/accounts/:id', async (ctx) => {
     const body = parseStrict(patchAccountSchema, await readJsonObject(ctx.req, bodyLimit));
+    const budget = budgetChange(body);
     const before = await accounts.get(ctx.params.id!);
+    const budgetBefore = budget !== undefined ? await budgetView(ctx.params.id!) : undefined;
     const account = await accounts.update(ctx.params.id!, accountChanges(body));
     if (!account) throw accountNotFound(ctx.params.id!);
+    if (budget !== undefined && !(await store.setTeamBudget(account.id, budget))) throw accountNotFound(account.id);
     const { record, source } = audit(ctx);
     const changed = changedFields(before ? accountAuditFields(before) : {}, accountAuditFields(account));
     // A new password is a change to record, never its value.
     if (body.password !== undefined) Object.assign(changed.after, { password_changed: true });
     await recordChange(record, { ...source, action: 'account.updated', teamId: account.id, target: account.id, ...changed });
-    ctx.body = accountView(account);
+    const budgetAfter = await budgetView(account.id);
+    if (budgetBefore) {
+      const limit = (view: typeof budgetAfter) => ({ budget_usd: view.budget?.budget_usd ?? null, budget_period: view.budget?.budget_period ?? null });
+      const moved = changedFields(limit(budgetBefore), limit(budgetAfter));
+      if (Object.keys(moved.after).length > 0) await recordChange(record, { ...source, action: 'budget.updated', teamId: account.id, target: account.id, ...moved });
+    }
+    ctx.body = { ...accountView(account), ...budgetAfter };
   });
 
   router.delete('/accounts/:id', async (ctx) => {
@@ -119,6 +144,25 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
     await recordChange(record, { ...source, action: 'account.deleted', teamId: ctx.params.id!, target: ctx.params.id!, before: { deleted: false }, after: { deleted: true, keys_revoked: revoked } });
     ctx.body = { id: ctx.params.id!, object: 'account', deleted: true, keys_revoked: revoked };
   });
+
+  // A member's cap in a team: what the keys they made there may spend per period (null clears it).
+  router.put('/accounts/:id/members/:member/cap', async (ctx) => {
+    const body = parseStrict(capSchema, await readJsonObject(ctx.req, bodyLimit));
+    const cap = budgetChange(body) ?? null;
+    if (!(await store.setMemberCap(ctx.params.id!, ctx.params.member!, cap))) {
+      throw new GatewayError(404, `No member '${ctx.params.member!.slice(0, 64)}' in the team '${ctx.params.id!.slice(0, 64)}'.`, { code: 'member_not_found', param: 'member' });
+    }
+    const { record, source } = audit(ctx);
+    await recordChange(record, { ...source, action: 'budget.updated', teamId: ctx.params.id!, target: ctx.params.member!, before: null, after: { cap_usd: capView(cap).budget_usd, cap_period: capView(cap).budget_period } });
+    ctx.body = { object: 'team.member_cap', team_id: ctx.params.id!, member_id: ctx.params.member!, ...capView(cap) };
+  });
+
+  const budgetView = async (accountId: string) => {
+    const budget = parseBudgetText(await store.redis.hget(accountKey(accountId), 'budget'));
+    if (!budget) return { budget: null };
+    const spent = await store.periodSpent(accountId, { scope: 'team', ...budget });
+    return { budget: { ...capView(budget), spent_usd: microsToUsd(spent) } };
+  };
 
   router.post('/accounts/:id/credits', async (ctx) => {
     const body = parseStrict(creditSchema, await readJsonObject(ctx.req, bodyLimit));
@@ -138,9 +182,9 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
   // ---- keys ----
 
   router.post('/keys', async (ctx) => {
-    const body = parseStrict(createKeySchema, await readJsonObject(ctx.req, bodyLimit));
+    const body = parseStrict(adminCreateKeySchema, await readJsonObject(ctx.req, bodyLimit));
     // An admin's limits: in force, and ceilings the account's members may only tighten.
-    const created = await store.create(body.name, { accountId: body.account_id, ...newKeyLimits(body) }, 'admin');
+    const created = await store.create(body.name, { accountId: body.account_id, ...newKeyLimits(body), ...(body.created_by ? { createdBy: body.created_by } : {}) }, 'admin');
     const { record, source } = audit(ctx);
     await recordChange(record, { ...source, action: 'key.created', teamId: created.accountId, target: created.id, after: keyAuditFields(created) });
     ctx.status = 201;

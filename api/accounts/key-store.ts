@@ -8,6 +8,7 @@ import { claimPlaygroundKeyScript, createKeyScript, keyAccessScript, revokeKeySc
 import type { ApiKeysTable, RecordDb } from '../../storage/record/database.js';
 import { ensureDefaultRecord, type HotState } from '../../storage/record/hot-state.js';
 import { readKeySpend, type KeySpend } from '../../shared/money/billing.js';
+import { budgetCounter, budgetText, parseBudgetText, type BudgetInForce, type BudgetPeriod } from '../../shared/money/budgets.js';
 
 /**
  * API keys: random, prefixed, shown once, stored only as a SHA-256 hash, in
@@ -43,6 +44,8 @@ export interface KeyLimits {
 export interface KeySettings extends KeyLimits {
   /** Seconds: a request of the key without `Cache-Control` is cached as if it sent `max-age=<cacheTtlS>`; 0 = none. */
   cacheTtlS?: number;
+  /** What the key may spend per period (shared/money/budgets.ts), beside its lifetime `limitMicros`; no ceiling holds it. */
+  budget?: { micros: number; period: BudgetPeriod };
 }
 
 export interface KeyOptions extends KeySettings {
@@ -85,6 +88,10 @@ export interface ApiKeyRecord extends KeySettings {
   hint: string;
   accountId: string;
   spentMicros: number;
+  /** What it spent in its budget's current period (with a budget). */
+  budgetSpentMicros?: number;
+  /** Who made it (an account id), when known. */
+  createdBy?: string;
   /** Unix seconds of the last admitted request. */
   lastUsedAt?: number;
   /** The limits an admin set on it (the ceilings for its members), when read with them (`withAdminLimits`). */
@@ -197,6 +204,7 @@ function limitFields(changes: KeyChanges): string[] {
   put('tpm', changes.tpm);
   put('expires', changes.expiresAt);
   put('cache_ttl', changes.cacheTtlS);
+  if (changes.budget !== undefined) fields.push('budget', budgetText(changes.budget));
   if (changes.models !== undefined) fields.push('models', changes.models === null ? '' : JSON.stringify(changes.models));
   if (changes.name !== undefined) fields.push('name', changes.name);
   return fields;
@@ -217,6 +225,8 @@ function toRecord(row: Record<string, string>, spend: KeySpend | undefined): Api
     models: parseModels(row.models),
     expiresAt: optionalNumber(row.expires),
     cacheTtlS: optionalNumber(row.cache_ttl),
+    budget: parseBudgetText(row.budget),
+    ...(row.created_by ? { createdBy: row.created_by } : {}),
     spentMicros: spend?.spentMicros ?? 0,
     lastUsedAt: spend?.lastUsedAt,
   };
@@ -260,13 +270,13 @@ export class KeyStore {
     const created = Math.floor(Date.now() / 1000);
     const hint = `${secret.slice(0, 7)}…`;
     const hash = hashSecret(secret);
-    const fields = ['id', id, 'name', name, 'created', String(created), 'hash', hash, 'hint', hint, 'account', accountId];
+    const fields = ['id', id, 'name', name, 'created', String(created), 'hash', hash, 'hint', hint, 'account', accountId, 'created_by', options.createdBy ?? ''];
     // Every limit field is written, '' when unset, so the record shows the whole layout.
-    const { limitMicros = null, rpm = null, tpm = null, models = null, expiresAt = null, cacheTtlS = null } = options;
+    const { limitMicros = null, rpm = null, tpm = null, models = null, expiresAt = null, cacheTtlS = null, budget = null } = options;
     const limits = { limitMicros, rpm, tpm, models, expiresAt };
     if (by === 'member') checkMemberLimits(options, {}, this.policy);
     // The default cache TTL beside the limits, but never a ceiling (adminRow takes the limits only).
-    fields.push(...limitFields({ ...limits, cacheTtlS }));
+    fields.push(...limitFields({ ...limits, cacheTtlS, budget }));
     // The default account is made on first use, in the record as in Redis (idempotent).
     if (accountId === defaultAccountId) await ensureDefaultRecord(this.record);
     const max = counted ? this.policy.maxKeysPerAccount : undefined;
@@ -300,10 +310,12 @@ export class KeyStore {
           models: models === null ? null : JSON.stringify(models),
           expires: expiresAt,
           cache_ttl_s: cacheTtlS,
+          budget_micros: budget?.micros ?? null,
+          budget_period: budget?.period ?? null,
+          created_by: options.createdBy ?? null,
           spent_micros: 0,
           last_used: null,
           revoked: null,
-          created_by: options.createdBy ?? null,
           ...(by === 'admin' ? adminRow(limits) : {}),
         })
         .execute();
@@ -381,15 +393,23 @@ export class KeyStore {
     const rows = ((await pipeline.exec()) ?? []).map(([, value]) => value as Record<string, string>);
     // Spend lives in the accounts' bills (other slots): read apart from the directory's pipeline.
     const spends = await Promise.all(rows.map((row) => (row.id ? readKeySpend(this.redis, row.account || defaultAccountId, row.id) : undefined)));
-    return rows
+    const keys = rows
       .map((row, i) => toRecord(row, spends[i]))
       .filter((key): key is ApiKeyRecord => key !== undefined && (!filter.accountId || key.accountId === filter.accountId))
       .sort((a, b) => a.created - b.created || a.id.localeCompare(b.id));
+    return Promise.all(keys.map((key) => this.withBudgetSpend(key)));
   }
 
   async get(id: string): Promise<ApiKeyRecord | undefined> {
     const row = await this.redis.hgetall(apiKeyRecordKey(id));
-    return toRecord(row, row.id ? await readKeySpend(this.redis, row.account || defaultAccountId, id) : undefined);
+    const key = toRecord(row, row.id ? await readKeySpend(this.redis, row.account || defaultAccountId, id) : undefined);
+    return key && this.withBudgetSpend(key);
+  }
+
+  /** A key with a budget, with what it spent in the budget's current period (its counter in the bill). */
+  private async withBudgetSpend(key: ApiKeyRecord): Promise<ApiKeyRecord> {
+    if (!key.budget) return key;
+    return { ...key, budgetSpentMicros: await this.periodSpent(key.accountId, { scope: 'key', ownerId: key.id, ...key.budget }) };
   }
 
   /**
@@ -407,6 +427,7 @@ export class KeyStore {
       ...(changes.models !== undefined ? { models: changes.models === null ? null : JSON.stringify(changes.models) } : {}),
       // Not a limit: no ceiling checks it (checkMemberLimits) and none is kept of it (adminRow).
       ...(changes.cacheTtlS !== undefined ? { cache_ttl_s: changes.cacheTtlS } : {}),
+      ...(changes.budget !== undefined ? { budget_micros: changes.budget?.micros ?? null, budget_period: changes.budget?.period ?? null } : {}),
     };
     // The key's ceilings after the change, from the query that makes it (none to make: read), so its answer needs no other.
     let ceilings: Pick<ApiKeysTable, (typeof adminColumns)[number]> | undefined;
@@ -499,6 +520,41 @@ export class KeyStore {
     return done === 1 || revoked.length > 0;
   }
 
+  /**
+   * Sets (null clears) a team's budget per period: in the record, then in its account's hash, which the key-access
+   * script reads; every api drops what it cached of the team's keys. False when no such account exists.
+   */
+  async setTeamBudget(teamId: string, budget: { micros: number; period: BudgetPeriod } | null): Promise<boolean> {
+    const done = await this.record.updateTable('accounts').set({ budget_micros: budget?.micros ?? null, budget_period: budget?.period ?? null }).where('id', '=', teamId).where('deleted', '=', false).returning('id').execute();
+    if (done.length === 0) return false;
+    await this.redis.hset(accountKey(teamId), 'budget', budgetText(budget));
+    await this.accessChanged(`account:${teamId}`);
+    return true;
+  }
+
+  /**
+   * Sets (null clears) what the keys `memberId` made in `teamId` may spend per period: the member's row in the
+   * record, then the cap field of the team's hash (`cap:<member>`). False when they are not a member of the team.
+   */
+  async setMemberCap(teamId: string, memberId: string, cap: { micros: number; period: BudgetPeriod } | null): Promise<boolean> {
+    const done = await this.record.updateTable('team_members').set({ cap_micros: cap?.micros ?? null, cap_period: cap?.period ?? null }).where('team_id', '=', teamId).where('member_id', '=', memberId).returning('member_id').execute();
+    if (done.length === 0) return false;
+    if (cap) await this.redis.hset(accountKey(teamId), `cap:${memberId}`, budgetText(cap));
+    else await this.redis.hdel(accountKey(teamId), `cap:${memberId}`);
+    await this.accessChanged(`account:${teamId}`);
+    return true;
+  }
+
+  /** What a budget's counter holds as spent in its current period (0 when nothing was spent yet). */
+  async periodSpent(accountId: string, budget: BudgetInForce, now = Date.now()): Promise<number> {
+    return Number((await this.redis.hget(billKey(accountId), `${budgetCounter(budget, now)}.spent`)) ?? 0);
+  }
+
+  private async accessChanged(message: string): Promise<void> {
+    await this.redis.publish(accessChangedChannel, message);
+    this.changed?.(message);
+  }
+
   /** Key id for a presented secret, or undefined. */
   async lookup(secretHash: string): Promise<string | undefined> {
     return (await this.redis.hget(apiKeyHashesKey, secretHash)) ?? undefined;
@@ -522,7 +578,8 @@ export class KeyStore {
       if (!reloaded && (await this.hot?.ensure())) return this.access(secretHash, true);
       return undefined;
     }
-    const [keyId, accountId, limit, rpm, tpm, models, expires, weight, tiers, cacheTtl, cacheMaxTtl] = row;
+    const [keyId, accountId, limit, rpm, tpm, models, expires, weight, tiers, cacheTtl, cacheMaxTtl, keyBudget, teamBudget, makerCap, accountName, maker] = row;
+    const budgets = budgetsOf(keyId!, teamBudget, keyBudget, maker, makerCap);
     const optional: Omit<KeyAccess, 'keyId' | 'accountId'> = {
       weight: optionalNumber(weight),
       // The account's granted tiers ('': none of its own, the configured default).
@@ -538,8 +595,20 @@ export class KeyStore {
     };
     // Unset limits are left out rather than undefined, so an access reads (and compares) as what the key sets.
     const set = Object.entries(optional).filter(([, value]) => value !== undefined);
-    return { keyId: keyId!, accountId: accountId!, ...Object.fromEntries(set) };
+    return { keyId: keyId!, accountId: accountId!, ...Object.fromEntries(set), ...(budgets.length > 0 ? { budgets, accountName: accountName ?? '' } : {}) };
   }
+}
+
+/** The budgets that hold a key's requests, from the directory's fields ('<micros> <period>', '' none): the team's, the key's, its maker's cap. */
+function budgetsOf(keyId: string, team: string | undefined, key: string | undefined, maker: string | undefined, cap: string | undefined): BudgetInForce[] {
+  const budgets: BudgetInForce[] = [];
+  const teamBudget = parseBudgetText(team);
+  if (teamBudget) budgets.push({ scope: 'team', ...teamBudget });
+  const keyBudget = parseBudgetText(key);
+  if (keyBudget) budgets.push({ scope: 'key', ownerId: keyId, ...keyBudget });
+  const makerCap = parseBudgetText(cap);
+  if (makerCap && maker) budgets.push({ scope: 'member', ownerId: maker, ...makerCap });
+  return budgets;
 }
 
 function pairs(flat: readonly string[]): Array<[string, string]> {

@@ -1,5 +1,6 @@
 import type { Account } from '../../shared/accounts.js';
-import type { AccountView, KeyLimitValues, KeyView } from '../../shared/console-api.js';
+import type { AccountView, BudgetValues, KeyLimitValues, KeyView } from '../../shared/console-api.js';
+import { periodEnd, type BudgetPeriod } from '../../shared/money/budgets.js';
 import { microsToUsd, type LedgerEntry } from './account-store.js';
 import type { ApiKeyRecord, KeyLimits } from './key-store.js';
 
@@ -43,8 +44,23 @@ export function keyView(key: ApiKeyRecord): KeyView {
     cache_ttl_s: key.cacheTtlS ?? null,
     spent_usd: microsToUsd(key.spentMicros),
     last_used_at: key.lastUsedAt ?? null,
+    ...budgetView(key.budget, key.budgetSpentMicros),
     // The limits an admin set: ceilings the account's members may lower a limit below, never raise or remove (null: none).
     ...(key.adminLimits ? { admin_limits: adminLimitsView(key.adminLimits) } : {}),
+  };
+}
+
+/**
+ * A budget per period as every view shows it (a key's, a team's, a member's cap): the amount, the period, what was
+ * spent in the current one and when it ends (ISO, UTC); all null when there is none.
+ */
+export function budgetView(budget: { micros: number; period: BudgetPeriod } | undefined | null, spentMicros: number | undefined, now = Date.now()): BudgetValues {
+  if (!budget) return { budget_usd: null, budget_period: null, budget_spent_usd: null, budget_resets_at: null };
+  return {
+    budget_usd: microsToUsd(budget.micros),
+    budget_period: budget.period,
+    budget_spent_usd: microsToUsd(spentMicros ?? 0),
+    budget_resets_at: new Date(periodEnd(budget.period, now) * 1000).toISOString(),
   };
 }
 

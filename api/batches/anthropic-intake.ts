@@ -101,7 +101,7 @@ export async function intakeBatch(ctx: KeyedContext, deps: EndpointRouteDeps, te
   const id = newBatchId();
   const created = Date.now();
   const expires = created + limits.deadlineMs;
-  const owner: BatchOwner = { accountId: access.accountId, keyId, weight: access.weight ?? 1, ...(access.limitMicros !== undefined ? { limitMicros: access.limitMicros } : {}) };
+  const owner: BatchOwner = { accountId: access.accountId, keyId, weight: access.weight ?? 1, ...(access.limitMicros !== undefined ? { limitMicros: access.limitMicros } : {}), ...(access.budgets ? { budgets: access.budgets } : {}) };
   const keptMs = expires - created + 60_000;
   const window = batchWindow(deps.config, checked.map((request) => request.lane));
   await createBatch(deps.redis, { id, accountId: access.accountId, keyId, created, expires, total, models }, limits.resultsKeepMs, { window, intakeMs: intakeLeaseMs });

@@ -1,4 +1,5 @@
 import { batchRequestJobId, encodeBatchEntry, type BatchJob } from '../../shared/batches/index.js';
+import type { BudgetInForce } from '../../shared/money/budgets.js';
 import { endpoints, type Endpoint } from '../../shared/endpoints.js';
 import { payloadKey } from '../../shared/redis-keys.js';
 import { vendorLimits } from '../../shared/scheduling/index.js';
@@ -36,6 +37,7 @@ export interface BatchOwner {
   keyId: string;
   weight: number;
   limitMicros?: number;
+  budgets?: readonly BudgetInForce[];
 }
 
 /** Enough of a batch queued at once to fill the widest lane it uses twice over (a capped vendor never waits on it). */
@@ -49,7 +51,7 @@ export function batchWindow(config: EndpointRouteDeps['config'], lanes: Iterable
  */
 export function batchJobEntry<E extends Endpoint>(deps: Pick<EndpointRouteDeps, 'queues' | 'hub' | 'config'>, batch: { id: string; expires: number; dialect?: 'openai' }, owner: BatchOwner, endpoint: E, index: number, request: Checked<E>): { entry: string; payload?: [string, string] } {
   const jobId = batchRequestJobId(batch.id, index);
-  const job: BatchJob = { id: batch.id, index, customId: request.customId, reserve: { micros: request.micros, tokens: request.tokens, ...(owner.limitMicros !== undefined ? { keyLimitMicros: owner.limitMicros } : {}) }, ...(batch.dialect ? { dialect: batch.dialect } : {}) };
+  const job: BatchJob = { id: batch.id, index, customId: request.customId, reserve: { micros: request.micros, tokens: request.tokens, ...(owner.limitMicros !== undefined ? { keyLimitMicros: owner.limitMicros } : {}), ...(owner.budgets ? { budgets: owner.budgets } : {}) }, ...(batch.dialect ? { dialect: batch.dialect } : {}) };
   // A batch's jobs are not admitted to the waiting room (they have limits of their own): only their queues are found.
   const queue = jobQueue(deps.queues, { id: jobId, queue: endpoints[endpoint].queue, lane: request.lane });
   const origin = { requestId: jobId, replyTo: deps.hub.channel, keyId: owner.keyId, accountId: owner.accountId, model: request.modelId, baseUrl: '' };

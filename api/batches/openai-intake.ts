@@ -197,7 +197,7 @@ async function runFile(deps: OpenAIBatchDeps, batch: BatchRecord, fields: OpenAI
   // Canceled while its file was read: it ended then, and nothing of it runs.
   if (!started) return;
   await noteStarted(deps.redis, id, inputName);
-  const owner: BatchOwner = { accountId: batch.accountId, keyId: batch.keyId, weight: fields.access.weight ?? 1, ...(fields.access.limitMicros !== undefined ? { limitMicros: fields.access.limitMicros } : {}) };
+  const owner: BatchOwner = { accountId: batch.accountId, keyId: batch.keyId, weight: fields.access.weight ?? 1, ...(fields.access.limitMicros !== undefined ? { limitMicros: fields.access.limitMicros } : {}), ...(fields.access.budgets ? { budgets: fields.access.budgets } : {}) };
   const keptMs = batch.expires - Date.now() + 60_000;
   const stream = await deps.files.read(batch.accountId, fields.inputFileId);
   const missed: number[] = [];

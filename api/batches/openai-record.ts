@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import type { BudgetInForce } from '../../shared/money/budgets.js';
 import { openingFields, type BatchRecord, type OpenAIBatchStatus } from '../../shared/batches/index.js';
 import type { Endpoint } from '../../shared/endpoints.js';
 import { inOneWrite } from '../../shared/redis.js';
@@ -41,6 +42,8 @@ export interface BatchAccess {
   models?: readonly string[];
   limitMicros?: number;
   weight?: number;
+  /** The budgets per period that held the key when the batch was made (each request counts in the period it runs in). */
+  budgets?: readonly BudgetInForce[];
 }
 
 /** `output_expires_after`: the output and error files expire this long after they are written. */

@@ -87,7 +87,7 @@ export function openAIBatchRoutes(deps: OpenAIBatchDeps): Router<KeyedState> {
         inputFileId: body.input_file_id,
         metadata: body.metadata ?? null,
         outputExpiresAfter: body.output_expires_after ?? null,
-        access: { ...(access.models ? { models: access.models } : {}), ...(access.limitMicros !== undefined ? { limitMicros: access.limitMicros } : {}), ...(access.weight !== undefined ? { weight: access.weight } : {}) },
+        access: { ...(access.models ? { models: access.models } : {}), ...(access.limitMicros !== undefined ? { limitMicros: access.limitMicros } : {}), ...(access.weight !== undefined ? { weight: access.weight } : {}), ...(access.budgets ? { budgets: access.budgets } : {}) },
       },
       limits.resultsKeepMs,
     );

@@ -25,6 +25,7 @@ import { addAdminConsoleRoutes } from './admin-routes.js';
 import { addBatchConsoleRoutes } from './batch-routes.js';
 import { addAuditConsoleRoutes } from './audit-routes.js';
 import { addTeamConsoleRoutes } from './team-routes.js';
+import { addBudgetConsoleRoutes } from './budget-routes.js';
 import { queueDashboardEntry } from './queue-dashboard.js';
 import { isMockEnabled, isMockStandingIn } from '../../shared/vendors.js';
 import { OidcSignIn } from './oidc.js';
@@ -269,7 +270,8 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
   router.post('/api/keys', async (ctx) => {
     const { account, team } = await requireTeam(ctx, deps, keyUser);
     const body = parseStrict(createOwnKeySchema, await readJsonObject(ctx.req, bodyLimit));
-    // A member's own key: its rates at most the operator's defaults. An admin's is an admin's. It spends the team's money.
+    // A member's own key: its rates at most the operator's defaults. An admin's is an admin's. It spends the team's
+    // money, and the signed-in person made it: their cap in the team holds what it spends.
     const created = await keyStore.create(body.name, { accountId: team.id, createdBy: account.id, ...newKeyLimits(body) }, account.role);
     await recordChange(keyStore.record, { ...auditSource(ctx, account), action: 'key.created', teamId: team.id, target: created.id, after: keyAuditFields(created) });
     ctx.status = 201;
@@ -344,6 +346,10 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
   // ---- teams: their members and roles (team-routes.ts) ----
 
   addTeamConsoleRoutes(router, deps);
+
+  // ---- budgets: a team's, its members' caps, and its alerts (budget-routes.ts) ----
+
+  addBudgetConsoleRoutes(router, deps);
 
   router.all('/api/{*rest}', (ctx) => {
     throw new GatewayError(404, `Unknown request URL: ${ctx.method} ${ctx.path.slice(0, 300)}.`, { code: 'unknown_url' });

@@ -328,6 +328,7 @@ export class RealtimeGateway {
       arrived,
       // Each renewal of the reservation is held to the key's spending limit as the first one was.
       ...(access.limitMicros !== undefined ? { keyLimitMicros: access.limitMicros } : {}),
+      ...(access.budgets ? { budgets: access.budgets, accountName: access.accountName ?? '' } : {}),
     };
     const plan: JobPlan = {
       id: sessionId,

@@ -15,6 +15,7 @@ import { BatchesPage } from './pages/batches';
 import { PricingPage } from './pages/pricing';
 import { PlaygroundPage } from './pages/playground';
 import { TeamPage } from './pages/team';
+import { BudgetsPage } from './pages/budgets';
 import { AccountsPage } from './pages/admin-accounts';
 import { AllKeysPage } from './pages/admin-keys';
 import { ChannelsPage } from './pages/admin-channels';
@@ -38,6 +39,7 @@ const memberPages: Record<string, Page> = {
   '/console/playground': PlaygroundPage,
   '/console/audit': AuditPage,
   '/console/team': TeamPage,
+  '/console/budgets': BudgetsPage,
 };
 const adminPages: Record<string, Page> = {
   '/console/admin/accounts': AccountsPage,

@@ -3,8 +3,13 @@ import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
 export { requestStatuses, type KeyUsageTotals, type RequestStatus, type RequestView, type UsageTotals } from '../../shared/money/usage.js';
 export type { AccountRole as Role } from '../../shared/accounts.js';
 export type { BatchStatus, OpenAIBatchStatus } from '../../shared/batches/types.js';
+export type { BudgetPeriod } from '../../shared/money/budgets.js';
 export type {
   AccountList,
+  AlertList,
+  AlertView,
+  MemberCapView,
+  TeamBudgetView,
   ActivityPage,
   ActivityRow,
   BatchFile,

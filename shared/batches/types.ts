@@ -5,6 +5,9 @@
  * nothing: the console, which shows batches, imports its types without the engine's Redis and Node imports.
  */
 
+// A type only (erased when compiled): nothing is imported at run time.
+import type { BudgetInForce } from '../money/budgets.js';
+
 /** `validating`: an OpenAI batch whose input file is being read; the engine has not started it (nothing is released). */
 export type BatchStatus = 'validating' | 'in_progress' | 'canceling' | 'ended';
 /** Which API a batch was made with: Anthropic's (`msgbatch_…`) or OpenAI's (`batch_…`). */
@@ -57,9 +60,9 @@ export interface BatchJob {
   customId: string;
   /**
    * Reserved by the worker just before the vendor is called (a request the balance cannot cover is `errored`): its
-   * worst case, and its key's spending limit as it was when the batch was made.
+   * worst case, and its key's spending limit and budgets as they were when the batch was made.
    */
-  reserve: { micros: number; tokens: number; keyLimitMicros?: number };
+  reserve: { micros: number; tokens: number; keyLimitMicros?: number; budgets?: readonly BudgetInForce[] };
   /** The batch's API, which says how its results are written: absent for Anthropic's (jobs queued before OpenAI's existed too). */
   dialect?: 'openai';
 }

@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { UsageEntry } from './usage.js';
+import { budgetsArgument, type BudgetInForce } from './budgets.js';
 import { chargeScript, releaseScript, reserveScript, settleScript } from './scripts.js';
 import { billingBuckets, billKey, deadlineMember, keyBillField, reservationDeadlinesKey, billingBucket, settledKey, usageStreamKey } from '../redis-keys.js';
 
@@ -38,19 +39,54 @@ export interface RateLimitState {
 }
 
 export type ReserveOutcome =
-  | { ok: true; requests?: RateLimitState; tokens?: RateLimitState }
-  | { ok: false; reason: 'rpm' | 'tpm' | 'key_limit' | 'account_balance' | 'no_access'; retryAfterMs: number; requests?: RateLimitState; tokens?: RateLimitState };
+  | { ok: true; requests?: RateLimitState; tokens?: RateLimitState; alerts?: AlertCrossing[] }
+  | {
+      ok: false;
+      reason: 'rpm' | 'tpm' | 'key_limit' | 'account_balance' | 'budget' | 'no_access';
+      retryAfterMs: number;
+      requests?: RateLimitState;
+      tokens?: RateLimitState;
+      /** The budget that refused it (reason `budget`). */
+      budget?: BudgetInForce;
+    };
 
-const reasons = { 1: 'rpm', 2: 'tpm', 3: 'key_limit', 4: 'account_balance', 5: 'no_access' } as const;
+const reasons = { 1: 'rpm', 2: 'tpm', 3: 'key_limit', 4: 'account_balance', 5: 'no_access', 6: 'budget' } as const;
 
-/** What admission holds a key to: its own limits, or the gateway's defaults where it sets none. */
+/** What admission holds a key to: its own limits, or the gateway's defaults where it sets none, and the budgets that apply to it. */
 export interface KeyLimitsInForce {
   limitMicros?: number;
   rpm?: number;
   tpm?: number;
+  /** The team's, the key's and its maker's budgets per period (shared/money/budgets.ts), those set. */
+  budgets?: readonly BudgetInForce[];
 }
 
-/** Why a reservation was refused for money (or access), as the client is told: the api's 429 (or 401), a batch's `errored` result. */
+/**
+ * A settlement's spend that reached an alert threshold for the first time in its period (for a key's lifetime
+ * limit: ever), as the money scripts decided it: `counter` is a budget's counter (`b:…`, shared/money/budgets.ts)
+ * or, for a key's lifetime limit, the key's id.
+ */
+export interface AlertCrossing {
+  counter: string;
+  percent: number;
+  limitMicros: number;
+  spentMicros: number;
+}
+
+/** The crossings a money script appended to its reply ('<counter>|<percent>|<limit>|<spent>'). */
+export function readCrossings(values: ReadonlyArray<number | string>): AlertCrossing[] {
+  const crossings: AlertCrossing[] = [];
+  for (const value of values) {
+    const [counter = '', percent, limit, spent] = String(value).split('|');
+    if (counter && percent !== undefined) crossings.push({ counter, percent: Number(percent), limitMicros: Number(limit), spentMicros: Number(spent) });
+  }
+  return crossings;
+}
+
+/** The alert thresholds as the scripts take them (percent, comma list; '' sends none). */
+const thresholdsArgument = (policy: { alertThresholds?: readonly number[] }) => (policy.alertThresholds ?? []).join(',');
+
+/** Why a reservation was refused for money (or access), as the client is told: the api's 429 (or 401), a batch's `errored` result. A budget's refusal says which budget (`budgetRefusal`). */
 export function moneyRefusal(reason: 'key_limit' | 'account_balance' | 'no_access'): string {
   switch (reason) {
     case 'key_limit':
@@ -80,18 +116,23 @@ export async function reserve(redis: Redis, resv: Reservation, limits: KeyLimits
     tpm: limits.tpm ?? '',
     gated: resv.gate ? '1' : '',
     deadlineMember: deadlineMember(resv.accountId, resv.requestId),
+    budgets: budgetsArgument(limits.budgets ?? [], now),
   });
-  return readOutcome(result);
+  return readOutcome(result, limits.budgets ?? []);
 }
 
-/** A verdict of the admission rules (money.lua's `admit`) as the api reads it. */
-function readOutcome(result: number[]): ReserveOutcome {
-  const [code, rl, rr, rs, tl, tr, ts, retry] = result.map(Number) as [number, number, number, number, number, number, number, number];
+/** A verdict of the admission rules (money.lua's `admit`) as the api reads it; `budgets` as they were sent. */
+function readOutcome(result: ReadonlyArray<number | string>, budgets: readonly BudgetInForce[]): ReserveOutcome {
+  const [code, rl, rr, rs, tl, tr, ts, retry, over] = result.slice(0, 9).map(Number) as [number, number, number, number, number, number, number, number, number];
   const requests = rl > 0 ? { limit: rl, remaining: Math.max(0, rr), resetMs: Math.max(0, rs) } : undefined;
   const tokens = tl > 0 ? { limit: tl, remaining: Math.max(0, tr), resetMs: Math.max(0, ts) } : undefined;
   const states = { ...(requests ? { requests } : {}), ...(tokens ? { tokens } : {}) };
-  if (code === 0) return { ok: true, ...states };
-  return { ok: false, reason: reasons[code as keyof typeof reasons] ?? 'no_access', retryAfterMs: Math.max(0, retry), ...states };
+  if (code === 0) {
+    const alerts = readCrossings(result.slice(9));
+    return { ok: true, ...states, ...(alerts.length > 0 ? { alerts } : {}) };
+  }
+  const budget = code === 6 ? budgets[over - 1] : undefined;
+  return { ok: false, reason: reasons[code as keyof typeof reasons] ?? 'no_access', retryAfterMs: Math.max(0, retry), ...states, ...(budget ? { budget } : {}) };
 }
 
 /**
@@ -121,13 +162,17 @@ export async function charge(redis: Redis, usage: UsageEntry, limits: Omit<KeyLi
     streamMaxLength: policy.bufferRecords,
     keepSettledS: Math.max(60, Math.ceil(keepSettledMs / 1000)),
     usage: JSON.stringify(usage),
+    budgets: budgetsArgument(limits.budgets ?? [], now),
+    alertThresholds: thresholdsArgument(policy),
   });
-  return readOutcome(result);
+  return readOutcome(result, limits.budgets ?? []);
 }
 
 export interface SettlePolicy {
   /** At most this many usage entries wait in each bucket's stream for the record's writer (past it the oldest are dropped): an account's usage goes to one stream, so each holds the whole bound. */
   bufferRecords: number;
+  /** Percent of a budget or limit whose first crossing by settled spend raises an alert (`ALERT_THRESHOLDS`); none: no alerts. */
+  alertThresholds?: readonly number[];
 }
 
 /** What a settlement did: whether it applied (a second one of a request id does not), and what the request had reserved. */
@@ -135,6 +180,8 @@ export interface Settlement {
   applied: boolean;
   /** Micro-dollars the reservation had reserved; null when there was none left (released, or never made). */
   reservedMicros: number | null;
+  /** The alert thresholds this settlement crossed (each decided once, here). */
+  alerts: AlertCrossing[];
 }
 
 /**
@@ -145,7 +192,7 @@ export interface Settlement {
  * outlive the deadline only (kept short: one mark per request adds up).
  */
 export async function settle(redis: Redis, usage: UsageEntry, policy: SettlePolicy, now = Date.now(), keepSettledMs = 86_400_000): Promise<Settlement> {
-  const [applied, reserved] = await settleScript(redis, {
+  const [applied, reserved, ...crossings] = await settleScript(redis, {
     settled: settledKey(usage.account_id, usage.request_id),
     bill: billKey(usage.account_id),
     deadlines: reservationDeadlinesKey(billingBucket(usage.account_id)),
@@ -159,8 +206,9 @@ export async function settle(redis: Redis, usage: UsageEntry, policy: SettlePoli
     keepSettledS: Math.max(60, Math.ceil(keepSettledMs / 1000)),
     usage: JSON.stringify(usage),
     deadlineMember: deadlineMember(usage.account_id, usage.request_id),
+    alertThresholds: thresholdsArgument(policy),
   });
-  return { applied: Number(applied) === 1, reservedMicros: Number(reserved) >= 0 ? Number(reserved) : null };
+  return { applied: Number(applied) === 1, reservedMicros: Number(reserved) >= 0 ? Number(reserved) : null, alerts: readCrossings(crossings) };
 }
 
 /** Gives back a reservation that nothing will settle (the request was refused after admission, or its job never ran). */

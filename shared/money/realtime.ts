@@ -6,6 +6,8 @@ import { isMockChannel, mockAnswers, type ChannelConfig, type VendorConfig } fro
 import { usdToMicros, type PriceList, type Pricing } from './pricing.js';
 import { realtimeSettleScript } from './scripts.js';
 import type { UsageEntry } from './usage.js';
+import { readCrossings, type AlertCrossing } from './billing.js';
+import { budgetsArgument, type BudgetInForce } from './budgets.js';
 
 /**
  * A Realtime session's money: each response is billed as its `response.done` arrives, from the usage the vendor
@@ -137,8 +139,12 @@ export function realtimeChannelReservationMicros(config: { mock: Pick<Config['mo
 export interface RealtimeSettlement {
   /** False when the response was settled before (the same `response.done` again). */
   applied: boolean;
-  /** Whether the next response is reserved: `held`, `refused` (the account cannot cover it), or `none` asked. */
+  /** Whether the next response is reserved: `held`, `refused` (the account, the key or a budget cannot cover it), or `none` asked. */
   next: 'held' | 'refused' | 'none';
+  /** The budget that refused the next response, when one did. */
+  refusedBy?: BudgetInForce;
+  /** The alert thresholds this settlement crossed. */
+  alerts: AlertCrossing[];
 }
 
 /**
@@ -152,9 +158,12 @@ export async function settleRealtimeResponse(
   nextMicros: number,
   nextDeadline: number,
   keyLimitMicros: number | undefined,
-  policy: { bufferRecords: number; keepSettledMs: number },
+  policy: { bufferRecords: number; keepSettledMs: number; alertThresholds?: readonly number[] },
+  /** The budgets in force for the next response (its period's counters, from `now`). */
+  budgets: readonly BudgetInForce[] = [],
+  now = Date.now(),
 ): Promise<RealtimeSettlement> {
-  const [applied, renewed] = await realtimeSettleScript(redis, {
+  const [applied, renewed, refusing, ...crossings] = await realtimeSettleScript(redis, {
     settled: settledKey(entry.account_id, entry.request_id),
     bill: billKey(entry.account_id),
     deadlines: reservationDeadlinesKey(billingBucket(entry.account_id)),
@@ -169,8 +178,11 @@ export async function settleRealtimeResponse(
     nextMicros: Math.max(0, Math.floor(nextMicros)),
     nextDeadlineMs: nextDeadline,
     keyLimitMicros: keyLimitMicros ?? '',
+    budgets: budgetsArgument(budgets, now),
+    alertThresholds: (policy.alertThresholds ?? []).join(','),
   });
-  return { applied: Number(applied) === 1, next: Number(renewed) === 1 ? 'held' : Number(renewed) === 0 ? 'refused' : 'none' };
+  const refusedBy = Number(refusing) > 0 ? budgets[Number(refusing) - 1] : undefined;
+  return { applied: Number(applied) === 1, next: Number(renewed) === 1 ? 'held' : Number(renewed) === 0 ? 'refused' : 'none', ...(refusedBy ? { refusedBy } : {}), alerts: readCrossings(crossings) };
 }
 
 /**

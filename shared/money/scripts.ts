@@ -7,17 +7,20 @@ import { as, luaFiles, redisScript } from '../redis-script.js';
  */
 const files = (name: string) => luaFiles(import.meta.url, 'money', name);
 
-/** A verdict of the admission rules (money.lua's `admit`): code, rpm limit/remaining/reset, tpm limit/remaining/reset, retry after. */
-export type AdmissionVerdict = number[];
+/**
+ * A verdict of the admission rules (money.lua's `admit`): code, rpm limit/remaining/reset, tpm limit/remaining/reset,
+ * retry after, the refusing budget's place; a charge follows it with the alert thresholds it crossed (strings).
+ */
+export type AdmissionVerdict = Array<number | string>;
 
 /** Checks rate limits, the key's limit and the balance, and reserves the worst case: `reserve()`. */
-export const reserveScript = redisScript({ name: 'money_reserve', files: files('reserve'), keys: ['bill', 'deadlines', 'gate', 'settled'], args: ['requestId', 'micros', 'tokens', 'nowMs', 'deadlineMs', 'keyId', 'keyLimitMicros', 'rpm', 'tpm', 'gated', 'deadlineMember'], reply: as<AdmissionVerdict>() });
+export const reserveScript = redisScript({ name: 'money_reserve', files: files('reserve'), keys: ['bill', 'deadlines', 'gate', 'settled'], args: ['requestId', 'micros', 'tokens', 'nowMs', 'deadlineMs', 'keyId', 'keyLimitMicros', 'rpm', 'tpm', 'gated', 'deadlineMember', 'budgets'], reply: as<AdmissionVerdict>() });
 
 /** Replaces a reservation by the actual cost once per request id, and appends the usage entry: `settle()`. */
-export const settleScript = redisScript({ name: 'money_settle', files: files('settle'), keys: ['settled', 'bill', 'deadlines', 'usageStream'], args: ['requestId', 'micros', 'tokens', 'nowMs', 'keyId', 'streamMaxLength', 'keepSettledS', 'usage', 'deadlineMember'], reply: as<[applied: number, reservedMicros: number]>() });
+export const settleScript = redisScript({ name: 'money_settle', files: files('settle'), keys: ['settled', 'bill', 'deadlines', 'usageStream'], args: ['requestId', 'micros', 'tokens', 'nowMs', 'keyId', 'streamMaxLength', 'keepSettledS', 'usage', 'deadlineMember', 'alertThresholds'], reply: as<[applied: number, reservedMicros: number, ...crossings: string[]]>() });
 
 /** Admits and settles at once a request whose price is known before it is served (a cache hit): `charge()`. */
-export const chargeScript = redisScript({ name: 'money_charge', files: files('charge'), keys: ['bill', 'settled', 'usageStream'], args: ['requestId', 'micros', 'nowMs', 'keyId', 'keyLimitMicros', 'rpm', 'streamMaxLength', 'keepSettledS', 'usage'], reply: as<AdmissionVerdict>() });
+export const chargeScript = redisScript({ name: 'money_charge', files: files('charge'), keys: ['bill', 'settled', 'usageStream'], args: ['requestId', 'micros', 'nowMs', 'keyId', 'keyLimitMicros', 'rpm', 'streamMaxLength', 'keepSettledS', 'usage', 'budgets', 'alertThresholds'], reply: as<AdmissionVerdict>() });
 
 /** Gives back a reservation nothing will settle: `releaseReservation()`. */
 export const releaseScript = redisScript({ name: 'money_release', files: files('release'), keys: ['bill', 'deadlines', 'settled'], args: ['requestId', 'deadlineMember'], reply: as<number>() });
@@ -29,4 +32,4 @@ export const creditScript = redisScript({ name: 'money_credit', files: files('cr
 export const openBillScript = redisScript({ name: 'money_open_bill', files: files('open-bill'), keys: ['bill'], args: ['accountId', 'unlimited'], reply: as<number>() });
 
 /** Settles one Realtime response and renews the session's reservation for the next: `settleRealtimeResponse()`. */
-export const realtimeSettleScript = redisScript({ name: 'money_realtime_settle', files: files('realtime-settle'), keys: ['settled', 'bill', 'deadlines', 'usageStream'], args: ['sessionRequestId', 'micros', 'keyId', 'streamMaxLength', 'keepSettledS', 'usage', 'deadlineMember', 'nextMicros', 'nextDeadlineMs', 'keyLimitMicros'], reply: as<[applied: number, renewed: number]>() });
+export const realtimeSettleScript = redisScript({ name: 'money_realtime_settle', files: files('realtime-settle'), keys: ['settled', 'bill', 'deadlines', 'usageStream'], args: ['sessionRequestId', 'micros', 'keyId', 'streamMaxLength', 'keepSettledS', 'usage', 'deadlineMember', 'nextMicros', 'nextDeadlineMs', 'keyLimitMicros', 'budgets', 'alertThresholds'], reply: as<[applied: number, renewed: number, refusingBudget: number, ...crossings: string[]]>() });

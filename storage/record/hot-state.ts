@@ -9,6 +9,8 @@ import { balanceMicros, settledMicrosFor } from '../../shared/money/balance.js';
 import { sql } from 'kysely';
 import { openRecord, type RecordDb, type UsageDailyTable } from './database.js';
 import { emptyDayRow, usageGroup, usageRow, writeUsage, type UsageRow } from './usage-writer.js';
+import { budgetOf, readPeriodSpend } from './budget-spend.js';
+import { budgetText } from '../../shared/money/budgets.js';
 
 /**
  * Redis holds the hot state of accounts and keys (what admission reads in
@@ -366,7 +368,7 @@ async function streamRows(redis: Redis, streams: readonly string[], ids: string[
 export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ accounts: number; keys: number }> {
   await ensureDefaultRecord(record);
   const buffered = await streamRows(redis, usageStreamKeys);
-  const { accounts, keys, revoked, deleted, ledgerAt, pendingAccounts, pendingKeys } = await record
+  const { accounts, keys, revoked, deleted, ledgerAt, pendingAccounts, pendingKeys, caps, periodSpend } = await record
     .transaction()
     .setIsolationLevel('repeatable read')
     .execute(async (tx) => {
@@ -400,7 +402,9 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
         pendingAccounts.set(row.account_id, (pendingAccounts.get(row.account_id) ?? 0) + row.cost_micros);
         pendingKeys.set(row.key_id, (pendingKeys.get(row.key_id) ?? 0) + row.cost_micros);
       }
-      return { accounts, keys, revoked, deleted, ledgerAt, pendingAccounts, pendingKeys };
+      const caps = await tx.selectFrom('team_members').select(['team_id', 'member_id', 'cap_micros', 'cap_period']).where('cap_micros', 'is not', null).execute();
+      const periodSpend = await readPeriodSpend(tx, accounts, keys, caps, buffered.filter((row) => !written.has(row.request_id) && !row.rollup));
+      return { accounts, keys, revoked, deleted, ledgerAt, pendingAccounts, pendingKeys, caps, periodSpend };
     });
 
   const commands: PipelineCommand[] = [];
@@ -420,6 +424,7 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
       tiers: a.service_tiers ?? '',
       // '' : no cache cap of its own; '0' forbids caching.
       cache_max_ttl: a.cache_max_ttl_s === null ? '' : String(a.cache_max_ttl_s),
+      budget: budgetText(budgetOf(a.budget_micros, a.budget_period)),
       ...(a.playground_key ? { playground_key: a.playground_key } : {}),
     };
     const bill: Record<string, string> = {
@@ -451,6 +456,8 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
       models: k.models ?? '',
       expires: k.expires === null ? '' : String(k.expires),
       cache_ttl: k.cache_ttl_s === null ? '' : String(k.cache_ttl_s),
+      budget: budgetText(budgetOf(k.budget_micros, k.budget_period)),
+      created_by: k.created_by ?? '',
     };
     const spend: Record<string, string> = {
       [keyBillField(k.id, 'spent')]: String(k.spent_micros + (pendingKeys.get(k.id) ?? 0)),
@@ -463,6 +470,15 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
       p.hset(apiKeyHashesKey, k.hash, k.id);
       p.sadd(apiKeyIdsKey, k.id);
       p.sadd(accountKeysKey(k.account_id), k.id);
+    });
+  }
+  for (const c of caps) commands.push((p) => p.hsetnx(accountKey(c.team_id), `cap:${c.member_id}`, budgetText(budgetOf(c.cap_micros, c.cap_period))));
+  // Each budget's spend this period, so a flush never starts a budget over; a counter Redis still holds is newer.
+  for (const { accountId, counter, spent } of periodSpend) {
+    commands.push((p) => {
+      p.hsetnx(billKey(accountId), `${counter}.spent`, String(spent));
+      p.hsetnx(billKey(accountId), `${counter}.reserved`, '0');
+      p.hsetnx(billKey(accountId), counter.slice(0, counter.lastIndexOf(':')), counter);
     });
   }
   await sendInChunks(redis, commands);

@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import { budgetRefusal } from '../../shared/money/budgets.js';
 import type { Redis } from 'ioredis';
 import type { CatalogModel } from '../../shared/catalog.js';
 import type { Config } from '../../shared/config.js';
@@ -61,6 +62,8 @@ export class SessionBilling {
   private readonly started = new Map<string, number>();
   private touch: NodeJS.Timeout | undefined;
   private unnamed = 0;
+  /** Why the next response was not covered, when a budget refused it (the client's error says which, and when it resets). */
+  refusal: string | undefined;
 
   constructor(
     private readonly deps: SessionBillingDeps,
@@ -131,7 +134,8 @@ export class SessionBilling {
         const result = await settleRealtimeResponse(this.deps.redis, this.data.requestId, entry, this.nextMicros, Date.now() + reservationHoldMs, this.data.keyLimitMicros, {
           bufferRecords: this.deps.config.usageBufferRecords,
           keepSettledMs: this.deps.config.realtimeWorker.maxSessionMs + 15 * 60_000,
-        });
+        }, this.data.budgets ?? []);
+        if (result.refusedBy) this.refusal = budgetRefusal(result.refusedBy, Date.now(), this.data.accountName);
         if (result.applied) {
           this.sums.responses += 1;
           this.sums.input += totals.input;

@@ -305,7 +305,11 @@ export class SessionRun {
           close: {
             code: 1008,
             reason: 'insufficient quota',
-            error: { type: 'insufficient_quota', code: 'insufficient_quota', message: "You exceeded your current quota: the account's balance cannot cover the session's next response. Add credits to the account." },
+            error: {
+              type: 'insufficient_quota',
+              code: 'insufficient_quota',
+              message: billing.refusal ?? "You exceeded your current quota: the account's balance cannot cover the session's next response. Add credits to the account.",
+            },
           },
         });
         return;

@@ -31,6 +31,7 @@ const icons: Record<string, string> = {
   channels: 'M3 6h9m0 0l-3-3m3 3l-3 3m8 5H8m0 0l3-3m-3 3l3 3',
   queues: 'M4 4h12v4H4zm0 8h12v4H4z',
   audit: 'M6 3h8l2 2v12H4V5l2-2zm1 5h6m-6 3h6m-6 3h4',
+  budgets: 'M3 15.5h14M5 15.5V11m4 4.5V7m4 8.5V9.5m4 6V4',
   team: 'M7 8.5a2.75 2.75 0 1 0 0-5.5 2.75 2.75 0 0 0 0 5.5zm-4.5 8a4.5 4.5 0 0 1 9 0M13 8.5a2.5 2.5 0 1 0 0-5M14.5 12a4.5 4.5 0 0 1 3 4.5',
 };
 
@@ -183,6 +184,9 @@ export function Shell({ path, children }: { path: string; children: ComponentChi
               )}
               <NavLink href="/console/team" path={path} icon="team" onNavigate={close}>
                 Team
+              </NavLink>
+              <NavLink href="/console/budgets" path={path} icon="budgets" onNavigate={close}>
+                Budgets
               </NavLink>
               {/* Every person owns at least their own team (their account), so everyone reads the log of what they own. */}
               <NavLink href="/console/audit" path={path} icon="audit" onNavigate={close}>

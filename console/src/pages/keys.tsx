@@ -460,9 +460,17 @@ function Spend({ keyRecord }: { keyRecord: Key }) {
           <span class="meter-fill" style={{ width: `${Math.round(share * 100)}%` }} />
         </span>
       )}
+      {keyRecord.budget_usd !== null && keyRecord.budget_period !== null && (
+        <span class="cell-sub muted nowrap" title={keyRecord.budget_resets_at ? `Resets at ${keyRecord.budget_resets_at}` : undefined}>
+          {money(keyRecord.budget_spent_usd ?? 0)} / {money(keyRecord.budget_usd)} {budgetPeriodNames[keyRecord.budget_period]}
+        </span>
+      )}
     </span>
   );
 }
+
+/** A key's budget per period, as its spend line says it. */
+const budgetPeriodNames = { day: 'today', week: 'this week', month: 'this month' } as const;
 
 /** A key's rate limits and models in one short line: only what it limits ("60 RPM · gpt-4o-mini"), else nothing. */
 function LimitLine({ keyRecord: key }: { keyRecord: Key }) {

@@ -8,7 +8,8 @@ local field = reservation_field(ARGV[1])
 local resv = redis.call('HGET', KEYS[1], field)
 if not resv then return 0 end
 redis.call('HDEL', KEYS[1], field)
-local k, micros = decode_reservation(resv)
+local k, micros, _, _, budgets = decode_reservation(resv)
+if micros then move_budgets(KEYS[1], budgets, micros, 0, {}, nil) end
 if micros and micros ~= 0 then
   local bill = redis.call('HMGET', KEYS[1], 'id', k .. '.spent')
   if bill[1] then redis.call('HINCRBY', KEYS[1], 'reserved', '-' .. int(micros)) end

@@ -1,9 +1,12 @@
 -- Settlement: replaces a request's reservation by its actual cost, once per request id.
 -- KEYS: settled marker, the account's bill, its bucket's reservation deadlines, its bucket's usage stream
 -- ARGV: request id, actual micros, actual tokens, now ms, key id, stream max length, seconds to keep the settled mark,
---       usage entry (JSON), the reservation's deadline member
--- Returns {1, micros reserved} when this call settled the request ({1, -1}: its
--- reservation was gone), {0, -1} when it was settled before.
+--       usage entry (JSON), the reservation's deadline member, alert thresholds (percent, comma list)
+-- Returns {1, micros reserved, crossing…} when this call settled the request ({1, -1}: its
+-- reservation was gone), {0, -1} when it was settled before. The cost counts on the budgets the reservation held (the
+-- period it was admitted in); each alert threshold the settled spend of a budget or of the key's limit crossed for
+-- the first time (in the period) follows, as '<budget counter or key id>|<percent>|<limit>|<spent>': marked sent in
+-- the bill in this same step, so two settlements at once report a crossing once.
 -- The usage entry goes to the stream the record's writer reads (day totals are the record's to sum).
 -- A key or account Redis has lost (flushed, not loaded again yet) is not
 -- made up from the pieces a settlement touches: loaded from the record, it
@@ -17,12 +20,16 @@ local account_reserved = tonumber(bill[4] or '0')
 local key_reserved = tonumber(bill[6] or '0')
 local fields = {}
 local reserved = -1
+local crossed = {}
+local key_limit = nil
 if bill[8] then
   redis.call('HDEL', KEYS[2], field)
   redis.call('ZREM', KEYS[3], ARGV[9])
-  local _, micros, tokens, tpm = decode_reservation(bill[8])
+  local _, micros, tokens, tpm, budgets, limit = decode_reservation(bill[8])
   if micros then
     reserved = micros
+    key_limit = limit
+    move_budgets(KEYS[2], budgets, micros, actual, parse_thresholds(ARGV[10]), crossed)
     account_reserved = account_reserved - micros
     key_reserved = key_reserved - micros
     -- Tokens per minute counted the estimate: give back what was not used.
@@ -44,5 +51,8 @@ if bill[5] then
   fields[#fields + 1] = k .. '.reserved'; fields[#fields + 1] = int(key_reserved)
 end
 if #fields > 0 then redis.call('HSET', KEYS[2], unpack(fields)) end
+if bill[5] and actual > 0 then crossings(KEYS[2], k, key_limit, tonumber(bill[5]) + actual, parse_thresholds(ARGV[10]), crossed) end
 redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'usage', ARGV[8])
-return {1, reserved}
+local reply = {1, reserved}
+for _, crossing in ipairs(crossed) do reply[#reply + 1] = crossing end
+return reply
