@@ -327,3 +327,28 @@ export interface QueueList extends List<QueueCounts> {
    */
   keeps: { completed_seconds: number; completed_count: number; failed_seconds: number; failed_count: number; async_seconds: number };
 }
+
+/**
+ * A budget alert as the admin API (`GET /admin/alerts`) and the console show it: amounts as exact decimal strings of
+ * USD (as the webhook sends them), times in unix seconds, null for "none" (shared/alerts.ts, storage/record/alerts.ts).
+ */
+export interface AlertView {
+  id: string;
+  object: 'budget_alert';
+  team_id: string;
+  team_name: string;
+  kind: 'team' | 'key' | 'member' | 'key_lifetime';
+  scope_id: string;
+  period: 'day' | 'week' | 'month' | null;
+  period_start: number | null;
+  period_end: number | null;
+  threshold_percent: number;
+  spent_usd: string;
+  limit_usd: string;
+  created: number;
+  state: 'pending' | 'delivered' | 'failed' | 'no_webhook';
+  attempts: number;
+  last_status: number | null;
+  last_error: string | null;
+  delivered_at: number | null;
+}
