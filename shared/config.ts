@@ -18,6 +18,7 @@ import {
   keyList,
   nameList,
   wordList,
+  percentList,
   optionalFlag,
   optionalInteger,
   optionalText,
@@ -159,6 +160,8 @@ export interface Config {
   usageBufferRecords: number;
   /** One record per keyed request (how it was answered) beside its usage; off: usage rows only. */
   requestLog: boolean;
+  /** Budget alerts (docs/budgets.md): the thresholds the money scripts cross, and the webhook the worker delivers them to. */
+  alerts: AlertsConfig;
   console: ConsoleConfig;
   /** Where uploads and generated files are kept. */
   blobDir: string;
@@ -335,6 +338,17 @@ export interface S3Config {
   prefix: string;
 }
 
+export interface AlertsConfig {
+  /** Ascending percentages (1–100). */
+  thresholds: number[];
+  webhookUrl: string | undefined;
+  /** Set whenever `webhookUrl` is. */
+  webhookSecret: string | undefined;
+  timeoutMs: number;
+  attempts: number;
+  backoffMs: number;
+}
+
 export type RedisAddress = { host: string; port: number };
 
 /** How the gateway reaches Redis. Credentials, TLS and the database come from `REDIS_URL` in every form. */
@@ -439,6 +453,12 @@ const fixed = {
   AUDIT_RETENTION_DAYS: setting(optionalInteger(1, { kind: 'unset', note: 'kept for ever' }), 'days of audit log rows kept (older ones are pruned hourly by the workers, and the chain anchored at the last one pruned, so `npm run audit -- verify` still passes); unset: every row is kept'),
   USAGE_BUFFER_RECORDS: setting(integer(1000, 1_000_000, 100_000_000), 'settled usage entries each of the 16 billing buckets holds at most while the record (PostgreSQL) is away; past it the oldest are dropped'),
   REQUEST_LOG: setting(flag(true), 'the request log: each keyed request\'s status, HTTP status, error, latency and time to first token recorded beside its usage (`GET /v1/generation`, `GET /admin/requests`, the console\'s Activity page); `off` keeps the usage rows only'),
+  ALERT_THRESHOLDS: setting(percentList([50, 80, 100]), 'percentages of a budget, a member\'s cap or a key\'s lifetime limit whose first crossing by settled spend raises an alert (once per period; for a lifetime limit, once): recorded (`GET /admin/alerts`) and sent to `ALERT_WEBHOOK_URL` when set (docs/budgets.md)'),
+  ALERT_WEBHOOK_URL: setting(httpUrl({ kind: 'unset', note: 'alerts are recorded only (`no_webhook`)' }, false), 'where each alert is POSTed as JSON, signed with `ALERT_WEBHOOK_SECRET` in `Switchyard-Signature` (docs/budgets.md says how to verify it)'),
+  ALERT_WEBHOOK_SECRET: setting(optionalText(), 'the HMAC-SHA256 key of the alerts\' signature; required with `ALERT_WEBHOOK_URL` (at least 16 characters)'),
+  ALERT_WEBHOOK_TIMEOUT_MS: setting(integer(100, 10_000, 120_000), 'how long one delivery of an alert may take (connect to the last byte of the answer) before it counts as failed and is tried again'),
+  ALERT_WEBHOOK_ATTEMPTS: setting(integer(1, 10, 50), 'deliveries of an alert tried at most while the webhook fails with a 5xx, 408, 429, a network error or a timeout (any other 4xx ends them at once)'),
+  ALERT_WEBHOOK_BACKOFF_MS: setting(integer(1, 5000, 3_600_000), 'the wait before the second delivery of an alert; doubled before each next one'),
   CONSOLE_SIGNUP: setting(choice(['off', 'open'], 'off', { ...switchAliases, on: 'open', true: 'open', '1': 'open', yes: 'open' }), '`open` (or any word for on) lets anyone create a `member` account in the console; `off`: accounts come from an admin'),
   SIGNUP_CREDIT_USD: setting(usdAmount(0, 1e6), 'starting balance of an account made by console sign-up'),
   CONSOLE_PUBLIC_PRICING: setting(flag(true), 'the console\'s pricing page readable without signing in'),
@@ -681,6 +701,13 @@ export function loadConfig(env: Env = process.env): Config {
   const all = parsed.data as Record<string, unknown>;
   const values = all as FixedValues;
   const production = values.NODE_ENV === 'production';
+  // An alert no one can verify is worse than none: a webhook URL needs its secret.
+  if (values.ALERT_WEBHOOK_URL !== undefined && values.ALERT_WEBHOOK_SECRET === undefined) {
+    throw new Error('Invalid configuration: ALERT_WEBHOOK_URL is set without ALERT_WEBHOOK_SECRET: alerts are signed with it (set both, or neither to only record alerts)');
+  }
+  if (values.ALERT_WEBHOOK_SECRET !== undefined && values.ALERT_WEBHOOK_SECRET.length < 16) {
+    throw new Error('Invalid configuration: ALERT_WEBHOOK_SECRET must be at least 16 characters');
+  }
   // Production never bills an answer no vendor gave.
   if (production && values.MOCK_BILLING === 'on') throw new Error('Invalid configuration: MOCK_BILLING=on is refused with NODE_ENV=production (the mock is never billed in production)');
 
@@ -786,6 +813,14 @@ export function loadConfig(env: Env = process.env): Config {
     auditRetentionDays: values.AUDIT_RETENTION_DAYS,
     usageBufferRecords: values.USAGE_BUFFER_RECORDS,
     requestLog: values.REQUEST_LOG,
+    alerts: {
+      thresholds: values.ALERT_THRESHOLDS,
+      webhookUrl: values.ALERT_WEBHOOK_URL,
+      webhookSecret: values.ALERT_WEBHOOK_SECRET,
+      timeoutMs: values.ALERT_WEBHOOK_TIMEOUT_MS,
+      attempts: values.ALERT_WEBHOOK_ATTEMPTS,
+      backoffMs: values.ALERT_WEBHOOK_BACKOFF_MS,
+    },
     console: {
       signup: values.CONSOLE_SIGNUP,
       signupCreditUsd: values.SIGNUP_CREDIT_USD,

@@ -430,21 +430,25 @@ export interface TeamBudgetView extends BudgetValues {
 /** A member's cap just set (`PUT /console/api/teams/:id/members/:member/cap`). */
 export type MemberCapAnswer = MemberCapView;
 
-/** An alert: a budget, a cap or a key's lifetime limit crossing a threshold, and how its delivery went. */
+/**
+ * A budget alert as the admin API (`GET /admin/alerts`) and the console show it: amounts as exact decimal strings of
+ * USD (as the webhook sends them), times in unix seconds, null for "none" (shared/alerts.ts, storage/record/alerts.ts).
+ */
 export interface AlertView {
   id: string;
-  object: 'alert';
+  object: 'budget_alert';
   team_id: string;
-  /** Whose budget: the team's, a key's (its budget or lifetime limit), a member's cap. */
-  scope: 'team' | 'key' | 'member';
-  /** The key's or the member's id; null for the team's. */
-  subject_id: string | null;
+  team_name: string;
+  kind: 'team' | 'key' | 'member' | 'key_lifetime';
+  scope_id: string;
+  period: 'day' | 'week' | 'month' | null;
+  period_start: number | null;
+  period_end: number | null;
   threshold_percent: number;
-  /** The period's start (ISO); null for a key's lifetime limit. */
-  period_start: string | null;
+  spent_usd: string;
+  limit_usd: string;
   created: number;
-  /** 'unsent': no webhook configured (recorded and shown all the same). */
-  delivery_status: 'pending' | 'delivered' | 'failed' | 'unsent';
+  state: 'pending' | 'delivered' | 'failed' | 'no_webhook';
   attempts: number;
   last_status: number | null;
   last_error: string | null;

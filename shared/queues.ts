@@ -71,3 +71,14 @@ export function shardOfJob(jobId: string, shards: number): number {
   for (let i = 0; i < jobId.length; i++) hash = Math.imul(hash ^ jobId.charCodeAt(i), 0x01000193);
   return (hash >>> 0) % shards;
 }
+
+/**
+ * Budget alerts' deliveries (shared/alerts.ts): one job per alert, its id the alert's (a crossing queued twice is one
+ * job), retried by BullMQ with exponential backoff; a hash tag of its own, apart from the capabilities' queues.
+ */
+export const alertsQueueName = '{alerts}';
+
+/** An alert delivery's job: the alert's row is what the worker reads (its state, its team's name at sending). */
+export interface AlertJobData {
+  alertId: string;
+}

@@ -241,6 +241,10 @@ export const blobUrlSecretKey = `${keyPrefix}blob-url-secret`;
  *   sy:{b}:settled:<request> string set once a request is settled (kept 1 min once its job completes, else until
  *                                  15 min past its deadline): settlement runs once
  *   sy:{b}:usage             stream one record per settled request, until the record's writer has committed it
+ *   sy:{b}:alerts            stream one entry per alert threshold crossed (account, crossing '<counter or key>|<percent>|
+ *                                  <limit>|<spent>'), added by the settlement that decided it in the same step; the
+ *                                  record's alert writer moves each to the \`alerts\` table (storage/record/alerts.ts).
+ *                                  Never trimmed: an alert is rare (a few per budget and period) and none may be lost
  *   sy:{b}:usage:dead        stream the records of that stream the record refused again and again, moved aside with
  *                                  where they came from and why: kept (never trimmed) for the operator to write again
  *
@@ -289,6 +293,9 @@ export const reservationDeadlinesKey = (bucket: number) => `${bucketPrefix(bucke
 export const usageStreamKey = (bucket: number) => `${bucketPrefix(bucket)}usage`;
 /** Every bucket's usage stream, and the one gateway-wide stream of a gateway before buckets (drained, then empty). */
 export const usageStreamKeys: readonly string[] = [...Array.from({ length: billingBuckets }, (_, k) => usageStreamKey(k)), legacyUsageStreamKey];
+/** A bucket's stream of alert crossings, beside the bills whose settlements decide them (same slot). */
+export const alertStreamKey = (bucket: number) => `${bucketPrefix(bucket)}alerts`;
+export const alertStreamKeys: readonly string[] = Array.from({ length: billingBuckets }, (_, k) => alertStreamKey(k));
 /**
  * A usage stream's dead letters: the entries the record refused again and again (text PostgreSQL cannot store, a
  * value out of its range), moved aside so they hold back nothing, and kept (never trimmed) for the operator to look

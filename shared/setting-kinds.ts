@@ -201,6 +201,25 @@ export function wordList(fallback: readonly string[]): Kind<string[]> {
   return { type: 'a comma-separated list of names', default: plainDefault(schema), schema };
 }
 
+/**
+ * A comma-separated list of whole percentages from 1 to 100, each above the one before (`50,80,100`); blank or unset:
+ * `fallback`. Written as given, so a typo (`80,50`, `150`) fails the start rather than being sorted or dropped.
+ */
+export function percentList(fallback: readonly number[]): Kind<number[]> {
+  const error = 'must be whole percentages from 1 to 100 in ascending order, comma-separated (such as 50,80,100)';
+  const list = z.string().transform((raw, ctx) => {
+    const entries = commaList(raw);
+    const values = entries.map((entry) => (/^\d{1,3}$/.test(entry) ? Number(entry) : Number.NaN));
+    if (values.some((value, i) => !Number.isInteger(value) || value < 1 || value > 100 || (i > 0 && value <= values[i - 1]!))) {
+      ctx.addIssue({ code: 'custom', message: error });
+      return z.NEVER;
+    }
+    return values;
+  });
+  const schema = z.preprocess(unsetIfBlank, list.default([...fallback]));
+  return { type: 'ascending percentages from 1 to 100, comma-separated', default: { kind: 'derived', text: `\`${fallback.join(',')}\`` }, schema };
+}
+
 export function keyList(): Kind<string[]> {
   return { type: 'comma-separated keys', default: { kind: 'unset' }, schema: z.preprocess(unsetIfBlank, z.string().transform(commaList).default([])) };
 }

@@ -26,6 +26,9 @@ import { BlobJanitor } from './blob-janitor.js';
 import { releaseExpiredReservations } from '../shared/money/billing.js';
 import { openHotRecord } from '../storage/record/hot-state.js';
 import { ensureUsageGroup, UsageWriter } from '../storage/record/usage-writer.js';
+import { AlertWriter, ensureAlertGroup } from '../storage/record/alert-writer.js';
+import { startAlertDelivery } from './alert-delivery.js';
+import { alertsQueueName, type AlertJobData } from '../shared/queues.js';
 import { randomBytes } from 'node:crypto';
 import { PriceList } from '../shared/money/pricing.js';
 import { countJobs, startWorkerMetrics } from './metrics.js';
@@ -193,6 +196,20 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     auditRetentionDays: config.auditRetentionDays,
   });
   usageWriter.start();
+  // Budget alerts the settlements decided: recorded and queued from their streams here, delivered by the worker below.
+  await ensureAlertGroup(redis);
+  const alertConnection = createRedis(config.redis, { connectionName: 'worker-alerts' });
+  const alertsQueue = new Queue<AlertJobData>(alertsQueueName, { connection: redis });
+  const alertWriter = new AlertWriter({
+    redis: alertConnection,
+    record,
+    log,
+    consumer: `worker-${randomBytes(6).toString('hex')}`,
+    queue: alertsQueue,
+    delivery: { webhook: config.alerts.webhookUrl !== undefined, attempts: config.alerts.attempts, backoffMs: config.alerts.backoffMs },
+  });
+  alertWriter.start();
+  const alertDelivery = startAlertDelivery({ redis, record, log, config: config.alerts });
 
   const catalog = loadCatalog(config.catalogFile);
   const prices = PriceList.load(catalog, config);
@@ -221,7 +238,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       config,
       redis,
       prices,
-      policy: { bufferRecords: config.usageBufferRecords },
+      policy: { bufferRecords: config.usageBufferRecords, alertThresholds: config.alerts.thresholds },
       log,
       overruns: new OverrunReport(log),
     },
@@ -332,9 +349,10 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       await step('the upload cleanup', janitor.close().then(() => lifecycle.close()));
       // What settled until now is written before the process goes (else another worker's writer claims it later).
       await step('writing the settled usage to the record (it stays in Redis for the next writer)', usageWriter.close());
+      await step('recording budget alerts and ending their deliveries (what is left stays in Redis and the queue)', Promise.all([alertWriter.close(), alertDelivery.close(), alertsQueue.close()]));
       await step('closing the record', closeRecord());
       router.stop();
-      await Promise.allSettled([...[usageConnection, subscriber, redis].map((connection) => closeRedisBy(connection, closeBy)), settledBy(vendorHttp.close(), closeBy)]);
+      await Promise.allSettled([...[usageConnection, alertConnection, subscriber, redis].map((connection) => closeRedisBy(connection, closeBy)), settledBy(vendorHttp.close(), closeBy)]);
       if (givenUp.length > 0) log.warn({ givenUp }, `the workers did not finish closing in time; given up: ${givenUp.join('; ')}`);
     },
   };

@@ -115,6 +115,18 @@ export const createKeySchema = z.strictObject({ name: keyName, account_id: id.op
 export const patchKeySchema = z.strictObject({ name: keyName.optional(), ...keySettings });
 export const listKeysSchema = z.strictObject({ account_id: id.optional() });
 
+/** `GET /admin/alerts`: one team's or all, newest first, `limit` (1–500, default 100) after the alert `before`. */
+export const alertsQuerySchema = z.strictObject({
+  team_id: id.optional(),
+  limit: z
+    .string()
+    .regex(/^\d{1,4}$/, 'expected a whole number')
+    .transform(Number)
+    .pipe(z.number().int().min(1).max(500))
+    .optional(),
+  before: id.optional(),
+});
+
 /** A strict schema's verdict as an OpenAI-shaped 400; unknown fields are named in the message and `param`. */
 export function parseStrict<T extends z.ZodType>(schema: T, input: unknown): z.output<T> {
   const result = schema.safeParse(input, { reportInput: true });

@@ -20,12 +20,14 @@ import {
   keyChanges,
   ledgerQuerySchema,
   listKeysSchema,
+  alertsQuerySchema,
   newKeyLimits,
   parseStrict,
   patchAccountSchema,
   patchKeySchema,
 } from './account-requests.js';
-import { accountAuditFields, accountView, keyAuditFields, keyView, ledgerView } from './views.js';
+import { accountAuditFields, accountView, alertView, keyAuditFields, keyView, ledgerView } from './views.js';
+import { listAlerts } from '../../storage/record/alerts.js';
 import { recordChange } from './audit-trail.js';
 import { auditSource, changedFields } from '../../storage/record/audit-log.js';
 import { TeamStore, teamNotFound } from './team-store.js';
@@ -271,6 +273,14 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
   router.get('/requests', async (ctx) => {
     const { filter, limit, cursor } = parseStrict(requestListQuerySchema, ctx.query);
     ctx.body = await listRequests(store.record, filter, limit, cursor);
+  });
+
+  // ---- budget alerts and their deliveries, newest first ----
+  router.get('/alerts', async (ctx) => {
+    const query = parseStrict(alertsQuerySchema, ctx.query);
+    const limit = query.limit ?? 100;
+    const alerts = await listAlerts(store.record, { limit, ...(query.team_id !== undefined ? { teamId: query.team_id } : {}), ...(query.before !== undefined ? { before: query.before } : {}) });
+    ctx.body = { object: 'list', data: alerts.map(alertView), has_more: alerts.length === limit };
   });
 
   router.get('/usage', async (ctx) => {

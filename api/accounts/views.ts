@@ -1,5 +1,7 @@
 import type { Account } from '../../shared/accounts.js';
-import type { AccountView, BudgetValues, KeyLimitValues, KeyView } from '../../shared/console-api.js';
+import type { AccountView, AlertView, BudgetValues, KeyLimitValues, KeyView } from '../../shared/console-api.js';
+import { microsToUsdText } from '../../shared/alerts.js';
+import type { ListedAlert } from '../../storage/record/alerts.js';
 import { periodEnd, type BudgetPeriod } from '../../shared/money/budgets.js';
 import { microsToUsd, type LedgerEntry } from './account-store.js';
 import type { ApiKeyRecord, KeyLimits } from './key-store.js';
@@ -96,4 +98,27 @@ export function accountAuditFields(account: Account): Record<string, unknown> {
 export function keyAuditFields(key: ApiKeyRecord): Record<string, unknown> {
   const { spent_usd: _spent, last_used_at: _used, object: _object, ...fields } = keyView(key);
   return fields;
+}
+
+export function alertView(alert: ListedAlert): AlertView {
+  return {
+    id: alert.id,
+    object: 'budget_alert',
+    team_id: alert.team_id,
+    team_name: alert.team_name,
+    kind: alert.kind,
+    scope_id: alert.scope_id,
+    period: alert.period,
+    period_start: alert.period_start,
+    period_end: alert.period_end,
+    threshold_percent: alert.threshold_percent,
+    spent_usd: microsToUsdText(alert.spent_micros),
+    limit_usd: microsToUsdText(alert.limit_micros),
+    created: Math.floor(alert.created / 1000),
+    state: alert.state,
+    attempts: alert.attempts,
+    last_status: alert.last_status,
+    last_error: alert.last_error,
+    delivered_at: alert.delivered_at === null ? null : Math.floor(alert.delivered_at / 1000),
+  };
 }

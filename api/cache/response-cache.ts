@@ -75,7 +75,7 @@ export class ResponseCache {
 
   constructor(
     private readonly redis: Redis,
-    private readonly config: Pick<Config, 'cache' | 'usageBufferRecords' | 'defaultKeyRpm' | 'defaultKeyTpm'>,
+    private readonly config: Pick<Config, 'cache' | 'usageBufferRecords' | 'defaultKeyRpm' | 'defaultKeyTpm' | 'alerts'>,
     private readonly log: Logger,
   ) {}
 
@@ -297,7 +297,7 @@ export class ResponseCache {
     const now = Date.now();
     // Answered as a miss would answer this request (its ids, its tier, its model name): answer-echo.ts.
     const echo = echoFor(request, ctx.state.requestId, options.echo, now);
-    if (options.result === 'hit') ctx.set(await chargeSpend(this.redis, this.config, options.access, this.usage(ctx, request, price, options, echo.tier), { bufferRecords: this.config.usageBufferRecords }));
+    if (options.result === 'hit') ctx.set(await chargeSpend(this.redis, this.config, options.access, this.usage(ctx, request, price, options, echo.tier), { bufferRecords: this.config.usageBufferRecords, alertThresholds: this.config.alerts.thresholds }));
     const age = Math.max(0, Math.floor((now - entry.created) / 1000));
     const ttl = Math.max(0, Math.floor((entry.expires - now) / 1000));
     ctx.set('cache-status', options.result === 'hit' ? hitStatus(ttl) : collapsedStatus);
@@ -374,7 +374,7 @@ export class ResponseCache {
 
   /** Settles a follower: its reservation (made before it waited) becomes its price. */
   private async settle(ctx: GatewayContext, request: EndpointRequest, price: { costMicros: number; saved: number }, options: { result: 'hit' | 'coalesced'; access: KeyAccess; keyId: string; modelId: string }, tier: ServiceTier): Promise<void> {
-    await settle(this.redis, this.usage(ctx, request, price, options, tier), { bufferRecords: this.config.usageBufferRecords }).catch((error: unknown) =>
+    await settle(this.redis, this.usage(ctx, request, price, options, tier), { bufferRecords: this.config.usageBufferRecords, alertThresholds: this.config.alerts.thresholds }).catch((error: unknown) =>
       // Unsettled, its reservation is released at its deadline.
       this.log.warn({ err: error }, 'could not bill a request that followed another’s call'),
     );

@@ -2,11 +2,10 @@ import type Router from '@koa/router';
 import { z } from 'zod';
 import type { Account } from '../../shared/accounts.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
-import type { AlertList, AlertView, MemberCapView, TeamBudgetView } from '../../shared/console-api.js';
+import type { AlertList, MemberCapView, TeamBudgetView } from '../../shared/console-api.js';
 import { budgetPeriodSchema, parseBudgetText, type BudgetPeriod } from '../../shared/money/budgets.js';
 import { accountKey } from '../../shared/redis-keys.js';
 import { storableText } from '../../shared/schemas/common.js';
-import type { RecordDb } from '../../storage/record/database.js';
 import { readJsonObject } from '../http/request-body.js';
 import { bodyLimit } from '../accounts/admin-api.js';
 import { limitUsd, parseStrict } from '../accounts/account-requests.js';
@@ -14,7 +13,8 @@ import { usdToMicros } from '../accounts/account-store.js';
 import { may, type TeamRole } from '../accounts/team-roles.js';
 import { TeamStore, memberNotFound } from '../accounts/team-store.js';
 import type { KeyStore } from '../accounts/key-store.js';
-import { budgetView } from '../accounts/views.js';
+import { alertView, budgetView } from '../accounts/views.js';
+import { listAlerts } from '../../storage/record/alerts.js';
 import { recordChange } from '../accounts/audit-trail.js';
 import { auditSource, changedFields } from '../../storage/record/audit-log.js';
 import { requireTeam, withoutTeam, type ConsoleDeps, type TeamNeed } from './console-session.js';
@@ -45,53 +45,6 @@ const memberId = (value: unknown) => String(value).slice(0, 256);
 
 const ownAccountCap = () =>
   new GatewayError(409, "A person's own account has no member caps: its budget is the account's budget.", { code: 'own_account', param: 'member' });
-
-/**
- * An alert as the record keeps it: the part of `storage/record/alerts.ts` (the alerts helper's) these routes read.
- * TODO(lead): when wt-alerts is merged, import `listAlerts` and its row type from storage/record/alerts.ts in
- * `readAlerts` below and drop this interface (map its fields in `alertView` if they are named otherwise).
- */
-export interface AlertRecord {
-  id: string;
-  teamId: string;
-  scope: 'team' | 'key' | 'member';
-  subjectId: string | null;
-  thresholdPercent: number;
-  periodStart: number | null;
-  created: number;
-  status: 'pending' | 'delivered' | 'failed' | 'unsent';
-  attempts: number;
-  lastStatus: number | null;
-  lastError: string | null;
-  deliveredAt: number | null;
-}
-
-/**
- * A team's alerts, newest first, `limit` of them before the alert `before` names. TODO(lead): this is where
- * `listAlerts(record, { teamId, limit, before })` from storage/record/alerts.ts is called once wt-alerts is merged;
- * until then no alert is recorded on this branch, so the list is empty.
- */
-export async function readAlerts(_record: RecordDb, _query: { teamId: string; limit: number; before?: string }): Promise<AlertRecord[]> {
-  return [];
-}
-
-export function alertView(alert: AlertRecord): AlertView {
-  return {
-    id: alert.id,
-    object: 'alert',
-    team_id: alert.teamId,
-    scope: alert.scope,
-    subject_id: alert.subjectId,
-    threshold_percent: alert.thresholdPercent,
-    period_start: alert.periodStart === null ? null : new Date(alert.periodStart * 1000).toISOString(),
-    created: alert.created,
-    delivery_status: alert.status,
-    attempts: alert.attempts,
-    last_status: alert.lastStatus,
-    last_error: alert.lastError,
-    delivered_at: alert.deliveredAt,
-  };
-}
 
 /** The team's budget and every member's cap, with what each spent in its current period. */
 async function teamBudget(keyStore: KeyStore, teams: TeamStore, team: Account, role: TeamRole): Promise<TeamBudgetView> {
@@ -173,7 +126,7 @@ export function addBudgetConsoleRoutes(router: Router, deps: ConsoleDeps): void 
     const { team } = await requireTeam(ctx, deps, reader, String(ctx.params.id));
     const query = parseStrict(alertQuerySchema, withoutTeam(ctx.query));
     const limit = query.limit ?? 50;
-    const alerts = await readAlerts(keyStore.record, { teamId: team.id, limit, ...(query.before ? { before: query.before } : {}) });
+    const alerts = await listAlerts(keyStore.record, { teamId: team.id, limit, ...(query.before ? { before: query.before } : {}) });
     ctx.body = { object: 'list', data: alerts.map(alertView), next_before: alerts.length === limit ? alerts[alerts.length - 1]!.id : null } satisfies AlertList;
   });
 }

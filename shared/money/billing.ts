@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import type { UsageEntry } from './usage.js';
 import { budgetsArgument, type BudgetInForce } from './budgets.js';
 import { chargeScript, releaseScript, reserveScript, settleScript } from './scripts.js';
-import { billingBuckets, billKey, deadlineMember, keyBillField, reservationDeadlinesKey, billingBucket, settledKey, usageStreamKey } from '../redis-keys.js';
+import { billingBuckets, billKey, deadlineMember, keyBillField, reservationDeadlinesKey, billingBucket, settledKey, usageStreamKey, alertStreamKey } from '../redis-keys.js';
 
 /**
  * Admission and settlement, each one Redis script on the account's bucket
@@ -153,6 +153,8 @@ export async function charge(redis: Redis, usage: UsageEntry, limits: Omit<KeyLi
     bill: billKey(usage.account_id),
     settled: settledKey(usage.account_id, usage.request_id),
     usageStream: usageStreamKey(billingBucket(usage.account_id)),
+    alertStream: alertStreamKey(billingBucket(usage.account_id)),
+    accountId: usage.account_id,
     requestId: usage.request_id,
     micros: usage.cost_micros,
     nowMs: now,
@@ -197,6 +199,8 @@ export async function settle(redis: Redis, usage: UsageEntry, policy: SettlePoli
     bill: billKey(usage.account_id),
     deadlines: reservationDeadlinesKey(billingBucket(usage.account_id)),
     usageStream: usageStreamKey(billingBucket(usage.account_id)),
+    alertStream: alertStreamKey(billingBucket(usage.account_id)),
+    accountId: usage.account_id,
     requestId: usage.request_id,
     micros: usage.cost_micros,
     tokens: usage.input_tokens + usage.output_tokens,

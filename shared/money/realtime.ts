@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { CatalogModel } from '../catalog.js';
 import type { Config } from '../config.js';
-import { billKey, billingBucket, deadlineMember, reservationDeadlinesKey, settledKey, usageStreamKey } from '../redis-keys.js';
+import { billKey, billingBucket, deadlineMember, reservationDeadlinesKey, settledKey, usageStreamKey, alertStreamKey } from '../redis-keys.js';
 import { isMockChannel, mockAnswers, type ChannelConfig, type VendorConfig } from '../vendors.js';
 import { usdToMicros, type PriceList, type Pricing } from './pricing.js';
 import { realtimeSettleScript } from './scripts.js';
@@ -168,6 +168,8 @@ export async function settleRealtimeResponse(
     bill: billKey(entry.account_id),
     deadlines: reservationDeadlinesKey(billingBucket(entry.account_id)),
     usageStream: usageStreamKey(billingBucket(entry.account_id)),
+    alertStream: alertStreamKey(billingBucket(entry.account_id)),
+    accountId: entry.account_id,
     sessionRequestId,
     micros: entry.cost_micros,
     keyId: entry.key_id,

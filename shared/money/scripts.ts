@@ -17,10 +17,10 @@ export type AdmissionVerdict = Array<number | string>;
 export const reserveScript = redisScript({ name: 'money_reserve', files: files('reserve'), keys: ['bill', 'deadlines', 'gate', 'settled'], args: ['requestId', 'micros', 'tokens', 'nowMs', 'deadlineMs', 'keyId', 'keyLimitMicros', 'rpm', 'tpm', 'gated', 'deadlineMember', 'budgets'], reply: as<AdmissionVerdict>() });
 
 /** Replaces a reservation by the actual cost once per request id, and appends the usage entry: `settle()`. */
-export const settleScript = redisScript({ name: 'money_settle', files: files('settle'), keys: ['settled', 'bill', 'deadlines', 'usageStream'], args: ['requestId', 'micros', 'tokens', 'nowMs', 'keyId', 'streamMaxLength', 'keepSettledS', 'usage', 'deadlineMember', 'alertThresholds'], reply: as<[applied: number, reservedMicros: number, ...crossings: string[]]>() });
+export const settleScript = redisScript({ name: 'money_settle', files: files('settle'), keys: ['settled', 'bill', 'deadlines', 'usageStream', 'alertStream'], args: ['requestId', 'micros', 'tokens', 'nowMs', 'keyId', 'streamMaxLength', 'keepSettledS', 'usage', 'deadlineMember', 'alertThresholds', 'accountId'], reply: as<[applied: number, reservedMicros: number, ...crossings: string[]]>() });
 
 /** Admits and settles at once a request whose price is known before it is served (a cache hit): `charge()`. */
-export const chargeScript = redisScript({ name: 'money_charge', files: files('charge'), keys: ['bill', 'settled', 'usageStream'], args: ['requestId', 'micros', 'nowMs', 'keyId', 'keyLimitMicros', 'rpm', 'streamMaxLength', 'keepSettledS', 'usage', 'budgets', 'alertThresholds'], reply: as<AdmissionVerdict>() });
+export const chargeScript = redisScript({ name: 'money_charge', files: files('charge'), keys: ['bill', 'settled', 'usageStream', 'alertStream'], args: ['requestId', 'micros', 'nowMs', 'keyId', 'keyLimitMicros', 'rpm', 'streamMaxLength', 'keepSettledS', 'usage', 'budgets', 'alertThresholds', 'accountId'], reply: as<AdmissionVerdict>() });
 
 /** Gives back a reservation nothing will settle: `releaseReservation()`. */
 export const releaseScript = redisScript({ name: 'money_release', files: files('release'), keys: ['bill', 'deadlines', 'settled'], args: ['requestId', 'deadlineMember'], reply: as<number>() });
@@ -32,4 +32,4 @@ export const creditScript = redisScript({ name: 'money_credit', files: files('cr
 export const openBillScript = redisScript({ name: 'money_open_bill', files: files('open-bill'), keys: ['bill'], args: ['accountId', 'unlimited'], reply: as<number>() });
 
 /** Settles one Realtime response and renews the session's reservation for the next: `settleRealtimeResponse()`. */
-export const realtimeSettleScript = redisScript({ name: 'money_realtime_settle', files: files('realtime-settle'), keys: ['settled', 'bill', 'deadlines', 'usageStream'], args: ['sessionRequestId', 'micros', 'keyId', 'streamMaxLength', 'keepSettledS', 'usage', 'deadlineMember', 'nextMicros', 'nextDeadlineMs', 'keyLimitMicros', 'budgets', 'alertThresholds'], reply: as<[applied: number, renewed: number, refusingBudget: number, ...crossings: string[]]>() });
+export const realtimeSettleScript = redisScript({ name: 'money_realtime_settle', files: files('realtime-settle'), keys: ['settled', 'bill', 'deadlines', 'usageStream', 'alertStream'], args: ['sessionRequestId', 'micros', 'keyId', 'streamMaxLength', 'keepSettledS', 'usage', 'deadlineMember', 'nextMicros', 'nextDeadlineMs', 'keyLimitMicros', 'budgets', 'alertThresholds', 'accountId'], reply: as<[applied: number, renewed: number, refusingBudget: number, ...crossings: string[]]>() });

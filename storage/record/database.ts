@@ -2,6 +2,7 @@ import { Kysely, PostgresDialect, sql, type Generated } from 'kysely';
 import pg from 'pg';
 import type { UsageMetric } from '../../shared/accounts.js';
 import type { RequestLogColumns, UsageColumns } from '../../shared/money/usage.js';
+import type { AlertKind, AlertState } from '../../shared/alerts.js';
 import { ensureIndexes, migrateRecord } from './migrations.js';
 
 /**
@@ -148,6 +149,29 @@ export interface AuditLogTable {
   hash: string;
 }
 
+/** A budget alert and its delivery (shared/alerts.ts; migration 0013_alerts). Times in unix ms. */
+export interface AlertsTable {
+  id: string;
+  team_id: string;
+  kind: AlertKind;
+  scope_id: string;
+  period: BudgetPeriod | null;
+  /** Unix seconds; null for a key's lifetime limit. */
+  period_start: number | null;
+  period_end: number | null;
+  threshold_percent: number;
+  limit_micros: number;
+  spent_micros: number;
+  /** When the settlement crossed it (unix ms). */
+  created: number;
+  state: AlertState;
+  attempts: Generated<number>;
+  /** The webhook's HTTP status at the last attempt; null when it gave none (a network error, a timeout). */
+  last_status: number | null;
+  last_error: string | null;
+  delivered_at: number | null;
+}
+
 export interface RecordTables {
   accounts: AccountsTable;
   api_keys: ApiKeysTable;
@@ -157,6 +181,7 @@ export interface RecordTables {
   usage_daily: UsageDailyTable;
   record_meta: RecordMetaTable;
   audit_log: AuditLogTable;
+  alerts: AlertsTable;
 }
 
 export type RecordDb = Kysely<RecordTables>;

@@ -320,7 +320,35 @@ const migrations: Record<string, Migration> = {
       });
     },
   },
-};
+  // Budget alerts: one row per threshold crossed, by its id (team, budget,
+  // period, threshold), so a crossing written twice is one row; its delivery's state beside it (shared/alerts.ts).
+  '0013_alerts': {
+    async up(db: Kysely<unknown>) {
+      await db.transaction().execute(async (db) => {
+        await sql`
+          create table if not exists alerts (
+            id text primary key,
+            team_id text not null,
+            kind text not null check (kind in ('team', 'key', 'member', 'key_lifetime')),
+            scope_id text not null,
+            period text check (period in ('day', 'week', 'month')),
+            period_start bigint,
+            period_end bigint,
+            threshold_percent integer not null check (threshold_percent between 1 and 100),
+            limit_micros bigint not null,
+            spent_micros bigint not null,
+            created bigint not null,
+            state text not null check (state in ('pending', 'delivered', 'failed', 'no_webhook')),
+            attempts integer not null default 0,
+            last_status integer,
+            last_error text,
+            delivered_at bigint
+          )`.execute(db);
+        await sql`create index if not exists alerts_team on alerts (team_id, created desc, id desc)`.execute(db);
+        await sql`create index if not exists alerts_created on alerts (created desc, id desc)`.execute(db);
+      });
+    },
+  },};
 
 /** The request log's indexes: name and definition (after `on usage`). */
 export const requestLogIndexes: ReadonlyArray<readonly [string, string]> = [

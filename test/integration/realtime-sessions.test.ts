@@ -246,12 +246,12 @@ describe('Realtime settlement in Redis', () => {
     const policy = { bufferRecords: 1000, keepSettledMs: 60_000 };
     const first = await settleRealtimeResponse(redis, 'sess_twice', entry, 200_000, Date.now() + 60_000, undefined, policy);
     const again = await settleRealtimeResponse(redis, 'sess_twice', entry, 200_000, Date.now() + 60_000, undefined, policy);
-    assert.deepEqual(first, { applied: true, next: 'held' });
+    assert.deepEqual(first, { applied: true, next: 'held', alerts: [] });
     assert.equal(again.applied, false);
     assert.deepEqual(await readBill(redis, account), { balanceMicros: 1_000_000 - 1234, reservedMicros: 200_000, unlimited: false });
     // The next response is one the balance cannot cover: settled, and nothing reserved.
     const dear = { ...entry, request_id: 'sess_twice:resp_2', cost_micros: 900_000 };
-    assert.deepEqual(await settleRealtimeResponse(redis, 'sess_twice', dear, 200_000, Date.now() + 60_000, undefined, policy), { applied: true, next: 'refused' });
+    assert.deepEqual(await settleRealtimeResponse(redis, 'sess_twice', dear, 200_000, Date.now() + 60_000, undefined, policy), { applied: true, next: 'refused', alerts: [] });
     assert.deepEqual(await readBill(redis, account), { balanceMicros: 1_000_000 - 1234 - 900_000, reservedMicros: 0, unlimited: false });
   });
 });

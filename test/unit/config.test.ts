@@ -297,3 +297,21 @@ describe('OpenID Connect settings', () => {
     assert.match(failure({ OIDC_ISSUER: 'https://idp.example.com' }), /OIDC_ISSUER is set without OIDC_CLIENT_ID/);
   });
 });
+
+describe('budget alerts', () => {
+  it('takes ascending whole percentages and refuses anything else by name', () => {
+    assert.deepEqual(loadConfig({}).alerts.thresholds, [50, 80, 100]);
+    assert.deepEqual(loadConfig({ ALERT_THRESHOLDS: '25, 75,100' }).alerts.thresholds, [25, 75, 100]);
+    for (const value of ['80,50', '50,50', '0,50', '50,101', '50,x', '50.5', '-5', '1e2']) {
+      assert.throws(() => loadConfig({ ALERT_THRESHOLDS: value }), new RegExp(`ALERT_THRESHOLDS must be whole percentages .*got "${value.replace('.', '\\.')}"`), value);
+    }
+  });
+
+  it('refuses a webhook URL without its secret, and a short secret', () => {
+    assert.throws(() => loadConfig({ ALERT_WEBHOOK_URL: 'https://hooks.example.com/switchyard' }), /ALERT_WEBHOOK_URL is set without ALERT_WEBHOOK_SECRET/);
+    assert.throws(() => loadConfig({ ALERT_WEBHOOK_URL: 'https://hooks.example.com/switchyard', ALERT_WEBHOOK_SECRET: 'short' }), /ALERT_WEBHOOK_SECRET must be at least 16 characters/);
+    assert.throws(() => loadConfig({ ALERT_WEBHOOK_URL: 'not a url', ALERT_WEBHOOK_SECRET: 'a-secret-of-enough-length' }), /ALERT_WEBHOOK_URL must be an absolute http\(s\) URL/);
+    const alerts = loadConfig({ ALERT_WEBHOOK_URL: 'https://hooks.example.com/switchyard', ALERT_WEBHOOK_SECRET: 'a-secret-of-enough-length' }).alerts;
+    assert.equal(alerts.webhookUrl, 'https://hooks.example.com/switchyard');
+  });
+});

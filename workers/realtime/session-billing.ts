@@ -37,7 +37,7 @@ export const reservationTouchMs = 10_000;
 const settleAttempts = 6;
 
 export interface SessionBillingDeps {
-  config: Pick<Config, 'mock' | 'usageBufferRecords' | 'realtimeWorker'>;
+  config: Pick<Config, 'mock' | 'usageBufferRecords' | 'realtimeWorker' | 'alerts'>;
   redis: Redis;
   prices: PriceList;
   log: Logger;
@@ -134,6 +134,7 @@ export class SessionBilling {
         const result = await settleRealtimeResponse(this.deps.redis, this.data.requestId, entry, this.nextMicros, Date.now() + reservationHoldMs, this.data.keyLimitMicros, {
           bufferRecords: this.deps.config.usageBufferRecords,
           keepSettledMs: this.deps.config.realtimeWorker.maxSessionMs + 15 * 60_000,
+          alertThresholds: this.deps.config.alerts.thresholds,
         }, this.data.budgets ?? []);
         if (result.refusedBy) this.refusal = budgetRefusal(result.refusedBy, Date.now(), this.data.accountName);
         if (result.applied) {

@@ -28,7 +28,7 @@ import type { RealtimeClientEvent, RealtimeServerEvent, RealtimeVendorSession } 
  */
 
 export interface SessionRunDeps {
-  config: Pick<Config, 'mock' | 'usageBufferRecords' | 'realtimeWorker' | 'vendorTimeouts'>;
+  config: Pick<Config, 'mock' | 'usageBufferRecords' | 'realtimeWorker' | 'vendorTimeouts' | 'alerts'>;
   catalog: Catalog;
   router: ChannelRouter;
   cancels: CancelRegistry;

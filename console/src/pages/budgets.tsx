@@ -206,16 +206,17 @@ function CapDialog({ teamId, member, onClose, onSaved }: { teamId: string; membe
   );
 }
 
-const scopeNames: Record<AlertView['scope'], string> = { team: 'Team budget', key: 'Key', member: 'Member cap' };
-const deliveryNames: Record<AlertView['delivery_status'], string> = { pending: 'Sending', delivered: 'Delivered', failed: 'Failed', unsent: 'Not sent (no webhook)' };
+const kindNames: Record<AlertView['kind'], string> = { team: 'Team budget', key: 'Key budget', member: 'Member cap', key_lifetime: 'Key limit' };
+const deliveryNames: Record<AlertView['state'], string> = { pending: 'Sending', delivered: 'Delivered', failed: 'Failed', no_webhook: 'Not sent (no webhook)' };
 
 function AlertsSection({ teamId }: { teamId: string }) {
   const alerts = useApi<AlertList>(`/teams/${encodeURIComponent(teamId)}/alerts`);
   const columns: Column<AlertView>[] = [
     { id: 'when', label: 'When', lead: true, class: 'nowrap', cell: (alert) => dateTime(alert.created) },
-    { id: 'what', label: 'Budget', cell: (alert) => `${scopeNames[alert.scope]}${alert.subject_id ? ` ${alert.subject_id}` : ''}` },
+    { id: 'what', label: 'Budget', cell: (alert) => `${kindNames[alert.kind]}${alert.kind === 'team' ? '' : ` ${alert.scope_id}`}` },
     { id: 'threshold', label: 'Reached', numeric: true, cell: (alert) => `${alert.threshold_percent} %` },
-    { id: 'delivery', label: 'Delivery', cell: (alert) => deliveryNames[alert.delivery_status] },
+    { id: 'spent', label: 'Spent', numeric: true, priority: 'wide', cell: (alert) => `$${alert.spent_usd} of $${alert.limit_usd}` },
+    { id: 'delivery', label: 'Delivery', cell: (alert) => deliveryNames[alert.state] },
     { id: 'attempts', label: 'Attempts', numeric: true, priority: 'wide', cell: (alert) => count(alert.attempts) },
     { id: 'error', label: 'Last error', priority: 'detail', cell: (alert) => alert.last_error ?? (alert.last_status === null ? '—' : `HTTP ${alert.last_status}`) },
   ];

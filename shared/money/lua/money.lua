@@ -85,6 +85,12 @@ local function crossings(bill_key, mark, limit, after, thresholds, out)
   if highest > alerted then redis.call('HSET', bill_key, mark .. '.alerted', highest) end
 end
 
+-- The crossings a script decided, written to its bucket's alerts stream in the same step as the marks in the bill:
+-- a crossing marked sent is recorded, whatever becomes of the caller that asked for the settlement.
+local function append_alerts(stream, account, crossed)
+  for _, crossing in ipairs(crossed) do redis.call('XADD', stream, '*', 'account', account, 'crossing', crossing) end
+end
+
 local function parse_thresholds(text)
   local list = {}
   for pct in string.gmatch(text or '', '(%d+)') do list[#list + 1] = tonumber(pct) end

@@ -1,14 +1,15 @@
 -- A Realtime response's settlement: its cost taken from the account once per response, and the session's reservation
 -- renewed for the next response in the same step (or not, when the account cannot cover it: the session then ends).
--- KEYS: the response's settled marker, the account's bill, its bucket's reservation deadlines, its bucket's usage stream
+-- KEYS: the response's settled marker, the account's bill, its bucket's reservation deadlines, its bucket's usage stream,
+--       its bucket's alerts stream
 -- ARGV: the session's reservation id (its request id), the response's micros, key id, stream max length, seconds to
 --       keep the settled mark, usage entry (JSON), the reservation's deadline member, the next reservation's micros
 --       (0: none asked), its deadline ms, the key's limit (micros, '' = none), the budgets in force now
---       ('<counter>=<micros>,…'), alert thresholds (percent, comma list)
+--       ('<counter>=<micros>,…'), alert thresholds (percent, comma list), account id
 -- Returns {1, renewed, refusing budget, crossing…} when this call settled the response ({0, -1, 0}: settled before);
 -- renewed is 1 when the next response is reserved, 0 when the account, key or a budget cannot cover it (nothing is
 -- reserved; the budget's place in the list when one refused), -1 when none was asked. The response's cost counts on
--- the budgets its reservation held; crossings as settle.lua returns them.
+-- the budgets its reservation held; crossings as settle.lua returns (and records) them.
 -- Never takes a balance below zero beyond what the reservation it replaces held for this very response.
 if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[5]) == false then return {0, -1, 0} end
 local k = ARGV[3]
@@ -66,6 +67,7 @@ if spent then
 end
 if #fields > 0 then redis.call('HSET', KEYS[2], unpack(fields)) end
 if spent and actual > 0 and ARGV[10] ~= '' then crossings(KEYS[2], k, tonumber(ARGV[10]), spent, thresholds, crossed) end
+append_alerts(KEYS[5], ARGV[13], crossed)
 redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[4], '*', 'usage', ARGV[6])
 local reply = {1, renewed, refusing}
 for _, crossing in ipairs(crossed) do reply[#reply + 1] = crossing end

@@ -1,12 +1,14 @@
 -- Settlement: replaces a request's reservation by its actual cost, once per request id.
--- KEYS: settled marker, the account's bill, its bucket's reservation deadlines, its bucket's usage stream
+-- KEYS: settled marker, the account's bill, its bucket's reservation deadlines, its bucket's usage stream, its
+--       bucket's alerts stream
 -- ARGV: request id, actual micros, actual tokens, now ms, key id, stream max length, seconds to keep the settled mark,
---       usage entry (JSON), the reservation's deadline member, alert thresholds (percent, comma list)
+--       usage entry (JSON), the reservation's deadline member, alert thresholds (percent, comma list), account id
 -- Returns {1, micros reserved, crossing…} when this call settled the request ({1, -1}: its
 -- reservation was gone), {0, -1} when it was settled before. The cost counts on the budgets the reservation held (the
 -- period it was admitted in); each alert threshold the settled spend of a budget or of the key's limit crossed for
 -- the first time (in the period) follows, as '<budget counter or key id>|<percent>|<limit>|<spent>': marked sent in
--- the bill in this same step, so two settlements at once report a crossing once.
+-- the bill and appended to the alerts stream in this same step, so two settlements at once record a crossing once,
+-- and a crossing decided is never lost with its caller.
 -- The usage entry goes to the stream the record's writer reads (day totals are the record's to sum).
 -- A key or account Redis has lost (flushed, not loaded again yet) is not
 -- made up from the pieces a settlement touches: loaded from the record, it
@@ -52,6 +54,7 @@ if bill[5] then
 end
 if #fields > 0 then redis.call('HSET', KEYS[2], unpack(fields)) end
 if bill[5] and actual > 0 then crossings(KEYS[2], k, key_limit, tonumber(bill[5]) + actual, parse_thresholds(ARGV[10]), crossed) end
+append_alerts(KEYS[5], ARGV[11], crossed)
 redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'usage', ARGV[8])
 local reply = {1, reserved}
 for _, crossing in ipairs(crossed) do reply[#reply + 1] = crossing end
