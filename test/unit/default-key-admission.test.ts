@@ -49,7 +49,7 @@ async function request(access: KeyAccess, requestId: string): Promise<void> {
   const reserved = await reserve(redis, { requestId, keyId: access.keyId, accountId: access.accountId, micros: 1_000, tokens: 100, deadline: Date.now() + 60_000 }, limitsInForce(access, {} as never));
   assert.equal(reserved.ok, true, `${access.accountId}'s request was admitted`);
   const settled = await settle(redis, usage(access, requestId, 400), { bufferRecords: 1000 });
-  assert.deepEqual(settled, { applied: true, reservedMicros: 1_000 });
+  assert.deepEqual(settled, { applied: true, reservedMicros: 1_000, alerts: [] });
 }
 
 describe("the Default account's key on the request path", () => {
