@@ -23,12 +23,12 @@ const perPeriod: Record<BudgetPeriod, string> = { day: 'per day', week: 'per wee
 /** An ISO time as the console writes times. */
 const isoTime = (iso: string | null) => (iso ? dateTime(Date.parse(iso) / 1000) : '—');
 
-/** Spent against a limit: the amounts, and a bar while there is a limit (red from 90 %). */
+/** Spent against a limit: the amounts, and a bar while there is a limit (red from 90 %); a dash without one (its cap says None beside it). */
 function SpendBar({ spent, limit, wide }: { spent: number | null; limit: number | null; wide?: boolean }) {
-  if (limit === null) return <span class="muted">No limit</span>;
+  if (limit === null) return <span class="muted">—</span>;
   const share = limit > 0 ? Math.min(1, (spent ?? 0) / limit) : 1;
   return (
-    <span class="budget-spend">
+    <span class={`budget-spend ${wide ? 'budget-spend-wide' : ''}`}>
       <span class="nowrap">{money(spent ?? 0)}</span> <span class="muted nowrap">/ {money(limit)}</span>
       <span
         class={`meter ${wide ? 'meter-wide' : ''} ${share >= 0.9 ? 'meter-high' : ''}`}
@@ -209,11 +209,27 @@ function CapDialog({ teamId, member, onClose, onSaved }: { teamId: string; membe
 const kindNames: Record<AlertView['kind'], string> = { team: 'Team budget', key: 'Key budget', member: 'Member cap', key_lifetime: 'Key limit' };
 const deliveryNames: Record<AlertView['state'], string> = { pending: 'Sending', delivered: 'Delivered', failed: 'Failed', no_webhook: 'Not sent (no webhook)' };
 
-function AlertsSection({ teamId }: { teamId: string }) {
+/** The team's alerts; a member's cap is named by the member's address (`members`, once the budget is read), not their id. */
+function AlertsSection({ teamId, members }: { teamId: string; members: MemberCapView[] | undefined }) {
   const alerts = useApi<AlertList>(`/teams/${encodeURIComponent(teamId)}/alerts`);
+  const scopeName = (alert: AlertView) => {
+    if (alert.kind === 'team') return '';
+    const member = alert.kind === 'member' ? members?.find((m) => m.id === alert.scope_id) : undefined;
+    return member ? member.email || member.name : alert.scope_id;
+  };
   const columns: Column<AlertView>[] = [
     { id: 'when', label: 'When', lead: true, class: 'nowrap', cell: (alert) => dateTime(alert.created) },
-    { id: 'what', label: 'Budget', cell: (alert) => `${kindNames[alert.kind]}${alert.kind === 'team' ? '' : ` ${alert.scope_id}`}` },
+    {
+      id: 'what',
+      label: 'Budget',
+      class: 'alert-budget-cell',
+      cell: (alert) => (
+        <>
+          {kindNames[alert.kind]}
+          {alert.kind !== 'team' && <span class="cell-sub muted">{scopeName(alert)}</span>}
+        </>
+      ),
+    },
     { id: 'threshold', label: 'Reached', numeric: true, cell: (alert) => `${alert.threshold_percent} %` },
     { id: 'spent', label: 'Spent', numeric: true, priority: 'wide', cell: (alert) => `$${alert.spent_usd} of $${alert.limit_usd}` },
     { id: 'delivery', label: 'Delivery', cell: (alert) => deliveryNames[alert.state] },
@@ -301,7 +317,7 @@ export function BudgetsPage() {
           <DataTable labelledBy="caps-heading" class="table-compact caps-table" columns={columns} rows={budget.data?.members} rowKey={(member) => member.id} skeletonRows={2} empty="Nobody is in this team yet." />
         </section>
       )}
-      <AlertsSection teamId={team.id} />
+      <AlertsSection teamId={team.id} members={budget.data?.members} />
       {editing && (
         <CapDialog
           teamId={team.id}

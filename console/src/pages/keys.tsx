@@ -6,7 +6,7 @@ import { teamName } from '../teams';
 import { type Column, DataTable } from '../components/data-table';
 import { CopyButton, Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, modelList, optionalNumber, useApi, useCopy, useTitle } from '../components/ui';
 import { ago, dateInputValue, dateTime, endOfLocalDay, money, shortDate, todayInputValue } from '../format';
-import { defaultAccountId, type CreatedKey, type Key, type KeyLimitValues, type List } from '../types';
+import { defaultAccountId, type BudgetPeriod, type CreatedKey, type Key, type KeyLimitValues, type List } from '../types';
 
 interface KeyDraft {
   name: string;
@@ -16,9 +16,12 @@ interface KeyDraft {
   models: string;
   expires: string;
   cacheTtl: string;
+  /** The budget per period: an amount (empty: none) and its period. */
+  budget: string;
+  budgetPeriod: BudgetPeriod;
 }
 
-const emptyDraft: KeyDraft = { name: '', limit: '', rpm: '', tpm: '', models: '', expires: '', cacheTtl: '' };
+const emptyDraft: KeyDraft = { name: '', limit: '', rpm: '', tpm: '', models: '', expires: '', cacheTtl: '', budget: '', budgetPeriod: 'month' };
 
 /** The most seconds a key's default cache TTL may name (a year; the API's bound). */
 const maxCacheTtlS = 31_536_000;
@@ -32,6 +35,8 @@ function draftOf(key: Key): KeyDraft {
     models: key.models?.join(', ') ?? '',
     expires: dateInputValue(key.expires_at),
     cacheTtl: key.cache_ttl_s == null ? '' : String(key.cache_ttl_s),
+    budget: key.budget_usd == null ? '' : String(key.budget_usd),
+    budgetPeriod: key.budget_period ?? 'month',
   };
 }
 
@@ -43,6 +48,8 @@ interface KeyFieldsValue {
   models: string[] | null;
   expires_at: number | null;
   cache_ttl_s: number | null;
+  budget_usd: number | null;
+  budget_period: BudgetPeriod;
 }
 
 /** The draft as API fields (null for "none"), or the first problem with it. */
@@ -62,6 +69,8 @@ function parseDraft(draft: KeyDraft): KeyFieldsValue | string {
   if (typeof tpm === 'string') return tpm;
   const cacheTtl = optionalNumber(draft.cacheTtl);
   if (cacheTtl !== undefined && (!Number.isInteger(cacheTtl) || cacheTtl < 0 || cacheTtl > maxCacheTtlS)) return `The cache TTL must be a whole number of seconds from 0 to ${maxCacheTtlS.toLocaleString()}.`;
+  const budget = optionalNumber(draft.budget);
+  if (budget !== undefined && (!Number.isFinite(budget) || budget < 0)) return 'The budget must be a positive amount in USD.';
   let expires: number | null = null;
   if (draft.expires) {
     const at = endOfLocalDay(draft.expires);
@@ -69,7 +78,7 @@ function parseDraft(draft: KeyDraft): KeyFieldsValue | string {
     if (at * 1000 < Date.now()) return 'The expiry date has passed already.';
     expires = at;
   }
-  return { name, limit_usd: limit ?? null, rpm, tpm, models: modelList(draft.models) ?? null, expires_at: expires, cache_ttl_s: cacheTtl ?? null };
+  return { name, limit_usd: limit ?? null, rpm, tpm, models: modelList(draft.models) ?? null, expires_at: expires, cache_ttl_s: cacheTtl ?? null, budget_usd: budget ?? null, budget_period: draft.budgetPeriod };
 }
 
 /**
@@ -152,6 +161,26 @@ function KeyFields({
         )}
       </div>
       <div class="field">
+        <label for={id('budget')}>Budget (USD)</label>
+        <input id={id('budget')} type="number" min="0" step="any" inputMode="decimal" value={draft.budget} onInput={set('budget')} placeholder="No budget" aria-describedby={id('budget-hint')} />
+        <p class="field-hint" id={id('budget-hint')}>
+          What it may spend per period, beside its limit. Empty: none.
+        </p>
+      </div>
+      <div class="field">
+        <label for={id('budget-period')}>Budget period</label>
+        <select id={id('budget-period')} value={draft.budgetPeriod} onChange={(event) => onChange({ ...draft, budgetPeriod: event.currentTarget.value as BudgetPeriod })} aria-describedby={id('budget-period-hint')}>
+          {budgetPeriods.map((period) => (
+            <option key={period} value={period}>
+              {budgetPeriodLabels[period]}
+            </option>
+          ))}
+        </select>
+        <p class="field-hint" id={id('budget-period-hint')}>
+          Periods start at 00:00 UTC.
+        </p>
+      </div>
+      <div class="field">
         <label for={id('rpm')}>RPM</label>
         <input id={id('rpm')} type="number" min="1" max={bound('rpm') ?? undefined} step="1" inputMode="numeric" value={draft.rpm} onInput={set('rpm')} placeholder={bound('rpm') === null ? 'No limit' : `At most ${bound('rpm')!.toLocaleString()}`} aria-describedby={id('rpm-hint')} />
         <p class="field-hint" id={id('rpm-hint')}>
@@ -221,6 +250,7 @@ function CreateKeyDialog({ onCreated, onClose }: { onCreated: (key: CreatedKey) 
       if (parsed.models !== null) body.models = parsed.models;
       if (parsed.expires_at !== null) body.expires_at = parsed.expires_at;
       if (parsed.cache_ttl_s !== null) body.cache_ttl_s = parsed.cache_ttl_s;
+      if (parsed.budget_usd !== null) Object.assign(body, { budget_usd: parsed.budget_usd, budget_period: parsed.budget_period });
       const created = await api<CreatedKey>('POST', '/keys', body);
       setDraft(emptyDraft);
       onCreated(created);
@@ -384,6 +414,11 @@ function EditKeyDialog({
     if (draft.models !== initial.models) body.models = parsed.models;
     if (draft.expires !== initial.expires) body.expires_at = parsed.expires_at;
     if (draft.cacheTtl !== initial.cacheTtl) body.cache_ttl_s = parsed.cache_ttl_s;
+    // The amount and its period go together (the API takes no period alone); an emptied amount clears the budget.
+    if (draft.budget !== initial.budget || (draft.budget !== '' && draft.budgetPeriod !== initial.budgetPeriod)) {
+      body.budget_usd = parsed.budget_usd;
+      if (parsed.budget_usd !== null) body.budget_period = parsed.budget_period;
+    }
     if (Object.keys(body).length === 0) {
       onClose();
       return;
@@ -468,6 +503,10 @@ function Spend({ keyRecord }: { keyRecord: Key }) {
     </span>
   );
 }
+
+/** The periods a key's budget may have, as its form names them. */
+const budgetPeriods: BudgetPeriod[] = ['day', 'week', 'month'];
+const budgetPeriodLabels: Record<BudgetPeriod, string> = { day: 'Daily', week: 'Weekly', month: 'Monthly' };
 
 /** A key's budget per period, as its spend line says it. */
 const budgetPeriodNames = { day: 'today', week: 'this week', month: 'this month' } as const;
