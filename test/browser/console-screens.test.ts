@@ -186,7 +186,8 @@ describe('every console page fits its screen, with real traffic behind it', () =
       const context = await openContext(browser, gateway.url, viewport);
       const page = await context.newPage();
       await signIn(page, adminEmail, adminPassword);
-      if (label === 'phone') assert.ok(await page.getByRole('note', { name: 'Mock vendor' }).isVisible(), 'the mock said on a phone too');
+      // The header draws once the session, the config and the person's teams are read: waited for, not assumed.
+      if (label === 'phone') await page.getByRole('note', { name: 'Mock vendor' }).waitFor({ state: 'visible', timeout: 10_000 });
       assert.match(await page.getByRole('note', { name: 'Mock vendor' }).innerText(), /Mock vendor · billed/);
 
       // Usage: every account's requests over its range (30 days) are the log's, refusals and failures said.
