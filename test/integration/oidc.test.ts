@@ -5,7 +5,7 @@ import type { Selectable } from 'kysely';
 import type { AuditLogTable, RecordDb } from '../../storage/record/database.js';
 import { verifyAudit, type AuditRow } from '../../storage/record/audit-log.js';
 import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
-import { testRecord } from '../support/record.js';
+import { onDatabase, recordUrlFor, testRecord } from '../support/record.js';
 import { ConsoleClient } from '../support/console-client.js';
 import { startTestProvider, testClientId, testClientSecret, type TestProvider } from '../support/oidc-provider.js';
 
@@ -87,7 +87,7 @@ describe('console sign-in through an OpenID Connect provider', () => {
         OIDC_CLIENT_ID: testClientId,
         OIDC_CLIENT_SECRET: testClientSecret,
         OIDC_SCOPES: 'openid email profile groups',
-        OIDC_TEAM_MAP: 'eng=Engineering:member,eng-leads=Engineering:owner,finance=Finance:viewer,ops=Operations:member,research=Research:member,research-leads=Research:owner',
+        OIDC_TEAM_MAP: 'eng=Engineering:member,eng-leads=Engineering:owner,finance=Finance:viewer,ops=Operations:member,research=Research:member,research-leads=Research:owner,audit=Audited:member',
         OIDC_ADMIN_GROUPS: 'gateway-admins',
         OIDC_ONLY: 'on',
         OIDC_BREAK_GLASS: adminEmail,
@@ -498,6 +498,33 @@ describe('console sign-in through an OpenID Connect provider', () => {
     const quiet = await auditHead();
     await signInAs('una');
     assert.deepEqual((await rowsAfter(quiet)).map((row) => row.action), ['signin.succeeded']);
+  });
+
+  it('answers 500 audit_not_recorded when the team a sign-in made could not be recorded, and signs nobody in', async () => {
+    provider.people.set('zed', { email: 'zed@oidc.test', name: 'Zed', groups: ['audit'] });
+    const url = await recordUrlFor(redis);
+    // The record itself refuses the row (a real trigger, as a full disk or a lost connection would refuse it).
+    await onDatabase(url, (db) =>
+      db.query(`create function refuse_team_created() returns trigger language plpgsql as $$ begin
+        if new.action = 'team.created' then raise exception 'team.created refused by the test'; end if; return new; end $$;
+        create trigger refuse_team_created before insert on audit_log for each row execute function refuse_team_created()`),
+    );
+    try {
+      const client = browser();
+      const callback = await callbackUrlFor('zed', client);
+      const res = await fetch(callback, { redirect: 'manual', headers: { cookie: [...client.cookies].map(([n, v]) => `${n}=${v}`).join('; '), 'x-forwarded-for': client.forwardedFor! } });
+      assert.equal(res.status, 500);
+      const body = (await res.json()) as { error: { code: string; message: string } };
+      assert.equal(body.error.code, 'audit_not_recorded');
+      assert.match(body.error.message, /team\.created/);
+      assert.equal(await sessionOf(client), null);
+    } finally {
+      await onDatabase(url, (db) => db.query('drop trigger refuse_team_created on audit_log; drop function refuse_team_created()'));
+    }
+    // The team was made (the change comes first, as everywhere): the next sign-in finds it and goes through.
+    const again = await signInAs('zed');
+    assert.equal(refusal(again.landed), null);
+    assert.deepEqual(await teamsOf((await sessionOf(again.client))!.id), { Audited: { role: 'member', source: 'oidc' } });
   });
 
   it('verifies the chain every sign-in above appended to', async () => {
