@@ -129,7 +129,8 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
     const changed = changedFields(before ? accountAuditFields(before) : {}, accountAuditFields(account));
     // A new password is a change to record, never its value.
     if (body.password !== undefined) Object.assign(changed.after, { password_changed: true });
-    await recordChange(record, { ...source, action: 'account.updated', teamId: account.id, target: account.id, ...changed });
+    // A PATCH of the budget alone changes no account field: its row is the budget's, below.
+    if (Object.keys(changed.after).length > 0) await recordChange(record, { ...source, action: 'account.updated', teamId: account.id, target: account.id, ...changed });
     const budgetAfter = await budgetView(account.id);
     if (budgetBefore) {
       const limit = (view: typeof budgetAfter) => ({ budget_usd: view.budget?.budget_usd ?? null, budget_period: view.budget?.budget_period ?? null });
@@ -151,11 +152,15 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
   router.put('/accounts/:id/members/:member/cap', async (ctx) => {
     const body = parseStrict(capSchema, await readJsonObject(ctx.req, bodyLimit));
     const cap = budgetChange(body) ?? null;
-    if (!(await store.setMemberCap(ctx.params.id!, ctx.params.member!, cap))) {
+    // The cap it replaces, for the audit row's before: the member's row holds it.
+    const row = await store.record.selectFrom('team_members').select(['cap_micros', 'cap_period']).where('team_id', '=', ctx.params.id!).where('member_id', '=', ctx.params.member!).executeTakeFirst();
+    if (!row || !(await store.setMemberCap(ctx.params.id!, ctx.params.member!, cap))) {
       throw new GatewayError(404, `No member '${ctx.params.member!.slice(0, 64)}' in the team '${ctx.params.id!.slice(0, 64)}'.`, { code: 'member_not_found', param: 'member' });
     }
+    const was = row.cap_micros === null || row.cap_period === null ? null : { micros: Number(row.cap_micros), period: row.cap_period };
+    const limit = (view: ReturnType<typeof capView>) => ({ cap_usd: view.budget_usd, cap_period: view.budget_period });
     const { record, source } = audit(ctx);
-    await recordChange(record, { ...source, action: 'budget.updated', teamId: ctx.params.id!, target: ctx.params.member!, before: null, after: { cap_usd: capView(cap).budget_usd, cap_period: capView(cap).budget_period } });
+    await recordChange(record, { ...source, action: 'budget.updated', teamId: ctx.params.id!, target: ctx.params.member!, ...changedFields(limit(capView(was)), limit(capView(cap))) });
     ctx.body = { object: 'team.member_cap', team_id: ctx.params.id!, member_id: ctx.params.member!, ...capView(cap) };
   });
 

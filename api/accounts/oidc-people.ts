@@ -3,6 +3,7 @@ import type { Account } from '../../shared/accounts.js';
 import type { TeamMapEntry } from '../../shared/setting-kinds.js';
 import type { RecordDb, TeamRole } from '../../storage/record/database.js';
 import type { AccountStore } from './account-store.js';
+import { recordChange } from './audit-trail.js';
 
 /*
  * The people an OpenID Connect provider signs in, and the teams its groups put them in: a person is found again by
@@ -62,16 +63,18 @@ export async function linkOidcPerson(record: RecordDb, accountId: string, issuer
 export async function ensureTeam(accounts: AccountStore, name: string, by: AuditBy): Promise<Account> {
   const found = await accounts.findTeamByName(name);
   if (found) return found;
+  let made: Account;
   try {
-    const made = await accounts.createTeam({ name });
-    await appendAudit(accounts.record, { ...by, action: 'team.created', teamId: made.id, target: made.id, before: null, after: { name: made.name, via: 'oidc' } });
-    return made;
+    made = await accounts.createTeam({ name });
   } catch (error) {
     // Another sign-in made it meanwhile: it is the one.
-    const made = await accounts.findTeamByName(name);
-    if (made) return made;
+    const other = await accounts.findTeamByName(name);
+    if (other) return other;
     throw error;
   }
+  // Outside the catch: an append that failed is the sign-in's failure, never passed over as the team made by another.
+  await recordChange(accounts.record, { ...by, action: 'team.created', teamId: made.id, target: made.id, before: null, after: { name: made.name, via: 'oidc' } });
+  return made;
 }
 
 /** Who made a change, for its audit row: where it came from (`auditSource`). */

@@ -8,6 +8,7 @@ import { cookieOptions, startSession, type ConsoleContext, type ConsoleDeps } fr
 import { sameSecret } from './sessions.js';
 import { recordChange } from '../accounts/audit-trail.js';
 import { auditSource, changedFields } from '../../storage/record/audit-log.js';
+import { accountAuditFields } from '../accounts/views.js';
 
 /*
  * The console's sign-in through an OpenID Connect provider, any provider by its issuer URL. `GET /console/api/oidc/login`
@@ -286,13 +287,16 @@ export class OidcSignIn {
     const role = admin || (account?.role === 'admin' && breakGlass.includes(account.email.toLowerCase())) ? 'admin' : 'member';
     if (teams.size === 0 && role !== 'admin') throw new Refused('not_in_mapped_group', `groups: ${person.groups.join(', ').slice(0, 300) || 'none'}`);
     if (!account) {
+      let made = true;
       try {
         account = await accounts.create({ email: person.email, name: person.name, role, oidc: { issuer, subject: person.subject } });
       } catch (error) {
-        // Two first sign-ins at once: the other made it.
+        // Two first sign-ins at once: the other made it (and recorded it).
+        made = false;
         account = await findOidcPerson(accounts, issuer, person.subject);
         if (!account) throw error;
       }
+      if (made) await recordChange(accounts.record, { ...by, action: 'account.created', teamId: account.id, target: account.id, after: { ...accountAuditFields(account), via: 'oidc' } });
     }
     if (account.disabled) throw new Refused('account_disabled', `account ${account.id} is disabled`);
     if (account.role !== role || (person.name !== '' && account.name !== person.name)) {

@@ -90,7 +90,7 @@ describe('the audit log', () => {
   }
 
   function browser(): ConsoleClient {
-    return new ConsoleClient(gateway.url, clientIp);
+    return new ConsoleClient(gateway.url, clientIp, userAgent);
   }
 
   async function signedInAdmin(): Promise<ConsoleClient> {
@@ -123,6 +123,190 @@ describe('the audit log', () => {
     assert.equal(row.ip, clientIp);
     assert.ok(Number(row.time) >= started && Number(row.time) <= Date.now(), `time ${row.time}`);
   }
+
+  /** The rows of an action about a target, oldest first. */
+  async function rowsOf(action: string, target: string): Promise<Row[]> {
+    return record.selectFrom('audit_log').selectAll().where('action', '=', action).where('target', '=', target).orderBy('id').execute();
+  }
+
+  /** A team made by the admin API, with a first owner and a plain member, both signed in to the console. */
+  async function teamWithPeople(name: string): Promise<{ team: string; owner: Awaited<ReturnType<typeof member>>; plain: Awaited<ReturnType<typeof member>> }> {
+    const owner = await member();
+    const plain = await member();
+    const made = await admin('POST', '/admin/teams', { name, owner_email: owner.email });
+    assert.equal(made.status, 201, JSON.stringify(made.json));
+    const team = String(made.json.id);
+    assert.equal((await admin('POST', `/admin/teams/${team}/members`, { email: plain.email, role: 'member' })).status, 201);
+    return { team, owner, plain };
+  }
+
+  /**
+   * A team's row as everyone sees it: who made it, when, from where (address and user agent), which team; and in
+   * the console, the team's owner reads it as the record holds it while a plain member of the team is refused.
+   */
+  async function assertTeamRow(row: Row, by: { actor: string; email: string | null }, team: string, owner: ConsoleClient, plain: ConsoleClient): Promise<void> {
+    assertFromClient(row, by.actor, by.email);
+    assert.equal(row.user_agent, userAgent);
+    assert.equal(row.team_id, team);
+    const read = await owner.request<{ data: AuditRow[] }>('GET', `/console/api/audit?team=${team}&action=${row.action}&limit=100`);
+    assert.equal(read.status, 200, JSON.stringify(read.json));
+    const seen = read.json.data.find((r) => r.id === Number(row.id));
+    assert.ok(seen, `the owner reads row ${row.id}`);
+    assert.deepEqual(
+      { actor: seen.actor, team_id: seen.team_id, target: seen.target, before: seen.before, after: seen.after, ip: seen.ip, user_agent: seen.user_agent, hash: seen.hash },
+      { actor: row.actor, team_id: row.team_id, target: row.target, before: row.before, after: row.after, ip: row.ip, user_agent: row.user_agent, hash: row.hash },
+    );
+    const refused = await plain.request('GET', `/console/api/audit?team=${team}&action=${row.action}`);
+    assert.equal(refused.status, 403);
+    assert.equal(refused.json.error?.code, 'audit_forbidden');
+  }
+
+  it('records a team made, from the console by an admin and from the admin API, readable by its owner', async () => {
+    const client = await signedInAdmin();
+    const me = (await client.request<{ account: { id: string } }>('GET', '/console/api/session')).json.account.id;
+    const owner = await member();
+    const plain = await member();
+    const made = await client.request<{ id: string }>('POST', '/console/api/teams', { name: 'Console Made', owner_email: owner.email });
+    assert.equal(made.status, 201, JSON.stringify(made.json));
+    const team = made.json.id;
+    assert.equal((await admin('POST', `/admin/teams/${team}/members`, { email: plain.email, role: 'member' })).status, 201);
+    const created = await rowOf('team.created', team);
+    assert.equal(created.target, team);
+    assert.equal(created.before, null);
+    assert.deepEqual(created.after, { name: 'Console Made' });
+    await assertTeamRow(created, { actor: me, email: adminEmail }, team, owner.client, plain.client);
+
+    const other = await teamWithPeople('Api Made');
+    const apiCreated = await rowOf('team.created', other.team);
+    assert.equal(apiCreated.target, other.team);
+    assert.equal(apiCreated.before, null);
+    assert.deepEqual(apiCreated.after, { name: 'Api Made' });
+    await assertTeamRow(apiCreated, { actor: 'admin-token', email: null }, other.team, other.owner.client, other.plain.client);
+
+    // A team refused (no such first owner, or a member asking) is no team and no row.
+    const count = async () => (await record.selectFrom('audit_log').select((eb) => eb.fn.countAll<string>().as('n')).where('action', '=', 'team.created').executeTakeFirstOrThrow()).n;
+    const rows = await count();
+    assert.equal((await admin('POST', '/admin/teams', { name: 'Nobody Owns', owner_email: 'nobody-here@audit.test' })).status, 404);
+    assert.equal((await owner.client.request('POST', '/console/api/teams', { name: 'Not Mine To Make' })).status, 403);
+    assert.equal(await count(), rows);
+  });
+
+  it('records a member added, by the team’s owner in the console and by the admin API, with their role and who added them', async () => {
+    const { team, owner, plain } = await teamWithPeople('Adders');
+    const newcomer = await member();
+    const added = await owner.client.request('POST', `/console/api/teams/${team}/members`, { email: newcomer.email, role: 'viewer' });
+    assert.equal(added.status, 201, JSON.stringify(added.json));
+    const row = await rowOf('team.member_added', newcomer.id);
+    assert.equal(row.before, null);
+    assert.deepEqual(row.after, { email: newcomer.email, role: 'viewer', source: 'console' });
+    await assertTeamRow(row, { actor: owner.id, email: owner.email }, team, owner.client, plain.client);
+
+    const byApi = await member();
+    assert.equal((await admin('POST', `/admin/teams/${team}/members`, { email: byApi.email, role: 'member' })).status, 201);
+    const apiRow = await rowOf('team.member_added', byApi.id);
+    assert.deepEqual(apiRow.after, { email: byApi.email, role: 'member', source: 'admin' });
+    await assertTeamRow(apiRow, { actor: 'admin-token', email: null }, team, owner.client, plain.client);
+
+    // The first owner named with the team is added too, as the admin's.
+    assert.deepEqual((await rowOf('team.member_added', owner.id)).after, { email: owner.email, role: 'owner', source: 'admin' });
+    // Refused: a plain member may not add, nor may anyone add an unknown email; neither leaves a row.
+    const stranger = await member();
+    assert.equal((await plain.client.request('POST', `/console/api/teams/${team}/members`, { email: stranger.email, role: 'member' })).status, 403);
+    assert.equal((await owner.client.request('POST', `/console/api/teams/${team}/members`, { email: 'nobody-here@audit.test', role: 'member' })).status, 404);
+    assert.deepEqual(await rowsOf('team.member_added', stranger.id), []);
+  });
+
+  it('records a member’s role changed, before and after, by the owner in the console and by the admin API; no row when nothing changed', async () => {
+    const { team, owner, plain } = await teamWithPeople('Changers');
+    const changed = await owner.client.request('PATCH', `/console/api/teams/${team}/members/${plain.id}`, { role: 'viewer' });
+    assert.equal(changed.status, 200, JSON.stringify(changed.json));
+    const row = await rowOf('team.member_updated', plain.id);
+    assert.equal(row.target, plain.id);
+    assert.deepEqual(row.before, { role: 'member' });
+    assert.deepEqual(row.after, { role: 'viewer' });
+    await assertTeamRow(row, { actor: owner.id, email: owner.email }, team, owner.client, plain.client);
+
+    // The admin API changes a role by adding the member again with another.
+    assert.equal((await admin('POST', `/admin/teams/${team}/members`, { email: plain.email, role: 'member' })).status, 201);
+    const apiRow = await rowOf('team.member_updated', plain.id);
+    assert.deepEqual([apiRow.before, apiRow.after], [{ role: 'viewer' }, { role: 'member' }]);
+    await assertTeamRow(apiRow, { actor: 'admin-token', email: null }, team, owner.client, plain.client);
+
+    // The same role again, and the last owner refused a demotion (409): no row.
+    assert.equal((await owner.client.request('PATCH', `/console/api/teams/${team}/members/${plain.id}`, { role: 'member' })).status, 200);
+    const last = await owner.client.request('PATCH', `/console/api/teams/${team}/members/${owner.id}`, { role: 'member' });
+    assert.equal(last.status, 409);
+    assert.equal(last.json.error?.code, 'last_owner');
+    assert.equal((await rowsOf('team.member_updated', plain.id)).length, 2);
+    assert.deepEqual(await rowsOf('team.member_updated', owner.id), []);
+  });
+
+  it('records a member removed, with the role they had, by the owner in the console and by the admin API', async () => {
+    const { team, owner, plain } = await teamWithPeople('Removers');
+    const leaving = await member();
+    const alsoLeaving = await member();
+    assert.equal((await admin('POST', `/admin/teams/${team}/members`, { email: leaving.email, role: 'viewer' })).status, 201);
+    assert.equal((await admin('POST', `/admin/teams/${team}/members`, { email: alsoLeaving.email, role: 'member' })).status, 201);
+
+    assert.equal((await owner.client.request('DELETE', `/console/api/teams/${team}/members/${leaving.id}`)).status, 200);
+    const row = await rowOf('team.member_removed', leaving.id);
+    assert.deepEqual(row.before, { role: 'viewer' });
+    assert.equal(row.after, null);
+    await assertTeamRow(row, { actor: owner.id, email: owner.email }, team, owner.client, plain.client);
+
+    assert.equal((await admin('DELETE', `/admin/teams/${team}/members/${alsoLeaving.id}`)).status, 200);
+    const apiRow = await rowOf('team.member_removed', alsoLeaving.id);
+    assert.deepEqual([apiRow.before, apiRow.after], [{ role: 'member' }, null]);
+    await assertTeamRow(apiRow, { actor: 'admin-token', email: null }, team, owner.client, plain.client);
+
+    // Someone not in the team (404) and the last owner (409): nothing removed, no row.
+    assert.equal((await owner.client.request('DELETE', `/console/api/teams/${team}/members/${leaving.id}`)).status, 404);
+    assert.equal((await admin('DELETE', `/admin/teams/${team}/members/${owner.id}`)).status, 409);
+    assert.equal((await rowsOf('team.member_removed', leaving.id)).length, 1);
+    assert.deepEqual(await rowsOf('team.member_removed', owner.id), []);
+  });
+
+  it('records budgets and members’ caps set, before and after, from the console’s budget routes and the admin API', async () => {
+    const { team, owner, plain } = await teamWithPeople('Budgeted');
+    const budget = await owner.client.request('PUT', `/console/api/teams/${team}/budget`, { budget_usd: 50, budget_period: 'month' });
+    assert.equal(budget.status, 200, JSON.stringify(budget.json));
+    const set = await rowOf('budget.updated', team);
+    assert.deepEqual(set.before, { budget_usd: null, budget_period: null });
+    assert.deepEqual(set.after, { budget_usd: 50, budget_period: 'month' });
+    await assertTeamRow(set, { actor: owner.id, email: owner.email }, team, owner.client, plain.client);
+
+    const cap = await owner.client.request('PUT', `/console/api/teams/${team}/members/${plain.id}/cap`, { cap_usd: 5, cap_period: 'day' });
+    assert.equal(cap.status, 200, JSON.stringify(cap.json));
+    const capRow = await rowOf('budget.updated', plain.id);
+    assert.deepEqual([capRow.before, capRow.after], [{ cap_usd: null, cap_period: null }, { cap_usd: 5, cap_period: 'day' }]);
+    await assertTeamRow(capRow, { actor: owner.id, email: owner.email }, team, owner.client, plain.client);
+
+    // The admin API's PATCH of the budget alone: a budget row, and no account row with nothing in it.
+    const patched = await admin('PATCH', `/admin/accounts/${team}`, { budget_usd: 80, budget_period: 'week' });
+    assert.equal(patched.status, 200, JSON.stringify(patched.json));
+    const apiSet = await rowOf('budget.updated', team);
+    assert.deepEqual([apiSet.before, apiSet.after], [{ budget_usd: 50, budget_period: 'month' }, { budget_usd: 80, budget_period: 'week' }]);
+    await assertTeamRow(apiSet, { actor: 'admin-token', email: null }, team, owner.client, plain.client);
+    assert.deepEqual(await rowsOf('account.updated', team), []);
+
+    // The admin API's cap: what it replaced as before, not nothing.
+    const apiCap = await admin('PUT', `/admin/accounts/${team}/members/${plain.id}/cap`, { budget_usd: 2, budget_period: 'week' });
+    assert.equal(apiCap.status, 200, JSON.stringify(apiCap.json));
+    const apiCapRow = await rowOf('budget.updated', plain.id);
+    assert.deepEqual([apiCapRow.before, apiCapRow.after], [{ cap_usd: 5, cap_period: 'day' }, { cap_usd: 2, cap_period: 'week' }]);
+    await assertTeamRow(apiCapRow, { actor: 'admin-token', email: null }, team, owner.client, plain.client);
+    assert.equal((await admin('PUT', `/admin/accounts/${team}/members/${plain.id}/cap`, { budget_usd: null })).status, 200);
+    assert.deepEqual((await rowOf('budget.updated', plain.id)).after, { cap_usd: null, cap_period: null });
+
+    // Refused: a plain member setting the budget, a cap for someone not in the team; no row for either.
+    const rows = (await rowsOf('budget.updated', team)).length;
+    assert.equal((await plain.client.request('PUT', `/console/api/teams/${team}/budget`, { budget_usd: 1, budget_period: 'day' })).status, 403);
+    const stranger = await member();
+    assert.equal((await admin('PUT', `/admin/accounts/${team}/members/${stranger.id}/cap`, { budget_usd: 1, budget_period: 'day' })).status, 404);
+    assert.equal((await owner.client.request('PUT', `/console/api/teams/${team}/members/${stranger.id}/cap`, { cap_usd: 1, cap_period: 'day' })).status, 404);
+    assert.equal((await rowsOf('budget.updated', team)).length, rows);
+    assert.deepEqual(await rowsOf('budget.updated', stranger.id), []);
+  });
 
   it('records a console sign-in that succeeded, and ones that failed, with who tried and from where', async () => {
     const { id, email } = await member();
@@ -511,5 +695,16 @@ describe('the audit log', () => {
     assert.equal((await plain.client.request('GET', `/console/api/audit.jsonl?team=${team}`)).status, 403);
     assert.equal((await owner.client.request('GET', `/console/api/audit?team=${plain.id}`)).status, 403);
     assert.equal((await browser().request('GET', '/console/api/audit')).status, 401);
+  });
+
+  it('verify passes on the log every test above wrote to', async () => {
+    const verified = await command('bin/audit.ts', ['verify'], { DATABASE_URL: await recordUrlFor(redisUrl) });
+    assert.equal(verified.code, 0, verified.stderr);
+    const summary = JSON.parse(verified.stdout) as Json;
+    assert.equal(summary.intact, true);
+    const kinds = await record.selectFrom('audit_log').select('action').distinct().execute();
+    for (const action of ['team.created', 'team.member_added', 'team.member_updated', 'team.member_removed', 'budget.updated']) {
+      assert.ok(kinds.some((row) => row.action === action), `a ${action} row in the chain`);
+    }
   });
 });

@@ -1,9 +1,11 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
-import type { RecordDb } from '../../storage/record/database.js';
+import type { Selectable } from 'kysely';
+import type { AuditLogTable, RecordDb } from '../../storage/record/database.js';
+import { verifyAudit, type AuditRow } from '../../storage/record/audit-log.js';
 import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
-import { testRecord } from '../support/record.js';
+import { onDatabase, recordUrlFor, testRecord } from '../support/record.js';
 import { ConsoleClient } from '../support/console-client.js';
 import { startTestProvider, testClientId, testClientSecret, type TestProvider } from '../support/oidc-provider.js';
 
@@ -11,6 +13,8 @@ const adminEmail = 'break-glass@oidc.test';
 const adminPassword = 'break-glass-password';
 const adminToken = 'oidc-admin-token';
 const callbackPath = '/console/api/oidc/callback';
+/** Every browser of this file says so, so each audit row's user agent can be checked. */
+const userAgent = 'oidc-test-browser/1.0';
 
 // Sign-in through a real OpenID Connect provider (oidc-provider in this process) against a real gateway process.
 describe('console sign-in through an OpenID Connect provider', () => {
@@ -19,7 +23,7 @@ describe('console sign-in through an OpenID Connect provider', () => {
   let provider: TestProvider;
   let gateway: GatewayProcess;
   let addressCounter = 0;
-  const browser = () => new ConsoleClient(gateway.url, `198.51.100.${++addressCounter}`);
+  const browser = () => new ConsoleClient(gateway.url, `198.51.100.${++addressCounter}`, userAgent);
 
   /** Back on the console's own pages: where a sign-in ends, made or refused. */
   const onConsolePage = (next: URL) => next.origin === gateway.url && next.pathname === '/console/';
@@ -83,7 +87,7 @@ describe('console sign-in through an OpenID Connect provider', () => {
         OIDC_CLIENT_ID: testClientId,
         OIDC_CLIENT_SECRET: testClientSecret,
         OIDC_SCOPES: 'openid email profile groups',
-        OIDC_TEAM_MAP: 'eng=Engineering:member,eng-leads=Engineering:owner,finance=Finance:viewer,ops=Operations:member',
+        OIDC_TEAM_MAP: 'eng=Engineering:member,eng-leads=Engineering:owner,finance=Finance:viewer,ops=Operations:member,research=Research:member,research-leads=Research:owner,audit=Audited:member',
         OIDC_ADMIN_GROUPS: 'gateway-admins',
         OIDC_ONLY: 'on',
         OIDC_BREAK_GLASS: adminEmail,
@@ -280,5 +284,252 @@ describe('console sign-in through an OpenID Connect provider', () => {
     } finally {
       provider.hang = false;
     }
+  });
+
+  // ---- the audit log: what a sign-in through the provider records ----
+
+  type Row = Selectable<AuditLogTable>;
+
+  /** The audit log's newest id: the rows a step writes are those after it. */
+  const auditHead = async () => Number((await record.selectFrom('audit_log').select((eb) => eb.fn.max('id').as('id')).executeTakeFirst())?.id ?? 0);
+  const rowsAfter = (head: number): Promise<Row[]> => record.selectFrom('audit_log').selectAll().where('id', '>', head).orderBy('id').execute();
+  const only = (rows: Row[], action: string): Row => {
+    const found = rows.filter((row) => row.action === action);
+    assert.equal(found.length, 1, `one ${action} row: ${JSON.stringify(rows.map((row) => row.action))}`);
+    return found[0]!;
+  };
+
+  /** Who, when and from where: the browser's address and user agent, whoever the actor. */
+  function assertFrom(row: Row, client: ConsoleClient, actor: string, actorEmail: string | null, since: number): void {
+    assert.equal(row.actor, actor);
+    assert.equal(row.actor_email, actorEmail);
+    assert.equal(row.ip, client.forwardedFor);
+    assert.equal(row.user_agent, userAgent);
+    assert.ok(Number(row.time) >= since && Number(row.time) <= Date.now(), `time ${row.time}`);
+  }
+
+  /** A team's rows in the console: its owner reads this one as the record holds it; someone else is refused. */
+  async function assertReadByOwnerOnly(row: Row, owner: ConsoleClient, other: ConsoleClient): Promise<void> {
+    const read = await owner.request<{ data: AuditRow[] }>('GET', `/console/api/audit?team=${row.team_id}&action=${row.action}&limit=100`);
+    assert.equal(read.status, 200, JSON.stringify(read.json));
+    const seen = read.json.data.find((r) => r.id === Number(row.id));
+    assert.ok(seen, `the owner reads row ${row.id}`);
+    assert.deepEqual([seen.actor, seen.target, seen.before, seen.after, seen.hash], [row.actor, row.target, row.before, row.after, row.hash]);
+    const refused = await other.request('GET', `/console/api/audit?team=${row.team_id}&action=${row.action}`);
+    assert.equal(refused.status, 403);
+    assert.equal(refused.json.error?.code, 'audit_forbidden');
+  }
+
+  const researchTeam = async () => (await record.selectFrom('accounts').select('id').where('kind', '=', 'team').where('name', '=', 'Research').executeTakeFirstOrThrow()).id;
+
+  it('records a sign-in through the provider as the person, and the account it made as the gateway’s', async () => {
+    provider.people.set('olga', { email: 'olga@oidc.test', name: 'Olga', groups: ['eng'] });
+    const head = await auditHead();
+    const since = Date.now();
+    const { client, landed } = await signInAs('olga');
+    assert.equal(refusal(landed), null);
+    const olga = (await sessionOf(client))!;
+    const rows = await rowsAfter(head);
+    const made = only(rows, 'account.created');
+    assertFrom(made, client, 'system', null, since);
+    assert.equal(made.team_id, olga.id);
+    assert.equal(made.target, olga.id);
+    assert.equal(made.before, null);
+    assert.deepEqual([(made.after as Record<string, unknown>).email, (made.after as Record<string, unknown>).role, (made.after as Record<string, unknown>).via], ['olga@oidc.test', 'member', 'oidc']);
+    const signedIn = only(rows, 'signin.succeeded');
+    assertFrom(signedIn, client, olga.id, 'olga@oidc.test', since);
+    assert.equal(signedIn.team_id, olga.id);
+    assert.equal(signedIn.target, olga.id);
+    assert.equal(signedIn.before, null);
+    assert.deepEqual(signedIn.after, { method: 'oidc', issuer: provider.issuer, subject: 'olga' });
+    assert.ok(Number(made.id) < Number(signedIn.id), 'the account is made before the sign-in it ends in');
+    await assertReadByOwnerOnly(signedIn, client, (await signInAs('alice')).client);
+
+    // Signed in again: a sign-in row, and no second account.
+    const again = await auditHead();
+    const second = await signInAs('olga');
+    assert.deepEqual((await rowsAfter(again)).map((row) => row.action), ['signin.succeeded']);
+    assert.equal((await rowsAfter(again))[0]!.ip, second.client.forwardedFor);
+  });
+
+  it('records a sign-in the gateway refused after the provider answered, as anonymous with the reason; a callback with no valid state is not recorded', async () => {
+    const head = await auditHead();
+    const since = Date.now();
+    const { client, landed } = await signInAs('mallory');
+    assert.equal(refusal(landed), 'not_in_mapped_group');
+    const rows = await rowsAfter(head);
+    assert.deepEqual(rows.map((row) => row.action), ['signin.failed']);
+    const failed = rows[0]!;
+    assertFrom(failed, client, 'anonymous', null, since);
+    assert.equal(failed.team_id, null);
+    assert.equal(failed.target, null);
+    assert.equal(failed.before, null);
+    assert.deepEqual(failed.after, { method: 'oidc', issuer: provider.issuer, reason: 'not_in_mapped_group', detail: 'groups: marketing' });
+    // No team's: an admin reads it, a person does not see it among their own rows.
+    const admin = browser();
+    assert.equal((await admin.signIn(adminEmail, adminPassword)).status, 200);
+    const read = await admin.request<{ data: AuditRow[] }>('GET', '/console/api/audit?action=signin.failed&limit=100');
+    assert.ok(read.json.data.some((row) => row.id === Number(failed.id)));
+    const alice = (await signInAs('alice')).client;
+    const mine = await alice.request<{ data: AuditRow[] }>('GET', '/console/api/audit?action=signin.failed&limit=100');
+    assert.equal(mine.status, 200);
+    assert.ok(!mine.json.data.some((row) => row.id === Number(failed.id)));
+
+    // A callback with no state, or one nobody started: refused, logged, never a row (anyone may call that URL).
+    const quiet = await auditHead();
+    const other = browser();
+    const callback = await callbackUrlFor('alice', other);
+    for (const state of [null, 'a-state-nobody-made']) {
+      const url = new URL(callback);
+      if (state === null) url.searchParams.delete('state');
+      else url.searchParams.set('state', state);
+      assert.equal(refusal((await other.navigate(url.href, onConsolePage)).url), 'state_invalid');
+    }
+    assert.deepEqual(await rowsAfter(quiet), []);
+  });
+
+  it('records a password sign-in refused under OIDC_ONLY, with the email tried and never the password', async () => {
+    assert.equal((await adminApi('POST', '/accounts', { email: 'fay@oidc.test', password: 'fay-password-1', role: 'member' })).status, 201);
+    const head = await auditHead();
+    const since = Date.now();
+    const client = browser();
+    const refused = await client.signIn('fay@oidc.test', 'fay-password-1');
+    assert.equal(refused.status, 403);
+    const rows = await rowsAfter(head);
+    assert.deepEqual(rows.map((row) => row.action), ['signin.failed']);
+    const failed = rows[0]!;
+    assertFrom(failed, client, 'anonymous', 'fay@oidc.test', since);
+    assert.equal(failed.team_id, null);
+    assert.equal(failed.target, null);
+    assert.deepEqual(failed.after, { method: 'password', reason: 'password_signin_disabled' });
+    assert.doesNotMatch(JSON.stringify(failed), /fay-password-1/);
+  });
+
+  it('records a team a sign-in’s groups name first, made by the gateway, once', async () => {
+    provider.people.set('rita', { email: 'rita@oidc.test', name: 'Rita', groups: ['research-leads'] });
+    provider.people.set('ravi', { email: 'ravi@oidc.test', name: 'Ravi', groups: ['research'] });
+    const head = await auditHead();
+    const since = Date.now();
+    const rita = await signInAs('rita');
+    assert.equal(refusal(rita.landed), null);
+    const team = await researchTeam();
+    const made = only(await rowsAfter(head), 'team.created');
+    assertFrom(made, rita.client, 'system', null, since);
+    assert.equal(made.team_id, team);
+    assert.equal(made.target, team);
+    assert.equal(made.before, null);
+    assert.deepEqual(made.after, { name: 'Research', via: 'oidc' });
+    // Named again by another sign-in: the same team, no second row.
+    const ravi = await signInAs('ravi');
+    assert.equal(refusal(ravi.landed), null);
+    assert.equal((await rowsAfter(head)).filter((row) => row.action === 'team.created').length, 1);
+    // Rita owns it by her group: she reads its rows; Ravi, a member, does not.
+    await assertReadByOwnerOnly(made, rita.client, ravi.client);
+  });
+
+  /** Nina signed in with these groups: the Research rows that sign-in wrote, and her browser. */
+  async function ninaSignsIn(groups: string[]): Promise<{ rows: Row[]; client: ConsoleClient; since: number; id: string }> {
+    provider.people.set('nina', { email: 'nina@oidc.test', name: 'Nina', groups });
+    const head = await auditHead();
+    const since = Date.now();
+    const { client, landed } = await signInAs('nina');
+    assert.equal(refusal(landed), null);
+    const team = await researchTeam();
+    return { rows: (await rowsAfter(head)).filter((row) => row.team_id === team), client, since, id: (await sessionOf(client))!.id };
+  }
+  const rita = async () => (await signInAs('rita')).client;
+  const ravi = async () => (await signInAs('ravi')).client;
+
+  it('records a member the groups add to a team, as the gateway’s, with the role and source', async () => {
+    const nina = await ninaSignsIn(['research']);
+    const added = only(nina.rows, 'team.member_added');
+    assertFrom(added, nina.client, 'system', null, nina.since);
+    assert.equal(added.target, nina.id);
+    assert.equal(added.before, null);
+    assert.deepEqual(added.after, { role: 'member', source: 'oidc' });
+    await assertReadByOwnerOnly(added, await rita(), await ravi());
+  });
+
+  it('records a member’s role the groups change, before and after; a sign-in with the same groups changes nothing', async () => {
+    const nina = await ninaSignsIn(['research-leads']);
+    const updated = only(nina.rows, 'team.member_updated');
+    assertFrom(updated, nina.client, 'system', null, nina.since);
+    assert.equal(updated.target, nina.id);
+    assert.deepEqual(updated.before, { role: 'member' });
+    assert.deepEqual(updated.after, { role: 'owner' });
+    await assertReadByOwnerOnly(updated, await rita(), await ravi());
+    assert.deepEqual((await ninaSignsIn(['research-leads'])).rows, []);
+  });
+
+  it('records a member the groups take out of a team, with the role they had', async () => {
+    const nina = await ninaSignsIn(['eng']);
+    const removed = only(nina.rows, 'team.member_removed');
+    assertFrom(removed, nina.client, 'system', null, nina.since);
+    assert.equal(removed.target, nina.id);
+    assert.deepEqual(removed.before, { role: 'owner', source: 'oidc' });
+    assert.equal(removed.after, null);
+    await assertReadByOwnerOnly(removed, await rita(), await ravi());
+    assert.deepEqual(await teamsOf(nina.id), { Engineering: { role: 'member', source: 'oidc' } });
+  });
+
+  it('records a role OIDC_ADMIN_GROUPS changes at sign-in as an account change by the gateway', async () => {
+    provider.people.set('una', { email: 'una@oidc.test', name: 'Una', groups: ['gateway-admins'] });
+    const first = await signInAs('una');
+    const una = (await sessionOf(first.client))!;
+    assert.equal(una.role, 'admin');
+    const made = await record.selectFrom('audit_log').select('after').where('action', '=', 'account.created').where('target', '=', una.id).executeTakeFirstOrThrow();
+    assert.equal((made.after as Record<string, unknown>).role, 'admin');
+
+    // Out of the admin group: a member at this sign-in, and the change recorded.
+    provider.people.get('una')!.groups = ['eng'];
+    const head = await auditHead();
+    const since = Date.now();
+    const again = await signInAs('una');
+    assert.equal((await sessionOf(again.client))?.role, 'member');
+    const updated = only(await rowsAfter(head), 'account.updated');
+    assertFrom(updated, again.client, 'system', null, since);
+    assert.equal(updated.team_id, una.id);
+    assert.equal(updated.target, una.id);
+    assert.deepEqual(updated.before, { role: 'admin' });
+    assert.deepEqual(updated.after, { role: 'member' });
+    await assertReadByOwnerOnly(updated, again.client, (await signInAs('alice')).client);
+
+    // The same groups again: nothing changed, no account row.
+    const quiet = await auditHead();
+    await signInAs('una');
+    assert.deepEqual((await rowsAfter(quiet)).map((row) => row.action), ['signin.succeeded']);
+  });
+
+  it('answers 500 audit_not_recorded when the team a sign-in made could not be recorded, and signs nobody in', async () => {
+    provider.people.set('zed', { email: 'zed@oidc.test', name: 'Zed', groups: ['audit'] });
+    const url = await recordUrlFor(redis);
+    // The record itself refuses the row (a real trigger, as a full disk or a lost connection would refuse it).
+    await onDatabase(url, (db) =>
+      db.query(`create function refuse_team_created() returns trigger language plpgsql as $$ begin
+        if new.action = 'team.created' then raise exception 'team.created refused by the test'; end if; return new; end $$;
+        create trigger refuse_team_created before insert on audit_log for each row execute function refuse_team_created()`),
+    );
+    try {
+      const client = browser();
+      const callback = await callbackUrlFor('zed', client);
+      const res = await fetch(callback, { redirect: 'manual', headers: { cookie: [...client.cookies].map(([n, v]) => `${n}=${v}`).join('; '), 'x-forwarded-for': client.forwardedFor! } });
+      assert.equal(res.status, 500);
+      const body = (await res.json()) as { error: { code: string; message: string } };
+      assert.equal(body.error.code, 'audit_not_recorded');
+      assert.match(body.error.message, /team\.created/);
+      assert.equal(await sessionOf(client), null);
+    } finally {
+      await onDatabase(url, (db) => db.query('drop trigger refuse_team_created on audit_log; drop function refuse_team_created()'));
+    }
+    // The team was made (the change comes first, as everywhere): the next sign-in finds it and goes through.
+    const again = await signInAs('zed');
+    assert.equal(refusal(again.landed), null);
+    assert.deepEqual(await teamsOf((await sessionOf(again.client))!.id), { Audited: { role: 'member', source: 'oidc' } });
+  });
+
+  it('verifies the chain every sign-in above appended to', async () => {
+    const verdict = await verifyAudit(record);
+    assert.equal(verdict.intact, true, JSON.stringify(verdict.broken));
+    assert.ok(verdict.rows > 0);
   });
 });

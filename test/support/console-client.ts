@@ -19,7 +19,14 @@ export class ConsoleClient {
     readonly baseUrl: string,
     /** Sent as X-Forwarded-For, so throttling by address can be tested per client behind TRUST_PROXY. */
     readonly forwardedFor?: string,
+    /** Sent as User-Agent, so what the audit log keeps of it can be checked. */
+    readonly userAgent?: string,
   ) {}
+
+  /** What every request to the gateway carries of where it comes from. */
+  private originHeaders(): Record<string, string> {
+    return { ...(this.forwardedFor ? { 'x-forwarded-for': this.forwardedFor } : {}), ...(this.userAgent ? { 'user-agent': this.userAgent } : {}) };
+  }
 
   private cookieHeader(): string {
     return [...this.cookies].map(([name, value]) => `${name}=${value}`).join('; ');
@@ -31,10 +38,9 @@ export class ConsoleClient {
     body?: unknown,
     options: { csrf?: string | false; headers?: Record<string, string> } = {},
   ): Promise<ConsoleResponse<T>> {
-    const headers: Record<string, string> = { ...(options.headers ?? {}) };
+    const headers: Record<string, string> = { ...this.originHeaders(), ...(options.headers ?? {}) };
     const cookie = this.cookieHeader();
     if (cookie) headers.cookie = cookie;
-    if (this.forwardedFor) headers['x-forwarded-for'] = this.forwardedFor;
     if (body !== undefined) headers['content-type'] = 'application/json';
     const token = options.csrf === undefined ? this.csrf : options.csrf;
     if (token && method !== 'GET') headers['x-csrf-token'] = token;
@@ -75,7 +81,9 @@ export class ConsoleClient {
     let at = new URL(url, this.baseUrl);
     for (let hop = 0; hop < 20; hop++) {
       const cookie = this.cookieHeader();
-      const res = await fetch(at, { redirect: 'manual', headers: cookie ? { cookie } : {}, signal: AbortSignal.timeout(20_000) });
+      // The gateway sees where the browser comes from; the provider's pages see the browser as it is.
+      const headers = { ...(at.origin === new URL(this.baseUrl).origin ? this.originHeaders() : {}), ...(cookie ? { cookie } : {}) };
+      const res = await fetch(at, { redirect: 'manual', headers, signal: AbortSignal.timeout(20_000) });
       this.keepCookies(res);
       await res.arrayBuffer();
       const location = res.headers.get('location');
