@@ -59,7 +59,7 @@ describe('admin API: accounts, credits, keys and usage', () => {
     assert.equal(created.status, 201);
     const { id, ...rest } = created.json;
     assert.match(String(id), /^acct_/);
-    assert.deepEqual({ ...rest, created: typeof rest.created }, { object: 'account', email: 'Grace@Example.com', name: 'Grace', role: 'admin', balance_usd: null, unlimited: true, disabled: false, weight: 1, service_tiers: null, cache_max_ttl_s: null, created: 'number' });
+    assert.deepEqual({ ...rest, created: typeof rest.created }, { object: 'account', kind: 'person', email: 'Grace@Example.com', name: 'Grace', role: 'admin', balance_usd: null, unlimited: true, disabled: false, weight: 1, service_tiers: null, cache_max_ttl_s: null, created: 'number' });
     assert.match((await redis.hget(accountKey(String(id)), 'password'))!, /^scrypt\$/);
 
     await expectError(admin('POST', '/admin/accounts', { email: 'grace@EXAMPLE.com' }), 409, { code: 'account_exists', param: 'email' });
@@ -161,6 +161,11 @@ describe('admin API: accounts, credits, keys and usage', () => {
         cache_ttl_s: 3600,
         spent_usd: 0,
         last_used_at: null,
+        // No budget per period: none set.
+        budget_usd: null,
+        budget_period: null,
+        budget_spent_usd: null,
+        budget_resets_at: null,
         // Set by an admin: ceilings for the account's members too.
         admin_limits: { limit_usd: 5, rpm: 60, tpm: 10000, models: ['mock-chat', 'mock-embedding'], expires_at: 4_000_000_000 },
       },
