@@ -63,9 +63,17 @@ const pruneBatch = 5000;
 const secretName = /^(password|passwd|secret|token|hash|key)$|_(password|secret|token|hash)$/i;
 
 /** A value as the log stores it: plain JSON, keys sorted, no NUL, secrets redacted, nothing undefined. */
+/**
+ * Text as the record can keep it: no NUL, and no lone surrogate (the driver writes one as U+FFFD in a text column,
+ * but jsonb refuses the `\ud800` escape JSON.stringify writes for it), so a name any client may send is recorded, and
+ * hashed, as the record holds it.
+ */
+const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+const recordable = (value: string): string => value.replace(/\u0000/g, '').replace(loneSurrogate, '\uFFFD');
+
 function canonicalValue(value: unknown, depth = 0): unknown {
   if (value === null || value === undefined) return null;
-  if (typeof value === 'string') return value.replace(/\u0000/g, '');
+  if (typeof value === 'string') return recordable(value);
   if (typeof value === 'boolean') return value;
   if (typeof value === 'number') return Number.isFinite(value) ? value : null;
   if (typeof value === 'bigint') return Number(value);
@@ -76,7 +84,7 @@ function canonicalValue(value: unknown, depth = 0): unknown {
     for (const name of Object.keys(value).sort()) {
       const item = (value as Record<string, unknown>)[name];
       if (item === undefined) continue;
-      out[name.replace(/\u0000/g, '')] = secretName.test(name) ? '[redacted]' : canonicalValue(item, depth + 1);
+      out[recordable(name)] = secretName.test(name) ? '[redacted]' : canonicalValue(item, depth + 1);
     }
     return out;
   }
@@ -100,7 +108,7 @@ export function auditRowHash(row: Omit<AuditRow, 'hash'>): string {
   return createHash('sha256').update(canonicalJson(fields)).digest('hex');
 }
 
-const text = (value: string | null | undefined, max: number): string | null => (value === undefined || value === null || value === '' ? null : value.replace(/\u0000/g, '').slice(0, max));
+const text = (value: string | null | undefined, max: number): string | null => (value === undefined || value === null || value === '' ? null : recordable(value.slice(0, max)));
 
 // ---- appending ----
 

@@ -8,7 +8,7 @@ import { sql, type Selectable } from 'kysely';
 import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
 import { ConsoleClient } from '../support/console-client.js';
 import { freshDatabase, onDatabase, recordUrlFor, testRecord } from '../support/record.js';
-import { appendAudit, auditRowHash, genesisHash, type AuditRow } from '../../storage/record/audit-log.js';
+import { appendAudit, auditRowHash, genesisHash, verifyAudit, type AuditRow } from '../../storage/record/audit-log.js';
 import { openRecord, type AuditLogTable, type RecordDb } from '../../storage/record/database.js';
 
 const run = promisify(execFile);
@@ -434,6 +434,20 @@ describe('the audit log', () => {
     assert.deepEqual(keyUpdated.after, { rpm: 9, admin_limits: { limit_usd: null, rpm: 9, tpm: null, models: null, expires_at: null } });
     assert.equal((await client.request('DELETE', `/console/api/admin/keys/${keyId}`)).status, 200);
     assertFromClient(await rowOf('key.revoked', keyId), me, adminEmail);
+  });
+
+  it('records a key named with a lone surrogate as the record keeps the name (U+FFFD), and the chain verifies', async () => {
+    // A client may send any JSON string: `"\ud800"` is one UTF-16 half, which jsonb refuses as an escape.
+    const res = await fetch(`${gateway.url}/admin/keys`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
+      body: '{"name":"half \\ud800 and \\udfff end"}',
+    });
+    assert.equal(res.status, 201, await res.clone().text());
+    const id = String(((await res.json()) as Json).id);
+    const row = await rowOf('key.created', id);
+    assert.equal((row.after as Json).name, 'half \ufffd and \ufffd end');
+    assert.equal((await verifyAudit(record)).intact, true);
   });
 
   it('records a purge of the response cache, with what it named and how many answers went', async () => {
