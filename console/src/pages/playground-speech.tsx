@@ -189,8 +189,10 @@ export function Speech({ models, loading, state }: { models: PricedModel[]; load
   const instructed = takes(chosen, 'instructions');
   const paced = takes(chosen, 'speed');
   useEffect(() => {
-    if (!voices.includes(voice)) setVoice(voices[0] ?? '');
-    if (!formats.includes(format)) setFormat(formats.includes('mp3') ? 'mp3' : (formats[0] ?? ''));
+    // Read as they are now, not as this render saw them: a voice or format picked before this effect ran (it runs
+    // after the paint that showed the model's choices) is kept when the model offers it.
+    setVoice((current) => (voices.includes(current) ? current : (voices[0] ?? '')));
+    setFormat((current) => (formats.includes(current) ? current : formats.includes('mp3') ? 'mp3' : (formats[0] ?? '')));
   }, [model, chosen]);
 
   const submit = async (event: TargetedSubmitEvent<HTMLFormElement>) => {
