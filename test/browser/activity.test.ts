@@ -153,8 +153,10 @@ describe('console activity page in a real browser', () => {
     const context = await openContext(browser, gateway.url, desktop);
     const page = await context.newPage();
     await signIn(page, memberEmail, memberPassword);
-    // Beside Usage in the nav.
-    const navNames = await page.getByRole('navigation', { name: 'Console' }).getByRole('link').allInnerTexts();
+    // Beside Usage in the nav (drawn once the session and its teams are in, which may be after the address changed).
+    const nav = page.getByRole('navigation', { name: 'Console' });
+    await nav.getByRole('link', { name: 'Activity', exact: true }).waitFor();
+    const navNames = await nav.getByRole('link').allInnerTexts();
     assert.deepEqual(navNames.slice(navNames.indexOf('Usage'), navNames.indexOf('Usage') + 2), ['Usage', 'Activity']);
     await page.getByRole('link', { name: 'Activity', exact: true }).click();
     await page.waitForURL('**/console/activity');
