@@ -17,7 +17,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
-import { closeServer, FakePauses, listenOnLoopback } from './fake-server.js';
+import { closeServer, FakePauses, listenOnLoopback, writeFlushed } from './fake-server.js';
 import { checkBatchEmbedRequest, checkCountRequest, checkEmbedContent, checkGenerateRequest, declarationsOf, invalid, isObject, Refusal } from './fake-gemini-requests.js';
 import type { Json } from './fake-gemini-requests.js';
 
@@ -211,7 +211,9 @@ export async function startFakeGemini(options: FakeGeminiOptions = {}): Promise<
     }
     for (let index = 0; index < pieces.length; index += 1) {
       if (res.destroyed) return;
-      res.write(pieces[index]);
+      // Cut at the end: the last piece reaches the client before the socket closes.
+      if (response.destroyAtEnd && index === pieces.length - 1) await writeFlushed(res, pieces[index]!);
+      else res.write(pieces[index]);
       if (delay > 0 && index < pieces.length - 1) await wait(delay);
     }
     if (res.destroyed || response.hang) return;

@@ -8,7 +8,7 @@ import { createServer } from 'node:http';
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { buildDefaultResponse } from './fake-openai-defaults.js';
 import type { DefaultAnswer, DefaultOptions } from './fake-openai-defaults.js';
-import { closeServer, FakePauses, listenOnLoopback } from './fake-server.js';
+import { closeServer, FakePauses, listenOnLoopback, writeFlushed } from './fake-server.js';
 
 export interface RecordedRequest {
   method: string;
@@ -172,7 +172,9 @@ export async function startFakeOpenAI(options: FakeOpenAIOptions = {}): Promise<
           : [body];
     for (let index = 0; index < pieces.length; index += 1) {
       if (res.destroyed) return;
-      res.write(pieces[index]);
+      // Cut at the end: the last piece reaches the client before the socket closes.
+      if (response.destroyAtEnd && index === pieces.length - 1) await writeFlushed(res, pieces[index]!);
+      else res.write(pieces[index]);
       if (delay > 0 && index < pieces.length - 1) await wait(delay);
     }
     if (res.destroyed || response.hang) return;

@@ -1,4 +1,4 @@
-import type { Server } from 'node:http';
+import type { Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
 /** Starts a fake vendor's server on a free loopback port; returns the port. */
@@ -11,6 +11,15 @@ export async function listenOnLoopback(server: Server): Promise<number> {
 export async function closeServer(server: Server): Promise<void> {
   server.closeAllConnections();
   await new Promise<void>((resolve) => server.close(() => resolve()));
+}
+
+/**
+ * Writes a piece and waits until the response has handed it to the socket. A fake that then ends the socket, as a
+ * vendor breaking mid-answer does, needs this: a socket ended while the response still holds a write sends nothing
+ * of it (Node 24 passes writes on at the next tick), not even the headers.
+ */
+export function writeFlushed(res: ServerResponse, piece: string | Buffer): Promise<void> {
+  return new Promise((resolve) => res.write(piece, () => resolve()));
 }
 
 /**
