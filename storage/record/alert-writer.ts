@@ -7,6 +7,7 @@ import { isCluster } from '../../shared/redis.js';
 import type { Logger } from '../../shared/logger.js';
 import type { RecordDb } from './database.js';
 import { writeAlerts } from './alerts.js';
+import { claimIdle, ensureGroup, isMissingGroup, Pause, readGroup, type GroupReader, type StreamEntry, type StreamReply } from './stream-group.js';
 
 /**
  * Moves budget alerts from Redis to the record and queues their delivery. A settlement that crosses a threshold
@@ -47,29 +48,19 @@ const maxBackoffMs = 10_000;
 const keepJobsS = 7 * 86_400;
 
 /** Creates each alerts stream's consumer group if it is missing (a new or flushed Redis), from the stream's start. */
-export async function ensureAlertGroup(redis: Redis): Promise<void> {
-  for (const stream of alertStreamKeys) {
-    try {
-      await redis.xgroup('CREATE', stream, alertGroup, '0', 'MKSTREAM');
-    } catch (error) {
-      if (!String((error as Error).message).includes('BUSYGROUP')) throw error;
-    }
-  }
-}
-
-type StreamReply = Array<[string, Array<[string, string[]]>]> | null;
+export const ensureAlertGroup = (redis: Redis): Promise<void> => ensureGroup(redis, alertStreamKeys, alertGroup);
 
 export class AlertWriter {
   private running = false;
   private loop: Promise<void> | undefined;
   private lastClaim = 0;
-  private wake: (() => void) | undefined;
-  private readonly batch: number;
+  private readonly pause = new Pause();
+  private readonly reader: GroupReader;
   private readonly blockMs: number;
   private readonly claimIdleMs: number;
 
   constructor(private readonly options: AlertWriterOptions) {
-    this.batch = options.batch ?? 200;
+    this.reader = { redis: options.redis, group: alertGroup, consumer: options.consumer, count: options.batch ?? 200 };
     this.blockMs = options.blockMs ?? 1000;
     this.claimIdleMs = options.claimIdleMs ?? 30_000;
   }
@@ -82,14 +73,8 @@ export class AlertWriter {
 
   async close(): Promise<void> {
     this.running = false;
-    this.wake?.();
+    this.pause.cut();
     await this.loop;
-  }
-
-  private read(streams: readonly string[], ids: readonly string[], block: boolean): Promise<StreamReply> {
-    const { redis, consumer } = this.options;
-    const xreadgroup = redis.xreadgroup as unknown as (...args: Array<string | number>) => Promise<StreamReply>;
-    return xreadgroup.call(redis, 'GROUP', alertGroup, consumer, 'COUNT', this.batch, ...(block ? ['BLOCK', this.blockMs] : []), 'STREAMS', ...streams, ...ids);
   }
 
   private async run(): Promise<void> {
@@ -100,12 +85,12 @@ export class AlertWriter {
     let backoff = 0;
     while (this.running) {
       try {
-        if (backoff > 0) await this.pause(backoff);
+        if (backoff > 0) await this.pause.for(backoff);
         await this.claimAbandoned();
         let read = 0;
         const replies: StreamReply[] = [];
-        if (oneServer) replies.push(await this.read(alertStreamKeys, alertStreamKeys.map(() => (history ? '0' : '>')), !history));
-        else for (const stream of alertStreamKeys) replies.push(await this.read([stream], [history ? '0' : '>'], false));
+        if (oneServer) replies.push(await readGroup(this.reader, alertStreamKeys, alertStreamKeys.map(() => (history ? '0' : '>')), history ? undefined : this.blockMs));
+        else for (const stream of alertStreamKeys) replies.push(await readGroup(this.reader, [stream], [history ? '0' : '>']));
         for (const reply of replies) {
           for (const [stream, entries] of reply ?? []) {
             if (entries.length > 0) await this.write(stream, entries);
@@ -113,11 +98,11 @@ export class AlertWriter {
           }
         }
         if (history && read === 0) history = false;
-        if (!oneServer && read === 0 && this.running) await this.pause(this.blockMs);
+        if (!oneServer && read === 0 && this.running) await this.pause.for(this.blockMs);
         backoff = 0;
       } catch (error) {
         history = true;
-        if (String((error as Error).message).includes('NOGROUP')) {
+        if (isMissingGroup(error)) {
           await ensureAlertGroup(redis).catch(() => undefined);
           continue;
         }
@@ -127,31 +112,19 @@ export class AlertWriter {
     }
   }
 
-  private pause(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const timer = setTimeout(resolve, ms);
-      this.wake = () => {
-        clearTimeout(timer);
-        resolve();
-      };
-    });
-  }
-
   /** Takes over the entries a consumer that died held unacknowledged. */
   private async claimAbandoned(): Promise<void> {
     const now = Date.now();
     if (now - this.lastClaim < this.claimIdleMs / 2) return;
     this.lastClaim = now;
-    const { redis, consumer } = this.options;
     for (const stream of alertStreamKeys) {
-      const claimed = (await redis.xautoclaim(stream, alertGroup, consumer, this.claimIdleMs, '0-0', 'COUNT', this.batch)) as [string, Array<[string, string[]] | null>];
-      const entries = (claimed?.[1] ?? []).filter((entry): entry is [string, string[]] => Array.isArray(entry));
+      const entries = await claimIdle(this.reader, stream, this.claimIdleMs);
       if (entries.length > 0) await this.write(stream, entries);
     }
   }
 
   /** Records a batch, queues what is pending, and only then acknowledges and deletes the entries. */
-  private async write(stream: string, entries: Array<[string, string[]]>): Promise<void> {
+  private async write(stream: string, entries: StreamEntry[]): Promise<void> {
     const { record, queue, delivery, log, redis } = this.options;
     const alerts: Alert[] = [];
     for (const [id, fields] of entries) {

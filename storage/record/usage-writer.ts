@@ -3,6 +3,7 @@ import { sql, type Transaction } from 'kysely';
 import { usageMetrics, utcDay, type UsageMetric } from '../../shared/accounts.js';
 import { usageDeadLetterKey, usageStreamKeys } from '../../shared/redis-keys.js';
 import { pruneAuditOlderThanDays } from './audit-log.js';
+import { claimIdle, ensureGroup, isMissingGroup, Pause, readGroup, type GroupReader, type StreamEntry, type StreamReply } from './stream-group.js';
 import { isCluster } from '../../shared/redis.js';
 import type { Logger } from '../../shared/logger.js';
 import { activeMetrics } from '../../shared/metrics.js';
@@ -381,24 +382,15 @@ export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly U
 }
 
 /** Creates each stream's consumer group if it is missing (a new or flushed Redis): from the stream's start, so nothing settled before is skipped. */
-export async function ensureUsageGroup(redis: Redis): Promise<void> {
-  for (const stream of usageStreamKeys) {
-    try {
-      await redis.xgroup('CREATE', stream, usageGroup, '0', 'MKSTREAM');
-    } catch (error) {
-      if (!String((error as Error).message).includes('BUSYGROUP')) throw error;
-    }
-  }
-}
-
-type StreamReply = Array<[string, Array<[string, string[]]>]> | null;
+export const ensureUsageGroup = (redis: Redis): Promise<void> => ensureGroup(redis, usageStreamKeys, usageGroup);
 
 export class UsageWriter {
   private running = false;
   private loop: Promise<void> | undefined;
   private lastClaim = 0;
   private lastRetention = 0;
-  private readonly batch: number;
+  private readonly pause = new Pause();
+  private readonly reader: GroupReader;
   private readonly blockMs: number;
   private readonly claimIdleMs: number;
   private readonly lingerMs: number;
@@ -412,7 +404,7 @@ export class UsageWriter {
   private readonly refusals = new Map<string, number>();
 
   constructor(private readonly options: UsageWriterOptions) {
-    this.batch = options.batch ?? 500;
+    this.reader = { redis: options.redis, group: usageGroup, consumer: options.consumer, count: options.batch ?? 500 };
     this.deadLetterAfter = Math.max(1, options.deadLetterAfter ?? deadLetterAfterDefault);
     this.retryMs = options.retryMs ?? 1000;
     this.lingerMs = options.lingerMs ?? 250;
@@ -428,15 +420,9 @@ export class UsageWriter {
 
   async close(): Promise<void> {
     this.running = false;
-    this.wake?.();
+    this.pause.cut();
     // The blocked read returns within blockMs; the batch in hand is written (or left pending) first.
     await this.loop;
-  }
-
-  private read(streams: readonly string[], ids: readonly string[], block: boolean): Promise<StreamReply> {
-    const { redis, consumer } = this.options;
-    const xreadgroup = redis.xreadgroup as unknown as (...args: Array<string | number>) => Promise<StreamReply>;
-    return xreadgroup.call(redis, 'GROUP', usageGroup, consumer, 'COUNT', this.batch, ...(block ? ['BLOCK', this.blockMs] : []), 'STREAMS', ...streams, ...ids);
   }
 
   private async run(): Promise<void> {
@@ -449,7 +435,7 @@ export class UsageWriter {
     const history = (stream: string, now: number) => pending.has(stream) && (this.retryAt.get(stream) ?? 0) <= now;
     while (this.running) {
       try {
-        if (backoff > 0) await this.pause(backoff);
+        if (backoff > 0) await this.pause.for(backoff);
         await this.housekeeping();
         let read = 0;
         const take = async (reply: StreamReply, fromHistory: ReadonlySet<string>) => {
@@ -466,22 +452,21 @@ export class UsageWriter {
         if (oneServer) {
           // A read of history (id 0) never blocks: only a read of new records waits.
           const fromHistory = new Set(usageStreamKeys.filter((s) => history(s, now)));
-          await take(await this.read(usageStreamKeys, usageStreamKeys.map((s) => (fromHistory.has(s) ? '0' : '>')), fromHistory.size === 0), fromHistory);
+          await take(await readGroup(this.reader, usageStreamKeys, usageStreamKeys.map((s) => (fromHistory.has(s) ? '0' : '>')), fromHistory.size === 0 ? this.blockMs : undefined), fromHistory);
         } else {
           for (const stream of usageStreamKeys) {
             const fromHistory = new Set(history(stream, now) ? [stream] : []);
-            await take(await this.read([stream], [fromHistory.size > 0 ? '0' : '>'], false), fromHistory);
+            await take(await readGroup(this.reader, [stream], [fromHistory.size > 0 ? '0' : '>']), fromHistory);
           }
-          if (read === 0 && this.running) await this.pause(this.blockMs);
+          if (read === 0 && this.running) await this.pause.for(this.blockMs);
         }
         // Light traffic: let records gather rather than spend a transaction on each (the CPU it saves is the gateway's).
-        if (read > 0 && read < this.batch && pending.size === 0 && this.running) await this.pause(this.lingerMs);
+        if (read > 0 && read < this.reader.count && pending.size === 0 && this.running) await this.pause.for(this.lingerMs);
         backoff = 0;
       } catch (error) {
-        const message = String((error as Error).message);
         for (const stream of usageStreamKeys) pending.add(stream);
         this.retryAt.clear();
-        if (message.includes('NOGROUP')) {
+        if (isMissingGroup(error)) {
           // A stream or its group is gone (a flushed Redis): made again, from the start of whatever is there now.
           await ensureUsageGroup(redis).catch(() => undefined);
           continue;
@@ -493,24 +478,11 @@ export class UsageWriter {
     }
   }
 
-  /** Sleeps, cut short by close(). */
-  private pause(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const timer = setTimeout(resolve, ms);
-      this.wake = () => {
-        clearTimeout(timer);
-        resolve();
-      };
-    });
-  }
-
-  private wake: (() => void) | undefined;
-
   /**
    * Writes a batch; when the record refuses its data, writes it again entry by entry, so that only the refused
    * entries stay pending (see `refused`). Throws what is not the data's (the record away): the batch waits whole.
    */
-  private async write(stream: string, entries: Array<[string, string[]]>): Promise<void> {
+  private async write(stream: string, entries: StreamEntry[]): Promise<void> {
     try {
       await this.writeBatch(stream, entries);
       return;
@@ -533,7 +505,7 @@ export class UsageWriter {
    * `deadLetterAfter` times, moved to its stream's dead letters in one transaction (added there, acknowledged and
    * deleted here), the original fields kept as they were with where it came from and why.
    */
-  private async refused(stream: string, [id, fields]: [string, string[]], error: unknown): Promise<void> {
+  private async refused(stream: string, [id, fields]: StreamEntry, error: unknown): Promise<void> {
     const { redis, log } = this.options;
     const entryKey = `${stream} ${id}`;
     const tries = (this.refusals.get(entryKey) ?? 0) + 1;
@@ -563,7 +535,7 @@ export class UsageWriter {
   }
 
   /** Writes entries in one transaction and only then acknowledges and deletes them. */
-  private async writeBatch(stream: string, entries: Array<[string, string[]]>): Promise<void> {
+  private async writeBatch(stream: string, entries: StreamEntry[]): Promise<void> {
     const rows: UsageRow[] = [];
     const logs: LogRow[] = [];
     for (const [, fields] of entries) {
@@ -591,11 +563,10 @@ export class UsageWriter {
     const now = Date.now();
     if (now - this.lastClaim >= this.claimIdleMs / 2) {
       this.lastClaim = now;
-      const { redis, consumer } = this.options;
+      const { redis } = this.options;
       let depth = 0;
       for (const stream of usageStreamKeys) {
-        const claimed = (await redis.xautoclaim(stream, usageGroup, consumer, this.claimIdleMs, '0-0', 'COUNT', this.batch)) as [string, Array<[string, string[]] | null>];
-        const entries = (claimed?.[1] ?? []).filter((entry): entry is [string, string[]] => Array.isArray(entry));
+        const entries = await claimIdle(this.reader, stream, this.claimIdleMs);
         if (entries.length > 0) await this.write(stream, entries);
         depth += await redis.xlen(stream);
       }
