@@ -29,6 +29,7 @@ import { v1Routes } from './requests/v1-routes.js';
 import { queuedEndpoint, routeTemplate } from './requests/endpoint-paths.js';
 import { noteArrival, noteError } from './requests/request-log.js';
 import { adminRoutes } from './accounts/admin-api.js';
+import { mappedTeamNames } from './accounts/oidc-people.js';
 import { endpointDispatch } from './requests/endpoint-route.js';
 import { geminiMethodRoutes, googleModelRoutes } from './gemini/routes.js';
 import { batchRoutes } from './batches/anthropic-routes.js';
@@ -48,6 +49,7 @@ import { probeRoutes, recordProbe, refuseWhileDraining } from './http/readiness.
 import { closeUnreadRequests } from './http/request-body.js';
 import { createBlobStore } from '../storage/create-blob-store.js';
 import { openHotRecord } from '../storage/record/hot-state.js';
+import { channelFacts, recordChannelsInEffect } from '../storage/record/channels-in-effect.js';
 import { consoleRoutes } from './console/routes.js';
 import { queueDashboard } from './console/queue-dashboard.js';
 import { SessionStore, SigninThrottle } from './console/sessions.js';
@@ -135,6 +137,11 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   await keyStore.accounts.ensureDefault();
   await ensureConsoleAdmin(keyStore.accounts, config, log);
   await warnBreakGlass(keyStore.accounts, config, log);
+  // The channels are configuration: a start with other ones is a change the audit log keeps (channels-in-effect.ts).
+  await recordChannelsInEffect(record, channelFacts(resolveChannels(config))).then(
+    (row) => row && log.info({ audit: row.id }, 'the channels changed since the record last saw them: written to the audit log'),
+    (error: unknown) => log.error({ err: error }, 'the audit log could not record the channels this api serves with (channels_not_audited): they are compared again at the next start'),
+  );
   const keyCache = new KeyCache(keyStore, config.keyCacheTtlMs);
   const hub = new ReplyHub(subscriber, redis, replyChannel(instanceId), log);
   hub.on(accessChangedChannel, (message) => keyCache.forget(message));
@@ -213,7 +220,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     refuseNew,
     // /admin/queues (and its way in from the console, /console/queue-dashboard): every queue shard the api has.
     queueDashboard({ queues: queues.all(), config, sessions, accounts: keyStore.accounts }),
-    adminRoutes(keyStore, config.adminToken).routes(),
+    adminRoutes(keyStore, config.adminToken, mappedTeamNames(config.console.oidc)).routes(),
     consoleRoutes({ ...relayDeps, blobs, keyStore, sessions, throttle: new SigninThrottle(redis), assets }).routes(),
   ] as Koa.Middleware[]);
   // /v1 past the API key: a POST to an endpoint row goes to the route every row gets (one lookup by path, the

@@ -51,6 +51,11 @@ type Recordable = Kysely<RecordTables>;
 
 /** Held by the transaction that appends (or prunes): the chain's head is read and written by one at a time. */
 const auditLockId = 0x5377_6175;
+/**
+ * Takes the chain's lock for the rest of the transaction `tx` (appendAudit takes it again, which PostgreSQL allows):
+ * for a writer that must read something and append in one step, with no other append in between.
+ */
+export const lockAuditChain = (tx: Recordable) => sql`select pg_advisory_xact_lock(${auditLockId})`.execute(tx);
 /** The chain's start before any row was pruned. */
 export const genesisHash = '0'.repeat(64);
 const anchorName = 'audit_anchor';
@@ -92,7 +97,7 @@ function canonicalValue(value: unknown, depth = 0): unknown {
 }
 
 /** JSON with every object's keys in sorted order: the same value always gives the same text. */
-function canonicalJson(value: unknown): string {
+export function canonicalJson(value: unknown): string {
   if (value === null || typeof value !== 'object') return JSON.stringify(value);
   if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
   const object = value as Record<string, unknown>;
@@ -126,7 +131,7 @@ export async function appendAudit(record: Recordable, entry: AuditEntry): Promis
 }
 
 async function appendIn(tx: Recordable, entry: AuditEntry): Promise<AuditRow> {
-  await sql`select pg_advisory_xact_lock(${auditLockId})`.execute(tx);
+  await lockAuditChain(tx);
   const head = await tx.selectFrom('audit_log').select('hash').orderBy('id', 'desc').limit(1).executeTakeFirst();
   const prev = head?.hash ?? (await readAnchor(tx))?.hash ?? genesisHash;
   const next = await sql<{ id: number }>`select nextval(pg_get_serial_sequence('audit_log', 'id')) as id`.execute(tx);
@@ -380,7 +385,7 @@ export async function pruneAudit(record: RecordDb, olderThan: number, actor: 'sy
   let anchored: Anchor | undefined;
   for (;;) {
     const count = await record.transaction().execute(async (tx) => {
-      await sql`select pg_advisory_xact_lock(${auditLockId})`.execute(tx);
+      await lockAuditChain(tx);
       const last = await tx
         .selectFrom(tx.selectFrom('audit_log').select(['id', 'hash', 'time']).orderBy('id').limit(pruneBatch).as('oldest'))
         .select(['id', 'hash'])
