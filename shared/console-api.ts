@@ -375,6 +375,8 @@ export interface TeamView {
   /** A person's own account's email; '' for a team. */
   email: string;
   role: TeamRole;
+  /** What the team has left to spend, in USD; null: unlimited. The console's sidebar shows the current team's. */
+  balance_usd: number | null;
 }
 
 /** Someone in a team. */
@@ -394,7 +396,7 @@ export interface TeamList {
   object: 'list';
   data: TeamView[];
   /** null but for an admin. */
-  all_teams: Array<{ id: string; name: string; members: number; created: number }> | null;
+  all_teams: Array<{ id: string; name: string; members: number; created: number; balance_usd: number | null }> | null;
 }
 
 /** `GET /console/api/teams/:id`: a team and who is in it. */

@@ -28,6 +28,8 @@ export const teamRole = z.enum(['owner', 'member', 'viewer']);
 export const teamName = storableText().trim().min(1).max(200).regex(/^[^\r\n]*$/, 'a team name is one line');
 /** A new team (an admin's), with its first owner if one is named. */
 export const createTeamSchema = z.strictObject({ name: teamName, owner_email: email.optional() });
+/** A team's new name (its owners' or an admin's). */
+export const patchTeamSchema = z.strictObject({ name: teamName });
 export const addMemberSchema = z.strictObject({ email, role: teamRole });
 export const patchMemberSchema = z.strictObject({ role: teamRole });
 /** Bounded so micros stay exact integers (2^53 is about 9e9 USD). */

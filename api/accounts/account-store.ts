@@ -203,6 +203,9 @@ const teamNamed = (record: RecordDb, name: string) =>
     .where(sql<string>`lower(name)`, '=', name.toLowerCase())
     .executeTakeFirst();
 
+/** Held while a team is named (made or renamed): two admins naming two teams alike at once still make one name. */
+const lockTeamNames = (tx: RecordDb) => sql`select pg_advisory_xact_lock(hashtext('switchyard team names'))`.execute(tx);
+
 /** PostgreSQL's unique violation: the email index refused a second live account. */
 const isUniqueViolation = (error: unknown) => (error as { code?: string } | null)?.code === '23505';
 
@@ -297,7 +300,7 @@ export class AccountStore {
     const created = nowSeconds();
     const fields: Record<string, string> = { id, kind: 'team', email: '', name, role: 'member', created: String(created), unlimited: '0' };
     await this.record.transaction().execute(async (tx) => {
-      await sql`select pg_advisory_xact_lock(hashtext('switchyard team names'))`.execute(tx);
+      await lockTeamNames(tx);
       if (await teamNamed(tx, name)) throw teamExists(name);
       await tx
         .insertInto('accounts')
@@ -403,7 +406,17 @@ export class AccountStore {
     if (Object.keys(row).length > 0) {
       if (id === defaultAccountId) await ensureDefaultRecord(this.record);
       try {
-        const updated = await this.record.updateTable('accounts').set(row).where('id', '=', id).where('deleted', '=', false).executeTakeFirst();
+        const updated = await this.record.transaction().execute(async (tx) => {
+          // A team's name stays unique among live teams in any letter case, checked under createTeam's lock.
+          if (changes.name !== undefined && (await tx.selectFrom('accounts').select('kind').where('id', '=', id).executeTakeFirst())?.kind === 'team') {
+            const name = changes.name.trim();
+            if (name === '') throw new GatewayError(400, 'A team needs a name.', { code: 'invalid_value', param: 'name' });
+            await lockTeamNames(tx);
+            const named = await teamNamed(tx, name);
+            if (named && named.id !== id) throw teamExists(name);
+          }
+          return tx.updateTable('accounts').set(row).where('id', '=', id).where('deleted', '=', false).executeTakeFirst();
+        });
         if (Number(updated.numUpdatedRows) === 0) return undefined;
       } catch (error) {
         if (isUniqueViolation(error)) throw accountExists(normalizeEmail(changes.email!));

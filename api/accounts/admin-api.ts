@@ -13,6 +13,7 @@ import {
   budgetFields,
   addMemberSchema,
   createTeamSchema,
+  patchTeamSchema,
   createAccountSchema,
   id as idSchema,
   createKeySchema,
@@ -73,7 +74,8 @@ function digest(value: string): Buffer {
   return createHash('sha256').update(value).digest();
 }
 
-export function adminRoutes(store: KeyStore, adminToken: string | undefined): Router {
+/** `mappedTeams`: the team names OIDC_TEAM_MAP gives (those teams keep their names: `TeamStore.rename`). */
+export function adminRoutes(store: KeyStore, adminToken: string | undefined, mappedTeams: readonly string[] = []): Router {
   const router = createRouter<GatewayState>('/admin');
   const accounts = store.accounts;
   const expected = adminToken ? digest(adminToken) : undefined;
@@ -252,6 +254,12 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined): Ro
     if (body.owner_email !== undefined) await teams.add(team, body.owner_email, 'owner', 'admin', by);
     ctx.status = 201;
     ctx.body = { ...accountView(team), members: await teams.members(team) };
+  });
+
+  router.patch('/teams/:id', async (ctx) => {
+    const team = await existingTeam(String(ctx.params.id));
+    const body = parseStrict(patchTeamSchema, await readJsonObject(ctx.req, bodyLimit));
+    ctx.body = accountView(await teams.rename(team, body.name, mappedTeams, auditSource(ctx, 'admin-token')));
   });
 
   router.get('/teams/:id/members', async (ctx) => {

@@ -18,6 +18,9 @@ const roleRank: Record<TeamRole, number> = { viewer: 0, member: 1, owner: 2 };
  * The teams (by name) and roles a person's groups give: several groups naming one team give the highest of their
  * roles. Team names are matched in any letter case, as teams are named.
  */
+/** The team names OIDC_TEAM_MAP gives: teams the provider's groups find by name, so they keep it (`TeamStore.rename`). */
+export const mappedTeamNames = (oidc: { teamMap: readonly TeamMapEntry[] } | undefined): string[] => [...new Set((oidc?.teamMap ?? []).map((entry) => entry.team))];
+
 export function teamsForGroups(teamMap: readonly TeamMapEntry[], groups: readonly string[]): Map<string, { team: string; role: TeamRole }> {
   const held = new Set(groups);
   const teams = new Map<string, { team: string; role: TeamRole }>();

@@ -4,6 +4,7 @@ import type { RecordDb, TeamRole } from '../../storage/record/database.js';
 import { accountNotFound, type AccountStore } from './account-store.js';
 import { appendAudit } from '../../storage/record/audit-log.js';
 import type { AuditBy } from './oidc-people.js';
+import { recordChange } from './audit-trail.js';
 
 /*
  * Who is in which team, and as what (roles: team-roles.ts). A person's own account is a team of one they own, with
@@ -153,6 +154,27 @@ export class TeamStore {
       await tx.deleteFrom('team_members').where('team_id', '=', team.id).where('member_id', '=', memberId).execute();
       await appendAudit(tx, { ...by, action: 'team.member_removed', teamId: team.id, target: memberId, before: { role: current.role }, after: null });
     });
+  }
+
+  /**
+   * Renames a team made for several people (a person's own account takes its person's name: 409). A name
+   * OIDC_TEAM_MAP gives is the provider's: renaming that team would have the next sign-in make a new one of the
+   * mapped name, so it is refused (409) with the map to change instead. Another live team of the name in any letter
+   * case: 409 `team_exists`. Appended to the audit log as `team.updated` once the name is in force.
+   */
+  async rename(team: Account, name: string, mappedNames: readonly string[], by: AuditBy): Promise<Account> {
+    if (team.kind !== 'team') throw new GatewayError(409, "A person's own account takes its person's name; only a team made for several people is renamed.", { code: 'own_account', param: 'name' });
+    const mapped = mappedNames.find((mappedName) => mappedName.toLowerCase() === team.name.toLowerCase());
+    if (mapped !== undefined && mapped.toLowerCase() !== name.trim().toLowerCase()) {
+      throw new GatewayError(409, `OIDC_TEAM_MAP names this team '${mapped}': the sign-in provider's groups find it by that name. Change the map (and restart) to rename it.`, {
+        code: 'team_name_mapped',
+        param: 'name',
+      });
+    }
+    const renamed = await this.accounts.update(team.id, { name });
+    if (!renamed) throw teamNotFound(team.id);
+    if (renamed.name !== team.name) await recordChange(this.record, { ...by, action: 'team.updated', teamId: team.id, target: team.id, before: { name: team.name }, after: { name: renamed.name } });
+    return renamed;
   }
 
   private async lockTeam(tx: RecordDb, teamId: string): Promise<void> {

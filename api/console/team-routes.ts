@@ -1,10 +1,12 @@
 import type Router from '@koa/router';
 import type { Account } from '../../shared/accounts.js';
 import { GatewayError } from '../../shared/errors.js';
+import { microsToUsd } from '../accounts/account-store.js';
 import type { TeamDetail, TeamList, TeamMemberView, TeamView } from '../../shared/console-api.js';
 import { readJsonObject } from '../http/request-body.js';
 import { bodyLimit } from '../accounts/admin-api.js';
-import { addMemberSchema, createTeamSchema, parseStrict, patchMemberSchema } from '../accounts/account-requests.js';
+import { addMemberSchema, createTeamSchema, parseStrict, patchMemberSchema, patchTeamSchema } from '../accounts/account-requests.js';
+import { mappedTeamNames } from '../accounts/oidc-people.js';
 import { may, type TeamRole } from '../accounts/team-roles.js';
 import { TeamStore, type TeamMember } from '../accounts/team-store.js';
 import { recordChange } from '../accounts/audit-trail.js';
@@ -14,7 +16,7 @@ import { requireSession, requireTeam, type ConsoleDeps, type TeamNeed } from './
 /*
  * The console's teams, at /console/api/teams: the signed-in person's teams with their role in each (the team
  * switcher), a team's members, and for its owners (and admins, who own every team) adding, changing and removing
- * them. Everybody in a team may read who is in it: a viewer or a member sees the list, not a way to change it.
+ * them, and renaming a team. Everybody in a team may read who is in it: a viewer or a member sees the list, not a way to change it.
  * Admins make teams. A team the person is not in is a 404, as an unknown one.
  */
 
@@ -22,7 +24,7 @@ const reader: TeamNeed = { allows: may.readUsage, roles: 'any role' };
 const manager: TeamNeed = { allows: may.manageTeam, roles: 'the owner role' };
 
 export function teamView(team: Account, role: TeamRole): TeamView {
-  return { id: team.id, object: 'team', kind: team.kind, name: team.name, email: team.email, role };
+  return { id: team.id, object: 'team', kind: team.kind, name: team.name, email: team.email, role, balance_usd: team.balanceMicros === undefined ? null : microsToUsd(team.balanceMicros) };
 }
 
 export function memberView(member: TeamMember): TeamMemberView {
@@ -42,7 +44,7 @@ export function addTeamConsoleRoutes(router: Router, deps: ConsoleDeps): void {
     ctx.body = {
       object: 'list',
       data: mine.map((m) => teamView(m.team, m.role)),
-      all_teams: all ? all.map(({ team, members }) => ({ id: team.id, name: team.name, members, created: team.created })) : null,
+      all_teams: all ? all.map(({ team, members }) => ({ id: team.id, name: team.name, members, created: team.created, balance_usd: teamView(team, 'owner').balance_usd })) : null,
     } satisfies TeamList;
   });
 
@@ -65,6 +67,13 @@ export function addTeamConsoleRoutes(router: Router, deps: ConsoleDeps): void {
   router.get('/api/teams/:id', async (ctx) => {
     const { team, role } = await requireTeam(ctx, deps, reader, String(ctx.params.id));
     ctx.body = { ...teamView(team, role), members: (await teams.members(team)).map(memberView) } satisfies TeamDetail;
+  });
+
+  router.patch('/api/teams/:id', async (ctx) => {
+    const { team, account, role } = await requireTeam(ctx, deps, manager, String(ctx.params.id));
+    const body = parseStrict(patchTeamSchema, await readJsonObject(ctx.req, bodyLimit));
+    const renamed = await teams.rename(team, body.name, mappedTeamNames(deps.config.console.oidc), auditSource(ctx, account));
+    ctx.body = { ...teamView(renamed, role), members: (await teams.members(renamed)).map(memberView) } satisfies TeamDetail;
   });
 
   router.post('/api/teams/:id/members', async (ctx) => {

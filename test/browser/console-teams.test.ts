@@ -15,7 +15,7 @@ import { freshRedis, startGateway, type GatewayProcess } from '../support/gatewa
  * Teams in the console, in a real headless Chromium against a real gateway: an admin makes a team on the Team page
  * with its first owner; the owner switches to it and adds a member and a viewer there; the member switches to it with
  * the switcher and makes a key, which the Keys page says they made; the viewer switches and is offered no key, batch
- * or Playground, the Playground's address leading to Usage, and the Team page without a way to change anyone. At
+ * or Playground, the Playground's address leading to Usage, and the Team page without a way to change anyone. The owner renames the team. At
  * 1280×800 and 390×844 every table stays within its box and no page is wider than the window. Screenshots land in
  * test-artifacts/console/teams/.
  */
@@ -148,6 +148,8 @@ describe('teams in the console (Team page, switcher, roles) in a real browser', 
       await page.getByRole('heading', { name: `Your keys in ${teamName}` }).waitFor();
       await tablesLoaded(page, 'keys');
       if (label === 'desktop') {
+        // The sidebar's balance is the team's, which has had no credit, not the member's own.
+        assert.equal((await page.locator('.sidebar .account-balance').innerText()).trim(), 'Team balance: $0.00');
         await page.getByRole('button', { name: 'New key' }).click();
         await page.getByLabel('Name').fill('research notebook');
         await page.getByRole('button', { name: 'Create key' }).click();
@@ -209,5 +211,37 @@ describe('teams in the console (Team page, switcher, roles) in a real browser', 
       assert.ok(after.includes('Keys') && after.includes('Playground'), `${label}: own account's pages: ${after.join(', ')}`);
       await closeClean(context, `viewer ${label}`);
     }
+  });
+
+  it('the owner renames the team on a phone: the heading and the switcher follow; a name another team has is refused in words', async () => {
+    const taken = await adminApi('POST', '/admin/teams', { name: 'Platform' });
+    assert.equal(taken.status, 201, await taken.text());
+    const context = await openContext(browser, gateway.url, phone);
+    const page = await context.newPage();
+    await signIn(page, ownerEmail, password);
+    await switchTo(page, 'Owner');
+    await page.goto('/console/team');
+    await tablesLoaded(page, 'team');
+    // The owner's own account is not renamed here: the button is the team's only.
+    await page.getByRole('button', { name: 'Rename team' }).click();
+    const dialog = page.getByRole('dialog', { name: 'Rename team' });
+    assert.equal(await dialog.getByLabel('Team name').inputValue(), teamName);
+    await dialog.getByLabel('Team name').fill('platform');
+    await dialog.getByRole('button', { name: 'Rename' }).click();
+    await dialog.getByRole('alert').filter({ hasText: "A team named 'platform' already exists." }).waitFor();
+    await assertFits(page, 'rename dialog, owner, phone');
+    await shoot(page, 'owner-rename-phone');
+    await dialog.getByLabel('Team name').fill('Research & evaluation (EU)');
+    await dialog.getByRole('button', { name: 'Rename' }).click();
+    await page.getByRole('heading', { name: 'Members of Research & evaluation (EU)' }).waitFor();
+    await page.getByRole('status').filter({ hasText: 'The team is now called “Research & evaluation (EU)”.' }).waitFor();
+    await switcher(page).locator('option', { hasText: 'Research & evaluation (EU) · Owner' }).waitFor({ state: 'attached' });
+    assert.equal(await page.getByRole('dialog').count(), 0, 'the dialog closed');
+    // Back in their own account: nothing to rename there.
+    await switcher(page).selectOption({ label: 'Personal · Owner' });
+    await page.goto('/console/team');
+    await tablesLoaded(page, 'team');
+    assert.equal(await page.getByRole('button', { name: 'Rename team' }).count(), 0, 'a person’s own account is not renamed');
+    await closeClean(context, 'owner rename');
   });
 });

@@ -134,6 +134,28 @@ describe('console sign-in through an OpenID Connect provider', () => {
     assert.deepEqual(await teamsOf(account!.id), { Engineering: { role: 'member', source: 'oidc' }, Finance: { role: 'viewer', source: 'oidc' } });
   });
 
+  it('keeps the name of a team OIDC_TEAM_MAP gives: renaming it is refused by the admin API and the console, with the map to change', async () => {
+    const engineering = await record.selectFrom('accounts').select(['id', 'name']).where('kind', '=', 'team').where('name', '=', 'Engineering').executeTakeFirstOrThrow();
+    const refused = await adminApi('PATCH', `/teams/${engineering.id}`, { name: 'Platform' });
+    assert.equal(refused.status, 409, JSON.stringify(refused.json));
+    const error = refused.json.error as { code: string; message: string };
+    assert.equal(error.code, 'team_name_mapped');
+    assert.match(error.message, /OIDC_TEAM_MAP/);
+    const { client } = await signInAs('alice');
+    // The console reads its session (and with it the CSRF token) once back from the provider.
+    assert.equal((await sessionOf(client))?.email, 'alice@oidc.test');
+    // Alice is a member of it, not its owner: the console refuses her before the map does.
+    const asMember = await client.request<{ error: { code: string } }>('PATCH', `/console/api/teams/${engineering.id}`, { name: 'Platform' }, { headers: { 'x-team': engineering.id } });
+    assert.equal(asMember.status, 403, JSON.stringify(asMember.json));
+    assert.equal(asMember.json.error.code, 'permission_denied');
+    // The same name in another letter case is the same team to the map: allowed, and recorded.
+    const recased = await adminApi('PATCH', `/teams/${engineering.id}`, { name: 'ENGINEERING' });
+    assert.equal(recased.status, 200, JSON.stringify(recased.json));
+    assert.equal(recased.json.name, 'ENGINEERING');
+    assert.equal((await adminApi('PATCH', `/teams/${engineering.id}`, { name: 'Engineering' })).status, 200);
+    assert.equal((await record.selectFrom('accounts').select('name').where('id', '=', engineering.id).executeTakeFirstOrThrow()).name, 'Engineering');
+  });
+
   it('follows the groups at every sign-in: a group added adds its team, one removed removes its membership, others’ rows stay', async () => {
     const first = await signInAs('alice');
     const alice = (await sessionOf(first.client))!;

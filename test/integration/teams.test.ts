@@ -78,12 +78,15 @@ describe('teams', () => {
   });
 
   it('lists a person\'s teams with their role, their own account first', async () => {
-    const mine = await ana.console.request<{ data: Array<{ id: string; kind: string; role: string }>; all_teams: unknown }>('GET', '/console/api/teams');
+    const mine = await ana.console.request<{ data: Array<{ id: string; kind: string; role: string; balance_usd: number | null }>; all_teams: unknown }>('GET', '/console/api/teams');
     assert.equal(mine.status, 200);
     assert.deepEqual(mine.json.data.map((t) => [t.id, t.kind, t.role]), [[ana.id, 'person', 'owner'], [team.id, 'team', 'member']]);
+    // Each with what it has left to spend (the console's sidebar shows the current team's): the team's $5 credit.
+    assert.equal(mine.json.data[1]!.balance_usd, 5);
     assert.equal(mine.json.all_teams, null);
-    const every = await admin.request<{ all_teams: Array<{ id: string; members: number }> }>('GET', '/console/api/teams');
+    const every = await admin.request<{ all_teams: Array<{ id: string; members: number; balance_usd: number | null }> }>('GET', '/console/api/teams');
     assert.deepEqual(every.json.all_teams.find((t) => t.id === team.id)?.members, 4);
+    assert.equal(every.json.all_teams.find((t) => t.id === team.id)?.balance_usd, 5);
   });
 
   it('has two members spend the team\'s balance through keys they made, each key showing who made it', async () => {
@@ -227,6 +230,45 @@ describe('teams', () => {
     // Teams need no email: many are made, none signs in or is found by an empty email.
     for (const name of ['Alpha', 'Beta']) assert.equal((await admin.request('POST', '/console/api/teams', { name })).status, 201);
     expectError(await client().signIn('', 'anything-at-all'), 401, 'invalid_credentials');
+  });
+
+  it('lets an owner rename a team, refuses a name another team has (at once too) and everyone else, and records it', async () => {
+    const owners = inTeam(owner.console, team.id);
+    const renamed = await owners.request<Team>('PATCH', `/console/api/teams/${team.id}`, { name: '  Research Lab ' });
+    assert.equal(renamed.status, 200, JSON.stringify(renamed.json));
+    assert.equal(renamed.json.name, 'Research Lab');
+    assert.equal(renamed.json.role, 'owner');
+    assert.equal(renamed.json.members.length, 4);
+    // Everyone in it reads the new name at their next request.
+    const anaTeams = await ana.console.request<{ data: Team[] }>('GET', '/console/api/teams');
+    assert.equal(anaTeams.json.data.find((t) => t.id === team.id)?.name, 'Research Lab');
+    // Who may not: a member, a viewer, someone outside it.
+    expectError(await inTeam(ana.console, team.id).request('PATCH', `/console/api/teams/${team.id}`, { name: 'Mine now' }), 403, 'permission_denied');
+    expectError(await inTeam(vic.console, team.id).request('PATCH', `/console/api/teams/${team.id}`, { name: 'Mine now' }), 403, 'permission_denied');
+    expectError(await outsider.console.request('PATCH', `/console/api/teams/${team.id}`, { name: 'Mine now' }), 404, 'team_not_found');
+    // A person's own account takes its person's name.
+    expectError(await ana.console.request('PATCH', `/console/api/teams/${ana.id}`, { name: 'Ana Inc' }), 409, 'own_account');
+    // Bodies: strict, one line, not empty.
+    expectError(await owners.request('PATCH', `/console/api/teams/${team.id}`, { name: 'X', kind: 'person' }), 400, 'unknown_parameter');
+    expectError(await owners.request('PATCH', `/console/api/teams/${team.id}`, { name: '   ' }), 400, 'invalid_value');
+    expectError(await owners.request('PATCH', `/console/api/teams/${team.id}`, { name: 'two\nlines' }), 400, 'invalid_value');
+    expectError(await owners.request('PATCH', `/console/api/teams/${team.id}`, {}), 400, 'missing_required_parameter');
+    // Two teams renamed to one name at once: one gets it, the other is told it is taken; a third name in another case too.
+    const [one, two] = await Promise.all(
+      ['Gamma', 'Delta'].map(async (name) => (await admin.request<Team>('POST', '/console/api/teams', { name })).json),
+    );
+    const raced = await Promise.all([one!, two!].map((t) => admin.request<Team>('PATCH', `/console/api/teams/${t.id}`, { name: 'Epsilon' }, { headers: { 'x-team': t.id } })));
+    assert.deepEqual(raced.map((res) => res.status).sort(), [200, 409], JSON.stringify(raced.map((res) => res.json)));
+    expectError(raced.find((res) => res.status === 409)!, 409, 'team_exists');
+    expectError(await owners.request('PATCH', `/console/api/teams/${team.id}`, { name: 'EPSILON' }), 409, 'team_exists');
+    // The admin API's account PATCH holds a team's name to the same rule.
+    const viaAccounts = await fetch(`${gateway.url}/admin/accounts/${team.id}`, { method: 'PATCH', headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' }, body: JSON.stringify({ name: 'epsilon' }) });
+    assert.equal(viaAccounts.status, 409);
+    // Each rename that took is one audit row: who, the name before and after.
+    const audit = await owners.request<{ data: Array<{ action: string; actor: string; target: string; before: unknown; after: unknown }> }>('GET', `/console/api/audit?action=team.updated`);
+    assert.equal(audit.status, 200, JSON.stringify(audit.json));
+    const rows = audit.json.data.filter((row) => row.target === team.id);
+    assert.deepEqual(rows.map((row) => [row.actor, row.before, row.after]), [[owner.id, { name: 'Research' }, { name: 'Research Lab' }]]);
   });
 
   it('lets the admin API make teams and put members in and out', async () => {

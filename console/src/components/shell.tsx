@@ -226,9 +226,16 @@ export function Shell({ path, children }: { path: string; children: ComponentChi
               <span class="account-email" title={account.email}>
                 {account.email}
               </span>
-              <span class="account-balance">
-                Balance: <strong>{balance(account.balance_usd)}</strong>
-              </span>
+              {/* The money the console works with: the current team's, when it is not the person's own account. */}
+              {team && team.id !== account.id ? (
+                <span class="account-balance" title={`What ${team.name} has left to spend`}>
+                  Team balance: <strong>{balance(team.balance_usd)}</strong>
+                </span>
+              ) : (
+                <span class="account-balance">
+                  Balance: <strong>{balance(account.balance_usd)}</strong>
+                </span>
+              )}
             </div>
             <button
               type="button"

@@ -3,14 +3,14 @@ import { useState } from 'preact/hooks';
 import { api, messageOf } from '../api';
 import { useAccount, useApp, useTeam } from '../app-context';
 import { type Column, DataTable } from '../components/data-table';
-import { Dialog, ErrorMessage, PageHeader, Spinner, StatusMessage, useApi, useTitle } from '../components/ui';
+import { Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, useApi, useTitle } from '../components/ui';
 import { count, dateTime } from '../format';
 import { mayManageTeam, roleNames, teamName } from '../teams';
 import type { TeamDetail, TeamList, TeamMember, TeamRole } from '../types';
 
 /*
  * The Team page: who is in the current team and as what. Everybody in a team reads the list; its owners (and admins,
- * who own every team) add people by email, change their roles and remove them. An admin also sees every team of the
+ * who own every team) add people by email, change their roles and remove them, and rename a team made for several people. An admin also sees every team of the
  * gateway with its number of members, and makes new ones. The server decides and refuses (a last owner stays, with
  * its reason said as it says it); the page only offers what the person's role may do.
  */
@@ -152,6 +152,43 @@ function NewTeamForm({ onCreated }: { onCreated: (team: TeamDetail) => void }) {
   );
 }
 
+/** Renames a team made for several people (its owners' and admins'); the server refuses a name taken or one the sign-in provider's map gives. */
+function RenameTeamDialog({ teamId, current, onClose, onRenamed }: { teamId: string; current: string; onClose: () => void; onRenamed: (team: TeamDetail) => void }) {
+  const [name, setName] = useState(current);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [busy, setBusy] = useState(false);
+
+  const submit = async (event: TargetedSubmitEvent<HTMLFormElement>) => {
+    event.preventDefault();
+    if (busy) return;
+    if (!name.trim()) {
+      setError('Enter the team’s new name.');
+      return;
+    }
+    setError(undefined);
+    setBusy(true);
+    try {
+      onRenamed(await api<TeamDetail>('PATCH', `/teams/${encodeURIComponent(teamId)}`, { name: name.trim() }));
+    } catch (caught) {
+      setError(messageOf(caught));
+      setBusy(false);
+    }
+  };
+
+  return (
+    <Dialog title="Rename team" onClose={onClose}>
+      <form onSubmit={submit} noValidate>
+        <div class="field">
+          <label for="team-rename">Team name</label>
+          <input id="team-rename" type="text" required value={name} onInput={(e) => setName(e.currentTarget.value)} autoComplete="off" />
+        </div>
+        <ErrorMessage message={error} />
+        <DialogFormActions onCancel={onClose} busy={busy} submit="Rename" />
+      </form>
+    </Dialog>
+  );
+}
+
 type TeamRow = NonNullable<TeamList['all_teams']>[number];
 
 /** Every team of the gateway with its number of members (an admin's), and a way to work in one. */
@@ -203,6 +240,7 @@ export function TeamPage() {
   const [error, setError] = useState<string | undefined>(undefined);
   const [busyId, setBusyId] = useState<string | undefined>(undefined);
   const [removing, setRemoving] = useState<TeamMember | undefined>(undefined);
+  const [renaming, setRenaming] = useState(false);
   const manage = mayManageTeam(team.role);
   const name = teamName(team, me.id);
   const members = detail.data?.members;
@@ -294,6 +332,14 @@ export function TeamPage() {
     <>
       <PageHeader
         title="Team"
+        actions={
+          manage &&
+          team.kind === 'team' && (
+            <button type="button" class="button button-secondary" onClick={() => setRenaming(true)}>
+              Rename team
+            </button>
+          )
+        }
         description={
           manage
             ? `Who works in ${name} and as what. Owners manage its members; members make keys of their own; viewers read its usage.`
@@ -323,6 +369,19 @@ export function TeamPage() {
         <AllTeams
           onCreated={(created) => {
             setStatus(`Team “${created.name}” made${created.members.length ? ` with ${created.members.map(memberLabel).join(', ')} as owner` : ''}.`);
+            refreshTeams();
+          }}
+        />
+      )}
+      {renaming && (
+        <RenameTeamDialog
+          teamId={team.id}
+          current={name}
+          onClose={() => setRenaming(false)}
+          onRenamed={(renamed) => {
+            setRenaming(false);
+            detail.setData(() => renamed);
+            setStatus(`The team is now called “${renamed.name}”.`);
             refreshTeams();
           }}
         />
