@@ -430,8 +430,9 @@ describe('the Responses API against strict vendor fakes', () => {
     const { data: queued, response: created } = await client.responses.create({ model: 'mock-chat', input: longPrompt.replace('slow:60', 'slow:200'), background: true }).withResponse();
     // Its money and its record are the creating request's (x-request-id); the response's id is the answer's.
     const requestId = created.headers.get('x-request-id')!;
-    await waitFor(async () => (await client.responses.retrieve(queued.id)).status === 'in_progress', 5000, 'the response to start');
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    // Followed until its first words are out (a wait of a fixed time would race a busy machine's first token).
+    const events = await client.responses.retrieve(queued.id, { stream: true });
+    for await (const event of events) if (event.type === 'response.output_text.delta') break;
     const asked = Date.now();
     const cancelled = await client.responses.cancel(queued.id);
     assert.equal(cancelled.status, 'cancelled');
