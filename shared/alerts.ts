@@ -88,7 +88,7 @@ export function microsToUsdText(micros: number): string {
 }
 
 /** The webhook's body (docs/budgets.md#alerts): snake_case, amounts as exact decimal strings of USD, times ISO 8601. */
-export function alertBody(alert: Alert, teamName: string): Record<string, unknown> {
+export function alertBody(alert: Alert, teamName: string, scopeName: string): Record<string, unknown> {
   const iso = (seconds: number | null) => (seconds === null ? null : new Date(seconds * 1000).toISOString());
   return {
     id: alert.id,
@@ -97,6 +97,7 @@ export function alertBody(alert: Alert, teamName: string): Record<string, unknow
     team_name: teamName,
     kind: alert.kind,
     scope_id: alert.scopeId,
+    scope_name: scopeName,
     period: alert.period,
     period_start: iso(alert.periodStart),
     period_end: iso(alert.periodEnd),

@@ -443,6 +443,8 @@ export interface AlertView {
   team_name: string;
   kind: 'team' | 'key' | 'member' | 'key_lifetime';
   scope_id: string;
+  /** What the budget belongs to by name: the key's name, the member's email; '' for the team's own budget. */
+  scope_name: string;
   period: 'day' | 'week' | 'month' | null;
   period_start: number | null;
   period_end: number | null;

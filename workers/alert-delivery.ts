@@ -77,6 +77,7 @@ export function deliverAlert(deps: AlertDeliveryDeps) {
           createdMs: alert.created,
         },
         alert.team_name,
+        alert.scope_name,
       ),
     );
     const { status, error } = await post(config.webhookUrl, config.webhookSecret, body, config.timeoutMs);

@@ -108,6 +108,7 @@ export function alertView(alert: ListedAlert): AlertView {
     team_name: alert.team_name,
     kind: alert.kind,
     scope_id: alert.scope_id,
+    scope_name: alert.scope_name,
     period: alert.period,
     period_start: alert.period_start,
     period_end: alert.period_end,

@@ -10,8 +10,21 @@ import type { AlertsTable, RecordDb } from './database.js';
 
 export type AlertRow = Selectable<AlertsTable>;
 
-/** An alert as the admin API and the console show it: the row, and its team's name. */
-export type ListedAlert = AlertRow & { team_name: string };
+/**
+ * An alert as the admin API, the console and the webhook show it: the row, its team's name, and what its budget
+ * belongs to by name (a key's name, a member's email; '' for the team's own budget), each as it is now.
+ */
+export type ListedAlert = AlertRow & { team_name: string; scope_name: string };
+
+/** The alerts with the names they are shown with (`ListedAlert`). */
+const namedAlerts = (record: RecordDb) =>
+  record
+    .selectFrom('alerts')
+    .leftJoin('accounts', 'accounts.id', 'alerts.team_id')
+    .leftJoin('api_keys', (join) => join.onRef('api_keys.id', '=', 'alerts.scope_id').on('alerts.kind', 'in', ['key', 'key_lifetime']))
+    .leftJoin('accounts as member', (join) => join.onRef('member.id', '=', 'alerts.scope_id').on('alerts.kind', '=', 'member'))
+    .selectAll('alerts')
+    .select((eb) => [eb.fn.coalesce('accounts.name', eb.val('')).as('team_name'), eb.fn.coalesce('api_keys.name', 'member.email', eb.val('')).as('scope_name')]);
 
 /**
  * Inserts the alerts not written before (by id), each in `state` (`pending` when a webhook will be tried,
@@ -53,15 +66,9 @@ export async function writeAlerts(record: RecordDb, alerts: readonly Alert[], st
   return pending.map((row) => row.id);
 }
 
-/** One alert with its team's name (the name as it is now: a team renamed since is sent by its new name). */
+/** One alert with its names (as they are now: a team renamed since is sent by its new name). */
 export async function readAlert(record: RecordDb, id: string): Promise<ListedAlert | undefined> {
-  return record
-    .selectFrom('alerts')
-    .leftJoin('accounts', 'accounts.id', 'alerts.team_id')
-    .selectAll('alerts')
-    .select((eb) => eb.fn.coalesce('accounts.name', eb.val('')).as('team_name'))
-    .where('alerts.id', '=', id)
-    .executeTakeFirst();
+  return namedAlerts(record).where('alerts.id', '=', id).executeTakeFirst();
 }
 
 /** What one delivery attempt came to. */
@@ -105,11 +112,7 @@ export interface ListAlertsOptions {
  * `GET /admin/alerts`. Pages by the last id seen (`before`); an id that names no alert gives an empty page.
  */
 export async function listAlerts(record: RecordDb, options: ListAlertsOptions): Promise<ListedAlert[]> {
-  let query = record
-    .selectFrom('alerts')
-    .leftJoin('accounts', 'accounts.id', 'alerts.team_id')
-    .selectAll('alerts')
-    .select((eb) => eb.fn.coalesce('accounts.name', eb.val('')).as('team_name'));
+  let query = namedAlerts(record);
   if (options.teamId !== undefined) query = query.where('alerts.team_id', '=', options.teamId);
   if (options.before !== undefined) {
     const before = options.before;

@@ -106,6 +106,7 @@ describe('budget alerts', () => {
       assert.equal(alert.attempts, 1);
       assert.equal(alert.kind, 'team');
       assert.equal(alert.scope_id, t.id);
+      assert.equal(alert.scope_name, '', 'the team’s own budget needs no other name');
       assert.equal(alert.period, 'month');
       assert.equal(alert.limit_usd, ((10 * cost) / 1_000_000).toFixed(6));
     }
@@ -118,6 +119,7 @@ describe('budget alerts', () => {
       assert.ok(!verifies(header, delivery.raw, 'another-secret-0123456789'));
       assert.ok(!verifies(header, delivery.raw.replace('"threshold_percent":', '"threshold_percent": '), secret), 'a changed body fails');
       assert.equal(delivery.body.team_name, `Team ${seq}`);
+      assert.equal(delivery.body.scope_name, '');
       assert.equal(delivery.body.type, 'budget.threshold_crossed');
       assert.match(String(delivery.body.period_start), /^\d{4}-\d{2}-01T00:00:00\.000Z$/);
     }
@@ -136,6 +138,9 @@ describe('budget alerts', () => {
     const [alert] = await alertsOf(t.id);
     assert.equal(alert!.kind, 'key_lifetime');
     assert.equal(alert!.scope_id, t.keyId);
+    // Named as people read it, in the console and in the body sent.
+    assert.match(alert!.scope_name, /^key-\d+$/);
+    assert.equal(deliveriesOf(t.id).at(-1)!.body.scope_name, alert!.scope_name);
     assert.equal(alert!.period, null);
     assert.equal(alert!.threshold_percent, 50);
     assert.equal(alert!.attempts, 3);
