@@ -9,6 +9,37 @@ export function useTitle(page: string): void {
   }, [page]);
 }
 
+/** A form's sending: `busy` while its request runs, and what went wrong, said as the server said it. */
+export interface Sending {
+  busy: boolean;
+  error: string | undefined;
+  /** Says what is wrong before anything is sent (a field left empty), or clears it. */
+  setError: (message: string | undefined) => void;
+  /** Runs `send` unless a send is running: the error cleared first, any failure kept as the error. */
+  send: (send: () => Promise<void>) => Promise<void>;
+}
+
+export function useSending(): Sending {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const running = useRef(false);
+  const send = useCallback(async (work: () => Promise<void>) => {
+    if (running.current) return;
+    running.current = true;
+    setError(undefined);
+    setBusy(true);
+    try {
+      await work();
+    } catch (caught) {
+      setError(messageOf(caught));
+    } finally {
+      running.current = false;
+      setBusy(false);
+    }
+  }, []);
+  return { busy, error, setError, send };
+}
+
 export interface Loaded<T> {
   data: T | undefined;
   error: string | undefined;

@@ -3,7 +3,7 @@ import { useState } from 'preact/hooks';
 import { api, listOf, messageOf } from '../api';
 import { useApp } from '../app-context';
 import { type Column, DataTable } from '../components/data-table';
-import { Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, useApi, useTitle } from '../components/ui';
+import { Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, useApi, useSending, useTitle } from '../components/ui';
 import { balance, dateTime, money } from '../format';
 import { defaultAccountId, serviceTiers, type Account, type AccountList, type Role, type ServiceTier } from '../types';
 
@@ -15,23 +15,13 @@ function CreateAccountForm({ onCreated }: { onCreated: (account: Account) => voi
   const [password, setPassword] = useState('');
   const [name, setName] = useState('');
   const [role, setRole] = useState<Role>('member');
-  const [error, setError] = useState<string | undefined>(undefined);
-  const [busy, setBusy] = useState(false);
+  const { busy, error, setError, send } = useSending();
 
-  const submit = async (event: TargetedSubmitEvent<HTMLFormElement>) => {
+  const submit = (event: TargetedSubmitEvent<HTMLFormElement>) => {
     event.preventDefault();
-    if (busy) return;
-    if (!email.trim()) {
-      setError('Enter the email address of the new account.');
-      return;
-    }
-    if (password && password.length < 8) {
-      setError('The password must have at least 8 characters (or leave it empty).');
-      return;
-    }
-    setError(undefined);
-    setBusy(true);
-    try {
+    if (!email.trim()) return setError('Enter the email address of the new account.');
+    if (password && password.length < 8) return setError('The password must have at least 8 characters (or leave it empty).');
+    void send(async () => {
       const body: Record<string, unknown> = { email: email.trim(), role };
       if (password) body.password = password;
       if (name.trim()) body.name = name.trim();
@@ -41,11 +31,7 @@ function CreateAccountForm({ onCreated }: { onCreated: (account: Account) => voi
       setName('');
       setRole('member');
       onCreated(account);
-    } catch (caught) {
-      setError(messageOf(caught));
-    } finally {
-      setBusy(false);
-    }
+    });
   };
 
   return (
@@ -101,28 +87,18 @@ function CreateAccountForm({ onCreated }: { onCreated: (account: Account) => voi
 function CreditDialog({ account, onClose, onCredited }: { account: Account; onClose: () => void; onCredited: (balanceUsd: number) => void }) {
   const [amount, setAmount] = useState('');
   const [note, setNote] = useState('');
-  const [error, setError] = useState<string | undefined>(undefined);
-  const [busy, setBusy] = useState(false);
-  const submit = async (event: TargetedSubmitEvent<HTMLFormElement>) => {
+  const { busy, error, setError, send } = useSending();
+  const submit = (event: TargetedSubmitEvent<HTMLFormElement>) => {
     event.preventDefault();
-    if (busy) return;
     const value = Number(amount);
-    if (amount.trim() === '' || !Number.isFinite(value) || value === 0) {
-      setError('Enter an amount in USD (negative to correct a balance).');
-      return;
-    }
-    setError(undefined);
-    setBusy(true);
-    try {
+    if (amount.trim() === '' || !Number.isFinite(value) || value === 0) return setError('Enter an amount in USD (negative to correct a balance).');
+    void send(async () => {
       const answer = await api<{ account_id: string; balance_usd: number }>('POST', `/admin/accounts/${encodeURIComponent(account.id)}/credits`, {
         amount_usd: value,
         ...(note.trim() ? { note: note.trim() } : {}),
       });
       onCredited(answer.balance_usd);
-    } catch (caught) {
-      setError(messageOf(caught));
-      setBusy(false);
-    }
+    });
   };
   return (
     <Dialog title={`Add credit to ${accountLabel(account)}`} onClose={onClose}>
@@ -152,24 +128,12 @@ function CreditDialog({ account, onClose, onCredited }: { account: Account; onCl
  * wrong with it; the saved account goes to `onSaved`, a refusal to the dialog's error.
  */
 function useAccountChange(account: Account, onSaved: (updated: Account) => void, change: () => Record<string, unknown> | string) {
-  const [error, setError] = useState<string | undefined>(undefined);
-  const [busy, setBusy] = useState(false);
-  const submit = async (event: TargetedSubmitEvent<HTMLFormElement>) => {
+  const { busy, error, setError, send } = useSending();
+  const submit = (event: TargetedSubmitEvent<HTMLFormElement>) => {
     event.preventDefault();
-    if (busy) return;
     const fields = change();
-    if (typeof fields === 'string') {
-      setError(fields);
-      return;
-    }
-    setError(undefined);
-    setBusy(true);
-    try {
-      onSaved(await api<Account>('PATCH', `/admin/accounts/${encodeURIComponent(account.id)}`, fields));
-    } catch (caught) {
-      setError(messageOf(caught));
-      setBusy(false);
-    }
+    if (typeof fields === 'string') return setError(fields);
+    void send(async () => onSaved(await api<Account>('PATCH', `/admin/accounts/${encodeURIComponent(account.id)}`, fields)));
   };
   return { error, busy, submit };
 }

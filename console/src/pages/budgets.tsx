@@ -1,9 +1,9 @@
 import type { TargetedSubmitEvent } from 'preact';
 import { useState } from 'preact/hooks';
-import { api, messageOf } from '../api';
+import { api } from '../api';
 import { useAccount, useTeam } from '../app-context';
 import { type Column, DataTable } from '../components/data-table';
-import { Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, useApi, useTitle } from '../components/ui';
+import { Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, useApi, useSending, useTitle } from '../components/ui';
 import { count, dateTime, money } from '../format';
 import { mayManageTeam, teamName } from '../teams';
 import type { AlertList, AlertView, BudgetPeriod, MemberCapView, TeamBudgetView } from '../types';
@@ -77,26 +77,17 @@ function parseAmount(text: string): number | string {
 function TeamBudgetForm({ budget, onSaved }: { budget: TeamBudgetView; onSaved: (view: TeamBudgetView, message: string) => void }) {
   const [amount, setAmount] = useState(budget.budget_usd === null ? '' : String(budget.budget_usd));
   const [period, setPeriod] = useState<BudgetPeriod>(budget.budget_period ?? 'month');
-  const [error, setError] = useState<string | undefined>(undefined);
-  const [busy, setBusy] = useState(false);
+  const { busy, error, setError, send } = useSending();
 
-  const save = async (body: { budget_usd: number | null; budget_period?: BudgetPeriod }) => {
-    setError(undefined);
-    setBusy(true);
-    try {
+  const save = (body: { budget_usd: number | null; budget_period?: BudgetPeriod }) =>
+    send(async () => {
       const view = await api<TeamBudgetView>('PUT', `/teams/${encodeURIComponent(budget.team_id)}/budget`, body);
       onSaved(view, body.budget_usd === null ? 'The team’s budget was cleared.' : `The team’s budget is ${money(body.budget_usd)} ${perPeriod[period]}.`);
       if (body.budget_usd === null) setAmount('');
-    } catch (caught) {
-      setError(messageOf(caught));
-    } finally {
-      setBusy(false);
-    }
-  };
+    });
 
   const submit = (event: TargetedSubmitEvent<HTMLFormElement>) => {
     event.preventDefault();
-    if (busy) return;
     const value = parseAmount(amount);
     if (typeof value === 'string') {
       setError(value);
@@ -162,23 +153,13 @@ function TeamBudgetCard({ budget, name, manage, onSaved }: { budget: TeamBudgetV
 function CapDialog({ teamId, member, onClose, onSaved }: { teamId: string; member: MemberCapView; onClose: () => void; onSaved: (member: MemberCapView) => void }) {
   const [amount, setAmount] = useState(member.cap_usd === null ? '' : String(member.cap_usd));
   const [period, setPeriod] = useState<BudgetPeriod>(member.cap_period ?? 'month');
-  const [error, setError] = useState<string | undefined>(undefined);
-  const [busy, setBusy] = useState(false);
+  const { busy, error, setError, send } = useSending();
 
-  const save = async (body: { cap_usd: number | null; cap_period?: BudgetPeriod }) => {
-    setError(undefined);
-    setBusy(true);
-    try {
-      onSaved(await api<MemberCapView>('PUT', `/teams/${encodeURIComponent(teamId)}/members/${encodeURIComponent(member.id)}/cap`, body));
-    } catch (caught) {
-      setError(messageOf(caught));
-      setBusy(false);
-    }
-  };
+  const save = (body: { cap_usd: number | null; cap_period?: BudgetPeriod }) =>
+    send(async () => onSaved(await api<MemberCapView>('PUT', `/teams/${encodeURIComponent(teamId)}/members/${encodeURIComponent(member.id)}/cap`, body)));
 
   const submit = (event: TargetedSubmitEvent<HTMLFormElement>) => {
     event.preventDefault();
-    if (busy) return;
     const value = parseAmount(amount);
     if (typeof value === 'string') {
       setError(value);
@@ -209,14 +190,10 @@ function CapDialog({ teamId, member, onClose, onSaved }: { teamId: string; membe
 const kindNames: Record<AlertView['kind'], string> = { team: 'Team budget', key: 'Key budget', member: 'Member cap', key_lifetime: 'Key limit' };
 const deliveryNames: Record<AlertView['state'], string> = { pending: 'Sending', delivered: 'Delivered', failed: 'Failed', no_webhook: 'Not sent (no webhook)' };
 
-/** The team's alerts; a member's cap is named by the member's address (`members`, once the budget is read), not their id. */
-function AlertsSection({ teamId, members }: { teamId: string; members: MemberCapView[] | undefined }) {
+/** The team's alerts; a key's budget is named by the key's name, a member's cap by their address (the id when either is gone). */
+function AlertsSection({ teamId }: { teamId: string }) {
   const alerts = useApi<AlertList>(`/teams/${encodeURIComponent(teamId)}/alerts`);
-  const scopeName = (alert: AlertView) => {
-    if (alert.kind === 'team') return '';
-    const member = alert.kind === 'member' ? members?.find((m) => m.id === alert.scope_id) : undefined;
-    return member ? member.email || member.name : alert.scope_id;
-  };
+  const scopeName = (alert: AlertView) => (alert.kind === 'team' ? '' : alert.scope_name || alert.scope_id);
   const columns: Column<AlertView>[] = [
     { id: 'when', label: 'When', lead: true, class: 'nowrap', cell: (alert) => dateTime(alert.created) },
     {
@@ -317,7 +294,7 @@ export function BudgetsPage() {
           <DataTable labelledBy="caps-heading" class="table-compact caps-table" columns={columns} rows={budget.data?.members} rowKey={(member) => member.id} skeletonRows={2} empty="Nobody is in this team yet." />
         </section>
       )}
-      <AlertsSection teamId={team.id} members={budget.data?.members} />
+      <AlertsSection teamId={team.id} />
       {editing && (
         <CapDialog
           teamId={team.id}

@@ -3,7 +3,7 @@ import { useState } from 'preact/hooks';
 import { api, messageOf } from '../api';
 import { useAccount, useApp, useTeam } from '../app-context';
 import { type Column, DataTable } from '../components/data-table';
-import { Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, useApi, useTitle } from '../components/ui';
+import { Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, useApi, useSending, useTitle } from '../components/ui';
 import { count, dateTime } from '../format';
 import { mayManageTeam, roleNames, teamName } from '../teams';
 import type { TeamDetail, TeamList, TeamMember, TeamRole } from '../types';
@@ -38,28 +38,17 @@ function RoleSelect({ id, value, onChange, disabled }: { id: string; value: Team
 function AddMemberForm({ teamId, onAdded }: { teamId: string; onAdded: (member: TeamMember) => void }) {
   const [email, setEmail] = useState('');
   const [role, setRole] = useState<TeamRole>('member');
-  const [error, setError] = useState<string | undefined>(undefined);
-  const [busy, setBusy] = useState(false);
+  const { busy, error, setError, send } = useSending();
 
-  const submit = async (event: TargetedSubmitEvent<HTMLFormElement>) => {
+  const submit = (event: TargetedSubmitEvent<HTMLFormElement>) => {
     event.preventDefault();
-    if (busy) return;
-    if (!email.trim()) {
-      setError('Enter the email address of the person to add.');
-      return;
-    }
-    setError(undefined);
-    setBusy(true);
-    try {
+    if (!email.trim()) return setError('Enter the email address of the person to add.');
+    void send(async () => {
       const member = await api<TeamMember>('POST', `/teams/${encodeURIComponent(teamId)}/members`, { email: email.trim(), role });
       setEmail('');
       setRole('member');
       onAdded(member);
-    } catch (caught) {
-      setError(messageOf(caught));
-    } finally {
-      setBusy(false);
-    }
+    });
   };
 
   return (
@@ -97,28 +86,17 @@ function AddMemberForm({ teamId, onAdded }: { teamId: string; onAdded: (member: 
 function NewTeamForm({ onCreated }: { onCreated: (team: TeamDetail) => void }) {
   const [name, setName] = useState('');
   const [owner, setOwner] = useState('');
-  const [error, setError] = useState<string | undefined>(undefined);
-  const [busy, setBusy] = useState(false);
+  const { busy, error, setError, send } = useSending();
 
-  const submit = async (event: TargetedSubmitEvent<HTMLFormElement>) => {
+  const submit = (event: TargetedSubmitEvent<HTMLFormElement>) => {
     event.preventDefault();
-    if (busy) return;
-    if (!name.trim()) {
-      setError('Enter the name of the new team.');
-      return;
-    }
-    setError(undefined);
-    setBusy(true);
-    try {
+    if (!name.trim()) return setError('Enter the name of the new team.');
+    void send(async () => {
       const team = await api<TeamDetail>('POST', '/teams', { name: name.trim(), ...(owner.trim() ? { owner_email: owner.trim() } : {}) });
       setName('');
       setOwner('');
       onCreated(team);
-    } catch (caught) {
-      setError(messageOf(caught));
-    } finally {
-      setBusy(false);
-    }
+    });
   };
 
   return (
@@ -155,24 +133,12 @@ function NewTeamForm({ onCreated }: { onCreated: (team: TeamDetail) => void }) {
 /** Renames a team made for several people (its owners' and admins'); the server refuses a name taken or one the sign-in provider's map gives. */
 function RenameTeamDialog({ teamId, current, onClose, onRenamed }: { teamId: string; current: string; onClose: () => void; onRenamed: (team: TeamDetail) => void }) {
   const [name, setName] = useState(current);
-  const [error, setError] = useState<string | undefined>(undefined);
-  const [busy, setBusy] = useState(false);
+  const { busy, error, setError, send } = useSending();
 
-  const submit = async (event: TargetedSubmitEvent<HTMLFormElement>) => {
+  const submit = (event: TargetedSubmitEvent<HTMLFormElement>) => {
     event.preventDefault();
-    if (busy) return;
-    if (!name.trim()) {
-      setError('Enter the team’s new name.');
-      return;
-    }
-    setError(undefined);
-    setBusy(true);
-    try {
-      onRenamed(await api<TeamDetail>('PATCH', `/teams/${encodeURIComponent(teamId)}`, { name: name.trim() }));
-    } catch (caught) {
-      setError(messageOf(caught));
-      setBusy(false);
-    }
+    if (!name.trim()) return setError('Enter the team’s new name.');
+    void send(async () => onRenamed(await api<TeamDetail>('PATCH', `/teams/${encodeURIComponent(teamId)}`, { name: name.trim() })));
   };
 
   return (
