@@ -31,7 +31,7 @@ import { accountAuditFields, accountView, alertView, keyAuditFields, keyView, le
 import { listAlerts } from '../../storage/record/alerts.js';
 import { recordChange } from './audit-trail.js';
 import { auditSource, changedFields } from '../../storage/record/audit-log.js';
-import { TeamStore, teamNotFound } from './team-store.js';
+import { refuseMappedRename, TeamStore, teamNotFound } from './team-store.js';
 import { readUsage, usageQuerySchema } from './admin-usage.js';
 import { listRequests } from '../../storage/record/request-log.js';
 import { requestListQuerySchema } from './admin-requests.js';
@@ -123,6 +123,8 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined, map
     const body = parseStrict(patchAccountSchema, await readJsonObject(ctx.req, bodyLimit));
     const budget = budgetChange(body);
     const before = await accounts.get(ctx.params.id!);
+    // A team's name follows the same rule here as through PATCH /admin/teams/{id}.
+    if (body.name !== undefined && before?.kind === 'team') refuseMappedRename(before, body.name, mappedTeams);
     const budgetBefore = budget !== undefined ? await budgetView(ctx.params.id!) : undefined;
     const account = await accounts.update(ctx.params.id!, accountChanges(body));
     if (!account) throw accountNotFound(ctx.params.id!);

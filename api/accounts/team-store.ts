@@ -44,6 +44,16 @@ const ownAccount = () =>
 
 const nowSeconds = () => Math.floor(Date.now() / 1000);
 
+/** 409 `team_name_mapped` for a new name of a team OIDC_TEAM_MAP names (`mappedNames`): the provider's groups find it by that name. */
+export function refuseMappedRename(team: Account, name: string, mappedNames: readonly string[]): void {
+  const mapped = mappedNames.find((mappedName) => mappedName.toLowerCase() === team.name.toLowerCase());
+  if (mapped === undefined || mapped.toLowerCase() === name.trim().toLowerCase()) return;
+  throw new GatewayError(409, `OIDC_TEAM_MAP names this team '${mapped}': the sign-in provider's groups find it by that name. Change the map (and restart) to rename it.`, {
+    code: 'team_name_mapped',
+    param: 'name',
+  });
+}
+
 export class TeamStore {
   constructor(
     private readonly accounts: AccountStore,
@@ -164,13 +174,7 @@ export class TeamStore {
    */
   async rename(team: Account, name: string, mappedNames: readonly string[], by: AuditBy): Promise<Account> {
     if (team.kind !== 'team') throw new GatewayError(409, "A person's own account takes its person's name; only a team made for several people is renamed.", { code: 'own_account', param: 'name' });
-    const mapped = mappedNames.find((mappedName) => mappedName.toLowerCase() === team.name.toLowerCase());
-    if (mapped !== undefined && mapped.toLowerCase() !== name.trim().toLowerCase()) {
-      throw new GatewayError(409, `OIDC_TEAM_MAP names this team '${mapped}': the sign-in provider's groups find it by that name. Change the map (and restart) to rename it.`, {
-        code: 'team_name_mapped',
-        param: 'name',
-      });
-    }
+    refuseMappedRename(team, name, mappedNames);
     const renamed = await this.accounts.update(team.id, { name });
     if (!renamed) throw teamNotFound(team.id);
     if (renamed.name !== team.name) await recordChange(this.record, { ...by, action: 'team.updated', teamId: team.id, target: team.id, before: { name: team.name }, after: { name: renamed.name } });

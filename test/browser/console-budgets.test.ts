@@ -153,6 +153,15 @@ describe('budgets in the console (Budgets page, a key’s budget, alerts) in a r
     await page.getByRole('status').filter({ hasText: 'The team’s budget is' }).waitFor();
     await page.getByRole('button', { name: 'Clear budget' }).waitFor();
     assert.match(await page.locator('.budget-facts').innerText(), /Monthly, from 00:00 UTC/);
+    // Cleared, the form starts empty again; set once more for what follows.
+    await page.getByRole('button', { name: 'Clear budget' }).click();
+    await page.getByRole('status').filter({ hasText: 'The team’s budget was cleared.' }).waitFor();
+    await page.getByText('No budget: the team spends up to its balance.').waitFor();
+    assert.equal(await page.getByLabel('Amount (USD)').inputValue(), '');
+    await page.getByLabel('Amount (USD)').fill(usd(10 * cost));
+    await page.getByLabel('Period').selectOption('month');
+    await page.getByRole('button', { name: 'Save budget' }).click();
+    await page.getByRole('button', { name: 'Clear budget' }).waitFor();
 
     // Two asks a day for the member: the second fills the cap.
     const row = rowOf(page, 'Members’ caps', memberEmail);
@@ -164,6 +173,17 @@ describe('budgets in the console (Budgets page, a key’s budget, alerts) in a r
     await page.getByRole('status').filter({ hasText: `${memberEmail} may spend` }).waitFor();
     assert.match(await row.innerText(), /per day/);
     assert.equal(await rowOf(page, 'Members’ caps', viewerEmail).getByText('None').count(), 1, 'the viewer has no cap');
+    // A cap given and taken back: the viewer's, from its dialog.
+    const viewerRow = rowOf(page, 'Members’ caps', viewerEmail);
+    await viewerRow.getByRole('button', { name: `Edit the cap of ${viewerEmail}` }).click();
+    const viewerDialog = page.getByRole('dialog', { name: `Cap for ${viewerEmail}` });
+    await viewerDialog.getByLabel('Amount (USD)').fill('1');
+    await viewerDialog.getByRole('button', { name: 'Save cap' }).click();
+    await page.getByRole('status').filter({ hasText: `${viewerEmail} may spend $1.00 per month` }).waitFor();
+    await viewerRow.getByRole('button', { name: `Edit the cap of ${viewerEmail}` }).click();
+    await viewerDialog.getByRole('button', { name: 'Remove the cap' }).click();
+    await page.getByRole('status').filter({ hasText: `${viewerEmail} has no cap now.` }).waitFor();
+    assert.equal(await viewerRow.getByText('None').count(), 1, 'the viewer has no cap again');
 
     // Read again from the server: the record, not the page's note of what it sent.
     const answer = await page.request.get(`/console/api/teams/${teamId}/budget`);

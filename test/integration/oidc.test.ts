@@ -134,13 +134,17 @@ describe('console sign-in through an OpenID Connect provider', () => {
     assert.deepEqual(await teamsOf(account!.id), { Engineering: { role: 'member', source: 'oidc' }, Finance: { role: 'viewer', source: 'oidc' } });
   });
 
-  it('keeps the name of a team OIDC_TEAM_MAP gives: renaming it is refused by the admin API and the console, with the map to change', async () => {
+  it('keeps the name of a team OIDC_TEAM_MAP gives: renaming it is refused by the admin API (both its PATCHes) and the console, with the map to change', async () => {
     const engineering = await record.selectFrom('accounts').select(['id', 'name']).where('kind', '=', 'team').where('name', '=', 'Engineering').executeTakeFirstOrThrow();
     const refused = await adminApi('PATCH', `/teams/${engineering.id}`, { name: 'Platform' });
     assert.equal(refused.status, 409, JSON.stringify(refused.json));
     const error = refused.json.error as { code: string; message: string };
     assert.equal(error.code, 'team_name_mapped');
     assert.match(error.message, /OIDC_TEAM_MAP/);
+    // Nor through the account's own PATCH.
+    const viaAccount = await adminApi('PATCH', `/accounts/${engineering.id}`, { name: 'Platform' });
+    assert.equal(viaAccount.status, 409, JSON.stringify(viaAccount.json));
+    assert.equal((viaAccount.json.error as { code: string }).code, 'team_name_mapped');
     const { client } = await signInAs('alice');
     // The console reads its session (and with it the CSRF token) once back from the provider.
     assert.equal((await sessionOf(client))?.email, 'alice@oidc.test');

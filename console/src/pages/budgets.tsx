@@ -73,32 +73,35 @@ function parseAmount(text: string): number | string {
   return value;
 }
 
-/** The owner's form for the team's budget: set (amount and period) or clear it. */
-function TeamBudgetForm({ budget, onSaved }: { budget: TeamBudgetView; onSaved: (view: TeamBudgetView, message: string) => void }) {
-  const [amount, setAmount] = useState(budget.budget_usd === null ? '' : String(budget.budget_usd));
-  const [period, setPeriod] = useState<BudgetPeriod>(budget.budget_period ?? 'month');
+/**
+ * What the team's budget form and a member's cap dialog share: an amount and a period, checked, then `put` with the
+ * limit (null clears it). Each is drawn afresh (keyed by its limit) once saved, so it starts from what the server kept.
+ */
+function useLimitForm(limit: number | null, limitPeriod: BudgetPeriod | null, put: (usd: number | null, period: BudgetPeriod) => Promise<void>) {
+  const [amount, setAmount] = useState(limit === null ? '' : String(limit));
+  const [period, setPeriod] = useState<BudgetPeriod>(limitPeriod ?? 'month');
   const { busy, error, setError, send } = useSending();
-
-  const save = (body: { budget_usd: number | null; budget_period?: BudgetPeriod }) =>
-    send(async () => {
-      const view = await api<TeamBudgetView>('PUT', `/teams/${encodeURIComponent(budget.team_id)}/budget`, body);
-      onSaved(view, body.budget_usd === null ? 'The team’s budget was cleared.' : `The team’s budget is ${money(body.budget_usd)} ${perPeriod[period]}.`);
-      if (body.budget_usd === null) setAmount('');
-    });
-
   const submit = (event: TargetedSubmitEvent<HTMLFormElement>) => {
     event.preventDefault();
     const value = parseAmount(amount);
-    if (typeof value === 'string') {
-      setError(value);
-      return;
-    }
-    void save({ budget_usd: value, budget_period: period });
+    if (typeof value === 'string') return setError(value);
+    void send(() => put(value, period));
   };
+  const clear = () => void send(() => put(null, period));
+  const fields = (idPrefix: string) => <BudgetFields idPrefix={idPrefix} amount={amount} period={period} onAmount={setAmount} onPeriod={setPeriod} />;
+  return { busy, error, submit, clear, fields };
+}
+
+/** The owner's form for the team's budget: set (amount and period) or clear it. */
+function TeamBudgetForm({ budget, onSaved }: { budget: TeamBudgetView; onSaved: (view: TeamBudgetView, message: string) => void }) {
+  const { busy, error, submit, clear, fields } = useLimitForm(budget.budget_usd, budget.budget_period, async (usd, period) => {
+    const view = await api<TeamBudgetView>('PUT', `/teams/${encodeURIComponent(budget.team_id)}/budget`, usd === null ? { budget_usd: null } : { budget_usd: usd, budget_period: period });
+    onSaved(view, usd === null ? 'The team’s budget was cleared.' : `The team’s budget is ${money(usd)} ${perPeriod[period]}.`);
+  });
 
   return (
     <form onSubmit={submit} noValidate class="budget-form" aria-label="Team budget">
-      <BudgetFields idPrefix="team-budget" amount={amount} period={period} onAmount={setAmount} onPeriod={setPeriod} />
+      {fields('team-budget')}
       <ErrorMessage message={error} />
       <div class="form-actions">
         <button type="submit" class="button button-primary" disabled={busy}>
@@ -106,7 +109,7 @@ function TeamBudgetForm({ budget, onSaved }: { budget: TeamBudgetView; onSaved: 
           Save budget
         </button>
         {budget.budget_usd !== null && (
-          <button type="button" class="button button-secondary" disabled={busy} onClick={() => void save({ budget_usd: null })}>
+          <button type="button" class="button button-secondary" disabled={busy} onClick={clear}>
             Clear budget
           </button>
         )}
@@ -151,32 +154,19 @@ function TeamBudgetCard({ budget, name, manage, onSaved }: { budget: TeamBudgetV
 
 /** Sets or clears a member's cap (an owner's dialog). */
 function CapDialog({ teamId, member, onClose, onSaved }: { teamId: string; member: MemberCapView; onClose: () => void; onSaved: (member: MemberCapView) => void }) {
-  const [amount, setAmount] = useState(member.cap_usd === null ? '' : String(member.cap_usd));
-  const [period, setPeriod] = useState<BudgetPeriod>(member.cap_period ?? 'month');
-  const { busy, error, setError, send } = useSending();
-
-  const save = (body: { cap_usd: number | null; cap_period?: BudgetPeriod }) =>
-    send(async () => onSaved(await api<MemberCapView>('PUT', `/teams/${encodeURIComponent(teamId)}/members/${encodeURIComponent(member.id)}/cap`, body)));
-
-  const submit = (event: TargetedSubmitEvent<HTMLFormElement>) => {
-    event.preventDefault();
-    const value = parseAmount(amount);
-    if (typeof value === 'string') {
-      setError(value);
-      return;
-    }
-    void save({ cap_usd: value, cap_period: period });
-  };
+  const { busy, error, submit, clear, fields } = useLimitForm(member.cap_usd, member.cap_period, async (usd, period) =>
+    onSaved(await api<MemberCapView>('PUT', `/teams/${encodeURIComponent(teamId)}/members/${encodeURIComponent(member.id)}/cap`, usd === null ? { cap_usd: null } : { cap_usd: usd, cap_period: period })),
+  );
 
   return (
     <Dialog title={`Cap for ${member.email || member.name}`} onClose={onClose}>
       <form onSubmit={submit} noValidate>
         <p class="muted small">What the keys they made in this team may spend per period, beside the team’s budget.</p>
-        <BudgetFields idPrefix="member-cap" amount={amount} period={period} onAmount={setAmount} onPeriod={setPeriod} />
+        {fields('member-cap')}
         <ErrorMessage message={error} />
         {member.cap_usd !== null && (
           <p>
-            <button type="button" class="button button-ghost-danger button-small" disabled={busy} onClick={() => void save({ cap_usd: null })}>
+            <button type="button" class="button button-ghost-danger button-small" disabled={busy} onClick={clear}>
               Remove the cap
             </button>
           </p>
