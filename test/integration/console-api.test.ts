@@ -701,15 +701,18 @@ describe('console API', () => {
       let usage!: ConsoleResponse<{ totals: Row; by_model: Row[]; by_key: Array<Row & { key_name: string }>; daily: Row[]; balance_usd: number }>;
       let adminRows: Row[] = [];
       // The console counts a request from its log row, which the api writes before the worker settles it; /admin/usage
-      // counts settled requests: both say 2 once both requests are settled.
+      // counts settled requests. Read in that order: once /admin/usage says both are settled, the console's answer
+      // read after it has their costs too (read before it, it could count both and price one not yet settled).
+      const from = new Date(Date.now() - 6 * 86_400_000).toISOString().slice(0, 10);
       await waitFor(async () => {
-        usage = await console.request('GET', '/console/api/usage?days=7');
-        const { from } = usage.json as unknown as { from: string };
         const adminUsage = await fetch(`${gateway.url}/admin/usage?account_id=${account.id}&group_by=model&from=${from}`, {
           headers: { authorization: `Bearer ${adminToken}` },
         });
         adminRows = ((await adminUsage.json()) as { data: Row[] }).data;
-        return usage.json.totals.requests === 2 && adminRows.reduce((sum, row) => sum + row.requests, 0) === 2;
+        if (adminRows.reduce((sum, row) => sum + row.requests, 0) !== 2) return false;
+        usage = await console.request('GET', '/console/api/usage?days=7');
+        assert.equal((usage.json as unknown as { from: string }).from, from, 'the same window');
+        return usage.json.totals.requests === 2;
       }, 5000, 'both playground requests to be settled').catch((error: unknown) => {
         throw new Error(`${(error as Error).message}: ${JSON.stringify({ usage: usage.json, admin: adminRows })}`);
       });
