@@ -372,9 +372,14 @@ describe('the Realtime API under attack', () => {
     const results = await Promise.allSettled(Array.from({ length: 6 }, () => open(port, poorKey)));
     const clients = results.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
     const refusals = results.flatMap((result) => (result.status === 'rejected' ? [result.reason as { status: number; code: string }] : []));
-    // The key's cap counts three of them in; of those the balance reserves for one.
+    // The key's cap counts three of them in at a time; of those the balance reserves for one. An upgrade the balance
+    // refused gives its count back at once, so one arriving after that is counted in (and refused by the balance)
+    // rather than refused by the cap: at least two balance refusals, the rest either.
     assert.equal(clients.length, 1);
-    assert.deepEqual(refusals.map((refusal) => `${refusal.status} ${refusal.code}`).sort(), ['429 insufficient_quota', '429 insufficient_quota', '429 too_many_sessions', '429 too_many_sessions', '429 too_many_sessions']);
+    const codes = refusals.map((refusal) => `${refusal.status} ${refusal.code}`);
+    assert.equal(codes.length, 5, codes.join(', '));
+    assert.ok(codes.every((code) => code === '429 insufficient_quota' || code === '429 too_many_sessions'), codes.join(', '));
+    assert.ok(codes.filter((code) => code === '429 insufficient_quota').length >= 2, codes.join(', '));
     const held = await readBill(redis, account);
     assert.deepEqual([held!.balanceMicros, held!.reservedMicros], [worst, worst]);
     clients[0]!.ws.close();
