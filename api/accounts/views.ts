@@ -8,6 +8,9 @@ import type { ApiKeyRecord, KeyLimits } from './key-store.js';
 
 /** Accounts, keys and ledger entries as the admin API and the console answer them: USD numbers, unix seconds, null for "none". */
 
+/** What an account (a team) has left to spend, in USD; null: it spends without a balance (the default account, and admins unless one is set for them). */
+export const balanceUsd = (account: Account): number | null => (account.balanceMicros === undefined ? null : microsToUsd(account.balanceMicros));
+
 export function accountView(account: Account): AccountView {
   return {
     id: account.id,
@@ -16,8 +19,7 @@ export function accountView(account: Account): AccountView {
     email: account.email,
     name: account.name,
     role: account.role,
-    // null: the account spends without a balance (the default account, and admins unless one is set for them).
-    balance_usd: account.balanceMicros === undefined ? null : microsToUsd(account.balanceMicros),
+    balance_usd: balanceUsd(account),
     unlimited: account.balanceMicros === undefined,
     disabled: account.disabled,
     weight: account.weight,

@@ -1,7 +1,7 @@
 import type Router from '@koa/router';
 import type { Account } from '../../shared/accounts.js';
 import { GatewayError } from '../../shared/errors.js';
-import { microsToUsd } from '../accounts/account-store.js';
+import { balanceUsd } from '../accounts/views.js';
 import type { TeamDetail, TeamList, TeamMemberView, TeamView } from '../../shared/console-api.js';
 import { readJsonObject } from '../http/request-body.js';
 import { bodyLimit } from '../accounts/admin-api.js';
@@ -24,7 +24,7 @@ const reader: TeamNeed = { allows: may.readUsage, roles: 'any role' };
 const manager: TeamNeed = { allows: may.manageTeam, roles: 'the owner role' };
 
 export function teamView(team: Account, role: TeamRole): TeamView {
-  return { id: team.id, object: 'team', kind: team.kind, name: team.name, email: team.email, role, balance_usd: team.balanceMicros === undefined ? null : microsToUsd(team.balanceMicros) };
+  return { id: team.id, object: 'team', kind: team.kind, name: team.name, email: team.email, role, balance_usd: balanceUsd(team) };
 }
 
 export function memberView(member: TeamMember): TeamMemberView {
@@ -44,7 +44,7 @@ export function addTeamConsoleRoutes(router: Router, deps: ConsoleDeps): void {
     ctx.body = {
       object: 'list',
       data: mine.map((m) => teamView(m.team, m.role)),
-      all_teams: all ? all.map(({ team, members }) => ({ id: team.id, name: team.name, members, created: team.created, balance_usd: teamView(team, 'owner').balance_usd })) : null,
+      all_teams: all ? all.map(({ team, members }) => ({ id: team.id, name: team.name, members, created: team.created, balance_usd: balanceUsd(team) })) : null,
     } satisfies TeamList;
   });
 
