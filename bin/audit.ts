@@ -6,7 +6,8 @@ import { parseCommandLine, reachRecord, runCli, UsageError } from './cli.js';
 
 const usage = `usage:
   npm run audit -- verify          walk the audit log's chain; exit 0 and a summary when it is
-                                   intact, exit 1 naming the first row changed, deleted or inserted
+                                   intact, exit 1 naming the first row changed, deleted or inserted,
+                                   or an anchor no audit.pruned row explains
   npm run audit -- export [--since ISO] [--until ISO] [--team ID] [--action A] [--actor ID|EMAIL]
                                    the rows, oldest first, as JSON Lines on stdout
   npm run audit -- prune           delete the rows older than AUDIT_RETENTION_DAYS now
@@ -72,8 +73,12 @@ async function main(): Promise<number> {
           console.log(JSON.stringify({ intact: false, break: verdict.broken }));
           return 1;
         }
-        console.log(JSON.stringify({ intact: true, rows: verdict.rows, first_id: verdict.firstId, last_id: verdict.lastId, last_hash: verdict.lastHash }));
+        const anchor = verdict.anchor ? { anchor: { after_id: verdict.anchor.id, proof: verdict.anchorProof } } : {};
+        console.log(JSON.stringify({ intact: true, rows: verdict.rows, first_id: verdict.firstId, last_id: verdict.lastId, last_hash: verdict.lastHash, ...anchor }));
         console.error(`audit log intact: ${verdict.rows} rows ${from}${verdict.lastId !== null ? ` to row ${verdict.lastId}` : ''}; head ${verdict.lastHash}`);
+        if (verdict.anchorProof === 'id-only') {
+          console.error('note: the anchor is explained by an audit.pruned row from before prune rows named its hash: taken on its id only; the next prune writes a full one');
+        }
         return 0;
       }
       if (command === 'export') {

@@ -14,7 +14,9 @@ import type { AuditLogTable, RecordDb, RecordTables } from './database.js';
  * processes appending at once never fork it. The table refuses UPDATE, DELETE
  * and TRUNCATE (migration 0012) except the retention's own deletion of the
  * oldest rows (`pruneAudit`), which leaves the last pruned row's hash in
- * `record_meta` as the chain's new anchor.
+ * `record_meta` as the chain's new anchor and, in the same commit, appends an
+ * `audit.pruned` row naming that anchor: `verifyAudit` takes no anchor that
+ * the latest such row does not name.
  *
  * Secrets never enter it: a field named like a secret (password, secret, key
  * secret, token, hash) is kept as `[redacted]`, whoever passes it.
@@ -222,7 +224,12 @@ export type AuditBreak =
   /** Rows between two are gone: `after` (null: the anchor) and `before` no longer link. */
   | { kind: 'deleted'; after: number | null; before: number }
   /** A row that is right for itself but that the chain goes around: it was put in. */
-  | { kind: 'inserted'; id: number };
+  | { kind: 'inserted'; id: number }
+  /**
+   * The anchor the chain starts from (after row `id`) is not the one the latest `audit.pruned` row says its prune set:
+   * the oldest rows were deleted, and the anchor moved, by something other than a prune. `pruned` is that row (null: none).
+   */
+  | { kind: 'anchor'; id: number; pruned: number | null; reason: string };
 
 export interface AuditVerdict {
   intact: boolean;
@@ -234,12 +241,19 @@ export interface AuditVerdict {
   lastHash: string;
   /** Where the chain starts: the last pruned row (null: nothing pruned). */
   anchor: Anchor | null;
+  /**
+   * What says the anchor was a prune's: `full` when the latest `audit.pruned` row names its id and hash, `id-only`
+   * when that row was written before prune rows named the hash (its id matches; the next prune writes a full one),
+   * null when there is no anchor.
+   */
+  anchorProof: 'full' | 'id-only' | null;
   broken?: AuditBreak & { message: string };
 }
 
 function describeBreak(found: AuditBreak): AuditBreak & { message: string } {
   if (found.kind === 'changed') return { ...found, message: `row ${found.id} was changed: its fields no longer give its hash` };
   if (found.kind === 'inserted') return { ...found, message: `row ${found.id} was inserted: the chain goes around it` };
+  if (found.kind === 'anchor') return { ...found, message: `the anchor after row ${found.id} was not set by a prune: ${found.reason}` };
   return {
     ...found,
     message: `rows were deleted ${found.after === null ? 'at the start of the log' : `after row ${found.after}`}: row ${found.before} does not link to ${found.after === null ? 'the anchor' : `row ${found.after}`}`,
@@ -275,7 +289,9 @@ function auditRow(row: Selectable<AuditLogTable>): AuditRow {
 export async function verifyAudit(record: RecordDb): Promise<AuditVerdict> {
   const anchor = (await readAnchor(record)) ?? null;
   let afterId = anchor?.id ?? 0;
-  const verdict: AuditVerdict = { intact: true, rows: 0, firstId: null, lastId: null, lastHash: anchor?.hash ?? genesisHash, anchor };
+  const verdict: AuditVerdict = { intact: true, rows: 0, firstId: null, lastId: null, lastHash: anchor?.hash ?? genesisHash, anchor, anchorProof: null };
+  // The newest `audit.pruned` row of the chain walked: what must name the anchor in force.
+  let lastPrune: AuditRow | undefined;
   // The two rows before the one looked at, and the one looked at held back a row, to look one row ahead.
   let previous: AuditRow | undefined;
   let pending: AuditRow | undefined;
@@ -299,6 +315,7 @@ export async function verifyAudit(record: RecordDb): Promise<AuditVerdict> {
         previous = pending;
       }
       pending = row;
+      if (row.action === 'audit.pruned') lastPrune = row;
       verdict.rows++;
       verdict.firstId ??= row.id;
     }
@@ -311,7 +328,31 @@ export async function verifyAudit(record: RecordDb): Promise<AuditVerdict> {
     verdict.lastId = pending.id;
     verdict.lastHash = pending.hash;
   }
+  // The chain is whole from the anchor; the anchor itself must be a prune's, as the latest prune row (in that chain) says.
+  if (anchor) {
+    const proof = anchorProof(anchor, lastPrune);
+    if (typeof proof === 'object') return fail(proof);
+    verdict.anchorProof = proof;
+  }
   return verdict;
+}
+
+/**
+ * Whether the latest `audit.pruned` row explains the anchor in force: it names the anchor's id (`through_id`) and,
+ * from prune rows written since they carry it, its hash (`anchor_sha256`). A prune row written before then has the
+ * id only: it is taken on its id (`id-only`), weaker, and the next prune writes a full one. No prune row, or one
+ * naming another anchor, is a break: the oldest rows were deleted and the anchor moved by something else.
+ */
+function anchorProof(anchor: Anchor, pruned: AuditRow | undefined): 'full' | 'id-only' | AuditBreak {
+  const broken = (reason: string): AuditBreak => ({ kind: 'anchor', id: anchor.id, pruned: pruned?.id ?? null, reason });
+  if (!pruned) return broken('no audit.pruned row explains it (rows before it were deleted outside a prune)');
+  const after = (pruned.after ?? {}) as Record<string, unknown>;
+  if (after.through_id !== anchor.id) {
+    return broken(`the latest audit.pruned row ${pruned.id} names the anchor after row ${typeof after.through_id === 'number' ? after.through_id : 'none'}`);
+  }
+  if (after.anchor_sha256 === undefined) return 'id-only';
+  if (after.anchor_sha256 !== anchor.hash) return broken(`the latest audit.pruned row ${pruned.id} names another hash for row ${anchor.id}`);
+  return 'full';
 }
 
 // ---- reading ----
@@ -378,11 +419,16 @@ export async function* exportAudit(record: RecordDb, filter: AuditFilter = {}): 
  * the table's trigger lets through, and only of rows up to that id), and
  * records that row's hash as the chain's anchor in the same commit: `verifyAudit`
  * starts there, so a prune is no break, and a deletion anywhere else is one.
+ * The same commit appends the prune's `audit.pruned` row, naming the anchor it
+ * set (`through_id`, `anchor_sha256`) and how many rows went: `verifyAudit`
+ * refuses an anchor the latest such row does not name, so one moved by hand is
+ * a break, and a prune that stops half way (a crash between transactions)
+ * leaves every anchor it set explained. One row per transaction: a prune of
+ * more than a few thousand rows writes several.
  * Returns the number of rows deleted.
  */
 export async function pruneAudit(record: RecordDb, olderThan: number, actor: 'system' | 'cli' = 'system'): Promise<number> {
   let deleted = 0;
-  let anchored: Anchor | undefined;
   for (;;) {
     const count = await record.transaction().execute(async (tx) => {
       await lockAuditChain(tx);
@@ -408,14 +454,15 @@ export async function pruneAudit(record: RecordDb, olderThan: number, actor: 'sy
         .values({ name: anchorName, value: JSON.stringify(anchor) })
         .onConflict((oc) => oc.column('name').doUpdateSet({ value: JSON.stringify(anchor) }))
         .execute();
-      anchored = anchor;
-      return Number(result.numDeletedRows);
+      const rows = Number(result.numDeletedRows);
+      // The prune itself is a change the log keeps, committed with it: the anchor it set and how many rows went.
+      // (`anchor_sha256`, not a name ending in `hash`: such a field is kept as `[redacted]`.)
+      await appendAudit(tx, { actor, action: 'audit.pruned', after: { rows, through_id: anchor.id, anchor_sha256: anchor.hash, older_than: olderThan } });
+      return rows;
     });
     deleted += count;
     if (count < pruneBatch) break;
   }
-  // The prune itself is a change the log keeps: the first row after it says how far it went.
-  if (deleted > 0 && anchored) await appendAudit(record, { actor, action: 'audit.pruned', after: { rows: deleted, through_id: anchored.id, older_than: olderThan } });
   return deleted;
 }
 

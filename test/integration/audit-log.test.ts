@@ -8,7 +8,7 @@ import { sql, type Selectable } from 'kysely';
 import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
 import { ConsoleClient } from '../support/console-client.js';
 import { freshDatabase, onDatabase, recordUrlFor, testRecord } from '../support/record.js';
-import { appendAudit, auditRowHash, genesisHash, verifyAudit, type AuditRow } from '../../storage/record/audit-log.js';
+import { appendAudit, auditRowHash, genesisHash, pruneAuditOlderThanDays, verifyAudit, type AuditRow } from '../../storage/record/audit-log.js';
 import { openRecord, type AuditLogTable, type RecordDb } from '../../storage/record/database.js';
 
 const run = promisify(execFile);
@@ -623,10 +623,12 @@ describe('the audit log', () => {
       assert.deepEqual(left.map((row) => row.target), ['new-1', 'new-2', 'new-3', 'new-4', null]);
       assert.equal(left.at(-1)!.action, 'audit.pruned');
       assert.equal(left.at(-1)!.actor, 'cli');
-      assert.deepEqual({ ...(left.at(-1)!.after as Json), older_than: 0 }, { rows: 6, through_id: 6, older_than: 0 });
+      // The prune row names the anchor it set: the last pruned row's id and hash (what the first row kept links to).
+      assert.deepEqual({ ...(left.at(-1)!.after as Json), older_than: 0 }, { rows: 6, through_id: 6, anchor_sha256: left[0]!.prev_hash, older_than: 0 });
       const verified = await command('bin/audit.ts', ['verify'], { DATABASE_URL: url });
       assert.equal(verified.code, 0, verified.stderr);
       assert.match(verified.stderr, /from the anchor after pruned row 6/);
+      assert.deepEqual(JSON.parse(verified.stdout).anchor, { after_id: 6, proof: 'full' });
       // Appends after a prune go on from the head; with every row pruned they go on from the anchor.
       await appendAudit(log, { actor: 'system', action: 'channel.updated', target: 'after' });
       assert.equal((await command('bin/audit.ts', ['verify'], { DATABASE_URL: url })).code, 0);
@@ -634,6 +636,88 @@ describe('the audit log', () => {
       const broken = await command('bin/audit.ts', ['verify'], { DATABASE_URL: url });
       assert.equal(broken.code, 1);
       assert.equal(JSON.parse(broken.stdout).break.kind, 'deleted');
+    } finally {
+      await log.destroy();
+    }
+  });
+
+  /** Sets the chain's anchor as an attacker would: straight into record_meta. */
+  const forgeAnchor = (id: number, hash: string) =>
+    `insert into record_meta (name, value) values ('audit_anchor', '${JSON.stringify({ id, hash })}') on conflict (name) do update set value = excluded.value`;
+
+  it('verify refuses an anchor no audit.pruned row set: the oldest rows deleted and a matching anchor forged', async () => {
+    const { url, record: log } = await tenRows('forged-anchor');
+    try {
+      const fourth = await log.selectFrom('audit_log').select(['id', 'hash']).where('id', '=', 4).executeTakeFirstOrThrow();
+      // What a prune would have done, done by hand with the trigger off: rows 1-4 gone, the anchor at row 4. The chain
+      // from row 5 on links to it, whole; only the missing prune row gives it away.
+      await asAttacker(url, ['delete from audit_log where id <= 4', forgeAnchor(4, fourth.hash)]);
+      const verified = await command('bin/audit.ts', ['verify'], { DATABASE_URL: url });
+      assert.equal(verified.code, 1, verified.stderr);
+      const broken = JSON.parse(verified.stdout).break as Json;
+      assert.deepEqual(
+        { kind: broken.kind, id: broken.id, pruned: broken.pruned },
+        { kind: 'anchor', id: 4, pruned: null },
+      );
+      assert.match(String(broken.message), /the anchor after row 4 was not set by a prune: no audit\.pruned row explains it/);
+      assert.match(verified.stderr, /BROKEN: the anchor after row 4 was not set by a prune/);
+      const verdict = await verifyAudit(log);
+      assert.equal(verdict.intact, false);
+      assert.equal(verdict.broken?.kind, 'anchor');
+    } finally {
+      await log.destroy();
+    }
+  });
+
+  it('verify refuses an anchor moved past the one the latest prune set, and passes a real prune', async () => {
+    const day = 86_400_000;
+    const { url, record: log } = await logOf('moved-anchor', async (log) => {
+      for (let i = 1; i <= 3; i++) await appendAudit(log, { actor: 'system', action: 'channel.updated', target: `old-${i}`, time: Date.now() - 30 * day });
+      for (let i = 1; i <= 4; i++) await appendAudit(log, { actor: 'system', action: 'channel.updated', target: `new-${i}` });
+    });
+    try {
+      // A real prune: verify passes, the anchor proven by the prune row.
+      assert.equal(await pruneAuditOlderThanDays(log, 10), 3);
+      const real = await command('bin/audit.ts', ['verify'], { DATABASE_URL: url });
+      assert.equal(real.code, 0, real.stderr);
+      assert.deepEqual(JSON.parse(real.stdout).anchor, { after_id: 3, proof: 'full' });
+      const pruneRow = await log.selectFrom('audit_log').select(['id', 'actor']).where('action', '=', 'audit.pruned').executeTakeFirstOrThrow();
+      assert.equal(pruneRow.actor, 'system');
+      // Then the attacker takes the oldest row kept too, and moves the anchor to it: the prune row names another.
+      const first = await log.selectFrom('audit_log').select(['id', 'hash']).orderBy('id').limit(1).executeTakeFirstOrThrow();
+      await asAttacker(url, [`delete from audit_log where id = ${first.id}`, forgeAnchor(first.id, first.hash)]);
+      const moved = await command('bin/audit.ts', ['verify'], { DATABASE_URL: url });
+      assert.equal(moved.code, 1, moved.stderr);
+      const broken = JSON.parse(moved.stdout).break as Json;
+      assert.deepEqual({ kind: broken.kind, id: broken.id, pruned: broken.pruned }, { kind: 'anchor', id: first.id, pruned: Number(pruneRow.id) });
+      assert.match(String(broken.message), new RegExp(`the latest audit\\.pruned row ${pruneRow.id} names the anchor after row 3`));
+      // The anchor's id kept, its hash swapped for another: named too.
+      await asAttacker(url, [forgeAnchor(3, first.hash)]);
+      const swapped = await verifyAudit(log);
+      assert.equal(swapped.broken?.kind, 'anchor');
+      assert.match(swapped.broken!.message, /names another hash for row 3/);
+    } finally {
+      await log.destroy();
+    }
+  });
+
+  it('verify takes a prune row from before prune rows named the hash on its id, and says so', async () => {
+    const { url, record: log } = await tenRows('legacy-prune');
+    try {
+      // A prune as the gateway did it before: rows 1-3 gone, the anchor at row 3, then a row with the id only.
+      const third = await log.selectFrom('audit_log').select(['id', 'hash']).where('id', '=', 3).executeTakeFirstOrThrow();
+      await asAttacker(url, ['delete from audit_log where id <= 3', forgeAnchor(3, third.hash)]);
+      await appendAudit(log, { actor: 'system', action: 'audit.pruned', after: { rows: 3, through_id: 3, older_than: 0 } });
+      const verified = await command('bin/audit.ts', ['verify'], { DATABASE_URL: url });
+      assert.equal(verified.code, 0, verified.stderr);
+      assert.deepEqual(JSON.parse(verified.stdout).anchor, { after_id: 3, proof: 'id-only' });
+      assert.match(verified.stderr, /taken on its id only/);
+      // Its id must still be the anchor's.
+      const fourth = await log.selectFrom('audit_log').select(['id', 'hash']).where('id', '=', 4).executeTakeFirstOrThrow();
+      await asAttacker(url, ['delete from audit_log where id = 4', forgeAnchor(4, fourth.hash)]);
+      const moved = await verifyAudit(log);
+      assert.equal(moved.intact, false);
+      assert.equal(moved.broken?.kind, 'anchor');
     } finally {
       await log.destroy();
     }
