@@ -4,10 +4,10 @@ import type { Redis } from 'ioredis';
 import { readBill, type BillState } from '../../shared/money/billing.js';
 import { defaultAccountId, parseServiceTiers, serviceTiersText, type Account, type AccountRole } from '../../shared/accounts.js';
 import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
-import { accessChangedChannel, accountEmailsKey, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, billKey } from '../../shared/redis-keys.js';
+import { accessChangedChannel, accountEmailsKey, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, billKey, keyBillFields } from '../../shared/redis-keys.js';
 import { balanceMicros } from '../../shared/money/balance.js';
 import { creditScript, openBillScript } from '../../shared/money/scripts.js';
-import { createAccountScript, deleteAccountScript, ensureDefaultScript, rehashPasswordScript, updateAccountScript } from './scripts.js';
+import { createAccountScript, deleteAccountScript, ensureDefaultScript, rehashPasswordScript, revokeKeyScript, updateAccountScript } from './scripts.js';
 import { GatewayError } from '../../shared/errors.js';
 import { sql } from 'kysely';
 import type { RecordDb } from '../../storage/record/database.js';
@@ -485,6 +485,28 @@ export class AccountStore {
       if (result >= 0) return result;
     }
     throw new GatewayError(409, 'The account kept changing while it was being deleted; retry.', { code: 'conflict' });
+  }
+
+  /**
+   * Takes a key the record has revoked already out of Redis, the second half of every revocation (`KeyStore.revoke`,
+   * a member's keys revoked with their membership: team-store.ts): out of its account's bill first, so admission
+   * refuses it from there on whatever an api still caches, then out of the directory by `revoke-key.lua`, which
+   * publishes its id on `accessChangedChannel` so every api instance drops it at once (this one before returning).
+   * False when the directory had no such key.
+   */
+  async unlistRevokedKey(accountId: string, keyId: string): Promise<boolean> {
+    await this.redis.hdel(billKey(accountId), ...keyBillFields(keyId));
+    const done = await revokeKeyScript(this.redis, {
+      record: apiKeyRecordKey(keyId),
+      hashes: apiKeyHashesKey,
+      ids: apiKeyIdsKey,
+      keyId,
+      accountKeysPrefix: accountKeysKey(''),
+      channel: accessChangedChannel,
+      defaultAccountId,
+    });
+    this.onAccessChanged?.(keyId);
+    return done === 1;
   }
 
   /** Adds (or with a negative amount, takes) credit and records it in the ledger; returns the new balance in micros. */

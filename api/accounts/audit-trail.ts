@@ -10,6 +10,9 @@ import type { RecordDb } from '../../storage/record/database.js';
  * `audit_not_recorded`, saying the change was made, and the error is logged
  * as every 500 is, so the operator can see what went unrecorded.
  */
+/** Who made a change, for its audit row: where it came from (`auditSource`). */
+export type AuditBy = Pick<AuditEntry, 'actor' | 'actorEmail' | 'ip' | 'userAgent'>;
+
 export async function recordChange(record: RecordDb, entry: AuditEntry): Promise<void> {
   try {
     await appendAudit(record, entry);

@@ -1,10 +1,11 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { defaultAccountId, parseServiceTiers, type AccountRole, type KeyAccess } from '../../shared/accounts.js';
-import { accessChangedChannel, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, billKey, keyBillField, keyBillFields } from '../../shared/redis-keys.js';
+import { defaultAccountId, type AccountRole, type KeyAccess } from '../../shared/accounts.js';
+import { accessChangedChannel, accountKey, accountKeysKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, billKey, keyBillField, keyBillFields } from '../../shared/redis-keys.js';
 import { GatewayError } from '../../shared/errors.js';
 import { AccountStore, accountNotFound, microsToUsd } from './account-store.js';
-import { claimPlaygroundKeyScript, createKeyScript, keyAccessScript, revokeKeyScript, updateKeyScript } from './scripts.js';
+import { claimPlaygroundKeyScript, createKeyScript, updateKeyScript } from './scripts.js';
+import { optionalNumber, parseModels, readKeyAccess } from '../../shared/access/index.js';
 import type { ApiKeysTable, RecordDb } from '../../storage/record/database.js';
 import { ensureDefaultRecord, type HotState } from '../../storage/record/hot-state.js';
 import { readKeySpend, type KeySpend } from '../../shared/money/billing.js';
@@ -176,23 +177,7 @@ export function hashSecret(secret: string): string {
   return createHash('sha256').update(secret).digest('hex');
 }
 
-// ---- record fields: '' means none, as the billing scripts read them ----
-
-const optionalNumber = (text: string | undefined): number | undefined => (text === undefined || text === '' ? undefined : Number(text));
-/** A key's default cache TTL as its access carries it: left out where it sets none ('') or 0 (no default either). */
-const cacheTtlOf = (text: string | null | undefined): number | undefined => optionalNumber(text ?? undefined) || undefined;
-
-function parseModels(text: string | undefined): readonly string[] | undefined {
-  if (text === undefined || text === '') return undefined;
-  try {
-    const models: unknown = JSON.parse(text);
-    if (Array.isArray(models) && models.every((m) => typeof m === 'string')) return models;
-  } catch {
-    // fall through
-  }
-  // An allow-list that cannot be read allows nothing rather than everything.
-  return [];
-}
+// ---- record fields: '' means none, as the billing scripts read them (shared/access) ----
 
 function limitFields(changes: KeyChanges): string[] {
   const fields: string[] = [];
@@ -456,6 +441,8 @@ export class KeyStore {
    * The access of an account's Playground key (the console's playground bills through it, as any key),
    * made on first use and again if it was revoked. Its limits are the owner's to set, like any key's; what
    * its account carries (weight, granted service tiers, cache cap) it carries as every key of the account does (`access`).
+   * Its access is read as a presented key's (`access`, by its hash), so the budgets that hold it are those of any key
+   * the person made in the team: the team's budget, its own, and the person's member cap there (`cap:<person>`).
    */
   async playgroundAccess(accountId: string, person: string = accountId): Promise<KeyAccess> {
     // Each person in a team has a Playground key of their own there (made by them, so a member's Playground usage
@@ -464,7 +451,7 @@ export class KeyStore {
     // newest live key named Playground the person made in the team.
     const field = person === accountId ? 'playground_key' : `playground_key:${person}`;
     for (let attempt = 0; attempt < 3; attempt++) {
-      let [id, weight, tiers, cacheMaxTtl] = await this.redis.hmget(accountKey(accountId), field, 'weight', 'tiers', 'cache_max_ttl');
+      let id = await this.redis.hget(accountKey(accountId), field);
       if (!id && person !== accountId) {
         const kept = await this.record
           .selectFrom('api_keys')
@@ -478,15 +465,11 @@ export class KeyStore {
           .executeTakeFirst();
         if (kept && (await claimPlaygroundKeyScript(this.redis, { account: accountKey(accountId), current: '', made: kept.id, field })) === 1) id = kept.id;
       }
-      const ofAccount = Object.fromEntries(
-        Object.entries({ weight: optionalNumber(weight ?? undefined), tiers: parseServiceTiers(tiers), cacheMaxTtlS: optionalNumber(cacheMaxTtl ?? undefined) }).filter(([, value]) => value !== undefined),
-      );
       const key = id ? await this.get(id) : undefined;
       if (key && key.accountId === accountId) {
-        const { limitMicros, rpm, tpm, models, expiresAt } = key;
-        const cacheTtlS = key.cacheTtlS || undefined;
-        const optional = Object.entries({ limitMicros, rpm, tpm, models, expiresAt, cacheTtlS }).filter(([, value]) => value !== undefined);
-        return { keyId: key.id, accountId, ...ofAccount, ...Object.fromEntries(optional) };
+        const access = await this.accessOfKey(key.id);
+        if (access) return access;
+        continue;
       }
       // Made for the console, not by anyone: no ceilings, and not counted against the account's keys.
       const made = await this.make('Playground', { accountId, ...(person === accountId ? {} : { createdBy: person }) }, 'member', false);
@@ -494,30 +477,34 @@ export class KeyStore {
       const won = await claimPlaygroundKeyScript(this.redis, { account: accountKey(accountId), current: id ?? '', made: made.id, field });
       if (won === 1) {
         if (person === accountId) await this.record.updateTable('accounts').set({ playground_key: made.id }).where('id', '=', accountId).execute();
-        return { keyId: made.id, accountId, ...ofAccount };
+        const access = await this.accessOfKey(made.id);
+        if (access) return access;
+        continue;
       }
       await this.revoke(made.id);
     }
     throw new GatewayError(409, 'The Playground key kept changing; retry.', { code: 'conflict' });
   }
 
+  /**
+   * A key's access as admission reads it when the key is presented (`access`, by the hash its directory entry keeps),
+   * budgets and its maker's cap included; undefined when it is gone meanwhile. 403 for a key of a disabled account.
+   */
+  private async accessOfKey(id: string): Promise<KeyAccess | undefined> {
+    const hash = await this.redis.hget(apiKeyRecordKey(id), 'hash');
+    if (!hash) return undefined;
+    const access = await this.access(hash);
+    if (access === 'disabled') throw new GatewayError(403, 'The account this Playground key spends is disabled. Ask an administrator to enable it.', { code: 'account_disabled' });
+    return access?.keyId === id ? access : undefined;
+  }
+
   /** Returns false when no such key exists. */
   async revoke(id: string): Promise<boolean> {
     const revoked = await this.record.updateTable('api_keys').set({ revoked: Math.floor(Date.now() / 1000) }).where('id', '=', id).where('revoked', 'is', null).returning('account_id').execute();
     const accountId = revoked[0]?.account_id ?? ((await this.redis.hget(apiKeyRecordKey(id), 'account')) || defaultAccountId);
-    // Out of its account's bill first: admission refuses it from here on, whatever an api still caches.
-    await this.redis.hdel(billKey(accountId), ...keyBillFields(id));
-    const done = await revokeKeyScript(this.redis, {
-      record: apiKeyRecordKey(id),
-      hashes: apiKeyHashesKey,
-      ids: apiKeyIdsKey,
-      keyId: id,
-      accountKeysPrefix: accountKeysKey(''),
-      channel: accessChangedChannel,
-      defaultAccountId,
-    });
-    this.changed?.(id);
-    return done === 1 || revoked.length > 0;
+    // Out of its account's bill first, then the directory, announced (the same path as a member's keys revoked with their membership).
+    const done = await this.accounts.unlistRevokedKey(accountId, id);
+    return done || revoked.length > 0;
   }
 
   /**
@@ -562,54 +549,13 @@ export class KeyStore {
 
   /** What admission needs of a presented key, in one round trip; undefined for an unknown key or one of a deleted account. Expiry is the caller's to check. */
   async access(secretHash: string, reloaded = false): Promise<KeyAccess | 'disabled' | undefined> {
-    const row = await keyAccessScript(this.redis, {
-      hashes: apiKeyHashesKey,
-      defaultAccount: accountKey(defaultAccountId),
-      index: accountsIndexKey,
-      hash: secretHash,
-      keyRecordPrefix: apiKeyRecordKey(''),
-      accountPrefix: accountKey(''),
-      defaultAccountId,
-      now: Math.floor(Date.now() / 1000),
-    });
-    if (typeof row === 'number') return 'disabled';
-    if (!row) {
-      // Unknown here: perhaps Redis lost its hot state (flushed). Loaded again from the record, asked once more.
-      if (!reloaded && (await this.hot?.ensure())) return this.access(secretHash, true);
-      return undefined;
-    }
-    const [keyId, accountId, limit, rpm, tpm, models, expires, weight, tiers, cacheTtl, cacheMaxTtl, keyBudget, teamBudget, makerCap, accountName, maker] = row;
-    const budgets = budgetsOf(keyId!, teamBudget, keyBudget, maker, makerCap);
-    const optional: Omit<KeyAccess, 'keyId' | 'accountId'> = {
-      weight: optionalNumber(weight),
-      // The account's granted tiers ('': none of its own, the configured default).
-      tiers: parseServiceTiers(tiers),
-      // The account's cache cap ('': none of its own; '0': caching forbidden, kept as 0).
-      cacheMaxTtlS: optionalNumber(cacheMaxTtl),
-      cacheTtlS: cacheTtlOf(cacheTtl),
-      limitMicros: optionalNumber(limit),
-      rpm: optionalNumber(rpm),
-      tpm: optionalNumber(tpm),
-      models: parseModels(models),
-      expiresAt: optionalNumber(expires),
-    };
-    // Unset limits are left out rather than undefined, so an access reads (and compares) as what the key sets.
-    const set = Object.entries(optional).filter(([, value]) => value !== undefined);
-    return { keyId: keyId!, accountId: accountId!, ...Object.fromEntries(set), ...(budgets.length > 0 ? { budgets, accountName: accountName ?? '' } : {}) };
+    const found = await readKeyAccess(this.redis, { hash: secretHash });
+    // Unknown here: perhaps Redis lost its hot state (flushed). Loaded again from the record, asked once more.
+    if (found === undefined && !reloaded && (await this.hot?.ensure())) return this.access(secretHash, true);
+    return found;
   }
 }
 
-/** The budgets that hold a key's requests, from the directory's fields ('<micros> <period>', '' none): the team's, the key's, its maker's cap. */
-function budgetsOf(keyId: string, team: string | undefined, key: string | undefined, maker: string | undefined, cap: string | undefined): BudgetInForce[] {
-  const budgets: BudgetInForce[] = [];
-  const teamBudget = parseBudgetText(team);
-  if (teamBudget) budgets.push({ scope: 'team', ...teamBudget });
-  const keyBudget = parseBudgetText(key);
-  if (keyBudget) budgets.push({ scope: 'key', ownerId: keyId, ...keyBudget });
-  const makerCap = parseBudgetText(cap);
-  if (makerCap && maker) budgets.push({ scope: 'member', ownerId: maker, ...makerCap });
-  return budgets;
-}
 
 function pairs(flat: readonly string[]): Array<[string, string]> {
   const out: Array<[string, string]> = [];

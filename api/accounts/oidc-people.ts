@@ -1,9 +1,10 @@
-import { appendAudit, type AuditEntry } from '../../storage/record/audit-log.js';
+import { appendAudit } from '../../storage/record/audit-log.js';
 import type { Account } from '../../shared/accounts.js';
 import type { TeamMapEntry } from '../../shared/setting-kinds.js';
 import type { RecordDb, TeamRole } from '../../storage/record/database.js';
 import type { AccountStore } from './account-store.js';
-import { recordChange } from './audit-trail.js';
+import { recordChange, type AuditBy } from './audit-trail.js';
+import { changeMemberships } from './team-store.js';
 
 /*
  * The people an OpenID Connect provider signs in, and the teams its groups put them in: a person is found again by
@@ -80,23 +81,23 @@ export async function ensureTeam(accounts: AccountStore, name: string, by: Audit
   return made;
 }
 
-/** Who made a change, for its audit row: where it came from (`auditSource`). */
-export type AuditBy = Pick<AuditEntry, 'actor' | 'actorEmail' | 'ip' | 'userAgent'>;
-
 /**
  * Makes the person's memberships of source 'oidc' exactly `teams` (team id → role): added, their role changed,
  * or removed; in one transaction, so two sign-ins at once leave one of their answers, whole. A team where an owner
- * or an admin put the person already keeps that row as it is.
+ * or an admin put the person already keeps that row as it is. Taken out of a team, or made a viewer there, because
+ * the provider's groups say so, the person loses the keys they made in it, as when an owner does it
+ * (`changeMemberships`, team-store.ts): revoked in this transaction, then gone from Redis before the sign-in ends.
  */
-export async function syncOidcMemberships(record: RecordDb, personId: string, teams: ReadonlyMap<string, TeamRole>, by: AuditBy): Promise<void> {
+export async function syncOidcMemberships(accounts: AccountStore, personId: string, teams: ReadonlyMap<string, TeamRole>, by: AuditBy): Promise<void> {
   const now = Math.floor(Date.now() / 1000);
-  await record.transaction().execute(async (tx) => {
+  await changeMemberships(accounts, by, async (tx, changed) => {
     const rows = await tx.selectFrom('team_members').select(['team_id', 'role', 'source']).where('member_id', '=', personId).forUpdate().execute();
     const held = new Map(rows.map((row) => [row.team_id, row]));
     for (const row of rows) {
       if (row.source === 'oidc' && !teams.has(row.team_id)) {
         await tx.deleteFrom('team_members').where('team_id', '=', row.team_id).where('member_id', '=', personId).where('source', '=', 'oidc').execute();
         await appendAudit(tx, { ...by, action: 'team.member_removed', teamId: row.team_id, target: personId, before: { role: row.role, source: 'oidc' }, after: null });
+        await changed({ teamId: row.team_id, memberId: personId, from: row.role, to: null });
       }
     }
     for (const [teamId, role] of teams) {
@@ -112,6 +113,7 @@ export async function syncOidcMemberships(record: RecordDb, personId: string, te
       } else if (row.source === 'oidc' && row.role !== role) {
         await tx.updateTable('team_members').set({ role }).where('team_id', '=', teamId).where('member_id', '=', personId).where('source', '=', 'oidc').execute();
         await appendAudit(tx, { ...by, action: 'team.member_updated', teamId, target: personId, before: { role: row.role }, after: { role } });
+        await changed({ teamId, memberId: personId, from: row.role, to: role });
       }
     }
   });

@@ -1,15 +1,16 @@
+import { defaultAccountLua } from '../../shared/access/index.js';
 import { as, luaFiles, redisScript } from '../../shared/redis-script.js';
 
 /**
  * The Redis scripts of accounts and keys, kept as `.lua` files beside this module and declared here once each: their
  * keys and arguments by name, in the order the Lua reads them. Every change to the directory that must hold together
  * (claiming an email, deleting an account with its keys, revoking a key) is one of them. The two that may find the
- * default account missing are sent with `default-account.lua` before them, where it is written once.
+ * default account missing are sent with `default-account.lua` (shared/access/lua, which the key-access script shares) before them, where it is written once.
  */
 const files = (...names: string[]) => luaFiles(import.meta.url, ...names);
 
 /** Makes the default account's directory entry where it is missing: `AccountStore.ensureDefault()`. */
-export const ensureDefaultScript = redisScript({ name: 'account_ensure_default', files: files('default-account', 'ensure-default'), keys: ['account', 'index'], args: ['accountId', 'now'], reply: as<number>() });
+export const ensureDefaultScript = redisScript({ name: 'account_ensure_default', files: [defaultAccountLua, ...files('ensure-default')], keys: ['account', 'index'], args: ['accountId', 'now'], reply: as<number>() });
 
 /** Claims a new account's email and writes its directory entry: 0 when the email is taken. */
 export const createAccountScript = redisScript({ name: 'account_create', files: files('create-account'), keys: ['emails', 'account', 'index'], args: ['emailIndex', 'accountId', 'created', 'fields'], reply: as<number>() });
@@ -32,11 +33,6 @@ export const updateKeyScript = redisScript({ name: 'api_key_update', files: file
 /** Removes a key from the directory and announces it: 0 when no such key exists. */
 export const revokeKeyScript = redisScript({ name: 'api_key_revoke', files: files('revoke-key'), keys: ['record', 'hashes', 'ids'], args: ['keyId', 'accountKeysPrefix', 'channel', 'defaultAccountId'], reply: as<number>() });
 
-/**
- * What admission needs of a presented key: null for an unknown key or one of a deleted account, 0 for a key of a
- * disabled one, else its fields and its account's (key-access.lua names them).
- */
-export const keyAccessScript = redisScript({ name: 'api_key_access', files: files('default-account', 'key-access'), keys: ['hashes', 'defaultAccount', 'index'], args: ['hash', 'keyRecordPrefix', 'accountPrefix', 'defaultAccountId', 'now'], reply: as<string[] | number | null>() });
 
 /** Names an account's Playground key if the one named is still the one read: 1 claimed, 0 another won. */
 export const claimPlaygroundKeyScript = redisScript({ name: 'api_key_claim_playground', files: files('claim-playground-key'), keys: ['account'], args: ['current', 'made', 'field'], reply: as<number>() });

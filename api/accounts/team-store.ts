@@ -3,7 +3,7 @@ import { GatewayError } from '../../shared/errors.js';
 import type { RecordDb, TeamRole } from '../../storage/record/database.js';
 import { accountNotFound, type AccountStore } from './account-store.js';
 import { appendAudit } from '../../storage/record/audit-log.js';
-import type { AuditBy } from './oidc-people.js';
+import type { AuditBy } from './audit-trail.js';
 import { recordChange } from './audit-trail.js';
 
 /*
@@ -14,6 +14,14 @@ import { recordChange } from './audit-trail.js';
  * afresh on every request, so a change takes effect at the next request of the person it concerns, with nothing
  * cached to drop and their session left as it is. Each change is in the audit log, appended in the change's own
  * transaction (`by`: who made it).
+ *
+ * What is taken away is gone at once: a person removed from a team, or made a viewer there, loses the keys they made
+ * in it (their Playground key too), revoked in the same transaction as the membership change and then taken out of
+ * Redis, so every api refuses them from that moment (`changeMemberships`, which every change of a membership goes
+ * through: `add`, `setRole`, `remove` here and the OIDC sign-in's sync, oidc-people.ts). Revoked, not suspended:
+ * a key is a bearer secret the person has a copy of, and a suspended one would come back to life with whatever role
+ * they got later; someone put back in the team (or made a member again) makes new keys. Keys an admin made in the
+ * team through the admin API or the CLI (no maker) are the team's, not the person's, and stay.
  */
 
 export type MemberSource = 'console' | 'admin' | 'oidc';
@@ -52,6 +60,63 @@ export function refuseMappedRename(team: Account, name: string, mappedNames: rea
     code: 'team_name_mapped',
     param: 'name',
   });
+}
+
+/** Why a person's keys in a team were revoked with their membership (the `reason` of each `key.revoked` row). */
+export type MemberKeysReason = 'member_removed' | 'member_demoted';
+
+/** A change of someone's role in a team, as `changeMemberships` is told it: `to` null when they were taken out. */
+export interface MembershipChange {
+  teamId: string;
+  memberId: string;
+  from: TeamRole;
+  to: TeamRole | null;
+}
+
+/**
+ * Revokes, in the record (`tx`, the membership change's own transaction), the keys `memberId` made in `teamId` and
+ * that are not revoked yet, each appended to the audit log as `key.revoked` with the reason; returns their ids. Keys
+ * without a maker (the admin API's, the CLI's) are not anyone's and stay. A person's own account is never theirs to lose.
+ */
+async function revokeMemberKeys(tx: RecordDb, teamId: string, memberId: string, reason: MemberKeysReason, by: AuditBy): Promise<string[]> {
+  if (teamId === memberId) return [];
+  const revoked = await tx
+    .updateTable('api_keys')
+    .set({ revoked: nowSeconds() })
+    .where('account_id', '=', teamId)
+    .where('created_by', '=', memberId)
+    .where('revoked', 'is', null)
+    .returning('id')
+    .execute();
+  const ids = revoked.map((row) => row.id).sort();
+  for (const id of ids) {
+    await appendAudit(tx, { ...by, action: 'key.revoked', teamId, target: id, before: { revoked: false }, after: { revoked: true, reason, member: memberId } });
+  }
+  return ids;
+}
+
+/**
+ * Runs changes to memberships (`work`) in one transaction of the record, and makes each change's consequence for the
+ * person's keys in the team: `work` calls `changed` for every row it changed or removed, once the row is written and
+ * within the transaction. Taken out (`to` null) or made a viewer (from another role), their keys there are revoked in
+ * that same transaction (with their audit rows); once it has committed, each is taken out of Redis as `KeyStore.revoke`
+ * does after its record change (`AccountStore.unlistRevokedKey`: the bill, the directory, the announcement every api
+ * drops its cache on). A transaction that fails revokes nothing. Every change of a role or removal goes through here.
+ */
+export async function changeMemberships<T>(
+  accounts: AccountStore,
+  by: AuditBy,
+  work: (tx: RecordDb, changed: (change: MembershipChange) => Promise<void>) => Promise<T>,
+): Promise<T> {
+  const revoked: Array<{ teamId: string; ids: string[] }> = [];
+  const result = await accounts.record.transaction().execute((tx) =>
+    work(tx, async ({ teamId, memberId, from, to }) => {
+      const reason: MemberKeysReason | undefined = to === null ? 'member_removed' : to === 'viewer' && from !== 'viewer' ? 'member_demoted' : undefined;
+      if (reason) revoked.push({ teamId, ids: await revokeMemberKeys(tx, teamId, memberId, reason, by) });
+    }),
+  );
+  for (const { teamId, ids } of revoked) for (const id of ids) await accounts.unlistRevokedKey(teamId, id);
+  return result;
 }
 
 export class TeamStore {
@@ -114,21 +179,24 @@ export class TeamStore {
 
   /**
    * Puts the person with this email (any letter case; 404 when nobody has it) in the team, or changes their role
-   * when they are in it already (keeping who first put them there).
+   * when they are in it already (keeping who first put them there; made a viewer, their keys there are revoked).
    */
   async add(team: Account, email: string, role: TeamRole, source: MemberSource, by: AuditBy): Promise<TeamMember> {
     const person = await this.accounts.findByEmail(email);
     if (!person) throw new GatewayError(404, `Nobody has the email '${email.slice(0, 320)}': they sign up (or an admin makes their account) first.`, { code: 'account_not_found', param: 'email' });
     if (person.id === team.id) throw ownAccount();
     const created = nowSeconds();
-    await this.record.transaction().execute(async (tx) => {
+    await changeMemberships(this.accounts, by, async (tx, changed) => {
       // The team's row locked: two changes to its owners at once are made one after the other (`lastOwnerCheck`).
       await this.lockTeam(tx, team.id);
       const current = await tx.selectFrom('team_members').select('role').where('team_id', '=', team.id).where('member_id', '=', person.id).executeTakeFirst();
       if (current) {
         if (current.role === 'owner' && role !== 'owner') await this.lastOwnerCheck(tx, team);
         await tx.updateTable('team_members').set({ role }).where('team_id', '=', team.id).where('member_id', '=', person.id).execute();
-        if (current.role !== role) await appendAudit(tx, { ...by, action: 'team.member_updated', teamId: team.id, target: person.id, before: { role: current.role }, after: { role } });
+        if (current.role !== role) {
+          await appendAudit(tx, { ...by, action: 'team.member_updated', teamId: team.id, target: person.id, before: { role: current.role }, after: { role } });
+          await changed({ teamId: team.id, memberId: person.id, from: current.role, to: role });
+        }
       } else {
         await tx.insertInto('team_members').values({ team_id: team.id, member_id: person.id, role, cap_micros: null, cap_period: null, source, created }).execute();
         await appendAudit(tx, { ...by, action: 'team.member_added', teamId: team.id, target: person.id, before: null, after: { email: person.email, role, source } });
@@ -137,32 +205,39 @@ export class TeamStore {
     return (await this.members(team)).find((m) => m.id === person.id)!;
   }
 
-  /** Changes a member's role; 404 for someone not in the team, 409 when it would leave the team without an owner. */
+  /** Changes a member's role (made a viewer, their keys there are revoked); 404 for someone not in the team, 409 when it would leave the team without an owner. */
   async setRole(team: Account, memberId: string, role: TeamRole, by: AuditBy): Promise<TeamMember> {
     if (memberId === team.id) throw ownAccount();
-    await this.record.transaction().execute(async (tx) => {
+    await changeMemberships(this.accounts, by, async (tx, changed) => {
       await this.lockTeam(tx, team.id);
       const current = await tx.selectFrom('team_members').select('role').where('team_id', '=', team.id).where('member_id', '=', memberId).executeTakeFirst();
       if (!current) throw memberNotFound(memberId);
       if (current.role === 'owner' && role !== 'owner') await this.lastOwnerCheck(tx, team);
       await tx.updateTable('team_members').set({ role }).where('team_id', '=', team.id).where('member_id', '=', memberId).execute();
-      if (current.role !== role) await appendAudit(tx, { ...by, action: 'team.member_updated', teamId: team.id, target: memberId, before: { role: current.role }, after: { role } });
+      if (current.role !== role) {
+        await appendAudit(tx, { ...by, action: 'team.member_updated', teamId: team.id, target: memberId, before: { role: current.role }, after: { role } });
+        await changed({ teamId: team.id, memberId, from: current.role, to: role });
+      }
     });
     const member = (await this.members(team)).find((m) => m.id === memberId);
     if (!member) throw memberNotFound(memberId);
     return member;
   }
 
-  /** Takes a member out of the team (their keys stay the team's); 404 for someone not in it, 409 for its last owner. */
+  /**
+   * Takes a member out of the team, revoking the keys they made in it (`changeMemberships`; what they spent stays the
+   * team's usage); 404 for someone not in it, 409 for its last owner.
+   */
   async remove(team: Account, memberId: string, by: AuditBy): Promise<void> {
     if (memberId === team.id) throw ownAccount();
-    await this.record.transaction().execute(async (tx) => {
+    await changeMemberships(this.accounts, by, async (tx, changed) => {
       await this.lockTeam(tx, team.id);
       const current = await tx.selectFrom('team_members').select('role').where('team_id', '=', team.id).where('member_id', '=', memberId).executeTakeFirst();
       if (!current) throw memberNotFound(memberId);
       if (current.role === 'owner') await this.lastOwnerCheck(tx, team);
       await tx.deleteFrom('team_members').where('team_id', '=', team.id).where('member_id', '=', memberId).execute();
       await appendAudit(tx, { ...by, action: 'team.member_removed', teamId: team.id, target: memberId, before: { role: current.role }, after: null });
+      await changed({ teamId: team.id, memberId, from: current.role, to: null });
     });
   }
 

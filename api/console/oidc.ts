@@ -3,12 +3,13 @@ import * as client from 'openid-client';
 import type { Account } from '../../shared/accounts.js';
 import type { OidcConfig } from '../../shared/config.js';
 import { oidcAttemptKey } from '../../shared/redis-keys.js';
-import { ensureTeam, findOidcPerson, linkedSubject, linkOidcPerson, syncOidcMemberships, teamsForGroups, type AuditBy } from '../accounts/oidc-people.js';
+import { ensureTeam, findOidcPerson, linkedSubject, linkOidcPerson, syncOidcMemberships, teamsForGroups } from '../accounts/oidc-people.js';
 import { cookieOptions, startSession, type ConsoleContext, type ConsoleDeps } from './console-session.js';
 import { sameSecret } from './sessions.js';
-import { recordChange } from '../accounts/audit-trail.js';
+import { recordChange, type AuditBy } from '../accounts/audit-trail.js';
 import { auditSource, changedFields } from '../../storage/record/audit-log.js';
 import { accountAuditFields } from '../accounts/views.js';
+import { as, luaFiles, redisScript } from '../../shared/redis-script.js';
 
 /*
  * The console's sign-in through an OpenID Connect provider, any provider by its issuer URL. `GET /console/api/oidc/login`
@@ -52,6 +53,9 @@ interface Attempt {
   nonce: string;
   redirect: string;
 }
+
+/** Deletes an attempt only if it still holds the value read (`lua/take-oidc-attempt.lua`): 1 when this caller took it. */
+const takeAttemptScript = redisScript({ name: 'oidc_take_attempt', files: luaFiles(import.meta.url, 'take-oidc-attempt'), keys: ['attempt'], args: ['value'], reply: as<number>() });
 
 const hashOf = (value: string) => createHash('sha256').update(value).digest('hex');
 
@@ -226,15 +230,23 @@ export class OidcSignIn {
     return { account, subject: person.subject };
   }
 
-  /** Takes this callback's attempt once (a second callback with the same `state` finds nothing) and checks it is this browser's. */
+  /**
+   * Takes this callback's attempt once (a second callback with the same `state` finds nothing), and only when it is
+   * this browser's: the attempt is read, its browser checked against this request's cookie, and only then deleted,
+   * if it still holds what was read (one atomic compare-and-delete). A callback from another browser (a `state`
+   * handed to it, without the cookie) is refused and leaves the attempt for its own browser; of two callbacks of the
+   * right browser at once, one takes it and the other finds it used.
+   */
   private async takeAttempt(ctx: ConsoleContext): Promise<Attempt & { state: string }> {
     const state = ctx.query.state;
     if (typeof state !== 'string' || state === '' || state.length > 512) throw new Refused('state_invalid', 'no state');
-    const stored = await this.deps.redis.getdel(oidcAttemptKey(state));
+    const key = oidcAttemptKey(state);
+    const stored = await this.deps.redis.get(key);
     if (!stored) throw new Refused('state_invalid', 'an unknown, expired or used state');
     const attempt = JSON.parse(stored) as Attempt;
     const browser = ctx.cookies.get(oidcBrowserCookie);
     if (!browser || !sameSecret(hashOf(browser), attempt.browser)) throw new Refused('state_invalid', 'the state was started by another browser');
+    if ((await takeAttemptScript(this.deps.redis, { attempt: key, value: stored })) !== 1) throw new Refused('state_invalid', 'an unknown, expired or used state');
     return { ...attempt, state };
   }
 
@@ -306,7 +318,7 @@ export class OidcSignIn {
     }
     const memberships = new Map<string, 'owner' | 'member' | 'viewer'>();
     for (const { team, role: teamRole } of teams.values()) memberships.set((await ensureTeam(accounts, team, by)).id, teamRole);
-    await syncOidcMemberships(accounts.record, account.id, memberships, by);
+    await syncOidcMemberships(accounts, account.id, memberships, by);
     return account;
   }
 

@@ -78,10 +78,12 @@ async function readerOf(deps: ConsoleDeps, scope: TeamScope): Promise<{ account:
 type State = RequestState & ConsoleState;
 
 /**
- * The playground's way in: the signed-in member comes in as their account's
- * playground key (made on its first use), set on the request as an API key
- * in an Authorization header sets it (api/accounts/auth.ts), so the keyed
- * route past it is the one /v1 runs.
+ * The playground's way in: the signed-in person comes in as their own
+ * Playground key in the current team (made by them on its first use), set on
+ * the request as an API key in an Authorization header sets it
+ * (api/accounts/auth.ts), so the keyed route past it is the one /v1 runs. Its
+ * access is read as a presented key's (`KeyStore.playgroundAccess`): the team's
+ * budget and the person's member cap there hold it as they hold their own keys.
  */
 function authenticatePlayground(deps: ConsoleDeps): RouterMiddleware<State & AuthState> {
   return async (ctx, next) => {

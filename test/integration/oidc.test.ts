@@ -239,6 +239,41 @@ describe('console sign-in through an OpenID Connect provider', () => {
     assert.equal(await sessionOf(attacker), null);
   });
 
+  it('leaves a browser’s state to it when another browser calls back with it: refused, and the real callback still signs in', async () => {
+    const victim = browser();
+    const stolen = await callbackUrlFor('alice', victim);
+    // A browser with no cookie of its own, then one with its own (an attempt it started, for someone else).
+    const bare = browser();
+    assert.equal(refusal((await bare.navigate(stolen.href, onConsolePage)).url), 'state_invalid');
+    assert.equal(await sessionOf(bare), null);
+    const attacker = browser();
+    const own = await callbackUrlFor('mallory', attacker);
+    assert.ok(attacker.cookies.get('sy_oidc'), 'the attacker has a cookie of its own');
+    assert.notEqual(attacker.cookies.get('sy_oidc'), victim.cookies.get('sy_oidc'));
+    assert.equal(refusal((await attacker.navigate(stolen.href, onConsolePage)).url), 'state_invalid');
+    assert.equal(await sessionOf(attacker), null);
+    // The victim's own callback, after both: the state was not used up.
+    const real = await victim.navigate(stolen.href, onConsolePage);
+    assert.equal(refusal(real.url), null, real.url.href);
+    assert.equal((await sessionOf(victim))?.email, 'alice@oidc.test');
+    // Used now, by its own browser: once only.
+    assert.equal(refusal((await victim.navigate(stolen.href, onConsolePage)).url), 'state_invalid');
+    // The attacker's own attempt was left alone too.
+    assert.equal(refusal((await attacker.navigate(own.href, onConsolePage)).url), 'not_in_mapped_group');
+  });
+
+  it('of a forged callback and the real one racing, the real one signs in', async () => {
+    const victim = browser();
+    const stolen = await callbackUrlFor('alice', victim);
+    const forgers = Array.from({ length: 4 }, () => browser());
+    // The forged callbacks sent first, the real one on their heels: none of them may use the state up.
+    const forging = forgers.map((forger) => forger.navigate(stolen.href, onConsolePage));
+    const [real, ...forged] = await Promise.all([victim.navigate(stolen.href, onConsolePage), ...forging]);
+    assert.equal(refusal(real.url), null, real.url.href);
+    assert.equal((await sessionOf(victim))?.email, 'alice@oidc.test');
+    for (const one of forged) assert.equal(refusal(one.url), 'state_invalid');
+  });
+
   it('links an account that has the email only when the provider says the email is verified', async () => {
     const made = await adminApi('POST', '/accounts', { email: 'carol@oidc.test', password: 'carol-password', role: 'member' });
     assert.equal(made.status, 201, JSON.stringify(made.json));

@@ -12,8 +12,10 @@ import '../../shared/scheduling/scripts.js';
 import '../../shared/cache/scripts.js';
 import '../../shared/batches/scripts.js';
 import '../../api/accounts/scripts.js';
+import '../../shared/access/index.js';
 import '../../api/batches/openai-record.js';
 import '../../api/console/sessions.js';
+import '../../api/console/oidc.js';
 import '../../storage/record/hot-state.js';
 import '../../workers/responses-run.js';
 

@@ -1,5 +1,5 @@
 -- The built-in default account, made where it is missing: read once and put before the scripts that need it
--- (api/accounts/scripts.ts), so a key of the default account never finds it missing.
+-- (api/accounts/scripts.ts, shared/access/index.ts), so a key of the default account never finds it missing.
 -- `ensureDefault(account, accounts index, id, now)` creates it if it is not complete (HSETNX: a field an admin
 -- changed, or `reserved` a settlement already counted, is kept).
 local function ensureDefault(accountKey, indexKey, id, now)

@@ -1,15 +1,21 @@
--- What admission needs of a presented key, in one round trip (default-account.lua before it).
+-- What a key may do now, in one round trip (default-account.lua before it): at the door, by the presented secret's
+-- hash; wherever admitted work goes on (a batch's next request, a Realtime session's next response), by the key's id.
 -- KEYS: the key hashes, the default account, the accounts index.
--- ARGV: the secret's hash, the key record prefix, the account prefix, the default account's id, now (unix s).
--- Returns false for an unknown key or one of a deleted account, 0 for a key of a disabled one, else
+-- ARGV: the secret's hash ('' when the key's id is given), the key record prefix, the account prefix, the default
+-- account's id, now (unix s), the key's id ('' when the hash is given).
+-- Returns false for an unknown or revoked key or one of a deleted account, 0 for a key of a disabled one, else
 -- {key id, account id, limit, rpm, tpm, models, expires, weight, tiers, cache ttl, cache max ttl, the key's budget,
 -- the account's budget, the cap of the key's maker in the account, the account's name, the maker's id} ('' = none;
 -- a budget as '<micros> <period>', shared/money/budgets.ts).
 -- Keys made before accounts existed name none: they belong to the default account, made here if missing.
-local id = redis.call('HGET', KEYS[1], ARGV[1])
-if not id then return false end
+local id = ARGV[6]
+if id == '' then
+  id = redis.call('HGET', KEYS[1], ARGV[1])
+  if not id then return false end
+end
 local key = redis.call('HMGET', ARGV[2] .. id, 'hash', 'account', 'limit', 'rpm', 'tpm', 'models', 'expires', 'cache_ttl', 'budget', 'created_by')
-if key[1] ~= ARGV[1] then return false end
+if not key[1] then return false end
+if ARGV[6] == '' and key[1] ~= ARGV[1] then return false end
 local account = key[2]
 if not account or account == '' then account = ARGV[4] end
 local maker = key[10] or ''
