@@ -37,7 +37,33 @@ export interface NewFile {
   expiresAt?: number;
   /** Refuse (and remove what was written) past this many bytes. */
   maxBytes?: number;
+  /** The key that made it: the one that uploaded it, or that made the batch that wrote it. */
+  keyId?: string;
+  /** A batch's output or error file: the batch that wrote it, and the models that batch used (null: not known). */
+  batch?: { id: string; models: readonly string[] | null };
 }
+
+/**
+ * Who made a file, and the batches it belongs to, beside its object: what decides which keys of its account see it
+ * (api/files/key-scope.ts).
+ */
+export interface FileOwnership {
+  /** The key that uploaded it, or made the batch that wrote it; null for a file stored before that was recorded. */
+  keyId: string | null;
+  /** A batch's output or error file: that batch, and its models (null: not known). */
+  batch: { id: string; models: string[] | null } | null;
+  /** The batches made from it (an input file), by id, those still known. */
+  inputOf: string[];
+}
+
+/** A file with its ownership. */
+export interface FileEntry {
+  file: FileObject;
+  owner: FileOwnership;
+}
+
+/** Whether the caller sees each of these files (in order): the others are as if they did not exist. */
+export type FileFilter = (entries: readonly FileEntry[]) => Promise<boolean[]>;
 
 export interface FileListQuery {
   purpose?: FilePurpose;
@@ -54,7 +80,12 @@ export interface AccountFiles {
   get(accountId: string, fileId: string): Promise<FileObject | undefined>;
   /** The file's bytes as a stream, or undefined when the account has no such file. */
   read(accountId: string, fileId: string): Promise<Readable | undefined>;
-  list(accountId: string, query: FileListQuery): Promise<{ data: FileObject[]; has_more: boolean }>;
+  /** The file and who made it, or undefined when the account has no such file. */
+  entry(accountId: string, fileId: string): Promise<FileEntry | undefined>;
+  /** A page of the account's files; with `sees`, of those it lets through only (a page is filled from them alone). */
+  list(accountId: string, query: FileListQuery, sees?: FileFilter): Promise<{ data: FileObject[]; has_more: boolean }>;
+  /** Notes that a batch was made from the file (its input): a key that may not see that batch does not see the file. */
+  tieBatch(accountId: string, fileId: string, batchId: string): Promise<void>;
   /** Whether it existed (and is now gone). */
   delete(accountId: string, fileId: string): Promise<boolean>;
 }

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import type { Redis } from 'ioredis';
 import { GatewayError, invalidRequest } from '../shared/errors.js';
-import type { AccountFiles, FileListQuery, FileObject, FilePurpose, NewFile } from '../shared/files.js';
+import type { AccountFiles, FileEntry, FileFilter, FileListQuery, FileObject, FileOwnership, FilePurpose, NewFile } from '../shared/files.js';
 import { accountFileKey, accountFilesKey, accountFilesSeqKey, expiringFilesKey, fileMember, fileUploadsKey } from '../shared/redis-keys.js';
 import type { BlobStore } from './blob-store.js';
 
@@ -18,6 +18,11 @@ import type { BlobStore } from './blob-store.js';
  * own hash tag (one slot on a Cluster). The file objects are small (a hash of eight fields) and persist as Redis does
  * (its append-only file); what would be lost with a flushed Redis is the index, not the bytes, which the blob janitor
  * only deletes when a file expires or an upload was abandoned.
+ *
+ * Each file names the key that made it (`key`: the one that uploaded it, or made the batch that wrote it), a batch's
+ * output or error file its batch and that batch's models (`batch`, `batch_models`), and an input file the batches
+ * made from it (a set beside it, `fileBatchesKey`): who of its account sees it is decided from those
+ * (api/files/key-scope.ts).
  *
  * A deleted file keeps its place (not its object) for a day, so a client deleting the files it pages through goes on
  * paging. Expired files answer as missing at once and are deleted by the blob janitor (`sweepExpired`); the bytes of
@@ -50,6 +55,9 @@ export function fileBlobKey(accountId: string, fileId: string): string {
   return `files/${folder}/${fileId}`;
 }
 
+/** The batches made from a file (a set, under the account's hash tag as the file is). */
+export const fileBatchesKey = (accountId: string, fileId: string) => `${accountFileKey(accountId, fileId)}:batches`;
+
 export const fileTooLarge = (limit: number) =>
   new GatewayError(413, `File too large: the limit is ${limit} bytes (${Math.round(limit / 1024 / 1024)} MB).`, { code: 'file_too_large' });
 
@@ -60,6 +68,8 @@ export interface StagedFile {
   blobKey: string;
   filename: string;
   bytes: number;
+  keyId?: string;
+  batch?: { id: string; models: readonly string[] | null };
 }
 
 /** Counts a body's bytes as they pass, throwing 413 past `maxBytes` (the store then keeps nothing). */
@@ -89,6 +99,16 @@ function toFileObject(fields: Record<string, string>, nowMs: number): FileObject
   };
 }
 
+function ownershipOf(fields: Record<string, string>, inputOf: readonly string[]): FileOwnership {
+  let models: string[] | null = null;
+  try {
+    models = fields.batch_models ? (JSON.parse(fields.batch_models) as string[]) : null;
+  } catch {
+    models = null;
+  }
+  return { keyId: fields.key || null, batch: fields.batch ? { id: fields.batch, models } : null, inputOf: [...inputOf] };
+}
+
 /** The one account and file a member of the gateway-wide sets names (account ids hold no space). */
 function parseMember(member: string): { accountId: string; fileId: string } {
   const at = member.lastIndexOf(' ');
@@ -115,14 +135,14 @@ export class AccountFileStore implements AccountFiles {
    * Stores a file's bytes before its purpose is known (a multipart body may send the file before the `purpose`
    * field): `commit` records it, `discard` removes it. Throws 413 (keeping nothing) past `maxBytes`.
    */
-  async stage(accountId: string, file: Pick<NewFile, 'filename' | 'body' | 'maxBytes'>): Promise<StagedFile> {
+  async stage(accountId: string, file: Pick<NewFile, 'filename' | 'body' | 'maxBytes' | 'keyId' | 'batch'>): Promise<StagedFile> {
     const id = newFileId();
     const blobKey = fileBlobKey(accountId, id);
     const member = fileMember(accountId, id);
     await this.redis.zadd(fileUploadsKey, Date.now(), member);
     try {
       const ref = await this.blobs.putStream(blobKey, capped(file.body, file.maxBytes), 'application/octet-stream', file.filename || undefined);
-      return { accountId, id, blobKey, filename: file.filename, bytes: ref.size };
+      return { accountId, id, blobKey, filename: file.filename, bytes: ref.size, ...(file.keyId ? { keyId: file.keyId } : {}), ...(file.batch ? { batch: file.batch } : {}) };
     } catch (error) {
       await this.redis.zrem(fileUploadsKey, member).catch(() => undefined);
       throw error;
@@ -148,6 +168,9 @@ export class AccountFileStore implements AccountFiles {
         purpose,
         seq,
         blob: staged.blobKey,
+        key: staged.keyId ?? '',
+        batch: staged.batch?.id ?? '',
+        batch_models: staged.batch?.models ? JSON.stringify(staged.batch.models) : '',
       })
       .zadd(accountFilesKey(accountId), seq, id)
       .zadd(accountFilesKey(accountId, purpose), seq, id)
@@ -167,6 +190,18 @@ export class AccountFileStore implements AccountFiles {
     return toFileObject(await this.redis.hgetall(accountFileKey(accountId, fileId)), Date.now());
   }
 
+  async entry(accountId: string, fileId: string): Promise<FileEntry | undefined> {
+    if (!isFileId(fileId)) return undefined;
+    const [[, fields], [, inputOf]] = (await this.redis.multi().hgetall(accountFileKey(accountId, fileId)).smembers(fileBatchesKey(accountId, fileId)).exec()) as [[unknown, Record<string, string>], [unknown, string[]]];
+    const file = toFileObject(fields, Date.now());
+    return file ? { file, owner: ownershipOf(fields, inputOf) } : undefined;
+  }
+
+  async tieBatch(accountId: string, fileId: string, batchId: string): Promise<void> {
+    if (!isFileId(fileId)) return;
+    await this.redis.sadd(fileBatchesKey(accountId, fileId), batchId);
+  }
+
   async read(accountId: string, fileId: string): Promise<Readable | undefined> {
     if (!isFileId(fileId)) return undefined;
     const fields = await this.redis.hgetall(accountFileKey(accountId, fileId));
@@ -180,12 +215,17 @@ export class AccountFileStore implements AccountFiles {
     }
   }
 
-  async list(accountId: string, query: FileListQuery): Promise<{ data: FileObject[]; has_more: boolean }> {
+  async list(accountId: string, query: FileListQuery, sees?: FileFilter): Promise<{ data: FileObject[]; has_more: boolean }> {
     const index = accountFilesKey(accountId, query.purpose);
     const desc = query.order === 'desc';
     let bound = desc ? '+inf' : '-inf';
     if (query.after !== undefined) {
-      const place = isFileId(query.after) ? await this.redis.hget(accountFileKey(accountId, query.after), 'seq') : null;
+      let place = isFileId(query.after) ? await this.redis.hget(accountFileKey(accountId, query.after), 'seq') : null;
+      // A file the caller may not see is no place to list after, as one that never was (a deleted one still is).
+      if (place !== null && sees) {
+        const entry = await this.entry(accountId, query.after);
+        if (entry && !(await sees([entry]))[0]) place = null;
+      }
       if (place === null) throw invalidRequest(`No file '${query.after.slice(0, 80)}' to list after.`, 'after');
       bound = `(${place}`;
     }
@@ -194,7 +234,8 @@ export class AccountFileStore implements AccountFiles {
     // Expired files not swept yet are skipped, so a page may read past `limit` entries to fill itself. Read a
     // thousand at a time: a page of 10,000 is ten short turns of the loop, not one long one.
     for (;;) {
-      const want = Math.min(listRound, query.limit + 1 - data.length);
+      // With a filter, whole rounds: how many of them it lets through is not known before they are read.
+      const want = sees ? listRound : Math.min(listRound, query.limit + 1 - data.length);
       const range = desc
         ? await this.redis.zrange(index, bound, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, want, 'WITHSCORES')
         : await this.redis.zrange(index, bound, '+inf', 'BYSCORE', 'LIMIT', 0, want, 'WITHSCORES');
@@ -202,10 +243,16 @@ export class AccountFileStore implements AccountFiles {
       const ids = range.filter((_, i) => i % 2 === 0);
       const pipeline = this.redis.pipeline();
       for (const id of ids) pipeline.hgetall(accountFileKey(accountId, id));
+      if (sees) for (const id of ids) pipeline.smembers(fileBatchesKey(accountId, id));
       const replies = (await pipeline.exec()) ?? [];
-      replies.forEach(([, fields]) => {
-        const file = toFileObject((fields ?? {}) as Record<string, string>, now);
-        if (file && data.length <= query.limit) data.push(file);
+      const entries = ids.flatMap((_, i): FileEntry[] => {
+        const fields = (replies[i]?.[1] ?? {}) as Record<string, string>;
+        const file = toFileObject(fields, now);
+        return file ? [{ file, owner: ownershipOf(fields, sees ? ((replies[ids.length + i]?.[1] ?? []) as string[]) : []) }] : [];
+      });
+      const seen = sees ? await sees(entries) : entries.map(() => true);
+      entries.forEach(({ file }, i) => {
+        if (seen[i] && data.length <= query.limit) data.push(file);
       });
       bound = `(${range.at(-1)!}`;
       if (data.length > query.limit || ids.length < want) break;
@@ -230,6 +277,7 @@ export class AccountFileStore implements AccountFiles {
       .expire(key, deletedPlaceSeconds)
       .zrem(accountFilesKey(accountId), fileId)
       .zrem(accountFilesKey(accountId, fields.purpose), fileId)
+      .del(fileBatchesKey(accountId, fileId))
       .exec();
     await this.redis.zrem(expiringFilesKey, fileMember(accountId, fileId));
     // Two deletes at once: the one that found it whole is the one that deleted it.

@@ -1,6 +1,6 @@
 import { Readable } from 'node:stream';
 import type Router from '@koa/router';
-import { batchView, deleteBatch, listBatches, openBatchCount, readBatch, readBatchResults, seesBatch, type BatchRecord } from '../../shared/batches/index.js';
+import { batchView, deleteBatch, listBatches, openBatchCount, readBatch, readBatchResults, type BatchRecord } from '../../shared/batches/index.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
 import { activeMetrics } from '../../shared/metrics.js';
@@ -8,14 +8,17 @@ import { createRouter } from '../http/canonical-path.js';
 import { readJsonText } from '../http/request-body.js';
 import type { EndpointRouteDeps } from '../requests/endpoint-route.js';
 import type { KeyedContext, KeyedState } from '../requests/request-context.js';
+import type { RecordDb } from '../../storage/record/database.js';
+import { keyScope, seesBatchAs } from '../files/key-scope.js';
 import { intakeBatch } from './anthropic-intake.js';
 import { cancelMessageBatch } from './cancel.js';
 
 /**
  * Anthropic's Message Batches API (`/v1/messages/batches`), on every chat model of every vendor: a batch is its
  * account's, not its key's (as Anthropic's is its Workspace's and OpenAI's its Project's: a team rotates its keys
- * while a batch runs and reads its results weeks later), though a key limited to models sees only the batches whose
- * every model it may use. Answers in Anthropic's dialect (errors included: the path is under `/v1/messages`). See
+ * while a batch runs and reads its results weeks later), seen by the keys api/files/key-scope.ts says: a key a team's
+ * member made sees the batches that member's keys made, a key limited to models only the batches whose every model it
+ * may use, any key those it made itself. Answers in Anthropic's dialect (errors included: the path is under `/v1/messages`). See
  * anthropic-intake.ts for how a batch comes in, shared/batches/ for its record, workers/batch-run.ts for how its requests
  * run, sweep.ts for how a cancel and an expiry end it.
  */
@@ -25,15 +28,20 @@ const batchIdPattern = /^msgbatch_[A-Za-z0-9]{1,64}$/;
 
 const notFound = (id: string) => new GatewayError(404, `No message batch with id '${id.slice(0, 80)}'.`, { type: 'not_found_error', code: 'not_found' });
 
+/** What the routes read beside the engine: who made each key, and their role in its team now (key-scope.ts). */
+export interface BatchRouteDeps extends EndpointRouteDeps {
+  record: RecordDb;
+}
+
 /**
- * The caller's account's batch, or a 404 (another account's included: its existence is not told; one using a model
- * the caller's key may not use too, for the same reason).
+ * The caller's account's batch, or a 404 (another account's included: its existence is not told; one the caller's
+ * key may not see too, for the same reason: another member's, one using a model it may not use).
  */
-async function ownedBatch(ctx: KeyedContext, deps: EndpointRouteDeps, id: string): Promise<BatchRecord> {
+async function ownedBatch(ctx: KeyedContext, deps: BatchRouteDeps, id: string): Promise<BatchRecord> {
   if (!batchIdPattern.test(id)) throw notFound(id);
   const batch = await readBatch(deps.redis, id);
-  const { access } = ctx.state;
-  if (!batch || batch.accountId !== access.accountId || !seesBatch(access.models, batch)) throw notFound(id);
+  if (!batch || batch.accountId !== ctx.state.access.accountId) throw notFound(id);
+  if (!seesBatchAs(await keyScope(deps.record, ctx.state.access), batch)) throw notFound(id);
   return batch;
 }
 
@@ -52,7 +60,7 @@ function pageQuery(query: Record<string, unknown>): { limit: number; afterId?: s
   return { limit, ...(afterId !== undefined ? { afterId } : {}), ...(beforeId !== undefined ? { beforeId } : {}) };
 }
 
-export function batchRoutes(deps: EndpointRouteDeps, log: Logger): Router<KeyedState> {
+export function batchRoutes(deps: BatchRouteDeps, log: Logger): Router<KeyedState> {
   const router = createRouter<KeyedState>('/v1/messages/batches');
   const sweepDeps = { redis: deps.redis, queues: deps.queues, config: deps.config, log };
 
@@ -67,7 +75,8 @@ export function batchRoutes(deps: EndpointRouteDeps, log: Logger): Router<KeyedS
 
   router.get('/', async (ctx) => {
     const page = pageQuery(ctx.query);
-    const { batches, hasMore } = await listBatches(deps.redis, ctx.state.access.accountId, { ...page, dialect: 'anthropic' }, ctx.state.access.models);
+    const scope = await keyScope(deps.record, ctx.state.access);
+    const { batches, hasMore } = await listBatches(deps.redis, ctx.state.access.accountId, { ...page, dialect: 'anthropic' }, (batch) => seesBatchAs(scope, batch));
     const data = batches.map((batch) => view(ctx, batch));
     ctx.body = { data, has_more: hasMore, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null };
   });

@@ -160,7 +160,8 @@ export async function finalizeOpenAIBatch(deps: FinalizeDeps, batchId: string): 
     const expiresAt = Math.floor((fields.outputExpirySeconds !== null ? now + fields.outputExpirySeconds * 1000 : now + deps.config.batches.resultsKeepMs) / 1000);
     const write = async (which: 'output' | 'error') => {
       const filename = `${batchId}_${which}.jsonl`;
-      const file = await deps.files.put(batch.accountId, { purpose: 'batch_output', filename, body: fileLines(deps, batch, which, keepLease), expiresAt });
+      // The batch's key and models go with its files: who sees the batch sees them (api/files/key-scope.ts).
+      const file = await deps.files.put(batch.accountId, { purpose: 'batch_output', filename, body: fileLines(deps, batch, which, keepLease), expiresAt, keyId: batch.keyId, batch: { id: batchId, models: batch.models ?? null } });
       return { id: file.id, name: filename };
     };
     const { succeeded, errored, canceled, expired } = batch.counts;

@@ -57,11 +57,14 @@ function expiryOf(fields: Map<string, string>, created: number, purpose: UploadP
   return created + value;
 }
 
-/** A part's filename as the file object shows it: no control characters, at most 255 characters. */
-const cleanFilename = (name: string | undefined) => (name ?? '').replace(/[\u0000-\u001f\u007f]/g, '').slice(0, 255) || 'upload';
+/** A part's filename as the file object shows it: no control characters, at most 255 characters (never half of one). */
+const cleanFilename = (name: string | undefined) =>
+  Array.from((name ?? '').replace(/[\u0000-\u001f\u007f]/g, ''))
+    .slice(0, 255)
+    .join('') || 'upload';
 
-/** Reads an upload into the account's files; resolves with the file object, or rejects with an OpenAI-shaped 4xx. */
-export function receiveUpload(req: IncomingMessage, files: AccountFileStore, accountId: string, limits: UploadLimits): Promise<FileObject> {
+/** Reads an upload into the account's files (as `keyId`'s); resolves with the file object, or rejects with an OpenAI-shaped 4xx. */
+export function receiveUpload(req: IncomingMessage, files: AccountFileStore, accountId: string, limits: UploadLimits, keyId?: string): Promise<FileObject> {
   return readMultipartBody(req, { files: 1, fields: 10, fieldSize: 1024 }, (fail) => {
     const fields = new Map<string, string>();
     let part: Readable | undefined;
@@ -118,7 +121,8 @@ export function receiveUpload(req: IncomingMessage, files: AccountFileStore, acc
         part = stream;
         const purpose = fields.get('purpose') as UploadPurpose | undefined;
         const maxBytes = purpose ? capOf(purpose, limits) : Math.max(limits.maxBytes, limits.batchMaxBytes);
-        staging = files.stage(accountId, { filename: cleanFilename(info.filename), body: limited(stream, maxBytes), maxBytes });
+        // The uploading key is kept with the file: who else sees it follows from it (api/files/key-scope.ts).
+        staging = files.stage(accountId, { filename: cleanFilename(info.filename), body: limited(stream, maxBytes), maxBytes, ...(keyId ? { keyId } : {}) });
         staging.catch(fail);
       },
       tooManyFiles: () => invalidRequest('One file per upload: send the others in requests of their own.', 'file', 'too_many_files'),

@@ -62,7 +62,9 @@ export function readMultipartBody<T>(req: IncomingMessage, limits: busboy.Limits
   return new Promise((resolve, reject) => {
     let parser: busboy.Busboy;
     try {
-      parser = busboy({ headers: req.headers, limits });
+      // Filenames as UTF-8 (what browsers, undici's FormData and the SDKs send), not busboy's default Latin-1;
+      // an RFC 5987 `filename*=UTF-8''…` is decoded by its own charset either way.
+      parser = busboy({ headers: req.headers, limits, defParamCharset: 'utf8' });
     } catch (error) {
       reject(malformedBody(error as Error));
       return;

@@ -41,7 +41,14 @@ const listChunkMost = 1_000;
  * further while batches the key may not see (or gone ones) leave the page short, so a page is full and `hasMore` true
  * exactly when the key sees another batch beyond it, as if the others were not there (bounded by `listScanMost`).
  */
-export async function listBatches(redis: Redis, accountId: string, page: { limit: number; afterId?: string; beforeId?: string; dialect?: BatchDialect }, allowedModels?: readonly string[]): Promise<{ batches: BatchRecord[]; hasMore: boolean }> {
+export async function listBatches(
+  redis: Redis,
+  accountId: string,
+  page: { limit: number; afterId?: string; beforeId?: string; dialect?: BatchDialect },
+  allowedModels?: readonly string[] | ((batch: BatchRecord) => boolean),
+): Promise<{ batches: BatchRecord[]; hasMore: boolean }> {
+  // The key's models (`seesBatch`), or a rule of the caller's (api/files/key-scope.ts: whose batches a key sees).
+  const sees = typeof allowedModels === 'function' ? allowedModels : (batch: BatchRecord) => seesBatch(allowedModels, batch);
   const key = accountBatchesKey(accountId);
   // Newest first, as Anthropic lists them: `after_id` pages toward older batches, `before_id` toward newer ones.
   const [[, total], [, after], [, before]] = (await inOneWrite(redis)
@@ -74,7 +81,7 @@ export async function listBatches(redis: Redis, accountId: string, page: { limit
     });
     gone.push(...ids.filter((_, i) => !records[i]));
     // A dialect's list holds its own batches only (the console's, both): the others are passed as unseen ones are.
-    for (const record of records) if (record && found.length <= page.limit && seesBatch(allowedModels, record) && (page.dialect === undefined || record.dialect === page.dialect)) found.push(record);
+    for (const record of records) if (record && found.length <= page.limit && sees(record) && (page.dialect === undefined || record.dialect === page.dialect)) found.push(record);
     // Many the key may not see: read further in larger steps.
     chunk = Math.min(listChunkMost, chunk * 2);
   }
