@@ -21,6 +21,7 @@ import { tracingEnabled } from '../shared/tracing.js';
 import { authenticate } from './accounts/auth.js';
 import { KeyCache, KeyStore } from './accounts/key-store.js';
 import { accessChangedChannel } from '../shared/redis-keys.js';
+import { CurrentAccess } from '../shared/access/index.js';
 import { ReplyHub } from './relay/reply-hub.js';
 import { Backpressure } from '../shared/scheduling/backpressure.js';
 import { apiMetrics } from './http/metrics.js';
@@ -144,9 +145,18 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   );
   const keyCache = new KeyCache(keyStore, config.keyCacheTtlMs);
   const hub = new ReplyHub(subscriber, redis, replyChannel(instanceId), log);
-  hub.on(accessChangedChannel, (message) => keyCache.forget(message));
-  keyStore.onAccessChanged = (message) => keyCache.forget(message);
-  hub.onReconnect = () => keyCache.clear();
+  // What keys may do now, as admitted work reads it again at its next step (a request that waited on another's call).
+  const access = new CurrentAccess(redis);
+  const accessChanged = (message: string) => {
+    keyCache.forget(message);
+    access.changed(message);
+  };
+  hub.on(accessChangedChannel, accessChanged);
+  keyStore.onAccessChanged = accessChanged;
+  hub.onReconnect = () => {
+    keyCache.clear();
+    access.clear();
+  };
   const backpressure = new Backpressure(redis, queues, config.maxWaiting, log, undefined, config.scheduling.waitingFloor);
   // The lanes this api routes to are known, so that one nobody serves any more is found (shared/scheduling/lanes.ts).
   if (queues.laneNames.length > 0) {
@@ -203,7 +213,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   const logs = new EventLogs(redis, log);
   const cache = new ResponseCache(redis, config, log);
   cache.listen(hub);
-  const relayDeps = { config, redis, queues, hub, backpressure, models, prices, logs, cache };
+  const relayDeps = { config, redis, queues, hub, backpressure, models, prices, logs, cache, access };
   const endpointDeps = { ...relayDeps, blobs };
   // OpenAI's Batch API on the batch engine, over the account's files (api/batches/openai-*.ts).
   const openaiBatchDeps = { ...endpointDeps, files: new AccountFileStore(redis, blobs), log };
@@ -233,9 +243,9 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     geminiMethods,
     endpointDispatch(endpointDeps),
     jobs.authed.routes(),
-    fileRoutes({ config, files: new AccountFileStore(redis, blobs) }).routes(),
-    batchRoutes(endpointDeps, log).routes(),
-    openAIBatchRoutes(openaiBatchDeps).routes(),
+    fileRoutes({ config, files: new AccountFileStore(redis, blobs), record, redis }).routes(),
+    batchRoutes({ ...endpointDeps, record }, log).routes(),
+    openAIBatchRoutes({ ...openaiBatchDeps, record }).routes(),
     responseRoutes(endpointDeps).routes(),
     v1.routes(),
     v1.allowedMethods(),

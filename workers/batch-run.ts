@@ -8,6 +8,7 @@ import { anthropicErrorType } from '../shared/messages.js';
 import { moneyRefusal, releaseReservation, reserve } from '../shared/money/billing.js';
 import { budgetRefusal } from '../shared/money/budgets.js';
 import { batchRefillChannel } from '../shared/redis-keys.js';
+import { accessRefusalMessage, mayUseModel, type AccessNow, type CurrentAccess } from '../shared/access/index.js';
 
 /**
  * A batch's request in a worker (shared/batches/record.ts): it has no client, so its answer, or its failure, is
@@ -28,6 +29,8 @@ export interface BatchRunDeps {
   redis: Redis;
   config: Pick<Config, 'batches'>;
   log: Logger;
+  /** What the batch's key may do now: each request is admitted by it as it is reserved. */
+  access: CurrentAccess;
 }
 
 export type BatchData = GatewayJobData & { batch: BatchJob };
@@ -55,20 +58,29 @@ export function erroredResult(error: GatewayError, data: BatchData): BatchResult
 
 /**
  * Whether the request is done before any vendor call: true when it was recorded now or before (canceled, expired,
- * refused by the balance), false when it goes on to its vendor with its worst case reserved until `runDeadline`.
+ * refused by what its key may do now or by the money), false when it goes on to its vendor with its worst case
+ * reserved until `runDeadline`.
+ *
+ * Each request is admitted by what its key may do at this moment (shared/access), not by what it could when the batch
+ * was made: a key revoked or expired, its account disabled, its model taken off the key's list, refuse the request
+ * (recorded `errored` with the refusal, as the endpoint would answer it now), and the reservation is held to the key's
+ * spending limit and the budgets in force now. So a change lands on a running batch at its next request, within a
+ * second: what is already at its vendor (at most the batch's window) finishes and is billed.
  */
 export async function batchGate(deps: BatchRunDeps, data: BatchData, runDeadline: number): Promise<boolean> {
   const { batch } = data;
+  const now = data.accountId ? await deps.access.of(data.keyId) : undefined;
+  const refusal = now ? accessRefusal(now, data.model) : undefined;
   // Its batch's word and its reservation side by side (one round trip before the call, not two): a reservation made
   // for a request that turns out not to run is given back at once.
   const [{ status, recorded }, outcome] = await Promise.all([
     batchRequestState(deps.redis, batch.id, batch.index),
-    data.accountId
+    data.accountId && now && 'access' in now && !refusal
       ? reserve(
           deps.redis,
           { requestId: data.requestId, keyId: data.keyId, accountId: data.accountId, micros: batch.reserve.micros, tokens: batch.reserve.tokens, deadline: runDeadline },
-          // A batch's requests count against the key's spending limit and the balance, not against its rate limits.
-          { ...(batch.reserve.keyLimitMicros !== undefined ? { limitMicros: batch.reserve.keyLimitMicros } : {}), ...(batch.reserve.budgets ? { budgets: batch.reserve.budgets } : {}) },
+          // A batch's requests count against the key's spending limit, its budgets and the balance, not against its rate limits.
+          { ...(now.access.limitMicros !== undefined ? { limitMicros: now.access.limitMicros } : {}), ...(now.access.budgets ? { budgets: now.access.budgets } : {}) },
         )
       : undefined,
   ]);
@@ -82,20 +94,33 @@ export async function batchGate(deps: BatchRunDeps, data: BatchData, runDeadline
     await Promise.all([giveBack(), record(deps, batch, status === 'canceling' ? { type: 'canceled' } : { type: 'expired' })]);
     return true;
   }
+  if (refusal) {
+    deps.log.info({ batch: batch.id, index: batch.index, code: refusal.code }, "a batch's request was refused: its key may no longer make it");
+    await record(deps, batch, erroredResult(refusal, data));
+    return true;
+  }
   if (!outcome || outcome.ok) return false;
   // A batch's requests are not held to rate limits: only the money (or the key's access) refuses one here.
   const reason = outcome.reason === 'key_limit' || outcome.reason === 'account_balance' || outcome.reason === 'budget' ? outcome.reason : 'no_access';
-  const message = reason === 'budget' && outcome.budget ? budgetRefusal(outcome.budget, Date.now()) : moneyRefusal(reason === 'budget' ? 'account_balance' : reason);
+  const access = now && 'access' in now ? now.access : undefined;
+  const message = reason === 'budget' && outcome.budget ? budgetRefusal(outcome.budget, Date.now(), access?.accountName) : moneyRefusal(reason === 'budget' ? 'account_balance' : reason);
   deps.log.info({ batch: batch.id, index: batch.index, reason: outcome.reason }, "a batch's request was refused by its account's money");
   if (batch.dialect === 'openai') {
     // As OpenAI's API refuses a request its quota cannot cover (or a key that may no longer use it).
-    const refusal = reason === 'no_access' ? new GatewayError(401, message, { code: 'invalid_api_key' }) : new GatewayError(429, message, { type: 'insufficient_quota', code: 'insufficient_quota' });
-    await record(deps, batch, erroredResult(refusal, data));
+    const refused = reason === 'no_access' ? new GatewayError(401, message, { code: 'invalid_api_key' }) : new GatewayError(429, message, { type: 'insufficient_quota', code: 'insufficient_quota' });
+    await record(deps, batch, erroredResult(refused, data));
     return true;
   }
   const type = reason === 'no_access' ? 'authentication_error' : 'billing_error';
   await record(deps, batch, { type: 'errored', error: { type: 'error', error: { type, message }, request_id: data.requestId } });
   return true;
+}
+
+/** The error a batch's request gets when its key may no longer make it (as the endpoint answers such a key now), or undefined. */
+function accessRefusal(now: AccessNow, model: string): GatewayError | undefined {
+  if ('refused' in now) return new GatewayError(401, accessRefusalMessage(now.refused), { code: 'invalid_api_key' });
+  if (!mayUseModel(now.access, model)) return new GatewayError(403, `This API key may not use the model \`${model}\`.`, { type: 'invalid_request_error', code: 'model_not_allowed', param: 'model' });
+  return undefined;
 }
 
 /** What settlement billed a request, as its batch adds it up (nothing: it was not billed). */

@@ -8,6 +8,7 @@ import { endpoints, type EndpointRequest } from '../shared/endpoints.js';
 import { GatewayError, timeoutError } from '../shared/errors.js';
 import { jobIdOf, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import { apiAliveKey, payloadKey, replayStreamKey } from '../shared/redis-keys.js';
+import type { CurrentAccess } from '../shared/access/index.js';
 import { backToBandHead } from '../shared/scheduling/index.js';
 import { lazyChild, type Logger } from '../shared/logger.js';
 import type { ResponsesJob } from '../shared/responses.js';
@@ -44,6 +45,8 @@ export interface ProcessorDeps {
   vendorHttp: VendorHttp;
   /** Moves a job routed to another capped vendor into that vendor's lane (none: it runs where it is). */
   laneMoves?: LaneMoves;
+  /** What keys may do now (a batch's request is admitted by it, not by what its key could when the batch was made). */
+  access: CurrentAccess;
 }
 
 /** Runs one gateway job: calls the vendor and publishes the answer to the api that holds the client. */
@@ -348,7 +351,7 @@ class JobRun {
   }
 
   private get batchDeps(): BatchRunDeps {
-    return { redis: this.deps.redis, config: this.deps.config, log: this.log };
+    return { redis: this.deps.redis, config: this.deps.config, log: this.log, access: this.deps.access };
   }
 
   private get cacheDeps(): CachedJobEndDeps {

@@ -6,7 +6,8 @@ import { createRedis } from '../shared/redis.js';
 import type { Redis } from 'ioredis';
 import { loadCatalog } from '../shared/catalog.js';
 import { GatewayError } from '../shared/errors.js';
-import { cancelChannel, slotFreedChannel } from '../shared/redis-keys.js';
+import { accessChangedChannel, cancelChannel, slotFreedChannel } from '../shared/redis-keys.js';
+import { CurrentAccess } from '../shared/access/index.js';
 import { laneQueueName, shardQueueName, type QueueName } from '../shared/queues.js';
 import { backToBandHead, cappedVendors, leaveBacklog, ratePace, recount, vendorLimits } from '../shared/scheduling/index.js';
 import { LaneKeeper } from '../shared/scheduling/lane-keeper.js';
@@ -161,15 +162,19 @@ export interface WorkerPool {
 }
 
 /**
- * The worker's one subscription: cancels (a client gone) abort their job's vendor call, and a freed vendor slot
- * wakes the calls waiting for one at once.
+ * The worker's one subscription: cancels (a client gone) abort their job's vendor call, a freed vendor slot wakes the
+ * calls waiting for one at once, and a change to a key or an account (`accessChangedChannel`) reaches the work of it
+ * already admitted here (`CurrentAccess`: a running batch's next request, an open Realtime session). A subscription
+ * lost and made again may have missed changes: every key is then read again.
  */
-export async function listenForSignals(subscriber: Redis, cancels: CancelRegistry, limiter: VendorSlots): Promise<void> {
+export async function listenForSignals(subscriber: Redis, cancels: CancelRegistry, limiter: VendorSlots, access?: CurrentAccess): Promise<void> {
   subscriber.on('message', (channel: string, message: string) => {
     if (channel === slotFreedChannel) limiter.slotFreed(message);
+    else if (channel === accessChangedChannel) access?.changed(message);
     else cancels.cancel(message);
   });
-  await subscriber.subscribe(cancelChannel, slotFreedChannel);
+  if (access) subscriber.on('ready', () => access.clear());
+  await subscriber.subscribe(cancelChannel, slotFreedChannel, ...(access ? [accessChangedChannel] : []));
   limiter.listening();
 }
 
@@ -181,7 +186,8 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   const subscriber = createRedis(config.redis, { connectionName: 'worker-cancel' });
   const cancels = new CancelRegistry();
   const limiter = new VendorSlots(redis, config);
-  await listenForSignals(subscriber, cancels, limiter);
+  const access = new CurrentAccess(redis);
+  await listenForSignals(subscriber, cancels, limiter, access);
 
   // The record: Redis's hot state is loaded from it if Redis lost it, and settled usage is written to it from here.
   const { record, close: closeRecord } = await openHotRecord(config.databaseUrl, redis, log, 'the workers');
@@ -233,6 +239,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     log,
     vendorHttp,
     laneMoves,
+    access,
     media: { config, redis, blobs, urlSecret: await resolveUrlSecret(redis, config.blobUrlSecret) },
     settlement: {
       config,
@@ -305,6 +312,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
         cancels,
         vendorHttp,
         log,
+        access,
         billing: { redis, prices, log },
         workerName: `worker-${process.pid}`,
       })

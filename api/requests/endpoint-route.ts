@@ -1,7 +1,8 @@
 import type { Middleware } from 'koa';
 import type { KeyAccess } from '../../shared/accounts.js';
 import { endpoints, type Endpoint, type EndpointRequest } from '../../shared/endpoints.js';
-import { GatewayError, invalidRequest } from '../../shared/errors.js';
+import { GatewayError, invalidApiKey, invalidRequest } from '../../shared/errors.js';
+import { accessRefusalMessage, mayUseModel, type CurrentAccess } from '../../shared/access/index.js';
 import { worstCase } from '../../shared/money/charge.js';
 import type { PriceList } from '../../shared/money/pricing.js';
 import { grantedTier, laneOf } from '../../shared/scheduling/index.js';
@@ -38,6 +39,8 @@ export interface EndpointRouteDeps extends EnqueueDeps, HeldReplyDeps {
   blobs: BlobStore;
   prices: PriceList;
   logs: EventLogs;
+  /** What keys may do now: a request that waited on another's call is checked again before it is answered. */
+  access: CurrentAccess;
 }
 
 /** A key limited to some models may use only those: a 403 naming the model otherwise. */
@@ -293,6 +296,8 @@ export class ServedRequest<E extends Endpoint> {
     for (let round = 1; ; round++) {
       const outcome = await deps.cache.claimLeadOrFollow(cache, { jobId: job.id, form: streamForm(request, stream), keyId }, job.deadline, admitFollower);
       if (!outcome) break;
+      // It waited: what its key may do now decides whether it is answered (a key revoked meanwhile is not).
+      await this.stillAllowed(plan.served.modelId, giveBack);
       if ('entry' in outcome) {
         this.dropUploads(plan.form);
         await deps.cache.answer(ctx, outcome.entry, request, { stream, result: 'coalesced', ...served });
@@ -318,6 +323,18 @@ export class ServedRequest<E extends Endpoint> {
     ctx.set('cache-status', missStatus(cache));
     activeMetrics()?.cacheRequests.get(plan.served.modelId, 'miss').inc();
     return false;
+  }
+
+  /**
+   * A request admitted a while ago, about to be answered: refused (its reservation given back) as its key would be at
+   * the door now when the key was revoked or expired, its account disabled, or the model taken off its list meanwhile.
+   */
+  private async stillAllowed(modelId: string, giveBack: () => Promise<unknown>): Promise<void> {
+    const now = await this.deps.access.of(this.ctx.state.keyId);
+    if ('access' in now && mayUseModel(now.access, modelId)) return;
+    await giveBack();
+    if ('refused' in now) throw invalidApiKey(accessRefusalMessage(now.refused));
+    checkModelAllowed(now.access, modelId);
   }
 
   /**

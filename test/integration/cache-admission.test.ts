@@ -111,6 +111,30 @@ describe('the response cache passes admission, and frees the requests waiting on
     assert.equal(calls(), 1);
   });
 
+  it('refuses a request waiting on another’s call whose key is revoked meanwhile: 401, its price given back, nothing billed', async () => {
+    openai.reset();
+    openai.enqueue({ delayMs: 1200 });
+    const leader = await paidAccountKey(redis, 50_000_000);
+    const keys = await testKeyStore(redis);
+    // A second key of the same account: an identical request of it follows the first's call.
+    const follower = await keys.create('follower', { accountId: leader.account });
+    const text = body('Wait for me, then find my key gone');
+    const led = post(leader.key, text).then(answered);
+    await waitFor(() => calls() === 1, 5000, 'the leader at the vendor');
+    const followed = post(follower.key, text).then(answered);
+    // The follower is admitted and waiting when its key is revoked.
+    await waitFor(async () => (await readBill(redis, leader.account))!.reservedMicros > 0 && ((await readKeySpend(redis, leader.account, follower.id))?.reservedMicros ?? 0) > 0, 5000, 'the follower admitted');
+    assert.equal(await keys.revoke(follower.id), true);
+    const [lead, refused] = await Promise.all([led, followed]);
+    assert.equal(lead.status, 200);
+    assert.equal(refused.status, 401, JSON.stringify(refused.body));
+    assert.equal(refused.body.error?.code, 'invalid_api_key');
+    assert.equal(calls(), 1, 'the follower made no call of its own');
+    await waitFor(async () => (await readBill(redis, leader.account))!.reservedMicros === 0, 5000, 'every reservation given back or settled');
+    const spend = await readKeySpend(redis, leader.account, follower.id);
+    assert.equal(spend?.spentMicros ?? 0, 0, 'the revoked key spent nothing');
+  });
+
   it('serves the streams admitted when the leader they set out to follow is refused: one of them runs the call, the other follows it', async () => {
     openai.reset();
     openai.enqueue({ delayMs: 800 });

@@ -34,6 +34,7 @@ import { StartingWorker } from '../../workers/starting-worker.js';
 import { VendorSlots } from '../../shared/scheduling/vendor-slots.js';
 import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
 import { fetchLoopOptions, listenForSignals } from '../../workers/worker.js';
+import { CurrentAccess } from '../../shared/access/index.js';
 import { cleanupsAfter } from '../support/cleanups.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { FAKE_REPLY_TEXT, FAKE_USAGE } from '../support/fake-openai-defaults.js';
@@ -86,7 +87,8 @@ describe('a job run (workers/job-run.ts) on a real queue', () => {
     cleanups.defer(() => vendorHttp.close());
     const cancels = new CancelRegistry();
     const limiter = new VendorSlots(workerRedis, config);
-    await listenForSignals(cancelSubscriber, cancels, limiter);
+    const access = new CurrentAccess(workerRedis);
+    await listenForSignals(cancelSubscriber, cancels, limiter, access);
     const catalog = loadCatalog(config.catalogFile);
     const router = new ChannelRouter(workerRedis, catalog, log, config);
     await router.start();
@@ -101,6 +103,7 @@ describe('a job run (workers/job-run.ts) on a real queue', () => {
       cancels,
       log,
       vendorHttp,
+      access,
       media: { config, redis: workerRedis, blobs: createBlobStore(config), urlSecret: await resolveUrlSecret(workerRedis, config.blobUrlSecret) },
       settlement: { config, redis: workerRedis, prices, policy: { bufferRecords: config.usageBufferRecords }, log, overruns: new OverrunReport(log) },
     });
