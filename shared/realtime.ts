@@ -90,9 +90,12 @@ export interface RealtimeJobData {
   replyTo: string;
   /** Epoch ms of the upgrade's arrival (the session's row's time). */
   arrived?: number;
-  /** The key's spending limit in force at the upgrade (micro-dollars), if it has one: each renewal of the reservation is held to it too. */
+  /**
+   * The key's spending limit in force at the upgrade (micro-dollars), if it has one. The worker holds each renewal of
+   * the reservation to the limit in force at that moment (`CurrentAccess`), this one only when the key cannot be read.
+   */
   keyLimitMicros?: number;
-  /** The budgets per period in force at the upgrade: each renewal is held to them too, in the period it is made in. */
+  /** The budgets per period in force at the upgrade: as `keyLimitMicros`, the worker holds renewals to the current ones. */
   budgets?: readonly BudgetInForce[];
   /** The key's account's name, for a refusal by a member's cap in it. */
   accountName?: string;

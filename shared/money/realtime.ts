@@ -4,7 +4,7 @@ import type { Config } from '../config.js';
 import { billKey, billingBucket, deadlineMember, reservationDeadlinesKey, settledKey, usageStreamKey, alertStreamKey } from '../redis-keys.js';
 import { isMockChannel, mockAnswers, type ChannelConfig, type VendorConfig } from '../vendors.js';
 import { usdToMicros, type PriceList, type Pricing } from './pricing.js';
-import { realtimeSettleScript } from './scripts.js';
+import { realtimeReadmitScript, realtimeSettleScript } from './scripts.js';
 import type { UsageEntry } from './usage.js';
 import { readCrossings, type AlertCrossing } from './billing.js';
 import { budgetsArgument, type BudgetInForce } from './budgets.js';
@@ -120,6 +120,39 @@ export function realtimeResponseWorstCaseMicros(prices: PriceList, model: Pick<C
   return marked(prices, tokenMicros(context, Math.max(rates.textInput, rates.audioInput)) + tokenMicros(output, Math.max(rates.textOutput, rates.audioOutput)));
 }
 
+/** Audio the model speaks, as OpenAI counts it: a token each 50 ms (24 kHz pcm16: 2,400 bytes). */
+export const realtimeAudioOutputBytesPerToken = 2_400;
+
+/** Output tokens of `bytes` of the model's pcm16 (24 kHz mono) audio, as OpenAI counts them. */
+export function realtimeAudioOutputTokens(bytes: number): number {
+  return bytes > 0 ? Math.ceil(bytes / realtimeAudioOutputBytesPerToken) : 0;
+}
+
+/**
+ * What a response cut off without its `response.done` (the vendor never answered the cancel) is billed as: the output
+ * counted as it passed (`output`: its text and audio tokens) and the worst case of its input, the model's whole context
+ * window at its dearest input price, which is what its reservation assumed; never more than the reservation held
+ * (`realtimeResponseWorstCaseMicros`).
+ */
+export function realtimeUnfinishedResponse(
+  prices: PriceList,
+  model: Pick<CatalogModel, 'id' | 'context_window' | 'max_output_tokens'>,
+  output: { text: number; audio: number },
+): { tokens: RealtimeTokens; costMicros: number } {
+  const rates = realtimeRates(prices.pricing(model.id));
+  const context = model.context_window > 0 ? model.context_window : realtimeDefaultContextTokens;
+  const audioDearer = rates.audioInput > rates.textInput;
+  const tokens: RealtimeTokens = {
+    textInput: audioDearer ? 0 : context,
+    cachedTextInput: 0,
+    audioInput: audioDearer ? context : 0,
+    cachedAudioInput: 0,
+    textOutput: Math.min(maxCount, Math.max(0, Math.floor(output.text))),
+    audioOutput: Math.min(maxCount, Math.max(0, Math.floor(output.audio))),
+  };
+  return { tokens, costMicros: Math.min(realtimeResponseCostMicros(prices, model.id, tokens), realtimeResponseWorstCaseMicros(prices, model)) };
+}
+
 /** Whether a session's responses are charged: a priced model, not answered by the mock (unless MOCK_BILLING). */
 export function realtimeCharged(config: { mock: Pick<Config['mock'], 'billed'> }, prices: PriceList, modelId: string, mockAnswered: boolean): boolean {
   return prices.has(modelId) && (config.mock.billed || !mockAnswered);
@@ -185,6 +218,50 @@ export async function settleRealtimeResponse(
   });
   const refusedBy = Number(refusing) > 0 ? budgets[Number(refusing) - 1] : undefined;
   return { applied: Number(applied) === 1, next: Number(renewed) === 1 ? 'held' : Number(renewed) === 0 ? 'refused' : 'none', ...(refusedBy ? { refusedBy } : {}), alerts: readCrossings(crossings) };
+}
+
+/** What admitting a session's reservation again under the limits in force now did. */
+export interface RealtimeReadmission {
+  /** `held`: reserved again; `refused`: not covered (nothing changed, the session must end); `none`: no reservation held. */
+  verdict: 'held' | 'refused' | 'none';
+  /** Why it was refused. */
+  reason?: 'key_limit' | 'account_balance' | 'no_access' | 'budget';
+  /** The budget that refused it, when one did. */
+  refusedBy?: BudgetInForce;
+}
+
+/**
+ * Gives back the session's held reservation and reserves `micros` again under the same id, against the key's limit and
+ * the budgets in force now (`lua/realtime-readmit.lua`), in one step; when they cannot cover it nothing changes (the
+ * reservation still covers a response under way) and the caller ends the session.
+ */
+export async function readmitRealtimeReservation(
+  redis: Redis,
+  accountId: string,
+  keyId: string,
+  sessionRequestId: string,
+  micros: number,
+  deadline: number,
+  keyLimitMicros: number | undefined,
+  budgets: readonly BudgetInForce[] = [],
+  now = Date.now(),
+): Promise<RealtimeReadmission> {
+  const [verdict, reason, refusing] = await realtimeReadmitScript(redis, {
+    bill: billKey(accountId),
+    deadlines: reservationDeadlinesKey(billingBucket(accountId)),
+    sessionRequestId,
+    keyId,
+    micros: Math.max(0, Math.floor(micros)),
+    deadlineMs: deadline,
+    deadlineMember: deadlineMember(accountId, sessionRequestId),
+    keyLimitMicros: keyLimitMicros ?? '',
+    budgets: budgetsArgument(budgets, now),
+  });
+  if (Number(verdict) === 1) return { verdict: 'held' };
+  if (Number(verdict) === -1) return { verdict: 'none' };
+  const refusedBy = Number(refusing) > 0 ? budgets[Number(refusing) - 1] : undefined;
+  const why = Number(reason) === 3 ? 'key_limit' : Number(reason) === 4 ? 'account_balance' : Number(reason) === 6 ? 'budget' : 'no_access';
+  return { verdict: 'refused', reason: why, ...(refusedBy ? { refusedBy } : {}) };
 }
 
 /**

@@ -33,3 +33,6 @@ export const openBillScript = redisScript({ name: 'money_open_bill', files: file
 
 /** Settles one Realtime response and renews the session's reservation for the next: `settleRealtimeResponse()`. */
 export const realtimeSettleScript = redisScript({ name: 'money_realtime_settle', files: files('realtime-settle'), keys: ['settled', 'bill', 'deadlines', 'usageStream', 'alertStream'], args: ['sessionRequestId', 'micros', 'keyId', 'streamMaxLength', 'keepSettledS', 'usage', 'deadlineMember', 'nextMicros', 'nextDeadlineMs', 'keyLimitMicros', 'budgets', 'alertThresholds', 'accountId'], reply: as<[applied: number, renewed: number, refusingBudget: number, ...crossings: string[]]>() });
+
+/** Gives back a Realtime session's held reservation and reserves it again under the limits in force now, or changes nothing when they cannot cover it: `readmitRealtimeReservation()`. */
+export const realtimeReadmitScript = redisScript({ name: 'money_realtime_readmit', files: files('realtime-readmit'), keys: ['bill', 'deadlines'], args: ['sessionRequestId', 'keyId', 'micros', 'deadlineMs', 'deadlineMember', 'keyLimitMicros', 'budgets'], reply: as<[verdict: number, reason: number, refusingBudget: number]>() });

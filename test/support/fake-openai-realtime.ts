@@ -16,7 +16,8 @@
  * function call when tools are given and the last user text names one (`name({"json": "arguments"})`), then
  * response.done with usage counted as OpenAI counts it (text ≈ 4 characters a token, user audio 10 tokens a second,
  * assistant audio 20 a second; the previous response's input, in steps of 64 tokens, read back as cached);
- * response.cancel → response.done `cancelled`. A user text holding `[hold]` keeps its response going after its first
+ * response.cancel → response.done `cancelled` (its usage counting what was produced: the input read and the output sent
+ * before the cancel, as OpenAI bills a cancelled response). A user text holding `[hold]` keeps its response going after its first
  * delta until it is cancelled (or `release()`d), so a cancel is tested without a race. It does not detect speech: the
  * session says server VAD as OpenAI's default does, but only commit and response.create make things happen.
  *
@@ -100,6 +101,11 @@ export interface FakeOpenAIRealtimeOptions {
   record?: boolean;
   /** Check every sent event against the spec (default true; the bench turns it off). */
   checkSentEvents?: boolean;
+  /**
+   * Never answer a `response.cancel` (a vendor gone quiet): the response goes on as if none came, and no
+   * `response.done` follows until it ends by itself (a `[hold]` one: not before its socket closes). Default false.
+   */
+  ignoreCancels?: boolean;
 }
 
 export interface FakeRealtimeUpgrade {
@@ -148,6 +154,8 @@ export interface FakeOpenAIRealtime {
   failAfterUpgrade(error: { type: string; code: string; message: string } | undefined): void;
   /** Hold upgrades unanswered (a vendor that never opens). */
   stallUpgrades(on: boolean): void;
+  /** From now on, never answer (true) or answer again (false) a `response.cancel` (`ignoreCancels`). */
+  ignoreCancels(on: boolean): void;
   killAll(code?: number): void;
   waitForOpenSessions(count: number, timeoutMs?: number): Promise<void>;
   close(): Promise<void>;
@@ -519,6 +527,7 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
   }
 
   private cancelResponse(responseId: string | undefined, clientEventId: string | null): void {
+    if (this.deps.options.ignoreCancels) return;
     const active = this.active;
     if (!active || (responseId !== undefined && responseId !== active.id)) {
       this.error('response_cancel_not_active', 'Cancellation failed: no active response found.', null, clientEventId);
@@ -813,6 +822,7 @@ export async function startFakeOpenAIRealtime(options: FakeOpenAIRealtimeOptions
     maxSessions: options.maxSessions ?? Number.POSITIVE_INFINITY,
     record: options.record ?? true,
     checkSentEvents: options.checkSentEvents ?? true,
+    ignoreCancels: options.ignoreCancels ?? false,
   };
   const deps: SessionDeps = { options: settings, nextEventId: eventIdFactory(), problems: [] };
   const sessions: FakeRealtimeSession[] = [];
@@ -919,6 +929,9 @@ export async function startFakeOpenAIRealtime(options: FakeOpenAIRealtimeOptions
     },
     failAfterUpgrade(next) {
       afterUpgradeError = next;
+    },
+    ignoreCancels(on) {
+      settings.ignoreCancels = on;
     },
     stallUpgrades(on) {
       stall = on;

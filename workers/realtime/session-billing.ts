@@ -4,17 +4,21 @@ import type { Redis } from 'ioredis';
 import type { CatalogModel } from '../../shared/catalog.js';
 import type { Config } from '../../shared/config.js';
 import type { Logger } from '../../shared/logger.js';
-import { releaseReservation } from '../../shared/money/billing.js';
+import { moneyRefusal, releaseReservation } from '../../shared/money/billing.js';
+import type { BudgetInForce } from '../../shared/money/budgets.js';
 import type { PriceList } from '../../shared/money/pricing.js';
 import {
   appendRealtimeSessionRow,
+  readmitRealtimeReservation,
   readRealtimeUsage,
   realtimeChannelReservationMicros,
   realtimeCharged,
   realtimeResponseCostMicros,
   realtimeTotals,
+  realtimeUnfinishedResponse,
   settleRealtimeResponse,
   touchRealtimeReservation,
+  type RealtimeTokens,
 } from '../../shared/money/realtime.js';
 import type { SettledStatus, UsageEntry } from '../../shared/money/usage.js';
 import type { RealtimeJobData } from '../../shared/realtime.js';
@@ -54,6 +58,17 @@ export interface SessionSums {
 /** What one settlement said of the session's next response. */
 export type NextResponse = 'covered' | 'not_covered';
 
+/**
+ * The limits a reservation of the next response is held to: the key's and its budgets' as they are now
+ * (`CurrentAccess`, read just before), never the ones captured at the upgrade.
+ */
+export interface LimitsNow {
+  keyLimitMicros: number | undefined;
+  budgets: readonly BudgetInForce[];
+  /** The account's name, for a refusal by a member's cap in it. */
+  accountName?: string | undefined;
+}
+
 export class SessionBilling {
   readonly sums: SessionSums = { responses: 0, input: 0, cached: 0, output: 0, costMicros: 0 };
   private readonly settled = new Set<string>();
@@ -75,6 +90,11 @@ export class SessionBilling {
     this.nextMicros = realtimeChannelReservationMicros(deps.config, deps.prices, model, channel);
   }
 
+  /** Whether the session's responses are reserved for (a charged model): else no limit can refuse one. */
+  get reserving(): boolean {
+    return this.nextMicros > 0;
+  }
+
   /** Keeps the reservation held while the session lives. */
   hold(): void {
     const touch = () =>
@@ -93,20 +113,70 @@ export class SessionBilling {
   }
 
   /**
-   * Settles one `response.done` (once per response id) and renews the reservation for the next. Resolves to whether
-   * the account covers the next response; `undefined` when this event changed nothing (seen before).
+   * Settles one `response.done` (once per response id) and, given `next` (the limits in force now), renews the
+   * reservation for the next response. Resolves to whether they cover the next response (`covered` when none was
+   * asked: the session is ending); `undefined` when this event changed nothing (seen before).
    */
-  async settle(event: Record<string, unknown>): Promise<NextResponse | undefined> {
+  async settle(event: Record<string, unknown>, next: LimitsNow | undefined): Promise<NextResponse | undefined> {
     const response = (event.response ?? {}) as Record<string, unknown>;
     const id = responseIdOf(event) ?? `r${++this.unnamed}`;
     if (this.settled.has(id)) return undefined;
-    this.settled.add(id);
     const tokens = readRealtimeUsage(response.usage);
-    const totals = realtimeTotals(tokens);
     const cost = this.charged ? realtimeResponseCostMicros(this.deps.prices, this.model.id, tokens) : 0;
+    const status = typeof response.status === 'string' ? response.status : 'completed';
+    return this.record(id, tokens, cost, status, next);
+  }
+
+  /**
+   * Settles a response that was cut off and whose `response.done` never came (the vendor did not answer the cancel
+   * in time, or its socket went): the output counted as it passed and the worst case of its input
+   * (`realtimeUnfinishedResponse`), never more than its reservation held. No renewal: the session is ending.
+   */
+  async settleUnfinished(vendorId: string, output: { text: number; audio: number }): Promise<void> {
+    const id = /^[\w.-]{1,100}$/.test(vendorId) ? vendorId : `r${++this.unnamed}`;
+    if (this.settled.has(id)) return;
+    const unfinished = realtimeUnfinishedResponse(this.deps.prices, this.model, output);
+    // Cut off (its row `cancelled`), and what it is billed at is not the vendor's count (`finish_reason: incomplete`).
+    await this.record(id, unfinished.tokens, this.charged ? unfinished.costMicros : 0, 'cancelled', undefined, 'incomplete');
+  }
+
+  /** Whether a response's settlement was made (or tried) here. */
+  isSettled(id: string): boolean {
+    return this.settled.has(id);
+  }
+
+  /**
+   * The session's held reservation admitted again under the limits in force now (a key's limit, a budget lowered;
+   * budgets of a new period): `not_covered` ends the session (`refusal` says why), the reservation left as it was.
+   */
+  async readmit(limits: LimitsNow): Promise<NextResponse> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const now = Date.now();
+        const result = await readmitRealtimeReservation(this.deps.redis, this.data.accountId, this.data.keyId, this.data.requestId, this.nextMicros, now + reservationHoldMs, limits.keyLimitMicros, limits.budgets, now);
+        if (result.verdict !== 'refused') return 'covered';
+        this.refusal = result.refusedBy
+          ? budgetRefusal(result.refusedBy, now, limits.accountName ?? this.data.accountName)
+          : result.reason === 'key_limit' || result.reason === 'no_access'
+            ? moneyRefusal(result.reason)
+            : undefined;
+        return 'not_covered';
+      } catch (error) {
+        if (attempt >= settleAttempts) {
+          this.deps.log.error({ err: error }, 'could not admit the realtime reservation again');
+          return 'not_covered';
+        }
+        this.deps.log.warn({ err: error, attempt }, 'realtime readmission failed; retrying');
+        await sleep(Math.min(200 * 2 ** attempt, 4_000));
+      }
+    }
+  }
+
+  private async record(id: string, tokens: RealtimeTokens, cost: number, status: string, next: LimitsNow | undefined, finishReason = status): Promise<NextResponse> {
+    this.settled.add(id);
+    const totals = realtimeTotals(tokens);
     const startedAt = this.started.get(id) ?? Date.now();
     this.started.delete(id);
-    const status = typeof response.status === 'string' ? response.status : 'completed';
     const entry: UsageEntry = {
       request_id: `${this.data.requestId}:${id}`,
       key_id: this.data.keyId,
@@ -127,16 +197,17 @@ export class SessionBilling {
       endpoint: 'realtime.response',
       answer_id: id,
       channel: this.channel.id,
-      finish_reason: status,
+      finish_reason: finishReason,
     };
     for (let attempt = 1; ; attempt++) {
       try {
-        const result = await settleRealtimeResponse(this.deps.redis, this.data.requestId, entry, this.nextMicros, Date.now() + reservationHoldMs, this.data.keyLimitMicros, {
+        const now = Date.now();
+        const result = await settleRealtimeResponse(this.deps.redis, this.data.requestId, entry, next ? this.nextMicros : 0, now + reservationHoldMs, next?.keyLimitMicros, {
           bufferRecords: this.deps.config.usageBufferRecords,
           keepSettledMs: this.deps.config.realtimeWorker.maxSessionMs + 15 * 60_000,
           alertThresholds: this.deps.config.alerts.thresholds,
-        }, this.data.budgets ?? []);
-        if (result.refusedBy) this.refusal = budgetRefusal(result.refusedBy, Date.now(), this.data.accountName);
+        }, next?.budgets ?? [], now);
+        if (result.refusedBy) this.refusal = budgetRefusal(result.refusedBy, now, next?.accountName ?? this.data.accountName);
         if (result.applied) {
           this.sums.responses += 1;
           this.sums.input += totals.input;

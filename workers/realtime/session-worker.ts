@@ -21,7 +21,8 @@ import { SessionRun, type RealtimeJobResult, type SessionRunDeps } from './sessi
  * a stalled one (its worker died) is failed, not run again (`maxStalledCount: 0`), its slot freed with its lock.
  *
  * Stopping: every session here is ended at once with `close` 1012 (the api tells its client to reconnect), and the
- * loops wait for their jobs to finish, which they do in moments (the vendor sockets closed, the last responses billed).
+ * loops wait for their jobs to finish, which they do in moments (a response under way cancelled at the vendor and
+ * billed, within the stop's deadline; the vendor sockets closed, the last responses billed).
  */
 
 export interface RealtimeWorkers {
@@ -108,7 +109,7 @@ export async function startRealtimeWorkers(deps: RealtimeWorkerDeps): Promise<Re
     async close(until: number) {
       stopping = true;
       clearInterval(recountSweep);
-      for (const run of running) run.stop(shutdownCode, 'worker shutting down');
+      for (const run of running) run.stop(shutdownCode, 'worker shutting down', until);
       if (!(await settledBy(Promise.allSettled(workers.map((worker) => worker.close())), until))) {
         log.warn({ running: running.size }, 'realtime sessions did not end by the stop deadline; given up');
         for (const worker of workers) void worker.close(true).catch(() => undefined);
