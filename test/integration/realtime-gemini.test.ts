@@ -42,7 +42,9 @@ describe('Gemini Live through the gateway with the official OpenAI Realtime SDK'
   let fake: FakeGeminiLive;
 
   before(async () => {
-    fake = await startFakeGeminiLive();
+    // The model takes its time to answer a function's response, as Gemini's does: the client's response.create, sent
+    // right behind the output, reaches the translation before the answer begins (the round trip below).
+    fake = await startFakeGeminiLive({ toolAnswerDelayMs: 300 });
     const fresh = await freshRedis(3);
     redis = fresh.redis;
     gateway = await startGateway({ env: { REDIS_URL: fresh.url, GEMINI_API_KEY: fake.apiKey, GEMINI_BASE_URL: fake.url, REALTIME_START_WAIT_MS: '20000' } });

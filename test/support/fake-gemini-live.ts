@@ -77,6 +77,12 @@ export interface FakeGeminiLiveOptions {
   cachedTokens?: number;
   /** False: pings go unanswered, as from a vendor that hangs (default true). */
   answerPings?: boolean;
+  /**
+   * How long the model takes to start its answer to a function's response (default 0: at once). Gemini's model
+   * takes a while to its first token, so a client's `response.create` sent right behind the function's output
+   * reaches the gateway's translation first; a test of that round trip says so with a delay.
+   */
+  toolAnswerDelayMs?: number;
 }
 
 export interface FakeGeminiLive {
@@ -132,7 +138,7 @@ function checkContent(value: unknown, where: string): Json {
   return content;
 }
 
-function checkSetup(value: unknown, options: Required<Omit<FakeGeminiLiveOptions, 'cachedTokens' | 'answerPings'>>): Json {
+function checkSetup(value: unknown, options: Required<Omit<FakeGeminiLiveOptions, 'cachedTokens' | 'answerPings' | 'toolAnswerDelayMs'>>): Json {
   const setup = only(value, 'setup', [
     'model', 'generationConfig', 'systemInstruction', 'tools', 'realtimeInputConfig', 'sessionResumption',
     'contextWindowCompression', 'inputAudioTranscription', 'outputAudioTranscription', 'proactivity',
@@ -441,7 +447,13 @@ export async function startFakeGeminiLive(options: FakeGeminiLiveOptions = {}): 
         pendingCalls.delete(fn.id as string);
         said.push(JSON.stringify(fn.response));
       });
-      if (pendingCalls.size === 0) startTurn(`Tool said: ${said.join(' ')}`);
+      if (pendingCalls.size === 0) {
+        const answer = () => {
+          if (!session.closed) startTurn(`Tool said: ${said.join(' ')}`);
+        };
+        if (options.toolAnswerDelayMs) setTimeout(answer, options.toolAnswerDelayMs);
+        else answer();
+      }
     }
 
     ws.on('message', (data, isBinary) => {

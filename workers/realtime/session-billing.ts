@@ -1,11 +1,10 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { budgetRefusal } from '../../shared/money/budgets.js';
+import { budgetRefusal, budgetsArgument, type BudgetInForce } from '../../shared/money/budgets.js';
 import type { Redis } from 'ioredis';
 import type { CatalogModel } from '../../shared/catalog.js';
 import type { Config } from '../../shared/config.js';
 import type { Logger } from '../../shared/logger.js';
 import { moneyRefusal, releaseReservation } from '../../shared/money/billing.js';
-import type { BudgetInForce } from '../../shared/money/budgets.js';
 import type { PriceList } from '../../shared/money/pricing.js';
 import {
   appendRealtimeSessionRow,
@@ -88,6 +87,19 @@ export class SessionBilling {
   ) {
     this.charged = realtimeCharged(deps.config, deps.prices, model.id, isMockChannel(channel));
     this.nextMicros = realtimeChannelReservationMicros(deps.config, deps.prices, model, channel);
+    // The api reserved the first response under the limits of the upgrade.
+    this.heldUnder = limitsKey({ keyLimitMicros: data.keyLimitMicros, budgets: data.budgets ?? [] }, Date.now());
+  }
+
+  /** The limits the reservation held now was admitted under (`limitsKey`); undefined when none is held. */
+  private heldUnder: string | undefined;
+
+  /**
+   * Whether the held reservation must be admitted again under `limits`: they differ from those it was admitted under
+   * (a limit or budget changed, or a budget's period began since). Unchanged limits admitted it already.
+   */
+  needsReadmit(limits: LimitsNow, now = Date.now()): boolean {
+    return this.reserving && this.heldUnder !== limitsKey(limits, now);
   }
 
   /** Whether the session's responses are reserved for (a charged model): else no limit can refuse one. */
@@ -154,7 +166,10 @@ export class SessionBilling {
       try {
         const now = Date.now();
         const result = await readmitRealtimeReservation(this.deps.redis, this.data.accountId, this.data.keyId, this.data.requestId, this.nextMicros, now + reservationHoldMs, limits.keyLimitMicros, limits.budgets, now);
-        if (result.verdict !== 'refused') return 'covered';
+        if (result.verdict !== 'refused') {
+          this.heldUnder = limitsKey(limits, now);
+          return 'covered';
+        }
         this.refusal = result.refusedBy
           ? budgetRefusal(result.refusedBy, now, limits.accountName ?? this.data.accountName)
           : result.reason === 'key_limit' || result.reason === 'no_access'
@@ -208,6 +223,7 @@ export class SessionBilling {
           alertThresholds: this.deps.config.alerts.thresholds,
         }, next?.budgets ?? [], now);
         if (result.refusedBy) this.refusal = budgetRefusal(result.refusedBy, now, next?.accountName ?? this.data.accountName);
+        this.heldUnder = next && result.next === 'held' ? limitsKey(next, now) : undefined;
         if (result.applied) {
           this.sums.responses += 1;
           this.sums.input += totals.input;
@@ -276,4 +292,9 @@ function settledStatus(status: string): SettledStatus {
   if (status === 'cancelled') return 'cancelled';
   if (status === 'failed') return 'failed';
   return 'completed';
+}
+
+/** The limits a reservation is admitted under, as one text (the key's limit, each budget's counter and amount). */
+function limitsKey(limits: Pick<LimitsNow, 'keyLimitMicros' | 'budgets'>, now: number): string {
+  return `${limits.keyLimitMicros ?? ''}|${budgetsArgument(limits.budgets, now)}`;
 }

@@ -285,8 +285,10 @@ export class SessionRun {
           this.held.push(event);
           return;
         }
-        if (event.type === 'response.create' && this.started) {
-          // What the key may do is read again before a response starts: the event waits for the verdict.
+        if (startsResponse(event) && this.started) {
+          // What the key may do is read again before a response can start (a `response.create`, or a function call's
+          // output, on which a vendor such as Gemini goes on by itself): the event, and every one after it, waits for
+          // the verdict, so they reach the vendor in the order the client sent them.
           this.held = [event];
           this.recheck();
           return;
@@ -445,7 +447,8 @@ export class SessionRun {
         this.end(stop);
         return false;
       }
-      if (billing.reserving && (await billing.readmit(this.limitsOf(now))) === 'not_covered') {
+      const limits = this.limitsOf(now);
+      if (billing.needsReadmit(limits) && (await billing.readmit(limits)) === 'not_covered') {
         if (!this.ending) this.end(this.quotaEnding(billing));
         return false;
       }
@@ -625,4 +628,11 @@ function responseId(event: RealtimeServerEvent): string | undefined {
 function base64Bytes(text: string): number {
   const padding = text.endsWith('==') ? 2 : text.endsWith('=') ? 1 : 0;
   return Math.max(0, Math.floor((text.length * 3) / 4) - padding);
+}
+
+/** A client event that may start a response: `response.create`, or a function call's output (a vendor may go on by itself). */
+function startsResponse(event: RealtimeClientEvent): boolean {
+  if (event.type === 'response.create') return true;
+  const item = (event as { item?: { type?: unknown } }).item;
+  return event.type === 'conversation.item.create' && item?.type === 'function_call_output';
 }
