@@ -112,7 +112,7 @@ function killGateways(): void {
 }
 
 /**
- * Spawns the gateway as its own process (`bin/start.ts`, through tsx), the
+ * Spawns the gateway as its own process (`bin/start.ts`, through tsx, or its build in dist/ under `npm test`), the
  * way `npm start` does, with the test's environment on top of a quiet,
  * loopback-only default; it does not wait for it to serve, and it is killed
  * with the test process whatever way that ends. With no
@@ -123,7 +123,10 @@ export async function spawnGateway(role: 'all' | 'api' | 'worker', testEnv: Reco
   const env = { ...testEnv };
   if (env.DATABASE_URL === '') delete env.DATABASE_URL;
   else env.DATABASE_URL ??= await recordUrlFor(env.REDIS_CLUSTER_NODES ? `redis://${env.REDIS_CLUSTER_NODES}` : (env.REDIS_URL ?? 'redis://127.0.0.1:6379/0'));
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'bin/start.ts', `--role=${role}`], {
+  // Under `npm test`, dist/ was built before the first file ran: the gateway starts from it, as `npm start` does,
+  // rather than compiling every source through tsx for each process. A file run by itself compiles them.
+  const entry = process.env.SWITCHYARD_TEST_FROM_DIST === '1' ? ['dist/bin/start.js'] : ['--import', 'tsx', 'bin/start.ts'];
+  const proc = spawn(process.execPath, [...entry, `--role=${role}`], {
     cwd: root,
     env: {
       PATH: process.env.PATH ?? '',
