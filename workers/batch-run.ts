@@ -8,7 +8,7 @@ import { anthropicErrorType } from '../shared/messages.js';
 import { moneyRefusal, releaseReservation, reserve } from '../shared/money/billing.js';
 import { budgetRefusal } from '../shared/money/budgets.js';
 import { batchRefillChannel } from '../shared/redis-keys.js';
-import { accessRefusalMessage, mayUseModel, type AccessNow, type CurrentAccess } from '../shared/access/index.js';
+import { accessRefusalMessage, mayUseModel, modelNotAllowed, type AccessNow, type CurrentAccess } from '../shared/access/index.js';
 
 /**
  * A batch's request in a worker (shared/batches/record.ts): it has no client, so its answer, or its failure, is
@@ -119,7 +119,7 @@ export async function batchGate(deps: BatchRunDeps, data: BatchData, runDeadline
 /** The error a batch's request gets when its key may no longer make it (as the endpoint answers such a key now), or undefined. */
 function accessRefusal(now: AccessNow, model: string): GatewayError | undefined {
   if ('refused' in now) return new GatewayError(401, accessRefusalMessage(now.refused), { code: 'invalid_api_key' });
-  if (!mayUseModel(now.access, model)) return new GatewayError(403, `This API key may not use the model \`${model}\`.`, { type: 'invalid_request_error', code: 'model_not_allowed', param: 'model' });
+  if (!mayUseModel(now.access, model)) return modelNotAllowed(model);
   return undefined;
 }
 

@@ -4,6 +4,7 @@ import { GatewayError, invalidApiKey } from '../../shared/errors.js';
 import { speaksGoogle } from '../../shared/gemini.js';
 import { answersGoogle } from '../http/envelope.js';
 import type { KeyCache } from './key-store.js';
+import { accessRefusalMessage } from '../../shared/access/index.js';
 
 export interface AuthState {
   keyId: string;
@@ -63,7 +64,7 @@ export function authenticate(keys: KeyCache): Middleware<AuthState> {
       if (verdict.refused === 'expired') {
         throw refuse(`The API key provided expired at ${new Date(verdict.expiresAt * 1000).toISOString()}. Create a new key or extend this one.`);
       }
-      if (verdict.refused === 'disabled') throw refuse('The account this API key belongs to is disabled. Ask an administrator to enable it.');
+      if (verdict.refused === 'disabled') throw refuse(accessRefusalMessage('disabled'));
       throw refuse(
         google
           ? 'API key not valid. Please pass a valid API key (create keys in the console, /console, with `npm run keys -- create`, or with the admin API).'

@@ -487,15 +487,13 @@ export class KeyStore {
   }
 
   /**
-   * A key's access as admission reads it when the key is presented (`access`, by the hash its directory entry keeps),
-   * budgets and its maker's cap included; undefined when it is gone meanwhile. 403 for a key of a disabled account.
+   * A key's access as admission reads it (the same script, by the key's id), budgets and its maker's cap included;
+   * undefined when it is gone meanwhile. 403 for a key of a disabled account.
    */
   private async accessOfKey(id: string): Promise<KeyAccess | undefined> {
-    const hash = await this.redis.hget(apiKeyRecordKey(id), 'hash');
-    if (!hash) return undefined;
-    const access = await this.access(hash);
+    const access = await readKeyAccess(this.redis, { keyId: id });
     if (access === 'disabled') throw new GatewayError(403, 'The account this Playground key spends is disabled. Ask an administrator to enable it.', { code: 'account_disabled' });
-    return access?.keyId === id ? access : undefined;
+    return access;
   }
 
   /** Returns false when no such key exists. */

@@ -8,6 +8,7 @@ import type { KeyAccess } from '../../shared/accounts.js';
 import type { Catalog, CatalogModel } from '../../shared/catalog.js';
 import type { Config } from '../../shared/config.js';
 import { GatewayError, invalidApiKey, modelNotFound } from '../../shared/errors.js';
+import { accessRefusalMessage } from '../../shared/access/index.js';
 import type { GatewayJobData } from '../../shared/jobs.js';
 import type { Logger } from '../../shared/logger.js';
 import type { PriceList } from '../../shared/money/pricing.js';
@@ -246,7 +247,7 @@ export class RealtimeGateway {
     const verdict = await this.deps.keys.check(key);
     if ('refused' in verdict) {
       if (verdict.refused === 'expired') throw invalidApiKey(`The API key provided expired at ${new Date(verdict.expiresAt * 1000).toISOString()}. Create a new key or extend this one.`);
-      if (verdict.refused === 'disabled') throw invalidApiKey('The account this API key belongs to is disabled. Ask an administrator to enable it.');
+      if (verdict.refused === 'disabled') throw invalidApiKey(accessRefusalMessage('disabled'));
       throw invalidApiKey('Incorrect API key provided. Create keys in the console (/console), with `npm run keys -- create`, or with the admin API.');
     }
     const { access } = verdict;

@@ -1,8 +1,8 @@
 import type { Middleware } from 'koa';
 import type { KeyAccess } from '../../shared/accounts.js';
 import { endpoints, type Endpoint, type EndpointRequest } from '../../shared/endpoints.js';
-import { GatewayError, invalidApiKey, invalidRequest } from '../../shared/errors.js';
-import { accessRefusalMessage, mayUseModel, type CurrentAccess } from '../../shared/access/index.js';
+import { invalidApiKey, invalidRequest } from '../../shared/errors.js';
+import { accessRefusalMessage, mayUseModel, modelNotAllowed, type CurrentAccess } from '../../shared/access/index.js';
 import { worstCase } from '../../shared/money/charge.js';
 import type { PriceList } from '../../shared/money/pricing.js';
 import { grantedTier, laneOf } from '../../shared/scheduling/index.js';
@@ -45,9 +45,7 @@ export interface EndpointRouteDeps extends EnqueueDeps, HeldReplyDeps {
 
 /** A key limited to some models may use only those: a 403 naming the model otherwise. */
 export function checkModelAllowed(access: Pick<KeyAccess, 'models'>, modelId: string): void {
-  if (access.models && !access.models.includes(modelId)) {
-    throw new GatewayError(403, `This API key may not use the model \`${modelId}\`.`, { type: 'invalid_request_error', code: 'model_not_allowed', param: 'model' });
-  }
+  if (!mayUseModel(access, modelId)) throw modelNotAllowed(modelId);
 }
 
 /** `Prefer: respond-async` (RFC 7240) asks for a 202 and a job to poll. */
@@ -333,8 +331,7 @@ export class ServedRequest<E extends Endpoint> {
     const now = await this.deps.access.of(this.ctx.state.keyId);
     if ('access' in now && mayUseModel(now.access, modelId)) return;
     await giveBack();
-    if ('refused' in now) throw invalidApiKey(accessRefusalMessage(now.refused));
-    checkModelAllowed(now.access, modelId);
+    throw 'refused' in now ? invalidApiKey(accessRefusalMessage(now.refused)) : modelNotAllowed(modelId);
   }
 
   /**

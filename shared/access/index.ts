@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import { defaultAccountId, parseServiceTiers, type KeyAccess } from '../accounts.js';
+import { GatewayError } from '../errors.js';
 import { parseBudgetText, type BudgetInForce } from '../money/budgets.js';
 import { accountKey, accountsIndexKey, apiKeyHashesKey, apiKeyRecordKey } from '../redis-keys.js';
 import { as, luaFiles, redisScript } from '../redis-script.js';
@@ -110,8 +111,13 @@ export function accessRefusalMessage(refusal: AccessRefusal): string {
 }
 
 /** Whether the key may use the model now (an allow-list that names it, or none). */
-export function mayUseModel(access: KeyAccess, model: string): boolean {
+export function mayUseModel(access: Pick<KeyAccess, 'models'>, model: string): boolean {
   return access.models === undefined || access.models.includes(model);
+}
+
+/** The 403 a key limited to other models gets, at the door or at a later step of its work. */
+export function modelNotAllowed(model: string): GatewayError {
+  return new GatewayError(403, `This API key may not use the model \`${model}\`.`, { type: 'invalid_request_error', code: 'model_not_allowed', param: 'model' });
 }
 
 /**
