@@ -1,6 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import type { Redis } from 'ioredis';
@@ -514,7 +515,16 @@ describe('the audit log', () => {
     const { url, record: log } = await logOf('concurrent', async () => undefined);
     try {
       const appender = fileURLToPath(new URL('../support/audit-appender.ts', import.meta.url));
-      await Promise.all([run(process.execPath, ['--import', 'tsx', appender, url, '60', 'a'], { cwd: root }), run(process.execPath, ['--import', 'tsx', appender, url, '60', 'b'], { cwd: root })]);
+      // Both start appending when both are ready, however long each took to start.
+      const appenders = ['a', 'b'].map((name) => spawn(process.execPath, ['--import', 'tsx', appender, url, '60', name], { cwd: root, stdio: ['pipe', 'pipe', 'inherit'] }));
+      const ready = appenders.map(async (proc) => {
+        for await (const chunk of proc.stdout!) if (String(chunk).includes('ready')) return;
+        throw new Error('an appender ended before it was ready');
+      });
+      const ended = appenders.map((proc) => once(proc, 'exit') as Promise<[number | null]>);
+      await Promise.all(ready);
+      for (const proc of appenders) proc.stdin!.end('go\n');
+      assert.deepEqual((await Promise.all(ended)).map(([code]) => code), [0, 0]);
       const rows = await log.selectFrom('audit_log').selectAll().orderBy('id').execute();
       assert.equal(rows.length, 120);
       // Both processes' rows interleave, each linked to the one before it: no two rows share a predecessor.
