@@ -6,8 +6,9 @@ import Anthropic from '@anthropic-ai/sdk';
 import { readBill } from '../../shared/money/billing.js';
 import { freshRedis, paidAccountKey, paidKeyIn, requestRecord, startGateway, testKeyStore, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { startFakeOpenAI, type FakeOpenAI, type RecordedRequest } from '../support/fake-openai.js';
-import { startFakeAnthropic, FAKE_ANTHROPIC_TEXT, type FakeAnthropic } from '../support/fake-anthropic.js';
-import { startFakeGemini, FAKE_GEMINI_TEXT, type FakeGemini } from '../support/fake-gemini.js';
+import { FAKE_ANTHROPIC_TEXT, type FakeAnthropic } from '../support/fake-anthropic.js';
+import { FAKE_GEMINI_TEXT } from '../support/fake-gemini.js';
+import { startVendorGateway, type VendorGateway } from '../support/vendor-gateway.js';
 import { usageRows } from '../support/record.js';
 import { chatStreamSse } from '../support/fake-openai-defaults.js';
 import { laneQueueName } from '../../shared/queues.js';
@@ -44,36 +45,16 @@ describe('Message Batches (/v1/messages/batches) with the official Anthropic SDK
   let redis: Redis;
   let openai: FakeOpenAI;
   let anthropic: FakeAnthropic;
-  let gemini: FakeGemini;
+  let vendorGateway: VendorGateway;
   let client: Anthropic;
   let account: string;
   let apiKey: string;
   const balance = 50_000_000;
 
   before(async () => {
-    [openai, anthropic, gemini] = await Promise.all([startFakeOpenAI(), startFakeAnthropic(), startFakeGemini()]);
-    // A request that asks to fail is refused by the vendor, as a bad request (not retried); a slow one takes 400 ms.
-    openai.setDefault((request) => {
-      const text = lastUserText(request);
-      if (text.includes('please fail')) return { status: 400, json: { error: { message: 'This request was refused upstream.', type: 'invalid_request_error', param: null, code: null } } };
-      if (text.includes('slowly')) return { delayMs: 400 };
-      if (text.includes('briefly')) return { delayMs: 50 };
-      // Used all it may: 2,000 tokens out.
-      if (text.includes('Count to')) return (request.body as { stream?: boolean }).stream ? { sse: chatStreamSse(Array.from({ length: 2_000 }, () => 'x'), { usage: true }) } : { json: { id: 'chatcmpl-count', object: 'chat.completion', created: 1, model: 'gpt-4o-mini', choices: [{ index: 0, message: { role: 'assistant', content: 'x', refusal: null }, finish_reason: 'length', logprobs: null }], usage: { prompt_tokens: 9, completion_tokens: 2_000, total_tokens: 2_009 } } };
-      return undefined;
-    });
-    const fresh = await freshRedis(11);
-    redis = fresh.redis;
-    ({ key: apiKey, account } = await paidAccountKey(redis, balance));
-    gateway = await startGateway({
+    vendorGateway = await startVendorGateway({
+      db: 11,
       env: {
-        REDIS_URL: fresh.url,
-        OPENAI_API_KEY: 'sk-openai-test',
-        OPENAI_BASE_URL: openai.url,
-        ANTHROPIC_API_KEY: 'sk-ant-test',
-        ANTHROPIC_BASE_URL: anthropic.url,
-        GEMINI_API_KEY: 'gemini-test-key',
-        GEMINI_BASE_URL: gemini.url,
         // OpenAI's requests wait in a lane of two at a time: a batch of slow requests is still running when it is canceled.
         OPENAI_MAX_CONCURRENCY: '2',
         BATCH_MAX_REQUESTS: '40',
@@ -83,14 +64,27 @@ describe('Message Batches (/v1/messages/batches) with the official Anthropic SDK
         // Four of a batch's requests queued at once (twice OpenAI's cap of two).
         BATCH_WINDOW: '4',
       },
+      prepare: async (ready) => {
+        ({ openai, anthropic, redis } = ready);
+        // A request that asks to fail is refused by the vendor, as a bad request (not retried); a slow one takes 400 ms.
+        openai.setDefault((request) => {
+          const text = lastUserText(request);
+          if (text.includes('please fail')) return { status: 400, json: { error: { message: 'This request was refused upstream.', type: 'invalid_request_error', param: null, code: null } } };
+          if (text.includes('slowly')) return { delayMs: 400 };
+          if (text.includes('briefly')) return { delayMs: 50 };
+          // Used all it may: 2,000 tokens out.
+          if (text.includes('Count to')) return (request.body as { stream?: boolean }).stream ? { sse: chatStreamSse(Array.from({ length: 2_000 }, () => 'x'), { usage: true }) } : { json: { id: 'chatcmpl-count', object: 'chat.completion', created: 1, model: 'gpt-4o-mini', choices: [{ index: 0, message: { role: 'assistant', content: 'x', refusal: null }, finish_reason: 'length', logprobs: null }], usage: { prompt_tokens: 9, completion_tokens: 2_000, total_tokens: 2_009 } } };
+          return undefined;
+        });
+        ({ key: apiKey, account } = await paidAccountKey(redis, balance));
+      },
     });
+    gateway = vendorGateway.gateway;
     client = new Anthropic({ apiKey, baseURL: gateway.url, maxRetries: 0, timeout: 20_000 });
   });
 
   after(async () => {
-    await gateway?.stop();
-    await Promise.all([openai?.close(), anthropic?.close(), gemini?.close()]);
-    redis?.disconnect();
+    await vendorGateway?.close();
   });
 
   it('runs a batch across three vendors: each result once, a vendor’s refusal errored among successes, billed once at the flex price', async () => {

@@ -6,10 +6,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { Redis } from 'ioredis';
-import { freshRedis, paidAccountKey, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
-import { startFakeOpenAI, type FakeOpenAI, type FakeResponse, type RecordedRequest } from '../support/fake-openai.js';
-import { startFakeAnthropic, type FakeAnthropic } from '../support/fake-anthropic.js';
-import { startFakeGemini, type FakeGemini } from '../support/fake-gemini.js';
+import { paidAccountKey, waitFor, type GatewayProcess } from '../support/gateway.js';
+import type { FakeOpenAI, FakeResponse, RecordedRequest } from '../support/fake-openai.js';
+import type { FakeAnthropic } from '../support/fake-anthropic.js';
+import type { FakeGemini } from '../support/fake-gemini.js';
+import { startVendorGateway, type VendorGateway } from '../support/vendor-gateway.js';
 import { usageRows } from '../support/record.js';
 
 const run = promisify(execFile);
@@ -74,33 +75,25 @@ describe('Claude Code, Codex and Gemini CLI through the gateway', () => {
   let openai: FakeOpenAI;
   let anthropic: FakeAnthropic;
   let gemini: FakeGemini;
+  let vendorGateway: VendorGateway;
   let home: string;
   let keyId: string;
 
   before(async () => {
-    [openai, anthropic, gemini] = await Promise.all([startFakeOpenAI(), startFakeAnthropic(), startFakeGemini({ apiKey: 'gemini-test-key', toolArguments: { read_file: READ_NOTE } })]);
-    const fresh = await freshRedis(14);
-    redis = fresh.redis;
-    redisUrl = fresh.url;
-    ({ key: apiKey, id: keyId } = await paidAccountKey(redis, 50_000_000));
-    home = await mkdtemp(join(tmpdir(), 'sy-agents-'));
-    gateway = await startGateway({
-      env: {
-        REDIS_URL: fresh.url,
-        OPENAI_API_KEY: 'sk-openai-test',
-        OPENAI_BASE_URL: openai.url,
-        ANTHROPIC_API_KEY: 'sk-ant-test',
-        ANTHROPIC_BASE_URL: anthropic.url,
-        GEMINI_API_KEY: 'gemini-test-key',
-        GEMINI_BASE_URL: gemini.url,
+    vendorGateway = await startVendorGateway({
+      db: 14,
+      gemini: { apiKey: 'gemini-test-key', toolArguments: { read_file: READ_NOTE } },
+      prepare: async (ready) => {
+        ({ openai, anthropic, gemini, redis, redisUrl } = ready);
+        ({ key: apiKey, id: keyId } = await paidAccountKey(redis, 50_000_000));
+        home = await mkdtemp(join(tmpdir(), 'sy-agents-'));
       },
     });
+    gateway = vendorGateway.gateway;
   });
 
   after(async () => {
-    await gateway?.stop();
-    await Promise.all([openai?.close(), anthropic?.close(), gemini?.close()]);
-    redis?.disconnect();
+    await vendorGateway?.close();
     if (home) await rm(home, { recursive: true, force: true });
   });
 

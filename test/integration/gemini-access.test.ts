@@ -2,10 +2,10 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
 import { GoogleGenAI } from '@google/genai';
-import { freshRedis, paidAccountKey, startGateway, type GatewayProcess } from '../support/gateway.js';
-import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
-import { startFakeAnthropic, type FakeAnthropic } from '../support/fake-anthropic.js';
-import { geminiError, startFakeGemini, type FakeGemini } from '../support/fake-gemini.js';
+import { paidAccountKey, type GatewayProcess } from '../support/gateway.js';
+import type { FakeOpenAI } from '../support/fake-openai.js';
+import { geminiError, type FakeGemini } from '../support/fake-gemini.js';
+import { startVendorGateway, type VendorGateway } from '../support/vendor-gateway.js';
 import { assertGoogleError, assertShape, generateContentResponseShape, listModelsResponseShape, modelShape, retryInfoShape } from '../support/gemini-shapes.js';
 
 /**
@@ -24,8 +24,8 @@ describe("Google's Gemini API: keys, the model list and errors", () => {
   let redis: Redis;
   let key: { id: string; key: string };
   let openai: FakeOpenAI;
-  let anthropic: FakeAnthropic;
   let gemini: FakeGemini;
+  let vendorGateway: VendorGateway;
   let ai: GoogleGenAI;
   let aiBeta: GoogleGenAI;
   /** The text of the last answer the SDK got, as it came over the wire. */
@@ -33,22 +33,16 @@ describe("Google's Gemini API: keys, the model list and errors", () => {
   let lastUrl = '';
 
   before(async () => {
-    [openai, anthropic, gemini] = await Promise.all([startFakeOpenAI(), startFakeAnthropic(), startFakeGemini({ apiKey: GEMINI_KEY })]);
-    const fresh = await freshRedis(10);
-    redis = fresh.redis;
-    key = await paidAccountKey(redis, 50_000_000);
-    gateway = await startGateway({
-      env: {
-        REDIS_URL: fresh.url,
-        OPENAI_API_KEY: 'sk-openai-test',
-        OPENAI_BASE_URL: openai.url,
-        ANTHROPIC_API_KEY: 'sk-ant-test',
-        ANTHROPIC_BASE_URL: anthropic.url,
-        GEMINI_API_KEY: GEMINI_KEY,
-        GEMINI_BASE_URL: gemini.url,
-        JOB_ATTEMPTS: '1',
+    vendorGateway = await startVendorGateway({
+      db: 10,
+      gemini: { apiKey: GEMINI_KEY },
+      env: { JOB_ATTEMPTS: '1' },
+      prepare: async (ready) => {
+        ({ openai, gemini, redis } = ready);
+        key = await paidAccountKey(redis, 50_000_000);
       },
     });
+    gateway = vendorGateway.gateway;
     const recordingFetch: typeof fetch = async (input, init) => {
       const response = await fetch(input, init);
       lastUrl = String(input instanceof Request ? input.url : input);
@@ -61,9 +55,7 @@ describe("Google's Gemini API: keys, the model list and errors", () => {
   });
 
   after(async () => {
-    await gateway?.stop();
-    await Promise.all([openai?.close(), anthropic?.close(), gemini?.close()]);
-    redis?.disconnect();
+    await vendorGateway?.close();
   });
 
   const post = (path: string, body: unknown, headers: Record<string, string> = { 'x-goog-api-key': key.key }) =>

@@ -1,10 +1,11 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
-import { freshRedis, paidAccountKey, startGateway, type GatewayProcess } from '../support/gateway.js';
-import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
-import { startFakeAnthropic, type FakeAnthropic } from '../support/fake-anthropic.js';
-import { startFakeGemini, type FakeGemini } from '../support/fake-gemini.js';
+import { paidAccountKey, type GatewayProcess } from '../support/gateway.js';
+import type { FakeOpenAI } from '../support/fake-openai.js';
+import type { FakeAnthropic } from '../support/fake-anthropic.js';
+import type { FakeGemini } from '../support/fake-gemini.js';
+import { startVendorGateway, type VendorGateway } from '../support/vendor-gateway.js';
 import { assertGoogleError, assertShape, errorBodyShape, generateContentResponseShape, retryInfoShape } from '../support/gemini-shapes.js';
 
 /**
@@ -38,30 +39,23 @@ describe("Google's Gemini API against hostile input", () => {
   let openai: FakeOpenAI;
   let anthropic: FakeAnthropic;
   let gemini: FakeGemini;
+  let vendorGateway: VendorGateway;
 
   before(async () => {
-    [openai, anthropic, gemini] = await Promise.all([startFakeOpenAI(), startFakeAnthropic(), startFakeGemini({ apiKey: GEMINI_KEY })]);
-    const fresh = await freshRedis(14);
-    redis = fresh.redis;
-    key = await paidAccountKey(redis, 50_000_000);
-    gateway = await startGateway({
-      env: {
-        REDIS_URL: fresh.url,
-        OPENAI_API_KEY: 'sk-openai-test',
-        OPENAI_BASE_URL: openai.url,
-        ANTHROPIC_API_KEY: 'sk-ant-test',
-        ANTHROPIC_BASE_URL: anthropic.url,
-        GEMINI_API_KEY: GEMINI_KEY,
-        GEMINI_BASE_URL: gemini.url,
-        JOB_ATTEMPTS: '1',
+    vendorGateway = await startVendorGateway({
+      db: 14,
+      gemini: { apiKey: GEMINI_KEY },
+      env: { JOB_ATTEMPTS: '1' },
+      prepare: async (ready) => {
+        ({ openai, anthropic, gemini, redis } = ready);
+        key = await paidAccountKey(redis, 50_000_000);
       },
     });
+    gateway = vendorGateway.gateway;
   });
 
   after(async () => {
-    await gateway?.stop();
-    await Promise.all([openai?.close(), anthropic?.close(), gemini?.close()]);
-    redis?.disconnect();
+    await vendorGateway?.close();
   });
 
   const post = (path: string, body: unknown, headers: Record<string, string> = { 'x-goog-api-key': key.key }) =>

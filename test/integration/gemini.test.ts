@@ -2,11 +2,12 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
 import { GoogleGenAI, ThinkingLevel, type Content, type FunctionDeclaration, type GenerateContentResponse as SdkResponse } from '@google/genai';
-import { freshRedis, paidAccountKey, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
-import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
+import { paidAccountKey, waitFor, type GatewayProcess } from '../support/gateway.js';
+import type { FakeOpenAI } from '../support/fake-openai.js';
 import { FAKE_REPLY_TEXT, FAKE_TOOL_CALL_ID } from '../support/fake-openai-defaults.js';
-import { FAKE_ANTHROPIC_TEXT, FAKE_ANTHROPIC_TOOL_USE_ID, FAKE_THINKING_TEXT, startFakeAnthropic, type FakeAnthropic } from '../support/fake-anthropic.js';
-import { FAKE_GEMINI_TEXT, fakeEmbedding, fakeTokenCount, startFakeGemini, type FakeGemini } from '../support/fake-gemini.js';
+import { FAKE_ANTHROPIC_TEXT, FAKE_ANTHROPIC_TOOL_USE_ID, FAKE_THINKING_TEXT, type FakeAnthropic } from '../support/fake-anthropic.js';
+import { FAKE_GEMINI_TEXT, fakeEmbedding, fakeTokenCount, type FakeGemini } from '../support/fake-gemini.js';
+import { startVendorGateway, type VendorGateway } from '../support/vendor-gateway.js';
 import {
   assertShape,
   batchEmbedContentsResponseShape,
@@ -51,6 +52,7 @@ describe("Google's Gemini API with the official @google/genai SDK against strict
   let openai: FakeOpenAI;
   let anthropic: FakeAnthropic;
   let gemini: FakeGemini;
+  let vendorGateway: VendorGateway;
   /** Every answer the SDK got, as it came over the wire: what the shapes are checked on. */
   const seen: Array<{ url: string; status: number; text: Promise<string> }> = [];
   let ai: GoogleGenAI;
@@ -80,32 +82,25 @@ describe("Google's Gemini API with the official @google/genai SDK against strict
       });
 
   before(async () => {
-    [openai, anthropic, gemini] = await Promise.all([startFakeOpenAI(), startFakeAnthropic(), startFakeGemini({ apiKey: GEMINI_KEY })]);
-    const fresh = await freshRedis(9);
-    redis = fresh.redis;
-    redisUrl = fresh.url;
-    key = await paidAccountKey(redis, 50_000_000);
-    gateway = await startGateway({
+    vendorGateway = await startVendorGateway({
+      db: 9,
+      gemini: { apiKey: GEMINI_KEY },
       env: {
-        REDIS_URL: fresh.url,
-        OPENAI_API_KEY: 'sk-openai-test',
-        OPENAI_BASE_URL: openai.url,
-        ANTHROPIC_API_KEY: 'sk-ant-test',
-        ANTHROPIC_BASE_URL: anthropic.url,
-        GEMINI_API_KEY: GEMINI_KEY,
-        GEMINI_BASE_URL: gemini.url,
         MODEL_ALIASES: 'gemini-2.5-pro=gpt-4o-mini',
         JOB_ATTEMPTS: '1',
       },
+      prepare: async (ready) => {
+        ({ openai, anthropic, gemini, redis, redisUrl } = ready);
+        key = await paidAccountKey(redis, 50_000_000);
+      },
     });
+    gateway = vendorGateway.gateway;
     ai = sdk(key.key);
     aiBeta = sdk(key.key, 'v1beta');
   });
 
   after(async () => {
-    await gateway?.stop();
-    await Promise.all([openai?.close(), anthropic?.close(), gemini?.close()]);
-    redis?.disconnect();
+    await vendorGateway?.close();
   });
 
   const post = (path: string, body: unknown, headers: Record<string, string> = { 'x-goog-api-key': key.key }) =>

@@ -2,10 +2,11 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
 import Anthropic from '@anthropic-ai/sdk';
-import { freshRedis, paidAccountKey, requestRecord, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
-import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
-import { FAKE_THINKING_SIGNATURE, FAKE_THINKING_TEXT, FAKE_ANTHROPIC_USAGE, anthropicError, fakeTokenCount, startFakeAnthropic, type FakeAnthropic } from '../support/fake-anthropic.js';
-import { startFakeGemini, FAKE_GEMINI_TEXT, type FakeGemini } from '../support/fake-gemini.js';
+import { paidAccountKey, requestRecord, waitFor, type GatewayProcess } from '../support/gateway.js';
+import type { FakeOpenAI } from '../support/fake-openai.js';
+import { FAKE_THINKING_SIGNATURE, FAKE_THINKING_TEXT, FAKE_ANTHROPIC_USAGE, anthropicError, fakeTokenCount, type FakeAnthropic } from '../support/fake-anthropic.js';
+import { FAKE_GEMINI_TEXT, type FakeGemini } from '../support/fake-gemini.js';
+import { startVendorGateway, type VendorGateway } from '../support/vendor-gateway.js';
 import { assertMessagesStream, parseMessagesFrames } from '../support/anthropic-stream.js';
 import { waitForUsage } from '../support/record.js';
 
@@ -31,33 +32,26 @@ describe('the Messages API (/v1/messages) with the official Anthropic SDK agains
   let openai: FakeOpenAI;
   let anthropic: FakeAnthropic;
   let gemini: FakeGemini;
+  let vendorGateway: VendorGateway;
 
   before(async () => {
-    [openai, anthropic, gemini] = await Promise.all([startFakeOpenAI(), startFakeAnthropic(), startFakeGemini()]);
-    const fresh = await freshRedis(15);
-    redis = fresh.redis;
-    redisUrl = fresh.url;
-    apiKey = (await paidAccountKey(redis, 50_000_000)).key;
-    gateway = await startGateway({
+    vendorGateway = await startVendorGateway({
+      db: 15,
       env: {
-        REDIS_URL: fresh.url,
-        OPENAI_API_KEY: 'sk-openai-test',
-        OPENAI_BASE_URL: openai.url,
-        ANTHROPIC_API_KEY: 'sk-ant-test',
-        ANTHROPIC_BASE_URL: anthropic.url,
-        GEMINI_API_KEY: 'gemini-test-key',
-        GEMINI_BASE_URL: gemini.url,
         MOCK_VENDOR: 'on',
         MODEL_ALIASES: 'claude-sonnet-4-5=gpt-4o-mini,claude-haiku-4-5=mock-chat',
       },
+      prepare: async (ready) => {
+        ({ openai, anthropic, gemini, redis, redisUrl } = ready);
+        apiKey = (await paidAccountKey(redis, 50_000_000)).key;
+      },
     });
+    gateway = vendorGateway.gateway;
     client = new Anthropic({ apiKey, baseURL: gateway.url, maxRetries: 0, timeout: 20_000 });
   });
 
   after(async () => {
-    await gateway?.stop();
-    await Promise.all([openai?.close(), anthropic?.close(), gemini?.close()]);
-    redis?.disconnect();
+    await vendorGateway?.close();
   });
 
   const post = (path: string, body: unknown, headers: Record<string, string> = {}) =>

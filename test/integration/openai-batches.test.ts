@@ -12,8 +12,9 @@ import { createValidatingBatch } from '../../api/batches/openai-record.js';
 import { filesUnder } from '../support/blob-dir.js';
 import { freshRedis, paidAccountKey, requestRecord, startGateway, testKeyStore, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { startFakeOpenAI, type FakeOpenAI, type RecordedRequest } from '../support/fake-openai.js';
-import { startFakeAnthropic, FAKE_ANTHROPIC_TEXT, type FakeAnthropic } from '../support/fake-anthropic.js';
-import { startFakeGemini, FAKE_GEMINI_TEXT, type FakeGemini } from '../support/fake-gemini.js';
+import { FAKE_ANTHROPIC_TEXT, type FakeAnthropic } from '../support/fake-anthropic.js';
+import { FAKE_GEMINI_TEXT } from '../support/fake-gemini.js';
+import { startVendorGateway, type VendorGateway } from '../support/vendor-gateway.js';
 import { usageRows } from '../support/record.js';
 import { ConsoleClient } from '../support/console-client.js';
 
@@ -88,7 +89,7 @@ describe('OpenAI Batch API (/v1/batches) with the official openai SDK over /v1/f
   let redis: Redis;
   let openai: FakeOpenAI;
   let anthropic: FakeAnthropic;
-  let gemini: FakeGemini;
+  let vendorGateway: VendorGateway;
   let client: OpenAI;
   let account: string;
   let apiKey: string;
@@ -96,25 +97,9 @@ describe('OpenAI Batch API (/v1/batches) with the official openai SDK over /v1/f
 
   before(async () => {
     blobDir = await mkdtemp(join(tmpdir(), 'sy-openai-batches-'));
-    [openai, anthropic, gemini] = await Promise.all([startFakeOpenAI(), startFakeAnthropic(), startFakeGemini()]);
-    openai.setDefault((request) => {
-      const text = lastUserText(request);
-      if (text.includes('please fail')) return { status: 400, json: { error: { message: 'This request was refused upstream.', type: 'invalid_request_error', param: null, code: null } } };
-      if (text.includes('slowly')) return { delayMs: 400 };
-      return undefined;
-    });
-    const fresh = await freshRedis(14);
-    redis = fresh.redis;
-    ({ key: apiKey, account } = await paidAccountKey(redis, 50_000_000));
-    gateway = await startGateway({
+    vendorGateway = await startVendorGateway({
+      db: 14,
       env: {
-        REDIS_URL: fresh.url,
-        OPENAI_API_KEY: 'sk-openai-test',
-        OPENAI_BASE_URL: openai.url,
-        ANTHROPIC_API_KEY: 'sk-ant-test',
-        ANTHROPIC_BASE_URL: anthropic.url,
-        GEMINI_API_KEY: 'gemini-test-key',
-        GEMINI_BASE_URL: gemini.url,
         // OpenAI's requests wait in a lane of two at a time: a batch of slow requests is still running when it is cancelled.
         OPENAI_MAX_CONCURRENCY: '2',
         BATCH_SWEEP_INTERVAL_S: '1',
@@ -127,14 +112,23 @@ describe('OpenAI Batch API (/v1/batches) with the official openai SDK over /v1/f
         ADMIN_EMAIL: 'root@batches.test',
         ADMIN_PASSWORD: 'root-password-1',
       },
+      prepare: async (ready) => {
+        ({ openai, anthropic, redis } = ready);
+        openai.setDefault((request) => {
+          const text = lastUserText(request);
+          if (text.includes('please fail')) return { status: 400, json: { error: { message: 'This request was refused upstream.', type: 'invalid_request_error', param: null, code: null } } };
+          if (text.includes('slowly')) return { delayMs: 400 };
+          return undefined;
+        });
+        ({ key: apiKey, account } = await paidAccountKey(redis, 50_000_000));
+      },
     });
+    gateway = vendorGateway.gateway;
     client = gateway.client(apiKey);
   });
 
   after(async () => {
-    await gateway?.stop();
-    await Promise.all([openai?.close(), anthropic?.close(), gemini?.close()]);
-    redis?.disconnect();
+    await vendorGateway?.close();
     if (blobDir) await rm(blobDir, { recursive: true, force: true });
   });
 

@@ -11,9 +11,10 @@ import { generateText, jsonSchema, stepCountIs, streamText, tool } from 'ai';
 import { defaultAccountId } from '../../shared/accounts.js';
 import { settledKey } from '../../shared/redis-keys.js';
 import { createKey, freshRedis, paidAccountKey, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
-import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
-import { startFakeAnthropic, FAKE_ANTHROPIC_TEXT, type FakeAnthropic } from '../support/fake-anthropic.js';
-import { startFakeGemini, type FakeGemini } from '../support/fake-gemini.js';
+import type { FakeOpenAI } from '../support/fake-openai.js';
+import { FAKE_ANTHROPIC_TEXT, type FakeAnthropic } from '../support/fake-anthropic.js';
+import type { FakeGemini } from '../support/fake-gemini.js';
+import { startVendorGateway, type VendorGateway } from '../support/vendor-gateway.js';
 import { FAKE_TOOL_ARGUMENTS } from '../support/fake-openai-defaults.js';
 import { waitForUsage } from '../support/record.js';
 import { assertMatchesSchema } from '../support/openapi-schemas.js';
@@ -73,35 +74,29 @@ describe('the Responses API against strict vendor fakes', () => {
   let openai: FakeOpenAI;
   let anthropic: FakeAnthropic;
   let gemini: FakeGemini;
+  let vendorGateway: VendorGateway;
   let blobDir: string;
 
   before(async () => {
-    [openai, anthropic, gemini] = await Promise.all([startFakeOpenAI(), startFakeAnthropic(), startFakeGemini()]);
     blobDir = await mkdtemp(join(tmpdir(), 'sy-responses-'));
-    const fresh = await freshRedis(11);
-    redis = fresh.redis;
-    apiKey = (await createKey(redis)).key;
-    gateway = await startGateway({
+    vendorGateway = await startVendorGateway({
+      db: 11,
       env: {
-        REDIS_URL: fresh.url,
-        OPENAI_API_KEY: 'sk-openai-test',
-        OPENAI_BASE_URL: openai.url,
-        ANTHROPIC_API_KEY: 'sk-ant-test',
-        ANTHROPIC_BASE_URL: anthropic.url,
-        GEMINI_API_KEY: 'gemini-test-key',
-        GEMINI_BASE_URL: gemini.url,
         MOCK_VENDOR: 'on',
         MOCK_STREAM_DELAY_MS: '20',
         BLOB_DIR: blobDir,
       },
+      prepare: async (ready) => {
+        ({ openai, anthropic, gemini, redis } = ready);
+        apiKey = (await createKey(redis)).key;
+      },
     });
+    gateway = vendorGateway.gateway;
     client = gateway.client(apiKey);
   });
 
   after(async () => {
-    await gateway?.stop();
-    await Promise.all([openai?.close(), anthropic?.close(), gemini?.close()]);
-    redis?.disconnect();
+    await vendorGateway?.close();
     if (blobDir) await rm(blobDir, { recursive: true, force: true });
   });
 
