@@ -131,12 +131,20 @@ export async function spawnGateway(role: 'all' | 'api' | 'worker', testEnv: Reco
     env: {
       PATH: process.env.PATH ?? '',
       HOME: process.env.HOME ?? '/root',
+      // `npm test` keeps V8's compiled code for every process it starts (bin/test.mjs): a gateway loads its modules
+      // without compiling them again.
+      ...(process.env.NODE_COMPILE_CACHE ? { NODE_COMPILE_CACHE: process.env.NODE_COMPILE_CACHE } : {}),
       PORT: '0',
       HOST: '127.0.0.1',
       LOG_LEVEL: 'info',
       MOCK_STREAM_DELAY_MS: '5',
       // Tests of the money path use the mock as their vendor: bill its answers (off by default, refused in production).
       MOCK_BILLING: 'on',
+      // `--role=all` keeps its workers on the api's event loop, as on one core, unless the test asks for the child
+      // process (worker-process, readiness, metrics, stop-deadline and tracing do) or the run does
+      // (TEST_WORKER_PROCESS=on): a start is then one process, not two, about 3 s of CPU less on a machine whose two
+      // cores the other test files share.
+      WORKER_PROCESS: process.env.TEST_WORKER_PROCESS ?? 'off',
       ...env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
