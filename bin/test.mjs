@@ -46,7 +46,8 @@ if (missing.length) throw new Error(`bin/test.mjs names files that are not there
 // Each file's time in the last runs (bin/test-timings.mjs), kept beside the install: the slowest files start first,
 // so the last ones to end are short ones, and a file never timed (a new one) counts as slow.
 const root = resolve(dirname(new URL(import.meta.url).pathname), '..');
-const timingsFile = join(root, 'node_modules', '.cache', 'switchyard', 'test-timings.json');
+const cacheDir = join(root, 'node_modules', '.cache', 'switchyard');
+const timingsFile = join(cacheDir, 'test-timings.json');
 /** @type {Record<string, number>} */
 let timings = {};
 try {
@@ -122,7 +123,7 @@ try {
     prepared.env.SWITCHYARD_TEST_FROM_DIST = '1';
     // V8's code cache for every Node process of the run (the test files, the gateways they start, their tools), kept
     // beside the install: a process loads a module compiled by an earlier one without compiling it again.
-    prepared.env.NODE_COMPILE_CACHE ??= join(root, 'node_modules', '.cache', 'switchyard', 'compile-cache');
+    prepared.env.NODE_COMPILE_CACHE ??= join(cacheDir, 'compile-cache');
     const failed = [round(`${concurrency} at a time`, together, concurrency), round('one at a time', apart, 1)].some((status) => status !== 0);
     process.exitCode = failed ? 1 : 0;
   }

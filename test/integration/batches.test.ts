@@ -5,7 +5,7 @@ import { Queue } from 'bullmq';
 import Anthropic from '@anthropic-ai/sdk';
 import { readBill } from '../../shared/money/billing.js';
 import { freshRedis, paidAccountKey, paidKeyIn, requestRecord, startGateway, testKeyStore, waitFor, type GatewayProcess } from '../support/gateway.js';
-import { startFakeOpenAI, type FakeOpenAI, type RecordedRequest } from '../support/fake-openai.js';
+import { refusedOrSlow, startFakeOpenAI, type FakeOpenAI, type RecordedRequest } from '../support/fake-openai.js';
 import { FAKE_ANTHROPIC_TEXT, type FakeAnthropic } from '../support/fake-anthropic.js';
 import { FAKE_GEMINI_TEXT } from '../support/fake-gemini.js';
 import { startVendorGateway, type VendorGateway } from '../support/vendor-gateway.js';
@@ -66,11 +66,11 @@ describe('Message Batches (/v1/messages/batches) with the official Anthropic SDK
       },
       prepare: async (ready) => {
         ({ openai, anthropic, redis } = ready);
-        // A request that asks to fail is refused by the vendor, as a bad request (not retried); a slow one takes 400 ms.
+        // A request that asks to fail is refused by the vendor, a slow one takes 400 ms (refusedOrSlow), a brief one 50 ms.
         openai.setDefault((request) => {
           const text = lastUserText(request);
-          if (text.includes('please fail')) return { status: 400, json: { error: { message: 'This request was refused upstream.', type: 'invalid_request_error', param: null, code: null } } };
-          if (text.includes('slowly')) return { delayMs: 400 };
+          const answer = refusedOrSlow(text);
+          if (answer) return answer;
           if (text.includes('briefly')) return { delayMs: 50 };
           // Used all it may: 2,000 tokens out.
           if (text.includes('Count to')) return (request.body as { stream?: boolean }).stream ? { sse: chatStreamSse(Array.from({ length: 2_000 }, () => 'x'), { usage: true }) } : { json: { id: 'chatcmpl-count', object: 'chat.completion', created: 1, model: 'gpt-4o-mini', choices: [{ index: 0, message: { role: 'assistant', content: 'x', refusal: null }, finish_reason: 'length', logprobs: null }], usage: { prompt_tokens: 9, completion_tokens: 2_000, total_tokens: 2_009 } } };

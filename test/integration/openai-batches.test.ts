@@ -11,7 +11,7 @@ import { batchFinalizeLeaseKey, batchIntakeKey, batchKey, batchResultsKey } from
 import { createValidatingBatch } from '../../api/batches/openai-record.js';
 import { filesUnder } from '../support/blob-dir.js';
 import { freshRedis, paidAccountKey, requestRecord, startGateway, testKeyStore, waitFor, type GatewayProcess } from '../support/gateway.js';
-import { startFakeOpenAI, type FakeOpenAI, type RecordedRequest } from '../support/fake-openai.js';
+import { refusedOrSlow, startFakeOpenAI, type FakeOpenAI, type RecordedRequest } from '../support/fake-openai.js';
 import { FAKE_ANTHROPIC_TEXT, type FakeAnthropic } from '../support/fake-anthropic.js';
 import { FAKE_GEMINI_TEXT } from '../support/fake-gemini.js';
 import { startVendorGateway, type VendorGateway } from '../support/vendor-gateway.js';
@@ -114,12 +114,7 @@ describe('OpenAI Batch API (/v1/batches) with the official openai SDK over /v1/f
       },
       prepare: async (ready) => {
         ({ openai, anthropic, redis } = ready);
-        openai.setDefault((request) => {
-          const text = lastUserText(request);
-          if (text.includes('please fail')) return { status: 400, json: { error: { message: 'This request was refused upstream.', type: 'invalid_request_error', param: null, code: null } } };
-          if (text.includes('slowly')) return { delayMs: 400 };
-          return undefined;
-        });
+        openai.setDefault((request) => refusedOrSlow(lastUserText(request)));
         ({ key: apiKey, account } = await paidAccountKey(redis, 50_000_000));
       },
     });

@@ -56,6 +56,16 @@ export type FakeResponse =
 export type FakeHandler = (request: RecordedRequest) => FakeResponse | undefined | Promise<FakeResponse | undefined>;
 
 /**
+ * What the batch tests ask of OpenAI by a request's text: "please fail" is refused as a bad request (not retried),
+ * "slowly" takes 400 ms; anything else gets the default answer.
+ */
+export function refusedOrSlow(text: string): FakeResponse | undefined {
+  if (text.includes('please fail')) return { status: 400, json: { error: { message: 'This request was refused upstream.', type: 'invalid_request_error', param: null, code: null } } };
+  if (text.includes('slowly')) return { delayMs: 400 };
+  return undefined;
+}
+
+/**
  * The `service_tier` the default chat answers say they were served in (the body's, and every chunk's):
  * a value (null included), or one per request. Unset: they say none, as before tiers.
  */
