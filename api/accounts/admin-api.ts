@@ -258,6 +258,19 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined, map
     ctx.body = { ...accountView(team), members: await teams.members(team) };
   });
 
+  // Every team (accounts of kind `team`; people's own accounts are under /admin/accounts), oldest first, each with its
+  // members as POST answers it.
+  router.get('/teams', async (ctx) => {
+    const all = (await accounts.list()).filter((account) => account.kind === 'team');
+    ctx.body = { object: 'list', data: await Promise.all(all.map(async (team) => ({ ...accountView(team), members: await teams.members(team) }))) };
+  });
+
+  router.get('/teams/:id', async (ctx) => {
+    const team = await existingTeam(String(ctx.params.id));
+    if (team.kind !== 'team') throw teamNotFound(team.id);
+    ctx.body = { ...accountView(team), members: await teams.members(team) };
+  });
+
   router.patch('/teams/:id', async (ctx) => {
     const team = await existingTeam(String(ctx.params.id));
     const body = parseStrict(patchTeamSchema, await readJsonObject(ctx.req, bodyLimit));

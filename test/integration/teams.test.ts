@@ -286,5 +286,27 @@ describe('teams', () => {
     assert.equal((await call('POST', '/admin/teams', { name: 'ops' })).status, 409);
     const listed = await call('GET', '/admin/accounts');
     assert.equal((listed.json.data as Array<{ id: string; kind: string }>).find((a) => a.id === id)?.kind, 'team');
+    // Teams listed as teams: both made here, each with its members, and nobody's own account among them.
+    const teamsListed = await call('GET', '/admin/teams');
+    assert.equal(teamsListed.status, 200, JSON.stringify(teamsListed.json));
+    assert.equal(teamsListed.json.object, 'list');
+    const rows = teamsListed.json.data as Array<Team & { object: string }>;
+    const teamIds = (listed.json.data as Array<{ id: string; kind: string }>).filter((a) => a.kind === 'team').map((a) => a.id);
+    assert.deepEqual(rows.map((t) => t.id).sort(), [...teamIds].sort());
+    assert.ok(rows.length >= 2 && rows.every((t) => t.kind === 'team' && t.object === 'account'), JSON.stringify(rows));
+    assert.deepEqual(rows.find((t) => t.id === id)!.members.map((m) => [m.email, m.role]), [['ben@teams.test', 'owner']]);
+    const researchMembers = (await call('GET', `/admin/teams/${team.id}/members`)).json.data as Member[];
+    assert.deepEqual(rows.find((t) => t.id === team.id)!.members.map((m) => m.email), researchMembers.map((m) => m.email));
+    assert.ok(researchMembers.length >= 3);
+    const one = await call('GET', `/admin/teams/${id}`);
+    assert.equal(one.status, 200, JSON.stringify(one.json));
+    assert.deepEqual([one.json.id, one.json.name, (one.json.members as Member[]).length], [id, 'Ops', 1]);
+    // A person's account is not a team, and an unknown id is none either.
+    for (const other of [ben.id, 'acct_nothing_here']) {
+      const missing = await call('GET', `/admin/teams/${other}`);
+      assert.equal(missing.status, 404, JSON.stringify(missing.json));
+      assert.equal((missing.json.error as Json).code, 'team_not_found');
+    }
+    assert.equal((await fetch(`${gateway.url}/admin/teams`)).status, 401);
   });
 });
