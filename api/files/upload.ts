@@ -57,6 +57,10 @@ function expiryOf(fields: Map<string, string>, created: number, purpose: UploadP
   return created + value;
 }
 
+/** A Batch API input is JSON Lines, named so: OpenAI refuses any other name at upload, before the batch would fail on it. */
+const batchFormatRefused = () => invalidRequest('Invalid file format for Batch API. Must be .jsonl', 'file', 'invalid_file_format');
+const isJsonlName = (filename: string) => filename.toLowerCase().endsWith('.jsonl');
+
 /** A part's filename as the file object shows it: no control characters, at most 255 characters (never half of one). */
 const cleanFilename = (name: string | undefined) =>
   Array.from((name ?? '').replace(/[\u0000-\u001f\u007f]/g, ''))
@@ -93,6 +97,7 @@ export function receiveUpload(req: IncomingMessage, files: AccountFileStore, acc
         const purpose = fields.get('purpose');
         if (purpose === undefined) throw invalidRequest("Missing required parameter: 'purpose'.", 'purpose', 'missing_required_parameter');
         if (!isUploadPurpose(purpose)) throw refusePurpose(purpose);
+        if (purpose === 'batch' && !isJsonlName(staged.filename)) throw batchFormatRefused();
         if (staged.bytes > capOf(purpose, limits)) throw fileTooLarge(capOf(purpose, limits));
         const expiresAt = expiryOf(fields, Math.floor(Date.now() / 1000), purpose);
         return await files.commit(staged, purpose, expiresAt);
@@ -120,6 +125,11 @@ export function receiveUpload(req: IncomingMessage, files: AccountFileStore, acc
         }
         part = stream;
         const purpose = fields.get('purpose') as UploadPurpose | undefined;
+        // A batch file named otherwise, its purpose known first: refused before any of its bytes are stored.
+        if (purpose === 'batch' && !isJsonlName(cleanFilename(info.filename))) {
+          stream.resume();
+          return fail(batchFormatRefused());
+        }
         const maxBytes = purpose ? capOf(purpose, limits) : Math.max(limits.maxBytes, limits.batchMaxBytes);
         // The uploading key is kept with the file: who else sees it follows from it (api/files/key-scope.ts).
         staging = files.stage(accountId, { filename: cleanFilename(info.filename), body: limited(stream, maxBytes), maxBytes, ...(keyId ? { keyId } : {}) });

@@ -225,7 +225,7 @@ describe('the Files API (/v1/files) with the official SDK', () => {
   it('honours expires_after, and refuses one out of range', async () => {
     const made = await client.files.create({ file: await toFile(Buffer.from('x'), 'x.txt'), purpose: 'user_data', expires_after: { anchor: 'created_at', seconds: 3600 } });
     assert.equal(made.expires_at, made.created_at + 3600);
-    const error = await refusal(client.files.create({ file: await toFile(Buffer.from('x'), 'x.txt'), purpose: 'batch', expires_after: { anchor: 'created_at', seconds: 60 } }));
+    const error = await refusal(client.files.create({ file: await toFile(Buffer.from('x'), 'x.jsonl'), purpose: 'batch', expires_after: { anchor: 'created_at', seconds: 60 } }));
     assert.equal(error.status, 400);
     assert.equal((error.error as { param: string }).param, 'expires_after.seconds');
   });
@@ -284,7 +284,25 @@ describe('the Files API (/v1/files) with the official SDK', () => {
     });
     assert.equal(cut.status, 400);
 
+    // A Batch API input named other than .jsonl, as OpenAI refuses it at upload: file first (the SDK's order), and
+    // purpose first (refused before its bytes are kept).
+    const csv = await refusal(client.files.create({ file: await toFile(Buffer.from(jsonl(2)), 'requests.csv'), purpose: 'batch' }));
+    assert.equal(csv.status, 400);
+    assert.equal((csv.error as { message: string }).message, 'Invalid file format for Batch API. Must be .jsonl');
+    assert.equal((csv.error as { param: string }).param, 'file');
+    const csvFirst = new FormData();
+    csvFirst.set('purpose', 'batch');
+    csvFirst.set('file', new Blob([jsonl(2)]), 'requests.jsonl.csv');
+    await refused(await post(csvFirst), 'file', /^Invalid file format for Batch API\. Must be \.jsonl$/);
+
     await untilNothingBut(stored, 'the refused uploads deleted');
+  });
+
+  it('takes a batch file named .jsonl in any letter case, and any name for user_data', async () => {
+    const upper = await client.files.create({ file: await toFile(Buffer.from(jsonl(1)), 'REQUESTS.JSONL'), purpose: 'batch' });
+    assert.deepEqual([upper.filename, upper.purpose], ['REQUESTS.JSONL', 'batch']);
+    const notes = await client.files.create({ file: await toFile(Buffer.from('a,b\n'), 'requests.csv'), purpose: 'user_data' });
+    assert.deepEqual([notes.filename, notes.purpose], ['requests.csv', 'user_data']);
   });
 
   it('keeps nothing of an upload whose client goes away or goes silent mid-file (408)', async () => {
