@@ -1,4 +1,4 @@
-import { batchField, cancelBatch, createBatch, encodeBatchEntry, fillBatchWindow, openAIBatchErrorBody, openAIBatchResult, readBatch, storeBatchEntries, type BatchRecord } from '../../shared/batches/index.js';
+import { batchField, batchRequestJobId, cancelBatch, createBatch, encodeBatchEntry, fillBatchWindow, openAIBatchErrorBody, openAIBatchResult, readBatch, storeBatchEntries, type BatchRecord } from '../../shared/batches/index.js';
 import type { CatalogModel } from '../../shared/catalog.js';
 import type { Endpoint, EndpointRequest } from '../../shared/endpoints.js';
 import { endpoints } from '../../shared/endpoints.js';
@@ -226,7 +226,9 @@ async function runFile(deps: OpenAIBatchDeps, batch: BatchRecord, fields: OpenAI
         if (made.payload) payloads.push(made.payload);
       } else {
         const error = outcome.refused;
-        entries.push(encodeBatchEntry({ refused: { customId: outcome.customId, result: openAIBatchResult('errored', error.status, null, openAIBatchErrorBody(error, endpoint)) } }));
+        // Refused before any vendor call, it still has the request id its job would have had, as every OpenAI line has one.
+        const result = openAIBatchResult('errored', error.status, batchRequestJobId(id, index), openAIBatchErrorBody(error, endpoint));
+        entries.push(encodeBatchEntry({ refused: { customId: outcome.customId, result } }));
       }
       index++;
       if (entries.length >= storedPerRound) await store();

@@ -360,6 +360,11 @@ describe('OpenAI Batch API (/v1/batches) with the official openai SDK over /v1/f
     const errors = byCustomId(await linesOf(client, done.error_file_id));
     assert.equal(errors.size, 13);
     for (const [, found] of errors) assert.equal(found.response!.status_code, 404);
+    // Refused before any vendor call, each line still has its request id, as every line of OpenAI's has one.
+    assert.deepEqual(
+      [...errors].map(([customId, found]) => [customId, found.response!.request_id]),
+      Array.from({ length: 13 }, (_, i) => [`r${i}`, `${made.id}.${i}`]),
+    );
     assert.deepEqual(await batchRows(redis, made.id), []);
   });
 
