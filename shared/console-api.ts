@@ -100,6 +100,8 @@ export interface KeyCreatorView {
 export interface OwnedKeyView extends KeyView {
   account_email: string | null;
   account_name: string | null;
+  /** A person's account or a team's (null: an account no longer found). The Default account is a person's, with no email. */
+  account_kind: AccountKind | null;
   /** Its account's cache cap (`AccountView.cache_max_ttl_s`): 0, its answers are never cached; null, no cap of its own. */
   account_cache_max_ttl_s: number | null;
 }

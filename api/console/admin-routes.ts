@@ -112,7 +112,7 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
       object: 'list',
       data: (await keyStore.withAdminLimits(await keyStore.list())).map((key): OwnedKeyView => {
         const owner = owners.get(key.accountId);
-        return { ...keyView(key), account_email: owner?.email || null, account_name: owner?.name || null, account_cache_max_ttl_s: owner?.cacheMaxTtlS ?? null };
+        return { ...keyView(key), account_email: owner?.email || null, account_name: owner?.name || null, account_kind: owner?.kind ?? null, account_cache_max_ttl_s: owner?.cacheMaxTtlS ?? null };
       }),
     } satisfies List<OwnedKeyView>;
   });

@@ -49,7 +49,7 @@ export type { ServiceTier };
 export type Account = AccountView;
 
 /** A key of either list: the admin's names its account too. */
-export type Key = KeyView & Partial<Pick<OwnedKeyView, 'account_email' | 'account_name' | 'account_cache_max_ttl_s'>>;
+export type Key = KeyView & Partial<Pick<OwnedKeyView, 'account_email' | 'account_name' | 'account_kind' | 'account_cache_max_ttl_s'>>;
 
 export interface LongContextPrices {
   above_tokens: number;

@@ -183,6 +183,30 @@ describe('teams in the console (Team page, switcher, roles) in a real browser', 
     }
   });
 
+  it('an admin sees the team as a team: on Accounts and over its keys, never a system account or a Member', async () => {
+    for (const [label, viewport] of widths) {
+      const context = await openContext(browser, gateway.url, viewport);
+      const page = await context.newPage();
+      await signIn(page, adminEmail, password);
+      await page.goto('/console/admin/accounts');
+      await tablesLoaded(page, 'accounts');
+      const row = page.locator('tbody tr').filter({ hasText: teamName });
+      await row.waitFor();
+      const text = await row.innerText();
+      assert.match(text, /\bTeam\b/, `${label}: ${text}`);
+      assert.doesNotMatch(text, /system account|\bMember\b|\bSystem\b/i, `${label}: ${text}`);
+      // The Default account is still the system's.
+      assert.match(await page.locator('tbody tr').filter({ hasText: 'system account' }).innerText(), /System/);
+      await page.goto('/console/keys');
+      const others = page.locator('section[aria-labelledby="other-keys-heading"]');
+      const group = others.locator('.key-group').filter({ has: page.getByRole('heading', { name: teamName }) });
+      await group.locator('.key-group-count').filter({ hasText: /key/ }).waitFor();
+      assert.equal((await group.locator('.key-group-count').innerText()).trim(), 'Team · 1 key', label);
+      await assertFits(page, `keys, the admin, ${label}`);
+      await closeClean(context, `admin ${label}`);
+    }
+  });
+
   it('the viewer switches to the team: usage, activity and the team, no keys, batches or Playground', async () => {
     for (const [label, viewport] of widths) {
       const context = await openContext(browser, gateway.url, viewport);

@@ -323,6 +323,9 @@ export function AccountsPage() {
           <span class="account-email-line">
             {account.email ? (
               <span class="account-email">{account.email}</span>
+            ) : account.kind === 'team' ? (
+              // A team has a name, no email: its people sign in with theirs.
+              <span class="account-email">{account.name}</span>
             ) : (
               // The Default account has no email: it is the system's (the command line's keys), named by its name.
               <span class="muted account-email">{account.name || 'Default'} (system account)</span>
@@ -341,6 +344,10 @@ export function AccountsPage() {
           {account.id === defaultAccountId ? (
             <span class="badge" title="Keys made without an account belong to it">
               System
+            </span>
+          ) : account.kind === 'team' ? (
+            <span class="badge" title="A team: its members spend its balance through their keys">
+              Team
             </span>
           ) : (
             <span class={`badge ${account.role === 'admin' ? 'badge-accent' : ''}`}>{account.role === 'admin' ? 'Admin' : 'Member'}</span>

@@ -704,13 +704,15 @@ interface AccountGroup {
   owner: string;
   /** The Default account: the command line's keys (it has a name, no email). */
   system: boolean;
+  /** A team's account (a name, no email). */
+  team: boolean;
   keys: Key[];
 }
 
 function groupByAccount(keys: readonly Key[]): AccountGroup[] {
   const groups = new Map<string, AccountGroup>();
   for (const key of keys) {
-    const group = groups.get(key.account_id) ?? { accountId: key.account_id, owner: ownerOf(key), system: !key.account_email, keys: [] };
+    const group = groups.get(key.account_id) ?? { accountId: key.account_id, owner: ownerOf(key), system: key.account_id === defaultAccountId, team: key.account_kind === 'team', keys: [] };
     group.keys.push(key);
     groups.set(key.account_id, group);
   }
@@ -738,7 +740,7 @@ export function AccountKeyGroups({ keys, idPrefix, options, skeletonRows = 2, em
                 {group.owner}
               </h3>
               <span class="muted small key-group-count">
-                {group.system ? 'System account · ' : ''}
+                {group.system ? 'System account · ' : group.team ? 'Team · ' : ''}
                 {live} key{live === 1 ? '' : 's'}
               </span>
             </div>
