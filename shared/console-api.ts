@@ -106,6 +106,15 @@ export interface OwnedKeyView extends KeyView {
   account_cache_max_ttl_s: number | null;
 }
 
+/** A key's name as Usage and Activity show it, for every role that reads them (`GET /console/api/key-names`). */
+export interface KeyName {
+  id: string;
+  object: 'key_name';
+  name: string;
+  account_id: string;
+  revoked: boolean;
+}
+
 /** A key just made: its secret, shown this once. */
 export interface CreatedKeyView extends KeyView {
   key: string;

@@ -10,7 +10,7 @@ import { microsToUsd } from '../accounts/account-store.js';
 import { parseStrict } from '../accounts/account-requests.js';
 import type { KeyStore } from '../accounts/key-store.js';
 import type { ModelResolver } from '../requests/model-resolver.js';
-import type { ActivityPage, HistogramBar, KeyUsageRow, ModelLatency, RequestCounts, RequestHistogram, SessionFacts, UsageReport, UsageRow } from '../../shared/console-api.js';
+import type { ActivityPage, HistogramBar, KeyName, KeyUsageRow, ModelLatency, RequestCounts, RequestHistogram, SessionFacts, UsageReport, UsageRow } from '../../shared/console-api.js';
 import { groupUsage, loadUsageDays } from '../accounts/admin-usage.js';
 import { requestFilterQuerySchema, requestListQuerySchema } from '../accounts/admin-requests.js';
 
@@ -279,6 +279,23 @@ async function keyNames(keyStore: KeyStore, ids: string[]): Promise<Map<string, 
     if (key) names.set(id, { name: key.name, revoked: false, accountId: key.accountId });
   }
   return names;
+}
+
+/**
+ * The names of a team's keys whose usage a reader sees (`keyIds`: a member's own; else every key of the team), live
+ * and revoked, by name: what Usage and Activity name their rows and filters by, for every role that reads them (a
+ * viewer lists no keys, but sees their names in the usage report already).
+ */
+export async function teamKeyNames(keyStore: KeyStore, teamId: string, keyIds?: readonly string[]): Promise<KeyName[]> {
+  let query = keyStore.record.selectFrom('api_keys').select(['id', 'name', 'revoked', 'account_id']).where('account_id', '=', teamId);
+  if (keyIds) query = keyIds.length === 0 ? query.where(sql<boolean>`false`) : query.where('id', 'in', keyIds);
+  const names = new Map((await query.execute()).map((row) => [row.id, { id: row.id, object: 'key_name' as const, name: row.name, account_id: row.account_id, revoked: row.revoked !== null }]));
+  // A key made a moment ago may not be in the record yet: the live ones are read from Redis too.
+  for (const key of await keyStore.list({ accountId: teamId })) {
+    if (names.has(key.id) || (keyIds && !keyIds.includes(key.id))) continue;
+    names.set(key.id, { id: key.id, object: 'key_name', name: key.name, account_id: key.accountId, revoked: false });
+  }
+  return [...names.values()].sort((a, b) => Number(a.revoked) - Number(b.revoked) || a.name.localeCompare(b.name));
 }
 
 /**

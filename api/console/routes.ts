@@ -11,7 +11,7 @@ import { accountName, email, keyChanges, keyName, keySettings, newKeyLimits, par
 import { accountAuditFields, accountView, keyAuditFields, keyView } from '../accounts/views.js';
 import { recordChange } from '../accounts/audit-trail.js';
 import { auditSource, changedFields } from '../../storage/record/audit-log.js';
-import type { ConsoleConfig, CreatedKeyView, KeyView, List, SessionAnswer, SignOutAnswer } from '../../shared/console-api.js';
+import type { ConsoleConfig, CreatedKeyView, KeyName, KeyView, List, SessionAnswer, SignOutAnswer } from '../../shared/console-api.js';
 import { bodyLimit } from '../accounts/admin-api.js';
 import type { AuthState } from '../accounts/auth.js';
 import { serve } from '../requests/endpoint-route.js';
@@ -20,7 +20,7 @@ import { may } from '../accounts/team-roles.js';
 import type { Account } from '../../shared/accounts.js';
 import type { ApiKeyRecord } from '../accounts/key-store.js';
 import type { RequestState } from '../requests/request-context.js';
-import { pricingList, requestHistogramReport, requestList, usageReport, usageCsv, usageRequestSchema } from './reports.js';
+import { pricingList, requestHistogramReport, requestList, teamKeyNames, usageReport, usageCsv, usageRequestSchema } from './reports.js';
 import { addAdminConsoleRoutes } from './admin-routes.js';
 import { addBatchConsoleRoutes } from './batch-routes.js';
 import { addAuditConsoleRoutes } from './audit-routes.js';
@@ -316,6 +316,13 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
   });
 
   // ---- activity: the request log, the team's (every account's for an admin in their own) ----
+
+  // The names of the keys a reader's usage shows (a viewer lists no keys, but reads their usage by name).
+  router.get('/api/key-names', async (ctx) => {
+    const scope = await requireTeam(ctx, deps, usageReader);
+    const reader = await readerOf(deps, scope);
+    ctx.body = { object: 'list', data: await teamKeyNames(keyStore, scope.team.id, reader.keyIds) } satisfies List<KeyName>;
+  });
 
   router.get('/api/requests', async (ctx) => {
     const reader = await readerOf(deps, await requireTeam(ctx, deps, usageReader));

@@ -18,6 +18,7 @@ export type {
   ConsoleBatch as Batch,
   ConsoleConfig,
   CreatedKeyView as CreatedKey,
+  KeyName,
   KeyLimitValues,
   List,
   ModelLatency,

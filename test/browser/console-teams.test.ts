@@ -4,6 +4,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
+import OpenAI, { toFile } from 'openai';
 import type { Browser, Page } from 'playwright-core';
 import { launchChromium } from '../support/browser.js';
 import { assertFits, closeClean, noSidewaysScroll, openContext, screenshots, signIn, tablesLoaded } from '../support/console-browser.js';
@@ -204,6 +205,51 @@ describe('teams in the console (Team page, switcher, roles) in a real browser', 
       assert.equal((await group.locator('.key-group-count').innerText()).trim(), 'Team · 1 key', label);
       await assertFits(page, `keys, the admin, ${label}`);
       await closeClean(context, `admin ${label}`);
+    }
+  });
+
+  it('the viewer reads the team\'s usage and activity by key name, never marked revoked, no key list refused, a batch not a link', async () => {
+    // Traffic on the team: a key of its own (made through the admin API, its secret kept here), a request and a batch.
+    const teams = (await (await adminApi('GET', '/admin/teams')).json()) as { data: Array<{ id: string; name: string }> };
+    const teamId = teams.data.find((team) => team.name === teamName)!.id;
+    assert.equal((await adminApi('POST', `/admin/accounts/${teamId}/credits`, { amount_usd: 5 })).status, 200);
+    const made = (await (await adminApi('POST', '/admin/keys', { name: 'shared notebook', account_id: teamId })).json()) as { id: string; key: string };
+    const client = new OpenAI({ apiKey: made.key, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
+    await client.chat.completions.create({ model: 'mock-chat', messages: [{ role: 'user', content: 'Hello from the team' }] });
+    const input = await client.files.create({ file: await toFile(Buffer.from(`${JSON.stringify({ custom_id: 'one', method: 'POST', url: '/v1/chat/completions', body: { model: 'mock-chat', messages: [{ role: 'user', content: 'In a batch' }] } })}\n`), 'team.jsonl'), purpose: 'batch' });
+    const batch = await client.batches.create({ input_file_id: input.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    for (let seen = batch; seen.status !== 'completed'; seen = await client.batches.retrieve(batch.id)) {
+      assert.ok(!['failed', 'expired', 'cancelled'].includes(seen.status), seen.status);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    for (const [label, viewport] of widths) {
+      const context = await openContext(browser, gateway.url, viewport);
+      const page = await context.newPage();
+      const refused: string[] = [];
+      page.on('response', (response) => {
+        if (response.url().includes('/console/api/') && response.status() === 403) refused.push(response.url());
+      });
+      await signIn(page, viewerEmail, password);
+      await switchTo(page, 'Viewer');
+      await page.waitForURL('**/console/usage');
+      await tablesLoaded(page, 'usage');
+      const byKey = page.getByRole('table', { name: 'By key' });
+      const keyRow = byKey.locator('tbody tr').filter({ hasText: 'shared notebook' });
+      await keyRow.waitFor();
+      assert.doesNotMatch(await byKey.innerText(), /revoked/i, `${label}: no key of the team is revoked`);
+      const usageKeys = (await page.locator('#usage-key option').allTextContents()).map((text) => text.trim());
+      assert.ok(usageKeys.includes('shared notebook'), `${label}: ${usageKeys.join(', ')}`);
+      assert.ok(!usageKeys.some((text) => /revoked|^key_/.test(text)), `${label}: ${usageKeys.join(', ')}`);
+      await page.goto('/console/activity');
+      await tablesLoaded(page, 'activity');
+      const activityKeys = (await page.locator('#activity-key option').allTextContents()).map((text) => text.trim());
+      assert.ok(activityKeys.includes('shared notebook'), `${label}: ${activityKeys.join(', ')}`);
+      const rows = page.locator('tbody tr');
+      await rows.filter({ hasText: /batch …|batch batch_/ }).first().waitFor();
+      assert.doesNotMatch(await page.locator('tbody').innerText(), new RegExp(made.id), `${label}: keys named, not their ids`);
+      assert.equal(await page.getByRole('link', { name: /^Batch / }).count(), 0, `${label}: a viewer has no Batches page to link to`);
+      assert.deepEqual(refused, [], `${label}: nothing the viewer's pages ask is refused`);
+      await closeClean(context, `viewer usage ${label}`);
     }
   });
 

@@ -1,13 +1,14 @@
 import { Fragment, type ComponentChildren } from 'preact';
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
-import { useAccount } from '../app-context';
+import { useAccount, useTeam } from '../app-context';
 import { BarChart, type Series } from '../components/bar-chart';
 import { type Column, PagedTable } from '../components/data-table';
 import { Dialog, ErrorMessage, PageHeader, useApi, useTitle } from '../components/ui';
 import { barLabel, compactCount, count, duration, fullTime, money, number, requestTime } from '../format';
 import { usePagedList } from '../paged-list';
 import { Link, navigate, useSearch } from '../router';
-import { requestStatuses, serviceTiers, type Account, type ActivityPage, type ActivityRow, type Key, type List, type RequestCounts, type RequestHistogram } from '../types';
+import { mayUseKeys } from '../teams';
+import { requestStatuses, serviceTiers, type Account, type ActivityPage, type ActivityRow, type Key, type KeyName, type List, type RequestCounts, type RequestHistogram } from '../types';
 
 /*
  * The request log: every request of the account's keys (every account's, for
@@ -123,6 +124,19 @@ const isBatch = (row: ActivityRow) => row.batch_id !== null;
 
 /** The Batches page, its batch marked. */
 const batchAddress = (id: string) => `/console/batches?batch=${encodeURIComponent(id)}`;
+
+/**
+ * A batch's id: a link to it on the Batches page for whoever has that page (owners and members), plain text for a
+ * viewer (the page is not theirs: the link would land on Usage).
+ */
+function BatchRef({ id, label, class: className, stop, children }: { id: string; label: string; class?: string; stop?: boolean; children: ComponentChildren }) {
+  if (!mayUseKeys(useTeam().role)) return <span class={className}>{children}</span>;
+  return (
+    <Link href={batchAddress(id)} class={className} aria-label={label} onClick={stop ? (event) => event.stopPropagation() : undefined}>
+      {children}
+    </Link>
+  );
+}
 
 /** A batch id, short enough for a cell: its last 8 characters after an ellipsis (the whole in the link's name). */
 const shortBatch = (id: string) => (id.length > 16 ? `…${id.slice(-8)}` : id);
@@ -343,9 +357,9 @@ function RequestDetails({ row, keyName, accountName, onClose }: { row: ActivityR
         </Detail>
         {row.batch_id && (
           <Detail label="Batch" mono>
-            <Link href={batchAddress(row.batch_id)} aria-label={`Batch ${row.batch_id} on the Batches page`}>
+            <BatchRef id={row.batch_id} label={`Batch ${row.batch_id} on the Batches page`}>
               <Breakable text={row.batch_id} />
-            </Link>
+            </BatchRef>
           </Detail>
         )}
         <Detail label="Key" class="activity-words">
@@ -437,9 +451,9 @@ function requestColumns({ accountNames, keyNames, open }: { accountNames: Map<st
           </span>
           {row.batch_id && (
             <span class="cell-sub activity-batch">
-              <Link href={batchAddress(row.batch_id)} aria-label={`Batch ${row.batch_id}`} onClick={(event) => event.stopPropagation()}>
+              <BatchRef id={row.batch_id} label={`Batch ${row.batch_id}`} stop>
                 batch {shortBatch(row.batch_id)}
-              </Link>
+              </BatchRef>
             </span>
           )}
         </>
@@ -567,12 +581,13 @@ export function ActivityPage() {
     histogram.reload();
   };
 
-  const keys = useApi<List<Key>>(admin ? '/admin/keys' : '/keys');
+  // Anyone but an admin gets the names of the team's keys they read requests of (a viewer's too: they list no keys).
+  const keys = useApi<List<Key | KeyName>>(admin ? '/admin/keys' : '/key-names');
   const accounts = useApi<List<Account>>(admin ? '/admin/accounts' : null);
   const keyNames = useMemo(() => new Map((keys.data?.data ?? []).map((key) => [key.id, key.name])), [keys.data]);
   const accountNames = useMemo(() => new Map((accounts.data?.data ?? []).map((account) => [account.id, account.email || account.name || account.id])), [accounts.data]);
   const keyOptions = (keys.data?.data ?? []).filter((key) => !filters.account_id || key.account_id === filters.account_id);
-  if (filters.key_id && !keyOptions.some((key) => key.id === filters.key_id)) keyOptions.push({ id: filters.key_id, name: filters.key_id } as Key);
+  if (filters.key_id && !keyOptions.some((key) => key.id === filters.key_id)) keyOptions.push({ id: filters.key_id, object: 'key_name', name: filters.key_id, account_id: '', revoked: false });
 
   // Models as they come up in the rows (and the one filtered by), kept while the filters change.
   const seenModels = useRef(new Set<string>());
@@ -668,7 +683,8 @@ export function ActivityPage() {
             <option value="">All keys</option>
             {keyOptions.map((key) => (
               <option value={key.id} key={key.id}>
-                {admin && !filters.account_id && key.account_email ? `${key.name} (${key.account_email})` : key.name}
+                {admin && !filters.account_id && 'account_email' in key && key.account_email ? `${key.name} (${key.account_email})` : key.name}
+                {'revoked' in key && key.revoked ? ' (revoked)' : ''}
               </option>
             ))}
           </select>
@@ -720,9 +736,9 @@ export function ActivityPage() {
         {filters.batch && (
           <span class="activity-batch-filter">
             <span class="muted small">Batch</span>{' '}
-            <Link href={batchAddress(filters.batch)} class="mono small" aria-label={`Batch ${filters.batch} on the Batches page`}>
+            <BatchRef id={filters.batch} class="mono small" label={`Batch ${filters.batch} on the Batches page`}>
               {shortBatch(filters.batch)}
-            </Link>
+            </BatchRef>
             <button type="button" class="link-button small" aria-label="Show every batch's requests" onClick={() => set('batch', '')}>
               ×
             </button>

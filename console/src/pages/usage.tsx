@@ -6,7 +6,7 @@ import { ErrorMessage, PageHeader, useApi, useTitle } from '../components/ui';
 import { balance, compactCount, count, dayLabel, daysBetween, duration, money, number, percent } from '../format';
 import { useAccount } from '../app-context';
 import { Link } from '../router';
-import type { Account, Key, KeyUsageRow, List, ModelLatency, UsageReport, UsageRow } from '../types';
+import type { Account, Key, KeyName, KeyUsageRow, List, ModelLatency, UsageReport, UsageRow } from '../types';
 
 const palette = ['#6366f1', '#10b981', '#f59e0b', '#ef4444', '#06b6d4', '#8b5cf6', '#ec4899', '#84cc16'];
 const otherColor = '#cbd5e1';
@@ -149,8 +149,9 @@ export function UsagePage() {
   if (model) params.set('model', model);
   const query = params.toString();
   const report = useApi<UsageReport>(`/usage?${query}`);
-  // An admin's key filter lists every account's keys (the CLI's are the Default account's).
-  const keys = useApi<List<Key>>(admin ? '/admin/keys' : '/keys');
+  // An admin's key filter lists every account's keys (the CLI's are the Default account's); anyone else's, the names
+  // of the team's keys they read usage for (a viewer's too: they list no keys).
+  const keys = useApi<List<Key | KeyName>>(admin ? '/admin/keys' : '/key-names');
   const accounts = useApi<List<Account>>(admin ? '/admin/accounts' : null);
   const accountNames = useMemo(() => new Map((accounts.data?.data ?? []).map((account) => [account.id, account.email || account.name || account.id])), [accounts.data]);
   const allAccounts = admin && !accountId;
@@ -165,9 +166,12 @@ export function UsagePage() {
     const options = new Map<string, string>();
     for (const key of keys.data?.data ?? []) {
       if (admin && accountId && key.account_id !== accountId) continue;
-      options.set(key.id, allAccounts && (key.account_email || key.account_name) ? `${key.name} (${key.account_email || key.account_name})` : key.name);
+      const owner = 'account_email' in key ? key.account_email || key.account_name : undefined;
+      const revoked = 'revoked' in key && key.revoked ? ' (revoked)' : '';
+      options.set(key.id, `${allAccounts && owner ? `${key.name} (${owner})` : key.name}${revoked}`);
     }
-    for (const row of data?.by_key ?? []) if (row.key_id && !options.has(row.key_id)) options.set(row.key_id, `${row.key_name ?? row.key_id} (revoked)`);
+    // A key the list does not hold (an admin's list has live keys only): named and marked as the report has it.
+    for (const row of data?.by_key ?? []) if (row.key_id && !options.has(row.key_id)) options.set(row.key_id, `${row.key_name ?? row.key_id}${row.key_revoked ? ' (revoked)' : ''}`);
     return [...options];
   }, [keys.data, data, admin, accountId, allAccounts]);
 
