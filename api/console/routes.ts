@@ -69,6 +69,8 @@ const usageReader: TeamNeed = { allows: may.readUsage, roles: 'any role' };
  * owner or a viewer, a member's own keys' share (`keyIds`, revoked keys too) for a member.
  */
 async function readerOf(deps: ConsoleDeps, scope: TeamScope): Promise<{ account: Account; keyIds?: string[] }> {
+  // An admin's Usage and Activity are the gateway's, whichever team the switcher is on: their account filter picks one.
+  if (scope.account.role === 'admin') return { account: scope.account };
   const keyIds = scope.role === 'member' ? await deps.keyStore.keysMadeBy(scope.team.id, scope.account.id) : undefined;
   if (scope.team.id === scope.account.id) return { account: scope.account };
   return { account: { ...scope.team, role: 'member' }, ...(keyIds ? { keyIds } : {}) };

@@ -271,6 +271,28 @@ describe('teams', () => {
     assert.deepEqual(rows.map((row) => [row.actor, row.before, row.after]), [[owner.id, { name: 'Research' }, { name: 'Research Lab' }]]);
   });
 
+  it('gives an admin the gateway\'s usage and requests whichever team they work in, one account by its filter', async () => {
+    // A request outside the team: the admin's own, through their Playground.
+    const own = await admin.request('POST', '/console/api/playground/chat/completions', { model: 'mock-chat', messages: [{ role: 'user', content: 'mine' }] });
+    assert.equal(own.status, 200, JSON.stringify(own.json));
+    const ownId = (own.json as { id: string }).id;
+    await waitForUsage(redis, (row) => row.answer_id === ownId || row.request_id === ownId);
+    const everywhere = await admin.request<{ accounts: { total: number } | null; totals: { requests: number } }>('GET', '/console/api/usage?days=7');
+    const inResearch = await inTeam(admin, team.id).request<{ accounts: { total: number } | null; totals: { requests: number } }>('GET', '/console/api/usage?days=7');
+    assert.equal(inResearch.status, 200, JSON.stringify(inResearch.json));
+    assert.ok(everywhere.json.accounts && everywhere.json.accounts.total >= 7, JSON.stringify(everywhere.json.accounts));
+    assert.deepEqual(inResearch.json.accounts, everywhere.json.accounts, 'the Accounts card is the gateway\'s in a team too');
+    assert.equal(inResearch.json.totals.requests, everywhere.json.totals.requests);
+    const teamOnly = await inTeam(admin, team.id).request<{ totals: { requests: number } }>('GET', `/console/api/usage?days=7&account_id=${team.id}`);
+    const owners = await inTeam(owner.console, team.id).request<{ totals: { requests: number } }>('GET', '/console/api/usage?days=7');
+    assert.equal(teamOnly.json.totals.requests, owners.json.totals.requests, 'one account by the filter: what its owner sees');
+    assert.ok(everywhere.json.totals.requests > teamOnly.json.totals.requests, 'other accounts\' requests are in the gateway\'s');
+    const listed = await inTeam(admin, team.id).request<{ counts: { requests: number } }>('GET', '/console/api/requests');
+    const listedEverywhere = await admin.request<{ counts: { requests: number } }>('GET', '/console/api/requests');
+    assert.equal(listed.status, 200, JSON.stringify(listed.json));
+    assert.equal(listed.json.counts.requests, listedEverywhere.json.counts.requests);
+  });
+
   it('lets the admin API make teams and put members in and out', async () => {
     const call = (method: string, path: string, body?: unknown) =>
       fetch(`${gateway.url}${path}`, { method, headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' }, ...(body ? { body: JSON.stringify(body) } : {}) }).then(async (res) => ({ status: res.status, json: (await res.json()) as Json }));
