@@ -45,6 +45,12 @@ export interface AuditRowView {
 export interface AuditPage {
   object: 'list';
   data: AuditRowView[];
+  /**
+   * The console's page only: each account and key id its rows name (actor, team, target) with what a person knows it
+   * by (an account's email, else its name; a key's name), where the record has one. The rows themselves, hashed as
+   * written, keep the ids.
+   */
+  names?: Record<string, string>;
   has_more: boolean;
   next_cursor: string | null;
 }

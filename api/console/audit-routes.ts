@@ -8,6 +8,7 @@ import { parseStrict } from '../accounts/account-requests.js';
 import { teamRole } from '../accounts/team-roles.js';
 import { auditActions, decodeAuditCursor, exportAudit, listAudit, type AuditFilter } from '../../storage/record/audit-log.js';
 import type { RecordDb } from '../../storage/record/database.js';
+import type { AuditPage, AuditRowView } from '../../shared/audit-actions.js';
 import { requireSession, type ConsoleDeps } from './console-session.js';
 
 /*
@@ -78,6 +79,23 @@ async function scopedFilter(record: RecordDb, account: Account, query: FilterQue
   return { ...filter, teamIds: [account.id, ...owned.map((row) => row.team_id)] };
 }
 
+/** What a person knows each account and key id of a page's rows by: an account's email (else its name), a key's name. */
+async function namesOf(record: RecordDb, rows: readonly AuditRowView[]): Promise<Record<string, string>> {
+  const ids = new Set<string>();
+  for (const row of rows) for (const value of [row.actor, row.team_id, row.target]) if (value && /^(acct|key)_/.test(value)) ids.add(value);
+  const accounts = [...ids].filter((value) => value.startsWith('acct_'));
+  const keys = [...ids].filter((value) => value.startsWith('key_'));
+  const names: Record<string, string> = {};
+  if (accounts.length > 0) {
+    for (const row of await record.selectFrom('accounts').select(['id', 'email', 'name']).where('id', 'in', accounts).execute()) {
+      const known = row.email || row.name;
+      if (known) names[row.id] = known;
+    }
+  }
+  if (keys.length > 0) for (const row of await record.selectFrom('api_keys').select(['id', 'name']).where('id', 'in', keys).execute()) names[row.id] = row.name;
+  return names;
+}
+
 export function addAuditConsoleRoutes(router: Router, deps: ConsoleDeps): void {
   const record = deps.keyStore.record;
 
@@ -86,7 +104,8 @@ export function addAuditConsoleRoutes(router: Router, deps: ConsoleDeps): void {
     const { limit, cursor, ...query } = parseStrict(listQuerySchema, ctx.query);
     const before = cursor === undefined ? undefined : decodeAuditCursor(cursor);
     if (cursor !== undefined && before === undefined) throw invalidRequest('The cursor is not one this API gave out.', 'cursor');
-    ctx.body = await listAudit(record, await scopedFilter(record, account, query), limit ?? 50, before);
+    const page = await listAudit(record, await scopedFilter(record, account, query), limit ?? 50, before);
+    ctx.body = { ...page, names: await namesOf(record, page.data) } satisfies AuditPage;
   });
 
   router.get('/api/audit.jsonl', async (ctx) => {

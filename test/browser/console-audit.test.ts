@@ -85,4 +85,30 @@ describe('the audit log page in a real browser', () => {
       await closeClean(context, `audit ${label}`);
     }
   });
+
+  it('names accounts, keys and teams where the rows hold their ids, and filters by a team picked by its name', async () => {
+    const team = (await (await adminApi('POST', '/admin/teams', { name: 'Audit research', owner_email: 'member-with-an-exceedingly-long-email-address@audit.browser.test' })).json()) as { id: string };
+    const key = (await (await adminApi('POST', '/admin/keys', { name: 'research exporter', account_id: team.id })).json()) as { id: string };
+    assert.equal((await adminApi('DELETE', `/admin/keys/${key.id}`)).status, 200);
+    const context = await openContext(browser, gateway.url, widths[0][1]);
+    const page = await context.newPage();
+    await signIn(page, adminEmail, adminPassword);
+    await page.goto('/console/audit');
+    await tablesLoaded(page, 'the audit log');
+    const revoked = page.locator('tbody tr', { hasText: 'key.revoked' }).first();
+    await revoked.waitFor();
+    assert.match(await revoked.innerText(), /research exporter/, 'a key by its name');
+    const credit = page.locator('tbody tr', { hasText: 'credit.granted' }).first();
+    assert.match(await credit.innerText(), /member-with-an-exceedingly-long-email-address@audit\.browser\.test/, 'an account by its email');
+    assert.doesNotMatch(await page.locator('tbody').innerText(), /\b(acct|key)_[0-9a-f]/, 'no id where a name is known');
+    // The Team filter lists teams by name and narrows to the one picked.
+    const options = (await page.locator('#audit-team option').allTextContents()).map((text) => text.trim());
+    assert.ok(options.includes('Audit research') && options.includes('All teams'), options.join(', '));
+    await page.locator('#audit-team').selectOption({ label: 'Audit research' });
+    await page.waitForURL(`**/console/audit?team=${team.id}`);
+    await waitFor(async () => (await page.locator('tbody tr', { hasText: 'credit.granted' }).count()) === 0 && (await page.locator('tbody tr', { hasText: 'key.revoked' }).count()) === 1, 10_000, 'the team\'s rows alone');
+    await page.locator('tbody tr', { hasText: 'key.revoked' }).getByRole('button', { name: /Details/ }).click();
+    await page.locator('tbody').getByText('Audit research').first().waitFor();
+    await closeClean(context, 'audit names');
+  });
 });

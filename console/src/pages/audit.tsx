@@ -2,7 +2,8 @@ import { useMemo, useState } from 'preact/hooks';
 import { apiBase } from '../api';
 import { PagedTable, type Column } from '../components/data-table';
 import { PageHeader, useTitle } from '../components/ui';
-import { useAccount } from '../app-context';
+import { useAccount, useApp } from '../app-context';
+import { switchableTeams, teamName } from '../teams';
 import { requestTime } from '../format';
 import { usePagedList } from '../paged-list';
 import { navigate, useSearch } from '../router';
@@ -43,13 +44,19 @@ function Changes({ row }: { row: AuditRowView }) {
   );
 }
 
-const columns: Array<Column<AuditRowView>> = [
+/** A row with what a person knows its ids by (the page's `names`): an account's email or name, a key's name. */
+type NamedRow = AuditRowView & { names: Record<string, string> };
+
+/** An id by its name where one is known, the id itself in the tooltip. */
+const named = (row: NamedRow, id: string | null) => (id === null ? '—' : (row.names[id] ?? id));
+
+const columns: Array<Column<NamedRow>> = [
   { id: 'time', label: 'Time', lead: true, cell: (row) => requestTime(row.time / 1000), title: (row) => new Date(row.time).toISOString() },
-  { id: 'who', label: 'Who', cell: (row) => row.actor_email || row.actor, title: (row) => row.actor, class: 'audit-cut' },
+  { id: 'who', label: 'Who', cell: (row) => row.actor_email || named(row, row.actor), title: (row) => row.actor, class: 'audit-cut' },
   { id: 'action', label: 'Action', cell: (row) => <code>{row.action}</code> },
-  { id: 'target', label: 'Target', cell: (row) => row.target ?? '—', title: (row) => row.target ?? undefined, class: 'audit-cut' },
+  { id: 'target', label: 'Target', cell: (row) => named(row, row.target), title: (row) => row.target ?? undefined, class: 'audit-cut' },
   { id: 'from', label: 'From where', priority: 'wide', cell: (row) => row.ip ?? '—', title: (row) => row.user_agent ?? undefined },
-  { id: 'team', label: 'Team', priority: 'detail', cell: (row) => row.team_id ?? '—' },
+  { id: 'team', label: 'Team', priority: 'detail', cell: (row) => named(row, row.team_id), title: (row) => row.team_id ?? undefined },
   { id: 'agent', label: 'User agent', priority: 'detail', cell: (row) => row.user_agent ?? '—', class: 'audit-wrap' },
   { id: 'changes', label: 'Before → after', priority: 'detail', cell: (row) => <Changes row={row} />, class: 'audit-wrap' },
   { id: 'hash', label: 'Hash', priority: 'detail', cell: (row) => <code>{row.hash}</code>, class: 'audit-wrap' },
@@ -62,7 +69,10 @@ export function AuditPage() {
   const params = useMemo(() => new URLSearchParams(search), [search]);
   const value = (name: (typeof filterNames)[number]) => params.get(name) ?? '';
   const [actor, setActor] = useState(value('actor'));
-  const [team, setTeam] = useState(value('team'));
+  const { teams } = useApp();
+  // The teams whose changes this person reads: an admin's every team, anyone else's the teams they own.
+  const readable = teams ? switchableTeams(teams).filter((one) => me.role === 'admin' || one.role === 'owner') : [];
+  const team = value('team');
 
   // The API's query: the page's filters, the days turned into instants.
   const query = new URLSearchParams();
@@ -74,8 +84,8 @@ export function AuditPage() {
   if (from) query.set('from', from);
   if (to) query.set('to', to);
   const [refreshes, setRefreshes] = useState(0);
-  const list = usePagedList<AuditPage, AuditRowView>(`/audit?${query}`, refreshes, {
-    rows: (page) => page.data,
+  const list = usePagedList<AuditPage, NamedRow>(`/audit?${query}`, refreshes, {
+    rows: (page) => page.data.map((row) => ({ ...row, names: page.names ?? {} })),
     hasMore: (page) => page.has_more,
     next: (page) => (page.next_cursor ? `cursor=${encodeURIComponent(page.next_cursor)}` : undefined),
   });
@@ -112,12 +122,12 @@ export function AuditPage() {
         aria-label="Filters"
         onSubmit={(event) => {
           event.preventDefault();
-          apply({ actor, team });
+          apply({ actor });
         }}
       >
         <div class="field field-inline">
           <label for="audit-action">Action</label>
-          <select id="audit-action" value={value('action')} onChange={(event) => apply({ action: event.currentTarget.value, actor, team })}>
+          <select id="audit-action" value={value('action')} onChange={(event) => apply({ action: event.currentTarget.value, actor })}>
             <option value="">All actions</option>
             {auditActions.map((action) => (
               <option value={action} key={action}>
@@ -128,19 +138,27 @@ export function AuditPage() {
         </div>
         <div class="field field-inline">
           <label for="audit-actor">Who</label>
-          <input id="audit-actor" type="search" placeholder="email or account id" value={actor} onInput={(event) => setActor(event.currentTarget.value)} onBlur={() => apply({ actor, team })} />
+          <input id="audit-actor" type="search" placeholder="email or account id" value={actor} onInput={(event) => setActor(event.currentTarget.value)} onBlur={() => apply({ actor })} />
         </div>
         <div class="field field-inline">
           <label for="audit-team">Team</label>
-          <input id="audit-team" type="search" placeholder="account id" value={team} onInput={(event) => setTeam(event.currentTarget.value)} onBlur={() => apply({ actor, team })} />
+          <select id="audit-team" value={team} onChange={(event) => apply({ team: event.currentTarget.value, actor })}>
+            <option value="">{me.role === 'admin' ? 'All teams' : 'All my teams'}</option>
+            {readable.map((one) => (
+              <option value={one.id} key={one.id}>
+                {teamName(one, me.id)}
+              </option>
+            ))}
+            {team && !readable.some((one) => one.id === team) && <option value={team}>{team}</option>}
+          </select>
         </div>
         <div class="field field-inline">
           <label for="audit-from">From</label>
-          <input id="audit-from" type="date" value={value('from')} onChange={(event) => apply({ from: event.currentTarget.value, actor, team })} />
+          <input id="audit-from" type="date" value={value('from')} onChange={(event) => apply({ from: event.currentTarget.value, actor })} />
         </div>
         <div class="field field-inline">
           <label for="audit-to">To</label>
-          <input id="audit-to" type="date" value={value('to')} onChange={(event) => apply({ to: event.currentTarget.value, actor, team })} />
+          <input id="audit-to" type="date" value={value('to')} onChange={(event) => apply({ to: event.currentTarget.value, actor })} />
         </div>
         <button type="submit" class="visually-hidden" tabIndex={-1}>
           Apply
