@@ -1,10 +1,11 @@
 // What `npm test` needs before its first test, checked and, where it can, brought: the test tools (test/tools: the real
 // coding agents and a peer gateway, programs the tests run; never part of the gateway's own install), the system programs the
-// tests start (redis-server and redis-cli, Debian's chromium, nginx), and a PostgreSQL for the record's tests (the one
+// tests start (redis-server and redis-cli, Debian's chromium, nginx, kubectl), and a PostgreSQL for the record's tests (the one
 // at TEST_DATABASE_URL, else the embedded one the gateway ships). As root with apt-get, missing programs are installed
-// from Debian's packages; otherwise it stops before any test with one line naming what is missing and the command
-// that installs it. `node bin/test-setup.mjs` runs the checks alone (exit 1 when something is missing); with
-// `--tools`, only the test tools (what `npm run bench` needs).
+// from Debian's packages (kubectl from a Kubernetes apt repository, where apt has one); otherwise it stops
+// before any test with one line naming what is missing and the command that installs it. `node bin/test-setup.mjs`
+// runs the checks alone (exit 1 when something is missing); with `--tools`, only the test tools (what `npm run bench`
+// needs).
 import { spawnSync } from 'node:child_process';
 import { accessSync, constants, existsSync, readFileSync } from 'node:fs';
 import { delimiter, dirname, join } from 'node:path';
@@ -13,12 +14,16 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const toolsDir = join(root, 'test', 'tools');
 
-/** The programs the tests start, each with the Debian package that brings it. */
+/**
+ * The programs the tests start, each with the apt package that brings it: Debian's, unless `from` names the apt
+ * repository that has it (then it installs only where that repository is configured).
+ */
 export const systemParts = [
   { program: 'redis-server', package: 'redis-server', why: 'each test file starts its own Redis' },
   { program: 'redis-cli', package: 'redis-tools', why: 'the Cluster and Sentinel tests build their topologies with it' },
   { program: 'chromium', package: 'chromium', why: 'the console’s browser tests' },
   { program: 'nginx', package: 'nginx-light', why: 'the compose balancer’s test' },
+  { program: 'kubectl', package: 'kubectl', why: 'the Kubernetes manifests’ test renders them with kubectl kustomize', from: 'an apt repository that carries it, the Kubernetes project’s (pkgs.k8s.io) or the Google Cloud SDK’s: Debian’s kubernetes-client is too old to render them' },
 ];
 
 /** Whether `program` is an executable file on PATH. */
@@ -75,7 +80,8 @@ function installPackages(packages) {
 /** The one line that says what is missing and the command that installs it. */
 export function missingLine(parts) {
   const packages = [...new Set(parts.map((part) => part.package))];
-  return `npm test needs ${parts.map((part) => `${part.program} (${part.why})`).join(', ')}; install ${parts.length === 1 ? 'it' : 'them'} with: sudo apt-get install -y ${packages.join(' ')}`;
+  const elsewhere = parts.filter((part) => part.from).map((part) => `${part.package} from ${part.from}`);
+  return `npm test needs ${parts.map((part) => `${part.program} (${part.why})`).join(', ')}; install ${parts.length === 1 ? 'it' : 'them'} with: sudo apt-get install -y ${packages.join(' ')}${elsewhere.length > 0 ? ` (${elsewhere.join('; ')})` : ''}`;
 }
 
 export const defaultTestDatabase = 'postgres://postgres@127.0.0.1:5432/postgres';
@@ -109,7 +115,14 @@ export async function prepareTests() {
     process.exit(1);
   }
   let missing = missingParts();
-  if (missing.length > 0 && installPackages([...new Set(missing.map((part) => part.package))])) missing = missingParts();
+  // Debian's packages in one go; one from another repository apart, so its absence does not stop Debian's installing.
+  const debian = missing.filter((part) => !part.from);
+  const other = missing.filter((part) => part.from);
+  if (missing.length > 0) {
+    if (debian.length > 0) installPackages([...new Set(debian.map((part) => part.package))]);
+    if (other.length > 0) installPackages([...new Set(other.map((part) => part.package))]);
+    missing = missingParts();
+  }
   if (missing.length > 0) {
     console.error(missingLine(missing));
     process.exit(1);

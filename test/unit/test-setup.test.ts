@@ -36,9 +36,18 @@ describe('npm test’s set-up, on a machine that lacks some of what the tests st
   };
 
   it('names nginx alone, and the package that brings it, when only nginx is missing', () => {
-    const { status, out } = runWith('no-nginx', ['redis-server', 'redis-cli', 'chromium']);
+    const { status, out } = runWith('no-nginx', ['redis-server', 'redis-cli', 'chromium', 'kubectl']);
     assert.equal(status, 1);
     assert.equal(out, 'npm test needs nginx (the compose balancer’s test); install it with: sudo apt-get install -y nginx-light');
+  });
+
+  it('names kubectl alone, and the repository its package comes from, when only kubectl is missing', () => {
+    const { status, out } = runWith('no-kubectl', ['redis-server', 'redis-cli', 'chromium', 'nginx']);
+    assert.equal(status, 1);
+    assert.equal(
+      out,
+      'npm test needs kubectl (the Kubernetes manifests’ test renders them with kubectl kustomize); install it with: sudo apt-get install -y kubectl (kubectl from an apt repository that carries it, the Kubernetes project’s (pkgs.k8s.io) or the Google Cloud SDK’s: Debian’s kubernetes-client is too old to render them)',
+    );
   });
 
   it('names every program, once each, with the packages that bring them, on an empty PATH', () => {
@@ -47,12 +56,12 @@ describe('npm test’s set-up, on a machine that lacks some of what the tests st
     assert.equal(out.split('\n').length, 1, `one line: ${out}`);
     assert.equal(
       out,
-      'npm test needs redis-server (each test file starts its own Redis), redis-cli (the Cluster and Sentinel tests build their topologies with it), chromium (the console’s browser tests), nginx (the compose balancer’s test); install them with: sudo apt-get install -y redis-server redis-tools chromium nginx-light',
+      'npm test needs redis-server (each test file starts its own Redis), redis-cli (the Cluster and Sentinel tests build their topologies with it), chromium (the console’s browser tests), nginx (the compose balancer’s test), kubectl (the Kubernetes manifests’ test renders them with kubectl kustomize); install them with: sudo apt-get install -y redis-server redis-tools chromium nginx-light kubectl (kubectl from an apt repository that carries it, the Kubernetes project’s (pkgs.k8s.io) or the Google Cloud SDK’s: Debian’s kubernetes-client is too old to render them)',
     );
   });
 
   it('goes on when everything is there', () => {
-    const { status, out } = runWith('all', ['redis-server', 'redis-cli', 'chromium', 'nginx']);
+    const { status, out } = runWith('all', ['redis-server', 'redis-cli', 'chromium', 'nginx', 'kubectl']);
     assert.equal(status, 0, out);
     assert.match(out, /everything the tests need is here$/);
   });
