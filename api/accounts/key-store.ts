@@ -9,7 +9,8 @@ import { optionalNumber, parseModels, readKeyAccess } from '../../shared/access/
 import type { ApiKeysTable, RecordDb } from '../../storage/record/database.js';
 import { ensureDefaultRecord, type HotState } from '../../storage/record/hot-state.js';
 import { readKeySpend, type KeySpend } from '../../shared/money/billing.js';
-import { budgetCounter, budgetText, parseBudgetText, type BudgetInForce, type BudgetPeriod } from '../../shared/money/budgets.js';
+import { budgetCounter, budgetText, parseBudgetText, periodStart, type BudgetInForce, type BudgetPeriod } from '../../shared/money/budgets.js';
+import { seedBudgetScript } from '../../shared/money/scripts.js';
 
 /**
  * API keys: random, prefixed, shown once, stored only as a SHA-256 hash, in
@@ -431,6 +432,10 @@ export class KeyStore {
             });
       if (!ceilings) return undefined;
     }
+    if (changes.budget) {
+      const accountId = (await this.redis.hget(apiKeyRecordKey(id), 'account')) || defaultAccountId;
+      await this.seedBudget(accountId, { scope: 'key', ownerId: id, ...changes.budget });
+    }
     const done = await updateKeyScript(this.redis, { record: apiKeyRecordKey(id), channel: accessChangedChannel, keyId: id, fields: limitFields(changes) });
     this.changed?.(id);
     const key = done === 1 ? await this.get(id) : undefined;
@@ -512,6 +517,7 @@ export class KeyStore {
   async setTeamBudget(teamId: string, budget: { micros: number; period: BudgetPeriod } | null): Promise<boolean> {
     const done = await this.record.updateTable('accounts').set({ budget_micros: budget?.micros ?? null, budget_period: budget?.period ?? null }).where('id', '=', teamId).where('deleted', '=', false).returning('id').execute();
     if (done.length === 0) return false;
+    if (budget) await this.seedBudget(teamId, { scope: 'team', ...budget });
     await this.redis.hset(accountKey(teamId), 'budget', budgetText(budget));
     await this.accessChanged(`account:${teamId}`);
     return true;
@@ -524,10 +530,32 @@ export class KeyStore {
   async setMemberCap(teamId: string, memberId: string, cap: { micros: number; period: BudgetPeriod } | null): Promise<boolean> {
     const done = await this.record.updateTable('team_members').set({ cap_micros: cap?.micros ?? null, cap_period: cap?.period ?? null }).where('team_id', '=', teamId).where('member_id', '=', memberId).returning('member_id').execute();
     if (done.length === 0) return false;
+    if (cap) await this.seedBudget(teamId, { scope: 'member', ownerId: memberId, ...cap });
     if (cap) await this.redis.hset(accountKey(teamId), `cap:${memberId}`, budgetText(cap));
     else await this.redis.hdel(accountKey(teamId), `cap:${memberId}`);
     await this.accessChanged(`account:${teamId}`);
     return true;
+  }
+
+  /**
+   * Before a budget holds, its counter in the current period is raised to what the record has settled in the period
+   * for the budget's scope (the team's every key, the keys the member made in the team, the one key), so a budget set
+   * on the 20th counts the month's spend from the 1st, as Usage does, and holds it to the amount. A settlement not yet
+   * in the record (the writer's second or so) is the one thing it can miss.
+   */
+  private async seedBudget(accountId: string, budget: BudgetInForce, now = Date.now()): Promise<void> {
+    let query = this.record
+      .selectFrom('usage')
+      .select((eb) => eb.fn.coalesce(eb.fn.sum<string | number>('cost_micros'), eb.lit(0)).as('spent'))
+      .where('account_id', '=', accountId)
+      .where('settled', '=', true)
+      .where('created', '>=', periodStart(budget.period, now));
+    if (budget.scope === 'key') query = query.where('key_id', '=', budget.ownerId ?? '');
+    if (budget.scope === 'member') {
+      query = query.where('key_id', 'in', (eb) => eb.selectFrom('api_keys').select('id').where('account_id', '=', accountId).where('created_by', '=', budget.ownerId ?? ''));
+    }
+    const spent = Number((await query.executeTakeFirstOrThrow()).spent);
+    await seedBudgetScript(this.redis, { bill: billKey(accountId), spentField: `${budgetCounter(budget, now)}.spent`, recordedMicros: spent });
   }
 
   /** What a budget's counter holds as spent in its current period (0 when nothing was spent yet). */

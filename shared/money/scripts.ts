@@ -29,6 +29,9 @@ export const releaseScript = redisScript({ name: 'money_release', files: files('
 export const creditScript = redisScript({ name: 'money_credit', files: files('credit'), keys: ['bill'], args: ['credits', 'ledgerId', 'amount'], reply: as<[status: number, balance: number]>() });
 
 /** Opens an account's bill, or sets whether it is unlimited. */
+/** Raises a budget's counter in the current period to what the record holds as spent in it, when the budget is set. */
+export const seedBudgetScript = redisScript({ name: 'money_seed_budget', files: files('seed-budget'), keys: ['bill'], args: ['spentField', 'recordedMicros'], reply: as<number>() });
+
 export const openBillScript = redisScript({ name: 'money_open_bill', files: files('open-bill'), keys: ['bill'], args: ['accountId', 'unlimited'], reply: as<number>() });
 
 /** Settles one Realtime response and renews the session's reservation for the next: `settleRealtimeResponse()`. */

@@ -228,6 +228,39 @@ describe('budgets over HTTP: a team’s, a member’s cap, a key’s, a cache hi
     assert.equal(upstream.requests.length, calls);
   });
 
+  it('counts the Playground as any key: the budget’s spent, a member’s cap spent and Usage are one number to the micro-dollar', async () => {
+    const t = await team();
+    const path = `/console/api/teams/${t.id}`;
+    // A request before the budget is set: the period's spend counts it all the same.
+    await ask(apiA, t.aliceKey, 'Before any budget');
+    await settledRows(t.id, 1);
+    assert.equal((await t.owner.inTeam('PUT', `${path}/budget`, { budget_usd: 10, budget_period: 'month' })).status, 200);
+    assert.equal((await t.owner.inTeam('PUT', `${path}/members/${t.alice.id}/cap`, { cap_usd: 5, cap_period: 'month' })).status, 200);
+    await ask(apiA, t.aliceKey, 'Through my key');
+    await ask(apiB, t.bobKey, 'Through bob’s key');
+    const played = await t.alice.inTeam('POST', '/console/api/playground/chat/completions', { model, max_tokens: 16, messages: [{ role: 'user', content: 'Through the Playground' }] });
+    assert.equal(played.status, 200, JSON.stringify(played.json));
+    const rows = await settledRows(t.id, 4);
+    const total = rows.reduce((sum, row) => sum + row.cost_micros, 0);
+    const keys = await record.selectFrom('api_keys').select(['id', 'created_by']).where('account_id', '=', t.id).execute();
+    const madeBy = new Map(keys.map((key) => [key.id, key.created_by]));
+    const aliceTotal = rows.filter((row) => madeBy.get(row.key_id) === t.alice.id).reduce((sum, row) => sum + row.cost_micros, 0);
+    assert.equal(rows.filter((row) => madeBy.get(row.key_id) === t.alice.id).length, 3, 'her key’s two requests and her Playground’s');
+    const micros = (usd: number | null) => Math.round((usd ?? Number.NaN) * 1_000_000);
+    const budget = await t.owner.inTeam<{ budget_spent_usd: number; members: Array<{ id: string; cap_spent_usd: number | null }> }>('GET', `${path}/budget`);
+    assert.equal(micros(budget.json.budget_spent_usd), total, 'the team’s budget counts every request, the Playground’s too');
+    assert.equal(micros(budget.json.members.find((m) => m.id === t.alice.id)!.cap_spent_usd), aliceTotal, 'her cap counts her Playground');
+    const usage = await t.owner.inTeam<{ totals: { cost_usd: number } }>('GET', '/console/api/usage?days=7');
+    assert.equal(micros(usage.json.totals.cost_usd), total, 'Usage says the same');
+    const hers = await t.alice.inTeam<{ totals: { cost_usd: number } }>('GET', '/console/api/usage?days=7');
+    assert.equal(micros(hers.json.totals.cost_usd), aliceTotal, 'her Usage says the same as her cap');
+    // A key's budget set now counts that key's spend of the period too.
+    const keyTotal = rows.filter((row) => row.key_id === t.aliceKeyId).reduce((sum, row) => sum + row.cost_micros, 0);
+    const patched = await admin('PATCH', `/admin/keys/${t.aliceKeyId}`, { budget_usd: 3, budget_period: 'day' });
+    assert.equal(patched.status, 200, JSON.stringify(patched.json));
+    assert.equal(micros(patched.json.budget_spent_usd as number), keyTotal, 'the key’s budget counts its two requests of the day');
+  });
+
   it('the console’s budget routes: anyone in the team reads, owners set, members and viewers get 403, hostile bodies 400', async () => {
     const t = await team();
     const path = `/console/api/teams/${t.id}`;
