@@ -45,8 +45,7 @@ export function compactCount(n: number): string {
 }
 
 const dateFormat = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium' });
-const dateTimeFormat = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'short' });
-const timeFormat = new Intl.DateTimeFormat(undefined, { timeStyle: 'medium' });
+const timeFormat = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit', timeZoneName: 'short' });
 const dayFormat = new Intl.DateTimeFormat(undefined, { month: 'short', day: 'numeric', timeZone: 'UTC' });
 
 /** Unix seconds → a date. */
@@ -76,45 +75,61 @@ export function ago(seconds: number | null | undefined): string {
   return shortDate(seconds);
 }
 
-const shortDateTimeFormat = new Intl.DateTimeFormat(undefined, { month: 'short', day: 'numeric', hour: 'numeric', minute: '2-digit' });
+/*
+ * One date-and-time form on every page, with its zone, in the browser's own zone: "Nov 28, 04:19 PM UTC" (the year
+ * when it is not this one), and to the second where a row is an event in a log ("Nov 28, 04:19:05 PM UTC"). Periods
+ * and days that are UTC say so where they are shown (Usage's days, Budgets' periods).
+ */
+const stampFormats = new Map<string, Intl.DateTimeFormat>();
 
-/** Unix seconds → a compact date and time ("Mar 4, 2:05 PM"; with the year when it is not this one), for a narrow column. */
+function stamp(ms: number, toTheSecond: boolean): string {
+  const when = new Date(ms);
+  const thisYear = when.getFullYear() === new Date().getFullYear();
+  const name = `${thisYear ? 'y' : 'Y'}${toTheSecond ? 's' : 'm'}`;
+  let format = stampFormats.get(name);
+  if (!format) {
+    format = new Intl.DateTimeFormat(undefined, {
+      ...(thisYear ? {} : { year: 'numeric' }),
+      month: 'short',
+      day: 'numeric',
+      hour: '2-digit',
+      minute: '2-digit',
+      ...(toTheSecond ? { second: '2-digit' } : {}),
+      timeZoneName: 'short',
+    });
+    stampFormats.set(name, format);
+  }
+  return format.format(when);
+}
+
+/** Unix seconds → date and time to the minute, with the zone (a narrow column, a key's dates, a reset). */
 export function shortDateTime(seconds: number | null | undefined): string {
-  if (seconds == null) return '—';
-  const when = new Date(seconds * 1000);
-  return when.getFullYear() === new Date().getFullYear() ? shortDateTimeFormat.format(when) : dateTimeFormat.format(when);
+  return seconds == null ? '—' : stamp(seconds * 1000, false);
 }
 
-/** Unix seconds → date and time. */
+/** Unix seconds → date and time to the minute, with the zone. */
 export function dateTime(seconds: number | null | undefined): string {
-  return seconds == null ? '—' : dateTimeFormat.format(new Date(seconds * 1000));
+  return seconds == null ? '—' : stamp(seconds * 1000, false);
 }
 
+/** Unix ms → the time of day to the second, with the zone ("Updated 04:19:05 PM UTC"). */
 export function timeOfDay(ms: number): string {
   return timeFormat.format(new Date(ms));
 }
 
-/** Unix ms → date and time, or only the time when it is today. */
+/** Unix ms → date and time to the second, with the zone. */
 export function moment(ms: number | null | undefined): string {
-  if (ms == null) return '—';
-  const when = new Date(ms);
-  return when.toDateString() === new Date().toDateString() ? timeFormat.format(when) : dateTimeFormat.format(when);
+  return ms == null ? '—' : stamp(ms, true);
 }
 
-const dayClockFormat = new Intl.DateTimeFormat(undefined, { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit' });
-const yearClockFormat = new Intl.DateTimeFormat(undefined, { year: 'numeric', month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit' });
-const fullFormat = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'medium' });
-
-/** Unix seconds → the date and the time to the second, the year only when not this year (a request's time in a list: today's rows dated too). */
+/** Unix seconds → date and time to the second, with the zone: a request's or a change's time in a list. */
 export function requestTime(seconds: number | null | undefined): string {
-  if (seconds == null) return '—';
-  const when = new Date(seconds * 1000);
-  return when.getFullYear() === new Date().getFullYear() ? dayClockFormat.format(when) : yearClockFormat.format(when);
+  return seconds == null ? '—' : stamp(seconds * 1000, true);
 }
 
-/** Unix seconds → date and time to the second. */
+/** Unix seconds → date and time to the second, with the zone (a request's details). */
 export function fullTime(seconds: number | null | undefined): string {
-  return seconds == null ? '—' : fullFormat.format(new Date(seconds * 1000));
+  return seconds == null ? '—' : stamp(seconds * 1000, true);
 }
 
 const barClockFormat = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit' });

@@ -98,6 +98,9 @@ describe('the audit log page in a real browser', () => {
     const revoked = page.locator('tbody tr', { hasText: 'key.revoked' }).first();
     await revoked.waitFor();
     assert.match(await revoked.innerText(), /research exporter/, 'a key by its name');
+    // Its time in the console's one date-and-time form, with its zone (the browser's: UTC on this machine).
+    const time = (await revoked.locator('td').first().innerText()).trim();
+    assert.match(time, /^[A-Z][a-z]{2} \d{1,2}, \d{2}:\d{2}:\d{2}\s?[AP]M (UTC|GMT[+-]\d+)$/, time);
     const credit = page.locator('tbody tr', { hasText: 'credit.granted' }).first();
     assert.match(await credit.innerText(), /member-with-an-exceedingly-long-email-address@audit\.browser\.test/, 'an account by its email');
     assert.doesNotMatch(await page.locator('tbody').innerText(), /\b(acct|key)_[0-9a-f]/, 'no id where a name is known');

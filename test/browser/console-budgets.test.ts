@@ -280,7 +280,10 @@ describe('budgets in the console (Budgets page, a key’s budget, alerts) in a r
       assert.match(facts, /Spent this period/);
       assert.match(facts, /Resets at/);
       const resets = new Date(nextMonth());
-      assert.ok(facts.includes(String(resets.getFullYear())), `${label}: the reset's year in ${facts}`);
+      // In the console's one date-and-time form, with its zone: the year only when it is not this one.
+      const day = resets.toLocaleDateString('en-US', { month: 'short', day: 'numeric', ...(resets.getFullYear() === new Date().getFullYear() ? {} : { year: 'numeric' }) });
+      assert.ok(facts.includes(day), `${label}: the reset's day (${day}) in ${facts}`);
+      assert.match(facts, /Resets at\s+[A-Z][a-z]{2} \d{1,2},.*\d{2}:\d{2}\s?[AP]M (UTC|GMT[+-]\d+)/, `${label}: the reset's time with its zone in ${facts}`);
       // The member: the cap full, red.
       const member = rowOf(page, 'Members’ caps', memberEmail);
       assert.equal(await member.getByRole('meter').getAttribute('aria-valuenow'), '100');
