@@ -117,9 +117,10 @@ export function timeOfDay(ms: number): string {
   return timeFormat.format(new Date(ms));
 }
 
-/** Unix ms → date and time to the second, with the zone. */
+/** Unix ms → the time to the second with the zone when it is today (a badge's "until 04:19:05 PM UTC"), else the date too. */
 export function moment(ms: number | null | undefined): string {
-  return ms == null ? '—' : stamp(ms, true);
+  if (ms == null) return '—';
+  return new Date(ms).toDateString() === new Date().toDateString() ? timeFormat.format(new Date(ms)) : stamp(ms, true);
 }
 
 /** Unix seconds → date and time to the second, with the zone: a request's or a change's time in a list. */

@@ -124,6 +124,8 @@ describe('teams in the console (Team page, switcher, roles) in a real browser', 
     await page.getByLabel('Email').fill('not-signed-up@console-teams.browser.test');
     await page.getByRole('button', { name: 'Add member' }).click();
     await page.getByRole('alert').filter({ hasText: 'not-signed-up@console-teams.browser.test' }).waitFor();
+    // The last addition's success is not left standing beside this refusal.
+    assert.equal(await page.getByRole('status').filter({ hasText: /was added to/ }).count(), 0, 'no old success beside the new error');
     // The only owner cannot make themself a member: the 409 said in words, the select back on Owner.
     const own = rowOf(page, `Members of ${teamName}`, ownerEmail);
     await own.getByRole('combobox').selectOption('member');

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Browser, type Page } from 'playwright-core';
 import { launchChromium } from '../support/browser.js';
-import { closeClean, noSidewaysScroll, openContext, screenshots, signIn } from '../support/console-browser.js';
+import { closeClean, noSidewaysScroll, openContext, screenshots, signIn, textContrast } from '../support/console-browser.js';
 import { adminRequest } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
@@ -106,6 +106,13 @@ describe('the Playground’s answers and the mock badge in a real browser', () =
       const page = await context.newPage();
       await signIn(page, memberEmail, memberPassword);
       await openChat(page);
+      // The modes not chosen still read: WCAG AA's 4.5:1 for their 14 px text.
+      for (const mode of ['Image', 'Speech']) {
+        const button = page.getByRole('group', { name: 'Mode' }).getByRole('button', { name: mode });
+        assert.equal(await button.getAttribute('aria-pressed'), 'false');
+        const ratio = await textContrast(button);
+        assert.ok(ratio >= 4.5, `${label}: the ${mode} mode button's contrast ${ratio.toFixed(2)}:1`);
+      }
       const sent = page.waitForRequest((request) => request.url().endsWith('/console/api/playground/chat/completions') && request.method() === 'POST');
       await page.getByLabel('Message', { exact: true }).fill(`Hello from the ${label} playground.`);
       await page.getByRole('button', { name: 'Send' }).click();

@@ -98,9 +98,11 @@ describe('queue dashboard in a real browser', () => {
       await page.getByLabel('Email').fill(adminEmail);
       await page.getByLabel('Password').fill(adminPassword);
       await page.getByRole('button', { name: 'Sign in' }).click();
-      await page.getByRole('link', { name: 'Queue dashboard' }).click();
-      await page.waitForURL('**/admin/queues');
-      await page.getByText('chat', { exact: true }).first().waitFor({ timeout: 10_000 });
+      // It opens in a tab of its own.
+      const [tab] = await Promise.all([context.waitForEvent('page'), page.getByRole('link', { name: 'Queue dashboard' }).click()]);
+      await tab.waitForURL('**/admin/queues');
+      await tab.getByText('chat', { exact: true }).first().waitFor({ timeout: 10_000 });
+      assert.ok(page.url().endsWith('/console/admin/queues'), `the console stays where it was: ${page.url()}`);
       await context.close();
 
       // A member signed in to the console: refused with a 403, on the same card, back to the console.
@@ -125,16 +127,23 @@ describe('queue dashboard in a real browser', () => {
     const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, baseURL: gateway.url });
     const page = await context.newPage();
     const problems: string[] = [];
-    page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
-    page.on('console', (message) => {
-      // The page asks for Google Fonts; the dashboard's CSP keeps it to its own origin (system fonts stand in).
-      if (message.type() === 'error' && !/fonts\.googleapis\.com/.test(message.text())) problems.push(message.text());
-    });
+    const watch = (watched: Page) => {
+      watched.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
+      // Nothing refused by its policy either: the page asks for nothing off its own origin (no Google Fonts).
+      watched.on('console', (message) => {
+        if (message.type() === 'error') problems.push(message.text());
+      });
+    };
+    watch(page);
 
     await signIn(page, adminEmail, adminPassword);
     await page.goto('/console/admin/queues');
-    await page.getByRole('link', { name: 'Queue dashboard' }).click();
-    await page.waitForURL('**/admin/queues');
+    const [tab] = await Promise.all([context.waitForEvent('page'), page.getByRole('link', { name: 'Queue dashboard' }).click()]);
+    watch(tab);
+    await tab.waitForURL('**/admin/queues');
+    assert.equal((await tab.content()).includes('fonts.googleapis.com'), false, 'no stylesheet the policy refuses');
+    await tab.close();
+    await page.goto('/admin/queues');
     for (const name of ['chat', 'embeddings', 'image', 'audio', 'video']) {
       await page.getByText(name, { exact: true }).first().waitFor({ timeout: 10_000 });
     }

@@ -161,3 +161,27 @@ export async function countLayoutShift(context: BrowserContext): Promise<void> {
 export function layoutShift(page: Page): Promise<number> {
   return page.evaluate(() => (window as unknown as { __cls: number }).__cls);
 }
+
+/**
+ * WCAG's contrast ratio of an element's text against what is behind it: its colour over the first ancestor's
+ * background that is not transparent (white past the page), both as the browser computed them.
+ */
+export async function textContrast(element: Locator): Promise<number> {
+  // No named function inside: the page runs this as it is, without the helpers a build adds to name them.
+  return element.evaluate((node) => {
+    let back = [255, 255, 255];
+    for (let at: Element | null = node; at; at = at.parentElement) {
+      const [r, g, b, a = 1] = (getComputedStyle(at).backgroundColor.match(/[\d.]+/g) ?? []).map(Number);
+      if (a > 0) {
+        back = [r!, g!, b!];
+        break;
+      }
+    }
+    const front = (getComputedStyle(node).color.match(/[\d.]+/g) ?? []).map(Number).slice(0, 3);
+    const [lighter, darker] = [front, back]
+      .map((rgb) => rgb.map((value) => (value / 255 <= 0.04045 ? value / 255 / 12.92 : ((value / 255 + 0.055) / 1.055) ** 2.4)))
+      .map(([r, g, b]) => 0.2126 * r! + 0.7152 * g! + 0.0722 * b!)
+      .sort((x, y) => y - x);
+    return (lighter! + 0.05) / (darker! + 0.05);
+  });
+}

@@ -63,7 +63,8 @@ export function QueuesPage() {
         description="Jobs per capability queue: waiting for a worker (a paused queue's jobs wait too), running, delayed for a retry, and the finished jobs BullMQ still keeps."
         actions={
           dashboard ? (
-            <a class="button button-secondary" href={dashboard}>
+            // A page of its own, beside the console (a tab of its own, the console left where it was).
+            <a class="button button-secondary" href={dashboard} target="_blank" rel="noopener">
               Queue dashboard
             </a>
           ) : undefined

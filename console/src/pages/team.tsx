@@ -35,13 +35,15 @@ function RoleSelect({ id, value, onChange, disabled }: { id: string; value: Team
 }
 
 /** Adds someone who has an account here to the team, by their email. */
-function AddMemberForm({ teamId, onAdded }: { teamId: string; onAdded: (member: TeamMember) => void }) {
+function AddMemberForm({ teamId, onAdded, onStart }: { teamId: string; onAdded: (member: TeamMember) => void; onStart: () => void }) {
   const [email, setEmail] = useState('');
   const [role, setRole] = useState<TeamRole>('member');
   const { busy, error, setError, send } = useSending();
 
   const submit = (event: TargetedSubmitEvent<HTMLFormElement>) => {
     event.preventDefault();
+    // What the page said of an earlier change is not left beside this one's outcome.
+    onStart();
     if (!email.trim()) return setError('Enter the email address of the person to add.');
     void send(async () => {
       const member = await api<TeamMember>('POST', `/teams/${encodeURIComponent(teamId)}/members`, { email: email.trim(), role });
@@ -83,13 +85,14 @@ function AddMemberForm({ teamId, onAdded }: { teamId: string; onAdded: (member: 
 }
 
 /** An admin makes a team, with its first owner when one is named (else the admin, who owns every team, adds people). */
-function NewTeamForm({ onCreated }: { onCreated: (team: TeamDetail) => void }) {
+function NewTeamForm({ onCreated, onStart }: { onCreated: (team: TeamDetail) => void; onStart: () => void }) {
   const [name, setName] = useState('');
   const [owner, setOwner] = useState('');
   const { busy, error, setError, send } = useSending();
 
   const submit = (event: TargetedSubmitEvent<HTMLFormElement>) => {
     event.preventDefault();
+    onStart();
     if (!name.trim()) return setError('Enter the name of the new team.');
     void send(async () => {
       const team = await api<TeamDetail>('POST', '/teams', { name: name.trim(), ...(owner.trim() ? { owner_email: owner.trim() } : {}) });
@@ -158,7 +161,7 @@ function RenameTeamDialog({ teamId, current, onClose, onRenamed }: { teamId: str
 type TeamRow = NonNullable<TeamList['all_teams']>[number];
 
 /** Every team of the gateway with its number of members (an admin's), and a way to work in one. */
-function AllTeams({ onCreated }: { onCreated: (team: TeamDetail) => void }) {
+function AllTeams({ onCreated, onStart }: { onCreated: (team: TeamDetail) => void; onStart: () => void }) {
   const { teams, team: current, switchTeam } = useApp();
   const list = teams?.all_teams ?? undefined;
   const columns: Column<TeamRow>[] = [
@@ -191,7 +194,7 @@ function AllTeams({ onCreated }: { onCreated: (team: TeamDetail) => void }) {
         <p class="section-note muted small">Every team of this gateway. Each holds its own balance and keys; people are added to it by its owners.</p>
         <DataTable labelledBy="all-teams-heading" class="table-compact team-table" columns={columns} rows={list} rowKey={(row) => row.id} skeletonRows={2} empty="No teams yet. Make one below." />
       </section>
-      <NewTeamForm onCreated={onCreated} />
+      <NewTeamForm onCreated={onCreated} onStart={onStart} />
     </>
   );
 }
@@ -324,6 +327,10 @@ export function TeamPage() {
       {manage && (
         <AddMemberForm
           teamId={team.id}
+          onStart={() => {
+            setStatus(undefined);
+            setError(undefined);
+          }}
           onAdded={(member) => {
             detail.setData((previous) => previous && { ...previous, members: [...previous.members.filter((m) => m.id !== member.id), member] });
             setStatus(`${memberLabel(member)} was added to ${name} as ${roleNames[member.role].toLowerCase()}.`);
@@ -333,6 +340,10 @@ export function TeamPage() {
       )}
       {me.role === 'admin' && (
         <AllTeams
+          onStart={() => {
+            setStatus(undefined);
+            setError(undefined);
+          }}
           onCreated={(created) => {
             setStatus(`Team “${created.name}” made${created.members.length ? ` with ${created.members.map(memberLabel).join(', ')} as owner` : ''}.`);
             refreshTeams();
