@@ -95,6 +95,10 @@ describe('the audit log page in a real browser', () => {
     await signIn(page, adminEmail, adminPassword);
     await page.goto('/console/audit');
     await tablesLoaded(page, 'the audit log');
+    // The sidebar shows the signed-in email whole (a long one on two lines), not cut short.
+    const email = page.locator('.account-box .account-email');
+    assert.equal((await email.innerText()).replace(/\s/g, ''), adminEmail);
+    assert.deepEqual(await email.evaluate((node) => node.scrollWidth <= node.clientWidth && node.getBoundingClientRect().right <= window.innerWidth), true, 'the email within its box');
     const revoked = page.locator('tbody tr', { hasText: 'key.revoked' }).first();
     await revoked.waitFor();
     assert.match(await revoked.innerText(), /research exporter/, 'a key by its name');
