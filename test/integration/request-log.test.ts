@@ -8,7 +8,7 @@ import OpenAI, { toFile } from 'openai';
 import { sql } from 'kysely';
 import { freshRedis, paidAccountKey, requestRecord, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { testRecord, usageRows, waitForUsage } from '../support/record.js';
-import { logRow, mergeHalves, usageRow, writeLog, writeUsage, type LogRow, type UsageRow } from '../../storage/record/usage-writer.js';
+import { lockUsageWriting, logRow, mergeHalves, usageRow, writeLog, writeUsage, type LogRow, type UsageRow } from '../../storage/record/usage-writer.js';
 import { findRequest, requestView } from '../../storage/record/request-log.js';
 import type { RecordDb } from '../../storage/record/database.js';
 import type { RequestView } from '../../shared/money/usage.js';
@@ -627,6 +627,35 @@ describe('the request log writer: the two halves in either order', () => {
   });
   const settled = async () => Number((await db.selectFrom('accounts').select('settled_micros').where('id', '=', 'acct_w').executeTakeFirstOrThrow()).settled_micros);
   const day = async () => (await db.selectFrom('usage_daily').selectAll().where('account_id', '=', 'acct_w').execute()).reduce((sum, row) => sum + Number(row.requests), 0);
+
+  it('lets two writers\' batches that hold each other\'s halves both commit: they take turns, no deadlock', async () => {
+    // An account of its own, so the other cases' totals of acct_w stay theirs.
+    await sql`insert into accounts (id, created) values ('acct_dl', 0)`.execute(db);
+    await sql`insert into api_keys (id, account_id, created, hash) values ('key_dl', 'acct_dl', 0, 'h-dl')`.execute(db);
+    const mine = { account_id: 'acct_dl', key_id: 'key_dl' };
+    // Batch A settles da1 and carries the log half of da2; batch B settles da2 and carries the log half of da1; both
+    // add to the one account's total. Interleaved without turns, each waits on a row the other holds (40P01).
+    const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    const batch = (settle: string, log: string, wait: number) =>
+      db.transaction().execute(async (tx) => {
+        await lockUsageWriting(tx);
+        await writeUsage(tx, [{ ...usage(settle, 100), ...mine }]);
+        await pause(wait);
+        await writeLog(tx, [{ ...logged(log), ...mine }]);
+      });
+    const results = await Promise.allSettled([
+      batch('da1', 'da2', 400),
+      (async () => {
+        await pause(100);
+        await batch('da2', 'da1', 0);
+      })(),
+    ]);
+    assert.deepEqual(results.map((result) => (result.status === 'rejected' ? String(result.reason) : 'committed')), ['committed', 'committed']);
+    const total = await db.selectFrom('accounts').select('settled_micros').where('id', '=', 'acct_dl').executeTakeFirstOrThrow();
+    assert.equal(Number(total.settled_micros), 200);
+    const rows = await db.selectFrom('usage').select(['request_id', 'settled', 'endpoint']).where('request_id', 'in', ['da1', 'da2']).orderBy('request_id').execute();
+    assert.deepEqual(rows.map((row) => [row.request_id, row.settled, row.endpoint]), [['da1', true, 'chat.completions'], ['da2', true, 'chat.completions']]);
+  });
 
   it('counts a settlement once whether the log came first, after, or twice, and keeps both halves', async () => {
     const before = await settled();
