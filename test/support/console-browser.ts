@@ -66,7 +66,9 @@ export function screenshots(folder: string, cut = 4000): (page: Page, name: stri
     }
     const height = await page.evaluate(() => document.documentElement.scrollHeight);
     const { width } = page.viewportSize()!;
-    await page.screenshot({ path, fullPage: true, clip: { x: 0, y: 0, width, height: Math.min(height, cut) } });
+    // A tall page drawn whole takes Chromium seconds on two busy cores (one took past Playwright's 30 s in a full run):
+    // the shot is the test's record, given the time it needs.
+    await page.screenshot({ path, fullPage: true, clip: { x: 0, y: 0, width, height: Math.min(height, cut) }, timeout: 90_000 });
   };
 }
 
