@@ -35,7 +35,7 @@ import { performance } from 'node:perf_hooks';
 import { deflateSync } from 'node:zlib';
 import { startFakeOpenAI, type FakeHandler, type FakeResponse } from '../test/support/fake-openai.js';
 import { createFakeOpenAIImages } from '../test/support/fake-openai-images.js';
-import { stopWithParent } from './parent-watch.js';
+import { closeWithParent } from './parent-watch.js';
 
 function intEnv(name: string, fallback: number): number {
   const raw = process.env[name];
@@ -245,16 +245,4 @@ const controlUrl = `http://127.0.0.1:${(controlServer.address() as AddressInfo).
 
 process.stdout.write(`${JSON.stringify({ url: openai.url, controlUrl, pid: process.pid, imageBytes: png.length, latencyMs, cap })}\n`);
 
-let closing = false;
-async function stop(): Promise<void> {
-  if (closing) return;
-  closing = true;
-  const force = setTimeout(() => process.exit(0), 2000);
-  force.unref();
-  controlServer.closeAllConnections();
-  controlServer.close();
-  await openai.close().catch(() => undefined);
-  process.exit(0);
-}
-
-stopWithParent(() => void stop());
+closeWithParent(controlServer, () => [openai.close()]);

@@ -47,7 +47,7 @@ import { startFakeGemini, type FakeGemini } from '../test/support/fake-gemini.js
 import { startFakeOpenAI, type FakeHandler } from '../test/support/fake-openai.js';
 import { buildDefaultResponse } from '../test/support/fake-openai-defaults.js';
 import { longStream } from './long-streams.js';
-import { stopWithParent } from './parent-watch.js';
+import { closeWithParent } from './parent-watch.js';
 
 function option(name: string): string | undefined {
   return process.argv.find((arg) => arg.startsWith(`--${name}=`))?.slice(name.length + 3);
@@ -340,16 +340,4 @@ process.stdout.write(
   })}\n`,
 );
 
-let closing = false;
-async function stop(): Promise<void> {
-  if (closing) return;
-  closing = true;
-  const force = setTimeout(() => process.exit(0), 2000);
-  force.unref();
-  controlServer.closeAllConnections();
-  controlServer.close();
-  await Promise.allSettled([openaiFront?.close(), openai.close(), anthropicFront?.close(), anthropic?.close(), gemini?.close()]);
-  process.exit(0);
-}
-
-stopWithParent(() => void stop());
+closeWithParent(controlServer, () => [openaiFront?.close(), openai.close(), anthropicFront?.close(), anthropic?.close(), gemini?.close()]);

@@ -1,3 +1,5 @@
+import type { Server } from 'node:http';
+
 /**
  * For a bench child process (a fake vendor, the floor): runs `stop` on
  * SIGTERM or SIGINT, and when the parent is gone. The parent holds the
@@ -10,4 +12,20 @@ export function stopWithParent(stop: () => void): void {
   process.stdin.on('close', stop);
   process.stdin.on('error', stop);
   process.stdin.resume();
+}
+
+/**
+ * A fake vendor's stop, once, when its parent goes: its control server's connections cut, its servers closed (each
+ * `closers` entry; undefined for one it did not start), then the process exits, at the latest 2 s later.
+ */
+export function closeWithParent(control: Server, closers: () => ReadonlyArray<Promise<unknown> | undefined>): void {
+  let closing = false;
+  stopWithParent(() => {
+    if (closing) return;
+    closing = true;
+    setTimeout(() => process.exit(0), 2000).unref();
+    control.closeAllConnections();
+    control.close();
+    void Promise.allSettled(closers()).then(() => process.exit(0));
+  });
 }

@@ -22,7 +22,7 @@ import { startFakeAnthropic } from '../test/support/fake-anthropic.js';
 import { startFakeGemini } from '../test/support/fake-gemini.js';
 import { startFakeOpenAI, type FakeHandler } from '../test/support/fake-openai.js';
 import { createFakeOpenAIImages } from '../test/support/fake-openai-images.js';
-import { stopWithParent } from './parent-watch.js';
+import { closeWithParent } from './parent-watch.js';
 
 const soakUpstreamKeys = { openai: 'sk-soak-openai', anthropic: 'sk-ant-soak', gemini: 'gemini-soak-key' } as const;
 
@@ -91,16 +91,4 @@ process.stdout.write(
   })}\n`,
 );
 
-let closing = false;
-async function stop(): Promise<void> {
-  if (closing) return;
-  closing = true;
-  const force = setTimeout(() => process.exit(0), 2000);
-  force.unref();
-  controlServer.closeAllConnections();
-  controlServer.close();
-  await Promise.allSettled([openai.close(), anthropic.close(), gemini.close()]);
-  process.exit(0);
-}
-
-stopWithParent(() => void stop());
+closeWithParent(controlServer, () => [openai.close(), anthropic.close(), gemini.close()]);
