@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { KeyAccess } from '../../shared/accounts.js';
-import { charge, moneyRefusal, reserve, type KeyLimitsInForce, type RateLimitState, type ReserveOutcome, type SettlePolicy } from '../../shared/money/billing.js';
+import { charge, moneyRefusal, reserve, type KeyLimitsInForce, type RateLimitState, type Reservation, type ReserveOutcome, type SettlePolicy } from '../../shared/money/billing.js';
 import type { UsageEntry } from '../../shared/money/usage.js';
 import { budgetRefusal } from '../../shared/money/budgets.js';
 import type { Config } from '../../shared/config.js';
@@ -72,14 +72,24 @@ export async function reserveSpend(
   gate?: string,
   counted: CountedRates = { requests: true, tokens: true },
 ): Promise<Record<string, string>> {
+  const { reservation, limits } = reservationOf(config, access, requestId, estimate, deadline, counted);
+  return admitted(await reserve(redis, { ...reservation, ...(gate ? { gate } : {}) }, limits), access);
+}
+
+/** What a request reserves and under which limits, as `reserve()` (or the whole admission's script) takes them. */
+export function reservationOf(
+  config: Pick<Config, 'defaultKeyRpm' | 'defaultKeyTpm'>,
+  access: KeyAccess,
+  requestId: string,
+  estimate: SpendEstimate,
+  deadline: number,
+  counted: CountedRates = { requests: true, tokens: true },
+): { reservation: Reservation; limits: KeyLimitsInForce } {
   const { rpm, tpm, ...money } = limitsInForce(access, config);
-  const limits = { ...money, ...(counted.requests && rpm ? { rpm } : {}), ...(counted.tokens && tpm ? { tpm } : {}) };
-  const outcome = await reserve(
-    redis,
-    { requestId, keyId: access.keyId, accountId: access.accountId, micros: estimate.micros, tokens: counted.tokens ? estimate.tokens : 0, deadline, ...(gate ? { gate } : {}) },
-    limits,
-  );
-  return admitted(outcome, access);
+  return {
+    reservation: { requestId, keyId: access.keyId, accountId: access.accountId, micros: estimate.micros, tokens: counted.tokens ? estimate.tokens : 0, deadline },
+    limits: { ...money, ...(counted.requests && rpm ? { rpm } : {}), ...(counted.tokens && tpm ? { tpm } : {}) },
+  };
 }
 
 /**
@@ -91,8 +101,8 @@ export async function chargeSpend(redis: Redis, config: Pick<Config, 'defaultKey
   return admitted(await charge(redis, usage, limits, policy), access);
 }
 
-/** The rate-limit headers of an admitted request, or the refusal the client gets. */
-function admitted(outcome: ReserveOutcome, access: KeyAccess): Record<string, string> {
+/** The rate-limit headers of an admitted request, or the refusal the client gets (thrown). */
+export function admitted(outcome: ReserveOutcome, access: KeyAccess): Record<string, string> {
   const headers = rateHeaders(outcome);
   if (outcome.ok) return headers;
   admissionRefused(outcome.reason, access.keyId);

@@ -12,9 +12,10 @@ import type { QueueShards } from '../../shared/queue-shards.js';
 import { isCluster } from '../../shared/redis.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import { uploadKeys } from '../../storage/upload-keys.js';
-import { reserveSpend, type SpendEstimate } from '../accounts/spend.js';
+import { admitted, reservationOf, reserveSpend, type SpendEstimate } from '../accounts/spend.js';
 import type { Backpressure } from '../../shared/scheduling/backpressure.js';
 import { leaveBacklog, placeJob, type FairClaim } from '../../shared/scheduling/index.js';
+import { admitJob, plainJobOptions } from '../../shared/scheduling/admit-job.js';
 
 /** How the client is answered: held open for the job's answer, at once with a job to poll (async), or at once while the job runs on (background). */
 export type AnswerMode = 'held' | 'async' | 'background';
@@ -91,6 +92,12 @@ export function queueFor(deps: Pick<EnqueueDeps, 'queues' | 'backpressure'>, job
 export async function enqueue(deps: EnqueueDeps, queue: Queue, job: JobPlan, beside: Beside, log: Logger): Promise<Enqueued> {
   const { config, redis } = deps;
   const { spend } = beside;
+  // It travels with the job: a worker routing it to another capped vendor places it again there (shared/scheduling/lane-move.ts).
+  job.data.claim = beside.fair;
+  // A job with nothing written beside it, on a Redis where one script reaches the account and the queue: reserved,
+  // placed and added in one round trip.
+  const storedOptions = !beside.beforeAdd && job.storedPayload === undefined && !job.asyncRecord && !isCluster(redis) ? plainJobOptions(job.id, job.options) : undefined;
+  if (storedOptions !== undefined) return admitInOneStep(deps, queue, job, beside, storedOptions, log);
   const gate = spend && job.mode === 'held' && !beside.beforeAdd && !isCluster(redis) ? queue.toKey(job.id) : undefined;
   // Money is the request's: reserved, released and settled under its request id, whatever its job's id.
   const counted = { requests: spend?.requestsCounted !== true, tokens: true };
@@ -99,8 +106,6 @@ export async function enqueue(deps: EnqueueDeps, queue: Queue, job: JobPlan, bes
   // (read in the same round trip as a reservation made first). Where nothing waits, the order within the band is moot
   // and the job goes to its band's head untagged.
   const { fair: claim } = beside;
-  // It travels with the job: a worker routing it to another capped vendor places it again there (shared/scheduling/lane-move.ts).
-  job.data.claim = claim;
   const [reservedFirst, placed] = await Promise.allSettled([spend && !gate ? reserve() : undefined, placeJob(redis, queue, job.id, claim)]);
   // A job that never runs leaves the backlog again, and its account gets its tag's cost back.
   const leave = () => void leaveBacklog(redis, queue.name, job.id).catch((error: unknown) => log.warn({ err: error }, 'could not uncount a job that was not queued (the recount will)'));
@@ -121,18 +126,7 @@ export async function enqueue(deps: EnqueueDeps, queue: Queue, job: JobPlan, bes
   if (job.storedPayload !== undefined) await redis.set(payloadKey(job.id), job.storedPayload, 'PX', job.deadline - Date.now() + 60_000);
   if (job.asyncRecord) await redis.set(asyncJobKey(job.id), JSON.stringify(job.asyncRecord), 'EX', config.asyncResultTtlSeconds);
 
-  const abandon = () => {
-    leave();
-    if (spend) {
-      void releaseReservation(redis, spend.access.accountId, job.data.requestId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a job that never ran'));
-    }
-    const keys = deps.blobs ? uploadKeys(job.payload) : [];
-    if (keys.length === 0) return;
-    void Promise.allSettled(keys.map((key) => deps.blobs!.delete(key))).then((results) => {
-      const failed = results.filter((r) => r.status === 'rejected').length;
-      if (failed > 0) log.warn({ failed }, 'could not delete the uploads of a job that never ran');
-    });
-  };
+  const abandon = abandonment(deps, job, spend, leave, log);
   // A prepared record is written as it is called (the add only after BullMQ's own awaits), so a worker always finds it.
   const [prepared, reserved, added] = await Promise.allSettled([beside.beforeAdd?.(), gate ? reserve(gate) : undefined, queue.add(job.data.endpoint, job.data, { ...job.options, priority })]);
   if (reserved.status === 'rejected') {
@@ -150,4 +144,36 @@ export async function enqueue(deps: EnqueueDeps, queue: Queue, job: JobPlan, bes
   // The job is queued and will be answered; only what was prepared beside it (a stored record) is missing.
   if (prepared.status === 'rejected') log.warn({ err: prepared.reason }, 'could not write the record prepared for this job');
   return { headers, abandon };
+}
+
+/** What gives back a job that will never run (removed while waiting): its backlog place, its reservation, its uploads. */
+function abandonment(deps: EnqueueDeps, job: JobPlan, spend: Beside['spend'], leave: () => void, log: Logger): () => void {
+  return () => {
+    leave();
+    if (spend) {
+      void releaseReservation(deps.redis, spend.access.accountId, job.data.requestId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a job that never ran'));
+    }
+    const keys = deps.blobs ? uploadKeys(job.payload) : [];
+    if (keys.length === 0) return;
+    void Promise.allSettled(keys.map((key) => deps.blobs!.delete(key))).then((results) => {
+      const failed = results.filter((r) => r.status === 'rejected').length;
+      if (failed > 0) log.warn({ failed }, 'could not delete the uploads of a job that never ran');
+    });
+  };
+}
+
+/**
+ * The request's reservation, place and add in one script (shared/scheduling/admit-job.ts): a refusal throws the
+ * client's 429 (or 401) with nothing placed or added, so nothing is undone.
+ */
+async function admitInOneStep(deps: EnqueueDeps, queue: Queue, job: JobPlan, beside: Beside, storedOptions: string, log: Logger): Promise<Enqueued> {
+  const { spend, fair: claim } = beside;
+  const counted = { requests: spend?.requestsCounted !== true, tokens: true };
+  const money = spend ? reservationOf(deps.config, spend.access, job.data.requestId, spend.estimate, job.deadline, counted) : undefined;
+  const admission = await admitJob(deps.redis, queue, { id: job.id, name: job.data.endpoint, data: job.data, storedOptions }, claim, money);
+  // Refused: the 429's headers and message, thrown; admitted: the key's rate-limit headers.
+  const headers = admission.outcome ? admitted(admission.outcome, spend!.access) : {};
+  if (admission.placed?.behindOthers && claim.tier === 'priority') job.data.contended = true;
+  const leave = () => void leaveBacklog(deps.redis, queue.name, job.id).catch((error: unknown) => log.warn({ err: error }, 'could not uncount a job that was not queued (the recount will)'));
+  return { headers, abandon: abandonment(deps, job, spend, leave, log) };
 }

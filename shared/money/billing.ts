@@ -98,9 +98,9 @@ export function moneyRefusal(reason: 'key_limit' | 'account_balance' | 'no_acces
   }
 }
 
-/** Checks rate limits and quota and reserves the worst case, in one round trip. */
-export async function reserve(redis: Redis, resv: Reservation, limits: KeyLimitsInForce, now = Date.now()): Promise<ReserveOutcome> {
-  const result = await reserveScript(redis, {
+/** The reservation script's keys and arguments, named: what `reserve()` sends, and the request's whole admission (shared/scheduling/admit-job.ts) too. */
+export function reserveInput(resv: Reservation, limits: KeyLimitsInForce, now = Date.now()): Parameters<typeof reserveScript>[1] {
+  return {
     bill: billKey(resv.accountId),
     deadlines: reservationDeadlinesKey(billingBucket(resv.accountId)),
     gate: resv.gate ?? billKey(resv.accountId),
@@ -117,12 +117,16 @@ export async function reserve(redis: Redis, resv: Reservation, limits: KeyLimits
     gated: resv.gate ? '1' : '',
     deadlineMember: deadlineMember(resv.accountId, resv.requestId),
     budgets: budgetsArgument(limits.budgets ?? [], now),
-  });
-  return readOutcome(result, limits.budgets ?? []);
+  };
+}
+
+/** Checks rate limits and quota and reserves the worst case, in one round trip. */
+export async function reserve(redis: Redis, resv: Reservation, limits: KeyLimitsInForce, now = Date.now()): Promise<ReserveOutcome> {
+  return readOutcome(await reserveScript(redis, reserveInput(resv, limits, now)), limits.budgets ?? []);
 }
 
 /** A verdict of the admission rules (money.lua's `admit`) as the api reads it; `budgets` as they were sent. */
-function readOutcome(result: ReadonlyArray<number | string>, budgets: readonly BudgetInForce[]): ReserveOutcome {
+export function readOutcome(result: ReadonlyArray<number | string>, budgets: readonly BudgetInForce[]): ReserveOutcome {
   const [code, rl, rr, rs, tl, tr, ts, retry, over] = result.slice(0, 9).map(Number) as [number, number, number, number, number, number, number, number, number];
   const requests = rl > 0 ? { limit: rl, remaining: Math.max(0, rr), resetMs: Math.max(0, rs) } : undefined;
   const tokens = tl > 0 ? { limit: tl, remaining: Math.max(0, tr), resetMs: Math.max(0, ts) } : undefined;

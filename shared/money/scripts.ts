@@ -5,7 +5,7 @@ import { as, luaFiles, redisScript } from '../redis-script.js';
  * arguments by name, in the order the Lua reads them. Each is sent with `money.lua` before it: the reservation's
  * encoding, the GCRA arithmetic and the integer formatting are written there once and shared.
  */
-const files = (name: string) => luaFiles(import.meta.url, 'money', name);
+const files = (...names: string[]) => luaFiles(import.meta.url, 'money', ...names);
 
 /**
  * A verdict of the admission rules (money.lua's `admit`): code, rpm limit/remaining/reset, tpm limit/remaining/reset,
@@ -14,7 +14,7 @@ const files = (name: string) => luaFiles(import.meta.url, 'money', name);
 export type AdmissionVerdict = Array<number | string>;
 
 /** Checks rate limits, the key's limit and the balance, and reserves the worst case: `reserve()`. */
-export const reserveScript = redisScript({ name: 'money_reserve', files: files('reserve'), keys: ['bill', 'deadlines', 'gate', 'settled'], args: ['requestId', 'micros', 'tokens', 'nowMs', 'deadlineMs', 'keyId', 'keyLimitMicros', 'rpm', 'tpm', 'gated', 'deadlineMember', 'budgets'], reply: as<AdmissionVerdict>() });
+export const reserveScript = redisScript({ name: 'money_reserve', files: files('reserve-rules', 'reserve'), keys: ['bill', 'deadlines', 'gate', 'settled'], args: ['requestId', 'micros', 'tokens', 'nowMs', 'deadlineMs', 'keyId', 'keyLimitMicros', 'rpm', 'tpm', 'gated', 'deadlineMember', 'budgets'], reply: as<AdmissionVerdict>() });
 
 /** Replaces a reservation by the actual cost once per request id, and appends the usage entry: `settle()`. */
 export const settleScript = redisScript({ name: 'money_settle', files: files('settle'), keys: ['settled', 'bill', 'deadlines', 'usageStream', 'alertStream'], args: ['requestId', 'micros', 'tokens', 'nowMs', 'keyId', 'streamMaxLength', 'keepSettledS', 'usage', 'deadlineMember', 'alertThresholds', 'accountId'], reply: as<[applied: number, reservedMicros: number, ...crossings: string[]]>() });

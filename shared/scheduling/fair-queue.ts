@@ -83,12 +83,12 @@ export interface Placed {
   behindOthers: boolean;
 }
 
-/** Counts a job in its queue's backlog and returns its place: its band and fair share within it. */
-export async function placeJob(redis: Redis, queue: Queue, jobId: string, claim: FairClaim): Promise<Placed> {
+/** The placement script's keys and arguments, named: what `placeJob` sends, and the request's whole admission (admit-job.ts) too. */
+export function placeInput(queue: Queue, jobId: string, claim: FairClaim, now = Date.now()): Parameters<typeof placeScript>[1] {
   const weight = clampWeight(claim.weight);
   const cost = costUnits(claim.tokens, weight);
   const lead = claim.tier === 'priority' ? (claim.leadTokens ?? 0) / tokensPerUnit / weight : 0;
-  const [priority, before] = await placeScript(redis, {
+  return {
     fair: fairKeys(queue.name),
     prioritized: queue.keys.prioritized!,
     jobId,
@@ -101,8 +101,13 @@ export async function placeJob(redis: Redis, queue: Queue, jobId: string, claim:
     bandStart: bandStart(claim.tier),
     bandWidth,
     queuePrefix: queue.toKey(''),
-    nowMs: Date.now(),
-  });
+    nowMs: now,
+  };
+}
+
+/** Counts a job in its queue's backlog and returns its place: its band and fair share within it. */
+export async function placeJob(redis: Redis, queue: Queue, jobId: string, claim: FairClaim): Promise<Placed> {
+  const [priority, before] = await placeScript(redis, placeInput(queue, jobId, claim));
   return { priority, behindOthers: before > 0 };
 }
 
