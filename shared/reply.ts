@@ -30,6 +30,31 @@ export function decodeReply(message: string): ReplyMessage | undefined {
 }
 
 
+/** Takes a reply message in the process that holds its channel. */
+export type ReplyReceiver = (message: ReplyMessage) => void;
+
+const heldHere = new Map<string, ReplyReceiver>();
+
+/**
+ * The reply channels an api of this process holds, each with its receiver. A worker in the same process (`npm start`,
+ * a process of role `all`) hands its replies for one of them over in memory, in order, instead of through Redis
+ * pub/sub; its job is still added, taken, finished and recorded in Redis like any other, and the replies of any other
+ * process's workers still cross pub/sub. A channel let go (its api stopping) is published to again.
+ */
+export const repliesHeldHere = {
+  /** Holds a channel for this process's api; returns what lets it go. */
+  hold(channel: string, receive: ReplyReceiver): () => void {
+    heldHere.set(channel, receive);
+    return () => {
+      if (heldHere.get(channel) === receive) heldHere.delete(channel);
+    };
+  },
+  /** The receiver of a channel held here, if any. */
+  receiver(channel: string): ReplyReceiver | undefined {
+    return heldHere.get(channel);
+  },
+};
+
 /**
  * How late a stream's replay log may trail its live chunks: the worker appends
  * the batches published since its last append at most this often (the first

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { isCluster, inOneWrite } from '../shared/redis.js';
-import { encodeReply, replayLogIntervalMs } from '../shared/reply.js';
+import { encodeReply, repliesHeldHere, replayLogIntervalMs, type ReplyKind, type ReplyReceiver } from '../shared/reply.js';
 import { apiAliveKey, replayStreamKey, resultKey } from '../shared/redis-keys.js';
 import type { WireError } from '../shared/errors.js';
 
@@ -61,6 +61,8 @@ export class ReplyPublisher {
   private checkingListener = false;
   /** On a Redis Cluster replies use sharded pub/sub: a message crosses the reply channel's shard only. */
   private readonly publish: 'publish' | 'spublish';
+  /** The api holding the channel runs in this process: its replies are handed over in memory (`repliesHeldHere`). */
+  private readonly here: ReplyReceiver | undefined;
 
   constructor(
     private readonly redis: Redis,
@@ -71,6 +73,14 @@ export class ReplyPublisher {
     this.orphan = options.orphan;
     this.replayTtlSeconds = options.replayTtlSeconds ?? defaultReplayTtlSeconds;
     this.publish = isCluster(redis) ? 'spublish' : 'publish';
+    this.here = repliesHeldHere.receiver(channel);
+  }
+
+  /** Hands a reply to this process's api, when it holds the channel: whether it did (else it is published). */
+  private handedOver(kind: ReplyKind, seq: number, payload: string): boolean {
+    if (!this.here) return false;
+    this.here({ kind, jobId: this.jobId, seq, payload });
+    return true;
   }
 
   /** A key (`aliasKey`) that will name this stream's request id, for a resume by the answer's own id. */
@@ -116,17 +126,18 @@ export class ReplyPublisher {
       }
       this.logFrames += frames;
       this.logLens.push(frames.length);
-      batch[this.publish](this.channel, encodeReply('chunk', this.jobId, seq, frames));
+      if (!this.handedOver('chunk', seq, frames)) batch[this.publish](this.channel, encodeReply('chunk', this.jobId, seq, frames));
     }
+    const sent = published && !this.here;
     const due =
       this.logFrames !== '' &&
       (logNow || this.logFrom === 1 || this.options.logEveryBatch === true || this.logFrames.length >= logBatchBytes || Date.now() - this.loggedAt >= replayLogIntervalMs);
     if (due) this.appendLog(batch);
     else if (this.logFrames !== '') this.logTimer ??= setTimeout(() => this.send(true), replayLogIntervalMs);
-    if (!published && !due) return;
+    if (!sent && !due) return;
     this.pending = batch.exec().then(
       (results) => {
-        if (published) this.noteReceivers(results?.[0]?.[1]);
+        if (sent) this.noteReceivers(results?.[0]?.[1]);
       },
       (error: unknown) => {
         this.failure ??= error;
@@ -186,10 +197,10 @@ export class ReplyPublisher {
       const ref = resultKey(this.jobId);
       // Stored before it is announced (on a Cluster the two are on different shards).
       await this.redis.set(ref, body, 'EX', 120);
-      await this.redis[this.publish](this.channel, encodeReply('done-ref', this.jobId, this.seq, ref));
+      if (!this.handedOver('done-ref', this.seq, ref)) await this.redis[this.publish](this.channel, encodeReply('done-ref', this.jobId, this.seq, ref));
       return { bodyRef: ref };
     }
-    await this.redis[this.publish](this.channel, encodeReply('done', this.jobId, this.seq, body));
+    if (!this.handedOver('done', this.seq, body)) await this.redis[this.publish](this.channel, encodeReply('done', this.jobId, this.seq, body));
     return { body };
   }
 
@@ -207,8 +218,10 @@ export class ReplyPublisher {
   private async terminal(kind: 'done' | 'error', payload: string): Promise<void> {
     this.ended = true;
     const key = replayStreamKey(this.jobId);
-    const pipeline = inOneWrite(this.redis)[this.publish](this.channel, encodeReply(kind, this.jobId, this.seq, payload));
+    const pipeline = inOneWrite(this.redis);
+    if (!this.handedOver(kind, this.seq, payload)) pipeline[this.publish](this.channel, encodeReply(kind, this.jobId, this.seq, payload));
     // A stream's log records its end; a plain request leaves no log behind.
+    if (!this.options.stream && this.here) return;
     if (this.options.stream) {
       pipeline.xadd(key, 'MAXLEN', '~', replayMaxLength, '*', 'seq', this.seq, 'end', kind, 'payload', payload, ...(this.seq === 0 && this.options.owner ? ['owner', this.options.owner] : []));
       pipeline.expire(key, this.replayTtlSeconds);

@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import type { Logger } from '../../shared/logger.js';
 import { setTimeout as pause } from 'node:timers/promises';
 import { GatewayError } from '../../shared/errors.js';
-import { decodeReply, framesAfterBatch, parseLogEntry, replayLogLagMs, type ReplyMessage } from '../../shared/reply.js';
+import { decodeReply, framesAfterBatch, parseLogEntry, repliesHeldHere, replayLogLagMs, type ReplyMessage } from '../../shared/reply.js';
 import { apiAliveKey, replayStreamKey } from '../../shared/redis-keys.js';
 import { isCluster, inOneWrite } from '../../shared/redis.js';
 
@@ -112,6 +112,8 @@ export class ReplyHub {
   private sweepTimer: NodeJS.Timeout | undefined;
   private heartbeatTimer: NodeJS.Timeout | undefined;
   private sweeping = false;
+  /** Lets go of the channel held for this process's own workers (`repliesHeldHere`). */
+  private letGo: (() => void) | undefined;
 
   constructor(
     private readonly subscriber: Redis,
@@ -136,6 +138,17 @@ export class ReplyHub {
   }
 
   async start(): Promise<void> {
+    // A worker of this process hands its replies over in memory (in order, each after the one before it); any
+    // other process's cross the subscription below.
+    this.letGo = repliesHeldHere.hold(this.channel, (message) =>
+      queueMicrotask(() => {
+        try {
+          this.route(message);
+        } catch (error) {
+          this.log.error({ err: error, jobId: message.jobId }, 'could not route a reply');
+        }
+      }),
+    );
     if (isCluster(this.subscriber)) {
       await this.subscriber.ssubscribe(this.channel);
       if (this.handlers.size > 0) await this.subscriber.subscribe(...this.handlers.keys());
@@ -149,6 +162,7 @@ export class ReplyHub {
   }
 
   stop(): void {
+    this.letGo?.();
     clearInterval(this.sweepTimer);
     clearInterval(this.heartbeatTimer);
   }
@@ -207,6 +221,11 @@ export class ReplyHub {
       this.log.warn({ raw: raw.slice(0, 200) }, 'unreadable reply message');
       return;
     }
+    this.route(message);
+  }
+
+  /** A reply to the request waiting for it, in order (a stream's chunks past a gap first recovered from its log). */
+  private route(message: ReplyMessage): void {
     const pending = this.pending.get(message.jobId);
     if (!pending) return; // client already gone
     if (message.kind === 'chunk' && message.seq <= pending.lastSeq) return;
