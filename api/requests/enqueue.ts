@@ -14,8 +14,7 @@ import type { BlobStore } from '../../storage/blob-store.js';
 import { uploadKeys } from '../../storage/upload-keys.js';
 import { admitted, reservationOf, reserveSpend, type SpendEstimate } from '../accounts/spend.js';
 import type { Backpressure } from '../../shared/scheduling/backpressure.js';
-import { leaveBacklog, placeJob, type FairClaim } from '../../shared/scheduling/index.js';
-import { admitJob, plainJobOptions } from '../../shared/scheduling/admit-job.js';
+import { admitJob, leaveBacklog, placeJob, plainJobOptions, type FairClaim } from '../../shared/scheduling/index.js';
 
 /** How the client is answered: held open for the job's answer, at once with a job to poll (async), or at once while the job runs on (background). */
 export type AnswerMode = 'held' | 'async' | 'background';

@@ -11,10 +11,11 @@
  *                        it by weight, with a floor: a flood is refused 429 to the flooder, never to a quiet account.
  *                        backpressure.ts keeps the counts it reads (every 200 ms, no round trip per request) and whether
  *                        a lane is contended.
- *  4. Its money.         shared/money/ (reserve.lua): the key's rate limits, its limit and the balance checked and the
- *                        worst case reserved, in the same round trip as the next step. Not the scheduler's: named here
- *                        because a refused reservation queues nothing.
- *  5. Its place.         fair-queue.ts `placeJob` (lua/place.lua): its band (interactive, or flex below it) and, within
+ *  4. Its money.         shared/money/ (reserve-rules.lua): the key's rate limits, its limit and the balance checked
+ *                        and the worst case reserved, in the same script as the next step (admit-job.ts, lua/admit.lua:
+ *                        reservation, place and BullMQ add in one round trip, all or nothing). Not the scheduler's:
+ *                        named here because a refused reservation queues nothing.
+ *  5. Its place.         fair-queue.ts `placeJob` (lua/place-rules.lua): its band (interactive, or flex below it) and, within
  *                        it, start-time fair queueing by account, weighted, counted in reserved tokens; a priority
  *                        request a bounded lead. The job is added to BullMQ with that priority and counted in the
  *                        backlog the waiting room reads.
@@ -36,6 +37,7 @@
  * lost. The Redis scripts are in lua/, declared once in scripts.ts. docs/scaling.md says what each knob does.
  */
 export { accountShare, shareExceeded, type WaitingRoom } from './admission.js';
+export { admitJob, plainJobOptions, type AdmittedJob } from './admit-job.js';
 export { backlogField, backToBandHead, bandStart, bandWidth, costUnits, leaveBacklog, maxPriorityLead, maxWeight, minWeight, placeJob, readBacklog, readBacklogAndWeights, recount, removeWaitingJob, tokensPerUnit, type BacklogTier, type FairClaim, type Placed } from './fair-queue.js';
 export { announceLanes, cappedVendors, knowLanes, laneEntryMs, laneHeartbeatMs, laneOf, ratePace, readLanes, vendorLimits, type LaneServer, type StrandedLane, type VendorLimits } from './lanes.js';
 export { grantedTier } from './tiers.js';
