@@ -169,6 +169,23 @@ export function checkMemberLimits(changes: KeyChanges, admin: KeyLimits, policy:
   }
 }
 
+/** What a person's own account names its Playground key, and what every Playground key was named before teams had several. */
+export const playgroundName = 'Playground';
+
+/** Key names are at most this long (the API's `keyName`). */
+const keyNameMax = 200;
+
+/**
+ * The name of a person's Playground key in a team: "Playground (ana@example.com)", after the person whose Playground
+ * it is (their email, else their name or id), so a team's several tell apart wherever keys are named (Keys, Usage,
+ * Activity, Budgets). Cut to a key name's longest, the end of a long email given up first.
+ */
+export function playgroundKeyName(person: { id: string; email?: string | undefined; name?: string | undefined }): string {
+  const who = person.email || person.name || person.id;
+  const room = keyNameMax - `${playgroundName} ()`.length;
+  return `${playgroundName} (${who.length > room ? `${who.slice(0, room - 1)}…` : who})`;
+}
+
 const tooManyKeys = (max: number) =>
   new GatewayError(409, `This account already has ${max} API keys, the most one account may have on this gateway (MAX_KEYS_PER_ACCOUNT): revoke one before making another.`, {
     code: 'too_many_keys',
@@ -453,8 +470,12 @@ export class KeyStore {
     // Each person in a team has a Playground key of their own there (made by them, so a member's Playground usage
     // is theirs): the account's own person's is named by `playground_key` (the record's `accounts.playground_key`),
     // another's by `playground_key:<person>` in Redis only. Redis lost, that one is found again in the record as the
-    // newest live key named Playground the person made in the team.
+    // newest live key the person made in the team named as their Playground key (or "Playground", as it was before).
     const field = person === accountId ? 'playground_key' : `playground_key:${person}`;
+    // Named for the person in a team (their own account holds one Playground key: "Playground" says which); read only
+    // when a key is made, found again or renamed, not on every use.
+    let named: string | undefined;
+    const name = async () => (named ??= person === accountId ? playgroundName : playgroundKeyName((await this.accounts.get(person)) ?? { id: person }));
     for (let attempt = 0; attempt < 3; attempt++) {
       let id = await this.redis.hget(accountKey(accountId), field);
       if (!id && person !== accountId) {
@@ -463,7 +484,8 @@ export class KeyStore {
           .select('id')
           .where('account_id', '=', accountId)
           .where('created_by', '=', person)
-          .where('name', '=', 'Playground')
+          // Its name now, or the one it had before each was named for its person.
+          .where('name', 'in', [await name(), playgroundName])
           .where('revoked', 'is', null)
           .orderBy('created', 'desc')
           .limit(1)
@@ -472,12 +494,14 @@ export class KeyStore {
       }
       const key = id ? await this.get(id) : undefined;
       if (key && key.accountId === accountId) {
+        // One made before each was named for its person ("Playground" alone) takes its name on its next use.
+        if (key.name === playgroundName && person !== accountId) await this.update(key.id, { name: await name() });
         const access = await this.accessOfKey(key.id);
         if (access) return access;
         continue;
       }
       // Made for the console, not by anyone: no ceilings, and not counted against the account's keys.
-      const made = await this.make('Playground', { accountId, ...(person === accountId ? {} : { createdBy: person }) }, 'member', false);
+      const made = await this.make(await name(), { accountId, ...(person === accountId ? {} : { createdBy: person }) }, 'member', false);
       // Two first uses at once: one key wins, the other is revoked.
       const won = await claimPlaygroundKeyScript(this.redis, { account: accountKey(accountId), current: id ?? '', made: made.id, field });
       if (won === 1) {

@@ -8,7 +8,7 @@ import type { RecordDb } from '../../storage/record/database.js';
 import { filteredRequests, listRequests, type RequestFilter } from '../../storage/record/request-log.js';
 import { microsToUsd } from '../accounts/account-store.js';
 import { parseStrict } from '../accounts/account-requests.js';
-import type { KeyStore } from '../accounts/key-store.js';
+import { playgroundKeyName, playgroundName, type KeyStore } from '../accounts/key-store.js';
 import type { ModelResolver } from '../requests/model-resolver.js';
 import type { ActivityPage, HistogramBar, KeyName, KeyUsageRow, ModelLatency, RequestCounts, RequestHistogram, SessionFacts, UsageReport, UsageRow } from '../../shared/console-api.js';
 import { groupUsage, loadUsageDays } from '../accounts/admin-usage.js';
@@ -265,37 +265,42 @@ async function accountCounts(keyStore: KeyStore, days: readonly string[]) {
 }
 
 /**
- * The names of the keys a report lists, revoked ones too (the record keeps a
- * revoked key's row, name and owner): from the record, or for a key the
- * record does not hold yet (written while it was unreachable), from Redis.
+ * The names of keys as Usage and Activity name their rows and filters, live and revoked (the record keeps a revoked
+ * key's row, name and owner): the keys `ids` names, or a team's (`teamId`; only `keyIds` of it when given). Read from
+ * the record, and a key it does not hold yet (made a moment ago, or written while it was unreachable) from Redis. A
+ * team's Playground key made before each was named for its person ("Playground" alone, its maker another than the
+ * team) is named as one made now is, "Playground (their email)", so a team's several are never rows of one name.
  */
-async function keyNames(keyStore: KeyStore, ids: string[]): Promise<Map<string, { name: string; revoked: boolean; accountId: string }>> {
-  const names = new Map<string, { name: string; revoked: boolean; accountId: string }>();
-  if (ids.length === 0) return names;
-  const rows = await keyStore.record.selectFrom('api_keys').select(['id', 'name', 'revoked', 'account_id']).where('id', 'in', ids).execute();
-  for (const row of rows) names.set(row.id, { name: row.name, revoked: row.revoked !== null, accountId: row.account_id });
-  for (const id of ids.filter((id) => !names.has(id))) {
-    const key = await keyStore.get(id);
-    if (key) names.set(id, { name: key.name, revoked: false, accountId: key.accountId });
+async function namedKeys(keyStore: KeyStore, which: { ids: readonly string[] } | { teamId: string; keyIds?: readonly string[] | undefined }): Promise<KeyName[]> {
+  const only = 'ids' in which ? which.ids : which.keyIds;
+  if (only?.length === 0) return [];
+  let query = keyStore.record
+    .selectFrom('api_keys')
+    .leftJoin('accounts as maker', 'maker.id', 'api_keys.created_by')
+    .select(['api_keys.id', 'api_keys.name', 'api_keys.revoked', 'api_keys.account_id', 'api_keys.created_by', 'maker.email as maker_email', 'maker.name as maker_name']);
+  if ('teamId' in which) query = query.where('api_keys.account_id', '=', which.teamId);
+  if (only) query = query.where('api_keys.id', 'in', only);
+  const names = new Map<string, KeyName>();
+  for (const row of await query.execute()) {
+    const playground = row.name === playgroundName && row.created_by !== null && row.created_by !== row.account_id;
+    const name = playground ? playgroundKeyName({ id: row.created_by!, email: row.maker_email ?? undefined, name: row.maker_name ?? undefined }) : row.name;
+    names.set(row.id, { id: row.id, object: 'key_name', name, account_id: row.account_id, revoked: row.revoked !== null });
   }
-  return names;
+  const live = 'teamId' in which ? await keyStore.list({ accountId: which.teamId }) : await Promise.all(which.ids.filter((id) => !names.has(id)).map((id) => keyStore.get(id)));
+  for (const key of live) {
+    if (!key || names.has(key.id) || (only && !only.includes(key.id))) continue;
+    names.set(key.id, { id: key.id, object: 'key_name', name: key.name, account_id: key.accountId, revoked: false });
+  }
+  return [...names.values()];
 }
 
 /**
  * The names of a team's keys whose usage a reader sees (`keyIds`: a member's own; else every key of the team), live
- * and revoked, by name: what Usage and Activity name their rows and filters by, for every role that reads them (a
- * viewer lists no keys, but sees their names in the usage report already).
+ * and revoked, live ones first, by name: what Usage and Activity name their rows and filters by, for every role that
+ * reads them (a viewer lists no keys, but sees their names in the usage report already).
  */
 export async function teamKeyNames(keyStore: KeyStore, teamId: string, keyIds?: readonly string[]): Promise<KeyName[]> {
-  let query = keyStore.record.selectFrom('api_keys').select(['id', 'name', 'revoked', 'account_id']).where('account_id', '=', teamId);
-  if (keyIds) query = keyIds.length === 0 ? query.where(sql<boolean>`false`) : query.where('id', 'in', keyIds);
-  const names = new Map((await query.execute()).map((row) => [row.id, { id: row.id, object: 'key_name' as const, name: row.name, account_id: row.account_id, revoked: row.revoked !== null }]));
-  // A key made a moment ago may not be in the record yet: the live ones are read from Redis too.
-  for (const key of await keyStore.list({ accountId: teamId })) {
-    if (names.has(key.id) || (keyIds && !keyIds.includes(key.id))) continue;
-    names.set(key.id, { id: key.id, object: 'key_name', name: key.name, account_id: key.accountId, revoked: false });
-  }
-  return [...names.values()].sort((a, b) => Number(a.revoked) - Number(b.revoked) || a.name.localeCompare(b.name));
+  return (await namedKeys(keyStore, { teamId, keyIds })).sort((a, b) => Number(a.revoked) - Number(b.revoked) || a.name.localeCompare(b.name));
 }
 
 /**
@@ -310,12 +315,12 @@ export async function usageReport(keyStore: KeyStore, account: Account, request:
   const { days, group, daily } = await usageCells(keyStore, accountId, request, keyIds);
   const latency = await latencyByModel(keyStore.record, logFilter(accountId, request, days, keyIds));
   const byKey = group(['key_id']);
-  const names = await keyNames(keyStore, [...new Set(byKey.map((row) => row.key_id).filter((id): id is string => Boolean(id)))]);
+  const names = new Map((await namedKeys(keyStore, { ids: [...new Set(byKey.map((row) => row.key_id).filter((id): id is string => Boolean(id)))] })).map((key) => [key.id, key]));
   // Re-read: the balance shown is as of this report, not of the sign-in.
   const current = accountId === undefined ? undefined : accountId === account.id ? ((await keyStore.accounts.get(account.id)) ?? account) : await keyStore.accounts.get(accountId);
   const withName = (row: UsageRow): KeyUsageRow => {
     const named = names.get(row.key_id ?? '');
-    return { ...row, key_name: named?.name ?? null, key_revoked: named?.revoked ?? false, key_account_id: named?.accountId ?? null };
+    return { ...row, key_name: named?.name ?? null, key_revoked: named?.revoked ?? false, key_account_id: named?.account_id ?? null };
   };
   const { day: _day, model: _model, key_id: _key, ...totals } = sumCells(group([]), {});
   return {

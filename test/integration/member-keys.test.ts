@@ -160,7 +160,7 @@ describe('a member’s keys go with their membership; the Playground keeps to th
     // Her Playground key in the team is made on first use.
     const tried = await playground(alice);
     assert.equal(tried.status, 200, JSON.stringify(tried.json));
-    const aliceHerePlayground = await record.selectFrom('api_keys').select('id').where('account_id', '=', t.id).where('created_by', '=', alice.id).where('name', '=', 'Playground').executeTakeFirstOrThrow();
+    const aliceHerePlayground = await record.selectFrom('api_keys').select('id').where('account_id', '=', t.id).where('created_by', '=', alice.id).where('name', '=', `Playground (${alice.email})`).executeTakeFirstOrThrow();
 
     // Every key answers on both apis, and is cached there now.
     for (const key of [aliceKey.key, bobKey.key, ownerKey.key, String(adminKey.json.key), aliceOwn.key]) {
@@ -317,7 +317,7 @@ describe('a member’s keys go with their membership; the Playground keeps to th
     assert.match(refusal.json.error?.message ?? '', /your daily cap in team "Member keys \d+"/);
 
     // What it spent is on her cap: settled in the record, counted by the cap's counter, shown on the Budgets page.
-    const playgroundKey = await record.selectFrom('api_keys').select('id').where('account_id', '=', t.id).where('created_by', '=', mia.id).where('name', '=', 'Playground').executeTakeFirstOrThrow();
+    const playgroundKey = await record.selectFrom('api_keys').select('id').where('account_id', '=', t.id).where('created_by', '=', mia.id).where('name', '=', `Playground (${mia.email})`).executeTakeFirstOrThrow();
     let settled = 0;
     await waitFor(
       async () => {

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
-import { waitForUsage } from '../support/record.js';
+import { testRecord, waitForUsage } from '../support/record.js';
 import { ConsoleClient, type ConsoleResponse } from '../support/console-client.js';
 
 const adminEmail = 'root@teams.test';
@@ -167,10 +167,11 @@ describe('teams', () => {
     const played = await inTeam(ana.console, team.id).request('POST', '/console/api/playground/chat/completions', { model: 'mock-chat', messages: [{ role: 'user', content: 'hi' }] });
     assert.equal(played.status, 200, JSON.stringify(played.json));
     const anaKeys = await inTeam(ana.console, team.id).request<{ data: Key[] }>('GET', '/console/api/keys');
-    const playground = anaKeys.json.data.find((key) => key.name === 'Playground');
+    // Named for her, so the team's several Playground keys tell apart.
+    const playground = anaKeys.json.data.find((key) => key.name === 'Playground (ana@teams.test)');
     assert.equal(playground?.created_by?.id, ana.id);
     const benKeys = await inTeam(ben.console, team.id).request<{ data: Key[] }>('GET', '/console/api/keys');
-    assert.equal(benKeys.json.data.find((key) => key.name === 'Playground'), undefined);
+    assert.equal(benKeys.json.data.find((key) => key.name.startsWith('Playground')), undefined);
     // Their own account's Playground key is another, of that account.
     const own = await ana.console.request('POST', '/console/api/playground/chat/completions', { model: 'mock-chat', messages: [{ role: 'user', content: 'hi' }] });
     assert.equal(own.status, 200, JSON.stringify(own.json));
@@ -178,6 +179,16 @@ describe('teams', () => {
     const ownPlayground = ownKeys.json.data.find((key) => key.name === 'Playground');
     assert.equal(ownPlayground?.account_id, ana.id);
     assert.notEqual(ownPlayground?.id, playground?.id);
+
+    // One made before each was named for its person ("Playground" alone in the record): Usage and Activity name it
+    // for her as well, the owner's report and key names alike.
+    await waitForUsage(redis, (row) => row.key_id === playground!.id);
+    await (await testRecord(redis)).updateTable('api_keys').set({ name: 'Playground' }).where('id', '=', playground!.id).execute();
+    const owners = inTeam(owner.console, team.id);
+    const names = await owners.request<{ data: Array<{ id: string; name: string }> }>('GET', '/console/api/key-names');
+    assert.equal(names.json.data.find((key) => key.id === playground!.id)?.name, 'Playground (ana@teams.test)', JSON.stringify(names.json));
+    const usage = await owners.request<{ by_key: Array<{ key_id: string; key_name: string }> }>('GET', '/console/api/usage?days=7');
+    assert.equal(usage.json.by_key.find((row) => row.key_id === playground!.id)?.key_name, 'Playground (ana@teams.test)', JSON.stringify(usage.json.by_key));
   });
 
   it('answers 404 for a team one is not in, as for an unknown one', async () => {

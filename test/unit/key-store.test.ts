@@ -252,6 +252,31 @@ describe('KeyStore', () => {
     assert.deepEqual([again.keyId, again.cacheTtlS, again.cacheMaxTtlS], [first.keyId, 90, 120]);
   });
 
+  it('names each person’s Playground key in a team for them; one named "Playground" before is found again and renamed on its next use', async () => {
+    const team = await store.accounts.createTeam({ name: 'Research' });
+    const ana = await store.accounts.create({ email: 'ana@example.com' });
+    const ben = await store.accounts.create({ email: 'ben@example.com' });
+    const anaKey = (await store.playgroundAccess(team.id, ana.id)).keyId;
+    const benKey = (await store.playgroundAccess(team.id, ben.id)).keyId;
+    assert.deepEqual([(await store.get(anaKey))!.name, (await store.get(benKey))!.name], ['Playground (ana@example.com)', 'Playground (ben@example.com)']);
+    // A person's own account holds one Playground key: "Playground" says which.
+    assert.equal((await store.get((await store.playgroundAccess(ana.id)).keyId))!.name, 'Playground');
+    // Ben's, as one made before it was named for him, and Redis lost which key it is: found in the record by its old name, renamed.
+    await store.update(benKey, { name: 'Playground' });
+    await redis.hdel(accountKey(team.id), `playground_key:${ben.id}`);
+    assert.equal((await store.playgroundAccess(team.id, ben.id)).keyId, benKey);
+    assert.equal((await store.get(benKey))!.name, 'Playground (ben@example.com)');
+    const named = await store.record.selectFrom('api_keys').select('name').where('id', '=', benKey).executeTakeFirstOrThrow();
+    assert.equal(named.name, 'Playground (ben@example.com)', 'renamed in the record too');
+    // Found again by its new name as well.
+    await redis.hdel(accountKey(team.id), `playground_key:${ben.id}`);
+    assert.equal((await store.playgroundAccess(team.id, ben.id)).keyId, benKey);
+    // A name never longer than a key name may be.
+    const long = await store.accounts.create({ email: `${'x'.repeat(240)}@example.com` });
+    const longName = (await store.get((await store.playgroundAccess(team.id, long.id)).keyId))!.name;
+    assert.ok(longName.length <= 200 && longName.startsWith('Playground (xxx') && longName.endsWith('…)'), longName);
+  });
+
   it('makes records the billing admission accepts: the account balance decides', async () => {
     const a = await store.accounts.create({ email: 'b@example.com' });
     const key = await store.create('billed', { accountId: a.id });
