@@ -127,6 +127,18 @@ export interface SessionAnswer {
   csrf_token: string;
 }
 
+/**
+ * What a console page's HTML carries for its script (in `<meta name="switchyard-boot">`, JSON), so the first page
+ * of a visit draws at once and its own data are its only round of API calls: the answers `GET /console/api/config`,
+ * `GET /console/api/session` and, signed in, `GET /console/api/teams` would give.
+ */
+export interface ConsoleBoot {
+  config: ConsoleConfig;
+  session: SessionAnswer;
+  /** null when nobody is signed in. */
+  teams: TeamList | null;
+}
+
 export interface ConsoleConfig {
   /** Whether an administrator can sign in yet (false: the sign-in page says how the first one is made). */
   has_admin: boolean;

@@ -14,6 +14,8 @@ import { GatewayError } from '../../shared/errors.js';
  * and answers every page path so deep links and reloads work.
  */
 
+const notBuilt = () => new GatewayError(503, 'The console is not built: run `npm run build` (npm start does).', { type: 'server_error', code: 'console_not_built' });
+
 interface Asset {
   body: Buffer;
   gzip: Buffer | undefined;
@@ -75,11 +77,39 @@ export class ConsoleAssets {
     return this.built ? statSync(join(this.dir, 'index.html')).mtime : undefined;
   }
 
+  /** Whether `/console/<rest>` is a page (answered with index.html), not a built file or a missing one. */
+  isPage(rest: string): boolean {
+    return this.built && !this.files.has(rest) && !rest.startsWith('assets/') && !/\.[a-z0-9]+$/i.test(rest);
+  }
+
+  /**
+   * Answers a page with index.html carrying `boot` (ConsoleBoot) for its script, in a `<meta name="switchyard-boot">`
+   * before `</head>`: JSON in an attribute, every character HTML gives a meaning to written as an entity, so no value
+   * (a team's name, an email) can end the attribute or the tag. Never kept by a cache: it is the visitor's own.
+   */
+  servePage(ctx: Context, boot: unknown): void {
+    const index = this.files.get('index.html');
+    if (!index) throw notBuilt();
+    const html = index.body.toString('utf8');
+    const meta = `<meta name="switchyard-boot" content="${escapeAttribute(JSON.stringify(boot))}" />`;
+    // Before the head ends, else before the first script (the tag is read as the script starts).
+    const head = html.lastIndexOf('</head>');
+    const at = head >= 0 ? head : Math.max(0, html.indexOf('<script'));
+    const body = Buffer.from(`${html.slice(0, at)}${meta}\n  ${html.slice(at)}`, 'utf8');
+    ctx.set('cache-control', 'no-store');
+    ctx.vary('accept-encoding');
+    ctx.type = index.type;
+    if (body.length > 512 && /\bgzip\b/.test(ctx.get('accept-encoding'))) {
+      ctx.set('content-encoding', 'gzip');
+      ctx.body = gzipSync(body);
+    } else {
+      ctx.body = body;
+    }
+  }
+
   /** Serves `/console/<rest>`: a built file, or index.html for any page path. */
   serve(ctx: Context, rest: string): void {
-    if (!this.built) {
-      throw new GatewayError(503, 'The console is not built: run `npm run build` (npm start does).', { type: 'server_error', code: 'console_not_built' });
-    }
+    if (!this.built) throw notBuilt();
     const asset = this.files.get(rest);
     // A missing asset is a 404 (a stale tab asking for an old hash must not get HTML as script); any other path is a page.
     if (!asset && (rest.startsWith('assets/') || /\.[a-z0-9]+$/i.test(rest))) {
@@ -101,4 +131,11 @@ export class ConsoleAssets {
       ctx.body = file.body;
     }
   }
+}
+
+const entities: Record<string, string> = { '&': '&amp;', '"': '&quot;', "'": '&#39;', '<': '&lt;', '>': '&gt;' };
+
+/** Text as an HTML attribute's value holds it: `&`, quotes and angle brackets as entities. */
+function escapeAttribute(text: string): string {
+  return text.replace(/[&"'<>]/g, (char) => entities[char]!);
 }

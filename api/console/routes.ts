@@ -11,7 +11,7 @@ import { accountName, email, keyChanges, keyName, keySettings, newKeyLimits, par
 import { accountAuditFields, accountView, keyAuditFields, keyView } from '../accounts/views.js';
 import { recordChange } from '../accounts/audit-trail.js';
 import { auditSource, changedFields } from '../../storage/record/audit-log.js';
-import type { ConsoleConfig, CreatedKeyView, KeyName, KeyView, List, SessionAnswer, SignOutAnswer } from '../../shared/console-api.js';
+import type { ConsoleBoot, ConsoleConfig, CreatedKeyView, KeyName, KeyView, List, SessionAnswer, SignOutAnswer } from '../../shared/console-api.js';
 import { bodyLimit } from '../accounts/admin-api.js';
 import type { AuthState } from '../accounts/auth.js';
 import { serve } from '../requests/endpoint-route.js';
@@ -24,7 +24,7 @@ import { pricingList, requestHistogramReport, requestList, teamKeyNames, usageRe
 import { addAdminConsoleRoutes } from './admin-routes.js';
 import { addBatchConsoleRoutes } from './batch-routes.js';
 import { addAuditConsoleRoutes } from './audit-routes.js';
-import { addTeamConsoleRoutes } from './team-routes.js';
+import { addTeamConsoleRoutes, teamList } from './team-routes.js';
 import { addBudgetConsoleRoutes } from './budget-routes.js';
 import { queueDashboardEntry } from './queue-dashboard.js';
 import { isMockEnabled, isMockStandingIn } from '../../shared/vendors.js';
@@ -145,29 +145,37 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     return adminSeen;
   };
 
-  router.get('/api/config', async (ctx) => {
-    ctx.body = {
-      has_admin: await hasAdmin(),
-      signup: config.console.signup === 'open' && !passwordsOnlyForBreakGlass,
-      public_pricing: config.console.publicPricing,
-      base_url: config.publicBaseUrl ?? `${ctx.protocol}://${ctx.host}`,
-      queue_dashboard: queueDashboardEntry,
-      // What a member's own keys may set at most where an admin set nothing (null: unlimited).
-      key_defaults: { rpm: config.defaultKeyRpm ?? null, tpm: config.defaultKeyTpm ?? null },
-      // Whether answers may come from the built-in mock, and whether they are billed: the console's header says so.
-      mock: {
-        on: isMockEnabled(config),
-        billed: config.mock.billed,
-        models: isMockStandingIn(config) ? 'all' : isMockEnabled(config) ? deps.models.list().filter((model) => model.owned_by === 'mock').length : 0,
-      },
-      sso: { on: oidc !== undefined, label: oidcSettings?.name ?? '' },
-      password_signin: !passwordsOnlyForBreakGlass,
-    } satisfies ConsoleConfig;
+  /** The console's settings: `GET /console/api/config`'s answer, and a page's boot data. */
+  const consoleConfig = async (ctx: ConsoleContext): Promise<ConsoleConfig> => ({
+    has_admin: await hasAdmin(),
+    signup: config.console.signup === 'open' && !passwordsOnlyForBreakGlass,
+    public_pricing: config.console.publicPricing,
+    base_url: config.publicBaseUrl ?? `${ctx.protocol}://${ctx.host}`,
+    queue_dashboard: queueDashboardEntry,
+    // What a member's own keys may set at most where an admin set nothing (null: unlimited).
+    key_defaults: { rpm: config.defaultKeyRpm ?? null, tpm: config.defaultKeyTpm ?? null },
+    // Whether answers may come from the built-in mock, and whether they are billed: the console's header says so.
+    mock: {
+      on: isMockEnabled(config),
+      billed: config.mock.billed,
+      models: isMockStandingIn(config) ? 'all' : isMockEnabled(config) ? deps.models.list().filter((model) => model.owned_by === 'mock').length : 0,
+    },
+    sso: { on: oidc !== undefined, label: oidcSettings?.name ?? '' },
+    password_signin: !passwordsOnlyForBreakGlass,
   });
 
-  router.get('/api/session', async (ctx) => {
+  router.get('/api/config', async (ctx) => {
+    ctx.body = await consoleConfig(ctx);
+  });
+
+  /** Who is signed in on this browser, with the CSRF token its changes carry (the pre-session one when nobody is). */
+  const sessionAnswer = async (ctx: ConsoleContext): Promise<SessionAnswer> => {
     const found = await loadSession(ctx, deps);
-    ctx.body = (found ? { account: accountView(found.account), csrf_token: found.session.csrf } : { account: null, csrf_token: preSessionToken(ctx) }) satisfies SessionAnswer;
+    return found ? { account: accountView(found.account), csrf_token: found.session.csrf } : { account: null, csrf_token: preSessionToken(ctx) };
+  };
+
+  router.get('/api/session', async (ctx) => {
+    ctx.body = await sessionAnswer(ctx);
   });
 
   router.post('/api/session', async (ctx) => {
@@ -368,8 +376,25 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
 
   // ---- pages ----
 
-  router.get('/', (ctx) => deps.assets.serve(ctx, ''));
-  router.get('/{*rest}', (ctx) => deps.assets.serve(ctx, ctx.path.slice('/console/'.length)));
+  /**
+   * A page: index.html with what its script would ask for first (the settings, the session, the person's teams), so
+   * the first page of a visit is drawn at once and its own data are its only round of calls. Anything in the way of
+   * reading them (the record unreachable) leaves them out: the script asks for them itself, as it always could.
+   */
+  const page = async (ctx: ConsoleContext, rest: string) => {
+    if (!deps.assets.isPage(rest)) return deps.assets.serve(ctx, rest);
+    let boot: ConsoleBoot | undefined;
+    try {
+      const [config, session] = await Promise.all([consoleConfig(ctx), sessionAnswer(ctx)]);
+      boot = { config, session, teams: ctx.state.account ? await teamList(deps, ctx.state.account) : null };
+    } catch (error) {
+      ctx.state.log.warn({ err: error }, 'console page served without its boot data');
+    }
+    if (boot) deps.assets.servePage(ctx, boot);
+    else deps.assets.serve(ctx, rest);
+  };
+  router.get('/', (ctx) => page(ctx, ''));
+  router.get('/{*rest}', (ctx) => page(ctx, ctx.path.slice('/console/'.length)));
 
   return router;
 }

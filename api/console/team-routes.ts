@@ -34,18 +34,23 @@ export function memberView(member: TeamMember): TeamMemberView {
 /** A path's member id, bounded before it reaches the record. */
 const memberId = (value: unknown) => String(value).slice(0, 256);
 
+/** The signed-in person's teams with their role in each (the switcher's list), and for an admin every team: `GET /console/api/teams`'s answer. */
+export async function teamList(deps: ConsoleDeps, account: Account): Promise<TeamList> {
+  const teams = new TeamStore(deps.keyStore.accounts, deps.keyStore.record);
+  const [mine, all] = await Promise.all([teams.teamsOf(account), account.role === 'admin' ? teams.listTeams() : undefined]);
+  return {
+    object: 'list',
+    data: mine.map((m) => teamView(m.team, m.role)),
+    all_teams: all ? all.map(({ team, members }) => ({ id: team.id, name: team.name, members, created: team.created, balance_usd: balanceUsd(team) })) : null,
+  };
+}
+
 export function addTeamConsoleRoutes(router: Router, deps: ConsoleDeps): void {
   const teams = new TeamStore(deps.keyStore.accounts, deps.keyStore.record);
 
   router.get('/api/teams', async (ctx) => {
     const { account } = await requireSession(ctx, deps);
-    const mine = await teams.teamsOf(account);
-    const all = account.role === 'admin' ? await teams.listTeams() : undefined;
-    ctx.body = {
-      object: 'list',
-      data: mine.map((m) => teamView(m.team, m.role)),
-      all_teams: all ? all.map(({ team, members }) => ({ id: team.id, name: team.name, members, created: team.created, balance_usd: balanceUsd(team) })) : null,
-    } satisfies TeamList;
+    ctx.body = (await teamList(deps, account)) satisfies TeamList;
   });
 
   router.post('/api/teams', async (ctx) => {

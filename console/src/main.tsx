@@ -3,6 +3,7 @@ import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks'
 import './styles.css';
 import { api, messageOf, onNotSignedIn, onTeamLost, setCsrfToken, setCurrentTeam } from './api';
 import { AppContext, type AppState } from './app-context';
+import { takeBoot } from './boot';
 import { PublicShell, Shell, Logo } from './components/shell';
 import { navigate, usePath, Link } from './router';
 import type { Account, ConsoleConfig, SessionAnswer, SignOutAnswer, TeamList } from './types';
@@ -105,19 +106,33 @@ function BootFailed({ message, retry }: { message: string; retry: () => void }) 
   );
 }
 
+/** What the page's HTML brought (the settings, the session, the teams), read before the first render. */
+const boot = takeBoot();
+if (boot) setCsrfToken(boot.session.csrf_token);
+
 function App() {
   const path = usePath();
-  const [config, setConfig] = useState<ConsoleConfig | undefined>(undefined);
-  const [account, setAccount] = useState<Account | null | undefined>(undefined);
+  // Drawn from the boot data when the HTML brought it: the first page reads its own data in its first render's effects.
+  const [config, setConfig] = useState<ConsoleConfig | undefined>(boot && { ...boot.config, base_url: boot.config.base_url || location.origin });
+  const [account, setAccount] = useState<Account | null | undefined>(boot?.session.account);
   const [bootError, setBootError] = useState<string | undefined>(undefined);
   const [attempt, setAttempt] = useState(0);
-  const [teams, setTeams] = useState<TeamList | undefined>(undefined);
+  const [teams, setTeams] = useState<TeamList | undefined>(boot?.teams ?? undefined);
   /** The team picked in the switcher (or remembered by this browser); '' for the person's own account. */
-  const [teamId, setTeamId] = useState('');
+  const [teamId, setTeamId] = useState(() => (boot?.session.account ? rememberedTeam(boot.session.account.id) : ''));
   /** Where a signed-out visit wanted to go: the sign-in leads there. */
   const wanted = useRef<string | undefined>(undefined);
+  /** The boot data's session and teams, not asked for again by the effects that read them on start (each takes its own once). */
+  const bootSession = useRef(!!boot);
+  const bootTeams = useRef(boot?.session.account && boot.teams ? boot.session.account.id : undefined);
+  /** Where a redirect leads (its path), set before it: no page the person went to, so nothing is read again for it. */
+  const redirecting = useRef<string | undefined>(undefined);
 
   useEffect(() => {
+    if (bootSession.current) {
+      bootSession.current = false;
+      return;
+    }
     let stale = false;
     setBootError(undefined);
     Promise.all([api<ConsoleConfig>('GET', '/config'), api<SessionAnswer>('GET', '/session')])
@@ -156,6 +171,12 @@ function App() {
 
   // A person signing in starts in the team this browser remembers for them, once the list says they are still in it.
   useEffect(() => {
+    // The page's HTML brought this person's teams (and the remembered team was taken with them).
+    if (accountId && bootTeams.current === accountId) {
+      bootTeams.current = undefined;
+      return;
+    }
+    bootTeams.current = undefined;
     setTeams(undefined);
     setTeamId(accountId ? rememberedTeam(accountId) : '');
     refreshTeams();
@@ -212,14 +233,17 @@ function App() {
     navigate(signInPath);
   }, []);
 
-  // The balance shown in the sidebar follows the account as pages change.
+  // The balance shown in the sidebar follows the account as pages change: read again on each page the person goes
+  // to, not on the first (just read) nor where a redirect leads (the sign-in's, which just read them too).
   const firstPath = useRef(true);
   useEffect(() => {
     if (firstPath.current) {
       firstPath.current = false;
       return;
     }
-    if (account) {
+    const redirected = redirecting.current === path;
+    redirecting.current = undefined;
+    if (account && !redirected) {
       refreshAccount();
       refreshTeams();
     }
@@ -251,6 +275,7 @@ function App() {
     if (!redirect) return;
     if (redirect === signInPath && known) wanted.current = location.pathname + location.search;
     if (redirect !== signInPath) wanted.current = undefined;
+    redirecting.current = redirect.split('?')[0]!.replace(/\/+$/, '') || '/';
     navigate(redirect, { replace: true });
   }, [redirect]);
 

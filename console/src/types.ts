@@ -16,6 +16,7 @@ export type {
   BatchPage,
   ChannelView as Channel,
   ConsoleBatch as Batch,
+  ConsoleBoot,
   ConsoleConfig,
   CreatedKeyView as CreatedKey,
   KeyName,

@@ -1,6 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -90,6 +90,43 @@ describe('console assets', () => {
       const body = await res.text();
       assert.doesNotMatch(body, /secret-ish|"name": "switchyard"/, path);
       assert.ok(res.status === 404 || body.includes('<title>Switchyard</title>'), `${path}: ${res.status}`);
+    }
+  });
+
+  it('brings a page its boot data in a meta tag no value can break out of, kept by no cache', async () => {
+    const assets = new ConsoleAssets(dir);
+    // Names and emails are anyone's to choose: each character HTML gives a meaning to, and some that JSON does.
+    const hostile = `"'><script>alert(1)</script></head>&amp;&#34;\u2028${'x'.repeat(2000)}`;
+    const boot = { config: { base_url: '' }, session: { account: { id: 'acct_1', role: 'member', email: hostile, name: hostile }, csrf_token: 'token' }, teams: { object: 'list', data: [{ name: hostile }], all_teams: null } };
+    const app = new Koa();
+    app.use((ctx) => {
+      const rest = ctx.path.replace(/^\/console\/?/, '');
+      if (assets.isPage(rest)) assets.servePage(ctx, boot);
+      else assets.serve(ctx, rest);
+    });
+    const paged = createServer(app.callback());
+    await new Promise<void>((resolve) => paged.listen(0, '127.0.0.1', resolve));
+    try {
+      const at = `http://127.0.0.1:${(paged.address() as { port: number }).port}`;
+      for (const path of ['/console', '/console/keys', '/console/admin/accounts']) {
+        const res = await fetch(`${at}${path}`, { headers: { 'accept-encoding': 'gzip' } });
+        assert.equal(res.status, 200, path);
+        assert.equal(res.headers.get('cache-control'), 'no-store', path);
+        assert.equal(res.headers.get('etag'), null, path);
+        const html = await res.text();
+        // One meta tag, then the page as built: nothing of the values outside the attribute.
+        const metas = [...html.matchAll(/<meta name="switchyard-boot" content="([^"]*)" \/>/g)];
+        assert.equal(metas.length, 1, html.slice(0, 300));
+        assert.equal(html.replace(metas[0]![0], '').replace(/\n\s*/g, ''), readFileSync(join(dir, 'index.html'), 'utf8'));
+        assert.doesNotMatch(metas[0]![1]!, /[<>"']/);
+        const content = metas[0]![1]!.replace(/&(amp|quot|#39|lt|gt);/g, (_, name: string) => ({ amp: '&', quot: '"', '#39': "'", lt: '<', gt: '>' })[name]!);
+        assert.deepEqual(JSON.parse(content), boot);
+      }
+      // A file is served as it is, a missing one is still a 404.
+      assert.equal(await (await fetch(`${at}/console/assets/index-abc123.js`)).text(), script);
+      assert.equal((await fetch(`${at}/console/assets/index-old999.js`)).status, 404);
+    } finally {
+      paged.close();
     }
   });
 
