@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { type Browser, type Page } from 'playwright-core';
 import WebSocket from 'ws';
 import { launchChromium } from '../support/browser.js';
-import { boxOverrun, closeClean, openContext, pageOverrun, screenshots, signIn } from '../support/console-browser.js';
+import { assertCellsKeepTheirText, boxOverrun, closeClean, openContext, pageOverrun, screenshots, signIn } from '../support/console-browser.js';
 import { adminRequest } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';
 import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
@@ -845,5 +845,64 @@ describe('console activity page in a real browser', () => {
     assert.deepEqual(latencies, ['none|batch', '"Latency "|1.23 s']);
     await shoot(phonePage, 'activity-batch-phone');
     await closeClean(phoneContext, 'batches, phone');
+  });
+
+  it('keeps each cell\'s text in its cell at 1280 and 390 px: a speech request\'s "512 / 7 s audio", a large token count, a saving', async () => {
+    // A member of their own whose settlements are written as the usage writer writes them.
+    const email = 'fit@activity-browser.test';
+    const password = 'fit-password';
+    const account = (await (await adminApi('POST', '/admin/accounts', { email, password, role: 'member' })).json()) as { id: string };
+    const key = (await (await adminApi('POST', '/admin/keys', { name: 'a key with a name long enough to be cut short in its cell', account_id: account.id })).json()) as { id: string };
+    const now = Math.floor(Date.now() / 1000);
+    const settled = (fields: Partial<UsageRow> & Pick<UsageRow, 'request_id' | 'model' | 'endpoint' | 'created'>): UsageRow => ({
+      account_id: account.id,
+      key_id: key.id,
+      vendor: 'mock',
+      input_tokens: 0,
+      cached_tokens: 0,
+      output_tokens: 0,
+      images: 0,
+      audio_seconds: 0,
+      video_seconds: 0,
+      cost_micros: 1_234,
+      status: 'completed',
+      duration_ms: 2_345,
+      ...fields,
+    });
+    const record = await testRecord(redisUrl);
+    await record.transaction().execute((tx) =>
+      writeUsage(tx, [
+        settled({ request_id: 'req_fit_speech', model: 'mock-speech', endpoint: 'audio.speech', input_tokens: 512, output_tokens: 140, audio_seconds: 7, created: now - 10 }),
+        settled({ request_id: 'req_fit_large', model: 'gpt-4o-mini', endpoint: 'chat.completions', input_tokens: 1_234_567, output_tokens: 98_765, cost_micros: 12_345_678, created: now - 20 }),
+        settled({ request_id: 'req_fit_saved', model: 'gpt-4o-mini', endpoint: 'chat.completions', input_tokens: 10, output_tokens: 5, cost_micros: 0, cache: 'hit', saved_micros: 1_234, created: now - 30 }),
+      ]),
+    );
+
+    for (const [label, viewport] of [
+      ['desktop', desktop],
+      ['phone', phone],
+    ] as const) {
+      for (const [who, signInAs, signInPassword, address] of [
+        ['member', email, password, '/console/activity'],
+        ['admin', adminEmail, adminPassword, `/console/activity?account_id=${account.id}`],
+      ] as const) {
+        const context = await openContext(browser, gateway.url, viewport);
+        const page = await context.newPage();
+        await signIn(page, signInAs, signInPassword);
+        await page.goto(address);
+        await rowsShown(page, 3, `${who}'s rows at ${label} width`);
+        const speech = bodyRows(page).filter({ hasText: 'mock-speech' });
+        if (viewport === desktop) {
+          // The speech row's tokens as the issue saw them: the text's tokens in, the audio's seconds out.
+          assert.equal((await speech.locator('.col-tokens').innerText()).replace(/\s+/g, ' ').trim(), '512 / 7 s audio');
+          assert.ok((await boxOverrun(table(page))) <= 1, `${who}, ${label}: every column in sight`);
+        }
+        // Newest first: the speech, the large count, the saving.
+        for (const [i, name] of ['speech', 'large', 'saved'].entries()) await assertCellsKeepTheirText(bodyRows(page).nth(i), `${who}, ${label}, the ${name} row`);
+        assert.ok((await pageOverrun(page)) <= 0, `${who}, ${label}: no sideways scroll`);
+        await shoot(page, `activity-fit-${who}-${label}`);
+        await closeClean(context, `cells kept, ${who}, ${label}`);
+      }
+    }
   });
 });

@@ -50,6 +50,7 @@ interface Row {
   endpoint: string | null;
   cost_micros: number;
   cost_usd: number;
+  audio_seconds: number;
   settled: boolean;
   status: string;
 }
@@ -114,6 +115,9 @@ describe('the Playground’s Speech tab in a real browser', () => {
     return found!;
   }
 
+  /** Each clip spoken: its length as the browser read it, and the whole seconds billed for it. */
+  const lengths: Array<{ seconds: number; billed: number }> = [];
+
   /** Speaks `text` and returns the request's id, from the link to its Activity row. */
   async function speakAndCheck(page: Page, text: string, format: string, label: string): Promise<string> {
     const sent = page.waitForRequest((request) => request.url().endsWith('/console/api/playground/audio/speech') && request.method() === 'POST');
@@ -147,6 +151,14 @@ describe('the Playground’s Speech tab in a real browser', () => {
     const dollars = Number(amount.slice(1).replace(/,/g, ''));
     assert.ok(Math.abs(dollars - row.cost_usd) <= row.cost_usd * 5e-4 + 5e-7, `${label}: ${shown} against ${row.cost_usd}`);
     assert.match(await page.locator('.speech-meta').innerText(), new RegExp(`${[...text].length} characters`));
+    // The clip's own length, as the browser reads it from the audio ("2.16 s long"), beside the whole seconds billed
+    // for it ("3 s billed"), each said as what it is: the billed count is never given as the clip's length.
+    const meta = page.locator('.speech-meta');
+    await meta.getByText(`${audio.duration.toLocaleString('en-US', { maximumFractionDigits: 2 })} s long`, { exact: true }).waitFor();
+    assert.ok(row.audio_seconds > 0, `${label}: the record counts the audio's seconds`);
+    await meta.getByText(`${row.audio_seconds} s billed (whole seconds)`, { exact: true }).waitFor();
+    assert.doesNotMatch(await meta.innerText(), /s audio\b/, `${label}: no length without saying which`);
+    lengths.push({ seconds: audio.duration, billed: row.audio_seconds });
     return id;
   }
 
@@ -181,7 +193,8 @@ describe('the Playground’s Speech tab in a real browser', () => {
       assert.equal(await detail('Endpoint'), 'Speech (audio.speech)');
       // Read as speech: the text's tokens in, the audio's length and tokens out.
       assert.match(await detail('Text in'), /^\d+ tokens$/);
-      assert.match(await detail('Audio out'), /^\d[\d.]* s · \d+ audio tokens$/);
+      // The seconds there are the billed ones, whole, and say so.
+      assert.match(await detail('Audio out'), /^\d+ s billed \(whole seconds\) · \d+ audio tokens$/);
       assert.equal(await detail('Time to first audio') === '—', false);
       await page.keyboard.press('Escape');
       await dialog.waitFor({ state: 'detached' });
@@ -189,6 +202,8 @@ describe('the Playground’s Speech tab in a real browser', () => {
       await page.waitForURL((url) => !url.searchParams.has('request'));
       await closeClean(context, `speech, ${label}`);
     }
+    // A clip whose length is not a whole number of seconds, so the length shown and the seconds billed differ.
+    assert.ok(lengths.some(({ seconds, billed }) => Math.abs(seconds - billed) >= 0.01), `a clip of a part second: ${JSON.stringify(lengths)}`);
   });
 
   it('plays every other format the mock claims (raw PCM made a WAV by the page), and keeps the audio across tabs', async () => {

@@ -9,6 +9,14 @@ import { waitFor } from './gateway.js';
  * that fits its window (its own width, each table's scroll box).
  */
 
+/** A box on the page, as getBoundingClientRect gives it (px). */
+export interface Box {
+  left: number;
+  right: number;
+  top: number;
+  bottom: number;
+}
+
 export interface Viewport {
   width: number;
   height: number;
@@ -139,6 +147,62 @@ export async function assertFits(page: Page, what: string, slack = 0): Promise<v
   assert.ok(boxes.length > 0, `${what}: a table`);
   assert.ok(overrun <= 0, `${what}: the page is ${overrun}px wider than the window`);
   for (const box of boxes) assert.ok(box.box <= slack && box.table <= slack, `${what}, ${box.name}: ${JSON.stringify(box)}`);
+}
+
+/**
+ * Each shown cell of a row as drawn: its box, and the box of every piece of its text, cut to what the boxes holding it
+ * (the cell among them) let show when they hide what overflows them. A piece narrower or lower than a pixel (a
+ * visually hidden label) is not drawn text.
+ */
+export function drawnCells(row: Locator): Promise<Array<{ name: string; box: Box; texts: Array<Box & { text: string }> }>> {
+  // No named function inside: the page runs this as it is, without the helpers a build adds to name them.
+  return row.evaluate((tr) =>
+    [...tr.querySelectorAll<HTMLElement>(':scope > td')]
+      .filter((td) => td.getClientRects().length > 0)
+      .map((td) => {
+        const cell = td.getBoundingClientRect();
+        const texts: Array<Box & { text: string }> = [];
+        const walker = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+        for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+          const text = (node.textContent ?? '').trim();
+          if (!text) continue;
+          let clip = { left: -Infinity, right: Infinity, top: -Infinity, bottom: Infinity };
+          for (let at = node.parentElement; at; at = at.parentElement) {
+            if (getComputedStyle(at).overflowX !== 'visible') {
+              const r = at.getBoundingClientRect();
+              clip = { left: Math.max(clip.left, r.left), right: Math.min(clip.right, r.right), top: Math.max(clip.top, r.top), bottom: Math.min(clip.bottom, r.bottom) };
+            }
+            if (at === td) break;
+          }
+          const range = document.createRange();
+          range.selectNodeContents(node);
+          for (const rect of range.getClientRects()) {
+            const piece = { text, left: Math.max(rect.left, clip.left), right: Math.min(rect.right, clip.right), top: Math.max(rect.top, clip.top), bottom: Math.min(rect.bottom, clip.bottom) };
+            if (piece.right - piece.left > 1 && piece.bottom - piece.top > 1) texts.push(piece);
+          }
+        }
+        return { name: td.className, box: { left: cell.left, right: cell.right, top: cell.top, bottom: cell.bottom }, texts };
+      }),
+  );
+}
+
+/** Asserts no text of a row's cells runs out of its cell (into a neighbour's), and no two cells' boxes overlap. */
+export async function assertCellsKeepTheirText(row: Locator, what: string): Promise<void> {
+  const cells = await drawnCells(row);
+  assert.ok(cells.length >= 4, `${what}: the row's cells: ${JSON.stringify(cells)}`);
+  const within = (inner: Box, outer: Box) => inner.left >= outer.left - 0.5 && inner.right <= outer.right + 0.5 && inner.top >= outer.top - 0.5 && inner.bottom <= outer.bottom + 0.5;
+  const overlap = (a: Box, b: Box) => Math.min(a.right, b.right) - Math.max(a.left, b.left) > 0.5 && Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 0.5;
+  const wrong: string[] = [];
+  for (const [i, cell] of cells.entries()) {
+    for (const piece of cell.texts) if (!within(piece, cell.box)) wrong.push(`"${piece.text}" runs out of its cell (${cell.name}): ${JSON.stringify({ piece, cell: cell.box })}`);
+    for (const other of cells.slice(i + 1)) {
+      if (overlap(cell.box, other.box)) wrong.push(`the cells ${cell.name} and ${other.name} overlap: ${JSON.stringify([cell.box, other.box])}`);
+      for (const piece of cell.texts) {
+        for (const theirs of other.texts) if (overlap(piece, theirs)) wrong.push(`"${piece.text}" (${cell.name}) runs into "${theirs.text}" (${other.name})`);
+      }
+    }
+  }
+  assert.deepEqual(wrong, [], what);
 }
 
 /** The whole number a text starts with ("1,234 requests" → 1234; NaN when none). */

@@ -4,7 +4,7 @@ import { useAccount, useTeam } from '../app-context';
 import { BarChart, type Series } from '../components/bar-chart';
 import { type Column, PagedTable } from '../components/data-table';
 import { Dialog, ErrorMessage, PageHeader, useApi, useTitle } from '../components/ui';
-import { barLabel, compactCount, count, duration, fullTime, money, number, requestTime } from '../format';
+import { barLabel, compactCount, count, duration, fullTime, money, number, requestTimeHalves } from '../format';
 import { usePagedList } from '../paged-list';
 import { Link, navigate, useSearch } from '../router';
 import { mayUseKeys } from '../teams';
@@ -188,11 +188,14 @@ const closeReasons: Record<string, string> = {
   refused: 'Refused',
 };
 
-/** A speech request's audio: its length, and the audio tokens billed for it when the model bills by the token. */
+/**
+ * A speech request's audio as billed: its seconds (whole ones, as billing counts them: a 2.16 s clip is 3 s here,
+ * its own length is the Playground's to say), and its audio tokens when the model bills by the token.
+ */
 function audioOut(row: ActivityRow): string {
   if (!row.settled) return '—';
   const parts: string[] = [];
-  if (row.audio_seconds) parts.push(`${number(row.audio_seconds)} s`);
+  if (row.audio_seconds) parts.push(`${count(row.audio_seconds)} s billed (whole seconds)`);
   if (row.output_tokens) parts.push(`${count(row.output_tokens)} audio tokens`);
   return parts.join(' · ') || '—';
 }
@@ -211,13 +214,40 @@ function rowLatency(row: ActivityRow): string {
   return '—';
 }
 
-function tokens(row: ActivityRow): string {
-  if (!row.settled) return '—';
+/** A token count for a narrow cell: whole up to 99,999, then short ("1.2M"); the whole number is in the cell's title. */
+const cellCount = (n: number) => (n < 100_000 ? count(n) : compactCount(n));
+
+/**
+ * A row's tokens in and out, as its cell shows them: in, then out, each kept whole and on two lines where the column
+ * is narrower than both. Speech: the text's tokens in (none counted for a model billed by the character), the
+ * seconds of audio billed out (whole seconds: the clip's own length is the Playground's to say).
+ */
+function tokenHalves(row: ActivityRow): [string, string] | undefined {
   // A hit billed no tokens: its row says what it saved instead (the stored answer's tokens are not recorded).
-  if (row.cache === 'hit') return '—';
-  // Speech: the text's tokens in (none counted for a model billed by the character), its audio's length out.
-  if (isSpeech(row)) return `${row.input_tokens ? count(row.input_tokens) : '—'} / ${row.audio_seconds ? `${number(row.audio_seconds)} s audio` : count(row.output_tokens)}`;
-  return `${count(row.input_tokens)} / ${count(row.output_tokens)}`;
+  if (!row.settled || row.cache === 'hit') return undefined;
+  if (isSpeech(row)) return [`${row.input_tokens ? cellCount(row.input_tokens) : '—'} /`, row.audio_seconds ? `${count(row.audio_seconds)} s audio` : cellCount(row.output_tokens)];
+  return [`${cellCount(row.input_tokens)} /`, cellCount(row.output_tokens)];
+}
+
+function tokens(row: ActivityRow) {
+  const halves = tokenHalves(row);
+  if (!halves) return '—';
+  return (
+    <>
+      <span class="nowrap">{halves[0]}</span> <span class="nowrap">{halves[1]}</span>
+    </>
+  );
+}
+
+/** What a row's tokens cell says in full, in its title. */
+function tokensTitle(row: ActivityRow): string | undefined {
+  if (!row.settled) return undefined;
+  if (row.cache === 'hit') return 'Answered from the cache: no tokens billed';
+  if (isSpeech(row)) {
+    const heard = row.audio_seconds ? `${count(row.audio_seconds)} s of audio billed (whole seconds)` : `${count(row.output_tokens)} audio tokens`;
+    return `${row.input_tokens ? `${count(row.input_tokens)} tokens in` : 'Billed by the character'}; ${heard}`;
+  }
+  return `${count(row.input_tokens)} tokens in, ${count(row.output_tokens)} out`;
 }
 
 function media(row: ActivityRow): string {
@@ -386,21 +416,25 @@ function requestColumns({ accountNames, keyNames, open }: { accountNames: Map<st
     {
       id: 'time',
       label: 'Time',
-      class: 'nowrap col-time',
+      class: 'col-time',
       title: (row) => fullTime(row.created),
-      cell: (row) => (
-        <button
-          type="button"
-          class="link-button row-open"
-          aria-label={`Details of the ${row.status} request at ${fullTime(row.created)}`}
-          onClick={(event) => {
-            event.stopPropagation();
-            open(row);
-          }}
-        >
-          {requestTime(row.created)}
-        </button>
-      ),
+      cell: (row) => {
+        // The day and the time with its zone, on two lines where the column is narrower than both.
+        const [day, time] = requestTimeHalves(row.created);
+        return (
+          <button
+            type="button"
+            class="link-button row-open"
+            aria-label={`Details of the ${row.status} request at ${fullTime(row.created)}`}
+            onClick={(event) => {
+              event.stopPropagation();
+              open(row);
+            }}
+          >
+            {day && <span class="nowrap">{day}</span>} <span class="nowrap">{time}</span>
+          </button>
+        );
+      },
     },
     !!accountNames && {
       id: 'account',
@@ -493,7 +527,7 @@ function requestColumns({ accountNames, keyNames, open }: { accountNames: Map<st
       priority: 'wide',
       headerClass: 'wrap-head',
       class: 'col-tokens',
-      title: (row) => (row.cache === 'hit' && row.settled ? 'Answered from the cache: no tokens billed' : undefined),
+      title: tokensTitle,
       cell: tokens,
     },
     {

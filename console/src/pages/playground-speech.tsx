@@ -58,6 +58,8 @@ interface Spoken {
   model: string;
   voice: string;
   characters: number;
+  /** The clip's own length (seconds), as the browser reads it from the audio once its metadata is in. */
+  seconds?: number;
   requestId: string | null;
   /** The server's clock when it answered (unix seconds), so the log is read from then whatever the browser's clock says. */
   answeredAt: number;
@@ -145,6 +147,8 @@ export function activityAddress(model: string, requestId: string): string {
 
 function CostLine({ spoken, cost }: { spoken: Spoken; cost: CostState | undefined }) {
   const parts: string[] = [`${count(spoken.characters)} character${spoken.characters === 1 ? '' : 's'}`];
+  // The clip's real length; what is billed is counted in whole seconds (a 2.16 s clip is billed as 3 s), said as such below.
+  if (spoken.seconds !== undefined) parts.push(`${number(spoken.seconds)} s long`);
   let amount = <span class="muted">Cost: reading…</span>;
   if (cost?.state === 'settled') {
     const row = cost.row;
@@ -154,7 +158,7 @@ function CostLine({ spoken, cost }: { spoken: Spoken; cost: CostState | undefine
       </strong>
     );
     if (row.input_tokens || row.output_tokens) parts.push(`${count(row.input_tokens)} tokens in / ${count(row.output_tokens)} out`);
-    if (row.audio_seconds) parts.push(`${number(row.audio_seconds)} s audio`);
+    if (row.audio_seconds) parts.push(`${count(row.audio_seconds)} s billed (whole seconds)`);
   } else if (cost?.state === 'late') {
     amount = <span class="muted">Cost: not in the log yet</span>;
   } else if (cost?.state === 'failed') {
@@ -351,7 +355,18 @@ export function Speech({ models, loading, state }: { models: PricedModel[]; load
         <section class="speech-result" aria-label="Spoken audio" aria-busy={busy}>
           {spoken ? (
             <>
-              <audio controls preload="auto" src={spoken.url} class="speech-audio" aria-label={`${spoken.model}, voice ${spoken.voice}`} />
+              <audio
+                controls
+                preload="auto"
+                src={spoken.url}
+                class="speech-audio"
+                aria-label={`${spoken.model}, voice ${spoken.voice}`}
+                onLoadedMetadata={(event) => {
+                  // A length the browser cannot tell (a stream's Infinity, NaN) is left unsaid.
+                  const seconds = event.currentTarget.duration;
+                  if (Number.isFinite(seconds) && seconds > 0 && spoken.seconds !== seconds) setSpoken({ ...spoken, seconds });
+                }}
+              />
               <CostLine spoken={spoken} cost={cost} />
               <a class="speech-download" href={spoken.url} download={`speech.${spoken.format === 'pcm' ? 'wav' : spoken.format}`}>
                 Download
