@@ -107,7 +107,7 @@ export async function enqueue(deps: EnqueueDeps, queue: Queue, job: JobPlan, bes
   const { fair: claim } = beside;
   const [reservedFirst, placed] = await Promise.allSettled([spend && !gate ? reserve() : undefined, placeJob(redis, queue, job.id, claim)]);
   // A job that never runs leaves the backlog again, and its account gets its tag's cost back.
-  const leave = () => void leaveBacklog(redis, queue.name, job.id).catch((error: unknown) => log.warn({ err: error }, 'could not uncount a job that was not queued (the recount will)'));
+  const leave = leaving(redis, queue, job, log);
   if (placed.status === 'rejected') {
     if (spend && reservedFirst.status === 'fulfilled' && reservedFirst.value) {
       await releaseReservation(redis, spend.access.accountId, job.data.requestId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a job that was not queued'));
@@ -145,6 +145,11 @@ export async function enqueue(deps: EnqueueDeps, queue: Queue, job: JobPlan, bes
   return { headers, abandon };
 }
 
+/** What uncounts a job that was not queued, or will never run, from its queue's backlog (its account gets its tag's cost back). */
+function leaving(redis: Redis, queue: Queue, job: JobPlan, log: Logger): () => void {
+  return () => void leaveBacklog(redis, queue.name, job.id).catch((error: unknown) => log.warn({ err: error }, 'could not uncount a job that was not queued (the recount will)'));
+}
+
 /** What gives back a job that will never run (removed while waiting): its backlog place, its reservation, its uploads. */
 function abandonment(deps: EnqueueDeps, job: JobPlan, spend: Beside['spend'], leave: () => void, log: Logger): () => void {
   return () => {
@@ -173,6 +178,5 @@ async function admitInOneStep(deps: EnqueueDeps, queue: Queue, job: JobPlan, bes
   // Refused: the 429's headers and message, thrown; admitted: the key's rate-limit headers.
   const headers = admission.outcome ? admitted(admission.outcome, spend!.access) : {};
   if (admission.placed?.behindOthers && claim.tier === 'priority') job.data.contended = true;
-  const leave = () => void leaveBacklog(deps.redis, queue.name, job.id).catch((error: unknown) => log.warn({ err: error }, 'could not uncount a job that was not queued (the recount will)'));
-  return { headers, abandon: abandonment(deps, job, spend, leave, log) };
+  return { headers, abandon: abandonment(deps, job, spend, leaving(deps.redis, queue, job, log), log) };
 }
