@@ -103,6 +103,28 @@ export function queueUnavailable(caught: unknown): GatewayError | undefined {
   });
 }
 
+/** Set by the record's pool (storage/record/database.ts) on an error of taking a connection: PostgreSQL could not be reached. */
+export const recordUnreachable = Symbol.for('switchyard.recordUnreachable');
+
+/** SQLSTATE classes that say the server is away, not that the statement was wrong: 08 (connection), 57P0x (shutting down, starting up). */
+const recordAwayState = /^(08\d{3}|57P0\d)$/;
+
+/**
+ * The 503 for an error that says PostgreSQL could not be reached (stopped, restarting, refusing connections):
+ * a retry shortly may well succeed. Undefined for any other error. Checked before `queueUnavailable`, whose
+ * connection errors would otherwise name the wrong server.
+ */
+export function recordUnavailable(caught: unknown): GatewayError | undefined {
+  const error = caught as { [recordUnreachable]?: boolean; code?: unknown } | null;
+  if (!error || (error[recordUnreachable] !== true && !(typeof error.code === 'string' && recordAwayState.test(error.code)))) return undefined;
+  return new GatewayError(503, 'The gateway cannot reach its record right now; retry shortly.', {
+    code: 'record_unavailable',
+    headers: { 'retry-after': '2' },
+    retryable: true,
+    cause: caught,
+  });
+}
+
 export const timeoutError = (message = 'The request timed out before the model answered.') =>
   new GatewayError(504, message, { type: 'server_error', code: 'timeout' });
 

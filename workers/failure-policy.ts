@@ -1,6 +1,6 @@
 import { DelayedError, UnrecoverableError, type Job } from 'bullmq';
 import type { Config } from '../shared/config.js';
-import { GatewayError, queueUnavailable, serverError } from '../shared/errors.js';
+import { GatewayError, queueUnavailable, recordUnavailable, serverError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 
 /**
@@ -148,6 +148,12 @@ export async function runsNoMore(job: Job, error: unknown): Promise<boolean> {
 /** Anything thrown that is not already a GatewayError is a bug of ours: logged, and a 500 to the client. */
 export function toGatewayError(caught: unknown, log: Logger): GatewayError {
   if (caught instanceof GatewayError) return caught;
+  // PostgreSQL away mid-job (a job that reads the record: a batch line's file, say): the same, named for the record.
+  const recordAway = recordUnavailable(caught);
+  if (recordAway) {
+    log.warn({ err: caught }, 'the record unavailable during the job');
+    return recordAway;
+  }
   // Redis lost mid-job (a restart, a failover): retried like a vendor's 503, and named as what it is if it lasts.
   const unavailable = queueUnavailable(caught);
   if (unavailable) {

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Middleware } from 'koa';
-import { GatewayError, queueUnavailable, serverError } from '../../shared/errors.js';
+import { GatewayError, queueUnavailable, recordUnavailable, serverError } from '../../shared/errors.js';
 import { lazyChild, type Logger } from '../../shared/logger.js';
 import { anthropicErrorBody, anthropicStatus, speaksAnthropic } from '../../shared/messages.js';
 import { geminiErrorBody, speaksGoogle } from '../../shared/gemini.js';
@@ -110,7 +110,7 @@ export function envelope<S>(log: Logger, notes: EnvelopeNotes<S>): Middleware<Re
 
 function toGatewayError(caught: unknown): GatewayError {
   if (caught instanceof GatewayError) return caught;
-  const unavailable = queueUnavailable(caught);
+  const unavailable = recordUnavailable(caught) ?? queueUnavailable(caught);
   if (unavailable) return unavailable;
   // Koa and Node raise HttpErrors (e.g. a malformed URL); keep their status when it is a client error.
   const status = (caught as { status?: number }).status;

@@ -1,4 +1,5 @@
 import { Kysely, PostgresDialect, sql, type Generated } from 'kysely';
+import { recordUnreachable } from '../../shared/errors.js';
 import pg from 'pg';
 import type { UsageMetric } from '../../shared/accounts.js';
 import type { RequestLogColumns, UsageColumns } from '../../shared/money/usage.js';
@@ -225,7 +226,18 @@ export async function openRecord(url: string, options: OpenRecordOptions = {}): 
   // drops a client that can no longer be queried when it comes back.
   pool.on('error', () => undefined);
   pool.on('connect', (client) => client.on('error', () => undefined));
-  const db = new Kysely<RecordTables>({ dialect: new PostgresDialect({ pool }) });
+  // An error taking a connection is the server away (refused, reset, starting up): marked so, an answer names the
+  // record, not the queue (shared/errors.ts recordUnavailable).
+  const marked = {
+    connect: () =>
+      pool.connect().catch((error: unknown) => {
+        if (error && typeof error === 'object') Object.defineProperty(error, recordUnreachable, { value: true });
+        throw error;
+      }),
+    end: () => pool.end(),
+    options: pool.options,
+  };
+  const db = new Kysely<RecordTables>({ dialect: new PostgresDialect({ pool: marked }) });
   if (options.migrate !== false) {
     try {
       await migrateRecord(db as unknown as Kysely<unknown>);

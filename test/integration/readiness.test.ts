@@ -128,6 +128,22 @@ describe('ready means ready: /readyz waits for the workers and the record', () =
     assert.equal(down!.body.redis, true);
     // Alive though not ready.
     assert.equal((await fetch(`${url}/healthz`)).status, 200);
+    // A request that reads the record is told the record is away (not the queue), in its dialect, with a retry.
+    const { key } = await createKey(redis, 'record-away');
+    const openai = await fetch(`${url}/v1/batches`, { headers: { authorization: `Bearer ${key}` } });
+    assert.equal(openai.status, 503);
+    assert.equal(openai.headers.get('retry-after'), '2');
+    const openaiBody = (await openai.json()) as { error: { code: string; type: string; message: string } };
+    assert.equal(openaiBody.error.code, 'record_unavailable', JSON.stringify(openaiBody));
+    assert.equal(openaiBody.error.type, 'server_error');
+    assert.match(openaiBody.error.message, /record/);
+    const anthropic = await fetch(`${url}/v1/messages/batches`, { headers: { 'x-api-key': key, 'anthropic-version': '2023-06-01' } });
+    // Anthropic's dialect answers a 503 as its own overloaded 529, which its clients retry.
+    assert.equal(anthropic.status, 529);
+    assert.equal(anthropic.headers.get('retry-after'), '2');
+    const anthropicBody = (await anthropic.json()) as { type: string; error: { type: string; message: string } };
+    assert.equal(anthropicBody.type, 'error');
+    assert.match(anthropicBody.error.message, /record/, JSON.stringify(anthropicBody));
 
     await postgres.start();
     await waitFor(async () => (await readyz(url).catch(() => undefined))?.status === 200, 20_000, '/readyz to say ready again');

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { loadConfig } from '../../shared/config.js';
-import { GatewayError } from '../../shared/errors.js';
+import { GatewayError, recordUnreachable } from '../../shared/errors.js';
 import { DelayedError, UnrecoverableError } from 'bullmq';
 import { AsyncJobFailure } from '../../shared/async-job-failure.js';
 import { channelFaultCodes, decideFailure, isChannelFault, isFinalFailure, queueSignal, toGatewayError, type FailedAttempt } from '../../workers/failure-policy.js';
@@ -41,6 +41,24 @@ describe('failure policy', () => {
     }
     const bug = toGatewayError(new TypeError('undefined is not a function'), log);
     assert.deepEqual([bug.status, bug.code, bug.retryable], [500, 'server_error', false]);
+  });
+
+  it('names PostgreSQL away (a refused connection taken from the record pool, a server shutting down or starting) as 503 record_unavailable and retries it', () => {
+    const log = createLogger('silent', 'test');
+    const refused = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' });
+    Object.defineProperty(refused, recordUnreachable, { value: true });
+    const starting = Object.assign(new Error('the database system is starting up'), { code: '57P03' });
+    const shutdown = Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01' });
+    for (const caught of [refused, starting, shutdown]) {
+      const error = toGatewayError(caught, log);
+      assert.deepEqual([error.status, error.code, error.retryable, error.headers['retry-after']], [503, 'record_unavailable', true, '2'], caught.message);
+      assert.equal(decideFailure(config, attempt(error)).action, 'retry');
+    }
+    // The same refused connection not from the record's pool is Redis's: named as the queue.
+    const redisRefused = toGatewayError(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6379'), { code: 'ECONNREFUSED' }), log);
+    assert.equal(redisRefused.code, 'queue_unavailable');
+    // A statement the record refuses for its data is no outage.
+    assert.equal(toGatewayError(Object.assign(new Error('duplicate key value'), { code: '23505' }), log).code, 'server_error');
   });
 
   it('fails at once when output already reached the client, or the error is final', () => {
