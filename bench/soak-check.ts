@@ -44,6 +44,7 @@ interface UsageRow {
   cost_micros: string;
   http_status: number | null;
   created: string;
+  answer_id: string | null;
 }
 
 /**
@@ -57,8 +58,12 @@ export async function check(databaseUrl: string, redis: Redis, accounts: SoakAcc
   const client = new pg.Client({ connectionString: databaseUrl, connectionTimeoutMillis: 10_000, statement_timeout: 60_000 });
   await client.connect();
   try {
-    const rows = (await client.query<UsageRow>('select request_id, account_id, key_id, status, settled, cost_micros, http_status, created from usage')).rows;
+    // A Realtime session's own row (`endpoint` 'realtime') sums its responses, each of which has its row: a rollup,
+    // counted in no total (as the console counts it), so left out here.
+    const rows = (await client.query<UsageRow>(`select request_id, account_id, key_id, status, settled, cost_micros, http_status, created, answer_id from usage where endpoint is null or endpoint <> 'realtime'`)).rows;
     const byId = new Map(rows.map((row) => [row.request_id, row]));
+    // A Message Batch line's result names its message, not its request: its row is found by the answer's id.
+    const byAnswer = new Map(rows.filter((row) => row.answer_id).map((row) => [row.answer_id!, row]));
     figures.usageRows = rows.length;
 
     // Each request as its client saw it: once, and in the record as it was answered.
@@ -74,11 +79,13 @@ export async function check(databaseUrl: string, redis: Redis, accounts: SoakAcc
     let unloggedFailures = 0;
     const killedWithApi: string[] = [];
     const unloggedIds: string[] = [];
+    let unbilledCutOffs = 0;
+    const unbilledIds: string[] = [];
     const lostIds: string[] = [];
     const wrongIds: string[] = [];
     for (const record of records) {
       if (record.outcome === 'answered') {
-        const row = record.requestId ? byId.get(record.requestId) : undefined;
+        const row = record.requestId ? byId.get(record.requestId) : record.answerId ? byAnswer.get(record.answerId) : undefined;
         if (!row) {
           lost += 1;
           if (lostIds.length < 10) lostIds.push(`${record.kind}:${record.requestId}`);
@@ -99,14 +106,27 @@ export async function check(databaseUrl: string, redis: Redis, accounts: SoakAcc
           wrongStatus += 1;
           if (wrongIds.length < 10) wrongIds.push(`${record.kind}:${record.requestId} refused to its client, completed in the record`);
         }
+      } else if (record.kind === 'realtime-left' && record.outcome === 'left' && record.requestId) {
+        // A Realtime answer its client cut off is billed for what ran, as OpenAI bills a cancelled response.
+        const row = byId.get(record.requestId);
+        if (!row || !row.settled) {
+          unbilledCutOffs += 1;
+          if (unbilledIds.length < 10) unbilledIds.push(`${record.requestId}${row ? ` (${row.status}, unsettled)` : ''}`);
+        }
       } else if ((record.outcome === 'failed' || record.outcome === 'left') && record.requestId) {
         if (!byId.has(record.requestId)) unloggedFailures += 1;
       }
     }
-    figures.lost = lost;
     figures.wrongStatus = wrongStatus;
     figures.unloggedRefusals = unloggedRefusals;
     figures.unloggedFailures = unloggedFailures;
+    figures.unbilledCutOffs = unbilledCutOffs;
+    if (unbilledCutOffs > 0) failures.push(`${unbilledCutOffs} Realtime answers cut off by their client have no settled usage row: ${unbilledIds.join(', ')}`);
+    // A batch line whose result was missing from its batch's results (the client kept a record of the gap).
+    const missingLines = records.filter((r) => r.detail === 'batch line missing');
+    lost += missingLines.length;
+    for (const r of missingLines.slice(0, 5)) lostIds.push(`${r.kind}:${r.batch} missing from its results`);
+    figures.lost = lost;
     if (lost > 0) failures.push(`${lost} answers the clients got have no usage row: ${lostIds.join(', ')}`);
     if (wrongStatus > 0) failures.push(`${wrongStatus} requests whose record disagrees with what the client saw: ${wrongIds.join(', ')}`);
     figures.refusalsLostWithApi = killedWithApi.length;

@@ -5,6 +5,7 @@
  * the answer was whole, a hash of its body — for the check after the run.
  */
 import { createHash } from 'node:crypto';
+import { asyncChat, messageBatch, openaiBatch, realtimeSession, type Part, type SessionOptions } from './soak-sessions.js';
 
 /** What became of a request, as its client saw it. */
 export type Outcome =
@@ -37,6 +38,10 @@ export interface ClientRecord {
   detail?: string;
   /** `Cache-Status` as the gateway answered it. */
   cacheStatus?: string;
+  /** A batch line: `<batch id>/<custom id>`. */
+  batch?: string;
+  /** The answer's own id (a Message Batch line's message id), for a record with no request id to match. */
+  answerId?: string;
 }
 
 export type KindName =
@@ -48,6 +53,12 @@ export type KindName =
   | 'gemini-stream'
   | 'embeddings'
   | 'image'
+  | 'speech'
+  | 'async-chat'
+  | 'realtime'
+  | 'realtime-left'
+  | 'message-batch'
+  | 'openai-batch'
   | 'cached-chat'
   | 'stream-left'
   | 'over-limit'
@@ -62,8 +73,10 @@ export interface Kind {
   weight: number;
   /** The soak key that sends it. */
   key: string;
-  /** What the client sends. */
-  request(seq: number): { path: string; body: unknown; headers?: Record<string, string>; stream?: 'openai' | 'anthropic' | 'gemini' };
+  /** What the client sends (one request). */
+  request?(seq: number): { path: string; body: unknown; headers?: Record<string, string>; stream?: 'openai' | 'anthropic' | 'gemini' };
+  /** Or a few exchanges (bench/soak-sessions.ts), a record per part. */
+  run?(seq: number, options: SessionOptions): Promise<Part[]>;
   /** The client leaves after the first content of the stream. */
   leave?: boolean;
 }
@@ -110,6 +123,12 @@ export const kinds: Kind[] = [
   },
   { name: 'embeddings', weight: 8, key: 'main', request: (seq) => ({ path: '/v1/embeddings', body: { model: 'text-embedding-3-small', input: [`soak ${seq}`, `line ${seq}`] } }) },
   { name: 'image', weight: 2, key: 'main', request: (seq) => ({ path: '/v1/images/generations', body: { model: 'dall-e-2', prompt: `soak picture ${seq}`, size: '256x256', response_format: 'b64_json' } }) },
+  { name: 'speech', weight: 2, key: 'main', request: (seq) => ({ path: '/v1/audio/speech', body: { model: 'tts-1', voice: 'alloy', input: `Soak speech ${seq}.`, response_format: 'mp3' } }) },
+  { name: 'async-chat', weight: 2, key: 'second', run: asyncChat },
+  { name: 'realtime', weight: 2, key: 'main', run: (seq, options) => realtimeSession(seq, options, false) },
+  { name: 'realtime-left', weight: 1, key: 'main', run: (seq, options) => realtimeSession(seq, options, true) },
+  { name: 'message-batch', weight: 0.5, key: 'second', run: messageBatch },
+  { name: 'openai-batch', weight: 0.5, key: 'main', run: openaiBatch },
   {
     name: 'cached-chat',
     weight: 8,
@@ -188,7 +207,7 @@ export interface SendOptions {
 /** Sends one request of `kind` and says what the client saw. Never throws. */
 export async function send(kind: Kind, seq: number, options: SendOptions): Promise<Omit<ClientRecord, 'seq' | 'kind' | 'key' | 'api' | 'startedMs'>> {
   const started = performance.now();
-  const { path, body, headers, stream } = kind.request(seq);
+  const { path, body, headers, stream } = kind.request!(seq);
   const controller = new AbortController();
   const timer = setTimeout(() => controller.abort(new Error('timeout')), options.timeoutMs);
   const auth: Record<string, string> = path.startsWith('/v1beta/') ? { 'x-goog-api-key': options.apiKey } : { authorization: `Bearer ${options.apiKey}` };

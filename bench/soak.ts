@@ -57,6 +57,8 @@ const runMs = Math.round(minutes * 60_000);
 const globalDeadlineMs = runMs + 6 * 60_000;
 const adminToken = 'soak-admin-token';
 const clientTimeoutMs = 60_000;
+/** A session, an async job or a batch, from its first request to its last answer. */
+const sessionTimeoutMs = 120_000;
 
 installCleanup();
 const hardStop = setTimeout(() => {
@@ -284,9 +286,13 @@ async function clientLoop(loop: number): Promise<void> {
     const api = Math.floor(Math.random() * apis.length);
     const startedMs = sinceTraffic();
     inFlight += 1;
-    const result = await send(kind, seq, { baseUrl: apis[api]!.url!, apiKey: keySecrets.get(kind.key)!, timeoutMs: clientTimeoutMs });
+    const apiKey = keySecrets.get(kind.key)!;
+    const results = kind.run
+      ? await kind.run(seq, { apis: [apis[api]!.url!, ...apis.filter((_, i) => i !== api).map((p) => p.url!)], apiKey, timeoutMs: sessionTimeoutMs })
+      : [await send(kind, seq, { baseUrl: apis[api]!.url!, apiKey, timeoutMs: clientTimeoutMs })];
     inFlight -= 1;
-    records.push({ seq, kind: kind.name, key: kind.key, api: api + 1, startedMs, ...result });
+    for (const result of results) records.push({ seq, kind: kind.name, key: kind.key, api: api + 1, startedMs, ...result });
+    const result = results[results.length - 1]!;
     // A tenant's clients do not send back to back: about 20 requests a second per loop at most, and they
     // wait half a second after a connection refused or dropped before the next.
     await sleep(20 + Math.random() * 60 + (result.status === null ? 500 : 0));
@@ -421,6 +427,7 @@ async function main(): Promise<number> {
     ['worker-chat-2', 'chat'],
     ['worker-embeddings', 'embeddings'],
     ['worker-image', 'image'],
+    ['worker-voice', 'audio,realtime'],
   ];
   for (const [name, queues] of workerPlan) procs.push({ name, role: 'worker', env: { ...env, PORT: '0', WORKER_QUEUES: queues }, incarnations: [], killing: false, unexpectedExits: 0, startsRefused: 0, startMs: [] });
 
@@ -478,8 +485,12 @@ async function main(): Promise<number> {
   await sleep(3000);
   clearInterval(rssTimer);
 
+  // The vendors' view: an event the gateway sent the fake Realtime vendor that is not OpenAI's is a finding.
+  const fakeStats = await fetch(`${fakeControlUrl}/__stats`, { signal: AbortSignal.timeout(5000) }).then((r) => r.json() as Promise<{ realtime?: { opened: number; problems: string[] } }>).catch(() => undefined);
   const apiKills = faults.filter((f) => f.kind === 'api SIGKILL').map((f) => ({ api: Number(f.detail.replace('api-', '')), atMs: f.startMs }));
   const result = await check(postgres.url, checkRedis, accounts, records, apiKills);
+  if (!fakeStats) result.failures.push('the vendor fakes did not answer /__stats after the run');
+  else if (fakeStats.realtime?.problems.length) result.failures.push(`the gateway sent the Realtime vendor events off its spec: ${fakeStats.realtime.problems.join('; ')}`);
   if (!drained) result.failures.push(`the gateway did not drain within 150 s: ${JSON.stringify(last)}`);
   for (const error of soakErrors) result.failures.push(error);
   const unexpected = procs.filter((p) => p.unexpectedExits > 0);
