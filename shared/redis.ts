@@ -58,6 +58,10 @@ export function createRedis(target: RedisTarget | string, options: RedisOptions 
           sentinelRetryStrategy: reconnect,
           // A primary demoted by a failover answers READONLY: reconnect (asking the Sentinels again) and resend.
           reconnectOnError: (error) => (/READONLY/.test(error.message) ? 2 : false),
+          // A failover whose old primary still answers (`SENTINEL FAILOVER`, a node drained): the Sentinels demote
+          // it only some 10 s later, and every write it takes meanwhile is lost when it resyncs from the new one.
+          // Each connection listens for the Sentinels' `+switch-master` and moves to the new primary at once.
+          failoverDetector: true,
         })
       : new Redis(where.url, base);
   // Every (re)connection gets a new socket.
