@@ -1,6 +1,6 @@
 /**
  * The soak's longer kinds of work (bench/soak.ts), each a few exchanges as its client makes them, every part kept as
- * a record of its own (bench/soak-traffic.ts `ClientRecord`) for the check after the run:
+ * a record of its own (bench/soak-records.ts `Part`) for the check after the run:
  *
  * - an async job: `Prefer: respond-async` on a chat completion, then `GET /v1/jobs/{id}` until it ends;
  * - a Realtime session (`GET /v1/realtime`, WebSocket): up to three text responses, a record each
@@ -13,9 +13,7 @@
  */
 import { createHash } from 'node:crypto';
 import WebSocket from 'ws';
-import type { ClientRecord, Outcome } from './soak-traffic.js';
-
-export type Part = Omit<ClientRecord, 'seq' | 'kind' | 'key' | 'api' | 'startedMs'>;
+import type { Outcome, Part } from './soak-records.js';
 
 export interface SessionOptions {
   /** Every api's base URL: the first is where the work starts, polls go to any. */

@@ -5,20 +5,12 @@
  * the answer was whole, a hash of its body — for the check after the run.
  */
 import { createHash } from 'node:crypto';
-import { asyncChat, messageBatch, openaiBatch, realtimeSession, type Part, type SessionOptions } from './soak-sessions.js';
+import type { Outcome, Part } from './soak-records.js';
+import { asyncChat, messageBatch, openaiBatch, realtimeSession, type SessionOptions } from './soak-sessions.js';
 
-/** What became of a request, as its client saw it. */
-export type Outcome =
-  /** A 2xx answer, whole (a stream that ended as its dialect ends one). */
-  | 'answered'
-  /** A 4xx refusal (quota, limit, budget, validation). */
-  | 'refused'
-  /** A 5xx, an error event in a stream, a stream cut short, a dropped connection, no answer in time. */
-  | 'failed'
-  /** The client left a stream on purpose after its first content. */
-  | 'left';
+export type { Outcome, Part } from './soak-records.js';
 
-export interface ClientRecord {
+export interface ClientRecord extends Part {
   seq: number;
   kind: KindName;
   /** Which key (by its soak name) sent it. */
@@ -27,21 +19,6 @@ export interface ClientRecord {
   api: number;
   /** ms since the traffic started. */
   startedMs: number;
-  latencyMs: number;
-  outcome: Outcome;
-  status: number | null;
-  requestId: string | null;
-  errorCode: string | null;
-  /** First 16 hex of the body's sha256 (or of what arrived). */
-  bodyHash: string;
-  /** Why it failed, in a few words (connection errors, timeouts, stream ends). */
-  detail?: string;
-  /** `Cache-Status` as the gateway answered it. */
-  cacheStatus?: string;
-  /** A batch line: `<batch id>/<custom id>`. */
-  batch?: string;
-  /** The answer's own id (a Message Batch line's message id), for a record with no request id to match. */
-  answerId?: string;
 }
 
 export type KindName =
@@ -205,7 +182,7 @@ export interface SendOptions {
 }
 
 /** Sends one request of `kind` and says what the client saw. Never throws. */
-export async function send(kind: Kind, seq: number, options: SendOptions): Promise<Omit<ClientRecord, 'seq' | 'kind' | 'key' | 'api' | 'startedMs'>> {
+export async function send(kind: Kind, seq: number, options: SendOptions): Promise<Part> {
   const started = performance.now();
   const { path, body, headers, stream } = kind.request!(seq);
   const controller = new AbortController();

@@ -376,7 +376,7 @@ async function main(): Promise<number> {
   if (withSentinel) {
     sentinel = await startRedisSentinel({ downAfterMs: 2000, failoverTimeoutMs: 10_000 });
     redisEnv = { REDIS_URL: 'redis://127.0.0.1', ...sentinel.env };
-    checkRedis = new Redis({ sentinels: sentinel.sentinelNodes, name: sentinel.name, maxRetriesPerRequest: 3, connectTimeout: 5000 });
+    checkRedis = new Redis({ sentinels: sentinel.sentinelNodes, name: sentinel.name, maxRetriesPerRequest: 3, connectTimeout: 5000, failoverDetector: true });
   } else {
     redisServer = await startPrivateRedis({ aof: true });
     redisEnv = { REDIS_URL: redisServer.url };
