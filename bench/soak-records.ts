@@ -1,3 +1,5 @@
+import { createHash } from 'node:crypto';
+
 /**
  * What a soak client keeps of each request it sent, or of each part of a longer exchange (bench/soak-traffic.ts,
  * bench/soak-sessions.ts): the record the check after the run (bench/soak-check.ts) holds the gateway to.
@@ -31,4 +33,19 @@ export interface Part {
   batch?: string;
   /** The answer's own id (a Message Batch line's message id), for a record with no request id to match. */
   answerId?: string;
+}
+
+/** First 16 hex of a body's sha256: what a record keeps of it. */
+export const bodyHash = (text: string) => createHash('sha256').update(text).digest('hex').slice(0, 16);
+
+/** The code of an error body in any dialect (`error.code`, `.type` or `.status`), or null when it is none. */
+export function errorCodeOf(body: string): string | null {
+  try {
+    const parsed = JSON.parse(body) as { error?: { code?: unknown; type?: unknown; status?: unknown } };
+    const error = parsed.error;
+    if (error) return String(error.code ?? error.type ?? error.status ?? 'error');
+    return null;
+  } catch {
+    return null;
+  }
 }

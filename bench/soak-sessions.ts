@@ -11,9 +11,9 @@
  *
  * The polls go to any api (one may be down); every exchange has a deadline.
  */
-import { createHash } from 'node:crypto';
 import WebSocket from 'ws';
-import type { Outcome, Part } from './soak-records.js';
+import { sleep } from './procs.js';
+import { bodyHash as hash, errorCodeOf, type Outcome, type Part } from './soak-records.js';
 
 export interface SessionOptions {
   /** Every api's base URL: the first is where the work starts, polls go to any. */
@@ -22,21 +22,10 @@ export interface SessionOptions {
   timeoutMs: number;
 }
 
-const hash = (text: string) => createHash('sha256').update(text).digest('hex').slice(0, 16);
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 const pick = <T>(items: T[]) => items[Math.floor(Math.random() * items.length)]!;
 
 function part(started: number, outcome: Outcome, fields: Partial<Part> = {}): Part {
   return { latencyMs: performance.now() - started, outcome, status: null, requestId: null, errorCode: null, bodyHash: '', ...fields };
-}
-
-function errorCodeOf(text: string): string | null {
-  try {
-    const error = (JSON.parse(text) as { error?: { code?: unknown; type?: unknown } }).error;
-    return error ? String(error.code ?? error.type ?? 'error') : null;
-  } catch {
-    return null;
-  }
 }
 
 /** One HTTP exchange with a deadline; null when no answer came (connection refused, dropped, timed out). */

@@ -4,8 +4,7 @@
  * the request id the gateway answered with (`x-request-id`), the status, whether
  * the answer was whole, a hash of its body — for the check after the run.
  */
-import { createHash } from 'node:crypto';
-import type { Outcome, Part } from './soak-records.js';
+import { bodyHash as hash, errorCodeOf, type Outcome, type Part } from './soak-records.js';
 import { asyncChat, messageBatch, openaiBatch, realtimeSession, type SessionOptions } from './soak-sessions.js';
 
 export type { Outcome, Part } from './soak-records.js';
@@ -144,8 +143,6 @@ export function pickKind(random: number): Kind {
   return kinds[kinds.length - 1]!;
 }
 
-const hash = (text: string) => createHash('sha256').update(text).digest('hex').slice(0, 16);
-
 /** Whether a stream's text ends as its dialect ends a whole answer, with no error event. */
 export function streamWhole(dialect: 'openai' | 'anthropic' | 'gemini', text: string): { whole: boolean; error: string | null } {
   if (dialect === 'openai') {
@@ -159,17 +156,6 @@ export function streamWhole(dialect: 'openai' | 'anthropic' | 'gemini', text: st
   }
   if (/"error"\s*:/.test(text)) return { whole: false, error: 'stream_error' };
   return { whole: /"finishReason"/.test(text), error: null };
-}
-
-function errorCodeOf(body: string): string | null {
-  try {
-    const parsed = JSON.parse(body) as { error?: { code?: unknown; type?: unknown; status?: unknown }; type?: unknown };
-    const error = parsed.error;
-    if (error) return String(error.code ?? error.type ?? error.status ?? 'error');
-    return null;
-  } catch {
-    return null;
-  }
 }
 
 /** The first content of a stream, in any dialect. */
