@@ -142,17 +142,11 @@ export class ResponseCache {
    * kept, or the cache could not be reached. `admit` runs before it follows (each round it contends again: it is the
    * caller's to admit once).
    */
-  async claimLeadOrFollow(plan: CachePlan, self: { jobId: string; form: string | undefined; keyId: string }, deadline: number, admit: () => Promise<void>): Promise<Following | undefined> {
+  async claimLeadOrFollow(plan: CachePlan, self: { jobId: string; form: string | undefined; keyId: string }, deadline: number, admit: () => Promise<void>, watch: LeadWatch): Promise<Following | undefined> {
     if (!plan.mayFollow) return undefined;
-    // Every outcome heard of this request's hash, by job: listening before the mark is read, an outcome announced in
-    // between is not missed (one announced before that dropped the mark, which this request would then have claimed).
-    const ends = new Map<string, LeadOutcome>();
-    let heardOne: (() => void) | undefined;
-    const stop = this.onOutcome(`${plan.accountId} ${plan.hash}`, (outcome) => {
-      ends.set(outcome.job ?? '', outcome);
-      heardOne?.();
-    });
     let late = false;
+    let heardOne: (() => void) | undefined;
+    const stopHearing = watch.on(() => heardOne?.());
     const timer = setTimeout(() => {
       late = true;
       heardOne?.();
@@ -170,7 +164,7 @@ export class ResponseCache {
         const leader = readLeadHolder(value);
         // Following a leader is a request like any other: admitted (its key's rate, its price held) before it waits.
         await admit();
-        const endOf = () => ends.get(leader.jobId) ?? ends.get('');
+        const endOf = () => watch.endOf(leader.jobId);
         if (self.form !== undefined && leader.form === self.form && !endOf()) return { follow: { jobId: leader.jobId, owner: leader.keyId } };
         while (!endOf() && !late) await new Promise<void>((resolve) => (heardOne = resolve));
         const end = endOf();
@@ -186,8 +180,20 @@ export class ResponseCache {
       return undefined;
     } finally {
       clearTimeout(timer);
-      stop();
+      stopHearing();
     }
+  }
+
+  /**
+   * Hears every outcome announced of this request's hash from now until the watch is stopped, kept by job. A request
+   * that may follow an identical one watches from before it first reads the lead mark until it is answered: an outcome
+   * announced at any moment in between (while it is admitted, while its key is read again) is not missed (one
+   * announced before the watch began dropped the mark, which this request then claims).
+   */
+  watch(plan: CachePlan): LeadWatch {
+    const watch = new LeadWatch();
+    watch.stop = this.onOutcome(`${plan.accountId} ${plan.hash}`, (outcome) => watch.hear(outcome));
+    return watch;
   }
 
   /** Calls `listener` with each outcome a worker announces of this `account hash` until the returned stop is called. */
@@ -208,7 +214,7 @@ export class ResponseCache {
    * not, its reservation is the caller's to give back), or `unstarted` when the call ended before its first frame
    * (never ran, or its deadline passed first): nothing was written, and the request is the caller's to run.
    */
-  async followLeaderStream(ctx: GatewayContext, logs: EventLogs, leader: { jobId: string; owner: string }, plan: CachePlan, request: EndpointRequest, options: FollowerOptions): Promise<FollowedCall> {
+  async followLeaderStream(ctx: GatewayContext, logs: EventLogs, leader: { jobId: string; owner: string }, plan: CachePlan, request: EndpointRequest, options: FollowerOptions, watch: LeadWatch): Promise<FollowedCall> {
     ctx.set('cache-status', collapsedStatus);
     ctx.set('age', '0');
     let cost: number | undefined;
@@ -217,12 +223,13 @@ export class ResponseCache {
     // ran writes nothing at all: they stop at once, before anything was written to their clients.
     const gone = new AbortController();
     let giveUp: NodeJS.Timeout | undefined;
-    const stop = this.onOutcome(`${plan.accountId} ${plan.hash}`, (outcome) => {
+    // Its leader's end may have been heard already (the watch began before the lead mark was read).
+    const stop = watch.on((outcome) => {
       if (outcome.job !== undefined && outcome.job !== leader.jobId) return;
       if (outcome.status === 'stored' && outcome.cost !== undefined) cost = outcome.cost;
       if (outcome.status === 'gone') gone.abort();
       else if (outcome.status === 'failed') giveUp ??= setTimeout(() => gone.abort(), followerGraceMs);
-    });
+    }, leader.jobId);
     // Whether any of the leader's frames went out: a Google array's late error or end closes the array they opened.
     let wrote = false;
     const errorFrame = (error: GatewayError) => lateErrorFrame(options.dialect, error, ctx.state.requestId, wrote);
@@ -387,4 +394,30 @@ export class ResponseCache {
  */
 export function missStatus(plan: CachePlan): string {
   return plan.maxAgeS === undefined ? forwardedStatus('request', true) : forwardedStatus('miss', plan.job.ttlMs > 0);
+}
+
+/** The outcomes heard of one request's hash while a request waits on identical ones (`ResponseCache.watch`). */
+export class LeadWatch {
+  private readonly ends = new Map<string, LeadOutcome>();
+  private readonly listeners = new Set<(outcome: LeadOutcome) => void>();
+  /** Stops hearing (set by `ResponseCache.watch`). */
+  stop: () => void = () => undefined;
+
+  hear(outcome: LeadOutcome): void {
+    this.ends.set(outcome.job ?? '', outcome);
+    for (const listener of [...this.listeners]) listener(outcome);
+  }
+
+  /** How a job ended, if that was heard (an outcome without a job, from a worker of an older version, ends any). */
+  endOf(jobId: string): LeadOutcome | undefined {
+    return this.ends.get(jobId) ?? this.ends.get('');
+  }
+
+  /** Calls `listener` with each outcome heard from now on (and first with `jobId`'s end, when it was heard already). */
+  on(listener: (outcome: LeadOutcome) => void, jobId?: string): () => void {
+    this.listeners.add(listener);
+    const heard = jobId === undefined ? undefined : this.endOf(jobId);
+    if (heard) listener(heard);
+    return () => this.listeners.delete(listener);
+  }
 }

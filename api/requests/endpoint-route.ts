@@ -291,26 +291,32 @@ export class ServedRequest<E extends Endpoint> {
       following = true;
     };
     const giveBack = () => releaseReservation(deps.redis, access.accountId, requestId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a request that followed another’s call'));
-    for (let round = 1; ; round++) {
-      const outcome = await deps.cache.claimLeadOrFollow(cache, { jobId: job.id, form: streamForm(request, stream), keyId }, job.deadline, admitFollower);
-      if (!outcome) break;
-      // It waited: what its key may do now decides whether it is answered (a key revoked meanwhile is not).
-      await this.stillAllowed(plan.served.modelId, giveBack);
-      if ('entry' in outcome) {
-        this.dropUploads(plan.form);
-        await deps.cache.answer(ctx, outcome.entry, request, { stream, result: 'coalesced', ...served });
-        return true;
+    // Heard from before the lead mark is first read until it is answered: a leader's end is never missed in between.
+    const watch = deps.cache.watch(cache);
+    try {
+      for (let round = 1; ; round++) {
+        const outcome = await deps.cache.claimLeadOrFollow(cache, { jobId: job.id, form: streamForm(request, stream), keyId }, job.deadline, admitFollower, watch);
+        if (!outcome) break;
+        // It waited: what its key may do now decides whether it is answered (a key revoked meanwhile is not).
+        await this.stillAllowed(plan.served.modelId, giveBack);
+        if ('entry' in outcome) {
+          this.dropUploads(plan.form);
+          await deps.cache.answer(ctx, outcome.entry, request, { stream, result: 'coalesced', ...served });
+          return true;
+        }
+        let followed: FollowedCall = 'unbilled';
+        try {
+          followed = await deps.cache.followLeaderStream(ctx, deps.logs, outcome.follow, cache, request, { ...served, deadline: job.deadline, keepAliveMs: deps.config.sseKeepAliveMs }, watch);
+        } finally {
+          if (followed === 'unbilled') await giveBack();
+        }
+        if (followed !== 'unstarted') return true;
+        // The call it followed never started (refused, or taken out of its queue), and nothing was written: it contends
+        // for the lead again (admitted already), and after a few rounds runs its own.
+        if (round >= claimRounds || Date.now() >= job.deadline) break;
       }
-      let followed: FollowedCall = 'unbilled';
-      try {
-        followed = await deps.cache.followLeaderStream(ctx, deps.logs, outcome.follow, cache, request, { ...served, deadline: job.deadline, keepAliveMs: deps.config.sseKeepAliveMs });
-      } finally {
-        if (followed === 'unbilled') await giveBack();
-      }
-      if (followed !== 'unstarted') return true;
-      // The call it followed never started (refused, or taken out of its queue), and nothing was written: it contends
-      // for the lead again (admitted already), and after a few rounds runs its own.
-      if (round >= claimRounds || Date.now() >= job.deadline) break;
+    } finally {
+      watch.stop();
     }
     if (following) {
       // The call it waited on ended without an answer to share: it runs its own, reserved as any call is.
