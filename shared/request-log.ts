@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import { billingBucket, usageStreamKey } from './redis-keys.js';
+import { journalWrite } from './redis-journal.js';
 import type { RequestStatus } from './money/usage.js';
 import type { ServiceTier } from './scheduling/service-tier.js';
 
@@ -55,6 +56,11 @@ export const logField = 'log';
  * settlement's records: one command, off the request's path (after its last
  * byte). Returns the command's promise for the caller to log a failure.
  */
-export function appendRequestLog(redis: Redis, event: RequestLogEvent, bufferRecords: number): Promise<unknown> {
-  return redis.xadd(usageStreamKey(billingBucket(event.account_id)), 'MAXLEN', '~', bufferRecords, '*', logField, JSON.stringify(event));
+export async function appendRequestLog(redis: Redis, event: RequestLogEvent, bufferRecords: number): Promise<unknown> {
+  const json = JSON.stringify(event);
+  const append = (on: Redis) => on.xadd(usageStreamKey(billingBucket(event.account_id)), 'MAXLEN', '~', bufferRecords, '*', logField, json);
+  const appended = await append(redis);
+  // Sent again after a reconnection (a failover may have lost it): the record keeps one row per request id.
+  journalWrite(redis, async (on) => (await append(on), false));
+  return appended;
 }

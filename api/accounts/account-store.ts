@@ -7,6 +7,7 @@ import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
 import { accessChangedChannel, accountEmailsKey, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, billKey, keyBillFields } from '../../shared/redis-keys.js';
 import { balanceMicros } from '../../shared/money/balance.js';
 import { creditScript, openBillScript } from '../../shared/money/scripts.js';
+import { journalWrite } from '../../shared/redis-journal.js';
 import { createAccountScript, deleteAccountScript, ensureDefaultScript, rehashPasswordScript, revokeKeyScript, updateAccountScript } from './scripts.js';
 import { GatewayError } from '../../shared/errors.js';
 import { sql } from 'kysely';
@@ -549,6 +550,8 @@ export class AccountStore {
           // Loaded again (here or by another process) from a snapshot that may predate the entry: applied once more, idempotently.
           [status, balance] = await creditScript(this.redis, { bill: billKey(id), credits: entry.credits, ledgerId: entry.id, amount });
         }
+        // Sent again after a reconnection, as a failover may have lost it (shared/redis-journal.ts): idempotent by its ledger id.
+        if (status === 1) journalWrite(this.redis, async (on) => (await creditScript(on, { bill: billKey(id), credits: entry.credits, ledgerId: entry.id, amount }), false));
         if (status !== 1) {
           // No bill to move (the CLI beside no gateway, or one not loaded yet): the balance is the record's.
           return balanceMicros(await this.record.selectFrom('accounts').select(['credits_micros', 'settled_micros']).where('id', '=', id).executeTakeFirstOrThrow());

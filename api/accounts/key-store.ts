@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
+import { journalWrite } from '../../shared/redis-journal.js';
 import { defaultAccountId, type AccountRole, type KeyAccess } from '../../shared/accounts.js';
 import { accessChangedChannel, accountKey, accountKeysKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, billKey, keyBillField, keyBillFields } from '../../shared/redis-keys.js';
 import { GatewayError } from '../../shared/errors.js';
@@ -531,6 +532,8 @@ export class KeyStore {
     const accountId = revoked[0]?.account_id ?? ((await this.redis.hget(apiKeyRecordKey(id), 'account')) || defaultAccountId);
     // Out of its account's bill first, then the directory, announced (the same path as a member's keys revoked with their membership).
     const done = await this.accounts.unlistRevokedKey(accountId, id);
+    // Sent again after a reconnection, as a failover may have lost it (shared/redis-journal.ts): a key never comes back.
+    journalWrite(this.redis, async () => (await this.accounts.unlistRevokedKey(accountId, id), false));
     return done || revoked.length > 0;
   }
 

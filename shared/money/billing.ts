@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { UsageEntry } from './usage.js';
 import { budgetsArgument, type BudgetInForce } from './budgets.js';
+import { journalWrite } from '../redis-journal.js';
 import { chargeScript, releaseScript, reserveScript, settleScript } from './scripts.js';
 import { billingBuckets, billKey, deadlineMember, keyBillField, reservationDeadlinesKey, billingBucket, settledKey, usageStreamKey, alertStreamKey } from '../redis-keys.js';
 
@@ -171,7 +172,10 @@ export async function charge(redis: Redis, usage: UsageEntry, limits: Omit<KeyLi
     budgets: budgetsArgument(limits.budgets ?? [], now),
     alertThresholds: thresholdsArgument(policy),
   });
-  return readOutcome(result, limits.budgets ?? []);
+  const outcome = readOutcome(result, limits.budgets ?? []);
+  // Charged (or charged before: a call the connection sent twice is `ok` both times; journaled twice, it changes nothing).
+  if (outcome.ok) journalSettlement(redis, usage, policy, keepSettledMs);
+  return outcome;
 }
 
 export interface SettlePolicy {
@@ -198,6 +202,21 @@ export interface Settlement {
  * outlive the deadline only (kept short: one mark per request adds up).
  */
 export async function settle(redis: Redis, usage: UsageEntry, policy: SettlePolicy, now = Date.now(), keepSettledMs = 86_400_000): Promise<Settlement> {
+  const settlement = await settleOnce(redis, usage, policy, now, keepSettledMs);
+  if (settlement.applied) journalSettlement(redis, usage, policy, keepSettledMs);
+  return settlement;
+}
+
+/**
+ * Keeps a settlement this process made (a charge's and a Realtime response's too) to be sent again after its
+ * connection comes back, where Redis may have lost it (shared/redis-journal.ts). Sent again as settle.lua's: without
+ * a reservation to replace, it debits its cost and appends its usage entry, which is what was lost.
+ */
+export function journalSettlement(redis: Redis, usage: UsageEntry, policy: SettlePolicy, keepSettledMs: number): void {
+  journalWrite(redis, async (on) => (await settleOnce(on, usage, policy, Date.now(), keepSettledMs)).applied);
+}
+
+async function settleOnce(redis: Redis, usage: UsageEntry, policy: SettlePolicy, now: number, keepSettledMs: number): Promise<Settlement> {
   const [applied, reserved, ...crossings] = await settleScript(redis, {
     settled: settledKey(usage.account_id, usage.request_id),
     bill: billKey(usage.account_id),

@@ -6,7 +6,7 @@ import { isMockChannel, mockAnswers, type ChannelConfig, type VendorConfig } fro
 import { usdToMicros, type PriceList, type Pricing } from './pricing.js';
 import { realtimeReadmitScript, realtimeSettleScript } from './scripts.js';
 import type { UsageEntry } from './usage.js';
-import { readCrossings, type AlertCrossing } from './billing.js';
+import { journalSettlement, readCrossings, type AlertCrossing } from './billing.js';
 import { budgetsArgument, type BudgetInForce } from './budgets.js';
 
 /**
@@ -216,6 +216,7 @@ export async function settleRealtimeResponse(
     budgets: budgetsArgument(budgets, now),
     alertThresholds: (policy.alertThresholds ?? []).join(','),
   });
+  if (Number(applied) === 1) journalSettlement(redis, entry, policy, policy.keepSettledMs);
   const refusedBy = Number(refusing) > 0 ? budgets[Number(refusing) - 1] : undefined;
   return { applied: Number(applied) === 1, next: Number(renewed) === 1 ? 'held' : Number(renewed) === 0 ? 'refused' : 'none', ...(refusedBy ? { refusedBy } : {}), alerts: readCrossings(crossings) };
 }

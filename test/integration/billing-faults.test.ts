@@ -1,9 +1,14 @@
 import assert from 'node:assert/strict';
+import { createServer, connect, type Socket } from 'node:net';
 import { afterEach, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { loadCatalog } from '../../shared/catalog.js';
-import { readBill, readKeySpend, reserve } from '../../shared/money/billing.js';
+import { charge, readBill, readKeySpend, reserve, settle } from '../../shared/money/billing.js';
+import type { UsageEntry } from '../../shared/money/usage.js';
+import { apiKeyRecordKey, billingBucket, usageStreamKey } from '../../shared/redis-keys.js';
+import { appendRequestLog, logField } from '../../shared/request-log.js';
+import { journalWindowMs } from '../../shared/redis-journal.js';
 import { PriceList } from '../../shared/money/pricing.js';
 import { KeyStore } from '../../api/accounts/key-store.js';
 import { Meter, settleJob } from '../../workers/settlement.js';
@@ -164,5 +169,95 @@ describe('billing when processes and Redis fail', () => {
     await waitFor(async () => (await redis.ping().catch(() => '')) === 'PONG', 10_000, 'Redis back');
     assert.equal(await spent(redis, account, key.id), cost);
     assert.equal(await reserved(redis, account), 0);
+  });
+  it('writes again what a failover lost: a settlement, a charge, a credit, a key’s revocation and a refusal’s log event the old primary took after the replica was promoted reach the new one, each once, and a settlement it had already is not doubled', async () => {
+    // Two Redis servers, the second a replica of the first; the settling client reaches them through a proxy that
+    // the test points at the new primary, as a failover moves a client (ioredis reconnects, and is ready again).
+    const primary = await startPrivateRedis({ aof: false });
+    const replica = await startPrivateRedis({ aof: false });
+    const direct = (url: string) => {
+      const client = new Redis(url, { maxRetriesPerRequest: 3 });
+      client.on('error', () => undefined);
+      clients.push(client);
+      return client;
+    };
+    const onPrimary = direct(primary.url);
+    const onReplica = direct(replica.url);
+    const sockets = new Set<Socket>();
+    let target: number | undefined = Number(new URL(primary.url).port);
+    const proxy = createServer((inbound) => {
+      if (target === undefined) return void inbound.destroy();
+      const outbound = connect(target, '127.0.0.1');
+      for (const socket of [inbound, outbound]) {
+        sockets.add(socket);
+        socket.on('error', () => undefined);
+        socket.on('close', () => sockets.delete(socket));
+      }
+      inbound.pipe(outbound).pipe(inbound);
+      inbound.on('close', () => outbound.destroy());
+      outbound.on('close', () => inbound.destroy());
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    try {
+      await onReplica.replicaof('127.0.0.1', new URL(primary.url).port);
+      await waitFor(async () => /master_link_status:up/.test(await onReplica.info('replication')), 10_000, 'the replica in sync');
+      const store = new KeyStore(onPrimary, await testRecord(onPrimary));
+      const account = (await store.accounts.create({ email: 'failover@example.com', name: 'failover' })).id;
+      await store.accounts.credit(account, 5_000_000, 'test credit');
+      const key = await store.create('failover', { accountId: account });
+      const doomed = await store.create('doomed', { accountId: account });
+      const settler = new Redis(`redis://127.0.0.1:${(proxy.address() as { port: number }).port}`, { maxRetriesPerRequest: 3 });
+      settler.on('error', () => undefined);
+      clients.push(settler);
+      const entry = (requestId: string, cost: number): UsageEntry => ({
+        request_id: requestId, account_id: account, key_id: key.id, model, vendor: 'openai', input_tokens: 10, cached_tokens: 0, output_tokens: 5,
+        images: 0, audio_seconds: 0, video_seconds: 0, cost_micros: cost, created: Math.floor(Date.now() / 1000), duration_ms: 1, status: 'completed', service_tier: 'default',
+      });
+      const policy = { bufferRecords: 1000 };
+
+      // Settled and replicated before the failover.
+      assert.equal((await settle(settler, entry('req_before', 1_000), policy)).applied, true);
+      assert.equal(await onPrimary.wait(1, 5000), 1);
+      // The replica promoted; the old primary still answers, and takes a settlement and a charge the new one never sees.
+      await onReplica.replicaof('NO', 'ONE');
+      assert.equal((await settle(settler, entry('req_lost', 20_000), policy)).applied, true);
+      assert.equal((await charge(settler, entry('req_hit', 300), {}, policy)).ok, true);
+      // An admin's credit and revocation, through an api whose connection is the settler's.
+      const admin = new KeyStore(settler, await testRecord(onPrimary));
+      await admin.accounts.credit(account, 7_000, 'in the failover');
+      assert.equal(await admin.revoke(doomed.id), true);
+      assert.equal(await onReplica.exists(apiKeyRecordKey(doomed.id)), 1, 'the new primary lost the revocation');
+      await appendRequestLog(settler, { request_id: 'req_refused', account_id: account, key_id: key.id, endpoint: 'chat.completions', model, stream: false, status: 'refused', http_status: 429, error_code: 'rate_limit_exceeded', latency_ms: 1, ttft_ms: null, created: Math.floor(Date.now() / 1000) }, 1000);
+      assert.equal((await readBill(onPrimary, account))!.balanceMicros, 5_000_000 - 21_300 + 7_000);
+      assert.equal((await readBill(onReplica, account))!.balanceMicros, 5_000_000 - 1_000, 'the new primary lost them');
+
+      // The client loses its primary, and reaches the new one only after longer than the journal's window (a
+      // primary that died: the Sentinels take seconds to promote): what it wrote just before is still sent again.
+      target = undefined;
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => setTimeout(resolve, journalWindowMs + 500));
+      target = Number(new URL(replica.url).port);
+      const entries = async (field: string) =>
+        (await onReplica.xrange(usageStreamKey(billingBucket(account)), '-', '+')).filter(([, fields]) => fields[0] === field).map(([, fields]) => (JSON.parse(fields[1]!) as { request_id: string }).request_id).sort();
+      const streamed = () => entries('usage');
+      await waitFor(async () => (await streamed()).includes('req_lost') && (await streamed()).includes('req_hit'), 10_000, 'the lost settlements applied on the new primary');
+      assert.deepEqual(await streamed(), ['req_before', 'req_hit', 'req_lost'], 'each usage entry once');
+      await waitFor(async () => (await onReplica.exists(apiKeyRecordKey(doomed.id))) === 0, 5_000, 'the key revoked on the new primary');
+      await waitFor(async () => (await entries(logField)).includes('req_refused'), 5_000, 'the lost log event on the new primary');
+      await waitFor(async () => (await readBill(onReplica, account))!.balanceMicros === 5_000_000 - 21_300 + 7_000, 5_000, 'the credit on the new primary');
+      assert.equal(await spent(onReplica, account, key.id), 21_300);
+
+      // Another reconnection sends them again: nothing changes.
+      const readies = new Promise((resolve) => settler.once('ready', resolve));
+      for (const socket of sockets) socket.destroy();
+      await readies;
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      assert.deepEqual(await streamed(), ['req_before', 'req_hit', 'req_lost']);
+      assert.equal((await readBill(onReplica, account))!.balanceMicros, 5_000_000 - 21_300 + 7_000);
+    } finally {
+      proxy.close();
+      for (const socket of sockets) socket.destroy();
+      await Promise.all([primary.remove(), replica.remove()]);
+    }
   });
 });
