@@ -110,8 +110,9 @@ export async function check(databaseUrl: string, redis: Redis, accounts: SoakAcc
         // A batch line whose result was missing from its batch's results (the client kept a record of the gap).
         lost += 1;
         if (lostIds.length < 10) lostIds.push(`${record.kind}:${record.batch} missing from its results`);
-      } else if (record.kind === 'realtime-left' && record.outcome === 'left' && record.requestId) {
-        // A Realtime answer its client cut off is billed for what ran, as OpenAI bills a cancelled response.
+      } else if ((record.kind === 'realtime-left' || record.kind === 'stream-left') && record.outcome === 'left' && record.requestId) {
+        // An answer its client cut off is billed for what ran: a Realtime response as OpenAI bills a cancelled one, a
+        // stream for the tokens the vendor produced before it was stopped.
         const row = byId.get(record.requestId);
         if (!row || !row.settled) {
           unbilledCutOffs += 1;
@@ -125,7 +126,7 @@ export async function check(databaseUrl: string, redis: Redis, accounts: SoakAcc
     figures.unloggedRefusals = unloggedRefusals;
     figures.unloggedFailures = unloggedFailures;
     figures.unbilledCutOffs = unbilledCutOffs;
-    if (unbilledCutOffs > 0) failures.push(`${unbilledCutOffs} Realtime answers cut off by their client have no settled usage row: ${unbilledIds.join(', ')}`);
+    if (unbilledCutOffs > 0) failures.push(`${unbilledCutOffs} answers cut off by their client have no settled usage row: ${unbilledIds.join(', ')}`);
     figures.lost = lost;
     if (lost > 0) failures.push(`${lost} answers the clients got have no usage row: ${lostIds.join(', ')}`);
     if (wrongStatus > 0) failures.push(`${wrongStatus} requests whose record disagrees with what the client saw: ${wrongIds.join(', ')}`);

@@ -13,11 +13,11 @@ import { startPrivateRedis } from '../support/redis-server.js';
 
 /**
  * The soak's check after the run (bench/soak-check.ts) holds the gateway to the clients' own records: here a few
- * requests of the soak's own clients (plain chat, an async job, a Message Batch and an OpenAI batch, through
- * bench/soak-traffic.ts and bench/soak-sessions.ts) against the strict vendor fakes, checked green; then each thing
- * it must catch, put in the records or in Redis one at a time, turns it red with that finding: an answer with no
- * usage row, a request id answered twice, a batch line missing from its results, a Realtime answer cut off and not
- * billed, a balance off by a few micro-dollars.
+ * requests of the soak's own clients (plain chat, a stream its client leaves, an async job, a Message Batch and an
+ * OpenAI batch, through bench/soak-traffic.ts and bench/soak-sessions.ts) against the strict vendor fakes, checked
+ * green; then each thing it must catch, put in the records or in Redis one at a time, turns it red with that finding: an answer with no
+ * usage row, a request id answered twice, a batch line missing from its results, a Realtime answer or a stream cut off
+ * and not billed, a balance off by a few micro-dollars.
  */
 describe('the soak’s check after the run', () => {
   let redisServer: Awaited<ReturnType<typeof startPrivateRedis>>;
@@ -45,6 +45,8 @@ describe('the soak’s check after the run', () => {
     };
     const chat = kinds.find((k) => k.name === 'chat')!;
     for (let seq = 0; seq < 3; seq += 1) keep('chat', seq, [await send(chat, seq, { baseUrl: gateway.url, apiKey: paid.key, timeoutMs: 30_000 })]);
+    // A stream its client leaves after the first chunk: billed for what the vendor produced.
+    keep('stream-left', 3, [await send(kinds.find((k) => k.name === 'stream-left')!, 3, { baseUrl: gateway.url, apiKey: paid.key, timeoutMs: 30_000 })]);
     keep('async-chat', 10, await asyncChat(10, options));
     keep('message-batch', 11, await messageBatch(11, options));
     keep('openai-batch', 12, await openaiBatch(12, options));
@@ -67,7 +69,7 @@ describe('the soak’s check after the run', () => {
     assert.deepEqual(
       records.map((r) => `${r.kind}:${r.outcome}`),
       // Batch 11 has 2 + 11 % 3 = 4 lines, batch 12 has 2 + 12 % 3 = 2: a record per line.
-      [...Array(3).fill('chat:answered'), 'async-chat:answered', ...Array(4).fill('message-batch:answered'), ...Array(2).fill('openai-batch:answered')],
+      [...Array(3).fill('chat:answered'), 'stream-left:left', 'async-chat:answered', ...Array(4).fill('message-batch:answered'), ...Array(2).fill('openai-batch:answered')],
     );
     const result = await check(recordUrl, redis, accounts, records);
     assert.deepEqual(result.failures, []);
@@ -93,11 +95,12 @@ describe('the soak’s check after the run', () => {
     assert.match(result.failures.join('\n'), /msgbatch_x\/line-9 missing from its results/);
   });
 
-  it('fails on a Realtime answer cut off by its client that was not billed', async () => {
+  it('fails on a Realtime answer or a stream cut off by its client that was not billed', async () => {
     const cut: ClientRecord = { seq: 200, kind: 'realtime-left', key: 'main', api: 1, startedMs: 0, latencyMs: 5, outcome: 'left', status: 101, requestId: 'req_session:resp_unbilled', errorCode: null, bodyHash: '' };
-    const result = await check(recordUrl, redis, accounts, [...records, cut]);
-    assert.equal(result.figures.unbilledCutOffs, 1);
-    assert.match(result.failures.join('\n'), /cut off by their client have no settled usage row: req_session:resp_unbilled/);
+    const left = { ...records.find((r) => r.kind === 'stream-left')!, seq: 201, requestId: 'req_stream_unbilled' };
+    const result = await check(recordUrl, redis, accounts, [...records, cut, left]);
+    assert.equal(result.figures.unbilledCutOffs, 2);
+    assert.match(result.failures.join('\n'), /cut off by their client have no settled usage row: req_session:resp_unbilled, req_stream_unbilled/);
   });
 
   it('fails on a balance in Redis a few micro-dollars off its credits minus its usage', async () => {
