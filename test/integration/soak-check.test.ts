@@ -15,9 +15,9 @@ import { startPrivateRedis } from '../support/redis-server.js';
  * The soak's check after the run (bench/soak-check.ts) holds the gateway to the clients' own records: here a few
  * requests of the soak's own clients (plain chat, a stream its client leaves, an async job, a Message Batch and an
  * OpenAI batch, through bench/soak-traffic.ts and bench/soak-sessions.ts) against the strict vendor fakes, checked
- * green; then each thing it must catch, put in the records or in Redis one at a time, turns it red with that finding: an answer with no
- * usage row, a request id answered twice, a batch line missing from its results, a Realtime answer or a stream cut off
- * and not billed, a balance off by a few micro-dollars.
+ * green; then each thing it must catch, put in the records or in Redis one at a time, turns it red with that
+ * finding: an answer with no usage row, a request id answered twice, a batch line missing from its results, a
+ * Realtime answer or a stream cut off and not billed, a balance off by a few micro-dollars.
  */
 describe('the soak’s check after the run', () => {
   let redisServer: Awaited<ReturnType<typeof startPrivateRedis>>;
