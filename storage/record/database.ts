@@ -226,14 +226,28 @@ export async function openRecord(url: string, options: OpenRecordOptions = {}): 
   // drops a client that can no longer be queried when it comes back.
   pool.on('error', () => undefined);
   pool.on('connect', (client) => client.on('error', () => undefined));
-  // An error taking a connection is the server away (refused, reset, starting up): marked so, an answer names the
-  // record, not the queue (shared/errors.ts recordUnavailable).
+  // An error taking a connection is the server away (refused, reset, starting up), and so is a connection lost under a
+  // statement (a restart, a network cut): marked so, an answer names the record, not the queue or a bug
+  // (shared/errors.ts recordUnavailable).
   const marked = {
-    connect: () =>
-      pool.connect().catch((error: unknown) => {
-        if (error && typeof error === 'object') Object.defineProperty(error, recordUnreachable, { value: true });
-        throw error;
-      }),
+    connect: async () => {
+      const client = await pool.connect().catch((error: unknown) => {
+        throw markUnreachable(error);
+      });
+      if (!markedClients.has(client)) {
+        markedClients.add(client);
+        const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+        (client as { query: unknown }).query = (...args: unknown[]) => {
+          const result = query(...args);
+          // A statement's promise (Kysely's); a cursor or a callback's call is left as it is.
+          if (result instanceof Promise) return result.catch((error: unknown) => {
+            throw connectionLost(error) ? markUnreachable(error) : error;
+          });
+          return result;
+        };
+      }
+      return client;
+    },
     end: () => pool.end(),
     options: pool.options,
   };
@@ -248,6 +262,24 @@ export async function openRecord(url: string, options: OpenRecordOptions = {}): 
     }
   }
   return db;
+}
+
+/** The pooled clients whose statements mark a lost connection (each once: a client is handed out many times). */
+const markedClients = new WeakSet<pg.PoolClient>();
+
+/** The errors of a connection lost under a statement, as `pg` and the socket give them (the server's answers have a SQLSTATE). */
+const lostConnection = /^(Connection terminated|Client has encountered a connection error|Client was closed and is not queryable)/;
+const socketCodes = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTCONN']);
+
+function connectionLost(error: unknown): boolean {
+  if (!error || typeof error !== 'object' || error instanceof pg.DatabaseError) return false;
+  const { code, message } = error as { code?: unknown; message?: unknown };
+  return (typeof code === 'string' && socketCodes.has(code)) || (typeof message === 'string' && lostConnection.test(message));
+}
+
+function markUnreachable(error: unknown): unknown {
+  if (error && typeof error === 'object' && !(recordUnreachable in error)) Object.defineProperty(error, recordUnreachable, { value: true });
+  return error;
 }
 
 /** True when the record answers a trivial query. */

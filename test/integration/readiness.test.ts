@@ -1,11 +1,13 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { connect, createServer, type Socket } from 'node:net';
 import { createInterface } from 'node:readline';
 import type { ChildProcess } from 'node:child_process';
 import type { Redis } from 'ioredis';
 import { createKey, freshRedis, requestRecord, spawnGateway, waitFor } from '../support/gateway.js';
 import { startPrivatePostgres, type PrivatePostgres } from '../support/postgres-server.js';
+import { recordUrlFor } from '../support/record.js';
 
 interface Readiness {
   status: number;
@@ -147,5 +149,52 @@ describe('ready means ready: /readyz waits for the workers and the record', () =
 
     await postgres.start();
     await waitFor(async () => (await readyz(url).catch(() => undefined))?.status === 200, 20_000, '/readyz to say ready again');
+  });
+  it('503 record_unavailable when the record’s connection is lost in the middle of a statement, not the queue’s error', async () => {
+    // The api reaches the record through a proxy that can hold what the api sends, then cut every connection: the
+    // statement under way is lost with its connection (a PostgreSQL restarted, a network cut), not refused.
+    const direct = new URL(await recordUrlFor(redisUrl));
+    const sockets = new Set<Socket>();
+    let holding = false;
+    const proxy = createServer((inbound) => {
+      const outbound = connect(Number(direct.port || 5432), direct.hostname);
+      for (const socket of [inbound, outbound]) {
+        sockets.add(socket);
+        socket.on('error', () => undefined);
+        socket.on('close', () => sockets.delete(socket));
+      }
+      inbound.on('data', (chunk) => void (holding || outbound.write(chunk)));
+      outbound.pipe(inbound);
+      inbound.on('close', () => outbound.destroy());
+      outbound.on('close', () => inbound.destroy());
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    try {
+      const proxied = new URL(direct);
+      proxied.host = `127.0.0.1:${(proxy.address() as { port: number }).port}`;
+      const proc = await spawnGateway('api', { REDIS_URL: redisUrl, DATABASE_URL: proxied.toString() });
+      spawned.push(proc);
+      const gateway = follow(proc);
+      await waitFor(() => gateway.url() !== undefined, 60_000, 'the api to listen');
+      const url = gateway.url()!;
+      const { key } = await createKey(redis, 'record-cut');
+      assert.equal((await fetch(`${url}/v1/batches`, { headers: { authorization: `Bearer ${key}` } })).status, 200);
+
+      holding = true;
+      const answer = fetch(`${url}/v1/batches`, { headers: { authorization: `Bearer ${key}` } });
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      for (const socket of sockets) socket.destroy();
+      holding = false;
+      const cut = await answer;
+      const body = (await cut.json()) as { error?: { code: string } };
+      assert.equal(cut.status, 503, JSON.stringify(body));
+      assert.equal(body.error?.code, 'record_unavailable');
+      assert.equal(cut.headers.get('retry-after'), '2');
+      // The next statement takes a new connection.
+      assert.equal((await fetch(`${url}/v1/batches`, { headers: { authorization: `Bearer ${key}` } })).status, 200);
+    } finally {
+      proxy.close();
+      for (const socket of sockets) socket.destroy();
+    }
   });
 });
