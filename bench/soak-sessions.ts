@@ -205,7 +205,11 @@ export async function messageBatch(seq: number, options: SessionOptions): Promis
   const ended = await pollUntil<{ processing_status: string; request_counts: Record<string, number> }>(options, `/v1/messages/batches/${id}`, headers, (b) => b.processing_status === 'ended', started + options.timeoutMs);
   if (!ended) return [part(started, 'failed', { status: 200, detail: `batch ${id} not ended in time` })];
   let results: { status: number; text: string } | null = null;
-  for (let tries = 0; tries < 5 && results?.status !== 200; tries += 1) results = await exchange(`${pick(options.apis)}/v1/messages/batches/${id}/results`, { headers }, 30_000);
+  // Read as a client would: again on another api after a second when one is down (killed a moment ago).
+  for (let tries = 0; tries < 5 && results?.status !== 200; tries += 1) {
+    if (tries > 0) await sleep(1000);
+    results = await exchange(`${pick(options.apis)}/v1/messages/batches/${id}/results`, { headers }, 30_000);
+  }
   if (results?.status !== 200) return [part(started, 'failed', { status: results?.status ?? null, detail: `batch ${id}: no results` })];
   return batchLines(started, id, count, results.text, (line) => {
     const parsed = line as { custom_id: string; result: { type: string; message?: unknown; error?: { error?: { type?: string } } } };
@@ -250,7 +254,10 @@ export async function openaiBatch(seq: number, options: SessionOptions): Promise
   for (const file of [ended.output_file_id, ended.error_file_id]) {
     if (!file) continue;
     let content: { status: number; text: string } | null = null;
-    for (let tries = 0; tries < 5 && content?.status !== 200; tries += 1) content = await exchange(`${pick(options.apis)}/v1/files/${file}/content`, { headers: bearer(options.apiKey) }, 30_000);
+    for (let tries = 0; tries < 5 && content?.status !== 200; tries += 1) {
+      if (tries > 0) await sleep(1000);
+      content = await exchange(`${pick(options.apis)}/v1/files/${file}/content`, { headers: bearer(options.apiKey) }, 30_000);
+    }
     if (content?.status !== 200) return [part(started, 'failed', { status: content?.status ?? null, detail: `batch ${id}: file ${file} unread` })];
     text += `${content.text}\n`;
   }
