@@ -53,12 +53,6 @@ export class RedisJournal {
     this.prune(this.downSince ?? now);
   }
 
-  /** How many writes the window holds. */
-  size(now = Date.now()): number {
-    this.prune(now);
-    return this.entries.length - this.first;
-  }
-
   /** The connection was lost: the window ends here until it is ready again. */
   down(now = Date.now()): void {
     this.downSince ??= now;
