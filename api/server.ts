@@ -230,7 +230,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     refuseNew,
     // /admin/queues (and its way in from the console, /console/queue-dashboard): every queue shard the api has.
     queueDashboard({ queues: queues.all(), config, sessions, accounts: keyStore.accounts }),
-    adminRoutes(keyStore, config.adminToken, mappedTeamNames(config.console.oidc)).routes(),
+    adminRoutes(keyStore, config.adminToken, mappedTeamNames(config.console.oidc), config.mcp.servers).routes(),
     consoleRoutes({ ...relayDeps, blobs, keyStore, sessions, throttle: new SigninThrottle(redis), assets }).routes(),
   ] as Koa.Middleware[]);
   // /v1 past the API key: a POST to an endpoint row goes to the route every row gets (one lookup by path, the

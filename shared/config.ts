@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { loadMcpServers, type McpServer } from './mcp/servers.js';
 import type { QueueName } from './queues.js';
 import { queueNames } from './queues.js';
 import { decimalRatio, serviceTiers, type ServiceTier, type ServiceTierPrices } from './scheduling/service-tier.js';
@@ -91,6 +92,8 @@ export interface Config {
   /** `pretty`: short lines for a person; `json`: one JSON object a line; `auto`: pretty on a terminal, JSON elsewhere. */
   logFormat: 'auto' | 'json' | 'pretty';
   catalogFile: string | undefined;
+  /** Upstream MCP servers (shared/mcp/servers.ts): the file that lists them, and how often a worker checks them. */
+  mcp: { serversFile: string | undefined; servers: readonly McpServer[]; checkIntervalMs: number };
   /** The response cache (shared/cache/): CACHE_*. */
   cache: { hitPrice: number; defaultTtlS: number; maxTtlS: number; maxEntryBytes: number; maxAccountBytes: number; maxRequestBytes: number };
   /** MODEL_ALIASES: a name a client may send → the catalog model id it stands for. */
@@ -382,6 +385,8 @@ const fixed = {
   LOG_LEVEL: setting(choice(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info'), 'pino level'),
   LOG_FORMAT: setting(choice(['auto', 'json', 'pretty'], 'auto'), '`json`: one JSON object a line (pino), for log collectors; `pretty`: a short line a person reads; `auto`: pretty when stdout is a terminal, JSON otherwise (a container, a pipe, a file)'),
   CATALOG_FILE: setting(optionalText(), 'JSON `{"models":[…]}` whose entries add to or replace built-in catalog entries by id'),
+  MCP_SERVERS_FILE: setting(optionalText(), 'JSON `{"servers":{"<name>":{"url":…}}}`: the upstream MCP servers, their headers (kept on the server, never shown), caps, timeouts and prices per call (docs/mcp.md)'),
+  MCP_CHECK_INTERVAL_MS: setting(integer(1000, 30_000, 3_600_000), 'how often a worker connects to each upstream MCP server and lists its tools (`GET /admin/mcp/servers` shows what it found)'),
   CACHE_HIT_PRICE: setting(fraction(0), 'what a cache hit (or a request that shared an identical request\'s vendor call) costs, as a fraction of the stored answer\'s price: 0, free, by default; 1, the full price'),
   CACHE_DEFAULT_TTL_S: setting(integer(0, 3600, 2_592_000), 'how long the answer of a `Cache-Control: no-cache` request (which names no `max-age`) is kept, in seconds'),
   CACHE_MAX_TTL_S: setting(integer(0, 86_400, 2_592_000), 'the longest an answer is kept whatever `max-age` a request names, in seconds; 0 turns the cache off'),
@@ -744,6 +749,8 @@ export function loadConfig(env: Env = process.env): Config {
     logLevel: values.LOG_LEVEL,
     logFormat: values.LOG_FORMAT,
     catalogFile: values.CATALOG_FILE,
+    // Read at start, so a file the gateway cannot use stops it before it connects to anything.
+    mcp: { serversFile: values.MCP_SERVERS_FILE, servers: loadMcpServers(values.MCP_SERVERS_FILE), checkIntervalMs: values.MCP_CHECK_INTERVAL_MS },
     modelAliases: new Map(values.MODEL_ALIASES),
     cache: {
       hitPrice: values.CACHE_HIT_PRICE,

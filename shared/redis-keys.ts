@@ -310,3 +310,8 @@ export const deadlineMember = (accountId: string, requestId: string) => `${accou
 
 /** Published with a key id when a key changes or is revoked, and with `account:<id>` when an account does: every api drops what it cached. */
 export const accessChangedChannel = `${keyPrefix}access-changed`;
+
+/** Upstream MCP servers (shared/mcp/servers.ts): each one's last check, a field per server, written by a worker. */
+export const mcpHealthKey = `${keyPrefix}mcp:health`;
+/** Held by the worker checking the MCP servers this interval, so one worker checks them, not each. */
+export const mcpCheckLockKey = `${keyPrefix}mcp:check-lock`;

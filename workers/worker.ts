@@ -36,6 +36,7 @@ import { countJobs, startWorkerMetrics } from './metrics.js';
 import { OverrunReport } from './overrun-report.js';
 import { closeMarginMs, closeRedisBy, settledBy } from '../shared/stop-deadline.js';
 import { startRealtimeWorkers, type RealtimeWorkers } from './realtime/session-worker.js';
+import { McpServerChecks } from './mcp/server-checks.js';
 
 const reservationSweepMs = 10_000;
 const reservationGraceMs = 60_000;
@@ -219,6 +220,8 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
 
   const catalog = loadCatalog(config.catalogFile);
   const prices = PriceList.load(catalog, config);
+  // The upstream MCP servers: a worker checks each one every interval (one worker per interval, by a lock).
+  const mcpChecks = new McpServerChecks({ redis, log, servers: config.mcp.servers, intervalMs: config.mcp.checkIntervalMs, owner: `worker-${randomBytes(6).toString('hex')}` });
   const router = new ChannelRouter(redis, catalog, log, config);
   await router.start();
   startWorkerMetrics(config, router);
@@ -282,6 +285,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
 
   const janitor = new BlobJanitor({ redis, blobs, log, config });
   janitor.start();
+  mcpChecks.start();
   // Reservations of jobs lost with their api and worker are given back a minute after their deadline.
   const reservationSweep = setInterval(() => {
     releaseExpiredReservations(redis, reservationGraceMs).then(
@@ -355,6 +359,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       };
       if (realtimeClosed) await step('ending the realtime sessions', realtimeClosed);
       await step('the upload cleanup', janitor.close().then(() => lifecycle.close()));
+      await step('the MCP server checks', mcpChecks.close());
       // What settled until now is written before the process goes (else another worker's writer claims it later).
       await step('writing the settled usage to the record (it stays in Redis for the next writer)', usageWriter.close());
       await step('recording budget alerts and ending their deliveries (what is left stays in Redis and the queue)', Promise.all([alertWriter.close(), alertDelivery.close(), alertsQueue.close()]));

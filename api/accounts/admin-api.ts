@@ -1,4 +1,7 @@
 import type { GatewayState } from '../http/context.js';
+import { microsToUsdText } from '../../shared/alerts.js';
+import { serverView, type McpServer, type McpServerHealth } from '../../shared/mcp/servers.js';
+import { mcpHealthKey } from '../../shared/redis-keys.js';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type Router from '@koa/router';
 import { createRouter } from '../http/canonical-path.js';
@@ -75,7 +78,7 @@ function digest(value: string): Buffer {
 }
 
 /** `mappedTeams`: the team names OIDC_TEAM_MAP gives (those teams keep their names: `TeamStore.rename`). */
-export function adminRoutes(store: KeyStore, adminToken: string | undefined, mappedTeams: readonly string[] = []): Router {
+export function adminRoutes(store: KeyStore, adminToken: string | undefined, mappedTeams: readonly string[] = [], mcpServers: readonly McpServer[] = []): Router {
   const router = createRouter<GatewayState>('/admin');
   const accounts = store.accounts;
   const expected = adminToken ? digest(adminToken) : undefined;
@@ -314,6 +317,16 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined, map
   router.get('/usage', async (ctx) => {
     const query = parseStrict(usageQuerySchema, ctx.query);
     ctx.body = { object: 'list', data: await readUsage(store.record, query) };
+  });
+
+  // ---- the upstream MCP servers (MCP_SERVERS_FILE) and what a worker's last check of each found ----
+  router.get('/mcp/servers', async (ctx) => {
+    const health = mcpServers.length > 0 ? await store.redis.hgetall(mcpHealthKey) : {};
+    const read = (name: string): McpServerHealth | undefined => {
+      const text = health[name];
+      return text === undefined ? undefined : (JSON.parse(text) as McpServerHealth);
+    };
+    ctx.body = { object: 'list', data: mcpServers.map((server) => serverView(server, read(server.name), microsToUsdText)) };
   });
 
   // ---- the response cache: an account's stored answers, all or one key's or one model's, purged ----

@@ -1,0 +1,164 @@
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+
+/**
+ * The upstream MCP servers an admin gives the gateway by file (`MCP_SERVERS_FILE`): each a name, the URL of its
+ * Streamable HTTP endpoint (or of a legacy HTTP+SSE one), the headers it needs (kept on the server: never shown
+ * again), how many of its calls may run at once and how long one may take, and a price per call.
+ *
+ *   {"servers": {"notes": {"url": "https://notes.internal/mcp", "headers": {"Authorization": "Bearer …"},
+ *                          "max_concurrency": 20, "timeout_ms": 60000, "price_per_call_usd": "0.001"}}}
+ */
+
+/** A server's name: what its tools are named with (`notes/search`) and what `/mcp/{server}` takes. */
+export const mcpServerNamePattern = /^[a-z0-9][a-z0-9_-]{0,62}$/;
+
+const headerName = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
+const serverSchema = z
+  .object({
+    url: z
+      .string()
+      .url()
+      .refine((url) => /^https?:$/.test(new URL(url).protocol), 'must be an http or https URL'),
+    transport: z.enum(['streamable-http', 'sse']).default('streamable-http'),
+    headers: z
+      .record(z.string().regex(headerName, 'is not an HTTP header name'), z.string().max(8192).refine((value) => !/[\r\n\0]/.test(value), 'holds a line break'))
+      .default({}),
+    max_concurrency: z.number().int().min(1).max(10_000).default(20),
+    timeout_ms: z.number().int().min(100).max(3_600_000).default(60_000),
+    /** Dollars as a decimal string (or number), at most six places: billed per call in micro-dollars. */
+    price_per_call_usd: z
+      .union([z.string(), z.number()])
+      .default('0')
+      .transform((value, ctx) => {
+        const text = typeof value === 'number' ? String(value) : value;
+        const match = /^(\d{1,9})(?:\.(\d{1,6}))?$/.exec(text);
+        if (!match) {
+          ctx.addIssue({ code: 'custom', message: 'must be dollars with at most six decimal places, e.g. "0.001"' });
+          return z.NEVER;
+        }
+        return Number(match[1]) * 1_000_000 + Number((match[2] ?? '').padEnd(6, '0'));
+      }),
+  })
+  .strict();
+
+const fileSchema = z
+  .object({
+    servers: z.record(z.string().regex(mcpServerNamePattern, 'must be lower-case letters, digits, `-` and `_`, at most 63'), serverSchema),
+  })
+  .strict();
+
+export interface McpServer {
+  name: string;
+  url: string;
+  transport: 'streamable-http' | 'sse';
+  /** Sent to the server with every request; never shown. */
+  headers: Readonly<Record<string, string>>;
+  maxConcurrency: number;
+  timeoutMs: number;
+  pricePerCallMicros: number;
+}
+
+/** The servers of `MCP_SERVERS_FILE` (none when unset); throws one line naming the file and what is wrong in it. */
+export function loadMcpServers(file: string | undefined): McpServer[] {
+  if (!file) return [];
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (error) {
+    throw new Error(`MCP_SERVERS_FILE: cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (error) {
+    throw new Error(`MCP_SERVERS_FILE: ${file} is not JSON: ${(error as Error).message}`);
+  }
+  const parsed = fileSchema.safeParse(json);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    throw new Error(`MCP_SERVERS_FILE: ${file}: ${issue.path.join('.') || '(the file)'} ${issue.message}`);
+  }
+  return Object.entries(parsed.data.servers).map(([name, server]) => ({
+    name,
+    url: server.url,
+    transport: server.transport,
+    headers: server.headers,
+    maxConcurrency: server.max_concurrency,
+    timeoutMs: server.timeout_ms,
+    pricePerCallMicros: server.price_per_call_usd,
+  }));
+}
+
+/** A tool as an upstream lists it, as much of it as the gateway keeps and shows. */
+export interface McpToolView {
+  name: string;
+  title?: string;
+  description?: string;
+  annotations?: Record<string, unknown>;
+}
+
+/** What the last check of a server found (`mcpHealthKey`, one field per server, written by a worker). */
+export interface McpServerHealth {
+  ok: boolean;
+  /** Epoch ms of the check. */
+  checkedAt: number;
+  /** How long connecting and listing took. */
+  latencyMs: number;
+  /** Why the check failed (the upstream's answer or the deadline), when it did. */
+  error?: string;
+  serverName?: string;
+  serverVersion?: string;
+  protocolVersion?: string;
+  tools: McpToolView[];
+}
+
+
+/** A server's URL as it may be shown: no user, password, query or fragment (any of which may carry a secret). */
+export function shownUrl(url: string): string {
+  const parsed = new URL(url);
+  return `${parsed.protocol}//${parsed.host}${parsed.pathname}`;
+}
+
+/** A server as `GET /admin/mcp/servers` shows it: what the file set (headers by name only) and its last check. */
+export interface McpServerView {
+  object: 'mcp.server';
+  name: string;
+  url: string;
+  transport: McpServer['transport'];
+  /** The names of the headers it is sent; their values are never shown. */
+  header_names: string[];
+  max_concurrency: number;
+  timeout_ms: number;
+  price_per_call_usd: string;
+  /** `ok`: the last check connected and listed its tools; `failing`: it did not (see `error`); `unchecked`: no check yet. */
+  status: 'ok' | 'failing' | 'unchecked';
+  /** Unix seconds of the last check. */
+  checked_at: number | null;
+  latency_ms: number | null;
+  error: string | null;
+  server_info: { name: string; version: string | null } | null;
+  protocol_version: string | null;
+  tools: McpToolView[];
+}
+
+export function serverView(server: McpServer, health: McpServerHealth | undefined, usd: (micros: number) => string): McpServerView {
+  return {
+    object: 'mcp.server',
+    name: server.name,
+    url: shownUrl(server.url),
+    transport: server.transport,
+    header_names: Object.keys(server.headers),
+    max_concurrency: server.maxConcurrency,
+    timeout_ms: server.timeoutMs,
+    price_per_call_usd: usd(server.pricePerCallMicros),
+    status: health === undefined ? 'unchecked' : health.ok ? 'ok' : 'failing',
+    checked_at: health ? Math.floor(health.checkedAt / 1000) : null,
+    latency_ms: health?.latencyMs ?? null,
+    error: health?.error ?? null,
+    server_info: health?.serverName !== undefined ? { name: health.serverName, version: health.serverVersion ?? null } : null,
+    protocol_version: health?.protocolVersion ?? null,
+    tools: health?.tools ?? [],
+  };
+}

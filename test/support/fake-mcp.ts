@@ -1,0 +1,72 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { McpServer, WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/server';
+import { z } from 'zod';
+
+/**
+ * An upstream MCP server for the tests, built with the official SDK and served over Streamable HTTP (stateless: a
+ * server and a transport per request, as the SDK's examples serve one). `token`: every request must carry
+ * `Authorization: Bearer <token>` (else 401); `mode`: `ok` serves, `fail` answers every request 500, `hang` never
+ * answers (the socket stays open).
+ */
+export interface FakeMcp {
+  url: string;
+  /** The requests it received, with their headers. */
+  seen: Array<{ method: string; authorization: string | undefined }>;
+  close(): Promise<void>;
+}
+
+export async function startFakeMcp(options: { token?: string; mode?: 'ok' | 'fail' | 'hang'; name?: string } = {}): Promise<FakeMcp> {
+  const mode = options.mode ?? 'ok';
+  const seen: FakeMcp['seen'] = [];
+  const hanging = new Set<ServerResponse>();
+  const serve = async (req: IncomingMessage, res: ServerResponse) => {
+    seen.push({ method: req.method ?? '', authorization: req.headers.authorization });
+    if (mode === 'hang') {
+      hanging.add(res);
+      return;
+    }
+    if (mode === 'fail') {
+      res.writeHead(500, { 'content-type': 'text/plain' }).end('upstream broken');
+      return;
+    }
+    if (options.token !== undefined && req.headers.authorization !== `Bearer ${options.token}`) {
+      res.writeHead(401, { 'content-type': 'application/json' }).end(JSON.stringify({ error: 'unauthorized' }));
+      return;
+    }
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const headers = new Headers();
+    for (const [name, value] of Object.entries(req.headers)) if (typeof value === 'string') headers.set(name, value);
+    const body = req.method === 'POST' ? Buffer.concat(chunks) : undefined;
+    const request = new Request(`http://${req.headers.host}${req.url}`, { method: req.method!, headers, ...(body ? { body } : {}) });
+    const server = new McpServer({ name: options.name ?? 'fake-notes', version: '1.2.3' });
+    server.registerTool('search', { description: 'Finds notes that hold a word.', inputSchema: z.object({ word: z.string() }), annotations: { readOnlyHint: true } }, async ({ word }) => ({
+      content: [{ type: 'text', text: `notes with ${word}: 2` }],
+    }));
+    server.registerTool('add', { description: 'Adds a note.', inputSchema: z.object({ text: z.string() }) }, async () => ({ content: [{ type: 'text', text: 'added' }] }));
+    const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
+    await server.connect(transport);
+    const response = await transport.handleRequest(request);
+    res.writeHead(response.status, Object.fromEntries(response.headers));
+    res.end(Buffer.from(await response.arrayBuffer()));
+    void server.close();
+  };
+  const http: Server = createServer((req, res) => {
+    serve(req, res).catch((error: unknown) => {
+      if (!res.headersSent) res.writeHead(500);
+      res.end(String(error));
+    });
+  });
+  await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
+  const { port } = http.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}/mcp`,
+    seen,
+    close: async () => {
+      for (const res of hanging) res.destroy();
+      http.closeAllConnections();
+      await new Promise<void>((resolve) => http.close(() => resolve()));
+    },
+  };
+}
