@@ -91,12 +91,18 @@ export function loadMcpServers(file: string | undefined): McpServer[] {
   }));
 }
 
-/** A tool as an upstream lists it, as much of it as the gateway keeps and shows. */
-export interface McpToolView {
+/**
+ * A tool as its server defines it in `tools/list` (its name, title, description, input and output schemas,
+ * annotations), kept whole: what the admin is shown now, and what clients will be given.
+ */
+export interface McpTool {
   name: string;
   title?: string;
   description?: string;
+  inputSchema?: Record<string, unknown>;
+  outputSchema?: Record<string, unknown>;
   annotations?: Record<string, unknown>;
+  [field: string]: unknown;
 }
 
 /** What the last check of a server found (`mcpHealthKey`, one field per server, written by a worker). */
@@ -111,7 +117,9 @@ export interface McpServerHealth {
   serverName?: string;
   serverVersion?: string;
   protocolVersion?: string;
-  tools: McpToolView[];
+  tools: McpTool[];
+  /** Tools the server listed that were not kept: past 2,000, or a definition over 64 KiB. */
+  toolsSkipped?: number;
 }
 
 
@@ -140,7 +148,10 @@ export interface McpServerView {
   error: string | null;
   server_info: { name: string; version: string | null } | null;
   protocol_version: string | null;
-  tools: McpToolView[];
+  /** Each tool as the server defines it. */
+  tools: McpTool[];
+  /** Tools the server listed that are not kept (past 2,000, or a definition over 64 KiB). */
+  tools_skipped: number;
 }
 
 export function serverView(server: McpServer, health: McpServerHealth | undefined, usd: (micros: number) => string): McpServerView {
@@ -160,5 +171,6 @@ export function serverView(server: McpServer, health: McpServerHealth | undefine
     server_info: health?.serverName !== undefined ? { name: health.serverName, version: health.serverVersion ?? null } : null,
     protocol_version: health?.protocolVersion ?? null,
     tools: health?.tools ?? [],
+    tools_skipped: health?.toolsSkipped ?? 0,
   };
 }

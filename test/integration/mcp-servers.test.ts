@@ -20,10 +20,16 @@ describe('MCP servers: configured by file, checked by a worker, shown to admins'
   let notes: FakeMcp;
   let broken: FakeMcp;
   let hanging: FakeMcp;
+  let legacy: FakeMcp;
   let dir: string;
 
   before(async () => {
-    [notes, broken, hanging] = await Promise.all([startFakeMcp({ token: upstreamToken }), startFakeMcp({ mode: 'fail' }), startFakeMcp({ mode: 'hang' })]);
+    [notes, broken, hanging, legacy] = await Promise.all([
+      startFakeMcp({ token: upstreamToken }),
+      startFakeMcp({ mode: 'fail' }),
+      startFakeMcp({ mode: 'hang' }),
+      startFakeMcp({ mode: 'sse' }),
+    ]);
     dir = mkdtempSync(join(tmpdir(), 'mcp-servers-'));
     const file = join(dir, 'mcp.json');
     writeFileSync(
@@ -33,6 +39,7 @@ describe('MCP servers: configured by file, checked by a worker, shown to admins'
           notes: { url: `${notes.url}?tenant=secret-in-query`, headers: { Authorization: `Bearer ${upstreamToken}` }, max_concurrency: 20, timeout_ms: 5000, price_per_call_usd: '0.0015' },
           broken: { url: broken.url, timeout_ms: 5000 },
           hanging: { url: hanging.url, timeout_ms: 700 },
+          legacy: { url: legacy.url, transport: 'sse', timeout_ms: 5000 },
         },
       }),
     );
@@ -43,7 +50,7 @@ describe('MCP servers: configured by file, checked by a worker, shown to admins'
 
   after(async () => {
     await gateway?.stop();
-    await Promise.all([notes?.close(), broken?.close(), hanging?.close()]);
+    await Promise.all([notes?.close(), broken?.close(), hanging?.close(), legacy?.close()]);
     redis?.disconnect();
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
@@ -70,9 +77,20 @@ describe('MCP servers: configured by file, checked by a worker, shown to admins'
     assert.equal(ok.max_concurrency, 20);
     assert.deepEqual(ok.server_info, { name: 'fake-notes', version: '1.2.3' });
     assert.equal(typeof ok.protocol_version, 'string');
-    const tools = ok.tools as Array<{ name: string; description?: string; annotations?: Record<string, unknown> }>;
+    const tools = ok.tools as Array<{ name: string; description?: string; inputSchema?: { type: string; properties?: Record<string, unknown> }; annotations?: Record<string, unknown> }>;
     assert.deepEqual(tools.map((tool) => tool.name).sort(), ['add', 'search']);
-    assert.deepEqual(tools.find((tool) => tool.name === 'search')!.annotations, { readOnlyHint: true });
+    // Each tool kept as the server defines it: what clients will be given.
+    const search = tools.find((tool) => tool.name === 'search')!;
+    assert.deepEqual(search.annotations, { readOnlyHint: true });
+    assert.equal(search.description, 'Finds notes that hold a word.');
+    assert.equal(search.inputSchema?.type, 'object');
+    assert.deepEqual(Object.keys(search.inputSchema?.properties ?? {}), ['word']);
+    assert.equal(ok.tools_skipped, 0);
+    // A server that speaks only the legacy HTTP+SSE transport.
+    const old = byName.get('legacy')!;
+    assert.equal(old.status, 'ok', JSON.stringify(old));
+    assert.deepEqual((old.tools as Array<{ name: string }>).map((tool) => tool.name), ['lookup']);
+    assert.deepEqual(old.server_info, { name: 'fake-legacy', version: '0.9.0' });
     // The upstream got the header the file gives it.
     assert.ok(notes.seen.some((request) => request.authorization === `Bearer ${upstreamToken}`));
     // Secrets stay on the server: not the token, not the URL's query.

@@ -1,13 +1,16 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { McpServer, WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/server';
+import { McpServer as LegacyMcpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js';
 import { z } from 'zod';
 
 /**
  * An upstream MCP server for the tests, built with the official SDK and served over Streamable HTTP (stateless: a
  * server and a transport per request, as the SDK's examples serve one). `token`: every request must carry
  * `Authorization: Bearer <token>` (else 401); `mode`: `ok` serves, `fail` answers every request 500, `hang` never
- * answers (the socket stays open).
+ * answers (the socket stays open), `sse` serves the legacy HTTP+SSE transport only (the event stream at `/sse`, its
+ * messages posted to `/messages`), with the 1.x SDK that still has it.
  */
 export interface FakeMcp {
   url: string;
@@ -16,12 +19,28 @@ export interface FakeMcp {
   close(): Promise<void>;
 }
 
-export async function startFakeMcp(options: { token?: string; mode?: 'ok' | 'fail' | 'hang'; name?: string } = {}): Promise<FakeMcp> {
+export async function startFakeMcp(options: { token?: string; mode?: 'ok' | 'fail' | 'hang' | 'sse'; name?: string } = {}): Promise<FakeMcp> {
   const mode = options.mode ?? 'ok';
   const seen: FakeMcp['seen'] = [];
   const hanging = new Set<ServerResponse>();
+  const legacy = new Map<string, SSEServerTransport>();
+  const serveLegacy = async (req: IncomingMessage, res: ServerResponse) => {
+    if (req.method === 'GET' && req.url === '/sse') {
+      const transport = new SSEServerTransport('/messages', res);
+      legacy.set(transport.sessionId, transport);
+      res.on('close', () => legacy.delete(transport.sessionId));
+      const server = new LegacyMcpServer({ name: options.name ?? 'fake-legacy', version: '0.9.0' });
+      server.registerTool('lookup', { description: 'Looks a word up.', inputSchema: { word: z.string() } }, async ({ word }) => ({ content: [{ type: 'text', text: word }] }));
+      await server.connect(transport);
+      return;
+    }
+    const transport = legacy.get(new URL(req.url ?? '/', 'http://x').searchParams.get('sessionId') ?? '');
+    if (req.method === 'POST' && transport) return transport.handlePostMessage(req, res);
+    res.writeHead(404).end();
+  };
   const serve = async (req: IncomingMessage, res: ServerResponse) => {
     seen.push({ method: req.method ?? '', authorization: req.headers.authorization });
+    if (mode === 'sse') return serveLegacy(req, res);
     if (mode === 'hang') {
       hanging.add(res);
       return;
@@ -61,7 +80,7 @@ export async function startFakeMcp(options: { token?: string; mode?: 'ok' | 'fai
   await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
   const { port } = http.address() as AddressInfo;
   return {
-    url: `http://127.0.0.1:${port}/mcp`,
+    url: `http://127.0.0.1:${port}/${mode === 'sse' ? 'sse' : 'mcp'}`,
     seen,
     close: async () => {
       for (const res of hanging) res.destroy();

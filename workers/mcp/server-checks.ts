@@ -1,15 +1,15 @@
 import { Client, SSEClientTransport, StreamableHTTPClientTransport, type Transport } from '@modelcontextprotocol/client';
 import type { Redis } from 'ioredis';
 import type { Logger } from '../../shared/logger.js';
-import { type McpServer, type McpServerHealth, type McpToolView } from '../../shared/mcp/servers.js';
+import { type McpServer, type McpServerHealth, type McpTool } from '../../shared/mcp/servers.js';
 import { mcpCheckLockKey, mcpHealthKey } from '../../shared/redis-keys.js';
 
 /** Pages of `tools/list` read at most: a server that pages without end is cut off there. */
 const maxToolPages = 50;
 /** Tools kept per server at most (what the check shows; calls are not bound by it). */
 const maxTools = 2_000;
-/** Characters of a tool's description kept. */
-const maxDescription = 1_000;
+/** The largest definition of one tool kept, as JSON: a larger one is left out (and counted). */
+const maxToolBytes = 65_536;
 
 const clientInfo = { name: 'switchyard', version: '1' };
 
@@ -17,15 +17,6 @@ function transportFor(server: McpServer, signal: AbortSignal): Transport {
   const requestInit: RequestInit = { headers: { ...server.headers }, signal, redirect: 'error' };
   const url = new URL(server.url);
   return server.transport === 'sse' ? new SSEClientTransport(url, { requestInit }) : new StreamableHTTPClientTransport(url, { requestInit });
-}
-
-function toolView(tool: { name: string; title?: string; description?: string; annotations?: Record<string, unknown> }): McpToolView {
-  return {
-    name: tool.name,
-    ...(tool.title !== undefined ? { title: tool.title } : {}),
-    ...(tool.description !== undefined ? { description: tool.description.slice(0, maxDescription) } : {}),
-    ...(tool.annotations !== undefined ? { annotations: tool.annotations } : {}),
-  };
 }
 
 /** The reason a check failed, in one line for the admin (never the server's headers: they are not in any error here). */
@@ -57,18 +48,23 @@ export async function checkServer(server: McpServer, stop?: AbortSignal): Promis
   const options = { signal: controller.signal, timeout: server.timeoutMs };
   const work = (async () => {
     await client.connect(transportFor(server, controller.signal), options);
-    const tools: McpToolView[] = [];
+    const tools: McpTool[] = [];
+    let skipped = 0;
     let cursor: string | undefined;
     for (let page = 0; page < maxToolPages && tools.length < maxTools; page++) {
       const listed = await client.listTools(cursor ? { cursor } : undefined, options);
-      for (const tool of listed.tools) if (tools.length < maxTools) tools.push(toolView(tool));
+      for (const tool of listed.tools) {
+        // Kept as the server defines it (what clients will be given), unless too large or past the count.
+        if (tools.length < maxTools && Buffer.byteLength(JSON.stringify(tool)) <= maxToolBytes) tools.push(tool as McpTool);
+        else skipped++;
+      }
       cursor = listed.nextCursor;
       if (!cursor) break;
     }
-    return tools;
+    return { tools, skipped };
   })();
   try {
-    const tools = await Promise.race([work, deadline]);
+    const { tools, skipped } = await Promise.race([work, deadline]);
     const info = client.getServerVersion();
     const protocolVersion = client.getNegotiatedProtocolVersion();
     return {
@@ -78,6 +74,7 @@ export async function checkServer(server: McpServer, stop?: AbortSignal): Promis
       ...(info ? { serverName: info.name, serverVersion: info.version } : {}),
       ...(protocolVersion ? { protocolVersion } : {}),
       tools,
+      ...(skipped > 0 ? { toolsSkipped: skipped } : {}),
     };
   } catch (error) {
     return { ok: false, checkedAt: started, latencyMs: Date.now() - started, error: reason(error, timedOut, server.timeoutMs), tools: [] };
