@@ -385,7 +385,7 @@ const fixed = {
   LOG_LEVEL: setting(choice(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info'), 'pino level'),
   LOG_FORMAT: setting(choice(['auto', 'json', 'pretty'], 'auto'), '`json`: one JSON object a line (pino), for log collectors; `pretty`: a short line a person reads; `auto`: pretty when stdout is a terminal, JSON otherwise (a container, a pipe, a file)'),
   CATALOG_FILE: setting(optionalText(), 'JSON `{"models":[…]}` whose entries add to or replace built-in catalog entries by id'),
-  MCP_SERVERS_FILE: setting(optionalText(), 'JSON `{"servers":{"<name>":{"url":…}}}`: the upstream MCP servers, their headers (kept on the server, never shown), caps, timeouts and prices per call (docs/mcp.md)'),
+  MCP_SERVERS_FILE: setting(optionalText(), 'JSON `{"servers":{"<name>":{"url":…}}}`: the upstream MCP servers, reached by URL or run by the workers as a `command`, the headers or variables each needs (kept on the server, never shown), caps, timeouts and prices per call (docs/mcp.md)'),
   MCP_CHECK_INTERVAL_MS: setting(integer(1000, 30_000, 3_600_000), 'how often a worker connects to each upstream MCP server and lists its tools (`GET /admin/mcp/servers` shows what it found)'),
   CACHE_HIT_PRICE: setting(fraction(0), 'what a cache hit (or a request that shared an identical request\'s vendor call) costs, as a fraction of the stored answer\'s price: 0, free, by default; 1, the full price'),
   CACHE_DEFAULT_TTL_S: setting(integer(0, 3600, 2_592_000), 'how long the answer of a `Cache-Control: no-cache` request (which names no `max-age`) is kept, in seconds'),

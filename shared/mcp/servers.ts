@@ -15,33 +15,51 @@ export const mcpServerNamePattern = /^[a-z0-9][a-z0-9_-]{0,62}$/;
 
 const headerName = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
+const price = z
+  .union([z.string(), z.number()])
+  .default('0')
+  .transform((value, ctx) => {
+    const text = typeof value === 'number' ? String(value) : value;
+    const match = /^(\d{1,9})(?:\.(\d{1,6}))?$/.exec(text);
+    if (!match) {
+      ctx.addIssue({ code: 'custom', message: 'must be dollars with at most six decimal places, e.g. "0.001"' });
+      return z.NEVER;
+    }
+    return Number(match[1]) * 1_000_000 + Number((match[2] ?? '').padEnd(6, '0'));
+  });
+
+const noLineBreak = z.string().max(8192).refine((value) => !/[\r\n\0]/.test(value), 'holds a line break');
+
 const serverSchema = z
   .object({
+    /** A server reached over HTTP: its Streamable HTTP endpoint, or a legacy server's event stream. */
     url: z
       .string()
       .url()
-      .refine((url) => /^https?:$/.test(new URL(url).protocol), 'must be an http or https URL'),
-    transport: z.enum(['streamable-http', 'sse']).default('streamable-http'),
-    headers: z
-      .record(z.string().regex(headerName, 'is not an HTTP header name'), z.string().max(8192).refine((value) => !/[\r\n\0]/.test(value), 'holds a line break'))
-      .default({}),
+      .refine((url) => /^https?:$/.test(new URL(url).protocol), 'must be an http or https URL')
+      .optional(),
+    transport: z.enum(['streamable-http', 'sse']).optional(),
+    headers: z.record(z.string().regex(headerName, 'is not an HTTP header name'), noLineBreak).optional(),
+    /** A server the workers run themselves, speaking MCP on its standard input and output. */
+    command: z.string().min(1).max(4096).optional(),
+    args: z.array(z.string().max(8192)).max(256).optional(),
+    env: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'is not an environment variable name'), z.string().max(65_536)).optional(),
+    cwd: z.string().min(1).max(4096).optional(),
     max_concurrency: z.number().int().min(1).max(10_000).default(20),
     timeout_ms: z.number().int().min(100).max(3_600_000).default(60_000),
     /** Dollars as a decimal string (or number), at most six places: billed per call in micro-dollars. */
-    price_per_call_usd: z
-      .union([z.string(), z.number()])
-      .default('0')
-      .transform((value, ctx) => {
-        const text = typeof value === 'number' ? String(value) : value;
-        const match = /^(\d{1,9})(?:\.(\d{1,6}))?$/.exec(text);
-        if (!match) {
-          ctx.addIssue({ code: 'custom', message: 'must be dollars with at most six decimal places, e.g. "0.001"' });
-          return z.NEVER;
-        }
-        return Number(match[1]) * 1_000_000 + Number((match[2] ?? '').padEnd(6, '0'));
-      }),
+    price_per_call_usd: price,
   })
-  .strict();
+  .strict()
+  .superRefine((server, ctx) => {
+    if ((server.url === undefined) === (server.command === undefined)) {
+      ctx.addIssue({ code: 'custom', message: 'needs either a url (a server reached over HTTP) or a command (one the workers run), not both' });
+    }
+    const httpOnly = (['transport', 'headers'] as const).filter((field) => server[field] !== undefined);
+    const stdioOnly = (['args', 'env', 'cwd'] as const).filter((field) => server[field] !== undefined);
+    if (server.command !== undefined && httpOnly.length > 0) ctx.addIssue({ code: 'custom', path: [httpOnly[0]!], message: 'is for a server reached by its url, not a command' });
+    if (server.url !== undefined && stdioOnly.length > 0) ctx.addIssue({ code: 'custom', path: [stdioOnly[0]!], message: 'is for a server run by its command, not a url' });
+  });
 
 const fileSchema = z
   .object({
@@ -51,10 +69,13 @@ const fileSchema = z
 
 export interface McpServer {
   name: string;
-  url: string;
-  transport: 'streamable-http' | 'sse';
+  /** `stdio`: run by the workers (`command`); the others reached at `url`. */
+  transport: 'streamable-http' | 'sse' | 'stdio';
+  url?: string;
   /** Sent to the server with every request; never shown. */
   headers: Readonly<Record<string, string>>;
+  /** What the workers run for a stdio server: its program, arguments, the variables it gets besides a safe few, where. */
+  command?: { program: string; args: readonly string[]; env: Readonly<Record<string, string>>; cwd?: string };
   maxConcurrency: number;
   timeoutMs: number;
   pricePerCallMicros: number;
@@ -82,9 +103,12 @@ export function loadMcpServers(file: string | undefined): McpServer[] {
   }
   return Object.entries(parsed.data.servers).map(([name, server]) => ({
     name,
-    url: server.url,
-    transport: server.transport,
-    headers: server.headers,
+    transport: server.command !== undefined ? 'stdio' : (server.transport ?? 'streamable-http'),
+    ...(server.url !== undefined ? { url: server.url } : {}),
+    headers: server.headers ?? {},
+    ...(server.command !== undefined
+      ? { command: { program: server.command, args: server.args ?? [], env: server.env ?? {}, ...(server.cwd !== undefined ? { cwd: server.cwd } : {}) } }
+      : {}),
     maxConcurrency: server.max_concurrency,
     timeoutMs: server.timeout_ms,
     pricePerCallMicros: server.price_per_call_usd,
@@ -133,10 +157,15 @@ export function shownUrl(url: string): string {
 export interface McpServerView {
   object: 'mcp.server';
   name: string;
-  url: string;
+  /** Where it is reached (without user, password, query or fragment); null for a server the workers run. */
+  url: string | null;
   transport: McpServer['transport'];
   /** The names of the headers it is sent; their values are never shown. */
   header_names: string[];
+  /** The program the workers run for a stdio server (its arguments are not shown: they may hold secrets); else null. */
+  command: string | null;
+  /** The names of the variables a stdio server is given; their values are never shown. */
+  env_names: string[];
   max_concurrency: number;
   timeout_ms: number;
   price_per_call_usd: string;
@@ -158,9 +187,11 @@ export function serverView(server: McpServer, health: McpServerHealth | undefine
   return {
     object: 'mcp.server',
     name: server.name,
-    url: shownUrl(server.url),
+    url: server.url !== undefined ? shownUrl(server.url) : null,
     transport: server.transport,
     header_names: Object.keys(server.headers),
+    command: server.command?.program ?? null,
+    env_names: Object.keys(server.command?.env ?? {}),
     max_concurrency: server.maxConcurrency,
     timeout_ms: server.timeoutMs,
     price_per_call_usd: usd(server.pricePerCallMicros),

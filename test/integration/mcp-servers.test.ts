@@ -1,8 +1,9 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
 import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
 import { startFakeMcp, type FakeMcp } from '../support/fake-mcp.js';
@@ -10,6 +11,7 @@ import { checkServer } from '../../workers/mcp/server-checks.js';
 import { loadMcpServers } from '../../shared/mcp/servers.js';
 
 const adminToken = 'mcp-servers-test-token';
+const stdioServer = fileURLToPath(new URL('../support/fake-mcp-stdio.ts', import.meta.url));
 const upstreamToken = 'upstream-secret-0f3a9c';
 
 // Upstream MCP servers given by file: a worker connects to each with the official SDK's client, lists its tools and
@@ -40,6 +42,7 @@ describe('MCP servers: configured by file, checked by a worker, shown to admins'
           broken: { url: broken.url, timeout_ms: 5000 },
           hanging: { url: hanging.url, timeout_ms: 700 },
           legacy: { url: legacy.url, transport: 'sse', timeout_ms: 5000 },
+          local: { command: process.execPath, args: ['--import', 'tsx', stdioServer], env: { FAKE_MCP_GREETING: 'hello-from-the-file' }, timeout_ms: 20_000 },
         },
       }),
     );
@@ -63,7 +66,7 @@ describe('MCP servers: configured by file, checked by a worker, shown to admins'
 
   it('lists each server with its tools once a worker has checked it, and never its headers\' values', async () => {
     let seen = await servers();
-    const deadline = Date.now() + 15_000;
+    const deadline = Date.now() + 40_000;
     while (seen.body.data.some((server) => server.status === 'unchecked') && Date.now() < deadline) {
       await new Promise((resolve) => setTimeout(resolve, 200));
       seen = await servers();
@@ -91,6 +94,16 @@ describe('MCP servers: configured by file, checked by a worker, shown to admins'
     assert.equal(old.status, 'ok', JSON.stringify(old));
     assert.deepEqual((old.tools as Array<{ name: string }>).map((tool) => tool.name), ['lookup']);
     assert.deepEqual(old.server_info, { name: 'fake-legacy', version: '0.9.0' });
+    // A server the workers run themselves, given the variables the file sets (their values not shown).
+    const local = byName.get('local')!;
+    assert.equal(local.status, 'ok', JSON.stringify(local));
+    assert.equal(local.transport, 'stdio');
+    assert.equal(local.url, null);
+    assert.equal(local.command, process.execPath);
+    assert.deepEqual(local.env_names, ['FAKE_MCP_GREETING']);
+    assert.deepEqual(local.server_info, { name: 'fake-local', version: '2.0.0' });
+    assert.equal((local.tools as Array<{ description: string }>)[0]!.description, 'Says which variable it was given: hello-from-the-file.');
+    assert.doesNotMatch(seen.text, /"args"|--import/);
     // The upstream got the header the file gives it.
     assert.ok(notes.seen.some((request) => request.authorization === `Bearer ${upstreamToken}`));
     // Secrets stay on the server: not the token, not the URL's query.
@@ -140,6 +153,7 @@ describe('MCP servers file', () => {
     try {
       const [a, b] = loadMcpServers(file);
       assert.deepEqual(a, { name: 'a', url: 'https://a.example/mcp', transport: 'streamable-http', headers: {}, maxConcurrency: 20, timeoutMs: 60_000, pricePerCallMicros: 1 });
+      assert.equal(b!.transport, 'sse');
       assert.equal(b!.pricePerCallMicros, 1_250_000);
       assert.equal(b!.transport, 'sse');
     } finally {
@@ -155,6 +169,10 @@ describe('MCP servers file', () => {
       [JSON.stringify({ servers: { a: { url: 'https://x/mcp', price_per_call_usd: '0.0000001' } } }), /servers\.a\.price_per_call_usd/],
       [JSON.stringify({ servers: { a: { url: 'https://x/mcp', headers: { 'X-A': 'one\r\ntwo' } } } }), /servers\.a\.headers\.X-A holds a line break/],
       [JSON.stringify({ servers: { a: { url: 'https://x/mcp', secret: 'typo' } } }), /servers\.a/],
+      [JSON.stringify({ servers: { a: {} } }), /servers\.a needs either a url .* or a command/],
+      [JSON.stringify({ servers: { a: { url: 'https://x/mcp', command: 'node' } } }), /servers\.a needs either a url .* not both/],
+      [JSON.stringify({ servers: { a: { command: 'node', headers: { A: 'b' } } } }), /servers\.a\.headers is for a server reached by its url/],
+      [JSON.stringify({ servers: { a: { url: 'https://x/mcp', env: { A: 'b' } } } }), /servers\.a\.env is for a server run by its command/],
     ];
     for (const [content, message] of cases) {
       const { file, done } = write(content);
@@ -176,6 +194,40 @@ describe('MCP servers file', () => {
       await assert.rejects(startGateway({ role: 'api', env: { REDIS_URL: url, MOCK_VENDOR: 'on', MCP_SERVERS_FILE: file } }), (error: Error) =>
         error.message.includes(`MCP_SERVERS_FILE: ${file}: servers.a.url must be an http or https URL`),
       );
+    } finally {
+      done();
+    }
+  });
+
+  it('a check of a stdio server that never answers gives up at its timeout, and its process ends', async () => {
+    const { file: pidFile, done } = write('');
+    try {
+      const started = Date.now();
+      const health = await checkServer({
+        name: 'h',
+        transport: 'stdio',
+        headers: {},
+        command: { program: process.execPath, args: ['--import', 'tsx', stdioServer], env: { FAKE_MCP_MODE: 'hang', FAKE_MCP_PID_FILE: pidFile } },
+        maxConcurrency: 1,
+        timeoutMs: 3000,
+        pricePerCallMicros: 0,
+      });
+      assert.equal(health.ok, false);
+      assert.match(health.error!, /no answer within its timeout/);
+      assert.ok(Date.now() - started < 4000);
+      const pid = Number(readFileSync(pidFile, 'utf8'));
+      assert.ok(pid > 0);
+      const gone = Date.now() + 5000;
+      const alive = () => {
+        try {
+          process.kill(pid, 0);
+          return true;
+        } catch {
+          return false;
+        }
+      };
+      while (alive() && Date.now() < gone) await new Promise((resolve) => setTimeout(resolve, 50));
+      assert.equal(alive(), false, 'the server the check ran has ended');
     } finally {
       done();
     }

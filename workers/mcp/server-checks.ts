@@ -1,4 +1,5 @@
 import { Client, SSEClientTransport, StreamableHTTPClientTransport, type Transport } from '@modelcontextprotocol/client';
+import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import type { Redis } from 'ioredis';
 import type { Logger } from '../../shared/logger.js';
 import { type McpServer, type McpServerHealth, type McpTool } from '../../shared/mcp/servers.js';
@@ -14,8 +15,13 @@ const maxToolBytes = 65_536;
 const clientInfo = { name: 'switchyard', version: '1' };
 
 function transportFor(server: McpServer, signal: AbortSignal): Transport {
+  if (server.command) {
+    // Run with a safe few of the worker's variables (PATH, HOME, …), never its secrets, and what the file gives it.
+    const { program, args, env, cwd } = server.command;
+    return new StdioClientTransport({ command: program, args: [...args], env: { ...getDefaultEnvironment(), ...env }, ...(cwd !== undefined ? { cwd } : {}), stderr: 'ignore' });
+  }
   const requestInit: RequestInit = { headers: { ...server.headers }, signal, redirect: 'error' };
-  const url = new URL(server.url);
+  const url = new URL(server.url!);
   return server.transport === 'sse' ? new SSEClientTransport(url, { requestInit }) : new StreamableHTTPClientTransport(url, { requestInit });
 }
 
