@@ -372,7 +372,7 @@ export class RealtimeGateway {
       const first = await Promise.race([listening.then(() => undefined), stopped]);
       if (first) throw first.error ?? new GatewayError(499, first.reason);
       const fair = { accountId: access.accountId, weight, tokens: estimate.tokens, tier: 'default' as const, contended: true };
-      const queued = enqueue({ config, redis, queues, backpressure: this.deps.backpressure }, queue, plan, { spend: { access, estimate }, fair }, log);
+      const queued = enqueue({ config, redis }, queue, plan, { spend: { access, estimate }, fair }, log);
       const outcome = await Promise.race([queued.then((value) => ({ queued: value })), stopped]);
       if (!('queued' in outcome)) {
         // Stopped while the add was under way: the job is taken out once it is in.

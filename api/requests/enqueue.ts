@@ -19,16 +19,14 @@ import { admitJob, leaveBacklog, placeJob, plainJobOptions, type FairClaim } fro
 /** How the client is answered: held open for the job's answer, at once with a job to poll (async), or at once while the job runs on (background). */
 export type AnswerMode = 'held' | 'async' | 'background';
 
-/** A request's job as it will be queued, built once from its endpoint row and what the handler accepted. */
-export interface JobPlan {
+/** What `enqueue` needs of any job it queues: an endpoint's (`JobPlan`) or a tool call's (api/mcp/). */
+export interface QueuedJob {
   /** The job's id in its queue: the request's id, unless the handler named the job (a response's, a video's id). */
   id: string;
-  queue: QueueName;
-  /** The capped vendor's lane, when it waits in one. */
-  lane?: string;
   mode: AnswerMode;
-  data: GatewayJobData;
-  /** The validated payload, whether it rides in the job or is kept apart. */
+  /** The request's id (money and the log), the name the job is added under, and its fair place once placed. */
+  data: { requestId: string; endpoint: string; claim?: FairClaim; contended?: boolean };
+  /** The validated payload, whether it rides in the job or is kept apart (its uploads are deleted if it never runs). */
   payload: object;
   options: JobsOptions;
   /** Epoch ms after which nobody waits for the answer (also in `data`). */
@@ -37,6 +35,14 @@ export interface JobPlan {
   storedPayload?: string;
   /** Where an async job is found, and whose it is (`GET /v1/jobs/{id}`). */
   asyncRecord?: AsyncJobRecord;
+}
+
+/** A request's job as it will be queued, built once from its endpoint row and what the handler accepted. */
+export interface JobPlan extends QueuedJob {
+  queue: QueueName;
+  /** The capped vendor's lane, when it waits in one. */
+  lane?: string;
+  data: GatewayJobData;
 }
 
 export interface EnqueueDeps {
@@ -88,7 +94,7 @@ export function queueFor(deps: Pick<EnqueueDeps, 'queues' | 'backpressure'>, job
  * always: the job's key and the account's are in different slots, which one
  * script may not span).
  */
-export async function enqueue(deps: EnqueueDeps, queue: Queue, job: JobPlan, beside: Beside, log: Logger): Promise<Enqueued> {
+export async function enqueue(deps: Pick<EnqueueDeps, 'config' | 'redis' | 'blobs'>, queue: Queue, job: QueuedJob, beside: Beside, log: Logger): Promise<Enqueued> {
   const { config, redis } = deps;
   const { spend } = beside;
   // It travels with the job: a worker routing it to another capped vendor places it again there (shared/scheduling/lane-move.ts).
@@ -146,12 +152,12 @@ export async function enqueue(deps: EnqueueDeps, queue: Queue, job: JobPlan, bes
 }
 
 /** What uncounts a job that was not queued, or will never run, from its queue's backlog (its account gets its tag's cost back). */
-function leaving(redis: Redis, queue: Queue, job: JobPlan, log: Logger): () => void {
+function leaving(redis: Redis, queue: Queue, job: QueuedJob, log: Logger): () => void {
   return () => void leaveBacklog(redis, queue.name, job.id).catch((error: unknown) => log.warn({ err: error }, 'could not uncount a job that was not queued (the recount will)'));
 }
 
 /** What gives back a job that will never run (removed while waiting): its backlog place, its reservation, its uploads. */
-function abandonment(deps: EnqueueDeps, job: JobPlan, spend: Beside['spend'], leave: () => void, log: Logger): () => void {
+function abandonment(deps: Pick<EnqueueDeps, 'redis' | 'blobs'>, job: QueuedJob, spend: Beside['spend'], leave: () => void, log: Logger): () => void {
   return () => {
     leave();
     if (spend) {
@@ -170,7 +176,7 @@ function abandonment(deps: EnqueueDeps, job: JobPlan, spend: Beside['spend'], le
  * The request's reservation, place and add in one script (shared/scheduling/admit-job.ts): a refusal throws the
  * client's 429 (or 401) with nothing placed or added, so nothing is undone.
  */
-async function admitInOneStep(deps: EnqueueDeps, queue: Queue, job: JobPlan, beside: Beside, storedOptions: string, log: Logger): Promise<Enqueued> {
+async function admitInOneStep(deps: Pick<EnqueueDeps, 'config' | 'redis' | 'blobs'>, queue: Queue, job: QueuedJob, beside: Beside, storedOptions: string, log: Logger): Promise<Enqueued> {
   const { spend, fair: claim } = beside;
   const counted = { requests: spend?.requestsCounted !== true, tokens: true };
   const money = spend ? reservationOf(deps.config, spend.access, job.data.requestId, spend.estimate, job.deadline, counted) : undefined;
