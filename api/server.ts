@@ -30,6 +30,7 @@ import { v1Routes } from './requests/v1-routes.js';
 import { queuedEndpoint, routeTemplate } from './requests/endpoint-paths.js';
 import { noteArrival, noteError } from './requests/request-log.js';
 import { adminRoutes } from './accounts/admin-api.js';
+import { mcpRoutes } from './mcp/routes.js';
 import { mappedTeamNames } from './accounts/oidc-people.js';
 import { endpointDispatch } from './requests/endpoint-route.js';
 import { geminiMethodRoutes, googleModelRoutes } from './gemini/routes.js';
@@ -230,6 +231,8 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     refuseNew,
     // /admin/queues (and its way in from the console, /console/queue-dashboard): every queue shard the api has.
     queueDashboard({ queues: queues.all(), config, sessions, accounts: keyStore.accounts }),
+    // MCP: the upstream servers' tools, for the gateway's keys (api/mcp/routes.ts); nothing when no server is set.
+    ...(config.mcp.servers.length > 0 ? [mcpRoutes({ config, redis, keys: keyCache, hub, queues, log }, config.mcp.servers).routes()] : []),
     adminRoutes(keyStore, config.adminToken, mappedTeamNames(config.console.oidc), config.mcp.servers).routes(),
     consoleRoutes({ ...relayDeps, blobs, keyStore, sessions, throttle: new SigninThrottle(redis), assets }).routes(),
   ] as Koa.Middleware[]);

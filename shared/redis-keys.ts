@@ -315,3 +315,5 @@ export const accessChangedChannel = `${keyPrefix}access-changed`;
 export const mcpHealthKey = `${keyPrefix}mcp:health`;
 /** Held by the worker checking the MCP servers this interval, so one worker checks them, not each. */
 export const mcpCheckLockKey = `${keyPrefix}mcp:check-lock`;
+/** An MCP session (api/mcp/routes.ts): the key that opened it; calls in flight are found under it too. */
+export const mcpSessionKey = (id: string) => `${keyPrefix}mcp:session:${id}`;

@@ -37,6 +37,7 @@ import { OverrunReport } from './overrun-report.js';
 import { closeMarginMs, closeRedisBy, settledBy } from '../shared/stop-deadline.js';
 import { startRealtimeWorkers, type RealtimeWorkers } from './realtime/session-worker.js';
 import { McpServerChecks } from './mcp/server-checks.js';
+import { McpToolWorkers } from './mcp/tool-calls.js';
 
 const reservationSweepMs = 10_000;
 const reservationGraceMs = 60_000;
@@ -286,6 +287,11 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   const janitor = new BlobJanitor({ redis, blobs, log, config });
   janitor.start();
   mcpChecks.start();
+  // Tool calls run where chat does: an agent's tools go with its model's turns.
+  const mcpTools = config.workerQueues.includes('chat') && config.mcp.servers.length > 0
+    ? new McpToolWorkers({ config, redis, log, servers: config.mcp.servers, cancels, access, policy: { bufferRecords: config.usageBufferRecords, alertThresholds: config.alerts.thresholds } })
+    : undefined;
+  await mcpTools?.start();
   // Reservations of jobs lost with their api and worker are given back a minute after their deadline.
   const reservationSweep = setInterval(() => {
     releaseExpiredReservations(redis, reservationGraceMs).then(
@@ -340,6 +346,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       // Realtime sessions end at once (1012, their clients reconnect), beside the other jobs finishing.
       const realtimeClosed = realtime?.close(until);
       await settledBy(laneKeeper.close(), until);
+      const toolsClosed = mcpTools?.close(until);
       void Promise.allSettled(counted.map((queue) => queue.close()));
       const givenUp: string[] = [];
       if (!(await settledBy(Promise.allSettled(bullWorkers.map((w) => w.close())), until))) {
@@ -358,6 +365,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
         if (!(await settledBy(work, closeBy))) givenUp.push(what);
       };
       if (realtimeClosed) await step('ending the realtime sessions', realtimeClosed);
+      if (toolsClosed) await step('the tool calls', toolsClosed);
       await step('the upload cleanup', janitor.close().then(() => lifecycle.close()));
       await step('the MCP server checks', mcpChecks.close());
       // What settled until now is written before the process goes (else another worker's writer claims it later).

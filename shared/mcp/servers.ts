@@ -10,8 +10,11 @@ import { z } from 'zod';
  *                          "max_concurrency": 20, "timeout_ms": 60000, "price_per_call_usd": "0.001"}}}
  */
 
-/** A server's name: what its tools are named with (`notes/search`) and what `/mcp/{server}` takes. */
-export const mcpServerNamePattern = /^[a-z0-9][a-z0-9_-]{0,62}$/;
+/**
+ * A server's name: what `/mcp/{server}` takes and what its tools are named with on `/mcp` (`notes__search`). No
+ * `__` inside, so a tool's name there splits at its first `__`.
+ */
+export const mcpServerNamePattern = /^(?!.*__)[a-z0-9][a-z0-9_-]{0,62}$/;
 
 const headerName = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
@@ -63,7 +66,7 @@ const serverSchema = z
 
 const fileSchema = z
   .object({
-    servers: z.record(z.string().regex(mcpServerNamePattern, 'must be lower-case letters, digits, `-` and `_`, at most 63'), serverSchema),
+    servers: z.record(z.string().regex(mcpServerNamePattern, 'must be lower-case letters, digits, `-` and `_` (no `__`), at most 63'), serverSchema),
   })
   .strict();
 

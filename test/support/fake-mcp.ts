@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { McpServer, WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/server';
@@ -6,14 +7,16 @@ import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js';
 import { z } from 'zod';
 
 /**
- * An upstream MCP server for the tests, built with the official SDK and served over Streamable HTTP (stateless: a
- * server and a transport per request, as the SDK's examples serve one). `token`: every request must carry
- * `Authorization: Bearer <token>` (else 401); `mode`: `ok` serves, `fail` answers every request 500, `hang` never
- * answers (the socket stays open), `sse` serves the legacy HTTP+SSE transport only (the event stream at `/sse`, its
- * messages posted to `/messages`), with the 1.x SDK that still has it.
+ * An upstream MCP server for the tests, built with the official SDK and served over Streamable HTTP, its sessions
+ * kept (so a cancel reaches the call it names). `token`: every request must carry `Authorization: Bearer <token>`
+ * (else 401); `mode`: `ok` serves, `fail` answers every request 500, `hang` never answers (the socket stays open),
+ * `sse` serves the legacy HTTP+SSE transport only (the event stream at `/sse`, its messages posted to `/messages`),
+ * with the 1.x SDK that still has it.
  */
 export interface FakeMcp {
   url: string;
+  /** Calls of `slow` running now, and the most that ran at once. */
+  slow: { running: number; most: number; started: number; cancelled: number };
   /** The requests it received, with their headers. */
   seen: Array<{ method: string; authorization: string | undefined }>;
   close(): Promise<void>;
@@ -22,8 +25,39 @@ export interface FakeMcp {
 export async function startFakeMcp(options: { token?: string; mode?: 'ok' | 'fail' | 'hang' | 'sse'; name?: string } = {}): Promise<FakeMcp> {
   const mode = options.mode ?? 'ok';
   const seen: FakeMcp['seen'] = [];
+  const slow = { running: 0, most: 0, started: 0, cancelled: 0 };
   const hanging = new Set<ServerResponse>();
   const legacy = new Map<string, SSEServerTransport>();
+  const sessions = new Map<string, WebStandardStreamableHTTPServerTransport>();
+  const buildServer = () => {
+    const server = new McpServer({ name: options.name ?? 'fake-notes', version: '1.2.3' });
+    server.registerTool('search', { description: 'Finds notes that hold a word.', inputSchema: z.object({ word: z.string() }), annotations: { readOnlyHint: true } }, async ({ word }) => ({
+      content: [{ type: 'text', text: `notes with ${word}: 2` }],
+    }));
+    server.registerTool('add', { description: 'Adds a note.', inputSchema: z.object({ text: z.string() }) }, async () => ({ content: [{ type: 'text', text: 'added' }] }));
+    server.registerTool('crash', { description: 'Drops the connection.', inputSchema: z.object({}) }, async () => ({ content: [] }));
+    server.registerTool('slow', { description: 'Answers after `ms` milliseconds.', inputSchema: z.object({ ms: z.number().int().min(0).max(60_000) }) }, async ({ ms }, ctx) => {
+      slow.running++;
+      slow.started++;
+      slow.most = Math.max(slow.most, slow.running);
+      try {
+        await new Promise<void>((resolve, reject) => {
+          const timer = setTimeout(resolve, ms);
+          const signal = (ctx as { mcpReq?: { signal?: AbortSignal } } | undefined)?.mcpReq?.signal;
+          signal?.addEventListener('abort', () => {
+            clearTimeout(timer);
+            slow.cancelled++;
+            reject(new Error('cancelled'));
+          });
+        });
+        return { content: [{ type: 'text', text: `slept ${ms} ms` }] };
+      } finally {
+        slow.running--;
+      }
+    });
+    return server;
+  };
+
   const serveLegacy = async (req: IncomingMessage, res: ServerResponse) => {
     if (req.method === 'GET' && req.url === '/sse') {
       const transport = new SSEServerTransport('/messages', res);
@@ -58,18 +92,28 @@ export async function startFakeMcp(options: { token?: string; mode?: 'ok' | 'fai
     const headers = new Headers();
     for (const [name, value] of Object.entries(req.headers)) if (typeof value === 'string') headers.set(name, value);
     const body = req.method === 'POST' ? Buffer.concat(chunks) : undefined;
+    // `crash`: the connection is dropped mid-call, as a server that dies does.
+    if (body && /"method":"tools\/call"/.test(body.toString()) && /"name":"crash"/.test(body.toString())) {
+      res.destroy();
+      return;
+    }
     const request = new Request(`http://${req.headers.host}${req.url}`, { method: req.method!, headers, ...(body ? { body } : {}) });
-    const server = new McpServer({ name: options.name ?? 'fake-notes', version: '1.2.3' });
-    server.registerTool('search', { description: 'Finds notes that hold a word.', inputSchema: z.object({ word: z.string() }), annotations: { readOnlyHint: true } }, async ({ word }) => ({
-      content: [{ type: 'text', text: `notes with ${word}: 2` }],
-    }));
-    server.registerTool('add', { description: 'Adds a note.', inputSchema: z.object({ text: z.string() }) }, async () => ({ content: [{ type: 'text', text: 'added' }] }));
-    const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
-    await server.connect(transport);
+    // Stateful, as most servers are: a cancel notification reaches the server running the call it names.
+    const sessionId = req.headers['mcp-session-id'];
+    let transport = typeof sessionId === 'string' ? sessions.get(sessionId) : undefined;
+    if (!transport) {
+      const server = buildServer();
+      const created: WebStandardStreamableHTTPServerTransport = new WebStandardStreamableHTTPServerTransport({
+        sessionIdGenerator: () => randomUUID(),
+        enableJsonResponse: true,
+        onsessioninitialized: (id) => void sessions.set(id, created),
+      });
+      await server.connect(created);
+      transport = created;
+    }
     const response = await transport.handleRequest(request);
     res.writeHead(response.status, Object.fromEntries(response.headers));
     res.end(Buffer.from(await response.arrayBuffer()));
-    void server.close();
   };
   const http: Server = createServer((req, res) => {
     serve(req, res).catch((error: unknown) => {
@@ -82,6 +126,7 @@ export async function startFakeMcp(options: { token?: string; mode?: 'ok' | 'fai
   return {
     url: `http://127.0.0.1:${port}/${mode === 'sse' ? 'sse' : 'mcp'}`,
     seen,
+    slow,
     close: async () => {
       for (const res of hanging) res.destroy();
       http.closeAllConnections();

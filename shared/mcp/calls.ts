@@ -1,0 +1,49 @@
+import type { FairClaim } from '../scheduling/index.js';
+
+/**
+ * A tool call as a job (api/mcp/ queues it, workers/mcp/ runs it): one BullMQ queue per upstream server, capped in
+ * BullMQ at the server's `max_concurrency`, so the calls past the cap wait in the queue in their fair order.
+ */
+export function mcpQueueName(server: string): string {
+  return `{mcp@${server}}`;
+}
+
+/** The endpoint a tool call is logged and billed under. */
+export const mcpCallEndpoint = 'mcp.tools/call';
+
+export interface McpCallJobData {
+  /** The request's id: money and the request log. */
+  requestId: string;
+  endpoint: typeof mcpCallEndpoint;
+  /** Pub/sub channel of the api holding the client. */
+  replyTo: string;
+  keyId: string;
+  accountId: string;
+  server: string;
+  /** The tool's name as its server knows it. */
+  tool: string;
+  arguments: Record<string, unknown>;
+  /** The client's JSON-RPC id: the worker writes the whole response, so the api relays it as it comes. */
+  rpcId: string | number;
+  /** Epoch ms: past it nobody waits, and the call is not made (or is cut off). */
+  deadline: number;
+  /** Epoch ms the call was queued. */
+  queuedAt: number;
+  /** Its place in the fair order (set by the enqueue). */
+  claim?: FairClaim;
+  contended?: boolean;
+}
+
+/** `server__tool`: how `/mcp` names a tool of one of its servers. */
+export const mcpToolSeparator = '__';
+
+export function prefixedToolName(server: string, tool: string): string {
+  return `${server}${mcpToolSeparator}${tool}`;
+}
+
+/** The server and tool a `/mcp` tool name stands for; undefined when it has no server part. */
+export function splitToolName(name: string): { server: string; tool: string } | undefined {
+  const at = name.indexOf(mcpToolSeparator);
+  if (at <= 0) return undefined;
+  return { server: name.slice(0, at), tool: name.slice(at + mcpToolSeparator.length) };
+}

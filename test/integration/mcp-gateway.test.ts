@@ -1,0 +1,344 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Redis } from 'ioredis';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
+import { startFakeMcp, type FakeMcp } from '../support/fake-mcp.js';
+import { adminClient } from '../support/admin-client.js';
+
+const adminToken = 'mcp-gateway-test-token';
+const upstreamToken = 'upstream-token-7d21';
+
+// Agents' tools through the gateway, driven by the official MCP SDK's client: every tools/call a job on its server's
+// queue, billed at the server's price per call, counted by the key's limits, capped at the server's concurrency.
+describe('MCP through the gateway: tools listed and called with a Switchyard key', () => {
+  let redis: Redis;
+  let gateway: GatewayProcess;
+  let notes: FakeMcp;
+  let dir: string;
+  const clients: Client[] = [];
+
+  before(async () => {
+    notes = await startFakeMcp({ token: upstreamToken });
+    dir = mkdtempSync(join(tmpdir(), 'mcp-gateway-'));
+    const file = join(dir, 'mcp.json');
+    writeFileSync(
+      file,
+      JSON.stringify({
+        servers: {
+          notes: { url: notes.url, headers: { Authorization: `Bearer ${upstreamToken}` }, max_concurrency: 2, timeout_ms: 5000, price_per_call_usd: '0.0015' },
+          quick: { url: notes.url, headers: { Authorization: `Bearer ${upstreamToken}` }, max_concurrency: 4, timeout_ms: 500, price_per_call_usd: '0.002' },
+        },
+      }),
+    );
+    let url: string;
+    ({ redis, url } = await freshRedis(8));
+    gateway = await startGateway({ env: { REDIS_URL: url, ADMIN_TOKEN: adminToken, MOCK_VENDOR: 'on', MCP_SERVERS_FILE: file, MCP_CHECK_INTERVAL_MS: '1000' } });
+    // The tools are listed once a worker has checked the server.
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const servers = (await (await fetch(`${gateway.url}/admin/mcp/servers`, { headers: { authorization: `Bearer ${adminToken}` } })).json()) as { data: Array<{ status: string }> };
+      if (servers.data.every((server) => server.status === 'ok')) break;
+      assert.ok(Date.now() < deadline, 'the server is checked');
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+  });
+
+  after(async () => {
+    await Promise.allSettled(clients.map((client) => client.close()));
+    await gateway?.stop();
+    await notes?.close();
+    redis?.disconnect();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  const { admin } = adminClient(() => gateway.url, adminToken);
+
+  async function creditedKey(email: string, limits: Record<string, unknown> = {}): Promise<{ accountId: string; secret: string; keyId: string }> {
+    const account = await admin('POST', '/admin/accounts', { email });
+    assert.equal(account.status, 201, JSON.stringify(account.json));
+    const credited = await admin('POST', `/admin/accounts/${account.json.id}/credits`, { amount_usd: 1 });
+    assert.ok(credited.status < 300, JSON.stringify(credited.json));
+    const key = await admin('POST', '/admin/keys', { name: 'agent', account_id: account.json.id, ...limits });
+    assert.equal(key.status, 201, JSON.stringify(key.json));
+    return { accountId: String(account.json.id), secret: String(key.json.key), keyId: String(key.json.id) };
+  }
+
+  async function connect(secret: string, path = '/mcp'): Promise<Client> {
+    const client = new Client({ name: 'test-agent', version: '1.0.0' });
+    await client.connect(new StreamableHTTPClientTransport(new URL(`${gateway.url}${path}`), { requestInit: { headers: { authorization: `Bearer ${secret}` } } }));
+    clients.push(client);
+    return client;
+  }
+
+  const balanceOf = async (accountId: string) => Number((await admin('GET', `/admin/accounts/${accountId}`)).json.balance_usd);
+
+  it('lists every server\'s tools as <server>__<tool> on /mcp, and one server\'s unchanged on /mcp/{server}', async () => {
+    const { secret } = await creditedKey('lists@example.com');
+    const all = await connect(secret);
+    assert.equal(all.getServerVersion()?.name, 'switchyard');
+    const listed = await all.listTools();
+    assert.deepEqual(
+      listed.tools.map((tool) => tool.name).sort(),
+      ['notes__add', 'notes__crash', 'notes__search', 'notes__slow', 'quick__add', 'quick__crash', 'quick__search', 'quick__slow'],
+    );
+    const search = listed.tools.find((tool) => tool.name === 'notes__search')!;
+    assert.deepEqual(Object.keys(search.inputSchema.properties ?? {}), ['word']);
+    const one = await connect(secret, '/mcp/notes');
+    assert.deepEqual((await one.listTools()).tools.map((tool) => tool.name).sort(), ['add', 'crash', 'search', 'slow']);
+  });
+
+  it('calls a tool through its server\'s queue, bills the server\'s price once, and logs the call', async () => {
+    const { accountId, secret } = await creditedKey('calls@example.com');
+    const before = await balanceOf(accountId);
+    const client = await connect(secret);
+    const result = await client.callTool({ name: 'notes__search', arguments: { word: 'queue' } });
+    assert.deepEqual(result.content, [{ type: 'text', text: 'notes with queue: 2' }]);
+    const scoped = await connect(secret, '/mcp/notes');
+    assert.deepEqual((await scoped.callTool({ name: 'add', arguments: { text: 'hi' } })).content, [{ type: 'text', text: 'added' }]);
+    // The upstream got the file's header, never the client's key.
+    assert.ok(notes.seen.every((request) => request.authorization === `Bearer ${upstreamToken}`));
+    assert.ok(!notes.seen.some((request) => request.authorization?.includes(secret)));
+    // Billed 2 × $0.0015, to the micro-dollar, and logged (the record's writer lingers a little).
+    assert.equal(Math.round((before - (await balanceOf(accountId))) * 1e6), 3000);
+    const deadline = Date.now() + 10_000;
+    let rows: Array<Record<string, unknown>> = [];
+    while (Date.now() < deadline) {
+      rows = ((await admin('GET', `/admin/requests?account_id=${accountId}`)).json.data as Array<Record<string, unknown>>) ?? [];
+      if (rows.length === 2 && rows.every((row) => row.status === 'completed' && row.http_status === 200)) break;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    assert.deepEqual(rows.map((row) => [row.model, row.endpoint, row.status, row.cost_usd, row.vendor]).sort(), [
+      ['notes/add', 'mcp.tools/call', 'completed', 0.0015, 'mcp'],
+      ['notes/search', 'mcp.tools/call', 'completed', 0.0015, 'mcp'],
+    ]);
+  });
+
+  it('answers an unknown tool, a tool of no server, and a bad call with JSON-RPC errors, billing nothing', async () => {
+    const { accountId, secret } = await creditedKey('unknown@example.com');
+    const client = await connect(secret);
+    const before = await balanceOf(accountId);
+    await assert.rejects(client.callTool({ name: 'notes__nope', arguments: {} }), /Unknown tool: notes__nope/);
+    await assert.rejects(client.callTool({ name: 'search', arguments: {} }), /Unknown tool: search\. Tools here are named <server>__<tool>/);
+    await assert.rejects(client.callTool({ name: 'elsewhere__search', arguments: {} }), /Unknown tool/);
+    assert.equal(await balanceOf(accountId), before);
+  });
+
+  it('holds the server\'s concurrency cap across calls, whatever arrives at once', async () => {
+    const { secret } = await creditedKey('cap@example.com');
+    const client = await connect(secret);
+    notes.slow.most = 0;
+    const results = await Promise.all(Array.from({ length: 6 }, () => client.callTool({ name: 'notes__slow', arguments: { ms: 300 } })));
+    for (const result of results) assert.deepEqual(result.content, [{ type: 'text', text: 'slept 300 ms' }]);
+    assert.equal(notes.slow.most, 2, 'never more than max_concurrency calls at the server');
+  });
+
+  it('counts tool calls in the key\'s rate limit', async () => {
+    const { secret } = await creditedKey('rpm@example.com', { rpm: 1 });
+    const client = await connect(secret);
+    await client.callTool({ name: 'notes__search', arguments: { word: 'a' } });
+    await assert.rejects(client.callTool({ name: 'notes__search', arguments: { word: 'b' } }), /rate limit|Rate limit/i);
+  });
+
+  it('refuses a call whose key was revoked, within a second, and a request with no key or a wrong one', async () => {
+    const { secret, keyId } = await creditedKey('revoked@example.com');
+    const client = await connect(secret);
+    await client.callTool({ name: 'notes__search', arguments: { word: 'a' } });
+    assert.equal((await admin('DELETE', `/admin/keys/${keyId}`)).status < 300, true);
+    const deadline = Date.now() + 1000;
+    let refused = false;
+    while (!refused && Date.now() < deadline) {
+      refused = await client.callTool({ name: 'notes__search', arguments: { word: 'b' } }).then(
+        () => false,
+        () => true,
+      );
+    }
+    assert.ok(refused, 'refused within a second of the revocation');
+    for (const headers of [{}, { authorization: 'Bearer sk-not-a-key' }] as Array<Record<string, string>>) {
+      const response = await fetch(`${gateway.url}/mcp`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }),
+      });
+      assert.equal(response.status, 401);
+      assert.match(response.headers.get('www-authenticate') ?? '', /^Bearer/);
+      const body = (await response.json()) as { jsonrpc: string; error: { code: number } };
+      assert.equal(body.jsonrpc, '2.0');
+    }
+  });
+
+  /** The request log's rows of an account once the record has them (its writer lingers a little). */
+  async function logged(accountId: string, count: number): Promise<Array<Record<string, unknown>>> {
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      const rows = ((await admin('GET', `/admin/requests?account_id=${accountId}`)).json.data as Array<Record<string, unknown>>) ?? [];
+      if ((rows.length >= count && rows.every((row) => row.status !== null && row.cost_usd !== null)) || Date.now() > deadline) return rows;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+  }
+
+  it('a call the server drops fails with the server named, billed nothing; one past its timeout is cut off upstream and billed', async () => {
+    const { accountId, secret } = await creditedKey('failures@example.com');
+    const client = await connect(secret);
+    const before = await balanceOf(accountId);
+    await assert.rejects(client.callTool({ name: 'notes__crash', arguments: {} }), /The MCP server notes failed the call/);
+    assert.equal(await balanceOf(accountId), before, 'a call that did not run is not billed');
+    // The connection is made again for the next call.
+    assert.deepEqual((await client.callTool({ name: 'notes__search', arguments: { word: 'again' } })).content, [{ type: 'text', text: 'notes with again: 2' }]);
+    const cancelledBefore = notes.slow.cancelled;
+    const started = Date.now();
+    await assert.rejects(client.callTool({ name: 'quick__slow', arguments: { ms: 3000 } }), /did not answer within 500 ms/);
+    assert.ok(Date.now() - started < 2500, 'answered at the server\'s timeout');
+    const until = Date.now() + 2000;
+    while (notes.slow.cancelled === cancelledBefore && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 50));
+    assert.equal(notes.slow.cancelled, cancelledBefore + 1, 'the upstream was told to stop');
+    // search 0.0015 + the cut-off call's 0.002: it ran at the server.
+    assert.equal(Math.round((before - (await balanceOf(accountId))) * 1e6), 3500);
+    const rows = await logged(accountId, 3);
+    assert.deepEqual(rows.map((row) => [row.model, row.status, row.error_code]).sort(), [
+      ['notes/crash', 'failed', 'upstream_error'],
+      ['notes/search', 'completed', null],
+      ['quick/slow', 'failed', 'timeout'],
+    ]);
+  });
+
+  it('a call the client cancels is stopped at the server and still billed', async () => {
+    const { accountId, secret } = await creditedKey('cancels@example.com');
+    const client = await connect(secret);
+    const before = await balanceOf(accountId);
+    const cancelledBefore = notes.slow.cancelled;
+    const controller = new AbortController();
+    const call = client.callTool({ name: 'notes__slow', arguments: { ms: 4000 } }, undefined, { signal: controller.signal });
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    controller.abort();
+    await assert.rejects(call);
+    const until = Date.now() + 2000;
+    while (notes.slow.cancelled === cancelledBefore && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 50));
+    assert.equal(notes.slow.cancelled, cancelledBefore + 1, 'the upstream call was cancelled');
+    const billedBy = Date.now() + 2000;
+    while ((await balanceOf(accountId)) === before && Date.now() < billedBy) await new Promise((resolve) => setTimeout(resolve, 50));
+    assert.equal(Math.round((before - (await balanceOf(accountId))) * 1e6), 1500, 'what the client cut off is billed');
+    const rows = await logged(accountId, 1);
+    assert.deepEqual(rows.map((row) => [row.model, row.status]), [['notes/slow', 'cancelled']]);
+  });
+
+  it('answers hostile requests in JSON-RPC with the right status, and never crashes', async () => {
+    const { secret } = await creditedKey('hostile@example.com');
+    const post = (body: string, path = '/mcp', headers: Record<string, string> = {}) =>
+      fetch(`${gateway.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${secret}`, ...headers }, body });
+    const cases: Array<[Promise<Response>, number, number]> = [
+      [post('{not json'), 400, -32700],
+      [post(JSON.stringify({ jsonrpc: '1.0', id: 1, method: 'ping' })), 400, -32600],
+      [post(JSON.stringify([{ jsonrpc: '2.0', id: 1, method: 'ping' }])), 400, -32700],
+      [post(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'resources/nope' })), 200, -32601],
+      [post(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 7 } })), 200, -32602],
+      [post(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }), '/mcp/nowhere'), 404, -32600],
+      [post(' '.repeat(5 * 1024 * 1024)), 413, -32700],
+      [fetch(`${gateway.url}/mcp`, { headers: { authorization: `Bearer ${secret}` } }), 405, -32600],
+    ];
+    for (const [response, status, code] of cases) {
+      const answered = await response;
+      assert.equal(answered.status, status, `${answered.url}: ${status}`);
+      const body = (await answered.json()) as { jsonrpc: string; error: { code: number } };
+      assert.equal(body.jsonrpc, '2.0');
+      assert.equal(body.error.code, code);
+    }
+    // A notification is taken and not answered.
+    const notification = await post(JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }));
+    assert.equal(notification.status, 202);
+    // The gateway still serves.
+    const client = await connect(secret);
+    assert.ok((await client.listTools()).tools.length > 0);
+  });
+
+  it('ends a session on DELETE: its id is not taken again', async () => {
+    const { secret } = await creditedKey('session@example.com');
+    const client = await connect(secret);
+    const transport = client.transport as StreamableHTTPClientTransport;
+    const session = transport.sessionId!;
+    assert.match(session, /^mcp_[0-9a-f]{32}$/);
+    await transport.terminateSession();
+    const response = await fetch(`${gateway.url}/mcp`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${secret}`, 'mcp-session-id': session },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }),
+    });
+    assert.equal(response.status, 404);
+  });
+});
+
+// A worker that dies mid-call: the call is not run again (a tool may not be safe to repeat), its client is told,
+// and nothing is billed for it.
+describe('MCP through the gateway: a worker killed mid-call', () => {
+  let redis: Redis;
+  let api: GatewayProcess;
+  let worker: GatewayProcess;
+  let spare: GatewayProcess | undefined;
+  let notes: FakeMcp;
+  let dir: string;
+  let workerEnv: Record<string, string>;
+
+  before(async () => {
+    notes = await startFakeMcp({ token: upstreamToken });
+    dir = mkdtempSync(join(tmpdir(), 'mcp-kill-'));
+    const file = join(dir, 'mcp.json');
+    writeFileSync(file, JSON.stringify({ servers: { notes: { url: notes.url, headers: { Authorization: `Bearer ${upstreamToken}` }, timeout_ms: 30_000, price_per_call_usd: '0.01' } } }));
+    let url: string;
+    ({ redis, url } = await freshRedis(9));
+    const env = { REDIS_URL: url, ADMIN_TOKEN: adminToken, MOCK_VENDOR: 'on', MCP_SERVERS_FILE: file, MCP_CHECK_INTERVAL_MS: '1000', WORKER_LOCK_MS: '2000' };
+    workerEnv = env;
+    [api, worker] = await Promise.all([startGateway({ role: 'api', env }), startGateway({ role: 'worker', env })]);
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const servers = (await (await fetch(`${api.url}/admin/mcp/servers`, { headers: { authorization: `Bearer ${adminToken}` } })).json()) as { data: Array<{ status: string }> };
+      if (servers.data[0]?.status === 'ok') break;
+      assert.ok(Date.now() < deadline, 'the server is checked');
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+  });
+
+  after(async () => {
+    await Promise.allSettled([api?.stop(), worker?.stop(), spare?.stop()]);
+    await notes?.close();
+    redis?.disconnect();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('fails the call cleanly, does not run it again, and bills nothing for it', async () => {
+    const { admin } = adminClient(() => api.url, adminToken);
+    const account = await admin('POST', '/admin/accounts', { email: 'killed@example.com' });
+    await admin('POST', `/admin/accounts/${account.json.id}/credits`, { amount_usd: 1 });
+    const key = await admin('POST', '/admin/keys', { name: 'agent', account_id: account.json.id });
+    const client = new Client({ name: 'test-agent', version: '1.0.0' });
+    await client.connect(new StreamableHTTPClientTransport(new URL(`${api.url}/mcp`), { requestInit: { headers: { authorization: `Bearer ${key.json.key}` } } }));
+    try {
+      const balance = async () => Number((await admin('GET', `/admin/accounts/${account.json.id}`)).json.balance_usd);
+      const before = await balance();
+      // The one worker runs the call; a second starts (its stalled check will find the call), then the first dies.
+      const call = client.callTool({ name: 'notes__slow', arguments: { ms: 25_000 } });
+      const until = Date.now() + 5000;
+      while (notes.slow.running === 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 20));
+      assert.equal(notes.slow.running, 1);
+      spare = await startGateway({ role: 'worker', env: workerEnv });
+      worker.proc.kill('SIGKILL');
+      const started = Date.now();
+      const answered = await call.then(
+        () => undefined,
+        (error: unknown) => error as Error,
+      );
+      assert.ok(answered, 'the call fails');
+      assert.match(answered.message, /worker was lost/);
+      assert.ok(Date.now() - started < 15_000, 'answered within the lock\'s time and the stalled check');
+      await new Promise((resolve) => setTimeout(resolve, 3000));
+      assert.equal(notes.slow.started, 1, 'the call was not run again');
+      assert.equal(await balance(), before, 'a lost call is not billed');
+    } finally {
+      await client.close().catch(() => undefined);
+    }
+  });
+});
+

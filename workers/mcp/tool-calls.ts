@@ -1,0 +1,207 @@
+import { Client, SSEClientTransport, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/client/stdio';
+import { Queue, type Job } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { accessRefusalMessage, type CurrentAccess } from '../../shared/access/index.js';
+import type { Config } from '../../shared/config.js';
+import { GatewayError } from '../../shared/errors.js';
+import type { Logger } from '../../shared/logger.js';
+import { mcpQueueName, type McpCallJobData } from '../../shared/mcp/calls.js';
+import type { McpServer } from '../../shared/mcp/servers.js';
+import { settle, type SettlePolicy } from '../../shared/money/billing.js';
+import type { SettledStatus, UsageEntry } from '../../shared/money/usage.js';
+import { leaveBacklog } from '../../shared/scheduling/index.js';
+import { settledBy } from '../../shared/stop-deadline.js';
+import type { CancelRegistry } from '../cancel-registry.js';
+import { ClientGoneError } from '../client-gone-error.js';
+import { ReplyPublisher } from '../reply-publisher.js';
+import { StartingWorker } from '../starting-worker.js';
+
+const clientInfo = { name: 'switchyard', version: '1' };
+
+/** One connection to an upstream server, shared by the calls a worker runs on it; made again after it fails. */
+class UpstreamConnection {
+  private client: Promise<Client> | undefined;
+
+  constructor(private readonly server: McpServer) {}
+
+  get(signal: AbortSignal): Promise<Client> {
+    this.client ??= this.connect().catch((error: unknown) => {
+      this.client = undefined;
+      throw error;
+    });
+    return Promise.race([
+      this.client,
+      new Promise<never>((_, reject) => {
+        if (signal.aborted) reject(signal.reason);
+        signal.addEventListener('abort', () => reject(signal.reason), { once: true });
+      }),
+    ]);
+  }
+
+  private async connect(): Promise<Client> {
+    const server = this.server;
+    const client = new Client(clientInfo, { capabilities: {} });
+    const transport = server.command
+      ? new StdioClientTransport({
+          command: server.command.program,
+          args: [...server.command.args],
+          env: { ...getDefaultEnvironment(), ...server.command.env },
+          ...(server.command.cwd !== undefined ? { cwd: server.command.cwd } : {}),
+          stderr: 'ignore',
+        })
+      : server.transport === 'sse'
+        ? new SSEClientTransport(new URL(server.url!), { requestInit: { headers: { ...server.headers }, redirect: 'error' } })
+        : new StreamableHTTPClientTransport(new URL(server.url!), { requestInit: { headers: { ...server.headers }, redirect: 'error' } });
+    client.onclose = () => {
+      this.client = undefined;
+    };
+    await client.connect(transport, { timeout: server.timeoutMs });
+    return client;
+  }
+
+  /** Drops the connection (after a failure, or on close): the next call connects again. */
+  drop(): void {
+    const client = this.client;
+    this.client = undefined;
+    void client?.then((c) => c.close()).catch(() => undefined);
+  }
+}
+
+export interface ToolCallDeps {
+  config: Config;
+  redis: Redis;
+  log: Logger;
+  servers: readonly McpServer[];
+  cancels: CancelRegistry;
+  access: CurrentAccess;
+  policy: SettlePolicy;
+}
+
+/**
+ * Runs the tool calls the api queued (api/mcp/routes.ts), one BullMQ queue per upstream server, capped in BullMQ at
+ * the server's `max_concurrency` across every worker. Each call: read again what its key may do, call the tool within
+ * the server's timeout (a cancel from the api aborts it, which the client sends upstream as
+ * `notifications/cancelled`), settle it once (the server's price for a call that ran, nothing for one that did not),
+ * and publish the whole JSON-RPC response to the api holding the client. A call is never run twice: tools are not
+ * idempotent, so a worker that dies mid-call fails it (`maxStalledCount: 0`) and the client is told.
+ */
+export class McpToolWorkers {
+  private readonly workers: Array<StartingWorker<McpCallJobData, { body?: string; bodyRef?: string }>> = [];
+  private readonly upstreams = new Map<string, UpstreamConnection>();
+
+  constructor(private readonly deps: ToolCallDeps) {}
+
+  async start(): Promise<void> {
+    const { config, redis, servers, log } = this.deps;
+    for (const server of servers) {
+      const name = mcpQueueName(server.name);
+      const queue = new Queue(name, { connection: redis });
+      try {
+        await queue.setGlobalConcurrency(server.maxConcurrency);
+      } finally {
+        await queue.close();
+      }
+      this.upstreams.set(server.name, new UpstreamConnection(server));
+      const worker = new StartingWorker<McpCallJobData, { body?: string; bodyRef?: string }>(name, (job, token) => this.run(server, job, token), {
+        connection: redis,
+        concurrency: server.maxConcurrency,
+        lockDuration: config.workerLockMs,
+        stalledInterval: Math.max(500, Math.floor(config.workerLockMs / 2)),
+        maxStalledCount: 0,
+      });
+      worker.on('failed', (job, error) => void this.lost(job, error));
+      worker.on('error', (error) => log.error({ err: error, queue: name }, 'MCP worker error'));
+      this.workers.push(worker);
+    }
+    await Promise.all(this.workers.map((worker) => worker.waitUntilReady()));
+  }
+
+  async close(until: number): Promise<void> {
+    const closed = await settledBy(Promise.allSettled(this.workers.map((worker) => worker.close())), until);
+    if (!closed) for (const worker of this.workers) void worker.close(true).catch(() => undefined);
+    for (const upstream of this.upstreams.values()) upstream.drop();
+  }
+
+  private async run(server: McpServer, job: Job<McpCallJobData>, _token?: string): Promise<{ body?: string; bodyRef?: string }> {
+    const { redis, cancels, access } = this.deps;
+    const data = job.data;
+    void leaveBacklog(redis, job.queueName, job.id!, job.queueQualifiedName + ':' + job.id).catch(() => undefined);
+    const publisher = new ReplyPublisher(redis, data.replyTo, job.id!, { stream: false });
+    const started = Date.now();
+    const fail = async (status: SettledStatus, error: GatewayError, ran: boolean) => {
+      await this.settle(data, status, ran ? server.pricePerCallMicros : 0, started, error.code ?? 'server_error');
+      // Told even when cancelled: a client that cancelled by notification still holds the call's request open.
+      await publisher.error(error.toWire()).catch(() => undefined);
+      return {};
+    };
+    const remaining = data.deadline - started;
+    if (remaining <= 0) return fail('failed', new GatewayError(504, 'The tool call waited in the queue past its deadline.', { code: 'timeout' }), false);
+    // What the key may do now: a key revoked (or an account disabled) while its call waited does not call the tool.
+    const now = await access.of(data.keyId);
+    if ('refused' in now) return fail('failed', new GatewayError(401, accessRefusalMessage(now.refused), { code: 'invalid_api_key' }), false);
+    const controller = cancels.start(job.id!);
+    const timeout = Math.min(server.timeoutMs, remaining);
+    const timer = setTimeout(() => controller.abort(new GatewayError(504, `The tool did not answer within ${timeout} ms.`, { code: 'timeout' })), timeout);
+    const upstream = this.upstreams.get(server.name)!;
+    try {
+      const client = await upstream.get(controller.signal);
+      const result = await client.callTool({ name: data.tool, arguments: data.arguments }, { signal: controller.signal, timeout });
+      // The tool ran (an error it reports, `isError`, is its answer too): billed at the server's price.
+      await this.settle(data, 'completed', server.pricePerCallMicros, started);
+      return await publisher.done(JSON.stringify({ jsonrpc: '2.0', id: data.rpcId, result }));
+    } catch (caught) {
+      const reason = controller.signal.aborted ? controller.signal.reason : caught;
+      if (reason instanceof ClientGoneError) return fail('cancelled', new GatewayError(499, 'The client cancelled the tool call.', { code: 'cancelled' }), true);
+      if (reason instanceof GatewayError) return fail('failed', reason, true);
+      // The connection is suspect: the next call makes it again.
+      upstream.drop();
+      const message = reason instanceof Error ? reason.message.replace(/\s+/g, ' ').slice(0, 300) : String(reason);
+      return fail('failed', new GatewayError(502, `The MCP server ${server.name} failed the call: ${message}`, { code: 'upstream_error' }), false);
+    } finally {
+      clearTimeout(timer);
+      cancels.finish(job.id!);
+    }
+  }
+
+  /** Settles a call once (the settled mark stops a second), with its usage and the request log's worker half. */
+  private async settle(data: McpCallJobData, status: SettledStatus, costMicros: number, started: number, errorCode?: string): Promise<void> {
+    const usage: UsageEntry = {
+      request_id: data.requestId,
+      account_id: data.accountId,
+      key_id: data.keyId,
+      model: `${data.server}/${data.tool}`,
+      vendor: 'mcp',
+      channel: data.server,
+      endpoint: data.endpoint,
+      cost_micros: costMicros,
+      created: Math.floor(data.queuedAt / 1000),
+      duration_ms: Date.now() - started,
+      queue_ms: started - data.queuedAt,
+      attempts: 1,
+      input_tokens: 0,
+      cached_tokens: 0,
+      output_tokens: 0,
+      images: 0,
+      audio_seconds: 0,
+      video_seconds: 0,
+      status,
+      service_tier: 'default',
+      ...(errorCode ? { error_code: errorCode } : {}),
+    };
+    await settle(this.deps.redis, usage, this.deps.policy);
+  }
+
+  /** A call whose worker died (its job stalled, so failed: it is not run again): settled unbilled, its client told. */
+  private async lost(job: Job<McpCallJobData> | undefined, error: Error): Promise<void> {
+    if (!job || !/stalled/i.test(error.message)) return;
+    const data = job.data;
+    try {
+      await this.settle(data, 'failed', 0, Date.now(), 'worker_lost');
+      const lost = new GatewayError(502, 'The tool call could not be completed: its worker was lost. It was not run again (tools may not be safe to repeat).', { code: 'worker_lost' });
+      await new ReplyPublisher(this.deps.redis, data.replyTo, job.id!, { stream: false }).error(lost.toWire());
+    } catch (caught) {
+      this.deps.log.warn({ err: caught, reqId: data.requestId }, 'could not answer a lost tool call');
+    }
+  }
+}
