@@ -8,7 +8,7 @@ import type { Logger } from '../../shared/logger.js';
 import type { LogEntry } from '../../shared/reply.js';
 import { activeMetrics } from '../../shared/metrics.js';
 import { settle } from '../../shared/money/billing.js';
-import type { UsageEntry } from '../../shared/money/usage.js';
+import { noAmounts, type UsageEntry } from '../../shared/money/usage.js';
 import { chargeSpend } from '../accounts/spend.js';
 import { cacheOutcomesChannel } from '../../shared/redis-keys.js';
 import { EventStream } from '../http/event-stream.js';
@@ -361,12 +361,7 @@ export class ResponseCache {
       key_id: options.keyId,
       model: options.modelId,
       vendor: 'cache',
-      input_tokens: 0,
-      cached_tokens: 0,
-      output_tokens: 0,
-      images: 0,
-      audio_seconds: 0,
-      video_seconds: 0,
+      ...noAmounts,
       cost_micros: price.costMicros,
       // The tier its answer says; its price is the hit's whatever the tier (a hit takes no place in any band).
       service_tier: tier,

@@ -10,6 +10,8 @@ import type { ServiceTier } from '../scheduling/service-tier.js';
 /** What one request used, besides its cost: the amounts a price list charges for. */
 export const usageAmounts = ['input_tokens', 'cached_tokens', 'output_tokens', 'images', 'audio_seconds', 'video_seconds'] as const;
 export type UsageAmounts = Record<(typeof usageAmounts)[number], number>;
+/** None of them: what a request that is not metered by amounts (a cache hit, a tool call) used. */
+export const noAmounts: Readonly<UsageAmounts> = Object.freeze({ input_tokens: 0, cached_tokens: 0, output_tokens: 0, images: 0, audio_seconds: 0, video_seconds: 0 });
 
 /** How a request ended. `refused` is the api's alone: admission turned it away and nothing was settled. */
 export const requestStatuses = ['completed', 'failed', 'cancelled', 'refused'] as const;

@@ -1,9 +1,8 @@
-import { Client, SSEClientTransport, StreamableHTTPClientTransport, type Transport } from '@modelcontextprotocol/client';
-import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import type { Redis } from 'ioredis';
 import type { Logger } from '../../shared/logger.js';
 import { type McpServer, type McpServerHealth, type McpTool } from '../../shared/mcp/servers.js';
 import { mcpCheckLockKey, mcpHealthKey } from '../../shared/redis-keys.js';
+import { upstreamClient, upstreamTransport } from './upstream.js';
 
 /** Pages of `tools/list` read at most: a server that pages without end is cut off there. */
 const maxToolPages = 50;
@@ -11,19 +10,6 @@ const maxToolPages = 50;
 const maxTools = 2_000;
 /** The largest definition of one tool kept, as JSON: a larger one is left out (and counted). */
 const maxToolBytes = 65_536;
-
-const clientInfo = { name: 'switchyard', version: '1' };
-
-function transportFor(server: McpServer, signal: AbortSignal): Transport {
-  if (server.command) {
-    // Run with a safe few of the worker's variables (PATH, HOME, …), never its secrets, and what the file gives it.
-    const { program, args, env, cwd } = server.command;
-    return new StdioClientTransport({ command: program, args: [...args], env: { ...getDefaultEnvironment(), ...env }, ...(cwd !== undefined ? { cwd } : {}), stderr: 'ignore' });
-  }
-  const requestInit: RequestInit = { headers: { ...server.headers }, signal, redirect: 'error' };
-  const url = new URL(server.url!);
-  return server.transport === 'sse' ? new SSEClientTransport(url, { requestInit }) : new StreamableHTTPClientTransport(url, { requestInit });
-}
 
 /** The reason a check failed, in one line for the admin (never the server's headers: they are not in any error here). */
 function reason(error: unknown, timedOut: boolean, timeoutMs: number): string {
@@ -50,10 +36,10 @@ export async function checkServer(server: McpServer, stop?: AbortSignal): Promis
       reject(new Error('timeout'));
     }, server.timeoutMs);
   });
-  const client = new Client(clientInfo, { capabilities: {} });
+  const client = upstreamClient();
   const options = { signal: controller.signal, timeout: server.timeoutMs };
   const work = (async () => {
-    await client.connect(transportFor(server, controller.signal), options);
+    await client.connect(upstreamTransport(server, controller.signal), options);
     const tools: McpTool[] = [];
     let skipped = 0;
     let cursor: string | undefined;

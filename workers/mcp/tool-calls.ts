@@ -1,5 +1,4 @@
-import { Client, SSEClientTransport, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/client/stdio';
+import type { Client } from '@modelcontextprotocol/client';
 import { Queue, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { accessRefusalMessage, type CurrentAccess } from '../../shared/access/index.js';
@@ -9,15 +8,14 @@ import type { Logger } from '../../shared/logger.js';
 import { mcpQueueName, type McpCallJobData } from '../../shared/mcp/calls.js';
 import type { McpServer } from '../../shared/mcp/servers.js';
 import { settle, type SettlePolicy } from '../../shared/money/billing.js';
-import type { SettledStatus, UsageEntry } from '../../shared/money/usage.js';
+import { noAmounts, type SettledStatus, type UsageEntry } from '../../shared/money/usage.js';
 import { leaveBacklog } from '../../shared/scheduling/index.js';
 import { settledBy } from '../../shared/stop-deadline.js';
 import type { CancelRegistry } from '../cancel-registry.js';
 import { ClientGoneError } from '../client-gone-error.js';
 import { ReplyPublisher } from '../reply-publisher.js';
+import { upstreamClient, upstreamTransport } from './upstream.js';
 import { StartingWorker } from '../starting-worker.js';
-
-const clientInfo = { name: 'switchyard', version: '1' };
 
 /** One connection to an upstream server, shared by the calls a worker runs on it; made again after it fails. */
 class UpstreamConnection {
@@ -41,18 +39,8 @@ class UpstreamConnection {
 
   private async connect(): Promise<Client> {
     const server = this.server;
-    const client = new Client(clientInfo, { capabilities: {} });
-    const transport = server.command
-      ? new StdioClientTransport({
-          command: server.command.program,
-          args: [...server.command.args],
-          env: { ...getDefaultEnvironment(), ...server.command.env },
-          ...(server.command.cwd !== undefined ? { cwd: server.command.cwd } : {}),
-          stderr: 'ignore',
-        })
-      : server.transport === 'sse'
-        ? new SSEClientTransport(new URL(server.url!), { requestInit: { headers: { ...server.headers }, redirect: 'error' } })
-        : new StreamableHTTPClientTransport(new URL(server.url!), { requestInit: { headers: { ...server.headers }, redirect: 'error' } });
+    const client = upstreamClient();
+    const transport = upstreamTransport(server);
     client.onclose = () => {
       this.client = undefined;
     };
@@ -179,12 +167,7 @@ export class McpToolWorkers {
       duration_ms: Date.now() - started,
       queue_ms: started - data.queuedAt,
       attempts: 1,
-      input_tokens: 0,
-      cached_tokens: 0,
-      output_tokens: 0,
-      images: 0,
-      audio_seconds: 0,
-      video_seconds: 0,
+      ...noAmounts,
       status,
       service_tier: 'default',
       ...(errorCode ? { error_code: errorCode } : {}),
