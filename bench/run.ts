@@ -1,5 +1,5 @@
 /**
- * `npm run bench`: what the gateway costs on top of a vendor, and how it schedules, in seven sections.
+ * `npm run bench`: what the gateway costs on top of a vendor, and how it schedules, in eleven sections.
  *
  *   overhead     the gateway side by side with a direct call to a zero-latency fake
  *                OpenAI upstream and with the floor, a bare BullMQ loop
@@ -49,6 +49,9 @@
  *                second and asking for a response every second, against a vendor that echoes each frame: the
  *                latency added each way (p50, p99) over the vendor directly, CPU per 1,000 frames, api and worker
  *                RSS per session; then sessions added until the added p99 passes 50 ms; Portkey's route beside it
+ *   mcp          tools through /mcp (bench/mcp.ts): 200 calls of a 1 s tool from one account against a server capped
+ *                at 20, another account's call a second in (every call answered once, the cap never passed, what
+ *                the other call waited); a fast tool's added latency over calling the upstream directly
  *
  * `npm run bench -- --topology` runs only the topology section instead (bench/topology.ts):
  * the floor, 1 api + 1 worker and 2 apis + 2 workers on one Redis, then 1 api + 1 worker on a
@@ -60,7 +63,7 @@
  * bench/results/latest-<sections>.json (so a quick run does not replace the full figures).
  *
  * Environment:
- *   BENCH_ONLY            comma-separated sections to run (default: all ten)
+ *   BENCH_ONLY            comma-separated sections to run (default: all eleven)
  *   BENCH_CONFIGS         gateway targets of overhead: start (node dist/bin/start.js as is),
  *                         unlimited (start with the Default account's key, made by POST /admin/keys with no
  *                         account: unlimited, no limits; start's is a credited, limited key), log-off (start with REQUEST_LOG=off: the request log's cost, side by side),
@@ -165,6 +168,7 @@ import { log } from './stack.js';
 import { runTopologySection } from './topology.js';
 import { runTranslation } from './translation.js';
 import { renderSpeech, runSpeechBench, speechSettings, type SpeechResults } from './speech.js';
+import { mcpSettings, renderMcp, runMcpBench, type McpResults } from './mcp.js';
 import { realtimeSettings, renderRealtime, runRealtimeBench, type RealtimeResults } from './realtime.js';
 import { openAIBatchSettings, renderOpenAIBatches, runOpenAIBatches, type OpenAIBatchResults } from './openai-batches.js';
 
@@ -173,11 +177,11 @@ function envList(name: string, fallback: string): string[] {
 }
 
 /** The sections of this run: report.ts's, streams (rendered by bench/paced-streams.ts), cache (bench/cache.ts), batches (bench/batches.ts) and speech (bench/speech.ts). */
-type RunSection = Section | 'streams' | 'cache' | 'batches' | 'openai-batches' | 'speech' | 'realtime';
+type RunSection = Section | 'streams' | 'cache' | 'batches' | 'openai-batches' | 'speech' | 'realtime' | 'mcp';
 /** A run's results: report.ts's, with the streams, cache, batches and speech sections beside them. */
-type RunResults = Omit<Results, 'sections'> & { sections: RunSection[]; streams?: StreamsResults; cache?: CacheResults; batches?: BatchesResults; 'openai-batches'?: OpenAIBatchResults; speech?: SpeechResults; realtime?: RealtimeResults };
+type RunResults = Omit<Results, 'sections'> & { sections: RunSection[]; streams?: StreamsResults; cache?: CacheResults; batches?: BatchesResults; 'openai-batches'?: OpenAIBatchResults; speech?: SpeechResults; realtime?: RealtimeResults; mcp?: McpResults };
 
-const allSections: RunSection[] = ['overhead', 'burst', 'translation', 'scheduler', 'streams', 'cache', 'batches', 'openai-batches', 'speech', 'realtime'];
+const allSections: RunSection[] = ['overhead', 'burst', 'translation', 'scheduler', 'streams', 'cache', 'batches', 'openai-batches', 'speech', 'realtime', 'mcp'];
 const onlyList = envList('BENCH_ONLY', allSections.join(','));
 for (const name of onlyList) {
   if (!allSections.includes(name as RunSection)) throw new Error(`BENCH_ONLY: unknown section "${name}" (${allSections.join(', ')})`);
@@ -280,6 +284,7 @@ async function main(): Promise<void> {
     const openAIBatches = sections.includes('openai-batches') ? await runOpenAIBatches({ settings: openAIBatchRunSettings, redis, redisUrl }) : undefined;
     const speech = sections.includes('speech') ? await runSpeechBench({ settings: speechRunSettings, redis, redisUrl }) : undefined;
     const realtime = sections.includes('realtime') ? await runRealtimeBench({ settings: realtimeRunSettings, redis, redisUrl }) : undefined;
+    const mcp = sections.includes('mcp') ? await runMcpBench({ settings: mcpSettings(process.env), redis, redisUrl }) : undefined;
 
     const bars = [...(overhead?.bars ?? []), ...(burst?.configs ?? []).flatMap((c) => c.bars), ...(scheduler?.bars ?? []), ...(streams?.bars ?? []), ...(cache?.bars ?? []), ...(batches?.bars ?? []), ...(openAIBatches?.bars ?? [])].filter(
       (b) => !b.informational,
@@ -299,6 +304,7 @@ async function main(): Promise<void> {
       ...(openAIBatches ? { 'openai-batches': openAIBatches } : {}),
       ...(speech ? { speech } : {}),
       ...(realtime ? { realtime } : {}),
+      ...(mcp ? { mcp } : {}),
       passed: bars.every((b) => b.pass),
     };
     const outDir = join(root, 'bench', 'results');
@@ -327,10 +333,10 @@ async function main(): Promise<void> {
       writeFileSync(join(outDir, 'latest-batches.json'), `${JSON.stringify(alone, null, 2)}\n`);
     }
     // report.ts renders its own sections (and their bars); the streams, cache and batches sections follow with theirs.
-    const { streams: _streams, cache: _cache, batches: _batches, 'openai-batches': _openAIBatches, speech: _speech, realtime: _realtime, ...reported } = results;
-    const rendered = render({ ...reported, sections: results.sections.filter((s): s is Section => s !== 'streams' && s !== 'cache' && s !== 'batches' && s !== 'openai-batches' && s !== 'speech' && s !== 'realtime') });
+    const { streams: _streams, cache: _cache, batches: _batches, 'openai-batches': _openAIBatches, speech: _speech, realtime: _realtime, mcp: _mcp, ...reported } = results;
+    const rendered = render({ ...reported, sections: results.sections.filter((s): s is Section => s !== 'streams' && s !== 'cache' && s !== 'batches' && s !== 'openai-batches' && s !== 'speech' && s !== 'realtime' && s !== 'mcp') });
     process.stdout.write(
-      `\n${rendered}${streams ? `\n\n${renderStreams(streams)}` : ''}${cache ? `\n\n${renderCache(cache)}` : ''}${batches ? `\n\n${renderBatches(batches)}` : ''}${openAIBatches ? `\n\n${renderOpenAIBatches(openAIBatches)}` : ''}${speech ? `\n\n${renderSpeech(speech)}` : ''}${realtime ? `\n\n${renderRealtime(realtime)}` : ''}\n\nResults written to bench/results/${file}\n`,
+      `\n${rendered}${streams ? `\n\n${renderStreams(streams)}` : ''}${cache ? `\n\n${renderCache(cache)}` : ''}${batches ? `\n\n${renderBatches(batches)}` : ''}${openAIBatches ? `\n\n${renderOpenAIBatches(openAIBatches)}` : ''}${speech ? `\n\n${renderSpeech(speech)}` : ''}${realtime ? `\n\n${renderRealtime(realtime)}` : ''}${mcp ? `\n\n${renderMcp(mcp)}` : ''}\n\nResults written to bench/results/${file}\n`,
     );
     if (process.env.BENCH_STRICT === '1' && !results.passed) process.exitCode = 1;
   } finally {

@@ -79,15 +79,41 @@ function presentedKey(ctx: GatewayContext): string | undefined {
   return bearer ?? (/^\S+$/.test(apiKey) ? apiKey : undefined);
 }
 
-/** Reads the health each worker's check wrote: the servers whose tools can be listed and called now. */
-async function checkedServers(redis: Redis, servers: readonly McpServer[]): Promise<Map<string, McpServerHealth>> {
-  const found = servers.length > 0 ? await redis.hgetall(mcpHealthKey) : {};
-  const health = new Map<string, McpServerHealth>();
-  for (const server of servers) {
-    const text = found[server.name];
-    if (text !== undefined) health.set(server.name, JSON.parse(text) as McpServerHealth);
+/** How long an api uses what it read of the checks before reading them again (a check runs every few seconds at most). */
+const checksFreshMs = 1000;
+
+/**
+ * What the workers' checks found of every server (the servers whose tools can be listed and called now), read from
+ * Redis at most once a second per api, not once per message.
+ */
+class CheckedServers {
+  private read: { at: number; health: Promise<Map<string, McpServerHealth>> } | undefined;
+
+  constructor(
+    private readonly redis: Redis,
+    private readonly servers: readonly McpServer[],
+  ) {}
+
+  async of(servers: readonly McpServer[]): Promise<Map<string, McpServerHealth>> {
+    const now = Date.now();
+    if (!this.read || now - this.read.at > checksFreshMs) {
+      const health = this.load();
+      this.read = { at: now, health };
+      health.catch(() => (this.read = undefined));
+    }
+    const all = await this.read.health;
+    return new Map(servers.flatMap((server) => (all.has(server.name) ? [[server.name, all.get(server.name)!] as const] : [])));
   }
-  return health;
+
+  private async load(): Promise<Map<string, McpServerHealth>> {
+    const found = this.servers.length > 0 ? await this.redis.hgetall(mcpHealthKey) : {};
+    const health = new Map<string, McpServerHealth>();
+    for (const server of this.servers) {
+      const text = found[server.name];
+      if (text !== undefined) health.set(server.name, JSON.parse(text) as McpServerHealth);
+    }
+    return health;
+  }
 }
 
 /**
@@ -100,6 +126,7 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
   const router = createRouter();
   const byName = new Map(servers.map((server) => [server.name, server]));
   const queues = new Map(servers.map((server) => [server.name, new Queue(mcpQueueName(server.name), { connection: deps.redis })]));
+  const checked = new CheckedServers(deps.redis, servers);
 
   const handle = async (ctx: GatewayContext, scope: McpServer | undefined) => {
     const key = presentedKey(ctx);
@@ -190,7 +217,7 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
       case 'ping':
         return { value: {} };
       case 'tools/list': {
-        const health = await checkedServers(deps.redis, scope ? [scope] : servers);
+        const health = await checked.of(scope ? [scope] : servers);
         const tools: McpTool[] = [];
         for (const [name, found] of health) {
           if (!found.ok) continue;
@@ -212,7 +239,7 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
     const named = scope ? { server: scope.name, tool: name } : splitToolName(name);
     const server = named ? byName.get(named.server) : undefined;
     if (!named || !server) throw new RpcFailure(invalidParams, `Unknown tool: ${name}.${scope ? '' : ' Tools here are named <server>__<tool>.'}`);
-    const health = (await checkedServers(deps.redis, [server])).get(server.name);
+    const health = (await checked.of([server])).get(server.name);
     if (!health?.ok || !health.tools.some((tool) => tool.name === named.tool)) {
       throw new RpcFailure(invalidParams, health?.ok === false ? `The server ${server.name} is not answering (${health.error}); try again later.` : `Unknown tool: ${name}.`);
     }
@@ -274,7 +301,8 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
         throw refusal;
       }
       for (const [header, value] of Object.entries(enqueued.headers)) ctx.set(header, value);
-      await deps.redis.set(callKey, requestId, 'PX', deadline - started + 60_000).catch(() => undefined);
+      // Where a cancel notification finds the call: written beside the wait, not before it.
+      void deps.redis.set(callKey, requestId, 'PX', deadline - started + 60_000).catch(() => undefined);
       try {
         await holdForReply(ctx, { config: deps.config, redis: deps.redis, hub: deps.hub, queues: deps.queues }, expected, queue, {
           stream: false,
