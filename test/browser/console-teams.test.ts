@@ -244,6 +244,8 @@ describe('teams in the console (Team page, switcher, roles) in a real browser', 
       assert.ok(!usageKeys.some((text) => /revoked|^key_/.test(text)), `${label}: ${usageKeys.join(', ')}`);
       await page.goto('/console/activity');
       await tablesLoaded(page, 'activity');
+      // The key picker fills once the team's key names arrive, which may come after the table (a busy machine).
+      await page.locator('#activity-key option', { hasText: 'shared notebook' }).waitFor({ state: 'attached' });
       const activityKeys = (await page.locator('#activity-key option').allTextContents()).map((text) => text.trim());
       assert.ok(activityKeys.includes('shared notebook'), `${label}: ${activityKeys.join(', ')}`);
       const rows = page.locator('tbody tr');
