@@ -25,6 +25,8 @@ import type { ReplyHub } from '../relay/reply-hub.js';
 const protocolVersions = ['2025-11-25', '2025-06-18', '2025-03-26', '2024-11-05'];
 /** A session not used for this long is forgotten (its client starts a new one, as the protocol says). */
 const sessionIdleSeconds = 24 * 3600;
+/** The session ids `initialize` issues. */
+const sessionIdPattern = /^mcp_[0-9a-f]{32}$/;
 /** The largest JSON-RPC message taken (a tool's arguments included). */
 const maxMessageBytes = 4 * 1024 * 1024;
 
@@ -145,7 +147,8 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
     const access = verdict.access;
     const sessionId = ctx.get('mcp-session-id') || undefined;
     if (sessionId !== undefined) {
-      const owner = await deps.redis.get(mcpSessionKey(sessionId));
+      // Read and kept alive in one command; an id not of the form this api issues is not looked up.
+      const owner = sessionIdPattern.test(sessionId) ? await deps.redis.getex(mcpSessionKey(sessionId), 'EX', sessionIdleSeconds) : null;
       if (owner !== access.keyId) return reply(ctx, 404, { jsonrpc: '2.0', id: null, error: { code: invalidRequestCode, message: 'Session not found: start a new one with initialize.' } });
     }
     if (ctx.method === 'DELETE') {
@@ -168,7 +171,6 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
       const status = error instanceof GatewayError ? error.status : 400;
       return reply(ctx, status === 413 ? 413 : 400, { jsonrpc: '2.0', id: null, error: { code: parseError, message: error instanceof Error ? error.message : 'The body could not be read.' } });
     }
-    if (sessionId !== undefined) void deps.redis.expire(mcpSessionKey(sessionId), sessionIdleSeconds).catch(() => undefined);
     // A notification (or a response to nothing this server asked) is taken, and nothing is answered.
     if (message.id === undefined) {
       if (message.method === 'notifications/cancelled') await cancelCall(deps.redis, access.keyId, sessionId, message.params?.requestId);
