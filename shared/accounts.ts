@@ -39,6 +39,8 @@ export interface Account {
    * which bounds it too); 0: its requests are never cached; undefined: no cap of its own.
    */
   cacheMaxTtlS?: number;
+  /** The MCP tools its keys may use, `server/tool` patterns (shared/mcp/tool-rules.ts); undefined: every tool. */
+  mcpTools?: readonly string[];
   /** The team's budget per period (shared/money/budgets.ts); undefined: none. */
   budget?: { micros: number; period: BudgetPeriod };
 }
@@ -76,6 +78,10 @@ export interface KeyAccess {
   budgets?: readonly BudgetInForce[];
   /** The account's name, for a refusal that names the team a member's cap is in. */
   accountName?: string;
+  /** The MCP tools the key may use (`server/tool` patterns, shared/mcp/tool-rules.ts); undefined = every tool. */
+  mcpTools?: readonly string[];
+  /** Those its account (team) allows its keys; undefined = every tool. */
+  teamMcpTools?: readonly string[];
 }
 
 /**

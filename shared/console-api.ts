@@ -37,6 +37,8 @@ export interface AccountView {
   service_tiers: ServiceTier[] | null;
   /** The longest its answers stay in the response cache, seconds (an admin's cap); 0: never cached; null: no cap of its own. */
   cache_max_ttl_s: number | null;
+  /** The MCP tools its keys may use, `server/tool` patterns (an admin's); null: every tool. */
+  mcp_tools: readonly string[] | null;
   created: number;
 }
 
@@ -79,6 +81,8 @@ export interface KeyView extends KeyLimitValues, BudgetValues {
   account_id: string;
   /** Its default response-cache TTL, seconds: requests without Cache-Control are cached this long (null or 0: none). */
   cache_ttl_s: number | null;
+  /** The MCP tools it may use within its account's, `server/tool` patterns (an admin's); null: every tool its account allows. */
+  mcp_tools: readonly string[] | null;
   spent_usd: number;
   last_used_at: number | null;
   /** The limits an admin set (null where none): a member may lower them, never raise or remove them. */

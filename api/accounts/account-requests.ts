@@ -3,6 +3,7 @@ import { maxWeight, minWeight } from '../../shared/scheduling/index.js';
 import { serviceTiers as tierNames } from '../../shared/scheduling/service-tier.js';
 import { invalidRequest } from '../../shared/errors.js';
 import { storableText } from '../../shared/schemas/common.js';
+import { toolPatterns } from '../../shared/mcp/tool-rules.js';
 import { toValidationError } from '../http/request-body.js';
 import { usdToMicros } from './account-store.js';
 import type { KeyChanges, KeySettings } from './key-store.js';
@@ -88,6 +89,7 @@ export const patchAccountSchema = z.strictObject({
   weight: weight.optional(),
   service_tiers: serviceTiers.optional(),
   cache_max_ttl_s: cacheTtlS.nullable().optional(),
+  mcp_tools: toolPatterns.nullable().optional(),
   ...budgetFields,
 });
 export const creditSchema = z.strictObject({
@@ -113,7 +115,9 @@ export const keySettings = {
   cache_ttl_s: cacheTtlS.nullable().optional(),
   ...budgetFields,
 };
-export const createKeySchema = z.strictObject({ name: keyName, account_id: id.optional(), ...keySettings });
+/** A key's MCP tools (shared/mcp/tool-rules.ts): an admin's alone to set, so only the admin API's and the admin console's schemas take it. */
+export const keyMcpTools = { mcp_tools: toolPatterns.nullable().optional() };
+export const createKeySchema = z.strictObject({ name: keyName, account_id: id.optional(), ...keySettings, ...keyMcpTools });
 export const patchKeySchema = z.strictObject({ name: keyName.optional(), ...keySettings });
 export const listKeysSchema = z.strictObject({ account_id: id.optional() });
 
@@ -146,15 +150,20 @@ export function parseStrict<T extends z.ZodType>(schema: T, input: unknown): z.o
  * An account's API fields → store changes: absent stays absent; `service_tiers: null` goes back to the configured
  * default, `cache_max_ttl_s: null` lifts the account's cache cap.
  */
-export function accountChanges<T extends { service_tiers?: z.output<typeof serviceTiers>; cache_max_ttl_s?: number | null; budget_usd?: number | null; budget_period?: BudgetPeriod }>(
-  body: T,
-): Omit<T, 'service_tiers' | 'cache_max_ttl_s' | 'budget_usd' | 'budget_period'> & Pick<AccountChanges, 'serviceTiers' | 'cacheMaxTtlS'> {
-  const { service_tiers: tiers, cache_max_ttl_s: cacheMaxTtlS, budget_usd: _usd, budget_period: _period, ...rest } = body;
-  return { ...rest, ...(tiers === undefined ? {} : { serviceTiers: tiers }), ...(cacheMaxTtlS === undefined ? {} : { cacheMaxTtlS }) };
+export function accountChanges<
+  T extends { service_tiers?: z.output<typeof serviceTiers>; cache_max_ttl_s?: number | null; mcp_tools?: string[] | null; budget_usd?: number | null; budget_period?: BudgetPeriod },
+>(body: T): Omit<T, 'service_tiers' | 'cache_max_ttl_s' | 'mcp_tools' | 'budget_usd' | 'budget_period'> & Pick<AccountChanges, 'serviceTiers' | 'cacheMaxTtlS' | 'mcpTools'> {
+  const { service_tiers: tiers, cache_max_ttl_s: cacheMaxTtlS, mcp_tools: mcpTools, budget_usd: _usd, budget_period: _period, ...rest } = body;
+  return {
+    ...rest,
+    ...(tiers === undefined ? {} : { serviceTiers: tiers }),
+    ...(cacheMaxTtlS === undefined ? {} : { cacheMaxTtlS }),
+    ...(mcpTools === undefined ? {} : { mcpTools: mcpTools === null ? null : [...new Set(mcpTools)] }),
+  };
 }
 
 /** API fields → store changes: absent stays absent, null clears. */
-export function keyChanges(body: z.output<typeof patchKeySchema>): KeyChanges {
+export function keyChanges(body: z.output<typeof patchKeySchema> & { mcp_tools?: string[] | null }): KeyChanges {
   const changes: KeyChanges = {};
   if (body.name !== undefined) changes.name = body.name;
   if (body.limit_usd !== undefined) changes.limitMicros = body.limit_usd === null ? null : usdToMicros(body.limit_usd);
@@ -163,6 +172,7 @@ export function keyChanges(body: z.output<typeof patchKeySchema>): KeyChanges {
   if (body.models !== undefined) changes.models = body.models === null ? null : [...new Set(body.models)];
   if (body.expires_at !== undefined) changes.expiresAt = body.expires_at;
   if (body.cache_ttl_s !== undefined) changes.cacheTtlS = body.cache_ttl_s;
+  if (body.mcp_tools !== undefined) changes.mcpTools = body.mcp_tools === null ? null : [...new Set(body.mcp_tools)];
   const budget = budgetChange(body);
   if (budget !== undefined) changes.budget = budget;
   return changes;
@@ -170,7 +180,7 @@ export function keyChanges(body: z.output<typeof patchKeySchema>): KeyChanges {
 
 
 /** A new key's settings as the key store takes them: USD to micros, a repeated model named once, null as none. */
-export function newKeyLimits(body: { [K in keyof typeof keySettings]?: z.output<(typeof keySettings)[K]> }): KeySettings {
+export function newKeyLimits(body: { [K in keyof typeof keySettings]?: z.output<(typeof keySettings)[K]> } & { mcp_tools?: string[] | null }): KeySettings {
   return {
     limitMicros: body.limit_usd == null ? undefined : usdToMicros(body.limit_usd),
     rpm: body.rpm ?? undefined,
@@ -179,5 +189,6 @@ export function newKeyLimits(body: { [K in keyof typeof keySettings]?: z.output<
     expiresAt: body.expires_at ?? undefined,
     cacheTtlS: body.cache_ttl_s ?? undefined,
     budget: budgetChange(body) ?? undefined,
+    mcpTools: body.mcp_tools ? [...new Set(body.mcp_tools)] : undefined,
   };
 }

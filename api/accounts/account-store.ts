@@ -9,6 +9,7 @@ import { balanceMicros } from '../../shared/money/balance.js';
 import { creditScript, openBillScript } from '../../shared/money/scripts.js';
 import { journalWrite } from '../../shared/redis-journal.js';
 import { createAccountScript, deleteAccountScript, ensureDefaultScript, rehashPasswordScript, revokeKeyScript, updateAccountScript } from './scripts.js';
+import { parseToolPatterns } from '../../shared/mcp/tool-rules.js';
 import { GatewayError } from '../../shared/errors.js';
 import { sql } from 'kysely';
 import type { RecordDb } from '../../storage/record/database.js';
@@ -153,6 +154,8 @@ export interface AccountChanges {
   serviceTiers?: readonly ServiceTier[] | null;
   /** The longest its answers stay in the response cache, seconds; 0 forbids caching; null lifts its own cap (CACHE_MAX_TTL_S still holds). */
   cacheMaxTtlS?: number | null;
+  /** The MCP tools its keys may use (`server/tool` patterns, shared/mcp/tool-rules.ts); null: every tool. */
+  mcpTools?: readonly string[] | null;
 }
 
 export interface LedgerEntry {
@@ -191,6 +194,8 @@ function toAccount(row: Record<string, string>, bill: BillState | undefined): Ac
   if (serviceTiers) account.serviceTiers = serviceTiers;
   // '' (or missing, in a hash older than the field): no cap of its own; '0' forbids caching.
   if (row.cache_max_ttl) account.cacheMaxTtlS = Number(row.cache_max_ttl);
+  const mcpTools = parseToolPatterns(row.mcp_tools);
+  if (mcpTools) account.mcpTools = mcpTools;
   return account;
 }
 
@@ -384,6 +389,8 @@ export class AccountStore {
     }
     // '' (NULL in the record): no cap of its own.
     if (changes.cacheMaxTtlS !== undefined) fields.push('cache_max_ttl', changes.cacheMaxTtlS === null ? '' : String(changes.cacheMaxTtlS));
+    // '' (NULL in the record): every tool.
+    if (changes.mcpTools !== undefined) fields.push('mcp_tools', changes.mcpTools === null ? '' : JSON.stringify(changes.mcpTools));
     if (id === defaultAccountId && changes.unlimited === false) {
       throw new GatewayError(400, 'The default account is always unlimited: give keys that must spend within a balance an account of their own.', { code: 'default_account', param: 'unlimited' });
     }
@@ -402,6 +409,7 @@ export class AccountStore {
       if (field === 'tiers') row.service_tiers = value === '' ? null : value;
       // And its `cache_max_ttl` is the record's `cache_max_ttl_s`.
       else if (field === 'cache_max_ttl') row.cache_max_ttl_s = value === '' ? null : Number(value);
+      else if (field === 'mcp_tools') row.mcp_tools = value === '' ? null : value;
       else row[field] = field === 'unlimited' || field === 'disabled' ? value === '1' : field === 'weight' ? Number(value) : value;
     }
     if (Object.keys(row).length > 0) {

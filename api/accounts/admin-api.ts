@@ -22,6 +22,7 @@ import {
   createKeySchema,
   creditSchema,
   keyChanges,
+  keyMcpTools,
   ledgerQuerySchema,
   listKeysSchema,
   alertsQuerySchema,
@@ -46,6 +47,8 @@ import { parseBudgetText, periodEnd, type BudgetPeriod } from '../../shared/mone
 
 /** `POST /admin/keys`: a key's fields, and who made it (their cap in its team holds it). */
 const adminCreateKeySchema = createKeySchema.extend({ created_by: idSchema.optional() });
+/** `PATCH /admin/keys/:id`: a member's fields, and the MCP tools the key may use (an admin's alone). */
+const adminPatchKeySchema = patchKeySchema.extend(keyMcpTools);
 /** `PUT /admin/accounts/:id/members/:member/cap`: a member's cap; `{"budget_usd": null}` clears it. */
 const capSchema = z.strictObject(budgetFields);
 
@@ -218,7 +221,7 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined, map
   });
 
   router.patch('/keys/:id', async (ctx) => {
-    const body = parseStrict(patchKeySchema, await readJsonObject(ctx.req, bodyLimit));
+    const body = parseStrict(adminPatchKeySchema, await readJsonObject(ctx.req, bodyLimit));
     // An admin sets and lifts anything; what it sets becomes the key's ceilings (null lifts one).
     const before = await store.get(ctx.params.id!);
     const key = await store.update(ctx.params.id!, keyChanges(body), 'admin');

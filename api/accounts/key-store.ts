@@ -4,6 +4,7 @@ import { journalWrite } from '../../shared/redis-journal.js';
 import { defaultAccountId, type AccountRole, type KeyAccess } from '../../shared/accounts.js';
 import { accessChangedChannel, accountKey, accountKeysKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, billKey, keyBillField, keyBillFields } from '../../shared/redis-keys.js';
 import { GatewayError } from '../../shared/errors.js';
+import { parseToolPatterns } from '../../shared/mcp/tool-rules.js';
 import { AccountStore, accountNotFound, microsToUsd } from './account-store.js';
 import { claimPlaygroundKeyScript, createKeyScript, updateKeyScript } from './scripts.js';
 import { optionalNumber, parseModels, readKeyAccess } from '../../shared/access/index.js';
@@ -49,6 +50,11 @@ export interface KeySettings extends KeyLimits {
   cacheTtlS?: number;
   /** What the key may spend per period (shared/money/budgets.ts), beside its lifetime `limitMicros`; no ceiling holds it. */
   budget?: { micros: number; period: BudgetPeriod };
+  /**
+   * The MCP tools it may use, `server/tool` patterns (shared/mcp/tool-rules.ts), within what its account allows;
+   * undefined: every tool its account allows. An admin's alone to set: a member may not change it.
+   */
+  mcpTools?: readonly string[];
 }
 
 export interface KeyOptions extends KeySettings {
@@ -210,9 +216,13 @@ function limitFields(changes: KeyChanges): string[] {
   put('cache_ttl', changes.cacheTtlS);
   if (changes.budget !== undefined) fields.push('budget', budgetText(changes.budget));
   if (changes.models !== undefined) fields.push('models', changes.models === null ? '' : JSON.stringify(changes.models));
+  if (changes.mcpTools !== undefined) fields.push('mcp_tools', changes.mcpTools === null ? '' : JSON.stringify(changes.mcpTools));
   if (changes.name !== undefined) fields.push('name', changes.name);
   return fields;
 }
+
+const mcpToolsAdminOnly = () =>
+  new GatewayError(403, "A key's MCP tools (mcp_tools) are set by an administrator.", { type: 'invalid_request_error', code: 'admin_only', param: 'mcp_tools' });
 
 /** A key from its directory hash and its spend in its account's bill. */
 function toRecord(row: Record<string, string>, spend: KeySpend | undefined): ApiKeyRecord | undefined {
@@ -230,6 +240,7 @@ function toRecord(row: Record<string, string>, spend: KeySpend | undefined): Api
     expiresAt: optionalNumber(row.expires),
     cacheTtlS: optionalNumber(row.cache_ttl),
     budget: parseBudgetText(row.budget),
+    mcpTools: parseToolPatterns(row.mcp_tools),
     ...(row.created_by ? { createdBy: row.created_by } : {}),
     spentMicros: spend?.spentMicros ?? 0,
     lastUsedAt: spend?.lastUsedAt,
@@ -276,11 +287,12 @@ export class KeyStore {
     const hash = hashSecret(secret);
     const fields = ['id', id, 'name', name, 'created', String(created), 'hash', hash, 'hint', hint, 'account', accountId, 'created_by', options.createdBy ?? ''];
     // Every limit field is written, '' when unset, so the record shows the whole layout.
-    const { limitMicros = null, rpm = null, tpm = null, models = null, expiresAt = null, cacheTtlS = null, budget = null } = options;
+    const { limitMicros = null, rpm = null, tpm = null, models = null, expiresAt = null, cacheTtlS = null, budget = null, mcpTools = null } = options;
     const limits = { limitMicros, rpm, tpm, models, expiresAt };
     if (by === 'member') checkMemberLimits(options, {}, this.policy);
+    if (by === 'member' && options.mcpTools !== undefined) throw mcpToolsAdminOnly();
     // The default cache TTL beside the limits, but never a ceiling (adminRow takes the limits only).
-    fields.push(...limitFields({ ...limits, cacheTtlS, budget }));
+    fields.push(...limitFields({ ...limits, cacheTtlS, budget, mcpTools }));
     // The default account is made on first use, in the record as in Redis (idempotent).
     if (accountId === defaultAccountId) await ensureDefaultRecord(this.record);
     const max = counted ? this.policy.maxKeysPerAccount : undefined;
@@ -317,6 +329,7 @@ export class KeyStore {
           budget_micros: budget?.micros ?? null,
           budget_period: budget?.period ?? null,
           created_by: options.createdBy ?? null,
+          mcp_tools: mcpTools === null ? null : JSON.stringify(mcpTools),
           spent_micros: 0,
           last_used: null,
           revoked: null,
@@ -432,7 +445,9 @@ export class KeyStore {
       // Not a limit: no ceiling checks it (checkMemberLimits) and none is kept of it (adminRow).
       ...(changes.cacheTtlS !== undefined ? { cache_ttl_s: changes.cacheTtlS } : {}),
       ...(changes.budget !== undefined ? { budget_micros: changes.budget?.micros ?? null, budget_period: changes.budget?.period ?? null } : {}),
+      ...(changes.mcpTools !== undefined ? { mcp_tools: changes.mcpTools === null ? null : JSON.stringify(changes.mcpTools) } : {}),
     };
+    if (by !== 'admin' && changes.mcpTools !== undefined) throw mcpToolsAdminOnly();
     // The key's ceilings after the change, from the query that makes it (none to make: read), so its answer needs no other.
     let ceilings: Pick<ApiKeysTable, (typeof adminColumns)[number]> | undefined;
     if (Object.keys(row).length === 0) {

@@ -27,6 +27,8 @@ export function accountView(account: Account): AccountView {
     service_tiers: account.serviceTiers ?? null,
     // The longest its answers stay in the response cache, seconds (an admin's cap); 0: never cached; null: no cap of its own.
     cache_max_ttl_s: account.cacheMaxTtlS ?? null,
+    // The MCP tools its keys may use (shared/mcp/tool-rules.ts); null: every tool.
+    mcp_tools: account.mcpTools ?? null,
     created: account.created,
   };
 }
@@ -46,6 +48,8 @@ export function keyView(key: ApiKeyRecord): KeyView {
     expires_at: key.expiresAt ?? null,
     // Its default response-cache TTL, seconds: a request without Cache-Control is cached as with max-age=<this> (null, 0: none).
     cache_ttl_s: key.cacheTtlS ?? null,
+    // The MCP tools it may use within its account's; null: every tool its account allows.
+    mcp_tools: key.mcpTools ?? null,
     spent_usd: microsToUsd(key.spentMicros),
     last_used_at: key.lastUsedAt ?? null,
     ...budgetView(key.budget, key.budgetSpentMicros),

@@ -1,5 +1,6 @@
 import type Router from '@koa/router';
 import { z } from 'zod';
+import { toolPatterns } from '../../shared/mcp/tool-rules.js';
 import { GatewayError } from '../../shared/errors.js';
 import { defaultAccountId } from '../../shared/accounts.js';
 import { channelFailureWindowMin, readChannelFailures } from '../../shared/channel-health.js';
@@ -8,7 +9,7 @@ import { parseCooldown, resolveChannels } from '../../shared/vendors.js';
 import { heldAnswer } from '../../shared/endpoints.js';
 import { readJsonObject } from '../http/request-body.js';
 import { accountNotFound, microsToUsd, usdToMicros } from '../accounts/account-store.js';
-import { accountChanges, accountName, cacheTtlS, createAccountSchema, creditSchema, keyChanges, parseStrict, patchKeySchema, role, serviceTiers, weight } from '../accounts/account-requests.js';
+import { accountChanges, accountName, cacheTtlS, createAccountSchema, creditSchema, keyChanges, keyMcpTools, parseStrict, patchKeySchema, role, serviceTiers, weight } from '../accounts/account-requests.js';
 import { accountAuditFields, accountView, keyAuditFields, keyView } from '../accounts/views.js';
 import { recordChange } from '../accounts/audit-trail.js';
 import { auditSource, changedFields } from '../../storage/record/audit-log.js';
@@ -30,7 +31,10 @@ const patchSchema = z.strictObject({
   weight: weight.optional(),
   service_tiers: serviceTiers.optional(),
   cache_max_ttl_s: cacheTtlS.nullable().optional(),
+  mcp_tools: toolPatterns.nullable().optional(),
 });
+/** An admin's change to any key: a member's fields, and the MCP tools it may use. */
+const adminPatchKeySchema = patchKeySchema.extend(keyMcpTools);
 
 const reasons = {
   auth: 'the vendor refused its credentials or quota',
@@ -120,7 +124,7 @@ export function addAdminConsoleRoutes(router: Router, deps: ConsoleDeps): void {
   // Any key's limits, as the admin API sets them: in force, and ceilings its account's members may only tighten.
   router.patch('/api/admin/keys/:id', async (ctx) => {
     const { account: me } = await requireAdmin(ctx, deps);
-    const body = parseStrict(patchKeySchema, await readJsonObject(ctx.req, bodyLimit));
+    const body = parseStrict(adminPatchKeySchema, await readJsonObject(ctx.req, bodyLimit));
     const id = String(ctx.params.id);
     const before = await keyStore.get(id);
     const [was] = before ? await keyStore.withAdminLimits([before]) : [];

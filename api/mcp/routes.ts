@@ -10,6 +10,7 @@ import { GatewayError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
 import { mcpCallEndpoint, mcpQueueName, prefixedToolName, splitToolName, type McpCallJobData } from '../../shared/mcp/calls.js';
 import type { McpServer, McpServerHealth, McpTool } from '../../shared/mcp/servers.js';
+import { mayReachServer, toolRefusal } from '../../shared/mcp/tool-rules.js';
 import { appendRequestLog, loggedMessageChars } from '../../shared/request-log.js';
 import { cancelChannel, mcpHealthKey, mcpSessionKey } from '../../shared/redis-keys.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
@@ -145,6 +146,14 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
       return reply(ctx, 401, { jsonrpc: '2.0', id: null, error: { code: invalidRequestCode, message, data: { type: 'invalid_api_key' } } });
     }
     const access = verdict.access;
+    // A server none of whose tools the key may use is not served to it at all (its tools would list empty).
+    if (scope && !mayReachServer(access, scope.name)) {
+      return reply(ctx, 403, {
+        jsonrpc: '2.0',
+        id: null,
+        error: { code: gatewayRefusal, message: `This API key may not use any tool of the MCP server ${scope.name}. Ask an administrator to change the key's or its team's mcp_tools.`, data: { type: 'tool_not_allowed', status: 403 } },
+      });
+    }
     const sessionId = ctx.get('mcp-session-id') || undefined;
     if (sessionId !== undefined) {
       // Read and kept alive in one command; an id not of the form this api issues is not looked up.
@@ -219,11 +228,15 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
       case 'ping':
         return { value: {} };
       case 'tools/list': {
-        const health = await checked.of(scope ? [scope] : servers);
+        // Only the tools the key may use, read from what it may do now (a changed rule is heard within a second).
+        const health = await checked.of(scope ? [scope] : servers.filter((server) => mayReachServer(access, server.name)));
         const tools: McpTool[] = [];
         for (const [name, found] of health) {
           if (!found.ok) continue;
-          for (const tool of found.tools) tools.push(scope ? tool : { ...tool, name: prefixedToolName(name, tool.name) });
+          for (const tool of found.tools) {
+            if (toolRefusal(access, name, tool.name) !== undefined) continue;
+            tools.push(scope ? tool : { ...tool, name: prefixedToolName(name, tool.name) });
+          }
         }
         return { value: { tools } };
       }
@@ -284,6 +297,13 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
         },
         deps.config.usageBufferRecords,
       ).catch((e: unknown) => log.warn({ err: e }, 'could not log a tool call'));
+    // A tool the key may not use (now: the rules as last heard) is refused, and the refusal logged like any call.
+    const refusal = toolRefusal(access, server.name, named.tool);
+    if (refusal !== undefined) {
+      const failure = new RpcFailure(gatewayRefusal, refusal, 403, { type: 'tool_not_allowed', status: 403 });
+      logged('refused', 200, failure);
+      throw failure;
+    }
     // The call is heard before it is queued, so nothing its worker publishes is missed.
     const expected = deps.hub.expect(requestId, false);
     const callKey = mcpCallKey(access.keyId, sessionId, message.id!);

@@ -4,6 +4,7 @@ import { GatewayError } from '../errors.js';
 import { parseBudgetText, type BudgetInForce } from '../money/budgets.js';
 import { accountKey, accountsIndexKey, apiKeyHashesKey, apiKeyRecordKey } from '../redis-keys.js';
 import { as, luaFiles, redisScript } from '../redis-script.js';
+import { parseToolPatterns } from '../mcp/tool-rules.js';
 
 /**
  * What a key may do now: the one rule, read from the directory in Redis (`lua/key-access.lua`), by every check of a
@@ -75,7 +76,7 @@ export async function readKeyAccess(redis: Redis, which: { hash: string } | { ke
   });
   if (typeof row === 'number') return 'disabled';
   if (!row) return undefined;
-  const [keyId, accountId, limit, rpm, tpm, models, expires, weight, tiers, cacheTtl, cacheMaxTtl, keyBudget, teamBudget, makerCap, accountName, maker] = row;
+  const [keyId, accountId, limit, rpm, tpm, models, expires, weight, tiers, cacheTtl, cacheMaxTtl, keyBudget, teamBudget, makerCap, accountName, maker, mcpTools, teamMcpTools] = row;
   const budgets = budgetsOf(keyId!, teamBudget, keyBudget, maker, makerCap);
   const optional: Omit<KeyAccess, 'keyId' | 'accountId'> = {
     weight: optionalNumber(weight),
@@ -89,6 +90,8 @@ export async function readKeyAccess(redis: Redis, which: { hash: string } | { ke
     tpm: optionalNumber(tpm),
     models: parseModels(models),
     expiresAt: optionalNumber(expires),
+    mcpTools: parseToolPatterns(mcpTools),
+    teamMcpTools: parseToolPatterns(teamMcpTools),
   };
   // Unset limits are left out rather than undefined, so an access reads (and compares) as what the key sets.
   const set = Object.entries(optional).filter(([, value]) => value !== undefined);

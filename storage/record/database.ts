@@ -45,6 +45,8 @@ export interface AccountsTable {
   /** A person signed in through OpenID Connect: its provider's issuer and its subject there. */
   oidc_issuer: Generated<string | null>;
   oidc_subject: Generated<string | null>;
+  /** The MCP tools its keys may use, a JSON list of `server/tool` patterns (shared/mcp/tool-rules.ts); null: every tool. */
+  mcp_tools: Generated<string | null>;
 }
 
 /** How often a budget starts again: at 00:00 UTC each day, each Monday, each month's first day. */
@@ -96,6 +98,8 @@ export interface ApiKeysTable {
   /** Its budget per `budget_period`, micros, beside the lifetime `limit_micros`; null: none. */
   budget_micros: Generated<number | null>;
   budget_period: Generated<BudgetPeriod | null>;
+  /** The MCP tools it may use within its account's, a JSON list of `server/tool` patterns; null: every tool its account allows. */
+  mcp_tools: Generated<string | null>;
 }
 
 export interface LedgerTable {

@@ -425,6 +425,8 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
       // '' : no cache cap of its own; '0' forbids caching.
       cache_max_ttl: a.cache_max_ttl_s === null ? '' : String(a.cache_max_ttl_s),
       budget: budgetText(budgetOf(a.budget_micros, a.budget_period)),
+      // '' : every MCP tool (shared/mcp/tool-rules.ts).
+      mcp_tools: a.mcp_tools ?? '',
       ...(a.playground_key ? { playground_key: a.playground_key } : {}),
     };
     const bill: Record<string, string> = {
@@ -458,6 +460,7 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
       cache_ttl: k.cache_ttl_s === null ? '' : String(k.cache_ttl_s),
       budget: budgetText(budgetOf(k.budget_micros, k.budget_period)),
       created_by: k.created_by ?? '',
+      mcp_tools: k.mcp_tools ?? '',
     };
     const spend: Record<string, string> = {
       [keyBillField(k.id, 'spent')]: String(k.spent_micros + (pendingKeys.get(k.id) ?? 0)),

@@ -348,7 +348,17 @@ const migrations: Record<string, Migration> = {
         await sql`create index if not exists alerts_created on alerts (created desc, id desc)`.execute(db);
       });
     },
-  },};
+  },
+  // The MCP tools a key and a team may use (shared/mcp/tool-rules.ts): a JSON list of `server/tool` patterns; null: every tool.
+  '0014_mcp_tools': {
+    async up(db: Kysely<unknown>) {
+      await db.transaction().execute(async (db) => {
+        await sql`alter table api_keys add column if not exists mcp_tools text`.execute(db);
+        await sql`alter table accounts add column if not exists mcp_tools text`.execute(db);
+      });
+    },
+  },
+};
 
 /** The request log's indexes: name and definition (after `on usage`). */
 export const requestLogIndexes: ReadonlyArray<readonly [string, string]> = [

@@ -59,7 +59,7 @@ describe('admin API: accounts, credits, keys and usage', () => {
     assert.equal(created.status, 201);
     const { id, ...rest } = created.json;
     assert.match(String(id), /^acct_/);
-    assert.deepEqual({ ...rest, created: typeof rest.created }, { object: 'account', kind: 'person', email: 'Grace@Example.com', name: 'Grace', role: 'admin', balance_usd: null, unlimited: true, disabled: false, weight: 1, service_tiers: null, cache_max_ttl_s: null, created: 'number' });
+    assert.deepEqual({ ...rest, created: typeof rest.created }, { object: 'account', kind: 'person', email: 'Grace@Example.com', name: 'Grace', role: 'admin', balance_usd: null, unlimited: true, disabled: false, weight: 1, service_tiers: null, cache_max_ttl_s: null, mcp_tools: null, created: 'number' });
     assert.match((await redis.hget(accountKey(String(id)), 'password'))!, /^scrypt\$/);
 
     await expectError(admin('POST', '/admin/accounts', { email: 'grace@EXAMPLE.com' }), 409, { code: 'account_exists', param: 'email' });
@@ -159,6 +159,7 @@ describe('admin API: accounts, credits, keys and usage', () => {
         models: ['mock-chat', 'mock-embedding'],
         expires_at: 4_000_000_000,
         cache_ttl_s: 3600,
+        mcp_tools: null,
         spent_usd: 0,
         last_used_at: null,
         // No budget per period: none set.

@@ -9,6 +9,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
 import { startFakeMcp, type FakeMcp } from '../support/fake-mcp.js';
 import { adminClient } from '../support/admin-client.js';
+import { testRecord } from '../support/record.js';
 
 const adminToken = 'mcp-gateway-test-token';
 const upstreamToken = 'upstream-token-7d21';
@@ -253,6 +254,108 @@ describe('MCP through the gateway: tools listed and called with a Switchyard key
     // The gateway still serves.
     const client = await connect(secret);
     assert.ok((await client.listTools()).tools.length > 0);
+  });
+
+  it('lists and calls only the tools the key\'s and its team\'s mcp_tools allow; a change holds on an open session within a second, and is audited', async () => {
+    const { accountId, secret, keyId } = await creditedKey('rules@example.com', { mcp_tools: ['notes/search', 'quick/*'] });
+    const before = await balanceOf(accountId);
+    const client = await connect(secret);
+    const names = async (c: Client) => (await c.listTools()).tools.map((tool) => tool.name).sort();
+    assert.deepEqual(await names(client), ['notes__search', 'quick__add', 'quick__crash', 'quick__search', 'quick__slow']);
+    assert.deepEqual(await names(await connect(secret, '/mcp/notes')), ['search']);
+    await assert.rejects(client.callTool({ name: 'notes__add', arguments: { text: 'x' } }), (error: Error) => {
+      assert.match(error.message, /may not use the tool `notes\/add`: the key allows only `notes\/search`, `quick\/\*`/);
+      assert.equal((error as { code?: number }).code, -32000);
+      return true;
+    });
+    assert.deepEqual((await client.callTool({ name: 'notes__search', arguments: { word: 'q' } })).content, [{ type: 'text', text: 'notes with q: 2' }]);
+    // The team narrows every key of it: heard by the open session within a second.
+    const changed = Date.now();
+    const team = await admin('PATCH', `/admin/accounts/${accountId}`, { mcp_tools: ['quick/add', 'quick/add'] });
+    assert.equal(team.status, 200, JSON.stringify(team.json));
+    assert.deepEqual(team.json.mcp_tools, ['quick/add']);
+    let listed: string[] = [];
+    while (Date.now() - changed < 1000) {
+      listed = await names(client);
+      if (listed.length === 1) break;
+    }
+    assert.deepEqual(listed, ['quick__add'], 'the team\'s rule listed within a second');
+    await assert.rejects(client.callTool({ name: 'notes__search', arguments: { word: 'q' } }), /may not use the tool `notes\/search`: its team allows only `quick\/add`/);
+    // A server none of whose tools the key may use is not served to it.
+    const scoped = await fetch(`${gateway.url}/mcp/notes`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${secret}` },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }),
+    });
+    assert.equal(scoped.status, 403);
+    assert.equal(((await scoped.json()) as { error: { data: { type: string } } }).error.data.type, 'tool_not_allowed');
+    // Nothing refused was billed; each refusal has its row in the request log.
+    assert.deepEqual((await client.callTool({ name: 'quick__add', arguments: { text: 'y' } })).content, [{ type: 'text', text: 'added' }]);
+    assert.equal(Math.round((before - (await balanceOf(accountId))) * 1e6), 1500 + 2000);
+    const deadline = Date.now() + 10_000;
+    let refused: Array<Record<string, unknown>> = [];
+    while (Date.now() < deadline) {
+      const rows = ((await admin('GET', `/admin/requests?account_id=${accountId}`)).json.data as Array<Record<string, unknown>>) ?? [];
+      refused = rows.filter((row) => row.status === 'refused');
+      if (refused.length === 2) break;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    assert.deepEqual(refused.map((row) => [row.model, row.error_code, row.cost_usd]).sort(), [
+      ['notes/add', 'tool_not_allowed', 0],
+      ['notes/search', 'tool_not_allowed', 0],
+    ]);
+    // Lifted (null): every tool again. Each change is in the audit log, with what it was and what it became.
+    assert.equal((await admin('PATCH', `/admin/accounts/${accountId}`, { mcp_tools: null })).json.mcp_tools, null);
+    const key = await admin('PATCH', `/admin/keys/${keyId}`, { mcp_tools: null });
+    assert.equal(key.json.mcp_tools, null);
+    const lifted = Date.now();
+    while (Date.now() - lifted < 1000 && (await names(client)).length < 8);
+    assert.equal((await names(client)).length, 8);
+    const record = await testRecord(redis);
+    const audit = await record.selectFrom('audit_log').select(['action', 'target', 'before', 'after']).where('target', 'in', [accountId, keyId]).orderBy('id').execute();
+    const moves = audit
+      .filter((row) => (row.after as { mcp_tools?: unknown } | null)?.mcp_tools !== undefined)
+      .map((row) => [row.action, row.target, (row.before as { mcp_tools?: unknown } | null)?.mcp_tools, (row.after as { mcp_tools?: unknown }).mcp_tools]);
+    assert.deepEqual(moves, [
+      ['account.created', accountId, undefined, null],
+      ['key.created', keyId, undefined, ['notes/search', 'quick/*']],
+      ['account.updated', accountId, null, ['quick/add']],
+      ['account.updated', accountId, ['quick/add'], null],
+      ['key.updated', keyId, ['notes/search', 'quick/*'], null],
+    ]);
+  });
+
+  it('refuses a tool pattern it cannot read, on a key and on a team', async () => {
+    const { accountId } = await creditedKey('patterns@example.com');
+    for (const bad of [['notes'], ['/tool'], ['notes/'], ['no tes/x'], 'notes/*', [''], [42]]) {
+      const refused = await admin('POST', '/admin/keys', { name: 'bad', account_id: accountId, mcp_tools: bad });
+      assert.equal(refused.status, 400, `${JSON.stringify(bad)}: ${JSON.stringify(refused.json)}`);
+      assert.equal((refused.json.error as { param?: string }).param?.startsWith('mcp_tools'), true, JSON.stringify(refused.json));
+      assert.equal((await admin('PATCH', `/admin/accounts/${accountId}`, { mcp_tools: bad })).status, 400);
+    }
+    for (const good of [['*'], ['github/create_*', '*/read_*', 'notes/*'], []]) {
+      const made = await admin('POST', '/admin/keys', { name: 'good', account_id: accountId, mcp_tools: good });
+      assert.equal(made.status, 201, JSON.stringify(made.json));
+      assert.deepEqual(made.json.mcp_tools, good);
+    }
+  });
+
+  it('a call queued before its tool was taken away is refused by the worker that takes it, billed nothing', async () => {
+    const busy = await creditedKey('busy@example.com');
+    const late = await creditedKey('late@example.com');
+    const busyClient = await connect(busy.secret);
+    const lateClient = await connect(late.secret);
+    // The server's two slots held, so the next call waits in the queue.
+    const holding = Array.from({ length: 2 }, () => busyClient.callTool({ name: 'notes__slow', arguments: { ms: 1500 } }));
+    const waitStart = Date.now();
+    while (notes.slow.running < 2 && Date.now() - waitStart < 5000) await new Promise((resolve) => setTimeout(resolve, 20));
+    const before = await balanceOf(late.accountId);
+    const queued = lateClient.callTool({ name: 'notes__search', arguments: { word: 'w' } });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.equal((await admin('PATCH', `/admin/keys/${late.keyId}`, { mcp_tools: ['quick/*'] })).status, 200);
+    await assert.rejects(queued, /may not use the tool `notes\/search`: the key allows only `quick\/\*`/);
+    await Promise.all(holding);
+    assert.equal(await balanceOf(late.accountId), before);
   });
 
   it('ends a session on DELETE: its id is not taken again', async () => {

@@ -242,6 +242,35 @@ describe('KeyStore', () => {
     }
   });
 
+  it("carries the key's and its team's MCP tools on the access: an admin's alone to set, kept in the record and reloaded from it", async () => {
+    const a = await store.accounts.create({ email: 'mcp-tools@example.com' });
+    const made = await store.create('agent', { accountId: a.id, mcpTools: ['notes/*'] }, 'admin');
+    const hash = hashSecret(made.key);
+    assert.deepEqual(made.mcpTools, ['notes/*']);
+    assert.deepEqual((await store.access(hash)) as object, { keyId: made.id, accountId: a.id, mcpTools: ['notes/*'] });
+    // A member may neither make a key with tools nor change them, even to fewer.
+    await assert.rejects(store.create('mine', { accountId: a.id, mcpTools: ['notes/read'] }, 'member'), isError(403, 'admin_only'));
+    await assert.rejects(store.update(made.id, { mcpTools: [] }, 'member'), isError(403, 'admin_only'));
+    assert.equal((await store.accounts.update(a.id, { mcpTools: ['notes/read', 'github/*'] }))!.mcpTools?.length, 2);
+    assert.deepEqual((await store.access(hash)) as object, { keyId: made.id, accountId: a.id, mcpTools: ['notes/*'], teamMcpTools: ['notes/read', 'github/*'] });
+    const rows = async () => [
+      (await store.record.selectFrom('api_keys').select('mcp_tools').where('id', '=', made.id).executeTakeFirstOrThrow()).mcp_tools,
+      (await store.record.selectFrom('accounts').select('mcp_tools').where('id', '=', a.id).executeTakeFirstOrThrow()).mcp_tools,
+    ];
+    assert.deepEqual(await rows(), ['["notes/*"]', '["notes/read","github/*"]']);
+    // Redis loses both: the record's load brings them back.
+    await redis.hdel(apiKeyRecordKey(made.id), 'mcp_tools');
+    await redis.hdel(accountKey(a.id), 'mcp_tools');
+    assert.deepEqual((await store.access(hash)) as object, { keyId: made.id, accountId: a.id });
+    await loadHotState(redis, store.record);
+    assert.deepEqual((await store.access(hash)) as object, { keyId: made.id, accountId: a.id, weight: 1, mcpTools: ['notes/*'], teamMcpTools: ['notes/read', 'github/*'] });
+    // Lifted: every tool again (an empty list would be none).
+    await store.update(made.id, { mcpTools: null }, 'admin');
+    await store.accounts.update(a.id, { mcpTools: [] });
+    assert.deepEqual(await rows(), [null, '[]']);
+    assert.deepEqual((await store.access(hash)) as object, { keyId: made.id, accountId: a.id, weight: 1, teamMcpTools: [] });
+  });
+
   it('gives the Playground key its own default cache TTL, as any key', async () => {
     const a = await store.accounts.create({ email: 'playground-cache@example.com' });
     await store.accounts.update(a.id, { cacheMaxTtlS: 120 });

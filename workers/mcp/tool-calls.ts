@@ -6,6 +6,7 @@ import type { Config } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
 import { mcpQueueName, type McpCallJobData } from '../../shared/mcp/calls.js';
+import { toolRefusal } from '../../shared/mcp/tool-rules.js';
 import type { McpServer } from '../../shared/mcp/servers.js';
 import { settle, type SettlePolicy } from '../../shared/money/billing.js';
 import { noAmounts, type SettledStatus, type UsageEntry } from '../../shared/money/usage.js';
@@ -128,6 +129,9 @@ export class McpToolWorkers {
     // What the key may do now: a key revoked (or an account disabled) while its call waited does not call the tool.
     const now = await access.of(data.keyId);
     if ('refused' in now) return fail('failed', new GatewayError(401, accessRefusalMessage(now.refused), { code: 'invalid_api_key' }), false);
+    // And the tool: a rule changed while the call waited holds for it.
+    const refusal = toolRefusal(now.access, data.server, data.tool);
+    if (refusal !== undefined) return fail('failed', new GatewayError(403, refusal, { code: 'tool_not_allowed' }), false);
     const controller = cancels.start(job.id!);
     const timeout = Math.min(server.timeoutMs, remaining);
     const timer = setTimeout(() => controller.abort(new GatewayError(504, `The tool did not answer within ${timeout} ms.`, { code: 'timeout' })), timeout);
