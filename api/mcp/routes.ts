@@ -8,7 +8,7 @@ import { accessRefusalMessage } from '../../shared/access/index.js';
 import type { Config } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
-import { mcpCallEndpoint, mcpQueueName, prefixedToolName, splitToolName, type McpCallJobData } from '../../shared/mcp/calls.js';
+import { mcpEndpointOf, mcpQueueName, prefixedToolName, splitToolName, type McpCallJobData, type McpForwardedMethod } from '../../shared/mcp/calls.js';
 import type { McpServer, McpServerHealth, McpTool } from '../../shared/mcp/servers.js';
 import { mayReachServer, toolRefusal } from '../../shared/mcp/tool-rules.js';
 import { appendRequestLog, loggedMessageChars } from '../../shared/request-log.js';
@@ -36,6 +36,8 @@ const parseError = -32700;
 const invalidRequestCode = -32600;
 const methodNotFound = -32601;
 const invalidParams = -32602;
+/** MCP's: a resource no server has. */
+const resourceNotFound = -32002;
 const internalError = -32603;
 /** The gateway refused or could not complete the call (a limit, a timeout, the upstream): `data` says which. */
 const gatewayRefusal = -32000;
@@ -52,6 +54,39 @@ const callParamsSchema = z.object({
   name: z.string().min(1).max(512),
   arguments: z.record(z.string(), z.unknown()).optional(),
 });
+
+const promptParamsSchema = z.object({
+  name: z.string().min(1).max(512),
+  arguments: z.record(z.string(), z.string()).optional(),
+});
+
+/** A worker's relay of a server's JSON-RPC error (as it writes it). */
+const upstreamErrorPattern = /^\{"jsonrpc":"2\.0","id":(?:"(?:[^"\\]|\\.)*"|-?\d+),"error":/;
+
+/** On `/mcp`, a resource's URI (and a template's) is named with its server: `switchyard-mcp://<server>/<the server's URI>`. */
+const uriPrefix = 'switchyard-mcp://';
+
+function prefixedUri(server: string, uri: string): string {
+  return `${uriPrefix}${server}/${uri}`;
+}
+
+/** The server and its own URI a `/mcp` resource URI stands for. */
+function splitUri(uri: string): { server: string; uri: string } | undefined {
+  if (!uri.startsWith(uriPrefix)) return undefined;
+  const rest = uri.slice(uriPrefix.length);
+  const slash = rest.indexOf('/');
+  if (slash <= 0 || slash === rest.length - 1) return undefined;
+  return { server: rest.slice(0, slash), uri: rest.slice(slash + 1) };
+}
+
+/** A `resources/read` answer's contents named as on `/mcp` (an answer that is not a result passes as it is). */
+function renameContents(raw: string, server: string): string {
+  const response = JSON.parse(raw) as { result?: { contents?: Array<{ uri?: unknown }> } };
+  const contents = response.result?.contents;
+  if (!Array.isArray(contents)) return raw;
+  for (const content of contents) if (typeof content?.uri === 'string') content.uri = prefixedUri(server, content.uri);
+  return JSON.stringify(response);
+}
 
 /** An answer to one message: a JSON-RPC response (a status besides 200 when the HTTP layer says something too). */
 class RpcFailure extends Error {
@@ -219,7 +254,7 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
         return {
           value: {
             protocolVersion,
-            capabilities: { tools: { listChanged: false } },
+            capabilities: { tools: { listChanged: false }, resources: { subscribe: false, listChanged: false }, prompts: { listChanged: false } },
             serverInfo: { name: scope ? `switchyard/${scope.name}` : 'switchyard', version: '1' },
             instructions: scope ? `The tools of ${scope.name}, through Switchyard.` : 'Tools of every server your key may use, through Switchyard; each is named <server>__<tool>.',
           },
@@ -240,8 +275,29 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
         }
         return { value: { tools } };
       }
+      case 'resources/list':
+      case 'resources/templates/list':
+      case 'prompts/list': {
+        // As the last check listed them (each server's whole list, one page), for the servers the key may reach.
+        const health = await checked.of(scope ? [scope] : servers.filter((server) => mayReachServer(access, server.name)));
+        const field = message.method === 'resources/list' ? 'resources' : message.method === 'prompts/list' ? 'prompts' : 'resourceTemplates';
+        const items: unknown[] = [];
+        for (const [name, found] of health) {
+          if (!found.ok) continue;
+          for (const item of found[field] ?? []) {
+            if (scope) items.push(item);
+            else if (field === 'prompts') items.push({ ...item, name: prefixedToolName(name, String(item.name)) });
+            else if (field === 'resources') items.push({ ...item, uri: prefixedUri(name, String(item.uri)) });
+            else items.push({ ...item, uriTemplate: prefixedUri(name, String(item.uriTemplate)) });
+          }
+        }
+        return { value: { [field]: items } };
+      }
       case 'tools/call':
         return { raw: await callTool(ctx, access, scope, sessionId, message) };
+      case 'resources/read':
+      case 'prompts/get':
+        return { raw: await readOne(ctx, access, scope, sessionId, message) };
       default:
         throw new RpcFailure(methodNotFound, `Method not found: ${message.method}.`);
     }
@@ -258,19 +314,69 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
     if (!health?.ok || !health.tools.some((tool) => tool.name === named.tool)) {
       throw new RpcFailure(invalidParams, health?.ok === false ? `The server ${server.name} is not answering (${health.error}); try again later.` : `Unknown tool: ${name}.`);
     }
+    // A tool the key may not use (now: the rules as last heard) is refused, and the refusal logged like any call.
+    const refusal = toolRefusal(access, server.name, named.tool);
+    return forward(ctx, access, server, sessionId, message, { method: 'tools/call', target: named.tool, args, price: server.pricePerCallMicros, refusal });
+  };
+
+  /** `resources/read` and `prompts/get`: sent on to the server that has it, through its queue (on `/mcp`, named with its server). */
+  const readOne = async (ctx: GatewayContext, access: KeyAccess, scope: McpServer | undefined, sessionId: string | undefined, message: RpcMessage): Promise<string> => {
+    const method = message.method as 'resources/read' | 'prompts/get';
+    let server: McpServer | undefined;
+    let target: string;
+    let args: Record<string, unknown> = {};
+    if (method === 'resources/read') {
+      const uri = message.params?.uri;
+      if (typeof uri !== 'string' || uri.length === 0 || uri.length > 8192) throw new RpcFailure(invalidParams, 'Invalid resources/read params: uri must be a string.');
+      const named = scope ? { server: scope.name, uri } : splitUri(uri);
+      server = named ? byName.get(named.server) : undefined;
+      if (!named || !server) throw new RpcFailure(resourceNotFound, `Resource not found: ${uri.slice(0, 300)}.${scope ? '' : ` Resources here are named ${uriPrefix}<server>/<uri>.`}`, 200, { uri });
+      target = named.uri;
+    } else {
+      const parsed = promptParamsSchema.safeParse(message.params ?? {});
+      if (!parsed.success) throw new RpcFailure(invalidParams, `Invalid prompts/get params: ${parsed.error.issues[0]!.path.join('.') || 'params'} ${parsed.error.issues[0]!.message}.`);
+      const named = scope ? { server: scope.name, tool: parsed.data.name } : splitToolName(parsed.data.name);
+      server = named ? byName.get(named.server) : undefined;
+      if (!named || !server) throw new RpcFailure(invalidParams, `Unknown prompt: ${parsed.data.name}.${scope ? '' : ' Prompts here are named <server>__<prompt>.'}`);
+      target = named.tool;
+      args = parsed.data.arguments ?? {};
+    }
+    const health = (await checked.of([server])).get(server.name);
+    if (health?.ok === false) throw new RpcFailure(internalError, `The server ${server.name} is not answering (${health.error}); try again later.`);
+    const refusal = mayReachServer(access, server.name) ? undefined : `This API key may not use the MCP server ${server.name}.`;
+    const raw = await forward(ctx, access, server, sessionId, message, { method, target, args, price: 0, refusal });
+    // On `/mcp` the contents read are named as the client named the resource.
+    if (scope || method !== 'resources/read' || raw === '') return raw;
+    return renameContents(raw, server.name);
+  };
+
+  /**
+   * One message sent on to a server as a job of its queue: admitted (the price reserved, the key's rate limits
+   * counted, a fair place among the accounts waiting on the server), held for the worker's answer, logged.
+   */
+  const forward = async (
+    ctx: GatewayContext,
+    access: KeyAccess,
+    server: McpServer,
+    sessionId: string | undefined,
+    message: RpcMessage,
+    call: { method: McpForwardedMethod; target: string; args: Record<string, unknown>; price: number; refusal: string | undefined },
+  ): Promise<string> => {
     const requestId = ctx.state.requestId as string;
     const started = Date.now();
+    const endpoint = mcpEndpointOf(call.method);
     // A call waits at most its server's timeout in the queue, then runs at most as long again.
     const deadline = started + 2 * server.timeoutMs;
     const data: McpCallJobData = {
       requestId,
-      endpoint: mcpCallEndpoint,
+      method: call.method,
+      endpoint,
       replyTo: deps.hub.channel,
       keyId: access.keyId,
       accountId: access.accountId,
       server: server.name,
-      tool: named.tool,
-      arguments: args,
+      tool: call.target,
+      arguments: call.args,
       rpcId: message.id!,
       deadline,
       queuedAt: started,
@@ -284,8 +390,8 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
           request_id: requestId,
           account_id: access.accountId,
           key_id: access.keyId,
-          endpoint: mcpCallEndpoint,
-          model: `${server.name}/${named.tool}`,
+          endpoint,
+          model: `${server.name}/${call.target}`.slice(0, 300),
           stream: false,
           status,
           http_status: httpStatus,
@@ -296,11 +402,9 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
           created: Math.floor(started / 1000),
         },
         deps.config.usageBufferRecords,
-      ).catch((e: unknown) => log.warn({ err: e }, 'could not log a tool call'));
-    // A tool the key may not use (now: the rules as last heard) is refused, and the refusal logged like any call.
-    const refusal = toolRefusal(access, server.name, named.tool);
-    if (refusal !== undefined) {
-      const failure = new RpcFailure(gatewayRefusal, refusal, 403, { type: 'tool_not_allowed', status: 403 });
+      ).catch((e: unknown) => log.warn({ err: e }, 'could not log an MCP call'));
+    if (call.refusal !== undefined) {
+      const failure = new RpcFailure(gatewayRefusal, call.refusal, 403, { type: 'tool_not_allowed', status: 403 });
       logged('refused', 200, failure);
       throw failure;
     }
@@ -314,7 +418,7 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
           deps,
           queue,
           { id: requestId, mode: 'held', data, payload: {}, options: { jobId: requestId, attempts: 1, removeOnComplete: { age: 60, count: 1000 }, removeOnFail: { age: 3600, count: 5000 } }, deadline },
-          { spend: { access, estimate: { micros: server.pricePerCallMicros, tokens: 0 } }, fair: { accountId: access.accountId, weight: access.weight ?? 1, tokens: 1, tier: 'default', contended: true } },
+          { spend: { access, estimate: { micros: call.price, tokens: 0 } }, fair: { accountId: access.accountId, weight: access.weight ?? 1, tokens: 1, tier: 'default', contended: true } },
           log,
         );
       } catch (error) {
@@ -344,7 +448,9 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
         logged('cancelled', null, new RpcFailure(gatewayRefusal, 'The client left before the answer.', 499, { type: 'client_closed' }));
         return '';
       }
-      logged('completed', 200);
+      // The server's own JSON-RPC error, relayed as it gave it (the worker writes `{"jsonrpc","id","error"}` in that order).
+      const refusedUpstream = upstreamErrorPattern.test(body.slice(0, 600));
+      logged(refusedUpstream ? 'failed' : 'completed', 200, refusedUpstream ? new RpcFailure(gatewayRefusal, 'The server answered with an error.', 200, { type: 'upstream_error' }) : undefined);
       return body;
     } finally {
       expected.release();

@@ -11,17 +11,30 @@ export function mcpQueueName(server: string): string {
 /** The endpoint a tool call is logged and billed under. */
 export const mcpCallEndpoint = 'mcp.tools/call';
 
+/**
+ * The messages a worker sends on to a server for a client: a tool call (billed at the server's price), and the
+ * reads of a resource and a prompt (counted by the key's limits and logged, not priced). Lists are answered from the
+ * servers' checks (workers/mcp/server-checks.ts).
+ */
+export type McpForwardedMethod = 'tools/call' | 'resources/read' | 'prompts/get';
+
+/** The endpoint each forwarded message is logged under (`mcp.tools/call`, `mcp.resources/read`, `mcp.prompts/get`). */
+export const mcpEndpointOf = (method: McpForwardedMethod): string => `mcp.${method}`;
+
 export interface McpCallJobData {
   /** The request's id: money and the request log. */
   requestId: string;
-  endpoint: typeof mcpCallEndpoint;
+  /** What is asked of the server (absent in jobs queued before reads were forwarded: a tool call). */
+  method?: McpForwardedMethod;
+  endpoint: string;
   /** Pub/sub channel of the api holding the client. */
   replyTo: string;
   keyId: string;
   accountId: string;
   server: string;
-  /** The tool's name as its server knows it. */
+  /** The tool's name as its server knows it (a prompt's for `prompts/get`, the resource's URI for `resources/read`). */
   tool: string;
+  /** The tool's or the prompt's arguments (none for a resource). */
   arguments: Record<string, unknown>;
   /** The client's JSON-RPC id: the worker writes the whole response, so the api relays it as it comes. */
   rpcId: string | number;

@@ -132,6 +132,11 @@ export interface McpTool {
   [field: string]: unknown;
 }
 
+/** A resource (`uri`), a resource template (`uriTemplate`) or a prompt (`name`) as its server lists it, kept whole. */
+export interface McpListed {
+  [field: string]: unknown;
+}
+
 /** What the last check of a server found (`mcpHealthKey`, one field per server, written by a worker). */
 export interface McpServerHealth {
   ok: boolean;
@@ -147,6 +152,10 @@ export interface McpServerHealth {
   tools: McpTool[];
   /** Tools the server listed that were not kept: past 2,000, or a definition over 64 KiB. */
   toolsSkipped?: number;
+  /** Its resources, resource templates and prompts, where it offers them (each list bounded as the tools are). */
+  resources?: McpListed[];
+  resourceTemplates?: McpListed[];
+  prompts?: McpListed[];
 }
 
 
@@ -184,6 +193,10 @@ export interface McpServerView {
   tools: McpTool[];
   /** Tools the server listed that are not kept (past 2,000, or a definition over 64 KiB). */
   tools_skipped: number;
+  /** How many resources, resource templates and prompts it listed (null: it offers none of that kind). */
+  resources: number | null;
+  resource_templates: number | null;
+  prompts: number | null;
 }
 
 export function serverView(server: McpServer, health: McpServerHealth | undefined, usd: (micros: number) => string): McpServerView {
@@ -206,5 +219,8 @@ export function serverView(server: McpServer, health: McpServerHealth | undefine
     protocol_version: health?.protocolVersion ?? null,
     tools: health?.tools ?? [],
     tools_skipped: health?.toolsSkipped ?? 0,
+    resources: health?.resources?.length ?? null,
+    resource_templates: health?.resourceTemplates?.length ?? null,
+    prompts: health?.prompts?.length ?? null,
   };
 }

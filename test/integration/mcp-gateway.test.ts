@@ -358,6 +358,67 @@ describe('MCP through the gateway: tools listed and called with a Switchyard key
     assert.equal(await balanceOf(late.accountId), before);
   });
 
+  it('serves resources and prompts: one server\'s as they are on /mcp/{server}, every server\'s named with it on /mcp, read through the queue unbilled', async () => {
+    const { accountId, secret } = await creditedKey('resources@example.com');
+    const before = await balanceOf(accountId);
+    const one = await connect(secret, '/mcp/notes');
+    assert.deepEqual(one.getServerCapabilities()?.resources, { subscribe: false, listChanged: false });
+    assert.deepEqual((await one.listResources()).resources, [{ uri: 'notes://today', name: 'today', title: 'Today', mimeType: 'text/plain' }]);
+    assert.deepEqual((await one.listResourceTemplates()).resourceTemplates, [{ uriTemplate: 'notes://day/{date}', name: 'day', title: 'A day', mimeType: 'text/plain' }]);
+    assert.deepEqual((await one.readResource({ uri: 'notes://today' })).contents, [{ uri: 'notes://today', mimeType: 'text/plain', text: 'buy milk' }]);
+    assert.deepEqual((await one.readResource({ uri: 'notes://day/2026-11-29' })).contents, [{ uri: 'notes://day/2026-11-29', mimeType: 'text/plain', text: 'notes of 2026-11-29' }]);
+    assert.deepEqual((await one.listPrompts()).prompts.map((prompt) => [prompt.name, prompt.arguments?.map((a) => a.name)]), [['summarize', ['topic']]]);
+    assert.deepEqual((await one.getPrompt({ name: 'summarize', arguments: { topic: 'queues' } })).messages, [{ role: 'user', content: { type: 'text', text: 'Summarize my notes on queues.' } }]);
+    // The server's own error (a resource it has not) is relayed as it gave it.
+    await assert.rejects(one.readResource({ uri: 'notes://nowhere' }), (error: Error & { code?: number }) => {
+      // (The SDK's server says so with -32602.)
+      assert.deepEqual([error.code, error.message], [-32602, 'MCP error -32602: Resource not found: notes://nowhere']);
+      return true;
+    });
+
+    const all = await connect(secret);
+    assert.deepEqual((await all.listResources()).resources.map((resource) => resource.uri).sort(), ['switchyard-mcp://notes/notes://today', 'switchyard-mcp://quick/notes://today']);
+    assert.deepEqual((await all.listResourceTemplates()).resourceTemplates.map((template) => template.uriTemplate).sort(), ['switchyard-mcp://notes/notes://day/{date}', 'switchyard-mcp://quick/notes://day/{date}']);
+    assert.deepEqual((await all.readResource({ uri: 'switchyard-mcp://quick/notes://day/1999-12-31' })).contents, [
+      { uri: 'switchyard-mcp://quick/notes://day/1999-12-31', mimeType: 'text/plain', text: 'notes of 1999-12-31' },
+    ]);
+    assert.deepEqual((await all.listPrompts()).prompts.map((prompt) => prompt.name).sort(), ['notes__summarize', 'quick__summarize']);
+    assert.equal(((await all.getPrompt({ name: 'notes__summarize', arguments: { topic: 'tea' } })).messages[0]!.content as { text: string }).text, 'Summarize my notes on tea.');
+    await assert.rejects(all.readResource({ uri: 'notes://today' }), /Resource not found: notes:\/\/today\. Resources here are named switchyard-mcp:\/\/<server>\/<uri>/);
+    await assert.rejects(all.getPrompt({ name: 'summarize' }), /Unknown prompt: summarize/);
+
+    // The admin sees how many of each the check found.
+    const servers = (await admin('GET', '/admin/mcp/servers')).json.data as Array<Record<string, unknown>>;
+    assert.deepEqual(servers.map((server) => [server.name, server.resources, server.resource_templates, server.prompts]), [
+      ['notes', 1, 1, 1],
+      ['quick', 1, 1, 1],
+    ]);
+    // Reads are counted and logged, never priced.
+    assert.equal(await balanceOf(accountId), before);
+    const deadline = Date.now() + 10_000;
+    let rows: Array<Record<string, unknown>> = [];
+    while (Date.now() < deadline) {
+      rows = ((await admin('GET', `/admin/requests?account_id=${accountId}`)).json.data as Array<Record<string, unknown>>) ?? [];
+      if (rows.length >= 6) break;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    assert.deepEqual(rows.map((row) => [row.endpoint, row.model, row.status]).sort(), [
+      ['mcp.prompts/get', 'notes/summarize', 'completed'],
+      ['mcp.prompts/get', 'notes/summarize', 'completed'],
+      ['mcp.resources/read', 'notes/notes://day/2026-11-29', 'completed'],
+      ['mcp.resources/read', 'notes/notes://nowhere', 'failed'],
+      ['mcp.resources/read', 'notes/notes://today', 'completed'],
+      ['mcp.resources/read', 'quick/notes://day/1999-12-31', 'completed'],
+    ]);
+
+    // A key that may use no tool of a server sees none of its resources or prompts either.
+    const narrow = await creditedKey('resources-narrow@example.com', { mcp_tools: ['quick/*'] });
+    const narrowAll = await connect(narrow.secret);
+    assert.deepEqual((await narrowAll.listResources()).resources.map((resource) => resource.uri), ['switchyard-mcp://quick/notes://today']);
+    assert.deepEqual((await narrowAll.listPrompts()).prompts.map((prompt) => prompt.name), ['quick__summarize']);
+    await assert.rejects(narrowAll.readResource({ uri: 'switchyard-mcp://notes/notes://today' }), /may not use the MCP server notes/);
+  });
+
   it('ends a session on DELETE: its id is not taken again', async () => {
     const { secret } = await creditedKey('session@example.com');
     const client = await connect(secret);

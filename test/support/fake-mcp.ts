@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { McpServer, WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/server';
+import { McpServer, ResourceTemplate, WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/server';
 import { McpServer as LegacyMcpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js';
 import { z } from 'zod';
@@ -55,6 +55,16 @@ export async function startFakeMcp(options: { token?: string; mode?: 'ok' | 'fai
         slow.running--;
       }
     });
+    // A resource, a template of them and a prompt, for resources/* and prompts/* through the gateway.
+    server.registerResource('today', 'notes://today', { title: 'Today', mimeType: 'text/plain' }, async (uri) => ({
+      contents: [{ uri: uri.href, mimeType: 'text/plain', text: 'buy milk' }],
+    }));
+    server.registerResource('day', new ResourceTemplate('notes://day/{date}', { list: undefined }), { title: 'A day', mimeType: 'text/plain' }, async (uri, { date }) => ({
+      contents: [{ uri: uri.href, mimeType: 'text/plain', text: `notes of ${String(date)}` }],
+    }));
+    server.registerPrompt('summarize', { description: 'Summarizes the notes on a topic.', argsSchema: z.object({ topic: z.string() }) }, async ({ topic }) => ({
+      messages: [{ role: 'user', content: { type: 'text', text: `Summarize my notes on ${topic}.` } }],
+    }));
     return server;
   };
 

@@ -1,15 +1,33 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from '../../shared/logger.js';
-import { type McpServer, type McpServerHealth, type McpTool } from '../../shared/mcp/servers.js';
+import { type McpListed, type McpServer, type McpServerHealth, type McpTool } from '../../shared/mcp/servers.js';
 import { mcpCheckLockKey, mcpHealthKey } from '../../shared/redis-keys.js';
 import { upstreamClient, upstreamTransport } from './upstream.js';
 
-/** Pages of `tools/list` read at most: a server that pages without end is cut off there. */
+/** Pages of a list (`tools/list`, `resources/list`, …) read at most: a server that pages without end is cut off there. */
 const maxToolPages = 50;
-/** Tools kept per server at most (what the check shows; calls are not bound by it). */
+/** Tools (and resources, templates, prompts) kept per server at most (what the check shows; calls are not bound by it). */
 const maxTools = 2_000;
 /** The largest definition of one tool kept, as JSON: a larger one is left out (and counted). */
 const maxToolBytes = 65_536;
+
+/** Every page of a list (at most `maxToolPages` pages and `maxTools` items, each at most `maxToolBytes` as JSON). */
+async function listAll(page: (cursor: string | undefined) => Promise<{ items: unknown[]; next?: string }>): Promise<{ kept: McpListed[]; skipped: number }> {
+  const kept: McpListed[] = [];
+  let skipped = 0;
+  let cursor: string | undefined;
+  for (let n = 0; n < maxToolPages && kept.length < maxTools; n++) {
+    const listed = await page(cursor);
+    for (const item of listed.items) {
+      // Kept as the server defines it (what clients will be given), unless too large or past the count.
+      if (kept.length < maxTools && Buffer.byteLength(JSON.stringify(item)) <= maxToolBytes) kept.push(item as McpListed);
+      else skipped++;
+    }
+    cursor = listed.next;
+    if (!cursor) break;
+  }
+  return { kept, skipped };
+}
 
 /** The reason a check failed, in one line for the admin (never the server's headers: they are not in any error here). */
 function reason(error: unknown, timedOut: boolean, timeoutMs: number): string {
@@ -40,23 +58,24 @@ export async function checkServer(server: McpServer, stop?: AbortSignal): Promis
   const options = { signal: controller.signal, timeout: server.timeoutMs };
   const work = (async () => {
     await client.connect(upstreamTransport(server, controller.signal), options);
-    const tools: McpTool[] = [];
-    let skipped = 0;
-    let cursor: string | undefined;
-    for (let page = 0; page < maxToolPages && tools.length < maxTools; page++) {
-      const listed = await client.listTools(cursor ? { cursor } : undefined, options);
-      for (const tool of listed.tools) {
-        // Kept as the server defines it (what clients will be given), unless too large or past the count.
-        if (tools.length < maxTools && Buffer.byteLength(JSON.stringify(tool)) <= maxToolBytes) tools.push(tool as McpTool);
-        else skipped++;
-      }
-      cursor = listed.nextCursor;
-      if (!cursor) break;
-    }
-    return { tools, skipped };
+    const tools = await listAll((cursor) => client.listTools(cursor ? { cursor } : undefined, options).then((page) => ({ items: page.tools, next: page.nextCursor })));
+    // What else it offers (its capabilities say), listed the same way; a server that fails these is still usable for its tools.
+    const offered = client.getServerCapabilities();
+    const bypass = { ...options, cacheMode: 'bypass' as const };
+    const other = async (list: (cursor: string | undefined) => Promise<{ items: unknown[]; next?: string }>) => (await listAll(list).catch(() => undefined))?.kept;
+    const resources = offered?.resources
+      ? await other((cursor) => client.listResources(cursor ? { cursor } : undefined, bypass).then((page) => ({ items: page.resources, next: page.nextCursor })))
+      : undefined;
+    const resourceTemplates = offered?.resources
+      ? await other((cursor) => client.listResourceTemplates(cursor ? { cursor } : undefined, bypass).then((page) => ({ items: page.resourceTemplates, next: page.nextCursor })))
+      : undefined;
+    const prompts = offered?.prompts
+      ? await other((cursor) => client.listPrompts(cursor ? { cursor } : undefined, bypass).then((page) => ({ items: page.prompts, next: page.nextCursor })))
+      : undefined;
+    return { tools: tools.kept as McpTool[], skipped: tools.skipped, resources, resourceTemplates, prompts };
   })();
   try {
-    const { tools, skipped } = await Promise.race([work, deadline]);
+    const { tools, skipped, resources, resourceTemplates, prompts } = await Promise.race([work, deadline]);
     const info = client.getServerVersion();
     const protocolVersion = client.getNegotiatedProtocolVersion();
     return {
@@ -67,6 +86,9 @@ export async function checkServer(server: McpServer, stop?: AbortSignal): Promis
       ...(protocolVersion ? { protocolVersion } : {}),
       tools,
       ...(skipped > 0 ? { toolsSkipped: skipped } : {}),
+      ...(resources ? { resources } : {}),
+      ...(resourceTemplates ? { resourceTemplates } : {}),
+      ...(prompts ? { prompts } : {}),
     };
   } catch (error) {
     return { ok: false, checkedAt: started, latencyMs: Date.now() - started, error: reason(error, timedOut, server.timeoutMs), tools: [] };

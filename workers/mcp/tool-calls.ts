@@ -1,4 +1,4 @@
-import type { Client } from '@modelcontextprotocol/client';
+import { ProtocolError, type Client } from '@modelcontextprotocol/client';
 import { Queue, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { accessRefusalMessage, type CurrentAccess } from '../../shared/access/index.js';
@@ -6,7 +6,7 @@ import type { Config } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
 import { mcpQueueName, type McpCallJobData } from '../../shared/mcp/calls.js';
-import { toolRefusal } from '../../shared/mcp/tool-rules.js';
+import { mayReachServer, toolRefusal } from '../../shared/mcp/tool-rules.js';
 import type { McpServer } from '../../shared/mcp/servers.js';
 import { settle, type SettlePolicy } from '../../shared/money/billing.js';
 import { noAmounts, type SettledStatus, type UsageEntry } from '../../shared/money/usage.js';
@@ -119,7 +119,7 @@ export class McpToolWorkers {
     const publisher = new ReplyPublisher(redis, data.replyTo, job.id!, { stream: false });
     const started = Date.now();
     const fail = async (status: SettledStatus, error: GatewayError, ran: boolean) => {
-      await this.settle(data, status, ran ? server.pricePerCallMicros : 0, started, error.code ?? 'server_error');
+      await this.settle(data, status, ran && (data.method ?? 'tools/call') === 'tools/call' ? server.pricePerCallMicros : 0, started, error.code ?? 'server_error');
       // Told even when cancelled: a client that cancelled by notification still holds the call's request open.
       await publisher.error(error.toWire()).catch(() => undefined);
       return {};
@@ -129,8 +129,11 @@ export class McpToolWorkers {
     // What the key may do now: a key revoked (or an account disabled) while its call waited does not call the tool.
     const now = await access.of(data.keyId);
     if ('refused' in now) return fail('failed', new GatewayError(401, accessRefusalMessage(now.refused), { code: 'invalid_api_key' }), false);
-    // And the tool: a rule changed while the call waited holds for it.
-    const refusal = toolRefusal(now.access, data.server, data.tool);
+    // And the tool (or the server, for a read): a rule changed while the call waited holds for it.
+    const method = data.method ?? 'tools/call';
+    const price = method === 'tools/call' ? server.pricePerCallMicros : 0;
+    const refusal =
+      method === 'tools/call' ? toolRefusal(now.access, data.server, data.tool) : mayReachServer(now.access, data.server) ? undefined : `This API key may not use the MCP server ${data.server}.`;
     if (refusal !== undefined) return fail('failed', new GatewayError(403, refusal, { code: 'tool_not_allowed' }), false);
     const controller = cancels.start(job.id!);
     const timeout = Math.min(server.timeoutMs, remaining);
@@ -138,14 +141,27 @@ export class McpToolWorkers {
     const upstream = this.upstreams.get(server.name)!;
     try {
       const client = await upstream.get(controller.signal);
-      const result = await client.callTool({ name: data.tool, arguments: data.arguments }, { signal: controller.signal, timeout });
+      const options = { signal: controller.signal, timeout };
+      const result =
+        method === 'tools/call'
+          ? await client.callTool({ name: data.tool, arguments: data.arguments }, options)
+          : method === 'resources/read'
+            ? await client.readResource({ uri: data.tool }, { ...options, cacheMode: 'bypass' })
+            : await client.getPrompt({ name: data.tool, arguments: data.arguments as Record<string, string> }, options);
       // The tool ran (an error it reports, `isError`, is its answer too): billed at the server's price.
-      await this.settle(data, 'completed', server.pricePerCallMicros, started);
+      await this.settle(data, 'completed', price, started);
       return await publisher.done(JSON.stringify({ jsonrpc: '2.0', id: data.rpcId, result }));
     } catch (caught) {
       const reason = controller.signal.aborted ? controller.signal.reason : caught;
       if (reason instanceof ClientGoneError) return fail('cancelled', new GatewayError(499, 'The client cancelled the tool call.', { code: 'cancelled' }), true);
       if (reason instanceof GatewayError) return fail('failed', reason, true);
+      // The server answered with a JSON-RPC error (an unknown tool, a resource it has not): its answer, relayed as it
+      // gave it, on a connection that stays good. Nothing ran: nothing is billed.
+      if (ProtocolError.isInstance(reason)) {
+        await this.settle(data, 'failed', 0, started, 'upstream_error');
+        const error = { code: reason.code, message: reason.message, ...(reason.data !== undefined ? { data: reason.data } : {}) };
+        return await publisher.done(JSON.stringify({ jsonrpc: '2.0', id: data.rpcId, error }));
+      }
       // The connection is suspect: the next call makes it again.
       upstream.drop();
       const message = reason instanceof Error ? reason.message.replace(/\s+/g, ' ').slice(0, 300) : String(reason);
