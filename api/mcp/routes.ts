@@ -12,6 +12,7 @@ import { mcpEndpointOf, mcpQueueName, prefixedToolName, splitToolName, type McpC
 import type { McpServer, McpServerHealth, McpTool } from '../../shared/mcp/servers.js';
 import { mayReachServer, toolRefusal } from '../../shared/mcp/tool-rules.js';
 import { appendRequestLog, loggedMessageChars } from '../../shared/request-log.js';
+import { sseJson } from '../../shared/sse.js';
 import { cancelChannel, mcpHealthKey, mcpSessionKey } from '../../shared/redis-keys.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
 import type { KeyCache } from '../accounts/key-store.js';
@@ -59,6 +60,13 @@ const promptParamsSchema = z.object({
   name: z.string().min(1).max(512),
   arguments: z.record(z.string(), z.string()).optional(),
 });
+
+/** The progress token a request carries (`params._meta.progressToken`), when it is one. */
+function progressTokenOf(message: RpcMessage): string | number | undefined {
+  const meta = message.params?._meta;
+  const token = meta && typeof meta === 'object' ? (meta as { progressToken?: unknown }).progressToken : undefined;
+  return (typeof token === 'string' && token.length <= 256) || (typeof token === 'number' && Number.isFinite(token)) ? token : undefined;
+}
 
 /** A worker's relay of a server's JSON-RPC error (as it writes it). */
 const upstreamErrorPattern = /^\{"jsonrpc":"2\.0","id":(?:"(?:[^"\\]|\\.)*"|-?\d+),"error":/;
@@ -226,6 +234,8 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
     const id = message.id;
     try {
       const result = await answer(ctx, access, scope, sessionId, message);
+      // Answered as a stream already (a tool call's progress, then its response).
+      if (ctx.respond === false) return;
       if (result.raw !== undefined) {
         ctx.status = 200;
         ctx.type = 'application/json';
@@ -365,6 +375,8 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
     const requestId = ctx.state.requestId as string;
     const started = Date.now();
     const endpoint = mcpEndpointOf(call.method);
+    // A call that asks for progress (and takes events) is answered as a stream: the server's progress as it comes, then the response.
+    const progressToken = call.method === 'tools/call' && /text\/event-stream/i.test(ctx.get('accept')) ? progressTokenOf(message) : undefined;
     // A call waits at most its server's timeout in the queue, then runs at most as long again.
     const deadline = started + 2 * server.timeoutMs;
     const data: McpCallJobData = {
@@ -378,6 +390,7 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
       tool: call.target,
       arguments: call.args,
       rpcId: message.id!,
+      ...(progressToken !== undefined ? { progressToken } : {}),
       deadline,
       queuedAt: started,
     };
@@ -411,6 +424,7 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
     // The call is heard before it is queued, so nothing its worker publishes is missed.
     const expected = deps.hub.expect(requestId, false);
     const callKey = mcpCallKey(access.keyId, sessionId, message.id!);
+    let lateFailure: RpcFailure | undefined;
     try {
       let enqueued;
       try {
@@ -431,15 +445,23 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
       void deps.redis.set(callKey, requestId, 'PX', deadline - started + 60_000).catch(() => undefined);
       try {
         await holdForReply(ctx, { config: deps.config, redis: deps.redis, hub: deps.hub, queues: deps.queues }, expected, queue, {
-          stream: false,
+          stream: progressToken !== undefined,
+          dialect: 'mcp',
           deadline,
-          notes: { firstChunk: () => undefined, failed: () => undefined },
+          notes: { firstChunk: () => undefined, failed: (code, text) => (lateFailure = new RpcFailure(gatewayRefusal, text, 200, { type: code })) },
           abandon: enqueued.abandon,
+          lateError: (error) => sseJson({ jsonrpc: '2.0', id: message.id, error: { code: gatewayRefusal, message: error.message, data: { type: error.code ?? error.type, status: error.status } } }, 'message'),
         });
       } catch (error) {
         const failure = asRpcFailure(error);
         logged(failure.status === 499 ? 'cancelled' : 'failed', ctx.res.destroyed ? null : 200, failure);
         throw failure;
+      }
+      if (ctx.respond === false) {
+        // Streamed: it ended with the response, with a late error, or without the client.
+        if (ctx.res.destroyed && !ctx.res.writableFinished) logged('cancelled', null, new RpcFailure(gatewayRefusal, 'The client left before the answer.', 499, { type: 'client_closed' }));
+        else logged(lateFailure ? 'failed' : 'completed', 200, lateFailure);
+        return '';
       }
       const body = ctx.body;
       ctx.body = null;

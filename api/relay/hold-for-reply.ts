@@ -1,4 +1,5 @@
 import type { Queue } from 'bullmq';
+import type { GatewayError } from '../../shared/errors.js';
 import type { GatewayContext } from '../http/context.js';
 import { traceRelay } from '../http/request-tracing.js';
 import { AudioReply } from './audio-reply.js';
@@ -24,6 +25,8 @@ export interface HoldOptions {
   dialect?: StreamDialect;
   /** Identical requests may follow this stream's log (the response cache's coalescing): it runs on while one does. */
   followed?: boolean;
+  /** The frame a stream that began ends with when it fails, where the dialect's own cannot say it (MCP's names the call). */
+  lateError?: (error: GatewayError) => string;
 }
 
 /**
@@ -41,6 +44,7 @@ export async function holdForReply(ctx: GatewayContext, deps: HeldReplyDeps, exp
       : new StreamReply(ctx, deps, expected, queue, log, options.notes, options.dialect);
   reply.resumeGraceMs = options.resumeGraceMs;
   reply.followed = options.followed === true;
+  if (options.lateError && reply instanceof StreamReply) reply.lateError = options.lateError;
   if (ctx.state.trace) traceRelay(ctx.state.trace, reply);
   expected.attach(reply);
   try {

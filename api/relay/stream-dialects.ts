@@ -21,8 +21,12 @@ import { googleErrorBody } from '../http/envelope.js';
  * once its bytes began cuts the response short, so the client never takes truncated audio for whole.
  */
 
-/** A stream's dialect: OpenAI's, Anthropic's (the Messages API), Google's in its SSE or array form, or speech's audio. */
-export type StreamDialect = 'openai' | 'anthropic' | 'google-sse' | 'google-array' | 'audio';
+/**
+ * A stream's dialect: OpenAI's, Anthropic's (the Messages API), Google's in its SSE or array form, speech's audio, or
+ * MCP's (a tool call's progress notifications, then its JSON-RPC response, each an event; its late error is the
+ * call's JSON-RPC error, which its holder writes: `HoldOptions.lateError`).
+ */
+export type StreamDialect = 'openai' | 'anthropic' | 'google-sse' | 'google-array' | 'audio' | 'mcp';
 
 /** Google's keep-alive: a blank line (see above). */
 const googleKeepAlive = '\n';
@@ -61,6 +65,9 @@ export function lateErrorFrame(dialect: StreamDialect, error: GatewayError, requ
   switch (dialect) {
     // Audio has no error frame: its response is cut short instead (see above).
     case 'audio':
+      return '';
+    // MCP's names the call's JSON-RPC id, which only its holder knows (`HoldOptions.lateError`).
+    case 'mcp':
       return '';
     case 'anthropic':
       return sseJson(anthropicErrorBody(error.status, error.message, requestId), 'error');

@@ -21,6 +21,8 @@ export class StreamReply extends ChunkedReply {
   private keepAlive: NodeJS.Timeout | undefined;
   /** A chunk of the job's went out (a Google array's element, whose `[` opened the array). */
   private wroteChunk = false;
+  /** The late error's frame where its holder writes it (`HoldOptions.lateError`). */
+  lateError: ((error: GatewayError) => string) | undefined;
 
   constructor(
     ctx: GatewayContext,
@@ -73,6 +75,6 @@ export class StreamReply extends ChunkedReply {
 
   /** Output already started: the stream ends with an error in its own form, as each vendor's streams do. */
   protected endLate(error: GatewayError): void {
-    this.events.end(lateErrorFrame(this.dialect, error, this.ctx.state.requestId, this.wroteChunk));
+    this.events.end(this.lateError ? this.lateError(error) : lateErrorFrame(this.dialect, error, this.ctx.state.requestId, this.wroteChunk));
   }
 }

@@ -38,6 +38,11 @@ export interface McpCallJobData {
   arguments: Record<string, unknown>;
   /** The client's JSON-RPC id: the worker writes the whole response, so the api relays it as it comes. */
   rpcId: string | number;
+  /**
+   * The client's progress token, when it asked for progress and takes events: the call is then a stream of the
+   * server's `notifications/progress` (with this token) and ends with its response, each an SSE `message` event.
+   */
+  progressToken?: string | number;
   /** Epoch ms: past it nobody waits, and the call is not made (or is cut off). */
   deadline: number;
   /** Epoch ms the call was queued. */

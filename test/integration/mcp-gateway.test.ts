@@ -85,12 +85,12 @@ describe('MCP through the gateway: tools listed and called with a Switchyard key
     const listed = await all.listTools();
     assert.deepEqual(
       listed.tools.map((tool) => tool.name).sort(),
-      ['notes__add', 'notes__crash', 'notes__search', 'notes__slow', 'quick__add', 'quick__crash', 'quick__search', 'quick__slow'],
+      ['notes__add', 'notes__count', 'notes__crash', 'notes__search', 'notes__slow', 'quick__add', 'quick__count', 'quick__crash', 'quick__search', 'quick__slow'],
     );
     const search = listed.tools.find((tool) => tool.name === 'notes__search')!;
     assert.deepEqual(Object.keys(search.inputSchema.properties ?? {}), ['word']);
     const one = await connect(secret, '/mcp/notes');
-    assert.deepEqual((await one.listTools()).tools.map((tool) => tool.name).sort(), ['add', 'crash', 'search', 'slow']);
+    assert.deepEqual((await one.listTools()).tools.map((tool) => tool.name).sort(), ['add', 'count', 'crash', 'search', 'slow']);
   });
 
   it('calls a tool through its server\'s queue, bills the server\'s price once, and logs the call', async () => {
@@ -261,7 +261,7 @@ describe('MCP through the gateway: tools listed and called with a Switchyard key
     const before = await balanceOf(accountId);
     const client = await connect(secret);
     const names = async (c: Client) => (await c.listTools()).tools.map((tool) => tool.name).sort();
-    assert.deepEqual(await names(client), ['notes__search', 'quick__add', 'quick__crash', 'quick__search', 'quick__slow']);
+    assert.deepEqual(await names(client), ['notes__search', 'quick__add', 'quick__count', 'quick__crash', 'quick__search', 'quick__slow']);
     assert.deepEqual(await names(await connect(secret, '/mcp/notes')), ['search']);
     await assert.rejects(client.callTool({ name: 'notes__add', arguments: { text: 'x' } }), (error: Error) => {
       assert.match(error.message, /may not use the tool `notes\/add`: the key allows only `notes\/search`, `quick\/\*`/);
@@ -309,8 +309,8 @@ describe('MCP through the gateway: tools listed and called with a Switchyard key
     const key = await admin('PATCH', `/admin/keys/${keyId}`, { mcp_tools: null });
     assert.equal(key.json.mcp_tools, null);
     const lifted = Date.now();
-    while (Date.now() - lifted < 1000 && (await names(client)).length < 8);
-    assert.equal((await names(client)).length, 8);
+    while (Date.now() - lifted < 1000 && (await names(client)).length < 10);
+    assert.equal((await names(client)).length, 10);
     const record = await testRecord(redis);
     const audit = await record.selectFrom('audit_log').select(['action', 'target', 'before', 'after']).where('target', 'in', [accountId, keyId]).orderBy('id').execute();
     const moves = audit
@@ -417,6 +417,34 @@ describe('MCP through the gateway: tools listed and called with a Switchyard key
     assert.deepEqual((await narrowAll.listResources()).resources.map((resource) => resource.uri), ['switchyard-mcp://quick/notes://today']);
     assert.deepEqual((await narrowAll.listPrompts()).prompts.map((prompt) => prompt.name), ['quick__summarize']);
     await assert.rejects(narrowAll.readResource({ uri: 'switchyard-mcp://notes/notes://today' }), /may not use the MCP server notes/);
+  });
+
+  it('relays a tool\'s progress to the client as it comes, then its answer; a call cut off after progress began ends with its error', async () => {
+    const { accountId, secret } = await creditedKey('progress@example.com');
+    const before = await balanceOf(accountId);
+    const client = await connect(secret);
+    const progress: Array<{ progress: number; total?: number; message?: string; at: number }> = [];
+    const result = await client.callTool({ name: 'notes__count', arguments: { to: 3, ms: 250 } }, undefined, {
+      onprogress: (step) => void progress.push({ ...step, at: Date.now() }),
+    });
+    const answered = Date.now();
+    assert.deepEqual(result.content, [{ type: 'text', text: 'counted to 3' }]);
+    assert.deepEqual(progress.map(({ at: _at, ...step }) => step), [
+      { progress: 1, total: 3, message: 'step 1' },
+      { progress: 2, total: 3, message: 'step 2' },
+      { progress: 3, total: 3, message: 'step 3' },
+    ]);
+    assert.ok(answered - progress[0]!.at >= 400, `the first step was relayed as it came (${answered - progress[0]!.at} ms before the answer)`);
+    // The same call without a progress callback is answered as JSON, as before.
+    assert.deepEqual((await client.callTool({ name: 'notes__count', arguments: { to: 2, ms: 0 } })).content, [{ type: 'text', text: 'counted to 2' }]);
+    // `quick` cuts a call off at 500 ms: after two steps went out, the call ends with its timeout, billed (it ran).
+    const cut: number[] = [];
+    await assert.rejects(
+      client.callTool({ name: 'quick__count', arguments: { to: 10, ms: 200 } }, undefined, { onprogress: (step) => void cut.push(step.progress) }),
+      /did not answer within 500 ms/,
+    );
+    assert.deepEqual(cut, [1, 2]);
+    assert.equal(Math.round((before - (await balanceOf(accountId))) * 1e6), 2 * 1500 + 2000);
   });
 
   it('ends a session on DELETE: its id is not taken again', async () => {

@@ -81,7 +81,7 @@ describe('MCP servers: configured by file, checked by a worker, shown to admins'
     assert.deepEqual(ok.server_info, { name: 'fake-notes', version: '1.2.3' });
     assert.equal(typeof ok.protocol_version, 'string');
     const tools = ok.tools as Array<{ name: string; description?: string; inputSchema?: { type: string; properties?: Record<string, unknown> }; annotations?: Record<string, unknown> }>;
-    assert.deepEqual(tools.map((tool) => tool.name).sort(), ['add', 'crash', 'search', 'slow']);
+    assert.deepEqual(tools.map((tool) => tool.name).sort(), ['add', 'count', 'crash', 'search', 'slow']);
     // Each tool kept as the server defines it: what clients will be given.
     const search = tools.find((tool) => tool.name === 'search')!;
     assert.deepEqual(search.annotations, { readOnlyHint: true });

@@ -55,6 +55,16 @@ export async function startFakeMcp(options: { token?: string; mode?: 'ok' | 'fai
         slow.running--;
       }
     });
+    // `count`: reports its progress, a step every `ms`, and answers with the count.
+    server.registerTool('count', { description: 'Counts to `to`, reporting each step.', inputSchema: z.object({ to: z.number().int().min(1).max(100), ms: z.number().int().min(0).max(5000) }) }, async ({ to, ms }, ctx) => {
+      const req = (ctx as unknown as { mcpReq: { _meta?: { progressToken?: string | number }; notify(notification: unknown): Promise<void> } }).mcpReq;
+      const token = req._meta?.progressToken;
+      for (let step = 1; step <= to; step++) {
+        await new Promise((resolve) => setTimeout(resolve, ms));
+        if (token !== undefined) await req.notify({ method: 'notifications/progress', params: { progressToken: token, progress: step, total: to, message: `step ${step}` } });
+      }
+      return { content: [{ type: 'text', text: `counted to ${to}` }] };
+    });
     // A resource, a template of them and a prompt, for resources/* and prompts/* through the gateway.
     server.registerResource('today', 'notes://today', { title: 'Today', mimeType: 'text/plain' }, async (uri) => ({
       contents: [{ uri: uri.href, mimeType: 'text/plain', text: 'buy milk' }],
@@ -115,7 +125,8 @@ export async function startFakeMcp(options: { token?: string; mode?: 'ok' | 'fai
       const server = buildServer();
       const created: WebStandardStreamableHTTPServerTransport = new WebStandardStreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
-        enableJsonResponse: true,
+        // Answers as events, as servers that report progress do (JSON alone cannot carry a notification before the answer).
+        enableJsonResponse: false,
         onsessioninitialized: (id) => void sessions.set(id, created),
       });
       await server.connect(created);
@@ -123,7 +134,9 @@ export async function startFakeMcp(options: { token?: string; mode?: 'ok' | 'fai
     }
     const response = await transport.handleRequest(request);
     res.writeHead(response.status, Object.fromEntries(response.headers));
-    res.end(Buffer.from(await response.arrayBuffer()));
+    // Written as it comes: a call's progress events go out before its answer.
+    if (response.body) for await (const chunk of response.body) res.write(chunk);
+    res.end();
   };
   const http: Server = createServer((req, res) => {
     serve(req, res).catch((error: unknown) => {

@@ -15,6 +15,7 @@ import { settledBy } from '../../shared/stop-deadline.js';
 import type { CancelRegistry } from '../cancel-registry.js';
 import { ClientGoneError } from '../client-gone-error.js';
 import { ReplyPublisher } from '../reply-publisher.js';
+import { sseJson } from '../../shared/sse.js';
 import { upstreamClient, upstreamTransport } from './upstream.js';
 import { StartingWorker } from '../starting-worker.js';
 
@@ -116,7 +117,15 @@ export class McpToolWorkers {
     const { redis, cancels, access } = this.deps;
     const data = job.data;
     void leaveBacklog(redis, job.queueName, job.id!, job.queueQualifiedName + ':' + job.id).catch(() => undefined);
-    const publisher = new ReplyPublisher(redis, data.replyTo, job.id!, { stream: false });
+    // A call whose client asked for progress is a stream: the server's progress as it comes, then the response.
+    const streamed = data.progressToken !== undefined;
+    const publisher = new ReplyPublisher(redis, data.replyTo, job.id!, { stream: streamed });
+    const answer = async (response: Record<string, unknown>): Promise<{ body?: string; bodyRef?: string }> => {
+      const whole = { jsonrpc: '2.0', id: data.rpcId, ...response };
+      if (!streamed) return publisher.done(JSON.stringify(whole));
+      await publisher.endStream(sseJson(whole, 'message'));
+      return {};
+    };
     const started = Date.now();
     const fail = async (status: SettledStatus, error: GatewayError, ran: boolean) => {
       await this.settle(data, status, ran && (data.method ?? 'tools/call') === 'tools/call' ? server.pricePerCallMicros : 0, started, error.code ?? 'server_error');
@@ -141,7 +150,11 @@ export class McpToolWorkers {
     const upstream = this.upstreams.get(server.name)!;
     try {
       const client = await upstream.get(controller.signal);
-      const options = { signal: controller.signal, timeout };
+      const onprogress = streamed
+        ? (progress: Record<string, unknown>) =>
+            publisher.chunk(sseJson({ jsonrpc: '2.0', method: 'notifications/progress', params: { ...progress, progressToken: data.progressToken } }, 'message'), 1)
+        : undefined;
+      const options = { signal: controller.signal, timeout, ...(onprogress ? { onprogress } : {}) };
       const result =
         method === 'tools/call'
           ? await client.callTool({ name: data.tool, arguments: data.arguments }, options)
@@ -150,7 +163,7 @@ export class McpToolWorkers {
             : await client.getPrompt({ name: data.tool, arguments: data.arguments as Record<string, string> }, options);
       // The tool ran (an error it reports, `isError`, is its answer too): billed at the server's price.
       await this.settle(data, 'completed', price, started);
-      return await publisher.done(JSON.stringify({ jsonrpc: '2.0', id: data.rpcId, result }));
+      return await answer({ result });
     } catch (caught) {
       const reason = controller.signal.aborted ? controller.signal.reason : caught;
       if (reason instanceof ClientGoneError) return fail('cancelled', new GatewayError(499, 'The client cancelled the tool call.', { code: 'cancelled' }), true);
@@ -160,7 +173,7 @@ export class McpToolWorkers {
       if (ProtocolError.isInstance(reason)) {
         await this.settle(data, 'failed', 0, started, 'upstream_error');
         const error = { code: reason.code, message: reason.message, ...(reason.data !== undefined ? { data: reason.data } : {}) };
-        return await publisher.done(JSON.stringify({ jsonrpc: '2.0', id: data.rpcId, error }));
+        return await answer({ error });
       }
       // The connection is suspect: the next call makes it again.
       upstream.drop();
