@@ -52,6 +52,8 @@ const serverSchema = z
     timeout_ms: z.number().int().min(100).max(3_600_000).default(60_000),
     /** Dollars as a decimal string (or number), at most six places: billed per call in micro-dollars. */
     price_per_call_usd: price,
+    /** Whether a call's arguments are kept in the request log (its first 16 KiB); by default they are not. */
+    keep_arguments: z.boolean().default(false),
   })
   .strict()
   .superRefine((server, ctx) => {
@@ -82,6 +84,8 @@ export interface McpServer {
   maxConcurrency: number;
   timeoutMs: number;
   pricePerCallMicros: number;
+  /** A call's arguments are kept in the request log. */
+  keepArguments: boolean;
 }
 
 /** The servers of `MCP_SERVERS_FILE` (none when unset); throws one line naming the file and what is wrong in it. */
@@ -115,6 +119,7 @@ export function loadMcpServers(file: string | undefined): McpServer[] {
     maxConcurrency: server.max_concurrency,
     timeoutMs: server.timeout_ms,
     pricePerCallMicros: server.price_per_call_usd,
+    keepArguments: server.keep_arguments,
   }));
 }
 
@@ -181,6 +186,8 @@ export interface McpServerView {
   max_concurrency: number;
   timeout_ms: number;
   price_per_call_usd: string;
+  /** Whether its calls' arguments are kept in the request log. */
+  keep_arguments: boolean;
   /** `ok`: the last check connected and listed its tools; `failing`: it did not (see `error`); `unchecked`: no check yet. */
   status: 'ok' | 'failing' | 'unchecked';
   /** Unix seconds of the last check. */
@@ -211,6 +218,7 @@ export function serverView(server: McpServer, health: McpServerHealth | undefine
     max_concurrency: server.maxConcurrency,
     timeout_ms: server.timeoutMs,
     price_per_call_usd: usd(server.pricePerCallMicros),
+    keep_arguments: server.keepArguments,
     status: health === undefined ? 'unchecked' : health.ok ? 'ok' : 'failing',
     checked_at: health ? Math.floor(health.checkedAt / 1000) : null,
     latency_ms: health?.latencyMs ?? null,

@@ -47,6 +47,11 @@ export interface RunDetail {
   error_code?: string | undefined;
   /** That error's message (its first 500 characters): a batch request's, whose result says it, or a job's the api did not answer. */
   error_message?: string | undefined;
+  /** An MCP call's: the bytes of what was sent to the server (its arguments, as JSON) and of the answer relayed. */
+  bytes_in?: number | undefined;
+  bytes_out?: number | undefined;
+  /** An MCP call's arguments as JSON (their first 16 KiB), where its server is set to keep them (`keep_arguments`). */
+  arguments?: string | undefined;
 }
 
 /** Whose request it was, what it used and cost, and how long it took: what every settled usage row has. */
@@ -93,6 +98,11 @@ export interface RequestLogColumns {
   queue_ms: number | null;
   attempts: number | null;
   fallback: string | null;
+  /** An MCP call's bytes sent to its server and answered (null for every other request). */
+  bytes_in: number | null;
+  bytes_out: number | null;
+  /** An MCP call's arguments, where its server keeps them; else null. */
+  arguments: string | null;
 }
 
 /** One request of the request log, as `GET /v1/generation`, the request lists and the console's activity show it. */

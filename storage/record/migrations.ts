@@ -358,6 +358,14 @@ const migrations: Record<string, Migration> = {
       });
     },
   },
+  // An MCP call's bytes in and out, and its arguments where its server keeps them (nullable: nothing rewritten).
+  '0015_request_bytes': {
+    async up(db: Kysely<unknown>) {
+      await db.transaction().execute(async (db) => {
+        await sql`alter table usage add column if not exists bytes_in bigint, add column if not exists bytes_out bigint, add column if not exists arguments text`.execute(db);
+      });
+    },
+  },
 };
 
 /** The request log's indexes: name and definition (after `on usage`). */

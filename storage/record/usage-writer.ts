@@ -86,6 +86,8 @@ const tier = (value: unknown): ServiceTier => (serviceTiers.includes(value as Se
 const cacheMark = (value: unknown): CacheMark | null => (cacheMarks.includes(value as CacheMark) ? (value as CacheMark) : null);
 /** Micro-dollars the cache saved: a non-negative safe integer, else 0. */
 const savedMicros = (value: unknown): number => (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 ? value : 0);
+/** The most of an MCP call's kept arguments written (characters). */
+const keptArgumentChars = 16_384;
 const count = (value: unknown) => (value === undefined || value === null || !Number.isFinite(Number(value)) ? null : Math.max(0, Math.min(2_147_483_647, Math.round(Number(value)))));
 
 /**
@@ -140,6 +142,9 @@ export function usageRow(fields: readonly string[]): UsageRow | undefined {
     fallback: text(parsed.fallback),
     finish_reason: text(parsed.finish_reason),
     queue_ms: count(parsed.queue_ms),
+    bytes_in: count(parsed.bytes_in),
+    bytes_out: count(parsed.bytes_out),
+    arguments: typeof parsed.arguments === 'string' && parsed.arguments !== '' ? loggedText(parsed.arguments, keptArgumentChars) : null,
     error_code: text(parsed.error_code),
     error_message: message(parsed.error_message),
     service_tier: tier(parsed.service_tier),
@@ -317,6 +322,9 @@ export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly U
           fallback: eb.ref('excluded.fallback'),
           finish_reason: eb.ref('excluded.finish_reason'),
           queue_ms: eb.ref('excluded.queue_ms'),
+          bytes_in: eb.ref('excluded.bytes_in'),
+          bytes_out: eb.ref('excluded.bytes_out'),
+          arguments: eb.ref('excluded.arguments'),
           service_tier: eb.ref('excluded.service_tier'),
           cache: eb.ref('excluded.cache'),
           saved_micros: eb.ref('excluded.saved_micros'),

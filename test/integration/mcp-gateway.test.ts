@@ -32,7 +32,7 @@ describe('MCP through the gateway: tools listed and called with a Switchyard key
       JSON.stringify({
         servers: {
           notes: { url: notes.url, headers: { Authorization: `Bearer ${upstreamToken}` }, max_concurrency: 2, timeout_ms: 5000, price_per_call_usd: '0.0015' },
-          quick: { url: notes.url, headers: { Authorization: `Bearer ${upstreamToken}` }, max_concurrency: 4, timeout_ms: 500, price_per_call_usd: '0.002' },
+          quick: { url: notes.url, headers: { Authorization: `Bearer ${upstreamToken}` }, max_concurrency: 4, timeout_ms: 500, price_per_call_usd: '0.002', keep_arguments: true },
         },
       }),
     );
@@ -117,6 +117,11 @@ describe('MCP through the gateway: tools listed and called with a Switchyard key
       ['notes/add', 'mcp.tools/call', 'completed', 0.0015, 'mcp'],
       ['notes/search', 'mcp.tools/call', 'completed', 0.0015, 'mcp'],
     ]);
+    // Bytes sent to the server and answered; the arguments not kept (`notes` is not set to keep them).
+    const search = rows.find((row) => row.model === 'notes/search')!;
+    assert.equal(search.bytes_in, Buffer.byteLength(JSON.stringify({ name: 'search', arguments: { word: 'queue' } })));
+    assert.equal(search.bytes_out, Buffer.byteLength(JSON.stringify({ jsonrpc: '2.0', id: 1, result })));
+    assert.equal(search.arguments, null);
   });
 
   it('answers an unknown tool, a tool of no server, and a bad call with JSON-RPC errors, billing nothing', async () => {
@@ -445,6 +450,19 @@ describe('MCP through the gateway: tools listed and called with a Switchyard key
     );
     assert.deepEqual(cut, [1, 2]);
     assert.equal(Math.round((before - (await balanceOf(accountId))) * 1e6), 2 * 1500 + 2000);
+    // `quick` keeps its calls' arguments; the bytes out of a stream count its progress events.
+    const deadline = Date.now() + 10_000;
+    let rows: Array<Record<string, unknown>> = [];
+    while (Date.now() < deadline) {
+      rows = ((await admin('GET', `/admin/requests?account_id=${accountId}`)).json.data as Array<Record<string, unknown>>) ?? [];
+      if (rows.length === 3 && rows.every((row) => row.settled)) break;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    const kept = rows.find((row) => row.model === 'quick/count')!;
+    assert.deepEqual([kept.status, kept.arguments], ['failed', JSON.stringify({ name: 'count', arguments: { to: 10, ms: 200 } })]);
+    const streamed = rows.filter((row) => row.model === 'notes/count').sort((a, b) => Number(b.bytes_out) - Number(a.bytes_out));
+    assert.deepEqual(streamed.map((row) => row.arguments), [null, null]);
+    assert.ok(Number(streamed[0]!.bytes_out) > 3 * 100 && Number(streamed[1]!.bytes_out) < 150, JSON.stringify(streamed.map((row) => row.bytes_out)));
   });
 
   it('ends a session on DELETE: its id is not taken again', async () => {

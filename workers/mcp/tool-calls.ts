@@ -117,18 +117,25 @@ export class McpToolWorkers {
     const { redis, cancels, access } = this.deps;
     const data = job.data;
     void leaveBacklog(redis, job.queueName, job.id!, job.queueQualifiedName + ':' + job.id).catch(() => undefined);
+    const method = data.method ?? 'tools/call';
     // A call whose client asked for progress is a stream: the server's progress as it comes, then the response.
     const streamed = data.progressToken !== undefined;
     const publisher = new ReplyPublisher(redis, data.replyTo, job.id!, { stream: streamed });
-    const answer = async (response: Record<string, unknown>): Promise<{ body?: string; bodyRef?: string }> => {
-      const whole = { jsonrpc: '2.0', id: data.rpcId, ...response };
-      if (!streamed) return publisher.done(JSON.stringify(whole));
-      await publisher.endStream(sseJson(whole, 'message'));
+    // What was sent to the server, and what went back (progress included): the request log's bytes in and out.
+    const sent = JSON.stringify(method === 'resources/read' ? { uri: data.tool } : { name: data.tool, arguments: data.arguments });
+    const sizes = { bytes_in: Buffer.byteLength(sent), ...(server.keepArguments ? { arguments: sent } : {}) };
+    let progressBytes = 0;
+    /** Settles the call with its answer's size, then relays the answer. */
+    const answer = async (status: SettledStatus, cost: number, response: Record<string, unknown>, errorCode?: string): Promise<{ body?: string; bodyRef?: string }> => {
+      const whole = streamed ? sseJson({ jsonrpc: '2.0', id: data.rpcId, ...response }, 'message') : JSON.stringify({ jsonrpc: '2.0', id: data.rpcId, ...response });
+      await this.settle(data, status, cost, started, errorCode, { ...sizes, bytes_out: progressBytes + Buffer.byteLength(whole) });
+      if (!streamed) return publisher.done(whole);
+      await publisher.endStream(whole);
       return {};
     };
     const started = Date.now();
     const fail = async (status: SettledStatus, error: GatewayError, ran: boolean) => {
-      await this.settle(data, status, ran && (data.method ?? 'tools/call') === 'tools/call' ? server.pricePerCallMicros : 0, started, error.code ?? 'server_error');
+      await this.settle(data, status, ran && (data.method ?? 'tools/call') === 'tools/call' ? server.pricePerCallMicros : 0, started, error.code ?? 'server_error', { ...sizes, bytes_out: progressBytes });
       // Told even when cancelled: a client that cancelled by notification still holds the call's request open.
       await publisher.error(error.toWire()).catch(() => undefined);
       return {};
@@ -139,7 +146,6 @@ export class McpToolWorkers {
     const now = await access.of(data.keyId);
     if ('refused' in now) return fail('failed', new GatewayError(401, accessRefusalMessage(now.refused), { code: 'invalid_api_key' }), false);
     // And the tool (or the server, for a read): a rule changed while the call waited holds for it.
-    const method = data.method ?? 'tools/call';
     const price = method === 'tools/call' ? server.pricePerCallMicros : 0;
     const refusal =
       method === 'tools/call' ? toolRefusal(now.access, data.server, data.tool) : mayReachServer(now.access, data.server) ? undefined : `This API key may not use the MCP server ${data.server}.`;
@@ -151,8 +157,11 @@ export class McpToolWorkers {
     try {
       const client = await upstream.get(controller.signal);
       const onprogress = streamed
-        ? (progress: Record<string, unknown>) =>
-            publisher.chunk(sseJson({ jsonrpc: '2.0', method: 'notifications/progress', params: { ...progress, progressToken: data.progressToken } }, 'message'), 1)
+        ? (progress: Record<string, unknown>) => {
+            const frame = sseJson({ jsonrpc: '2.0', method: 'notifications/progress', params: { ...progress, progressToken: data.progressToken } }, 'message');
+            progressBytes += Buffer.byteLength(frame);
+            publisher.chunk(frame, 1);
+          }
         : undefined;
       const options = { signal: controller.signal, timeout, ...(onprogress ? { onprogress } : {}) };
       const result =
@@ -162,8 +171,7 @@ export class McpToolWorkers {
             ? await client.readResource({ uri: data.tool }, { ...options, cacheMode: 'bypass' })
             : await client.getPrompt({ name: data.tool, arguments: data.arguments as Record<string, string> }, options);
       // The tool ran (an error it reports, `isError`, is its answer too): billed at the server's price.
-      await this.settle(data, 'completed', price, started);
-      return await answer({ result });
+      return await answer('completed', price, { result });
     } catch (caught) {
       const reason = controller.signal.aborted ? controller.signal.reason : caught;
       if (reason instanceof ClientGoneError) return fail('cancelled', new GatewayError(499, 'The client cancelled the tool call.', { code: 'cancelled' }), true);
@@ -171,9 +179,8 @@ export class McpToolWorkers {
       // The server answered with a JSON-RPC error (an unknown tool, a resource it has not): its answer, relayed as it
       // gave it, on a connection that stays good. Nothing ran: nothing is billed.
       if (ProtocolError.isInstance(reason)) {
-        await this.settle(data, 'failed', 0, started, 'upstream_error');
         const error = { code: reason.code, message: reason.message, ...(reason.data !== undefined ? { data: reason.data } : {}) };
-        return await answer({ error });
+        return await answer('failed', 0, { error }, 'upstream_error');
       }
       // The connection is suspect: the next call makes it again.
       upstream.drop();
@@ -186,7 +193,14 @@ export class McpToolWorkers {
   }
 
   /** Settles a call once (the settled mark stops a second), with its usage and the request log's worker half. */
-  private async settle(data: McpCallJobData, status: SettledStatus, costMicros: number, started: number, errorCode?: string): Promise<void> {
+  private async settle(
+    data: McpCallJobData,
+    status: SettledStatus,
+    costMicros: number,
+    started: number,
+    errorCode?: string,
+    sizes?: Pick<UsageEntry, 'bytes_in' | 'bytes_out' | 'arguments'>,
+  ): Promise<void> {
     const usage: UsageEntry = {
       request_id: data.requestId,
       account_id: data.accountId,
@@ -204,6 +218,7 @@ export class McpToolWorkers {
       status,
       service_tier: 'default',
       ...(errorCode ? { error_code: errorCode } : {}),
+      ...sizes,
     };
     await settle(this.deps.redis, usage, this.deps.policy);
   }

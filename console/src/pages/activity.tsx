@@ -330,6 +330,13 @@ function RequestDetails({ row, keyName, accountName, onClose }: { row: ActivityR
         )}
         {!session && !speech && <Detail label="Media">{row.settled ? media(row) : '—'}</Detail>}
         {row.cache && <Detail label="Response cache">{cacheLabels[row.cache] ?? row.cache}</Detail>}
+        {row.bytes_in !== null && <Detail label="Bytes to the tool server">{count(row.bytes_in)}</Detail>}
+        {row.bytes_out !== null && <Detail label="Bytes answered">{count(row.bytes_out)}</Detail>}
+        {row.arguments !== null && (
+          <Detail label="Arguments" mono>
+            {row.arguments}
+          </Detail>
+        )}
       </dl>
       <h3 class="detail-heading">Outcome</h3>
       <dl class="details">
