@@ -47,6 +47,8 @@ export interface McpCallJobData {
   deadline: number;
   /** Epoch ms the call was queued. */
   queuedAt: number;
+  /** Run again once already, its first worker lost (a call safe to repeat: workers/mcp/tool-calls.ts). */
+  retried?: boolean;
   /** Its place in the fair order (set by the enqueue). */
   claim?: FairClaim;
   contended?: boolean;

@@ -518,7 +518,7 @@ describe('MCP through the gateway: a worker killed mid-call', () => {
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
-  it('fails the call cleanly, does not run it again, and bills nothing for it', async () => {
+  it('fails the call cleanly, does not run it again, and bills nothing for it; a tool marked idempotent runs once more, billed once', async () => {
     const { admin } = adminClient(() => api.url, adminToken);
     const account = await admin('POST', '/admin/accounts', { email: 'killed@example.com' });
     await admin('POST', `/admin/accounts/${account.json.id}/credits`, { amount_usd: 1 });
@@ -546,6 +546,18 @@ describe('MCP through the gateway: a worker killed mid-call', () => {
       await new Promise((resolve) => setTimeout(resolve, 3000));
       assert.equal(notes.slow.started, 1, 'the call was not run again');
       assert.equal(await balance(), before, 'a lost call is not billed');
+
+      // A tool marked idempotent is run once more by the worker that finds its call lost, and billed once.
+      const repeat = client.callTool({ name: 'notes__count', arguments: { to: 3, ms: 1000 } });
+      const until2 = Date.now() + 5000;
+      while (notes.counted.started === 0 && Date.now() < until2) await new Promise((resolve) => setTimeout(resolve, 20));
+      assert.equal(notes.counted.started, 1);
+      const last = spare;
+      spare = await startGateway({ role: 'worker', env: workerEnv });
+      last.proc.kill('SIGKILL');
+      assert.deepEqual((await repeat).content, [{ type: 'text', text: 'counted to 3' }]);
+      assert.equal(notes.counted.started, 2, 'run once more');
+      assert.equal(Math.round((before - (await balance())) * 1e6), 10_000, 'billed once');
     } finally {
       await client.close().catch(() => undefined);
     }

@@ -17,6 +17,8 @@ export interface FakeMcp {
   url: string;
   /** Calls of `slow` running now, and the most that ran at once. */
   slow: { running: number; most: number; started: number; cancelled: number };
+  /** Calls of `count` started. */
+  counted: { started: number };
   /** The requests it received, with their headers. */
   seen: Array<{ method: string; authorization: string | undefined }>;
   close(): Promise<void>;
@@ -26,6 +28,7 @@ export async function startFakeMcp(options: { token?: string; mode?: 'ok' | 'fai
   const mode = options.mode ?? 'ok';
   const seen: FakeMcp['seen'] = [];
   const slow = { running: 0, most: 0, started: 0, cancelled: 0 };
+  const counted = { started: 0 };
   const hanging = new Set<ServerResponse>();
   const legacy = new Map<string, SSEServerTransport>();
   const sessions = new Map<string, WebStandardStreamableHTTPServerTransport>();
@@ -56,7 +59,9 @@ export async function startFakeMcp(options: { token?: string; mode?: 'ok' | 'fai
       }
     });
     // `count`: reports its progress, a step every `ms`, and answers with the count.
-    server.registerTool('count', { description: 'Counts to `to`, reporting each step.', inputSchema: z.object({ to: z.number().int().min(1).max(100), ms: z.number().int().min(0).max(5000) }) }, async ({ to, ms }, ctx) => {
+    // Safe to repeat (idempotentHint): a call whose worker was lost runs again.
+    server.registerTool('count', { description: 'Counts to `to`, reporting each step.', inputSchema: z.object({ to: z.number().int().min(1).max(100), ms: z.number().int().min(0).max(5000) }), annotations: { idempotentHint: true } }, async ({ to, ms }, ctx) => {
+      counted.started++;
       const req = (ctx as unknown as { mcpReq: { _meta?: { progressToken?: string | number }; notify(notification: unknown): Promise<void> } }).mcpReq;
       const token = req._meta?.progressToken;
       for (let step = 1; step <= to; step++) {
@@ -150,6 +155,7 @@ export async function startFakeMcp(options: { token?: string; mode?: 'ok' | 'fai
     url: `http://127.0.0.1:${port}/${mode === 'sse' ? 'sse' : 'mcp'}`,
     seen,
     slow,
+    counted,
     close: async () => {
       for (const res of hanging) res.destroy();
       http.closeAllConnections();

@@ -7,7 +7,8 @@ import { GatewayError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
 import { mcpQueueName, type McpCallJobData } from '../../shared/mcp/calls.js';
 import { mayReachServer, toolRefusal } from '../../shared/mcp/tool-rules.js';
-import type { McpServer } from '../../shared/mcp/servers.js';
+import type { McpServer, McpServerHealth } from '../../shared/mcp/servers.js';
+import { mcpHealthKey } from '../../shared/redis-keys.js';
 import { settle, type SettlePolicy } from '../../shared/money/billing.js';
 import { noAmounts, type SettledStatus, type UsageEntry } from '../../shared/money/usage.js';
 import { leaveBacklog } from '../../shared/scheduling/index.js';
@@ -192,6 +193,15 @@ export class McpToolWorkers {
     }
   }
 
+  /** Whether a call may run again after its worker was lost. */
+  private async safeToRepeat(data: McpCallJobData): Promise<boolean> {
+    if ((data.method ?? 'tools/call') !== 'tools/call') return true;
+    const text = await this.deps.redis.hget(mcpHealthKey, data.server);
+    if (text === null) return false;
+    const tool = (JSON.parse(text) as McpServerHealth).tools.find((candidate) => candidate.name === data.tool);
+    return tool?.annotations?.idempotentHint === true;
+  }
+
   /** Settles a call once (the settled mark stops a second), with its usage and the request log's worker half. */
   private async settle(
     data: McpCallJobData,
@@ -223,13 +233,33 @@ export class McpToolWorkers {
     await settle(this.deps.redis, usage, this.deps.policy);
   }
 
-  /** A call whose worker died (its job stalled, so failed: it is not run again): settled unbilled, its client told. */
+  /**
+   * A call whose worker died (its job stalled, so failed). A call safe to repeat is run once more: a read
+   * (`resources/read`, `prompts/get`), or a tool its server marks `idempotentHint` (as the last check listed it).
+   * Any other is not run again: settled unbilled, its client told.
+   */
   private async lost(job: Job<McpCallJobData> | undefined, error: Error): Promise<void> {
     if (!job || !/stalled/i.test(error.message)) return;
     const data = job.data;
     try {
+      if (!data.retried && (await this.safeToRepeat(data))) {
+        await job.updateData({ ...data, retried: true });
+        await job.retry('failed');
+        this.deps.log.info({ reqId: data.requestId, server: data.server, tool: data.tool }, 'a lost MCP call safe to repeat runs again');
+        return;
+      }
+    } catch (caught) {
+      this.deps.log.warn({ err: caught, reqId: data.requestId }, 'could not run a lost MCP call again');
+    }
+    try {
       await this.settle(data, 'failed', 0, Date.now(), 'worker_lost');
-      const lost = new GatewayError(502, 'The tool call could not be completed: its worker was lost. It was not run again (tools may not be safe to repeat).', { code: 'worker_lost' });
+      const lost = new GatewayError(
+        502,
+        data.retried
+          ? 'The tool call could not be completed: its worker was lost twice.'
+          : 'The tool call could not be completed: its worker was lost. It was not run again (the tool is not marked idempotent).',
+        { code: 'worker_lost' },
+      );
       await new ReplyPublisher(this.deps.redis, data.replyTo, job.id!, { stream: false }).error(lost.toWire());
     } catch (caught) {
       this.deps.log.warn({ err: caught, reqId: data.requestId }, 'could not answer a lost tool call');
