@@ -490,3 +490,42 @@ export interface AlertView {
 export interface AlertList extends List<AlertView> {
   next_before: string | null;
 }
+
+/** A tool of an upstream MCP server as the console's Tools page lists it. */
+export interface McpToolView {
+  name: string;
+  title: string | null;
+  description: string | null;
+}
+
+/** An upstream MCP server as the console's Tools page shows it (to everyone: what its tools cost and how it is). */
+export interface McpServerConsoleView {
+  name: string;
+  /** `ok`, `failing` (see `error`), or `unchecked` (no worker has checked it yet). */
+  status: 'ok' | 'failing' | 'unchecked';
+  error: string | null;
+  /** Unix seconds of the last check. */
+  checked_at: number | null;
+  price_per_call_usd: string;
+  max_concurrency: number;
+  timeout_ms: number;
+  /** Its tools: every one for an admin; for anyone else, those the team may use. */
+  tools: McpToolView[];
+  resources: number | null;
+  prompts: number | null;
+  /** An admin's only: where it is reached and how (null for anyone else, and for a server the workers run). */
+  url: string | null;
+  transport: string | null;
+  header_names: string[] | null;
+}
+
+/** `GET /console/api/mcp`: the servers, what the team allows, and which tools each of the person's keys may use. */
+export interface McpToolsPage {
+  /** The endpoint an agent is given: every server's tools, each named `<server>__<tool>`. */
+  endpoint: string;
+  /** The team's `mcp_tools` (null: every tool). */
+  team_tools: readonly string[] | null;
+  servers: McpServerConsoleView[];
+  /** The keys the person sees on the Keys page, each with the tools (`server/tool`) it may use now. */
+  keys: Array<{ id: string; name: string; hint: string; mcp_tools: readonly string[] | null; tools: string[] }>;
+}

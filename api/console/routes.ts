@@ -25,6 +25,7 @@ import { addAdminConsoleRoutes } from './admin-routes.js';
 import { addBatchConsoleRoutes } from './batch-routes.js';
 import { addAuditConsoleRoutes } from './audit-routes.js';
 import { addTeamConsoleRoutes, teamList } from './team-routes.js';
+import { addMcpConsoleRoutes } from './mcp-routes.js';
 import { addBudgetConsoleRoutes } from './budget-routes.js';
 import { queueDashboardEntry } from './queue-dashboard.js';
 import { isMockEnabled, isMockStandingIn } from '../../shared/vendors.js';
@@ -369,6 +370,8 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
   // ---- budgets: a team's, its members' caps, and its alerts (budget-routes.ts) ----
 
   addBudgetConsoleRoutes(router, deps);
+  // The Tools page: the MCP servers, and the tools each key may use.
+  addMcpConsoleRoutes(router, deps);
 
   router.all('/api/{*rest}', (ctx) => {
     throw new GatewayError(404, `Unknown request URL: ${ctx.method} ${ctx.path.slice(0, 300)}.`, { code: 'unknown_url' });

@@ -22,6 +22,7 @@ import { AllKeysPage } from './pages/admin-keys';
 import { ChannelsPage } from './pages/admin-channels';
 import { QueuesPage } from './pages/admin-queues';
 import { AuditPage } from './pages/audit';
+import { ToolsPage } from './pages/tools';
 import { PageHeader, useTitle } from './components/ui';
 
 const signInPath = '/console';
@@ -37,6 +38,7 @@ const memberPages: Record<string, Page> = {
   '/console/activity': ActivityPage,
   '/console/batches': BatchesPage,
   '/console/pricing': PricingPage,
+  '/console/tools': ToolsPage,
   '/console/playground': PlaygroundPage,
   '/console/audit': AuditPage,
   '/console/team': TeamPage,

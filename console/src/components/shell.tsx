@@ -32,6 +32,7 @@ const icons: Record<string, string> = {
   queues: 'M4 4h12v4H4zm0 8h12v4H4z',
   audit: 'M6 3h8l2 2v12H4V5l2-2zm1 5h6m-6 3h6m-6 3h4',
   budgets: 'M3 15.5h14M5 15.5V11m4 4.5V7m4 8.5V9.5m4 6V4',
+  tools: 'M12.5 3.5a3.5 3.5 0 0 0-3.3 4.6L3.5 13.8a1.4 1.4 0 0 0 2 2l5.7-5.7a3.5 3.5 0 0 0 4.6-3.3l-2 2-2-.6-.6-2 2-2z',
   team: 'M7 8.5a2.75 2.75 0 1 0 0-5.5 2.75 2.75 0 0 0 0 5.5zm-4.5 8a4.5 4.5 0 0 1 9 0M13 8.5a2.5 2.5 0 1 0 0-5M14.5 12a4.5 4.5 0 0 1 3 4.5',
 };
 
@@ -182,6 +183,9 @@ export function Shell({ path, children }: { path: string; children: ComponentChi
                   Playground
                 </NavLink>
               )}
+              <NavLink href="/console/tools" path={path} icon="tools" onNavigate={close}>
+                Tools
+              </NavLink>
               <NavLink href="/console/team" path={path} icon="team" onNavigate={close}>
                 Team
               </NavLink>

@@ -1,0 +1,153 @@
+import { Fragment } from 'preact';
+import { useState } from 'preact/hooks';
+import type { McpServerConsoleView, McpToolsPage } from '../../../shared/console-api.js';
+import { type Column, DataTable } from '../components/data-table';
+import { CopyButton, ErrorMessage, PageHeader, useApi, useTitle } from '../components/ui';
+import { count, moment } from '../format';
+
+/*
+ * Tools: the upstream MCP servers agents reach through the gateway's /mcp, as the workers' last checks found them,
+ * and which of their tools each of the person's keys may use; with the lines to paste into Claude Code and Gemini CLI.
+ * An admin also sees where each server is reached and every tool (a team's rule hides the others from its people).
+ */
+
+const statusBadge = (server: McpServerConsoleView) =>
+  server.status === 'ok' ? (
+    <span class="badge badge-ok">OK</span>
+  ) : server.status === 'failing' ? (
+    <span class="badge badge-warn" title={server.error ?? undefined}>
+      Failing
+    </span>
+  ) : (
+    <span class="badge">Not checked yet</span>
+  );
+
+/** "$0.002", "Free": the price without its trailing zeros. */
+const priceText = (usd: string) => (Number(usd) === 0 ? 'Free' : `$${usd.includes('.') ? usd.replace(/0+$/, '').replace(/\.$/, '') : usd}`);
+
+const serverColumns: Column<McpServerConsoleView>[] = [
+  { id: 'name', label: 'Server', lead: true, class: 'mono cell-strong', cell: (server) => server.name },
+  {
+    id: 'status',
+    label: 'Status',
+    cell: (server) => (
+      <>
+        {statusBadge(server)}
+        {server.checked_at !== null && <span class="cell-sub muted nowrap">checked {moment(server.checked_at * 1000)}</span>}
+        {server.status === 'failing' && server.error && <span class="cell-sub muted">{server.error}</span>}
+      </>
+    ),
+  },
+  { id: 'tools', label: 'Tools', numeric: true, cell: (server) => count(server.tools.length) },
+  { id: 'price', label: 'Per call', numeric: true, cell: (server) => priceText(server.price_per_call_usd) },
+  { id: 'cap', label: 'At once', numeric: true, priority: 'wide', cell: (server) => count(server.max_concurrency) },
+  { id: 'timeout', label: 'Timeout', numeric: true, priority: 'wide', cell: (server) => `${count(server.timeout_ms / 1000)} s` },
+];
+
+/** What an admin sees besides: where each server is reached, and the headers it is sent (by name). */
+const adminColumns: Column<McpServerConsoleView>[] = [
+  { id: 'where', label: 'Reached at', priority: 'detail', class: 'mono small', cell: (server) => server.url ?? <span class="muted">{server.transport === 'stdio' ? 'run by the workers' : '—'}</span> },
+  {
+    id: 'headers',
+    label: 'Headers sent',
+    priority: 'detail',
+    class: 'mono small',
+    cell: (server) => (server.header_names && server.header_names.length > 0 ? server.header_names.join(', ') : <span class="muted">—</span>),
+  },
+];
+
+function Snippet({ title, code }: { title: string; code: string }) {
+  return (
+    <>
+      <div class="snippet-head">
+        <h3 class="snippet-title">{title}</h3>
+        <CopyButton text={code} label={`Copy ${title}`} />
+      </div>
+      <pre class="code code-wrap" tabIndex={0} aria-label={title}>
+        <code>{code}</code>
+      </pre>
+    </>
+  );
+}
+
+/** The agents' configs for the endpoint, the key in them as a placeholder (its secret is shown only when it is made). */
+function agentSnippets(endpoint: string, keyHint: string | undefined) {
+  const key = keyHint ? `<your key ${keyHint}>` : '<your key>';
+  const server = { Authorization: `Bearer ${key}` };
+  return [
+    { title: 'Claude Code (.mcp.json)', code: JSON.stringify({ mcpServers: { switchyard: { type: 'http', url: endpoint, headers: server } } }, null, 2) },
+    { title: 'Gemini CLI (~/.gemini/settings.json)', code: JSON.stringify({ mcpServers: { switchyard: { httpUrl: endpoint, headers: server } } }, null, 2) },
+  ];
+}
+
+export function ToolsPage() {
+  useTitle('Tools');
+  const page = useApi<McpToolsPage>('/mcp', 10_000);
+  const data = page.data;
+  const [keyId, setKeyId] = useState('');
+  const key = data?.keys.find((candidate) => candidate.id === keyId);
+  const allowed = key ? new Set(key.tools) : undefined;
+  const shown = data?.servers.map((server) => ({ ...server, tools: allowed ? server.tools.filter((tool) => allowed.has(`${server.name}/${tool.name}`)) : server.tools }));
+  return (
+    <>
+      <PageHeader
+        title="Tools"
+        description="The MCP servers your agents reach through this gateway with their key: each call is queued, limited, logged and billed like any request."
+      />
+      <ErrorMessage message={page.error} />
+      {data && data.servers.length === 0 && <p class="muted">No MCP servers are configured on this gateway (MCP_SERVERS_FILE).</p>}
+      {data && data.servers.length > 0 && (
+        <>
+          <section aria-labelledby="connect-heading" class="section">
+            <h2 id="connect-heading">Connect an agent</h2>
+            <p class="muted">
+              Give your agent the endpoint <code class="mono">{data.endpoint}</code> with one of your keys as a header. Tools are named{' '}
+              <code class="mono">&lt;server&gt;__&lt;tool&gt;</code>.
+            </p>
+            {data.keys.length > 0 && (
+              <div class="field field-inline tools-key">
+                <label for="tools-key">Key</label>
+                <select id="tools-key" value={keyId} onChange={(event) => setKeyId(event.currentTarget.value)}>
+                  <option value="">Every tool the team may use</option>
+                  {data.keys.map((candidate) => (
+                    <option key={candidate.id} value={candidate.id}>
+                      {candidate.name} ({candidate.hint})
+                    </option>
+                  ))}
+                </select>
+              </div>
+            )}
+            {agentSnippets(data.endpoint, key?.hint).map((snippet) => (
+              <Snippet key={snippet.title} title={snippet.title} code={snippet.code} />
+            ))}
+          </section>
+          <section aria-labelledby="servers-heading" class="section">
+            <h2 id="servers-heading">Servers</h2>
+            <DataTable
+              label="MCP servers"
+              columns={data.servers.some((server) => server.transport !== null) ? [...serverColumns, ...adminColumns] : serverColumns}
+              rows={data.servers} rowKey={(server) => server.name} skeletonRows={2} empty="No servers." />
+          </section>
+          <section aria-labelledby="tools-heading" class="section">
+            <h2 id="tools-heading">{key ? `Tools ${key.name} may use` : 'Tools'}</h2>
+            {data.team_tools !== null && <p class="muted">This team may use only {data.team_tools.length === 0 ? 'no tools' : data.team_tools.join(', ')}.</p>}
+            {key && key.mcp_tools !== null && <p class="muted">This key is limited to {key.mcp_tools.length === 0 ? 'no tools' : key.mcp_tools.join(', ')}.</p>}
+            <dl class="tool-list" aria-label={key ? `Tools ${key.name} may use` : 'Tools'}>
+              {shown!.flatMap((server) =>
+                server.tools.map((tool) => (
+                  <Fragment key={`${server.name}/${tool.name}`}>
+                    <dt class="mono">
+                      {server.name}__{tool.name}
+                    </dt>
+                    <dd class="muted">{tool.title ?? tool.description ?? ''}</dd>
+                  </Fragment>
+                )),
+              )}
+            </dl>
+            {shown!.every((server) => server.tools.length === 0) && <p class="muted">{key ? 'This key may use no tools.' : 'No tools are listed.'}</p>}
+          </section>
+        </>
+      )}
+    </>
+  );
+}

@@ -1,0 +1,138 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Redis } from 'ioredis';
+import type { Browser, Page } from 'playwright-core';
+import { launchChromium } from '../support/browser.js';
+import { assertFits, closeClean, openContext, screenshots, signIn, tablesLoaded } from '../support/console-browser.js';
+import { adminRequest } from '../support/admin-client.js';
+import { buildOnce } from '../support/build.js';
+import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import { startFakeMcp, type FakeMcp } from '../support/fake-mcp.js';
+
+/*
+ * The console's Tools page in a real headless Chromium against a real gateway with one upstream MCP server (the SDK's,
+ * behind a secret header): a member sees the server, the endpoint and the configs to paste, and which tools each of
+ * their keys may use (one key limited to one tool); a team's rule set by an admin narrows what the member is shown;
+ * an admin sees where the server is reached, never the header's value. At 1280×800 and 390×844 the page fits.
+ */
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const shoot = screenshots(join(root, 'test-artifacts', 'console'));
+const adminToken = 'tools-browser-admin-token';
+const adminEmail = 'admin@tools.browser.test';
+const adminPassword = 'tools-admin-pw';
+const memberEmail = 'member@tools.browser.test';
+const memberPassword = 'tools-member-pw';
+const upstreamSecret = 'upstream-secret-never-shown';
+
+describe('the Tools page (MCP) in a real browser', () => {
+  let gateway: GatewayProcess;
+  let browser: Browser;
+  let redis: Redis;
+  let notes: FakeMcp;
+  let dir: string;
+  let memberId: string;
+  let searchOnly: string;
+
+  const adminApi = adminRequest(() => gateway.url, adminToken);
+  const json = async <T>(response: Promise<Response>): Promise<T> => {
+    const answer = await response;
+    assert.ok(answer.ok, `${answer.status}: ${await answer.clone().text()}`);
+    return (await answer.json()) as T;
+  };
+
+  before(async () => {
+    await buildOnce();
+    mkdirSync(join(root, 'test-artifacts', 'console'), { recursive: true });
+    notes = await startFakeMcp({ token: upstreamSecret });
+    dir = mkdtempSync(join(tmpdir(), 'console-tools-'));
+    const file = join(dir, 'mcp.json');
+    writeFileSync(file, JSON.stringify({ servers: { notes: { url: notes.url, headers: { Authorization: `Bearer ${upstreamSecret}` }, price_per_call_usd: '0.002' } } }));
+    const fresh = await freshRedis(5);
+    redis = fresh.redis;
+    gateway = await startGateway({
+      env: { REDIS_URL: fresh.url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword, ADMIN_TOKEN: adminToken, MCP_SERVERS_FILE: file, MCP_CHECK_INTERVAL_MS: '1000' },
+    });
+    browser = await launchChromium();
+    memberId = (await json<{ id: string }>(adminApi('POST', '/admin/accounts', { email: memberEmail, password: memberPassword, role: 'member' }))).id;
+    await json(adminApi('POST', '/admin/keys', { name: 'every tool', account_id: memberId, created_by: memberId }));
+    searchOnly = (await json<{ id: string }>(adminApi('POST', '/admin/keys', { name: 'search only', account_id: memberId, created_by: memberId, mcp_tools: ['notes/search'] }))).id;
+    await waitFor(async () => (await json<{ data: Array<{ status: string }> }>(adminApi('GET', '/admin/mcp/servers'))).data[0]?.status === 'ok', 30_000, 'the server checked');
+  });
+
+  after(async () => {
+    await browser?.close();
+    await gateway?.stop();
+    await notes?.close();
+    redis?.disconnect();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  const toolNames = async (page: Page) => (await page.locator('.tool-list dt').allInnerTexts()).map((text) => text.trim());
+
+  it('a member sees the server, the configs to paste, and the tools each key may use; a team rule narrows them', async () => {
+    for (const [label, viewport] of [
+      ['desktop', { width: 1280, height: 800 }],
+      ['phone', { width: 390, height: 844 }],
+    ] as const) {
+      const context = await openContext(browser, gateway.url, viewport);
+      const page = await context.newPage();
+      await signIn(page, memberEmail, memberPassword);
+      await page.goto('/console/tools');
+      await tablesLoaded(page, 'tools');
+      const row = page.locator('tbody tr').filter({ hasText: 'notes' }).first();
+      assert.match(await row.innerText(), /OK/);
+      assert.match(await row.innerText(), /\$0\.002(?!\d)/);
+      // The endpoint and both agents' configs, with the gateway's /mcp.
+      const codes = await page.locator('pre.code').allInnerTexts();
+      assert.equal(codes.length, 2);
+      for (const code of codes) assert.ok(code.includes(`${gateway.url}/mcp`) && code.includes('Bearer <your key>'), code);
+      assert.deepEqual(await toolNames(page), ['notes__search', 'notes__add', 'notes__crash', 'notes__slow', 'notes__count']);
+      // One key's tools: only what it may use, and its hint in the configs.
+      await page.getByLabel('Key').selectOption(searchOnly);
+      await page.getByRole('heading', { name: 'Tools search only may use' }).waitFor();
+      assert.deepEqual(await toolNames(page), ['notes__search']);
+      assert.match((await page.locator('pre.code').first().innerText()), /Bearer <your key sy-/);
+      // Nothing of where the server is reached, nor its secret, is on a member's page.
+      const text = await page.locator('main').innerText();
+      assert.ok(!text.includes(notes.url) && !text.includes(upstreamSecret), 'no URL or secret shown to a member');
+      await assertFits(page, `tools ${label}`);
+      await shoot(page, `tools-member-${label}`);
+      await closeClean(context, `tools ${label}`);
+    }
+
+    // The team (the member's own account) narrowed by an admin: the page says so and lists only those.
+    await json(adminApi('PATCH', `/admin/accounts/${memberId}`, { mcp_tools: ['notes/add', 'notes/search'] }));
+    const context = await openContext(browser, gateway.url, { width: 1280, height: 800 });
+    const page = await context.newPage();
+    await signIn(page, memberEmail, memberPassword);
+    await page.goto('/console/tools');
+    await tablesLoaded(page, 'tools');
+    await page.getByText('This team may use only notes/add, notes/search.').waitFor();
+    assert.deepEqual((await toolNames(page)).sort(), ['notes__add', 'notes__search']);
+    await page.getByLabel('Key').selectOption(searchOnly);
+    await page.getByRole('heading', { name: 'Tools search only may use' }).waitFor();
+    assert.deepEqual(await toolNames(page), ['notes__search']);
+    await closeClean(context, 'tools narrowed');
+  });
+
+  it('an admin sees where the server is reached and every tool, never the header\'s value', async () => {
+    const context = await openContext(browser, gateway.url, { width: 1280, height: 800 });
+    const page = await context.newPage();
+    await signIn(page, adminEmail, adminPassword);
+    await page.goto('/console/tools');
+    await tablesLoaded(page, 'tools');
+    await page.locator('tbody tr').filter({ hasText: 'notes' }).first().getByRole('button', { name: 'Details' }).click();
+    await page.getByText(new URL(notes.url).host).first().waitFor();
+    const text = await page.locator('main').innerText();
+    assert.ok(text.includes('authorization') || text.includes('Authorization'), 'the header by name');
+    assert.ok(!text.includes(upstreamSecret), 'never its value');
+    assert.equal((await toolNames(page)).length, 5);
+    await shoot(page, 'tools-admin-desktop');
+    await closeClean(context, 'tools admin');
+  });
+});
