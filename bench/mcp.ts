@@ -75,7 +75,7 @@ async function timed(client: Client, name: string, args: Record<string, unknown>
 export async function runMcpBench(options: { redis: Redis; redisUrl: string; settings: McpSettings }): Promise<McpResults> {
   const { redis, redisUrl, settings } = options;
   const upstreamToken = 'bench-upstream';
-  const upstream = await startFakeMcp({ token: upstreamToken });
+  const upstream = await startFakeMcp({ token: upstreamToken, json: true });
   const dir = mkdtempSync(join(tmpdir(), 'bench-mcp-'));
   const file = join(dir, 'mcp.json');
   writeFileSync(

@@ -245,6 +245,16 @@ describe('MCP through the gateway: tools listed and called with a Switchyard key
       [post(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }), '/mcp/nowhere'), 404, -32600],
       [post(' '.repeat(5 * 1024 * 1024)), 413, -32700],
       [fetch(`${gateway.url}/mcp`, { headers: { authorization: `Bearer ${secret}` } }), 405, -32600],
+      // Reads and prompts: a URI missing, not a string, or past 8 KiB; one of no server or of one that does not exist.
+      [post(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'resources/read', params: {} })), 200, -32602],
+      [post(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'resources/read', params: { uri: ['notes://today'] } })), 200, -32602],
+      [post(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'resources/read', params: { uri: `notes://${'x'.repeat(9000)}` } }), '/mcp/notes'), 200, -32602],
+      [post(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'resources/read', params: { uri: 'switchyard-mcp://' } })), 200, -32002],
+      [post(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'resources/read', params: { uri: 'switchyard-mcp://nowhere/notes://today' } })), 200, -32002],
+      [post(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'resources/subscribe', params: { uri: 'notes://today' } }), '/mcp/notes'), 200, -32601],
+      [post(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'prompts/get', params: { name: 'notes__summarize', arguments: { topic: 7 } } })), 200, -32602],
+      [post(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'prompts/get', params: {} }), '/mcp/notes'), 200, -32602],
+      [post(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'prompts/get', params: { name: 'nowhere__summarize' } })), 200, -32602],
     ];
     for (const [response, status, code] of cases) {
       const answered = await response;
@@ -253,6 +263,10 @@ describe('MCP through the gateway: tools listed and called with a Switchyard key
       assert.equal(body.jsonrpc, '2.0');
       assert.equal(body.error.code, code);
     }
+    // A progress token that is no string or number asks for nothing: the answer is one JSON body.
+    const odd = await post(JSON.stringify({ jsonrpc: '2.0', id: 9, method: 'tools/call', params: { name: 'notes__search', arguments: { word: 'x' }, _meta: { progressToken: { a: 1 } } } }));
+    assert.match(odd.headers.get('content-type') ?? '', /^application\/json/);
+    assert.equal(((await odd.json()) as { id: number }).id, 9);
     // A notification is taken and not answered.
     const notification = await post(JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }));
     assert.equal(notification.status, 202);

@@ -24,7 +24,7 @@ export interface FakeMcp {
   close(): Promise<void>;
 }
 
-export async function startFakeMcp(options: { token?: string; mode?: 'ok' | 'fail' | 'hang' | 'sse'; name?: string } = {}): Promise<FakeMcp> {
+export async function startFakeMcp(options: { token?: string; mode?: 'ok' | 'fail' | 'hang' | 'sse'; name?: string; json?: boolean } = {}): Promise<FakeMcp> {
   const mode = options.mode ?? 'ok';
   const seen: FakeMcp['seen'] = [];
   const slow = { running: 0, most: 0, started: 0, cancelled: 0 };
@@ -130,8 +130,9 @@ export async function startFakeMcp(options: { token?: string; mode?: 'ok' | 'fai
       const server = buildServer();
       const created: WebStandardStreamableHTTPServerTransport = new WebStandardStreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
-        // Answers as events, as servers that report progress do (JSON alone cannot carry a notification before the answer).
-        enableJsonResponse: false,
+        // Answers as events, as servers that report progress do (JSON alone cannot carry a notification before the
+        // answer); `json`: as one JSON body each (no progress), as the bench's upstream answers.
+        enableJsonResponse: options.json === true,
         onsessioninitialized: (id) => void sessions.set(id, created),
       });
       await server.connect(created);
