@@ -315,5 +315,9 @@ export const accessChangedChannel = `${keyPrefix}access-changed`;
 export const mcpHealthKey = `${keyPrefix}mcp:health`;
 /** Held by the worker checking the MCP servers this interval, so one worker checks them, not each. */
 export const mcpCheckLockKey = `${keyPrefix}mcp:check-lock`;
+/** An admin's "check it now" (a server's name): a worker checks that server at once (`mcpServerCheckLockKey` picks one). */
+export const mcpCheckChannel = `${keyPrefix}mcp:check-now`;
+/** Held by the worker checking one server at an admin's asking, for the check's time. */
+export const mcpServerCheckLockKey = (server: string) => `${keyPrefix}mcp:check-lock:${server}`;
 /** An MCP session (api/mcp/routes.ts): the key that opened it; calls in flight are found under it too. */
 export const mcpSessionKey = (id: string) => `${keyPrefix}mcp:session:${id}`;

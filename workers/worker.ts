@@ -6,7 +6,7 @@ import { createRedis } from '../shared/redis.js';
 import type { Redis } from 'ioredis';
 import { loadCatalog } from '../shared/catalog.js';
 import { GatewayError } from '../shared/errors.js';
-import { accessChangedChannel, cancelChannel, slotFreedChannel } from '../shared/redis-keys.js';
+import { accessChangedChannel, cancelChannel, mcpCheckChannel, slotFreedChannel } from '../shared/redis-keys.js';
 import { CurrentAccess } from '../shared/access/index.js';
 import { laneQueueName, shardQueueName, type QueueName } from '../shared/queues.js';
 import { backToBandHead, cappedVendors, leaveBacklog, ratePace, recount, vendorLimits } from '../shared/scheduling/index.js';
@@ -173,7 +173,7 @@ export async function listenForSignals(subscriber: Redis, cancels: CancelRegistr
   subscriber.on('message', (channel: string, message: string) => {
     if (channel === slotFreedChannel) limiter.slotFreed(message);
     else if (channel === accessChangedChannel) access?.changed(message);
-    else cancels.cancel(message);
+    else if (channel === cancelChannel) cancels.cancel(message);
   });
   if (access) subscriber.on('ready', () => access.clear());
   await subscriber.subscribe(cancelChannel, slotFreedChannel, ...(access ? [accessChangedChannel] : []));
@@ -287,6 +287,13 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   const janitor = new BlobJanitor({ redis, blobs, log, config });
   janitor.start();
   mcpChecks.start();
+  // An admin's "check it now" reaches every worker; the one that takes the server's lock checks it.
+  if (config.mcp.servers.length > 0) {
+    subscriber.on('message', (channel: string, name: string) => {
+      if (channel === mcpCheckChannel) void mcpChecks.checkNow(name).catch((error: unknown) => log.warn({ err: error, server: name }, 'could not check an MCP server'));
+    });
+    await subscriber.subscribe(mcpCheckChannel);
+  }
   // Tool calls run where chat does: an agent's tools go with its model's turns.
   const mcpTools = config.workerQueues.includes('chat') && config.mcp.servers.length > 0
     ? new McpToolWorkers({ config, redis, log, servers: config.mcp.servers, cancels, access, policy: { bufferRecords: config.usageBufferRecords, alertThresholds: config.alerts.thresholds } })

@@ -2,6 +2,7 @@ import type { GatewayState } from '../http/context.js';
 import { microsToUsdText } from '../../shared/alerts.js';
 import { serverView, type McpServer, type McpServerHealth } from '../../shared/mcp/servers.js';
 import { mcpHealthKey } from '../../shared/redis-keys.js';
+import { checkServerNow } from '../mcp/check-now.js';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type Router from '@koa/router';
 import { createRouter } from '../http/canonical-path.js';
@@ -330,6 +331,13 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined, map
       return text === undefined ? undefined : (JSON.parse(text) as McpServerHealth);
     };
     ctx.body = { object: 'list', data: mcpServers.map((server) => serverView(server, read(server.name), microsToUsdText)) };
+  });
+
+  // An admin's "check it now": a worker checks the server at once; answered with what it found.
+  router.post('/mcp/servers/:name/check', async (ctx) => {
+    const server = mcpServers.find((candidate) => candidate.name === ctx.params.name);
+    if (!server) throw new GatewayError(404, `No MCP server named '${String(ctx.params.name).slice(0, 100)}'.`, { code: 'mcp_server_not_found' });
+    ctx.body = serverView(server, await checkServerNow(store.redis, server), microsToUsdText);
   });
 
   // ---- the response cache: an account's stored answers, all or one key's or one model's, purged ----

@@ -42,7 +42,7 @@ const reasons = {
   failures: 'repeated server or network errors',
 } as const;
 
-async function requireAdmin(ctx: ConsoleContext, deps: ConsoleDeps) {
+export async function requireAdmin(ctx: ConsoleContext, deps: ConsoleDeps) {
   const found = await requireSession(ctx, deps);
   if (found.account.role !== 'admin') throw new GatewayError(403, 'Only administrators may do this.', { code: 'admin_only' });
   return found;

@@ -6,6 +6,9 @@ import { toolRefusal } from '../../shared/mcp/tool-rules.js';
 import { mcpHealthKey } from '../../shared/redis-keys.js';
 import { may } from '../accounts/team-roles.js';
 import { requireTeam, type ConsoleDeps, type TeamNeed } from './console-session.js';
+import { requireAdmin } from './admin-routes.js';
+import { checkServerNow } from '../mcp/check-now.js';
+import { GatewayError } from '../../shared/errors.js';
 
 /*
  * The console's Tools page data, at /console/api/mcp: the upstream MCP servers (MCP_SERVERS_FILE) as the workers'
@@ -64,5 +67,14 @@ export function addMcpConsoleRoutes(router: Router, deps: ConsoleDeps): void {
         ),
       })),
     } satisfies McpToolsPage;
+  });
+
+  // An admin's "Check now": a worker checks the server at once (api/mcp/check-now.ts); the page reads the result again.
+  router.post('/api/admin/mcp/servers/:name/check', async (ctx) => {
+    await requireAdmin(ctx, deps);
+    const server = servers.find((candidate) => candidate.name === ctx.params.name);
+    if (!server) throw new GatewayError(404, `No MCP server named '${String(ctx.params.name).slice(0, 100)}'.`, { code: 'mcp_server_not_found' });
+    const health = await checkServerNow(redis, server);
+    ctx.body = { name: server.name, status: health.ok ? 'ok' : 'failing', error: health.error ?? null, checked_at: Math.floor(health.checkedAt / 1000) };
   });
 }

@@ -120,7 +120,7 @@ describe('the Tools page (MCP) in a real browser', () => {
     await closeClean(context, 'tools narrowed');
   });
 
-  it('an admin sees where the server is reached and every tool, never the header\'s value', async () => {
+  it('an admin sees where the server is reached and every tool, never the header\'s value, and checks it now', async () => {
     const context = await openContext(browser, gateway.url, { width: 1280, height: 800 });
     const page = await context.newPage();
     await signIn(page, adminEmail, adminPassword);
@@ -132,6 +132,12 @@ describe('the Tools page (MCP) in a real browser', () => {
     assert.ok(text.includes('authorization') || text.includes('Authorization'), 'the header by name');
     assert.ok(!text.includes(upstreamSecret), 'never its value');
     assert.equal((await toolNames(page)).length, 5);
+    // Check now: a worker checks the server at once; the row says when.
+    const check = page.getByRole('button', { name: 'Check notes now' });
+    await check.click();
+    await page.getByRole('button', { name: 'Check notes now' }).filter({ hasText: 'Check now' }).waitFor();
+    assert.equal(await page.locator('.alert-error').count(), 0, 'no error');
+    assert.match(await page.locator('tbody tr').filter({ hasText: 'notes' }).first().innerText(), /OK[\s\S]*checked/);
     await shoot(page, 'tools-admin-desktop');
     await closeClean(context, 'tools admin');
   });

@@ -246,3 +246,57 @@ describe('MCP servers file', () => {
     }
   });
 });
+
+// An admin's "check it now": a worker checks the server at once, whatever the interval, and the answer is what it found.
+describe('MCP servers: checked now at an admin\'s asking', () => {
+  let redis: Redis;
+  let gateway: GatewayProcess;
+  let notes: FakeMcp;
+  let dir: string;
+
+  before(async () => {
+    notes = await startFakeMcp({ token: upstreamToken });
+    dir = mkdtempSync(join(tmpdir(), 'mcp-check-now-'));
+    const file = join(dir, 'mcp.json');
+    writeFileSync(file, JSON.stringify({ servers: { notes: { url: notes.url, headers: { Authorization: `Bearer ${upstreamToken}` }, timeout_ms: 2000 } } }));
+    let url: string;
+    ({ redis, url } = await freshRedis(7));
+    // A check every ten minutes: only the first round runs while the test does.
+    gateway = await startGateway({ env: { REDIS_URL: url, ADMIN_TOKEN: adminToken, MOCK_VENDOR: 'on', MCP_SERVERS_FILE: file, MCP_CHECK_INTERVAL_MS: '600000' } });
+  });
+
+  after(async () => {
+    await gateway?.stop();
+    await notes?.close();
+    redis?.disconnect();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  const admin = (method: string, path: string) => fetch(`${gateway.url}${path}`, { method, headers: { authorization: `Bearer ${adminToken}` } });
+
+  it('checks the server at once and answers what it found; an unknown server is a 404', async () => {
+    const deadline = Date.now() + 30_000;
+    let first: Record<string, unknown> | undefined;
+    while (Date.now() < deadline) {
+      first = ((await (await admin('GET', '/admin/mcp/servers')).json()) as { data: Array<Record<string, unknown>> }).data[0];
+      if (first?.status === 'ok') break;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    assert.equal(first?.status, 'ok');
+    // The server goes away: the next round is ten minutes off, but a check now finds it at once.
+    await notes.close();
+    const asked = Date.now();
+    const checked = await admin('POST', '/admin/mcp/servers/notes/check');
+    assert.equal(checked.status, 200);
+    const view = (await checked.json()) as Record<string, unknown>;
+    assert.equal(view.status, 'failing');
+    assert.ok(Number(view.checked_at) >= Math.floor(asked / 1000), JSON.stringify(view));
+    assert.ok(Date.now() - asked < 7000, 'within the server\'s timeout and a little');
+    assert.equal(((await (await admin('GET', '/admin/mcp/servers')).json()) as { data: Array<Record<string, unknown>> }).data[0]!.status, 'failing');
+    const unknown = await admin('POST', '/admin/mcp/servers/nowhere/check');
+    assert.equal(unknown.status, 404);
+    assert.equal(((await unknown.json()) as { error: { code: string } }).error.code, 'mcp_server_not_found');
+    // Without the admin token: refused.
+    assert.equal((await fetch(`${gateway.url}/admin/mcp/servers/notes/check`, { method: 'POST' })).status, 401);
+  });
+});

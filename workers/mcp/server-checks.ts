@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from '../../shared/logger.js';
 import { type McpListed, type McpServer, type McpServerHealth, type McpTool } from '../../shared/mcp/servers.js';
-import { mcpCheckLockKey, mcpHealthKey } from '../../shared/redis-keys.js';
+import { mcpCheckLockKey, mcpHealthKey, mcpServerCheckLockKey } from '../../shared/redis-keys.js';
 import { upstreamClient, upstreamTransport } from './upstream.js';
 
 /** Pages of a list (`tools/list`, `resources/list`, …) read at most: a server that pages without end is cut off there. */
@@ -149,6 +149,26 @@ export class McpServerChecks {
       if (!parsed.ok) this.deps.log.warn({ server: name, error: parsed.error }, 'MCP server check failed');
     }
     return true;
+  }
+
+  /**
+   * Checks one server at once, at an admin's asking (`mcpCheckChannel`): one worker does, whichever takes the
+   * server's lock; what it found is written as a round's is.
+   */
+  async checkNow(name: string): Promise<void> {
+    const { redis, servers, owner, log } = this.deps;
+    const server = servers.find((candidate) => candidate.name === name);
+    if (!server || this.stopped) return;
+    const lock = mcpServerCheckLockKey(server.name);
+    if ((await redis.set(lock, owner, 'PX', server.timeoutMs + 5000, 'NX')) !== 'OK') return;
+    try {
+      const health = await checkServer(server, this.stop.signal);
+      if (this.stopped) return;
+      await redis.hset(mcpHealthKey, server.name, JSON.stringify(health));
+      if (!health.ok) log.warn({ server: server.name, error: health.error }, 'MCP server check failed');
+    } finally {
+      await redis.del(lock).catch(() => undefined);
+    }
   }
 
   /** Stops checking: a round under way is aborted (what it found is not written). */

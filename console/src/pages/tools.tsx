@@ -4,6 +4,7 @@ import type { McpServerConsoleView, McpToolsPage } from '../../../shared/console
 import { type Column, DataTable } from '../components/data-table';
 import { CopyButton, ErrorMessage, PageHeader, useApi, useTitle } from '../components/ui';
 import { count, moment } from '../format';
+import { api, messageOf } from '../api';
 
 /*
  * Tools: the upstream MCP servers agents reach through the gateway's /mcp, as the workers' last checks found them,
@@ -44,8 +45,17 @@ const serverColumns: Column<McpServerConsoleView>[] = [
   { id: 'timeout', label: 'Timeout', numeric: true, priority: 'wide', cell: (server) => `${count(server.timeout_ms / 1000)} s` },
 ];
 
-/** What an admin sees besides: where each server is reached, and the headers it is sent (by name). */
-const adminColumns: Column<McpServerConsoleView>[] = [
+/** What an admin sees besides: where each server is reached, the headers it is sent (by name), and "Check now". */
+const adminColumns = (check: (name: string) => void, checking: string | undefined): Column<McpServerConsoleView>[] => [
+  {
+    id: 'check',
+    label: 'Check',
+    cell: (server) => (
+      <button type="button" class="button button-secondary button-small" disabled={checking !== undefined} onClick={() => check(server.name)} aria-label={`Check ${server.name} now`}>
+        {checking === server.name ? 'Checking…' : 'Check now'}
+      </button>
+    ),
+  },
   { id: 'where', label: 'Reached at', priority: 'detail', class: 'mono small', cell: (server) => server.url ?? <span class="muted">{server.transport === 'stdio' ? 'run by the workers' : '—'}</span> },
   {
     id: 'headers',
@@ -85,6 +95,16 @@ export function ToolsPage() {
   const page = useApi<McpToolsPage>('/mcp', 10_000);
   const data = page.data;
   const [keyId, setKeyId] = useState('');
+  const [checking, setChecking] = useState<string | undefined>(undefined);
+  const [checkError, setCheckError] = useState<string | undefined>(undefined);
+  const check = (name: string) => {
+    setChecking(name);
+    setCheckError(undefined);
+    api('POST', `/admin/mcp/servers/${encodeURIComponent(name)}/check`)
+      .then(() => page.reload())
+      .catch((error: unknown) => setCheckError(messageOf(error)))
+      .finally(() => setChecking(undefined));
+  };
   const key = data?.keys.find((candidate) => candidate.id === keyId);
   const allowed = key ? new Set(key.tools) : undefined;
   const shown = data?.servers.map((server) => ({ ...server, tools: allowed ? server.tools.filter((tool) => allowed.has(`${server.name}/${tool.name}`)) : server.tools }));
@@ -123,9 +143,10 @@ export function ToolsPage() {
           </section>
           <section aria-labelledby="servers-heading" class="section">
             <h2 id="servers-heading">Servers</h2>
+            <ErrorMessage message={checkError} />
             <DataTable
               label="MCP servers"
-              columns={data.servers.some((server) => server.transport !== null) ? [...serverColumns, ...adminColumns] : serverColumns}
+              columns={data.servers.some((server) => server.transport !== null) ? [...serverColumns, ...adminColumns(check, checking)] : serverColumns}
               rows={data.servers} rowKey={(server) => server.name} skeletonRows={2} empty="No servers." />
           </section>
           <section aria-labelledby="tools-heading" class="section">
