@@ -8,7 +8,7 @@ import type { Redis } from 'ioredis';
 import type { Browser, Page } from 'playwright-core';
 import { launchChromium } from '../support/browser.js';
 import { assertFits, closeClean, openContext, screenshots, signIn, tablesLoaded } from '../support/console-browser.js';
-import { adminRequest } from '../support/admin-client.js';
+import { adminRequest, okJson } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';
 import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { startFakeMcp, type FakeMcp } from '../support/fake-mcp.js';
@@ -39,11 +39,7 @@ describe('the Tools page (MCP) in a real browser', () => {
   let searchOnly: string;
 
   const adminApi = adminRequest(() => gateway.url, adminToken);
-  const json = async <T>(response: Promise<Response>): Promise<T> => {
-    const answer = await response;
-    assert.ok(answer.ok, `${answer.status}: ${await answer.clone().text()}`);
-    return (await answer.json()) as T;
-  };
+  const json = okJson;
 
   before(async () => {
     await buildOnce();

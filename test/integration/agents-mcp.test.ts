@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -10,10 +10,10 @@ import type { FakeOpenAI, FakeResponse, RecordedRequest } from '../support/fake-
 import { startVendorGateway, type VendorGateway } from '../support/vendor-gateway.js';
 import { startFakeMcp, type FakeMcp } from '../support/fake-mcp.js';
 import { usageRows } from '../support/record.js';
+import { agentBin, agentDir, geminiCliHome, openaiToolCall, runGeminiCli } from '../support/agents.js';
 
 const run = promisify(execFile);
-// The agents are test tools (test/tools), installed by npm test, not with the gateway.
-const bin = (name: string) => join(process.cwd(), 'test', 'tools', 'node_modules', '.bin', name);
+const bin = agentBin;
 const adminToken = 'agents-mcp-admin';
 const upstreamToken = 'notes-upstream-secret';
 
@@ -25,24 +25,11 @@ const upstreamToken = 'notes-upstream-secret';
 function openaiSearchesTheNotes(request: RecordedRequest): FakeResponse | undefined {
   const body = request.body as Record<string, any> | undefined;
   const tool = body?.tools?.find((candidate: Record<string, any>) => /notes__search$/.test(String(candidate.function?.name)));
+  if (!tool) return undefined;
   // (Claude Code's environment comes after the user's words, as a system message.)
   const last = body!.messages.filter((message: Record<string, unknown>) => message.role !== 'system' && message.role !== 'developer').at(-1);
-  if (!tool || last?.role !== 'user') return undefined;
-  const call = { id: 'call_search_01', type: 'function', function: { name: tool.function.name, arguments: JSON.stringify({ word: 'pelican' }) } };
-  const usage = { prompt_tokens: 700, completion_tokens: 9, total_tokens: 709 };
-  const base = { id: 'chatcmpl-search', created: 1_730_000_000, model: body!.model };
-  if (!body!.stream) {
-    return { json: { ...base, object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: null, refusal: null, tool_calls: [call] }, logprobs: null, finish_reason: 'tool_calls' }], usage } };
-  }
-  const chunk = (rest: Record<string, unknown>) => `data: ${JSON.stringify({ ...base, object: 'chat.completion.chunk', ...rest })}\n\n`;
-  return {
-    sse: [
-      chunk({ choices: [{ index: 0, delta: { role: 'assistant', content: null, tool_calls: [{ index: 0, ...call }] }, logprobs: null, finish_reason: null }] }),
-      chunk({ choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: 'tool_calls' }] }),
-      ...(body!.stream_options?.include_usage ? [chunk({ choices: [], usage })] : []),
-      'data: [DONE]\n\n',
-    ].join(''),
-  };
+  if (last?.role !== 'user') return undefined;
+  return openaiToolCall(body!, { id: 'call_search_01', name: tool.function.name, arguments: JSON.stringify({ word: 'pelican' }) }, { prompt_tokens: 700, completion_tokens: 9 });
 }
 
 /**
@@ -140,29 +127,15 @@ describe('Claude Code and Gemini CLI use an MCP server through the gateway', () 
   it('runs Gemini CLI with the gateway as its MCP server, on a model served through the gateway', async () => {
     openai.reset();
     openai.setDefault(openaiSearchesTheNotes);
-    const dir = await mkdtemp(join(home, 'gemini-'));
-    const [userHome, workspace] = [join(dir, 'home'), join(dir, 'work')];
-    await mkdir(join(userHome, '.gemini'), { recursive: true });
-    await mkdir(workspace);
-    const settings = {
-      security: { auth: { selectedType: 'gemini-api-key' } },
-      general: { enableAutoUpdate: false, enableAutoUpdateNotification: false, maxAttempts: 1 },
-      privacy: { usageStatisticsEnabled: false },
-      telemetry: { enabled: false },
-      ide: { enabled: false },
-      // The gateway as a remote MCP server, the key as a header; trusted, so its tools run without asking.
+    // The gateway as a remote MCP server, the key as a header; trusted, so its tools run without asking.
+    const { home: userHome, workspace } = await geminiCliHome(await agentDir(home, 'gemini'), {
       mcpServers: { switchyard: { httpUrl: `${gateway.url}/mcp`, headers: { Authorization: `Bearer ${apiKey}` }, trust: true } },
-    };
-    await writeFile(join(userHome, '.gemini', 'settings.json'), JSON.stringify(settings));
-    const child = run(bin('gemini'), ['-p', 'How many of my notes mention pelican? Use the notes search tool.', '-m', 'gpt-4o-mini', '-o', 'json'], {
-      cwd: workspace,
-      timeout: 120_000,
-      env: { PATH: process.env.PATH, HOME: userHome, GOOGLE_GEMINI_BASE_URL: gateway.url, GEMINI_API_KEY: apiKey, GEMINI_CLI_TRUST_WORKSPACE: 'true' },
     });
-    child.child.stdin?.end();
-    const { stdout, stderr } = await child;
-    if (process.env.TEST_AGENT_LOGS) process.stderr.write(`${stdout}\n${stderr}\n`);
-    const result = JSON.parse(stdout) as Record<string, any>;
+    const result = await runGeminiCli(['-p', 'How many of my notes mention pelican? Use the notes search tool.', '-m', 'gpt-4o-mini'], { home: userHome, workspace }, {
+      GOOGLE_GEMINI_BASE_URL: gateway.url,
+      GEMINI_API_KEY: apiKey,
+    });
+    const stdout = JSON.stringify(result);
     // (Gemini CLI gives a remote tool's answer to the model marked as untrusted.)
     assert.match(String(result.response), /Tool said: [\s\S]*notes with pelican: 2/, stdout);
     assert.equal(result.stats.tools.totalCalls, 1, JSON.stringify(result.stats.tools));

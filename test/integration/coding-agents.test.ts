@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -12,10 +12,10 @@ import type { FakeAnthropic } from '../support/fake-anthropic.js';
 import type { FakeGemini } from '../support/fake-gemini.js';
 import { startVendorGateway, type VendorGateway } from '../support/vendor-gateway.js';
 import { usageRows } from '../support/record.js';
+import { agentBin, agentDir, geminiCliHome, openaiToolCall, runGeminiCli } from '../support/agents.js';
 
 const run = promisify(execFile);
-// The agents are test tools (test/tools), installed by npm test, not with the gateway.
-const bin = (name: string) => join(process.cwd(), 'test', 'tools', 'node_modules', '.bin', name);
+const bin = agentBin;
 
 /** The file Gemini CLI is asked about, and what it says: the answer shows the CLI read it. */
 const NOTE = { file: 'note.txt', text: 'The secret word is pelican.' };
@@ -29,21 +29,7 @@ const READ_NOTE = { file_path: NOTE.file };
 function openaiReadsTheNote(request: RecordedRequest): FakeResponse | undefined {
   const body = request.body as Record<string, any> | undefined;
   if (!body?.tools?.some((tool: Record<string, any>) => tool.function?.name === 'read_file') || body.messages.at(-1)?.role !== 'user') return undefined;
-  const call = { id: 'call_read_01', type: 'function', function: { name: 'read_file', arguments: JSON.stringify(READ_NOTE) } };
-  const usage = { prompt_tokens: 900, completion_tokens: 9, total_tokens: 909 };
-  const base = { id: 'chatcmpl-read', created: 1_730_000_000, model: body.model };
-  if (!body.stream) {
-    return { json: { ...base, object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: null, refusal: null, tool_calls: [call] }, logprobs: null, finish_reason: 'tool_calls' }], usage } };
-  }
-  const chunk = (rest: Record<string, unknown>) => `data: ${JSON.stringify({ ...base, object: 'chat.completion.chunk', ...rest })}\n\n`;
-  return {
-    sse: [
-      chunk({ choices: [{ index: 0, delta: { role: 'assistant', content: null, tool_calls: [{ index: 0, ...call }] }, logprobs: null, finish_reason: null }] }),
-      chunk({ choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: 'tool_calls' }] }),
-      ...(body.stream_options?.include_usage ? [chunk({ choices: [], usage })] : []),
-      'data: [DONE]\n\n',
-    ].join(''),
-  };
+  return openaiToolCall(body, { id: 'call_read_01', name: 'read_file', arguments: JSON.stringify(READ_NOTE) }, { prompt_tokens: 900, completion_tokens: 9 });
 }
 
 /** The fake Anthropic's streamed call of `read_file` on the note (queued: the CLI's first turn streams). */
@@ -149,29 +135,9 @@ describe('Claude Code, Codex and Gemini CLI through the gateway', () => {
    * workspace holding the note. Stdin closed, a deadline on the process.
    */
   async function geminiCli(model: string): Promise<Record<string, any>> {
-    const dir = await mkdtemp(join(home, 'gemini-'));
-    const [userHome, workspace] = [join(dir, 'home'), join(dir, 'work')];
-    await mkdir(join(userHome, '.gemini'), { recursive: true });
-    await mkdir(workspace);
-    const settings = {
-      security: { auth: { selectedType: 'gemini-api-key' } },
-      general: { enableAutoUpdate: false, enableAutoUpdateNotification: false, maxAttempts: 1 },
-      privacy: { usageStatisticsEnabled: false },
-      telemetry: { enabled: false },
-      ide: { enabled: false },
-      tools: { core: ['read_file'] },
-    };
-    await writeFile(join(userHome, '.gemini', 'settings.json'), JSON.stringify(settings));
+    const { home: userHome, workspace } = await geminiCliHome(await agentDir(home, 'gemini'), { tools: { core: ['read_file'] } });
     await writeFile(join(workspace, NOTE.file), `${NOTE.text}\n`);
-    const child = run(bin('gemini'), ['-p', `What does ${NOTE.file} say? Use a tool.`, '-m', model, '-o', 'json'], {
-      cwd: workspace,
-      timeout: 120_000,
-      env: { PATH: process.env.PATH, HOME: userHome, GOOGLE_GEMINI_BASE_URL: gateway.url, GEMINI_API_KEY: apiKey, GEMINI_CLI_TRUST_WORKSPACE: 'true' },
-    });
-    child.child.stdin?.end();
-    const { stdout, stderr } = await child;
-    if (process.env.TEST_AGENT_LOGS) process.stderr.write(`${stdout}\n${stderr}\n`);
-    return JSON.parse(stdout) as Record<string, any>;
+    return runGeminiCli(['-p', `What does ${NOTE.file} say? Use a tool.`, '-m', model], { home: userHome, workspace }, { GOOGLE_GEMINI_BASE_URL: gateway.url, GEMINI_API_KEY: apiKey });
   }
 
   /** What every Gemini CLI run shows: the note read by its tool, the answer to the note, two requests billed and logged. */

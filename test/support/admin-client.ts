@@ -41,3 +41,10 @@ export async function expectAdminError(call: Promise<{ status: number; json: Err
   for (const [field, value] of Object.entries(expected)) assert.equal(json.error[field as keyof ErrorBody['error']], value, `${field} of ${JSON.stringify(json)}`);
   return json.error;
 }
+
+/** A response's JSON, once it is asserted to be a 2xx (its status and body said otherwise). */
+export async function okJson<T>(response: Promise<Response>): Promise<T> {
+  const answer = await response;
+  assert.ok(answer.ok, `${answer.status}: ${await answer.clone().text()}`);
+  return (await answer.json()) as T;
+}

@@ -4,7 +4,8 @@ import { api, messageOf } from '../api';
 import { useAccount, useApp, useTeam } from '../app-context';
 import { teamName } from '../teams';
 import { type Column, DataTable } from '../components/data-table';
-import { CopyButton, Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, modelList, optionalNumber, useApi, useCopy, useTitle } from '../components/ui';
+import { Snippet } from '../components/snippet';
+import { Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, modelList, optionalNumber, useApi, useCopy, useTitle } from '../components/ui';
 import { ago, dateInputValue, dateTime, endOfLocalDay, money, shortDate, todayInputValue } from '../format';
 import { defaultAccountId, type BudgetPeriod, type CreatedKey, type Key, type KeyLimitValues, type List } from '../types';
 
@@ -272,29 +273,6 @@ function CreateKeyDialog({ onCreated, onClose }: { onCreated: (key: CreatedKey) 
   );
 }
 
-
-function Snippet({ title, label, code, secret }: { title: string; label: string; code: string; secret: string }) {
-  // The key in one piece where it fits on a line (it moves down whole), broken only where it cannot fit at all (a phone).
-  const parts = code.split(secret);
-  return (
-    <>
-      <div class="snippet-head">
-        <h3 class="snippet-title">{title}</h3>
-        <CopyButton text={code} label={`Copy ${title}`} />
-      </div>
-      <pre class="code code-wrap" tabIndex={0} aria-label={label}>
-        <code>
-          {parts.map((part, i) => (
-            <Fragment key={i}>
-              {i > 0 && <span class="code-secret">{secret}</span>}
-              {part}
-            </Fragment>
-          ))}
-        </code>
-      </pre>
-    </>
-  );
-}
 
 function snippets(baseUrl: string, secret: string, model: string) {
   const root = baseUrl.replace(/\/+$/, '');

@@ -2,7 +2,8 @@ import { Fragment } from 'preact';
 import { useState } from 'preact/hooks';
 import type { McpServerConsoleView, McpToolsPage } from '../../../shared/console-api.js';
 import { type Column, DataTable } from '../components/data-table';
-import { CopyButton, ErrorMessage, PageHeader, useApi, useTitle } from '../components/ui';
+import { ErrorMessage, PageHeader, useApi, useTitle } from '../components/ui';
+import { Snippet } from '../components/snippet';
 import { count, moment } from '../format';
 import { api, messageOf } from '../api';
 
@@ -65,20 +66,6 @@ const adminColumns = (check: (name: string) => void, checking: string | undefine
     cell: (server) => (server.header_names && server.header_names.length > 0 ? server.header_names.join(', ') : <span class="muted">—</span>),
   },
 ];
-
-function Snippet({ title, code }: { title: string; code: string }) {
-  return (
-    <>
-      <div class="snippet-head">
-        <h3 class="snippet-title">{title}</h3>
-        <CopyButton text={code} label={`Copy ${title}`} />
-      </div>
-      <pre class="code code-wrap" tabIndex={0} aria-label={title}>
-        <code>{code}</code>
-      </pre>
-    </>
-  );
-}
 
 /** The agents' configs for the endpoint, the key in them as a placeholder (its secret is shown only when it is made). */
 function agentSnippets(endpoint: string, keyHint: string | undefined) {
