@@ -37,6 +37,7 @@ describe('the Tools page (MCP) in a real browser', () => {
   let dir: string;
   let memberId: string;
   let searchOnly: string;
+  let everyTool: string;
 
   const adminApi = adminRequest(() => gateway.url, adminToken);
   const json = okJson;
@@ -55,7 +56,7 @@ describe('the Tools page (MCP) in a real browser', () => {
     });
     browser = await launchChromium();
     memberId = (await json<{ id: string }>(adminApi('POST', '/admin/accounts', { email: memberEmail, password: memberPassword, role: 'member' }))).id;
-    await json(adminApi('POST', '/admin/keys', { name: 'every tool', account_id: memberId, created_by: memberId }));
+    everyTool = (await json<{ id: string }>(adminApi('POST', '/admin/keys', { name: 'every tool', account_id: memberId, created_by: memberId }))).id;
     searchOnly = (await json<{ id: string }>(adminApi('POST', '/admin/keys', { name: 'search only', account_id: memberId, created_by: memberId, mcp_tools: ['notes/search'] }))).id;
     await waitFor(async () => (await json<{ data: Array<{ status: string }> }>(adminApi('GET', '/admin/mcp/servers'))).data[0]?.status === 'ok', 30_000, 'the server checked');
   });
@@ -116,7 +117,7 @@ describe('the Tools page (MCP) in a real browser', () => {
     await closeClean(context, 'tools narrowed');
   });
 
-  it('an admin sees where the server is reached and every tool, never the header\'s value, and checks it now', async () => {
+  it('an admin sees where the server is reached and every tool, never the header\'s value, checks it now, and limits a member\'s key to a tool', async () => {
     const context = await openContext(browser, gateway.url, { width: 1280, height: 800 });
     const page = await context.newPage();
     await signIn(page, adminEmail, adminPassword);
@@ -135,6 +136,28 @@ describe('the Tools page (MCP) in a real browser', () => {
     assert.equal(await page.locator('.alert-error').count(), 0, 'no error');
     assert.match(await page.locator('tbody tr').filter({ hasText: 'notes' }).first().innerText(), /OK[\s\S]*checked/);
     await shoot(page, 'tools-admin-desktop');
+
+    // All keys: an admin limits a member's key to one tool; the key may use that one only (and the member is told).
+    await page.goto('/console/admin/keys');
+    await tablesLoaded(page, 'all keys');
+    await page.locator('tbody tr').filter({ hasText: 'every tool' }).first().getByRole('button', { name: 'Edit' }).click();
+    const edit = page.getByRole('dialog', { name: 'Edit every tool' });
+    await edit.getByLabel('MCP tools').fill('notes/add, no-slash');
+    await edit.getByRole('button', { name: 'Save' }).click();
+    await edit.getByText('"no-slash" is no tool pattern').waitFor();
+    await edit.getByLabel('MCP tools').fill('notes/add');
+    await edit.getByRole('button', { name: 'Save' }).click();
+    await edit.waitFor({ state: 'detached' });
+    assert.deepEqual((await json<{ mcp_tools: string[] | null }>(adminApi('GET', `/admin/keys/${everyTool}`))).mcp_tools, ['notes/add']);
     await closeClean(context, 'tools admin');
+    const member = await openContext(browser, gateway.url, { width: 1280, height: 800 });
+    const memberPage = await member.newPage();
+    await signIn(memberPage, memberEmail, memberPassword);
+    await memberPage.goto('/console/tools');
+    await tablesLoaded(memberPage, 'tools');
+    await memberPage.getByLabel('Key').selectOption(everyTool);
+    await memberPage.getByText('This key is limited to notes/add.').waitFor();
+    assert.deepEqual(await toolNames(memberPage), ['notes__add']);
+    await closeClean(member, 'tools after the admin\'s change');
   });
 });

@@ -20,9 +20,11 @@ interface KeyDraft {
   /** The budget per period: an amount (empty: none) and its period. */
   budget: string;
   budgetPeriod: BudgetPeriod;
+  /** The MCP tools it may use, `server/tool` patterns (an admin's; empty: every tool its team allows). */
+  tools: string;
 }
 
-const emptyDraft: KeyDraft = { name: '', limit: '', rpm: '', tpm: '', models: '', expires: '', cacheTtl: '', budget: '', budgetPeriod: 'month' };
+const emptyDraft: KeyDraft = { name: '', limit: '', rpm: '', tpm: '', models: '', expires: '', cacheTtl: '', budget: '', budgetPeriod: 'month', tools: '' };
 
 /** The most seconds a key's default cache TTL may name (a year; the API's bound). */
 const maxCacheTtlS = 31_536_000;
@@ -38,6 +40,7 @@ function draftOf(key: Key): KeyDraft {
     cacheTtl: key.cache_ttl_s == null ? '' : String(key.cache_ttl_s),
     budget: key.budget_usd == null ? '' : String(key.budget_usd),
     budgetPeriod: key.budget_period ?? 'month',
+    tools: key.mcp_tools?.join(', ') ?? '',
   };
 }
 
@@ -51,6 +54,7 @@ interface KeyFieldsValue {
   cache_ttl_s: number | null;
   budget_usd: number | null;
   budget_period: BudgetPeriod;
+  mcp_tools: string[] | null;
 }
 
 /** The draft as API fields (null for "none"), or the first problem with it. */
@@ -79,7 +83,21 @@ function parseDraft(draft: KeyDraft): KeyFieldsValue | string {
     if (at * 1000 < Date.now()) return 'The expiry date has passed already.';
     expires = at;
   }
-  return { name, limit_usd: limit ?? null, rpm, tpm, models: modelList(draft.models) ?? null, expires_at: expires, cache_ttl_s: cacheTtl ?? null, budget_usd: budget ?? null, budget_period: draft.budgetPeriod };
+  const tools = draft.tools.split(/[\s,]+/).filter((pattern) => pattern !== '');
+  const badTool = tools.find((pattern) => pattern !== '*' && !/^[A-Za-z0-9_.*-]+\/[A-Za-z0-9_.*-]+$/.test(pattern));
+  if (badTool) return `"${badTool}" is no tool pattern: write server/tool, e.g. notes/* or github/create_issue.`;
+  return {
+    name,
+    limit_usd: limit ?? null,
+    rpm,
+    tpm,
+    models: modelList(draft.models) ?? null,
+    expires_at: expires,
+    cache_ttl_s: cacheTtl ?? null,
+    budget_usd: budget ?? null,
+    budget_period: draft.budgetPeriod,
+    mcp_tools: tools.length > 0 ? tools : null,
+  };
 }
 
 /**
@@ -132,6 +150,7 @@ function KeyFields({
   autoFocus,
   ceilings,
   cacheCap,
+  tools,
 }: {
   idPrefix: string;
   draft: KeyDraft;
@@ -140,6 +159,8 @@ function KeyFields({
   ceilings?: KeyCeilings;
   /** The cache cap of the key's account, when known (the member's own). */
   cacheCap?: number | null | undefined;
+  /** The MCP tools field: an admin's, changing any key. */
+  tools?: boolean;
 }) {
   const set = (field: keyof KeyDraft) => (event: TargetedEvent<HTMLInputElement>) => onChange({ ...draft, [field]: event.currentTarget.value });
   const id = (field: string) => `${idPrefix}-${field}`;
@@ -216,6 +237,15 @@ function KeyFields({
           Requests that send no Cache-Control are cached this long. Empty: none.{cacheCapText(cacheCap)}
         </p>
       </div>
+      {tools && (
+        <div class="field field-wide">
+          <label for={id('tools')}>MCP tools</label>
+          <input id={id('tools')} type="text" value={draft.tools} onInput={set('tools')} placeholder="Every tool its team allows" autoComplete="off" spellcheck={false} aria-describedby={id('tools-hint')} />
+          <p class="field-hint" id={id('tools-hint')}>
+            The tools of the MCP servers it may use: server/tool patterns, comma separated, e.g. notes/*, github/create_issue. Empty: every tool its team allows.
+          </p>
+        </div>
+      )}
     </div>
   );
 }
@@ -392,6 +422,7 @@ function EditKeyDialog({
     if (draft.models !== initial.models) body.models = parsed.models;
     if (draft.expires !== initial.expires) body.expires_at = parsed.expires_at;
     if (draft.cacheTtl !== initial.cacheTtl) body.cache_ttl_s = parsed.cache_ttl_s;
+    if (base === '/admin/keys' && draft.tools !== initial.tools) body.mcp_tools = parsed.mcp_tools;
     // The amount and its period go together (the API takes no period alone); an emptied amount clears the budget.
     if (draft.budget !== initial.budget || (draft.budget !== '' && draft.budgetPeriod !== initial.budgetPeriod)) {
       body.budget_usd = parsed.budget_usd;
@@ -419,7 +450,7 @@ function EditKeyDialog({
   return (
     <Dialog title={`Edit ${keyRecord.name}`} onClose={onClose} wide>
       <form onSubmit={submit} noValidate>
-        <KeyFields idPrefix="edit-key" draft={draft} onChange={setDraft} ceilings={ceilings} cacheCap={cacheCap !== undefined ? cacheCap : keyRecord.account_id === account?.id ? account.cache_max_ttl_s : undefined} />
+        <KeyFields idPrefix="edit-key" draft={draft} onChange={setDraft} ceilings={ceilings} tools={base === '/admin/keys'} cacheCap={cacheCap !== undefined ? cacheCap : keyRecord.account_id === account?.id ? account.cache_max_ttl_s : undefined} />
         <ErrorMessage message={error} />
         <DialogFormActions onCancel={onClose} busy={busy} submit="Save" />
       </form>
