@@ -137,6 +137,16 @@ describe('the Tools page (MCP) in a real browser', () => {
     assert.match(await page.locator('tbody tr').filter({ hasText: 'notes' }).first().innerText(), /OK[\s\S]*checked/);
     await shoot(page, 'tools-admin-desktop');
 
+    // Accounts: an admin sets the tools of the member's account (their team) in the console.
+    await page.goto('/console/admin/accounts');
+    await tablesLoaded(page, 'accounts');
+    await page.locator('tbody tr').filter({ hasText: memberEmail }).first().getByRole('button', { name: /^Change MCP tools/ }).click();
+    const tools = page.getByRole('dialog', { name: `MCP tools of ${memberEmail}` });
+    await tools.getByLabel('Only these tools').fill('notes/*');
+    await tools.getByRole('button', { name: 'Save' }).click();
+    await tools.waitFor({ state: 'detached' });
+    assert.deepEqual((await json<{ mcp_tools: string[] | null }>(adminApi('GET', `/admin/accounts/${memberId}`))).mcp_tools, ['notes/*']);
+
     // All keys: an admin limits a member's key to one tool; the key may use that one only (and the member is told).
     await page.goto('/console/admin/keys');
     await tablesLoaded(page, 'all keys');

@@ -212,6 +212,52 @@ function CacheCapDialog({ account, gatewayCap, onClose, onSaved }: { account: Ac
   );
 }
 
+/** What an account's row says of the MCP tools its keys may use: every tool, none, or its patterns. */
+const toolsLine = (tools: readonly string[] | null) => (tools === null ? 'Tools: every' : tools.length === 0 ? 'Tools: none' : `Tools: ${tools.join(', ')}`);
+
+function ToolsDialog({ account, onClose, onSaved }: { account: Account; onClose: () => void; onSaved: (updated: Account) => void }) {
+  const [every, setEvery] = useState(account.mcp_tools === null);
+  const [patterns, setPatterns] = useState(account.mcp_tools?.join(', ') ?? '');
+  const { error, busy, submit } = useAccountChange(account, onSaved, () => {
+    if (every) return { mcp_tools: null };
+    const tools = patterns.split(/[\s,]+/).filter((pattern) => pattern !== '');
+    const bad = tools.find((pattern) => pattern !== '*' && !/^[A-Za-z0-9_.*-]+\/[A-Za-z0-9_.*-]+$/.test(pattern));
+    return bad ? `"${bad}" is no tool pattern: write server/tool, e.g. notes/* or github/create_issue.` : { mcp_tools: tools };
+  });
+  return (
+    <Dialog title={`MCP tools of ${accountLabel(account)}`} onClose={onClose}>
+      <p class="dialog-lead">The tools of the MCP servers this account’s keys may use through /mcp. A key may be narrowed further on All keys.</p>
+      <form onSubmit={submit} noValidate>
+        <div class="form-stack">
+          <div class="check">
+            <input id="account-tools-every" type="checkbox" checked={every} onChange={(e) => setEvery(e.currentTarget.checked)} autoFocus />
+            <label for="account-tools-every">Every tool</label>
+          </div>
+          <div class="field">
+            <label for="account-tools">Only these tools</label>
+            <input
+              id="account-tools"
+              type="text"
+              value={patterns}
+              disabled={every}
+              onInput={(e) => setPatterns(e.currentTarget.value)}
+              placeholder="None"
+              autoComplete="off"
+              spellcheck={false}
+              aria-describedby="account-tools-hint"
+            />
+            <p class="field-hint" id="account-tools-hint">
+              server/tool patterns, comma separated, e.g. notes/*, github/create_issue. Empty: no tools at all.
+            </p>
+          </div>
+        </div>
+        <ErrorMessage message={error} />
+        <DialogFormActions onCancel={onClose} busy={busy} submit="Save" />
+      </form>
+    </Dialog>
+  );
+}
+
 const tierLabel = (tier: ServiceTier) => tier[0]!.toUpperCase() + tier.slice(1);
 const tierHints: Record<ServiceTier, string> = {
   priority: 'served before anything else waiting',
@@ -279,6 +325,7 @@ export function AccountsPage() {
   const [weighing, setWeighing] = useState<Account | undefined>(undefined);
   const [tiering, setTiering] = useState<Account | undefined>(undefined);
   const [capping, setCapping] = useState<Account | undefined>(undefined);
+  const [tooling, setTooling] = useState<Account | undefined>(undefined);
   const [disabling, setDisabling] = useState<Account | undefined>(undefined);
   const [busyId, setBusyId] = useState<string | undefined>(undefined);
   const [error, setError] = useState<string | undefined>(undefined);
@@ -387,6 +434,10 @@ export function AccountsPage() {
           >
             {cacheCapLine(account.cache_max_ttl_s)}
           </button>
+          {/* The MCP tools its keys may use (every tool unless an admin set a list). */}
+          <button type="button" class="weight-button tiers-button account-setting" onClick={() => setTooling(account)} aria-label={`Change MCP tools, now ${toolsLine(account.mcp_tools).slice(7)}`} title="The MCP tools this account's keys may use">
+            {toolsLine(account.mcp_tools)}
+          </button>
         </>
       ),
     },
@@ -494,6 +545,17 @@ export function AccountsPage() {
             replace(updated);
             setStatus(`Cache cap of ${accountLabel(updated)}: ${cacheCapText(updated.cache_max_ttl_s)}.`);
             setCapping(undefined);
+          }}
+        />
+      )}
+      {tooling && (
+        <ToolsDialog
+          account={tooling}
+          onClose={() => setTooling(undefined)}
+          onSaved={(updated) => {
+            replace(updated);
+            setStatus(`MCP tools of ${accountLabel(updated)}: ${toolsLine(updated.mcp_tools).slice(7)}.`);
+            setTooling(undefined);
           }}
         />
       )}
