@@ -1,4 +1,4 @@
-import type { TargetedSubmitEvent } from 'preact';
+import type { ComponentChildren, TargetedSubmitEvent } from 'preact';
 import { useState } from 'preact/hooks';
 import { api, listOf, messageOf } from '../api';
 import { useApp } from '../app-context';
@@ -6,6 +6,7 @@ import { type Column, DataTable } from '../components/data-table';
 import { Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, useApi, useSending, useTitle } from '../components/ui';
 import { balance, dateTime, money } from '../format';
 import { defaultAccountId, serviceTiers, type Account, type AccountList, type Role, type ServiceTier } from '../types';
+import { parseToolPatterns } from '../tool-patterns';
 
 /** An account as dialogs and messages name it: its email, else its name (the Default account's). */
 const accountLabel = (account: Account) => account.email || account.name || account.id;
@@ -138,28 +139,33 @@ function useAccountChange(account: Account, onSaved: (updated: Account) => void,
   return { error, busy, submit };
 }
 
+/** The dialog of one account setting: its lead, its fields, and Save (a refusal said above the buttons). */
+function SettingDialog({ title, lead, form, onClose, children }: { title: string; lead: ComponentChildren; form: ReturnType<typeof useAccountChange>; onClose: () => void; children: ComponentChildren }) {
+  return (
+    <Dialog title={title} onClose={onClose}>
+      <p class="dialog-lead">{lead}</p>
+      <form onSubmit={form.submit} noValidate>
+        <div class="form-stack">{children}</div>
+        <ErrorMessage message={form.error} />
+        <DialogFormActions onCancel={onClose} busy={form.busy} submit="Save" />
+      </form>
+    </Dialog>
+  );
+}
+
 function WeightDialog({ account, onClose, onSaved }: { account: Account; onClose: () => void; onSaved: (updated: Account) => void }) {
   const [weight, setWeight] = useState(String(account.weight));
-  const { error, busy, submit } = useAccountChange(account, onSaved, () => {
+  const form = useAccountChange(account, onSaved, () => {
     const value = Number(weight);
     return Number.isInteger(value) && value >= 1 && value <= 100 ? { weight: value } : 'Enter a whole number from 1 to 100.';
   });
   return (
-    <Dialog title={`Weight of ${accountLabel(account)}`} onClose={onClose}>
-      <p class="dialog-lead">
-        When requests wait for a vendor, each account waiting gets its weight's share of what is free: an account of weight 3 is served three times as much as one of weight 1. Every account starts at 1.
-      </p>
-      <form onSubmit={submit} noValidate>
-        <div class="form-stack">
-          <div class="field">
-            <label for="account-weight">Weight (1–100)</label>
-            <input id="account-weight" type="number" min={1} max={100} step={1} inputMode="numeric" required value={weight} onInput={(e) => setWeight(e.currentTarget.value)} autoFocus />
-          </div>
-        </div>
-        <ErrorMessage message={error} />
-        <DialogFormActions onCancel={onClose} busy={busy} submit="Save" />
-      </form>
-    </Dialog>
+    <SettingDialog title={`Weight of ${accountLabel(account)}`} lead={<>When requests wait for a vendor, each account waiting gets its weight's share of what is free: an account of weight 3 is served three times as much as one of weight 1. Every account starts at 1.</>} form={form} onClose={onClose}>
+      <div class="field">
+        <label for="account-weight">Weight (1–100)</label>
+        <input id="account-weight" type="number" min={1} max={100} step={1} inputMode="numeric" required value={weight} onInput={(e) => setWeight(e.currentTarget.value)} autoFocus />
+      </div>
+    </SettingDialog>
   );
 }
 
@@ -172,43 +178,34 @@ const cacheCapLine = (cap: number | null) => (cap === null ? 'Cache: no cap' : c
 
 function CacheCapDialog({ account, gatewayCap, onClose, onSaved }: { account: Account; gatewayCap: number | undefined; onClose: () => void; onSaved: (updated: Account) => void }) {
   const [cap, setCap] = useState(account.cache_max_ttl_s === null ? '' : String(account.cache_max_ttl_s));
-  const { error, busy, submit } = useAccountChange(account, onSaved, () => {
+  const form = useAccountChange(account, onSaved, () => {
     const text = cap.trim();
     const value = text === '' ? null : Number(text);
     if (value !== null && (!Number.isInteger(value) || value < 0 || value > maxCacheTtlS)) return `Enter a whole number of seconds from 0 to ${maxCacheTtlS.toLocaleString()}, or leave it empty.`;
     return { cache_max_ttl_s: value };
   });
   return (
-    <Dialog title={`Cache cap of ${accountLabel(account)}`} onClose={onClose}>
-      <p class="dialog-lead">
-        The longest this account’s answers are kept in the response cache, whatever <code>max-age</code> its requests or its keys’ default TTL name. 0 turns caching off for the account.
-      </p>
-      <form onSubmit={submit} noValidate>
-        <div class="form-stack">
-          <div class="field">
-            <label for="account-cache-cap">Cache cap (s)</label>
-            <input
-              id="account-cache-cap"
-              type="number"
-              min={0}
-              max={maxCacheTtlS}
-              step={1}
-              inputMode="numeric"
-              value={cap}
-              onInput={(e) => setCap(e.currentTarget.value)}
-              placeholder="No cap"
-              aria-describedby="account-cache-cap-hint"
-              autoFocus
-            />
-            <p class="field-hint" id="account-cache-cap-hint">
-              Empty: no cap of its own{gatewayCap === undefined ? '' : ` (the gateway’s ${gatewayCap.toLocaleString()} s still holds)`}. 0: never cached.
-            </p>
-          </div>
-        </div>
-        <ErrorMessage message={error} />
-        <DialogFormActions onCancel={onClose} busy={busy} submit="Save" />
-      </form>
-    </Dialog>
+    <SettingDialog title={`Cache cap of ${accountLabel(account)}`} lead={<>The longest this account’s answers are kept in the response cache, whatever <code>max-age</code> its requests or its keys’ default TTL name. 0 turns caching off for the account.</>} form={form} onClose={onClose}>
+      <div class="field">
+        <label for="account-cache-cap">Cache cap (s)</label>
+        <input
+          id="account-cache-cap"
+          type="number"
+          min={0}
+          max={maxCacheTtlS}
+          step={1}
+          inputMode="numeric"
+          value={cap}
+          onInput={(e) => setCap(e.currentTarget.value)}
+          placeholder="No cap"
+          aria-describedby="account-cache-cap-hint"
+          autoFocus
+        />
+        <p class="field-hint" id="account-cache-cap-hint">
+          Empty: no cap of its own{gatewayCap === undefined ? '' : ` (the gateway’s ${gatewayCap.toLocaleString()} s still holds)`}. 0: never cached.
+        </p>
+      </div>
+    </SettingDialog>
   );
 }
 
@@ -218,43 +215,35 @@ const toolsLine = (tools: readonly string[] | null) => (tools === null ? 'Tools:
 function ToolsDialog({ account, onClose, onSaved }: { account: Account; onClose: () => void; onSaved: (updated: Account) => void }) {
   const [every, setEvery] = useState(account.mcp_tools === null);
   const [patterns, setPatterns] = useState(account.mcp_tools?.join(', ') ?? '');
-  const { error, busy, submit } = useAccountChange(account, onSaved, () => {
+  const form = useAccountChange(account, onSaved, () => {
     if (every) return { mcp_tools: null };
-    const tools = patterns.split(/[\s,]+/).filter((pattern) => pattern !== '');
-    const bad = tools.find((pattern) => pattern !== '*' && !/^[A-Za-z0-9_.*-]+\/[A-Za-z0-9_.*-]+$/.test(pattern));
-    return bad ? `"${bad}" is no tool pattern: write server/tool, e.g. notes/* or github/create_issue.` : { mcp_tools: tools };
+    const tools = parseToolPatterns(patterns);
+    return typeof tools === 'string' ? tools : { mcp_tools: tools };
   });
   return (
-    <Dialog title={`MCP tools of ${accountLabel(account)}`} onClose={onClose}>
-      <p class="dialog-lead">The tools of the MCP servers this account’s keys may use through /mcp. A key may be narrowed further on All keys.</p>
-      <form onSubmit={submit} noValidate>
-        <div class="form-stack">
-          <div class="check">
-            <input id="account-tools-every" type="checkbox" checked={every} onChange={(e) => setEvery(e.currentTarget.checked)} autoFocus />
-            <label for="account-tools-every">Every tool</label>
-          </div>
-          <div class="field">
-            <label for="account-tools">Only these tools</label>
-            <input
-              id="account-tools"
-              type="text"
-              value={patterns}
-              disabled={every}
-              onInput={(e) => setPatterns(e.currentTarget.value)}
-              placeholder="None"
-              autoComplete="off"
-              spellcheck={false}
-              aria-describedby="account-tools-hint"
-            />
-            <p class="field-hint" id="account-tools-hint">
-              server/tool patterns, comma separated, e.g. notes/*, github/create_issue. Empty: no tools at all.
-            </p>
-          </div>
-        </div>
-        <ErrorMessage message={error} />
-        <DialogFormActions onCancel={onClose} busy={busy} submit="Save" />
-      </form>
-    </Dialog>
+    <SettingDialog title={`MCP tools of ${accountLabel(account)}`} lead={<>The tools of the MCP servers this account’s keys may use through /mcp. A key may be narrowed further on All keys.</>} form={form} onClose={onClose}>
+      <div class="check">
+        <input id="account-tools-every" type="checkbox" checked={every} onChange={(e) => setEvery(e.currentTarget.checked)} autoFocus />
+        <label for="account-tools-every">Every tool</label>
+      </div>
+      <div class="field">
+        <label for="account-tools">Only these tools</label>
+        <input
+          id="account-tools"
+          type="text"
+          value={patterns}
+          disabled={every}
+          onInput={(e) => setPatterns(e.currentTarget.value)}
+          placeholder="None"
+          autoComplete="off"
+          spellcheck={false}
+          aria-describedby="account-tools-hint"
+        />
+        <p class="field-hint" id="account-tools-hint">
+          server/tool patterns, comma separated, e.g. notes/*, github/create_issue. Empty: no tools at all.
+        </p>
+      </div>
+    </SettingDialog>
   );
 }
 

@@ -5,6 +5,7 @@ import { useAccount, useApp, useTeam } from '../app-context';
 import { teamName } from '../teams';
 import { type Column, DataTable } from '../components/data-table';
 import { Snippet } from '../components/snippet';
+import { parseToolPatterns } from '../tool-patterns';
 import { Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, modelList, optionalNumber, useApi, useCopy, useTitle } from '../components/ui';
 import { ago, dateInputValue, dateTime, endOfLocalDay, money, shortDate, todayInputValue } from '../format';
 import { defaultAccountId, type BudgetPeriod, type CreatedKey, type Key, type KeyLimitValues, type List } from '../types';
@@ -83,9 +84,8 @@ function parseDraft(draft: KeyDraft): KeyFieldsValue | string {
     if (at * 1000 < Date.now()) return 'The expiry date has passed already.';
     expires = at;
   }
-  const tools = draft.tools.split(/[\s,]+/).filter((pattern) => pattern !== '');
-  const badTool = tools.find((pattern) => pattern !== '*' && !/^[A-Za-z0-9_.*-]+\/[A-Za-z0-9_.*-]+$/.test(pattern));
-  if (badTool) return `"${badTool}" is no tool pattern: write server/tool, e.g. notes/* or github/create_issue.`;
+  const tools = parseToolPatterns(draft.tools);
+  if (typeof tools === 'string') return tools;
   return {
     name,
     limit_usd: limit ?? null,
