@@ -10,7 +10,7 @@ import { GatewayError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
 import { mcpEndpointOf, mcpQueueName, prefixedToolName, splitToolName, type McpCallJobData, type McpForwardedMethod } from '../../shared/mcp/calls.js';
 import type { McpServer, McpServerHealth, McpTool } from '../../shared/mcp/servers.js';
-import { mayReachServer, toolRefusal } from '../../shared/mcp/tool-rules.js';
+import { callRefusal, mayReachServer, toolRefusal } from '../../shared/mcp/tool-rules.js';
 import { appendRequestLog, loggedMessageChars } from '../../shared/request-log.js';
 import { sseJson } from '../../shared/sse.js';
 import { cancelChannel, mcpHealthKey, mcpSessionKey } from '../../shared/redis-keys.js';
@@ -67,9 +67,6 @@ function progressTokenOf(message: RpcMessage): string | number | undefined {
   const token = meta && typeof meta === 'object' ? (meta as { progressToken?: unknown }).progressToken : undefined;
   return (typeof token === 'string' && token.length <= 256) || (typeof token === 'number' && Number.isFinite(token)) ? token : undefined;
 }
-
-/** A worker's relay of a server's JSON-RPC error (as it writes it). */
-const upstreamErrorPattern = /^\{"jsonrpc":"2\.0","id":(?:"(?:[^"\\]|\\.)*"|-?\d+),"error":/;
 
 /** On `/mcp`, a resource's URI (and a template's) is named with its server: `switchyard-mcp://<server>/<the server's URI>`. */
 const uriPrefix = 'switchyard-mcp://';
@@ -325,8 +322,7 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
       throw new RpcFailure(invalidParams, health?.ok === false ? `The server ${server.name} is not answering (${health.error}); try again later.` : `Unknown tool: ${name}.`);
     }
     // A tool the key may not use (now: the rules as last heard) is refused, and the refusal logged like any call.
-    const refusal = toolRefusal(access, server.name, named.tool);
-    return forward(ctx, access, server, sessionId, message, { method: 'tools/call', target: named.tool, args, price: server.pricePerCallMicros, refusal });
+    return forward(ctx, access, server, sessionId, message, { method: 'tools/call', target: named.tool, args, price: server.pricePerCallMicros, refusal: callRefusal(access, 'tools/call', server.name, named.tool) });
   };
 
   /** `resources/read` and `prompts/get`: sent on to the server that has it, through its queue (on `/mcp`, named with its server). */
@@ -353,8 +349,7 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
     }
     const health = (await checked.of([server])).get(server.name);
     if (health?.ok === false) throw new RpcFailure(internalError, `The server ${server.name} is not answering (${health.error}); try again later.`);
-    const refusal = mayReachServer(access, server.name) ? undefined : `This API key may not use the MCP server ${server.name}.`;
-    const raw = await forward(ctx, access, server, sessionId, message, { method, target, args, price: 0, refusal });
+    const raw = await forward(ctx, access, server, sessionId, message, { method, target, args, price: 0, refusal: callRefusal(access, method, server.name, target) });
     // On `/mcp` the contents read are named as the client named the resource.
     if (scope || method !== 'resources/read' || raw === '') return raw;
     return renameContents(raw, server.name);
@@ -470,9 +465,9 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
         logged('cancelled', null, new RpcFailure(gatewayRefusal, 'The client left before the answer.', 499, { type: 'client_closed' }));
         return '';
       }
-      // The server's own JSON-RPC error, relayed as it gave it (the worker writes `{"jsonrpc","id","error"}` in that order).
-      const refusedUpstream = upstreamErrorPattern.test(body.slice(0, 600));
-      logged(refusedUpstream ? 'failed' : 'completed', 200, refusedUpstream ? new RpcFailure(gatewayRefusal, 'The server answered with an error.', 200, { type: 'upstream_error' }) : undefined);
+      // Answered (the server's own JSON-RPC error too: its worker settles that one `failed`, `upstream_error`, which
+      // the record's merge of the two halves keeps over this `completed`).
+      logged('completed', 200);
       return body;
     } finally {
       expected.release();

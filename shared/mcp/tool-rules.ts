@@ -98,3 +98,13 @@ function allowedText(patterns: readonly string[]): string {
 export function mayReachServer(rules: ToolRules, server: string): boolean {
   return listReachesServer(rules.teamMcpTools, server) && listReachesServer(rules.mcpTools, server);
 }
+
+/**
+ * Why the key may not send this message on to the server (undefined when it may): a tool call by the tool's rule, a
+ * read (`resources/read`, `prompts/get`) by whether the key may use any tool of the server. The api asks it at the
+ * door, the worker again as it takes the call.
+ */
+export function callRefusal(rules: ToolRules, method: 'tools/call' | 'resources/read' | 'prompts/get', server: string, target: string): string | undefined {
+  if (method === 'tools/call') return toolRefusal(rules, server, target);
+  return mayReachServer(rules, server) ? undefined : `This API key may not use the MCP server ${server}.`;
+}

@@ -6,7 +6,7 @@ import type { Config } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
 import { mcpQueueName, type McpCallJobData } from '../../shared/mcp/calls.js';
-import { mayReachServer, toolRefusal } from '../../shared/mcp/tool-rules.js';
+import { callRefusal } from '../../shared/mcp/tool-rules.js';
 import type { McpServer, McpServerHealth } from '../../shared/mcp/servers.js';
 import { mcpHealthKey } from '../../shared/redis-keys.js';
 import { settle, type SettlePolicy } from '../../shared/money/billing.js';
@@ -148,8 +148,7 @@ export class McpToolWorkers {
     if ('refused' in now) return fail('failed', new GatewayError(401, accessRefusalMessage(now.refused), { code: 'invalid_api_key' }), false);
     // And the tool (or the server, for a read): a rule changed while the call waited holds for it.
     const price = method === 'tools/call' ? server.pricePerCallMicros : 0;
-    const refusal =
-      method === 'tools/call' ? toolRefusal(now.access, data.server, data.tool) : mayReachServer(now.access, data.server) ? undefined : `This API key may not use the MCP server ${data.server}.`;
+    const refusal = callRefusal(now.access, method, data.server, data.tool);
     if (refusal !== undefined) return fail('failed', new GatewayError(403, refusal, { code: 'tool_not_allowed' }), false);
     const controller = cancels.start(job.id!);
     const timeout = Math.min(server.timeoutMs, remaining);
