@@ -61,6 +61,8 @@ import { isSignedBlobPath, resolveUrlSecret } from '../storage/blob-urls.js';
 import { AccountFileStore } from '../storage/account-files.js';
 import { fileRoutes } from './files/routes.js';
 import { closeMarginMs, closeRedisBy, settledBy } from '../shared/stop-deadline.js';
+import { openMcpRegistry, secretBox } from '../storage/record/mcp-servers.js';
+import { McpServerAdmin } from './mcp/server-admin.js';
 
 export interface ApiServer {
   server: Server;
@@ -145,6 +147,10 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     (error: unknown) => log.error({ err: error }, 'the audit log could not record the channels this api serves with (channels_not_audited): they are compared again at the next start'),
   );
   const keyCache = new KeyCache(keyStore, config.keyCacheTtlMs);
+  // The upstream MCP servers (the file's and those an admin added), followed live (shared/mcp/registry.ts).
+  const mcpServers = openMcpRegistry({ config, redis, record, log });
+  await mcpServers.start();
+  const mcpAdmin = new McpServerAdmin({ record, redis, registry: mcpServers, box: secretBox(config) });
   const hub = new ReplyHub(subscriber, redis, replyChannel(instanceId), log);
   // What keys may do now, as admitted work reads it again at its next step (a request that waited on another's call).
   const access = new CurrentAccess(redis);
@@ -231,10 +237,10 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     refuseNew,
     // /admin/queues (and its way in from the console, /console/queue-dashboard): every queue shard the api has.
     queueDashboard({ queues: queues.all(), config, sessions, accounts: keyStore.accounts }),
-    // MCP: the upstream servers' tools, for the gateway's keys (api/mcp/routes.ts); nothing when no server is set.
-    ...(config.mcp.servers.length > 0 ? [mcpRoutes({ config, redis, keys: keyCache, hub, queues, log }, config.mcp.servers).routes()] : []),
-    adminRoutes(keyStore, config.adminToken, mappedTeamNames(config.console.oidc), config.mcp.servers).routes(),
-    consoleRoutes({ ...relayDeps, blobs, keyStore, sessions, throttle: new SigninThrottle(redis), assets }).routes(),
+    // MCP: the upstream servers' tools, for the gateway's keys (api/mcp/routes.ts).
+    mcpRoutes({ config, redis, keys: keyCache, hub, queues, log }, mcpServers).routes(),
+    adminRoutes(keyStore, config.adminToken, mappedTeamNames(config.console.oidc), mcpAdmin).routes(),
+    consoleRoutes({ ...relayDeps, blobs, keyStore, sessions, throttle: new SigninThrottle(redis), assets, mcp: mcpAdmin, mcpServers }).routes(),
   ] as Koa.Middleware[]);
   // /v1 past the API key: a POST to an endpoint row goes to the route every row gets (one lookup by path, the
   // hot path); every other /v1 URL goes through the routers.
@@ -293,7 +299,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
       return hub.size;
     },
     shutdown: (until = Date.now() + config.shutdownGraceMs) =>
-      shutdownApi({ log, server, hub, jobEvents, logs, loopStalls, backpressure, queues, redis, subscriber, closeRecord, drain: () => ((draining = true), batchSweeps.stop(), realtime.close()) }, until),
+      shutdownApi({ log, server, hub, jobEvents, logs, loopStalls, backpressure, queues, redis, subscriber, closeRecord, drain: () => ((draining = true), batchSweeps.stop(), mcpServers.stop(), realtime.close()) }, until),
   };
 }
 

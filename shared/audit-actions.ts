@@ -21,6 +21,9 @@ export const auditActions = [
   'team.member_removed',
   'budget.updated',
   'audit.pruned',
+  'mcp_server.created',
+  'mcp_server.updated',
+  'mcp_server.deleted',
 ] as const;
 export type AuditAction = (typeof auditActions)[number];
 

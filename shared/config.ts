@@ -94,6 +94,8 @@ export interface Config {
   catalogFile: string | undefined;
   /** Upstream MCP servers (shared/mcp/servers.ts): the file that lists them, and how often a worker checks them. */
   mcp: { serversFile: string | undefined; servers: readonly McpServer[]; checkIntervalMs: number };
+  /** SECRETS_KEY: what seals secrets kept in the record (shared/secret-box.ts); unset: none are kept. */
+  secretsKey: string | undefined;
   /** The response cache (shared/cache/): CACHE_*. */
   cache: { hitPrice: number; defaultTtlS: number; maxTtlS: number; maxEntryBytes: number; maxAccountBytes: number; maxRequestBytes: number };
   /** MODEL_ALIASES: a name a client may send → the catalog model id it stands for. */
@@ -386,6 +388,7 @@ const fixed = {
   LOG_FORMAT: setting(choice(['auto', 'json', 'pretty'], 'auto'), '`json`: one JSON object a line (pino), for log collectors; `pretty`: a short line a person reads; `auto`: pretty when stdout is a terminal, JSON otherwise (a container, a pipe, a file)'),
   CATALOG_FILE: setting(optionalText(), 'JSON `{"models":[…]}` whose entries add to or replace built-in catalog entries by id'),
   MCP_SERVERS_FILE: setting(optionalText(), 'JSON `{"servers":{"<name>":{"url":…}}}`: the upstream MCP servers, reached by URL or run by the workers as a `command`, the headers or variables each needs (kept on the server, never shown), caps, timeouts and prices per call (docs/mcp.md)'),
+  SECRETS_KEY: setting(optionalText({ kind: 'unset', note: 'servers added by an admin may not carry headers' }), 'the key (at least 32 characters) that seals what must stay secret in the record: the headers and URLs of MCP servers added by an admin (AES-256-GCM); keep it outside the database, the same on every api and worker'),
   MCP_CHECK_INTERVAL_MS: setting(integer(1000, 30_000, 3_600_000), 'how often a worker connects to each upstream MCP server and lists its tools (`GET /admin/mcp/servers` shows what it found)'),
   CACHE_HIT_PRICE: setting(fraction(0), 'what a cache hit (or a request that shared an identical request\'s vendor call) costs, as a fraction of the stored answer\'s price: 0, free, by default; 1, the full price'),
   CACHE_DEFAULT_TTL_S: setting(integer(0, 3600, 2_592_000), 'how long the answer of a `Cache-Control: no-cache` request (which names no `max-age`) is kept, in seconds'),
@@ -710,6 +713,9 @@ export function loadConfig(env: Env = process.env): Config {
   if (values.ALERT_WEBHOOK_URL !== undefined && values.ALERT_WEBHOOK_SECRET === undefined) {
     throw new Error('Invalid configuration: ALERT_WEBHOOK_URL is set without ALERT_WEBHOOK_SECRET: alerts are signed with it (set both, or neither to only record alerts)');
   }
+  if (values.SECRETS_KEY !== undefined && values.SECRETS_KEY.length < 32) {
+    throw new Error('Invalid configuration: SECRETS_KEY must be at least 32 characters (e.g. `openssl rand -base64 32`)');
+  }
   if (values.ALERT_WEBHOOK_SECRET !== undefined && values.ALERT_WEBHOOK_SECRET.length < 16) {
     throw new Error('Invalid configuration: ALERT_WEBHOOK_SECRET must be at least 16 characters');
   }
@@ -751,6 +757,7 @@ export function loadConfig(env: Env = process.env): Config {
     catalogFile: values.CATALOG_FILE,
     // Read at start, so a file the gateway cannot use stops it before it connects to anything.
     mcp: { serversFile: values.MCP_SERVERS_FILE, servers: loadMcpServers(values.MCP_SERVERS_FILE), checkIntervalMs: values.MCP_CHECK_INTERVAL_MS },
+    secretsKey: values.SECRETS_KEY,
     modelAliases: new Map(values.MODEL_ALIASES),
     cache: {
       hitPrice: values.CACHE_HIT_PRICE,

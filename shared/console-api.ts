@@ -517,6 +517,10 @@ export interface McpServerConsoleView {
   url: string | null;
   transport: string | null;
   header_names: string[] | null;
+  /** An admin's only: `file` (MCP_SERVERS_FILE, changed by deploying) or `admin` (added here: an admin may change or remove it). */
+  source: 'file' | 'admin' | null;
+  /** An admin's only: whether its calls' arguments are kept in the request log. */
+  keep_arguments: boolean | null;
 }
 
 /** `GET /console/api/mcp`: the servers, what the team allows, and which tools each of the person's keys may use. */

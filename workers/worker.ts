@@ -26,6 +26,7 @@ import { createVendorHttp } from './vendors/vendor-http.js';
 import { BlobJanitor } from './blob-janitor.js';
 import { releaseExpiredReservations } from '../shared/money/billing.js';
 import { openHotRecord } from '../storage/record/hot-state.js';
+import { openMcpRegistry } from '../storage/record/mcp-servers.js';
 import { ensureUsageGroup, UsageWriter } from '../storage/record/usage-writer.js';
 import { AlertWriter, ensureAlertGroup } from '../storage/record/alert-writer.js';
 import { startAlertDelivery } from './alert-delivery.js';
@@ -222,7 +223,10 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   const catalog = loadCatalog(config.catalogFile);
   const prices = PriceList.load(catalog, config);
   // The upstream MCP servers: a worker checks each one every interval (one worker per interval, by a lock).
-  const mcpChecks = new McpServerChecks({ redis, log, servers: config.mcp.servers, intervalMs: config.mcp.checkIntervalMs, owner: `worker-${randomBytes(6).toString('hex')}` });
+  // The servers are the file's and those an admin added, followed live (shared/mcp/registry.ts).
+  const mcpServers = openMcpRegistry({ config, redis, record, log });
+  await mcpServers.start();
+  const mcpChecks = new McpServerChecks({ redis, log, servers: () => mcpServers.list(), intervalMs: config.mcp.checkIntervalMs, owner: `worker-${randomBytes(6).toString('hex')}` });
   const router = new ChannelRouter(redis, catalog, log, config);
   await router.start();
   startWorkerMetrics(config, router);
@@ -288,15 +292,21 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   janitor.start();
   mcpChecks.start();
   // An admin's "check it now" reaches every worker; the one that takes the server's lock checks it.
-  if (config.mcp.servers.length > 0) {
-    subscriber.on('message', (channel: string, name: string) => {
-      if (channel === mcpCheckChannel) void mcpChecks.checkNow(name).catch((error: unknown) => log.warn({ err: error, server: name }, 'could not check an MCP server'));
-    });
-    await subscriber.subscribe(mcpCheckChannel);
-  }
+  const checkNow = (name: string) => void mcpChecks.checkNow(name).catch((error: unknown) => log.warn({ err: error, server: name }, 'could not check an MCP server'));
+  subscriber.on('message', (channel: string, name: string) => {
+    if (channel === mcpCheckChannel) checkNow(name);
+  });
+  await subscriber.subscribe(mcpCheckChannel);
+  // A server added or changed by an admin is checked at once (by one worker: the server's lock), not at the next round.
+  let mcpSettings = new Map(mcpServers.list().map((server) => [server.name, JSON.stringify(server)]));
+  mcpServers.onChange((servers) => {
+    const settings = new Map(servers.map((server) => [server.name, JSON.stringify(server)]));
+    for (const [name, set] of settings) if (mcpSettings.get(name) !== set) checkNow(name);
+    mcpSettings = settings;
+  });
   // Tool calls run where chat does: an agent's tools go with its model's turns.
-  const mcpTools = config.workerQueues.includes('chat') && config.mcp.servers.length > 0
-    ? new McpToolWorkers({ config, redis, log, servers: config.mcp.servers, cancels, access, policy: { bufferRecords: config.usageBufferRecords, alertThresholds: config.alerts.thresholds } })
+  const mcpTools = config.workerQueues.includes('chat')
+    ? new McpToolWorkers({ config, redis, log, registry: mcpServers, cancels, access, policy: { bufferRecords: config.usageBufferRecords, alertThresholds: config.alerts.thresholds } })
     : undefined;
   await mcpTools?.start();
   // Reservations of jobs lost with their api and worker are given back a minute after their deadline.
@@ -348,6 +358,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   );
   return {
     async close(until = Date.now() + config.shutdownGraceMs) {
+      mcpServers.stop();
       clearInterval(reservationSweep);
       clearInterval(recountSweep);
       // Realtime sessions end at once (1012, their clients reconnect), beside the other jobs finishing.

@@ -1,8 +1,6 @@
 import type { GatewayState } from '../http/context.js';
-import { microsToUsdText } from '../../shared/alerts.js';
-import { serverView, type McpServer, type McpServerHealth } from '../../shared/mcp/servers.js';
-import { mcpHealthKey } from '../../shared/redis-keys.js';
-import { checkServerNow } from '../mcp/check-now.js';
+import { createMcpServerSchema, patchMcpServerSchema } from '../../shared/mcp/servers.js';
+import type { McpServerAdmin } from '../mcp/server-admin.js';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type Router from '@koa/router';
 import { createRouter } from '../http/canonical-path.js';
@@ -82,7 +80,7 @@ function digest(value: string): Buffer {
 }
 
 /** `mappedTeams`: the team names OIDC_TEAM_MAP gives (those teams keep their names: `TeamStore.rename`). */
-export function adminRoutes(store: KeyStore, adminToken: string | undefined, mappedTeams: readonly string[] = [], mcpServers: readonly McpServer[] = []): Router {
+export function adminRoutes(store: KeyStore, adminToken: string | undefined, mappedTeams: readonly string[] = [], mcpServers?: McpServerAdmin): Router {
   const router = createRouter<GatewayState>('/admin');
   const accounts = store.accounts;
   const expected = adminToken ? digest(adminToken) : undefined;
@@ -323,21 +321,30 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined, map
     ctx.body = { object: 'list', data: await readUsage(store.record, query) };
   });
 
-  // ---- the upstream MCP servers (MCP_SERVERS_FILE) and what a worker's last check of each found ----
+  // ---- the upstream MCP servers: the file's and those an admin adds here, with what a worker's last check found ----
+  const mcp = (): McpServerAdmin => {
+    if (!mcpServers) throw new GatewayError(404, 'MCP servers are not served here.', { code: 'not_found' });
+    return mcpServers;
+  };
+  const serverName = (ctx: { params: Record<string, string> }) => String(ctx.params.name).slice(0, 200);
   router.get('/mcp/servers', async (ctx) => {
-    const health = mcpServers.length > 0 ? await store.redis.hgetall(mcpHealthKey) : {};
-    const read = (name: string): McpServerHealth | undefined => {
-      const text = health[name];
-      return text === undefined ? undefined : (JSON.parse(text) as McpServerHealth);
-    };
-    ctx.body = { object: 'list', data: mcpServers.map((server) => serverView(server, read(server.name), microsToUsdText)) };
+    ctx.body = { object: 'list', data: await mcp().list() };
   });
-
+  router.post('/mcp/servers', async (ctx) => {
+    const body = parseStrict(createMcpServerSchema, await readJsonObject(ctx.req, bodyLimit));
+    ctx.status = 201;
+    ctx.body = await mcp().create(body, audit(ctx).source);
+  });
+  router.patch('/mcp/servers/:name', async (ctx) => {
+    const patch = parseStrict(patchMcpServerSchema, await readJsonObject(ctx.req, bodyLimit));
+    ctx.body = await mcp().update(serverName(ctx), patch, audit(ctx).source);
+  });
+  router.delete('/mcp/servers/:name', async (ctx) => {
+    ctx.body = await mcp().remove(serverName(ctx), audit(ctx).source);
+  });
   // An admin's "check it now": a worker checks the server at once; answered with what it found.
   router.post('/mcp/servers/:name/check', async (ctx) => {
-    const server = mcpServers.find((candidate) => candidate.name === ctx.params.name);
-    if (!server) throw new GatewayError(404, `No MCP server named '${String(ctx.params.name).slice(0, 100)}'.`, { code: 'mcp_server_not_found' });
-    ctx.body = serverView(server, await checkServerNow(store.redis, server), microsToUsdText);
+    ctx.body = await mcp().check(serverName(ctx));
   });
 
   // ---- the response cache: an account's stored answers, all or one key's or one model's, purged ----

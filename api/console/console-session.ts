@@ -1,3 +1,5 @@
+import type { McpRegistry } from '../../shared/mcp/registry.js';
+import type { McpServerAdmin } from '../mcp/server-admin.js';
 import type { ParameterizedContext } from 'koa';
 import type { GatewayState } from '../http/context.js';
 import { randomBytes } from 'node:crypto';
@@ -26,6 +28,9 @@ export interface ConsoleDeps extends EndpointRouteDeps {
   sessions: SessionStore;
   throttle: SigninThrottle;
   assets: ConsoleAssets;
+  /** The upstream MCP servers as they are now, and an admin's way to change them. */
+  mcpServers: McpRegistry;
+  mcp: McpServerAdmin;
 }
 
 export const sessionCookie = 'sy_session';

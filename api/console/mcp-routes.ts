@@ -7,8 +7,11 @@ import { mcpHealthKey } from '../../shared/redis-keys.js';
 import { may } from '../accounts/team-roles.js';
 import { requireTeam, type ConsoleDeps, type TeamNeed } from './console-session.js';
 import { requireAdmin } from './admin-routes.js';
-import { checkServerNow } from '../mcp/check-now.js';
-import { GatewayError } from '../../shared/errors.js';
+import { createMcpServerSchema, patchMcpServerSchema } from '../../shared/mcp/servers.js';
+import { parseStrict } from '../accounts/account-requests.js';
+import { readJsonObject } from '../http/request-body.js';
+import { bodyLimit } from '../accounts/admin-api.js';
+import { auditSource } from '../../storage/record/audit-log.js';
 
 /*
  * The console's Tools page data, at /console/api/mcp: the upstream MCP servers (MCP_SERVERS_FILE) as the workers'
@@ -21,11 +24,11 @@ const reader: TeamNeed = { allows: may.readUsage, roles: 'any role' };
 
 export function addMcpConsoleRoutes(router: Router, deps: ConsoleDeps): void {
   const { config, keyStore, redis } = deps;
-  const servers = config.mcp.servers;
 
   router.get('/api/mcp', async (ctx) => {
     const scope = await requireTeam(ctx, deps, reader);
     const admin = scope.account.role === 'admin';
+    const servers = deps.mcpServers.list();
     const found = servers.length > 0 ? await redis.hgetall(mcpHealthKey) : {};
     const team = { teamMcpTools: scope.team.mcpTools };
     const views: McpServerConsoleView[] = servers.map((server) => {
@@ -47,6 +50,8 @@ export function addMcpConsoleRoutes(router: Router, deps: ConsoleDeps): void {
         url: admin ? view.url : null,
         transport: admin ? view.transport : null,
         header_names: admin ? view.header_names : null,
+        source: admin ? view.source : null,
+        keep_arguments: admin ? view.keep_arguments : null,
       };
     });
     // The keys of the Keys page: every key of the team for its owners, a member's own for a member, none for a viewer.
@@ -69,12 +74,27 @@ export function addMcpConsoleRoutes(router: Router, deps: ConsoleDeps): void {
     } satisfies McpToolsPage;
   });
 
-  // An admin's "Check now": a worker checks the server at once (api/mcp/check-now.ts); the page reads the result again.
+  // An admin's servers: added, changed, removed (those of the file change by deploying), checked now (api/mcp/server-admin.ts).
+  const name = (ctx: { params: Record<string, string> }) => String(ctx.params.name).slice(0, 200);
+  router.post('/api/admin/mcp/servers', async (ctx) => {
+    const { account } = await requireAdmin(ctx, deps);
+    const body = parseStrict(createMcpServerSchema, await readJsonObject(ctx.req, bodyLimit));
+    ctx.status = 201;
+    ctx.body = await deps.mcp.create(body, auditSource(ctx, account));
+  });
+  router.patch('/api/admin/mcp/servers/:name', async (ctx) => {
+    const { account } = await requireAdmin(ctx, deps);
+    const patch = parseStrict(patchMcpServerSchema, await readJsonObject(ctx.req, bodyLimit));
+    ctx.body = await deps.mcp.update(name(ctx), patch, auditSource(ctx, account));
+  });
+  router.delete('/api/admin/mcp/servers/:name', async (ctx) => {
+    const { account } = await requireAdmin(ctx, deps);
+    ctx.body = await deps.mcp.remove(name(ctx), auditSource(ctx, account));
+  });
+  // "Check now": a worker checks the server at once; the page reads the result again.
   router.post('/api/admin/mcp/servers/:name/check', async (ctx) => {
     await requireAdmin(ctx, deps);
-    const server = servers.find((candidate) => candidate.name === ctx.params.name);
-    if (!server) throw new GatewayError(404, `No MCP server named '${String(ctx.params.name).slice(0, 100)}'.`, { code: 'mcp_server_not_found' });
-    const health = await checkServerNow(redis, server);
-    ctx.body = { name: server.name, status: health.ok ? 'ok' : 'failing', error: health.error ?? null, checked_at: Math.floor(health.checkedAt / 1000) };
+    const view = await deps.mcp.check(name(ctx));
+    ctx.body = { name: view.name, status: view.status, error: view.error, checked_at: view.checked_at };
   });
 }

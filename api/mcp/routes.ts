@@ -10,6 +10,7 @@ import { GatewayError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
 import { mcpEndpointOf, mcpQueueName, prefixedToolName, splitToolName, type McpCallJobData, type McpForwardedMethod } from '../../shared/mcp/calls.js';
 import type { McpServer, McpServerHealth, McpTool } from '../../shared/mcp/servers.js';
+import type { McpRegistry } from '../../shared/mcp/registry.js';
 import { callRefusal, mayReachServer, toolRefusal } from '../../shared/mcp/tool-rules.js';
 import { appendRequestLog, loggedMessageChars } from '../../shared/request-log.js';
 import { sseJson } from '../../shared/sse.js';
@@ -132,12 +133,10 @@ const checksFreshMs = 1000;
 class CheckedServers {
   private read: { at: number; health: Promise<Map<string, McpServerHealth>> } | undefined;
 
-  constructor(
-    private readonly redis: Redis,
-    private readonly servers: readonly McpServer[],
-  ) {}
+  constructor(private readonly redis: Redis) {}
 
   async of(servers: readonly McpServer[]): Promise<Map<string, McpServerHealth>> {
+    if (servers.length === 0) return new Map();
     const now = Date.now();
     if (!this.read || now - this.read.at > checksFreshMs) {
       const health = this.load();
@@ -145,17 +144,18 @@ class CheckedServers {
       health.catch(() => (this.read = undefined));
     }
     const all = await this.read.health;
-    return new Map(servers.flatMap((server) => (all.has(server.name) ? [[server.name, all.get(server.name)!] as const] : [])));
+    return new Map(
+      servers.flatMap((server): Array<[string, McpServerHealth]> => {
+        // A server whose secrets will not open is failing, whatever a check found before.
+        if (server.unusable !== undefined) return [[server.name, { ok: false, checkedAt: now, latencyMs: 0, error: server.unusable, tools: [] }]];
+        return all.has(server.name) ? [[server.name, all.get(server.name)!]] : [];
+      }),
+    );
   }
 
   private async load(): Promise<Map<string, McpServerHealth>> {
-    const found = this.servers.length > 0 ? await this.redis.hgetall(mcpHealthKey) : {};
-    const health = new Map<string, McpServerHealth>();
-    for (const server of this.servers) {
-      const text = found[server.name];
-      if (text !== undefined) health.set(server.name, JSON.parse(text) as McpServerHealth);
-    }
-    return health;
+    const found = await this.redis.hgetall(mcpHealthKey);
+    return new Map(Object.entries(found).map(([name, text]) => [name, JSON.parse(text) as McpServerHealth]));
   }
 }
 
@@ -165,11 +165,25 @@ class CheckedServers {
  * Every `tools/call` is a job on its server's queue (workers/mcp/tool-calls.ts): reserved and billed at the server's
  * price per call, counted by the key's rate limits, capped at the server's concurrency, logged.
  */
-export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Router {
+export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry): Router {
   const router = createRouter();
-  const byName = new Map(servers.map((server) => [server.name, server]));
-  const queues = new Map(servers.map((server) => [server.name, new Queue(mcpQueueName(server.name), { connection: deps.redis })]));
-  const checked = new CheckedServers(deps.redis, servers);
+  // The servers as they are now (an admin's change is heard within a second): looked up per message.
+  const byName = { get: (name: string) => registry.get(name) };
+  const queues = new Map<string, Queue>();
+  const queueOf = (name: string): Queue => {
+    let queue = queues.get(name);
+    if (!queue) queues.set(name, (queue = new Queue(mcpQueueName(name), { connection: deps.redis })));
+    return queue;
+  };
+  // A server removed: its queue handle goes with it.
+  registry.onChange((servers) => {
+    for (const [name, queue] of queues) {
+      if (servers.some((server) => server.name === name)) continue;
+      queues.delete(name);
+      void queue.close().catch(() => undefined);
+    }
+  });
+  const checked = new CheckedServers(deps.redis);
 
   const handle = async (ctx: GatewayContext, scope: McpServer | undefined) => {
     const key = presentedKey(ctx);
@@ -271,7 +285,7 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
         return { value: {} };
       case 'tools/list': {
         // Only the tools the key may use, read from what it may do now (a changed rule is heard within a second).
-        const health = await checked.of(scope ? [scope] : servers.filter((server) => mayReachServer(access, server.name)));
+        const health = await checked.of(scope ? [scope] : registry.list().filter((server) => mayReachServer(access, server.name)));
         const tools: McpTool[] = [];
         for (const [name, found] of health) {
           if (!found.ok) continue;
@@ -286,7 +300,7 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
       case 'resources/templates/list':
       case 'prompts/list': {
         // As the last check listed them (each server's whole list, one page), for the servers the key may reach.
-        const health = await checked.of(scope ? [scope] : servers.filter((server) => mayReachServer(access, server.name)));
+        const health = await checked.of(scope ? [scope] : registry.list().filter((server) => mayReachServer(access, server.name)));
         const field = message.method === 'resources/list' ? 'resources' : message.method === 'prompts/list' ? 'prompts' : 'resourceTemplates';
         const items: unknown[] = [];
         for (const [name, found] of health) {
@@ -389,7 +403,7 @@ export function mcpRoutes(deps: McpRouteDeps, servers: readonly McpServer[]): Ro
       deadline,
       queuedAt: started,
     };
-    const queue = queues.get(server.name)!;
+    const queue = queueOf(server.name);
     const log = ctx.state.log as Logger;
     const logged = (status: 'completed' | 'failed' | 'cancelled' | 'refused', httpStatus: number | null, error?: RpcFailure) =>
       void appendRequestLog(

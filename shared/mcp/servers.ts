@@ -18,9 +18,9 @@ export const mcpServerNamePattern = /^(?!.*__)[a-z0-9][a-z0-9_-]{0,62}$/;
 
 const headerName = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
+/** Dollars as a decimal string (or number), at most six places, as micro-dollars. */
 const price = z
   .union([z.string(), z.number()])
-  .default('0')
   .transform((value, ctx) => {
     const text = typeof value === 'number' ? String(value) : value;
     const match = /^(\d{1,9})(?:\.(\d{1,6}))?$/.exec(text);
@@ -33,25 +33,30 @@ const price = z
 
 const noLineBreak = z.string().max(8192).refine((value) => !/[\r\n\0]/.test(value), 'holds a line break');
 
+const httpUrl = z
+  .string()
+  .max(8192)
+  .url()
+  .refine((url) => /^https?:$/.test(new URL(url).protocol), 'must be an http or https URL');
+const headers = z.record(z.string().regex(headerName, 'is not an HTTP header name'), noLineBreak).refine((all) => Object.keys(all).length <= 64, 'at most 64 headers');
+const maxConcurrency = z.number().int().min(1).max(10_000);
+const timeoutMs = z.number().int().min(100).max(3_600_000);
+
 const serverSchema = z
   .object({
     /** A server reached over HTTP: its Streamable HTTP endpoint, or a legacy server's event stream. */
-    url: z
-      .string()
-      .url()
-      .refine((url) => /^https?:$/.test(new URL(url).protocol), 'must be an http or https URL')
-      .optional(),
+    url: httpUrl.optional(),
     transport: z.enum(['streamable-http', 'sse']).optional(),
-    headers: z.record(z.string().regex(headerName, 'is not an HTTP header name'), noLineBreak).optional(),
+    headers: headers.optional(),
     /** A server the workers run themselves, speaking MCP on its standard input and output. */
     command: z.string().min(1).max(4096).optional(),
     args: z.array(z.string().max(8192)).max(256).optional(),
     env: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'is not an environment variable name'), z.string().max(65_536)).optional(),
     cwd: z.string().min(1).max(4096).optional(),
-    max_concurrency: z.number().int().min(1).max(10_000).default(20),
-    timeout_ms: z.number().int().min(100).max(3_600_000).default(60_000),
+    max_concurrency: maxConcurrency.default(20),
+    timeout_ms: timeoutMs.default(60_000),
     /** Dollars as a decimal string (or number), at most six places: billed per call in micro-dollars. */
-    price_per_call_usd: price,
+    price_per_call_usd: price.default(0),
     /** Whether a call's arguments are kept in the request log (its first 16 KiB); by default they are not. */
     keep_arguments: z.boolean().default(false),
   })
@@ -66,6 +71,59 @@ const serverSchema = z
     if (server.url !== undefined && stdioOnly.length > 0) ctx.addIssue({ code: 'custom', path: [stdioOnly[0]!], message: 'is for a server run by its command, not a url' });
   });
 
+/** What an admin may set of a server they add (the admin API, the console): one reached by URL; a command is the file's alone. */
+const adminServerFields = {
+  url: httpUrl,
+  transport: z.enum(['streamable-http', 'sse']),
+  /** Sent with every request to it; sealed in the record (SECRETS_KEY), never shown again. `{}` clears them. */
+  headers,
+  max_concurrency: maxConcurrency,
+  timeout_ms: timeoutMs,
+  price_per_call_usd: price,
+  keep_arguments: z.boolean(),
+};
+
+/** A body that names `command` (or its companions) is told why, not just that the field is unknown. */
+const fileOnly = z
+  .unknown()
+  .refine(() => false, 'servers the workers run as a command are set by MCP_SERVERS_FILE only (an admin session must not start programs on the workers)')
+  .optional();
+const noCommand = { command: fileOnly, args: fileOnly, env: fileOnly, cwd: fileOnly };
+
+/** `POST /admin/mcp/servers`. */
+export const createMcpServerSchema = z.strictObject({
+    ...noCommand,
+    name: z.string().regex(mcpServerNamePattern, 'must be lower-case letters, digits, `-` and `_` (no `__`), at most 63, starting with a letter or digit'),
+    url: adminServerFields.url,
+    transport: adminServerFields.transport.default('streamable-http'),
+    headers: adminServerFields.headers.default({}),
+    max_concurrency: adminServerFields.max_concurrency.default(20),
+    timeout_ms: adminServerFields.timeout_ms.default(60_000),
+    price_per_call_usd: adminServerFields.price_per_call_usd.default(0),
+    keep_arguments: adminServerFields.keep_arguments.default(false),
+  });
+export type CreateMcpServer = z.infer<typeof createMcpServerSchema>;
+
+/** `PATCH /admin/mcp/servers/{name}`: the fields given change; `headers` replaces them all. */
+export const patchMcpServerSchema = z
+  .strictObject({
+    ...noCommand,
+    url: adminServerFields.url.optional(),
+    transport: adminServerFields.transport.optional(),
+    headers: adminServerFields.headers.optional(),
+    max_concurrency: adminServerFields.max_concurrency.optional(),
+    timeout_ms: adminServerFields.timeout_ms.optional(),
+    price_per_call_usd: adminServerFields.price_per_call_usd.optional(),
+    keep_arguments: adminServerFields.keep_arguments.optional(),
+  })
+  .refine((patch) => Object.keys(patch).length > 0, 'names nothing to change');
+export type PatchMcpServer = z.infer<typeof patchMcpServerSchema>;
+
+/** Whether a URL carries nothing that could be secret (no user, password, query or fragment): it may be kept unsealed. */
+export function urlHidesNothing(url: string): boolean {
+  return shownUrl(url) === new URL(url).href || shownUrl(url) + '/' === new URL(url).href;
+}
+
 const fileSchema = z
   .object({
     servers: z.record(z.string().regex(mcpServerNamePattern, 'must be lower-case letters, digits, `-` and `_` (no `__`), at most 63'), serverSchema),
@@ -74,6 +132,10 @@ const fileSchema = z
 
 export interface McpServer {
   name: string;
+  /** `file`: MCP_SERVERS_FILE, changed by deploying; `admin`: added by an admin (the admin API, the console), kept in the record. */
+  source: 'file' | 'admin';
+  /** Why the server cannot be reached now (its sealed secrets do not open with this SECRETS_KEY); its calls and checks fail with it. */
+  unusable?: string;
   /** `stdio`: run by the workers (`command`); the others reached at `url`. */
   transport: 'streamable-http' | 'sse' | 'stdio';
   url?: string;
@@ -110,6 +172,7 @@ export function loadMcpServers(file: string | undefined): McpServer[] {
   }
   return Object.entries(parsed.data.servers).map(([name, server]) => ({
     name,
+    source: 'file' as const,
     transport: server.command !== undefined ? 'stdio' : (server.transport ?? 'streamable-http'),
     ...(server.url !== undefined ? { url: server.url } : {}),
     headers: server.headers ?? {},
@@ -174,6 +237,8 @@ export function shownUrl(url: string): string {
 export interface McpServerView {
   object: 'mcp.server';
   name: string;
+  /** `file`: set by MCP_SERVERS_FILE (changed by deploying); `admin`: added by an admin, who may change or remove it. */
+  source: McpServer['source'];
   /** Where it is reached (without user, password, query or fragment); null for a server the workers run. */
   url: string | null;
   transport: McpServer['transport'];
@@ -210,6 +275,7 @@ export function serverView(server: McpServer, health: McpServerHealth | undefine
   return {
     object: 'mcp.server',
     name: server.name,
+    source: server.source,
     url: server.url !== undefined ? shownUrl(server.url) : null,
     transport: server.transport,
     header_names: Object.keys(server.headers),
@@ -219,10 +285,10 @@ export function serverView(server: McpServer, health: McpServerHealth | undefine
     timeout_ms: server.timeoutMs,
     price_per_call_usd: usd(server.pricePerCallMicros),
     keep_arguments: server.keepArguments,
-    status: health === undefined ? 'unchecked' : health.ok ? 'ok' : 'failing',
+    status: server.unusable !== undefined ? 'failing' : health === undefined ? 'unchecked' : health.ok ? 'ok' : 'failing',
     checked_at: health ? Math.floor(health.checkedAt / 1000) : null,
     latency_ms: health?.latencyMs ?? null,
-    error: health?.error ?? null,
+    error: server.unusable ?? health?.error ?? null,
     server_info: health?.serverName !== undefined ? { name: health.serverName, version: health.serverVersion ?? null } : null,
     protocol_version: health?.protocolVersion ?? null,
     tools: health?.tools ?? [],

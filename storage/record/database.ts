@@ -177,6 +177,24 @@ export interface AlertsTable {
   delivered_at: number | null;
 }
 
+/** An upstream MCP server an admin added (storage/record/mcp-servers.ts; migration 0016_mcp_servers). Times in unix ms. */
+export interface McpServersTable {
+  name: string;
+  /** Where it is reached, as it may be shown (no user, password, query or fragment). */
+  url: string;
+  transport: 'streamable-http' | 'sse';
+  /** A JSON list of the names of the headers it is sent. */
+  header_names: string;
+  /** Its whole URL and headers, sealed with SECRETS_KEY (shared/secret-box.ts); null when it has neither to hide. */
+  secret: string | null;
+  max_concurrency: number;
+  timeout_ms: number;
+  price_per_call_micros: number;
+  keep_arguments: boolean;
+  created: number;
+  updated: number;
+}
+
 export interface RecordTables {
   accounts: AccountsTable;
   api_keys: ApiKeysTable;
@@ -187,6 +205,7 @@ export interface RecordTables {
   record_meta: RecordMetaTable;
   audit_log: AuditLogTable;
   alerts: AlertsTable;
+  mcp_servers: McpServersTable;
 }
 
 export type RecordDb = Kysely<RecordTables>;

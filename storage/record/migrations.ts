@@ -366,6 +366,24 @@ const migrations: Record<string, Migration> = {
       });
     },
   },
+  // Upstream MCP servers added by an admin (storage/record/mcp-servers.ts): a server's URL and headers sealed with SECRETS_KEY.
+  '0016_mcp_servers': {
+    async up(db: Kysely<unknown>) {
+      await sql`create table if not exists mcp_servers (
+          name text primary key,
+          url text not null,
+          transport text not null check (transport in ('streamable-http', 'sse')),
+          header_names text not null default '[]',
+          secret text,
+          max_concurrency integer not null,
+          timeout_ms integer not null,
+          price_per_call_micros bigint not null default 0,
+          keep_arguments boolean not null default false,
+          created bigint not null,
+          updated bigint not null
+        )`.execute(db);
+    },
+  },
 };
 
 /** The request log's indexes: name and definition (after `on usage`). */

@@ -52,7 +52,7 @@ describe('the Tools page (MCP) in a real browser', () => {
     const fresh = await freshRedis(5);
     redis = fresh.redis;
     gateway = await startGateway({
-      env: { REDIS_URL: fresh.url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword, ADMIN_TOKEN: adminToken, MCP_SERVERS_FILE: file, MCP_CHECK_INTERVAL_MS: '1000' },
+      env: { REDIS_URL: fresh.url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword, ADMIN_TOKEN: adminToken, MCP_SERVERS_FILE: file, MCP_CHECK_INTERVAL_MS: '1000', SECRETS_KEY: 'console-tools-secrets-key-0123456789abcdef' },
     });
     browser = await launchChromium();
     memberId = (await json<{ id: string }>(adminApi('POST', '/admin/accounts', { email: memberEmail, password: memberPassword, role: 'member' }))).id;
@@ -169,5 +169,53 @@ describe('the Tools page (MCP) in a real browser', () => {
     await memberPage.getByText('This key is limited to notes/add.').waitFor();
     assert.deepEqual(await toolNames(memberPage), ['notes__add']);
     await closeClean(member, 'tools after the admin\'s change');
+  });
+
+  it('an admin adds a server with a secret header, sees it checked, changes it and removes it', async () => {
+    const context = await openContext(browser, gateway.url, { width: 1280, height: 800 });
+    const page = await context.newPage();
+    await signIn(page, adminEmail, adminPassword);
+    await page.goto('/console/tools');
+    await tablesLoaded(page, 'tools');
+    await page.getByRole('button', { name: 'Add server' }).click();
+    const add = page.getByRole('dialog', { name: 'Add an MCP server' });
+    await add.getByLabel('Name').fill('Wiki Tools');
+    await add.getByLabel('URL').fill(notes.url);
+    await add.getByLabel('Headers', { exact: true }).fill(`Authorization: Bearer ${upstreamSecret}`);
+    await add.getByLabel('Price per call (USD)').fill('0.003');
+    await add.getByRole('button', { name: 'Add server' }).click();
+    await add.getByText('Name: lower-case letters').waitFor();
+    await add.getByLabel('Name').fill('wiki');
+    await add.getByRole('button', { name: 'Add server' }).click();
+    await add.waitFor({ state: 'detached' });
+    // A worker checks it at once; the page (read again every 10 s, or on Check now) shows it OK with its tools.
+    const row = page.locator('tbody tr').filter({ hasText: 'wiki' }).first();
+    await page.getByRole('button', { name: 'Check wiki now' }).click();
+    await waitFor(async () => /OK/.test(await row.innerText()), 15_000, 'the added server checked');
+    assert.match(await row.innerText(), /\$0\.003(?!\d)/);
+    assert.ok((await toolNames(page)).includes('wiki__search'));
+    assert.ok(!(await page.locator('main').innerText()).includes(upstreamSecret), 'the header never shown');
+    await shoot(page, 'tools-admin-added');
+
+    // Changed: its price; the headers stay as they were (nothing entered).
+    await page.getByRole('button', { name: 'Change wiki' }).click();
+    const change = page.getByRole('dialog', { name: 'Change wiki' });
+    assert.equal(await change.getByLabel('Headers', { exact: true }).inputValue(), '');
+    await change.getByLabel('Price per call (USD)').fill('0.005');
+    await change.getByRole('button', { name: 'Save' }).click();
+    await change.waitFor({ state: 'detached' });
+    await waitFor(async () => /\$0\.005(?!\d)/.test(await row.innerText()), 5000, 'the new price shown');
+    const listed = await json<{ data: Array<{ name: string; header_names: string[]; status: string }> }>(adminApi('GET', '/admin/mcp/servers'));
+    assert.deepEqual(listed.data.find((server) => server.name === 'wiki')?.header_names, ['Authorization']);
+
+    // The file's server offers no Change or Remove.
+    assert.equal(await page.getByRole('button', { name: 'Change notes' }).count(), 0);
+    await page.getByRole('button', { name: 'Remove wiki' }).click();
+    const remove = page.getByRole('alertdialog', { name: 'Remove wiki?' });
+    await remove.getByRole('button', { name: 'Remove server' }).click();
+    await remove.waitFor({ state: 'detached' });
+    await page.locator('tbody tr').filter({ hasText: 'wiki' }).waitFor({ state: 'detached' });
+    assert.ok(!(await toolNames(page)).some((name) => name.startsWith('wiki__')));
+    await closeClean(context, 'tools servers added');
   });
 });

@@ -152,7 +152,7 @@ describe('MCP servers file', () => {
     const { file, done } = write(JSON.stringify({ servers: { a: { url: 'https://a.example/mcp', price_per_call_usd: '0.000001' }, 'b-2': { url: 'http://b/sse', transport: 'sse', price_per_call_usd: 1.25 } } }));
     try {
       const [a, b] = loadMcpServers(file);
-      assert.deepEqual(a, { name: 'a', url: 'https://a.example/mcp', transport: 'streamable-http', headers: {}, maxConcurrency: 20, timeoutMs: 60_000, pricePerCallMicros: 1, keepArguments: false });
+      assert.deepEqual(a, { name: 'a', source: 'file', url: 'https://a.example/mcp', transport: 'streamable-http', headers: {}, maxConcurrency: 20, timeoutMs: 60_000, pricePerCallMicros: 1, keepArguments: false });
       assert.equal(b!.transport, 'sse');
       assert.equal(b!.pricePerCallMicros, 1_250_000);
       assert.equal(b!.transport, 'sse');
@@ -205,6 +205,7 @@ describe('MCP servers file', () => {
       const started = Date.now();
       const health = await checkServer({
         name: 'h',
+        source: 'file',
         transport: 'stdio',
         headers: {},
         command: { program: process.execPath, args: ['--import', 'tsx', stdioServer], env: { FAKE_MCP_MODE: 'hang', FAKE_MCP_PID_FILE: pidFile } },
@@ -238,7 +239,7 @@ describe('MCP servers file', () => {
     const hanging = await startFakeMcp({ mode: 'hang' });
     try {
       const started = Date.now();
-      const health = await checkServer({ name: 'h', url: hanging.url, transport: 'streamable-http', headers: {}, maxConcurrency: 1, timeoutMs: 300, pricePerCallMicros: 0, keepArguments: false });
+      const health = await checkServer({ name: 'h', source: 'file', url: hanging.url, transport: 'streamable-http', headers: {}, maxConcurrency: 1, timeoutMs: 300, pricePerCallMicros: 0, keepArguments: false });
       assert.equal(health.ok, false);
       assert.ok(Date.now() - started < 1300, 'within its timeout and a little');
     } finally {

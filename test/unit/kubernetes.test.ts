@@ -163,6 +163,7 @@ function plausible(name: string): string | undefined {
     S3_ACCESS_KEY_ID: 'AKIAEXAMPLEEXAMPLE00',
     S3_SECRET_ACCESS_KEY: 's3-secret-access-key-example',
     BLOB_URL_SECRET: 'b'.repeat(64),
+    SECRETS_KEY: 'k'.repeat(44),
     PGPASSWORD: `p@ss:w/rd?#`,
   };
   return values[name];

@@ -42,6 +42,7 @@ function reason(error: unknown, timedOut: boolean, timeoutMs: number): string {
  */
 export async function checkServer(server: McpServer, stop?: AbortSignal): Promise<McpServerHealth> {
   const started = Date.now();
+  if (server.unusable !== undefined) return { ok: false, checkedAt: started, latencyMs: 0, error: server.unusable, tools: [] };
   const controller = new AbortController();
   const stopped = () => controller.abort();
   stop?.addEventListener('abort', stopped, { once: true });
@@ -104,7 +105,7 @@ export async function checkServer(server: McpServer, stop?: AbortSignal): Promis
 /**
  * Checks every upstream MCP server each interval and keeps what it found in Redis (`mcpHealthKey`), where every api
  * reads it. One worker checks per interval (a lock held for the interval), whichever takes it first; the others skip.
- * A server no longer in the file is dropped from the hash.
+ * A server no longer served (out of the file, removed by an admin) is dropped from the hash.
  */
 export class McpServerChecks {
   private timer: NodeJS.Timeout | undefined;
@@ -114,11 +115,10 @@ export class McpServerChecks {
   private readonly stop = new AbortController();
 
   constructor(
-    private readonly deps: { redis: Redis; log: Logger; servers: readonly McpServer[]; intervalMs: number; owner: string },
+    private readonly deps: { redis: Redis; log: Logger; servers: () => readonly McpServer[]; intervalMs: number; owner: string },
   ) {}
 
   start(): void {
-    if (this.deps.servers.length === 0) return;
     const tick = () => {
       if (this.stopped) return;
       const running = this.round().catch((error: unknown) => {
@@ -134,16 +134,18 @@ export class McpServerChecks {
 
   /** One round: the lock, then every server at once, each bounded by its own timeout. */
   async round(): Promise<boolean> {
-    const { redis, servers, intervalMs, owner } = this.deps;
+    const { redis, intervalMs, owner } = this.deps;
+    const servers = this.deps.servers();
     const taken = await redis.set(mcpCheckLockKey, owner, 'PX', intervalMs, 'NX');
     if (taken !== 'OK') return false;
     const found = await Promise.all(servers.map(async (server) => [server.name, JSON.stringify(await checkServer(server, this.stop.signal))] as const));
     if (this.stopped) return false;
     const names = new Set(servers.map((server) => server.name));
     const stale = (await redis.hkeys(mcpHealthKey)).filter((name) => !names.has(name));
-    const writes = redis.multi().hset(mcpHealthKey, Object.fromEntries(found));
+    const writes = redis.multi();
+    if (found.length > 0) writes.hset(mcpHealthKey, Object.fromEntries(found));
     if (stale.length > 0) writes.hdel(mcpHealthKey, ...stale);
-    await writes.exec();
+    if (found.length > 0 || stale.length > 0) await writes.exec();
     for (const [name, health] of found) {
       const parsed = JSON.parse(health) as McpServerHealth;
       if (!parsed.ok) this.deps.log.warn({ server: name, error: parsed.error }, 'MCP server check failed');
@@ -156,8 +158,8 @@ export class McpServerChecks {
    * server's lock; what it found is written as a round's is.
    */
   async checkNow(name: string): Promise<void> {
-    const { redis, servers, owner, log } = this.deps;
-    const server = servers.find((candidate) => candidate.name === name);
+    const { redis, owner, log } = this.deps;
+    const server = this.deps.servers().find((candidate) => candidate.name === name);
     if (!server || this.stopped) return;
     const lock = mcpServerCheckLockKey(server.name);
     if ((await redis.set(lock, owner, 'PX', server.timeoutMs + 5000, 'NX')) !== 'OK') return;

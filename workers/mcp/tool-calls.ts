@@ -8,6 +8,7 @@ import type { Logger } from '../../shared/logger.js';
 import { mcpQueueName, type McpCallJobData } from '../../shared/mcp/calls.js';
 import { callRefusal } from '../../shared/mcp/tool-rules.js';
 import type { McpServer, McpServerHealth } from '../../shared/mcp/servers.js';
+import type { McpRegistry } from '../../shared/mcp/registry.js';
 import { mcpHealthKey } from '../../shared/redis-keys.js';
 import { settle, type SettlePolicy } from '../../shared/money/billing.js';
 import { noAmounts, type SettledStatus, type UsageEntry } from '../../shared/money/usage.js';
@@ -63,11 +64,23 @@ export interface ToolCallDeps {
   config: Config;
   redis: Redis;
   log: Logger;
-  servers: readonly McpServer[];
+  /** The servers as they are now: a server added starts being served, one removed stops (within a second). */
+  registry: McpRegistry;
   cancels: CancelRegistry;
   access: CurrentAccess;
   policy: SettlePolicy;
 }
+
+/** What this worker runs for one server: its BullMQ worker and its connection, as the server was last set. */
+interface Served {
+  worker: StartingWorker<McpCallJobData, { body?: string; bodyRef?: string }>;
+  upstream: UpstreamConnection;
+  /** The server as set when its connection was made: a change of it makes the connection again. */
+  settings: string;
+}
+
+/** How long a removed server's calls already queued are still answered (refused, unbilled) before its worker closes. */
+const retireGraceMs = 5000;
 
 /**
  * Runs the tool calls the api queued (api/mcp/routes.ts), one BullMQ queue per upstream server, capped in BullMQ at
@@ -75,46 +88,113 @@ export interface ToolCallDeps {
  * the server's timeout (a cancel from the api aborts it, which the client sends upstream as
  * `notifications/cancelled`), settle it once (the server's price for a call that ran, nothing for one that did not),
  * and publish the whole JSON-RPC response to the api holding the client. A call is never run twice: tools are not
- * idempotent, so a worker that dies mid-call fails it (`maxStalledCount: 0`) and the client is told.
+ * idempotent, so a worker that dies mid-call fails it (`maxStalledCount: 0`) and the client is told. The servers
+ * follow the registry: one an admin adds is served at once, a change of one (its cap, its URL or headers) holds from
+ * the next call, and one removed refuses what was queued for it and stops being served.
  */
 export class McpToolWorkers {
-  private readonly workers: Array<StartingWorker<McpCallJobData, { body?: string; bodyRef?: string }>> = [];
-  private readonly upstreams = new Map<string, UpstreamConnection>();
+  private readonly served = new Map<string, Served>();
+  private readonly retiring = new Set<Promise<void>>();
+  private stopChanges: (() => void) | undefined;
+  private syncing: Promise<void> = Promise.resolve();
+  private closed = false;
 
   constructor(private readonly deps: ToolCallDeps) {}
 
   async start(): Promise<void> {
-    const { config, redis, servers, log } = this.deps;
-    for (const server of servers) {
-      const name = mcpQueueName(server.name);
-      const queue = new Queue(name, { connection: redis });
-      try {
-        await queue.setGlobalConcurrency(server.maxConcurrency);
-      } finally {
-        await queue.close();
-      }
-      this.upstreams.set(server.name, new UpstreamConnection(server));
-      const worker = new StartingWorker<McpCallJobData, { body?: string; bodyRef?: string }>(name, (job, token) => this.run(server, job, token), {
-        connection: redis,
-        concurrency: server.maxConcurrency,
-        lockDuration: config.workerLockMs,
-        stalledInterval: Math.max(500, Math.floor(config.workerLockMs / 2)),
-        maxStalledCount: 0,
-      });
-      worker.on('failed', (job, error) => void this.lost(job, error));
-      worker.on('error', (error) => log.error({ err: error, queue: name }, 'MCP worker error'));
-      this.workers.push(worker);
-    }
-    await Promise.all(this.workers.map((worker) => worker.waitUntilReady()));
+    this.stopChanges = this.deps.registry.onChange((servers) => {
+      this.syncing = this.syncing.then(() => this.sync(servers)).catch((error: unknown) => this.deps.log.warn({ err: error }, 'could not follow a change of the MCP servers'));
+    });
+    await this.sync(this.deps.registry.list());
   }
 
   async close(until: number): Promise<void> {
-    const closed = await settledBy(Promise.allSettled(this.workers.map((worker) => worker.close())), until);
-    if (!closed) for (const worker of this.workers) void worker.close(true).catch(() => undefined);
-    for (const upstream of this.upstreams.values()) upstream.drop();
+    this.closed = true;
+    this.stopChanges?.();
+    await settledBy(this.syncing, until);
+    const workers = [...this.served.values()].map((served) => served.worker);
+    const closed = await settledBy(Promise.allSettled([...workers.map((worker) => worker.close()), ...this.retiring]), until);
+    if (!closed) for (const worker of workers) void worker.close(true).catch(() => undefined);
+    for (const served of this.served.values()) served.upstream.drop();
   }
 
-  private async run(server: McpServer, job: Job<McpCallJobData>, _token?: string): Promise<{ body?: string; bodyRef?: string }> {
+  /** Serves the servers given: opens the new, follows the changed, retires the removed. */
+  private async sync(servers: readonly McpServer[]): Promise<void> {
+    if (this.closed) return;
+    const names = new Set(servers.map((server) => server.name));
+    for (const server of servers) {
+      const settings = JSON.stringify(server);
+      const served = this.served.get(server.name);
+      if (!served) {
+        await this.open(server, settings);
+        continue;
+      }
+      if (served.settings === settings) continue;
+      const was = JSON.parse(served.settings) as McpServer;
+      if (was.maxConcurrency !== server.maxConcurrency) {
+        await this.cap(server);
+        served.worker.concurrency = server.maxConcurrency;
+      }
+      served.upstream.drop();
+      served.upstream = new UpstreamConnection(server);
+      served.settings = settings;
+    }
+    for (const [name, served] of this.served) {
+      if (names.has(name)) continue;
+      this.served.delete(name);
+      // Calls queued for it in the second before every api heard are answered (refused) first.
+      const retired = new Promise<void>((resolve) => setTimeout(resolve, retireGraceMs).unref())
+        .then(() => served.worker.close())
+        .finally(() => {
+          served.upstream.drop();
+          this.retiring.delete(retired);
+        });
+      this.retiring.add(retired);
+    }
+  }
+
+  /** The server's cap, held across every worker by BullMQ. */
+  private async cap(server: McpServer): Promise<void> {
+    const queue = new Queue(mcpQueueName(server.name), { connection: this.deps.redis });
+    try {
+      await queue.setGlobalConcurrency(server.maxConcurrency);
+    } finally {
+      await queue.close();
+    }
+  }
+
+  private async open(server: McpServer, settings: string): Promise<void> {
+    const { config, redis, log } = this.deps;
+    const name = mcpQueueName(server.name);
+    await this.cap(server);
+    const worker = new StartingWorker<McpCallJobData, { body?: string; bodyRef?: string }>(name, (job, token) => this.take(job, token), {
+      connection: redis,
+      concurrency: server.maxConcurrency,
+      lockDuration: config.workerLockMs,
+      stalledInterval: Math.max(500, Math.floor(config.workerLockMs / 2)),
+      maxStalledCount: 0,
+    });
+    worker.on('failed', (job, error) => void this.lost(job, error));
+    worker.on('error', (error) => log.error({ err: error, queue: name }, 'MCP worker error'));
+    this.served.set(server.name, { worker, upstream: new UpstreamConnection(server), settings });
+    await worker.waitUntilReady();
+  }
+
+  /** A call taken: run on its server as it is now; a server removed meanwhile refuses it, unbilled. */
+  private async take(job: Job<McpCallJobData>, token?: string): Promise<{ body?: string; bodyRef?: string }> {
+    const server = this.deps.registry.get(job.data.server);
+    const served = this.served.get(job.data.server);
+    if (server && served && server.unusable === undefined) return this.run(server, served.upstream, job, token);
+    const data = job.data;
+    const error = server?.unusable !== undefined
+      ? new GatewayError(502, `The MCP server ${data.server} cannot be reached: ${server.unusable}.`, { code: 'upstream_error' })
+      : new GatewayError(404, `The MCP server ${data.server} was removed.`, { code: 'mcp_server_not_found' });
+    await this.settle(data, 'failed', 0, Date.now(), error.code ?? 'upstream_error');
+    await new ReplyPublisher(this.deps.redis, data.replyTo, job.id!, { stream: data.progressToken !== undefined }).error(error.toWire()).catch(() => undefined);
+    return {};
+  }
+
+  private async run(server: McpServer, upstream: UpstreamConnection, job: Job<McpCallJobData>, _token?: string): Promise<{ body?: string; bodyRef?: string }> {
     const { redis, cancels, access } = this.deps;
     const data = job.data;
     void leaveBacklog(redis, job.queueName, job.id!, job.queueQualifiedName + ':' + job.id).catch(() => undefined);
@@ -153,7 +233,6 @@ export class McpToolWorkers {
     const controller = cancels.start(job.id!);
     const timeout = Math.min(server.timeoutMs, remaining);
     const timer = setTimeout(() => controller.abort(new GatewayError(504, `The tool did not answer within ${timeout} ms.`, { code: 'timeout' })), timeout);
-    const upstream = this.upstreams.get(server.name)!;
     try {
       const client = await upstream.get(controller.signal);
       const onprogress = streamed

@@ -6,6 +6,8 @@ import { ErrorMessage, PageHeader, useApi, useTitle } from '../components/ui';
 import { Snippet } from '../components/snippet';
 import { count, moment } from '../format';
 import { api, messageOf } from '../api';
+import { useAccount } from '../app-context';
+import { McpServerDialog, RemoveMcpServerDialog } from './mcp-server-dialogs';
 
 /*
  * Tools: the upstream MCP servers agents reach through the gateway's /mcp, as the workers' last checks found them,
@@ -46,15 +48,32 @@ const serverColumns: Column<McpServerConsoleView>[] = [
   { id: 'timeout', label: 'Timeout', numeric: true, priority: 'wide', cell: (server) => `${count(server.timeout_ms / 1000)} s` },
 ];
 
-/** What an admin sees besides: where each server is reached, the headers it is sent (by name), and "Check now". */
-const adminColumns = (check: (name: string) => void, checking: string | undefined): Column<McpServerConsoleView>[] => [
+/** What an admin sees besides: where each server is reached, the headers it is sent (by name), "Check now", and for the servers they added, Change and Remove. */
+const adminColumns = (
+  check: (name: string) => void,
+  checking: string | undefined,
+  edit: (server: McpServerConsoleView) => void,
+  remove: (server: McpServerConsoleView) => void,
+): Column<McpServerConsoleView>[] => [
   {
     id: 'check',
-    label: 'Check',
+    label: 'Actions',
     cell: (server) => (
-      <button type="button" class="button button-secondary button-small" disabled={checking !== undefined} onClick={() => check(server.name)} aria-label={`Check ${server.name} now`}>
-        {checking === server.name ? 'Checking…' : 'Check now'}
-      </button>
+      <span class="row-actions">
+        <button type="button" class="button button-secondary button-small" disabled={checking !== undefined} onClick={() => check(server.name)} aria-label={`Check ${server.name} now`}>
+          {checking === server.name ? 'Checking…' : 'Check now'}
+        </button>
+        {server.source === 'admin' && (
+          <>
+            <button type="button" class="button button-secondary button-small" onClick={() => edit(server)} aria-label={`Change ${server.name}`}>
+              Change
+            </button>
+            <button type="button" class="button button-secondary button-small" onClick={() => remove(server)} aria-label={`Remove ${server.name}`}>
+              Remove
+            </button>
+          </>
+        )}
+      </span>
     ),
   },
   { id: 'where', label: 'Reached at', priority: 'detail', class: 'mono small', cell: (server) => server.url ?? <span class="muted">{server.transport === 'stdio' ? 'run by the workers' : '—'}</span> },
@@ -65,6 +84,7 @@ const adminColumns = (check: (name: string) => void, checking: string | undefine
     class: 'mono small',
     cell: (server) => (server.header_names && server.header_names.length > 0 ? server.header_names.join(', ') : <span class="muted">—</span>),
   },
+  { id: 'source', label: 'Set by', priority: 'detail', cell: (server) => (server.source === 'file' ? 'MCP_SERVERS_FILE' : 'an admin') },
 ];
 
 /** The agents' configs for the endpoint, the key in them as a placeholder (its secret is shown only when it is made). */
@@ -84,6 +104,9 @@ export function ToolsPage() {
   const [keyId, setKeyId] = useState('');
   const [checking, setChecking] = useState<string | undefined>(undefined);
   const [checkError, setCheckError] = useState<string | undefined>(undefined);
+  const admin = useAccount().role === 'admin';
+  const [editing, setEditing] = useState<McpServerConsoleView | 'new' | undefined>(undefined);
+  const [removing, setRemoving] = useState<McpServerConsoleView | undefined>(undefined);
   const check = (name: string) => {
     setChecking(name);
     setCheckError(undefined);
@@ -102,7 +125,34 @@ export function ToolsPage() {
         description="The MCP servers your agents reach through this gateway with their key: each call is queued, limited, logged and billed like any request."
       />
       <ErrorMessage message={page.error} />
-      {data && data.servers.length === 0 && <p class="muted">No MCP servers are configured on this gateway (MCP_SERVERS_FILE).</p>}
+      {data && data.servers.length === 0 && (
+        <p class="muted">No MCP servers are set on this gateway{admin ? ': add one, or list them in MCP_SERVERS_FILE.' : '. An administrator adds them.'}</p>
+      )}
+      {data && data.servers.length === 0 && admin && (
+        <button type="button" class="button button-primary" onClick={() => setEditing('new')}>
+          Add server
+        </button>
+      )}
+      {editing !== undefined && (
+        <McpServerDialog
+          server={editing === 'new' ? undefined : editing}
+          onClose={() => setEditing(undefined)}
+          onSaved={() => {
+            setEditing(undefined);
+            page.reload();
+          }}
+        />
+      )}
+      {removing && (
+        <RemoveMcpServerDialog
+          server={removing}
+          onClose={() => setRemoving(undefined)}
+          onRemoved={() => {
+            setRemoving(undefined);
+            page.reload();
+          }}
+        />
+      )}
       {data && data.servers.length > 0 && (
         <>
           <section aria-labelledby="connect-heading" class="section">
@@ -129,11 +179,18 @@ export function ToolsPage() {
             ))}
           </section>
           <section aria-labelledby="servers-heading" class="section">
-            <h2 id="servers-heading">Servers</h2>
+            <div class="section-head">
+              <h2 id="servers-heading">Servers</h2>
+              {admin && (
+                <button type="button" class="button button-secondary button-small" onClick={() => setEditing('new')}>
+                  Add server
+                </button>
+              )}
+            </div>
             <ErrorMessage message={checkError} />
             <DataTable
               label="MCP servers"
-              columns={data.servers.some((server) => server.transport !== null) ? [...serverColumns, ...adminColumns(check, checking)] : serverColumns}
+              columns={admin ? [...serverColumns, ...adminColumns(check, checking, setEditing, setRemoving)] : serverColumns}
               rows={data.servers} rowKey={(server) => server.name} skeletonRows={2} empty="No servers." />
           </section>
           <section aria-labelledby="tools-heading" class="section">
