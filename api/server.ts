@@ -63,6 +63,7 @@ import { fileRoutes } from './files/routes.js';
 import { closeMarginMs, closeRedisBy, settledBy } from '../shared/stop-deadline.js';
 import { openMcpRegistry, secretBox } from '../storage/record/mcp-servers.js';
 import { McpServerAdmin } from './mcp/server-admin.js';
+import { McpQueueDepths } from './mcp/depths.js';
 
 export interface ApiServer {
   server: Server;
@@ -210,7 +211,11 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   // Tracing on: a server span around everything (it sees the status the envelope answers); off, nothing at all.
   if (tracingEnabled()) app.use(traceRequests({ routeOf: routeTemplate, queues: (method, path) => queuedEndpoint(method, path) !== undefined }));
   // Prometheus: every request counted and timed (around the envelope, so it sees the status answered); GET /metrics among the probes.
-  const metrics = apiMetrics(config, backpressure, routeTemplate);
+  // The MCP servers' tool calls count as the `mcp` capability's depth (what its workers' autoscaler reads).
+  const mcpDepths = new McpQueueDepths({ redis, registry: mcpServers, log });
+  mcpDepths.start();
+  const depths = { depths: () => [...backpressure.depths(), ...mcpDepths.depths()], backlogs: () => backpressure.backlogs(), stranded: () => backpressure.stranded() };
+  const metrics = apiMetrics(config, depths, routeTemplate);
   probes.get('/metrics', metrics.scrape);
   app.use(metrics.requests);
   app.use(closeUnreadRequests);
@@ -299,7 +304,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
       return hub.size;
     },
     shutdown: (until = Date.now() + config.shutdownGraceMs) =>
-      shutdownApi({ log, server, hub, jobEvents, logs, loopStalls, backpressure, queues, redis, subscriber, closeRecord, drain: () => ((draining = true), batchSweeps.stop(), mcpServers.stop(), realtime.close()) }, until),
+      shutdownApi({ log, server, hub, jobEvents, logs, loopStalls, backpressure, queues, redis, subscriber, closeRecord, drain: () => ((draining = true), batchSweeps.stop(), mcpServers.stop(), void mcpDepths.stop(), realtime.close()) }, until),
   };
 }
 

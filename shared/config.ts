@@ -102,6 +102,8 @@ export interface Config {
   modelAliases: ReadonlyMap<string, string>;
   /** Queues this worker process serves. */
   workerQueues: QueueName[];
+  /** WORKER_QUEUES names `mcp` (or is unset): this worker process runs the upstream MCP servers' tool calls. */
+  workerMcp: boolean;
   /** `npm start` without a role: workers in a child process (`on`), in the api's process (`off`), or by core count. */
   workerProcess: 'auto' | 'on' | 'off';
   concurrency: Record<QueueName, number>;
@@ -414,7 +416,7 @@ const fixed = {
   VENDOR_CONNECT_TIMEOUT_MS: setting(integer(0, 10_000), 'vendor connect timeout'),
   VENDOR_FIRST_BYTE_TIMEOUT_MS: setting(integer(0, 120_000), 'vendor response-headers timeout; undici times it in steps of about a second, so a value under 1000 acts as about 1 s'),
   VENDOR_IDLE_TIMEOUT_MS: setting(integer(0, 120_000), 'longest silence between vendor body chunks (about a second\'s resolution, as above)'),
-  WORKER_QUEUES: setting(queueList(), 'queues a worker process serves'),
+  WORKER_QUEUES: setting(queueList(), 'queues a worker process serves; `mcp`: the upstream MCP servers\' tool calls (docs/mcp.md)'),
   REALTIME_SESSIONS_PER_WORKER: setting(integer(1, 100, 100_000), 'Realtime sessions one worker process holds at once (the `realtime` queue\'s concurrency; `WORKER_CONCURRENCY` does not set it, `WORKER_CONCURRENCY_REALTIME` does)'),
   REALTIME_MAX_SESSION_MS: setting(integer(1000, 3_600_000, 86_400_000), 'a Realtime session is closed this long after it opened (1000, with an `error` event saying why), whatever it does: OpenAI\'s own limit is 60 minutes'),
   WORKER_PROCESS: setting(choice(['auto', 'on', 'off'], 'auto', switchAliases), '`npm start` (no `--role`): `on` runs the workers in a child process, on their own event loop; `off` keeps them on the api\'s; `auto`: a child process when more than one core is available'),
@@ -767,7 +769,8 @@ export function loadConfig(env: Env = process.env): Config {
       maxAccountBytes: values.CACHE_MAX_ACCOUNT_BYTES,
       maxRequestBytes: values.CACHE_MAX_REQUEST_BYTES,
     },
-    workerQueues: values.WORKER_QUEUES,
+    workerQueues: values.WORKER_QUEUES.filter((name): name is QueueName => name !== 'mcp'),
+    workerMcp: values.WORKER_QUEUES.includes('mcp'),
     workerProcess: values.WORKER_PROCESS,
     concurrency: realtimeSessionsPerWorker(all, values.REALTIME_SESSIONS_PER_WORKER, perQueue(all, values.WORKER_CONCURRENCY, families.concurrency, queueDefaults.concurrency)),
     realtimeWorker: {

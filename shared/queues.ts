@@ -3,6 +3,9 @@ import slotOf from 'cluster-key-slot';
 /** One BullMQ queue per capability; a capability's workers scale alone. `realtime` holds Realtime sessions (a job each, for its life). */
 export const queueNames = ['chat', 'embeddings', 'image', 'audio', 'video', 'realtime'] as const;
 export type QueueName = (typeof queueNames)[number];
+/** What a worker process may serve (WORKER_QUEUES): the capabilities' queues, and `mcp`, the upstream MCP servers' tool calls (a queue per server). */
+export const workerCapabilities = [...queueNames, 'mcp'] as const;
+export type WorkerCapability = (typeof workerCapabilities)[number];
 
 const clusterSlots = 16_384;
 

@@ -1,6 +1,6 @@
 import { isIP } from 'node:net';
 import { z } from 'zod';
-import { queueNames, type QueueName } from './queues.js';
+import { workerCapabilities, type QueueName, type WorkerCapability } from './queues.js';
 
 /**
  * The kinds of setting the gateway's environment holds (an integer in a
@@ -224,19 +224,24 @@ export function keyList(): Kind<string[]> {
   return { type: 'comma-separated keys', default: { kind: 'unset' }, schema: z.preprocess(unsetIfBlank, z.string().transform(commaList).default([])) };
 }
 
-export function queueList(): Kind<QueueName[]> {
+/**
+ * What a worker process serves: capabilities' queues, and `mcp` (the upstream MCP servers' tool calls, a queue per
+ * server); unset, all of them.
+ */
+export function queueList(): Kind<WorkerCapability[]> {
+  const known: readonly string[] = workerCapabilities;
   const list = z.string().transform((raw, ctx) => {
     const queues = commaList(raw);
     for (const queue of queues) {
-      if (!(queueNames as readonly string[]).includes(queue)) {
-        ctx.addIssue({ code: 'custom', message: `names an unknown queue "${queue}"; known: ${queueNames.join(', ')}`, params: quotesValue });
+      if (!known.includes(queue)) {
+        ctx.addIssue({ code: 'custom', message: `names an unknown queue "${queue}"; known: ${workerCapabilities.join(', ')}`, params: quotesValue });
         return z.NEVER;
       }
     }
-    return queues as QueueName[];
+    return queues as WorkerCapability[];
   });
-  const schema = z.preprocess(unsetIfBlank, list.default([...queueNames]));
-  return { type: `a comma-separated list of ${queueNames.join(', ')}`, default: plainDefault(schema), schema };
+  const schema = z.preprocess(unsetIfBlank, list.default([...workerCapabilities]));
+  return { type: `a comma-separated list of ${workerCapabilities.join(', ')}`, default: plainDefault(schema), schema };
 }
 
 /** `host:port` pairs, comma-separated (Redis Cluster seed nodes, Sentinels). */

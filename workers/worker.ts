@@ -304,8 +304,8 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     for (const [name, set] of settings) if (mcpSettings.get(name) !== set) checkNow(name);
     mcpSettings = settings;
   });
-  // Tool calls run where chat does: an agent's tools go with its model's turns.
-  const mcpTools = config.workerQueues.includes('chat')
+  // Tool calls run on the workers that serve `mcp` (WORKER_QUEUES), a capability of its own that scales alone.
+  const mcpTools = config.workerMcp
     ? new McpToolWorkers({ config, redis, log, registry: mcpServers, cancels, access, policy: { bufferRecords: config.usageBufferRecords, alertThresholds: config.alerts.thresholds } })
     : undefined;
   await mcpTools?.start();

@@ -246,3 +246,63 @@ describe('MCP server secrets in the record', () => {
     assert.ok(serverOfRow({ ...row, secret: altered }, box).unusable !== undefined);
   });
 });
+
+// `mcp` is a worker capability of its own (WORKER_QUEUES): a chat worker leaves tool calls queued, an mcp worker
+// runs them, and the api counts them as the mcp capability's depth on /metrics (what its autoscaler reads).
+describe('the mcp worker capability', () => {
+  let redis: Redis;
+  let api: GatewayProcess;
+  let chatWorker: GatewayProcess;
+  let mcpWorker: GatewayProcess | undefined;
+  let notes: FakeMcp;
+  let dir: string;
+  let client: Client | undefined;
+  let env: Record<string, string>;
+
+  before(async () => {
+    notes = await startFakeMcp({ token: upstreamToken });
+    dir = mkdtempSync(join(tmpdir(), 'mcp-capability-'));
+    const file = join(dir, 'mcp.json');
+    writeFileSync(file, JSON.stringify({ servers: { notes: { url: notes.url, headers: { Authorization: `Bearer ${upstreamToken}` } } } }));
+    let url: string;
+    ({ redis, url } = await freshRedis(12));
+    env = { REDIS_URL: url, ADMIN_TOKEN: adminToken, MOCK_VENDOR: 'on', MCP_SERVERS_FILE: file, MCP_CHECK_INTERVAL_MS: '1000' };
+    [api, chatWorker] = await Promise.all([startGateway({ role: 'api', env }), startGateway({ role: 'worker', env: { ...env, WORKER_QUEUES: 'chat' } })]);
+    mcpWorker = undefined;
+    // Checked by the chat worker (every worker checks the servers, whatever it serves).
+    await within(30_000, async () => ((await adminClient(() => api.url, adminToken).admin('GET', '/admin/mcp/servers')).json.data as Array<{ status: string }>)[0]?.status === 'ok', 'the server checked');
+  });
+
+  after(async () => {
+    await client?.close().catch(() => undefined);
+    await Promise.allSettled([api?.stop(), chatWorker?.stop(), mcpWorker?.stop()]);
+    await notes?.close();
+    redis?.disconnect();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  const depth = async (state: string): Promise<number> => {
+    const text = await (await fetch(`${api.url}/metrics`)).text();
+    const line = new RegExp(`^switchyard_queue_jobs\\{queue="mcp",state="${state}"\\} (\\d+)$`, 'm').exec(text);
+    assert.ok(line, `switchyard_queue_jobs{queue="mcp",state="${state}"} on /metrics`);
+    return Number(line[1]);
+  };
+
+  it('leaves a tool call queued on chat workers, counted on /metrics, until an mcp worker runs it', async () => {
+    const { admin } = adminClient(() => api.url, adminToken);
+    const account = await admin('POST', '/admin/accounts', { email: 'capability@example.com' });
+    await admin('POST', `/admin/accounts/${account.json.id}/credits`, { amount_usd: 1 });
+    const key = await admin('POST', '/admin/keys', { name: 'agent', account_id: account.json.id });
+    client = new Client({ name: 'test-agent', version: '1.0.0' });
+    await client.connect(new StreamableHTTPClientTransport(new URL(`${api.url}/mcp/notes`), { requestInit: { headers: { authorization: `Bearer ${key.json.key}` } } }));
+    assert.equal(await depth('waiting'), 0);
+    let answered = false;
+    const call = client.callTool({ name: 'search', arguments: { word: 'queue' } }, undefined, { timeout: 60_000 }).finally(() => (answered = true));
+    await within(5000, async () => (await depth('waiting')) === 1, 'the call counted as waiting');
+    await wait(1000);
+    assert.equal(answered, false, 'no chat worker runs it');
+    mcpWorker = await startGateway({ role: 'worker', env: { ...env, WORKER_QUEUES: 'mcp' } });
+    assert.deepEqual((await call).content, [{ type: 'text', text: 'notes with queue: 2' }]);
+    await within(5000, async () => (await depth('waiting')) === 0 && (await depth('active')) === 0, 'nothing left');
+  });
+});

@@ -56,8 +56,11 @@ describe('docker-compose.yml', () => {
       const worker = services[`worker-${queue}`];
       assert.ok(worker && runsGateway(worker), `a worker-${queue} service`);
       assert.ok(worker.command?.includes('--role=worker'));
-      assert.equal(worker.environment?.WORKER_QUEUES, queue);
+      assert.equal(String(worker.environment?.WORKER_QUEUES).split(',')[0], queue);
     }
+    // The MCP servers' tool calls are served by one of them (beside chat).
+    const mcp = Object.entries(services).filter(([, service]) => String(service.environment?.WORKER_QUEUES ?? '').split(',').includes('mcp'));
+    assert.deepEqual(mcp.map(([name]) => name), ['worker-chat']);
   });
 
   it('publishes a host port on the balancer only, on the loopback: the console and /admin/queues are not on every interface', () => {

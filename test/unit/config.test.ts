@@ -161,6 +161,7 @@ describe('loadConfig', () => {
     assert.equal(config.redisUrl, 'redis://127.0.0.1:6379');
     assert.equal(config.logLevel, 'info');
     assert.deepEqual(config.workerQueues, [...queueNames]);
+    assert.equal(config.workerMcp, true);
     assert.deepEqual(config.concurrency, { chat: 4096, embeddings: 1024, image: 128, audio: 64, video: 256, realtime: 100 });
     assert.deepEqual(config.maxWaiting, { chat: 10_000, embeddings: 10_000, image: 5_000, audio: 1_000, video: 5_000, realtime: 1_000 });
     assert.deepEqual(config.deadlineMs, { chat: 600_000, embeddings: 120_000, image: 600_000, audio: 600_000, video: 3_600_000, realtime: 3_700_000 });
@@ -254,7 +255,7 @@ describe('loadConfig', () => {
     assert.equal(failure({ WORKER_LOCK_MS: '999' }), 'Invalid configuration: WORKER_LOCK_MS must be an integer ≥ 1000, got "999"');
     assert.equal(
       failure({ WORKER_QUEUES: 'chat,video-ish' }),
-      'Invalid configuration: WORKER_QUEUES names an unknown queue "video-ish"; known: chat, embeddings, image, audio, video, realtime',
+      'Invalid configuration: WORKER_QUEUES names an unknown queue "video-ish"; known: chat, embeddings, image, audio, video, realtime, mcp',
     );
     assert.equal(
       failure({ FETCH_ALLOW_HOSTS: 'images.internal,10.0.0.0/33' }),

@@ -13,7 +13,10 @@ import { apiMetrics } from '../../api/http/metrics.js';
 import { environmentVariables, loadConfig, type Config } from '../../shared/config.js';
 import { createLogger } from '../../shared/logger.js';
 import { readinessPingTimeoutMs, startMetricsListener } from '../../shared/metrics-process.js';
-import { queueNames, type QueueName } from '../../shared/queues.js';
+import { workerCapabilities, type QueueName, type WorkerCapability } from '../../shared/queues.js';
+
+/** What a worker Deployment serves: its one capability (`mcp` for the MCP servers' tool calls). */
+const capabilityOf = (config: Config): WorkerCapability => (config.workerMcp && config.workerQueues.length === 0 ? 'mcp' : config.workerQueues.length === 1 && !config.workerMcp ? config.workerQueues[0]! : (config.workerQueues.join(',') as never));
 import { depthStates, sumDepths, type QueueDepth } from '../../shared/scheduling/backpressure.js';
 import { closeMarginMs } from '../../shared/stop-deadline.js';
 import { finalStage } from '../support/dockerfile.js';
@@ -396,9 +399,9 @@ describe('deploy/kubernetes, rendered', () => {
     for (const overlay of overlays) {
       const objects = rendered(overlay);
       const gateway = gateways(objects);
-      assert.deepEqual(gateway.map(roleOf).sort(), ['api', ...queueNames.map(() => 'worker')].sort(), overlay);
-      const workerQueues = gateway.filter((d) => roleOf(d) === 'worker').map((d) => configOf(objects, d.spec.template.spec.containers[0]!).config.workerQueues);
-      assert.deepEqual(workerQueues.map((queues) => queues.join(',')).sort(), [...queueNames].sort(), `${overlay}: one worker Deployment per capability, each serving it alone`);
+      assert.deepEqual(gateway.map(roleOf).sort(), ['api', ...workerCapabilities.map(() => 'worker')].sort(), overlay);
+      const served = gateway.filter((d) => roleOf(d) === 'worker').map((d) => capabilityOf(configOf(objects, d.spec.template.spec.containers[0]!).config));
+      assert.deepEqual(served.sort(), [...workerCapabilities].sort(), `${overlay}: one worker Deployment per capability, each serving it alone`);
       const scaled = new Set([...ofKind<ScaledObject>(objects, 'ScaledObject').map((s) => s.spec.scaleTargetRef.name), ...ofKind<K8sObject>(objects, 'HorizontalPodAutoscaler').map((h) => (h.spec as { scaleTargetRef: { name: string } }).scaleTargetRef.name)]);
       for (const deployment of gateway) {
         const [container, ...others] = deployment.spec.template.spec.containers;
@@ -543,9 +546,10 @@ describe('deploy/kubernetes against the gateway', () => {
           assert.ok(preStopMs > 0, `${where}: kept serving while the balancers drop it`);
           continue;
         }
-        const [queue] = config.workerQueues as [QueueName];
+        const queue = capabilityOf(config);
         assert.ok(config.shutdownGraceMs >= 25_000, `${where}: a worker drains at least the default grace`);
-        assert.ok(config.shutdownGraceMs <= config.deadlineMs[queue], `${where}: no drain past the request deadline of ${queue}`);
+        // A tool call's deadline is its server's timeout_ms (up to an hour), not a capability's.
+        if (queue !== 'mcp') assert.ok(config.shutdownGraceMs <= config.deadlineMs[queue as QueueName], `${where}: no drain past the request deadline of ${queue}`);
         const scaler = scalers.find((s) => s.spec.scaleTargetRef.name === deployment.metadata.name)!;
         const window = scaler.spec.advanced?.horizontalPodAutoscalerConfig?.behavior?.scaleDown?.stabilizationWindowSeconds ?? 300;
         assert.ok(window * 1000 >= graceMs, `${where}: the scale-down window (${window} s) outlasts a worker's drain (${graceMs / 1000} s)`);
@@ -686,7 +690,7 @@ describe('deploy/kubernetes against the gateway', () => {
   it("scales each capability's workers on its own jobs, waiting or running, as the api's /metrics serves them to Prometheus", async () => {
     // Counts of the kind BullMQ's getJobCounts gives each shard, different for every capability and state.
     const counts = new Map<string, QueueDepth>();
-    queueNames.forEach((queue, i) => counts.set(queue, sumDepths([{ waiting: 10 * i + 1, prioritized: 100 * i + 2, active: 1000 * i + 3, delayed: 7, failed: 9 }])));
+    workerCapabilities.forEach((queue, i) => counts.set(queue, sumDepths([{ waiting: 10 * i + 1, prioritized: 100 * i + 2, active: 1000 * i + 3, delayed: 7, failed: 9 }])));
     // A capped vendor's lane: its jobs wait for the vendor's cap, not for workers.
     counts.set('lane@openai', sumDepths([{ waiting: 5000, prioritized: 5000, active: 5000, delayed: 0, failed: 0 }]));
     for (const overlay of overlays) {
@@ -723,7 +727,7 @@ describe('deploy/kubernetes against the gateway', () => {
         const where = `${overlay}: ${worker.metadata.name}`;
         const container = worker.spec.template.spec.containers[0]!;
         const { config } = configOf(objects, container);
-        const [queue] = config.workerQueues as [QueueName];
+        const queue = capabilityOf(config);
         const mine = scalers.filter((s) => s.spec.scaleTargetRef.name === worker.metadata.name);
         assert.equal(mine.length, 1, `${where}: one ScaledObject`);
         const { spec } = mine[0]!;
@@ -740,8 +744,14 @@ describe('deploy/kubernetes against the gateway', () => {
         assert.equal(result[0]!.value, depth.waiting + depth.active, `${where}: the query is ${queue}'s jobs waiting or running, once across api replicas, no other queue or lane`);
         // What one worker should hold, within what it can (WORKER_CONCURRENCY_<QUEUE>, REALTIME_SESSIONS_PER_WORKER for realtime).
         const threshold = Number(trigger.threshold);
-        assert.ok(threshold > 0 && threshold <= config.concurrency[queue], `${where}: threshold ${threshold} within the worker's ${config.concurrency[queue]} jobs at once`);
-        assert.ok(threshold >= config.concurrency[queue] / 2, `${where}: threshold ${threshold} near the worker's ${config.concurrency[queue]}`);
+        if (queue === 'mcp') {
+          // Tool calls are held by their servers' caps, not a worker's slots: a bound on the calls per worker.
+          assert.ok(threshold > 0 && threshold <= 1000, `${where}: threshold ${threshold}`);
+        } else {
+          const slots = config.concurrency[queue];
+          assert.ok(threshold > 0 && threshold <= slots, `${where}: threshold ${threshold} within the worker's ${slots} jobs at once`);
+          assert.ok(threshold >= slots / 2, `${where}: threshold ${threshold} near the worker's ${slots}`);
+        }
         // CPU: against the container's request.
         for (const t of spec.triggers.filter((x) => x.type === 'cpu')) {
           assert.equal(t.metricType, 'Utilization', where);
