@@ -124,8 +124,12 @@ describe('MCP servers added by an admin', () => {
   it('changes a server for every process within a second: its price, its cap, its headers', async () => {
     const { accountId, secret } = await creditedKey('changes@example.com');
     const client = await connect(secret, '/mcp/kb');
+    // A call running while the server changes finishes (its connection is kept: only price and cap change here).
+    const running = client.callTool({ name: 'slow', arguments: { ms: 1500 } });
+    await within(5000, async () => kb.slow.running === 1, 'the slow call runs');
     const patched = await admin('PATCH', '/admin/mcp/servers/kb', { price_per_call_usd: '0.004', max_concurrency: 1 });
     assert.equal(patched.status, 200, JSON.stringify(patched.json));
+    assert.deepEqual((await running).content, [{ type: 'text', text: 'slept 1500 ms' }]);
     assert.equal(patched.json.price_per_call_usd, '0.004000');
     assert.equal(patched.json.max_concurrency, 1);
     // The worker settles at the new price (it reads the server as it is now).
@@ -169,11 +173,32 @@ describe('MCP servers added by an admin', () => {
       { name: 'cap', url: kb.url, max_concurrency: 0 },
       { name: 'price', url: kb.url, price_per_call_usd: '0.0000001' },
       { name: 'extra', url: kb.url, colour: 'red' },
+      { name: 7, url: kb.url },
+      { name: 'js', url: 'javascript:alert(1)' },
+      { name: 'spaces', url: kb.url, headers: { 'X Token': 'v' } },
+      { name: 'array', url: kb.url, headers: ['Authorization: x'] },
+      { name: 'many', url: kb.url, headers: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`x-h${i}`, 'v'])) },
+      { name: 'negative', url: kb.url, price_per_call_usd: -1 },
+      { name: 'float', url: kb.url, timeout_ms: 1500.5 },
+      { name: 'ünicode', url: kb.url },
+      { name: 'x'.repeat(64), url: kb.url },
+      { name: 'long', url: `${kb.url}?${'q'.repeat(9000)}` },
     ]) {
       const refused = await admin('POST', '/admin/mcp/servers', body);
       assert.equal(refused.status, 400, JSON.stringify(body));
     }
     assert.equal((await admin('PATCH', '/admin/mcp/servers/kb', {})).status, 400);
+    assert.equal((await admin('PATCH', '/admin/mcp/servers/kb', { name: 'renamed' })).status, 400, 'a server is not renamed');
+    assert.equal((await admin('POST', '/admin/mcp/servers', '{"name": "broken", ')).status, 400, 'not JSON');
+    assert.equal((await admin('POST', '/admin/mcp/servers', [{ name: 'list', url: kb.url }])).status, 400, 'not an object');
+    const huge = await fetch(`${api.url}/admin/mcp/servers`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'huge', url: kb.url, headers: { 'x-pad': 'p'.repeat(70_000) } }),
+    });
+    assert.equal(huge.status, 413);
+    // Without the admin token, nothing.
+    assert.equal((await fetch(`${api.url}/admin/mcp/servers`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'anon', url: kb.url }) })).status, 401);
     assert.equal((await admin('PATCH', '/admin/mcp/servers/nope', { max_concurrency: 2 })).status, 404);
     assert.equal((await admin('DELETE', '/admin/mcp/servers/nope')).status, 404);
     // Nothing refused was kept.

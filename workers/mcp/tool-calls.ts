@@ -135,8 +135,14 @@ export class McpToolWorkers {
         await this.cap(server);
         served.worker.concurrency = server.maxConcurrency;
       }
-      served.upstream.drop();
-      served.upstream = new UpstreamConnection(server);
+      // Where and how it is reached changed: new calls connect anew; those running finish on the old connection,
+      // closed once they had their time. A change of its price or cap alone keeps the connection.
+      const reach = (s: McpServer) => JSON.stringify([s.transport, s.url, s.headers, s.command, s.unusable]);
+      if (reach(was) !== reach(server)) {
+        const old = served.upstream;
+        served.upstream = new UpstreamConnection(server);
+        setTimeout(() => old.drop(), was.timeoutMs + 1000).unref();
+      }
       served.settings = settings;
     }
     for (const [name, served] of this.served) {

@@ -240,6 +240,29 @@ export function DialogFormActions({ onCancel, busy, submit }: { onCancel: () => 
   );
 }
 
+/**
+ * Asks before what cannot be taken back (revoking a key, removing a server, deleting a batch): its lead, the way
+ * back (focused first) and the danger button; `onConfirm` runs once, a failure said above the buttons.
+ */
+export function ConfirmDialog({ title, confirm, cancel = 'Cancel', onClose, onConfirm, children }: { title: string; confirm: string; cancel?: string; onClose: () => void; onConfirm: () => Promise<void>; children: ComponentChildren }) {
+  const { busy, error, send } = useSending();
+  return (
+    <Dialog title={title} onClose={onClose} alert>
+      <p class="dialog-lead">{children}</p>
+      <ErrorMessage message={error} />
+      <div class="dialog-actions">
+        <button type="button" class="button button-secondary" onClick={onClose} autoFocus>
+          {cancel}
+        </button>
+        <button type="button" class="button button-danger" onClick={() => void send(onConfirm)} disabled={busy}>
+          {busy && <Spinner />}
+          {confirm}
+        </button>
+      </div>
+    </Dialog>
+  );
+}
+
 /** Text that changes to "Copied" a moment after a copy. */
 export function useCopy(): [boolean, (text: string) => Promise<void>, string | undefined] {
   const [copied, setCopied] = useState(false);

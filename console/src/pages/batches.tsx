@@ -3,7 +3,7 @@ import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { api, isAbort, messageOf } from '../api';
 import { useAccount, useApp } from '../app-context';
 import { type Column, PagedTable } from '../components/data-table';
-import { CopyButton, Dialog, ErrorMessage, PageHeader, Spinner, useApi, useTitle } from '../components/ui';
+import { ConfirmDialog, CopyButton, ErrorMessage, PageHeader, useApi, useTitle } from '../components/ui';
 import { count, fullTime, moment, money, shortDateTime, timeOfDay } from '../format';
 import type { PagedList } from '../paged-list';
 import { Link, navigate, useSearch } from '../router';
@@ -176,46 +176,25 @@ type Acting = { batch: Batch; action: 'cancel' | 'delete' };
 /** Asks before canceling or deleting a batch, then does it through the console's endpoint. */
 function ConfirmAction({ acting, accountName, onClose, onDone }: { acting: Acting; accountName: string | undefined; onClose: () => void; onDone: (batch: Batch, action: Acting['action']) => void }) {
   const { batch, action } = acting;
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<string | undefined>(undefined);
   const run = async () => {
-    setBusy(true);
-    setError(undefined);
-    try {
-      const path = `/batches/${encodeURIComponent(batch.id)}`;
-      if (action === 'cancel') onDone(await api<Batch>('POST', `${path}/cancel`), action);
-      else {
-        await api('DELETE', path);
-        onDone(batch, action);
-      }
-    } catch (caught) {
-      setError(messageOf(caught));
-      setBusy(false);
+    const path = `/batches/${encodeURIComponent(batch.id)}`;
+    if (action === 'cancel') onDone(await api<Batch>('POST', `${path}/cancel`), action);
+    else {
+      await api('DELETE', path);
+      onDone(batch, action);
     }
   };
   const whose = accountName ? ` of ${accountName}` : '';
   return (
-    <Dialog title={action === 'cancel' ? 'Cancel this batch?' : 'Delete this batch?'} onClose={onClose} alert>
-      <p class="dialog-lead">
-        <span class="mono">{batch.id}</span>
-        {whose}
-        {action === 'cancel'
-          ? `: its ${count(batch.counts.processing)} requests not yet done stop. Those a vendor is already answering finish (and are billed); the rest are canceled. What has finished keeps its results. This cannot be undone.`
-          : batch.dialect === 'openai'
-            ? ': the batch is removed from the list and can no longer be read through the API. Its input, output and error files stay among the account’s files. This cannot be undone.'
-            : ': the batch and its results are removed: its results can no longer be read through the API. This cannot be undone.'}
-      </p>
-      <ErrorMessage message={error} />
-      <div class="dialog-actions">
-        <button type="button" class="button button-secondary" onClick={onClose} autoFocus>
-          Keep it
-        </button>
-        <button type="button" class="button button-danger" onClick={run} disabled={busy}>
-          {busy && <Spinner />}
-          {action === 'cancel' ? 'Cancel batch' : 'Delete batch'}
-        </button>
-      </div>
-    </Dialog>
+    <ConfirmDialog title={action === 'cancel' ? 'Cancel this batch?' : 'Delete this batch?'} confirm={action === 'cancel' ? 'Cancel batch' : 'Delete batch'} cancel="Keep it" onClose={onClose} onConfirm={run}>
+      <span class="mono">{batch.id}</span>
+      {whose}
+      {action === 'cancel'
+        ? `: its ${count(batch.counts.processing)} requests not yet done stop. Those a vendor is already answering finish (and are billed); the rest are canceled. What has finished keeps its results. This cannot be undone.`
+        : batch.dialect === 'openai'
+          ? ': the batch is removed from the list and can no longer be read through the API. Its input, output and error files stay among the account’s files. This cannot be undone.'
+          : ': the batch and its results are removed: its results can no longer be read through the API. This cannot be undone.'}
+    </ConfirmDialog>
   );
 }
 

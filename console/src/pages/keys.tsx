@@ -6,7 +6,7 @@ import { teamName } from '../teams';
 import { type Column, DataTable } from '../components/data-table';
 import { Snippet } from '../components/snippet';
 import { parseToolPatterns } from '../tool-patterns';
-import { Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, modelList, optionalNumber, useApi, useCopy, useTitle } from '../components/ui';
+import { ConfirmDialog, Dialog, DialogFormActions, ErrorMessage, PageHeader, StatusMessage, modelList, optionalNumber, useApi, useCopy, useTitle } from '../components/ui';
 import { ago, dateInputValue, dateTime, endOfLocalDay, money, shortDate, todayInputValue } from '../format';
 import { defaultAccountId, type BudgetPeriod, type CreatedKey, type Key, type KeyLimitValues, type List } from '../types';
 
@@ -459,35 +459,18 @@ function EditKeyDialog({
 }
 
 function RevokeDialog({ keyRecord, onClose, onRevoked, base = '/keys' }: { keyRecord: Key; onClose: () => void; onRevoked: () => void; base?: KeysBase }) {
-  const [error, setError] = useState<string | undefined>(undefined);
-  const [busy, setBusy] = useState(false);
-  const revoke = async () => {
-    setBusy(true);
-    setError(undefined);
-    try {
-      await api('DELETE', `${base}/${encodeURIComponent(keyRecord.id)}`);
-      onRevoked();
-    } catch (caught) {
-      setError(messageOf(caught));
-      setBusy(false);
-    }
-  };
   return (
-    <Dialog title="Revoke this key?" onClose={onClose} alert>
-      <p class="dialog-lead">
-        <strong>{keyRecord.name}</strong> (<span class="mono">{keyRecord.hint}</span>) stops working at once for every app that uses it. This cannot be undone.
-      </p>
-      <ErrorMessage message={error} />
-      <div class="dialog-actions">
-        <button type="button" class="button button-secondary" onClick={onClose} autoFocus>
-          Cancel
-        </button>
-        <button type="button" class="button button-danger" onClick={revoke} disabled={busy}>
-          {busy && <Spinner />}
-          Revoke key
-        </button>
-      </div>
-    </Dialog>
+    <ConfirmDialog
+      title="Revoke this key?"
+      confirm="Revoke key"
+      onClose={onClose}
+      onConfirm={async () => {
+        await api('DELETE', `${base}/${encodeURIComponent(keyRecord.id)}`);
+        onRevoked();
+      }}
+    >
+      <strong>{keyRecord.name}</strong> (<span class="mono">{keyRecord.hint}</span>) stops working at once for every app that uses it. This cannot be undone.
+    </ConfirmDialog>
   );
 }
 

@@ -2,7 +2,7 @@ import type { TargetedSubmitEvent } from 'preact';
 import { useState } from 'preact/hooks';
 import type { McpServerConsoleView } from '../../../shared/console-api.js';
 import { api } from '../api';
-import { Dialog, DialogFormActions, ErrorMessage, Spinner, useSending } from '../components/ui';
+import { ConfirmDialog, Dialog, DialogFormActions, ErrorMessage, useSending } from '../components/ui';
 
 /*
  * An admin's MCP servers on the Tools page: add one (reached by URL: a server the workers run is the file's alone),
@@ -170,27 +170,17 @@ export function McpServerDialog({ server, onClose, onSaved }: { server?: McpServ
 }
 
 export function RemoveMcpServerDialog({ server, onClose, onRemoved }: { server: McpServerConsoleView; onClose: () => void; onRemoved: () => void }) {
-  const { busy, error, send } = useSending();
-  const remove = () =>
-    void send(async () => {
-      await api('DELETE', `/admin/mcp/servers/${encodeURIComponent(server.name)}`);
-      onRemoved();
-    });
   return (
-    <Dialog title={`Remove ${server.name}?`} onClose={onClose} alert>
-      <p class="dialog-lead">
-        Its tools stop being served at once, to every agent; calls already waiting for it are refused, unbilled. Its headers are deleted with it.
-      </p>
-      <ErrorMessage message={error} />
-      <div class="dialog-actions">
-        <button type="button" class="button button-secondary" onClick={onClose} autoFocus>
-          Cancel
-        </button>
-        <button type="button" class="button button-danger" onClick={remove} disabled={busy}>
-          {busy && <Spinner />}
-          Remove server
-        </button>
-      </div>
-    </Dialog>
+    <ConfirmDialog
+      title={`Remove ${server.name}?`}
+      confirm="Remove server"
+      onClose={onClose}
+      onConfirm={async () => {
+        await api('DELETE', `/admin/mcp/servers/${encodeURIComponent(server.name)}`);
+        onRemoved();
+      }}
+    >
+      Its tools stop being served at once, to every agent; calls already waiting for it are refused, unbilled. Its headers are deleted with it.
+    </ConfirmDialog>
   );
 }
