@@ -296,6 +296,25 @@ export async function startFloor(fakeUrl: string, redisUrl: string, concurrency 
   return { child, url: (JSON.parse(line) as { url: string }).url };
 }
 
+/** The floor of the MCP benchmark (bench/mcp-floor-process.ts): a bare BullMQ loop in front of one MCP server; `url` is its endpoint. */
+export async function startMcpFloor(upstreamUrl: string, upstreamToken: string, redisUrl: string): Promise<Floor> {
+  const logDir = join(root, 'bench', 'results', 'logs');
+  mkdirSync(logDir, { recursive: true });
+  const child = spawnChild(
+    'mcp-floor',
+    ['--import', 'tsx', 'bench/mcp-floor-process.ts', `--redis-url=${redisUrl}`, `--upstream-url=${upstreamUrl}`, `--upstream-token=${upstreamToken}`],
+    baseEnv(),
+    join(logDir, 'mcp-floor.log'),
+  );
+  const line = await Promise.race([
+    child.firstLine,
+    sleep(20_000).then(() => {
+      throw new Error(`mcp floor silent after 20 s:\n${child.tail.join('\n')}`);
+    }),
+  ]);
+  return { child, url: (JSON.parse(line) as { url: string }).url };
+}
+
 /**
  * One stream request to a chat completions URL: it must answer 200 with at least one content
  * delta and end with `data: [DONE]`. Returns the stream's text.
