@@ -86,8 +86,9 @@ describe('the Tools page (MCP) in a real browser', () => {
       assert.match(await row.innerText(), /\$0\.002(?!\d)/);
       // The endpoint and both agents' configs, with the gateway's /mcp.
       const codes = await page.locator('pre.code').allInnerTexts();
-      assert.equal(codes.length, 2);
-      for (const code of codes) assert.ok(code.includes(`${gateway.url}/mcp`) && code.includes('Bearer <your key>'), code);
+      assert.equal(codes.length, 3);
+      for (const code of codes) assert.ok(code.includes(`${gateway.url}/mcp`) && code.includes('<your key>'), code);
+      assert.match(codes[2]!, /bearer_token_env_var = "SWITCHYARD_API_KEY"/);
       assert.deepEqual(await toolNames(page), ['notes__search', 'notes__add', 'notes__crash', 'notes__slow', 'notes__count']);
       // One key's tools: only what it may use, and its hint in the configs.
       await page.getByLabel('Key').selectOption(searchOnly);

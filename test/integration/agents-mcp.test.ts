@@ -38,7 +38,7 @@ function openaiSearchesTheNotes(request: RecordedRequest): FakeResponse | undefi
  * `search`, the agent calls it through the gateway (a job on the server's queue, billed at its price), and the
  * tool's answer comes back in the model's.
  */
-describe('Claude Code and Gemini CLI use an MCP server through the gateway', () => {
+describe('Claude Code, Gemini CLI and Codex use an MCP server through the gateway', () => {
   let gateway: GatewayProcess;
   let vendorGateway: VendorGateway;
   let openai: FakeOpenAI;
@@ -140,6 +140,40 @@ describe('Claude Code and Gemini CLI use an MCP server through the gateway', () 
     assert.match(String(result.response), /Tool said: [\s\S]*notes with pelican: 2/, stdout);
     assert.equal(result.stats.tools.totalCalls, 1, JSON.stringify(result.stats.tools));
     const rows = await toolCalls(2);
+    assert.ok(rows.every((row) => row.model === 'notes/search' && row.status === 'completed'));
+  });
+
+  it('runs Codex with the gateway as its MCP server, on a model served through the gateway', async () => {
+    openai.reset();
+    openai.setDefault(openaiSearchesTheNotes);
+    const dir = await mkdtemp(join(home, 'codex-'));
+    // Codex's own config: the gateway as its model provider (the Responses API) and as a remote MCP server, the key
+    // from the environment as the bearer token.
+    const config = [
+      'model = "gpt-4o-mini"',
+      'model_provider = "switchyard"',
+      'approval_policy = "never"',
+      '[model_providers.switchyard]',
+      'name = "Switchyard"',
+      `base_url = "${gateway.url}/v1"`,
+      'env_key = "SWITCHYARD_API_KEY"',
+      'wire_api = "responses"',
+      '[mcp_servers.switchyard]',
+      `url = "${gateway.url}/mcp"`,
+      'bearer_token_env_var = "SWITCHYARD_API_KEY"',
+      '',
+    ].join('\n');
+    await writeFile(join(dir, 'config.toml'), config);
+    const child = run(bin('codex'), ['exec', '--skip-git-repo-check', 'How many of my notes mention pelican? Use the notes search tool.'], {
+      cwd: dir,
+      timeout: 120_000,
+      env: { PATH: process.env.PATH, HOME: dir, CODEX_HOME: dir, SWITCHYARD_API_KEY: apiKey },
+    });
+    child.child.stdin?.end();
+    const { stdout, stderr } = await child;
+    if (process.env.TEST_AGENT_LOGS) process.stderr.write(`${stdout}\n${stderr}\n`);
+    assert.match(stdout, /Tool said: [\s\S]*notes with pelican: 2/, `${stdout}\n${stderr}`);
+    const rows = await toolCalls(3);
     assert.ok(rows.every((row) => row.model === 'notes/search' && row.status === 'completed'));
   });
 });

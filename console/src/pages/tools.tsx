@@ -11,7 +11,7 @@ import { McpServerDialog, RemoveMcpServerDialog } from './mcp-server-dialogs';
 
 /*
  * Tools: the upstream MCP servers agents reach through the gateway's /mcp, as the workers' last checks found them,
- * and which of their tools each of the person's keys may use; with the lines to paste into Claude Code and Gemini CLI.
+ * and which of their tools each of the person's keys may use; with the lines to paste into Claude Code, Gemini CLI and Codex.
  * An admin also sees where each server is reached and every tool (a team's rule hides the others from its people).
  */
 
@@ -94,6 +94,11 @@ function agentSnippets(endpoint: string, keyHint: string | undefined) {
   return [
     { title: 'Claude Code (.mcp.json)', code: JSON.stringify({ mcpServers: { switchyard: { type: 'http', url: endpoint, headers: server } } }, null, 2) },
     { title: 'Gemini CLI (~/.gemini/settings.json)', code: JSON.stringify({ mcpServers: { switchyard: { httpUrl: endpoint, headers: server } } }, null, 2) },
+    // Codex reads the key from the environment rather than the file.
+    {
+      title: 'Codex (~/.codex/config.toml)',
+      code: [`# export SWITCHYARD_API_KEY=${key}`, '[mcp_servers.switchyard]', `url = ${JSON.stringify(endpoint)}`, 'bearer_token_env_var = "SWITCHYARD_API_KEY"'].join('\n'),
+    },
   ];
 }
 
