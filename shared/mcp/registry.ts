@@ -53,9 +53,20 @@ export class McpRegistry {
   /** Reads the servers, then follows every change. */
   async start(): Promise<void> {
     await this.refresh();
+    // A failure is said once, not every half second while it lasts (Redis or the record away), and its end once too.
+    let failing = false;
     const tick = () => {
       this.poll()
-        .catch((error: unknown) => this.deps.log.warn({ err: error }, 'could not read the MCP servers again'))
+        .then(
+          () => {
+            if (failing) this.deps.log.info('read the MCP servers again');
+            failing = false;
+          },
+          (error: unknown) => {
+            if (!failing) this.deps.log.warn({ err: error }, 'could not read the MCP servers again; still serving those read last');
+            failing = true;
+          },
+        )
         .finally(() => {
           if (this.timer !== undefined) this.timer = setTimeout(tick, pollMs).unref();
         });
