@@ -19,7 +19,7 @@ import type { AddressInfo } from 'node:net';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { Queue, Worker, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
-import { stopWithParent } from './parent-watch.js';
+import { closeWithParent } from './parent-watch.js';
 import { redisProtocol } from '../shared/redis.js';
 
 const option = (name: string) => process.argv.find((arg) => arg.startsWith(`--${name}=`))?.slice(name.length + 3);
@@ -109,15 +109,8 @@ await worker.waitUntilReady();
 await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
 process.stdout.write(`${JSON.stringify({ url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/mcp` })}\n`);
 
-let closing = false;
-async function stop(): Promise<void> {
-  if (closing) return;
-  closing = true;
-  setTimeout(() => process.exit(0), 2000).unref();
-  server.closeAllConnections();
-  server.close();
-  await Promise.allSettled([worker.close(true), queue.close(), upstream.close()]);
-  for (const connection of [subscriber, producer, redis]) connection.disconnect();
-  process.exit(0);
-}
-stopWithParent(() => void stop());
+closeWithParent(server, () => [
+  Promise.allSettled([worker.close(true), queue.close(), upstream.close()]).then(() => {
+    for (const connection of [subscriber, producer, redis]) connection.disconnect();
+  }),
+]);

@@ -10,7 +10,7 @@ import type { FakeOpenAI, FakeResponse, RecordedRequest } from '../support/fake-
 import { startVendorGateway, type VendorGateway } from '../support/vendor-gateway.js';
 import { startFakeMcp, type FakeMcp } from '../support/fake-mcp.js';
 import { usageRows } from '../support/record.js';
-import { agentBin, agentDir, geminiCliHome, openaiToolCall, runGeminiCli } from '../support/agents.js';
+import { agentBin, agentDir, geminiCliHome, openaiToolCall, runCodex, runGeminiCli } from '../support/agents.js';
 
 const run = promisify(execFile);
 const bin = agentBin;
@@ -163,15 +163,7 @@ describe('Claude Code, Gemini CLI and Codex use an MCP server through the gatewa
       'bearer_token_env_var = "SWITCHYARD_API_KEY"',
       '',
     ].join('\n');
-    await writeFile(join(dir, 'config.toml'), config);
-    const child = run(bin('codex'), ['exec', '--skip-git-repo-check', 'How many of my notes mention pelican? Use the notes search tool.'], {
-      cwd: dir,
-      timeout: 120_000,
-      env: { PATH: process.env.PATH, HOME: dir, CODEX_HOME: dir, SWITCHYARD_API_KEY: apiKey },
-    });
-    child.child.stdin?.end();
-    const { stdout, stderr } = await child;
-    if (process.env.TEST_AGENT_LOGS) process.stderr.write(`${stdout}\n${stderr}\n`);
+    const { stdout, stderr } = await runCodex(dir, config, 'How many of my notes mention pelican? Use the notes search tool.', { SWITCHYARD_API_KEY: apiKey });
     assert.match(stdout, /Tool said: [\s\S]*notes with pelican: 2/, `${stdout}\n${stderr}`);
     const rows = await toolCalls(3);
     assert.ok(rows.every((row) => row.model === 'notes/search' && row.status === 'completed'));

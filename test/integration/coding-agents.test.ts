@@ -12,7 +12,7 @@ import type { FakeAnthropic } from '../support/fake-anthropic.js';
 import type { FakeGemini } from '../support/fake-gemini.js';
 import { startVendorGateway, type VendorGateway } from '../support/vendor-gateway.js';
 import { usageRows } from '../support/record.js';
-import { agentBin, agentDir, geminiCliHome, openaiToolCall, runGeminiCli } from '../support/agents.js';
+import { agentBin, agentDir, geminiCliHome, openaiToolCall, runCodex, runGeminiCli } from '../support/agents.js';
 
 const run = promisify(execFile);
 const bin = agentBin;
@@ -117,16 +117,7 @@ describe('Claude Code, Codex and Gemini CLI through the gateway', () => {
       'wire_api = "responses"',
       '',
     ].join('\n');
-    await writeFile(join(dir, 'config.toml'), config);
-    const child = run(bin('codex'), ['exec', '--skip-git-repo-check', 'What is the weather in Oslo? Use a tool.'], {
-      cwd: dir,
-      timeout: 120_000,
-      env: { PATH: process.env.PATH, HOME: dir, CODEX_HOME: dir, SWITCHYARD_API_KEY: apiKey },
-    });
-    child.child.stdin?.end();
-    const { stdout, stderr } = await child;
-    if (process.env.TEST_AGENT_LOGS) process.stderr.write(`${stdout}\n${stderr}\n`);
-    return stdout;
+    return (await runCodex(dir, config, 'What is the weather in Oslo? Use a tool.', { SWITCHYARD_API_KEY: apiKey })).stdout;
   }
 
   /**

@@ -67,3 +67,20 @@ export async function runGeminiCli(args: readonly string[], where: { home: strin
   if (process.env.TEST_AGENT_LOGS) process.stderr.write(`${stdout}\n${stderr}\n`);
   return JSON.parse(stdout) as Record<string, any>;
 }
+
+/**
+ * `codex exec <prompt>` with `config` as its config.toml in a home of its own under `dir`, stdin closed, two minutes
+ * at most: what it printed.
+ */
+export async function runCodex(dir: string, config: string, prompt: string, env: Record<string, string>): Promise<{ stdout: string; stderr: string }> {
+  await writeFile(join(dir, 'config.toml'), config);
+  const child = run(agentBin('codex'), ['exec', '--skip-git-repo-check', prompt], {
+    cwd: dir,
+    timeout: 120_000,
+    env: { PATH: process.env.PATH, HOME: dir, CODEX_HOME: dir, ...env },
+  });
+  child.child.stdin?.end();
+  const { stdout, stderr } = await child;
+  if (process.env.TEST_AGENT_LOGS) process.stderr.write(`${stdout}\n${stderr}\n`);
+  return { stdout, stderr };
+}
