@@ -1,3 +1,4 @@
+import { decodeAsyncJobFailure } from '../../shared/async-job-failure.js';
 import type { ServerResponse } from 'node:http';
 import { setTimeout as pause } from 'node:timers/promises';
 import type { GatewayContext } from '../http/context.js';
@@ -242,7 +243,11 @@ export abstract class HeldReply implements ReplyTarget {
       else if (state === 'failed') {
         // The worker published its own error before failing the job; it says more, so it gets to arrive first.
         await pause(lostGraceMs);
-        this.failWith(new GatewayError(502, 'The request failed while the gateway was reconnecting.', { code: 'server_error' }));
+        // Missed (published while this api's subscriber reconnected): answered with what BullMQ kept of it, the
+        // error itself where the job carries it whole (an async job's), else its message.
+        const reason = job.failedReason;
+        const wire = decodeAsyncJobFailure(reason);
+        this.failWith(wire ? GatewayError.fromWire(wire) : new GatewayError(502, `The request failed${reason ? `: ${reason.slice(0, 300)}` : ''}.`, { code: 'job_failed' }));
       }
       return;
     }
@@ -277,6 +282,6 @@ export abstract class HeldReply implements ReplyTarget {
     if (this.stream) this.deliver({ kind: 'done', ...reply, payload: this.trailer });
     else if (result?.body !== undefined) this.deliver({ kind: 'done', ...reply, payload: result.body });
     else if (result?.bodyRef) this.deliver({ kind: 'done-ref', ...reply, payload: result.bodyRef });
-    else this.failWith(new GatewayError(502, 'The request finished without a result.', { code: 'server_error' }));
+    else this.failWith(new GatewayError(502, 'The request finished, but its result was lost with Redis; it ran (and was billed).', { code: 'result_lost' }));
   }
 }
