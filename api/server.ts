@@ -255,7 +255,8 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   const keyed = compose<Koa.Context>([
     authenticate(keyCache),
     geminiMethods,
-    endpointDispatch(endpointDeps),
+    // A Responses or Messages request may name the MCP servers its tool loop runs on.
+    endpointDispatch({ ...endpointDeps, mcpServers }),
     jobs.authed.routes(),
     fileRoutes({ config, files: new AccountFileStore(redis, blobs), record, redis }).routes(),
     batchRoutes({ ...endpointDeps, record }, log).routes(),

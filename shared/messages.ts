@@ -1,5 +1,6 @@
 import type { ChatCompletionRequest } from './schemas/chat.js';
 import type { MessagesRequest } from './schemas/messages.js';
+import type { McpLoopPlan } from './mcp/tool-loop.js';
 
 /**
  * Anthropic's Messages API (`/v1/messages`) over the chat queue. The api
@@ -21,6 +22,8 @@ export interface MessagesJob {
   inputTokens: number;
   /** The client's `anthropic-beta` header, passed to Anthropic as sent. */
   betas?: string;
+  /** Its `mcp_servers`: the gateway runs the tool loop on them, on any vendor (shared/mcp/tool-loop.ts). */
+  mcp?: McpLoopPlan;
 }
 
 /** Anthropic's error types, by the HTTP status they come with. */

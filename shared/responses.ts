@@ -1,5 +1,6 @@
 import type { ChatCompletionRequest } from './schemas/chat.js';
 import type { ServiceTier } from './scheduling/service-tier.js';
+import type { McpLoopPlan } from './mcp/tool-loop.js';
 
 /**
  * The Responses API (`/v1/responses`) over the chat queue: the api turns a
@@ -37,6 +38,8 @@ export interface ResponseShell {
 export interface ResponsesJob {
   chat: ChatCompletionRequest;
   shell: ResponseShell;
+  /** Its `mcp` tools: the gateway runs the tool loop on the servers they name (shared/mcp/tool-loop.ts). */
+  mcp?: McpLoopPlan;
 }
 
 export type ResponseStatus = 'completed' | 'failed' | 'in_progress' | 'cancelled' | 'queued' | 'incomplete';

@@ -29,6 +29,7 @@ import { MovedToLane, type LaneMoves } from '../shared/scheduling/lane-move.js';
 import { batchGate, isBatchJob, recordErrored, recordSucceeded, type BatchRunDeps } from './batch-run.js';
 import type { Lease, VendorSlots } from '../shared/scheduling/vendor-slots.js';
 import type { CallContext, VendorHttp } from './vendors/types.js';
+import type { ToolLoopDeps } from './mcp/tool-loop.js';
 
 export interface ProcessorDeps {
   config: Config;
@@ -47,6 +48,8 @@ export interface ProcessorDeps {
   laneMoves?: LaneMoves;
   /** What keys may do now (a batch's request is admitted by it, not by what its key could when the batch was made). */
   access: CurrentAccess;
+  /** The gateway's tool loop, for a request that names MCP servers (workers/mcp/tool-loop.ts). */
+  tools?: ToolLoopDeps;
 }
 
 /** Runs one gateway job: calls the vendor and publishes the answer to the api that holds the client. */
@@ -218,6 +221,7 @@ class JobRun {
       },
       startResponses: (job: ResponsesJob) => this.startResponses(job),
       keepAnswer: () => this.keepInCache(),
+      tools: this.deps.tools,
     });
   }
 
@@ -287,7 +291,8 @@ class JobRun {
     if (route && error.code !== 'channels_cooling_down' && error.code !== 'queue_unavailable') deps.router.reportFailure(route, error);
     const decision = decideFailure(deps.config, {
       error,
-      outputStarted: this.publisher.started,
+      // A tool the loop called is not called again by a retry: tools are not idempotent.
+      outputStarted: this.publisher.started || this.produced.toolsCalled > 0,
       canSwitchChannel: () => deps.router.canRoute(this.model!),
       attemptsMade: job.attemptsMade,
       attempts: job.opts.attempts ?? 1,

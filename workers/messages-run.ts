@@ -6,7 +6,7 @@ import { adapters, adapterMethod } from './vendors/registry.js';
 import type { Protocol } from '../shared/vendor-definitions.js';
 import { MessagesStreamEncoder } from './answers/messages-encoder.js';
 import { AnthropicEventFold } from './answers/messages-fold.js';
-import type { CallContext, NativeEvent } from './vendors/types.js';
+import type { AnswerEvent, CallContext, NativeEvent } from './vendors/types.js';
 import { storedEvents } from './answers/answer-forms.js';
 import { answerJob, RelayEncoder, relayedAnswer, type StreamedJob } from './answers/stream-run.js';
 
@@ -21,10 +21,11 @@ import { answerJob, RelayEncoder, relayedAnswer, type StreamedJob } from './answ
  * message body. What the answer used goes to `produced`, for billing exactly
  * as a chat completion's.
  */
-export async function runMessages(run: StreamedJob<MessagesJob>): Promise<string | undefined> {
+export async function runMessages(run: StreamedJob<MessagesJob>, loop?: AsyncIterable<AnswerEvent[]>): Promise<string | undefined> {
   const { protocol, job, ctx, clientStreams, keep = false } = run;
   const native = adapters[protocol].nativeMessages;
-  if (native) {
+  // A request with MCP servers runs the gateway's tool loop on the chat form, whoever the vendor is.
+  if (native && !loop) {
     const relay = relayAnthropic(clientStreams, keep);
     return answerJob(run, {
       source: native.call(adapters[protocol], job, ctx),
@@ -38,7 +39,7 @@ export async function runMessages(run: StreamedJob<MessagesJob>): Promise<string
   const encoder = new MessagesStreamEncoder({ model: job.model, inputTokens: job.inputTokens, toolNames: toolNamesBack(job.anthropic.tools) });
   let body: string | undefined;
   return answerJob(run, {
-    source: adapterMethod(protocol, 'streamChat')(job.chat, ctx),
+    source: loop ?? adapterMethod(protocol, 'streamChat')(job.chat, ctx),
     encoder,
     settle: (meter) => {
       // The request log names the answer by the message's id, as the client got it.

@@ -14,7 +14,11 @@ import { countMessageTokens, runMessages } from './messages-run.js';
 import { countGeminiTokens, embedGemini, runGemini } from './gemini-run.js';
 import type { StreamedJob } from './answers/stream-run.js';
 import { runSpeech } from './speech-run.js';
-import type { CallContext } from './vendors/types.js';
+import type { AnswerEvent, CallContext } from './vendors/types.js';
+import type { ChatCompletionRequest } from '../shared/schemas/chat.js';
+import type { McpLoopPlan } from '../shared/mcp/tool-loop.js';
+import { toolLoop, type ToolLoopDeps } from './mcp/tool-loop.js';
+import { defaultAccountId } from '../shared/accounts.js';
 import { adapterMethod } from './vendors/registry.js';
 import { countModerationTokens } from '../shared/schemas/moderations.js';
 
@@ -38,6 +42,28 @@ export interface PipelineRun {
   keepAnswer(): Promise<void>;
   /** The run's Responses encoder for this response, kept so a failure or a cancel ends the same response. */
   startResponses(job: ResponsesJob): ResponsesRun;
+  /** What the gateway's tool loop needs (a request with MCP tools); absent where no loop can run. */
+  tools?: ToolLoopDeps | undefined;
+}
+
+/**
+ * The chat answer a Responses or Messages job is written from: the model's stream, or, for a request that names MCP
+ * servers, the gateway's tool loop around it (workers/mcp/tool-loop.ts).
+ */
+function chatAnswer(run: PipelineRun, chat: ChatCompletionRequest, plan: McpLoopPlan | undefined): AsyncIterable<AnswerEvent[]> {
+  const turn = (request: ChatCompletionRequest) => adapterMethod(run.protocol, 'streamChat')(request, run.ctx);
+  if (!plan) return turn(chat);
+  if (!run.tools) throw new GatewayError(503, 'The tool loop is not served by this worker.', { code: 'overloaded' });
+  const { data } = run.job;
+  return toolLoop(run.tools, {
+    plan,
+    chat,
+    turn,
+    caller: { requestId: data.requestId, keyId: data.keyId, accountId: data.accountId ?? defaultAccountId },
+    model: data.model,
+    signal: run.ctx.signal,
+    sideEffect: () => void run.produced.toolsCalled++,
+  });
 }
 
 /**
@@ -110,8 +136,11 @@ export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Pr
   async responses(run) {
     const { request } = run;
     if (request.endpoint !== 'responses') throw new GatewayError(400, `${request.endpoint} is not a Responses endpoint.`);
-    const keep = run.job.data.cache !== undefined && !run.job.data.async;
-    const body = await run.startResponses(request.payload).run(run.protocol, run.ctx, run.produced, run.vendorDoneBilling, keep ? { keep: run.keepAnswer } : undefined);
+    const { mcp } = request.payload;
+    // An answer that called tools is not kept: a hit would not call them.
+    const keep = run.job.data.cache !== undefined && !run.job.data.async && !mcp;
+    const source = chatAnswer(run, request.payload.chat, mcp);
+    const body = await run.startResponses(request.payload).run(source, run.produced, run.vendorDoneBilling, keep ? { keep: run.keepAnswer } : undefined);
     return { answer: 'sent', result: body === undefined ? {} : { body } };
   },
 
@@ -124,7 +153,9 @@ export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Pr
       return { answer: 'publish', body };
     }
     if (request.endpoint !== 'messages') throw new GatewayError(400, `${request.endpoint} is not a Messages endpoint.`);
-    const body = await runMessages(streamedJob(run, request.payload));
+    const { mcp } = request.payload;
+    const job = streamedJob(run, request.payload);
+    const body = await runMessages(mcp ? { ...job, keep: false } : job, mcp && chatAnswer(run, request.payload.chat, mcp));
     return body === undefined ? { answer: 'sent', result: {} } : { answer: 'publish', body };
   },
 

@@ -3,14 +3,12 @@ import type { GatewayError } from '../shared/errors.js';
 import { responseKey } from '../shared/redis-keys.js';
 import { as, luaFiles, redisScript } from '../shared/redis-script.js';
 import type { ResponsesJob } from '../shared/responses.js';
-import type { Protocol } from '../shared/vendor-definitions.js';
 import { ResponsesStreamEncoder, type ResponseObject } from './answers/responses-encoder.js';
 import type { ReplyPublisher } from './reply-publisher.js';
 import type { Meter } from './settlement.js';
 import { storedEvents } from './answers/answer-forms.js';
 import { runStream } from './answers/stream-run.js';
-import { adapterMethod } from './vendors/registry.js';
-import type { CallContext } from './vendors/types.js';
+import type { AnswerEvent } from './vendors/types.js';
 import type { TierRule } from '../shared/scheduling/served-tier.js';
 
 /**
@@ -51,12 +49,12 @@ export class ResponsesRun {
   }
 
   /**
-   * Runs the vendor stream to its end. Resolves to the body a plain request
+   * Runs the answer's events (the model's stream, or the tool loop around it) to their end. Resolves to the body a plain request
    * is answered with, or undefined once a stream has ended. What the answer
    * used, and the tier that served it, go to `produced`; `vendorDone` runs
    * once the vendor is done.
    */
-  async run(protocol: Protocol, ctx: CallContext, produced: Meter, vendorDone: () => Promise<unknown>, cache?: { keep: () => Promise<void> }): Promise<string | undefined> {
+  async run(source: AsyncIterable<AnswerEvent[]>, produced: Meter, vendorDone: () => Promise<unknown>, cache?: { keep: () => Promise<void> }): Promise<string | undefined> {
     const { encoder } = this;
     if (this.job.shell.background) await this.store({ ...encoder.current(), status: 'in_progress' });
     // The request log names a response by its own id (set first: the chat stream's id under it is the vendor's).
@@ -65,7 +63,7 @@ export class ResponsesRun {
     // The object is whole once the encoder ended: built once, for the store, the client and the cache alike.
     const finalObject = () => (final ??= encoder.current());
     const sent = await runStream({
-      source: adapterMethod(protocol, 'streamChat')(this.job.chat, ctx),
+      source,
       encoder,
       publisher: this.publisher,
       produced,

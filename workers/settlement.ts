@@ -46,6 +46,8 @@ export class Meter {
   cacheable: CacheableAnswer | undefined;
   /** What the settlement billed (for the cache entry: what a hit saves). */
   billed: { costMicros: number; input: number; cached: number; output: number } | undefined;
+  /** Tool calls the gateway's tool loop made for the answer: a job that made one is not run again (tools are not idempotent). */
+  toolsCalled = 0;
 }
 
 /** A count from the usage's `prompt_tokens_details` (0 when the vendor reports none). */

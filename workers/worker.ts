@@ -39,6 +39,7 @@ import { closeMarginMs, closeRedisBy, settledBy } from '../shared/stop-deadline.
 import { startRealtimeWorkers, type RealtimeWorkers } from './realtime/session-worker.js';
 import { McpServerChecks } from './mcp/server-checks.js';
 import { McpToolWorkers } from './mcp/tool-calls.js';
+import { McpLoopCalls } from './mcp/loop-calls.js';
 
 const reservationSweepMs = 10_000;
 const reservationGraceMs = 60_000;
@@ -227,6 +228,8 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   const mcpServers = openMcpRegistry({ config, redis, record, log });
   await mcpServers.start();
   const mcpChecks = new McpServerChecks({ redis, log, servers: () => mcpServers.list(), intervalMs: config.mcp.checkIntervalMs, owner: `worker-${randomBytes(6).toString('hex')}` });
+  // The calls of the gateway's own tool loop (a Responses or Messages request that names MCP servers), made through the servers' queues.
+  const loopCalls = new McpLoopCalls({ config, redis, registry: mcpServers, log });
   const router = new ChannelRouter(redis, catalog, log, config);
   await router.start();
   startWorkerMetrics(config, router);
@@ -248,6 +251,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     vendorHttp,
     laneMoves,
     access,
+    tools: { redis, registry: mcpServers, access, calls: loopCalls },
     media: { config, redis, blobs, urlSecret: await resolveUrlSecret(redis, config.blobUrlSecret) },
     settlement: {
       config,
@@ -386,6 +390,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       if (toolsClosed) await step('the tool calls', toolsClosed);
       await step('the upload cleanup', janitor.close().then(() => lifecycle.close()));
       await step('the MCP server checks', mcpChecks.close());
+      await step("the tool loop's calls", loopCalls.close());
       // What settled until now is written before the process goes (else another worker's writer claims it later).
       await step('writing the settled usage to the record (it stays in Redis for the next writer)', usageWriter.close());
       await step('recording budget alerts and ending their deliveries (what is left stays in Redis and the queue)', Promise.all([alertWriter.close(), alertDelivery.close(), alertsQueue.close()]));

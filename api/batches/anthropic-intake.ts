@@ -62,7 +62,7 @@ async function checkRequests(ctx: KeyedContext, deps: EndpointRouteDeps, items: 
       if (fields.stream === true) throw invalidRequest('A batch request cannot stream: its result is read from the batch.', 'stream');
       const model = deps.models.resolve(fields.model, 'messages');
       checkModelAllowed(access, model.id);
-      const accepted = await handlers.messages.accept({ fields, model, files: [], scope: { redis: deps.redis, blobs: deps.blobs, keyId, config: deps.config, models: deps.models }, header: (name) => ctx.get(name) });
+      const accepted = await handlers.messages.accept({ fields, model, files: [], scope: { redis: deps.redis, blobs: deps.blobs, keyId, config: deps.config, models: deps.models, access }, header: (name) => ctx.get(name) });
       const request_ = { endpoint: 'messages', payload: accepted.payload } as EndpointRequest;
       const estimate = worstCase(deps.config, deps.prices, request_, model.id, model.routes[0]?.vendor, accepted.promptTokens ?? 0);
       checked.push({ customId: request.custom_id, modelId: model.id, lane: laneOf(deps.queues.laneNames, model), accepted: { payload: accepted.payload, serviceTier: 'flex' }, micros: estimate.micros, tokens: estimate.tokens });

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { prefixedToolName } from '../../shared/mcp/calls.js';
 import { chatToolName } from '../../shared/messages-tools.js';
 import { isRecord } from '../../shared/response-object.js';
 import type { ChatCompletionRequest, ChatMessage } from '../../shared/schemas/chat.js';
@@ -194,7 +195,14 @@ class Translator {
   /** An assistant turn: its text as the content (Anthropic splits one answer into blocks, at citations for one, so the pieces are joined as they are), its `tool_use` blocks as tool calls. */
   assistantTurn(blocks: readonly Block[], path: Path): void {
     let content = '';
-    const calls: ChatToolCall[] = [];
+    let calls: ChatToolCall[] = [];
+    /** The turn so far as one assistant message (its text, its calls); a turn left with nothing to say (only thinking) is left out. */
+    const flush = () => {
+      if (calls.length > 0) this.messages.push({ role: 'assistant', content: content === '' ? null : content, tool_calls: calls });
+      else if (content !== '') this.messages.push({ role: 'assistant', content });
+      content = '';
+      calls = [];
+    };
     blocks.forEach((block, j) => {
       const blockPath = [...path, 'content', j];
       switch (block.type) {
@@ -208,6 +216,21 @@ class Translator {
           calls.push({ id: block.id, type: 'function', function: { name: chatToolName(block.name), arguments: JSON.stringify(block.input ?? {}) } });
           return;
         }
+        case 'mcp_tool_use': {
+          // A call the gateway's tool loop made (`mcp_servers`): the model's call of `<server>__<tool>`.
+          if (typeof block.id !== 'string' || block.id === '' || typeof block.name !== 'string' || typeof block.server_name !== 'string') return malformed(block, blockPath);
+          calls.push({ id: block.id, type: 'function', function: { name: prefixedToolName(block.server_name, block.name), arguments: JSON.stringify(block.input ?? {}) } });
+          return;
+        }
+        case 'mcp_tool_result': {
+          // Its answer, in the same turn: the turn so far, then the tool's message.
+          if (typeof block.tool_use_id !== 'string' || block.tool_use_id === '') return malformed(block, blockPath);
+          flush();
+          const parts = typeof block.content === 'string' ? [block.content] : Array.isArray(block.content) ? block.content.map((part) => (isRecord(part) && typeof part.text === 'string' ? part.text : '')) : [];
+          const output = parts.join('');
+          this.messages.push({ role: 'tool', tool_call_id: block.tool_use_id, content: block.is_error === true ? `Error: ${output}` : output });
+          return;
+        }
         case 'tool_result':
           throw invalidAt([...blockPath, 'type'], "'tool_result' blocks belong in user turns.");
         default:
@@ -216,9 +239,7 @@ class Translator {
           this.drop(blockKind('messages[].content[]', block.type));
       }
     });
-    if (calls.length > 0) this.messages.push({ role: 'assistant', content: content === '' ? null : content, tool_calls: calls });
-    // A turn left with nothing to say (only thinking) is left out: an empty assistant message tells the model nothing.
-    else if (content !== '') this.messages.push({ role: 'assistant', content });
+    flush();
   }
 }
 

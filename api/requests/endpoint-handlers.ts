@@ -20,6 +20,10 @@ import type { BlobStore } from '../../storage/blob-store.js';
 import type { EventLogs } from '../relay/event-log.js';
 import { followResponse } from '../responses/routes.js';
 import { toMessagesJob } from '../messages/accept.js';
+import type { ToolRules } from '../../shared/mcp/tool-rules.js';
+import type { McpRegistry } from '../../shared/mcp/registry.js';
+import type { McpApproval } from '../../shared/mcp/tool-loop.js';
+import { messagesLoopPlan, responsesLoopPlan } from '../mcp/loop-plan.js';
 import { countChatPromptTokensAsync } from '../../shared/tokens.js';
 import { requirePath, toCountTokensJob, toGeminiJob, type GeminiPathFields } from '../gemini/accept.js';
 import { toEmbedJob } from '../gemini/translate-embeddings.js';
@@ -36,7 +40,7 @@ export interface HandlerInput<E extends Endpoint> {
   model: CatalogModel;
   files: readonly UploadedFile[];
   /** Who asks, the store a handler reads earlier state from (stored responses), and the models served here. */
-  scope: { redis: Redis; blobs: BlobStore; keyId: string; config: Config; models: ModelResolver };
+  scope: { redis: Redis; blobs: BlobStore; keyId: string; config: Config; models: ModelResolver; access?: ToolRules; mcpServers?: McpRegistry | undefined };
   /** A request header ('' when absent). */
   header(name: string): string;
   /** What the path says for an endpoint whose path names its model (Google's `models/{model}:{method}`). */
@@ -143,7 +147,10 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
       if (request.stream_options && !request.stream) throw invalidRequest('stream_options is only allowed when stream is true.', 'stream_options');
       const input = request.input === undefined ? [] : await normaliseInputSliced(request.input);
       const history = request.previous_response_id ? await loadHistory(scope.redis, scope.blobs, request.previous_response_id, scope.keyId) : [];
-      const chat = toChatRequest({ ...request, model: model.id }, history, input, model.web_search === true);
+      const approvals: McpApproval[] = [];
+      const chat = toChatRequest({ ...request, model: model.id }, history, input, model.web_search === true, approvals);
+      // Its `mcp` tools: the gateway's tool loop runs on the servers they name (shared/mcp/tool-loop.ts).
+      const mcp = responsesLoopPlan(request.tools, request.max_tool_calls, approvals, scope.access ?? {}, scope.mcpServers);
       checkModalities(model, chat.messages);
       const promptTokens = await checkChatContext(model, chat);
       const id = newResponseId();
@@ -152,7 +159,7 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
       // Large input goes to the blob store now, so that the record itself is one Redis write sent beside the enqueue.
       const stored = shell.store ? await storeInput(scope.blobs, id, input) : undefined;
       return {
-        payload: { chat, shell },
+        payload: { chat, shell, ...(mcp ? { mcp } : {}) },
         stream: !!request.stream,
         promptTokens,
         jobId: id,
@@ -175,8 +182,11 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
   },
 
   messages: {
-    async accept({ fields: request, model, header }) {
+    async accept({ fields: request, model, header, scope }) {
       const job = toMessagesJob(request, model, header('anthropic-beta'));
+      // Its `mcp_servers`: the gateway's tool loop runs on them, whoever serves the model (shared/mcp/tool-loop.ts).
+      const mcp = messagesLoopPlan(request.mcp_servers as unknown[] | undefined, request.tools, scope.access ?? {}, scope.mcpServers);
+      if (mcp) job.mcp = mcp;
       checkModalities(model, job.chat.messages);
       const { tokens: promptTokens, exact } = await chatContext(model, job.chat);
       // Exact, whatever the prompt's size: the stream's first event says it, and Claude Code reads its context's size there

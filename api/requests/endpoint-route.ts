@@ -1,4 +1,5 @@
 import type { Middleware } from 'koa';
+import type { McpRegistry } from '../../shared/mcp/registry.js';
 import type { KeyAccess } from '../../shared/accounts.js';
 import { endpoints, type Endpoint, type EndpointRequest } from '../../shared/endpoints.js';
 import { invalidApiKey, invalidRequest } from '../../shared/errors.js';
@@ -41,6 +42,8 @@ export interface EndpointRouteDeps extends EnqueueDeps, HeldReplyDeps {
   logs: EventLogs;
   /** What keys may do now: a request that waited on another's call is checked again before it is answered. */
   access: CurrentAccess;
+  /** The MCP servers a request's tool loop may name (a Responses `mcp` tool, a Messages `mcp_servers` entry). */
+  mcpServers?: McpRegistry;
 }
 
 /** A key limited to some models may use only those: a 403 naming the model otherwise. */
@@ -201,7 +204,7 @@ export class ServedRequest<E extends Endpoint> {
       if (typeof tier === 'string' && grantedTier(servingTier(tier), access, deps.config.scheduling) !== servingTier(tier)) {
         (fields as { service_tier?: string | null }).service_tier = 'default';
       }
-      const accepted: Accepted<E> = await handler.accept({ fields, model, files: form?.files ?? [], scope: { redis: deps.redis, blobs: deps.blobs, keyId, config: deps.config, models: deps.models }, header: (header) => ctx.get(header), ...(path ? { path } : {}) });
+      const accepted: Accepted<E> = await handler.accept({ fields, model, files: form?.files ?? [], scope: { redis: deps.redis, blobs: deps.blobs, keyId, config: deps.config, models: deps.models, access, mcpServers: deps.mcpServers }, header: (header) => ctx.get(header), ...(path ? { path } : {}) });
       return { model, accepted };
     };
     return form ? await refusingDeletesUploads(form, deps.blobs, check) : await check();
@@ -234,7 +237,9 @@ export class ServedRequest<E extends Endpoint> {
     // A request that opted into the response cache: answered from it when a fresh answer is there (never queued), or
     // from an identical request's call in flight; else its job keeps its answer (shared/cache/).
     // A multipart request's uploads were digested as they came: only its text fields (bodyBytes) are hashed here.
-    const cache = mode === 'held' ? deps.cache.plan(ctx, request, model.id, access, { async: false, bodyBytes }) : undefined;
+    // An answer whose tool loop called tools is not kept (a hit would call none).
+    const callsTools = (accepted.payload as { mcp?: unknown }).mcp !== undefined;
+    const cache = mode === 'held' && !callsTools ? deps.cache.plan(ctx, request, model.id, access, { async: false, bodyBytes }) : undefined;
     // What a stored answer echoes of the request it serves is this request's (api/cache/answer-echo.ts).
     // The dialect of its stream: the path's (Google's two forms), else the row's.
     const dialect: StreamDialect = accepted.dialect ?? path?.dialect ?? (speaksAnthropic(row.path) ? 'anthropic' : 'openai');

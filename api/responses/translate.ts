@@ -6,6 +6,8 @@ import type { ConversationItem, ResponseShell } from '../../shared/responses.js'
 import type { ChatCompletionRequest, ChatMessage } from '../../shared/schemas/chat.js';
 import type { ResponsesRequest } from '../../shared/schemas/responses.js';
 import { flatToolName } from '../../shared/responses-tools.js';
+import { prefixedToolName } from '../../shared/mcp/calls.js';
+import type { McpApproval } from '../../shared/mcp/tool-loop.js';
 import { servingTier } from '../../shared/scheduling/service-tier.js';
 import { applyChatSettings, type ChatToolCall, type ChatUserPart } from '../dialects/chat-request.js';
 import { chatToolFields, type ChoiceWording, type DeclaredChoice, type DeclaredFunction, type DeclaredTools } from '../dialects/chat-tools.js';
@@ -66,7 +68,7 @@ const functionName = z
 
 type Role = 'user' | 'system' | 'developer' | 'assistant';
 
-const itemTypes = ['message', 'function_call', 'function_call_output', 'item_reference', 'reasoning'] as const;
+const itemTypes = ['message', 'function_call', 'function_call_output', 'item_reference', 'reasoning', 'mcp_list_tools', 'mcp_call', 'mcp_approval_request', 'mcp_approval_response'] as const;
 const userParts = ['input_text', 'input_image', 'input_file'] as const;
 const assistantParts = ['output_text', 'refusal'] as const;
 /** Chat's system and developer messages hold text only. */
@@ -115,6 +117,20 @@ const functionCallOutputShape = z.looseObject({
   output: z.union([z.string(), z.array(z.unknown())]),
 });
 const itemReferenceShape = z.looseObject({ id: z.string().min(1) });
+// The tool loop's items (a previous response's output, sent back as input), and the client's word on a call.
+const mcpListToolsShape = z.looseObject({ id: itemId, server_label: z.string().min(1).max(64), tools: z.array(z.unknown()), error: z.string().nullish() });
+const mcpCallShape = z.looseObject({
+  id: z.string().min(1),
+  server_label: z.string().min(1).max(64),
+  name: z.string().min(1).max(512),
+  arguments: z.string(),
+  output: z.string().nullish(),
+  error: z.unknown().nullish(),
+  status: z.string().nullish(),
+  approval_request_id: z.string().nullish(),
+});
+const mcpApprovalRequestShape = z.looseObject({ id: z.string().min(1), server_label: z.string().min(1).max(64), name: z.string().min(1).max(512), arguments: z.string() });
+const mcpApprovalResponseShape = z.looseObject({ id: itemId, approval_request_id: z.string().min(1), approve: z.boolean(), reason: z.string().nullish() });
 const reasoningShape = z.looseObject({ id: itemId });
 
 /**
@@ -179,6 +195,32 @@ function normaliseItem(raw: Record<string, unknown>, path: Path): ConversationIt
     }
     case 'item_reference':
       return normaliseReference(raw, path);
+    case 'mcp_list_tools': {
+      const list = parseAt(mcpListToolsShape, raw, path);
+      return { type, id: list.id ?? randomId('mcpl'), server_label: list.server_label, tools: list.tools, ...(list.error != null ? { error: list.error } : {}) };
+    }
+    case 'mcp_call': {
+      const call = parseAt(mcpCallShape, raw, path);
+      return {
+        type,
+        id: call.id,
+        server_label: call.server_label,
+        name: call.name,
+        arguments: call.arguments,
+        output: call.output ?? null,
+        error: call.error ?? null,
+        status: call.status ?? 'completed',
+        approval_request_id: call.approval_request_id ?? null,
+      };
+    }
+    case 'mcp_approval_request': {
+      const asked = parseAt(mcpApprovalRequestShape, raw, path);
+      return { type, id: asked.id, server_label: asked.server_label, name: asked.name, arguments: asked.arguments };
+    }
+    case 'mcp_approval_response': {
+      const answer = parseAt(mcpApprovalResponseShape, raw, path);
+      return { type, id: answer.id ?? randomId('mcpa'), approval_request_id: answer.approval_request_id, approve: answer.approve, reason: answer.reason ?? null };
+    }
     case 'reasoning': {
       const { id } = parseAt(reasoningShape, raw, path);
       return { ...raw, type: 'reasoning', id: id ?? randomId('rs') };
@@ -284,7 +326,6 @@ const declinedToolTypes = new Set([
   'web_search_2025_08_26',
   'web_search_preview',
   'web_search_preview_2025_03_11',
-  'mcp',
   'code_interpreter',
   'programmatic_tool_calling',
   'image_generation',
@@ -336,6 +377,8 @@ function declareTools(tools: ResponsesRequest['tools'], searches: boolean): Decl
       });
       return;
     }
+    // Run by the gateway's tool loop on the server it names (api/mcp/loop-plan.ts), not declared here.
+    if (tool.type === 'mcp') return;
     if (searches && webSearchToolTypes.has(tool.type)) {
       declared.search = { name: tool.type, settings: { contextSize: tool.search_context_size, userLocation: tool.user_location } };
       return;
@@ -374,7 +417,7 @@ function declareChoice(choice: ResponsesRequest['tool_choice'], tools: DeclaredT
     throw invalidRequest(
       `The tool_choice type '${choice.type}' is not supported by this gateway: use 'none', 'auto', 'required' or {"type": "function", "name": …}.`,
       'tool_choice',
-      declinedToolTypes.has(choice.type) ? 'unsupported_tool' : 'invalid_value',
+      declinedToolTypes.has(choice.type) || choice.type === 'mcp' ? 'unsupported_tool' : 'invalid_value',
     );
   }
   const { name, namespace } = parseAt(toolChoiceFunctionShape, choice, ['tool_choice']);
@@ -419,6 +462,10 @@ function chatPart(part: Part): UserPart | undefined {
 class MessageBuilder {
   readonly messages: ChatMessage[] = [];
   readonly callIds = new Set<string>();
+  /** The approval requests seen, by id, and the calls the client decided on (run by the tool loop before the model). */
+  private readonly asked = new Map<string, ConversationItem>();
+  readonly decided: McpApproval[] = [];
+  private readonly answered = new Set<string>();
   private pendingTexts: Part[][] = [];
   private pendingCalls: ChatToolCall[] = [];
 
@@ -460,8 +507,32 @@ class MessageBuilder {
         this.messages.push({ role: 'tool', tool_call_id: callId, content: output });
         return;
       }
+      case 'mcp_call': {
+        // A call the tool loop made: the model's call of `<server>__<tool>`, and what it answered.
+        const id = asString(item.id);
+        this.pendingCalls.push({ id, type: 'function', function: { name: prefixedToolName(asString(item.server_label), asString(item.name)), arguments: asString(item.arguments) } });
+        this.flush();
+        const error = item.error as { message?: unknown } | null | undefined;
+        const output = typeof item.output === 'string' ? item.output : typeof error?.message === 'string' ? error.message : item.status === 'incomplete' ? 'The call did not finish.' : '';
+        this.messages.push({ role: 'tool', tool_call_id: id, content: output });
+        return;
+      }
+      case 'mcp_approval_request':
+        this.asked.set(asString(item.id), item);
+        return;
+      case 'mcp_approval_response': {
+        const requestId = asString(item.approval_request_id);
+        const asked = this.asked.get(requestId);
+        if (param !== null) {
+          if (!asked) throw invalidRequest(`No MCP approval request found with id ${requestId}.`, param.replace(/\.call_id$/, '.approval_request_id'), 'invalid_value');
+          if (this.answered.has(requestId)) throw invalidRequest(`The MCP approval request ${requestId} is answered twice.`, param.replace(/\.call_id$/, '.approval_request_id'), 'invalid_value');
+          this.answered.add(requestId);
+          this.decided.push({ requestId, server: asString(asked.server_label), tool: asString(asked.name), arguments: asString(asked.arguments), approve: item.approve === true });
+        }
+        return;
+      }
       default:
-        // Reasoning items (and any item the chat side has no form for) are left out.
+        // Reasoning items, listed tools (and any item the chat side has no form for) are left out.
         return;
     }
   }
@@ -518,6 +589,8 @@ export function toChatRequest(
   input: readonly ConversationItem[],
   /** The model's vendor searches the web (the catalog's `web_search`): a web search tool goes to it. */
   searches = false,
+  /** Takes the MCP calls the input approved or declined (`mcp_approval_response`), for the tool loop. */
+  approvals: McpApproval[] = [],
 ): ChatCompletionRequest {
   if (request.input === undefined && request.previous_response_id == null) {
     throw invalidRequest("Missing required parameter: 'input'.", 'input', 'missing_required_parameter');
@@ -548,8 +621,9 @@ export function toChatRequest(
     remember(item);
   });
   builder.flush();
+  approvals.push(...builder.decided);
 
-  if (builder.messages.length === 0) throw invalidAt(['input'], 'there is nothing to send to the model (no messages, function calls or function call outputs).');
+  if (builder.messages.length === 0 && builder.decided.length === 0) throw invalidAt(['input'], 'there is nothing to send to the model (no messages, function calls or function call outputs).');
   const messages: ChatMessage[] = request.instructions ? [{ role: 'system', content: request.instructions }] : [];
   messages.push(...builder.messages);
 

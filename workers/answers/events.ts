@@ -1,3 +1,6 @@
+import type { McpTool } from '../../shared/mcp/servers.js';
+import type { McpCallError } from '../../shared/mcp/tool-loop.js';
+
 /**
  * The one answer model every text adapter produces and every encoder reads.
  *
@@ -95,7 +98,52 @@ export interface UsageEvent extends Carried {
   usage: Usage;
 }
 
-export type AnswerEvent = StartEvent | RoleEvent | TextEvent | ReasoningEvent | ToolCallEvent | FinishEvent | UsageEvent;
+/**
+ * The gateway's tool loop (workers/mcp/tool-loop.ts) offers the model an MCP server's tools: the Responses API's
+ * `mcp_list_tools` item. `error`: the server's tools could not be listed (none offered).
+ */
+export interface McpListEvent extends Carried {
+  type: 'mcp-list';
+  server: string;
+  tools: McpTool[];
+  error?: string;
+}
+
+/**
+ * The model called an MCP server's tool, which the gateway runs (Responses: an `mcp_call` item; Messages: an
+ * `mcp_tool_use` block). `approvalRequestId`: the call the client approved.
+ */
+export interface McpCallEvent extends Carried {
+  type: 'mcp-call';
+  id: string;
+  server: string;
+  tool: string;
+  /** The arguments, as JSON. */
+  arguments: string;
+  approvalRequestId?: string;
+}
+
+/** What the call answered (its text, and its content as the server gave it), or why it failed (`error`). */
+export interface McpResultEvent extends Carried {
+  type: 'mcp-result';
+  id: string;
+  output: string;
+  content: unknown[];
+  error?: McpCallError;
+}
+
+/** A call that waits for the client's approval, not run (the Responses API's `mcp_approval_request` item). */
+export interface McpApprovalEvent extends Carried {
+  type: 'mcp-approval';
+  id: string;
+  server: string;
+  tool: string;
+  arguments: string;
+}
+
+export type McpLoopEvent = McpListEvent | McpCallEvent | McpResultEvent | McpApprovalEvent;
+
+export type AnswerEvent = StartEvent | RoleEvent | TextEvent | ReasoningEvent | ToolCallEvent | FinishEvent | UsageEvent | McpLoopEvent;
 
 /** One complete tool call of a plain answer. */
 export interface ToolCall {

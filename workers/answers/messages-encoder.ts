@@ -54,7 +54,17 @@ interface ToolBlock {
   state: 'waiting' | 'open' | 'closed';
 }
 
-type Block = TextBlock | ToolBlock;
+/** A block of the gateway's tool loop, written whole: a call of a server's tool (`mcp_tool_use`) or its result (`mcp_tool_result`). */
+interface McpBlock {
+  kind: 'mcp';
+  index: number;
+  block: AnthropicContentBlock;
+}
+
+type Block = TextBlock | ToolBlock | McpBlock;
+
+/** The loop's call id in Anthropic's form for an MCP tool use (`mcptoolu_…`). */
+const mcpUseId = (id: string) => `mcptoolu_${id.replace(/^mcp_/, '')}`;
 
 /** Anthropic answers with one message: only choice 0 is read. */
 const CHOICE = 0;
@@ -217,7 +227,9 @@ export class MessagesStreamEncoder implements StreamEncoder {
    */
   message(): AnthropicMessage {
     const content: AnthropicContentBlock[] = [...this.blocks, ...this.waiting].map((block) =>
-      block.kind === 'tool'
+      block.kind === 'mcp'
+        ? block.block
+        : block.kind === 'tool'
         ? { type: 'tool_use', id: block.id, name: block.name, input: toolInput(block.pieces.join('')) }
         : block.kind === 'thinking'
           ? { type: 'thinking', thinking: block.pieces.join(''), signature: '' }
@@ -270,6 +282,28 @@ export class MessagesStreamEncoder implements StreamEncoder {
         if (event.choice !== CHOICE || this.finished) return;
         this.requireStart();
         this.onToolCall(event);
+        return;
+      case 'mcp-call': {
+        if (this.finished) return;
+        this.requireStart();
+        const input = toolInput(event.arguments);
+        // Started as a tool use is (its input streamed as JSON), so clients fold it the same way.
+        const index = this.startMcp({ type: 'mcp_tool_use', id: mcpUseId(event.id), name: event.tool, server_name: event.server, input }, { type: 'mcp_tool_use', id: mcpUseId(event.id), name: event.tool, server_name: event.server, input: {} });
+        if (event.arguments !== '') this.emit('content_block_delta', `{"type":"content_block_delta","index":${index},"delta":{"type":"input_json_delta","partial_json":${JSON.stringify(event.arguments)}}}`);
+        this.closeOpen();
+        return;
+      }
+      case 'mcp-result': {
+        if (this.finished) return;
+        this.requireStart();
+        const block = { type: 'mcp_tool_result', tool_use_id: mcpUseId(event.id), is_error: event.error !== undefined, content: [{ type: 'text', text: event.output }] };
+        this.startMcp(block, block);
+        this.closeOpen();
+        return;
+      }
+      case 'mcp-list':
+      case 'mcp-approval':
+        // Anthropic's MCP connector lists nothing in the message and asks no approvals.
         return;
       case 'finish':
         if (event.choice !== CHOICE || this.finished) return;
@@ -354,6 +388,16 @@ export class MessagesStreamEncoder implements StreamEncoder {
     this.closeBlocks();
     this.startTool(tool);
     if (event.arguments !== '') this.emitArguments(tool, event.arguments);
+  }
+
+  /** Starts a block of the loop's (`whole`: as the message keeps it; `started`: as its start event says it); its index. */
+  private startMcp(whole: AnthropicContentBlock, started: AnthropicContentBlock): number {
+    this.closeBlocks();
+    const block: McpBlock = { kind: 'mcp', index: this.nextIndex++, block: whole };
+    this.blocks.push(block);
+    this.open = block;
+    this.emit('content_block_start', JSON.stringify({ type: 'content_block_start', index: block.index, content_block: started }));
+    return block.index;
   }
 
   private startTool(tool: ToolBlock): void {

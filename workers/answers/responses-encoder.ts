@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import type { Answer, AnswerEvent, FinishReason, ToolCallEvent, Usage } from './events.js';
+import type { Answer, AnswerEvent, FinishReason, McpCallEvent, McpResultEvent, ToolCallEvent, Usage } from './events.js';
+import type { McpTool } from '../../shared/mcp/servers.js';
 import type { ResponseError, ResponseShell, ResponseStatus } from '../../shared/responses.js';
 import { clientToolName, namespacedTools, type NamespacedName } from '../../shared/responses-tools.js';
 import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
@@ -38,6 +39,18 @@ interface OpenMessage {
   deltaFields: string;
 }
 
+/** A call of the gateway's tool loop, said from the model's call of it to its result. */
+interface OpenMcpCall {
+  id: string;
+  outputIndex: number;
+  item: Record<string, unknown>;
+}
+
+/** A server's tool as an `mcp_list_tools` item lists it. */
+function listedTool(tool: McpTool): Record<string, unknown> {
+  return { name: tool.name, description: tool.description ?? null, input_schema: tool.inputSchema ?? { type: 'object', properties: {} }, annotations: tool.annotations ?? null };
+}
+
 interface OpenCall {
   index: number;
   id: string;
@@ -74,6 +87,7 @@ export class ResponsesStreamEncoder implements StreamEncoder {
   private readonly output: unknown[] = [];
   private message: OpenMessage | null = null;
   private call: OpenCall | null = null;
+  private mcpCall: OpenMcpCall | null = null;
   /** Frames and their count, gathered by one public call. */
   private frames = '';
   private count = 0;
@@ -210,7 +224,74 @@ export class ResponsesStreamEncoder implements StreamEncoder {
         this.closeOpen();
         this.finishReason = event.reason;
         return;
+      case 'mcp-list': {
+        this.ensureStarted();
+        this.closeOpen();
+        const item = { type: 'mcp_list_tools', id: randomId('mcpl_'), server_label: event.server, tools: [] as unknown[] };
+        const outputIndex = this.output.length;
+        const at = { item_id: item.id, output_index: outputIndex };
+        this.emit('response.output_item.added', { output_index: outputIndex, item });
+        this.emit('response.mcp_list_tools.in_progress', at);
+        const done = { ...item, tools: event.tools.map(listedTool), ...(event.error !== undefined ? { error: event.error } : {}) };
+        this.emit(event.error !== undefined ? 'response.mcp_list_tools.failed' : 'response.mcp_list_tools.completed', at);
+        this.output.push(done);
+        this.emit('response.output_item.done', { output_index: outputIndex, item: done });
+        return;
+      }
+      case 'mcp-call':
+        this.ensureStarted();
+        this.openMcpCall(event);
+        return;
+      case 'mcp-result':
+        this.ensureStarted();
+        this.closeMcpCall(event);
+        return;
+      case 'mcp-approval': {
+        this.ensureStarted();
+        this.closeOpen();
+        const item = { type: 'mcp_approval_request', id: event.id, server_label: event.server, name: event.tool, arguments: event.arguments };
+        const outputIndex = this.output.length;
+        this.emit('response.output_item.added', { output_index: outputIndex, item });
+        this.output.push(item);
+        this.emit('response.output_item.done', { output_index: outputIndex, item });
+        return;
+      }
     }
+  }
+
+  /** The model's call of a server's tool, which the gateway makes: the item opens with its arguments, in progress. */
+  private openMcpCall(event: McpCallEvent): void {
+    this.closeOpen();
+    const item = {
+      type: 'mcp_call',
+      id: event.id,
+      server_label: event.server,
+      name: event.tool,
+      arguments: '',
+      output: null,
+      error: null,
+      status: 'in_progress',
+      approval_request_id: event.approvalRequestId ?? null,
+    };
+    const call: OpenMcpCall = { id: event.id, outputIndex: this.output.length, item: { ...item, arguments: event.arguments } };
+    this.mcpCall = call;
+    const at = { item_id: call.id, output_index: call.outputIndex };
+    this.emit('response.output_item.added', { output_index: call.outputIndex, item });
+    this.emit('response.mcp_call.in_progress', at);
+    if (event.arguments !== '') this.emit('response.mcp_call_arguments.delta', { ...at, delta: event.arguments });
+    this.emit('response.mcp_call_arguments.done', { ...at, arguments: event.arguments });
+  }
+
+  /** The call's result: the item is done, completed with its output or failed with its error. */
+  private closeMcpCall(event: McpResultEvent): void {
+    const call = this.mcpCall;
+    if (call === null || call.id !== event.id) return;
+    this.mcpCall = null;
+    const at = { item_id: call.id, output_index: call.outputIndex };
+    const item = { ...call.item, output: event.error === undefined || event.error.type === 'mcp_tool_execution_error' ? event.output : null, error: event.error ?? null, status: event.error === undefined ? 'completed' : 'failed' };
+    this.emit(event.error === undefined ? 'response.mcp_call.completed' : 'response.mcp_call.failed', at);
+    this.output.push(item);
+    this.emit('response.output_item.done', { output_index: call.outputIndex, item });
   }
 
   /** `response.created` only (a failed or cancelled stream that never started). */
@@ -280,6 +361,17 @@ export class ResponsesStreamEncoder implements StreamEncoder {
   private closeOpen(): void {
     this.closeMessage();
     this.closeCall();
+    this.closeUnansweredMcpCall();
+  }
+
+  /** A call whose result never came (the answer was cancelled while it ran): kept, incomplete. */
+  private closeUnansweredMcpCall(): void {
+    const call = this.mcpCall;
+    if (call === null) return;
+    this.mcpCall = null;
+    const item = { ...call.item, status: 'incomplete' };
+    this.output.push(item);
+    this.emit('response.output_item.done', { output_index: call.outputIndex, item });
   }
 
   private closeMessage(): void {

@@ -1,0 +1,244 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import OpenAI from 'openai';
+import Anthropic from '@anthropic-ai/sdk';
+import { waitFor, type GatewayProcess } from '../support/gateway.js';
+import type { FakeOpenAI, FakeResponse, RecordedRequest } from '../support/fake-openai.js';
+import { startVendorGateway, type VendorGateway } from '../support/vendor-gateway.js';
+import { startFakeMcp, type FakeMcp } from '../support/fake-mcp.js';
+import { usageRows } from '../support/record.js';
+import { openaiToolCall } from '../support/agents.js';
+import { adminClient } from '../support/admin-client.js';
+import { assertMatchesSchema } from '../support/openapi-schemas.js';
+
+const adminToken = 'tool-loop-admin';
+const upstreamToken = 'notes-upstream-secret';
+
+/**
+ * The fake OpenAI as a model that uses the notes server: offered `notes__search` with the user's words last, it calls
+ * it (`{"word": "pelican"}`); given the tool's result, it says `Tool said: <result>` (the fake's own default).
+ */
+function searchesTheNotes(request: RecordedRequest): FakeResponse | undefined {
+  const body = request.body as Record<string, any> | undefined;
+  const tool = body?.tools?.find((candidate: Record<string, any>) => candidate.function?.name === 'notes__search');
+  if (!tool) return undefined;
+  const last = body!.messages.filter((message: Record<string, unknown>) => message.role !== 'system' && message.role !== 'developer').at(-1);
+  if (last?.role !== 'user') return undefined;
+  return openaiToolCall(body!, { id: `call_search_${request.body && (body!.messages as unknown[]).length}`, name: 'notes__search', arguments: JSON.stringify({ word: 'pelican' }) }, { prompt_tokens: 700, completion_tokens: 9 });
+}
+
+/**
+ * The Responses API's `mcp` tool and the Messages API's `mcp_servers` on a chat model of another vendor (the fake
+ * OpenAI): the gateway runs the tool loop, each call a job on the server's queue billed at its price, and writes the
+ * calls in each dialect's own items and blocks, streamed and not, through the official SDKs.
+ */
+describe('the tool loop: MCP servers named by a Responses or Messages request, run by the gateway on any chat model', () => {
+  let vendorGateway: VendorGateway;
+  let gateway: GatewayProcess;
+  let openai: FakeOpenAI;
+  let notes: FakeMcp;
+  let redisUrl: string;
+  let home: string;
+  const { admin } = adminClient(() => gateway.url, adminToken);
+
+  before(async () => {
+    notes = await startFakeMcp({ token: upstreamToken });
+    home = await mkdtemp(join(tmpdir(), 'sy-tool-loop-'));
+    const file = join(home, 'mcp.json');
+    await writeFile(file, JSON.stringify({ servers: { notes: { url: notes.url, headers: { Authorization: `Bearer ${upstreamToken}` }, price_per_call_usd: '0.01' } } }));
+    vendorGateway = await startVendorGateway({
+      db: 12,
+      env: { ADMIN_TOKEN: adminToken, MCP_SERVERS_FILE: file, MCP_CHECK_INTERVAL_MS: '1000' },
+      prepare: (ready) => {
+        ({ openai, redisUrl } = ready);
+      },
+    });
+    gateway = vendorGateway.gateway;
+    await waitFor(
+      async () => {
+        const listed = (await (await fetch(`${gateway.url}/admin/mcp/servers`, { headers: { authorization: `Bearer ${adminToken}` } })).json()) as { data: Array<{ status: string }> };
+        return listed.data[0]?.status === 'ok';
+      },
+      30_000,
+      'the notes server checked',
+    );
+    openai.setDefault(searchesTheNotes);
+  });
+
+  after(async () => {
+    await vendorGateway?.close();
+    await notes?.close();
+    if (home) await rm(home, { recursive: true, force: true });
+  });
+
+  async function creditedKey(email: string, limits: Record<string, unknown> = {}): Promise<{ secret: string; keyId: string }> {
+    const account = await admin('POST', '/admin/accounts', { email });
+    assert.equal(account.status, 201, JSON.stringify(account.json));
+    await admin('POST', `/admin/accounts/${account.json.id}/credits`, { amount_usd: 5 });
+    const key = await admin('POST', '/admin/keys', { name: 'loop', account_id: account.json.id, ...limits });
+    assert.equal(key.status, 201, JSON.stringify(key.json));
+    return { secret: String(key.json.key), keyId: String(key.json.id) };
+  }
+
+  /** The key's settled tool calls in the record, once `count` are there. */
+  async function toolCalls(keyId: string, count: number) {
+    let rows: Awaited<ReturnType<typeof usageRows>> = [];
+    await waitFor(async () => {
+      rows = (await usageRows(redisUrl)).filter((row) => row.endpoint === 'mcp.tools/call' && row.key_id === keyId && row.settled);
+      return rows.length >= count;
+    }, 10_000, `${count} settled tool calls`);
+    return rows;
+  }
+
+  const notesTool = (approval: 'never' | 'always' = 'never') => ({ type: 'mcp' as const, server_label: 'notes', server_url: `${gateway.url}/mcp/notes`, require_approval: approval });
+
+  it('Responses, plain: lists the tools, calls search through the queue, answers with its result; one turn more billed, the call billed at its price', async () => {
+    const { secret, keyId } = await creditedKey('responses-plain@example.com');
+    const client = new OpenAI({ apiKey: secret, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
+    const response = await client.responses.create({ model: 'gpt-4o-mini', input: 'How many of my notes mention pelican?', tools: [notesTool()] });
+    assertMatchesSchema('Response', response, 'the response');
+    const types = response.output.map((item) => item.type);
+    assert.deepEqual(types, ['mcp_list_tools', 'mcp_call', 'message'], JSON.stringify(response.output));
+    const list = response.output[0] as OpenAI.Responses.ResponseOutputItem.McpListTools;
+    assert.equal(list.server_label, 'notes');
+    assert.ok(list.tools.some((tool) => tool.name === 'search' && typeof tool.input_schema === 'object'));
+    const call = response.output[1] as OpenAI.Responses.ResponseOutputItem.McpCall;
+    assert.deepEqual([call.server_label, call.name, JSON.parse(call.arguments), call.output, call.status], ['notes', 'search', { word: 'pelican' }, 'notes with pelican: 2', 'completed']);
+    assert.match(response.output_text, /Tool said: notes with pelican: 2/);
+    // Both turns of the model are in the usage: the call's turn (700 in) and the answer's.
+    assert.ok(response.usage!.input_tokens > 700, JSON.stringify(response.usage));
+    // The second turn gave the model the call and its result.
+    const second = openai.requests.filter((request) => request.path.endsWith('/chat/completions')).at(-1)!.body as Record<string, any>;
+    assert.deepEqual(second.messages.slice(-2).map((message: Record<string, unknown>) => message.role), ['assistant', 'tool']);
+    const [row] = await toolCalls(keyId, 1);
+    assert.deepEqual([row!.model, row!.status, Number(row!.cost_micros)], ['notes/search', 'completed', 10_000]);
+  });
+
+  it('Responses, streamed: the mcp_list_tools and mcp_call events in order, each valid, ending with the same items as a plain answer', async () => {
+    const { secret } = await creditedKey('responses-stream@example.com');
+    const client = new OpenAI({ apiKey: secret, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
+    const stream = await client.responses.create({ model: 'gpt-4o-mini', input: 'How many of my notes mention pelican?', tools: [notesTool()], stream: true });
+    const events: Array<{ type: string } & Record<string, unknown>> = [];
+    for await (const event of stream) events.push(event as never);
+    for (const [i, event] of events.entries()) assertMatchesSchema('ResponseStreamEvent', event, `event ${i} (${event.type})`);
+    const types = events.map((event) => event.type);
+    const order = ['response.mcp_list_tools.in_progress', 'response.mcp_list_tools.completed', 'response.mcp_call.in_progress', 'response.mcp_call_arguments.done', 'response.mcp_call.completed', 'response.output_text.delta', 'response.completed'];
+    let at = -1;
+    for (const type of order) {
+      const next = types.indexOf(type, at + 1);
+      assert.ok(next > at, `${type} after the events before it: ${types.join(', ')}`);
+      at = next;
+    }
+    const done = events.at(-1)!.response as OpenAI.Responses.Response;
+    assert.deepEqual(done.output.map((item) => item.type), ['mcp_list_tools', 'mcp_call', 'message']);
+    assert.equal((done.output[1] as OpenAI.Responses.ResponseOutputItem.McpCall).output, 'notes with pelican: 2');
+  });
+
+  it('Responses, with approval: the call waits as an mcp_approval_request, runs once approved by the next request, and a declined one never runs', async () => {
+    const { secret, keyId } = await creditedKey('responses-approval@example.com');
+    const client = new OpenAI({ apiKey: secret, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
+    const before = notes.seen.length;
+    const asked = await client.responses.create({ model: 'gpt-4o-mini', input: 'How many of my notes mention pelican?', tools: [notesTool('always')] });
+    assert.deepEqual(asked.output.map((item) => item.type), ['mcp_list_tools', 'mcp_approval_request']);
+    const request = asked.output[1] as OpenAI.Responses.ResponseOutputItem.McpApprovalRequest;
+    assert.deepEqual([request.server_label, request.name, JSON.parse(request.arguments)], ['notes', 'search', { word: 'pelican' }]);
+    // Nothing was called: the server saw no tools/call, the record has no call of the key.
+    assert.ok(notes.seen.slice(before).every((seen) => seen.method !== 'POST') || (await usageRows(redisUrl)).every((row) => row.key_id !== keyId || row.endpoint !== 'mcp.tools/call'));
+
+    const approved = await client.responses.create({
+      model: 'gpt-4o-mini',
+      previous_response_id: asked.id,
+      input: [{ type: 'mcp_approval_response', approval_request_id: request.id, approve: true }],
+      tools: [notesTool('always')],
+    });
+    assertMatchesSchema('Response', approved, 'the approved response');
+    const call = approved.output.find((item) => item.type === 'mcp_call') as OpenAI.Responses.ResponseOutputItem.McpCall;
+    assert.deepEqual([call.approval_request_id, call.output, call.status], [request.id, 'notes with pelican: 2', 'completed']);
+    assert.match(approved.output_text, /Tool said: notes with pelican: 2/);
+    await toolCalls(keyId, 1);
+
+    const again = await client.responses.create({ model: 'gpt-4o-mini', input: 'How many of my notes mention pelican?', tools: [notesTool('always')] });
+    const second = again.output[1] as OpenAI.Responses.ResponseOutputItem.McpApprovalRequest;
+    const declined = await client.responses.create({
+      model: 'gpt-4o-mini',
+      previous_response_id: again.id,
+      input: [{ type: 'mcp_approval_response', approval_request_id: second.id, approve: false }],
+      tools: [notesTool('always')],
+    });
+    assert.ok(!declined.output.some((item) => item.type === 'mcp_call'));
+    assert.match(declined.output_text, /Tool said: The user declined this tool call/);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    assert.equal((await usageRows(redisUrl)).filter((row) => row.key_id === keyId && row.endpoint === 'mcp.tools/call').length, 1);
+  });
+
+  it('Messages, plain and streamed: mcp_tool_use and mcp_tool_result blocks, then the answer, on a model another vendor serves', async () => {
+    const { secret, keyId } = await creditedKey('messages@example.com');
+    const client = new Anthropic({ apiKey: secret, baseURL: gateway.url, maxRetries: 0 });
+    const params = {
+      model: 'gpt-4o-mini',
+      max_tokens: 200,
+      messages: [{ role: 'user' as const, content: 'How many of my notes mention pelican?' }],
+      mcp_servers: [{ type: 'url' as const, url: `${gateway.url}/mcp/notes`, name: 'notes' }],
+      betas: ['mcp-client-2025-04-04' as const],
+    };
+    const plain = await client.beta.messages.create(params);
+    assert.deepEqual(plain.content.map((block) => block.type), ['mcp_tool_use', 'mcp_tool_result', 'text'], JSON.stringify(plain.content));
+    const use = plain.content[0] as Anthropic.Beta.BetaMCPToolUseBlock;
+    const result = plain.content[1] as Anthropic.Beta.BetaMCPToolResultBlock;
+    assert.deepEqual([use.name, use.server_name, use.input], ['search', 'notes', { word: 'pelican' }]);
+    assert.deepEqual([result.tool_use_id, result.is_error, result.content], [use.id, false, [{ type: 'text', text: 'notes with pelican: 2' }]]);
+    assert.match((plain.content[2] as Anthropic.Beta.BetaTextBlock).text, /Tool said: notes with pelican: 2/);
+    assert.equal(plain.stop_reason, 'end_turn');
+
+    const streamed = await client.beta.messages.stream(params).finalMessage();
+    assert.deepEqual(streamed.content.map((block) => block.type), ['mcp_tool_use', 'mcp_tool_result', 'text']);
+    assert.deepEqual((streamed.content[0] as Anthropic.Beta.BetaMCPToolUseBlock).input, { word: 'pelican' });
+    const rows = await toolCalls(keyId, 2);
+    assert.ok(rows.every((row) => row.model === 'notes/search' && row.status === 'completed' && Number(row.cost_micros) === 10_000));
+  });
+
+  it("holds the key's rules: a server it may not reach is refused, a tool it may not use is not offered, a server not the gateway's is refused", async () => {
+    const { secret } = await creditedKey('rules@example.com', { mcp_tools: ['notes/add'] });
+    const client = new OpenAI({ apiKey: secret, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
+    const response = await client.responses.create({ model: 'gpt-4o-mini', input: 'How many of my notes mention pelican?', tools: [notesTool()] });
+    const list = response.output[0] as OpenAI.Responses.ResponseOutputItem.McpListTools;
+    assert.deepEqual(list.tools.map((tool) => tool.name), ['add']);
+    // The model was offered `add` alone (the fake then calls the first tool it has): search was neither offered nor called.
+    const offered = openai.requests.filter((request) => request.path.endsWith('/chat/completions')).at(-1)!.body as { tools?: Array<{ function: { name: string } }> };
+    assert.ok(offered.tools?.every((tool) => tool.function.name !== 'notes__search'));
+    assert.ok(response.output.every((item) => item.type !== 'mcp_call' || item.name === 'add'));
+
+    const none = await creditedKey('none@example.com', { mcp_tools: ['other/*'] });
+    const refused = await fetch(`${gateway.url}/v1/responses`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${none.secret}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gpt-4o-mini', input: 'hi', tools: [notesTool()] }),
+    });
+    assert.equal(refused.status, 403);
+    assert.equal(((await refused.json()) as { error: { code: string } }).error.code, 'tool_not_allowed');
+
+    for (const tool of [
+      { type: 'mcp', server_label: 'nowhere' },
+      { type: 'mcp', server_label: 'notes', server_url: 'https://attacker.example/mcp' },
+      { type: 'mcp', server_label: 'notes', connector_id: 'connector_gmail' },
+    ]) {
+      const bad = await fetch(`${gateway.url}/v1/responses`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'gpt-4o-mini', input: 'hi', tools: [tool] }),
+      });
+      assert.equal(bad.status, 400, JSON.stringify(tool));
+      assert.match(((await bad.json()) as { error: { param: string } }).error.param, /^tools\[0\]\./);
+    }
+    const anthropic = await fetch(`${gateway.url}/v1/messages`, {
+      method: 'POST',
+      headers: { 'x-api-key': secret, 'content-type': 'application/json', 'anthropic-version': '2023-06-01' },
+      body: JSON.stringify({ model: 'gpt-4o-mini', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }], mcp_servers: [{ type: 'url', url: 'https://attacker.example/mcp', name: 'notes' }] }),
+    });
+    assert.equal(anthropic.status, 400);
+    assert.equal(((await anthropic.json()) as { error: { type: string } }).error.type, 'invalid_request_error');
+  });
+});
