@@ -57,6 +57,7 @@ function chatAnswer(run: PipelineRun, chat: ChatCompletionRequest, plan: McpLoop
   const { data } = run.job;
   return toolLoop(run.tools, {
     plan,
+    vendor: run.ctx.channel.vendor,
     chat,
     turn,
     caller: { requestId: data.requestId, keyId: data.keyId, accountId: data.accountId ?? defaultAccountId },

@@ -251,7 +251,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     vendorHttp,
     laneMoves,
     access,
-    tools: { redis, registry: mcpServers, access, calls: loopCalls },
+    tools: { redis, registry: mcpServers, access, calls: loopCalls, config, prices },
     media: { config, redis, blobs, urlSecret: await resolveUrlSecret(redis, config.blobUrlSecret) },
     settlement: {
       config,

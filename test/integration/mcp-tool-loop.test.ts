@@ -23,11 +23,15 @@ const upstreamToken = 'notes-upstream-secret';
  */
 function searchesTheNotes(request: RecordedRequest): FakeResponse | undefined {
   const body = request.body as Record<string, any> | undefined;
-  const tool = body?.tools?.find((candidate: Record<string, any>) => candidate.function?.name === 'notes__search');
-  if (!tool) return undefined;
-  const last = body!.messages.filter((message: Record<string, unknown>) => message.role !== 'system' && message.role !== 'developer').at(-1);
+  const last = body?.messages.filter((message: Record<string, unknown>) => message.role !== 'system' && message.role !== 'developer').at(-1);
   if (last?.role !== 'user') return undefined;
-  return openaiToolCall(body!, { id: `call_search_${request.body && (body!.messages as unknown[]).length}`, name: 'notes__search', arguments: JSON.stringify({ word: 'pelican' }) }, { prompt_tokens: 700, completion_tokens: 9 });
+  // "use <tool> <json>" in the user's words: that tool, when it is offered.
+  const words = typeof last.content === 'string' ? last.content : (last.content as Array<{ text?: string }>).map((part) => part.text ?? '').join('');
+  const asked = /use (\S+) (\{.*\})/.exec(words);
+  const offered = (name: string) => body!.tools?.some((candidate: Record<string, any>) => candidate.function?.name === name);
+  const call = asked && offered(asked[1]!) ? { name: asked[1]!, arguments: asked[2]! } : offered('notes__search') ? { name: 'notes__search', arguments: JSON.stringify({ word: 'pelican' }) } : undefined;
+  if (!call) return undefined;
+  return openaiToolCall(body!, { id: `call_${(body!.messages as unknown[]).length}`, ...call }, { prompt_tokens: 700, completion_tokens: 9 });
 }
 
 /**
@@ -40,15 +44,27 @@ describe('the tool loop: MCP servers named by a Responses or Messages request, r
   let gateway: GatewayProcess;
   let openai: FakeOpenAI;
   let notes: FakeMcp;
+  let broken: FakeMcp;
   let redisUrl: string;
   let home: string;
   const { admin } = adminClient(() => gateway.url, adminToken);
 
   before(async () => {
     notes = await startFakeMcp({ token: upstreamToken });
+    broken = await startFakeMcp({ mode: 'fail' });
     home = await mkdtemp(join(tmpdir(), 'sy-tool-loop-'));
     const file = join(home, 'mcp.json');
-    await writeFile(file, JSON.stringify({ servers: { notes: { url: notes.url, headers: { Authorization: `Bearer ${upstreamToken}` }, price_per_call_usd: '0.01' } } }));
+    await writeFile(
+      file,
+      JSON.stringify({
+        servers: {
+          notes: { url: notes.url, headers: { Authorization: `Bearer ${upstreamToken}` }, price_per_call_usd: '0.01' },
+          // The same server with a short timeout, and one that answers nothing but errors.
+          hasty: { url: notes.url, headers: { Authorization: `Bearer ${upstreamToken}` }, timeout_ms: 700, price_per_call_usd: '0.002' },
+          broken: { url: broken.url, price_per_call_usd: '0.002' },
+        },
+      }),
+    );
     vendorGateway = await startVendorGateway({
       db: 12,
       env: { ADMIN_TOKEN: adminToken, MCP_SERVERS_FILE: file, MCP_CHECK_INTERVAL_MS: '1000' },
@@ -60,7 +76,7 @@ describe('the tool loop: MCP servers named by a Responses or Messages request, r
     await waitFor(
       async () => {
         const listed = (await (await fetch(`${gateway.url}/admin/mcp/servers`, { headers: { authorization: `Bearer ${adminToken}` } })).json()) as { data: Array<{ status: string }> };
-        return listed.data[0]?.status === 'ok';
+        return listed.data.filter((server) => server.status === 'ok').length === 2;
       },
       30_000,
       'the notes server checked',
@@ -71,6 +87,7 @@ describe('the tool loop: MCP servers named by a Responses or Messages request, r
   after(async () => {
     await vendorGateway?.close();
     await notes?.close();
+    await broken?.close();
     if (home) await rm(home, { recursive: true, force: true });
   });
 
@@ -198,6 +215,80 @@ describe('the tool loop: MCP servers named by a Responses or Messages request, r
     assert.deepEqual((streamed.content[0] as Anthropic.Beta.BetaMCPToolUseBlock).input, { word: 'pelican' });
     const rows = await toolCalls(keyId, 2);
     assert.ok(rows.every((row) => row.model === 'notes/search' && row.status === 'completed' && Number(row.cost_micros) === 10_000));
+  });
+
+  it('a call that times out fails as an http_error the model reads (cancelled upstream, billed as it ran); a server that cannot list offers nothing', async () => {
+    const { secret, keyId } = await creditedKey('faults@example.com');
+    const client = new OpenAI({ apiKey: secret, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
+    const cancelled = notes.slow.cancelled;
+    const response = await client.responses.create({
+      model: 'gpt-4o-mini',
+      input: 'use hasty__slow {"ms":3000}',
+      tools: [
+        { type: 'mcp', server_label: 'hasty', require_approval: 'never' },
+        { type: 'mcp', server_label: 'broken', require_approval: 'never' },
+      ],
+    });
+    assertMatchesSchema('Response', response, 'the response');
+    assert.deepEqual(response.output.map((item) => item.type), ['mcp_list_tools', 'mcp_list_tools', 'mcp_call', 'message']);
+    const down = response.output[1] as OpenAI.Responses.ResponseOutputItem.McpListTools;
+    assert.deepEqual(down.tools, []);
+    assert.match(String(down.error), /could not be listed/);
+    const call = response.output[2] as OpenAI.Responses.ResponseOutputItem.McpCall;
+    assert.equal(call.status, 'failed', JSON.stringify(call));
+    const error = call.error as unknown as { type: string; code?: number } | null;
+    assert.deepEqual([error?.type, error?.code], ['http_error', 504], JSON.stringify(call));
+    assert.match(response.output_text, /Tool said: The tool did not answer within 700 ms/);
+    await waitFor(() => notes.slow.cancelled > cancelled, 5000, 'the slow call cancelled upstream');
+    const [row] = await toolCalls(keyId, 1);
+    assert.deepEqual([row!.model, row!.status, Number(row!.cost_micros)], ['hasty/slow', 'failed', 2000]);
+  });
+
+  it('a client that leaves during a call: the call is cancelled upstream, and what ran is billed (the turn before it, the call)', async () => {
+    const { secret, keyId } = await creditedKey('leaves@example.com');
+    const client = new OpenAI({ apiKey: secret, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
+    const cancelled = notes.slow.cancelled;
+    const started = notes.slow.started;
+    const controller = new AbortController();
+    const stream = await client.responses.create({ model: 'gpt-4o-mini', input: 'use notes__slow {"ms":8000}', tools: [notesTool()], stream: true }, { signal: controller.signal });
+    let sawCall = false;
+    try {
+      for await (const event of stream) {
+        if (event.type !== 'response.mcp_call.in_progress') continue;
+        sawCall = true;
+        // Once the server is running it (a cancel before that stops it before it reaches the server, unbilled).
+        await waitFor(() => notes.slow.started > started, 5000, 'the call at the server');
+        controller.abort();
+      }
+    } catch {
+      // The SDK's own abort.
+    }
+    assert.ok(sawCall, 'the call began before the client left');
+    await waitFor(() => notes.slow.cancelled > cancelled, 5000, 'the call cancelled upstream');
+    let rows: Awaited<ReturnType<typeof usageRows>> = [];
+    await waitFor(async () => {
+      rows = (await usageRows(redisUrl)).filter((row) => row.key_id === keyId && row.settled);
+      return rows.length >= 2;
+    }, 10_000, 'the answer and the call settled');
+    const answer = rows.find((row) => row.endpoint === 'responses')!;
+    const call = rows.find((row) => row.endpoint === 'mcp.tools/call')!;
+    assert.equal(answer.status, 'cancelled');
+    assert.ok(Number(answer.input_tokens) >= 700 && Number(answer.cost_micros) > 0, JSON.stringify(answer));
+    assert.deepEqual([call.status, Number(call.cost_micros)], ['cancelled', 10_000]);
+  });
+
+  it('a key revoked while its call runs: the call finishes and is billed, the model is not asked again, the client told why', async () => {
+    const { secret, keyId } = await creditedKey('revoked@example.com');
+    const client = new OpenAI({ apiKey: secret, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
+    const asked = () => openai.requests.filter((request) => JSON.stringify(request.body).includes('use notes__slow {\\"ms\\":1500}')).length;
+    const started = notes.slow.started;
+    const pending = client.responses.create({ model: 'gpt-4o-mini', input: 'use notes__slow {"ms":1500}', tools: [notesTool()] });
+    await waitFor(() => notes.slow.started > started, 5000, 'the call running');
+    assert.ok((await admin('DELETE', `/admin/keys/${keyId}`)).status < 300);
+    await assert.rejects(pending, (error: unknown) => error instanceof OpenAI.APIError && error.status === 401);
+    assert.equal(asked(), 1, 'one turn of the model');
+    const [row] = await toolCalls(keyId, 1);
+    assert.deepEqual([row!.status, Number(row!.cost_micros)], ['completed', 10_000]);
   });
 
   it("holds the key's rules: a server it may not reach is refused, a tool it may not use is not offered, a server not the gateway's is refused", async () => {

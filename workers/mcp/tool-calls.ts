@@ -237,6 +237,8 @@ export class McpToolWorkers {
     const refusal = callRefusal(now.access, method, data.server, data.tool);
     if (refusal !== undefined) return fail('failed', new GatewayError(403, refusal, { code: 'tool_not_allowed' }), false);
     const controller = cancels.start(job.id!);
+    /** The server was asked: a cancel after that is billed (the tool may have run), one before is not. */
+    let asked = false;
     const timeout = Math.min(server.timeoutMs, remaining);
     const timer = setTimeout(() => controller.abort(new GatewayError(504, `The tool did not answer within ${timeout} ms.`, { code: 'timeout' })), timeout);
     try {
@@ -249,6 +251,7 @@ export class McpToolWorkers {
           }
         : undefined;
       const options = { signal: controller.signal, timeout, ...(onprogress ? { onprogress } : {}) };
+      asked = true;
       const result =
         method === 'tools/call'
           ? await client.callTool({ name: data.tool, arguments: data.arguments }, options)
@@ -259,7 +262,7 @@ export class McpToolWorkers {
       return await answer('completed', price, { result });
     } catch (caught) {
       const reason = controller.signal.aborted ? controller.signal.reason : caught;
-      if (reason instanceof ClientGoneError) return fail('cancelled', new GatewayError(499, 'The client cancelled the tool call.', { code: 'cancelled' }), true);
+      if (reason instanceof ClientGoneError) return fail('cancelled', new GatewayError(499, 'The client cancelled the tool call.', { code: 'cancelled' }), asked);
       if (reason instanceof GatewayError) return fail('failed', reason, true);
       // The server answered with a JSON-RPC error (an unknown tool, a resource it has not): its answer, relayed as it
       // gave it, on a connection that stays good. Nothing ran: nothing is billed.

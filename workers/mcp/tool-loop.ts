@@ -9,6 +9,13 @@ import type { McpServer, McpServerHealth, McpTool } from '../../shared/mcp/serve
 import { maxLoopToolCalls, needsApproval, requestAllows, type McpCallOutcome, type McpLoopPlan, type McpToolUse } from '../../shared/mcp/tool-loop.js';
 import { toolRefusal } from '../../shared/mcp/tool-rules.js';
 import { mcpHealthKey } from '../../shared/redis-keys.js';
+import type { Config } from '../../shared/config.js';
+import type { EndpointRequest } from '../../shared/endpoints.js';
+import { worstCase } from '../../shared/money/charge.js';
+import { moneyRefusal, releaseReservation, reserve } from '../../shared/money/billing.js';
+import { budgetRefusal } from '../../shared/money/budgets.js';
+import type { PriceList } from '../../shared/money/pricing.js';
+import { countChatPromptTokensAsync } from '../../shared/tokens.js';
 import type { ChatCompletionRequest, ChatMessage } from '../../shared/schemas/chat.js';
 import type { AnswerEvent, FinishEvent, McpLoopEvent, Usage } from '../answers/events.js';
 import type { LoopCaller, McpLoopCalls } from './loop-calls.js';
@@ -32,10 +39,15 @@ export interface ToolLoopDeps {
   registry: McpRegistry;
   access: CurrentAccess;
   calls: McpLoopCalls;
+  /** What a turn may cost at most, reserved before it is asked (the first turn's was reserved with the request). */
+  config: Config;
+  prices: PriceList;
 }
 
 export interface ToolLoopRun {
   plan: McpLoopPlan;
+  /** The vendor that serves the model (a turn the mock answers is reserved as it is billed). */
+  vendor: string;
   chat: ChatCompletionRequest;
   /** The model's stream for one turn. */
   turn: (chat: ChatCompletionRequest) => AsyncIterable<AnswerEvent[]>;
@@ -123,6 +135,29 @@ function parseArguments(json: string): Record<string, unknown> | undefined {
   }
 }
 
+/**
+ * Reserves what the next turn may cost at most (its prompt as it now stands, the model's most output), under a name of
+ * its own beside the request's reservation: refused, the loop ends with the refusal the client's next request would
+ * get. The request's settlement bills what every turn used; the turns' reservations are given back once it ends.
+ */
+async function reserveTurn(deps: ToolLoopDeps, run: ToolLoopRun, access: KeyAccess, chat: ChatCompletionRequest, turn: number, held: string[]): Promise<void> {
+  const prompt = await countChatPromptTokensAsync(chat.messages, chat.tools ?? null);
+  const { micros } = worstCase(deps.config, deps.prices, { endpoint: 'chat.completions', payload: chat } as EndpointRequest, run.model, run.vendor, prompt);
+  if (micros === 0) return;
+  const requestId = `${run.caller.requestId}-turn${turn}`;
+  const outcome = await reserve(
+    deps.redis,
+    { requestId, keyId: run.caller.keyId, accountId: run.caller.accountId, micros, tokens: 0, deadline: Date.now() + 600_000 },
+    { ...(access.limitMicros !== undefined ? { limitMicros: access.limitMicros } : {}), ...(access.budgets ? { budgets: access.budgets } : {}) },
+  );
+  if (outcome.ok) {
+    held.push(requestId);
+    return;
+  }
+  const message = outcome.reason === 'budget' && outcome.budget ? budgetRefusal(outcome.budget, Date.now(), access.accountName) : moneyRefusal(outcome.reason === 'key_limit' || outcome.reason === 'no_access' ? outcome.reason : 'account_balance');
+  throw new GatewayError(429, message, { type: 'insufficient_quota', code: 'insufficient_quota' });
+}
+
 /** The key as it stands now; a key that may no longer make the request ends the loop with the refusal its client would get. */
 async function standing(deps: ToolLoopDeps, run: ToolLoopRun): Promise<KeyAccess> {
   const now = await deps.access.of(run.caller.keyId);
@@ -135,6 +170,16 @@ async function standing(deps: ToolLoopDeps, run: ToolLoopRun): Promise<KeyAccess
  * Runs the loop: the events of one answer, written by the dialect's encoder as any chat adapter's are.
  */
 export async function* toolLoop(deps: ToolLoopDeps, run: ToolLoopRun): AsyncGenerator<AnswerEvent[]> {
+  const reserved: string[] = [];
+  try {
+    yield* loop(deps, run, reserved);
+  } finally {
+    // The request's settlement follows at once; the turns' reservations go back beside it.
+    if (reserved.length > 0) void Promise.allSettled(reserved.map((id) => releaseReservation(deps.redis, run.caller.accountId, id)));
+  }
+}
+
+async function* loop(deps: ToolLoopDeps, run: ToolLoopRun, reserved: string[]): AsyncGenerator<AnswerEvent[]> {
   let access = await standing(deps, run);
   const { offered, lists } = await offer(deps, run.plan, access);
   const chat = withTools(run.chat, offered);
@@ -282,5 +327,6 @@ export async function* toolLoop(deps: ToolLoopDeps, run: ToolLoopRun): AsyncGene
     // The next turn is made only while the key may still make it.
     if (run.signal.aborted) throw run.signal.reason;
     access = await standing(deps, run);
+    await reserveTurn(deps, run, access, { ...chat, messages }, turn + 1, reserved);
   }
 }
