@@ -57,6 +57,7 @@ function gatewayServer(registry: McpRegistry | undefined, access: ToolRules, nam
 export function responsesLoopPlan(
   tools: readonly Record<string, unknown>[] | null | undefined,
   maxToolCalls: number | null | undefined,
+  requireCall: boolean,
   approvals: McpApproval[],
   access: ToolRules,
   registry: McpRegistry | undefined,
@@ -86,7 +87,7 @@ export function responsesLoopPlan(
     if (approvals.length > 0) throw invalidRequest('An mcp_approval_response needs the request to name the MCP server again in its tools.', 'input', 'invalid_value');
     return undefined;
   }
-  return { uses, ...(approvals.length > 0 ? { approvals } : {}), ...(maxToolCalls != null ? { maxToolCalls: Math.max(0, Math.min(maxToolCalls, maxLoopToolCalls)) } : {}) };
+  return { uses, ...(requireCall ? { requireCall } : {}), ...(approvals.length > 0 ? { approvals } : {}), ...(maxToolCalls != null ? { maxToolCalls: Math.max(0, Math.min(maxToolCalls, maxLoopToolCalls)) } : {}) };
 }
 
 const messagesMcpServer = z.looseObject({
@@ -108,7 +109,7 @@ const mcpToolset = z.looseObject({
  * The loop's plan for a Messages request's `mcp_servers` (undefined: it names none), each server's tools as its
  * `tool_configuration` allows (`mcp-client-2025-04-04`) or as an `mcp_toolset` tool names them (`mcp-client-2025-11-20`).
  */
-export function messagesLoopPlan(servers: readonly unknown[] | null | undefined, tools: readonly unknown[] | null | undefined, access: ToolRules, registry: McpRegistry | undefined): McpLoopPlan | undefined {
+export function messagesLoopPlan(servers: readonly unknown[] | null | undefined, tools: readonly unknown[] | null | undefined, requireCall: boolean, access: ToolRules, registry: McpRegistry | undefined): McpLoopPlan | undefined {
   if (!servers || servers.length === 0) return undefined;
   const toolsets = new Map<string, z.output<typeof mcpToolset>>();
   (tools ?? []).forEach((raw, i) => {
@@ -136,5 +137,5 @@ export function messagesLoopPlan(servers: readonly unknown[] | null | undefined,
   for (const name of toolsets.keys()) {
     if (!uses.some((use) => use.server === name)) throw invalidRequest(`The mcp_toolset names '${name.slice(0, 64)}', which mcp_servers does not.`, 'tools', 'invalid_request_error');
   }
-  return { uses };
+  return { uses, ...(requireCall ? { requireCall } : {}) };
 }

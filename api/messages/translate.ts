@@ -266,6 +266,8 @@ const choiceWording: ChoiceWording = {
 function declareTools(tools: MessagesRequest['tools'], dropped: Set<string>, searches: boolean): DeclaredTools {
   const declared: DeclaredTools = { functions: [], declined: [] };
   for (const tool of tools ?? []) {
+    // An MCP server's toolset: its tools are offered by the gateway's tool loop (api/mcp/loop-plan.ts).
+    if (tool.type === 'mcp_toolset' || !('name' in tool) || typeof tool.name !== 'string') continue;
     if (searches && typeof tool.type === 'string' && tool.type.startsWith('web_search_')) {
       declared.search = { name: tool.name, settings: { userLocation: tool.user_location } };
       continue;

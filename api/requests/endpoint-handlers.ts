@@ -150,7 +150,7 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
       const approvals: McpApproval[] = [];
       const chat = toChatRequest({ ...request, model: model.id }, history, input, model.web_search === true, approvals);
       // Its `mcp` tools: the gateway's tool loop runs on the servers they name (shared/mcp/tool-loop.ts).
-      const mcp = responsesLoopPlan(request.tools, request.max_tool_calls, approvals, scope.access ?? {}, scope.mcpServers);
+      const mcp = responsesLoopPlan(request.tools, request.max_tool_calls, request.tool_choice === 'required', approvals, scope.access ?? {}, scope.mcpServers);
       checkModalities(model, chat.messages);
       const promptTokens = await checkChatContext(model, chat);
       const id = newResponseId();
@@ -185,7 +185,7 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
     async accept({ fields: request, model, header, scope }) {
       const job = toMessagesJob(request, model, header('anthropic-beta'));
       // Its `mcp_servers`: the gateway's tool loop runs on them, whoever serves the model (shared/mcp/tool-loop.ts).
-      const mcp = messagesLoopPlan(request.mcp_servers as unknown[] | undefined, request.tools, scope.access ?? {}, scope.mcpServers);
+      const mcp = messagesLoopPlan(request.mcp_servers as unknown[] | undefined, request.tools, request.tool_choice?.type === 'any', scope.access ?? {}, scope.mcpServers);
       if (mcp) job.mcp = mcp;
       checkModalities(model, job.chat.messages);
       const { tokens: promptTokens, exact } = await chatContext(model, job.chat);

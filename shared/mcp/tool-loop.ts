@@ -39,6 +39,8 @@ export interface McpLoopPlan {
   uses: McpToolUse[];
   /** Calls the client decided on, run (or declined) before the model is asked again (Responses only). */
   approvals?: McpApproval[];
+  /** The request requires a tool call (`tool_choice` `required`, Messages `any`): the first turn must call one. */
+  requireCall?: boolean;
   /** The most tool calls the loop makes (the Responses API's `max_tool_calls`); absent: `maxLoopToolCalls`. */
   maxToolCalls?: number;
 }

@@ -62,6 +62,12 @@ export const messagesToolSchema = z.looseObject({
   cache_control: cacheControl,
 });
 
+/** The MCP connector's toolset (`mcp-client-2025-11-20`): a server of `mcp_servers`, its tools turned on or off. */
+export const messagesMcpToolsetSchema = z.looseObject({ type: z.literal('mcp_toolset'), mcp_server_name: z.string().min(1).max(64) });
+
+/** A tool as a request lists it: a toolset of an MCP server, or a client or server tool. */
+const requestToolSchema = z.union([messagesMcpToolsetSchema, messagesToolSchema]);
+
 export const messagesToolChoiceSchema = z.discriminatedUnion('type', [
   z.looseObject({ type: z.literal('auto'), disable_parallel_tool_use: z.boolean().optional() }),
   z.looseObject({ type: z.literal('any'), disable_parallel_tool_use: z.boolean().optional() }),
@@ -89,7 +95,7 @@ export const messagesRequestSchema = z.looseObject({
   top_p: z.number().min(0).max(1).optional(),
   top_k: z.number().int().min(0).optional(),
   metadata: z.looseObject({ user_id: z.string().max(256).nullish() }).optional(),
-  tools: z.array(messagesToolSchema).max(1024).optional(),
+  tools: z.array(requestToolSchema).max(1024).optional(),
   tool_choice: messagesToolChoiceSchema.optional(),
   thinking: messagesThinkingSchema.optional(),
   service_tier: z.enum(['auto', 'standard_only']).optional(),
@@ -100,7 +106,7 @@ export const countTokensRequestSchema = z.looseObject({
   model: modelSchema,
   messages: boundedArray(messagesMessageSchema, 1, 100_000),
   system: systemSchema.optional(),
-  tools: z.array(messagesToolSchema).max(1024).optional(),
+  tools: z.array(requestToolSchema).max(1024).optional(),
   tool_choice: messagesToolChoiceSchema.optional(),
   thinking: messagesThinkingSchema.optional(),
 });

@@ -215,6 +215,23 @@ describe('the tool loop: MCP servers named by a Responses or Messages request, r
     assert.deepEqual((streamed.content[0] as Anthropic.Beta.BetaMCPToolUseBlock).input, { word: 'pelican' });
     const rows = await toolCalls(keyId, 2);
     assert.ok(rows.every((row) => row.model === 'notes/search' && row.status === 'completed' && Number(row.cost_micros) === 10_000));
+
+    // The connector's newer form: an mcp_toolset turning every tool off but search, and a call required.
+    const toolset = await fetch(`${gateway.url}/v1/messages`, {
+      method: 'POST',
+      headers: { 'x-api-key': secret, 'content-type': 'application/json', 'anthropic-version': '2023-06-01', 'anthropic-beta': 'mcp-client-2025-11-20' },
+      body: JSON.stringify({
+        ...params,
+        betas: undefined,
+        tools: [{ type: 'mcp_toolset', mcp_server_name: 'notes', default_config: { enabled: false }, configs: { search: { enabled: true } } }],
+        tool_choice: { type: 'any' },
+      }),
+    });
+    const message = (await toolset.json()) as { content: Array<{ type: string }> };
+    assert.equal(toolset.status, 200, JSON.stringify(message));
+    assert.deepEqual(message.content.map((block) => block.type), ['mcp_tool_use', 'mcp_tool_result', 'text']);
+    const first = openai.requests.filter((request) => request.path.endsWith('/chat/completions')).at(-2)!.body as { tools: Array<{ function: { name: string } }>; tool_choice?: string };
+    assert.deepEqual([first.tools.map((tool) => tool.function.name), first.tool_choice], [['notes__search'], 'required']);
   });
 
   it('a call that times out fails as an http_error the model reads (cancelled upstream, billed as it ran); a server that cannot list offers nothing', async () => {

@@ -221,7 +221,9 @@ async function* loop(deps: ToolLoopDeps, run: ToolLoopRun, reserved: string[]): 
   for (let turn = 0; ; turn++) {
     // Out of calls: the model is asked without the servers' tools, and must answer.
     const offering = callsMade < maxCalls;
-    const request = offering ? { ...chat, messages } : { ...run.chat, messages };
+    // A call required: of the first turn only (the model then answers with what the calls said).
+    const required = turn === 0 && run.plan.requireCall === true && offered.size > 0 ? { tool_choice: 'required' as const } : {};
+    const request = offering ? { ...chat, messages, ...required } : { ...run.chat, messages };
     const held = new Map<number, HeldCall>();
     const passed = new Map<number, number>();
     const text: string[] = [];
