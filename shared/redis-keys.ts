@@ -313,6 +313,8 @@ export const accessChangedChannel = `${keyPrefix}access-changed`;
 
 /** Upstream MCP servers (shared/mcp/servers.ts): each one's last check, a field per server, written by a worker. */
 export const mcpHealthKey = `${keyPrefix}mcp:health`;
+/** Set once a request's tool loop (workers/mcp/tool-loop.ts) made its first call: a run of the job after its worker died is not run again. */
+export const mcpLoopCalledKey = (requestId: string) => `${keyPrefix}mcp:loop-called:${requestId}`;
 /** Raised each time an admin adds, changes or removes an MCP server: every api and worker reads the servers again (shared/mcp/registry.ts). */
 export const mcpServersVersionKey = `${keyPrefix}mcp:servers-version`;
 /** Held by the worker checking the MCP servers this interval, so one worker checks them, not each. */

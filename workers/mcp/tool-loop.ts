@@ -8,7 +8,7 @@ import type { McpRegistry } from '../../shared/mcp/registry.js';
 import type { McpServer, McpServerHealth, McpTool } from '../../shared/mcp/servers.js';
 import { maxLoopToolCalls, needsApproval, requestAllows, type McpCallOutcome, type McpLoopPlan, type McpToolUse } from '../../shared/mcp/tool-loop.js';
 import { toolRefusal } from '../../shared/mcp/tool-rules.js';
-import { mcpHealthKey } from '../../shared/redis-keys.js';
+import { mcpHealthKey, mcpLoopCalledKey } from '../../shared/redis-keys.js';
 import type { Config } from '../../shared/config.js';
 import type { EndpointRequest } from '../../shared/endpoints.js';
 import { worstCase } from '../../shared/money/charge.js';
@@ -180,7 +180,22 @@ export async function* toolLoop(deps: ToolLoopDeps, run: ToolLoopRun): AsyncGene
 }
 
 async function* loop(deps: ToolLoopDeps, run: ToolLoopRun, reserved: string[]): AsyncGenerator<AnswerEvent[]> {
-  let access = await standing(deps, run);
+  // A run of a job whose earlier run called a tool (its worker died): not run again, tools are not idempotent.
+  const calledKey = mcpLoopCalledKey(run.caller.requestId);
+  const [before, access0] = await Promise.all([deps.redis.exists(calledKey), standing(deps, run)]);
+  if (before === 1) {
+    run.sideEffect();
+    throw new GatewayError(502, "The answer's worker was lost after it had called a tool; it is not run again (tools are not idempotent).", { code: 'worker_lost' });
+  }
+  let access = access0;
+  let marked = false;
+  /** Said before a call is made: the job's run called a tool (a retry after its worker died will not run it again). */
+  const calling = async () => {
+    run.sideEffect();
+    if (marked) return;
+    marked = true;
+    await deps.redis.set(calledKey, '1', 'EX', 86_400);
+  };
   const { offered, lists } = await offer(deps, run.plan, access);
   const chat = withTools(run.chat, offered);
   const messages: ChatMessage[] = [...chat.messages];
@@ -204,7 +219,7 @@ async function* loop(deps: ToolLoopDeps, run: ToolLoopRun, reserved: string[]): 
     if (!found) outcome = { output: `The tool ${approval.tool} of ${approval.server} may not be used now.`, content: [], error: { type: 'http_error', code: 403, message: `The tool ${approval.tool} of ${approval.server} may not be used now.` } };
     else if (!args) outcome = { output: 'The arguments are not a JSON object.', content: [], error: { type: 'mcp_protocol_error', code: -32602, message: 'The arguments are not a JSON object.' } };
     else {
-      run.sideEffect();
+      await calling();
       callsMade++;
       outcome = await deps.calls.call(run.caller, access, found.server, found.tool.name, args, run.signal);
     }
@@ -306,7 +321,7 @@ async function* loop(deps: ToolLoopDeps, run: ToolLoopRun, reserved: string[]): 
         continue;
       }
       callsMade++;
-      run.sideEffect();
+      await calling();
       made.push({ call, id, offered: found, outcome: deps.calls.call(run.caller, access, found.server, found.tool.name, args, run.signal) });
     }
     // A call that waits for the client (approval, or its own tool) ends the answer: what ran is said, the rest waits.
