@@ -64,6 +64,7 @@ import { closeMarginMs, closeRedisBy, settledBy } from '../shared/stop-deadline.
 import { openMcpRegistry, secretBox } from '../storage/record/mcp-servers.js';
 import { McpServerAdmin } from './mcp/server-admin.js';
 import { McpQueueDepths } from './mcp/depths.js';
+import { McpQueues } from '../shared/mcp/queues.js';
 
 export interface ApiServer {
   server: Server;
@@ -212,7 +213,9 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   if (tracingEnabled()) app.use(traceRequests({ routeOf: routeTemplate, queues: (method, path) => queuedEndpoint(method, path) !== undefined }));
   // Prometheus: every request counted and timed (around the envelope, so it sees the status answered); GET /metrics among the probes.
   // The MCP servers' tool calls count as the `mcp` capability's depth (what its workers' autoscaler reads).
-  const mcpDepths = new McpQueueDepths({ redis, registry: mcpServers, log });
+  // One handle per server's queue in this api, for the calls it queues and the depths it reads.
+  const mcpQueues = new McpQueues(redis, mcpServers);
+  const mcpDepths = new McpQueueDepths({ registry: mcpServers, queues: mcpQueues, log });
   mcpDepths.start();
   const depths = { depths: () => [...backpressure.depths(), ...mcpDepths.depths()], backlogs: () => backpressure.backlogs(), stranded: () => backpressure.stranded() };
   const metrics = apiMetrics(config, depths, routeTemplate);
@@ -243,7 +246,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     // /admin/queues (and its way in from the console, /console/queue-dashboard): every queue shard the api has.
     queueDashboard({ queues: queues.all(), config, sessions, accounts: keyStore.accounts }),
     // MCP: the upstream servers' tools, for the gateway's keys (api/mcp/routes.ts).
-    mcpRoutes({ config, redis, keys: keyCache, hub, queues, log }, mcpServers).routes(),
+    mcpRoutes({ config, redis, keys: keyCache, hub, queues, log }, mcpServers, mcpQueues).routes(),
     adminRoutes(keyStore, config.adminToken, mappedTeamNames(config.console.oidc), mcpAdmin).routes(),
     consoleRoutes({ ...relayDeps, blobs, keyStore, sessions, throttle: new SigninThrottle(redis), assets, mcp: mcpAdmin, mcpServers }).routes(),
   ] as Koa.Middleware[]);
@@ -305,7 +308,7 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
       return hub.size;
     },
     shutdown: (until = Date.now() + config.shutdownGraceMs) =>
-      shutdownApi({ log, server, hub, jobEvents, logs, loopStalls, backpressure, queues, redis, subscriber, closeRecord, drain: () => ((draining = true), batchSweeps.stop(), mcpServers.stop(), void mcpDepths.stop(), realtime.close()) }, until),
+      shutdownApi({ log, server, hub, jobEvents, logs, loopStalls, backpressure, queues, redis, subscriber, closeRecord, drain: () => ((draining = true), batchSweeps.stop(), mcpServers.stop(), mcpDepths.stop(), void mcpQueues.close(), realtime.close()) }, until),
   };
 }
 

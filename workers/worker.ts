@@ -40,6 +40,7 @@ import { startRealtimeWorkers, type RealtimeWorkers } from './realtime/session-w
 import { McpServerChecks } from './mcp/server-checks.js';
 import { McpToolWorkers } from './mcp/tool-calls.js';
 import { McpLoopCalls } from './mcp/loop-calls.js';
+import { McpQueues } from '../shared/mcp/queues.js';
 
 const reservationSweepMs = 10_000;
 const reservationGraceMs = 60_000;
@@ -229,7 +230,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   await mcpServers.start();
   const mcpChecks = new McpServerChecks({ redis, log, servers: () => mcpServers.list(), intervalMs: config.mcp.checkIntervalMs, owner: `worker-${randomBytes(6).toString('hex')}` });
   // The calls of the gateway's own tool loop (a Responses or Messages request that names MCP servers), made through the servers' queues.
-  const loopCalls = new McpLoopCalls({ config, redis, registry: mcpServers, log });
+  const loopCalls = new McpLoopCalls({ config, redis, queues: new McpQueues(redis, mcpServers), log });
   const router = new ChannelRouter(redis, catalog, log, config);
   await router.start();
   startWorkerMetrics(config, router);
@@ -302,11 +303,8 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   });
   await subscriber.subscribe(mcpCheckChannel);
   // A server added or changed by an admin is checked at once (by one worker: the server's lock), not at the next round.
-  let mcpSettings = new Map(mcpServers.list().map((server) => [server.name, JSON.stringify(server)]));
-  mcpServers.onChange((servers) => {
-    const settings = new Map(servers.map((server) => [server.name, JSON.stringify(server)]));
-    for (const [name, set] of settings) if (mcpSettings.get(name) !== set) checkNow(name);
-    mcpSettings = settings;
+  mcpServers.onChange(({ added, changed }) => {
+    for (const server of [...added, ...changed]) checkNow(server.name);
   });
   // Tool calls run on the workers that serve `mcp` (WORKER_QUEUES), a capability of its own that scales alone.
   const mcpTools = config.workerMcp

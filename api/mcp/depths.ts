@@ -1,7 +1,5 @@
-import { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
 import type { Logger } from '../../shared/logger.js';
-import { mcpQueueName } from '../../shared/mcp/calls.js';
+import type { McpQueues } from '../../shared/mcp/queues.js';
 import type { McpRegistry } from '../../shared/mcp/registry.js';
 import { depthStates, sumDepths, type QueueDepth } from '../../shared/scheduling/backpressure.js';
 
@@ -15,10 +13,9 @@ const readEveryMs = 1000;
  */
 export class McpQueueDepths {
   private depth: QueueDepth = sumDepths([]);
-  private readonly queues = new Map<string, Queue>();
   private timer: NodeJS.Timeout | undefined;
 
-  constructor(private readonly deps: { redis: Redis; registry: McpRegistry; log: Logger }) {}
+  constructor(private readonly deps: { registry: McpRegistry; queues: McpQueues; log: Logger }) {}
 
   depths(): Iterable<[string, QueueDepth]> {
     return [['mcp', this.depth]];
@@ -35,21 +32,14 @@ export class McpQueueDepths {
     this.timer = setTimeout(tick, 0).unref();
   }
 
-  async stop(): Promise<void> {
+  stop(): void {
     clearTimeout(this.timer);
     this.timer = undefined;
-    await Promise.allSettled([...this.queues.values()].map((queue) => queue.close()));
   }
 
   private async read(): Promise<void> {
-    const names = new Set(this.deps.registry.list().map((server) => server.name));
-    for (const [name, queue] of this.queues) {
-      if (names.has(name)) continue;
-      this.queues.delete(name);
-      void queue.close().catch(() => undefined);
-    }
-    for (const name of names) if (!this.queues.has(name)) this.queues.set(name, new Queue(mcpQueueName(name), { connection: this.deps.redis }));
-    const counts = await Promise.all([...this.queues.values()].map((queue) => queue.getJobCounts(...depthStates, 'prioritized')));
+    const { registry, queues } = this.deps;
+    const counts = await Promise.all(registry.list().map((server) => queues.of(server.name).getJobCounts(...depthStates, 'prioritized')));
     this.depth = sumDepths(counts);
   }
 }

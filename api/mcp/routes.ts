@@ -1,5 +1,4 @@
 import { randomBytes } from 'node:crypto';
-import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type Router from '@koa/router';
 import { z } from 'zod';
@@ -8,9 +7,10 @@ import { accessRefusalMessage } from '../../shared/access/index.js';
 import type { Config } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
-import { mcpEndpointOf, mcpQueueName, prefixedToolName, splitToolName, type McpCallJobData, type McpForwardedMethod } from '../../shared/mcp/calls.js';
+import { mcpEndpointOf, prefixedToolName, splitToolName, type McpCallJobData, type McpForwardedMethod } from '../../shared/mcp/calls.js';
 import type { McpServer, McpServerHealth, McpTool } from '../../shared/mcp/servers.js';
 import type { McpRegistry } from '../../shared/mcp/registry.js';
+import type { McpQueues } from '../../shared/mcp/queues.js';
 import { callRefusal, mayReachServer, toolRefusal } from '../../shared/mcp/tool-rules.js';
 import { appendRequestLog, loggedMessageChars } from '../../shared/request-log.js';
 import { sseJson } from '../../shared/sse.js';
@@ -165,24 +165,8 @@ class CheckedServers {
  * Every `tools/call` is a job on its server's queue (workers/mcp/tool-calls.ts): reserved and billed at the server's
  * price per call, counted by the key's rate limits, capped at the server's concurrency, logged.
  */
-export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry): Router {
+export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry, queues: McpQueues): Router {
   const router = createRouter();
-  // The servers as they are now (an admin's change is heard within a second): looked up per message.
-  const byName = { get: (name: string) => registry.get(name) };
-  const queues = new Map<string, Queue>();
-  const queueOf = (name: string): Queue => {
-    let queue = queues.get(name);
-    if (!queue) queues.set(name, (queue = new Queue(mcpQueueName(name), { connection: deps.redis })));
-    return queue;
-  };
-  // A server removed: its queue handle goes with it.
-  registry.onChange((servers) => {
-    for (const [name, queue] of queues) {
-      if (servers.some((server) => server.name === name)) continue;
-      queues.delete(name);
-      void queue.close().catch(() => undefined);
-    }
-  });
   const checked = new CheckedServers(deps.redis);
 
   const handle = async (ctx: GatewayContext, scope: McpServer | undefined) => {
@@ -329,7 +313,7 @@ export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry): Router {
     if (!parsed.success) throw new RpcFailure(invalidParams, `Invalid tools/call params: ${parsed.error.issues[0]!.path.join('.') || 'params'} ${parsed.error.issues[0]!.message}.`);
     const { name, arguments: args = {} } = parsed.data;
     const named = scope ? { server: scope.name, tool: name } : splitToolName(name);
-    const server = named ? byName.get(named.server) : undefined;
+    const server = named ? registry.get(named.server) : undefined;
     if (!named || !server) throw new RpcFailure(invalidParams, `Unknown tool: ${name}.${scope ? '' : ' Tools here are named <server>__<tool>.'}`);
     const health = (await checked.of([server])).get(server.name);
     if (!health?.ok || !health.tools.some((tool) => tool.name === named.tool)) {
@@ -349,14 +333,14 @@ export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry): Router {
       const uri = message.params?.uri;
       if (typeof uri !== 'string' || uri.length === 0 || uri.length > 8192) throw new RpcFailure(invalidParams, 'Invalid resources/read params: uri must be a string.');
       const named = scope ? { server: scope.name, uri } : splitUri(uri);
-      server = named ? byName.get(named.server) : undefined;
+      server = named ? registry.get(named.server) : undefined;
       if (!named || !server) throw new RpcFailure(resourceNotFound, `Resource not found: ${uri.slice(0, 300)}.${scope ? '' : ` Resources here are named ${uriPrefix}<server>/<uri>.`}`, 200, { uri });
       target = named.uri;
     } else {
       const parsed = promptParamsSchema.safeParse(message.params ?? {});
       if (!parsed.success) throw new RpcFailure(invalidParams, `Invalid prompts/get params: ${parsed.error.issues[0]!.path.join('.') || 'params'} ${parsed.error.issues[0]!.message}.`);
       const named = scope ? { server: scope.name, tool: parsed.data.name } : splitToolName(parsed.data.name);
-      server = named ? byName.get(named.server) : undefined;
+      server = named ? registry.get(named.server) : undefined;
       if (!named || !server) throw new RpcFailure(invalidParams, `Unknown prompt: ${parsed.data.name}.${scope ? '' : ' Prompts here are named <server>__<prompt>.'}`);
       target = named.tool;
       args = parsed.data.arguments ?? {};
@@ -403,7 +387,7 @@ export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry): Router {
       deadline,
       queuedAt: started,
     };
-    const queue = queueOf(server.name);
+    const queue = queues.of(server.name);
     const log = ctx.state.log as Logger;
     const logged = (status: 'completed' | 'failed' | 'cancelled' | 'refused', httpStatus: number | null, error?: RpcFailure) =>
       void appendRequestLog(
@@ -492,7 +476,7 @@ export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry): Router {
   for (const path of ['/mcp', '/mcp/:server']) {
     router.all(path, async (ctx) => {
       const name = (ctx.params as { server?: string }).server;
-      const scope = name === undefined ? undefined : byName.get(name);
+      const scope = name === undefined ? undefined : registry.get(name);
       if (name !== undefined && !scope) {
         return reply(ctx as unknown as GatewayContext, 404, { jsonrpc: '2.0', id: null, error: { code: invalidRequestCode, message: `No MCP server named ${name} here.` } });
       }

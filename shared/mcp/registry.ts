@@ -13,6 +13,14 @@ const pollMs = 500;
  * changed or removed is served so everywhere within a second, and a message lost on the way cannot leave a process
  * behind. A server of the file keeps its name: one added under it is not served (the admin API refuses that name).
  */
+/** What a change of the servers brought: the servers now, and those added, changed (as they are now) and removed. */
+export interface McpServersChange {
+  servers: readonly McpServer[];
+  added: readonly McpServer[];
+  changed: readonly McpServer[];
+  removed: readonly McpServer[];
+}
+
 export class McpRegistry {
   private servers: readonly McpServer[];
   private byName: ReadonlyMap<string, McpServer>;
@@ -20,7 +28,7 @@ export class McpRegistry {
   private fingerprint = '';
   private timer: NodeJS.Timeout | undefined;
   private reading: Promise<void> | undefined;
-  private readonly listeners = new Set<(servers: readonly McpServer[]) => void>();
+  private readonly listeners = new Set<(change: McpServersChange) => void>();
 
   constructor(
     private readonly deps: {
@@ -44,8 +52,8 @@ export class McpRegistry {
     return this.byName.get(name);
   }
 
-  /** Told each time the servers change (not at the first read); answers a function that stops telling. */
-  onChange(listener: (servers: readonly McpServer[]) => void): () => void {
+  /** Told each time the servers change (not at the first read), with what changed; answers a function that stops telling. */
+  onChange(listener: (change: McpServersChange) => void): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
   }
@@ -109,13 +117,20 @@ export class McpRegistry {
     const fingerprint = JSON.stringify(servers);
     if (fingerprint === this.fingerprint) return;
     const first = this.fingerprint === '';
+    const was = this.byName;
     this.fingerprint = fingerprint;
     this.servers = servers;
     this.byName = new Map(servers.map((server) => [server.name, server]));
     if (first) return;
+    const change: McpServersChange = {
+      servers,
+      added: servers.filter((server) => !was.has(server.name)),
+      changed: servers.filter((server) => was.has(server.name) && JSON.stringify(was.get(server.name)) !== JSON.stringify(server)),
+      removed: [...was.values()].filter((server) => !this.byName.has(server.name)),
+    };
     for (const listener of this.listeners) {
       try {
-        listener(servers);
+        listener(change);
       } catch (error) {
         this.deps.log.warn({ err: error }, 'a listener of the MCP servers failed');
       }

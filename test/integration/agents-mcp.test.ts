@@ -9,7 +9,7 @@ import { paidAccountKey, waitFor, type GatewayProcess } from '../support/gateway
 import type { FakeOpenAI, FakeResponse, RecordedRequest } from '../support/fake-openai.js';
 import { startVendorGateway, type VendorGateway } from '../support/vendor-gateway.js';
 import { startFakeMcp, type FakeMcp } from '../support/fake-mcp.js';
-import { usageRows } from '../support/record.js';
+import { settledToolCalls } from '../support/record.js';
 import { agentBin, agentDir, geminiCliHome, openaiToolCall, runCodex, runGeminiCli } from '../support/agents.js';
 
 const run = promisify(execFile);
@@ -79,14 +79,7 @@ describe('Claude Code, Gemini CLI and Codex use an MCP server through the gatewa
   });
 
   /** The tool calls the record has of the key: settled, billed at the server's price. */
-  async function toolCalls(count: number) {
-    let rows: Awaited<ReturnType<typeof usageRows>> = [];
-    await waitFor(async () => {
-      rows = (await usageRows(redisUrl)).filter((row) => row.endpoint === 'mcp.tools/call' && row.key_id === keyId && row.settled);
-      return rows.length >= count;
-    }, 10_000, `${count} settled tool calls`);
-    return rows;
-  }
+  const toolCalls = (count: number) => settledToolCalls(redisUrl, keyId, count);
 
   it('runs Claude Code with the gateway as its MCP server: the model asks for the tool, Claude Code calls it through /mcp', async () => {
     openai.reset();

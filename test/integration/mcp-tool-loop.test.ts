@@ -9,7 +9,7 @@ import { waitFor, type GatewayProcess } from '../support/gateway.js';
 import type { FakeOpenAI, FakeResponse, RecordedRequest } from '../support/fake-openai.js';
 import { startVendorGateway, type VendorGateway } from '../support/vendor-gateway.js';
 import { startFakeMcp, type FakeMcp } from '../support/fake-mcp.js';
-import { usageRows } from '../support/record.js';
+import { settledToolCalls, usageRows } from '../support/record.js';
 import { openaiToolCall } from '../support/agents.js';
 import { adminClient } from '../support/admin-client.js';
 import { assertMatchesSchema } from '../support/openapi-schemas.js';
@@ -100,15 +100,7 @@ describe('the tool loop: MCP servers named by a Responses or Messages request, r
     return { secret: String(key.json.key), keyId: String(key.json.id) };
   }
 
-  /** The key's settled tool calls in the record, once `count` are there. */
-  async function toolCalls(keyId: string, count: number) {
-    let rows: Awaited<ReturnType<typeof usageRows>> = [];
-    await waitFor(async () => {
-      rows = (await usageRows(redisUrl)).filter((row) => row.endpoint === 'mcp.tools/call' && row.key_id === keyId && row.settled);
-      return rows.length >= count;
-    }, 10_000, `${count} settled tool calls`);
-    return rows;
-  }
+  const toolCalls = (keyId: string, count: number) => settledToolCalls(redisUrl, keyId, count);
 
   const notesTool = (approval: 'never' | 'always' = 'never') => ({ type: 'mcp' as const, server_label: 'notes', server_url: `${gateway.url}/mcp/notes`, require_approval: approval });
 

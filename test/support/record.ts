@@ -119,3 +119,14 @@ export async function waitForUsage(redis: string | Redis, match: (row: Selectabl
     await new Promise((r) => setTimeout(r, 50));
   }
 }
+
+/** The key's tool calls (`mcp.tools/call`) settled in the record, once there are `count` (within 10 s). */
+export async function settledToolCalls(redis: string | Redis, keyId: string, count: number): Promise<Array<Selectable<UsageTable>>> {
+  const until = Date.now() + 10_000;
+  for (;;) {
+    const rows = (await usageRows(redis)).filter((row) => row.endpoint === 'mcp.tools/call' && row.key_id === keyId && row.settled);
+    if (rows.length >= count) return rows;
+    if (Date.now() > until) throw new Error(`${count} settled tool calls of ${keyId} did not reach the record within 10 s (${rows.length} did)`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}

@@ -1,12 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { Job, Queue } from 'bullmq';
+import { Job, type Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { KeyAccess } from '../../shared/accounts.js';
 import type { Config } from '../../shared/config.js';
 import type { WireError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
-import { mcpCallEndpoint, mcpQueueName, type McpCallJobData } from '../../shared/mcp/calls.js';
-import type { McpRegistry } from '../../shared/mcp/registry.js';
+import { mcpCallEndpoint, type McpCallJobData } from '../../shared/mcp/calls.js';
+import type { McpQueues } from '../../shared/mcp/queues.js';
 import type { McpServer } from '../../shared/mcp/servers.js';
 import type { McpCallOutcome } from '../../shared/mcp/tool-loop.js';
 import { callRefusal } from '../../shared/mcp/tool-rules.js';
@@ -22,7 +22,8 @@ import { leaveBacklog, placeJob } from '../../shared/scheduling/index.js';
 export interface LoopCallDeps {
   config: Config;
   redis: Redis;
-  registry: McpRegistry;
+  /** This process's handles on the servers' queues. */
+  queues: McpQueues;
   log: Logger;
 }
 
@@ -46,7 +47,6 @@ const answerGraceMs = 10_000;
 export class McpLoopCalls {
   private readonly channel = `sy:mcp-loop:${randomBytes(8).toString('hex')}`;
   private readonly waiting = new Map<string, (message: ReplyMessage) => void>();
-  private readonly queues = new Map<string, Queue>();
   private subscriber: Redis | undefined;
   private listening: Promise<void> | undefined;
   private letGo: (() => void) | undefined;
@@ -104,7 +104,7 @@ export class McpLoopCalls {
       const message = outcome.reason === 'budget' && outcome.budget ? budgetRefusal(outcome.budget, Date.now(), access.accountName) : moneyRefusal(outcome.reason === 'budget' ? 'account_balance' : outcome.reason);
       return refused(429, 'insufficient_quota', message);
     }
-    const queue = this.queueOf(server.name);
+    const queue = this.deps.queues.of(server.name);
     const data: McpCallJobData = {
       requestId,
       method: 'tools/call',
@@ -148,8 +148,7 @@ export class McpLoopCalls {
     this.letGo?.();
     const subscriber = this.subscriber;
     this.subscriber = undefined;
-    await Promise.allSettled([...[...this.queues.values()].map((queue) => queue.close()), subscriber?.quit()]);
-    this.queues.clear();
+    await Promise.allSettled([this.deps.queues.close(), subscriber?.quit()]);
   }
 
   /** The worker's answer, or a timeout (the job read for the answer a missed message carried), or the cancel. */
@@ -196,12 +195,6 @@ export class McpLoopCalls {
     }
     const body = message.kind === 'done-ref' ? ((await this.deps.redis.getdel(message.payload)) ?? '') : message.payload;
     return outcomeOf(body);
-  }
-
-  private queueOf(server: string): Queue {
-    let queue = this.queues.get(server);
-    if (!queue) this.queues.set(server, (queue = new Queue(mcpQueueName(server), { connection: this.deps.redis })));
-    return queue;
   }
 
   /** One subscription for every call of this process's loops, opened at the first call. */

@@ -102,7 +102,7 @@ export class McpToolWorkers {
   constructor(private readonly deps: ToolCallDeps) {}
 
   async start(): Promise<void> {
-    this.stopChanges = this.deps.registry.onChange((servers) => {
+    this.stopChanges = this.deps.registry.onChange(({ servers }) => {
       this.syncing = this.syncing.then(() => this.sync(servers)).catch((error: unknown) => this.deps.log.warn({ err: error }, 'could not follow a change of the MCP servers'));
     });
     await this.sync(this.deps.registry.list());
