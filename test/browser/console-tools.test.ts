@@ -86,9 +86,11 @@ describe('the Tools page (MCP) in a real browser', () => {
       assert.match(await row.innerText(), /\$0\.002(?!\d)/);
       // The endpoint and both agents' configs, with the gateway's /mcp.
       const codes = await page.locator('pre.code').allInnerTexts();
-      assert.equal(codes.length, 3);
-      for (const code of codes) assert.ok(code.includes(`${gateway.url}/mcp`) && code.includes('<your key>'), code);
+      assert.equal(codes.length, 4);
+      for (const code of codes.slice(0, 3)) assert.ok(code.includes(`${gateway.url}/mcp`) && code.includes('<your key>'), code);
       assert.match(codes[2]!, /bearer_token_env_var = "SWITCHYARD_API_KEY"/);
+      // And the Responses API's mcp tool naming the server, for any model: the gateway runs the tool loop.
+      assert.ok(codes[3]!.includes(`${gateway.url}/v1/responses`) && codes[3]!.includes('"server_label":"notes"'), codes[3]);
       assert.deepEqual(await toolNames(page), ['notes__search', 'notes__add', 'notes__crash', 'notes__slow', 'notes__count']);
       // One key's tools: only what it may use, and its hint in the configs.
       await page.getByLabel('Key').selectOption(searchOnly);

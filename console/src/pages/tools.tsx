@@ -102,6 +102,20 @@ function agentSnippets(endpoint: string, keyHint: string | undefined) {
   ];
 }
 
+/**
+ * The Responses API's `mcp` tool naming one of the servers: the gateway runs the tool loop on any model (the
+ * console says it without a server to name).
+ */
+function apiSnippet(endpoint: string, keyHint: string | undefined, server: string | undefined) {
+  if (server === undefined) return undefined;
+  const key = keyHint ? `<your key ${keyHint}>` : '<your key>';
+  const body = { model: 'gpt-4o-mini', input: 'What do my notes say?', tools: [{ type: 'mcp', server_label: server, require_approval: 'never' }] };
+  return {
+    title: 'Any model, through the API (the gateway calls the tools)',
+    code: [`curl ${endpoint.replace(/\/mcp$/, '/v1/responses')} \\`, `  -H "Authorization: Bearer ${key}" -H "Content-Type: application/json" \\`, `  -d '${JSON.stringify(body)}'`].join('\n'),
+  };
+}
+
 export function ToolsPage() {
   useTitle('Tools');
   const page = useApi<McpToolsPage>('/mcp', 10_000);
@@ -182,6 +196,10 @@ export function ToolsPage() {
             {agentSnippets(data.endpoint, key?.hint).map((snippet) => (
               <Snippet key={snippet.title} title={snippet.title} code={snippet.code} />
             ))}
+            {(() => {
+              const snippet = apiSnippet(data.endpoint, key?.hint, shown?.find((server) => server.tools.length > 0)?.name);
+              return snippet && <Snippet title={snippet.title} code={snippet.code} />;
+            })()}
           </section>
           <section aria-labelledby="servers-heading" class="section">
             <div class="section-head">
