@@ -514,7 +514,8 @@ class MessageBuilder {
         this.flush();
         const error = item.error as { message?: unknown } | null | undefined;
         const output = typeof item.output === 'string' ? item.output : typeof error?.message === 'string' ? error.message : item.status === 'incomplete' ? 'The call did not finish.' : '';
-        this.messages.push({ role: 'tool', tool_call_id: id, content: output });
+        // As the loop told the model when it made the call: a failure said as one.
+        this.messages.push({ role: 'tool', tool_call_id: id, content: error != null ? `Error: ${output}` : output });
         return;
       }
       case 'mcp_approval_request':

@@ -226,6 +226,30 @@ describe('the tool loop: MCP servers named by a Responses or Messages request, r
     assert.deepEqual([first.tools.map((tool) => tool.function.name), first.tool_choice], [['notes__search'], 'required']);
   });
 
+  it('Messages on a model Anthropic serves: the loop runs on its chat form, not its own connector; a tool that says isError is a result with is_error', async () => {
+    const { secret, keyId } = await creditedKey('claude@example.com');
+    const client = new Anthropic({ apiKey: secret, baseURL: gateway.url, maxRetries: 0 });
+    const before = vendorGateway.anthropic.requests.length;
+    const message = await client.beta.messages.create({
+      model: 'claude-opus-4-5',
+      max_tokens: 200,
+      messages: [{ role: 'user', content: 'How many of my notes mention pelican?' }],
+      mcp_servers: [{ type: 'url', url: `${gateway.url}/mcp/notes`, name: 'notes', tool_configuration: { allowed_tools: ['search'] } }],
+      betas: ['mcp-client-2025-04-04'],
+    });
+    assert.deepEqual(message.content.map((block) => block.type), ['mcp_tool_use', 'mcp_tool_result', 'text'], JSON.stringify(message.content));
+    // The fake Anthropic calls the first tool it is offered with its own arguments, which search refuses.
+    const result = message.content[1] as Anthropic.Beta.BetaMCPToolResultBlock;
+    assert.equal(result.is_error, true);
+    assert.match((message.content[2] as Anthropic.Beta.BetaTextBlock).text, /^Tool said: Error: .*Input validation error/);
+    // Anthropic was asked twice, offered the server's tool as a function, never given mcp_servers.
+    const asked = vendorGateway.anthropic.requests.slice(before).map((request) => request.body as Record<string, any>);
+    assert.equal(asked.length, 2);
+    assert.ok(asked.every((body) => body.mcp_servers === undefined && body.tools.some((tool: { name: string }) => tool.name === 'notes__search')));
+    const [row] = await toolCalls(keyId, 1);
+    assert.deepEqual([row!.model, Number(row!.cost_micros)], ['notes/search', 10_000]);
+  });
+
   it('a call that times out fails as an http_error the model reads (cancelled upstream, billed as it ran); a server that cannot list offers nothing', async () => {
     const { secret, keyId } = await creditedKey('faults@example.com');
     const client = new OpenAI({ apiKey: secret, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
@@ -247,7 +271,7 @@ describe('the tool loop: MCP servers named by a Responses or Messages request, r
     assert.equal(call.status, 'failed', JSON.stringify(call));
     const error = call.error as unknown as { type: string; code?: number } | null;
     assert.deepEqual([error?.type, error?.code], ['http_error', 504], JSON.stringify(call));
-    assert.match(response.output_text, /Tool said: The tool did not answer within 700 ms/);
+    assert.match(response.output_text, /Tool said: Error: The tool did not answer within 700 ms/);
     await waitFor(() => notes.slow.cancelled > cancelled, 5000, 'the slow call cancelled upstream');
     const [row] = await toolCalls(keyId, 1);
     assert.deepEqual([row!.model, row!.status, Number(row!.cost_micros)], ['hasty/slow', 'failed', 2000]);

@@ -124,6 +124,11 @@ export function addUsage(total: Usage | undefined, more: Usage | undefined): Usa
   return sum;
 }
 
+/** What the model reads of a call: its output, or its failure said as one (chat has no field for it). */
+function toolMessage(outcome: McpCallOutcome): string {
+  return outcome.error === undefined ? outcome.output : `Error: ${outcome.output}`;
+}
+
 /** The arguments the model gave, as the object a call takes (undefined: not a JSON object). */
 function parseArguments(json: string): Record<string, unknown> | undefined {
   if (json.trim() === '') return {};
@@ -225,7 +230,7 @@ async function* loop(deps: ToolLoopDeps, run: ToolLoopRun, reserved: string[]): 
     }
     preamble.push({ type: 'mcp-call', id, server: approval.server, tool: approval.tool, arguments: approval.arguments, approvalRequestId: approval.requestId });
     preamble.push({ type: 'mcp-result', id, ...outcome });
-    decided.push({ role: 'assistant', content: null, tool_calls: [call] }, { role: 'tool', tool_call_id: approval.requestId, content: outcome.output });
+    decided.push({ role: 'assistant', content: null, tool_calls: [call] }, { role: 'tool', tool_call_id: approval.requestId, content: toolMessage(outcome) });
   }
   messages.push(...decided);
 
@@ -329,7 +334,7 @@ async function* loop(deps: ToolLoopDeps, run: ToolLoopRun, reserved: string[]): 
       yield [{ type: 'mcp-call', id, server: found.server.name, tool: found.tool.name, arguments: call.pieces.join('') }];
       const result = await outcome;
       yield [{ type: 'mcp-result', id, ...result }];
-      toolMessages.push({ role: 'tool', tool_call_id: call.id, content: result.output });
+      toolMessages.push({ role: 'tool', tool_call_id: call.id, content: toolMessage(result) });
     }
     if (waitsForClient || ends) {
       yield [{ ...(finish ?? { type: 'finish', choice: 0 }), reason: passed.size > 0 ? 'tool_calls' : finish?.reason === 'length' ? 'length' : 'stop' } as FinishEvent, ...(total ? [{ type: 'usage' as const, usage: total }] : [])];
