@@ -98,8 +98,16 @@ export const videosOfKey = (keyId: string) => `${keyPrefix}videos:${keyId}`;
 
 // ---- between api and workers ----
 
+/**
+ * A prompt's cached prefix on one vendor channel (workers/prompt-warming.ts): `w` while it is taken as in the vendor's
+ * cache, `p:<job id>` while the request that writes it is at the vendor. Keyed by the channel and the prefix's affinity key.
+ */
+export const promptWarmKey = (channelId: string, affinityKey: string) => `${keyPrefix}warm:${channelId}:${affinityKey}`;
+
 /** An api instance's channel: its workers' replies (chunks, answers, errors) to the requests it holds. */
 export const replyChannel = (apiInstanceId: string) => `${keyPrefix}reply:${apiInstanceId}`;
+/** A worker process's channel for the answers of its tool loop's calls (workers/mcp/loop-calls.ts). */
+export const mcpLoopReplyChannel = (processId: string) => `${keyPrefix}mcp-loop:${processId}`;
 /** Set (with a TTL) by a live api for its reply channel: a worker whose answers reach nobody checks it before giving up. */
 export const apiAliveKey = (replyTo: string) => `${keyPrefix}alive:${replyTo}`;
 /** Every worker hears here the job ids whose requests were cancelled or abandoned. */

@@ -13,7 +13,7 @@ import { callRefusal } from '../../shared/mcp/tool-rules.js';
 import { moneyRefusal, releaseReservation, reserve } from '../../shared/money/billing.js';
 import { budgetRefusal } from '../../shared/money/budgets.js';
 import { createRedis, isCluster } from '../../shared/redis.js';
-import { cancelChannel } from '../../shared/redis-keys.js';
+import { cancelChannel, mcpLoopReplyChannel } from '../../shared/redis-keys.js';
 import { decodeReply, repliesHeldHere, type ReplyMessage } from '../../shared/reply.js';
 import { appendRequestLog, loggedMessageChars } from '../../shared/request-log.js';
 import type { RequestStatus } from '../../shared/money/usage.js';
@@ -45,7 +45,7 @@ const answerGraceMs = 10_000;
  * The worker answers on this process's own reply channel (in memory when it runs here), read by one subscription.
  */
 export class McpLoopCalls {
-  private readonly channel = `sy:mcp-loop:${randomBytes(8).toString('hex')}`;
+  private readonly channel = mcpLoopReplyChannel(randomBytes(8).toString('hex'));
   private readonly waiting = new Map<string, (message: ReplyMessage) => void>();
   private subscriber: Redis | undefined;
   private listening: Promise<void> | undefined;
