@@ -52,6 +52,8 @@
  *   mcp          tools through /mcp (bench/mcp.ts): 200 calls of a 1 s tool from one account against a server capped
  *                at 20, another account's call a second in (every call answered once, the cap never passed, what
  *                the other call waited); a fast tool's added latency over calling the upstream directly
+ *   prompt-cache four channels of one vendor whose prompt cache is per key, 200 agents sharing five long system
+ *                prompts (bench/prompt-cache.ts): the share of prompt tokens read from cache with affinity and without
  *
  * `npm run bench -- --topology` runs only the topology section instead (bench/topology.ts):
  * the floor, 1 api + 1 worker and 2 apis + 2 workers on one Redis, then 1 api + 1 worker on a
@@ -169,6 +171,7 @@ import { runTopologySection } from './topology.js';
 import { runTranslation } from './translation.js';
 import { renderSpeech, runSpeechBench, speechSettings, type SpeechResults } from './speech.js';
 import { mcpSettings, renderMcp, runMcpBench, type McpResults } from './mcp.js';
+import { promptCacheTable, runPromptCacheBench, type PromptCacheResults } from './prompt-cache.js';
 import { realtimeSettings, renderRealtime, runRealtimeBench, type RealtimeResults } from './realtime.js';
 import { openAIBatchSettings, renderOpenAIBatches, runOpenAIBatches, type OpenAIBatchResults } from './openai-batches.js';
 
@@ -177,11 +180,11 @@ function envList(name: string, fallback: string): string[] {
 }
 
 /** The sections of this run: report.ts's, streams (rendered by bench/paced-streams.ts), cache (bench/cache.ts), batches (bench/batches.ts) and speech (bench/speech.ts). */
-type RunSection = Section | 'streams' | 'cache' | 'batches' | 'openai-batches' | 'speech' | 'realtime' | 'mcp';
+type RunSection = Section | 'streams' | 'cache' | 'batches' | 'openai-batches' | 'speech' | 'realtime' | 'mcp' | 'prompt-cache';
 /** A run's results: report.ts's, with the streams, cache, batches and speech sections beside them. */
-type RunResults = Omit<Results, 'sections'> & { sections: RunSection[]; streams?: StreamsResults; cache?: CacheResults; batches?: BatchesResults; 'openai-batches'?: OpenAIBatchResults; speech?: SpeechResults; realtime?: RealtimeResults; mcp?: McpResults };
+type RunResults = Omit<Results, 'sections'> & { sections: RunSection[]; streams?: StreamsResults; cache?: CacheResults; batches?: BatchesResults; 'openai-batches'?: OpenAIBatchResults; speech?: SpeechResults; realtime?: RealtimeResults; mcp?: McpResults; 'prompt-cache'?: PromptCacheResults };
 
-const allSections: RunSection[] = ['overhead', 'burst', 'translation', 'scheduler', 'streams', 'cache', 'batches', 'openai-batches', 'speech', 'realtime', 'mcp'];
+const allSections: RunSection[] = ['overhead', 'burst', 'translation', 'scheduler', 'streams', 'cache', 'batches', 'openai-batches', 'speech', 'realtime', 'mcp', 'prompt-cache'];
 const onlyList = envList('BENCH_ONLY', allSections.join(','));
 for (const name of onlyList) {
   if (!allSections.includes(name as RunSection)) throw new Error(`BENCH_ONLY: unknown section "${name}" (${allSections.join(', ')})`);
@@ -285,6 +288,7 @@ async function main(): Promise<void> {
     const speech = sections.includes('speech') ? await runSpeechBench({ settings: speechRunSettings, redis, redisUrl }) : undefined;
     const realtime = sections.includes('realtime') ? await runRealtimeBench({ settings: realtimeRunSettings, redis, redisUrl }) : undefined;
     const mcp = sections.includes('mcp') ? await runMcpBench({ settings: mcpSettings(process.env), redis, redisUrl }) : undefined;
+    const promptCache = sections.includes('prompt-cache') ? await runPromptCacheBench(redisUrl, redis) : undefined;
 
     const bars = [...(overhead?.bars ?? []), ...(burst?.configs ?? []).flatMap((c) => c.bars), ...(scheduler?.bars ?? []), ...(streams?.bars ?? []), ...(cache?.bars ?? []), ...(batches?.bars ?? []), ...(openAIBatches?.bars ?? [])].filter(
       (b) => !b.informational,
@@ -305,6 +309,7 @@ async function main(): Promise<void> {
       ...(speech ? { speech } : {}),
       ...(realtime ? { realtime } : {}),
       ...(mcp ? { mcp } : {}),
+      ...(promptCache ? { 'prompt-cache': promptCache } : {}),
       passed: bars.every((b) => b.pass),
     };
     const outDir = join(root, 'bench', 'results');
@@ -333,10 +338,10 @@ async function main(): Promise<void> {
       writeFileSync(join(outDir, 'latest-batches.json'), `${JSON.stringify(alone, null, 2)}\n`);
     }
     // report.ts renders its own sections (and their bars); the streams, cache and batches sections follow with theirs.
-    const { streams: _streams, cache: _cache, batches: _batches, 'openai-batches': _openAIBatches, speech: _speech, realtime: _realtime, mcp: _mcp, ...reported } = results;
-    const rendered = render({ ...reported, sections: results.sections.filter((s): s is Section => s !== 'streams' && s !== 'cache' && s !== 'batches' && s !== 'openai-batches' && s !== 'speech' && s !== 'realtime' && s !== 'mcp') });
+    const { streams: _streams, cache: _cache, batches: _batches, 'openai-batches': _openAIBatches, speech: _speech, realtime: _realtime, mcp: _mcp, 'prompt-cache': _promptCache, ...reported } = results;
+    const rendered = render({ ...reported, sections: results.sections.filter((s): s is Section => s !== 'streams' && s !== 'cache' && s !== 'batches' && s !== 'openai-batches' && s !== 'speech' && s !== 'realtime' && s !== 'mcp' && s !== 'prompt-cache') });
     process.stdout.write(
-      `\n${rendered}${streams ? `\n\n${renderStreams(streams)}` : ''}${cache ? `\n\n${renderCache(cache)}` : ''}${batches ? `\n\n${renderBatches(batches)}` : ''}${openAIBatches ? `\n\n${renderOpenAIBatches(openAIBatches)}` : ''}${speech ? `\n\n${renderSpeech(speech)}` : ''}${realtime ? `\n\n${renderRealtime(realtime)}` : ''}${mcp ? `\n\n${renderMcp(mcp)}` : ''}\n\nResults written to bench/results/${file}\n`,
+      `\n${rendered}${streams ? `\n\n${renderStreams(streams)}` : ''}${cache ? `\n\n${renderCache(cache)}` : ''}${batches ? `\n\n${renderBatches(batches)}` : ''}${openAIBatches ? `\n\n${renderOpenAIBatches(openAIBatches)}` : ''}${speech ? `\n\n${renderSpeech(speech)}` : ''}${realtime ? `\n\n${renderRealtime(realtime)}` : ''}${mcp ? `\n\n${renderMcp(mcp)}` : ''}${promptCache ? `\n\n${promptCacheTable(promptCache)}` : ''}\n\nResults written to bench/results/${file}\n`,
     );
     if (process.env.BENCH_STRICT === '1' && !results.passed) process.exitCode = 1;
   } finally {

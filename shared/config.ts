@@ -240,6 +240,12 @@ export interface Config {
   vendorLeaseMs: number;
   /** While a capped vendor is saturated, its calls start at least this fraction of (average call ÷ cap) apart (0: off). */
   vendorPace: number;
+  /** PROMPT_CACHE_AFFINITY_OFF: vendors whose channels are picked by weight alone, not by the prompt's cached prefix. */
+  promptAffinityOff: string[];
+  /** PROMPT_CACHE_WARM_WAIT_MS: the longest a request waits for another with its prefix to write the vendor's cache (0: none). */
+  promptWarmWaitMs: number;
+  /** PROMPT_CACHE_LIFETIME_MS: how long a prefix written on a channel is taken as cached there. */
+  promptCacheLifetimeMs: number;
   /** How long a channel rests after failures (the router's cooldown policy). */
   channelCooldowns: {
     /** The vendor refused its credentials or quota. */
@@ -402,6 +408,9 @@ const fixed = {
   CHANNELS_FILE: setting(optionalText(), 'JSON `{"channels":[…]}`: more channels per vendor, with weights, and vendors not built in'),
   VENDOR_LEASE_MS: setting(integer(1, 30_000), "lease of a vendor slot, renewed while the call runs; a dead worker's slot frees after this"),
   VENDOR_PACE_PERCENT: setting(integer(0, 85, 100), "while a capped vendor's slots are all taken, its calls start at least this percent of (its average call time ÷ its cap) apart, so its slots free one by one rather than in step and a waiter waits for the next of many, not a whole call; 0: off"),
+  PROMPT_CACHE_AFFINITY_OFF: setting(wordList([]), "vendors whose channels are picked by weight alone; every other vendor with more than one channel sends a prompt to the channel its cached prefix picks (docs/scaling.md, Prompt-cache affinity), where the vendor's cache of it lives"),
+  PROMPT_CACHE_WARM_WAIT_MS: setting(integer(0, 5000, 60_000), 'the longest a request waits, when others with its cached prefix wait too and the prefix is not cached on its channel, for the first of them to start answering (the vendor has then written the prefix); `0`: none wait'),
+  PROMPT_CACHE_LIFETIME_MS: setting(integer(1000, 300_000, 86_400_000), 'how long a prefix sent to a channel is taken as in its vendor\'s cache (the vendors keep one about 5 minutes from its last use)'),
   CHANNEL_AUTH_COOLDOWN_MS: setting(integer(0, 300_000), 'rest for a channel whose credentials the vendor refused'),
   CHANNEL_FAILURE_THRESHOLD: setting(integer(1, 3), 'retryable failures (5xx, network) within 30 s that rest a model on a channel'),
   CHANNEL_COOLDOWN_MS: setting(integer(0, 30_000), 'that rest; a 429 rests it for its `retry-after` (else 5 s)'),
@@ -880,6 +889,9 @@ export function loadConfig(env: Env = process.env): Config {
     mock: { mode: production && values.MOCK_VENDOR === 'auto' ? 'off' : values.MOCK_VENDOR, billed: values.MOCK_BILLING === 'on', streamDelayMs: values.MOCK_STREAM_DELAY_MS, videoMs: values.MOCK_VIDEO_MS },
     vendorLeaseMs: values.VENDOR_LEASE_MS,
     vendorPace: values.VENDOR_PACE_PERCENT / 100,
+    promptAffinityOff: values.PROMPT_CACHE_AFFINITY_OFF,
+    promptWarmWaitMs: values.PROMPT_CACHE_WARM_WAIT_MS,
+    promptCacheLifetimeMs: values.PROMPT_CACHE_LIFETIME_MS,
     channelCooldowns: {
       authMs: values.CHANNEL_AUTH_COOLDOWN_MS,
       failureMs: values.CHANNEL_COOLDOWN_MS,

@@ -321,7 +321,7 @@ export class GatewayMetrics {
     this.vendorSlotsInUse = gaugeChildren('vendor_slots_in_use', 'Slots of a vendor’s global concurrency cap (<VENDOR>_MAX_CONCURRENCY) this process holds; summed over worker processes, the slots in use.', ['vendor']);
     this.vendorSlotWaiters = gaugeChildren('vendor_slot_waiters', 'Jobs of this process waiting for a vendor slot (its concurrency cap or its rpm).', ['vendor']);
 
-    this.tokens = counterChildren('tokens_total', 'Tokens billed, by catalog model and direction: in (prompt) or out (completion).', keyed(['model', 'direction']));
+    this.tokens = counterChildren('tokens_total', 'Tokens billed, by catalog model and direction: in (prompt), out (completion), cached (the part of in the vendor read from its prompt cache, billed at its cached price).', keyed(['model', 'direction']));
     this.costMicros = counterChildren('cost_micros_total', 'Cost billed, in micro-dollars (1e-6 USD), by catalog model.', keyed(['model']));
     this.overruns = counterChildren('settlement_overruns_total', 'Requests whose answer cost more than their reservation (a vendor past max_tokens, an estimate too low): a key limit or balance can be passed by the difference.', ['model', 'vendor']);
     this.overrunMicros = counterChildren('settlement_overrun_micros_total', 'What answers cost past their reservations, in micro-dollars.', ['model', 'vendor']);

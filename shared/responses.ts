@@ -40,6 +40,8 @@ export interface ResponsesJob {
   shell: ResponseShell;
   /** Its `mcp` tools: the gateway runs the tool loop on the servers they name (shared/mcp/tool-loop.ts). */
   mcp?: McpLoopPlan;
+  /** Its `prompt_cache_key`: which of a vendor's channels holds its cached prefix (shared/prompt-affinity.ts). */
+  promptCacheKey?: string;
 }
 
 export type ResponseStatus = 'completed' | 'failed' | 'in_progress' | 'cancelled' | 'queued' | 'incomplete';

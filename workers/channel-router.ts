@@ -8,6 +8,7 @@ import { channelCooldownsKey as cooldownsKey } from '../shared/redis-keys.js';
 import { formatCooldown, parseCooldown, resolveChannels, vendorDefinition, type ChannelConfig, type VendorConfig } from '../shared/vendors.js';
 import { type Protocol } from '../shared/vendor-definitions.js';
 import { isChannelFault } from './failure-policy.js';
+import { rendezvousPick } from '../shared/prompt-affinity.js';
 import { channelRested } from './metrics.js';
 
 export interface ResolvedRoute {
@@ -31,15 +32,15 @@ export interface CooldownPolicy {
 }
 
 /** What the router reads of the configuration: the channels, and how long they rest. */
-export type RouterConfig = VendorConfig & Pick<Config, 'channelCooldowns'>;
+export type RouterConfig = VendorConfig & Pick<Config, 'channelCooldowns'> & Partial<Pick<Config, 'promptAffinityOff'>>;
 
 export function cooldownPolicy(config: Pick<Config, 'channelCooldowns'>): CooldownPolicy {
   return { ...config.channelCooldowns, windowMs: 30_000, rateLimitMs: 5_000 };
 }
 
 /**
- * Picks a channel for each call: the model's routes in order, weighted
- * random among a route's healthy channels, the catalog's fallbacks when every
+ * Picks a channel for each call: the model's routes in order, among a route's healthy channels the one a prompt's
+ * cached prefix picks (shared/prompt-affinity.ts) or else one at random by weight, the catalog's fallbacks when every
  * channel is cooling down. Failures reported back cool a channel down for
  * every worker (a Redis hash read once a second), so traffic moves to the others.
  */
@@ -78,8 +79,8 @@ export class ChannelRouter {
    * the client gets the vendor's real answer instead of waiting out a cooldown
    * that moves traffic nowhere.
    */
-  route(model: CatalogModel): ResolvedRoute {
-    const found = this.find(model);
+  route(model: CatalogModel, affinity?: string): ResolvedRoute {
+    const found = this.find(model, affinity);
     if (found.route) return found.route;
     if (found.lastResort) {
       this.log.debug({ model: model.id, channel: found.lastResort.channel.id }, 'every channel is cooling down; trying the suspect one, as nothing else can serve');
@@ -105,7 +106,7 @@ export class ChannelRouter {
     return this.find(model).route !== undefined;
   }
 
-  private find(model: CatalogModel): { route?: ResolvedRoute; lastResort?: ResolvedRoute; soonest: number } {
+  private find(model: CatalogModel, affinity?: string): { route?: ResolvedRoute; lastResort?: ResolvedRoute; soonest: number } {
     const now = Date.now();
     const tried = new Set<string>();
     let soonest = Infinity;
@@ -131,7 +132,8 @@ export class ChannelRouter {
         }
         if (healthy.length === 0) continue;
         if (served !== model) this.log.warn({ model: model.id, fallback: served.id }, 'every channel of the model is cooling down; using its fallback');
-        const channel = pickWeighted(healthy);
+        // A prompt whose prefix a vendor caches goes where its cache lives: the first healthy channel of its key's order.
+        const channel = affinity !== undefined && healthy.length > 1 && !this.config.promptAffinityOff?.includes(route.vendor) ? rendezvousPick(affinity, healthy) : pickWeighted(healthy);
         return { route: { protocol: channel.protocol ?? protocol, channel, upstreamModel, model: served }, soonest };
       }
     }

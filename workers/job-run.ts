@@ -30,6 +30,9 @@ import { batchGate, isBatchJob, recordErrored, recordSucceeded, type BatchRunDep
 import type { Lease, VendorSlots } from '../shared/scheduling/vendor-slots.js';
 import type { CallContext, VendorHttp } from './vendors/types.js';
 import type { ToolLoopDeps } from './mcp/tool-loop.js';
+import { affinityKey } from '../shared/prompt-affinity.js';
+import { isMockChannel } from '../shared/vendors.js';
+import type { PrefixWriter, PromptWarming } from './prompt-warming.js';
 
 export interface ProcessorDeps {
   config: Config;
@@ -48,6 +51,8 @@ export interface ProcessorDeps {
   laneMoves?: LaneMoves;
   /** What keys may do now (a batch's request is admitted by it, not by what its key could when the batch was made). */
   access: CurrentAccess;
+  /** Warming a channel's prompt cache for requests that share a prefix (none: every request goes at once). */
+  warming?: PromptWarming;
   /** The gateway's tool loop, for a request that names MCP servers (workers/mcp/tool-loop.ts). */
   tools?: ToolLoopDeps;
 }
@@ -85,6 +90,8 @@ class JobRun {
   private deadlineTimer: ReturnType<typeof setTimeout> | undefined;
   private timedOut = false;
   private lease: Lease | undefined;
+  /** This request writes its prefix to the channel's cache: others with it wait for its first output. */
+  private writer: PrefixWriter | undefined;
   /** When a vendor slot was asked for and got (for the debug log's timings). */
   private timings: { asked: number; leased: number } | undefined;
   /** A streamed answer's bill, begun once the vendor is done. */
@@ -185,7 +192,9 @@ class JobRun {
   private async acquire(): Promise<void> {
     const { deps, data } = this;
     const signal = this.controller!.signal;
-    const route = (this.route = deps.router.route(this.model!));
+    // Where the vendor holds the prompt's cached prefix, when it has more than one channel (shared/prompt-affinity.ts).
+    const affinity = affinityKey(this.request!);
+    const route = (this.route = deps.router.route(this.model!, affinity));
     this.vendor = route.channel.vendor;
     // Routed to another capped vendor than its lane's (a fallback): it waits in that vendor's lane, not in this one's slot.
     if (deps.laneMoves?.wanted(this.job, route.channel.vendor)) throw new MovedToLane(await deps.laneMoves.move(this.job, route.channel.vendor));
@@ -194,6 +203,15 @@ class JobRun {
     this.produced.servedTier = this.tier.before;
     // Ranked by its queue priority: of this process's jobs waiting for a slot, the one the queue would serve first goes
     // first. A priority request is not held back by the vendor's pace (the spreading of its calls' starts).
+    // Others with its prefix at the vendor before it, the prefix not yet in the channel's cache: it waits (bounded) for
+    // the first to start answering, and reads the prefix the first wrote (workers/prompt-warming.ts).
+    if (affinity !== undefined && deps.warming && !isMockChannel(route.channel) && !deps.config.promptAffinityOff.includes(route.channel.vendor)) {
+      const writer = await deps.warming.before(route.channel.id, affinity, this.jobId, signal, data.serviceTier === 'priority');
+      if (writer) {
+        this.writer = writer;
+        this.produced.onFirstOutput = () => writer.written();
+      }
+    }
     const asked = Date.now();
     this.lease = await deps.limiter.acquire(route.channel.vendor, this.runDeadline, signal, this.job.opts.priority ?? 0, data.serviceTier === 'priority');
     this.timings = { asked, leased: Date.now() };
@@ -282,6 +300,8 @@ class JobRun {
   /** The run met an error: the client left, or the failure policy says what follows (fail now, wait, or retry). */
   private async fail(caught: unknown): Promise<never> {
     const { deps, data, job, route, log } = this;
+    // It was to write its prompt's prefix and did not start answering: the next request with it writes it.
+    this.writer?.failed();
     if (this.controller!.signal.aborted && !this.timedOut) return this.drop();
     // A job put back to wait, or failed for good already, goes to BullMQ as it is.
     if (queueSignal(caught)) throw caught;
@@ -371,6 +391,8 @@ class JobRun {
   /** The vendor's part is over. A slot that cannot be released now expires with its lease; the answer must not wait on it. */
   private async freeSlot(): Promise<void> {
     this.call.vendorDone();
+    // An answer that ended without output has still had its prompt read.
+    this.writer?.written();
     if (this.timings && this.log.isLevelEnabled('debug')) {
       const { asked, leased } = this.timings;
       this.timings = undefined;

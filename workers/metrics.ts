@@ -161,17 +161,19 @@ export function answerCached(model: string, bytes: number): void {
 }
 
 /** A settlement was applied (once per request): its tokens and cost, by the catalog model the api resolved. */
-export function usageSettled(record: Pick<UsageEntry, 'model' | 'key_id' | 'input_tokens' | 'output_tokens' | 'cost_micros'>): void {
+export function usageSettled(record: Pick<UsageEntry, 'model' | 'key_id' | 'input_tokens' | 'cached_tokens' | 'output_tokens' | 'cost_micros'>): void {
   const metrics = activeMetrics();
   if (!metrics) return;
   const { model, key_id: keyId } = record;
   if (metrics.perKey) {
     metrics.tokens.get(model, 'in', keyId).inc(record.input_tokens);
     metrics.tokens.get(model, 'out', keyId).inc(record.output_tokens);
+    if (record.cached_tokens > 0) metrics.tokens.get(model, 'cached', keyId).inc(record.cached_tokens);
     metrics.costMicros.get(model, keyId).inc(record.cost_micros);
   } else {
     metrics.tokens.get(model, 'in').inc(record.input_tokens);
     metrics.tokens.get(model, 'out').inc(record.output_tokens);
+    if (record.cached_tokens > 0) metrics.tokens.get(model, 'cached').inc(record.cached_tokens);
     metrics.costMicros.get(model).inc(record.cost_micros);
   }
 }

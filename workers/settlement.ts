@@ -46,6 +46,15 @@ export class Meter {
   cacheable: CacheableAnswer | undefined;
   /** What the settlement billed (for the cache entry: what a hit saves). */
   billed: { costMicros: number; input: number; cached: number; output: number } | undefined;
+  /** Told once, at the answer's first output (text, reasoning or a tool call): the vendor has read the whole prompt. */
+  onFirstOutput: (() => void) | undefined;
+  private outputSeen = false;
+  /** The answer's first output came. */
+  outputStarted(): void {
+    if (this.outputSeen) return;
+    this.outputSeen = true;
+    this.onFirstOutput?.();
+  }
   /** Tool calls the gateway's tool loop made for the answer: a job that made one is not run again (tools are not idempotent). */
   toolsCalled = 0;
 }

@@ -40,6 +40,7 @@ import { startRealtimeWorkers, type RealtimeWorkers } from './realtime/session-w
 import { McpServerChecks } from './mcp/server-checks.js';
 import { McpToolWorkers } from './mcp/tool-calls.js';
 import { McpLoopCalls } from './mcp/loop-calls.js';
+import { PromptWarming } from './prompt-warming.js';
 import { McpQueues } from '../shared/mcp/queues.js';
 
 const reservationSweepMs = 10_000;
@@ -253,6 +254,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     laneMoves,
     access,
     tools: { redis, registry: mcpServers, access, calls: loopCalls, config, prices },
+    warming: new PromptWarming(redis, { waitMs: config.promptWarmWaitMs, lifetimeMs: config.promptCacheLifetimeMs }),
     media: { config, redis, blobs, urlSecret: await resolveUrlSecret(redis, config.blobUrlSecret) },
     settlement: {
       config,

@@ -159,7 +159,7 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
       // Large input goes to the blob store now, so that the record itself is one Redis write sent beside the enqueue.
       const stored = shell.store ? await storeInput(scope.blobs, id, input) : undefined;
       return {
-        payload: { chat, shell, ...(mcp ? { mcp } : {}) },
+        payload: { chat, shell, ...(mcp ? { mcp } : {}), ...(request.prompt_cache_key ? { promptCacheKey: request.prompt_cache_key.slice(0, 1024) } : {}) },
         stream: !!request.stream,
         promptTokens,
         jobId: id,

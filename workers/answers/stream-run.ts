@@ -93,8 +93,13 @@ interface Metered<Batch> {
 /** What a stream produced, kept in case no usage comes (a stream cut short is billed for what it produced). */
 export function meterEvents(events: readonly AnswerEvent[], produced: Meter): void {
   for (const event of events) {
-    if (event.type === 'text' || event.type === 'reasoning') produced.output.push(event.text);
-    else if (event.type === 'tool-call') produced.output.push(event.arguments);
+    if (event.type === 'text' || event.type === 'reasoning') {
+      produced.output.push(event.text);
+      produced.outputStarted();
+    } else if (event.type === 'tool-call') {
+      produced.output.push(event.arguments);
+      produced.outputStarted();
+    }
     else if (event.type === 'start') produced.answerId ??= event.id;
     else if (event.type === 'finish') produced.finishReason ??= event.reason;
   }
