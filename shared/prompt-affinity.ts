@@ -22,11 +22,15 @@ export const autoPrefixChars = 4096;
 
 const digest = (text: string) => createHash('sha256').update(text).digest('base64url').slice(0, 22);
 
-/** The JSON of `parts` up to `limit` characters (serialized one part at a time: a long prompt is not written whole). */
+/**
+ * The JSON of `parts` up to `limit` characters, serialized one part at a time and every string in them cut at `limit`
+ * first: a long prompt (a megabyte of text, an inline image) costs what its first `limit` characters do, not its size.
+ */
 function leading(parts: readonly unknown[], limit: number): string | undefined {
+  const cut = (_: string, value: unknown) => (typeof value === 'string' && value.length > limit ? value.slice(0, limit) : value);
   let text = '';
   for (const part of parts) {
-    text += JSON.stringify(part) ?? 'null';
+    text += JSON.stringify(part, cut) ?? 'null';
     if (text.length >= limit) return text.slice(0, limit);
   }
   return undefined;

@@ -20,6 +20,9 @@ describe('prompt-cache affinity', () => {
     assert.equal(affinityKey(chat([{ role: 'user', content: 'x'.repeat(autoPrefixChars - 40) }])), undefined);
     assert.equal(affinityKey(chat([{ role: 'user', content: 'short' }], { prompt_cache_key: 'team-a' })), affinityKey(chat([{ role: 'user', content: 'other' }], { prompt_cache_key: 'team-a' })));
     assert.equal(affinityKey({ endpoint: 'embeddings', payload: { model: 'm', input: long } } as unknown as EndpointRequest), undefined);
+    // A huge first message is keyed by its start.
+    const huge = 'x'.repeat(20 * 1024 * 1024);
+    assert.equal(affinityKey(chat([{ role: 'user', content: huge }])), affinityKey(chat([{ role: 'user', content: `${huge}and more` }])));
   });
 
   it("keys an Anthropic request by its prefix up to the first breakpoint, the same for every turn", () => {
