@@ -10,6 +10,7 @@ import { type Protocol } from '../shared/vendor-definitions.js';
 import { isChannelFault } from './failure-policy.js';
 import { rendezvousPick } from '../shared/prompt-affinity.js';
 import { channelRested } from './metrics.js';
+import { saturatedForMs } from './vendors/rate-headers.js';
 
 export interface ResolvedRoute {
   protocol: Protocol;
@@ -168,17 +169,33 @@ export class ChannelRouter {
       }
     }
     if (coolMs <= 0) return;
-    const until = now + coolMs;
-    const current = this.coolingUntil.get(id);
-    if (current && current.until >= until && current.rateLimited === rateLimited) return;
-    this.coolingUntil.set(id, { until, rateLimited });
-    this.recentlySet.set(id, now);
-    const reason = channelWide ? 'auth' : rateLimited ? 'rate' : 'failures';
-    channelRested(route.channel, reason);
+    if (!this.rest(id, now + coolMs, rateLimited, channelWide ? 'auth' : rateLimited ? 'rate' : 'failures', error.status, route.channel)) return;
     this.log.warn({ channel: id, coolMs, status: error.status, code: error.code }, 'channel cooling down');
-    this.redis
-      .hset(cooldownsKey, id, formatCooldown({ until, reason, status: error.status }))
-      .catch((e) => this.log.warn({ err: e }, 'could not share cooldown'));
+  }
+
+  /**
+   * Reads an answer's rate-limit headers (workers/vendors/rate-headers.ts): when the key has no requests or tokens
+   * left until its window resets, the model rests on the channel until then, as after a 429, for every worker. The
+   * next prompt goes to the next channel of its own order (the prompt-cache affinity's), not to a refusal.
+   */
+  observeLimits(route: Pick<ResolvedRoute, 'channel' | 'upstreamModel'>, headers: Record<string, string | string[] | undefined>): void {
+    const restMs = saturatedForMs(headers);
+    if (restMs === undefined) return;
+    const id = modelCooldownKey(route.channel.id, route.upstreamModel);
+    if (this.rest(id, Date.now() + restMs, true, 'rate', 200, route.channel)) {
+      this.log.info({ channel: id, restMs }, 'channel saturated: the vendor says its key has nothing left until the window resets');
+    }
+  }
+
+  /** Rests a channel (or a model on it) until `until`, here at once and for every worker through Redis; false when it already rested as long. */
+  private rest(id: string, until: number, rateLimited: boolean, reason: 'auth' | 'rate' | 'failures', status: number, channel: ChannelConfig): boolean {
+    const current = this.coolingUntil.get(id);
+    if (current && current.until >= until && current.rateLimited === rateLimited) return false;
+    this.coolingUntil.set(id, { until, rateLimited });
+    this.recentlySet.set(id, Date.now());
+    channelRested(channel, reason);
+    this.redis.hset(cooldownsKey, id, formatCooldown({ until, reason, status })).catch((e) => this.log.warn({ err: e }, 'could not share cooldown'));
+    return true;
   }
 
   /** Rests in force now by channel id (the channel's own and one per resting upstream model), from the mirror: no Redis read. */

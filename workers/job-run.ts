@@ -254,6 +254,7 @@ class JobRun {
       model: route.model,
       log: this.log,
       http: this.deps.vendorHttp,
+      answered: (headers) => this.deps.router.observeLimits(route, headers),
       ...(this.tier?.sent !== undefined ? { serviceTier: this.tier.sent } : {}),
     };
   }

@@ -112,6 +112,44 @@ describe('prompt-cache affinity: a prefix to the channel where its cache lives',
     assert.ok(slow.totals().writes > 1, `without affinity and its wait, ${slow.totals().writes} writes`);
   });
 
+  it('a channel the vendor says is saturated passes its prompts to the next of their order, and takes them back when its window resets', async () => {
+    cache.reset();
+    openai.reset();
+    const windowMs = 1_500;
+    let saturated: { key: string; until: number } | undefined;
+    let refusals = 0;
+    openai.setDefault((request) => {
+      const key = String(request.headers.authorization);
+      // A call to the saturated key inside its window is refused, as the vendor would: the gateway must not spend one.
+      if (saturated && saturated.key === key && Date.now() < saturated.until) {
+        refusals += 1;
+        return { status: 429, json: { error: { message: 'Rate limit reached for requests', type: 'requests', param: null, code: 'rate_limit_exceeded' } } };
+      }
+      const answer = cache.handler(request)!;
+      if (saturated !== undefined || !('json' in answer)) return answer;
+      // The first answer uses the key's last request of the window, and says so.
+      saturated = { key, until: Date.now() + windowMs };
+      return { ...answer, headers: { 'x-ratelimit-limit-requests': '10', 'x-ratelimit-remaining-requests': '0', 'x-ratelimit-reset-requests': `${windowMs / 1000}s`, 'x-ratelimit-remaining-tokens': '150000' } };
+    });
+    const { key } = await paidAccountKey(redises[0]!, 50_000_000);
+    const client = new OpenAI({ apiKey: key, baseURL: `${withAffinity.url}/v1`, maxRetries: 0 });
+    const messages = (turn: number) => [
+      { role: 'system' as const, content: systems[0]! },
+      { role: 'user' as const, content: `Saturation turn ${turn}.` },
+    ];
+    const keyOf = (index: number) => String(openai.requests[index]!.headers.authorization);
+    await client.chat.completions.create({ model: 'gpt-4o-mini', messages: messages(0) });
+    for (let turn = 1; turn <= 4; turn++) await client.chat.completions.create({ model: 'gpt-4o-mini', messages: messages(turn) });
+    const during = new Set(openai.requests.slice(1).map((_, i) => keyOf(i + 1)));
+    assert.equal(refusals, 0, 'no call was made to the saturated key');
+    assert.equal(during.size, 1, `while saturated the prompt went to one other key, the next of its order: ${[...during].join(', ')}`);
+    assert.ok(!during.has(saturated!.key));
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, saturated!.until - Date.now()) + 300));
+    const before = openai.requests.length;
+    await client.chat.completions.create({ model: 'gpt-4o-mini', messages: messages(5) });
+    assert.equal(keyOf(before), saturated!.key, 'once its window reset, the prompt is back where its cache lives');
+  });
+
   it('streams go the same way, and the record bills the cached tokens the vendor said', async () => {
     const on = await run(withAffinity, redises[0]!, true);
     assert.ok(on.keysOf.every((keys) => keys.size === 1));

@@ -60,7 +60,9 @@ export async function postVendor(
   } catch (error) {
     throw mapTransportError(error, ctx);
   }
-  return requireOk(response, ctx, mapError);
+  await requireOk(response, ctx, mapError);
+  ctx.answered?.(response.headers);
+  return response;
 }
 
 /** A JSON answer: the text as the vendor sent it (some are handed on as they are) and the object it holds. */

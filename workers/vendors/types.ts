@@ -54,6 +54,8 @@ export interface CallContext {
   model: CatalogModel;
   log: Logger;
   http: VendorHttp;
+  /** Told the headers of each answer the vendor accepted: its rate-limit headers say when the channel is saturated. */
+  answered?: (headers: Record<string, string | string[] | undefined>) => void;
   /**
    * The `service_tier` a chat call sends (`shared/scheduling/served-tier.ts`): the job's band, only to a vendor that sells
    * tiers itself (SERVICE_TIER_NATIVE_VENDORS). Absent: the vendor never sees `service_tier`, whatever the request says.
