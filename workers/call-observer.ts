@@ -2,14 +2,14 @@ import type { Job } from 'bullmq';
 import type { GatewayError } from '../shared/errors.js';
 import type { GatewayJobData } from '../shared/jobs.js';
 import type { ResolvedRoute } from './channel-router.js';
-import { startVendorAttempt } from './job-tracing.js';
+import { startVendorAttempt, type BilledUsage } from './job-tracing.js';
 import { startVendorCall } from './metrics.js';
 
 /** What watches one vendor call: its span (tracing on), its outcome and time (metrics on). */
 interface CallWatcher {
   vendorDone(): void;
   failed(error: GatewayError): void;
-  end(): void;
+  end(billed?: BilledUsage): void;
 }
 
 /**
@@ -36,7 +36,8 @@ export class CallObserver {
     for (const watcher of this.watchers) watcher.failed(error);
   }
 
-  end(): void {
-    for (const watcher of this.watchers) watcher.end();
+  /** `billed`: what the settlement billed, when it did (tracing tells it on the call's span). */
+  end(billed?: BilledUsage): void {
+    for (const watcher of this.watchers) watcher.end(billed);
   }
 }

@@ -149,7 +149,7 @@ class JobRun {
       return await this.fail(caught);
     } finally {
       clearTimeout(this.deadlineTimer);
-      this.call.end();
+      this.call.end(this.produced.billed);
       this.deps.cancels.finish(this.jobId);
     }
   }

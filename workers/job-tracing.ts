@@ -86,8 +86,19 @@ export interface VendorAttempt {
   vendorDone(): void;
   /** The attempt failed with this error (as the failure policy reads it). */
   failed(error: GatewayError): void;
-  /** The outcome is known: the span ends (at `vendorDone`'s moment when that came first). */
-  end(): void;
+  /** The outcome is known: the span ends (at `vendorDone`'s moment when that came first), with what the call was billed for. */
+  end(billed?: BilledUsage): void;
+}
+
+/** What a settlement billed a call for, as its span tells it. */
+export interface BilledUsage {
+  costMicros: number;
+  input: number;
+  cached: number;
+  cacheWrite?: number;
+  output: number;
+  /** What the vendor's prompt cache saved (micro-dollars; negative when only writes were billed above the input price). */
+  promptCacheSavedMicros?: number;
 }
 
 export function startVendorAttempt(job: Job<GatewayJobData>, route: ResolvedRoute, signal: AbortSignal): VendorAttempt | undefined {
@@ -141,10 +152,21 @@ class TracedAttempt implements VendorAttempt {
     markFailed(this.span, error);
   }
 
-  end(): void {
+  end(billed?: BilledUsage): void {
     if (this.ended) return;
     this.ended = true;
     if (!this.failure) this.span.setAttribute('switchyard.outcome', this.signal.aborted ? 'cancelled' : 'ok');
+    // The GenAI conventions' usage (input counts every prompt token, cached ones included), with what it cost.
+    if (billed && this.span.isRecording()) {
+      this.span.setAttributes({
+        'gen_ai.usage.input_tokens': billed.input,
+        'gen_ai.usage.output_tokens': billed.output,
+        'gen_ai.usage.cache_read.input_tokens': billed.cached,
+        ...(billed.cacheWrite !== undefined ? { 'gen_ai.usage.cache_creation.input_tokens': billed.cacheWrite } : {}),
+        'switchyard.cost_micros': billed.costMicros,
+        ...(billed.promptCacheSavedMicros !== undefined ? { 'switchyard.prompt_cache.saved_micros': billed.promptCacheSavedMicros } : {}),
+      });
+    }
     this.span.end(this.doneAt);
   }
 }

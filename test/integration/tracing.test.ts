@@ -149,6 +149,11 @@ describe('tracing across the api and worker processes', () => {
     assert.equal(attempt.attributes['switchyard.vendor'], 'openai');
     assert.match(String(attempt.attributes['switchyard.channel.id']), /^openai:[0-9a-f]{12}$/);
     assert.equal(attempt.attributes['gen_ai.request.model'], 'gpt-4o-mini');
+    // What the call was billed for, as the GenAI conventions name it: the vendor's usage, cached tokens included.
+    assert.equal(attempt.attributes['gen_ai.usage.input_tokens'], completion.usage!.prompt_tokens);
+    assert.equal(attempt.attributes['gen_ai.usage.output_tokens'], completion.usage!.completion_tokens);
+    assert.equal(attempt.attributes['gen_ai.usage.cache_read.input_tokens'], completion.usage!.prompt_tokens_details?.cached_tokens ?? 0);
+    assert.ok(Number(attempt.attributes['switchyard.cost_micros']) > 0, 'the call cost something');
     assert.equal(attempt.attributes['switchyard.attempt'], 1);
     assert.equal(attempt.attributes['switchyard.outcome'], 'ok');
     assert.equal(attempt.attributes['server.address'], new URL(fake.url).host);
