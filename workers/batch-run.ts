@@ -5,8 +5,7 @@ import { GatewayError } from '../shared/errors.js';
 import type { GatewayJobData } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
 import { anthropicErrorType } from '../shared/messages.js';
-import { moneyRefusal, releaseReservation, reserve } from '../shared/money/billing.js';
-import { budgetRefusal } from '../shared/money/budgets.js';
+import { refusedForMoney, releaseReservation, reserve } from '../shared/money/billing.js';
 import { batchRefillChannel } from '../shared/redis-keys.js';
 import { accessRefusalMessage, mayUseModel, modelNotAllowed, type AccessNow, type CurrentAccess } from '../shared/access/index.js';
 
@@ -103,7 +102,7 @@ export async function batchGate(deps: BatchRunDeps, data: BatchData, runDeadline
   // A batch's requests are not held to rate limits: only the money (or the key's access) refuses one here.
   const reason = outcome.reason === 'key_limit' || outcome.reason === 'account_balance' || outcome.reason === 'budget' ? outcome.reason : 'no_access';
   const access = now && 'access' in now ? now.access : undefined;
-  const message = reason === 'budget' && outcome.budget ? budgetRefusal(outcome.budget, Date.now(), access?.accountName) : moneyRefusal(reason === 'budget' ? 'account_balance' : reason);
+  const message = refusedForMoney({ reason, budget: outcome.budget }, access?.accountName);
   deps.log.info({ batch: batch.id, index: batch.index, reason: outcome.reason }, "a batch's request was refused by its account's money");
   if (batch.dialect === 'openai') {
     // As OpenAI's API refuses a request its quota cannot cover (or a key that may no longer use it).

@@ -231,7 +231,9 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   await mcpServers.start();
   const mcpChecks = new McpServerChecks({ redis, log, servers: () => mcpServers.list(), intervalMs: config.mcp.checkIntervalMs, owner: `worker-${randomBytes(6).toString('hex')}` });
   // The calls of the gateway's own tool loop (a Responses or Messages request that names MCP servers), made through the servers' queues.
-  const loopCalls = new McpLoopCalls({ config, redis, queues: new McpQueues(redis, mcpServers), log });
+  // One handle per server's queue in this process: the loop's calls are queued on it, the cap of each server served set.
+  const mcpQueues = new McpQueues(redis, mcpServers);
+  const loopCalls = new McpLoopCalls({ config, redis, queues: mcpQueues, log });
   const router = new ChannelRouter(redis, catalog, log, config);
   await router.start();
   startWorkerMetrics(config, router);
@@ -310,7 +312,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   });
   // Tool calls run on the workers that serve `mcp` (WORKER_QUEUES), a capability of its own that scales alone.
   const mcpTools = config.workerMcp
-    ? new McpToolWorkers({ config, redis, log, registry: mcpServers, cancels, access, policy: { bufferRecords: config.usageBufferRecords, alertThresholds: config.alerts.thresholds } })
+    ? new McpToolWorkers({ config, redis, log, registry: mcpServers, queues: mcpQueues, cancels, access, policy: { bufferRecords: config.usageBufferRecords, alertThresholds: config.alerts.thresholds } })
     : undefined;
   await mcpTools?.start();
   // Reservations of jobs lost with their api and worker are given back a minute after their deadline.
@@ -390,7 +392,7 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       if (toolsClosed) await step('the tool calls', toolsClosed);
       await step('the upload cleanup', janitor.close().then(() => lifecycle.close()));
       await step('the MCP server checks', mcpChecks.close());
-      await step("the tool loop's calls", loopCalls.close());
+      await step("the tool loop's calls and the servers' queues", loopCalls.close().then(() => mcpQueues.close()));
       // What settled until now is written before the process goes (else another worker's writer claims it later).
       await step('writing the settled usage to the record (it stays in Redis for the next writer)', usageWriter.close());
       await step('recording budget alerts and ending their deliveries (what is left stays in Redis and the queue)', Promise.all([alertWriter.close(), alertDelivery.close(), alertsQueue.close()]));

@@ -1,8 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { KeyAccess } from '../../shared/accounts.js';
-import { charge, moneyRefusal, reserve, type KeyLimitsInForce, type RateLimitState, type Reservation, type ReserveOutcome, type SettlePolicy } from '../../shared/money/billing.js';
+import { charge, limitsInForce, moneyRefusal, refusedForMoney, reserve, type KeyLimitsInForce, type RateLimitState, type Reservation, type ReserveOutcome, type SettlePolicy } from '../../shared/money/billing.js';
 import type { UsageEntry } from '../../shared/money/usage.js';
-import { budgetRefusal } from '../../shared/money/budgets.js';
 import type { Config } from '../../shared/config.js';
 import { GatewayError, invalidApiKey } from '../../shared/errors.js';
 import { admissionRefused } from '../http/metrics.js';
@@ -32,18 +31,6 @@ function rateHeaders(outcome: ReserveOutcome): Record<string, string> {
   put('requests', outcome.requests);
   put('tokens', outcome.tokens);
   return headers;
-}
-
-/** A key's limits as admission applies them: its own, else the gateway's default rate limits. */
-export function limitsInForce(access: KeyAccess, config: Pick<Config, 'defaultKeyRpm' | 'defaultKeyTpm'>): KeyLimitsInForce {
-  const rpm = access.rpm ?? config.defaultKeyRpm;
-  const tpm = access.tpm ?? config.defaultKeyTpm;
-  return {
-    ...(access.limitMicros !== undefined ? { limitMicros: access.limitMicros } : {}),
-    ...(rpm ? { rpm } : {}),
-    ...(tpm ? { tpm } : {}),
-    ...(access.budgets ? { budgets: access.budgets } : {}),
-  };
 }
 
 /** Which of the key's rates a reservation counts: a request that shares another's call uses no tokens; one counted already is not counted twice. */
@@ -125,8 +112,7 @@ export function admitted(outcome: ReserveOutcome, access: KeyAccess): Record<str
     case 'key_limit':
     case 'account_balance':
     case 'budget': {
-      const message = outcome.reason === 'budget' && outcome.budget ? budgetRefusal(outcome.budget, Date.now(), access.accountName) : moneyRefusal(outcome.reason === 'budget' ? 'account_balance' : outcome.reason);
-      throw new GatewayError(429, message, { type: 'insufficient_quota', code: 'insufficient_quota', headers: { ...headers, 'x-should-retry': 'false' } });
+      throw new GatewayError(429, refusedForMoney(outcome, access.accountName), { type: 'insufficient_quota', code: 'insufficient_quota', headers: { ...headers, 'x-should-retry': 'false' } });
     }
     default:
       throw invalidApiKey(moneyRefusal('no_access'));

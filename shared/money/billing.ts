@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { UsageEntry } from './usage.js';
-import { budgetsArgument, type BudgetInForce } from './budgets.js';
+import { budgetRefusal, budgetsArgument, type BudgetInForce } from './budgets.js';
 import { journalWrite } from '../redis-journal.js';
 import { chargeScript, releaseScript, reserveScript, settleScript } from './scripts.js';
 import { billingBuckets, billKey, deadlineMember, keyBillField, reservationDeadlinesKey, billingBucket, settledKey, usageStreamKey, alertStreamKey } from '../redis-keys.js';
@@ -43,13 +43,16 @@ export type ReserveOutcome =
   | { ok: true; requests?: RateLimitState; tokens?: RateLimitState; alerts?: AlertCrossing[] }
   | {
       ok: false;
-      reason: 'rpm' | 'tpm' | 'key_limit' | 'account_balance' | 'budget' | 'no_access';
+      reason: RefusalReason;
       retryAfterMs: number;
       requests?: RateLimitState;
       tokens?: RateLimitState;
       /** The budget that refused it (reason `budget`). */
       budget?: BudgetInForce;
     };
+
+/** Why a reservation was refused: a rate of the key, its spending limit, the account's balance, a budget, or its access. */
+export type RefusalReason = 'rpm' | 'tpm' | 'key_limit' | 'account_balance' | 'budget' | 'no_access';
 
 const reasons = { 1: 'rpm', 2: 'tpm', 3: 'key_limit', 4: 'account_balance', 5: 'no_access', 6: 'budget' } as const;
 
@@ -60,6 +63,21 @@ export interface KeyLimitsInForce {
   tpm?: number;
   /** The team's, the key's and its maker's budgets per period (shared/money/budgets.ts), those set. */
   budgets?: readonly BudgetInForce[];
+}
+
+/** A key's limits as admission applies them: its own (`limitMicros`, `rpm`, `tpm` as its access reads), else the gateway's default rates. */
+export function limitsInForce(
+  access: KeyLimitsInForce,
+  defaults: { defaultKeyRpm?: number | undefined; defaultKeyTpm?: number | undefined },
+): KeyLimitsInForce {
+  const rpm = access.rpm ?? defaults.defaultKeyRpm;
+  const tpm = access.tpm ?? defaults.defaultKeyTpm;
+  return {
+    ...(access.limitMicros !== undefined ? { limitMicros: access.limitMicros } : {}),
+    ...(rpm ? { rpm } : {}),
+    ...(tpm ? { tpm } : {}),
+    ...(access.budgets ? { budgets: access.budgets } : {}),
+  };
 }
 
 /**
@@ -96,6 +114,24 @@ export function moneyRefusal(reason: 'key_limit' | 'account_balance' | 'no_acces
       return "You exceeded your current quota: the request could cost more than the account's balance. Add credits to the account.";
     default:
       return 'This API key no longer has access (its account was deleted or the key revoked).';
+  }
+}
+
+/**
+ * What a refusal for money tells the client, whoever refused (admission, a batch's next line, a tool call, a tool
+ * loop's next turn): the budget that refused it, by its name, else the key's limit, the account's balance, or the
+ * key's lost access.
+ */
+export function refusedForMoney(outcome: { reason: RefusalReason; budget?: BudgetInForce | undefined }, teamName?: string): string {
+  switch (outcome.reason) {
+    case 'budget':
+      return outcome.budget ? budgetRefusal(outcome.budget, Date.now(), teamName) : moneyRefusal('account_balance');
+    case 'rpm':
+    case 'tpm':
+      // Not for money: a caller that holds work to the key's rates says when to try again itself.
+      return `Rate limit reached for this API key's ${outcome.reason === 'rpm' ? 'requests' : 'tokens'} per minute.`;
+    default:
+      return moneyRefusal(outcome.reason);
   }
 }
 

@@ -5,7 +5,7 @@ import { defaultAccountId, type KeyAccess } from '../../shared/accounts.js';
 import { readBill, readKeySpend, reserve, settle } from '../../shared/money/billing.js';
 import type { UsageEntry } from '../../shared/money/usage.js';
 import { KeyCache, type KeyStore } from '../../api/accounts/key-store.js';
-import { limitsInForce } from '../../api/accounts/spend.js';
+import { limitsInForce } from '../../shared/money/billing.js';
 import { freshRedis, testKeyStore } from '../support/gateway.js';
 import { usageEntry } from '../support/usage-entry.js';
 

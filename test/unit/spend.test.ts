@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
-import { formatReset, limitsInForce, reserveSpend } from '../../api/accounts/spend.js';
+import { formatReset, reserveSpend } from '../../api/accounts/spend.js';
+import { limitsInForce } from '../../shared/money/billing.js';
 import type { KeyAccess } from '../../shared/accounts.js';
 import { GatewayError } from '../../shared/errors.js';
 import { billKey } from '../../shared/redis-keys.js';

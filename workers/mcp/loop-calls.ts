@@ -10,8 +10,7 @@ import type { McpQueues } from '../../shared/mcp/queues.js';
 import type { McpServer } from '../../shared/mcp/servers.js';
 import type { McpCallOutcome } from '../../shared/mcp/tool-loop.js';
 import { callRefusal } from '../../shared/mcp/tool-rules.js';
-import { moneyRefusal, releaseReservation, reserve } from '../../shared/money/billing.js';
-import { budgetRefusal } from '../../shared/money/budgets.js';
+import { limitsInForce, moneyRefusal, refusedForMoney, releaseReservation, reserve } from '../../shared/money/billing.js';
 import { createRedis, isCluster } from '../../shared/redis.js';
 import { cancelChannel, mcpLoopReplyChannel } from '../../shared/redis-keys.js';
 import { decodeReply, repliesHeldHere, type ReplyMessage } from '../../shared/reply.js';
@@ -87,22 +86,15 @@ export class McpLoopCalls {
     const refusal = callRefusal(access, 'tools/call', server.name, tool);
     if (refusal !== undefined) return refused(403, 'tool_not_allowed', refusal);
     // The server's price reserved and the key's rate of requests counted, as for any request.
-    const outcome = await reserve(
-      redis,
-      { requestId, keyId: caller.keyId, accountId: caller.accountId, micros: server.pricePerCallMicros, tokens: 0, deadline },
-      {
-        ...(access.limitMicros !== undefined ? { limitMicros: access.limitMicros } : {}),
-        ...((access.rpm ?? config.defaultKeyRpm) ? { rpm: access.rpm ?? config.defaultKeyRpm } : {}),
-        ...(access.budgets ? { budgets: access.budgets } : {}),
-      },
-    );
+    // A tool call counts against the key's requests per minute, not its tokens.
+    const { tpm: _tokens, ...limits } = limitsInForce(access, config);
+    const outcome = await reserve(redis, { requestId, keyId: caller.keyId, accountId: caller.accountId, micros: server.pricePerCallMicros, tokens: 0, deadline }, limits);
     if (!outcome.ok) {
       if (outcome.reason === 'rpm' || outcome.reason === 'tpm') {
         return refused(429, 'rate_limit_exceeded', `Rate limit reached for requests: the tool call was not made. Try again in ${Math.ceil(outcome.retryAfterMs / 1000)} s.`);
       }
       if (outcome.reason === 'no_access') return refused(401, 'invalid_api_key', moneyRefusal('no_access'));
-      const message = outcome.reason === 'budget' && outcome.budget ? budgetRefusal(outcome.budget, Date.now(), access.accountName) : moneyRefusal(outcome.reason === 'budget' ? 'account_balance' : outcome.reason);
-      return refused(429, 'insufficient_quota', message);
+      return refused(429, 'insufficient_quota', refusedForMoney(outcome, access.accountName));
     }
     const queue = this.deps.queues.of(server.name);
     const data: McpCallJobData = {
@@ -143,12 +135,12 @@ export class McpLoopCalls {
     }
   }
 
-  /** Stops listening and lets go of the queues. */
+  /** Stops listening (the queues are the process's, closed by it). */
   async close(): Promise<void> {
     this.letGo?.();
     const subscriber = this.subscriber;
     this.subscriber = undefined;
-    await Promise.allSettled([this.deps.queues.close(), subscriber?.quit()]);
+    await subscriber?.quit().catch(() => undefined);
   }
 
   /** The worker's answer, or a timeout (the job read for the answer a missed message carried), or the cancel. */

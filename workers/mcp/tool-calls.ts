@@ -1,5 +1,5 @@
 import { ProtocolError, type Client } from '@modelcontextprotocol/client';
-import { Queue, type Job } from 'bullmq';
+import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { accessRefusalMessage, type CurrentAccess } from '../../shared/access/index.js';
 import type { Config } from '../../shared/config.js';
@@ -9,6 +9,7 @@ import { mcpQueueName, type McpCallJobData } from '../../shared/mcp/calls.js';
 import { callRefusal } from '../../shared/mcp/tool-rules.js';
 import type { McpServer, McpServerHealth } from '../../shared/mcp/servers.js';
 import type { McpRegistry } from '../../shared/mcp/registry.js';
+import type { McpQueues } from '../../shared/mcp/queues.js';
 import { mcpHealthKey } from '../../shared/redis-keys.js';
 import { settle, type SettlePolicy } from '../../shared/money/billing.js';
 import { noAmounts, type SettledStatus, type UsageEntry } from '../../shared/money/usage.js';
@@ -66,6 +67,8 @@ export interface ToolCallDeps {
   log: Logger;
   /** The servers as they are now: a server added starts being served, one removed stops (within a second). */
   registry: McpRegistry;
+  /** This process's handles on the servers' queues (the cap of each is set through them). */
+  queues: McpQueues;
   cancels: CancelRegistry;
   access: CurrentAccess;
   policy: SettlePolicy;
@@ -161,12 +164,7 @@ export class McpToolWorkers {
 
   /** The server's cap, held across every worker by BullMQ. */
   private async cap(server: McpServer): Promise<void> {
-    const queue = new Queue(mcpQueueName(server.name), { connection: this.deps.redis });
-    try {
-      await queue.setGlobalConcurrency(server.maxConcurrency);
-    } finally {
-      await queue.close();
-    }
+    await this.deps.queues.of(server.name).setGlobalConcurrency(server.maxConcurrency);
   }
 
   private async open(server: McpServer, settings: string): Promise<void> {

@@ -12,8 +12,7 @@ import { mcpHealthKey, mcpLoopCalledKey } from '../../shared/redis-keys.js';
 import type { Config } from '../../shared/config.js';
 import type { EndpointRequest } from '../../shared/endpoints.js';
 import { worstCase } from '../../shared/money/charge.js';
-import { moneyRefusal, releaseReservation, reserve } from '../../shared/money/billing.js';
-import { budgetRefusal } from '../../shared/money/budgets.js';
+import { refusedForMoney, releaseReservation, reserve } from '../../shared/money/billing.js';
 import type { PriceList } from '../../shared/money/pricing.js';
 import { countChatPromptTokensAsync } from '../../shared/tokens.js';
 import type { ChatCompletionRequest, ChatMessage } from '../../shared/schemas/chat.js';
@@ -159,8 +158,7 @@ async function reserveTurn(deps: ToolLoopDeps, run: ToolLoopRun, access: KeyAcce
     held.push(requestId);
     return;
   }
-  const message = outcome.reason === 'budget' && outcome.budget ? budgetRefusal(outcome.budget, Date.now(), access.accountName) : moneyRefusal(outcome.reason === 'key_limit' || outcome.reason === 'no_access' ? outcome.reason : 'account_balance');
-  throw new GatewayError(429, message, { type: 'insufficient_quota', code: 'insufficient_quota' });
+  throw new GatewayError(429, refusedForMoney(outcome, access.accountName), { type: 'insufficient_quota', code: 'insufficient_quota' });
 }
 
 /** The key as it stands now; a key that may no longer make the request ends the loop with the refusal its client would get. */
