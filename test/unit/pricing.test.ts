@@ -126,8 +126,10 @@ describe('costMicros', () => {
   it('bills cached tokens (a part of input) at the cached price, else at the input price', () => {
     // gpt-5: 6,000 uncached × 1.25 + 4,000 cached × 0.125 + 2,000 out × 10.
     assert.equal(prices.costMicros('gpt-5', use({ inputTokens: 10_000, cachedTokens: 4_000, outputTokens: 2_000 })), 7_500 + 500 + 20_000);
-    // gpt-4o lists no cached price.
-    assert.equal(prices.costMicros('gpt-4o', use({ inputTokens: 1000, cachedTokens: 600 })), 2500);
+    // gpt-4o: 400 uncached × 2.5 + 600 cached × 1.25.
+    assert.equal(prices.costMicros('gpt-4o', use({ inputTokens: 1000, cachedTokens: 600 })), 1_000 + 750);
+    // gpt-4-turbo lists no cached price (its prompts are not cached): every input token at the input price.
+    assert.equal(prices.costMicros('gpt-4-turbo', use({ inputTokens: 1000, cachedTokens: 600 })), 10_000);
     // More cached than input is clamped: cached is a subset.
     assert.equal(prices.costMicros('gpt-5', use({ inputTokens: 1000, cachedTokens: 5000 })), 125);
   });
@@ -352,7 +354,7 @@ describe('pricing file', () => {
   const config = (file: string | undefined, markup = 0) => ({ pricingFile: file, pricingMarkupPercent: markup });
 
   it('uses the catalog prices without one', () => {
-    assert.deepEqual(PriceList.load(catalog, config(undefined)).pricing('gpt-4o'), { input_per_1m: 2.5, output_per_1m: 10 });
+    assert.deepEqual(PriceList.load(catalog, config(undefined)).pricing('gpt-4o'), { input_per_1m: 2.5, output_per_1m: 10, cached_input_per_1m: 1.25 });
   });
 
   it('replaces the prices of the models it names, whole', () => {
