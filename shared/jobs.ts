@@ -108,3 +108,11 @@ export interface AsyncJobRecord {
   /** The request, for resources that echo it (videos). */
   request?: Partial<VideoInput>;
 }
+
+/**
+ * Whether a job's answer is kept in the response cache: its request opted in and a client is held for it (an async
+ * job's answer is kept in its own store for its reader, not in the cache).
+ */
+export function keepsAnswer(data: Pick<GatewayJobData, 'cache' | 'async'>): boolean {
+  return data.cache !== undefined && !data.async;
+}

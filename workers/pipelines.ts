@@ -1,7 +1,7 @@
 import type { Job } from 'bullmq';
 import { GatewayError } from '../shared/errors.js';
 import type { EndpointRequest, EndpointRow } from '../shared/endpoints.js';
-import { jobIdOf, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
+import { jobIdOf, keepsAnswer, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import type { ResponsesJob } from '../shared/responses.js';
 import type { Protocol } from '../shared/vendor-definitions.js';
 import { publishJobEvent, runMedia, type MediaDeps } from './media-processor.js';
@@ -14,7 +14,8 @@ import { countMessageTokens, runMessages } from './messages-run.js';
 import { countGeminiTokens, embedGemini, runGemini } from './gemini-run.js';
 import type { StreamedJob } from './answers/stream-run.js';
 import { runSpeech } from './speech-run.js';
-import type { AnswerEvent, CallContext } from './vendors/types.js';
+import type { CallContext } from './vendors/types.js';
+import type { AnswerEvent } from './answers/events.js';
 import type { ChatCompletionRequest } from '../shared/schemas/chat.js';
 import type { McpLoopPlan } from '../shared/mcp/tool-loop.js';
 import { toolLoop, type ToolLoopDeps } from './mcp/tool-loop.js';
@@ -97,7 +98,7 @@ function streamedJob<Job>(run: PipelineRun, job: Job): StreamedJob<Job> {
     clientStreams: data.stream,
     produced: run.produced,
     vendorDone: data.stream ? run.vendorDoneBilling : run.vendorDone,
-    keep: data.cache !== undefined && !data.async,
+    keep: keepsAnswer(data),
     beforeEnd: run.keepAnswer,
   };
 }
@@ -110,7 +111,7 @@ export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Pr
   /** Chat, legacy completions, embeddings and moderations: streamed as the client's chunks, or one body. */
   async text(run) {
     const { job, protocol, request, ctx, produced, tier } = run;
-    const keep = job.data.cache !== undefined && !job.data.async;
+    const keep = keepsAnswer(job.data);
     if (request.endpoint === 'moderations') {
       const answer = await adapterMethod(protocol, 'moderate')(request.payload, ctx);
       produced.answerId = answer.id;
@@ -139,7 +140,7 @@ export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Pr
     if (request.endpoint !== 'responses') throw new GatewayError(400, `${request.endpoint} is not a Responses endpoint.`);
     const { mcp } = request.payload;
     // An answer that called tools is not kept: a hit would not call them.
-    const keep = run.job.data.cache !== undefined && !run.job.data.async && !mcp;
+    const keep = keepsAnswer(run.job.data) && !mcp;
     const source = chatAnswer(run, request.payload.chat, mcp);
     const body = await run.startResponses(request.payload).run(source, run.produced, run.vendorDoneBilling, keep ? { keep: run.keepAnswer } : undefined);
     return { answer: 'sent', result: body === undefined ? {} : { body } };
@@ -163,7 +164,7 @@ export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Pr
   /** Google's Gemini API: the vendor's own chunks relayed, or a chat adapter's written as them; a token count; embeddings. */
   async gemini(run) {
     const { request } = run;
-    const keep = run.job.data.cache !== undefined && !run.job.data.async;
+    const keep = keepsAnswer(run.job.data);
     switch (request.endpoint) {
       case 'gemini.count_tokens': {
         const body = await countGeminiTokens(run.protocol, request.payload, run.ctx);

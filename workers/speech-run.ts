@@ -1,5 +1,5 @@
 import { GatewayError } from '../shared/errors.js';
-import { jobIdOf, type GatewayJobData } from '../shared/jobs.js';
+import { jobIdOf, keepsAnswer, type GatewayJobData } from '../shared/jobs.js';
 import type { Protocol } from '../shared/vendor-definitions.js';
 import { speechCharacters, speechContentTypes, speechFacts, type SpeechJob } from '../shared/schemas/speech.js';
 import { sseJson } from '../shared/sse.js';
@@ -8,7 +8,8 @@ import { signBlobUrl } from '../storage/blob-urls.js';
 import { noFrames, runStream, type EncodedFrames, type StreamEncoder } from './answers/stream-run.js';
 import { malformedResponse } from './vendors/http.js';
 import { adapterMethod } from './vendors/registry.js';
-import type { CallContext, SpeechEvent, Usage } from './vendors/types.js';
+import type { CallContext, SpeechEvent } from './vendors/types.js';
+import type { Usage } from './answers/events.js';
 import type { MediaDeps } from './media-processor.js';
 import type { ReplyPublisher } from './reply-publisher.js';
 import type { Meter } from './settlement.js';
@@ -202,7 +203,7 @@ export type SpeechOutcome = { answer: 'sent'; result: Record<string, never> } | 
 export async function runSpeech(run: SpeechRun, job: SpeechJob): Promise<SpeechOutcome> {
   const { data } = run;
   const streamed = data.stream;
-  const keep = data.cache !== undefined && !data.async;
+  const keep = keepsAnswer(data);
   const tally = new SpeechTally(job, (keep && job.stream_format === 'audio') || !streamed);
   const facts = speechFacts(run.ctx.model);
   const events = job.stream_format === 'sse' ? new SpeechEventWriter(tally, keep) : undefined;

@@ -7,6 +7,7 @@ import { GatewayError } from '../../shared/errors.js';
 import { resolveChannels } from '../../shared/vendors.js';
 import type { AccountStore } from '../accounts/account-store.js';
 import type { Session, SessionStore } from './sessions.js';
+import { sessionCookie } from './console-session.js';
 import { createRedactor, type Redactor } from './queue-dashboard-redact.js';
 
 /*
@@ -42,7 +43,6 @@ const maxJobsPerPage = 50;
 /** Where the console sends an admin: sets the dashboard's session cookie, then redirects to the dashboard. */
 export const queueDashboardEntry = '/console/queue-dashboard';
 
-const sessionCookie = 'sy_session';
 /** The console page a signed-out visit of the entry is sent to: it signs in, then comes back to itself. */
 const consoleQueuesPage = '/console/admin/queues';
 
