@@ -65,9 +65,6 @@ export const replayLogIntervalMs = 100;
 /** How long a reader that found the log behind the live chunks waits before it reads again. */
 export const replayLogLagMs = 2 * replayLogIntervalMs;
 
-/** The frame that ends every chat and completions SSE stream. */
-export const streamTrailer = 'data: [DONE]\n\n';
-
 /**
  * A stream's replay log (a Redis stream under `replayStreamKey`): entries of
  * published batches, `seq` (the entry's last batch), `frames` (their SSE

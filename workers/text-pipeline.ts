@@ -1,12 +1,13 @@
 import { GatewayError } from '../shared/errors.js';
 import type { EndpointRequest } from '../shared/endpoints.js';
 import { streamAliasKey } from '../shared/redis-keys.js';
-import { streamTrailer } from '../shared/reply.js';
+import { sseDone } from '../shared/sse.js';
 import { answerTier, ChatStreamEncoder, encodeChatAnswer, usesLegacyFunctions, type ChatEncoderOptions } from './answers/chat-encoder.js';
 import type { TierRule } from '../shared/scheduling/served-tier.js';
 import type { Protocol } from '../shared/vendor-definitions.js';
 import { adapterMethod } from './vendors/registry.js';
-import type { Answer, AnswerEvent, CallContext } from './vendors/types.js';
+import type { CallContext } from './vendors/types.js';
+import type { Answer, AnswerEvent } from './answers/events.js';
 import type { Meter } from './settlement.js';
 import { chatForms, foldAnswer } from './answers/answer-forms.js';
 import { runStream, type StreamedJob } from './answers/stream-run.js';
@@ -52,7 +53,7 @@ export async function runTextStream(run: StreamedJob<EndpointRequest>, tier: Tie
     // Only a streaming chat or completion comes here: a plain one is `callText`'s.
     visible: true,
     vendorDone: run.vendorDone,
-    trailer: streamTrailer,
+    trailer: sseDone,
     onBatch: (events) => {
       if (kept) for (const event of events) kept.push(event);
       if (!named && encoder.answerId !== undefined) {

@@ -5,6 +5,7 @@ import type { ResponseShell } from '../../shared/responses.js';
 import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
 import { sellsTiers, servedTier, tieredEndpoints } from '../../shared/scheduling/served-tier.js';
 import { mockAnswers, type VendorConfig } from '../../shared/vendors.js';
+import { readSseFrame, sseDoneData } from '../../shared/sse.js';
 
 /**
  * A stored answer (shared/cache/) as a miss would have answered the request it now serves: the answer's content
@@ -344,21 +345,12 @@ function rewriteFrames(text: string, event: (data: string, name?: string) => str
 }
 
 function rewriteFrame(frame: string, event: (data: string, name?: string) => string): string {
-  let data = -1;
-  let name: string | undefined;
+  const read = readSseFrame(frame);
+  if (read.data === undefined || read.data === sseDoneData) return frame;
+  const rewritten = event(read.data, read.event);
+  if (rewritten === read.data) return frame;
   const lines = frame.split('\n');
-  for (const [index, line] of lines.entries()) {
-    if (line.startsWith('data: ')) {
-      if (data >= 0) return frame;
-      data = index;
-    } else if (line.startsWith('event: ')) name = line.slice(7);
-  }
-  if (data < 0) return frame;
-  const value = lines[data]!.slice(6);
-  if (value === '[DONE]') return frame;
-  const rewritten = event(value, name);
-  if (rewritten === value) return frame;
-  lines[data] = `data: ${rewritten}`;
+  lines[read.dataLine] = `data: ${rewritten}`;
   return lines.join('\n');
 }
 

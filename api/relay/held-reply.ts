@@ -9,7 +9,8 @@ import type { Config } from '../../shared/config.js';
 import { GatewayError, timeoutError } from '../../shared/errors.js';
 import { cancelChannel, resultKey, streamWatchKey } from '../../shared/redis-keys.js';
 import { movedStub, type GatewayJobResult } from '../../shared/jobs.js';
-import { streamTrailer, type ReplyMessage } from '../../shared/reply.js';
+import type { ReplyMessage } from '../../shared/reply.js';
+import { sseDone } from '../../shared/sse.js';
 import type { ExpectedReply, ReplyHub, ReplyTarget } from './reply-hub.js';
 import { clientDisconnected } from '../http/metrics.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
@@ -82,7 +83,7 @@ export abstract class HeldReply implements ReplyTarget {
   abstract readonly stream: boolean;
   /** How a stream ends when the api answers for a job it could not hear end: OpenAI's `[DONE]` unless the stream's dialect says. */
   protected get trailer(): string {
-    return streamTrailer;
+    return sseDone;
   }
   /** What the request asked for with `x-stream-resume-grace-ms` (already capped); undefined: the configured default. */
   resumeGraceMs: number | undefined;

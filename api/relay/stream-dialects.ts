@@ -1,7 +1,6 @@
 import type { GatewayError } from '../../shared/errors.js';
 import { anthropicErrorBody } from '../../shared/messages.js';
-import { streamTrailer } from '../../shared/reply.js';
-import { sseJson } from '../../shared/sse.js';
+import { sseDone, sseJson } from '../../shared/sse.js';
 import { sseFraming, type StreamFraming } from '../http/event-stream.js';
 import { googleErrorBody } from '../http/envelope.js';
 
@@ -84,7 +83,7 @@ export function lateErrorFrame(dialect: StreamDialect, error: GatewayError, requ
 export function trailerOf(dialect: StreamDialect): string {
   switch (dialect) {
     case 'openai':
-      return streamTrailer;
+      return sseDone;
     case 'google-array':
       return ']';
     default:

@@ -1,5 +1,5 @@
 import type { CacheableAnswer, StoredEvent } from '../../shared/cache/index.js';
-import { streamTrailer } from '../../shared/reply.js';
+import { readSseFrame, sseDone, sseDoneData } from '../../shared/sse.js';
 import { ChatStreamEncoder, encodeChatAnswer, type ChatEncoderOptions } from './chat-encoder.js';
 import type { Answer, AnswerChoice, AnswerEvent } from './events.js';
 
@@ -93,13 +93,8 @@ export function answerEvents(answer: Answer): AnswerEvent[] {
 export function storedEvents(frames: string): StoredEvent[] {
   const events: StoredEvent[] = [];
   for (const frame of frames.split('\n\n')) {
-    let name: string | undefined;
-    let data: string | undefined;
-    for (const line of frame.split('\n')) {
-      if (line.startsWith('event: ')) name = line.slice(7);
-      else if (line.startsWith('data: ')) data = line.slice(6);
-    }
-    if (data !== undefined && data !== '[DONE]') events.push(name === undefined ? { d: data } : { e: name, d: data });
+    const { event, data } = readSseFrame(frame);
+    if (data !== undefined && data !== sseDoneData) events.push(event === undefined ? { d: data } : { e: event, d: data });
   }
   return events;
 }
@@ -115,5 +110,5 @@ export function chatForms(answer: Answer, options: Omit<ChatEncoderOptions, 'inc
   const encoder = new ChatStreamEncoder({ ...options, includeUsage: true });
   const events = storedEvents(encoder.encode(answerEvents(plain)).frames);
   const usage = plain.usage ? storedEvents(encoder.encode([{ type: 'usage', usage: plain.usage }]).frames)[0]?.d : undefined;
-  return { body, events, ...(usage !== undefined ? { usage } : {}), trailer: streamTrailer };
+  return { body, events, ...(usage !== undefined ? { usage } : {}), trailer: sseDone };
 }
