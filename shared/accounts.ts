@@ -101,8 +101,11 @@ export function parseServiceTiers(text: string | null | undefined): ServiceTier[
   return tiers.length > 0 ? tiers : undefined;
 }
 
-/** The metrics of one usage entry that the per-day aggregates sum (`saved_micros`: what the response cache saved). */
-export const usageMetrics = ['requests', ...usageAmounts, 'cost_micros', 'saved_micros'] as const;
+/**
+ * The metrics of one usage entry that the per-day aggregates sum (`saved_micros`: what the response cache saved;
+ * `prompt_cache_saved_micros`: what the vendor's prompt cache saved, signed).
+ */
+export const usageMetrics = ['requests', ...usageAmounts, 'cost_micros', 'saved_micros', 'prompt_cache_saved_micros'] as const;
 export type UsageMetric = (typeof usageMetrics)[number];
 
 /** UTC day of a time, as the aggregates and `/admin/usage` name it. */

@@ -188,6 +188,8 @@ export class GatewayMetrics {
   readonly costMicros: Children<Counter.Internal>;
   readonly overruns: Children<Counter.Internal>;
   readonly overrunMicros: Children<Counter.Internal>;
+  /** What the vendors' prompt caches saved (workers), apart from the gateway's response cache (`cacheSavedMicros`). */
+  readonly promptCacheSavedMicros: Children<Counter.Internal>;
   // The response cache: requests by how the cache served them (api), what hits saved (api), answers kept (workers).
   readonly cacheRequests: Children<Counter.Internal>;
   readonly cacheSavedMicros: Children<Counter.Internal>;
@@ -325,6 +327,15 @@ export class GatewayMetrics {
     this.costMicros = counterChildren('cost_micros_total', 'Cost billed, in micro-dollars (1e-6 USD), by catalog model.', keyed(['model']));
     this.overruns = counterChildren('settlement_overruns_total', 'Requests whose answer cost more than their reservation (a vendor past max_tokens, an estimate too low): a key limit or balance can be passed by the difference.', ['model', 'vendor']);
     this.overrunMicros = counterChildren('settlement_overrun_micros_total', 'What answers cost past their reservations, in micro-dollars.', ['model', 'vendor']);
+    // A counter only goes up: a request whose cache writes cost more than its cache reads saved adds nothing here, and
+    // the record's `prompt_cache_saved_micros` keeps the signed sum.
+    this.promptCacheSavedMicros = counterChildren(
+      'prompt_cache_saved_micros_total',
+      'What the vendors\' prompt caches saved, in micro-dollars, by catalog model: the prompt at the plain input price less what it was billed ' +
+        '(cached and cache-write tokens at their own prices), for each request where that is above 0. ' +
+        'Not the gateway\'s response cache (cache_saved_micros_total).',
+      ['model'],
+    );
     this.cacheRequests = counterChildren('cache_requests_total', 'Requests that opted into the response cache, by catalog model and result: hit (answered from the cache), coalesced (shared an identical request\'s vendor call), miss (asked the vendor).', ['model', 'result']);
     this.cacheSavedMicros = counterChildren('cache_saved_micros_total', 'What hits and coalesced requests saved their accounts, in micro-dollars: the stored answer\'s price less what they were billed.', ['model']);
     this.cacheStored = counterChildren('cache_entries_stored_total', 'Answers kept in the response cache, by catalog model.', ['model']);

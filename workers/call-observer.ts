@@ -2,7 +2,8 @@ import type { Job } from 'bullmq';
 import type { GatewayError } from '../shared/errors.js';
 import type { GatewayJobData } from '../shared/jobs.js';
 import type { ResolvedRoute } from './channel-router.js';
-import { startVendorAttempt, type BilledUsage } from './job-tracing.js';
+import { startVendorAttempt } from './job-tracing.js';
+import type { BilledUsage } from './settlement.js';
 import { startVendorCall } from './metrics.js';
 
 /** What watches one vendor call: its span (tracing on), its outcome and time (metrics on). */

@@ -7,6 +7,7 @@ import { contextOf, getTracer, markFailed, tracingEnabled } from '../shared/trac
 import type { ResolvedRoute } from './channel-router.js';
 import { ClientGoneError } from './client-gone-error.js';
 import { queueSignal } from './failure-policy.js';
+import type { BilledUsage } from './settlement.js';
 
 /**
  * The worker's spans of one request (only when tracing is on, see
@@ -90,16 +91,6 @@ export interface VendorAttempt {
   end(billed?: BilledUsage): void;
 }
 
-/** What a settlement billed a call for, as its span tells it. */
-export interface BilledUsage {
-  costMicros: number;
-  input: number;
-  cached: number;
-  cacheWrite?: number;
-  output: number;
-  /** What the vendor's prompt cache saved (micro-dollars; negative when only writes were billed above the input price). */
-  promptCacheSavedMicros?: number;
-}
 
 export function startVendorAttempt(job: Job<GatewayJobData>, route: ResolvedRoute, signal: AbortSignal): VendorAttempt | undefined {
   if (!tracingEnabled()) return undefined;

@@ -160,11 +160,19 @@ export function answerCached(model: string, bytes: number): void {
   metrics.cacheStoredBytes.get(model).inc(bytes);
 }
 
-/** A settlement was applied (once per request): its tokens and cost, by the catalog model the api resolved. */
-export function usageSettled(record: Pick<UsageEntry, 'model' | 'key_id' | 'input_tokens' | 'cached_tokens' | 'output_tokens' | 'cost_micros'>): void {
+/**
+ * A settlement was applied (once per request): its tokens and cost, by the catalog model the api resolved, and what
+ * the vendor's prompt cache saved it, when that is above 0 (a counter cannot go down: a request whose cache writes
+ * cost more than plain input would have adds nothing; the record keeps the signed saving).
+ */
+export function usageSettled(
+  record: Pick<UsageEntry, 'model' | 'key_id' | 'input_tokens' | 'cached_tokens' | 'output_tokens' | 'cost_micros' | 'prompt_cache_saved_micros'>,
+): void {
   const metrics = activeMetrics();
   if (!metrics) return;
   const { model, key_id: keyId } = record;
+  const promptCacheSaved = record.prompt_cache_saved_micros ?? 0;
+  if (promptCacheSaved > 0) metrics.promptCacheSavedMicros.get(model).inc(promptCacheSaved);
   if (metrics.perKey) {
     metrics.tokens.get(model, 'in', keyId).inc(record.input_tokens);
     metrics.tokens.get(model, 'out', keyId).inc(record.output_tokens);

@@ -13,9 +13,20 @@ import type { Metered, PriceList } from '../shared/money/pricing.js';
 import type { ChannelConfig } from '../shared/vendors.js';
 import type { ServiceTier } from '../shared/scheduling/service-tier.js';
 import { countChatPromptTokensAsync, countTextTokensAsync } from '../shared/tokens.js';
-import type { Usage } from './vendors/types.js';
+import type { Usage } from './answers/events.js';
 import { settlementOverran, usageSettled } from './metrics.js';
 import type { OverrunReport } from './overrun-report.js';
+
+/** What a settlement billed a job for (the response cache's entry and the call's span tell it). */
+export interface BilledUsage {
+  costMicros: number;
+  input: number;
+  cached: number;
+  cacheWrite?: number;
+  output: number;
+  /** What the vendor's prompt cache saved (micro-dollars; negative when only writes were billed above the input price). */
+  promptCacheSavedMicros?: number;
+}
 
 /**
  * What one job produced, filled in as it runs: the vendor's usage when it
@@ -45,7 +56,7 @@ export class Meter {
   /** The answer in both client forms, for the response cache: set by a pipeline when the job's answer may be kept. */
   cacheable: CacheableAnswer | undefined;
   /** What the settlement billed (for the cache entry: what a hit saves). */
-  billed: { costMicros: number; input: number; cached: number; output: number } | undefined;
+  billed: BilledUsage | undefined;
   /** Told once, at the answer's first output (text, reasoning or a tool call): the vendor has read the whole prompt. */
   onFirstOutput: (() => void) | undefined;
   private outputSeen = false;
@@ -126,6 +137,26 @@ export async function meter(request: EndpointRequest | undefined, produced: Mete
   return metered;
 }
 
+/**
+ * What the vendor's prompt cache saved a request: its price had every cached and cache-write token been billed as
+ * plain input, less what it was billed (`costMicros`), by the same rule (`actualCost`: same model, channel and tier,
+ * so a request served free saved nothing, both being 0). Signed: a request that only wrote the cache, at a price above
+ * the input's (Anthropic's 1.25×), paid more than it would have without it. Each price is rounded up as billed
+ * (`costMicros`), so the saving is the difference of two charges, not the charge of a difference.
+ */
+function promptCacheSaved(
+  deps: Pick<SettlementDeps, 'config' | 'prices'>,
+  model: string,
+  channel: Pick<ChannelConfig, 'vendor' | 'protocol'> | undefined,
+  metered: Metered,
+  tier: ServiceTier,
+  costMicros: number,
+): number {
+  // Nothing read from the cache or written to it: nothing to compare (and no second pricing of every request).
+  if (metered.cachedTokens <= 0 && (metered.cacheWriteTokens ?? 0) <= 0) return 0;
+  return actualCost(deps.config, deps.prices, model, channel, { ...metered, cachedTokens: 0, cacheWriteTokens: 0 }, tier) - costMicros;
+}
+
 export interface SettlementDeps {
   /** MOCK_BILLING: whether mock answers are charged. */
   config: { mock: Pick<Config['mock'], 'billed'> };
@@ -162,6 +193,8 @@ export async function settleJob(
 ): Promise<void> {
   const metered = await meter(request, produced);
   const tier = produced.servedTier ?? data.serviceTier ?? 'default';
+  // At the prices of the tier that served it, not the one asked for (its reservation covers every tier it may be billed at).
+  const costMicros = actualCost(deps.config, deps.prices, data.model, channel, metered, tier);
   const entry: UsageEntry = {
     request_id: data.requestId,
     key_id: data.keyId,
@@ -170,12 +203,13 @@ export async function settleJob(
     vendor,
     input_tokens: metered.inputTokens,
     cached_tokens: metered.cachedTokens,
+    cache_write_tokens: metered.cacheWriteTokens ?? 0,
     output_tokens: metered.outputTokens,
     images: metered.images,
     audio_seconds: metered.audioSeconds,
     video_seconds: metered.videoSeconds,
-    // At the prices of the tier that served it, not the one asked for (its reservation covers every tier it may be billed at).
-    cost_micros: actualCost(deps.config, deps.prices, data.model, channel, metered, tier),
+    cost_micros: costMicros,
+    prompt_cache_saved_micros: promptCacheSaved(deps, data.model, channel, metered, tier, costMicros),
     service_tier: tier,
     status,
     // A request that opted into the cache and went to the vendor (hits and shared calls are billed by the api).
@@ -185,7 +219,14 @@ export async function settleJob(
     // The run's detail with what the meter saw of the answer.
     ...(detail ? { ...detail, answer_id: produced.answerId, finish_reason: produced.finishReason } : {}),
   };
-  produced.billed = { costMicros: entry.cost_micros, input: entry.input_tokens, cached: entry.cached_tokens, output: entry.output_tokens };
+  produced.billed = {
+    costMicros: entry.cost_micros,
+    input: entry.input_tokens,
+    cached: entry.cached_tokens,
+    cacheWrite: entry.cache_write_tokens,
+    output: entry.output_tokens,
+    promptCacheSavedMicros: entry.prompt_cache_saved_micros ?? 0,
+  };
   for (let attempt = 1; ; attempt++) {
     try {
       // Marked settled until well past the job's deadline, when no attempt of it can run any more.

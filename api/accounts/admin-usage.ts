@@ -103,12 +103,14 @@ export function groupUsage(loaded: readonly UsageDailyTable[], query: Omit<Usage
       requests: totals.requests,
       input_tokens: totals.input_tokens,
       cached_tokens: totals.cached_tokens,
+      cache_write_tokens: totals.cache_write_tokens,
       output_tokens: totals.output_tokens,
       images: totals.images,
       audio_seconds: totals.audio_seconds,
       video_seconds: totals.video_seconds,
       cost_usd: totals.cost_micros / 1e6,
       saved_micros: totals.saved_micros,
+      prompt_cache_saved_micros: totals.prompt_cache_saved_micros,
     };
     return row;
   });

@@ -143,12 +143,38 @@ async function requestTallies(record: RecordDb, filter: RequestFilter & { since:
   }));
 }
 
-const amountFields = ['input_tokens', 'cached_tokens', 'output_tokens', 'images', 'audio_seconds', 'video_seconds', 'cost_usd'] as const;
+/**
+ * What the day totals hold of a row. What the vendor's prompt cache saved is among them, beside the spend it lowered
+ * (the response cache's saving is the log's: it is counted with the hits it came from).
+ */
+const amountFields = [
+  'input_tokens',
+  'cached_tokens',
+  'cache_write_tokens',
+  'output_tokens',
+  'images',
+  'audio_seconds',
+  'video_seconds',
+  'cost_usd',
+  'prompt_cache_saved_micros',
+] as const;
 const tallyFields = ['requests', 'refused', 'failed', 'cancelled', 'cache_hits', 'saved_micros'] as const;
 
 /** A row's sums from cells (day, model, key): the amounts the day totals hold, the counts the request log's. */
 function sumCells(cells: readonly UsageRow[], dims: Pick<UsageRow, 'day' | 'model' | 'key_id'>): UsageRow {
-  const row: UsageRow = { ...dims, input_tokens: 0, cached_tokens: 0, output_tokens: 0, images: 0, audio_seconds: 0, video_seconds: 0, cost_usd: 0, ...noTally() };
+  const row: UsageRow = {
+    ...dims,
+    input_tokens: 0,
+    cached_tokens: 0,
+    cache_write_tokens: 0,
+    output_tokens: 0,
+    images: 0,
+    audio_seconds: 0,
+    video_seconds: 0,
+    cost_usd: 0,
+    prompt_cache_saved_micros: 0,
+    ...noTally(),
+  };
   let micros = 0;
   for (const cell of cells) {
     for (const field of amountFields) if (field !== 'cost_usd') row[field] += cell[field];
@@ -440,7 +466,30 @@ async function histogramBars(record: RecordDb, filter: RequestFilter & { since: 
   return rows.map((row) => ({ start: Number(row.start), requests: Number(row.requests), errors: Number(row.errors) }));
 }
 
-const csvColumns = ['day', 'model', 'requests', 'input_tokens', 'cached_tokens', 'output_tokens', 'images', 'audio_seconds', 'video_seconds', 'cost_usd'] as const;
+/**
+ * The CSV's columns. Those added later come last, so a sheet that reads the earlier ones by position reads them still:
+ * the prompt tokens the vendor's cache wrote, and what that cache saved in USD (net, so it may be below zero).
+ */
+const csvColumns = [
+  'day',
+  'model',
+  'requests',
+  'input_tokens',
+  'cached_tokens',
+  'output_tokens',
+  'images',
+  'audio_seconds',
+  'video_seconds',
+  'cost_usd',
+  'cache_write_tokens',
+  'prompt_cache_saved_usd',
+] as const;
+type CsvColumn = (typeof csvColumns)[number];
+
+/** A daily row's value in a CSV column: its own field, or a saving in micro-dollars as USD. */
+function csvValue(row: UsageRow, column: CsvColumn): string | number | undefined {
+  return column === 'prompt_cache_saved_usd' ? row.prompt_cache_saved_micros / 1e6 : row[column];
+}
 
 /** A field as CSV writes it; a leading =, +, - or @ is quoted with a ' so a spreadsheet does not run it as a formula. */
 function csvField(value: string | number | undefined): string {
@@ -454,6 +503,6 @@ export async function usageCsv(keyStore: KeyStore, account: Account, request: Us
   // The day totals alone: none of the report's latency, key names or balance.
   const { days, daily } = await usageCells(keyStore, usageAccount(account, request), request, keyIds);
   const lines = [csvColumns.join(',')];
-  for (const row of daily) lines.push(csvColumns.map((column) => csvField(row[column])).join(','));
+  for (const row of daily) lines.push(csvColumns.map((column) => csvField(csvValue(row, column))).join(','));
   return { filename: `usage-${days[0]}-to-${days.at(-1)}.csv`, csv: `${lines.join('\r\n')}\r\n` };
 }

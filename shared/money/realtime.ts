@@ -112,6 +112,23 @@ export function realtimeResponseCostMicros(prices: PriceList, modelId: string, t
   return marked(prices, cost);
 }
 
+/**
+ * What the vendor's prompt cache saved one response: its price had its cached text and audio tokens been billed as
+ * plain text and audio input, less what it was billed (`costMicros`, its `realtimeResponseCostMicros`). A Realtime
+ * vendor bills no cache writes, so this is never below 0 at prices where a cached token is the cheaper.
+ */
+export function realtimePromptCacheSavedMicros(prices: PriceList, modelId: string, tokens: RealtimeTokens, costMicros: number): number {
+  if (tokens.cachedTextInput + tokens.cachedAudioInput === 0) return 0;
+  const uncached: RealtimeTokens = {
+    ...tokens,
+    textInput: tokens.textInput + tokens.cachedTextInput,
+    cachedTextInput: 0,
+    audioInput: tokens.audioInput + tokens.cachedAudioInput,
+    cachedAudioInput: 0,
+  };
+  return realtimeResponseCostMicros(prices, modelId, uncached) - costMicros;
+}
+
 /** The most one response can cost: its context window at the dearest input price, its most output at the dearest output price. */
 export function realtimeResponseWorstCaseMicros(prices: PriceList, model: Pick<CatalogModel, 'id' | 'context_window' | 'max_output_tokens'>): number {
   const rates = realtimeRates(prices.pricing(model.id));

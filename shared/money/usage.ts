@@ -7,11 +7,23 @@ import type { ServiceTier } from '../scheduling/service-tier.js';
  * these types). Nothing here runs: the console's build reads it too.
  */
 
-/** What one request used, besides its cost: the amounts a price list charges for. */
-export const usageAmounts = ['input_tokens', 'cached_tokens', 'output_tokens', 'images', 'audio_seconds', 'video_seconds'] as const;
+/**
+ * What one request used, besides its cost: the amounts a price list charges for. `cached_tokens` and
+ * `cache_write_tokens` are the parts of `input_tokens` the vendor read from its prompt cache and wrote to it, each
+ * billed at its own price (`cached_input_per_1m`, `cache_write_per_1m`), so they are summed as the other amounts are.
+ */
+export const usageAmounts = ['input_tokens', 'cached_tokens', 'cache_write_tokens', 'output_tokens', 'images', 'audio_seconds', 'video_seconds'] as const;
 export type UsageAmounts = Record<(typeof usageAmounts)[number], number>;
 /** None of them: what a request that is not metered by amounts (a cache hit, a tool call) used. */
-export const noAmounts: Readonly<UsageAmounts> = Object.freeze({ input_tokens: 0, cached_tokens: 0, output_tokens: 0, images: 0, audio_seconds: 0, video_seconds: 0 });
+export const noAmounts: Readonly<UsageAmounts> = Object.freeze({
+  input_tokens: 0,
+  cached_tokens: 0,
+  cache_write_tokens: 0,
+  output_tokens: 0,
+  images: 0,
+  audio_seconds: 0,
+  video_seconds: 0,
+});
 
 /** How a request ended. `refused` is the api's alone: admission turned it away and nothing was settled. */
 export const requestStatuses = ['completed', 'failed', 'cancelled', 'refused'] as const;
@@ -80,6 +92,13 @@ export interface UsageEntry extends UsageColumns, RunDetail {
   cache?: CacheMark;
   /** Integer micro-dollars the cache saved it: the stored answer's price less what this request was billed (0 or absent when none). */
   saved_micros?: number;
+  /**
+   * Integer micro-dollars the vendor's prompt cache saved it (not the gateway's response cache: `saved_micros`): what
+   * its prompt would have cost had every cached and cache-write token been billed at the plain input price, less what
+   * it was billed. Signed: a request that only wrote the cache, at a price above the input's, saved less than nothing.
+   * 0 or absent when it read and wrote no cache, or was not billed.
+   */
+  prompt_cache_saved_micros?: number;
 }
 
 /** What the request log knows of how a request ran, each null until one of its halves says (the api's log event, the worker's settlement). */
@@ -125,6 +144,8 @@ export interface RequestView extends UsageAmounts, RequestLogColumns {
   cache: CacheMark | null;
   /** Integer micro-dollars the cache saved it (0 when none). */
   saved_micros: number;
+  /** Integer micro-dollars the vendor's prompt cache saved it, signed (`UsageEntry.prompt_cache_saved_micros`; 0 when none). */
+  prompt_cache_saved_micros: number;
   /** How long its worker ran it, ms (a batch request's only timing); 0 until settled. */
   duration_ms: number;
   /** Whether what it used and cost is in yet (a request still running, or refused, has none). */
@@ -141,6 +162,8 @@ export interface UsageTotals extends UsageAmounts {
   cost_usd: number;
   /** Integer micro-dollars the response cache saved these requests. */
   saved_micros: number;
+  /** Integer micro-dollars the vendor's prompt cache saved them, net (signed: cache writes dearer than input count against it). */
+  prompt_cache_saved_micros: number;
 }
 
 /** A report's row by key, with the key's name (kept when it was revoked, and marked) and its account. */

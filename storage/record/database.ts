@@ -112,8 +112,10 @@ export interface LedgerTable {
   time: number;
 }
 
-export interface UsageTable extends UsageColumns, RequestLogColumns {
+export interface UsageTable extends Omit<UsageColumns, 'cache_write_tokens'>, RequestLogColumns {
   status: string;
+  /** Prompt tokens written to the vendor's prompt cache (part of `input_tokens`); 0 on rows from before it was kept. */
+  cache_write_tokens: Generated<number>;
   /** The worker's settlement is in (and counted in the totals); false on a row only the api's log event wrote. */
   settled: Generated<boolean>;
   /** The tier that served it (priority, default or flex): its token prices were that tier's. */
@@ -122,6 +124,8 @@ export interface UsageTable extends UsageColumns, RequestLogColumns {
   cache: string | null;
   /** Integer micro-dollars the response cache saved the request (0 when none). */
   saved_micros: Generated<number>;
+  /** Integer micro-dollars the vendor's prompt cache saved the request, signed (0 when none, and on rows from before it was kept). */
+  prompt_cache_saved_micros: Generated<number>;
 }
 
 /** One row per UTC day, account, key and model: the sums of its usage rows, one column per usage metric. */

@@ -384,6 +384,24 @@ const migrations: Record<string, Migration> = {
         )`.execute(db);
     },
   },
+  // What the vendor's prompt cache did for each request: the prompt tokens it wrote to that cache (`cache_write_tokens`,
+  // beside `cached_tokens`, those it read) and what that saved (`prompt_cache_saved_micros`, signed: a cache write is
+  // dearer than plain input), summed in the day totals too. A constant default: added without rewriting either table,
+  // and every row before reads 0 (nothing was kept of either).
+  '0017_prompt_cache_saving': {
+    async up(db: Kysely<unknown>) {
+      await db.transaction().execute(async (db) => {
+        await sql`
+          alter table usage
+            add column if not exists cache_write_tokens bigint not null default 0,
+            add column if not exists prompt_cache_saved_micros bigint not null default 0`.execute(db);
+        await sql`
+          alter table usage_daily
+            add column if not exists cache_write_tokens bigint not null default 0,
+            add column if not exists prompt_cache_saved_micros bigint not null default 0`.execute(db);
+      });
+    },
+  },
 };
 
 /** The request log's indexes: name and definition (after `on usage`). */

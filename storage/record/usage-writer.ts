@@ -86,6 +86,11 @@ const tier = (value: unknown): ServiceTier => (serviceTiers.includes(value as Se
 const cacheMark = (value: unknown): CacheMark | null => (cacheMarks.includes(value as CacheMark) ? (value as CacheMark) : null);
 /** Micro-dollars the cache saved: a non-negative safe integer, else 0. */
 const savedMicros = (value: unknown): number => (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 ? value : 0);
+/**
+ * Micro-dollars the vendor's prompt cache saved: a safe integer, else 0 (an entry from before it was kept has none).
+ * Signed, unlike the response cache's: a request that only wrote the cache paid more than plain input would have.
+ */
+const promptCacheSavedMicros = (value: unknown): number => (typeof value === 'number' && Number.isSafeInteger(value) ? value : 0);
 /** The most of an MCP call's kept arguments written (characters). */
 const keptArgumentChars = 16_384;
 const count = (value: unknown) => (value === undefined || value === null || !Number.isFinite(Number(value)) ? null : Math.max(0, Math.min(2_147_483_647, Math.round(Number(value)))));
@@ -127,6 +132,8 @@ export function usageRow(fields: readonly string[]): UsageRow | undefined {
     vendor: String(parsed.vendor ?? ''),
     input_tokens: int(parsed.input_tokens),
     cached_tokens: int(parsed.cached_tokens),
+    // Absent from an entry settled before it was kept: none written, as far as the record knows.
+    cache_write_tokens: int(parsed.cache_write_tokens),
     output_tokens: int(parsed.output_tokens),
     images: int(parsed.images),
     audio_seconds: num(parsed.audio_seconds),
@@ -150,6 +157,7 @@ export function usageRow(fields: readonly string[]): UsageRow | undefined {
     service_tier: tier(parsed.service_tier),
     cache: cacheMark(parsed.cache),
     saved_micros: savedMicros(parsed.saved_micros),
+    prompt_cache_saved_micros: promptCacheSavedMicros(parsed.prompt_cache_saved_micros),
     // A Realtime session's own row: its amounts are its responses', each settled on a row of its own (shared/money/realtime.ts).
     ...(parsed.rollup === true ? { rollup: true } : {}),
   };
@@ -184,10 +192,20 @@ export function logRow(fields: readonly string[]): LogRow | undefined {
  * carries too when its request's log event came in the same batch (then
  * `arrived`, the log's `created`, is the row's time; the day totals keep the
  * settlement's). The cache's columns are the worker's alone, as the tier's
- * are (left out: no cache use, nothing saved).
+ * are (left out: no cache use, nothing saved); so are the vendor's prompt
+ * cache's writes and saving (left out: none).
  */
-export type UsageRow = Omit<UsageTable, 'settled' | 'service_tier' | 'cache' | 'saved_micros' | LogOnly | UsageDetailColumn> &
-  Partial<Pick<UsageTable, UsageDetailColumn | LogOnly>> & { arrived?: number; service_tier?: ServiceTier; cache?: CacheMark | null; saved_micros?: number; rollup?: boolean };
+export type UsageRow = Omit<UsageTable, 'settled' | 'service_tier' | 'cache' | 'saved_micros' | PromptCacheColumn | LogOnly | UsageDetailColumn> &
+  Partial<Pick<UsageTable, UsageDetailColumn | LogOnly>> & {
+    arrived?: number;
+    service_tier?: ServiceTier;
+    cache?: CacheMark | null;
+    saved_micros?: number;
+    cache_write_tokens?: number;
+    prompt_cache_saved_micros?: number;
+    rollup?: boolean;
+  };
+type PromptCacheColumn = 'cache_write_tokens' | 'prompt_cache_saved_micros';
 type LogOnly = 'stream' | 'http_status' | 'latency_ms' | 'ttft_ms' | 'error_message';
 /** The worker's part of the request log, as the settlement's usage entry carries it. */
 type UsageDetailColumn = keyof RunDetail;
@@ -310,6 +328,7 @@ export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly U
           vendor: eb.ref('excluded.vendor'),
           input_tokens: eb.ref('excluded.input_tokens'),
           cached_tokens: eb.ref('excluded.cached_tokens'),
+          cache_write_tokens: eb.ref('excluded.cache_write_tokens'),
           output_tokens: eb.ref('excluded.output_tokens'),
           images: eb.ref('excluded.images'),
           audio_seconds: eb.ref('excluded.audio_seconds'),
@@ -328,6 +347,7 @@ export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly U
           service_tier: eb.ref('excluded.service_tier'),
           cache: eb.ref('excluded.cache'),
           saved_micros: eb.ref('excluded.saved_micros'),
+          prompt_cache_saved_micros: eb.ref('excluded.prompt_cache_saved_micros'),
           endpoint: sql`coalesce(usage.endpoint, excluded.endpoint)`,
           error_code: sql`coalesce(usage.error_code, excluded.error_code)`,
           error_message: sql`coalesce(usage.error_message, excluded.error_message)`,
@@ -362,12 +382,14 @@ export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly U
     t.requests += 1;
     t.input_tokens += row.input_tokens;
     t.cached_tokens += row.cached_tokens;
+    t.cache_write_tokens += row.cache_write_tokens ?? 0;
     t.output_tokens += row.output_tokens;
     t.images += row.images;
     t.audio_seconds += Math.round(row.audio_seconds);
     t.video_seconds += Math.round(row.video_seconds);
     t.cost_micros += row.cost_micros;
     t.saved_micros += row.saved_micros ?? 0;
+    t.prompt_cache_saved_micros += row.prompt_cache_saved_micros ?? 0;
     lastUsed.set(row.key_id, Math.max(lastUsed.get(row.key_id) ?? 0, row.created));
     if (row.cost_micros !== 0) {
       accounts.set(row.account_id, (accounts.get(row.account_id) ?? 0) + row.cost_micros);

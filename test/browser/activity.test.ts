@@ -519,6 +519,8 @@ describe('console activity page in a real browser', () => {
 
   it('marks a request answered from the response cache and one that shared a vendor call, and the Usage page says what the cache saved', async () => {
     // A member of their own whose settlements are written as the usage writer writes them: a hit, a shared call, a miss and one without the cache.
+    // The two that reached the vendor used its prompt cache too, which the pages keep apart from the response cache: the
+    // miss only wrote it (dearer than plain input: a saving below zero), the other read most of its prompt from it.
     const email = 'cache@activity-browser.test';
     const password = 'cache-password';
     const account = (await (await adminApi('POST', '/admin/accounts', { email, password, role: 'member' })).json()) as { id: string };
@@ -549,6 +551,8 @@ describe('console activity page in a real browser', () => {
       endpoint: 'chat.completions',
       ...(cache ? { cache } : {}),
       saved_micros: saved,
+      ...(cache === 'miss' ? { input_tokens: 1000, cache_write_tokens: 1000, prompt_cache_saved_micros: -125 } : {}),
+      ...(cache === undefined ? { input_tokens: 2000, cached_tokens: 1500, prompt_cache_saved_micros: 987 } : {}),
     }));
     const record = await testRecord(redisUrl);
     await record.transaction().execute((tx) => writeUsage(tx, rows));
@@ -596,14 +600,35 @@ describe('console activity page in a real browser', () => {
     const detail = async (label: string) => (await dialog.locator('.detail').filter({ has: page.getByText(label, { exact: true }) }).locator('dd').innerText()).trim();
     assert.match(await detail('Cost'), /saved \$0\.001234/);
     assert.equal(await detail('Response cache'), 'Hit (answered from the cache)');
+    // A hit asked no vendor: its prompt cache did nothing.
+    assert.deepEqual([await detail('Cache-write tokens'), await detail('Prompt cache saved')], ['0', '$0.00']);
     await shoot(page, 'activity-cache-detail-desktop');
     await page.keyboard.press('Escape');
     await dialog.waitFor({ state: 'detached' });
+    // The vendor's prompt caching, in the details of the two that reached it: what it read, wrote and saved, named as the vendor's.
+    for (const [nth, cached, written, saved] of [
+      [2, '0', '1,000', /^-\$0\.000125 \(by the vendor’s prompt caching: its cache writes cost more than its reads saved\)$/],
+      [3, '1,500', '0', /^\$0\.000987 \(by the vendor’s prompt caching\)$/],
+    ] as const) {
+      await bodyRows(page).nth(nth).getByRole('button').click();
+      await dialog.waitFor();
+      assert.deepEqual([await detail('Cached tokens'), await detail('Cache-write tokens')], [cached, written]);
+      assert.match(await detail('Prompt cache saved'), saved);
+      if (nth === 3) await shoot(page, 'activity-prompt-cache-detail-desktop');
+      await page.keyboard.press('Escape');
+      await dialog.waitFor({ state: 'detached' });
+    }
 
     await page.goto('/console/usage');
     const spend = page.locator('.stat').filter({ has: page.getByText('Spend', { exact: true }) });
     await spend.locator('.stat-note').waitFor();
     assert.equal((await spend.locator('.stat-note').innerText()).trim(), 'saved by the response cache: $0.001234 on 1 hit');
+    // The vendor's prompt caching, apart: under the input it lowered, net (987 − 125 micro-dollars), and a column of its own.
+    const input = page.locator('.stat').filter({ has: page.getByText('Input tokens', { exact: true }) });
+    assert.equal((await input.locator('.stat-note').innerText()).trim(), 'prompt cache saved $0.000862: 1,500 tokens read from it, 1,000 written');
+    const byModel = page.getByRole('table', { name: 'By model', exact: true });
+    assert.equal((await byModel.locator('tbody tr:not(.dt-details-row) td[data-label="Prompt cache saved"]').first().innerText()).trim(), '$0.000862');
+    assert.equal((await byModel.locator('tbody tr:not(.dt-details-row) td[data-label="Saved"]').first().innerText()).trim(), '$0.001234');
     assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth));
     await shoot(page, 'usage-cache-saved-desktop');
     await closeClean(context, 'cache, desktop');

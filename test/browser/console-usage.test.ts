@@ -188,6 +188,14 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
     assert.equal(await page.getByRole('columnheader', { name: /Cached tokens/ }).count(), 0);
     await page.getByRole('table', { name: 'By model', exact: true }).getByRole('button', { name: 'Details' }).first().click();
     await page.locator('.dt-detail-list dt', { hasText: 'Prompt-cache tokens' }).first().waitFor();
+    await page.locator('.dt-detail-list dt', { hasText: 'Cache-write tokens' }).first().waitFor();
+    // What it saved is a column of its own in both tables, apart from the response cache's; the mock caches no prompt,
+    // so it saved nothing, and the Input tokens card says nothing of it.
+    for (const rows of [byModel, byKey]) assert.ok(rows.every((row) => row.cells['Prompt cache saved'] === '$0.00'), JSON.stringify(rows));
+    assert.equal(await page.getByRole('columnheader', { name: /Prompt cache saved/ }).count(), 2);
+    assert.equal(await stat(page, 'Input tokens').locator('.stat-note').count(), 0);
+    const tableNote = page.locator('section[aria-labelledby="by-model-heading"] .table-note');
+    assert.match(await tableNote.innerText(), /Prompt cache saved: what the vendor’s prompt caching saved/);
 
     // The charts: their day axes end at the last bar's day (today), the spend read on one axis.
     const today = dayLabel(Date.now() / 1000);

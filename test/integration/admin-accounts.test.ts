@@ -353,10 +353,37 @@ describe('admin API: accounts, credits, keys and usage', () => {
     await add(today, 'acct_v|key_3|mock-chat|requests', 5);
     await add('2020-01-01', 'acct_u|key_1|mock-chat|requests', 100);
 
+    // What the vendor's prompt cache read, wrote and saved, in a day row of their own.
+    await add(today, 'acct_u|key_2|mock-image|cache_write_tokens', 7);
+    await add(today, 'acct_u|key_2|mock-image|prompt_cache_saved_micros', -3);
     const usage = async (query: string) => ((await admin('GET', `/admin/usage?${query}`)).json.data as Json[]).map(({ cached_tokens: _, ...row }) => row);
     assert.deepEqual(await usage('group_by=day&account_id=acct_u'), [
-      { day: yesterday, requests: 3, input_tokens: 30, output_tokens: 0, images: 0, audio_seconds: 0, video_seconds: 0, cost_usd: 1.25, saved_micros: 0 },
-      { day: today, requests: 1, input_tokens: 0, output_tokens: 0, images: 2, audio_seconds: 0, video_seconds: 0, cost_usd: 0.04, saved_micros: 0 },
+      {
+        day: yesterday,
+        requests: 3,
+        input_tokens: 30,
+        cache_write_tokens: 0,
+        output_tokens: 0,
+        images: 0,
+        audio_seconds: 0,
+        video_seconds: 0,
+        cost_usd: 1.25,
+        saved_micros: 0,
+        prompt_cache_saved_micros: 0,
+      },
+      {
+        day: today,
+        requests: 1,
+        input_tokens: 0,
+        cache_write_tokens: 7,
+        output_tokens: 0,
+        images: 2,
+        audio_seconds: 0,
+        video_seconds: 0,
+        cost_usd: 0.04,
+        saved_micros: 0,
+        prompt_cache_saved_micros: -3,
+      },
     ]);
     assert.deepEqual(
       (await usage('group_by=model')).map((r) => [r.model, r.requests]),

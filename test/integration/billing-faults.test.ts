@@ -210,7 +210,7 @@ describe('billing when processes and Redis fail', () => {
       settler.on('error', () => undefined);
       clients.push(settler);
       const entry = (requestId: string, cost: number): UsageEntry => ({
-        request_id: requestId, account_id: account, key_id: key.id, model, vendor: 'openai', input_tokens: 10, cached_tokens: 0, output_tokens: 5,
+        request_id: requestId, account_id: account, key_id: key.id, model, vendor: 'openai', input_tokens: 10, cached_tokens: 0, cache_write_tokens: 0, output_tokens: 5,
         images: 0, audio_seconds: 0, video_seconds: 0, cost_micros: cost, created: Math.floor(Date.now() / 1000), duration_ms: 1, status: 'completed', service_tier: 'default',
       });
       const policy = { bufferRecords: 1000 };

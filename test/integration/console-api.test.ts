@@ -697,7 +697,16 @@ describe('console API', () => {
       const keys = await console.request<{ data: Key[] }>('GET', '/console/api/keys');
       const playground = keys.json.data.find((key) => key.name === 'Playground');
       assert.ok(playground, 'the Playground key is listed');
-      type Row = { model?: string; key_id?: string; requests: number; cost_usd: number; input_tokens: number; output_tokens: number };
+      type Row = {
+        model?: string;
+        key_id?: string;
+        requests: number;
+        cost_usd: number;
+        input_tokens: number;
+        output_tokens: number;
+        cache_write_tokens: number;
+        prompt_cache_saved_micros: number;
+      };
       let usage!: ConsoleResponse<{ totals: Row; by_model: Row[]; by_key: Array<Row & { key_name: string }>; daily: Row[]; balance_usd: number }>;
       let adminRows: Row[] = [];
       // The console counts a request from its log row, which the api writes before the worker settles it; /admin/usage
@@ -729,10 +738,18 @@ describe('console API', () => {
       const csv = await fetch(`${gateway.url}/console/api/usage.csv?days=7`, { headers: { cookie: `sy_session=${console.cookies.get('sy_session')}` } });
       assert.match(csv.headers.get('content-disposition')!, /attachment; filename="usage-.*\.csv"/);
       const lines = (await csv.text()).trim().split('\r\n');
-      assert.equal(lines[0], 'day,model,requests,input_tokens,cached_tokens,output_tokens,images,audio_seconds,video_seconds,cost_usd');
+      // The columns added later come last: a sheet that reads the first ten by position reads them still.
+      assert.equal(
+        lines[0],
+        'day,model,requests,input_tokens,cached_tokens,output_tokens,images,audio_seconds,video_seconds,cost_usd,cache_write_tokens,prompt_cache_saved_usd',
+      );
       assert.equal(lines.length - 1, usage.json.daily.length);
-      const csvCost = lines.slice(1).reduce((sum, line) => sum + Math.round(Number(line.split(',').at(-1)) * 1e6), 0);
-      assert.equal(csvCost, Math.round(spent * 1e6));
+      const column = (name: string) => lines[0]!.split(',').indexOf(name);
+      const csvSum = (name: string) => lines.slice(1).reduce((sum, line) => sum + Math.round(Number(line.split(',')[column(name)]) * 1e6), 0);
+      assert.equal(csvSum('cost_usd'), Math.round(spent * 1e6));
+      // The mock reads no prompt from a cache of its own: nothing written to one, nothing it saved, as the report says.
+      assert.deepEqual([usage.json.totals.cache_write_tokens, usage.json.totals.prompt_cache_saved_micros], [0, 0]);
+      assert.equal(csvSum('prompt_cache_saved_usd'), usage.json.totals.prompt_cache_saved_micros);
     });
 
     it('refuses a playground request past the balance with insufficient_quota, as any key', async () => {

@@ -9,6 +9,7 @@ import { FAKE_GEMINI_TEXT, type FakeGemini } from '../support/fake-gemini.js';
 import { startVendorGateway, type VendorGateway } from '../support/vendor-gateway.js';
 import { assertMessagesStream, parseMessagesFrames } from '../support/anthropic-stream.js';
 import { waitForUsage } from '../support/record.js';
+import { loadCatalog } from '../../shared/catalog.js';
 
 /** What Claude Code sends on every turn: three system blocks (cached), its tools, adaptive thinking, betas. */
 const claudeCodeTools = ['Bash', 'Read', 'Edit', 'Write', 'Glob', 'Grep', 'Task', 'TodoWrite', 'WebFetch', 'NotebookEdit', 'mcp__ide__getDiagnostics', 'ExitPlanMode'].map((name) => ({
@@ -167,6 +168,25 @@ describe('the Messages API (/v1/messages) with the official Anthropic SDK agains
     const row = await waitForUsage(redisUrl, (usage) => usage.model === 'claude-sonnet-4-6' && usage.output_tokens > 0);
     // Billed as Anthropic counted it: every input token, cached ones included, and the output.
     assert.equal(row.input_tokens, FAKE_ANTHROPIC_USAGE.input_tokens + FAKE_ANTHROPIC_USAGE.cache_creation_input_tokens + FAKE_ANTHROPIC_USAGE.cache_read_input_tokens);
+    assert.equal(row.cached_tokens, FAKE_ANTHROPIC_USAGE.cache_read_input_tokens);
+    assert.equal(row.cache_write_tokens, FAKE_ANTHROPIC_USAGE.cache_creation_input_tokens);
+    // What the prompt cache saved, to the micro-dollar, from claude-sonnet-4-6's published prices ($ per 1M tokens: 3
+    // input, 0.30 a cache read, 3.75 a cache write) and the billing's rule, each component rounded up to a whole
+    // micro-dollar (`costMicros`): the prompt at the input price, less the prompt as billed (the output, the same in
+    // both, cancels out). 20 + 3 + 5 tokens: ⌈28 × 3⌉ = 84 less ⌈20 × 3⌉ + ⌈5 × 0.3⌉ + ⌈3 × 3.75⌉ = 60 + 2 + 12 = 74.
+    const perMillion = { input: 3, cached: 0.3, write: 3.75 };
+    assert.deepEqual(
+      (loadCatalog().all().find((entry) => entry.id === 'claude-sonnet-4-6')?.pricing as Record<string, unknown>) ?? {},
+      { input_per_1m: perMillion.input, output_per_1m: 15, cached_input_per_1m: perMillion.cached, cache_write_per_1m: perMillion.write },
+      'the prices this test reckons with',
+    );
+    const micros = (tokens: number, usd: number) => Math.ceil(tokens * usd - 1e-9);
+    const { input_tokens: plain, cache_creation_input_tokens: written, cache_read_input_tokens: read } = FAKE_ANTHROPIC_USAGE;
+    const uncached = micros(plain + written + read, perMillion.input);
+    const billed = micros(plain, perMillion.input) + micros(read, perMillion.cached) + micros(written, perMillion.write);
+    assert.deepEqual([uncached, billed], [84, 74]);
+    assert.equal(row.prompt_cache_saved_micros, uncached - billed);
+    assert.equal(row.cost_micros, billed + micros(row.output_tokens, 15));
   });
 
   it('leaves Anthropic-only fields and thinking blocks out for another vendor, and answers a Gemini model', async () => {

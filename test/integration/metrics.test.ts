@@ -184,6 +184,8 @@ describe('GET /metrics: one process (WORKER_PROCESS=off), a fake OpenAI vendor',
       ['switchyard_tokens_total', { model, direction: 'in' }, FAKE_USAGE.prompt_tokens],
       ['switchyard_tokens_total', { model, direction: 'out' }, FAKE_USAGE.completion_tokens],
       ['switchyard_cost_micros_total', { model }, usageCost],
+      // Nothing read from the vendor's prompt cache: nothing it saved.
+      ['switchyard_prompt_cache_saved_micros_total', {}, 0],
       ['switchyard_jobs_retried_total', {}, 0],
       ['switchyard_stream_chunks_relayed_total', {}, 0],
     ]);
@@ -389,6 +391,35 @@ describe('GET /metrics: one process (WORKER_PROCESS=off), a fake OpenAI vendor',
     assert.ok(added.every((series) => /"route":"(\/v1\/\{\*rest\}|other|\/v1\/models\/\*model)"/.test(series)), added.join('\n'));
     const distinctModels = new Set(after.series('switchyard_http_requests_total').map((s) => s.labels.model));
     assert.deepEqual([...distinctModels].sort(), ['', model]);
+  });
+
+  // After the label bounds above: this one names a second model.
+  it('a prompt the vendor read from its cache: the cached tokens, and what its prompt cache saved at the catalog\'s prices', async () => {
+    // A model whose cached input is priced below its input; the vendor says most of the prompt was read from its cache.
+    const cachedModel = 'gpt-5-mini';
+    const usage = { prompt_tokens: 2000, completion_tokens: 5, total_tokens: 2005, prompt_tokens_details: { cached_tokens: 1500 } };
+    const metered = { inputTokens: 2000, cachedTokens: 1500, outputTokens: 5, images: 0, audioSeconds: 0, videoSeconds: 0 };
+    // The prompt at the plain input price, less the prompt as billed (the same rule, so the output cancels out).
+    const saved = prices.costMicros(cachedModel, { ...metered, cachedTokens: 0 }) - prices.costMicros(cachedModel, metered);
+    assert.ok(saved > 0, `${cachedModel}'s cached input is cheaper than its input`);
+    const before = await scrape(metricsUrl);
+    fake.enqueue({
+      json: {
+        id: 'chatcmpl-cached',
+        object: 'chat.completion',
+        created: 1_700_000_000,
+        model: cachedModel,
+        choices: [{ index: 0, message: { role: 'assistant', content: 'Counted.', refusal: null }, logprobs: null, finish_reason: 'stop' }],
+        usage,
+      },
+    });
+    await client.chat.completions.create({ model: cachedModel, messages: small.messages, max_completion_tokens: 16 });
+    await expectDeltas(metricsUrl, before, [
+      ['switchyard_tokens_total', { model: cachedModel, direction: 'cached' }, 1500],
+      ['switchyard_prompt_cache_saved_micros_total', { model: cachedModel }, saved],
+      // Not the response cache's saving.
+      ['switchyard_cache_saved_micros_total', {}, 0],
+    ]);
   });
 });
 

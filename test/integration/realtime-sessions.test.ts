@@ -242,7 +242,7 @@ describe('Realtime settlement in Redis', () => {
     const { id: keyId, account } = await paidAccountKey(redis, 1_000_000);
     const outcome = await reserve(redis, { requestId: 'sess_twice', keyId, accountId: account, micros: 200_000, tokens: 0, deadline: Date.now() + 60_000 }, {});
     assert.equal(outcome.ok, true);
-    const entry = { request_id: 'sess_twice:resp_1', key_id: keyId, account_id: account, model: 'mock-realtime', vendor: 'mock', input_tokens: 10, cached_tokens: 0, output_tokens: 5, images: 0, audio_seconds: 0, video_seconds: 0, cost_micros: 1234, service_tier: 'default' as const, status: 'completed' as const, created: 0, duration_ms: 1 };
+    const entry = { request_id: 'sess_twice:resp_1', key_id: keyId, account_id: account, model: 'mock-realtime', vendor: 'mock', input_tokens: 10, cached_tokens: 0, cache_write_tokens: 0, output_tokens: 5, images: 0, audio_seconds: 0, video_seconds: 0, cost_micros: 1234, service_tier: 'default' as const, status: 'completed' as const, created: 0, duration_ms: 1 };
     const policy = { bufferRecords: 1000, keepSettledMs: 60_000 };
     const first = await settleRealtimeResponse(redis, 'sess_twice', entry, 200_000, Date.now() + 60_000, undefined, policy);
     const again = await settleRealtimeResponse(redis, 'sess_twice', entry, 200_000, Date.now() + 60_000, undefined, policy);

@@ -25,7 +25,10 @@ const tables = {
   api_keys: 'select id, account_id, name, created, hash, limit_micros, rpm, tpm, models, expires, cache_ttl_s, spent_micros, revoked, admin_limit_micros, admin_rpm, admin_tpm, admin_models from api_keys order by id',
   ledger: 'select * from ledger order by id',
   usage: 'select request_id, account_id, key_id, cost_micros, status from usage order by request_id',
-  usage_daily: 'select * from usage_daily order by day, account_id, key_id, model',
+  // The columns that release had: those added since are checked apart (what its rows read now).
+  usage_daily:
+    'select day, account_id, key_id, model, requests, input_tokens, cached_tokens, output_tokens, images, audio_seconds, video_seconds, ' +
+    'cost_micros, saved_micros from usage_daily order by day, account_id, key_id, model',
 } as const;
 
 describe('record upgrade to teams', () => {
@@ -58,6 +61,14 @@ describe('record upgrade to teams', () => {
     assert.deepEqual((await read('select distinct kind from accounts')).map((row) => row.kind), ['person']);
     assert.deepEqual(await read('select * from team_members'), []);
     assert.deepEqual((await read('select distinct created_by from api_keys')).map((row) => row.created_by), [null]);
+    // What the vendor's prompt cache wrote and saved was not kept then: every row from before reads 0.
+    assert.ok(migrations.includes('0017_prompt_cache_saving'), String(migrations));
+    for (const table of ['usage', 'usage_daily']) {
+      const sums = 'count(*)::int as n, sum(cache_write_tokens)::int as written, sum(prompt_cache_saved_micros)::int as saved';
+      const [kept] = await read(`select ${sums} from ${table}`);
+      assert.ok(Number(kept!.n) > 0, `${table} has rows from before`);
+      assert.deepEqual([kept!.written, kept!.saved], [0, 0], table);
+    }
   });
 
   it('shows the accounts as before through the admin API: balances, weight, tiers, cache caps', async () => {

@@ -10,6 +10,8 @@ import { freshRedis, paidAccountKey, requestRecord, startGateway, waitFor, type 
 import { testRecord, usageRows, waitForUsage } from '../support/record.js';
 import { lockUsageWriting, logRow, mergeHalves, usageRow, writeLog, writeUsage, type LogRow, type UsageRow } from '../../storage/record/usage-writer.js';
 import { findRequest, requestView } from '../../storage/record/request-log.js';
+import { readUsage, usageQuerySchema } from '../../api/accounts/admin-usage.js';
+import { utcDay } from '../../shared/accounts.js';
 import type { RecordDb } from '../../storage/record/database.js';
 import type { RequestView } from '../../shared/money/usage.js';
 import { loadHotState } from '../../storage/record/hot-state.js';
@@ -785,6 +787,77 @@ describe('the request log writer: the two halves in either order', () => {
     // The record itself takes no other mark, and no NULL saving.
     await assert.rejects(sql`update usage set cache = 'warm' where request_id = 'rc-none'`.execute(db), (error: { code?: string }) => error.code === '23514');
     await assert.rejects(sql`update usage set saved_micros = null where request_id = 'rc-none'`.execute(db), (error: { code?: string }) => error.code === '23502');
+  });
+  it('keeps the prompt tokens the vendor\'s cache wrote and what its prompt caching saved, signed, to the view, the day totals and the report', async () => {
+    const applied = await sql<{ name: string }>`select name from record_migrations order by name`.execute(db);
+    assert.ok(applied.rows.some((row) => row.name === '0017_prompt_cache_saving'), applied.rows.map((row) => row.name).join(' '));
+    await sql`insert into accounts (id, created) values ('acct_p', 0)`.execute(db);
+    await sql`insert into api_keys (id, account_id, created, hash) values ('key_p', 'acct_p', 0, 'hp')`.execute(db);
+    // The settlement's usage entry as the stream carries it: one that read and wrote the cache (it saved), one that
+    // only wrote it (dearer than plain input: below zero), and one settled before either was kept (read as 0).
+    const entry = (id: string, extra: Record<string, unknown>) =>
+      usageRow(['usage', JSON.stringify({ ...usage(id, 500), account_id: 'acct_p', key_id: 'key_p', service_tier: 'default', ...extra })])!;
+    const read = entry('rp-read', { input_tokens: 28, cached_tokens: 5, cache_write_tokens: 3, prompt_cache_saved_micros: 10 });
+    const wrote = entry('rp-wrote', { input_tokens: 2048, cache_write_tokens: 2048, prompt_cache_saved_micros: -1536 });
+    const before = entry('rp-before', { input_tokens: 10 });
+    // Anything but a safe integer is nothing saved (a negative one is a saving below zero, not junk).
+    const fraction = entry('rp-fraction', { prompt_cache_saved_micros: 1.5, cache_write_tokens: 'x' });
+    const huge = entry('rp-huge', { prompt_cache_saved_micros: -(2 ** 53) });
+    const text = entry('rp-text', { prompt_cache_saved_micros: '10' });
+    assert.deepEqual(
+      [read, wrote, before, fraction, huge, text].map((row) => [row.request_id, row.cache_write_tokens, row.prompt_cache_saved_micros]),
+      [
+        ['rp-read', 3, 10],
+        ['rp-wrote', 2048, -1536],
+        ['rp-before', 0, 0],
+        ['rp-fraction', 0, 0],
+        ['rp-huge', 0, 0],
+        ['rp-text', 0, 0],
+      ],
+    );
+    // A row written as a writer before this change wrote it (neither field): the columns' defaults.
+    const { cache_write_tokens: _w, prompt_cache_saved_micros: _s, ...older } = entry('rp-older', { cached_tokens: 4 });
+    // The api's half of one first, the other's after; delivered again, nothing counted twice.
+    await db.transaction().execute((tx) => writeLog(tx, [{ ...logged('rp-read'), account_id: 'acct_p', key_id: 'key_p' }]));
+    assert.equal(await db.transaction().execute((tx) => writeUsage(tx, [read, wrote, before, older])), 4);
+    assert.equal(await db.transaction().execute((tx) => writeUsage(tx, [read, wrote])), 0);
+
+    const ids = ['rp-read', 'rp-wrote', 'rp-before', 'rp-older'];
+    const views = (await db.selectFrom('usage').selectAll().where('request_id', 'in', ids).orderBy('request_id').execute()).map(requestView);
+    assert.deepEqual(
+      views.map((view) => [view.id, view.cached_tokens, view.cache_write_tokens, view.prompt_cache_saved_micros, view.saved_micros]),
+      [
+        ['rp-before', 0, 0, 0, 0],
+        ['rp-older', 4, 0, 0, 0],
+        ['rp-read', 5, 3, 10, 0],
+        ['rp-wrote', 0, 2048, -1536, 0],
+      ],
+    );
+    const generation = await findRequest(db, 'chatcmpl-rp-read', 'key_p');
+    assert.deepEqual([generation?.cache_write_tokens, generation?.prompt_cache_saved_micros], [3, 10]);
+
+    // The day totals sum both, the saving signed; `/admin/usage` and the console's report sum those.
+    const daily = await db
+      .selectFrom('usage_daily')
+      .select([
+        sql<number>`sum(cache_write_tokens)`.as('written'),
+        sql<number>`sum(prompt_cache_saved_micros)`.as('saved'),
+        sql<number>`sum(requests)`.as('requests'),
+      ])
+      .where('account_id', '=', 'acct_p')
+      .executeTakeFirstOrThrow();
+    assert.deepEqual([Number(daily.written), Number(daily.saved), Number(daily.requests)], [2051, 10 - 1536, 4]);
+    const day = utcDay(1_700_000_000_000);
+    const [report] = await readUsage(db, usageQuerySchema.parse({ account_id: 'acct_p', from: day, to: day }));
+    assert.deepEqual(
+      [report?.requests, report?.cached_tokens, report?.cache_write_tokens, report?.prompt_cache_saved_micros, report?.saved_micros],
+      [4, 9, 2051, -1526, 0],
+    );
+
+    // The record takes no NULL in either column.
+    const notNull = (error: { code?: string }) => error.code === '23502';
+    await assert.rejects(sql`update usage set prompt_cache_saved_micros = null where request_id = 'rp-read'`.execute(db), notNull);
+    await assert.rejects(sql`update usage_daily set cache_write_tokens = null where account_id = 'acct_p'`.execute(db), notNull);
   });
   it('keeps the message an error told its client: the api\'s over the worker\'s, cut at 500 characters, without NUL', async () => {
     const applied = await sql<{ name: string }>`select name from record_migrations order by name`.execute(db);

@@ -153,7 +153,9 @@ describe('tracing across the api and worker processes', () => {
     assert.equal(attempt.attributes['gen_ai.usage.input_tokens'], completion.usage!.prompt_tokens);
     assert.equal(attempt.attributes['gen_ai.usage.output_tokens'], completion.usage!.completion_tokens);
     assert.equal(attempt.attributes['gen_ai.usage.cache_read.input_tokens'], completion.usage!.prompt_tokens_details?.cached_tokens ?? 0);
+    assert.equal(attempt.attributes['gen_ai.usage.cache_creation.input_tokens'], 0);
     assert.ok(Number(attempt.attributes['switchyard.cost_micros']) > 0, 'the call cost something');
+    assert.equal(attempt.attributes['switchyard.prompt_cache.saved_micros'], 0, 'nothing read from the vendor cache, nothing saved');
     assert.equal(attempt.attributes['switchyard.attempt'], 1);
     assert.equal(attempt.attributes['switchyard.outcome'], 'ok');
     assert.equal(attempt.attributes['server.address'], new URL(fake.url).host);

@@ -9,6 +9,7 @@ export const usageEntry = (requestId: string, costMicros: number, extra: Partial
   vendor: 'openai',
   input_tokens: 10,
   cached_tokens: 0,
+  cache_write_tokens: 0,
   output_tokens: 5,
   images: 0,
   audio_seconds: 0,

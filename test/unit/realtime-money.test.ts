@@ -2,7 +2,13 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { loadCatalog } from '../../shared/catalog.js';
 import { PriceList } from '../../shared/money/pricing.js';
-import { readRealtimeUsage, realtimeReservationMicros, realtimeResponseCostMicros, realtimeResponseWorstCaseMicros } from '../../shared/money/realtime.js';
+import {
+  readRealtimeUsage,
+  realtimePromptCacheSavedMicros,
+  realtimeReservationMicros,
+  realtimeResponseCostMicros,
+  realtimeResponseWorstCaseMicros,
+} from '../../shared/money/realtime.js';
 import { loadConfig } from '../../shared/config.js';
 
 /** A Realtime response's price: each kind of token at its own price, exactly, and the worst case one response may cost. */
@@ -39,6 +45,16 @@ describe('Realtime money', () => {
     assert.equal(realtimeResponseCostMicros(prices, 'mock-realtime', readRealtimeUsage(usage)), 25_700);
     // One token of each: ceil of each part (4, 0.4→1, 32, 0.4→1, 16, 64).
     assert.equal(realtimeResponseCostMicros(prices, 'mock-realtime', { textInput: 1, cachedTextInput: 1, audioInput: 1, cachedAudioInput: 1, textOutput: 1, audioOutput: 1 }), 4 + 1 + 32 + 1 + 16 + 64);
+  });
+
+  it('says what the vendor\'s prompt cache saved a response: its cached text and audio at their plain prices, less what it was billed', () => {
+    const prices = new PriceList(catalog.all(), { overrides: { 'mock-realtime': pricing } });
+    const tokens = readRealtimeUsage(usage);
+    const billed = realtimeResponseCostMicros(prices, 'mock-realtime', tokens);
+    // Uncached: 300×4 + 400×32 + 50×16 + 250×64 per 1M = 1,200 + 12,800 + 800 + 16,000 micros, less the 25,700 billed.
+    assert.equal(realtimePromptCacheSavedMicros(prices, 'mock-realtime', tokens, billed), 30_800 - 25_700);
+    // Nothing read from the cache: nothing saved (and no second pricing).
+    assert.equal(realtimePromptCacheSavedMicros(prices, 'mock-realtime', readRealtimeUsage({ input_tokens: 10, output_tokens: 5 }), 56), 0);
   });
 
   it('adds the markup once, on the total', () => {

@@ -12,6 +12,7 @@ import {
   readRealtimeUsage,
   realtimeChannelReservationMicros,
   realtimeCharged,
+  realtimePromptCacheSavedMicros,
   realtimeResponseCostMicros,
   realtimeTotals,
   realtimeUnfinishedResponse,
@@ -52,6 +53,8 @@ export interface SessionSums {
   cached: number;
   output: number;
   costMicros: number;
+  /** What the vendor's prompt cache saved the responses (`UsageEntry.prompt_cache_saved_micros`). */
+  promptCacheSavedMicros: number;
 }
 
 /** What one settlement said of the session's next response. */
@@ -69,7 +72,7 @@ export interface LimitsNow {
 }
 
 export class SessionBilling {
-  readonly sums: SessionSums = { responses: 0, input: 0, cached: 0, output: 0, costMicros: 0 };
+  readonly sums: SessionSums = { responses: 0, input: 0, cached: 0, output: 0, costMicros: 0, promptCacheSavedMicros: 0 };
   private readonly settled = new Set<string>();
   private readonly charged: boolean;
   private readonly nextMicros: number;
@@ -190,6 +193,8 @@ export class SessionBilling {
   private async record(id: string, tokens: RealtimeTokens, cost: number, status: string, next: LimitsNow | undefined, finishReason = status): Promise<NextResponse> {
     this.settled.add(id);
     const totals = realtimeTotals(tokens);
+    // A response served free was billed nothing, so its cache saved it nothing either (as `settleJob` counts it).
+    const promptCacheSaved = this.charged ? realtimePromptCacheSavedMicros(this.deps.prices, this.model.id, tokens, cost) : 0;
     const startedAt = this.started.get(id) ?? Date.now();
     this.started.delete(id);
     const entry: UsageEntry = {
@@ -200,11 +205,14 @@ export class SessionBilling {
       vendor: this.channel.vendor,
       input_tokens: totals.input,
       cached_tokens: totals.cached,
+      // A Realtime vendor reports no cache writes: its prompt cache is written at the input price.
+      cache_write_tokens: 0,
       output_tokens: totals.output,
       images: 0,
       audio_seconds: 0,
       video_seconds: 0,
       cost_micros: cost,
+      prompt_cache_saved_micros: promptCacheSaved,
       service_tier: 'default',
       status: settledStatus(status),
       created: Math.floor(startedAt / 1000),
@@ -230,6 +238,7 @@ export class SessionBilling {
           this.sums.cached += totals.cached;
           this.sums.output += totals.output;
           this.sums.costMicros += cost;
+          this.sums.promptCacheSavedMicros += promptCacheSaved;
           usageSettled(entry);
         }
         return result.next === 'refused' ? 'not_covered' : 'covered';
@@ -258,11 +267,13 @@ export class SessionBilling {
       vendor: this.channel.vendor,
       input_tokens: this.sums.input,
       cached_tokens: this.sums.cached,
+      cache_write_tokens: 0,
       output_tokens: this.sums.output,
       images: 0,
       audio_seconds: 0,
       video_seconds: 0,
       cost_micros: this.sums.costMicros,
+      prompt_cache_saved_micros: this.sums.promptCacheSavedMicros,
       service_tier: 'default' as const,
       status: summary.status,
       created: Math.floor(summary.opened / 1000),

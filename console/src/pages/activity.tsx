@@ -119,6 +119,26 @@ const cacheLabels: Record<string, string> = { hit: 'Hit (answered from the cache
 /** What the cache saved a request, as its row says it: what the call would have cost. */
 const savedText = (row: ActivityRow) => (row.saved_micros > 0 ? `saved ${money(row.saved_micros / 1_000_000)}` : undefined);
 
+/**
+ * What the vendor's prompt caching saved a settled request (its prompt at the plain input price less what it was
+ * billed), as its details say it: the amount, and whose it is (the vendor's cache, not the gateway's response cache,
+ * whose saving is beside the cost). Below zero, it says why.
+ */
+function PromptCacheSaved({ row }: { row: ActivityRow }) {
+  if (!row.settled) return <>—</>;
+  const saved = row.prompt_cache_saved_micros;
+  // A request that neither read nor wrote the vendor's cache: nothing to explain.
+  if (saved === 0 && row.cached_tokens === 0 && row.cache_write_tokens === 0) return <>{money(0)}</>;
+  return (
+    <>
+      {money(saved / 1_000_000)}
+      <span class="muted small">
+        {saved < 0 ? ' (by the vendor’s prompt caching: its cache writes cost more than its reads saved)' : ' (by the vendor’s prompt caching)'}
+      </span>
+    </>
+  );
+}
+
 /** A request of a batch: no HTTP answer of its own, timed by its worker alone. */
 const isBatch = (row: ActivityRow) => row.batch_id !== null;
 
@@ -325,6 +345,10 @@ function RequestDetails({ row, keyName, accountName, onClose }: { row: ActivityR
           <>
             <Detail label="Input tokens">{row.settled ? count(row.input_tokens) : '—'}</Detail>
             <Detail label="Cached tokens">{row.settled ? count(row.cached_tokens) : '—'}</Detail>
+            <Detail label="Cache-write tokens">{row.settled ? count(row.cache_write_tokens) : '—'}</Detail>
+            <Detail label="Prompt cache saved">
+              <PromptCacheSaved row={row} />
+            </Detail>
             <Detail label="Output tokens">{row.settled ? count(row.output_tokens) : '—'}</Detail>
           </>
         )}

@@ -14,12 +14,14 @@ const zero: UsageRow = {
   requests: 0,
   input_tokens: 0,
   cached_tokens: 0,
+  cache_write_tokens: 0,
   output_tokens: 0,
   images: 0,
   audio_seconds: 0,
   video_seconds: 0,
   cost_usd: 0,
   saved_micros: 0,
+  prompt_cache_saved_micros: 0,
   refused: 0,
   failed: 0,
   cancelled: 0,
@@ -38,6 +40,16 @@ function outcomes(row: UsageRow): string {
 /** What the response cache saved some requests, and on how many hits: "$0.000036 on 4 hits". */
 function cacheSaving(row: UsageRow): string {
   return `${money(row.saved_micros / 1_000_000)} on ${count(row.cache_hits)} hit${row.cache_hits === 1 ? '' : 's'}`;
+}
+
+/**
+ * What the vendors' prompt caches saved some requests, and the prompt tokens read from and written to them: "prompt
+ * cache saved $0.0123: 2,048 tokens read from it, 1,024 written" (nothing when they read and wrote none).
+ */
+function promptCacheSaving(row: UsageRow): string | undefined {
+  if (row.cached_tokens === 0 && row.cache_write_tokens === 0 && row.prompt_cache_saved_micros === 0) return undefined;
+  const written = row.cache_write_tokens > 0 ? `, ${count(row.cache_write_tokens)} written` : '';
+  return `prompt cache saved ${money(row.prompt_cache_saved_micros / 1_000_000)}: ${count(row.cached_tokens)} tokens read from it${written}`;
 }
 
 function media(row: UsageRow): string {
@@ -99,6 +111,26 @@ const amountColumns: Column<UsageRow>[] = [
   { id: 'output', label: 'Output tokens', numeric: true, headerClass: 'wrap-head', cell: (row) => count(row.output_tokens) },
   // The vendor's prompt caching (input billed at the cached price), not the gateway's response cache: read apart from the hits.
   { id: 'cached', label: 'Prompt-cache tokens', note: 'vendor’s prompt caching', numeric: true, priority: 'detail', cell: (row) => count(row.cached_tokens) },
+  {
+    id: 'cache-writes',
+    label: 'Cache-write tokens',
+    note: 'vendor’s prompt caching',
+    numeric: true,
+    priority: 'detail',
+    cell: (row) => count(row.cache_write_tokens),
+  },
+  // What that caching saved, net: a column beside the input it lowered where the page is wide, else in the details.
+  {
+    id: 'prompt-cache-saved',
+    label: 'Prompt cache saved',
+    note: 'vendor’s prompt caching',
+    numeric: true,
+    headerClass: 'wrap-head',
+    priority: 'wide',
+    title: (row) =>
+      row.prompt_cache_saved_micros < 0 ? 'Below zero: its cache writes, billed above the input price, cost more than its reads saved' : undefined,
+    cell: (row) => money(row.prompt_cache_saved_micros / 1_000_000),
+  },
   { id: 'media', label: 'Media', class: 'muted nowrap', priority: 'detail', cell: media },
   { id: 'cache-hits', label: 'Cache hits', note: 'response cache', numeric: true, headerClass: 'wrap-head', cell: (row) => count(row.cache_hits) },
   { id: 'saved', label: 'Saved', note: 'by cache hits', numeric: true, headerClass: 'wrap-head', cell: (row) => money(row.saved_micros / 1_000_000) },
@@ -112,8 +144,8 @@ function ModelName({ model }: { model: string | undefined }) {
 
 const byModelColumns: Column<UsageRow>[] = [{ id: 'model', label: 'Model', lead: true, class: 'mono cell-strong cell-clip', title: (row) => row.model || undefined, cell: (row) => <ModelName model={row.model} /> }, ...amountColumns];
 
-/** By key: the same sums but the prompt-cache tokens. */
-const byKeyColumns: Column<KeyUsageRow>[] = amountColumns.filter((column) => column.id !== 'cached');
+/** By key: the same sums but the prompt-cache tokens (what the prompt cache saved is kept). */
+const byKeyColumns: Column<KeyUsageRow>[] = amountColumns.filter((column) => column.id !== 'cached' && column.id !== 'cache-writes');
 
 const latencyColumns: Column<ModelLatency>[] = [
   { id: 'model', label: 'Model', lead: true, class: 'mono cell-strong cell-clip', title: (row) => row.model || undefined, cell: (row) => <ModelName model={row.model} /> },
@@ -299,7 +331,8 @@ export function UsagePage() {
         />
         {/* Every request, refusals included: the number Activity counts for the same days. */}
         <Stat label="Requests" value={count(totals.requests)} note={outcomes(totals) ? `of which ${outcomes(totals)}` : undefined} loading={loading} />
-        <Stat label="Input tokens" value={count(totals.input_tokens)} loading={loading} />
+        {/* What the vendors' prompt caches saved, under the input they lowered: never mixed with the response cache's saving. */}
+        <Stat label="Input tokens" value={count(totals.input_tokens)} note={promptCacheSaving(totals)} loading={loading} />
         <Stat label="Output tokens" value={count(totals.output_tokens)} loading={loading} />
         {allAccounts ? (
           <Stat
@@ -352,8 +385,10 @@ export function UsagePage() {
         <h2 id="by-model-heading">By model</h2>
         <DataTable labelledBy="by-model-heading" columns={byModelColumns} rows={data && byModel} rowKey={(row) => row.model ?? ''} skeletonRows={3} empty="No usage in this range." />
         <p class="table-note muted small">
-          Requests: every request logged, refused ones included (Activity counts the same). Tokens and spend are the vendors’; prompt-cache tokens (the vendor’s
-          prompt caching) are in a row’s details. Saved: what the response cache’s hits would have cost without it.
+          Requests: every request logged, refused ones included (Activity counts the same). Tokens and spend are the vendors’. Prompt cache saved: what the
+          vendor’s prompt caching saved, net (the prompts at the plain input price less what they were billed; below zero where its cache writes, billed
+          above the input price, cost more than its reads saved); the tokens it read and wrote are in a row’s details. Saved by cache hits: what the
+          gateway’s response cache’s hits would have cost without it.
         </p>
       </section>
       <section class="section" aria-labelledby="by-key-heading">
