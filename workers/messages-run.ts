@@ -6,7 +6,8 @@ import { adapters, adapterMethod } from './vendors/registry.js';
 import type { Protocol } from '../shared/vendor-definitions.js';
 import { MessagesStreamEncoder } from './answers/messages-encoder.js';
 import { AnthropicEventFold } from './answers/messages-fold.js';
-import type { AnswerEvent, CallContext, NativeEvent } from './vendors/types.js';
+import type { CallContext, NativeEvent } from './vendors/types.js';
+import type { AnswerEvent } from './answers/events.js';
 import { storedEvents } from './answers/answer-forms.js';
 import { answerJob, RelayEncoder, relayedAnswer, type StreamedJob } from './answers/stream-run.js';
 

@@ -8,7 +8,7 @@ import type { ReplyPublisher } from './reply-publisher.js';
 import type { Meter } from './settlement.js';
 import { storedEvents } from './answers/answer-forms.js';
 import { runStream } from './answers/stream-run.js';
-import type { AnswerEvent } from './vendors/types.js';
+import type { AnswerEvent } from './answers/events.js';
 import type { TierRule } from '../shared/scheduling/served-tier.js';
 
 /**

@@ -19,7 +19,8 @@ import {
   SKIP_THOUGHT_SIGNATURE,
 } from '../../workers/vendors/gemini/index.js';
 import { mapGeminiFinishReason } from '../../workers/vendors/gemini/map-gemini-finish-reason.js';
-import type { AnswerEvent, CallContext } from '../../workers/vendors/types.js';
+import type { CallContext } from '../../workers/vendors/types.js';
+import type { AnswerEvent } from '../../workers/answers/events.js';
 import { encodeAnswer, encodeStream } from '../support/answers.js';
 import { FAKE_GEMINI_PIECES, FAKE_GEMINI_TEXT, fakeEmbedding, geminiError, startFakeGemini, type FakeGemini } from '../support/fake-gemini.js';
 import { wireFixture } from '../support/fixtures.js';

@@ -8,7 +8,8 @@ import { countChatPromptTokens, countTextTokens, encodeText } from '../../shared
 import { loadCatalog } from '../../shared/catalog.js';
 import { loadConfig } from '../../shared/config.js';
 import type { AnswerEvent, ToolCallEvent, UsageEvent } from '../../workers/answers/events.js';
-import type { Answer, CallContext, VendorAdapter, VendorHttp } from '../../workers/vendors/types.js';
+import type { CallContext, VendorAdapter, VendorHttp } from '../../workers/vendors/types.js';
+import type { Answer } from '../../workers/answers/events.js';
 import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
 import { MOCK_EMBEDDING_DIMENSIONS, mockAdapter } from '../../workers/vendors/mock/index.js';
 import { withServiceTier } from '../../workers/answers/chat-encoder.js';

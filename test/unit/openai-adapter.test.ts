@@ -15,7 +15,8 @@ import {
 } from '../../workers/vendors/openai/index.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { loadConfig } from '../../shared/config.js';
-import type { AnswerEvent, CallContext, VendorHttp } from '../../workers/vendors/types.js';
+import type { CallContext, VendorHttp } from '../../workers/vendors/types.js';
+import type { AnswerEvent } from '../../workers/answers/events.js';
 import { readOpenAIChoice } from '../../workers/vendors/openai/read-openai-answer.js';
 import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
 import { withServiceTier } from '../../workers/answers/chat-encoder.js';

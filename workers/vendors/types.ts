@@ -19,7 +19,6 @@ import type { SpeechJob } from '../../shared/schemas/speech.js';
 import type { ModerationRequest } from '../../shared/schemas/moderations.js';
 
 
-export type { Answer, AnswerChoice, AnswerEvent, EmbeddingsAnswer, FinishReason, Usage } from '../answers/events.js';
 export type { BlobRef };
 
 /**

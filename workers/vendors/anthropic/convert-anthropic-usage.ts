@@ -1,4 +1,4 @@
-import type { Usage } from '../types.js';
+import type { Usage } from '../../answers/events.js';
 
 /** Anthropic's token counts. `input_tokens` excludes the cached ones, which are counted apart. */
 export interface AnthropicUsageCounts {

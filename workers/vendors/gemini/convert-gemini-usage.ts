@@ -1,4 +1,4 @@
-import type { Usage } from '../types.js';
+import type { Usage } from '../../answers/events.js';
 
 function count(value: unknown): number {
   return typeof value === 'number' && Number.isFinite(value) && value > 0 ? value : 0;

@@ -2,7 +2,8 @@ import { invalidRequest } from '../../../shared/errors.js';
 import type { EmbeddingRequest } from '../../../shared/schemas/embeddings.js';
 import { countTextTokensAsync } from '../../../shared/tokens.js';
 import { malformedResponse, postJson, vendorRequest } from '../http.js';
-import type { CallContext, EmbeddingsAnswer } from '../types.js';
+import type { CallContext } from '../types.js';
+import type { EmbeddingsAnswer } from '../../answers/events.js';
 import { geminiApi, geminiModelPath } from './api.js';
 import { mapGeminiError } from './map-gemini-error.js';
 

@@ -1,5 +1,6 @@
 import type { ChatCompletionRequest } from '../../../shared/schemas/chat.js';
-import type { AnswerEvent, CallContext } from '../types.js';
+import type { CallContext } from '../types.js';
+import type { AnswerEvent } from '../../answers/events.js';
 import { planChatCompletion, type ChatPlan, type ChoicePlan } from './chat.js';
 import { MOCK_SYSTEM_FINGERPRINT } from './ids.js';
 import { interleave, pace, resolveChunkDelayMs } from './pacing.js';

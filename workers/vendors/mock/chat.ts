@@ -1,6 +1,7 @@
 import type { ChatCompletionRequest } from '../../../shared/schemas/chat.js';
 import { countChatPromptTokensAsync, countTextTokens } from '../../../shared/tokens.js';
-import type { Answer, CallContext, Usage } from '../types.js';
+import type { CallContext } from '../types.js';
+import type { Answer, Usage } from '../../answers/events.js';
 import { chatCompletionId, MOCK_SYSTEM_FINGERPRINT, nowInSeconds, toolCallId } from './ids.js';
 import { readMockMarkers, throwIfErrorMarker, type MockMarkers } from './markers.js';
 import { buildChatReplyText, findLastUserText, limitReply } from './reply-text.js';

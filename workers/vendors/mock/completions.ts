@@ -1,7 +1,8 @@
 import { invalidRequest } from '../../../shared/errors.js';
 import type { CompletionRequest } from '../../../shared/schemas/completions.js';
 import { countTextTokensAsync, decodeTokens } from '../../../shared/tokens.js';
-import type { Answer, AnswerEvent, CallContext, Usage } from '../types.js';
+import type { CallContext } from '../types.js';
+import type { Answer, AnswerEvent, Usage } from '../../answers/events.js';
 import { completionId, MOCK_SYSTEM_FINGERPRINT, nowInSeconds } from './ids.js';
 import { readMockMarkers, throwIfErrorMarker, type MockMarkers } from './markers.js';
 import { sleep } from '../sleep.js';

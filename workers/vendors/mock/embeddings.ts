@@ -2,7 +2,8 @@ import { invalidRequest } from '../../../shared/errors.js';
 import type { EmbeddingRequest } from '../../../shared/schemas/embeddings.js';
 import { decodeTokens, encodeTextAsync } from '../../../shared/tokens.js';
 import { loopSlices } from '../../../shared/loop-slices.js';
-import type { CallContext, EmbeddingsAnswer } from '../types.js';
+import type { CallContext } from '../types.js';
+import type { EmbeddingsAnswer } from '../../answers/events.js';
 import { readMockMarkers, throwIfErrorMarker } from './markers.js';
 import { sleep } from '../sleep.js';
 

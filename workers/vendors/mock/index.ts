@@ -23,7 +23,8 @@
  * call. Every wait ends at once when `ctx.signal` aborts, rejecting with its reason.
  */
 import type { ChatCompletionRequest } from '../../../shared/schemas/chat.js';
-import type { Answer, CallContext, VendorAdapter } from '../types.js';
+import type { CallContext, VendorAdapter } from '../types.js';
+import type { Answer } from '../../answers/events.js';
 import { planChatCompletion, toChatAnswer } from './chat.js';
 import { streamChatCompletion } from './chat-stream.js';
 import { createCompletion, streamCompletion } from './completions.js';

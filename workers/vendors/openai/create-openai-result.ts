@@ -1,4 +1,5 @@
-import type { Answer, AnswerChoice, CallContext, EmbeddingsAnswer } from '../types.js';
+import type { CallContext } from '../types.js';
+import type { Answer, AnswerChoice, EmbeddingsAnswer } from '../../answers/events.js';
 import { postJson, vendorRequest } from '../http.js';
 import { openaiApi } from './api.js';
 import { mapOpenAIError, mapOpenAIInlineError } from './map-openai-error.js';

@@ -1,4 +1,4 @@
-import type { AnswerChoice, AnswerEvent, FinishReason, Usage } from '../types.js';
+import type { AnswerChoice, AnswerEvent, FinishReason, Usage } from '../../answers/events.js';
 
 /* What an OpenAI-shaped answer says, read into the answer model: its usage, and its choices (streamed deltas or whole messages). */
 

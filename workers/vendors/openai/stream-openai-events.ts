@@ -1,6 +1,7 @@
 import type { SseEvent } from '../sse-parser.js';
 import { postSse, streamEndedEarly } from '../sse-body.js';
-import type { AnswerEvent, CallContext } from '../types.js';
+import type { CallContext } from '../types.js';
+import type { AnswerEvent } from '../../answers/events.js';
 import { openaiApi } from './api.js';
 import { malformedResponse, vendorRequest } from '../http.js';
 import { mapOpenAIError, mapOpenAIInlineError, readVendorError } from './map-openai-error.js';
